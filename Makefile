@@ -1,0 +1,37 @@
+# Two commands a user needs: `make demo` and `make test`. Both install what is missing first.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.shardrec-setup
+DEMO := runs/demo
+
+.PHONY: setup demo test clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml requirements/cpu.txt requirements/cuda.txt requirements/torchrec.txt requirements/torchrec-deps.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+		$(BIN)/pip install -q -r requirements/cuda.txt; \
+	else \
+		$(BIN)/pip install -q -r requirements/cpu.txt; \
+	fi
+	$(BIN)/pip install -q --no-deps -r requirements/torchrec.txt
+	$(BIN)/pip install -q -r requirements/torchrec-deps.txt
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+# synth -> preprocess -> plan -> train (2 CPU ranks via torchrun) -> evaluate.
+demo: setup
+	rm -rf $(DEMO)
+	$(BIN)/shardrec synth $(DEMO)/raw --rows 300000 --seed 7
+	$(BIN)/shardrec preprocess $(DEMO)/raw/train.txt --out $(DEMO)/data --max-ids 50000
+	$(BIN)/shardrec plan --data $(DEMO)/data --config configs/demo.toml --world-size 2 --out $(DEMO)/plan.json
+	$(BIN)/shardrec train --config configs/demo.toml --data $(DEMO)/data --plan $(DEMO)/plan.json --out-dir $(DEMO)/run --nproc-per-node 2
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) runs *.egg-info

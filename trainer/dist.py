@@ -1,0 +1,68 @@
+"""The one place that reads RANK / WORLD_SIZE and owns the process group.
+
+Everything else receives a `DistEnv`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    device: torch.device
+    backend: str
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed(device_kind: str = "auto", timeout_s: int = 600) -> DistEnv:
+    """Join the process group that torchrun (or a test) described in the environment.
+
+    Args:
+        device_kind: "cpu", "cuda" or "auto" (cuda when available).
+        timeout_s: collective timeout; a rank that hangs longer fails instead of waiting forever.
+    """
+    rank = int(os.environ.get("RANK", 0))
+    world_size = int(os.environ.get("WORLD_SIZE", 1))
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    if device_kind == "auto":
+        device_kind = "cuda" if torch.cuda.is_available() else "cpu"
+    if device_kind not in ("cpu", "cuda"):
+        raise ValueError(f"device kind {device_kind!r} is not one of auto, cpu, cuda")
+    if device_kind == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError("device kind 'cuda' was asked for but CUDA is not available")
+        device, backend = torch.device("cuda", local_rank), "nccl"
+        torch.cuda.set_device(device)
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    if not dist.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29500")
+        dist.init_process_group(
+            backend=backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s)
+        )
+    env = DistEnv(rank, local_rank, world_size, local_world_size, device, backend)
+    logger.debug("joined process group: %s", env)
+    return env
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,11 @@
+"""`shardrec bench ...`: benchmarks that print ratios against a baseline measured in the same run."""
+
+from __future__ import annotations
+
+import typer
+
+bench_app = typer.Typer(help="Benchmarks; each prints its ratio against a baseline measured in the same run.", no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(bench_app, name="bench")

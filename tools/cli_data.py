@@ -1,0 +1,12 @@
+"""`shardrec data ...`: inspect, verify and digest a preprocessed dataset."""
+
+from __future__ import annotations
+
+import typer
+
+data_app = typer.Typer(help="Inspect a preprocessed dataset: statistics, rows, checksums, stream digests.", no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    # Each module below adds its commands to data_app.
+    app.add_typer(data_app, name="data")

@@ -1,0 +1,273 @@
+"""The job configuration: dataclasses hold every default.
+
+Precedence, lowest to highest: the dataclass defaults, then the TOML job file
+(`--config`), then each `--set section.key=value` in the order given. Validation lives in
+`__post_init__` and names the key and the bad value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, get_args, get_origin, get_type_hints
+
+
+def _check_choice(key: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{key} = {value!r} is not one of {', '.join(choices)}")
+
+
+def _check_positive(key: str, value: float, allow_zero: bool = False) -> None:
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(f"{key} = {value!r} must be {'>= 0' if allow_zero else '> 0'}")
+
+
+@dataclass
+class DataConfig:
+    path: str = ""
+    """Preprocessed dataset directory (a `manifest.json` inside)."""
+    train_split: str = "train"
+    """Split to train on."""
+    eval_splits: list[str] = field(default_factory=lambda: ["val", "test"])
+    """Splits evaluated at intervals and at the end (those the dataset has)."""
+    shuffle: bool = True
+    """Shuffle the training stream (seeded; block-level plus a bounded buffer)."""
+    num_workers: int = 0
+    """Background loader processes per rank (0: load in the training process)."""
+    tail: str = "drop"
+    """What happens to the last partial global batch of an epoch: drop or pad."""
+
+    def __post_init__(self) -> None:
+        _check_choice("data.tail", self.tail, ("drop", "pad"))
+        _check_positive("data.num_workers", self.num_workers, allow_zero=True)
+
+
+@dataclass
+class ModelConfig:
+    arch: str = "dlrm"
+    """dlrm (dot interaction) or dcnv2 (the DLRMv2 model)."""
+    embedding_dim: int = 16
+    """Width of every embedding table (DLRM needs it equal to the bottom MLP's last layer)."""
+    dims: dict[str, int] = field(default_factory=dict)
+    """Per-feature embedding widths that differ from embedding_dim (dcnv2 only)."""
+    dense_arch: list[int] = field(default_factory=lambda: [64, 16])
+    """Bottom MLP layer sizes over the dense features."""
+    over_arch: list[int] = field(default_factory=lambda: [64, 32, 1])
+    """Top MLP layer sizes; the last must be 1."""
+    dcn_layers: int = 3
+    """Cross layers of DCNv2."""
+    dcn_low_rank: int = 32
+    """Low-rank dimension of DCNv2's cross layers."""
+
+    def __post_init__(self) -> None:
+        _check_choice("model.arch", self.arch, ("dlrm", "dcnv2"))
+        _check_positive("model.embedding_dim", self.embedding_dim)
+        if not self.over_arch or self.over_arch[-1] != 1:
+            raise ValueError(f"model.over_arch = {self.over_arch!r} must end with 1")
+        if self.arch == "dlrm" and self.dense_arch and self.dense_arch[-1] != self.embedding_dim:
+            raise ValueError(
+                f"model.dense_arch = {self.dense_arch!r}: DLRM needs its last layer equal to "
+                f"model.embedding_dim = {self.embedding_dim}"
+            )
+
+
+@dataclass
+class ShardingConfig:
+    plan: str = ""
+    """Plan file from `shardrec plan`; empty: plan at start-up with torchrec's planner."""
+    compute_kernel: str = "fused"
+    """Embedding kernel: fused (optimizer applied in backward) or dense."""
+    qcomm: str = ""
+    """Quantized embedding all-to-all: fp16, bf16, or empty for fp32."""
+    constraints: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per table: allowed sharding_types, compute_kernels, min_partition, ... (torchrec ParameterConstraints)."""
+
+    def __post_init__(self) -> None:
+        _check_choice("sharding.compute_kernel", self.compute_kernel, ("fused", "dense"))
+        _check_choice("sharding.qcomm", self.qcomm, ("", "fp16", "bf16"))
+
+
+@dataclass
+class OptimConfig:
+    sparse: str = "rowwise_adagrad"
+    """Fused embedding optimizer: rowwise_adagrad, adam or sgd."""
+    sparse_lr: float = 0.05
+    """Embedding learning rate."""
+    dense: str = "adagrad"
+    """Dense optimizer: adagrad, adam or sgd."""
+    dense_lr: float = 0.05
+    """Peak dense learning rate."""
+    eps: float = 1e-8
+    """Epsilon of Adagrad/Adam."""
+    warmup_steps: int = 0
+    """Linear warm-up of the dense learning rate (DLRMv2 schedule)."""
+    decay_start: int = 0
+    """Step at which the polynomial decay starts (0: no decay)."""
+    decay_steps: int = 0
+    """Steps over which the learning rate decays to zero."""
+
+    def __post_init__(self) -> None:
+        _check_choice("optim.sparse", self.sparse, ("rowwise_adagrad", "adam", "sgd"))
+        _check_choice("optim.dense", self.dense, ("adagrad", "adam", "sgd"))
+        _check_positive("optim.sparse_lr", self.sparse_lr)
+        _check_positive("optim.dense_lr", self.dense_lr)
+
+
+@dataclass
+class TrainConfig:
+    global_batch_size: int = 2048
+    """Samples per step over all ranks; each rank takes global_batch_size / world_size."""
+    epochs: int = 1
+    """Passes over the training split."""
+    steps: int = 0
+    """Stop after this many steps (0: run the epochs)."""
+    seed: int = 0
+    """Seed of the model's initial weights and the data order."""
+    pipeline: str = "sparse_dist"
+    """sparse_dist (torchrec TrainPipelineSparseDist) or plain."""
+    device: str = "auto"
+    """auto, cpu or cuda."""
+    log_interval: int = 20
+    """Steps between progress log lines."""
+
+    def __post_init__(self) -> None:
+        _check_positive("train.global_batch_size", self.global_batch_size)
+        _check_positive("train.epochs", self.epochs)
+        _check_positive("train.steps", self.steps, allow_zero=True)
+        _check_choice("train.pipeline", self.pipeline, ("sparse_dist", "plain"))
+        _check_choice("train.device", self.device, ("auto", "cpu", "cuda"))
+
+
+@dataclass
+class EvalConfig:
+    interval_steps: int = 0
+    """Evaluate every N steps (0: only at the end)."""
+    max_batches: int = 0
+    """Cap on evaluation batches per split (0: the whole split)."""
+    batch_size: int = 0
+    """Global evaluation batch (0: the training global batch)."""
+
+
+@dataclass
+class CheckpointConfig:
+    interval_steps: int = 0
+    """Save every N steps (0: only at the end)."""
+    keep: int = 2
+    """Checkpoints kept; older ones are deleted after a newer one is complete."""
+
+    def __post_init__(self) -> None:
+        _check_positive("checkpoint.keep", self.keep)
+
+
+@dataclass
+class JobConfig:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    sharding: ShardingConfig = field(default_factory=ShardingConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_toml(self) -> str:
+        """The resolved config, as a job file (kept in every run directory)."""
+        lines = []
+        for section, values in self.to_dict().items():
+            lines.append(f"[{section}]")
+            for key, value in values.items():
+                lines.append(f"{key} = {_toml_value(value)}")
+            lines.append("")
+        return "\n".join(lines)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+def _parse_override(item: str, hint: Any) -> Any:
+    """Parse a --set value as TOML when it is one, else as a bare string."""
+    try:
+        return tomllib.loads(f"v = {item}")["v"]
+    except tomllib.TOMLDecodeError:
+        if hint is str:
+            return item
+        raise ValueError(f"cannot parse {item!r} as a value") from None
+
+
+def _build_section(cls: type, key: str, raw: dict[str, Any]) -> Any:
+    hints = get_type_hints(cls)
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ValueError(f"unknown key {key}.{unknown[0]} (known: {', '.join(sorted(known))})")
+    for name, value in raw.items():
+        expected = get_origin(hints[name]) or hints[name]
+        if expected is float and isinstance(value, int) and not isinstance(value, bool):
+            raw[name] = float(value)
+        elif not isinstance(raw[name], expected) or (expected is int and isinstance(value, bool)):
+            raise ValueError(f"{key}.{name} = {value!r} should be of type {hints[name]}")
+    return cls(**raw)
+
+
+def load_job_config(path: str | Path | None = None, overrides: list[str] | None = None) -> JobConfig:
+    """Build a JobConfig: defaults, then the TOML file at `path`, then `section.key=value` overrides."""
+    raw: dict[str, dict[str, Any]] = {}
+    if path is not None:
+        path = Path(path)
+        try:
+            raw = tomllib.loads(path.read_text())
+        except OSError as e:
+            raise ValueError(f"{path}: cannot read job file: {e.strerror}") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ValueError(f"{path}: not valid TOML: {e}") from None
+    sections = {f.name: f.type for f in fields(JobConfig)}
+    section_types = get_type_hints(JobConfig)
+    for name in raw:
+        if name not in sections:
+            raise ValueError(f"{path}: unknown section [{name}] (known: {', '.join(sections)})")
+        if not isinstance(raw[name], dict):
+            raise ValueError(f"{path}: {name} must be a [{name}] table")
+    for item in overrides or []:
+        dotted, sep, value = item.partition("=")
+        section, _, key = dotted.strip().partition(".")
+        if not sep or not key:
+            raise ValueError(f"--set {item!r}: expected section.key=value")
+        if section not in sections:
+            raise ValueError(f"--set {item!r}: unknown section {section!r} (known: {', '.join(sections)})")
+        hints = get_type_hints(section_types[section])
+        if key not in hints:
+            raise ValueError(f"--set {item!r}: unknown key {section}.{key}")
+        try:
+            raw.setdefault(section, {})[key] = _parse_override(value.strip(), hints[key])
+        except ValueError as e:
+            raise ValueError(f"--set {item!r}: {e}") from None
+    built = {}
+    for name, cls in section_types.items():
+        built[name] = _build_section(cls, name, dict(raw.get(name, {})))
+    return JobConfig(**built)
+
+
+def field_help(cls: type) -> dict[str, str]:
+    """Each field's docstring (the string literal after it), for CLI help and docs."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(cls))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    helps = {}
+    for node, nxt in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+            helps[node.target.id] = nxt.value.value  # type: ignore[union-attr]
+    return helps

@@ -1,0 +1,340 @@
+"""`shardrec preprocess`: raw Criteo-shaped click logs -> a shardrec dataset directory.
+
+The run is planned (preprocess_plan), executed task by task in worker processes
+(preprocess_task), then finalized: task markers are gathered in task order, per-feature
+statistics computed on the training split, and the manifest written last. Because the plan
+never depends on `--workers` and the manifest holds no timings, the output is byte-identical
+whatever the worker count, after a restart, and after `--part i/n` runs plus a final run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing as mp
+import platform
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from shardrec.dataloader.format import (
+    SPLITS,
+    FileInfo,
+    Manifest,
+    PartInfo,
+    SparseFeature,
+    SplitInfo,
+    atomic_write_bytes,
+    smallest_uint,
+)
+from shardrec.tools.criteo_parse import DENSE_TRANSFORMS, Schema
+from shardrec.tools.preprocess_ids import (
+    MISSING_ID,
+    OOV_ID,
+    Vocabulary,
+    load_vocabularies,
+    merge_counts,
+    save_vocabularies,
+)
+from shardrec.tools.preprocess_plan import Task, discover_inputs, plan_tasks, resolve_layout
+from shardrec.tools.preprocess_stats import compute_feature_stats
+from shardrec.tools.preprocess_task import (
+    WORK_DIR,
+    InputError,
+    TaskOptions,
+    TaskResult,
+    count_task,
+    marker_path,
+    run_task,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class Progress(Protocol):
+    """Where a run reports progress (the CLI's progress bar)."""
+
+    def start(self, total_bytes: int) -> None:
+        """Input bytes on disk the run is about to process."""
+
+    def advance(self, disk_bytes: int, text_bytes: int, lines: int) -> None:
+        """One task finished: its input bytes on disk, text bytes and lines."""
+
+
+@dataclass
+class PreprocessConfig:
+    """Every option of a preprocessing run (the CLI fills it; defaults live here)."""
+
+    inputs: list[Path]
+    """Input files or directories of day files."""
+    out: Path
+    """Output dataset directory."""
+    max_ids: list[int] = field(default_factory=lambda: [10_000_000])
+    """Hashing mode: table rows per feature (one value for all, or one per feature)."""
+    min_count: int = 0
+    """Vocabulary mode when > 0: keep values seen at least this often in training days."""
+    layout: str = "auto"
+    """kaggle (one file, 7 pseudo-days), days (one file per day, last halved), or auto."""
+    val_half: str = "first"
+    """Which half of the last day is validation: first (torchrec's choice) or second."""
+    schema: Schema = field(default_factory=Schema)
+    """Columns and delimiter of the text."""
+    dense_transform: str = "log1p"
+    """How dense integers become model inputs (see criteo_parse.transform_dense)."""
+    dense_dtype: str = "float32"
+    """float32 or float16."""
+    workers: int = 1
+    """Worker processes."""
+    chunk_mb: int = 64
+    """Text per task (and per output part) in MiB; bounds memory per worker."""
+    strict: bool = False
+    """Stop at the first malformed row instead of skipping it."""
+    part: tuple[int, int] | None = None
+    """(i, n): process only tasks with index % n == i; a run without it finalizes."""
+
+    def __post_init__(self) -> None:
+        if self.val_half not in ("first", "second"):
+            raise ValueError(f"val_half {self.val_half!r} must be first or second")
+        if self.dense_transform not in DENSE_TRANSFORMS:
+            raise ValueError(f"dense transform {self.dense_transform!r} is not one of {', '.join(DENSE_TRANSFORMS)}")
+        if self.dense_dtype not in ("float32", "float16"):
+            raise ValueError(f"dense dtype {self.dense_dtype!r} must be float32 or float16")
+        if len(self.max_ids) not in (1, self.schema.num_sparse):
+            raise ValueError(f"max_ids has {len(self.max_ids)} values; give 1 or one per sparse feature ({self.schema.num_sparse})")
+        if self.min_count <= 0 and any(n < 2 for n in self.max_ids):
+            raise ValueError(f"max_ids {self.max_ids} must all be >= 2 (id 0 is the missing value)")
+        if self.workers < 1 or self.chunk_mb < 1:
+            raise ValueError(f"workers={self.workers} and chunk_mb={self.chunk_mb} must be >= 1")
+        if self.part is not None and not (self.part[1] >= 1 and 0 <= self.part[0] < self.part[1]):
+            raise ValueError(f"part {self.part[0]}/{self.part[1]} must satisfy 0 <= i < n")
+
+    def cardinalities(self) -> tuple[int, ...]:
+        return tuple(self.max_ids * self.schema.num_sparse if len(self.max_ids) == 1 else self.max_ids)
+
+    def fingerprint(self, files: list[Path]) -> dict:
+        """What fixes the output; a rerun into the same directory must match it."""
+        return {
+            "inputs": [{"name": f.name, "bytes": f.stat().st_size} for f in files],
+            "mode": "vocab" if self.min_count > 0 else "hash",
+            "max_ids": list(self.cardinalities()) if self.min_count <= 0 else None,
+            "min_count": self.min_count if self.min_count > 0 else None,
+            "layout": self.layout,
+            "val_half": self.val_half,
+            "schema": asdict(self.schema),
+            "dense_transform": self.dense_transform,
+            "dense_dtype": self.dense_dtype,
+            "chunk_mb": self.chunk_mb,
+        }
+
+
+@dataclass
+class PreprocessResult:
+    manifest: Manifest | None  # None after a --part run that left tasks for others
+    lines: int
+    bytes: int
+    kept: dict[str, int]
+    skipped: dict[str, int]
+    errors: list[str]  # first malformed rows as `file:line: field: value (reason)`
+    tasks_run: int
+    tasks_total: int
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version(), "numpy": np.__version__}
+    try:
+        out["shardrec"] = metadata.version("shardrec")
+    except metadata.PackageNotFoundError:
+        pass
+    return out
+
+
+def _check_fingerprint(out: Path, fp: dict) -> None:
+    path = out / WORK_DIR / "run.json"
+    if path.is_file():
+        old = json.loads(path.read_text())
+        if old != fp:
+            diff = sorted(k for k in fp if fp.get(k) != old.get(k))
+            raise ValueError(
+                f"{out}: holds a run with different {', '.join(diff)}; remove the directory or choose another --out"
+            )
+    else:
+        atomic_write_bytes(path, json.dumps(fp, indent=1).encode())
+
+
+def _remove_temporaries(out: Path) -> None:
+    # Files a killed run left under temporary names; finished files are never named like this.
+    for p in out.rglob(".*.tmp*"):
+        if p.is_file():
+            p.unlink()
+
+
+def _map(fn, tasks: list[Task], opts: TaskOptions, workers: int):
+    """Run fn over tasks; yields (task, result) as they finish."""
+    if workers == 1 or len(tasks) <= 1:
+        for t in tasks:
+            yield t, fn(t, opts)
+        return
+    ctx = mp.get_context("spawn")  # no fork: the CLI's progress thread must not be copied
+    with ctx.Pool(min(workers, len(tasks))) as pool:
+        pending = [(t, pool.apply_async(fn, (t, opts))) for t in tasks]
+        for t, r in pending:
+            yield t, r.get()
+
+
+def _build_vocab(cfg: PreprocessConfig, tasks: list[Task], opts: TaskOptions) -> TaskOptions:
+    out, names = cfg.out, cfg.schema.sparse_names
+    vocab_path = out / WORK_DIR / "vocab.npz"
+    if not vocab_path.is_file():
+        todo = [t for t in tasks if not marker_path(out, t.index, "count").with_suffix(".npz").is_file()]
+        for _ in _map(count_task, todo, opts, cfg.workers):
+            pass
+        vocabs = []
+        for f, name in enumerate(names):
+            pieces = []
+            for t in tasks:
+                with np.load(marker_path(out, t.index, "count").with_suffix(".npz")) as z:
+                    pieces.append((z[f"{name}.values"], z[f"{name}.counts"]))
+            values, counts = merge_counts(pieces)
+            vocabs.append(Vocabulary.build(values, counts, cfg.min_count))
+        save_vocabularies(vocab_path, names, vocabs)
+    cards = tuple(v.cardinality for v in load_vocabularies(vocab_path, names))
+    return TaskOptions(**{**asdict(opts), "schema": cfg.schema, "cardinalities": cards, "vocab_path": str(vocab_path)})
+
+
+def _load_result(out: Path, index: int) -> TaskResult | None:
+    path = marker_path(out, index)
+    return TaskResult(**json.loads(path.read_text())) if path.is_file() else None
+
+
+def run_preprocess(cfg: PreprocessConfig, progress: Progress | None = None) -> PreprocessResult:
+    """Plan, run unfinished tasks, and (unless other parts are unfinished) write the manifest."""
+    files = discover_inputs(cfg.inputs)
+    layout = resolve_layout(cfg.layout, files)
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    _check_fingerprint(cfg.out, cfg.fingerprint(files))
+    _remove_temporaries(cfg.out)
+    tasks = plan_tasks(files, layout, cfg.val_half, cfg.chunk_mb << 20, cfg.schema.header)
+    mine = [t for t in tasks if cfg.part is None or t.index % cfg.part[1] == cfg.part[0]]
+    opts = TaskOptions(
+        str(cfg.out), cfg.schema, cfg.chunk_mb << 20, cfg.cardinalities(), "", cfg.dense_transform, cfg.dense_dtype, cfg.strict
+    )
+    if cfg.min_count > 0:
+        if cfg.part is not None and not _all_counted(cfg.out, tasks):
+            _map_counts_only(cfg, mine, opts)
+            if not _all_counted(cfg.out, tasks):
+                return _partial(cfg.out, tasks, 0)
+        opts = _build_vocab(cfg, tasks, opts)
+    todo = [t for t in mine if not marker_path(cfg.out, t.index).is_file()]
+    logger.info("%d of %d tasks to run (%d already done)", len(todo), len(tasks), len(tasks) - len(todo))
+    failures = []
+    if progress:
+        progress.start(sum(_disk_bytes(t) for t in todo))
+    for t, res in _map(_run_task_safely, todo, opts, cfg.workers):
+        if isinstance(res, str):
+            failures.append(res)
+        elif progress:
+            progress.advance(_disk_bytes(t), res.bytes, res.lines)
+    if failures:
+        raise InputError("; ".join(failures) + " (output of the other files is kept; rerun to finish)")
+    results = [_load_result(cfg.out, t.index) for t in tasks]
+    if any(r is None for r in results):
+        return _partial(cfg.out, tasks, len(todo))
+    manifest = _finalize(cfg, layout, tasks, results, opts)
+    return _summarize(manifest, tasks, results, len(todo))
+
+
+def _run_task_safely(task: Task, opts: TaskOptions) -> TaskResult | str:
+    # An unreadable input fails its own task only; malformed rows under --strict stop the run.
+    try:
+        return run_task(task, opts)
+    except InputError as e:
+        return str(e)
+
+
+def _disk_bytes(task: Task) -> int:
+    return Path(task.path).stat().st_size if task.end < 0 else task.end - task.start
+
+
+def _all_counted(out: Path, tasks: list[Task]) -> bool:
+    return all(marker_path(out, t.index, "count").with_suffix(".npz").is_file() for t in tasks)
+
+
+def _map_counts_only(cfg: PreprocessConfig, mine: list[Task], opts: TaskOptions) -> None:
+    todo = [t for t in mine if not marker_path(cfg.out, t.index, "count").with_suffix(".npz").is_file()]
+    for _ in _map(count_task, todo, opts, cfg.workers):
+        pass
+
+
+def _partial(out: Path, tasks: list[Task], ran: int) -> PreprocessResult:
+    results = [r for r in (_load_result(out, t.index) for t in tasks) if r is not None]
+    return _summarize(None, tasks, results, ran)
+
+
+def _finalize(cfg: PreprocessConfig, layout: str, tasks: list[Task], results: list[TaskResult], opts: TaskOptions) -> Manifest:
+    splits: dict[str, SplitInfo] = {}
+    skipped: dict[str, int] = {}
+    for r in results:
+        for p in r.parts:
+            info = PartInfo(p["part"]["name"], p["part"]["rows"], {k: FileInfo(**v) for k, v in p["part"]["files"].items()})
+            s = splits.setdefault(p["split"], SplitInfo())
+            s.parts.append(info)
+            s.rows += info.rows
+        for k, v in r.skipped.items():
+            skipped[k] = skipped.get(k, 0) + v
+    splits = {s: splits.get(s, SplitInfo()) for s in SPLITS}
+    names = cfg.schema.sparse_names
+    features = [SparseFeature(n, c, str(smallest_uint(c - 1))) for n, c in zip(names, opts.cardinalities)]
+    options = {
+        **cfg.fingerprint([Path(t.path) for t in {t.path: t for t in tasks}.values()]),
+        "layout": layout,
+        "splits": _split_note(layout, cfg.val_half),
+        "missing_id": MISSING_ID,
+        "oov_id": OOV_ID if cfg.min_count > 0 else None,
+        "hash": "1 + splitmix64(value) mod (cardinality - 1)" if cfg.min_count <= 0 else None,
+    }
+    manifest = Manifest(cfg.schema.dense_names, features, splits, cfg.dense_dtype, options, _versions(), skipped)
+    for name, stats in compute_feature_stats(cfg.out, manifest).items():
+        manifest.feature(name).stats = stats
+    manifest.save(cfg.out)
+    return manifest
+
+
+def _split_note(layout: str, val_half: str) -> dict:
+    if layout == "kaggle":
+        return {"days": 7, "train_days": "0-5", "halved_day": 6, "val_half": val_half}
+    return {"train_days": "all files but the last", "halved_day": "last file", "val_half": val_half}
+
+
+def _summarize(manifest: Manifest | None, tasks: list[Task], results: list[TaskResult], ran: int) -> PreprocessResult:
+    kept: dict[str, int] = {}
+    skipped: dict[str, int] = {}
+    errors = []
+    by_index = {r.index: r for r in results}
+    lines_before: dict[str, int] = {}
+    for t in tasks:
+        r = by_index.get(t.index)
+        if r is None:
+            continue
+        for k, v in r.kept.items():
+            kept[k] = kept.get(k, 0) + v
+        for k, v in r.skipped.items():
+            skipped[k] = skipped.get(k, 0) + v
+        before = t.first_line if t.first_line >= 0 else lines_before.get(t.path, 0)
+        for local, name, value, reason in r.errors:
+            if len(errors) < 10:
+                errors.append(f"{t.path}:{before + local + 1 + int(t.header)}: {name}: {value} ({reason})")
+        lines_before[t.path] = before + r.lines
+    return PreprocessResult(
+        manifest,
+        sum(r.lines for r in results),
+        sum(r.bytes for r in results),
+        kept,
+        skipped,
+        errors,
+        ran,
+        len(tasks),
+    )
+

@@ -1,0 +1,109 @@
+"""Raw categorical values -> embedding row ids, by hashing or by a frequency-cut vocabulary.
+
+Id 0 is reserved for a missing value in both modes, so an empty field never shares a row
+with the real value `00000000`.
+
+- Hashing (`--max-ids N`): id = 1 + mix64(value) mod (N - 1); one pass, no state. mix64 is
+  splitmix64's finalizer, so neighbouring raw values spread over the table.
+- Vocabulary (`--min-count K`): values seen at least K times in the training days get ids
+  2, 3, ... in order of decreasing count (ties by value), so hot rows sit together; id 1 is
+  the out-of-vocabulary id for values unseen or seen fewer than K times.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+MISSING_ID = 0
+OOV_ID = 1
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+
+
+def mix64(values: np.ndarray) -> np.ndarray:
+    """splitmix64 finalizer over uint64 (wrapping multiply is intended)."""
+    z = values.astype(np.uint64, copy=True)
+    z ^= z >> np.uint64(30)
+    z *= _M1
+    z ^= z >> np.uint64(27)
+    z *= _M2
+    z ^= z >> np.uint64(31)
+    return z
+
+
+def hash_ids(values: np.ndarray, missing: np.ndarray, cardinality: int) -> np.ndarray:
+    """uint64 ids in [0, cardinality): 0 for missing, 1 + hash mod (cardinality - 1) otherwise."""
+    if cardinality < 2:
+        raise ValueError(f"hashing needs a cardinality of at least 2 (id 0 is the missing value), got {cardinality}")
+    ids = mix64(values) % np.uint64(cardinality - 1) + np.uint64(1)
+    ids[missing] = MISSING_ID
+    return ids
+
+
+def count_values(values: np.ndarray, missing: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct present values of one column and how often each occurs (sorted by value)."""
+    return np.unique(values[~missing], return_counts=True)
+
+
+def merge_counts(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Sum (values, counts) pairs from several chunks into one sorted pair."""
+    if not parts:
+        return np.zeros(0, np.uint64), np.zeros(0, np.int64)
+    values = np.concatenate([p[0] for p in parts]).astype(np.uint64, copy=False)
+    counts = np.concatenate([p[1] for p in parts]).astype(np.int64, copy=False)
+    order = np.argsort(values, kind="stable")
+    values, counts = values[order], counts[order]
+    uniq, first = np.unique(values, return_index=True)
+    return uniq, np.add.reduceat(counts, first) if len(values) else counts
+
+
+@dataclass
+class Vocabulary:
+    """One feature's kept values (sorted, for lookups) and the id each maps to."""
+
+    sorted_values: np.ndarray  # uint64 [n]
+    ids: np.ndarray  # uint64 [n], the id of sorted_values[i]
+
+    @property
+    def cardinality(self) -> int:
+        return len(self.sorted_values) + 2
+
+    @classmethod
+    def build(cls, values: np.ndarray, counts: np.ndarray, min_count: int) -> "Vocabulary":
+        keep = counts >= min_count
+        kv, kc = values[keep], counts[keep]
+        # Rank by decreasing count, ties by value: deterministic whatever the counting order.
+        rank = np.lexsort((kv, -kc))
+        ids = np.empty(len(kv), dtype=np.uint64)
+        ids[rank] = np.arange(2, len(kv) + 2, dtype=np.uint64)
+        return cls(kv.astype(np.uint64), ids)
+
+    def lookup(self, values: np.ndarray, missing: np.ndarray) -> np.ndarray:
+        pos = np.searchsorted(self.sorted_values, values)
+        pos_c = np.minimum(pos, max(len(self.sorted_values) - 1, 0))
+        if len(self.sorted_values):
+            found = self.sorted_values[pos_c] == values
+            out = np.where(found, self.ids[pos_c], np.uint64(OOV_ID))
+        else:
+            out = np.full(values.shape, OOV_ID, dtype=np.uint64)
+        out[missing] = MISSING_ID
+        return out
+
+
+def save_vocabularies(path: Path, names: list[str], vocabs: list[Vocabulary]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        arrays = {}
+        for name, v in zip(names, vocabs):
+            arrays[f"{name}.values"] = v.sorted_values
+            arrays[f"{name}.ids"] = v.ids
+        np.savez(f, **arrays)
+    tmp.replace(path)
+
+
+def load_vocabularies(path: Path, names: list[str]) -> list[Vocabulary]:
+    with np.load(path) as z:
+        return [Vocabulary(z[f"{n}.values"], z[f"{n}.ids"]) for n in names]

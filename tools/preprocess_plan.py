@@ -1,0 +1,202 @@
+"""What work a preprocessing run consists of: input files, splits, and byte-range tasks.
+
+The plan is a pure function of the inputs and the options (never of `--workers`), which is
+what makes the output byte-identical whatever the worker count and after a restart.
+
+Splits follow the two Criteo layouts:
+- kaggle (one file): lines are cut into 7 pseudo-days, day d holding lines
+  [d*L//7, (d+1)*L//7); days 0-5 train, day 6 halved into val and test;
+- days (several files, e.g. day_0 .. day_23): every file but the last is a training day,
+  the last is halved into val and test.
+Which half is val is `val_half` (default "first", as torchrec does); the manifest records it.
+Lines are physical lines (malformed rows included), so a split never depends on row content.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import zlib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+KAGGLE_DAYS = 7
+LAYOUTS = ("auto", "kaggle", "days")
+
+
+@dataclass(frozen=True)
+class SplitRange:
+    """Lines [begin, end) of one file go to `split`."""
+
+    split: str
+    begin: int
+    end: int
+
+
+@dataclass(frozen=True)
+class Task:
+    """One unit of work: a byte range of a plain file, or a whole gzip file."""
+
+    index: int
+    path: str
+    start: int
+    end: int  # -1: to the end (gzip files)
+    first_line: int  # line number (0-based, after any header) of the range's first line; -1 if unknown
+    splits: tuple[SplitRange, ...]  # by line number within the file; empty: the whole file is `default_split`
+    default_split: str
+    header: bool  # the file starts with a header line (plain ranges already start past it)
+
+    @property
+    def gz(self) -> bool:
+        return self.path.endswith(".gz")
+
+    def split_of(self, line: int) -> str:
+        for r in self.splits:
+            if r.begin <= line < r.end:
+                return r.split
+        return self.default_split
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _natural_key(path: Path) -> tuple:
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path.name))
+
+
+def discover_inputs(inputs: list[Path]) -> list[Path]:
+    """Files named on the command line, directories expanded to their files in day order."""
+    files: list[Path] = []
+    for p in inputs:
+        if p.is_dir():
+            found = sorted((c for c in p.iterdir() if c.is_file() and not c.name.startswith(".")), key=_natural_key)
+            if not found:
+                raise ValueError(f"{p}: directory holds no input files")
+            files.extend(found)
+        elif p.is_file():
+            files.append(p)
+        else:
+            raise ValueError(f"{p}: no such file or directory")
+    for f in files:
+        if not os.access(f, os.R_OK):
+            raise ValueError(f"{f}: not readable")
+        if f.stat().st_size == 0:
+            raise ValueError(f"{f}: empty file")
+    return files
+
+
+def open_text(path: str | Path):
+    return gzip.open(path, "rb") if str(path).endswith(".gz") else open(path, "rb")
+
+
+def count_lines(path: Path, skip_header: bool, block: int = 1 << 24) -> int:
+    """Physical lines (a last line without a newline counts) after any header."""
+    lines, last = 0, b"\n"
+    try:
+        with open_text(path) as f:
+            while b := f.read(block):
+                lines += b.count(b"\n")
+                last = b[-1:]
+    except (EOFError, OSError, zlib.error) as e:
+        raise ValueError(f"{path}: unreadable or truncated: {e}") from e
+    lines += last != b"\n"
+    return max(lines - (1 if skip_header else 0), 0)
+
+
+def header_end(path: Path) -> int:
+    with open(path, "rb") as f:
+        line = f.readline()
+    return len(line)
+
+
+def chunk_bounds(path: Path, chunk_bytes: int, begin: int) -> list[tuple[int, int]]:
+    """Byte ranges of about `chunk_bytes`, each cut just after a newline."""
+    size = path.stat().st_size
+    bounds, start = [], begin
+    with open(path, "rb") as f:
+        while start < size:
+            cut = start + chunk_bytes
+            if cut >= size:
+                bounds.append((start, size))
+                break
+            f.seek(cut)
+            while True:
+                block = f.read(1 << 16)
+                if not block:
+                    cut = size
+                    break
+                nl = block.find(b"\n")
+                if nl >= 0:
+                    cut += nl + 1
+                    break
+                cut += len(block)
+            bounds.append((start, cut))
+            start = cut
+    return bounds
+
+
+def count_range_lines(path: Path, start: int, end: int, block: int = 1 << 24) -> int:
+    n = 0
+    with open(path, "rb") as f:
+        f.seek(start)
+        left = end - start
+        while left > 0:
+            b = f.read(min(block, left))
+            if not b:
+                break
+            n += b.count(b"\n")
+            left -= len(b)
+    return n
+
+
+def halve(first: int, total: int, val_half: str) -> tuple[SplitRange, SplitRange]:
+    """Lines [first, total) cut into val and test halves; val is the first half unless val_half='second'."""
+    mid = first + (total - first) // 2
+    a, b = ("val", "test") if val_half == "first" else ("test", "val")
+    return SplitRange(a, first, mid), SplitRange(b, mid, total)
+
+
+def split_ranges(layout: str, is_last: bool, lines: int, val_half: str) -> tuple[SplitRange, ...]:
+    if layout == "kaggle":
+        first_eval = (KAGGLE_DAYS - 1) * lines // KAGGLE_DAYS
+        return (SplitRange("train", 0, first_eval), *halve(first_eval, lines, val_half))
+    return halve(0, lines, val_half) if is_last else ()
+
+
+def resolve_layout(layout: str, files: list[Path]) -> str:
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout {layout!r} is not one of {', '.join(LAYOUTS)}")
+    if layout == "auto":
+        return "kaggle" if len(files) == 1 else "days"
+    if layout == "days" and len(files) < 2:
+        raise ValueError("layout 'days' needs at least two day files (the last one is halved into val/test)")
+    return layout
+
+
+def plan_tasks(files: list[Path], layout: str, val_half: str, chunk_bytes: int, header: bool) -> list[Task]:
+    """Cut the inputs into tasks. Files that are split by line number get their lines counted."""
+    tasks: list[Task] = []
+    for fi, path in enumerate(files):
+        is_last = fi == len(files) - 1
+        needs_lines = layout == "kaggle" or is_last
+        if str(path).endswith(".gz"):
+            ranges = split_ranges(layout, is_last, count_lines(path, header), val_half) if needs_lines else ()
+            tasks.append(Task(len(tasks), str(path), 0, -1, 0, ranges, "train", header))
+            continue
+        bounds = chunk_bounds(path, chunk_bytes, header_end(path) if header else 0)
+        firsts, ranges = [-1] * len(bounds), ()
+        if needs_lines:
+            counts = [count_range_lines(path, s, e) for s, e in bounds]
+            firsts = [sum(counts[:i]) for i in range(len(counts))]
+            total = sum(counts) + (_last_byte(path) != b"\n")
+            ranges = split_ranges(layout, is_last, total, val_half)
+        for (start, end), first in zip(bounds, firsts):
+            tasks.append(Task(len(tasks), str(path), start, end, first, ranges, "train", header))
+    return tasks
+
+
+def _last_byte(path: Path) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1)

@@ -1,0 +1,87 @@
+"""Per-feature statistics the planner reads from the manifest, computed on the training split.
+
+- mean_ids_per_sample / p95_ids_per_sample: pooling factor (1 for one-hot features);
+- distinct_ids: rows of the table that at least one training lookup touches;
+- top1_share / top10_share: share of lookups that hit the hottest 1% / 10% of the table's
+  rows (k = ceil(cardinality * p)), which is what a cache or a row-wise split sees.
+
+Counts come from a bincount over the written id columns, one feature at a time, so memory
+is one int64 per table row. Tables above `MAX_EXACT_ROWS` rows are measured on their first
+`SAMPLE_IDS` ids instead, and the stats say so (`sampled: 1`).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from shardrec.dataloader.format import Manifest, open_split
+
+MAX_EXACT_ROWS = 1 << 27
+SAMPLE_IDS = 50_000_000
+
+
+def id_frequencies(columns: list[np.ndarray], cardinality: int) -> tuple[np.ndarray, bool]:
+    """Lookup count of every touched id, hottest first; and whether only a sample was read."""
+    if cardinality <= MAX_EXACT_ROWS:
+        counts = np.zeros(cardinality, dtype=np.int64)
+        for col in columns:
+            counts += np.bincount(np.asarray(col), minlength=cardinality)
+        counts = counts[counts > 0]
+        sampled = False
+    else:
+        taken, seen = [], 0
+        for col in columns:
+            take = np.asarray(col[: SAMPLE_IDS - seen])
+            taken.append(take)
+            seen += len(take)
+            if seen >= SAMPLE_IDS:
+                break
+        _, counts = np.unique(np.concatenate(taken) if taken else np.zeros(0, np.int64), return_counts=True)
+        sampled = True
+    return np.sort(counts)[::-1], sampled
+
+
+def feature_stats(frequencies: np.ndarray, cardinality: int, lengths: np.ndarray | None, sampled: bool) -> dict[str, float]:
+    total = int(frequencies.sum())
+    cum = np.cumsum(frequencies)
+
+    def share(p: float) -> float:
+        k = max(1, math.ceil(cardinality * p))
+        return float(cum[min(k, len(cum)) - 1] / total) if total else 0.0
+
+    if lengths is None:
+        mean, p95 = 1.0, 1.0
+    else:
+        mean = float(lengths.mean()) if len(lengths) else 0.0
+        p95 = float(np.percentile(lengths, 95)) if len(lengths) else 0.0
+    return {
+        "mean_ids_per_sample": round(mean, 6),
+        "p95_ids_per_sample": round(p95, 6),
+        "distinct_ids": int(len(frequencies)),
+        "top1_share": round(share(0.01), 6),
+        "top10_share": round(share(0.10), 6),
+        "lookups": total,
+        "sampled": int(sampled),
+    }
+
+
+def compute_feature_stats(directory: Path, manifest: Manifest, split: str = "train") -> dict[str, dict[str, float]]:
+    """Statistics of every sparse feature over one split of a written dataset."""
+    parts = open_split(directory, split, manifest) if split in manifest.splits else []
+    out = {}
+    for feat in manifest.sparse_features:
+        freqs, sampled = id_frequencies([p.sparse[feat.name] for p in parts], feat.cardinality)
+        lengths = None
+        if feat.multi_hot:
+            lengths = np.concatenate([np.diff(np.asarray(p.offsets[feat.name])) for p in parts]) if parts else np.zeros(0)
+        out[feat.name] = feature_stats(freqs, feat.cardinality, lengths, sampled)
+    return out
+
+
+def frequency_curves(directory: Path, manifest: Manifest, split: str = "train") -> dict[str, np.ndarray]:
+    """Per feature, lookup counts by id rank (hottest first): the data of `data stats --plot`."""
+    parts = open_split(directory, split, manifest) if split in manifest.splits else []
+    return {f.name: id_frequencies([p.sparse[f.name] for p in parts], f.cardinality)[0] for f in manifest.sparse_features}

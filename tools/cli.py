@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from shardrec.tools import cli_synth
+from shardrec.tools import cli_preprocess
 from shardrec.tools.cli_common import configure_logging
 
 app = typer.Typer(
@@ -28,6 +29,7 @@ def _root(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug l
 
 
 cli_synth.register(app)
+cli_preprocess.register(app)
 
 
 def main() -> None:

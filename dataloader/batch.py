@@ -1,0 +1,173 @@
+"""Turn global row indices into a torchrec `Batch`: a few numpy gathers, no per-row Python.
+
+Per batch the work is one `np.take` per column of each part touched (memory-mapped, so only
+the rows asked for are read), one cast into a preallocated int64 values array for all sparse
+features, and one `torch.from_numpy` per tensor. One-hot features share a cached all-ones
+lengths tensor, as torchrec's own Criteo pipe does, so the KeyedJaggedTensor needs no sync.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torchrec.datasets.utils import Batch
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+from shardrec.dataloader.format import Part
+
+PAD_LABEL = -1.0
+"""Label of padding rows (tail="pad"): the trainer masks label < 0 out of loss and metrics."""
+
+
+@dataclass
+class _Groups:
+    """The rows of one slice grouped by the part that holds them."""
+
+    parts: list[int]
+    local: list[np.ndarray]  # row index inside the part
+    where: list[np.ndarray | None]  # positions in the slice (None: the whole slice, in order)
+
+
+class BatchGatherer:
+    """Reads rows of a split (a list of memory-mapped parts) into torchrec Batches."""
+
+    def __init__(
+        self, parts: list[Part], feature_names: list[str], multi_hot: set[str], modulo: dict[str, int] | None = None
+    ) -> None:
+        if not parts:
+            raise ValueError("a split needs at least one part")
+        self.parts = parts
+        self.feature_names = list(feature_names)
+        self.multi_hot = set(multi_hot)
+        self.modulo = dict(modulo or {})
+        self.num_dense = int(parts[0].dense.shape[1])
+        self._part_starts = np.concatenate([[0], np.cumsum([p.rows for p in parts])]).astype(np.int64)
+        self._index_per_key = {k: i for i, k in enumerate(self.feature_names)}
+        self._ones = torch.ones(0, dtype=torch.int32)
+
+    def _group(self, rows: np.ndarray) -> _Groups:
+        if len(self.parts) == 1:
+            return _Groups([0], [rows], [None])
+        part_of = np.searchsorted(self._part_starts, rows, side="right") - 1
+        first, last = int(part_of.min()), int(part_of.max())
+        if first == last:
+            return _Groups([first], [rows - self._part_starts[first]], [None])
+        order = np.argsort(part_of, kind="stable")
+        bounds = np.searchsorted(part_of[order], np.arange(first, last + 2))
+        groups = _Groups([], [], [])
+        for p, a, b in zip(range(first, last + 1), bounds[:-1], bounds[1:]):
+            if a < b:
+                where = order[a:b]
+                groups.parts.append(p)
+                groups.local.append(rows[where] - self._part_starts[p])
+                groups.where.append(where)
+        return groups
+
+    def _column(self, groups: _Groups, n: int, get, out: np.ndarray) -> np.ndarray:
+        """Gather one column from every part into `out` (cast to out's dtype on assignment)."""
+        for p, local, where in zip(groups.parts, groups.local, groups.where):
+            taken = np.take(get(self.parts[p]), local, axis=0)
+            if where is None:
+                out[...] = taken
+            else:
+                out[where] = taken
+        return out
+
+    def _ones_lengths(self, n: int) -> torch.Tensor:
+        if len(self._ones) < n:
+            self._ones = torch.ones(n, dtype=torch.int32)
+        return self._ones[:n]
+
+    def gather(self, rows: np.ndarray, real: int | None = None) -> Batch:
+        """Batch of the given global rows, in order; rows at positions >= `real` get PAD_LABEL."""
+        n = len(rows)
+        groups = self._group(rows)
+        labels = self._column(groups, n, lambda p: p.labels, np.empty(n, np.float32))
+        if real is not None and real < n:
+            labels[real:] = PAD_LABEL
+        dense = self._column(groups, n, lambda p: p.dense, np.empty((n, self.num_dense), np.float32))
+        if self.multi_hot:
+            values, lengths = self._jagged(groups, n)
+        else:
+            values = np.empty(len(self.feature_names) * n, np.int64)
+            for f, name in enumerate(self.feature_names):
+                self._column(groups, n, lambda p, name=name: p.sparse[name], values[f * n : (f + 1) * n])
+            lengths = None
+            self._fold(values, n)
+        kjt = self._kjt(values, lengths, n)
+        return Batch(dense_features=torch.from_numpy(dense), sparse_features=kjt, labels=torch.from_numpy(labels))
+
+    def _jagged(self, groups: _Groups, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Values and lengths ([features * n], feature-major) when some features are multi-hot."""
+        lengths = np.ones(len(self.feature_names) * n, np.int32)
+        pieces = []
+        for f, name in enumerate(self.feature_names):
+            if name not in self.multi_hot:
+                pieces.append(self._column(groups, n, lambda p, name=name: p.sparse[name], np.empty(n, np.int64)))
+                continue
+            lens = lengths[f * n : (f + 1) * n]
+            chunks = [None] * len(groups.parts)
+            for i, (p, local, where) in enumerate(zip(groups.parts, groups.local, groups.where)):
+                off = self.parts[p].offsets[name]
+                starts, ends = np.take(off, local), np.take(off, local + 1)
+                lens[slice(None) if where is None else where] = ends - starts
+                chunks[i] = (self.parts[p].sparse[name], starts, ends - starts)
+            pieces.append(_jagged_values(groups, chunks, lens))
+        values = np.concatenate(pieces)
+        if self.modulo:
+            bounds = np.concatenate([[0], np.cumsum(lengths.reshape(len(self.feature_names), n).sum(axis=1))])
+            for f, name in enumerate(self.feature_names):
+                if name in self.modulo:
+                    seg = values[bounds[f] : bounds[f + 1]]
+                    np.remainder(seg, self.modulo[name], out=seg)
+        return values, lengths
+
+    def _fold(self, values: np.ndarray, n: int) -> None:
+        """Fold raw ids into their tables (layouts that store unhashed ids)."""
+        for f, name in enumerate(self.feature_names):
+            if name in self.modulo:
+                seg = values[f * n : (f + 1) * n]
+                np.remainder(seg, self.modulo[name], out=seg)
+
+    def _kjt(self, values: np.ndarray, lengths: np.ndarray | None, n: int) -> KeyedJaggedTensor:
+        nf = len(self.feature_names)
+        if lengths is None:
+            # One-hot: every per-key length and offset is known, so no tensor sync is needed.
+            return KeyedJaggedTensor(
+                keys=self.feature_names,
+                values=torch.from_numpy(values),
+                lengths=self._ones_lengths(nf * n),
+                stride=n,
+                length_per_key=[n] * nf,
+                offset_per_key=[n * i for i in range(nf + 1)],
+                index_per_key=self._index_per_key,
+            )
+        per_key = lengths.reshape(nf, n).sum(axis=1)
+        return KeyedJaggedTensor(
+            keys=self.feature_names,
+            values=torch.from_numpy(values),
+            lengths=torch.from_numpy(lengths),
+            stride=n,
+            length_per_key=per_key.tolist(),
+            offset_per_key=np.concatenate([[0], np.cumsum(per_key)]).tolist(),
+            index_per_key=self._index_per_key,
+        )
+
+
+def _jagged_values(groups: _Groups, chunks: list, lens: np.ndarray) -> np.ndarray:
+    """The ids of a multi-hot feature for the slice, row by row in slice order, as int64."""
+    # Position of each slice row's first id in the output.
+    out_starts = np.concatenate([[0], np.cumsum(lens, dtype=np.int64)[:-1]])
+    out = np.empty(int(lens.sum()), np.int64)
+    for (ids, starts, count), where in zip(chunks, groups.where):
+        dst = out_starts if where is None else out_starts[where]
+        total = int(count.sum())
+        if total == 0:
+            continue
+        # Source and destination index of every id, without a loop over rows.
+        shift = np.repeat(np.cumsum(count) - count, count)
+        k = np.arange(total, dtype=np.int64) - shift
+        out[np.repeat(dst, count) + k] = np.take(ids, np.repeat(starts, count) + k)
+    return out

@@ -1,0 +1,209 @@
+"""Batches for one rank: `build_loader(...)` -> `BatchLoader`, an iterable of torchrec `Batch`.
+
+Contract (what the trainer relies on):
+
+- The sequence of global batches is a pure function of (dataset, seed, epoch, global batch
+  size); see dataloader/order.py. World size, workers and prefetch depth never change it.
+- Rank r of W gets rows [r*B, (r+1)*B) of each global batch, B = global_batch_size // W.
+- Every rank yields `len(loader)` batches per epoch. tail="drop" drops the last partial
+  global batch; tail="pad" fills it with real rows from the start of the stream whose label
+  is -1.0 (PAD_LABEL): the trainer masks label < 0 out of loss and metrics.
+- `state_dict()` / `load_state_dict()` follow the torchdata StatefulDataLoader protocol: the
+  state says how many global samples of which epoch were yielded; loading it makes the next
+  `iter()` continue right after them (at any world size with the same global batch), and a
+  later `iter()` starts its epoch from the beginning again. `set_epoch(e)` chooses the epoch
+  (it keeps a loaded position only if that position is of epoch e).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+from torchrec.datasets.utils import Batch
+
+from shardrec.dataloader.batch import PAD_LABEL, BatchGatherer
+from shardrec.dataloader.format import DatasetError
+from shardrec.dataloader.order import DEFAULT_BLOCK_ROWS, DEFAULT_WINDOW_BLOCKS, EpochOrder, OrderSpec
+from shardrec.dataloader.prefetch import prefetch_map
+from shardrec.dataloader.source import SplitSource, open_source
+
+logger = logging.getLogger(__name__)
+
+STATE_VERSION = 1
+__all__ = ["PAD_LABEL", "BatchLoader", "build_loader"]
+
+
+class BatchLoader:
+    """This rank's slice of each global batch of one split, one epoch per `iter()`."""
+
+    def __init__(
+        self,
+        source: SplitSource,
+        spec: OrderSpec,
+        rank: int,
+        world_size: int,
+        *,
+        epoch: int = 0,
+        num_workers: int = 0,
+        prefetch: int = 2,
+        pin_memory: bool = False,
+        device: torch.device | None = None,
+    ) -> None:
+        self.source = source
+        self.spec = spec
+        self.rank, self.world_size = rank, world_size
+        self.local_batch_size = spec.global_batch_size // world_size
+        self.num_workers, self.prefetch = num_workers, prefetch
+        self.pin_memory, self.device = pin_memory, device
+        self.num_samples: int = spec.num_samples
+        """Real (unpadded) samples in the split."""
+        self._gatherer = BatchGatherer(source.parts, source.feature_names, source.multi_hot, source.modulo)
+        self._order: EpochOrder | None = None
+        self.epoch = epoch
+        self._offset = 0  # global samples of self.epoch yielded so far
+        self._resume_pending = False
+
+    @property
+    def feature_names(self) -> list[str]:
+        return self.source.feature_names
+
+    def __len__(self) -> int:
+        return self.spec.num_batches
+
+    def set_epoch(self, epoch: int) -> None:
+        """Choose the epoch the next `iter()` yields (a loaded position of this epoch is kept)."""
+        if epoch < 0:
+            raise ValueError(f"epoch must not be negative, got {epoch}")
+        if epoch != self.epoch:
+            if self._resume_pending:
+                logger.info("set_epoch(%d) drops the loaded position in epoch %d", epoch, self.epoch)
+            self.epoch, self._offset, self._resume_pending = epoch, 0, False
+
+    def _epoch_order(self) -> EpochOrder:
+        if self._order is None or self._order.epoch != self.epoch:
+            self._order = EpochOrder(self.spec, self.epoch)
+        return self._order
+
+    def rows(self, k: int) -> tuple[np.ndarray, int]:
+        """Global row indices of this rank's slice of global batch k, and how many are real."""
+        rows, real = self._epoch_order().batch(k)
+        b, r = self.local_batch_size, self.rank
+        return rows[r * b : (r + 1) * b], min(max(real - r * b, 0), b)
+
+    def batch(self, k: int) -> Batch:
+        """This rank's slice of global batch k of the current epoch (random access)."""
+        batch = self._gatherer.gather(*self.rows(k))
+        return batch.pin_memory() if self.pin_memory else batch
+
+    def __iter__(self) -> Iterator[Batch]:
+        if not self._resume_pending:
+            self._offset = 0
+        self._resume_pending = False
+        start = self._offset // self.spec.global_batch_size
+        self._epoch_order()  # built once here, not raced for by the workers
+        return self._iterate(start)
+
+    def _iterate(self, start: int) -> Iterator[Batch]:
+        epoch = self.epoch
+        g = self.spec.global_batch_size
+        batches = prefetch_map(self.batch, range(start, len(self)), self.num_workers, self.prefetch * max(self.num_workers, 1))
+        for k, batch in zip(range(start, len(self)), batches):
+            if self.epoch != epoch:  # set_epoch() during iteration: this iterator is stale
+                return
+            # The state counts a batch as soon as the consumer has it.
+            self._offset = (k + 1) * g
+            if self.device is not None:
+                batch = batch.to(self.device, non_blocking=self.pin_memory)
+            yield batch
+
+    def state_dict(self) -> dict[str, Any]:
+        """Position (epoch, global sample offset) and what the order depends on."""
+        s = self.spec
+        return {
+            "version": STATE_VERSION,
+            "epoch": self.epoch,
+            "sample_offset": self._offset,
+            "seed": s.seed,
+            "global_batch_size": s.global_batch_size,
+            "shuffle": s.shuffle,
+            "tail": s.tail,
+            "block_rows": s.block_rows,
+            "window_blocks": s.window_blocks,
+            "num_samples": s.num_samples,
+            "fingerprint": self.source.fingerprint,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue exactly after the batches `state` had yielded, on the next `iter()`.
+
+        Raises ValueError when the state belongs to another stream (dataset, seed, global
+        batch, shuffle or tail differ); the world size may differ.
+        """
+        mine = self.state_dict()
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"loader state version {state.get('version')!r} is not {STATE_VERSION}")
+        for key in ("seed", "global_batch_size", "shuffle", "tail", "block_rows", "window_blocks", "num_samples", "fingerprint"):
+            if state.get(key) != mine[key]:
+                raise ValueError(f"loader state has {key}={state.get(key)!r} but this loader has {mine[key]!r}: not the same stream")
+        offset, g = int(state["sample_offset"]), self.spec.global_batch_size
+        if offset % g or not 0 <= offset <= len(self) * g:
+            raise ValueError(f"loader state sample_offset={offset} is not a batch boundary in [0, {len(self) * g}]")
+        self.epoch, self._offset, self._resume_pending = int(state["epoch"]), offset, True
+
+
+def build_loader(
+    directory: str | Path,
+    split: str,
+    *,
+    global_batch_size: int,
+    rank: int,
+    world_size: int,
+    seed: int = 0,
+    shuffle: bool = True,
+    tail: str = "drop",
+    num_workers: int = 0,
+    epoch: int = 0,
+    prefetch: int = 2,
+    pin_memory: bool | None = None,
+    device: torch.device | str | None = None,
+    block_rows: int = DEFAULT_BLOCK_ROWS,
+    window_blocks: int = DEFAULT_WINDOW_BLOCKS,
+    hashes: list[int] | None = None,
+) -> BatchLoader:
+    """Open `split` of the dataset in `directory` and return this rank's loader.
+
+    Cheap checks run here, before training starts: files exist and have the manifest's
+    sizes, the split has rows, and (tail="drop") at least one global batch.
+
+    Args:
+        global_batch_size: samples per step over all ranks; must divide by world_size.
+        num_workers: prefetch threads (0: batches are made on `next()`).
+        prefetch: batches queued ahead per worker.
+        pin_memory: pin batches (default: when CUDA is available).
+        device: if set, batches are moved there (non-blocking from pinned memory).
+        block_rows, window_blocks: shuffle granularity (dataloader/order.py).
+        hashes: torchrec npy layout only: per-feature (or one) hash size to fold raw ids into.
+    """
+    if world_size <= 0 or not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
+    if global_batch_size <= 0 or global_batch_size % world_size:
+        raise ValueError(f"global_batch_size {global_batch_size} does not divide by world_size {world_size}")
+    if num_workers < 0:
+        raise ValueError(f"num_workers must not be negative, got {num_workers}")
+    source = open_source(directory, split, hashes=hashes)
+    spec = OrderSpec(source.part_rows, global_batch_size, seed, shuffle, tail, block_rows, window_blocks)
+    if spec.num_batches == 0:
+        raise DatasetError(
+            f"{directory}: split {split!r} has {spec.num_samples} rows, fewer than one global batch of "
+            f"{global_batch_size}; use a smaller global batch or tail='pad'"
+        )
+    if pin_memory is None:
+        pin_memory = torch.cuda.is_available()
+    dev = torch.device(device) if device is not None else None
+    return BatchLoader(
+        source, spec, rank, world_size, epoch=epoch, num_workers=num_workers, prefetch=prefetch, pin_memory=pin_memory, device=dev
+    )

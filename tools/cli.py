@@ -8,6 +8,7 @@ import typer
 
 from shardrec.tools import cli_synth
 from shardrec.tools import cli_preprocess
+from shardrec.tools import cli_data
 from shardrec.tools.cli_common import configure_logging
 
 app = typer.Typer(
@@ -29,6 +30,7 @@ def _root(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug l
 
 
 cli_synth.register(app)
+cli_data.register(app)
 cli_preprocess.register(app)
 
 

@@ -1,0 +1,49 @@
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from shardrec.tools.cli import app
+
+runner = CliRunner()
+
+
+def _digests(data: Path, *args: str) -> list[dict]:
+    result = runner.invoke(app, ["data", "digest", str(data), "--global-batch", "64", "--seed", "3", "--json", *args])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)["digests"]
+
+
+def test_digest_is_the_same_at_every_world_size_and_start(tiny_dataset: Path):
+    one = _digests(tiny_dataset, "--world-size", "1", "--batches", "6")
+    assert [d["batch"] for d in one] == list(range(6)) and len({d["sha256"] for d in one}) == 6
+    assert _digests(tiny_dataset, "--world-size", "2", "--batches", "6") == one
+    assert _digests(tiny_dataset, "--world-size", "4", "--batches", "6") == one
+    assert _digests(tiny_dataset, "--world-size", "2", "--start-batch", "4", "--batches", "2") == one[4:]
+    assert _digests(tiny_dataset, "--batches", "6", "--seed", "4") != one
+    text = runner.invoke(app, ["data", "digest", str(tiny_dataset), "--global-batch", "64", "--seed", "3", "--batches", "2"])
+    assert text.exit_code == 0 and text.stdout.split() == ["0", one[0]["sha256"], "1", one[1]["sha256"]]
+
+
+def test_digest_bad_input_is_one_clear_error(tiny_dataset: Path):
+    result = runner.invoke(app, ["data", "digest", str(tiny_dataset), "--split", "val", "--global-batch", "512"])
+    assert result.exit_code == 1 and "fewer than one global batch of 512" in result.output
+    result = runner.invoke(app, ["data", "digest", str(tiny_dataset), "--global-batch", "64", "--world-size", "3"])
+    assert result.exit_code == 1 and "does not divide by world_size 3" in result.output
+    victim = tiny_dataset / "train" / "part-00000" / "f1.npy"
+    victim.write_bytes(victim.read_bytes()[:-5])
+    result = runner.invoke(app, ["data", "digest", str(tiny_dataset), "--global-batch", "64"])
+    assert result.exit_code == 1 and "part-00000/f1.npy" in result.output and "Traceback" not in result.output
+
+
+def test_verify_passes_then_names_the_corrupted_file(tiny_dataset: Path):
+    ok = runner.invoke(app, ["data", "verify", str(tiny_dataset), "--json"])
+    assert ok.exit_code == 0 and json.loads(ok.stdout) == {"directory": str(tiny_dataset), "ok": True, "problems": []}
+    victim = tiny_dataset / "val" / "part-00000" / "dense.npy"
+    raw = bytearray(victim.read_bytes())
+    raw[-1] ^= 0xFF  # same size, different content: only the checksum can tell
+    victim.write_bytes(bytes(raw))
+    bad = runner.invoke(app, ["data", "verify", str(tiny_dataset)])
+    assert bad.exit_code == 1 and "val/part-00000/dense.npy: checksum differs" in bad.output
+    missing = runner.invoke(app, ["data", "verify", str(tiny_dataset / "nope")])
+    assert missing.exit_code == 1 and "not a directory" in missing.output

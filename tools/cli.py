@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from shardrec.tools import cli_synth
+from shardrec.tools import cli_plan, cli_synth
 from shardrec.tools import cli_preprocess
 from shardrec.tools import cli_data
 from shardrec.tools.cli_common import configure_logging
@@ -31,6 +31,7 @@ def _root(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug l
 
 cli_synth.register(app)
 cli_data.register(app)
+cli_plan.register(app)
 cli_preprocess.register(app)
 
 

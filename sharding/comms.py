@@ -1,0 +1,114 @@
+"""Closed-form communication of a placement: bytes each rank sends per training step.
+
+Conventions (those of torchrec's pooled-embedding sharding, fp32 embeddings):
+
+- Input distribution is an all-to-all of the KeyedJaggedTensor: per sample one length
+  (`length_bytes`) and `pooling` ids (`id_bytes` each) travel from the rank that read the
+  sample to every rank that holds a shard the sample needs.
+- Table-wise, column-wise and table-column-wise shards return pooled [samples x cols]
+  blocks by all-to-all; the backward pass sends the gradients the other way.
+- Row-wise shards each compute a partial sum for the whole global batch; a reduce-scatter
+  hands every rank its own samples (backward: an all-gather of the gradients).
+- Table-row-wise reduce-scatters within the host, then all-to-alls across hosts.
+- Data-parallel tables move nothing forward; backward all-reduces the table's gradient
+  (ring: 2 (W-1)/W of the table per rank).
+
+Only bytes sent to *other* ranks count: what a rank "sends" to itself never leaves it.
+Each function returns `{kind: per-rank bytes (numpy, length world_size)}` for one table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardrec.sharding.plan_io import TablePlan
+
+KINDS = ("all_to_all", "reduce_scatter", "all_gather", "all_reduce")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What one training step moves, independent of the placement."""
+
+    global_batch_size: int
+    world_size: int
+    elem_bytes: int = 4
+    """Bytes per embedding value (fp32 weights, pooled outputs and gradients)."""
+    id_bytes: int = 8
+    """Bytes per id in the input all-to-all (int64)."""
+    length_bytes: int = 4
+    """Bytes per sample length in the input all-to-all."""
+
+    @property
+    def local_batch(self) -> float:
+        return self.global_batch_size / self.world_size
+
+
+def _zeros(world_size: int) -> dict[str, np.ndarray]:
+    return {k: np.zeros(world_size) for k in KINDS}
+
+
+def _input_bytes(w: Workload, pooling: float, share: float) -> float:
+    """Bytes one rank sends to one shard holder: every sample's length, plus the ids that shard owns."""
+    return w.local_batch * (w.length_bytes + pooling * w.id_bytes * share)
+
+
+def table_comm_bytes(
+    t: TablePlan, rows: int, dim: int, pooling: float, w: Workload, local_world_size: int
+) -> dict[str, np.ndarray]:
+    """Bytes each rank sends for one table per step (forward + backward), by collective kind."""
+    W, b, e = w.world_size, w.local_batch, w.elem_bytes
+    out = _zeros(W)
+    a2a = out["all_to_all"]
+    st = t.sharding_type
+    if st == "data_parallel":
+        out["all_reduce"][:] = 2.0 * (W - 1) / W * rows * dim * e if W > 1 else 0.0
+        return out
+    if st in ("table_wise", "column_wise", "table_column_wise"):
+        for s in t.shards:
+            # Input: every other rank sends its samples' ids to the holder.
+            a2a += _input_bytes(w, pooling, 1.0)
+            a2a[s.rank] -= _input_bytes(w, pooling, 1.0)
+            # Output: the holder sends each other rank its pooled block; backward: gradients back.
+            a2a[s.rank] += (W - 1) * b * s.cols * e
+            a2a += b * s.cols * e
+            a2a[s.rank] -= b * s.cols * e
+        return out
+    if st == "row_wise":
+        for s in t.shards:
+            a2a += _input_bytes(w, pooling, s.rows / rows)
+            a2a[s.rank] -= _input_bytes(w, pooling, s.rows / rows)
+        # Each rank's partial [global batch x dim] is reduce-scattered: it sends every other
+        # rank that rank's samples; backward all-gathers the same volume.
+        out["reduce_scatter"][:] = (W - 1) * b * dim * e
+        out["all_gather"][:] = (W - 1) * b * dim * e
+        return out
+    if st == "table_row_wise":
+        H = local_world_size
+        host_ranks = [s.rank for s in t.shards]
+        for s in t.shards:
+            a2a += _input_bytes(w, pooling, s.rows / rows)
+            a2a[s.rank] -= _input_bytes(w, pooling, s.rows / rows)
+        per_host_rank = w.global_batch_size / H
+        for r in host_ranks:
+            # Intra-host reduce-scatter of the [global batch x dim] partials, then each host
+            # rank sends its 1/H of the samples to the ranks that read them (all but its own).
+            out["reduce_scatter"][r] += (H - 1) * per_host_rank * dim * e
+            out["all_gather"][r] += (H - 1) * per_host_rank * dim * e
+            a2a[r] += 2 * max(per_host_rank - b, 0.0) * dim * e
+        return out
+    raise ValueError(f"table {t.name}: unknown sharding_type {st!r}")
+
+
+def step_comm_bytes(
+    tables: list[TablePlan], rows: dict[str, int], dims: dict[str, int], pooling: dict[str, float],
+    w: Workload, local_world_size: int,
+) -> dict[str, np.ndarray]:
+    """Per-rank bytes per collective kind for a whole placement."""
+    total = _zeros(w.world_size)
+    for t in tables:
+        for k, v in table_comm_bytes(t, rows[t.name], dims[t.name], pooling.get(t.name, 1.0), w, local_world_size).items():
+            total[k] += v
+    return total

@@ -1,0 +1,81 @@
+"""Per-table planning constraints from the job file's `[sharding.constraints]`.
+
+Keys follow torchrec's ParameterConstraints (`sharding_types`, `compute_kernels`,
+`min_partition`, `pooling_factors`) plus `ranks`: the ranks a table's shards may use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from torchrec.modules.embedding_configs import EmbeddingBagConfig
+
+from shardrec.sharding.plan_io import SHARDING_TYPES
+
+COMPUTE_KERNELS = ("fused", "dense")
+KEYS = ("sharding_types", "compute_kernels", "min_partition", "pooling_factors", "ranks")
+
+
+@dataclass(frozen=True)
+class TableConstraint:
+    sharding_types: tuple[str, ...] = SHARDING_TYPES
+    compute_kernels: tuple[str, ...] = ()
+    """Empty: the job's compute kernel (data-parallel tables always use dense)."""
+    min_partition: int = 0
+    """Narrowest column shard of column-wise types (0: 4 columns, or the whole table)."""
+    pooling_factors: tuple[float, ...] = ()
+    """Ids per sample for each feature of the table; overrides the dataset's statistics."""
+    ranks: tuple[int, ...] = ()
+    """Ranks the table's shards may use (empty: all)."""
+
+
+def _list_of(table: str, key: str, value: Any, kind: type) -> tuple:
+    if not isinstance(value, list) or not value or not all(isinstance(v, kind) and not isinstance(v, bool) for v in value):
+        raise ValueError(f"sharding.constraints.{table}.{key} = {value!r} must be a non-empty list of {kind.__name__}")
+    return tuple(value)
+
+
+def parse_constraints(
+    raw: dict[str, dict[str, Any]] | None, tables: list[EmbeddingBagConfig], world_size: int
+) -> dict[str, TableConstraint]:
+    """Validate the job's constraints against the tables; ValueError names the table and key."""
+    by_name = {t.name: t for t in tables}
+    out: dict[str, TableConstraint] = {}
+    for name, fields in (raw or {}).items():
+        if name not in by_name:
+            close = [t for t in by_name if t.lower() == name.lower() or t == f"t_{name}"]
+            hint = f" (did you mean {close[0]}?)" if close else f" (tables: {', '.join(sorted(by_name)[:8])}{', ...' if len(by_name) > 8 else ''})"
+            raise ValueError(f"sharding.constraints names unknown table {name!r}{hint}")
+        if not isinstance(fields, dict):
+            raise ValueError(f"sharding.constraints.{name} = {fields!r} must be a table of keys")
+        unknown = sorted(set(fields) - set(KEYS))
+        if unknown:
+            raise ValueError(f"sharding.constraints.{name}: unknown key {unknown[0]!r} (known: {', '.join(KEYS)})")
+        kw: dict[str, Any] = {}
+        if "sharding_types" in fields:
+            kw["sharding_types"] = _list_of(name, "sharding_types", fields["sharding_types"], str)
+            bad = [s for s in kw["sharding_types"] if s not in SHARDING_TYPES]
+            if bad:
+                raise ValueError(f"sharding.constraints.{name}.sharding_types: {bad[0]!r} is not one of {', '.join(SHARDING_TYPES)}")
+        if "compute_kernels" in fields:
+            kw["compute_kernels"] = _list_of(name, "compute_kernels", fields["compute_kernels"], str)
+            bad = [k for k in kw["compute_kernels"] if k not in COMPUTE_KERNELS]
+            if bad:
+                raise ValueError(f"sharding.constraints.{name}.compute_kernels: {bad[0]!r} is not one of {', '.join(COMPUTE_KERNELS)}")
+        if "min_partition" in fields:
+            mp = fields["min_partition"]
+            if not isinstance(mp, int) or isinstance(mp, bool) or mp <= 0:
+                raise ValueError(f"sharding.constraints.{name}.min_partition = {mp!r} must be a positive integer")
+            kw["min_partition"] = mp
+        if "pooling_factors" in fields:
+            pf = _list_of(name, "pooling_factors", [float(v) if isinstance(v, int) else v for v in fields["pooling_factors"]] if isinstance(fields["pooling_factors"], list) else fields["pooling_factors"], float)
+            kw["pooling_factors"] = pf
+        if "ranks" in fields:
+            ranks = _list_of(name, "ranks", fields["ranks"], int)
+            bad = [r for r in ranks if not 0 <= r < world_size]
+            if bad:
+                raise ValueError(f"sharding.constraints.{name}.ranks: rank {bad[0]} is outside world size {world_size}")
+            kw["ranks"] = tuple(sorted(set(ranks)))
+        out[name] = TableConstraint(**kw)
+    return out

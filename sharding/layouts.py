@@ -1,0 +1,57 @@
+"""Shard layouts of each sharding type, as torchrec lays them out.
+
+Row-wise blocks are ceil(rows / ranks) rows each in rank order, because torchrec's input
+distribution buckets ids by that block size; column-wise shards are equal column blocks.
+"""
+
+from __future__ import annotations
+
+from torchrec.modules.embedding_configs import EmbeddingBagConfig
+
+from shardrec.sharding.plan_io import Shard, TablePlan
+
+
+def row_blocks(rows: int, ranks: list[int]) -> list[tuple[int, int]]:
+    """(offset, size) of each rank's block: ceil-sized blocks, trailing ranks possibly empty."""
+    block = -(-rows // len(ranks))
+    out = []
+    for i in range(len(ranks)):
+        start = min(i * block, rows)
+        out.append((start, min(block, rows - start)))
+    return out
+
+
+def table_wise(cfg: EmbeddingBagConfig, rank: int, kernel: str) -> TablePlan:
+    return TablePlan(cfg.name, "table_wise", kernel, [Shard(rank, 0, 0, cfg.num_embeddings, cfg.embedding_dim)])
+
+
+def row_wise(cfg: EmbeddingBagConfig, world_size: int, kernel: str) -> TablePlan:
+    ranks = list(range(world_size))
+    shards = [Shard(r, off, 0, n, cfg.embedding_dim) for r, (off, n) in zip(ranks, row_blocks(cfg.num_embeddings, ranks))]
+    return TablePlan(cfg.name, "row_wise", kernel, shards)
+
+
+def table_row_wise(cfg: EmbeddingBagConfig, host: int, local_world_size: int, kernel: str) -> TablePlan:
+    ranks = [host * local_world_size + i for i in range(local_world_size)]
+    shards = [Shard(r, off, 0, n, cfg.embedding_dim) for r, (off, n) in zip(ranks, row_blocks(cfg.num_embeddings, ranks))]
+    return TablePlan(cfg.name, "table_row_wise", kernel, shards)
+
+
+def column_wise(cfg: EmbeddingBagConfig, ranks: list[int], kernel: str, sharding_type: str = "column_wise") -> TablePlan:
+    """len(ranks) equal column blocks, block i on ranks[i] (a rank may hold several)."""
+    cols = cfg.embedding_dim // len(ranks)
+    if cols * len(ranks) != cfg.embedding_dim:
+        raise ValueError(f"table {cfg.name}: {cfg.embedding_dim} columns do not split into {len(ranks)} equal shards")
+    shards = [Shard(r, 0, i * cols, cfg.num_embeddings, cols) for i, r in enumerate(ranks)]
+    return TablePlan(cfg.name, sharding_type, kernel, shards)
+
+
+def data_parallel(cfg: EmbeddingBagConfig, world_size: int) -> TablePlan:
+    shards = [Shard(r, 0, 0, cfg.num_embeddings, cfg.embedding_dim) for r in range(world_size)]
+    return TablePlan(cfg.name, "data_parallel", "dense", shards)
+
+
+def column_splits(dim: int, min_partition: int, max_shards: int) -> list[int]:
+    """Shard counts k > 1 that split `dim` into equal blocks of >= min_partition columns, a multiple of 4."""
+    floor = max(min_partition, 4)
+    return [k for k in range(2, min(dim, max_shards) + 1) if dim % k == 0 and dim // k >= floor and (dim // k) % 4 == 0]

@@ -1,0 +1,276 @@
+"""Plan files: where every table lives, and what it was planned for.
+
+A plan file is JSON with a schema version, a fingerprint of the job it was planned for
+(tables, world size, global batch size, device kind) and one entry per table listing its
+shards explicitly (rank, row/column offsets and sizes). Training checks the fingerprint and
+refuses a stale plan with a message that says what differs; `to_sharding_plan` turns the
+file into the torchrec ShardingPlan that DistributedModelParallel takes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torchrec.distributed.sharding_plan import placement
+from torchrec.distributed.types import (
+    EmbeddingModuleShardingPlan,
+    EnumerableShardingSpec,
+    ParameterSharding,
+    ShardingPlan,
+    ShardingType,
+    ShardMetadata,
+)
+from torchrec.modules.embedding_configs import EmbeddingBagConfig
+
+from shardrec.dataloader.format import atomic_write_bytes
+
+PLAN_FORMAT = "shardrec-plan"
+PLAN_SCHEMA_VERSION = 1
+DEVICE_KINDS = ("cpu", "cuda")
+SHARDING_TYPES = tuple(t.value for t in (
+    ShardingType.TABLE_WISE,
+    ShardingType.ROW_WISE,
+    ShardingType.COLUMN_WISE,
+    ShardingType.TABLE_ROW_WISE,
+    ShardingType.TABLE_COLUMN_WISE,
+    ShardingType.DATA_PARALLEL,
+))
+
+
+class StalePlanError(ValueError):
+    """A plan file made for other tables, world size, batch size or device kind."""
+
+
+@dataclass
+class Shard:
+    """One block of a table's weight [row_offset:+rows, col_offset:+cols] placed on `rank`."""
+
+    rank: int
+    row_offset: int
+    col_offset: int
+    rows: int
+    cols: int
+
+
+@dataclass
+class TablePlan:
+    name: str
+    sharding_type: str
+    compute_kernel: str
+    shards: list[Shard]
+    """Data-parallel tables list one full-size shard per rank."""
+
+    @property
+    def ranks(self) -> list[int]:
+        return [s.rank for s in self.shards]
+
+
+@dataclass
+class PlanFile:
+    schema_version: int
+    fingerprint: dict[str, Any]
+    tables: list[TablePlan]
+    planner: str = "shardrec"
+    """Which search produced the plan (shardrec or torchrec)."""
+    topology: dict[str, Any] = field(default_factory=dict)
+    """The topology it was planned on (preset, ranks per host, memory, bandwidths)."""
+    estimate: dict[str, Any] = field(default_factory=dict)
+    """The cost model's per-rank figures at plan time (memory, compute, bytes moved)."""
+    format: str = PLAN_FORMAT
+
+    def table(self, name: str) -> TablePlan:
+        for t in self.tables:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    def to_json(self) -> str:
+        # sort_keys + fixed separators: the same plan always gives the same bytes.
+        return json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True) + "\n"
+
+
+def _table_fingerprint(t: EmbeddingBagConfig) -> dict[str, Any]:
+    return {
+        "name": t.name,
+        "rows": int(t.num_embeddings),
+        "dim": int(t.embedding_dim),
+        "features": list(t.feature_names),
+        "pooling": t.pooling.name,
+    }
+
+
+def plan_fingerprint(
+    tables: list[EmbeddingBagConfig], world_size: int, global_batch_size: int, device_kind: str
+) -> dict[str, Any]:
+    """What a plan depends on; two jobs with equal fingerprints can share a plan."""
+    if device_kind not in DEVICE_KINDS:
+        raise ValueError(f"device kind {device_kind!r} is not one of {', '.join(DEVICE_KINDS)}")
+    body = {
+        "tables": [_table_fingerprint(t) for t in tables],
+        "world_size": int(world_size),
+        "global_batch_size": int(global_batch_size),
+        "device_kind": device_kind,
+    }
+    digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+    return {**body, "digest": digest}
+
+
+def save_plan(plan: PlanFile, path: str | Path) -> None:
+    """Write the plan as JSON under a temporary name, then rename it into place."""
+    atomic_write_bytes(Path(path), plan.to_json().encode())
+
+
+def _plan_from_dict(raw: dict[str, Any]) -> PlanFile:
+    tables = []
+    for t in raw["tables"]:
+        shards = [Shard(**s) for s in t["shards"]]
+        tables.append(TablePlan(t["name"], t["sharding_type"], t["compute_kernel"], shards))
+    rest = {k: v for k, v in raw.items() if k != "tables"}
+    return PlanFile(tables=tables, **rest)
+
+
+def load_plan(path: str | Path) -> PlanFile:
+    """Read a plan file; ValueError naming the path if it is not one this shardrec reads."""
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text())
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read plan file: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not a JSON plan file: {e}") from None
+    if not isinstance(raw, dict) or raw.get("format") != PLAN_FORMAT:
+        got = raw.get("format") if isinstance(raw, dict) else type(raw).__name__
+        raise ValueError(f"{path}: format is {got!r}, expected {PLAN_FORMAT!r} (make one with `shardrec plan`)")
+    if raw.get("schema_version") != PLAN_SCHEMA_VERSION:
+        raise ValueError(
+            f"{path}: schema_version {raw.get('schema_version')!r} is not supported (this shardrec reads {PLAN_SCHEMA_VERSION})"
+        )
+    try:
+        plan = _plan_from_dict(raw)
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"{path}: malformed plan file: {e!r}") from None
+    for t in plan.tables:
+        if t.sharding_type not in SHARDING_TYPES:
+            raise ValueError(f"{path}: table {t.name}: unknown sharding_type {t.sharding_type!r}")
+        if not t.shards:
+            raise ValueError(f"{path}: table {t.name}: no shards")
+    return plan
+
+
+def _describe_table_diff(planned: list[dict], current: list[dict]) -> list[str]:
+    old = {t["name"]: t for t in planned}
+    new = {t["name"]: t for t in current}
+    out = []
+    missing = sorted(set(new) - set(old))
+    extra = sorted(set(old) - set(new))
+    if missing:
+        out.append(f"tables not in the plan: {', '.join(missing)}")
+    if extra:
+        out.append(f"tables in the plan but not in the job: {', '.join(extra)}")
+    for name in sorted(set(old) & set(new)):
+        for key in ("rows", "dim", "features", "pooling"):
+            if old[name][key] != new[name][key]:
+                out.append(f"table {name} {key}: plan {old[name][key]}, job {new[name][key]}")
+    return out
+
+
+def check_plan(plan: PlanFile, fingerprint: dict[str, Any]) -> None:
+    """Raise StalePlanError listing every difference between the plan's fingerprint and the job's."""
+    planned = plan.fingerprint
+    if planned.get("digest") == fingerprint.get("digest"):
+        return
+    diffs = []
+    for key in ("world_size", "global_batch_size", "device_kind"):
+        if planned.get(key) != fingerprint.get(key):
+            diffs.append(f"{key.replace('_', ' ')}: plan {planned.get(key)}, job {fingerprint.get(key)}")
+    diffs += _describe_table_diff(planned.get("tables", []), fingerprint.get("tables", []))
+    if not diffs:  # same content, other order
+        diffs.append("table order differs")
+    raise StalePlanError("the plan was made for another job: " + "; ".join(diffs) + " (re-run `shardrec plan`)")
+
+
+def _check_shards(t: TablePlan, cfg: EmbeddingBagConfig, world_size: int) -> None:
+    for s in t.shards:
+        if not 0 <= s.rank < world_size:
+            raise ValueError(f"table {t.name}: shard on rank {s.rank}, world size is {world_size}")
+        if s.row_offset + s.rows > cfg.num_embeddings or s.col_offset + s.cols > cfg.embedding_dim:
+            raise ValueError(
+                f"table {t.name}: shard {s} lies outside the table [{cfg.num_embeddings} x {cfg.embedding_dim}]"
+            )
+    if t.sharding_type == ShardingType.DATA_PARALLEL.value:
+        return
+    area = sum(s.rows * s.cols for s in t.shards)
+    if area != cfg.num_embeddings * cfg.embedding_dim:
+        raise ValueError(f"table {t.name}: shards cover {area} of {cfg.num_embeddings * cfg.embedding_dim} weights")
+
+
+def to_parameter_sharding(t: TablePlan, device_kind: str, local_world_size: int) -> ParameterSharding:
+    """One table's torchrec ParameterSharding (data-parallel tables carry no sharding spec)."""
+    if t.sharding_type == ShardingType.DATA_PARALLEL.value:
+        return ParameterSharding(sharding_type=t.sharding_type, compute_kernel=t.compute_kernel, ranks=t.ranks)
+    spec = EnumerableShardingSpec(
+        [
+            ShardMetadata(
+                shard_offsets=[s.row_offset, s.col_offset],
+                shard_sizes=[s.rows, s.cols],
+                placement=placement(device_kind, s.rank, local_world_size),
+            )
+            for s in t.shards
+        ]
+    )
+    return ParameterSharding(
+        sharding_type=t.sharding_type, compute_kernel=t.compute_kernel, ranks=t.ranks, sharding_spec=spec
+    )
+
+
+def to_sharding_plan(
+    plan: PlanFile,
+    tables: list[EmbeddingBagConfig],
+    module_path: str,
+    world_size: int,
+    local_world_size: int,
+    device_kind: str,
+) -> ShardingPlan:
+    """The torchrec ShardingPlan for the EmbeddingBagCollection at `module_path` (e.g. "sparse_arch.embedding_bag_collection").
+
+    Raises ValueError if the plan does not place exactly the given tables within `world_size` ranks.
+    """
+    by_name = {t.name: t for t in plan.tables}
+    names = [c.name for c in tables]
+    missing = [n for n in names if n not in by_name]
+    extra = sorted(set(by_name) - set(names))
+    if missing or extra:
+        raise ValueError(
+            f"plan does not match the model's tables (missing: {', '.join(missing) or 'none'}; "
+            f"unknown: {', '.join(extra) or 'none'})"
+        )
+    module_plan = EmbeddingModuleShardingPlan()
+    for cfg in tables:
+        t = by_name[cfg.name]
+        _check_shards(t, cfg, world_size)
+        module_plan[cfg.name] = to_parameter_sharding(t, device_kind, local_world_size)
+    return ShardingPlan({module_path: module_plan})
+
+
+def from_sharding_plan(
+    module_plan: dict[str, ParameterSharding], tables: list[EmbeddingBagConfig], world_size: int
+) -> list[TablePlan]:
+    """Our per-table entries from a torchrec module plan (e.g. the one torchrec's planner made), in `tables` order."""
+    out = []
+    for cfg in tables:
+        ps = module_plan[cfg.name]
+        if ps.sharding_spec is None:
+            ranks = ps.ranks if ps.ranks else list(range(world_size))
+            shards = [Shard(r, 0, 0, cfg.num_embeddings, cfg.embedding_dim) for r in ranks]
+        else:
+            shards = [
+                Shard(md.placement.rank(), md.shard_offsets[0], md.shard_offsets[1], md.shard_sizes[0], md.shard_sizes[1])
+                for md in ps.sharding_spec.shards  # type: ignore[attr-defined]
+            ]
+        out.append(TablePlan(cfg.name, ps.sharding_type, ps.compute_kernel, shards))
+    return out

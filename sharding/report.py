@@ -1,0 +1,65 @@
+"""A readable report of a plan: per table where it lives, per rank what it costs."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from rich.table import Table
+
+from shardrec.sharding.plan_io import PlanFile
+
+MiB = 2**20
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    uniq = sorted(set(ranks))
+    if len(uniq) > 2 and uniq == list(range(uniq[0], uniq[-1] + 1)):
+        return f"{uniq[0]}-{uniq[-1]}"
+    return ",".join(str(r) for r in uniq)
+
+
+def tables_table(plan: PlanFile, limit: int = 60) -> Table:
+    t = Table(title=f"tables ({len(plan.tables)}; planner {plan.planner})")
+    for col in ("table", "sharding type", "kernel", "shards", "ranks"):
+        t.add_column(col)
+    for tp in plan.tables[:limit]:
+        t.add_row(tp.name, tp.sharding_type, tp.compute_kernel, str(len(tp.shards)), _ranks_text(tp.ranks))
+    if len(plan.tables) > limit:
+        t.add_row(f"... {len(plan.tables) - limit} more", "", "", "", "")
+    return t
+
+
+def ranks_table(plan: PlanFile, limit: int = 32) -> Table:
+    est = plan.estimate
+    cap = est.get("memory_capacity_bytes", 0) / MiB
+    t = Table(title=f"ranks (critical path: rank {est.get('critical_rank')}, {est.get('max_step_ms', 0):.3f} ms/step estimated)")
+    t.caption = f"memory per rank of {cap:.0f} MiB: weights + optimizer + buffers; bytes sent per step (fwd+bwd)"
+    for col in ("rank", "mem MiB", "weights", "optim", "buffers", "lookup ms", "comm ms", "a2a MiB", "rs+ag MiB", "allred MiB"):
+        t.add_column(col, justify="right")
+    ranks = est.get("ranks", [])
+    shown = ranks if len(ranks) <= limit else sorted(ranks, key=lambda r: -r["step_ms"])[:limit]
+    for r in shown:
+        b = r["bytes_sent"]
+        mark = "*" if r["rank"] == est.get("critical_rank") else ""
+        t.add_row(
+            f"{r['rank']}{mark}", f"{r['memory_bytes'] / MiB:.2f}", f"{r['weights_bytes'] / MiB:.2f}",
+            f"{r['optimizer_bytes'] / MiB:.2f}", f"{r['buffer_bytes'] / MiB:.2f}",
+            f"{r['lookup_ms']:.3f}", f"{r['comm_ms']:.3f}", f"{b['all_to_all'] / MiB:.3f}",
+            f"{(b['reduce_scatter'] + b['all_gather']) / MiB:.3f}", f"{b['all_reduce'] / MiB:.3f}",
+        )
+    if len(ranks) > limit:
+        t.caption += f"; the {limit} slowest of {len(ranks)} ranks"
+    return t
+
+
+def summary(plan: PlanFile) -> dict:
+    """A short machine-readable summary (counts by sharding type, critical path)."""
+    return {
+        "planner": plan.planner,
+        "tables": len(plan.tables),
+        "sharding_types": dict(sorted(Counter(t.sharding_type for t in plan.tables).items())),
+        "world_size": plan.fingerprint.get("world_size"),
+        "max_step_ms": plan.estimate.get("max_step_ms"),
+        "critical_rank": plan.estimate.get("critical_rank"),
+        "fingerprint": plan.fingerprint.get("digest"),
+    }

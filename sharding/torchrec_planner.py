@@ -1,0 +1,79 @@
+"""torchrec's default planner (EmbeddingShardingPlanner) run under shardrec's sharders.
+
+It is the baseline `shardrec bench plan` compares against, and a fallback search.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints
+from torchrec.distributed.planner import Topology as TorchrecTopology
+from torchrec.modules.embedding_configs import EmbeddingBagConfig
+
+from shardrec.embeddings.tables import build_ebc
+from shardrec.sharding.constraints import TableConstraint
+from shardrec.sharding.plan_io import TablePlan, from_sharding_plan
+from shardrec.sharding.sharders import build_sharders
+from shardrec.sharding.topology import Topology
+
+logger = logging.getLogger(__name__)
+
+
+def to_torchrec_topology(topo: Topology) -> TorchrecTopology:
+    cap = {"hbm_cap": topo.memory_bytes} if topo.device_kind == "cuda" else {"ddr_cap": topo.memory_bytes}
+    # torchrec warns that it prefers its TopologyFactory; the direct constructor is public and exact.
+    logging.getLogger("torchrec.distributed.planner.types").setLevel(logging.ERROR)
+    return TorchrecTopology(
+        world_size=topo.world_size,
+        compute_device=topo.device_kind,
+        local_world_size=topo.local_world_size,
+        intra_host_bw=topo.intra_host_bw,
+        inter_host_bw=topo.inter_host_bw,
+        **cap,
+    )
+
+
+def to_parameter_constraints(
+    tables: list[EmbeddingBagConfig],
+    constraints: dict[str, TableConstraint],
+    pooling: dict[str, float],
+    compute_kernel: str,
+) -> dict[str, ParameterConstraints]:
+    """torchrec constraints for every table (ranks constraints have no torchrec equivalent and are dropped)."""
+    out = {}
+    for t in tables:
+        c = constraints.get(t.name, TableConstraint())
+        kw = {}
+        if c.min_partition:
+            kw["min_partition"] = c.min_partition
+        out[t.name] = ParameterConstraints(
+            sharding_types=list(c.sharding_types),
+            compute_kernels=list(c.compute_kernels) or [compute_kernel, "dense"],
+            pooling_factors=[pooling.get(t.name, 1.0)] * len(t.feature_names),
+            **kw,
+        )
+    return out
+
+
+def torchrec_plan(
+    tables: list[EmbeddingBagConfig],
+    topo: Topology,
+    global_batch_size: int,
+    constraints: dict[str, TableConstraint],
+    pooling: dict[str, float],
+    compute_kernel: str = "fused",
+) -> list[TablePlan]:
+    """Placement chosen by torchrec's EmbeddingShardingPlanner (its default proposers and partitioner)."""
+    planner = EmbeddingShardingPlanner(
+        topology=to_torchrec_topology(topo),
+        batch_size=max(1, global_batch_size // topo.world_size),
+        constraints=to_parameter_constraints(tables, constraints, pooling, compute_kernel),
+        debug=False,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        logging.getLogger("torchrec.distributed.planner.storage_reservations").setLevel(logging.ERROR)
+        plan = planner.plan(build_ebc(tables), build_sharders())
+    return from_sharding_plan(plan.plan[""], tables, topo.world_size)

@@ -1,0 +1,121 @@
+"""Plan files: round trip, fingerprint checks, bad files, constraints errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from torchrec.modules.embedding_configs import EmbeddingBagConfig
+
+from shardrec.sharding.plan_io import (
+    StalePlanError,
+    check_plan,
+    load_plan,
+    plan_fingerprint,
+    save_plan,
+    to_sharding_plan,
+)
+from shardrec.sharding.planner import PlanDoesNotFitError, plan_tables
+from shardrec.sharding.topology import build_topology
+
+
+def _tables(n: int = 4, dim: int = 16) -> list[EmbeddingBagConfig]:
+    return [EmbeddingBagConfig(name=f"t_f{i}", embedding_dim=dim, num_embeddings=100 * (i + 1), feature_names=[f"f{i}"]) for i in range(n)]
+
+
+def _plan(tables, world_size=2, batch=64, constraints=None, **kw):
+    return plan_tables(tables, world_size=world_size, local_world_size=world_size, global_batch_size=batch,
+                       device_kind="cpu", constraints=constraints, **kw)
+
+
+def test_round_trip_and_sharding_plan(tmp_path: Path) -> None:
+    tables = _tables()
+    cons = {"t_f0": {"sharding_types": ["row_wise"]}, "t_f1": {"sharding_types": ["column_wise"], "min_partition": 8}}
+    plan = _plan(tables, constraints=cons)
+    save_plan(plan, tmp_path / "p.json")
+    loaded = load_plan(tmp_path / "p.json")
+    assert loaded == plan
+    assert (tmp_path / "p.json").read_bytes() == plan.to_json().encode()
+    check_plan(loaded, plan_fingerprint(tables, 2, 64, "cpu"))
+    sp = to_sharding_plan(loaded, tables, "sparse.ebc", 2, 2, "cpu")
+    mp = sp.plan["sparse.ebc"]
+    assert mp["t_f0"].sharding_type == "row_wise"
+    assert [s.shard_sizes for s in mp["t_f0"].sharding_spec.shards] == [[50, 16], [50, 16]]
+    assert mp["t_f1"].sharding_type == "column_wise"
+    assert [s.shard_offsets for s in mp["t_f1"].sharding_spec.shards] == [[0, 0], [0, 8]]
+    assert str(mp["t_f1"].sharding_spec.shards[1].placement) == f"rank:{loaded.table('t_f1').shards[1].rank}/cpu"
+
+
+def test_stale_plan_says_what_differs() -> None:
+    tables = _tables()
+    plan = _plan(tables)
+    other = _tables()
+    other[2] = EmbeddingBagConfig(name="t_f2", embedding_dim=32, num_embeddings=300, feature_names=["f2"])
+    other.append(EmbeddingBagConfig(name="t_new", embedding_dim=16, num_embeddings=5, feature_names=["new"]))
+    with pytest.raises(StalePlanError) as e:
+        check_plan(plan, plan_fingerprint(other, 4, 128, "cpu"))
+    msg = str(e.value)
+    assert "world size: plan 2, job 4" in msg
+    assert "global batch size: plan 64, job 128" in msg
+    assert "table t_f2 dim: plan 16, job 32" in msg
+    assert "tables not in the plan: t_new" in msg
+
+
+def test_bad_plan_files_name_the_path(tmp_path: Path) -> None:
+    p = tmp_path / "x.json"
+    with pytest.raises(ValueError, match="cannot read plan file"):
+        load_plan(p)
+    p.write_text("{not json")
+    with pytest.raises(ValueError, match=f"{p}: not a JSON plan file"):
+        load_plan(p)
+    p.write_text(json.dumps({"format": "something"}))
+    with pytest.raises(ValueError, match="format is 'something'"):
+        load_plan(p)
+    good = json.loads(_plan(_tables()).to_json())
+    good["schema_version"] = 99
+    p.write_text(json.dumps(good))
+    with pytest.raises(ValueError, match="schema_version 99 is not supported"):
+        load_plan(p)
+
+
+def test_plan_for_other_tables_is_refused_by_to_sharding_plan() -> None:
+    plan = _plan(_tables())
+    with pytest.raises(ValueError, match="missing: t_f4"):
+        to_sharding_plan(plan, _tables(5), "", 2, 2, "cpu")
+
+
+@pytest.mark.parametrize(
+    "constraints, message",
+    [
+        ({"t_zz": {"sharding_types": ["row_wise"]}}, "unknown table 't_zz'"),
+        ({"f1": {"sharding_types": ["row_wise"]}}, "did you mean t_f1"),
+        ({"t_f1": {"sharding_types": ["diagonal"]}}, "'diagonal' is not one of"),
+        ({"t_f1": {"colour": 3}}, "unknown key 'colour'"),
+        ({"t_f1": {"ranks": [5]}}, "rank 5 is outside world size 2"),
+        ({"t_f1": {"sharding_types": ["column_wise"], "min_partition": 64}}, "t_f1: no sharding type satisfies"),
+        ({"t_f1": {"sharding_types": ["row_wise"], "ranks": [1]}}, "t_f1: no sharding type satisfies"),
+    ],
+)
+def test_bad_constraints(constraints, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        _plan(_tables(), constraints=constraints)
+
+
+def test_zero_memory_topology_and_shortfall() -> None:
+    with pytest.raises(ValueError, match="memory per rank is 0 bytes"):
+        build_topology("cpu-gloo", 2, memory_bytes=0)
+    topo = build_topology("cpu-gloo", 2, memory_bytes=20_000)
+    with pytest.raises(PlanDoesNotFitError, match=r"rank \d needs .* over"):
+        _plan(_tables(), topology=topo)
+
+
+def test_ranks_constraint_is_honoured() -> None:
+    plan = _plan(_tables(6), world_size=4, constraints={"t_f5": {"sharding_types": ["table_wise"], "ranks": [3]}})
+    assert plan.table("t_f5").ranks == [3]
+
+
+def test_nothing_fits_reports_every_rank() -> None:
+    topo = build_topology("cpu-gloo", 2, memory_bytes=1000)
+    with pytest.raises(PlanDoesNotFitError, match=r"does not fit in 1000 B per rank: rank 0 needs .* KiB over; rank 1 needs"):
+        _plan(_tables(), topology=topo)

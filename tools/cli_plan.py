@@ -1,0 +1,95 @@
+"""`shardrec plan`: decide where every embedding table lives and write the plan file."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from shardrec.tools.cli_common import console, fail, print_json
+
+plan_app = typer.Typer(
+    help="Plan how embedding tables are sharded; writes a plan file `shardrec train --plan` uses.",
+    invoke_without_command=True,
+)
+
+
+def _load_job(config: Optional[Path], data: Optional[Path], overrides: list[str]):
+    from shardrec.dataloader.format import DatasetError, Manifest
+    from shardrec.embeddings.tables import build_table_configs
+    from shardrec.trainer.config import load_job_config
+
+    try:
+        cfg = load_job_config(config, overrides)
+    except ValueError as e:
+        fail(str(e))
+    directory = data or (Path(cfg.data.path) if cfg.data.path else None)
+    if directory is None:
+        fail("no dataset: pass --data DIR or set data.path in the job file")
+    try:
+        manifest = Manifest.load(directory)
+        tables = build_table_configs(manifest, cfg.model.embedding_dim, cfg.model.dims)
+    except (DatasetError, ValueError) as e:
+        fail(str(e))
+    stats = {f.name: f.stats for f in manifest.sparse_features}
+    return cfg, tables, stats
+
+
+@plan_app.callback()
+def plan(
+    ctx: typer.Context,
+    data: Annotated[Optional[Path], typer.Option(help="Dataset directory (default: data.path of the job file).")] = None,
+    config: Annotated[Optional[Path], typer.Option(help="Job file (TOML).")] = None,
+    world_size: Annotated[int, typer.Option(help="Ranks to plan for.")] = 2,
+    out: Annotated[Optional[Path], typer.Option(help="Plan file to write.")] = None,
+    topology: Annotated[str, typer.Option(help="Topology preset: cpu-gloo, a100, h100, h200.")] = "cpu-gloo",
+    local_world_size: Annotated[int, typer.Option(help="Ranks per host (0: the preset's).")] = 0,
+    memory_gib: Annotated[float, typer.Option(help="Memory per rank in GiB (0: the preset's).")] = 0.0,
+    profile: Annotated[Optional[Path], typer.Option(help="Calibration profile from `shardrec plan calibrate`.")] = None,
+    search: Annotated[str, typer.Option(help="shardrec (ours) or torchrec (torchrec's planner).")] = "shardrec",
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override a job key: section.key=value.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the plan summary and per-rank estimate as JSON.")] = False,
+) -> None:
+    """Plan the tables of a dataset + job file for a topology; print a report and write --out."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from shardrec.sharding.planner import plan_tables
+    from shardrec.sharding.plan_io import save_plan
+    from shardrec.sharding.report import ranks_table, summary, tables_table
+    from shardrec.sharding.topology import build_topology
+
+    if world_size <= 0:
+        fail(f"--world-size must be positive, got {world_size}")
+    cfg, tables, stats = _load_job(config, data, set_ or [])
+    try:
+        topo = build_topology(
+            topology, world_size, local_world_size or None,
+            int(memory_gib * 2**30) if memory_gib else None, profile,
+        )
+        start = time.perf_counter()
+        result = plan_tables(
+            tables, world_size=world_size, local_world_size=topo.local_world_size,
+            global_batch_size=cfg.train.global_batch_size, device_kind=topo.device_kind,
+            constraints=cfg.sharding.constraints, stats=stats, topology=topo,
+            compute_kernel=cfg.sharding.compute_kernel, optimizer=cfg.optim.sparse, search=search,
+        )
+        seconds = time.perf_counter() - start
+    except ValueError as e:
+        fail(str(e))
+    if out is not None:
+        save_plan(result, out)
+    if json_out:
+        print_json({**summary(result), "seconds": round(seconds, 3), "out": str(out) if out else None,
+                    "tables_plan": [{"name": t.name, "sharding_type": t.sharding_type, "ranks": t.ranks} for t in result.tables],
+                    "estimate": result.estimate})
+        return
+    console.print(tables_table(result))
+    console.print(ranks_table(result))
+    where = f", wrote {out}" if out else ""
+    console.print(f"planned {len(tables)} tables for {world_size} ranks ({topology}) in {seconds:.2f} s{where}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(plan_app, name="plan")

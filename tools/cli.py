@@ -9,6 +9,7 @@ import typer
 from shardrec.tools import cli_plan, cli_synth
 from shardrec.tools import cli_preprocess
 from shardrec.tools import cli_data
+from shardrec.tools import cli_train
 from shardrec.tools.cli_common import configure_logging
 
 app = typer.Typer(
@@ -33,6 +34,7 @@ cli_synth.register(app)
 cli_data.register(app)
 cli_plan.register(app)
 cli_preprocess.register(app)
+cli_train.register(app)
 
 
 def main() -> None:

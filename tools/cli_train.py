@@ -1,0 +1,77 @@
+"""`shardrec train`: check the job, run it on N local ranks through torchrun, print the summary."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from shardrec.tools.cli_common import console, fail, print_json
+
+
+def _entry_args(config: Optional[Path], data: Optional[Path], plan: Optional[Path], out_dir: Path,
+                steps: Optional[int], overrides: list[str]) -> list[str]:
+    args = ["--out-dir", str(out_dir)]
+    for flag, value in (("--config", config), ("--data", data), ("--plan", plan), ("--steps", steps)):
+        if value is not None:
+            args += [flag, str(value)]
+    for item in overrides:
+        args += ["--set", item]
+    return args
+
+
+def _print_summary(summary: dict, run_dir: Path) -> None:
+    table = Table(title=f"{run_dir}: {summary['steps']} steps on {summary['world_size']} ranks, "
+                        f"global batch {summary['global_batch_size']}")
+    for col in ("split", "AUC", "log loss", "NE", "samples"):
+        table.add_column(col, justify="right")
+    for split, m in summary["eval"].items():
+        table.add_row(split, f"{m['auc']:.4f}", f"{m['logloss']:.4f}", f"{m['ne']:.4f}", f"{m['samples']:,}")
+    console.print(table)
+    rate = summary.get("train_samples_per_s")
+    if rate:
+        console.print(f"training: {rate:,.0f} samples/s over {summary['train_seconds']:.1f} s")
+    if summary.get("resumed_from_step") is not None:
+        console.print(f"resumed from the checkpoint of step {summary['resumed_from_step']}")
+
+
+def train(
+    config: Annotated[Optional[Path], typer.Option(help="TOML job file (defaults: trainer/config.py).")] = None,
+    data: Annotated[Optional[Path], typer.Option(help="Preprocessed dataset directory (overrides data.path).")] = None,
+    plan: Annotated[Optional[Path], typer.Option(help="Plan file from `shardrec plan` (default: plan at start-up).")] = None,
+    out_dir: Annotated[Path, typer.Option(help="Run directory: metrics, checkpoints, resolved config, plan.")] = Path("runs/train"),
+    nproc_per_node: Annotated[int, typer.Option(help="Ranks to start on this machine.")] = 1,
+    steps: Annotated[Optional[int], typer.Option(help="Stop after this many steps (overrides train.steps).")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override a job setting: section.key=value.")] = None,
+    max_restarts: Annotated[int, typer.Option(help="Times torchrun restarts the ranks after a failure (each resumes from the last checkpoint).")] = 0,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Train a DLRM/DCNv2 on N local ranks (torchrun); resumes if OUT_DIR holds checkpoints."""
+    from shardrec.trainer.launch import launch
+    from shardrec.trainer.preflight import preflight
+
+    overrides = list(set_ or [])
+    try:
+        preflight(config, data, plan, steps, overrides, world_size=nproc_per_node)
+    except ValueError as e:
+        fail(str(e))
+    code = launch(_entry_args(config, data, plan, out_dir, steps, overrides), nproc_per_node, max_restarts)
+    if code != 0:
+        fail(f"training failed (torchrun exit code {code}); the ranks' messages are above; "
+             f"the newest complete checkpoint in {out_dir / 'checkpoints'} is kept and a re-run resumes from it")
+    summary = json.loads((out_dir / "summary.json").read_text())
+    if json_out:
+        print_json(summary)
+        return
+    _print_summary(summary, out_dir)
+    from shardrec.sharding.plan_io import load_plan
+    from shardrec.sharding.report import tables_table
+
+    console.print(tables_table(load_plan(out_dir / "plan.json")))
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(train)

@@ -1,0 +1,142 @@
+"""The models: DLRM (dot interaction) and DCNv2 (the DLRMv2 model) over one EmbeddingBagCollection.
+
+Both read the pooled embeddings by feature name: a sharded EmbeddingBagCollection returns its
+KeyedTensor keys in an order that depends on the plan, so position means nothing.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+from torchrec.modules.crossnet import LowRankCrossNet
+from torchrec.modules.embedding_modules import EmbeddingBagCollection
+from torchrec.modules.mlp import MLP
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+# Where the EmbeddingBagCollection sits inside RecModel; plans name it by this path.
+EBC_PATH = "sparse_arch.embedding_bag_collection"
+
+
+class SparseArch(nn.Module):
+    """The embedding lookups: pooled embeddings in a fixed feature order."""
+
+    def __init__(self, embedding_bag_collection: EmbeddingBagCollection, feature_names: list[str]) -> None:
+        super().__init__()
+        self.embedding_bag_collection = embedding_bag_collection
+        self.feature_names = list(feature_names)
+
+    def forward(self, features: KeyedJaggedTensor) -> list[torch.Tensor]:
+        pooled = self.embedding_bag_collection(features).to_dict()
+        return [pooled[name] for name in self.feature_names]
+
+
+class DotInteraction(nn.Module):
+    """DLRM's pairwise dot products of the dense vector and every embedding (upper triangle)."""
+
+    def __init__(self, num_sparse: int) -> None:
+        super().__init__()
+        rows, cols = torch.triu_indices(num_sparse + 1, num_sparse + 1, offset=1)
+        self.register_buffer("rows", rows, persistent=False)
+        self.register_buffer("cols", cols, persistent=False)
+
+    def out_features(self, dense_dim: int) -> int:
+        return dense_dim + int(self.rows.numel())
+
+    def forward(self, dense: torch.Tensor, sparse: list[torch.Tensor]) -> torch.Tensor:
+        stacked = torch.stack([dense] + sparse, dim=1)  # [B, F + 1, D]
+        dots = torch.bmm(stacked, stacked.transpose(1, 2))
+        return torch.cat([dense, dots[:, self.rows, self.cols]], dim=1)
+
+
+class CrossInteraction(nn.Module):
+    """DCNv2's low-rank cross layers over the concatenated dense vector and embeddings."""
+
+    def __init__(self, in_features: int, num_layers: int, low_rank: int) -> None:
+        super().__init__()
+        self.in_features = in_features
+        self.crossnet = LowRankCrossNet(in_features=in_features, num_layers=num_layers, low_rank=low_rank)
+
+    def out_features(self, dense_dim: int) -> int:
+        return self.in_features
+
+    def forward(self, dense: torch.Tensor, sparse: list[torch.Tensor]) -> torch.Tensor:
+        return self.crossnet(torch.cat([dense] + sparse, dim=1))
+
+
+class RecModel(nn.Module):
+    """dense MLP + embeddings -> interaction -> over MLP -> one logit per sample."""
+
+    def __init__(
+        self,
+        sparse_arch: SparseArch,
+        dense_arch: nn.Module,
+        interaction: nn.Module,
+        over_arch: nn.Module,
+    ) -> None:
+        super().__init__()
+        self.sparse_arch = sparse_arch
+        self.dense_arch = dense_arch
+        self.interaction = interaction
+        self.over_arch = over_arch
+
+    def forward(self, dense_features: torch.Tensor, sparse_features: KeyedJaggedTensor) -> torch.Tensor:
+        dense = self.dense_arch(dense_features)
+        sparse = self.sparse_arch(sparse_features)
+        return self.over_arch(self.interaction(dense, sparse)).squeeze(-1)
+
+
+def _mlp(in_size: int, sizes: list[int], device: torch.device) -> nn.Module:
+    if not sizes:
+        return nn.Identity()
+    return MLP(in_size, sizes, bias=True, activation=torch.relu, device=device)
+
+
+def _over_arch(in_size: int, sizes: list[int], device: torch.device) -> nn.Module:
+    # The last layer is a plain linear map to the logit: no ReLU after it.
+    hidden = _mlp(in_size, sizes[:-1], device)
+    last_in = sizes[-2] if len(sizes) > 1 else in_size
+    return nn.Sequential(hidden, nn.Linear(last_in, sizes[-1], device=device))
+
+
+def build_model(
+    arch: str,
+    ebc: EmbeddingBagCollection,
+    feature_names: list[str],
+    num_dense: int,
+    dense_arch: list[int],
+    over_arch: list[int],
+    dcn_layers: int = 3,
+    dcn_low_rank: int = 32,
+    dense_device: str | torch.device = "cpu",
+) -> RecModel:
+    """A DLRM or DCNv2 over `ebc` (usually on the meta device, to be sharded).
+
+    The dense layers draw their initial weights from torch's global RNG: seed it first so every
+    rank, plan and world size starts from the same dense weights.
+    """
+    device = torch.device(dense_device)
+    dims = {name: None for name in feature_names}
+    for config in ebc.embedding_bag_configs():
+        for name in config.feature_names:
+            dims[name] = config.embedding_dim
+    missing = [n for n, d in dims.items() if d is None]
+    if missing:
+        raise ValueError(f"no embedding table serves feature(s) {', '.join(missing)}")
+    dense_dim = dense_arch[-1] if dense_arch else num_dense
+    if arch == "dlrm":
+        wrong = sorted({d for d in dims.values()} - {dense_dim})
+        if wrong:
+            raise ValueError(f"DLRM needs every embedding width equal to the dense output {dense_dim}, found {wrong}")
+        interaction: nn.Module = DotInteraction(len(feature_names))
+        interaction.to(device)
+    elif arch == "dcnv2":
+        width = dense_dim + sum(dims.values())  # type: ignore[arg-type]
+        interaction = CrossInteraction(width, dcn_layers, dcn_low_rank).to(device)
+    else:
+        raise ValueError(f"model.arch = {arch!r} is not one of dlrm, dcnv2")
+    return RecModel(
+        SparseArch(ebc, feature_names),
+        _mlp(num_dense, dense_arch, device),
+        interaction,
+        _over_arch(interaction.out_features(dense_dim), over_arch, device),
+    )

@@ -1,0 +1,102 @@
+"""Optimizers: fused embedding optimizers applied in backward, the dense optimizer, the LR schedule.
+
+See `trainer.objective` for why gradients that DDP averaged are multiplied by the world size.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+import torch
+from torch.distributed.optim import _apply_optimizer_in_backward
+from torch.optim.lr_scheduler import LambdaLR
+from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
+
+SPARSE_OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
+    "rowwise_adagrad": RowWiseAdagrad,
+    "adam": torch.optim.Adam,
+    "sgd": torch.optim.SGD,
+}
+DENSE_OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
+    "adagrad": torch.optim.Adagrad,
+    "adam": torch.optim.Adam,
+    "sgd": torch.optim.SGD,
+}
+
+
+def optimizer_kwargs(name: str, lr: float, eps: float) -> dict[str, Any]:
+    return {"lr": lr} if name == "sgd" else {"lr": lr, "eps": eps}
+
+
+def attach_fused_optimizer(params: Iterable[torch.nn.Parameter], name: str, lr: float, eps: float) -> None:
+    """Mark embedding weights so that sharding fuses `name` into the embedding kernel's backward."""
+    _apply_optimizer_in_backward(SPARSE_OPTIMIZERS[name], params, optimizer_kwargs(name, lr, eps))
+
+
+def dlrm_schedule(warmup_steps: int, decay_start: int, decay_steps: int) -> Callable[[int], float]:
+    """The DLRMv2 (MLPerf) schedule as a multiplier of the peak LR at a 0-based step:
+    linear warm-up, constant, then quadratic decay to zero over `decay_steps`."""
+
+    def factor(step: int) -> float:
+        if warmup_steps and step < warmup_steps:
+            return (step + 1) / warmup_steps
+        if decay_start and decay_steps and step >= decay_start:
+            left = decay_start + decay_steps - step
+            return max(0.0, left / decay_steps) ** 2
+        return 1.0
+
+    return factor
+
+
+class TrainOptimizer:
+    """The optimizer the train loop steps after backward (the fused ones already ran).
+
+    Holds the dense optimizer (dense layers, with the LR schedule) and, if the plan has
+    data-parallel tables, their optimizer (the same algorithm as the fused one). Both
+    parameter sets went through DDP's average; `step` first rescales those gradients to the sum.
+    """
+
+    def __init__(
+        self,
+        dense: torch.optim.Optimizer,
+        replicated_tables: torch.optim.Optimizer | None,
+        world_size: int,
+        schedule: Callable[[int], float],
+    ) -> None:
+        self.dense = dense
+        self.replicated_tables = replicated_tables
+        self.world_size = world_size
+        self.scheduler = LambdaLR(dense, schedule)
+
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [o for o in (self.dense, self.replicated_tables) if o is not None]
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        return [g for o in self.optimizers for g in o.param_groups]
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for o in self.optimizers:
+            o.zero_grad(set_to_none=set_to_none)
+
+    def step(self) -> None:
+        if self.world_size > 1:
+            grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
+            if grads:
+                torch._foreach_mul_(grads, float(self.world_size))
+        for o in self.optimizers:
+            o.step()
+        self.scheduler.step()
+
+    def state_dict(self) -> dict[str, Any]:
+        out = {"dense": self.dense.state_dict(), "scheduler": self.scheduler.state_dict()}
+        if self.replicated_tables is not None:
+            out["replicated_tables"] = self.replicated_tables.state_dict()
+        return out
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.dense.load_state_dict(state["dense"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if self.replicated_tables is not None:
+            self.replicated_tables.load_state_dict(state["replicated_tables"])

@@ -1,0 +1,74 @@
+"""Converting row-wise Adagrad state when a resume changes how a table is cut into columns.
+
+fbgemm keeps one row-wise Adagrad accumulator per row of each column shard: a table cut into
+k column shards has a momentum of [k x rows] (shard j at offset j * rows), a table kept whole
+has [rows]. DCP reshards rows freely, but not between these layouts. The conversion spreads
+each old shard's accumulator over its columns and gives each new shard the width-weighted mean
+over its columns: exact when the cut is unchanged, and the natural estimate otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed._shard.sharded_tensor import ShardedTensor
+
+from shardrec.sharding.plan_io import PlanFile
+
+logger = logging.getLogger(__name__)
+
+
+def column_widths(table: dict[str, Any] | Any) -> list[int]:
+    """Widths of a table's column shards, left to right ([dim] when it is not cut by columns)."""
+    shards = table["shards"] if isinstance(table, dict) else [vars(s) for s in table.shards]
+    cuts = sorted({(s["col_offset"], s["cols"]) for s in shards})
+    return [cols for _, cols in cuts]
+
+
+def convert_rowwise_momentum(old: torch.Tensor, rows: int, old_widths: list[int], new_widths: list[int]) -> torch.Tensor:
+    """[len(old_widths) * rows] accumulators -> [len(new_widths) * rows] (see the module docstring)."""
+    per_column = torch.cat(
+        [old[j * rows : (j + 1) * rows, None].expand(rows, w) for j, w in enumerate(old_widths)], dim=1
+    )
+    out, col = [], 0
+    for w in new_widths:
+        out.append(per_column[:, col : col + w].mean(dim=1))
+        col += w
+    return torch.cat(out)
+
+
+def adapt_fused_state(
+    path: Path, fused_state: dict[str, Any], saved_plan_json: str, plan: PlanFile
+) -> dict[str, Any]:
+    """Load, from the checkpoint at `path`, every row-wise momentum whose column cut changed,
+    convert it into this plan's layout and drop it from `fused_state` for the DCP load.
+
+    Returns the converted entries, {param key: {state name: ShardedTensor}}, to put back into
+    the state after DCP loaded the rest.
+    """
+    saved = {t["name"]: t for t in json.loads(saved_plan_json)["tables"]}
+    rows_of = {t["name"]: t["rows"] for t in plan.fingerprint["tables"]}
+    converted: dict[str, dict[str, Any]] = {}
+    for key, entries in fused_state.get("state", {}).items():
+        for name, value in list(entries.items()):
+            table = name.rsplit(".", 1)[0]
+            if not name.endswith(".momentum1") or table not in saved or not isinstance(value, ShardedTensor):
+                continue
+            rows = rows_of[table]
+            old_w, new_w = column_widths(saved[table]), column_widths(plan.table(table))
+            if value.size(0) != len(new_w) * rows or old_w == new_w:
+                continue  # element-wise state (Adam), or an unchanged cut: DCP reshards it as is
+            full = {"fused_optim": {"state": {key: {name: torch.empty(len(old_w) * rows)}}}}
+            dcp.load(full, checkpoint_id=str(path))
+            new_full = convert_rowwise_momentum(full["fused_optim"]["state"][key][name], rows, old_w, new_w)
+            for shard in value.local_shards():
+                start = shard.metadata.shard_offsets[0]
+                shard.tensor.copy_(new_full[start : start + shard.tensor.numel()].view_as(shard.tensor))
+            converted.setdefault(key, {})[name] = entries.pop(name)
+            logger.info("%s: row-wise Adagrad state converted from column cut %s to %s", table, old_w, new_w)
+    return converted

@@ -1,0 +1,183 @@
+"""One training job on one rank: wire the parts built by trainer.build and run the loop.
+
+Called by `python -m shardrec.trainer` (the torchrun entry) on every rank.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from shardrec.dataloader.format import Manifest, atomic_write_bytes
+from shardrec.dataloader.loader import BatchLoader, build_loader
+from shardrec.embeddings.tables import build_table_configs
+from shardrec.sharding.plan_io import PlanFile, load_plan, save_plan
+from shardrec.trainer import build
+from shardrec.trainer.checkpoint import CheckpointManager, TrainProgress
+from shardrec.trainer.config import JobConfig
+from shardrec.trainer.dist import DistEnv
+from shardrec.trainer.loop import StepRunner, StepStats, evaluate, train_segment
+from shardrec.trainer.metrics import MetricsWriter
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Job:
+    """Everything a rank trains with, built once."""
+
+    config: JobConfig
+    env: DistEnv
+    run_dir: Path
+    plan: PlanFile
+    model: torch.nn.Module
+    runner: StepRunner
+    train_loader: BatchLoader
+    eval_loaders: dict[str, BatchLoader]
+    checkpoints: CheckpointManager
+    progress: TrainProgress = field(default_factory=TrainProgress)
+
+
+def build_job(config: JobConfig, env: DistEnv, run_dir: Path, plan_path: str | None) -> Job:
+    """Model, plan, sharding, optimizers, loaders and checkpoints for this rank."""
+    data_dir = Path(config.data.path)
+    manifest = Manifest.load(data_dir)
+    m, t, o = config.model, config.train, config.optim
+    tables = build_table_configs(manifest, m.embedding_dim, m.dims)
+    module = build.build_train_module(
+        manifest, tables, m.arch, m.dense_arch, m.over_arch, m.dcn_layers, m.dcn_low_rank,
+        t.global_batch_size, t.seed, env.device,
+    )
+    if plan_path:
+        plan = load_plan(plan_path)
+    else:
+        stats = {f.name: f.stats for f in manifest.sparse_features}
+        plan = build.plan_at_start(tables, env, t.global_batch_size, config.sharding.constraints, stats)
+    sharding_plan = build.build_sharding_plan(plan, tables, env, t.global_batch_size)
+    qcomm = config.sharding.qcomm or None
+    model = build.shard_model(module, sharding_plan, env, o.sparse, o.sparse_lr, o.eps, qcomm)
+    build.init_embedding_weights(model, tables, t.seed)
+    optimizer = build.build_optimizer(
+        model, o.dense, o.dense_lr, o.sparse, o.sparse_lr, o.eps, env.world_size,
+        o.warmup_steps, o.decay_start, o.decay_steps,
+    )
+    train_loader = build_loader(
+        data_dir, config.data.train_split, global_batch_size=t.global_batch_size, rank=env.rank,
+        world_size=env.world_size, seed=t.seed, shuffle=config.data.shuffle, tail=config.data.tail,
+        num_workers=config.data.num_workers,
+    )
+    eval_batch = config.eval.batch_size or t.global_batch_size
+    eval_loaders = {
+        split: build_loader(
+            data_dir, split, global_batch_size=eval_batch, rank=env.rank, world_size=env.world_size,
+            shuffle=False, tail="pad", num_workers=config.data.num_workers,
+        )
+        for split in config.data.eval_splits
+        if split in manifest.splits and manifest.splits[split].rows > 0
+    }
+    checkpoints = CheckpointManager(run_dir / "checkpoints", env, config.checkpoint.keep)
+    runner = StepRunner(model, optimizer, env.device, t.pipeline)
+    return Job(config, env, run_dir, plan, model, runner, train_loader, eval_loaders, checkpoints)
+
+
+def write_run_files(job: Job) -> None:
+    """The run directory keeps the resolved config and the plan it ran with (rank 0)."""
+    if not job.env.is_main:
+        return
+    job.run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(job.run_dir / "config.toml", job.config.to_toml().encode())
+    save_plan(job.plan, job.run_dir / "plan.json")
+
+
+def _evaluate_all(job: Job, step: int, writer: MetricsWriter | None, final: bool) -> dict[str, dict[str, Any]]:
+    model = job.runner.eval_mode()
+    results = {}
+    for split, loader in job.eval_loaders.items():
+        start = time.perf_counter()
+        metrics = evaluate(model, iter(loader), job.env.device, job.config.eval.max_batches)
+        metrics["seconds"] = round(time.perf_counter() - start, 3)
+        results[split] = metrics
+        if writer is not None:
+            writer.write({"kind": "eval", "split": split, "step": step, "final": final, **metrics})
+        if job.env.is_main:
+            logger.info("step %d %s: auc %.4f logloss %.4f ne %.4f", step, split, metrics["auc"], metrics["logloss"], metrics["ne"])
+    return results
+
+
+def _next_boundary(step: int, end: int, *intervals: int) -> int:
+    candidates = [end] + [(step // k + 1) * k for k in intervals if k > 0]
+    return min(c for c in candidates if c > step)
+
+
+def run_job(job: Job) -> dict[str, Any]:
+    """Train (resuming from the newest checkpoint in the run directory if there is one),
+    evaluate, checkpoint; returns the summary (meaningful on rank 0)."""
+    cfg = job.config
+    write_run_files(job)
+    steps_per_epoch = len(job.train_loader)
+    total = cfg.train.epochs * steps_per_epoch
+    if cfg.train.steps:
+        total = min(total, cfg.train.steps)
+    resumed = job.checkpoints.load_latest(job)
+    writer = MetricsWriter(job.run_dir) if job.env.is_main else None
+    progress = job.progress
+    window = {"start": time.perf_counter(), "samples": 0, "loss": 0.0, "steps": 0}
+    train_seconds, train_samples = 0.0, 0
+
+    def on_step(stats: StepStats) -> None:
+        window["samples"] += stats.samples
+        window["loss"] += stats.loss
+        window["steps"] += 1
+        if stats.step % cfg.train.log_interval == 0 or stats.step == total:
+            seconds = time.perf_counter() - window["start"]
+            rate = window["samples"] / max(seconds, 1e-9)
+            record = {"kind": "train", "step": stats.step, "epoch": progress.epoch, "loss": window["loss"] / window["steps"],
+                      "samples_per_s": rate, "lr": job.runner.optimizer.param_groups[0]["lr"]}
+            if writer is not None:
+                writer.write(record)
+                logger.info("step %d/%d loss %.5f %.0f samples/s", stats.step, total, record["loss"], rate)
+            window.update(start=time.perf_counter(), samples=0, loss=0.0, steps=0)
+
+    if writer is not None and resumed:
+        writer.write({"kind": "resume", "step": progress.step, "epoch": progress.epoch})
+    while progress.step < total:
+        job.train_loader.set_epoch(progress.epoch)
+        batches = iter(job.train_loader)
+        epoch_end = min(total, (progress.epoch + 1) * steps_per_epoch)
+        while progress.step < epoch_end:
+            boundary = _next_boundary(progress.step, epoch_end, cfg.eval.interval_steps, cfg.checkpoint.interval_steps)
+            wanted, start = boundary - progress.step, time.perf_counter()
+            done = train_segment(job.runner, batches, wanted, progress.step, on_step)
+            train_seconds += time.perf_counter() - start
+            train_samples += done * cfg.train.global_batch_size
+            progress.step += done
+            if done < wanted:
+                raise RuntimeError(f"step {progress.step}: the train loader ended before the epoch's {steps_per_epoch} steps")
+            if progress.step == steps_per_epoch * (progress.epoch + 1):
+                progress.epoch += 1
+            if cfg.eval.interval_steps and progress.step % cfg.eval.interval_steps == 0 and progress.step < total:
+                _evaluate_all(job, progress.step, writer, final=False)
+            if progress.step == total or (cfg.checkpoint.interval_steps and progress.step % cfg.checkpoint.interval_steps == 0):
+                job.checkpoints.save(job)
+    final = _evaluate_all(job, progress.step, writer, final=True)
+    summary = {
+        "steps": progress.step,
+        "epochs": progress.epoch,
+        "world_size": job.env.world_size,
+        "global_batch_size": cfg.train.global_batch_size,
+        "train_samples_per_s": train_samples / train_seconds if train_seconds else None,
+        "train_seconds": round(train_seconds, 3),
+        "resumed_from_step": resumed,
+        "eval": final,
+    }
+    if writer is not None:
+        writer.write({"kind": "summary", "step": progress.step, **{k: v for k, v in summary.items() if k != "eval"}})
+        writer.close()
+        atomic_write_bytes(job.run_dir / "summary.json", (json.dumps(summary, indent=2, default=str) + "\n").encode())
+    return summary

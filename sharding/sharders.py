@@ -7,6 +7,8 @@ sharders return all six types everywhere and let the plan choose.
 
 from __future__ import annotations
 
+from typing import Any
+
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 from torchrec.distributed.types import ModuleSharder, ShardingType
 import torch.nn as nn
@@ -28,10 +30,14 @@ class AnyDeviceEmbeddingBagCollectionSharder(EmbeddingBagCollectionSharder):
         return list(ALL_SHARDING_TYPES)
 
 
-def build_sharders(qcomm_precision: str | None = None) -> list[ModuleSharder[nn.Module]]:
+def build_sharders(
+    fused_params: dict[str, Any] | None = None, qcomm_precision: str | None = None
+) -> list[ModuleSharder[nn.Module]]:
     """The sharders shardrec plans and trains with.
 
     Args:
+        fused_params: the fused embedding optimizer applied in backward (fbgemm's
+            `optimizer`, `learning_rate`, `eps`, ...); None for torchrec's default.
         qcomm_precision: "fp16" or "bf16" to quantize the embedding all-to-all, None for fp32.
     """
     qcomm_codecs_registry = None
@@ -48,4 +54,4 @@ def build_sharders(qcomm_precision: str | None = None) -> list[ModuleSharder[nn.
         qcomm_codecs_registry = get_qcomm_codecs_registry(
             QCommsConfig(forward_precision=precision, backward_precision=precision)
         )
-    return [AnyDeviceEmbeddingBagCollectionSharder(qcomm_codecs_registry=qcomm_codecs_registry)]
+    return [AnyDeviceEmbeddingBagCollectionSharder(fused_params=fused_params, qcomm_codecs_registry=qcomm_codecs_registry)]

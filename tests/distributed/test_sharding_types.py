@@ -1,0 +1,160 @@
+"""Every sharding type runs on CPU/gloo and equals the unsharded module.
+
+For each of the six types, an EmbeddingBagCollection sharded by DistributedModelParallel over
+2 ranks gets the same global batch (each rank its half) and must return the unsharded
+module's pooled embeddings, and produce the same gradients.
+
+The gradient semantics are pinned down here because the trainer relies on them: every table
+receives the MEAN over ranks of each rank's loss gradient. Data-parallel tables go through DDP,
+which averages; sharded tables go through the all-to-all backward, which adds every rank's
+contribution and then divides by the world size (torchrec's comm_ops gradient division, on by
+default). So with a per-rank mean loss, every parameter sees the gradient of the global mean.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from spawn import run_ranks
+
+WORLD_SIZE = 2
+LOCAL_BATCH = 4
+TYPES = ("table_wise", "row_wise", "column_wise", "table_row_wise", "table_column_wise", "data_parallel")
+
+
+def _tables():
+    from torchrec.modules.embedding_configs import EmbeddingBagConfig
+
+    return [
+        EmbeddingBagConfig(name=f"t{i}", embedding_dim=16, num_embeddings=rows, feature_names=[f"f{i}"])
+        for i, rows in enumerate((40, 23, 64))
+    ]
+
+
+def _global_batch(tables, batch: int, seed: int = 1):
+    """A multi-hot KJT (0-3 ids per row, some bags empty) and per-row loss weights."""
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+    g = torch.Generator().manual_seed(seed)
+    lengths, values = [], []
+    for t in tables:
+        n = torch.randint(0, 4, (batch,), generator=g)
+        lengths.append(n)
+        values.append(torch.randint(0, t.num_embeddings, (int(n.sum()),), generator=g))
+    keys = [t.feature_names[0] for t in tables]
+    weights = {k: torch.randn(batch, 16, generator=g) for k in keys}
+    return keys, torch.stack(lengths), values, weights
+
+
+def _kjt(keys, lengths, values, rows: slice):
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+    vals, lens = [], []
+    for i, _ in enumerate(keys):
+        starts = torch.cat([torch.zeros(1, dtype=torch.long), lengths[i].cumsum(0)])
+        vals.append(values[i][starts[rows.start] : starts[rows.stop]])
+        lens.append(lengths[i][rows])
+    return KeyedJaggedTensor.from_lengths_sync(keys=keys, values=torch.cat(vals), lengths=torch.cat(lens))
+
+
+def _full_weights(state: dict, pg) -> dict[str, torch.Tensor]:
+    """Each table's whole weight on every rank, assembled from the local shards."""
+    import torch.distributed as dist
+    from torch.distributed._shard.sharded_tensor import ShardedTensor
+
+    out = {}
+    for name, t in state.items():
+        if isinstance(t, ShardedTensor):
+            full = torch.zeros(tuple(t.size()))
+            for shard in t.local_shards():
+                r, c = shard.metadata.shard_offsets
+                h, w = shard.tensor.shape
+                full[r : r + h, c : c + w] = shard.tensor
+            dist.all_reduce(full, group=pg)
+            out[name] = full
+        else:
+            out[name] = t.detach().clone()
+    return out
+
+
+def _check_type(env, sharding_type: str) -> dict[str, float]:
+    import torch.distributed as dist
+    from torchrec.distributed.model_parallel import DistributedModelParallel
+    from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
+    from torchrec.distributed.types import ShardingEnv
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection
+
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType
+
+    from shardrec.sharding.sharders import build_sharders
+
+    tables = _tables()
+    torch.manual_seed(0)
+    reference = EmbeddingBagCollection(tables=tables, device=torch.device("cpu"))
+    keys, lengths, values, weights = _global_batch(tables, LOCAL_BATCH * env.world_size)
+    mine = slice(env.rank * LOCAL_BATCH, (env.rank + 1) * LOCAL_BATCH)
+
+    # Reference: the unsharded module on the whole global batch; loss = sum over every rank's rows.
+    ref_out = reference(_kjt(keys, lengths, values, slice(0, LOCAL_BATCH * env.world_size)))
+    sum(((ref_out[k] * weights[k]).sum() for k in keys)).backward()
+
+    # Fused SGD with lr 1 in backward: a sharded table's weight change is minus its gradient.
+    sharders = build_sharders(fused_params={"optimizer": EmbOptimType.EXACT_SGD, "learning_rate": 1.0})
+    kernel = "dense" if sharding_type == "data_parallel" else "fused"
+    constraints = {
+        t.name: ParameterConstraints(sharding_types=[sharding_type], compute_kernels=[kernel], min_partition=8)
+        for t in tables
+    }
+    planner = EmbeddingShardingPlanner(
+        topology=Topology(world_size=env.world_size, local_world_size=env.world_size, compute_device="cpu"),
+        constraints=constraints,
+    )
+    pg = dist.group.WORLD
+    model = EmbeddingBagCollection(tables=tables, device=torch.device("meta"))
+    plan = planner.collective_plan(model, sharders, pg)
+    types = {p.sharding_type for p in plan.plan[""].values()}
+    assert types == {sharding_type}, f"planned {types} for {sharding_type}"
+    dmp = DistributedModelParallel(
+        model, env=ShardingEnv.from_process_group(pg), device=torch.device("cpu"), plan=plan, sharders=sharders
+    )
+    ref_state = reference.state_dict()
+    for name, t in dmp.state_dict().items():
+        from torch.distributed._shard.sharded_tensor import ShardedTensor
+
+        for shard in t.local_shards() if isinstance(t, ShardedTensor) else []:
+            r, c = shard.metadata.shard_offsets
+            h, w = shard.tensor.shape
+            shard.tensor.copy_(ref_state[name][r : r + h, c : c + w])
+        if not isinstance(t, ShardedTensor):
+            t.copy_(ref_state[name])
+
+    out = dmp(_kjt(keys, lengths, values, mine))
+    out_err = max(float((out[k] - ref_out[k][mine]).detach().abs().max()) for k in keys)
+    sum(((out[k] * weights[k][mine]).sum() for k in keys)).backward()
+    with torch.no_grad():  # data-parallel tables are dense parameters: the same SGD step by hand
+        for p in dmp.parameters():
+            if p.grad is not None:
+                p.sub_(p.grad)
+    after = _full_weights(dmp.state_dict(), pg)
+    grad_err = 0.0
+    for name, ref_w in ref_state.items():
+        ref_grad = dict(reference.named_parameters())[name].grad
+        # The reference loss sums over every rank's rows; each table gets the mean over ranks.
+        grad = ref_w - after[name]
+        grad_err = max(grad_err, float((grad - ref_grad / env.world_size).abs().max()))
+    return {"out_err": out_err, "grad_err": grad_err}
+
+
+def _check_all(env) -> dict[str, dict[str, float]]:
+    return {st: _check_type(env, st) for st in TYPES}
+
+
+@pytest.mark.slow
+def test_every_sharding_type_equals_unsharded():
+    results = run_ranks(_check_all, WORLD_SIZE)
+    for rank, per_type in enumerate(results):
+        assert set(per_type) == set(TYPES)
+        for st, err in per_type.items():
+            assert err["out_err"] <= 1e-6, f"rank {rank} {st}: pooled outputs differ by {err['out_err']}"
+            assert err["grad_err"] <= 1e-6, f"rank {rank} {st}: gradients differ by {err['grad_err']}"

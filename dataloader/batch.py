@@ -38,7 +38,8 @@ class BatchGatherer:
     ) -> None:
         if not parts:
             raise ValueError("a split needs at least one part")
-        self.parts = parts
+        # Plain ndarray views of the maps: np.memmap results pay subclass bookkeeping per call.
+        self.parts = [_plain(p) for p in parts]
         self.feature_names = list(feature_names)
         self.multi_hot = set(multi_hot)
         self.modulo = dict(modulo or {})
@@ -67,6 +68,13 @@ class BatchGatherer:
 
     def _column(self, groups: _Groups, n: int, get, out: np.ndarray) -> np.ndarray:
         """Gather one column from every part into `out` (cast to out's dtype on assignment)."""
+        if len(groups.parts) == 1:
+            col = get(self.parts[groups.parts[0]])
+            if col.dtype == out.dtype and out.flags.c_contiguous:
+                # mode="clip" lets take write straight into `out` (indices are known valid).
+                return np.take(col, groups.local[0], axis=0, out=out, mode="clip")
+            out[...] = np.take(col, groups.local[0], axis=0)
+            return out
         for p, local, where in zip(groups.parts, groups.local, groups.where):
             taken = np.take(get(self.parts[p]), local, axis=0)
             if where is None:
@@ -154,6 +162,17 @@ class BatchGatherer:
             offset_per_key=np.concatenate([[0], np.cumsum(per_key)]).tolist(),
             index_per_key=self._index_per_key,
         )
+
+
+def _plain(part: Part) -> Part:
+    return Part(
+        part.path,
+        part.rows,
+        np.asarray(part.labels),
+        np.asarray(part.dense),
+        {k: np.asarray(v) for k, v in part.sparse.items()},
+        {k: np.asarray(v) for k, v in part.offsets.items()},
+    )
 
 
 def _jagged_values(groups: _Groups, chunks: list, lens: np.ndarray) -> np.ndarray:

@@ -68,7 +68,7 @@ def preprocess(
     dense_transform: Annotated[str, typer.Option(help=f"One of {', '.join(DENSE_TRANSFORMS)}.")] = "log1p",
     float16: Annotated[bool, typer.Option("--float16", help="Store dense values as float16.")] = False,
     workers: Annotated[int, typer.Option(help="Worker processes.")] = 1,
-    chunk_mb: Annotated[int, typer.Option(help="MiB of text per task and per output part.")] = 64,
+    chunk_mb: Annotated[float, typer.Option(help="MiB of text per task and per output part.")] = 128,
     strict: Annotated[bool, typer.Option("--strict", help="Stop at the first malformed row (exit 1).")] = False,
     part: Annotated[str | None, typer.Option(help="i/n: process only this machine's share; a final run without it merges.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,

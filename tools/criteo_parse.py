@@ -24,18 +24,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from shardrec.tools.parse_fields import decode_hex, decode_int, strip_point_zero
+
 NEWLINE = 10
 CR = 13
-MAX_INT_DIGITS = 18  # |value| < 10^18 fits int64 without overflow checks
-MAX_HEX_DIGITS = 16
-
-# Lookup tables: byte -> digit value, -1 for "not a digit here".
-_DEC = np.full(256, -1, dtype=np.int8)
-_DEC[np.frombuffer(b"0123456789", np.uint8)] = np.arange(10)
-_HEX = np.full(256, -1, dtype=np.int8)
-_HEX[np.frombuffer(b"0123456789", np.uint8)] = np.arange(10)
-_HEX[np.frombuffer(b"abcdef", np.uint8)] = np.arange(10, 16)
-_HEX[np.frombuffer(b"ABCDEF", np.uint8)] = np.arange(10, 16)
 
 # Reasons a row is skipped, in the order they are checked (a row reports its first).
 REASONS = ("empty_row", "too_many_fields", "bad_label", "bad_integer", "bad_hex")
@@ -100,80 +92,42 @@ class ParsedChunk:
         return self.reason < 0
 
 
+def _separator_positions(buf: np.ndarray, delim: int) -> np.ndarray:
+    if delim < NEWLINE:
+        # One compare instead of two; other control bytes <= 10 are rare and dropped after.
+        pos = np.flatnonzero(buf <= NEWLINE)
+        b = buf[pos]
+        if not ((b == delim) | (b == NEWLINE)).all():
+            pos = pos[(b == delim) | (b == NEWLINE)]
+        return pos
+    return np.flatnonzero((buf == delim) | (buf == NEWLINE))
+
+
 def _field_ranges(buf: np.ndarray, delim: int, nfields: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """[rows, nfields] start/end byte offsets, fields counted per row, row byte lengths."""
-    pos = np.flatnonzero((buf == delim) | (buf == NEWLINE))
-    is_nl = buf[pos] == NEWLINE
-    nl_idx = np.flatnonzero(is_nl)  # index into pos of each row's newline
+    pos = _separator_positions(buf, delim)
+    nl_idx = np.flatnonzero(buf[pos] == NEWLINE)  # index into pos of each row's newline
     rows = len(nl_idx)
-    row_of = np.cumsum(is_nl) - is_nl  # the newline belongs to its own row
-    first = np.empty(rows, dtype=np.int64)
+    first = np.empty(rows, dtype=np.int64)  # index into pos of each row's first separator
     first[0:1] = 0
     first[1:] = nl_idx[:-1] + 1
-    fidx = np.arange(len(pos)) - first[row_of]
-    counted = fidx[nl_idx] + 1
+    counted = nl_idx - first + 1
     nl_pos = pos[nl_idx]
-    row_start = np.empty(rows, dtype=np.int64)
-    row_start[0:1] = 0
-    row_start[1:] = nl_pos[:-1] + 1
-    # Padded fields keep start == end (empty) at the row's newline: right-padding, never shifting.
-    start = np.repeat(nl_pos[:, None], nfields, axis=1)
-    end = start.copy()
-    keep = fidx < nfields
-    flat = row_of[keep] * nfields + fidx[keep]
-    end.ravel()[flat] = pos[keep]
-    nxt = keep & ~is_nl & (fidx + 1 < nfields)
-    start.ravel()[row_of[nxt] * nfields + fidx[nxt] + 1] = pos[nxt] + 1
-    start[:, 0] = row_start
+    # Field k ends at the row's k-th separator; past the row's last field the index is
+    # clipped to the newline, so padded fields are empty at the row's end: right-padding,
+    # never shifting, with no per-row work.
+    end = pos[np.minimum(first[:, None] + np.arange(nfields), nl_idx[:, None])]
+    start = np.empty_like(end)
+    start[:, 0] = 0
+    start[1:, 0] = nl_pos[:-1] + 1
+    np.minimum(end[:, :-1] + 1, end[:, 1:], out=start[:, 1:])
     # A '\r' before the newline belongs to no field (files written on Windows).
-    last = np.minimum(counted, nfields) - 1
-    ends_last = end[np.arange(rows), last]
-    cr = (ends_last > start[np.arange(rows), last]) & (buf[np.maximum(ends_last - 1, 0)] == CR)
-    end[np.arange(rows)[cr], last[cr]] -= 1
-    return start, end, counted, nl_pos - row_start
-
-
-def _strip_point_zero(buf: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """End offsets with a trailing '.0' removed (the CSV copy writes integers as `260.0`)."""
-    length = end - start
-    has = length >= 3
-    e1 = np.maximum(end - 1, 0)
-    e2 = np.maximum(end - 2, 0)
-    has &= (buf[e1] == ord("0")) & (buf[e2] == ord("."))
-    return np.where(has, end - 2, end)
-
-
-def _decode_int(buf: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Signed decimal fields -> (int64 values, bad mask); empty fields give 0 and are not bad."""
-    end = _strip_point_zero(buf, start, end)
-    length = end - start
-    neg = (length > 0) & (buf[np.minimum(start, len(buf) - 1)] == ord("-"))
-    digits = length - neg
-    bad = (neg & (digits == 0)) | (digits > MAX_INT_DIGITS)
-    width = int(min(digits.max(initial=0), MAX_INT_DIGITS))
-    value = np.zeros(start.shape, dtype=np.int64)
-    for j in range(width):
-        # Right-aligned: character j of `width` sits at end - width + j.
-        inside = j >= width - digits
-        d = _DEC[buf[np.clip(end - width + j, 0, len(buf) - 1)]]
-        bad |= inside & (d < 0)
-        value = value * 10 + np.where(inside & (d >= 0), d, 0)
-    value = np.where(neg, -value, value)
-    return value, bad
-
-
-def _decode_hex(buf: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Hex fields -> (uint64 values, bad mask); empty fields give 0 and are not bad."""
-    length = end - start
-    bad = length > MAX_HEX_DIGITS
-    width = int(min(length.max(initial=0), MAX_HEX_DIGITS))
-    value = np.zeros(start.shape, dtype=np.uint64)
-    for j in range(width):
-        inside = j >= width - length
-        d = _HEX[buf[np.clip(end - width + j, 0, len(buf) - 1)]]
-        bad |= inside & (d < 0)
-        value = (value << np.uint64(4)) | np.where(inside & (d >= 0), d, 0).astype(np.uint64)
-    return value, bad
+    if buf[nl_pos[0] - 1 if nl_pos[0] > 0 else 0] == CR or (buf[np.maximum(nl_pos - 1, 0)] == CR).any():
+        last = np.minimum(counted, nfields) - 1
+        r = np.arange(rows)
+        cr = (end[r, last] > start[r, last]) & (buf[np.maximum(end[r, last] - 1, 0)] == CR) & (end[r, last] == nl_pos)
+        end[r[cr], last[cr]] -= 1
+    return start, end, counted, nl_pos - start[:, 0]
 
 
 def _first_true(mask: np.ndarray) -> np.ndarray:
@@ -193,11 +147,11 @@ def parse_chunk(data: bytes | np.ndarray, schema: Schema = Schema()) -> ParsedCh
         return _empty(schema)
     start, end, counted, row_len = _field_ranges(buf, ord(schema.delimiter), nf)
     rows = len(counted)
-    label_end = _strip_point_zero(buf, start[:, 0], end[:, 0])
+    label_end = strip_point_zero(buf, start[:, 0], end[:, 0])
     label_byte = buf[np.minimum(start[:, 0], len(buf) - 1)]
     bad_label = (label_end - start[:, 0] != 1) | ((label_byte != ord("0")) & (label_byte != ord("1")))
-    dense, bad_int = _decode_int(buf, start[:, 1 : 1 + nd], end[:, 1 : 1 + nd])
-    sparse, bad_hex = _decode_hex(buf, start[:, 1 + nd :], end[:, 1 + nd :])
+    dense, bad_int = decode_int(buf, start[:, 1 : 1 + nd], end[:, 1 : 1 + nd])
+    sparse, bad_hex = decode_hex(buf, start[:, 1 + nd :], end[:, 1 + nd :])
     dense_missing = end[:, 1 : 1 + nd] == start[:, 1 : 1 + nd]
     sparse_missing = end[:, 1 + nd :] == start[:, 1 + nd :]
 

@@ -88,7 +88,7 @@ class PreprocessConfig:
     """float32 or float16."""
     workers: int = 1
     """Worker processes."""
-    chunk_mb: int = 64
+    chunk_mb: float = 128
     """Text per task (and per output part) in MiB; bounds memory per worker."""
     strict: bool = False
     """Stop at the first malformed row instead of skipping it."""
@@ -106,8 +106,8 @@ class PreprocessConfig:
             raise ValueError(f"max_ids has {len(self.max_ids)} values; give 1 or one per sparse feature ({self.schema.num_sparse})")
         if self.min_count <= 0 and any(n < 2 for n in self.max_ids):
             raise ValueError(f"max_ids {self.max_ids} must all be >= 2 (id 0 is the missing value)")
-        if self.workers < 1 or self.chunk_mb < 1:
-            raise ValueError(f"workers={self.workers} and chunk_mb={self.chunk_mb} must be >= 1")
+        if self.workers < 1 or self.chunk_mb <= 0:
+            raise ValueError(f"workers={self.workers} and chunk_mb={self.chunk_mb} must be positive")
         if self.part is not None and not (self.part[1] >= 1 and 0 <= self.part[0] < self.part[1]):
             raise ValueError(f"part {self.part[0]}/{self.part[1]} must satisfy 0 <= i < n")
 
@@ -216,10 +216,10 @@ def run_preprocess(cfg: PreprocessConfig, progress: Progress | None = None) -> P
     cfg.out.mkdir(parents=True, exist_ok=True)
     _check_fingerprint(cfg.out, cfg.fingerprint(files))
     _remove_temporaries(cfg.out)
-    tasks = plan_tasks(files, layout, cfg.val_half, cfg.chunk_mb << 20, cfg.schema.header)
+    tasks = plan_tasks(files, layout, cfg.val_half, int(cfg.chunk_mb * (1 << 20)), cfg.schema.header)
     mine = [t for t in tasks if cfg.part is None or t.index % cfg.part[1] == cfg.part[0]]
     opts = TaskOptions(
-        str(cfg.out), cfg.schema, cfg.chunk_mb << 20, cfg.cardinalities(), "", cfg.dense_transform, cfg.dense_dtype, cfg.strict
+        str(cfg.out), cfg.schema, int(cfg.chunk_mb * (1 << 20)), cfg.cardinalities(), "", cfg.dense_transform, cfg.dense_dtype, cfg.strict
     )
     if cfg.min_count > 0:
         if cfg.part is not None and not _all_counted(cfg.out, tasks):

@@ -22,6 +22,7 @@ from shardrec.tools.preprocess_ids import Vocabulary, count_values, hash_ids, lo
 from shardrec.tools.preprocess_plan import Task, count_range_lines, header_end, open_text
 
 MAX_REPORTED = 5
+PIECE_BYTES = 16 << 20  # text parsed at once: big enough for numpy, small enough for caches
 WORK_DIR = ".work"
 
 
@@ -63,27 +64,34 @@ def marker_path(out: Path, index: int, kind: str = "task") -> Path:
     return out / WORK_DIR / f"{kind}-{index:05d}.json"
 
 
-def read_pieces(task: Task, chunk_bytes: int) -> Iterator[bytes]:
-    """The task's text in pieces that end at a newline (one piece for a plain byte range)."""
+def _blocks(task: Task, size: int) -> Iterator[bytes]:
     if not task.gz:
         with open(task.path, "rb") as f:
             f.seek(task.start)
-            data = f.read(task.end - task.start)
-        yield data if not data or data.endswith(b"\n") else data + b"\n"
+            left = task.end - task.start
+            while left > 0 and (block := f.read(min(size, left))):
+                left -= len(block)
+                yield block
         return
-    rest = b""
     try:
         with open_text(task.path) as f:
             if task.header:
                 f.readline()
-            while block := f.read(chunk_bytes):
-                block = rest + block
-                cut = block.rfind(b"\n") + 1
-                rest = block[cut:]
-                if cut:
-                    yield block[:cut]
+            while block := f.read(size):
+                yield block
     except (EOFError, OSError, zlib.error) as e:
         raise InputError(f"{task.path}: unreadable or truncated: {e}") from e
+
+
+def read_pieces(task: Task, piece_bytes: int = PIECE_BYTES) -> Iterator[bytes]:
+    """The task's text in pieces of about `piece_bytes` that end at a newline."""
+    rest = b""
+    for block in _blocks(task, piece_bytes):
+        block = rest + block if rest else block
+        cut = block.rfind(b"\n") + 1
+        rest = block[cut:]
+        if cut:
+            yield block[:cut]
     if rest:
         yield rest + b"\n"
 
@@ -136,27 +144,61 @@ def _split_rows(task: Task, line0: int, n: int) -> list[tuple[str, np.ndarray]]:
     return out
 
 
+class _PartBuffer:
+    """Rows of one split gathered from several pieces until a part is written."""
+
+    def __init__(self) -> None:
+        self.labels: list[np.ndarray] = []
+        self.dense: list[np.ndarray] = []
+        self.ids: list[dict[str, np.ndarray]] = []
+
+    def add(self, labels: np.ndarray, dense: np.ndarray, ids: dict[str, np.ndarray]) -> None:
+        self.labels.append(labels)
+        self.dense.append(dense)
+        self.ids.append(ids)
+
+    def write(self, part_dir: Path):
+        names = self.ids[0].keys()
+        ids = {n: np.concatenate([i[n] for i in self.ids]) for n in names}
+        return write_part(part_dir, np.concatenate(self.labels), np.concatenate(self.dense), ids)
+
+
+def _flush(out: Path, task: Task, number: int, buffers: dict[str, _PartBuffer], result: TaskResult) -> None:
+    for split in sorted(buffers):
+        info = buffers[split].write(out / split / f"part-{task.index:05d}-{number:04d}")
+        result.parts.append({"split": split, "part": dataclasses.asdict(info)})
+        result.kept[split] = result.kept.get(split, 0) + info.rows
+    buffers.clear()
+
+
 def run_task(task: Task, opts: TaskOptions) -> TaskResult:
-    """Parse and write one task; writes its marker last. Returns what the marker holds."""
+    """Parse and write one task; writes its marker last. Returns what the marker holds.
+
+    Text is parsed in pieces of PIECE_BYTES (small arrays stay in the allocator's reuse
+    range) and written as one part per split per `chunk_bytes` of text.
+    """
     out = Path(opts.out)
     vocabs = _load_vocabs(opts)
     result = TaskResult(task.index, task.path)
-    line0 = 0
-    for piece_no, data in enumerate(read_pieces(task, opts.chunk_bytes)):
+    buffers: dict[str, _PartBuffer] = {}
+    line0, parts_written, since_flush = 0, 0, 0
+    for data in read_pieces(task):
         chunk = parse_chunk(data, opts.schema)
         _note_bad_rows(task, data, chunk, line0, result, opts)
         dense = transform_dense(chunk.dense, chunk.dense_missing, opts.dense_transform, opts.dense_dtype)
         ids = map_ids(chunk, opts, vocabs)
         for split, mask in _split_rows(task, line0, chunk.rows):
             rows = mask & chunk.ok
-            if not rows.any():
-                continue
-            part_dir = out / split / f"part-{task.index:05d}-{piece_no:04d}"
-            info = write_part(part_dir, chunk.labels[rows], dense[rows], {k: v[rows] for k, v in ids.items()})
-            result.parts.append({"split": split, "part": dataclasses.asdict(info)})
-            result.kept[split] = result.kept.get(split, 0) + info.rows
+            if rows.any():
+                buffers.setdefault(split, _PartBuffer()).add(chunk.labels[rows], dense[rows], {k: v[rows] for k, v in ids.items()})
         line0 += chunk.rows
         result.bytes += len(data)
+        since_flush += len(data)
+        if since_flush >= opts.chunk_bytes:
+            _flush(out, task, parts_written, buffers, result)
+            parts_written, since_flush = parts_written + 1, 0
+    if buffers:
+        _flush(out, task, parts_written, buffers, result)
     result.lines = line0
     atomic_write_bytes(marker_path(out, task.index), json.dumps(dataclasses.asdict(result)).encode())
     return result
@@ -166,7 +208,7 @@ def count_task(task: Task, opts: TaskOptions) -> Path:
     """Vocabulary pass 1: per-feature value counts of the task's training rows, saved as .npz."""
     per_feature: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in opts.schema.sparse_names]
     line0 = 0
-    for data in read_pieces(task, opts.chunk_bytes):
+    for data in read_pieces(task):
         chunk = parse_chunk(data, opts.schema)
         for split, mask in _split_rows(task, line0, chunk.rows):
             if split != "train":

@@ -1,0 +1,153 @@
+"""Row rules of the Criteo text parser, on hand-written rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shardrec.tools.criteo_parse import REASONS, Schema, describe_bad_row, parse_chunk, transform_dense
+from shardrec.tools.parse_fields import decode_hex, decode_hex_generic, decode_int, decode_int_generic
+from shardrec.tools.preprocess_ids import hash_ids
+
+CRITEO = Schema()
+
+
+def row(label="1", dense=None, sparse=None, delimiter="\t", strip=0) -> bytes:
+    """A 40-field Criteo row; `strip` drops that many trailing fields (they must be empty)."""
+    dense = dense if dense is not None else [""] * 13
+    sparse = sparse if sparse is not None else [""] * 26
+    fields = [label, *dense, *sparse]
+    if strip:
+        assert all(f == "" for f in fields[-strip:])
+        fields = fields[:-strip]
+    return (delimiter.join(fields) + "\n").encode()
+
+
+def test_stripped_trailing_fields_are_right_padded_never_shifted():
+    sparse = ["0000000a"] * 24 + ["", ""]
+    full = row(dense=[str(i) for i in range(13)], sparse=sparse)
+    text = full + row(dense=[str(i) for i in range(13)], sparse=sparse, strip=1) + row(dense=[str(i) for i in range(13)], sparse=sparse, strip=2)
+    assert [len(line.split(b"\t")) for line in text.splitlines()] == [40, 39, 38]
+    c = parse_chunk(text, CRITEO)
+    assert c.ok.all()
+    for r in range(3):
+        np.testing.assert_array_equal(c.dense[r], np.arange(13))
+        np.testing.assert_array_equal(c.sparse[r, :24], 10)
+        assert c.sparse_missing[r].tolist() == [False] * 24 + [True, True]
+
+
+def test_37_field_row_with_missing_dense_keeps_columns():
+    # C24-C26 stripped; reading the row left-aligned is right, any other alignment a shift.
+    text = b"0\t1\t\t3" + b"\t" * 11 + b"\t".join([b"deadbeef"] * 23) + b"\n"
+    assert len(text.split(b"\t")) == 37
+    c = parse_chunk(text, CRITEO)
+    assert c.ok.all()
+    assert c.dense[0, 0] == 1 and c.dense_missing[0, 1] and c.dense[0, 2] == 3
+    assert c.sparse[0, 0] == 0xDEADBEEF and c.sparse[0, 22] == 0xDEADBEEF
+    assert c.sparse_missing[0, 23:].all() and not c.sparse_missing[0, :23].any()
+
+
+def test_negative_integers_and_every_transform_is_finite():
+    text = row(dense=["-1", "-2", "-3", "0", "7", "-9223372036854775", "999999999999999999"] + [""] * 6)
+    c = parse_chunk(text, CRITEO)
+    assert c.ok.all()
+    assert c.dense[0, :7].tolist() == [-1, -2, -3, 0, 7, -9223372036854775, 999999999999999999]
+    for how in ("log1p", "signed-log1p", "shift-log1p", "none"):
+        out = transform_dense(c.dense, c.dense_missing, how)
+        assert np.isfinite(out).all(), how
+    default = transform_dense(c.dense, c.dense_missing)
+    assert default[0, :5].tolist() == [0.0, 0.0, 0.0, 0.0, pytest.approx(np.log1p(7.0))]
+    assert default.dtype == np.float32
+    signed = transform_dense(c.dense, c.dense_missing, "signed-log1p")
+    assert signed[0, 0] == pytest.approx(-np.log(2.0))
+
+
+def test_hex_keeps_full_32_bits_and_ids_above_2_pow_24_exactly():
+    values = ["ffffffff", "80000000", "01000001", "00ffffff", "7FFFFFFF", "0000000000000001", "fedcba9876543210"]
+    text = row(sparse=values + [""] * (26 - len(values)))
+    c = parse_chunk(text, CRITEO)
+    assert c.ok.all()
+    assert c.sparse.dtype == np.uint64
+    assert c.sparse[0, :7].tolist() == [0xFFFFFFFF, 0x80000000, 2**24 + 1, 2**24 - 1, 0x7FFFFFFF, 1, 0xFEDCBA9876543210]
+
+
+def test_missing_never_collides_with_zero_value():
+    text = row(sparse=["00000000", ""] + [""] * 24)
+    c = parse_chunk(text, CRITEO)
+    assert c.sparse[0, 0] == 0 and not c.sparse_missing[0, 0]
+    assert c.sparse[0, 1] == 0 and c.sparse_missing[0, 1]
+    ids = hash_ids(c.sparse[0, :2], c.sparse_missing[0, :2], 1000)
+    assert ids[1] == 0 and ids[0] != 0
+
+
+def test_csv_with_float_integers():
+    schema = Schema(delimiter=",", header=True)
+    text = row(label="1", dense=["260.0", "-2.0", "0.0", "", "12"] + [""] * 8, sparse=["68fd1e64"] + [""] * 25, delimiter=",")
+    c = parse_chunk(text, schema)
+    assert c.ok.all()
+    assert c.dense[0, :5].tolist() == [260, -2, 0, 0, 12] and c.dense_missing[0, 3]
+    assert c.sparse[0, 0] == 0x68FD1E64
+
+
+def test_crlf_line_endings():
+    c = parse_chunk(row(sparse=[""] * 25 + ["0000abcd"]).replace(b"\n", b"\r\n") + row(strip=26).replace(b"\n", b"\r\n"), CRITEO)
+    assert c.ok.all()
+    assert c.sparse[0, 25] == 0xABCD and c.sparse_missing[1].all()
+
+
+@pytest.mark.parametrize(
+    "text, reason, field, value",
+    [
+        (row(sparse=["a"] * 26)[:-1] + b"\textra\n", "too_many_fields", "row", "41 fields, schema has 40"),
+        (row(label="2"), "bad_label", "label", "'2'"),
+        (row(label=""), "bad_label", "label", "''"),
+        (row(dense=["12x"] + [""] * 12), "bad_integer", "I1", "'12x'"),
+        (row(dense=["", "1.5"] + [""] * 11), "bad_integer", "I2", "'1.5'"),
+        (row(dense=["-"] + [""] * 12), "bad_integer", "I1", "'-'"),
+        (row(sparse=["", "", "zzzzzzzz"] + [""] * 23), "bad_hex", "C3", "'zzzzzzzz'"),
+        (row(sparse=["12345678123456789"] + [""] * 25), "bad_hex", "C1", "'12345678123456789'"),
+        (b"\n", "empty_row", "row", "(empty line)"),
+    ],
+)
+def test_malformed_rows_are_flagged_with_field_and_value(text, reason, field, value):
+    good = row(dense=["1"] * 13, sparse=["00000001"] * 26)
+    data = good + text + good
+    c = parse_chunk(data, CRITEO)
+    assert c.ok.tolist() == [True, False, True]
+    assert REASONS[c.reason[1]] == reason
+    assert describe_bad_row(data, c, 1, CRITEO) == (field, value)
+
+
+def _random_fields(rng, n, alphabet, max_len):
+    lengths = rng.integers(0, max_len + 1, n)
+    chars = np.frombuffer(alphabet, np.uint8)
+    return [bytes(rng.choice(chars, k)) for k in lengths]
+
+
+def test_fast_decoders_agree_with_generic_ones():
+    rng = np.random.default_rng(0)
+    for alphabet, max_len, fast, slow in (
+        (b"0123456789-.", 11, decode_int, decode_int_generic),
+        (b"0123456789", 9, decode_int, decode_int_generic),
+        (b"0123456789abcdefABCDEFg", 10, decode_hex, decode_hex_generic),
+        (b"0123456789abcdef", 8, decode_hex, decode_hex_generic),
+    ):
+        fields = _random_fields(rng, 3000, alphabet, max_len)
+        text = b"\t".join(fields) + b"\n"
+        buf = np.frombuffer(text, np.uint8)
+        ends = np.cumsum([len(f) + 1 for f in fields]) - 1
+        starts = ends - np.array([len(f) for f in fields])
+        v1, b1 = fast(buf, starts, ends)
+        if fast is decode_int:
+            from shardrec.tools.parse_fields import strip_point_zero
+
+            ends = strip_point_zero(buf, starts, ends)
+        v2, b2 = slow(buf, starts, ends)
+        np.testing.assert_array_equal(b1, b2)
+        np.testing.assert_array_equal(v1[~b1], v2[~b2])
+        # Spot-check against Python's own parsing.
+        for f, v, b in zip(fields, v1, b1):
+            if not b and f:
+                base = 10 if fast is decode_int else 16
+                text_value = f[:-2] if base == 10 and f.endswith(b".0") and len(f) >= 3 else f
+                assert int(text_value, base) == int(v)

@@ -1,0 +1,81 @@
+"""`shardrec data stats` and `shardrec data head`: look inside a preprocessed dataset."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from shardrec.dataloader.format import DatasetError, Manifest
+from shardrec.tools.cli_common import console, fail, print_json
+from shardrec.tools.preprocess_inspect import dataset_stats, head_rows, plot_frequencies
+
+
+def _table(title: str, records: list[dict]) -> Table:
+    table = Table(title=title)
+    if not records:
+        return table
+    for col in records[0]:
+        table.add_column(str(col), justify="left" if col in ("split", "feature", "dtype") else "right")
+    for r in records:
+        table.add_row(*(f"{v:,.4g}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v) for v in r.values()))
+    return table
+
+
+def stats(
+    directory: Annotated[Path, typer.Argument(help="Dataset directory (from `shardrec preprocess`).")],
+    plot: Annotated[Path | None, typer.Option(help="Also write per-feature id-frequency curves to this PNG.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Rows per split, rows skipped by reason, per-feature statistics."""
+    try:
+        result = dataset_stats(directory)
+        if plot is not None:
+            plot_frequencies(directory, plot)
+    except DatasetError as e:
+        fail(str(e))
+    if json_out:
+        print_json({k: v for k, v in result.items() if k != "options"} | ({"plot": str(plot)} if plot else {}))
+        return
+    console.print(_table("splits", result["splits"]))
+    console.print(_table("rows skipped", [{"reason": k, "rows": v} for k, v in result["skipped"].items()]))
+    short = {"feature": "feature", "cardinality": "rows", "dtype": "dtype", "mean_ids_per_sample": "mean ids",
+             "p95_ids_per_sample": "p95 ids", "distinct_ids": "distinct", "top1_share": "top1%", "top10_share": "top10%"}  # fmt: skip
+    console.print(_table("sparse features", [{v: f.get(k, "") for k, v in short.items()} for f in result["features"]]))
+    console.print(_table("dense features (transformed, train)", result["dense"]))
+    if plot is not None:
+        console.print(f"wrote {plot}")
+
+
+def head(
+    directory: Annotated[Path, typer.Argument(help="Dataset directory (from `shardrec preprocess`).")],
+    n: Annotated[int, typer.Option("-n", help="Rows to show.")] = 5,
+    split: Annotated[str, typer.Option(help="Split to read.")] = "train",
+    json_out: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
+) -> None:
+    """The first rows of a split, decoded: label, transformed dense values, sparse ids."""
+    if n < 0:
+        fail(f"-n must be >= 0, got {n}")
+    try:
+        rows = head_rows(directory, n, split)
+    except DatasetError as e:
+        fail(str(e))
+    if json_out:
+        print_json(rows)
+        return
+    manifest = Manifest.load(directory)
+    table = Table(title=f"{directory} {split}: first {len(rows)} rows")
+    table.add_column("field")
+    for i in range(len(rows)):
+        table.add_column(str(i), justify="right")
+    names = ["label", *manifest.dense_features, *manifest.feature_names]
+    for name in names:
+        table.add_row(name, *(f"{r[name]:.4f}" if isinstance(r[name], float) else str(r[name]) for r in rows))
+    console.print(table)
+
+
+def register(data_app: typer.Typer) -> None:
+    data_app.command()(stats)
+    data_app.command()(head)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from shardrec.tools import cli_data_stream
+from shardrec.tools import cli_data_inspect, cli_data_stream
 
 data_app = typer.Typer(help="Inspect a preprocessed dataset: statistics, rows, checksums, stream digests.", no_args_is_help=True)
 
@@ -12,4 +12,5 @@ data_app = typer.Typer(help="Inspect a preprocessed dataset: statistics, rows, c
 def register(app: typer.Typer) -> None:
     # Each module below adds its commands to data_app.
     cli_data_stream.register(data_app)
+    cli_data_inspect.register(data_app)
     app.add_typer(data_app, name="data")

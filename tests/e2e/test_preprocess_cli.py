@@ -1,0 +1,176 @@
+"""`shardrec preprocess` end to end on small synthetic click logs."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from shardrec.dataloader.format import Manifest, open_split, verify
+from shardrec.tools.cli import app
+from shardrec.tools.criteo_parse import transform_dense
+from shardrec.tools.preprocess_ids import hash_ids
+from shardrec.tools.synth import write_dataset
+
+runner = CliRunner()
+
+
+def cli(*args: str, ok: bool = True):
+    result = runner.invoke(app, [str(a) for a in args])
+    if ok:
+        assert result.exit_code == 0, result.output
+    return result
+
+
+def reference_rows(path: Path, max_ids: int, skip_header: bool = False, delimiter: str = "\t"):
+    """Each text line decoded with plain Python: the row rules, independently of the parser."""
+    lines = path.read_text().splitlines()[1 if skip_header else 0 :]
+    rows = []
+    for line in lines:
+        fields = line.split(delimiter)
+        fields += [""] * (40 - len(fields))
+        dense = np.array([[int(float(f)) if f else 0 for f in fields[1:14]]], dtype=np.int64)
+        missing = np.array([[f == "" for f in fields[1:14]]])
+        values = np.array([int(f, 16) if f else 0 for f in fields[14:]], dtype=np.uint64)
+        ids = hash_ids(values, np.array([f == "" for f in fields[14:]]), max_ids)
+        rows.append((int(fields[0]), transform_dense(dense, missing)[0], ids))
+    return rows
+
+
+def all_rows(directory: Path, split: str):
+    parts = open_split(directory, split)
+    labels = np.concatenate([p.labels for p in parts])
+    dense = np.concatenate([p.dense for p in parts])
+    sparse = np.stack([np.concatenate([p.sparse[f"C{i}"] for p in parts]) for i in range(1, 27)], axis=1)
+    return labels, dense, sparse
+
+
+def tree_bytes(directory: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def kaggle(tmp_path_factory) -> Path:
+    raw = tmp_path_factory.mktemp("raw")
+    return write_dataset(raw, rows=2000, seed=3, max_vocab=500)[0]
+
+
+def test_round_trip_matches_python_reference_exactly(kaggle: Path, tmp_path: Path):
+    out = tmp_path / "data"
+    res = json.loads(cli("preprocess", kaggle, "--out", out, "--max-ids", "1000", "--chunk-mb", "0.05", "--json").stdout)
+    assert res["complete"] and res["lines"] == 2000 and res["rows_skipped"] == {}
+    assert verify(out) == []
+    ref = reference_rows(kaggle, 1000)
+    first_eval = 6 * 2000 // 7
+    half = (2000 - first_eval) // 2
+    expected = {"train": ref[:first_eval], "val": ref[first_eval : first_eval + half], "test": ref[first_eval + half :]}
+    manifest = Manifest.load(out)
+    assert manifest.options["splits"]["val_half"] == "first"
+    for split, rows in expected.items():
+        labels, dense, sparse = all_rows(out, split)
+        assert labels.tolist() == [r[0] for r in rows]
+        np.testing.assert_array_equal(dense, np.stack([r[1] for r in rows]))
+        np.testing.assert_array_equal(sparse, np.stack([r[2] for r in rows]))
+    assert all(f.cardinality == 1000 and f.dtype == "uint16" for f in manifest.sparse_features)
+    head = json.loads(cli("data", "head", out, "-n", "2", "--split", "val", "--json").stdout)
+    assert head[1]["label"] == expected["val"][1][0]
+    assert head[1]["C26"] == int(expected["val"][1][2][25])
+    assert head[1]["I2"] == float(expected["val"][1][1][1])
+
+
+def test_val_half_second_swaps_the_halves(kaggle: Path, tmp_path: Path):
+    cli("preprocess", kaggle, "--out", tmp_path / "a", "--max-ids", "100")
+    cli("preprocess", kaggle, "--out", tmp_path / "b", "--max-ids", "100", "--val-half", "second")
+    a_val, b_test = all_rows(tmp_path / "a", "val"), all_rows(tmp_path / "b", "test")
+    for x, y in zip(a_val, b_test):
+        np.testing.assert_array_equal(x, y)
+    assert Manifest.load(tmp_path / "b").options["splits"]["val_half"] == "second"
+
+
+def test_csv_copy_gives_the_same_dataset(tmp_path: Path):
+    # The same seed and fewer rows than synth's chunk: identical rows as TSV and as CSV.
+    tsv = write_dataset(tmp_path / "tsv", rows=700, seed=5, max_vocab=300)[0]
+    csv = write_dataset(tmp_path / "csv", rows=700, seed=5, max_vocab=300, csv=True)[0]
+    assert csv.read_text().startswith("label,I1,") and ".0," in csv.read_text()
+    cli("preprocess", tsv, "--out", tmp_path / "a", "--max-ids", "5000")
+    cli("preprocess", csv, "--out", tmp_path / "b", "--max-ids", "5000", "--csv")
+    for split in ("train", "val", "test"):
+        for x, y in zip(all_rows(tmp_path / "a", split), all_rows(tmp_path / "b", split)):
+            np.testing.assert_array_equal(x, y)
+
+
+def test_gz_day_files_last_day_halved(tmp_path: Path):
+    days = write_dataset(tmp_path / "raw", rows=900, seed=1, days=3, gz=True, max_vocab=200)
+    out = tmp_path / "data"
+    res = json.loads(cli("preprocess", tmp_path / "raw", "--out", out, "--max-ids", "300", "--json").stdout)
+    lines = [len(gzip.open(d).read().splitlines()) for d in days]
+    assert res["rows_kept"] == {"train": lines[0] + lines[1], "val": lines[2] // 2, "test": lines[2] - lines[2] // 2}
+    assert Manifest.load(out).options["layout"] == "days"
+
+
+def test_truncated_gz_names_the_file_and_keeps_other_output(tmp_path: Path):
+    days = write_dataset(tmp_path / "raw", rows=3000, seed=1, days=2, gz=True, max_vocab=200)
+    data = days[0].read_bytes()
+    days[0].write_bytes(data[: len(data) // 2])
+    res = cli("preprocess", tmp_path / "raw", "--out", tmp_path / "data", "--max-ids", "300", ok=False)
+    assert res.exit_code == 1
+    assert f"{days[0]}: unreadable or truncated" in res.output
+    assert (tmp_path / "data" / ".work" / "task-00001.json").is_file()  # day_1 was finished
+    assert not (tmp_path / "data" / "manifest.json").exists()
+
+
+@pytest.mark.parametrize("what", ["missing", "empty"])
+def test_unreadable_inputs_are_clear_errors(tmp_path: Path, what: str):
+    path = tmp_path / "train.txt"
+    if what == "empty":
+        path.write_bytes(b"")
+    res = cli("preprocess", path, "--out", tmp_path / "data", ok=False)
+    assert res.exit_code == 1 and str(path) in res.output
+    assert ("empty file" if what == "empty" else "no such file") in res.output
+
+
+def test_malformed_rows_skipped_and_reported_or_strict(kaggle: Path, tmp_path: Path):
+    lines = kaggle.read_bytes().splitlines(keepends=True)
+    lines[10] = b"1\tx1" + lines[10][lines[10].index(b"\t", 2) :]
+    lines[20] = b"7" + lines[20][1:]
+    bad = tmp_path / "train.txt"
+    bad.write_bytes(b"".join(lines))
+    res = json.loads(cli("preprocess", bad, "--out", tmp_path / "a", "--max-ids", "100", "--json").stdout)
+    assert res["rows_skipped"] == {"bad_integer": 1, "bad_label": 1}
+    assert res["first_errors"] == [f"{bad}:11: I1: 'x1' (bad_integer)", f"{bad}:21: label: '7' (bad_label)"]
+    assert sum(res["rows_kept"].values()) == 1998
+    assert Manifest.load(tmp_path / "a").skipped == {"bad_integer": 1, "bad_label": 1}
+    strict = cli("preprocess", bad, "--out", tmp_path / "b", "--max-ids", "100", "--strict", ok=False)
+    assert strict.exit_code == 1 and f"{bad}:11: I1: 'x1'" in strict.output
+    assert not (tmp_path / "b" / "manifest.json").exists()
+
+
+def test_vocabulary_mode_oov_and_missing_ids(tmp_path: Path):
+    text = "".join(
+        f"{i % 2}\t1" + "\t" * 12 + "\t" + c1 + "\t" * 25 + "\n"
+        for i, c1 in enumerate(["0000000a"] * 3 + ["0000000b"] * 2 + ["0000000c"] + [""] + ["0000000a"] * 7 + ["0000000d", "0000000a"])
+    )
+    path = tmp_path / "train.txt"
+    path.write_text(text)
+    out = tmp_path / "data"
+    cli("preprocess", path, "--out", out, "--min-count", "2")
+    manifest = Manifest.load(out)
+    # 16 lines: training days are the first 6*16//7 = 13: a x9 (id 2), b x2 (id 3), c once
+    # (below --min-count: OOV), one missing; line 14 is val, lines 15-16 test.
+    assert manifest.feature("C1").cardinality == 4 and manifest.options["oov_id"] == 1
+    _, _, train = all_rows(out, "train")
+    assert train[:, 0].tolist() == [2, 2, 2, 3, 3, 1, 0, 2, 2, 2, 2, 2, 2]
+    _, _, val = all_rows(out, "val")
+    _, _, test = all_rows(out, "test")
+    assert val[:, 0].tolist() == [2] and test[:, 0].tolist() == [1, 2]  # d unseen in training -> OOV
+    assert (train[:, 1:] == 0).all()  # C2..C26 always missing
+
+
+def test_rerun_with_other_options_into_same_dir_is_refused(kaggle: Path, tmp_path: Path):
+    cli("preprocess", kaggle, "--out", tmp_path / "d", "--max-ids", "100")
+    res = cli("preprocess", kaggle, "--out", tmp_path / "d", "--max-ids", "200", ok=False)
+    assert res.exit_code == 1 and "different max_ids" in res.output

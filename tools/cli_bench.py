@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import typer
 
+from shardrec.tools import bench_preprocess
+
 bench_app = typer.Typer(help="Benchmarks; each prints its ratio against a baseline measured in the same run.", no_args_is_help=True)
 
 
 def register(app: typer.Typer) -> None:
+    bench_preprocess.register(bench_app)
     app.add_typer(bench_app, name="bench")

@@ -151,8 +151,12 @@ def count_range_lines(path: Path, start: int, end: int, block: int = 1 << 24) ->
 
 
 def halve(first: int, total: int, val_half: str) -> tuple[SplitRange, SplitRange]:
-    """Lines [first, total) cut into val and test halves; val is the first half unless val_half='second'."""
-    mid = first + (total - first) // 2
+    """Lines [first, total) cut in two; the first half is val unless val_half='second'.
+
+    The first half gets the odd line, as in torchrec's InMemoryBinaryCriteoIterDataPipe, so a
+    dataset exported to its layout splits the same way there.
+    """
+    mid = first + (total - first + 1) // 2
     a, b = ("val", "test") if val_half == "first" else ("test", "val")
     return SplitRange(a, first, mid), SplitRange(b, mid, total)
 

@@ -66,7 +66,7 @@ def test_round_trip_matches_python_reference_exactly(kaggle: Path, tmp_path: Pat
     assert verify(out) == []
     ref = reference_rows(kaggle, 1000)
     first_eval = 6 * 2000 // 7
-    half = (2000 - first_eval) // 2
+    half = (2000 - first_eval + 1) // 2
     expected = {"train": ref[:first_eval], "val": ref[first_eval : first_eval + half], "test": ref[first_eval + half :]}
     manifest = Manifest.load(out)
     assert manifest.options["splits"]["val_half"] == "first"
@@ -108,7 +108,7 @@ def test_gz_day_files_last_day_halved(tmp_path: Path):
     out = tmp_path / "data"
     res = json.loads(cli("preprocess", tmp_path / "raw", "--out", out, "--max-ids", "300", "--json").stdout)
     lines = [len(gzip.open(d).read().splitlines()) for d in days]
-    assert res["rows_kept"] == {"train": lines[0] + lines[1], "val": lines[2] // 2, "test": lines[2] - lines[2] // 2}
+    assert res["rows_kept"] == {"train": lines[0] + lines[1], "val": (lines[2] + 1) // 2, "test": lines[2] // 2}
     assert Manifest.load(out).options["layout"] == "days"
 
 
@@ -160,13 +160,14 @@ def test_vocabulary_mode_oov_and_missing_ids(tmp_path: Path):
     cli("preprocess", path, "--out", out, "--min-count", "2")
     manifest = Manifest.load(out)
     # 16 lines: training days are the first 6*16//7 = 13: a x9 (id 2), b x2 (id 3), c once
-    # (below --min-count: OOV), one missing; line 14 is val, lines 15-16 test.
+    # (below --min-count: OOV), one missing; lines 14-15 are val (the odd line goes to the
+    # first half, as in torchrec), line 16 test.
     assert manifest.feature("C1").cardinality == 4 and manifest.options["oov_id"] == 1
     _, _, train = all_rows(out, "train")
     assert train[:, 0].tolist() == [2, 2, 2, 3, 3, 1, 0, 2, 2, 2, 2, 2, 2]
     _, _, val = all_rows(out, "val")
     _, _, test = all_rows(out, "test")
-    assert val[:, 0].tolist() == [2] and test[:, 0].tolist() == [1, 2]  # d unseen in training -> OOV
+    assert val[:, 0].tolist() == [2, 1] and test[:, 0].tolist() == [2]  # d unseen in training -> OOV
     assert (train[:, 1:] == 0).all()  # C2..C26 always missing
 
 

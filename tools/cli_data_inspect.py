@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from shardrec.dataloader.format import DatasetError, Manifest
+from shardrec.tools import preprocess_npy
 from shardrec.tools.cli_common import console, fail, print_json
 from shardrec.tools.preprocess_inspect import dataset_stats, head_rows, plot_frequencies
 
@@ -76,6 +77,43 @@ def head(
     console.print(table)
 
 
+def import_npy(
+    src: Annotated[Path, typer.Argument(help="Directory of torchrec's day_N_{dense,sparse,labels}.npy files.")],
+    out: Annotated[Path, typer.Option(help="Output dataset directory.")],
+    max_ids: Annotated[str | None, typer.Option(help="torchrec's hashes: N or N1,N2,... (ids = value % N); default max id + 1.")] = None,
+    val_half: Annotated[str, typer.Option(help="Which half of the last day is validation: first (torchrec) or second.")] = "first",
+    json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Import data preprocessed by torchrec's scripts, with torchrec's splits and ids."""
+    if val_half not in ("first", "second"):
+        fail(f"--val-half {val_half!r} must be first or second")
+    try:
+        hashes = [int(v) for v in max_ids.split(",")] if max_ids else None
+    except ValueError:
+        fail(f"--max-ids {max_ids!r}: expected an integer or a comma-separated list of integers")
+    try:
+        manifest = preprocess_npy.import_npy(src, out, hashes, val_half)
+    except (ValueError, DatasetError) as e:
+        fail(str(e))
+    rows = {s: info.rows for s, info in manifest.splits.items()}
+    print_json({"rows": rows}) if json_out else console.print(f"imported {rows} into {out}", highlight=False)
+
+
+def export_npy(
+    directory: Annotated[Path, typer.Argument(help="Dataset directory (from `shardrec preprocess`).")],
+    out: Annotated[Path, typer.Option(help="Directory for day_N_{dense,sparse,labels}.npy.")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Export to torchrec's day-file layout (train parts as days, then a last day of val + test)."""
+    try:
+        written = preprocess_npy.export_npy(directory, out)
+    except (ValueError, DatasetError) as e:
+        fail(str(e))
+    print_json(written) if json_out else console.print(f"wrote {len(written)} day(s) to {out}: {written}", highlight=False)
+
+
 def register(data_app: typer.Typer) -> None:
     data_app.command()(stats)
     data_app.command()(head)
+    data_app.command("import-npy")(import_npy)
+    data_app.command("export-npy")(export_npy)

@@ -1,0 +1,99 @@
+"""`data stats`, `data head --plot`, and torchrec day-file import/export, end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from shardrec.dataloader.format import Manifest, open_split, verify
+from shardrec.tools.cli import app
+from shardrec.tools.synth import write_dataset
+
+runner = CliRunner()
+
+
+def cli(*args, ok: bool = True):
+    result = runner.invoke(app, [str(a) for a in args])
+    if ok:
+        assert result.exit_code == 0, result.output
+    return result
+
+
+def columns(directory: Path, split: str) -> dict[str, np.ndarray]:
+    parts = open_split(directory, split)
+    names = ["labels", "dense", *Manifest.load(directory).feature_names]
+    get = lambda p, n: p.labels if n == "labels" else p.dense if n == "dense" else p.sparse[n]  # noqa: E731
+    return {n: np.concatenate([np.asarray(get(p, n)) for p in parts]) for n in names}
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("inspect")
+    raw = write_dataset(base / "raw", rows=1500, seed=2, max_vocab=400)[0]
+    cli("preprocess", raw, "--out", base / "data", "--max-ids", "700", "--chunk-mb", "0.1")
+    return base / "data"
+
+
+def test_stats_json_and_planner_statistics(dataset: Path, tmp_path: Path):
+    res = json.loads(cli("data", "stats", dataset, "--json", "--plot", tmp_path / "f.png").stdout)
+    assert {s["split"]: s["rows"] for s in res["splits"]} == {"train": 1285, "val": 108, "test": 107}
+    c1 = next(f for f in res["features"] if f["feature"] == "C1")
+    train_c1 = columns(dataset, "train")["C1"]
+    counts = np.sort(np.bincount(train_c1, minlength=700))[::-1]
+    assert c1["distinct_ids"] == int((counts > 0).sum())
+    assert c1["top1_share"] == pytest.approx(counts[:7].sum() / len(train_c1), abs=1e-6)
+    assert c1["top10_share"] == pytest.approx(counts[:70].sum() / len(train_c1), abs=1e-6)
+    assert c1["mean_ids_per_sample"] == 1.0 and c1["p95_ids_per_sample"] == 1.0
+    assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [d["feature"] for d in res["dense"]][:2] == ["I1", "I2"] and res["dense"][1]["min"] >= 0
+
+
+def test_head_shows_decoded_rows(dataset: Path):
+    rows = json.loads(cli("data", "head", dataset, "-n", "3", "--split", "test", "--json").stdout)
+    test = columns(dataset, "test")
+    assert len(rows) == 3
+    assert [r["label"] for r in rows] == test["labels"][:3].tolist()
+    assert [r["C7"] for r in rows] == test["C7"][:3].tolist()
+    assert rows[2]["I13"] == float(test["dense"][2, 12])
+    text = cli("data", "head", dataset, "-n", "2").stdout
+    assert "C26" in text and "label" in text
+
+
+def test_inspecting_a_non_dataset_is_a_clear_error(tmp_path: Path):
+    res = cli("data", "stats", tmp_path, ok=False)
+    assert res.exit_code == 1 and "not a shardrec dataset" in res.output
+
+
+def test_torchrec_npy_export_then_import_round_trips(dataset: Path, tmp_path: Path):
+    written = json.loads(cli("data", "export-npy", dataset, "--out", tmp_path / "npy", "--json").stdout)
+    n = len(written)
+    assert np.load(tmp_path / "npy" / f"day_{n - 1}_labels.npy").shape == (108 + 107, 1)
+    assert np.load(tmp_path / "npy" / "day_0_sparse.npy").dtype == np.int64
+    cli("data", "import-npy", tmp_path / "npy", "--out", tmp_path / "back", "--max-ids", "700")
+    assert verify(tmp_path / "back") == []
+    for split in ("train", "val", "test"):
+        a, b = columns(dataset, split), columns(tmp_path / "back", split)
+        for name in a:
+            np.testing.assert_array_equal(a[name], b[name], err_msg=f"{split} {name}")
+
+
+def test_npy_import_takes_ids_modulo_hashes_like_torchrec(tmp_path: Path):
+    src = tmp_path / "npy"
+    src.mkdir()
+    rng = np.random.default_rng(0)
+    for day, rows in enumerate([6, 5]):
+        np.save(src / f"day_{day}_dense.npy", rng.random((rows, 13), dtype=np.float32))
+        np.save(src / f"day_{day}_sparse.npy", rng.integers(0, 2**32, (rows, 26), dtype=np.int64))
+        np.save(src / f"day_{day}_labels.npy", rng.integers(0, 2, (rows, 1)).astype(np.int32))
+    cli("data", "import-npy", src, "--out", tmp_path / "data", "--max-ids", "97")
+    sparse1 = np.load(src / "day_1_sparse.npy")
+    val, test = columns(tmp_path / "data", "val"), columns(tmp_path / "data", "test")
+    assert len(val["labels"]) == 3 and len(test["labels"]) == 2  # torchrec: val = first ceil(5/2)
+    np.testing.assert_array_equal(test["C5"], sparse1[3:, 4] % 97)
+    np.testing.assert_array_equal(val["dense"], np.load(src / "day_1_dense.npy")[:3])
+    missing = cli("data", "import-npy", tmp_path / "nothing", "--out", tmp_path / "x", ok=False)
+    assert missing.exit_code == 1 and "not a directory" in missing.output

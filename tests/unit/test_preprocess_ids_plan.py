@@ -1,0 +1,96 @@
+"""Id mapping (hashing, vocabulary) and run planning (chunks, splits, inputs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shardrec.tools.preprocess_ids import MISSING_ID, OOV_ID, Vocabulary, hash_ids, merge_counts
+from shardrec.tools.preprocess_plan import (
+    SplitRange,
+    chunk_bounds,
+    count_lines,
+    discover_inputs,
+    halve,
+    plan_tasks,
+    resolve_layout,
+    split_ranges,
+)
+
+
+def test_hash_ids_range_missing_and_spread():
+    values = np.arange(0, 5000, dtype=np.uint64) | np.uint64(0xFFFF0000)
+    missing = np.zeros(len(values), dtype=bool)
+    missing[::7] = True
+    ids = hash_ids(values, missing, 1_000_000)
+    assert (ids[missing] == MISSING_ID).all()
+    assert ids[~missing].min() >= 1 and ids[~missing].max() < 1_000_000
+    assert len(np.unique(ids[~missing])) > 0.99 * (~missing).sum()  # neighbours do not collide
+    np.testing.assert_array_equal(ids, hash_ids(values, missing, 1_000_000))
+    with pytest.raises(ValueError, match="at least 2"):
+        hash_ids(values, missing, 1)
+
+
+def test_merge_counts_sums_across_chunks():
+    a = (np.array([1, 5, 9], np.uint64), np.array([2, 1, 1]))
+    b = (np.array([5, 7], np.uint64), np.array([3, 4]))
+    values, counts = merge_counts([a, b])
+    assert values.tolist() == [1, 5, 7, 9] and counts.tolist() == [2, 4, 4, 1]
+
+
+def test_vocabulary_orders_by_count_and_maps_the_rest_to_oov():
+    vocab = Vocabulary.build(np.array([3, 8, 2**32 + 5, 11], np.uint64), np.array([5, 9, 5, 1]), min_count=2)
+    assert vocab.cardinality == 5  # 3 kept + missing + OOV
+    values = np.array([8, 3, 2**32 + 5, 11, 12, 0], np.uint64)
+    missing = np.array([False, False, False, False, False, True])
+    # 8 is the most frequent; 3 and 2^32+5 tie on count and are ordered by value.
+    assert vocab.lookup(values, missing).tolist() == [2, 3, 4, OOV_ID, OOV_ID, MISSING_ID]
+    empty = Vocabulary.build(np.array([1], np.uint64), np.array([1]), min_count=5)
+    assert empty.lookup(np.array([1], np.uint64), np.array([False])).tolist() == [OOV_ID]
+
+
+def test_chunk_bounds_cut_after_newlines_and_cover_the_file(tmp_path: Path):
+    path = tmp_path / "t.txt"
+    lines = [f"{i}\t{'x' * (i % 13)}\n".encode() for i in range(500)]
+    path.write_bytes(b"".join(lines)[:-1])  # no newline at the very end
+    bounds = chunk_bounds(path, 300, 0)
+    assert bounds[0][0] == 0 and bounds[-1][1] == path.stat().st_size
+    data = path.read_bytes()
+    for (s, e), (s2, _) in zip(bounds, bounds[1:]):
+        assert e == s2 and data[e - 1 : e] == b"\n"
+    assert count_lines(path, skip_header=False) == 500
+    assert count_lines(path, skip_header=True) == 499
+
+
+def test_kaggle_and_day_splits():
+    ranges = split_ranges("kaggle", True, 700, "first")
+    assert ranges == (SplitRange("train", 0, 600), SplitRange("val", 600, 650), SplitRange("test", 650, 700))
+    assert halve(0, 7, "first") == (SplitRange("val", 0, 4), SplitRange("test", 4, 7))
+    assert halve(0, 7, "second") == (SplitRange("test", 0, 4), SplitRange("val", 4, 7))
+    assert split_ranges("days", False, 100, "first") == ()  # a training day
+
+
+def test_inputs_in_day_order_and_layouts(tmp_path: Path):
+    for d in (0, 2, 10, 1):
+        (tmp_path / f"day_{d}").write_text("1\n")
+    (tmp_path / ".hidden").write_text("x")
+    files = discover_inputs([tmp_path])
+    assert [f.name for f in files] == ["day_0", "day_1", "day_2", "day_10"]
+    assert resolve_layout("auto", files) == "days" and resolve_layout("auto", files[:1]) == "kaggle"
+    with pytest.raises(ValueError, match="at least two day files"):
+        resolve_layout("days", files[:1])
+    with pytest.raises(ValueError, match="no such file"):
+        discover_inputs([tmp_path / "nope"])
+
+
+def test_plan_gives_each_task_its_first_line(tmp_path: Path):
+    path = tmp_path / "train.txt"
+    path.write_bytes(b"".join(f"{i % 2}\t{i}\n".encode() for i in range(1000)))
+    tasks = plan_tasks([path], "kaggle", "first", 1000, header=False)
+    assert len(tasks) > 5
+    data = path.read_bytes()
+    for t in tasks:
+        assert t.first_line == data[: t.start].count(b"\n")
+        assert t.split_of(t.first_line) == ("train" if t.first_line < 857 else "val" if t.first_line < 929 else "test")

@@ -88,24 +88,53 @@ class BatchGatherer:
             self._ones = torch.ones(n, dtype=torch.int32)
         return self._ones[:n]
 
+    def _take(self, groups: _Groups, n: int, get) -> np.ndarray:
+        """One column of the rows, in the column's own dtype."""
+        if len(groups.parts) == 1:
+            return np.take(get(self.parts[groups.parts[0]]), groups.local[0], axis=0)
+        first = get(self.parts[groups.parts[0]])
+        out = np.empty((n, *first.shape[1:]), first.dtype)
+        for p, local, where in zip(groups.parts, groups.local, groups.where):
+            out[where] = np.take(get(self.parts[p]), local, axis=0)
+        return out
+
     def gather(self, rows: np.ndarray, real: int | None = None) -> Batch:
         """Batch of the given global rows, in order; rows at positions >= `real` get PAD_LABEL."""
-        n = len(rows)
+        return self.gather_many([(rows, len(rows) if real is None else real)])[0]
+
+    def gather_many(self, slices: list[tuple[np.ndarray, int]]) -> list[Batch]:
+        """Batches of several equal-sized row slices, each with its count of real rows.
+
+        One gather per column serves all of them: consecutive batches come from the same
+        shuffle window, so each column's slice of the window is read while it is in cache.
+        """
+        b, count = len(slices[0][0]), len(slices)
+        assert all(len(r) == b for r, _ in slices), "slices must have equal sizes"
+        rows = slices[0][0] if count == 1 else np.concatenate([r for r, _ in slices])
+        n = count * b
         groups = self._group(rows)
         labels = self._column(groups, n, lambda p: p.labels, np.empty(n, np.float32))
-        if real is not None and real < n:
-            labels[real:] = PAD_LABEL
+        for i, (_, real) in enumerate(slices):
+            if real < b:
+                labels[i * b + real : (i + 1) * b] = PAD_LABEL
         dense = self._column(groups, n, lambda p: p.dense, np.empty((n, self.num_dense), np.float32))
         if self.multi_hot:
-            values, lengths = self._jagged(groups, n)
+            kjts = [self._kjt(*self._jagged(self._group(r), b), b) for r, _ in slices]
         else:
-            values = np.empty(len(self.feature_names) * n, np.int64)
+            values = np.empty((count, len(self.feature_names), b), np.int64)
             for f, name in enumerate(self.feature_names):
-                self._column(groups, n, lambda p, name=name: p.sparse[name], values[f * n : (f + 1) * n])
-            lengths = None
-            self._fold(values, n)
-        kjt = self._kjt(values, lengths, n)
-        return Batch(dense_features=torch.from_numpy(dense), sparse_features=kjt, labels=torch.from_numpy(labels))
+                values[:, f, :] = self._take(groups, n, lambda p, name=name: p.sparse[name]).reshape(count, b)
+                if name in self.modulo:
+                    np.remainder(values[:, f, :], self.modulo[name], out=values[:, f, :])
+            kjts = [self._kjt(values[i].reshape(-1), None, b) for i in range(count)]
+        return [
+            Batch(
+                dense_features=torch.from_numpy(dense[i * b : (i + 1) * b]),
+                sparse_features=kjts[i],
+                labels=torch.from_numpy(labels[i * b : (i + 1) * b]),
+            )
+            for i in range(count)
+        ]
 
     def _jagged(self, groups: _Groups, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Values and lengths ([features * n], feature-major) when some features are multi-hot."""
@@ -131,13 +160,6 @@ class BatchGatherer:
                     seg = values[bounds[f] : bounds[f + 1]]
                     np.remainder(seg, self.modulo[name], out=seg)
         return values, lengths
-
-    def _fold(self, values: np.ndarray, n: int) -> None:
-        """Fold raw ids into their tables (layouts that store unhashed ids)."""
-        for f, name in enumerate(self.feature_names):
-            if name in self.modulo:
-                seg = values[f * n : (f + 1) * n]
-                np.remainder(seg, self.modulo[name], out=seg)
 
     def _kjt(self, values: np.ndarray, lengths: np.ndarray | None, n: int) -> KeyedJaggedTensor:
         nf = len(self.feature_names)

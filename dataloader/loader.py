@@ -27,13 +27,21 @@ from torchrec.datasets.utils import Batch
 
 from shardrec.dataloader.batch import PAD_LABEL, BatchGatherer
 from shardrec.dataloader.format import DatasetError
-from shardrec.dataloader.order import DEFAULT_BLOCK_ROWS, DEFAULT_WINDOW_BLOCKS, EpochOrder, OrderSpec
+from shardrec.dataloader.order import (
+    DEFAULT_BLOCK_ROWS,
+    DEFAULT_GROUP_SEGMENTS,
+    DEFAULT_SEGMENT_BLOCKS,
+    DEFAULT_WINDOW_BLOCKS,
+    EpochOrder,
+    OrderSpec,
+)
 from shardrec.dataloader.prefetch import prefetch_map
 from shardrec.dataloader.source import SplitSource, open_source
 
 logger = logging.getLogger(__name__)
 
 STATE_VERSION = 1
+ROWS_PER_GATHER = 1 << 16
 __all__ = ["PAD_LABEL", "BatchLoader", "build_loader"]
 
 
@@ -52,6 +60,7 @@ class BatchLoader:
         prefetch: int = 2,
         pin_memory: bool = False,
         device: torch.device | None = None,
+        gather_rows: int = ROWS_PER_GATHER,
     ) -> None:
         self.source = source
         self.spec = spec
@@ -63,6 +72,9 @@ class BatchLoader:
         """Real (unpadded) samples in the split."""
         self._gatherer = BatchGatherer(source.parts, source.feature_names, source.multi_hot, source.modulo)
         self._order: EpochOrder | None = None
+        # Batches gathered together: about one shuffle window of this rank's rows (see batch.py).
+        self._run_batches = max(1, gather_rows // self.local_batch_size)
+        self._cached_run: tuple[tuple[int, int], list[Batch]] | None = None
         self.epoch = epoch
         self._offset = 0  # global samples of self.epoch yielded so far
         self._resume_pending = False
@@ -94,10 +106,21 @@ class BatchLoader:
         b, r = self.local_batch_size, self.rank
         return rows[r * b : (r + 1) * b], min(max(real - r * b, 0), b)
 
+    def _run(self, first: int) -> list[Batch]:
+        """This rank's slices of global batches first .. first + run - 1, gathered together."""
+        stop = min(first + self._run_batches, len(self))
+        batches = self._gatherer.gather_many([self.rows(k) for k in range(first, stop)])
+        return [b.pin_memory() for b in batches] if self.pin_memory else batches
+
     def batch(self, k: int) -> Batch:
         """This rank's slice of global batch k of the current epoch (random access)."""
-        batch = self._gatherer.gather(*self.rows(k))
-        return batch.pin_memory() if self.pin_memory else batch
+        if not 0 <= k < len(self):
+            raise IndexError(f"batch {k} outside [0, {len(self)})")
+        first = k - k % self._run_batches
+        cached = self._cached_run
+        if cached is None or cached[0] != (self.epoch, first):
+            cached = self._cached_run = ((self.epoch, first), self._run(first))
+        return cached[1][k - first]
 
     def __iter__(self) -> Iterator[Batch]:
         if not self._resume_pending:
@@ -109,16 +132,20 @@ class BatchLoader:
 
     def _iterate(self, start: int) -> Iterator[Batch]:
         epoch = self.epoch
-        g = self.spec.global_batch_size
-        batches = prefetch_map(self.batch, range(start, len(self)), self.num_workers, self.prefetch * max(self.num_workers, 1))
-        for k, batch in zip(range(start, len(self)), batches):
-            if self.epoch != epoch:  # set_epoch() during iteration: this iterator is stale
-                return
-            # The state counts a batch as soon as the consumer has it.
-            self._offset = (k + 1) * g
-            if self.device is not None:
-                batch = batch.to(self.device, non_blocking=self.pin_memory)
-            yield batch
+        g, run = self.spec.global_batch_size, self._run_batches
+        firsts = range(start - start % run, len(self), run)
+        runs = prefetch_map(self._run, firsts, self.num_workers, self.prefetch * max(self.num_workers, 1))
+        for first, batches in zip(firsts, runs):
+            for k, batch in enumerate(batches, start=first):
+                if k < start:
+                    continue  # a resume inside a run
+                if self.epoch != epoch:  # set_epoch() during iteration: this iterator is stale
+                    return
+                # The state counts a batch as soon as the consumer has it.
+                self._offset = (k + 1) * g
+                if self.device is not None:
+                    batch = batch.to(self.device, non_blocking=self.pin_memory)
+                yield batch
 
     def state_dict(self) -> dict[str, Any]:
         """Position (epoch, global sample offset) and what the order depends on."""
@@ -133,6 +160,8 @@ class BatchLoader:
             "tail": s.tail,
             "block_rows": s.block_rows,
             "window_blocks": s.window_blocks,
+            "segment_blocks": s.segment_blocks,
+            "group_segments": s.group_segments,
             "num_samples": s.num_samples,
             "fingerprint": self.source.fingerprint,
         }
@@ -146,7 +175,7 @@ class BatchLoader:
         mine = self.state_dict()
         if state.get("version") != STATE_VERSION:
             raise ValueError(f"loader state version {state.get('version')!r} is not {STATE_VERSION}")
-        for key in ("seed", "global_batch_size", "shuffle", "tail", "block_rows", "window_blocks", "num_samples", "fingerprint"):
+        for key in ("seed", "global_batch_size", "shuffle", "tail", "block_rows", "window_blocks", "segment_blocks", "group_segments", "num_samples", "fingerprint"):
             if state.get(key) != mine[key]:
                 raise ValueError(f"loader state has {key}={state.get(key)!r} but this loader has {mine[key]!r}: not the same stream")
         offset, g = int(state["sample_offset"]), self.spec.global_batch_size
@@ -172,7 +201,10 @@ def build_loader(
     device: torch.device | str | None = None,
     block_rows: int = DEFAULT_BLOCK_ROWS,
     window_blocks: int = DEFAULT_WINDOW_BLOCKS,
+    segment_blocks: int = DEFAULT_SEGMENT_BLOCKS,
+    group_segments: int = DEFAULT_GROUP_SEGMENTS,
     hashes: list[int] | None = None,
+    gather_rows: int = ROWS_PER_GATHER,
 ) -> BatchLoader:
     """Open `split` of the dataset in `directory` and return this rank's loader.
 
@@ -185,7 +217,8 @@ def build_loader(
         prefetch: batches queued ahead per worker.
         pin_memory: pin batches (default: when CUDA is available).
         device: if set, batches are moved there (non-blocking from pinned memory).
-        block_rows, window_blocks: shuffle granularity (dataloader/order.py).
+        block_rows, window_blocks, segment_blocks, group_segments: shuffle levels (dataloader/order.py).
+        gather_rows: rows of this rank gathered in one go (consecutive batches; memory ~260 B/row).
         hashes: torchrec npy layout only: per-feature (or one) hash size to fold raw ids into.
     """
     if world_size <= 0 or not 0 <= rank < world_size:
@@ -195,7 +228,9 @@ def build_loader(
     if num_workers < 0:
         raise ValueError(f"num_workers must not be negative, got {num_workers}")
     source = open_source(directory, split, hashes=hashes)
-    spec = OrderSpec(source.part_rows, global_batch_size, seed, shuffle, tail, block_rows, window_blocks)
+    spec = OrderSpec(
+        source.part_rows, global_batch_size, seed, shuffle, tail, block_rows, window_blocks, segment_blocks, group_segments
+    )
     if spec.num_batches == 0:
         raise DatasetError(
             f"{directory}: split {split!r} has {spec.num_samples} rows, fewer than one global batch of "
@@ -205,5 +240,6 @@ def build_loader(
         pin_memory = torch.cuda.is_available()
     dev = torch.device(device) if device is not None else None
     return BatchLoader(
-        source, spec, rank, world_size, epoch=epoch, num_workers=num_workers, prefetch=prefetch, pin_memory=pin_memory, device=dev
+        source, spec, rank, world_size, epoch=epoch, num_workers=num_workers, prefetch=prefetch,
+        pin_memory=pin_memory, device=dev, gather_rows=gather_rows,
     )

@@ -4,26 +4,32 @@ The order never depends on world size, worker count or prefetch depth; ranks and
 only choose which part of it to materialise. That is what makes digests comparable across
 cluster sizes and lets a resume at another world size continue the same stream.
 
-Shuffle (on by default) is two-level, so it stays I/O friendly on data far larger than RAM:
+Shuffle (on by default) has three levels, so it mixes well, stays fast and keeps its
+memory small however large the dataset:
 
-1. Each part is cut into blocks of `block_rows` consecutive rows (a part's last block may
-   be short; blocks never straddle parts). The blocks are permuted with a generator seeded
-   by (seed, epoch).
-2. Consecutive runs of `window_blocks` permuted blocks form a window; the rows of a window
-   are fully permuted with a generator seeded by (seed, epoch, window index).
+1. Segments: each part is cut into segments of `segment_blocks * block_rows` consecutive
+   rows (never straddling parts). Segments are permuted, seeded by (seed, epoch).
+2. Groups: consecutive runs of `group_segments` permuted segments. A group's segments are
+   cut into blocks of `block_rows` rows, and the group's blocks are permuted, seeded by
+   (seed, epoch, group).
+3. Windows: consecutive runs of `window_blocks` of a group's permuted blocks. A window's
+   rows are fully permuted, seeded by (seed, epoch, group, window).
 
 The stream is the windows concatenated; global batch k is stream positions [k*G, (k+1)*G).
-A batch therefore mixes rows from `window_blocks` random places of the dataset. The
-defaults (128 blocks of 512 rows: a 64 K-row window, ~10 MB of Criteo-shaped columns) keep
-a window in the CPU cache while batches are gathered from it: a window much larger than
-the cache makes every row of every column a cache miss, and the loader 3-4x slower (measured
-with `shardrec bench loader`). For data streamed from disk rather than the page cache, use
-larger blocks (e.g. 65536 rows) so each block is one long sequential read.
+With the defaults (256-row blocks, 256-block windows, 64 K-row segments, 256-segment
+groups) a global batch of 8192 holds rows of ~256 blocks from ~256 segments, i.e. from
+~256 random places of a 16 M-row stretch of a randomly ordered dataset. `shuffle_quality`
+measures the effect (spread of per-batch label means against a full permutation's) and
+`shardrec bench loader` reports it.
 
-Memory: the block table (16 bytes per block: 130 MB for 4.2 B rows at 512-row blocks, 2 MB
-at 32 K-row blocks) plus one window's row permutation (8 bytes per window row). Shuffle
-quality against a full permutation is measured by `shuffle_quality` and reported by
-`shardrec bench loader`.
+Why windows are small (64 K rows, ~7 MB of Criteo-shaped columns): the loader gathers a
+window's rows column by column, and a column's slice of a window then sits in the CPU cache
+while it is read in random order. Windows much larger than the cache turn every row of
+every column into a cache miss (3-4x slower, measured). Segments and groups are what
+bring rows of far-apart places together.
+
+Memory: two entries per segment (16 bytes per 64 K rows: 1 MB for 4.2 B rows), one
+group's block table (~65 K blocks) and one window's row permutation (64 K rows).
 
 With shuffle off, the stream is the file order: parts in manifest order, rows in order.
 
@@ -40,8 +46,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 TAILS = ("drop", "pad")
-DEFAULT_BLOCK_ROWS = 512
-DEFAULT_WINDOW_BLOCKS = 128
+DEFAULT_BLOCK_ROWS = 256
+DEFAULT_WINDOW_BLOCKS = 256
+DEFAULT_SEGMENT_BLOCKS = 256
+DEFAULT_GROUP_SEGMENTS = 256
+_SEGMENT_STREAM = 0x5E6
 _BLOCK_STREAM = 0xB10C
 _WINDOW_STREAM = 0x5EED
 
@@ -60,14 +69,19 @@ class OrderSpec:
     """Rows per shuffle block (consecutive rows of one part)."""
     window_blocks: int = DEFAULT_WINDOW_BLOCKS
     """Blocks whose rows are fully permuted together."""
+    segment_blocks: int = DEFAULT_SEGMENT_BLOCKS
+    """Blocks per segment, the unit of the dataset-wide permutation."""
+    group_segments: int = DEFAULT_GROUP_SEGMENTS
+    """Segments whose blocks are permuted together."""
 
     def __post_init__(self) -> None:
         if self.global_batch_size <= 0:
             raise ValueError(f"global_batch_size must be positive, got {self.global_batch_size}")
         if self.tail not in TAILS:
             raise ValueError(f"tail must be one of {', '.join(TAILS)}, got {self.tail!r}")
-        if self.block_rows <= 0 or self.window_blocks <= 0:
-            raise ValueError(f"block_rows and window_blocks must be positive, got {self.block_rows}, {self.window_blocks}")
+        for name in ("block_rows", "window_blocks", "segment_blocks", "group_segments"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if any(r < 0 for r in self.part_rows):
             raise ValueError(f"part_rows must not be negative, got {self.part_rows}")
 
@@ -83,18 +97,27 @@ class OrderSpec:
 
 
 @dataclass
+class _Group:
+    block_starts: np.ndarray  # global first row of each permuted block
+    block_lens: np.ndarray
+    window_starts: np.ndarray  # stream offsets inside the group, [windows + 1]
+
+
+@dataclass
 class EpochOrder:
     """The order of one epoch; `rows(start, stop)` gives global row indices of stream positions.
 
-    Keeps the last window it permuted, so consecutive batches cost one slice each.
+    Keeps the last group and window it built, so consecutive batches cost one slice each.
+    Safe to share between prefetch threads.
     """
 
     spec: OrderSpec
     epoch: int
-    _window_starts: np.ndarray = field(init=False, repr=False)
-    _block_starts: np.ndarray = field(init=False, repr=False)
-    _block_lens: np.ndarray = field(init=False, repr=False)
-    _cached: tuple[int, np.ndarray] | None = field(default=None, init=False, repr=False)
+    _seg_starts: np.ndarray = field(init=False, repr=False)
+    _seg_lens: np.ndarray = field(init=False, repr=False)
+    _group_starts: np.ndarray = field(init=False, repr=False)
+    _group: tuple[int, _Group] | None = field(default=None, init=False, repr=False)
+    _window: tuple[tuple[int, int], np.ndarray] | None = field(default=None, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -102,26 +125,32 @@ class EpochOrder:
             raise ValueError(f"epoch must not be negative, got {self.epoch}")
         if not self.spec.shuffle:
             return
-        starts, lens = _blocks(self.spec.part_rows, self.spec.block_rows)
-        perm = np.random.default_rng([self.spec.seed, self.epoch, _BLOCK_STREAM]).permutation(len(starts))
-        self._block_starts, self._block_lens = starts[perm], lens[perm]
-        m = self.spec.window_blocks
-        window_rows = np.add.reduceat(self._block_lens, np.arange(0, len(perm), m)) if len(perm) else np.zeros(0, np.int64)
-        self._window_starts = np.concatenate([[0], np.cumsum(window_rows)]).astype(np.int64)
+        s = self.spec
+        part_starts = np.concatenate([[0], np.cumsum(s.part_rows, dtype=np.int64)[:-1]]) if s.part_rows else np.zeros(0, np.int64)
+        starts, lens = _split(part_starts, np.asarray(s.part_rows, np.int64), s.block_rows * s.segment_blocks)
+        perm = np.random.default_rng([s.seed, self.epoch, _SEGMENT_STREAM]).permutation(len(starts))
+        self._seg_starts, self._seg_lens = starts[perm], lens[perm]
+        self._group_starts = _run_starts(self._seg_lens, s.group_segments)
 
-    def _window(self, j: int) -> np.ndarray:
-        # Prefetch threads ask for the same window at once: permute it once.
-        with self._lock:
-            if self._cached is None or self._cached[0] != j:
-                self._cached = (j, self._permute_window(j))
-            return self._cached[1]
+    def _get_group(self, g: int) -> _Group:
+        if self._group is None or self._group[0] != g:
+            s = self.spec
+            segs = slice(g * s.group_segments, (g + 1) * s.group_segments)
+            starts, lens = _split(self._seg_starts[segs], self._seg_lens[segs], s.block_rows)
+            perm = np.random.default_rng([s.seed, self.epoch, _BLOCK_STREAM, g]).permutation(len(starts))
+            starts, lens = starts[perm], lens[perm]
+            self._group = (g, _Group(starts, lens, _run_starts(lens, s.window_blocks)))
+        return self._group[1]
 
-    def _permute_window(self, j: int) -> np.ndarray:
-        m = self.spec.window_blocks
-        starts, lens = self._block_starts[j * m : (j + 1) * m], self._block_lens[j * m : (j + 1) * m]
-        rows = _ranges(starts, lens)
-        rng = np.random.default_rng([self.spec.seed, self.epoch, _WINDOW_STREAM, j])
-        return rows[rng.permutation(len(rows))]
+    def _get_window(self, g: int, j: int) -> np.ndarray:
+        if self._window is None or self._window[0] != (g, j):
+            s = self.spec
+            group = self._get_group(g)
+            blocks = slice(j * s.window_blocks, (j + 1) * s.window_blocks)
+            rows = _ranges(group.block_starts[blocks], group.block_lens[blocks])
+            rng = np.random.default_rng([s.seed, self.epoch, _WINDOW_STREAM, g, j])
+            self._window = ((g, j), rows[rng.permutation(len(rows))])
+        return self._window[1]
 
     def rows(self, start: int, stop: int) -> np.ndarray:
         """Global row indices (int64) at stream positions [start, stop), 0 <= start <= stop <= N."""
@@ -131,13 +160,19 @@ class EpochOrder:
             return np.arange(start, stop, dtype=np.int64)
         pieces = []
         pos = start
-        while pos < stop:
-            j = int(np.searchsorted(self._window_starts, pos, side="right")) - 1
-            w_start, w_stop = int(self._window_starts[j]), int(self._window_starts[j + 1])
-            end = min(stop, w_stop)
-            pieces.append(self._window(j)[pos - w_start : end - w_start])
-            pos = end
-        return pieces[0] if len(pieces) == 1 else np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
+        with self._lock:  # prefetch threads share the cached group and window
+            while pos < stop:
+                g = int(np.searchsorted(self._group_starts, pos, side="right")) - 1
+                local = pos - int(self._group_starts[g])
+                w_starts = self._get_group(g).window_starts
+                j = int(np.searchsorted(w_starts, local, side="right")) - 1
+                w_start, w_stop = int(w_starts[j]), int(w_starts[j + 1])
+                end = min(stop - pos, w_stop - local)
+                pieces.append(self._get_window(g, j)[local - w_start : local - w_start + end])
+                pos += end
+        if not pieces:
+            return np.zeros(0, np.int64)
+        return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
 
     def batch(self, k: int) -> tuple[np.ndarray, int]:
         """Global batch k: (global row indices [G], number of real rows; the rest is padding)."""
@@ -155,18 +190,25 @@ class EpochOrder:
         return np.concatenate([real, fill]), n - start
 
 
-def _blocks(part_rows: tuple[int, ...], block_rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """Start row (global) and length of every block; blocks never straddle parts."""
-    starts, lens = [], []
-    offset = 0
-    for rows in part_rows:
-        s = np.arange(0, rows, block_rows, dtype=np.int64)
-        starts.append(offset + s)
-        lens.append(np.minimum(block_rows, rows - s))
-        offset += rows
-    if not starts:
+def _split(starts: np.ndarray, lens: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Cut each range [start, start + len) into pieces of `size` rows (the last may be short)."""
+    counts = -(-lens // size)
+    total = int(counts.sum())
+    if total == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    return np.concatenate(starts), np.concatenate(lens).astype(np.int64)
+    first = np.cumsum(counts) - counts
+    k = np.arange(total, dtype=np.int64) - np.repeat(first, counts)  # piece index inside its range
+    piece_starts = np.repeat(starts, counts) + k * size
+    piece_lens = np.minimum(size, np.repeat(starts + lens, counts) - piece_starts)
+    return piece_starts.astype(np.int64), piece_lens.astype(np.int64)
+
+
+def _run_starts(lens: np.ndarray, run: int) -> np.ndarray:
+    """Offsets of consecutive runs of `run` items of the given lengths: [runs + 1]."""
+    if len(lens) == 0:
+        return np.zeros(1, np.int64)
+    sums = np.add.reduceat(lens, np.arange(0, len(lens), run))
+    return np.concatenate([[0], np.cumsum(sums)]).astype(np.int64)
 
 
 def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:

@@ -9,6 +9,7 @@ import typer
 from shardrec.tools import cli_plan, cli_synth
 from shardrec.tools import cli_preprocess
 from shardrec.tools import cli_data
+from shardrec.tools import cli_bench
 from shardrec.tools import cli_train
 from shardrec.tools.cli_common import configure_logging
 
@@ -32,6 +33,7 @@ def _root(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug l
 
 cli_synth.register(app)
 cli_data.register(app)
+cli_bench.register(app)
 cli_plan.register(app)
 cli_preprocess.register(app)
 cli_train.register(app)

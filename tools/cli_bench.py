@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import typer
 
-from shardrec.tools import bench_preprocess
+from shardrec.tools import bench_loader, bench_plan, bench_preprocess
 
 bench_app = typer.Typer(help="Benchmarks; each prints its ratio against a baseline measured in the same run.", no_args_is_help=True)
 
 
 def register(app: typer.Typer) -> None:
+    bench_loader.register(bench_app)
     bench_preprocess.register(bench_app)
+    bench_plan.register(bench_app)
     app.add_typer(bench_app, name="bench")

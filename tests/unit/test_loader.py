@@ -24,8 +24,9 @@ def jagged_data(tmp_path_factory) -> Path:
     return d
 
 
-# Small shuffle blocks so the 1000-row tiny split really spans several windows and parts.
-SMALL = dict(block_rows=16, window_blocks=8)
+# Small shuffle levels so the 1000-row tiny split spans several windows, groups and parts,
+# and small gathers so an epoch is several runs of batches gathered together.
+SMALL = dict(block_rows=16, window_blocks=8, segment_blocks=4, group_segments=5, gather_rows=96)
 
 
 def _loaders(d: Path, world_size: int, **kw) -> list:

@@ -10,8 +10,9 @@ def _spec(**kw) -> OrderSpec:
     return OrderSpec(**base)
 
 
-def test_shuffled_epoch_is_a_permutation_of_every_row():
-    spec = _spec()
+@pytest.mark.parametrize("levels", [{}, {"segment_blocks": 2, "group_segments": 3}])
+def test_shuffled_epoch_is_a_permutation_of_every_row(levels):
+    spec = _spec(**levels)
     rows = EpochOrder(spec, 0).rows(0, spec.num_samples)
     assert sorted(rows.tolist()) == list(range(spec.num_samples))
     assert not np.array_equal(rows, np.arange(spec.num_samples))
@@ -25,8 +26,9 @@ def test_order_is_a_pure_function_of_seed_and_epoch():
     assert not np.array_equal(a, EpochOrder(_spec(seed=4), 1).rows(0, spec.num_samples))
 
 
-def test_random_access_equals_sequential_reading():
-    spec = _spec()
+@pytest.mark.parametrize("levels", [{}, {"segment_blocks": 2, "group_segments": 3}])
+def test_random_access_equals_sequential_reading(levels):
+    spec = _spec(**levels)
     order = EpochOrder(spec, 0)
     whole = order.rows(0, spec.num_samples)
     fresh = EpochOrder(spec, 0)

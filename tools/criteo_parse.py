@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from shardrec.tools.parse_fields import decode_hex, decode_int, strip_point_zero
+from shardrec.tools.parse_fields import decode_hex, decode_int, padded, strip_point_zero
 
 NEWLINE = 10
 CR = 13
@@ -150,8 +150,9 @@ def parse_chunk(data: bytes | np.ndarray, schema: Schema = Schema()) -> ParsedCh
     label_end = strip_point_zero(buf, start[:, 0], end[:, 0])
     label_byte = buf[np.minimum(start[:, 0], len(buf) - 1)]
     bad_label = (label_end - start[:, 0] != 1) | ((label_byte != ord("0")) & (label_byte != ord("1")))
-    dense, bad_int = decode_int(buf, start[:, 1 : 1 + nd], end[:, 1 : 1 + nd])
-    sparse, bad_hex = decode_hex(buf, start[:, 1 + nd :], end[:, 1 + nd :])
+    pad = padded(buf)
+    dense, bad_int = decode_int(buf, start[:, 1 : 1 + nd], end[:, 1 : 1 + nd], pad)
+    sparse, bad_hex = decode_hex(buf, start[:, 1 + nd :], end[:, 1 + nd :], pad)
     dense_missing = end[:, 1 : 1 + nd] == start[:, 1 : 1 + nd]
     sparse_missing = end[:, 1 + nd :] == start[:, 1 + nd :]
 

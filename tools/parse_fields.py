@@ -77,45 +77,53 @@ _H = np.uint64(0x8080808080808080)
 _L = np.uint64(0x0101010101010101)
 _ZEROS = np.uint64(0x3030303030303030)
 _U8 = np.uint64(8)
+PAD = 8
 
 
-def _words(buf: np.ndarray) -> np.ndarray:
-    """word[i] = the 8 bytes buf[i:i+8] as a little-endian uint64 (an unaligned, overlapping view)."""
-    n = max(len(buf) - 7, 0)
-    return np.ndarray((n,), dtype="<u8", buffer=buf, offset=0, strides=(1,))
+def padded(buf: np.ndarray) -> np.ndarray:
+    """A copy of buf with PAD zero bytes on each side, so 8-byte loads never need clipping."""
+    out = np.zeros(len(buf) + 2 * PAD, dtype=np.uint8)
+    out[PAD : PAD + len(buf)] = buf
+    return out
 
 
-def _at_least(x: np.ndarray, lo: int) -> np.ndarray:
-    """High bit of each byte set where that (ASCII) byte is >= lo; no borrow crosses bytes."""
-    return ((x | _H) - np.uint64(lo) * _L) & _H
+def _words(pad: np.ndarray, offset: int) -> np.ndarray:
+    """word[i] = pad[offset + i : offset + i + 8] as a little-endian uint64 (unaligned, overlapping).
+
+    With offset 0, word[e] holds the 8 text bytes *ending* at e; with offset PAD, word[s]
+    holds the 8 bytes *starting* at s.
+    """
+    n = len(pad) - 2 * PAD + 1
+    return np.ndarray((n,), dtype="<u8", buffer=pad, offset=offset, strides=(1,))
 
 
-def _all_in(x: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    """Every byte of x in [lo, hi]."""
-    return ((x & _H) == 0) & ((_at_least(x, lo) & ~_at_least(x, hi + 1)) == _H)
+def _in_range(xh: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """High bit of each byte set where that byte lies in [lo, hi]; xh is the word with every
+    high bit set (ASCII bytes only), so the subtractions never borrow across bytes."""
+    return (xh - np.uint64(lo) * _L) & ~(xh - np.uint64(hi + 1) * _L) & _H
 
 
-def _hex8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _hex8(w: np.ndarray, ascii_only: bool) -> tuple[np.ndarray, np.ndarray]:
     """8 hex characters (first at the low byte) -> (uint64 value, ok)."""
-    lower = w | np.uint64(0x2020202020202020)
-    ascii_ok = (w & _H) == 0
-    digit = _at_least(w, 0x30) & ~_at_least(w, 0x3A)
-    alpha = _at_least(lower, 0x61) & ~_at_least(lower, 0x67)
-    ok = ascii_ok & ((digit | alpha) == _H)
+    # Setting bit 5 folds 'A'-'F' onto 'a'-'f' and leaves '0'-'9' as they are.
+    ok = (_in_range(w | _H, 0x30, 0x39) | _in_range(w | np.uint64(0xA0A0A0A0A0A0A0A0), 0x61, 0x66)) == _H
+    if not ascii_only:
+        ok &= (w & _H) == 0
     n = (w & np.uint64(0x0F0F0F0F0F0F0F0F)) + ((w >> np.uint64(6)) & _L) * np.uint64(9)
-    m16 = np.uint64(0x000F000F000F000F)
-    n = ((n & m16) << np.uint64(4)) | ((n >> _U8) & m16)
-    m32 = np.uint64(0x000000FF000000FF)
-    n = ((n & m32) << _U8) | ((n >> np.uint64(16)) & m32)
-    n = ((n & np.uint64(0xFFFF)) << np.uint64(16)) | ((n >> np.uint64(32)) & np.uint64(0xFFFF))
+    # Big-endian packing: the first character is the most significant nibble.
+    n = ((n << np.uint64(4)) | (n >> _U8)) & np.uint64(0x00FF00FF00FF00FF)
+    n = ((n << _U8) | (n >> np.uint64(16))) & np.uint64(0x0000FFFF0000FFFF)
+    n = ((n << np.uint64(16)) | (n >> np.uint64(32))) & np.uint64(0xFFFFFFFF)
     return n, ok
 
 
-def _dec8(w: np.ndarray, digits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _dec8(w: np.ndarray, digits: np.ndarray, ascii_only: bool) -> tuple[np.ndarray, np.ndarray]:
     """The last `digits` (1-8) bytes of w are decimal digits, first at the lowest of them."""
-    keep = ~np.uint64(0) << ((np.uint64(8) - digits.astype(np.uint64)) * _U8)
+    keep = ~np.uint64(0) << ((np.uint64(8) - digits.astype(np.uint64)) << np.uint64(3))
     x = (w & keep) | (_ZEROS & ~keep)
-    ok = _all_in(x, 0x30, 0x39)
+    ok = _in_range(x | _H, 0x30, 0x39) == _H
+    if not ascii_only:
+        ok &= (x & _H) == 0
     v = x - _ZEROS
     v = v * np.uint64(10) + (v >> _U8)
     m = np.uint64(0x000000FF000000FF)
@@ -123,31 +131,35 @@ def _dec8(w: np.ndarray, digits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return v.astype(np.int64), ok
 
 
-def decode_int(buf: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Signed decimal fields (`260.0` accepted) -> (int64 values, bad mask); empty gives 0, not bad."""
+def decode_int(buf: np.ndarray, start: np.ndarray, end: np.ndarray, pad: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Signed decimal fields (`260.0` accepted) -> (int64 values, bad mask); empty gives 0, not bad.
+
+    `pad` is `padded(buf)` when the caller already has it.
+    """
+    pad = padded(buf) if pad is None else pad
+    ascii_only = not (buf >= 0x80).any()
     end = strip_point_zero(buf, start, end)
-    neg = buf[np.minimum(start, len(buf) - 1)] == ord("-")
-    neg &= end > start
+    neg = buf[start] == ord("-")  # an empty field's start is its delimiter, never '-'
     digits = end - start - neg
-    # Every field goes through the 8-byte path (cheaper than selecting); the few it cannot
-    # decode (more than 8 digits, or too close to the buffer's start) are redone below.
-    words = _words(buf)
-    v, ok = _dec8(words[np.clip(end - 8, 0, len(words) - 1)], np.clip(digits, 1, 8))
+    # Every field goes through the 8-byte path (cheaper than selecting); the few longer ones
+    # are redone below. A lone '-' has 0 digits: clipped to 1, the '-' itself fails validation.
+    v, ok = _dec8(_words(pad, 0)[end], np.clip(digits, 1, 8), ascii_only)
     value = np.where(neg, -v, v)
     empty = end == start
     value[empty] = 0
     bad = ~ok & ~empty
-    slow = ((digits > 8) | (end < 8) | (neg & (digits == 0))) & ~empty
+    slow = digits > 8
     if slow.any():
         value[slow], bad[slow] = decode_int_generic(buf, start[slow], end[slow])
     return value, bad
 
 
-def decode_hex(buf: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def decode_hex(buf: np.ndarray, start: np.ndarray, end: np.ndarray, pad: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Hex fields -> (uint64 values, bad mask); empty fields give 0 and are not bad."""
+    pad = padded(buf) if pad is None else pad
+    ascii_only = not (buf >= 0x80).any()
     length = end - start
-    words = _words(buf)
-    value, ok = _hex8(words[np.minimum(start, len(words) - 1)])
+    value, ok = _hex8(_words(pad, PAD)[start], ascii_only)
     empty = length == 0
     value[empty] = 0
     bad = ~ok & ~empty

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch.distributed._shard.sharded_tensor import ShardedTensor
+from torchrec.distributed import comm_ops
 from torchrec.distributed.model_parallel import DistributedModelParallel
 from torchrec.distributed.types import ShardingEnv, ShardingPlan, ShardingType
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
@@ -50,6 +51,7 @@ def build_train_module(
     dcn_layers: int,
     dcn_low_rank: int,
     global_batch_size: int,
+    world_size: int,
     seed: int,
     dense_device: torch.device,
 ) -> TrainModule:
@@ -66,7 +68,7 @@ def build_train_module(
         dcn_low_rank,
         dense_device,
     )
-    return TrainModule(model, global_batch_size)
+    return TrainModule(model, global_batch_size, world_size)
 
 
 def plan_at_start(
@@ -110,6 +112,8 @@ def shard_model(
     qcomm: str | None,
 ) -> DistributedModelParallel:
     """Shard the embeddings by `plan`, fusing the sparse optimizer into every fused-kernel table."""
+    # trainer.objective's loss scaling relies on torchrec averaging sharded gradients.
+    assert comm_ops.get_gradient_division(), "torchrec gradient division was turned off"
     module_plan = plan.plan[TRAIN_EBC_PATH]
     ebc = module.model.sparse_arch.embedding_bag_collection
     fused = []
@@ -170,7 +174,6 @@ def build_optimizer(
     sparse_optimizer: str,
     sparse_lr: float,
     eps: float,
-    world_size: int,
     warmup_steps: int,
     decay_start: int,
     decay_steps: int,
@@ -185,4 +188,4 @@ def build_optimizer(
     table_opt = None
     if tables:
         table_opt = SPARSE_OPTIMIZERS[sparse_optimizer](tables, **optimizer_kwargs(sparse_optimizer, sparse_lr, eps))
-    return TrainOptimizer(dense_opt, table_opt, world_size, dlrm_schedule(warmup_steps, decay_start, decay_steps))
+    return TrainOptimizer(dense_opt, table_opt, dlrm_schedule(warmup_steps, decay_start, decay_steps))

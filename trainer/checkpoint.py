@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
+from shardrec.trainer import faults
 from shardrec.trainer.dist import DistEnv
 from shardrec.trainer.optim_state import adapt_fused_state
 
@@ -115,6 +116,7 @@ class CheckpointManager:
                 "world_size": self.env.world_size,
                 "signature": model_signature(job),
             })
+        faults.maybe_kill("kill_in_save", step, self.env.rank)
         self._barrier()
         if self.env.is_main:
             if final.exists():  # a re-run of the same step: replace it

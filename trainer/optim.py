@@ -1,7 +1,4 @@
-"""Optimizers: fused embedding optimizers applied in backward, the dense optimizer, the LR schedule.
-
-See `trainer.objective` for why gradients that DDP averaged are multiplied by the world size.
-"""
+"""Optimizers: fused embedding optimizers applied in backward, the dense optimizer, the LR schedule."""
 
 from __future__ import annotations
 
@@ -52,20 +49,17 @@ class TrainOptimizer:
     """The optimizer the train loop steps after backward (the fused ones already ran).
 
     Holds the dense optimizer (dense layers, with the LR schedule) and, if the plan has
-    data-parallel tables, their optimizer (the same algorithm as the fused one). Both
-    parameter sets went through DDP's average; `step` first rescales those gradients to the sum.
+    data-parallel tables, their optimizer (the same algorithm as the fused one).
     """
 
     def __init__(
         self,
         dense: torch.optim.Optimizer,
         replicated_tables: torch.optim.Optimizer | None,
-        world_size: int,
         schedule: Callable[[int], float],
     ) -> None:
         self.dense = dense
         self.replicated_tables = replicated_tables
-        self.world_size = world_size
         self.scheduler = LambdaLR(dense, schedule)
 
     @property
@@ -81,10 +75,6 @@ class TrainOptimizer:
             o.zero_grad(set_to_none=set_to_none)
 
     def step(self) -> None:
-        if self.world_size > 1:
-            grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
-            if grads:
-                torch._foreach_mul_(grads, float(self.world_size))
         for o in self.optimizers:
             o.step()
         self.scheduler.step()

@@ -18,7 +18,7 @@ from shardrec.dataloader.format import Manifest, atomic_write_bytes
 from shardrec.dataloader.loader import BatchLoader, build_loader
 from shardrec.embeddings.tables import build_table_configs
 from shardrec.sharding.plan_io import PlanFile, load_plan, save_plan
-from shardrec.trainer import build
+from shardrec.trainer import build, faults
 from shardrec.trainer.checkpoint import CheckpointManager, TrainProgress
 from shardrec.trainer.config import JobConfig
 from shardrec.trainer.dist import DistEnv
@@ -52,7 +52,7 @@ def build_job(config: JobConfig, env: DistEnv, run_dir: Path, plan_path: str | N
     tables = build_table_configs(manifest, m.embedding_dim, m.dims)
     module = build.build_train_module(
         manifest, tables, m.arch, m.dense_arch, m.over_arch, m.dcn_layers, m.dcn_low_rank,
-        t.global_batch_size, t.seed, env.device,
+        t.global_batch_size, env.world_size, t.seed, env.device,
     )
     if plan_path:
         plan = load_plan(plan_path)
@@ -64,8 +64,7 @@ def build_job(config: JobConfig, env: DistEnv, run_dir: Path, plan_path: str | N
     model = build.shard_model(module, sharding_plan, env, o.sparse, o.sparse_lr, o.eps, qcomm)
     build.init_embedding_weights(model, tables, t.seed)
     optimizer = build.build_optimizer(
-        model, o.dense, o.dense_lr, o.sparse, o.sparse_lr, o.eps, env.world_size,
-        o.warmup_steps, o.decay_start, o.decay_steps,
+        model, o.dense, o.dense_lr, o.sparse, o.sparse_lr, o.eps, o.warmup_steps, o.decay_start, o.decay_steps,
     )
     train_loader = build_loader(
         data_dir, config.data.train_split, global_batch_size=t.global_batch_size, rank=env.rank,
@@ -131,6 +130,8 @@ def run_job(job: Job) -> dict[str, Any]:
     train_seconds, train_samples = 0.0, 0
 
     def on_step(stats: StepStats) -> None:
+        faults.maybe_kill("kill", stats.step, job.env.rank)
+        faults.maybe_poison(job.model, stats.step, job.env.rank)
         window["samples"] += stats.samples
         window["loss"] += stats.loss
         window["steps"] += 1

@@ -1,0 +1,52 @@
+"""Fault injection for tests of failure handling: SIGKILL at a step, during a save, or a NaN.
+
+Set SHARDREC_FAULT to comma-separated items `KIND:STEP[:RANK]`, KIND one of
+
+- `kill`: SIGKILL this rank right after step STEP (mid-segment, nothing saved);
+- `kill_in_save`: SIGKILL during the checkpoint of step STEP, after the shards are written
+  and before the checkpoint is renamed into place;
+- `nan`: poison a dense weight with NaN after step STEP (the next loss is NaN).
+
+Faults fire only in the first attempt under torchrun (TORCHELASTIC_RESTART_COUNT 0 or unset),
+so a restarted group runs clean. Unset (the normal case), every check is a dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import torch
+
+ENV = "SHARDREC_FAULT"
+
+
+def _faults() -> list[tuple[str, int, int | None]]:
+    spec = os.environ.get(ENV, "")
+    if not spec or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
+        return []
+    out = []
+    for item in spec.split(","):
+        parts = item.strip().split(":")
+        if len(parts) not in (2, 3):
+            raise ValueError(f"{ENV}={spec!r}: expected KIND:STEP[:RANK] items")
+        out.append((parts[0], int(parts[1]), int(parts[2]) if len(parts) == 3 else None))
+    return out
+
+
+def should_fire(kind: str, step: int, rank: int) -> bool:
+    return any(k == kind and s == step and r in (None, rank) for k, s, r in _faults())
+
+
+def maybe_kill(kind: str, step: int, rank: int) -> None:
+    if should_fire(kind, step, rank):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@torch.no_grad()
+def maybe_poison(model: torch.nn.Module, step: int, rank: int) -> None:
+    if should_fire("nan", step, rank):
+        for name, param in model.named_parameters():
+            if "over_arch" in name:
+                param.fill_(float("nan"))
+                return

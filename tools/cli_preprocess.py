@@ -70,7 +70,10 @@ def preprocess(
     workers: Annotated[int, typer.Option(help="Worker processes.")] = 1,
     chunk_mb: Annotated[float, typer.Option(help="MiB of text per task and per output part.")] = 128,
     strict: Annotated[bool, typer.Option("--strict", help="Stop at the first malformed row (exit 1).")] = False,
-    part: Annotated[str | None, typer.Option(help="i/n: process only this machine's share; a final run without it merges.")] = None,
+    part: Annotated[str | None, typer.Option(help=(
+        "i/n: this machine's share (tasks i, i+n, ...), e.g. $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT, into a "
+        "shared --out; then one run without --part writes the manifest. Vocabulary mode: run every part twice "
+        "(count, then map)."))] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Turn Criteo-shaped click logs into a sharded-training dataset (parts + manifest.json)."""

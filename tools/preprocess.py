@@ -215,7 +215,9 @@ def run_preprocess(cfg: PreprocessConfig, progress: Progress | None = None) -> P
     layout = resolve_layout(cfg.layout, files)
     cfg.out.mkdir(parents=True, exist_ok=True)
     _check_fingerprint(cfg.out, cfg.fingerprint(files))
-    _remove_temporaries(cfg.out)
+    if cfg.part is None:
+        # With --part, other machines may be writing into the same directory right now.
+        _remove_temporaries(cfg.out)
     tasks = plan_tasks(files, layout, cfg.val_half, int(cfg.chunk_mb * (1 << 20)), cfg.schema.header)
     mine = [t for t in tasks if cfg.part is None or t.index % cfg.part[1] == cfg.part[0]]
     opts = TaskOptions(

@@ -12,6 +12,7 @@ with the real value `00000000`.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,7 +95,7 @@ class Vocabulary:
 
 
 def save_vocabularies(path: Path, names: list[str], vocabs: list[Vocabulary]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     with open(tmp, "wb") as f:
         arrays = {}
         for name, v in zip(names, vocabs):

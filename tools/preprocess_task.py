@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -218,7 +219,7 @@ def count_task(task: Task, opts: TaskOptions) -> Path:
                 per_feature[f].append(count_values(chunk.sparse[rows, f], chunk.sparse_missing[rows, f]))
         line0 += chunk.rows
     path = marker_path(Path(opts.out), task.index, "count").with_suffix(".npz")
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     arrays = {}
     for f, name in enumerate(opts.schema.sparse_names):
         arrays[f"{name}.values"], arrays[f"{name}.counts"] = merge_counts(per_feature[f])

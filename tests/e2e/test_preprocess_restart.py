@@ -99,3 +99,15 @@ def test_parts_then_merge_equal_one_machine(raw: Path, reference, tmp_path: Path
     final = cli("preprocess", raw, "--out", out, *ARGS)
     assert final["complete"] and final["tasks_run"] == 0
     assert outputs(out) == reference
+
+
+def test_vocabulary_mode_parts_count_then_map(raw: Path, tmp_path: Path):
+    vocab = ["--min-count", "3", "--chunk-mb", "0.25"]
+    cli("preprocess", raw, "--out", tmp_path / "one", *vocab)
+    out = tmp_path / "parts"
+    counted = cli("preprocess", raw, "--out", out, *vocab, "--part", "0/2")
+    assert counted["tasks_run"] == 0 and not counted["complete"]  # part 1 has not counted yet
+    cli("preprocess", raw, "--out", out, *vocab, "--part", "1/2")  # counts, builds the vocabulary, maps
+    cli("preprocess", raw, "--out", out, *vocab, "--part", "0/2")  # maps
+    assert cli("preprocess", raw, "--out", out, *vocab)["tasks_run"] == 0
+    assert outputs(out) == outputs(tmp_path / "one")

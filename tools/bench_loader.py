@@ -109,6 +109,25 @@ def _drift_quality(rows: int, global_batch: int) -> dict[str, float]:
     return shuffle_quality(labels, OrderSpec((rows,), global_batch))
 
 
+def _resume_seconds(directory: Path, global_batch: int) -> dict[str, float]:
+    """Time to continue a stream: at 2 ranks from a 1-rank state near the end of the epoch, and
+    the order's set-up deep into a Criteo-1TB-sized epoch (4.2 B rows, no data needed)."""
+    from shardrec.dataloader.loader import build_loader
+    from shardrec.dataloader.order import EpochOrder, OrderSpec
+
+    first = build_loader(directory, "train", global_batch_size=global_batch, rank=0, world_size=1)
+    state = {**first.state_dict(), "sample_offset": (len(first) - 1) * global_batch}
+    start = time.perf_counter()
+    resumed = build_loader(directory, "train", global_batch_size=global_batch, rank=1, world_size=2)
+    resumed.load_state_dict(state)
+    next(iter(resumed))
+    loader_s = time.perf_counter() - start
+    start = time.perf_counter()
+    days = (4_200_000_000 // 23,) * 23
+    EpochOrder(OrderSpec(days, global_batch), 3).rows(3_000_000_000, 3_000_000_000 + global_batch)
+    return {"resume_other_world_size_s": round(loader_s, 3), "order_deep_in_4_2b_rows_s": round(time.perf_counter() - start, 3)}
+
+
 def run_bench(rows: int, global_batch: int, rounds: int, max_batches: int, work_dir: Path | None) -> dict[str, Any]:
     import torch
     from torchrec.datasets.criteo import InMemoryBinaryCriteoIterDataPipe
@@ -148,6 +167,7 @@ def run_bench(rows: int, global_batch: int, rounds: int, max_batches: int, work_
                 if name == "shardrec_shuffle":
                     anon_growth = max(anon_growth, _anon_kb() - anon_before)
         quality = _drift_quality(rows, global_batch)
+        resume = _resume_seconds(ours, global_batch)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     roofline = gbps * 1e9 / bytes_per_row
@@ -168,6 +188,7 @@ def run_bench(rows: int, global_batch: int, rounds: int, max_batches: int, work_
         },
         "torchrec_load_into_ram_s": round(torchrec_load_s, 2),
         "shardrec_anon_memory_growth_mb": round(anon_growth / 1024, 1),
+        "resume": resume,
         "shuffle_quality_drifting_labels": {k: round(v, 5) for k, v in quality.items()},
         "rounds": rounds,
         "batches_per_run": max_batches,
@@ -206,11 +227,13 @@ def _print_table(r: dict[str, Any]) -> None:
     console.print(table)
     for name, value in r["ratios"].items():
         console.print(f"{name.replace('_', ' ')}: {value}")
-    q = r["shuffle_quality_drifting_labels"]
+    q, resume = r["shuffle_quality_drifting_labels"], r["resume"]
     console.print(
         f"memcpy {r['memcpy_gb_per_s']} GB/s, {r['bytes_per_row']} bytes/row; torchrec load into RAM {r['torchrec_load_into_ram_s']} s; "
         f"anon memory growth over the epoch {r['shardrec_anon_memory_growth_mb']} MB; shuffle quality (batch label-mean std vs "
-        f"full permutation): {q['ratio']:.3f} (file order {q['file_order_std'] / q['full_permutation_std']:.1f})"
+        f"full permutation): {q['ratio']:.3f} (file order {q['file_order_std'] / q['full_permutation_std']:.1f}); "
+        f"resume at another world size {resume['resume_other_world_size_s']} s; order set-up deep in a 4.2 B-row epoch "
+        f"{resume['order_deep_in_4_2b_rows_s']} s"
     )
 
 

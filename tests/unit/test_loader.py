@@ -196,3 +196,21 @@ def test_missing_and_truncated_files_are_named_at_build(tmp_path: Path):
     victim.write_bytes(victim.read_bytes()[:-3])
     with pytest.raises(DatasetError, match="part-00000/label.npy: .* bytes on disk, manifest says"):
         build_loader(tmp_path, "val", global_batch_size=8, rank=0, world_size=1)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_batches_are_pinned_then_copied_without_blocking(data: Path):
+    (loader,) = _loaders(data, 1, device="cuda", num_workers=1)
+    assert loader.pin_memory  # the default on a CUDA machine
+    batch = next(iter(loader))
+    assert batch.dense_features.is_cuda and batch.sparse_features.values().is_cuda and batch.labels.is_cuda
+    (cpu,) = _loaders(data, 1, pin_memory=True)
+    assert cpu.batch(0).dense_features.is_pinned()
+    assert torch.equal(batch.dense_features.cpu(), cpu.batch(0).dense_features)
+
+
+def test_batches_stay_on_cpu_unpinned_without_cuda(data: Path):
+    (loader,) = _loaders(data, 1)
+    assert loader.pin_memory == torch.cuda.is_available()
+    assert loader.batch(0).dense_features.device.type == "cpu"

@@ -175,3 +175,22 @@ def test_rerun_with_other_options_into_same_dir_is_refused(kaggle: Path, tmp_pat
     cli("preprocess", kaggle, "--out", tmp_path / "d", "--max-ids", "100")
     res = cli("preprocess", kaggle, "--out", tmp_path / "d", "--max-ids", "200", ok=False)
     assert res.exit_code == 1 and "different max_ids" in res.output
+
+
+def test_custom_schema_float16_and_per_feature_max_ids(tmp_path: Path):
+    # Two integers, three categoricals, ';'-separated, with a header line.
+    lines = ["label;a;b;x;y;z"] + [f"{i % 2};{i};-{i % 4};{i:08x};{i * 7:08x};" for i in range(40)]
+    path = tmp_path / "logs.txt"
+    path.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "data"
+    cli("preprocess", path, "--out", out, "--num-dense", "2", "--num-sparse", "3", "--delimiter", ";", "--header",
+        "--max-ids", "300,70000,2", "--float16", "--dense-transform", "signed-log1p")  # fmt: skip
+    m = Manifest.load(out)
+    assert m.dense_features == ["I1", "I2"] and m.feature_names == ["C1", "C2", "C3"] and m.dense_dtype == "float16"
+    assert [(f.cardinality, f.dtype) for f in m.sparse_features] == [(300, "uint16"), (70000, "uint32"), (2, "uint8")]
+    part = open_split(out, "train")[0]
+    assert part.dense.dtype == np.float16 and part.rows == 6 * 40 // 7
+    assert float(part.dense[3, 1]) == pytest.approx(-np.log1p(3.0), rel=1e-3)
+    assert (part.sparse["C3"] == 0).all()  # always missing
+    bad = cli("preprocess", path, "--out", tmp_path / "bad", "--max-ids", "10,20", ok=False)
+    assert bad.exit_code == 1 and "give 1 or one per sparse feature (26)" in bad.output

@@ -8,7 +8,7 @@ lengths tensor, as torchrec's own Criteo pipe does, so the KeyedJaggedTensor nee
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -28,6 +28,11 @@ class _Groups:
     parts: list[int]
     local: list[np.ndarray]  # row index inside the part
     where: list[np.ndarray | None]  # positions in the slice (None: the whole slice, in order)
+    spans: list[tuple[int, int] | None] = field(default_factory=list)  # local rows a:b when contiguous
+
+    def __post_init__(self) -> None:
+        # Without shuffle, rows are consecutive: read them as slices (a memcpy), not gathers.
+        self.spans = [_span(local) for local in self.local]
 
 
 class BatchGatherer:
@@ -57,26 +62,31 @@ class BatchGatherer:
             return _Groups([first], [rows - self._part_starts[first]], [None])
         order = np.argsort(part_of, kind="stable")
         bounds = np.searchsorted(part_of[order], np.arange(first, last + 2))
-        groups = _Groups([], [], [])
+        parts, local, wheres = [], [], []
         for p, a, b in zip(range(first, last + 1), bounds[:-1], bounds[1:]):
             if a < b:
                 where = order[a:b]
-                groups.parts.append(p)
-                groups.local.append(rows[where] - self._part_starts[p])
-                groups.where.append(where)
-        return groups
+                parts.append(p)
+                local.append(rows[where] - self._part_starts[p])
+                wheres.append(where)
+        return _Groups(parts, local, wheres)
+
+    def _pick(self, column: np.ndarray, groups: _Groups, i: int) -> np.ndarray:
+        """Group i's rows of one column: a view for a contiguous span, else a gather."""
+        span = groups.spans[i]
+        return column[span[0] : span[1]] if span is not None else np.take(column, groups.local[i], axis=0)
 
     def _column(self, groups: _Groups, n: int, get, out: np.ndarray) -> np.ndarray:
         """Gather one column from every part into `out` (cast to out's dtype on assignment)."""
         if len(groups.parts) == 1:
             col = get(self.parts[groups.parts[0]])
-            if col.dtype == out.dtype and out.flags.c_contiguous:
+            if groups.spans[0] is None and col.dtype == out.dtype and out.flags.c_contiguous:
                 # mode="clip" lets take write straight into `out` (indices are known valid).
                 return np.take(col, groups.local[0], axis=0, out=out, mode="clip")
-            out[...] = np.take(col, groups.local[0], axis=0)
+            out[...] = self._pick(col, groups, 0)
             return out
-        for p, local, where in zip(groups.parts, groups.local, groups.where):
-            taken = np.take(get(self.parts[p]), local, axis=0)
+        for i, (p, where) in enumerate(zip(groups.parts, groups.where)):
+            taken = self._pick(get(self.parts[p]), groups, i)
             if where is None:
                 out[...] = taken
             else:
@@ -91,11 +101,11 @@ class BatchGatherer:
     def _take(self, groups: _Groups, n: int, get) -> np.ndarray:
         """One column of the rows, in the column's own dtype."""
         if len(groups.parts) == 1:
-            return np.take(get(self.parts[groups.parts[0]]), groups.local[0], axis=0)
+            return self._pick(get(self.parts[groups.parts[0]]), groups, 0)
         first = get(self.parts[groups.parts[0]])
         out = np.empty((n, *first.shape[1:]), first.dtype)
-        for p, local, where in zip(groups.parts, groups.local, groups.where):
-            out[where] = np.take(get(self.parts[p]), local, axis=0)
+        for i, (p, where) in enumerate(zip(groups.parts, groups.where)):
+            out[where] = self._pick(get(self.parts[p]), groups, i)
         return out
 
     def gather(self, rows: np.ndarray, real: int | None = None) -> Batch:
@@ -184,6 +194,14 @@ class BatchGatherer:
             offset_per_key=np.concatenate([[0], np.cumsum(per_key)]).tolist(),
             index_per_key=self._index_per_key,
         )
+
+
+def _span(local: np.ndarray) -> tuple[int, int] | None:
+    """(a, b) if `local` is exactly a, a+1, ..., b-1."""
+    n = len(local)
+    if n == 0 or int(local[-1]) - int(local[0]) != n - 1:
+        return None
+    return (int(local[0]), int(local[-1]) + 1) if n == 1 or bool(np.all(np.diff(local) == 1)) else None
 
 
 def _plain(part: Part) -> Part:

@@ -54,6 +54,17 @@ def test_batch_layout_matches_the_files_without_shuffle(data: Path):
         assert kjt[name].lengths().tolist() == [1] * 64
 
 
+def test_unshuffled_epoch_is_the_files_in_order_across_parts(data: Path):
+    parts = open_split(data, "train")
+    dense = np.concatenate([p.dense for p in parts])
+    f3 = np.concatenate([p.sparse["f3"] for p in parts]).astype(np.int64)
+    for world_size in (1, 2):
+        loaders = _loaders(data, world_size, shuffle=False, global_batch_size=40)
+        seen = [(b.dense_features.numpy(), b.sparse_features["f3"].values().numpy()) for bs in zip(*loaders) for b in bs]
+        assert np.array_equal(np.concatenate([d for d, _ in seen]), dense)
+        assert np.array_equal(np.concatenate([v for _, v in seen]), f3)
+
+
 def test_shuffled_epoch_visits_every_row_once(data: Path):
     (loader,) = _loaders(data, 1, global_batch_size=100, tail="drop")
     parts = open_split(data, "train")

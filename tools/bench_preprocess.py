@@ -21,7 +21,7 @@ from typing import Annotated, Any
 
 import typer
 
-from shardrec.tools.cli_common import console, fail, print_json
+from shardrec.tools.cli_common import console, err_console, fail, print_json
 
 _BYTES_PER_ROW = 240  # synth's Criteo-shaped rows, measured; only sizes the generated file
 
@@ -73,17 +73,17 @@ def pandas_parse(path: Path, chunk_rows: int = 500_000) -> dict[str, float]:
 def run_bench(size_gb: float, workers: int, work_dir: Path, chunk_mb: float) -> dict[str, Any]:
     path = work_dir / "bench.tsv"
     if not path.is_file() or abs(path.stat().st_size - size_gb * 1e9) > 0.2 * size_gb * 1e9:
-        console.print(f"generating {size_gb:g} GB of Criteo-shaped TSV in {path} ...", highlight=False)
+        err_console.print(f"generating {size_gb:g} GB of Criteo-shaped TSV in {path} ...", highlight=False)
         generate(path, size_gb)
     mb = path.stat().st_size / 1e6
     out = work_dir / "out"
     shutil.rmtree(out, ignore_errors=True)
-    console.print("timing shardrec preprocess end to end ...")
+    err_console.print("timing shardrec preprocess end to end ...")
     ours = run_preprocess_child(path, out, workers, chunk_mb)
     shutil.rmtree(out, ignore_errors=True)
-    console.print("timing the parser alone ...")
+    err_console.print("timing the parser alone ...")
     parse = parse_only(path)
-    console.print("timing pandas.read_csv (C engine, parse only) ...")
+    err_console.print("timing pandas.read_csv (C engine, parse only) ...")
     pd_ = pandas_parse(path)
     rates = {
         "end_to_end_mb_s_per_worker": mb / ours["wall_s"] / workers,

@@ -1,0 +1,22 @@
+"""`shardrec bench preprocess` runs end to end on a tiny file and reports its ratios (no timing asserted)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from shardrec.tools.cli import app
+
+
+@pytest.mark.slow
+def test_bench_preprocess_reports_ratios(tmp_path: Path):
+    result = CliRunner().invoke(app, ["bench", "preprocess", "--size-gb", "0.003", "--work-dir", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)  # progress notes go to stderr
+    assert report["file_mb"] > 2 and report["workers"] == 1
+    for key in ("end_to_end_mb_s_per_worker", "pandas_mb_s", "ratio_end_to_end_vs_pandas", "ratio_parse_vs_pandas_cpu", "peak_rss_mb"):
+        assert report[key] > 0, key
+    assert (tmp_path / "bench.tsv").is_file() and not (tmp_path / "out").exists()

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.progress import Progress, TextColumn
 
 from shardrec.dataloader.digest import stream_digests
 from shardrec.dataloader.format import DatasetError, verify
-from shardrec.tools.cli_common import console, fail, print_json
+from shardrec.tools.cli_common import console, err_console, fail, print_json
 
 
 def digest(
@@ -47,7 +49,14 @@ def digest(
     total = len(loaders[0])
     if start_batch >= total:
         fail(f"--start-batch {start_batch} is past the end: the epoch has {total} global batches")
-    rows = [{"batch": k, "sha256": d} for k, d in stream_digests(loaders, start_batch, batches)]
+    count = min(batches, total - start_batch)
+    with Progress(*Progress.get_default_columns(), TextColumn("{task.fields[rate]}"), console=err_console, transient=True) as bar:
+        task = bar.add_task("digesting", total=count, rate="")
+        rows, started = [], time.perf_counter()
+        for k, d in stream_digests(loaders, start_batch, batches):
+            rows.append({"batch": k, "sha256": d})
+            rate = len(rows) * global_batch / max(time.perf_counter() - started, 1e-9)
+            bar.update(task, advance=1, rate=f"{rate:,.0f} samples/s")
     if json_out:
         print_json({
             "directory": str(directory), "split": split, "seed": seed, "epoch": epoch, "shuffle": shuffle,

@@ -20,7 +20,12 @@ With the defaults (256-row blocks, 256-block windows, 64 K-row segments, 256-seg
 groups) a global batch of 8192 holds rows of ~256 blocks from ~256 segments, i.e. from
 ~256 random places of a 16 M-row stretch of a randomly ordered dataset. `shuffle_quality`
 measures the effect (spread of per-batch label means against a full permutation's) and
-`shardrec bench loader` reports it.
+`shardrec bench loader` reports it. Measured on 16 M rows whose click rate swings around
+0.25 over 24 "hours" (as Criteo's does over a day), global batch 8192: with a swing of
++-0.05 the per-batch label-mean std is 1.08x a full permutation's (file order: 7.3x); with
++-0.10 it is 1.40x (file order: 15x). 32 K-row blocks, 32 per window (a typical block
+shuffle) give 1.59x and 2.80x. What remains comes from the ~256 places per batch: smaller
+blocks (block_rows=64, window_blocks=1024, segment_blocks=1024) mix finer.
 
 Why windows are small (64 K rows, ~7 MB of Criteo-shaped columns): the loader gathers a
 window's rows column by column, and a column's slice of a window then sits in the CPU cache

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from contextlib import contextmanager
 
 from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints
 from torchrec.distributed.planner import Topology as TorchrecTopology
@@ -22,17 +23,22 @@ logger = logging.getLogger(__name__)
 
 
 def to_torchrec_topology(topo: Topology) -> TorchrecTopology:
-    cap = {"hbm_cap": topo.memory_bytes} if topo.device_kind == "cuda" else {"ddr_cap": topo.memory_bytes}
+    # Same hardware figures as shardrec's cost model (torchrec counts bandwidth in bytes/ms).
+    if topo.device_kind == "cuda":
+        cap = {"hbm_cap": topo.memory_bytes, "hbm_mem_bw": topo.lookup_bw / 1e3}
+    else:
+        cap = {"ddr_cap": topo.memory_bytes, "ddr_mem_bw": topo.lookup_bw / 1e3}
     # torchrec warns that it prefers its TopologyFactory; the direct constructor is public and exact.
-    logging.getLogger("torchrec.distributed.planner.types").setLevel(logging.ERROR)
-    return TorchrecTopology(
-        world_size=topo.world_size,
-        compute_device=topo.device_kind,
-        local_world_size=topo.local_world_size,
-        intra_host_bw=topo.intra_host_bw,
-        inter_host_bw=topo.inter_host_bw,
-        **cap,
-    )
+    with quiet_torchrec(logging.ERROR):
+        return TorchrecTopology(
+            world_size=topo.world_size,
+            compute_device=topo.device_kind,
+            local_world_size=topo.local_world_size,
+            intra_host_bw=topo.intra_host_bw / 1e3,
+            inter_host_bw=topo.inter_host_bw / 1e3,
+            bwd_compute_multiplier=topo.bwd_compute_multiplier,
+            **cap,
+        )
 
 
 def to_parameter_constraints(
@@ -72,8 +78,19 @@ def torchrec_plan(
         constraints=to_parameter_constraints(tables, constraints, pooling, compute_kernel),
         debug=False,
     )
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), quiet_torchrec(logging.ERROR):
         warnings.simplefilter("ignore", FutureWarning)
-        logging.getLogger("torchrec.distributed.planner.storage_reservations").setLevel(logging.ERROR)
         plan = planner.plan(build_ebc(tables), build_sharders())
     return from_sharding_plan(plan.plan[""], tables, topo.world_size)
+
+
+@contextmanager
+def quiet_torchrec(level: int = logging.WARNING):
+    """torchrec's planner logs every proposal at INFO; keep only warnings while it runs."""
+    log = logging.getLogger("torchrec")
+    old = log.level
+    log.setLevel(max(level, old))
+    try:
+        yield
+    finally:
+        log.setLevel(old)

@@ -1,0 +1,76 @@
+"""Score any placement with torchrec's own estimators (EmbeddingPerfEstimator via its enumerator).
+
+torchrec rates a plan by its slowest rank: the sum over the rank's shards of each shard's
+estimated forward + backward compute and communication time. To rate a placement torchrec did
+not make, every table's sharding option is enumerated by torchrec (column-wise blocks sized by
+setting min_partition to our block width) and each shard is charged to the rank our plan gives it.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import numpy as np
+from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
+from torchrec.modules.embedding_configs import EmbeddingBagConfig
+
+from shardrec.embeddings.tables import build_ebc
+from shardrec.sharding.constraints import TableConstraint
+from shardrec.sharding.plan_io import SHARDING_TYPES, TablePlan
+from shardrec.sharding.sharders import build_sharders
+from shardrec.sharding.topology import Topology
+from shardrec.sharding.torchrec_planner import quiet_torchrec, to_parameter_constraints, to_torchrec_topology
+
+logger = logging.getLogger(__name__)
+
+
+def _shape_key(shards) -> tuple:
+    return tuple(sorted((tuple(s[0]), tuple(s[1])) for s in shards))
+
+
+def torchrec_score(
+    placed: list[TablePlan],
+    tables: list[EmbeddingBagConfig],
+    topo: Topology,
+    global_batch_size: int,
+    pooling: dict[str, float],
+) -> float | None:
+    """torchrec's estimate of the slowest rank's step time (seconds), or None if a table's layout has no torchrec option."""
+    by_plan = {t.name: t for t in placed}
+    cons = {}
+    for t in tables:
+        tp = by_plan[t.name]
+        width = min(s.cols for s in tp.shards) if tp.sharding_type in ("column_wise", "table_column_wise") else 0
+        cons[t.name] = TableConstraint(sharding_types=(tp.sharding_type,), min_partition=width)
+    params = to_parameter_constraints(tables, cons, pooling, "fused")
+    for name, tp in by_plan.items():
+        params[name].compute_kernels = [tp.compute_kernel]
+    enumerator = EmbeddingEnumerator(
+        topology=to_torchrec_topology(topo), batch_size=max(1, global_batch_size // topo.world_size), constraints=params
+    )
+    with warnings.catch_warnings(), quiet_torchrec():
+        warnings.simplefilter("ignore")
+        options = enumerator.enumerate(build_ebc(tables), build_sharders())
+    found: dict[tuple, object] = {}
+    for o in options:
+        key = (o.name, o.sharding_type, o.compute_kernel, _shape_key((s.size, s.offset) for s in o.shards))
+        found[key] = o
+    per_rank = np.zeros(topo.world_size)
+    for tp in placed:
+        shapes = [((s.rows, s.cols), (s.row_offset, s.col_offset)) for s in tp.shards]
+        o = found.get((tp.name, tp.sharding_type, tp.compute_kernel, _shape_key(shapes)))
+        if o is None:
+            logger.info("torchrec has no option for %s laid out %s; no torchrec score", tp.name, tp.sharding_type)
+            return None
+        perf = {(tuple(s.size), tuple(s.offset)): s.perf.total for s in o.shards}
+        if tp.sharding_type == "data_parallel":
+            for s, ts in zip(tp.shards, o.shards):
+                per_rank[s.rank] += ts.perf.total
+            continue
+        for s in tp.shards:
+            per_rank[s.rank] += perf[((s.rows, s.cols), (s.row_offset, s.col_offset))]
+    return float(per_rank.max()) / 1e3  # torchrec's estimates are in milliseconds
+
+
+__all__ = ["torchrec_score", "SHARDING_TYPES"]

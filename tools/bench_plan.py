@@ -1,0 +1,143 @@
+"""`shardrec bench plan`: shardrec's search against torchrec's default planner, same run, same cost models.
+
+Every case plans one table set on one topology with both planners, then scores both plans
+with shardrec's cost model and with torchrec's own estimators (estimated step time of the
+slowest rank). Ratios below 1 mean shardrec's plan is faster. torchrec's planner takes
+minutes beyond ~100 tables x 16 ranks on 2 cores, so its side of the suite stays below that;
+the 1,000-table x 1,024-rank case runs shardrec only, to measure planning time at scale.
+"""
+
+from __future__ import annotations
+
+import math
+import resource
+import time
+from dataclasses import dataclass
+from typing import Annotated, Optional
+
+import typer
+
+from shardrec.tools.cli_common import console, fail, print_json
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    table_set: str
+    preset: str
+    world_size: int
+    global_batch_size: int
+    torchrec: bool = True
+
+
+CASES = (
+    Case("criteo26/h100x8", "criteo26", "h100", 8, 65536),
+    Case("criteo26/h100x16", "criteo26", "h100", 16, 65536),
+    Case("criteo26/a100x32", "criteo26", "a100", 32, 65536),
+    Case("random40-s0/a100x4", "random:0:40", "a100", 4, 16384),
+    Case("random60-s1/h100x8", "random:1:60", "h100", 8, 32768),
+    Case("random80-s2/h100x16", "random:2:80", "h100", 16, 65536),
+    Case("random100-s3/h200x8", "random:3:100", "h200", 8, 32768),
+    Case("random50-s4/cpu-gloo x2", "random:4:50:1e6", "cpu-gloo", 2, 4096),
+    Case("prod1000[:100]/h100x8", "prod:100", "h100", 8, 32768),
+    Case("prod1000/h100x1024", "prod:1000", "h100", 1024, 1048576, torchrec=False),
+)
+
+
+def _table_set(spec: str):
+    from shardrec.sharding import suites
+
+    if spec == "criteo26":
+        return suites.criteo_dlrmv2()
+    kind, *args = spec.split(":")
+    if kind == "random":
+        return suites.random_tasks(int(args[0]), int(args[1]), *(float(a) for a in args[2:]))
+    full = suites.production_like(1000)
+    return full if int(args[0]) == 1000 else suites.subset(full, int(args[0]))
+
+
+def run_case(case: Case) -> dict:
+    from shardrec.sharding.cost import evaluate
+    from shardrec.sharding.search import search_plan
+    from shardrec.sharding.topology import build_topology
+    from shardrec.sharding.torchrec_planner import torchrec_plan
+    from shardrec.sharding.torchrec_score import torchrec_score
+
+    ts = _table_set(case.table_set)
+    topo = build_topology(case.preset, case.world_size)
+    t0 = time.perf_counter()
+    ours = search_plan(ts.tables, topo, case.global_batch_size, {}, ts.pooling)
+    ours_s = time.perf_counter() - t0
+    ours_cost = evaluate(ours, ts.tables, ts.pooling, topo, case.global_batch_size)
+    row = {"case": case.name, "tables": len(ts.tables), "ranks": case.world_size, "shardrec_s": round(ours_s, 3),
+           "shardrec_ms": ours_cost.max_step_s * 1e3, "shardrec_fits": not ours_cost.shortfall()}
+    if not case.torchrec:
+        return row
+    t0 = time.perf_counter()
+    try:
+        theirs = torchrec_plan(ts.tables, topo, case.global_batch_size, {}, ts.pooling)
+    except Exception as e:  # torchrec's PlannerError: no plan within memory
+        row["torchrec_error"] = str(e).splitlines()[0]
+        return row
+    row["torchrec_s"] = round(time.perf_counter() - t0, 3)
+    theirs_cost = evaluate(theirs, ts.tables, ts.pooling, topo, case.global_batch_size)
+    row["torchrec_ms"] = theirs_cost.max_step_s * 1e3
+    row["torchrec_fits"] = not theirs_cost.shortfall()
+    row["ratio_shardrec_model"] = ours_cost.max_step_s / theirs_cost.max_step_s
+    a = torchrec_score(ours, ts.tables, topo, case.global_batch_size, ts.pooling)
+    b = torchrec_score(theirs, ts.tables, topo, case.global_batch_size, ts.pooling)
+    row["ratio_torchrec_model"] = a / b if a is not None and b else None
+    return row
+
+
+def _geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v is not None]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def bench_plan(
+    only: Annotated[Optional[str], typer.Option(help="Run only the cases whose name contains this text.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
+) -> None:
+    """Cost of shardrec's plans vs torchrec's default planner (ratio < 1: shardrec faster), and both run times."""
+    from rich.progress import Progress
+    from rich.table import Table
+
+    cases = [c for c in CASES if only is None or only in c.name]
+    if not cases:
+        fail(f"--only {only!r} matches no case (cases: {', '.join(c.name for c in CASES)})")
+    rows = []
+    with Progress(console=console, transient=True, disable=json_out) as progress:
+        task = progress.add_task("planning", total=len(cases))
+        for case in cases:
+            progress.update(task, description=case.name)
+            rows.append(run_case(case))
+            progress.advance(task)
+    result = {
+        "cases": rows,
+        "geomean_ratio_shardrec_model": _geomean([r.get("ratio_shardrec_model") for r in rows]),
+        "geomean_ratio_torchrec_model": _geomean([r.get("ratio_torchrec_model") for r in rows]),
+        "worst_ratio_shardrec_model": max((r["ratio_shardrec_model"] for r in rows if "ratio_shardrec_model" in r), default=None),
+        "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+    }
+    if json_out:
+        print_json(result)
+        return
+    t = Table(title="shardrec plan vs torchrec EmbeddingShardingPlanner (max-rank step estimate; ratio < 1: shardrec faster)")
+    for col in ("case", "tables", "ranks", "shardrec ms", "torchrec ms", "ratio (ours model)", "ratio (torchrec model)",
+                "shardrec s", "torchrec s", "fit"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        fmt = lambda v, f="{:.3f}": "-" if v is None else f.format(v)  # noqa: E731
+        t.add_row(r["case"], str(r["tables"]), str(r["ranks"]), fmt(r["shardrec_ms"]), fmt(r.get("torchrec_ms")),
+                  fmt(r.get("ratio_shardrec_model")), fmt(r.get("ratio_torchrec_model")),
+                  fmt(r["shardrec_s"], "{:.2f}"), fmt(r.get("torchrec_s"), "{:.2f}"),
+                  "yes" if r["shardrec_fits"] and r.get("torchrec_fits", True) else "NO")
+    console.print(t)
+    g1, g2 = result["geomean_ratio_shardrec_model"], result["geomean_ratio_torchrec_model"]
+    console.print(f"geomean ratio: {g1:.3f} (shardrec cost model), " + (f"{g2:.3f}" if g2 else "-") + " (torchrec estimators); "
+                  f"worst case {result['worst_ratio_shardrec_model']:.3f}; peak RSS {result['peak_rss_gib']:.2f} GiB")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan")(bench_plan)

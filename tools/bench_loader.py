@@ -128,6 +128,29 @@ def _resume_seconds(directory: Path, global_batch: int) -> dict[str, float]:
     return {"resume_other_world_size_s": round(loader_s, 3), "order_deep_in_4_2b_rows_s": round(time.perf_counter() - start, 3)}
 
 
+def _interleaved_best(runs: dict[str, Callable[[], float]], rounds: int, watch: str) -> tuple[dict[str, float], int]:
+    """Best rows/s of each run over interleaved rounds, and the anonymous-memory growth (KB)
+    seen after the `watch` run."""
+    best = {k: 0.0 for k in runs}
+    anon_before, anon_growth = _anon_kb(), 0
+    for _ in range(rounds):
+        for name, run in runs.items():
+            best[name] = max(best[name], run())
+            if name == watch:
+                anon_growth = max(anon_growth, _anon_kb() - anon_before)
+    return best, anon_growth
+
+
+def _ratios(best: dict[str, float], roofline: float) -> dict[str, float]:
+    return {
+        "shardrec_vs_torchrec_shuffle": round(best["shardrec_shuffle"] / best["torchrec_shuffle"], 2),
+        "shardrec_vs_torchrec_no_shuffle": round(best["shardrec_no_shuffle"] / best["torchrec_no_shuffle"], 2),
+        "shardrec_shuffle_vs_torchrec_no_shuffle": round(best["shardrec_shuffle"] / best["torchrec_no_shuffle"], 2),
+        "shardrec_shuffle_fraction_of_roofline": round(best["shardrec_shuffle"] / roofline, 3),
+        "shardrec_no_shuffle_fraction_of_roofline": round(best["shardrec_no_shuffle"] / roofline, 3),
+    }
+
+
 def run_bench(rows: int, global_batch: int, rounds: int, max_batches: int, work_dir: Path | None) -> dict[str, Any]:
     import torch
     from torchrec.datasets.criteo import InMemoryBinaryCriteoIterDataPipe
@@ -158,14 +181,7 @@ def run_bench(rows: int, global_batch: int, rounds: int, max_batches: int, work_
             "shardrec_no_shuffle": lambda: _rows_per_second(loaders[False], max_batches),
             "torchrec_no_shuffle": lambda: _rows_per_second(pipes[False], max_batches),
         }
-        best = {k: 0.0 for k in runs}
-        anon_before = _anon_kb()
-        anon_growth = 0
-        for _ in range(rounds):
-            for name, run in runs.items():
-                best[name] = max(best[name], run())
-                if name == "shardrec_shuffle":
-                    anon_growth = max(anon_growth, _anon_kb() - anon_before)
+        best, anon_growth = _interleaved_best(runs, rounds, watch="shardrec_shuffle")
         quality = _drift_quality(rows, global_batch)
         resume = _resume_seconds(ours, global_batch)
     finally:
@@ -179,13 +195,7 @@ def run_bench(rows: int, global_batch: int, rounds: int, max_batches: int, work_
         "memcpy_gb_per_s": round(gbps, 2),
         "roofline_rows_per_s": round(roofline),
         "rows_per_s": {k: round(v) for k, v in best.items()},
-        "ratios": {
-            "shardrec_vs_torchrec_shuffle": round(best["shardrec_shuffle"] / best["torchrec_shuffle"], 2),
-            "shardrec_vs_torchrec_no_shuffle": round(best["shardrec_no_shuffle"] / best["torchrec_no_shuffle"], 2),
-            "shardrec_shuffle_vs_torchrec_no_shuffle": round(best["shardrec_shuffle"] / best["torchrec_no_shuffle"], 2),
-            "shardrec_shuffle_fraction_of_roofline": round(best["shardrec_shuffle"] / roofline, 3),
-            "shardrec_no_shuffle_fraction_of_roofline": round(best["shardrec_no_shuffle"] / roofline, 3),
-        },
+        "ratios": _ratios(best, roofline),
         "torchrec_load_into_ram_s": round(torchrec_load_s, 2),
         "shardrec_anon_memory_growth_mb": round(anon_growth / 1024, 1),
         "resume": resume,

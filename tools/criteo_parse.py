@@ -21,9 +21,11 @@ Row rules (from the real Criteo files):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
+from shardrec.tools import parse_kernel
 from shardrec.tools.parse_fields import decode_hex, decode_int, padded, strip_point_zero
 
 NEWLINE = 10
@@ -47,8 +49,8 @@ class Schema:
     """The first line of each file names the columns and is skipped."""
 
     def __post_init__(self) -> None:
-        if len(self.delimiter.encode()) != 1 or self.delimiter == "\n":
-            raise ValueError(f"delimiter {self.delimiter!r} must be one byte and not a newline")
+        if len(self.delimiter.encode()) != 1 or self.delimiter in "\r\n.-0123456789abcdefABCDEF":
+            raise ValueError(f"delimiter {self.delimiter!r} must be one byte that cannot occur in a value")
         if self.num_dense < 0 or self.num_sparse < 0:
             raise ValueError(f"num_dense={self.num_dense}, num_sparse={self.num_sparse} must be >= 0")
 
@@ -80,8 +82,8 @@ class ParsedChunk:
     sparse_missing: np.ndarray  # bool [rows, num_sparse]
     reason: np.ndarray  # int8 [rows], -1 for a good row, else an index into REASONS
     bad_field: np.ndarray  # int16 [rows], field index of the first bad field (-1 if none)
-    field_start: np.ndarray = field(repr=False)  # int64 [rows, fields] byte ranges, for messages
-    field_end: np.ndarray = field(repr=False)
+    row_start: np.ndarray = field(repr=False)  # int64 [rows] byte offset of each row, for messages
+    row_end: np.ndarray = field(repr=False)  # int64 [rows] offset of each row's newline
 
     @property
     def rows(self) -> int:
@@ -137,14 +139,40 @@ def _first_true(mask: np.ndarray) -> np.ndarray:
     return np.where(mask.any(axis=1), mask.argmax(axis=1), -1)
 
 
-def parse_chunk(data: bytes | np.ndarray, schema: Schema = Schema()) -> ParsedChunk:
-    """Parse whole lines of text. `data` must be empty or end with a newline."""
+def parse_chunk(data: bytes | np.ndarray, schema: Schema = Schema(), engine: Literal["auto", "compiled", "numpy"] = "auto") -> ParsedChunk:
+    """Parse whole lines of text. `data` must be empty or end with a newline.
+
+    engine: "compiled" (numba, one pass), "numpy" (vectorized passes), or "auto" (compiled
+    when numba is installed). Both give the same result.
+    """
     buf = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray, memoryview)) else data
     if len(buf) and buf[-1] != NEWLINE:
         raise ValueError("parse_chunk needs text that ends with a newline")
-    nf, nd = schema.num_fields, schema.num_dense
     if len(buf) == 0:
         return _empty(schema)
+    if engine == "compiled" or (engine == "auto" and parse_kernel.AVAILABLE):
+        return _parse_compiled(buf, schema)
+    return _parse_numpy(buf, schema)
+
+
+def _parse_compiled(buf: np.ndarray, schema: Schema) -> ParsedChunk:
+    rows = int(np.count_nonzero(buf == NEWLINE))
+    nd, ns = schema.num_dense, schema.num_sparse
+    out = ParsedChunk(
+        np.empty(rows, np.uint8), np.empty((rows, nd), np.int64), np.empty((rows, nd), bool),
+        np.empty((rows, ns), np.uint64), np.empty((rows, ns), bool), np.empty(rows, np.int8),
+        np.empty(rows, np.int16), np.empty(rows, np.int64), np.empty(rows, np.int64),
+    )  # fmt: skip
+    dec, hexv = parse_kernel.value_tables(schema.delimiter)
+    parse_kernel.parse_rows(
+        buf, dec, hexv, nd, ns, out.labels, out.dense, out.dense_missing, out.sparse,
+        out.sparse_missing, out.reason, out.bad_field, out.row_start, out.row_end,
+    )  # fmt: skip
+    return out
+
+
+def _parse_numpy(buf: np.ndarray, schema: Schema) -> ParsedChunk:
+    nf, nd = schema.num_fields, schema.num_dense
     start, end, counted, row_len = _field_ranges(buf, ord(schema.delimiter), nf)
     rows = len(counted)
     label_end = strip_point_zero(buf, start[:, 0], end[:, 0])
@@ -170,11 +198,11 @@ def parse_chunk(data: bytes | np.ndarray, schema: Schema = Schema()) -> ParsedCh
         reason[mask] = code
         bad_field[mask] = (fidx[mask] if isinstance(fidx, np.ndarray) else fidx)
     labels = np.where(bad_label, 0, label_byte - ord("0")).astype(np.uint8)
-    return ParsedChunk(labels, dense, dense_missing, sparse, sparse_missing, reason, bad_field, start, end)
+    return ParsedChunk(labels, dense, dense_missing, sparse, sparse_missing, reason, bad_field, start[:, 0].copy(), start[:, 0] + row_len)
 
 
 def _empty(schema: Schema) -> ParsedChunk:
-    nd, ns, nf = schema.num_dense, schema.num_sparse, schema.num_fields
+    nd, ns = schema.num_dense, schema.num_sparse
     return ParsedChunk(
         np.zeros(0, np.uint8),
         np.zeros((0, nd), np.int64),
@@ -183,23 +211,23 @@ def _empty(schema: Schema) -> ParsedChunk:
         np.zeros((0, ns), bool),
         np.zeros(0, np.int8),
         np.zeros(0, np.int16),
-        np.zeros((0, nf), np.int64),
-        np.zeros((0, nf), np.int64),
+        np.zeros(0, np.int64),
+        np.zeros(0, np.int64),
     )
 
 
 def describe_bad_row(data: bytes, chunk: ParsedChunk, row: int, schema: Schema) -> tuple[str, str]:
     """(field name, offending text) of a malformed row, for `file:line: field: value` messages."""
     code, fidx = int(chunk.reason[row]), int(chunk.bad_field[row])
+    line = bytes(data[int(chunk.row_start[row]) : int(chunk.row_end[row])])
+    line = line[:-1] if line.endswith(b"\r") else line
     if REASONS[code] == "empty_row":
         return "row", "(empty line)"
+    fields = line.split(schema.delimiter.encode())
     if REASONS[code] == "too_many_fields":
-        s = int(chunk.field_start[row, 0])
-        line_end = data.find(b"\n", s)
-        extra = data[s:line_end].count(schema.delimiter.encode()) + 1
-        return "row", f"{extra} fields, schema has {schema.num_fields}"
-    s, e = int(chunk.field_start[row, fidx]), int(chunk.field_end[row, fidx])
-    return schema.field_names[fidx], repr(data[s:e].decode("utf-8", "replace"))
+        return "row", f"{len(fields)} fields, schema has {schema.num_fields}"
+    value = fields[fidx] if fidx < len(fields) else b""
+    return schema.field_names[fidx], repr(value.decode("utf-8", "replace"))
 
 
 DENSE_TRANSFORMS = ("log1p", "signed-log1p", "shift-log1p", "none")

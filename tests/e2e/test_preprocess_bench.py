@@ -17,6 +17,9 @@ def test_bench_preprocess_reports_ratios(tmp_path: Path):
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)  # progress notes go to stderr
     assert report["file_mb"] > 2 and report["workers"] == 1
-    for key in ("end_to_end_mb_s_per_worker", "pandas_mb_s", "ratio_end_to_end_vs_pandas", "ratio_parse_vs_pandas_cpu", "peak_rss_mb"):
+    for key in ("end_to_end_mb_s_per_worker", "pandas_mb_s", "parse_only_mb_s", "peak_rss_mb"):
         assert report[key] > 0, key
+    # On a file this small process start-up dominates, so a ratio can round to 0.
+    for key in ("ratio_end_to_end_vs_pandas", "ratio_end_to_end_vs_pandas_cpu", "ratio_parse_vs_pandas_cpu"):
+        assert report[key] >= 0, key
     assert (tmp_path / "bench.tsv").is_file() and not (tmp_path / "out").exists()

@@ -151,3 +151,54 @@ def test_fast_decoders_agree_with_generic_ones():
                 base = 10 if fast is decode_int else 16
                 text_value = f[:-2] if base == 10 and f.endswith(b".0") and len(f) >= 3 else f
                 assert int(text_value, base) == int(v)
+
+
+def _fuzz_text(rng: np.random.Generator, rows: int, schema: Schema) -> bytes:
+    pieces = [b"0", b"1", b"", b"-3", b"260.0", b"12", b"0000abcd", b"ffffffff", b"x", b"-", b"1.5",
+              b"123456789012345678901", b"0123456789abcdef0", b"\r", b"AbCd", b".0", b"2"]  # fmt: skip
+    lines = []
+    for _ in range(rows):
+        n = int(rng.integers(0, schema.num_fields + 3))
+        fields = [pieces[k] for k in rng.integers(0, len(pieces), n)]
+        if rng.random() < 0.6:  # mostly plausible rows, so good rows get compared too
+            fields = [b"1"] + [b"7"] * schema.num_dense + [b"00c0ffee"] * schema.num_sparse
+            fields = fields[: schema.num_fields - int(rng.integers(0, 4))]
+            for k in rng.integers(0, len(fields), int(rng.integers(0, 2))):
+                fields[k] = pieces[int(rng.integers(0, len(pieces)))]
+        ending = b"\r\n" if rng.random() < 0.1 else b"\n"
+        lines.append(schema.delimiter.encode().join(fields) + ending)
+    return b"".join(lines)
+
+
+@pytest.mark.parametrize("delimiter", ["\t", ","])
+def test_compiled_and_numpy_parsers_agree_on_random_and_malformed_rows(delimiter):
+    schema = Schema(num_dense=3, num_sparse=4, delimiter=delimiter)
+    text = _fuzz_text(np.random.default_rng(1), 3000, schema)
+    a, b = parse_chunk(text, schema, engine="compiled"), parse_chunk(text, schema, engine="numpy")
+    for name in ("reason", "bad_field", "row_start", "row_end"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+    ok = a.ok
+    assert 0.2 < ok.mean() < 0.9  # both kinds of rows occur
+    for name in ("labels", "dense", "dense_missing", "sparse", "sparse_missing"):
+        np.testing.assert_array_equal(getattr(a, name)[ok], getattr(b, name)[ok], err_msg=name)
+    for r in np.flatnonzero(~ok)[:50]:
+        assert describe_bad_row(text, a, r, schema) == describe_bad_row(text, b, r, schema)
+
+
+def test_uncompiled_kernel_gives_the_same_rows():
+    # The pure-Python body of the kernel is what runs if numba is missing.
+    from shardrec.tools import parse_kernel
+
+    schema = Schema(num_dense=3, num_sparse=4)
+    text = _fuzz_text(np.random.default_rng(2), 200, schema)
+    expected = parse_chunk(text, schema, engine="numpy")
+    kernel = getattr(parse_kernel.parse_rows, "py_func", parse_kernel.parse_rows)
+    buf = np.frombuffer(text, np.uint8)
+    rows = expected.rows
+    out = [np.empty(rows, np.uint8), np.empty((rows, 3), np.int64), np.empty((rows, 3), bool), np.empty((rows, 4), np.uint64),
+           np.empty((rows, 4), bool), np.empty(rows, np.int8), np.empty(rows, np.int16), np.empty(rows, np.int64), np.empty(rows, np.int64)]  # fmt: skip
+    assert kernel(buf, *parse_kernel.value_tables("\t"), 3, 4, *out) == rows
+    np.testing.assert_array_equal(out[5], expected.reason)
+    ok = expected.ok
+    np.testing.assert_array_equal(out[3][ok], expected.sparse[ok])
+    np.testing.assert_array_equal(out[1][ok], expected.dense[ok])

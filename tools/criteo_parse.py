@@ -1,6 +1,9 @@
-"""A vectorized parser for Criteo-shaped click-log text: no per-row Python.
+"""The parser for Criteo-shaped click-log text: no per-row Python.
 
-A chunk of bytes that ends at a newline is parsed in a fixed number of numpy passes:
+Two engines give identical results: a compiled one-pass kernel (parse_kernel, numba), used
+when numba is installed, and the vectorized numpy path below, kept as the fallback and as the
+reference the tests compare against. The numpy path parses a chunk of bytes that ends at a
+newline in a fixed number of passes:
 
 1. the positions of every delimiter and newline are found at once (`flatnonzero`);
 2. each position gets its row (a running count of newlines) and its field index within the

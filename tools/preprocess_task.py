@@ -190,7 +190,9 @@ def run_task(task: Task, opts: TaskOptions) -> TaskResult:
         ids = map_ids(chunk, opts, vocabs)
         for split, mask in _split_rows(task, line0, chunk.rows):
             rows = mask & chunk.ok
-            if rows.any():
+            if rows.all():  # the common case: no copies
+                buffers.setdefault(split, _PartBuffer()).add(chunk.labels, dense, ids)
+            elif rows.any():
                 buffers.setdefault(split, _PartBuffer()).add(chunk.labels[rows], dense[rows], {k: v[rows] for k, v in ids.items()})
         line0 += chunk.rows
         result.bytes += len(data)

@@ -100,16 +100,17 @@ class BatchLoader:
             self._order = EpochOrder(self.spec, self.epoch)
         return self._order
 
-    def rows(self, k: int) -> tuple[np.ndarray, int]:
+    def rows(self, k: int, order: EpochOrder | None = None) -> tuple[np.ndarray, int]:
         """Global row indices of this rank's slice of global batch k, and how many are real."""
-        rows, real = self._epoch_order().batch(k)
+        rows, real = (order or self._epoch_order()).batch(k)
         b, r = self.local_batch_size, self.rank
         return rows[r * b : (r + 1) * b], min(max(real - r * b, 0), b)
 
-    def _run(self, first: int) -> list[Batch]:
+    def _run(self, first: int, order: EpochOrder | None = None) -> list[Batch]:
         """This rank's slices of global batches first .. first + run - 1, gathered together."""
+        order = order or self._epoch_order()
         stop = min(first + self._run_batches, len(self))
-        batches = self._gatherer.gather_many([self.rows(k) for k in range(first, stop)])
+        batches = self._gatherer.gather_many([self.rows(k, order) for k in range(first, stop)])
         return [b.pin_memory() for b in batches] if self.pin_memory else batches
 
     def batch(self, k: int) -> Batch:
@@ -127,14 +128,15 @@ class BatchLoader:
             self._offset = 0
         self._resume_pending = False
         start = self._offset // self.spec.global_batch_size
-        self._epoch_order()  # built once here, not raced for by the workers
-        return self._iterate(start)
+        # The workers share this epoch's order, built here once (a later set_epoch cannot touch it).
+        return self._iterate(start, self._epoch_order())
 
-    def _iterate(self, start: int) -> Iterator[Batch]:
+    def _iterate(self, start: int, order: EpochOrder) -> Iterator[Batch]:
         epoch = self.epoch
         g, run = self.spec.global_batch_size, self._run_batches
         firsts = range(start - start % run, len(self), run)
-        runs = prefetch_map(self._run, firsts, self.num_workers, self.prefetch * max(self.num_workers, 1))
+        depth = self.prefetch * max(self.num_workers, 1)
+        runs = prefetch_map(lambda first: self._run(first, order), firsts, self.num_workers, depth)
         for first, batches in zip(firsts, runs):
             for k, batch in enumerate(batches, start=first):
                 if k < start:

@@ -33,6 +33,10 @@ while it is read in random order. Windows much larger than the cache turn every 
 every column into a cache miss (3-4x slower, measured). Segments and groups are what
 bring rows of far-apart places together.
 
+Disk: a group's rows (16 M rows, ~1.9 GB of Criteo-shaped columns) are all read while the
+group is current, in 256-row pieces; the kernel's read-around brings ~128 KB per page fault
+and later windows of the group use it, as long as the page cache holds a group.
+
 Memory: two entries per segment (16 bytes per 64 K rows: 1 MB for 4.2 B rows), one
 group's block table (~65 K blocks) and one window's row permutation (64 K rows).
 

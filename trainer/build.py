@@ -179,13 +179,17 @@ def build_optimizer(
     decay_steps: int,
 ) -> TrainOptimizer:
     """The after-backward optimizer: dense layers (scheduled) and data-parallel tables, if any."""
-    dense, tables = [], []
+    dense, tables = [], {}
     for name, param in model.named_parameters():
         if hasattr(param, "_in_backward_optimizers"):
             continue
-        (tables if ".embedding_bags." in name else dense).append(param)
+        if ".embedding_bags." in name:
+            tables[name] = (name.split(".embedding_bags.")[1].split(".")[0], param)
+        else:
+            dense.append(param)
     dense_opt = DENSE_OPTIMIZERS[dense_optimizer](dense, **optimizer_kwargs(dense_optimizer, dense_lr, eps))
     table_opt = None
     if tables:
-        table_opt = SPARSE_OPTIMIZERS[sparse_optimizer](tables, **optimizer_kwargs(sparse_optimizer, sparse_lr, eps))
-    return TrainOptimizer(dense_opt, table_opt, dlrm_schedule(warmup_steps, decay_start, decay_steps))
+        params = [p for _, p in tables.values()]
+        table_opt = SPARSE_OPTIMIZERS[sparse_optimizer](params, **optimizer_kwargs(sparse_optimizer, sparse_lr, eps))
+    return TrainOptimizer(dense_opt, table_opt, tables, dlrm_schedule(warmup_steps, decay_start, decay_steps))

@@ -103,7 +103,7 @@ class CheckpointManager:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
         self._barrier()
-        state = {"model": job.model.state_dict(), "fused_optim": job.model.fused_optimizer.state_dict()}
+        state = {"model": job.model.state_dict(), "fused_optim": _sparse_optim_state(job)}
         dcp.save(state, checkpoint_id=str(tmp))
         _save_file(tmp / f"rng-{self.env.rank}.pt", _rng_state())
         if self.env.is_main:
@@ -152,15 +152,25 @@ class CheckpointManager:
         if mismatch:
             raise ValueError(f"{path}: checkpoint of another model: {mismatch}")
         model_state = job.model.state_dict()
-        fused_state = job.model.fused_optimizer.state_dict()
-        converted = adapt_fused_state(path, fused_state, train_state["plan"], job.plan)
-        state = {"model": model_state, "fused_optim": fused_state}
+        sparse_state = _sparse_optim_state(job)
+        converted = adapt_fused_state(path, sparse_state, train_state["plan"], job.plan)
+        state = {"model": model_state}
+        if sparse_state["state"]:
+            state["fused_optim"] = sparse_state
         dcp.load(state, checkpoint_id=str(path))
+        state["fused_optim"] = sparse_state
         for key, entries in converted.items():
-            state["fused_optim"]["state"][key].update(entries)
+            sparse_state["state"].setdefault(key, {}).update(entries)
         job.model.load_state_dict(state["model"])
-        job.model.fused_optimizer.load_state_dict(state["fused_optim"])
-        job.runner.optimizer.load_state_dict(train_state["optimizer"])
+        optimizer = job.runner.optimizer
+        replicated = optimizer.replicated_state()
+        for fqn, entries in replicated.items():  # loaded in place; copy in case DCP replaced them
+            for name, tensor in entries.items():
+                tensor.copy_(state["fused_optim"]["state"][fqn][name])
+        fused = {k: v for k, v in state["fused_optim"]["state"].items() if k not in replicated}
+        job.model.fused_optimizer.load_state_dict({**state["fused_optim"], "state": fused})
+        optimizer.load_state_dict(train_state["optimizer"])
+        optimizer.set_replicated_steps(train_state["progress"]["step"])
         job.train_loader.load_state_dict(train_state["loader"])
         job.progress.step = train_state["progress"]["step"]
         job.progress.epoch = train_state["progress"]["epoch"]
@@ -169,6 +179,14 @@ class CheckpointManager:
         if self.env.is_main:
             logger.info("resumed from %s (step %d, saved by %d ranks, now %d)", path, job.progress.step,
                         train_state["world_size"], self.env.world_size)
+
+
+def _sparse_optim_state(job: "Job") -> dict[str, Any]:
+    """The fused optimizers' state plus the data-parallel tables' row-wise Adagrad state, all
+    keyed by parameter FQN and fbgemm's state names, so either reshards into the other."""
+    state = job.model.fused_optimizer.state_dict()
+    state = {**state, "state": {**state["state"], **job.runner.optimizer.replicated_state()}}
+    return state
 
 
 def _rng_state() -> dict[str, Any]:

@@ -49,17 +49,23 @@ class TrainOptimizer:
     """The optimizer the train loop steps after backward (the fused ones already ran).
 
     Holds the dense optimizer (dense layers, with the LR schedule) and, if the plan has
-    data-parallel tables, their optimizer (the same algorithm as the fused one).
+    data-parallel tables, their optimizer (the same algorithm as the fused one). Row-wise
+    Adagrad state of those tables is exposed under fbgemm's names (`replicated_state`), so a
+    checkpoint stores it like a fused table's and a resume may move the table between
+    data-parallel and sharded.
     """
 
     def __init__(
         self,
         dense: torch.optim.Optimizer,
         replicated_tables: torch.optim.Optimizer | None,
+        replicated_params: dict[str, tuple[str, torch.nn.Parameter]],
         schedule: Callable[[int], float],
     ) -> None:
         self.dense = dense
         self.replicated_tables = replicated_tables
+        self.replicated_params = replicated_params
+        """Parameter FQN -> (table name, parameter) of the data-parallel tables."""
         self.scheduler = LambdaLR(dense, schedule)
 
     @property
@@ -79,14 +85,37 @@ class TrainOptimizer:
             o.step()
         self.scheduler.step()
 
+    def _state_by_name(self) -> bool:
+        return isinstance(self.replicated_tables, RowWiseAdagrad)
+
+    def replicated_state(self) -> dict[str, dict[str, torch.Tensor]]:
+        """{param FQN: {"<table>.momentum1": accumulators [rows]}} (views) for row-wise Adagrad."""
+        if not self._state_by_name():
+            return {}
+        state = self.replicated_tables.state  # type: ignore[union-attr]
+        return {fqn: {f"{table}.momentum1": state[p]["sum"].view(-1)} for fqn, (table, p) in self.replicated_params.items()}
+
+    def set_replicated_steps(self, step: int) -> None:
+        if self._state_by_name():
+            for _, p in self.replicated_params.values():
+                self.replicated_tables.state[p]["step"] = torch.tensor(float(step))  # type: ignore[union-attr]
+
     def state_dict(self) -> dict[str, Any]:
         out = {"dense": self.dense.state_dict(), "scheduler": self.scheduler.state_dict()}
-        if self.replicated_tables is not None:
+        if self.replicated_tables is not None and not self._state_by_name():
             out["replicated_tables"] = self.replicated_tables.state_dict()
+            out["replicated_names"] = sorted(self.replicated_params)
         return out
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.dense.load_state_dict(state["dense"])
         self.scheduler.load_state_dict(state["scheduler"])
-        if self.replicated_tables is not None:
-            self.replicated_tables.load_state_dict(state["replicated_tables"])
+        if self.replicated_tables is None or self._state_by_name():
+            return
+        if state.get("replicated_names") != sorted(self.replicated_params):
+            raise ValueError(
+                "the checkpoint's data-parallel tables differ from this plan's, and their "
+                f"{type(self.replicated_tables).__name__} state cannot move between layouts "
+                "(row-wise Adagrad and sgd can): resume with the checkpoint's plan"
+            )
+        self.replicated_tables.load_state_dict(state["replicated_tables"])

@@ -71,4 +71,7 @@ def adapt_fused_state(
                 shard.tensor.copy_(new_full[start : start + shard.tensor.numel()].view_as(shard.tensor))
             converted.setdefault(key, {})[name] = entries.pop(name)
             logger.info("%s: row-wise Adagrad state converted from column cut %s to %s", table, old_w, new_w)
+    for key in converted:  # DCP would take an emptied entry for a value of its own
+        if not fused_state["state"][key]:
+            del fused_state["state"][key]
     return converted

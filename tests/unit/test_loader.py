@@ -225,3 +225,28 @@ def test_batches_stay_on_cpu_unpinned_without_cuda(data: Path):
     (loader,) = _loaders(data, 1)
     assert loader.pin_memory == torch.cuda.is_available()
     assert loader.batch(0).dense_features.device.type == "cpu"
+
+
+def test_stopping_early_with_workers_leaves_no_thread_behind(data: Path):
+    import threading
+    import time
+
+    (loader,) = _loaders(data, 1, num_workers=2)
+    it = iter(loader)
+    next(it), next(it)
+    assert loader.state_dict()["sample_offset"] == 2 * 64  # counted as handed over, not as prefetched
+    del it  # the consumer walks away mid-epoch
+    deadline = time.monotonic() + 5
+    while any(t.name.startswith("shardrec-loader") for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not any(t.name.startswith("shardrec-loader") for t in threading.enumerate())
+    assert sum(1 for _ in loader) == len(loader)  # a new iter() starts the epoch over
+
+
+def test_set_epoch_during_iteration_ends_the_stale_iterator(data: Path):
+    (loader,) = _loaders(data, 1, num_workers=1)
+    it = iter(loader)
+    next(it)
+    loader.set_epoch(1)
+    assert list(it) == []
+    assert loader.state_dict()["epoch"] == 1 and loader.state_dict()["sample_offset"] == 0

@@ -8,11 +8,19 @@ Contract (what the trainer relies on):
 - Every rank yields `len(loader)` batches per epoch. tail="drop" drops the last partial
   global batch; tail="pad" fills it with real rows from the start of the stream whose label
   is -1.0 (PAD_LABEL): the trainer masks label < 0 out of loss and metrics.
+- A Batch holds dense_features float32 [B, num_dense], labels float32 [B] and
+  sparse_features, a KeyedJaggedTensor keyed by the manifest's feature names in manifest
+  order with int64 values (one id per row for one-hot features, jagged for multi-hot).
+- A split with no rows is an error; so is one with fewer rows than one global batch under
+  tail="drop" (it would yield nothing). Under tail="pad" it yields one padded batch.
 - `state_dict()` / `load_state_dict()` follow the torchdata StatefulDataLoader protocol: the
   state says how many global samples of which epoch were yielded; loading it makes the next
   `iter()` continue right after them (at any world size with the same global batch), and a
   later `iter()` starts its epoch from the beginning again. `set_epoch(e)` chooses the epoch
   (it keeps a loaded position only if that position is of epoch e).
+- `num_workers` > 0 makes batches on background threads (dataloader/prefetch.py), up to
+  `prefetch` runs per worker ahead; with CUDA, batches are pinned there and, given `device`,
+  copied with non_blocking=True.
 """
 
 from __future__ import annotations

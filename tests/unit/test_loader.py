@@ -250,3 +250,16 @@ def test_set_epoch_during_iteration_ends_the_stale_iterator(data: Path):
     loader.set_epoch(1)
     assert list(it) == []
     assert loader.state_dict()["epoch"] == 1 and loader.state_dict()["sample_offset"] == 0
+
+
+def test_float16_dense_columns_arrive_as_float32(tmp_path: Path):
+    from shardrec.dataloader.format import Manifest, SparseFeature, SplitInfo, write_part
+
+    rng = np.random.default_rng(0)
+    dense = rng.normal(size=(32, 3)).astype(np.float16)
+    part = write_part(tmp_path / "train" / "part-00000", np.zeros(32, np.uint8), dense, {"a": np.arange(32, dtype=np.uint8)})
+    Manifest(["x", "y", "z"], [SparseFeature("a", 32, "uint8")], {"train": SplitInfo(32, [part])}, dense_dtype="float16").save(tmp_path)
+    batch = build_loader(tmp_path, "train", global_batch_size=8, rank=1, world_size=2, shuffle=False).batch(1)
+    assert batch.dense_features.dtype == torch.float32
+    assert np.array_equal(batch.dense_features.numpy(), dense[12:16].astype(np.float32))
+    assert batch.sparse_features["a"].values().tolist() == [12, 13, 14, 15]

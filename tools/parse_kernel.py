@@ -1,4 +1,6 @@
-"""The compiled (numba) row parser: one pass over the bytes, same rules as the numpy parser.
+"""Compiled (numba) kernels of preprocessing's hot loop: the row parser and id hashing.
+
+The row parser is one pass over the bytes, with the same rules as the numpy parser.
 
 numpy needs ~40 passes over each chunk's field matrices; a compiled loop touches each byte
 once, which is what it takes to parse at disk speed on one core. criteo_parse uses this
@@ -191,3 +193,26 @@ def parse_rows(buf, dec, hexv, nd, ns, labels, dense, dmiss, sparse, smiss, reas
         row += 1
         i = j + 1
     return row
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def hash_matrix(values, missing, cardinalities):
+    """ids[r, f] = 0 if missing else 1 + splitmix64(values[r, f]) % (cardinalities[f] - 1).
+
+    The same function as preprocess_ids.hash_ids, over all columns in one pass.
+    """
+    rows, cols = values.shape
+    out = np.empty((rows, cols), dtype=np.uint64)
+    m1, m2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+    s30, s27, s31 = np.uint64(30), np.uint64(27), np.uint64(31)
+    for r in range(rows):
+        for f in range(cols):
+            if missing[r, f]:
+                out[r, f] = 0
+                continue
+            z = values[r, f]
+            z = (z ^ (z >> s30)) * m1
+            z = (z ^ (z >> s27)) * m2
+            z = z ^ (z >> s31)
+            out[r, f] = np.uint64(1) + z % np.uint64(cardinalities[f] - 1)
+    return out

@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Iterable, Iterator
 
 import numpy as np
 
-from shardrec.dataloader.format import Manifest, open_split
+from shardrec.dataloader.format import Manifest
 
 MAX_EXACT_ROWS = 1 << 27
 SAMPLE_IDS = 50_000_000
 
 
-def id_frequencies(columns: list[np.ndarray], cardinality: int) -> tuple[np.ndarray, bool]:
+def id_frequencies(columns: Iterable[np.ndarray], cardinality: int) -> tuple[np.ndarray, bool]:
     """Lookup count of every touched id, hottest first; and whether only a sample was read."""
     if cardinality <= MAX_EXACT_ROWS:
         counts = np.zeros(cardinality, dtype=np.int64)
@@ -68,20 +69,29 @@ def feature_stats(frequencies: np.ndarray, cardinality: int, lengths: np.ndarray
     }
 
 
+def _columns(directory: Path, manifest: Manifest, split: str, name: str) -> Iterator[np.ndarray]:
+    """One feature's id column of each part, read one part at a time (not memory-mapped, so the
+    process's RSS stays one column, not the whole split)."""
+    for part in manifest.splits[split].parts if split in manifest.splits else []:
+        yield np.load(directory / split / part.name / f"{name}.npy", allow_pickle=False)
+
+
+def _lengths(directory: Path, manifest: Manifest, split: str, name: str) -> np.ndarray:
+    parts = manifest.splits[split].parts if split in manifest.splits else []
+    diffs = [np.diff(np.load(directory / split / p.name / f"{name}.offsets.npy")) for p in parts]
+    return np.concatenate(diffs) if diffs else np.zeros(0, np.int64)
+
+
 def compute_feature_stats(directory: Path, manifest: Manifest, split: str = "train") -> dict[str, dict[str, float]]:
     """Statistics of every sparse feature over one split of a written dataset."""
-    parts = open_split(directory, split, manifest) if split in manifest.splits else []
     out = {}
     for feat in manifest.sparse_features:
-        freqs, sampled = id_frequencies([p.sparse[feat.name] for p in parts], feat.cardinality)
-        lengths = None
-        if feat.multi_hot:
-            lengths = np.concatenate([np.diff(np.asarray(p.offsets[feat.name])) for p in parts]) if parts else np.zeros(0)
+        freqs, sampled = id_frequencies(_columns(directory, manifest, split, feat.name), feat.cardinality)
+        lengths = _lengths(directory, manifest, split, feat.name) if feat.multi_hot else None
         out[feat.name] = feature_stats(freqs, feat.cardinality, lengths, sampled)
     return out
 
 
 def frequency_curves(directory: Path, manifest: Manifest, split: str = "train") -> dict[str, np.ndarray]:
     """Per feature, lookup counts by id rank (hottest first): the data of `data stats --plot`."""
-    parts = open_split(directory, split, manifest) if split in manifest.splits else []
-    return {f.name: id_frequencies([p.sparse[f.name] for p in parts], f.cardinality)[0] for f in manifest.sparse_features}
+    return {f.name: id_frequencies(_columns(directory, manifest, split, f.name), f.cardinality)[0] for f in manifest.sparse_features}

@@ -18,6 +18,7 @@ from typing import Iterator
 import numpy as np
 
 from shardrec.dataloader.format import atomic_write_bytes, smallest_uint, write_part
+from shardrec.tools import parse_kernel
 from shardrec.tools.criteo_parse import REASONS, Schema, describe_bad_row, parse_chunk, transform_dense
 from shardrec.tools.preprocess_ids import Vocabulary, count_values, hash_ids, load_vocabularies, merge_counts
 from shardrec.tools.preprocess_plan import Task, count_range_lines, header_end, open_text
@@ -123,12 +124,15 @@ def _note_bad_rows(task: Task, data: bytes, chunk, line0: int, result: TaskResul
 
 
 def map_ids(chunk, opts: TaskOptions, vocabs: list[Vocabulary] | None) -> dict[str, np.ndarray]:
+    names, cards = opts.schema.sparse_names, opts.cardinalities
+    if vocabs is None and parse_kernel.AVAILABLE:
+        ids = parse_kernel.hash_matrix(chunk.sparse, chunk.sparse_missing, np.asarray(cards, dtype=np.int64))
+        return {n: ids[:, f].astype(smallest_uint(cards[f] - 1)) for f, n in enumerate(names)}
     out = {}
-    for f, name in enumerate(opts.schema.sparse_names):
-        card = opts.cardinalities[f]
+    for f, name in enumerate(names):
         values, missing = chunk.sparse[:, f], chunk.sparse_missing[:, f]
-        ids = vocabs[f].lookup(values, missing) if vocabs else hash_ids(values, missing, card)
-        out[name] = ids.astype(smallest_uint(card - 1))
+        ids = vocabs[f].lookup(values, missing) if vocabs else hash_ids(values, missing, cards[f])
+        out[name] = ids.astype(smallest_uint(cards[f] - 1))
     return out
 
 

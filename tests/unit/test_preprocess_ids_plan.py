@@ -94,3 +94,16 @@ def test_plan_gives_each_task_its_first_line(tmp_path: Path):
     for t in tasks:
         assert t.first_line == data[: t.start].count(b"\n")
         assert t.split_of(t.first_line) == ("train" if t.first_line < 857 else "val" if t.first_line < 929 else "test")
+
+
+def test_compiled_hashing_equals_hash_ids():
+    from shardrec.tools import parse_kernel
+
+    rng = np.random.default_rng(4)
+    values = rng.integers(0, 2**63, (500, 3), dtype=np.int64).astype(np.uint64) * np.uint64(2)
+    missing = rng.random((500, 3)) < 0.2
+    cards = np.array([2, 1000, 2**33], dtype=np.int64)
+    kernel = parse_kernel.hash_matrix if parse_kernel.AVAILABLE else parse_kernel.hash_matrix.py_func
+    got = kernel(values, missing, cards)
+    for f in range(3):
+        np.testing.assert_array_equal(got[:, f], hash_ids(values[:, f], missing[:, f], int(cards[f])))

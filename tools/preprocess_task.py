@@ -66,36 +66,63 @@ def marker_path(out: Path, index: int, kind: str = "task") -> Path:
     return out / WORK_DIR / f"{kind}-{index:05d}.json"
 
 
-def _blocks(task: Task, size: int) -> Iterator[bytes]:
-    if not task.gz:
-        with open(task.path, "rb") as f:
-            f.seek(task.start)
-            left = task.end - task.start
-            while left > 0 and (block := f.read(min(size, left))):
-                left -= len(block)
-                yield block
-        return
-    try:
-        with open_text(task.path) as f:
-            if task.header:
-                f.readline()
-            while block := f.read(size):
-                yield block
-    except (EOFError, OSError, zlib.error) as e:
-        raise InputError(f"{task.path}: unreadable or truncated: {e}") from e
+class _Source:
+    """The task's text as a readinto-able stream: a byte range of a plain file, or a gzip file."""
+
+    def __init__(self, task: Task) -> None:
+        self.task, self.left = task, (task.end - task.start) if not task.gz else -1
+
+    def __enter__(self) -> "_Source":
+        try:
+            self.f = open_text(self.task.path)
+            if self.task.gz and self.task.header:
+                self.f.readline()
+            elif not self.task.gz:
+                self.f.seek(self.task.start)
+        except (EOFError, OSError, zlib.error) as e:
+            raise InputError(f"{self.task.path}: unreadable or truncated: {e}") from e
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.f.close()
+
+    def readinto(self, view: memoryview) -> int:
+        if self.left >= 0:
+            view = view[: min(len(view), self.left)]
+        try:
+            n = self.f.readinto(view)
+        except (EOFError, OSError, zlib.error) as e:
+            raise InputError(f"{self.task.path}: unreadable or truncated: {e}") from e
+        if self.left >= 0:
+            self.left -= n
+        return n
 
 
-def read_pieces(task: Task, piece_bytes: int = PIECE_BYTES) -> Iterator[bytes]:
-    """The task's text in pieces of about `piece_bytes` that end at a newline."""
-    rest = b""
-    for block in _blocks(task, piece_bytes):
-        block = rest + block if rest else block
-        cut = block.rfind(b"\n") + 1
-        rest = block[cut:]
-        if cut:
-            yield block[:cut]
-    if rest:
-        yield rest + b"\n"
+def read_pieces(task: Task, piece_bytes: int = PIECE_BYTES) -> Iterator[memoryview]:
+    """The task's text in pieces of about `piece_bytes` that end at a newline.
+
+    Pieces are views of one reused buffer (no copies): each is valid until the next is read.
+    """
+    buf = bytearray(piece_bytes + 1)
+    have = 0  # bytes of an unfinished line carried over from the previous read
+    with _Source(task) as src:
+        while True:
+            if have >= len(buf) - 1:  # a line longer than the buffer: grow it (a new one, as
+                bigger = bytearray(2 * len(buf))  # views of the old may still be alive)
+                bigger[:have] = buf[:have]
+                buf = bigger
+            n = src.readinto(memoryview(buf)[have : len(buf) - 1])
+            total = have + n
+            if n == 0:
+                break
+            cut = buf.rfind(b"\n", 0, total) + 1
+            if cut:
+                yield memoryview(buf)[:cut]
+                buf[: total - cut] = buf[cut:total]
+            have = total - cut
+    if have:
+        buf[have] = 10  # the last line had no newline
+        yield memoryview(buf)[: have + 1]
 
 
 def _absolute_line(task: Task, local: int) -> int:

@@ -107,3 +107,19 @@ def test_compiled_hashing_equals_hash_ids():
     got = kernel(values, missing, cards)
     for f in range(3):
         np.testing.assert_array_equal(got[:, f], hash_ids(values[:, f], missing[:, f], int(cards[f])))
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_read_pieces_cut_at_newlines_and_keep_every_byte(tmp_path: Path, gz: bool):
+    import gzip
+
+    from shardrec.tools.preprocess_plan import Task
+    from shardrec.tools.preprocess_task import read_pieces
+
+    text = b"".join(b"x" * (i % 50) + b"\n" for i in range(400)) + b"y" * 300 + b"\n" + b"last line without newline"
+    path = tmp_path / ("t.txt.gz" if gz else "t.txt")
+    path.write_bytes(gzip.compress(text) if gz else text)
+    task = Task(0, str(path), 0, -1 if gz else len(text), 0, (), "train", False)
+    pieces = [bytes(p) for p in read_pieces(task, piece_bytes=64)]  # lines up to 300 bytes: the buffer grows
+    assert all(p.endswith(b"\n") for p in pieces) and len(pieces) > 10
+    assert b"".join(pieces) == text + b"\n"

@@ -61,7 +61,7 @@ def preprocess(
     layout: Annotated[str, typer.Option(help="auto, kaggle (7 pseudo-days) or days (one file per day, last halved).")] = "auto",
     val_half: Annotated[str, typer.Option(help="Which half of the last day is validation: first or second.")] = "first",
     csv: Annotated[bool, typer.Option("--csv", help="Comma-separated with a header line (label,I1..,C1..).")] = False,
-    delimiter: Annotated[str, typer.Option(help="Field separator (ignored with --csv); \\t by default.")] = "\t",
+    delimiter: Annotated[str, typer.Option(help="Field separator (ignored with --csv): a tab unless given ('\\t' is read as a tab).", show_default=False)] = "\t",
     header: Annotated[bool, typer.Option("--header", help="Each file starts with a header line to skip.")] = False,
     num_dense: Annotated[int, typer.Option(help="Integer columns after the label.")] = 13,
     num_sparse: Annotated[int, typer.Option(help="Hex categorical columns after the integers.")] = 26,
@@ -78,7 +78,7 @@ def preprocess(
 ) -> None:
     """Turn Criteo-shaped click logs into a sharded-training dataset (parts + manifest.json)."""
     try:
-        schema = Schema(num_dense, num_sparse, "," if csv else delimiter, header or csv)
+        schema = Schema(num_dense, num_sparse, "," if csv else delimiter.replace("\\t", "\t"), header or csv)
         cfg = PreprocessConfig(
             inputs=inputs, out=out, max_ids=_parse_max_ids(max_ids), min_count=min_count, layout=layout,
             val_half=val_half, schema=schema, dense_transform=dense_transform,

@@ -224,7 +224,8 @@ def build_loader(
     Args:
         global_batch_size: samples per step over all ranks; must divide by world_size.
         num_workers: prefetch threads (0: batches are made on `next()`).
-        prefetch: batches queued ahead per worker.
+        prefetch: runs of batches queued ahead per worker (a run is ~gather_rows rows of this
+            rank: ~17 MB for Criteo-shaped data at the default).
         pin_memory: pin batches (default: when CUDA is available).
         device: if set, batches are moved there (non-blocking from pinned memory).
         block_rows, window_blocks, segment_blocks, group_segments: shuffle levels (dataloader/order.py).

@@ -176,23 +176,27 @@ def parse_rows(buf, dec, hexv, nd, ns, labels, dense, dmiss, sparse, smiss, reas
         while buf[j] != 10:
             j += 1
         row_end[row] = j
-        length = j - i
-        code, bad_f = -1, -1
-        if length == 0 or (length == 1 and buf[i] == 13):
-            code = EMPTY_ROW
-        elif too_many:
-            code, bad_f = TOO_MANY_FIELDS, nf
-        elif label_bad:
-            code, bad_f = BAD_LABEL, 0
-        elif first_int >= 0:
-            code, bad_f = BAD_INTEGER, first_int
-        elif first_hex >= 0:
-            code, bad_f = BAD_HEX, first_hex
-        reason[row] = code
-        bad_field[row] = bad_f
+        empty = j == i or (j - i == 1 and buf[i] == 13)
+        reason[row], bad_field[row] = _row_reason(empty, too_many, label_bad, first_int, first_hex, nf)
         row += 1
         i = j + 1
     return row
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _row_reason(empty, too_many, label_bad, first_int, first_hex, nf):
+    """(reason code, first bad field) of a row; (-1, -1) for a good one. Order as in REASONS."""
+    if empty:
+        return EMPTY_ROW, -1
+    if too_many:
+        return TOO_MANY_FIELDS, nf
+    if label_bad:
+        return BAD_LABEL, 0
+    if first_int >= 0:
+        return BAD_INTEGER, first_int
+    if first_hex >= 0:
+        return BAD_HEX, first_hex
+    return -1, -1
 
 
 @njit(cache=True, nogil=True, boundscheck=False)

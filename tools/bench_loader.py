@@ -208,7 +208,7 @@ def run_bench(rows: int, global_batch: int, rounds: int, max_batches: int, work_
 def bench_loader(
     rows: Annotated[int, typer.Option(help="Rows of generated Criteo-shaped data.")] = 2_000_000,
     global_batch: Annotated[int, typer.Option("--global-batch", help="Samples per global batch.")] = 8192,
-    rounds: Annotated[int, typer.Option(help="Interleaved rounds per configuration; the best counts.")] = 3,
+    rounds: Annotated[int, typer.Option(help="Interleaved rounds per configuration; the best counts.")] = 5,
     max_batches: Annotated[int, typer.Option("--max-batches", help="Batches timed per run (at most one epoch).")] = 200,
     work_dir: Annotated[Path | None, typer.Option("--work-dir", help="Where to write the temporary data (default: system temp).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,

@@ -55,12 +55,28 @@ def init_distributed(device_kind: str = "auto", timeout_s: int = 600) -> DistEnv
     if not dist.is_initialized():
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", "29500")
-        dist.init_process_group(
-            backend=backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s)
-        )
+        timeout = timedelta(seconds=timeout_s)
+        store = _restart_store(world_size, timeout)
+        dist.init_process_group(backend=backend, rank=rank, world_size=world_size, timeout=timeout, store=store)
     env = DistEnv(rank, local_rank, world_size, local_world_size, device, backend)
     logger.debug("joined process group: %s", env)
     return env
+
+
+def _restart_store(world_size: int, timeout: timedelta) -> dist.Store | None:
+    """After a torchrun restart, a store whose keys cannot collide with the failed attempt's.
+
+    torchrun shares one TCPStore across rendezvous rounds, so the process group of a restarted
+    attempt would read the dead attempt's connection addresses (gloo: "connection refused").
+    Prefixing the keys with the attempt number keeps the rounds apart.
+    """
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    if attempt == "0" or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    client = dist.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=False, timeout=timeout
+    )
+    return dist.PrefixStore(f"shardrec/attempt_{attempt}", client)
 
 
 def shutdown() -> None:

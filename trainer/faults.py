@@ -1,14 +1,15 @@
 """Fault injection for tests of failure handling: SIGKILL at a step, during a save, or a NaN.
 
-Set SHARDREC_FAULT to comma-separated items `KIND:STEP[:RANK]`, KIND one of
+Set SHARDREC_FAULT to comma-separated items `KIND:STEP[:RANK[:ATTEMPT]]`, KIND one of
 
 - `kill`: SIGKILL this rank right after step STEP (mid-segment, nothing saved);
 - `kill_in_save`: SIGKILL during the checkpoint of step STEP, after the shards are written
   and before the checkpoint is renamed into place;
 - `nan`: poison a dense weight with NaN after step STEP (the next loss is NaN).
 
-Faults fire only in the first attempt under torchrun (TORCHELASTIC_RESTART_COUNT 0 or unset),
-so a restarted group runs clean. Unset (the normal case), every check is a dictionary lookup.
+RANK empty or absent: every rank. A fault fires only in torchrun attempt ATTEMPT
+(TORCHELASTIC_RESTART_COUNT; default 0, the first), so a restarted group runs clean.
+Unset (the normal case), every check is one environment lookup.
 """
 
 from __future__ import annotations
@@ -21,21 +22,24 @@ import torch
 ENV = "SHARDREC_FAULT"
 
 
-def _faults() -> list[tuple[str, int, int | None]]:
+def _faults() -> list[tuple[str, int, int | None, int]]:
     spec = os.environ.get(ENV, "")
-    if not spec or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
+    if not spec:
         return []
     out = []
     for item in spec.split(","):
         parts = item.strip().split(":")
-        if len(parts) not in (2, 3):
-            raise ValueError(f"{ENV}={spec!r}: expected KIND:STEP[:RANK] items")
-        out.append((parts[0], int(parts[1]), int(parts[2]) if len(parts) == 3 else None))
+        if len(parts) not in (2, 3, 4):
+            raise ValueError(f"{ENV}={spec!r}: expected KIND:STEP[:RANK[:ATTEMPT]] items")
+        rank = int(parts[2]) if len(parts) > 2 and parts[2] else None
+        attempt = int(parts[3]) if len(parts) > 3 else 0
+        out.append((parts[0], int(parts[1]), rank, attempt))
     return out
 
 
 def should_fire(kind: str, step: int, rank: int) -> bool:
-    return any(k == kind and s == step and r in (None, rank) for k, s, r in _faults())
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    return any(k == kind and s == step and r in (None, rank) and a == attempt for k, s, r, a in _faults())
 
 
 def maybe_kill(kind: str, step: int, rank: int) -> None:

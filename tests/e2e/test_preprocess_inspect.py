@@ -97,3 +97,21 @@ def test_npy_import_takes_ids_modulo_hashes_like_torchrec(tmp_path: Path):
     np.testing.assert_array_equal(val["dense"], np.load(src / "day_1_dense.npy")[:3])
     missing = cli("data", "import-npy", tmp_path / "nothing", "--out", tmp_path / "x", ok=False)
     assert missing.exit_code == 1 and "not a directory" in missing.output
+
+
+@pytest.mark.slow
+def test_exported_days_read_back_by_torchrec_with_the_same_val_split(dataset: Path, tmp_path: Path):
+    from torchrec.datasets.criteo import InMemoryBinaryCriteoIterDataPipe
+
+    written = json.loads(cli("data", "export-npy", dataset, "--out", tmp_path, "--json").stdout)
+    last = len(written) - 1
+    paths = {k: [str(tmp_path / f"day_{last}_{k}.npy")] for k in ("dense", "sparse", "labels")}
+    cards = [f.cardinality for f in Manifest.load(dataset).sparse_features]
+    pipe = InMemoryBinaryCriteoIterDataPipe("val", paths["dense"], paths["sparse"], paths["labels"], batch_size=1000,
+                                            rank=0, world_size=1, hashes=cards)  # fmt: skip
+    batch = next(iter(pipe))
+    val = columns(dataset, "val")
+    assert batch.labels.numpy().astype(np.uint8).tolist() == val["labels"].tolist()
+    np.testing.assert_array_equal(batch.dense_features.numpy(), val["dense"])
+    ids = batch.sparse_features.to_dict()
+    np.testing.assert_array_equal(ids["cat_4"].values().numpy(), val["C5"])

@@ -1,0 +1,50 @@
+"""AUC, log loss and normalized entropy against brute-force definitions."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from shardrec.trainer.metrics import MetricsWriter, auc, binary_metrics, read_metrics
+
+
+def _pairwise_auc(scores: np.ndarray, labels: np.ndarray) -> float:
+    pos, neg = scores[labels == 1], scores[labels == 0]
+    wins = sum(1.0 if p > n else 0.5 if p == n else 0.0 for p, n in itertools.product(pos, neg))
+    return wins / (len(pos) * len(neg))
+
+
+def test_auc_equals_the_pairwise_definition_with_ties() -> None:
+    rng = np.random.default_rng(0)
+    scores = rng.integers(0, 6, 200).astype(np.float64)  # many ties
+    labels = (rng.random(200) < 0.3).astype(np.int64)
+    assert auc(scores, labels) == pytest.approx(_pairwise_auc(scores, labels), abs=1e-12)
+    assert auc(np.array([0.1, 0.9]), np.array([0, 1])) == 1.0
+    assert math.isnan(auc(np.array([0.1, 0.9]), np.array([1, 1])))
+
+
+def test_logloss_and_ne_ignore_padding_rows() -> None:
+    logits = torch.tensor([2.0, -1.0, 0.5, 3.0, 9.0])
+    labels = torch.tensor([1.0, 0.0, 1.0, 0.0, -1.0])  # the last row is padding
+    m = binary_metrics(logits, labels)
+    p = torch.sigmoid(logits[:4]).double()
+    y = labels[:4].double()
+    expected = float(-(y * p.log() + (1 - y) * (1 - p).log()).mean())
+    assert m["samples"] == 4 and m["logloss"] == pytest.approx(expected)
+    assert m["ne"] == pytest.approx(expected / math.log(2))  # base rate 0.5: entropy ln 2
+    assert m["auc"] == pytest.approx(0.5)  # positives 2.0, 0.5 beat -1.0 but not 3.0
+
+
+def test_metrics_file_round_trips_and_names_a_bad_line(tmp_path) -> None:
+    writer = MetricsWriter(tmp_path, tensorboard=False)
+    writer.write({"kind": "train", "step": 1, "loss": 0.5})
+    writer.close()
+    assert read_metrics(tmp_path) == [{"kind": "train", "loss": 0.5, "step": 1}]
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write("{not json\n")
+    with pytest.raises(ValueError, match=r"metrics.jsonl:2"):
+        read_metrics(tmp_path)

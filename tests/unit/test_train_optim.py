@@ -1,0 +1,42 @@
+"""The DLRMv2 schedule, row-wise Adagrad state conversion and fault-injection parsing."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from shardrec.trainer import faults
+from shardrec.trainer.optim import dlrm_schedule
+from shardrec.trainer.optim_state import convert_rowwise_momentum
+
+
+def test_dlrm_schedule_warms_up_holds_and_decays_quadratically() -> None:
+    f = dlrm_schedule(warmup_steps=4, decay_start=10, decay_steps=4)
+    assert [f(s) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]
+    assert f(9) == 1.0
+    assert [f(s) for s in (10, 12, 14, 20)] == [1.0, 0.25, 0.0, 0.0]
+    assert dlrm_schedule(0, 0, 0)(123) == 1.0
+
+
+def test_rowwise_momentum_conversion() -> None:
+    rows = 3
+    two_shards = torch.tensor([1.0, 2.0, 3.0, 5.0, 6.0, 7.0])  # shard 0 rows, then shard 1 rows
+    whole = convert_rowwise_momentum(two_shards, rows, [4, 4], [8])
+    assert torch.equal(whole, torch.tensor([3.0, 4.0, 5.0]))  # equal widths: the mean
+    uneven = convert_rowwise_momentum(two_shards, rows, [2, 6], [8])
+    assert torch.allclose(uneven, (2 * two_shards[:3] + 6 * two_shards[3:]) / 8)
+    assert torch.equal(convert_rowwise_momentum(whole, rows, [8], [4, 4]), torch.cat([whole, whole]))
+    assert torch.equal(convert_rowwise_momentum(two_shards, rows, [4, 4], [4, 4]), two_shards)
+
+
+def test_faults_fire_only_where_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(faults.ENV, raising=False)
+    assert not faults.should_fire("kill", 3, 0)
+    monkeypatch.setenv(faults.ENV, "kill:3:1,nan:5::1")
+    assert faults.should_fire("kill", 3, 1) and not faults.should_fire("kill", 3, 0)
+    assert not faults.should_fire("nan", 5, 0)  # attempt 1 only
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    assert faults.should_fire("nan", 5, 0) and not faults.should_fire("kill", 3, 1)
+    monkeypatch.setenv(faults.ENV, "kill")
+    with pytest.raises(ValueError, match="KIND:STEP"):
+        faults.should_fire("kill", 1, 0)

@@ -94,6 +94,8 @@ def preprocess(
             result = run_preprocess(cfg, _Bar(progress))
     except (MalformedRowError, InputError, DatasetError, ValueError) as e:
         fail(str(e))
+    except OSError as e:  # e.g. no space or no permission under --out
+        fail(f"{e.filename or out}: {e.strerror or e}")
     seconds = time.perf_counter() - start
     if json_out:
         print_json(_as_json(result, seconds))

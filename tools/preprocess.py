@@ -39,7 +39,7 @@ from shardrec.tools.preprocess_ids import (
     merge_counts,
     save_vocabularies,
 )
-from shardrec.tools.preprocess_plan import Task, discover_inputs, plan_tasks, resolve_layout
+from shardrec.tools.preprocess_plan import LAYOUTS, Task, discover_inputs, plan_tasks, resolve_layout
 from shardrec.tools.preprocess_stats import compute_feature_stats
 from shardrec.tools.preprocess_task import (
     WORK_DIR,
@@ -96,6 +96,10 @@ class PreprocessConfig:
     """(i, n): process only tasks with index % n == i; a run without it finalizes."""
 
     def __post_init__(self) -> None:
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout {self.layout!r} is not one of {', '.join(LAYOUTS)}")
+        if self.out.exists() and not self.out.is_dir():
+            raise ValueError(f"{self.out}: exists and is not a directory")
         if self.val_half not in ("first", "second"):
             raise ValueError(f"val_half {self.val_half!r} must be first or second")
         if self.dense_transform not in DENSE_TRANSFORMS:

@@ -9,9 +9,12 @@ Conventions (those of torchrec's pooled-embedding sharding, fp32 embeddings):
   blocks by all-to-all; the backward pass sends the gradients the other way.
 - Row-wise shards each compute a partial sum for the whole global batch; a reduce-scatter
   hands every rank its own samples (backward: an all-gather of the gradients).
-- Table-row-wise reduce-scatters within the host, then all-to-alls across hosts.
+- Table-row-wise reduce-scatters within the holder host, then all-to-alls each host's
+  share of the samples to the ranks of the other hosts (backward: the reverse).
 - Data-parallel tables move nothing forward; backward all-reduces the table's gradient
   (ring: 2 (W-1)/W of the table per rank).
+- Each sharding type group (tables sharded the same way travel together) first exchanges
+  split sizes (SPLITS_BYTES to every other rank) before its input all-to-all.
 
 Only bytes sent to *other* ranks count: what a rank "sends" to itself never leaves it.
 Each function returns `{kind: per-rank bytes (numpy, length world_size)}` for one table.
@@ -26,6 +29,9 @@ import numpy as np
 from shardrec.sharding.plan_io import TablePlan
 
 KINDS = ("all_to_all", "reduce_scatter", "all_gather", "all_reduce")
+SPLITS_BYTES = 3 * 8
+"""Before the ids of a sharding type group, each rank tells every other rank how many
+lengths and ids (and the batch size) it will send: three int64 per destination."""
 
 
 @dataclass(frozen=True)
@@ -92,12 +98,16 @@ def table_comm_bytes(
             a2a += _input_bytes(w, pooling, s.rows / rows)
             a2a[s.rank] -= _input_bytes(w, pooling, s.rows / rows)
         per_host_rank = w.global_batch_size / H
+        hosts = W // H
+        # Intra-host reduce-scatter of the [global batch x dim] partials leaves host rank j the
+        # sums of the samples read by rank j of every host; it sends each other host's rank j
+        # its b samples. Backward, every rank of another host returns its b gradients to the
+        # holder host's rank with its local index.
+        a2a += b * dim * e
         for r in host_ranks:
-            # Intra-host reduce-scatter of the [global batch x dim] partials, then each host
-            # rank sends its 1/H of the samples to the ranks that read them (all but its own).
             out["reduce_scatter"][r] += (H - 1) * per_host_rank * dim * e
             out["all_gather"][r] += (H - 1) * per_host_rank * dim * e
-            a2a[r] += 2 * max(per_host_rank - b, 0.0) * dim * e
+            a2a[r] += (hosts - 1) * b * dim * e - b * dim * e
         return out
     raise ValueError(f"table {t.name}: unknown sharding_type {st!r}")
 
@@ -106,9 +116,16 @@ def step_comm_bytes(
     tables: list[TablePlan], rows: dict[str, int], dims: dict[str, int], pooling: dict[str, float],
     w: Workload, local_world_size: int,
 ) -> dict[str, np.ndarray]:
-    """Per-rank bytes per collective kind for a whole placement."""
+    """Per-rank bytes per collective kind for a whole placement, split-size exchanges included."""
     total = _zeros(w.world_size)
     for t in tables:
         for k, v in table_comm_bytes(t, rows[t.name], dims[t.name], pooling.get(t.name, 1.0), w, local_world_size).items():
             total[k] += v
+    total["all_to_all"] += group_overhead_bytes(tables, w.world_size)
     return total
+
+
+def group_overhead_bytes(tables: list[TablePlan], world_size: int) -> float:
+    """Split-size exchange of every sharding type group with an input all-to-all, per rank."""
+    groups = {t.sharding_type for t in tables if t.sharding_type != "data_parallel"}
+    return len(groups) * SPLITS_BYTES * (world_size - 1)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
-from shardrec.sharding.comms import KINDS, Workload, table_comm_bytes
+from shardrec.sharding.comms import KINDS, Workload, group_overhead_bytes, table_comm_bytes
 from shardrec.sharding.plan_io import TablePlan
 from shardrec.sharding.topology import Topology
 
@@ -154,6 +154,7 @@ def evaluate(
             total += part
         for k, v in parts[4].items():
             sent[k] += v
+    sent["all_to_all"] += group_overhead_bytes(tables, W)
     lookup_s = lookup * (1.0 + topo.bwd_compute_multiplier) / topo.lookup_bw
     comm_s = comm_seconds(sent, topo) + collective_latency(tables, topo)
     return PlanCost(weights, optim, buffers, lookup_s, sent, comm_s, topo.memory_bytes)

@@ -93,6 +93,10 @@ class PlanFile:
         # sort_keys + fixed separators: the same plan always gives the same bytes.
         return json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True) + "\n"
 
+    @classmethod
+    def from_json(cls, text: str) -> "PlanFile":
+        return _plan_from_dict(json.loads(text))
+
 
 def _table_fingerprint(t: EmbeddingBagConfig) -> dict[str, Any]:
     return {

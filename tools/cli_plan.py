@@ -49,6 +49,8 @@ def plan(
     memory_gib: Annotated[float, typer.Option(help="Memory per rank in GiB (0: the preset's).")] = 0.0,
     profile: Annotated[Optional[Path], typer.Option(help="Calibration profile from `shardrec plan calibrate`.")] = None,
     search: Annotated[str, typer.Option(help="shardrec (ours) or torchrec (torchrec's planner).")] = "shardrec",
+    simulate: Annotated[bool, typer.Option("--simulate", help="Show bytes per step for 8 ... 4,096 ranks (row-wise, table-wise, 2D) instead of planning.")] = False,
+    sync_every: Annotated[int, typer.Option(help="With --simulate: steps between the 2D replicas' weight all-reduce.")] = 1,
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override a job key: section.key=value.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the plan summary and per-rank estimate as JSON.")] = False,
 ) -> None:
@@ -63,6 +65,11 @@ def plan(
     if world_size <= 0:
         fail(f"--world-size must be positive, got {world_size}")
     cfg, tables, stats = _load_job(config, data, set_ or [])
+    if simulate:
+        if sync_every <= 0:
+            fail(f"--sync-every must be positive, got {sync_every}")
+        _simulate(tables, stats, cfg, world_size, sync_every, json_out)
+        return
     try:
         topo = build_topology(
             topology, world_size, local_world_size or None,
@@ -89,6 +96,33 @@ def plan(
     console.print(ranks_table(result))
     where = f", wrote {out}" if out else ""
     console.print(f"planned {len(tables)} tables for {world_size} ranks ({topology}) in {seconds:.2f} s{where}")
+
+
+def _simulate(tables, stats, cfg, world_size: int, sync_every: int, json_out: bool) -> None:
+    from rich.table import Table
+
+    from shardrec.sharding.constraints import parse_constraints
+    from shardrec.sharding.planner import pooling_factors
+    from shardrec.sharding.simulate import simulate
+
+    try:
+        pooling = pooling_factors(tables, stats, parse_constraints(cfg.sharding.constraints, tables, world_size))
+    except ValueError as e:
+        fail(str(e))
+    per_rank = max(1, cfg.train.global_batch_size // world_size)
+    rows = simulate(tables, pooling, per_rank, [2**k for k in range(3, 13)], sync_every=sync_every)
+    if json_out:
+        print_json({"per_rank_batch": per_rank, "sync_every": sync_every, "rows": [r.__dict__ for r in rows]})
+        return
+    MiB = 2**20
+    t = Table(title=f"bytes sent per rank per step, {len(tables)} tables, {per_rank} samples per rank (weak scaling)")
+    for col in ("ranks", "row-wise MiB", "table-wise busiest MiB", "2D MiB", "2D group", "2D of which sync"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        t.add_row(str(r.world_size), f"{r.row_wise_bytes / MiB:.3f}", f"{r.table_wise_max_bytes / MiB:.3f}",
+                  f"{r.twod_bytes / MiB:.3f}", str(r.group_size), f"{r.twod_sync_bytes / MiB:.3f}")
+    console.print(t)
+    console.print(f"2D: row-wise inside each group, replicas all-reduce their weights every {sync_every} step(s)")
 
 
 def register(app: typer.Typer) -> None:

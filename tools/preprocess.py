@@ -337,7 +337,7 @@ def _summarize(manifest: Manifest | None, tasks: list[Task], results: list[TaskR
         manifest,
         sum(r.lines for r in results),
         sum(r.bytes for r in results),
-        kept,
+        {s: kept[s] for s in SPLITS if s in kept},
         skipped,
         errors,
         ran,

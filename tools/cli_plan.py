@@ -125,5 +125,43 @@ def _simulate(tables, stats, cfg, world_size: int, sync_every: int, json_out: bo
     console.print(f"2D: row-wise inside each group, replicas all-reduce their weights every {sync_every} step(s)")
 
 
+@plan_app.command("calibrate")
+def calibrate_cmd(
+    out: Annotated[Path, typer.Option(help="Profile to write (read by `shardrec plan --profile`).")] = Path("calibration.json"),
+    world_size: Annotated[int, typer.Option(help="Local processes for the collective measurement.")] = 2,
+    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    json_out: Annotated[bool, typer.Option("--json", help="Print the profile as JSON.")] = False,
+) -> None:
+    """Measure this machine's embedding lookup bandwidth and collective bandwidth/latency."""
+    import torch
+
+    from shardrec.sharding.calibrate import calibrate, save_profile
+
+    if device not in ("cpu", "cuda"):
+        fail(f"--device must be cpu or cuda, got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        fail("--device cuda: CUDA is not available on this machine")
+    if world_size < 2:
+        fail(f"--world-size must be at least 2 to measure collectives, got {world_size}")
+    if device == "cuda" and world_size > torch.cuda.device_count():
+        fail(f"--world-size {world_size}: only {torch.cuda.device_count()} CUDA device(s)")
+    with console.status("measuring lookups and collectives", spinner="dots") if not json_out else _nullcontext():
+        profile = calibrate(device, world_size)
+    save_profile(profile, out)
+    if json_out:
+        print_json(profile)
+        return
+    m = profile["measured"]
+    console.print(f"lookup: {m['lookup_bw'] / 1e9:.2f} GB/s read, backward+update {m['bwd_compute_multiplier']:.2f}x forward")
+    console.print(f"all-to-all: {m['intra_host_bw'] / 1e9:.2f} GB/s per rank, start-up {m['collective_latency_s'] * 1e6:.0f} us")
+    console.print(f"wrote {out}; use it with `shardrec plan --profile {out}`")
+
+
+def _nullcontext():
+    from contextlib import nullcontext
+
+    return nullcontext()
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(plan_app, name="plan")

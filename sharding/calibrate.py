@@ -1,0 +1,156 @@
+"""Measure this machine's figures for the cost model: lookup bandwidth and collective bandwidth.
+
+- Lookup: fbgemm's fused table-batched embedding kernel (what torchrec trains with) over a
+  table larger than the caches, timed forward and forward + backward with the fused row-wise
+  Adagrad update; bytes read per second and the backward/forward ratio.
+- Collectives: `world_size` local processes on gloo (nccl on CUDA) time an all-to-all of a
+  large and a tiny message; bandwidth from the large one, start-up latency from the tiny one.
+  All ranks here share one host, so the inter-host figure is the preset's unless measured
+  elsewhere.
+
+The profile is JSON: `{"format": "shardrec-calibration", "measured": {...}, "details": {...}}`;
+`shardrec plan --profile FILE` reads `measured` into the topology.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+PROFILE_FORMAT = "shardrec-calibration"
+
+
+def _best_of(fn, repeats: int) -> float:
+    fn()  # warm-up: allocations, first-touch page faults
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def measure_lookup(device: str = "cpu", rows: int = 400_000, dim: int = 64, batch: int = 4096,
+                   pooling: int = 8, repeats: int = 5, seed: int = 0) -> dict[str, float]:
+    """Bytes of embedding rows read per second by fbgemm's fused kernel (the one training uses),
+    and the cost of its backward + row-wise Adagrad update relative to the forward."""
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType
+    from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation
+    from fbgemm_gpu.split_table_batched_embeddings_ops_training import ComputeDevice, SplitTableBatchedEmbeddingBagsCodegen
+
+    cuda = device.startswith("cuda")
+    spec = (rows, dim, EmbeddingLocation.DEVICE if cuda else EmbeddingLocation.HOST,
+            ComputeDevice.CUDA if cuda else ComputeDevice.CPU)
+    tbe = SplitTableBatchedEmbeddingBagsCodegen([spec], optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=0.01)
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, rows, (batch * pooling,), generator=g).to(device)
+    offsets = (torch.arange(batch + 1) * pooling).to(device)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+
+    def forward():
+        with torch.no_grad():
+            tbe(ids, offsets)
+        sync()
+
+    def train_step():
+        tbe(ids, offsets).sum().backward()  # the optimizer update is fused into backward
+        sync()
+
+    fwd = _best_of(forward, repeats)
+    step = _best_of(train_step, repeats)
+    read = batch * pooling * dim * 4
+    return {"lookup_bw": read / fwd, "bwd_compute_multiplier": max(0.5, (step - fwd) / fwd),
+            "lookup_fwd_s": fwd, "lookup_step_s": step, "lookup_bytes": read}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _collective_worker(rank: int, world_size: int, port: int, device_kind: str, big: int, repeats: int, queue) -> None:
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
+                      LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    from shardrec.trainer.dist import init_distributed, shutdown
+
+    try:
+        env = init_distributed(device_kind, timeout_s=120)
+        import torch.distributed as dist
+
+        def a2a(numel: int):
+            x = torch.ones(numel, device=env.device)
+            y = torch.empty_like(x)
+
+            def run():
+                dist.all_to_all_single(y, x)
+                if env.device.type == "cuda":
+                    torch.cuda.synchronize()
+            return run
+
+        big_s = _best_of(a2a(big * world_size), repeats)
+        small_s = _best_of(a2a(world_size), repeats * 4)
+        queue.put((rank, big_s, small_s, None))
+    except BaseException as e:  # report instead of hanging the parent
+        queue.put((rank, 0.0, 0.0, repr(e)))
+    finally:
+        shutdown()
+
+
+def measure_collectives(world_size: int = 2, device_kind: str = "cpu", mib_per_peer: int = 8,
+                        repeats: int = 5) -> dict[str, float]:
+    """Per-rank send bandwidth of an all-to-all between local processes, and its start-up latency."""
+    import torch.multiprocessing as mp
+
+    big = mib_per_peer * 2**20 // 4
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_collective_worker, args=(r, world_size, port, device_kind, big, repeats, queue))
+             for r in range(world_size)]
+    for p in procs:
+        p.start()
+    results = [queue.get(timeout=300) for _ in procs]
+    for p in procs:
+        p.join(timeout=30)
+    errors = [e for *_, e in results if e]
+    if errors:
+        raise RuntimeError(f"collective calibration failed: {errors[0]}")
+    big_s = max(r[1] for r in results)
+    small_s = max(r[2] for r in results)
+    sent = big * 4 * (world_size - 1)  # bytes each rank sends to the others
+    return {"intra_host_bw": sent / max(big_s - small_s, 1e-9), "collective_latency_s": small_s,
+            "a2a_big_s": big_s, "a2a_small_s": small_s, "a2a_bytes_per_rank": sent}
+
+
+def calibrate(device_kind: str = "cpu", world_size: int = 2) -> dict[str, Any]:
+    """Run both measurements; returns the profile (see the module docstring)."""
+    lookup = measure_lookup("cuda" if device_kind == "cuda" else "cpu")
+    comms = measure_collectives(world_size, device_kind)
+    measured = {k: lookup[k] for k in ("lookup_bw", "bwd_compute_multiplier")}
+    measured.update({k: comms[k] for k in ("intra_host_bw", "collective_latency_s")})
+    return {
+        "format": PROFILE_FORMAT,
+        "device_kind": device_kind,
+        "world_size": world_size,
+        "host": socket.gethostname(),
+        "torch": torch.__version__,
+        "measured": measured,
+        "details": {**lookup, **comms},
+    }
+
+
+def save_profile(profile: dict[str, Any], path: str | Path) -> None:
+    import json
+
+    from shardrec.dataloader.format import atomic_write_bytes
+
+    atomic_write_bytes(Path(path), (json.dumps(profile, indent=2, sort_keys=True) + "\n").encode())

@@ -13,7 +13,7 @@ import json
 import logging
 import multiprocessing as mp
 import platform
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Protocol
@@ -176,7 +176,7 @@ def _remove_temporaries(out: Path) -> None:
 
 
 def _map(fn, tasks: list[Task], opts: TaskOptions, workers: int):
-    """Run fn over tasks; yields (task, result) as they finish."""
+    """Run fn over tasks in worker processes; yields (task, result) in task order."""
     if workers == 1 or len(tasks) <= 1:
         for t in tasks:
             yield t, fn(t, opts)
@@ -205,7 +205,7 @@ def _build_vocab(cfg: PreprocessConfig, tasks: list[Task], opts: TaskOptions) ->
             vocabs.append(Vocabulary.build(values, counts, cfg.min_count))
         save_vocabularies(vocab_path, names, vocabs)
     cards = tuple(v.cardinality for v in load_vocabularies(vocab_path, names))
-    return TaskOptions(**{**asdict(opts), "schema": cfg.schema, "cardinalities": cards, "vocab_path": str(vocab_path)})
+    return replace(opts, cardinalities=cards, vocab_path=str(vocab_path))
 
 
 def _load_result(out: Path, index: int) -> TaskResult | None:

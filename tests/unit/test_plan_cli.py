@@ -1,0 +1,66 @@
+"""`shardrec plan` on a tiny dataset: writes a plan the trainer can check, and refuses bad input clearly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from shardrec.sharding.plan_io import check_plan, load_plan, plan_fingerprint
+from shardrec.tools.cli import app
+
+runner = CliRunner()
+
+
+def _job(tmp_path: Path, constraints: str) -> Path:
+    path = tmp_path / "job.toml"
+    path.write_text(f"[train]\nglobal_batch_size = 256\n\n[sharding.constraints]\n{constraints}\n")
+    return path
+
+
+def test_plan_writes_checked_plan_and_report(tiny_dataset: Path, tmp_path: Path) -> None:
+    from shardrec.dataloader.format import Manifest
+    from shardrec.embeddings.tables import build_table_configs
+
+    job = _job(tmp_path, 't_f0 = { sharding_types = ["row_wise"] }\nt_f1 = { sharding_types = ["column_wise"], min_partition = 8 }')
+    out = tmp_path / "plan.json"
+    res = runner.invoke(app, ["plan", "--data", str(tiny_dataset), "--config", str(job), "--world-size", "2", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "critical path" in res.output and "t_f0" in res.output
+    plan = load_plan(out)
+    tables = build_table_configs(Manifest.load(tiny_dataset), 16)
+    check_plan(plan, plan_fingerprint(tables, 2, 256, "cpu"))
+    assert plan.table("t_f0").sharding_type == "row_wise"
+    assert plan.table("t_f1").sharding_type == "column_wise"
+
+    res = runner.invoke(app, ["plan", "--data", str(tiny_dataset), "--config", str(job), "--world-size", "2", "--json"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout[res.stdout.index("{"):])
+    assert summary["tables"] == 4 and summary["world_size"] == 2
+    assert len(summary["estimate"]["ranks"]) == 2
+
+
+def test_plan_bad_input_exits_with_one_line(tiny_dataset: Path, tmp_path: Path) -> None:
+    job = _job(tmp_path, 't_nope = { sharding_types = ["row_wise"] }')
+    res = runner.invoke(app, ["plan", "--data", str(tiny_dataset), "--config", str(job)])
+    assert res.exit_code == 1
+    assert "unknown table 't_nope'" in res.output
+    assert "Traceback" not in res.output
+
+    job = _job(tmp_path, 't_f0 = { sharding_types = ["row_wise"] }')
+    res = runner.invoke(app, ["plan", "--data", str(tiny_dataset), "--config", str(job), "--memory-gib", "0.00001"])
+    assert res.exit_code == 1
+    assert "does not fit" in res.output and "rank 0 needs" in res.output
+
+    res = runner.invoke(app, ["plan", "--data", str(tmp_path / "missing"), "--config", str(job)])
+    assert res.exit_code == 1 and "not a directory" in res.output
+
+
+def test_plan_simulate_json(tiny_dataset: Path, tmp_path: Path) -> None:
+    job = _job(tmp_path, "")
+    res = runner.invoke(app, ["plan", "--data", str(tiny_dataset), "--config", str(job), "--simulate", "--json"])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.stdout[res.stdout.index("{"):])["rows"]
+    assert [r["world_size"] for r in rows] == [2**k for k in range(3, 13)]
+    assert rows[-1]["row_wise_bytes"] > rows[0]["row_wise_bytes"] * 100

@@ -1,0 +1,83 @@
+"""shardrec's search: deterministic, within memory and constraints, never worse than simple placements."""
+
+from __future__ import annotations
+
+import pytest
+
+from shardrec.sharding import layouts, suites
+from shardrec.sharding.constraints import parse_constraints
+from shardrec.sharding.cost import evaluate
+from shardrec.sharding.planner import plan_tables
+from shardrec.sharding.search import search_plan
+from shardrec.sharding.topology import build_topology
+
+
+def _lpt_table_wise(tables, pooling, topo, batch):
+    """A simple baseline: every table whole, largest lookup volume first on the least-loaded rank."""
+    load = [0.0] * topo.world_size
+    out = []
+    for t in sorted(tables, key=lambda t: -t.embedding_dim * pooling[t.name]):
+        r = min(range(topo.world_size), key=lambda r: (load[r], r))
+        load[r] += t.embedding_dim * pooling[t.name]
+        out.append(layouts.table_wise(t, r, "fused"))
+    return out
+
+
+@pytest.mark.parametrize("seed, n, preset, world", [(0, 30, "h100", 8), (1, 60, "a100", 16), (2, 40, "cpu-gloo", 4)])
+def test_search_beats_simple_placements(seed, n, preset, world) -> None:
+    ts = suites.random_tasks(seed, n, max_rows=1e6)
+    topo = build_topology(preset, world)
+    batch = 1024 * world
+    ours = evaluate(search_plan(ts.tables, topo, batch, {}, ts.pooling), ts.tables, ts.pooling, topo, batch)
+    tw = evaluate(_lpt_table_wise(ts.tables, ts.pooling, topo, batch), ts.tables, ts.pooling, topo, batch)
+    rw = evaluate([layouts.row_wise(t, world, "fused") for t in ts.tables], ts.tables, ts.pooling, topo, batch)
+    assert ours.max_step_s <= tw.max_step_s * 1.000001
+    assert ours.max_step_s <= rw.max_step_s * 1.000001
+    assert not ours.shortfall()
+
+
+def test_same_inputs_give_byte_identical_plans() -> None:
+    ts = suites.random_tasks(3, 80)
+    kw = dict(world_size=16, local_world_size=8, global_batch_size=16 * 512, device_kind="cuda",
+              topology=build_topology("h100", 16), stats={})
+    a = plan_tables(ts.tables, **kw).to_json()
+    b = plan_tables(ts.tables, **kw).to_json()
+    assert a == b
+
+
+def test_every_table_covered_and_within_memory() -> None:
+    ts = suites.criteo_dlrmv2()
+    topo = build_topology("h100", 8)
+    placed = search_plan(ts.tables, topo, 65536, {}, ts.pooling)
+    by_name = {t.name: t for t in ts.tables}
+    for tp in placed:
+        cfg = by_name[tp.name]
+        area = sum(s.rows * s.cols for s in tp.shards)
+        if tp.sharding_type != "data_parallel":
+            assert area == cfg.num_embeddings * cfg.embedding_dim, tp.name
+    cost = evaluate(placed, ts.tables, ts.pooling, topo, 65536)
+    assert cost.memory_bytes.max() <= topo.memory_bytes
+
+
+def test_memory_pressure_forces_splitting() -> None:
+    ts = suites.criteo_dlrmv2()
+    # 40 M x 128 fp32 = 20 GB per big table: with 16 GiB per rank they cannot stay whole.
+    topo = build_topology("h100", 16, memory_bytes=16 * 2**30)
+    placed = search_plan(ts.tables, topo, 65536, {}, ts.pooling)
+    big = [tp for tp in placed if tp.name in ("t_0", "t_9", "t_19", "t_20", "t_21")]
+    assert all(len({s.rank for s in tp.shards}) > 1 for tp in big)
+    assert not evaluate(placed, ts.tables, ts.pooling, topo, 65536).shortfall()
+
+
+def test_constraints_are_honoured() -> None:
+    ts = suites.random_tasks(5, 12, max_rows=1e5)
+    topo = build_topology("cpu-gloo", 4)
+    raw = {"t_0": {"sharding_types": ["row_wise"]}, "t_1": {"sharding_types": ["table_wise"], "ranks": [2]},
+           "t_2": {"sharding_types": ["column_wise", "table_column_wise"], "min_partition": 8},
+           "t_3": {"sharding_types": ["data_parallel"]}}
+    placed = {t.name: t for t in search_plan(ts.tables, topo, 4096, parse_constraints(raw, ts.tables, 4), ts.pooling)}
+    assert placed["t_0"].sharding_type == "row_wise"
+    assert placed["t_1"].sharding_type == "table_wise" and placed["t_1"].ranks == [2]
+    assert placed["t_2"].sharding_type in ("column_wise", "table_column_wise")
+    assert all(s.cols >= 8 for s in placed["t_2"].shards)
+    assert placed["t_3"].sharding_type == "data_parallel" and placed["t_3"].compute_kernel == "dense"

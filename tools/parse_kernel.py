@@ -135,6 +135,33 @@ def _scan_hex(buf, s, hexv):
     return v, ok, e
 
 
+_H = np.uint64(0x8080808080808080)
+_L = np.uint64(0x0101010101010101)
+_LOWER = np.uint64(0xA0A0A0A0A0A0A0A0)
+_NIB = np.uint64(0x0F0F0F0F0F0F0F0F)
+_M16 = np.uint64(0x00FF00FF00FF00FF)
+_M32 = np.uint64(0x0000FFFF0000FFFF)
+_M64 = np.uint64(0xFFFFFFFF)
+_U = (np.uint64(0), np.uint64(4), np.uint64(6), np.uint64(8), np.uint64(16), np.uint64(32), np.uint64(9))
+
+
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _hex8_swar(buf, s):
+    """(value, ok) of the 8 hex characters at buf[s:s+8], decoded as one 64-bit word."""
+    w = np.uint64(0)
+    for k in range(8):  # LLVM folds these byte loads into one unaligned load
+        w |= np.uint64(buf[s + k]) << np.uint64(8 * k)
+    xh, yh = w | _H, w | _LOWER
+    digit = (xh - np.uint64(0x30) * _L) & ~(xh - np.uint64(0x3A) * _L)
+    alpha = (yh - np.uint64(0x61) * _L) & ~(yh - np.uint64(0x67) * _L)
+    ok = (w & _H) == _U[0] and ((digit | alpha) & _H) == _H
+    n = (w & _NIB) + ((w >> _U[2]) & _L) * _U[6]
+    n = ((n << _U[1]) | (n >> _U[3])) & _M16
+    n = ((n << _U[3]) | (n >> _U[4])) & _M32
+    n = ((n << _U[4]) | (n >> _U[5])) & _M64
+    return n, ok
+
+
 @njit(cache=True, nogil=True, boundscheck=False)
 def parse_rows(buf, dec, hexv, nd, ns, labels, dense, dmiss, sparse, smiss, reason, bad_field, row_start, row_end):
     """Fill the per-row arrays (sized to the number of newlines in buf); returns rows parsed."""
@@ -162,7 +189,12 @@ def parse_rows(buf, dec, hexv, nd, ns, labels, dense, dmiss, sparse, smiss, reas
                 if hexv[buf[s]] == END or (buf[s] == 13 and buf[s + 1] == 10):
                     sparse[row, k], smiss[row, k], j = np.uint64(0), True, _field_end(buf, s, hexv)
                 else:
-                    h, ok, j = _scan_hex(buf, s, hexv)
+                    ok = False
+                    if s + 8 < n and hexv[buf[s + 8]] == END:  # Criteo's 8-character ids
+                        h, ok = _hex8_swar(buf, s)
+                        j = s + 8
+                    if not ok:
+                        h, ok, j = _scan_hex(buf, s, hexv)
                     sparse[row, k], smiss[row, k] = h, False
                     if not ok and first_hex < 0:
                         first_hex = f

@@ -155,7 +155,8 @@ def test_fast_decoders_agree_with_generic_ones():
 
 def _fuzz_text(rng: np.random.Generator, rows: int, schema: Schema) -> bytes:
     pieces = [b"0", b"1", b"", b"-3", b"260.0", b"12", b"0000abcd", b"ffffffff", b"x", b"-", b"1.5",
-              b"123456789012345678901", b"0123456789abcdef0", b"\r", b"AbCd", b".0", b"2"]  # fmt: skip
+              b"123456789012345678901", b"0123456789abcdef0", b"\r", b"AbCd", b".0", b"2",
+              b"0000zbcd", b"ABCDEF01", b"\xe90000000", b"1234567-", b"@0000000", b"0000000G"]  # fmt: skip
     lines = []
     for _ in range(rows):
         n = int(rng.integers(0, schema.num_fields + 3))

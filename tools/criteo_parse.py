@@ -159,6 +159,9 @@ def parse_chunk(data: bytes | np.ndarray, schema: Schema = Schema(), engine: Lit
 
 
 def _parse_compiled(buf: np.ndarray, schema: Schema) -> ParsedChunk:
+    if buf.flags.writeable:  # one compiled signature for bytes and bytearray input
+        buf = buf.view()
+        buf.flags.writeable = False
     rows = int(np.count_nonzero(buf == NEWLINE))
     nd, ns = schema.num_dense, schema.num_sparse
     out = ParsedChunk(

@@ -111,3 +111,11 @@ def test_vocabulary_mode_parts_count_then_map(raw: Path, tmp_path: Path):
     cli("preprocess", raw, "--out", out, *vocab, "--part", "0/2")  # maps
     assert cli("preprocess", raw, "--out", out, *vocab)["tasks_run"] == 0
     assert outputs(out) == outputs(tmp_path / "one")
+
+
+def test_output_is_the_same_without_the_compiled_kernels(raw: Path, reference, tmp_path: Path, monkeypatch):
+    from shardrec.tools import parse_kernel
+
+    monkeypatch.setattr(parse_kernel, "AVAILABLE", False)  # what a machine without numba runs
+    cli("preprocess", raw, "--out", tmp_path / "numpy", *ARGS)
+    assert outputs(tmp_path / "numpy") == reference

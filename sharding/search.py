@@ -152,9 +152,21 @@ def search_plan(
     pooling: dict[str, float],
     compute_kernel: str = "fused",
     optimizer: str = "rowwise_adagrad",
+    cost_model: str = "shardrec",
 ) -> list[TablePlan]:
-    """The placement with the fastest critical rank: seeded LPT packings, then local search."""
-    p = Problem(tables, topo, global_batch_size, constraints, pooling, optimizer)
+    """The placement with the fastest critical rank: seeded LPT packings, then local search.
+
+    Args:
+        cost_model: "shardrec" (cost.py) or "torchrec" (torchrec's estimators, torchrec_costs.py).
+    """
+    if cost_model == "torchrec":
+        from shardrec.sharding.torchrec_costs import TorchrecProblem
+
+        p: Problem = TorchrecProblem(tables, topo, global_batch_size, constraints, pooling, optimizer, compute_kernel)
+    elif cost_model == "shardrec":
+        p = Problem(tables, topo, global_batch_size, constraints, pooling, optimizer)
+    else:
+        raise ValueError(f"cost model {cost_model!r} is not one of shardrec, torchrec")
     rounds = max(8, min(200, 200_000 // max(1, len(tables))))
     width = 4 if len(tables) > 200 else 8
     best = None

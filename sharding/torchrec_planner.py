@@ -72,25 +72,35 @@ def torchrec_plan(
     compute_kernel: str = "fused",
 ) -> list[TablePlan]:
     """Placement chosen by torchrec's EmbeddingShardingPlanner (its default proposers and partitioner)."""
-    planner = EmbeddingShardingPlanner(
-        topology=to_torchrec_topology(topo),
-        batch_size=max(1, global_batch_size // topo.world_size),
-        constraints=to_parameter_constraints(tables, constraints, pooling, compute_kernel),
-        debug=False,
-    )
     with warnings.catch_warnings(), quiet_torchrec(logging.ERROR):
         warnings.simplefilter("ignore", FutureWarning)
+        planner = EmbeddingShardingPlanner(
+            topology=to_torchrec_topology(topo),
+            batch_size=max(1, global_batch_size // topo.world_size),
+            constraints=to_parameter_constraints(tables, constraints, pooling, compute_kernel),
+            debug=False,
+        )
         plan = planner.plan(build_ebc(tables), build_sharders())
     return from_sharding_plan(plan.plan[""], tables, topo.world_size)
 
 
 @contextmanager
 def quiet_torchrec(level: int = logging.WARNING):
-    """torchrec's planner logs every proposal at INFO; keep only warnings while it runs."""
-    log = logging.getLogger("torchrec")
-    old = log.level
-    log.setLevel(max(level, old))
+    """torchrec's planner logs every proposal at INFO (and warns on the root logger for every
+    data-parallel table); while it runs, keep only its records at `level` and above."""
+
+    def keep(record: logging.LogRecord) -> bool:
+        if str(record.msg).startswith("Sharding spec not found"):
+            return False
+        return not record.name.startswith("torchrec") or record.levelno >= level
+
+    drop = logging.Filter()
+    drop.filter = keep  # type: ignore[method-assign]
+    handlers = list(logging.getLogger().handlers)
+    for h in handlers:
+        h.addFilter(drop)
     try:
         yield
     finally:
-        log.setLevel(old)
+        for h in handlers:
+            h.removeFilter(drop)

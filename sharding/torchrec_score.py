@@ -46,11 +46,11 @@ def torchrec_score(
     params = to_parameter_constraints(tables, cons, pooling, "fused")
     for name, tp in by_plan.items():
         params[name].compute_kernels = [tp.compute_kernel]
-    enumerator = EmbeddingEnumerator(
-        topology=to_torchrec_topology(topo), batch_size=max(1, global_batch_size // topo.world_size), constraints=params
-    )
     with warnings.catch_warnings(), quiet_torchrec():
         warnings.simplefilter("ignore")
+        enumerator = EmbeddingEnumerator(
+            topology=to_torchrec_topology(topo), batch_size=max(1, global_batch_size // topo.world_size), constraints=params
+        )
         options = enumerator.enumerate(build_ebc(tables), build_sharders())
     found: dict[tuple, object] = {}
     for o in options:

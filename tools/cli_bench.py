@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from shardrec.tools import bench_loader, bench_plan, bench_preprocess
+from shardrec.tools import bench_train
 
 bench_app = typer.Typer(help="Benchmarks; each prints its ratio against a baseline measured in the same run.", no_args_is_help=True)
 
@@ -13,4 +14,5 @@ def register(app: typer.Typer) -> None:
     bench_loader.register(bench_app)
     bench_preprocess.register(bench_app)
     bench_plan.register(bench_app)
+    bench_train.register(bench_app)
     app.add_typer(bench_app, name="bench")

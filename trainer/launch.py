@@ -20,8 +20,9 @@ def torchrun_command(
     nnodes: int = 1,
     rdzv_endpoint: str | None = None,
     rdzv_id: str = "shardrec",
+    module: str = "shardrec.trainer",
 ) -> list[str]:
-    """The torchrun command line that starts `python -m shardrec.trainer ENTRY_ARGS` on every rank.
+    """The torchrun command line that starts `python -m MODULE ENTRY_ARGS` on every rank.
 
     One node without an endpoint rendezvous on a free local port; several nodes need the
     same `rdzv_endpoint` (HOST:PORT of node 0) on each.
@@ -35,7 +36,7 @@ def torchrun_command(
         sys.executable, "-m", "torch.distributed.run",
         f"--nnodes={nnodes}", f"--nproc-per-node={nproc_per_node}", f"--max-restarts={max_restarts}",
         "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}",
-        "-m", "shardrec.trainer", *entry_args,
+        "-m", module, *entry_args,
     ]
 
 

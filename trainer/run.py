@@ -129,12 +129,14 @@ def run_job(job: Job) -> dict[str, Any]:
     window = {"start": time.perf_counter(), "samples": 0, "loss": 0.0, "steps": 0}
     train_seconds, train_samples = 0.0, 0
 
-    def on_step(stats: StepStats) -> None:
-        faults.maybe_kill("kill", stats.step, job.env.rank)
-        faults.maybe_poison(job.model, stats.step, job.env.rank)
+    def on_step(step: int) -> None:
+        faults.maybe_kill("kill", step, job.env.rank)
+        faults.maybe_poison(job.model, step, job.env.rank)
+
+    def on_report(stats: StepStats) -> None:
         window["samples"] += stats.samples
-        window["loss"] += stats.loss
-        window["steps"] += 1
+        window["loss"] += stats.loss * stats.steps
+        window["steps"] += stats.steps
         if stats.step % cfg.train.log_interval == 0 or stats.step == total:
             seconds = time.perf_counter() - window["start"]
             rate = window["samples"] / max(seconds, 1e-9)
@@ -154,7 +156,7 @@ def run_job(job: Job) -> dict[str, Any]:
         while progress.step < epoch_end:
             boundary = _next_boundary(progress.step, epoch_end, cfg.eval.interval_steps, cfg.checkpoint.interval_steps)
             wanted, start = boundary - progress.step, time.perf_counter()
-            done = train_segment(job.runner, batches, wanted, progress.step, on_step)
+            done = train_segment(job.runner, batches, wanted, progress.step, cfg.train.log_interval, on_step, on_report)
             train_seconds += time.perf_counter() - start
             train_samples += done * cfg.train.global_batch_size
             progress.step += done

@@ -96,7 +96,10 @@ def import_npy(
     except (ValueError, DatasetError) as e:
         fail(str(e))
     rows = {s: info.rows for s, info in manifest.splits.items()}
-    print_json({"rows": rows}) if json_out else console.print(f"imported {rows} into {out}", highlight=False)
+    if json_out:
+        print_json({"rows": rows})
+    else:
+        console.print(f"imported {rows} into {out}", highlight=False)
 
 
 def export_npy(
@@ -109,7 +112,10 @@ def export_npy(
         written = preprocess_npy.export_npy(directory, out)
     except (ValueError, DatasetError) as e:
         fail(str(e))
-    print_json(written) if json_out else console.print(f"wrote {len(written)} day(s) to {out}: {written}", highlight=False)
+    if json_out:
+        print_json(written)
+    else:
+        console.print(f"wrote {len(written)} day(s) to {out}: {written}", highlight=False)
 
 
 def register(data_app: typer.Typer) -> None:

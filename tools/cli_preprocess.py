@@ -22,17 +22,21 @@ class _Bar:
 
     def __init__(self, progress: Progress) -> None:
         self.progress, self.task = progress, None
-        self.t0, self.rows, self.text = time.perf_counter(), 0, 0
+        self.t0, self.rows, self.text, self.disk = time.perf_counter(), 0, 0, 0
 
-    def start(self, total_bytes: int) -> None:
-        self.t0 = time.perf_counter()
-        self.task = self.progress.add_task("preprocess", total=max(total_bytes, 1), rate="")
+    def start(self, total_bytes: int, label: str) -> None:
+        self.t0, self.rows, self.text, self.disk = time.perf_counter(), 0, 0, 0
+        self.task = self.progress.add_task(label, total=max(total_bytes, 1), rate="")
 
     def advance(self, disk_bytes: int, text_bytes: int, lines: int) -> None:
         self.rows += lines
         self.text += text_bytes
+        self.disk += disk_bytes
         dt = max(time.perf_counter() - self.t0, 1e-9)
-        rate = f"{self.rows / dt:,.0f} rows/s  {self.text / dt / 1e6:,.1f} MB/s"
+        if self.rows:
+            rate = f"{self.rows / dt:,.0f} rows/s  {self.text / dt / 1e6:,.1f} MB/s"
+        else:  # the counting pass reports no rows
+            rate = f"{self.disk / dt / 1e6:,.1f} MB/s"
         self.progress.update(self.task, advance=disk_bytes, rate=rate)
 
 

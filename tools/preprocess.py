@@ -57,8 +57,8 @@ logger = logging.getLogger(__name__)
 class Progress(Protocol):
     """Where a run reports progress (the CLI's progress bar)."""
 
-    def start(self, total_bytes: int) -> None:
-        """Input bytes on disk the run is about to process."""
+    def start(self, total_bytes: int, label: str) -> None:
+        """A phase ("count" in vocabulary mode, then "preprocess") is about to read total_bytes."""
 
     def advance(self, disk_bytes: int, text_bytes: int, lines: int) -> None:
         """One task finished: its input bytes on disk, text bytes and lines."""
@@ -188,13 +188,11 @@ def _map(fn, tasks: list[Task], opts: TaskOptions, workers: int):
             yield t, r.get()
 
 
-def _build_vocab(cfg: PreprocessConfig, tasks: list[Task], opts: TaskOptions) -> TaskOptions:
+def _build_vocab(cfg: PreprocessConfig, tasks: list[Task], opts: TaskOptions, progress: Progress | None) -> TaskOptions:
     out, names = cfg.out, cfg.schema.sparse_names
     vocab_path = out / WORK_DIR / "vocab.npz"
     if not vocab_path.is_file():
-        todo = [t for t in tasks if not marker_path(out, t.index, "count").with_suffix(".npz").is_file()]
-        for _ in _map(count_task, todo, opts, cfg.workers):
-            pass
+        _count(cfg, tasks, opts, progress)
         vocabs = []
         for f, name in enumerate(names):
             pieces = []
@@ -229,15 +227,15 @@ def run_preprocess(cfg: PreprocessConfig, progress: Progress | None = None) -> P
     )
     if cfg.min_count > 0:
         if cfg.part is not None and not _all_counted(cfg.out, tasks):
-            _map_counts_only(cfg, mine, opts)
+            _count(cfg, mine, opts, progress)
             if not _all_counted(cfg.out, tasks):
                 return _partial(cfg.out, tasks, 0)
-        opts = _build_vocab(cfg, tasks, opts)
+        opts = _build_vocab(cfg, tasks, opts, progress)
     todo = [t for t in mine if not marker_path(cfg.out, t.index).is_file()]
     logger.info("%d of %d tasks to run (%d already done)", len(todo), len(tasks), len(tasks) - len(todo))
     failures = []
     if progress:
-        progress.start(sum(_disk_bytes(t) for t in todo))
+        progress.start(sum(_disk_bytes(t) for t in todo), "preprocess")
     for t, res in _map(_run_task_safely, todo, opts, cfg.workers):
         if isinstance(res, str):
             failures.append(res)
@@ -268,10 +266,14 @@ def _all_counted(out: Path, tasks: list[Task]) -> bool:
     return all(marker_path(out, t.index, "count").with_suffix(".npz").is_file() for t in tasks)
 
 
-def _map_counts_only(cfg: PreprocessConfig, mine: list[Task], opts: TaskOptions) -> None:
-    todo = [t for t in mine if not marker_path(cfg.out, t.index, "count").with_suffix(".npz").is_file()]
-    for _ in _map(count_task, todo, opts, cfg.workers):
-        pass
+def _count(cfg: PreprocessConfig, tasks: list[Task], opts: TaskOptions, progress: Progress | None) -> None:
+    """Vocabulary pass 1 over the tasks not counted yet."""
+    todo = [t for t in tasks if not marker_path(cfg.out, t.index, "count").with_suffix(".npz").is_file()]
+    if progress and todo:
+        progress.start(sum(_disk_bytes(t) for t in todo), "count")
+    for t, _ in _map(count_task, todo, opts, cfg.workers):
+        if progress:
+            progress.advance(_disk_bytes(t), 0, 0)
 
 
 def _partial(out: Path, tasks: list[Task], ran: int) -> PreprocessResult:

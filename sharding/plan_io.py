@@ -81,6 +81,9 @@ class PlanFile:
     """The topology it was planned on (preset, ranks per host, memory, bandwidths)."""
     estimate: dict[str, Any] = field(default_factory=dict)
     """The cost model's per-rank figures at plan time (memory, compute, bytes moved)."""
+    sharding_group_size: int = 0
+    """0: tables sharded over all ranks. G: 2D, shards on ranks 0..G-1 of each sharding group
+    of G ranks, replicated world_size / G times (torchrec's DMPCollection, CUDA only)."""
     format: str = PLAN_FORMAT
 
     def table(self, name: str) -> TablePlan:
@@ -242,8 +245,14 @@ def to_sharding_plan(
 ) -> ShardingPlan:
     """The torchrec ShardingPlan for the EmbeddingBagCollection at `module_path` (e.g. "sparse_arch.embedding_bag_collection").
 
-    Raises ValueError if the plan does not place exactly the given tables within `world_size` ranks.
+    For a 2D plan (sharding_group_size > 0) this is the plan of one sharding group, as
+    DMPCollection(sharding_group_size=...) takes it. Raises ValueError if the plan does not
+    place exactly the given tables within the ranks.
     """
+    if plan.sharding_group_size:
+        # DMPCollection takes the plan of one sharding group and maps it onto every replica.
+        world_size = plan.sharding_group_size
+        local_world_size = min(local_world_size, world_size)
     by_name = {t.name: t for t in plan.tables}
     names = [c.name for c in tables]
     missing = [n for n in names if n not in by_name]

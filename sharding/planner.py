@@ -11,6 +11,7 @@ from shardrec.sharding.constraints import TableConstraint, parse_constraints
 from shardrec.sharding.cost import PlanCost, evaluate
 from shardrec.sharding.plan_io import PLAN_SCHEMA_VERSION, PlanFile, TablePlan, plan_fingerprint
 from shardrec.sharding.topology import Topology, build_topology
+from shardrec.sharding.twod import add_replica_sync, group_sizes, group_topology
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +73,8 @@ def plan_tables(
     compute_kernel: str = "fused",
     optimizer: str = "rowwise_adagrad",
     search: str = "shardrec",
+    sharding_group_size: int = 0,
+    sync_every: int = 1,
 ) -> PlanFile:
     """Place every table; refuse a placement that does not fit in memory.
 
@@ -80,6 +83,9 @@ def plan_tables(
         stats: feature name -> the manifest's statistics (mean ids per sample, ...).
         topology: the machines; default the cpu-gloo or h100 preset for `device_kind`.
         search: "shardrec" (ours) or "torchrec" (torchrec's EmbeddingShardingPlanner).
+        sharding_group_size: 0: shard over all ranks; G: 2D, shard over groups of G ranks
+            (torchrec's DMPCollection); -1: pick the fastest of all ranks and 2D group sizes.
+        sync_every: 2D only: steps between the replicas' weight synchronisations.
     Raises:
         ValueError: bad constraints; PlanDoesNotFitError with the per-rank shortfall.
     """
@@ -87,21 +93,49 @@ def plan_tables(
         raise ValueError(f"search {search!r} is not one of {', '.join(SEARCHES)}")
     if global_batch_size % world_size:
         raise ValueError(f"global batch size {global_batch_size} is not divisible by world size {world_size}")
+    if sync_every <= 0:
+        raise ValueError(f"sync_every = {sync_every} must be positive")
     topo = topology or build_topology("cpu-gloo" if device_kind == "cpu" else "h100", world_size, local_world_size)
-    parsed = parse_constraints(constraints, tables, world_size)
+    if sharding_group_size == -1:
+        sizes = [0] + group_sizes(topo)
+    elif sharding_group_size in (0, world_size):
+        sizes = [0]
+    else:
+        sizes = [sharding_group_size]
+    best = None
+    for g in sizes:
+        candidate = _plan_group(tables, topo, g, global_batch_size, constraints, stats, compute_kernel,
+                                optimizer, search, sync_every)
+        if best is None or candidate[1].max_step_s < best[1].max_step_s:
+            best = candidate
+    placed, cost, g = best
+    if cost.shortfall():
+        raise PlanDoesNotFitError(_describe_shortfall(cost))
+    plan = build_plan_file(placed, tables, topo, global_batch_size, cost, search)
+    plan.sharding_group_size = g
+    if g:
+        plan.estimate["sync_every"] = sync_every
+    return plan
+
+
+def _plan_group(tables, topo, g, batch, constraints, stats, kernel, optimizer, search, sync_every):
+    """(placement, cost, group size) for sharding over all ranks (g = 0) or 2D groups of g."""
+    group = group_topology(topo, g) if g else topo
+    group_batch = batch * group.world_size // topo.world_size
+    parsed = parse_constraints(constraints, tables, group.world_size)
     pooling = pooling_factors(tables, stats, parsed)
     if search == "torchrec":
         from shardrec.sharding.torchrec_planner import torchrec_plan
 
-        placed = torchrec_plan(tables, topo, global_batch_size, parsed, pooling, compute_kernel)
+        placed = torchrec_plan(tables, group, group_batch, parsed, pooling, kernel)
     else:
         from shardrec.sharding.search import search_plan
 
-        placed = search_plan(tables, topo, global_batch_size, parsed, pooling, compute_kernel, optimizer)
-    cost = evaluate(placed, tables, pooling, topo, global_batch_size, optimizer)
-    if cost.shortfall():
-        raise PlanDoesNotFitError(_describe_shortfall(cost))
-    return build_plan_file(placed, tables, topo, global_batch_size, cost, search)
+        placed = search_plan(tables, group, group_batch, parsed, pooling, kernel, optimizer)
+    cost = evaluate(placed, tables, pooling, group, group_batch, optimizer)
+    if g:
+        cost = add_replica_sync(cost, topo, g, sync_every)
+    return placed, cost, g
 
 
 def build_plan_file(

@@ -62,4 +62,5 @@ def summary(plan: PlanFile) -> dict:
         "max_step_ms": plan.estimate.get("max_step_ms"),
         "critical_rank": plan.estimate.get("critical_rank"),
         "fingerprint": plan.fingerprint.get("digest"),
+        "sharding_group_size": plan.sharding_group_size,
     }

@@ -50,7 +50,8 @@ def plan(
     profile: Annotated[Optional[Path], typer.Option(help="Calibration profile from `shardrec plan calibrate`.")] = None,
     search: Annotated[str, typer.Option(help="shardrec (ours) or torchrec (torchrec's planner).")] = "shardrec",
     simulate: Annotated[bool, typer.Option("--simulate", help="Show bytes per step for 8 ... 4,096 ranks (row-wise, table-wise, 2D) instead of planning.")] = False,
-    sync_every: Annotated[int, typer.Option(help="With --simulate: steps between the 2D replicas' weight all-reduce.")] = 1,
+    group_size: Annotated[int, typer.Option(help="2D sharding group size (torchrec DMPCollection, CUDA): 0 none, -1 pick the fastest.")] = 0,
+    sync_every: Annotated[int, typer.Option(help="2D: steps between the replicas' weight all-reduce.")] = 1,
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override a job key: section.key=value.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the plan summary and per-rank estimate as JSON.")] = False,
 ) -> None:
@@ -81,6 +82,7 @@ def plan(
             global_batch_size=cfg.train.global_batch_size, device_kind=topo.device_kind,
             constraints=cfg.sharding.constraints, stats=stats, topology=topo,
             compute_kernel=cfg.sharding.compute_kernel, optimizer=cfg.optim.sparse, search=search,
+            sharding_group_size=group_size, sync_every=sync_every,
         )
         seconds = time.perf_counter() - start
     except ValueError as e:
@@ -94,6 +96,9 @@ def plan(
         return
     console.print(tables_table(result))
     console.print(ranks_table(result))
+    if result.sharding_group_size:
+        console.print(f"2D: sharding groups of {result.sharding_group_size} ranks, {world_size // result.sharding_group_size} "
+                      f"replicas synchronised every {sync_every} step(s); ranks above are group ranks (DMPCollection, CUDA only)")
     where = f", wrote {out}" if out else ""
     console.print(f"planned {len(tables)} tables for {world_size} ranks ({topology}) in {seconds:.2f} s{where}")
 

@@ -119,3 +119,19 @@ def test_nothing_fits_reports_every_rank() -> None:
     topo = build_topology("cpu-gloo", 2, memory_bytes=1000)
     with pytest.raises(PlanDoesNotFitError, match=r"does not fit in 1000 B per rank: rank 0 needs .* KiB over; rank 1 needs"):
         _plan(_tables(), topology=topo)
+
+
+def test_2d_plan_is_a_group_plan() -> None:
+    from shardrec.sharding import suites
+
+    ts = suites.random_tasks(0, 60, max_rows=2e4)
+    topo = build_topology("h100", 64)
+    plan = plan_tables(ts.tables, world_size=64, local_world_size=8, global_batch_size=64 * 512, device_kind="cuda",
+                       topology=topo, stats={}, sharding_group_size=8, sync_every=10)
+    assert plan.sharding_group_size == 8 and plan.fingerprint["world_size"] == 64
+    assert max(r for t in plan.tables for r in t.ranks) < 8
+    assert len(plan.estimate["ranks"]) == 8 and plan.estimate["ranks"][0]["bytes_sent"]["all_reduce"] > 0
+    sp = to_sharding_plan(plan, ts.tables, "ebc", 64, 8, "cuda")
+    assert len(sp.plan["ebc"]) == 60
+    with pytest.raises(ValueError, match="must be positive and divide world size 64"):
+        _plan(ts.tables, world_size=64, batch=64 * 8, sharding_group_size=24)

@@ -11,6 +11,7 @@ from shardrec.tools import cli_preprocess
 from shardrec.tools import cli_data
 from shardrec.tools import cli_bench
 from shardrec.tools import cli_train
+from shardrec.tools import cli_report
 from shardrec.tools.cli_common import configure_logging
 
 app = typer.Typer(
@@ -37,6 +38,7 @@ cli_bench.register(app)
 cli_plan.register(app)
 cli_preprocess.register(app)
 cli_train.register(app)
+cli_report.register(app)
 
 
 def main() -> None:

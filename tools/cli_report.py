@@ -1,0 +1,86 @@
+"""`shardrec report RUN_DIR`: loss, AUC and throughput curves of a training run, as PNG."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from shardrec.tools.cli_common import console, fail, print_json
+
+
+def _series(records: list[dict[str, Any]], kind: str, key: str, split: str | None = None) -> tuple[list[int], list[float]]:
+    """(steps, values) of one metric; after a resume the later record of a step wins."""
+    by_step: dict[int, float] = {}
+    for r in records:
+        if r.get("kind") == kind and key in r and (split is None or r.get("split") == split):
+            by_step[int(r["step"])] = float(r[key])
+    steps = sorted(by_step)
+    return steps, [by_step[s] for s in steps]
+
+
+def plot_run(records: list[dict[str, Any]], out: Path, title: str) -> list[str]:
+    """Draw train loss, eval AUC / log loss and samples/s against the step into `out` (PNG).
+
+    Returns the panels drawn (those the run has data for).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display needed
+    import matplotlib.pyplot as plt
+
+    splits = sorted({r["split"] for r in records if r.get("kind") == "eval"})
+    panels = [
+        ("train loss", [("train", *_series(records, "train", "loss"))]),
+        ("AUC", [(s, *_series(records, "eval", "auc", s)) for s in splits]),
+        ("log loss", [(s, *_series(records, "eval", "logloss", s)) for s in splits]),
+        ("samples/s", [("train", *_series(records, "train", "samples_per_s"))]),
+    ]
+    panels = [(name, [c for c in curves if c[1]]) for name, curves in panels]
+    panels = [(name, curves) for name, curves in panels if curves]
+    if not panels:
+        raise ValueError("the run has no train or eval records to plot")
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.6 * len(panels)), sharex=True, squeeze=False)
+    for ax, (name, curves) in zip(axes[:, 0], panels):
+        for label, steps, values in curves:
+            ax.plot(steps, values, marker="o" if len(steps) < 30 else None, label=label)
+        ax.set_ylabel(name)
+        ax.grid(alpha=0.3)
+        if len(curves) > 1 or name != "train loss":
+            ax.legend(loc="best", fontsize="small")
+    axes[-1, 0].set_xlabel("step")
+    fig.suptitle(title)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(out)
+    return [name for name, _ in panels]
+
+
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory written by `shardrec train`.")],
+    out: Annotated[Optional[Path], typer.Option(help="PNG to write (default RUN_DIR/curves.png).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Draw a run's loss, AUC and throughput curves (metrics.jsonl) into a PNG."""
+    from shardrec.trainer.metrics import read_metrics
+
+    try:
+        records = read_metrics(run_dir)
+        target = out or run_dir / "curves.png"
+        panels = plot_run(records, target, str(run_dir))
+    except ValueError as e:
+        fail(f"{run_dir}: {e}" if str(run_dir) not in str(e) else str(e))
+    final = {r["split"]: round(r["auc"], 4) for r in records if r.get("kind") == "eval" and r.get("final")}
+    result = {"png": str(target), "panels": panels, "records": len(records), "final_auc": final}
+    if json_out:
+        print_json(result)
+    else:
+        console.print(f"wrote {target} ({', '.join(panels)}; {len(records)} records)")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(report)

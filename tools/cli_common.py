@@ -25,8 +25,11 @@ def print_json(obj: Any) -> None:
 
 
 def configure_logging(verbose: bool = False) -> None:
+    """shardrec's own loggers at INFO (DEBUG with -v); other libraries' at WARNING, since
+    fbgemm and torchrec log routine start-up details to the root logger."""
     logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
+        level=logging.DEBUG if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
+    logging.getLogger("shardrec").setLevel(logging.DEBUG if verbose else logging.INFO)

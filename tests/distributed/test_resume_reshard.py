@@ -30,7 +30,8 @@ def _job(env, data: str, run_dir: Path, layout: str, steps: int, extra: tuple = 
     from shardrec.trainer.run import build_job
     from train_plans import make_plan
 
-    tables = build_table_configs(Manifest.load(data), 8)
+    dims = {"f0": 4, "f2": 4} if any("dcnv2" in e for e in extra) else None
+    tables = build_table_configs(Manifest.load(data), 8, dims)
     plan_path = run_dir.parent / f"{run_dir.name}-{layout}-w{env.world_size}.plan.json"
     if env.is_main:
         save_plan(make_plan(tables, layout, env.world_size, GLOBAL_BATCH), plan_path)
@@ -39,14 +40,17 @@ def _job(env, data: str, run_dir: Path, layout: str, steps: int, extra: tuple = 
     return build_job(job_config(Path(data), steps, "sparse_dist", extra), env, run_dir, str(plan_path))
 
 
-def two_rank_runs(env, data: str, root: str) -> dict:
-    """The reference (row-wise) and a column-wise run, each 15 steps; the failure cases."""
+def two_rank_runs(env, data: str, root: str, multi_hot_data: str) -> dict:
+    """The reference (row-wise) and a column-wise run; DCNv2 on multi-hot data with bf16
+    all-to-all; the failure cases."""
     from shardrec.trainer.loop import NonFiniteLossError
     from shardrec.trainer.run import run_job
 
     root_p = Path(root)
     out = {"reference": run_job(_job(env, data, root_p / "ref", "row_wise", STEPS))["eval"]["val"]}
     run_job(_job(env, data, root_p / "cw", "column_wise", CKPT))
+    dcn = ('model.arch="dcnv2"', 'sharding.qcomm="bf16"', "train.epochs=3", 'model.dims={"f0" = 4, "f2" = 4}')
+    out["dcnv2"] = run_job(_job(env, multi_hot_data, root_p / "dcn", "mixed", 45, dcn))["eval"]["val"]
 
     # A NaN loss stops every rank with the step in the message; the last good checkpoint stays.
     os.environ["SHARDREC_FAULT"] = "nan:10"
@@ -95,7 +99,11 @@ def _fused_state(ckpt: Path, out: Path) -> dict:
 def test_resume_reshards_to_other_world_sizes_and_failures_are_clear(tiny_dataset: Path, tmp_path: Path) -> None:
     from shardrec.trainer.optim_state import convert_rowwise_momentum
 
-    two = run_ranks(two_rank_runs, 2, str(tiny_dataset), str(tmp_path))[0]
+    from conftest import write_tiny_dataset
+
+    write_tiny_dataset(tmp_path / "multi_hot", multi_hot=("f1", "f3"))
+    two = run_ranks(two_rank_runs, 2, str(tiny_dataset), str(tmp_path), str(tmp_path / "multi_hot"))[0]
+    assert two["dcnv2"]["auc"] > 0.65  # DCNv2, multi-hot bags, mixed widths, bf16 all-to-all: it learns
     assert "step 11" in two["nan_error"] and "NaN" in two["nan_error"]
     assert sorted(p.name for p in (tmp_path / "nan" / "checkpoints").iterdir()) == ["step-00000008"]
     assert "model.over_arch" in two["mismatch_error"]

@@ -121,7 +121,7 @@ def bench_train(
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Training samples/s: shardrec's loop vs a plain torchrec loop, and real loader vs in-memory batches."""
-    from shardrec.trainer.launch import torchrun_command
+    from shardrec.trainer.launch import rank_environment, torchrun_command
     import subprocess
 
     if steps < 2 or rounds < 1 or nproc < 1:
@@ -131,8 +131,7 @@ def bench_train(
         data = write_bench_data(Path(tmp) / "data", rows)
         out = Path(tmp) / "result.json"
         cmd = torchrun_command([str(data), str(out), str(steps), str(rounds)], nproc, module="shardrec.tools.bench_train")
-        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=rank_environment(nproc))
         if proc.returncode != 0:
             fail(f"benchmark ranks failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
         raw = json.loads(out.read_text())

@@ -25,6 +25,7 @@ def _configure_logging() -> None:
         level=logging.WARNING,
         format=f"%(asctime)s [rank {rank}] %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
+        force=True,  # fbgemm configures the root logger on import
     )
     logging.getLogger("shardrec").setLevel(logging.INFO if rank == 0 else logging.WARNING)
     for noisy in ("torchrec", "torch"):

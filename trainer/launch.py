@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -40,6 +41,13 @@ def torchrun_command(
     ]
 
 
+def rank_environment(nproc_per_node: int) -> dict[str, str]:
+    """The environment for the ranks: the cores shared out among them unless OMP_NUM_THREADS is set."""
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc_per_node)))
+    return env
+
+
 def launch(entry_args: list[str], nproc_per_node: int, max_restarts: int = 0) -> int:
     """Run torchrun on this machine and wait; returns its exit code (0 when every rank succeeded)."""
-    return subprocess.call(torchrun_command(entry_args, nproc_per_node, max_restarts))
+    return subprocess.call(torchrun_command(entry_args, nproc_per_node, max_restarts), env=rank_environment(nproc_per_node))

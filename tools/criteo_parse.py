@@ -162,7 +162,7 @@ def _parse_compiled(buf: np.ndarray, schema: Schema) -> ParsedChunk:
     if buf.flags.writeable:  # one compiled signature for bytes and bytearray input
         buf = buf.view()
         buf.flags.writeable = False
-    rows = int(np.count_nonzero(buf == NEWLINE))
+    rows = int(parse_kernel.count_newlines(buf))
     nd, ns = schema.num_dense, schema.num_sparse
     out = ParsedChunk(
         np.empty(rows, np.uint8), np.empty((rows, nd), np.int64), np.empty((rows, nd), bool),

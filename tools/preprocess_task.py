@@ -176,31 +176,112 @@ def _split_rows(task: Task, line0: int, n: int) -> list[tuple[str, np.ndarray]]:
     return out
 
 
-class _PartBuffer:
-    """Rows of one split gathered from several pieces until a part is written."""
-
-    def __init__(self) -> None:
-        self.labels: list[np.ndarray] = []
-        self.dense: list[np.ndarray] = []
-        self.ids: list[dict[str, np.ndarray]] = []
-
-    def add(self, labels: np.ndarray, dense: np.ndarray, ids: dict[str, np.ndarray]) -> None:
-        self.labels.append(labels)
-        self.dense.append(dense)
-        self.ids.append(ids)
-
-    def write(self, part_dir: Path):
-        names = self.ids[0].keys()
-        ids = {n: np.concatenate([i[n] for i in self.ids]) for n in names}
-        return write_part(part_dir, np.concatenate(self.labels), np.concatenate(self.dense), ids)
+def _id_groups(cardinalities: tuple[int, ...]) -> list[tuple[np.dtype, np.ndarray]]:
+    """Features grouped by the dtype of their id column (one group when all share --max-ids)."""
+    groups: dict[np.dtype, list[int]] = {}
+    for f, c in enumerate(cardinalities):
+        groups.setdefault(smallest_uint(c - 1), []).append(f)
+    return [(dtype, np.asarray(feats, dtype=np.int64)) for dtype, feats in groups.items()]
 
 
-def _flush(out: Path, task: Task, number: int, buffers: dict[str, _PartBuffer], result: TaskResult) -> None:
+def _grown(a: np.ndarray, capacity: int, rows: int, axis: int) -> np.ndarray:
+    shape = list(a.shape)
+    shape[axis] = capacity
+    b = np.empty(shape, a.dtype)
+    index = (slice(None),) * axis + (slice(0, rows),)
+    b[index] = a[index]
+    return b
+
+
+class _PartColumns:
+    """One split's rows of the part being built, held in the arrays that are written as they are.
+
+    Pieces append their kept rows in place, so a part is never gathered from per-piece arrays
+    (no concatenation, half the peak memory). Ids are stored one row per feature, grouped by
+    dtype, so each feature's column is a contiguous slice.
+    """
+
+    def __init__(self, capacity: int, num_dense: int, dense_dtype: str, groups: list[tuple[np.dtype, np.ndarray]]) -> None:
+        self.rows, self.capacity, self.groups = 0, max(capacity, 1), groups
+        self.labels = np.empty(self.capacity, np.uint8)
+        self.dense = np.empty((self.capacity, num_dense), dense_dtype)
+        self.ids = [np.empty((len(feats), self.capacity), dtype) for dtype, feats in groups]
+
+    def reserve(self, n: int) -> None:
+        if self.rows + n <= self.capacity:
+            return
+        # Only when the row estimate fell short (a gzip task, unusually short rows).
+        self.capacity = max(self.rows + n, self.capacity * 3 // 2)
+        self.labels = _grown(self.labels, self.capacity, self.rows, 0)
+        self.dense = _grown(self.dense, self.capacity, self.rows, 0)
+        self.ids = [_grown(a, self.capacity, self.rows, 1) for a in self.ids]
+
+    def columns(self, names: list[str]) -> dict[str, np.ndarray]:
+        by_feature = {}
+        for (_, feats), ids in zip(self.groups, self.ids):
+            for j, f in enumerate(feats):
+                by_feature[int(f)] = ids[j, : self.rows]
+        return {names[f]: by_feature[f] for f in range(len(names))}
+
+    def write(self, part_dir: Path, names: list[str]):
+        return write_part(part_dir, self.labels[: self.rows], self.dense[: self.rows], self.columns(names))
+
+
+_SCRATCH: list[np.ndarray] = []
+
+
+def _log1p_input(chunk, rows: np.ndarray) -> np.ndarray:
+    # One float64 buffer reused across pieces: no fresh pages to fault in for every piece.
+    need = len(rows) * chunk.dense.shape[1]
+    if not _SCRATCH or _SCRATCH[0].size < need:
+        _SCRATCH[:] = [np.empty(need, np.float64)]
+    x = _SCRATCH[0][:need].reshape(len(rows), chunk.dense.shape[1])
+    parse_kernel.gather_log1p_input(chunk.dense, rows, x)
+    return x
+
+
+def _append(cols: _PartColumns, chunk, rows: np.ndarray, opts: TaskOptions, vocabs: list[Vocabulary] | None) -> None:
+    """Transform and map the given rows of a parsed piece onto the end of a part's columns.
+
+    The compiled path (hashing mode, default transform) gives the same bytes as the generic one.
+    """
+    n, k = cols.rows, len(rows)
+    cols.reserve(k)
+    cols.labels[n : n + k] = chunk.labels[rows]
+    if parse_kernel.AVAILABLE and opts.dense_transform == "log1p":
+        x = _log1p_input(chunk, rows)
+        np.log1p(x, out=x)
+        cols.dense[n : n + k] = x  # the same cast as transform_dense's astype
+    else:
+        cols.dense[n : n + k] = transform_dense(chunk.dense[rows], chunk.dense_missing[rows], opts.dense_transform, opts.dense_dtype)
+    if vocabs is None and parse_kernel.AVAILABLE:
+        cards = np.asarray(opts.cardinalities, dtype=np.int64)
+        for (_, feats), ids in zip(cols.groups, cols.ids):
+            parse_kernel.hash_rows_into(chunk.sparse, chunk.sparse_missing, rows, feats, cards, ids, n)
+    else:
+        mapped = map_ids(chunk, opts, vocabs)
+        names = opts.schema.sparse_names
+        for (_, feats), ids in zip(cols.groups, cols.ids):
+            for j, f in enumerate(feats):
+                ids[j, n : n + k] = mapped[names[f]][rows]
+    cols.rows += k
+
+
+def _flush(out: Path, task: Task, number: int, buffers: dict[str, _PartColumns], result: TaskResult, names: list[str]) -> None:
     for split in sorted(buffers):
-        info = buffers[split].write(out / split / f"part-{task.index:05d}-{number:04d}")
+        info = buffers[split].write(out / split / f"part-{task.index:05d}-{number:04d}", names)
         result.parts.append({"split": split, "part": dataclasses.asdict(info)})
         result.kept[split] = result.kept.get(split, 0) + info.rows
     buffers.clear()
+
+
+def _capacity(task: Task, opts: TaskOptions, piece_rows: int, piece_bytes: int, done_bytes: int) -> int:
+    """Rows to reserve for a new part: the rows per byte of this piece times the text the part
+    can still receive (a part closes after chunk_bytes of text, plus the piece that crosses it)."""
+    left = opts.chunk_bytes + PIECE_BYTES
+    if not task.gz:
+        left = min(left, task.end - task.start - done_bytes)
+    return int(piece_rows * max(left, piece_bytes) / max(piece_bytes, 1) * 1.02) + 1024
 
 
 def run_task(task: Task, opts: TaskOptions) -> TaskResult:
@@ -211,28 +292,31 @@ def run_task(task: Task, opts: TaskOptions) -> TaskResult:
     """
     out = Path(opts.out)
     vocabs = _load_vocabs(opts)
+    names = opts.schema.sparse_names
+    groups = _id_groups(opts.cardinalities)
     result = TaskResult(task.index, task.path)
-    buffers: dict[str, _PartBuffer] = {}
+    buffers: dict[str, _PartColumns] = {}
     line0, parts_written, since_flush = 0, 0, 0
     for data in read_pieces(task):
         chunk = parse_chunk(data, opts.schema)
         _note_bad_rows(task, data, chunk, line0, result, opts)
-        dense = transform_dense(chunk.dense, chunk.dense_missing, opts.dense_transform, opts.dense_dtype)
-        ids = map_ids(chunk, opts, vocabs)
         for split, mask in _split_rows(task, line0, chunk.rows):
             rows = mask & chunk.ok
-            if rows.all():  # the common case: no copies
-                buffers.setdefault(split, _PartBuffer()).add(chunk.labels, dense, ids)
-            elif rows.any():
-                buffers.setdefault(split, _PartBuffer()).add(chunk.labels[rows], dense[rows], {k: v[rows] for k, v in ids.items()})
+            idx = np.arange(chunk.rows) if rows.all() else np.flatnonzero(rows)
+            if not len(idx):
+                continue
+            if split not in buffers:
+                cap = _capacity(task, opts, chunk.rows, len(data), result.bytes)
+                buffers[split] = _PartColumns(cap, opts.schema.num_dense, opts.dense_dtype, groups)
+            _append(buffers[split], chunk, idx, opts, vocabs)
         line0 += chunk.rows
         result.bytes += len(data)
         since_flush += len(data)
         if since_flush >= opts.chunk_bytes:
-            _flush(out, task, parts_written, buffers, result)
+            _flush(out, task, parts_written, buffers, result, names)
             parts_written, since_flush = parts_written + 1, 0
     if buffers:
-        _flush(out, task, parts_written, buffers, result)
+        _flush(out, task, parts_written, buffers, result, names)
     result.lines = line0
     atomic_write_bytes(marker_path(out, task.index), json.dumps(dataclasses.asdict(result)).encode())
     return result

@@ -22,8 +22,9 @@ from shardrec.trainer import build, faults
 from shardrec.trainer.checkpoint import CheckpointManager, TrainProgress
 from shardrec.trainer.config import JobConfig
 from shardrec.trainer.dist import DistEnv
-from shardrec.trainer.loop import StepRunner, StepStats, evaluate, train_segment
+from shardrec.trainer.loop import StepRunner, evaluate, train_segment
 from shardrec.trainer.metrics import MetricsWriter
+from shardrec.trainer.progress import TrainReporter
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ def write_run_files(job: Job) -> None:
     save_plan(job.plan, job.run_dir / "plan.json")
 
 
-def _evaluate_all(job: Job, step: int, writer: MetricsWriter | None, final: bool) -> dict[str, dict[str, Any]]:
+def _evaluate_all(job: Job, step: int, reporter: TrainReporter, final: bool) -> dict[str, dict[str, Any]]:
     model = job.runner.eval_mode()
     results = {}
     for split, loader in job.eval_loaders.items():
@@ -102,10 +103,8 @@ def _evaluate_all(job: Job, step: int, writer: MetricsWriter | None, final: bool
         metrics = evaluate(model, iter(loader), job.env.device, job.config.eval.max_batches)
         metrics["seconds"] = round(time.perf_counter() - start, 3)
         results[split] = metrics
-        if writer is not None:
-            writer.write({"kind": "eval", "split": split, "step": step, "final": final, **metrics})
-        if job.env.is_main:
-            logger.info("step %d %s: auc %.4f logloss %.4f ne %.4f", step, split, metrics["auc"], metrics["logloss"], metrics["ne"])
+        reporter.write({"kind": "eval", "split": split, "step": step, "final": final, **metrics})
+        reporter.say("step %d %s: auc %.4f logloss %.4f ne %.4f", step, split, metrics["auc"], metrics["logloss"], metrics["ne"])
     return results
 
 
@@ -114,41 +113,17 @@ def _next_boundary(step: int, end: int, *intervals: int) -> int:
     return min(c for c in candidates if c > step)
 
 
-def run_job(job: Job) -> dict[str, Any]:
-    """Train (resuming from the newest checkpoint in the run directory if there is one),
-    evaluate, checkpoint; returns the summary (meaningful on rank 0)."""
-    cfg = job.config
-    write_run_files(job)
+def _train(job: Job, total: int, reporter: TrainReporter) -> tuple[float, int]:
+    """Run segments up to step `total`, evaluating and checkpointing at their boundaries;
+    returns (seconds, samples) spent training."""
+    cfg, progress = job.config, job.progress
     steps_per_epoch = len(job.train_loader)
-    total = cfg.train.epochs * steps_per_epoch
-    if cfg.train.steps:
-        total = min(total, cfg.train.steps)
-    resumed = job.checkpoints.load_latest(job)
-    writer = MetricsWriter(job.run_dir) if job.env.is_main else None
-    progress = job.progress
-    window = {"start": time.perf_counter(), "samples": 0, "loss": 0.0, "steps": 0}
-    train_seconds, train_samples = 0.0, 0
+    seconds, samples = 0.0, 0
 
     def on_step(step: int) -> None:
         faults.maybe_kill("kill", step, job.env.rank)
         faults.maybe_poison(job.model, step, job.env.rank)
 
-    def on_report(stats: StepStats) -> None:
-        window["samples"] += stats.samples
-        window["loss"] += stats.loss * stats.steps
-        window["steps"] += stats.steps
-        if stats.step % cfg.train.log_interval == 0 or stats.step == total:
-            seconds = time.perf_counter() - window["start"]
-            rate = window["samples"] / max(seconds, 1e-9)
-            record = {"kind": "train", "step": stats.step, "epoch": progress.epoch, "loss": window["loss"] / window["steps"],
-                      "samples_per_s": rate, "lr": job.runner.optimizer.param_groups[0]["lr"]}
-            if writer is not None:
-                writer.write(record)
-                logger.info("step %d/%d loss %.5f %.0f samples/s", stats.step, total, record["loss"], rate)
-            window.update(start=time.perf_counter(), samples=0, loss=0.0, steps=0)
-
-    if writer is not None and resumed:
-        writer.write({"kind": "resume", "step": progress.step, "epoch": progress.epoch})
     while progress.step < total:
         job.train_loader.set_epoch(progress.epoch)
         batches = iter(job.train_loader)
@@ -156,31 +131,52 @@ def run_job(job: Job) -> dict[str, Any]:
         while progress.step < epoch_end:
             boundary = _next_boundary(progress.step, epoch_end, cfg.eval.interval_steps, cfg.checkpoint.interval_steps)
             wanted, start = boundary - progress.step, time.perf_counter()
-            done = train_segment(job.runner, batches, wanted, progress.step, cfg.train.log_interval, on_step, on_report)
-            train_seconds += time.perf_counter() - start
-            train_samples += done * cfg.train.global_batch_size
+            done = train_segment(job.runner, batches, wanted, progress.step, cfg.train.log_interval, on_step,
+                                 lambda stats: reporter.on_report(stats, progress.epoch))
+            seconds += time.perf_counter() - start
+            samples += done * cfg.train.global_batch_size
             progress.step += done
             if done < wanted:
                 raise RuntimeError(f"step {progress.step}: the train loader ended before the epoch's {steps_per_epoch} steps")
             if progress.step == steps_per_epoch * (progress.epoch + 1):
                 progress.epoch += 1
             if cfg.eval.interval_steps and progress.step % cfg.eval.interval_steps == 0 and progress.step < total:
-                _evaluate_all(job, progress.step, writer, final=False)
+                _evaluate_all(job, progress.step, reporter, final=False)
             if progress.step == total or (cfg.checkpoint.interval_steps and progress.step % cfg.checkpoint.interval_steps == 0):
                 job.checkpoints.save(job)
-    final = _evaluate_all(job, progress.step, writer, final=True)
-    summary = {
-        "steps": progress.step,
-        "epochs": progress.epoch,
-        "world_size": job.env.world_size,
-        "global_batch_size": cfg.train.global_batch_size,
-        "train_samples_per_s": train_samples / train_seconds if train_seconds else None,
-        "train_seconds": round(train_seconds, 3),
-        "resumed_from_step": resumed,
-        "eval": final,
-    }
-    if writer is not None:
-        writer.write({"kind": "summary", "step": progress.step, **{k: v for k, v in summary.items() if k != "eval"}})
-        writer.close()
+    return seconds, samples
+
+
+def run_job(job: Job) -> dict[str, Any]:
+    """Train (resuming from the newest checkpoint in the run directory if there is one),
+    evaluate, checkpoint; returns the summary (meaningful on rank 0)."""
+    cfg = job.config
+    write_run_files(job)
+    total = cfg.train.epochs * len(job.train_loader)
+    if cfg.train.steps:
+        total = min(total, cfg.train.steps)
+    resumed = job.checkpoints.load_latest(job)
+    writer = MetricsWriter(job.run_dir) if job.env.is_main else None
+    reporter = TrainReporter(writer, total, job.progress.step, cfg.train.log_interval,
+                             lambda: job.runner.optimizer.param_groups[0]["lr"])
+    if resumed is not None:
+        reporter.write({"kind": "resume", "step": job.progress.step, "epoch": job.progress.epoch})
+    try:
+        seconds, samples = _train(job, total, reporter)
+        final = _evaluate_all(job, job.progress.step, reporter, final=True)
+        summary = {
+            "steps": job.progress.step,
+            "epochs": job.progress.epoch,
+            "world_size": job.env.world_size,
+            "global_batch_size": cfg.train.global_batch_size,
+            "train_samples_per_s": samples / seconds if seconds else None,
+            "train_seconds": round(seconds, 3),
+            "resumed_from_step": resumed,
+        }
+        reporter.write({"kind": "summary", "step": job.progress.step, **summary})
+    finally:
+        reporter.close()
+    summary["eval"] = final
+    if job.env.is_main:
         atomic_write_bytes(job.run_dir / "summary.json", (json.dumps(summary, indent=2, default=str) + "\n").encode())
     return summary

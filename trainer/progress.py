@@ -1,0 +1,81 @@
+"""Rank 0's view of training: metrics.jsonl records, log lines, a progress bar on a terminal."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from typing import Any, Callable
+
+from shardrec.trainer.loop import StepStats
+from shardrec.trainer.metrics import MetricsWriter
+
+logger = logging.getLogger(__name__)
+
+
+class TrainReporter:
+    """Accumulates the global loss reports between log lines, writes them, shows progress.
+
+    Every rank has one (they all call it at the same steps); only rank 0's has a writer.
+    """
+
+    def __init__(
+        self,
+        writer: MetricsWriter | None,
+        total_steps: int,
+        first_step: int,
+        log_interval: int,
+        lr: Callable[[], float],
+    ) -> None:
+        self.writer = writer
+        self.total = total_steps
+        self.log_interval = log_interval
+        self.lr = lr
+        self._window_start = time.perf_counter()
+        self._samples = 0
+        self._loss = 0.0
+        self._steps = 0
+        self._bar: Any = None
+        if writer is not None and sys.stderr.isatty():
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._bar = Progress(
+                TextColumn("train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
+                TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), transient=False,
+            )
+            self._task = self._bar.add_task("train", total=total_steps, completed=first_step, rate="", loss="-")
+            self._bar.start()
+
+    def say(self, message: str, *args: Any) -> None:
+        """A log line from rank 0 (above the progress bar when there is one)."""
+        if self.writer is None:
+            return
+        if self._bar is not None:
+            self._bar.console.print(message % args, highlight=False)
+        else:
+            logger.info(message, *args)
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self.writer is not None:
+            self.writer.write(record)
+
+    def on_report(self, stats: StepStats, epoch: int) -> None:
+        self._samples += stats.samples
+        self._loss += stats.loss * stats.steps
+        self._steps += stats.steps
+        if stats.step % self.log_interval and stats.step != self.total:
+            return
+        rate = self._samples / max(time.perf_counter() - self._window_start, 1e-9)
+        loss = self._loss / max(self._steps, 1)
+        self.write({"kind": "train", "step": stats.step, "epoch": epoch, "loss": loss, "samples_per_s": rate, "lr": self.lr()})
+        if self._bar is not None:
+            self._bar.update(self._task, completed=stats.step, rate=f"{rate:,.0f} samples/s", loss=f"{loss:.5f}")
+        else:
+            self.say("step %d/%d loss %.5f %.0f samples/s", stats.step, self.total, loss, rate)
+        self._window_start, self._samples, self._loss, self._steps = time.perf_counter(), 0, 0.0, 0
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+        if self.writer is not None:
+            self.writer.close()

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shardrec.sharding.comms import collectives_per_step
 from shardrec.sharding.options import PIECE_TYPES, Option, Piece, Problem
 
 
@@ -99,7 +100,7 @@ def type_latency(p: Problem, choice: list[Option]) -> float:
     """Start-up cost of the collectives of every sharding type in use (cost.collective_latency)."""
     if p.topo.world_size == 1:
         return 0.0
-    return 2 * len({o.sharding_type for o in choice}) * p.latency_per_type_s
+    return collectives_per_step({o.sharding_type for o in choice}, p.topo.num_hosts) * p.latency_per_type_s
 
 
 def move_table(p: Problem, a: Assignment, i: int, o: Option) -> Assignment:

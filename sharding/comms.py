@@ -34,6 +34,22 @@ SPLITS_BYTES = 3 * 8
 lengths and ids (and the batch size) it will send: three int64 per destination."""
 
 
+def collectives_per_step(sharding_types: set[str], num_hosts: int = 1) -> int:
+    """Collectives the sharding type groups run per step, as tests/distributed/test_comm_volume.py
+    counts them: split sizes, lengths and ids all-to-alls, then the output collective forward and
+    backward (5); table-row-wise across hosts adds the cross-host all-to-all both ways (7);
+    data-parallel tables only all-reduce their gradients, bucketed by DDP (1)."""
+    count = 0
+    for st in sharding_types:
+        if st == "data_parallel":
+            count += 1
+        elif st == "table_row_wise" and num_hosts > 1:
+            count += 7
+        else:
+            count += 5
+    return count
+
+
 @dataclass(frozen=True)
 class Workload:
     """What one training step moves, independent of the placement."""

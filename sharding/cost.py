@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
-from shardrec.sharding.comms import KINDS, Workload, group_overhead_bytes, table_comm_bytes
+from shardrec.sharding.comms import KINDS, Workload, collectives_per_step, group_overhead_bytes, table_comm_bytes
 from shardrec.sharding.plan_io import TablePlan
 from shardrec.sharding.topology import Topology
 
@@ -161,7 +161,7 @@ def evaluate(
 
 
 def collective_latency(tables: list[TablePlan], topo: Topology) -> float:
-    """Every sharding type in use runs its own collectives, forward and backward."""
+    """Every sharding type in use runs its own collectives (comms.COLLECTIVES_PER_GROUP)."""
     if topo.world_size == 1:
         return 0.0
-    return 2 * len({t.sharding_type for t in tables}) * topo.collective_latency_s
+    return collectives_per_step({t.sharding_type for t in tables}, topo.num_hosts) * topo.collective_latency_s

@@ -48,7 +48,7 @@ class Problem:
         self._spread: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = {}
         self.options = [self._options(i) for i in range(len(tables))]
         self.latency_per_type_s = topo.collective_latency_s
-        """Collective start-up per sharding type, forward and backward each."""
+        """Start-up cost of one collective (comms.collectives_per_step counts them per type group)."""
 
     def allowed_ranks(self, i: int) -> list[int]:
         return list(self.cons[i].ranks) or list(range(self.topo.world_size))

@@ -156,5 +156,78 @@ def bench_plan(
     console.print(f"peak RSS {result['peak_rss_gib']:.2f} GiB; ms are estimated max-rank step times, s are planner run times")
 
 
+def _reality_plans(tables, topo, batch, pooling) -> dict[str, list]:
+    """Distinct placements of the same tables: ours, torchrec's, and deliberately different ones."""
+    from shardrec.sharding import layouts
+    from shardrec.sharding.search import search_plan
+    from shardrec.sharding.torchrec_planner import torchrec_plan
+
+    W = topo.world_size
+    return {
+        "shardrec": search_plan(tables, topo, batch, {}, pooling),
+        "torchrec": torchrec_plan(tables, topo, batch, {}, pooling),
+        "all row-wise": [layouts.row_wise(t, W, "fused") for t in tables],
+        "all column-wise": [layouts.column_wise(t, list(range(W)), "fused") for t in tables],
+        "all on rank 0": [layouts.table_wise(t, 0, "fused") for t in tables],
+        "all data-parallel": [layouts.data_parallel(t, W) for t in tables],
+    }
+
+
+def bench_plan_reality(
+    world_size: Annotated[int, typer.Option(help="Local gloo ranks.")] = 2,
+    max_rows: Annotated[int, typer.Option(help="Rows per table (the demo caps ids at 50,000).")] = 50_000,
+    dim: Annotated[int, typer.Option(help="Embedding width.")] = 16,
+    global_batch_size: Annotated[int, typer.Option(help="Samples per step over all ranks.")] = 2048,
+    steps: Annotated[int, typer.Option(help="Timed steps per plan.")] = 8,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
+) -> None:
+    """Run a few distinct plans of the demo-sized model on CPU: does the cost model order them like the clock does,
+    and do its memory estimates bound what ranks hold? Calibrates this machine first."""
+    from rich.table import Table
+
+    from shardrec.sharding import suites
+    from shardrec.sharding.calibrate import calibrate
+    from shardrec.sharding.cost import evaluate
+    from shardrec.sharding.plan_io import PLAN_SCHEMA_VERSION, PlanFile, plan_fingerprint
+    from shardrec.sharding.reality import kendall_tau, measure_plans
+    from shardrec.sharding.topology import PRESETS, Topology
+
+    if world_size < 2 or global_batch_size % world_size:
+        fail(f"--world-size must be >= 2 and divide --global-batch-size ({world_size}, {global_batch_size})")
+    profile = calibrate("cpu", world_size)
+    values = {k: v for k, v in PRESETS["cpu-gloo"].items() if k != "local_world_size"}
+    values.update(profile["measured"])
+    topo = Topology(name="cpu-gloo (calibrated)", world_size=world_size, local_world_size=world_size, **values)
+    ts = suites.criteo_dlrmv2(dim)
+    tables = [suites._table(i, min(t.num_embeddings, max_rows), dim) for i, t in enumerate(ts.tables)]
+    pooling = {t.name: 1.0 for t in tables}  # one-hot, as the demo's data
+    plans = _reality_plans(tables, topo, global_batch_size, pooling)
+    fp = plan_fingerprint(tables, world_size, global_batch_size, "cpu")
+    texts = [PlanFile(PLAN_SCHEMA_VERSION, fp, placed).to_json() for placed in plans.values()]
+    measured = measure_plans(tables, texts, world_size, global_batch_size // world_size, steps)
+    rows = []
+    for (name, placed), m in zip(plans.items(), measured):
+        cost = evaluate(placed, tables, pooling, topo, global_batch_size)
+        est_mem = [int(x) for x in cost.memory_bytes]
+        rows.append({"plan": name, "estimated_ms": cost.max_step_s * 1e3, "measured_ms": m.step_s * 1e3,
+                     "estimated_memory_bytes": est_mem, "measured_memory_bytes": m.memory_bytes,
+                     "memory_bounded": all(a >= b for a, b in zip(est_mem, m.memory_bytes))})
+    tau = kendall_tau([r["estimated_ms"] for r in rows], [r["measured_ms"] for r in rows])
+    result = {"kendall_tau": tau, "same_order": tau == 1.0, "profile": profile["measured"], "plans": rows}
+    if json_out:
+        print_json(result)
+        return
+    t = Table(title=f"{len(tables)} tables x {dim}, {world_size} CPU ranks, batch {global_batch_size}: estimate vs clock")
+    for col in ("plan", "estimated ms", "measured ms", "est. MiB (max rank)", "held MiB (max rank)", "bound"):
+        t.add_column(col, justify="right")
+    for r in sorted(rows, key=lambda r: r["estimated_ms"]):
+        t.add_row(r["plan"], f"{r['estimated_ms']:.2f}", f"{r['measured_ms']:.2f}",
+                  f"{max(r['estimated_memory_bytes']) / 2**20:.1f}", f"{max(r['measured_memory_bytes']) / 2**20:.1f}",
+                  "yes" if r["memory_bounded"] else "NO")
+    console.print(t)
+    console.print(f"rank agreement (Kendall tau) between estimated and measured step time: {tau:.2f} (1: same order)")
+
+
 def register(app: typer.Typer) -> None:
     app.command("plan")(bench_plan)
+    app.command("plan-reality")(bench_plan_reality)

@@ -4,7 +4,8 @@ Every collective torchrec calls (torch.distributed.all_to_all_single, reduce_sca
 all_gather_into_tensor, ...) is wrapped to count the bytes each rank sends to *other* ranks;
 data-parallel gradients go through DDP, counted by a communication hook. One forward and
 backward of an EmbeddingBagCollection sharded by one sharding type at a time must send
-exactly what sharding/comms.py predicts, per rank and per collective kind. The batch is
+exactly what sharding/comms.py predicts, per rank and per collective kind, in the number of
+collectives the latency model charges. The batch is
 built so the formula's expectations are exact: every sample has the same number of ids and
 each rank's ids fall evenly into the row-wise blocks.
 """
@@ -55,6 +56,7 @@ class _Counter:
 
     def __init__(self) -> None:
         self.sent = {"all_to_all": 0, "reduce_scatter": 0, "all_gather": 0, "all_reduce": 0}
+        self.calls = 0
         self.active = False
         self._orig = {}
 
@@ -75,6 +77,7 @@ class _Counter:
     def _wrap(self, name, fn):
         def counted(*args, **kwargs):
             if self.active:
+                self.calls += 1
                 self._count(name, *args, **kwargs)
             return fn(*args, **kwargs)
 
@@ -150,7 +153,7 @@ def _measure(env, sharding_type: str, local_world_size: int) -> dict:
         out = out.wait() if hasattr(out, "wait") else out
         out.values().sum().backward()
         counter.active = False
-    return {"sent": counter.sent, "plan": plan.to_json()}
+    return {"sent": counter.sent, "calls": counter.calls, "plan": plan.to_json()}
 
 
 def _predicted(plan_json: str, world_size: int, local_world_size: int) -> dict[str, list[int]]:
@@ -176,10 +179,13 @@ def _worker(env, local_world_size: int) -> dict:
 
 
 def _check(world_size: int, local_world_size: int) -> None:
+    from shardrec.sharding.comms import collectives_per_step
+
     results = run_ranks(_worker, world_size, local_world_size)
     for st in TYPES:
         want = _predicted(results[0][st]["plan"], world_size, local_world_size)
         for rank, res in enumerate(results):
+            assert res[st]["calls"] == collectives_per_step({st}, world_size // local_world_size), st
             got = res[st]["sent"]
             assert sum(got.values()) > 0, st
             for kind, values in want.items():

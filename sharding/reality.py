@@ -1,0 +1,142 @@
+"""Run a few plans for real and compare with the cost model: step-time order and memory.
+
+Each plan shards the same EmbeddingBagCollection with DistributedModelParallel on local
+gloo ranks (the fused row-wise Adagrad applied in backward, as training does); a few
+forward + backward steps on random one-hot batches are timed after a warm-up. Measured
+memory per rank is what the rank holds: its shards' weights and their optimizer state.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torchrec.modules.embedding_configs import EmbeddingBagConfig
+
+
+@dataclass
+class Measured:
+    step_s: float
+    """Mean step time of the slowest rank."""
+    memory_bytes: list[int]
+    """Per rank: bytes of local weights and optimizer state."""
+
+
+def _batches(tables: list[EmbeddingBagConfig], local_batch: int, count: int, seed: int):
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(count):
+        values = torch.cat([torch.randint(0, t.num_embeddings, (local_batch,), generator=g) for t in tables])
+        lengths = torch.ones(local_batch * len(tables), dtype=torch.int32)
+        out.append(KeyedJaggedTensor.from_lengths_sync([t.feature_names[0] for t in tables], values, lengths))
+    return out
+
+
+def _local_bytes(obj: Any) -> int:
+    from torch.distributed._shard.sharded_tensor import ShardedTensor
+
+    if isinstance(obj, ShardedTensor):
+        return sum(s.tensor.numel() * s.tensor.element_size() for s in obj.local_shards())
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_local_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_local_bytes(v) for v in obj)
+    return 0
+
+
+def _run_plan(env, tables, plan_json: str, local_batch: int, steps: int, seed: int) -> tuple[float, int]:
+    import torch.distributed as dist
+    from torchrec.distributed.model_parallel import DistributedModelParallel
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection
+
+    from shardrec.sharding.plan_io import PlanFile, to_sharding_plan
+    from shardrec.sharding.sharders import build_sharders
+    from shardrec.trainer.optim import attach_fused_optimizer
+
+    plan = PlanFile.from_json(plan_json)
+    ebc = EmbeddingBagCollection(tables=tables, device=torch.device("meta"))
+    fused = [bag.weight for name, bag in ebc.embedding_bags.items() if plan.table(name).compute_kernel == "fused"]
+    attach_fused_optimizer(fused, "rowwise_adagrad", 0.01, 1e-8)
+    model = DistributedModelParallel(ebc, device=torch.device("cpu"), sharders=build_sharders(),
+                                     plan=to_sharding_plan(plan, tables, "", env.world_size, env.local_world_size, "cpu"))
+    batches = _batches(tables, local_batch, 4, seed + env.rank)
+
+    def step(i: int) -> None:
+        out = model(batches[i % len(batches)])
+        out = out.wait() if hasattr(out, "wait") else out
+        out.values().sum().backward()
+
+    for i in range(2):  # warm-up: allocations, first collectives
+        step(i)
+    dist.barrier()
+    start = time.perf_counter()
+    for i in range(steps):
+        step(i)
+    dist.barrier()
+    elapsed = (time.perf_counter() - start) / steps
+    memory = _local_bytes(model.state_dict()) + _local_bytes(model.fused_optimizer.state_dict().get("state", {}))
+    return elapsed, memory
+
+
+def _worker(rank: int, world_size: int, port: int, tables, plans: list[str], local_batch: int, steps: int,
+            seed: int, queue) -> None:
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
+                      LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    from shardrec.trainer.dist import init_distributed, shutdown
+
+    try:
+        env = init_distributed("cpu", timeout_s=300)
+        # Two rounds over all plans, keeping each plan's faster round: the first plan of a fresh
+        # process otherwise pays one-off costs (kernel selection, thread pools, allocator growth).
+        rounds = [[_run_plan(env, tables, p, local_batch, steps, seed) for p in plans] for _ in range(2)]
+        queue.put((rank, [min(a, b) for a, b in zip(*rounds)], None))
+    except BaseException as e:  # report instead of hanging the parent
+        queue.put((rank, None, repr(e)))
+    finally:
+        shutdown()
+
+
+def measure_plans(tables: list[EmbeddingBagConfig], plans: list[str], world_size: int, local_batch: int,
+                  steps: int = 8, seed: int = 0) -> list[Measured]:
+    """Time `steps` training steps of each plan (JSON texts) on `world_size` local gloo ranks."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = [ctx.Process(target=_worker, args=(r, world_size, port, tables, plans, local_batch, steps, seed, queue))
+             for r in range(world_size)]
+    for p in procs:
+        p.start()
+    results = {}
+    for _ in procs:
+        rank, value, error = queue.get(timeout=1800)
+        if error:
+            raise RuntimeError(f"rank {rank} failed while timing plans: {error}")
+        results[rank] = value
+    for p in procs:
+        p.join(timeout=60)
+    return [
+        Measured(max(results[r][i][0] for r in range(world_size)), [results[r][i][1] for r in range(world_size)])
+        for i in range(len(plans))
+    ]
+
+
+def kendall_tau(a: list[float], b: list[float]) -> float:
+    """Rank agreement of two orderings: 1 same order, -1 reversed."""
+    n, score = len(a), 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            score += (1 if (a[i] - a[j]) * (b[i] - b[j]) > 0 else -1 if (a[i] - a[j]) * (b[i] - b[j]) < 0 else 0)
+    pairs = n * (n - 1) / 2
+    return score / pairs if pairs else 1.0

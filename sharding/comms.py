@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardrec.sharding.plan_io import TablePlan
+from shardrec.sharding.skew import LookupCurve, row_share
 
 KINDS = ("all_to_all", "reduce_scatter", "all_gather", "all_reduce")
 SPLITS_BYTES = 3 * 8
@@ -78,9 +79,13 @@ def _input_bytes(w: Workload, pooling: float, share: float) -> float:
 
 
 def table_comm_bytes(
-    t: TablePlan, rows: int, dim: int, pooling: float, w: Workload, local_world_size: int
+    t: TablePlan, rows: int, dim: int, pooling: float, w: Workload, local_world_size: int,
+    curve: LookupCurve | None = None,
 ) -> dict[str, np.ndarray]:
-    """Bytes each rank sends for one table per step (forward + backward), by collective kind."""
+    """Bytes each rank sends for one table per step (forward + backward), by collective kind.
+
+    `curve`: how lookups spread over rows (skew.py) when ids are frequency-ordered; None: evenly.
+    """
     W, b, e = w.world_size, w.local_batch, w.elem_bytes
     out = _zeros(W)
     a2a = out["all_to_all"]
@@ -100,8 +105,9 @@ def table_comm_bytes(
         return out
     if st == "row_wise":
         for s in t.shards:
-            a2a += _input_bytes(w, pooling, s.rows / rows)
-            a2a[s.rank] -= _input_bytes(w, pooling, s.rows / rows)
+            share = row_share(curve, s.row_offset, s.rows, rows)
+            a2a += _input_bytes(w, pooling, share)
+            a2a[s.rank] -= _input_bytes(w, pooling, share)
         # Each rank's partial [global batch x dim] is reduce-scattered: it sends every other
         # rank that rank's samples; backward all-gathers the same volume.
         out["reduce_scatter"][:] = (W - 1) * b * dim * e
@@ -111,8 +117,9 @@ def table_comm_bytes(
         H = local_world_size
         host_ranks = [s.rank for s in t.shards]
         for s in t.shards:
-            a2a += _input_bytes(w, pooling, s.rows / rows)
-            a2a[s.rank] -= _input_bytes(w, pooling, s.rows / rows)
+            share = row_share(curve, s.row_offset, s.rows, rows)
+            a2a += _input_bytes(w, pooling, share)
+            a2a[s.rank] -= _input_bytes(w, pooling, share)
         per_host_rank = w.global_batch_size / H
         hosts = W // H
         # Intra-host reduce-scatter of the [global batch x dim] partials leaves host rank j the
@@ -130,12 +137,14 @@ def table_comm_bytes(
 
 def step_comm_bytes(
     tables: list[TablePlan], rows: dict[str, int], dims: dict[str, int], pooling: dict[str, float],
-    w: Workload, local_world_size: int,
+    w: Workload, local_world_size: int, curves: dict[str, LookupCurve] | None = None,
 ) -> dict[str, np.ndarray]:
     """Per-rank bytes per collective kind for a whole placement, split-size exchanges included."""
     total = _zeros(w.world_size)
+    curves = curves or {}
     for t in tables:
-        for k, v in table_comm_bytes(t, rows[t.name], dims[t.name], pooling.get(t.name, 1.0), w, local_world_size).items():
+        L = pooling.get(t.name, 1.0)
+        for k, v in table_comm_bytes(t, rows[t.name], dims[t.name], L, w, local_world_size, curves.get(t.name)).items():
             total[k] += v
     total["all_to_all"] += group_overhead_bytes(tables, w.world_size)
     return total

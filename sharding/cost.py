@@ -14,6 +14,7 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 from shardrec.sharding.comms import KINDS, Workload, collectives_per_step, group_overhead_bytes, table_comm_bytes
 from shardrec.sharding.plan_io import TablePlan
+from shardrec.sharding.skew import LookupCurve, row_share
 from shardrec.sharding.topology import Topology
 
 # Optimizer state per weight row: row-wise Adagrad keeps one float per row (per column shard),
@@ -108,7 +109,8 @@ class TableCost:
     step_s: np.ndarray
 
 
-def _table_arrays(t: TablePlan, cfg: EmbeddingBagConfig, L: float, topo: Topology, w: Workload, optimizer: str):
+def _table_arrays(t: TablePlan, cfg: EmbeddingBagConfig, L: float, topo: Topology, w: Workload, optimizer: str,
+                  curve: LookupCurve | None = None):
     W = topo.world_size
     weights, optim, buffers, lookup = (np.zeros(W) for _ in range(4))
     for s in t.shards:
@@ -119,17 +121,18 @@ def _table_arrays(t: TablePlan, cfg: EmbeddingBagConfig, L: float, topo: Topolog
             lookup[s.rank] += w.local_batch * L * s.cols * w.elem_bytes
             buffers[s.rank] += s.rows * s.cols * w.elem_bytes
             continue
-        share = s.rows / cfg.num_embeddings
+        share = row_share(curve, s.row_offset, s.rows, cfg.num_embeddings)
         lookup[s.rank] += w.global_batch_size * L * share * s.cols * w.elem_bytes
         buffers[s.rank] += w.global_batch_size * (L * share * w.id_bytes + 2 * s.cols * w.elem_bytes)
-    sent = table_comm_bytes(t, cfg.num_embeddings, cfg.embedding_dim, L, w, topo.local_world_size)
+    sent = table_comm_bytes(t, cfg.num_embeddings, cfg.embedding_dim, L, w, topo.local_world_size, curve)
     return weights, optim, buffers, lookup, sent
 
 
-def table_cost(t: TablePlan, cfg: EmbeddingBagConfig, L: float, topo: Topology, global_batch_size: int, optimizer: str) -> TableCost:
+def table_cost(t: TablePlan, cfg: EmbeddingBagConfig, L: float, topo: Topology, global_batch_size: int,
+               optimizer: str, curve: LookupCurve | None = None) -> TableCost:
     """Memory and step time one table adds to each rank (collective start-up latency excluded)."""
     w = Workload(global_batch_size, topo.world_size)
-    weights, optim, buffers, lookup, sent = _table_arrays(t, cfg, L, topo, w, optimizer)
+    weights, optim, buffers, lookup, sent = _table_arrays(t, cfg, L, topo, w, optimizer, curve)
     step = lookup * (1.0 + topo.bwd_compute_multiplier) / topo.lookup_bw + comm_seconds(sent, topo)
     return TableCost(weights + optim + buffers, step)
 
@@ -141,15 +144,20 @@ def evaluate(
     topo: Topology,
     global_batch_size: int,
     optimizer: str = "rowwise_adagrad",
+    curves: dict[str, LookupCurve] | None = None,
 ) -> PlanCost:
-    """Score a placement: per-rank memory, lookup and communication estimates."""
+    """Score a placement: per-rank memory, lookup and communication estimates.
+
+    Args:
+        curves: table -> lookup skew (skew.py) for frequency-ordered ids; others spread evenly.
+    """
     W = topo.world_size
     w = Workload(global_batch_size, W)
     by_name = {c.name: c for c in configs}
     weights, optim, buffers, lookup = (np.zeros(W) for _ in range(4))
     sent = {k: np.zeros(W) for k in KINDS}
     for t in tables:
-        parts = _table_arrays(t, by_name[t.name], pooling.get(t.name, 1.0), topo, w, optimizer)
+        parts = _table_arrays(t, by_name[t.name], pooling.get(t.name, 1.0), topo, w, optimizer, (curves or {}).get(t.name))
         for total, part in zip((weights, optim, buffers, lookup), parts[:4]):
             total += part
         for k, v in parts[4].items():

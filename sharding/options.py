@@ -39,8 +39,10 @@ class Piece:
 class Problem:
     """Tables, options and their cached per-rank costs."""
 
-    def __init__(self, tables, topo, batch, constraints, pooling, optimizer):
+    def __init__(self, tables, topo, batch, constraints, pooling, optimizer, curves=None):
         self.tables: list[EmbeddingBagConfig] = tables
+        self.curves = curves or {}
+        """table -> lookup skew (skew.py) for frequency-ordered ids."""
         self.topo: Topology = topo
         self.batch, self.pooling, self.optimizer = batch, pooling, optimizer
         self.cons = [constraints.get(t.name, TableConstraint()) for t in tables]
@@ -105,7 +107,8 @@ class Problem:
                 t = layouts.data_parallel(cfg, topo.world_size)
             else:
                 t = layouts.table_row_wise(cfg, 0, topo.local_world_size, "fused")
-            c = table_cost(t, cfg, self.pooling.get(cfg.name, 1.0), topo, self.batch, self.optimizer)
+            c = table_cost(t, cfg, self.pooling.get(cfg.name, 1.0), topo, self.batch, self.optimizer,
+                           self.curves.get(cfg.name))
             self._spread[key] = (c.step_s, c.memory_bytes)
         return self._spread[key]
 

@@ -10,6 +10,7 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 from shardrec.sharding.constraints import TableConstraint, parse_constraints
 from shardrec.sharding.cost import PlanCost, evaluate
 from shardrec.sharding.plan_io import PLAN_SCHEMA_VERSION, PlanFile, TablePlan, plan_fingerprint
+from shardrec.sharding.skew import curves_from_stats
 from shardrec.sharding.topology import Topology, build_topology
 from shardrec.sharding.twod import add_replica_sync, group_sizes, group_topology
 
@@ -75,6 +76,7 @@ def plan_tables(
     search: str = "shardrec",
     sharding_group_size: int = 0,
     sync_every: int = 1,
+    ids_by_frequency: bool = False,
 ) -> PlanFile:
     """Place every table; refuse a placement that does not fit in memory.
 
@@ -86,6 +88,8 @@ def plan_tables(
         sharding_group_size: 0: shard over all ranks; G: 2D, shard over groups of G ranks
             (torchrec's DMPCollection); -1: pick the fastest of all ranks and 2D group sizes.
         sync_every: 2D only: steps between the replicas' weight synchronisations.
+        ids_by_frequency: ids were given hottest first (preprocess --min-count): row-wise blocks
+            then get the lookups the statistics' top1/top10 shares say (skew.py).
     Raises:
         ValueError: bad constraints; PlanDoesNotFitError with the per-rank shortfall.
     """
@@ -105,7 +109,7 @@ def plan_tables(
     best = None
     for g in sizes:
         candidate = _plan_group(tables, topo, g, global_batch_size, constraints, stats, compute_kernel,
-                                optimizer, search, sync_every)
+                                optimizer, search, sync_every, curves_from_stats(tables, stats, ids_by_frequency))
         if best is None or candidate[1].max_step_s < best[1].max_step_s:
             best = candidate
     placed, cost, g = best
@@ -118,7 +122,7 @@ def plan_tables(
     return plan
 
 
-def _plan_group(tables, topo, g, batch, constraints, stats, kernel, optimizer, search, sync_every):
+def _plan_group(tables, topo, g, batch, constraints, stats, kernel, optimizer, search, sync_every, curves):
     """(placement, cost, group size) for sharding over all ranks (g = 0) or 2D groups of g."""
     group = group_topology(topo, g) if g else topo
     group_batch = batch * group.world_size // topo.world_size
@@ -131,8 +135,8 @@ def _plan_group(tables, topo, g, batch, constraints, stats, kernel, optimizer, s
     else:
         from shardrec.sharding.search import search_plan
 
-        placed = search_plan(tables, group, group_batch, parsed, pooling, kernel, optimizer)
-    cost = evaluate(placed, tables, pooling, group, group_batch, optimizer)
+        placed = search_plan(tables, group, group_batch, parsed, pooling, kernel, optimizer, curves=curves)
+    cost = evaluate(placed, tables, pooling, group, group_batch, optimizer, curves)
     if g:
         cost = add_replica_sync(cost, topo, g, sync_every)
     return placed, cost, g

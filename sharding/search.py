@@ -153,18 +153,20 @@ def search_plan(
     compute_kernel: str = "fused",
     optimizer: str = "rowwise_adagrad",
     cost_model: str = "shardrec",
+    curves: dict | None = None,
 ) -> list[TablePlan]:
     """The placement with the fastest critical rank: seeded LPT packings, then local search.
 
     Args:
         cost_model: "shardrec" (cost.py) or "torchrec" (torchrec's estimators, torchrec_costs.py).
+        curves: table -> lookup skew (skew.py); shardrec's cost model only.
     """
     if cost_model == "torchrec":
         from shardrec.sharding.torchrec_costs import TorchrecProblem
 
         p: Problem = TorchrecProblem(tables, topo, global_batch_size, constraints, pooling, optimizer, compute_kernel)
     elif cost_model == "shardrec":
-        p = Problem(tables, topo, global_batch_size, constraints, pooling, optimizer)
+        p = Problem(tables, topo, global_batch_size, constraints, pooling, optimizer, curves)
     else:
         raise ValueError(f"cost model {cost_model!r} is not one of shardrec, torchrec")
     rounds = max(8, min(200, 200_000 // max(1, len(tables))))

@@ -34,7 +34,9 @@ def _load_job(config: Optional[Path], data: Optional[Path], overrides: list[str]
     except (DatasetError, ValueError) as e:
         fail(str(e))
     stats = {f.name: f.stats for f in manifest.sparse_features}
-    return cfg, tables, stats
+    # A vocabulary (preprocess --min-count) numbers ids hottest first: row-wise blocks are skewed.
+    ids_by_frequency = manifest.options.get("mode") == "vocab"
+    return cfg, tables, stats, ids_by_frequency
 
 
 @plan_app.callback()
@@ -65,7 +67,7 @@ def plan(
 
     if world_size <= 0:
         fail(f"--world-size must be positive, got {world_size}")
-    cfg, tables, stats = _load_job(config, data, set_ or [])
+    cfg, tables, stats, ids_by_frequency = _load_job(config, data, set_ or [])
     if simulate:
         if sync_every <= 0:
             fail(f"--sync-every must be positive, got {sync_every}")
@@ -82,7 +84,7 @@ def plan(
             global_batch_size=cfg.train.global_batch_size, device_kind=topo.device_kind,
             constraints=cfg.sharding.constraints, stats=stats, topology=topo,
             compute_kernel=cfg.sharding.compute_kernel, optimizer=cfg.optim.sparse, search=search,
-            sharding_group_size=group_size, sync_every=sync_every,
+            sharding_group_size=group_size, sync_every=sync_every, ids_by_frequency=ids_by_frequency,
         )
         seconds = time.perf_counter() - start
     except ValueError as e:

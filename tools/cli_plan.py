@@ -62,7 +62,6 @@ def plan(
         return
     from shardrec.sharding.planner import plan_tables
     from shardrec.sharding.plan_io import save_plan
-    from shardrec.sharding.report import ranks_table, summary, tables_table
     from shardrec.sharding.topology import build_topology
 
     if world_size <= 0:
@@ -91,6 +90,13 @@ def plan(
         fail(str(e))
     if out is not None:
         save_plan(result, out)
+    _print_plan(result, topology, sync_every, seconds, out, json_out)
+
+
+def _print_plan(result, topology: str, sync_every: int, seconds: float, out: Optional[Path], json_out: bool) -> None:
+    from shardrec.sharding.report import ranks_table, summary, tables_table
+
+    world_size = result.fingerprint["world_size"]
     if json_out:
         print_json({**summary(result), "seconds": round(seconds, 3), "out": str(out) if out else None,
                     "tables_plan": [{"name": t.name, "sharding_type": t.sharding_type, "ranks": t.ranks} for t in result.tables],
@@ -102,7 +108,7 @@ def plan(
         console.print(f"2D: sharding groups of {result.sharding_group_size} ranks, {world_size // result.sharding_group_size} "
                       f"replicas synchronised every {sync_every} step(s); ranks above are group ranks (DMPCollection, CUDA only)")
     where = f", wrote {out}" if out else ""
-    console.print(f"planned {len(tables)} tables for {world_size} ranks ({topology}) in {seconds:.2f} s{where}")
+    console.print(f"planned {len(result.tables)} tables for {world_size} ranks ({topology}) in {seconds:.2f} s{where}")
 
 
 def _simulate(tables, stats, cfg, world_size: int, sync_every: int, json_out: bool) -> None:

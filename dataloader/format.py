@@ -186,7 +186,7 @@ class _HashingFile:
         return self.f.write(data)
 
 
-def _save_npy(path: Path, array: np.ndarray) -> FileInfo:
+def _save_npy(path: Path, array: np.ndarray, fsync: bool = True) -> FileInfo:
     # The checksum is taken from the bytes in memory as they are written, not by reading the
     # file back: one pass over the data instead of three (write, read, hash).
     array = np.ascontiguousarray(array)
@@ -204,7 +204,8 @@ def _save_npy(path: Path, array: np.ndarray) -> FileInfo:
             f.write(data)
         f.flush()
         size = f.tell()
-        os.fsync(f.fileno())
+        if fsync:
+            os.fsync(f.fileno())
     os.replace(tmp, path)
     return FileInfo(bytes=size, sha256=h.hexdigest())
 
@@ -215,6 +216,8 @@ def write_part(
     dense: np.ndarray,
     sparse: dict[str, np.ndarray],
     offsets: dict[str, np.ndarray] | None = None,
+    *,
+    fsync: bool = True,
 ) -> PartInfo:
     """Write one part's columns; returns what the manifest records of it.
 
@@ -223,23 +226,26 @@ def write_part(
         dense: [rows, num_dense] transformed dense values.
         sparse: feature name -> ids (one per row, or back to back for multi-hot features).
         offsets: feature name -> int64 [rows + 1] row offsets, for multi-hot features only.
+        fsync: flush each file to disk before renaming it. A caller that records the part as
+            finished later (preprocess's task marker) may pass False and fsync the files itself
+            before that record, off its critical path.
     """
     rows = len(labels)
     if dense.shape[0] != rows:
         raise ValueError(f"dense has {dense.shape[0]} rows, labels {rows}")
     part_dir.mkdir(parents=True, exist_ok=True)
-    files = {"label.npy": _save_npy(part_dir / "label.npy", labels.astype(np.uint8, copy=False))}
-    files["dense.npy"] = _save_npy(part_dir / "dense.npy", dense)
+    files = {"label.npy": _save_npy(part_dir / "label.npy", labels.astype(np.uint8, copy=False), fsync)}
+    files["dense.npy"] = _save_npy(part_dir / "dense.npy", dense, fsync)
     offsets = offsets or {}
     for name, ids in sparse.items():
         if name in offsets:
             off = offsets[name].astype(np.int64, copy=False)
             if len(off) != rows + 1 or off[-1] != len(ids):
                 raise ValueError(f"{name}: offsets do not match {rows} rows and {len(ids)} ids")
-            files[f"{name}.offsets.npy"] = _save_npy(part_dir / f"{name}.offsets.npy", off)
+            files[f"{name}.offsets.npy"] = _save_npy(part_dir / f"{name}.offsets.npy", off, fsync)
         elif len(ids) != rows:
             raise ValueError(f"{name}: {len(ids)} ids for {rows} rows (one-hot features hold one id per row)")
-        files[f"{name}.npy"] = _save_npy(part_dir / f"{name}.npy", ids)
+        files[f"{name}.npy"] = _save_npy(part_dir / f"{name}.npy", ids, fsync)
     return PartInfo(name=part_dir.name, rows=rows, files=files)
 
 

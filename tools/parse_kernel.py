@@ -300,3 +300,16 @@ def gather_log1p_input(dense, rows, out):
         for f in range(dense.shape[1]):
             v = dense[r, f]
             out[k, f] = np.float64(v) if v > 0 else 0.0
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def count_ids(ids, counts):
+    """counts[i] += occurrences of id i in ids, in place (np.bincount allocates a table-sized
+    array per call). Returns the first id outside the table, or -1 when all are inside."""
+    n = len(counts)
+    for i in range(len(ids)):
+        v = np.int64(ids[i])
+        if v < 0 or v >= n:
+            return v
+        counts[v] += 1
+    return -1

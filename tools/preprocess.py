@@ -14,6 +14,7 @@ import logging
 import multiprocessing as mp
 import platform
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from importlib import metadata
 from pathlib import Path
 from typing import Protocol
@@ -49,6 +50,7 @@ from shardrec.tools.preprocess_task import (
     count_task,
     marker_path,
     run_task,
+    wait_for_writes,
 )
 
 logger = logging.getLogger(__name__)
@@ -236,11 +238,16 @@ def run_preprocess(cfg: PreprocessConfig, progress: Progress | None = None) -> P
     failures = []
     if progress:
         progress.start(sum(_disk_bytes(t) for t in todo), "preprocess")
-    for t, res in _map(_run_task_safely, todo, opts, cfg.workers):
-        if isinstance(res, str):
-            failures.append(res)
-        elif progress:
-            progress.advance(_disk_bytes(t), res.bytes, res.lines)
+    # In one process, a task's fsyncs overlap the next task's parsing (see run_task).
+    in_process = cfg.workers == 1 or len(todo) <= 1
+    try:
+        for t, res in _map(partial(_run_task_safely, background_sync=in_process), todo, opts, cfg.workers):
+            if isinstance(res, str):
+                failures.append(res)
+            elif progress:
+                progress.advance(_disk_bytes(t), res.bytes, res.lines)
+    finally:
+        wait_for_writes()
     if failures:
         raise InputError("; ".join(failures) + " (output of the other files is kept; rerun to finish)")
     results = [_load_result(cfg.out, t.index) for t in tasks]
@@ -250,10 +257,10 @@ def run_preprocess(cfg: PreprocessConfig, progress: Progress | None = None) -> P
     return _summarize(manifest, tasks, results, len(todo))
 
 
-def _run_task_safely(task: Task, opts: TaskOptions) -> TaskResult | str:
+def _run_task_safely(task: Task, opts: TaskOptions, background_sync: bool = False) -> TaskResult | str:
     # An unreadable input fails its own task only; malformed rows under --strict stop the run.
     try:
-        return run_task(task, opts)
+        return run_task(task, opts, background_sync)
     except InputError as e:
         return str(e)
 

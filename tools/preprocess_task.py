@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 import zlib
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -223,8 +224,8 @@ class _PartColumns:
                 by_feature[int(f)] = ids[j, : self.rows]
         return {names[f]: by_feature[f] for f in range(len(names))}
 
-    def write(self, part_dir: Path, names: list[str]):
-        return write_part(part_dir, self.labels[: self.rows], self.dense[: self.rows], self.columns(names))
+    def write(self, part_dir: Path, names: list[str], fsync: bool):
+        return write_part(part_dir, self.labels[: self.rows], self.dense[: self.rows], self.columns(names), fsync=fsync)
 
 
 _SCRATCH: list[np.ndarray] = []
@@ -267,9 +268,9 @@ def _append(cols: _PartColumns, chunk, rows: np.ndarray, opts: TaskOptions, voca
     cols.rows += k
 
 
-def _flush(out: Path, task: Task, number: int, buffers: dict[str, _PartColumns], result: TaskResult, names: list[str]) -> None:
+def _flush(out: Path, task: Task, number: int, buffers: dict[str, _PartColumns], result: TaskResult, names: list[str], fsync: bool) -> None:
     for split in sorted(buffers):
-        info = buffers[split].write(out / split / f"part-{task.index:05d}-{number:04d}", names)
+        info = buffers[split].write(out / split / f"part-{task.index:05d}-{number:04d}", names, fsync)
         result.parts.append({"split": split, "part": dataclasses.asdict(info)})
         result.kept[split] = result.kept.get(split, 0) + info.rows
     buffers.clear()
@@ -284,11 +285,16 @@ def _capacity(task: Task, opts: TaskOptions, piece_rows: int, piece_bytes: int, 
     return int(piece_rows * max(left, piece_bytes) / max(piece_bytes, 1) * 1.02) + 1024
 
 
-def run_task(task: Task, opts: TaskOptions) -> TaskResult:
+def run_task(task: Task, opts: TaskOptions, background_sync: bool = False) -> TaskResult:
     """Parse and write one task; writes its marker last. Returns what the marker holds.
 
     Text is parsed in pieces of PIECE_BYTES (small arrays stay in the allocator's reuse
     range) and written as one part per split per `chunk_bytes` of text.
+
+    background_sync: return once the parts are written and renamed; their fsync and then the
+    marker happen on a background thread while the caller parses the next task (call
+    wait_for_writes() before reading markers). Only for tasks run in the calling process: a
+    pool worker could be stopped before its thread finishes.
     """
     out = Path(opts.out)
     vocabs = _load_vocabs(opts)
@@ -313,13 +319,46 @@ def run_task(task: Task, opts: TaskOptions) -> TaskResult:
         result.bytes += len(data)
         since_flush += len(data)
         if since_flush >= opts.chunk_bytes:
-            _flush(out, task, parts_written, buffers, result, names)
+            _flush(out, task, parts_written, buffers, result, names, not background_sync)
             parts_written, since_flush = parts_written + 1, 0
     if buffers:
-        _flush(out, task, parts_written, buffers, result, names)
+        _flush(out, task, parts_written, buffers, result, names, not background_sync)
     result.lines = line0
-    atomic_write_bytes(marker_path(out, task.index), json.dumps(dataclasses.asdict(result)).encode())
+    marker = json.dumps(dataclasses.asdict(result)).encode()
+    if not background_sync:
+        atomic_write_bytes(marker_path(out, task.index), marker)
+        return result
+    files = [out / p["split"] / p["part"]["name"] / f for p in result.parts for f in p["part"]["files"]]
+    wait_for_writes()  # at most one task in flight: its files stay bounded, errors surface early
+    _PENDING.append(_sync_pool().submit(_sync_then_mark, files, marker_path(out, task.index), marker))
     return result
+
+
+_PENDING: list[Future] = []
+_POOL: list[ThreadPoolExecutor] = []
+
+
+def _sync_pool() -> ThreadPoolExecutor:
+    if not _POOL:
+        _POOL.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="preprocess-sync"))
+    return _POOL[0]
+
+
+def _sync_then_mark(files: list[Path], marker: Path, payload: bytes) -> None:
+    # The marker says "this task's files are complete": it is written only once they are on disk.
+    for path in files:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    atomic_write_bytes(marker, payload)
+
+
+def wait_for_writes() -> None:
+    """Block until background syncs and markers are done; re-raises an error of theirs."""
+    while _PENDING:
+        _PENDING.pop(0).result()
 
 
 def count_task(task: Task, opts: TaskOptions) -> Path:

@@ -4,11 +4,13 @@ Two CPU ranks (torchrun, gloo) train the demo-sized DLRM (26 tables of 50,000 ro
 13 dense features, bottom MLP 64-16, top MLP 64-32-1, global batch 2048, planned by shardrec's
 planner) on Criteo-shaped synthetic rows. In one process group, interleaved over `rounds`:
 
-- ours: shardrec's loop (TrainPipelineSparseDist, the per-step global loss all-reduce and
-  NaN check) over batches prebuilt in memory;
+- ours: shardrec's loop as `shardrec train` runs it on CPU (train.pipeline = auto: plain
+  steps, loss and NaN check reduced over ranks at reports) over batches prebuilt in memory;
 - torchrec plain: the same DistributedModelParallel model, fused optimizer and batches in a
   plain forward/backward/step loop (no pipeline, nothing else);
-- ours + loader: shardrec's loop fed by the real dataloader (memory-mapped, shuffled).
+- ours + loader: shardrec's loop fed by the real dataloader (memory-mapped, shuffled, one
+  prefetch thread: data.num_workers = 1);
+- ours with TrainPipelineSparseDist (train.pipeline = sparse_dist), for information.
 
 The best round of each counts (other processes on a shared machine only slow a round down).
 Reported: ours / torchrec plain (target >= 1.0, goal 1.2) and ours + loader / ours (>= 0.95:
@@ -18,7 +20,6 @@ the loader is never the bottleneck).
 from __future__ import annotations
 
 import json
-import os
 import sys
 import tempfile
 import time

@@ -8,8 +8,6 @@ from pathlib import Path
 import torch
 
 from shardrec.dataloader.format import Manifest
-from shardrec.embeddings.tables import build_table_configs
-from shardrec.sharding.plan_io import check_plan, load_plan, plan_fingerprint
 from shardrec.trainer.config import JobConfig, load_job_config
 
 
@@ -47,8 +45,15 @@ def preflight(
     manifest = Manifest.load(job.data.path)
     if job.data.train_split not in manifest.splits:
         raise ValueError(f"{job.data.path}: no split {job.data.train_split!r} to train on (has {', '.join(manifest.splits)})")
-    tables = build_table_configs(manifest, job.model.embedding_dim, job.model.dims)
+    unknown = sorted(set(job.model.dims) - set(manifest.feature_names))
+    if unknown:
+        raise ValueError(f"model.dims names features the dataset {job.data.path} does not have: {', '.join(unknown)}")
     if job.sharding.plan:
+        # Imported here: torchrec takes seconds to import, and only the plan check needs it.
+        from shardrec.embeddings.tables import build_table_configs
+        from shardrec.sharding.plan_io import check_plan, load_plan, plan_fingerprint
+
+        tables = build_table_configs(manifest, job.model.embedding_dim, job.model.dims)
         plan_file = load_plan(job.sharding.plan)
         try:
             check_plan(plan_file, plan_fingerprint(tables, world_size, job.train.global_batch_size, kind))

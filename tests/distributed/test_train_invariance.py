@@ -1,5 +1,6 @@
 """Plan invariance: the same seed and global batch give the same model whatever the plan
-(table-wise, row-wise, column-wise, mixed with data-parallel) and world size (1, 2).
+(table-wise, data-parallel, column-wise, two mixes of row-wise, column-wise, data-parallel
+and table-wise tables) and world size (1, 2).
 
 Documented tolerance (trainer/objective.py): the runs differ only in the order of float
 sums; after 15 steps every weight agrees within atol 1e-5 + rtol 1e-4 (measured: <= 5e-7).
@@ -79,7 +80,7 @@ def assert_same_model(run_dirs: list[Path], reference: Path) -> None:
 @pytest.mark.slow
 def test_plans_and_world_sizes_give_the_same_model(tiny_dataset: Path, tmp_path: Path) -> None:
     runs2 = [
-        ("adagrad", "table_wise", "sparse_dist", ()),
+        ("adagrad", "table_wise", "sparse_dist", ()), ("adagrad", "data_parallel", "sparse_dist", ()),
         ("adagrad", "mixed_rows", "sparse_dist", ()), ("adagrad", "mixed_rows", "plain", ()),
         ("sgd", "column_wise", "sparse_dist", SGD), ("sgd", "mixed", "sparse_dist", SGD),
     ]

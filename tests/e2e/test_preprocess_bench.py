@@ -23,3 +23,8 @@ def test_bench_preprocess_reports_ratios(tmp_path: Path):
     for key in ("ratio_end_to_end_vs_pandas", "ratio_end_to_end_vs_pandas_cpu", "ratio_parse_vs_pandas_cpu"):
         assert report[key] >= 0, key
     assert (tmp_path / "bench.tsv").is_file() and not (tmp_path / "out").exists()
+    # The baseline says what it was: pandas' C engine, and the dtype it gave the hex columns.
+    assert report["pandas"]["engine"] == "c" and report["pandas"]["version"]
+    assert report["pandas"]["dtypes"]["hex_columns"] in ("str", "object", "string")
+    assert set(report["goals"]) == {"end_to_end_3x_pandas_per_core", "end_to_end_100_mb_s_per_core", "peak_rss_under_2_gb"}
+    assert all(isinstance(v, bool) for v in report["goals"].values())

@@ -119,3 +119,28 @@ def test_output_is_the_same_without_the_compiled_kernels(raw: Path, reference, t
     monkeypatch.setattr(parse_kernel, "AVAILABLE", False)  # what a machine without numba runs
     cli("preprocess", raw, "--out", tmp_path / "numpy", *ARGS)
     assert outputs(tmp_path / "numpy") == reference
+
+
+def test_output_is_the_same_when_part_columns_must_grow(raw: Path, reference, tmp_path: Path, monkeypatch):
+    from shardrec.tools import preprocess_task
+
+    # A row estimate that always falls short: every piece grows the part's columns.
+    monkeypatch.setattr(preprocess_task, "_capacity", lambda *args: 1)
+    cli("preprocess", raw, "--out", tmp_path / "grown", *ARGS)
+    assert outputs(tmp_path / "grown") == reference
+
+
+def test_failed_background_fsync_fails_the_run_without_marking_the_task(raw: Path, tmp_path: Path, monkeypatch):
+    from shardrec.tools import preprocess_task
+
+    def no_space(files, marker, payload):  # what the sync thread meets on a full disk
+        raise OSError(28, "No space left on device", str(files[0]))
+
+    monkeypatch.setattr(preprocess_task, "_sync_then_mark", no_space)
+    out = tmp_path / "data"
+    result = runner.invoke(app, ["preprocess", str(raw), "--out", str(out), *ARGS])
+    assert result.exit_code == 1 and "No space left on device" in result.output
+    assert list((out / "train").glob("part-*/C1.npy"))  # parts were written, then their sync failed
+    assert not list((out / ".work").glob("task-*.json"))  # so no task is recorded as finished
+    monkeypatch.undo()
+    assert cli("preprocess", raw, "--out", out, *ARGS)["complete"]

@@ -18,7 +18,8 @@ from shardrec.tools.cli import app
 
 JOB = ["--set", "model.embedding_dim=8", "--set", "model.dense_arch=[16, 8]", "--set", "model.over_arch=[16, 1]",
        "--set", "train.global_batch_size=64", "--set", "train.epochs=2", "--set", "checkpoint.interval_steps=4",
-       "--set", "eval.interval_steps=10", "--set", "checkpoint.keep=3", "--set", 'data.eval_splits=["val"]']
+       "--set", "eval.interval_steps=10", "--set", "checkpoint.keep=3", "--set", 'data.eval_splits=["val"]',
+       "--set", 'train.pipeline="sparse_dist"']  # the pipeline: the default on CUDA, the harder path to resume
 
 
 def _train(data: Path, run_dir: Path, *extra: str, fault: str = "") -> subprocess.CompletedProcess:

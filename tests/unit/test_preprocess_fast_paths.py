@@ -1,0 +1,96 @@
+"""The fast paths of preprocessing give exactly the bytes and numbers of the plain ones."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shardrec.dataloader.format import write_part
+from shardrec.tools import parse_kernel
+from shardrec.tools.preprocess_ids import hash_ids
+from shardrec.tools.preprocess_stats import feature_stats, id_counts, id_frequencies
+
+needs_numba = pytest.mark.skipif(not parse_kernel.AVAILABLE, reason="numba is not installed")
+
+
+def _numpy_save(path: Path, array: np.ndarray) -> bytes:
+    with open(path, "wb") as f:
+        np.lib.format.write_array(f, np.ascontiguousarray(array), allow_pickle=False)
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("fsync", [True, False])
+def test_write_part_bytes_and_checksums_are_numpys(tmp_path: Path, fsync: bool):
+    rng = np.random.default_rng(0)
+    rows = 1000
+    labels = rng.integers(0, 2, rows).astype(np.uint8)
+    dense = rng.random((rows, 13)).astype(np.float16)
+    sparse = {
+        "a": rng.integers(0, 200, rows).astype(np.uint8),
+        "b": rng.integers(0, 2**40, rows).astype(np.uint64)[::1],
+        "c": np.arange(3 * rows, dtype=np.uint32)[::3],  # not contiguous
+        "m": rng.integers(0, 9, 2 * rows).astype(np.uint16),
+    }
+    offsets = {"m": np.arange(0, 2 * rows + 1, 2, dtype=np.int32)}
+    info = write_part(tmp_path / "p", labels, dense, sparse, offsets, fsync=fsync)
+    expected = {"label.npy": labels, "dense.npy": dense, **{f"{k}.npy": v for k, v in sparse.items()}, "m.offsets.npy": offsets["m"].astype(np.int64)}
+    assert set(info.files) == set(expected)
+    for name, array in expected.items():
+        want = _numpy_save(tmp_path / f"ref-{name}", array)
+        got = (tmp_path / "p" / name).read_bytes()
+        assert got == want, name
+        assert info.files[name].bytes == len(want) and info.files[name].sha256 == hashlib.sha256(want).hexdigest(), name
+    assert not list((tmp_path / "p").glob(".*tmp*"))
+
+
+def test_empty_and_zero_dim_columns_match_numpy(tmp_path: Path):
+    info = write_part(tmp_path / "p", np.zeros(0, np.uint8), np.zeros((0, 13), np.float32), {"a": np.zeros(0, np.uint32)})
+    for name, array in (("label.npy", np.zeros(0, np.uint8)), ("dense.npy", np.zeros((0, 13), np.float32))):
+        want = _numpy_save(tmp_path / name, array)
+        assert (tmp_path / "p" / name).read_bytes() == want
+        assert info.files[name].sha256 == hashlib.sha256(want).hexdigest()
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.uint64])
+def test_hashing_into_columns_equals_hash_ids(dtype):
+    rng = np.random.default_rng(1)
+    values = rng.integers(0, 2**63, (500, 6), dtype=np.uint64)
+    missing = rng.random((500, 6)) < 0.2
+    cards = np.array([2, 255, 256, 70_000, 2**33, 10**7], dtype=np.int64)
+    feats = np.array([0, 1, 2] if dtype == np.uint8 else [3, 4, 5], dtype=np.int64)
+    rows = np.flatnonzero(rng.random(500) < 0.7)  # a subset of rows, as when bad rows are dropped
+    out = np.full((len(feats), len(rows) + 7), 99, dtype=dtype)
+    parse_kernel.hash_rows_into(values, missing, rows, feats, cards, out, 7)
+    for j, f in enumerate(feats):
+        want = hash_ids(values[rows, f], missing[rows, f], int(cards[f])).astype(dtype)
+        np.testing.assert_array_equal(out[j, 7:], want)
+    assert (out[:, :7] == 99).all()  # nothing written before the offset
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_stats_from_counts_equal_stats_from_sorted_bincount(monkeypatch, compiled: bool):
+    if compiled and not parse_kernel.AVAILABLE:
+        pytest.skip("numba is not installed")
+    monkeypatch.setattr(parse_kernel, "AVAILABLE", compiled)
+    rng = np.random.default_rng(2)
+    card = 5000
+    cols = [np.minimum(rng.zipf(1.3, n), card - 1).astype(np.uint16) for n in (3000, 0, 4000)]
+    counts, sampled = id_counts(cols, card)
+    ref = np.sort(np.bincount(np.concatenate(cols), minlength=card))[::-1]
+    ref = ref[ref > 0]
+    np.testing.assert_array_equal(np.sort(counts)[::-1], ref)
+    np.testing.assert_array_equal(id_frequencies(cols, card)[0], ref)
+    stats = feature_stats(counts, card, None, sampled)
+    cum = np.cumsum(ref)
+    assert stats["top1_share"] == round(float(cum[50 - 1] / cum[-1]), 6)
+    assert stats["top10_share"] == round(float(cum[min(500, len(cum)) - 1] / cum[-1]), 6)
+    assert stats["distinct_ids"] == len(ref) and stats["lookups"] == 7000 and stats["sampled"] == 0
+
+
+def test_stats_refuse_ids_outside_the_table():
+    with pytest.raises(ValueError):
+        id_counts([np.array([0, 1, 10], dtype=np.uint8)], 10)

@@ -1,9 +1,13 @@
-"""Turn global row indices into a torchrec `Batch`: a few numpy gathers, no per-row Python.
+"""Turn global row indices into a torchrec `Batch`: compiled or numpy gathers, no per-row Python.
 
-Per batch the work is one `np.take` per column of each part touched (memory-mapped, so only
-the rows asked for are read), one cast into a preallocated int64 values array for all sparse
-features, and one `torch.from_numpy` per tensor. One-hot features share a cached all-ones
-lengths tensor, as torchrec's own Criteo pipe does, so the KeyedJaggedTensor needs no sync.
+Per batch the work is one gather per column of each part touched (memory-mapped, so only
+the rows asked for are read), written straight into a preallocated int64 values array for
+all sparse features, and one `torch.from_numpy` per tensor. The gathers are the numba
+kernels of gather_kernels.py (one pass: read, cast, write in place); without numba, numpy's
+`np.take` plus a casting copy do the same (the unit tests hold both to identical batches).
+Consecutive rows (no shuffle) are copied as slices either way. One-hot features share a
+cached all-ones lengths tensor, as torchrec's own Criteo pipe does, so the
+KeyedJaggedTensor needs no sync.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import torch
 from torchrec.datasets.utils import Batch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
+from shardrec.dataloader import gather_kernels as kernels
 from shardrec.dataloader.format import Part
 
 PAD_LABEL = -1.0
@@ -39,8 +44,14 @@ class BatchGatherer:
     """Reads rows of a split (a list of memory-mapped parts) into torchrec Batches."""
 
     def __init__(
-        self, parts: list[Part], feature_names: list[str], multi_hot: set[str], modulo: dict[str, int] | None = None
+        self,
+        parts: list[Part],
+        feature_names: list[str],
+        multi_hot: set[str],
+        modulo: dict[str, int] | None = None,
+        compiled: bool | None = None,
     ) -> None:
+        """`compiled`: use the numba kernels (default: when numba imports); False: numpy only."""
         if not parts:
             raise ValueError("a split needs at least one part")
         # Plain ndarray views of the maps: np.memmap results pay subclass bookkeeping per call.
@@ -52,6 +63,9 @@ class BatchGatherer:
         self._part_starts = np.concatenate([[0], np.cumsum([p.rows for p in parts])]).astype(np.int64)
         self._index_per_key = {k: i for i, k in enumerate(self.feature_names)}
         self._ones = torch.ones(0, dtype=torch.int32)
+        self.compiled = kernels.AVAILABLE if compiled is None else compiled
+        if self.compiled and not kernels.AVAILABLE:
+            raise ValueError("compiled gathers need numba, which does not import here")
 
     def _group(self, rows: np.ndarray) -> _Groups:
         if len(self.parts) == 1:
@@ -60,6 +74,13 @@ class BatchGatherer:
         first, last = int(part_of.min()), int(part_of.max())
         if first == last:
             return _Groups([first], [rows - self._part_starts[first]], [None])
+        if self.compiled:
+            counts, where, local = kernels.group_by_part(rows, self._part_starts)
+            bounds = np.concatenate([[0], np.cumsum(counts)])
+            used = [p for p in range(len(counts)) if counts[p]]
+            return _Groups(
+                used, [local[bounds[p] : bounds[p + 1]] for p in used], [where[bounds[p] : bounds[p + 1]] for p in used]
+            )
         order = np.argsort(part_of, kind="stable")
         bounds = np.searchsorted(part_of[order], np.arange(first, last + 2))
         parts, local, wheres = [], [], []
@@ -78,6 +99,13 @@ class BatchGatherer:
 
     def _column(self, groups: _Groups, n: int, get, out: np.ndarray) -> np.ndarray:
         """Gather one column from every part into `out` (cast to out's dtype on assignment)."""
+        if self.compiled and out.ndim == 1:
+            for i, (p, local, where) in enumerate(zip(groups.parts, groups.local, groups.where)):
+                if groups.spans[i] is not None and where is None:
+                    out[...] = self._pick(get(self.parts[p]), groups, i)
+                else:
+                    kernels.take_values(get(self.parts[p]), local, where, out)
+            return out
         if len(groups.parts) == 1:
             col = get(self.parts[groups.parts[0]])
             if groups.spans[0] is None and col.dtype == out.dtype and out.flags.c_contiguous:
@@ -133,6 +161,8 @@ class BatchGatherer:
         else:
             values = np.empty((count, len(self.feature_names), b), np.int64)
             for f, name in enumerate(self.feature_names):
+                if self.compiled and self._ids_compiled(groups, name, values, f):
+                    continue
                 values[:, f, :] = self._take(groups, n, lambda p, name=name: p.sparse[name]).reshape(count, b)
                 if name in self.modulo:
                     np.remainder(values[:, f, :], self.modulo[name], out=values[:, f, :])
@@ -145,6 +175,18 @@ class BatchGatherer:
             )
             for i in range(count)
         ]
+
+    def _ids_compiled(self, groups: _Groups, name: str, values: np.ndarray, f: int) -> bool:
+        """Feature f's ids of the slices into values[:, f, :] by the kernel; False if numpy must.
+
+        Consecutive rows of one part stay with numpy: a slice copy beats any gather.
+        """
+        if len(groups.parts) == 1 and groups.spans[0] is not None:
+            return False
+        modulo = self.modulo.get(name, 0)
+        for p, local, where in zip(groups.parts, groups.local, groups.where):
+            kernels.take_ids(self.parts[p].sparse[name], local, where, values, f, modulo)
+        return True
 
     def _jagged(self, groups: _Groups, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Values and lengths ([features * n], feature-major) when some features are multi-hot."""

@@ -1,0 +1,103 @@
+"""Compiled (numba) gathers for the shuffled loader: each value read once and written in place.
+
+numpy's version of a shuffled column gather is `np.take` into a temporary in the column's
+own dtype, then a second pass that casts it into the batch's int64 (or float32) array. The
+kernels here read each row once and write the cast value straight to its final place: for
+the sparse ids, the bulk of a Criteo-shaped batch, that is 1.2-1.3x numpy's two passes
+(measured on 64 K-row windows, one core). Dense rows stay with `np.take(axis=0)`, whose
+per-row copies were 2x faster than a compiled loop over the 13 values.
+
+Every kernel takes `where`: None when the rows all come from one part (output position i
+gets row idx[i]), or the output positions of rows of one part when a gather spans several
+parts (position where[k] gets row idx[k]); numba compiles the two cases apart.
+
+batch.py uses these kernels when numba imports and its numpy path otherwise; the unit tests
+hold the two to identical batches.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+try:
+    from numba import njit
+
+    AVAILABLE = True
+except ImportError:  # numba is a dependency; this only keeps a broken install usable (slower)
+    AVAILABLE = False
+
+    def njit(*args, **kwargs):
+        return lambda f: f
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def take_values(src, idx, where, out):
+    """out[pos] = src[idx[k]] for a 1-d column (cast to out's dtype on assignment)."""
+    if where is None:
+        for k in range(idx.shape[0]):
+            out[k] = src[idx[k]]
+    else:
+        for k in range(idx.shape[0]):
+            out[where[k]] = src[idx[k]]
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def take_ids(src, idx, where, out, feature, modulo):
+    """Ids of one one-hot feature into out[batch, feature, row] as int64 (folded by modulo if > 0).
+
+    out is [batches, features, batch_size]: gather position p is row p % batch_size of batch
+    p // batch_size, and each batch's ids are feature-major, as a KeyedJaggedTensor wants them.
+    """
+    b = out.shape[2]
+    if where is None:
+        for i in range(out.shape[0]):
+            for j in range(b):
+                v = np.int64(src[idx[i * b + j]])
+                out[i, feature, j] = v % modulo if modulo > 0 else v
+    else:
+        for k in range(idx.shape[0]):
+            p = where[k]
+            v = np.int64(src[idx[k]])
+            out[p // b, feature, p % b] = v % modulo if modulo > 0 else v
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def group_by_part(rows, part_starts):
+    """Rows grouped by the part holding them, keeping their order inside each part.
+
+    Args:
+        rows: global row indices.
+        part_starts: [parts + 1] first global row of each part, then the total.
+
+    Returns:
+        (counts [parts], where, local): the positions in `rows` of part 0's rows, then part
+        1's, ... (`where`), and those rows' indices inside their part (`local`).
+    """
+    n, parts = rows.shape[0], part_starts.shape[0] - 1
+    part_of = np.empty(n, np.int64)
+    counts = np.zeros(parts, np.int64)
+    for i in range(n):
+        r = rows[i]
+        lo, hi = 0, parts - 1
+        while lo < hi:  # last part whose start is <= r
+            mid = (lo + hi + 1) >> 1
+            if part_starts[mid] <= r:
+                lo = mid
+            else:
+                hi = mid - 1
+        part_of[i] = lo
+        counts[lo] += 1
+    fill = np.empty(parts, np.int64)
+    total = 0
+    for p in range(parts):
+        fill[p] = total
+        total += counts[p]
+    where = np.empty(n, np.int64)
+    local = np.empty(n, np.int64)
+    for i in range(n):
+        p = part_of[i]
+        k = fill[p]
+        fill[p] = k + 1
+        where[k] = i
+        local[k] = rows[i] - part_starts[p]
+    return counts, where, local

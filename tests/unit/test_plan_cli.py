@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from shardrec.sharding.plan_io import check_plan, load_plan, plan_fingerprint
@@ -64,3 +65,15 @@ def test_plan_simulate_json(tiny_dataset: Path, tmp_path: Path) -> None:
     rows = json.loads(res.stdout[res.stdout.index("{"):])["rows"]
     assert [r["world_size"] for r in rows] == [2**k for k in range(3, 13)]
     assert rows[-1]["row_wise_bytes"] > rows[0]["row_wise_bytes"] * 100
+
+
+@pytest.mark.slow
+def test_bench_plan_runs_one_case() -> None:
+    res = runner.invoke(app, ["bench", "plan", "--only", "random40", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout[res.stdout.index("{"):])
+    (case,) = out["cases"]
+    assert case["shardrec_fits"] and case["torchrec_fits"]
+    assert 0 < case["ratio_shardrec_model"] <= 1.0
+    res = runner.invoke(app, ["bench", "plan", "--only", "no-such-case"])
+    assert res.exit_code == 1 and "matches no case" in res.output

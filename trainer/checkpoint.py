@@ -137,7 +137,8 @@ class CheckpointManager:
 
     def load_latest(self, job: "Job") -> int | None:
         """Load the newest complete checkpoint into `job`; returns its step, or None if there is none."""
-        found = [self.complete()[-1][1] if self.complete() else None]
+        complete = self.complete() if self.env.is_main else []
+        found = [complete[-1][1] if complete else None]
         if dist.is_initialized():
             dist.broadcast_object_list(found, src=0)  # every rank loads the one rank 0 chose
         if found[0] is None:

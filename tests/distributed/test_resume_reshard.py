@@ -61,9 +61,9 @@ def two_rank_runs(env, data: str, root: str, multi_hot_data: str) -> dict:
     finally:
         del os.environ["SHARDREC_FAULT"]
     # A checkpoint of another model is refused with the difference named.
+    other = _job(env, data, root_p / "ref", "row_wise", STEPS, ("model.over_arch=[8, 1]",))
     try:
-        _job(env, data, root_p / "ref", "row_wise", STEPS, ("model.over_arch=[8, 1]",)).checkpoints.load_latest(
-            _job(env, data, root_p / "ref", "row_wise", STEPS, ("model.over_arch=[8, 1]",)))
+        other.checkpoints.load_latest(other)
     except ValueError as e:
         out["mismatch_error"] = str(e)
     return out

@@ -48,3 +48,11 @@ def test_metrics_file_round_trips_and_names_a_bad_line(tmp_path) -> None:
         f.write("{not json\n")
     with pytest.raises(ValueError, match=r"metrics.jsonl:2"):
         read_metrics(tmp_path)
+
+
+def test_tensorboard_events_when_installed(tmp_path) -> None:
+    pytest.importorskip("tensorboard")
+    writer = MetricsWriter(tmp_path)
+    writer.write({"kind": "eval", "split": "val", "step": 3, "auc": 0.7})
+    writer.close()
+    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))

@@ -99,12 +99,7 @@ class BatchGatherer:
 
     def _column(self, groups: _Groups, n: int, get, out: np.ndarray) -> np.ndarray:
         """Gather one column from every part into `out` (cast to out's dtype on assignment)."""
-        if self.compiled and out.ndim == 1:
-            for i, (p, local, where) in enumerate(zip(groups.parts, groups.local, groups.where)):
-                if groups.spans[i] is not None and where is None:
-                    out[...] = self._pick(get(self.parts[p]), groups, i)
-                else:
-                    kernels.take_values(get(self.parts[p]), local, where, out)
+        if self.compiled and self._column_compiled(groups, get, out):
             return out
         if len(groups.parts) == 1:
             col = get(self.parts[groups.parts[0]])
@@ -120,6 +115,25 @@ class BatchGatherer:
             else:
                 out[where] = taken
         return out
+
+    def _column_compiled(self, groups: _Groups, get, out: np.ndarray) -> bool:
+        """`_column` by the kernels; False where numpy does better (or numba cannot: float16).
+
+        numpy keeps consecutive rows (a slice copy) and dense rows of a single part
+        (`np.take(axis=0)` copies rows faster than a compiled loop); the kernels take the
+        1-d columns and, across parts, write rows straight to their positions.
+        """
+        if len(groups.parts) == 1:
+            if out.ndim != 1 or groups.spans[0] is not None:
+                return False
+            kernels.take_values(get(self.parts[groups.parts[0]]), groups.local[0], None, out)
+            return True
+        if get(self.parts[groups.parts[0]]).dtype == np.float16:
+            return False
+        take = kernels.take_values if out.ndim == 1 else kernels.take_rows
+        for p, local, where in zip(groups.parts, groups.local, groups.where):
+            take(get(self.parts[p]), local, where, out)
+        return True
 
     def _ones_lengths(self, n: int) -> torch.Tensor:
         if len(self._ones) < n:
@@ -160,8 +174,9 @@ class BatchGatherer:
             kjts = [self._kjt(*self._jagged(self._group(r), b), b) for r, _ in slices]
         else:
             values = np.empty((count, len(self.feature_names), b), np.int64)
+            dests = self._destinations(groups, b) if self.compiled else None
             for f, name in enumerate(self.feature_names):
-                if self.compiled and self._ids_compiled(groups, name, values, f):
+                if dests is not None and self._ids_compiled(groups, dests, name, values, f):
                     continue
                 values[:, f, :] = self._take(groups, n, lambda p, name=name: p.sparse[name]).reshape(count, b)
                 if name in self.modulo:
@@ -176,7 +191,12 @@ class BatchGatherer:
             for i in range(count)
         ]
 
-    def _ids_compiled(self, groups: _Groups, name: str, values: np.ndarray, f: int) -> bool:
+    def _destinations(self, groups: _Groups, b: int) -> list[np.ndarray | None]:
+        """Per part group, where its rows' ids go in the [batches, features, b] values (kernels)."""
+        nf = len(self.feature_names)
+        return [None if w is None else kernels.flat_destinations(w, nf, b) for w in groups.where]
+
+    def _ids_compiled(self, groups: _Groups, dests: list, name: str, values: np.ndarray, f: int) -> bool:
         """Feature f's ids of the slices into values[:, f, :] by the kernel; False if numpy must.
 
         Consecutive rows of one part stay with numpy: a slice copy beats any gather.
@@ -184,8 +204,8 @@ class BatchGatherer:
         if len(groups.parts) == 1 and groups.spans[0] is not None:
             return False
         modulo = self.modulo.get(name, 0)
-        for p, local, where in zip(groups.parts, groups.local, groups.where):
-            kernels.take_ids(self.parts[p].sparse[name], local, where, values, f, modulo)
+        for p, local, dest in zip(groups.parts, groups.local, dests):
+            kernels.take_ids(self.parts[p].sparse[name], local, dest, values, f, modulo)
         return True
 
     def _jagged(self, groups: _Groups, n: int) -> tuple[np.ndarray, np.ndarray]:

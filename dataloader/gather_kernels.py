@@ -42,23 +42,45 @@ def take_values(src, idx, where, out):
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
-def take_ids(src, idx, where, out, feature, modulo):
+def take_rows(src, idx, where, out):
+    """out[where[k], :] = src[idx[k], :] for a 2-d column (dense rows of one of several parts).
+
+    Rows of a single part go through `np.take(axis=0)` instead: its row copies beat this loop.
+    """
+    width = src.shape[1]
+    for k in range(idx.shape[0]):
+        r, pos = idx[k], where[k]
+        for j in range(width):
+            out[pos, j] = src[r, j]
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def take_ids(src, idx, dest, out, feature, modulo):
     """Ids of one one-hot feature into out[batch, feature, row] as int64 (folded by modulo if > 0).
 
-    out is [batches, features, batch_size]: gather position p is row p % batch_size of batch
-    p // batch_size, and each batch's ids are feature-major, as a KeyedJaggedTensor wants them.
+    out is [batches, features, batch_size], C-contiguous: gather position p is row
+    p % batch_size of batch p // batch_size, and each batch's ids are feature-major, as a
+    KeyedJaggedTensor wants them. `dest` (several parts) holds, for each idx, the flat
+    index in `out` of its feature-0 value (see `flat_destinations`), so the loop does no
+    division.
     """
     b = out.shape[2]
-    if where is None:
+    if dest is None:
         for i in range(out.shape[0]):
             for j in range(b):
                 v = np.int64(src[idx[i * b + j]])
                 out[i, feature, j] = v % modulo if modulo > 0 else v
     else:
+        flat = out.reshape(out.size)
+        shift = feature * b
         for k in range(idx.shape[0]):
-            p = where[k]
             v = np.int64(src[idx[k]])
-            out[p // b, feature, p % b] = v % modulo if modulo > 0 else v
+            flat[dest[k] + shift] = v % modulo if modulo > 0 else v
+
+
+def flat_destinations(where: np.ndarray, features: int, batch_size: int) -> np.ndarray:
+    """Flat index in a [batches, features, batch_size] array of feature 0 at each gather position."""
+    return (where // batch_size) * (features * batch_size) + where % batch_size
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
@@ -78,13 +100,18 @@ def group_by_part(rows, part_starts):
     counts = np.zeros(parts, np.int64)
     for i in range(n):
         r = rows[i]
-        lo, hi = 0, parts - 1
-        while lo < hi:  # last part whose start is <= r
-            mid = (lo + hi + 1) >> 1
-            if part_starts[mid] <= r:
-                lo = mid
-            else:
-                hi = mid - 1
+        # Last part whose start is <= r, without branches on the data (they mispredict on
+        # shuffled rows): count the starts <= r for a few parts, else a fixed-step search.
+        lo = 0
+        if parts <= 32:
+            for p in range(1, parts):
+                lo += part_starts[p] <= r
+        else:
+            size = parts
+            while size > 1:
+                half = size >> 1
+                lo += half * (part_starts[lo + half] <= r)
+                size -= half
         part_of[i] = lo
         counts[lo] += 1
     fill = np.empty(parts, np.int64)

@@ -86,13 +86,16 @@ def test_compiled_modulo_folds_raw_ids_like_numpy(monkeypatch, tmp_path: Path):
     assert int(values.min()) >= 0 and int(values.max()) < 7
 
 
-def test_group_by_part_matches_a_stable_sort():
-    rng = np.random.default_rng(0)
-    part_starts = np.array([0, 5, 5, 40, 41, 100], np.int64)  # one empty part
-    rows = rng.integers(0, 100, 500).astype(np.int64)
+@pytest.mark.parametrize("num_parts", [5, 40])  # a count of starts, then a binary search
+def test_group_by_part_matches_a_stable_sort(num_parts: int):
+    rng = np.random.default_rng(num_parts)
+    sizes = rng.integers(0, 30, num_parts)
+    sizes[1] = 0  # an empty part
+    part_starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    rows = rng.integers(0, part_starts[-1], 500).astype(np.int64)
     counts, where, local = gather_kernels.group_by_part(rows, part_starts)
     part_of = np.searchsorted(part_starts, rows, side="right") - 1
     order = np.argsort(part_of, kind="stable")
-    assert counts.tolist() == np.bincount(part_of, minlength=5).tolist()
+    assert counts.tolist() == np.bincount(part_of, minlength=num_parts).tolist()
     assert where.tolist() == order.tolist()
     assert local.tolist() == (rows[order] - part_starts[part_of[order]]).tolist()

@@ -69,6 +69,7 @@ class BatchLoader:
         pin_memory: bool = False,
         device: torch.device | None = None,
         gather_rows: int = ROWS_PER_GATHER,
+        compiled: bool | None = None,
     ) -> None:
         self.source = source
         self.spec = spec
@@ -78,7 +79,7 @@ class BatchLoader:
         self.pin_memory, self.device = pin_memory, device
         self.num_samples: int = spec.num_samples
         """Real (unpadded) samples in the split."""
-        self._gatherer = BatchGatherer(source.parts, source.feature_names, source.multi_hot, source.modulo)
+        self._gatherer = BatchGatherer(source.parts, source.feature_names, source.multi_hot, source.modulo, compiled)
         self._order: EpochOrder | None = None
         # Batches gathered together: about one shuffle window of this rank's rows (see batch.py).
         self._run_batches = max(1, gather_rows // self.local_batch_size)
@@ -215,6 +216,7 @@ def build_loader(
     group_segments: int = DEFAULT_GROUP_SEGMENTS,
     hashes: list[int] | None = None,
     gather_rows: int = ROWS_PER_GATHER,
+    compiled: bool | None = None,
 ) -> BatchLoader:
     """Open `split` of the dataset in `directory` and return this rank's loader.
 
@@ -231,6 +233,8 @@ def build_loader(
         block_rows, window_blocks, segment_blocks, group_segments: shuffle levels (dataloader/order.py).
         gather_rows: rows of this rank gathered in one go (consecutive batches; memory ~260 B/row).
         hashes: torchrec npy layout only: per-feature (or one) hash size to fold raw ids into.
+        compiled: gather with the numba kernels (default: when numba imports; False: numpy
+            only, the same batches, slower; dataloader/gather_kernels.py).
     """
     if world_size <= 0 or not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
@@ -252,5 +256,5 @@ def build_loader(
     dev = torch.device(device) if device is not None else None
     return BatchLoader(
         source, spec, rank, world_size, epoch=epoch, num_workers=num_workers, prefetch=prefetch,
-        pin_memory=pin_memory, device=dev, gather_rows=gather_rows,
+        pin_memory=pin_memory, device=dev, gather_rows=gather_rows, compiled=compiled,
     )

@@ -4,7 +4,9 @@ What is measured, on one thread (torch.set_num_threads(1), no prefetch workers),
 file in the page cache, global batch 8192, world size 1:
 
 - shardrec's loader on one-hot Criteo-shaped data (13 dense, 26 sparse with the Kaggle
-  cardinalities, label), shuffle on (the default) and off;
+  cardinalities, label), shuffle on (the default) and off, and shuffle on with its numpy
+  gathers instead of the compiled kernels (`compiled=False`: the same batches; the kernels'
+  same-run baseline); `--parts N` splits the data into N parts, as real datasets are;
 - the roofline: this machine's memory-copy speed (large np.copyto) divided by the bytes the
   loader reads per row;
 - torchrec's InMemoryBinaryCriteoIterDataPipe on the same rows in torchrec's npy layout,
@@ -38,8 +40,9 @@ KAGGLE_CARDINALITIES = (
 NUM_DENSE = 13
 
 
-def write_bench_data(directory: Path, rows: int, seed: int = 0) -> tuple[Path, Path]:
-    """Write the same random Criteo-shaped rows as a shardrec dataset and in torchrec's layout."""
+def write_bench_data(directory: Path, rows: int, seed: int = 0, parts: int = 1) -> tuple[Path, Path]:
+    """Write the same random Criteo-shaped rows as a shardrec dataset (`parts` parts) and in
+    torchrec's layout (one day)."""
     from shardrec.dataloader.format import Manifest, SparseFeature, SplitInfo, smallest_uint, write_part
 
     rng = np.random.default_rng(seed)
@@ -49,9 +52,13 @@ def write_bench_data(directory: Path, rows: int, seed: int = 0) -> tuple[Path, P
     names = [f"C{i + 1}" for i in range(len(KAGGLE_CARDINALITIES))]
     ours, theirs = directory / "shardrec", directory / "torchrec"
     sparse = {n: ids[:, i].astype(smallest_uint(c - 1)) for i, (n, c) in enumerate(zip(names, KAGGLE_CARDINALITIES))}
-    part = write_part(ours / "train" / "part-00000", labels, dense, sparse)
+    bounds = [rows * k // parts for k in range(parts + 1)]
+    written = [
+        write_part(ours / "train" / f"part-{k:05d}", labels[a:b], dense[a:b], {n: v[a:b] for n, v in sparse.items()})
+        for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))
+    ]
     features = [SparseFeature(n, c, str(smallest_uint(c - 1))) for n, c in zip(names, KAGGLE_CARDINALITIES)]
-    Manifest([f"I{i + 1}" for i in range(NUM_DENSE)], features, {"train": SplitInfo(rows, [part])}).save(ours)
+    Manifest([f"I{i + 1}" for i in range(NUM_DENSE)], features, {"train": SplitInfo(rows, written)}).save(ours)
     theirs.mkdir(parents=True, exist_ok=True)
     np.save(theirs / "day_0_dense.npy", dense)
     np.save(theirs / "day_0_sparse.npy", ids)
@@ -145,13 +152,16 @@ def _ratios(best: dict[str, float], roofline: float) -> dict[str, float]:
     return {
         "shardrec_vs_torchrec_shuffle": round(best["shardrec_shuffle"] / best["torchrec_shuffle"], 2),
         "shardrec_vs_torchrec_no_shuffle": round(best["shardrec_no_shuffle"] / best["torchrec_no_shuffle"], 2),
+        "shardrec_compiled_vs_numpy_shuffle": round(best["shardrec_shuffle"] / best["shardrec_shuffle_numpy"], 2),
         "shardrec_shuffle_vs_torchrec_no_shuffle": round(best["shardrec_shuffle"] / best["torchrec_no_shuffle"], 2),
         "shardrec_shuffle_fraction_of_roofline": round(best["shardrec_shuffle"] / roofline, 3),
         "shardrec_no_shuffle_fraction_of_roofline": round(best["shardrec_no_shuffle"] / roofline, 3),
     }
 
 
-def run_bench(rows: int, global_batch: int, rounds: int, max_batches: int, work_dir: Path | None) -> dict[str, Any]:
+def run_bench(
+    rows: int, global_batch: int, rounds: int, max_batches: int, work_dir: Path | None, parts: int = 1
+) -> dict[str, Any]:
     import torch
     from torchrec.datasets.criteo import InMemoryBinaryCriteoIterDataPipe
 
@@ -161,7 +171,7 @@ def run_bench(rows: int, global_batch: int, rounds: int, max_batches: int, work_
     tmp = Path(tempfile.mkdtemp(prefix="shardrec-bench-loader-", dir=work_dir))
     try:
         with console.status(f"writing {rows:,} Criteo-shaped rows in both layouts"):
-            ours, theirs = write_bench_data(tmp, rows)
+            ours, theirs = write_bench_data(tmp, rows, parts=parts)
             _warm(tmp)
         bytes_per_row = sum(p.stat().st_size for p in ours.rglob("*.npy")) / rows
         gbps = memcpy_gbps()
@@ -175,8 +185,10 @@ def run_bench(rows: int, global_batch: int, rounds: int, max_batches: int, work_
         }
         torchrec_load_s = (time.perf_counter() - load_start) / 2
         loaders = {s: build_loader(ours, "train", global_batch_size=global_batch, rank=0, world_size=1, shuffle=s) for s in (True, False)}
+        numpy_loader = build_loader(ours, "train", global_batch_size=global_batch, rank=0, world_size=1, compiled=False)
         runs: dict[str, Callable[[], float]] = {
             "shardrec_shuffle": lambda: _rows_per_second(loaders[True], max_batches),
+            "shardrec_shuffle_numpy": lambda: _rows_per_second(numpy_loader, max_batches),
             "torchrec_shuffle": lambda: _rows_per_second(pipes[True], max_batches),
             "shardrec_no_shuffle": lambda: _rows_per_second(loaders[False], max_batches),
             "torchrec_no_shuffle": lambda: _rows_per_second(pipes[False], max_batches),
@@ -189,6 +201,7 @@ def run_bench(rows: int, global_batch: int, rounds: int, max_batches: int, work_
     roofline = gbps * 1e9 / bytes_per_row
     return {
         "rows": rows,
+        "parts": parts,
         "global_batch": global_batch,
         "threads": 1,
         "bytes_per_row": round(bytes_per_row, 1),
@@ -211,14 +224,17 @@ def bench_loader(
     rounds: Annotated[int, typer.Option(help="Interleaved rounds per configuration; the best counts.")] = 5,
     max_batches: Annotated[int, typer.Option("--max-batches", help="Batches timed per run (at most one epoch).")] = 200,
     work_dir: Annotated[Path | None, typer.Option("--work-dir", help="Where to write the temporary data (default: system temp).")] = None,
+    parts: Annotated[int, typer.Option(help="Parts the shardrec dataset is split into (real datasets have many).")] = 1,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Loader rows/s as torchrec Batches on one thread, vs the memcpy roofline and torchrec's pipe."""
     if rows < 2 * global_batch or global_batch <= 0 or rounds <= 0 or max_batches <= 0:
         fail(f"need --rows >= 2 x --global-batch and positive --rounds/--max-batches, got {rows}, {global_batch}, {rounds}, {max_batches}")
+    if not 1 <= parts <= rows:
+        fail(f"--parts must be in [1, --rows], got {parts}")
     if work_dir is not None and not work_dir.is_dir():
         fail(f"--work-dir {work_dir}: not a directory")
-    result = run_bench(rows, global_batch, rounds, max_batches, work_dir)
+    result = run_bench(rows, global_batch, rounds, max_batches, work_dir, parts)
     if json_out:
         print_json(result)
         return
@@ -228,7 +244,7 @@ def bench_loader(
 def _print_table(r: dict[str, Any]) -> None:
     from rich.table import Table
 
-    table = Table(title=f"loader, {r['rows']:,} rows, global batch {r['global_batch']}, 1 thread (best of {r['rounds']})")
+    table = Table(title=f"loader, {r['rows']:,} rows in {r['parts']} part(s), global batch {r['global_batch']}, 1 thread (best of {r['rounds']})")
     table.add_column("configuration")
     table.add_column("M rows/s", justify="right")
     for name, value in r["rows_per_s"].items():

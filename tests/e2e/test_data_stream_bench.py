@@ -9,16 +9,21 @@ from shardrec.tools.cli import app
 
 @pytest.mark.slow
 def test_bench_loader_reports_rates_and_ratios_against_same_run_baselines(tmp_path: Path):
-    args = ["bench", "loader", "--rows", "20000", "--global-batch", "1024", "--rounds", "1", "--max-batches", "4"]
+    args = ["bench", "loader", "--rows", "20000", "--global-batch", "1024", "--rounds", "1", "--max-batches", "4", "--parts", "3"]
     result = CliRunner().invoke(app, [*args, "--work-dir", str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output
     r = json.loads(result.stdout)
-    assert set(r["rows_per_s"]) == {"shardrec_shuffle", "torchrec_shuffle", "shardrec_no_shuffle", "torchrec_no_shuffle"}
+    assert set(r["rows_per_s"]) == {"shardrec_shuffle", "shardrec_shuffle_numpy", "torchrec_shuffle", "shardrec_no_shuffle", "torchrec_no_shuffle"}
+    assert r["parts"] == 3
     assert all(v > 0 for v in r["rows_per_s"].values())
     ratio = r["rows_per_s"]["shardrec_shuffle"] / r["rows_per_s"]["torchrec_shuffle"]
     assert abs(r["ratios"]["shardrec_vs_torchrec_shuffle"] - ratio) < 0.01
+    kernels = r["rows_per_s"]["shardrec_shuffle"] / r["rows_per_s"]["shardrec_shuffle_numpy"]
+    assert abs(r["ratios"]["shardrec_compiled_vs_numpy_shuffle"] - kernels) < 0.01
     assert r["bytes_per_row"] > 100 and r["roofline_rows_per_s"] > 0
     assert 0.5 < r["shuffle_quality_drifting_labels"]["ratio"] < 3
     assert list(tmp_path.iterdir()) == []  # the generated data is removed
     bad = CliRunner().invoke(app, ["bench", "loader", "--rows", "100", "--global-batch", "1024"])
     assert bad.exit_code == 1 and "--rows >= 2 x --global-batch" in bad.output
+    bad = CliRunner().invoke(app, ["bench", "loader", "--parts", "0"])
+    assert bad.exit_code == 1 and "--parts must be in [1, --rows], got 0" in bad.output

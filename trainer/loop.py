@@ -57,19 +57,20 @@ class _Window:
 
     def report(self, step: int) -> StepStats:
         """All ranks together: raise NonFiniteLossError if any rank saw NaN/inf, else the stats."""
-        # Encoded so that one SUM all-reduce also yields the earliest bad step (max of -step).
-        bad = torch.tensor([float(self.first_bad > 0), -float(self.first_bad or step + 1)], dtype=torch.float64)
-        sums = torch.stack([self.loss.nan_to_num(0.0, 0.0, 0.0), self.samples])
+        mine = torch.stack([self.loss.nan_to_num(0.0, 0.0, 0.0), self.samples, torch.tensor(float(self.first_bad))])
+        rows = [mine]
         if dist.is_initialized() and dist.get_world_size() > 1:
-            dist.all_reduce(sums)
-            dist.all_reduce(bad[:1])
-            dist.all_reduce(bad[1:], op=dist.ReduceOp.MAX)
-        if bad[0] > 0:
+            rows = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+            dist.all_gather(rows, mine)  # one collective: sums and the earliest bad step from it
+        table = torch.stack(rows)
+        bad = table[:, 2][table[:, 2] > 0]
+        if bad.numel():
             raise NonFiniteLossError(
-                f"step {int(-bad[1])}: the loss is NaN or infinite on {int(bad[0])} rank(s); stopped without "
+                f"step {int(bad.min())}: the loss is NaN or infinite on {bad.numel()} rank(s); stopped without "
                 "saving (the last checkpoint is the last good state); lower the learning rates?"
             )
-        stats = StepStats(step, float(sums[0]) / max(float(sums[1]), 1.0), int(sums[1]), self.steps)
+        loss, samples = float(table[:, 0].sum()), float(table[:, 1].sum())
+        stats = StepStats(step, loss / max(samples, 1.0), int(samples), self.steps)
         self.__init__()  # type: ignore[misc]
         return stats
 

@@ -1,4 +1,5 @@
-"""Compiled (numba) kernels of preprocessing's hot loop: the row parser and id hashing.
+"""Compiled (numba) kernels of preprocessing's hot loops: the row parser, id hashing into
+the part's columns, newline and id counting.
 
 The row parser is one pass over the bytes, with the same rules as the numpy parser.
 

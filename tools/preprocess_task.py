@@ -1,8 +1,14 @@
 """One preprocessing task: read a byte range (or a gzip file), parse, map ids, write parts.
 
 A task writes its parts, then a marker file (`.work/task-NNNNN.json`) recording what it
-wrote; both go to temporary names first and are renamed. A rerun skips every task whose
-marker exists, so a run killed at any point redoes only unfinished tasks.
+wrote; both go to temporary names first and are renamed, and the marker only once the parts
+are on disk (fsync). A rerun skips every task whose marker exists, so a run killed at any
+point redoes only unfinished tasks.
+
+Where the CPU goes (hashing mode, numba, one worker): the row parser is about 35-40%; the rest is
+hashing ids straight into the part's id columns, the log1p of dense values, the SHA-256 of
+every file (taken from memory while it is written) and the copy into the page cache. Pieces
+append their rows into the part's final arrays, so nothing is concatenated or cast twice.
 """
 
 from __future__ import annotations

@@ -66,6 +66,8 @@ class BatchGatherer:
         self.compiled = kernels.AVAILABLE if compiled is None else compiled
         if self.compiled and not kernels.AVAILABLE:
             raise ValueError("compiled gathers need numba, which does not import here")
+        # Per column, the parts' data addresses for the kernels that read rows of several parts.
+        self._tables: dict[str, tuple | None] = {}
 
     def _group(self, rows: np.ndarray) -> _Groups:
         if len(self.parts) == 1:
@@ -164,11 +166,12 @@ class BatchGatherer:
         assert all(len(r) == b for r, _ in slices), "slices must have equal sizes"
         rows = slices[0][0] if count == 1 else np.concatenate([r for r, _ in slices])
         n = count * b
+        if self.compiled and not self.multi_hot and len(self.parts) > 1:
+            located = kernels.locate(rows, self._part_starts)
+            if located[0].min() != located[0].max():
+                return self._batches(slices, *self._gather_located(located, count, b))
         groups = self._group(rows)
         labels = self._column(groups, n, lambda p: p.labels, np.empty(n, np.float32))
-        for i, (_, real) in enumerate(slices):
-            if real < b:
-                labels[i * b + real : (i + 1) * b] = PAD_LABEL
         dense = self._column(groups, n, lambda p: p.dense, np.empty((n, self.num_dense), np.float32))
         if self.multi_hot:
             kjts = [self._kjt(*self._jagged(self._group(r), b), b) for r, _ in slices]
@@ -182,14 +185,74 @@ class BatchGatherer:
                 if name in self.modulo:
                     np.remainder(values[:, f, :], self.modulo[name], out=values[:, f, :])
             kjts = [self._kjt(values[i].reshape(-1), None, b) for i in range(count)]
+        return self._batches(slices, labels, dense, kjts)
+
+    def _batches(
+        self, slices: list[tuple[np.ndarray, int]], labels: np.ndarray, dense: np.ndarray, kjts: list[KeyedJaggedTensor]
+    ) -> list[Batch]:
+        """Cut the gathered columns into one Batch per slice; padding rows get PAD_LABEL."""
+        b = len(slices[0][0])
+        for i, (_, real) in enumerate(slices):
+            if real < b:
+                labels[i * b + real : (i + 1) * b] = PAD_LABEL
         return [
             Batch(
                 dense_features=torch.from_numpy(dense[i * b : (i + 1) * b]),
                 sparse_features=kjts[i],
                 labels=torch.from_numpy(labels[i * b : (i + 1) * b]),
             )
-            for i in range(count)
+            for i in range(len(slices))
         ]
+
+    def _table(self, key: str, get) -> tuple | None:
+        """(empty array of the column's dtype, data address and row stride of each part), or
+        None where the kernels cannot read the parts as one column (dtypes or layouts differ,
+        float16, which numba cannot convert)."""
+        if key not in self._tables:
+            cols = [get(p) for p in self.parts]
+            first = cols[0]
+            same = all(c.dtype == first.dtype and c.strides[1:] == first.strides[1:] for c in cols)
+            self._tables[key] = None
+            if same and first.dtype != np.float16:
+                addresses = np.array([c.ctypes.data for c in cols], np.int64)
+                self._tables[key] = (first[:0].reshape(-1), addresses, np.array([c.strides[0] for c in cols], np.int64))
+        return self._tables[key]
+
+    def _gather_located(self, located: tuple[np.ndarray, np.ndarray], count: int, b: int):
+        """Labels, dense and one-hot ids of rows spread over several parts, each written once,
+        in order (no grouping by part, no scattered writes)."""
+        n = count * b
+        part_of, local = located
+        labels = np.empty(n, np.float32)
+        table = self._table("label.npy", lambda p: p.labels)
+        if table is None:
+            self._column(self._group_located(part_of, local), n, lambda p: p.labels, labels)
+        else:
+            kernels.take_values_parts(*table, part_of, local, labels)
+        dense = np.empty((n, self.num_dense), np.float32)
+        table = self._table("dense.npy", lambda p: p.dense)
+        if table is None:  # float16 dense: numpy, part by part
+            self._column(self._group_located(part_of, local), n, lambda p: p.dense, dense)
+        else:
+            item_stride = self.parts[0].dense.strides[1]
+            kernels.take_rows_parts(*table[:3], item_stride, part_of, local, dense)
+        values = np.empty((count, len(self.feature_names), b), np.int64)
+        for f, name in enumerate(self.feature_names):
+            table = self._table(name, lambda p, name=name: p.sparse[name])
+            if table is None:
+                values[:, f, :] = self._take(self._group_located(part_of, local), n, lambda p, name=name: p.sparse[name]).reshape(count, b)
+                if name in self.modulo:
+                    np.remainder(values[:, f, :], self.modulo[name], out=values[:, f, :])
+            else:
+                kernels.take_ids_parts(*table, part_of, local, values, f, self.modulo.get(name, 0))
+        return labels, dense, [self._kjt(values[i].reshape(-1), None, b) for i in range(count)]
+
+    def _group_located(self, part_of: np.ndarray, local: np.ndarray) -> _Groups:
+        order = np.argsort(part_of, kind="stable")
+        used = np.unique(part_of)
+        bounds = np.searchsorted(part_of[order], np.concatenate([used, [used[-1] + 1]]))
+        wheres = [order[a:z] for a, z in zip(bounds[:-1], bounds[1:])]
+        return _Groups([int(p) for p in used], [local[w] for w in wheres], wheres)
 
     def _destinations(self, groups: _Groups, b: int) -> list[np.ndarray | None]:
         """Per part group, where its rows' ids go in the [batches, features, b] values (kernels)."""

@@ -20,7 +20,9 @@ from __future__ import annotations
 import numpy as np
 
 try:
-    from numba import njit
+    from llvmlite import ir
+    from numba import njit, types
+    from numba.extending import intrinsic
 
     AVAILABLE = True
 except ImportError:  # numba is a dependency; this only keeps a broken install usable (slower)
@@ -28,6 +30,25 @@ except ImportError:  # numba is a dependency; this only keeps a broken install u
 
     def njit(*args, **kwargs):
         return lambda f: f
+
+    def intrinsic(f):
+        return f
+
+
+@intrinsic
+def _load(typingctx, address, like):
+    """The value of like's dtype at a raw address: one column spread over several parts' maps.
+
+    numba has no fast container of arrays (a typed List costs ~20x per element), so the
+    kernels for rows of several parts take each part's data address and stride instead.
+    The caller keeps the arrays alive and the indices valid.
+    """
+    dtype = like.dtype
+
+    def codegen(context, builder, signature, args):
+        return builder.load(builder.inttoptr(args[0], context.get_data_type(dtype).as_pointer()))
+
+    return dtype(types.int64, like), codegen
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
@@ -128,3 +149,56 @@ def group_by_part(rows, part_starts):
         where[k] = i
         local[k] = rows[i] - part_starts[p]
     return counts, where, local
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def locate(rows, part_starts):
+    """(part, row inside the part) of each global row; part_starts is [parts + 1]."""
+    n, parts = rows.shape[0], part_starts.shape[0] - 1
+    part_of = np.empty(n, np.int64)
+    local = np.empty(n, np.int64)
+    for i in range(n):
+        r = rows[i]
+        lo = 0  # last part whose start is <= r, without branches on the data
+        if parts <= 32:
+            for p in range(1, parts):
+                lo += part_starts[p] <= r
+        else:
+            size = parts
+            while size > 1:
+                half = size >> 1
+                lo += half * (part_starts[lo + half] <= r)
+                size -= half
+        part_of[i] = lo
+        local[i] = r - part_starts[lo]
+    return part_of, local
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def take_values_parts(like, addresses, strides, part_of, local, out):
+    """out[k] = row local[k] of part part_of[k] of a 1-d column given by per-part address/stride."""
+    for k in range(out.shape[0]):
+        p = part_of[k]
+        out[k] = _load(addresses[p] + local[k] * strides[p], like)
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def take_rows_parts(like, addresses, strides, item_stride, part_of, local, out):
+    """out[k, :] = that row of a 2-d column (dense features) of several parts."""
+    for k in range(out.shape[0]):
+        p = part_of[k]
+        base = addresses[p] + local[k] * strides[p]
+        for j in range(out.shape[1]):
+            out[k, j] = _load(base + j * item_stride, like)
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def take_ids_parts(like, addresses, strides, part_of, local, out, feature, modulo):
+    """`take_ids` for rows of several parts: one pass, each id written once, in order."""
+    b = out.shape[2]
+    for i in range(out.shape[0]):
+        for j in range(b):
+            k = i * b + j
+            p = part_of[k]
+            v = np.int64(_load(addresses[p] + local[k] * strides[p], like))
+            out[i, feature, j] = v % modulo if modulo > 0 else v

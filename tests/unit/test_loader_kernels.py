@@ -99,3 +99,27 @@ def test_group_by_part_matches_a_stable_sort(num_parts: int):
     assert counts.tolist() == np.bincount(part_of, minlength=num_parts).tolist()
     assert where.tolist() == order.tolist()
     assert local.tolist() == (rows[order] - part_starts[part_of[order]]).tolist()
+
+
+def test_parts_the_kernels_cannot_read_as_one_column_fall_back_exactly(monkeypatch, tmp_path: Path):
+    from shardrec.dataloader.format import Manifest, SparseFeature, SplitInfo, write_part
+
+    rng = np.random.default_rng(4)
+    # float16 dense (numba cannot convert it) over several parts.
+    parts = [
+        write_part(tmp_path / "f16" / "train" / f"part-{i:05d}", rng.integers(0, 2, n).astype(np.uint8),
+                   rng.normal(size=(n, 3)).astype(np.float16), {"a": rng.integers(0, 200, n).astype(np.uint8)})
+        for i, n in enumerate((90, 70, 60))
+    ]  # fmt: skip
+    Manifest(["x", "y", "z"], [SparseFeature("a", 200, "uint8")], {"train": SplitInfo(220, parts)}, dense_dtype="float16").save(tmp_path / "f16")
+    compiled, plain = _both(monkeypatch, tmp_path / "f16", 2, global_batch_size=32)
+    _assert_same(compiled, plain, ["a"])
+    # torchrec days whose sparse dtypes differ (int32, then int64).
+    days = tmp_path / "days"
+    days.mkdir()
+    for d, (n, dtype) in enumerate(((80, np.int32), (70, np.int64), (10, np.int32))):
+        np.save(days / f"day_{d}_sparse.npy", rng.integers(0, 10**6, (n, 2)).astype(dtype))
+        np.save(days / f"day_{d}_dense.npy", rng.normal(size=(n, 13)).astype(np.float32))
+        np.save(days / f"day_{d}_labels.npy", rng.integers(0, 2, (n, 1)).astype(np.int32))
+    compiled, plain = _both(monkeypatch, days, 1, global_batch_size=16, hashes=[97, 1000])
+    _assert_same(compiled, plain, ["cat_0", "cat_1"])

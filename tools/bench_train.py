@@ -115,8 +115,8 @@ def rank_main(data: str, out: str, steps: int, rounds: int) -> None:
 
 
 def bench_train(
-    steps: Annotated[int, typer.Option(help="Steps per variant per round.")] = 10,
-    rounds: Annotated[int, typer.Option(help="Interleaved rounds; ratios are medians of same-round ratios.")] = 12,
+    steps: Annotated[int, typer.Option(help="Steps per variant per round (ours reports once per round, as at train.log_interval = 20).")] = 20,
+    rounds: Annotated[int, typer.Option(help="Interleaved rounds; ratios are medians of same-round ratios.")] = 8,
     rows: Annotated[int, typer.Option(help="Synthetic training rows (enough for (rounds + 2) x steps batches).")] = 0,
     nproc: Annotated[int, typer.Option(help="CPU ranks.")] = 2,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,

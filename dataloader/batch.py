@@ -177,9 +177,13 @@ class BatchGatherer:
             kjts = [self._kjt(*self._jagged(self._group(r), b), b) for r, _ in slices]
         else:
             values = np.empty((count, len(self.feature_names), b), np.int64)
-            dests = self._destinations(groups, b) if self.compiled else None
+            # Rows of one part in shuffled order: the kernel (several parts went to _gather_located;
+            # consecutive rows stay with numpy, a slice copy beats any gather).
+            compiled = self.compiled and len(groups.parts) == 1 and groups.spans[0] is None
             for f, name in enumerate(self.feature_names):
-                if dests is not None and self._ids_compiled(groups, dests, name, values, f):
+                if compiled:
+                    column = self.parts[groups.parts[0]].sparse[name]
+                    kernels.take_ids(column, groups.local[0], values, f, self.modulo.get(name, 0))
                     continue
                 values[:, f, :] = self._take(groups, n, lambda p, name=name: p.sparse[name]).reshape(count, b)
                 if name in self.modulo:
@@ -253,23 +257,6 @@ class BatchGatherer:
         bounds = np.searchsorted(part_of[order], np.concatenate([used, [used[-1] + 1]]))
         wheres = [order[a:z] for a, z in zip(bounds[:-1], bounds[1:])]
         return _Groups([int(p) for p in used], [local[w] for w in wheres], wheres)
-
-    def _destinations(self, groups: _Groups, b: int) -> list[np.ndarray | None]:
-        """Per part group, where its rows' ids go in the [batches, features, b] values (kernels)."""
-        nf = len(self.feature_names)
-        return [None if w is None else kernels.flat_destinations(w, nf, b) for w in groups.where]
-
-    def _ids_compiled(self, groups: _Groups, dests: list, name: str, values: np.ndarray, f: int) -> bool:
-        """Feature f's ids of the slices into values[:, f, :] by the kernel; False if numpy must.
-
-        Consecutive rows of one part stay with numpy: a slice copy beats any gather.
-        """
-        if len(groups.parts) == 1 and groups.spans[0] is not None:
-            return False
-        modulo = self.modulo.get(name, 0)
-        for p, local, dest in zip(groups.parts, groups.local, dests):
-            kernels.take_ids(self.parts[p].sparse[name], local, dest, values, f, modulo)
-        return True
 
     def _jagged(self, groups: _Groups, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Values and lengths ([features * n], feature-major) when some features are multi-hot."""

@@ -76,32 +76,17 @@ def take_rows(src, idx, where, out):
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
-def take_ids(src, idx, dest, out, feature, modulo):
+def take_ids(src, idx, out, feature, modulo):
     """Ids of one one-hot feature into out[batch, feature, row] as int64 (folded by modulo if > 0).
 
-    out is [batches, features, batch_size], C-contiguous: gather position p is row
-    p % batch_size of batch p // batch_size, and each batch's ids are feature-major, as a
-    KeyedJaggedTensor wants them. `dest` (several parts) holds, for each idx, the flat
-    index in `out` of its feature-0 value (see `flat_destinations`), so the loop does no
-    division.
+    out is [batches, features, batch_size]: gather position p is row p % batch_size of batch
+    p // batch_size, and each batch's ids are feature-major, as a KeyedJaggedTensor wants them.
     """
     b = out.shape[2]
-    if dest is None:
-        for i in range(out.shape[0]):
-            for j in range(b):
-                v = np.int64(src[idx[i * b + j]])
-                out[i, feature, j] = v % modulo if modulo > 0 else v
-    else:
-        flat = out.reshape(out.size)
-        shift = feature * b
-        for k in range(idx.shape[0]):
-            v = np.int64(src[idx[k]])
-            flat[dest[k] + shift] = v % modulo if modulo > 0 else v
-
-
-def flat_destinations(where: np.ndarray, features: int, batch_size: int) -> np.ndarray:
-    """Flat index in a [batches, features, batch_size] array of feature 0 at each gather position."""
-    return (where // batch_size) * (features * batch_size) + where % batch_size
+    for i in range(out.shape[0]):
+        for j in range(b):
+            v = np.int64(src[idx[i * b + j]])
+            out[i, feature, j] = v % modulo if modulo > 0 else v
 
 
 @njit(cache=True, nogil=True, boundscheck=False)

@@ -59,7 +59,13 @@ def _assert_same(a: list[list], b: list[list], names: list[str]) -> None:
 
 @pytest.mark.parametrize(
     "world_size, kw",
-    [(1, {}), (2, {"tail": "pad", "global_batch_size": 96}), (2, {"shuffle": False}), (4, {"num_workers": 2})],
+    [
+        (1, {}),
+        (2, {"tail": "pad", "global_batch_size": 96}),
+        (2, {"shuffle": False}),
+        (4, {"num_workers": 2}),
+        (1, {"window_blocks": 1, "global_batch_size": 16, "gather_rows": 16}),  # shuffled runs inside one part
+    ],
 )
 def test_compiled_gathers_equal_numpy_across_parts(monkeypatch, data: Path, world_size: int, kw: dict):
     compiled, plain = _both(monkeypatch, data, world_size, **kw)

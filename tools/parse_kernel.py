@@ -150,8 +150,9 @@ _U = (np.uint64(0), np.uint64(4), np.uint64(6), np.uint64(8), np.uint64(16), np.
 def _hex8_swar(buf, s):
     """(value, ok) of the 8 hex characters at buf[s:s+8], decoded as one 64-bit word."""
     w = np.uint64(0)
-    for k in range(8):  # LLVM folds these byte loads into one unaligned load
-        w |= np.uint64(buf[s + k]) << np.uint64(8 * k)
+    p = np.uint64(s)  # an unsigned index has no negative-index fix-up, so LLVM can fold
+    for k in range(8):  # these eight byte loads into one unaligned 64-bit load
+        w |= np.uint64(buf[p + np.uint64(k)]) << np.uint64(8 * k)
     xh, yh = w | _H, w | _LOWER
     digit = (xh - np.uint64(0x30) * _L) & ~(xh - np.uint64(0x3A) * _L)
     alpha = (yh - np.uint64(0x61) * _L) & ~(yh - np.uint64(0x67) * _L)
@@ -174,21 +175,22 @@ def parse_rows(buf, dec, hexv, nd, ns, labels, dense, dmiss, sparse, smiss, reas
         ee = e - 2 if (e - i == 3 and buf[e - 1] == 48 and buf[e - 2] == 46) else e
         label_bad = not (ee - i == 1 and (buf[i] == 48 or buf[i] == 49))
         labels[row] = 0 if label_bad else buf[i] - 48
-        f, first_int, first_hex = 1, -1, -1
+        f, first_int, first_hex, ur = 1, -1, -1, np.uint64(row)
         while buf[j] != 10 and f < nf:
             s = j + 1
             if f <= nd:
+                c = np.uint64(f - 1)  # unsigned indices: no negative-index fix-ups in the stores
                 if dec[buf[s]] == END or (buf[s] == 13 and buf[s + 1] == 10):
-                    dense[row, f - 1], dmiss[row, f - 1], j = 0, True, _field_end(buf, s, dec)
+                    dense[ur, c], dmiss[ur, c], j = 0, True, _field_end(buf, s, dec)
                 else:
                     v, ok, j = _scan_int(buf, s, dec)
-                    dense[row, f - 1], dmiss[row, f - 1] = v, False
+                    dense[ur, c], dmiss[ur, c] = v, False
                     if not ok and first_int < 0:
                         first_int = f
             else:
-                k = f - 1 - nd
+                k = np.uint64(f - 1 - nd)
                 if hexv[buf[s]] == END or (buf[s] == 13 and buf[s + 1] == 10):
-                    sparse[row, k], smiss[row, k], j = np.uint64(0), True, _field_end(buf, s, hexv)
+                    sparse[ur, k], smiss[ur, k], j = np.uint64(0), True, _field_end(buf, s, hexv)
                 else:
                     ok = False
                     if s + 8 < n and hexv[buf[s + 8]] == END:  # Criteo's 8-character ids
@@ -196,7 +198,7 @@ def parse_rows(buf, dec, hexv, nd, ns, labels, dense, dmiss, sparse, smiss, reas
                         j = s + 8
                     if not ok:
                         h, ok, j = _scan_hex(buf, s, hexv)
-                    sparse[row, k], smiss[row, k] = h, False
+                    sparse[ur, k], smiss[ur, k] = h, False
                     if not ok and first_hex < 0:
                         first_hex = f
             f += 1

@@ -94,3 +94,29 @@ def test_stats_from_counts_equal_stats_from_sorted_bincount(monkeypatch, compile
 def test_stats_refuse_ids_outside_the_table():
     with pytest.raises(ValueError):
         id_counts([np.array([0, 1, 10], dtype=np.uint8)], 10)
+
+
+@pytest.mark.parametrize("delimiter", ["\t", ","])
+def test_word_at_a_time_integers_agree_with_the_numpy_parser(delimiter):
+    # The compiled parser decodes 1-7 digit integers as one 64-bit word and falls back to its
+    # byte loop for everything else; both must give the numpy parser's rows.
+    from shardrec.tools.criteo_parse import Schema, parse_chunk
+
+    schema = Schema(num_dense=5, num_sparse=1, delimiter=delimiter)
+    values = ["", "0", "7", "00", "0000005", "1234567", "12345678", "123456789", "99999999", "-1", "-0", "260.0",
+              "5.0", "1a", "a1", "9" * 18, "9" * 19, "\x80", "5\x00", "4/", "3:", "12 ", " 1", "0000000", "9999999"]  # fmt: skip
+    rng = np.random.default_rng(7)
+    rows = []
+    for _ in range(4000):
+        fields = [str(rng.integers(0, 2))] + [values[rng.integers(len(values))] for _ in range(5)] + ["ab"]
+        rows.append(delimiter.join(fields[: rng.integers(1, 8)]) + ("\r" if rng.random() < 0.05 else ""))
+    rows += ["1", f"1{delimiter}1", f"1{delimiter}12", f"1{delimiter}1234567"]  # integers in the text's last bytes
+    text = ("\n".join(rows) + "\n").encode()
+    a, b = parse_chunk(text, schema, engine="compiled"), parse_chunk(text, schema, engine="numpy")
+    for name in ("reason", "bad_field", "row_start", "row_end"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+    ok = a.ok
+    assert 0.2 < ok.mean() < 0.9
+    for name in ("labels", "dense", "dense_missing"):
+        np.testing.assert_array_equal(getattr(a, name)[ok], getattr(b, name)[ok], err_msg=name)
+    assert a.dense[-1, 0] == 1234567 and a.ok[-4:].all()

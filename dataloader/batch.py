@@ -1,10 +1,11 @@
 """Turn global row indices into a torchrec `Batch`: compiled or numpy gathers, no per-row Python.
 
-Per batch the work is one gather per column of each part touched (memory-mapped, so only
-the rows asked for are read), written straight into a preallocated int64 values array for
-all sparse features, and one `torch.from_numpy` per tensor. The gathers are the numba
-kernels of gather_kernels.py (one pass: read, cast, write in place); without numba, numpy's
-`np.take` plus a casting copy do the same (the unit tests hold both to identical batches).
+Per batch the work is one gather per column (memory-mapped, so only the rows asked for are
+read), written straight into a preallocated int64 values array for all sparse features,
+and one `torch.from_numpy` per tensor. The gathers are the numba kernels of
+gather_kernels.py (one pass: read, cast, write in place; rows of several parts in one
+in-order pass per column); without numba, or with `compiled=False`, numpy's `np.take` per
+part plus casting copies do the same (the unit tests hold both to identical batches).
 Consecutive rows (no shuffle) are copied as slices either way. One-hot features share a
 cached all-ones lengths tensor, as torchrec's own Criteo pipe does, so the
 KeyedJaggedTensor needs no sync.
@@ -69,13 +70,17 @@ class BatchGatherer:
         # Per column, the parts' data addresses for the kernels that read rows of several parts.
         self._tables: dict[str, tuple | None] = {}
 
-    def _group(self, rows: np.ndarray) -> _Groups:
+    def _part_range(self, rows: np.ndarray) -> tuple[int, int]:
+        """First and last part holding any of the rows (parts are consecutive row ranges)."""
         if len(self.parts) == 1:
-            return _Groups([0], [rows], [None])
-        part_of = np.searchsorted(self._part_starts, rows, side="right") - 1
-        first, last = int(part_of.min()), int(part_of.max())
+            return 0, 0
+        ends = np.searchsorted(self._part_starts, [rows.min(), rows.max()], side="right") - 1
+        return int(ends[0]), int(ends[1])
+
+    def _group(self, rows: np.ndarray) -> _Groups:
+        first, last = self._part_range(rows)
         if first == last:
-            return _Groups([first], [rows - self._part_starts[first]], [None])
+            return _Groups([first], [rows - self._part_starts[first] if first else rows], [None])
         if self.compiled:
             counts, where, local = kernels.group_by_part(rows, self._part_starts)
             bounds = np.concatenate([[0], np.cumsum(counts)])
@@ -83,6 +88,7 @@ class BatchGatherer:
             return _Groups(
                 used, [local[bounds[p] : bounds[p + 1]] for p in used], [where[bounds[p] : bounds[p + 1]] for p in used]
             )
+        part_of = np.searchsorted(self._part_starts, rows, side="right") - 1
         order = np.argsort(part_of, kind="stable")
         bounds = np.searchsorted(part_of[order], np.arange(first, last + 2))
         parts, local, wheres = [], [], []
@@ -166,10 +172,9 @@ class BatchGatherer:
         assert all(len(r) == b for r, _ in slices), "slices must have equal sizes"
         rows = slices[0][0] if count == 1 else np.concatenate([r for r, _ in slices])
         n = count * b
-        if self.compiled and not self.multi_hot and len(self.parts) > 1:
+        if self.compiled and not self.multi_hot and len(set(self._part_range(rows))) > 1:
             located = kernels.locate(rows, self._part_starts)
-            if located[0].min() != located[0].max():
-                return self._batches(slices, *self._gather_located(located, count, b))
+            return self._batches(slices, *self._gather_located(located, count, b))
         groups = self._group(rows)
         labels = self._column(groups, n, lambda p: p.labels, np.empty(n, np.float32))
         dense = self._column(groups, n, lambda p: p.dense, np.empty((n, self.num_dense), np.float32))

@@ -69,6 +69,8 @@ class BatchGatherer:
             raise ValueError("compiled gathers need numba, which does not import here")
         # Per column, the parts' data addresses for the kernels that read rows of several parts.
         self._tables: dict[str, tuple | None] = {}
+        self._part_dtype = np.uint8 if len(parts) <= 1 << 8 else np.uint16 if len(parts) <= 1 << 16 else np.int64
+        self._local_dtype = np.int32 if max(p.rows for p in parts) < 1 << 31 else np.int64
 
     def _part_range(self, rows: np.ndarray) -> tuple[int, int]:
         """First and last part holding any of the rows (parts are consecutive row ranges)."""
@@ -173,7 +175,8 @@ class BatchGatherer:
         rows = slices[0][0] if count == 1 else np.concatenate([r for r, _ in slices])
         n = count * b
         if self.compiled and not self.multi_hot and len(set(self._part_range(rows))) > 1:
-            located = kernels.locate(rows, self._part_starts)
+            located = (np.empty(n, self._part_dtype), np.empty(n, self._local_dtype))
+            kernels.locate(rows, self._part_starts, *located)
             return self._batches(slices, *self._gather_located(located, count, b))
         groups = self._group(rows)
         labels = self._column(groups, n, lambda p: p.labels, np.empty(n, np.float32))

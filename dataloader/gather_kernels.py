@@ -144,11 +144,13 @@ def group_by_part(rows, part_starts):
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
-def locate(rows, part_starts):
-    """(part, row inside the part) of each global row; part_starts is [parts + 1]."""
+def locate(rows, part_starts, part_of, local):
+    """Fill part_of and local with the part and the row inside it of each global row.
+
+    part_starts is [parts + 1]. The caller picks the narrowest dtypes that hold them: every
+    column's kernel reads both arrays again, so their bytes count 26 times per row.
+    """
     n, parts = rows.shape[0], part_starts.shape[0] - 1
-    part_of = np.empty(n, np.int64)
-    local = np.empty(n, np.int64)
     for i in range(n):
         r = rows[i]
         lo = 0  # last part whose start is <= r, without branches on the data
@@ -163,7 +165,6 @@ def locate(rows, part_starts):
                 size -= half
         part_of[i] = lo
         local[i] = r - part_starts[lo]
-    return part_of, local
 
 
 @njit(cache=True, nogil=True, boundscheck=False)

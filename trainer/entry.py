@@ -64,7 +64,28 @@ def rank_main(
             print(f"error: {e}", file=sys.stderr)
         shutdown()
         raise typer.Exit(1)
+    _exit_cleanly()
+
+
+def _exit_cleanly() -> None:
+    """End a successful rank without interpreter teardown.
+
+    Every file is written and closed by now. Tearing down the interpreter with gloo's worker
+    threads still holding tensors occasionally aborts the process ("terminate called without
+    an active exception", pytorch/pytorch#179291), which torchrun would report as a failed
+    run; so the ranks meet, destroy the process group, flush, and leave directly.
+    """
+    import torch.distributed as dist
+
+    from shardrec.trainer.dist import shutdown
+
+    if dist.is_initialized():
+        dist.barrier()
     shutdown()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def main() -> None:

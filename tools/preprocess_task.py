@@ -31,7 +31,11 @@ from shardrec.tools.preprocess_ids import Vocabulary, count_values, hash_ids, lo
 from shardrec.tools.preprocess_plan import Task, count_range_lines, header_end, open_text
 
 MAX_REPORTED = 5
-PIECE_BYTES = 16 << 20  # text parsed at once: big enough for numpy, small enough for caches
+PIECE_BYTES = 16 << 20  # text read at once (and parsed at once by the numpy fallback)
+# Text the compiled parser takes at once: its per-row arrays (~1.5x the text) stay below the
+# allocator's mmap threshold, so they are reused instead of faulted in and zeroed for every
+# piece, and are still in cache when hashing and the dense transform read them.
+PARSE_BYTES = 2 << 20
 WORK_DIR = ".work"
 
 
@@ -291,11 +295,46 @@ def _capacity(task: Task, opts: TaskOptions, piece_rows: int, piece_bytes: int, 
     return int(piece_rows * max(left, piece_bytes) / max(piece_bytes, 1) * 1.02) + 1024
 
 
+def _parse_pieces(data: memoryview, size: int) -> Iterator[memoryview]:
+    """Whole lines of `data` in views of about `size` bytes, each ending at a newline."""
+    arr = np.frombuffer(data, dtype=np.uint8)
+    start, n = 0, len(arr)
+    while n - start > size:
+        end = start + size
+        lo = max(start, end - 4096)  # lines are short: look back a little first
+        nl = np.flatnonzero(arr[lo:end] == 10)
+        if not len(nl):
+            lo = start
+            nl = np.flatnonzero(arr[lo:end] == 10)
+        cut = lo + int(nl[-1]) + 1 if len(nl) else end + int(np.argmax(arr[end:] == 10)) + 1
+        yield data[start:cut]
+        start = cut
+    if start < n:
+        yield data[start:]
+
+
+def _take_piece(task: Task, data: memoryview, line0: int, opts: TaskOptions, vocabs, groups, buffers: dict, result: TaskResult) -> int:
+    """Parse whole lines and append their kept rows to each split's part; returns the lines."""
+    chunk = parse_chunk(data, opts.schema)
+    _note_bad_rows(task, data, chunk, line0, result, opts)
+    for split, mask in _split_rows(task, line0, chunk.rows):
+        rows = mask & chunk.ok
+        idx = np.arange(chunk.rows) if rows.all() else np.flatnonzero(rows)
+        if not len(idx):
+            continue
+        if split not in buffers:
+            cap = _capacity(task, opts, chunk.rows, len(data), result.bytes)
+            buffers[split] = _PartColumns(cap, opts.schema.num_dense, opts.dense_dtype, groups)
+        _append(buffers[split], chunk, idx, opts, vocabs)
+    result.bytes += len(data)
+    return chunk.rows
+
+
 def run_task(task: Task, opts: TaskOptions, background_sync: bool = False) -> TaskResult:
     """Parse and write one task; writes its marker last. Returns what the marker holds.
 
-    Text is parsed in pieces of PIECE_BYTES (small arrays stay in the allocator's reuse
-    range) and written as one part per split per `chunk_bytes` of text.
+    Text is read in pieces of PIECE_BYTES, parsed in pieces of PARSE_BYTES (compiled parser)
+    and written as one part per split per `chunk_bytes` of text read.
 
     background_sync: return once the parts are written and renamed; their fsync and then the
     marker happen on a background thread while the caller parses the next task (call
@@ -309,21 +348,15 @@ def run_task(task: Task, opts: TaskOptions, background_sync: bool = False) -> Ta
     result = TaskResult(task.index, task.path)
     buffers: dict[str, _PartColumns] = {}
     line0, parts_written, since_flush = 0, 0, 0
-    for data in read_pieces(task):
-        chunk = parse_chunk(data, opts.schema)
-        _note_bad_rows(task, data, chunk, line0, result, opts)
-        for split, mask in _split_rows(task, line0, chunk.rows):
-            rows = mask & chunk.ok
-            idx = np.arange(chunk.rows) if rows.all() else np.flatnonzero(rows)
-            if not len(idx):
-                continue
-            if split not in buffers:
-                cap = _capacity(task, opts, chunk.rows, len(data), result.bytes)
-                buffers[split] = _PartColumns(cap, opts.schema.num_dense, opts.dense_dtype, groups)
-            _append(buffers[split], chunk, idx, opts, vocabs)
-        line0 += chunk.rows
-        result.bytes += len(data)
-        since_flush += len(data)
+    for piece in read_pieces(task):
+        seen = list(result.skipped)
+        for data in _parse_pieces(piece, PARSE_BYTES if parse_kernel.AVAILABLE else len(piece)):
+            line0 += _take_piece(task, data, line0, opts, vocabs, groups, buffers, result)
+        # Reasons first met in this piece are listed in REASONS order, as when a read piece was
+        # parsed at once: the manifest's bytes do not depend on PARSE_BYTES.
+        new = sorted((k for k in result.skipped if k not in seen), key=REASONS.index)
+        result.skipped = {k: result.skipped[k] for k in seen + new}
+        since_flush += len(piece)  # parts close on read pieces, as they always have
         if since_flush >= opts.chunk_bytes:
             _flush(out, task, parts_written, buffers, result, names, not background_sync)
             parts_written, since_flush = parts_written + 1, 0

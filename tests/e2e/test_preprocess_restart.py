@@ -144,3 +144,21 @@ def test_failed_background_fsync_fails_the_run_without_marking_the_task(raw: Pat
     assert not list((out / ".work").glob("task-*.json"))  # so no task is recorded as finished
     monkeypatch.undo()
     assert cli("preprocess", raw, "--out", out, *ARGS)["complete"]
+
+
+def test_output_does_not_depend_on_the_parse_piece_size(tmp_path: Path, monkeypatch):
+    from shardrec.tools import preprocess_task
+
+    lines = write_dataset(tmp_path / "raw", rows=3000, seed=12, max_vocab=500)[0].read_bytes().split(b"\n")
+    # Malformed rows met in reverse REASONS order, far apart: with small parse pieces each
+    # reason is first seen in a different piece.
+    for at, bad in ((2500, b"0" + b"\t" * 40), (1500, b"x" + b"\t" * 39), (500, b"1" + b"\t1" * 13 + b"\tzz" + b"\tab" * 25)):
+        lines.insert(at, bad)
+    text = tmp_path / "bad.tsv"
+    text.write_bytes(b"\n".join(lines))
+    one_task = ["--max-ids", "5000"]  # one task, one read piece: only the parse pieces differ
+    cli("preprocess", text, "--out", tmp_path / "whole", *one_task)
+    monkeypatch.setattr(preprocess_task, "PARSE_BYTES", 4096)
+    res = cli("preprocess", text, "--out", tmp_path / "small", *one_task)
+    assert set(res["rows_skipped"]) == {"too_many_fields", "bad_label", "bad_hex"}
+    assert outputs(tmp_path / "small") == outputs(tmp_path / "whole")

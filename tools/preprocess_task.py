@@ -24,10 +24,11 @@ from typing import Iterator
 
 import numpy as np
 
-from shardrec.dataloader.format import atomic_write_bytes, smallest_uint, write_part
+from shardrec.dataloader.format import atomic_write_bytes
 from shardrec.tools import parse_kernel
-from shardrec.tools.criteo_parse import REASONS, Schema, describe_bad_row, parse_chunk, transform_dense
-from shardrec.tools.preprocess_ids import Vocabulary, count_values, hash_ids, load_vocabularies, merge_counts
+from shardrec.tools.criteo_parse import REASONS, Schema, describe_bad_row, parse_chunk
+from shardrec.tools.preprocess_columns import PartColumns, append_rows, id_groups
+from shardrec.tools.preprocess_ids import Vocabulary, count_values, load_vocabularies, merge_counts
 from shardrec.tools.preprocess_plan import Task, count_range_lines, header_end, open_text
 
 MAX_REPORTED = 5
@@ -161,19 +162,6 @@ def _note_bad_rows(task: Task, data: bytes, chunk, line0: int, result: TaskResul
         raise MalformedRowError(f"{task.path}:{line}: {name}: {value} ({reason})")
 
 
-def map_ids(chunk, opts: TaskOptions, vocabs: list[Vocabulary] | None) -> dict[str, np.ndarray]:
-    names, cards = opts.schema.sparse_names, opts.cardinalities
-    if vocabs is None and parse_kernel.AVAILABLE:
-        ids = parse_kernel.hash_matrix(chunk.sparse, chunk.sparse_missing, np.asarray(cards, dtype=np.int64))
-        return {n: ids[:, f].astype(smallest_uint(cards[f] - 1)) for f, n in enumerate(names)}
-    out = {}
-    for f, name in enumerate(names):
-        values, missing = chunk.sparse[:, f], chunk.sparse_missing[:, f]
-        ids = vocabs[f].lookup(values, missing) if vocabs else hash_ids(values, missing, cards[f])
-        out[name] = ids.astype(smallest_uint(cards[f] - 1))
-    return out
-
-
 def _split_rows(task: Task, line0: int, n: int) -> list[tuple[str, np.ndarray]]:
     """(split, row mask) for each split present in lines [line0, line0 + n) of the task."""
     if not task.splits:
@@ -187,98 +175,7 @@ def _split_rows(task: Task, line0: int, n: int) -> list[tuple[str, np.ndarray]]:
     return out
 
 
-def _id_groups(cardinalities: tuple[int, ...]) -> list[tuple[np.dtype, np.ndarray]]:
-    """Features grouped by the dtype of their id column (one group when all share --max-ids)."""
-    groups: dict[np.dtype, list[int]] = {}
-    for f, c in enumerate(cardinalities):
-        groups.setdefault(smallest_uint(c - 1), []).append(f)
-    return [(dtype, np.asarray(feats, dtype=np.int64)) for dtype, feats in groups.items()]
-
-
-def _grown(a: np.ndarray, capacity: int, rows: int, axis: int) -> np.ndarray:
-    shape = list(a.shape)
-    shape[axis] = capacity
-    b = np.empty(shape, a.dtype)
-    index = (slice(None),) * axis + (slice(0, rows),)
-    b[index] = a[index]
-    return b
-
-
-class _PartColumns:
-    """One split's rows of the part being built, held in the arrays that are written as they are.
-
-    Pieces append their kept rows in place, so a part is never gathered from per-piece arrays
-    (no concatenation, half the peak memory). Ids are stored one row per feature, grouped by
-    dtype, so each feature's column is a contiguous slice.
-    """
-
-    def __init__(self, capacity: int, num_dense: int, dense_dtype: str, groups: list[tuple[np.dtype, np.ndarray]]) -> None:
-        self.rows, self.capacity, self.groups = 0, max(capacity, 1), groups
-        self.labels = np.empty(self.capacity, np.uint8)
-        self.dense = np.empty((self.capacity, num_dense), dense_dtype)
-        self.ids = [np.empty((len(feats), self.capacity), dtype) for dtype, feats in groups]
-
-    def reserve(self, n: int) -> None:
-        if self.rows + n <= self.capacity:
-            return
-        # Only when the row estimate fell short (a gzip task, unusually short rows).
-        self.capacity = max(self.rows + n, self.capacity * 3 // 2)
-        self.labels = _grown(self.labels, self.capacity, self.rows, 0)
-        self.dense = _grown(self.dense, self.capacity, self.rows, 0)
-        self.ids = [_grown(a, self.capacity, self.rows, 1) for a in self.ids]
-
-    def columns(self, names: list[str]) -> dict[str, np.ndarray]:
-        by_feature = {}
-        for (_, feats), ids in zip(self.groups, self.ids):
-            for j, f in enumerate(feats):
-                by_feature[int(f)] = ids[j, : self.rows]
-        return {names[f]: by_feature[f] for f in range(len(names))}
-
-    def write(self, part_dir: Path, names: list[str], fsync: bool):
-        return write_part(part_dir, self.labels[: self.rows], self.dense[: self.rows], self.columns(names), fsync=fsync)
-
-
-_SCRATCH: list[np.ndarray] = []
-
-
-def _log1p_input(chunk, rows: np.ndarray) -> np.ndarray:
-    # One float64 buffer reused across pieces: no fresh pages to fault in for every piece.
-    need = len(rows) * chunk.dense.shape[1]
-    if not _SCRATCH or _SCRATCH[0].size < need:
-        _SCRATCH[:] = [np.empty(need, np.float64)]
-    x = _SCRATCH[0][:need].reshape(len(rows), chunk.dense.shape[1])
-    parse_kernel.gather_log1p_input(chunk.dense, rows, x)
-    return x
-
-
-def _append(cols: _PartColumns, chunk, rows: np.ndarray, opts: TaskOptions, vocabs: list[Vocabulary] | None) -> None:
-    """Transform and map the given rows of a parsed piece onto the end of a part's columns.
-
-    The compiled path (hashing mode, default transform) gives the same bytes as the generic one.
-    """
-    n, k = cols.rows, len(rows)
-    cols.reserve(k)
-    cols.labels[n : n + k] = chunk.labels[rows]
-    if parse_kernel.AVAILABLE and opts.dense_transform == "log1p":
-        x = _log1p_input(chunk, rows)
-        np.log1p(x, out=x)
-        cols.dense[n : n + k] = x  # the same cast as transform_dense's astype
-    else:
-        cols.dense[n : n + k] = transform_dense(chunk.dense[rows], chunk.dense_missing[rows], opts.dense_transform, opts.dense_dtype)
-    if vocabs is None and parse_kernel.AVAILABLE:
-        cards = np.asarray(opts.cardinalities, dtype=np.int64)
-        for (_, feats), ids in zip(cols.groups, cols.ids):
-            parse_kernel.hash_rows_into(chunk.sparse, chunk.sparse_missing, rows, feats, cards, ids, n)
-    else:
-        mapped = map_ids(chunk, opts, vocabs)
-        names = opts.schema.sparse_names
-        for (_, feats), ids in zip(cols.groups, cols.ids):
-            for j, f in enumerate(feats):
-                ids[j, n : n + k] = mapped[names[f]][rows]
-    cols.rows += k
-
-
-def _flush(out: Path, task: Task, number: int, buffers: dict[str, _PartColumns], result: TaskResult, names: list[str], fsync: bool) -> None:
+def _flush(out: Path, task: Task, number: int, buffers: dict[str, PartColumns], result: TaskResult, names: list[str], fsync: bool) -> None:
     for split in sorted(buffers):
         info = buffers[split].write(out / split / f"part-{task.index:05d}-{number:04d}", names, fsync)
         result.parts.append({"split": split, "part": dataclasses.asdict(info)})
@@ -324,8 +221,8 @@ def _take_piece(task: Task, data: memoryview, line0: int, opts: TaskOptions, voc
             continue
         if split not in buffers:
             cap = _capacity(task, opts, chunk.rows, len(data), result.bytes)
-            buffers[split] = _PartColumns(cap, opts.schema.num_dense, opts.dense_dtype, groups)
-        _append(buffers[split], chunk, idx, opts, vocabs)
+            buffers[split] = PartColumns(cap, opts.schema.num_dense, opts.dense_dtype, groups)
+        append_rows(buffers[split], chunk, idx, opts.dense_transform, opts.dense_dtype, opts.schema.sparse_names, opts.cardinalities, vocabs)
     result.bytes += len(data)
     return chunk.rows
 
@@ -344,9 +241,9 @@ def run_task(task: Task, opts: TaskOptions, background_sync: bool = False) -> Ta
     out = Path(opts.out)
     vocabs = _load_vocabs(opts)
     names = opts.schema.sparse_names
-    groups = _id_groups(opts.cardinalities)
+    groups = id_groups(opts.cardinalities)
     result = TaskResult(task.index, task.path)
-    buffers: dict[str, _PartColumns] = {}
+    buffers: dict[str, PartColumns] = {}
     line0, parts_written, since_flush = 0, 0, 0
     for piece in read_pieces(task):
         seen = list(result.skipped)

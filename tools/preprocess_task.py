@@ -8,7 +8,8 @@ point redoes only unfinished tasks.
 Where the CPU goes (hashing mode, numba, one worker): the row parser is about 35-40%; the rest is
 hashing ids straight into the part's id columns, the log1p of dense values, the SHA-256 of
 every file (taken from memory while it is written) and the copy into the page cache. Pieces
-append their rows into the part's final arrays, so nothing is concatenated or cast twice.
+append their rows into the part's final arrays (preprocess_columns), so nothing is
+concatenated or cast twice.
 """
 
 from __future__ import annotations
@@ -210,7 +211,10 @@ def _parse_pieces(data: memoryview, size: int) -> Iterator[memoryview]:
         yield data[start:]
 
 
-def _take_piece(task: Task, data: memoryview, line0: int, opts: TaskOptions, vocabs, groups, buffers: dict, result: TaskResult) -> int:
+def _take_piece(
+    task: Task, data: memoryview, line0: int, opts: TaskOptions, vocabs: list[Vocabulary] | None,
+    groups: list[tuple[np.dtype, np.ndarray]], buffers: dict[str, PartColumns], result: TaskResult,
+) -> int:
     """Parse whole lines and append their kept rows to each split's part; returns the lines."""
     chunk = parse_chunk(data, opts.schema)
     _note_bad_rows(task, data, chunk, line0, result, opts)

@@ -30,6 +30,11 @@ class DistEnv:
         return self.rank == 0
 
 
+def launched_rank() -> int:
+    """The rank torchrun gave this process, readable before the group is joined (for log set-up)."""
+    return int(os.environ.get("RANK", 0))
+
+
 def init_distributed(device_kind: str = "auto", timeout_s: int = 600) -> DistEnv:
     """Join the process group that torchrun (or a test) described in the environment.
 

@@ -20,7 +20,9 @@ logger = logging.getLogger(__name__)
 def _configure_logging() -> None:
     # Human-readable logs come from rank 0; other ranks report warnings and errors only.
     # fbgemm logs every kernel's arguments to the root logger at INFO: keep the root at WARNING.
-    rank = int(os.environ.get("RANK", "0"))
+    from shardrec.trainer.dist import launched_rank
+
+    rank = launched_rank()
     logging.basicConfig(
         level=logging.WARNING,
         format=f"%(asctime)s [rank {rank}] %(levelname)s %(name)s: %(message)s",

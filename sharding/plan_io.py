@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from torchrec.distributed.sharding_plan import placement
 from torchrec.distributed.types import (
     EmbeddingModuleShardingPlan,
@@ -211,9 +213,19 @@ def _check_shards(t: TablePlan, cfg: EmbeddingBagConfig, world_size: int) -> Non
             )
     if t.sharding_type == ShardingType.DATA_PARALLEL.value:
         return
-    area = sum(s.rows * s.cols for s in t.shards)
-    if area != cfg.num_embeddings * cfg.embedding_dim:
-        raise ValueError(f"table {t.name}: shards cover {area} of {cfg.num_embeddings * cfg.embedding_dim} weights")
+    # Shards must tile the table: every weight in exactly one shard. On the grid that the
+    # shards' own edges cut the table into, each cell is counted once per shard covering it.
+    rows = np.unique([0, cfg.num_embeddings] + [e for s in t.shards for e in (s.row_offset, s.row_offset + s.rows)])
+    cols = np.unique([0, cfg.embedding_dim] + [e for s in t.shards for e in (s.col_offset, s.col_offset + s.cols)])
+    cover = np.zeros((len(rows) - 1, len(cols) - 1), dtype=np.int64)
+    for s in t.shards:
+        r0, r1 = np.searchsorted(rows, [s.row_offset, s.row_offset + s.rows])
+        c0, c1 = np.searchsorted(cols, [s.col_offset, s.col_offset + s.cols])
+        cover[r0:r1, c0:c1] += 1
+    if (cover > 1).any():
+        raise ValueError(f"table {t.name}: shards overlap")
+    if (cover == 0).any():
+        raise ValueError(f"table {t.name}: shards leave part of the table [{cfg.num_embeddings} x {cfg.embedding_dim}] uncovered")
 
 
 def to_parameter_sharding(t: TablePlan, device_kind: str, local_world_size: int) -> ParameterSharding:

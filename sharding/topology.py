@@ -99,9 +99,9 @@ def build_topology(
     values = dict(PRESETS[preset])
     if profile is not None:
         values.update(load_profile(profile))
-    lws = local_world_size or values.pop("local_world_size") or world_size
-    values.pop("local_world_size", None)
-    lws = min(lws, world_size)
+    preset_lws = values.pop("local_world_size") or world_size
+    # A preset's host size shrinks to fit a small job; a size the user gives is checked as is.
+    lws = local_world_size or min(preset_lws, world_size)
     if memory_bytes is not None:
         values["memory_bytes"] = memory_bytes
     return Topology(name=preset, world_size=world_size, local_world_size=lws, **values)

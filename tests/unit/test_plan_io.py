@@ -135,3 +135,24 @@ def test_2d_plan_is_a_group_plan() -> None:
     assert len(sp.plan["ebc"]) == 60
     with pytest.raises(ValueError, match="must be positive and divide world size 64"):
         _plan(ts.tables, world_size=64, batch=64 * 8, sharding_group_size=24)
+
+
+def test_overlapping_shards_that_leave_a_gap_are_refused():
+    from shardrec.sharding.plan_io import Shard, TablePlan, _check_shards
+
+    cfg = EmbeddingBagConfig(name="t", embedding_dim=8, num_embeddings=10, feature_names=["f"])
+    # Same total area as the table, but rows 0-4 twice and rows 5-9 never.
+    overlapping = TablePlan("t", "row_wise", "fused", [Shard(0, 0, 0, 5, 8), Shard(1, 0, 0, 5, 8)])
+    with pytest.raises(ValueError, match="table t: shards overlap"):
+        _check_shards(overlapping, cfg, world_size=2)
+    gap = TablePlan("t", "row_wise", "fused", [Shard(0, 0, 0, 4, 8), Shard(1, 5, 0, 5, 8)])
+    with pytest.raises(ValueError, match="uncovered"):
+        _check_shards(gap, cfg, world_size=2)
+    tiled = TablePlan("t", "column_wise", "fused", [Shard(0, 0, 0, 10, 4), Shard(1, 0, 4, 10, 4)])
+    _check_shards(tiled, cfg, world_size=2)
+
+
+def test_explicit_ranks_per_host_must_divide_the_world_size():
+    with pytest.raises(ValueError, match="local_world_size = 5 must be > 0 and divide world_size = 2"):
+        build_topology("cpu-gloo", world_size=2, local_world_size=5)
+    assert build_topology("a100", world_size=4).local_world_size == 4  # preset host shrinks to the job

@@ -69,6 +69,10 @@ def preprocess(
     header: Annotated[bool, typer.Option("--header", help="Each file starts with a header line to skip.")] = False,
     num_dense: Annotated[int, typer.Option(help="Integer columns after the label.")] = 13,
     num_sparse: Annotated[int, typer.Option(help="Hex categorical columns after the integers.")] = 26,
+    min_fields: Annotated[int | None, typer.Option(help=(
+        "Fewest fields a row may have; its missing trailing fields are empty. Shorter rows are malformed "
+        "(too_few_fields: skipped, or --strict stops). Default: all fields but 3 (37 for Criteo, whose "
+        "writer strips up to 3 trailing empty fields)."), show_default=False)] = None,
     dense_transform: Annotated[str, typer.Option(help=f"One of {', '.join(DENSE_TRANSFORMS)}.")] = "log1p",
     float16: Annotated[bool, typer.Option("--float16", help="Store dense values as float16.")] = False,
     workers: Annotated[int, typer.Option(help="Worker processes.")] = 1,
@@ -82,7 +86,7 @@ def preprocess(
 ) -> None:
     """Turn Criteo-shaped click logs into a sharded-training dataset (parts + manifest.json)."""
     try:
-        schema = Schema(num_dense, num_sparse, "," if csv else delimiter.replace("\\t", "\t"), header or csv)
+        schema = Schema(num_dense, num_sparse, "," if csv else delimiter.replace("\\t", "\t"), header or csv, min_fields)
         cfg = PreprocessConfig(
             inputs=inputs, out=out, max_ids=_parse_max_ids(max_ids), min_count=min_count, layout=layout,
             val_half=val_half, schema=schema, dense_transform=dense_transform,

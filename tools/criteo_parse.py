@@ -8,13 +8,17 @@ newline in a fixed number of passes:
 1. the positions of every delimiter and newline are found at once (`flatnonzero`);
 2. each position gets its row (a running count of newlines) and its field index within the
    row (its rank among the row's separators). Rows with fewer fields than the schema are
-   right-padded with empty fields by construction, never shifted; rows with more are flagged;
+   right-padded with empty fields by construction, never shifted; rows with more, or with
+   fewer than `Schema.min_fields`, are flagged;
 3. each field's [start, end) byte range lands in a [rows, fields] matrix;
 4. integer and hex fields are decoded column-wise with lookup tables and Horner's rule over
    right-aligned characters, and the same tables flag non-digit / non-hex characters.
 
 Row rules (from the real Criteo files):
 - a missing value is an empty field; its mask is returned next to the value;
+- Criteo's writer strips trailing empty fields (rows of 37 or 38 fields instead of 40), so a
+  short row is right-padded, but only down to `Schema.min_fields` (default: all fields but 3);
+  a shorter row (`1\t2`) is malformed (`too_few_fields`), not a row of missing values;
 - integers may be negative (I2 holds -1, -2, -3); `260.0` is accepted as 260 (the CSV copy);
 - categoricals are hex, up to 16 characters, decoded as uint64 (8-char Criteo values keep all
   32 bits; nothing goes through float32, so ids above 2^24 are exact);
@@ -35,7 +39,10 @@ NEWLINE = 10
 CR = 13
 
 # Reasons a row is skipped, in the order they are checked (a row reports its first).
-REASONS = ("empty_row", "too_many_fields", "bad_label", "bad_integer", "bad_hex")
+REASONS = ("empty_row", "too_many_fields", "too_few_fields", "bad_label", "bad_integer", "bad_hex")
+
+# Trailing empty fields that real Criteo rows have stripped at most (37 of 40 fields).
+MAX_STRIPPED_FIELDS = 3
 
 
 @dataclass(frozen=True)
@@ -50,12 +57,19 @@ class Schema:
     """Field separator (one byte)."""
     header: bool = False
     """The first line of each file names the columns and is skipped."""
+    min_fields: int | None = None
+    """Fewest fields a row may have (its missing trailing fields are empty); fewer is malformed.
+    None: all fields but 3 (37 for Criteo, whose writer strips up to 3 trailing empty fields)."""
 
     def __post_init__(self) -> None:
         if len(self.delimiter.encode()) != 1 or self.delimiter in "\r\n.-0123456789abcdefABCDEF":
             raise ValueError(f"delimiter {self.delimiter!r} must be one byte that cannot occur in a value")
         if self.num_dense < 0 or self.num_sparse < 0:
             raise ValueError(f"num_dense={self.num_dense}, num_sparse={self.num_sparse} must be >= 0")
+        if self.min_fields is None:  # resolved here, so fingerprints and manifests record the number
+            object.__setattr__(self, "min_fields", max(1, self.num_fields - MAX_STRIPPED_FIELDS))
+        if not 1 <= self.min_fields <= self.num_fields:
+            raise ValueError(f"min_fields={self.min_fields} must be between 1 and the row's {self.num_fields} fields")
 
     @property
     def num_fields(self) -> int:
@@ -171,7 +185,7 @@ def _parse_compiled(buf: np.ndarray, schema: Schema) -> ParsedChunk:
     )  # fmt: skip
     dec, hexv = parse_kernel.value_tables(schema.delimiter)
     parse_kernel.parse_rows(
-        buf, dec, hexv, nd, ns, out.labels, out.dense, out.dense_missing, out.sparse,
+        buf, dec, hexv, nd, ns, schema.min_fields, out.labels, out.dense, out.dense_missing, out.sparse,
         out.sparse_missing, out.reason, out.bad_field, out.row_start, out.row_end,
     )  # fmt: skip
     return out
@@ -195,9 +209,10 @@ def _parse_numpy(buf: np.ndarray, schema: Schema) -> ParsedChunk:
     first_int, first_hex = _first_true(bad_int), _first_true(bad_hex)
     # Checked in reverse priority so that the first reason in REASONS wins.
     for code, mask, fidx in (
-        (4, first_hex >= 0, first_hex + 1 + nd),
-        (3, first_int >= 0, first_int + 1),
-        (2, bad_label, 0),
+        (5, first_hex >= 0, first_hex + 1 + nd),
+        (4, first_int >= 0, first_int + 1),
+        (3, bad_label, 0),
+        (2, counted < schema.min_fields, counted),
         (1, counted > nf, nf),
         (0, (row_len == 0) | ((row_len == 1) & (buf[np.maximum(start[:, 0], 0)] == CR)), -1),
     ):
@@ -232,6 +247,8 @@ def describe_bad_row(data: bytes, chunk: ParsedChunk, row: int, schema: Schema) 
     fields = line.split(schema.delimiter.encode())
     if REASONS[code] == "too_many_fields":
         return "row", f"{len(fields)} fields, schema has {schema.num_fields}"
+    if REASONS[code] == "too_few_fields":
+        return "row", f"{len(fields)} fields, schema needs at least {schema.min_fields} of {schema.num_fields}"
     value = fields[fidx] if fidx < len(fields) else b""
     return schema.field_names[fidx], repr(value.decode("utf-8", "replace"))
 

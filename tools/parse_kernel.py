@@ -8,7 +8,8 @@ once, which is what it takes to parse at disk speed on one core. criteo_parse us
 kernel when numba imports and falls back to its numpy path otherwise; the unit tests hold
 the two to identical results on random and malformed rows.
 
-Row rules (shared with criteo_parse): fields past the row's end are missing (right-padding);
+Row rules (shared with criteo_parse): fields past the row's end are missing (right-padding),
+but a row with fewer than `nmin` fields (Schema.min_fields) is malformed (too few fields);
 a label is exactly `0` or `1`; integers are an optional '-' and 1-18 digits, with `260.0`
 accepted; categoricals are 1-16 hex digits; a '\\r' before the newline is ignored.
 """
@@ -33,7 +34,7 @@ except ImportError:  # numba is a dependency; this only keeps a broken install u
 
 
 # Codes as in criteo_parse.REASONS.
-EMPTY_ROW, TOO_MANY_FIELDS, BAD_LABEL, BAD_INTEGER, BAD_HEX = 0, 1, 2, 3, 4
+EMPTY_ROW, TOO_MANY_FIELDS, TOO_FEW_FIELDS, BAD_LABEL, BAD_INTEGER, BAD_HEX = 0, 1, 2, 3, 4, 5
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
@@ -194,8 +195,11 @@ def _int_swar(buf, s):
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
-def parse_rows(buf, dec, hexv, nd, ns, labels, dense, dmiss, sparse, smiss, reason, bad_field, row_start, row_end):
-    """Fill the per-row arrays (sized to the number of newlines in buf); returns rows parsed."""
+def parse_rows(buf, dec, hexv, nd, ns, nmin, labels, dense, dmiss, sparse, smiss, reason, bad_field, row_start, row_end):
+    """Fill the per-row arrays (sized to the number of newlines in buf); returns rows parsed.
+
+    nmin: fewest fields a row may have (Schema.min_fields); shorter rows are TOO_FEW_FIELDS.
+    """
     n, nf, row, i = len(buf), 1 + nd + ns, 0, 0
     while i < n:
         row_start[row] = i
@@ -245,19 +249,22 @@ def parse_rows(buf, dec, hexv, nd, ns, labels, dense, dmiss, sparse, smiss, reas
             j += 1
         row_end[row] = j
         empty = j == i or (j - i == 1 and buf[i] == 13)
-        reason[row], bad_field[row] = _row_reason(empty, too_many, label_bad, first_int, first_hex, nf)
+        # f counts the row's fields when it has fewer than nf (the loop stopped at its newline).
+        reason[row], bad_field[row] = _row_reason(empty, too_many, f < nmin, f, label_bad, first_int, first_hex, nf)
         row += 1
         i = j + 1
     return row
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _row_reason(empty, too_many, label_bad, first_int, first_hex, nf):
+def _row_reason(empty, too_many, too_few, fields, label_bad, first_int, first_hex, nf):
     """(reason code, first bad field) of a row; (-1, -1) for a good one. Order as in REASONS."""
     if empty:
         return EMPTY_ROW, -1
     if too_many:
         return TOO_MANY_FIELDS, nf
+    if too_few:
+        return TOO_FEW_FIELDS, fields
     if label_bad:
         return BAD_LABEL, 0
     if first_int >= 0:

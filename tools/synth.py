@@ -25,6 +25,8 @@ DENSE_NAMES = [f"I{i}" for i in range(1, NUM_DENSE + 1)]
 SPARSE_NAMES = [f"C{i}" for i in range(1, NUM_SPARSE + 1)]
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 _PAD = 0  # a byte that never occurs in text: marks "no character here"
+# Real Criteo rows lose at most 3 trailing empty fields; the parser rejects shorter rows by default.
+MAX_STRIPPED_FIELDS = 3
 _CHUNK_ROWS = 1 << 17
 
 
@@ -115,7 +117,8 @@ def format_rows(
     float_ints: bool = False,
     strip_trailing: np.ndarray | None = None,
 ) -> bytes:
-    """Render rows as Criteo text. `strip_trailing[i]` drops row i's trailing empty fields."""
+    """Render rows as Criteo text. `strip_trailing[i]` drops row i's trailing empty fields,
+    at most 3 of them (as Criteo's files: rows of 37-40 fields, which the parser accepts)."""
     n = len(labels)
     sep = np.full((n, 1), ord(delimiter), dtype=np.uint8)
     cols = [np.full((n, 1), ord("0"), dtype=np.uint8) + labels[:, None].astype(np.uint8)]
@@ -128,7 +131,7 @@ def format_rows(
     if strip_trailing is not None:
         # A separator goes when every field after it is empty (as Criteo's raw rows have it).
         trailing_empty = np.flip(np.cumprod(np.flip(sparse_missing, axis=1), axis=1), axis=1).astype(bool)
-        for f in range(NUM_SPARSE):
+        for f in range(max(0, NUM_SPARSE - MAX_STRIPPED_FIELDS), NUM_SPARSE):
             cols[1 + 2 * NUM_DENSE + 2 * f][trailing_empty[:, f] & strip_trailing, 0] = _PAD
     cols.append(np.full((n, 1), ord("\n"), dtype=np.uint8))
     matrix = np.concatenate(cols, axis=1)

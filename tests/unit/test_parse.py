@@ -90,7 +90,7 @@ def test_csv_with_float_integers():
 
 
 def test_crlf_line_endings():
-    c = parse_chunk(row(sparse=[""] * 25 + ["0000abcd"]).replace(b"\n", b"\r\n") + row(strip=26).replace(b"\n", b"\r\n"), CRITEO)
+    c = parse_chunk(row(sparse=[""] * 25 + ["0000abcd"]).replace(b"\n", b"\r\n") + row(strip=3).replace(b"\n", b"\r\n"), CRITEO)
     assert c.ok.all()
     assert c.sparse[0, 25] == 0xABCD and c.sparse_missing[1].all()
 
@@ -107,6 +107,9 @@ def test_crlf_line_endings():
         (row(sparse=["", "", "zzzzzzzz"] + [""] * 23), "bad_hex", "C3", "'zzzzzzzz'"),
         (row(sparse=["12345678123456789"] + [""] * 25), "bad_hex", "C1", "'12345678123456789'"),
         (b"\n", "empty_row", "row", "(empty line)"),
+        (b"1\t2\n", "too_few_fields", "row", "2 fields, schema needs at least 37 of 40"),
+        (row(strip=4), "too_few_fields", "row", "36 fields, schema needs at least 37 of 40"),
+        (row(label="x", strip=26), "too_few_fields", "row", "14 fields, schema needs at least 37 of 40"),
     ],
 )
 def test_malformed_rows_are_flagged_with_field_and_value(text, reason, field, value):
@@ -116,6 +119,26 @@ def test_malformed_rows_are_flagged_with_field_and_value(text, reason, field, va
     assert c.ok.tolist() == [True, False, True]
     assert REASONS[c.reason[1]] == reason
     assert describe_bad_row(data, c, 1, CRITEO) == (field, value)
+
+
+@pytest.mark.parametrize("engine", ["compiled", "numpy"])
+def test_min_fields_bounds_right_padding(engine):
+    # Only rows whose trailing empty fields were stripped (37-40 fields) are right-padded.
+    text = b"".join(row(strip=k) for k in (0, 1, 2, 3, 4, 26)) + b"1\t2\n"
+    c = parse_chunk(text, CRITEO, engine=engine)
+    assert c.ok.tolist() == [True] * 4 + [False] * 3
+    assert [REASONS[r] for r in c.reason[4:]] == ["too_few_fields"] * 3
+    assert c.bad_field[4:].tolist() == [36, 14, 2]
+    loose = parse_chunk(text, Schema(min_fields=2), engine=engine)
+    assert loose.ok.all() and loose.dense_missing[6, 1:].all() and loose.dense[6, 0] == 2
+
+
+def test_min_fields_default_and_validation():
+    assert CRITEO.min_fields == 37 and Schema(num_dense=1, num_sparse=1).min_fields == 1
+    assert Schema(min_fields=40).min_fields == 40
+    for bad in (0, 41):
+        with pytest.raises(ValueError, match="min_fields"):
+            Schema(min_fields=bad)
 
 
 def _random_fields(rng, n, alphabet, max_len):
@@ -180,6 +203,7 @@ def test_compiled_and_numpy_parsers_agree_on_random_and_malformed_rows(delimiter
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
     ok = a.ok
     assert 0.2 < ok.mean() < 0.9  # both kinds of rows occur
+    assert (a.reason == REASONS.index("too_few_fields")).sum() > 100
     for name in ("labels", "dense", "dense_missing", "sparse", "sparse_missing"):
         np.testing.assert_array_equal(getattr(a, name)[ok], getattr(b, name)[ok], err_msg=name)
     for r in np.flatnonzero(~ok)[:50]:
@@ -198,7 +222,7 @@ def test_uncompiled_kernel_gives_the_same_rows():
     rows = expected.rows
     out = [np.empty(rows, np.uint8), np.empty((rows, 3), np.int64), np.empty((rows, 3), bool), np.empty((rows, 4), np.uint64),
            np.empty((rows, 4), bool), np.empty(rows, np.int8), np.empty(rows, np.int16), np.empty(rows, np.int64), np.empty(rows, np.int64)]  # fmt: skip
-    assert kernel(buf, *parse_kernel.value_tables("\t"), 3, 4, *out) == rows
+    assert kernel(buf, *parse_kernel.value_tables("\t"), 3, 4, schema.min_fields, *out) == rows
     np.testing.assert_array_equal(out[5], expected.reason)
     ok = expected.ok
     np.testing.assert_array_equal(out[3][ok], expected.sparse[ok])

@@ -102,6 +102,9 @@ def save_vocabularies(path: Path, names: list[str], vocabs: list[Vocabulary]) ->
             arrays[f"{name}.values"] = v.sorted_values
             arrays[f"{name}.ids"] = v.ids
         np.savez(f, **arrays)
+        # Durable before it appears: a rerun trusts an existing vocabulary file.
+        f.flush()
+        os.fsync(f.fileno())
     tmp.replace(path)
 
 

@@ -321,6 +321,9 @@ def count_task(task: Task, opts: TaskOptions) -> Path:
         arrays[f"{name}.values"], arrays[f"{name}.counts"] = merge_counts(per_feature[f])
     with open(tmp, "wb") as fh:
         np.savez(fh, **arrays)
+        # Durable before it appears: a rerun trusts an existing count file.
+        fh.flush()
+        os.fsync(fh.fileno())
     tmp.replace(path)
     return path
 

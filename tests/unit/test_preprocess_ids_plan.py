@@ -123,3 +123,30 @@ def test_read_pieces_cut_at_newlines_and_keep_every_byte(tmp_path: Path, gz: boo
     pieces = [bytes(p) for p in read_pieces(task, piece_bytes=64)]  # lines up to 300 bytes: the buffer grows
     assert all(p.endswith(b"\n") for p in pieces) and len(pieces) > 10
     assert b"".join(pieces) == text + b"\n"
+
+
+def test_count_and_vocabulary_files_are_synced_before_they_appear(tmp_path: Path, monkeypatch):
+    # A rerun trusts an existing count or vocabulary file, so it must be on disk before its rename.
+    import os
+
+    from shardrec.tools.criteo_parse import Schema
+    from shardrec.tools.preprocess_ids import save_vocabularies
+    from shardrec.tools.preprocess_plan import Task
+    from shardrec.tools.preprocess_task import TaskOptions, count_task, marker_path
+
+    events: list[str] = []
+    real_fsync, real_replace = os.fsync, Path.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append("fsync"), real_fsync(fd))[1])
+    monkeypatch.setattr(Path, "replace", lambda self, target: (events.append(f"replace {Path(target).name}"), real_replace(self, target))[1])
+
+    vocab = Vocabulary.build(np.array([5, 7], np.uint64), np.array([3, 1]), 1)
+    save_vocabularies(tmp_path / "vocab.npz", ["C1"], [vocab])
+    assert events == ["fsync", "replace vocab.npz"]
+
+    text = b"1\t3\t00c0ffee\n0\t4\t\n"
+    (tmp_path / "in.txt").write_bytes(text)
+    schema = Schema(num_dense=1, num_sparse=1)
+    marker_path(tmp_path, 0).parent.mkdir()
+    events.clear()
+    path = count_task(Task(0, str(tmp_path / "in.txt"), 0, len(text), 0, (), "train", False), TaskOptions(str(tmp_path), schema, 1 << 20, (10,)))
+    assert events == ["fsync", f"replace {path.name}"] and path.exists()

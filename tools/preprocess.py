@@ -120,10 +120,19 @@ class PreprocessConfig:
     def cardinalities(self) -> tuple[int, ...]:
         return tuple(self.max_ids * self.schema.num_sparse if len(self.max_ids) == 1 else self.max_ids)
 
-    def fingerprint(self, files: list[Path]) -> dict:
-        """What fixes the output; a rerun into the same directory must match it."""
+    def fingerprint(self, files: list[Path], with_mtime: bool = False) -> dict:
+        """What fixes the output; a rerun into the same directory must match it.
+
+        with_mtime: inputs are also identified by their modification time (ns), so that a rerun
+        after an input was replaced by one of the same size does not reuse the old outputs. Only
+        the rerun check uses it: the manifest stays the same for a copy of the same inputs.
+        """
+        inputs = []
+        for f in files:
+            st = f.stat()
+            inputs.append({"name": f.name, "bytes": st.st_size, **({"mtime_ns": st.st_mtime_ns} if with_mtime else {})})
         return {
-            "inputs": [{"name": f.name, "bytes": f.stat().st_size} for f in files],
+            "inputs": inputs,
             "mode": "vocab" if self.min_count > 0 else "hash",
             "max_ids": list(self.cardinalities()) if self.min_count <= 0 else None,
             "min_count": self.min_count if self.min_count > 0 else None,
@@ -218,7 +227,7 @@ def run_preprocess(cfg: PreprocessConfig, progress: Progress | None = None) -> P
     files = discover_inputs(cfg.inputs)
     layout = resolve_layout(cfg.layout, files)
     cfg.out.mkdir(parents=True, exist_ok=True)
-    _check_fingerprint(cfg.out, cfg.fingerprint(files))
+    _check_fingerprint(cfg.out, cfg.fingerprint(files, with_mtime=True))
     if cfg.part is None:
         # With --part, other machines may be writing into the same directory right now.
         _remove_temporaries(cfg.out)

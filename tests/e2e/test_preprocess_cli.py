@@ -177,6 +177,22 @@ def test_rerun_with_other_options_into_same_dir_is_refused(kaggle: Path, tmp_pat
     assert res.exit_code == 1 and "different max_ids" in res.output
 
 
+def test_rerun_after_an_input_was_replaced_by_one_of_the_same_size_is_refused(kaggle: Path, tmp_path: Path):
+    import os
+
+    src = tmp_path / "train.txt"
+    src.write_bytes(kaggle.read_bytes())
+    cli("preprocess", src, "--out", tmp_path / "d", "--max-ids", "100")
+    st = src.stat()
+    text = src.read_bytes()
+    src.write_bytes(text.replace(b"\n1\t", b"\n0\t", 1))  # other labels, same size
+    os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    assert src.stat().st_size == st.st_size and src.read_bytes() != text
+    res = cli("preprocess", src, "--out", tmp_path / "d", "--max-ids", "100", ok=False)
+    assert res.exit_code == 1 and "different inputs" in res.output
+    assert "mtime" not in json.dumps(Manifest.load(tmp_path / "d").options)  # a copy gives the same manifest
+
+
 def test_custom_schema_float16_and_per_feature_max_ids(tmp_path: Path):
     # Two integers, three categoricals, ';'-separated, with a header line.
     lines = ["label;a;b;x;y;z"] + [f"{i % 2};{i};-{i % 4};{i:08x};{i * 7:08x};" for i in range(40)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from pathlib import Path
 from typing import Any, NoReturn
 
 import typer
@@ -18,6 +19,27 @@ def fail(message: str) -> NoReturn:
     """End a command on bad user input: one clear line on stderr, exit code 1."""
     err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(1)
+
+
+def save_figure(fig: Any, path: Path, dpi: int = 100) -> None:
+    """Write a matplotlib figure to `path` (a PNG) under a temporary name, then rename; close it.
+
+    An unwritable path (no permission, a file where a folder should be, a full disk) ends the
+    command with `fail()` naming the path and the reason, not a traceback.
+    """
+    import matplotlib.pyplot as plt
+
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(tmp, dpi=dpi)
+        tmp.replace(path)
+    except OSError as e:
+        if tmp.is_file():  # a partly written temporary
+            tmp.unlink()
+        fail(f"{path}: cannot write the figure ({e.strerror or e})")
+    finally:
+        plt.close(fig)
 
 
 def print_json(obj: Any) -> None:

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from shardrec.tools.cli_common import console, fail, print_json
+from shardrec.tools.cli_common import console, fail, print_json, save_figure
 
 
 def _series(records: list[dict[str, Any]], kind: str, key: str, split: str | None = None) -> tuple[list[int], list[float]]:
@@ -52,11 +52,7 @@ def plot_run(records: list[dict[str, Any]], out: Path, title: str) -> list[str]:
     axes[-1, 0].set_xlabel("step")
     fig.suptitle(title)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(out)
+    save_figure(fig, out, dpi=110)
     return [name for name, _ in panels]
 
 

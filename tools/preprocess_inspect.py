@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from shardrec.dataloader.format import Manifest, open_split
+from shardrec.tools.cli_common import save_figure
 from shardrec.tools.preprocess_stats import frequency_curves
 
 if TYPE_CHECKING:  # pandas is imported where used: every CLI start (preprocess too) would pay ~0.3 s
@@ -100,8 +101,4 @@ def plot_frequencies(directory: Path, out_png: Path, split: str = "train") -> No
     ax.set_title(f"{directory}: id frequency per feature")
     ax.legend(ncol=4, fontsize="x-small")
     fig.tight_layout()
-    out_png.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_png.with_name(f".{out_png.name}.tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    tmp.replace(out_png)
+    save_figure(fig, out_png, dpi=100)

@@ -52,6 +52,15 @@ def test_stats_json_and_planner_statistics(dataset: Path, tmp_path: Path):
     assert [d["feature"] for d in res["dense"]][:2] == ["I1", "I2"] and res["dense"][1]["min"] >= 0
 
 
+def test_plot_to_an_unwritable_path_is_a_clear_error(dataset: Path, tmp_path: Path):
+    (tmp_path / "a_file").write_text("")
+    png = tmp_path / "a_file" / "f.png"  # a file where a folder should be
+    res = cli("data", "stats", dataset, "--plot", png, ok=False)
+    assert res.exit_code == 1 and isinstance(res.exception, SystemExit), res.exception
+    assert "cannot write the figure" in res.output and "f.png" in res.output
+    assert list(tmp_path.iterdir()) == [tmp_path / "a_file"]
+
+
 def test_head_shows_decoded_rows(dataset: Path):
     rows = json.loads(cli("data", "head", dataset, "-n", "3", "--split", "test", "--json").stdout)
     test = columns(dataset, "test")

@@ -39,6 +39,18 @@ def _print_summary(summary: dict, run_dir: Path) -> None:
         console.print(f"resumed from the checkpoint of step {summary['resumed_from_step']}")
 
 
+def _failure_message(code: int, out_dir: Path) -> str:
+    """One line after a failed run; it mentions resuming only when there is something to resume from."""
+    from shardrec.trainer.checkpoint import complete_checkpoints
+
+    message = f"training failed (torchrun exit code {code}); the ranks' messages are above"
+    done = complete_checkpoints(out_dir / "checkpoints")
+    if done:
+        step, path = done[-1]
+        message += f"; the newest complete checkpoint, {path} (step {step}), is kept and a re-run resumes from it"
+    return message
+
+
 def train(
     config: Annotated[Optional[Path], typer.Option(help="TOML job file (defaults: trainer/config.py).")] = None,
     data: Annotated[Optional[Path], typer.Option(help="Preprocessed dataset directory (overrides data.path).")] = None,
@@ -56,6 +68,8 @@ def train(
     from shardrec.trainer.launch import launch
     from shardrec.trainer.preflight import preflight
 
+    if nproc_per_node < 1:
+        fail(f"--nproc-per-node must be at least 1, got {nproc_per_node}")
     overrides = list(set_ or [])
     try:
         preflight(config, data, plan, steps, overrides, world_size=nproc_per_node)
@@ -63,8 +77,7 @@ def train(
         fail(str(e))
     code = launch(_entry_args(config, data, plan, out_dir, steps, overrides), nproc_per_node, max_restarts)
     if code != 0:
-        fail(f"training failed (torchrun exit code {code}); the ranks' messages are above; "
-             f"the newest complete checkpoint in {out_dir / 'checkpoints'} is kept and a re-run resumes from it")
+        fail(_failure_message(code, out_dir))
     summary = json.loads((out_dir / "summary.json").read_text())
     if json_out:
         print_json(summary)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import math
 from typing import Any
-
 import torch
 import torch.distributed as dist
 from torch.distributed._shard.sharded_tensor import ShardedTensor
@@ -34,6 +33,7 @@ from shardrec.trainer.optim import (
     dlrm_schedule,
     optimizer_kwargs,
 )
+from shardrec.trainer.preflight import check_trainable
 
 logger = logging.getLogger(__name__)
 
@@ -76,9 +76,12 @@ def plan_at_start(
     env: DistEnv,
     global_batch_size: int,
     constraints: dict[str, dict[str, Any]],
-    stats: dict[str, dict[str, Any]],
+    compute_kernel: str,
+    sparse_optimizer: str,
+    manifest: Manifest,
 ) -> PlanFile:
-    """Plan with shardrec's planner when no plan file is given: rank 0 plans, every rank gets it."""
+    """Plan with shardrec's planner when no plan file is given, with what `shardrec plan` would
+    use for this job (kernel, optimizer, constraints, statistics): rank 0 plans, every rank gets it."""
     holder: list[PlanFile | None] = [None]
     if env.rank == 0:
         holder[0] = plan_tables(
@@ -88,7 +91,11 @@ def plan_at_start(
             global_batch_size=global_batch_size,
             device_kind=env.device.type,
             constraints=constraints,
-            stats=stats,
+            stats={f.name: f.stats for f in manifest.sparse_features},
+            compute_kernel=compute_kernel,
+            optimizer=sparse_optimizer,
+            # A vocabulary (preprocess --min-count) numbers ids hottest first: row-wise blocks are skewed.
+            ids_by_frequency=manifest.options.get("mode") == "vocab",
         )
     if dist.is_initialized() and env.world_size > 1:
         dist.broadcast_object_list(holder, src=0)
@@ -99,6 +106,7 @@ def plan_at_start(
 def build_sharding_plan(plan: PlanFile, tables: list[EmbeddingBagConfig], env: DistEnv, global_batch_size: int) -> ShardingPlan:
     """Check a plan file against this job (StalePlanError says what differs) and convert it."""
     check_plan(plan, plan_fingerprint(tables, env.world_size, global_batch_size, env.device.type))
+    check_trainable(plan)
     return to_sharding_plan(plan, tables, TRAIN_EBC_PATH, env.world_size, env.local_world_size, env.device.type)
 
 

@@ -51,19 +51,26 @@ class TrainProgress:
     """The epoch the next step belongs to."""
 
 
+# Optimizer settings that decide what state a checkpoint holds: a change would drop or misread it.
+OPTIMIZER_KEYS = ("sparse", "dense")
+
+
 def model_signature(job: "Job") -> dict[str, Any]:
-    """What must match for a checkpoint to load: the model and its tables, not the plan."""
+    """What must match for a checkpoint to load: the model, its tables and the optimizers' kinds, not the plan."""
     return {
         "model": asdict(job.config.model),
+        "optim": {k: getattr(job.config.optim, k) for k in OPTIMIZER_KEYS},
         "tables": [{"name": t["name"], "rows": t["rows"], "dim": t["dim"]} for t in job.plan.fingerprint["tables"]],
     }
 
 
-def _describe_mismatch(saved: dict[str, Any], current: dict[str, Any]) -> str:
+def describe_mismatch(saved: dict[str, Any], current: dict[str, Any]) -> str:
+    """What differs between a checkpoint's signature and the job's ("" when nothing does)."""
     diffs = []
-    for key, value in saved["model"].items():
-        if current["model"].get(key) != value:
-            diffs.append(f"model.{key}: checkpoint {value!r}, job {current['model'].get(key)!r}")
+    for section in ("model", "optim"):
+        for key, value in saved.get(section, {}).items():
+            if current[section].get(key) != value:
+                diffs.append(f"{section}.{key}: checkpoint {value!r}, job {current[section].get(key)!r}")
     old = {t["name"]: (t["rows"], t["dim"]) for t in saved["tables"]}
     new = {t["name"]: (t["rows"], t["dim"]) for t in current["tables"]}
     if set(old) != set(new):
@@ -74,6 +81,19 @@ def _describe_mismatch(saved: dict[str, Any], current: dict[str, Any]) -> str:
     return "; ".join(diffs)
 
 
+def complete_checkpoints(directory: Path) -> list[tuple[int, Path]]:
+    """(step, path) of every complete checkpoint in `directory`, oldest first."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = []
+    for path in directory.iterdir():
+        match = CHECKPOINT_RE.match(path.name)
+        if match and (path / TRAIN_STATE).is_file() and (path / ".metadata").is_file():
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
 class CheckpointManager:
     def __init__(self, directory: Path, env: DistEnv, keep: int) -> None:
         self.directory = Path(directory)
@@ -82,14 +102,7 @@ class CheckpointManager:
 
     def complete(self) -> list[tuple[int, Path]]:
         """(step, path) of every complete checkpoint, oldest first."""
-        if not self.directory.is_dir():
-            return []
-        found = []
-        for path in self.directory.iterdir():
-            match = CHECKPOINT_RE.match(path.name)
-            if match and (path / TRAIN_STATE).is_file() and (path / ".metadata").is_file():
-                found.append((int(match.group(1)), path))
-        return sorted(found)
+        return complete_checkpoints(self.directory)
 
     def _barrier(self) -> None:
         if dist.is_initialized():
@@ -149,9 +162,9 @@ class CheckpointManager:
     def load(self, path: Path, job: "Job") -> None:
         train_state = torch.load(path / TRAIN_STATE, weights_only=False)
         current = model_signature(job)
-        mismatch = _describe_mismatch(train_state["signature"], current)
+        mismatch = describe_mismatch(train_state["signature"], current)
         if mismatch:
-            raise ValueError(f"{path}: checkpoint of another model: {mismatch}")
+            raise ValueError(f"{path}: checkpoint of another model or optimizer: {mismatch}")
         model_state = job.model.state_dict()
         sparse_state = _sparse_optim_state(job)
         converted = adapt_fused_state(path, sparse_state, train_state["plan"], job.plan)

@@ -25,6 +25,16 @@ def _check_positive(key: str, value: float, allow_zero: bool = False) -> None:
         raise ValueError(f"{key} = {value!r} must be {'>= 0' if allow_zero else '> 0'}")
 
 
+def _check_elements(key: str, value: list | dict, kind: type) -> None:
+    """Element types of a list (or a dict's keys: str, values: `kind`); the loader only checks the container."""
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    for k, v in items:
+        if isinstance(value, dict) and not isinstance(k, str):
+            raise ValueError(f"{key} = {value!r}: key {k!r} should be a string")
+        if not isinstance(v, kind) or isinstance(v, bool):
+            raise ValueError(f"{key} = {value!r}: {v!r} should be of type {kind.__name__}")
+
+
 @dataclass
 class DataConfig:
     path: str = ""
@@ -32,7 +42,7 @@ class DataConfig:
     train_split: str = "train"
     """Split to train on."""
     eval_splits: list[str] = field(default_factory=lambda: ["val", "test"])
-    """Splits evaluated at intervals and at the end (those the dataset has)."""
+    """Splits evaluated at intervals and at the end (each must exist in the dataset; empty ones are skipped)."""
     shuffle: bool = True
     """Shuffle the training stream (seeded; block-level plus a bounded buffer)."""
     num_workers: int = 1
@@ -42,6 +52,7 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         _check_choice("data.tail", self.tail, ("drop", "pad"))
+        _check_elements("data.eval_splits", self.eval_splits, str)
         _check_positive("data.num_workers", self.num_workers, allow_zero=True)
 
 
@@ -65,12 +76,30 @@ class ModelConfig:
     def __post_init__(self) -> None:
         _check_choice("model.arch", self.arch, ("dlrm", "dcnv2"))
         _check_positive("model.embedding_dim", self.embedding_dim)
+        _check_elements("model.dims", self.dims, int)
+        _check_elements("model.dense_arch", self.dense_arch, int)
+        _check_elements("model.over_arch", self.over_arch, int)
+        for name, dim in self.dims.items():
+            _check_positive(f"model.dims.{name}", dim)
+        for key, sizes in (("model.dense_arch", self.dense_arch), ("model.over_arch", self.over_arch)):
+            for size in sizes:
+                if size <= 0:
+                    raise ValueError(f"{key} = {sizes!r}: layer size {size} must be > 0")
+        _check_positive("model.dcn_layers", self.dcn_layers)
+        _check_positive("model.dcn_low_rank", self.dcn_low_rank)
         if not self.over_arch or self.over_arch[-1] != 1:
             raise ValueError(f"model.over_arch = {self.over_arch!r} must end with 1")
         if self.arch == "dlrm" and self.dense_arch and self.dense_arch[-1] != self.embedding_dim:
             raise ValueError(
                 f"model.dense_arch = {self.dense_arch!r}: DLRM needs its last layer equal to "
                 f"model.embedding_dim = {self.embedding_dim}"
+            )
+        unequal = {k: v for k, v in self.dims.items() if v != self.embedding_dim}
+        if self.arch == "dlrm" and unequal:
+            name, dim = next(iter(unequal.items()))
+            raise ValueError(
+                f"model.dims.{name} = {dim}: DLRM's dot interaction needs every embedding width equal to "
+                f"model.embedding_dim = {self.embedding_dim} (per-feature widths are for arch = \"dcnv2\")"
             )
 
 
@@ -79,15 +108,18 @@ class ShardingConfig:
     plan: str = ""
     """Plan file from `shardrec plan`; empty: plan at start-up with torchrec's planner."""
     compute_kernel: str = "fused"
-    """Embedding kernel: fused (optimizer applied in backward) or dense."""
+    """Embedding kernel: fused (the sparse optimizer applied in backward; the one kernel the trainer runs)."""
     qcomm: str = ""
     """Quantized embedding all-to-all: fp16, bf16, or empty for fp32."""
     constraints: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per table: allowed sharding_types, compute_kernels, min_partition, ... (torchrec ParameterConstraints)."""
 
     def __post_init__(self) -> None:
-        _check_choice("sharding.compute_kernel", self.compute_kernel, ("fused", "dense"))
+        _check_choice("sharding.compute_kernel", self.compute_kernel, ("fused",))
         _check_choice("sharding.qcomm", self.qcomm, ("", "fp16", "bf16"))
+        for table, cons in self.constraints.items():
+            if not isinstance(cons, dict):
+                raise ValueError(f"sharding.constraints.{table} = {cons!r} should be a table of settings")
 
 
 @dataclass
@@ -114,6 +146,10 @@ class OptimConfig:
         _check_choice("optim.dense", self.dense, ("adagrad", "adam", "sgd"))
         _check_positive("optim.sparse_lr", self.sparse_lr)
         _check_positive("optim.dense_lr", self.dense_lr)
+        _check_positive("optim.eps", self.eps)
+        _check_positive("optim.warmup_steps", self.warmup_steps, allow_zero=True)
+        _check_positive("optim.decay_start", self.decay_start, allow_zero=True)
+        _check_positive("optim.decay_steps", self.decay_steps, allow_zero=True)
 
 
 @dataclass
@@ -137,6 +173,8 @@ class TrainConfig:
         _check_positive("train.global_batch_size", self.global_batch_size)
         _check_positive("train.epochs", self.epochs)
         _check_positive("train.steps", self.steps, allow_zero=True)
+        _check_positive("train.seed", self.seed, allow_zero=True)
+        _check_positive("train.log_interval", self.log_interval)
         _check_choice("train.pipeline", self.pipeline, ("auto", "sparse_dist", "plain"))
         _check_choice("train.device", self.device, ("auto", "cpu", "cuda"))
 
@@ -150,6 +188,11 @@ class EvalConfig:
     batch_size: int = 0
     """Global evaluation batch (0: the training global batch)."""
 
+    def __post_init__(self) -> None:
+        _check_positive("eval.interval_steps", self.interval_steps, allow_zero=True)
+        _check_positive("eval.max_batches", self.max_batches, allow_zero=True)
+        _check_positive("eval.batch_size", self.batch_size, allow_zero=True)
+
 
 @dataclass
 class CheckpointConfig:
@@ -160,6 +203,7 @@ class CheckpointConfig:
 
     def __post_init__(self) -> None:
         _check_positive("checkpoint.keep", self.keep)
+        _check_positive("checkpoint.interval_steps", self.interval_steps, allow_zero=True)
 
 
 @dataclass

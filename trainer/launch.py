@@ -1,4 +1,7 @@
-"""Start the per-rank trainer under torchrun (torch.distributed.run, the elastic launcher)."""
+"""Start the per-rank trainer under torchrun (torch.distributed.run, the elastic launcher).
+
+`python -m shardrec.trainer.launch TORCHRUN_ARGS` is torchrun itself, minus its failure traceback.
+"""
 
 from __future__ import annotations
 
@@ -34,7 +37,7 @@ def torchrun_command(
         raise ValueError("several nodes need a rendezvous endpoint HOST:PORT")
     endpoint = rdzv_endpoint or f"127.0.0.1:{free_port()}"
     return [
-        sys.executable, "-m", "torch.distributed.run",
+        sys.executable, "-m", "shardrec.trainer.launch",
         f"--nnodes={nnodes}", f"--nproc-per-node={nproc_per_node}", f"--max-restarts={max_restarts}",
         "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}",
         "-m", module, *entry_args,
@@ -51,3 +54,24 @@ def rank_environment(nproc_per_node: int) -> dict[str, str]:
 def launch(entry_args: list[str], nproc_per_node: int, max_restarts: int = 0) -> int:
     """Run torchrun on this machine and wait; returns its exit code (0 when every rank succeeded)."""
     return subprocess.call(torchrun_command(entry_args, nproc_per_node, max_restarts), env=rank_environment(nproc_per_node))
+
+
+def torchrun_main(argv: list[str]) -> int:
+    """torchrun with its arguments `argv`, ending in one line instead of a traceback when ranks fail.
+
+    The ranks print their own errors; torchrun's ChildFailedError traceback would only bury them.
+    """
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import main
+
+    try:
+        main(argv)
+    except ChildFailedError as e:
+        rank, failure = e.get_first_failure()
+        print(f"torchrun: rank {rank} failed first (exit code {failure.exitcode})", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(torchrun_main(sys.argv[1:]))

@@ -48,8 +48,9 @@ def adapt_fused_state(
     """Load, from the checkpoint at `path`, every row-wise momentum whose column cut changed,
     convert it into this plan's layout and drop it from `fused_state` for the DCP load.
 
-    Returns the converted entries, {param key: {state name: ShardedTensor}}, to put back into
-    the state after DCP loaded the rest.
+    Values are ShardedTensors (sharded tables) or plain tensors (data-parallel tables, every rank
+    holding the whole [rows] accumulator); both are filled in place. Returns the converted
+    entries, {param key: {state name: tensor}}, to put back into the state after DCP loaded the rest.
     """
     saved = {t["name"]: t for t in json.loads(saved_plan_json)["tables"]}
     rows_of = {t["name"]: t["rows"] for t in plan.fingerprint["tables"]}
@@ -57,7 +58,7 @@ def adapt_fused_state(
     for key, entries in fused_state.get("state", {}).items():
         for name, value in list(entries.items()):
             table = name.rsplit(".", 1)[0]
-            if not name.endswith(".momentum1") or table not in saved or not isinstance(value, ShardedTensor):
+            if not name.endswith(".momentum1") or table not in saved or not isinstance(value, torch.Tensor):
                 continue
             rows = rows_of[table]
             old_w, new_w = column_widths(saved[table]), column_widths(plan.table(table))
@@ -66,12 +67,20 @@ def adapt_fused_state(
             full = {"fused_optim": {"state": {key: {name: torch.empty(len(old_w) * rows)}}}}
             dcp.load(full, checkpoint_id=str(path))
             new_full = convert_rowwise_momentum(full["fused_optim"]["state"][key][name], rows, old_w, new_w)
-            for shard in value.local_shards():
-                start = shard.metadata.shard_offsets[0]
-                shard.tensor.copy_(new_full[start : start + shard.tensor.numel()].view_as(shard.tensor))
+            _fill(value, new_full)
             converted.setdefault(key, {})[name] = entries.pop(name)
             logger.info("%s: row-wise Adagrad state converted from column cut %s to %s", table, old_w, new_w)
     for key in converted:  # DCP would take an emptied entry for a value of its own
         if not fused_state["state"][key]:
             del fused_state["state"][key]
     return converted
+
+
+def _fill(value: torch.Tensor, full: torch.Tensor) -> None:
+    """Copy this rank's part of the whole state `full` into `value` (a ShardedTensor or a replica)."""
+    if not isinstance(value, ShardedTensor):
+        value.copy_(full.view_as(value))
+        return
+    for shard in value.local_shards():
+        start = shard.metadata.shard_offsets[0]
+        shard.tensor.copy_(full[start : start + shard.tensor.numel()].view_as(shard.tensor))

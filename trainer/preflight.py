@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from shardrec.dataloader.format import Manifest
 from shardrec.trainer.config import JobConfig, load_job_config
+
+if TYPE_CHECKING:
+    from shardrec.sharding.plan_io import PlanFile
 
 
 def entry_overrides(data: Path | None, plan: Path | None, steps: int | None) -> list[str]:
@@ -34,29 +38,67 @@ def preflight(
     overrides: list[str], world_size: int,
 ) -> JobConfig:
     """Resolve the job and check it against the dataset and the plan; ValueError says what is wrong."""
+    if world_size < 1:
+        raise ValueError(f"--nproc-per-node must be at least 1, got {world_size}")
     job = load_job_config(config, overrides + entry_overrides(data, plan, steps))
     if not job.data.path:
         raise ValueError("no dataset: pass --data DIR or set data.path in the job file")
-    if job.train.global_batch_size % world_size:
-        raise ValueError(f"train.global_batch_size = {job.train.global_batch_size} does not divide by {world_size} ranks")
+    check_batches(job, world_size)
     kind = device_kind(job.train.device)
     if kind == "cuda" and not torch.cuda.is_available():
         raise ValueError("train.device = 'cuda' but CUDA is not available here")
+    if kind == "cpu" and job.optim.sparse == "adam":
+        raise ValueError("optim.sparse = 'adam' runs on CUDA only (fbgemm's CPU kernels have no Adam); "
+                         "use rowwise_adagrad or sgd on CPU")
     manifest = Manifest.load(job.data.path)
-    if job.data.train_split not in manifest.splits:
-        raise ValueError(f"{job.data.path}: no split {job.data.train_split!r} to train on (has {', '.join(manifest.splits)})")
+    check_against_dataset(job, manifest, world_size)
+    if job.sharding.plan:
+        _check_plan_file(job, manifest, world_size, kind)
+    return job
+
+
+def check_batches(job: JobConfig, world_size: int) -> None:
+    """The training and evaluation global batches split evenly over the ranks."""
+    if job.train.global_batch_size % world_size:
+        raise ValueError(f"train.global_batch_size = {job.train.global_batch_size} does not divide by {world_size} ranks")
+    if job.eval.batch_size % world_size:
+        raise ValueError(f"eval.batch_size = {job.eval.batch_size} does not divide by {world_size} ranks")
+
+
+def check_against_dataset(job: JobConfig, manifest: Manifest, world_size: int) -> None:
+    """Splits and features the job names exist, and the train split has a step to take."""
+    path, splits = job.data.path, manifest.splits
+    if job.data.train_split not in splits:
+        raise ValueError(f"{path}: no split {job.data.train_split!r} to train on (has {', '.join(splits)})")
+    unknown_splits = [s for s in job.data.eval_splits if s not in splits]
+    if unknown_splits:
+        raise ValueError(f"data.eval_splits names {unknown_splits[0]!r}, which {path} does not have (has {', '.join(splits)})")
+    rows, batch = splits[job.data.train_split].rows, job.train.global_batch_size
+    if job.data.tail == "drop" and rows < batch:
+        raise ValueError(f"{path}: split {job.data.train_split!r} has {rows:,} rows, fewer than one global batch "
+                         f"(train.global_batch_size = {batch}) with data.tail = 'drop': no step to train")
     unknown = sorted(set(job.model.dims) - set(manifest.feature_names))
     if unknown:
-        raise ValueError(f"model.dims names features the dataset {job.data.path} does not have: {', '.join(unknown)}")
-    if job.sharding.plan:
-        # Imported here: torchrec takes seconds to import, and only the plan check needs it.
-        from shardrec.embeddings.tables import build_table_configs
-        from shardrec.sharding.plan_io import check_plan, load_plan, plan_fingerprint
+        raise ValueError(f"model.dims names features the dataset {path} does not have: {', '.join(unknown)}")
 
-        tables = build_table_configs(manifest, job.model.embedding_dim, job.model.dims)
-        plan_file = load_plan(job.sharding.plan)
-        try:
-            check_plan(plan_file, plan_fingerprint(tables, world_size, job.train.global_batch_size, kind))
-        except ValueError as e:
-            raise ValueError(f"{job.sharding.plan}: {e}") from None
-    return job
+
+def _check_plan_file(job: JobConfig, manifest: Manifest, world_size: int, kind: str) -> None:
+    # Imported here: torchrec takes seconds to import, and only the plan check needs it.
+    from shardrec.embeddings.tables import build_table_configs
+    from shardrec.sharding.plan_io import check_plan, load_plan, plan_fingerprint
+
+    tables = build_table_configs(manifest, job.model.embedding_dim, job.model.dims)
+    plan_file = load_plan(job.sharding.plan)
+    try:
+        check_plan(plan_file, plan_fingerprint(tables, world_size, job.train.global_batch_size, kind))
+        check_trainable(plan_file)
+    except ValueError as e:
+        raise ValueError(f"{job.sharding.plan}: {e}") from None
+
+
+def check_trainable(plan_file: "PlanFile") -> None:
+    """Refuse what the trainer cannot run: 2D plans (torchrec's DMPCollection, CUDA only, not wired in)."""
+    if plan_file.sharding_group_size:
+        raise ValueError(f"a 2D plan (sharding_group_size = {plan_file.sharding_group_size}): the trainer runs "
+                         "plain sharded plans only (2D needs CUDA and DMPCollection, not implemented in the trainer yet); "
+                         "plan without --group-size")

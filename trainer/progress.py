@@ -31,7 +31,10 @@ class TrainReporter:
         self.total = total_steps
         self.log_interval = log_interval
         self.lr = lr
-        self._window_start = time.perf_counter()
+        # Training time since the last log line, summed over segments: evaluations and checkpoints
+        # between segments are not training and would lower samples/s.
+        self._segment_start = time.perf_counter()
+        self._seconds = 0.0
         self._samples = 0
         self._loss = 0.0
         self._steps = 0
@@ -59,20 +62,27 @@ class TrainReporter:
         if self.writer is not None:
             self.writer.write(record)
 
+    def start_segment(self) -> None:
+        """Training resumes (after an evaluation or a checkpoint): the clock restarts here."""
+        self._segment_start = time.perf_counter()
+
     def on_report(self, stats: StepStats, epoch: int) -> None:
+        now = time.perf_counter()
+        self._seconds += now - self._segment_start
+        self._segment_start = now
         self._samples += stats.samples
         self._loss += stats.loss * stats.steps
         self._steps += stats.steps
         if stats.step % self.log_interval and stats.step != self.total:
             return
-        rate = self._samples / max(time.perf_counter() - self._window_start, 1e-9)
+        rate = self._samples / max(self._seconds, 1e-9)
         loss = self._loss / max(self._steps, 1)
         self.write({"kind": "train", "step": stats.step, "epoch": epoch, "loss": loss, "samples_per_s": rate, "lr": self.lr()})
         if self._bar is not None:
             self._bar.update(self._task, completed=stats.step, rate=f"{rate:,.0f} samples/s", loss=f"{loss:.5f}")
         else:
             self.say("step %d/%d loss %.5f %.0f samples/s", stats.step, self.total, loss, rate)
-        self._window_start, self._samples, self._loss, self._steps = time.perf_counter(), 0, 0.0, 0
+        self._seconds, self._samples, self._loss, self._steps = 0.0, 0, 0.0, 0
 
     def close(self) -> None:
         if self._bar is not None:

@@ -24,6 +24,7 @@ from shardrec.trainer.config import JobConfig
 from shardrec.trainer.dist import DistEnv
 from shardrec.trainer.loop import StepRunner, evaluate, train_segment
 from shardrec.trainer.metrics import MetricsWriter
+from shardrec.trainer.preflight import check_against_dataset
 from shardrec.trainer.progress import TrainReporter
 
 logger = logging.getLogger(__name__)
@@ -58,8 +59,8 @@ def build_job(config: JobConfig, env: DistEnv, run_dir: Path, plan_path: str | N
     if plan_path:
         plan = load_plan(plan_path)
     else:
-        stats = {f.name: f.stats for f in manifest.sparse_features}
-        plan = build.plan_at_start(tables, env, t.global_batch_size, config.sharding.constraints, stats)
+        plan = build.plan_at_start(tables, env, t.global_batch_size, config.sharding.constraints,
+                                   config.sharding.compute_kernel, o.sparse, manifest)
     sharding_plan = build.build_sharding_plan(plan, tables, env, t.global_batch_size)
     qcomm = config.sharding.qcomm or None
     model = build.shard_model(module, sharding_plan, env, o.sparse, o.sparse_lr, o.eps, qcomm)
@@ -73,6 +74,7 @@ def build_job(config: JobConfig, env: DistEnv, run_dir: Path, plan_path: str | N
         num_workers=config.data.num_workers,
     )
     eval_batch = config.eval.batch_size or t.global_batch_size
+    check_against_dataset(config, manifest, env.world_size)
     eval_loaders = {
         split: build_loader(
             data_dir, split, global_batch_size=eval_batch, rank=env.rank, world_size=env.world_size,
@@ -131,6 +133,7 @@ def _train(job: Job, total: int, reporter: TrainReporter) -> tuple[float, int]:
         while progress.step < epoch_end:
             boundary = _next_boundary(progress.step, epoch_end, cfg.eval.interval_steps, cfg.checkpoint.interval_steps)
             wanted, start = boundary - progress.step, time.perf_counter()
+            reporter.start_segment()
             done = train_segment(job.runner, batches, wanted, progress.step, cfg.train.log_interval, on_step,
                                  lambda stats: reporter.on_report(stats, progress.epoch))
             seconds += time.perf_counter() - start
@@ -151,11 +154,12 @@ def run_job(job: Job) -> dict[str, Any]:
     """Train (resuming from the newest checkpoint in the run directory if there is one),
     evaluate, checkpoint; returns the summary (meaningful on rank 0)."""
     cfg = job.config
-    write_run_files(job)
     total = cfg.train.epochs * len(job.train_loader)
     if cfg.train.steps:
         total = min(total, cfg.train.steps)
     resumed = job.checkpoints.load_latest(job)
+    # Only now: a refused resume must leave the run directory describing its checkpoints.
+    write_run_files(job)
     writer = MetricsWriter(job.run_dir) if job.env.is_main else None
     reporter = TrainReporter(writer, total, job.progress.step, cfg.train.log_interval,
                              lambda: job.runner.optimizer.param_groups[0]["lr"])

@@ -11,7 +11,7 @@ each run several jobs (torchrec imports in seconds: spawning once per world size
 - Resharding on resume: a 2-rank row-wise run checkpoints at step 8 and runs on to 15; copies
   resumed at step 8 by 1 rank (table-wise) and 4 ranks (row-wise, data-parallel, table-wise
   tables) end within the same tolerance; a column-wise checkpoint loaded under whole-row plans
-  has its row-wise Adagrad state converted.
+  (table-wise on 1 rank, data-parallel on 4) has its row-wise Adagrad state converted.
 - Failures: a NaN loss stops every rank naming the step, keeping the last good checkpoint; a
   checkpoint of another model is refused naming the difference. And DCNv2 on multi-hot bags
   with mixed widths and bf16 all-to-all learns.
@@ -39,6 +39,8 @@ INVARIANCE = {
     1: [("adagrad", "table_wise", "plain", ()), ("sgd", "table_wise", "plain", SGD)],
 }
 RESUME_LAYOUT = {1: "table_wise", 4: "mixed_rows"}
+# The column-wise checkpoint is loaded under whole-row tables: sharded (1 rank) and replicated (4 ranks).
+CW_LAYOUT = {1: "table_wise", 4: "data_parallel"}
 
 
 def job_config(data: Path, steps: int, pipeline: str, extra: tuple = ()):
@@ -104,7 +106,7 @@ def rank_work(env, data: str, multi_hot: str, root: str) -> dict:
     else:
         summary = run_job(_checkpointed(env, data, root_p / f"resume-w{world}", RESUME_LAYOUT[world], STEPS))
         out["resume"] = {"from": summary["resumed_from_step"], "val": summary["eval"]["val"]}
-        cw = _checkpointed(env, data, root_p / f"cw-w{world}", "table_wise", STEPS)
+        cw = _checkpointed(env, data, root_p / f"cw-w{world}", CW_LAYOUT[world], STEPS)
         cw.checkpoints.load_latest(cw)
         CheckpointManager(root_p / f"cw-resaved-w{world}" / "checkpoints", env, 1).save(cw)
     return out

@@ -1,0 +1,114 @@
+"""Job settings and pre-launch checks refuse bad input with one line naming the key and value;
+a resume that changes the optimizers is refused; samples/s counts training time only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from shardrec.trainer.config import load_job_config
+from shardrec.trainer.preflight import check_trainable, preflight
+
+
+@pytest.mark.parametrize("override, message", [
+    ("train.log_interval=0", "train.log_interval = 0"),
+    ("train.seed=-1", "train.seed = -1"),
+    ("eval.interval_steps=-1", "eval.interval_steps = -1"),
+    ("eval.batch_size=-64", "eval.batch_size = -64"),
+    ("eval.max_batches=-1", "eval.max_batches = -1"),
+    ("checkpoint.interval_steps=-5", "checkpoint.interval_steps = -5"),
+    ("optim.eps=0", "optim.eps = 0.0"),
+    ("optim.eps=-1e-8", "optim.eps = -1e-08"),
+    ('model.dense_arch=["a", 16]', "'a' should be of type int"),
+    ("model.over_arch=[0, 1]", "layer size 0"),
+    ('model.dims={C1=0}', "model.dims.C1 = 0"),
+    ('model.dims={C1="x"}', "'x' should be of type int"),
+    ('model.dims={C1=8}', "DLRM's dot interaction"),
+    ("data.eval_splits=[1]", "should be of type str"),
+    ('sharding.compute_kernel="dense"', "sharding.compute_kernel = 'dense' is not one of fused"),
+])
+def test_bad_settings_name_key_and_value(override: str, message: str) -> None:
+    with pytest.raises(ValueError, match="^.*" + message.replace("(", r"\(").replace("[", r"\[")):
+        load_job_config(None, [override])
+
+
+def test_good_settings_still_load() -> None:
+    job = load_job_config(None, ['model.arch="dcnv2"', "model.dims={C1=8}", "eval.batch_size=0", "train.seed=0"])
+    assert job.model.dims == {"C1": 8} and job.train.log_interval == 20
+
+
+def _preflight(data: Path, *overrides: str, world_size: int = 2, plan: Path | None = None):
+    return preflight(None, data, plan, None, ["train.global_batch_size=64", 'train.device="cpu"', *overrides], world_size)
+
+
+def test_preflight_refuses_what_the_ranks_cannot_run(tiny_dataset: Path) -> None:
+    assert _preflight(tiny_dataset).train.global_batch_size == 64
+    with pytest.raises(ValueError, match="--nproc-per-node must be at least 1, got 0"):
+        _preflight(tiny_dataset, world_size=0)
+    with pytest.raises(ValueError, match="optim.sparse = 'adam' runs on CUDA only"):
+        _preflight(tiny_dataset, 'optim.sparse="adam"')
+    with pytest.raises(ValueError, match="eval.batch_size = 33 does not divide by 2 ranks"):
+        _preflight(tiny_dataset, "eval.batch_size=33")
+    with pytest.raises(ValueError, match="data.eval_splits names 'valid', which .* does not have"):
+        _preflight(tiny_dataset, 'data.eval_splits=["valid"]')
+    # 1,000 train rows: one global batch of 1,024 is too many with data.tail = drop, fine padded.
+    with pytest.raises(ValueError, match="split 'train' has 1,000 rows, fewer than one global batch .*1024"):
+        _preflight(tiny_dataset, "train.global_batch_size=1024")
+    assert _preflight(tiny_dataset, "train.global_batch_size=1024", 'data.tail="pad"').data.tail == "pad"
+
+
+def test_two_d_plans_are_refused() -> None:
+    from shardrec.sharding.plan_io import PLAN_SCHEMA_VERSION, PlanFile
+
+    check_trainable(PlanFile(PLAN_SCHEMA_VERSION, {}, []))
+    with pytest.raises(ValueError, match="2D plan .*sharding_group_size = 2.*DMPCollection"):
+        check_trainable(PlanFile(PLAN_SCHEMA_VERSION, {}, [], sharding_group_size=2))
+
+
+def test_resume_with_other_optimizers_is_refused() -> None:
+    from shardrec.trainer.checkpoint import describe_mismatch
+
+    tables = [{"name": "t_C1", "rows": 10, "dim": 8}]
+    saved = {"model": {"arch": "dlrm"}, "optim": {"sparse": "rowwise_adagrad", "dense": "adagrad"}, "tables": tables}
+    same = {"model": {"arch": "dlrm"}, "optim": {"sparse": "rowwise_adagrad", "dense": "adagrad"}, "tables": tables}
+    assert describe_mismatch(saved, same) == ""
+    other = {**same, "optim": {"sparse": "sgd", "dense": "adagrad"}}
+    assert describe_mismatch(saved, other) == "optim.sparse: checkpoint 'rowwise_adagrad', job 'sgd'"
+    # Checkpoints written before the optimizers were recorded still load.
+    assert describe_mismatch({k: v for k, v in saved.items() if k != "optim"}, other) == ""
+
+
+def test_samples_per_s_leaves_out_time_between_segments(monkeypatch: pytest.MonkeyPatch) -> None:
+    from shardrec.trainer import progress
+    from shardrec.trainer.loop import StepStats
+
+    clock = [0.0]
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: clock[0])
+    records = []
+    writer = type("W", (), {"write": lambda self, r: records.append(r), "close": lambda self: None})()
+    reporter = progress.TrainReporter(writer, 20, 0, 10, lambda: 0.1)
+    reporter.start_segment()
+    clock[0] = 1.0
+    reporter.on_report(StepStats(step=5, steps=5, loss=0.5, samples=500), 0)  # a segment ends at step 5
+    clock[0] = 31.0  # 30 s of evaluation and checkpointing
+    reporter.start_segment()
+    clock[0] = 32.0
+    reporter.on_report(StepStats(step=10, steps=5, loss=0.5, samples=500), 0)
+    assert records[-1]["samples_per_s"] == pytest.approx(500.0)  # 1,000 samples in 2 s of training
+
+
+def test_train_cli_refuses_zero_ranks_and_mentions_resume_only_with_a_checkpoint(tmp_path: Path) -> None:
+    from shardrec.tools.cli import app
+    from shardrec.tools.cli_train import _failure_message
+
+    result = CliRunner().invoke(app, ["train", "--nproc-per-node", "0"])
+    assert result.exit_code == 1 and "--nproc-per-node must be at least 1, got 0" in result.output
+    assert "Traceback" not in result.output
+    assert "resume" not in _failure_message(1, tmp_path)
+    ckpt = tmp_path / "checkpoints" / "step-00000004"
+    ckpt.mkdir(parents=True)
+    (ckpt / "train_state.pt").touch()
+    (ckpt / ".metadata").touch()
+    assert "step-00000004 (step 4), is kept and a re-run resumes from it" in _failure_message(1, tmp_path)

@@ -103,6 +103,15 @@ class Manifest:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> "Manifest":
+        """Build from parsed JSON; KeyError or TypeError (naming the entry) if it is malformed."""
+        _expect_dict(raw.get("splits"), "splits")
+        for name, s in raw["splits"].items():
+            _expect_dict(s, f"splits.{name}")
+            if not isinstance(s.get("parts"), list):
+                raise TypeError(f"splits.{name}.parts is {s.get('parts')!r}, expected a list of parts")
+            for i, p in enumerate(s["parts"]):
+                _expect_dict(p, f"splits.{name}.parts[{i}]")
+                _expect_dict(p.get("files"), f"splits.{name}.parts[{i}].files")
         splits = {
             name: SplitInfo(
                 rows=s["rows"],
@@ -137,11 +146,16 @@ class Manifest:
             )
         try:
             return cls.from_dict(raw)
-        except (KeyError, TypeError) as e:
+        except (KeyError, TypeError, AttributeError) as e:
             raise DatasetError(f"{path}: malformed manifest: {e}") from e
 
     def save(self, directory: str | Path) -> None:
         atomic_write_bytes(Path(directory) / MANIFEST, self.to_json().encode())
+
+
+def _expect_dict(value: Any, where: str) -> None:
+    if not isinstance(value, dict):
+        raise TypeError(f"{where} is {value!r:.80}, expected an object")
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -276,18 +290,33 @@ def open_part(directory: Path, split: str, info: PartInfo, manifest: Manifest) -
             columns[fname] = np.load(path, mmap_mode="r", allow_pickle=False)
         except ValueError as e:
             raise DatasetError(f"{path}: unreadable column: {e}") from e
-    labels, dense = columns["label.npy"], columns["dense.npy"]
+    def column(fname: str) -> np.ndarray:
+        if fname not in columns:
+            raise DatasetError(f"{directory / MANIFEST}: part {split}/{info.name} lists no {fname} (files: {', '.join(columns) or 'none'})")
+        return columns[fname]
+
+    labels, dense = column("label.npy"), column("dense.npy")
     for name, arr in (("label.npy", labels), ("dense.npy", dense)):
         if arr.shape[0] != info.rows:
             raise DatasetError(f"{part_dir / name}: {arr.shape[0]} rows, manifest says {info.rows}")
     sparse, offsets = {}, {}
     for feat in manifest.sparse_features:
-        sparse[feat.name] = columns[f"{feat.name}.npy"]
+        sparse[feat.name] = column(f"{feat.name}.npy")
         if feat.multi_hot:
-            offsets[feat.name] = columns[f"{feat.name}.offsets.npy"]
+            offsets[feat.name] = column(f"{feat.name}.offsets.npy")
+            _check_offsets(part_dir / f"{feat.name}.offsets.npy", offsets[feat.name], info.rows, len(sparse[feat.name]))
         elif sparse[feat.name].shape[0] != info.rows:
             raise DatasetError(f"{part_dir / (feat.name + '.npy')}: {sparse[feat.name].shape[0]} rows, manifest says {info.rows}")
     return Part(part_dir, info.rows, labels, dense, sparse, offsets)
+
+
+def _check_offsets(path: Path, off: np.ndarray, rows: int, ids: int) -> None:
+    """Cheap checks of a multi-hot feature's row offsets (their ends only: a full monotonicity
+    pass would read the whole file at every open)."""
+    if off.ndim != 1 or len(off) != rows + 1:
+        raise DatasetError(f"{path}: {off.shape} offsets, expected {rows + 1} (rows + 1)")
+    if int(off[0]) != 0 or int(off[-1]) != ids:
+        raise DatasetError(f"{path}: offsets run from {int(off[0])} to {int(off[-1])}, expected 0 to {ids} (the feature's ids)")
 
 
 def open_split(directory: str | Path, split: str, manifest: Manifest | None = None) -> list[Part]:

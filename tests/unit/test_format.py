@@ -37,3 +37,54 @@ def test_truncated_column_is_caught_at_open(tmp_path: Path):
     with pytest.raises(DatasetError, match="part-00001/dense.npy: .* bytes on disk, manifest says"):
         open_split(tmp_path, "train")
     assert any("part-00001/dense.npy" in p for p in verify(tmp_path))
+
+
+def _edit_manifest(directory: Path, edit) -> None:
+    import json
+
+    path = directory / "manifest.json"
+    raw = json.loads(path.read_text())
+    edit(raw)
+    path.write_text(json.dumps(raw))
+
+
+def test_part_without_a_feature_column_names_the_part_and_column(tmp_path: Path):
+    write_tiny_dataset(tmp_path)
+    _edit_manifest(tmp_path, lambda raw: raw["splits"]["train"]["parts"][1]["files"].pop("f2.npy"))
+    with pytest.raises(DatasetError, match=r"manifest.json: part train/part-00001 lists no f2.npy"):
+        open_split(tmp_path, "train")
+    _edit_manifest(tmp_path, lambda raw: raw["splits"]["train"]["parts"][0]["files"].pop("label.npy"))
+    with pytest.raises(DatasetError, match=r"part train/part-00000 lists no label.npy"):
+        open_split(tmp_path, "train")
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda raw: raw.update(splits=["train"]), r"malformed manifest: splits is \['train'\], expected an object"),
+        (lambda raw: raw["splits"].update(val=[]), r"malformed manifest: splits.val is \[\], expected an object"),
+        (lambda raw: raw["splits"]["test"].update(parts={}), r"malformed manifest: splits.test.parts is \{\}, expected a list"),
+        (lambda raw: raw["splits"]["train"]["parts"][1].update(files=[]), r"splits.train.parts\[1\].files is \[\], expected an object"),
+    ],
+)
+def test_malformed_splits_are_dataset_errors(tmp_path: Path, edit, message):
+    write_tiny_dataset(tmp_path, rows={"train": [10, 10], "val": [5], "test": [5]})
+    _edit_manifest(tmp_path, edit)
+    with pytest.raises(DatasetError, match=message):
+        Manifest.load(tmp_path)
+
+
+def test_multi_hot_offsets_are_checked_against_rows_and_ids(tmp_path: Path):
+    write_tiny_dataset(tmp_path, rows={"train": [30]}, multi_hot=("f1",))
+    path = tmp_path / "train" / "part-00000" / "f1.offsets.npy"
+    good = np.load(path)
+    ids = int(good[-1])
+    for bad, message in ((good + 1, f"offsets run from 1 to {ids + 1}, expected 0 to {ids}"),
+                         (np.minimum(good, ids - 1), f"offsets run from 0 to {ids - 1}, expected 0 to {ids}")):  # fmt: skip
+        np.save(path, bad)  # same size: only the values are wrong
+        with pytest.raises(DatasetError, match=f"f1.offsets.npy: {message}"):
+            open_split(tmp_path, "train")
+    np.save(path, good[:-1])
+    _edit_manifest(tmp_path, lambda raw: raw["splits"]["train"]["parts"][0]["files"]["f1.offsets.npy"].update(bytes=path.stat().st_size))
+    with pytest.raises(DatasetError, match=r"f1.offsets.npy: \(30,\) offsets, expected 31 \(rows \+ 1\)"):
+        open_split(tmp_path, "train")

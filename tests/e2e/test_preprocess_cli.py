@@ -149,6 +149,23 @@ def test_malformed_rows_skipped_and_reported_or_strict(kaggle: Path, tmp_path: P
     assert not (tmp_path / "b" / "manifest.json").exists()
 
 
+def test_rows_with_too_few_fields_are_malformed_unless_min_fields_allows_them(kaggle: Path, tmp_path: Path):
+    lines = kaggle.read_bytes().splitlines(keepends=True)
+    lines[5] = b"1\t2\n"
+    bad = tmp_path / "train.txt"
+    bad.write_bytes(b"".join(lines))
+    res = json.loads(cli("preprocess", bad, "--out", tmp_path / "a", "--max-ids", "100", "--json").stdout)
+    assert res["rows_skipped"] == {"too_few_fields": 1}
+    assert res["first_errors"] == [f"{bad}:6: row: 2 fields, schema needs at least 37 of 40 (too_few_fields)"]
+    strict = cli("preprocess", bad, "--out", tmp_path / "b", "--max-ids", "100", "--strict", ok=False)
+    assert strict.exit_code == 1 and f"{bad}:6: row: 2 fields" in strict.output
+    loose = json.loads(cli("preprocess", bad, "--out", tmp_path / "c", "--max-ids", "100", "--min-fields", "2", "--json").stdout)
+    assert loose["rows_skipped"] == {} and sum(loose["rows_kept"].values()) == 2000
+    assert Manifest.load(tmp_path / "c").options["schema"]["min_fields"] == 2
+    wrong = cli("preprocess", bad, "--out", tmp_path / "d", "--min-fields", "41", ok=False)
+    assert wrong.exit_code == 1 and "min_fields=41" in wrong.output
+
+
 def test_vocabulary_mode_oov_and_missing_ids(tmp_path: Path):
     text = "".join(
         f"{i % 2}\t1" + "\t" * 12 + "\t" + c1 + "\t" * 25 + "\n"

@@ -61,9 +61,13 @@ def torchrun_main(argv: list[str]) -> int:
 
     The ranks print their own errors; torchrun's ChildFailedError traceback would only bury them.
     """
+    import logging
+
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main
 
+    # Its "failed (exitcode ...)" line says what the line below says.
+    logging.getLogger("torch.distributed.elastic.multiprocessing.api").setLevel(logging.CRITICAL)
     try:
         main(argv)
     except ChildFailedError as e:

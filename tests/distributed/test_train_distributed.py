@@ -13,7 +13,7 @@ each run several jobs (torchrec imports in seconds: spawning once per world size
   tables) end within the same tolerance; a column-wise checkpoint loaded under whole-row plans
   (table-wise on 1 rank, data-parallel on 4) has its row-wise Adagrad state converted.
 - Failures: a NaN loss stops every rank naming the step, keeping the last good checkpoint; a
-  checkpoint of another model is refused naming the difference. And DCNv2 on multi-hot bags
+  checkpoint of another model is refused naming the difference, leaving the run's files as they were. And DCNv2 on multi-hot bags
   with mixed widths and bf16 all-to-all learns.
 """
 
@@ -100,7 +100,7 @@ def rank_work(env, data: str, multi_hot: str, root: str) -> dict:
             del os.environ["SHARDREC_FAULT"]
         other = _checkpointed(env, data, root_p / "ref", "row_wise", STEPS, ("model.over_arch=[8, 1]",))
         try:
-            other.checkpoints.load_latest(other)
+            run_job(other)
         except ValueError as e:
             out["mismatch_error"] = str(e)
     else:
@@ -192,4 +192,6 @@ def test_failures_stop_cleanly_and_dcnv2_learns(runs) -> None:
     assert "step 11" in results["nan_error"] and "NaN" in results["nan_error"]
     assert sorted(p.name for p in (root / "nan" / "checkpoints").iterdir()) == ["step-00000008"]
     assert "model.over_arch" in results["mismatch_error"]
+    # The refused resume left the run directory describing its checkpoints, not the refused job.
+    assert "over_arch = [16, 1]" in (root / "ref" / "config.toml").read_text()
     assert results["dcnv2"]["auc"] > 0.65  # DCNv2, multi-hot bags, mixed widths, bf16 all-to-all

@@ -117,3 +117,14 @@ def test_bad_input_is_one_clear_line(tiny_dataset: Path, tmp_path: Path) -> None
     result = runner.invoke(app, ["train", "--data", str(tiny_dataset), "--plan", str(tmp_path / "plan.json"),
                                  "--set", "train.global_batch_size=64", "--set", "train.device=\"cpu\""])
     assert result.exit_code == 1 and "world size: plan 2, job 1" in result.output, result.output
+
+
+def test_failed_ranks_end_in_one_line_not_torchruns_traceback() -> None:
+    from shardrec.trainer.launch import torchrun_command
+
+    # A "rank" that fails at once (json.tool on a missing file, exit code 2) stands in for the trainer.
+    result = subprocess.run(torchrun_command(["/nonexistent.json"], 1, module="json.tool"),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == "torchrun: rank 0 failed first (exit code 2)"
+    assert "Traceback" not in result.stderr and "ChildFailedError" not in result.stderr

@@ -29,7 +29,7 @@ from torchrec.distributed.types import (
 )
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
-from shardrec.dataloader.format import atomic_write_bytes
+from shardrec.dataloader.format import atomic_write_bytes, read_json
 
 PLAN_FORMAT = "shardrec-plan"
 PLAN_SCHEMA_VERSION = 1
@@ -146,12 +146,7 @@ def _plan_from_dict(raw: dict[str, Any]) -> PlanFile:
 def load_plan(path: str | Path) -> PlanFile:
     """Read a plan file; ValueError naming the path if it is not one this shardrec reads."""
     path = Path(path)
-    try:
-        raw = json.loads(path.read_text())
-    except OSError as e:
-        raise ValueError(f"{path}: cannot read plan file: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not a JSON plan file: {e}") from None
+    raw = read_json(path, "plan file")
     if not isinstance(raw, dict) or raw.get("format") != PLAN_FORMAT:
         got = raw.get("format") if isinstance(raw, dict) else type(raw).__name__
         raise ValueError(f"{path}: format is {got!r}, expected {PLAN_FORMAT!r} (make one with `shardrec plan`)")

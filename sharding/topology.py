@@ -9,10 +9,11 @@ the preset's figures with ones measured on this machine.
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from shardrec.dataloader.format import read_json
 
 GiB = 1024**3
 
@@ -113,12 +114,7 @@ PROFILE_KEYS = ("intra_host_bw", "inter_host_bw", "lookup_bw", "collective_laten
 def load_profile(path: str | Path) -> dict[str, float]:
     """The measured figures of a calibration profile; ValueError naming the file on bad input."""
     path = Path(path)
-    try:
-        raw = json.loads(path.read_text())
-    except OSError as e:
-        raise ValueError(f"{path}: cannot read calibration profile: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not a JSON calibration profile: {e}") from None
+    raw = read_json(path, "calibration profile")
     measured = raw.get("measured") if isinstance(raw, dict) else None
     if not isinstance(measured, dict):
         raise ValueError(f"{path}: no 'measured' section (write one with `shardrec plan calibrate`)")

@@ -17,7 +17,6 @@ def build_table_configs(
     manifest: Manifest,
     embedding_dim: int,
     dims: dict[str, int] | None = None,
-    max_rows: int | None = None,
 ) -> list[EmbeddingBagConfig]:
     """One sum-pooled table per sparse feature of the dataset.
 
@@ -25,7 +24,6 @@ def build_table_configs(
         manifest: the dataset's manifest; each feature's cardinality sizes its table.
         embedding_dim: width of every table unless `dims` names another for its feature.
         dims: feature name -> embedding width, for tables that differ from the default.
-        max_rows: cap on rows per table (ids are then taken modulo the cap by the loader).
     """
     dims = dims or {}
     unknown = sorted(set(dims) - set(manifest.feature_names))
@@ -33,7 +31,7 @@ def build_table_configs(
         raise ValueError(f"model.dims names features the dataset does not have: {', '.join(unknown)}")
     configs = []
     for feat in manifest.sparse_features:
-        rows = max(1, feat.cardinality if max_rows is None else min(feat.cardinality, max_rows))
+        rows = max(1, feat.cardinality)
         configs.append(
             EmbeddingBagConfig(
                 name=table_name(feat.name),

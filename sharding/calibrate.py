@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from shardrec.trainer.launch import free_port
+
 logger = logging.getLogger(__name__)
 
 PROFILE_FORMAT = "shardrec-calibration"
@@ -89,12 +91,6 @@ def measure_lookup(device: str = "cpu", rows: int = 400_000, dim: int = 64, batc
             "lookup_fwd_s": fwd, "lookup_bytes": read}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _collective_worker(rank: int, world_size: int, port: int, device_kind: str, big: int, repeats: int, queue) -> None:
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
                       LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -131,7 +127,7 @@ def measure_collectives(world_size: int = 2, device_kind: str = "cpu", mib_per_p
     big = mib_per_peer * 2**20 // 4
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    port = _free_port()
+    port = free_port()
     procs = [ctx.Process(target=_collective_worker, args=(r, world_size, port, device_kind, big, repeats, queue))
              for r in range(world_size)]
     for p in procs:

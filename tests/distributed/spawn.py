@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import os
-import socket
 import traceback
 from typing import Any, Callable
 
 import torch.multiprocessing as mp
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from shardrec.trainer.launch import free_port
 
 
 def _entry(rank: int, world_size: int, port: int, fn: Callable[..., Any], args: tuple, queue: Any) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -63,8 +62,6 @@ def train(
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Train a DLRM/DCNv2 on N local ranks (torchrun); resumes if OUT_DIR holds checkpoints."""
-    if logging.getLogger().level == logging.INFO:
-        logging.getLogger().setLevel(logging.WARNING)  # fbgemm logs every library it loads at INFO
     from shardrec.trainer.launch import launch
     from shardrec.trainer.preflight import preflight
 

@@ -33,8 +33,12 @@ def ranks_table(plan: PlanFile, limit: int = 32) -> Table:
     est = plan.estimate
     cap = est.get("memory_capacity_bytes", 0) / MiB
     t = Table(title=f"ranks (critical path: rank {est.get('critical_rank')}, {est.get('max_step_ms', 0):.3f} ms/step estimated)")
-    t.caption = f"memory per rank of {cap:.0f} MiB: weights + optimizer + buffers; bytes sent per step (fwd+bwd)"
-    for col in ("rank", "mem MiB", "weights", "optim", "buffers", "lookup ms", "comm ms", "a2a MiB", "rs+ag MiB", "allred MiB"):
+    t.caption = (
+        f"MiB: memory per rank of {cap:.0f} = weights (wts) + optimizer (opt) + buffers (buf); "
+        "MiB sent per step (fwd+bwd) by all-to-all, reduce-scatter + all-gather, all-reduce"
+    )
+    # Short headers keep the table whole on an 80-column terminal.
+    for col in ("rank", "MiB", "wts", "opt", "buf", "lookup ms", "comm ms", "a2a", "rs+ag", "allred"):
         t.add_column(col, justify="right")
     ranks = est.get("ranks", [])
     shown = ranks if len(ranks) <= limit else sorted(ranks, key=lambda r: -r["step_ms"])[:limit]
@@ -42,10 +46,10 @@ def ranks_table(plan: PlanFile, limit: int = 32) -> Table:
         b = r["bytes_sent"]
         mark = "*" if r["rank"] == est.get("critical_rank") else ""
         t.add_row(
-            f"{r['rank']}{mark}", f"{r['memory_bytes'] / MiB:.2f}", f"{r['weights_bytes'] / MiB:.2f}",
-            f"{r['optimizer_bytes'] / MiB:.2f}", f"{r['buffer_bytes'] / MiB:.2f}",
-            f"{r['lookup_ms']:.3f}", f"{r['comm_ms']:.3f}", f"{b['all_to_all'] / MiB:.3f}",
-            f"{(b['reduce_scatter'] + b['all_gather']) / MiB:.3f}", f"{b['all_reduce'] / MiB:.3f}",
+            f"{r['rank']}{mark}", f"{r['memory_bytes'] / MiB:.1f}", f"{r['weights_bytes'] / MiB:.1f}",
+            f"{r['optimizer_bytes'] / MiB:.1f}", f"{r['buffer_bytes'] / MiB:.1f}",
+            f"{r['lookup_ms']:.2f}", f"{r['comm_ms']:.2f}", f"{b['all_to_all'] / MiB:.2f}",
+            f"{(b['reduce_scatter'] + b['all_gather']) / MiB:.2f}", f"{b['all_reduce'] / MiB:.2f}",
         )
     if len(ranks) > limit:
         t.caption += f"; the {limit} slowest of {len(ranks)} ranks"

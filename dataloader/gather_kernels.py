@@ -96,6 +96,23 @@ def take_ids(src, idx, out, feature, modulo):
             out[i, feature, j] = v % modulo if modulo > 0 else v
 
 
+@njit(inline="always", nogil=True, boundscheck=False)
+def _part_of(r, part_starts, parts):
+    """The last part whose start is <= row r, without branches on the data (they mispredict
+    on shuffled rows): count the starts <= r for a few parts, else a fixed-step search."""
+    lo = 0
+    if parts <= 32:
+        for p in range(1, parts):
+            lo += part_starts[p] <= r
+    else:
+        size = parts
+        while size > 1:
+            half = size >> 1
+            lo += half * (part_starts[lo + half] <= r)
+            size -= half
+    return lo
+
+
 @njit(cache=True, nogil=True, boundscheck=False)
 def group_by_part(rows, part_starts):
     """Rows grouped by the part holding them, keeping their order inside each part.
@@ -112,19 +129,7 @@ def group_by_part(rows, part_starts):
     part_of = np.empty(n, np.int64)
     counts = np.zeros(parts, np.int64)
     for i in range(n):
-        r = rows[i]
-        # Last part whose start is <= r, without branches on the data (they mispredict on
-        # shuffled rows): count the starts <= r for a few parts, else a fixed-step search.
-        lo = 0
-        if parts <= 32:
-            for p in range(1, parts):
-                lo += part_starts[p] <= r
-        else:
-            size = parts
-            while size > 1:
-                half = size >> 1
-                lo += half * (part_starts[lo + half] <= r)
-                size -= half
+        lo = _part_of(rows[i], part_starts, parts)
         part_of[i] = lo
         counts[lo] += 1
     fill = np.empty(parts, np.int64)
@@ -153,16 +158,7 @@ def locate(rows, part_starts, part_of, local):
     n, parts = rows.shape[0], part_starts.shape[0] - 1
     for i in range(n):
         r = rows[i]
-        lo = 0  # last part whose start is <= r, without branches on the data
-        if parts <= 32:
-            for p in range(1, parts):
-                lo += part_starts[p] <= r
-        else:
-            size = parts
-            while size > 1:
-                half = size >> 1
-                lo += half * (part_starts[lo + half] <= r)
-                size -= half
+        lo = _part_of(r, part_starts, parts)
         part_of[i] = lo
         local[i] = r - part_starts[lo]
 

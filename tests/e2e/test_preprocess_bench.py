@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from shardrec.tools.cli import app
+from shardrec.tools.cli.app import app
 
 
 @pytest.mark.slow

@@ -11,9 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from shardrec.dataloader.format import Manifest, open_split, verify
-from shardrec.tools.cli import app
-from shardrec.tools.criteo_parse import transform_dense
-from shardrec.tools.preprocess_ids import hash_ids
+from shardrec.tools.cli.app import app
+from shardrec.tools.preprocess.parse import transform_dense
+from shardrec.tools.preprocess.ids import hash_ids
 from shardrec.tools.synth import write_dataset
 
 runner = CliRunner()

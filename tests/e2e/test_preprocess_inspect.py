@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from shardrec.dataloader.format import Manifest, open_split, verify
-from shardrec.tools.cli import app
+from shardrec.tools.cli.app import app
 from shardrec.tools.synth import write_dataset
 
 runner = CliRunner()

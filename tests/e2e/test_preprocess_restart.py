@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from shardrec.tools.cli import app
+from shardrec.tools.cli.app import app
 from shardrec.tools.synth import write_dataset
 
 runner = CliRunner()
@@ -114,7 +114,7 @@ def test_vocabulary_mode_parts_count_then_map(raw: Path, tmp_path: Path):
 
 
 def test_output_is_the_same_without_the_compiled_kernels(raw: Path, reference, tmp_path: Path, monkeypatch):
-    from shardrec.tools import parse_kernel
+    from shardrec.tools.preprocess import parse_kernel
 
     monkeypatch.setattr(parse_kernel, "AVAILABLE", False)  # what a machine without numba runs
     cli("preprocess", raw, "--out", tmp_path / "numpy", *ARGS)
@@ -122,7 +122,7 @@ def test_output_is_the_same_without_the_compiled_kernels(raw: Path, reference, t
 
 
 def test_output_is_the_same_when_part_columns_must_grow(raw: Path, reference, tmp_path: Path, monkeypatch):
-    from shardrec.tools import preprocess_task
+    from shardrec.tools.preprocess import task as preprocess_task
 
     # A row estimate that always falls short: every piece grows the part's columns.
     monkeypatch.setattr(preprocess_task, "_capacity", lambda *args: 1)
@@ -131,7 +131,7 @@ def test_output_is_the_same_when_part_columns_must_grow(raw: Path, reference, tm
 
 
 def test_failed_background_fsync_fails_the_run_without_marking_the_task(raw: Path, tmp_path: Path, monkeypatch):
-    from shardrec.tools import preprocess_task
+    from shardrec.tools.preprocess import task as preprocess_task
 
     def no_space(files, marker, payload):  # what the sync thread meets on a full disk
         raise OSError(28, "No space left on device", str(files[0]))
@@ -147,7 +147,7 @@ def test_failed_background_fsync_fails_the_run_without_marking_the_task(raw: Pat
 
 
 def test_output_does_not_depend_on_the_parse_piece_size(tmp_path: Path, monkeypatch):
-    from shardrec.tools import preprocess_task
+    from shardrec.tools.preprocess import task as preprocess_task
 
     lines = write_dataset(tmp_path / "raw", rows=3000, seed=12, max_vocab=500)[0].read_bytes().split(b"\n")
     # Malformed rows met in reverse REASONS order, far apart: with small parse pieces each

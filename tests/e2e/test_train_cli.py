@@ -14,7 +14,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from shardrec.tools.cli import app
+from shardrec.tools.cli.app import app
 
 JOB = ["--set", "model.embedding_dim=8", "--set", "model.dense_arch=[16, 8]", "--set", "model.over_arch=[16, 1]",
        "--set", "train.global_batch_size=64", "--set", "train.epochs=2", "--set", "checkpoint.interval_steps=4",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from shardrec.tools.cli import app
+from shardrec.tools.cli.app import app
 
 runner = CliRunner()
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from shardrec.sharding.calibrate import measure_lookup, save_profile
+from shardrec.tools.bench.calibrate import measure_lookup, save_profile
 from shardrec.sharding.topology import build_topology
 
 

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from shardrec.sharding.plan_io import check_plan, load_plan, plan_fingerprint
-from shardrec.tools.cli import app
+from shardrec.tools.cli.app import app
 
 runner = CliRunner()
 

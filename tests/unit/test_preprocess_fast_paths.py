@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from shardrec.dataloader.format import write_part
-from shardrec.tools import parse_kernel
-from shardrec.tools.preprocess_ids import hash_ids
-from shardrec.tools.preprocess_stats import feature_stats, id_counts, id_frequencies
+from shardrec.tools.preprocess import parse_kernel
+from shardrec.tools.preprocess.ids import hash_ids
+from shardrec.tools.preprocess.stats import feature_stats, id_counts, id_frequencies
 
 needs_numba = pytest.mark.skipif(not parse_kernel.AVAILABLE, reason="numba is not installed")
 
@@ -100,7 +100,7 @@ def test_stats_refuse_ids_outside_the_table():
 def test_word_at_a_time_integers_agree_with_the_numpy_parser(delimiter):
     # The compiled parser decodes 1-7 digit integers as one 64-bit word and falls back to its
     # byte loop for everything else; both must give the numpy parser's rows.
-    from shardrec.tools.criteo_parse import Schema, parse_chunk
+    from shardrec.tools.preprocess.parse import Schema, parse_chunk
 
     # min_fields=1: rows of any length are right-padded, so short rows keep integers in the text's last bytes.
     schema = Schema(num_dense=5, num_sparse=1, delimiter=delimiter, min_fields=1)

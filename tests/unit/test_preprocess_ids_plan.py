@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardrec.tools.preprocess_ids import MISSING_ID, OOV_ID, Vocabulary, hash_ids, merge_counts
-from shardrec.tools.preprocess_plan import (
+from shardrec.tools.preprocess.ids import MISSING_ID, OOV_ID, Vocabulary, hash_ids, merge_counts
+from shardrec.tools.preprocess.inputs import (
     SplitRange,
     chunk_bounds,
     count_lines,
@@ -97,7 +97,7 @@ def test_plan_gives_each_task_its_first_line(tmp_path: Path):
 
 
 def test_compiled_hashing_equals_hash_ids():
-    from shardrec.tools import parse_kernel
+    from shardrec.tools.preprocess import parse_kernel
 
     rng = np.random.default_rng(4)
     values = rng.integers(0, 2**63, (500, 3), dtype=np.int64).astype(np.uint64) * np.uint64(2)
@@ -113,8 +113,8 @@ def test_compiled_hashing_equals_hash_ids():
 def test_read_pieces_cut_at_newlines_and_keep_every_byte(tmp_path: Path, gz: bool):
     import gzip
 
-    from shardrec.tools.preprocess_plan import Task
-    from shardrec.tools.preprocess_task import read_pieces
+    from shardrec.tools.preprocess.inputs import Task
+    from shardrec.tools.preprocess.task import read_pieces
 
     text = b"".join(b"x" * (i % 50) + b"\n" for i in range(400)) + b"y" * 300 + b"\n" + b"last line without newline"
     path = tmp_path / ("t.txt.gz" if gz else "t.txt")
@@ -129,10 +129,10 @@ def test_count_and_vocabulary_files_are_synced_before_they_appear(tmp_path: Path
     # A rerun trusts an existing count or vocabulary file, so it must be on disk before its rename.
     import os
 
-    from shardrec.tools.criteo_parse import Schema
-    from shardrec.tools.preprocess_ids import save_vocabularies
-    from shardrec.tools.preprocess_plan import Task
-    from shardrec.tools.preprocess_task import TaskOptions, count_task, marker_path
+    from shardrec.tools.preprocess.parse import Schema
+    from shardrec.tools.preprocess.ids import save_vocabularies
+    from shardrec.tools.preprocess.inputs import Task
+    from shardrec.tools.preprocess.task import TaskOptions, count_task, marker_path
 
     events: list[str] = []
     real_fsync, real_replace = os.fsync, Path.replace

@@ -100,8 +100,8 @@ def test_samples_per_s_leaves_out_time_between_segments(monkeypatch: pytest.Monk
 
 
 def test_train_cli_refuses_zero_ranks_and_mentions_resume_only_with_a_checkpoint(tmp_path: Path) -> None:
-    from shardrec.tools.cli import app
-    from shardrec.tools.cli_train import _failure_message
+    from shardrec.tools.cli.app import app
+    from shardrec.tools.cli.train import _failure_message
 
     result = CliRunner().invoke(app, ["train", "--nproc-per-node", "0"])
     assert result.exit_code == 1 and "--nproc-per-node must be at least 1, got 0" in result.output

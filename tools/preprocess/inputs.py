@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shardrec.tools import parse_kernel
+from shardrec.tools.preprocess import parse_kernel
 
 KAGGLE_DAYS = 7
 LAYOUTS = ("auto", "kaggle", "days")

@@ -20,7 +20,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from shardrec.tools.cli_common import console, fail, print_json
+from shardrec.tools.cli.common import console, fail, print_json
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def run_case(case: Case) -> dict:
     from shardrec.sharding.search import search_plan
     from shardrec.sharding.topology import build_topology
     from shardrec.sharding.torchrec_planner import torchrec_plan
-    from shardrec.sharding.torchrec_score import torchrec_score
+    from shardrec.tools.bench.torchrec_score import torchrec_score
 
     ts = _table_set(case.table_set)
     topo = build_topology(case.preset, case.world_size)
@@ -186,10 +186,10 @@ def bench_plan_reality(
     from rich.table import Table
 
     from shardrec.sharding import suites
-    from shardrec.sharding.calibrate import calibrate
+    from shardrec.tools.bench.calibrate import calibrate
     from shardrec.sharding.cost import evaluate
     from shardrec.sharding.plan_io import PLAN_SCHEMA_VERSION, PlanFile, plan_fingerprint
-    from shardrec.sharding.reality import kendall_tau, measure_plans
+    from shardrec.tools.bench.reality import kendall_tau, measure_plans
     from shardrec.sharding.topology import PRESETS, Topology
 
     if world_size < 2 or global_batch_size % world_size:

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from shardrec.tools.cli_common import console, fail, print_json
+from shardrec.tools.cli.common import console, fail, print_json
 
 plan_app = typer.Typer(
     help="Plan how embedding tables are sharded; writes a plan file `shardrec train --plan` uses.",
@@ -148,7 +148,7 @@ def calibrate_cmd(
     """Measure this machine's embedding lookup bandwidth and collective bandwidth/latency."""
     import torch
 
-    from shardrec.sharding.calibrate import calibrate, save_profile
+    from shardrec.tools.bench.calibrate import calibrate, save_profile
 
     if device not in ("cpu", "cuda"):
         fail(f"--device must be cpu or cuda, got {device!r}")

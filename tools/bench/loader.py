@@ -31,7 +31,7 @@ from typing import Annotated, Any, Callable, Iterable
 import numpy as np
 import typer
 
-from shardrec.tools.cli_common import console, fail, print_json
+from shardrec.tools.cli.common import console, fail, print_json
 
 KAGGLE_CARDINALITIES = (
     1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194,

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from shardrec.dataloader.format import Manifest, open_split
-from shardrec.tools.cli_common import save_figure
-from shardrec.tools.preprocess_stats import frequency_curves
+from shardrec.tools.cli.common import save_figure
+from shardrec.tools.preprocess.stats import frequency_curves
 
 if TYPE_CHECKING:  # pandas is imported where used: every CLI start (preprocess too) would pay ~0.3 s
     import pandas as pd

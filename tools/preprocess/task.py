@@ -26,11 +26,11 @@ from typing import Iterator
 import numpy as np
 
 from shardrec.dataloader.format import atomic_write_bytes
-from shardrec.tools import parse_kernel
-from shardrec.tools.criteo_parse import REASONS, Schema, describe_bad_row, parse_chunk
-from shardrec.tools.preprocess_columns import PartColumns, append_rows, id_groups
-from shardrec.tools.preprocess_ids import Vocabulary, count_values, load_vocabularies, merge_counts
-from shardrec.tools.preprocess_plan import Task, count_range_lines, header_end, open_text
+from shardrec.tools.preprocess import parse_kernel
+from shardrec.tools.preprocess.parse import REASONS, Schema, describe_bad_row, parse_chunk
+from shardrec.tools.preprocess.columns import PartColumns, append_rows, id_groups
+from shardrec.tools.preprocess.ids import Vocabulary, count_values, load_vocabularies, merge_counts
+from shardrec.tools.preprocess.inputs import Task, count_range_lines, header_end, open_text
 
 MAX_REPORTED = 5
 PIECE_BYTES = 16 << 20  # text read at once (and parsed at once by the numpy fallback)

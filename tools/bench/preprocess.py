@@ -30,7 +30,7 @@ from typing import Annotated, Any
 
 import typer
 
-from shardrec.tools.cli_common import console, err_console, fail, print_json
+from shardrec.tools.cli.common import console, err_console, fail, print_json
 
 _BYTES_PER_ROW = 240  # synth's Criteo-shaped rows, measured; only sizes the generated file
 
@@ -59,9 +59,9 @@ def run_preprocess_child(path: Path, out: Path, workers: int, chunk_mb: float) -
 
 def parse_only(path: Path) -> dict[str, float]:
     """Our parser alone over the file, in the pipeline's piece size."""
-    from shardrec.tools.criteo_parse import parse_chunk
-    from shardrec.tools.preprocess_plan import Task
-    from shardrec.tools.preprocess_task import read_pieces
+    from shardrec.tools.preprocess.parse import parse_chunk
+    from shardrec.tools.preprocess.inputs import Task
+    from shardrec.tools.preprocess.task import read_pieces
 
     task = Task(0, str(path), 0, path.stat().st_size, 0, (), "train", False)
     parse_chunk(b"0\n")  # load the compiled kernel first, as pandas is imported before its clock

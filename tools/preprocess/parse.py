@@ -32,8 +32,8 @@ from typing import Literal
 
 import numpy as np
 
-from shardrec.tools import parse_kernel
-from shardrec.tools.parse_fields import decode_hex, decode_int, padded, strip_point_zero
+from shardrec.tools.preprocess import parse_kernel
+from shardrec.tools.preprocess.parse_fields import decode_hex, decode_int, padded, strip_point_zero
 
 NEWLINE = 10
 CR = 13

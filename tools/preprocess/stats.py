@@ -20,7 +20,7 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from shardrec.dataloader.format import Manifest
-from shardrec.tools import parse_kernel
+from shardrec.tools.preprocess import parse_kernel
 
 MAX_EXACT_ROWS = 1 << 27
 SAMPLE_IDS = 50_000_000

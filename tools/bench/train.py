@@ -29,7 +29,7 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
-from shardrec.tools.cli_common import console, fail, print_json
+from shardrec.tools.cli.common import console, fail, print_json
 
 NUM_TABLES, TABLE_ROWS, NUM_DENSE = 26, 50_000, 13
 
@@ -131,7 +131,7 @@ def bench_train(
     with tempfile.TemporaryDirectory() as tmp:
         data = write_bench_data(Path(tmp) / "data", rows)
         out = Path(tmp) / "result.json"
-        cmd = torchrun_command([str(data), str(out), str(steps), str(rounds)], nproc, module="shardrec.tools.bench_train")
+        cmd = torchrun_command([str(data), str(out), str(steps), str(rounds)], nproc, module="shardrec.tools.bench.train")
         proc = subprocess.run(cmd, capture_output=True, text=True, env=rank_environment(nproc))
         if proc.returncode != 0:
             fail(f"benchmark ranks failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from shardrec.tools import bench_loader, bench_plan, bench_preprocess
-from shardrec.tools import bench_train
+from shardrec.tools.bench import loader as bench_loader, plan as bench_plan, preprocess as bench_preprocess
+from shardrec.tools.bench import train as bench_train
 
 bench_app = typer.Typer(help="Benchmarks; each prints its ratio against a baseline measured in the same run.", no_args_is_help=True)
 

@@ -11,7 +11,7 @@ from rich.progress import Progress, TextColumn
 
 from shardrec.dataloader.digest import stream_digests
 from shardrec.dataloader.format import DatasetError, verify
-from shardrec.tools.cli_common import console, err_console, fail, print_json
+from shardrec.tools.cli.common import console, err_console, fail, print_json
 
 
 def digest(

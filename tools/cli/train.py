@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from shardrec.tools.cli_common import console, fail, print_json
+from shardrec.tools.cli.common import console, fail, print_json
 
 
 def _entry_args(config: Optional[Path], data: Optional[Path], plan: Optional[Path], out_dir: Path,

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from shardrec.dataloader.format import SPLITS, Manifest, SparseFeature, SplitInfo, open_split, smallest_uint, write_part
-from shardrec.tools.preprocess_stats import compute_feature_stats
+from shardrec.tools.preprocess.stats import compute_feature_stats
 
 logger = logging.getLogger(__name__)
 ROWS_PER_PART = 1 << 20

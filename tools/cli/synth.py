@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from shardrec.tools.cli_common import console, fail, print_json
+from shardrec.tools.cli.common import console, fail, print_json
 from shardrec.tools.synth import write_dataset
 
 

@@ -31,8 +31,8 @@ from shardrec.dataloader.format import (
     atomic_write_bytes,
     smallest_uint,
 )
-from shardrec.tools.criteo_parse import DENSE_TRANSFORMS, Schema
-from shardrec.tools.preprocess_ids import (
+from shardrec.tools.preprocess.parse import DENSE_TRANSFORMS, Schema
+from shardrec.tools.preprocess.ids import (
     MISSING_ID,
     OOV_ID,
     Vocabulary,
@@ -40,9 +40,9 @@ from shardrec.tools.preprocess_ids import (
     merge_counts,
     save_vocabularies,
 )
-from shardrec.tools.preprocess_plan import LAYOUTS, Task, discover_inputs, plan_tasks, resolve_layout
-from shardrec.tools.preprocess_stats import compute_feature_stats
-from shardrec.tools.preprocess_task import (
+from shardrec.tools.preprocess.inputs import LAYOUTS, Task, discover_inputs, plan_tasks, resolve_layout
+from shardrec.tools.preprocess.stats import compute_feature_stats
+from shardrec.tools.preprocess.task import (
     WORK_DIR,
     InputError,
     TaskOptions,

@@ -11,10 +11,10 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from rich.table import Table
 
 from shardrec.dataloader.format import DatasetError
-from shardrec.tools.cli_common import console, fail, print_json
-from shardrec.tools.criteo_parse import DENSE_TRANSFORMS, Schema
-from shardrec.tools.preprocess import PreprocessConfig, PreprocessResult, run_preprocess
-from shardrec.tools.preprocess_task import InputError, MalformedRowError
+from shardrec.tools.cli.common import console, fail, print_json
+from shardrec.tools.preprocess.parse import DENSE_TRANSFORMS, Schema
+from shardrec.tools.preprocess.pipeline import PreprocessConfig, PreprocessResult, run_preprocess
+from shardrec.tools.preprocess.task import InputError, MalformedRowError
 
 
 class _Bar:

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 
 from shardrec.dataloader.format import PartInfo, smallest_uint, write_part
-from shardrec.tools import parse_kernel
-from shardrec.tools.criteo_parse import ParsedChunk, transform_dense
-from shardrec.tools.preprocess_ids import Vocabulary, hash_ids
+from shardrec.tools.preprocess import parse_kernel
+from shardrec.tools.preprocess.parse import ParsedChunk, transform_dense
+from shardrec.tools.preprocess.ids import Vocabulary, hash_ids
 
 
 def map_ids(chunk: ParsedChunk, names: list[str], cardinalities: tuple[int, ...], vocabs: list[Vocabulary] | None) -> dict[str, np.ndarray]:

@@ -6,13 +6,10 @@ from typing import Annotated
 
 import typer
 
-from shardrec.tools import cli_plan, cli_synth
-from shardrec.tools import cli_preprocess
-from shardrec.tools import cli_data
-from shardrec.tools import cli_bench
-from shardrec.tools import cli_train
-from shardrec.tools import cli_report
-from shardrec.tools.cli_common import configure_logging
+from shardrec.tools.cli import bench as cli_bench, data as cli_data, plan as cli_plan
+from shardrec.tools.cli import preprocess as cli_preprocess, report as cli_report, synth as cli_synth
+from shardrec.tools.cli import train as cli_train
+from shardrec.tools.cli.common import configure_logging
 
 app = typer.Typer(
     name="shardrec",

@@ -9,9 +9,9 @@ import typer
 from rich.table import Table
 
 from shardrec.dataloader.format import DatasetError, Manifest
-from shardrec.tools import preprocess_npy
-from shardrec.tools.cli_common import console, fail, print_json
-from shardrec.tools.preprocess_inspect import dataset_stats, head_rows, plot_frequencies
+from shardrec.tools.preprocess import torchrec_npy as preprocess_npy
+from shardrec.tools.cli.common import console, fail, print_json
+from shardrec.tools.cli.data_view import dataset_stats, head_rows, plot_frequencies
 
 
 def _table(title: str, records: list[dict]) -> Table:

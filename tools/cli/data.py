@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from shardrec.tools import cli_data_inspect, cli_data_stream
+from shardrec.tools.cli import data_inspect as cli_data_inspect, data_stream as cli_data_stream
 
 data_app = typer.Typer(help="Inspect a preprocessed dataset: statistics, rows, checksums, stream digests.", no_args_is_help=True)
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from shardrec.tools.cli_common import console, fail, print_json, save_figure
+from shardrec.tools.cli.common import console, fail, print_json, save_figure
 
 
 def _series(records: list[dict[str, Any]], kind: str, key: str, split: str | None = None) -> tuple[list[int], list[float]]:

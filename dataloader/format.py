@@ -11,7 +11,7 @@ A dataset is a directory::
 Every column is a plain `.npy` file, so it is memory-mappable with `np.load(mmap_mode="r")`
 and readable by any numpy user. A one-hot feature holds one id per row; a multi-hot
 (jagged) feature holds its ids back to back with row offsets beside them. Files are written
-to a temporary name and renamed, and the manifest records the size and SHA-256 of each.
+to a temporary name and renamed (dataloader/files.py), and the manifest records the size and SHA-256 of each.
 """
 
 from __future__ import annotations
@@ -20,12 +20,13 @@ import dataclasses
 import hashlib
 import io
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from shardrec.dataloader.files import atomic_open, atomic_write_bytes
 
 FORMAT_NAME = "shardrec-dataset"
 SCHEMA_VERSION = 1
@@ -168,17 +169,6 @@ def read_json(path: Path, what: str) -> Any:
         raise ValueError(f"{path}: not a JSON {what}: {e}") from None
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write to a temporary name in the same directory, then rename over `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -214,10 +204,9 @@ def _save_npy(path: Path, array: np.ndarray, fsync: bool = True) -> FileInfo:
     # The checksum is taken from the bytes in memory as they are written, not by reading the
     # file back: one pass over the data instead of three (write, read, hash).
     array = np.ascontiguousarray(array)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     h = hashlib.sha256()
     header = _npy_header(array)
-    with open(tmp, "wb") as f:
+    with atomic_open(path, fsync=fsync) as f:
         if header is None:
             np.lib.format.write_array(_HashingFile(f, h), array, allow_pickle=False)
         else:
@@ -226,11 +215,7 @@ def _save_npy(path: Path, array: np.ndarray, fsync: bool = True) -> FileInfo:
             h.update(data)
             f.write(header)
             f.write(data)
-        f.flush()
         size = f.tell()
-        if fsync:
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
     return FileInfo(bytes=size, sha256=h.hexdigest())
 
 

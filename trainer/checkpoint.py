@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
+from shardrec.dataloader.files import atomic_open, fsync_dir
 from shardrec.trainer import faults
 from shardrec.trainer.dist import DistEnv
 from shardrec.trainer.optim_state import adapt_fused_state
@@ -135,7 +136,7 @@ class CheckpointManager:
             if final.exists():  # a re-run of the same step: replace it
                 shutil.rmtree(final)
             os.replace(tmp, final)
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
             self._prune()
             logger.info("step %d: checkpoint %s", step, final)
         self._barrier()
@@ -214,17 +215,5 @@ def _set_rng_state(state: dict[str, Any]) -> None:
 
 
 def _save_file(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    with atomic_open(path) as f:
         torch.save(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

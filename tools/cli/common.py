@@ -11,6 +11,8 @@ from typing import Any, NoReturn
 import typer
 from rich.console import Console
 
+from shardrec.dataloader.files import atomic_open
+
 console = Console()
 err_console = Console(stderr=True)
 
@@ -22,21 +24,17 @@ def fail(message: str) -> NoReturn:
 
 
 def save_figure(fig: Any, path: Path, dpi: int = 100) -> None:
-    """Write a matplotlib figure to `path` (a PNG) under a temporary name, then rename; close it.
+    """Write a matplotlib figure to `path` (a PNG) atomically (dataloader/files.py); close it.
 
     An unwritable path (no permission, a file where a folder should be, a full disk) ends the
     command with `fail()` naming the path and the reason, not a traceback.
     """
     import matplotlib.pyplot as plt
 
-    tmp = path.with_name(f".{path.name}.tmp.png")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(tmp, dpi=dpi)
-        tmp.replace(path)
+        with atomic_open(path) as f:
+            fig.savefig(f, format="png", dpi=dpi)
     except OSError as e:
-        if tmp.is_file():  # a partly written temporary
-            tmp.unlink()
         fail(f"{path}: cannot write the figure ({e.strerror or e})")
     finally:
         plt.close(fig)

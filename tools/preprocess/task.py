@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ from typing import Iterator
 
 import numpy as np
 
-from shardrec.dataloader.format import atomic_write_bytes
+from shardrec.dataloader.files import atomic_open, atomic_write_bytes, fsync_path
 from shardrec.tools.preprocess import parse_kernel
 from shardrec.tools.preprocess.parse import REASONS, Schema, describe_bad_row, parse_chunk
 from shardrec.tools.preprocess.columns import PartColumns, append_rows, id_groups
@@ -287,11 +286,7 @@ def _sync_pool() -> ThreadPoolExecutor:
 def _sync_then_mark(files: list[Path], marker: Path, payload: bytes) -> None:
     # The marker says "this task's files are complete": it is written only once they are on disk.
     for path in files:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_path(path)
     atomic_write_bytes(marker, payload)
 
 
@@ -315,16 +310,11 @@ def count_task(task: Task, opts: TaskOptions) -> Path:
                 per_feature[f].append(count_values(chunk.sparse[rows, f], chunk.sparse_missing[rows, f]))
         line0 += chunk.rows
     path = marker_path(Path(opts.out), task.index, "count").with_suffix(".npz")
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     arrays = {}
     for f, name in enumerate(opts.schema.sparse_names):
         arrays[f"{name}.values"], arrays[f"{name}.counts"] = merge_counts(per_feature[f])
-    with open(tmp, "wb") as fh:
+    with atomic_open(path) as fh:  # durable before it appears: a rerun trusts an existing count file
         np.savez(fh, **arrays)
-        # Durable before it appears: a rerun trusts an existing count file.
-        fh.flush()
-        os.fsync(fh.fileno())
-    tmp.replace(path)
     return path
 
 

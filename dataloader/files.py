@@ -1,0 +1,78 @@
+"""The project's one atomic file write: temporary name, fsync, rename, fsync of the directory.
+
+Every file shardrec writes (dataset parts and manifests, plans, checkpoints, run files,
+figures, preprocess markers) goes through `atomic_path` or one of its two wrappers, so a
+reader never sees a half-written file under the final name and a crash after the rename
+cannot lose the file: the rename itself is made durable by syncing the directory.
+
+The temporary is `.NAME.tmp-PID` beside the target (same file system, so the rename is
+atomic); preprocess removes stale `.*.tmp*` left by a killed run.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO, Iterator
+
+__all__ = ["atomic_open", "atomic_path", "atomic_write_bytes", "fsync_dir", "fsync_path", "temporary_name"]
+
+
+def temporary_name(path: Path) -> Path:
+    """Where `path` is written before it is renamed into place."""
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+def fsync_path(path: Path) -> None:
+    """Flush a file (or a directory) to disk by name."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(path: Path) -> None:
+    """Make renames and creations inside directory `path` durable."""
+    fsync_path(path)
+
+
+@contextmanager
+def atomic_path(path: Path, *, fsync: bool = True) -> Iterator[Path]:
+    """Yield a temporary path to write `path` through; on a clean exit it becomes `path`.
+
+    For writers that want a file name (np.lib.format.open_memmap, savefig). On an error the
+    temporary is removed and the error propagates; `path` is left as it was.
+
+    Args:
+        fsync: sync the file before the rename and the directory after it. A caller that
+            records the file as finished later (preprocess's task marker) may pass False
+            and sync the file itself (`fsync_path`) before writing its record.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_name(path)
+    try:
+        yield tmp
+        if fsync:
+            fsync_path(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    if fsync:
+        fsync_dir(path.parent)
+
+
+@contextmanager
+def atomic_open(path: Path, *, fsync: bool = True) -> Iterator[BinaryIO]:
+    """`atomic_path`, opened for binary writing: `with atomic_open(p) as f: f.write(...)`."""
+    with atomic_path(path, fsync=fsync) as tmp, open(tmp, "wb") as f:
+        yield f
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write `data` to `path` atomically and durably."""
+    with atomic_open(Path(path)) as f:
+        f.write(data)

@@ -2,7 +2,8 @@
 
 Two layouts are read, both memory-mapped (resident memory does not grow with dataset size):
 shardrec's own format (dataloader/format.py; a directory with manifest.json) and torchrec's
-`day_N_{dense,sparse,labels}.npy` layout (dataloader/torchrec_npy.py).
+`day_N_{dense,sparse,labels}.npy` layout (dataloader/torchrec_npy.py describes it), read in
+place with torchrec's splits.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from shardrec.dataloader import torchrec_npy as npy
 from shardrec.dataloader.format import MANIFEST, DatasetError, Manifest, Part, open_split
 
 
@@ -45,9 +47,7 @@ def open_source(directory: str | Path, split: str, hashes: list[int] | None = No
     """
     directory = Path(directory)
     if not (directory / MANIFEST).is_file():
-        from shardrec.dataloader.torchrec_npy import is_torchrec_npy_dir, open_torchrec_npy
-
-        if is_torchrec_npy_dir(directory):
+        if npy.is_torchrec_npy_dir(directory):
             source = open_torchrec_npy(directory, split, hashes=hashes)
             _check_not_empty(source)
             return source
@@ -73,3 +73,45 @@ def open_source(directory: str | Path, split: str, hashes: list[int] | None = No
 def _check_not_empty(source: SplitSource) -> None:
     if source.num_samples == 0:
         raise DatasetError(f"{source.directory}: split {source.split!r} has no rows")
+
+
+def _npy_part(directory: Path, day: int, arrays: npy.Day, start: int = 0, stop: int | None = None) -> Part:
+    """Rows [start, stop) of one day as a Part whose columns are torchrec's names."""
+    stop = arrays.rows if stop is None else stop
+    sparse = arrays.sparse[start:stop]
+    names = npy.feature_names(sparse.shape[1])
+    columns = {n: sparse[:, i] for i, n in enumerate(names)}
+    return Part(directory / f"day_{day}", stop - start, arrays.labels[start:stop], arrays.dense[start:stop], columns, {})
+
+
+def open_torchrec_npy(directory: str | Path, split: str, hashes: list[int] | int | None = None) -> SplitSource:
+    """Memory-map one split of a torchrec day_N_*.npy directory (torchrec's split convention)."""
+    directory = Path(directory)
+    days = npy.day_numbers(directory)
+    if not days:
+        raise DatasetError(f"{directory}: no day_N_dense.npy files")
+    if split == "train":
+        parts = [_npy_part(directory, d, npy.open_day(directory, d)) for d in (days[:-1] if len(days) > 1 else days)]
+    elif split in ("val", "test"):
+        if len(days) < 2:
+            raise DatasetError(f"{directory}: split {split!r} needs at least 2 days (the last day is halved into val/test)")
+        last = npy.open_day(directory, days[-1])
+        half = npy.val_rows(last.rows)
+        parts = [_npy_part(directory, days[-1], last, 0, half) if split == "val" else _npy_part(directory, days[-1], last, half)]
+    else:
+        raise DatasetError(f"{directory}: no split {split!r} (torchrec layout has train, val, test)")
+    names = list(parts[0].sparse)
+    if any(list(p.sparse) != names or p.dense.shape[1] != parts[0].dense.shape[1] for p in parts):
+        raise DatasetError(f"{directory}: days disagree on the number of dense or sparse columns")
+    modulo: dict[str, int] = {}
+    if hashes is not None:
+        sizes = [hashes] * len(names) if isinstance(hashes, int) else list(hashes)
+        if len(sizes) != len(names) or any(h <= 0 for h in sizes):
+            raise ValueError(f"hashes must be one positive size or {len(names)} of them, got {hashes}")
+        modulo = dict(zip(names, sizes))
+    h = hashlib.sha256(f"torchrec-npy:{split}:{hashes}".encode())
+    for d in days:
+        for kind in npy.KINDS:
+            path = npy.day_file(directory, d, kind)
+            h.update(f"{path.name}:{path.stat().st_size};".encode())
+    return SplitSource(directory, split, parts, names, set(), modulo, h.hexdigest())

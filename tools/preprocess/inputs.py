@@ -14,17 +14,16 @@ Lines are physical lines (malformed rows included), so a split never depends on 
 
 from __future__ import annotations
 
-import gzip
 import mmap
 import os
 import re
-import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 from shardrec.tools.preprocess import parse_kernel
+from shardrec.tools.preprocess.gz import READ_ERRORS, describe_error, open_gzip
 
 KAGGLE_DAYS = 7
 LAYOUTS = ("auto", "kaggle", "days")
@@ -92,19 +91,23 @@ def discover_inputs(inputs: list[Path]) -> list[Path]:
 
 
 def open_text(path: str | Path):
-    return gzip.open(path, "rb") if str(path).endswith(".gz") else open(path, "rb")
+    return open_gzip(path) if str(path).endswith(".gz") else open(path, "rb")
 
 
 def count_lines(path: Path, skip_header: bool, block: int = 1 << 24) -> int:
     """Physical lines (a last line without a newline counts) after any header."""
     lines, last = 0, b"\n"
     try:
-        with open_text(path) as f:
+        f = open_text(path)
+    except READ_ERRORS as e:
+        raise ValueError(describe_error(path, e)) from e
+    with f:
+        try:
             while b := f.read(block):
                 lines += b.count(b"\n")
                 last = b[-1:]
-    except (EOFError, OSError, zlib.error) as e:
-        raise ValueError(f"{path}: unreadable or truncated: {e}") from e
+        except READ_ERRORS as e:  # described while open: the message says how far the decoder got
+            raise ValueError(describe_error(path, e, f)) from e
     lines += last != b"\n"
     return max(lines - (1 if skip_header else 0), 0)
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +26,7 @@ import numpy as np
 from shardrec.dataloader.files import atomic_open, atomic_write_bytes, fsync_path
 from shardrec.tools.preprocess import parse_kernel
 from shardrec.tools.preprocess.parse import REASONS, Schema, describe_bad_row, parse_chunk
+from shardrec.tools.preprocess.gz import READ_ERRORS, describe_error
 from shardrec.tools.preprocess.columns import PartColumns, append_rows, id_groups
 from shardrec.tools.preprocess.ids import Vocabulary, count_values, load_vocabularies, merge_counts
 from shardrec.tools.preprocess.inputs import Task, count_range_lines, header_end, open_text
@@ -85,14 +85,15 @@ class _Source:
         self.task, self.left = task, (task.end - task.start) if not task.gz else -1
 
     def __enter__(self) -> "_Source":
+        self.f = None
         try:
             self.f = open_text(self.task.path)
             if self.task.gz and self.task.header:
                 self.f.readline()
             elif not self.task.gz:
                 self.f.seek(self.task.start)
-        except (EOFError, OSError, zlib.error) as e:
-            raise InputError(f"{self.task.path}: unreadable or truncated: {e}") from e
+        except READ_ERRORS as e:
+            raise InputError(describe_error(self.task.path, e, self.f)) from e
         return self
 
     def __exit__(self, *exc) -> None:
@@ -103,8 +104,8 @@ class _Source:
             view = view[: min(len(view), self.left)]
         try:
             n = self.f.readinto(view)
-        except (EOFError, OSError, zlib.error) as e:
-            raise InputError(f"{self.task.path}: unreadable or truncated: {e}") from e
+        except READ_ERRORS as e:
+            raise InputError(describe_error(self.task.path, e, self.f)) from e
         if self.left >= 0:
             self.left -= n
         return n

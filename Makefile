@@ -9,16 +9,18 @@ DEMO := runs/demo
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml requirements/cpu.txt requirements/cuda.txt requirements/torchrec.txt requirements/torchrec-deps.txt
+$(STAMP): pyproject.toml requirements/torch_index.py requirements/cpu.txt requirements/cuda.txt requirements/torchrec.txt requirements/torchrec-deps.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+	# torch and torchrec's real dependencies in one resolve, then torchrec itself without its
+	# CUDA fbgemm-gpu pin (installed last, so pip never sees a half-installed torchrec).
 	if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
-		$(BIN)/pip install -q -r requirements/cuda.txt; \
+		$(BIN)/pip install -q -r requirements/cuda.txt -r requirements/torchrec-deps.txt; \
 	else \
-		$(BIN)/pip install -q -r requirements/cpu.txt; \
+		$(BIN)/pip install -q $$($(BIN)/python requirements/torch_index.py requirements/cpu.txt) \
+			-r requirements/cpu.txt -r requirements/torchrec-deps.txt; \
 	fi
 	$(BIN)/pip install -q --no-deps -r requirements/torchrec.txt
-	$(BIN)/pip install -q -r requirements/torchrec-deps.txt
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 

@@ -1,0 +1,258 @@
+"""Multi-hot ids from one-hot ids, as MLPerf DLRMv2's reference makes them.
+
+The reference (facebookresearch/dlrm `torchrec_dlrm/multi_hot.py`) seeds numpy's global
+legacy generator once, then draws one index table per sparse feature, table after table:
+row r of table t is `r` followed by `size_t - 1` random ids in [0, rows_t), drawn as
+`randint(0, rows, size=(rows, size - 1))` (uniform) or
+`pareto(a=0.25, size=(rows, size - 1)).astype(int32) % rows` (pareto). A one-hot id x of
+feature t becomes the row `x % rows_t` of its table.
+
+Here the tables are drawn chunk by chunk straight into memory-mapped `.npy` files in a
+cache directory, so a 40 M x 100 table never sits in memory. The legacy generator's
+streams are chunk-invariant for these calls (randint's int64 path takes whole 32-bit draws
+per value with no buffer carried between calls; pareto takes two per value), so the files
+hold exactly what the reference's one big call per table holds; tests/unit/test_multihot.py
+holds the two to equality. Tables are generated once per (sizes, rows, distribution, seed):
+a completion marker is written last, a lock keeps ranks and workers on one host from
+drawing the same tables twice, and a killed generation resumes at the first unfinished
+table from the generator state saved after each one.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import logging
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from shardrec.dataloader.files import atomic_path, atomic_write_bytes
+from shardrec.dataloader.format import Manifest
+
+logger = logging.getLogger(__name__)
+
+DISTRIBUTIONS = ("uniform", "pareto")
+PARETO_A = 0.25
+"""The reference's pareto shape: a very heavy tail, so a few ids take most lookups."""
+TABLE_DTYPE = np.dtype(np.int32)
+"""The reference keeps its tables as int32 tensors."""
+CHUNK_IDS = 1 << 22
+"""Random ids drawn per call: 32 MiB of float64 for pareto, whatever the table's size."""
+MARKER = "tables.json"
+PROGRESS = "progress.json"
+__all__ = ["DISTRIBUTIONS", "IndexTables", "MultiHotSpec", "default_cache_dir", "multihot_spec", "open_index_tables"]
+
+
+@dataclass(frozen=True)
+class MultiHotSpec:
+    """What fixes the index tables: one multi-hot size and one row count per sparse feature."""
+
+    sizes: tuple[int, ...]
+    """Ids per sample of each feature (the reference's multi_hot_sizes); 1 keeps it one-hot."""
+    rows: tuple[int, ...]
+    """Rows of each feature's table (the reference's num_embeddings_per_feature)."""
+    dist: str = "uniform"
+    """How the extra ids are drawn: uniform or pareto."""
+    seed: int = 0
+    """Seed of numpy's legacy generator (the reference uses 0)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sizes", tuple(int(s) for s in self.sizes))
+        object.__setattr__(self, "rows", tuple(int(r) for r in self.rows))
+        if len(self.sizes) != len(self.rows) or not self.sizes:
+            raise ValueError(f"multi-hot sizes ({len(self.sizes)}) and table rows ({len(self.rows)}) must be non-empty lists of one value per feature")
+        for i, s in enumerate(self.sizes):
+            if s < 1:
+                raise ValueError(f"multi-hot size {s} of feature {i} must be at least 1")
+        for i, r in enumerate(self.rows):
+            if not 1 <= r < 2**31:
+                raise ValueError(f"table rows {r} of feature {i} must lie in [1, 2^31) (the tables hold int32 ids)")
+        if self.dist not in DISTRIBUTIONS:
+            raise ValueError(f"multi-hot distribution {self.dist!r} must be one of {', '.join(DISTRIBUTIONS)}")
+        if not 0 <= self.seed < 2**32:
+            raise ValueError(f"multi-hot seed {self.seed} must lie in [0, 2^32) (numpy's legacy seed)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sizes": list(self.sizes), "rows": list(self.rows), "dist": self.dist, "seed": self.seed}
+
+    @property
+    def key(self) -> str:
+        """Name of this spec's folder in a cache directory."""
+        digest = hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+        return f"{self.dist}-seed{self.seed}-{digest}"
+
+
+class IndexTables:
+    """The memory-mapped index tables of one spec: table t is int32 [rows_t, size_t]."""
+
+    def __init__(self, spec: MultiHotSpec, directory: Path, tables: list[np.ndarray]) -> None:
+        self.spec, self.directory, self.tables = spec, directory, tables
+
+    def expand(self, t: int, ids: np.ndarray) -> np.ndarray:
+        """Multi-hot ids [len(ids), size_t] of feature t's one-hot ids (folded into its rows)."""
+        rows = self.spec.rows[t]
+        ids = np.asarray(ids)
+        if ids.size and (int(ids.max()) >= rows or int(ids.min()) < 0):
+            ids = np.remainder(ids, rows)  # the reference folds ids with `% rows` before its lookup
+        return np.take(self.tables[t], ids, axis=0)
+
+
+def multihot_spec(
+    manifest: Manifest, sizes: list[int], rows: list[int] | None = None, dist: str = "uniform", seed: int = 0
+) -> MultiHotSpec:
+    """The spec that turns a one-hot dataset's features into multi-hot ones, in manifest order.
+
+    Args:
+        sizes: ids per sample of each sparse feature.
+        rows: table rows per feature (default: each feature's cardinality, as the reference
+            takes num_embeddings_per_feature).
+    """
+    names = manifest.feature_names
+    if len(sizes) != len(names):
+        raise ValueError(f"{len(sizes)} multi-hot sizes for {len(names)} sparse features ({', '.join(names)}): give one per feature")
+    if rows is not None and len(rows) != len(names):
+        raise ValueError(f"{len(rows)} table rows for {len(names)} sparse features ({', '.join(names)}): give one per feature")
+    for feat in manifest.sparse_features:
+        if feat.multi_hot:
+            raise ValueError(f"feature {feat.name} is already multi-hot: multi-hot ids are made from one-hot ones")
+    rows = list(rows) if rows is not None else [f.cardinality for f in manifest.sparse_features]
+    return MultiHotSpec(tuple(sizes), tuple(rows), dist, seed)
+
+
+def default_cache_dir() -> Path:
+    """Where index tables live unless told: $XDG_CACHE_HOME/shardrec/multihot (~/.cache)."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "shardrec" / "multihot"
+
+
+def _table_path(directory: Path, t: int) -> Path:
+    return directory / f"table-{t:03d}.npy"
+
+
+def _draw(rng: np.random.RandomState, dist: str, rows: int, shape: tuple[int, int]) -> np.ndarray:
+    """The reference's draw of one block of extra ids, on the same generator calls."""
+    if dist == "uniform":
+        return rng.randint(0, rows, size=shape)
+    # Draws above 2^31 overflow the int32 cast exactly as they do in the reference; numpy warns.
+    with np.errstate(invalid="ignore"):
+        return rng.pareto(a=PARETO_A, size=shape).astype(np.int32) % rows
+
+
+def _write_table(path: Path, rng: np.random.RandomState, rows: int, size: int, dist: str, chunk_ids: int) -> None:
+    with atomic_path(path) as tmp:
+        table = np.lib.format.open_memmap(tmp, mode="w+", dtype=TABLE_DTYPE, shape=(rows, size))
+        if size == 1:
+            _draw(rng, dist, rows, (rows, 0))  # the reference's empty draw: takes nothing, kept faithful
+        step = max(1, chunk_ids // max(size - 1, 1))
+        for a in range(0, rows, step):
+            b = min(rows, a + step)
+            table[a:b, 0] = np.arange(a, b, dtype=np.int64)
+            if size > 1:
+                table[a:b, 1:] = _draw(rng, dist, rows, (b - a, size - 1))
+        table.flush()
+        del table
+
+
+def _open_table(path: Path, rows: int, size: int) -> np.ndarray | None:
+    """The table at `path` memory-mapped, or None if it is missing or not of this shape."""
+    try:
+        table = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError):
+        return None
+    return table if table.shape == (rows, size) and table.dtype == TABLE_DTYPE else None
+
+
+def _open_complete(directory: Path, spec: MultiHotSpec) -> IndexTables | None:
+    try:
+        marker = json.loads((directory / MARKER).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    if marker.get("spec") != spec.to_dict():
+        return None
+    tables = [_open_table(_table_path(directory, t), r, s) for t, (r, s) in enumerate(zip(spec.rows, spec.sizes))]
+    if any(t is None for t in tables):
+        return None
+    return IndexTables(spec, directory, tables)  # type: ignore[arg-type]
+
+
+def _resume_point(directory: Path, spec: MultiHotSpec) -> tuple[int, np.random.RandomState]:
+    """First table still to draw and the generator positioned for it (0 and a fresh seed if
+    there is no usable progress record)."""
+    rng = np.random.RandomState(spec.seed)
+    try:
+        progress = json.loads((directory / PROGRESS).read_text())
+    except (OSError, json.JSONDecodeError):
+        return 0, rng
+    done = int(progress.get("tables", 0)) if progress.get("spec") == spec.to_dict() else 0
+    if done and all(_open_table(_table_path(directory, t), spec.rows[t], spec.sizes[t]) is not None for t in range(done)):
+        name, keys, pos, has_gauss, gauss = progress["rng"]
+        rng.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss))
+        return done, rng
+    return 0, rng
+
+
+def _save_progress(directory: Path, spec: MultiHotSpec, done: int, rng: np.random.RandomState) -> None:
+    name, keys, pos, has_gauss, gauss = rng.get_state()
+    record = {"spec": spec.to_dict(), "tables": done, "rng": [name, keys.tolist(), int(pos), int(has_gauss), float(gauss)]}
+    atomic_write_bytes(directory / PROGRESS, json.dumps(record).encode())
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock held while tables are drawn: other ranks wait, then reuse them."""
+    with open(path, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def open_index_tables(
+    cache_dir: str | Path,
+    spec: MultiHotSpec,
+    *,
+    chunk_ids: int = CHUNK_IDS,
+    on_table: Callable[[int, int], None] | None = None,
+) -> IndexTables:
+    """The index tables of `spec`, drawn into `cache_dir` on first use and memory-mapped.
+
+    Args:
+        cache_dir: folder shared by everyone who needs these tables; each spec gets its own
+            sub-folder, so specs do not overwrite each other.
+        chunk_ids: random ids drawn per generator call (memory is ~8 bytes per id).
+        on_table: called with (table index, rows) after each table is drawn (progress).
+    """
+    if chunk_ids < 1:
+        raise ValueError(f"chunk_ids must be positive, got {chunk_ids}")
+    directory = Path(cache_dir) / spec.key
+    if (tables := _open_complete(directory, spec)) is not None:
+        return tables
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"{directory}: cannot create the multi-hot table cache: {e.strerror or e}") from None
+    with _locked(directory.parent / f".{spec.key}.lock"):
+        if (tables := _open_complete(directory, spec)) is not None:
+            return tables  # another process drew them while this one waited
+        for stale in directory.glob(".table-*.tmp-*"):  # left by a generation that was killed
+            stale.unlink(missing_ok=True)
+        first, rng = _resume_point(directory, spec)
+        if first:
+            logger.info("%s: resuming multi-hot tables at table %d of %d", directory, first, len(spec.sizes))
+        for t in range(first, len(spec.sizes)):
+            _write_table(_table_path(directory, t), rng, spec.rows[t], spec.sizes[t], spec.dist, chunk_ids)
+            _save_progress(directory, spec, t + 1, rng)
+            if on_table is not None:
+                on_table(t, spec.rows[t])
+        files = {p.name: p.stat().st_size for p in sorted(directory.glob("table-*.npy"))}
+        atomic_write_bytes(directory / MARKER, json.dumps({"spec": spec.to_dict(), "files": files}, indent=1).encode())
+    tables = _open_complete(directory, spec)
+    assert tables is not None, f"{directory}: tables unreadable right after they were written"
+    return tables

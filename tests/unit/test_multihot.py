@@ -1,0 +1,141 @@
+"""Index tables for multi-hot ids: equal to the MLPerf reference's algorithm, drawn chunk by
+chunk, generated once, resumed after a kill."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shardrec.dataloader import multihot
+from shardrec.dataloader.multihot import MultiHotSpec, multihot_spec, open_index_tables
+from conftest import write_tiny_dataset
+
+
+def reference_tables(sizes: list[int], rows: list[int], dist: str, seed: int = 0) -> list[np.ndarray]:
+    """The reference's algorithm, written out plainly: the global legacy generator seeded once,
+    then per table one big call for all its rows."""
+    saved = np.random.get_state()
+    try:
+        np.random.seed(seed)
+        tables = []
+        for n, k in zip(rows, sizes):
+            first = np.arange(n)[:, np.newaxis]
+            if dist == "uniform":
+                extra = np.random.randint(0, n, size=(n, k - 1))
+            else:
+                with np.errstate(invalid="ignore"):
+                    extra = np.random.pareto(a=0.25, size=(n, k - 1)).astype(np.int32) % n
+            tables.append(np.concatenate((first, extra), axis=-1).astype(np.int32))
+        return tables
+    finally:
+        np.random.set_state(saved)
+
+
+SIZES = [3, 1, 2, 7, 1, 5]
+ROWS = [50, 4, 1, 300, 9, 70_000]
+
+
+@pytest.mark.parametrize("dist", ["uniform", "pareto"])
+@pytest.mark.parametrize("chunk_ids", [1, 7, 1000, 1 << 22])
+def test_tables_equal_the_reference_at_any_chunk_size(tmp_path: Path, dist: str, chunk_ids: int):
+    if chunk_ids == 1 and dist == "pareto":
+        pytest.skip("one chunk per id is covered by uniform; keeps the test fast")
+    # Small chunks cut the big table's rows into many draws: a smaller one keeps that fast.
+    spec = MultiHotSpec(tuple(SIZES), tuple(ROWS[:-1] + [ROWS[-1] if chunk_ids >= 1000 else 2_000]), dist)
+    tables = open_index_tables(tmp_path, spec, chunk_ids=chunk_ids)
+    expected = reference_tables(list(spec.sizes), list(spec.rows), dist)
+    assert len(tables.tables) == len(expected)
+    for got, want in zip(tables.tables, expected):
+        assert got.dtype == np.int32 and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+    assert all(np.array_equal(t[:, 0], np.arange(len(t))) for t in tables.tables)
+
+
+def test_pareto_tables_have_the_reference_skew(tmp_path: Path):
+    """pareto(a=0.25) puts most extra ids on a few rows; uniform spreads them."""
+    rows = 20_000
+    pareto = open_index_tables(tmp_path, MultiHotSpec((10,), (rows,), "pareto")).tables[0][:, 1:]
+    uniform = open_index_tables(tmp_path, MultiHotSpec((10,), (rows,), "uniform")).tables[0][:, 1:]
+    top = lambda a: np.sort(np.bincount(a.ravel(), minlength=rows))[::-1][: rows // 100].sum() / a.size
+    assert top(pareto) > 0.5 and top(uniform) < 0.05
+
+
+def test_expand_is_the_table_row_of_each_id_folded_into_the_rows(tmp_path: Path):
+    tables = open_index_tables(tmp_path, MultiHotSpec((3, 1), (10, 5)))
+    ids = np.array([0, 9, 3, 13], np.uint32)
+    np.testing.assert_array_equal(tables.expand(0, ids), tables.tables[0][[0, 9, 3, 3]])
+    np.testing.assert_array_equal(tables.expand(1, ids), [[0], [4], [3], [3]])
+
+
+def test_tables_are_generated_once_and_reused(tmp_path: Path):
+    spec = MultiHotSpec((2, 3), (40, 60), "uniform", seed=5)
+    drawn: list[int] = []
+    first = open_index_tables(tmp_path, spec, on_table=lambda t, n: drawn.append(t))
+    assert drawn == [0, 1]
+    again = open_index_tables(tmp_path, spec, on_table=lambda t, n: drawn.append(t))
+    assert drawn == [0, 1] and all(np.array_equal(a, b) for a, b in zip(first.tables, again.tables))
+    other = open_index_tables(tmp_path, MultiHotSpec((2, 3), (40, 60), "uniform", seed=6))
+    assert other.directory != first.directory and not np.array_equal(other.tables[1], first.tables[1])
+    # A table truncated on disk is not trusted: everything is drawn again, to the same values.
+    path = first.directory / "table-001.npy"
+    path.write_bytes(path.read_bytes()[:-4])
+    redrawn = open_index_tables(tmp_path, spec, on_table=lambda t, n: drawn.append(t))
+    assert drawn == [0, 1, 0, 1]
+    np.testing.assert_array_equal(redrawn.tables[1], reference_tables([2, 3], [40, 60], "uniform", seed=5)[1])
+
+
+def test_a_killed_generation_resumes_at_the_first_unfinished_table(tmp_path: Path, monkeypatch):
+    spec = MultiHotSpec((4, 2, 6), (30, 20, 50), "pareto")
+    real = multihot._write_table
+    calls: list[int] = []
+
+    def dies_on_third(path, rng, rows, size, dist, chunk_ids):
+        calls.append(rows)
+        if rows == 50:
+            raise KeyboardInterrupt  # killed while drawing table 2
+        real(path, rng, rows, size, dist, chunk_ids)
+
+    monkeypatch.setattr(multihot, "_write_table", dies_on_third)
+    with pytest.raises(KeyboardInterrupt):
+        open_index_tables(tmp_path, spec, chunk_ids=3)
+    assert not (tmp_path / spec.key / multihot.MARKER).exists()
+    assert not list((tmp_path / spec.key).glob(".table-*"))  # no temporary left behind
+    monkeypatch.setattr(multihot, "_write_table", real)
+    drawn: list[int] = []
+    tables = open_index_tables(tmp_path, spec, chunk_ids=5, on_table=lambda t, n: drawn.append(t))
+    assert calls == [30, 20, 50] and drawn == [2]
+    for got, want in zip(tables.tables, reference_tables([4, 2, 6], [30, 20, 50], "pareto")):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"sizes": (1, 2), "rows": (5,)}, "one value per feature"),
+        ({"sizes": (0,), "rows": (5,)}, "multi-hot size 0 of feature 0 must be at least 1"),
+        ({"sizes": (2,), "rows": (0,)}, "table rows 0 of feature 0"),
+        ({"sizes": (2,), "rows": (2**31,)}, "must lie in [1, 2^31)"),
+        ({"sizes": (2,), "rows": (5,), "dist": "zipf"}, "'zipf' must be one of uniform, pareto"),
+        ({"sizes": (2,), "rows": (5,), "seed": -1}, "seed -1"),
+    ],
+)
+def test_bad_specs_are_one_clear_error(kwargs: dict, message: str):
+    with pytest.raises(ValueError, match=None) as err:
+        MultiHotSpec(**kwargs)
+    assert message in str(err.value)
+
+
+def test_spec_from_a_manifest_takes_its_cardinalities(tmp_path: Path):
+    manifest = write_tiny_dataset(tmp_path / "d", rows={"train": [10]})
+    spec = multihot_spec(manifest, [3, 1, 2, 4], dist="pareto", seed=1)
+    assert spec.rows == (50, 300, 7, 1000) and spec.sizes == (3, 1, 2, 4)
+    assert multihot_spec(manifest, [3, 1, 2, 4], rows=[5, 6, 7, 8]).rows == (5, 6, 7, 8)
+    with pytest.raises(ValueError, match=r"3 multi-hot sizes for 4 sparse features \(f0, f1, f2, f3\)"):
+        multihot_spec(manifest, [3, 1, 2])
+    with pytest.raises(ValueError, match="2 table rows for 4 sparse features"):
+        multihot_spec(manifest, [3, 1, 2, 4], rows=[1, 2])
+    jagged = write_tiny_dataset(tmp_path / "j", rows={"train": [10]}, multi_hot=("f1",))
+    with pytest.raises(ValueError, match="feature f1 is already multi-hot"):
+        multihot_spec(jagged, [3, 1, 2, 4])

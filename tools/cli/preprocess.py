@@ -14,6 +14,7 @@ from shardrec.dataloader.format import DatasetError
 from shardrec.tools.cli.common import console, fail, print_json
 from shardrec.tools.preprocess.parse import DENSE_TRANSFORMS, Schema
 from shardrec.tools.preprocess.pipeline import PreprocessConfig, PreprocessResult, run_preprocess
+from shardrec.tools.preprocess.pool import WorkerDied
 from shardrec.tools.preprocess.task import InputError, MalformedRowError
 
 
@@ -100,7 +101,7 @@ def preprocess(
     try:
         with Progress(*columns, console=console, disable=json_out, transient=False) as progress:
             result = run_preprocess(cfg, _Bar(progress))
-    except (MalformedRowError, InputError, DatasetError, ValueError) as e:
+    except (MalformedRowError, InputError, DatasetError, ValueError, WorkerDied) as e:
         fail(str(e))
     except OSError as e:  # e.g. no space or no permission under --out
         fail(f"{e.filename or out}: {e.strerror or e}")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import multiprocessing as mp
 import platform
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
@@ -41,6 +40,7 @@ from shardrec.tools.preprocess.ids import (
     save_vocabularies,
 )
 from shardrec.tools.preprocess.inputs import LAYOUTS, Task, discover_inputs, plan_tasks, resolve_layout
+from shardrec.tools.preprocess.pool import map_tasks
 from shardrec.tools.preprocess.stats import compute_feature_stats
 from shardrec.tools.preprocess.task import (
     WORK_DIR,
@@ -186,19 +186,6 @@ def _remove_temporaries(out: Path) -> None:
             p.unlink()
 
 
-def _map(fn, tasks: list[Task], opts: TaskOptions, workers: int):
-    """Run fn over tasks in worker processes; yields (task, result) in task order."""
-    if workers == 1 or len(tasks) <= 1:
-        for t in tasks:
-            yield t, fn(t, opts)
-        return
-    ctx = mp.get_context("spawn")  # no fork: the CLI's progress thread must not be copied
-    with ctx.Pool(min(workers, len(tasks))) as pool:
-        pending = [(t, pool.apply_async(fn, (t, opts))) for t in tasks]
-        for t, r in pending:
-            yield t, r.get()
-
-
 def _build_vocab(cfg: PreprocessConfig, tasks: list[Task], opts: TaskOptions, progress: Progress | None) -> TaskOptions:
     out, names = cfg.out, cfg.schema.sparse_names
     vocab_path = out / WORK_DIR / "vocab.npz"
@@ -250,7 +237,7 @@ def run_preprocess(cfg: PreprocessConfig, progress: Progress | None = None) -> P
     # In one process, a task's fsyncs overlap the next task's parsing (see run_task).
     in_process = cfg.workers == 1 or len(todo) <= 1
     try:
-        for t, res in _map(partial(_run_task_safely, background_sync=in_process), todo, opts, cfg.workers):
+        for t, res in map_tasks(partial(_run_task_safely, background_sync=in_process), todo, opts, cfg.workers):
             if isinstance(res, str):
                 failures.append(res)
             elif progress:
@@ -287,7 +274,7 @@ def _count(cfg: PreprocessConfig, tasks: list[Task], opts: TaskOptions, progress
     todo = [t for t in tasks if not marker_path(cfg.out, t.index, "count").with_suffix(".npz").is_file()]
     if progress and todo:
         progress.start(sum(_disk_bytes(t) for t in todo), "count")
-    for t, _ in _map(count_task, todo, opts, cfg.workers):
+    for t, _ in map_tasks(count_task, todo, opts, cfg.workers):
         if progress:
             progress.advance(_disk_bytes(t), 0, 0)
 

@@ -1,0 +1,40 @@
+"""Assertions shared by tests (importable as `helpers`: tests/ is on sys.path via conftest.py).
+
+`assert_one_line_error` is the check behind every "bad input gets one clear line" test. typer's
+CliRunner catches any exception into `result.exception` and prints no traceback, so checking
+`"Traceback" not in result.output` cannot fail; what can fail is asking that the exit came from a
+deliberate `typer.Exit(1)` (a SystemExit) and that stderr holds exactly that one line.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import traceback
+
+from typer.testing import Result
+
+# Log records the CLI writes to stderr while it works (configure_logging's format); a
+# subprocess shows them, and they are not part of the error message.
+_LOG_LINE = re.compile(r"^\d\d:\d\d:\d\d (DEBUG|INFO) \S+: ")
+
+
+def assert_one_line_error(result: Result | subprocess.CompletedProcess, pattern: str) -> str:
+    """Assert a command failed the way bad input must: exit code 1, no traceback, and exactly one
+    line on stderr, which matches the regular expression `pattern` (re.search). Returns that line.
+
+    result: typer's CliRunner result, or a finished subprocess run with text=True.
+    """
+    if isinstance(result, subprocess.CompletedProcess):
+        code, stderr = result.returncode, result.stderr
+        assert "Traceback" not in stderr, stderr[-3000:]
+    else:
+        code, stderr = result.exit_code, result.stderr
+        if not isinstance(result.exception, SystemExit):
+            shown = "".join(traceback.format_exception(result.exception)) if result.exception else "no exception"
+            raise AssertionError(f"expected a deliberate typer.Exit(1), got:\n{shown}\nstderr: {stderr}")
+    assert code == 1, f"exit code {code}, expected 1; stderr:\n{stderr[-3000:]}"
+    lines = [line for line in stderr.splitlines() if line.strip() and not _LOG_LINE.match(line)]
+    assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}:\n" + "\n".join(lines)[-3000:]
+    assert re.search(pattern, lines[0]), f"stderr line {lines[0]!r} does not match {pattern!r}"
+    return lines[0]

@@ -1,0 +1,73 @@
+"""Case 6 of issue 10: a preprocessing worker killed mid-task (what the OOM killer does)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import assert_one_line_error
+from shardrec.tools.synth import write_dataset
+
+ARGS = ["--max-ids", "5000", "--chunk-mb", "0.1", "--workers", "2"]
+
+
+def _workers(parent: int) -> list[int]:
+    """Pids of the pool's worker processes: children of `parent` started by multiprocessing spawn."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:  # ended while we looked
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == parent and b"spawn_main" in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+def _preprocess(raw: Path, out: Path) -> list[str]:
+    return [sys.executable, "-m", "shardrec.tools.cli", "preprocess", str(raw), "--out", str(out), *ARGS]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds worker pids in /proc")
+def test_sigkilled_worker_ends_the_run_naming_the_task_and_the_rerun_finishes(tmp_path: Path):
+    raw = write_dataset(tmp_path / "raw", rows=40_000, seed=5, max_vocab=3000)[0]  # ~10 MB, ~95 tasks
+    out = tmp_path / "data"
+    proc = subprocess.Popen(_preprocess(raw, out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline, victim = time.time() + 60, None
+    while time.time() < deadline and victim is None and proc.poll() is None:
+        pids = _workers(proc.pid)
+        if pids and list((out / ".work").glob("task-*.json")):  # workers are past start-up
+            victim = pids[0]
+        time.sleep(0.005)
+    assert victim is not None, "no worker seen mid-run; make the input larger"
+    os.kill(victim, signal.SIGKILL)
+    try:
+        _, stderr = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail("shardrec preprocess hung after a worker was killed")
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, "", stderr)
+    assert_one_line_error(done, r"^error: a worker process died .* while running task \d+ \(.*train\.txt bytes \d+-\d+\).*rerun to finish")
+    assert not (out / "manifest.json").exists()
+    kept = len(list((out / ".work").glob("task-*.json")))
+
+    rerun = subprocess.run(_preprocess(raw, out) + ["--json"], capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    clean = tmp_path / "clean"
+    subprocess.run(_preprocess(raw, clean), capture_output=True, check=True, timeout=300)
+    tree = lambda d: {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file() and ".work" not in p.parts}  # noqa: E731
+    assert tree(out) == tree(clean)  # nothing written before the kill was lost or corrupt
+    assert f'"tasks_run": {len(list((out / ".work").glob("task-*.json"))) - kept}' in rerun.stdout
+    assert not list(out.rglob(".*.tmp*"))

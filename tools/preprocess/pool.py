@@ -1,0 +1,71 @@
+"""Worker processes for preprocessing tasks, and what happens when one of them dies.
+
+concurrent.futures' ProcessPoolExecutor rather than multiprocessing.Pool: when a worker dies
+(SIGKILL, the OOM killer) Pool starts a replacement and the lost task's result never comes, so
+the run waits forever; the executor instead marks itself broken and fails every pending future,
+so the run ends at once, naming the tasks that were running.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, Callable, Iterator
+
+from shardrec.tools.preprocess.inputs import Task
+from shardrec.tools.preprocess.task import TaskOptions
+
+
+class WorkerDied(RuntimeError):
+    """A worker process ended without finishing its task (killed by a signal, e.g. out of memory)."""
+
+
+def map_tasks(fn: Callable[[Task, TaskOptions], Any], tasks: list[Task], opts: TaskOptions, workers: int) -> Iterator[tuple[Task, Any]]:
+    """Run fn over tasks in worker processes; yields (task, result) in task order.
+
+    Raises WorkerDied (after the other workers are stopped) if a worker process dies.
+    """
+    if workers == 1 or len(tasks) <= 1:
+        for t in tasks:
+            yield t, fn(t, opts)
+        return
+    ctx = mp.get_context("spawn")  # no fork: the CLI's progress thread must not be copied
+    started = ctx.Array("b", len(tasks), lock=False)  # set by a worker as it takes a task
+    pool = ProcessPoolExecutor(min(workers, len(tasks)), mp_context=ctx, initializer=_init_worker, initargs=(started,))
+    try:
+        futures = [pool.submit(_run_marked, fn, i, t, opts) for i, t in enumerate(tasks)]
+        for t, fut in zip(tasks, futures):
+            try:
+                res = fut.result()
+            except BrokenProcessPool:
+                lost = [tasks[j] for j, f in enumerate(futures) if started[j] and not _succeeded(f)] or [t]
+                raise WorkerDied(
+                    f"a worker process died (killed by a signal, e.g. out of memory) while running "
+                    f"{'; '.join(_describe(x) for x in lost)}; finished tasks are kept: rerun to finish"
+                ) from None
+            yield t, res
+    finally:
+        # Tasks not started are dropped, running ones finish (their markers stay valid).
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+_STARTED: list[Any] = []  # in a worker: the shared flags of _map's run
+
+
+def _init_worker(started: Any) -> None:
+    _STARTED[:] = [started]
+
+
+def _run_marked(fn: Callable[[Task, TaskOptions], Any], i: int, task: Task, opts: TaskOptions) -> Any:
+    _STARTED[0][i] = 1
+    return fn(task, opts)
+
+
+def _succeeded(fut: Future) -> bool:
+    return fut.done() and not fut.cancelled() and fut.exception() is None
+
+
+def _describe(task: Task) -> str:
+    where = "" if task.end < 0 else f" bytes {task.start}-{task.end}"
+    return f"task {task.index} ({task.path}{where})"

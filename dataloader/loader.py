@@ -18,8 +18,8 @@ Contract (what the trainer relies on):
   `iter()` continue right after them (at any world size with the same global batch), and a
   later `iter()` starts its epoch from the beginning again. `set_epoch(e)` chooses the epoch
   (it keeps a loaded position only if that position is of epoch e).
-- `num_workers` > 0 makes batches on background threads (dataloader/prefetch.py), up to
-  `prefetch` runs per worker ahead; with CUDA, batches are pinned there and, given `device`,
+- `Delivery.num_workers` > 0 makes batches on background threads (dataloader/prefetch.py), up
+  to `prefetch` runs per worker ahead; with CUDA, batches are pinned there and, given `device`,
   copied with non_blocking=True.
 """
 
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 import numpy as np
@@ -35,14 +36,7 @@ from torchrec.datasets.utils import Batch
 
 from shardrec.dataloader.batch import PAD_LABEL, BatchGatherer
 from shardrec.dataloader.format import DatasetError
-from shardrec.dataloader.order import (
-    DEFAULT_BLOCK_ROWS,
-    DEFAULT_GROUP_SEGMENTS,
-    DEFAULT_SEGMENT_BLOCKS,
-    DEFAULT_WINDOW_BLOCKS,
-    EpochOrder,
-    OrderSpec,
-)
+from shardrec.dataloader.order import NO_SHUFFLE, EpochOrder, OrderSpec, ShuffleSpec
 from shardrec.dataloader.prefetch import prefetch_map
 from shardrec.dataloader.source import SplitSource, open_source
 
@@ -50,7 +44,31 @@ logger = logging.getLogger(__name__)
 
 STATE_VERSION = 1
 ROWS_PER_GATHER = 1 << 16
-__all__ = ["PAD_LABEL", "BatchLoader", "build_loader"]
+__all__ = ["NO_SHUFFLE", "PAD_LABEL", "BatchLoader", "Delivery", "ShuffleSpec", "build_loader"]
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """How batches are made and handed over; never which rows they hold (the order's job)."""
+
+    num_workers: int = 0
+    """Prefetch threads (0: batches are made on `next()`)."""
+    prefetch: int = 2
+    """Runs of batches queued ahead per worker (a run is ~gather_rows rows of this rank:
+    ~17 MB for Criteo-shaped data at the default)."""
+    pin_memory: bool | None = None
+    """Pin batches (None: when CUDA is available)."""
+    device: torch.device | str | None = None
+    """If set, batches are moved there (non-blocking from pinned memory)."""
+    gather_rows: int = ROWS_PER_GATHER
+    """Rows of this rank gathered in one go (consecutive batches; memory ~260 B/row)."""
+    compiled: bool | None = None
+    """Gather with the numba kernels (None: when numba imports; False: numpy only, the same
+    batches, slower; dataloader/gather_kernels.py)."""
+
+    def __post_init__(self) -> None:
+        if self.num_workers < 0:
+            raise ValueError(f"num_workers must not be negative, got {self.num_workers}")
 
 
 class BatchLoader:
@@ -60,29 +78,25 @@ class BatchLoader:
         self,
         source: SplitSource,
         spec: OrderSpec,
+        *,
         rank: int,
         world_size: int,
-        *,
         epoch: int = 0,
-        num_workers: int = 0,
-        prefetch: int = 2,
-        pin_memory: bool = False,
-        device: torch.device | None = None,
-        gather_rows: int = ROWS_PER_GATHER,
-        compiled: bool | None = None,
+        delivery: Delivery = Delivery(),
     ) -> None:
         self.source = source
         self.spec = spec
         self.rank, self.world_size = rank, world_size
         self.local_batch_size = spec.global_batch_size // world_size
-        self.num_workers, self.prefetch = num_workers, prefetch
-        self.pin_memory, self.device = pin_memory, device
+        self.num_workers, self.prefetch = delivery.num_workers, delivery.prefetch
+        self.pin_memory = torch.cuda.is_available() if delivery.pin_memory is None else delivery.pin_memory
+        self.device = torch.device(delivery.device) if delivery.device is not None else None
         self.num_samples: int = spec.num_samples
         """Real (unpadded) samples in the split."""
-        self._gatherer = BatchGatherer(source.parts, source.feature_names, source.multi_hot, source.modulo, compiled)
+        self._gatherer = BatchGatherer(source.parts, source.feature_names, source.multi_hot, source.modulo, delivery.compiled)
         self._order: EpochOrder | None = None
         # Batches gathered together: about one shuffle window of this rank's rows (see batch.py).
-        self._run_batches = max(1, gather_rows // self.local_batch_size)
+        self._run_batches = max(1, delivery.gather_rows // self.local_batch_size)
         self._cached_run: tuple[tuple[int, int], list[Batch]] | None = None
         self.epoch = epoch
         self._offset = 0  # global samples of self.epoch yielded so far
@@ -160,19 +174,19 @@ class BatchLoader:
 
     def state_dict(self) -> dict[str, Any]:
         """Position (epoch, global sample offset) and what the order depends on."""
-        s = self.spec
+        s, mix = self.spec, self.spec.shuffle
         return {
             "version": STATE_VERSION,
             "epoch": self.epoch,
             "sample_offset": self._offset,
-            "seed": s.seed,
+            "seed": mix.seed,
             "global_batch_size": s.global_batch_size,
-            "shuffle": s.shuffle,
+            "shuffle": mix.enabled,
             "tail": s.tail,
-            "block_rows": s.block_rows,
-            "window_blocks": s.window_blocks,
-            "segment_blocks": s.segment_blocks,
-            "group_segments": s.group_segments,
+            "block_rows": mix.block_rows,
+            "window_blocks": mix.window_blocks,
+            "segment_blocks": mix.segment_blocks,
+            "group_segments": mix.group_segments,
             "num_samples": s.num_samples,
             "fingerprint": self.source.fingerprint,
         }
@@ -202,21 +216,11 @@ def build_loader(
     global_batch_size: int,
     rank: int,
     world_size: int,
-    seed: int = 0,
-    shuffle: bool = True,
+    shuffle: ShuffleSpec = ShuffleSpec(),
     tail: str = "drop",
-    num_workers: int = 0,
     epoch: int = 0,
-    prefetch: int = 2,
-    pin_memory: bool | None = None,
-    device: torch.device | str | None = None,
-    block_rows: int = DEFAULT_BLOCK_ROWS,
-    window_blocks: int = DEFAULT_WINDOW_BLOCKS,
-    segment_blocks: int = DEFAULT_SEGMENT_BLOCKS,
-    group_segments: int = DEFAULT_GROUP_SEGMENTS,
     hashes: list[int] | None = None,
-    gather_rows: int = ROWS_PER_GATHER,
-    compiled: bool | None = None,
+    delivery: Delivery = Delivery(),
 ) -> BatchLoader:
     """Open `split` of the dataset in `directory` and return this rank's loader.
 
@@ -225,36 +229,20 @@ def build_loader(
 
     Args:
         global_batch_size: samples per step over all ranks; must divide by world_size.
-        num_workers: prefetch threads (0: batches are made on `next()`).
-        prefetch: runs of batches queued ahead per worker (a run is ~gather_rows rows of this
-            rank: ~17 MB for Criteo-shaped data at the default).
-        pin_memory: pin batches (default: when CUDA is available).
-        device: if set, batches are moved there (non-blocking from pinned memory).
-        block_rows, window_blocks, segment_blocks, group_segments: shuffle levels (dataloader/order.py).
-        gather_rows: rows of this rank gathered in one go (consecutive batches; memory ~260 B/row).
+        shuffle: on/off, seed and shuffle levels (dataloader/order.py); NO_SHUFFLE: file order.
+        tail: "drop" or "pad" the last partial global batch.
         hashes: torchrec npy layout only: per-feature (or one) hash size to fold raw ids into.
-        compiled: gather with the numba kernels (default: when numba imports; False: numpy
-            only, the same batches, slower; dataloader/gather_kernels.py).
+        delivery: workers, prefetch depth, pinning, device, gather size, compiled kernels.
     """
     if world_size <= 0 or not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
     if global_batch_size <= 0 or global_batch_size % world_size:
         raise ValueError(f"global_batch_size {global_batch_size} does not divide by world_size {world_size}")
-    if num_workers < 0:
-        raise ValueError(f"num_workers must not be negative, got {num_workers}")
     source = open_source(directory, split, hashes=hashes)
-    spec = OrderSpec(
-        source.part_rows, global_batch_size, seed, shuffle, tail, block_rows, window_blocks, segment_blocks, group_segments
-    )
+    spec = OrderSpec(source.part_rows, global_batch_size, tail, shuffle)
     if spec.num_batches == 0:
         raise DatasetError(
             f"{directory}: split {split!r} has {spec.num_samples} rows, fewer than one global batch of "
             f"{global_batch_size}; use a smaller global batch or tail='pad'"
         )
-    if pin_memory is None:
-        pin_memory = torch.cuda.is_available()
-    dev = torch.device(device) if device is not None else None
-    return BatchLoader(
-        source, spec, rank, world_size, epoch=epoch, num_workers=num_workers, prefetch=prefetch,
-        pin_memory=pin_memory, device=dev, gather_rows=gather_rows, compiled=compiled,
-    )
+    return BatchLoader(source, spec, rank=rank, world_size=world_size, epoch=epoch, delivery=delivery)

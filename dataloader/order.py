@@ -65,15 +65,12 @@ _WINDOW_STREAM = 0x5EED
 
 
 @dataclass(frozen=True)
-class OrderSpec:
-    """Everything the global order depends on (and nothing it does not)."""
+class ShuffleSpec:
+    """How the stream is shuffled: on or off, the seed, and the three levels' sizes."""
 
-    part_rows: tuple[int, ...]
-    """Rows of each part of the split, in manifest order."""
-    global_batch_size: int
+    enabled: bool = True
+    """False: the stream is the file order (the other fields then do not matter)."""
     seed: int = 0
-    shuffle: bool = True
-    tail: str = "drop"
     block_rows: int = DEFAULT_BLOCK_ROWS
     """Rows per shuffle block (consecutive rows of one part)."""
     window_blocks: int = DEFAULT_WINDOW_BLOCKS
@@ -84,13 +81,32 @@ class OrderSpec:
     """Segments whose blocks are permuted together."""
 
     def __post_init__(self) -> None:
+        for name in ("block_rows", "window_blocks", "segment_blocks", "group_segments"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+
+
+NO_SHUFFLE = ShuffleSpec(enabled=False)
+"""The file order (evaluation, inspection)."""
+
+
+@dataclass(frozen=True)
+class OrderSpec:
+    """Everything the global order depends on (and nothing it does not)."""
+
+    part_rows: tuple[int, ...]
+    """Rows of each part of the split, in manifest order."""
+    global_batch_size: int
+    tail: str = "drop"
+    shuffle: ShuffleSpec = ShuffleSpec()
+
+    def __post_init__(self) -> None:
         if self.global_batch_size <= 0:
             raise ValueError(f"global_batch_size must be positive, got {self.global_batch_size}")
         if self.tail not in TAILS:
             raise ValueError(f"tail must be one of {', '.join(TAILS)}, got {self.tail!r}")
-        for name in ("block_rows", "window_blocks", "segment_blocks", "group_segments"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if not isinstance(self.shuffle, ShuffleSpec):  # a bool here would read as "shuffle on"
+            raise TypeError(f"shuffle must be a ShuffleSpec, got {self.shuffle!r}")
         if any(r < 0 for r in self.part_rows):
             raise ValueError(f"part_rows must not be negative, got {self.part_rows}")
 
@@ -132,18 +148,18 @@ class EpochOrder:
     def __post_init__(self) -> None:
         if self.epoch < 0:
             raise ValueError(f"epoch must not be negative, got {self.epoch}")
-        if not self.spec.shuffle:
+        if not self.spec.shuffle.enabled:
             return
-        s = self.spec
+        s, mix = self.spec, self.spec.shuffle
         part_starts = np.concatenate([[0], np.cumsum(s.part_rows, dtype=np.int64)[:-1]]) if s.part_rows else np.zeros(0, np.int64)
-        starts, lens = _split(part_starts, np.asarray(s.part_rows, np.int64), s.block_rows * s.segment_blocks)
-        perm = np.random.default_rng([s.seed, self.epoch, _SEGMENT_STREAM]).permutation(len(starts))
+        starts, lens = _split(part_starts, np.asarray(s.part_rows, np.int64), mix.block_rows * mix.segment_blocks)
+        perm = np.random.default_rng([mix.seed, self.epoch, _SEGMENT_STREAM]).permutation(len(starts))
         self._seg_starts, self._seg_lens = starts[perm], lens[perm]
-        self._group_starts = _run_starts(self._seg_lens, s.group_segments)
+        self._group_starts = _run_starts(self._seg_lens, mix.group_segments)
 
     def _get_group(self, g: int) -> _Group:
         if self._group is None or self._group[0] != g:
-            s = self.spec
+            s = self.spec.shuffle
             segs = slice(g * s.group_segments, (g + 1) * s.group_segments)
             starts, lens = _split(self._seg_starts[segs], self._seg_lens[segs], s.block_rows)
             perm = np.random.default_rng([s.seed, self.epoch, _BLOCK_STREAM, g]).permutation(len(starts))
@@ -153,7 +169,7 @@ class EpochOrder:
 
     def _get_window(self, g: int, j: int) -> np.ndarray:
         if self._window is None or self._window[0] != (g, j):
-            s = self.spec
+            s = self.spec.shuffle
             group = self._get_group(g)
             blocks = slice(j * s.window_blocks, (j + 1) * s.window_blocks)
             rows = _ranges(group.block_starts[blocks], group.block_lens[blocks])
@@ -165,7 +181,7 @@ class EpochOrder:
         """Global row indices (int64) at stream positions [start, stop), 0 <= start <= stop <= N."""
         n = self.spec.num_samples
         assert 0 <= start <= stop <= n, (start, stop, n)
-        if not self.spec.shuffle:
+        if not self.spec.shuffle.enabled:
             return np.arange(start, stop, dtype=np.int64)
         pieces = []
         pos = start
@@ -249,7 +265,7 @@ def shuffle_quality(labels: np.ndarray, spec: OrderSpec, epoch: int = 0, full_tr
         return float(labels[rows[: k * g]].reshape(k, g).mean(axis=1).std())
 
     shuffled = EpochOrder(spec, epoch).rows(0, n)
-    rng = np.random.default_rng([spec.seed, epoch, 0xF011])
+    rng = np.random.default_rng([spec.shuffle.seed, epoch, 0xF011])
     full = float(np.mean([spread(rng.permutation(n)) for _ in range(full_trials)]))
     result = {"file_order_std": spread(np.arange(n)), "shuffle_std": spread(shuffled), "full_permutation_std": full}
     result["ratio"] = result["shuffle_std"] / full if full > 0 else float("nan")

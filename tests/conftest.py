@@ -67,3 +67,16 @@ def write_tiny_dataset(
 def tiny_dataset(tmp_path: Path) -> Path:
     write_tiny_dataset(tmp_path / "data")
     return tmp_path / "data"
+
+
+_SHUFFLE_KEYS = ("seed", "block_rows", "window_blocks", "segment_blocks", "group_segments")
+_DELIVERY_KEYS = ("num_workers", "prefetch", "pin_memory", "device", "gather_rows", "compiled")
+
+
+def loader_kwargs(shuffle: bool = True, **flat) -> dict:
+    """build_loader's typed arguments from the flat keywords the loader tests vary."""
+    from shardrec.dataloader.loader import Delivery, ShuffleSpec
+
+    mix = {k: flat.pop(k) for k in _SHUFFLE_KEYS if k in flat}
+    delivery = {k: flat.pop(k) for k in _DELIVERY_KEYS if k in flat}
+    return {**flat, "shuffle": ShuffleSpec(enabled=shuffle, **mix), "delivery": Delivery(**delivery)}

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from shardrec.dataloader.format import Manifest, atomic_write_bytes
-from shardrec.dataloader.loader import BatchLoader, build_loader
+from shardrec.dataloader.loader import NO_SHUFFLE, BatchLoader, Delivery, ShuffleSpec, build_loader
 from shardrec.embeddings.tables import build_table_configs
 from shardrec.sharding.plan_io import PlanFile, load_plan, save_plan
 from shardrec.trainer import build, faults
@@ -70,15 +70,15 @@ def build_job(config: JobConfig, env: DistEnv, run_dir: Path, plan_path: str | N
     )
     train_loader = build_loader(
         data_dir, config.data.train_split, global_batch_size=t.global_batch_size, rank=env.rank,
-        world_size=env.world_size, seed=t.seed, shuffle=config.data.shuffle, tail=config.data.tail,
-        num_workers=config.data.num_workers,
+        world_size=env.world_size, shuffle=ShuffleSpec(enabled=config.data.shuffle, seed=t.seed), tail=config.data.tail,
+        delivery=Delivery(num_workers=config.data.num_workers),
     )
     eval_batch = config.eval.batch_size or t.global_batch_size
     check_against_dataset(config, manifest, env.world_size)
     eval_loaders = {
         split: build_loader(
             data_dir, split, global_batch_size=eval_batch, rank=env.rank, world_size=env.world_size,
-            shuffle=False, tail="pad", num_workers=config.data.num_workers,
+            shuffle=NO_SHUFFLE, tail="pad", delivery=Delivery(num_workers=config.data.num_workers),
         )
         for split in config.data.eval_splits
         if split in manifest.splits and manifest.splits[split].rows > 0

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import write_tiny_dataset
+from conftest import loader_kwargs, write_tiny_dataset
 from shardrec.dataloader.digest import batch_digest, stream_digests
 from shardrec.dataloader.format import DatasetError, open_split
-from shardrec.dataloader.loader import PAD_LABEL, build_loader
+from shardrec.dataloader.loader import NO_SHUFFLE, PAD_LABEL, build_loader
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +31,7 @@ SMALL = dict(block_rows=16, window_blocks=8, segment_blocks=4, group_segments=5,
 
 def _loaders(d: Path, world_size: int, **kw) -> list:
     kw = {"global_batch_size": 64, "seed": 5, **SMALL, **kw}
-    return [build_loader(d, "train", rank=r, world_size=world_size, **kw) for r in range(world_size)]
+    return [build_loader(d, "train", rank=r, world_size=world_size, **loader_kwargs(**kw)) for r in range(world_size)]
 
 
 def _iter_digests(loaders: list) -> list[str]:
@@ -259,7 +259,7 @@ def test_float16_dense_columns_arrive_as_float32(tmp_path: Path):
     dense = rng.normal(size=(32, 3)).astype(np.float16)
     part = write_part(tmp_path / "train" / "part-00000", np.zeros(32, np.uint8), dense, {"a": np.arange(32, dtype=np.uint8)})
     Manifest(["x", "y", "z"], [SparseFeature("a", 32, "uint8")], {"train": SplitInfo(32, [part])}, dense_dtype="float16").save(tmp_path)
-    batch = build_loader(tmp_path, "train", global_batch_size=8, rank=1, world_size=2, shuffle=False).batch(1)
+    batch = build_loader(tmp_path, "train", global_batch_size=8, rank=1, world_size=2, shuffle=NO_SHUFFLE).batch(1)
     assert batch.dense_features.dtype == torch.float32
     assert np.array_equal(batch.dense_features.numpy(), dense[12:16].astype(np.float32))
     assert batch.sparse_features["a"].values().tolist() == [12, 13, 14, 15]

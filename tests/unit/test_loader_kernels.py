@@ -8,7 +8,7 @@ import torch
 
 pytest.importorskip("numba")
 
-from conftest import write_tiny_dataset  # noqa: E402
+from conftest import loader_kwargs, write_tiny_dataset  # noqa: E402
 from shardrec.dataloader import gather_kernels  # noqa: E402
 from shardrec.dataloader.digest import batch_digest  # noqa: E402
 from shardrec.dataloader.loader import build_loader  # noqa: E402
@@ -33,7 +33,7 @@ def jagged_data(tmp_path_factory) -> Path:
 
 def _stream(d: Path, world_size: int, **kw) -> list[list]:
     kw = {"global_batch_size": 64, "seed": 3, **SMALL, **kw}
-    loaders = [build_loader(d, "train", rank=r, world_size=world_size, **kw) for r in range(world_size)]
+    loaders = [build_loader(d, "train", rank=r, world_size=world_size, **loader_kwargs(**kw)) for r in range(world_size)]
     return [list(slices) for slices in zip(*loaders)]
 
 

@@ -1,13 +1,12 @@
 import numpy as np
 import pytest
 
-from shardrec.dataloader.order import EpochOrder, OrderSpec, shuffle_quality
+from shardrec.dataloader.order import NO_SHUFFLE, EpochOrder, OrderSpec, ShuffleSpec, shuffle_quality
 
 
-def _spec(**kw) -> OrderSpec:
-    base = dict(part_rows=(1000, 37, 500), global_batch_size=64, seed=3, block_rows=100, window_blocks=4)
-    base.update(kw)
-    return OrderSpec(**base)
+def _spec(tail: str = "drop", shuffle: bool = True, **levels) -> OrderSpec:
+    mix = ShuffleSpec(enabled=shuffle, **{"seed": 3, "block_rows": 100, "window_blocks": 4, **levels})
+    return OrderSpec((1000, 37, 500), global_batch_size=64, tail=tail, shuffle=mix)
 
 
 @pytest.mark.parametrize("levels", [{}, {"segment_blocks": 2, "group_segments": 3}])
@@ -54,7 +53,7 @@ def test_batch_counts_for_drop_and_pad():
 
 
 def test_pad_fills_a_split_smaller_than_one_batch():
-    spec = OrderSpec((5,), global_batch_size=16, tail="pad", shuffle=False)
+    spec = OrderSpec((5,), global_batch_size=16, tail="pad", shuffle=NO_SHUFFLE)
     rows, real = EpochOrder(spec, 0).batch(0)
     assert real == 5 and rows.tolist() == [0, 1, 2, 3, 4] * 3 + [0]
 
@@ -79,7 +78,11 @@ def test_bad_spec_values_are_named():
     with pytest.raises(ValueError, match="tail must be one of drop, pad, got 'wrap'"):
         _spec(tail="wrap")
     with pytest.raises(ValueError, match="global_batch_size must be positive"):
-        _spec(global_batch_size=0)
+        OrderSpec((10,), global_batch_size=0)
+    with pytest.raises(ValueError, match="window_blocks must be positive, got 0"):
+        _spec(window_blocks=0)
+    with pytest.raises(TypeError, match="shuffle must be a ShuffleSpec, got False"):
+        OrderSpec((10,), global_batch_size=2, shuffle=False)
 
 
 def test_shuffle_quality_close_to_full_permutation_on_drifting_labels():
@@ -89,11 +92,11 @@ def test_shuffle_quality_close_to_full_permutation_on_drifting_labels():
     rate = 0.25 + 0.15 * np.sin(np.arange(n) / n * 12 * np.pi)
     labels = (rng.random(n) < rate).astype(np.uint8)
     # Scaled-down defaults: a batch mixes rows of 256 blocks (the window), as in production.
-    spec = OrderSpec((n,), global_batch_size=1024, seed=0, block_rows=256, window_blocks=256)
+    spec = OrderSpec((n,), global_batch_size=1024, shuffle=ShuffleSpec(seed=0, block_rows=256, window_blocks=256))
     q = shuffle_quality(labels, spec)
     assert q["file_order_std"] > 4 * q["full_permutation_std"]
     assert q["ratio"] < 1.2
-    coarse = shuffle_quality(labels, OrderSpec((n,), global_batch_size=1024, seed=0, block_rows=1024, window_blocks=16))
+    coarse = shuffle_quality(labels, OrderSpec((n,), global_batch_size=1024, shuffle=ShuffleSpec(seed=0, block_rows=1024, window_blocks=16)))
     assert coarse["ratio"] > q["ratio"]  # fewer, larger blocks per batch mix worse: the measure sees it
 
 
@@ -101,7 +104,7 @@ def test_order_state_stays_small_for_a_terabyte_dataset():
     # Criteo 1TB: 4.2 B training rows in 23 day files. The order must not hold per-row or
     # per-block tables for all of them (resident memory must not grow with dataset size).
     days = (4_200_000_000 // 23,) * 23
-    order = EpochOrder(OrderSpec(days, global_batch_size=65536, seed=1), 0)
+    order = EpochOrder(OrderSpec(days, global_batch_size=65536, shuffle=ShuffleSpec(seed=1)), 0)
     assert order._seg_starts.nbytes + order._seg_lens.nbytes + order._group_starts.nbytes < 2_000_000
     deep = order.rows(3_000_000_000, 3_000_065_536)  # what a resume deep into the epoch needs
     assert len(np.unique(deep)) == 65536 and deep.min() >= 0 and deep.max() < sum(days)

@@ -165,7 +165,7 @@ def run_bench(
     import torch
     from torchrec.datasets.criteo import InMemoryBinaryCriteoIterDataPipe
 
-    from shardrec.dataloader.loader import build_loader
+    from shardrec.dataloader.loader import Delivery, ShuffleSpec, build_loader
 
     torch.set_num_threads(1)
     tmp = Path(tempfile.mkdtemp(prefix="shardrec-bench-loader-", dir=work_dir))
@@ -184,8 +184,11 @@ def run_bench(
             for s in (True, False)
         }
         torchrec_load_s = (time.perf_counter() - load_start) / 2
-        loaders = {s: build_loader(ours, "train", global_batch_size=global_batch, rank=0, world_size=1, shuffle=s) for s in (True, False)}
-        numpy_loader = build_loader(ours, "train", global_batch_size=global_batch, rank=0, world_size=1, compiled=False)
+        loaders = {
+            s: build_loader(ours, "train", global_batch_size=global_batch, rank=0, world_size=1, shuffle=ShuffleSpec(enabled=s))
+            for s in (True, False)
+        }
+        numpy_loader = build_loader(ours, "train", global_batch_size=global_batch, rank=0, world_size=1, delivery=Delivery(compiled=False))
         runs: dict[str, Callable[[], float]] = {
             "shardrec_shuffle": lambda: _rows_per_second(loaders[True], max_batches),
             "shardrec_shuffle_numpy": lambda: _rows_per_second(numpy_loader, max_batches),

@@ -32,7 +32,7 @@ def digest(
     The digests do not depend on --world-size: equal digests prove two runs, machines or
     cluster sizes see the same data in the same order.
     """
-    from shardrec.dataloader.loader import build_loader  # torchrec is slow to import: only here
+    from shardrec.dataloader.loader import ShuffleSpec, build_loader  # torchrec is slow to import: only here
 
     if batches <= 0 or start_batch < 0 or world_size <= 0:
         fail(f"--batches and --world-size must be positive and --start-batch not negative, got {batches}, {world_size}, {start_batch}")
@@ -40,7 +40,7 @@ def digest(
         loaders = [
             build_loader(
                 directory, split, global_batch_size=global_batch, rank=r, world_size=world_size,
-                seed=seed, shuffle=shuffle, tail=tail, epoch=epoch,
+                shuffle=ShuffleSpec(enabled=shuffle, seed=seed), tail=tail, epoch=epoch,
             )
             for r in range(world_size)
         ]

@@ -1,0 +1,70 @@
+"""The stock-torchrec baseline of `shardrec bench train` runs no shardrec code but its timing harness."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+TOOLS = Path(__file__).resolve().parents[2] / "tools"
+STOCK = TOOLS / "bench" / "stock_torchrec.py"
+# The harness pieces the baseline may use: the timer, and the (import-free) packages around it.
+ALLOWED = {"shardrec.tools.bench.timing"}
+PACKAGES = {"shardrec", "shardrec.tools", "shardrec.tools.bench"}
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module a file imports, at any depth (imports inside functions too)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path.name}: relative import"
+            found.add(node.module or "")
+            # `from shardrec.tools.bench import train` imports the module train, not a name.
+            found.update(f"{node.module}.{alias.name}" for alias in node.names if node.module in PACKAGES)
+    return found
+
+
+def _source(module: str) -> Path:
+    parts = module.split(".")[1:]  # shardrec.tools.bench.timing -> tools/bench/timing.py
+    path = TOOLS.parent.joinpath(*parts)
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
+def _shardrec_imports(path: Path) -> set[str]:
+    return {m for m in _imports(path) if m == "shardrec" or m.startswith("shardrec.")}
+
+
+def test_stock_baseline_imports_only_the_timing_harness() -> None:
+    direct = _shardrec_imports(STOCK) - PACKAGES
+    assert direct == ALLOWED, f"stock_torchrec.py imports shardrec modules {sorted(direct - ALLOWED)}"
+    # Transitively too: the allowed harness and the package __init__s import no shardrec module.
+    for module in ALLOWED | PACKAGES - {"shardrec"}:
+        leaked = _shardrec_imports(_source(module)) - PACKAGES
+        assert not leaked, f"{module} (imported by the stock baseline) imports {sorted(leaked)}"
+
+
+def test_stock_baseline_trains_with_torchrecs_own_pieces() -> None:
+    imported = _imports(STOCK)
+    names = {alias.name for node in ast.walk(ast.parse(STOCK.read_text())) if isinstance(node, ast.ImportFrom)
+             for alias in node.names if (node.module or "").startswith("torchrec")}
+    assert {"DLRM", "DLRM_DCN", "DLRMTrain", "EmbeddingBagCollectionSharder", "EmbeddingShardingPlanner",
+            "TrainPipelineSparseDist", "KeyedOptimizerWrapper", "DistributedModelParallel"} <= names
+    assert "torchrec.models.dlrm" in imported
+
+
+def test_the_import_check_catches_a_shardrec_import(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f():\n    from shardrec.trainer.models import build_model\n")
+    assert _shardrec_imports(bad) == {"shardrec.trainer.models"}
+
+
+def test_stock_baseline_refuses_fused_adam_on_cpu() -> None:
+    from shardrec.tools.bench.stock_torchrec import StockModel, StockOptim, StockTrainer
+
+    spec = StockModel("dlrm", 13, (("C1", 10),), 16, (16,), (8, 1))
+    with pytest.raises(ValueError, match="sparse optimizer 'adam': torchrec's fused CPU kernel"):
+        StockTrainer(spec, StockOptim("adam", 0.1, "adagrad", 0.1), 8, 1)

@@ -1,16 +1,19 @@
 """Sharded checkpoints with torch.distributed.checkpoint (DCP): save, keep the last K, resume.
 
-A checkpoint is a directory RUN/checkpoints/step-NNNNNNNN holding
+A checkpoint holds named stateful parts (objects with `state_dict()` / `load_state_dict()`)
+and a signature; it does not know what the parts are. `trainer.run` names them:
 
-- the DCP files of the model (every shard written by its rank) and of the fused embedding
-  optimizer state: loading them under another plan or world size reshards them;
-- train_state.pt (rank 0): step, epoch, dense optimizer + LR schedule, data-parallel table
-  optimizer, loader position, the plan and what the model was (to refuse a foreign checkpoint);
-- rng-<rank>.pt: each rank's RNG states.
+- sharded parts (the model, the embedding optimizer state): DCP files that every rank writes
+  its own shards into; loading them under another plan or world size reshards them;
+- main parts (dense optimizer + LR schedule, loader position) and the progress: train_state.pt,
+  written by rank 0 together with the layout (the plan the shards were written under) and the
+  signature (what the model was, to refuse a foreign checkpoint);
+- per-rank parts (the RNG states): `<name>-<rank>.pt`.
 
-Every rank writes into `.step-NNNNNNNN.tmp`; after a barrier rank 0 renames it into place.
-A kill at any moment before the rename leaves only a temporary directory, which is ignored
-and removed later, so the newest complete checkpoint stays usable.
+The directory is RUN/checkpoints/step-NNNNNNNN. Every rank writes into `.step-NNNNNNNN.tmp`;
+after a barrier rank 0 renames it into place. A kill at any moment before the rename leaves
+only a temporary directory, which is ignored and removed later, so the newest complete
+checkpoint stays usable.
 """
 
 from __future__ import annotations
@@ -20,9 +23,9 @@ import os
 import random
 import re
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Mapping, Protocol
 
 import numpy as np
 import torch
@@ -32,10 +35,6 @@ import torch.distributed.checkpoint as dcp
 from shardrec.dataloader.files import atomic_open, fsync_dir
 from shardrec.trainer import faults
 from shardrec.trainer.dist import DistEnv
-from shardrec.trainer.optim_state import adapt_fused_state
-
-if TYPE_CHECKING:
-    from shardrec.trainer.run import Job
 
 logger = logging.getLogger(__name__)
 
@@ -51,18 +50,93 @@ class TrainProgress:
     epoch: int = 0
     """The epoch the next step belongs to."""
 
+    def state_dict(self) -> dict[str, int]:
+        return asdict(self)
 
-# Optimizer settings that decide what state a checkpoint holds: a change would drop or misread it.
-OPTIMIZER_KEYS = ("sparse", "dense")
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.step, self.epoch = state["step"], state["epoch"]
 
 
-def model_signature(job: "Job") -> dict[str, Any]:
-    """What must match for a checkpoint to load: the model, its tables and the optimizers' kinds, not the plan."""
-    return {
-        "model": asdict(job.config.model),
-        "optim": {k: getattr(job.config.optim, k) for k in OPTIMIZER_KEYS},
-        "tables": [{"name": t["name"], "rows": t["rows"], "dim": t["dim"]} for t in job.plan.fingerprint["tables"]],
-    }
+class Stateful(Protocol):
+    """A part saved whole: by rank 0 into train_state.pt, or by each rank into its own file."""
+
+    def state_dict(self) -> Any: ...
+
+    def load_state_dict(self, state: Any) -> None: ...
+
+
+@dataclass(frozen=True)
+class SavedCheckpoint:
+    """What a sharded part may need to know of the checkpoint it is loaded from."""
+
+    path: Path
+    step: int
+    layout: str
+    """The plan (JSON) the shards were written under."""
+
+
+class ShardedPart(Protocol):
+    """A part every rank saves its shards of with DCP, and loads resharded to the current layout."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """The state to save."""
+        ...
+
+    def load_target(self, saved: SavedCheckpoint) -> dict[str, Any]:
+        """The state DCP fills in place (empty: nothing to read); may read parts of `saved` itself."""
+        ...
+
+    def finish_load(self, saved: SavedCheckpoint) -> None:
+        """Take in the target DCP filled."""
+        ...
+
+
+class ModuleState:
+    """A module (sharded by DistributedModelParallel) as a sharded part."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self.module = module
+        self._target: dict[str, Any] = {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.module.state_dict()
+
+    def load_target(self, saved: SavedCheckpoint) -> dict[str, Any]:
+        self._target = self.module.state_dict()
+        return self._target
+
+    def finish_load(self, saved: SavedCheckpoint) -> None:
+        self.module.load_state_dict(self._target)
+
+
+class RngState:
+    """This process's torch, numpy and Python RNG states (a per-rank part)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        torch.set_rng_state(state["torch"])
+        np.random.set_state(state["numpy"])
+        random.setstate(state["python"])
+
+
+@dataclass(frozen=True)
+class CheckpointParts:
+    """Everything a checkpoint saves and restores, by name (the names are the on-disk keys)."""
+
+    progress: TrainProgress
+    """The step (it names the checkpoint) and epoch; train_state.pt["progress"]."""
+    sharded: Mapping[str, ShardedPart]
+    """DCP state keys -> parts, loaded in this order."""
+    main: Mapping[str, Stateful]
+    """train_state.pt keys -> parts saved by rank 0, loaded in this order."""
+    signature: dict[str, Any]
+    """What must match for a checkpoint to load (see describe_mismatch)."""
+    layout: str
+    """The plan (JSON) the sharded parts are laid out by."""
+    per_rank: Mapping[str, Stateful] = field(default_factory=lambda: {"rng": RngState()})
+    """File name prefixes -> parts each rank saves into `<name>-<rank>.pt`."""
 
 
 def describe_mismatch(saved: dict[str, Any], current: dict[str, Any]) -> str:
@@ -96,10 +170,13 @@ def complete_checkpoints(directory: Path) -> list[tuple[int, Path]]:
 
 
 class CheckpointManager:
-    def __init__(self, directory: Path, env: DistEnv, keep: int) -> None:
+    """Saves `parts` into `directory` (keeping the newest `keep`) and loads them back."""
+
+    def __init__(self, directory: Path, env: DistEnv, *, keep: int, parts: CheckpointParts) -> None:
         self.directory = Path(directory)
         self.env = env
         self.keep = keep
+        self.parts = parts
 
     def complete(self) -> list[tuple[int, Path]]:
         """(step, path) of every complete checkpoint, oldest first."""
@@ -109,26 +186,26 @@ class CheckpointManager:
         if dist.is_initialized():
             dist.barrier()
 
-    def save(self, job: "Job") -> Path:
-        step = job.progress.step
+    def save(self) -> Path:
+        """Write a checkpoint of the parts at the current step; returns its directory."""
+        parts, step = self.parts, self.parts.progress.step
         final = self.directory / f"step-{step:08d}"
         tmp = self.directory / f".step-{step:08d}.tmp"
         if self.env.is_main:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
         self._barrier()
-        state = {"model": job.model.state_dict(), "fused_optim": _sparse_optim_state(job)}
-        dcp.save(state, checkpoint_id=str(tmp))
-        _save_file(tmp / f"rng-{self.env.rank}.pt", _rng_state())
+        dcp.save({name: part.state_dict() for name, part in parts.sharded.items()}, checkpoint_id=str(tmp))
+        for name, part in parts.per_rank.items():
+            _save_file(tmp / f"{name}-{self.env.rank}.pt", part.state_dict())
         if self.env.is_main:
             _save_file(tmp / TRAIN_STATE, {
                 "format_version": FORMAT_VERSION,
-                "progress": asdict(job.progress),
-                "optimizer": job.runner.optimizer.state_dict(),
-                "loader": job.train_loader.state_dict(),
-                "plan": job.plan.to_json(),
+                "progress": parts.progress.state_dict(),
+                **{name: part.state_dict() for name, part in parts.main.items()},
+                "plan": parts.layout,
                 "world_size": self.env.world_size,
-                "signature": model_signature(job),
+                "signature": parts.signature,
             })
         faults.maybe_kill("kill_in_save", step, self.env.rank)
         self._barrier()
@@ -149,69 +226,39 @@ class CheckpointManager:
         for path in self.directory.glob(".step-*.tmp"):
             shutil.rmtree(path, ignore_errors=True)
 
-    def load_latest(self, job: "Job") -> int | None:
-        """Load the newest complete checkpoint into `job`; returns its step, or None if there is none."""
+    def load_latest(self) -> int | None:
+        """Load the newest complete checkpoint into the parts; returns its step, or None if there is none."""
         complete = self.complete() if self.env.is_main else []
         found = [complete[-1][1] if complete else None]
         if dist.is_initialized():
             dist.broadcast_object_list(found, src=0)  # every rank loads the one rank 0 chose
         if found[0] is None:
             return None
-        self.load(Path(found[0]), job)
-        return job.progress.step
+        self.load(Path(found[0]))
+        return self.parts.progress.step
 
-    def load(self, path: Path, job: "Job") -> None:
+    def load(self, path: Path) -> None:
+        """Load the checkpoint at `path` into the parts; ValueError if its signature differs."""
+        parts = self.parts
         train_state = torch.load(path / TRAIN_STATE, weights_only=False)
-        current = model_signature(job)
-        mismatch = describe_mismatch(train_state["signature"], current)
+        mismatch = describe_mismatch(train_state["signature"], parts.signature)
         if mismatch:
             raise ValueError(f"{path}: checkpoint of another model or optimizer: {mismatch}")
-        model_state = job.model.state_dict()
-        sparse_state = _sparse_optim_state(job)
-        converted = adapt_fused_state(path, sparse_state, train_state["plan"], job.plan)
-        state = {"model": model_state}
-        if sparse_state["state"]:
-            state["fused_optim"] = sparse_state
-        dcp.load(state, checkpoint_id=str(path))
-        state["fused_optim"] = sparse_state
-        for key, entries in converted.items():
-            sparse_state["state"].setdefault(key, {}).update(entries)
-        job.model.load_state_dict(state["model"])
-        optimizer = job.runner.optimizer
-        replicated = optimizer.replicated_state()
-        for fqn, entries in replicated.items():  # loaded in place; copy in case DCP replaced them
-            for name, tensor in entries.items():
-                tensor.copy_(state["fused_optim"]["state"][fqn][name])
-        fused = {k: v for k, v in state["fused_optim"]["state"].items() if k not in replicated}
-        job.model.fused_optimizer.load_state_dict({**state["fused_optim"], "state": fused})
-        optimizer.load_state_dict(train_state["optimizer"])
-        optimizer.set_replicated_steps(train_state["progress"]["step"])
-        job.train_loader.load_state_dict(train_state["loader"])
-        job.progress.step = train_state["progress"]["step"]
-        job.progress.epoch = train_state["progress"]["epoch"]
-        rng = path / f"rng-{self.env.rank}.pt"
-        _set_rng_state(torch.load(rng if rng.is_file() else path / "rng-0.pt", weights_only=False))
+        saved = SavedCheckpoint(path, train_state["progress"]["step"], train_state["plan"])
+        targets = {name: part.load_target(saved) for name, part in parts.sharded.items()}
+        dcp.load({name: target for name, target in targets.items() if target}, checkpoint_id=str(path))
+        for part in parts.sharded.values():
+            part.finish_load(saved)
+        for name, part in parts.main.items():
+            part.load_state_dict(train_state[name])
+        parts.progress.load_state_dict(train_state["progress"])
+        for name, part in parts.per_rank.items():
+            # More ranks than saved it: the new ones start from rank 0's state.
+            own = path / f"{name}-{self.env.rank}.pt"
+            part.load_state_dict(torch.load(own if own.is_file() else path / f"{name}-0.pt", weights_only=False))
         if self.env.is_main:
-            logger.info("resumed from %s (step %d, saved by %d ranks, now %d)", path, job.progress.step,
+            logger.info("resumed from %s (step %d, saved by %d ranks, now %d)", path, parts.progress.step,
                         train_state["world_size"], self.env.world_size)
-
-
-def _sparse_optim_state(job: "Job") -> dict[str, Any]:
-    """The fused optimizers' state plus the data-parallel tables' row-wise Adagrad state, all
-    keyed by parameter FQN and fbgemm's state names, so either reshards into the other."""
-    state = job.model.fused_optimizer.state_dict()
-    state = {**state, "state": {**state["state"], **job.runner.optimizer.replicated_state()}}
-    return state
-
-
-def _rng_state() -> dict[str, Any]:
-    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
 
 
 def _save_file(path: Path, obj: Any) -> None:

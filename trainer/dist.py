@@ -35,6 +35,19 @@ def launched_rank() -> int:
     return int(os.environ.get("RANK", 0))
 
 
+def init_local_rank(rank: int, world_size: int, port: int, *, device_kind: str = "cpu", timeout_s: int = 120) -> DistEnv:
+    """Join a group of `world_size` processes on this host as `rank`, rendezvous at 127.0.0.1:`port`.
+
+    For the processes `trainer.launch.run_local_ranks` starts (not torchrun's): the variables
+    torchrun would set are set here, since torchrec reads LOCAL_WORLD_SIZE itself.
+    """
+    os.environ.update(
+        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
+        LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+    )
+    return init_distributed(device_kind, timeout_s)
+
+
 def init_distributed(device_kind: str = "auto", timeout_s: int = 600) -> DistEnv:
     """Join the process group that torchrun (or a test) described in the environment.
 

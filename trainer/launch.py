@@ -1,4 +1,5 @@
-"""Start the per-rank trainer under torchrun (torch.distributed.run, the elastic launcher).
+"""Start ranks: the per-rank trainer under torchrun (torch.distributed.run, the elastic
+launcher), or a function on N local processes (`run_local_ranks`: tests, calibration, benchmarks).
 
 `python -m shardrec.trainer.launch TORCHRUN_ARGS` is torchrun itself, minus its failure traceback.
 """
@@ -9,6 +10,8 @@ import os
 import socket
 import subprocess
 import sys
+import traceback
+from typing import Any, Callable
 
 
 def free_port() -> int:
@@ -17,9 +20,79 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class RankFailed(RuntimeError):
+    """A rank started by `run_local_ranks` raised; carries its traceback."""
+
+    def __init__(self, rank: int, trace: str) -> None:
+        super().__init__(f"rank {rank} failed:\n{trace}")
+        self.rank = rank
+        self.trace = trace
+
+    @property
+    def reason(self) -> str:
+        """The exception's own line (the traceback's last), for one-line messages."""
+        lines = self.trace.strip().splitlines()
+        return lines[-1] if lines else "no traceback"
+
+
+def _local_rank_entry(rank: int, world_size: int, port: int, device_kind: str, collective_timeout_s: int,
+                      fn: Callable[..., Any], args: tuple, queue: Any) -> None:
+    from shardrec.trainer.dist import init_local_rank, shutdown
+
+    try:
+        env = init_local_rank(rank, world_size, port, device_kind=device_kind, timeout_s=collective_timeout_s)
+        queue.put((rank, "ok", fn(env, *args)))
+    except BaseException:  # report any failure to the parent instead of hanging it
+        queue.put((rank, "error", traceback.format_exc()))
+    finally:
+        shutdown()
+
+
+def run_local_ranks(
+    fn: Callable[..., Any],
+    world_size: int,
+    *args: Any,
+    device_kind: str = "cpu",
+    timeout_s: float = 300,
+    collective_timeout_s: int = 120,
+) -> list[Any]:
+    """Run fn(env, *args) on `world_size` new local processes, each a rank of one process group.
+
+    `fn` must be a module-level function (the processes are spawned, not forked: torch's threads
+    must not be copied) and its arguments and result picklable. Returns the results in rank
+    order; raises RankFailed for the first rank that raised, and queue.Empty when a rank reports
+    nothing for `timeout_s`.
+    """
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = free_port()
+    procs = [
+        ctx.Process(target=_local_rank_entry, args=(r, world_size, port, device_kind, collective_timeout_s, fn, args, queue))
+        for r in range(world_size)
+    ]
+    for p in procs:
+        p.start()
+    results: dict[int, Any] = {}
+    try:
+        for _ in range(world_size):
+            rank, status, value = queue.get(timeout=timeout_s)
+            if status == "error":
+                raise RankFailed(rank, value)
+            results[rank] = value
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    return [results[r] for r in range(world_size)]
+
+
 def torchrun_command(
     entry_args: list[str],
     nproc_per_node: int,
+    *,
     max_restarts: int = 0,
     nnodes: int = 1,
     rdzv_endpoint: str | None = None,
@@ -53,7 +126,8 @@ def rank_environment(nproc_per_node: int) -> dict[str, str]:
 
 def launch(entry_args: list[str], nproc_per_node: int, max_restarts: int = 0) -> int:
     """Run torchrun on this machine and wait; returns its exit code (0 when every rank succeeded)."""
-    return subprocess.call(torchrun_command(entry_args, nproc_per_node, max_restarts), env=rank_environment(nproc_per_node))
+    command = torchrun_command(entry_args, nproc_per_node, max_restarts=max_restarts)
+    return subprocess.call(command, env=rank_environment(nproc_per_node))
 
 
 def torchrun_main(argv: list[str]) -> int:

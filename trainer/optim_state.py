@@ -5,6 +5,8 @@ k column shards has a momentum of [k x rows] (shard j at offset j * rows), a tab
 has [rows]. DCP reshards rows freely, but not between these layouts. The conversion spreads
 each old shard's accumulator over its columns and gives each new shard the width-weighted mean
 over its columns: exact when the cut is unchanged, and the natural estimate otherwise.
+
+`SparseOptimizerState` is that state as one checkpoint part (trainer.checkpoint.ShardedPart).
 """
 
 from __future__ import annotations
@@ -12,13 +14,17 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed._shard.sharded_tensor import ShardedTensor
 
 from shardrec.sharding.plan_io import PlanFile
+
+if TYPE_CHECKING:
+    from shardrec.trainer.checkpoint import SavedCheckpoint
+    from shardrec.trainer.optim import TrainOptimizer
 
 logger = logging.getLogger(__name__)
 
@@ -84,3 +90,45 @@ def _fill(value: torch.Tensor, full: torch.Tensor) -> None:
     for shard in value.local_shards():
         start = shard.metadata.shard_offsets[0]
         shard.tensor.copy_(full[start : start + shard.tensor.numel()].view_as(shard.tensor))
+
+
+class SparseOptimizerState:
+    """The embedding tables' optimizer state as one sharded checkpoint part: the fused optimizers'
+    state plus the data-parallel tables' row-wise Adagrad state, all keyed by parameter FQN and
+    fbgemm's state names, so either reshards into the other.
+
+    Args:
+        fused: the sharded model's `fused_optimizer` (torchrec's KeyedOptimizer).
+        optimizer: the train loop's optimizer (it holds the data-parallel tables' state).
+        plan: the plan this job runs; a checkpoint of another column cut is converted into it.
+    """
+
+    def __init__(self, fused: Any, optimizer: "TrainOptimizer", plan: PlanFile) -> None:
+        self.fused = fused
+        self.optimizer = optimizer
+        self.plan = plan
+        self._target: dict[str, Any] = {}
+        self._converted: dict[str, dict[str, Any]] = {}
+
+    def state_dict(self) -> dict[str, Any]:
+        state = self.fused.state_dict()
+        return {**state, "state": {**state["state"], **self.optimizer.replicated_state()}}
+
+    def load_target(self, saved: "SavedCheckpoint") -> dict[str, Any]:
+        self._target = self.state_dict()
+        self._converted = adapt_fused_state(saved.path, self._target, saved.layout, self.plan)
+        # Without any state (sgd) there is nothing for DCP to read.
+        return self._target if self._target["state"] else {}
+
+    def finish_load(self, saved: "SavedCheckpoint") -> None:
+        state = self._target
+        for key, entries in self._converted.items():
+            state["state"].setdefault(key, {}).update(entries)
+        replicated = self.optimizer.replicated_state()
+        for fqn, entries in replicated.items():  # loaded in place; copy in case DCP replaced them
+            for name, tensor in entries.items():
+                tensor.copy_(state["state"][fqn][name])
+        fused = {k: v for k, v in state["state"].items() if k not in replicated}
+        self.fused.load_state_dict({**state, "state": fused})
+        self.optimizer.set_replicated_steps(saved.step)
+        self._target, self._converted = {}, {}

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +19,12 @@ from shardrec.dataloader.loader import NO_SHUFFLE, BatchLoader, Delivery, Shuffl
 from shardrec.embeddings.tables import build_table_configs
 from shardrec.sharding.plan_io import PlanFile, load_plan, save_plan
 from shardrec.trainer import build, faults
-from shardrec.trainer.checkpoint import CheckpointManager, TrainProgress
-from shardrec.trainer.config import JobConfig
+from shardrec.trainer.checkpoint import CheckpointManager, CheckpointParts, ModuleState, TrainProgress
+from shardrec.trainer.config import JobConfig, ModelConfig, OptimConfig
 from shardrec.trainer.dist import DistEnv
 from shardrec.trainer.loop import StepRunner, evaluate, train_segment
 from shardrec.trainer.metrics import MetricsWriter
+from shardrec.trainer.optim_state import SparseOptimizerState
 from shardrec.trainer.preflight import check_against_dataset
 from shardrec.trainer.progress import TrainReporter
 
@@ -43,7 +44,34 @@ class Job:
     train_loader: BatchLoader
     eval_loaders: dict[str, BatchLoader]
     checkpoints: CheckpointManager
-    progress: TrainProgress = field(default_factory=TrainProgress)
+    progress: TrainProgress
+    """The step and epoch; the checkpoints save and restore this same object."""
+
+
+# Optimizer settings that decide what state a checkpoint holds: a change would drop or misread it.
+OPTIMIZER_KEYS = ("sparse", "dense")
+
+
+def checkpoint_signature(model: ModelConfig, optim: OptimConfig, plan: PlanFile) -> dict[str, Any]:
+    """What must match for a checkpoint to load: the model, its tables and the optimizers' kinds, not the plan."""
+    return {
+        "model": asdict(model),
+        "optim": {k: getattr(optim, k) for k in OPTIMIZER_KEYS},
+        "tables": [{"name": t["name"], "rows": t["rows"], "dim": t["dim"]} for t in plan.fingerprint["tables"]],
+    }
+
+
+def checkpoint_parts(*, plan: PlanFile, model: torch.nn.Module, runner: StepRunner, train_loader: BatchLoader,
+                     progress: TrainProgress, signature: dict[str, Any]) -> CheckpointParts:
+    """What a checkpoint of this job holds, under the names train_state.pt and the DCP files use."""
+    return CheckpointParts(
+        progress=progress,
+        sharded={"model": ModuleState(model),
+                 "fused_optim": SparseOptimizerState(model.fused_optimizer, runner.optimizer, plan)},
+        main={"optimizer": runner.optimizer, "loader": train_loader},
+        signature=signature,
+        layout=plan.to_json(),
+    )
 
 
 def build_job(config: JobConfig, env: DistEnv, run_dir: Path, plan_path: str | None) -> Job:
@@ -83,9 +111,13 @@ def build_job(config: JobConfig, env: DistEnv, run_dir: Path, plan_path: str | N
         for split in config.data.eval_splits
         if split in manifest.splits and manifest.splits[split].rows > 0
     }
-    checkpoints = CheckpointManager(run_dir / "checkpoints", env, config.checkpoint.keep)
     runner = StepRunner(model, optimizer, env.device, t.pipeline)
-    return Job(config, env, run_dir, plan, model, runner, train_loader, eval_loaders, checkpoints)
+    progress = TrainProgress()
+    parts = checkpoint_parts(plan=plan, model=model, runner=runner, train_loader=train_loader, progress=progress,
+                             signature=checkpoint_signature(config.model, config.optim, plan))
+    checkpoints = CheckpointManager(run_dir / "checkpoints", env, keep=config.checkpoint.keep, parts=parts)
+    return Job(config=config, env=env, run_dir=run_dir, plan=plan, model=model, runner=runner,
+               train_loader=train_loader, eval_loaders=eval_loaders, checkpoints=checkpoints, progress=progress)
 
 
 def write_run_files(job: Job) -> None:
@@ -146,7 +178,7 @@ def _train(job: Job, total: int, reporter: TrainReporter) -> tuple[float, int]:
             if cfg.eval.interval_steps and progress.step % cfg.eval.interval_steps == 0 and progress.step < total:
                 _evaluate_all(job, progress.step, reporter, final=False)
             if progress.step == total or (cfg.checkpoint.interval_steps and progress.step % cfg.checkpoint.interval_steps == 0):
-                job.checkpoints.save(job)
+                job.checkpoints.save()
     return seconds, samples
 
 
@@ -157,7 +189,7 @@ def run_job(job: Job) -> dict[str, Any]:
     total = cfg.train.epochs * len(job.train_loader)
     if cfg.train.steps:
         total = min(total, cfg.train.steps)
-    resumed = job.checkpoints.load_latest(job)
+    resumed = job.checkpoints.load_latest()
     # Only now: a refused resume must leave the run directory describing its checkpoints.
     write_run_files(job)
     writer = MetricsWriter(job.run_dir) if job.env.is_main else None

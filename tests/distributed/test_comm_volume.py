@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from spawn import run_ranks
+from shardrec.trainer.launch import run_local_ranks
 
 TYPES = ("table_wise", "row_wise", "column_wise", "table_row_wise", "table_column_wise", "data_parallel")
 LOCAL_BATCH = 4
@@ -181,7 +181,7 @@ def _worker(env, local_world_size: int) -> dict:
 def _check(world_size: int, local_world_size: int) -> None:
     from shardrec.sharding.comms import collectives_per_step
 
-    results = run_ranks(_worker, world_size, local_world_size)
+    results = run_local_ranks(_worker, world_size, local_world_size)
     for st in TYPES:
         want = _predicted(results[0][st]["plan"], world_size, local_world_size)
         for rank, res in enumerate(results):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from spawn import run_ranks
+from shardrec.trainer.launch import run_local_ranks
 
 WORLD_SIZE = 2
 GLOBAL_BATCH = 8
@@ -103,7 +103,7 @@ def test_plan_file_shards_ebc_like_unsharded(tmp_path: Path) -> None:
                        device_kind="cpu", constraints=constraints)
     path = tmp_path / "plan.json"
     save_plan(plan, path)
-    results = run_ranks(_worker, WORLD_SIZE, str(path))
+    results = run_local_ranks(_worker, WORLD_SIZE, str(path))
     for rank, res in enumerate(results):
         for name, st in PINNED.items():
             assert res["types"][name] == st

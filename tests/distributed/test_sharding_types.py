@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from spawn import run_ranks
+from shardrec.trainer.launch import run_local_ranks
 
 WORLD_SIZE = 2
 LOCAL_BATCH = 4
@@ -152,7 +152,7 @@ def _check_all(env) -> dict[str, dict[str, float]]:
 
 @pytest.mark.slow
 def test_every_sharding_type_equals_unsharded():
-    results = run_ranks(_check_all, WORLD_SIZE)
+    results = run_local_ranks(_check_all, WORLD_SIZE)
     for rank, per_type in enumerate(results):
         assert set(per_type) == set(TYPES)
         for st, err in per_type.items():

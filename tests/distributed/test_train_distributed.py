@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from spawn import run_ranks
+from shardrec.trainer.launch import run_local_ranks
 
 GLOBAL_BATCH, STEPS, CKPT = 64, 15, 8
 ATOL, RTOL = 1e-5, 1e-4
@@ -107,8 +107,8 @@ def rank_work(env, data: str, multi_hot: str, root: str) -> dict:
         summary = run_job(_checkpointed(env, data, root_p / f"resume-w{world}", RESUME_LAYOUT[world], STEPS))
         out["resume"] = {"from": summary["resumed_from_step"], "val": summary["eval"]["val"]}
         cw = _checkpointed(env, data, root_p / f"cw-w{world}", CW_LAYOUT[world], STEPS)
-        cw.checkpoints.load_latest(cw)
-        CheckpointManager(root_p / f"cw-resaved-w{world}" / "checkpoints", env, 1).save(cw)
+        cw.checkpoints.load_latest()
+        CheckpointManager(root_p / f"cw-resaved-w{world}" / "checkpoints", env, keep=1, parts=cw.checkpoints.parts).save()
     return out
 
 
@@ -120,12 +120,12 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     write_tiny_dataset(root / "data")
     write_tiny_dataset(root / "multi_hot", multi_hot=("f1", "f3"))
     args = (str(root / "data"), str(root / "multi_hot"), str(root))
-    results = run_ranks(rank_work, 2, *args)[0]
+    results = run_local_ranks(rank_work, 2, *args)[0]
     for world in (1, 4):
         # The reference's step-8 checkpoint, as if the run had been stopped there.
         shutil.copytree(root / "ref", root / f"resume-w{world}", ignore=shutil.ignore_patterns("step-00000015", "metrics.jsonl"))
         shutil.copytree(root / "cw", root / f"cw-w{world}")
-        results[f"w{world}"] = run_ranks(rank_work, world, *args)[0]
+        results[f"w{world}"] = run_local_ranks(rank_work, world, *args)[0]
     results.update(results.pop("w1"))
     return root, results
 

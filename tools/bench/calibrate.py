@@ -15,22 +15,22 @@ The profile is JSON: `{"format": "shardrec-calibration", "measured": {...}, "det
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
-from shardrec.trainer.launch import free_port
+from shardrec.trainer.dist import DistEnv
+from shardrec.trainer.launch import RankFailed, run_local_ranks
 
 logger = logging.getLogger(__name__)
 
 PROFILE_FORMAT = "shardrec-calibration"
 
 
-def _best_of(fn, repeats: int) -> float:
+def _best_of(fn: Callable[[], None], repeats: int) -> float:
     """Fastest of `repeats` timed calls after a warm-up: on a machine shared with other jobs the
     fastest run is the one least disturbed, and the most reproducible."""
     fn()  # warm-up: allocations, first-touch page faults
@@ -42,13 +42,13 @@ def _best_of(fn, repeats: int) -> float:
     return best
 
 
-def _timed(fn) -> float:
+def _timed(fn: Callable[[], None]) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
 
 
-def measure_lookup(device: str = "cpu", rows: int = 400_000, dim: int = 64, batch: int = 4096,
+def measure_lookup(device: str = "cpu", *, rows: int = 400_000, dim: int = 64, batch: int = 4096,
                    pooling: int = 8, repeats: int = 15, seed: int = 0) -> dict[str, float]:
     """Bytes of embedding rows read per second by fbgemm's fused kernel (the one training uses),
     and the cost of its backward + row-wise Adagrad update relative to the forward."""
@@ -91,55 +91,35 @@ def measure_lookup(device: str = "cpu", rows: int = 400_000, dim: int = 64, batc
             "lookup_fwd_s": fwd, "lookup_bytes": read}
 
 
-def _collective_worker(rank: int, world_size: int, port: int, device_kind: str, big: int, repeats: int, queue) -> None:
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
-                      LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    from shardrec.trainer.dist import init_distributed, shutdown
+def _collective_worker(env: DistEnv, big: int, repeats: int) -> tuple[float, float]:
+    """One rank: the best times of a large and of a tiny all-to-all."""
+    import torch.distributed as dist
 
-    try:
-        env = init_distributed(device_kind, timeout_s=120)
-        import torch.distributed as dist
+    def a2a(numel: int) -> Callable[[], None]:
+        x = torch.ones(numel, device=env.device)
+        y = torch.empty_like(x)
 
-        def a2a(numel: int):
-            x = torch.ones(numel, device=env.device)
-            y = torch.empty_like(x)
+        def run() -> None:
+            dist.all_to_all_single(y, x)
+            if env.device.type == "cuda":
+                torch.cuda.synchronize()
+        return run
 
-            def run():
-                dist.all_to_all_single(y, x)
-                if env.device.type == "cuda":
-                    torch.cuda.synchronize()
-            return run
-
-        big_s = _best_of(a2a(big * world_size), repeats)
-        small_s = _best_of(a2a(world_size), repeats * 4)
-        queue.put((rank, big_s, small_s, None))
-    except BaseException as e:  # report instead of hanging the parent
-        queue.put((rank, 0.0, 0.0, repr(e)))
-    finally:
-        shutdown()
+    big_s = _best_of(a2a(big * env.world_size), repeats)
+    small_s = _best_of(a2a(env.world_size), repeats * 4)
+    return big_s, small_s
 
 
 def measure_collectives(world_size: int = 2, device_kind: str = "cpu", mib_per_peer: int = 8,
                         repeats: int = 5) -> dict[str, float]:
     """Per-rank send bandwidth of an all-to-all between local processes, and its start-up latency."""
-    import torch.multiprocessing as mp
-
     big = mib_per_peer * 2**20 // 4
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=_collective_worker, args=(r, world_size, port, device_kind, big, repeats, queue))
-             for r in range(world_size)]
-    for p in procs:
-        p.start()
-    results = [queue.get(timeout=300) for _ in procs]
-    for p in procs:
-        p.join(timeout=30)
-    errors = [e for *_, e in results if e]
-    if errors:
-        raise RuntimeError(f"collective calibration failed: {errors[0]}")
-    big_s = max(r[1] for r in results)
-    small_s = max(r[2] for r in results)
+    try:
+        results = run_local_ranks(_collective_worker, world_size, big, repeats, device_kind=device_kind)
+    except RankFailed as e:
+        raise RuntimeError(f"collective calibration failed: {e.reason}") from e
+    big_s = max(r[0] for r in results)
+    small_s = max(r[1] for r in results)
     sent = big * 4 * (world_size - 1)  # bytes each rank sends to the others
     return {"intra_host_bw": sent / max(big_s - small_s, 1e-9), "collective_latency_s": small_s,
             "a2a_big_s": big_s, "a2a_small_s": small_s, "a2a_bytes_per_rank": sent}

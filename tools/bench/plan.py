@@ -204,7 +204,7 @@ def bench_plan_reality(
     plans = _reality_plans(tables, topo, global_batch_size, pooling)
     fp = plan_fingerprint(tables, world_size, global_batch_size, "cpu")
     texts = [PlanFile(PLAN_SCHEMA_VERSION, fp, placed).to_json() for placed in plans.values()]
-    measured = measure_plans(tables, texts, world_size, global_batch_size // world_size, steps)
+    measured = measure_plans(tables, texts, world_size=world_size, local_batch=global_batch_size // world_size, steps=steps)
     rows = []
     for (name, placed), m in zip(plans.items(), measured):
         cost = evaluate(placed, tables, pooling, topo, global_batch_size)

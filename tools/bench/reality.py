@@ -8,14 +8,15 @@ memory per rank is what the rank holds: its shards' weights and their optimizer 
 
 from __future__ import annotations
 
-import os
-import socket
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
+
+from shardrec.trainer.dist import DistEnv
+from shardrec.trainer.launch import RankFailed, run_local_ranks
 
 
 @dataclass
@@ -52,7 +53,8 @@ def _local_bytes(obj: Any) -> int:
     return 0
 
 
-def _run_plan(env, tables, plan_json: str, local_batch: int, steps: int, seed: int) -> tuple[float, int]:
+def _run_plan(env: DistEnv, tables: list[EmbeddingBagConfig], plan_json: str, *, local_batch: int, steps: int,
+              seed: int) -> tuple[float, int]:
     import torch.distributed as dist
     from torchrec.distributed.model_parallel import DistributedModelParallel
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
@@ -86,46 +88,23 @@ def _run_plan(env, tables, plan_json: str, local_batch: int, steps: int, seed: i
     return elapsed, memory
 
 
-def _worker(rank: int, world_size: int, port: int, tables, plans: list[str], local_batch: int, steps: int,
-            seed: int, queue) -> None:
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
-                      LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    from shardrec.trainer.dist import init_distributed, shutdown
-
-    try:
-        env = init_distributed("cpu", timeout_s=300)
-        # Two rounds over all plans, keeping each plan's faster round: the first plan of a fresh
-        # process otherwise pays one-off costs (kernel selection, thread pools, allocator growth).
-        rounds = [[_run_plan(env, tables, p, local_batch, steps, seed) for p in plans] for _ in range(2)]
-        queue.put((rank, [min(a, b) for a, b in zip(*rounds)], None))
-    except BaseException as e:  # report instead of hanging the parent
-        queue.put((rank, None, repr(e)))
-    finally:
-        shutdown()
+def _worker(env: DistEnv, tables: list[EmbeddingBagConfig], plans: list[str], local_batch: int, steps: int,
+            seed: int) -> list[tuple[float, int]]:
+    # Two rounds over all plans, keeping each plan's faster round: the first plan of a fresh
+    # process otherwise pays one-off costs (kernel selection, thread pools, allocator growth).
+    rounds = [[_run_plan(env, tables, p, local_batch=local_batch, steps=steps, seed=seed) for p in plans]
+              for _ in range(2)]
+    return [min(a, b) for a, b in zip(*rounds)]
 
 
-def measure_plans(tables: list[EmbeddingBagConfig], plans: list[str], world_size: int, local_batch: int,
+def measure_plans(tables: list[EmbeddingBagConfig], plans: list[str], *, world_size: int, local_batch: int,
                   steps: int = 8, seed: int = 0) -> list[Measured]:
     """Time `steps` training steps of each plan (JSON texts) on `world_size` local gloo ranks."""
-    import torch.multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = [ctx.Process(target=_worker, args=(r, world_size, port, tables, plans, local_batch, steps, seed, queue))
-             for r in range(world_size)]
-    for p in procs:
-        p.start()
-    results = {}
-    for _ in procs:
-        rank, value, error = queue.get(timeout=1800)
-        if error:
-            raise RuntimeError(f"rank {rank} failed while timing plans: {error}")
-        results[rank] = value
-    for p in procs:
-        p.join(timeout=60)
+    try:
+        results = run_local_ranks(_worker, world_size, tables, plans, local_batch, steps, seed,
+                                  timeout_s=1800, collective_timeout_s=300)
+    except RankFailed as e:
+        raise RuntimeError(f"rank {e.rank} failed while timing plans: {e.reason}") from e
     return [
         Measured(max(results[r][i][0] for r in range(world_size)), [results[r][i][1] for r in range(world_size)])
         for i in range(len(plans))

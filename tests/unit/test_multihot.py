@@ -11,26 +11,7 @@ import pytest
 from shardrec.dataloader import multihot
 from shardrec.dataloader.multihot import MultiHotSpec, multihot_spec, open_index_tables
 from conftest import write_tiny_dataset
-
-
-def reference_tables(sizes: list[int], rows: list[int], dist: str, seed: int = 0) -> list[np.ndarray]:
-    """The reference's algorithm, written out plainly: the global legacy generator seeded once,
-    then per table one big call for all its rows."""
-    saved = np.random.get_state()
-    try:
-        np.random.seed(seed)
-        tables = []
-        for n, k in zip(rows, sizes):
-            first = np.arange(n)[:, np.newaxis]
-            if dist == "uniform":
-                extra = np.random.randint(0, n, size=(n, k - 1))
-            else:
-                with np.errstate(invalid="ignore"):
-                    extra = np.random.pareto(a=0.25, size=(n, k - 1)).astype(np.int32) % n
-            tables.append(np.concatenate((first, extra), axis=-1).astype(np.int32))
-        return tables
-    finally:
-        np.random.set_state(saved)
+from multihot_reference import reference_tables
 
 
 SIZES = [3, 1, 2, 7, 1, 5]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from shardrec.tools.cli import data_inspect as cli_data_inspect, data_stream as cli_data_stream
+from shardrec.tools.cli import data_multihot as cli_data_multihot
 
 data_app = typer.Typer(help="Inspect a preprocessed dataset: statistics, rows, checksums, stream digests.", no_args_is_help=True)
 
@@ -13,4 +14,5 @@ def register(app: typer.Typer) -> None:
     # Each module below adds its commands to data_app.
     cli_data_stream.register(data_app)
     cli_data_inspect.register(data_app)
+    cli_data_multihot.register(data_app)
     app.add_typer(data_app, name="data")

@@ -1,0 +1,127 @@
+"""`shardrec data multihot`: the materialised ids are the MLPerf reference's, the dataset is a
+valid shardrec dataset the loader reads, reruns give the same bytes, bad input is one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from conftest import write_tiny_dataset
+from helpers import assert_one_line_error
+from multihot_reference import reference_multihot, reference_tables
+from shardrec.dataloader.format import Manifest, open_split, verify
+from shardrec.tools.cli.app import app
+
+runner = CliRunner()
+CARDS = (50, 300, 7, 1000)
+
+
+@pytest.fixture
+def one_hot(tmp_path: Path) -> Path:
+    write_tiny_dataset(tmp_path / "src", rows={"train": [300, 200], "val": [128]}, cardinalities=CARDS)
+    return tmp_path / "src"
+
+
+def _multihot(src: Path, out: Path, *args: str):
+    return runner.invoke(app, ["data", "multihot", str(src), "--out", str(out), "--cache", str(src.parent / "cache"), *args])
+
+
+@pytest.mark.parametrize("dist", ["uniform", "pareto"])
+@pytest.mark.parametrize("rows", [None, [40, 300, 3, 17]])
+def test_materialised_ids_are_the_reference_ids(one_hot: Path, tmp_path: Path, dist: str, rows: list[int] | None):
+    sizes = [3, 1, 2, 6]
+    extra = ["--rows", ",".join(map(str, rows))] if rows else []
+    result = _multihot(one_hot, tmp_path / "mh", "--sizes", "3,1,2,6", "--dist", dist, "--json", *extra)
+    assert result.exit_code == 0, result.output
+    table_rows = rows or list(CARDS)
+    table_rows = rows or list(CARDS)
+    spec = {"sizes": sizes, "rows": table_rows, "dist": dist, "seed": 0, "source": str(one_hot)}
+    shown = json.loads(result.stdout)
+    assert shown.pop("seconds") >= 0 and shown == {"out": str(tmp_path / "mh"), "samples": 628, "multihot": spec}
+    tables = reference_tables(sizes, table_rows, dist)
+    src, out = Manifest.load(one_hot), Manifest.load(tmp_path / "mh")
+    assert [(f.name, f.cardinality, f.multi_hot) for f in out.sparse_features] == [
+        (f"f{t}", table_rows[t], sizes[t] > 1) for t in range(4)
+    ]
+    assert out.options["multihot"] == spec
+    assert [f.stats["mean_ids_per_sample"] for f in out.sparse_features] == sizes
+    for split in ("train", "val"):
+        for a, b in zip(open_split(one_hot, split, src), open_split(tmp_path / "mh", split, out)):
+            assert np.array_equal(a.labels, b.labels) and np.array_equal(a.dense, b.dense)
+            for t, name in enumerate(src.feature_names):
+                want = reference_multihot(a.sparse[name], tables[t])
+                np.testing.assert_array_equal(np.asarray(b.sparse[name], np.int64), want.reshape(-1))
+                if sizes[t] > 1:
+                    np.testing.assert_array_equal(b.offsets[name], np.arange(a.rows + 1) * sizes[t])
+    assert verify(tmp_path / "mh") == []
+
+
+def test_rerun_writes_the_same_bytes_and_reuses_the_tables(one_hot: Path, tmp_path: Path):
+    first = _multihot(one_hot, tmp_path / "a", "--sizes", "2,4,1,3", "--dist", "pareto", "--seed", "7")
+    assert first.exit_code == 0, first.output
+    tables = list((one_hot.parent / "cache").rglob("table-*.npy"))
+    stamps = {p: p.stat().st_mtime_ns for p in tables}
+    assert len(tables) == 4
+    second = _multihot(one_hot, tmp_path / "b", "--sizes", "2,4,1,3", "--dist", "pareto", "--seed", "7")
+    assert second.exit_code == 0, second.output
+    assert {p: p.stat().st_mtime_ns for p in tables} == stamps  # drawn once
+    a, b = Manifest.load(tmp_path / "a"), Manifest.load(tmp_path / "b")
+    assert a.splits == b.splits and a.sparse_features == b.sparse_features
+    other = _multihot(one_hot, tmp_path / "c", "--sizes", "2,4,1,3", "--dist", "pareto", "--seed", "8")
+    assert other.exit_code == 0 and Manifest.load(tmp_path / "c").splits != a.splits
+
+
+def test_head_json_shows_multi_hot_ids_as_lists(one_hot: Path, tmp_path: Path):
+    assert _multihot(one_hot, tmp_path / "mh", "--sizes", "3,1,2,6").exit_code == 0
+    result = runner.invoke(app, ["data", "head", str(tmp_path / "mh"), "-n", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    first = open_split(one_hot, "train")[0]
+    tables = reference_tables([3, 1, 2, 6], list(CARDS), "uniform")
+    for r, row in enumerate(rows):
+        assert row["f0"] == tables[0][int(first.sparse["f0"][r])].tolist() and len(row["f3"]) == 6
+        assert row["f1"] == int(first.sparse["f1"][r])  # size 1: still one id, not a list
+
+
+def test_the_materialised_dataset_loads_into_batches(one_hot: Path, tmp_path: Path):
+    from conftest import loader_kwargs
+    from shardrec.dataloader.loader import build_loader
+
+    assert _multihot(one_hot, tmp_path / "mh", "--sizes", "3,1,2,6").exit_code == 0
+    loader = build_loader(tmp_path / "mh", "train", global_batch_size=64, rank=0, world_size=1, **loader_kwargs(seed=1))
+    batches = list(loader)
+    assert len(batches) == 500 // 64
+    kjt = batches[0].sparse_features.to_dict()
+    assert [int(kjt[f].lengths().unique()[0]) for f in ("f0", "f1", "f2", "f3")] == [3, 1, 2, 6]
+    assert kjt["f3"].values().dtype.is_floating_point is False and len(kjt["f3"].values()) == 64 * 6
+
+
+def test_bad_input_is_one_clear_line(one_hot: Path, tmp_path: Path):
+    assert_one_line_error(_multihot(one_hot, tmp_path / "o", "--sizes", "3,1,2"), r"3 multi-hot sizes for 4 sparse features \(f0, f1, f2, f3\)")
+    assert_one_line_error(_multihot(one_hot, tmp_path / "o", "--sizes", "3,x,2,1"), r"--sizes '3,x,2,1': expected comma-separated integers")
+    assert_one_line_error(_multihot(one_hot, tmp_path / "o", "--sizes", "3,0,2,1"), r"multi-hot size 0 of feature 1 must be at least 1")
+    assert_one_line_error(_multihot(one_hot, tmp_path / "o", "--sizes", "3,1,2,1", "--dist", "zipf"), r"--dist 'zipf' must be one of uniform, pareto")
+    assert_one_line_error(_multihot(one_hot, tmp_path / "o", "--sizes", "3,1,2,1", "--rows", "4,5"), r"2 table rows for 4 sparse features")
+    assert_one_line_error(_multihot(tmp_path / "nope", tmp_path / "o", "--sizes", "1"), r"nope: not a directory")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("keep me")
+    assert_one_line_error(_multihot(one_hot, tmp_path / "full", "--sizes", "3,1,2,1"), r"full: exists and is not an empty directory")
+    assert (tmp_path / "full" / "x").read_text() == "keep me"
+    assert_one_line_error(_multihot(one_hot, one_hot / "inner", "--sizes", "3,1,2,1"), r"inside the source dataset")
+    assert _multihot(one_hot, tmp_path / "mh", "--sizes", "3,1,2,1").exit_code == 0
+    assert_one_line_error(_multihot(tmp_path / "mh", tmp_path / "again", "--sizes", "3,1,2,1"), r"feature f0 is already multi-hot")
+    assert not list(tmp_path.glob(".o.tmp-*")) and not (tmp_path / "o").exists()
+
+
+def test_a_corrupted_source_column_is_named_and_nothing_is_written(one_hot: Path, tmp_path: Path):
+    victim = one_hot / "train" / "part-00001" / "dense.npy"
+    raw = bytearray(victim.read_bytes())
+    raw[-1] ^= 0xFF
+    victim.write_bytes(bytes(raw))
+    line = assert_one_line_error(_multihot(one_hot, tmp_path / "mh", "--sizes", "3,1,2,1"), r"checksum differs from its manifest")
+    assert "part-00001/dense.npy" in line
+    assert not (tmp_path / "mh").exists() and not list(tmp_path.glob(".mh.tmp-*"))

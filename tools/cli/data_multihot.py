@@ -1,0 +1,71 @@
+"""`shardrec data multihot`: make a multi-hot dataset from a one-hot one, as MLPerf DLRMv2 does."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from shardrec.dataloader.format import DatasetError, Manifest
+from shardrec.dataloader.multihot import DISTRIBUTIONS, default_cache_dir
+from shardrec.tools.cli.common import console, fail, print_json
+from shardrec.tools.preprocess.multihot import materialize_multihot
+
+
+def _int_list(value: str, option: str) -> list[int]:
+    try:
+        return [int(v) for v in value.split(",")]
+    except ValueError:
+        fail(f"{option} {value!r}: expected comma-separated integers, e.g. 3,2,1")
+
+
+def multihot(
+    src: Annotated[Path, typer.Argument(help="One-hot dataset directory (from `shardrec preprocess`).")],
+    out: Annotated[Path, typer.Option(help="New dataset directory (must not exist, or be empty).")],
+    sizes: Annotated[str, typer.Option(help="Ids per sample of each sparse feature, in manifest order: 3,2,1,...")],
+    dist: Annotated[str, typer.Option(help="How the extra ids are drawn: uniform or pareto.")] = "uniform",
+    seed: Annotated[int, typer.Option(help="Seed of numpy's legacy generator (MLPerf's reference uses 0).")] = 0,
+    rows: Annotated[str | None, typer.Option(help="Table rows per feature: N1,N2,... (default: each feature's cardinality).")] = None,
+    cache: Annotated[Path | None, typer.Option(help="Folder for the index tables, drawn once and reused [default: ~/.cache/shardrec/multihot].")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Write a copy of SRC whose sparse features are multi-hot: each one-hot id becomes its row
+    of the feature's index table (row r: r, then size - 1 random ids), the MLPerf DLRMv2
+    reference's algorithm, so the ids equal the reference's for the same sizes, rows and seed."""
+    if dist not in DISTRIBUTIONS:
+        fail(f"--dist {dist!r} must be one of {', '.join(DISTRIBUTIONS)}")
+    size_list = _int_list(sizes, "--sizes")
+    row_list = _int_list(rows, "--rows") if rows is not None else None
+    try:
+        total = sum(s.rows for s in Manifest.load(src).splits.values())
+    except DatasetError as e:
+        fail(str(e))
+    start = time.perf_counter()
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,} rows {task.fields[rate]}"), TimeElapsedColumn())
+    try:
+        with Progress(*columns, console=console, disable=json_out) as progress:
+            task = progress.add_task("multi-hot", total=max(total, 1), rate="")
+
+            def advance(n: int) -> None:
+                done = progress.tasks[0].completed + n
+                progress.update(task, advance=n, rate=f"{done / max(time.perf_counter() - start, 1e-9):,.0f}/s")
+
+            manifest = materialize_multihot(
+                src, out, size_list, rows=row_list, dist=dist, seed=seed,
+                cache_dir=cache if cache is not None else default_cache_dir(), on_rows=advance,
+            )
+    except (ValueError, DatasetError) as e:
+        fail(str(e))
+    seconds = time.perf_counter() - start
+    result = {"out": str(out), "samples": total, "seconds": round(seconds, 3), "multihot": manifest.options["multihot"]}
+    if json_out:
+        print_json(result)
+    else:
+        console.print(f"wrote {total:,} rows with multi-hot sizes {size_list} ({dist}, seed {seed}) to {out} in {seconds:.1f} s", highlight=False)
+
+
+def register(data_app: typer.Typer) -> None:
+    data_app.command()(multihot)

@@ -1,0 +1,176 @@
+"""Materialise a multi-hot dataset from a one-hot one (`shardrec data multihot`).
+
+Each one-hot id becomes its row of the feature's index table (dataloader/multihot.py, the
+MLPerf DLRMv2 reference's tables); labels and dense values are copied byte for byte (their
+checksums checked on the way). A feature of size 1 stays one-hot. Columns are written chunk
+by chunk and hashed as they are written, so memory stays a few chunks whatever the part
+size; the whole dataset is built in a temporary folder beside the output and renamed into
+place at the end, so a reader never sees half a dataset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import shutil
+from pathlib import Path
+from typing import BinaryIO, Callable
+
+import numpy as np
+
+from shardrec.dataloader.files import fsync_dir
+from shardrec.dataloader.format import (
+    DatasetError,
+    FileInfo,
+    Manifest,
+    PartInfo,
+    SparseFeature,
+    SplitInfo,
+    open_part,
+    smallest_uint,
+)
+from shardrec.dataloader.multihot import IndexTables, default_cache_dir, multihot_spec, open_index_tables
+from shardrec.tools.preprocess.stats import compute_feature_stats
+
+CHUNK_ROWS = 1 << 16
+"""Rows converted per step (a 100-hot feature: 6.5 M ids, ~50 MB)."""
+_COPY_BLOCK = 1 << 24
+
+
+class _NpyWriter:
+    """Writes a 1-d `.npy` block by block, hashing the bytes as they go (one pass, no re-read)."""
+
+    def __init__(self, path: Path, dtype: np.dtype, length: int) -> None:
+        self.path, self.dtype, self.length, self.written = path, np.dtype(dtype), length, 0
+        self.hash = hashlib.sha256()
+        self.file: BinaryIO = open(path, "wb")
+        header = {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": (length,)}
+        np.lib.format.write_array_header_1_0(self, header)  # the header np.save writes first
+
+    def write(self, data: bytes | np.ndarray) -> None:
+        raw = data if isinstance(data, bytes) else np.ascontiguousarray(data, self.dtype).view(np.uint8).reshape(-1)
+        if not isinstance(data, bytes):
+            self.written += len(data)
+        self.hash.update(raw)
+        self.file.write(raw)
+
+    def close(self) -> FileInfo:
+        assert self.written == self.length, f"{self.path}: wrote {self.written} of {self.length} values"
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        size = self.file.tell()
+        self.file.close()
+        return FileInfo(bytes=size, sha256=self.hash.hexdigest())
+
+
+def _copy_checked(src: Path, dst: Path, expected: FileInfo) -> FileInfo:
+    """Copy a column unchanged; a checksum that disagrees with the source manifest is an error."""
+    h = hashlib.sha256()
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        while block := fin.read(_COPY_BLOCK):
+            h.update(block)
+            fout.write(block)
+        fout.flush()
+        os.fsync(fout.fileno())
+    if h.hexdigest() != expected.sha256:
+        raise DatasetError(f"{src}: checksum differs from its manifest (corrupted?); check with `shardrec data verify`")
+    return FileInfo(bytes=expected.bytes, sha256=expected.sha256)
+
+
+def _write_feature(out_dir: Path, name: str, ids: np.ndarray, tables: IndexTables, t: int, chunk_rows: int) -> dict[str, FileInfo]:
+    """One feature's ids through its index table: a one-hot column (size 1) or ids + offsets."""
+    n, size = len(ids), tables.spec.sizes[t]
+    dtype = smallest_uint(tables.spec.rows[t] - 1)
+    values = _NpyWriter(out_dir / f"{name}.npy", dtype, n * size)
+    offsets = _NpyWriter(out_dir / f"{name}.offsets.npy", np.int64, n + 1) if size > 1 else None
+    if offsets is not None:
+        offsets.write(np.zeros(1, np.int64))
+    for a in range(0, n, chunk_rows):
+        b = min(n, a + chunk_rows)
+        values.write(tables.expand(t, ids[a:b]).reshape(-1))
+        if offsets is not None:
+            offsets.write(np.arange(a + 1, b + 1, dtype=np.int64) * size)
+    files = {f"{name}.npy": values.close()}
+    if offsets is not None:
+        files[f"{name}.offsets.npy"] = offsets.close()
+    return files
+
+
+def _convert_part(src: Path, out: Path, split: str, info: PartInfo, manifest: Manifest, tables: IndexTables, chunk_rows: int) -> PartInfo:
+    part = open_part(src, split, info, manifest)
+    out_dir = out / split / info.name
+    out_dir.mkdir(parents=True)
+    files = {f: _copy_checked(part.path / f, out_dir / f, info.files[f]) for f in ("label.npy", "dense.npy")}
+    for t, feat in enumerate(manifest.sparse_features):
+        files.update(_write_feature(out_dir, feat.name, part.sparse[feat.name], tables, t, chunk_rows))
+    fsync_dir(out_dir)
+    return PartInfo(name=info.name, rows=info.rows, files=files)
+
+
+def _check_out(src: Path, out: Path) -> None:
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ValueError(f"{out}: exists and is not an empty directory; choose a new --out")
+    if out.resolve() == src.resolve() or src.resolve() in out.resolve().parents:
+        raise ValueError(f"{out}: inside the source dataset {src}; choose a folder outside it")
+
+
+def materialize_multihot(
+    src: str | Path,
+    out: str | Path,
+    sizes: list[int],
+    *,
+    rows: list[int] | None = None,
+    dist: str = "uniform",
+    seed: int = 0,
+    cache_dir: str | Path | None = None,
+    chunk_rows: int = CHUNK_ROWS,
+    on_rows: Callable[[int], None] | None = None,
+) -> Manifest:
+    """Write a copy of the one-hot dataset `src` at `out` whose sparse features are multi-hot.
+
+    Args:
+        sizes, rows, dist, seed: the index tables (dataloader.multihot.multihot_spec).
+        cache_dir: where the index tables are drawn once (default: default_cache_dir()).
+        on_rows: called with the rows of each part once it is written (progress).
+
+    Returns:
+        The new dataset's manifest: per-feature cardinality = table rows, multi_hot for
+        sizes above 1, statistics recomputed; options["multihot"] records the spec.
+    """
+    src, out = Path(src), Path(out)
+    manifest = Manifest.load(src)
+    spec = multihot_spec(manifest, sizes, rows, dist, seed)
+    if chunk_rows < 1:
+        raise ValueError(f"chunk_rows must be positive, got {chunk_rows}")
+    _check_out(src, out)
+    tables = open_index_tables(cache_dir if cache_dir is not None else default_cache_dir(), spec)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        splits = {}
+        for split, info in manifest.splits.items():
+            splits[split] = SplitInfo(rows=info.rows)
+            (tmp / split).mkdir(parents=True)
+            for part in info.parts:
+                splits[split].parts.append(_convert_part(src, tmp, split, part, manifest, tables, chunk_rows))
+                if on_rows is not None:
+                    on_rows(part.rows)
+        features = [
+            SparseFeature(f.name, r, str(smallest_uint(r - 1)), multi_hot=k > 1)
+            for f, k, r in zip(manifest.sparse_features, spec.sizes, spec.rows)
+        ]
+        options = {**manifest.options, "multihot": {**spec.to_dict(), "source": str(src)}}
+        result = dataclasses.replace(manifest, sparse_features=features, splits=splits, options=options)
+        stats = compute_feature_stats(tmp, result, "train") if "train" in splits else {}
+        for f in features:
+            f.stats = stats.get(f.name, {})
+        result.save(tmp)
+        if out.is_dir():
+            out.rmdir()  # empty (checked above): the rename needs the name free
+        os.replace(tmp, out)
+        fsync_dir(out.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return result

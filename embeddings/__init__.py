@@ -1,0 +1,10 @@
+"""shardrec.embeddings: which embedding tables exist and how they are built, initialised and optimised.
+
+Owns the table specs read from the dataset manifest (one table per sparse feature, its rows
+and its width: the one `model.dims` check), the EmbeddingBagCollection on the meta device, the
+names of table weights inside a model, the plan-independent initial weights, and the sparse
+optimizer (the algorithms, their settings, fusing them into tables, the optimizer of
+data-parallel tables).
+
+May import: shardrec.dataloader only (for the manifest).
+"""

@@ -1,4 +1,4 @@
-"""Which embedding tables exist: one table per sparse feature of a dataset."""
+"""Which embedding tables exist: one table per sparse feature of a dataset, and their weights' names."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
 from shardrec.dataloader.format import Manifest
+from shardrec.embeddings.dims import table_dims
 
 
 def table_name(feature: str) -> str:
@@ -25,25 +26,27 @@ def build_table_configs(
         embedding_dim: width of every table unless `dims` names another for its feature.
         dims: feature name -> embedding width, for tables that differ from the default.
     """
-    dims = dims or {}
-    unknown = sorted(set(dims) - set(manifest.feature_names))
-    if unknown:
-        raise ValueError(f"model.dims names features the dataset does not have: {', '.join(unknown)}")
-    configs = []
-    for feat in manifest.sparse_features:
-        rows = max(1, feat.cardinality)
-        configs.append(
-            EmbeddingBagConfig(
-                name=table_name(feat.name),
-                embedding_dim=dims.get(feat.name, embedding_dim),
-                num_embeddings=rows,
-                feature_names=[feat.name],
-                pooling=PoolingType.SUM,
-            )
+    widths = table_dims(manifest, embedding_dim, dims)
+    return [
+        EmbeddingBagConfig(
+            name=table_name(feat.name),
+            embedding_dim=widths[feat.name],
+            num_embeddings=max(1, feat.cardinality),
+            feature_names=[feat.name],
+            pooling=PoolingType.SUM,
         )
-    return configs
+        for feat in manifest.sparse_features
+    ]
 
 
 def build_ebc(tables: list[EmbeddingBagConfig], device: str | torch.device = "meta") -> EmbeddingBagCollection:
     """An EmbeddingBagCollection; on the meta device, so sharding allocates only each rank's shards."""
     return EmbeddingBagCollection(tables=tables, device=torch.device(device))
+
+
+def table_weight_fqn(ebc_path: str, table: str) -> str:
+    """Name of a table's weight in a model whose EmbeddingBagCollection sits at `ebc_path` ("" for the
+    collection itself): `<ebc_path>.embedding_bags.<table>.weight`, the name torchrec's collection
+    gives it in the state dict (sharded or not) and in `named_parameters()` (unsharded or data-parallel)."""
+    name = f"embedding_bags.{table}.weight"
+    return f"{ebc_path}.{name}" if ebc_path else name

@@ -30,6 +30,15 @@ class DistEnv:
         return self.rank == 0
 
 
+def resolve_device_kind(device: str) -> str:
+    """"cpu" or "cuda" for a device setting of auto, cpu or cuda: auto is cuda where it is available."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device kind {device!r} is not one of auto, cpu, cuda")
+    return device
+
+
 def launched_rank() -> int:
     """The rank torchrun gave this process, readable before the group is joined (for log set-up)."""
     return int(os.environ.get("RANK", 0))
@@ -59,10 +68,7 @@ def init_distributed(device_kind: str = "auto", timeout_s: int = 600) -> DistEnv
     world_size = int(os.environ.get("WORLD_SIZE", 1))
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
-    if device_kind == "auto":
-        device_kind = "cuda" if torch.cuda.is_available() else "cpu"
-    if device_kind not in ("cpu", "cuda"):
-        raise ValueError(f"device kind {device_kind!r} is not one of auto, cpu, cuda")
+    device_kind = resolve_device_kind(device_kind)
     if device_kind == "cuda":
         if not torch.cuda.is_available():
             raise ValueError("device kind 'cuda' was asked for but CUDA is not available")

@@ -13,6 +13,8 @@ from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.modules.mlp import MLP
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
+from shardrec.trainer.config import ModelConfig
+
 # Where the EmbeddingBagCollection sits inside RecModel; plans name it by this path.
 EBC_PATH = "sparse_arch.embedding_bag_collection"
 
@@ -99,29 +101,35 @@ def _over_arch(in_size: int, sizes: list[int], device: torch.device) -> nn.Modul
 
 
 def build_model(
-    arch: str,
+    model_config: ModelConfig,
     ebc: EmbeddingBagCollection,
     feature_names: list[str],
     num_dense: int,
-    dense_arch: list[int],
-    over_arch: list[int],
-    dcn_layers: int = 3,
-    dcn_low_rank: int = 32,
+    *,
     dense_device: str | torch.device = "cpu",
 ) -> RecModel:
     """A DLRM or DCNv2 over `ebc` (usually on the meta device, to be sharded).
 
     The dense layers draw their initial weights from torch's global RNG: seed it first so every
     rank, plan and world size starts from the same dense weights.
+
+    Args:
+        model_config: the architecture (arch, dense_arch, over_arch, dcn_layers, dcn_low_rank);
+            embedding widths are read from `ebc`'s tables.
+        ebc: the embedding tables.
+        feature_names: the sparse features, in the order the interaction reads them.
+        num_dense: number of dense features.
+        dense_device: where the dense layers live.
     """
     device = torch.device(dense_device)
     dims = {name: None for name in feature_names}
-    for config in ebc.embedding_bag_configs():
-        for name in config.feature_names:
-            dims[name] = config.embedding_dim
+    for table in ebc.embedding_bag_configs():
+        for name in table.feature_names:
+            dims[name] = table.embedding_dim
     missing = [n for n, d in dims.items() if d is None]
     if missing:
         raise ValueError(f"no embedding table serves feature(s) {', '.join(missing)}")
+    arch, dense_arch = model_config.arch, model_config.dense_arch
     dense_dim = dense_arch[-1] if dense_arch else num_dense
     if arch == "dlrm":
         wrong = sorted({d for d in dims.values()} - {dense_dim})
@@ -131,12 +139,12 @@ def build_model(
         interaction.to(device)
     elif arch == "dcnv2":
         width = dense_dim + sum(dims.values())  # type: ignore[arg-type]
-        interaction = CrossInteraction(width, dcn_layers, dcn_low_rank).to(device)
+        interaction = CrossInteraction(width, model_config.dcn_layers, model_config.dcn_low_rank).to(device)
     else:
         raise ValueError(f"model.arch = {arch!r} is not one of dlrm, dcnv2")
     return RecModel(
         SparseArch(ebc, feature_names),
         _mlp(num_dense, dense_arch, device),
         interaction,
-        _over_arch(interaction.out_features(dense_dim), over_arch, device),
+        _over_arch(interaction.out_features(dense_dim), model_config.over_arch, device),
     )

@@ -1,19 +1,18 @@
-"""Optimizers: fused embedding optimizers applied in backward, the dense optimizer, the LR schedule."""
+"""The after-backward optimizer (dense layers and data-parallel tables) and the LR schedule.
+
+The sparse optimizer (its settings, fused into the tables in backward) is shardrec.embeddings.optim's.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import torch
-from torch.distributed.optim import _apply_optimizer_in_backward
 from torch.optim.lr_scheduler import LambdaLR
 from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 
-SPARSE_OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
-    "rowwise_adagrad": RowWiseAdagrad,
-    "adam": torch.optim.Adam,
-    "sgd": torch.optim.SGD,
-}
+from shardrec.embeddings.optim import optimizer_kwargs
+
 DENSE_OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
     "adagrad": torch.optim.Adagrad,
     "adam": torch.optim.Adam,
@@ -21,13 +20,9 @@ DENSE_OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
 }
 
 
-def optimizer_kwargs(name: str, lr: float, eps: float) -> dict[str, Any]:
-    return {"lr": lr} if name == "sgd" else {"lr": lr, "eps": eps}
-
-
-def attach_fused_optimizer(params: Iterable[torch.nn.Parameter], name: str, lr: float, eps: float) -> None:
-    """Mark embedding weights so that sharding fuses `name` into the embedding kernel's backward."""
-    _apply_optimizer_in_backward(SPARSE_OPTIMIZERS[name], params, optimizer_kwargs(name, lr, eps))
+def build_dense_optimizer(params: list[torch.nn.Parameter], *, optimizer: str, lr: float, eps: float) -> torch.optim.Optimizer:
+    """The dense layers' optimizer, `optimizer` a key of DENSE_OPTIMIZERS."""
+    return DENSE_OPTIMIZERS[optimizer](params, **optimizer_kwargs(optimizer, lr, eps))
 
 
 def dlrm_schedule(warmup_steps: int, decay_start: int, decay_steps: int) -> Callable[[int], float]:

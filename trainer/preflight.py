@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING
 import torch
 
 from shardrec.dataloader.format import Manifest
+from shardrec.embeddings.dims import table_dims
 from shardrec.trainer.config import JobConfig, load_job_config
+from shardrec.trainer.dist import resolve_device_kind
 
 if TYPE_CHECKING:
     from shardrec.sharding.plan_io import PlanFile
@@ -27,12 +29,6 @@ def entry_overrides(data: Path | None, plan: Path | None, steps: int | None) -> 
     return out
 
 
-def device_kind(device: str) -> str:
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
-
-
 def preflight(
     config: Path | None, data: Path | None, plan: Path | None, steps: int | None,
     overrides: list[str], world_size: int,
@@ -44,7 +40,7 @@ def preflight(
     if not job.data.path:
         raise ValueError("no dataset: pass --data DIR or set data.path in the job file")
     check_batches(job, world_size)
-    kind = device_kind(job.train.device)
+    kind = resolve_device_kind(job.train.device)
     if kind == "cuda" and not torch.cuda.is_available():
         raise ValueError("train.device = 'cuda' but CUDA is not available here")
     if kind == "cpu" and job.optim.sparse == "adam":
@@ -77,9 +73,10 @@ def check_against_dataset(job: JobConfig, manifest: Manifest, world_size: int) -
     if job.data.tail == "drop" and rows < batch:
         raise ValueError(f"{path}: split {job.data.train_split!r} has {rows:,} rows, fewer than one global batch "
                          f"(train.global_batch_size = {batch}) with data.tail = 'drop': no step to train")
-    unknown = sorted(set(job.model.dims) - set(manifest.feature_names))
-    if unknown:
-        raise ValueError(f"model.dims names features the dataset {path} does not have: {', '.join(unknown)}")
+    try:
+        table_dims(manifest, job.model.embedding_dim, job.model.dims)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
 
 
 def _check_plan_file(job: JobConfig, manifest: Manifest, world_size: int, kind: str) -> None:

@@ -16,6 +16,7 @@ import torch
 
 from shardrec.dataloader.format import Manifest, atomic_write_bytes
 from shardrec.dataloader.loader import NO_SHUFFLE, BatchLoader, Delivery, ShuffleSpec, build_loader
+from shardrec.embeddings.init import init_embedding_weights
 from shardrec.embeddings.tables import build_table_configs
 from shardrec.sharding.plan_io import PlanFile, load_plan, save_plan
 from shardrec.trainer import build, faults
@@ -24,6 +25,7 @@ from shardrec.trainer.config import JobConfig, ModelConfig, OptimConfig
 from shardrec.trainer.dist import DistEnv
 from shardrec.trainer.loop import StepRunner, evaluate, train_segment
 from shardrec.trainer.metrics import MetricsWriter
+from shardrec.trainer.objective import TRAIN_EBC_PATH
 from shardrec.trainer.optim_state import SparseOptimizerState
 from shardrec.trainer.preflight import check_against_dataset
 from shardrec.trainer.progress import TrainReporter
@@ -80,10 +82,7 @@ def build_job(config: JobConfig, env: DistEnv, run_dir: Path, plan_path: str | N
     manifest = Manifest.load(data_dir)
     m, t, o = config.model, config.train, config.optim
     tables = build_table_configs(manifest, m.embedding_dim, m.dims)
-    module = build.build_train_module(
-        manifest, tables, m.arch, m.dense_arch, m.over_arch, m.dcn_layers, m.dcn_low_rank,
-        t.global_batch_size, env.world_size, t.seed, env.device,
-    )
+    module = build.build_train_module(m, manifest, tables, env, global_batch_size=t.global_batch_size, seed=t.seed)
     if plan_path:
         plan = load_plan(plan_path)
     else:
@@ -91,11 +90,9 @@ def build_job(config: JobConfig, env: DistEnv, run_dir: Path, plan_path: str | N
                                    config.sharding.compute_kernel, o.sparse, manifest)
     sharding_plan = build.build_sharding_plan(plan, tables, env, t.global_batch_size)
     qcomm = config.sharding.qcomm or None
-    model = build.shard_model(module, sharding_plan, env, o.sparse, o.sparse_lr, o.eps, qcomm)
-    build.init_embedding_weights(model, tables, t.seed)
-    optimizer = build.build_optimizer(
-        model, o.dense, o.dense_lr, o.sparse, o.sparse_lr, o.eps, o.warmup_steps, o.decay_start, o.decay_steps,
-    )
+    model = build.shard_model(module, sharding_plan, env, o, qcomm=qcomm)
+    init_embedding_weights(model, tables, t.seed, ebc_path=TRAIN_EBC_PATH)
+    optimizer = build.build_optimizer(model, tables, o)
     train_loader = build_loader(
         data_dir, config.data.train_split, global_batch_size=t.global_batch_size, rank=env.rank,
         world_size=env.world_size, shuffle=ShuffleSpec(enabled=config.data.shuffle, seed=t.seed), tail=config.data.tail,

@@ -8,12 +8,16 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
+from shardrec.trainer.config import ModelConfig
 from shardrec.trainer.models import build_model
 
 
 def _ebc(dims=(4, 4, 4)) -> EmbeddingBagCollection:
     tables = [EmbeddingBagConfig(name=f"t{i}", embedding_dim=d, num_embeddings=10, feature_names=[f"f{i}"]) for i, d in enumerate(dims)]
     return EmbeddingBagCollection(tables=tables)
+
+
+DLRM = ModelConfig(arch="dlrm", embedding_dim=4, dense_arch=[8, 4], over_arch=[8, 1])
 
 
 def _kjt(keys, batch=5) -> KeyedJaggedTensor:
@@ -23,7 +27,7 @@ def _kjt(keys, batch=5) -> KeyedJaggedTensor:
 
 def test_dlrm_gives_one_logit_per_sample_and_reads_features_by_name() -> None:
     torch.manual_seed(0)
-    model = build_model("dlrm", _ebc(), ["f0", "f1", "f2"], 3, [8, 4], [8, 1])
+    model = build_model(DLRM, _ebc(), ["f0", "f1", "f2"], 3)
     dense = torch.randn(5, 3)
     kjt = _kjt(["f0", "f1", "f2"])
     out = model(dense, kjt)
@@ -36,10 +40,11 @@ def test_dlrm_gives_one_logit_per_sample_and_reads_features_by_name() -> None:
 
 
 def test_dcnv2_takes_mixed_widths_and_dlrm_refuses_them() -> None:
-    model = build_model("dcnv2", _ebc((4, 8, 2)), ["f0", "f1", "f2"], 3, [8, 6], [8, 1], dcn_layers=2, dcn_low_rank=3)
+    dcn = ModelConfig(arch="dcnv2", dense_arch=[8, 6], over_arch=[8, 1], dcn_layers=2, dcn_low_rank=3)
+    model = build_model(dcn, _ebc((4, 8, 2)), ["f0", "f1", "f2"], 3)
     assert model(torch.randn(5, 3), _kjt(["f0", "f1", "f2"])).shape == (5,)
     assert model.interaction.out_features(6) == 6 + 4 + 8 + 2
     with pytest.raises(ValueError, match="embedding width"):
-        build_model("dlrm", _ebc((4, 8, 2)), ["f0", "f1", "f2"], 3, [8, 4], [8, 1])
+        build_model(DLRM, _ebc((4, 8, 2)), ["f0", "f1", "f2"], 3)
     with pytest.raises(ValueError, match="no embedding table serves feature"):
-        build_model("dlrm", _ebc(), ["f0", "f1", "f9"], 3, [8, 4], [8, 1])
+        build_model(DLRM, _ebc(), ["f0", "f1", "f9"], 3)

@@ -57,6 +57,21 @@ def test_preflight_refuses_what_the_ranks_cannot_run(tiny_dataset: Path) -> None
     with pytest.raises(ValueError, match="split 'train' has 1,000 rows, fewer than one global batch .*1024"):
         _preflight(tiny_dataset, "train.global_batch_size=1024")
     assert _preflight(tiny_dataset, "train.global_batch_size=1024", 'data.tail="pad"').data.tail == "pad"
+    # model.dims is checked once (shardrec.embeddings), before any rank starts, naming the dataset.
+    with pytest.raises(ValueError, match=f"^{tiny_dataset}: model.dims names features the dataset does not have: C1$"):
+        _preflight(tiny_dataset, 'model.arch="dcnv2"', "model.dims={C1=8, f0=4}")
+    assert _preflight(tiny_dataset, 'model.arch="dcnv2"', "model.dims={f0=4}").model.dims == {"f0": 4}
+
+
+def test_device_auto_is_resolved_by_one_function_for_preflight_and_ranks() -> None:
+    import torch
+
+    from shardrec.trainer.dist import resolve_device_kind
+
+    assert resolve_device_kind("cpu") == "cpu" and resolve_device_kind("cuda") == "cuda"
+    assert resolve_device_kind("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
+    with pytest.raises(ValueError, match="^device kind 'tpu' is not one of auto, cpu, cuda$"):
+        resolve_device_kind("tpu")
 
 
 def test_two_d_plans_are_refused() -> None:
@@ -88,7 +103,7 @@ def test_samples_per_s_leaves_out_time_between_segments(monkeypatch: pytest.Monk
     monkeypatch.setattr(progress.time, "perf_counter", lambda: clock[0])
     records = []
     writer = type("W", (), {"write": lambda self, r: records.append(r), "close": lambda self: None})()
-    reporter = progress.TrainReporter(writer, 20, 0, 10, lambda: 0.1)
+    reporter = progress.TrainReporter(writer, total_steps=20, first_step=0, log_interval=10, lr=lambda: 0.1)
     reporter.start_segment()
     clock[0] = 1.0
     reporter.on_report(StepStats(step=5, steps=5, loss=0.5, samples=500), 0)  # a segment ends at step 5

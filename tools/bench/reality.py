@@ -59,14 +59,14 @@ def _run_plan(env: DistEnv, tables: list[EmbeddingBagConfig], plan_json: str, *,
     from torchrec.distributed.model_parallel import DistributedModelParallel
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
+    from shardrec.embeddings.optim import attach_fused_optimizer
     from shardrec.sharding.plan_io import PlanFile, to_sharding_plan
     from shardrec.sharding.sharders import build_sharders
-    from shardrec.trainer.optim import attach_fused_optimizer
 
     plan = PlanFile.from_json(plan_json)
     ebc = EmbeddingBagCollection(tables=tables, device=torch.device("meta"))
-    fused = [bag.weight for name, bag in ebc.embedding_bags.items() if plan.table(name).compute_kernel == "fused"]
-    attach_fused_optimizer(fused, "rowwise_adagrad", 0.01, 1e-8)
+    fused = [name for name in ebc.embedding_bags if plan.table(name).compute_kernel == "fused"]
+    attach_fused_optimizer(ebc, fused, optimizer="rowwise_adagrad", lr=0.01, eps=1e-8)
     model = DistributedModelParallel(ebc, device=torch.device("cpu"), sharders=build_sharders(),
                                      plan=to_sharding_plan(plan, tables, "", env.world_size, env.local_world_size, "cpu"))
     batches = _batches(tables, local_batch, 4, seed + env.rank)

@@ -1,0 +1,57 @@
+"""Initial embedding weights that do not depend on the plan or the world size.
+
+Weights are drawn in blocks of rows, each block from its own seeded generator, so a rank draws
+only the blocks its shards touch and the values do not depend on how tables are cut: two runs
+that differ only in their plan start equal.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.distributed._shard.sharded_tensor import ShardedTensor
+from torchrec.modules.embedding_configs import EmbeddingBagConfig
+
+from shardrec.embeddings.tables import table_weight_fqn
+
+INIT_BLOCK_ROWS = 8192
+
+
+def _block_seed(seed: int, table_index: int, block: int) -> int:
+    return (seed * 1_000_003 + table_index * 7_919 + block) % (2**63 - 1)
+
+
+def _fill_rows(out: torch.Tensor, row0: int, col0: int, table_index: int, table: EmbeddingBagConfig, seed: int) -> None:
+    """Write rows [row0, row0 + len(out)) x cols [col0, col0 + width) of the table's initial weights."""
+    bound = math.sqrt(1.0 / table.num_embeddings)
+    rows, cols = out.shape
+    first, last = row0 // INIT_BLOCK_ROWS, (row0 + rows - 1) // INIT_BLOCK_ROWS
+    for block in range(first, last + 1):
+        start = block * INIT_BLOCK_ROWS
+        size = min(INIT_BLOCK_ROWS, table.num_embeddings - start)
+        gen = torch.Generator().manual_seed(_block_seed(seed, table_index, block))
+        values = torch.empty(size, table.embedding_dim).uniform_(-bound, bound, generator=gen)
+        lo, hi = max(start, row0), min(start + size, row0 + rows)
+        out[lo - row0 : hi - row0].copy_(values[lo - start : hi - start, col0 : col0 + cols])
+
+
+@torch.no_grad()
+def init_embedding_weights(model: torch.nn.Module, tables: list[EmbeddingBagConfig], seed: int, *, ebc_path: str) -> None:
+    """Give every table the same initial weights whatever the plan: each rank fills its shards.
+
+    Args:
+        model: the model (sharded or not) whose EmbeddingBagCollection sits at `ebc_path`.
+        tables: its tables, in the order that numbers their random streams.
+        seed: the job's seed.
+        ebc_path: where the EmbeddingBagCollection sits in `model` ("" for the collection itself).
+    """
+    state = model.state_dict()
+    for index, table in enumerate(tables):
+        weight = state[table_weight_fqn(ebc_path, table.name)]
+        if isinstance(weight, ShardedTensor):
+            for shard in weight.local_shards():
+                row0, col0 = shard.metadata.shard_offsets
+                _fill_rows(shard.tensor, row0, col0, index, table, seed)
+        else:
+            _fill_rows(weight, 0, 0, index, table, seed)

@@ -1,0 +1,69 @@
+"""The sparse (embedding) optimizer: the algorithms, their settings, and how tables get them.
+
+Tables on the fused kernel get the optimizer fused into the embedding kernel's backward: it is
+marked on the unsharded weights and torchrec's sharders pick it up. Data-parallel tables get a
+plain torch optimizer of the same algorithm, stepped after backward with the dense layers'.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import torch
+from torch.distributed.optim import _apply_optimizer_in_backward
+from torchrec.modules.embedding_configs import EmbeddingBagConfig
+from torchrec.modules.embedding_modules import EmbeddingBagCollection
+from torchrec.optim.optimizers import in_backward_optimizer_filter
+from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
+
+from shardrec.embeddings.tables import table_weight_fqn
+
+SPARSE_OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
+    "rowwise_adagrad": RowWiseAdagrad,
+    "adam": torch.optim.Adam,
+    "sgd": torch.optim.SGD,
+}
+
+
+def optimizer_kwargs(optimizer: str, lr: float, eps: float) -> dict[str, Any]:
+    """Keyword settings of a torch optimizer by name (sgd has no epsilon)."""
+    return {"lr": lr} if optimizer == "sgd" else {"lr": lr, "eps": eps}
+
+
+def attach_fused_optimizer(
+    ebc: EmbeddingBagCollection, table_names: Iterable[str], *, optimizer: str, lr: float, eps: float
+) -> None:
+    """Mark the named tables of an unsharded EmbeddingBagCollection (on the meta device, before
+    sharding) so that sharding fuses `optimizer` into their embedding kernel's backward.
+
+    Args:
+        ebc: the collection, before sharding.
+        table_names: the tables on the fused compute kernel.
+        optimizer: a key of SPARSE_OPTIMIZERS.
+        lr, eps: its learning rate and epsilon.
+    """
+    weights = [ebc.embedding_bags[name].weight for name in table_names]
+    if weights:
+        _apply_optimizer_in_backward(SPARSE_OPTIMIZERS[optimizer], weights, optimizer_kwargs(optimizer, lr, eps))
+
+
+def replicated_table_params(
+    model: torch.nn.Module, tables: list[EmbeddingBagConfig], ebc_path: str
+) -> dict[str, tuple[str, torch.nn.Parameter]]:
+    """The table weights no fused optimizer updates (the data-parallel tables): FQN -> (table, weight).
+
+    Args:
+        model: the sharded model; its `named_parameters()` order is kept.
+        tables: the tables of its EmbeddingBagCollection.
+        ebc_path: where that collection sits in `model`.
+    """
+    by_fqn = {table_weight_fqn(ebc_path, t.name): t.name for t in tables}
+    after_backward = in_backward_optimizer_filter(model.named_parameters(), include=False)
+    return {fqn: (by_fqn[fqn], param) for fqn, param in after_backward if fqn in by_fqn}
+
+
+def replicated_table_optimizer(
+    params: list[torch.nn.Parameter], *, optimizer: str, lr: float, eps: float
+) -> torch.optim.Optimizer:
+    """The optimizer of data-parallel tables: the same algorithm and settings as the fused one."""
+    return SPARSE_OPTIMIZERS[optimizer](params, **optimizer_kwargs(optimizer, lr, eps))

@@ -10,6 +10,7 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 from shardrec.sharding.constraints import TableConstraint, parse_constraints
 from shardrec.sharding.cost import PlanCost, evaluate
 from shardrec.sharding.plan_io import PLAN_SCHEMA_VERSION, PlanFile, TablePlan, plan_fingerprint
+from shardrec.sharding.request import DatasetStatistics, SearchRequest
 from shardrec.sharding.skew import curves_from_stats
 from shardrec.sharding.topology import Topology, build_topology
 from shardrec.sharding.twod import add_replica_sync, group_sizes, group_topology
@@ -17,8 +18,8 @@ from shardrec.sharding.twod import add_replica_sync, group_sizes, group_topology
 logger = logging.getLogger(__name__)
 
 SEARCHES = ("shardrec", "torchrec")
-# Manifest statistics that give the mean ids per sample of a feature, in order of preference.
-POOLING_STAT_KEYS = ("mean_ids_per_sample", "mean_ids", "ids_per_sample_mean", "pooling_factor")
+# The manifest statistic (tools/preprocess/stats.py writes it) that gives a feature's pooling.
+POOLING_STAT_KEY = "mean_ids_per_sample"
 
 
 class PlanDoesNotFitError(ValueError):
@@ -40,8 +41,7 @@ def pooling_factors(
         total = 0.0
         for f in t.feature_names:
             fs = (stats or {}).get(f, {})
-            value = next((fs[k] for k in POOLING_STAT_KEYS if k in fs), 1.0)
-            total += float(value)
+            total += float(fs.get(POOLING_STAT_KEY, 1.0))
         out[t.name] = total
     return out
 
@@ -69,27 +69,26 @@ def plan_tables(
     global_batch_size: int,
     device_kind: str,
     constraints: dict[str, dict] | None = None,
-    stats: dict[str, dict] | None = None,
+    statistics: DatasetStatistics = DatasetStatistics(),
     topology: Topology | None = None,
     compute_kernel: str = "fused",
     optimizer: str = "rowwise_adagrad",
     search: str = "shardrec",
     sharding_group_size: int = 0,
     sync_every: int = 1,
-    ids_by_frequency: bool = False,
 ) -> PlanFile:
     """Place every table; refuse a placement that does not fit in memory.
 
     Args:
         constraints: table name -> ParameterConstraints fields (plus `ranks`).
-        stats: feature name -> the manifest's statistics (mean ids per sample, ...).
+        statistics: what the dataset says (DatasetStatistics.from_manifest): per-feature mean
+            ids per sample and lookup skew, and whether ids are numbered hottest first (then
+            row-wise blocks get the lookups the statistics' top1/top10 shares say, skew.py).
         topology: the machines; default the cpu-gloo or h100 preset for `device_kind`.
         search: "shardrec" (ours) or "torchrec" (torchrec's EmbeddingShardingPlanner).
         sharding_group_size: 0: shard over all ranks; G: 2D, shard over groups of G ranks
             (torchrec's DMPCollection); -1: pick the fastest of all ranks and 2D group sizes.
         sync_every: 2D only: steps between the replicas' weight synchronisations.
-        ids_by_frequency: ids were given hottest first (preprocess --min-count): row-wise blocks
-            then get the lookups the statistics' top1/top10 shares say (skew.py).
     Raises:
         ValueError: bad constraints; PlanDoesNotFitError with the per-rank shortfall.
     """
@@ -106,10 +105,12 @@ def plan_tables(
         sizes = [0]
     else:
         sizes = [sharding_group_size]
+    curves = curves_from_stats(tables, statistics.stats, statistics.ids_by_frequency)
     best = None
     for g in sizes:
-        candidate = _plan_group(tables, topo, g, global_batch_size, constraints, stats, compute_kernel,
-                                optimizer, search, sync_every, curves_from_stats(tables, stats, ids_by_frequency))
+        request = _group_request(tables, topo, g, global_batch_size, constraints, statistics.stats,
+                                 compute_kernel=compute_kernel, optimizer=optimizer, curves=curves)
+        candidate = _plan_group(request, topo, g, search=search, sync_every=sync_every)
         if best is None or candidate[1].max_step_s < best[1].max_step_s:
             best = candidate
     placed, cost, g = best
@@ -122,24 +123,50 @@ def plan_tables(
     return plan
 
 
-def _plan_group(tables, topo, g, batch, constraints, stats, kernel, optimizer, search, sync_every, curves):
-    """(placement, cost, group size) for sharding over all ranks (g = 0) or 2D groups of g."""
-    group = group_topology(topo, g) if g else topo
-    group_batch = batch * group.world_size // topo.world_size
+def _group_request(
+    tables: list[EmbeddingBagConfig],
+    topo: Topology,
+    group_size: int,
+    global_batch_size: int,
+    constraints: dict[str, dict] | None,
+    stats: dict[str, dict[str, Any]],
+    *,
+    compute_kernel: str,
+    optimizer: str,
+    curves: dict[str, Any],
+) -> SearchRequest:
+    """The problem of sharding over all ranks (group_size 0) or over one 2D group of that many."""
+    group = group_topology(topo, group_size) if group_size else topo
     parsed = parse_constraints(constraints, tables, group.world_size)
-    pooling = pooling_factors(tables, stats, parsed)
+    return SearchRequest(
+        tables=tables,
+        topology=group,
+        global_batch_size=global_batch_size * group.world_size // topo.world_size,
+        pooling=pooling_factors(tables, stats, parsed),
+        constraints=parsed,
+        compute_kernel=compute_kernel,
+        optimizer=optimizer,
+        curves=curves,
+    )
+
+
+def _plan_group(
+    request: SearchRequest, topo: Topology, group_size: int, *, search: str, sync_every: int
+) -> tuple[list[TablePlan], PlanCost, int]:
+    """(placement, cost, group size) of one request; 2D groups add the replicas' weight sync."""
     if search == "torchrec":
         from shardrec.sharding.torchrec_planner import torchrec_plan
 
-        placed = torchrec_plan(tables, group, group_batch, parsed, pooling, kernel)
+        placed = torchrec_plan(request)
     else:
         from shardrec.sharding.search import search_plan
 
-        placed = search_plan(tables, group, group_batch, parsed, pooling, kernel, optimizer, curves=curves)
-    cost = evaluate(placed, tables, pooling, group, group_batch, optimizer, curves)
-    if g:
-        cost = add_replica_sync(cost, topo, g, sync_every)
-    return placed, cost, g
+        placed = search_plan(request)
+    r = request
+    cost = evaluate(placed, r.tables, r.pooling, r.topology, r.global_batch_size, r.optimizer, r.curves)
+    if group_size:
+        cost = add_replica_sync(cost, topo, group_size, sync_every)
+    return placed, cost, group_size
 
 
 def build_plan_file(

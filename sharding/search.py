@@ -14,14 +14,12 @@ import logging
 from dataclasses import replace
 
 import numpy as np
-from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 from shardrec.sharding import layouts
 from shardrec.sharding.balance import Assignment, assign, move_table, refine_ranks
-from shardrec.sharding.constraints import TableConstraint
 from shardrec.sharding.options import PIECE_TYPES, Option, Problem
 from shardrec.sharding.plan_io import TablePlan
-from shardrec.sharding.topology import Topology
+from shardrec.sharding.request import SearchRequest
 
 logger = logging.getLogger(__name__)
 
@@ -144,29 +142,20 @@ def _seeds(p: Problem, steps: int = 24) -> list[Assignment]:
     return results
 
 
-def search_plan(
-    tables: list[EmbeddingBagConfig],
-    topo: Topology,
-    global_batch_size: int,
-    constraints: dict[str, TableConstraint],
-    pooling: dict[str, float],
-    compute_kernel: str = "fused",
-    optimizer: str = "rowwise_adagrad",
-    cost_model: str = "shardrec",
-    curves: dict | None = None,
-) -> list[TablePlan]:
+def search_plan(request: SearchRequest, *, cost_model: str = "shardrec") -> list[TablePlan]:
     """The placement with the fastest critical rank: seeded LPT packings, then local search.
 
     Args:
         cost_model: "shardrec" (cost.py) or "torchrec" (torchrec's estimators, torchrec_costs.py).
-        curves: table -> lookup skew (skew.py); shardrec's cost model only.
     """
+    r = request
+    tables, topo, compute_kernel = r.tables, r.topology, r.compute_kernel
     if cost_model == "torchrec":
         from shardrec.sharding.torchrec_costs import TorchrecProblem
 
-        p: Problem = TorchrecProblem(tables, topo, global_batch_size, constraints, pooling, optimizer, compute_kernel)
+        p: Problem = TorchrecProblem(tables, topo, r.global_batch_size, r.constraints, r.pooling, r.optimizer, compute_kernel)
     elif cost_model == "shardrec":
-        p = Problem(tables, topo, global_batch_size, constraints, pooling, optimizer, curves)
+        p = Problem(tables, topo, r.global_batch_size, r.constraints, r.pooling, r.optimizer, r.curves)
     else:
         raise ValueError(f"cost model {cost_model!r} is not one of shardrec, torchrec")
     rounds = max(8, min(200, 200_000 // max(1, len(tables))))

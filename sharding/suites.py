@@ -30,12 +30,13 @@ class TableSet:
     pooling: dict[str, float]
 
 
-def _table(i: int, rows: int, dim: int) -> EmbeddingBagConfig:
+def table_config(i: int, rows: int, dim: int) -> EmbeddingBagConfig:
+    """Table `t_i` of `rows` x `dim` for feature `f_i` (the suites' naming)."""
     return EmbeddingBagConfig(name=f"t_{i}", embedding_dim=dim, num_embeddings=int(rows), feature_names=[f"f_{i}"])
 
 
 def criteo_dlrmv2(dim: int = 128) -> TableSet:
-    tables = [_table(i, rows, dim) for i, rows in enumerate(DLRMV2_ROWS)]
+    tables = [table_config(i, rows, dim) for i, rows in enumerate(DLRMV2_ROWS)]
     return TableSet("criteo26-dlrmv2", tables, {t.name: float(p) for t, p in zip(tables, DLRMV2_POOLING)})
 
 
@@ -44,7 +45,7 @@ def random_tasks(seed: int, num_tables: int, max_rows: float = 1e7) -> TableSet:
     rows = np.exp(rng.uniform(np.log(100), np.log(max_rows), num_tables)).astype(np.int64)
     dims = rng.choice([16, 32, 64, 128], num_tables)
     pooling = np.exp(rng.uniform(0, np.log(60), num_tables))
-    tables = [_table(i, r, int(d)) for i, (r, d) in enumerate(zip(rows, dims))]
+    tables = [table_config(i, r, int(d)) for i, (r, d) in enumerate(zip(rows, dims))]
     return TableSet(f"random-{num_tables}t-s{seed}", tables, {t.name: round(float(p), 3) for t, p in zip(tables, pooling)})
 
 
@@ -53,7 +54,7 @@ def production_like(num_tables: int = 1000, seed: int = 0) -> TableSet:
     rows = np.minimum(np.exp(rng.normal(np.log(2e4), 2.6, num_tables)), 2e8).astype(np.int64) + 2
     dims = rng.choice([8, 16, 32, 64, 128, 256], num_tables, p=[0.1, 0.25, 0.25, 0.2, 0.15, 0.05])
     pooling = np.minimum(np.exp(rng.normal(0.5, 1.3, num_tables)), 200)
-    tables = [_table(i, r, int(d)) for i, (r, d) in enumerate(zip(rows, dims))]
+    tables = [table_config(i, r, int(d)) for i, (r, d) in enumerate(zip(rows, dims))]
     return TableSet(f"production-{num_tables}t", tables, {t.name: round(float(p), 3) for t, p in zip(tables, pooling)})
 
 

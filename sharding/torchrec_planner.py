@@ -16,6 +16,7 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 from shardrec.embeddings.tables import build_ebc
 from shardrec.sharding.constraints import TableConstraint
 from shardrec.sharding.plan_io import TablePlan, from_sharding_plan
+from shardrec.sharding.request import SearchRequest
 from shardrec.sharding.sharders import build_sharders
 from shardrec.sharding.topology import Topology
 
@@ -63,25 +64,22 @@ def to_parameter_constraints(
     return out
 
 
-def torchrec_plan(
-    tables: list[EmbeddingBagConfig],
-    topo: Topology,
-    global_batch_size: int,
-    constraints: dict[str, TableConstraint],
-    pooling: dict[str, float],
-    compute_kernel: str = "fused",
-) -> list[TablePlan]:
-    """Placement chosen by torchrec's EmbeddingShardingPlanner (its default proposers and partitioner)."""
+def torchrec_plan(request: SearchRequest) -> list[TablePlan]:
+    """Placement chosen by torchrec's EmbeddingShardingPlanner (its default proposers and partitioner).
+
+    The request's optimizer and skew curves are not used: torchrec's estimators do not model them.
+    """
+    r, world_size = request, request.topology.world_size
     with warnings.catch_warnings(), quiet_torchrec(logging.ERROR):
         warnings.simplefilter("ignore", FutureWarning)
         planner = EmbeddingShardingPlanner(
-            topology=to_torchrec_topology(topo),
-            batch_size=max(1, global_batch_size // topo.world_size),
-            constraints=to_parameter_constraints(tables, constraints, pooling, compute_kernel),
+            topology=to_torchrec_topology(r.topology),
+            batch_size=max(1, r.global_batch_size // world_size),
+            constraints=to_parameter_constraints(r.tables, r.constraints, r.pooling, r.compute_kernel),
             debug=False,
         )
-        plan = planner.plan(build_ebc(tables), build_sharders())
-    return from_sharding_plan(plan.plan[""], tables, topo.world_size)
+        plan = planner.plan(build_ebc(r.tables), build_sharders())
+    return from_sharding_plan(plan.plan[""], r.tables, world_size)
 
 
 @contextmanager

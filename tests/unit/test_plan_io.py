@@ -127,7 +127,7 @@ def test_2d_plan_is_a_group_plan() -> None:
     ts = suites.random_tasks(0, 60, max_rows=2e4)
     topo = build_topology("h100", 64)
     plan = plan_tables(ts.tables, world_size=64, local_world_size=8, global_batch_size=64 * 512, device_kind="cuda",
-                       topology=topo, stats={}, sharding_group_size=8, sync_every=10)
+                       topology=topo, sharding_group_size=8, sync_every=10)
     assert plan.sharding_group_size == 8 and plan.fingerprint["world_size"] == 64
     assert max(r for t in plan.tables for r in t.ranks) < 8
     assert len(plan.estimate["ranks"]) == 8 and plan.estimate["ranks"][0]["bytes_sent"]["all_reduce"] > 0

@@ -8,8 +8,13 @@ from shardrec.sharding import layouts, suites
 from shardrec.sharding.constraints import parse_constraints
 from shardrec.sharding.cost import evaluate
 from shardrec.sharding.planner import plan_tables
+from shardrec.sharding.request import SearchRequest
 from shardrec.sharding.search import search_plan
 from shardrec.sharding.topology import build_topology
+
+
+def _request(ts: suites.TableSet, topo, batch: int, constraints=None) -> SearchRequest:
+    return SearchRequest(tables=ts.tables, topology=topo, global_batch_size=batch, pooling=ts.pooling, constraints=constraints or {})
 
 
 def _lpt_table_wise(tables, pooling, topo, batch):
@@ -28,7 +33,7 @@ def test_search_beats_simple_placements(seed, n, preset, world) -> None:
     ts = suites.random_tasks(seed, n, max_rows=1e6)
     topo = build_topology(preset, world)
     batch = 1024 * world
-    ours = evaluate(search_plan(ts.tables, topo, batch, {}, ts.pooling), ts.tables, ts.pooling, topo, batch)
+    ours = evaluate(search_plan(_request(ts, topo, batch)), ts.tables, ts.pooling, topo, batch)
     tw = evaluate(_lpt_table_wise(ts.tables, ts.pooling, topo, batch), ts.tables, ts.pooling, topo, batch)
     rw = evaluate([layouts.row_wise(t, world, "fused") for t in ts.tables], ts.tables, ts.pooling, topo, batch)
     assert ours.max_step_s <= tw.max_step_s * 1.000001
@@ -39,7 +44,7 @@ def test_search_beats_simple_placements(seed, n, preset, world) -> None:
 def test_same_inputs_give_byte_identical_plans() -> None:
     ts = suites.random_tasks(3, 80)
     kw = dict(world_size=16, local_world_size=8, global_batch_size=16 * 512, device_kind="cuda",
-              topology=build_topology("h100", 16), stats={})
+              topology=build_topology("h100", 16))
     a = plan_tables(ts.tables, **kw).to_json()
     b = plan_tables(ts.tables, **kw).to_json()
     assert a == b
@@ -48,7 +53,7 @@ def test_same_inputs_give_byte_identical_plans() -> None:
 def test_every_table_covered_and_within_memory() -> None:
     ts = suites.criteo_dlrmv2()
     topo = build_topology("h100", 8)
-    placed = search_plan(ts.tables, topo, 65536, {}, ts.pooling)
+    placed = search_plan(_request(ts, topo, 65536))
     by_name = {t.name: t for t in ts.tables}
     for tp in placed:
         cfg = by_name[tp.name]
@@ -63,7 +68,7 @@ def test_memory_pressure_forces_splitting() -> None:
     ts = suites.criteo_dlrmv2()
     # 40 M x 128 fp32 = 20 GB per big table: with 16 GiB per rank they cannot stay whole.
     topo = build_topology("h100", 16, memory_bytes=16 * 2**30)
-    placed = search_plan(ts.tables, topo, 65536, {}, ts.pooling)
+    placed = search_plan(_request(ts, topo, 65536))
     big = [tp for tp in placed if tp.name in ("t_0", "t_9", "t_19", "t_20", "t_21")]
     assert all(len({s.rank for s in tp.shards}) > 1 for tp in big)
     assert not evaluate(placed, ts.tables, ts.pooling, topo, 65536).shortfall()
@@ -75,7 +80,7 @@ def test_constraints_are_honoured() -> None:
     raw = {"t_0": {"sharding_types": ["row_wise"]}, "t_1": {"sharding_types": ["table_wise"], "ranks": [2]},
            "t_2": {"sharding_types": ["column_wise", "table_column_wise"], "min_partition": 8},
            "t_3": {"sharding_types": ["data_parallel"]}}
-    placed = {t.name: t for t in search_plan(ts.tables, topo, 4096, parse_constraints(raw, ts.tables, 4), ts.pooling)}
+    placed = {t.name: t for t in search_plan(_request(ts, topo, 4096, parse_constraints(raw, ts.tables, 4)))}
     assert placed["t_0"].sharding_type == "row_wise"
     assert placed["t_1"].sharding_type == "table_wise" and placed["t_1"].ranks == [2]
     assert placed["t_2"].sharding_type in ("column_wise", "table_column_wise")

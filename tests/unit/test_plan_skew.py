@@ -8,6 +8,7 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 from shardrec.sharding import layouts
 from shardrec.sharding.cost import evaluate
 from shardrec.sharding.planner import plan_tables
+from shardrec.sharding.request import DatasetStatistics
 from shardrec.sharding.skew import LookupCurve, curves_from_stats
 from shardrec.sharding.topology import build_topology
 
@@ -45,9 +46,9 @@ def test_planner_prices_skew_into_row_wise() -> None:
     tables = _tables()
     stats = {t.feature_names[0]: HOT for t in tables}
     kw = dict(world_size=4, local_world_size=4, global_batch_size=8192, device_kind="cuda",
-              topology=build_topology("h100", 4), stats=stats,
+              topology=build_topology("h100", 4), statistics=DatasetStatistics(stats),
               constraints={t.name: {"sharding_types": ["row_wise"]} for t in tables})
     hashed = plan_tables(tables, **kw)
-    vocab = plan_tables(tables, ids_by_frequency=True, **kw)
+    vocab = plan_tables(tables, **{**kw, "statistics": DatasetStatistics(stats, ids_by_frequency=True)})
     assert vocab.estimate["max_step_ms"] > hashed.estimate["max_step_ms"]
     assert vocab.estimate["critical_rank"] == 0

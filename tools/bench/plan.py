@@ -61,6 +61,7 @@ def _table_set(spec: str):
 
 def run_case(case: Case) -> dict:
     from shardrec.sharding.cost import evaluate
+    from shardrec.sharding.request import SearchRequest
     from shardrec.sharding.search import search_plan
     from shardrec.sharding.topology import build_topology
     from shardrec.sharding.torchrec_planner import torchrec_plan
@@ -69,7 +70,8 @@ def run_case(case: Case) -> dict:
     ts = _table_set(case.table_set)
     topo = build_topology(case.preset, case.world_size)
     t0 = time.perf_counter()
-    ours = search_plan(ts.tables, topo, case.global_batch_size, {}, ts.pooling)
+    request = SearchRequest(tables=ts.tables, topology=topo, global_batch_size=case.global_batch_size, pooling=ts.pooling)
+    ours = search_plan(request)
     ours_s = time.perf_counter() - t0
     ours_cost = evaluate(ours, ts.tables, ts.pooling, topo, case.global_batch_size)
     row = {"case": case.name, "tables": len(ts.tables), "ranks": case.world_size, "shardrec_s": round(ours_s, 3),
@@ -78,7 +80,7 @@ def run_case(case: Case) -> dict:
         return row
     t0 = time.perf_counter()
     try:
-        theirs = torchrec_plan(ts.tables, topo, case.global_batch_size, {}, ts.pooling)
+        theirs = torchrec_plan(request)
     except Exception as e:  # torchrec's PlannerError: no plan within memory
         row["torchrec_error"] = str(e).splitlines()[0]
         return row
@@ -89,7 +91,7 @@ def run_case(case: Case) -> dict:
     row["ratio_shardrec_model"] = ours_cost.max_step_s / theirs_cost.max_step_s
     # The same search priced by torchrec's estimators, against torchrec's plan on torchrec's objective.
     t0 = time.perf_counter()
-    ours_tr = search_plan(ts.tables, topo, case.global_batch_size, {}, ts.pooling, cost_model="torchrec")
+    ours_tr = search_plan(request, cost_model="torchrec")
     row["shardrec_torchrec_model_s"] = round(time.perf_counter() - t0, 3)
     a = torchrec_score(ours_tr, ts.tables, topo, case.global_batch_size, ts.pooling)
     b = torchrec_score(theirs, ts.tables, topo, case.global_batch_size, ts.pooling)
@@ -159,13 +161,15 @@ def bench_plan(
 def _reality_plans(tables, topo, batch, pooling) -> dict[str, list]:
     """Distinct placements of the same tables: ours, torchrec's, and deliberately different ones."""
     from shardrec.sharding import layouts
+    from shardrec.sharding.request import SearchRequest
     from shardrec.sharding.search import search_plan
     from shardrec.sharding.torchrec_planner import torchrec_plan
 
     W = topo.world_size
+    request = SearchRequest(tables=tables, topology=topo, global_batch_size=batch, pooling=pooling)
     return {
-        "shardrec": search_plan(tables, topo, batch, {}, pooling),
-        "torchrec": torchrec_plan(tables, topo, batch, {}, pooling),
+        "shardrec": search_plan(request),
+        "torchrec": torchrec_plan(request),
         "all row-wise": [layouts.row_wise(t, W, "fused") for t in tables],
         "all column-wise": [layouts.column_wise(t, list(range(W)), "fused") for t in tables],
         "all on rank 0": [layouts.table_wise(t, 0, "fused") for t in tables],
@@ -199,7 +203,7 @@ def bench_plan_reality(
     values.update(profile["measured"])
     topo = Topology(name="cpu-gloo (calibrated)", world_size=world_size, local_world_size=world_size, **values)
     ts = suites.criteo_dlrmv2(dim)
-    tables = [suites._table(i, min(t.num_embeddings, max_rows), dim) for i, t in enumerate(ts.tables)]
+    tables = [suites.table_config(i, min(t.num_embeddings, max_rows), dim) for i, t in enumerate(ts.tables)]
     pooling = {t.name: 1.0 for t in tables}  # one-hot, as the demo's data
     plans = _reality_plans(tables, topo, global_batch_size, pooling)
     fp = plan_fingerprint(tables, world_size, global_batch_size, "cpu")

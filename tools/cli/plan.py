@@ -33,10 +33,9 @@ def _load_job(config: Optional[Path], data: Optional[Path], overrides: list[str]
         tables = build_table_configs(manifest, cfg.model.embedding_dim, cfg.model.dims)
     except (DatasetError, ValueError) as e:
         fail(str(e))
-    stats = {f.name: f.stats for f in manifest.sparse_features}
-    # A vocabulary (preprocess --min-count) numbers ids hottest first: row-wise blocks are skewed.
-    ids_by_frequency = manifest.options.get("mode") == "vocab"
-    return cfg, tables, stats, ids_by_frequency
+    from shardrec.sharding.request import DatasetStatistics
+
+    return cfg, tables, DatasetStatistics.from_manifest(manifest)
 
 
 @plan_app.callback()
@@ -66,11 +65,11 @@ def plan(
 
     if world_size <= 0:
         fail(f"--world-size must be positive, got {world_size}")
-    cfg, tables, stats, ids_by_frequency = _load_job(config, data, set_ or [])
+    cfg, tables, statistics = _load_job(config, data, set_ or [])
     if simulate:
         if sync_every <= 0:
             fail(f"--sync-every must be positive, got {sync_every}")
-        _simulate(tables, stats, cfg, world_size, sync_every, json_out)
+        _simulate(tables, statistics.stats, cfg, world_size, sync_every, json_out)
         return
     try:
         topo = build_topology(
@@ -81,9 +80,9 @@ def plan(
         result = plan_tables(
             tables, world_size=world_size, local_world_size=topo.local_world_size,
             global_batch_size=cfg.train.global_batch_size, device_kind=topo.device_kind,
-            constraints=cfg.sharding.constraints, stats=stats, topology=topo,
+            constraints=cfg.sharding.constraints, statistics=statistics, topology=topo,
             compute_kernel=cfg.sharding.compute_kernel, optimizer=cfg.optim.sparse, search=search,
-            sharding_group_size=group_size, sync_every=sync_every, ids_by_frequency=ids_by_frequency,
+            sharding_group_size=group_size, sync_every=sync_every,
         )
         seconds = time.perf_counter() - start
     except ValueError as e:

@@ -82,6 +82,8 @@ def plan_at_start(
 ) -> PlanFile:
     """Plan with shardrec's planner when no plan file is given, with what `shardrec plan` would
     use for this job (kernel, optimizer, constraints, statistics): rank 0 plans, every rank gets it."""
+    from shardrec.sharding.request import DatasetStatistics
+
     holder: list[PlanFile | None] = [None]
     if env.rank == 0:
         holder[0] = plan_tables(
@@ -91,11 +93,9 @@ def plan_at_start(
             global_batch_size=global_batch_size,
             device_kind=env.device.type,
             constraints=constraints,
-            stats={f.name: f.stats for f in manifest.sparse_features},
+            statistics=DatasetStatistics.from_manifest(manifest),
             compute_kernel=compute_kernel,
             optimizer=sparse_optimizer,
-            # A vocabulary (preprocess --min-count) numbers ids hottest first: row-wise blocks are skewed.
-            ids_by_frequency=manifest.options.get("mode") == "vocab",
         )
     if dist.is_initialized() and env.world_size > 1:
         dist.broadcast_object_list(holder, src=0)

@@ -22,6 +22,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from shardrec.dataloader import gather_kernels as kernels
 from shardrec.dataloader.format import Part
+from shardrec.dataloader.multihot import IndexTables
 
 PAD_LABEL = -1.0
 """Label of padding rows (tail="pad"): the trainer masks label < 0 out of loss and metrics."""
@@ -51,8 +52,10 @@ class BatchGatherer:
         multi_hot: set[str],
         modulo: dict[str, int] | None = None,
         compiled: bool | None = None,
+        index_tables: IndexTables | None = None,
     ) -> None:
-        """`compiled`: use the numba kernels (default: when numba imports); False: numpy only."""
+        """`compiled`: use the numba kernels (default: when numba imports); False: numpy only.
+        `index_tables`: multi-hot index tables that turn every one-hot id into its multi-hot ids at batch time."""
         if not parts:
             raise ValueError("a split needs at least one part")
         # Plain ndarray views of the maps: np.memmap results pay subclass bookkeeping per call.
@@ -60,6 +63,8 @@ class BatchGatherer:
         self.feature_names = list(feature_names)
         self.multi_hot = set(multi_hot)
         self.modulo = dict(modulo or {})
+        self.index_tables = index_tables
+        assert index_tables is None or not self.multi_hot, "multi-hot ids are made from one-hot features only"
         self.num_dense = int(parts[0].dense.shape[1])
         self._part_starts = np.concatenate([[0], np.cumsum([p.rows for p in parts])]).astype(np.int64)
         self._index_per_key = {k: i for i, k in enumerate(self.feature_names)}
@@ -196,7 +201,7 @@ class BatchGatherer:
                 values[:, f, :] = self._take(groups, n, lambda p, name=name: p.sparse[name]).reshape(count, b)
                 if name in self.modulo:
                     np.remainder(values[:, f, :], self.modulo[name], out=values[:, f, :])
-            kjts = [self._kjt(values[i].reshape(-1), None, b) for i in range(count)]
+            kjts = self._one_hot_kjts(values, b)
         return self._batches(slices, labels, dense, kjts)
 
     def _batches(
@@ -257,7 +262,7 @@ class BatchGatherer:
                     np.remainder(values[:, f, :], self.modulo[name], out=values[:, f, :])
             else:
                 kernels.take_ids_parts(*table, part_of, local, values, f, self.modulo.get(name, 0))
-        return labels, dense, [self._kjt(values[i].reshape(-1), None, b) for i in range(count)]
+        return labels, dense, self._one_hot_kjts(values, b)
 
     def _group_located(self, part_of: np.ndarray, local: np.ndarray) -> _Groups:
         order = np.argsort(part_of, kind="stable")
@@ -290,6 +295,21 @@ class BatchGatherer:
                     seg = values[bounds[f] : bounds[f + 1]]
                     np.remainder(seg, self.modulo[name], out=seg)
         return values, lengths
+
+    def _one_hot_kjts(self, values: np.ndarray, b: int) -> list[KeyedJaggedTensor]:
+        """One KeyedJaggedTensor per slice of one-hot ids [slices, features, b]; with index
+        tables, each id becomes its table row (ids feature-major, as a materialised dataset's)."""
+        if self.index_tables is None:
+            return [self._kjt(v.reshape(-1), None, b) for v in values]
+        sizes = self.index_tables.spec.sizes
+        bounds = np.concatenate([[0], np.cumsum(np.asarray(sizes, np.int64) * b)])
+        kjts = []
+        for v in values:
+            out = np.empty(int(bounds[-1]), np.int64)
+            for f in range(len(sizes)):
+                out[bounds[f] : bounds[f + 1]] = self.index_tables.expand(f, v[f]).reshape(-1)
+            kjts.append(self._kjt(out, np.repeat(np.asarray(sizes, np.int32), b), b))
+        return kjts
 
     def _kjt(self, values: np.ndarray, lengths: np.ndarray | None, n: int) -> KeyedJaggedTensor:
         nf = len(self.feature_names)

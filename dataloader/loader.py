@@ -36,6 +36,7 @@ from torchrec.datasets.utils import Batch
 
 from shardrec.dataloader.batch import PAD_LABEL, BatchGatherer
 from shardrec.dataloader.format import DatasetError
+from shardrec.dataloader.multihot import IndexTables, MultiHotOption, multihot_source
 from shardrec.dataloader.order import NO_SHUFFLE, EpochOrder, OrderSpec, ShuffleSpec
 from shardrec.dataloader.prefetch import prefetch_map
 from shardrec.dataloader.source import SplitSource, open_source
@@ -83,6 +84,7 @@ class BatchLoader:
         world_size: int,
         epoch: int = 0,
         delivery: Delivery = Delivery(),
+        index_tables: IndexTables | None = None,
     ) -> None:
         self.source = source
         self.spec = spec
@@ -93,7 +95,7 @@ class BatchLoader:
         self.device = torch.device(delivery.device) if delivery.device is not None else None
         self.num_samples: int = spec.num_samples
         """Real (unpadded) samples in the split."""
-        self._gatherer = BatchGatherer(source.parts, source.feature_names, source.multi_hot, source.modulo, delivery.compiled)
+        self._gatherer = BatchGatherer(source.parts, source.feature_names, source.multi_hot, source.modulo, delivery.compiled, index_tables)
         self._order: EpochOrder | None = None
         # Batches gathered together: about one shuffle window of this rank's rows (see batch.py).
         self._run_batches = max(1, delivery.gather_rows // self.local_batch_size)
@@ -221,6 +223,7 @@ def build_loader(
     epoch: int = 0,
     hashes: list[int] | None = None,
     delivery: Delivery = Delivery(),
+    multihot: MultiHotOption | None = None,
 ) -> BatchLoader:
     """Open `split` of the dataset in `directory` and return this rank's loader.
 
@@ -233,16 +236,20 @@ def build_loader(
         tail: "drop" or "pad" the last partial global batch.
         hashes: torchrec npy layout only: per-feature (or one) hash size to fold raw ids into.
         delivery: workers, prefetch depth, pinning, device, gather size, compiled kernels.
+        multihot: make multi-hot ids from this one-hot split at batch time (dataloader/multihot.py).
     """
     if world_size <= 0 or not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
     if global_batch_size <= 0 or global_batch_size % world_size:
         raise ValueError(f"global_batch_size {global_batch_size} does not divide by world_size {world_size}")
     source = open_source(directory, split, hashes=hashes)
+    tables = None
+    if multihot is not None:
+        source, tables = multihot_source(source, multihot)
     spec = OrderSpec(source.part_rows, global_batch_size, tail, shuffle)
     if spec.num_batches == 0:
         raise DatasetError(
             f"{directory}: split {split!r} has {spec.num_samples} rows, fewer than one global batch of "
             f"{global_batch_size}; use a smaller global batch or tail='pad'"
         )
-    return BatchLoader(source, spec, rank=rank, world_size=world_size, epoch=epoch, delivery=delivery)
+    return BatchLoader(source, spec, rank=rank, world_size=world_size, epoch=epoch, delivery=delivery, index_tables=tables)

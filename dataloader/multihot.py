@@ -20,6 +20,7 @@ table from the generator state saved after each one.
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -33,7 +34,8 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from shardrec.dataloader.files import atomic_path, atomic_write_bytes
-from shardrec.dataloader.format import Manifest
+from shardrec.dataloader.format import MANIFEST, Manifest
+from shardrec.dataloader.source import SplitSource
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +48,16 @@ CHUNK_IDS = 1 << 22
 """Random ids drawn per call: 32 MiB of float64 for pareto, whatever the table's size."""
 MARKER = "tables.json"
 PROGRESS = "progress.json"
-__all__ = ["DISTRIBUTIONS", "IndexTables", "MultiHotSpec", "default_cache_dir", "multihot_spec", "open_index_tables"]
+__all__ = [
+    "DISTRIBUTIONS",
+    "IndexTables",
+    "MultiHotOption",
+    "MultiHotSpec",
+    "default_cache_dir",
+    "multihot_source",
+    "multihot_spec",
+    "open_index_tables",
+]
 
 
 @dataclass(frozen=True)
@@ -256,3 +267,40 @@ def open_index_tables(
     tables = _open_complete(directory, spec)
     assert tables is not None, f"{directory}: tables unreadable right after they were written"
     return tables
+
+
+@dataclass(frozen=True)
+class MultiHotOption:
+    """Multi-hot ids made at batch time from a one-hot dataset (build_loader's `multihot`):
+    the same batches as reading the dataset `shardrec data multihot` materialises."""
+
+    sizes: tuple[int, ...]
+    """Ids per sample of each sparse feature, in the dataset's feature order."""
+    rows: tuple[int, ...] | None = None
+    """Table rows per feature (None: the manifest's cardinalities, or the torchrec layout's hashes)."""
+    dist: str = "uniform"
+    """uniform or pareto."""
+    seed: int = 0
+    """Seed of numpy's legacy generator."""
+    cache_dir: str | Path | None = None
+    """Where the index tables are drawn once and shared (None: default_cache_dir())."""
+
+
+def multihot_source(source: SplitSource, option: MultiHotOption) -> tuple[SplitSource, IndexTables]:
+    """The index tables for a one-hot split, and the split with a fingerprint that names them
+    (a loader state saved without multi-hot ids, or with other tables, is refused on resume)."""
+    rows = list(option.rows) if option.rows is not None else None
+    if (source.directory / MANIFEST).is_file():
+        spec = multihot_spec(Manifest.load(source.directory), list(option.sizes), rows, option.dist, option.seed)
+    else:
+        if rows is None:
+            missing = [n for n in source.feature_names if n not in source.modulo]
+            if missing:
+                raise ValueError(f"{source.directory}: no cardinality known for {', '.join(missing)}: give the multi-hot table rows")
+            rows = [source.modulo[n] for n in source.feature_names]
+        if len(option.sizes) != len(source.feature_names):
+            raise ValueError(f"{len(option.sizes)} multi-hot sizes for {len(source.feature_names)} sparse features: give one per feature")
+        spec = MultiHotSpec(tuple(option.sizes), tuple(rows), option.dist, option.seed)
+    tables = open_index_tables(option.cache_dir if option.cache_dir is not None else default_cache_dir(), spec)
+    fingerprint = hashlib.sha256(f"{source.fingerprint};multihot:{spec.key}".encode()).hexdigest()
+    return dataclasses.replace(source, fingerprint=fingerprint), tables

@@ -22,6 +22,7 @@ class TrainReporter:
     def __init__(
         self,
         writer: MetricsWriter | None,
+        *,
         total_steps: int,
         first_step: int,
         log_interval: int,

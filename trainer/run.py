@@ -163,8 +163,9 @@ def _train(job: Job, total: int, reporter: TrainReporter) -> tuple[float, int]:
             boundary = _next_boundary(progress.step, epoch_end, cfg.eval.interval_steps, cfg.checkpoint.interval_steps)
             wanted, start = boundary - progress.step, time.perf_counter()
             reporter.start_segment()
-            done = train_segment(job.runner, batches, wanted, progress.step, cfg.train.log_interval, on_step,
-                                 lambda stats: reporter.on_report(stats, progress.epoch))
+            done = train_segment(job.runner, batches, num_steps=wanted, first_step=progress.step,
+                                 report_every=cfg.train.log_interval, on_step=on_step,
+                                 on_report=lambda stats: reporter.on_report(stats, progress.epoch))
             seconds += time.perf_counter() - start
             samples += done * cfg.train.global_batch_size
             progress.step += done
@@ -190,8 +191,8 @@ def run_job(job: Job) -> dict[str, Any]:
     # Only now: a refused resume must leave the run directory describing its checkpoints.
     write_run_files(job)
     writer = MetricsWriter(job.run_dir) if job.env.is_main else None
-    reporter = TrainReporter(writer, total, job.progress.step, cfg.train.log_interval,
-                             lambda: job.runner.optimizer.param_groups[0]["lr"])
+    reporter = TrainReporter(writer, total_steps=total, first_step=job.progress.step,
+                             log_interval=cfg.train.log_interval, lr=lambda: job.runner.optimizer.param_groups[0]["lr"])
     if resumed is not None:
         reporter.write({"kind": "resume", "step": job.progress.step, "epoch": job.progress.epoch})
     try:

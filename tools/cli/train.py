@@ -4,23 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.table import Table
 
 from shardrec.tools.cli.common import console, fail, print_json
-
-
-def _entry_args(config: Optional[Path], data: Optional[Path], plan: Optional[Path], out_dir: Path,
-                steps: Optional[int], overrides: list[str]) -> list[str]:
-    args = ["--out-dir", str(out_dir)]
-    for flag, value in (("--config", config), ("--data", data), ("--plan", plan), ("--steps", steps)):
-        if value is not None:
-            args += [flag, str(value)]
-    for item in overrides:
-        args += ["--set", item]
-    return args
+from shardrec.trainer.flags import (
+    DEFAULT_OUT_DIR, ConfigFlag, DataFlag, OutDirFlag, PlanFlag, SetFlag, StepsFlag, rank_args,
+)
 
 
 def _print_summary(summary: dict, run_dir: Path) -> None:
@@ -51,13 +43,13 @@ def _failure_message(code: int, out_dir: Path) -> str:
 
 
 def train(
-    config: Annotated[Optional[Path], typer.Option(help="TOML job file (defaults: trainer/config.py).")] = None,
-    data: Annotated[Optional[Path], typer.Option(help="Preprocessed dataset directory (overrides data.path).")] = None,
-    plan: Annotated[Optional[Path], typer.Option(help="Plan file from `shardrec plan` (default: plan at start-up).")] = None,
-    out_dir: Annotated[Path, typer.Option(help="Run directory: metrics, checkpoints, resolved config, plan.")] = Path("runs/train"),
+    config: ConfigFlag = None,
+    data: DataFlag = None,
+    plan: PlanFlag = None,
+    out_dir: OutDirFlag = DEFAULT_OUT_DIR,
     nproc_per_node: Annotated[int, typer.Option(help="Ranks to start on this machine.")] = 1,
-    steps: Annotated[Optional[int], typer.Option(help="Stop after this many steps (overrides train.steps).")] = None,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override a job setting: section.key=value.")] = None,
+    steps: StepsFlag = None,
+    set_: SetFlag = None,
     max_restarts: Annotated[int, typer.Option(help="Times torchrun restarts the ranks after a failure (each resumes from the last checkpoint).")] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
@@ -72,7 +64,8 @@ def train(
         preflight(config, data, plan, steps, overrides, world_size=nproc_per_node)
     except ValueError as e:
         fail(str(e))
-    code = launch(_entry_args(config, data, plan, out_dir, steps, overrides), nproc_per_node, max_restarts)
+    args = rank_args(config=config, data=data, plan=plan, out_dir=out_dir, steps=steps, overrides=overrides)
+    code = launch(args, nproc_per_node, max_restarts)
     if code != 0:
         fail(_failure_message(code, out_dir))
     summary = json.loads((out_dir / "summary.json").read_text())

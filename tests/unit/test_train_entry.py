@@ -1,0 +1,54 @@
+"""The rank entry's warning filter and the train flags that `shardrec train` and the ranks share."""
+
+from __future__ import annotations
+
+import typing
+import warnings
+from pathlib import Path
+
+import typer
+from typer.testing import CliRunner
+
+# At module level: typer resolves the annotations of `rank` below in this module's namespace.
+from shardrec.trainer.flags import ConfigFlag, DataFlag, OutDirFlag, PlanFlag, SetFlag, StepsFlag, rank_args
+
+
+def test_only_the_known_harmless_warnings_are_hidden() -> None:
+    from shardrec.trainer.entry import ignore_known_warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        ignore_known_warnings()
+        warnings.warn("`broadcast_buffers` is deprecated. Use `forward_sync_buffers` instead.", FutureWarning)
+        warnings.warn("Please use DTensor instead and we are deprecating ShardedTensor.", FutureWarning)
+        warnings.warn("some indices are out of range [0, 50)", UserWarning)  # shaped like fbgemm's
+        warnings.warn("a change of behaviour in the next release", FutureWarning)
+    assert [str(w.message) for w in seen] == [
+        "some indices are out of range [0, 50)", "a change of behaviour in the next release",
+    ]
+
+
+def test_flags_that_set_a_job_setting_show_its_docstring() -> None:
+    from shardrec.trainer import flags
+    from shardrec.trainer.config import TrainConfig, field_help
+
+    option = typing.get_args(flags.StepsFlag)[1]
+    assert option.help == f"{field_help(TrainConfig)['steps'].rstrip('.')}; sets train.steps."
+    assert field_help(TrainConfig)["steps"] == "Stop after this many steps (0: run the epochs)."
+
+
+def test_the_ranks_parse_what_shardrec_train_passes_them(tmp_path: Path) -> None:
+    parsed = {}
+
+    def rank(config: ConfigFlag = None, data: DataFlag = None, plan: PlanFlag = None,
+             out_dir: OutDirFlag = Path("x"), steps: StepsFlag = None, set_: SetFlag = None) -> None:
+        parsed.update(config=config, data=data, plan=plan, out_dir=out_dir, steps=steps, overrides=set_)
+
+    args = rank_args(config=tmp_path / "job.toml", data=tmp_path / "data", plan=None, out_dir=tmp_path / "run",
+                     steps=7, overrides=["train.seed=3", 'data.tail="pad"'])
+    app = typer.Typer()
+    app.command()(rank)
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert parsed == {"config": tmp_path / "job.toml", "data": tmp_path / "data", "plan": None,
+                      "out_dir": tmp_path / "run", "steps": 7, "overrides": ["train.seed=3", 'data.tail="pad"']}

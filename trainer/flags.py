@@ -1,0 +1,44 @@
+"""The flags of a training run, defined once.
+
+`shardrec train` (tools/cli/train.py) takes them and passes them on, through torchrun, to every
+rank's `python -m shardrec.trainer` (trainer/entry.py), which takes the same ones. A flag that
+stands for a job setting shows that setting's docstring (trainer/config.py) as its help.
+Imports only typer and the config: the CLI's start-up must not pay for torch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from shardrec.trainer.config import DataConfig, ShardingConfig, TrainConfig, field_help
+
+
+def _setting_help(cls: type, key: str, dotted: str) -> str:
+    return f"{field_help(cls)[key].rstrip('.')}; sets {dotted}."
+
+
+DEFAULT_OUT_DIR = Path("runs/train")
+
+ConfigFlag = Annotated[Optional[Path], typer.Option("--config", help="TOML job file (defaults: trainer/config.py).")]
+DataFlag = Annotated[Optional[Path], typer.Option("--data", help=_setting_help(DataConfig, "path", "data.path"))]
+PlanFlag = Annotated[Optional[Path], typer.Option("--plan", help=_setting_help(ShardingConfig, "plan", "sharding.plan"))]
+OutDirFlag = Annotated[Path, typer.Option("--out-dir", help="Run directory: metrics, checkpoints, resolved config, plan.")]
+StepsFlag = Annotated[Optional[int], typer.Option("--steps", help=_setting_help(TrainConfig, "steps", "train.steps"))]
+SetFlag = Annotated[Optional[list[str]], typer.Option("--set", help="Override a job setting: section.key=value.")]
+
+
+def rank_args(
+    *, config: Path | None, data: Path | None, plan: Path | None, out_dir: Path, steps: int | None,
+    overrides: list[str],
+) -> list[str]:
+    """The arguments of every rank's `python -m shardrec.trainer` for these flag values."""
+    args = ["--out-dir", str(out_dir)]
+    for flag, value in (("--config", config), ("--data", data), ("--plan", plan), ("--steps", steps)):
+        if value is not None:
+            args += [flag, str(value)]
+    for item in overrides:
+        args += ["--set", item]
+    return args

@@ -1,4 +1,5 @@
-"""The one place that reads RANK / WORLD_SIZE and owns the process group.
+"""The one place that reads RANK / WORLD_SIZE (and sets them, for the local ranks that
+`trainer.launch.run_local_ranks` starts without torchrun) and owns the process group.
 
 Everything else receives a `DistEnv`.
 """

@@ -79,6 +79,9 @@ def preprocess(
     workers: Annotated[int, typer.Option(help="Worker processes.")] = 1,
     chunk_mb: Annotated[float, typer.Option(help="MiB of text per task and per output part.")] = 128,
     strict: Annotated[bool, typer.Option("--strict", help="Stop at the first malformed row (exit 1).")] = False,
+    max_skipped_fraction: Annotated[float, typer.Option(help=(
+        "Most malformed rows to skip, as a share of all lines (0.01: 1%); more, or no row kept, is an "
+        "error and no manifest is written. Finished tasks are kept: rerun with a higher value to accept."))] = 0.01,
     part: Annotated[str | None, typer.Option(help=(
         "i/n: this machine's share (tasks i, i+n, ...), e.g. $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT, into a "
         "shared --out; then one run without --part writes the manifest. Vocabulary mode: run every part twice "
@@ -92,7 +95,7 @@ def preprocess(
             inputs=inputs, out=out, max_ids=_parse_max_ids(max_ids), min_count=min_count, layout=layout,
             val_half=val_half, schema=schema, dense_transform=dense_transform,
             dense_dtype="float16" if float16 else "float32", workers=workers, chunk_mb=chunk_mb,
-            strict=strict, part=_parse_part(part),
+            strict=strict, max_skipped_fraction=max_skipped_fraction, part=_parse_part(part),
         )  # fmt: skip
     except ValueError as e:
         fail(str(e))

@@ -14,6 +14,7 @@ Lines are physical lines (malformed rows included), so a split never depends on 
 
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 import re
@@ -25,6 +26,7 @@ import numpy as np
 from shardrec.tools.preprocess import parse_kernel
 from shardrec.tools.preprocess.gz import READ_ERRORS, describe_error, open_gzip
 
+logger = logging.getLogger(__name__)
 KAGGLE_DAYS = 7
 LAYOUTS = ("auto", "kaggle", "days")
 
@@ -69,15 +71,36 @@ def _natural_key(path: Path) -> tuple:
     return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path.name))
 
 
+# What a directory input takes: Criteo's day files (1TB: day_0 .. day_23, gzipped or not) and
+# Kaggle's train.txt, optionally .txt/.tsv/.csv and .gz. Anything else beside them (a README,
+# checksums, a half-downloaded day_23.gz.part) would otherwise become the last day.
+INPUT_NAME = re.compile(r"^(day_\d+|train|dac_sample)(\.(txt|tsv|csv))?(\.gz)?$")
+_INPUT_NAMES = "day_N[.gz], train.txt[.gz] or dac_sample.txt"
+
+
+def _directory_inputs(directory: Path) -> list[Path]:
+    """The input files of a directory in day order; logs one line naming the files it ignored."""
+    files = [c for c in directory.iterdir() if c.is_file() and not c.name.startswith(".")]
+    taken = sorted((c for c in files if INPUT_NAME.match(c.name)), key=_natural_key)
+    ignored = sorted(c.name for c in files if not INPUT_NAME.match(c.name))
+    listed = ", ".join(ignored[:8]) + (f" and {len(ignored) - 8} more" if len(ignored) > 8 else "")
+    if not taken:
+        raise ValueError(
+            f"{directory}: directory holds no input files named {_INPUT_NAMES}"
+            + (f" (found {listed}; name input files on the command line to take them)" if ignored else "")
+        )
+    if ignored:
+        logger.warning("%s: ignored %d file(s) not named %s: %s", directory, len(ignored), _INPUT_NAMES, listed)
+    return taken
+
+
 def discover_inputs(inputs: list[Path]) -> list[Path]:
-    """Files named on the command line, directories expanded to their files in day order."""
+    """Files named on the command line (taken whatever their name), and directories expanded to
+    their input files (see INPUT_NAME) in day order."""
     files: list[Path] = []
     for p in inputs:
         if p.is_dir():
-            found = sorted((c for c in p.iterdir() if c.is_file() and not c.name.startswith(".")), key=_natural_key)
-            if not found:
-                raise ValueError(f"{p}: directory holds no input files")
-            files.extend(found)
+            files.extend(_directory_inputs(p))
         elif p.is_file():
             files.append(p)
         else:

@@ -237,6 +237,19 @@ def _empty(schema: Schema) -> ParsedChunk:
     )
 
 
+SHOWN_CHARS = 80  # of an offending value in messages, markers and the summary
+
+
+def show_value(value: bytes, limit: int = SHOWN_CHARS) -> str:
+    """A field as error messages show it: its repr, cut to `limit` characters plus its length.
+
+    A 10 MB field would otherwise give a 10 MB error line, summary table and task marker.
+    """
+    if len(value) <= limit:
+        return repr(value.decode("utf-8", "replace"))
+    return f"{value[:limit].decode('utf-8', 'replace')!r}... ({len(value):,} bytes)"
+
+
 def describe_bad_row(data: bytes, chunk: ParsedChunk, row: int, schema: Schema) -> tuple[str, str]:
     """(field name, offending text) of a malformed row, for `file:line: field: value` messages."""
     code, fidx = int(chunk.reason[row]), int(chunk.bad_field[row])
@@ -250,7 +263,7 @@ def describe_bad_row(data: bytes, chunk: ParsedChunk, row: int, schema: Schema) 
     if REASONS[code] == "too_few_fields":
         return "row", f"{len(fields)} fields, schema needs at least {schema.min_fields} of {schema.num_fields}"
     value = fields[fidx] if fidx < len(fields) else b""
-    return schema.field_names[fidx], repr(value.decode("utf-8", "replace"))
+    return schema.field_names[fidx], show_value(value)
 
 
 DENSE_TRANSFORMS = ("log1p", "signed-log1p", "shift-log1p", "none")

@@ -49,6 +49,7 @@ from shardrec.tools.preprocess.task import (
     TaskResult,
     count_task,
     marker_path,
+    read_marker,
     run_task,
     wait_for_writes,
 )
@@ -94,6 +95,8 @@ class PreprocessConfig:
     """Text per task (and per output part) in MiB; bounds memory per worker."""
     strict: bool = False
     """Stop at the first malformed row instead of skipping it."""
+    max_skipped_fraction: float = 0.01
+    """Most malformed rows a run may skip, as a share of all lines; more is an error (no manifest)."""
     part: tuple[int, int] | None = None
     """(i, n): process only tasks with index % n == i; a run without it finalizes."""
 
@@ -114,6 +117,8 @@ class PreprocessConfig:
             raise ValueError(f"max_ids {self.max_ids} must all be >= 2 (id 0 is the missing value)")
         if self.workers < 1 or self.chunk_mb <= 0:
             raise ValueError(f"workers={self.workers} and chunk_mb={self.chunk_mb} must be positive")
+        if not 0 <= self.max_skipped_fraction <= 1:
+            raise ValueError(f"max_skipped_fraction {self.max_skipped_fraction} must be in [0, 1]")
         if self.part is not None and not (self.part[1] >= 1 and 0 <= self.part[0] < self.part[1]):
             raise ValueError(f"part {self.part[0]}/{self.part[1]} must satisfy 0 <= i < n")
 
@@ -169,8 +174,12 @@ def _versions() -> dict[str, str]:
 def _check_fingerprint(out: Path, fp: dict) -> None:
     path = out / WORK_DIR / "run.json"
     if path.is_file():
-        old = json.loads(path.read_text())
-        if old != fp:
+        try:
+            old = json.loads(path.read_bytes())
+        except ValueError as e:  # torn or not JSON: the outputs beside it cannot be matched to a run
+            raise ValueError(f"{path}: unreadable run record ({e}); remove the directory or choose another --out") from None
+        if not isinstance(old, dict) or old != fp:
+            old = old if isinstance(old, dict) else {}
             diff = sorted(k for k in fp if fp.get(k) != old.get(k))
             raise ValueError(
                 f"{out}: holds a run with different {', '.join(diff)}; remove the directory or choose another --out"
@@ -204,9 +213,6 @@ def _build_vocab(cfg: PreprocessConfig, tasks: list[Task], opts: TaskOptions, pr
     return replace(opts, cardinalities=cards, vocab_path=str(vocab_path))
 
 
-def _load_result(out: Path, index: int) -> TaskResult | None:
-    path = marker_path(out, index)
-    return TaskResult(**json.loads(path.read_text())) if path.is_file() else None
 
 
 def run_preprocess(cfg: PreprocessConfig, progress: Progress | None = None) -> PreprocessResult:
@@ -229,7 +235,8 @@ def run_preprocess(cfg: PreprocessConfig, progress: Progress | None = None) -> P
             if not _all_counted(cfg.out, tasks):
                 return _partial(cfg.out, tasks, 0)
         opts = _build_vocab(cfg, tasks, opts, progress)
-    todo = [t for t in mine if not marker_path(cfg.out, t.index).is_file()]
+    done = {t.index: read_marker(cfg.out, t.index) for t in mine}  # torn or with parts gone: redone
+    todo = [t for t in mine if done[t.index] is None]
     logger.info("%d of %d tasks to run (%d already done)", len(todo), len(tasks), len(tasks) - len(todo))
     failures = []
     if progress:
@@ -246,11 +253,38 @@ def run_preprocess(cfg: PreprocessConfig, progress: Progress | None = None) -> P
         wait_for_writes()
     if failures:
         raise InputError("; ".join(failures) + " (output of the other files is kept; rerun to finish)")
-    results = [_load_result(cfg.out, t.index) for t in tasks]
+    results = [done.get(t.index) or read_marker(cfg.out, t.index) for t in tasks]
     if any(r is None for r in results):
         return _partial(cfg.out, tasks, len(todo))
+    _check_rows_kept(cfg, tasks, results)
     manifest = _finalize(cfg, layout, tasks, results, opts)
     return _summarize(manifest, tasks, results, len(todo))
+
+
+def _check_rows_kept(cfg: PreprocessConfig, tasks: list[Task], results: list[TaskResult]) -> None:
+    """No dataset is written from input that is mostly not rows: nothing kept (binary garbage,
+    a header-only CSV, the wrong --delimiter), or a skipped share above cfg.max_skipped_fraction."""
+    lines = sum(r.lines for r in results)
+    skipped: dict[str, int] = {}
+    for r in results:
+        for k, v in r.skipped.items():
+            skipped[k] = skipped.get(k, 0) + v
+    bad = sum(skipped.values())
+    kept = lines - bad
+    if kept > 0 and bad <= cfg.max_skipped_fraction * lines:
+        return
+    where = ", ".join(str(p) for p in cfg.inputs)
+    if lines == 0:
+        raise ValueError(f"{where}: no rows: the input holds no data lines{' after its header' if cfg.schema.header else ''}")
+    errors = _summarize(None, tasks, results, 0).errors
+    first = f"; first: {errors[0]}" if errors else ""
+    reasons = ", ".join(f"{k} {v:,}" for k, v in skipped.items())
+    if kept <= 0:
+        raise ValueError(f"{where}: no rows kept, all {lines:,} lines are malformed ({reasons}){first}")
+    raise ValueError(
+        f"{where}: {bad:,} of {lines:,} lines malformed ({bad / lines:.2%}: {reasons}), more than the "
+        f"{cfg.max_skipped_fraction:g} allowed (--max-skipped-fraction){first}"
+    )
 
 
 def _run_task_safely(task: Task, opts: TaskOptions, background_sync: bool = False) -> TaskResult | str:
@@ -280,7 +314,7 @@ def _count(cfg: PreprocessConfig, tasks: list[Task], opts: TaskOptions, progress
 
 
 def _partial(out: Path, tasks: list[Task], ran: int) -> PreprocessResult:
-    results = [r for r in (_load_result(out, t.index) for t in tasks) if r is not None]
+    results = [r for r in (read_marker(out, t.index) for t in tasks) if r is not None]
     return _summarize(None, tasks, results, ran)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ from shardrec.tools.preprocess.columns import PartColumns, append_rows, id_group
 from shardrec.tools.preprocess.ids import Vocabulary, count_values, load_vocabularies, merge_counts
 from shardrec.tools.preprocess.inputs import Task, count_range_lines, header_end, open_text
 
+logger = logging.getLogger(__name__)
 MAX_REPORTED = 5
 PIECE_BYTES = 16 << 20  # text read at once (and parsed at once by the numpy fallback)
 # Text the compiled parser takes at once: its per-row arrays (~1.5x the text) stay below the
@@ -76,6 +78,29 @@ class TaskResult:
 
 def marker_path(out: Path, index: int, kind: str = "task") -> Path:
     return out / WORK_DIR / f"{kind}-{index:05d}.json"
+
+
+def read_marker(out: Path, index: int) -> TaskResult | None:
+    """The finished task's record, or None when the task must be (re)done: no marker; a marker
+    that does not parse (torn by a crash or a full disk on a file system that does not order
+    writes); or one whose part files are gone or have another size than it records."""
+    path = marker_path(out, index)
+    try:
+        result = TaskResult(**json.loads(path.read_bytes()))
+        for p in result.parts:
+            for name, info in p["part"]["files"].items():
+                file = out / p["split"] / p["part"]["name"] / name
+                size = file.stat().st_size if file.is_file() else None
+                if size != info["bytes"]:
+                    found = "missing" if size is None else f"{size} bytes, the marker records {info['bytes']}"
+                    logger.warning("%s: %s; task %d is redone", file, found, index)
+                    return None
+    except FileNotFoundError:
+        return None
+    except (ValueError, TypeError, KeyError) as e:  # JSONDecodeError, UnicodeDecodeError: ValueErrors
+        logger.warning("%s: unreadable task marker (%s: %s); the task is redone", path, type(e).__name__, e)
+        return None
+    return result
 
 
 class _Source:

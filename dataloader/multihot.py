@@ -156,18 +156,21 @@ def _draw(rng: np.random.RandomState, dist: str, rows: int, shape: tuple[int, in
 
 
 def _write_table(path: Path, rng: np.random.RandomState, rows: int, size: int, dist: str, chunk_ids: int) -> None:
-    with atomic_path(path) as tmp:
-        table = np.lib.format.open_memmap(tmp, mode="w+", dtype=TABLE_DTYPE, shape=(rows, size))
+    # Written block by block through a plain file, not a writable memory map: the process then
+    # holds one block, not every page of a 16 GB table until the kernel writes it back.
+    header = {"descr": np.lib.format.dtype_to_descr(TABLE_DTYPE), "fortran_order": False, "shape": (rows, size)}
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, header)
         if size == 1:
             _draw(rng, dist, rows, (rows, 0))  # the reference's empty draw: takes nothing, kept faithful
         step = max(1, chunk_ids // max(size - 1, 1))
         for a in range(0, rows, step):
             b = min(rows, a + step)
-            table[a:b, 0] = np.arange(a, b, dtype=np.int64)
+            block = np.empty((b - a, size), TABLE_DTYPE)
+            block[:, 0] = np.arange(a, b)
             if size > 1:
-                table[a:b, 1:] = _draw(rng, dist, rows, (b - a, size - 1))
-        table.flush()
-        del table
+                block[:, 1:] = _draw(rng, dist, rows, (b - a, size - 1))
+            f.write(block.data)
 
 
 def _open_table(path: Path, rows: int, size: int) -> np.ndarray | None:

@@ -15,7 +15,7 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 from shardrec.sharding.comms import KINDS, Workload, collectives_per_step, group_overhead_bytes, table_comm_bytes
 from shardrec.sharding.plan_io import TablePlan
 from shardrec.sharding.skew import LookupCurve, row_share
-from shardrec.sharding.topology import Topology
+from shardrec.sharding.topology import ClusterTopology
 
 # Optimizer state per weight row: row-wise Adagrad keeps one float per row (per column shard),
 # Adam two floats per weight, SGD nothing.
@@ -87,7 +87,7 @@ class PlanCost:
         }
 
 
-def comm_seconds(sent: dict[str, np.ndarray], topo: Topology) -> np.ndarray:
+def comm_seconds(sent: dict[str, np.ndarray], topo: ClusterTopology) -> np.ndarray:
     """Seconds each rank spends sending; traffic to other ranks splits between links by how many peers sit on each."""
     W, H = topo.world_size, topo.local_world_size
     if W == 1:
@@ -109,7 +109,7 @@ class TableCost:
     step_s: np.ndarray
 
 
-def _table_arrays(t: TablePlan, cfg: EmbeddingBagConfig, L: float, topo: Topology, w: Workload, optimizer: str,
+def _table_arrays(t: TablePlan, cfg: EmbeddingBagConfig, L: float, topo: ClusterTopology, w: Workload, optimizer: str,
                   curve: LookupCurve | None = None):
     W = topo.world_size
     weights, optim, buffers, lookup = (np.zeros(W) for _ in range(4))
@@ -128,7 +128,7 @@ def _table_arrays(t: TablePlan, cfg: EmbeddingBagConfig, L: float, topo: Topolog
     return weights, optim, buffers, lookup, sent
 
 
-def table_cost(t: TablePlan, cfg: EmbeddingBagConfig, L: float, topo: Topology, global_batch_size: int,
+def table_cost(t: TablePlan, cfg: EmbeddingBagConfig, L: float, topo: ClusterTopology, global_batch_size: int,
                optimizer: str, curve: LookupCurve | None = None) -> TableCost:
     """Memory and step time one table adds to each rank (collective start-up latency excluded)."""
     w = Workload(global_batch_size, topo.world_size)
@@ -141,7 +141,7 @@ def evaluate(
     tables: list[TablePlan],
     configs: list[EmbeddingBagConfig],
     pooling: dict[str, float],
-    topo: Topology,
+    topo: ClusterTopology,
     global_batch_size: int,
     optimizer: str = "rowwise_adagrad",
     curves: dict[str, LookupCurve] | None = None,
@@ -168,7 +168,7 @@ def evaluate(
     return PlanCost(weights, optim, buffers, lookup_s, sent, comm_s, topo.memory_bytes)
 
 
-def collective_latency(tables: list[TablePlan], topo: Topology) -> float:
+def collective_latency(tables: list[TablePlan], topo: ClusterTopology) -> float:
     """Every sharding type in use runs its own collectives (comms.COLLECTIVES_PER_GROUP)."""
     if topo.world_size == 1:
         return 0.0

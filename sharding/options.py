@@ -16,7 +16,7 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 from shardrec.sharding import layouts
 from shardrec.sharding.constraints import TableConstraint
 from shardrec.sharding.cost import table_cost
-from shardrec.sharding.topology import Topology
+from shardrec.sharding.topology import ClusterTopology
 
 PIECE_TYPES = ("table_wise", "column_wise", "table_column_wise")
 
@@ -43,7 +43,7 @@ class Problem:
         self.tables: list[EmbeddingBagConfig] = tables
         self.curves = curves or {}
         """table -> lookup skew (skew.py) for frequency-ordered ids."""
-        self.topo: Topology = topo
+        self.topo: ClusterTopology = topo
         self.batch, self.pooling, self.optimizer = batch, pooling, optimizer
         self.cons = [constraints.get(t.name, TableConstraint()) for t in tables]
         self._piece: dict[tuple[int, int], Piece] = {}

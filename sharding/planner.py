@@ -12,7 +12,7 @@ from shardrec.sharding.cost import PlanCost, evaluate
 from shardrec.sharding.plan_io import PLAN_SCHEMA_VERSION, PlanFile, TablePlan, plan_fingerprint
 from shardrec.sharding.request import DatasetStatistics, SearchRequest
 from shardrec.sharding.skew import curves_from_stats
-from shardrec.sharding.topology import Topology, build_topology
+from shardrec.sharding.topology import ClusterTopology, build_topology
 from shardrec.sharding.twod import add_replica_sync, group_sizes, group_topology
 
 logger = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ def plan_tables(
     device_kind: str,
     constraints: dict[str, dict] | None = None,
     statistics: DatasetStatistics = DatasetStatistics(),
-    topology: Topology | None = None,
+    topology: ClusterTopology | None = None,
     compute_kernel: str = "fused",
     optimizer: str = "rowwise_adagrad",
     search: str = "shardrec",
@@ -125,7 +125,7 @@ def plan_tables(
 
 def _group_request(
     tables: list[EmbeddingBagConfig],
-    topo: Topology,
+    topo: ClusterTopology,
     group_size: int,
     global_batch_size: int,
     constraints: dict[str, dict] | None,
@@ -151,7 +151,7 @@ def _group_request(
 
 
 def _plan_group(
-    request: SearchRequest, topo: Topology, group_size: int, *, search: str, sync_every: int
+    request: SearchRequest, topo: ClusterTopology, group_size: int, *, search: str, sync_every: int
 ) -> tuple[list[TablePlan], PlanCost, int]:
     """(placement, cost, group size) of one request; 2D groups add the replicas' weight sync."""
     if search == "torchrec":
@@ -170,7 +170,7 @@ def _plan_group(
 
 
 def build_plan_file(
-    placed: list[TablePlan], tables: list[EmbeddingBagConfig], topo: Topology,
+    placed: list[TablePlan], tables: list[EmbeddingBagConfig], topo: ClusterTopology,
     global_batch_size: int, cost: PlanCost, search: str,
 ) -> PlanFile:
     return PlanFile(

@@ -15,7 +15,7 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 from shardrec.dataloader.format import Manifest
 from shardrec.sharding.constraints import TableConstraint
-from shardrec.sharding.topology import Topology
+from shardrec.sharding.topology import ClusterTopology
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class SearchRequest:
     """One placement problem: the tables, the machines, the batch and what each table may do."""
 
     tables: list[EmbeddingBagConfig]
-    topology: Topology
+    topology: ClusterTopology
     global_batch_size: int
     pooling: dict[str, float]
     """Table name -> mean ids per sample."""

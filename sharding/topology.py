@@ -19,7 +19,10 @@ GiB = 1024**3
 
 
 @dataclass(frozen=True)
-class Topology:
+class ClusterTopology:
+    """The machines a plan is made for, in shardrec's cost model's terms; torchrec's own
+    planner `Topology` is built from it by torchrec_planner.to_torchrec_topology."""
+
     name: str
     """Preset the figures came from (or "custom")."""
     world_size: int
@@ -86,7 +89,7 @@ def build_topology(
     local_world_size: int | None = None,
     memory_bytes: int | None = None,
     profile: str | Path | None = None,
-) -> Topology:
+) -> ClusterTopology:
     """A topology from a preset, with optional overrides and a calibration profile.
 
     Args:
@@ -105,7 +108,7 @@ def build_topology(
     lws = local_world_size or min(preset_lws, world_size)
     if memory_bytes is not None:
         values["memory_bytes"] = memory_bytes
-    return Topology(name=preset, world_size=world_size, local_world_size=lws, **values)
+    return ClusterTopology(name=preset, world_size=world_size, local_world_size=lws, **values)
 
 
 PROFILE_KEYS = ("intra_host_bw", "inter_host_bw", "lookup_bw", "collective_latency_s", "bwd_compute_multiplier")

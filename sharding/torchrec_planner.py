@@ -9,8 +9,7 @@ import logging
 import warnings
 from contextlib import contextmanager
 
-from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints
-from torchrec.distributed.planner import Topology as TorchrecTopology
+from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 from shardrec.embeddings.tables import build_ebc
@@ -18,12 +17,12 @@ from shardrec.sharding.constraints import TableConstraint
 from shardrec.sharding.plan_io import TablePlan, from_sharding_plan
 from shardrec.sharding.request import SearchRequest
 from shardrec.sharding.sharders import build_sharders
-from shardrec.sharding.topology import Topology
+from shardrec.sharding.topology import ClusterTopology
 
 logger = logging.getLogger(__name__)
 
 
-def to_torchrec_topology(topo: Topology) -> TorchrecTopology:
+def to_torchrec_topology(topo: ClusterTopology) -> Topology:
     # Same hardware figures as shardrec's cost model (torchrec counts bandwidth in bytes/ms).
     if topo.device_kind == "cuda":
         cap = {"hbm_cap": topo.memory_bytes, "hbm_mem_bw": topo.lookup_bw / 1e3}
@@ -31,7 +30,7 @@ def to_torchrec_topology(topo: Topology) -> TorchrecTopology:
         cap = {"ddr_cap": topo.memory_bytes, "ddr_mem_bw": topo.lookup_bw / 1e3}
     # torchrec warns that it prefers its TopologyFactory; the direct constructor is public and exact.
     with quiet_torchrec(logging.ERROR):
-        return TorchrecTopology(
+        return Topology(
             world_size=topo.world_size,
             compute_device=topo.device_kind,
             local_world_size=topo.local_world_size,

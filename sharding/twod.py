@@ -17,10 +17,10 @@ from dataclasses import replace
 import numpy as np
 
 from shardrec.sharding.cost import PlanCost
-from shardrec.sharding.topology import Topology
+from shardrec.sharding.topology import ClusterTopology
 
 
-def group_topology(topo: Topology, group_size: int) -> Topology:
+def group_topology(topo: ClusterTopology, group_size: int) -> ClusterTopology:
     """The topology one sharding group sees: G ranks, as many per host as DMPCollection's layout puts there."""
     W = topo.world_size
     if group_size <= 0 or W % group_size:
@@ -32,7 +32,7 @@ def group_topology(topo: Topology, group_size: int) -> Topology:
     return replace(topo, world_size=group_size, local_world_size=per_host)
 
 
-def group_sizes(topo: Topology) -> list[int]:
+def group_sizes(topo: ClusterTopology) -> list[int]:
     """Sharding group sizes worth trying: powers of two from one host up to half the world."""
     W, H = topo.world_size, topo.local_world_size
     out, g = [], max(2, H)
@@ -43,7 +43,7 @@ def group_sizes(topo: Topology) -> list[int]:
     return out
 
 
-def add_replica_sync(cost: PlanCost, topo: Topology, group_size: int, sync_every: int) -> PlanCost:
+def add_replica_sync(cost: PlanCost, topo: ClusterTopology, group_size: int, sync_every: int) -> PlanCost:
     """The group's per-rank cost plus the replicas' all-reduce of weights and optimizer state (ring)."""
     replicas = topo.world_size // group_size
     if replicas <= 1:

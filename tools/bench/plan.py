@@ -194,14 +194,14 @@ def bench_plan_reality(
     from shardrec.sharding.cost import evaluate
     from shardrec.sharding.plan_io import PLAN_SCHEMA_VERSION, PlanFile, plan_fingerprint
     from shardrec.tools.bench.reality import kendall_tau, measure_plans
-    from shardrec.sharding.topology import PRESETS, Topology
+    from shardrec.sharding.topology import PRESETS, ClusterTopology
 
     if world_size < 2 or global_batch_size % world_size:
         fail(f"--world-size must be >= 2 and divide --global-batch-size ({world_size}, {global_batch_size})")
     profile = calibrate("cpu", world_size)
     values = {k: v for k, v in PRESETS["cpu-gloo"].items() if k != "local_world_size"}
     values.update(profile["measured"])
-    topo = Topology(name="cpu-gloo (calibrated)", world_size=world_size, local_world_size=world_size, **values)
+    topo = ClusterTopology(name="cpu-gloo (calibrated)", world_size=world_size, local_world_size=world_size, **values)
     ts = suites.criteo_dlrmv2(dim)
     tables = [suites.table_config(i, min(t.num_embeddings, max_rows), dim) for i, t in enumerate(ts.tables)]
     pooling = {t.name: 1.0 for t in tables}  # one-hot, as the demo's data

@@ -19,7 +19,7 @@ from shardrec.embeddings.tables import build_ebc
 from shardrec.sharding.constraints import TableConstraint
 from shardrec.sharding.plan_io import SHARDING_TYPES, TablePlan
 from shardrec.sharding.sharders import build_sharders
-from shardrec.sharding.topology import Topology
+from shardrec.sharding.topology import ClusterTopology
 from shardrec.sharding.torchrec_planner import quiet_torchrec, to_parameter_constraints, to_torchrec_topology
 
 logger = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ def _shape_key(shards) -> tuple:
 def torchrec_score(
     placed: list[TablePlan],
     tables: list[EmbeddingBagConfig],
-    topo: Topology,
+    topo: ClusterTopology,
     global_batch_size: int,
     pooling: dict[str, float],
 ) -> float | None:

@@ -24,13 +24,14 @@ from typing import Iterator
 
 import numpy as np
 
-from shardrec.dataloader.files import atomic_open, atomic_write_bytes, fsync_path
+from shardrec.dataloader.files import atomic_write_bytes, fsync_path
 from shardrec.tools.preprocess import parse_kernel
 from shardrec.tools.preprocess.parse import REASONS, Schema, describe_bad_row, parse_chunk
 from shardrec.tools.preprocess.gz import READ_ERRORS, describe_error
 from shardrec.tools.preprocess.columns import PartColumns, append_rows, id_groups
-from shardrec.tools.preprocess.ids import Vocabulary, count_values, load_vocabularies, merge_counts
+from shardrec.tools.preprocess.ids import Vocabulary, count_values
 from shardrec.tools.preprocess.inputs import Task, count_range_lines, header_end, open_text
+from shardrec.tools.preprocess.vocab import DEFAULT_MEMORY_MB, CountRuns, load_vocabularies
 
 logger = logging.getLogger(__name__)
 MAX_REPORTED = 5
@@ -58,10 +59,11 @@ class TaskOptions:
     schema: Schema
     chunk_bytes: int
     cardinalities: tuple[int, ...]  # hashing mode: one per sparse feature; vocab mode: from the vocabularies
-    vocab_path: str = ""  # vocabulary mode: the .npz written after counting
+    vocab_path: str = ""  # vocabulary mode: the directory of memory-mapped vocabularies (vocab.py)
     dense_transform: str = "log1p"
     dense_dtype: str = "float32"
     strict: bool = False
+    vocab_memory_bytes: int = DEFAULT_MEMORY_MB << 20  # vocabulary mode: pairs a counting task holds before it spills
 
 
 @dataclass
@@ -203,7 +205,14 @@ def _split_rows(task: Task, line0: int, n: int) -> list[tuple[str, np.ndarray]]:
 
 def _flush(out: Path, task: Task, number: int, buffers: dict[str, PartColumns], result: TaskResult, names: list[str], fsync: bool) -> None:
     for split in sorted(buffers):
-        info = buffers[split].write(out / split / f"part-{task.index:05d}-{number:04d}", names, fsync)
+        part_dir = out / split / f"part-{task.index:05d}-{number:04d}"
+        try:
+            info = buffers[split].write(part_dir, names, fsync)
+        except OSError as e:
+            if e.filename:
+                raise
+            # A failed write() names no file (ENOSPC, EFBIG): name the part being written.
+            raise OSError(e.errno, e.strerror, str(part_dir)) from e
         result.parts.append({"split": split, "part": dataclasses.asdict(info)})
         result.kept[split] = result.kept.get(split, 0) + info.rows
     buffers.clear()
@@ -323,8 +332,9 @@ def wait_for_writes() -> None:
 
 
 def count_task(task: Task, opts: TaskOptions) -> Path:
-    """Vocabulary pass 1: per-feature value counts of the task's training rows, saved as .npz."""
-    per_feature: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in opts.schema.sparse_names]
+    """Vocabulary pass 1: per-feature value counts of the task's training rows, as sorted runs
+    on disk (vocab.CountRuns: spilled whenever opts.vocab_memory_bytes of pairs are held)."""
+    runs = CountRuns(Path(opts.out) / WORK_DIR, task.index, opts.schema.sparse_names, opts.vocab_memory_bytes)
     line0 = 0
     for data in read_pieces(task):
         chunk = parse_chunk(data, opts.schema)
@@ -332,16 +342,11 @@ def count_task(task: Task, opts: TaskOptions) -> Path:
             if split != "train":
                 continue
             rows = mask & chunk.ok
-            for f in range(len(per_feature)):
-                per_feature[f].append(count_values(chunk.sparse[rows, f], chunk.sparse_missing[rows, f]))
+            for f in range(len(opts.schema.sparse_names)):
+                runs.add(f, *count_values(chunk.sparse[rows, f], chunk.sparse_missing[rows, f]))
+        runs.maybe_spill()
         line0 += chunk.rows
-    path = marker_path(Path(opts.out), task.index, "count").with_suffix(".npz")
-    arrays = {}
-    for f, name in enumerate(opts.schema.sparse_names):
-        arrays[f"{name}.values"], arrays[f"{name}.counts"] = merge_counts(per_feature[f])
-    with atomic_open(path) as fh:  # durable before it appears: a rerun trusts an existing count file
-        np.savez(fh, **arrays)
-    return path
+    return runs.finish()
 
 
 _VOCAB_CACHE: dict[str, list[Vocabulary]] = {}

@@ -13,6 +13,7 @@ test then val when the dataset's val_half is 'second'), with ids as int64 so tha
 
 from __future__ import annotations
 
+import json
 import logging
 from contextlib import ExitStack
 from pathlib import Path
@@ -20,12 +21,13 @@ from pathlib import Path
 import numpy as np
 
 from shardrec.dataloader import torchrec_npy as npy
-from shardrec.dataloader.files import atomic_path
+from shardrec.dataloader.files import atomic_path, atomic_write_bytes
 from shardrec.dataloader.format import SPLITS, Manifest, SparseFeature, SplitInfo, open_split, smallest_uint, write_part
 from shardrec.tools.preprocess.stats import compute_feature_stats
 
 logger = logging.getLogger(__name__)
 ROWS_PER_PART = 1 << 20
+EXPORT_MARKER = "export-complete.json"  # written last by export_npy
 
 
 def find_days(src: Path) -> list[int]:
@@ -115,6 +117,8 @@ def export_npy(directory: Path, out: Path) -> dict[str, int]:
         raise ValueError(f"{directory}: multi-hot features have no torchrec day-file layout")
     names = manifest.feature_names
     out.mkdir(parents=True, exist_ok=True)
+    # A marker from an earlier export must not vouch for day files this one may leave half done.
+    (out / EXPORT_MARKER).unlink(missing_ok=True)
     written = {}
     train = open_split(directory, "train", manifest) if "train" in manifest.splits else []
     for day, part in enumerate(train):
@@ -130,4 +134,13 @@ def export_npy(directory: Path, out: Path) -> dict[str, int]:
         # torchrec cuts the last day at ceil(rows/2); skipped rows can make our halves differ.
         logger.warning("%s has %d of %d last-day rows; torchrec will cut at %d", halves[0], first_rows, total, npy.val_rows(total))
     written[f"day_{len(train)}"] = _export_day(last, out, len(train), names)
+    _mark_export_complete(directory, out, written)
     return written
+
+
+def _mark_export_complete(directory: Path, out: Path, written: dict[str, int]) -> None:
+    """Write EXPORT_MARKER last: its presence says every day file it lists is whole (a killed
+    export leaves complete-looking day files, but no marker)."""
+    files = {p.name: p.stat().st_size for day in written for p in sorted(out.glob(f"{day}_*.npy"))}
+    record = {"source": str(directory), "rows": written, "bytes": files}
+    atomic_write_bytes(out / EXPORT_MARKER, json.dumps(record, indent=1).encode())

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.stateful import Stateful
 
 from shardrec.dataloader.files import atomic_open, fsync_dir
 from shardrec.trainer import faults
@@ -55,14 +56,6 @@ class TrainProgress:
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.step, self.epoch = state["step"], state["epoch"]
-
-
-class Stateful(Protocol):
-    """A part saved whole: by rank 0 into train_state.pt, or by each rank into its own file."""
-
-    def state_dict(self) -> Any: ...
-
-    def load_state_dict(self, state: Any) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -130,7 +123,7 @@ class CheckpointParts:
     sharded: Mapping[str, ShardedPart]
     """DCP state keys -> parts, loaded in this order."""
     main: Mapping[str, Stateful]
-    """train_state.pt keys -> parts saved by rank 0, loaded in this order."""
+    """train_state.pt keys -> parts saved whole by rank 0, loaded in this order."""
     signature: dict[str, Any]
     """What must match for a checkpoint to load (see describe_mismatch)."""
     layout: str

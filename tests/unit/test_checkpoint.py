@@ -1,0 +1,63 @@
+"""CheckpointManager on one process: named parts round-trip, the newest K are kept, the on-disk
+layout is train_state.pt + DCP files + rng-<rank>.pt, and a foreign signature is refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from shardrec.trainer.checkpoint import CheckpointManager, CheckpointParts, ModuleState, TrainProgress
+from shardrec.trainer.dist import DistEnv
+
+ENV = DistEnv(rank=0, local_rank=0, world_size=1, local_world_size=1, device=torch.device("cpu"), backend="gloo")
+SIGNATURE = {"model": {"arch": "dlrm"}, "optim": {"sparse": "sgd"}, "tables": [{"name": "t", "rows": 3, "dim": 2}]}
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.value = 0
+
+    def state_dict(self) -> dict[str, int]:
+        return {"value": self.value}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.value = state["value"]
+
+
+def _manager(directory: Path, signature: dict = SIGNATURE) -> tuple[CheckpointManager, torch.nn.Linear, Counter]:
+    torch.manual_seed(0)
+    module, counter = torch.nn.Linear(2, 2), Counter()
+    parts = CheckpointParts(progress=TrainProgress(), sharded={"model": ModuleState(module)},
+                            main={"loader": counter}, signature=signature, layout='{"tables": []}')
+    return CheckpointManager(directory, ENV, keep=2, parts=parts), module, counter
+
+
+def test_parts_round_trip_and_the_newest_two_are_kept(tmp_path: Path) -> None:
+    manager, module, counter = _manager(tmp_path)
+    for step in (1, 2, 3):
+        manager.parts.progress.step, counter.value = step, 10 * step
+        with torch.no_grad():
+            module.weight.fill_(step)
+        manager.save()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000002", "step-00000003"]
+    saved = torch.load(tmp_path / "step-00000003" / "train_state.pt", weights_only=False)
+    assert list(saved) == ["format_version", "progress", "loader", "plan", "world_size", "signature"]
+    assert saved["progress"] == {"step": 3, "epoch": 0} and saved["loader"] == {"value": 30}
+    assert (tmp_path / "step-00000003" / "rng-0.pt").is_file()
+
+    fresh, fresh_module, fresh_counter = _manager(tmp_path)
+    assert fresh.load_latest() == 3
+    assert fresh_counter.value == 30 and fresh.parts.progress.step == 3
+    assert torch.equal(fresh_module.weight, torch.full((2, 2), 3.0))
+
+
+def test_a_checkpoint_of_another_model_is_refused_naming_the_difference(tmp_path: Path) -> None:
+    manager, _, _ = _manager(tmp_path)
+    manager.save()
+    other, _, counter = _manager(tmp_path, {**SIGNATURE, "model": {"arch": "dcnv2"}})
+    counter.value = 7
+    with pytest.raises(ValueError, match="checkpoint of another model or optimizer: model.arch: checkpoint 'dlrm', job 'dcnv2'"):
+        other.load_latest()
+    assert counter.value == 7  # nothing was loaded

@@ -126,27 +126,30 @@ def test_read_pieces_cut_at_newlines_and_keep_every_byte(tmp_path: Path, gz: boo
 
 
 def test_count_and_vocabulary_files_are_synced_before_they_appear(tmp_path: Path, monkeypatch):
-    # A rerun trusts an existing count or vocabulary file, so it must be on disk before its rename.
+    # A rerun trusts an existing count or vocabulary marker, so every file must be on disk before
+    # its rename, and the marker renamed last.
     import os
 
     from shardrec.tools.preprocess.parse import Schema
-    from shardrec.tools.preprocess.ids import save_vocabularies
     from shardrec.tools.preprocess.inputs import Task
-    from shardrec.tools.preprocess.task import TaskOptions, count_task, marker_path
+    from shardrec.tools.preprocess.task import TaskOptions, count_task
+    from shardrec.tools.preprocess.vocab import build_vocabularies, run_dirs
 
     events: list[str] = []
-    real_fsync, real_replace = os.fsync, Path.replace
+    real_fsync, real_replace = os.fsync, os.replace
     monkeypatch.setattr(os, "fsync", lambda fd: (events.append("fsync"), real_fsync(fd))[1])
-    monkeypatch.setattr(Path, "replace", lambda self, target: (events.append(f"replace {Path(target).name}"), real_replace(self, target))[1])
-
-    vocab = Vocabulary.build(np.array([5, 7], np.uint64), np.array([3, 1]), 1)
-    save_vocabularies(tmp_path / "vocab.npz", ["C1"], [vocab])
-    assert events == ["fsync", "replace vocab.npz"]
+    monkeypatch.setattr(os, "replace", lambda src, dst: (events.append(f"replace {Path(dst).name}"), real_replace(src, dst))[1])
 
     text = b"1\t3\t00c0ffee\n0\t4\t\n"
     (tmp_path / "in.txt").write_bytes(text)
     schema = Schema(num_dense=1, num_sparse=1)
-    marker_path(tmp_path, 0).parent.mkdir()
+    marker = count_task(Task(0, str(tmp_path / "in.txt"), 0, len(text), 0, (), "train", False), TaskOptions(str(tmp_path), schema, 1 << 20, (10,)))
+    replaces = [i for i, e in enumerate(events) if e.startswith("replace")]
+    assert [events[i] for i in replaces] == ["replace C1.values.npy", "replace C1.counts.npy", f"replace {marker.name}"]
+    assert all(events[i - 1] == "fsync" for i in replaces) and marker.exists()
+
     events.clear()
-    path = count_task(Task(0, str(tmp_path / "in.txt"), 0, len(text), 0, (), "train", False), TaskOptions(str(tmp_path), schema, 1 << 20, (10,)))
-    assert events == ["fsync", f"replace {path.name}"] and path.exists()
+    build_vocabularies(run_dirs(tmp_path / ".work", [0]), ["C1"], 1, 1 << 20, tmp_path / "vocab")
+    replaces = [i for i, e in enumerate(events) if e.startswith("replace")]
+    assert events[replaces[-1]] == "replace vocab.json" and all(events[i - 1] == "fsync" for i in replaces)
+    assert "replace C1.ids.npy" in events and "replace C1.values.npy" in events

@@ -63,6 +63,9 @@ def preprocess(
     out: Annotated[Path, typer.Option(help="Output dataset directory.")],
     max_ids: Annotated[str, typer.Option(help="Hashing mode: table rows per feature (N, or N1,N2,... one per feature).")] = "10000000",
     min_count: Annotated[int, typer.Option(help="Vocabulary mode when > 0: keep values seen at least K times in training days.")] = 0,
+    vocab_memory_mb: Annotated[float, typer.Option(help=(
+        "Vocabulary mode: MiB of (value, count) pairs one process holds while counting (per worker) or merging; "
+        "more is spilled to sorted runs on disk and merged in value ranges."))] = 256,
     layout: Annotated[str, typer.Option(help="auto, kaggle (7 pseudo-days) or days (one file per day, last halved).")] = "auto",
     val_half: Annotated[str, typer.Option(help="Which half of the last day is validation: first or second.")] = "first",
     csv: Annotated[bool, typer.Option("--csv", help="Comma-separated with a header line (label,I1..,C1..).")] = False,
@@ -92,7 +95,7 @@ def preprocess(
     try:
         schema = Schema(num_dense, num_sparse, "," if csv else delimiter.replace("\\t", "\t"), header or csv, min_fields)
         cfg = PreprocessConfig(
-            inputs=inputs, out=out, max_ids=_parse_max_ids(max_ids), min_count=min_count, layout=layout,
+            inputs=inputs, out=out, max_ids=_parse_max_ids(max_ids), min_count=min_count, vocab_memory_mb=vocab_memory_mb, layout=layout,
             val_half=val_half, schema=schema, dense_transform=dense_transform,
             dense_dtype="float16" if float16 else "float32", workers=workers, chunk_mb=chunk_mb,
             strict=strict, max_skipped_fraction=max_skipped_fraction, part=_parse_part(part),

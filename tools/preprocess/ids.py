@@ -12,9 +12,7 @@ with the real value `00000000`.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -63,7 +61,9 @@ def merge_counts(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray
 
 @dataclass
 class Vocabulary:
-    """One feature's kept values (sorted, for lookups) and the id each maps to."""
+    """One feature's kept values (sorted, for lookups) and the id each maps to.
+
+    The arrays may be memory-mapped (vocab.load_vocabularies): lookups only read them."""
 
     sorted_values: np.ndarray  # uint64 [n]
     ids: np.ndarray  # uint64 [n], the id of sorted_values[i]
@@ -92,22 +92,3 @@ class Vocabulary:
             out = np.full(values.shape, OOV_ID, dtype=np.uint64)
         out[missing] = MISSING_ID
         return out
-
-
-def save_vocabularies(path: Path, names: list[str], vocabs: list[Vocabulary]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        arrays = {}
-        for name, v in zip(names, vocabs):
-            arrays[f"{name}.values"] = v.sorted_values
-            arrays[f"{name}.ids"] = v.ids
-        np.savez(f, **arrays)
-        # Durable before it appears: a rerun trusts an existing vocabulary file.
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)
-
-
-def load_vocabularies(path: Path, names: list[str]) -> list[Vocabulary]:
-    with np.load(path) as z:
-        return [Vocabulary(z[f"{n}.values"], z[f"{n}.ids"]) for n in names]

@@ -31,24 +31,17 @@ from shardrec.dataloader.format import (
     smallest_uint,
 )
 from shardrec.tools.preprocess.parse import DENSE_TRANSFORMS, Schema
-from shardrec.tools.preprocess.ids import (
-    MISSING_ID,
-    OOV_ID,
-    Vocabulary,
-    load_vocabularies,
-    merge_counts,
-    save_vocabularies,
-)
+from shardrec.tools.preprocess.ids import MISSING_ID, OOV_ID
 from shardrec.tools.preprocess.inputs import LAYOUTS, Task, discover_inputs, plan_tasks, resolve_layout
 from shardrec.tools.preprocess.pool import map_tasks
 from shardrec.tools.preprocess.stats import compute_feature_stats
+from shardrec.tools.preprocess.vocab import DEFAULT_MEMORY_MB, build_vocabularies, count_marker, run_dirs
 from shardrec.tools.preprocess.task import (
     WORK_DIR,
     InputError,
     TaskOptions,
     TaskResult,
     count_task,
-    marker_path,
     read_marker,
     run_task,
     wait_for_writes,
@@ -79,6 +72,8 @@ class PreprocessConfig:
     """Hashing mode: table rows per feature (one value for all, or one per feature)."""
     min_count: int = 0
     """Vocabulary mode when > 0: keep values seen at least this often in training days."""
+    vocab_memory_mb: float = DEFAULT_MEMORY_MB
+    """Vocabulary mode: MiB of (value, count) pairs one process holds while counting or merging (vocab.py)."""
     layout: str = "auto"
     """kaggle (one file, 7 pseudo-days), days (one file per day, last halved), or auto."""
     val_half: str = "first"
@@ -115,6 +110,8 @@ class PreprocessConfig:
             raise ValueError(f"max_ids has {len(self.max_ids)} values; give 1 or one per sparse feature ({self.schema.num_sparse})")
         if self.min_count <= 0 and any(n < 2 for n in self.max_ids):
             raise ValueError(f"max_ids {self.max_ids} must all be >= 2 (id 0 is the missing value)")
+        if self.vocab_memory_mb <= 0:
+            raise ValueError(f"vocab_memory_mb {self.vocab_memory_mb} must be positive")
         if self.workers < 1 or self.chunk_mb <= 0:
             raise ValueError(f"workers={self.workers} and chunk_mb={self.chunk_mb} must be positive")
         if not 0 <= self.max_skipped_fraction <= 1:
@@ -196,21 +193,16 @@ def _remove_temporaries(out: Path) -> None:
 
 
 def _build_vocab(cfg: PreprocessConfig, tasks: list[Task], opts: TaskOptions, progress: Progress | None) -> TaskOptions:
-    out, names = cfg.out, cfg.schema.sparse_names
-    vocab_path = out / WORK_DIR / "vocab.npz"
-    if not vocab_path.is_file():
+    """Count (unless done), merge the counts into memory-mapped vocabularies (unless done)."""
+    work, names = cfg.out / WORK_DIR, cfg.schema.sparse_names
+    vocab_dir = work / "vocab"
+    if not (vocab_dir / "vocab.json").is_file():
         _count(cfg, tasks, opts, progress)
-        vocabs = []
-        for f, name in enumerate(names):
-            pieces = []
-            for t in tasks:
-                with np.load(marker_path(out, t.index, "count").with_suffix(".npz")) as z:
-                    pieces.append((z[f"{name}.values"], z[f"{name}.counts"]))
-            values, counts = merge_counts(pieces)
-            vocabs.append(Vocabulary.build(values, counts, cfg.min_count))
-        save_vocabularies(vocab_path, names, vocabs)
-    cards = tuple(v.cardinality for v in load_vocabularies(vocab_path, names))
-    return replace(opts, cardinalities=cards, vocab_path=str(vocab_path))
+        runs = run_dirs(work, [t.index for t in tasks])
+        info = build_vocabularies(runs, names, cfg.min_count, opts.vocab_memory_bytes, vocab_dir)
+        logger.info("vocabularies merged from %d count runs in %d value ranges", len(runs), sum(info["merge_ranges"]))
+    cards = tuple(json.loads((vocab_dir / "vocab.json").read_text())["cardinalities"])
+    return replace(opts, cardinalities=cards, vocab_path=str(vocab_dir))
 
 
 
@@ -227,7 +219,8 @@ def run_preprocess(cfg: PreprocessConfig, progress: Progress | None = None) -> P
     tasks = plan_tasks(files, layout, cfg.val_half, int(cfg.chunk_mb * (1 << 20)), cfg.schema.header)
     mine = [t for t in tasks if cfg.part is None or t.index % cfg.part[1] == cfg.part[0]]
     opts = TaskOptions(
-        str(cfg.out), cfg.schema, int(cfg.chunk_mb * (1 << 20)), cfg.cardinalities(), "", cfg.dense_transform, cfg.dense_dtype, cfg.strict
+        str(cfg.out), cfg.schema, int(cfg.chunk_mb * (1 << 20)), cfg.cardinalities(), "", cfg.dense_transform, cfg.dense_dtype, cfg.strict,
+        vocab_memory_bytes=int(cfg.vocab_memory_mb * (1 << 20)),
     )
     if cfg.min_count > 0:
         if cfg.part is not None and not _all_counted(cfg.out, tasks):
@@ -300,12 +293,12 @@ def _disk_bytes(task: Task) -> int:
 
 
 def _all_counted(out: Path, tasks: list[Task]) -> bool:
-    return all(marker_path(out, t.index, "count").with_suffix(".npz").is_file() for t in tasks)
+    return all(count_marker(out / WORK_DIR, t.index).is_file() for t in tasks)
 
 
 def _count(cfg: PreprocessConfig, tasks: list[Task], opts: TaskOptions, progress: Progress | None) -> None:
     """Vocabulary pass 1 over the tasks not counted yet."""
-    todo = [t for t in tasks if not marker_path(cfg.out, t.index, "count").with_suffix(".npz").is_file()]
+    todo = [t for t in tasks if not count_marker(cfg.out / WORK_DIR, t.index).is_file()]
     if progress and todo:
         progress.start(sum(_disk_bytes(t) for t in todo), "count")
     for t, _ in map_tasks(count_task, todo, opts, cfg.workers):

@@ -1,0 +1,117 @@
+"""Vocabulary mode in bounded memory: the external merge gives today's vocabularies and datasets.
+
+The reference is the in-memory implementation the merge replaced (every task's pairs
+concatenated and sorted at once, then Vocabulary.build), kept here only as the expected result.
+The dataset digests were taken from that implementation's output before it was replaced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shardrec.tools.preprocess.ids import Vocabulary, count_values, merge_counts
+from shardrec.tools.preprocess.parse import Schema, parse_chunk
+from shardrec.tools.preprocess.pipeline import PreprocessConfig, run_preprocess
+from shardrec.tools.preprocess.vocab import build_vocabularies, load_vocabularies, merge_runs
+from shardrec.tools.synth import write_dataset
+
+# sha256 over (relative path, bytes) of every .npy of the dataset, from the in-memory
+# implementation (commit f6c72cd) on write_dataset(rows=6000, seed=5, max_vocab=400), --min-count 2,
+# --chunk-mb 0.2.
+TODAYS_DIGESTS = {
+    "days": "63c21f850b1ee5ca3bac0340f8fa08e058b0912d09ab4cef9e156b534e0dbe39",
+    "kaggle": "27661e16dc3e26db64bb4ba1da90563f3aa8b89f587a4589f3d5c18e4a92edb9",
+}
+
+
+def _digest(out: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(out.rglob("*.npy")):
+        if ".work" not in p.parts:
+            h.update(str(p.relative_to(out)).encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def _reference_vocab(runs: list[tuple[np.ndarray, np.ndarray]], min_count: int) -> Vocabulary:
+    values, counts = merge_counts(runs)  # everything at once, in memory
+    return Vocabulary.build(values, counts, min_count)
+
+
+@pytest.mark.parametrize("kind", ["days", "kaggle"])
+@pytest.mark.parametrize("memory_mb", [256, 0.001])  # 0.001 MiB: 16 pairs, many runs and ranges
+def test_dataset_bytes_equal_the_in_memory_implementation(tmp_path: Path, kind: str, memory_mb: float):
+    raw = tmp_path / "raw"
+    write_dataset(raw, rows=6000, seed=5, days=3 if kind == "days" else 0, max_vocab=400)
+    out = tmp_path / "out"
+    run_preprocess(PreprocessConfig([raw], out, min_count=2, chunk_mb=0.2, vocab_memory_mb=memory_mb))
+    assert _digest(out) == TODAYS_DIGESTS[kind]
+    info = json.loads((out / ".work" / "vocab" / "vocab.json").read_text())
+    # The tiny budget really did merge in pieces; the default one in one range per feature.
+    assert (max(info["merge_ranges"]) > 10) if memory_mb < 1 else (max(info["merge_ranges"]) == 1)
+
+
+def test_several_merge_ranges_give_the_reference_vocabulary(tmp_path: Path):
+    rng = np.random.default_rng(1)
+    runs, dirs = [], []
+    for r in range(6):  # runs of very different sizes, overlapping value ranges, skewed counts
+        values = np.unique(rng.integers(0, 2_000 * (r + 1), 300 * (r + 1)).astype(np.uint64))
+        counts = rng.zipf(1.5, len(values)).astype(np.int64)
+        runs.append((values, counts))
+        d = tmp_path / f"run-{r}"
+        d.mkdir()
+        np.save(d / "C1.values.npy", values)
+        np.save(d / "C1.counts.npy", counts)
+        dirs.append(d)
+    ranges = list(merge_runs(runs, 64))
+    assert len(ranges) > 20 and all(len(v) <= 64 for v, _ in ranges)
+    merged_v = np.concatenate([v for v, _ in ranges])
+    np.testing.assert_array_equal(merged_v, merge_counts(runs)[0])
+    for min_count in (1, 2, 5):
+        info = build_vocabularies(dirs, ["C1"], min_count, 64 * 64, tmp_path / f"vocab-{min_count}")
+        assert info["merge_ranges"][0] > 20
+        (got,) = load_vocabularies(tmp_path / f"vocab-{min_count}", ["C1"])
+        want = _reference_vocab(runs, min_count)
+        assert isinstance(got.sorted_values, np.memmap) and isinstance(got.ids, np.memmap)
+        np.testing.assert_array_equal(got.sorted_values, want.sorted_values)
+        np.testing.assert_array_equal(got.ids, want.ids)
+        assert info["cardinalities"] == [want.cardinality]
+
+
+def test_a_budget_below_the_run_count_is_one_clear_error(tmp_path: Path):
+    dirs = []
+    for r in range(20):
+        d = tmp_path / f"run-{r}"
+        d.mkdir()
+        np.save(d / "C1.values.npy", np.arange(r, r + 50, dtype=np.uint64))
+        np.save(d / "C1.counts.npy", np.ones(50, np.int64))
+        dirs.append(d)
+    with pytest.raises(ValueError, match="below the 20 count runs it must merge; raise --vocab-memory-mb"):
+        build_vocabularies(dirs, ["C1"], 1, 16 * 64, tmp_path / "vocab")
+
+
+def test_counting_spills_runs_and_a_rerun_reuses_them(tmp_path: Path):
+    raw = tmp_path / "raw"
+    (path,) = write_dataset(raw, rows=3000, seed=2, max_vocab=300)
+    out = tmp_path / "out"
+    cfg = PreprocessConfig([raw], out, min_count=1, chunk_mb=64, vocab_memory_mb=0.001)
+    run_preprocess(cfg)
+    work = out / ".work"
+    assert json.loads((work / "count-00000.json").read_text())["runs"] >= 1
+    # Reference: the training rows (6/7 of the lines, Kaggle layout) counted at once.
+    chunk = parse_chunk(path.read_bytes(), Schema())
+    train = np.arange(chunk.rows) < 6 * chunk.rows // 7
+    vocabs = load_vocabularies(work / "vocab", Schema().sparse_names)
+    for f in (0, 5, 25):
+        values, counts = count_values(chunk.sparse[train, f], chunk.sparse_missing[train, f])
+        np.testing.assert_array_equal(vocabs[f].ids, Vocabulary.build(values, counts, 1).ids)
+    before = _digest(out)
+    (work / "vocab" / "vocab.json").unlink()  # merge again from the count runs kept on disk
+    (out / "manifest.json").unlink()
+    run_preprocess(cfg)
+    assert _digest(out) == before

@@ -1,8 +1,11 @@
 import json
+import re
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
+
+from helpers import assert_one_line_error
 
 from shardrec.tools.cli.app import app
 
@@ -24,6 +27,6 @@ def test_bench_loader_reports_rates_and_ratios_against_same_run_baselines(tmp_pa
     assert 0.5 < r["shuffle_quality_drifting_labels"]["ratio"] < 3
     assert list(tmp_path.iterdir()) == []  # the generated data is removed
     bad = CliRunner().invoke(app, ["bench", "loader", "--rows", "100", "--global-batch", "1024"])
-    assert bad.exit_code == 1 and "--rows >= 2 x --global-batch" in bad.output
+    assert_one_line_error(bad, re.escape("--rows >= 2 x --global-batch"))
     bad = CliRunner().invoke(app, ["bench", "loader", "--parts", "0"])
-    assert bad.exit_code == 1 and "--parts must be in [1, --rows], got 0" in bad.output
+    assert_one_line_error(bad, re.escape("--parts must be in [1, --rows], got 0"))

@@ -8,10 +8,13 @@ import signal
 import subprocess
 import sys
 import time
+import re
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
+
+from helpers import assert_one_line_error
 
 from shardrec.tools.cli.app import app
 from shardrec.tools.synth import write_dataset
@@ -139,7 +142,7 @@ def test_failed_background_fsync_fails_the_run_without_marking_the_task(raw: Pat
     monkeypatch.setattr(preprocess_task, "_sync_then_mark", no_space)
     out = tmp_path / "data"
     result = runner.invoke(app, ["preprocess", str(raw), "--out", str(out), *ARGS])
-    assert result.exit_code == 1 and "No space left on device" in result.output
+    assert_one_line_error(result, re.escape("No space left on device"))
     assert list((out / "train").glob("part-*/C1.npy"))  # parts were written, then their sync failed
     assert not list((out / ".work").glob("task-*.json"))  # so no task is recorded as finished
     monkeypatch.undo()

@@ -3,10 +3,13 @@ a resume that changes the optimizers is refused; samples/s counts training time 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
+
+from helpers import assert_one_line_error
 
 from shardrec.trainer.config import load_job_config
 from shardrec.trainer.preflight import check_trainable, preflight
@@ -119,7 +122,7 @@ def test_train_cli_refuses_zero_ranks_and_mentions_resume_only_with_a_checkpoint
     from shardrec.tools.cli.train import _failure_message
 
     result = CliRunner().invoke(app, ["train", "--nproc-per-node", "0"])
-    assert result.exit_code == 1 and "--nproc-per-node must be at least 1, got 0" in result.output
+    assert_one_line_error(result, re.escape("--nproc-per-node must be at least 1, got 0"))
     assert "Traceback" not in result.output
     assert "resume" not in _failure_message(1, tmp_path)
     ckpt = tmp_path / "checkpoints" / "step-00000004"

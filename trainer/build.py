@@ -28,7 +28,7 @@ from shardrec.sharding.planner import plan_tables
 from shardrec.sharding.sharders import build_sharders
 from shardrec.trainer.config import ModelConfig, OptimConfig
 from shardrec.trainer.dist import DistEnv
-from shardrec.trainer.models import build_model
+from shardrec.trainer.models import bf16_support_note, build_model
 from shardrec.trainer.objective import TRAIN_EBC_PATH, TrainModule
 from shardrec.trainer.optim import TrainOptimizer, build_dense_optimizer, dlrm_schedule
 from shardrec.trainer.preflight import check_trainable
@@ -44,9 +44,13 @@ def build_train_module(
     *,
     global_batch_size: int,
     seed: int,
+    precision: str = "fp32",
 ) -> TrainModule:
     """The unsharded model (embeddings on the meta device, dense layers on `env.device`) wrapped
-    with its loss; `seed` seeds the dense layers' initial weights."""
+    with its loss; `seed` seeds the dense layers' initial weights; `precision` is train.precision."""
+    note = bf16_support_note(env.device.type) if precision == "bf16" else None
+    if note and env.is_main:
+        logger.warning(note)
     torch.manual_seed(seed)
     model = build_model(
         model_config,
@@ -54,6 +58,7 @@ def build_train_module(
         [name for t in tables for name in t.feature_names],
         len(manifest.dense_features),
         dense_device=env.device,
+        precision=precision,
     )
     return TrainModule(model, global_batch_size, env.world_size)
 

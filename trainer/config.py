@@ -168,8 +168,11 @@ class TrainConfig:
     """auto, cpu or cuda."""
     log_interval: int = 20
     """Steps between progress log lines."""
+    precision: str = "fp32"
+    """fp32, or bf16: dense layers and interaction under autocast; embeddings, optimizer state, loss, metrics and checkpoints stay fp32."""
 
     def __post_init__(self) -> None:
+        _check_choice("train.precision", self.precision, ("fp32", "bf16"))
         _check_positive("train.global_batch_size", self.global_batch_size)
         _check_positive("train.epochs", self.epochs)
         _check_positive("train.steps", self.steps, allow_zero=True)

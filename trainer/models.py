@@ -2,9 +2,16 @@
 
 Both read the pooled embeddings by feature name: a sharded EmbeddingBagCollection returns its
 KeyedTensor keys in an order that depends on the plan, so position means nothing.
+
+Precision (train.precision): under bf16 the dense layers and the interaction run in
+torch.autocast (bf16 matmuls, fp32 weights); the embedding lookups and their all-to-all stay
+outside it, and the logit is returned in fp32 so that the loss and metrics are fp32.
 """
 
 from __future__ import annotations
+
+import contextlib
+from typing import ContextManager
 
 import torch
 import torch.nn as nn
@@ -17,6 +24,19 @@ from shardrec.trainer.config import ModelConfig
 
 # Where the EmbeddingBagCollection sits inside RecModel; plans name it by this path.
 EBC_PATH = "sparse_arch.embedding_bag_collection"
+PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16}
+"""train.precision -> the autocast dtype of the dense layers (None: no autocast)."""
+
+
+def bf16_support_note(device_type: str) -> str | None:
+    """Why bf16 autocast would run slowly on this machine, or None where it has fast bf16 matmuls."""
+    if device_type == "cuda":
+        return None if torch.cuda.is_bf16_supported() else "this GPU has no bf16 support: train.precision = \"bf16\" is emulated and slow"
+    # AVX512-BF16 or AMX give native bf16 dot products; oneDNN emulates bf16 elsewhere (slower than fp32).
+    if torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported():
+        return None
+    return ("this CPU has no AVX512-BF16 or AMX instructions: under train.precision = \"bf16\" its matmuls are "
+            "emulated and likely slower than fp32")
 
 
 class SparseArch(nn.Module):
@@ -74,17 +94,30 @@ class RecModel(nn.Module):
         dense_arch: nn.Module,
         interaction: nn.Module,
         over_arch: nn.Module,
+        autocast_dtype: torch.dtype | None = None,
+        device_type: str = "cpu",
     ) -> None:
         super().__init__()
         self.sparse_arch = sparse_arch
         self.dense_arch = dense_arch
         self.interaction = interaction
         self.over_arch = over_arch
+        self.autocast_dtype = autocast_dtype
+        # Fixed here, not read from the input: torchrec's pipeline traces forward with fx proxies.
+        self.device_type = device_type
+
+    def _dense_precision(self) -> ContextManager[object]:
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device_type, dtype=self.autocast_dtype)
 
     def forward(self, dense_features: torch.Tensor, sparse_features: KeyedJaggedTensor) -> torch.Tensor:
-        dense = self.dense_arch(dense_features)
-        sparse = self.sparse_arch(sparse_features)
-        return self.over_arch(self.interaction(dense, sparse)).squeeze(-1)
+        with self._dense_precision():
+            dense = self.dense_arch(dense_features)
+        sparse = self.sparse_arch(sparse_features)  # outside autocast: lookups and all-to-all in fp32
+        with self._dense_precision():
+            logits = self.over_arch(self.interaction(dense, sparse)).squeeze(-1)
+        return logits.float()  # the loss and the metrics in fp32 (a no-op under fp32)
 
 
 def _mlp(in_size: int, sizes: list[int], device: torch.device) -> nn.Module:
@@ -107,6 +140,7 @@ def build_model(
     num_dense: int,
     *,
     dense_device: str | torch.device = "cpu",
+    precision: str = "fp32",
 ) -> RecModel:
     """A DLRM or DCNv2 over `ebc` (usually on the meta device, to be sharded).
 
@@ -120,6 +154,7 @@ def build_model(
         feature_names: the sparse features, in the order the interaction reads them.
         num_dense: number of dense features.
         dense_device: where the dense layers live.
+        precision: a key of PRECISIONS (train.precision).
     """
     device = torch.device(dense_device)
     dims = {name: None for name in feature_names}
@@ -147,4 +182,6 @@ def build_model(
         _mlp(num_dense, dense_arch, device),
         interaction,
         _over_arch(interaction.out_features(dense_dim), model_config.over_arch, device),
+        autocast_dtype=PRECISIONS[precision],
+        device_type=device.type,
     )

@@ -82,7 +82,8 @@ def build_job(config: JobConfig, env: DistEnv, run_dir: Path, plan_path: str | N
     manifest = Manifest.load(data_dir)
     m, t, o = config.model, config.train, config.optim
     tables = build_table_configs(manifest, m.embedding_dim, m.dims)
-    module = build.build_train_module(m, manifest, tables, env, global_batch_size=t.global_batch_size, seed=t.seed)
+    module = build.build_train_module(m, manifest, tables, env, global_batch_size=t.global_batch_size, seed=t.seed,
+                                      precision=t.precision)
     if plan_path:
         plan = load_plan(plan_path)
     else:

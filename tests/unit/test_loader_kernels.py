@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip("numba")
+import numba  # noqa: E402,F401  a hard dependency: a broken install must fail here, not skip
 
 from conftest import loader_kwargs, write_tiny_dataset  # noqa: E402
 from shardrec.dataloader import gather_kernels  # noqa: E402

@@ -13,7 +13,6 @@ from shardrec.tools.preprocess import parse_kernel
 from shardrec.tools.preprocess.ids import hash_ids
 from shardrec.tools.preprocess.stats import feature_stats, id_counts, id_frequencies
 
-needs_numba = pytest.mark.skipif(not parse_kernel.AVAILABLE, reason="numba is not installed")
 
 
 def _numpy_save(path: Path, array: np.ndarray) -> bytes:
@@ -54,7 +53,6 @@ def test_empty_and_zero_dim_columns_match_numpy(tmp_path: Path):
         assert info.files[name].sha256 == hashlib.sha256(want).hexdigest()
 
 
-@needs_numba
 @pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.uint64])
 def test_hashing_into_columns_equals_hash_ids(dtype):
     rng = np.random.default_rng(1)
@@ -73,8 +71,7 @@ def test_hashing_into_columns_equals_hash_ids(dtype):
 
 @pytest.mark.parametrize("compiled", [True, False])
 def test_stats_from_counts_equal_stats_from_sorted_bincount(monkeypatch, compiled: bool):
-    if compiled and not parse_kernel.AVAILABLE:
-        pytest.skip("numba is not installed")
+    assert parse_kernel.AVAILABLE, "numba is a hard dependency: the compiled kernels must be there"
     monkeypatch.setattr(parse_kernel, "AVAILABLE", compiled)
     rng = np.random.default_rng(2)
     card = 5000

@@ -20,6 +20,26 @@ from shardrec.tools.preprocess.inputs import (
 )
 
 
+# Known answers: a change to the mixing or the mod would remap every id of every dataset and
+# silently invalidate every checkpoint trained on one. Computed once with the code as released.
+GOLDEN_HEX = ["00000000", "00000001", "68fd1e64", "80e26c9b", "fb936136", "7b4723c4", "ffffffff", "ffffffffffffffff"]
+GOLDEN_IDS = {
+    2: [1, 1, 1, 1, 1, 1, 1, 1],
+    1000: [1, 374, 468, 28, 685, 295, 272, 664],
+    10_000_000: [1, 7915964, 8663310, 8538013, 706006, 5943679, 964613, 7360045],
+    2**40: [1, 124828882940, 285348094239, 409837881484, 334824798085, 228093315712, 38273940545, 1086417046993],
+}
+
+
+@pytest.mark.parametrize("cardinality", sorted(GOLDEN_IDS))
+def test_hash_ids_known_answers(cardinality: int):
+    values = np.array([int(h, 16) for h in GOLDEN_HEX], dtype=np.uint64)
+    assert hash_ids(values, np.zeros(len(values), bool), cardinality).tolist() == GOLDEN_IDS[cardinality]
+    missing = np.arange(len(values)) % 2 == 0
+    want = [0 if m else g for m, g in zip(missing, GOLDEN_IDS[cardinality])]
+    assert hash_ids(values, missing, cardinality).tolist() == want
+
+
 def test_hash_ids_range_missing_and_spread():
     values = np.arange(0, 5000, dtype=np.uint64) | np.uint64(0xFFFF0000)
     missing = np.zeros(len(values), dtype=bool)

@@ -1,7 +1,7 @@
 """Balancing pieces over ranks: LPT packing, single-table moves and piece swaps.
 
 Everything is deterministic: ties break by table order and rank, so the same inputs always
-give the same placement.
+give the same placement. Tables are referred to by their index in `Problem.configs`.
 """
 
 from __future__ import annotations
@@ -18,8 +18,11 @@ from shardrec.sharding.options import PIECE_TYPES, Option, Piece, Problem
 @dataclass
 class Assignment:
     choice: list[Option]
+    """Per table: its chosen sharding option."""
     step: np.ndarray
+    """Per rank: estimated step seconds."""
     mem: np.ndarray
+    """Per rank: estimated memory bytes."""
     ranks: list[list[int]]
     """Per table: the rank of each column block (piece types) or the host (table_row_wise)."""
     latency_s: float = 0.0
@@ -32,172 +35,206 @@ class Assignment:
         return float("inf") if self.infeasible >= 0 else float(self.step.max()) + self.latency_s
 
 
-def place_spreads(p: Problem, choice: list[Option], step: np.ndarray, mem: np.ndarray, ranks: list[list[int]]) -> None:
-    H = p.topo.local_world_size
-    spreads = [i for i, o in enumerate(choice) if o.sharding_type not in PIECE_TYPES]
-    for i in sorted(spreads, key=lambda i: (-p.work(i, choice[i]), i)):
-        s, m = p.spread(i, choice[i].sharding_type)
-        if choice[i].sharding_type == "table_row_wise":
-            hosts = p.hosts_allowed(i)
-            host = min(hosts, key=lambda h: (float(step[h * H:(h + 1) * H].sum()), h))
-            s, m = np.roll(s, host * H), np.roll(m, host * H)
-            ranks[i] = [host]
-        step += s
-        mem += m
+def _least_loaded_host(hosts: list[int], step: np.ndarray, host_size: int) -> int:
+    """The host whose ranks add up to the least step time (ties: the lowest host)."""
+    return min(hosts, key=lambda host: (float(step[host * host_size:(host + 1) * host_size].sum()), host))
 
 
-def assign(p: Problem, choice: list[Option]) -> Assignment:
+def place_spreads(
+    problem: Problem, choice: list[Option], step: np.ndarray, mem: np.ndarray, ranks: list[list[int]]
+) -> None:
+    """Add every spread option's per-rank cost to `step` and `mem`, costliest first; table-row-wise
+    tables go to the least-loaded host they may use."""
+    host_size = problem.topo.local_world_size
+    spreads = [index for index, option in enumerate(choice) if option.sharding_type not in PIECE_TYPES]
+    for index in sorted(spreads, key=lambda index: (-problem.work(index, choice[index]), index)):
+        spread_step, spread_mem = problem.spread(index, choice[index].sharding_type)
+        if choice[index].sharding_type == "table_row_wise":
+            host = _least_loaded_host(problem.hosts_allowed(index), step, host_size)
+            spread_step, spread_mem = np.roll(spread_step, host * host_size), np.roll(spread_mem, host * host_size)
+            ranks[index] = [host]
+        step += spread_step
+        mem += spread_mem
+
+
+def assign(problem: Problem, choice: list[Option]) -> Assignment:
     """LPT: spreads first, then pieces from the costliest, each on the least-loaded rank with room."""
-    topo, W, H, cap = p.topo, p.topo.world_size, p.topo.local_world_size, p.topo.memory_bytes
-    step, mem = np.zeros(W), np.zeros(W)
+    world_size, host_size = problem.topo.world_size, problem.topo.local_world_size
+    capacity = problem.topo.memory_bytes
+    step, mem = np.zeros(world_size), np.zeros(world_size)
     ranks: list[list[int]] = [[] for _ in choice]
-    place_spreads(p, choice, step, mem, ranks)
+    place_spreads(problem, choice, step, mem, ranks)
     pieces = []
-    for i, o in enumerate(choice):
-        if o.sharding_type in PIECE_TYPES:
-            pc = p.piece(i, o.shards)
-            step += o.shards * pc.other_s  # every rank's share of the all-to-all; the owner's is corrected below
-            pieces.append((-(pc.owner_s - pc.other_s), i))
+    for index, option in enumerate(choice):
+        if option.sharding_type in PIECE_TYPES:
+            piece = problem.piece(index, option.shards)
+            step += option.shards * piece.other_s  # every rank's share of the all-to-all; the owner's is corrected below
+            pieces.append((-(piece.owner_s - piece.other_s), index))
     pieces.sort()
-    heap = [(float(step[r]), r) for r in range(W)]
+    heap = [(float(step[rank]), rank) for rank in range(world_size)]
     heapq.heapify(heap)
-    for _, i in pieces:
-        o, pc = choice[i], p.piece(i, choice[i].shards)
-        extra = pc.owner_s - pc.other_s
-        allowed = None if not p.cons[i].ranks else set(p.cons[i].ranks)
-        if o.sharding_type == "table_column_wise":
-            hosts = p.hosts_allowed(i)
-            host = min(hosts, key=lambda h: (float(step[h * H:(h + 1) * H].sum()), h))
-            allowed = set(range(host * H, (host + 1) * H))
-        for _ in range(o.shards):
-            r = pop_rank(heap, step, mem, pc.mem, cap, allowed)
-            if r < 0:
-                return Assignment(choice, step, mem, ranks, infeasible=i)
-            step[r] += extra
-            mem[r] += pc.mem
-            ranks[i].append(r)
-            heapq.heappush(heap, (float(step[r]), r))
-    return Assignment(choice, step, mem, ranks, type_latency(p, choice))
+    for _, index in pieces:
+        option, piece = choice[index], problem.piece(index, choice[index].shards)
+        extra = piece.owner_s - piece.other_s
+        allowed = None if not problem.cons[index].ranks else set(problem.cons[index].ranks)
+        if option.sharding_type == "table_column_wise":
+            host = _least_loaded_host(problem.hosts_allowed(index), step, host_size)
+            allowed = set(range(host * host_size, (host + 1) * host_size))
+        for _ in range(option.shards):
+            rank = pop_rank(heap, step, mem, piece.mem, capacity, allowed)
+            if rank < 0:
+                return Assignment(choice, step, mem, ranks, infeasible=index)
+            step[rank] += extra
+            mem[rank] += piece.mem
+            ranks[index].append(rank)
+            heapq.heappush(heap, (float(step[rank]), rank))
+    return Assignment(choice, step, mem, ranks, type_latency(problem, choice))
 
 
-def pop_rank(heap, step, mem, need: float, cap: float, allowed: set[int] | None) -> int:
+def pop_rank(
+    heap: list[tuple[float, int]], step: np.ndarray, mem: np.ndarray, need: float, capacity: float,
+    allowed: set[int] | None,
+) -> int:
     """Pop the least-loaded rank that may hold the piece and has memory for it; -1 if none."""
     skipped, found = [], -1
     while heap:
-        load, r = heapq.heappop(heap)
-        if load != step[r]:
+        load, rank = heapq.heappop(heap)
+        if load != step[rank]:
             continue  # stale entry
-        if (allowed is None or r in allowed) and mem[r] + need <= cap:
-            found = r
+        if (allowed is None or rank in allowed) and mem[rank] + need <= capacity:
+            found = rank
             break
-        skipped.append((load, r))
+        skipped.append((load, rank))
     for item in skipped:
         heapq.heappush(heap, item)
     return found
 
 
-def type_latency(p: Problem, choice: list[Option]) -> float:
+def type_latency(problem: Problem, choice: list[Option]) -> float:
     """Start-up cost of the collectives of every sharding type in use (cost.collective_latency)."""
-    if p.topo.world_size == 1:
+    if problem.topo.world_size == 1:
         return 0.0
-    return collectives_per_step({o.sharding_type for o in choice}, p.topo.num_hosts) * p.latency_per_type_s
+    sharding_types = {option.sharding_type for option in choice}
+    return collectives_per_step(sharding_types, problem.topo.num_hosts) * problem.latency_per_type_s
 
 
-def move_table(p: Problem, a: Assignment, i: int, o: Option) -> Assignment:
-    """`a` with table i switched to option o, its new pieces put on the least-loaded ranks (no re-balance)."""
-    step, mem, ranks = a.step.copy(), a.mem.copy(), list(a.ranks)
-    H, cap = p.topo.local_world_size, p.topo.memory_bytes
-    old = a.choice[i]
+def _remove_table(problem: Problem, current: Assignment, index: int, step: np.ndarray, mem: np.ndarray) -> None:
+    """Take the cost of table `index`'s current option out of `step` and `mem`."""
+    old = current.choice[index]
     if old.sharding_type in PIECE_TYPES:
-        pc = p.piece(i, old.shards)
-        step -= old.shards * pc.other_s
-        for r in a.ranks[i]:
-            step[r] -= pc.owner_s - pc.other_s
-            mem[r] -= pc.mem
+        piece = problem.piece(index, old.shards)
+        step -= old.shards * piece.other_s
+        for rank in current.ranks[index]:
+            step[rank] -= piece.owner_s - piece.other_s
+            mem[rank] -= piece.mem
+        return
+    spread_step, spread_mem = problem.spread(index, old.sharding_type)
+    shift = current.ranks[index][0] * problem.topo.local_world_size if old.sharding_type == "table_row_wise" else 0
+    step -= np.roll(spread_step, shift)
+    mem -= np.roll(spread_mem, shift)
+
+
+def move_table(problem: Problem, current: Assignment, index: int, option: Option) -> Assignment:
+    """`current` with table `index` switched to `option`, its new pieces put on the least-loaded
+    ranks (no re-balance)."""
+    step, mem, ranks = current.step.copy(), current.mem.copy(), list(current.ranks)
+    host_size, capacity = problem.topo.local_world_size, problem.topo.memory_bytes
+    _remove_table(problem, current, index, step, mem)
+    choice = current.choice[:index] + [option] + current.choice[index + 1:]
+    if option.sharding_type not in PIECE_TYPES:
+        spread_step, spread_mem = problem.spread(index, option.sharding_type)
+        ranks[index] = []
+        if option.sharding_type == "table_row_wise":
+            host = _least_loaded_host(problem.hosts_allowed(index), step, host_size)
+            spread_step, spread_mem = np.roll(spread_step, host * host_size), np.roll(spread_mem, host * host_size)
+            ranks[index] = [host]
+        step += spread_step
+        mem += spread_mem
+        return Assignment(choice, step, mem, ranks, type_latency(problem, choice))
+    piece = problem.piece(index, option.shards)
+    step += option.shards * piece.other_s
+    mask = np.zeros(problem.topo.world_size, dtype=bool)
+    if option.sharding_type == "table_column_wise":
+        host = _least_loaded_host(problem.hosts_allowed(index), step, host_size)
+        mask[host * host_size:(host + 1) * host_size] = True
     else:
-        s, m = p.spread(i, old.sharding_type)
-        shift = a.ranks[i][0] * H if old.sharding_type == "table_row_wise" else 0
-        step -= np.roll(s, shift)
-        mem -= np.roll(m, shift)
-    choice = a.choice[:i] + [o] + a.choice[i + 1:]
-    if o.sharding_type not in PIECE_TYPES:
-        s, m = p.spread(i, o.sharding_type)
-        ranks[i] = []
-        if o.sharding_type == "table_row_wise":
-            host = min(p.hosts_allowed(i), key=lambda h: (float(step[h * H:(h + 1) * H].sum()), h))
-            s, m, ranks[i] = np.roll(s, host * H), np.roll(m, host * H), [host]
-        step += s
-        mem += m
-        return Assignment(choice, step, mem, ranks, type_latency(p, choice))
-    pc = p.piece(i, o.shards)
-    step += o.shards * pc.other_s
-    mask = np.zeros(p.topo.world_size, dtype=bool)
-    if o.sharding_type == "table_column_wise":
-        host = min(p.hosts_allowed(i), key=lambda h: (float(step[h * H:(h + 1) * H].sum()), h))
-        mask[host * H:(host + 1) * H] = True
-    else:
-        mask[p.allowed_ranks(i)] = True
+        mask[problem.allowed_ranks(index)] = True
     placed = []
-    for _ in range(o.shards):
-        load = np.where(mask & (mem + pc.mem <= cap), step, np.inf)
-        r = int(np.argmin(load))
-        if not np.isfinite(load[r]):
-            return Assignment(choice, step, mem, ranks, 0.0, infeasible=i)
-        step[r] += pc.owner_s - pc.other_s
-        mem[r] += pc.mem
-        placed.append(r)
-    ranks[i] = placed
-    return Assignment(choice, step, mem, ranks, type_latency(p, choice))
+    for _ in range(option.shards):
+        load = np.where(mask & (mem + piece.mem <= capacity), step, np.inf)
+        rank = int(np.argmin(load))
+        if not np.isfinite(load[rank]):
+            return Assignment(choice, step, mem, ranks, 0.0, infeasible=index)
+        step[rank] += piece.owner_s - piece.other_s
+        mem[rank] += piece.mem
+        placed.append(rank)
+    ranks[index] = placed
+    return Assignment(choice, step, mem, ranks, type_latency(problem, choice))
 
 
-def refine_ranks(p: Problem, a: Assignment, max_moves: int) -> Assignment:
-    """Move or swap single pieces between the slowest and the fastest ranks while that helps."""
-    if a.infeasible >= 0:
-        return a
-    step, mem, ranks, cap = a.step.copy(), a.mem.copy(), [list(r) for r in a.ranks], p.topo.memory_bytes
-    H = p.topo.local_world_size
-    where: dict[int, list[tuple[int, int]]] = {}  # rank -> (table, block index)
-    for i, o in enumerate(a.choice):
-        if o.sharding_type in PIECE_TYPES:
-            for j, r in enumerate(ranks[i]):
-                where.setdefault(r, []).append((i, j))
+Exchange = tuple[float, int, int, "tuple[int, int] | None"]
+"""(new max of the pair, table index, block index, swap partner's (table, block) or None)."""
 
-    def ok(i: int, r: int, src: int) -> bool:
-        o = a.choice[i]
-        if p.cons[i].ranks and r not in p.cons[i].ranks:
+
+def _best_exchange(
+    problem: Problem, choice: list[Option], step: np.ndarray, mem: np.ndarray,
+    blocks_on: dict[int, list[tuple[int, int]]], slowest: int, fastest: int,
+) -> Exchange | None:
+    """The move of one block from the slowest to the fastest rank, or swap of two blocks between
+    them, that leaves the lower maximum of the pair; None if none helps or fits."""
+    capacity, host_size = problem.topo.memory_bytes, problem.topo.local_world_size
+
+    def may_hold(index: int, rank: int, src: int) -> bool:
+        if problem.cons[index].ranks and rank not in problem.cons[index].ranks:
             return False
-        return o.sharding_type != "table_column_wise" or r // H == src // H
+        return choice[index].sharding_type != "table_column_wise" or rank // host_size == src // host_size
 
-    def piece(i: int) -> Piece:
-        return p.piece(i, a.choice[i].shards)
+    def piece(index: int) -> Piece:
+        return problem.piece(index, choice[index].shards)
 
+    gap = step[slowest] - step[fastest]
+    best: Exchange | None = None
+    for index, block in blocks_on.get(slowest, []):
+        moved_s = piece(index).owner_s - piece(index).other_s
+        if moved_s < gap and may_hold(index, fastest, slowest) and mem[fastest] + piece(index).mem <= capacity:
+            candidate = (max(step[slowest] - moved_s, step[fastest] + moved_s), index, block, None)
+            best = candidate if best is None or candidate[0] < best[0] else best
+        for other, other_block in blocks_on.get(fastest, []):
+            returned_s = piece(other).owner_s - piece(other).other_s
+            if 0 < moved_s - returned_s < gap and may_hold(index, fastest, slowest) and may_hold(other, slowest, fastest) \
+                    and mem[fastest] - piece(other).mem + piece(index).mem <= capacity \
+                    and mem[slowest] - piece(index).mem + piece(other).mem <= capacity:
+                candidate = (max(step[slowest] - moved_s + returned_s, step[fastest] + moved_s - returned_s),
+                             index, block, (other, other_block))
+                best = candidate if best is None or candidate[0] < best[0] else best
+    return best
+
+
+def refine_ranks(problem: Problem, current: Assignment, max_moves: int) -> Assignment:
+    """Move or swap single pieces between the slowest and the fastest ranks while that helps."""
+    if current.infeasible >= 0:
+        return current
+    step, mem, ranks = current.step.copy(), current.mem.copy(), [list(held) for held in current.ranks]
+    blocks_on: dict[int, list[tuple[int, int]]] = {}  # rank -> (table index, block index)
+    for index, option in enumerate(current.choice):
+        if option.sharding_type in PIECE_TYPES:
+            for block, rank in enumerate(ranks[index]):
+                blocks_on.setdefault(rank, []).append((index, block))
     for _ in range(max_moves):
-        hi, lo = int(np.argmax(step)), int(np.argmin(step))
-        gap = step[hi] - step[lo]
-        best = None  # (new max of the pair, table, block, swap partner or None)
-        for i, j in where.get(hi, []):
-            x = piece(i).owner_s - piece(i).other_s
-            if x < gap and ok(i, lo, hi) and mem[lo] + piece(i).mem <= cap:
-                cand = (max(step[hi] - x, step[lo] + x), i, j, None)
-                best = cand if best is None or cand[0] < best[0] else best
-            for k, m in where.get(lo, []):
-                y = piece(k).owner_s - piece(k).other_s
-                if 0 < x - y < gap and ok(i, lo, hi) and ok(k, hi, lo) \
-                        and mem[lo] - piece(k).mem + piece(i).mem <= cap and mem[hi] - piece(i).mem + piece(k).mem <= cap:
-                    cand = (max(step[hi] - x + y, step[lo] + x - y), i, j, (k, m))
-                    best = cand if best is None or cand[0] < best[0] else best
-        if best is None or best[0] >= step[hi] * (1 - 1e-12):
+        slowest, fastest = int(np.argmax(step)), int(np.argmin(step))
+        best = _best_exchange(problem, current.choice, step, mem, blocks_on, slowest, fastest)
+        if best is None or best[0] >= step[slowest] * (1 - 1e-12):
             break
-        _, i, j, partner = best
-        moves = [(i, j, hi, lo)] + ([(partner[0], partner[1], lo, hi)] if partner else [])
-        for t, b, src, dst in moves:
-            pc = piece(t)
-            d = pc.owner_s - pc.other_s
-            step[src] -= d
-            step[dst] += d
-            mem[src] -= pc.mem
-            mem[dst] += pc.mem
-            ranks[t][b] = dst
-            where[src].remove((t, b))
-            where.setdefault(dst, []).append((t, b))
-    return Assignment(a.choice, step, mem, ranks, a.latency_s)
+        _, index, block, partner = best
+        moves = [(index, block, slowest, fastest)] + ([(partner[0], partner[1], fastest, slowest)] if partner else [])
+        for moved, moved_block, src, dst in moves:
+            piece = problem.piece(moved, current.choice[moved].shards)
+            delta = piece.owner_s - piece.other_s
+            step[src] -= delta
+            step[dst] += delta
+            mem[src] -= piece.mem
+            mem[dst] += piece.mem
+            ranks[moved][moved_block] = dst
+            blocks_on[src].remove((moved, moved_block))
+            blocks_on.setdefault(dst, []).append((moved, moved_block))
+    return Assignment(current.choice, step, mem, ranks, current.latency_s)

@@ -136,21 +136,22 @@ def table_comm_bytes(
 
 
 def step_comm_bytes(
-    tables: list[TablePlan], rows: dict[str, int], dims: dict[str, int], pooling: dict[str, float],
+    table_plans: list[TablePlan], rows: dict[str, int], dims: dict[str, int], pooling: dict[str, float],
     w: Workload, local_world_size: int, curves: dict[str, LookupCurve] | None = None,
 ) -> dict[str, np.ndarray]:
     """Per-rank bytes per collective kind for a whole placement, split-size exchanges included."""
     total = _zeros(w.world_size)
     curves = curves or {}
-    for t in tables:
-        L = pooling.get(t.name, 1.0)
-        for k, v in table_comm_bytes(t, rows[t.name], dims[t.name], L, w, local_world_size, curves.get(t.name)).items():
-            total[k] += v
-    total["all_to_all"] += group_overhead_bytes(tables, w.world_size)
+    for table_plan in table_plans:
+        name = table_plan.name
+        sent = table_comm_bytes(table_plan, rows[name], dims[name], pooling.get(name, 1.0), w, local_world_size, curves.get(name))
+        for kind, volume in sent.items():
+            total[kind] += volume
+    total["all_to_all"] += group_overhead_bytes(table_plans, w.world_size)
     return total
 
 
-def group_overhead_bytes(tables: list[TablePlan], world_size: int) -> float:
+def group_overhead_bytes(table_plans: list[TablePlan], world_size: int) -> float:
     """Split-size exchange of every sharding type group with an input all-to-all, per rank."""
-    groups = {t.sharding_type for t in tables if t.sharding_type != "data_parallel"}
+    groups = {plan.sharding_type for plan in table_plans if plan.sharding_type != "data_parallel"}
     return len(groups) * SPLITS_BYTES * (world_size - 1)

@@ -37,14 +37,14 @@ def _list_of(table: str, key: str, value: Any, kind: type) -> tuple:
 
 
 def parse_constraints(
-    raw: dict[str, dict[str, Any]] | None, tables: list[EmbeddingBagConfig], world_size: int
+    raw: dict[str, dict[str, Any]] | None, configs: list[EmbeddingBagConfig], world_size: int
 ) -> dict[str, TableConstraint]:
     """Validate the job's constraints against the tables; ValueError names the table and key."""
-    by_name = {t.name: t for t in tables}
+    by_name = {config.name: config for config in configs}
     out: dict[str, TableConstraint] = {}
     for name, fields in (raw or {}).items():
         if name not in by_name:
-            close = [t for t in by_name if t.lower() == name.lower() or t == f"t_{name}"]
+            close = [known for known in by_name if known.lower() == name.lower() or known == f"t_{name}"]
             hint = f" (did you mean {close[0]}?)" if close else f" (tables: {', '.join(sorted(by_name)[:8])}{', ...' if len(by_name) > 8 else ''})"
             raise ValueError(f"sharding.constraints names unknown table {name!r}{hint}")
         if not isinstance(fields, dict):

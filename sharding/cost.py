@@ -109,36 +109,38 @@ class TableCost:
     step_s: np.ndarray
 
 
-def _table_arrays(t: TablePlan, cfg: EmbeddingBagConfig, L: float, topo: ClusterTopology, w: Workload, optimizer: str,
-                  curve: LookupCurve | None = None):
-    W = topo.world_size
-    weights, optim, buffers, lookup = (np.zeros(W) for _ in range(4))
-    for s in t.shards:
-        weights[s.rank] += s.rows * s.cols * w.elem_bytes
-        optim[s.rank] += optimizer_bytes(optimizer, s.rows, s.cols, w.elem_bytes)
-        if t.sharding_type == "data_parallel":
+def _table_arrays(table_plan: TablePlan, config: EmbeddingBagConfig, pooling: float, topo: ClusterTopology,
+                  workload: Workload, optimizer: str, curve: LookupCurve | None = None):
+    """Per-rank (weights, optimizer, buffer bytes, lookup bytes) and bytes sent of one table."""
+    world_size, elem_bytes = topo.world_size, workload.elem_bytes
+    weights, optim, buffers, lookup = (np.zeros(world_size) for _ in range(4))
+    for shard in table_plan.shards:
+        weights[shard.rank] += shard.rows * shard.cols * elem_bytes
+        optim[shard.rank] += optimizer_bytes(optimizer, shard.rows, shard.cols, elem_bytes)
+        if table_plan.sharding_type == "data_parallel":
             # Local samples only; backward writes a dense gradient of the whole table.
-            lookup[s.rank] += w.local_batch * L * s.cols * w.elem_bytes
-            buffers[s.rank] += s.rows * s.cols * w.elem_bytes
+            lookup[shard.rank] += workload.local_batch * pooling * shard.cols * elem_bytes
+            buffers[shard.rank] += shard.rows * shard.cols * elem_bytes
             continue
-        share = row_share(curve, s.row_offset, s.rows, cfg.num_embeddings)
-        lookup[s.rank] += w.global_batch_size * L * share * s.cols * w.elem_bytes
-        buffers[s.rank] += w.global_batch_size * (L * share * w.id_bytes + 2 * s.cols * w.elem_bytes)
-    sent = table_comm_bytes(t, cfg.num_embeddings, cfg.embedding_dim, L, w, topo.local_world_size, curve)
+        share = row_share(curve, shard.row_offset, shard.rows, config.num_embeddings)
+        lookup[shard.rank] += workload.global_batch_size * pooling * share * shard.cols * elem_bytes
+        buffers[shard.rank] += workload.global_batch_size * (pooling * share * workload.id_bytes + 2 * shard.cols * elem_bytes)
+    sent = table_comm_bytes(table_plan, config.num_embeddings, config.embedding_dim, pooling, workload,
+                            topo.local_world_size, curve)
     return weights, optim, buffers, lookup, sent
 
 
-def table_cost(t: TablePlan, cfg: EmbeddingBagConfig, L: float, topo: ClusterTopology, global_batch_size: int,
-               optimizer: str, curve: LookupCurve | None = None) -> TableCost:
+def table_cost(table_plan: TablePlan, config: EmbeddingBagConfig, pooling: float, topo: ClusterTopology,
+               global_batch_size: int, optimizer: str, curve: LookupCurve | None = None) -> TableCost:
     """Memory and step time one table adds to each rank (collective start-up latency excluded)."""
-    w = Workload(global_batch_size, topo.world_size)
-    weights, optim, buffers, lookup, sent = _table_arrays(t, cfg, L, topo, w, optimizer, curve)
+    workload = Workload(global_batch_size, topo.world_size)
+    weights, optim, buffers, lookup, sent = _table_arrays(table_plan, config, pooling, topo, workload, optimizer, curve)
     step = lookup * (1.0 + topo.bwd_compute_multiplier) / topo.lookup_bw + comm_seconds(sent, topo)
     return TableCost(weights + optim + buffers, step)
 
 
 def evaluate(
-    tables: list[TablePlan],
+    table_plans: list[TablePlan],
     configs: list[EmbeddingBagConfig],
     pooling: dict[str, float],
     topo: ClusterTopology,
@@ -149,27 +151,31 @@ def evaluate(
     """Score a placement: per-rank memory, lookup and communication estimates.
 
     Args:
+        table_plans: where each table lives; configs: the tables themselves (looked up by name).
         curves: table -> lookup skew (skew.py) for frequency-ordered ids; others spread evenly.
     """
-    W = topo.world_size
-    w = Workload(global_batch_size, W)
-    by_name = {c.name: c for c in configs}
-    weights, optim, buffers, lookup = (np.zeros(W) for _ in range(4))
-    sent = {k: np.zeros(W) for k in KINDS}
-    for t in tables:
-        parts = _table_arrays(t, by_name[t.name], pooling.get(t.name, 1.0), topo, w, optimizer, (curves or {}).get(t.name))
+    world_size = topo.world_size
+    workload = Workload(global_batch_size, world_size)
+    by_name = {config.name: config for config in configs}
+    weights, optim, buffers, lookup = (np.zeros(world_size) for _ in range(4))
+    sent = {kind: np.zeros(world_size) for kind in KINDS}
+    for table_plan in table_plans:
+        name = table_plan.name
+        parts = _table_arrays(table_plan, by_name[name], pooling.get(name, 1.0), topo, workload, optimizer,
+                              (curves or {}).get(name))
         for total, part in zip((weights, optim, buffers, lookup), parts[:4]):
             total += part
-        for k, v in parts[4].items():
-            sent[k] += v
-    sent["all_to_all"] += group_overhead_bytes(tables, W)
+        for kind, volume in parts[4].items():
+            sent[kind] += volume
+    sent["all_to_all"] += group_overhead_bytes(table_plans, world_size)
     lookup_s = lookup * (1.0 + topo.bwd_compute_multiplier) / topo.lookup_bw
-    comm_s = comm_seconds(sent, topo) + collective_latency(tables, topo)
+    comm_s = comm_seconds(sent, topo) + collective_latency(table_plans, topo)
     return PlanCost(weights, optim, buffers, lookup_s, sent, comm_s, topo.memory_bytes)
 
 
-def collective_latency(tables: list[TablePlan], topo: ClusterTopology) -> float:
+def collective_latency(table_plans: list[TablePlan], topo: ClusterTopology) -> float:
     """Every sharding type in use runs its own collectives (comms.COLLECTIVES_PER_GROUP)."""
     if topo.world_size == 1:
         return 0.0
-    return collectives_per_step({t.sharding_type for t in tables}, topo.num_hosts) * topo.collective_latency_s
+    sharding_types = {table_plan.sharding_type for table_plan in table_plans}
+    return collectives_per_step(sharding_types, topo.num_hosts) * topo.collective_latency_s

@@ -21,34 +21,34 @@ def row_blocks(rows: int, ranks: list[int]) -> list[tuple[int, int]]:
     return out
 
 
-def table_wise(cfg: EmbeddingBagConfig, rank: int, kernel: str) -> TablePlan:
-    return TablePlan(cfg.name, "table_wise", kernel, [Shard(rank, 0, 0, cfg.num_embeddings, cfg.embedding_dim)])
+def table_wise(config: EmbeddingBagConfig, rank: int, kernel: str) -> TablePlan:
+    return TablePlan(config.name, "table_wise", kernel, [Shard(rank, 0, 0, config.num_embeddings, config.embedding_dim)])
 
 
-def row_wise(cfg: EmbeddingBagConfig, world_size: int, kernel: str) -> TablePlan:
+def row_wise(config: EmbeddingBagConfig, world_size: int, kernel: str) -> TablePlan:
     ranks = list(range(world_size))
-    shards = [Shard(r, off, 0, n, cfg.embedding_dim) for r, (off, n) in zip(ranks, row_blocks(cfg.num_embeddings, ranks))]
-    return TablePlan(cfg.name, "row_wise", kernel, shards)
+    shards = [Shard(r, off, 0, n, config.embedding_dim) for r, (off, n) in zip(ranks, row_blocks(config.num_embeddings, ranks))]
+    return TablePlan(config.name, "row_wise", kernel, shards)
 
 
-def table_row_wise(cfg: EmbeddingBagConfig, host: int, local_world_size: int, kernel: str) -> TablePlan:
+def table_row_wise(config: EmbeddingBagConfig, host: int, local_world_size: int, kernel: str) -> TablePlan:
     ranks = [host * local_world_size + i for i in range(local_world_size)]
-    shards = [Shard(r, off, 0, n, cfg.embedding_dim) for r, (off, n) in zip(ranks, row_blocks(cfg.num_embeddings, ranks))]
-    return TablePlan(cfg.name, "table_row_wise", kernel, shards)
+    shards = [Shard(r, off, 0, n, config.embedding_dim) for r, (off, n) in zip(ranks, row_blocks(config.num_embeddings, ranks))]
+    return TablePlan(config.name, "table_row_wise", kernel, shards)
 
 
-def column_wise(cfg: EmbeddingBagConfig, ranks: list[int], kernel: str, sharding_type: str = "column_wise") -> TablePlan:
+def column_wise(config: EmbeddingBagConfig, ranks: list[int], kernel: str, sharding_type: str = "column_wise") -> TablePlan:
     """len(ranks) equal column blocks, block i on ranks[i] (a rank may hold several)."""
-    cols = cfg.embedding_dim // len(ranks)
-    if cols * len(ranks) != cfg.embedding_dim:
-        raise ValueError(f"table {cfg.name}: {cfg.embedding_dim} columns do not split into {len(ranks)} equal shards")
-    shards = [Shard(r, 0, i * cols, cfg.num_embeddings, cols) for i, r in enumerate(ranks)]
-    return TablePlan(cfg.name, sharding_type, kernel, shards)
+    cols = config.embedding_dim // len(ranks)
+    if cols * len(ranks) != config.embedding_dim:
+        raise ValueError(f"table {config.name}: {config.embedding_dim} columns do not split into {len(ranks)} equal shards")
+    shards = [Shard(r, 0, i * cols, config.num_embeddings, cols) for i, r in enumerate(ranks)]
+    return TablePlan(config.name, sharding_type, kernel, shards)
 
 
-def data_parallel(cfg: EmbeddingBagConfig, world_size: int) -> TablePlan:
-    shards = [Shard(r, 0, 0, cfg.num_embeddings, cfg.embedding_dim) for r in range(world_size)]
-    return TablePlan(cfg.name, "data_parallel", "dense", shards)
+def data_parallel(config: EmbeddingBagConfig, world_size: int) -> TablePlan:
+    shards = [Shard(r, 0, 0, config.num_embeddings, config.embedding_dim) for r in range(world_size)]
+    return TablePlan(config.name, "data_parallel", "dense", shards)
 
 
 def column_splits(dim: int, min_partition: int, max_shards: int) -> list[int]:

@@ -3,7 +3,8 @@
 Options are either *pieces* (table-wise: one; column-wise and table-column-wise: k equal
 column blocks), each placed on one rank, or *spreads* (row-wise and data-parallel over all
 ranks; table-row-wise over one host). Under the cost model a piece adds a large cost to its
-owner and a small one (its share of the all-to-all) to every other rank.
+owner and a small one (its share of the all-to-all) to every other rank. Tables are referred
+to by their index in `Problem.configs`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 from shardrec.sharding import layouts
 from shardrec.sharding.constraints import TableConstraint
 from shardrec.sharding.cost import table_cost
+from shardrec.sharding.request import SearchRequest
+from shardrec.sharding.skew import LookupCurve
 from shardrec.sharding.topology import ClusterTopology
 
 PIECE_TYPES = ("table_wise", "column_wise", "table_column_wise")
@@ -31,6 +34,7 @@ class Option:
 @dataclass
 class Piece:
     table: int
+    """Index of the table in Problem.configs."""
     owner_s: float
     other_s: float
     mem: float
@@ -39,93 +43,96 @@ class Piece:
 class Problem:
     """Tables, options and their cached per-rank costs."""
 
-    def __init__(self, tables, topo, batch, constraints, pooling, optimizer, curves=None):
-        self.tables: list[EmbeddingBagConfig] = tables
-        self.curves = curves or {}
+    def __init__(self, request: SearchRequest) -> None:
+        self.configs: list[EmbeddingBagConfig] = request.configs
+        self.curves: dict[str, LookupCurve] = request.curves or {}
         """table -> lookup skew (skew.py) for frequency-ordered ids."""
-        self.topo: ClusterTopology = topo
-        self.batch, self.pooling, self.optimizer = batch, pooling, optimizer
-        self.cons = [constraints.get(t.name, TableConstraint()) for t in tables]
+        self.topo: ClusterTopology = request.topology
+        self.batch, self.pooling, self.optimizer = request.global_batch_size, request.pooling, request.optimizer
+        self.cons = [request.constraints.get(config.name, TableConstraint()) for config in self.configs]
         self._piece: dict[tuple[int, int], Piece] = {}
         self._spread: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = {}
-        self.options = [self._options(i) for i in range(len(tables))]
-        self.latency_per_type_s = topo.collective_latency_s
+        self.options = [self._options(index) for index in range(len(self.configs))]
+        self.latency_per_type_s = self.topo.collective_latency_s
         """Start-up cost of one collective (comms.collectives_per_step counts them per type group)."""
 
-    def allowed_ranks(self, i: int) -> list[int]:
-        return list(self.cons[i].ranks) or list(range(self.topo.world_size))
+    def allowed_ranks(self, index: int) -> list[int]:
+        return list(self.cons[index].ranks) or list(range(self.topo.world_size))
 
-    def _options(self, i: int) -> list[Option]:
-        c, cfg, topo = self.cons[i], self.tables[i], self.topo
-        allowed = set(self.allowed_ranks(i))
+    def _options(self, index: int) -> list[Option]:
+        constraint, config, topo = self.cons[index], self.configs[index], self.topo
+        allowed = set(self.allowed_ranks(index))
         all_ranks = len(allowed) == topo.world_size
-        hosts = self.hosts_allowed(i)
+        hosts = self.hosts_allowed(index)
         out = []
-        for st in c.sharding_types:
-            if st == "table_wise":
-                out.append(Option(st))
-            elif st in ("column_wise", "table_column_wise"):
-                limit = len(allowed) if st == "column_wise" else topo.local_world_size
-                if st == "table_column_wise" and not hosts:
+        for sharding_type in constraint.sharding_types:
+            if sharding_type == "table_wise":
+                out.append(Option(sharding_type))
+            elif sharding_type in ("column_wise", "table_column_wise"):
+                limit = len(allowed) if sharding_type == "column_wise" else topo.local_world_size
+                if sharding_type == "table_column_wise" and not hosts:
                     continue
-                out += [Option(st, k) for k in layouts.column_splits(cfg.embedding_dim, c.min_partition, limit)]
-            elif st in ("row_wise", "data_parallel") and all_ranks:
-                out.append(Option(st))
-            elif st == "table_row_wise" and hosts:
-                out.append(Option(st))
+                splits = layouts.column_splits(config.embedding_dim, constraint.min_partition, limit)
+                out += [Option(sharding_type, shards) for shards in splits]
+            elif sharding_type in ("row_wise", "data_parallel") and all_ranks:
+                out.append(Option(sharding_type))
+            elif sharding_type == "table_row_wise" and hosts:
+                out.append(Option(sharding_type))
         if not out:
             raise ValueError(
-                f"sharding.constraints.{cfg.name}: no sharding type satisfies the constraint "
-                f"(sharding_types {list(c.sharding_types)}, ranks {list(c.ranks) or 'all'}, "
-                f"min_partition {c.min_partition}, embedding_dim {cfg.embedding_dim}, world size {topo.world_size})"
+                f"sharding.constraints.{config.name}: no sharding type satisfies the constraint "
+                f"(sharding_types {list(constraint.sharding_types)}, ranks {list(constraint.ranks) or 'all'}, "
+                f"min_partition {constraint.min_partition}, embedding_dim {config.embedding_dim}, world size {topo.world_size})"
             )
         return out
 
-    def hosts_allowed(self, i: int) -> list[int]:
-        allowed, H = set(self.allowed_ranks(i)), self.topo.local_world_size
-        return [h for h in range(self.topo.num_hosts) if all(h * H + j in allowed for j in range(H))]
+    def hosts_allowed(self, index: int) -> list[int]:
+        """Hosts all of whose ranks the table may use."""
+        allowed, host_size = set(self.allowed_ranks(index)), self.topo.local_world_size
+        return [host for host in range(self.topo.num_hosts)
+                if all(host * host_size + local in allowed for local in range(host_size))]
 
-    def piece(self, i: int, shards: int) -> Piece:
-        key = (i, shards)
+    def piece(self, index: int, shards: int) -> Piece:
+        key = (index, shards)
         if key not in self._piece:
-            cfg = self.tables[i]
-            block = replace_dim(cfg, cfg.embedding_dim // shards)
-            c = table_cost(layouts.table_wise(block, 0, "fused"), block, self.pooling.get(cfg.name, 1.0),
-                           self.topo, self.batch, self.optimizer)
-            other = float(c.step_s[1]) if self.topo.world_size > 1 else 0.0
-            self._piece[key] = Piece(i, float(c.step_s[0]), other, float(c.memory_bytes[0]))
+            config = self.configs[index]
+            block = replace_dim(config, config.embedding_dim // shards)
+            cost = table_cost(layouts.table_wise(block, 0, "fused"), block, self.pooling.get(config.name, 1.0),
+                              self.topo, self.batch, self.optimizer)
+            other = float(cost.step_s[1]) if self.topo.world_size > 1 else 0.0
+            self._piece[key] = Piece(index, float(cost.step_s[0]), other, float(cost.memory_bytes[0]))
         return self._piece[key]
 
-    def spread(self, i: int, st: str) -> tuple[np.ndarray, np.ndarray]:
+    def spread(self, index: int, sharding_type: str) -> tuple[np.ndarray, np.ndarray]:
         """(step seconds, memory) per rank of a spread option (table_row_wise: on host 0)."""
-        key = (i, st)
+        key = (index, sharding_type)
         if key not in self._spread:
-            cfg, topo = self.tables[i], self.topo
-            if st == "row_wise":
-                t = layouts.row_wise(cfg, topo.world_size, "fused")
-            elif st == "data_parallel":
-                t = layouts.data_parallel(cfg, topo.world_size)
+            config, topo = self.configs[index], self.topo
+            if sharding_type == "row_wise":
+                layout = layouts.row_wise(config, topo.world_size, "fused")
+            elif sharding_type == "data_parallel":
+                layout = layouts.data_parallel(config, topo.world_size)
             else:
-                t = layouts.table_row_wise(cfg, 0, topo.local_world_size, "fused")
-            c = table_cost(t, cfg, self.pooling.get(cfg.name, 1.0), topo, self.batch, self.optimizer,
-                           self.curves.get(cfg.name))
-            self._spread[key] = (c.step_s, c.memory_bytes)
+                layout = layouts.table_row_wise(config, 0, topo.local_world_size, "fused")
+            cost = table_cost(layout, config, self.pooling.get(config.name, 1.0), topo, self.batch, self.optimizer,
+                              self.curves.get(config.name))
+            self._spread[key] = (cost.step_s, cost.memory_bytes)
         return self._spread[key]
 
-    def max_memory(self, i: int, o: Option) -> float:
+    def max_memory(self, index: int, option: Option) -> float:
         """The most memory the option needs on one rank."""
-        if o.sharding_type in PIECE_TYPES:
-            return self.piece(i, o.shards).mem
-        return float(self.spread(i, o.sharding_type)[1].max())
+        if option.sharding_type in PIECE_TYPES:
+            return self.piece(index, option.shards).mem
+        return float(self.spread(index, option.sharding_type)[1].max())
 
-    def work(self, i: int, o: Option) -> float:
+    def work(self, index: int, option: Option) -> float:
         """Total seconds the option adds over all ranks (what balance cannot remove)."""
-        if o.sharding_type in PIECE_TYPES:
-            p = self.piece(i, o.shards)
-            W = self.topo.world_size
-            return o.shards * (p.owner_s + (W - 1) * p.other_s)
-        return float(self.spread(i, o.sharding_type)[0].sum())
+        if option.sharding_type in PIECE_TYPES:
+            piece = self.piece(index, option.shards)
+            world_size = self.topo.world_size
+            return option.shards * (piece.owner_s + (world_size - 1) * piece.other_s)
+        return float(self.spread(index, option.sharding_type)[0].sum())
 
 
-def replace_dim(cfg: EmbeddingBagConfig, dim: int) -> EmbeddingBagConfig:
-    return replace(cfg, embedding_dim=dim) if dim != cfg.embedding_dim else cfg
+def replace_dim(config: EmbeddingBagConfig, dim: int) -> EmbeddingBagConfig:
+    return replace(config, embedding_dim=dim) if dim != config.embedding_dim else config

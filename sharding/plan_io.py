@@ -103,24 +103,24 @@ class PlanFile:
         return _plan_from_dict(json.loads(text))
 
 
-def _table_fingerprint(t: EmbeddingBagConfig) -> dict[str, Any]:
+def _table_fingerprint(config: EmbeddingBagConfig) -> dict[str, Any]:
     return {
-        "name": t.name,
-        "rows": int(t.num_embeddings),
-        "dim": int(t.embedding_dim),
-        "features": list(t.feature_names),
-        "pooling": t.pooling.name,
+        "name": config.name,
+        "rows": int(config.num_embeddings),
+        "dim": int(config.embedding_dim),
+        "features": list(config.feature_names),
+        "pooling": config.pooling.name,
     }
 
 
 def plan_fingerprint(
-    tables: list[EmbeddingBagConfig], world_size: int, global_batch_size: int, device_kind: str
+    configs: list[EmbeddingBagConfig], world_size: int, global_batch_size: int, device_kind: str
 ) -> dict[str, Any]:
     """What a plan depends on; two jobs with equal fingerprints can share a plan."""
     if device_kind not in DEVICE_KINDS:
         raise ValueError(f"device kind {device_kind!r} is not one of {', '.join(DEVICE_KINDS)}")
     body = {
-        "tables": [_table_fingerprint(t) for t in tables],
+        "tables": [_table_fingerprint(config) for config in configs],
         "world_size": int(world_size),
         "global_batch_size": int(global_batch_size),
         "device_kind": device_kind,
@@ -135,12 +135,12 @@ def save_plan(plan: PlanFile, path: str | Path) -> None:
 
 
 def _plan_from_dict(raw: dict[str, Any]) -> PlanFile:
-    tables = []
-    for t in raw["tables"]:
-        shards = [Shard(**s) for s in t["shards"]]
-        tables.append(TablePlan(t["name"], t["sharding_type"], t["compute_kernel"], shards))
-    rest = {k: v for k, v in raw.items() if k != "tables"}
-    return PlanFile(tables=tables, **rest)
+    table_plans = []
+    for entry in raw["tables"]:
+        shards = [Shard(**shard) for shard in entry["shards"]]
+        table_plans.append(TablePlan(entry["name"], entry["sharding_type"], entry["compute_kernel"], shards))
+    rest = {key: value for key, value in raw.items() if key != "tables"}
+    return PlanFile(tables=table_plans, **rest)
 
 
 def load_plan(path: str | Path) -> PlanFile:
@@ -198,29 +198,29 @@ def check_plan(plan: PlanFile, fingerprint: dict[str, Any]) -> None:
     raise StalePlanError("the plan was made for another job: " + "; ".join(diffs) + " (re-run `shardrec plan`)")
 
 
-def _check_shards(t: TablePlan, cfg: EmbeddingBagConfig, world_size: int) -> None:
-    for s in t.shards:
+def _check_shards(table_plan: TablePlan, config: EmbeddingBagConfig, world_size: int) -> None:
+    for s in table_plan.shards:
         if not 0 <= s.rank < world_size:
-            raise ValueError(f"table {t.name}: shard on rank {s.rank}, world size is {world_size}")
-        if s.row_offset + s.rows > cfg.num_embeddings or s.col_offset + s.cols > cfg.embedding_dim:
+            raise ValueError(f"table {table_plan.name}: shard on rank {s.rank}, world size is {world_size}")
+        if s.row_offset + s.rows > config.num_embeddings or s.col_offset + s.cols > config.embedding_dim:
             raise ValueError(
-                f"table {t.name}: shard {s} lies outside the table [{cfg.num_embeddings} x {cfg.embedding_dim}]"
+                f"table {table_plan.name}: shard {s} lies outside the table [{config.num_embeddings} x {config.embedding_dim}]"
             )
-    if t.sharding_type == ShardingType.DATA_PARALLEL.value:
+    if table_plan.sharding_type == ShardingType.DATA_PARALLEL.value:
         return
     # Shards must tile the table: every weight in exactly one shard. On the grid that the
     # shards' own edges cut the table into, each cell is counted once per shard covering it.
-    rows = np.unique([0, cfg.num_embeddings] + [e for s in t.shards for e in (s.row_offset, s.row_offset + s.rows)])
-    cols = np.unique([0, cfg.embedding_dim] + [e for s in t.shards for e in (s.col_offset, s.col_offset + s.cols)])
+    rows = np.unique([0, config.num_embeddings] + [e for s in table_plan.shards for e in (s.row_offset, s.row_offset + s.rows)])
+    cols = np.unique([0, config.embedding_dim] + [e for s in table_plan.shards for e in (s.col_offset, s.col_offset + s.cols)])
     cover = np.zeros((len(rows) - 1, len(cols) - 1), dtype=np.int64)
-    for s in t.shards:
+    for s in table_plan.shards:
         r0, r1 = np.searchsorted(rows, [s.row_offset, s.row_offset + s.rows])
         c0, c1 = np.searchsorted(cols, [s.col_offset, s.col_offset + s.cols])
         cover[r0:r1, c0:c1] += 1
     if (cover > 1).any():
-        raise ValueError(f"table {t.name}: shards overlap")
+        raise ValueError(f"table {table_plan.name}: shards overlap")
     if (cover == 0).any():
-        raise ValueError(f"table {t.name}: shards leave part of the table [{cfg.num_embeddings} x {cfg.embedding_dim}] uncovered")
+        raise ValueError(f"table {table_plan.name}: shards leave part of the table [{config.num_embeddings} x {config.embedding_dim}] uncovered")
 
 
 def to_parameter_sharding(t: TablePlan, device_kind: str, local_world_size: int) -> ParameterSharding:
@@ -244,7 +244,7 @@ def to_parameter_sharding(t: TablePlan, device_kind: str, local_world_size: int)
 
 def to_sharding_plan(
     plan: PlanFile,
-    tables: list[EmbeddingBagConfig],
+    configs: list[EmbeddingBagConfig],
     module_path: str,
     world_size: int,
     local_world_size: int,
@@ -261,7 +261,7 @@ def to_sharding_plan(
         world_size = plan.sharding_group_size
         local_world_size = min(local_world_size, world_size)
     by_name = {t.name: t for t in plan.tables}
-    names = [c.name for c in tables]
+    names = [config.name for config in configs]
     missing = [n for n in names if n not in by_name]
     extra = sorted(set(by_name) - set(names))
     if missing or extra:
@@ -270,27 +270,27 @@ def to_sharding_plan(
             f"unknown: {', '.join(extra) or 'none'})"
         )
     module_plan = EmbeddingModuleShardingPlan()
-    for cfg in tables:
-        t = by_name[cfg.name]
-        _check_shards(t, cfg, world_size)
-        module_plan[cfg.name] = to_parameter_sharding(t, device_kind, local_world_size)
+    for config in configs:
+        table_plan = by_name[config.name]
+        _check_shards(table_plan, config, world_size)
+        module_plan[config.name] = to_parameter_sharding(table_plan, device_kind, local_world_size)
     return ShardingPlan({module_path: module_plan})
 
 
 def from_sharding_plan(
-    module_plan: dict[str, ParameterSharding], tables: list[EmbeddingBagConfig], world_size: int
+    module_plan: dict[str, ParameterSharding], configs: list[EmbeddingBagConfig], world_size: int
 ) -> list[TablePlan]:
-    """Our per-table entries from a torchrec module plan (e.g. the one torchrec's planner made), in `tables` order."""
+    """Our per-table entries from a torchrec module plan (e.g. the one torchrec's planner made), in `configs` order."""
     out = []
-    for cfg in tables:
-        ps = module_plan[cfg.name]
+    for config in configs:
+        ps = module_plan[config.name]
         if ps.sharding_spec is None:
             ranks = ps.ranks if ps.ranks else list(range(world_size))
-            shards = [Shard(r, 0, 0, cfg.num_embeddings, cfg.embedding_dim) for r in ranks]
+            shards = [Shard(r, 0, 0, config.num_embeddings, config.embedding_dim) for r in ranks]
         else:
             shards = [
                 Shard(md.placement.rank(), md.shard_offsets[0], md.shard_offsets[1], md.shard_sizes[0], md.shard_sizes[1])
                 for md in ps.sharding_spec.shards  # type: ignore[attr-defined]
             ]
-        out.append(TablePlan(cfg.name, ps.sharding_type, ps.compute_kernel, shards))
+        out.append(TablePlan(config.name, ps.sharding_type, ps.compute_kernel, shards))
     return out

@@ -1,4 +1,8 @@
-"""Plan where every table lives: validate the inputs, search, check memory, write a PlanFile."""
+"""Plan where every table lives: validate the inputs, search, check memory, write a PlanFile.
+
+`plan_tables(PlanRequest(...))` is the entry point (`shardrec plan`, the trainer's plan at start,
+the tests); it returns TablePlans in a PlanFile, one per EmbeddingBagConfig of the request.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +14,8 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 from shardrec.sharding.constraints import TableConstraint, parse_constraints
 from shardrec.sharding.cost import PlanCost, evaluate
 from shardrec.sharding.plan_io import PLAN_SCHEMA_VERSION, PlanFile, TablePlan, plan_fingerprint
-from shardrec.sharding.request import DatasetStatistics, SearchRequest
-from shardrec.sharding.skew import curves_from_stats
+from shardrec.sharding.request import PlanRequest, SearchRequest
+from shardrec.sharding.skew import LookupCurve, curves_from_stats
 from shardrec.sharding.topology import ClusterTopology, build_topology
 from shardrec.sharding.twod import add_replica_sync, group_sizes, group_topology
 
@@ -27,22 +31,22 @@ class PlanDoesNotFitError(ValueError):
 
 
 def pooling_factors(
-    tables: list[EmbeddingBagConfig],
+    configs: list[EmbeddingBagConfig],
     stats: dict[str, dict[str, Any]] | None,
     constraints: dict[str, TableConstraint],
 ) -> dict[str, float]:
     """Mean ids per sample of each table: constraint > manifest statistics > 1 (one-hot)."""
     out = {}
-    for t in tables:
-        c = constraints.get(t.name)
-        if c is not None and c.pooling_factors:
-            out[t.name] = float(sum(c.pooling_factors))
+    for config in configs:
+        constraint = constraints.get(config.name)
+        if constraint is not None and constraint.pooling_factors:
+            out[config.name] = float(sum(constraint.pooling_factors))
             continue
         total = 0.0
-        for f in t.feature_names:
-            fs = (stats or {}).get(f, {})
-            total += float(fs.get(POOLING_STAT_KEY, 1.0))
-        out[t.name] = total
+        for feature in config.feature_names:
+            feature_stats = (stats or {}).get(feature, {})
+            total += float(feature_stats.get(POOLING_STAT_KEY, 1.0))
+        out[config.name] = total
     return out
 
 
@@ -61,91 +65,58 @@ def _describe_shortfall(cost: PlanCost) -> str:
             + " (add ranks, raise memory per rank, or allow row-wise/column-wise for the largest tables)")
 
 
-def plan_tables(
-    tables: list[EmbeddingBagConfig],
-    *,
-    world_size: int,
-    local_world_size: int,
-    global_batch_size: int,
-    device_kind: str,
-    constraints: dict[str, dict] | None = None,
-    statistics: DatasetStatistics = DatasetStatistics(),
-    topology: ClusterTopology | None = None,
-    compute_kernel: str = "fused",
-    optimizer: str = "rowwise_adagrad",
-    search: str = "shardrec",
-    sharding_group_size: int = 0,
-    sync_every: int = 1,
-) -> PlanFile:
+def plan_tables(request: PlanRequest, *, search: str = "shardrec") -> PlanFile:
     """Place every table; refuse a placement that does not fit in memory.
 
     Args:
-        constraints: table name -> ParameterConstraints fields (plus `ranks`).
-        statistics: what the dataset says (DatasetStatistics.from_manifest): per-feature mean
-            ids per sample and lookup skew, and whether ids are numbered hottest first (then
-            row-wise blocks get the lookups the statistics' top1/top10 shares say, skew.py).
-        topology: the machines; default the cpu-gloo or h100 preset for `device_kind`.
+        request: the tables, the job's shape and the planner's options (request.py).
         search: "shardrec" (ours) or "torchrec" (torchrec's EmbeddingShardingPlanner).
-        sharding_group_size: 0: shard over all ranks; G: 2D, shard over groups of G ranks
-            (torchrec's DMPCollection); -1: pick the fastest of all ranks and 2D group sizes.
-        sync_every: 2D only: steps between the replicas' weight synchronisations.
     Raises:
         ValueError: bad constraints; PlanDoesNotFitError with the per-rank shortfall.
     """
     if search not in SEARCHES:
         raise ValueError(f"search {search!r} is not one of {', '.join(SEARCHES)}")
-    if global_batch_size % world_size:
-        raise ValueError(f"global batch size {global_batch_size} is not divisible by world size {world_size}")
-    if sync_every <= 0:
-        raise ValueError(f"sync_every = {sync_every} must be positive")
-    topo = topology or build_topology("cpu-gloo" if device_kind == "cpu" else "h100", world_size, local_world_size)
-    if sharding_group_size == -1:
+    topo = request.topology or build_topology(
+        "cpu-gloo" if request.device_kind == "cpu" else "h100", request.world_size, request.local_world_size
+    )
+    if request.sharding_group_size == -1:
         sizes = [0] + group_sizes(topo)
-    elif sharding_group_size in (0, world_size):
+    elif request.sharding_group_size in (0, request.world_size):
         sizes = [0]
     else:
-        sizes = [sharding_group_size]
-    curves = curves_from_stats(tables, statistics.stats, statistics.ids_by_frequency)
+        sizes = [request.sharding_group_size]
+    statistics = request.statistics
+    curves = curves_from_stats(request.configs, statistics.stats, statistics.ids_by_frequency)
     best = None
-    for g in sizes:
-        request = _group_request(tables, topo, g, global_batch_size, constraints, statistics.stats,
-                                 compute_kernel=compute_kernel, optimizer=optimizer, curves=curves)
-        candidate = _plan_group(request, topo, g, search=search, sync_every=sync_every)
+    for group_size in sizes:
+        search_request = _group_request(request, topo, group_size, curves)
+        candidate = _plan_group(search_request, topo, group_size, search=search, sync_every=request.sync_every)
         if best is None or candidate[1].max_step_s < best[1].max_step_s:
             best = candidate
-    placed, cost, g = best
+    table_plans, cost, group_size = best
     if cost.shortfall():
         raise PlanDoesNotFitError(_describe_shortfall(cost))
-    plan = build_plan_file(placed, tables, topo, global_batch_size, cost, search)
-    plan.sharding_group_size = g
-    if g:
-        plan.estimate["sync_every"] = sync_every
+    plan = build_plan_file(table_plans, request.configs, topo, request.global_batch_size, cost, search)
+    plan.sharding_group_size = group_size
+    if group_size:
+        plan.estimate["sync_every"] = request.sync_every
     return plan
 
 
 def _group_request(
-    tables: list[EmbeddingBagConfig],
-    topo: ClusterTopology,
-    group_size: int,
-    global_batch_size: int,
-    constraints: dict[str, dict] | None,
-    stats: dict[str, dict[str, Any]],
-    *,
-    compute_kernel: str,
-    optimizer: str,
-    curves: dict[str, Any],
+    request: PlanRequest, topo: ClusterTopology, group_size: int, curves: dict[str, LookupCurve]
 ) -> SearchRequest:
     """The problem of sharding over all ranks (group_size 0) or over one 2D group of that many."""
     group = group_topology(topo, group_size) if group_size else topo
-    parsed = parse_constraints(constraints, tables, group.world_size)
+    parsed = parse_constraints(request.constraints, request.configs, group.world_size)
     return SearchRequest(
-        tables=tables,
+        configs=request.configs,
         topology=group,
-        global_batch_size=global_batch_size * group.world_size // topo.world_size,
-        pooling=pooling_factors(tables, stats, parsed),
+        global_batch_size=request.global_batch_size * group.world_size // topo.world_size,
+        pooling=pooling_factors(request.configs, request.statistics.stats, parsed),
         constraints=parsed,
-        compute_kernel=compute_kernel,
-        optimizer=optimizer,
+        compute_kernel=request.compute_kernel,
+        optimizer=request.optimizer,
         curves=curves,
     )
 
@@ -157,26 +128,26 @@ def _plan_group(
     if search == "torchrec":
         from shardrec.sharding.torchrec_planner import torchrec_plan
 
-        placed = torchrec_plan(request)
+        table_plans = torchrec_plan(request)
     else:
         from shardrec.sharding.search import search_plan
 
-        placed = search_plan(request)
-    r = request
-    cost = evaluate(placed, r.tables, r.pooling, r.topology, r.global_batch_size, r.optimizer, r.curves)
+        table_plans = search_plan(request)
+    cost = evaluate(table_plans, request.configs, request.pooling, request.topology, request.global_batch_size,
+                    request.optimizer, request.curves)
     if group_size:
         cost = add_replica_sync(cost, topo, group_size, sync_every)
-    return placed, cost, group_size
+    return table_plans, cost, group_size
 
 
 def build_plan_file(
-    placed: list[TablePlan], tables: list[EmbeddingBagConfig], topo: ClusterTopology,
+    table_plans: list[TablePlan], configs: list[EmbeddingBagConfig], topo: ClusterTopology,
     global_batch_size: int, cost: PlanCost, search: str,
 ) -> PlanFile:
     return PlanFile(
         schema_version=PLAN_SCHEMA_VERSION,
-        fingerprint=plan_fingerprint(tables, topo.world_size, global_batch_size, topo.device_kind),
-        tables=placed,
+        fingerprint=plan_fingerprint(configs, topo.world_size, global_batch_size, topo.device_kind),
+        tables=table_plans,
         planner=search,
         topology=topo.to_dict(),
         estimate=cost.to_dict(),

@@ -1,9 +1,14 @@
 """The planner's inputs as typed values: one placement problem, and what the dataset tells it.
 
-`SearchRequest` is what both searches (shardrec's, search.py; torchrec's,
-torchrec_planner.py) are asked to solve. `DatasetStatistics.from_manifest` is the one
-conversion of a dataset manifest into planner inputs, used by `shardrec plan` and by the
-trainer when it plans at start.
+`PlanRequest` is what `planner.plan_tables` is asked to place: the tables, the job's shape
+(ranks, batch, device kind) and the planner's options. `SearchRequest` is what both searches
+(shardrec's, search.py; torchrec's, torchrec_planner.py) are asked to solve: one placement
+problem over one set of ranks. `DatasetStatistics.from_manifest` is the one conversion of a
+dataset manifest into planner inputs, used by `shardrec plan` and by the trainer when it
+plans at start.
+
+Names: `configs` are the tables' EmbeddingBagConfigs (what exists); TablePlans (where each
+table lives) are what the planner returns.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from shardrec.sharding.topology import ClusterTopology
 class SearchRequest:
     """One placement problem: the tables, the machines, the batch and what each table may do."""
 
-    tables: list[EmbeddingBagConfig]
+    configs: list[EmbeddingBagConfig]
     topology: ClusterTopology
     global_batch_size: int
     pooling: dict[str, float]
@@ -51,3 +56,35 @@ class DatasetStatistics:
             # A vocabulary (preprocess --min-count) numbers ids hottest first.
             ids_by_frequency=manifest.options.get("mode") == "vocab",
         )
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """Everything `plan_tables` places the tables by: the job's shape and the planner's options."""
+
+    configs: list[EmbeddingBagConfig]
+    world_size: int
+    local_world_size: int
+    global_batch_size: int
+    device_kind: str
+    """cpu or cuda; it picks the default topology and goes into the plan's fingerprint."""
+    constraints: dict[str, dict[str, Any]] | None = None
+    """Table name -> ParameterConstraints fields (plus `ranks`), as the job file's [sharding.constraints]."""
+    statistics: DatasetStatistics = field(default_factory=DatasetStatistics)
+    """What the dataset says: per-feature mean ids per sample and lookup skew (DatasetStatistics.from_manifest)."""
+    topology: ClusterTopology | None = None
+    """The machines; None: the cpu-gloo or h100 preset for `device_kind`."""
+    compute_kernel: str = "fused"
+    optimizer: str = "rowwise_adagrad"
+    """The sparse optimizer, whose state the memory estimate counts (cost.OPTIMIZERS)."""
+    sharding_group_size: int = 0
+    """0: shard over all ranks; G: 2D, shard over groups of G ranks (torchrec's DMPCollection);
+    -1: pick the fastest of all ranks and 2D group sizes."""
+    sync_every: int = 1
+    """2D only: steps between the replicas' weight synchronisations."""
+
+    def __post_init__(self) -> None:
+        if self.global_batch_size % self.world_size:
+            raise ValueError(f"global batch size {self.global_batch_size} is not divisible by world size {self.world_size}")
+        if self.sync_every <= 0:
+            raise ValueError(f"sync_every = {self.sync_every} must be positive")

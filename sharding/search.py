@@ -24,71 +24,74 @@ from shardrec.sharding.request import SearchRequest
 logger = logging.getLogger(__name__)
 
 
-def _initial(p: Problem, prefer: str) -> list[Option]:
+def _initial(problem: Problem, prefer: str) -> list[Option]:
     """A starting choice: the least total work per table, or a preferred type where allowed."""
     out = []
-    for i, opts in enumerate(p.options):
-        preferred = [o for o in opts if o.sharding_type == prefer]
-        pool = preferred or opts
-        out.append(min(pool, key=lambda o: (p.work(i, o), opts.index(o))))
+    for index, options in enumerate(problem.options):
+        preferred = [option for option in options if option.sharding_type == prefer]
+        pool = preferred or options
+        out.append(min(pool, key=lambda option: (problem.work(index, option), options.index(option))))
     return out
 
 
-def _candidates(p: Problem, a: Assignment, limit: int) -> list[int]:
+def _candidates(problem: Problem, current: Assignment, limit: int) -> list[int]:
     """Tables worth moving: the infeasible one, else the biggest contributors to the critical rank."""
-    if a.infeasible >= 0:
-        return [a.infeasible]
-    crit = int(np.argmax(a.step))
+    if current.infeasible >= 0:
+        return [current.infeasible]
+    critical = int(np.argmax(current.step))
     scored = []
-    for i, o in enumerate(a.choice):
-        if o.sharding_type in PIECE_TYPES:
-            if crit in a.ranks[i]:
-                pc = p.piece(i, o.shards)
-                scored.append((-(pc.owner_s - pc.other_s) * a.ranks[i].count(crit), i))
+    for index, option in enumerate(current.choice):
+        if option.sharding_type in PIECE_TYPES:
+            if critical in current.ranks[index]:
+                piece = problem.piece(index, option.shards)
+                scored.append((-(piece.owner_s - piece.other_s) * current.ranks[index].count(critical), index))
         else:
-            s, _ = p.spread(i, o.sharding_type)
-            scored.append((-float(s.max()), i))
+            spread_step, _ = problem.spread(index, option.sharding_type)
+            scored.append((-float(spread_step.max()), index))
     scored.sort()
-    return [i for _, i in scored[:limit]]
+    return [index for _, index in scored[:limit]]
 
 
-def _improve(p: Problem, a: Assignment, max_rounds: int, width: int) -> Assignment:
+def _improve(problem: Problem, current: Assignment, max_rounds: int, width: int) -> Assignment:
     """Local search over sharding types: switch one critical table at a time while the score drops."""
-    assert a.infeasible < 0, "local search starts from a complete placement"
+    assert current.infeasible < 0, "local search starts from a complete placement"
     for _ in range(max_rounds):
-        best = a
-        for i in _candidates(p, a, width):
-            for o in p.options[i]:
-                if o == a.choice[i]:
+        best = current
+        for index in _candidates(problem, current, width):
+            for option in problem.options[index]:
+                if option == current.choice[index]:
                     continue
-                trial = move_table(p, a, i, o)
+                trial = move_table(problem, current, index, option)
                 if trial.score < best.score * (1 - 1e-9):
                     best = trial
-            if best is not a:
+            if best is not current:
                 break
-        if best is a:
+        if best is current:
             break
-        a = best
+        current = best
     # Re-pack from scratch with the final types; keep whichever is better.
-    packed = assign(p, a.choice)
-    return packed if packed.score < a.score else a
+    packed = assign(problem, current.choice)
+    return packed if packed.score < current.score else current
 
 
-def _to_tables(p: Problem, a: Assignment, kernel: str) -> list[TablePlan]:
+def _to_table_plans(problem: Problem, chosen: Assignment, compute_kernel: str) -> list[TablePlan]:
+    """The chosen options and ranks as one TablePlan per table (a table's constraint may pin its kernel)."""
     out = []
-    for i, (cfg, o) in enumerate(zip(p.tables, a.choice)):
-        k = p.cons[i].compute_kernels[0] if p.cons[i].compute_kernels else kernel
-        st = o.sharding_type
-        if st == "table_wise":
-            out.append(layouts.table_wise(cfg, a.ranks[i][0], k))
-        elif st in ("column_wise", "table_column_wise"):
-            out.append(layouts.column_wise(cfg, a.ranks[i], k, st))
-        elif st == "row_wise":
-            out.append(layouts.row_wise(cfg, p.topo.world_size, k))
-        elif st == "table_row_wise":
-            out.append(layouts.table_row_wise(cfg, a.ranks[i][0], p.topo.local_world_size, k))
+    world_size, host_size = problem.topo.world_size, problem.topo.local_world_size
+    for index, (config, option) in enumerate(zip(problem.configs, chosen.choice)):
+        kernels = problem.cons[index].compute_kernels
+        kernel = kernels[0] if kernels else compute_kernel
+        sharding_type, ranks = option.sharding_type, chosen.ranks[index]
+        if sharding_type == "table_wise":
+            out.append(layouts.table_wise(config, ranks[0], kernel))
+        elif sharding_type in ("column_wise", "table_column_wise"):
+            out.append(layouts.column_wise(config, ranks, kernel, sharding_type))
+        elif sharding_type == "row_wise":
+            out.append(layouts.row_wise(config, world_size, kernel))
+        elif sharding_type == "table_row_wise":
+            out.append(layouts.table_row_wise(config, ranks[0], host_size, kernel))
         else:
-            out.append(layouts.data_parallel(cfg, p.topo.world_size))
+            out.append(layouts.data_parallel(config, world_size))
     return out
 
 
@@ -103,43 +106,55 @@ TYPE_SUBSETS = (
 )
 
 
-def _peak(p: Problem, i: int, o: Option) -> float:
+def _peak(problem: Problem, index: int, option: Option) -> float:
     """The most one rank pays for the option beyond the all-to-all share every rank pays."""
-    if o.sharding_type in PIECE_TYPES:
-        pc = p.piece(i, o.shards)
-        return pc.owner_s - pc.other_s
-    return float(p.spread(i, o.sharding_type)[0].max())
+    if option.sharding_type in PIECE_TYPES:
+        piece = problem.piece(index, option.shards)
+        return piece.owner_s - piece.other_s
+    return float(problem.spread(index, option.sharding_type)[0].max())
 
 
-def _targeted(p: Problem, target: float, types: tuple[str, ...]) -> list[Option]:
+def _targeted(problem: Problem, target: float, types: tuple[str, ...]) -> list[Option]:
     """Per table, the least-work option (among `types` where the table allows any) whose peak stays under target."""
     out = []
-    for i, opts in enumerate(p.options):
-        pool = [o for o in opts if o.sharding_type in types] or opts
-        fits = [o for o in pool if _peak(p, i, o) <= target]
+    for index, options in enumerate(problem.options):
+        pool = [option for option in options if option.sharding_type in types] or options
+        fits = [option for option in pool if _peak(problem, index, option) <= target]
         if fits:
-            out.append(min(fits, key=lambda o: (p.work(i, o), opts.index(o))))
+            out.append(min(fits, key=lambda option: (problem.work(index, option), options.index(option))))
         else:
-            out.append(min(pool, key=lambda o: (_peak(p, i, o), opts.index(o))))
+            out.append(min(pool, key=lambda option: (_peak(problem, index, option), options.index(option))))
     return out
 
 
-def _seeds(p: Problem, steps: int = 24) -> list[Assignment]:
+def _seeds(problem: Problem, steps: int = 24) -> list[Assignment]:
     """LPT packings of per-table choices for a grid of peak targets and type subsets, best first."""
-    top = max(_peak(p, i, p.options[i][0]) for i in range(len(p.tables)))
+    top = max(_peak(problem, index, problem.options[index][0]) for index in range(len(problem.configs)))
     seen, results = set(), []
     for types in TYPE_SUBSETS:
-        for k in range(steps):
-            choice = _targeted(p, top * 0.7**k, types)
+        for level in range(steps):
+            choice = _targeted(problem, top * 0.7**level, types)
             key = tuple(choice)
             if key in seen:
                 continue
             seen.add(key)
-            results.append(assign(p, choice))
+            results.append(assign(problem, choice))
     for prefer in ("", "row_wise"):
-        results.append(assign(p, _initial(p, prefer)))
-    results.sort(key=lambda a: a.score)
+        results.append(assign(problem, _initial(problem, prefer)))
+    results.sort(key=lambda seeded: seeded.score)
     return results
+
+
+def _least_memory(problem: Problem) -> Assignment:
+    """Nothing fits: the placement with the least memory per rank, balanced without the memory
+    limit, so that the planner can report each rank's shortfall."""
+    topo = problem.topo
+    problem.topo = replace(topo, memory_bytes=2**62)
+    choice = [min(options, key=lambda option: (problem.max_memory(index, option), options.index(option)))
+              for index, options in enumerate(problem.options)]
+    packed = assign(problem, choice)
+    problem.topo = topo
+    return packed
 
 
 def search_plan(request: SearchRequest, *, cost_model: str = "shardrec") -> list[TablePlan]:
@@ -147,29 +162,26 @@ def search_plan(request: SearchRequest, *, cost_model: str = "shardrec") -> list
 
     Args:
         cost_model: "shardrec" (cost.py) or "torchrec" (torchrec's estimators, torchrec_costs.py).
+    Returns:
+        One TablePlan per request.configs entry, in that order.
     """
-    r = request
-    tables, topo, compute_kernel = r.tables, r.topology, r.compute_kernel
     if cost_model == "torchrec":
         from shardrec.sharding.torchrec_costs import TorchrecProblem
 
-        p: Problem = TorchrecProblem(tables, topo, r.global_batch_size, r.constraints, r.pooling, r.optimizer, compute_kernel)
+        problem: Problem = TorchrecProblem(request)
     elif cost_model == "shardrec":
-        p = Problem(tables, topo, r.global_batch_size, r.constraints, r.pooling, r.optimizer, r.curves)
+        problem = Problem(request)
     else:
         raise ValueError(f"cost model {cost_model!r} is not one of shardrec, torchrec")
-    rounds = max(8, min(200, 200_000 // max(1, len(tables))))
-    width = 4 if len(tables) > 200 else 8
+    num_tables = len(request.configs)
+    rounds = max(8, min(200, 200_000 // max(1, num_tables)))
+    width = 4 if num_tables > 200 else 8
     best = None
-    feasible = [a for a in _seeds(p) if a.infeasible < 0]
+    feasible = [seed for seed in _seeds(problem) if seed.infeasible < 0]
     for seed in feasible[:3]:
-        a = refine_ranks(p, _improve(p, seed, rounds, width), max_moves=4 * len(tables))
-        if best is None or a.score < best.score:
-            best = a
+        refined = refine_ranks(problem, _improve(problem, seed, rounds, width), max_moves=4 * num_tables)
+        if best is None or refined.score < best.score:
+            best = refined
     if best is None:
-        # Nothing fits: return the placement with the least memory per rank, balanced without
-        # the memory limit, so that the planner can report each rank's shortfall.
-        p.topo = replace(topo, memory_bytes=2**62)
-        best = assign(p, [min(opts, key=lambda o: (p.max_memory(i, o), opts.index(o))) for i, opts in enumerate(p.options)])
-        p.topo = topo
-    return _to_tables(p, best, compute_kernel)
+        best = _least_memory(problem)
+    return _to_table_plans(problem, best, request.compute_kernel)

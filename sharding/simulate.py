@@ -42,22 +42,22 @@ class SimRow:
     """Of which the replica all-reduce of the weights."""
 
 
-def row_wise_bytes(tables: list[EmbeddingBagConfig], pooling: dict[str, float], w: Workload) -> float:
+def row_wise_bytes(configs: list[EmbeddingBagConfig], pooling: dict[str, float], w: Workload) -> float:
     """Closed form of comms.table_comm_bytes for row-wise tables with equal blocks, per rank."""
     W, b = w.world_size, w.local_batch
     total = SPLITS_BYTES * (W - 1) if W > 1 else 0.0
-    for t in tables:
-        L = pooling.get(t.name, 1.0)
+    for config in configs:
+        L = pooling.get(config.name, 1.0)
         total += (W - 1) * b * w.length_bytes + b * L * w.id_bytes * (W - 1) / W
-        total += 2 * (W - 1) * b * t.embedding_dim * w.elem_bytes
+        total += 2 * (W - 1) * b * config.embedding_dim * w.elem_bytes
     return total
 
 
-def table_wise_max_bytes(tables: list[EmbeddingBagConfig], pooling: dict[str, float], w: Workload) -> float:
+def table_wise_max_bytes(configs: list[EmbeddingBagConfig], pooling: dict[str, float], w: Workload) -> float:
     """Busiest rank when tables are placed whole, heaviest sender first on the least-loaded rank."""
     W = w.world_size
     sent = np.zeros(W)
-    order = sorted(tables, key=lambda t: (-t.embedding_dim, t.name))
+    order = sorted(configs, key=lambda t: (-t.embedding_dim, t.name))
     heap = [(0.0, r) for r in range(W)]
     for t in order:
         load, r = heapq.heappop(heap)
@@ -67,19 +67,19 @@ def table_wise_max_bytes(tables: list[EmbeddingBagConfig], pooling: dict[str, fl
     return float(sent.max()) + (SPLITS_BYTES * (W - 1) if W > 1 else 0.0)
 
 
-def twod_bytes(tables: list[EmbeddingBagConfig], pooling: dict[str, float], per_rank_batch: int,
+def twod_bytes(configs: list[EmbeddingBagConfig], pooling: dict[str, float], per_rank_batch: int,
                world_size: int, group_size: int, sync_every: int = 1, elem_bytes: int = 4) -> tuple[float, float]:
     """(total, replica sync) bytes per rank per step for 2D with sharding groups of group_size."""
     G = min(group_size, world_size)
     R = world_size // G
-    inside = row_wise_bytes(tables, pooling, Workload(per_rank_batch * G, G))
-    shard_bytes = sum(-(-t.num_embeddings // G) * t.embedding_dim * elem_bytes for t in tables)
+    inside = row_wise_bytes(configs, pooling, Workload(per_rank_batch * G, G))
+    shard_bytes = sum(-(-t.num_embeddings // G) * t.embedding_dim * elem_bytes for t in configs)
     sync = 2.0 * (R - 1) / R * shard_bytes / sync_every if R > 1 else 0.0
     return inside + sync, sync
 
 
 def simulate(
-    tables: list[EmbeddingBagConfig], pooling: dict[str, float], per_rank_batch: int,
+    configs: list[EmbeddingBagConfig], pooling: dict[str, float], per_rank_batch: int,
     world_sizes: list[int], group_sizes: tuple[int, ...] = GROUP_SIZES, sync_every: int = 1,
 ) -> list[SimRow]:
     """Bytes per step for each world size; 2D takes the group size (of group_sizes) that sends least."""
@@ -87,8 +87,8 @@ def simulate(
     for W in world_sizes:
         w = Workload(per_rank_batch * W, W)
         candidates = [g for g in group_sizes if g <= W] or [W]
-        best = min((twod_bytes(tables, pooling, per_rank_batch, W, g, sync_every) + (g,) for g in candidates),
+        best = min((twod_bytes(configs, pooling, per_rank_batch, W, g, sync_every) + (g,) for g in candidates),
                    key=lambda x: (x[0], x[2]))
-        rows.append(SimRow(W, row_wise_bytes(tables, pooling, w), table_wise_max_bytes(tables, pooling, w),
+        rows.append(SimRow(W, row_wise_bytes(configs, pooling, w), table_wise_max_bytes(configs, pooling, w),
                            best[0], best[2], best[1]))
     return rows

@@ -26,7 +26,7 @@ DLRMV2_POOLING = (3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 1
 @dataclass
 class TableSet:
     name: str
-    tables: list[EmbeddingBagConfig]
+    configs: list[EmbeddingBagConfig]
     pooling: dict[str, float]
 
 
@@ -36,8 +36,8 @@ def table_config(i: int, rows: int, dim: int) -> EmbeddingBagConfig:
 
 
 def criteo_dlrmv2(dim: int = 128) -> TableSet:
-    tables = [table_config(i, rows, dim) for i, rows in enumerate(DLRMV2_ROWS)]
-    return TableSet("criteo26-dlrmv2", tables, {t.name: float(p) for t, p in zip(tables, DLRMV2_POOLING)})
+    configs = [table_config(i, rows, dim) for i, rows in enumerate(DLRMV2_ROWS)]
+    return TableSet("criteo26-dlrmv2", configs, {t.name: float(p) for t, p in zip(configs, DLRMV2_POOLING)})
 
 
 def random_tasks(seed: int, num_tables: int, max_rows: float = 1e7) -> TableSet:
@@ -45,8 +45,8 @@ def random_tasks(seed: int, num_tables: int, max_rows: float = 1e7) -> TableSet:
     rows = np.exp(rng.uniform(np.log(100), np.log(max_rows), num_tables)).astype(np.int64)
     dims = rng.choice([16, 32, 64, 128], num_tables)
     pooling = np.exp(rng.uniform(0, np.log(60), num_tables))
-    tables = [table_config(i, r, int(d)) for i, (r, d) in enumerate(zip(rows, dims))]
-    return TableSet(f"random-{num_tables}t-s{seed}", tables, {t.name: round(float(p), 3) for t, p in zip(tables, pooling)})
+    configs = [table_config(i, r, int(d)) for i, (r, d) in enumerate(zip(rows, dims))]
+    return TableSet(f"random-{num_tables}t-s{seed}", configs, {t.name: round(float(p), 3) for t, p in zip(configs, pooling)})
 
 
 def production_like(num_tables: int = 1000, seed: int = 0) -> TableSet:
@@ -54,10 +54,10 @@ def production_like(num_tables: int = 1000, seed: int = 0) -> TableSet:
     rows = np.minimum(np.exp(rng.normal(np.log(2e4), 2.6, num_tables)), 2e8).astype(np.int64) + 2
     dims = rng.choice([8, 16, 32, 64, 128, 256], num_tables, p=[0.1, 0.25, 0.25, 0.2, 0.15, 0.05])
     pooling = np.minimum(np.exp(rng.normal(0.5, 1.3, num_tables)), 200)
-    tables = [table_config(i, r, int(d)) for i, (r, d) in enumerate(zip(rows, dims))]
-    return TableSet(f"production-{num_tables}t", tables, {t.name: round(float(p), 3) for t, p in zip(tables, pooling)})
+    configs = [table_config(i, r, int(d)) for i, (r, d) in enumerate(zip(rows, dims))]
+    return TableSet(f"production-{num_tables}t", configs, {t.name: round(float(p), 3) for t, p in zip(configs, pooling)})
 
 
 def subset(ts: TableSet, count: int) -> TableSet:
-    tables = ts.tables[:count]
-    return TableSet(f"{ts.name}[:{count}]", tables, {t.name: ts.pooling[t.name] for t in tables})
+    configs = ts.configs[:count]
+    return TableSet(f"{ts.name}[:{count}]", configs, {c.name: ts.pooling[c.name] for c in configs})

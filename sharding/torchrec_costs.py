@@ -10,12 +10,14 @@ reports it beside the comparison under shardrec's cost model.
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 
 import numpy as np
 from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
 
 from shardrec.embeddings.tables import build_ebc
 from shardrec.sharding.options import PIECE_TYPES, Option, Piece, Problem
+from shardrec.sharding.request import SearchRequest
 from shardrec.sharding.sharders import build_sharders
 from shardrec.sharding.torchrec_planner import quiet_torchrec, to_parameter_constraints, to_torchrec_topology
 
@@ -23,17 +25,19 @@ from shardrec.sharding.torchrec_planner import quiet_torchrec, to_parameter_cons
 class TorchrecProblem(Problem):
     """Options and per-rank costs as torchrec estimates them (no per-type latency: torchrec has none)."""
 
-    def __init__(self, tables, topo, batch, constraints, pooling, optimizer, compute_kernel: str = "fused"):
-        super().__init__(tables, topo, batch, constraints, pooling, optimizer)
+    def __init__(self, request: SearchRequest) -> None:
+        # torchrec's estimators do not model skew: the options are priced without curves.
+        super().__init__(replace(request, curves=None))
         self.latency_per_type_s = 0.0
-        params = to_parameter_constraints(tables, constraints, pooling, compute_kernel)
+        configs, topo, batch, compute_kernel = request.configs, request.topology, request.global_batch_size, request.compute_kernel
+        params = to_parameter_constraints(configs, request.constraints, request.pooling, compute_kernel)
         with warnings.catch_warnings(), quiet_torchrec():
             warnings.simplefilter("ignore")
             enumerator = EmbeddingEnumerator(
                 topology=to_torchrec_topology(topo), batch_size=max(1, batch // topo.world_size), constraints=params
             )
-            enumerated = enumerator.enumerate(build_ebc(tables), build_sharders())
-        index = {t.name: i for i, t in enumerate(tables)}
+            enumerated = enumerator.enumerate(build_ebc(configs), build_sharders())
+        index = {config.name: i for i, config in enumerate(configs)}
         cuda = topo.device_kind == "cuda"
         found: dict[tuple[int, Option], object] = {}
         for o in enumerated:
@@ -43,7 +47,7 @@ class TorchrecProblem(Problem):
                 continue
             k = len(o.shards) if o.sharding_type in PIECE_TYPES else 1
             found[(index[o.name], Option(o.sharding_type, k))] = o
-        for i in range(len(tables)):
+        for i in range(len(configs)):
             self._load(i, found, cuda)
 
     def _load(self, i: int, found: dict, cuda: bool) -> None:
@@ -67,5 +71,5 @@ class TorchrecProblem(Problem):
             if opt in self.options[i]:
                 keep.append(opt)
         if not keep:
-            raise ValueError(f"table {self.tables[i].name}: torchrec enumerates none of its allowed options")
+            raise ValueError(f"table {self.configs[i].name}: torchrec enumerates none of its allowed options")
         self.options[i] = keep

@@ -42,22 +42,22 @@ def to_torchrec_topology(topo: ClusterTopology) -> Topology:
 
 
 def to_parameter_constraints(
-    tables: list[EmbeddingBagConfig],
+    configs: list[EmbeddingBagConfig],
     constraints: dict[str, TableConstraint],
     pooling: dict[str, float],
     compute_kernel: str,
 ) -> dict[str, ParameterConstraints]:
     """torchrec constraints for every table (ranks constraints have no torchrec equivalent and are dropped)."""
     out = {}
-    for t in tables:
-        c = constraints.get(t.name, TableConstraint())
+    for config in configs:
+        constraint = constraints.get(config.name, TableConstraint())
         kw = {}
-        if c.min_partition:
-            kw["min_partition"] = c.min_partition
-        out[t.name] = ParameterConstraints(
-            sharding_types=list(c.sharding_types),
-            compute_kernels=list(c.compute_kernels) or [compute_kernel, "dense"],
-            pooling_factors=[pooling.get(t.name, 1.0)] * len(t.feature_names),
+        if constraint.min_partition:
+            kw["min_partition"] = constraint.min_partition
+        out[config.name] = ParameterConstraints(
+            sharding_types=list(constraint.sharding_types),
+            compute_kernels=list(constraint.compute_kernels) or [compute_kernel, "dense"],
+            pooling_factors=[pooling.get(config.name, 1.0)] * len(config.feature_names),
             **kw,
         )
     return out
@@ -68,17 +68,18 @@ def torchrec_plan(request: SearchRequest) -> list[TablePlan]:
 
     The request's optimizer and skew curves are not used: torchrec's estimators do not model them.
     """
-    r, world_size = request, request.topology.world_size
+    world_size = request.topology.world_size
     with warnings.catch_warnings(), quiet_torchrec(logging.ERROR):
         warnings.simplefilter("ignore", FutureWarning)
+        constraints = to_parameter_constraints(request.configs, request.constraints, request.pooling, request.compute_kernel)
         planner = EmbeddingShardingPlanner(
-            topology=to_torchrec_topology(r.topology),
-            batch_size=max(1, r.global_batch_size // world_size),
-            constraints=to_parameter_constraints(r.tables, r.constraints, r.pooling, r.compute_kernel),
+            topology=to_torchrec_topology(request.topology),
+            batch_size=max(1, request.global_batch_size // world_size),
+            constraints=constraints,
             debug=False,
         )
-        plan = planner.plan(build_ebc(r.tables), build_sharders())
-    return from_sharding_plan(plan.plan[""], r.tables, world_size)
+        plan = planner.plan(build_ebc(request.configs), build_sharders())
+    return from_sharding_plan(plan.plan[""], request.configs, world_size)
 
 
 @contextmanager

@@ -25,6 +25,7 @@ from shardrec.embeddings.optim import attach_fused_optimizer, replicated_table_o
 from shardrec.embeddings.tables import build_ebc
 from shardrec.sharding.plan_io import PlanFile, check_plan, plan_fingerprint, to_sharding_plan
 from shardrec.sharding.planner import plan_tables
+from shardrec.sharding.request import DatasetStatistics, PlanRequest
 from shardrec.sharding.sharders import build_sharders
 from shardrec.trainer.config import ModelConfig, OptimConfig
 from shardrec.trainer.dist import DistEnv
@@ -74,12 +75,10 @@ def plan_at_start(
 ) -> PlanFile:
     """Plan with shardrec's planner when no plan file is given, with what `shardrec plan` would
     use for this job (kernel, optimizer, constraints, statistics): rank 0 plans, every rank gets it."""
-    from shardrec.sharding.request import DatasetStatistics
-
     holder: list[PlanFile | None] = [None]
     if env.rank == 0:
-        holder[0] = plan_tables(
-            tables,
+        request = PlanRequest(
+            configs=tables,
             world_size=env.world_size,
             local_world_size=env.local_world_size,
             global_batch_size=global_batch_size,
@@ -89,6 +88,7 @@ def plan_at_start(
             compute_kernel=compute_kernel,
             optimizer=sparse_optimizer,
         )
+        holder[0] = plan_tables(request)
     if dist.is_initialized() and env.world_size > 1:
         dist.broadcast_object_list(holder, src=0)
     assert holder[0] is not None

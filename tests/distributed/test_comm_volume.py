@@ -122,13 +122,14 @@ def _measure(env, sharding_type: str, local_world_size: int) -> dict:
 
     from shardrec.sharding.plan_io import to_sharding_plan
     from shardrec.sharding.planner import plan_tables
+    from shardrec.sharding.request import PlanRequest
     from shardrec.sharding.sharders import build_sharders
 
     W = env.world_size
     tables = _tables(W)
     constraints = {t.name: {"sharding_types": [sharding_type], "min_partition": 4} for t in tables}
-    plan = plan_tables(tables, world_size=W, local_world_size=local_world_size,
-                       global_batch_size=LOCAL_BATCH * W, device_kind="cpu", constraints=constraints)
+    plan = plan_tables(PlanRequest(configs=tables, world_size=W, local_world_size=local_world_size,
+                                   global_batch_size=LOCAL_BATCH * W, device_kind="cpu", constraints=constraints))
     model = DistributedModelParallel(
         EmbeddingBagCollection(tables=tables, device=torch.device("meta")), device=torch.device("cpu"),
         plan=to_sharding_plan(plan, tables, "", W, local_world_size, "cpu"), sharders=build_sharders(),

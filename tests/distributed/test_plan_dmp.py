@@ -94,13 +94,14 @@ def _worker(env, plan_path: str) -> dict:
 def test_plan_file_shards_ebc_like_unsharded(tmp_path: Path) -> None:
     from shardrec.sharding.plan_io import save_plan
     from shardrec.sharding.planner import plan_tables
+    from shardrec.sharding.request import PlanRequest
 
     tables = _tables()
     constraints = {f"t{i}": {"sharding_types": [st]} for i, st in enumerate(PINNED.values())}
     constraints["t2"]["min_partition"] = 8
     constraints["t4"]["min_partition"] = 8
-    plan = plan_tables(tables, world_size=WORLD_SIZE, local_world_size=WORLD_SIZE, global_batch_size=GLOBAL_BATCH,
-                       device_kind="cpu", constraints=constraints)
+    plan = plan_tables(PlanRequest(configs=tables, world_size=WORLD_SIZE, local_world_size=WORLD_SIZE,
+                                   global_batch_size=GLOBAL_BATCH, device_kind="cpu", constraints=constraints))
     path = tmp_path / "plan.json"
     save_plan(plan, path)
     results = run_local_ranks(_worker, WORLD_SIZE, str(path))

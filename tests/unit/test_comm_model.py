@@ -47,7 +47,7 @@ def test_data_parallel_all_reduces_the_gradient() -> None:
 
 def test_volume_growth_with_ranks() -> None:
     ts = suites.criteo_dlrmv2()
-    rows = simulate(ts.tables, ts.pooling, 512, [8, 64, 512, 4096], sync_every=100)
+    rows = simulate(ts.configs, ts.pooling, 512, [8, 64, 512, 4096], sync_every=100)
     rw = [r.row_wise_bytes for r in rows]
     twod = [r.twod_bytes for r in rows]
     # Row-wise per rank grows about linearly with the ranks; 2D levels off past its group size.
@@ -55,4 +55,4 @@ def test_volume_growth_with_ranks() -> None:
     assert twod[3] / twod[2] < 1.5
     assert twod[3] < rw[3] / 10
     assert rows[3].table_wise_max_bytes > rows[0].table_wise_max_bytes
-    assert rw[0] == row_wise_bytes(ts.tables, ts.pooling, Workload(512 * 8, 8))
+    assert rw[0] == row_wise_bytes(ts.configs, ts.pooling, Workload(512 * 8, 8))

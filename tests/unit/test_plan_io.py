@@ -17,6 +17,7 @@ from shardrec.sharding.plan_io import (
     to_sharding_plan,
 )
 from shardrec.sharding.planner import PlanDoesNotFitError, plan_tables
+from shardrec.sharding.request import PlanRequest
 from shardrec.sharding.topology import build_topology
 
 
@@ -24,9 +25,9 @@ def _tables(n: int = 4, dim: int = 16) -> list[EmbeddingBagConfig]:
     return [EmbeddingBagConfig(name=f"t_f{i}", embedding_dim=dim, num_embeddings=100 * (i + 1), feature_names=[f"f{i}"]) for i in range(n)]
 
 
-def _plan(tables, world_size=2, batch=64, constraints=None, **kw):
-    return plan_tables(tables, world_size=world_size, local_world_size=world_size, global_batch_size=batch,
-                       device_kind="cpu", constraints=constraints, **kw)
+def _plan(configs, world_size=2, batch=64, constraints=None, **kw):
+    return plan_tables(PlanRequest(configs=configs, world_size=world_size, local_world_size=world_size,
+                                   global_batch_size=batch, device_kind="cpu", constraints=constraints, **kw))
 
 
 def test_round_trip_and_sharding_plan(tmp_path: Path) -> None:
@@ -126,15 +127,15 @@ def test_2d_plan_is_a_group_plan() -> None:
 
     ts = suites.random_tasks(0, 60, max_rows=2e4)
     topo = build_topology("h100", 64)
-    plan = plan_tables(ts.tables, world_size=64, local_world_size=8, global_batch_size=64 * 512, device_kind="cuda",
-                       topology=topo, sharding_group_size=8, sync_every=10)
+    plan = plan_tables(PlanRequest(configs=ts.configs, world_size=64, local_world_size=8, global_batch_size=64 * 512,
+                                   device_kind="cuda", topology=topo, sharding_group_size=8, sync_every=10))
     assert plan.sharding_group_size == 8 and plan.fingerprint["world_size"] == 64
     assert max(r for t in plan.tables for r in t.ranks) < 8
     assert len(plan.estimate["ranks"]) == 8 and plan.estimate["ranks"][0]["bytes_sent"]["all_reduce"] > 0
-    sp = to_sharding_plan(plan, ts.tables, "ebc", 64, 8, "cuda")
+    sp = to_sharding_plan(plan, ts.configs, "ebc", 64, 8, "cuda")
     assert len(sp.plan["ebc"]) == 60
     with pytest.raises(ValueError, match="must be positive and divide world size 64"):
-        _plan(ts.tables, world_size=64, batch=64 * 8, sharding_group_size=24)
+        _plan(ts.configs, world_size=64, batch=64 * 8, sharding_group_size=24)
 
 
 def test_overlapping_shards_that_leave_a_gap_are_refused():

@@ -8,13 +8,13 @@ from shardrec.sharding import layouts, suites
 from shardrec.sharding.constraints import parse_constraints
 from shardrec.sharding.cost import evaluate
 from shardrec.sharding.planner import plan_tables
-from shardrec.sharding.request import SearchRequest
+from shardrec.sharding.request import PlanRequest, SearchRequest
 from shardrec.sharding.search import search_plan
 from shardrec.sharding.topology import build_topology
 
 
 def _request(ts: suites.TableSet, topo, batch: int, constraints=None) -> SearchRequest:
-    return SearchRequest(tables=ts.tables, topology=topo, global_batch_size=batch, pooling=ts.pooling, constraints=constraints or {})
+    return SearchRequest(configs=ts.configs, topology=topo, global_batch_size=batch, pooling=ts.pooling, constraints=constraints or {})
 
 
 def _lpt_table_wise(tables, pooling, topo, batch):
@@ -33,9 +33,9 @@ def test_search_beats_simple_placements(seed, n, preset, world) -> None:
     ts = suites.random_tasks(seed, n, max_rows=1e6)
     topo = build_topology(preset, world)
     batch = 1024 * world
-    ours = evaluate(search_plan(_request(ts, topo, batch)), ts.tables, ts.pooling, topo, batch)
-    tw = evaluate(_lpt_table_wise(ts.tables, ts.pooling, topo, batch), ts.tables, ts.pooling, topo, batch)
-    rw = evaluate([layouts.row_wise(t, world, "fused") for t in ts.tables], ts.tables, ts.pooling, topo, batch)
+    ours = evaluate(search_plan(_request(ts, topo, batch)), ts.configs, ts.pooling, topo, batch)
+    tw = evaluate(_lpt_table_wise(ts.configs, ts.pooling, topo, batch), ts.configs, ts.pooling, topo, batch)
+    rw = evaluate([layouts.row_wise(t, world, "fused") for t in ts.configs], ts.configs, ts.pooling, topo, batch)
     assert ours.max_step_s <= tw.max_step_s * 1.000001
     assert ours.max_step_s <= rw.max_step_s * 1.000001
     assert not ours.shortfall()
@@ -43,10 +43,10 @@ def test_search_beats_simple_placements(seed, n, preset, world) -> None:
 
 def test_same_inputs_give_byte_identical_plans() -> None:
     ts = suites.random_tasks(3, 80)
-    kw = dict(world_size=16, local_world_size=8, global_batch_size=16 * 512, device_kind="cuda",
-              topology=build_topology("h100", 16))
-    a = plan_tables(ts.tables, **kw).to_json()
-    b = plan_tables(ts.tables, **kw).to_json()
+    request = PlanRequest(configs=ts.configs, world_size=16, local_world_size=8, global_batch_size=16 * 512,
+                          device_kind="cuda", topology=build_topology("h100", 16))
+    a = plan_tables(request).to_json()
+    b = plan_tables(request).to_json()
     assert a == b
 
 
@@ -54,13 +54,13 @@ def test_every_table_covered_and_within_memory() -> None:
     ts = suites.criteo_dlrmv2()
     topo = build_topology("h100", 8)
     placed = search_plan(_request(ts, topo, 65536))
-    by_name = {t.name: t for t in ts.tables}
+    by_name = {t.name: t for t in ts.configs}
     for tp in placed:
         cfg = by_name[tp.name]
         area = sum(s.rows * s.cols for s in tp.shards)
         if tp.sharding_type != "data_parallel":
             assert area == cfg.num_embeddings * cfg.embedding_dim, tp.name
-    cost = evaluate(placed, ts.tables, ts.pooling, topo, 65536)
+    cost = evaluate(placed, ts.configs, ts.pooling, topo, 65536)
     assert cost.memory_bytes.max() <= topo.memory_bytes
 
 
@@ -71,7 +71,7 @@ def test_memory_pressure_forces_splitting() -> None:
     placed = search_plan(_request(ts, topo, 65536))
     big = [tp for tp in placed if tp.name in ("t_0", "t_9", "t_19", "t_20", "t_21")]
     assert all(len({s.rank for s in tp.shards}) > 1 for tp in big)
-    assert not evaluate(placed, ts.tables, ts.pooling, topo, 65536).shortfall()
+    assert not evaluate(placed, ts.configs, ts.pooling, topo, 65536).shortfall()
 
 
 def test_constraints_are_honoured() -> None:
@@ -80,7 +80,7 @@ def test_constraints_are_honoured() -> None:
     raw = {"t_0": {"sharding_types": ["row_wise"]}, "t_1": {"sharding_types": ["table_wise"], "ranks": [2]},
            "t_2": {"sharding_types": ["column_wise", "table_column_wise"], "min_partition": 8},
            "t_3": {"sharding_types": ["data_parallel"]}}
-    placed = {t.name: t for t in search_plan(_request(ts, topo, 4096, parse_constraints(raw, ts.tables, 4)))}
+    placed = {t.name: t for t in search_plan(_request(ts, topo, 4096, parse_constraints(raw, ts.configs, 4)))}
     assert placed["t_0"].sharding_type == "row_wise"
     assert placed["t_1"].sharding_type == "table_wise" and placed["t_1"].ranks == [2]
     assert placed["t_2"].sharding_type in ("column_wise", "table_column_wise")

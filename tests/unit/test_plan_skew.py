@@ -8,7 +8,7 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 from shardrec.sharding import layouts
 from shardrec.sharding.cost import evaluate
 from shardrec.sharding.planner import plan_tables
-from shardrec.sharding.request import DatasetStatistics
+from shardrec.sharding.request import DatasetStatistics, PlanRequest
 from shardrec.sharding.skew import LookupCurve, curves_from_stats
 from shardrec.sharding.topology import build_topology
 
@@ -48,7 +48,7 @@ def test_planner_prices_skew_into_row_wise() -> None:
     kw = dict(world_size=4, local_world_size=4, global_batch_size=8192, device_kind="cuda",
               topology=build_topology("h100", 4), statistics=DatasetStatistics(stats),
               constraints={t.name: {"sharding_types": ["row_wise"]} for t in tables})
-    hashed = plan_tables(tables, **kw)
-    vocab = plan_tables(tables, **{**kw, "statistics": DatasetStatistics(stats, ids_by_frequency=True)})
+    hashed = plan_tables(PlanRequest(configs=tables, **kw))
+    vocab = plan_tables(PlanRequest(configs=tables, **{**kw, "statistics": DatasetStatistics(stats, ids_by_frequency=True)}))
     assert vocab.estimate["max_step_ms"] > hashed.estimate["max_step_ms"]
     assert vocab.estimate["critical_rank"] == 0

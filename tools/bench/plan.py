@@ -70,11 +70,11 @@ def run_case(case: Case) -> dict:
     ts = _table_set(case.table_set)
     topo = build_topology(case.preset, case.world_size)
     t0 = time.perf_counter()
-    request = SearchRequest(tables=ts.tables, topology=topo, global_batch_size=case.global_batch_size, pooling=ts.pooling)
+    request = SearchRequest(configs=ts.configs, topology=topo, global_batch_size=case.global_batch_size, pooling=ts.pooling)
     ours = search_plan(request)
     ours_s = time.perf_counter() - t0
-    ours_cost = evaluate(ours, ts.tables, ts.pooling, topo, case.global_batch_size)
-    row = {"case": case.name, "tables": len(ts.tables), "ranks": case.world_size, "shardrec_s": round(ours_s, 3),
+    ours_cost = evaluate(ours, ts.configs, ts.pooling, topo, case.global_batch_size)
+    row = {"case": case.name, "tables": len(ts.configs), "ranks": case.world_size, "shardrec_s": round(ours_s, 3),
            "shardrec_ms": ours_cost.max_step_s * 1e3, "shardrec_fits": not ours_cost.shortfall()}
     if not case.torchrec:
         return row
@@ -85,7 +85,7 @@ def run_case(case: Case) -> dict:
         row["torchrec_error"] = str(e).splitlines()[0]
         return row
     row["torchrec_s"] = round(time.perf_counter() - t0, 3)
-    theirs_cost = evaluate(theirs, ts.tables, ts.pooling, topo, case.global_batch_size)
+    theirs_cost = evaluate(theirs, ts.configs, ts.pooling, topo, case.global_batch_size)
     row["torchrec_ms"] = theirs_cost.max_step_s * 1e3
     row["torchrec_fits"] = not theirs_cost.shortfall()
     row["ratio_shardrec_model"] = ours_cost.max_step_s / theirs_cost.max_step_s
@@ -93,12 +93,12 @@ def run_case(case: Case) -> dict:
     t0 = time.perf_counter()
     ours_tr = search_plan(request, cost_model="torchrec")
     row["shardrec_torchrec_model_s"] = round(time.perf_counter() - t0, 3)
-    a = torchrec_score(ours_tr, ts.tables, topo, case.global_batch_size, ts.pooling)
-    b = torchrec_score(theirs, ts.tables, topo, case.global_batch_size, ts.pooling)
-    c = torchrec_score(ours, ts.tables, topo, case.global_batch_size, ts.pooling)
+    a = torchrec_score(ours_tr, ts.configs, topo, case.global_batch_size, ts.pooling)
+    b = torchrec_score(theirs, ts.configs, topo, case.global_batch_size, ts.pooling)
+    c = torchrec_score(ours, ts.configs, topo, case.global_batch_size, ts.pooling)
     row["ratio_torchrec_model"] = a / b if a is not None and b else None
     row["ratio_shardrec_plan_under_torchrec_model"] = c / b if c is not None and b else None
-    row["shardrec_torchrec_model_fits"] = not evaluate(ours_tr, ts.tables, ts.pooling, topo, case.global_batch_size).shortfall()
+    row["shardrec_torchrec_model_fits"] = not evaluate(ours_tr, ts.configs, ts.pooling, topo, case.global_batch_size).shortfall()
     return row
 
 
@@ -158,7 +158,7 @@ def bench_plan(
     console.print(f"peak RSS {result['peak_rss_gib']:.2f} GiB; ms are estimated max-rank step times, s are planner run times")
 
 
-def _reality_plans(tables, topo, batch, pooling) -> dict[str, list]:
+def _reality_plans(configs, topo, batch, pooling) -> dict[str, list]:
     """Distinct placements of the same tables: ours, torchrec's, and deliberately different ones."""
     from shardrec.sharding import layouts
     from shardrec.sharding.request import SearchRequest
@@ -166,14 +166,14 @@ def _reality_plans(tables, topo, batch, pooling) -> dict[str, list]:
     from shardrec.sharding.torchrec_planner import torchrec_plan
 
     W = topo.world_size
-    request = SearchRequest(tables=tables, topology=topo, global_batch_size=batch, pooling=pooling)
+    request = SearchRequest(configs=configs, topology=topo, global_batch_size=batch, pooling=pooling)
     return {
         "shardrec": search_plan(request),
         "torchrec": torchrec_plan(request),
-        "all row-wise": [layouts.row_wise(t, W, "fused") for t in tables],
-        "all column-wise": [layouts.column_wise(t, list(range(W)), "fused") for t in tables],
-        "all on rank 0": [layouts.table_wise(t, 0, "fused") for t in tables],
-        "all data-parallel": [layouts.data_parallel(t, W) for t in tables],
+        "all row-wise": [layouts.row_wise(config, W, "fused") for config in configs],
+        "all column-wise": [layouts.column_wise(config, list(range(W)), "fused") for config in configs],
+        "all on rank 0": [layouts.table_wise(config, 0, "fused") for config in configs],
+        "all data-parallel": [layouts.data_parallel(config, W) for config in configs],
     }
 
 
@@ -203,15 +203,15 @@ def bench_plan_reality(
     values.update(profile["measured"])
     topo = ClusterTopology(name="cpu-gloo (calibrated)", world_size=world_size, local_world_size=world_size, **values)
     ts = suites.criteo_dlrmv2(dim)
-    tables = [suites.table_config(i, min(t.num_embeddings, max_rows), dim) for i, t in enumerate(ts.tables)]
-    pooling = {t.name: 1.0 for t in tables}  # one-hot, as the demo's data
-    plans = _reality_plans(tables, topo, global_batch_size, pooling)
-    fp = plan_fingerprint(tables, world_size, global_batch_size, "cpu")
+    configs = [suites.table_config(i, min(c.num_embeddings, max_rows), dim) for i, c in enumerate(ts.configs)]
+    pooling = {config.name: 1.0 for config in configs}  # one-hot, as the demo's data
+    plans = _reality_plans(configs, topo, global_batch_size, pooling)
+    fp = plan_fingerprint(configs, world_size, global_batch_size, "cpu")
     texts = [PlanFile(PLAN_SCHEMA_VERSION, fp, placed).to_json() for placed in plans.values()]
-    measured = measure_plans(tables, texts, world_size=world_size, local_batch=global_batch_size // world_size, steps=steps)
+    measured = measure_plans(configs, texts, world_size=world_size, local_batch=global_batch_size // world_size, steps=steps)
     rows = []
     for (name, placed), m in zip(plans.items(), measured):
-        cost = evaluate(placed, tables, pooling, topo, global_batch_size)
+        cost = evaluate(placed, configs, pooling, topo, global_batch_size)
         est_mem = [int(x) for x in cost.memory_bytes]
         rows.append({"plan": name, "estimated_ms": cost.max_step_s * 1e3, "measured_ms": m.step_s * 1e3,
                      "estimated_memory_bytes": est_mem, "measured_memory_bytes": m.memory_bytes,
@@ -221,7 +221,7 @@ def bench_plan_reality(
     if json_out:
         print_json(result)
         return
-    t = Table(title=f"{len(tables)} tables x {dim}, {world_size} CPU ranks, batch {global_batch_size}: estimate vs clock")
+    t = Table(title=f"{len(configs)} tables x {dim}, {world_size} CPU ranks, batch {global_batch_size}: estimate vs clock")
     for col in ("plan", "estimated ms", "measured ms", "est. MiB (max rank)", "held MiB (max rank)", "bound"):
         t.add_column(col, justify="right")
     for r in sorted(rows, key=lambda r: r["estimated_ms"]):

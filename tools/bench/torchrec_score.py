@@ -30,20 +30,20 @@ def _shape_key(shards) -> tuple:
 
 
 def torchrec_score(
-    placed: list[TablePlan],
-    tables: list[EmbeddingBagConfig],
+    table_plans: list[TablePlan],
+    configs: list[EmbeddingBagConfig],
     topo: ClusterTopology,
     global_batch_size: int,
     pooling: dict[str, float],
 ) -> float | None:
     """torchrec's estimate of the slowest rank's step time (seconds), or None if a table's layout has no torchrec option."""
-    by_plan = {t.name: t for t in placed}
+    by_plan = {table_plan.name: table_plan for table_plan in table_plans}
     cons = {}
-    for t in tables:
-        tp = by_plan[t.name]
+    for config in configs:
+        tp = by_plan[config.name]
         width = min(s.cols for s in tp.shards) if tp.sharding_type in ("column_wise", "table_column_wise") else 0
-        cons[t.name] = TableConstraint(sharding_types=(tp.sharding_type,), min_partition=width)
-    params = to_parameter_constraints(tables, cons, pooling, "fused")
+        cons[config.name] = TableConstraint(sharding_types=(tp.sharding_type,), min_partition=width)
+    params = to_parameter_constraints(configs, cons, pooling, "fused")
     for name, tp in by_plan.items():
         params[name].compute_kernels = [tp.compute_kernel]
     with warnings.catch_warnings(), quiet_torchrec():
@@ -51,13 +51,13 @@ def torchrec_score(
         enumerator = EmbeddingEnumerator(
             topology=to_torchrec_topology(topo), batch_size=max(1, global_batch_size // topo.world_size), constraints=params
         )
-        options = enumerator.enumerate(build_ebc(tables), build_sharders())
+        options = enumerator.enumerate(build_ebc(configs), build_sharders())
     found: dict[tuple, object] = {}
     for o in options:
         key = (o.name, o.sharding_type, o.compute_kernel, _shape_key((s.size, s.offset) for s in o.shards))
         found[key] = o
     per_rank = np.zeros(topo.world_size)
-    for tp in placed:
+    for tp in table_plans:
         shapes = [((s.rows, s.cols), (s.row_offset, s.col_offset)) for s in tp.shards]
         o = found.get((tp.name, tp.sharding_type, tp.compute_kernel, _shape_key(shapes)))
         if o is None:

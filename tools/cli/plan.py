@@ -22,20 +22,20 @@ def _load_job(config: Optional[Path], data: Optional[Path], overrides: list[str]
     from shardrec.trainer.config import load_job_config
 
     try:
-        cfg = load_job_config(config, overrides)
+        job = load_job_config(config, overrides)
     except ValueError as e:
         fail(str(e))
-    directory = data or (Path(cfg.data.path) if cfg.data.path else None)
+    directory = data or (Path(job.data.path) if job.data.path else None)
     if directory is None:
         fail("no dataset: pass --data DIR or set data.path in the job file")
     try:
         manifest = Manifest.load(directory)
-        tables = build_table_configs(manifest, cfg.model.embedding_dim, cfg.model.dims)
+        configs = build_table_configs(manifest, job.model.embedding_dim, job.model.dims)
     except (DatasetError, ValueError) as e:
         fail(str(e))
     from shardrec.sharding.request import DatasetStatistics
 
-    return cfg, tables, DatasetStatistics.from_manifest(manifest)
+    return job, configs, DatasetStatistics.from_manifest(manifest)
 
 
 @plan_app.callback()
@@ -61,29 +61,31 @@ def plan(
         return
     from shardrec.sharding.planner import plan_tables
     from shardrec.sharding.plan_io import save_plan
+    from shardrec.sharding.request import PlanRequest
     from shardrec.sharding.topology import build_topology
 
     if world_size <= 0:
         fail(f"--world-size must be positive, got {world_size}")
-    cfg, tables, statistics = _load_job(config, data, set_ or [])
+    job, configs, statistics = _load_job(config, data, set_ or [])
     if simulate:
         if sync_every <= 0:
             fail(f"--sync-every must be positive, got {sync_every}")
-        _simulate(tables, statistics.stats, cfg, world_size, sync_every, json_out)
+        _simulate(configs, statistics.stats, job, world_size, sync_every, json_out)
         return
     try:
         topo = build_topology(
             topology, world_size, local_world_size or None,
             int(memory_gib * 2**30) if memory_gib else None, profile,
         )
-        start = time.perf_counter()
-        result = plan_tables(
-            tables, world_size=world_size, local_world_size=topo.local_world_size,
-            global_batch_size=cfg.train.global_batch_size, device_kind=topo.device_kind,
-            constraints=cfg.sharding.constraints, statistics=statistics, topology=topo,
-            compute_kernel=cfg.sharding.compute_kernel, optimizer=cfg.optim.sparse, search=search,
+        request = PlanRequest(
+            configs=configs, world_size=world_size, local_world_size=topo.local_world_size,
+            global_batch_size=job.train.global_batch_size, device_kind=topo.device_kind,
+            constraints=job.sharding.constraints, statistics=statistics, topology=topo,
+            compute_kernel=job.sharding.compute_kernel, optimizer=job.optim.sparse,
             sharding_group_size=group_size, sync_every=sync_every,
         )
+        start = time.perf_counter()
+        result = plan_tables(request, search=search)
         seconds = time.perf_counter() - start
     except ValueError as e:
         fail(str(e))
@@ -110,7 +112,7 @@ def _print_plan(result, topology: str, sync_every: int, seconds: float, out: Opt
     console.print(f"planned {len(result.tables)} tables for {world_size} ranks ({topology}) in {seconds:.2f} s{where}")
 
 
-def _simulate(tables, stats, cfg, world_size: int, sync_every: int, json_out: bool) -> None:
+def _simulate(configs, stats, job, world_size: int, sync_every: int, json_out: bool) -> None:
     from rich.table import Table
 
     from shardrec.sharding.constraints import parse_constraints
@@ -118,16 +120,16 @@ def _simulate(tables, stats, cfg, world_size: int, sync_every: int, json_out: bo
     from shardrec.sharding.simulate import simulate
 
     try:
-        pooling = pooling_factors(tables, stats, parse_constraints(cfg.sharding.constraints, tables, world_size))
+        pooling = pooling_factors(configs, stats, parse_constraints(job.sharding.constraints, configs, world_size))
     except ValueError as e:
         fail(str(e))
-    per_rank = max(1, cfg.train.global_batch_size // world_size)
-    rows = simulate(tables, pooling, per_rank, [2**k for k in range(3, 13)], sync_every=sync_every)
+    per_rank = max(1, job.train.global_batch_size // world_size)
+    rows = simulate(configs, pooling, per_rank, [2**k for k in range(3, 13)], sync_every=sync_every)
     if json_out:
         print_json({"per_rank_batch": per_rank, "sync_every": sync_every, "rows": [r.__dict__ for r in rows]})
         return
     MiB = 2**20
-    t = Table(title=f"bytes sent per rank per step, {len(tables)} tables, {per_rank} samples per rank (weak scaling)")
+    t = Table(title=f"bytes sent per rank per step, {len(configs)} tables, {per_rank} samples per rank (weak scaling)")
     for col in ("ranks", "row-wise MiB", "table-wise busiest MiB", "2D MiB", "2D group", "2D of which sync"):
         t.add_column(col, justify="right")
     for r in rows:

@@ -139,6 +139,9 @@ def describe_mismatch(saved: dict[str, Any], current: dict[str, Any]) -> str:
         for key, value in saved.get(section, {}).items():
             if current[section].get(key) != value:
                 diffs.append(f"{section}.{key}: checkpoint {value!r}, job {current[section].get(key)!r}")
+    # A checkpoint from before dataset fingerprints, or a job that gives none, skips this check.
+    if saved.get("dataset") and current.get("dataset") and saved["dataset"] != current["dataset"]:
+        diffs.append(f"dataset: checkpoint trained on fingerprint {saved['dataset'][:12]}, job's data is {current['dataset'][:12]}")
     old = {t["name"]: (t["rows"], t["dim"]) for t in saved["tables"]}
     new = {t["name"]: (t["rows"], t["dim"]) for t in current["tables"]}
     if set(old) != set(new):

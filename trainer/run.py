@@ -19,7 +19,7 @@ from shardrec.dataloader.loader import NO_SHUFFLE, BatchLoader, Delivery, Shuffl
 from shardrec.embeddings.init import init_embedding_weights
 from shardrec.embeddings.tables import build_table_configs
 from shardrec.sharding.plan_io import PlanFile, load_plan, save_plan
-from shardrec.trainer import build, faults
+from shardrec.trainer import build, faults, lifecycle
 from shardrec.trainer.checkpoint import CheckpointManager, CheckpointParts, ModuleState, TrainProgress
 from shardrec.trainer.config import JobConfig, ModelConfig, OptimConfig
 from shardrec.trainer.dist import DistEnv
@@ -48,18 +48,22 @@ class Job:
     checkpoints: CheckpointManager
     progress: TrainProgress
     """The step and epoch; the checkpoints save and restore this same object."""
+    manifest: Manifest | None = None
+    """The dataset's manifest (its fingerprint goes into RUN/dataset.json)."""
 
 
 # Optimizer settings that decide what state a checkpoint holds: a change would drop or misread it.
 OPTIMIZER_KEYS = ("sparse", "dense")
 
 
-def checkpoint_signature(model: ModelConfig, optim: OptimConfig, plan: PlanFile) -> dict[str, Any]:
-    """What must match for a checkpoint to load: the model, its tables and the optimizers' kinds, not the plan."""
+def checkpoint_signature(model: ModelConfig, optim: OptimConfig, plan: PlanFile, dataset: str = "") -> dict[str, Any]:
+    """What must match for a checkpoint to load: the model, its tables, the optimizers' kinds and the
+    dataset's fingerprint (trainer.lifecycle; "" skips that check), not the plan."""
     return {
         "model": asdict(model),
         "optim": {k: getattr(optim, k) for k in OPTIMIZER_KEYS},
         "tables": [{"name": t["name"], "rows": t["rows"], "dim": t["dim"]} for t in plan.fingerprint["tables"]],
+        "dataset": dataset,
     }
 
 
@@ -112,10 +116,12 @@ def build_job(config: JobConfig, env: DistEnv, run_dir: Path, plan_path: str | N
     runner = StepRunner(model, optimizer, env.device, t.pipeline)
     progress = TrainProgress()
     parts = checkpoint_parts(plan=plan, model=model, runner=runner, train_loader=train_loader, progress=progress,
-                             signature=checkpoint_signature(config.model, config.optim, plan))
+                             signature=checkpoint_signature(config.model, config.optim, plan,
+                                                            lifecycle.dataset_fingerprint(manifest)))
     checkpoints = CheckpointManager(run_dir / "checkpoints", env, keep=config.checkpoint.keep, parts=parts)
     return Job(config=config, env=env, run_dir=run_dir, plan=plan, model=model, runner=runner,
-               train_loader=train_loader, eval_loaders=eval_loaders, checkpoints=checkpoints, progress=progress)
+               train_loader=train_loader, eval_loaders=eval_loaders, checkpoints=checkpoints, progress=progress,
+               manifest=manifest)
 
 
 def write_run_files(job: Job) -> None:
@@ -124,6 +130,8 @@ def write_run_files(job: Job) -> None:
         return
     job.run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(job.run_dir / "config.toml", job.config.to_toml().encode())
+    if job.manifest is not None:
+        atomic_write_bytes(job.run_dir / lifecycle.DATASET_RECORD, lifecycle.dataset_record(job.config.data.path, job.manifest))
     save_plan(job.plan, job.run_dir / "plan.json")
 
 
@@ -189,6 +197,12 @@ def run_job(job: Job) -> dict[str, Any]:
     if cfg.train.steps:
         total = min(total, cfg.train.steps)
     resumed = job.checkpoints.load_latest()
+    finished = lifecycle.read_run_dir(job.run_dir)
+    if resumed is not None and resumed >= total and finished.complete and finished.step == resumed:
+        # A rerun of a finished run: its record (metrics, summary, config) stays as it was.
+        if job.env.is_main:
+            logger.info("%s", lifecycle.complete_message(job.run_dir, cfg, resumed))
+        return dict(finished.summary or {})
     # Only now: a refused resume must leave the run directory describing its checkpoints.
     write_run_files(job)
     writer = MetricsWriter(job.run_dir) if job.env.is_main else None

@@ -4,15 +4,23 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 from rich.table import Table
 
-from shardrec.tools.cli.common import console, fail, print_json
+from shardrec.tools.cli.common import console, err_console, fail, print_json
 from shardrec.trainer.flags import (
     DEFAULT_OUT_DIR, ConfigFlag, DataFlag, OutDirFlag, PlanFlag, SetFlag, StepsFlag, rank_args,
 )
+
+
+AllowChangeFlag = Annotated[Optional[list[str]], typer.Option(
+    "--allow-change", metavar="KEY",
+    help="Let a resume change this setting (section.key, or a whole section); repeat for several. "
+         "train.steps and train.epochs may always change; the dataset never.")]
+RestartFlag = Annotated[bool, typer.Option(
+    "--restart", help="Start over: move an existing OUT_DIR aside to OUT_DIR.1 (.2, ...) first; nothing is deleted.")]
 
 
 def _print_summary(summary: dict, run_dir: Path) -> None:
@@ -47,36 +55,65 @@ def train(
     data: DataFlag = None,
     plan: PlanFlag = None,
     out_dir: OutDirFlag = DEFAULT_OUT_DIR,
-    nproc_per_node: Annotated[int, typer.Option(help="Ranks to start on this machine.")] = 1,
+    nproc_per_node: Annotated[int, typer.Option(min=1, help="Ranks to start on this machine.")] = 1,
     steps: StepsFlag = None,
     set_: SetFlag = None,
-    max_restarts: Annotated[int, typer.Option(help="Times torchrun restarts the ranks after a failure (each resumes from the last checkpoint).")] = 0,
+    allow_change: AllowChangeFlag = None,
+    restart: RestartFlag = False,
+    max_restarts: Annotated[int, typer.Option(min=0, help="Times torchrun restarts the ranks after a failure (each resumes from the last checkpoint).")] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Train a DLRM/DCNv2 on N local ranks (torchrun); resumes if OUT_DIR holds checkpoints."""
     from shardrec.trainer.launch import launch
-    from shardrec.trainer.preflight import preflight
 
-    if nproc_per_node < 1:
-        fail(f"--nproc-per-node must be at least 1, got {nproc_per_node}")
     overrides = list(set_ or [])
-    try:
-        preflight(config, data, plan, steps, overrides, world_size=nproc_per_node)
-    except ValueError as e:
-        fail(str(e))
+    if _prepare_run_dir(config, data, plan, steps, overrides, nproc_per_node, out_dir, list(allow_change or []), restart):
+        _show_results(out_dir, json_out)  # a finished run: its own results, nothing written
+        return
     args = rank_args(config=config, data=data, plan=plan, out_dir=out_dir, steps=steps, overrides=overrides)
     code = launch(args, nproc_per_node, max_restarts)
     if code != 0:
         fail(_failure_message(code, out_dir))
+    _show_results(out_dir, json_out)
+
+
+def _prepare_run_dir(config: Path | None, data: Path | None, plan: Path | None, steps: int | None, overrides: list[str],
+                     world_size: int, out_dir: Path, allow: list[str], restart: bool) -> bool:
+    """Check the job and what OUT_DIR holds before any rank starts; True if the run is already complete."""
+    from shardrec.dataloader.format import Manifest
+    from shardrec.trainer import lifecycle
+    from shardrec.trainer.preflight import preflight
+
+    try:
+        lifecycle.check_allow_keys(allow)
+        job = preflight(config, data, plan, steps, overrides, world_size=world_size)
+        manifest = Manifest.load(job.data.path)
+        state = "new" if restart else lifecycle.check_run_dir(out_dir, job, manifest, allow)
+    except ValueError as e:
+        fail(str(e))
+    if restart:
+        moved = lifecycle.move_aside(out_dir)
+        if moved is not None:
+            err_console.print(f"moved the earlier run {out_dir} to {moved}", highlight=False, soft_wrap=True)
+    if state == "complete":
+        step = lifecycle.read_run_dir(out_dir).step or 0
+        err_console.print(lifecycle.complete_message(out_dir, job, step), highlight=False, soft_wrap=True)
+    return state == "complete"
+
+
+def _show_results(out_dir: Path, json_out: bool) -> None:
+    """The plan first and the results last, so that they stay on screen."""
     summary = json.loads((out_dir / "summary.json").read_text())
     if json_out:
         print_json(summary)
         return
-    _print_summary(summary, out_dir)
     from shardrec.sharding.plan_io import load_plan
     from shardrec.sharding.report import tables_table
 
     console.print(tables_table(load_plan(out_dir / "plan.json")))
+    _print_summary(summary, out_dir)
+    console.print(f"plan: {out_dir / 'plan.json'} (`shardrec plan show {out_dir / 'plan.json'}`); "
+                  f"metrics: {out_dir / 'metrics.jsonl'} (`shardrec report {out_dir}`)", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,68 @@
+"""A run directory's life through `shardrec train` (issue 14, items 1 and 2): a rerun of a
+finished run writes nothing and says how to continue; changed settings are shown and refused
+unless allowed; changed data is always refused; --restart moves the old run aside.
+
+One run directory serves every assertion: two trainings of ~10 s, the refusals take no rank."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from conftest import write_tiny_dataset
+from helpers import assert_one_line_error
+
+from shardrec.tools.cli.app import app
+
+JOB = ["--set", "model.embedding_dim=8", "--set", "model.dense_arch=[16, 8]", "--set", "model.over_arch=[16, 1]",
+       "--set", "train.global_batch_size=64", "--set", 'data.eval_splits=["val"]', "--set", "eval.max_batches=2"]
+
+
+def _train(data: Path, run: Path, *extra: str):
+    return CliRunner().invoke(app, ["train", "--data", str(data), "--out-dir", str(run), "--json", *JOB, *extra])
+
+
+def test_rerun_resume_changes_data_and_restart(tiny_dataset: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    first = _train(tiny_dataset, run, "--steps", "4")
+    assert first.exit_code == 0, first.output
+    record = {name: (run / name).read_bytes() for name in ("metrics.jsonl", "summary.json", "config.toml")}
+
+    # 1: the same command again: complete, nothing written, the saved summary printed.
+    again = _train(tiny_dataset, run, "--steps", "4")
+    assert again.exit_code == 0, again.output
+    assert again.stderr.strip() == (f"{run} is complete: 4 steps (train.steps = 4); nothing to do. "
+                                    "To continue it, raise --steps (or train.epochs); to start over, add --restart")
+    assert json.loads(again.stdout) == json.loads(record["summary.json"])
+    assert {name: (run / name).read_bytes() for name in record} == record
+
+    # 2: a changed setting is shown and refused; a misspelt --allow-change gets a suggestion.
+    changed = _train(tiny_dataset, run, "--steps", "6", "--set", "optim.dense_lr=0.1", "--set", "train.seed=3")
+    assert_one_line_error(changed, r"resuming with changed settings \(optim\.dense_lr: 0\.05 -> 0\.1, train\.seed: 0 -> 3\); "
+                                   r"accept them with --allow-change optim\.dense_lr --allow-change train\.seed, or start over with --restart$")
+    typo = _train(tiny_dataset, run, "--allow-change", "optim.dense_rl")
+    assert_one_line_error(typo, r"--allow-change optim\.dense_rl: no such setting; did you mean optim\.dense_lr\?$")
+    lower = _train(tiny_dataset, run, "--steps", "2")
+    assert_one_line_error(lower, r"has trained 4 steps, more than the 2 this job runs to .*a run cannot go back")
+
+    # 2: other data is refused, even with every setting allowed.
+    other = tmp_path / "other"
+    write_tiny_dataset(other, seed=5)
+    refused = _train(other, run, "--steps", "6", "--allow-change", "data")
+    assert_one_line_error(refused, r"was trained on other data .*a run cannot resume on a changed dataset")
+    assert {name: (run / name).read_bytes() for name in record} == record
+
+    # An allowed change resumes from step 4 and records the new settings.
+    resumed = _train(tiny_dataset, run, "--steps", "6", "--set", "optim.dense_lr=0.1", "--allow-change", "optim.dense_lr")
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads(resumed.stdout)["resumed_from_step"] == 4
+    assert "dense_lr = 0.1" in (run / "config.toml").read_text()
+
+    # --restart: the old run moves to run.1 untouched, a new one starts on the other data.
+    restarted = _train(other, run, "--steps", "2", "--restart")
+    assert restarted.exit_code == 0, restarted.output
+    assert f"moved the earlier run {run} to {tmp_path / 'run.1'}" in restarted.stderr
+    assert json.loads((tmp_path / "run.1" / "summary.json").read_text())["steps"] == 6
+    assert json.loads(restarted.stdout)["steps"] == 2 and json.loads(restarted.stdout)["resumed_from_step"] is None

@@ -1,0 +1,193 @@
+"""A run directory's life: new, resumed, complete; what may change between its invocations.
+
+A rerun of a finished run must write nothing; a resume must not change settings behind the
+user's back; a changed dataset can never resume. `check_run_dir` decides which case a job is
+in before any rank starts (so a refusal is one line), and `move_aside` starts a run over
+without deleting the old one. The run directory keeps `config.toml` (the resolved settings of
+its last invocation) and `dataset.json` (the dataset's path and fingerprint).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from shardrec.dataloader.format import Manifest
+from shardrec.trainer.config import JobConfig, load_job_config
+
+DATASET_RECORD = "dataset.json"
+SUMMARY = "summary.json"
+CONFIG = "config.toml"
+CONTINUATION_KEYS = ("train.steps", "train.epochs")
+"""Keys a resume may always change: raising them is how a run continues."""
+# data.path may move as long as the data is the same: the fingerprint decides, not the path.
+FINGERPRINTED_KEYS = ("data.path",)
+
+
+def dataset_fingerprint(manifest: Manifest) -> str:
+    """sha256 over what the model sees of a dataset: features, cardinalities, every file's checksum."""
+    content = {
+        "dense": manifest.dense_features,
+        "sparse": [(f.name, f.cardinality, f.multi_hot) for f in manifest.sparse_features],
+        "splits": {name: [(p.name, p.rows, sorted((k, v.sha256) for k, v in p.files.items())) for p in split.parts]
+                   for name, split in sorted(manifest.splits.items())},
+    }
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
+
+
+def dataset_record(path: str, manifest: Manifest) -> bytes:
+    """The bytes of RUN/dataset.json for this dataset."""
+    return (json.dumps({"path": path, "fingerprint": dataset_fingerprint(manifest)}, indent=2) + "\n").encode()
+
+
+def planned_steps(config: JobConfig, manifest: Manifest) -> int:
+    """The step a job ends at: its epochs over the train split, capped by train.steps."""
+    rows, batch = manifest.splits[config.data.train_split].rows, config.train.global_batch_size
+    per_epoch = rows // batch if config.data.tail == "drop" else -(-rows // batch)
+    total = config.train.epochs * per_epoch
+    return min(total, config.train.steps) if config.train.steps else total
+
+
+def flat_settings(config: JobConfig) -> dict[str, Any]:
+    """section.key -> value of every setting."""
+    return {f"{section}.{key}": value for section, values in config.to_dict().items() for key, value in values.items()}
+
+
+def setting_changes(saved: JobConfig, current: JobConfig) -> dict[str, tuple[Any, Any]]:
+    """section.key -> (old, new) for every setting that differs."""
+    old, new = flat_settings(saved), flat_settings(current)
+    return {key: (old[key], new[key]) for key in old if old[key] != new[key]}
+
+
+def check_allow_keys(keys: list[str]) -> None:
+    """Every --allow-change KEY names a setting (section.key) or a whole section."""
+    known = flat_settings(JobConfig())
+    sections = {key.partition(".")[0] for key in known}
+    for key in keys:
+        if key not in known and key not in sections:
+            near = difflib.get_close_matches(key, [*known, *sections], n=1)
+            hint = f"; did you mean {near[0]}?" if near else " (see `shardrec config defaults`)"
+            raise ValueError(f"--allow-change {key}: no such setting{hint}")
+
+
+def _allowed(key: str, allow: list[str]) -> bool:
+    return key in CONTINUATION_KEYS or key in FINGERPRINTED_KEYS or any(key == a or key.startswith(a + ".") for a in allow)
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """What a run directory holds, read without torch."""
+
+    path: Path
+    step: int | None
+    """Step of the newest complete checkpoint (None: none)."""
+    summary: dict[str, Any] | None
+
+    @property
+    def complete(self) -> bool:
+        return self.summary is not None and self.step is not None and self.summary.get("steps") == self.step
+
+
+def read_run_dir(path: Path) -> RunDir:
+    from shardrec.trainer.checkpoint import complete_checkpoints
+
+    done = complete_checkpoints(Path(path) / "checkpoints")
+    summary = None
+    try:
+        summary = json.loads((Path(path) / SUMMARY).read_text())
+    except (OSError, ValueError):
+        pass  # no summary, or a torn one: the run did not finish
+    return RunDir(Path(path), done[-1][0] if done else None, summary if isinstance(summary, dict) else None)
+
+
+def check_run_dir(run_dir: Path, config: JobConfig, manifest: Manifest, allow: list[str]) -> str:
+    """"new", "resume" or "complete" for this job in `run_dir`; ValueError (one line) if it cannot run there."""
+    run = read_run_dir(run_dir)
+    if run.step is None:
+        return "new"
+    _check_dataset(run_dir, manifest)
+    total = planned_steps(config, manifest)
+    if run.step > total:
+        raise ValueError(f"{run_dir} has trained {run.step:,} steps, more than the {total:,} this job runs to "
+                         "(train.steps / train.epochs): a run cannot go back; raise --steps, or start over with --restart")
+    saved_path = run_dir / CONFIG
+    if saved_path.is_file():
+        changes = setting_changes(load_job_config(saved_path), config)
+        refused = {k: v for k, v in changes.items() if not _allowed(k, allow)}
+        if refused:
+            shown = ", ".join(f"{k}: {_show(old)} -> {_show(new)}" for k, (old, new) in refused.items())
+            flags = " ".join(f"--allow-change {k}" for k in refused)
+            raise ValueError(f"{run_dir}: resuming with changed settings ({shown}); "
+                             f"accept them with {flags}, or start over with --restart")
+    if run.step == total and run.complete:
+        return "complete"
+    return "resume"
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value) if not isinstance(value, str) else repr(value)
+
+
+def _check_dataset(run_dir: Path, manifest: Manifest) -> None:
+    try:
+        record = json.loads((run_dir / DATASET_RECORD).read_text())
+    except (OSError, ValueError):
+        return  # a run from before dataset records: nothing to compare
+    if record.get("fingerprint") != dataset_fingerprint(manifest):
+        raise ValueError(f"{run_dir} was trained on other data ({record.get('path')}, fingerprint "
+                         f"{str(record.get('fingerprint'))[:12]}; this dataset's is {dataset_fingerprint(manifest)[:12]}): "
+                         "a run cannot resume on a changed dataset; start over with --restart or use another --out-dir")
+
+
+def complete_message(run_dir: Path, config: JobConfig, step: int) -> str:
+    """What a rerun of a finished run says: it is done, and what to change to continue."""
+    cap = f"train.steps = {config.train.steps}" if config.train.steps else f"train.epochs = {config.train.epochs}"
+    return (f"{run_dir} is complete: {step:,} steps ({cap}); nothing to do. To continue it, raise --steps "
+            "(or train.epochs); to start over, add --restart")
+
+
+def move_aside(run_dir: Path) -> Path | None:
+    """Rename a non-empty `run_dir` to the first free `NAME.1`, `NAME.2`, ...; returns the new path
+    (None: nothing to move). Nothing is deleted: starting over must not lose a run."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir() or not any(run_dir.iterdir()):
+        return None
+    n = 1
+    while run_dir.with_name(f"{run_dir.name}.{n}").exists():
+        n += 1
+    target = run_dir.with_name(f"{run_dir.name}.{n}")
+    os.rename(run_dir, target)
+    return target
+
+
+def run_status(run: RunDir, active_seconds: float = 120.0) -> str:
+    """complete, running (metrics written in the last `active_seconds`) or failed."""
+    if run.complete:
+        return "complete"
+    metrics = run.path / "metrics.jsonl"
+    if metrics.is_file() and time.time() - metrics.stat().st_mtime < active_seconds:
+        return "running"
+    return "failed"
+
+
+def best_auc(run_dir: Path, split: str = "val") -> float | None:
+    """The best AUC of `split` in RUN/metrics.jsonl (None: no evaluation yet); torn lines skipped."""
+    best = None
+    try:
+        lines = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if record.get("kind") == "eval" and record.get("split") == split and isinstance(record.get("auc"), (int, float)):
+            best = record["auc"] if best is None else max(best, record["auc"])
+    return best

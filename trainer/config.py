@@ -49,9 +49,31 @@ class DataConfig:
     """Loader prefetch threads per rank (0: batches are made in the training loop; 1 overlaps them with communication waits)."""
     tail: str = "drop"
     """What happens to the last partial global batch of an epoch: drop or pad."""
+    multihot_sizes: list[int] = field(default_factory=list)
+    """Multi-hot ids made from a one-hot dataset at batch time: ids per sample of each sparse feature (empty: ids as stored)."""
+    multihot_rows: list[int] = field(default_factory=list)
+    """Table rows per feature for multihot_sizes, which also size the embedding tables (empty: the dataset's cardinalities)."""
+    multihot_dist: str = "uniform"
+    """How multihot_sizes' extra ids are drawn: uniform or pareto (MLPerf DLRMv2's reference algorithm)."""
+    multihot_seed: int = 0
+    """Seed of the multi-hot index tables (numpy's legacy generator; the reference uses 0)."""
+    multihot_cache: str = ""
+    """Folder the index tables are drawn into once and shared by ranks (empty: ~/.cache/shardrec/multihot)."""
 
     def __post_init__(self) -> None:
         _check_choice("data.tail", self.tail, ("drop", "pad"))
+        _check_elements("data.multihot_sizes", self.multihot_sizes, int)
+        _check_elements("data.multihot_rows", self.multihot_rows, int)
+        for key, values in (("data.multihot_sizes", self.multihot_sizes), ("data.multihot_rows", self.multihot_rows)):
+            for v in values:
+                if v < 1:
+                    raise ValueError(f"{key} = {values!r}: {v} must be >= 1")
+        if self.multihot_rows and len(self.multihot_rows) != len(self.multihot_sizes):
+            raise ValueError(f"data.multihot_rows = {self.multihot_rows!r}: {len(self.multihot_rows)} values for "
+                             f"{len(self.multihot_sizes)} data.multihot_sizes; give one per feature")
+        _check_choice("data.multihot_dist", self.multihot_dist, ("uniform", "pareto"))
+        if not 0 <= self.multihot_seed < 2**32:
+            raise ValueError(f"data.multihot_seed = {self.multihot_seed!r} must lie in [0, 2^32)")
         _check_elements("data.eval_splits", self.eval_splits, str)
         _check_positive("data.num_workers", self.num_workers, allow_zero=True)
 
@@ -170,9 +192,13 @@ class TrainConfig:
     """Steps between progress log lines."""
     precision: str = "fp32"
     """fp32, or bf16: dense layers and interaction under autocast; embeddings, optimizer state, loss, metrics and checkpoints stay fp32."""
+    target_auc: float = 0.0
+    """Stop once the first evaluation split's AUC reaches this (MLPerf DLRMv2: 0.80275 on val; 0: run every step)."""
 
     def __post_init__(self) -> None:
         _check_choice("train.precision", self.precision, ("fp32", "bf16"))
+        if not 0 <= self.target_auc <= 1:
+            raise ValueError(f"train.target_auc = {self.target_auc!r} must lie in [0, 1]")
         _check_positive("train.global_batch_size", self.global_batch_size)
         _check_positive("train.epochs", self.epochs)
         _check_positive("train.steps", self.steps, allow_zero=True)
@@ -190,9 +216,13 @@ class EvalConfig:
     """Cap on evaluation batches per split (0: the whole split)."""
     batch_size: int = 0
     """Global evaluation batch (0: the training global batch)."""
+    every_epoch_fraction: float = 0.0
+    """Evaluate every this fraction of an epoch's steps, as MLPerf does (0.05: 20 times per epoch; 0: off)."""
 
     def __post_init__(self) -> None:
         _check_positive("eval.interval_steps", self.interval_steps, allow_zero=True)
+        if not 0 <= self.every_epoch_fraction <= 1:
+            raise ValueError(f"eval.every_epoch_fraction = {self.every_epoch_fraction!r} must lie in [0, 1]")
         _check_positive("eval.max_batches", self.max_batches, allow_zero=True)
         _check_positive("eval.batch_size", self.batch_size, allow_zero=True)
 

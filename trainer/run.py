@@ -19,7 +19,7 @@ from shardrec.dataloader.loader import NO_SHUFFLE, BatchLoader, Delivery, Shuffl
 from shardrec.embeddings.init import init_embedding_weights
 from shardrec.embeddings.tables import build_table_configs
 from shardrec.sharding.plan_io import PlanFile, load_plan, save_plan
-from shardrec.trainer import build, faults, lifecycle
+from shardrec.trainer import build, data_options, faults, lifecycle
 from shardrec.trainer.checkpoint import CheckpointManager, CheckpointParts, ModuleState, TrainProgress
 from shardrec.trainer.config import JobConfig, ModelConfig, OptimConfig
 from shardrec.trainer.dist import DistEnv
@@ -84,15 +84,17 @@ def build_job(config: JobConfig, env: DistEnv, run_dir: Path, plan_path: str | N
     """Model, plan, sharding, optimizers, loaders and checkpoints for this rank."""
     data_dir = Path(config.data.path)
     manifest = Manifest.load(data_dir)
+    # With on-the-fly multi-hot ids the tables have the index tables' rows (data_options).
+    seen, multihot = data_options.model_manifest(manifest, config.data), data_options.multihot_option(config.data)
     m, t, o = config.model, config.train, config.optim
-    tables = build_table_configs(manifest, m.embedding_dim, m.dims)
-    module = build.build_train_module(m, manifest, tables, env, global_batch_size=t.global_batch_size, seed=t.seed,
+    tables = build_table_configs(seen, m.embedding_dim, m.dims)
+    module = build.build_train_module(m, seen, tables, env, global_batch_size=t.global_batch_size, seed=t.seed,
                                       precision=t.precision)
     if plan_path:
         plan = load_plan(plan_path)
     else:
         plan = build.plan_at_start(tables, env, t.global_batch_size, config.sharding.constraints,
-                                   config.sharding.compute_kernel, o.sparse, manifest)
+                                   config.sharding.compute_kernel, o.sparse, seen)
     sharding_plan = build.build_sharding_plan(plan, tables, env, t.global_batch_size)
     qcomm = config.sharding.qcomm or None
     model = build.shard_model(module, sharding_plan, env, o, qcomm=qcomm)
@@ -101,14 +103,14 @@ def build_job(config: JobConfig, env: DistEnv, run_dir: Path, plan_path: str | N
     train_loader = build_loader(
         data_dir, config.data.train_split, global_batch_size=t.global_batch_size, rank=env.rank,
         world_size=env.world_size, shuffle=ShuffleSpec(enabled=config.data.shuffle, seed=t.seed), tail=config.data.tail,
-        delivery=Delivery(num_workers=config.data.num_workers),
+        delivery=Delivery(num_workers=config.data.num_workers), multihot=multihot,
     )
     eval_batch = config.eval.batch_size or t.global_batch_size
-    check_against_dataset(config, manifest, env.world_size)
+    check_against_dataset(config, seen, env.world_size)
     eval_loaders = {
         split: build_loader(
             data_dir, split, global_batch_size=eval_batch, rank=env.rank, world_size=env.world_size,
-            shuffle=NO_SHUFFLE, tail="pad", delivery=Delivery(num_workers=config.data.num_workers),
+            shuffle=NO_SHUFFLE, tail="pad", delivery=Delivery(num_workers=config.data.num_workers), multihot=multihot,
         )
         for split in config.data.eval_splits
         if split in manifest.splits and manifest.splits[split].rows > 0
@@ -118,7 +120,8 @@ def build_job(config: JobConfig, env: DistEnv, run_dir: Path, plan_path: str | N
     parts = checkpoint_parts(plan=plan, model=model, runner=runner, train_loader=train_loader, progress=progress,
                              signature=checkpoint_signature(config.model, config.optim, plan,
                                                             lifecycle.dataset_fingerprint(manifest)))
-    checkpoints = CheckpointManager(run_dir / "checkpoints", env, keep=config.checkpoint.keep, parts=parts)
+    checkpoints = CheckpointManager(run_dir / "checkpoints", env, keep=config.checkpoint.keep, parts=parts,
+                                    timeout_s=config.checkpoint.timeout_s)
     return Job(config=config, env=env, run_dir=run_dir, plan=plan, model=model, runner=runner,
                train_loader=train_loader, eval_loaders=eval_loaders, checkpoints=checkpoints, progress=progress,
                manifest=manifest)

@@ -9,6 +9,7 @@ import typer
 from shardrec.tools.cli import bench as cli_bench, data as cli_data, plan as cli_plan
 from shardrec.tools.cli import preprocess as cli_preprocess, report as cli_report, synth as cli_synth
 from shardrec.tools.cli import train as cli_train
+from shardrec.tools.cli import eval as cli_eval
 from shardrec.tools.cli.common import configure_logging
 
 app = typer.Typer(
@@ -36,6 +37,7 @@ cli_plan.register(app)
 cli_preprocess.register(app)
 cli_train.register(app)
 cli_report.register(app)
+cli_eval.register(app)
 
 
 def main() -> None:

@@ -1,0 +1,54 @@
+"""`shardrec eval RUN_DIR`: evaluate a run's checkpoint on a split, at any world size (torchrun)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from shardrec.tools.cli.common import console, fail, print_json
+
+
+def eval_run(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory of `shardrec train`.")],
+    checkpoint: Annotated[Optional[int], typer.Option("--checkpoint", help="Step of the checkpoint (default: the newest).")] = None,
+    split: Annotated[str, typer.Option("--split", help="Split to evaluate: test, val or train.")] = "test",
+    nproc_per_node: Annotated[int, typer.Option(help="Ranks to start on this machine (any number; the checkpoint is resharded).")] = 1,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the metrics as JSON.")] = False,
+) -> None:
+    """Evaluate a checkpoint: at the run's world size the AUC equals the run's own evaluation bit for bit."""
+    from shardrec.trainer.evaluate import EvalRequest, check_request
+    from shardrec.trainer.launch import rank_environment, torchrun_command
+
+    if nproc_per_node < 1:
+        fail(f"--nproc-per-node must be at least 1, got {nproc_per_node}")
+    try:
+        config, _ = check_request(EvalRequest(run_dir, checkpoint, split), nproc_per_node)
+    except ValueError as e:
+        fail(str(e))
+    with tempfile.TemporaryDirectory(prefix="shardrec-eval-") as tmp:
+        result = Path(tmp) / "result.json"
+        args = [str(run_dir), "--result", str(result), "--split", split, "--device", config.train.device]
+        if checkpoint is not None:
+            args += ["--checkpoint", str(checkpoint)]
+        command = torchrun_command(args, nproc_per_node, module="shardrec.trainer.eval_entry")
+        code = subprocess.call(command, env=rank_environment(nproc_per_node))
+        if code != 0 or not result.is_file():
+            fail(f"evaluation failed (torchrun exit code {code}); the ranks' messages are above")
+        metrics = json.loads(result.read_text())
+    if json_out:
+        print_json(metrics)
+        return
+    console.print(
+        f"{run_dir} step {metrics['step']} on {metrics['split']} ({metrics['world_size']} ranks, trained on "
+        f"{metrics['trained_world_size']}): AUC {metrics['auc']:.6f}  log loss {metrics['logloss']:.6f}  "
+        f"NE {metrics['ne']:.6f}  {metrics['samples']:,} samples in {metrics['seconds']:.1f} s", highlight=False,
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("eval")(eval_run)

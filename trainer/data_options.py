@@ -1,0 +1,52 @@
+"""What the job's data settings mean for the loaders and the tables: the on-the-fly multi-hot
+option (data.multihot_*) and the dataset as the model sees it.
+
+Shared by training (trainer.run) and `shardrec eval` / `export` (trainer.evaluate,
+trainer.export), so that the three build the same tables and read the same ids.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from shardrec.dataloader.format import Manifest
+from shardrec.dataloader.multihot import MultiHotOption
+from shardrec.trainer.config import DataConfig
+
+
+def multihot_option(data: DataConfig) -> MultiHotOption | None:
+    """build_loader's `multihot` for these settings (None: the ids as stored)."""
+    if not data.multihot_sizes:
+        return None
+    return MultiHotOption(
+        sizes=tuple(data.multihot_sizes),
+        rows=tuple(data.multihot_rows) if data.multihot_rows else None,
+        dist=data.multihot_dist,
+        seed=data.multihot_seed,
+        cache_dir=data.multihot_cache or None,
+    )
+
+
+def model_manifest(manifest: Manifest, data: DataConfig) -> Manifest:
+    """The dataset as the model sees it: with on-the-fly multi-hot ids, each feature has its
+    index table's rows (the embedding table's size) and is multi-hot where its size exceeds 1.
+
+    ValueError when the sizes or rows do not give one value per sparse feature.
+    """
+    sizes, rows = data.multihot_sizes, data.multihot_rows
+    if not sizes:
+        return manifest
+    names = manifest.feature_names
+    if len(sizes) != len(names):
+        raise ValueError(f"data.multihot_sizes has {len(sizes)} values for {len(names)} sparse features of "
+                         f"{data.path} ({', '.join(names[:3])}, ...): give one per feature")
+    for feat in manifest.sparse_features:
+        if feat.multi_hot:
+            raise ValueError(f"data.multihot_sizes: feature {feat.name} of {data.path} is already multi-hot "
+                             "(multi-hot ids are made from one-hot ones)")
+    table_rows = rows or [f.cardinality for f in manifest.sparse_features]
+    features = [
+        dataclasses.replace(f, cardinality=int(r), multi_hot=s > 1)
+        for f, s, r in zip(manifest.sparse_features, sizes, table_rows)
+    ]
+    return dataclasses.replace(manifest, sparse_features=features)

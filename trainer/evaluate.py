@@ -1,0 +1,131 @@
+"""`shardrec eval`: a run's checkpoint evaluated on a split, at any world size.
+
+The model is built the way training built it (trainer.run: same tables, dense layers and
+sharding code) and only its weights are read from the checkpoint (DCP reshards them onto this
+world size's plan). At the run's own world size the run's plan is reused, and the evaluation
+loader is the one training evaluated with (same batch, order, padding, cap), so the AUC equals
+the run's own evaluation of that step bit for bit.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from shardrec.dataloader.format import Manifest
+from shardrec.dataloader.loader import NO_SHUFFLE, BatchLoader, Delivery, build_loader
+from shardrec.embeddings.tables import build_table_configs
+from shardrec.sharding.plan_io import PlanFile, load_plan
+from shardrec.trainer import build, data_options
+from shardrec.trainer.checkpoint import CheckpointManager, CheckpointParts, ModuleState, TrainProgress, complete_checkpoints
+from shardrec.trainer.config import JobConfig, load_job_config
+from shardrec.trainer.dist import DistEnv
+from shardrec.trainer.loop import evaluate
+from shardrec.trainer.run import checkpoint_signature
+
+logger = logging.getLogger(__name__)
+
+RUN_CONFIG = "config.toml"
+RUN_PLAN = "plan.json"
+
+
+@dataclass(frozen=True)
+class EvalRequest:
+    """Which checkpoint of which run to evaluate on which split."""
+
+    run_dir: Path
+    step: int | None = None
+    """The checkpoint's step (None: the newest complete one)."""
+    split: str = "test"
+    """The dataset split to evaluate."""
+
+
+def run_config(run_dir: Path) -> JobConfig:
+    """The resolved config a run kept (RUN/config.toml); ValueError if there is none."""
+    path = Path(run_dir) / RUN_CONFIG
+    if not path.is_file():
+        raise ValueError(f"{run_dir}: no {RUN_CONFIG} (not a shardrec run directory?)")
+    return load_job_config(path)
+
+
+def find_checkpoint(run_dir: Path, step: int | None) -> tuple[int, Path]:
+    """(step, path) of the run's checkpoint at `step` (None: the newest); ValueError names what exists."""
+    done = complete_checkpoints(Path(run_dir) / "checkpoints")
+    if not done:
+        raise ValueError(f"{run_dir}: no complete checkpoint in {Path(run_dir) / 'checkpoints'}")
+    if step is None:
+        return done[-1]
+    for found in done:
+        if found[0] == step:
+            return found
+    raise ValueError(f"{run_dir}: no complete checkpoint of step {step} (has steps {', '.join(str(s) for s, _ in done)})")
+
+
+def check_request(request: EvalRequest, world_size: int) -> tuple[JobConfig, Manifest]:
+    """Everything that can be checked before ranks start: ValueError with one clear line."""
+    config = run_config(request.run_dir)
+    find_checkpoint(request.run_dir, request.step)
+    if not Path(config.data.path).is_dir():
+        raise ValueError(f"{Path(request.run_dir) / RUN_CONFIG}: data.path = {config.data.path!r} is not a directory here "
+                         "(a relative path is taken from where the command runs)")
+    manifest = Manifest.load(config.data.path)
+    if request.split not in manifest.splits or manifest.splits[request.split].rows == 0:
+        has = ", ".join(s for s, info in manifest.splits.items() if info.rows)
+        raise ValueError(f"{config.data.path}: no rows in split {request.split!r} to evaluate (has {has})")
+    batch = config.eval.batch_size or config.train.global_batch_size
+    if batch % world_size:
+        raise ValueError(f"the run's evaluation batch {batch} does not divide by {world_size} ranks "
+                         "(eval.batch_size, else train.global_batch_size)")
+    data_options.model_manifest(manifest, config.data)
+    return config, manifest
+
+
+def eval_loader(config: JobConfig, split: str, env: DistEnv) -> BatchLoader:
+    """The loader training evaluated `split` with (trainer.run.build_job's eval loaders)."""
+    return build_loader(
+        config.data.path, split, global_batch_size=config.eval.batch_size or config.train.global_batch_size,
+        rank=env.rank, world_size=env.world_size, shuffle=NO_SHUFFLE, tail="pad",
+        delivery=Delivery(num_workers=config.data.num_workers), multihot=data_options.multihot_option(config.data),
+    )
+
+
+def _build_model(config: JobConfig, manifest: Manifest, env: DistEnv, plan: PlanFile | None) -> tuple[torch.nn.Module, PlanFile]:
+    """The sharded model as trainer.run.build_job builds it (weights to be loaded), and its plan."""
+    m, t, o = config.model, config.train, config.optim
+    tables = build_table_configs(manifest, m.embedding_dim, m.dims)
+    module = build.build_train_module(m, manifest, tables, env, global_batch_size=t.global_batch_size, seed=t.seed,
+                                      precision=t.precision)
+    if plan is None:
+        plan = build.plan_at_start(tables, env, t.global_batch_size, config.sharding.constraints,
+                                   config.sharding.compute_kernel, o.sparse, manifest)
+    sharding_plan = build.build_sharding_plan(plan, tables, env, t.global_batch_size)
+    model = build.shard_model(module, sharding_plan, env, o, qcomm=config.sharding.qcomm or None)
+    return model, plan
+
+
+def evaluate_checkpoint(request: EvalRequest, env: DistEnv) -> dict[str, Any]:
+    """Load the checkpoint's weights (resharded onto this world size) and evaluate the split;
+    returns its metrics with the step, split and world sizes (every rank returns the same)."""
+    config, raw = check_request(request, env.world_size)
+    step, path = find_checkpoint(request.run_dir, request.step)
+    manifest = data_options.model_manifest(raw, config.data)
+    saved_plan = load_plan(Path(request.run_dir) / RUN_PLAN)
+    # The run's own plan where it fits: the same shards give the same sums, hence the same AUC bits.
+    fits = (saved_plan.fingerprint.get("world_size"), saved_plan.fingerprint.get("device_kind")) == (env.world_size, env.device.type)
+    model, plan = _build_model(config, manifest, env, saved_plan if fits else None)
+    parts = CheckpointParts(progress=TrainProgress(), sharded={"model": ModuleState(model)}, main={},
+                            signature=checkpoint_signature(config.model, config.optim, plan), layout=plan.to_json(),
+                            per_rank={})
+    CheckpointManager(path.parent, env, keep=1, parts=parts).load(path)
+    start = time.perf_counter()
+    model.eval()
+    metrics = evaluate(model, iter(eval_loader(config, request.split, env)), env.device, config.eval.max_batches)
+    metrics["seconds"] = round(time.perf_counter() - start, 3)
+    train_world = torch.load(path / "train_state.pt", weights_only=False)["world_size"]
+    return {"run_dir": str(request.run_dir), "step": step, "split": request.split, "world_size": env.world_size,
+            "trained_world_size": train_world, **metrics}

@@ -77,3 +77,27 @@ def test_bench_plan_runs_one_case() -> None:
     assert 0 < case["ratio_shardrec_model"] <= 1.0
     res = runner.invoke(app, ["bench", "plan", "--only", "no-such-case"])
     assert_one_line_error(res, re.escape("matches no case"))
+
+
+def test_plan_at_start_writes_the_plan_shardrec_plan_writes(tiny_dataset: Path, tmp_path: Path) -> None:
+    """The trainer without --plan and `shardrec plan` turn the same job into the same bytes."""
+    import torch
+
+    from shardrec.dataloader.format import Manifest
+    from shardrec.embeddings.tables import build_table_configs
+    from shardrec.trainer.build import plan_at_start
+    from shardrec.trainer.config import load_job_config
+    from shardrec.trainer.dist import DistEnv
+
+    job_path = _job(tmp_path, 't_f1 = { sharding_types = ["column_wise"], min_partition = 8 }')
+    out = tmp_path / "plan.json"
+    res = runner.invoke(app, ["plan", "--data", str(tiny_dataset), "--config", str(job_path), "--world-size", "2",
+                              "--out", str(out), "--set", "optim.sparse=adam"])
+    assert res.exit_code == 0, res.output
+    job = load_job_config(job_path, ["optim.sparse=adam"])
+    manifest = Manifest.load(tiny_dataset)
+    configs = build_table_configs(manifest, job.model.embedding_dim, job.model.dims)
+    env = DistEnv(rank=0, local_rank=0, world_size=2, local_world_size=2, device=torch.device("cpu"), backend="gloo")
+    plan = plan_at_start(configs, env, job.train.global_batch_size, job.sharding.constraints,
+                         job.sharding.compute_kernel, job.optim.sparse, manifest)
+    assert plan.to_json() == out.read_text()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -102,6 +103,30 @@ def _restart_store(world_size: int, timeout: timedelta) -> dist.Store | None:
         os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=False, timeout=timeout
     )
     return dist.PrefixStore(f"shardrec/attempt_{attempt}", client)
+
+
+class RankMissing(RuntimeError):
+    """Ranks did not reach a barrier in time (lost, hung or dead); the message names them."""
+
+
+def monitored_barrier(group: dist.ProcessGroup, timeout_s: float, what: str, setting: str = "dist.timeout_s") -> None:
+    """A barrier over `group` (gloo) that fails after `timeout_s`, naming the ranks that did not arrive.
+
+    Rank 0 waits for all the others and raises RankMissing naming every absent rank; the ranks
+    that arrived raise RankMissing too, pointing at rank 0's message. `setting` is the config
+    key of the timeout, for the message.
+    """
+    try:
+        dist.monitored_barrier(group, timeout=timedelta(seconds=timeout_s), wait_all_ranks=True)
+    except RuntimeError as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        missing = re.search(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier", reason)
+        if missing:
+            ranks = missing.group(1).strip().rstrip(",")
+            raise RankMissing(f"{what}: rank{'s' if ',' in ranks else ''} {ranks} of {dist.get_world_size(group)} "
+                              f"did not arrive within {timeout_s:g} s ({setting})") from None
+        raise RankMissing(f"{what}: the barrier failed on rank {dist.get_rank()} ({reason}); "
+                          f"rank 0 names the missing ranks") from None
 
 
 def shutdown() -> None:

@@ -59,23 +59,29 @@ def rank_main(
     set_: SetFlag = None,
 ) -> None:
     """Train on this rank (started by torchrun; see `shardrec train`)."""
+    from shardrec.trainer.lifeline import die_with_parent
+
+    die_with_parent()  # a killed launcher must not leave ranks training on (trainer.lifeline)
     _configure_logging()
     overrides = list(set_ or []) + entry_overrides(data, plan, steps)
-    from shardrec.trainer.dist import init_distributed, shutdown
+    from shardrec.trainer.dist import RankMissing, init_distributed, shutdown
     from shardrec.trainer.loop import NonFiniteLossError
     from shardrec.trainer.run import build_job, run_job
+    from shardrec.trainer.run_lock import acquire_run_lock, launcher_job_id
 
     try:
         job_config = load_job_config(config, overrides)
-        env = init_distributed(job_config.train.device)
+        env = init_distributed(job_config.train.device, job_config.dist.timeout_s)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         raise typer.Exit(1)
     try:
+        # Held by rank 0 until this process ends, however it ends (see trainer.run_lock).
+        lock = acquire_run_lock(out_dir, launcher_job_id()) if env.is_main else None  # noqa: F841
         job = build_job(job_config, env, out_dir, job_config.sharding.plan or None)
         run_job(job)
-    except (ValueError, NonFiniteLossError) as e:
-        if env.is_main:
+    except (ValueError, NonFiniteLossError, RankMissing) as e:
+        if env.is_main or isinstance(e, RankMissing):
             print(f"error: {e}", file=sys.stderr)
         shutdown()
         raise typer.Exit(1)

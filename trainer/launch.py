@@ -11,7 +11,10 @@ import socket
 import subprocess
 import sys
 import traceback
+import uuid
 from typing import Any, Callable
+
+LOOPBACK = "127.0.0.1"
 
 
 def free_port() -> int:
@@ -95,38 +98,67 @@ def torchrun_command(
     max_restarts: int = 0,
     nnodes: int = 1,
     rdzv_endpoint: str | None = None,
-    rdzv_id: str = "shardrec",
+    rdzv_id: str | None = None,
     module: str = "shardrec.trainer",
 ) -> list[str]:
     """The torchrun command line that starts `python -m MODULE ENTRY_ARGS` on every rank.
 
-    One node without an endpoint rendezvous on a free local port; several nodes need the
-    same `rdzv_endpoint` (HOST:PORT of node 0) on each.
+    One node without an endpoint rendezvous through `trainer.rendezvous` (a store on 127.0.0.1,
+    on a port the kernel picks and the store keeps); several nodes need the same
+    `rdzv_endpoint` (HOST:PORT of node 0) and `rdzv_id` on each. Without `rdzv_id` a
+    single-node command gets a fresh one, a multi-node one an id derived from the endpoint
+    (the same on every node).
     """
     if nproc_per_node < 1:
         raise ValueError(f"--nproc-per-node must be at least 1, got {nproc_per_node}")
     if nnodes > 1 and not rdzv_endpoint:
         raise ValueError("several nodes need a rendezvous endpoint HOST:PORT")
-    endpoint = rdzv_endpoint or f"127.0.0.1:{free_port()}"
+    if rdzv_endpoint:
+        rendezvous = ["--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}"]
+        rdzv_id = rdzv_id or f"shardrec-{rdzv_endpoint}"
+    else:
+        rendezvous = [f"--rdzv-backend={rendezvous_backend()}", f"--rdzv-endpoint={LOOPBACK}:0",
+                      f"--local-addr={LOOPBACK}"]
     return [
         sys.executable, "-m", "shardrec.trainer.launch",
         f"--nnodes={nnodes}", f"--nproc-per-node={nproc_per_node}", f"--max-restarts={max_restarts}",
-        "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}",
+        *rendezvous, f"--rdzv-id={rdzv_id or new_job_id()}",
         "-m", module, *entry_args,
     ]
 
 
-def rank_environment(nproc_per_node: int) -> dict[str, str]:
-    """The environment for the ranks: the cores shared out among them unless OMP_NUM_THREADS is set."""
-    env = dict(os.environ)
+def new_job_id() -> str:
+    """A fresh id for a job: its rendezvous id, and the holder named in its run directory's lock."""
+    return uuid.uuid4().hex
+
+
+def rendezvous_backend() -> str:
+    from shardrec.trainer.rendezvous import BACKEND
+
+    return BACKEND
+
+
+def rank_environment(nproc_per_node: int, job_id: str | None = None) -> dict[str, str]:
+    """The environment for torchrun and the ranks: the cores shared out among the ranks unless
+    OMP_NUM_THREADS is set, this process named as the parent they must not outlive, the job id."""
+    from shardrec.trainer.lifeline import child_environment
+    from shardrec.trainer.run_lock import JOB_ID_ENV
+
+    env = child_environment()
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc_per_node)))
+    if job_id:
+        env[JOB_ID_ENV] = job_id
     return env
 
 
-def launch(entry_args: list[str], nproc_per_node: int, max_restarts: int = 0) -> int:
-    """Run torchrun on this machine and wait; returns its exit code (0 when every rank succeeded)."""
-    command = torchrun_command(entry_args, nproc_per_node, max_restarts=max_restarts)
-    return subprocess.call(command, env=rank_environment(nproc_per_node))
+def launch(entry_args: list[str], nproc_per_node: int, max_restarts: int = 0, job_id: str | None = None) -> int:
+    """Run torchrun on this machine and wait; returns its exit code (0 when every rank succeeded).
+
+    torchrun, and through it the ranks, die with this process (`trainer.lifeline`).
+    """
+    job_id = job_id or new_job_id()
+    command = torchrun_command(entry_args, nproc_per_node, max_restarts=max_restarts, rdzv_id=job_id)
+    return subprocess.call(command, env=rank_environment(nproc_per_node, job_id))
 
 
 def torchrun_main(argv: list[str]) -> int:
@@ -139,6 +171,11 @@ def torchrun_main(argv: list[str]) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main
 
+    from shardrec.trainer import rendezvous
+    from shardrec.trainer.lifeline import die_with_parent
+
+    die_with_parent()  # and the ranks die with this agent (each asks the same in trainer.entry)
+    rendezvous.register()
     # Its "failed (exitcode ...)" line says what the line below says.
     logging.getLogger("torch.distributed.elastic.multiprocessing.api").setLevel(logging.CRITICAL)
     try:

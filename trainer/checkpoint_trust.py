@@ -1,0 +1,130 @@
+"""Why a checkpoint may be loaded: a digest of each of its files, and who could have changed them.
+
+Threat model. A run directory may sit on a shared filesystem where other users can write. Most
+of a checkpoint loads without running code (tensors and JSON, `torch.load(weights_only=True)`),
+but torch's DCP reads its `.metadata` with `pickle.load`, and anyone who can replace a pickle
+can run code on every rank that loads it. So:
+
+- at save time, once every rank has written, rank 0 hashes each file of the checkpoint
+  (sha256) into `digests.json`, written last: a checkpoint without it is not complete;
+- before anything of a checkpoint is read, every file is checked against it (the ranks share
+  the hashing), and a file missing, changed or not listed refuses the checkpoint, naming it;
+- `digests.json` itself, and the checkpoint directory holding it, must belong to the user
+  running the job and be writable by nobody else (the save makes them so whatever the umask):
+  another user who could rewrite the digests, or swap in a directory of their own, is refused.
+
+Trusted: the user running the job (and root), the machines of the job and its rendezvous
+network. Not defended: a change between the check and the read (the files are read twice,
+seconds apart), or an attacker with this user's rights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from shardrec.dataloader.files import atomic_open
+
+DIGESTS = "digests.json"
+DIGESTS_VERSION = 1
+_CHUNK = 1 << 20
+
+
+class UntrustedCheckpoint(ValueError):
+    """A checkpoint whose files do not match its digests, or that someone else could have changed."""
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _files(directory: Path) -> list[str]:
+    """Every file under `directory` but the digests, as sorted relative POSIX paths."""
+    found = []
+    for root, _, names in os.walk(directory):
+        for name in names:
+            rel = (Path(root) / name).relative_to(directory).as_posix()
+            if rel != DIGESTS:
+                found.append(rel)
+    return sorted(found)
+
+
+def _private(mode: int) -> int:
+    return mode & ~(stat.S_IWGRP | stat.S_IWOTH)
+
+
+def write_digests(directory: Path) -> None:
+    """Hash every file of the checkpoint in `directory` into its digests.json (rank 0, after every
+    rank wrote; the last file of a save), and make the directory and digests writable by this user only."""
+    directory = Path(directory)
+    digests = {rel: _sha256(directory / rel) for rel in _files(directory)}
+    record = {"version": DIGESTS_VERSION, "algorithm": "sha256", "files": digests}
+    with atomic_open(directory / DIGESTS) as f:
+        f.write((json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
+    for path in (directory / DIGESTS, directory):
+        os.chmod(path, _private(path.stat().st_mode))
+
+
+def check_owner(path: Path) -> None:
+    """Refuse `path` unless it belongs to this user and nobody else may write it."""
+    if not hasattr(os, "getuid"):
+        return  # no POSIX ownership to check
+    st = os.stat(path)
+    if st.st_uid != os.getuid():
+        raise UntrustedCheckpoint(f"{path}: owned by uid {st.st_uid}, not by this user (uid {os.getuid()}); "
+                                  f"refusing a checkpoint someone else wrote")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise UntrustedCheckpoint(f"{path}: writable by other users (mode {stat.S_IMODE(st.st_mode):o}); "
+                                  f"refusing it (chmod go-w {path} if you trust it)")
+
+
+def read_digests(directory: Path) -> dict[str, str]:
+    """The digests of the checkpoint in `directory`, after checking who could have written them."""
+    directory = Path(directory)
+    path = directory / DIGESTS
+    check_owner(directory)
+    check_owner(path)
+    try:
+        record: Any = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise UntrustedCheckpoint(f"{path}: unreadable digests ({e})") from None
+    files = record.get("files") if isinstance(record, dict) else None
+    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+        raise UntrustedCheckpoint(f"{path}: not a digests file (no files -> sha256 table)")
+    return files
+
+
+def verify_files(directory: Path, digests: dict[str, str], rank: int = 0, world_size: int = 1,
+                 skip_suffix: str = "") -> str:
+    """Check this rank's share of the files (every `world_size`-th), but those ending in
+    `skip_suffix` when one is given; "" or the first problem found."""
+    directory = Path(directory)
+    wanted = sorted(rel for rel in digests if not (skip_suffix and rel.endswith(skip_suffix)))
+    if rank == 0:
+        extra = sorted(set(_files(directory)) - set(digests))
+        if extra:
+            return f"{directory / extra[0]}: not listed in {DIGESTS} (added after the save); refusing the checkpoint"
+    for rel in wanted[rank::world_size]:
+        path = directory / rel
+        if not path.is_file():
+            return f"{path}: listed in {DIGESTS} but missing; refusing the checkpoint"
+        if _sha256(path) != digests[rel]:
+            return f"{path}: contents differ from the digest written at save time (changed since); refusing the checkpoint"
+    return ""
+
+
+def verify_checkpoint(directory: Path, skip_suffix: str = "") -> None:
+    """Check a checkpoint on this process, all of it but the files ending in `skip_suffix`
+    (`shardrec train` checks all but the bulky `.distcp` shards before it starts ranks, which then
+    check everything); UntrustedCheckpoint naming the first bad file."""
+    problem = verify_files(directory, read_digests(directory), skip_suffix=skip_suffix)
+    if problem:
+        raise UntrustedCheckpoint(problem)

@@ -1,0 +1,89 @@
+"""One job at a time on a run directory: an flock on RUN/.lock, which names its holder.
+
+Two jobs on one run directory would interleave their checkpoints and metrics. `shardrec train`
+takes the lock before it starts any rank and holds it while they run; rank 0 takes it too, so
+a job started by torchrun directly is covered, and accepts the lock its own launcher holds
+(the lock file names the job id the launcher passed down in SHARDREC_JOB_ID). The kernel drops
+an flock when its holder dies, however it dies, so no stale lock outlives a killed job; the
+file itself stays (removing it would let two jobs lock two different files).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+LOCK_FILE = ".lock"
+JOB_ID_ENV = "SHARDREC_JOB_ID"
+
+
+class RunDirInUse(ValueError):
+    """Another job holds the run directory's lock."""
+
+
+@dataclass
+class RunLock:
+    """A held lock; `release()` (or the holder's death) frees it."""
+
+    path: Path
+    fd: int | None
+    holder: dict[str, Any]
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the descriptor drops the flock
+            self.fd = None
+
+
+def describe_holder(holder: dict[str, Any]) -> str:
+    if not holder:
+        return "another job (it has not written its host and pid yet)"
+    return f"job {holder.get('job', '?')} on host {holder.get('host', '?')}, pid {holder.get('pid', '?')}"
+
+
+def _read_holder(fd: int) -> dict[str, Any]:
+    try:
+        raw = os.pread(fd, 4096, 0)
+        holder = json.loads(raw.decode()) if raw.strip() else {}
+        return holder if isinstance(holder, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def acquire_run_lock(run_dir: Path, job_id: str | None = None) -> RunLock:
+    """Lock `run_dir` for this process (creating the directory), writing host, pid and job id.
+
+    Raises RunDirInUse naming the holder when another job holds it, unless that holder is the
+    job `job_id` (the launcher of this very rank); then the returned lock holds nothing itself.
+    """
+    import fcntl  # POSIX only, as the trainer is
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _read_holder(fd)
+        os.close(fd)
+        if job_id and holder.get("job") == job_id:
+            return RunLock(path, None, holder)
+        raise RunDirInUse(f"{run_dir} is in use by {describe_holder(holder)} (lock file {path}); "
+                          f"wait for that job to end or choose another --out-dir") from None
+    except OSError:
+        os.close(fd)
+        raise
+    holder = {"host": socket.gethostname(), "pid": os.getpid(), "job": job_id or ""}
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
+    return RunLock(path, fd, holder)
+
+
+def launcher_job_id() -> str | None:
+    """The job id `shardrec train` passed down to its ranks (None under a plain torchrun)."""
+    return os.environ.get(JOB_ID_ENV) or None

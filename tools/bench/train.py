@@ -1,28 +1,30 @@
-"""`shardrec bench train`: training samples/s of shardrec's loop against same-run baselines.
+"""`shardrec bench train`: training samples/s of `shardrec train`'s path against stock torchrec.
 
-Two CPU ranks (torchrun, gloo) train the demo-sized DLRM (26 tables of 50,000 rows x 16,
-13 dense features, bottom MLP 64-16, top MLP 64-32-1, global batch 2048, planned by shardrec's
-planner) on Criteo-shaped synthetic rows. In one process group, interleaved over `rounds`:
+CPU ranks (torchrun, gloo, `--threads` threads each) train a DLRM on demo-style synthetic rows
+(Zipf-like ids, labels from a hidden linear model) written to disk in shardrec's format:
 
-- ours: shardrec's loop as `shardrec train` runs it on CPU (train.pipeline = auto: plain
-  steps, loss and NaN check reduced over ranks at reports) over batches prebuilt in memory;
-- torchrec plain: the same DistributedModelParallel model, fused optimizer and batches in a
-  plain forward/backward/step loop (no pipeline, nothing else);
-- ours + loader: shardrec's loop fed by the real dataloader (memory-mapped, shuffled, one
-  prefetch thread: data.num_workers = 1);
-- ours with TrainPipelineSparseDist (train.pipeline = sparse_dist), for information.
+- stock fp32: what a torchrec user writes from torchrec's examples (tools/bench/stock_torchrec.py:
+  torchrec's DLRM, stock sharder with the fused optimizer, its planner, TrainPipelineSparseDist),
+  over the same batches held in memory;
+- ours fp32 / ours bf16: `shardrec train`'s job builder and step loop with the real reporter,
+  reading from disk through the real loader (train.precision = fp32 / bf16);
+- ours fp32 in memory: the same loop over the in-memory batches (for the loader ratio).
 
-Each ratio is the median over rounds of the ratio of two variants run back to back in the
-same round (load from other processes drifts over seconds). Reported: ours / torchrec plain (target >= 1.0, goal 1.2) and ours + loader / ours (>= 0.95:
-the loader is never the bottleneck).
+Same data, optimizer kinds, learning rates and threads on both sides. Models: `reference`
+(26 tables x 100k rows x 64, dense 512-256-64, over 1024-1024-512-256-1, 1024 samples per
+rank: the DLRM reference's shape) or `demo` (configs/demo.toml's: 26 x 50k x 16, 64-16, 64-32-1).
+Each ratio is the median over rounds of the ratio of two variants timed in the same round (load
+from other processes drifts over seconds). Quality: every side first trains the same
+`--quality-steps` batches from fresh weights and reports validation AUC; bf16's speed counts
+only if its AUC is within 0.002 of ours fp32.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -31,136 +33,143 @@ import typer
 
 from shardrec.tools.cli.common import console, fail, print_json
 
-NUM_TABLES, TABLE_ROWS, NUM_DENSE = 26, 50_000, 13
+NUM_TABLES, NUM_DENSE = 26, 13
+AUC_TOLERANCE = 0.002
+# name: (table rows, embedding dim, dense arch, over arch, samples per rank, default steps per window)
+MODELS: dict[str, tuple[int, int, list[int], list[int], int, int]] = {
+    "reference": (100_000, 64, [512, 256, 64], [1024, 1024, 512, 256, 1], 1024, 64),
+    # Its steps are ~7x shorter: longer windows keep a window's loader start-up (one gather of
+    # ~64 batches before the first) as small a share as the reference's.
+    "demo": (50_000, 16, [64, 16], [64, 32, 1], 1024, 256),
+}
+VAL_BATCHES = 8
 
 
-def write_bench_data(directory: Path, rows: int, seed: int = 0) -> Path:
-    """Demo-shaped rows (Zipf-like ids, labels from a hidden linear model) as a shardrec dataset."""
+def write_bench_data(directory: Path, rows: dict[str, int], table_rows: int, seed: int = 0) -> Path:
+    """Demo-style rows (Zipf-like ids, labels from a hidden linear model) as a shardrec dataset."""
     from shardrec.dataloader.format import Manifest, SparseFeature, SplitInfo, smallest_uint, write_part
 
     rng = np.random.default_rng(seed)
-    dense = rng.standard_normal((rows, NUM_DENSE), dtype=np.float32)
-    dtype = smallest_uint(TABLE_ROWS - 1)
-    sparse = {f"C{i + 1}": np.minimum(rng.zipf(1.2, rows) - 1, TABLE_ROWS - 1).astype(dtype) for i in range(NUM_TABLES)}
-    logit = dense[:, 0] + sum(np.where(ids % 7 == 0, 0.3, -0.05) for ids in sparse.values())
-    labels = (rng.random(rows) < 1 / (1 + np.exp(-logit))).astype(np.uint8)
-    part = write_part(directory / "train" / "part-00000", labels, dense, sparse)
-    features = [SparseFeature(name, TABLE_ROWS, str(dtype)) for name in sparse]
-    Manifest([f"I{i + 1}" for i in range(NUM_DENSE)], features, {"train": SplitInfo(rows, [part])}).save(directory)
+    dtype = smallest_uint(table_rows - 1)
+    splits = {}
+    for split, n in rows.items():
+        dense = rng.standard_normal((n, NUM_DENSE), dtype=np.float32)
+        sparse = {f"C{i + 1}": np.minimum(rng.zipf(1.2, n) - 1, table_rows - 1).astype(dtype) for i in range(NUM_TABLES)}
+        logit = dense[:, 0] + sum(np.where(ids % 7 == 0, 0.3, -0.05) for ids in sparse.values())
+        labels = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(np.uint8)
+        splits[split] = SplitInfo(n, [write_part(directory / split / "part-00000", labels, dense, sparse)])
+    features = [SparseFeature(f"C{i + 1}", table_rows, str(dtype)) for i in range(NUM_TABLES)]
+    Manifest([f"I{i + 1}" for i in range(NUM_DENSE)], features, splits).save(directory)
     return directory
 
 
-def _plain_torchrec_steps(model: Any, optimizer: Any, batches: list) -> None:
-    """What a plain torchrec training loop does per step, and nothing else."""
-    for batch in batches:
-        optimizer.zero_grad()
-        loss, _ = model(batch)
-        loss.backward()
-        optimizer.step()
+def job_configs(model: str, data: str, nproc: int) -> dict[str, Any]:
+    """Ours' job configs (fp32 and bf16): the demo's optimizers and rates, `model`'s shape."""
+    from shardrec.trainer.config import load_job_config
+
+    _, dim, dense_arch, over_arch, per_rank, _ = MODELS[model]
+    demo = Path(__file__).resolve().parents[2] / "configs" / "demo.toml"
+    common = [f'data.path="{data}"', 'data.eval_splits=["val"]', f"model.embedding_dim={dim}",
+              f"model.dense_arch={dense_arch}", f"model.over_arch={over_arch}", f"train.global_batch_size={per_rank * nproc}"]
+    # Only the demo's [optim]: its pinned sharding types and eval/checkpoint intervals are about the demo's run.
+    return {p: load_job_config(None, common + _demo_optim(demo) + [f'train.precision="{p}"', 'train.device="cpu"'])
+            for p in ("fp32", "bf16")}
 
 
-def _timed(fn: Any, samples: int) -> float:
-    import torch.distributed as dist
+def _demo_optim(path: Path) -> list[str]:
+    import tomllib
 
-    dist.barrier()
-    start = time.perf_counter()
-    fn()
-    dist.barrier()
-    return samples / (time.perf_counter() - start)
+    optim = tomllib.loads(path.read_text())["optim"]
+    return [f"optim.{k}={json.dumps(v)}" for k, v in optim.items()]
 
 
-def rank_main(data: str, out: str, steps: int, rounds: int) -> None:
+def rank_main(data: str, out: str, model: str, steps: int, rounds: int, quality_steps: int, threads: int) -> None:
     """One rank of the benchmark (started by torchrun); rank 0 writes the figures to `out`."""
-    import itertools
+    import torch
 
-    from shardrec.trainer.config import JobConfig
+    from shardrec.tools.bench.train_ranks import bench_rank
     from shardrec.trainer.dist import init_distributed, shutdown
-    from shardrec.trainer.loop import StepRunner, train_segment
-    from shardrec.trainer.run import build_job
 
+    torch.set_num_threads(threads)
     env = init_distributed("cpu")
-    config = JobConfig()
-    config.data.path, config.data.eval_splits = data, []
-    with tempfile.TemporaryDirectory() as run_dir:
-        job = build_job(config, env, Path(run_dir), None)
-        batch_samples = config.train.global_batch_size
-        prebuilt = list(itertools.islice(iter(job.train_loader), steps))
-        loader_batches = iter(job.train_loader)
-
-        def ours() -> None:
-            train_segment(job.runner, iter(prebuilt), steps, 0, steps, lambda s: None, lambda s: None)
-
-        def plain() -> None:
-            _plain_torchrec_steps(job.model, job.runner.optimizer, prebuilt)
-
-        def pipelined() -> None:
-            train_segment(pipeline, iter(prebuilt), steps, 0, steps, lambda s: None, lambda s: None)
-            pipeline.eval_mode().train()  # undo the pipeline's rewired forward for the others
-
-        def with_loader() -> None:
-            train_segment(job.runner, loader_batches, steps, 0, steps, lambda s: None, lambda s: None)
-
-        pipeline = StepRunner(job.model, job.runner.optimizer, env.device, "sparse_dist")
-        variants = {"ours": ours, "torchrec_plain": plain, "ours_loader": with_loader, "ours_sparse_dist": pipelined}
-        ours()  # warm-up: first-step allocations
-        pipelined()
-        rates: dict[str, list[float]] = {name: [] for name in variants}
-        names = list(variants)
-        for r in range(rounds):
-            for name in names[r % len(names):] + names[: r % len(names)]:  # rotate: no variant always first
-                rates[name].append(_timed(variants[name], steps * batch_samples))
+    configs = job_configs(model, data, env.world_size)
+    with tempfile.TemporaryDirectory() as run_root:
+        result = bench_rank(env, configs, Path(run_root), steps, rounds, quality_steps)
     if env.is_main:
-        Path(out).write_text(json.dumps({"rates": rates, "plan": job.plan.to_json()}))
+        Path(out).write_text(json.dumps(result))
     shutdown()
 
 
-def bench_train(
-    steps: Annotated[int, typer.Option(help="Steps per variant per round (ours reports once per round, as at train.log_interval = 20).")] = 20,
-    rounds: Annotated[int, typer.Option(help="Interleaved rounds; ratios are medians of same-round ratios.")] = 8,
-    rows: Annotated[int, typer.Option(help="Synthetic training rows (enough for (rounds + 2) x steps batches).")] = 0,
-    nproc: Annotated[int, typer.Option(help="CPU ranks.")] = 2,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
-) -> None:
-    """Training samples/s: shardrec's loop vs a plain torchrec loop, and real loader vs in-memory batches."""
-    from shardrec.trainer.launch import rank_environment, torchrun_command
-    import subprocess
-
-    if steps < 2 or rounds < 1 or nproc < 1:
-        fail("--steps must be >= 2, --rounds >= 1 and --nproc >= 1")
-    rows = rows or 2048 * steps * (rounds + 2)
-    with tempfile.TemporaryDirectory() as tmp:
-        data = write_bench_data(Path(tmp) / "data", rows)
-        out = Path(tmp) / "result.json"
-        cmd = torchrun_command([str(data), str(out), str(steps), str(rounds)], nproc, module="shardrec.tools.bench.train")
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=rank_environment(nproc))
-        if proc.returncode != 0:
-            fail(f"benchmark ranks failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-        raw = json.loads(out.read_text())
-    rates = raw["rates"]
+def summarise(raw: dict[str, Any], model: str, nproc: int, threads: int, steps: int, rounds: int) -> dict[str, Any]:
+    rates, auc = raw["rates"], raw["auc"]
 
     def paired(a: str, b: str) -> float:
-        # Median over rounds of the ratio within a round: load from other processes drifts
-        # over seconds, and both sides of a pair ran back to back.
+        # Median over rounds of the ratio within a round: both sides ran back to back.
         return round(float(np.median([x / y for x, y in zip(rates[a], rates[b])])), 3)
 
-    result = {
-        "ranks": nproc, "global_batch_size": 2048, "steps": steps, "rounds": rounds,
-        "best_samples_per_s": {k: round(max(v), 1) for k, v in rates.items()},
-        "ours_vs_torchrec_plain": paired("ours", "torchrec_plain"),
-        "loader_vs_in_memory": paired("ours_loader", "ours"),
-        "sparse_dist_pipeline_vs_torchrec_plain": paired("ours_sparse_dist", "torchrec_plain"),
+    bf16_ok = abs(auc["ours_bf16"] - auc["ours_fp32"]) <= AUC_TOLERANCE
+    return {
+        "model": model, "ranks": nproc, "threads_per_rank": threads, "samples_per_rank": MODELS[model][4],
+        "steps": steps, "rounds": rounds,
+        "median_samples_per_s": {k: round(float(np.median(v)), 1) for k, v in rates.items()},
+        "ours_fp32_vs_stock_fp32": paired("ours_fp32", "stock_fp32"),
+        "ours_bf16_vs_stock_fp32": paired("ours_bf16", "stock_fp32"),
+        "ours_bf16_vs_ours_fp32": paired("ours_bf16", "ours_fp32"),
+        "loader_vs_in_memory": paired("ours_fp32", "ours_fp32_in_memory"),
+        "val_auc": {k: round(v, 4) for k, v in auc.items()},
+        "bf16_auc_within_tolerance": bf16_ok,
+        "sharding_types": {"stock": raw["stock_sharding_types"], "ours": raw["ours_sharding_types"]},
     }
+
+
+def _print(result: dict[str, Any]) -> None:
+    console.print(f"{result['ranks']} CPU ranks x {result['threads_per_rank']} thread(s), {result['model']} DLRM, "
+                  f"{result['samples_per_rank']} samples per rank, {result['rounds']} interleaved rounds x {result['steps']} steps; "
+                  "ratios: median over rounds of same-round ratios")
+    for name, rate in result["median_samples_per_s"].items():
+        console.print(f"  {name:20s} {rate:>10,.0f} samples/s")
+    console.print(f"ours fp32 / stock torchrec fp32: {result['ours_fp32_vs_stock_fp32']:.3f}x (target >= 1.0)")
+    verdict = "counts" if result["bf16_auc_within_tolerance"] else f"does NOT count: AUC differs by more than {AUC_TOLERANCE}"
+    console.print(f"ours bf16 / stock torchrec fp32: {result['ours_bf16_vs_stock_fp32']:.3f}x (target >= 1.5); {verdict}")
+    console.print(f"real loader / in-memory batches: {result['loader_vs_in_memory']:.3f}x (target >= 0.97)")
+    auc = result["val_auc"]
+    console.print(f"val AUC after the same steps: stock fp32 {auc['stock_fp32']:.4f}, ours fp32 {auc['ours_fp32']:.4f}, "
+                  f"ours bf16 {auc['ours_bf16']:.4f}")
+    console.print(f"sharding types: stock {', '.join(result['sharding_types']['stock'])}; ours {', '.join(result['sharding_types']['ours'])}")
+
+
+def bench_train(
+    model: Annotated[str, typer.Option(help="reference (the DLRM reference's shape) or demo (configs/demo.toml's).")] = "reference",
+    steps: Annotated[int, typer.Option(help="Steps per variant per round (a timed window); 0: 64 for reference, 256 for demo.")] = 0,
+    rounds: Annotated[int, typer.Option(help="Interleaved rounds; ratios are medians of same-round ratios.")] = 5,
+    quality_steps: Annotated[int, typer.Option(help="Steps every side trains from fresh weights before its validation AUC.")] = 125,
+    nproc: Annotated[int, typer.Option(help="CPU ranks.")] = 2,
+    threads: Annotated[int, typer.Option(help="Torch threads per rank (both sides).")] = 1,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Training samples/s: `shardrec train`'s path (fp32, bf16) vs stock torchrec, real loader vs in-memory batches."""
+    from shardrec.trainer.launch import rank_environment, torchrun_command
+
+    if model not in MODELS:
+        fail(f"--model {model!r} is not one of {', '.join(MODELS)}")
+    steps = steps or MODELS[model][5]
+    if steps < 2 or rounds < 1 or nproc < 1 or threads < 1 or quality_steps < 1:
+        fail("--steps must be >= 2, --rounds, --nproc, --threads and --quality-steps >= 1")
+    global_batch = MODELS[model][4] * nproc
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = {"train": global_batch * max(steps, quality_steps), "val": global_batch * VAL_BATCHES}
+        data = write_bench_data(Path(tmp) / "data", rows, MODELS[model][0])
+        out = Path(tmp) / "result.json"
+        args = [str(data), str(out), model, str(steps), str(rounds), str(quality_steps), str(threads)]
+        env = rank_environment(nproc) | {"OMP_NUM_THREADS": str(threads)}
+        proc = subprocess.run(torchrun_command(args, nproc, module="shardrec.tools.bench.train"), capture_output=True, text=True, env=env)
+        if proc.returncode != 0:
+            fail(f"benchmark ranks failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+        result = summarise(json.loads(out.read_text()), model, nproc, threads, steps, rounds)
     if json_out:
         print_json(result)
-        return
-    console.print(f"{nproc} CPU ranks, demo-sized DLRM, global batch 2048, {rounds} interleaved rounds x {steps} steps; "
-                  "ratios: median over rounds of same-round ratios")
-    for name, rate in result["best_samples_per_s"].items():
-        console.print(f"  {name:16s} {rate:>10,.0f} samples/s")
-    console.print(f"ours / torchrec plain loop: {result['ours_vs_torchrec_plain']:.3f}x (target >= 1.0, goal 1.2)")
-    console.print(f"real loader / in-memory batches: {result['loader_vs_in_memory']:.3f}x (target >= 0.95)")
-    console.print(f"with TrainPipelineSparseDist (train.pipeline = sparse_dist) / torchrec plain loop: "
-                  f"{result['sparse_dist_pipeline_vs_torchrec_plain']:.3f}x")
+    else:
+        _print(result)
 
 
 def register(app: typer.Typer) -> None:
@@ -168,4 +177,4 @@ def register(app: typer.Typer) -> None:
 
 
 if __name__ == "__main__":
-    rank_main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    rank_main(sys.argv[1], sys.argv[2], sys.argv[3], *(int(a) for a in sys.argv[4:8]))

@@ -233,10 +233,22 @@ class CheckpointConfig:
     """Save every N steps (0: only at the end)."""
     keep: int = 2
     """Checkpoints kept; older ones are deleted after a newer one is complete."""
+    timeout_s: int = 1800
+    """Seconds a checkpoint save or load may wait for the slowest rank (large saves to shared storage are slow)."""
 
     def __post_init__(self) -> None:
         _check_positive("checkpoint.keep", self.keep)
+        _check_positive("checkpoint.timeout_s", self.timeout_s)
         _check_positive("checkpoint.interval_steps", self.interval_steps, allow_zero=True)
+
+
+@dataclass
+class DistConfig:
+    timeout_s: int = 600
+    """Seconds a collective may wait for the other ranks before the job fails (a lost rank is then named)."""
+
+    def __post_init__(self) -> None:
+        _check_positive("dist.timeout_s", self.timeout_s)
 
 
 @dataclass
@@ -248,6 +260,7 @@ class JobConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    dist: DistConfig = field(default_factory=DistConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

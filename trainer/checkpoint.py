@@ -8,12 +8,20 @@ and a signature; it does not know what the parts are. `trainer.run` names them:
 - main parts (dense optimizer + LR schedule, loader position) and the progress: train_state.pt,
   written by rank 0 together with the layout (the plan the shards were written under) and the
   signature (what the model was, to refuse a foreign checkpoint);
-- per-rank parts (the RNG states): `<name>-<rank>.pt`.
+- per-rank parts (the RNG states): `<name>-<rank>.pt`;
+- `digests.json`, written last by rank 0: the sha256 of every other file.
 
 The directory is RUN/checkpoints/step-NNNNNNNN. Every rank writes into `.step-NNNNNNNN.tmp`;
-after a barrier rank 0 renames it into place. A kill at any moment before the rename leaves
-only a temporary directory, which is ignored and removed later, so the newest complete
-checkpoint stays usable.
+after a barrier rank 0 writes the digests and renames it into place. A kill at any moment
+before the rename leaves only a temporary directory, which is ignored and removed later, so
+the newest complete checkpoint stays usable.
+
+Trust: every part holds tensors and JSON only (RNG states included) and loads with
+`torch.load(weights_only=True)`; DCP's own `.metadata` is a pickle, so no file is read before
+the digests (owned by this user, writable by nobody else) vouch for it: see
+`trainer.checkpoint_trust` for the threat model. The checkpoint barriers and DCP's own
+collectives run in a gloo group of their own with `checkpoint.timeout_s`, not the training
+collectives' timeout; a rank that does not arrive is named.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import random
 import re
 import shutil
 from dataclasses import asdict, dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Mapping, Protocol
 
@@ -35,7 +44,8 @@ from torch.distributed.checkpoint.stateful import Stateful
 
 from shardrec.dataloader.files import atomic_open, fsync_dir
 from shardrec.trainer import faults
-from shardrec.trainer.dist import DistEnv
+from shardrec.trainer.checkpoint_trust import DIGESTS, UntrustedCheckpoint, read_digests, verify_files, write_digests
+from shardrec.trainer.dist import DistEnv, monitored_barrier
 
 logger = logging.getLogger(__name__)
 
@@ -103,15 +113,26 @@ class ModuleState:
 
 
 class RngState:
-    """This process's torch, numpy and Python RNG states (a per-rank part)."""
+    """This process's torch, numpy and Python RNG states (a per-rank part), as tensors and plain
+    values only, so that they load with weights_only=True."""
 
     def state_dict(self) -> dict[str, Any]:
-        return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+        kind, keys, pos, has_gauss, gauss = np.random.get_state()
+        version, words, py_gauss = random.getstate()
+        return {
+            "torch": torch.get_rng_state(),
+            "numpy": {"kind": str(kind), "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                      "has_gauss": int(has_gauss), "cached_gaussian": float(gauss)},
+            # Mersenne Twister words are < 2^32: exact in int64.
+            "python": {"version": int(version), "words": torch.tensor(words, dtype=torch.int64), "gauss": py_gauss},
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         torch.set_rng_state(state["torch"])
-        np.random.set_state(state["numpy"])
-        random.setstate(state["python"])
+        n = state["numpy"]
+        np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"]))
+        py = state["python"]
+        random.setstate((py["version"], tuple(int(w) for w in py["words"].tolist()), py["gauss"]))
 
 
 @dataclass(frozen=True)
@@ -160,7 +181,7 @@ def complete_checkpoints(directory: Path) -> list[tuple[int, Path]]:
     found = []
     for path in directory.iterdir():
         match = CHECKPOINT_RE.match(path.name)
-        if match and (path / TRAIN_STATE).is_file() and (path / ".metadata").is_file():
+        if match and (path / DIGESTS).is_file():  # written last: the save finished
             found.append((int(match.group(1)), path))
     return sorted(found)
 
@@ -168,19 +189,24 @@ def complete_checkpoints(directory: Path) -> list[tuple[int, Path]]:
 class CheckpointManager:
     """Saves `parts` into `directory` (keeping the newest `keep`) and loads them back."""
 
-    def __init__(self, directory: Path, env: DistEnv, *, keep: int, parts: CheckpointParts) -> None:
+    def __init__(self, directory: Path, env: DistEnv, *, keep: int, parts: CheckpointParts,
+                 timeout_s: float = 1800) -> None:
         self.directory = Path(directory)
         self.env = env
         self.keep = keep
         self.parts = parts
+        self.timeout_s = timeout_s
+        # Every rank constructs the manager, so every rank joins this group (a collective call).
+        self.group = (dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
+                      if dist.is_initialized() else None)
 
     def complete(self) -> list[tuple[int, Path]]:
         """(step, path) of every complete checkpoint, oldest first."""
         return complete_checkpoints(self.directory)
 
-    def _barrier(self) -> None:
-        if dist.is_initialized():
-            dist.barrier()
+    def _barrier(self, what: str) -> None:
+        if self.group is not None:
+            monitored_barrier(self.group, self.timeout_s, what, setting="checkpoint.timeout_s")
 
     def save(self) -> Path:
         """Write a checkpoint of the parts at the current step; returns its directory."""
@@ -190,8 +216,9 @@ class CheckpointManager:
         if self.env.is_main:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
-        self._barrier()
-        dcp.save({name: part.state_dict() for name, part in parts.sharded.items()}, checkpoint_id=str(tmp))
+        self._barrier(f"checkpoint of step {step}: start")
+        dcp.save({name: part.state_dict() for name, part in parts.sharded.items()}, checkpoint_id=str(tmp),
+                 process_group=self.group)
         for name, part in parts.per_rank.items():
             _save_file(tmp / f"{name}-{self.env.rank}.pt", part.state_dict())
         if self.env.is_main:
@@ -204,16 +231,24 @@ class CheckpointManager:
                 "signature": parts.signature,
             })
         faults.maybe_kill("kill_in_save", step, self.env.rank)
-        self._barrier()
+        self._barrier(f"checkpoint of step {step}: every rank's files written")
         if self.env.is_main:
-            if final.exists():  # a re-run of the same step: replace it
-                shutil.rmtree(final)
-            os.replace(tmp, final)
-            fsync_dir(self.directory)
+            write_digests(tmp)
+            self._put_in_place(tmp, final)
             self._prune()
             logger.info("step %d: checkpoint %s", step, final)
-        self._barrier()
+        self._barrier(f"checkpoint of step {step}: in place")
         return final
+
+    def _put_in_place(self, tmp: Path, final: Path) -> None:
+        # A re-save of a step (a re-run) keeps the old copy until the new one is in place.
+        old = final.with_name(f".{final.name}.old.tmp")
+        if final.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(final, old)
+        os.replace(tmp, final)
+        fsync_dir(self.directory)
+        shutil.rmtree(old, ignore_errors=True)
 
     def _prune(self) -> None:
         done = self.complete()
@@ -225,24 +260,43 @@ class CheckpointManager:
     def load_latest(self) -> int | None:
         """Load the newest complete checkpoint into the parts; returns its step, or None if there is none."""
         complete = self.complete() if self.env.is_main else []
-        found = [complete[-1][1] if complete else None]
-        if dist.is_initialized():
-            dist.broadcast_object_list(found, src=0)  # every rank loads the one rank 0 chose
+        found = [str(complete[-1][1]) if complete else None]
+        if self.group is not None:
+            dist.broadcast_object_list(found, src=0, group=self.group)  # every rank loads the one rank 0 chose
         if found[0] is None:
             return None
         self.load(Path(found[0]))
         return self.parts.progress.step
 
+    def verify(self, path: Path) -> None:
+        """Check every file of the checkpoint at `path` against its digests, the ranks sharing the
+        hashing; UntrustedCheckpoint (on every rank) naming the first bad file."""
+        problem = ""
+        try:
+            problem = verify_files(path, read_digests(path), self.env.rank, self.env.world_size)
+        except UntrustedCheckpoint as e:
+            problem = str(e)
+        problems = [problem]
+        if self.group is not None:
+            problems = [""] * self.env.world_size
+            dist.all_gather_object(problems, problem, group=self.group)
+        first = next((p for p in problems if p), "")
+        if first:
+            raise UntrustedCheckpoint(first)
+
     def load(self, path: Path) -> None:
-        """Load the checkpoint at `path` into the parts; ValueError if its signature differs."""
+        """Load the checkpoint at `path` into the parts; ValueError if its files fail their digests or
+        its signature differs."""
         parts = self.parts
-        train_state = torch.load(path / TRAIN_STATE, weights_only=False)
+        self.verify(path)  # before anything is read: DCP unpickles .metadata
+        train_state = torch.load(path / TRAIN_STATE, weights_only=True)
         mismatch = describe_mismatch(train_state["signature"], parts.signature)
         if mismatch:
             raise ValueError(f"{path}: checkpoint of another model or optimizer: {mismatch}")
         saved = SavedCheckpoint(path, train_state["progress"]["step"], train_state["plan"])
         targets = {name: part.load_target(saved) for name, part in parts.sharded.items()}
-        dcp.load({name: target for name, target in targets.items() if target}, checkpoint_id=str(path))
+        dcp.load({name: target for name, target in targets.items() if target}, checkpoint_id=str(path),
+                 process_group=self.group)
         for part in parts.sharded.values():
             part.finish_load(saved)
         for name, part in parts.main.items():
@@ -251,7 +305,7 @@ class CheckpointManager:
         for name, part in parts.per_rank.items():
             # More ranks than saved it: the new ones start from rank 0's state.
             own = path / f"{name}-{self.env.rank}.pt"
-            part.load_state_dict(torch.load(own if own.is_file() else path / f"{name}-0.pt", weights_only=False))
+            part.load_state_dict(torch.load(own if own.is_file() else path / f"{name}-0.pt", weights_only=True))
         if self.env.is_main:
             logger.info("resumed from %s (step %d, saved by %d ranks, now %d)", path, parts.progress.step,
                         train_state["world_size"], self.env.world_size)

@@ -129,4 +129,5 @@ def test_train_cli_refuses_zero_ranks_and_mentions_resume_only_with_a_checkpoint
     ckpt.mkdir(parents=True)
     (ckpt / "train_state.pt").touch()
     (ckpt / ".metadata").touch()
+    (ckpt / "digests.json").touch()  # written last: what makes a checkpoint complete
     assert "step-00000004 (step 4), is kept and a re-run resumes from it" in _failure_message(1, tmp_path)

@@ -13,6 +13,7 @@ from shardrec.tools.cli.common import console, err_console, fail, print_json
 from shardrec.trainer.flags import (
     DEFAULT_OUT_DIR, ConfigFlag, DataFlag, OutDirFlag, PlanFlag, SetFlag, StepsFlag, rank_args,
 )
+from shardrec.trainer.run_lock import RunLock
 
 
 AllowChangeFlag = Annotated[Optional[list[str]], typer.Option(
@@ -64,17 +65,52 @@ def train(
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Train a DLRM/DCNv2 on N local ranks (torchrun); resumes if OUT_DIR holds checkpoints."""
-    from shardrec.trainer.launch import launch
+    from shardrec.trainer.launch import launch, new_job_id
 
     overrides = list(set_ or [])
+    job_id = new_job_id()
+    lock = _lock_run_dir(out_dir, job_id, create=False)  # before anything looks at or moves it
     if _prepare_run_dir(config, data, plan, steps, overrides, nproc_per_node, out_dir, list(allow_change or []), restart):
         _show_results(out_dir, json_out)  # a finished run: its own results, nothing written
         return
+    if lock is None or restart:  # a new directory, or the old one (and its lock file) moved aside
+        lock = _lock_run_dir(out_dir, job_id, create=True)
+    _check_resume_checkpoint(out_dir)
     args = rank_args(config=config, data=data, plan=plan, out_dir=out_dir, steps=steps, overrides=overrides)
-    code = launch(args, nproc_per_node, max_restarts)
+    code = launch(args, nproc_per_node, max_restarts, job_id=job_id)
+    lock.release()
     if code != 0:
         fail(_failure_message(code, out_dir))
     _show_results(out_dir, json_out)
+
+
+def _lock_run_dir(out_dir: Path, job_id: str, create: bool) -> RunLock | None:
+    """Hold OUT_DIR's lock for this job (None: no OUT_DIR yet and `create` off); one line naming
+    the holder when another job has it. The ranks' rank 0 accepts this lock as its own."""
+    from shardrec.trainer.run_lock import RunDirInUse, acquire_run_lock
+
+    if not create and not out_dir.is_dir():
+        return None
+    try:
+        return acquire_run_lock(out_dir, job_id)
+    except RunDirInUse as e:
+        fail(str(e))
+    except OSError as e:
+        fail(f"{out_dir}: cannot lock the run directory: {e.strerror}")
+
+
+def _check_resume_checkpoint(out_dir: Path) -> None:
+    """Refuse, in one line, a checkpoint to resume from that fails its digests or that another
+    user could have written; the ranks check its shards too before loading anything."""
+    from shardrec.trainer.checkpoint import complete_checkpoints
+    from shardrec.trainer.checkpoint_trust import UntrustedCheckpoint, verify_checkpoint
+
+    done = complete_checkpoints(out_dir / "checkpoints")
+    if done:
+        try:
+            verify_checkpoint(done[-1][1], skip_suffix=".distcp")
+        except UntrustedCheckpoint as e:
+            fail(str(e))
 
 
 def _prepare_run_dir(config: Path | None, data: Path | None, plan: Path | None, steps: int | None, overrides: list[str],

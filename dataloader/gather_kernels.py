@@ -26,17 +26,13 @@ from __future__ import annotations
 
 import numpy as np
 
-try:
+from shardrec.dataloader.jit import AVAILABLE, njit
+
+if AVAILABLE:
     from llvmlite import ir
-    from numba import njit, types
+    from numba import types
     from numba.extending import intrinsic
-
-    AVAILABLE = True
-except ImportError:  # numba is a dependency; this only keeps a broken install usable (slower)
-    AVAILABLE = False
-
-    def njit(*args, **kwargs):
-        return lambda f: f
+else:
 
     def intrinsic(f):
         return f

@@ -18,16 +18,11 @@ from __future__ import annotations
 
 import numpy as np
 
-try:
-    from numba import njit
+from shardrec.dataloader.jit import AVAILABLE, njit
+
+if AVAILABLE:
     from numba.cpython.unsafe.numbers import trailing_zeros
-
-    AVAILABLE = True
-except ImportError:  # numba is a dependency; this only keeps a broken install usable (slower)
-    AVAILABLE = False
-
-    def njit(*args, **kwargs):
-        return lambda f: f
+else:
 
     def trailing_zeros(x):
         return (int(x) & -int(x)).bit_length() - 1

@@ -22,6 +22,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from shardrec.dataloader import gather_kernels as kernels
 from shardrec.dataloader.format import Part
+from shardrec.dataloader.integrity import bad_id_error, bad_jagged_id_error
 from shardrec.dataloader.multihot import IndexTables
 
 PAD_LABEL = -1.0
@@ -64,6 +65,10 @@ class BatchGatherer:
         self.multi_hot = set(multi_hot)
         self.modulo = dict(modulo or {})
         self.index_tables = index_tables
+        # Table rows per feature: ids at or beyond them are refused, not looked up (fbgemm's CPU
+        # kernel would train row 0 instead; on CUDA nothing may catch them). Folded features
+        # (modulo) cannot leave their table.
+        self.limits = {k: v for k, v in parts[0].limits.items() if k not in self.modulo}
         assert index_tables is None or not self.multi_hot, "multi-hot ids are made from one-hot features only"
         self.num_dense = int(parts[0].dense.shape[1])
         self._part_starts = np.concatenate([[0], np.cumsum([p.rows for p in parts])]).astype(np.int64)
@@ -150,6 +155,17 @@ class BatchGatherer:
             take(get(self.parts[p]), local, where, out)
         return True
 
+    def _check_ids(self, name: str, values: np.ndarray, rows: np.ndarray, hi: int | None = None) -> None:
+        """Refuse ids of `name` at or beyond its table's rows. values[k] came from global row
+        rows[k]; `hi`: their largest as a kernel found it (else one max over them here)."""
+        limit = self.limits.get(name)
+        if not limit:
+            return
+        if hi is None:
+            hi = values.view(np.uint64).max() if values.size else 0
+        if int(hi) >= limit:
+            raise bad_id_error(self.parts, self._part_starts, name, values, rows)
+
     def _ones_lengths(self, n: int) -> torch.Tensor:
         if len(self._ones) < n:
             self._ones = torch.ones(n, dtype=torch.int32)
@@ -182,12 +198,12 @@ class BatchGatherer:
         if self.compiled and not self.multi_hot and len(set(self._part_range(rows))) > 1:
             located = (np.empty(n, self._part_dtype), np.empty(n, self._local_dtype))
             kernels.locate(rows, self._part_starts, *located)
-            return self._batches(slices, *self._gather_located(located, count, b))
+            return self._batches(slices, *self._gather_located(located, count, b, rows))
         groups = self._group(rows)
         labels = self._column(groups, n, lambda p: p.labels, np.empty(n, np.float32))
         dense = self._column(groups, n, lambda p: p.dense, np.empty((n, self.num_dense), np.float32))
         if self.multi_hot:
-            kjts = [self._kjt(*self._jagged(self._group(r), b), b) for r, _ in slices]
+            kjts = [self._kjt(*self._jagged(self._group(r), b, r), b) for r, _ in slices]
         else:
             values = np.empty((count, len(self.feature_names), b), np.int64)
             # Rows of one part in shuffled order: the kernel (several parts went to _gather_located;
@@ -196,9 +212,11 @@ class BatchGatherer:
             for f, name in enumerate(self.feature_names):
                 if compiled:
                     column = self.parts[groups.parts[0]].sparse[name]
-                    kernels.take_ids(column, groups.local[0], values, f, self.modulo.get(name, 0))
+                    hi = kernels.take_ids(column, groups.local[0], values, f, self.modulo.get(name, 0))
+                    self._check_ids(name, values[:, f, :], rows, hi)
                     continue
                 values[:, f, :] = self._take(groups, n, lambda p, name=name: p.sparse[name]).reshape(count, b)
+                self._check_ids(name, values[:, f, :], rows)
                 if name in self.modulo:
                     np.remainder(values[:, f, :], self.modulo[name], out=values[:, f, :])
             kjts = self._one_hot_kjts(values, b)
@@ -235,7 +253,7 @@ class BatchGatherer:
                 self._tables[key] = (first[:0].reshape(-1), addresses, np.array([c.strides[0] for c in cols], np.int64))
         return self._tables[key]
 
-    def _gather_located(self, located: tuple[np.ndarray, np.ndarray], count: int, b: int):
+    def _gather_located(self, located: tuple[np.ndarray, np.ndarray], count: int, b: int, rows: np.ndarray):
         """Labels, dense and one-hot ids of rows spread over several parts, each written once,
         in order (no grouping by part, no scattered writes)."""
         n = count * b
@@ -258,10 +276,12 @@ class BatchGatherer:
             table = self._table(name, lambda p, name=name: p.sparse[name])
             if table is None:
                 values[:, f, :] = self._take(self._group_located(part_of, local), n, lambda p, name=name: p.sparse[name]).reshape(count, b)
+                self._check_ids(name, values[:, f, :], rows)
                 if name in self.modulo:
                     np.remainder(values[:, f, :], self.modulo[name], out=values[:, f, :])
             else:
-                kernels.take_ids_parts(*table, part_of, local, values, f, self.modulo.get(name, 0))
+                hi = kernels.take_ids_parts(*table, part_of, local, values, f, self.modulo.get(name, 0))
+                self._check_ids(name, values[:, f, :], rows, hi)
         return labels, dense, self._one_hot_kjts(values, b)
 
     def _group_located(self, part_of: np.ndarray, local: np.ndarray) -> _Groups:
@@ -271,13 +291,14 @@ class BatchGatherer:
         wheres = [order[a:z] for a, z in zip(bounds[:-1], bounds[1:])]
         return _Groups([int(p) for p in used], [local[w] for w in wheres], wheres)
 
-    def _jagged(self, groups: _Groups, n: int) -> tuple[np.ndarray, np.ndarray]:
+    def _jagged(self, groups: _Groups, n: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Values and lengths ([features * n], feature-major) when some features are multi-hot."""
         lengths = np.ones(len(self.feature_names) * n, np.int32)
         pieces = []
         for f, name in enumerate(self.feature_names):
             if name not in self.multi_hot:
                 pieces.append(self._column(groups, n, lambda p, name=name: p.sparse[name], np.empty(n, np.int64)))
+                self._check_ids(name, pieces[-1], rows)
                 continue
             lens = lengths[f * n : (f + 1) * n]
             chunks = [None] * len(groups.parts)
@@ -287,6 +308,9 @@ class BatchGatherer:
                 lens[slice(None) if where is None else where] = ends - starts
                 chunks[i] = (self.parts[p].sparse[name], starts, ends - starts)
             pieces.append(_jagged_values(groups, chunks, lens))
+            limit = self.limits.get(name)
+            if limit and len(pieces[-1]) and int(pieces[-1].view(np.uint64).max()) >= limit:
+                raise bad_jagged_id_error(self.parts, list(zip(groups.parts, groups.local)), name)
         values = np.concatenate(pieces)
         if self.modulo:
             bounds = np.concatenate([[0], np.cumsum(lengths.reshape(len(self.feature_names), n).sum(axis=1))])
@@ -352,6 +376,7 @@ def _plain(part: Part) -> Part:
         np.asarray(part.dense),
         {k: np.asarray(v) for k, v in part.sparse.items()},
         {k: np.asarray(v) for k, v in part.offsets.items()},
+        part.limits,
     )
 
 

@@ -146,12 +146,48 @@ class Manifest:
                 f"{path}: schema_version {raw.get('schema_version')} is not supported (this shardrec reads {SCHEMA_VERSION})"
             )
         try:
-            return cls.from_dict(raw)
+            manifest = cls.from_dict(raw)
         except (KeyError, TypeError, AttributeError) as e:
             raise DatasetError(f"{path}: malformed manifest: {e}") from e
+        _check_names(path, manifest)
+        return manifest
 
     def save(self, directory: str | Path) -> None:
         atomic_write_bytes(Path(directory) / MANIFEST, self.to_json().encode())
+
+
+def _is_plain_name(name: Any) -> bool:
+    """A single path component: not empty, not `.`/`..`, no separator or NUL."""
+    return isinstance(name, str) and name not in ("", ".", "..") and not any(c in name for c in "/\\\0")
+
+
+def shown(value: Any, width: int = 80) -> str:
+    """repr(value) for an error line, cut to `width` characters with its full length said."""
+    text = repr(value)
+    return text if len(text) <= width else f"{text[:width]}... ({len(text)} characters)"
+
+
+def _check_names(path: Path, manifest: Manifest) -> None:
+    """Every split, part and file name the manifest gives is a plain name, so that the paths built
+    from them stay inside the dataset directory (`../`, absolute paths; symlinks are checked as
+    each file is opened, `inside_dataset`)."""
+    for split, info in manifest.splits.items():
+        if not _is_plain_name(split):
+            raise DatasetError(f"{path}: split name {shown(split)} is not a plain name inside the dataset directory")
+        for part in info.parts:
+            if not _is_plain_name(part.name):
+                raise DatasetError(f"{path}: part {shown(part.name)} of split {split!r} is not a plain name inside the dataset directory")
+            for fname in part.files:
+                if not _is_plain_name(fname):
+                    raise DatasetError(f"{path}: part {split}/{part.name} lists file {shown(fname)}, not a plain name inside the part")
+
+
+def inside_dataset(directory: Path, path: Path) -> None:
+    """Refuse a path that a symlink takes out of the dataset directory (a shared dataset directory
+    must not make the loader read, or `data verify` hash, files elsewhere)."""
+    root = directory.resolve()
+    if not path.resolve().is_relative_to(root):
+        raise DatasetError(f"{path}: leads out of the dataset directory {root} (a symlink to {path.resolve()}); named by {directory / MANIFEST}")
 
 
 def _expect_dict(value: Any, where: str) -> None:
@@ -268,41 +304,81 @@ class Part:
     dense: np.ndarray
     sparse: dict[str, np.ndarray]
     offsets: dict[str, np.ndarray]
+    limits: dict[str, int] = field(default_factory=dict)
+    """Feature name -> table rows: every id of the feature must be below it (the loader checks
+    the ids it reads; empty where the layout gives no bound)."""
+
+
+def _map_column(directory: Path, path: Path, finfo: FileInfo) -> np.ndarray:
+    """Memory-map one column after checking it exists inside the dataset and has the manifest's size."""
+    if not path.is_file():
+        raise DatasetError(f"{path}: missing (named by {directory / MANIFEST})")
+    inside_dataset(directory, path)
+    size = path.stat().st_size
+    if size != finfo.bytes:
+        raise DatasetError(f"{path}: {size} bytes on disk, manifest says {finfo.bytes} (truncated or replaced?)")
+    try:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except ValueError as e:
+        raise DatasetError(f"{path}: unreadable column: {e}") from e
+
+
+def _check_layout(path: Path, arr: np.ndarray, dtype: str, shape: tuple[int, ...]) -> None:
+    """The column's dtype, shape and C order are the manifest's. The gathers read raw rows by
+    address and stride, so a column of another width or dtype would be read out of bounds."""
+    try:
+        want = np.dtype(dtype)
+    except TypeError:
+        raise DatasetError(f"{path}: the manifest gives dtype {shown(dtype)}, which numpy does not know") from None
+    if arr.dtype != want:
+        raise DatasetError(f"{path}: dtype {arr.dtype.str}, manifest says {want.str}")
+    if arr.shape != shape:
+        raise DatasetError(f"{path}: shape {arr.shape}, manifest says {shape}")
+    if not arr.flags.c_contiguous:
+        raise DatasetError(f"{path}: stored in Fortran order, expected C order (as np.save writes by default)")
+
+
+def _id_dtype(path: Path, feat: SparseFeature) -> str:
+    """A feature's id dtype from the manifest, which must be unsigned (ids are row numbers)."""
+    try:
+        ok = np.dtype(feat.dtype).kind == "u"
+    except TypeError:
+        ok = False
+    if not ok:
+        raise DatasetError(f"{path}: feature {feat.name} has dtype {shown(feat.dtype)}, expected an unsigned integer type")
+    return feat.dtype
 
 
 def open_part(directory: Path, split: str, info: PartInfo, manifest: Manifest) -> Part:
-    """Memory-map one part, with cheap checks (files exist, sizes and row counts agree)."""
+    """Memory-map one part, with cheap checks: files exist inside the dataset directory, and
+    their sizes, dtypes, shapes and order agree with the manifest. The ids are not read here:
+    the loader checks those it reads against `Part.limits`."""
     part_dir = directory / split / info.name
-    columns: dict[str, np.ndarray] = {}
-    for fname, finfo in info.files.items():
-        path = part_dir / fname
-        if not path.is_file():
-            raise DatasetError(f"{path}: missing (named by {directory / MANIFEST})")
-        size = path.stat().st_size
-        if size != finfo.bytes:
-            raise DatasetError(f"{path}: {size} bytes on disk, manifest says {finfo.bytes} (truncated or replaced?)")
-        try:
-            columns[fname] = np.load(path, mmap_mode="r", allow_pickle=False)
-        except ValueError as e:
-            raise DatasetError(f"{path}: unreadable column: {e}") from e
-    def column(fname: str) -> np.ndarray:
+    manifest_path = directory / MANIFEST
+    columns = {fname: _map_column(directory, part_dir / fname, finfo) for fname, finfo in info.files.items()}
+
+    def column(fname: str, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
         if fname not in columns:
-            raise DatasetError(f"{directory / MANIFEST}: part {split}/{info.name} lists no {fname} (files: {', '.join(columns) or 'none'})")
+            raise DatasetError(f"{manifest_path}: part {split}/{info.name} lists no {fname} (files: {', '.join(columns) or 'none'})")
+        _check_layout(part_dir / fname, columns[fname], dtype, shape)
         return columns[fname]
 
-    labels, dense = column("label.npy"), column("dense.npy")
-    for name, arr in (("label.npy", labels), ("dense.npy", dense)):
-        if arr.shape[0] != info.rows:
-            raise DatasetError(f"{part_dir / name}: {arr.shape[0]} rows, manifest says {info.rows}")
+    labels = column("label.npy", "uint8", (info.rows,))
+    dense = column("dense.npy", manifest.dense_dtype, (info.rows, len(manifest.dense_features)))
     sparse, offsets = {}, {}
     for feat in manifest.sparse_features:
-        sparse[feat.name] = column(f"{feat.name}.npy")
+        dtype = _id_dtype(manifest_path, feat)
         if feat.multi_hot:
-            offsets[feat.name] = column(f"{feat.name}.offsets.npy")
-            _check_offsets(part_dir / f"{feat.name}.offsets.npy", offsets[feat.name], info.rows, len(sparse[feat.name]))
-        elif sparse[feat.name].shape[0] != info.rows:
-            raise DatasetError(f"{part_dir / (feat.name + '.npy')}: {sparse[feat.name].shape[0]} rows, manifest says {info.rows}")
-    return Part(part_dir, info.rows, labels, dense, sparse, offsets)
+            ids = columns.get(f"{feat.name}.npy")
+            sparse[feat.name] = column(f"{feat.name}.npy", dtype, ids.shape[:1] if ids is not None else ())
+            off_name = f"{feat.name}.offsets.npy"
+            if off_name in columns:  # its ends first: the message that says what the offsets should be
+                _check_offsets(part_dir / off_name, columns[off_name], info.rows, len(sparse[feat.name]))
+            offsets[feat.name] = column(off_name, "int64", (info.rows + 1,))
+        else:
+            sparse[feat.name] = column(f"{feat.name}.npy", dtype, (info.rows,))
+    limits = {f.name: int(f.cardinality) for f in manifest.sparse_features}
+    return Part(part_dir, info.rows, labels, dense, sparse, offsets, limits)
 
 
 def _check_offsets(path: Path, off: np.ndarray, rows: int, ids: int) -> None:
@@ -321,21 +397,3 @@ def open_split(directory: str | Path, split: str, manifest: Manifest | None = No
     if split not in manifest.splits:
         raise DatasetError(f"{directory}: no split {split!r} (has {', '.join(manifest.splits) or 'none'})")
     return [open_part(directory, split, p, manifest) for p in manifest.splits[split].parts]
-
-
-def verify(directory: str | Path) -> list[str]:
-    """Check every file's checksum against the manifest; returns one message per problem."""
-    directory = Path(directory)
-    manifest = Manifest.load(directory)
-    problems = []
-    for split, info in manifest.splits.items():
-        for part in info.parts:
-            for fname, finfo in part.files.items():
-                path = directory / split / part.name / fname
-                if not path.is_file():
-                    problems.append(f"{path}: missing")
-                elif path.stat().st_size != finfo.bytes:
-                    problems.append(f"{path}: {path.stat().st_size} bytes, manifest says {finfo.bytes}")
-                elif file_sha256(path) != finfo.sha256:
-                    problems.append(f"{path}: checksum differs from the manifest")
-    return problems

@@ -84,12 +84,17 @@ def take_ids(src, idx, out, feature, modulo):
 
     out is [batches, features, batch_size]: gather position p is row p % batch_size of batch
     p // batch_size, and each batch's ids are feature-major, as a KeyedJaggedTensor wants them.
+    Returns the largest id read, unfolded, as uint64 (a negative id counts as huge) for the
+    caller's bounds check: a running max is free beside the gather's memory traffic.
     """
     b = out.shape[2]
+    hi = np.uint64(0)
     for i in range(out.shape[0]):
         for j in range(b):
             v = np.int64(src[idx[i * b + j]])
+            hi = max(hi, np.uint64(v))
             out[i, feature, j] = v % modulo if modulo > 0 else v
+    return hi
 
 
 @njit(inline="always", nogil=True, boundscheck=False)
@@ -179,11 +184,15 @@ def take_rows_parts(like, addresses, strides, item_stride, part_of, local, out):
 
 @njit(cache=True, nogil=True, boundscheck=False)
 def take_ids_parts(like, addresses, strides, part_of, local, out, feature, modulo):
-    """`take_ids` for rows of several parts: one pass, each id written once, in order."""
+    """`take_ids` for rows of several parts: one pass, each id written once, in order; returns
+    the largest id read as `take_ids` does."""
     b = out.shape[2]
+    hi = np.uint64(0)
     for i in range(out.shape[0]):
         for j in range(b):
             k = i * b + j
             p = part_of[k]
             v = np.int64(_load(addresses[p] + local[k] * strides[p], like))
+            hi = max(hi, np.uint64(v))
             out[i, feature, j] = v % modulo if modulo > 0 else v
+    return hi

@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 from conftest import write_tiny_dataset
 from helpers import assert_one_line_error
 from multihot_reference import reference_multihot, reference_tables
-from shardrec.dataloader.format import Manifest, open_split, verify
+from shardrec.dataloader.format import Manifest, open_split
+from shardrec.dataloader.integrity import verify
 from shardrec.tools.cli.app import app
 
 runner = CliRunner()

@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from helpers import assert_one_line_error
 
-from shardrec.dataloader.format import Manifest, open_split, verify
+from shardrec.dataloader.format import Manifest, open_split
+from shardrec.dataloader.integrity import verify
 from shardrec.tools.cli.app import app
 from shardrec.tools.synth import write_dataset
 

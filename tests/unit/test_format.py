@@ -3,7 +3,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardrec.dataloader.format import DatasetError, Manifest, open_split, smallest_uint, verify
+from shardrec.dataloader.format import DatasetError, Manifest, open_split, smallest_uint
+from shardrec.dataloader.integrity import verify
 from conftest import write_tiny_dataset
 
 

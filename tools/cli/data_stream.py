@@ -10,7 +10,8 @@ import typer
 from rich.progress import Progress, TextColumn
 
 from shardrec.dataloader.digest import stream_digests
-from shardrec.dataloader.format import DatasetError, verify
+from shardrec.dataloader.format import DatasetError
+from shardrec.dataloader.integrity import verify
 from shardrec.tools.cli.common import console, err_console, fail, print_json
 
 
@@ -36,6 +37,9 @@ def digest(
 
     if batches <= 0 or start_batch < 0 or world_size <= 0:
         fail(f"--batches and --world-size must be positive and --start-batch not negative, got {batches}, {world_size}, {start_batch}")
+    if global_batch <= 0 or global_batch % world_size:  # said with the flags, before the loader says it with its names
+        fail(f"--global-batch {global_batch} does not divide by --world-size {world_size}" if global_batch > 0
+             else f"--global-batch must be positive, got {global_batch}")
     try:
         loaders = [
             build_loader(
@@ -53,10 +57,14 @@ def digest(
     with Progress(*Progress.get_default_columns(), TextColumn("{task.fields[rate]}"), console=err_console, transient=True) as bar:
         task = bar.add_task("digesting", total=count, rate="")
         rows, started = [], time.perf_counter()
-        for k, d in stream_digests(loaders, start_batch, batches):
-            rows.append({"batch": k, "sha256": d})
-            rate = len(rows) * global_batch / max(time.perf_counter() - started, 1e-9)
-            bar.update(task, advance=1, rate=f"{rate:,.0f} samples/s")
+        try:
+            for k, d in stream_digests(loaders, start_batch, batches):
+                rows.append({"batch": k, "sha256": d})
+                rate = len(rows) * global_batch / max(time.perf_counter() - started, 1e-9)
+                bar.update(task, advance=1, rate=f"{rate:,.0f} samples/s")
+        except DatasetError as e:  # found while reading: an id outside its table
+            bar.stop()
+            fail(str(e))
     if json_out:
         print_json({
             "directory": str(directory), "split": split, "seed": seed, "epoch": epoch, "shuffle": shuffle,

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from shardrec.dataloader.format import Manifest, open_split
+from shardrec.dataloader.format import DatasetError, Manifest, open_split
+from shardrec.dataloader.integrity import id_out_of_range
 from shardrec.tools.cli.common import save_figure
 from shardrec.tools.preprocess.stats import frequency_curves
 
@@ -77,6 +78,9 @@ def head_rows(directory: Path, n: int = 5, split: str = "train") -> list[dict[st
                     row[feat.name] = [int(x) for x in part.sparse[feat.name][off[r] : off[r + 1]]]
                 else:
                     row[feat.name] = int(part.sparse[feat.name][r])
+                ids = row[feat.name] if feat.multi_hot else [row[feat.name]]
+                if any(i >= feat.cardinality for i in ids):  # shown as it is, it would pass for a real id
+                    raise DatasetError(id_out_of_range(part, feat.name, r, max(ids)))
             out.append(row)
         if len(out) >= n:
             break

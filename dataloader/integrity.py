@@ -1,0 +1,96 @@
+"""Integrity checks of a dataset beyond what opening it costs: `data verify` and the message for
+an out-of-range id that the loader shares.
+
+Opening a part (format.open_part) checks only what is cheap: sizes, dtypes, shapes. `verify`
+reads everything: every file's SHA-256 against the manifest, then every id against its table's
+rows, since a checksum proves the bytes are the recorded ones, not that they make a valid part.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from shardrec.dataloader.format import DatasetError, FileInfo, Manifest, Part, file_sha256, inside_dataset, open_part
+
+
+def id_out_of_range(part: Part, feature: str, row: int, value: int) -> str:
+    """The message for an id at or beyond its table's rows (loader and `data verify` alike)."""
+    return (
+        f"{part.path / (feature + '.npy')}: row {row} has id {value}, outside table {feature} of {part.limits[feature]} rows "
+        f"(the file disagrees with its manifest: rebuild it with `shardrec preprocess`)"
+    )
+
+
+def check_ids(part: Part, chunk: int = 1 << 22) -> list[str]:
+    """Read every id of the part: one message per feature with an id outside its table."""
+    problems = []
+    for name, limit in part.limits.items():
+        ids = part.sparse[name]
+        for a in range(0, len(ids), chunk):
+            block = np.asarray(ids[a : a + chunk])
+            if len(block) and int(block.max()) >= limit:
+                k = a + int(np.argmax(block >= limit))
+                row = k if name not in part.offsets else int(np.searchsorted(part.offsets[name], k, side="right")) - 1
+                problems.append(id_out_of_range(part, name, row, int(ids[k])))
+                break
+    return problems
+
+
+def _file_problem(directory: Path, path: Path, finfo: FileInfo) -> str | None:
+    if not path.is_file():
+        return f"{path}: missing"
+    try:
+        inside_dataset(directory, path)
+    except DatasetError as e:
+        return str(e)
+    if path.stat().st_size != finfo.bytes:
+        return f"{path}: {path.stat().st_size} bytes, manifest says {finfo.bytes}"
+    if file_sha256(path) != finfo.sha256:
+        return f"{path}: checksum differs from the manifest"
+    return None
+
+
+def verify(directory: str | Path) -> list[str]:
+    """Check every part against the manifest: each file's size and SHA-256; then, as the loader
+    would open it, each column's dtype, shape and order, and every id below its table's rows
+    (a checksum proves the bytes are the ones recorded, not that they make a valid part).
+    Returns one message per problem."""
+    directory = Path(directory)
+    manifest = Manifest.load(directory)
+    problems = []
+    for split, info in manifest.splits.items():
+        for part in info.parts:
+            found = [_file_problem(directory, directory / split / part.name / f, finfo) for f, finfo in part.files.items()]
+            problems += [p for p in found if p]
+            if any(found):
+                continue
+            try:
+                problems += check_ids(open_part(directory, split, part, manifest))
+            except DatasetError as e:
+                problems.append(str(e))
+    return problems
+
+
+def bad_id_error(parts: list[Part], part_starts: np.ndarray, feature: str, values: np.ndarray, rows: np.ndarray) -> DatasetError:
+    """The loader's error for a batch whose ids of `feature` (values[k] read from global row
+    rows[k]) hold one outside the table: the first such row, by file and row. Only called once
+    a bounds check has failed, so it may be slow."""
+    limit = parts[0].limits[feature]
+    k = int(np.argmax(np.asarray(values).reshape(-1).view(np.uint64) >= limit))
+    p = int(np.searchsorted(part_starts, rows[k], side="right")) - 1
+    local = int(rows[k] - part_starts[p])
+    return DatasetError(id_out_of_range(parts[p], feature, local, int(parts[p].sparse[feature][local])))
+
+
+def bad_jagged_id_error(parts: list[Part], groups: list[tuple[int, np.ndarray]], feature: str) -> DatasetError:
+    """`bad_id_error` for a multi-hot feature: groups are (part, local rows) pairs that were read."""
+    limit = parts[0].limits[feature]
+    for p, local in groups:
+        ids, off = parts[p].sparse[feature], parts[p].offsets[feature]
+        for r in local:
+            row_ids = np.asarray(ids[off[r] : off[r + 1]])
+            if len(row_ids) and int(row_ids.max()) >= limit:
+                return DatasetError(id_out_of_range(parts[p], feature, int(r), int(row_ids[np.argmax(row_ids >= limit)])))
+    raise AssertionError(f"no id of {feature} outside its {limit} rows among the rows read")

@@ -131,6 +131,8 @@ class Manifest:
     def load(cls, directory: str | Path) -> "Manifest":
         """Read DIR/manifest.json; DatasetError names the path if it is not a shardrec dataset."""
         path = Path(directory) / MANIFEST
+        if not Path(directory).exists():
+            raise DatasetError(f"{directory}: does not exist")
         if not Path(directory).is_dir():
             raise DatasetError(f"{directory}: not a directory")
         if not path.is_file():

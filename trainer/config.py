@@ -8,6 +8,7 @@ Precedence, lowest to highest: the dataclass defaults, then the TOML job file
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import tomllib
 from dataclasses import dataclass, field, fields
@@ -32,7 +33,21 @@ def _check_elements(key: str, value: list | dict, kind: type) -> None:
         if isinstance(value, dict) and not isinstance(k, str):
             raise ValueError(f"{key} = {value!r}: key {k!r} should be a string")
         if not isinstance(v, kind) or isinstance(v, bool):
-            raise ValueError(f"{key} = {value!r}: {v!r} should be of type {kind.__name__}")
+            raise ValueError(f"{key} = {value!r}: {v!r} should be {type_words(kind)}")
+
+
+_TYPE_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list",
+               dict: "a table"}
+
+
+def type_words(kind: Any) -> str:
+    """What a value of type `kind` is called in an error message: "an integer", not <class 'int'>."""
+    return _TYPE_WORDS.get(get_origin(kind) or kind, getattr(kind, "__name__", str(kind)))
+
+
+def _did_you_mean(name: str, known: Any) -> str:
+    near = difflib.get_close_matches(name, list(known), n=1)
+    return f"; did you mean {near[0]}?" if near else f" (known: {', '.join(sorted(known))})"
 
 
 @dataclass
@@ -128,7 +143,7 @@ class ModelConfig:
 @dataclass
 class ShardingConfig:
     plan: str = ""
-    """Plan file from `shardrec plan`; empty: plan at start-up with torchrec's planner."""
+    """Plan file from `shardrec plan`; empty: plan at start-up with shardrec's planner."""
     compute_kernel: str = "fused"
     """Embedding kernel: fused (the sparse optimizer applied in backward; the one kernel the trainer runs)."""
     qcomm: str = ""
@@ -265,12 +280,16 @@ class JobConfig:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-    def to_toml(self) -> str:
-        """The resolved config, as a job file (kept in every run directory)."""
+    def to_toml(self, comments: bool = False) -> str:
+        """The resolved config, as a job file (kept in every run directory); with `comments`, each
+        key's docstring above it (`shardrec config defaults`)."""
         lines = []
         for section, values in self.to_dict().items():
+            helps = field_help(type(getattr(self, section))) if comments else {}
             lines.append(f"[{section}]")
             for key, value in values.items():
+                if key in helps:
+                    lines.append(f"# {' '.join(helps[key].split())}")
                 lines.append(f"{key} = {_toml_value(value)}")
             lines.append("")
         return "\n".join(lines)
@@ -296,19 +315,26 @@ def _parse_override(item: str, hint: Any) -> Any:
         raise ValueError(f"cannot parse {item!r} as a value") from None
 
 
-def _build_section(cls: type, key: str, raw: dict[str, Any]) -> Any:
+def _build_section(cls: type, key: str, raw: dict[str, Any], origin: dict[str, str]) -> Any:
+    """origin: key -> where its value came from ("FILE: " or "--set 'ITEM': "), prefixed to errors."""
     hints = get_type_hints(cls)
     known = {f.name for f in fields(cls)}
     unknown = sorted(set(raw) - known)
     if unknown:
-        raise ValueError(f"unknown key {key}.{unknown[0]} (known: {', '.join(sorted(known))})")
+        name = unknown[0]
+        raise ValueError(f"{origin.get(name, '')}unknown key {name!r} in [{key}]{_did_you_mean(name, known)}")
     for name, value in raw.items():
         expected = get_origin(hints[name]) or hints[name]
         if expected is float and isinstance(value, int) and not isinstance(value, bool):
             raw[name] = float(value)
         elif not isinstance(raw[name], expected) or (expected is int and isinstance(value, bool)):
-            raise ValueError(f"{key}.{name} = {value!r} should be of type {hints[name]}")
-    return cls(**raw)
+            raise ValueError(f"{origin.get(name, '')}{key}.{name} = {value!r} should be {type_words(hints[name])}")
+    try:
+        return cls(**raw)
+    except ValueError as e:
+        # __post_init__ names the key; the file (or --set) it came from is added when one key is to blame.
+        sources = {origin[n] for n in raw if n in origin and f"{key}.{n} " in f"{e} "}
+        raise ValueError(f"{sources.pop() if len(sources) == 1 else ''}{e}") from None
 
 
 def load_job_config(path: str | Path | None = None, overrides: list[str] | None = None) -> JobConfig:
@@ -326,27 +352,38 @@ def load_job_config(path: str | Path | None = None, overrides: list[str] | None 
     section_types = get_type_hints(JobConfig)
     for name in raw:
         if name not in sections:
-            raise ValueError(f"{path}: unknown section [{name}] (known: {', '.join(sections)})")
+            raise ValueError(f"{path}: unknown section [{name}]{_did_you_mean(name, sections)}")
         if not isinstance(raw[name], dict):
             raise ValueError(f"{path}: {name} must be a [{name}] table")
+    origin = {(s, k): f"{path}: " for s, values in raw.items() for k in values}
     for item in overrides or []:
-        dotted, sep, value = item.partition("=")
-        section, _, key = dotted.strip().partition(".")
-        if not sep or not key:
-            raise ValueError(f"--set {item!r}: expected section.key=value")
-        if section not in sections:
-            raise ValueError(f"--set {item!r}: unknown section {section!r} (known: {', '.join(sections)})")
-        hints = get_type_hints(section_types[section])
-        if key not in hints:
-            raise ValueError(f"--set {item!r}: unknown key {section}.{key}")
-        try:
-            raw.setdefault(section, {})[key] = _parse_override(value.strip(), hints[key])
-        except ValueError as e:
-            raise ValueError(f"--set {item!r}: {e}") from None
+        section, key, value = _apply_override(item, raw, sections, section_types)
+        origin[(section, key)] = f"--set {item!r}: "
     built = {}
     for name, cls in section_types.items():
-        built[name] = _build_section(cls, name, dict(raw.get(name, {})))
+        where = {k: v for (s, k), v in origin.items() if s == name}
+        built[name] = _build_section(cls, name, dict(raw.get(name, {})), where)
     return JobConfig(**built)
+
+
+def _apply_override(item: str, raw: dict[str, dict[str, Any]], sections: Any, section_types: dict[str, type]) -> tuple[str, str, Any]:
+    """Parse one --set KEY=VALUE into `raw`; returns (section, key, value)."""
+    dotted, sep, value = item.partition("=")
+    section, _, key = dotted.strip().partition(".")
+    if not sep or not key:
+        raise ValueError(f"--set {item!r}: expected KEY=VALUE with KEY as section.key (e.g. train.seed=1)")
+    if section not in sections:
+        raise ValueError(f"--set {item!r}: unknown section {section!r}{_did_you_mean(section, sections)}")
+    hints = get_type_hints(section_types[section])
+    if key not in hints:
+        dotted_keys = [f"{section}.{k}" for k in hints]
+        raise ValueError(f"--set {item!r}: unknown key {section}.{key}{_did_you_mean(f'{section}.{key}', dotted_keys)}")
+    try:
+        parsed = _parse_override(value.strip(), hints[key])
+    except ValueError as e:
+        raise ValueError(f"--set {item!r}: {e}") from None
+    raw.setdefault(section, {})[key] = parsed
+    return section, key, parsed
 
 
 def field_help(cls: type) -> dict[str, str]:

@@ -27,7 +27,8 @@ DataFlag = Annotated[Optional[Path], typer.Option("--data", help=_setting_help(D
 PlanFlag = Annotated[Optional[Path], typer.Option("--plan", help=_setting_help(ShardingConfig, "plan", "sharding.plan"))]
 OutDirFlag = Annotated[Path, typer.Option("--out-dir", help="Run directory: metrics, checkpoints, resolved config, plan.")]
 StepsFlag = Annotated[Optional[int], typer.Option("--steps", help=_setting_help(TrainConfig, "steps", "train.steps"))]
-SetFlag = Annotated[Optional[list[str]], typer.Option("--set", help="Override a job setting: section.key=value.")]
+SetFlag = Annotated[Optional[list[str]], typer.Option(
+    "--set", metavar="KEY=VALUE", help="Override a job setting, KEY as section.key (e.g. train.seed=1); repeat for several.")]
 
 
 def rank_args(

@@ -167,13 +167,40 @@ def move_aside(run_dir: Path) -> Path | None:
 
 
 def run_status(run: RunDir, active_seconds: float = 120.0) -> str:
-    """complete, running (metrics written in the last `active_seconds`) or failed."""
+    """complete, running or failed. Running: a job holds RUN/.lock (trainer.run_lock's flock), or,
+    in a run without a lock file, metrics were written in the last `active_seconds`."""
     if run.complete:
         return "complete"
+    lock = run.path / ".lock"
+    if lock.is_file():
+        return "running" if _lock_held(lock) else "failed"
     metrics = run.path / "metrics.jsonl"
     if metrics.is_file() and time.time() - metrics.stat().st_mtime < active_seconds:
         return "running"
     return "failed"
+
+
+def _lock_held(lock: Path) -> bool:
+    import fcntl
+
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing also drops the probe's own lock
+
+
+def find_runs(root: Path) -> list[Path]:
+    """Run directories (a config.toml or checkpoints/ inside) at or under `root`, sorted."""
+    root = Path(root)
+    found = {p.parent for p in root.rglob(CONFIG)} | {p.parent for p in root.rglob("checkpoints") if p.is_dir()}
+    return sorted(p for p in found if "checkpoints" not in p.relative_to(root).parts)
 
 
 def best_auc(run_dir: Path, split: str = "val") -> float | None:

@@ -107,7 +107,7 @@ def test_bad_input_is_one_clear_line(one_hot: Path, tmp_path: Path):
     assert_one_line_error(_multihot(one_hot, tmp_path / "o", "--sizes", "3,0,2,1"), r"multi-hot size 0 of feature 1 must be at least 1")
     assert_one_line_error(_multihot(one_hot, tmp_path / "o", "--sizes", "3,1,2,1", "--dist", "zipf"), r"--dist 'zipf' must be one of uniform, pareto")
     assert_one_line_error(_multihot(one_hot, tmp_path / "o", "--sizes", "3,1,2,1", "--rows", "4,5"), r"2 table rows for 4 sparse features")
-    assert_one_line_error(_multihot(tmp_path / "nope", tmp_path / "o", "--sizes", "1"), r"nope: not a directory")
+    assert_one_line_error(_multihot(tmp_path / "nope", tmp_path / "o", "--sizes", "1"), r"nope: does not exist")
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("keep me")
     assert_one_line_error(_multihot(one_hot, tmp_path / "full", "--sizes", "3,1,2,1"), r"full: exists and is not an empty directory")

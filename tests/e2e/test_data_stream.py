@@ -32,7 +32,7 @@ def test_digest_bad_input_is_one_clear_error(tiny_dataset: Path):
     result = runner.invoke(app, ["data", "digest", str(tiny_dataset), "--split", "val", "--global-batch", "512"])
     assert_one_line_error(result, re.escape("fewer than one global batch of 512"))
     result = runner.invoke(app, ["data", "digest", str(tiny_dataset), "--global-batch", "64", "--world-size", "3"])
-    assert_one_line_error(result, re.escape("does not divide by world_size 3"))
+    assert_one_line_error(result, re.escape("--global-batch 64 does not divide by --world-size 3"))
     victim = tiny_dataset / "train" / "part-00000" / "f1.npy"
     victim.write_bytes(victim.read_bytes()[:-5])
     result = runner.invoke(app, ["data", "digest", str(tiny_dataset), "--global-batch", "64"])
@@ -50,4 +50,4 @@ def test_verify_passes_then_names_the_corrupted_file(tiny_dataset: Path):
     # verify reports every problem on stdout (a report, not one input error), then exits 1.
     assert bad.exit_code == 1 and "val/part-00000/dense.npy: checksum differs" in bad.stdout
     missing = runner.invoke(app, ["data", "verify", str(tiny_dataset / "nope")])
-    assert_one_line_error(missing, re.escape("not a directory"))
+    assert_one_line_error(missing, re.escape("nope: does not exist"))

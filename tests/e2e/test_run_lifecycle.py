@@ -66,3 +66,16 @@ def test_rerun_resume_changes_data_and_restart(tiny_dataset: Path, tmp_path: Pat
     assert f"moved the earlier run {run} to {tmp_path / 'run.1'}" in restarted.stderr
     assert json.loads((tmp_path / "run.1" / "summary.json").read_text())["steps"] == 6
     assert json.loads(restarted.stdout)["steps"] == 2 and json.loads(restarted.stdout)["resumed_from_step"] is None
+
+    # shardrec runs: both runs complete with their step and best val AUC; a run that never
+    # checkpointed (a config.toml alone) failed.
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "config.toml").write_text("")
+    listed = CliRunner().invoke(app, ["runs", str(tmp_path), "--json"])
+    assert listed.exit_code == 0, listed.output
+    rows = {Path(r["run"]).name: r for r in json.loads(listed.stdout)}
+    assert {name: (r["step"], r["status"]) for name, r in rows.items()} == {
+        "broken": (None, "failed"), "run": (2, "complete"), "run.1": (6, "complete")}
+    assert 0.4 < rows["run.1"]["best_val_auc"] <= 1
+    table = CliRunner().invoke(app, ["runs", str(tmp_path)])
+    assert table.exit_code == 0 and "complete" in table.stdout and "failed" in table.stdout, table.stdout

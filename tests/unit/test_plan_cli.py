@@ -55,7 +55,7 @@ def test_plan_bad_input_exits_with_one_line(tiny_dataset: Path, tmp_path: Path) 
     assert_one_line_error(res, "(?=.*does not fit)(?=.*rank 0 needs)")
 
     res = runner.invoke(app, ["plan", "--data", str(tmp_path / "missing"), "--config", str(job)])
-    assert_one_line_error(res, re.escape("not a directory"))
+    assert_one_line_error(res, re.escape("missing: does not exist"))
 
 
 def test_plan_simulate_json(tiny_dataset: Path, tmp_path: Path) -> None:

@@ -5,14 +5,35 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+import typer.core
 
 from shardrec.tools.cli import bench as cli_bench, data as cli_data, plan as cli_plan
 from shardrec.tools.cli import preprocess as cli_preprocess, report as cli_report, synth as cli_synth
 from shardrec.tools.cli import train as cli_train
 from shardrec.tools.cli import eval as cli_eval
+from shardrec.tools.cli import config_cmd as cli_config, runs as cli_runs
 from shardrec.tools.cli.common import configure_logging
 
+# `shardrec --help` lists the commands in the order a user meets them; others follow.
+FLOW = ("synth", "preprocess", "data", "plan", "train", "eval", "export", "predict", "runs", "report", "config", "bench")
+
+
+class _FlowOrder(typer.core.TyperGroup):
+    def list_commands(self, ctx: typer.Context) -> list[str]:
+        names = list(self.commands)
+        return [n for n in FLOW if n in names] + [n for n in names if n not in FLOW]
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"shardrec {version('shardrec')}")
+        raise typer.Exit()
+
+
 app = typer.Typer(
+    cls=_FlowOrder,
     name="shardrec",
     help=(
         "Train DLRM-family recommendation models whose embedding tables are sharded across "
@@ -26,7 +47,10 @@ app = typer.Typer(
 
 
 @app.callback()
-def _root(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False) -> None:
+def _root(
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+) -> None:
     configure_logging(verbose)
 
 
@@ -38,6 +62,8 @@ cli_preprocess.register(app)
 cli_train.register(app)
 cli_report.register(app)
 cli_eval.register(app)
+cli_runs.register(app)
+cli_config.register(app)
 
 
 def main() -> None:

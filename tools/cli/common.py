@@ -10,6 +10,7 @@ from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from shardrec.dataloader.files import atomic_open
 
@@ -19,7 +20,8 @@ err_console = Console(stderr=True)
 
 def fail(message: str) -> NoReturn:
     """End a command on bad user input: one clear line on stderr, exit code 1."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    # The message is text, not markup: "[trian]" in it must print as written.
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(1)
 
 

@@ -52,7 +52,7 @@ def stats(
 
 def head(
     directory: Annotated[Path, typer.Argument(help="Dataset directory (from `shardrec preprocess`).")],
-    n: Annotated[int, typer.Option("-n", help="Rows to show.")] = 5,
+    n: Annotated[int, typer.Option("--rows", "-n", help="Rows to show.")] = 5,
     split: Annotated[str, typer.Option(help="Split to read.")] = "train",
     json_out: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
 ) -> None:

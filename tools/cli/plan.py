@@ -13,6 +13,8 @@ from shardrec.tools.cli.common import console, fail, print_json
 plan_app = typer.Typer(
     help="Plan how embedding tables are sharded; writes a plan file `shardrec train --plan` uses.",
     invoke_without_command=True,
+    # `plan` plans by itself; `calibrate` and `show` are optional subcommands.
+    subcommand_metavar="[COMMAND [ARGS]...]",
 )
 
 
@@ -53,7 +55,8 @@ def plan(
     simulate: Annotated[bool, typer.Option("--simulate", help="Show bytes per step for 8 ... 4,096 ranks (row-wise, table-wise, 2D) instead of planning.")] = False,
     group_size: Annotated[int, typer.Option(help="2D sharding group size (torchrec DMPCollection, CUDA): 0 none, -1 pick the fastest.")] = 0,
     sync_every: Annotated[int, typer.Option(help="2D: steps between the replicas' weight all-reduce.")] = 1,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override a job key: section.key=value.")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option(
+        "--set", metavar="KEY=VALUE", help="Override a job setting, KEY as section.key (e.g. train.seed=1); repeat for several.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the plan summary and per-rank estimate as JSON.")] = False,
 ) -> None:
     """Plan the tables of a dataset + job file for a topology; print a report and write --out."""
@@ -64,8 +67,12 @@ def plan(
     from shardrec.sharding.request import PlanRequest
     from shardrec.sharding.topology import build_topology
 
+    from shardrec.sharding.planner import SEARCHES
+
     if world_size <= 0:
-        fail(f"--world-size must be positive, got {world_size}")
+        raise typer.BadParameter(f"must be positive, got {world_size}", param_hint="'--world-size'")
+    if search not in SEARCHES:  # a usage error (exit 2), said with the flag as typed
+        raise typer.BadParameter(f"{search!r} is not one of {', '.join(SEARCHES)}", param_hint="'--search'")
     job, configs, statistics = _load_job(config, data, set_ or [])
     if simulate:
         if sync_every <= 0:
@@ -169,6 +176,32 @@ def calibrate_cmd(
     console.print(f"lookup: {m['lookup_bw'] / 1e9:.2f} GB/s read, backward+update {m['bwd_compute_multiplier']:.2f}x forward")
     console.print(f"all-to-all: {m['intra_host_bw'] / 1e9:.2f} GB/s per rank, start-up {m['collective_latency_s'] * 1e6:.0f} us")
     console.print(f"wrote {out}; use it with `shardrec plan --profile {out}`")
+
+
+@plan_app.command("show")
+def show_cmd(
+    plan_file: Annotated[Path, typer.Argument(help="Plan file written by `shardrec plan --out` (or a run's plan.json).")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print the plan summary and per-rank estimate as JSON.")] = False,
+) -> None:
+    """Reprint a saved plan file's report: the tables, the ranks and the estimate."""
+    from shardrec.sharding.plan_io import load_plan
+    from shardrec.sharding.report import ranks_table, summary, tables_table
+
+    if not plan_file.exists():
+        fail(f"{plan_file}: does not exist")
+    try:
+        result = load_plan(plan_file)
+    except ValueError as e:
+        fail(str(e))
+    if json_out:
+        print_json({**summary(result), "tables_plan": [{"name": t.name, "sharding_type": t.sharding_type, "ranks": t.ranks}
+                                                       for t in result.tables], "estimate": result.estimate})
+        return
+    console.print(tables_table(result))
+    console.print(ranks_table(result))
+    fp = result.fingerprint
+    console.print(f"{plan_file}: {len(result.tables)} tables for {fp['world_size']} ranks, global batch "
+                  f"{fp.get('global_batch_size', 0):,}, planner {result.planner}", highlight=False)
 
 
 def _nullcontext():

@@ -1,0 +1,89 @@
+"""Commands people look for (issue 14, items 3 and 8): --version, config show/defaults, plan show
+next to `plan` running alone, and help text that reads like other CLIs'."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from importlib.metadata import version
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from helpers import assert_one_line_error
+
+from shardrec.tools.cli.app import app
+
+
+def _run(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def test_version() -> None:
+    result = _run("--version")
+    assert result.exit_code == 0 and result.stdout == f"shardrec {version('shardrec')}\n"
+
+
+def test_config_show_resolves_file_then_set(tmp_path: Path) -> None:
+    job = tmp_path / "job.toml"
+    job.write_text("[train]\nseed = 3\nglobal_batch_size = 512\n")
+    result = _run("config", "show", "--config", str(job), "--set", "train.seed=7")
+    assert result.exit_code == 0, result.output
+    shown = tomllib.loads(result.stdout)
+    assert shown["train"]["seed"] == 7 and shown["train"]["global_batch_size"] == 512
+    assert shown["optim"]["dense_lr"] == 0.05  # a default
+    bad = _run("config", "show", "--set", "train.sed=7")
+    assert_one_line_error(bad, r"--set 'train\.sed=7': unknown key train\.sed; did you mean train\.seed\?")
+
+
+def test_config_defaults_are_a_commented_job_file() -> None:
+    result = _run("config", "defaults")
+    assert result.exit_code == 0
+    assert "# Peak dense learning rate.\ndense_lr = 0.05\n" in result.stdout
+    assert tomllib.loads(result.stdout)["train"]["global_batch_size"] == 2048
+
+
+def test_plan_show_reprints_a_saved_plan_and_plan_runs_alone(tiny_dataset: Path, tmp_path: Path) -> None:
+    plan = tmp_path / "plan.json"
+    made = _run("plan", "--data", str(tiny_dataset), "--world-size", "2", "--out", str(plan))
+    assert made.exit_code == 0, made.output
+    shown = _run("plan", "show", str(plan), "--json")
+    assert shown.exit_code == 0, shown.output
+    saved = json.loads(plan.read_text())
+    assert [t["name"] for t in json.loads(shown.stdout)["tables_plan"]] == [t["name"] for t in saved["tables"]]
+    text = _run("plan", "show", str(plan))
+    assert f"{plan}: 4 tables for 2 ranks, global batch 2,048" in " ".join(text.stdout.split())
+    missing = _run("plan", "show", str(tmp_path / "nope.json"))
+    assert_one_line_error(missing, r"nope\.json: does not exist$")
+    usage = _run("plan", "--help")
+    assert "Usage: shardrec plan [OPTIONS] [COMMAND [ARGS]...]" in " ".join(usage.stdout.split())
+
+
+def test_help_reads_like_other_clis() -> None:
+    listed = _run("--help").stdout
+    order = [line.split()[1] for line in listed.splitlines() if line.startswith("│ ") and line.split()[1].isalpha()
+             and line.split()[1] in ("synth", "preprocess", "data", "plan", "train", "report", "bench")]
+    assert order == ["synth", "preprocess", "data", "plan", "train", "report", "bench"]
+    train = " ".join(_run("train", "--help").stdout.split())
+    assert "--set KEY=VALUE" in train and "repeat" in train
+    assert "shardrec's planner" in train and "torchrec's planner" not in train
+    head = " ".join(_run("data", "head", "--help").stdout.split())
+    assert "--rows -n" in head
+
+
+def test_errors_name_the_file_the_flag_and_a_near_miss(tiny_dataset: Path, tmp_path: Path) -> None:
+    job = tmp_path / "job.toml"
+    job.write_text("[trian]\nsteps = 3\n")
+    typo = _run("train", "--data", str(tiny_dataset), "--config", str(job))
+    assert_one_line_error(typo, rf"^error: {job}: unknown section \[trian\]; did you mean train\?$")  # not eaten as markup
+    job.write_text("[train]\nseed = 'x'\n")
+    assert_one_line_error(_run("config", "show", "--config", str(job)), r"train\.seed = 'x' should be an integer$")
+    missing = _run("train", "--data", str(tmp_path / "nodata"))
+    assert_one_line_error(missing, r"nodata: does not exist$")
+    digest = _run("data", "digest", str(tiny_dataset), "--world-size", "3")
+    assert_one_line_error(digest, r"^error: --global-batch 8192 does not divide by --world-size 3$")
+    for args, flag in ((["plan", "--data", str(tiny_dataset), "--search", "tr"], "--search"),
+                       (["train", "--data", str(tiny_dataset), "--nproc-per-node", "0"], "--nproc-per-node")):
+        usage = _run(*args)
+        assert usage.exit_code == 2, usage.output  # a usage error: typer's convention
+        assert f"Invalid value for '{flag}'" in usage.stderr

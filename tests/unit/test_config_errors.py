@@ -1,0 +1,29 @@
+"""Job file and --set mistakes are one line naming the file, the key and a near miss (issue 14, item 4)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from shardrec.trainer.config import load_job_config
+
+
+def test_job_file_mistakes_name_the_file_and_suggest(tmp_path: Path) -> None:
+    """Issue 14 item 4: a section typo names the section and the file; an unknown key the file and
+    the near miss; a wrong type is said in words."""
+    job = tmp_path / "job.toml"
+    job.write_text("[trian]\nsteps = 3\n")
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(job))}: unknown section \[trian\]; did you mean train\?$"):
+        load_job_config(job)
+    job.write_text("[train]\nsed = 3\n")
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(job))}: unknown key 'sed' in \[train\]; did you mean seed\?$"):
+        load_job_config(job)
+    job.write_text("[train]\nseed = 'x'\n")
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(job))}: train.seed = 'x' should be an integer$"):
+        load_job_config(job)
+    with pytest.raises(ValueError, match=r"^--set 'train.sed=1': unknown key train.sed; did you mean train.seed\?$"):
+        load_job_config(None, ["train.sed=1"])
+    with pytest.raises(ValueError, match=r"^--set 'train.seed=-1': train.seed = -1 must be >= 0$"):
+        load_job_config(None, ["train.seed=-1"])

@@ -1,0 +1,44 @@
+"""`shardrec runs DIR`: the run directories under DIR, their step, status and best val AUC."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from shardrec.tools.cli.common import console, fail, print_json
+
+
+def runs(
+    root: Annotated[Path, typer.Argument(help="Directory holding run directories (or one run directory).")] = Path("runs"),
+    json_out: Annotated[bool, typer.Option("--json", help="Print the runs as JSON.")] = False,
+) -> None:
+    """List runs: step of the newest checkpoint, status (complete/running/failed), best val AUC."""
+    from shardrec.trainer import lifecycle
+
+    if not root.is_dir():
+        fail(f"{root}: does not exist" if not root.exists() else f"{root}: not a directory")
+    rows = []
+    for path in lifecycle.find_runs(root):
+        run = lifecycle.read_run_dir(path)
+        rows.append({"run": str(path), "step": run.step, "status": lifecycle.run_status(run),
+                     "best_val_auc": lifecycle.best_auc(path)})
+    if json_out:
+        print_json(rows)
+        return
+    if not rows:
+        console.print(f"no runs under {root}", highlight=False)
+        return
+    table = Table(title=f"runs under {root}")
+    for col, justify in (("run", "left"), ("step", "right"), ("status", "left"), ("best val AUC", "right")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for r in rows:
+        auc = "-" if r["best_val_auc"] is None else f"{r['best_val_auc']:.4f}"
+        table.add_row(r["run"], "-" if r["step"] is None else f"{r['step']:,}", r["status"], auc)
+    console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(runs)

@@ -29,6 +29,7 @@ from shardrec.trainer.objective import TRAIN_EBC_PATH
 from shardrec.trainer.optim_state import SparseOptimizerState
 from shardrec.trainer.preflight import check_against_dataset
 from shardrec.trainer.progress import TrainReporter
+from shardrec.trainer.target import EvalSchedule, TargetTracker
 
 logger = logging.getLogger(__name__)
 
@@ -156,12 +157,13 @@ def _next_boundary(step: int, end: int, *intervals: int) -> int:
     return min(c for c in candidates if c > step)
 
 
-def _train(job: Job, total: int, reporter: TrainReporter) -> tuple[float, int]:
-    """Run segments up to step `total`, evaluating and checkpointing at their boundaries;
-    returns (seconds, samples) spent training."""
+def _train(job: Job, total: int, reporter: TrainReporter, tracker: TargetTracker) -> tuple[float, int]:
+    """Run segments up to step `total` (or until `tracker`'s target AUC is reached), evaluating
+    and checkpointing at their boundaries; returns (seconds, samples) spent training."""
     cfg, progress = job.config, job.progress
     steps_per_epoch = len(job.train_loader)
     seconds, samples = 0.0, 0
+    schedule = EvalSchedule.of(cfg.eval.interval_steps, cfg.eval.every_epoch_fraction, steps_per_epoch)
 
     def on_step(step: int) -> None:
         faults.maybe_kill("kill", step, job.env.rank)
@@ -170,9 +172,10 @@ def _train(job: Job, total: int, reporter: TrainReporter) -> tuple[float, int]:
     while progress.step < total:
         job.train_loader.set_epoch(progress.epoch)
         batches = iter(job.train_loader)
-        epoch_end = min(total, (progress.epoch + 1) * steps_per_epoch)
+        epoch_start, epoch_end = progress.epoch * steps_per_epoch, min(total, (progress.epoch + 1) * steps_per_epoch)
         while progress.step < epoch_end:
-            boundary = _next_boundary(progress.step, epoch_end, cfg.eval.interval_steps, cfg.checkpoint.interval_steps)
+            boundary = _next_boundary(progress.step, epoch_end, cfg.checkpoint.interval_steps)
+            boundary = min(boundary, schedule.next_after(progress.step, epoch_start) or boundary)
             wanted, start = boundary - progress.step, time.perf_counter()
             reporter.start_segment()
             done = train_segment(job.runner, batches, num_steps=wanted, first_step=progress.step,
@@ -185,11 +188,36 @@ def _train(job: Job, total: int, reporter: TrainReporter) -> tuple[float, int]:
                 raise RuntimeError(f"step {progress.step}: the train loader ended before the epoch's {steps_per_epoch} steps")
             if progress.step == steps_per_epoch * (progress.epoch + 1):
                 progress.epoch += 1
-            if cfg.eval.interval_steps and progress.step % cfg.eval.interval_steps == 0 and progress.step < total:
-                _evaluate_all(job, progress.step, reporter, final=False)
-            if progress.step == total or (cfg.checkpoint.interval_steps and progress.step % cfg.checkpoint.interval_steps == 0):
+            reached = None
+            if schedule.due(progress.step, epoch_start) and progress.step < total:
+                reached = tracker.check(progress.step, _evaluate_all(job, progress.step, reporter, final=False), seconds)
+            if progress.step == total or reached or (cfg.checkpoint.interval_steps and progress.step % cfg.checkpoint.interval_steps == 0):
                 job.checkpoints.save()
+            if reached:
+                _report_target(reporter, reached)
+                return seconds, samples
     return seconds, samples
+
+
+def _report_target(reporter: TrainReporter, reached: dict[str, Any]) -> None:
+    reporter.write(reached)
+    reporter.say("step %d: %s auc %.5f reached the target %.5f after %.1f s and %d samples", reached["step"],
+                 reached["split"], reached["auc"], reached["target_auc"], reached["time_to_target_s"], reached["samples_to_target"])
+
+
+def _final_evaluation(job: Job, reporter: TrainReporter, tracker: TargetTracker, seconds: float) -> dict[str, dict[str, Any]]:
+    """The final evaluation; where the run just evaluated this step (a target stop), its results
+    are recorded as final instead of evaluating the same weights twice."""
+    step = job.progress.step
+    if tracker.last is not None and tracker.last[0] == step:
+        for split, metrics in tracker.last[1].items():
+            reporter.write({"kind": "eval", "split": split, "step": step, "final": True, **metrics})
+        return tracker.last[1]
+    final = _evaluate_all(job, step, reporter, final=True)
+    reached = tracker.check(step, final, seconds)
+    if reached:
+        _report_target(reporter, reached)
+    return final
 
 
 def run_job(job: Job) -> dict[str, Any]:
@@ -214,8 +242,11 @@ def run_job(job: Job) -> dict[str, Any]:
     if resumed is not None:
         reporter.write({"kind": "resume", "step": job.progress.step, "epoch": job.progress.epoch})
     try:
-        seconds, samples = _train(job, total, reporter)
-        final = _evaluate_all(job, job.progress.step, reporter, final=True)
+        tracker = TargetTracker.for_splits(cfg.train.target_auc, list(job.eval_loaders), cfg.train.global_batch_size)
+        if cfg.train.target_auc and tracker.split is None:
+            raise ValueError(f"train.target_auc = {cfg.train.target_auc} needs a split to evaluate: data.eval_splits has none with rows")
+        seconds, samples = _train(job, total, reporter, tracker)
+        final = _final_evaluation(job, reporter, tracker, seconds)
         summary = {
             "steps": job.progress.step,
             "epochs": job.progress.epoch,
@@ -224,6 +255,7 @@ def run_job(job: Job) -> dict[str, Any]:
             "train_samples_per_s": samples / seconds if seconds else None,
             "train_seconds": round(seconds, 3),
             "resumed_from_step": resumed,
+            **tracker.summary(),
         }
         reporter.write({"kind": "summary", "step": job.progress.step, **summary})
     finally:

@@ -10,7 +10,7 @@ import typer.core
 from shardrec.tools.cli import bench as cli_bench, data as cli_data, plan as cli_plan
 from shardrec.tools.cli import preprocess as cli_preprocess, report as cli_report, synth as cli_synth
 from shardrec.tools.cli import train as cli_train
-from shardrec.tools.cli import eval as cli_eval
+from shardrec.tools.cli import eval as cli_eval, export as cli_export, predict as cli_predict
 from shardrec.tools.cli import config_cmd as cli_config, runs as cli_runs
 from shardrec.tools.cli.common import configure_logging
 
@@ -62,6 +62,8 @@ cli_preprocess.register(app)
 cli_train.register(app)
 cli_report.register(app)
 cli_eval.register(app)
+cli_export.register(app)
+cli_predict.register(app)
 cli_runs.register(app)
 cli_config.register(app)
 

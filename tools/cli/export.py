@@ -1,0 +1,41 @@
+"""`shardrec export RUN_DIR --out MODEL`: the run's checkpoint as one unsharded safetensors file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from shardrec.tools.cli.common import console, fail, print_json
+
+
+def export(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory of `shardrec train`.")],
+    out: Annotated[Path, typer.Option("--out", help="Model file to write (safetensors, e.g. model.safetensors).")],
+    checkpoint: Annotated[Optional[int], typer.Option("--checkpoint", help="Step of the checkpoint (default: the newest).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Gather every table from its shards, with the dense layers, the model config and the
+    dataset's feature transform, into one file that `shardrec predict` (or any safetensors
+    reader) loads without torchrun."""
+    from shardrec.dataloader.format import DatasetError
+    from shardrec.trainer.export import export_model
+
+    if out.is_dir():
+        fail(f"--out {out}: is a directory; give a file name such as {out / 'model.safetensors'}")
+    try:
+        result = export_model(run_dir, out, checkpoint)
+    except (ValueError, DatasetError) as e:
+        fail(str(e))
+    except OSError as e:
+        fail(f"{out}: cannot write the model ({e.strerror or e})")
+    if json_out:
+        print_json(result)
+    else:
+        console.print(f"wrote {out}: step {result['step']}, {result['tables']} tables, {result['tensors']} tensors, "
+                      f"{result['bytes'] / 2**20:,.1f} MiB", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(export)

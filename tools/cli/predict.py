@@ -1,0 +1,86 @@
+"""`shardrec predict MODEL INPUT`: probabilities of an exported model, in one process."""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import numpy as np
+import typer
+
+from shardrec.tools.cli.common import err_console, fail, print_json
+
+
+def _write(probs: np.ndarray, out: Path | None) -> None:
+    """One probability per line (stdout without --out), or a float32 .npy for a .npy path."""
+    from shardrec.dataloader.files import atomic_open
+
+    if out is None:
+        np.savetxt(sys.stdout, probs, fmt="%.9g")
+        return
+    buffer = io.BytesIO()
+    if out.suffix == ".npy":
+        np.save(buffer, probs.astype(np.float32))
+    else:
+        np.savetxt(buffer, probs, fmt="%.9g")
+    with atomic_open(out) as f:
+        f.write(buffer.getvalue())
+
+
+def _score_text(exported, path: Path) -> tuple[np.ndarray, np.ndarray]:
+    from shardrec.tools.raw_rows import RawRows
+    from shardrec.trainer.predict import rows_batch, score_batches
+
+    rows = RawRows(exported.header)
+    probs, labels = [], []
+    for (dense, ids), chunk_labels in rows.read(path):
+        p, _ = score_batches(exported.model, iter([rows_batch(dense, ids, exported.feature_names)]))
+        probs.append(p)
+        labels.append(chunk_labels)
+    return (np.concatenate(probs), np.concatenate(labels)) if probs else (np.zeros(0), np.zeros(0))
+
+
+def predict(
+    model: Annotated[Path, typer.Argument(help="Model file from `shardrec export`.")],
+    input_path: Annotated[Path, typer.Argument(metavar="INPUT", help="A dataset directory (with --split) or a Criteo-format text file (.gz too).")],
+    split: Annotated[str, typer.Option("--split", help="Split of a dataset directory to score.")] = "test",
+    out: Annotated[Optional[Path], typer.Option("--out", help="Write probabilities here: .npy (float32) or text, one per line [default: stdout].")] = None,
+    batch_size: Annotated[int, typer.Option(help="Rows scored at a time (dataset input).")] = 8192,
+    json_out: Annotated[bool, typer.Option("--json", help="Print rows and AUC (against the input's labels) as JSON; needs --out.")] = False,
+) -> None:
+    """Score a preprocessed split or raw rows with an exported model (no torchrun): the raw rows
+    get the dataset's own transform (its hashing or vocabulary and dense transform)."""
+    from shardrec.dataloader.format import DatasetError
+    from shardrec.trainer.metrics import auc
+    from shardrec.trainer.predict import load_exported, score_split
+
+    if json_out and out is None:
+        fail("--json prints a summary: give --out for the probabilities")
+    if batch_size < 1:
+        fail(f"--batch-size must be at least 1, got {batch_size}")
+    if not input_path.exists():
+        fail(f"{input_path}: no such file or dataset directory")
+    try:
+        exported = load_exported(model)
+        if input_path.is_dir():
+            probs, labels = score_split(exported, input_path, split, batch_size)
+        else:
+            probs, labels = _score_text(exported, input_path)
+    except (ValueError, DatasetError) as e:
+        fail(str(e))
+    try:
+        _write(probs, out)
+    except OSError as e:
+        fail(f"{out}: cannot write the probabilities ({e.strerror or e})")
+    result = {"rows": int(len(probs)), "auc": auc(probs, labels) if len(probs) else float("nan"),
+              "out": str(out) if out else None}
+    if json_out:
+        print_json(result)
+    elif out is not None:
+        err_console.print(f"wrote {result['rows']:,} probabilities to {out} (AUC against the input's labels {result['auc']:.6f})", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(predict)

@@ -1,0 +1,169 @@
+"""`shardrec export`: a run's checkpoint as one unsharded model file, readable without torchrun.
+
+The DCP checkpoint is read in this one process, without a process group: its metadata names
+every tensor of the model with its full shape, and each is read whole (DCP gathers it from
+the shards every rank wrote), one at a time, straight into the output. So memory holds one
+table at a time, and a table larger than the memory available is refused up front with a
+message, not half-written.
+
+The file is safetensors (no pickle): a JSON header with each tensor's dtype, shape and byte
+range, then the raw bytes. Its `__metadata__["shardrec"]` holds, as JSON, what scoring needs
+besides the weights: the model config, the tables and their features, the dense features,
+and the dataset's feature transform (hashing or vocabulary, dense transform, text schema,
+on-the-fly multi-hot option) from the dataset's manifest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import struct
+import warnings
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import torch
+from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
+
+from shardrec.dataloader.files import atomic_open
+from shardrec.dataloader.format import Manifest
+from shardrec.embeddings.tables import build_table_configs
+from shardrec.trainer import data_options
+from shardrec.trainer.evaluate import find_checkpoint, run_config
+
+logger = logging.getLogger(__name__)
+
+FORMAT = "shardrec-model"
+FORMAT_VERSION = 1
+META_KEY = "shardrec"
+# The checkpoint's DCP keys of the model: part "model", then the TrainModule's "model." wrapper.
+CHECKPOINT_PREFIX = "model.model."
+_SAFETENSORS_DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.float64: "F64",
+                       torch.int64: "I64", torch.int32: "I32", torch.uint8: "U8", torch.bool: "BOOL"}
+TRANSFORM_KEYS = ("mode", "max_ids", "min_count", "hash", "missing_id", "oov_id", "schema", "dense_transform", "dense_dtype")
+"""Manifest options that say how raw rows became the dataset's ids and dense values."""
+
+
+def available_memory_bytes() -> int | None:
+    """MemAvailable of /proc/meminfo (None where there is none)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _tensor_entries(checkpoint: Path) -> dict[str, TensorStorageMetadata]:
+    """The model's tensors in the checkpoint: RecModel state-dict name -> DCP metadata."""
+    metadata = FileSystemReader(str(checkpoint)).read_metadata()
+    return {
+        key[len(CHECKPOINT_PREFIX):]: meta
+        for key, meta in sorted(metadata.state_dict_metadata.items())
+        if key.startswith(CHECKPOINT_PREFIX) and isinstance(meta, TensorStorageMetadata)
+    }
+
+
+def _nbytes(meta: TensorStorageMetadata) -> int:
+    return int(torch.Size(meta.size).numel()) * torch.empty((), dtype=meta.properties.dtype).element_size()
+
+
+def _read_tensor(checkpoint: Path, name: str) -> torch.Tensor:
+    """One tensor, whole, gathered from every rank's shards (no process group needed)."""
+    with warnings.catch_warnings():  # its "assuming ... a single process" warning is exactly the intent
+        warnings.filterwarnings("ignore", message="torch.distributed is unavailable or uninitialized")
+        loaded: Any = _load_state_dict_from_keys({CHECKPOINT_PREFIX + name}, checkpoint_id=str(checkpoint))
+    while isinstance(loaded, dict):  # DCP nests by the first dot: {"model": {"model.<name>": tensor}}
+        (loaded,) = loaded.values()
+    return loaded.contiguous()
+
+
+def feature_transform(manifest: Manifest, dataset: Path, data: Any) -> dict[str, Any]:
+    """How raw rows become this model's inputs: the dataset's preprocessing options, the
+    per-feature id ranges, the vocabulary folder (vocabulary mode) and the multi-hot option."""
+    options = manifest.options
+    vocab = Path(dataset) / ".work" / "vocab"
+    option = data_options.multihot_option(data)
+    return {
+        **{k: options.get(k) for k in TRANSFORM_KEYS if k in options},
+        "cardinalities": [f.cardinality for f in manifest.sparse_features],
+        "vocab_dir": str(vocab.resolve()) if options.get("mode") == "vocab" and vocab.is_dir() else None,
+        "multihot": None if option is None else {**dataclasses.asdict(option), "cache_dir": str(option.cache_dir or "")},
+        "dataset": str(Path(dataset).resolve()),
+    }
+
+
+def model_header(run_dir: Path, step: int) -> dict[str, Any]:
+    """What the model file says about itself (its `__metadata__["shardrec"]`)."""
+    config = run_config(run_dir)
+    raw = Manifest.load(config.data.path)
+    seen = data_options.model_manifest(raw, config.data)
+    tables = build_table_configs(seen, config.model.embedding_dim, config.model.dims)
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "model": dataclasses.asdict(config.model),
+        "precision": config.train.precision,
+        "tables": [{"name": t.name, "features": list(t.feature_names), "rows": t.num_embeddings, "dim": t.embedding_dim}
+                   for t in tables],
+        "feature_names": seen.feature_names,
+        "multi_hot": [f.name for f in seen.sparse_features if f.multi_hot],
+        "dense_features": list(seen.dense_features),
+        "transform": feature_transform(raw, Path(config.data.path), config.data),
+        "source": {"run_dir": str(Path(run_dir).resolve()), "step": step},
+    }
+
+
+def _safetensors_header(entries: dict[str, TensorStorageMetadata], header: dict[str, Any]) -> bytes:
+    layout: dict[str, Any] = {"__metadata__": {META_KEY: json.dumps(header, sort_keys=True)}}
+    offset = 0
+    for name, meta in entries.items():
+        size = _nbytes(meta)
+        layout[name] = {"dtype": _SAFETENSORS_DTYPES[meta.properties.dtype], "shape": list(meta.size),
+                        "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(layout, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # the format pads the header to 8 bytes with spaces
+    return struct.pack("<Q", len(raw)) + raw
+
+
+def _write_tensor(f: BinaryIO, tensor: torch.Tensor) -> None:
+    # A byte view of the tensor's own storage: no second copy of a large table.
+    f.write(memoryview(tensor.view(torch.uint8).numpy()) if tensor.numel() else b"")
+
+
+def export_model(run_dir: Path, out: Path, step: int | None = None, memory_bytes: int | None = None) -> dict[str, Any]:
+    """Write the unsharded model of the run's checkpoint at `step` (None: the newest) to `out`.
+
+    Returns a summary (tensors, bytes, step). ValueError (one line) for a run or checkpoint
+    that is not there, or a table larger than `memory_bytes` (default: the memory available).
+    """
+    found_step, checkpoint = find_checkpoint(run_dir, step)
+    header = model_header(run_dir, found_step)
+    entries = _tensor_entries(checkpoint)
+    if not entries:
+        raise ValueError(f"{checkpoint}: no model tensors under {CHECKPOINT_PREFIX!r} (not a shardrec checkpoint?)")
+    limit = memory_bytes if memory_bytes is not None else available_memory_bytes()
+    name, largest = max(((n, _nbytes(m)) for n, m in entries.items()), key=lambda item: item[1])
+    if limit is not None and largest > limit:
+        raise ValueError(f"{checkpoint}: tensor {name} takes {largest / 2**30:.2f} GiB, more than the "
+                         f"{limit / 2**30:.2f} GiB of memory available here: export on a host with more memory")
+    total = sum(_nbytes(m) for m in entries.values())
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_open(out) as f:
+        f.write(_safetensors_header(entries, header))
+        for tensor_name, meta in entries.items():
+            tensor = _read_tensor(checkpoint, tensor_name)
+            if tuple(tensor.shape) != tuple(meta.size) or tensor.dtype != meta.properties.dtype:
+                raise ValueError(f"{checkpoint}: {tensor_name} read as {tuple(tensor.shape)} {tensor.dtype}, "
+                                 f"its metadata says {tuple(meta.size)} {meta.properties.dtype}")
+            _write_tensor(f, tensor)
+            del tensor
+    logger.info("exported %d tensors (%.1f MiB) of step %d to %s", len(entries), total / 2**20, found_step, out)
+    return {"out": str(out), "step": found_step, "tensors": len(entries), "bytes": os.path.getsize(out),
+            "tables": len(header["tables"])}

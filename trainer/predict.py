@@ -1,0 +1,115 @@
+"""Scoring with an exported model (trainer.export) in one process: no torchrun, no process group.
+
+The model is rebuilt unsharded from the file's header (the same build_model as training) and
+its weights loaded from the file; inputs are a preprocessed split (read with the loader, as
+evaluation reads it) or arrays of ids and dense values that the caller made from raw rows
+with the header's transform (tools/raw_rows.py).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+from torchrec.datasets.utils import Batch
+from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+from shardrec.dataloader.loader import NO_SHUFFLE, Delivery, build_loader
+from shardrec.dataloader.multihot import MultiHotOption
+from shardrec.embeddings.tables import build_ebc
+from shardrec.trainer.config import ModelConfig
+from shardrec.trainer.export import FORMAT, FORMAT_VERSION, META_KEY
+from shardrec.trainer.models import RecModel, build_model
+
+
+@dataclass
+class ExportedModel:
+    """An exported model, ready to score: the unsharded RecModel and the file's header."""
+
+    model: RecModel
+    header: dict[str, Any]
+
+    @property
+    def feature_names(self) -> list[str]:
+        return list(self.header["feature_names"])
+
+
+def read_header(path: Path) -> dict[str, Any]:
+    """The shardrec header of a model file; ValueError if it is not one."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+    except Exception as e:  # safetensors raises its own error type for a foreign file
+        raise ValueError(f"{path}: not a safetensors model file ({e})") from None
+    if META_KEY not in meta:
+        raise ValueError(f"{path}: a safetensors file without a shardrec header (not made by `shardrec export`)")
+    header = json.loads(meta[META_KEY])
+    if header.get("format") != FORMAT or header.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{path}: format {header.get('format')!r} version {header.get('format_version')!r}, "
+                         f"this shardrec reads {FORMAT!r} version {FORMAT_VERSION}")
+    return header
+
+
+def load_exported(path: Path) -> ExportedModel:
+    """Rebuild the model of a file written by `shardrec export` and load its weights (CPU)."""
+    from safetensors.torch import load_file
+
+    header = read_header(path)
+    tables = [EmbeddingBagConfig(name=t["name"], embedding_dim=t["dim"], num_embeddings=t["rows"],
+                                 feature_names=list(t["features"]), pooling=PoolingType.SUM) for t in header["tables"]]
+    model = build_model(ModelConfig(**header["model"]), build_ebc(tables, "cpu"), header["feature_names"],
+                        len(header["dense_features"]), dense_device="cpu", precision=header["precision"])
+    model.load_state_dict(load_file(str(path)), strict=True)
+    model.eval()
+    return ExportedModel(model, header)
+
+
+@torch.no_grad()
+def score_batches(model: RecModel, batches: Iterator[Batch]) -> tuple[np.ndarray, np.ndarray]:
+    """(probabilities, labels) of every real row of `batches` (padding rows, label < 0, left out)."""
+    probs, labels = [], []
+    for batch in batches:
+        logits = model(batch.dense_features, batch.sparse_features)
+        keep = batch.labels >= 0
+        probs.append(torch.sigmoid(logits[keep].double()).numpy())
+        labels.append(batch.labels[keep].numpy())
+    if not probs:
+        return np.zeros(0), np.zeros(0)
+    return np.concatenate(probs), np.concatenate(labels)
+
+
+def multihot_of(header: dict[str, Any]) -> MultiHotOption | None:
+    """The on-the-fly multi-hot option the model was trained with, if any."""
+    option = header["transform"].get("multihot")
+    if not option:
+        return None
+    rows = option.get("rows")
+    return MultiHotOption(sizes=tuple(option["sizes"]), rows=tuple(rows) if rows else None, dist=option["dist"],
+                          seed=option["seed"], cache_dir=option.get("cache_dir") or None)
+
+
+def score_split(exported: ExportedModel, dataset: Path, split: str, batch_size: int = 8192) -> tuple[np.ndarray, np.ndarray]:
+    """(probabilities, labels) of a preprocessed split, in the split's row order."""
+    loader = build_loader(dataset, split, global_batch_size=batch_size, rank=0, world_size=1, shuffle=NO_SHUFFLE,
+                          tail="pad", delivery=Delivery(num_workers=0), multihot=multihot_of(exported.header))
+    missing = [n for n in exported.feature_names if n not in loader.feature_names]
+    if missing:
+        raise ValueError(f"{dataset}: no feature {missing[0]} that the model reads (has {', '.join(loader.feature_names[:4])}, ...)")
+    return score_batches(exported.model, iter(loader))
+
+
+def rows_batch(dense: np.ndarray, ids: dict[str, tuple[np.ndarray, np.ndarray]], feature_names: list[str]) -> Batch:
+    """A Batch of rows from arrays: dense [rows, num_dense] and, per feature, (ids, lengths)."""
+    values = torch.from_numpy(np.concatenate([ids[n][0].astype(np.int64) for n in feature_names]))
+    lengths = torch.from_numpy(np.concatenate([ids[n][1].astype(np.int32) for n in feature_names]))
+    sparse = KeyedJaggedTensor.from_lengths_sync(keys=feature_names, values=values, lengths=lengths)
+    rows = dense.shape[0]
+    return Batch(dense_features=torch.from_numpy(np.ascontiguousarray(dense, dtype=np.float32)),
+                 sparse_features=sparse, labels=torch.zeros(rows, dtype=torch.int64))

@@ -1,0 +1,91 @@
+"""Evaluation as MLPerf schedules it, and the stop at a target AUC.
+
+MLPerf DLRMv2 evaluates every fixed fraction of an epoch (0.05: 20 times) and ends the run
+once validation AUC reaches the target (0.80275); its figures are the time and the samples
+it took to get there. `EvalSchedule` says at which steps training evaluates (every
+eval.interval_steps, and every eval.every_epoch_fraction of an epoch counted from the
+epoch's first step); `TargetTracker` watches the evaluations and records the first that
+reaches train.target_auc.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class EvalSchedule:
+    interval_steps: int
+    """Every N global steps (0: off)."""
+    epoch_steps: int
+    """Every N steps counted from each epoch's first step (0: off)."""
+
+    @classmethod
+    def of(cls, interval_steps: int, every_epoch_fraction: float, steps_per_epoch: int) -> "EvalSchedule":
+        """The schedule for eval.interval_steps and eval.every_epoch_fraction over an epoch of steps_per_epoch."""
+        epoch_steps = max(1, math.floor(every_epoch_fraction * steps_per_epoch)) if every_epoch_fraction > 0 else 0
+        return cls(interval_steps, epoch_steps)
+
+    def due(self, step: int, epoch_start: int) -> bool:
+        """Whether training evaluates after `step` (of the epoch that began at `epoch_start`)."""
+        return bool((self.interval_steps and step % self.interval_steps == 0)
+                    or (self.epoch_steps and (step - epoch_start) % self.epoch_steps == 0))
+
+    def next_after(self, step: int, epoch_start: int) -> int | None:
+        """The first evaluation step after `step` (None when the schedule is empty)."""
+        candidates = []
+        if self.interval_steps:
+            candidates.append((step // self.interval_steps + 1) * self.interval_steps)
+        if self.epoch_steps:
+            candidates.append(epoch_start + ((step - epoch_start) // self.epoch_steps + 1) * self.epoch_steps)
+        return min(candidates) if candidates else None
+
+
+@dataclass
+class TargetTracker:
+    """The first evaluation whose AUC on `split` reaches `target` (target 0: never)."""
+
+    target: float
+    split: str | None
+    """The split the target is for: val when training evaluates it, else the first evaluated."""
+    global_batch_size: int
+    start: float = field(default_factory=time.perf_counter)
+    """Wall-clock origin of time-to-target: training's start in this process (evaluations count)."""
+    reached: dict[str, Any] | None = None
+    last: tuple[int, dict[str, dict[str, Any]]] | None = None
+    """(step, results) of the latest evaluation."""
+
+    @classmethod
+    def for_splits(cls, target: float, splits: list[str], global_batch_size: int) -> "TargetTracker":
+        split = "val" if "val" in splits else (splits[0] if splits else None)
+        return cls(target, split, global_batch_size)
+
+    def check(self, step: int, results: dict[str, dict[str, Any]], train_seconds: float) -> dict[str, Any] | None:
+        """Note an evaluation; returns the target record the first time it reaches the target."""
+        self.last = (step, results)
+        if not self.target or self.reached is not None or self.split not in results:
+            return None
+        auc = results[self.split]["auc"]
+        if not auc >= self.target:  # NaN (one class only) never reaches it
+            return None
+        self.reached = {
+            "kind": "target", "step": step, "split": self.split, "auc": auc, "target_auc": self.target,
+            "time_to_target_s": round(time.perf_counter() - self.start, 3),
+            "train_seconds_to_target": round(train_seconds, 3),
+            "samples_to_target": step * self.global_batch_size,
+        }
+        return self.reached
+
+    def summary(self) -> dict[str, Any]:
+        """The summary's target fields (None where no target was set or reached)."""
+        r = self.reached or {}
+        return {
+            "target_auc": self.target or None,
+            "target_reached": bool(r) if self.target else None,
+            "steps_to_target": r.get("step"),
+            "time_to_target_s": r.get("time_to_target_s"),
+            "samples_to_target": r.get("samples_to_target"),
+        }

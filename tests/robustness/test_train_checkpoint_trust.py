@@ -1,0 +1,113 @@
+"""Case 1 of issue 10: loading a checkpoint must not run code someone planted in it.
+
+One process, no torchrec: a CheckpointManager saves, the files are tampered with, and the load
+is refused naming the file before anything of it is unpickled (the marker file a planted
+pickle would create never appears). `shardrec train`'s one-line refusal of a tampered
+checkpoint is checked on a real run directory in test_train_launcher.py.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from shardrec.trainer.checkpoint import CheckpointManager, CheckpointParts, ModuleState, RngState, TrainProgress
+from shardrec.trainer.checkpoint_trust import DIGESTS, UntrustedCheckpoint, verify_checkpoint
+from shardrec.trainer.dist import DistEnv
+
+ENV = DistEnv(rank=0, local_rank=0, world_size=1, local_world_size=1, device=torch.device("cpu"), backend="gloo")
+SIGNATURE = {"model": {"arch": "dlrm"}, "optim": {"sparse": "sgd"}, "tables": [{"name": "t", "rows": 3, "dim": 2}]}
+
+
+class PlantedCode:
+    """A pickle that, when loaded, creates `marker` (what an attacker's payload would do)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def _manager(directory: Path) -> CheckpointManager:
+    parts = CheckpointParts(progress=TrainProgress(step=3), sharded={"model": ModuleState(torch.nn.Linear(2, 2))},
+                            main={}, signature=SIGNATURE, layout='{"tables": []}')
+    return CheckpointManager(directory, ENV, keep=2, parts=parts)
+
+
+def _saved(tmp_path: Path) -> Path:
+    path = _manager(tmp_path / "ckpt").save()
+    assert (path / DIGESTS).is_file()
+    return path
+
+
+def _assert_refused(directory: Path, pattern: str, marker: Path) -> None:
+    with pytest.raises(UntrustedCheckpoint) as caught:
+        _manager(directory).load_latest()
+    line = str(caught.value)
+    assert "\n" not in line and re.search(pattern, line), line
+    assert not marker.exists(), "the planted pickle ran"
+
+
+@pytest.mark.parametrize("target", [".metadata", "train_state.pt", "rng-0.pt"])
+def test_a_planted_pickle_is_refused_naming_the_file_and_never_runs(tmp_path: Path, target: str) -> None:
+    path = _saved(tmp_path)
+    marker = tmp_path / "pwned"
+    (path / target).write_bytes(pickle.dumps(PlantedCode(marker)))
+    _assert_refused(tmp_path / "ckpt", re.escape(str(path / target)) + ".*differ from the digest", marker)
+    with pytest.raises(UntrustedCheckpoint, match=re.escape(target)):  # the CLI's check says the same
+        verify_checkpoint(path, skip_suffix=".distcp")
+    assert not marker.exists()
+
+
+def test_a_rewritten_digest_file_someone_else_could_write_is_refused(tmp_path: Path) -> None:
+    path = _saved(tmp_path)
+    marker = tmp_path / "pwned"
+    (path / ".metadata").write_bytes(pickle.dumps(PlantedCode(marker)))
+    # The attacker updates the digests too; they could only because the file is writable to others.
+    from shardrec.trainer.checkpoint_trust import write_digests
+
+    write_digests(path)
+    os.chmod(path / DIGESTS, 0o666)
+    _assert_refused(tmp_path / "ckpt", re.escape(str(path / DIGESTS)) + r": writable by other users", marker)
+    os.chmod(path / DIGESTS, 0o644)
+    os.chmod(path, 0o777)
+    _assert_refused(tmp_path / "ckpt", re.escape(str(path)) + r": writable by other users", marker)
+
+
+def test_an_added_file_and_a_missing_file_are_named(tmp_path: Path) -> None:
+    path = _saved(tmp_path)
+    marker = tmp_path / "pwned"
+    (path / "extra.pt").write_bytes(b"x")
+    _assert_refused(tmp_path / "ckpt", re.escape(str(path / "extra.pt")) + ": not listed", marker)
+    (path / "extra.pt").unlink()
+    (path / "rng-0.pt").unlink()
+    _assert_refused(tmp_path / "ckpt", re.escape(str(path / "rng-0.pt")) + ": listed .* but missing", marker)
+
+
+def test_a_checkpoint_without_digests_is_not_complete(tmp_path: Path) -> None:
+    path = _saved(tmp_path)
+    (path / DIGESTS).unlink()
+    assert _manager(tmp_path / "ckpt").load_latest() is None  # as if the save had not finished
+
+
+def test_every_file_loads_with_weights_only_and_rng_states_round_trip(tmp_path: Path) -> None:
+    import random
+
+    import numpy as np
+
+    path = _saved(tmp_path)
+    for name in ("train_state.pt", "rng-0.pt"):
+        torch.load(path / name, weights_only=True)  # raises on anything but tensors and plain values
+    rng = RngState()
+    saved = torch.load(path / "rng-0.pt", weights_only=True)
+    rng.load_state_dict(saved)
+    expected = (torch.rand(3), np.random.rand(3), random.random())
+    rng.load_state_dict(saved)
+    assert torch.equal(torch.rand(3), expected[0]) and np.array_equal(np.random.rand(3), expected[1])
+    assert random.random() == expected[2]

@@ -29,7 +29,8 @@ from torchrec.distributed.types import (
 )
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
-from shardrec.dataloader.format import atomic_write_bytes, read_json
+from shardrec.dataloader.format import atomic_write_bytes, shown
+from shardrec.sharding.json_checks import check_plan_fields, read_strict_json
 
 PLAN_FORMAT = "shardrec-plan"
 PLAN_SCHEMA_VERSION = 1
@@ -146,14 +147,14 @@ def _plan_from_dict(raw: dict[str, Any]) -> PlanFile:
 def load_plan(path: str | Path) -> PlanFile:
     """Read a plan file; ValueError naming the path if it is not one this shardrec reads."""
     path = Path(path)
-    raw = read_json(path, "plan file")
+    raw = read_strict_json(path, "plan file")  # NaN and Infinity refused, naming the key
     if not isinstance(raw, dict) or raw.get("format") != PLAN_FORMAT:
         got = raw.get("format") if isinstance(raw, dict) else type(raw).__name__
-        raise ValueError(f"{path}: format is {got!r}, expected {PLAN_FORMAT!r} (make one with `shardrec plan`)")
-    if raw.get("schema_version") != PLAN_SCHEMA_VERSION:
-        raise ValueError(
-            f"{path}: schema_version {raw.get('schema_version')!r} is not supported (this shardrec reads {PLAN_SCHEMA_VERSION})"
-        )
+        raise ValueError(f"{path}: format is {shown(got)}, expected {PLAN_FORMAT!r} (make one with `shardrec plan`)")
+    version = raw.get("schema_version")
+    if isinstance(version, bool) or version != PLAN_SCHEMA_VERSION:
+        raise ValueError(f"{path}: schema_version {shown(version)} is not supported (this shardrec reads {PLAN_SCHEMA_VERSION})")
+    check_plan_fields(path, raw)  # every field by type: a wrong one is named here, not inside the ranks
     try:
         plan = _plan_from_dict(raw)
     except (KeyError, TypeError) as e:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shardrec.dataloader.format import read_json
+from shardrec.sharding.json_checks import expect, read_strict_json
 
 GiB = 1024**3
 
@@ -117,7 +117,7 @@ PROFILE_KEYS = ("intra_host_bw", "inter_host_bw", "lookup_bw", "collective_laten
 def load_profile(path: str | Path) -> dict[str, float]:
     """The measured figures of a calibration profile; ValueError naming the file on bad input."""
     path = Path(path)
-    raw = read_json(path, "calibration profile")
+    raw = read_strict_json(path, "calibration profile")  # NaN and Infinity refused, naming the key
     measured = raw.get("measured") if isinstance(raw, dict) else None
     if not isinstance(measured, dict):
         raise ValueError(f"{path}: no 'measured' section (write one with `shardrec plan calibrate`)")
@@ -125,7 +125,7 @@ def load_profile(path: str | Path) -> dict[str, float]:
     for key, value in measured.items():
         if key not in PROFILE_KEYS:
             continue
-        if not isinstance(value, (int, float)) or value <= 0:
+        if expect(path, value, "number", f"measured.{key}") <= 0:  # a number: not true, not "1e9"
             raise ValueError(f"{path}: measured.{key} = {value!r} must be a positive number")
         out[key] = float(value)
     return out

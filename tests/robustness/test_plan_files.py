@@ -1,0 +1,96 @@
+"""Case 11 of issue 10: plan files and calibration profiles are read by type. A plan whose
+fingerprint is a string ended `shardrec train` in an AttributeError traceback, shard fields of
+the wrong type failed only inside the ranks, and a profile holding NaN, Infinity or `true` was
+taken as measured figures (the plan printed `max_step_ms: nan`)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from helpers import assert_one_line_error
+from shardrec.tools.cli.app import app
+
+runner = CliRunner()
+JOB = ["--set", "train.global_batch_size=64", "--set", 'train.device="cpu"']
+
+
+def _valid_plan(tiny_dataset: Path, path: Path) -> dict:
+    from shardrec.dataloader.format import Manifest
+    from shardrec.embeddings.tables import build_table_configs
+    from shardrec.sharding.plan_io import PLAN_SCHEMA_VERSION, PlanFile, Shard, TablePlan, plan_fingerprint, save_plan
+
+    configs = build_table_configs(Manifest.load(tiny_dataset), 16)
+    plan = PlanFile(PLAN_SCHEMA_VERSION, plan_fingerprint(configs, 1, 64, "cpu"),
+                    [TablePlan(c.name, "table_wise", "fused", [Shard(0, 0, 0, c.num_embeddings, 16)]) for c in configs])
+    save_plan(plan, path)
+    return json.loads(path.read_text())
+
+
+def _set(raw: dict, key: str, value) -> None:
+    """raw[a][b][0][c] = value for key "a.b.0.c"."""
+    *parents, last = [int(k) if k.isdigit() else k for k in key.split(".")]
+    for k in parents:
+        raw = raw[k]
+    raw[last] = value
+
+
+BAD_PLANS = [
+    ("fingerprint", "abc", r"fingerprint is 'abc', expected an object"),
+    ("fingerprint.world_size", "1", r"fingerprint.world_size is '1', expected an integer"),
+    ("fingerprint.tables.0.rows", 50.5, r"fingerprint.tables\[0\].rows is 50.5, expected an integer >= 0"),
+    ("tables", {"t_f0": 1}, r"tables is \{'t_f0': 1\}, expected a list"),
+    ("tables.0.shards.0.rank", "0", r"tables\[0\].shards\[0\].rank is '0', expected an integer >= 0"),
+    ("tables.1.shards.0.rows", True, r"tables\[1\].shards\[0\].rows is True, expected an integer >= 0"),
+    ("tables.2.shards.0.col_offset", -1, r"tables\[2\].shards\[0\].col_offset is -1, expected an integer >= 0"),
+    ("tables.0.name", 7, r"tables\[0\].name is 7, expected a string"),
+    ("tables.0.shards", "all", r"tables\[0\].shards is 'all', expected a list"),
+    ("schema_version", True, r"schema_version True is not supported"),
+    ("estimate", float("nan"), r"estimate is NaN, not a finite number"),
+    ("tables.3.shards.0.cols", float("inf"), r"tables\[3\]\.shards\[0\]\.cols is Infinity, not a finite number"),
+]
+
+
+def test_plan_files_and_calibration_profiles_are_checked_by_type(tiny_dataset: Path, tmp_path: Path):
+    good = tmp_path / "good.json"
+    raw = _valid_plan(tiny_dataset, good)
+    assert runner.invoke(app, ["plan", "show", str(good)]).exit_code == 0
+    for key, value, message in BAD_PLANS:
+        bad = json.loads(json.dumps(raw))
+        _set(bad, key, value)
+        path = tmp_path / "bad.json"
+        path.write_text(json.dumps(bad))  # json.dumps writes NaN and Infinity as they are
+        pattern = "^error: " + re.escape(str(path)) + ": " + message
+        assert_one_line_error(runner.invoke(app, ["plan", "show", str(path)]), pattern)
+        result = runner.invoke(app, ["train", "--data", str(tiny_dataset), "--plan", str(path), "--out-dir", str(tmp_path / "run"), *JOB])
+        assert_one_line_error(result, re.escape(str(path)) + ": " + message)
+        assert not (tmp_path / "run" / "checkpoints").exists()
+
+    profile = tmp_path / "profile.json"
+    figures = {"lookup_bw": 1.5e9, "intra_host_bw": 3e8, "inter_host_bw": 1e8}
+    profile.write_text(json.dumps({"format": "shardrec-calibration", "measured": figures}))
+    planned = runner.invoke(app, ["plan", "--data", str(tiny_dataset), "--world-size", "2", "--profile", str(profile), "--json"])
+    assert planned.exit_code == 0, planned.output
+    assert json.loads(planned.stdout)["max_step_ms"] > 0
+    for value, message in [
+        ("NaN", "measured.lookup_bw is NaN, not a finite number"),
+        ("Infinity", "measured.lookup_bw is Infinity, not a finite number"),
+        ("-Infinity", "measured.lookup_bw is -Infinity, not a finite number"),
+        ("true", "measured.lookup_bw is True, expected a number"),
+        ('"1.5e9"', "measured.lookup_bw is '1.5e9', expected a number"),
+        ("[1]", r"measured.lookup_bw is \[1\], expected a number"),
+    ]:
+        profile.write_text('{"format": "shardrec-calibration", "measured": {"lookup_bw": %s, "intra_host_bw": 3e8}}' % value)
+        result = runner.invoke(app, ["plan", "--data", str(tiny_dataset), "--world-size", "2", "--profile", str(profile)])
+        assert_one_line_error(result, "^error: " + re.escape(str(profile)) + ": " + message)
+
+
+@pytest.mark.parametrize("text", ["", "{", "\xff\xfe"], ids=["empty", "torn", "not-utf8"])
+def test_an_unreadable_plan_file_is_named(tmp_path: Path, text: str):
+    path = tmp_path / "plan.json"
+    path.write_bytes(text.encode("latin-1"))
+    assert_one_line_error(runner.invoke(app, ["plan", "show", str(path)]), "^error: " + re.escape(str(path)) + ": not a JSON plan file")

@@ -25,6 +25,7 @@ import numpy as np
 
 from shardrec.tools.preprocess import parse_kernel
 from shardrec.tools.preprocess.gz import READ_ERRORS, describe_error, open_gzip
+from shardrec.tools.preprocess.gz_split import scan_gzip, should_split
 
 logger = logging.getLogger(__name__)
 KAGGLE_DAYS = 7
@@ -42,7 +43,7 @@ class SplitRange:
 
 @dataclass(frozen=True)
 class Task:
-    """One unit of work: a byte range of a plain file, or a whole gzip file."""
+    """One unit of work: a byte range of a plain file, a range of a gzip file's text, or a whole gzip file."""
 
     index: int
     path: str
@@ -52,6 +53,8 @@ class Task:
     splits: tuple[SplitRange, ...]  # by line number within the file; empty: the whole file is `default_split`
     default_split: str
     header: bool  # the file starts with a header line (plain ranges already start past it)
+    gz_index: str = ""  # a range of a gzip file's text: its seek index (gz_split), "" for none
+    crc: int = -1  # a range of a gzip file's text: CRC-32 of its bytes, from the planning pass
 
     @property
     def gz(self) -> bool:
@@ -209,12 +212,24 @@ def resolve_layout(layout: str, files: list[Path]) -> str:
     return layout
 
 
-def plan_tasks(files: list[Path], layout: str, val_half: str, chunk_bytes: int, header: bool) -> list[Task]:
-    """Cut the inputs into tasks. Files that are split by line number get their lines counted."""
+def plan_tasks(
+    files: list[Path], layout: str, val_half: str, chunk_bytes: int, header: bool, work_dir: Path | None = None,
+) -> list[Task]:
+    """Cut the inputs into tasks. Files that are split by line number get their lines counted.
+
+    work_dir: where the cut of a large gzip file and its seek index are kept for a rerun (gz_split).
+    """
     tasks: list[Task] = []
     for fi, path in enumerate(files):
         is_last = fi == len(files) - 1
         needs_lines = layout == "kaggle" or is_last
+        if str(path).endswith(".gz") and should_split(path, chunk_bytes):
+            scan = scan_gzip(path, fi, chunk_bytes, header, work_dir)
+            ranges = split_ranges(layout, is_last, scan.total_lines, val_half) if needs_lines else ()
+            firsts = [sum(scan.counts[:i]) for i in range(len(scan.counts))]
+            for (start, end), first, crc in zip(scan.bounds, firsts, scan.crcs):
+                tasks.append(Task(len(tasks), str(path), start, end, first, ranges, "train", header, scan.index, crc))
+            continue
         if str(path).endswith(".gz"):
             ranges = split_ranges(layout, is_last, count_lines(path, header), val_half) if needs_lines else ()
             tasks.append(Task(len(tasks), str(path), 0, -1, 0, ranges, "train", header))

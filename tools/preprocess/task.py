@@ -27,7 +27,7 @@ import numpy as np
 from shardrec.dataloader.files import atomic_write_bytes, fsync_path
 from shardrec.tools.preprocess import parse_kernel
 from shardrec.tools.preprocess.parse import REASONS, Schema, describe_bad_row, parse_chunk
-from shardrec.tools.preprocess.gz import READ_ERRORS, describe_error
+from shardrec.tools.preprocess.gz import RAPIDGZIP_ERRORS, READ_ERRORS, crc32, describe_error, open_range
 from shardrec.tools.preprocess.columns import PartColumns, append_rows, id_groups
 from shardrec.tools.preprocess.ids import Vocabulary, count_values
 from shardrec.tools.preprocess.inputs import Task, count_range_lines, header_end, open_text
@@ -106,36 +106,56 @@ def read_marker(out: Path, index: int) -> TaskResult | None:
 
 
 class _Source:
-    """The task's text as a readinto-able stream: a byte range of a plain file, or a gzip file."""
+    """The task's text as a readinto-able stream: a byte range of a plain file, a range of a gzip
+    file's text (checked against the CRC-32 the planning pass took), or a whole gzip file."""
 
     def __init__(self, task: Task) -> None:
-        self.task, self.left = task, (task.end - task.start) if not task.gz else -1
+        self.task, self.left = task, (task.end - task.start) if task.end >= 0 else -1
+        self.crc = 0
 
     def __enter__(self) -> "_Source":
         self.f = None
+        t = self.task
         try:
-            self.f = open_text(self.task.path)
-            if self.task.gz and self.task.header:
+            if t.gz and t.end >= 0:
+                self.f = open_range(t.path, t.start, t.end, t.gz_index)
+            else:
+                self.f = open_text(t.path)
+            if t.gz and t.end < 0 and t.header:
                 self.f.readline()
-            elif not self.task.gz:
-                self.f.seek(self.task.start)
-        except READ_ERRORS as e:
-            raise InputError(describe_error(self.task.path, e, self.f)) from e
+            elif not t.gz:
+                self.f.seek(t.start)
+        except (*READ_ERRORS, *RAPIDGZIP_ERRORS) as e:
+            raise InputError(describe_error(t.path, e, self.f)) from e
         return self
 
     def __exit__(self, *exc) -> None:
-        self.f.close()
+        if self.f is not None:
+            self.f.close()
 
     def readinto(self, view: memoryview) -> int:
         if self.left >= 0:
             view = view[: min(len(view), self.left)]
         try:
-            n = self.f.readinto(view)
-        except READ_ERRORS as e:
+            n = self.f.readinto(view) if len(view) else 0
+        except (*READ_ERRORS, *RAPIDGZIP_ERRORS) as e:
             raise InputError(describe_error(self.task.path, e, self.f)) from e
         if self.left >= 0:
             self.left -= n
+            if self.task.crc >= 0:
+                self._check(view[:n], n)
         return n
+
+    def _check(self, data: memoryview, n: int) -> None:
+        # A range decoded through a seek index counts only if it is the text the planning pass cut.
+        t = self.task
+        self.crc = crc32(data, self.crc)
+        if (n == 0 and self.left > 0) or (self.left == 0 and self.crc != t.crc):
+            got = f"{t.end - t.start - self.left:,} bytes" if self.left > 0 else f"CRC-32 {self.crc:08x}, the plan has {t.crc:08x}"
+            raise InputError(
+                f"{t.path}: text bytes {t.start:,}-{t.end:,} read back differ from the planning pass ({got}); "
+                f"remove {Path(t.gz_index).parent if t.gz_index else 'the .work/gzip directory'} and rerun"
+            )
 
 
 def read_pieces(task: Task, piece_bytes: int = PIECE_BYTES) -> Iterator[memoryview]:

@@ -1,0 +1,105 @@
+"""One large .gz file split across workers: the same dataset whatever the workers, the decoder
+(seek index or decoding from the start) and a kill; the same parts as the plain text."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from shardrec.tools.cli.app import app
+from shardrec.tools.preprocess import gz
+from shardrec.tools.preprocess.gz_split import SPLIT_MIN_CHUNKS
+from shardrec.tools.preprocess.inputs import plan_tasks
+from shardrec.tools.synth import SynthSpec, write_file
+from helpers import assert_one_line_error
+
+runner = CliRunner()
+CHUNK_MB = 0.0625  # 64 KiB of text per task
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and ".work" not in p.parts}
+
+
+def _parts(root: Path) -> dict[str, bytes]:
+    return {k: v for k, v in _tree(root).items() if k != "manifest.json"}
+
+
+def _preprocess(raw: Path, out: Path, *extra: str):
+    return runner.invoke(app, ["preprocess", str(raw), "--out", str(out), "--max-ids", "300", "--chunk-mb", str(CHUNK_MB), *extra])
+
+
+@pytest.fixture(scope="module")
+def raw(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("raw")
+    spec = SynthSpec.from_seed(5, max_vocab=300)
+    write_file(root / "gz" / "train.txt.gz", 8000, spec, 0)
+    write_file(root / "txt" / "train.txt", 8000, spec, 0)
+    return root
+
+
+@pytest.mark.skipif(not gz.can_index(), reason="rapidgzip is not installed")
+def test_a_large_gzip_file_is_split_into_indexed_ranges(raw: Path, tmp_path: Path):
+    path = raw / "gz" / "train.txt.gz"
+    chunk = int(CHUNK_MB * (1 << 20))
+    assert path.stat().st_size >= SPLIT_MIN_CHUNKS * chunk
+    tasks = plan_tasks([path], "kaggle", "first", chunk, False, tmp_path)
+    plain = plan_tasks([raw / "txt" / "train.txt"], "kaggle", "first", chunk, False)
+    assert len(tasks) > 10 and all(t.gz_index and t.crc >= 0 for t in tasks)
+    assert [(t.start, t.end, t.first_line, t.splits) for t in tasks] == [(t.start, t.end, t.first_line, t.splits) for t in plain]
+    assert (tmp_path / "gzip" / "000-train.txt.gz.gzidx").is_file()
+
+
+def test_workers_decoders_and_plain_text_give_the_same_dataset(raw: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    one = _preprocess(raw / "gz", tmp_path / "w1", "--workers", "1")
+    two = _preprocess(raw / "gz", tmp_path / "w2", "--workers", "2")
+    txt = _preprocess(raw / "txt", tmp_path / "txt", "--workers", "1")
+    monkeypatch.setenv(gz.ENV, "python")  # no isal, no seek index: ranges reached by decoding from the start
+    slow = _preprocess(raw / "gz", tmp_path / "py", "--workers", "2")
+    for res in (one, two, txt, slow):
+        assert res.exit_code == 0, res.output
+    a = _tree(tmp_path / "w1")
+    assert len(json.loads(a["manifest.json"])["splits"]["train"]["parts"]) > 10
+    assert a == _tree(tmp_path / "w2") == _tree(tmp_path / "py")  # every part and the manifest, byte for byte
+    assert _parts(tmp_path / "w1") == _parts(tmp_path / "txt")  # the manifest names another input
+
+
+def test_a_killed_run_finishes_on_rerun_with_the_same_bytes(raw: Path, tmp_path: Path):
+    full = _preprocess(raw / "gz", tmp_path / "full")
+    assert full.exit_code == 0, full.output
+    # A run killed after some tasks: their markers and parts stay, the rest are missing.
+    part = _preprocess(raw / "gz", tmp_path / "cut", "--part", "0/3")
+    assert part.exit_code == 0, part.output
+    work = tmp_path / "cut" / ".work"
+    assert not (tmp_path / "cut" / "manifest.json").exists() and (work / "gzip").is_dir()
+    rerun = _preprocess(raw / "gz", tmp_path / "cut")
+    assert rerun.exit_code == 0, rerun.output
+    assert _tree(tmp_path / "cut") == _tree(tmp_path / "full")
+
+
+@pytest.mark.skipif(not gz.can_index(), reason="rapidgzip is not installed")
+def test_a_range_that_reads_back_different_text_is_refused(raw: Path, tmp_path: Path):
+    assert _preprocess(raw / "gz", tmp_path / "a", "--part", "0/2").exit_code == 0
+    record = next((tmp_path / "a" / ".work" / "gzip").glob("*.json"))
+    saved = json.loads(record.read_bytes())
+    saved["scan"]["crcs"][1] ^= 1  # as if the index or the file no longer matched the plan
+    record.write_text(json.dumps(saved))
+    res = _preprocess(raw / "gz", tmp_path / "a")
+    assert res.exit_code == 1
+    assert "read back differ from the planning pass (CRC-32" in res.output and "Traceback" not in res.output
+
+
+@pytest.mark.parametrize("backend", ["isal", "python"])
+def test_a_dead_stream_in_a_split_file_is_named(raw: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str):
+    monkeypatch.setenv(gz.ENV, backend)
+    path = tmp_path / "in" / "train.txt.gz"
+    path.parent.mkdir()
+    data = bytearray((raw / "gz" / "train.txt.gz").read_bytes())
+    mid = len(data) // 2
+    data[mid : mid + 4000] = bytes(range(256)) * 15 + bytes(160)
+    path.write_bytes(bytes(data))
+    res = _preprocess(path.parent, tmp_path / "out")
+    assert_one_line_error(res, rf"^error: {path}: dead gzip stream mid-file at or before compressed byte [\d,]+ of {len(data):,}: corrupt data")

@@ -216,7 +216,7 @@ def run_preprocess(cfg: PreprocessConfig, progress: Progress | None = None) -> P
     if cfg.part is None:
         # With --part, other machines may be writing into the same directory right now.
         _remove_temporaries(cfg.out)
-    tasks = plan_tasks(files, layout, cfg.val_half, int(cfg.chunk_mb * (1 << 20)), cfg.schema.header)
+    tasks = plan_tasks(files, layout, cfg.val_half, int(cfg.chunk_mb * (1 << 20)), cfg.schema.header, cfg.out / WORK_DIR)
     mine = [t for t in tasks if cfg.part is None or t.index % cfg.part[1] == cfg.part[0]]
     opts = TaskOptions(
         str(cfg.out), cfg.schema, int(cfg.chunk_mb * (1 << 20)), cfg.cardinalities(), "", cfg.dense_transform, cfg.dense_dtype, cfg.strict,

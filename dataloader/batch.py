@@ -14,6 +14,7 @@ KeyedJaggedTensor needs no sync.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -21,9 +22,11 @@ from torchrec.datasets.utils import Batch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from shardrec.dataloader import gather_kernels as kernels
+from shardrec.dataloader.addresses import AddressCache, index_dtype
 from shardrec.dataloader.format import Part
 from shardrec.dataloader.integrity import bad_id_error, bad_jagged_id_error
 from shardrec.dataloader.multihot import IndexTables
+from shardrec.dataloader.part_cache import PartSet, part_rows
 
 PAD_LABEL = -1.0
 """Label of padding rows (tail="pad"): the trainer masks label < 0 out of loss and metrics."""
@@ -48,7 +51,7 @@ class BatchGatherer:
 
     def __init__(
         self,
-        parts: list[Part],
+        parts: Sequence[Part],
         feature_names: list[str],
         multi_hot: set[str],
         modulo: dict[str, int] | None = None,
@@ -56,11 +59,13 @@ class BatchGatherer:
         index_tables: IndexTables | None = None,
     ) -> None:
         """`compiled`: use the numba kernels (default: when numba imports); False: numpy only.
-        `index_tables`: multi-hot index tables that turn every one-hot id into its multi-hot ids at batch time."""
-        if not parts:
+        `index_tables`: multi-hot index tables that turn every one-hot id into its multi-hot ids at batch time.
+        `parts`: a PartSet (maps parts as they are used, a bounded number at a time) or a list."""
+        if not len(parts):
             raise ValueError("a split needs at least one part")
-        # Plain ndarray views of the maps: np.memmap results pay subclass bookkeeping per call.
-        self.parts = [_plain(p) for p in parts]
+        # Plain ndarray views of the maps: np.memmap results pay subclass bookkeeping per call
+        # (a PartSet's maps are plain arrays already).
+        self.parts = parts if isinstance(parts, PartSet) else [_plain(p) for p in parts]
         self.feature_names = list(feature_names)
         self.multi_hot = set(multi_hot)
         self.modulo = dict(modulo or {})
@@ -71,16 +76,17 @@ class BatchGatherer:
         self.limits = {k: v for k, v in parts[0].limits.items() if k not in self.modulo}
         assert index_tables is None or not self.multi_hot, "multi-hot ids are made from one-hot features only"
         self.num_dense = int(parts[0].dense.shape[1])
-        self._part_starts = np.concatenate([[0], np.cumsum([p.rows for p in parts])]).astype(np.int64)
+        rows = part_rows(parts)
+        self._part_starts = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
         self._index_per_key = {k: i for i, k in enumerate(self.feature_names)}
         self._ones = torch.ones(0, dtype=torch.int32)
         self.compiled = kernels.AVAILABLE if compiled is None else compiled
         if self.compiled and not kernels.AVAILABLE:
             raise ValueError("compiled gathers need numba, which does not import here")
-        # Per column, the parts' data addresses for the kernels that read rows of several parts.
-        self._tables: dict[str, tuple | None] = {}
-        self._part_dtype = np.uint8 if len(parts) <= 1 << 8 else np.uint16 if len(parts) <= 1 << 16 else np.int64
-        self._local_dtype = np.int32 if max(p.rows for p in parts) < 1 << 31 else np.int64
+        # Per part, its columns' data addresses for the kernels that read rows of several parts.
+        self._addresses = AddressCache(self.feature_names, self.parts[0])
+        self._part_dtype = index_dtype(len(parts))
+        self._local_dtype = np.int32 if max(rows) <= 1 << 31 else np.int64
 
     def _part_range(self, rows: np.ndarray) -> tuple[int, int]:
         """First and last part holding any of the rows (parts are consecutive row ranges)."""
@@ -239,57 +245,57 @@ class BatchGatherer:
             for i in range(len(slices))
         ]
 
-    def _table(self, key: str, get) -> tuple | None:
-        """(empty array of the column's dtype, data address and row stride of each part), or
-        None where the kernels cannot read the parts as one column (dtypes or layouts differ,
-        float16, which numba cannot convert)."""
-        if key not in self._tables:
-            cols = [get(p) for p in self.parts]
-            first = cols[0]
-            same = all(c.dtype == first.dtype and c.strides[1:] == first.strides[1:] for c in cols)
-            self._tables[key] = None
-            if same and first.dtype != np.float16:
-                addresses = np.array([c.ctypes.data for c in cols], np.int64)
-                self._tables[key] = (first[:0].reshape(-1), addresses, np.array([c.strides[0] for c in cols], np.int64))
-        return self._tables[key]
-
     def _gather_located(self, located: tuple[np.ndarray, np.ndarray], count: int, b: int, rows: np.ndarray):
         """Labels, dense and one-hot ids of rows spread over several parts, each written once,
         in order (no grouping by part, no scattered writes)."""
         n = count * b
         part_of, local = located
+        # The parts used, held (mapped) until the kernels are done with their raw addresses;
+        # part_of renumbered over them, so each column's table has one entry per part used.
+        used = np.flatnonzero(np.bincount(part_of, minlength=len(self.parts)))
+        held = [self.parts[int(p)] for p in used]
+        if len(used) < len(self.parts):
+            lut = np.zeros(len(self.parts), index_dtype(len(used)))
+            lut[used] = np.arange(len(used))
+            part_of = lut[part_of]
+        addresses, strides, same = self._addresses.tables(used, held)
+
+        def fallback() -> _Groups:  # numpy, part by part (layouts differ, or float16)
+            return self._group_located(part_of, local, used)
+
         labels = np.empty(n, np.float32)
-        table = self._table("label.npy", lambda p: p.labels)
-        if table is None:
-            self._column(self._group_located(part_of, local), n, lambda p: p.labels, labels)
+        if same[0]:
+            kernels.take_values_parts(self._addresses.like[0], addresses[0], strides[0], part_of, local, labels)
         else:
-            kernels.take_values_parts(*table, part_of, local, labels)
+            self._column(fallback(), n, lambda p: p.labels, labels)
         dense = np.empty((n, self.num_dense), np.float32)
-        table = self._table("dense.npy", lambda p: p.dense)
-        if table is None:  # float16 dense: numpy, part by part
-            self._column(self._group_located(part_of, local), n, lambda p: p.dense, dense)
+        if same[1]:
+            item_stride = held[0].dense.strides[1]
+            kernels.take_rows_parts(self._addresses.like[1], addresses[1], strides[1], item_stride, part_of, local, dense)
         else:
-            item_stride = self.parts[0].dense.strides[1]
-            kernels.take_rows_parts(*table[:3], item_stride, part_of, local, dense)
+            self._column(fallback(), n, lambda p: p.dense, dense)
         values = np.empty((count, len(self.feature_names), b), np.int64)
         for f, name in enumerate(self.feature_names):
-            table = self._table(name, lambda p, name=name: p.sparse[name])
-            if table is None:
-                values[:, f, :] = self._take(self._group_located(part_of, local), n, lambda p, name=name: p.sparse[name]).reshape(count, b)
+            c = f + 2
+            if not same[c]:
+                values[:, f, :] = self._take(fallback(), n, lambda p, name=name: p.sparse[name]).reshape(count, b)
                 self._check_ids(name, values[:, f, :], rows)
                 if name in self.modulo:
                     np.remainder(values[:, f, :], self.modulo[name], out=values[:, f, :])
             else:
-                hi = kernels.take_ids_parts(*table, part_of, local, values, f, self.modulo.get(name, 0))
+                like = self._addresses.like[c]
+                hi = kernels.take_ids_parts(like, addresses[c], strides[c], part_of, local, values, f, self.modulo.get(name, 0))
                 self._check_ids(name, values[:, f, :], rows, hi)
+        del held  # the parts may be unmapped from here on
         return labels, dense, self._one_hot_kjts(values, b)
 
-    def _group_located(self, part_of: np.ndarray, local: np.ndarray) -> _Groups:
+    def _group_located(self, part_of: np.ndarray, local: np.ndarray, numbers: np.ndarray) -> _Groups:
+        """Located rows grouped by part; part_of[k] indexes `numbers`, the parts' own indices."""
         order = np.argsort(part_of, kind="stable")
         used = np.unique(part_of)
         bounds = np.searchsorted(part_of[order], np.concatenate([used, [used[-1] + 1]]))
         wheres = [order[a:z] for a, z in zip(bounds[:-1], bounds[1:])]
-        return _Groups([int(p) for p in used], [local[w] for w in wheres], wheres)
+        return _Groups([int(numbers[p]) for p in used], [local[w] for w in wheres], wheres)
 
     def _jagged(self, groups: _Groups, n: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Values and lengths ([features * n], feature-major) when some features are multi-hot."""

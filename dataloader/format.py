@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from shardrec.dataloader.files import atomic_open, atomic_write_bytes
+from shardrec.dataloader.mapping import limit_message, map_npy
 
 FORMAT_NAME = "shardrec-dataset"
 SCHEMA_VERSION = 1
@@ -320,9 +321,11 @@ def _map_column(directory: Path, path: Path, finfo: FileInfo) -> np.ndarray:
     if size != finfo.bytes:
         raise DatasetError(f"{path}: {size} bytes on disk, manifest says {finfo.bytes} (truncated or replaced?)")
     try:
-        return np.load(path, mmap_mode="r", allow_pickle=False)
+        return map_npy(path)  # no file descriptor stays open: thousands of parts fit any ulimit
     except ValueError as e:
         raise DatasetError(f"{path}: unreadable column: {e}") from e
+    except OSError as e:
+        raise DatasetError(f"{path}: cannot map: {limit_message(e) or e.strerror}") from None
 
 
 def _check_layout(path: Path, arr: np.ndarray, dtype: str, shape: tuple[int, ...]) -> None:

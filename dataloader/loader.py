@@ -66,10 +66,15 @@ class Delivery:
     compiled: bool | None = None
     """Gather with the numba kernels (None: when numba imports; False: numpy only, the same
     batches, slower; dataloader/gather_kernels.py)."""
+    max_mapped_parts: int | None = None
+    """Parts kept memory-mapped at once (None: what the kernel's map limit allows, ~585
+    Criteo parts; others are mapped again as the stream reaches them; part_cache.py)."""
 
     def __post_init__(self) -> None:
         if self.num_workers < 0:
             raise ValueError(f"num_workers must not be negative, got {self.num_workers}")
+        if self.max_mapped_parts is not None and self.max_mapped_parts < 1:
+            raise ValueError(f"max_mapped_parts must be at least 1, got {self.max_mapped_parts}")
 
 
 class BatchLoader:
@@ -242,7 +247,7 @@ def build_loader(
         raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
     if global_batch_size <= 0 or global_batch_size % world_size:
         raise ValueError(f"global_batch_size {global_batch_size} does not divide by world_size {world_size}")
-    source = open_source(directory, split, hashes=hashes)
+    source = open_source(directory, split, hashes=hashes, max_mapped_parts=delivery.max_mapped_parts)
     tables = None
     if multihot is not None:
         source, tables = multihot_source(source, multihot)

@@ -11,9 +11,11 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 from shardrec.dataloader import torchrec_npy as npy
-from shardrec.dataloader.format import MANIFEST, DatasetError, Manifest, Part, open_split
+from shardrec.dataloader.format import MANIFEST, DatasetError, Manifest, Part
+from shardrec.dataloader.part_cache import PartSet, part_rows
 
 
 @dataclass
@@ -22,7 +24,8 @@ class SplitSource:
 
     directory: Path
     split: str
-    parts: list[Part]
+    parts: Sequence[Part]
+    """The parts: a PartSet (mapped on use, a bounded number at a time) or a list."""
     feature_names: list[str]
     multi_hot: set[str] = field(default_factory=set)
     modulo: dict[str, int] = field(default_factory=dict)
@@ -32,15 +35,20 @@ class SplitSource:
 
     @property
     def part_rows(self) -> tuple[int, ...]:
-        return tuple(p.rows for p in self.parts)
+        return part_rows(self.parts)
 
     @property
     def num_samples(self) -> int:
         return sum(self.part_rows)
 
 
-def open_source(directory: str | Path, split: str, hashes: list[int] | None = None) -> SplitSource:
+def open_source(
+    directory: str | Path, split: str, hashes: list[int] | None = None, max_mapped_parts: int | None = None
+) -> SplitSource:
     """Open `split` of a shardrec dataset, or of a torchrec day_N_*.npy directory.
+
+    `max_mapped_parts`: parts of a shardrec dataset kept mapped at once (None: what the
+    kernel's map limit allows, part_cache.default_capacity); any number of parts can be read.
 
     Raises:
         DatasetError: missing directory/files, sizes disagreeing with the manifest, empty split.
@@ -52,7 +60,7 @@ def open_source(directory: str | Path, split: str, hashes: list[int] | None = No
             _check_not_empty(source)
             return source
     manifest = Manifest.load(directory)
-    parts = open_split(directory, split, manifest)
+    parts = PartSet(directory, split, manifest, max_mapped_parts)
     h = hashlib.sha256()
     for info in manifest.splits[split].parts:
         h.update(f"{info.name}:{info.rows}:".encode())

@@ -1,0 +1,72 @@
+"""Per-part column addresses for the kernels that read rows of several parts in one pass.
+
+gather_kernels.py's `*_parts` kernels read each row from its part's map by data address and
+row stride. Parts may be unmapped and mapped again (part_cache.py), so the tables are built
+per gather for the parts that gather holds, from a per-part cache of addresses that is
+refreshed whenever a part comes back as a new mapping.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from shardrec.dataloader.format import Part
+
+
+def index_dtype(count: int) -> type:
+    """The narrowest dtype that holds indices 0 .. count - 1 (the kernels read part indices
+    once per column and row, so their bytes count)."""
+    if count <= 1 << 8:
+        return np.uint8
+    if count <= 1 << 16:
+        return np.uint16
+    if count <= 1 << 31:
+        return np.int32
+    return np.int64
+
+
+def _columns(part: Part, feature_names: list[str]) -> list[np.ndarray]:
+    """The one-hot columns the kernels read, in table order: labels, dense, then each feature."""
+    return [part.labels, part.dense, *(part.sparse[n] for n in feature_names)]
+
+
+class AddressCache:
+    """Data address and row stride of every column of every part seen, by part index."""
+
+    def __init__(self, feature_names: list[str], reference: Part) -> None:
+        self.feature_names = list(feature_names)
+        cols = _columns(reference, self.feature_names)
+        self._layout = [(c.dtype, c.strides[1:]) for c in cols]
+        self.like = [np.empty(0, c.dtype) for c in cols]
+        """Per column, an empty array of its dtype (the kernels' type argument)."""
+        # numba cannot convert float16; such a column goes part by part with numpy.
+        self._kernel_ok = np.array([c.dtype != np.float16 for c in cols], bool)
+        self._entries: dict[int, tuple[weakref.ref, np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def _entry(self, index: int, part: Part) -> tuple[weakref.ref, np.ndarray, np.ndarray, np.ndarray]:
+        entry = self._entries.get(index)
+        if entry is not None and entry[0]() is part:
+            return entry
+        cols = _columns(part, self.feature_names)
+        same = np.array([(c.dtype, c.strides[1:]) == lay for c, lay in zip(cols, self._layout)], bool)
+        entry = (
+            weakref.ref(part),
+            np.array([c.ctypes.data for c in cols], np.int64),
+            np.array([c.strides[0] for c in cols], np.int64),
+            same & self._kernel_ok,
+        )
+        self._entries[index] = entry
+        return entry
+
+    def tables(self, indices: np.ndarray, held: list[Part]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(addresses, strides) [columns, parts] of the held parts (indices[k] is held[k]'s
+        part index), and per column whether the kernels may read it from all of them.
+
+        The caller keeps `held` alive while the kernels use the addresses."""
+        entries = [self._entry(int(i), p) for i, p in zip(indices, held)]
+        addresses = np.stack([e[1] for e in entries], axis=1)
+        strides = np.stack([e[2] for e in entries], axis=1)
+        same = np.logical_and.reduce([e[3] for e in entries])
+        return addresses, strides, same

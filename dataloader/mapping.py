@@ -1,0 +1,110 @@
+"""Memory-map a `.npy` file read-only without keeping its file descriptor open.
+
+`np.load(mmap_mode="r")` maps through Python's `mmap` module, which (before Python 3.13's
+`trackfd=False`) keeps a duplicate descriptor open for as long as the map lives: a loader
+holding every column of every part mapped then holds 28 descriptors per Criteo part and
+ends in `OSError: [Errno 24] Too many open files` past ~35 parts under `ulimit -n 1024`
+(measured with /proc/self/fd: one descriptor per np.load map). A map does not need its
+descriptor once made, so here the file is opened, mapped with libc's mmap (PROT_READ,
+MAP_SHARED: the same pages and read-ahead as numpy's map) and closed at once; the map is
+unmapped when the last array viewing it is gone. Maps still count against the kernel's
+per-process limit (vm.max_map_count), which part_cache.py keeps the loader under.
+
+Elsewhere than Linux (no libc mmap through ctypes), this falls back to numpy's map.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import mmap
+import os
+import sys
+import weakref
+from pathlib import Path
+
+import numpy as np
+
+_PROT_READ = getattr(mmap, "PROT_READ", 1)
+_MAP_SHARED = getattr(mmap, "MAP_SHARED", 1)
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+def _libc() -> ctypes.CDLL | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.restype = ctypes.c_int
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    return libc
+
+
+_LIBC = _libc()
+
+
+def _read_header(f) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """(shape, fortran_order, dtype) of an open .npy file, left positioned at its data."""
+    version = np.lib.format.read_magic(f)
+    if version == (1, 0):
+        return np.lib.format.read_array_header_1_0(f)
+    if version == (2, 0):
+        return np.lib.format.read_array_header_2_0(f)
+    raise ValueError(f"npy format version {version} is not supported")
+
+
+def map_npy(path: str | Path) -> np.ndarray:
+    """A read-only array over the file's data, memory-mapped, holding no file descriptor.
+
+    Raises:
+        ValueError: not a .npy file numpy could map (bad magic or header, object dtype,
+            fewer bytes than its header says).
+        OSError: the file cannot be opened or mapped (errno EMFILE: open-file limit;
+            ENOMEM: the map limit, vm.max_map_count).
+    """
+    if _LIBC is None:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    with open(path, "rb") as f:
+        shape, fortran, dtype = _read_header(f)
+        if dtype.hasobject:
+            raise ValueError("object arrays cannot be memory-mapped")
+        offset = f.tell()
+        size = os.fstat(f.fileno()).st_size
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if offset + nbytes > size:
+            raise ValueError(f"the header promises {nbytes} bytes of data, the file holds {size - offset}")
+        if nbytes == 0:
+            return _read_only(np.empty(shape, dtype, order="F" if fortran else "C"))
+        address = _LIBC.mmap(None, offset + nbytes, _PROT_READ, _MAP_SHARED, f.fileno(), 0)
+        if address is None or address == _MAP_FAILED:
+            code = ctypes.get_errno()
+            raise OSError(code, os.strerror(code), str(path))
+    # The ctypes buffer owns the map: numpy keeps it as the base of every view, and the map
+    # goes when the last view does (after the descriptor was closed above).
+    buffer = (ctypes.c_uint8 * (offset + nbytes)).from_address(address)
+    weakref.finalize(buffer, _LIBC.munmap, address, offset + nbytes)
+    array = np.ndarray(shape, dtype, buffer=buffer, offset=offset, order="F" if fortran else "C")
+    return _read_only(array)
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    # PROT_READ pages: a write would crash the process, so numpy must refuse it first.
+    array.flags.writeable = False
+    return array
+
+
+def limit_message(error: OSError) -> str | None:
+    """The one line saying which process limit an open or map ran into, or None for other errors."""
+    if error.errno == errno.EMFILE:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        return f"the open-file limit is reached (ulimit -n {soft}); raise it, e.g. `ulimit -n 4096`"
+    if error.errno == errno.ENOMEM:
+        return "the kernel refused another memory map (its per-process limit vm.max_map_count, or memory)"
+    return None

@@ -1,0 +1,134 @@
+"""The loader on many parts: past 256 parts (part indices leave uint8), parts unmapped and mapped
+again (a bounded number mapped at a time), no file descriptor held per map, and one clear line
+when the open-file limit is reached anyway."""
+
+from __future__ import annotations
+
+import os
+import resource
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import write_tiny_dataset
+from shardrec.dataloader import gather_kernels
+from shardrec.dataloader.digest import batch_digest
+from shardrec.dataloader.format import DatasetError, Manifest, SplitInfo, open_part, write_part
+from shardrec.dataloader.loader import Delivery, ShuffleSpec, build_loader
+from shardrec.dataloader.mapping import map_npy
+from shardrec.dataloader.part_cache import PartSet
+from shardrec.dataloader.source import open_source
+
+PARTS = 300
+SMALL_SHUFFLE = ShuffleSpec(seed=3, block_rows=4, window_blocks=8, segment_blocks=2, group_segments=40)
+
+
+def resplit(src: Path, dst: Path, parts: int) -> None:
+    """Write the train rows of the 1-part dataset `src` again as `parts` parts of uneven sizes."""
+    manifest = Manifest.load(src)
+    whole = open_part(src, "train", manifest.splits["train"].parts[0], manifest)
+    rows = whole.rows
+    cuts = np.sort(np.random.default_rng(7).choice(np.arange(1, rows), parts - 1, replace=False))
+    bounds = [0, *cuts.tolist(), rows]
+    info = SplitInfo(rows=rows)
+    for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
+        sparse = {n: np.asarray(v[a:b]) for n, v in whole.sparse.items()}
+        info.parts.append(write_part(dst / "train" / f"part-{k:05d}", np.asarray(whole.labels[a:b]), np.asarray(whole.dense[a:b]), sparse, fsync=False))
+    Manifest(manifest.dense_features, manifest.sparse_features, {"train": info}).save(dst)
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("many")
+    write_tiny_dataset(root / "one", rows={"train": [900]})
+    resplit(root / "one", root / "many", PARTS)
+    return root / "one", root / "many"
+
+
+def _digests(directory: Path, shuffle: ShuffleSpec, delivery: Delivery = Delivery(), batch: int = 40) -> list[str]:
+    loader = build_loader(directory, "train", global_batch_size=batch, rank=0, world_size=1, shuffle=shuffle, delivery=delivery)
+    return [batch_digest([b], loader.feature_names) for b in loader]
+
+
+@pytest.mark.parametrize("compiled", [True, False] if gather_kernels.AVAILABLE else [False])
+def test_past_256_parts_batches_are_the_one_part_rows(datasets, compiled: bool):
+    one, many = datasets
+    loader = build_loader(many, "train", global_batch_size=40, rank=0, world_size=1, shuffle=ShuffleSpec(enabled=False))
+    starts = np.cumsum([0, *loader.source.part_rows])
+    # Some batch holds rows of parts 255 and 256 (where a part index leaves uint8) and many more.
+    assert any(k * 40 < starts[256] <= (k + 1) * 40 - 1 for k in range(len(loader)))
+    assert loader._gatherer._part_dtype == np.uint16
+    off = ShuffleSpec(enabled=False)
+    assert _digests(many, off, Delivery(compiled=compiled)) == _digests(one, off, Delivery(compiled=compiled))
+    # A gather of all rows at once: one pass of the several-parts kernels over every part.
+    whole = Delivery(compiled=compiled, gather_rows=900)
+    assert _digests(many, off, whole, batch=900) == _digests(one, off, whole, batch=900)
+
+
+@pytest.fixture(scope="module")
+def shuffled(datasets) -> list[str]:
+    """The shuffled stream of the many-part dataset with every part mapped."""
+    return _digests(datasets[1], SMALL_SHUFFLE)
+
+
+@pytest.mark.parametrize("compiled", [True, False] if gather_kernels.AVAILABLE else [False])
+def test_a_few_mapped_parts_give_the_same_shuffled_stream(datasets, shuffled, compiled: bool):
+    few = Delivery(compiled=compiled, max_mapped_parts=5, gather_rows=80)
+    assert _digests(datasets[1], SMALL_SHUFFLE, few) == shuffled
+
+
+def test_prefetch_threads_share_a_few_mapped_parts(datasets, shuffled):
+    threads = Delivery(max_mapped_parts=3, gather_rows=40, num_workers=3, prefetch=2)
+    assert _digests(datasets[1], SMALL_SHUFFLE, threads) == shuffled
+
+
+def test_parts_are_unmapped_beyond_the_bound(datasets):
+    _, many = datasets
+    source = open_source(many, "train", max_mapped_parts=5)
+    assert source.parts.mapped == 5 and source.parts.opens == PARTS
+    loader = build_loader(many, "train", global_batch_size=40, rank=0, world_size=1, shuffle=SMALL_SHUFFLE, delivery=Delivery(max_mapped_parts=5))
+    for _ in loader:
+        pass
+    parts = loader.source.parts
+    del source
+    assert parts.mapped <= 5 and parts.opens > PARTS  # evicted parts were mapped again as the stream came to them
+    maps = sum(1 for line in Path("/proc/self/maps").read_text().splitlines() if str(many) in line)
+    assert maps <= 5 * len(Manifest.load(many).splits["train"].parts[0].files)
+
+
+def test_no_file_descriptor_is_held_per_part(datasets):
+    _, many = datasets
+    before = len(os.listdir("/proc/self/fd"))
+    loader = build_loader(many, "train", global_batch_size=40, rank=0, world_size=1)
+    next(iter(loader))
+    assert len(os.listdir("/proc/self/fd")) - before < 8  # 300 parts x 6 files were ~1,800 before
+
+
+def test_map_npy_is_np_load_read_only(tmp_path):
+    for array in (np.arange(7, dtype=np.uint16), np.ones((5, 3), np.float16), np.zeros((0, 13), np.float32), np.asfortranarray(np.eye(3))):
+        np.save(tmp_path / "a.npy", array)
+        mapped = map_npy(tmp_path / "a.npy")
+        assert mapped.dtype == array.dtype and mapped.shape == array.shape and np.array_equal(mapped, array)
+        assert mapped.flags.c_contiguous == array.flags.c_contiguous and not mapped.flags.writeable
+    (tmp_path / "a.npy").write_bytes((tmp_path / "a.npy").read_bytes()[:-8])
+    with pytest.raises(ValueError, match="header promises 72 bytes"):
+        map_npy(tmp_path / "a.npy")
+
+
+def test_an_exhausted_open_file_limit_is_one_clear_line(datasets):
+    _, many = datasets
+    manifest = Manifest.load(many)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    lowest_free = os.open(os.devnull, os.O_RDONLY)
+    os.close(lowest_free)
+    limit = lowest_free  # a descriptor must be below the limit: no new file can be opened
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+    try:
+        with pytest.raises(DatasetError) as raised:
+            PartSet(many, "train", manifest)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    message = str(raised.value)
+    assert "\n" not in message and f"the open-file limit is reached (ulimit -n {limit})" in message
+    assert "part-00000/label.npy: cannot map" in message

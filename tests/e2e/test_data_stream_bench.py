@@ -16,7 +16,13 @@ def test_bench_loader_reports_rates_and_ratios_against_same_run_baselines(tmp_pa
     result = CliRunner().invoke(app, [*args, "--work-dir", str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output
     r = json.loads(result.stdout)
-    assert set(r["rows_per_s"]) == {"shardrec_shuffle", "shardrec_shuffle_numpy", "torchrec_shuffle", "shardrec_no_shuffle", "torchrec_no_shuffle"}
+    assert set(r["rows_per_s"]) == {
+        "shardrec_shuffle", "shardrec_shuffle_many_parts", "shardrec_shuffle_numpy", "shardrec_no_shuffle",
+        "shardrec_no_shuffle_many_parts", "torchrec_shuffle", "torchrec_no_shuffle", "torchrec_global_shuffle",
+    }  # fmt: skip
+    many = r["rows_per_s"]["shardrec_shuffle_many_parts"] / r["rows_per_s"]["shardrec_shuffle"]
+    assert abs(r["ratios"]["many_parts_vs_one_part_shuffle"] - many) < 0.01
+    assert r["torchrec_global_shuffle_build_s"] > 0 and 0 < r["torchrec_global_shuffle_epoch_rows_per_s"] < r["rows_per_s"]["torchrec_global_shuffle"]
     assert r["parts"] == 3
     assert all(v > 0 for v in r["rows_per_s"].values())
     ratio = r["rows_per_s"]["shardrec_shuffle"] / r["rows_per_s"]["torchrec_shuffle"]

@@ -6,12 +6,17 @@ file in the page cache, global batch 8192, world size 1:
 - shardrec's loader on one-hot Criteo-shaped data (13 dense, 26 sparse with the Kaggle
   cardinalities, label), shuffle on (the default) and off, and shuffle on with its numpy
   gathers instead of the compiled kernels (`compiled=False`: the same batches; the kernels'
-  same-run baseline); `--parts N` splits the data into N parts, as real datasets are;
+  same-run baseline), all on one part; and shuffle on and off on the same rows split into
+  `--parts N` parts, as real datasets are (default 120: the parts of a 1/100 Criteo-1TB-shaped
+  dataset at preprocess's default 128 MiB chunk: 24 days of ~541 MB of text, 5 parts each);
 - the roofline: this machine's memory-copy speed (large np.copyto) divided by the bytes the
   loader reads per row;
-- torchrec's InMemoryBinaryCriteoIterDataPipe on the same rows in torchrec's npy layout,
-  shuffle_batches on and off (its load into RAM is timed apart). Note that its
-  shuffle_batches only permutes rows inside each batch of consecutive file rows.
+- torchrec's InMemoryBinaryCriteoIterDataPipe on the same rows in torchrec's npy layout:
+  shuffle_batches on and off (its load into RAM is timed apart; shuffle_batches only permutes
+  rows inside each batch of consecutive file rows), and its real global shuffle,
+  shuffle_training_set=True: one permutation of the whole training set, materialised in RAM
+  when the pipe is built (the same order every epoch), then read in order. Its rows/s are
+  reported for the reads alone and for an epoch that pays the shuffle once.
 
 Each configuration runs `rounds` times, interleaved, and the best round counts: other
 processes on a shared machine only ever slow a round down. Also reported: anonymous (non
@@ -40,9 +45,13 @@ KAGGLE_CARDINALITIES = (
 NUM_DENSE = 13
 
 
-def write_bench_data(directory: Path, rows: int, seed: int = 0, parts: int = 1) -> tuple[Path, Path]:
-    """Write the same random Criteo-shaped rows as a shardrec dataset (`parts` parts) and in
-    torchrec's layout (one day)."""
+DEFAULT_PARTS = 120
+"""Parts of a 1/100 Criteo-1TB-shaped dataset at preprocess's default chunk (24 days x 5)."""
+
+
+def write_bench_data(directory: Path, rows: int, seed: int = 0, parts: int = 1, name: str = "shardrec") -> tuple[Path, Path]:
+    """Write the same random Criteo-shaped rows as a shardrec dataset (`parts` parts, in
+    directory/name) and in torchrec's layout (one day, in directory/torchrec)."""
     from shardrec.dataloader.format import Manifest, SparseFeature, SplitInfo, smallest_uint, write_part
 
     rng = np.random.default_rng(seed)
@@ -50,15 +59,17 @@ def write_bench_data(directory: Path, rows: int, seed: int = 0, parts: int = 1) 
     dense = rng.random((rows, NUM_DENSE), dtype=np.float32)
     ids = np.stack([rng.integers(0, c, rows) for c in KAGGLE_CARDINALITIES], axis=1).astype(np.int32)
     names = [f"C{i + 1}" for i in range(len(KAGGLE_CARDINALITIES))]
-    ours, theirs = directory / "shardrec", directory / "torchrec"
+    ours, theirs = directory / name, directory / "torchrec"
     sparse = {n: ids[:, i].astype(smallest_uint(c - 1)) for i, (n, c) in enumerate(zip(names, KAGGLE_CARDINALITIES))}
     bounds = [rows * k // parts for k in range(parts + 1)]
     written = [
-        write_part(ours / "train" / f"part-{k:05d}", labels[a:b], dense[a:b], {n: v[a:b] for n, v in sparse.items()})
+        write_part(ours / "train" / f"part-{k:05d}", labels[a:b], dense[a:b], {n: v[a:b] for n, v in sparse.items()}, fsync=False)
         for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))
     ]
     features = [SparseFeature(n, c, str(smallest_uint(c - 1))) for n, c in zip(names, KAGGLE_CARDINALITIES)]
     Manifest([f"I{i + 1}" for i in range(NUM_DENSE)], features, {"train": SplitInfo(rows, written)}).save(ours)
+    if (theirs / "day_0_labels.npy").is_file():
+        return ours, theirs
     theirs.mkdir(parents=True, exist_ok=True)
     np.save(theirs / "day_0_dense.npy", dense)
     np.save(theirs / "day_0_sparse.npy", ids)
@@ -148,8 +159,13 @@ def _interleaved_best(runs: dict[str, Callable[[], float]], rounds: int, watch: 
     return best, anon_growth
 
 
-def _ratios(best: dict[str, float], roofline: float) -> dict[str, float]:
+def _ratios(best: dict[str, float], roofline: float, global_shuffle_epoch: float) -> dict[str, float]:
     return {
+        "shardrec_vs_torchrec_global_shuffle": round(best["shardrec_shuffle"] / best["torchrec_global_shuffle"], 2),
+        "shardrec_vs_torchrec_global_shuffle_epoch": round(best["shardrec_shuffle"] / global_shuffle_epoch, 2),
+        "many_parts_vs_one_part_shuffle": round(best["shardrec_shuffle_many_parts"] / best["shardrec_shuffle"], 2),
+        "many_parts_vs_one_part_no_shuffle": round(best["shardrec_no_shuffle_many_parts"] / best["shardrec_no_shuffle"], 2),
+        "shardrec_many_parts_vs_torchrec_shuffle": round(best["shardrec_shuffle_many_parts"] / best["torchrec_shuffle"], 2),
         "shardrec_vs_torchrec_shuffle": round(best["shardrec_shuffle"] / best["torchrec_shuffle"], 2),
         "shardrec_vs_torchrec_no_shuffle": round(best["shardrec_no_shuffle"] / best["torchrec_no_shuffle"], 2),
         "shardrec_compiled_vs_numpy_shuffle": round(best["shardrec_shuffle"] / best["shardrec_shuffle_numpy"], 2),
@@ -159,49 +175,66 @@ def _ratios(best: dict[str, float], roofline: float) -> dict[str, float]:
     }
 
 
+def _torchrec_pipes(theirs: Path, global_batch: int) -> tuple[dict[str, Any], float, float]:
+    """torchrec's pipes over the day in `theirs`: shuffle_batches on/off and the global shuffle;
+    the seconds a plain load into RAM takes, and those the global shuffle's build takes."""
+    from torchrec.datasets.criteo import InMemoryBinaryCriteoIterDataPipe
+
+    paths = [[str(theirs / f"day_0_{k}.npy")] for k in ("dense", "sparse", "labels")]
+    start = time.perf_counter()
+    pipes = {
+        f"torchrec_{'shuffle' if s else 'no_shuffle'}": InMemoryBinaryCriteoIterDataPipe("train", *paths, global_batch, 0, 1, shuffle_batches=s)
+        for s in (True, False)
+    }
+    load_s = (time.perf_counter() - start) / 2
+    start = time.perf_counter()
+    pipes["torchrec_global_shuffle"] = InMemoryBinaryCriteoIterDataPipe(
+        "train", *paths, global_batch, 0, 1, shuffle_training_set=True, shuffle_training_set_random_seed=0
+    )
+    return pipes, load_s, time.perf_counter() - start
+
+
 def run_bench(
-    rows: int, global_batch: int, rounds: int, max_batches: int, work_dir: Path | None, parts: int = 1
+    rows: int, global_batch: int, rounds: int, max_batches: int, work_dir: Path | None, parts: int = DEFAULT_PARTS
 ) -> dict[str, Any]:
     import torch
-    from torchrec.datasets.criteo import InMemoryBinaryCriteoIterDataPipe
 
     from shardrec.dataloader.loader import Delivery, ShuffleSpec, build_loader
 
     torch.set_num_threads(1)
     tmp = Path(tempfile.mkdtemp(prefix="shardrec-bench-loader-", dir=work_dir))
     try:
-        with console.status(f"writing {rows:,} Criteo-shaped rows in both layouts"):
-            ours, theirs = write_bench_data(tmp, rows, parts=parts)
+        with console.status(f"writing {rows:,} Criteo-shaped rows: 1 part, {parts} parts and torchrec's layout"):
+            one, theirs = write_bench_data(tmp, rows)
+            many, _ = write_bench_data(tmp, rows, parts=parts, name="shardrec-parts")
             _warm(tmp)
-        bytes_per_row = sum(p.stat().st_size for p in ours.rglob("*.npy")) / rows
+        bytes_per_row = sum(p.stat().st_size for p in one.rglob("*.npy")) / rows
         gbps = memcpy_gbps()
-        paths = {k: [str(theirs / f"day_0_{k}.npy")] for k in ("dense", "sparse", "labels")}
-        load_start = time.perf_counter()
-        pipes = {
-            s: InMemoryBinaryCriteoIterDataPipe(
-                "train", paths["dense"], paths["sparse"], paths["labels"], global_batch, 0, 1, shuffle_batches=s
-            )
-            for s in (True, False)
-        }
-        torchrec_load_s = (time.perf_counter() - load_start) / 2
+        pipes, torchrec_load_s, global_shuffle_s = _torchrec_pipes(theirs, global_batch)
+
+        def loader(directory: Path, shuffle: bool = True, compiled: bool | None = None):
+            spec = ShuffleSpec(enabled=shuffle)
+            return build_loader(directory, "train", global_batch_size=global_batch, rank=0, world_size=1, shuffle=spec, delivery=Delivery(compiled=compiled))
+
         loaders = {
-            s: build_loader(ours, "train", global_batch_size=global_batch, rank=0, world_size=1, shuffle=ShuffleSpec(enabled=s))
-            for s in (True, False)
+            "shardrec_shuffle": loader(one),
+            "shardrec_shuffle_many_parts": loader(many),
+            "shardrec_shuffle_numpy": loader(one, compiled=False),
+            "shardrec_no_shuffle": loader(one, shuffle=False),
+            "shardrec_no_shuffle_many_parts": loader(many, shuffle=False),
         }
-        numpy_loader = build_loader(ours, "train", global_batch_size=global_batch, rank=0, world_size=1, delivery=Delivery(compiled=False))
         runs: dict[str, Callable[[], float]] = {
-            "shardrec_shuffle": lambda: _rows_per_second(loaders[True], max_batches),
-            "shardrec_shuffle_numpy": lambda: _rows_per_second(numpy_loader, max_batches),
-            "torchrec_shuffle": lambda: _rows_per_second(pipes[True], max_batches),
-            "shardrec_no_shuffle": lambda: _rows_per_second(loaders[False], max_batches),
-            "torchrec_no_shuffle": lambda: _rows_per_second(pipes[False], max_batches),
+            name: (lambda it=it: _rows_per_second(it, max_batches)) for name, it in {**loaders, **pipes}.items()
         }
-        best, anon_growth = _interleaved_best(runs, rounds, watch="shardrec_shuffle")
+        best, anon_growth = _interleaved_best(runs, rounds, watch="shardrec_shuffle_many_parts")
         quality = _drift_quality(rows, global_batch)
-        resume = _resume_seconds(ours, global_batch)
+        resume = _resume_seconds(many, global_batch)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     roofline = gbps * 1e9 / bytes_per_row
+    # An epoch of torchrec's global shuffle: its one shuffle into RAM, then the in-order reads.
+    epoch_rows = rows // global_batch * global_batch
+    global_shuffle_epoch = epoch_rows / (global_shuffle_s + epoch_rows / best["torchrec_global_shuffle"])
     return {
         "rows": rows,
         "parts": parts,
@@ -211,8 +244,10 @@ def run_bench(
         "memcpy_gb_per_s": round(gbps, 2),
         "roofline_rows_per_s": round(roofline),
         "rows_per_s": {k: round(v) for k, v in best.items()},
-        "ratios": _ratios(best, roofline),
+        "torchrec_global_shuffle_epoch_rows_per_s": round(global_shuffle_epoch),
+        "ratios": _ratios(best, roofline, global_shuffle_epoch),
         "torchrec_load_into_ram_s": round(torchrec_load_s, 2),
+        "torchrec_global_shuffle_build_s": round(global_shuffle_s, 2),
         "shardrec_anon_memory_growth_mb": round(anon_growth / 1024, 1),
         "resume": resume,
         "shuffle_quality_drifting_labels": {k: round(v, 5) for k, v in quality.items()},
@@ -227,7 +262,7 @@ def bench_loader(
     rounds: Annotated[int, typer.Option(help="Interleaved rounds per configuration; the best counts.")] = 5,
     max_batches: Annotated[int, typer.Option("--max-batches", help="Batches timed per run (at most one epoch).")] = 200,
     work_dir: Annotated[Path | None, typer.Option("--work-dir", help="Where to write the temporary data (default: system temp).")] = None,
-    parts: Annotated[int, typer.Option(help="Parts the shardrec dataset is split into (real datasets have many).")] = 1,
+    parts: Annotated[int, typer.Option(help="Parts of the many-part run (default: a 1/100 Criteo-1TB-shaped dataset's, 24 days x 5 at the default 128 MiB chunk); one part is always run too.")] = DEFAULT_PARTS,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Loader rows/s as torchrec Batches on one thread, vs the memcpy roofline and torchrec's pipe."""
@@ -247,18 +282,20 @@ def bench_loader(
 def _print_table(r: dict[str, Any]) -> None:
     from rich.table import Table
 
-    table = Table(title=f"loader, {r['rows']:,} rows in {r['parts']} part(s), global batch {r['global_batch']}, 1 thread (best of {r['rounds']})")
+    table = Table(title=f"loader, {r['rows']:,} rows in 1 part and in {r['parts']} parts, global batch {r['global_batch']}, 1 thread (best of {r['rounds']})")
     table.add_column("configuration")
     table.add_column("M rows/s", justify="right")
     for name, value in r["rows_per_s"].items():
         table.add_row(name.replace("_", " "), f"{value / 1e6:.2f}")
+    table.add_row("torchrec global shuffle, epoch with its shuffle", f"{r['torchrec_global_shuffle_epoch_rows_per_s'] / 1e6:.2f}")
     table.add_row("roofline (memcpy / bytes per row)", f"{r['roofline_rows_per_s'] / 1e6:.2f}")
     console.print(table)
     for name, value in r["ratios"].items():
         console.print(f"{name.replace('_', ' ')}: {value}")
     q, resume = r["shuffle_quality_drifting_labels"], r["resume"]
     console.print(
-        f"memcpy {r['memcpy_gb_per_s']} GB/s, {r['bytes_per_row']} bytes/row; torchrec load into RAM {r['torchrec_load_into_ram_s']} s; "
+        f"memcpy {r['memcpy_gb_per_s']} GB/s, {r['bytes_per_row']} bytes/row; torchrec load into RAM {r['torchrec_load_into_ram_s']} s, "
+        f"global shuffle into RAM {r['torchrec_global_shuffle_build_s']} s; "
         f"anon memory growth over the epoch {r['shardrec_anon_memory_growth_mb']} MB; shuffle quality (batch label-mean std vs "
         f"full permutation): {q['ratio']:.3f} (file order {q['file_order_std'] / q['full_permutation_std']:.1f}); "
         f"resume at another world size {resume['resume_other_world_size_s']} s; order set-up deep in a 4.2 B-row epoch "

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torchrec.distributed import comm_ops
 from torchrec.distributed.model_parallel import DistributedModelParallel
-from torchrec.distributed.types import ShardingEnv, ShardingPlan, ShardingType
+from torchrec.distributed.types import BoundsCheckMode, ShardingEnv, ShardingPlan, ShardingType
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 from torchrec.optim.optimizers import in_backward_optimizer_filter
 
@@ -102,6 +102,14 @@ def build_sharding_plan(plan: PlanFile, tables: list[EmbeddingBagConfig], env: D
     return to_sharding_plan(plan, tables, TRAIN_EBC_PATH, env.world_size, env.local_world_size, env.device.type)
 
 
+def trainer_sharders(qcomm: str | None) -> list:
+    """The sharders the trainer shards with. fbgemm's kernels check every id against its table:
+    FATAL stops the step (an exception on CPU, a device-side assert on CUDA) where fbgemm's
+    default logs once and trains row 0 in the id's place. The loader refuses such ids first
+    (dataloader/batch.py); this covers any other way a bad id arrives."""
+    return build_sharders(fused_params={"bounds_check_mode": BoundsCheckMode.FATAL}, qcomm_precision=qcomm)
+
+
 def shard_model(
     module: TrainModule, plan: ShardingPlan, env: DistEnv, optim: OptimConfig, *, qcomm: str | None
 ) -> DistributedModelParallel:
@@ -124,7 +132,7 @@ def shard_model(
         env=ShardingEnv.from_process_group(dist.GroupMember.WORLD),
         device=env.device,
         plan=plan,
-        sharders=build_sharders(qcomm_precision=qcomm),  # type: ignore[arg-type]
+        sharders=trainer_sharders(qcomm),  # type: ignore[arg-type]
     )
 
 

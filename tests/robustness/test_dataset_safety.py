@@ -147,3 +147,43 @@ def test_part_names_that_lead_out_of_the_dataset_are_refused(tmp_path: Path, how
         outside.rename(data / "train" / "real-part-00000")
         (data / "train" / "part-00000").symlink_to(data / "train" / "real-part-00000")
         _read_everything(data)
+
+
+_TRAINER_LOOKUP = """
+import sys, torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
+from torchrec.distributed.model_parallel import DistributedModelParallel
+from torchrec.distributed.types import ShardingEnv
+from torchrec.modules.embedding_configs import EmbeddingBagConfig
+from torchrec.modules.embedding_modules import EmbeddingBagCollection
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+from shardrec.embeddings.optim import attach_fused_optimizer
+from shardrec.trainer.build import trainer_sharders
+
+ebc = EmbeddingBagCollection(tables=[EmbeddingBagConfig(name="t", embedding_dim=4, num_embeddings=100, feature_names=["f"])],
+                             device=torch.device("meta"))
+attach_fused_optimizer(ebc, ["t"], optimizer="sgd", lr=1.0, eps=1e-8)
+model = DistributedModelParallel(ebc, env=ShardingEnv.from_process_group(dist.GroupMember.WORLD), device=torch.device("cpu"),
+                                 sharders=trainer_sharders(None))
+for ids in ([3, 99], [3, 150]):
+    kjt = KeyedJaggedTensor(keys=["f"], values=torch.tensor(ids), lengths=torch.tensor([1, 1], dtype=torch.int32))
+    try:
+        model(kjt)["f"].sum().backward()  # the fused optimizer steps in backward: it must still be there
+        print("trained", ids, flush=True)
+    except RuntimeError as e:
+        print("refused", ids, str(e).splitlines()[0], flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_the_trainer_refuses_an_id_beyond_its_table_instead_of_training_row_zero(tmp_path: Path):
+    """The backstop behind the loader's check: fbgemm's bounds check set to FATAL in the trainer's
+    sharders (its default logs "Setting idx to zero" and trains row 0)."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", _TRAINER_LOOKUP, str(tmp_path / "store")], capture_output=True, text=True, timeout=300)
+    lines = [line for line in result.stdout.splitlines() if line.startswith(("trained", "refused"))]
+    assert lines[:1] == ["trained [3, 99]"], result.stdout + result.stderr[-3000:]
+    assert len(lines) == 2 and lines[1].startswith("refused [3, 150]") and "idx < num_rows" in lines[1], result.stdout + result.stderr[-3000:]
+    assert "Setting idx to zero" not in result.stderr

@@ -14,6 +14,7 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 from shardrec.sharding.constraints import TableConstraint, parse_constraints
 from shardrec.sharding.cost import PlanCost, evaluate
 from shardrec.sharding.plan_io import PLAN_SCHEMA_VERSION, PlanFile, TablePlan, plan_fingerprint
+from shardrec.sharding.report import idle_ranks_warning
 from shardrec.sharding.request import PlanRequest, SearchRequest
 from shardrec.sharding.skew import LookupCurve, curves_from_stats
 from shardrec.sharding.topology import ClusterTopology, build_topology
@@ -100,6 +101,9 @@ def plan_tables(request: PlanRequest, *, search: str = "shardrec") -> PlanFile:
     plan.sharding_group_size = group_size
     if group_size:
         plan.estimate["sync_every"] = request.sync_every
+    idle = idle_ranks_warning(plan)
+    if idle:
+        logger.warning("%s", idle)
     return plan
 
 

@@ -18,6 +18,23 @@ def _ranks_text(ranks: list[int]) -> str:
     return ",".join(str(r) for r in uniq)
 
 
+def idle_ranks(plan: PlanFile) -> list[int]:
+    """Ranks that hold no shard of any table (of a 2D plan: group ranks); they run the dense part only."""
+    world = plan.sharding_group_size or int(plan.fingerprint.get("world_size", 0))
+    used = {r for tp in plan.tables for r in tp.ranks}
+    return [r for r in range(world) if r not in used]
+
+
+def idle_ranks_warning(plan: PlanFile) -> str:
+    """One line for a plan that leaves ranks without tables ("" when every rank holds some)."""
+    idle = idle_ranks(plan)
+    if not idle:
+        return ""
+    world = plan.sharding_group_size or int(plan.fingerprint.get("world_size", 0))
+    return (f"{len(idle)} of {world} ranks hold no embedding table (ranks {_ranks_text(idle)}): their memory and "
+            "lookups go unused; plan for fewer ranks, or allow row-wise/column-wise sharding for the largest tables")
+
+
 def tables_table(plan: PlanFile, limit: int = 60) -> Table:
     t = Table(title=f"tables ({len(plan.tables)}; planner {plan.planner})")
     for col in ("table", "sharding type", "kernel", "shards", "ranks"):
@@ -34,7 +51,7 @@ def ranks_table(plan: PlanFile, limit: int = 32) -> Table:
     cap = est.get("memory_capacity_bytes", 0) / MiB
     t = Table(title=f"ranks (critical path: rank {est.get('critical_rank')}, {est.get('max_step_ms', 0):.3f} ms/step estimated)")
     t.caption = (
-        f"MiB: memory per rank of {cap:.0f} = weights (wts) + optimizer (opt) + buffers (buf); "
+        f"MiB: memory used of {cap:,.0f} MiB per rank = weights (wts) + optimizer (opt) + buffers (buf); "
         "MiB sent per step (fwd+bwd) by all-to-all, reduce-scatter + all-gather, all-reduce"
     )
     # Short headers keep the table whole on an 80-column terminal.

@@ -46,12 +46,28 @@ def print_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
 
 
+# Libraries' routine notices, hidden even under -v: fbgemm logs one line per kernel library it
+# loads (14 on import) to the root logger.
+_LIBRARY_CHATTER = ("Successfully loaded",)
+# Warnings the pinned stack prints on every run that are no concern of the user's (shown with -v):
+# torch.fx's is_fx_tracing deprecation notice, raised inside torchrec's KeyedJaggedTensor.
+_QUIET_WITHOUT_V = ("torch.fx._symbolic_trace",)
+
+
+def _not_library_chatter(record: logging.LogRecord) -> bool:
+    return not (record.levelno < logging.WARNING and str(record.msg).startswith(_LIBRARY_CHATTER))
+
+
 def configure_logging(verbose: bool = False) -> None:
-    """shardrec's own loggers at INFO (DEBUG with -v); other libraries' at WARNING, since
-    fbgemm and torchrec log routine start-up details to the root logger."""
+    """Without -v, warnings and errors only: a command's results are its output, not log lines.
+    With -v, shardrec's loggers at DEBUG and other libraries' at INFO, less their chatter."""
     logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.WARNING,
+        level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
-    logging.getLogger("shardrec").setLevel(logging.DEBUG if verbose else logging.INFO)
+    # On the root logger itself: fbgemm's records are made there (logging.info), so this filter sees them.
+    logging.getLogger().addFilter(_not_library_chatter)
+    logging.getLogger("shardrec").setLevel(logging.DEBUG if verbose else logging.WARNING)
+    for name in _QUIET_WITHOUT_V:
+        logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.ERROR)

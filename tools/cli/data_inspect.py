@@ -42,9 +42,14 @@ def stats(
         return
     console.print(_table("splits", result["splits"]))
     console.print(_table("rows skipped", [{"reason": k, "rows": v} for k, v in result["skipped"].items()]))
-    short = {"feature": "feature", "cardinality": "rows", "dtype": "dtype", "mean_ids_per_sample": "mean ids",
-             "p95_ids_per_sample": "p95 ids", "distinct_ids": "distinct", "top1_share": "top1%", "top10_share": "top10%"}  # fmt: skip
-    console.print(_table("sparse features", [{v: f.get(k, "") for k, v in short.items()} for f in result["features"]]))
+    # "table rows": embedding rows (the cardinality), not data rows; shares as percentages, one way.
+    short = {"feature": "feature", "cardinality": "table rows", "dtype": "dtype", "mean_ids_per_sample": "mean ids",
+             "p95_ids_per_sample": "p95 ids", "distinct_ids": "distinct ids", "top1_share": "top 1% share",
+             "top10_share": "top 10% share"}  # fmt: skip
+    shares = ("top1_share", "top10_share")
+    console.print(_table("sparse features", [
+        {v: (f"{f[k]:.1%}" if k in shares and isinstance(f.get(k), (int, float)) else f.get(k, "")) for k, v in short.items()}
+        for f in result["features"]]))
     console.print(_table("dense features (transformed, train)", result["dense"]))
     if plot is not None:
         console.print(f"wrote {plot}")
@@ -58,7 +63,7 @@ def head(
 ) -> None:
     """The first rows of a split, decoded: label, transformed dense values, sparse ids."""
     if n < 0:
-        fail(f"-n must be >= 0, got {n}")
+        fail(f"--rows must be >= 0, got {n}")
     try:
         rows = head_rows(directory, n, split)
     except DatasetError as e:
@@ -99,7 +104,7 @@ def import_npy(
     if json_out:
         print_json({"rows": rows})
     else:
-        console.print(f"imported {rows} into {out}", highlight=False)
+        console.print(f"imported {_rows_text(rows)} into {out}", highlight=False)
 
 
 def export_npy(
@@ -115,7 +120,12 @@ def export_npy(
     if json_out:
         print_json(written)
     else:
-        console.print(f"wrote {len(written)} day(s) to {out}: {written}", highlight=False)
+        console.print(f"wrote {len(written)} day file(s) to {out}: {_rows_text(written)}", highlight=False)
+
+
+def _rows_text(rows: dict[str, int]) -> str:
+    """{"train": 1000, "val": 256} -> "train 1,000 rows, val 256 rows"."""
+    return ", ".join(f"{name} {n:,} rows" for name, n in rows.items())
 
 
 def register(data_app: typer.Typer) -> None:

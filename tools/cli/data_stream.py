@@ -40,9 +40,6 @@ def digest(
     if global_batch <= 0 or global_batch % world_size:  # said with the flags, before the loader says it with its names
         fail(f"--global-batch {global_batch} does not divide by --world-size {world_size}" if global_batch > 0
              else f"--global-batch must be positive, got {global_batch}")
-    if global_batch <= 0 or global_batch % world_size:  # said with the flags, before the loader says it with its names
-        fail(f"--global-batch {global_batch} does not divide by --world-size {world_size}" if global_batch > 0
-             else f"--global-batch must be positive, got {global_batch}")
     try:
         loaders = [
             build_loader(

@@ -119,6 +119,11 @@ def _print_plan(result, topology: str, sync_every: int, seconds: float, out: Opt
     console.print(f"planned {len(result.tables)} tables for {world_size} ranks ({topology}) in {seconds:.2f} s{where}")
 
 
+def _mib(n: float) -> str:
+    """Bytes as MiB with separators and one number of decimals for the column: 13,724.95."""
+    return f"{n / 2**20:,.2f}"
+
+
 def _simulate(configs, stats, job, world_size: int, sync_every: int, json_out: bool) -> None:
     from rich.table import Table
 
@@ -136,12 +141,12 @@ def _simulate(configs, stats, job, world_size: int, sync_every: int, json_out: b
         print_json({"per_rank_batch": per_rank, "sync_every": sync_every, "rows": [r.__dict__ for r in rows]})
         return
     MiB = 2**20
-    t = Table(title=f"bytes sent per rank per step, {len(configs)} tables, {per_rank} samples per rank (weak scaling)")
-    for col in ("ranks", "row-wise MiB", "table-wise busiest MiB", "2D MiB", "2D group", "2D of which sync"):
+    t = Table(title=f"MiB sent per rank per step, {len(configs)} tables, {per_rank:,} samples per rank (weak scaling)")
+    for col in ("ranks", "row-wise MiB", "table-wise busiest MiB", "2D MiB", "2D group", "2D of which sync MiB"):
         t.add_column(col, justify="right")
     for r in rows:
-        t.add_row(str(r.world_size), f"{r.row_wise_bytes / MiB:.3f}", f"{r.table_wise_max_bytes / MiB:.3f}",
-                  f"{r.twod_bytes / MiB:.3f}", str(r.group_size), f"{r.twod_sync_bytes / MiB:.3f}")
+        t.add_row(f"{r.world_size:,}", _mib(r.row_wise_bytes), _mib(r.table_wise_max_bytes),
+                  _mib(r.twod_bytes), f"{r.group_size:,}", _mib(r.twod_sync_bytes))
     console.print(t)
     console.print(f"2D: row-wise inside each group, replicas all-reduce their weights every {sync_every} step(s)")
 

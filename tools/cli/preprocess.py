@@ -19,13 +19,21 @@ from shardrec.tools.preprocess.task import InputError, MalformedRowError
 
 
 class _Bar:
-    """Progress sink drawing a rich bar with rows/s and MB/s of text parsed."""
+    """Progress sink drawing a rich bar with rows/s and MB/s of text parsed.
+
+    The bar appears at the first pass (an input error found before it draws no empty bar), and
+    the parse pass's own time and bytes are kept, so that the last line states the rate it showed.
+    """
 
     def __init__(self, progress: Progress) -> None:
-        self.progress, self.task = progress, None
+        self.progress, self.task, self.shown = progress, None, False
         self.t0, self.rows, self.text, self.disk = time.perf_counter(), 0, 0, 0
+        self.parse_seconds, self.parsed_text = 0.0, 0
 
     def start(self, total_bytes: int, label: str) -> None:
+        if not self.shown:
+            self.progress.start()
+            self.shown = True
         self.t0, self.rows, self.text, self.disk = time.perf_counter(), 0, 0, 0
         self.task = self.progress.add_task(label, total=max(total_bytes, 1), rate="")
 
@@ -35,6 +43,7 @@ class _Bar:
         self.disk += disk_bytes
         dt = max(time.perf_counter() - self.t0, 1e-9)
         if self.rows:
+            self.parse_seconds, self.parsed_text = dt, self.text
             rate = f"{self.rows / dt:,.0f} rows/s  {self.text / dt / 1e6:,.1f} MB/s"
         else:  # the counting pass reports no rows
             rate = f"{self.disk / dt / 1e6:,.1f} MB/s"
@@ -104,9 +113,13 @@ def preprocess(
         fail(str(e))
     start = time.perf_counter()
     columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TimeRemainingColumn()]
+    bar = _Bar(Progress(*columns, console=console, disable=json_out, transient=False))
     try:
-        with Progress(*columns, console=console, disable=json_out, transient=False) as progress:
-            result = run_preprocess(cfg, _Bar(progress))
+        try:
+            result = run_preprocess(cfg, bar)
+        finally:
+            if bar.shown:  # rich's stop() prints a newline even for a bar never drawn
+                bar.progress.stop()
     except (MalformedRowError, InputError, DatasetError, ValueError, WorkerDied) as e:
         fail(str(e))
     except OSError as e:  # e.g. no space or no permission under --out
@@ -115,7 +128,7 @@ def preprocess(
     if json_out:
         print_json(_as_json(result, seconds))
     else:
-        _print_tables(result, seconds)
+        _print_tables(result, seconds, bar)
 
 
 def _as_json(result: PreprocessResult, seconds: float) -> dict:
@@ -134,7 +147,7 @@ def _as_json(result: PreprocessResult, seconds: float) -> dict:
     }
 
 
-def _print_tables(result: PreprocessResult, seconds: float) -> None:
+def _print_tables(result: PreprocessResult, seconds: float, bar: _Bar) -> None:
     rows = Table(title="rows")
     rows.add_column("split / reason")
     rows.add_column("rows", justify="right")
@@ -154,8 +167,18 @@ def _print_tables(result: PreprocessResult, seconds: float) -> None:
     for f in result.manifest.sparse_features:
         feats.add_row(f.name, f"{f.cardinality:,}", f.dtype, f"{int(f.stats.get('distinct_ids', 0)):,}", f"{f.stats.get('top1_share', 0):.3f}")
     console.print(feats)
-    mbps = result.bytes / max(seconds, 1e-9) / 1e6
-    console.print(f"{result.lines:,} lines, {result.bytes / 1e6:,.1f} MB of text in {seconds:.1f} s ({mbps:,.1f} MB/s)")
+    console.print(_rate_line(result, seconds, bar), highlight=False)
+
+
+def _rate_line(result: PreprocessResult, seconds: float, bar: _Bar) -> str:
+    """The last line: the parse rate the bar showed (same bytes, same seconds), or no rate at all
+    when every task was already done."""
+    if result.tasks_run == 0:
+        return (f"nothing to do: all {result.tasks_total} task(s) were already done; {result.lines:,} lines, "
+                f"{result.bytes / 1e6:,.1f} MB of text ({seconds:.1f} s)")
+    mbps = bar.parsed_text / max(bar.parse_seconds, 1e-9) / 1e6
+    return (f"{result.lines:,} lines, {result.bytes / 1e6:,.1f} MB of text; parsed at {mbps:,.1f} MB/s "
+            f"({bar.parsed_text / 1e6:,.1f} MB in {bar.parse_seconds:.1f} s); {seconds:.1f} s in all")
 
 
 def register(app: typer.Typer) -> None:

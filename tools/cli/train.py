@@ -69,16 +69,21 @@ def train(
 
     overrides = list(set_ or [])
     job_id = new_job_id()
-    lock = _lock_run_dir(out_dir, job_id, create=False)  # before anything looks at or moves it
-    if _prepare_run_dir(config, data, plan, steps, overrides, nproc_per_node, out_dir, list(allow_change or []), restart):
-        _show_results(out_dir, json_out)  # a finished run: its own results, nothing written
-        return
-    if lock is None or restart:  # a new directory, or the old one (and its lock file) moved aside
-        lock = _lock_run_dir(out_dir, job_id, create=True)
-    _check_resume_checkpoint(out_dir)
-    args = rank_args(config=config, data=data, plan=plan, out_dir=out_dir, steps=steps, overrides=overrides)
-    code = launch(args, nproc_per_node, max_restarts, job_id=job_id)
-    lock.release()
+    locks = [_lock_run_dir(out_dir, job_id, create=False)]  # before anything looks at or moves it
+    try:
+        if _prepare_run_dir(config, data, plan, steps, overrides, nproc_per_node, out_dir, list(allow_change or []), restart):
+            _show_results(out_dir, json_out)  # a finished run: its own results, nothing written
+            return
+        if locks[0] is None or restart:  # a new directory, or the old one (and its lock file) moved aside
+            locks.append(_lock_run_dir(out_dir, job_id, create=True))
+        _check_resume_checkpoint(out_dir)
+        args = rank_args(config=config, data=data, plan=plan, out_dir=out_dir, steps=steps, overrides=overrides)
+        code = launch(args, nproc_per_node, max_restarts, job_id=job_id)
+    finally:
+        # Every way out (a refusal, a finished run) drops the lock: an in-process caller may train again.
+        for lock in locks:
+            if lock is not None:
+                lock.release()
     if code != 0:
         fail(_failure_message(code, out_dir))
     _show_results(out_dir, json_out)

@@ -1,0 +1,129 @@
+"""After training: the target-AUC stop, `shardrec eval` (equal to the run's own evaluation bit
+for bit at its world size, resharded at another), `shardrec export` -> `shardrec predict`
+(split and raw-text rows agree with eval), and a scaled-down configs/dlrmv2.toml end to end.
+
+One training run (2 ranks, synth -> preprocess -> train with a low target AUC) serves every
+test but the DLRMv2 one.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers import assert_one_line_error
+
+REPO = Path(__file__).resolve().parents[2]
+BATCH = 128
+TARGET = 0.6
+FRACTION = 0.25
+TINY = ["--set", "model.embedding_dim=8", "--set", "model.dense_arch=[16, 8]", "--set", "model.over_arch=[16, 1]",
+        "--set", f"train.global_batch_size={BATCH}", "--set", 'data.eval_splits=["val", "test"]']
+
+
+def shardrec(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "shardrec.tools.cli", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=600)
+
+
+def ok(done: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert done.returncode == 0, f"{done.args}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A preprocessed dataset (day_0: train, day_1: val + test) and a run that stopped at the target."""
+    root = tmp_path_factory.mktemp("after_training")
+    ok(shardrec("synth", "raw", "--rows", "4000", "--days", "2", "--max-vocab", "500", cwd=root))
+    ok(shardrec("preprocess", "raw/day_0", "raw/day_1", "--out", "data", "--max-ids", "1000", cwd=root))
+    ok(shardrec("train", "--data", "data", "--out-dir", "run", "--nproc-per-node", "2", "--json", *TINY,
+                "--set", "train.epochs=3", "--set", f"eval.every_epoch_fraction={FRACTION}",
+                "--set", f"train.target_auc={TARGET}", cwd=root))
+    return root
+
+
+def _records(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def _final(run: Path, split: str) -> dict:
+    (record,) = [r for r in _records(run) if r["kind"] == "eval" and r["final"] and r["split"] == split]
+    return record
+
+
+@pytest.mark.slow
+def test_target_auc_stops_the_run_and_records_time_and_samples(trained: Path) -> None:
+    summary = json.loads((trained / "run" / "summary.json").read_text())
+    records = _records(trained / "run")
+    steps_per_epoch = 2000 // BATCH
+    every = int(FRACTION * steps_per_epoch)
+    evals = [r for r in records if r["kind"] == "eval" and r["split"] == "val" and not r["final"]]
+    assert [r["step"] for r in evals] == list(range(every, every * len(evals) + 1, every))
+    first_hit = next(r for r in evals if r["auc"] >= TARGET)
+    assert all(r["auc"] < TARGET for r in evals if r["step"] < first_hit["step"])
+    (target,) = [r for r in records if r["kind"] == "target"]
+    assert target["step"] == first_hit["step"] == summary["steps"] < 3 * steps_per_epoch
+    assert target["samples_to_target"] == summary["samples_to_target"] == first_hit["step"] * BATCH
+    assert summary["target_reached"] is True and summary["time_to_target_s"] > 0
+    assert (trained / "run" / "checkpoints" / f"step-{summary['steps']:08d}").is_dir()
+
+
+@pytest.mark.slow
+def test_eval_equals_the_runs_final_evaluation_bitwise_and_reshards(trained: Path) -> None:
+    final = _final(trained / "run", "val")
+    same = json.loads(ok(shardrec("eval", "run", "--split", "val", "--nproc-per-node", "2", "--json", cwd=trained)).stdout)
+    assert (same["auc"], same["logloss"], same["samples"]) == (final["auc"], final["logloss"], final["samples"])
+    other = json.loads(ok(shardrec("eval", "run", "--split", "val", "--json", cwd=trained)).stdout)
+    assert other["world_size"] == 1 and other["trained_world_size"] == 2
+    assert other["auc"] == pytest.approx(final["auc"], abs=1e-6)
+    missing = shardrec("eval", "run", "--checkpoint", "999", cwd=trained)
+    assert_one_line_error(missing, r"no complete checkpoint of step 999 \(has steps \d+")
+
+
+@pytest.mark.slow
+def test_export_then_predict_matches_eval_on_a_split_and_on_raw_rows(trained: Path) -> None:
+    ok(shardrec("export", "run", "--out", "model.safetensors", cwd=trained))
+    from safetensors import safe_open
+
+    with safe_open(str(trained / "model.safetensors"), framework="pt") as f:
+        header = json.loads(f.metadata()["shardrec"])
+        assert len([k for k in f.keys() if ".embedding_bags." in k]) == 26
+    assert header["transform"]["mode"] == "hash" and header["transform"]["cardinalities"] == [1000] * 26
+    split = json.loads(ok(shardrec("predict", "model.safetensors", "data", "--split", "test", "--out", "split.npy",
+                                   "--json", cwd=trained)).stdout)
+    assert split["rows"] == 1000 and split["auc"] == pytest.approx(_final(trained / "run", "test")["auc"], abs=1e-6)
+    # The test split is the second half of day_1: the same rows as raw text, transformed by predict.
+    lines = (trained / "raw" / "day_1").read_bytes().splitlines(keepends=True)
+    (trained / "test.tsv").write_bytes(b"".join(lines[-1000:]))
+    ok(shardrec("predict", "model.safetensors", "test.tsv", "--out", "raw.txt", cwd=trained))
+    raw = np.loadtxt(trained / "raw.txt")
+    np.testing.assert_allclose(raw, np.load(trained / "split.npy"), rtol=0, atol=1e-6)
+    bad = trained / "bad.tsv"
+    bad.write_bytes(lines[-1] + b"1\tnot-a-row\n")
+    assert_one_line_error(shardrec("predict", "model.safetensors", "bad.tsv", cwd=trained), r"bad.tsv:2: too_few_fields")
+    assert_one_line_error(shardrec("predict", "test.tsv", "data", cwd=trained), r"test.tsv: not a safetensors model file")
+
+
+@pytest.mark.slow
+def test_dlrmv2_config_scaled_down_runs_end_to_end(trained: Path) -> None:
+    done = ok(shardrec(
+        "train", "--config", str(REPO / "configs" / "dlrmv2.toml"), "--data", "data", "--out-dir", "dlrmv2",
+        "--nproc-per-node", "2", "--steps", "4", "--json", "--set", "train.global_batch_size=128",
+        "--set", "data.multihot_rows=[]", "--set", 'data.multihot_cache="cache"', "--set", "model.embedding_dim=8",
+        "--set", "model.dense_arch=[16, 8]", "--set", "model.over_arch=[32, 16, 1]", "--set", "model.dcn_low_rank=8",
+        cwd=trained))
+    summary = json.loads(done.stdout)
+    assert summary["steps"] == 4 and summary["target_auc"] == 0.80275 and summary["target_reached"] is False
+    plan = json.loads((trained / "dlrmv2" / "plan.json").read_text())
+    assert len(plan["tables"]) == 26
+    # The on-the-fly multi-hot ids: the 100-hot feature's index table was drawn into the cache.
+    assert any((trained / "cache").rglob("*.npy"))
+    # 4 steps of 15 per epoch: evaluations every 5% of an epoch are every step.
+    evals = sorted({r["step"] for r in _records(trained / "dlrmv2") if r["kind"] == "eval"})
+    assert evals == [1, 2, 3, 4]

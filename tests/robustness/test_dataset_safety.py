@@ -94,6 +94,8 @@ def test_an_id_beyond_its_table_is_refused_naming_file_row_and_id(tmp_path: Path
     row = 123 if not multi_hot else int(np.searchsorted(np.load(data / "train" / "part-00001" / "f3.offsets.npy"), 123, side="right")) - 1
     pattern = re.escape(f"{path}: row {row} has id 65132, outside table f3 of 1000 rows")
     _assert_every_reader_refuses(data, pattern)
+    plot = _cli("data", "stats", data, "--plot", tmp_path / "ids.png")  # counts every id of the split
+    assert_one_line_error(plot, re.escape(f"{data}: id 65132 is outside the table of 1000 rows; `shardrec data verify"))
     # every gather path: compiled and numpy, shuffled (rows of both parts) and in file order
     for kw in ({}, {"compiled": False}, {"shuffle": False}, {"shuffle": False, "compiled": False}, {"window_blocks": 1, "block_rows": 4}):
         with pytest.raises(DatasetError, match=pattern):

@@ -95,7 +95,11 @@ def plot_frequencies(directory: Path, out_png: Path, split: str = "train") -> No
     import matplotlib.pyplot as plt
 
     manifest = Manifest.load(directory)
-    curves = frequency_curves(directory, manifest, split)
+    open_split(directory, split, manifest)  # the columns' layout checked before they are read
+    try:
+        curves = frequency_curves(directory, manifest, split)
+    except ValueError as e:  # an id outside its table: `data verify` names the file and row
+        raise DatasetError(f"{directory}: {e}; `shardrec data verify {directory}` names the file and row") from None
     fig, ax = plt.subplots(figsize=(9, 6))
     for name, counts in curves.items():
         if len(counts):

@@ -8,7 +8,7 @@ EmbeddingShardingPlanner (on CPU it picks among the sharding types its policy al
 DistributedModelParallel, a torch.optim dense optimizer in KeyedOptimizerWrapper combined with
 the model's fused optimizer, and TrainPipelineSparseDist over torchrec `Batch`es.
 
-The harness (tools/bench/train.py) hands it the batches and times it; the only shardrec
+The harness (tools/bench/train_ranks.py) hands it the batches and times it; the only shardrec
 module this file may import is `shardrec.tools.bench.timing` (tests/unit/test_bench_stock.py
 checks it). It runs in fp32: torchrec's examples have no mixed precision.
 """

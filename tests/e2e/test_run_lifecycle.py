@@ -37,6 +37,12 @@ def test_rerun_resume_changes_data_and_restart(tiny_dataset: Path, tmp_path: Pat
                                     "To continue it, raise --steps (or train.epochs); to start over, add --restart")
     assert json.loads(again.stdout) == json.loads(record["summary.json"])
     assert {name: (run / name).read_bytes() for name in record} == record
+    # 6: in text, the plan table comes first and the results last, with pointers to the files.
+    text = CliRunner().invoke(app, ["train", "--data", str(tiny_dataset), "--out-dir", str(run), *JOB, "--steps", "4"])
+    lines = text.stdout.splitlines()
+    plan_at = next(i for i, line in enumerate(lines) if line.strip().startswith("tables (4; planner"))
+    auc_at = next(i for i, line in enumerate(lines) if "AUC" in line and "log loss" in line)
+    assert plan_at < auc_at and lines[-1].split()[:2] == ["plan:", str(run / "plan.json")], text.stdout
 
     # 2: a changed setting is shown and refused; a misspelt --allow-change gets a suggestion.
     changed = _train(tiny_dataset, run, "--steps", "6", "--set", "optim.dense_lr=0.1", "--set", "train.seed=3")

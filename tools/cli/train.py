@@ -154,7 +154,7 @@ def _show_results(out_dir: Path, json_out: bool) -> None:
     console.print(tables_table(load_plan(out_dir / "plan.json")))
     _print_summary(summary, out_dir)
     console.print(f"plan: {out_dir / 'plan.json'} (`shardrec plan show {out_dir / 'plan.json'}`); "
-                  f"metrics: {out_dir / 'metrics.jsonl'} (`shardrec report {out_dir}`)", highlight=False)
+                  f"metrics: {out_dir / 'metrics.jsonl'} (`shardrec report {out_dir}`)", highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

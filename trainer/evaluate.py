@@ -53,6 +53,14 @@ def run_config(run_dir: Path) -> JobConfig:
     return load_job_config(path)
 
 
+def run_dataset(run_dir: Path, config: JobConfig) -> Manifest:
+    """The manifest of the dataset the run trained on; ValueError when its path is not found from here."""
+    if not Path(config.data.path).is_dir():
+        raise ValueError(f"{Path(run_dir) / RUN_CONFIG}: data.path = {config.data.path!r} is not a directory here "
+                         "(a relative path is taken from where the command runs)")
+    return Manifest.load(config.data.path)
+
+
 def find_checkpoint(run_dir: Path, step: int | None) -> tuple[int, Path]:
     """(step, path) of the run's checkpoint at `step` (None: the newest); ValueError names what exists."""
     done = complete_checkpoints(Path(run_dir) / "checkpoints")
@@ -70,10 +78,7 @@ def check_request(request: EvalRequest, world_size: int) -> tuple[JobConfig, Man
     """Everything that can be checked before ranks start: ValueError with one clear line."""
     config = run_config(request.run_dir)
     find_checkpoint(request.run_dir, request.step)
-    if not Path(config.data.path).is_dir():
-        raise ValueError(f"{Path(request.run_dir) / RUN_CONFIG}: data.path = {config.data.path!r} is not a directory here "
-                         "(a relative path is taken from where the command runs)")
-    manifest = Manifest.load(config.data.path)
+    manifest = run_dataset(request.run_dir, config)
     if request.split not in manifest.splits or manifest.splits[request.split].rows == 0:
         has = ", ".join(s for s, info in manifest.splits.items() if info.rows)
         raise ValueError(f"{config.data.path}: no rows in split {request.split!r} to evaluate (has {has})")
@@ -126,6 +131,6 @@ def evaluate_checkpoint(request: EvalRequest, env: DistEnv) -> dict[str, Any]:
     model.eval()
     metrics = evaluate(model, iter(eval_loader(config, request.split, env)), env.device, config.eval.max_batches)
     metrics["seconds"] = round(time.perf_counter() - start, 3)
-    train_world = torch.load(path / "train_state.pt", weights_only=False)["world_size"]
+    train_world = torch.load(path / "train_state.pt", weights_only=True)["world_size"]
     return {"run_dir": str(request.run_dir), "step": step, "split": request.split, "world_size": env.world_size,
             "trained_world_size": train_world, **metrics}

@@ -33,7 +33,7 @@ from shardrec.dataloader.files import atomic_open
 from shardrec.dataloader.format import Manifest
 from shardrec.embeddings.tables import build_table_configs
 from shardrec.trainer import data_options
-from shardrec.trainer.evaluate import find_checkpoint, run_config
+from shardrec.trainer.evaluate import find_checkpoint, run_config, run_dataset
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +61,9 @@ def available_memory_bytes() -> int | None:
 
 def _tensor_entries(checkpoint: Path) -> dict[str, TensorStorageMetadata]:
     """The model's tensors in the checkpoint: RecModel state-dict name -> DCP metadata."""
+    from shardrec.trainer.checkpoint_trust import verify_checkpoint
+
+    verify_checkpoint(checkpoint)  # DCP unpickles .metadata: only once its digests vouch for it
     metadata = FileSystemReader(str(checkpoint)).read_metadata()
     return {
         key[len(CHECKPOINT_PREFIX):]: meta
@@ -101,7 +104,7 @@ def feature_transform(manifest: Manifest, dataset: Path, data: Any) -> dict[str,
 def model_header(run_dir: Path, step: int) -> dict[str, Any]:
     """What the model file says about itself (its `__metadata__["shardrec"]`)."""
     config = run_config(run_dir)
-    raw = Manifest.load(config.data.path)
+    raw = run_dataset(run_dir, config)
     seen = data_options.model_manifest(raw, config.data)
     tables = build_table_configs(seen, config.model.embedding_dim, config.model.dims)
     return {

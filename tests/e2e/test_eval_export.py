@@ -127,3 +127,17 @@ def test_dlrmv2_config_scaled_down_runs_end_to_end(trained: Path) -> None:
     # 4 steps of 15 per epoch: evaluations every 5% of an epoch are every step.
     evals = sorted({r["step"] for r in _records(trained / "dlrmv2") if r["kind"] == "eval"})
     assert evals == [1, 2, 3, 4]
+
+
+@pytest.mark.slow
+def test_export_refuses_a_table_larger_than_memory_before_writing(trained: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from shardrec.trainer.export import export_model
+
+    with pytest.raises(ValueError, match=r"run/config.toml: data.path = 'data' is not a directory here"):
+        export_model(trained / "run", trained / "elsewhere.safetensors")
+    monkeypatch.chdir(trained)  # the run's data.path is relative to where it trained
+    out = trained / "too_big.safetensors"
+    with pytest.raises(ValueError, match=r"tensor sparse_arch\.embedding_bag_collection\.embedding_bags\.t_C\d+\.weight "
+                                         r"takes 0\.00 GiB, more than the 0\.00 GiB of memory available here"):
+        export_model(trained / "run", out, memory_bytes=1000)
+    assert not out.exists() and not list(trained.glob(".too_big*"))

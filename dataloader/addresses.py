@@ -13,6 +13,8 @@ import weakref
 import numpy as np
 
 from shardrec.dataloader.format import Part
+from shardrec.dataloader.gather_kernels import _part_of
+from shardrec.dataloader.jit import njit
 
 
 def index_dtype(count: int) -> type:
@@ -25,6 +27,29 @@ def index_dtype(count: int) -> type:
     if count <= 1 << 31:
         return np.int32
     return np.int64
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def locate_used(rows, part_starts, part_of, local, used):
+    """`gather_kernels.locate` with part indices renumbered over the parts the rows use, in the
+    order first met: part_of[i] indexes `used`, which gets each such part's own index.
+    Returns how many parts the rows use. One pass; the caller picks part_of's dtype to hold
+    min(parts, rows) indices."""
+    parts = part_starts.shape[0] - 1
+    number = np.full(parts, -1, np.int64)
+    count = 0
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        p = _part_of(r, part_starts, parts)
+        k = number[p]
+        if k < 0:
+            k = count
+            number[p] = k
+            used[k] = p
+            count += 1
+        part_of[i] = k
+        local[i] = r - part_starts[p]
+    return count
 
 
 def _columns(part: Part, feature_names: list[str]) -> list[np.ndarray]:

@@ -22,7 +22,7 @@ from torchrec.datasets.utils import Batch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from shardrec.dataloader import gather_kernels as kernels
-from shardrec.dataloader.addresses import AddressCache, index_dtype
+from shardrec.dataloader.addresses import AddressCache, index_dtype, locate_used
 from shardrec.dataloader.format import Part
 from shardrec.dataloader.integrity import bad_id_error, bad_jagged_id_error
 from shardrec.dataloader.multihot import IndexTables
@@ -85,7 +85,6 @@ class BatchGatherer:
             raise ValueError("compiled gathers need numba, which does not import here")
         # Per part, its columns' data addresses for the kernels that read rows of several parts.
         self._addresses = AddressCache(self.feature_names, self.parts[0])
-        self._part_dtype = index_dtype(len(parts))
         self._local_dtype = np.int32 if max(rows) <= 1 << 31 else np.int64
 
     def _part_range(self, rows: np.ndarray) -> tuple[int, int]:
@@ -161,14 +160,18 @@ class BatchGatherer:
             take(get(self.parts[p]), local, where, out)
         return True
 
-    def _check_ids(self, name: str, values: np.ndarray, rows: np.ndarray, hi: int | None = None) -> None:
+    def _check_ids(
+        self, name: str, values: np.ndarray, rows: np.ndarray, hi: int | None = None, source: np.ndarray | None = None
+    ) -> None:
         """Refuse ids of `name` at or beyond its table's rows. values[k] came from global row
-        rows[k]; `hi`: their largest as a kernel found it (else one max over them here)."""
+        rows[k]; `hi`: their largest as a kernel found it; else the max of `source`, the same
+        ids in their own (unsigned) dtype, a quarter of the int64 bytes for uint16 ids and, for
+        consecutive rows, a view of the map; else one max over `values`."""
         limit = self.limits.get(name)
         if not limit:
             return
         if hi is None:
-            hi = values.view(np.uint64).max() if values.size else 0
+            hi = (source if source is not None else values.view(np.uint64)).max(initial=0)
         if int(hi) >= limit:
             raise bad_id_error(self.parts, self._part_starts, name, values, rows)
 
@@ -202,9 +205,10 @@ class BatchGatherer:
         rows = slices[0][0] if count == 1 else np.concatenate([r for r, _ in slices])
         n = count * b
         if self.compiled and not self.multi_hot and len(set(self._part_range(rows))) > 1:
-            located = (np.empty(n, self._part_dtype), np.empty(n, self._local_dtype))
-            kernels.locate(rows, self._part_starts, *located)
-            return self._batches(slices, *self._gather_located(located, count, b, rows))
+            located = (np.empty(n, index_dtype(min(len(self.parts), n))), np.empty(n, self._local_dtype))
+            used = np.empty(min(len(self.parts), n), np.int64)
+            used = used[: locate_used(rows, self._part_starts, *located, used)]
+            return self._batches(slices, *self._gather_located(located, used, count, b, rows))
         groups = self._group(rows)
         labels = self._column(groups, n, lambda p: p.labels, np.empty(n, np.float32))
         dense = self._column(groups, n, lambda p: p.dense, np.empty((n, self.num_dense), np.float32))
@@ -221,8 +225,9 @@ class BatchGatherer:
                     hi = kernels.take_ids(column, groups.local[0], values, f, self.modulo.get(name, 0))
                     self._check_ids(name, values[:, f, :], rows, hi)
                     continue
-                values[:, f, :] = self._take(groups, n, lambda p, name=name: p.sparse[name]).reshape(count, b)
-                self._check_ids(name, values[:, f, :], rows)
+                taken = self._take(groups, n, lambda p, name=name: p.sparse[name])
+                values[:, f, :] = taken.reshape(count, b)
+                self._check_ids(name, values[:, f, :], rows, source=taken)
                 if name in self.modulo:
                     np.remainder(values[:, f, :], self.modulo[name], out=values[:, f, :])
             kjts = self._one_hot_kjts(values, b)
@@ -245,19 +250,15 @@ class BatchGatherer:
             for i in range(len(slices))
         ]
 
-    def _gather_located(self, located: tuple[np.ndarray, np.ndarray], count: int, b: int, rows: np.ndarray):
+    def _gather_located(self, located: tuple[np.ndarray, np.ndarray], used: np.ndarray, count: int, b: int, rows: np.ndarray):
         """Labels, dense and one-hot ids of rows spread over several parts, each written once,
-        in order (no grouping by part, no scattered writes)."""
+        in order (no grouping by part, no scattered writes). located: (part_of, local), part_of
+        indexing `used`, the parts' own indices (locate_used)."""
         n = count * b
         part_of, local = located
-        # The parts used, held (mapped) until the kernels are done with their raw addresses;
-        # part_of renumbered over them, so each column's table has one entry per part used.
-        used = np.flatnonzero(np.bincount(part_of, minlength=len(self.parts)))
+        # The parts used, held (mapped) until the kernels are done with their raw addresses:
+        # each column's table has one entry per part used.
         held = [self.parts[int(p)] for p in used]
-        if len(used) < len(self.parts):
-            lut = np.zeros(len(self.parts), index_dtype(len(used)))
-            lut[used] = np.arange(len(used))
-            part_of = lut[part_of]
         addresses, strides, same = self._addresses.tables(used, held)
 
         def fallback() -> _Groups:  # numpy, part by part (layouts differ, or float16)
@@ -278,8 +279,9 @@ class BatchGatherer:
         for f, name in enumerate(self.feature_names):
             c = f + 2
             if not same[c]:
-                values[:, f, :] = self._take(fallback(), n, lambda p, name=name: p.sparse[name]).reshape(count, b)
-                self._check_ids(name, values[:, f, :], rows)
+                taken = self._take(fallback(), n, lambda p, name=name: p.sparse[name])
+                values[:, f, :] = taken.reshape(count, b)
+                self._check_ids(name, values[:, f, :], rows, source=taken)
                 if name in self.modulo:
                     np.remainder(values[:, f, :], self.modulo[name], out=values[:, f, :])
             else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from shardrec.tools.bench import loader as bench_loader, plan as bench_plan, preprocess as bench_preprocess
-from shardrec.tools.bench import train as bench_train
+from shardrec.tools.bench import scale as bench_scale, train as bench_train
 
 bench_app = typer.Typer(help="Benchmarks; each prints its ratio against a baseline measured in the same run.", no_args_is_help=True)
 
@@ -15,4 +15,5 @@ def register(app: typer.Typer) -> None:
     bench_preprocess.register(bench_app)
     bench_plan.register(bench_app)
     bench_train.register(bench_app)
+    bench_scale.register(bench_app)
     app.add_typer(bench_app, name="bench")

@@ -67,8 +67,9 @@ class Delivery:
     """Gather with the numba kernels (None: when numba imports; False: numpy only, the same
     batches, slower; dataloader/gather_kernels.py)."""
     max_mapped_parts: int | None = None
-    """Parts kept memory-mapped at once (None: what the kernel's map limit allows, ~585
-    Criteo parts; others are mapped again as the stream reaches them; part_cache.py)."""
+    """Parts kept memory-mapped at once (None: all loaders of the process share half the
+    kernel's map limit, ~1,170 Criteo parts; others are mapped again as the stream reaches
+    them; part_cache.py)."""
 
     def __post_init__(self) -> None:
         if self.num_workers < 0:

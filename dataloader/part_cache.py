@@ -4,8 +4,9 @@ A Criteo-1TB-sized dataset has ~10,000 parts of 28 column files each: 280 K maps
 kernel's per-process limit (vm.max_map_count, 65,530 by default). The loader never needs
 them all at once: the shuffle (order.py) reads one group of 256 segments at a time, so a
 gather touches at most ~256 parts, and without shuffle parts are read one after another.
-`PartSet` keeps the most recently used `capacity` parts mapped (default: what a quarter of
-the map limit allows, 585 Criteo parts) and maps the others again when they come back.
+`PartSet` keeps the most recently used parts mapped and maps the others again when they come
+back: all sets of the process together keep their maps under half the kernel's limit (32 K
+maps: ~1,170 Criteo parts over all loaders), and a set may be bounded further (`capacity`).
 
 An evicted part is unmapped only once nothing uses it: its arrays own their maps
 (mapping.py), so a gather still holding a part or one of its columns keeps it valid, on
@@ -15,7 +16,9 @@ count bounds what a split may hold.
 
 from __future__ import annotations
 
+import itertools
 import threading
+import weakref
 from collections import OrderedDict
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -23,19 +26,54 @@ from typing import Iterator, Sequence
 from shardrec.dataloader.format import DatasetError, Manifest, Part, open_part
 
 DEFAULT_MAX_MAP_COUNT = 65530
-MAP_SHARE = 4
-"""The loader keeps its maps under 1/MAP_SHARE of vm.max_map_count (torch, numba and
-the rest of the process map files and memory too)."""
+MAP_SHARE = 2
+"""All PartSets of the process together keep their maps under 1/MAP_SHARE of vm.max_map_count
+(torch, numba and the rest of the process map files and memory too)."""
 
 
-def default_capacity(files_per_part: int, max_map_count: int | None = None) -> int:
-    """How many parts of `files_per_part` column files fit in 1/MAP_SHARE of the map limit."""
-    if max_map_count is None:
-        try:
-            max_map_count = int(Path("/proc/sys/vm/max_map_count").read_text())
-        except (OSError, ValueError):
-            max_map_count = DEFAULT_MAX_MAP_COUNT
-    return max(2, max_map_count // MAP_SHARE // max(files_per_part, 1))
+def max_map_count() -> int:
+    try:
+        return int(Path("/proc/sys/vm/max_map_count").read_text())
+    except (OSError, ValueError):
+        return DEFAULT_MAX_MAP_COUNT
+
+
+class _Budget:
+    """The maps of every PartSet of the process, least recently used first: a trainer holds a
+    loader per split, a benchmark several per dataset, and only together must they stay under
+    the kernel's limit. One lock serves all sets (a lookup is a dict move; opening a part,
+    rare, is the only slow thing done under it)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.order: OrderedDict[tuple[int, int], int] = OrderedDict()  # (set id, part) -> files
+        self.sets: weakref.WeakValueDictionary[int, PartSet] = weakref.WeakValueDictionary()
+        self.maps = 0
+        self.limit = max_map_count() // MAP_SHARE
+
+    def add(self, key: tuple[int, int], files: int) -> None:
+        self.order[key] = files
+        self.maps += files
+        while self.maps > self.limit and len(self.order) > 1:
+            oldest = next(iter(self.order))
+            owner = self.sets.get(oldest[0])
+            if owner is None:
+                self.drop(oldest)
+            else:
+                owner._evict(oldest[1])
+
+    def drop(self, key: tuple[int, int]) -> None:
+        self.maps -= self.order.pop(key, 0)
+
+    def forget(self, set_id: int) -> None:
+        """A PartSet is gone: its maps go with its parts."""
+        with self.lock:
+            for key in [k for k in self.order if k[0] == set_id]:
+                self.drop(key)
+
+
+_BUDGET = _Budget()
+_IDS = itertools.count()
 
 
 class PartSet(Sequence[Part]):
@@ -43,19 +81,20 @@ class PartSet(Sequence[Part]):
 
     def __init__(self, directory: str | Path, split: str, manifest: Manifest, capacity: int | None = None) -> None:
         """Check every part now, as opening a split always has (files inside the dataset, sizes,
-        dtypes, shapes; DatasetError names the first bad one), keeping the last `capacity` mapped."""
+        dtypes, shapes; DatasetError names the first bad one). `capacity`: parts this set keeps
+        mapped at most (None: only the process-wide map budget bounds it)."""
         self.directory = Path(directory)
         if split not in manifest.splits:
             raise DatasetError(f"{directory}: no split {split!r} (has {', '.join(manifest.splits) or 'none'})")
-        self.split, self.manifest = split, manifest
+        if capacity is not None and capacity < 1:
+            raise ValueError(f"capacity must be at least 1 part, got {capacity}")
+        self.split, self.manifest, self.capacity = split, manifest, capacity
         self._infos = manifest.splits[split].parts
         self.rows: tuple[int, ...] = tuple(int(p.rows) for p in self._infos)
-        files = max((len(p.files) for p in self._infos), default=1)
-        self.capacity = default_capacity(files) if capacity is None else capacity
-        if self.capacity < 1:
-            raise ValueError(f"capacity must be at least 1 part, got {self.capacity}")
         self._mapped: OrderedDict[int, Part] = OrderedDict()
-        self._lock = threading.Lock()  # prefetch workers gather on several threads
+        self._id = next(_IDS)
+        _BUDGET.sets[self._id] = self
+        weakref.finalize(self, _BUDGET.forget, self._id)
         self.opens = 0
         """Parts mapped so far, first opening included (a measure of eviction churn)."""
         for i in range(len(self._infos)):
@@ -68,17 +107,24 @@ class PartSet(Sequence[Part]):
         i = index + len(self._infos) if index < 0 else index
         if not 0 <= i < len(self._infos):
             raise IndexError(f"part {index} outside [0, {len(self._infos)})")
-        with self._lock:
+        with _BUDGET.lock:
             part = self._mapped.get(i)
             if part is not None:
                 self._mapped.move_to_end(i)
+                _BUDGET.order.move_to_end((self._id, i))
                 return part
             part = open_part(self.directory, self.split, self._infos[i], self.manifest)
             self.opens += 1
             self._mapped[i] = part
-            while len(self._mapped) > self.capacity:
-                self._mapped.popitem(last=False)
+            if self.capacity is not None and len(self._mapped) > self.capacity:
+                self._evict(next(iter(self._mapped)))
+            _BUDGET.add((self._id, i), len(self._infos[i].files))
             return part
+
+    def _evict(self, i: int) -> None:
+        """Drop part i's maps (unmapped once no gather holds the part). Under the budget's lock."""
+        self._mapped.pop(i, None)
+        _BUDGET.drop((self._id, i))
 
     def __iter__(self) -> Iterator[Part]:
         return (self[i] for i in range(len(self._infos)))

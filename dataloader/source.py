@@ -47,8 +47,8 @@ def open_source(
 ) -> SplitSource:
     """Open `split` of a shardrec dataset, or of a torchrec day_N_*.npy directory.
 
-    `max_mapped_parts`: parts of a shardrec dataset kept mapped at once (None: what the
-    kernel's map limit allows, part_cache.default_capacity); any number of parts can be read.
+    `max_mapped_parts`: parts of a shardrec dataset kept mapped at once (None: bounded only
+    by the process-wide map budget, part_cache.py); any number of parts can be read.
 
     Raises:
         DatasetError: missing directory/files, sizes disagreeing with the manifest, empty split.

@@ -4,6 +4,7 @@ when the open-file limit is reached anyway."""
 
 from __future__ import annotations
 
+import gc
 import os
 import resource
 from pathlib import Path
@@ -133,3 +134,20 @@ def test_an_exhausted_open_file_limit_is_one_clear_line(datasets):
     message = str(raised.value)
     assert "\n" not in message and f"the open-file limit is reached (ulimit -n {limit})" in message
     assert "part-00000/label.npy: cannot map" in message
+
+
+def test_all_part_sets_of_the_process_share_one_map_budget(datasets, monkeypatch):
+    from shardrec.dataloader import part_cache
+
+    _, many = datasets
+    files = len(Manifest.load(many).splits["train"].parts[0].files)
+    monkeypatch.setattr(part_cache._BUDGET, "limit", part_cache._BUDGET.maps + 20 * files)
+    sets = [open_source(many, "train").parts for _ in range(3)]
+    assert sum(s.mapped for s in sets) == 20  # the newest set keeps the last 20 parts, the others none
+    assert sets[-1].mapped == 20 and sets[-1][0].rows == sets[-1].rows[0]
+    ids = {s._id for s in sets}
+    assert {k[0] for k in part_cache._BUDGET.order} & ids == {sets[-1]._id}
+    del sets
+    gc.collect()
+    assert not {k[0] for k in part_cache._BUDGET.order} & ids  # dropped sets' maps left the budget
+    assert part_cache._BUDGET.maps == sum(part_cache._BUDGET.order.values())

@@ -1,0 +1,94 @@
+"""The data commands on more parts than a low open-file limit allows descriptors for: 300 parts of
+6 column files each (1,800 files; np.load's maps held one descriptor each) under `ulimit -n 256`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from conftest import write_tiny_dataset
+from shardrec.dataloader.format import Manifest, SplitInfo, open_part, write_part
+from shardrec.tools.cli.app import app
+
+PARTS = 300
+LIMIT = 256
+
+
+def _resplit(src: Path, dst: Path, parts: int) -> None:
+    """The 1-part train split of `src` again as `parts` parts of uneven sizes."""
+    manifest = Manifest.load(src)
+    whole = open_part(src, "train", manifest.splits["train"].parts[0], manifest)
+    cuts = np.sort(np.random.default_rng(11).choice(np.arange(1, whole.rows), parts - 1, replace=False))
+    bounds = [0, *cuts.tolist(), whole.rows]
+    info = SplitInfo(rows=whole.rows)
+    for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
+        sparse = {n: np.asarray(v[a:b]) for n, v in whole.sparse.items()}
+        info.parts.append(write_part(dst / "train" / f"part-{k:05d}", np.asarray(whole.labels[a:b]), np.asarray(whole.dense[a:b]), sparse, fsync=False))
+    Manifest(manifest.dense_features, manifest.sparse_features, {"train": info}).save(dst)
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("many-parts")
+    write_tiny_dataset(root / "one", rows={"train": [1200]})
+    _resplit(root / "one", root / "many", PARTS)
+    return root / "one", root / "many"
+
+
+# One process under the limit runs every command (torch is imported once): CliRunner inside it,
+# each command's exit code and stdout printed as JSON.
+_LIMITED = """
+import json, resource, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, ({limit}, {limit}))
+from typer.testing import CliRunner
+from shardrec.tools.cli.app import app
+out = []
+for args in json.loads(sys.argv[1]):
+    r = CliRunner().invoke(app, args)
+    out.append({{"code": r.exit_code, "stdout": r.stdout, "error": repr(r.exception)}})
+print(json.dumps(out))
+"""
+
+
+def _limited(*commands: list[str]) -> list[dict]:
+    script = _LIMITED.format(limit=LIMIT)
+    done = subprocess.run([sys.executable, "-c", script, json.dumps(commands)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout.splitlines()[-1])
+    for command, r in zip(commands, results):
+        assert r["code"] == 0, (command, r)
+    return results
+
+
+def _in_process(args: list[str]) -> str:
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    return r.stdout
+
+
+def _digests(stdout: str) -> list[str]:
+    return [row["sha256"] for row in json.loads(stdout)["digests"]]
+
+
+def test_data_commands_on_300_parts_under_ulimit_256(datasets):
+    one, many = datasets
+    digest = ["--global-batch", "48", "--batches", "25", "--json"]
+    ordered, shuffled, verified, head = _limited(
+        ["data", "digest", str(many), "--no-shuffle", *digest],
+        ["data", "digest", str(many), *digest],
+        ["data", "verify", str(many), "--json"],
+        ["data", "head", str(many), "--rows", "3", "--json"],
+    )
+    # The whole unshuffled epoch: every batch crosses parts, some cross part 256 (uint16 indices).
+    assert len(_digests(ordered["stdout"])) == 25
+    assert _digests(ordered["stdout"]) == _digests(_in_process(["data", "digest", str(one), "--no-shuffle", *digest]))
+    # Shuffled, the stream is the one the same dataset gives without the limit.
+    assert _digests(shuffled["stdout"]) == _digests(_in_process(["data", "digest", str(many), *digest]))
+    assert json.loads(verified["stdout"]) == {"directory": str(many), "ok": True, "problems": []}
+    assert head["stdout"] == _in_process(["data", "head", str(one), "--rows", "3", "--json"]).replace(str(one), str(many))

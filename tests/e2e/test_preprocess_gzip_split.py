@@ -103,3 +103,15 @@ def test_a_dead_stream_in_a_split_file_is_named(raw: Path, tmp_path: Path, monke
     path.write_bytes(bytes(data))
     res = _preprocess(path.parent, tmp_path / "out")
     assert_one_line_error(res, rf"^error: {path}: dead gzip stream mid-file at or before compressed byte [\d,]+ of {len(data):,}: corrupt data")
+
+
+def test_only_a_file_whose_lines_are_counted_is_split(raw: Path, tmp_path: Path):
+    days = tmp_path / "days"
+    days.mkdir()
+    for d in (0, 1):
+        (days / f"day_{d}.gz").write_bytes((raw / "gz" / "train.txt.gz").read_bytes())
+    tasks = plan_tasks([days / "day_0.gz", days / "day_1.gz"], "days", "first", int(CHUNK_MB * (1 << 20)), False, tmp_path)
+    first = [t for t in tasks if t.path.endswith("day_0.gz")]
+    last = [t for t in tasks if t.path.endswith("day_1.gz")]
+    assert [(t.start, t.end) for t in first] == [(0, -1)]  # a training day among others: one task, no pass
+    assert len(last) > 10 and {s.split for t in last for s in t.splits} == {"val", "test"}

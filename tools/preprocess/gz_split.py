@@ -7,9 +7,12 @@ plain file's, so the output does not depend on the worker count, and a range dec
 index is checked against its CRC before its rows count. The pass's result and the index are kept
 under the output's .work directory (written atomically) and reused by a rerun of the same input.
 
-Only files of at least SPLIT_MIN_CHUNKS x chunk_bytes compressed are split: the pass costs about
-as much CPU as inflating the file, which a run of many small days (spread over the workers file by
-file already) would pay for nothing; a 1TB day (~15 GB compressed) is split, a 1/100 day is not.
+Which files are split (inputs.plan_tasks): those whose lines must be counted anyway (Kaggle's
+one file, the last day of a days layout, halved into val/test) and of at least SPLIT_MIN_CHUNKS x
+chunk_bytes compressed; the pass then takes the place of the count. The pass is one sequential
+decode (rapidgzip on one thread, ~480 MB per CPU-second here with the cutting and CRCs), which caps
+what splitting can gain: a training day among many stays one task, as the days already spread
+over the workers file by file, and scanning each of 24 days first would serialize the plan.
 """
 
 from __future__ import annotations

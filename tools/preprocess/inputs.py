@@ -223,7 +223,9 @@ def plan_tasks(
     for fi, path in enumerate(files):
         is_last = fi == len(files) - 1
         needs_lines = layout == "kaggle" or is_last
-        if str(path).endswith(".gz") and should_split(path, chunk_bytes):
+        # Only a file whose lines are counted anyway (kaggle's one file, the last day) is split: its
+        # planning pass replaces the count; a training day among others stays one task (gz_split).
+        if str(path).endswith(".gz") and needs_lines and should_split(path, chunk_bytes):
             scan = scan_gzip(path, fi, chunk_bytes, header, work_dir)
             ranges = split_ranges(layout, is_last, scan.total_lines, val_half) if needs_lines else ()
             firsts = [sum(scan.counts[:i]) for i in range(len(scan.counts))]

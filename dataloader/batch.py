@@ -216,13 +216,17 @@ class BatchGatherer:
             kjts = [self._kjt(*self._jagged(self._group(r), b, r), b) for r, _ in slices]
         else:
             values = np.empty((count, len(self.feature_names), b), np.int64)
-            # Rows of one part in shuffled order: the kernel (several parts went to _gather_located;
-            # consecutive rows stay with numpy, a slice copy beats any gather).
-            compiled = self.compiled and len(groups.parts) == 1 and groups.spans[0] is None
+            # Rows of one part: the kernels, a gather in shuffled order, a cast copy of consecutive
+            # rows (several parts went to _gather_located).
+            compiled = self.compiled and len(groups.parts) == 1
+            span = groups.spans[0] if compiled else None
             for f, name in enumerate(self.feature_names):
-                if compiled:
+                if compiled and (span is None or name not in self.modulo):
                     column = self.parts[groups.parts[0]].sparse[name]
-                    hi = kernels.take_ids(column, groups.local[0], values, f, self.modulo.get(name, 0))
+                    if span is None:
+                        hi = kernels.take_ids(column, groups.local[0], values, f, self.modulo.get(name, 0))
+                    else:
+                        hi = kernels.copy_ids(column, span[0], values, f)
                     self._check_ids(name, values[:, f, :], rows, hi)
                     continue
                 taken = self._take(groups, n, lambda p, name=name: p.sparse[name])

@@ -46,14 +46,24 @@ class _Budget:
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
-        self.order: OrderedDict[tuple[int, int], int] = OrderedDict()  # (set id, part) -> files
+        # (set id, part index) -> (part key, its files), least recently used first; a part that
+        # several sets share counts once (refs: entries per part key).
+        self.order: OrderedDict[tuple[int, int], tuple[tuple, int]] = OrderedDict()
+        self.refs: dict[tuple, int] = {}
         self.sets: weakref.WeakValueDictionary[int, PartSet] = weakref.WeakValueDictionary()
+        self.parts: weakref.WeakValueDictionary[tuple, Part] = weakref.WeakValueDictionary()
+        """Every mapped part alive in the process by (dataset, split, part, checksums): two
+        loaders of one split share one map of each part (a benchmark's shuffled and ordered
+        loaders, a resume check), and a part evicted from one set but held by another comes
+        back without a new map."""
         self.maps = 0
         self.limit = max_map_count() // MAP_SHARE
 
-    def add(self, key: tuple[int, int], files: int) -> None:
-        self.order[key] = files
-        self.maps += files
+    def add(self, entry: tuple[int, int], key: tuple, files: int) -> None:
+        self.order[entry] = (key, files)
+        count = self.refs.get(key, 0)
+        self.refs[key] = count + 1
+        self.maps += files if count == 0 else 0
         while self.maps > self.limit and len(self.order) > 1:
             oldest = next(iter(self.order))
             owner = self.sets.get(oldest[0])
@@ -62,8 +72,15 @@ class _Budget:
             else:
                 owner._evict(oldest[1])
 
-    def drop(self, key: tuple[int, int]) -> None:
-        self.maps -= self.order.pop(key, 0)
+    def drop(self, entry: tuple[int, int]) -> None:
+        item = self.order.pop(entry, None)
+        if item is None:
+            return
+        key, files = item
+        self.refs[key] -= 1
+        if self.refs[key] == 0:
+            del self.refs[key]
+            self.maps -= files
 
     def forget(self, set_id: int) -> None:
         """A PartSet is gone: its maps go with its parts."""
@@ -92,11 +109,14 @@ class PartSet(Sequence[Part]):
         self._infos = manifest.splits[split].parts
         self.rows: tuple[int, ...] = tuple(int(p.rows) for p in self._infos)
         self._mapped: OrderedDict[int, Part] = OrderedDict()
+        root = str(self.directory.resolve())
+        self._keys = [(root, split, p.name, tuple(sorted((f, i.sha256) for f, i in p.files.items()))) for p in self._infos]
         self._id = next(_IDS)
         _BUDGET.sets[self._id] = self
         weakref.finalize(self, _BUDGET.forget, self._id)
         self.opens = 0
-        """Parts mapped so far, first opening included (a measure of eviction churn)."""
+        """Parts this set opened and mapped so far, first opening included (a measure of
+        eviction churn; a part another set had mapped is not counted)."""
         for i in range(len(self._infos)):
             self[i]
 
@@ -113,12 +133,15 @@ class PartSet(Sequence[Part]):
                 self._mapped.move_to_end(i)
                 _BUDGET.order.move_to_end((self._id, i))
                 return part
-            part = open_part(self.directory, self.split, self._infos[i], self.manifest)
-            self.opens += 1
+            part = _BUDGET.parts.get(self._keys[i])
+            if part is None:
+                part = open_part(self.directory, self.split, self._infos[i], self.manifest)
+                _BUDGET.parts[self._keys[i]] = part
+                self.opens += 1
             self._mapped[i] = part
             if self.capacity is not None and len(self._mapped) > self.capacity:
                 self._evict(next(iter(self._mapped)))
-            _BUDGET.add((self._id, i), len(self._infos[i].files))
+            _BUDGET.add((self._id, i), self._keys[i], len(self._infos[i].files))
             return part
 
     def _evict(self, i: int) -> None:

@@ -150,4 +150,10 @@ def test_all_part_sets_of_the_process_share_one_map_budget(datasets, monkeypatch
     del sets
     gc.collect()
     assert not {k[0] for k in part_cache._BUDGET.order} & ids  # dropped sets' maps left the budget
-    assert part_cache._BUDGET.maps == sum(part_cache._BUDGET.order.values())
+    assert part_cache._BUDGET.maps == sum(files for key, files in {k: f for k, f in part_cache._BUDGET.order.values()}.items())
+
+
+def test_loaders_of_one_split_share_its_maps(datasets):
+    _, many = datasets
+    first, second = open_source(many, "train").parts, open_source(many, "train").parts
+    assert second.opens == 0 and second[7] is first[7]  # the second set mapped nothing of its own

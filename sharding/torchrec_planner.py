@@ -10,6 +10,7 @@ import warnings
 from contextlib import contextmanager
 
 from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
+from torchrec.distributed.planner.storage_reservations import StorageReservation
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 from shardrec.embeddings.tables import build_ebc
@@ -63,10 +64,11 @@ def to_parameter_constraints(
     return out
 
 
-def torchrec_plan(request: SearchRequest) -> list[TablePlan]:
+def torchrec_plan(request: SearchRequest, storage_reservation: StorageReservation | None = None) -> list[TablePlan]:
     """Placement chosen by torchrec's EmbeddingShardingPlanner (its default proposers and partitioner).
 
     The request's optimizer and skew curves are not used: torchrec's estimators do not model them.
+    `storage_reservation` None keeps torchrec's default (HeuristicalStorageReservation, 15%).
     """
     world_size = request.topology.world_size
     with warnings.catch_warnings(), quiet_torchrec(logging.ERROR):
@@ -76,6 +78,7 @@ def torchrec_plan(request: SearchRequest) -> list[TablePlan]:
             topology=to_torchrec_topology(request.topology),
             batch_size=max(1, request.global_batch_size // world_size),
             constraints=constraints,
+            storage_reservation=storage_reservation,
             debug=False,
         )
         plan = planner.plan(build_ebc(request.configs), build_sharders())

@@ -74,7 +74,20 @@ def test_bench_plan_runs_one_case() -> None:
     out = json.loads(res.stdout[res.stdout.index("{"):])
     (case,) = out["cases"]
     assert case["shardrec_fits"] and case["torchrec_fits"]
-    assert 0 < case["ratio_shardrec_model"] <= 1.0
+    # The headline is torchrec's estimators' ratio of the two plans, both reserving the same memory.
+    assert case["ratio_torchrec_estimators"] == pytest.approx(case["shardrec_torchrec_ms"] / case["torchrec_torchrec_ms"])
+    assert out["geomean_ratio_torchrec_estimators"] == pytest.approx(case["ratio_torchrec_estimators"])
+    assert 0.5 < case["ratio_torchrec_estimators"] <= 1.0
+    assert 0 < case["ratio_shardrec_model"] <= 1.0 and case["ratio_default_plan_torchrec_estimators"] > 0
+    assert out["reserve"] == 0.15 and "FixedPercentageStorageReservation(0.15)" in out["reservation"]
+    res = runner.invoke(app, ["bench", "plan", "--only", "random40", "--reserve", "0", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout[res.stdout.index("{"):])["reserve"] == 0
+    res = runner.invoke(app, ["bench", "plan", "--only", "random40"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.strip().splitlines()[-1].startswith("headline (torchrec's estimators): geomean 0.")
+    res = runner.invoke(app, ["bench", "plan", "--reserve", "1"])
+    assert_one_line_error(res, re.escape("--reserve must be in [0, 1) (got 1.0)"))
     res = runner.invoke(app, ["bench", "plan", "--only", "no-such-case"])
     assert_one_line_error(res, re.escape("matches no case"))
 

@@ -22,7 +22,7 @@ from torchrec.datasets.utils import Batch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from shardrec.dataloader import gather_kernels as kernels
-from shardrec.dataloader.addresses import AddressCache, index_dtype, locate_used
+from shardrec.dataloader.addresses import AddressCache, compact_parts, index_dtype
 from shardrec.dataloader.format import Part
 from shardrec.dataloader.integrity import bad_id_error, bad_jagged_id_error
 from shardrec.dataloader.multihot import IndexTables
@@ -205,9 +205,10 @@ class BatchGatherer:
         rows = slices[0][0] if count == 1 else np.concatenate([r for r, _ in slices])
         n = count * b
         if self.compiled and not self.multi_hot and len(set(self._part_range(rows))) > 1:
-            located = (np.empty(n, index_dtype(min(len(self.parts), n))), np.empty(n, self._local_dtype))
+            located = (np.empty(n, index_dtype(len(self.parts))), np.empty(n, self._local_dtype))
+            kernels.locate(rows, self._part_starts, *located)
             used = np.empty(min(len(self.parts), n), np.int64)
-            used = used[: locate_used(rows, self._part_starts, *located, used)]
+            used = used[: compact_parts(located[0], len(self.parts), used)]
             return self._batches(slices, *self._gather_located(located, used, count, b, rows))
         groups = self._group(rows)
         labels = self._column(groups, n, lambda p: p.labels, np.empty(n, np.float32))
@@ -257,7 +258,7 @@ class BatchGatherer:
     def _gather_located(self, located: tuple[np.ndarray, np.ndarray], used: np.ndarray, count: int, b: int, rows: np.ndarray):
         """Labels, dense and one-hot ids of rows spread over several parts, each written once,
         in order (no grouping by part, no scattered writes). located: (part_of, local), part_of
-        indexing `used`, the parts' own indices (locate_used)."""
+        indexing `used`, the parts' own indices (compact_parts)."""
         n = count * b
         part_of, local = located
         # The parts used, held (mapped) until the kernels are done with their raw addresses:

@@ -10,7 +10,9 @@ import warnings
 import typer
 
 from shardrec.trainer.config import load_job_config
-from shardrec.trainer.flags import DEFAULT_OUT_DIR, ConfigFlag, DataFlag, OutDirFlag, PlanFlag, SetFlag, StepsFlag
+from shardrec.trainer.flags import (
+    DEFAULT_OUT_DIR, AllowChangeFlag, ConfigFlag, DataFlag, OutDirFlag, PlanFlag, SetFlag, StepsFlag,
+)
 from shardrec.trainer.preflight import entry_overrides
 
 logger = logging.getLogger(__name__)
@@ -26,7 +28,8 @@ KNOWN_HARMLESS_WARNINGS = (
 )
 
 
-def _configure_logging() -> None:
+def configure_rank_logging() -> None:
+    """Logging and warning filters of a rank (this entry's and `shardrec eval`'s)."""
     # Human-readable logs come from rank 0; other ranks report warnings and errors only.
     # fbgemm logs every kernel's arguments to the root logger at INFO: keep the root at WARNING.
     from shardrec.trainer.dist import launched_rank
@@ -57,23 +60,35 @@ def rank_main(
     out_dir: OutDirFlag = DEFAULT_OUT_DIR,
     steps: StepsFlag = None,
     set_: SetFlag = None,
+    allow_change: AllowChangeFlag = None,
 ) -> None:
     """Train on this rank (started by torchrun; see `shardrec train`)."""
     from shardrec.trainer.lifeline import die_with_parent
 
     die_with_parent()  # a killed launcher must not leave ranks training on (trainer.lifeline)
-    _configure_logging()
+    configure_rank_logging()
     overrides = list(set_ or []) + entry_overrides(data, plan, steps)
-    from shardrec.trainer.dist import RankMissing, init_distributed, shutdown
+    from shardrec.trainer import lifecycle
+    from shardrec.trainer.dist import RankMissing, init_distributed, launched_rank, shutdown
     from shardrec.trainer.loop import NonFiniteLossError
     from shardrec.trainer.run import build_job, run_job
     from shardrec.trainer.run_lock import acquire_run_lock, launcher_job_id
 
+    is_main = launched_rank() == 0
     try:
         job_config = load_job_config(config, overrides)
+        # Every rank reads the run directory before any joins the group: all see the same files
+        # (it is on a shared filesystem), so all refuse, or stop at a complete run, together,
+        # and rank 0 cannot have written this invocation's config.toml yet.
+        complete = lifecycle.check_job(out_dir, job_config, list(allow_change or []))
+        if complete is not None:
+            if is_main:
+                print(complete, file=sys.stderr)
+            return
         env = init_distributed(job_config.train.device, job_config.dist.timeout_s)
     except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
+        if is_main:
+            print(f"error: {e}", file=sys.stderr)
         raise typer.Exit(1)
     try:
         # Held by rank 0 until this process ends, however it ends (see trainer.run_lock).
@@ -85,10 +100,10 @@ def rank_main(
             print(f"error: {e}", file=sys.stderr)
         shutdown()
         raise typer.Exit(1)
-    _exit_cleanly()
+    exit_cleanly()
 
 
-def _exit_cleanly() -> None:
+def exit_cleanly() -> None:
     """End a successful rank without interpreter teardown.
 
     Every file is written and closed by now. Tearing down the interpreter with gloo's worker

@@ -19,12 +19,13 @@ def rank_main(
     checkpoint: Annotated[Optional[int], typer.Option("--checkpoint", help="Checkpoint step (default: the newest).")] = None,
     split: Annotated[str, typer.Option("--split", help="Split to evaluate.")] = "test",
     device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
+    data: Annotated[Optional[Path], typer.Option("--data", help="Other data of the run's schema (default: the run's own).")] = None,
 ) -> None:
     """Evaluate a checkpoint on this rank (started by torchrun; see `shardrec eval`)."""
     # The training entry's logging, warning filter and clean exit apply to these ranks unchanged.
-    from shardrec.trainer.entry import _configure_logging, _exit_cleanly
+    from shardrec.trainer.entry import configure_rank_logging, exit_cleanly
 
-    _configure_logging()
+    configure_rank_logging()
     from shardrec.trainer.dist import init_distributed, shutdown
     from shardrec.trainer.evaluate import EvalRequest, evaluate_checkpoint
 
@@ -34,7 +35,7 @@ def rank_main(
         print(f"error: {e}", file=sys.stderr)
         raise typer.Exit(1)
     try:
-        metrics = evaluate_checkpoint(EvalRequest(run_dir, checkpoint, split), env)
+        metrics = evaluate_checkpoint(EvalRequest(run_dir, checkpoint, split, data), env)
     except ValueError as e:
         if env.is_main:
             print(f"error: {e}", file=sys.stderr)
@@ -42,7 +43,7 @@ def rank_main(
         raise typer.Exit(1)
     if env.is_main:
         atomic_write_bytes(result, (json.dumps(metrics, indent=2) + "\n").encode())
-    _exit_cleanly()
+    exit_cleanly()
 
 
 def main() -> None:

@@ -9,6 +9,7 @@ the run's own evaluation of that step bit for bit.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from shardrec.dataloader.format import Manifest
 from shardrec.dataloader.loader import NO_SHUFFLE, BatchLoader, Delivery, build_loader
 from shardrec.embeddings.tables import build_table_configs
 from shardrec.sharding.plan_io import PlanFile, load_plan
-from shardrec.trainer import build, data_options
+from shardrec.trainer import build, data_options, lifecycle
 from shardrec.trainer.checkpoint import CheckpointManager, CheckpointParts, ModuleState, TrainProgress, complete_checkpoints
 from shardrec.trainer.config import JobConfig, load_job_config
 from shardrec.trainer.dist import DistEnv
@@ -43,6 +44,8 @@ class EvalRequest:
     """The checkpoint's step (None: the newest complete one)."""
     split: str = "test"
     """The dataset split to evaluate."""
+    data: Path | None = None
+    """Another dataset of the run's schema to evaluate on (None: the run's own, unchanged since training)."""
 
 
 def run_config(run_dir: Path) -> JobConfig:
@@ -53,12 +56,47 @@ def run_config(run_dir: Path) -> JobConfig:
     return load_job_config(path)
 
 
-def run_dataset(run_dir: Path, config: JobConfig) -> Manifest:
-    """The manifest of the dataset the run trained on; ValueError when its path is not found from here."""
+def run_dataset(run_dir: Path, config: JobConfig, data: Path | None = None) -> Manifest:
+    """The manifest of the data to score the run's model on; ValueError (one line) when it is not found
+    from here, or when it is not the data the run trained on, unless `data` names other data
+    explicitly, which must then have the run's features and cardinalities (its schema)."""
+    if data is not None:
+        if not Path(data).is_dir():
+            raise ValueError(f"--data {data}: not a directory" if Path(data).exists() else f"--data {data}: does not exist")
+        manifest = Manifest.load(data)
+        _check_schema(run_dir, data, manifest)
+        return manifest
     if not Path(config.data.path).is_dir():
         raise ValueError(f"{Path(run_dir) / RUN_CONFIG}: data.path = {config.data.path!r} is not a directory here "
-                         "(a relative path is taken from where the command runs)")
-    return Manifest.load(config.data.path)
+                         "(a relative path is taken from where the command runs; pass --data DIR)")
+    manifest = Manifest.load(config.data.path)
+    record = lifecycle.read_dataset_record(run_dir) or {}
+    fingerprint = lifecycle.dataset_fingerprint(manifest)
+    # The same check as a resume's: a run scored on changed data would report a figure of other data.
+    if record.get("fingerprint") and record["fingerprint"] != fingerprint:
+        raise ValueError(f"{run_dir} was trained on other data than {config.data.path} now holds (fingerprint "
+                         f"{str(record['fingerprint'])[:12]}; the data there is {fingerprint[:12]}): to evaluate "
+                         f"on this data all the same, pass --data {config.data.path}")
+    return manifest
+
+
+def _check_schema(run_dir: Path, data: Path, manifest: Manifest) -> None:
+    """`data` has the features and cardinalities the run trained with (RUN/dataset.json's schema)."""
+    saved = (lifecycle.read_dataset_record(run_dir) or {}).get("schema")
+    if saved is None:
+        return  # a run from before schema records: the checkpoint's table check still applies
+    mine = lifecycle.dataset_schema(manifest)
+    for key, what in (("dense", "dense features"), ("sparse", "sparse features (name, cardinality, multi-hot)")):
+        if saved[key] != mine[key]:
+            theirs = [tuple(x) if isinstance(x, list) else x for x in saved[key]]
+            ours = [tuple(x) if isinstance(x, list) else x for x in mine[key]]
+            first = next((i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b), min(len(theirs), len(ours)))
+            raise ValueError(f"--data {data}: not the schema {run_dir} trained on: its {what} differ at #{first} "
+                             f"({_at(ours, first)} here, {_at(theirs, first)} in training)")
+
+
+def _at(items: list[Any], i: int) -> str:
+    return str(items[i]) if i < len(items) else "none"
 
 
 def find_checkpoint(run_dir: Path, step: int | None) -> tuple[int, Path]:
@@ -78,7 +116,9 @@ def check_request(request: EvalRequest, world_size: int) -> tuple[JobConfig, Man
     """Everything that can be checked before ranks start: ValueError with one clear line."""
     config = run_config(request.run_dir)
     find_checkpoint(request.run_dir, request.step)
-    manifest = run_dataset(request.run_dir, config)
+    manifest = run_dataset(request.run_dir, config, request.data)
+    if request.data is not None:  # every loader below reads the other data
+        config = dataclasses.replace(config, data=dataclasses.replace(config.data, path=str(request.data)))
     if request.split not in manifest.splits or manifest.splits[request.split].rows == 0:
         has = ", ".join(s for s, info in manifest.splits.items() if info.rows)
         raise ValueError(f"{config.data.path}: no rows in split {request.split!r} to evaluate (has {has})")
@@ -123,14 +163,16 @@ def evaluate_checkpoint(request: EvalRequest, env: DistEnv) -> dict[str, Any]:
     # The run's own plan where it fits: the same shards give the same sums, hence the same AUC bits.
     fits = (saved_plan.fingerprint.get("world_size"), saved_plan.fingerprint.get("device_kind")) == (env.world_size, env.device.type)
     model, plan = _build_model(config, manifest, env, saved_plan if fits else None)
+    # The checkpoint checks the dataset's fingerprint too, unless other data was asked for.
+    fingerprint = "" if request.data is not None else lifecycle.dataset_fingerprint(raw)
     parts = CheckpointParts(progress=TrainProgress(), sharded={"model": ModuleState(model)}, main={},
-                            signature=checkpoint_signature(config.model, config.optim, plan), layout=plan.to_json(),
-                            per_rank={})
+                            signature=checkpoint_signature(config.model, config.optim, plan, fingerprint),
+                            layout=plan.to_json(), per_rank={})
     CheckpointManager(path.parent, env, keep=1, parts=parts).load(path)
     start = time.perf_counter()
     model.eval()
     metrics = evaluate(model, iter(eval_loader(config, request.split, env)), env.device, config.eval.max_batches)
     metrics["seconds"] = round(time.perf_counter() - start, 3)
     train_world = torch.load(path / "train_state.pt", weights_only=True)["world_size"]
-    return {"run_dir": str(request.run_dir), "step": step, "split": request.split, "world_size": env.world_size,
-            "trained_world_size": train_world, **metrics}
+    return {"run_dir": str(request.run_dir), "step": step, "split": request.split, "data": config.data.path,
+            "world_size": env.world_size, "trained_world_size": train_world, **metrics}

@@ -8,6 +8,7 @@ Imports only typer and the config: the CLI's start-up must not pay for torch.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -30,10 +31,15 @@ StepsFlag = Annotated[Optional[int], typer.Option("--steps", help=_setting_help(
 SetFlag = Annotated[Optional[list[str]], typer.Option(
     "--set", metavar="KEY=VALUE", help="Override a job setting, KEY as section.key (e.g. train.seed=1); repeat for several.")]
 
+AllowChangeFlag = Annotated[Optional[list[str]], typer.Option(
+    "--allow-change", metavar="KEY",
+    help="Let a resume change this setting (section.key, or a whole section); repeat for several. "
+         "train.steps and train.epochs may always change; the dataset never.")]
+
 
 def rank_args(
     *, config: Path | None, data: Path | None, plan: Path | None, out_dir: Path, steps: int | None,
-    overrides: list[str],
+    overrides: list[str], allow_change: Sequence[str] = (),
 ) -> list[str]:
     """The arguments of every rank's `python -m shardrec.trainer` for these flag values."""
     args = ["--out-dir", str(out_dir)]
@@ -42,4 +48,7 @@ def rank_args(
             args += [flag, str(value)]
     for item in overrides:
         args += ["--set", item]
+    # The ranks check the run directory again (a direct torchrun has no `shardrec train` before it).
+    for key in allow_change:
+        args += ["--allow-change", key]
     return args

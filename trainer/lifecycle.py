@@ -9,6 +9,7 @@ its last invocation) and `dataset.json` (the dataset's path and fingerprint).
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
 import json
@@ -41,9 +42,35 @@ def dataset_fingerprint(manifest: Manifest) -> str:
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
 
 
-def dataset_record(path: str, manifest: Manifest) -> bytes:
-    """The bytes of RUN/dataset.json for this dataset."""
-    return (json.dumps({"path": path, "fingerprint": dataset_fingerprint(manifest)}, indent=2) + "\n").encode()
+def dataset_schema(manifest: Manifest) -> dict[str, Any]:
+    """What a model trained on a dataset needs of another to score it: its features and cardinalities."""
+    return {"dense": list(manifest.dense_features),
+            "sparse": [[f.name, f.cardinality, f.multi_hot] for f in manifest.sparse_features]}
+
+
+def dataset_record(path: str, manifest: Manifest, given: str | None = None) -> bytes:
+    """The bytes of RUN/dataset.json for this dataset: its absolute `path`, the path as the user
+    typed it (`given`), its fingerprint and schema."""
+    record = {"path": path, "given": given if given is not None else path,
+              "fingerprint": dataset_fingerprint(manifest), "schema": dataset_schema(manifest)}
+    return (json.dumps(record, indent=2) + "\n").encode()
+
+
+def read_dataset_record(run_dir: Path) -> dict[str, Any] | None:
+    """RUN/dataset.json (None: a run from before dataset records, or a torn file)."""
+    try:
+        record = json.loads((Path(run_dir) / DATASET_RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def with_absolute_data_path(config: JobConfig) -> JobConfig:
+    """`config` with data.path resolved from this directory: a run's config.toml must find its
+    data from wherever eval or export run later."""
+    if not config.data.path:
+        return config
+    return dataclasses.replace(config, data=dataclasses.replace(config.data, path=str(Path(config.data.path).resolve())))
 
 
 def planned_steps(config: JobConfig, manifest: Manifest) -> int:
@@ -88,10 +115,24 @@ class RunDir:
     step: int | None
     """Step of the newest complete checkpoint (None: none)."""
     summary: dict[str, Any] | None
+    target: dict[str, Any] | None = None
+    """The metrics.jsonl record of the train.target_auc stop that ended the run at `step` (None: none)."""
 
     @property
     def complete(self) -> bool:
+        """The last invocation finished: its summary is of the newest checkpoint's step."""
         return self.summary is not None and self.step is not None and self.summary.get("steps") == self.step
+
+    def complete_for(self, config: JobConfig, total: int) -> bool:
+        """Whether a job of `config`, which runs to step `total`, has nothing left to do here: the run
+        finished at `total`, or it stopped at a target AUC that `config`'s target still accepts."""
+        if not self.complete:
+            return False
+        if self.step == total:
+            return True
+        target = config.train.target_auc
+        # A raised or cleared target (--allow-change train.target_auc) continues the run.
+        return self.target is not None and bool(target) and self.target["auc"] >= target
 
 
 def read_run_dir(path: Path) -> RunDir:
@@ -103,7 +144,36 @@ def read_run_dir(path: Path) -> RunDir:
         summary = json.loads((Path(path) / SUMMARY).read_text())
     except (OSError, ValueError):
         pass  # no summary, or a torn one: the run did not finish
-    return RunDir(Path(path), done[-1][0] if done else None, summary if isinstance(summary, dict) else None)
+    summary = summary if isinstance(summary, dict) else None
+    step = done[-1][0] if done else None
+    target = _target_stop(Path(path), step) if summary and summary.get("target_reached") and summary.get("steps") == step else None
+    return RunDir(Path(path), step, summary, target)
+
+
+def _target_stop(run_dir: Path, step: int | None) -> dict[str, Any] | None:
+    """The newest `target` record of RUN/metrics.jsonl, if it is of `step` (trainer.target)."""
+    found = None
+    for record in _metrics_records(run_dir):
+        if record.get("kind") == "target" and isinstance(record.get("auc"), (int, float)):
+            found = record
+    return found if found is not None and found.get("step") == step else None
+
+
+def _metrics_records(run_dir: Path) -> list[dict[str, Any]]:
+    """RUN/metrics.jsonl's records; torn lines skipped."""
+    try:
+        lines = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
+    except OSError:
+        return []
+    records = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
 
 
 def check_run_dir(run_dir: Path, config: JobConfig, manifest: Manifest, allow: list[str]) -> str:
@@ -125,9 +195,20 @@ def check_run_dir(run_dir: Path, config: JobConfig, manifest: Manifest, allow: l
             flags = " ".join(f"--allow-change {k}" for k in refused)
             raise ValueError(f"{run_dir}: resuming with changed settings ({shown}); "
                              f"accept them with {flags}, or start over with --restart")
-    if run.step == total and run.complete:
-        return "complete"
-    return "resume"
+    return "complete" if run.complete_for(config, total) else "resume"
+
+
+def check_job(run_dir: Path, config: JobConfig, allow: list[str]) -> str | None:
+    """What every rank checks before it joins the group (a direct torchrun runs no `shardrec train`):
+    the line a rerun of a complete run prints (None: train); ValueError (one line) if the job cannot
+    run in `run_dir`, as `shardrec train` refuses it."""
+    check_allow_keys(allow)
+    if not config.data.path:
+        raise ValueError("no dataset: pass --data DIR or set data.path in the job file")
+    manifest = Manifest.load(config.data.path)
+    if check_run_dir(run_dir, config, manifest, allow) != "complete":
+        return None
+    return complete_message(run_dir, config, read_run_dir(run_dir))
 
 
 def _show(value: Any) -> str:
@@ -135,9 +216,8 @@ def _show(value: Any) -> str:
 
 
 def _check_dataset(run_dir: Path, manifest: Manifest) -> None:
-    try:
-        record = json.loads((run_dir / DATASET_RECORD).read_text())
-    except (OSError, ValueError):
+    record = read_dataset_record(run_dir)
+    if record is None:
         return  # a run from before dataset records: nothing to compare
     if record.get("fingerprint") != dataset_fingerprint(manifest):
         raise ValueError(f"{run_dir} was trained on other data ({record.get('path')}, fingerprint "
@@ -145,8 +225,14 @@ def _check_dataset(run_dir: Path, manifest: Manifest) -> None:
                          "a run cannot resume on a changed dataset; start over with --restart or use another --out-dir")
 
 
-def complete_message(run_dir: Path, config: JobConfig, step: int) -> str:
+def complete_message(run_dir: Path, config: JobConfig, run: RunDir) -> str:
     """What a rerun of a finished run says: it is done, and what to change to continue."""
+    step = run.step or 0
+    if run.target is not None and run.target["auc"] >= (config.train.target_auc or float("inf")):
+        t = run.target
+        return (f"{run_dir} is complete: the target AUC was reached at step {step:,} ({t.get('split', 'val')} AUC "
+                f"{t['auc']:.5f} >= train.target_auc = {t.get('target_auc')}); nothing to do. To continue it, raise or clear the "
+                "target (--set train.target_auc=0 --allow-change train.target_auc); to start over, add --restart")
     cap = f"train.steps = {config.train.steps}" if config.train.steps else f"train.epochs = {config.train.epochs}"
     return (f"{run_dir} is complete: {step:,} steps ({cap}); nothing to do. To continue it, raise --steps "
             "(or train.epochs); to start over, add --restart")
@@ -206,15 +292,7 @@ def find_runs(root: Path) -> list[Path]:
 def best_auc(run_dir: Path, split: str = "val") -> float | None:
     """The best AUC of `split` in RUN/metrics.jsonl (None: no evaluation yet); torn lines skipped."""
     best = None
-    try:
-        lines = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
+    for record in _metrics_records(run_dir):
         if record.get("kind") == "eval" and record.get("split") == split and isinstance(record.get("auc"), (int, float)):
             best = record["auc"] if best is None else max(best, record["auc"])
     return best

@@ -133,9 +133,13 @@ def write_run_files(job: Job) -> None:
     if not job.env.is_main:
         return
     job.run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(job.run_dir / "config.toml", job.config.to_toml().encode())
+    # data.path as an absolute path, so that eval and export find the data from any directory;
+    # dataset.json keeps the path as given too.
+    saved = lifecycle.with_absolute_data_path(job.config)
+    atomic_write_bytes(job.run_dir / "config.toml", saved.to_toml().encode())
     if job.manifest is not None:
-        atomic_write_bytes(job.run_dir / lifecycle.DATASET_RECORD, lifecycle.dataset_record(job.config.data.path, job.manifest))
+        record = lifecycle.dataset_record(saved.data.path, job.manifest, given=job.config.data.path)
+        atomic_write_bytes(job.run_dir / lifecycle.DATASET_RECORD, record)
     save_plan(job.plan, job.run_dir / "plan.json")
 
 
@@ -229,10 +233,10 @@ def run_job(job: Job) -> dict[str, Any]:
         total = min(total, cfg.train.steps)
     resumed = job.checkpoints.load_latest()
     finished = lifecycle.read_run_dir(job.run_dir)
-    if resumed is not None and resumed >= total and finished.complete and finished.step == resumed:
-        # A rerun of a finished run: its record (metrics, summary, config) stays as it was.
+    if resumed is not None and finished.step == resumed and finished.complete_for(cfg, total):
+        # A rerun of a finished run (or of one stopped at its target AUC): its record stays as it was.
         if job.env.is_main:
-            logger.info("%s", lifecycle.complete_message(job.run_dir, cfg, resumed))
+            logger.info("%s", lifecycle.complete_message(job.run_dir, cfg, finished))
         return dict(finished.summary or {})
     # Only now: a refused resume must leave the run directory describing its checkpoints.
     write_run_files(job)

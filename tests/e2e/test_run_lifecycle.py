@@ -1,12 +1,18 @@
 """A run directory's life through `shardrec train` (issue 14, items 1 and 2): a rerun of a
 finished run writes nothing and says how to continue; changed settings are shown and refused
-unless allowed; changed data is always refused; --restart moves the old run aside.
+unless allowed, by `shardrec train` and by the ranks themselves (a direct torchrun); changed data
+is always refused, and `shardrec eval` refuses it too unless --data asks for other data;
+--restart moves the old run aside.
 
-One run directory serves every assertion: two trainings of ~10 s, the refusals take no rank."""
+One run directory serves every assertion: two trainings of ~10 s and one evaluation; the
+refusals take no rank (the direct rank's refusal takes one process start)."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -60,7 +66,21 @@ def test_rerun_resume_changes_data_and_restart(tiny_dataset: Path, tmp_path: Pat
     assert_one_line_error(refused, r"was trained on other data .*a run cannot resume on a changed dataset")
     assert {name: (run / name).read_bytes() for name in record} == record
 
-    # An allowed change resumes from step 4 and records the new settings.
+    # The ranks refuse it themselves, in the same line: `python -m shardrec.trainer` as torchrun
+    # starts it on every node (the README's multi-node path), with no `shardrec train` before it.
+    from shardrec.trainer.launch import free_port
+
+    rank_env = {**os.environ, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
+                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    direct = subprocess.run([sys.executable, "-m", "shardrec.trainer", "--data", str(tiny_dataset), "--out-dir", str(run),
+                             *JOB, "--steps", "6", "--set", "optim.dense_lr=0.1"],
+                            env=rank_env, capture_output=True, text=True, timeout=300)
+    assert_one_line_error(direct, rf"^error: {run}: resuming with changed settings \(optim\.dense_lr: 0\.05 -> 0\.1\); "
+                                  r"accept them with --allow-change optim\.dense_lr, or start over with --restart$")
+    assert {name: (run / name).read_bytes() for name in record} == record
+
+    # An allowed change resumes from step 4 and records the new settings (the ranks get the
+    # --allow-change keys too: they would refuse the change otherwise).
     resumed = _train(tiny_dataset, run, "--steps", "6", "--set", "optim.dense_lr=0.1", "--allow-change", "optim.dense_lr")
     assert resumed.exit_code == 0, resumed.output
     assert json.loads(resumed.stdout)["resumed_from_step"] == 4
@@ -72,6 +92,24 @@ def test_rerun_resume_changes_data_and_restart(tiny_dataset: Path, tmp_path: Pat
     assert f"moved the earlier run {run} to {tmp_path / 'run.1'}" in restarted.stderr
     assert json.loads((tmp_path / "run.1" / "summary.json").read_text())["steps"] == 6
     assert json.loads(restarted.stdout)["steps"] == 2 and json.loads(restarted.stdout)["resumed_from_step"] is None
+
+    # eval: the data at run.1's data.path changed since training: refused, unless --data asks
+    # for other data, which must have the run's schema.
+    write_tiny_dataset(tiny_dataset, seed=7)
+    changed_data = CliRunner().invoke(app, ["eval", str(tmp_path / "run.1"), "--split", "val"])
+    assert_one_line_error(changed_data, rf"^error: {tmp_path / 'run.1'} was trained on other data than {tiny_dataset} now "
+                                        rf"holds \(fingerprint [0-9a-f]{{12}}; the data there is [0-9a-f]{{12}}\): to evaluate "
+                                        rf"on this data all the same, pass --data {tiny_dataset}$")
+    narrow = tmp_path / "narrow"
+    write_tiny_dataset(narrow, cardinalities=(50, 300, 7, 999))
+    schema = CliRunner().invoke(app, ["eval", str(tmp_path / "run.1"), "--split", "val", "--data", str(narrow)])
+    assert_one_line_error(schema, rf"^error: --data {narrow}: not the schema {tmp_path / 'run.1'} trained on: its sparse "
+                                  r"features \(name, cardinality, multi-hot\) differ at #3 \(\('f3', 999, False\) here, "
+                                  r"\('f3', 1000, False\) in training\)$")
+    on_other = CliRunner().invoke(app, ["eval", str(tmp_path / "run.1"), "--split", "val", "--data", str(other), "--json"])
+    assert on_other.exit_code == 0, on_other.output
+    scored = json.loads(on_other.stdout)
+    assert scored["data"] == str(other) and scored["step"] == 6 and scored["samples"] == 2 * 64  # eval.max_batches = 2
 
     # shardrec runs: both runs complete with their step and best val AUC; a run that never
     # checkpointed (a config.toml alone) failed.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import typing
 import warnings
 from pathlib import Path
@@ -10,7 +11,9 @@ import typer
 from typer.testing import CliRunner
 
 # At module level: typer resolves the annotations of `rank` below in this module's namespace.
-from shardrec.trainer.flags import ConfigFlag, DataFlag, OutDirFlag, PlanFlag, SetFlag, StepsFlag, rank_args
+from shardrec.trainer.flags import (
+    AllowChangeFlag, ConfigFlag, DataFlag, OutDirFlag, PlanFlag, SetFlag, StepsFlag, rank_args,
+)
 
 
 def test_only_the_known_harmless_warnings_are_hidden() -> None:
@@ -41,14 +44,33 @@ def test_the_ranks_parse_what_shardrec_train_passes_them(tmp_path: Path) -> None
     parsed = {}
 
     def rank(config: ConfigFlag = None, data: DataFlag = None, plan: PlanFlag = None,
-             out_dir: OutDirFlag = Path("x"), steps: StepsFlag = None, set_: SetFlag = None) -> None:
-        parsed.update(config=config, data=data, plan=plan, out_dir=out_dir, steps=steps, overrides=set_)
+             out_dir: OutDirFlag = Path("x"), steps: StepsFlag = None, set_: SetFlag = None,
+             allow_change: AllowChangeFlag = None) -> None:
+        parsed.update(config=config, data=data, plan=plan, out_dir=out_dir, steps=steps, overrides=set_,
+                      allow=allow_change)
 
     args = rank_args(config=tmp_path / "job.toml", data=tmp_path / "data", plan=None, out_dir=tmp_path / "run",
-                     steps=7, overrides=["train.seed=3", 'data.tail="pad"'])
+                     steps=7, overrides=["train.seed=3", 'data.tail="pad"'], allow_change=["optim.dense_lr", "train"])
     app = typer.Typer()
     app.command()(rank)
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert parsed == {"config": tmp_path / "job.toml", "data": tmp_path / "data", "plan": None,
-                      "out_dir": tmp_path / "run", "steps": 7, "overrides": ["train.seed=3", 'data.tail="pad"']}
+                      "out_dir": tmp_path / "run", "steps": 7, "overrides": ["train.seed=3", 'data.tail="pad"'],
+                      "allow": ["optim.dense_lr", "train"]}
+
+
+def test_the_rank_entry_takes_every_train_flag_and_eval_ranks_use_its_public_helpers() -> None:
+    """The rank program parses --allow-change (it checks the run directory itself), and the eval
+    ranks use the training entry's logging and exit through public names, not private ones."""
+    import inspect
+
+    from shardrec.trainer import entry, eval_entry
+
+    assert "allow_change" in inspect.signature(entry.rank_main).parameters
+    tree = ast.parse(Path(eval_entry.__file__).read_text())
+    imported = [(node.module, alias.name) for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                for alias in node.names]
+    assert ("shardrec.trainer.entry", "configure_rank_logging") in imported
+    assert ("shardrec.trainer.entry", "exit_cleanly") in imported
+    assert [name for _, name in imported if name.startswith("_")] == []

@@ -18,6 +18,9 @@ def eval_run(
     checkpoint: Annotated[Optional[int], typer.Option("--checkpoint", help="Step of the checkpoint (default: the newest).")] = None,
     split: Annotated[str, typer.Option("--split", help="Split to evaluate: test, val or train.")] = "test",
     nproc_per_node: Annotated[int, typer.Option(help="Ranks to start on this machine (any number; the checkpoint is resharded).")] = 1,
+    data: Annotated[Optional[Path], typer.Option(
+        "--data", help="Evaluate on this dataset instead of the run's own (same features and cardinalities); "
+                       "without it, data that changed since training is refused.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the metrics as JSON.")] = False,
 ) -> None:
     """Evaluate a checkpoint: at the run's world size the AUC equals the run's own evaluation bit for bit."""
@@ -27,7 +30,7 @@ def eval_run(
     if nproc_per_node < 1:
         fail(f"--nproc-per-node must be at least 1, got {nproc_per_node}")
     try:
-        config, _ = check_request(EvalRequest(run_dir, checkpoint, split), nproc_per_node)
+        config, _ = check_request(EvalRequest(run_dir, checkpoint, split, data), nproc_per_node)
     except ValueError as e:
         fail(str(e))
     with tempfile.TemporaryDirectory(prefix="shardrec-eval-") as tmp:
@@ -35,6 +38,8 @@ def eval_run(
         args = [str(run_dir), "--result", str(result), "--split", split, "--device", config.train.device]
         if checkpoint is not None:
             args += ["--checkpoint", str(checkpoint)]
+        if data is not None:
+            args += ["--data", str(data)]
         command = torchrun_command(args, nproc_per_node, module="shardrec.trainer.eval_entry")
         code = subprocess.call(command, env=rank_environment(nproc_per_node))
         if code != 0 or not result.is_file():
@@ -43,8 +48,9 @@ def eval_run(
     if json_out:
         print_json(metrics)
         return
+    on = f"{metrics['split']} of {data}" if data is not None else metrics["split"]
     console.print(
-        f"{run_dir} step {metrics['step']} on {metrics['split']} ({metrics['world_size']} ranks, trained on "
+        f"{run_dir} step {metrics['step']} on {on} ({metrics['world_size']} ranks, trained on "
         f"{metrics['trained_world_size']}): AUC {metrics['auc']:.6f}  log loss {metrics['logloss']:.6f}  "
         f"NE {metrics['ne']:.6f}  {metrics['samples']:,} samples in {metrics['seconds']:.1f} s", highlight=False,
     )

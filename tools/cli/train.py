@@ -4,22 +4,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.table import Table
 
 from shardrec.tools.cli.common import console, err_console, fail, print_json
 from shardrec.trainer.flags import (
-    DEFAULT_OUT_DIR, ConfigFlag, DataFlag, OutDirFlag, PlanFlag, SetFlag, StepsFlag, rank_args,
+    DEFAULT_OUT_DIR, AllowChangeFlag, ConfigFlag, DataFlag, OutDirFlag, PlanFlag, SetFlag, StepsFlag, rank_args,
 )
 from shardrec.trainer.run_lock import RunLock
 
 
-AllowChangeFlag = Annotated[Optional[list[str]], typer.Option(
-    "--allow-change", metavar="KEY",
-    help="Let a resume change this setting (section.key, or a whole section); repeat for several. "
-         "train.steps and train.epochs may always change; the dataset never.")]
 RestartFlag = Annotated[bool, typer.Option(
     "--restart", help="Start over: move an existing OUT_DIR aside to OUT_DIR.1 (.2, ...) first; nothing is deleted.")]
 
@@ -67,17 +63,18 @@ def train(
     """Train a DLRM/DCNv2 on N local ranks (torchrun); resumes if OUT_DIR holds checkpoints."""
     from shardrec.trainer.launch import launch, new_job_id
 
-    overrides = list(set_ or [])
+    overrides, allow = list(set_ or []), list(allow_change or [])
     job_id = new_job_id()
     locks = [_lock_run_dir(out_dir, job_id, create=False)]  # before anything looks at or moves it
     try:
-        if _prepare_run_dir(config, data, plan, steps, overrides, nproc_per_node, out_dir, list(allow_change or []), restart):
+        if _prepare_run_dir(config, data, plan, steps, overrides, nproc_per_node, out_dir, allow, restart):
             _show_results(out_dir, json_out)  # a finished run: its own results, nothing written
             return
         if locks[0] is None or restart:  # a new directory, or the old one (and its lock file) moved aside
             locks.append(_lock_run_dir(out_dir, job_id, create=True))
         _check_resume_checkpoint(out_dir)
-        args = rank_args(config=config, data=data, plan=plan, out_dir=out_dir, steps=steps, overrides=overrides)
+        args = rank_args(config=config, data=data, plan=plan, out_dir=out_dir, steps=steps, overrides=overrides,
+                         allow_change=allow)
         code = launch(args, nproc_per_node, max_restarts, job_id=job_id)
     finally:
         # Every way out (a refusal, a finished run) drops the lock: an in-process caller may train again.
@@ -137,8 +134,8 @@ def _prepare_run_dir(config: Path | None, data: Path | None, plan: Path | None, 
         if moved is not None:
             err_console.print(f"moved the earlier run {out_dir} to {moved}", highlight=False, soft_wrap=True)
     if state == "complete":
-        step = lifecycle.read_run_dir(out_dir).step or 0
-        err_console.print(lifecycle.complete_message(out_dir, job, step), highlight=False, soft_wrap=True)
+        message = lifecycle.complete_message(out_dir, job, lifecycle.read_run_dir(out_dir))
+        err_console.print(message, highlight=False, soft_wrap=True)
     return state == "complete"
 
 

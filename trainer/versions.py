@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import logging
+import os
 from importlib import metadata
+
+logger = logging.getLogger(__name__)
 
 # (torch, fbgemm-gpu, torchrec) release prefixes checked together; see requirements/.
 KNOWN_GOOD: tuple[tuple[str, str, str], ...] = (("2.13.0", "1.8.0", "1.8.0"),)
 FIX = "run `make setup` (it installs the pinned stack into .venv), or see requirements/*.txt"
+ALLOW_ENV = "SHARDREC_ALLOW_STACK"
+"""TORCH/FBGEMM/TORCHREC: let exactly this one other triple start, for a check on a machine that
+cannot install the pinned stack (scripts/gpu_check.sh sets it); any other triple is still refused."""
+GPU_CHECK_STACK = ("2.11.0", "1.6.0", "1.6.1")
+"""The lent GPU machine's triple: torch 2.11 (cu130) is installed there, fbgemm-gpu 1.6.0 and
+torchrec 1.6.1 are the releases built for it (the device tool's GPU-CHECK notes)."""
 
 
 def _version(*dists: str) -> str | None:
@@ -26,15 +36,38 @@ def found_stack() -> tuple[str | None, str | None, str | None]:
     )
 
 
+def _release(version: str | None) -> str:
+    return (version or "").split("+")[0]  # 2.11.0+cu130 -> 2.11.0
+
+
+def allowed_stack() -> tuple[str, str, str] | None:
+    """The triple SHARDREC_ALLOW_STACK names, or None when it is unset or empty."""
+    value = os.environ.get(ALLOW_ENV, "").strip()
+    if not value:
+        return None
+    parts = tuple(p.strip() for p in value.split("/"))
+    if len(parts) != 3 or not all(parts):
+        raise ImportError(f"{ALLOW_ENV}={value!r}: expected TORCH/FBGEMM/TORCHREC versions, e.g. "
+                          f"{ALLOW_ENV}={'/'.join(GPU_CHECK_STACK)}")
+    return parts  # type: ignore[return-value]
+
+
 def check_stack() -> None:
-    """Raise ImportError naming the versions found if they are not a known-good triple."""
+    """Raise ImportError naming the versions found if they are neither a known-good triple nor
+    the one SHARDREC_ALLOW_STACK lets through."""
     torch_v, fbgemm_v, torchrec_v = found_stack()
-    release = (torch_v or "").split("+")[0]
+    release = _release(torch_v)
     for good in KNOWN_GOOD:
         if release == good[0] and fbgemm_v == good[1] and torchrec_v == good[2]:
             return
+    allowed = allowed_stack()
+    if allowed == (release, _release(fbgemm_v), _release(torchrec_v)):
+        logger.warning("torch %s, fbgemm-gpu %s, torchrec %s is not a known-good triple; started because %s names it",
+                       torch_v, fbgemm_v, torchrec_v, ALLOW_ENV)
+        return
     known = "; ".join(f"torch {t} + fbgemm-gpu {f} + torchrec {r}" for t, f, r in KNOWN_GOOD)
+    also = f" ({ALLOW_ENV} allows {'/'.join(allowed)} only)" if allowed else ""
     raise ImportError(
         f"shardrec.trainer: found torch {torch_v}, fbgemm-gpu {fbgemm_v}, torchrec {torchrec_v}, "
-        f"which is not a known-good combination ({known}); {FIX}"
+        f"which is not a known-good combination ({known}){also}; {FIX}"
     )

@@ -170,11 +170,11 @@ def _print_plan_table(result: dict) -> None:
     t.caption = ("ms: slowest-rank step priced by torchrec's estimators (ours: shardrec's search on their objective); "
                  "ratio: shardrec / torchrec under them; own: both plans on shardrec's cost model; "
                  "dflt: shardrec's default plan under torchrec's estimators; s: planner run time")
-    for col in ("case", "tables", "ranks", "ours ms", "trec ms", "ratio", "own", "dflt", "ours s", "trec s", "fit"):
+    for col in ("case", "ours ms", "trec ms", "ratio", "own", "dflt", "ours s", "trec s", "fit"):
         t.add_column(col, justify="right")
     fmt = lambda v, f="{:.3f}": "-" if v is None else f.format(v)  # noqa: E731
     for r in result["cases"]:
-        t.add_row(r["case"], str(r["tables"]), str(r["ranks"]), fmt(r.get("shardrec_torchrec_ms")),
+        t.add_row(r["case"], fmt(r.get("shardrec_torchrec_ms")),
                   fmt(r.get("torchrec_torchrec_ms")), fmt(r.get("ratio_torchrec_estimators")),
                   fmt(r.get("ratio_shardrec_model")), fmt(r.get("ratio_default_plan_torchrec_estimators")),
                   fmt(r["shardrec_s"], "{:.2f}"), fmt(r.get("torchrec_s"), "{:.2f}"),

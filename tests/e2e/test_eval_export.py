@@ -3,7 +3,7 @@ for bit at its world size, resharded at another), `shardrec export` -> `shardrec
 (split and raw-text rows agree with eval), and a scaled-down configs/dlrmv2.toml end to end.
 
 One training run (2 ranks, synth -> preprocess -> train with a low target AUC) serves every
-test but the DLRMv2 one.
+test but the DLRMv2 one; its rerun, complete at the target, writes nothing.
 """
 
 from __future__ import annotations
@@ -75,11 +75,43 @@ def test_target_auc_stops_the_run_and_records_time_and_samples(trained: Path) ->
 
 
 @pytest.mark.slow
+def test_a_run_stopped_at_its_target_is_complete_until_the_target_changes(trained: Path) -> None:
+    run = trained / "run"
+    record = {name: (run / name).read_bytes() for name in ("metrics.jsonl", "summary.json", "config.toml")}
+    steps = json.loads(record["summary.json"])["steps"]
+    (target,) = [r for r in _records(run) if r["kind"] == "target"]
+    again = ok(shardrec("train", "--data", "data", "--out-dir", "run", "--nproc-per-node", "2", "--json", *TINY,
+                        "--set", "train.epochs=3", "--set", f"eval.every_epoch_fraction={FRACTION}",
+                        "--set", f"train.target_auc={TARGET}", cwd=trained))
+    assert again.stderr.strip() == (
+        f"run is complete: the target AUC was reached at step {steps} (val AUC {target['auc']:.5f} >= "
+        f"train.target_auc = {TARGET}); nothing to do. To continue it, raise or clear the target "
+        "(--set train.target_auc=0 --allow-change train.target_auc); to start over, add --restart")
+    assert json.loads(again.stdout)["steps"] == steps
+    assert {name: (run / name).read_bytes() for name in record} == record
+    # A raised or cleared target continues the run, once allowed (checked without training).
+    from shardrec.dataloader.format import Manifest
+    from shardrec.trainer import lifecycle
+    from shardrec.trainer.config import load_job_config
+
+    manifest = Manifest.load(trained / "data")
+    for target_auc in (0.0, 0.99):
+        job = load_job_config(run / "config.toml", [f"train.target_auc={target_auc}"])
+        assert lifecycle.check_run_dir(run, job, manifest, ["train.target_auc"]) == "resume"
+        with pytest.raises(ValueError, match=rf"train\.target_auc: {TARGET} -> {target_auc}\); accept them"):
+            lifecycle.check_run_dir(run, job, manifest, [])
+    assert lifecycle.check_run_dir(run, load_job_config(run / "config.toml"), manifest, []) == "complete"
+
+
+@pytest.mark.slow
 def test_eval_equals_the_runs_final_evaluation_bitwise_and_reshards(trained: Path) -> None:
     final = _final(trained / "run", "val")
     same = json.loads(ok(shardrec("eval", "run", "--split", "val", "--nproc-per-node", "2", "--json", cwd=trained)).stdout)
     assert (same["auc"], same["logloss"], same["samples"]) == (final["auc"], final["logloss"], final["samples"])
-    other = json.loads(ok(shardrec("eval", "run", "--split", "val", "--json", cwd=trained)).stdout)
+    # From another directory: the run's config.toml holds its data.path ("data" as typed) absolute.
+    elsewhere = trained / "elsewhere"
+    elsewhere.mkdir(exist_ok=True)
+    other = json.loads(ok(shardrec("eval", str(trained / "run"), "--split", "val", "--json", cwd=elsewhere)).stdout)
     assert other["world_size"] == 1 and other["trained_world_size"] == 2
     assert other["auc"] == pytest.approx(final["auc"], abs=1e-6)
     missing = shardrec("eval", "run", "--checkpoint", "999", cwd=trained)
@@ -133,9 +165,10 @@ def test_dlrmv2_config_scaled_down_runs_end_to_end(trained: Path) -> None:
 def test_export_refuses_a_table_larger_than_memory_before_writing(trained: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from shardrec.trainer.export import export_model
 
-    with pytest.raises(ValueError, match=r"run/config.toml: data.path = 'data' is not a directory here"):
-        export_model(trained / "run", trained / "elsewhere.safetensors")
-    monkeypatch.chdir(trained)  # the run's data.path is relative to where it trained
+    # Trained with --data data from `trained`: config.toml keeps the path absolute, dataset.json as typed too.
+    assert f'path = "{(trained / "data").resolve()}"' in (trained / "run" / "config.toml").read_text()
+    assert json.loads((trained / "run" / "dataset.json").read_text())["given"] == "data"
+    monkeypatch.chdir(trained / "raw")  # not where it trained: the absolute path still finds the data
     out = trained / "too_big.safetensors"
     with pytest.raises(ValueError, match=r"tensor sparse_arch\.embedding_bag_collection\.embedding_bags\.t_C\d+\.weight "
                                          r"takes 0\.00 GiB, more than the 0\.00 GiB of memory available here"):

@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.shardrec-setup
 DEMO := runs/demo
 
-.PHONY: setup demo test clean
+.PHONY: setup demo test gpu-check clean
 
 setup: $(STAMP)
 
@@ -34,6 +34,11 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest -q
+
+# The CUDA path in one call (README, "GPU check"): GPU tests + bench train on CUDA, one summary
+# last; installs nothing unless GPU_CHECK_WHEELS names carried wheels. Without CUDA: one line, fails.
+gpu-check:
+	scripts/gpu_check.sh
 
 clean:
 	rm -rf $(VENV) runs *.egg-info

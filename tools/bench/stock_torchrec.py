@@ -81,7 +81,7 @@ def _dense_kwargs(kind: str, lr: float, eps: float) -> dict[str, float]:
     return {"lr": lr} if kind == "sgd" else {"lr": lr, "eps": eps}
 
 
-def build_dlrm(spec: StockModel, seed: int) -> DLRMTrain:
+def build_dlrm(spec: StockModel, seed: int, device: torch.device = torch.device("cpu")) -> DLRMTrain:
     """torchrec's DLRM (or DLRM_DCN) over a meta-device EmbeddingBagCollection, in DLRMTrain."""
     torch.manual_seed(seed)
     configs = [
@@ -94,7 +94,7 @@ def build_dlrm(spec: StockModel, seed: int) -> DLRMTrain:
         dense_in_features=spec.num_dense,
         dense_arch_layer_sizes=list(spec.dense_arch),
         over_arch_layer_sizes=list(spec.over_arch),
-        dense_device=torch.device("cpu"),
+        dense_device=device,
     )
     if spec.arch == "dcnv2":
         model: DLRM = DLRM_DCN(dcn_num_layers=spec.dcn_layers, dcn_low_rank_dim=spec.dcn_low_rank, **common)
@@ -108,19 +108,19 @@ def build_dlrm(spec: StockModel, seed: int) -> DLRMTrain:
 class StockTrainer:
     """One rank of the stock torchrec training loop (call on every rank of the process group)."""
 
-    def __init__(self, spec: StockModel, optim: StockOptim, local_batch_size: int, local_world_size: int, seed: int = 0) -> None:
+    def __init__(self, spec: StockModel, optim: StockOptim, local_batch_size: int, local_world_size: int, seed: int = 0,
+                 device: torch.device = torch.device("cpu")) -> None:
         if optim.sparse not in FUSED_OPTIMIZERS or optim.dense not in DENSE_OPTIMIZERS:
             raise ValueError(f"optimizers {optim.sparse!r} / {optim.dense!r}: sparse one of {', '.join(FUSED_OPTIMIZERS)}, "
                              f"dense one of {', '.join(DENSE_OPTIMIZERS)}")
-        if optim.sparse == "adam":
+        if optim.sparse == "adam" and device.type == "cpu":
             # fbgemm's CPU kernel asserts on it; say so before any rank builds a model.
             raise ValueError("sparse optimizer 'adam': torchrec's fused CPU kernel does not support it (use rowwise_adagrad or sgd)")
-        device = torch.device("cpu")
         fused = {"optimizer": FUSED_OPTIMIZERS[optim.sparse], "learning_rate": optim.sparse_lr}
         if optim.sparse != "sgd":
             fused["eps"] = optim.eps
         sharders = [EmbeddingBagCollectionSharder(fused_params=fused)]
-        module = build_dlrm(spec, seed)
+        module = build_dlrm(spec, seed, device)
         topology = Topology(world_size=dist.get_world_size(), compute_device=device.type, local_world_size=local_world_size)
         planner = EmbeddingShardingPlanner(topology=topology, batch_size=local_batch_size)
         self.plan = planner.collective_plan(module, sharders, dist.GroupMember.WORLD)

@@ -1,6 +1,6 @@
 """`shardrec bench train`: training samples/s of `shardrec train`'s path against stock torchrec.
 
-CPU ranks (torchrun, gloo, `--threads` threads each) train a DLRM on demo-style synthetic rows
+Ranks (torchrun; CPU: gloo, `--threads` threads each; `--device cuda`: NCCL, one GPU each) train a DLRM on demo-style synthetic rows
 (Zipf-like ids, labels from a hidden linear model) written to disk in shardrec's format:
 
 - stock fp32: what a torchrec user writes from torchrec's examples (tools/bench/stock_torchrec.py:
@@ -63,7 +63,7 @@ def write_bench_data(directory: Path, rows: dict[str, int], table_rows: int, see
     return directory
 
 
-def job_configs(model: str, data: str, nproc: int) -> dict[str, Any]:
+def job_configs(model: str, data: str, nproc: int, device: str = "cpu") -> dict[str, Any]:
     """Ours' job configs (fp32 and bf16): the demo's optimizers and rates, `model`'s shape."""
     from shardrec.trainer.config import load_job_config
 
@@ -72,7 +72,7 @@ def job_configs(model: str, data: str, nproc: int) -> dict[str, Any]:
     common = [f'data.path="{data}"', 'data.eval_splits=["val"]', f"model.embedding_dim={dim}",
               f"model.dense_arch={dense_arch}", f"model.over_arch={over_arch}", f"train.global_batch_size={per_rank * nproc}"]
     # Only the demo's [optim]: its pinned sharding types and eval/checkpoint intervals are about the demo's run.
-    return {p: load_job_config(None, common + _demo_optim(demo) + [f'train.precision="{p}"', 'train.device="cpu"'])
+    return {p: load_job_config(None, common + _demo_optim(demo) + [f'train.precision="{p}"', f'train.device="{device}"'])
             for p in ("fp32", "bf16")}
 
 
@@ -83,7 +83,8 @@ def _demo_optim(path: Path) -> list[str]:
     return [f"optim.{k}={json.dumps(v)}" for k, v in optim.items()]
 
 
-def rank_main(data: str, out: str, model: str, steps: int, rounds: int, quality_steps: int, threads: int) -> None:
+def rank_main(data: str, out: str, model: str, steps: int, rounds: int, quality_steps: int, threads: int,
+              device: str = "cpu") -> None:
     """One rank of the benchmark (started by torchrun); rank 0 writes the figures to `out`."""
     import torch
 
@@ -91,8 +92,8 @@ def rank_main(data: str, out: str, model: str, steps: int, rounds: int, quality_
     from shardrec.trainer.dist import init_distributed, shutdown
 
     torch.set_num_threads(threads)
-    env = init_distributed("cpu")
-    configs = job_configs(model, data, env.world_size)
+    env = init_distributed(device)
+    configs = job_configs(model, data, env.world_size, device)
     with tempfile.TemporaryDirectory() as run_root:
         result = bench_rank(env, configs, Path(run_root), steps, rounds, quality_steps)
     if env.is_main:
@@ -100,7 +101,8 @@ def rank_main(data: str, out: str, model: str, steps: int, rounds: int, quality_
     shutdown()
 
 
-def summarise(raw: dict[str, Any], model: str, nproc: int, threads: int, steps: int, rounds: int) -> dict[str, Any]:
+def summarise(raw: dict[str, Any], model: str, nproc: int, threads: int, steps: int, rounds: int,
+              device: str = "cpu") -> dict[str, Any]:
     rates, auc = raw["rates"], raw["auc"]
 
     def paired(a: str, b: str) -> float:
@@ -109,7 +111,7 @@ def summarise(raw: dict[str, Any], model: str, nproc: int, threads: int, steps: 
 
     bf16_ok = abs(auc["ours_bf16"] - auc["ours_fp32"]) <= AUC_TOLERANCE
     return {
-        "model": model, "ranks": nproc, "threads_per_rank": threads, "samples_per_rank": MODELS[model][4],
+        "model": model, "device": device, "ranks": nproc, "threads_per_rank": threads, "samples_per_rank": MODELS[model][4],
         "steps": steps, "rounds": rounds,
         "median_samples_per_s": {k: round(float(np.median(v)), 1) for k, v in rates.items()},
         "ours_fp32_vs_stock_fp32": paired("ours_fp32", "stock_fp32"),
@@ -123,7 +125,7 @@ def summarise(raw: dict[str, Any], model: str, nproc: int, threads: int, steps: 
 
 
 def _print(result: dict[str, Any]) -> None:
-    console.print(f"{result['ranks']} CPU ranks x {result['threads_per_rank']} thread(s), {result['model']} DLRM, "
+    console.print(f"{result['ranks']} {result['device'].upper()} ranks x {result['threads_per_rank']} thread(s), {result['model']} DLRM, "
                   f"{result['samples_per_rank']} samples per rank, {result['rounds']} interleaved rounds x {result['steps']} steps; "
                   "ratios: median over rounds of same-round ratios")
     for name, rate in result["median_samples_per_s"].items():
@@ -143,7 +145,8 @@ def bench_train(
     steps: Annotated[int, typer.Option(help="Steps per variant per round (a timed window); 0: 64 for reference, 256 for demo.")] = 0,
     rounds: Annotated[int, typer.Option(help="Interleaved rounds; ratios are medians of same-round ratios.")] = 5,
     quality_steps: Annotated[int, typer.Option(help="Steps every side trains from fresh weights before its validation AUC.")] = 125,
-    nproc: Annotated[int, typer.Option(help="CPU ranks.")] = 2,
+    nproc: Annotated[int, typer.Option(help="Ranks (on CUDA at most one per GPU).")] = 2,
+    device: Annotated[str, typer.Option(help="cpu (gloo ranks) or cuda (NCCL, one GPU per rank).")] = "cpu",
     threads: Annotated[int, typer.Option(help="Torch threads per rank (both sides).")] = 1,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
@@ -155,21 +158,33 @@ def bench_train(
     steps = steps or MODELS[model][5]
     if steps < 2 or rounds < 1 or nproc < 1 or threads < 1 or quality_steps < 1:
         fail("--steps must be >= 2, --rounds, --nproc, --threads and --quality-steps >= 1")
+    _check_device(device, nproc)
     global_batch = MODELS[model][4] * nproc
     with tempfile.TemporaryDirectory() as tmp:
         rows = {"train": global_batch * max(steps, quality_steps), "val": global_batch * VAL_BATCHES}
         data = write_bench_data(Path(tmp) / "data", rows, MODELS[model][0])
         out = Path(tmp) / "result.json"
-        args = [str(data), str(out), model, str(steps), str(rounds), str(quality_steps), str(threads)]
+        args = [str(data), str(out), model, str(steps), str(rounds), str(quality_steps), str(threads), device]
         env = rank_environment(nproc) | {"OMP_NUM_THREADS": str(threads)}
         proc = subprocess.run(torchrun_command(args, nproc, module="shardrec.tools.bench.train"), capture_output=True, text=True, env=env)
         if proc.returncode != 0:
             fail(f"benchmark ranks failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-        result = summarise(json.loads(out.read_text()), model, nproc, threads, steps, rounds)
+        result = summarise(json.loads(out.read_text()), model, nproc, threads, steps, rounds, device)
     if json_out:
         print_json(result)
     else:
         _print(result)
+
+
+def _check_device(device: str, nproc: int) -> None:
+    import torch
+
+    if device not in ("cpu", "cuda"):
+        fail(f"--device {device!r} is not one of cpu, cuda")
+    if device == "cuda":
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if nproc > gpus:
+            fail(f"--device cuda --nproc {nproc}: this machine has {gpus} CUDA device(s); one rank per GPU")
 
 
 def register(app: typer.Typer) -> None:
@@ -177,4 +192,4 @@ def register(app: typer.Typer) -> None:
 
 
 if __name__ == "__main__":
-    rank_main(sys.argv[1], sys.argv[2], sys.argv[3], *(int(a) for a in sys.argv[4:8]))
+    rank_main(sys.argv[1], sys.argv[2], sys.argv[3], *(int(a) for a in sys.argv[4:8]), device=sys.argv[8])

@@ -118,7 +118,7 @@ def gathered_auc(logits: torch.Tensor, labels: torch.Tensor) -> float:
         parts = [torch.empty_like(local) for _ in range(dist.get_world_size())]
         dist.all_gather(parts, local)
         local = torch.cat(parts, dim=1)
-    return float(binary_metrics(local[0], local[1])["auc"])
+    return float(binary_metrics(local[0].cpu(), local[1].cpu())["auc"])
 
 
 def from_disk(side: Ours, steps: int, samples: int) -> float:
@@ -152,7 +152,8 @@ def bench_rank(env: DistEnv, configs: dict[str, JobConfig], run_root: Path, step
     spec, optim = stock_spec(configs["fp32"], [(f.name, f.cardinality) for f in manifest.sparse_features],
                              len(manifest.dense_features))
     local_batch = configs["fp32"].train.global_batch_size // env.world_size
-    stock = StockTrainer(spec, optim, local_batch, env.local_world_size, seed=configs["fp32"].train.seed)
+    stock = StockTrainer(spec, optim, local_batch, env.local_world_size, seed=configs["fp32"].train.seed,
+                         device=env.device)
     # The same data for the baseline: ours' stream, materialised (no timing runs meanwhile).
     stream = iter(fp32.job.train_loader)
     batches = list(itertools.islice(stream, max(quality_steps, steps)))

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The CUDA path validated in one call (README, "GPU check"): the GPU-marked tests, then a short
+# `shardrec bench train --device cuda` in fp32 and bf16, one summary table last.
+#
+# Exit: 0 every check passed; 1 a check failed; 3 no CUDA device was found (one line, nothing
+# run or installed); 4 the carried wheels could not be joined, verified or installed.
+#
+# Python: $PYTHON, else .venv/bin/python, else python3. On a machine without the pinned stack,
+# GPU_CHECK_WHEELS names a folder of carried wheels (whole, or in pieces NAME.whl.part-NN with a
+# NAME.whl.sha256 from sha256sum): they are joined, checked and installed with shardrec itself
+# into GPU_CHECK_SITE (default /tmp/shardrec-gpu-site), which goes first on PYTHONPATH.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ -n "${PYTHON:-}" ]; then PY=$PYTHON; elif [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=python3; fi
+
+if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() and torch.cuda.device_count() else 1)' 2>/dev/null; then
+    echo "gpu check: no CUDA device was found (torch.cuda.is_available() is False for $PY); nothing was run"
+    exit 3
+fi
+
+if [ -n "${GPU_CHECK_WHEELS:-}" ]; then
+    site=${GPU_CHECK_SITE:-/tmp/shardrec-gpu-site}
+    for sum in "$GPU_CHECK_WHEELS"/*.whl.sha256; do
+        [ -e "$sum" ] || break
+        wheel=${sum%.sha256}
+        if [ ! -f "$wheel" ]; then
+            # Pieces sort by their numbered suffix; written to a temp name, then renamed.
+            cat "$wheel".part-* > "$wheel.joining" || { echo "gpu check: cannot join $wheel.part-*"; exit 4; }
+            mv "$wheel.joining" "$wheel"
+        fi
+        (cd "$GPU_CHECK_WHEELS" && sha256sum --quiet -c "$(basename "$sum")") \
+            || { echo "gpu check: $wheel does not match $sum"; exit 4; }
+    done
+    "$PY" -m pip install -q --no-deps --upgrade --target "$site" "$GPU_CHECK_WHEELS"/*.whl \
+        || { echo "gpu check: installing the wheels in $GPU_CHECK_WHEELS failed"; exit 4; }
+    "$PY" -m pip install -q --no-deps --no-build-isolation --upgrade --target "$site" . \
+        || { echo "gpu check: installing shardrec into $site failed"; exit 4; }
+    export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+
+# The lent machine's triple (torch 2.11 / fbgemm-gpu 1.6.0 / torchrec 1.6.1) may start, for this check only.
+export SHARDREC_ALLOW_STACK=${SHARDREC_ALLOW_STACK:-2.11.0/1.6.0/1.6.1}
+exec "$PY" -m shardrec.tools.bench.gpu_check

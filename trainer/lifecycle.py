@@ -146,7 +146,8 @@ def read_run_dir(path: Path) -> RunDir:
         pass  # no summary, or a torn one: the run did not finish
     summary = summary if isinstance(summary, dict) else None
     step = done[-1][0] if done else None
-    target = _target_stop(Path(path), step) if summary and summary.get("target_reached") and summary.get("steps") == step else None
+    stopped = summary is not None and summary.get("target_reached") and summary.get("steps") == step
+    target = _target_stop(Path(path), step) if stopped else None
     return RunDir(Path(path), step, summary, target)
 
 
@@ -230,9 +231,10 @@ def complete_message(run_dir: Path, config: JobConfig, run: RunDir) -> str:
     step = run.step or 0
     if run.target is not None and run.target["auc"] >= (config.train.target_auc or float("inf")):
         t = run.target
-        return (f"{run_dir} is complete: the target AUC was reached at step {step:,} ({t.get('split', 'val')} AUC "
-                f"{t['auc']:.5f} >= train.target_auc = {t.get('target_auc')}); nothing to do. To continue it, raise or clear the "
-                "target (--set train.target_auc=0 --allow-change train.target_auc); to start over, add --restart")
+        return (f"{run_dir} is complete: the target AUC was reached at step {step:,} ({t.get('split', 'val')} "
+                f"AUC {t['auc']:.5f} >= train.target_auc = {t.get('target_auc')}); nothing to do. To continue it, "
+                "raise or clear the target (--set train.target_auc=0 --allow-change train.target_auc); "
+                "to start over, add --restart")
     cap = f"train.steps = {config.train.steps}" if config.train.steps else f"train.epochs = {config.train.epochs}"
     return (f"{run_dir} is complete: {step:,} steps ({cap}); nothing to do. To continue it, raise --steps "
             "(or train.epochs); to start over, add --restart")

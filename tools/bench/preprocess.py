@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 
 from shardrec.tools.bench.polars_pipeline import INSTALL_HINT, compare_with_dataset
 from shardrec.tools.bench.proctree import run_measured
@@ -183,7 +182,7 @@ def bench_preprocess(
     if size_gb <= 0 or workers < 1:
         fail(f"--size-gb ({size_gb}) and --workers ({workers}) must be positive")
     if polars_version() is None:
-        fail(escape(INSTALL_HINT))  # the hint's [bench] is not rich markup
+        fail(INSTALL_HINT)  # fail() prints text, not markup: the hint's [bench] stays
     tmp = None
     if work_dir is None:
         tmp = tempfile.TemporaryDirectory(prefix="shardrec-bench-")

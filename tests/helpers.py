@@ -11,8 +11,13 @@ from __future__ import annotations
 import re
 import subprocess
 import traceback
+from pathlib import Path
+
+import numpy as np
 
 from typer.testing import Result
+
+from shardrec.dataloader.format import Manifest, SplitInfo, open_part, write_part
 
 # Log records the CLI writes to stderr while it works (configure_logging's format); a
 # subprocess shows them, and they are not part of the error message.
@@ -38,3 +43,17 @@ def assert_one_line_error(result: Result | subprocess.CompletedProcess, pattern:
     assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}:\n" + "\n".join(lines)[-3000:]
     assert re.search(pattern, lines[0]), f"stderr line {lines[0]!r} does not match {pattern!r}"
     return lines[0]
+
+
+def resplit(src: Path, dst: Path, parts: int, seed: int = 7) -> None:
+    """Write the train rows of the 1-part dataset `src` again as `parts` parts of uneven sizes."""
+    manifest = Manifest.load(src)
+    whole = open_part(src, "train", manifest.splits["train"].parts[0], manifest)
+    rows = whole.rows
+    cuts = np.sort(np.random.default_rng(seed).choice(np.arange(1, rows), parts - 1, replace=False))
+    bounds = [0, *cuts.tolist(), rows]
+    info = SplitInfo(rows=rows)
+    for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
+        sparse = {n: np.asarray(v[a:b]) for n, v in whole.sparse.items()}
+        info.parts.append(write_part(dst / "train" / f"part-{k:05d}", np.asarray(whole.labels[a:b]), np.asarray(whole.dense[a:b]), sparse, fsync=False))
+    Manifest(manifest.dense_features, manifest.sparse_features, {"train": info}).save(dst)

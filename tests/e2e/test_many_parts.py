@@ -8,36 +8,24 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from conftest import write_tiny_dataset
-from shardrec.dataloader.format import Manifest, SplitInfo, open_part, write_part
+from helpers import resplit
 from shardrec.tools.cli.app import app
 
 PARTS = 300
 LIMIT = 256
 
 
-def _resplit(src: Path, dst: Path, parts: int) -> None:
-    """The 1-part train split of `src` again as `parts` parts of uneven sizes."""
-    manifest = Manifest.load(src)
-    whole = open_part(src, "train", manifest.splits["train"].parts[0], manifest)
-    cuts = np.sort(np.random.default_rng(11).choice(np.arange(1, whole.rows), parts - 1, replace=False))
-    bounds = [0, *cuts.tolist(), whole.rows]
-    info = SplitInfo(rows=whole.rows)
-    for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
-        sparse = {n: np.asarray(v[a:b]) for n, v in whole.sparse.items()}
-        info.parts.append(write_part(dst / "train" / f"part-{k:05d}", np.asarray(whole.labels[a:b]), np.asarray(whole.dense[a:b]), sparse, fsync=False))
-    Manifest(manifest.dense_features, manifest.sparse_features, {"train": info}).save(dst)
 
 
 @pytest.fixture(scope="module")
 def datasets(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("many-parts")
     write_tiny_dataset(root / "one", rows={"train": [1200]})
-    _resplit(root / "one", root / "many", PARTS)
+    resplit(root / "one", root / "many", PARTS, seed=11)
     return root / "one", root / "many"
 
 

@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 
 from conftest import write_tiny_dataset
+from helpers import resplit
 from shardrec.dataloader import gather_kernels
 from shardrec.dataloader.addresses import index_dtype
 from shardrec.dataloader.digest import batch_digest
-from shardrec.dataloader.format import DatasetError, Manifest, SplitInfo, open_part, write_part
+from shardrec.dataloader.format import DatasetError, Manifest
 from shardrec.dataloader.loader import Delivery, ShuffleSpec, build_loader
 from shardrec.dataloader.mapping import map_npy
 from shardrec.dataloader.part_cache import PartSet
@@ -26,18 +27,6 @@ PARTS = 300
 SMALL_SHUFFLE = ShuffleSpec(seed=3, block_rows=4, window_blocks=8, segment_blocks=2, group_segments=40)
 
 
-def resplit(src: Path, dst: Path, parts: int) -> None:
-    """Write the train rows of the 1-part dataset `src` again as `parts` parts of uneven sizes."""
-    manifest = Manifest.load(src)
-    whole = open_part(src, "train", manifest.splits["train"].parts[0], manifest)
-    rows = whole.rows
-    cuts = np.sort(np.random.default_rng(7).choice(np.arange(1, rows), parts - 1, replace=False))
-    bounds = [0, *cuts.tolist(), rows]
-    info = SplitInfo(rows=rows)
-    for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
-        sparse = {n: np.asarray(v[a:b]) for n, v in whole.sparse.items()}
-        info.parts.append(write_part(dst / "train" / f"part-{k:05d}", np.asarray(whole.labels[a:b]), np.asarray(whole.dense[a:b]), sparse, fsync=False))
-    Manifest(manifest.dense_features, manifest.sparse_features, {"train": info}).save(dst)
 
 
 @pytest.fixture(scope="module")

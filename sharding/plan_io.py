@@ -29,7 +29,8 @@ from torchrec.distributed.types import (
 )
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
-from shardrec.dataloader.format import atomic_write_bytes, shown
+from shardrec.dataloader.files import atomic_write_bytes
+from shardrec.dataloader.format import shown
 from shardrec.sharding.json_checks import check_plan_fields, read_strict_json
 
 PLAN_FORMAT = "shardrec-plan"

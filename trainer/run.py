@@ -14,7 +14,8 @@ from typing import Any
 
 import torch
 
-from shardrec.dataloader.format import Manifest, atomic_write_bytes
+from shardrec.dataloader.files import atomic_write_bytes
+from shardrec.dataloader.format import Manifest
 from shardrec.dataloader.loader import NO_SHUFFLE, BatchLoader, Delivery, ShuffleSpec, build_loader
 from shardrec.embeddings.init import init_embedding_weights
 from shardrec.embeddings.tables import build_table_configs

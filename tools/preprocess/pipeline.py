@@ -20,6 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
+from shardrec.dataloader.files import atomic_write_bytes
 from shardrec.dataloader.format import (
     SPLITS,
     FileInfo,
@@ -27,7 +28,6 @@ from shardrec.dataloader.format import (
     PartInfo,
     SparseFeature,
     SplitInfo,
-    atomic_write_bytes,
     smallest_uint,
 )
 from shardrec.tools.preprocess.parse import DENSE_TRANSFORMS, Schema

@@ -198,16 +198,6 @@ def _expect_dict(value: Any, where: str) -> None:
         raise TypeError(f"{where} is {value!r:.80}, expected an object")
 
 
-def read_json(path: Path, what: str) -> Any:
-    """Parse a JSON file; ValueError naming the file and what it should have been."""
-    try:
-        return json.loads(Path(path).read_text())
-    except OSError as e:
-        raise ValueError(f"{path}: cannot read {what}: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not a JSON {what}: {e}") from None
-
-
 def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

@@ -87,3 +87,17 @@ def test_errors_name_the_file_the_flag_and_a_near_miss(tiny_dataset: Path, tmp_p
         usage = _run(*args)
         assert usage.exit_code == 2, usage.output  # a usage error: typer's convention
         assert f"Invalid value for '{flag}'" in usage.stderr
+
+
+def test_help_keeps_bracketed_defaults_and_one_paragraph_summaries() -> None:
+    # rich markup ate "[default: stdout]" whole, leaving "one per line ." in the help
+    out = " ".join(_run("predict", "--help").stdout.replace("│", " ").split())
+    assert "one per line (default: stdout)" in out
+    cache = " ".join(_run("data", "multihot", "--help").stdout.replace("│", " ").split())
+    assert "reused (default: shardrec/multihot under $XDG_CACHE_HOME, else ~/.cache)" in cache
+    # the group listing shows a docstring's whole first paragraph with its line breaks as typed:
+    # so the first paragraph is a one-line summary, the details come after it
+    listed = " ".join(_run("--help").stdout.replace("│", " ").split())
+    assert "export Write a run's checkpoint as one unsharded safetensors file. predict" in listed
+    data = " ".join(_run("data", "--help").stdout.replace("│", " ").split())
+    assert "multihot Write a multi-hot copy of the one-hot dataset SRC, as MLPerf DLRMv2 does. ╰" in data

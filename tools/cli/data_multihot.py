@@ -29,12 +29,14 @@ def multihot(
     dist: Annotated[str, typer.Option(help="How the extra ids are drawn: uniform or pareto.")] = "uniform",
     seed: Annotated[int, typer.Option(help="Seed of numpy's legacy generator (MLPerf's reference uses 0).")] = 0,
     rows: Annotated[str | None, typer.Option(help="Table rows per feature: N1,N2,... (default: each feature's cardinality).")] = None,
-    cache: Annotated[Path | None, typer.Option(help="Folder for the index tables, drawn once and reused [default: ~/.cache/shardrec/multihot].")] = None,
+    cache: Annotated[Path | None, typer.Option(help="Folder for the index tables, drawn once and reused (default: shardrec/multihot under $XDG_CACHE_HOME, else ~/.cache).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
-    """Write a copy of SRC whose sparse features are multi-hot: each one-hot id becomes its row
-    of the feature's index table (row r: r, then size - 1 random ids), the MLPerf DLRMv2
-    reference's algorithm, so the ids equal the reference's for the same sizes, rows and seed."""
+    """Write a multi-hot copy of the one-hot dataset SRC, as MLPerf DLRMv2 does.
+
+    Each one-hot id becomes its row of the feature's index table (row r: r, then size - 1 random
+    ids), the MLPerf DLRMv2 reference's algorithm, so the ids equal the reference's for the same
+    sizes, rows and seed."""
     if dist not in DISTRIBUTIONS:
         fail(f"--dist {dist!r} must be one of {', '.join(DISTRIBUTIONS)}")
     size_list = _int_list(sizes, "--sizes")

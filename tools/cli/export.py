@@ -16,7 +16,9 @@ def export(
     checkpoint: Annotated[Optional[int], typer.Option("--checkpoint", help="Step of the checkpoint (default: the newest).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
-    """Gather every table from its shards, with the dense layers, the model config and the
+    """Write a run's checkpoint as one unsharded safetensors file.
+
+    Every table is gathered from its shards, with the dense layers, the model config and the
     dataset's feature transform, into one file that `shardrec predict` (or any safetensors
     reader) loads without torchrun."""
     from shardrec.dataloader.format import DatasetError

@@ -46,12 +46,13 @@ def predict(
     model: Annotated[Path, typer.Argument(help="Model file from `shardrec export`.")],
     input_path: Annotated[Path, typer.Argument(metavar="INPUT", help="A dataset directory (with --split) or a Criteo-format text file (.gz too).")],
     split: Annotated[str, typer.Option("--split", help="Split of a dataset directory to score.")] = "test",
-    out: Annotated[Optional[Path], typer.Option("--out", help="Write probabilities here: .npy (float32) or text, one per line [default: stdout].")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Write probabilities here: .npy (float32) or text, one per line (default: stdout).")] = None,
     batch_size: Annotated[int, typer.Option(help="Rows scored at a time (dataset input).")] = 8192,
     json_out: Annotated[bool, typer.Option("--json", help="Print rows and AUC (against the input's labels) as JSON; needs --out.")] = False,
 ) -> None:
-    """Score a preprocessed split or raw rows with an exported model (no torchrun): the raw rows
-    get the dataset's own transform (its hashing or vocabulary and dense transform)."""
+    """Score a preprocessed split or raw rows with an exported model, in one process (no torchrun).
+
+    Raw rows get the dataset's own transform (its hashing or vocabulary and dense transform)."""
     from shardrec.dataloader.format import DatasetError
     from shardrec.trainer.metrics import auc
     from shardrec.trainer.predict import load_exported, score_split

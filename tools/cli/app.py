@@ -37,8 +37,9 @@ app = typer.Typer(
     name="shardrec",
     help=(
         "Train DLRM-family recommendation models whose embedding tables are sharded across "
-        "devices.\n\nThe flow: `synth` or `preprocess` raw click logs into a dataset, `plan` "
-        "how tables are sharded, `train` with torchrun, and `data`/`bench` to inspect and measure."
+        "devices.\n\nThe flow: `synth` click logs (or bring Criteo's), `preprocess` them into a "
+        "dataset, `plan` how tables are sharded, `train` with torchrun, then `eval`, `export` and "
+        "`predict`; `data` and `bench` inspect and measure."
     ),
     no_args_is_help=True,
     pretty_exceptions_enable=False,

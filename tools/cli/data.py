@@ -7,7 +7,7 @@ import typer
 from shardrec.tools.cli import data_inspect as cli_data_inspect, data_stream as cli_data_stream
 from shardrec.tools.cli import data_multihot as cli_data_multihot
 
-data_app = typer.Typer(help="Inspect a preprocessed dataset: statistics, rows, checksums, stream digests.", no_args_is_help=True)
+data_app = typer.Typer(help="Inspect, check and convert a preprocessed dataset: statistics, rows, checksums, stream digests, torchrec's .npy layout, multi-hot copies.", no_args_is_help=True)
 
 
 def register(app: typer.Typer) -> None:

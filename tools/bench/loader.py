@@ -36,6 +36,7 @@ from typing import Annotated, Any, Callable, Iterable
 import numpy as np
 import typer
 
+from shardrec.dataloader import torchrec_npy as npy
 from shardrec.tools.cli.common import console, fail, print_json
 
 KAGGLE_CARDINALITIES = (
@@ -68,12 +69,12 @@ def write_bench_data(directory: Path, rows: int, seed: int = 0, parts: int = 1, 
     ]
     features = [SparseFeature(n, c, str(smallest_uint(c - 1))) for n, c in zip(names, KAGGLE_CARDINALITIES)]
     Manifest([f"I{i + 1}" for i in range(NUM_DENSE)], features, {"train": SplitInfo(rows, written)}).save(ours)
-    if (theirs / "day_0_labels.npy").is_file():
+    if npy.day_file(theirs, 0, "labels").is_file():
         return ours, theirs
     theirs.mkdir(parents=True, exist_ok=True)
-    np.save(theirs / "day_0_dense.npy", dense)
-    np.save(theirs / "day_0_sparse.npy", ids)
-    np.save(theirs / "day_0_labels.npy", labels.astype(np.int32).reshape(-1, 1))
+    np.save(npy.day_file(theirs, 0, "dense"), dense)
+    np.save(npy.day_file(theirs, 0, "sparse"), ids)
+    np.save(npy.day_file(theirs, 0, "labels"), labels.astype(np.int32).reshape(-1, 1))
     return ours, theirs
 
 
@@ -180,7 +181,7 @@ def _torchrec_pipes(theirs: Path, global_batch: int) -> tuple[dict[str, Any], fl
     the seconds a plain load into RAM takes, and those the global shuffle's build takes."""
     from torchrec.datasets.criteo import InMemoryBinaryCriteoIterDataPipe
 
-    paths = [[str(theirs / f"day_0_{k}.npy")] for k in ("dense", "sparse", "labels")]
+    paths = [[str(npy.day_file(theirs, 0, k))] for k in ("dense", "sparse", "labels")]
     start = time.perf_counter()
     pipes = {
         f"torchrec_{'shuffle' if s else 'no_shuffle'}": InMemoryBinaryCriteoIterDataPipe("train", *paths, global_batch, 0, 1, shuffle_batches=s)

@@ -34,7 +34,6 @@ import numpy as np
 from shardrec.dataloader.jit import AVAILABLE, njit
 
 if AVAILABLE:
-    from llvmlite import ir
     from numba import types
     from numba.extending import intrinsic
 else:

@@ -13,7 +13,7 @@ import json
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, get_args, get_origin, get_type_hints
+from typing import Any, get_origin, get_type_hints
 
 
 def _check_choice(key: str, value: str, choices: tuple[str, ...]) -> None:

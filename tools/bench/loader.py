@@ -26,7 +26,6 @@ dataset, and the shuffle quality of the default order on labels that drift along
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import time

@@ -20,7 +20,6 @@ seconds apart), or an attacker with this user's rights.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import stat
@@ -28,22 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from shardrec.dataloader.files import atomic_open
+from shardrec.dataloader.format import file_sha256
 
 DIGESTS = "digests.json"
 DIGESTS_VERSION = 1
-_CHUNK = 1 << 20
 
 
 class UntrustedCheckpoint(ValueError):
     """A checkpoint whose files do not match its digests, or that someone else could have changed."""
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _files(directory: Path) -> list[str]:
@@ -65,7 +56,7 @@ def write_digests(directory: Path) -> None:
     """Hash every file of the checkpoint in `directory` into its digests.json (rank 0, after every
     rank wrote; the last file of a save), and make the directory and digests writable by this user only."""
     directory = Path(directory)
-    digests = {rel: _sha256(directory / rel) for rel in _files(directory)}
+    digests = {rel: file_sha256(directory / rel) for rel in _files(directory)}
     record = {"version": DIGESTS_VERSION, "algorithm": "sha256", "files": digests}
     with atomic_open(directory / DIGESTS) as f:
         f.write((json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
@@ -116,7 +107,7 @@ def verify_files(directory: Path, digests: dict[str, str], rank: int = 0, world_
         path = directory / rel
         if not path.is_file():
             return f"{path}: listed in {DIGESTS} but missing; refusing the checkpoint"
-        if _sha256(path) != digests[rel]:
+        if file_sha256(path) != digests[rel]:
             return f"{path}: contents differ from the digest written at save time (changed since); refusing the checkpoint"
     return ""
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from shardrec.dataloader.format import Manifest
 from shardrec.trainer.config import JobConfig, load_job_config
+from shardrec.trainer.metrics import load_metrics
 
 DATASET_RECORD = "dataset.json"
 SUMMARY = "summary.json"
@@ -161,20 +162,10 @@ def _target_stop(run_dir: Path, step: int | None) -> dict[str, Any] | None:
 
 
 def _metrics_records(run_dir: Path) -> list[dict[str, Any]]:
-    """RUN/metrics.jsonl's records; torn lines skipped."""
-    try:
-        lines = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
-    except OSError:
+    """RUN/metrics.jsonl's records (none without the file); torn lines skipped."""
+    if not (Path(run_dir) / "metrics.jsonl").is_file():
         return []
-    records = []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-    return records
+    return load_metrics(run_dir, torn="any").records
 
 
 def check_run_dir(run_dir: Path, config: JobConfig, manifest: Manifest, allow: list[str]) -> str:

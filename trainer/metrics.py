@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 
 def auc(scores: np.ndarray, labels: np.ndarray) -> float:
@@ -27,6 +30,8 @@ def auc(scores: np.ndarray, labels: np.ndarray) -> float:
 
 def binary_metrics(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
     """AUC, log loss and normalized entropy of logits against 0/1 labels (rows with label < 0 ignored)."""
+    import torch  # here, so reading metrics.jsonl (runs, report, lifecycle) does not import torch
+
     keep = labels >= 0
     logits, labels = logits[keep].double(), labels[keep].double()
     n = int(labels.numel())
@@ -79,17 +84,45 @@ class MetricsWriter:
             self._tb.close()
 
 
-def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    """The records of RUN/metrics.jsonl; ValueError names the file and line of a bad one."""
+@dataclass(frozen=True)
+class MetricsLog:
+    """RUN/metrics.jsonl as read: its records and the line numbers of torn lines skipped."""
+
+    path: Path
+    records: list[dict[str, Any]]
+    skipped: list[int]
+
+
+def load_metrics(run_dir: Path, *, torn: Literal["error", "last", "any"] = "error") -> MetricsLog:
+    """Read RUN/metrics.jsonl; ValueError names the run directory when it has none.
+
+    torn: what a line that is not a JSON object means. "error": ValueError naming file:line.
+    "last": a torn last line (a run killed while appending it) is skipped, any other is an
+    error. "any": every such line is skipped (status displays that must not fail on a record).
+    """
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
         raise ValueError(f"{run_dir}: no metrics.jsonl (not a shardrec run directory?)")
-    out = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    lines = path.read_bytes().split(b"\n")
+    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+    records, skipped = [], []
+    for i, line in enumerate(lines[: last + 1]):
         if not line.strip():
             continue
         try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{number}: not a JSON record: {e}") from None
-    return out
+            record = json.loads(line)  # bytes that are not UTF-8 raise a ValueError too
+            if not isinstance(record, dict):
+                raise ValueError(f"a JSON {type(record).__name__}, not an object")
+        except ValueError as e:
+            if torn == "any" or (torn == "last" and i == last):
+                skipped.append(i + 1)
+                continue
+            hint = "; only a torn last line is skipped" if torn == "last" else ""
+            raise ValueError(f"{path}:{i + 1}: not a JSON record ({e}){hint}") from None
+        records.append(record)
+    return MetricsLog(path, records, skipped)
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """The records of RUN/metrics.jsonl; ValueError names the file and line of a bad one."""
+    return load_metrics(run_dir).records

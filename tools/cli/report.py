@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
 from shardrec.tools.cli.common import console, err_console, fail, print_json, save_figure
+from shardrec.trainer.metrics import load_metrics
 
 
 def _series(records: list[dict[str, Any]], kind: str, key: str, split: str | None = None) -> tuple[list[int], list[float]]:
@@ -24,25 +24,10 @@ def _series(records: list[dict[str, Any]], kind: str, key: str, split: str | Non
 def read_records(run_dir: Path) -> list[dict[str, Any]]:
     """RUN/metrics.jsonl's records. A torn last line (a run killed while appending it) is skipped
     with a warning on stderr; a bad line before the last is corruption: ValueError names file:line."""
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.is_file():
-        raise ValueError(f"{run_dir}: no metrics.jsonl (not a shardrec run directory?)")
-    lines = path.read_bytes().split(b"\n")
-    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
-    records = []
-    for i, line in enumerate(lines[: last + 1]):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-            if not isinstance(record, dict):
-                raise ValueError(f"a JSON {type(record).__name__}, not an object")
-            records.append(record)
-        except ValueError as e:  # JSONDecodeError, or bytes that are not UTF-8
-            if i < last:
-                raise ValueError(f"{path}:{i + 1}: not a JSON record ({e}); only a torn last line is skipped") from None
-            err_console.print(f"[yellow]warning:[/] {path}:{i + 1}: torn last record skipped (a run killed while writing it?)", highlight=False, soft_wrap=True)
-    return records
+    log = load_metrics(run_dir, torn="last")
+    for line in log.skipped:
+        err_console.print(f"[yellow]warning:[/] {log.path}:{line}: torn last record skipped (a run killed while writing it?)", highlight=False, soft_wrap=True)
+    return log.records
 
 
 def plot_run(records: list[dict[str, Any]], out: Path, title: str) -> list[str]:

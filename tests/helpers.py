@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import subprocess
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -57,3 +58,28 @@ def resplit(src: Path, dst: Path, parts: int, seed: int = 7) -> None:
         sparse = {n: np.asarray(v[a:b]) for n, v in whole.sparse.items()}
         info.parts.append(write_part(dst / "train" / f"part-{k:05d}", np.asarray(whole.labels[a:b]), np.asarray(whole.dense[a:b]), sparse, fsync=False))
     Manifest(manifest.dense_features, manifest.sparse_features, {"train": info}).save(dst)
+
+
+@dataclass(frozen=True)
+class Proc:
+    """One live process as /proc shows it."""
+
+    pid: int
+    ppid: int
+    state: str
+    argv: list[bytes]
+
+
+def processes() -> list[Proc]:
+    """Every process of this machine (those that end while being read are left out)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended while we looked
+            continue
+        found.append(Proc(int(entry.name), int(fields[1]), fields[0], argv))
+    return found

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import assert_one_line_error
+from helpers import assert_one_line_error, processes
 from shardrec.tools.synth import write_dataset
 
 ARGS = ["--max-ids", "5000", "--chunk-mb", "0.1", "--workers", "2"]
@@ -19,19 +19,7 @@ ARGS = ["--max-ids", "5000", "--chunk-mb", "0.1", "--workers", "2"]
 
 def _workers(parent: int) -> list[int]:
     """Pids of the pool's worker processes: children of `parent` started by multiprocessing spawn."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:  # ended while we looked
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == parent and b"spawn_main" in cmdline:
-            pids.append(int(entry.name))
-    return pids
+    return [p.pid for p in processes() if p.ppid == parent and any(b"spawn_main" in arg for arg in p.argv)]
 
 
 def _preprocess(raw: Path, out: Path) -> list[str]:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import assert_one_line_error
+from helpers import assert_one_line_error, processes
 
 JOB = ["--set", "model.embedding_dim=8", "--set", "model.dense_arch=[16, 8]", "--set", "model.over_arch=[16, 1]",
        "--set", "train.global_batch_size=64", "--set", 'data.eval_splits=["val"]', "--set", "train.log_interval=1000"]
@@ -35,19 +35,10 @@ def _command(data: Path, run_dir: Path, *extra: str) -> list[str]:
 
 def _ranks(run_dir: Path) -> list[int]:
     """Pids of live trainer ranks (`python -m shardrec.trainer ...`) working on `run_dir`."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:  # ended while we looked
-            continue
-        is_rank = any(argv[i:i + 2] == [b"-m", b"shardrec.trainer"] for i in range(1, 4))  # torchrun adds -u
-        if is_rank and str(run_dir).encode() in argv and state != "Z":
-            pids.append(int(entry.name))
-    return pids
+    def is_rank(argv: list[bytes]) -> bool:
+        return any(argv[i:i + 2] == [b"-m", b"shardrec.trainer"] for i in range(1, 4))  # torchrun adds -u
+
+    return [p.pid for p in processes() if is_rank(p.argv) and str(run_dir).encode() in p.argv and p.state != "Z"]
 
 
 def _wait_for(condition, seconds: float) -> bool:

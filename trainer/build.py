@@ -22,12 +22,12 @@ from torchrec.optim.optimizers import in_backward_optimizer_filter
 
 from shardrec.dataloader.format import Manifest
 from shardrec.embeddings.optim import attach_fused_optimizer, replicated_table_optimizer, replicated_table_params
-from shardrec.embeddings.tables import build_ebc
+from shardrec.embeddings.tables import build_ebc, build_table_configs
 from shardrec.sharding.plan_io import PlanFile, check_plan, plan_fingerprint, to_sharding_plan
 from shardrec.sharding.planner import plan_tables
 from shardrec.sharding.request import DatasetStatistics, PlanRequest
 from shardrec.sharding.sharders import build_sharders
-from shardrec.trainer.config import ModelConfig, OptimConfig
+from shardrec.trainer.config import ModelConfig, OptimConfig, ShardingConfig, TrainConfig
 from shardrec.trainer.dist import DistEnv
 from shardrec.trainer.models import bf16_support_note, build_model
 from shardrec.trainer.objective import TRAIN_EBC_PATH, TrainModule
@@ -134,6 +134,30 @@ def shard_model(
         plan=plan,
         sharders=trainer_sharders(qcomm),  # type: ignore[arg-type]
     )
+
+
+def build_sharded_model(
+    manifest: Manifest,
+    env: DistEnv,
+    *,
+    model_config: ModelConfig,
+    train: TrainConfig,
+    optim: OptimConfig,
+    sharding: ShardingConfig,
+    plan: PlanFile | None = None,
+) -> tuple[DistributedModelParallel, list[EmbeddingBagConfig], PlanFile]:
+    """The tables, the train module, its plan (planned at start when none is given, else checked
+    against this job) and the sharded model; training and evaluation build it alike. The
+    embedding weights are not initialised here (a checkpoint or init_embedding_weights fills them)."""
+    tables = build_table_configs(manifest, model_config.embedding_dim, model_config.dims)
+    module = build_train_module(model_config, manifest, tables, env, global_batch_size=train.global_batch_size,
+                                seed=train.seed, precision=train.precision)
+    if plan is None:
+        plan = plan_at_start(tables, env, train.global_batch_size, sharding.constraints, sharding.compute_kernel,
+                             optim.sparse, manifest)
+    sharding_plan = build_sharding_plan(plan, tables, env, train.global_batch_size)
+    model = shard_model(module, sharding_plan, env, optim, qcomm=sharding.qcomm or None)
+    return model, tables, plan
 
 
 def build_optimizer(

@@ -20,8 +20,7 @@ import torch
 
 from shardrec.dataloader.format import Manifest
 from shardrec.dataloader.loader import NO_SHUFFLE, BatchLoader, Delivery, build_loader
-from shardrec.embeddings.tables import build_table_configs
-from shardrec.sharding.plan_io import PlanFile, load_plan
+from shardrec.sharding.plan_io import load_plan
 from shardrec.trainer import build, data_options, lifecycle
 from shardrec.trainer.checkpoint import CheckpointManager, CheckpointParts, ModuleState, TrainProgress, complete_checkpoints
 from shardrec.trainer.config import JobConfig, load_job_config
@@ -139,20 +138,6 @@ def eval_loader(config: JobConfig, split: str, env: DistEnv) -> BatchLoader:
     )
 
 
-def _build_model(config: JobConfig, manifest: Manifest, env: DistEnv, plan: PlanFile | None) -> tuple[torch.nn.Module, PlanFile]:
-    """The sharded model as trainer.run.build_job builds it (weights to be loaded), and its plan."""
-    m, t, o = config.model, config.train, config.optim
-    tables = build_table_configs(manifest, m.embedding_dim, m.dims)
-    module = build.build_train_module(m, manifest, tables, env, global_batch_size=t.global_batch_size, seed=t.seed,
-                                      precision=t.precision)
-    if plan is None:
-        plan = build.plan_at_start(tables, env, t.global_batch_size, config.sharding.constraints,
-                                   config.sharding.compute_kernel, o.sparse, manifest)
-    sharding_plan = build.build_sharding_plan(plan, tables, env, t.global_batch_size)
-    model = build.shard_model(module, sharding_plan, env, o, qcomm=config.sharding.qcomm or None)
-    return model, plan
-
-
 def evaluate_checkpoint(request: EvalRequest, env: DistEnv) -> dict[str, Any]:
     """Load the checkpoint's weights (resharded onto this world size) and evaluate the split;
     returns its metrics with the step, split and world sizes (every rank returns the same)."""
@@ -162,7 +147,9 @@ def evaluate_checkpoint(request: EvalRequest, env: DistEnv) -> dict[str, Any]:
     saved_plan = load_plan(Path(request.run_dir) / RUN_PLAN)
     # The run's own plan where it fits: the same shards give the same sums, hence the same AUC bits.
     fits = (saved_plan.fingerprint.get("world_size"), saved_plan.fingerprint.get("device_kind")) == (env.world_size, env.device.type)
-    model, plan = _build_model(config, manifest, env, saved_plan if fits else None)
+    model, _, plan = build.build_sharded_model(manifest, env, model_config=config.model, train=config.train,
+                                               optim=config.optim, sharding=config.sharding,
+                                               plan=saved_plan if fits else None)
     # The checkpoint checks the dataset's fingerprint too, unless other data was asked for.
     fingerprint = "" if request.data is not None else lifecycle.dataset_fingerprint(raw)
     parts = CheckpointParts(progress=TrainProgress(), sharded={"model": ModuleState(model)}, main={},

@@ -18,7 +18,6 @@ from shardrec.dataloader.files import atomic_write_bytes
 from shardrec.dataloader.format import Manifest
 from shardrec.dataloader.loader import NO_SHUFFLE, BatchLoader, Delivery, ShuffleSpec, build_loader
 from shardrec.embeddings.init import init_embedding_weights
-from shardrec.embeddings.tables import build_table_configs
 from shardrec.sharding.plan_io import PlanFile, load_plan, save_plan
 from shardrec.trainer import build, data_options, faults, lifecycle
 from shardrec.trainer.checkpoint import CheckpointManager, CheckpointParts, ModuleState, TrainProgress
@@ -88,18 +87,11 @@ def build_job(config: JobConfig, env: DistEnv, run_dir: Path, plan_path: str | N
     manifest = Manifest.load(data_dir)
     # With on-the-fly multi-hot ids the tables have the index tables' rows (data_options).
     seen, multihot = data_options.model_manifest(manifest, config.data), data_options.multihot_option(config.data)
-    m, t, o = config.model, config.train, config.optim
-    tables = build_table_configs(seen, m.embedding_dim, m.dims)
-    module = build.build_train_module(m, seen, tables, env, global_batch_size=t.global_batch_size, seed=t.seed,
-                                      precision=t.precision)
-    if plan_path:
-        plan = load_plan(plan_path)
-    else:
-        plan = build.plan_at_start(tables, env, t.global_batch_size, config.sharding.constraints,
-                                   config.sharding.compute_kernel, o.sparse, seen)
-    sharding_plan = build.build_sharding_plan(plan, tables, env, t.global_batch_size)
-    qcomm = config.sharding.qcomm or None
-    model = build.shard_model(module, sharding_plan, env, o, qcomm=qcomm)
+    t, o = config.train, config.optim
+    model, tables, plan = build.build_sharded_model(
+        seen, env, model_config=config.model, train=t, optim=o, sharding=config.sharding,
+        plan=load_plan(plan_path) if plan_path else None,
+    )
     init_embedding_weights(model, tables, t.seed, ebc_path=TRAIN_EBC_PATH)
     optimizer = build.build_optimizer(model, tables, o)
     train_loader = build_loader(

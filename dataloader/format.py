@@ -17,6 +17,7 @@ to a temporary name and renamed (dataloader/files.py), and the manifest records 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import io
 import json
@@ -185,10 +186,17 @@ def _check_names(path: Path, manifest: Manifest) -> None:
                     raise DatasetError(f"{path}: part {split}/{part.name} lists file {shown(fname)}, not a plain name inside the part")
 
 
+@functools.lru_cache(maxsize=64)
+def _resolved(directory: Path) -> Path:
+    # Resolved once per dataset directory, not for each of a part's ~28 files (part opens are
+    # on the loader's path whenever a part is mapped again after eviction).
+    return directory.resolve()
+
+
 def inside_dataset(directory: Path, path: Path) -> None:
     """Refuse a path that a symlink takes out of the dataset directory (a shared dataset directory
     must not make the loader read, or `data verify` hash, files elsewhere)."""
-    root = directory.resolve()
+    root = _resolved(directory.absolute())  # keyed absolute: a later chdir cannot mislead it
     if not path.resolve().is_relative_to(root):
         raise DatasetError(f"{path}: leads out of the dataset directory {root} (a symlink to {path.resolve()}); named by {directory / MANIFEST}")
 

@@ -13,8 +13,8 @@ KeyedJaggedTensor needs no sync.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -255,7 +255,9 @@ class BatchGatherer:
             for i in range(len(slices))
         ]
 
-    def _gather_located(self, located: tuple[np.ndarray, np.ndarray], used: np.ndarray, count: int, b: int, rows: np.ndarray):
+    def _gather_located(
+        self, located: tuple[np.ndarray, np.ndarray], used: np.ndarray, count: int, b: int, rows: np.ndarray
+    ):
         """Labels, dense and one-hot ids of rows spread over several parts, each written once,
         in order (no grouping by part, no scattered writes). located: (part_of, local), part_of
         indexing `used`, the parts' own indices (compact_parts)."""
@@ -277,7 +279,9 @@ class BatchGatherer:
         dense = np.empty((n, self.num_dense), np.float32)
         if same[1]:
             item_stride = held[0].dense.strides[1]
-            kernels.take_rows_parts(self._addresses.like[1], addresses[1], strides[1], item_stride, part_of, local, dense)
+            kernels.take_rows_parts(
+                self._addresses.like[1], addresses[1], strides[1], item_stride, part_of, local, dense
+            )
         else:
             self._column(fallback(), n, lambda p: p.dense, dense)
         values = np.empty((count, len(self.feature_names), b), np.int64)
@@ -291,7 +295,9 @@ class BatchGatherer:
                     np.remainder(values[:, f, :], self.modulo[name], out=values[:, f, :])
             else:
                 like = self._addresses.like[c]
-                hi = kernels.take_ids_parts(like, addresses[c], strides[c], part_of, local, values, f, self.modulo.get(name, 0))
+                hi = kernels.take_ids_parts(
+                    like, addresses[c], strides[c], part_of, local, values, f, self.modulo.get(name, 0)
+                )
                 self._check_ids(name, values[:, f, :], rows, hi)
         del held  # the parts may be unmapped from here on
         return labels, dense, self._one_hot_kjts(values, b)

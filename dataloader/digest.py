@@ -10,7 +10,8 @@ itself, so the digest is the same whatever the world size that produced it.
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,7 +19,7 @@ if TYPE_CHECKING:  # torchrec takes seconds to import; the CLI imports this modu
     from torchrec.datasets.utils import Batch
 
 
-def batch_digest(slices: "list[Batch]", feature_names: list[str]) -> str:
+def batch_digest(slices: list[Batch], feature_names: list[str]) -> str:
     """SHA-256 (hex) of one global batch given every rank's slice in rank order."""
     h = hashlib.sha256()
     for field in ("labels", "dense_features"):

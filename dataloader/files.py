@@ -12,9 +12,10 @@ atomic); preprocess removes stale `.*.tmp*` left by a killed run.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 __all__ = ["atomic_open", "atomic_path", "atomic_write_bytes", "fsync_dir", "fsync_path", "temporary_name"]
 

@@ -105,7 +105,7 @@ class Manifest:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=False) + "\n"
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> "Manifest":
+    def from_dict(cls, raw: dict[str, Any]) -> Manifest:
         """Build from parsed JSON; KeyError or TypeError (naming the entry) if it is malformed."""
         _expect_dict(raw.get("splits"), "splits")
         for name, s in raw["splits"].items():
@@ -130,7 +130,7 @@ class Manifest:
         return cls(sparse_features=features, splits=splits, **rest)
 
     @classmethod
-    def load(cls, directory: str | Path) -> "Manifest":
+    def load(cls, directory: str | Path) -> Manifest:
         """Read DIR/manifest.json; DatasetError names the path if it is not a shardrec dataset."""
         path = Path(directory) / MANIFEST
         if not Path(directory).exists():
@@ -138,7 +138,9 @@ class Manifest:
         if not Path(directory).is_dir():
             raise DatasetError(f"{directory}: not a directory")
         if not path.is_file():
-            raise DatasetError(f"{directory}: not a shardrec dataset (no {MANIFEST}); create one with `shardrec preprocess`")
+            raise DatasetError(
+                f"{directory}: not a shardrec dataset (no {MANIFEST}); create one with `shardrec preprocess`"
+            )
         try:
             raw = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as e:
@@ -180,10 +182,14 @@ def _check_names(path: Path, manifest: Manifest) -> None:
             raise DatasetError(f"{path}: split name {shown(split)} is not a plain name inside the dataset directory")
         for part in info.parts:
             if not _is_plain_name(part.name):
-                raise DatasetError(f"{path}: part {shown(part.name)} of split {split!r} is not a plain name inside the dataset directory")
+                raise DatasetError(
+                    f"{path}: part {shown(part.name)} of split {split!r} is not a plain name inside the dataset directory"
+                )
             for fname in part.files:
                 if not _is_plain_name(fname):
-                    raise DatasetError(f"{path}: part {split}/{part.name} lists file {shown(fname)}, not a plain name inside the part")
+                    raise DatasetError(
+                        f"{path}: part {split}/{part.name} lists file {shown(fname)}, not a plain name inside the part"
+                    )
 
 
 @functools.lru_cache(maxsize=64)
@@ -198,7 +204,9 @@ def inside_dataset(directory: Path, path: Path) -> None:
     must not make the loader read, or `data verify` hash, files elsewhere)."""
     root = _resolved(directory.absolute())  # keyed absolute: a later chdir cannot mislead it
     if not path.resolve().is_relative_to(root):
-        raise DatasetError(f"{path}: leads out of the dataset directory {root} (a symlink to {path.resolve()}); named by {directory / MANIFEST}")
+        raise DatasetError(
+            f"{path}: leads out of the dataset directory {root} (a symlink to {path.resolve()}); named by {directory / MANIFEST}"
+        )
 
 
 def _expect_dict(value: Any, where: str) -> None:
@@ -348,7 +356,9 @@ def _id_dtype(path: Path, feat: SparseFeature) -> str:
     except TypeError:
         ok = False
     if not ok:
-        raise DatasetError(f"{path}: feature {feat.name} has dtype {shown(feat.dtype)}, expected an unsigned integer type")
+        raise DatasetError(
+            f"{path}: feature {feat.name} has dtype {shown(feat.dtype)}, expected an unsigned integer type"
+        )
     return feat.dtype
 
 
@@ -362,7 +372,9 @@ def open_part(directory: Path, split: str, info: PartInfo, manifest: Manifest) -
 
     def column(fname: str, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
         if fname not in columns:
-            raise DatasetError(f"{manifest_path}: part {split}/{info.name} lists no {fname} (files: {', '.join(columns) or 'none'})")
+            raise DatasetError(
+                f"{manifest_path}: part {split}/{info.name} lists no {fname} (files: {', '.join(columns) or 'none'})"
+            )
         _check_layout(part_dir / fname, columns[fname], dtype, shape)
         return columns[fname]
 
@@ -390,7 +402,9 @@ def _check_offsets(path: Path, off: np.ndarray, rows: int, ids: int) -> None:
     if off.ndim != 1 or len(off) != rows + 1:
         raise DatasetError(f"{path}: {off.shape} offsets, expected {rows + 1} (rows + 1)")
     if int(off[0]) != 0 or int(off[-1]) != ids:
-        raise DatasetError(f"{path}: offsets run from {int(off[0])} to {int(off[-1])}, expected 0 to {ids} (the feature's ids)")
+        raise DatasetError(
+            f"{path}: offsets run from {int(off[0])} to {int(off[-1])}, expected 0 to {ids} (the feature's ids)"
+        )
 
 
 def open_split(directory: str | Path, split: str, manifest: Manifest | None = None) -> list[Part]:

@@ -62,7 +62,9 @@ def verify(directory: str | Path) -> list[str]:
     problems = []
     for split, info in manifest.splits.items():
         for part in info.parts:
-            found = [_file_problem(directory, directory / split / part.name / f, finfo) for f, finfo in part.files.items()]
+            found = [
+                _file_problem(directory, directory / split / part.name / f, finfo) for f, finfo in part.files.items()
+            ]
             problems += [p for p in found if p]
             if any(found):
                 continue
@@ -73,7 +75,9 @@ def verify(directory: str | Path) -> list[str]:
     return problems
 
 
-def bad_id_error(parts: list[Part], part_starts: np.ndarray, feature: str, values: np.ndarray, rows: np.ndarray) -> DatasetError:
+def bad_id_error(
+    parts: list[Part], part_starts: np.ndarray, feature: str, values: np.ndarray, rows: np.ndarray
+) -> DatasetError:
     """The loader's error for a batch whose ids of `feature` (values[k] read from global row
     rows[k]) hold one outside the table: the first such row, by file and row. Only called once
     a bounds check has failed, so it may be slow."""
@@ -92,5 +96,7 @@ def bad_jagged_id_error(parts: list[Part], groups: list[tuple[int, np.ndarray]],
         for r in local:
             row_ids = np.asarray(ids[off[r] : off[r + 1]])
             if len(row_ids) and int(row_ids.max()) >= limit:
-                return DatasetError(id_out_of_range(parts[p], feature, int(r), int(row_ids[np.argmax(row_ids >= limit)])))
+                return DatasetError(
+                    id_out_of_range(parts[p], feature, int(r), int(row_ids[np.argmax(row_ids >= limit)]))
+                )
     raise AssertionError(f"no id of {feature} outside its {limit} rows among the rows read")

@@ -26,9 +26,10 @@ Contract (what the trainer relies on):
 from __future__ import annotations
 
 import logging
-from pathlib import Path
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -101,7 +102,9 @@ class BatchLoader:
         self.device = torch.device(delivery.device) if delivery.device is not None else None
         self.num_samples: int = spec.num_samples
         """Real (unpadded) samples in the split."""
-        self._gatherer = BatchGatherer(source.parts, source.feature_names, source.multi_hot, source.modulo, delivery.compiled, index_tables)
+        self._gatherer = BatchGatherer(
+            source.parts, source.feature_names, source.multi_hot, source.modulo, delivery.compiled, index_tables
+        )
         self._order: EpochOrder | None = None
         # Batches gathered together: about one shuffle window of this rank's rows (see batch.py).
         self._run_batches = max(1, delivery.gather_rows // self.local_batch_size)
@@ -208,9 +211,22 @@ class BatchLoader:
         mine = self.state_dict()
         if state.get("version") != STATE_VERSION:
             raise ValueError(f"loader state version {state.get('version')!r} is not {STATE_VERSION}")
-        for key in ("seed", "global_batch_size", "shuffle", "tail", "block_rows", "window_blocks", "segment_blocks", "group_segments", "num_samples", "fingerprint"):
+        for key in (
+            "seed",
+            "global_batch_size",
+            "shuffle",
+            "tail",
+            "block_rows",
+            "window_blocks",
+            "segment_blocks",
+            "group_segments",
+            "num_samples",
+            "fingerprint",
+        ):
             if state.get(key) != mine[key]:
-                raise ValueError(f"loader state has {key}={state.get(key)!r} but this loader has {mine[key]!r}: not the same stream")
+                raise ValueError(
+                    f"loader state has {key}={state.get(key)!r} but this loader has {mine[key]!r}: not the same stream"
+                )
         offset, g = int(state["sample_offset"]), self.spec.global_batch_size
         if offset % g or not 0 <= offset <= len(self) * g:
             raise ValueError(f"loader state sample_offset={offset} is not a batch boundary in [0, {len(self) * g}]")
@@ -258,4 +274,6 @@ def build_loader(
             f"{directory}: split {split!r} has {spec.num_samples} rows, fewer than one global batch of "
             f"{global_batch_size}; use a smaller global batch or tail='pad'"
         )
-    return BatchLoader(source, spec, rank=rank, world_size=world_size, epoch=epoch, delivery=delivery, index_tables=tables)
+    return BatchLoader(
+        source, spec, rank=rank, world_size=world_size, epoch=epoch, delivery=delivery, index_tables=tables
+    )

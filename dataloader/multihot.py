@@ -26,10 +26,11 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -77,7 +78,9 @@ class MultiHotSpec:
         object.__setattr__(self, "sizes", tuple(int(s) for s in self.sizes))
         object.__setattr__(self, "rows", tuple(int(r) for r in self.rows))
         if len(self.sizes) != len(self.rows) or not self.sizes:
-            raise ValueError(f"multi-hot sizes ({len(self.sizes)}) and table rows ({len(self.rows)}) must be non-empty lists of one value per feature")
+            raise ValueError(
+                f"multi-hot sizes ({len(self.sizes)}) and table rows ({len(self.rows)}) must be non-empty lists of one value per feature"
+            )
         for i, s in enumerate(self.sizes):
             if s < 1:
                 raise ValueError(f"multi-hot size {s} of feature {i} must be at least 1")
@@ -126,9 +129,13 @@ def multihot_spec(
     """
     names = manifest.feature_names
     if len(sizes) != len(names):
-        raise ValueError(f"{len(sizes)} multi-hot sizes for {len(names)} sparse features ({', '.join(names)}): give one per feature")
+        raise ValueError(
+            f"{len(sizes)} multi-hot sizes for {len(names)} sparse features ({', '.join(names)}): give one per feature"
+        )
     if rows is not None and len(rows) != len(names):
-        raise ValueError(f"{len(rows)} table rows for {len(names)} sparse features ({', '.join(names)}): give one per feature")
+        raise ValueError(
+            f"{len(rows)} table rows for {len(names)} sparse features ({', '.join(names)}): give one per feature"
+        )
     for feat in manifest.sparse_features:
         if feat.multi_hot:
             raise ValueError(f"feature {feat.name} is already multi-hot: multi-hot ids are made from one-hot ones")
@@ -204,7 +211,9 @@ def _resume_point(directory: Path, spec: MultiHotSpec) -> tuple[int, np.random.R
     except (OSError, json.JSONDecodeError):
         return 0, rng
     done = int(progress.get("tables", 0)) if progress.get("spec") == spec.to_dict() else 0
-    if done and all(_open_table(_table_path(directory, t), spec.rows[t], spec.sizes[t]) is not None for t in range(done)):
+    if done and all(
+        _open_table(_table_path(directory, t), spec.rows[t], spec.sizes[t]) is not None for t in range(done)
+    ):
         name, keys, pos, has_gauss, gauss = progress["rng"]
         rng.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss))
         return done, rng
@@ -213,7 +222,11 @@ def _resume_point(directory: Path, spec: MultiHotSpec) -> tuple[int, np.random.R
 
 def _save_progress(directory: Path, spec: MultiHotSpec, done: int, rng: np.random.RandomState) -> None:
     name, keys, pos, has_gauss, gauss = rng.get_state()
-    record = {"spec": spec.to_dict(), "tables": done, "rng": [name, keys.tolist(), int(pos), int(has_gauss), float(gauss)]}
+    record = {
+        "spec": spec.to_dict(),
+        "tables": done,
+        "rng": [name, keys.tolist(), int(pos), int(has_gauss), float(gauss)],
+    }
     atomic_write_bytes(directory / PROGRESS, json.dumps(record).encode())
 
 
@@ -299,10 +312,14 @@ def multihot_source(source: SplitSource, option: MultiHotOption) -> tuple[SplitS
         if rows is None:
             missing = [n for n in source.feature_names if n not in source.modulo]
             if missing:
-                raise ValueError(f"{source.directory}: no cardinality known for {', '.join(missing)}: give the multi-hot table rows")
+                raise ValueError(
+                    f"{source.directory}: no cardinality known for {', '.join(missing)}: give the multi-hot table rows"
+                )
             rows = [source.modulo[n] for n in source.feature_names]
         if len(option.sizes) != len(source.feature_names):
-            raise ValueError(f"{len(option.sizes)} multi-hot sizes for {len(source.feature_names)} sparse features: give one per feature")
+            raise ValueError(
+                f"{len(option.sizes)} multi-hot sizes for {len(source.feature_names)} sparse features: give one per feature"
+            )
         spec = MultiHotSpec(tuple(option.sizes), tuple(rows), option.dist, option.seed)
     tables = open_index_tables(option.cache_dir if option.cache_dir is not None else default_cache_dir(), spec)
     fingerprint = hashlib.sha256(f"{source.fingerprint};multihot:{spec.key}".encode()).hexdigest()

@@ -151,7 +151,9 @@ class EpochOrder:
         if not self.spec.shuffle.enabled:
             return
         s, mix = self.spec, self.spec.shuffle
-        part_starts = np.concatenate([[0], np.cumsum(s.part_rows, dtype=np.int64)[:-1]]) if s.part_rows else np.zeros(0, np.int64)
+        part_starts = (
+            np.concatenate([[0], np.cumsum(s.part_rows, dtype=np.int64)[:-1]]) if s.part_rows else np.zeros(0, np.int64)
+        )
         starts, lens = _split(part_starts, np.asarray(s.part_rows, np.int64), mix.block_rows * mix.segment_blocks)
         perm = np.random.default_rng([mix.seed, self.epoch, _SEGMENT_STREAM]).permutation(len(starts))
         self._seg_starts, self._seg_lens = starts[perm], lens[perm]

@@ -20,8 +20,8 @@ import itertools
 import threading
 import weakref
 from collections import OrderedDict
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 from shardrec.dataloader.format import DatasetError, Manifest, Part, open_part
 
@@ -110,7 +110,9 @@ class PartSet(Sequence[Part]):
         self.rows: tuple[int, ...] = tuple(int(p.rows) for p in self._infos)
         self._mapped: OrderedDict[int, Part] = OrderedDict()
         root = str(self.directory.resolve())
-        self._keys = [(root, split, p.name, tuple(sorted((f, i.sha256) for f, i in p.files.items()))) for p in self._infos]
+        self._keys = [
+            (root, split, p.name, tuple(sorted((f, i.sha256) for f, i in p.files.items()))) for p in self._infos
+        ]
         self._id = next(_IDS)
         _BUDGET.sets[self._id] = self
         weakref.finalize(self, _BUDGET.forget, self._id)

@@ -9,9 +9,9 @@ place with torchrec's splits.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 from shardrec.dataloader import torchrec_npy as npy
 from shardrec.dataloader.format import MANIFEST, DatasetError, Manifest, Part
@@ -89,7 +89,9 @@ def _npy_part(directory: Path, day: int, arrays: npy.Day, start: int = 0, stop: 
     sparse = arrays.sparse[start:stop]
     names = npy.feature_names(sparse.shape[1])
     columns = {n: sparse[:, i] for i, n in enumerate(names)}
-    return Part(directory / f"day_{day}", stop - start, arrays.labels[start:stop], arrays.dense[start:stop], columns, {})
+    return Part(
+        directory / f"day_{day}", stop - start, arrays.labels[start:stop], arrays.dense[start:stop], columns, {}
+    )
 
 
 def open_torchrec_npy(directory: str | Path, split: str, hashes: list[int] | int | None = None) -> SplitSource:
@@ -102,10 +104,16 @@ def open_torchrec_npy(directory: str | Path, split: str, hashes: list[int] | int
         parts = [_npy_part(directory, d, npy.open_day(directory, d)) for d in (days[:-1] if len(days) > 1 else days)]
     elif split in ("val", "test"):
         if len(days) < 2:
-            raise DatasetError(f"{directory}: split {split!r} needs at least 2 days (the last day is halved into val/test)")
+            raise DatasetError(
+                f"{directory}: split {split!r} needs at least 2 days (the last day is halved into val/test)"
+            )
         last = npy.open_day(directory, days[-1])
         half = npy.val_rows(last.rows)
-        parts = [_npy_part(directory, days[-1], last, 0, half) if split == "val" else _npy_part(directory, days[-1], last, half)]
+        parts = [
+            _npy_part(directory, days[-1], last, 0, half)
+            if split == "val"
+            else _npy_part(directory, days[-1], last, half)
+        ]
     else:
         raise DatasetError(f"{directory}: no split {split!r} (torchrec layout has train, val, test)")
     names = list(parts[0].sparse)

@@ -83,7 +83,9 @@ def open_day(directory: Path, day: int) -> Day:
     dense, sparse, labels = (_load(day_file(directory, day, kind)) for kind in KINDS)
     rows = dense.shape[0]
     if dense.ndim != 2 or sparse.ndim != 2:
-        raise DatasetError(f"{directory}/day_{day}_*.npy: dense and sparse must be 2-d, got {dense.shape} and {sparse.shape}")
+        raise DatasetError(
+            f"{directory}/day_{day}_*.npy: dense and sparse must be 2-d, got {dense.shape} and {sparse.shape}"
+        )
     if labels.ndim == 2 and labels.shape[1] == 1:
         labels = labels[:, 0]
     if labels.ndim != 1:

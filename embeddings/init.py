@@ -37,7 +37,9 @@ def _fill_rows(out: torch.Tensor, row0: int, col0: int, table_index: int, table:
 
 
 @torch.no_grad()
-def init_embedding_weights(model: torch.nn.Module, tables: list[EmbeddingBagConfig], seed: int, *, ebc_path: str) -> None:
+def init_embedding_weights(
+    model: torch.nn.Module, tables: list[EmbeddingBagConfig], seed: int, *, ebc_path: str
+) -> None:
     """Give every table the same initial weights whatever the plan: each rank fills its shards.
 
     Args:

@@ -7,7 +7,8 @@ plain torch optimizer of the same algorithm, stepped after backward with the den
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import torch
 from torch.distributed.optim import _apply_optimizer_in_backward

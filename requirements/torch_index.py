@@ -33,8 +33,20 @@ def torch_pin(requirements: Path) -> str:
 
 def resolve(requirement: str, extra: list[str]) -> dict | None:
     """pip's choice for `requirement` (its report entry), or None when pip cannot resolve it."""
-    cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps",
-           "--quiet", "--report", "-", *extra, requirement]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--dry-run",
+        "--ignore-installed",
+        "--no-deps",
+        "--quiet",
+        "--report",
+        "-",
+        *extra,
+        requirement,
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         return None

@@ -37,7 +37,7 @@ class Assignment:
 
 def _least_loaded_host(hosts: list[int], step: np.ndarray, host_size: int) -> int:
     """The host whose ranks add up to the least step time (ties: the lowest host)."""
-    return min(hosts, key=lambda host: (float(step[host * host_size:(host + 1) * host_size].sum()), host))
+    return min(hosts, key=lambda host: (float(step[host * host_size : (host + 1) * host_size].sum()), host))
 
 
 def place_spreads(
@@ -68,7 +68,9 @@ def assign(problem: Problem, choice: list[Option]) -> Assignment:
     for index, option in enumerate(choice):
         if option.sharding_type in PIECE_TYPES:
             piece = problem.piece(index, option.shards)
-            step += option.shards * piece.other_s  # every rank's share of the all-to-all; the owner's is corrected below
+            step += (
+                option.shards * piece.other_s
+            )  # every rank's share of the all-to-all; the owner's is corrected below
             pieces.append((-(piece.owner_s - piece.other_s), index))
     pieces.sort()
     heap = [(float(step[rank]), rank) for rank in range(world_size)]
@@ -92,7 +94,11 @@ def assign(problem: Problem, choice: list[Option]) -> Assignment:
 
 
 def pop_rank(
-    heap: list[tuple[float, int]], step: np.ndarray, mem: np.ndarray, need: float, capacity: float,
+    heap: list[tuple[float, int]],
+    step: np.ndarray,
+    mem: np.ndarray,
+    need: float,
+    capacity: float,
     allowed: set[int] | None,
 ) -> int:
     """Pop the least-loaded rank that may hold the piece and has memory for it; -1 if none."""
@@ -140,7 +146,7 @@ def move_table(problem: Problem, current: Assignment, index: int, option: Option
     step, mem, ranks = current.step.copy(), current.mem.copy(), list(current.ranks)
     host_size, capacity = problem.topo.local_world_size, problem.topo.memory_bytes
     _remove_table(problem, current, index, step, mem)
-    choice = current.choice[:index] + [option] + current.choice[index + 1:]
+    choice = current.choice[:index] + [option] + current.choice[index + 1 :]
     if option.sharding_type not in PIECE_TYPES:
         spread_step, spread_mem = problem.spread(index, option.sharding_type)
         ranks[index] = []
@@ -156,7 +162,7 @@ def move_table(problem: Problem, current: Assignment, index: int, option: Option
     mask = np.zeros(problem.topo.world_size, dtype=bool)
     if option.sharding_type == "table_column_wise":
         host = _least_loaded_host(problem.hosts_allowed(index), step, host_size)
-        mask[host * host_size:(host + 1) * host_size] = True
+        mask[host * host_size : (host + 1) * host_size] = True
     else:
         mask[problem.allowed_ranks(index)] = True
     placed = []
@@ -177,8 +183,13 @@ Exchange = tuple[float, int, int, "tuple[int, int] | None"]
 
 
 def _best_exchange(
-    problem: Problem, choice: list[Option], step: np.ndarray, mem: np.ndarray,
-    blocks_on: dict[int, list[tuple[int, int]]], slowest: int, fastest: int,
+    problem: Problem,
+    choice: list[Option],
+    step: np.ndarray,
+    mem: np.ndarray,
+    blocks_on: dict[int, list[tuple[int, int]]],
+    slowest: int,
+    fastest: int,
 ) -> Exchange | None:
     """The move of one block from the slowest to the fastest rank, or swap of two blocks between
     them, that leaves the lower maximum of the pair; None if none helps or fits."""
@@ -201,11 +212,19 @@ def _best_exchange(
             best = candidate if best is None or candidate[0] < best[0] else best
         for other, other_block in blocks_on.get(fastest, []):
             returned_s = piece(other).owner_s - piece(other).other_s
-            if 0 < moved_s - returned_s < gap and may_hold(index, fastest, slowest) and may_hold(other, slowest, fastest) \
-                    and mem[fastest] - piece(other).mem + piece(index).mem <= capacity \
-                    and mem[slowest] - piece(index).mem + piece(other).mem <= capacity:
-                candidate = (max(step[slowest] - moved_s + returned_s, step[fastest] + moved_s - returned_s),
-                             index, block, (other, other_block))
+            if (
+                0 < moved_s - returned_s < gap
+                and may_hold(index, fastest, slowest)
+                and may_hold(other, slowest, fastest)
+                and mem[fastest] - piece(other).mem + piece(index).mem <= capacity
+                and mem[slowest] - piece(index).mem + piece(other).mem <= capacity
+            ):
+                candidate = (
+                    max(step[slowest] - moved_s + returned_s, step[fastest] + moved_s - returned_s),
+                    index,
+                    block,
+                    (other, other_block),
+                )
                 best = candidate if best is None or candidate[0] < best[0] else best
     return best
 

@@ -79,7 +79,12 @@ def _input_bytes(w: Workload, pooling: float, share: float) -> float:
 
 
 def table_comm_bytes(
-    t: TablePlan, rows: int, dim: int, pooling: float, w: Workload, local_world_size: int,
+    t: TablePlan,
+    rows: int,
+    dim: int,
+    pooling: float,
+    w: Workload,
+    local_world_size: int,
     curve: LookupCurve | None = None,
 ) -> dict[str, np.ndarray]:
     """Bytes each rank sends for one table per step (forward + backward), by collective kind.
@@ -136,15 +141,22 @@ def table_comm_bytes(
 
 
 def step_comm_bytes(
-    table_plans: list[TablePlan], rows: dict[str, int], dims: dict[str, int], pooling: dict[str, float],
-    w: Workload, local_world_size: int, curves: dict[str, LookupCurve] | None = None,
+    table_plans: list[TablePlan],
+    rows: dict[str, int],
+    dims: dict[str, int],
+    pooling: dict[str, float],
+    w: Workload,
+    local_world_size: int,
+    curves: dict[str, LookupCurve] | None = None,
 ) -> dict[str, np.ndarray]:
     """Per-rank bytes per collective kind for a whole placement, split-size exchanges included."""
     total = _zeros(w.world_size)
     curves = curves or {}
     for table_plan in table_plans:
         name = table_plan.name
-        sent = table_comm_bytes(table_plan, rows[name], dims[name], pooling.get(name, 1.0), w, local_world_size, curves.get(name))
+        sent = table_comm_bytes(
+            table_plan, rows[name], dims[name], pooling.get(name, 1.0), w, local_world_size, curves.get(name)
+        )
         for kind, volume in sent.items():
             total[kind] += volume
     total["all_to_all"] += group_overhead_bytes(table_plans, w.world_size)

@@ -31,7 +31,11 @@ class TableConstraint:
 
 
 def _list_of(table: str, key: str, value: Any, kind: type) -> tuple:
-    if not isinstance(value, list) or not value or not all(isinstance(v, kind) and not isinstance(v, bool) for v in value):
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(v, kind) and not isinstance(v, bool) for v in value)
+    ):
         raise ValueError(f"sharding.constraints.{table}.{key} = {value!r} must be a non-empty list of {kind.__name__}")
     return tuple(value)
 
@@ -45,7 +49,11 @@ def parse_constraints(
     for name, fields in (raw or {}).items():
         if name not in by_name:
             close = [known for known in by_name if known.lower() == name.lower() or known == f"t_{name}"]
-            hint = f" (did you mean {close[0]}?)" if close else f" (tables: {', '.join(sorted(by_name)[:8])}{', ...' if len(by_name) > 8 else ''})"
+            hint = (
+                f" (did you mean {close[0]}?)"
+                if close
+                else f" (tables: {', '.join(sorted(by_name)[:8])}{', ...' if len(by_name) > 8 else ''})"
+            )
             raise ValueError(f"sharding.constraints names unknown table {name!r}{hint}")
         if not isinstance(fields, dict):
             raise ValueError(f"sharding.constraints.{name} = {fields!r} must be a table of keys")
@@ -57,19 +65,30 @@ def parse_constraints(
             kw["sharding_types"] = _list_of(name, "sharding_types", fields["sharding_types"], str)
             bad = [s for s in kw["sharding_types"] if s not in SHARDING_TYPES]
             if bad:
-                raise ValueError(f"sharding.constraints.{name}.sharding_types: {bad[0]!r} is not one of {', '.join(SHARDING_TYPES)}")
+                raise ValueError(
+                    f"sharding.constraints.{name}.sharding_types: {bad[0]!r} is not one of {', '.join(SHARDING_TYPES)}"
+                )
         if "compute_kernels" in fields:
             kw["compute_kernels"] = _list_of(name, "compute_kernels", fields["compute_kernels"], str)
             bad = [k for k in kw["compute_kernels"] if k not in COMPUTE_KERNELS]
             if bad:
-                raise ValueError(f"sharding.constraints.{name}.compute_kernels: {bad[0]!r} is not one of {', '.join(COMPUTE_KERNELS)}")
+                raise ValueError(
+                    f"sharding.constraints.{name}.compute_kernels: {bad[0]!r} is not one of {', '.join(COMPUTE_KERNELS)}"
+                )
         if "min_partition" in fields:
             mp = fields["min_partition"]
             if not isinstance(mp, int) or isinstance(mp, bool) or mp <= 0:
                 raise ValueError(f"sharding.constraints.{name}.min_partition = {mp!r} must be a positive integer")
             kw["min_partition"] = mp
         if "pooling_factors" in fields:
-            pf = _list_of(name, "pooling_factors", [float(v) if isinstance(v, int) else v for v in fields["pooling_factors"]] if isinstance(fields["pooling_factors"], list) else fields["pooling_factors"], float)
+            pf = _list_of(
+                name,
+                "pooling_factors",
+                [float(v) if isinstance(v, int) else v for v in fields["pooling_factors"]]
+                if isinstance(fields["pooling_factors"], list)
+                else fields["pooling_factors"],
+                float,
+            )
             kw["pooling_factors"] = pf
         if "ranks" in fields:
             ranks = _list_of(name, "ranks", fields["ranks"], int)

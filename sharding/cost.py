@@ -68,17 +68,19 @@ class PlanCost:
     def to_dict(self) -> dict:
         ranks = []
         for r in range(len(self.step_s)):
-            ranks.append({
-                "rank": r,
-                "memory_bytes": int(self.memory_bytes[r]),
-                "weights_bytes": int(self.weights_bytes[r]),
-                "optimizer_bytes": int(self.optimizer_bytes[r]),
-                "buffer_bytes": int(self.buffer_bytes[r]),
-                "lookup_ms": round(float(self.lookup_s[r]) * 1e3, 6),
-                "comm_ms": round(float(self.comm_s[r]) * 1e3, 6),
-                "step_ms": round(float(self.step_s[r]) * 1e3, 6),
-                "bytes_sent": {k: int(round(float(v[r]))) for k, v in self.comm_bytes.items()},
-            })
+            ranks.append(
+                {
+                    "rank": r,
+                    "memory_bytes": int(self.memory_bytes[r]),
+                    "weights_bytes": int(self.weights_bytes[r]),
+                    "optimizer_bytes": int(self.optimizer_bytes[r]),
+                    "buffer_bytes": int(self.buffer_bytes[r]),
+                    "lookup_ms": round(float(self.lookup_s[r]) * 1e3, 6),
+                    "comm_ms": round(float(self.comm_s[r]) * 1e3, 6),
+                    "step_ms": round(float(self.step_s[r]) * 1e3, 6),
+                    "bytes_sent": {k: int(round(float(v[r]))) for k, v in self.comm_bytes.items()},
+                }
+            )
         return {
             "max_step_ms": round(self.max_step_s * 1e3, 6),
             "critical_rank": self.critical_rank,
@@ -109,8 +111,15 @@ class TableCost:
     step_s: np.ndarray
 
 
-def _table_arrays(table_plan: TablePlan, config: EmbeddingBagConfig, pooling: float, topo: ClusterTopology,
-                  workload: Workload, optimizer: str, curve: LookupCurve | None = None):
+def _table_arrays(
+    table_plan: TablePlan,
+    config: EmbeddingBagConfig,
+    pooling: float,
+    topo: ClusterTopology,
+    workload: Workload,
+    optimizer: str,
+    curve: LookupCurve | None = None,
+):
     """Per-rank (weights, optimizer, buffer bytes, lookup bytes) and bytes sent of one table."""
     world_size, elem_bytes = topo.world_size, workload.elem_bytes
     weights, optim, buffers, lookup = (np.zeros(world_size) for _ in range(4))
@@ -124,14 +133,24 @@ def _table_arrays(table_plan: TablePlan, config: EmbeddingBagConfig, pooling: fl
             continue
         share = row_share(curve, shard.row_offset, shard.rows, config.num_embeddings)
         lookup[shard.rank] += workload.global_batch_size * pooling * share * shard.cols * elem_bytes
-        buffers[shard.rank] += workload.global_batch_size * (pooling * share * workload.id_bytes + 2 * shard.cols * elem_bytes)
-    sent = table_comm_bytes(table_plan, config.num_embeddings, config.embedding_dim, pooling, workload,
-                            topo.local_world_size, curve)
+        buffers[shard.rank] += workload.global_batch_size * (
+            pooling * share * workload.id_bytes + 2 * shard.cols * elem_bytes
+        )
+    sent = table_comm_bytes(
+        table_plan, config.num_embeddings, config.embedding_dim, pooling, workload, topo.local_world_size, curve
+    )
     return weights, optim, buffers, lookup, sent
 
 
-def table_cost(table_plan: TablePlan, config: EmbeddingBagConfig, pooling: float, topo: ClusterTopology,
-               global_batch_size: int, optimizer: str, curve: LookupCurve | None = None) -> TableCost:
+def table_cost(
+    table_plan: TablePlan,
+    config: EmbeddingBagConfig,
+    pooling: float,
+    topo: ClusterTopology,
+    global_batch_size: int,
+    optimizer: str,
+    curve: LookupCurve | None = None,
+) -> TableCost:
     """Memory and step time one table adds to each rank (collective start-up latency excluded)."""
     workload = Workload(global_batch_size, topo.world_size)
     weights, optim, buffers, lookup, sent = _table_arrays(table_plan, config, pooling, topo, workload, optimizer, curve)
@@ -161,8 +180,9 @@ def evaluate(
     sent = {kind: np.zeros(world_size) for kind in KINDS}
     for table_plan in table_plans:
         name = table_plan.name
-        parts = _table_arrays(table_plan, by_name[name], pooling.get(name, 1.0), topo, workload, optimizer,
-                              (curves or {}).get(name))
+        parts = _table_arrays(
+            table_plan, by_name[name], pooling.get(name, 1.0), topo, workload, optimizer, (curves or {}).get(name)
+        )
         for total, part in zip((weights, optim, buffers, lookup), parts[:4]):
             total += part
         for kind, volume in parts[4].items():

@@ -38,7 +38,9 @@ def _non_finite(value: Any, where: str) -> tuple[str, str] | None:
         return where or "the document", str(value)
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     for key, item in items:
-        found = _non_finite(item, f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}" if where else str(key))
+        found = _non_finite(
+            item, f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}" if where else str(key)
+        )
         if found:
             return found
     return None
@@ -92,7 +94,12 @@ def check_plan_fields(path: Path, raw: dict) -> None:
             need(path, table, key, kind, where + ".")
         for j, feature in enumerate(need(path, table, "features", "list", where + ".")):
             expect(path, feature, "str", f"{where}.features[{j}]")
-    for key, kind in (("planner", "str"), ("topology", "object"), ("estimate", "object"), ("sharding_group_size", "count")):
+    for key, kind in (
+        ("planner", "str"),
+        ("topology", "object"),
+        ("estimate", "object"),
+        ("sharding_group_size", "count"),
+    ):
         need(path, raw, key, kind, required=False)
     for i, table in enumerate(need(path, raw, "tables", "list")):
         where = f"tables[{i}]"

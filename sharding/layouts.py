@@ -22,26 +22,38 @@ def row_blocks(rows: int, ranks: list[int]) -> list[tuple[int, int]]:
 
 
 def table_wise(config: EmbeddingBagConfig, rank: int, kernel: str) -> TablePlan:
-    return TablePlan(config.name, "table_wise", kernel, [Shard(rank, 0, 0, config.num_embeddings, config.embedding_dim)])
+    return TablePlan(
+        config.name, "table_wise", kernel, [Shard(rank, 0, 0, config.num_embeddings, config.embedding_dim)]
+    )
 
 
 def row_wise(config: EmbeddingBagConfig, world_size: int, kernel: str) -> TablePlan:
     ranks = list(range(world_size))
-    shards = [Shard(r, off, 0, n, config.embedding_dim) for r, (off, n) in zip(ranks, row_blocks(config.num_embeddings, ranks))]
+    shards = [
+        Shard(r, off, 0, n, config.embedding_dim)
+        for r, (off, n) in zip(ranks, row_blocks(config.num_embeddings, ranks))
+    ]
     return TablePlan(config.name, "row_wise", kernel, shards)
 
 
 def table_row_wise(config: EmbeddingBagConfig, host: int, local_world_size: int, kernel: str) -> TablePlan:
     ranks = [host * local_world_size + i for i in range(local_world_size)]
-    shards = [Shard(r, off, 0, n, config.embedding_dim) for r, (off, n) in zip(ranks, row_blocks(config.num_embeddings, ranks))]
+    shards = [
+        Shard(r, off, 0, n, config.embedding_dim)
+        for r, (off, n) in zip(ranks, row_blocks(config.num_embeddings, ranks))
+    ]
     return TablePlan(config.name, "table_row_wise", kernel, shards)
 
 
-def column_wise(config: EmbeddingBagConfig, ranks: list[int], kernel: str, sharding_type: str = "column_wise") -> TablePlan:
+def column_wise(
+    config: EmbeddingBagConfig, ranks: list[int], kernel: str, sharding_type: str = "column_wise"
+) -> TablePlan:
     """len(ranks) equal column blocks, block i on ranks[i] (a rank may hold several)."""
     cols = config.embedding_dim // len(ranks)
     if cols * len(ranks) != config.embedding_dim:
-        raise ValueError(f"table {config.name}: {config.embedding_dim} columns do not split into {len(ranks)} equal shards")
+        raise ValueError(
+            f"table {config.name}: {config.embedding_dim} columns do not split into {len(ranks)} equal shards"
+        )
     shards = [Shard(r, 0, i * cols, config.num_embeddings, cols) for i, r in enumerate(ranks)]
     return TablePlan(config.name, sharding_type, kernel, shards)
 

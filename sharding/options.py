@@ -89,16 +89,25 @@ class Problem:
     def hosts_allowed(self, index: int) -> list[int]:
         """Hosts all of whose ranks the table may use."""
         allowed, host_size = set(self.allowed_ranks(index)), self.topo.local_world_size
-        return [host for host in range(self.topo.num_hosts)
-                if all(host * host_size + local in allowed for local in range(host_size))]
+        return [
+            host
+            for host in range(self.topo.num_hosts)
+            if all(host * host_size + local in allowed for local in range(host_size))
+        ]
 
     def piece(self, index: int, shards: int) -> Piece:
         key = (index, shards)
         if key not in self._piece:
             config = self.configs[index]
             block = replace_dim(config, config.embedding_dim // shards)
-            cost = table_cost(layouts.table_wise(block, 0, "fused"), block, self.pooling.get(config.name, 1.0),
-                              self.topo, self.batch, self.optimizer)
+            cost = table_cost(
+                layouts.table_wise(block, 0, "fused"),
+                block,
+                self.pooling.get(config.name, 1.0),
+                self.topo,
+                self.batch,
+                self.optimizer,
+            )
             other = float(cost.step_s[1]) if self.topo.world_size > 1 else 0.0
             self._piece[key] = Piece(index, float(cost.step_s[0]), other, float(cost.memory_bytes[0]))
         return self._piece[key]
@@ -114,8 +123,15 @@ class Problem:
                 layout = layouts.data_parallel(config, topo.world_size)
             else:
                 layout = layouts.table_row_wise(config, 0, topo.local_world_size, "fused")
-            cost = table_cost(layout, config, self.pooling.get(config.name, 1.0), topo, self.batch, self.optimizer,
-                              self.curves.get(config.name))
+            cost = table_cost(
+                layout,
+                config,
+                self.pooling.get(config.name, 1.0),
+                topo,
+                self.batch,
+                self.optimizer,
+                self.curves.get(config.name),
+            )
             self._spread[key] = (cost.step_s, cost.memory_bytes)
         return self._spread[key]
 

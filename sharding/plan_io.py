@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from torchrec.distributed.sharding_plan import placement
 from torchrec.distributed.types import (
     EmbeddingModuleShardingPlan,
@@ -36,14 +35,17 @@ from shardrec.sharding.json_checks import check_plan_fields, read_strict_json
 PLAN_FORMAT = "shardrec-plan"
 PLAN_SCHEMA_VERSION = 1
 DEVICE_KINDS = ("cpu", "cuda")
-SHARDING_TYPES = tuple(t.value for t in (
-    ShardingType.TABLE_WISE,
-    ShardingType.ROW_WISE,
-    ShardingType.COLUMN_WISE,
-    ShardingType.TABLE_ROW_WISE,
-    ShardingType.TABLE_COLUMN_WISE,
-    ShardingType.DATA_PARALLEL,
-))
+SHARDING_TYPES = tuple(
+    t.value
+    for t in (
+        ShardingType.TABLE_WISE,
+        ShardingType.ROW_WISE,
+        ShardingType.COLUMN_WISE,
+        ShardingType.TABLE_ROW_WISE,
+        ShardingType.TABLE_COLUMN_WISE,
+        ShardingType.DATA_PARALLEL,
+    )
+)
 
 
 class StalePlanError(ValueError):
@@ -101,7 +103,7 @@ class PlanFile:
         return json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True) + "\n"
 
     @classmethod
-    def from_json(cls, text: str) -> "PlanFile":
+    def from_json(cls, text: str) -> PlanFile:
         return _plan_from_dict(json.loads(text))
 
 
@@ -154,7 +156,9 @@ def load_plan(path: str | Path) -> PlanFile:
         raise ValueError(f"{path}: format is {shown(got)}, expected {PLAN_FORMAT!r} (make one with `shardrec plan`)")
     version = raw.get("schema_version")
     if isinstance(version, bool) or version != PLAN_SCHEMA_VERSION:
-        raise ValueError(f"{path}: schema_version {shown(version)} is not supported (this shardrec reads {PLAN_SCHEMA_VERSION})")
+        raise ValueError(
+            f"{path}: schema_version {shown(version)} is not supported (this shardrec reads {PLAN_SCHEMA_VERSION})"
+        )
     check_plan_fields(path, raw)  # every field by type: a wrong one is named here, not inside the ranks
     try:
         plan = _plan_from_dict(raw)
@@ -212,8 +216,12 @@ def _check_shards(table_plan: TablePlan, config: EmbeddingBagConfig, world_size:
         return
     # Shards must tile the table: every weight in exactly one shard. On the grid that the
     # shards' own edges cut the table into, each cell is counted once per shard covering it.
-    rows = np.unique([0, config.num_embeddings] + [e for s in table_plan.shards for e in (s.row_offset, s.row_offset + s.rows)])
-    cols = np.unique([0, config.embedding_dim] + [e for s in table_plan.shards for e in (s.col_offset, s.col_offset + s.cols)])
+    rows = np.unique(
+        [0, config.num_embeddings] + [e for s in table_plan.shards for e in (s.row_offset, s.row_offset + s.rows)]
+    )
+    cols = np.unique(
+        [0, config.embedding_dim] + [e for s in table_plan.shards for e in (s.col_offset, s.col_offset + s.cols)]
+    )
     cover = np.zeros((len(rows) - 1, len(cols) - 1), dtype=np.int64)
     for s in table_plan.shards:
         r0, r1 = np.searchsorted(rows, [s.row_offset, s.row_offset + s.rows])
@@ -222,7 +230,9 @@ def _check_shards(table_plan: TablePlan, config: EmbeddingBagConfig, world_size:
     if (cover > 1).any():
         raise ValueError(f"table {table_plan.name}: shards overlap")
     if (cover == 0).any():
-        raise ValueError(f"table {table_plan.name}: shards leave part of the table [{config.num_embeddings} x {config.embedding_dim}] uncovered")
+        raise ValueError(
+            f"table {table_plan.name}: shards leave part of the table [{config.num_embeddings} x {config.embedding_dim}] uncovered"
+        )
 
 
 def to_parameter_sharding(t: TablePlan, device_kind: str, local_world_size: int) -> ParameterSharding:
@@ -291,7 +301,9 @@ def from_sharding_plan(
             shards = [Shard(r, 0, 0, config.num_embeddings, config.embedding_dim) for r in ranks]
         else:
             shards = [
-                Shard(md.placement.rank(), md.shard_offsets[0], md.shard_offsets[1], md.shard_sizes[0], md.shard_sizes[1])
+                Shard(
+                    md.placement.rank(), md.shard_offsets[0], md.shard_offsets[1], md.shard_sizes[0], md.shard_sizes[1]
+                )
                 for md in ps.sharding_spec.shards  # type: ignore[attr-defined]
             ]
         out.append(TablePlan(config.name, ps.sharding_type, ps.compute_kernel, shards))

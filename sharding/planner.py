@@ -60,10 +60,16 @@ def fmt_bytes(n: float) -> str:
 
 def _describe_shortfall(cost: PlanCost) -> str:
     short = cost.shortfall()
-    parts = [f"rank {r} needs {fmt_bytes(cost.memory_bytes[r])}, {fmt_bytes(s)} over" for r, s in sorted(short.items())[:8]]
+    parts = [
+        f"rank {r} needs {fmt_bytes(cost.memory_bytes[r])}, {fmt_bytes(s)} over" for r, s in sorted(short.items())[:8]
+    ]
     more = f" and {len(short) - 8} more ranks" if len(short) > 8 else ""
-    return (f"the plan does not fit in {fmt_bytes(cost.memory_capacity)} per rank: " + "; ".join(parts) + more
-            + " (add ranks, raise memory per rank, or allow row-wise/column-wise for the largest tables)")
+    return (
+        f"the plan does not fit in {fmt_bytes(cost.memory_capacity)} per rank: "
+        + "; ".join(parts)
+        + more
+        + " (add ranks, raise memory per rank, or allow row-wise/column-wise for the largest tables)"
+    )
 
 
 def plan_tables(request: PlanRequest, *, search: str = "shardrec") -> PlanFile:
@@ -137,16 +143,27 @@ def _plan_group(
         from shardrec.sharding.search import search_plan
 
         table_plans = search_plan(request)
-    cost = evaluate(table_plans, request.configs, request.pooling, request.topology, request.global_batch_size,
-                    request.optimizer, request.curves)
+    cost = evaluate(
+        table_plans,
+        request.configs,
+        request.pooling,
+        request.topology,
+        request.global_batch_size,
+        request.optimizer,
+        request.curves,
+    )
     if group_size:
         cost = add_replica_sync(cost, topo, group_size, sync_every)
     return table_plans, cost, group_size
 
 
 def build_plan_file(
-    table_plans: list[TablePlan], configs: list[EmbeddingBagConfig], topo: ClusterTopology,
-    global_batch_size: int, cost: PlanCost, search: str,
+    table_plans: list[TablePlan],
+    configs: list[EmbeddingBagConfig],
+    topo: ClusterTopology,
+    global_batch_size: int,
+    cost: PlanCost,
+    search: str,
 ) -> PlanFile:
     return PlanFile(
         schema_version=PLAN_SCHEMA_VERSION,

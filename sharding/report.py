@@ -31,8 +31,10 @@ def idle_ranks_warning(plan: PlanFile) -> str:
     if not idle:
         return ""
     world = plan.sharding_group_size or int(plan.fingerprint.get("world_size", 0))
-    return (f"{len(idle)} of {world} ranks hold no embedding table (ranks {_ranks_text(idle)}): their memory and "
-            "lookups go unused; plan for fewer ranks, or allow row-wise/column-wise sharding for the largest tables")
+    return (
+        f"{len(idle)} of {world} ranks hold no embedding table (ranks {_ranks_text(idle)}): their memory and "
+        "lookups go unused; plan for fewer ranks, or allow row-wise/column-wise sharding for the largest tables"
+    )
 
 
 def tables_table(plan: PlanFile, limit: int = 60) -> Table:
@@ -49,7 +51,9 @@ def tables_table(plan: PlanFile, limit: int = 60) -> Table:
 def ranks_table(plan: PlanFile, limit: int = 32) -> Table:
     est = plan.estimate
     cap = est.get("memory_capacity_bytes", 0) / MiB
-    t = Table(title=f"ranks (critical path: rank {est.get('critical_rank')}, {est.get('max_step_ms', 0):.3f} ms/step estimated)")
+    t = Table(
+        title=f"ranks (critical path: rank {est.get('critical_rank')}, {est.get('max_step_ms', 0):.3f} ms/step estimated)"
+    )
     t.caption = (
         f"MiB: memory used of {cap:,.0f} MiB per rank = weights (wts) + optimizer (opt) + buffers (buf); "
         "MiB sent per step (fwd+bwd) by all-to-all, reduce-scatter + all-gather, all-reduce"
@@ -63,10 +67,16 @@ def ranks_table(plan: PlanFile, limit: int = 32) -> Table:
         b = r["bytes_sent"]
         mark = "*" if r["rank"] == est.get("critical_rank") else ""
         t.add_row(
-            f"{r['rank']}{mark}", f"{r['memory_bytes'] / MiB:.1f}", f"{r['weights_bytes'] / MiB:.1f}",
-            f"{r['optimizer_bytes'] / MiB:.1f}", f"{r['buffer_bytes'] / MiB:.1f}",
-            f"{r['lookup_ms']:.2f}", f"{r['comm_ms']:.2f}", f"{b['all_to_all'] / MiB:.2f}",
-            f"{(b['reduce_scatter'] + b['all_gather']) / MiB:.2f}", f"{b['all_reduce'] / MiB:.2f}",
+            f"{r['rank']}{mark}",
+            f"{r['memory_bytes'] / MiB:.1f}",
+            f"{r['weights_bytes'] / MiB:.1f}",
+            f"{r['optimizer_bytes'] / MiB:.1f}",
+            f"{r['buffer_bytes'] / MiB:.1f}",
+            f"{r['lookup_ms']:.2f}",
+            f"{r['comm_ms']:.2f}",
+            f"{b['all_to_all'] / MiB:.2f}",
+            f"{(b['reduce_scatter'] + b['all_gather']) / MiB:.2f}",
+            f"{b['all_reduce'] / MiB:.2f}",
         )
     if len(ranks) > limit:
         t.caption += f"; the {limit} slowest of {len(ranks)} ranks"

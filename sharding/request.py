@@ -50,7 +50,7 @@ class DatasetStatistics:
     """Ids are numbered hottest first, so row-wise blocks are skewed (skew.py)."""
 
     @classmethod
-    def from_manifest(cls, manifest: Manifest) -> "DatasetStatistics":
+    def from_manifest(cls, manifest: Manifest) -> DatasetStatistics:
         return cls(
             stats={f.name: f.stats for f in manifest.sparse_features},
             # A vocabulary (preprocess --min-count) numbers ids hottest first.
@@ -85,6 +85,8 @@ class PlanRequest:
 
     def __post_init__(self) -> None:
         if self.global_batch_size % self.world_size:
-            raise ValueError(f"global batch size {self.global_batch_size} is not divisible by world size {self.world_size}")
+            raise ValueError(
+                f"global batch size {self.global_batch_size} is not divisible by world size {self.world_size}"
+            )
         if self.sync_every <= 0:
             raise ValueError(f"sync_every = {self.sync_every} must be positive")

@@ -150,8 +150,10 @@ def _least_memory(problem: Problem) -> Assignment:
     limit, so that the planner can report each rank's shortfall."""
     topo = problem.topo
     problem.topo = replace(topo, memory_bytes=2**62)
-    choice = [min(options, key=lambda option: (problem.max_memory(index, option), options.index(option)))
-              for index, options in enumerate(problem.options)]
+    choice = [
+        min(options, key=lambda option: (problem.max_memory(index, option), options.index(option)))
+        for index, options in enumerate(problem.options)
+    ]
     packed = assign(problem, choice)
     problem.topo = topo
     return packed

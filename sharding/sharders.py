@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch.nn as nn
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 from torchrec.distributed.types import ModuleSharder, ShardingType
-import torch.nn as nn
 
 ALL_SHARDING_TYPES: tuple[str, ...] = (
     ShardingType.TABLE_WISE.value,
@@ -54,4 +54,6 @@ def build_sharders(
         qcomm_codecs_registry = get_qcomm_codecs_registry(
             QCommsConfig(forward_precision=precision, backward_precision=precision)
         )
-    return [AnyDeviceEmbeddingBagCollectionSharder(fused_params=fused_params, qcomm_codecs_registry=qcomm_codecs_registry)]
+    return [
+        AnyDeviceEmbeddingBagCollectionSharder(fused_params=fused_params, qcomm_codecs_registry=qcomm_codecs_registry)
+    ]

@@ -61,14 +61,22 @@ def table_wise_max_bytes(configs: list[EmbeddingBagConfig], pooling: dict[str, f
     heap = [(0.0, r) for r in range(W)]
     for t in order:
         load, r = heapq.heappop(heap)
-        sent += table_comm_bytes(table_wise(t, r, "fused"), t.num_embeddings, t.embedding_dim,
-                                 pooling.get(t.name, 1.0), w, W)["all_to_all"]
+        sent += table_comm_bytes(
+            table_wise(t, r, "fused"), t.num_embeddings, t.embedding_dim, pooling.get(t.name, 1.0), w, W
+        )["all_to_all"]
         heapq.heappush(heap, (float(sent[r]), r))
     return float(sent.max()) + (SPLITS_BYTES * (W - 1) if W > 1 else 0.0)
 
 
-def twod_bytes(configs: list[EmbeddingBagConfig], pooling: dict[str, float], per_rank_batch: int,
-               world_size: int, group_size: int, sync_every: int = 1, elem_bytes: int = 4) -> tuple[float, float]:
+def twod_bytes(
+    configs: list[EmbeddingBagConfig],
+    pooling: dict[str, float],
+    per_rank_batch: int,
+    world_size: int,
+    group_size: int,
+    sync_every: int = 1,
+    elem_bytes: int = 4,
+) -> tuple[float, float]:
     """(total, replica sync) bytes per rank per step for 2D with sharding groups of group_size."""
     G = min(group_size, world_size)
     R = world_size // G
@@ -79,16 +87,30 @@ def twod_bytes(configs: list[EmbeddingBagConfig], pooling: dict[str, float], per
 
 
 def simulate(
-    configs: list[EmbeddingBagConfig], pooling: dict[str, float], per_rank_batch: int,
-    world_sizes: list[int], group_sizes: tuple[int, ...] = GROUP_SIZES, sync_every: int = 1,
+    configs: list[EmbeddingBagConfig],
+    pooling: dict[str, float],
+    per_rank_batch: int,
+    world_sizes: list[int],
+    group_sizes: tuple[int, ...] = GROUP_SIZES,
+    sync_every: int = 1,
 ) -> list[SimRow]:
     """Bytes per step for each world size; 2D takes the group size (of group_sizes) that sends least."""
     rows = []
     for W in world_sizes:
         w = Workload(per_rank_batch * W, W)
         candidates = [g for g in group_sizes if g <= W] or [W]
-        best = min((twod_bytes(configs, pooling, per_rank_batch, W, g, sync_every) + (g,) for g in candidates),
-                   key=lambda x: (x[0], x[2]))
-        rows.append(SimRow(W, row_wise_bytes(configs, pooling, w), table_wise_max_bytes(configs, pooling, w),
-                           best[0], best[2], best[1]))
+        best = min(
+            (twod_bytes(configs, pooling, per_rank_batch, W, g, sync_every) + (g,) for g in candidates),
+            key=lambda x: (x[0], x[2]),
+        )
+        rows.append(
+            SimRow(
+                W,
+                row_wise_bytes(configs, pooling, w),
+                table_wise_max_bytes(configs, pooling, w),
+                best[0],
+                best[2],
+                best[1],
+            )
+        )
     return rows

@@ -17,8 +17,32 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 # MLPerf DLRMv2 training: rows per table (max_ind_range 40 M) and multi-hot sizes.
 DLRMV2_ROWS = (
-    40000000, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 40000000, 3067956, 405282, 10,
-    2209, 11938, 155, 4, 976, 14, 40000000, 40000000, 40000000, 590152, 12973, 108, 36,
+    40000000,
+    39060,
+    17295,
+    7424,
+    20265,
+    3,
+    7122,
+    1543,
+    63,
+    40000000,
+    3067956,
+    405282,
+    10,
+    2209,
+    11938,
+    155,
+    4,
+    976,
+    14,
+    40000000,
+    40000000,
+    40000000,
+    590152,
+    12973,
+    108,
+    36,
 )
 DLRMV2_POOLING = (3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1)
 
@@ -46,7 +70,9 @@ def random_tasks(seed: int, num_tables: int, max_rows: float = 1e7) -> TableSet:
     dims = rng.choice([16, 32, 64, 128], num_tables)
     pooling = np.exp(rng.uniform(0, np.log(60), num_tables))
     configs = [table_config(i, r, int(d)) for i, (r, d) in enumerate(zip(rows, dims))]
-    return TableSet(f"random-{num_tables}t-s{seed}", configs, {t.name: round(float(p), 3) for t, p in zip(configs, pooling)})
+    return TableSet(
+        f"random-{num_tables}t-s{seed}", configs, {t.name: round(float(p), 3) for t, p in zip(configs, pooling)}
+    )
 
 
 def production_like(num_tables: int = 1000, seed: int = 0) -> TableSet:
@@ -55,7 +81,9 @@ def production_like(num_tables: int = 1000, seed: int = 0) -> TableSet:
     dims = rng.choice([8, 16, 32, 64, 128, 256], num_tables, p=[0.1, 0.25, 0.25, 0.2, 0.15, 0.05])
     pooling = np.minimum(np.exp(rng.normal(0.5, 1.3, num_tables)), 200)
     configs = [table_config(i, r, int(d)) for i, (r, d) in enumerate(zip(rows, dims))]
-    return TableSet(f"production-{num_tables}t", configs, {t.name: round(float(p), 3) for t, p in zip(configs, pooling)})
+    return TableSet(
+        f"production-{num_tables}t", configs, {t.name: round(float(p), 3) for t, p in zip(configs, pooling)}
+    )
 
 
 def subset(ts: TableSet, count: int) -> TableSet:

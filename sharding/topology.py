@@ -71,15 +71,39 @@ class ClusterTopology:
 # Per-rank figures. GPU presets: HBM size and bandwidth of one device, NVLink bus bandwidth
 # per direction, and one 200/400 Gb/s NIC per GPU for the network.
 PRESETS: dict[str, dict[str, Any]] = {
-    "cpu-gloo": dict(device_kind="cpu", local_world_size=0, memory_bytes=4 * GiB,
-                     intra_host_bw=2.0e9, inter_host_bw=1.0e9, lookup_bw=4.0e9,
-                     collective_latency_s=200e-6),
-    "a100": dict(device_kind="cuda", local_world_size=8, memory_bytes=80 * GiB,
-                 intra_host_bw=240e9, inter_host_bw=25e9, lookup_bw=1.6e12),
-    "h100": dict(device_kind="cuda", local_world_size=8, memory_bytes=80 * GiB,
-                 intra_host_bw=360e9, inter_host_bw=50e9, lookup_bw=2.7e12),
-    "h200": dict(device_kind="cuda", local_world_size=8, memory_bytes=141 * GiB,
-                 intra_host_bw=360e9, inter_host_bw=50e9, lookup_bw=3.8e12),
+    "cpu-gloo": dict(
+        device_kind="cpu",
+        local_world_size=0,
+        memory_bytes=4 * GiB,
+        intra_host_bw=2.0e9,
+        inter_host_bw=1.0e9,
+        lookup_bw=4.0e9,
+        collective_latency_s=200e-6,
+    ),
+    "a100": dict(
+        device_kind="cuda",
+        local_world_size=8,
+        memory_bytes=80 * GiB,
+        intra_host_bw=240e9,
+        inter_host_bw=25e9,
+        lookup_bw=1.6e12,
+    ),
+    "h100": dict(
+        device_kind="cuda",
+        local_world_size=8,
+        memory_bytes=80 * GiB,
+        intra_host_bw=360e9,
+        inter_host_bw=50e9,
+        lookup_bw=2.7e12,
+    ),
+    "h200": dict(
+        device_kind="cuda",
+        local_world_size=8,
+        memory_bytes=141 * GiB,
+        intra_host_bw=360e9,
+        inter_host_bw=50e9,
+        lookup_bw=3.8e12,
+    ),
 }
 
 

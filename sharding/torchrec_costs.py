@@ -29,7 +29,12 @@ class TorchrecProblem(Problem):
         # torchrec's estimators do not model skew: the options are priced without curves.
         super().__init__(replace(request, curves=None))
         self.latency_per_type_s = 0.0
-        configs, topo, batch, compute_kernel = request.configs, request.topology, request.global_batch_size, request.compute_kernel
+        configs, topo, batch, compute_kernel = (
+            request.configs,
+            request.topology,
+            request.global_batch_size,
+            request.compute_kernel,
+        )
         params = to_parameter_constraints(configs, request.constraints, request.pooling, compute_kernel)
         with warnings.catch_warnings(), quiet_torchrec():
             warnings.simplefilter("ignore")

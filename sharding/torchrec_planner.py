@@ -73,7 +73,9 @@ def torchrec_plan(request: SearchRequest, storage_reservation: StorageReservatio
     world_size = request.topology.world_size
     with warnings.catch_warnings(), quiet_torchrec(logging.ERROR):
         warnings.simplefilter("ignore", FutureWarning)
-        constraints = to_parameter_constraints(request.configs, request.constraints, request.pooling, request.compute_kernel)
+        constraints = to_parameter_constraints(
+            request.configs, request.constraints, request.pooling, request.compute_kernel
+        )
         planner = EmbeddingShardingPlanner(
             topology=to_torchrec_topology(request.topology),
             batch_size=max(1, request.global_batch_size // world_size),

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
 from typer.testing import Result
 
 from shardrec.dataloader.format import Manifest, SplitInfo, open_part, write_part
@@ -56,7 +55,15 @@ def resplit(src: Path, dst: Path, parts: int, seed: int = 7) -> None:
     info = SplitInfo(rows=rows)
     for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
         sparse = {n: np.asarray(v[a:b]) for n, v in whole.sparse.items()}
-        info.parts.append(write_part(dst / "train" / f"part-{k:05d}", np.asarray(whole.labels[a:b]), np.asarray(whole.dense[a:b]), sparse, fsync=False))
+        info.parts.append(
+            write_part(
+                dst / "train" / f"part-{k:05d}",
+                np.asarray(whole.labels[a:b]),
+                np.asarray(whole.dense[a:b]),
+                sparse,
+                fsync=False,
+            )
+        )
     Manifest(manifest.dense_features, manifest.sparse_features, {"train": info}).save(dst)
 
 

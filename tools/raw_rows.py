@@ -9,8 +9,9 @@ with an on-the-fly multi-hot model, its one-hot ids become their index-table row
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -32,16 +33,20 @@ class RawRows:
     def __init__(self, header: dict[str, Any]) -> None:
         t = header["transform"]
         if "schema" not in t or t.get("dense_transform") is None:
-            raise ValueError(f"the model's dataset ({t.get('dataset')}) was not made by `shardrec preprocess`: "
-                             "no text schema or dense transform to apply to raw rows; score a preprocessed split instead")
+            raise ValueError(
+                f"the model's dataset ({t.get('dataset')}) was not made by `shardrec preprocess`: "
+                "no text schema or dense transform to apply to raw rows; score a preprocessed split instead"
+            )
         self.schema = Schema(**t["schema"])
         self.dense_transform, self.dense_dtype = t["dense_transform"], t.get("dense_dtype") or "float32"
         self.names, self.cardinalities = list(header["feature_names"]), tuple(t["cardinalities"])
         self.vocabs = None
         if t.get("mode") == "vocab":
             if not t.get("vocab_dir") or not Path(t["vocab_dir"]).is_dir():
-                raise ValueError(f"vocabulary folder {t.get('vocab_dir')!r} of the model's dataset is gone: "
-                                 "raw rows cannot be mapped to ids without it")
+                raise ValueError(
+                    f"vocabulary folder {t.get('vocab_dir')!r} of the model's dataset is gone: "
+                    "raw rows cannot be mapped to ids without it"
+                )
             self.vocabs = load_vocabularies(Path(t["vocab_dir"]), self.schema.sparse_names)
         self.tables = None
         if t.get("multihot"):

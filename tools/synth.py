@@ -44,7 +44,7 @@ class SynthSpec:
     bias: float
 
     @classmethod
-    def from_seed(cls, seed: int, max_vocab: int = 100_000, vocab: list[int] | None = None) -> "SynthSpec":
+    def from_seed(cls, seed: int, max_vocab: int = 100_000, vocab: list[int] | None = None) -> SynthSpec:
         """vocab: distinct values per categorical (e.g. Criteo 1TB's shape); drawn from the seed if None."""
         rng = np.random.default_rng([seed, 0x5EED])
         drawn = np.minimum(np.round(np.exp(rng.uniform(np.log(4), np.log(max_vocab), NUM_SPARSE))), max_vocab)
@@ -52,7 +52,9 @@ class SynthSpec:
         if vocab.shape != (NUM_SPARSE,) or (vocab < 1).any():
             raise ValueError(f"vocab must hold {NUM_SPARSE} positive counts, got {vocab.tolist()}")
         zipf_a = rng.uniform(1.05, 1.4, NUM_SPARSE)
-        missing = np.concatenate([rng.choice([0.0, 0.0, 0.05, 0.3], NUM_SPARSE), rng.choice([0.0, 0.1, 0.4], NUM_DENSE)])
+        missing = np.concatenate(
+            [rng.choice([0.0, 0.0, 0.05, 0.3], NUM_SPARSE), rng.choice([0.0, 0.1, 0.4], NUM_DENSE)]
+        )
         scramble = rng.integers(1, 2**31, NUM_SPARSE, dtype=np.int64) * 2 + 1
         # A third of the categoricals carry the signal; the rest are noise the model must ignore.
         informative = rng.random(NUM_SPARSE) < 0.35
@@ -66,7 +68,9 @@ def _zipf_ranks(rng: np.random.Generator, n: int, vocab: int, a: float) -> np.nd
     return np.minimum(np.searchsorted(cdf / cdf[-1], rng.random(n)), vocab - 1)
 
 
-def draw_rows(spec: SynthSpec, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def draw_rows(
+    spec: SynthSpec, rng: np.random.Generator, n: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Draw n rows. Returns labels [n], dense ints [n,13], dense missing mask,
     categorical 32-bit values [n,26] (uint64) and categorical missing mask."""
     dense = np.floor(rng.lognormal(1.0, 1.5, (n, NUM_DENSE))).astype(np.int64)
@@ -171,7 +175,9 @@ def write_file(
             n = min(_CHUNK_ROWS, rows - start)
             labels, dense, dmiss, values, smiss = draw_rows(spec, rng, n)
             strip = None if csv else rng.random(n) < strip_prob
-            text = format_rows(labels, dense, dmiss, values, smiss, "," if csv else "\t", float_ints=csv, strip_trailing=strip)
+            text = format_rows(
+                labels, dense, dmiss, values, smiss, "," if csv else "\t", float_ints=csv, strip_trailing=strip
+            )
             written += out.write(text)
     os.replace(tmp, path)
     return written

@@ -95,7 +95,9 @@ def plan_at_start(
     return holder[0]
 
 
-def build_sharding_plan(plan: PlanFile, tables: list[EmbeddingBagConfig], env: DistEnv, global_batch_size: int) -> ShardingPlan:
+def build_sharding_plan(
+    plan: PlanFile, tables: list[EmbeddingBagConfig], env: DistEnv, global_batch_size: int
+) -> ShardingPlan:
     """Check a plan file against this job (StalePlanError says what differs) and convert it."""
     check_plan(plan, plan_fingerprint(tables, env.world_size, global_batch_size, env.device.type))
     check_trainable(plan)
@@ -125,7 +127,9 @@ def shard_model(
             fused.append(name)
         elif sharding.sharding_type != ShardingType.DATA_PARALLEL.value:
             # Their gradients arrive summed, not through DDP; TrainOptimizer only handles the latter.
-            raise ValueError(f"table {name}: compute_kernel {sharding.compute_kernel!r} is supported for data_parallel tables only; use fused")
+            raise ValueError(
+                f"table {name}: compute_kernel {sharding.compute_kernel!r} is supported for data_parallel tables only; use fused"
+            )
     attach_fused_optimizer(ebc, fused, optimizer=optim.sparse, lr=optim.sparse_lr, eps=optim.eps)
     return DistributedModelParallel(
         module,
@@ -150,11 +154,19 @@ def build_sharded_model(
     against this job) and the sharded model; training and evaluation build it alike. The
     embedding weights are not initialised here (a checkpoint or init_embedding_weights fills them)."""
     tables = build_table_configs(manifest, model_config.embedding_dim, model_config.dims)
-    module = build_train_module(model_config, manifest, tables, env, global_batch_size=train.global_batch_size,
-                                seed=train.seed, precision=train.precision)
+    module = build_train_module(
+        model_config,
+        manifest,
+        tables,
+        env,
+        global_batch_size=train.global_batch_size,
+        seed=train.seed,
+        precision=train.precision,
+    )
     if plan is None:
-        plan = plan_at_start(tables, env, train.global_batch_size, sharding.constraints, sharding.compute_kernel,
-                             optim.sparse, manifest)
+        plan = plan_at_start(
+            tables, env, train.global_batch_size, sharding.constraints, sharding.compute_kernel, optim.sparse, manifest
+        )
     sharding_plan = build_sharding_plan(plan, tables, env, train.global_batch_size)
     model = shard_model(module, sharding_plan, env, optim, qcomm=sharding.qcomm or None)
     return model, tables, plan

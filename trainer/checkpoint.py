@@ -31,10 +31,11 @@ import os
 import random
 import re
 import shutil
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -121,8 +122,13 @@ class RngState:
         version, words, py_gauss = random.getstate()
         return {
             "torch": torch.get_rng_state(),
-            "numpy": {"kind": str(kind), "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
-                      "has_gauss": int(has_gauss), "cached_gaussian": float(gauss)},
+            "numpy": {
+                "kind": str(kind),
+                "keys": torch.from_numpy(keys.astype(np.int64)),
+                "pos": int(pos),
+                "has_gauss": int(has_gauss),
+                "cached_gaussian": float(gauss),
+            },
             # Mersenne Twister words are < 2^32: exact in int64.
             "python": {"version": int(version), "words": torch.tensor(words, dtype=torch.int64), "gauss": py_gauss},
         }
@@ -130,7 +136,9 @@ class RngState:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         torch.set_rng_state(state["torch"])
         n = state["numpy"]
-        np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"]))
+        np.random.set_state(
+            (n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"])
+        )
         py = state["python"]
         random.setstate((py["version"], tuple(int(w) for w in py["words"].tolist()), py["gauss"]))
 
@@ -162,14 +170,22 @@ def describe_mismatch(saved: dict[str, Any], current: dict[str, Any]) -> str:
                 diffs.append(f"{section}.{key}: checkpoint {value!r}, job {current[section].get(key)!r}")
     # A checkpoint from before dataset fingerprints, or a job that gives none, skips this check.
     if saved.get("dataset") and current.get("dataset") and saved["dataset"] != current["dataset"]:
-        diffs.append(f"dataset: checkpoint trained on fingerprint {saved['dataset'][:12]}, job's data is {current['dataset'][:12]}")
+        diffs.append(
+            f"dataset: checkpoint trained on fingerprint {saved['dataset'][:12]}, job's data is {current['dataset'][:12]}"
+        )
     old = {t["name"]: (t["rows"], t["dim"]) for t in saved["tables"]}
     new = {t["name"]: (t["rows"], t["dim"]) for t in current["tables"]}
     if set(old) != set(new):
-        diffs.append(f"tables: checkpoint has {len(old)} ({', '.join(sorted(set(old) - set(new))[:3]) or '-'} not in the job), "
-                     f"job has {len(new)} ({', '.join(sorted(set(new) - set(old))[:3]) or '-'} not in the checkpoint)")
+        diffs.append(
+            f"tables: checkpoint has {len(old)} ({', '.join(sorted(set(old) - set(new))[:3]) or '-'} not in the job), "
+            f"job has {len(new)} ({', '.join(sorted(set(new) - set(old))[:3]) or '-'} not in the checkpoint)"
+        )
     else:
-        diffs += [f"table {n} [rows, dim]: checkpoint {list(old[n])}, job {list(new[n])}" for n in sorted(old) if old[n] != new[n]]
+        diffs += [
+            f"table {n} [rows, dim]: checkpoint {list(old[n])}, job {list(new[n])}"
+            for n in sorted(old)
+            if old[n] != new[n]
+        ]
     return "; ".join(diffs)
 
 
@@ -189,16 +205,18 @@ def complete_checkpoints(directory: Path) -> list[tuple[int, Path]]:
 class CheckpointManager:
     """Saves `parts` into `directory` (keeping the newest `keep`) and loads them back."""
 
-    def __init__(self, directory: Path, env: DistEnv, *, keep: int, parts: CheckpointParts,
-                 timeout_s: float = 1800) -> None:
+    def __init__(
+        self, directory: Path, env: DistEnv, *, keep: int, parts: CheckpointParts, timeout_s: float = 1800
+    ) -> None:
         self.directory = Path(directory)
         self.env = env
         self.keep = keep
         self.parts = parts
         self.timeout_s = timeout_s
         # Every rank constructs the manager, so every rank joins this group (a collective call).
-        self.group = (dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
-                      if dist.is_initialized() else None)
+        self.group = (
+            dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s)) if dist.is_initialized() else None
+        )
 
     def complete(self) -> list[tuple[int, Path]]:
         """(step, path) of every complete checkpoint, oldest first."""
@@ -217,19 +235,25 @@ class CheckpointManager:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
         self._barrier(f"checkpoint of step {step}: start")
-        dcp.save({name: part.state_dict() for name, part in parts.sharded.items()}, checkpoint_id=str(tmp),
-                 process_group=self.group)
+        dcp.save(
+            {name: part.state_dict() for name, part in parts.sharded.items()},
+            checkpoint_id=str(tmp),
+            process_group=self.group,
+        )
         for name, part in parts.per_rank.items():
             _save_file(tmp / f"{name}-{self.env.rank}.pt", part.state_dict())
         if self.env.is_main:
-            _save_file(tmp / TRAIN_STATE, {
-                "format_version": FORMAT_VERSION,
-                "progress": parts.progress.state_dict(),
-                **{name: part.state_dict() for name, part in parts.main.items()},
-                "plan": parts.layout,
-                "world_size": self.env.world_size,
-                "signature": parts.signature,
-            })
+            _save_file(
+                tmp / TRAIN_STATE,
+                {
+                    "format_version": FORMAT_VERSION,
+                    "progress": parts.progress.state_dict(),
+                    **{name: part.state_dict() for name, part in parts.main.items()},
+                    "plan": parts.layout,
+                    "world_size": self.env.world_size,
+                    "signature": parts.signature,
+                },
+            )
         faults.maybe_kill("kill_in_save", step, self.env.rank)
         self._barrier(f"checkpoint of step {step}: every rank's files written")
         if self.env.is_main:
@@ -295,8 +319,11 @@ class CheckpointManager:
             raise ValueError(f"{path}: checkpoint of another model or optimizer: {mismatch}")
         saved = SavedCheckpoint(path, train_state["progress"]["step"], train_state["plan"])
         targets = {name: part.load_target(saved) for name, part in parts.sharded.items()}
-        dcp.load({name: target for name, target in targets.items() if target}, checkpoint_id=str(path),
-                 process_group=self.group)
+        dcp.load(
+            {name: target for name, target in targets.items() if target},
+            checkpoint_id=str(path),
+            process_group=self.group,
+        )
         for part in parts.sharded.values():
             part.finish_load(saved)
         for name, part in parts.main.items():
@@ -307,8 +334,13 @@ class CheckpointManager:
             own = path / f"{name}-{self.env.rank}.pt"
             part.load_state_dict(torch.load(own if own.is_file() else path / f"{name}-0.pt", weights_only=True))
         if self.env.is_main:
-            logger.info("resumed from %s (step %d, saved by %d ranks, now %d)", path, parts.progress.step,
-                        train_state["world_size"], self.env.world_size)
+            logger.info(
+                "resumed from %s (step %d, saved by %d ranks, now %d)",
+                path,
+                parts.progress.step,
+                train_state["world_size"],
+                self.env.world_size,
+            )
 
 
 def _save_file(path: Path, obj: Any) -> None:

@@ -70,11 +70,15 @@ def check_owner(path: Path) -> None:
         return  # no POSIX ownership to check
     st = os.stat(path)
     if st.st_uid != os.getuid():
-        raise UntrustedCheckpoint(f"{path}: owned by uid {st.st_uid}, not by this user (uid {os.getuid()}); "
-                                  f"refusing a checkpoint someone else wrote")
+        raise UntrustedCheckpoint(
+            f"{path}: owned by uid {st.st_uid}, not by this user (uid {os.getuid()}); "
+            f"refusing a checkpoint someone else wrote"
+        )
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise UntrustedCheckpoint(f"{path}: writable by other users (mode {stat.S_IMODE(st.st_mode):o}); "
-                                  f"refusing it (chmod go-w {path} if you trust it)")
+        raise UntrustedCheckpoint(
+            f"{path}: writable by other users (mode {stat.S_IMODE(st.st_mode):o}); "
+            f"refusing it (chmod go-w {path} if you trust it)"
+        )
 
 
 def read_digests(directory: Path) -> dict[str, str]:
@@ -93,8 +97,9 @@ def read_digests(directory: Path) -> dict[str, str]:
     return files
 
 
-def verify_files(directory: Path, digests: dict[str, str], rank: int = 0, world_size: int = 1,
-                 skip_suffix: str = "") -> str:
+def verify_files(
+    directory: Path, digests: dict[str, str], rank: int = 0, world_size: int = 1, skip_suffix: str = ""
+) -> str:
     """Check this rank's share of the files (every `world_size`-th), but those ending in
     `skip_suffix` when one is given; "" or the first problem found."""
     directory = Path(directory)
@@ -108,7 +113,9 @@ def verify_files(directory: Path, digests: dict[str, str], rank: int = 0, world_
         if not path.is_file():
             return f"{path}: listed in {DIGESTS} but missing; refusing the checkpoint"
         if file_sha256(path) != digests[rel]:
-            return f"{path}: contents differ from the digest written at save time (changed since); refusing the checkpoint"
+            return (
+                f"{path}: contents differ from the digest written at save time (changed since); refusing the checkpoint"
+            )
     return ""
 
 

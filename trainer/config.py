@@ -36,8 +36,14 @@ def _check_elements(key: str, value: list | dict, kind: type) -> None:
             raise ValueError(f"{key} = {value!r}: {v!r} should be {type_words(kind)}")
 
 
-_TYPE_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list",
-               dict: "a table"}
+_TYPE_WORDS = {
+    bool: "true or false",
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    list: "a list",
+    dict: "a table",
+}
 
 
 def type_words(kind: Any) -> str:
@@ -84,8 +90,10 @@ class DataConfig:
                 if v < 1:
                     raise ValueError(f"{key} = {values!r}: {v} must be >= 1")
         if self.multihot_rows and len(self.multihot_rows) != len(self.multihot_sizes):
-            raise ValueError(f"data.multihot_rows = {self.multihot_rows!r}: {len(self.multihot_rows)} values for "
-                             f"{len(self.multihot_sizes)} data.multihot_sizes; give one per feature")
+            raise ValueError(
+                f"data.multihot_rows = {self.multihot_rows!r}: {len(self.multihot_rows)} values for "
+                f"{len(self.multihot_sizes)} data.multihot_sizes; give one per feature"
+            )
         _check_choice("data.multihot_dist", self.multihot_dist, ("uniform", "pareto"))
         if not 0 <= self.multihot_seed < 2**32:
             raise ValueError(f"data.multihot_seed = {self.multihot_seed!r} must lie in [0, 2^32)")
@@ -136,7 +144,7 @@ class ModelConfig:
             name, dim = next(iter(unequal.items()))
             raise ValueError(
                 f"model.dims.{name} = {dim}: DLRM's dot interaction needs every embedding width equal to "
-                f"model.embedding_dim = {self.embedding_dim} (per-feature widths are for arch = \"dcnv2\")"
+                f'model.embedding_dim = {self.embedding_dim} (per-feature widths are for arch = "dcnv2")'
             )
 
 
@@ -366,7 +374,9 @@ def load_job_config(path: str | Path | None = None, overrides: list[str] | None 
     return JobConfig(**built)
 
 
-def _apply_override(item: str, raw: dict[str, dict[str, Any]], sections: Any, section_types: dict[str, type]) -> tuple[str, str, Any]:
+def _apply_override(
+    item: str, raw: dict[str, dict[str, Any]], sections: Any, section_types: dict[str, type]
+) -> tuple[str, str, Any]:
     """Parse one --set KEY=VALUE into `raw`; returns (section, key, value)."""
     dotted, sep, value = item.partition("=")
     section, _, key = dotted.strip().partition(".")

@@ -38,12 +38,16 @@ def model_manifest(manifest: Manifest, data: DataConfig) -> Manifest:
         return manifest
     names = manifest.feature_names
     if len(sizes) != len(names):
-        raise ValueError(f"data.multihot_sizes has {len(sizes)} values for {len(names)} sparse features of "
-                         f"{data.path} ({', '.join(names[:3])}, ...): give one per feature")
+        raise ValueError(
+            f"data.multihot_sizes has {len(sizes)} values for {len(names)} sparse features of "
+            f"{data.path} ({', '.join(names[:3])}, ...): give one per feature"
+        )
     for feat in manifest.sparse_features:
         if feat.multi_hot:
-            raise ValueError(f"data.multihot_sizes: feature {feat.name} of {data.path} is already multi-hot "
-                             "(multi-hot ids are made from one-hot ones)")
+            raise ValueError(
+                f"data.multihot_sizes: feature {feat.name} of {data.path} is already multi-hot "
+                "(multi-hot ids are made from one-hot ones)"
+            )
     table_rows = rows or [f.cardinality for f in manifest.sparse_features]
     features = [
         dataclasses.replace(f, cardinality=int(r), multi_hot=s > 1)

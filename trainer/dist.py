@@ -33,7 +33,7 @@ class DistEnv:
 
 
 def resolve_device_kind(device: str) -> str:
-    """"cpu" or "cuda" for a device setting of auto, cpu or cuda: auto is cuda where it is available."""
+    """ "cpu" or "cuda" for a device setting of auto, cpu or cuda: auto is cuda where it is available."""
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device not in ("cpu", "cuda"):
@@ -46,15 +46,21 @@ def launched_rank() -> int:
     return int(os.environ.get("RANK", 0))
 
 
-def init_local_rank(rank: int, world_size: int, port: int, *, device_kind: str = "cpu", timeout_s: int = 120) -> DistEnv:
+def init_local_rank(
+    rank: int, world_size: int, port: int, *, device_kind: str = "cpu", timeout_s: int = 120
+) -> DistEnv:
     """Join a group of `world_size` processes on this host as `rank`, rendezvous at 127.0.0.1:`port`.
 
     For the processes `trainer.launch.run_local_ranks` starts (not torchrun's): the variables
     torchrun would set are set here, since torchrec reads LOCAL_WORLD_SIZE itself.
     """
     os.environ.update(
-        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
-        LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_WORLD_SIZE=str(world_size),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
     )
     return init_distributed(device_kind, timeout_s)
 
@@ -123,10 +129,13 @@ def monitored_barrier(group: dist.ProcessGroup, timeout_s: float, what: str, set
         missing = re.search(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier", reason)
         if missing:
             ranks = missing.group(1).strip().rstrip(",")
-            raise RankMissing(f"{what}: rank{'s' if ',' in ranks else ''} {ranks} of {dist.get_world_size(group)} "
-                              f"did not arrive within {timeout_s:g} s ({setting})") from None
-        raise RankMissing(f"{what}: the barrier failed on rank {dist.get_rank()} ({reason}); "
-                          f"rank 0 names the missing ranks") from None
+            raise RankMissing(
+                f"{what}: rank{'s' if ',' in ranks else ''} {ranks} of {dist.get_world_size(group)} "
+                f"did not arrive within {timeout_s:g} s ({setting})"
+            ) from None
+        raise RankMissing(
+            f"{what}: the barrier failed on rank {dist.get_rank()} ({reason}); rank 0 names the missing ranks"
+        ) from None
 
 
 def shutdown() -> None:

@@ -11,7 +11,14 @@ import typer
 
 from shardrec.trainer.config import load_job_config
 from shardrec.trainer.flags import (
-    DEFAULT_OUT_DIR, AllowChangeFlag, ConfigFlag, DataFlag, OutDirFlag, PlanFlag, SetFlag, StepsFlag,
+    DEFAULT_OUT_DIR,
+    AllowChangeFlag,
+    ConfigFlag,
+    DataFlag,
+    OutDirFlag,
+    PlanFlag,
+    SetFlag,
+    StepsFlag,
 )
 from shardrec.trainer.preflight import entry_overrides
 

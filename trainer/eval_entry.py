@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -16,10 +16,14 @@ from shardrec.dataloader.files import atomic_write_bytes
 def rank_main(
     run_dir: Annotated[Path, typer.Argument(help="The run directory.")],
     result: Annotated[Path, typer.Option("--result", help="Where rank 0 writes the metrics (JSON).")],
-    checkpoint: Annotated[Optional[int], typer.Option("--checkpoint", help="Checkpoint step (default: the newest).")] = None,
+    checkpoint: Annotated[
+        int | None, typer.Option("--checkpoint", help="Checkpoint step (default: the newest).")
+    ] = None,
     split: Annotated[str, typer.Option("--split", help="Split to evaluate.")] = "test",
     device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
-    data: Annotated[Optional[Path], typer.Option("--data", help="Other data of the run's schema (default: the run's own).")] = None,
+    data: Annotated[
+        Path | None, typer.Option("--data", help="Other data of the run's schema (default: the run's own).")
+    ] = None,
 ) -> None:
     """Evaluate a checkpoint on this rank (started by torchrun; see `shardrec eval`)."""
     # The training entry's logging, warning filter and clean exit apply to these ranks unchanged.

@@ -22,7 +22,13 @@ from shardrec.dataloader.format import Manifest
 from shardrec.dataloader.loader import NO_SHUFFLE, BatchLoader, Delivery, build_loader
 from shardrec.sharding.plan_io import load_plan
 from shardrec.trainer import build, data_options, lifecycle
-from shardrec.trainer.checkpoint import CheckpointManager, CheckpointParts, ModuleState, TrainProgress, complete_checkpoints
+from shardrec.trainer.checkpoint import (
+    CheckpointManager,
+    CheckpointParts,
+    ModuleState,
+    TrainProgress,
+    complete_checkpoints,
+)
 from shardrec.trainer.config import JobConfig, load_job_config
 from shardrec.trainer.dist import DistEnv
 from shardrec.trainer.loop import evaluate
@@ -61,21 +67,27 @@ def run_dataset(run_dir: Path, config: JobConfig, data: Path | None = None) -> M
     explicitly, which must then have the run's features and cardinalities (its schema)."""
     if data is not None:
         if not Path(data).is_dir():
-            raise ValueError(f"--data {data}: not a directory" if Path(data).exists() else f"--data {data}: does not exist")
+            raise ValueError(
+                f"--data {data}: not a directory" if Path(data).exists() else f"--data {data}: does not exist"
+            )
         manifest = Manifest.load(data)
         _check_schema(run_dir, data, manifest)
         return manifest
     if not Path(config.data.path).is_dir():
-        raise ValueError(f"{Path(run_dir) / RUN_CONFIG}: data.path = {config.data.path!r} is not a directory here "
-                         "(a relative path is taken from where the command runs; pass --data DIR)")
+        raise ValueError(
+            f"{Path(run_dir) / RUN_CONFIG}: data.path = {config.data.path!r} is not a directory here "
+            "(a relative path is taken from where the command runs; pass --data DIR)"
+        )
     manifest = Manifest.load(config.data.path)
     record = lifecycle.read_dataset_record(run_dir) or {}
     fingerprint = lifecycle.dataset_fingerprint(manifest)
     # The same check as a resume's: a run scored on changed data would report a figure of other data.
     if record.get("fingerprint") and record["fingerprint"] != fingerprint:
-        raise ValueError(f"{run_dir} was trained on other data than {config.data.path} now holds (fingerprint "
-                         f"{str(record['fingerprint'])[:12]}; the data there is {fingerprint[:12]}): to evaluate "
-                         f"on this data all the same, pass --data {config.data.path}")
+        raise ValueError(
+            f"{run_dir} was trained on other data than {config.data.path} now holds (fingerprint "
+            f"{str(record['fingerprint'])[:12]}; the data there is {fingerprint[:12]}): to evaluate "
+            f"on this data all the same, pass --data {config.data.path}"
+        )
     return manifest
 
 
@@ -90,8 +102,10 @@ def _check_schema(run_dir: Path, data: Path, manifest: Manifest) -> None:
             theirs = [tuple(x) if isinstance(x, list) else x for x in saved[key]]
             ours = [tuple(x) if isinstance(x, list) else x for x in mine[key]]
             first = next((i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b), min(len(theirs), len(ours)))
-            raise ValueError(f"--data {data}: not the schema {run_dir} trained on: its {what} differ at #{first} "
-                             f"({_at(ours, first)} here, {_at(theirs, first)} in training)")
+            raise ValueError(
+                f"--data {data}: not the schema {run_dir} trained on: its {what} differ at #{first} "
+                f"({_at(ours, first)} here, {_at(theirs, first)} in training)"
+            )
 
 
 def _at(items: list[Any], i: int) -> str:
@@ -108,7 +122,9 @@ def find_checkpoint(run_dir: Path, step: int | None) -> tuple[int, Path]:
     for found in done:
         if found[0] == step:
             return found
-    raise ValueError(f"{run_dir}: no complete checkpoint of step {step} (has steps {', '.join(str(s) for s, _ in done)})")
+    raise ValueError(
+        f"{run_dir}: no complete checkpoint of step {step} (has steps {', '.join(str(s) for s, _ in done)})"
+    )
 
 
 def check_request(request: EvalRequest, world_size: int) -> tuple[JobConfig, Manifest]:
@@ -123,8 +139,10 @@ def check_request(request: EvalRequest, world_size: int) -> tuple[JobConfig, Man
         raise ValueError(f"{config.data.path}: no rows in split {request.split!r} to evaluate (has {has})")
     batch = config.eval.batch_size or config.train.global_batch_size
     if batch % world_size:
-        raise ValueError(f"the run's evaluation batch {batch} does not divide by {world_size} ranks "
-                         "(eval.batch_size, else train.global_batch_size)")
+        raise ValueError(
+            f"the run's evaluation batch {batch} does not divide by {world_size} ranks "
+            "(eval.batch_size, else train.global_batch_size)"
+        )
     data_options.model_manifest(manifest, config.data)
     return config, manifest
 
@@ -132,9 +150,15 @@ def check_request(request: EvalRequest, world_size: int) -> tuple[JobConfig, Man
 def eval_loader(config: JobConfig, split: str, env: DistEnv) -> BatchLoader:
     """The loader training evaluated `split` with (trainer.run.build_job's eval loaders)."""
     return build_loader(
-        config.data.path, split, global_batch_size=config.eval.batch_size or config.train.global_batch_size,
-        rank=env.rank, world_size=env.world_size, shuffle=NO_SHUFFLE, tail="pad",
-        delivery=Delivery(num_workers=config.data.num_workers), multihot=data_options.multihot_option(config.data),
+        config.data.path,
+        split,
+        global_batch_size=config.eval.batch_size or config.train.global_batch_size,
+        rank=env.rank,
+        world_size=env.world_size,
+        shuffle=NO_SHUFFLE,
+        tail="pad",
+        delivery=Delivery(num_workers=config.data.num_workers),
+        multihot=data_options.multihot_option(config.data),
     )
 
 
@@ -146,20 +170,41 @@ def evaluate_checkpoint(request: EvalRequest, env: DistEnv) -> dict[str, Any]:
     manifest = data_options.model_manifest(raw, config.data)
     saved_plan = load_plan(Path(request.run_dir) / RUN_PLAN)
     # The run's own plan where it fits: the same shards give the same sums, hence the same AUC bits.
-    fits = (saved_plan.fingerprint.get("world_size"), saved_plan.fingerprint.get("device_kind")) == (env.world_size, env.device.type)
-    model, _, plan = build.build_sharded_model(manifest, env, model_config=config.model, train=config.train,
-                                               optim=config.optim, sharding=config.sharding,
-                                               plan=saved_plan if fits else None)
+    fits = (saved_plan.fingerprint.get("world_size"), saved_plan.fingerprint.get("device_kind")) == (
+        env.world_size,
+        env.device.type,
+    )
+    model, _, plan = build.build_sharded_model(
+        manifest,
+        env,
+        model_config=config.model,
+        train=config.train,
+        optim=config.optim,
+        sharding=config.sharding,
+        plan=saved_plan if fits else None,
+    )
     # The checkpoint checks the dataset's fingerprint too, unless other data was asked for.
     fingerprint = "" if request.data is not None else lifecycle.dataset_fingerprint(raw)
-    parts = CheckpointParts(progress=TrainProgress(), sharded={"model": ModuleState(model)}, main={},
-                            signature=checkpoint_signature(config.model, config.optim, plan, fingerprint),
-                            layout=plan.to_json(), per_rank={})
+    parts = CheckpointParts(
+        progress=TrainProgress(),
+        sharded={"model": ModuleState(model)},
+        main={},
+        signature=checkpoint_signature(config.model, config.optim, plan, fingerprint),
+        layout=plan.to_json(),
+        per_rank={},
+    )
     CheckpointManager(path.parent, env, keep=1, parts=parts).load(path)
     start = time.perf_counter()
     model.eval()
     metrics = evaluate(model, iter(eval_loader(config, request.split, env)), env.device, config.eval.max_batches)
     metrics["seconds"] = round(time.perf_counter() - start, 3)
     train_world = torch.load(path / "train_state.pt", weights_only=True)["world_size"]
-    return {"run_dir": str(request.run_dir), "step": step, "split": request.split, "data": config.data.path,
-            "world_size": env.world_size, "trained_world_size": train_world, **metrics}
+    return {
+        "run_dir": str(request.run_dir),
+        "step": step,
+        "split": request.split,
+        "data": config.data.path,
+        "world_size": env.world_size,
+        "trained_world_size": train_world,
+        **metrics,
+    }

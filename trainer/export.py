@@ -42,9 +42,27 @@ FORMAT_VERSION = 1
 META_KEY = "shardrec"
 # The checkpoint's DCP keys of the model: part "model", then the TrainModule's "model." wrapper.
 CHECKPOINT_PREFIX = "model.model."
-_SAFETENSORS_DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.float64: "F64",
-                       torch.int64: "I64", torch.int32: "I32", torch.uint8: "U8", torch.bool: "BOOL"}
-TRANSFORM_KEYS = ("mode", "max_ids", "min_count", "hash", "missing_id", "oov_id", "schema", "dense_transform", "dense_dtype")
+_SAFETENSORS_DTYPES = {
+    torch.float32: "F32",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+    torch.float64: "F64",
+    torch.int64: "I64",
+    torch.int32: "I32",
+    torch.uint8: "U8",
+    torch.bool: "BOOL",
+}
+TRANSFORM_KEYS = (
+    "mode",
+    "max_ids",
+    "min_count",
+    "hash",
+    "missing_id",
+    "oov_id",
+    "schema",
+    "dense_transform",
+    "dense_dtype",
+)
 """Manifest options that say how raw rows became the dataset's ids and dense values."""
 
 
@@ -66,7 +84,7 @@ def _tensor_entries(checkpoint: Path) -> dict[str, TensorStorageMetadata]:
     verify_checkpoint(checkpoint)  # DCP unpickles .metadata: only once its digests vouch for it
     metadata = FileSystemReader(str(checkpoint)).read_metadata()
     return {
-        key[len(CHECKPOINT_PREFIX):]: meta
+        key[len(CHECKPOINT_PREFIX) :]: meta
         for key, meta in sorted(metadata.state_dict_metadata.items())
         if key.startswith(CHECKPOINT_PREFIX) and isinstance(meta, TensorStorageMetadata)
     }
@@ -96,7 +114,9 @@ def feature_transform(manifest: Manifest, dataset: Path, data: Any) -> dict[str,
         **{k: options.get(k) for k in TRANSFORM_KEYS if k in options},
         "cardinalities": [f.cardinality for f in manifest.sparse_features],
         "vocab_dir": str(vocab.resolve()) if options.get("mode") == "vocab" and vocab.is_dir() else None,
-        "multihot": None if option is None else {**dataclasses.asdict(option), "cache_dir": str(option.cache_dir or "")},
+        "multihot": None
+        if option is None
+        else {**dataclasses.asdict(option), "cache_dir": str(option.cache_dir or "")},
         "dataset": str(Path(dataset).resolve()),
     }
 
@@ -112,8 +132,10 @@ def model_header(run_dir: Path, step: int) -> dict[str, Any]:
         "format_version": FORMAT_VERSION,
         "model": dataclasses.asdict(config.model),
         "precision": config.train.precision,
-        "tables": [{"name": t.name, "features": list(t.feature_names), "rows": t.num_embeddings, "dim": t.embedding_dim}
-                   for t in tables],
+        "tables": [
+            {"name": t.name, "features": list(t.feature_names), "rows": t.num_embeddings, "dim": t.embedding_dim}
+            for t in tables
+        ],
         "feature_names": seen.feature_names,
         "multi_hot": [f.name for f in seen.sparse_features if f.multi_hot],
         "dense_features": list(seen.dense_features),
@@ -127,8 +149,11 @@ def _safetensors_header(entries: dict[str, TensorStorageMetadata], header: dict[
     offset = 0
     for name, meta in entries.items():
         size = _nbytes(meta)
-        layout[name] = {"dtype": _SAFETENSORS_DTYPES[meta.properties.dtype], "shape": list(meta.size),
-                        "data_offsets": [offset, offset + size]}
+        layout[name] = {
+            "dtype": _SAFETENSORS_DTYPES[meta.properties.dtype],
+            "shape": list(meta.size),
+            "data_offsets": [offset, offset + size],
+        }
         offset += size
     raw = json.dumps(layout, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # the format pads the header to 8 bytes with spaces
@@ -154,8 +179,10 @@ def export_model(run_dir: Path, out: Path, step: int | None = None, memory_bytes
     limit = memory_bytes if memory_bytes is not None else available_memory_bytes()
     name, largest = max(((n, _nbytes(m)) for n, m in entries.items()), key=lambda item: item[1])
     if limit is not None and largest > limit:
-        raise ValueError(f"{checkpoint}: tensor {name} takes {largest / 2**30:.2f} GiB, more than the "
-                         f"{limit / 2**30:.2f} GiB of memory available here: export on a host with more memory")
+        raise ValueError(
+            f"{checkpoint}: tensor {name} takes {largest / 2**30:.2f} GiB, more than the "
+            f"{limit / 2**30:.2f} GiB of memory available here: export on a host with more memory"
+        )
     total = sum(_nbytes(m) for m in entries.values())
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_open(out) as f:
@@ -163,10 +190,17 @@ def export_model(run_dir: Path, out: Path, step: int | None = None, memory_bytes
         for tensor_name, meta in entries.items():
             tensor = _read_tensor(checkpoint, tensor_name)
             if tuple(tensor.shape) != tuple(meta.size) or tensor.dtype != meta.properties.dtype:
-                raise ValueError(f"{checkpoint}: {tensor_name} read as {tuple(tensor.shape)} {tensor.dtype}, "
-                                 f"its metadata says {tuple(meta.size)} {meta.properties.dtype}")
+                raise ValueError(
+                    f"{checkpoint}: {tensor_name} read as {tuple(tensor.shape)} {tensor.dtype}, "
+                    f"its metadata says {tuple(meta.size)} {meta.properties.dtype}"
+                )
             _write_tensor(f, tensor)
             del tensor
     logger.info("exported %d tensors (%.1f MiB) of step %d to %s", len(entries), total / 2**20, found_step, out)
-    return {"out": str(out), "step": found_step, "tensors": len(entries), "bytes": os.path.getsize(out),
-            "tables": len(header["tables"])}
+    return {
+        "out": str(out),
+        "step": found_step,
+        "tensors": len(entries),
+        "bytes": os.path.getsize(out),
+        "tables": len(header["tables"]),
+    }

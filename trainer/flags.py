@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -23,23 +23,44 @@ def _setting_help(cls: type, key: str, dotted: str) -> str:
 
 DEFAULT_OUT_DIR = Path("runs/train")
 
-ConfigFlag = Annotated[Optional[Path], typer.Option("--config", help="TOML job file (defaults: trainer/config.py).")]
-DataFlag = Annotated[Optional[Path], typer.Option("--data", help=_setting_help(DataConfig, "path", "data.path"))]
-PlanFlag = Annotated[Optional[Path], typer.Option("--plan", help=_setting_help(ShardingConfig, "plan", "sharding.plan"))]
-OutDirFlag = Annotated[Path, typer.Option("--out-dir", help="Run directory: metrics, checkpoints, resolved config, plan.")]
-StepsFlag = Annotated[Optional[int], typer.Option("--steps", help=_setting_help(TrainConfig, "steps", "train.steps"))]
-SetFlag = Annotated[Optional[list[str]], typer.Option(
-    "--set", metavar="KEY=VALUE", help="Override a job setting, KEY as section.key (e.g. train.seed=1); repeat for several.")]
+ConfigFlag = Annotated[Path | None, typer.Option("--config", help="TOML job file (defaults: trainer/config.py).")]
+DataFlag = Annotated[Path | None, typer.Option("--data", help=_setting_help(DataConfig, "path", "data.path"))]
+PlanFlag = Annotated[
+    Path | None, typer.Option("--plan", help=_setting_help(ShardingConfig, "plan", "sharding.plan"))
+]
+OutDirFlag = Annotated[
+    Path, typer.Option("--out-dir", help="Run directory: metrics, checkpoints, resolved config, plan.")
+]
+StepsFlag = Annotated[int | None, typer.Option("--steps", help=_setting_help(TrainConfig, "steps", "train.steps"))]
+SetFlag = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        metavar="KEY=VALUE",
+        help="Override a job setting, KEY as section.key (e.g. train.seed=1); repeat for several.",
+    ),
+]
 
-AllowChangeFlag = Annotated[Optional[list[str]], typer.Option(
-    "--allow-change", metavar="KEY",
-    help="Let a resume change this setting (section.key, or a whole section); repeat for several. "
-         "train.steps and train.epochs may always change; the dataset never.")]
+AllowChangeFlag = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allow-change",
+        metavar="KEY",
+        help="Let a resume change this setting (section.key, or a whole section); repeat for several. "
+        "train.steps and train.epochs may always change; the dataset never.",
+    ),
+]
 
 
 def rank_args(
-    *, config: Path | None, data: Path | None, plan: Path | None, out_dir: Path, steps: int | None,
-    overrides: list[str], allow_change: Sequence[str] = (),
+    *,
+    config: Path | None,
+    data: Path | None,
+    plan: Path | None,
+    out_dir: Path,
+    steps: int | None,
+    overrides: list[str],
+    allow_change: Sequence[str] = (),
 ) -> list[str]:
     """The arguments of every rank's `python -m shardrec.trainer` for these flag values."""
     args = ["--out-dir", str(out_dir)]

@@ -12,7 +12,8 @@ import subprocess
 import sys
 import traceback
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 LOOPBACK = "127.0.0.1"
 
@@ -38,8 +39,17 @@ class RankFailed(RuntimeError):
         return lines[-1] if lines else "no traceback"
 
 
-def _local_rank_entry(rank: int, *, world_size: int, port: int, device_kind: str, collective_timeout_s: int,
-                      fn: Callable[..., Any], args: tuple, queue: Any) -> None:
+def _local_rank_entry(
+    rank: int,
+    *,
+    world_size: int,
+    port: int,
+    device_kind: str,
+    collective_timeout_s: int,
+    fn: Callable[..., Any],
+    args: tuple,
+    queue: Any,
+) -> None:
     from shardrec.trainer.dist import init_local_rank, shutdown
 
     try:
@@ -71,8 +81,15 @@ def run_local_ranks(
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
-    shared = {"world_size": world_size, "port": port, "device_kind": device_kind,
-              "collective_timeout_s": collective_timeout_s, "fn": fn, "args": args, "queue": queue}
+    shared = {
+        "world_size": world_size,
+        "port": port,
+        "device_kind": device_kind,
+        "collective_timeout_s": collective_timeout_s,
+        "fn": fn,
+        "args": args,
+        "queue": queue,
+    }
     procs = [ctx.Process(target=_local_rank_entry, args=(r,), kwargs=shared) for r in range(world_size)]
     for p in procs:
         p.start()
@@ -117,13 +134,23 @@ def torchrun_command(
         rendezvous = ["--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}"]
         rdzv_id = rdzv_id or f"shardrec-{rdzv_endpoint}"
     else:
-        rendezvous = [f"--rdzv-backend={rendezvous_backend()}", f"--rdzv-endpoint={LOOPBACK}:0",
-                      f"--local-addr={LOOPBACK}"]
+        rendezvous = [
+            f"--rdzv-backend={rendezvous_backend()}",
+            f"--rdzv-endpoint={LOOPBACK}:0",
+            f"--local-addr={LOOPBACK}",
+        ]
     return [
-        sys.executable, "-m", "shardrec.trainer.launch",
-        f"--nnodes={nnodes}", f"--nproc-per-node={nproc_per_node}", f"--max-restarts={max_restarts}",
-        *rendezvous, f"--rdzv-id={rdzv_id or new_job_id()}",
-        "-m", module, *entry_args,
+        sys.executable,
+        "-m",
+        "shardrec.trainer.launch",
+        f"--nnodes={nnodes}",
+        f"--nproc-per-node={nproc_per_node}",
+        f"--max-restarts={max_restarts}",
+        *rendezvous,
+        f"--rdzv-id={rdzv_id or new_job_id()}",
+        "-m",
+        module,
+        *entry_args,
     ]
 
 

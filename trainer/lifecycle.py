@@ -37,23 +37,31 @@ def dataset_fingerprint(manifest: Manifest) -> str:
     content = {
         "dense": manifest.dense_features,
         "sparse": [(f.name, f.cardinality, f.multi_hot) for f in manifest.sparse_features],
-        "splits": {name: [(p.name, p.rows, sorted((k, v.sha256) for k, v in p.files.items())) for p in split.parts]
-                   for name, split in sorted(manifest.splits.items())},
+        "splits": {
+            name: [(p.name, p.rows, sorted((k, v.sha256) for k, v in p.files.items())) for p in split.parts]
+            for name, split in sorted(manifest.splits.items())
+        },
     }
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
 
 
 def dataset_schema(manifest: Manifest) -> dict[str, Any]:
     """What a model trained on a dataset needs of another to score it: its features and cardinalities."""
-    return {"dense": list(manifest.dense_features),
-            "sparse": [[f.name, f.cardinality, f.multi_hot] for f in manifest.sparse_features]}
+    return {
+        "dense": list(manifest.dense_features),
+        "sparse": [[f.name, f.cardinality, f.multi_hot] for f in manifest.sparse_features],
+    }
 
 
 def dataset_record(path: str, manifest: Manifest, given: str | None = None) -> bytes:
     """The bytes of RUN/dataset.json for this dataset: its absolute `path`, the path as the user
     typed it (`given`), its fingerprint and schema."""
-    record = {"path": path, "given": given if given is not None else path,
-              "fingerprint": dataset_fingerprint(manifest), "schema": dataset_schema(manifest)}
+    record = {
+        "path": path,
+        "given": given if given is not None else path,
+        "fingerprint": dataset_fingerprint(manifest),
+        "schema": dataset_schema(manifest),
+    }
     return (json.dumps(record, indent=2) + "\n").encode()
 
 
@@ -71,7 +79,9 @@ def with_absolute_data_path(config: JobConfig) -> JobConfig:
     data from wherever eval or export run later."""
     if not config.data.path:
         return config
-    return dataclasses.replace(config, data=dataclasses.replace(config.data, path=str(Path(config.data.path).resolve())))
+    return dataclasses.replace(
+        config, data=dataclasses.replace(config.data, path=str(Path(config.data.path).resolve()))
+    )
 
 
 def planned_steps(config: JobConfig, manifest: Manifest) -> int:
@@ -105,7 +115,9 @@ def check_allow_keys(keys: list[str]) -> None:
 
 
 def _allowed(key: str, allow: list[str]) -> bool:
-    return key in CONTINUATION_KEYS or key in FINGERPRINTED_KEYS or any(key == a or key.startswith(a + ".") for a in allow)
+    return (
+        key in CONTINUATION_KEYS or key in FINGERPRINTED_KEYS or any(key == a or key.startswith(a + ".") for a in allow)
+    )
 
 
 @dataclass(frozen=True)
@@ -169,15 +181,17 @@ def _metrics_records(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def check_run_dir(run_dir: Path, config: JobConfig, manifest: Manifest, allow: list[str]) -> str:
-    """"new", "resume" or "complete" for this job in `run_dir`; ValueError (one line) if it cannot run there."""
+    """ "new", "resume" or "complete" for this job in `run_dir`; ValueError (one line) if it cannot run there."""
     run = read_run_dir(run_dir)
     if run.step is None:
         return "new"
     _check_dataset(run_dir, manifest)
     total = planned_steps(config, manifest)
     if run.step > total:
-        raise ValueError(f"{run_dir} has trained {run.step:,} steps, more than the {total:,} this job runs to "
-                         "(train.steps / train.epochs): a run cannot go back; raise --steps, or start over with --restart")
+        raise ValueError(
+            f"{run_dir} has trained {run.step:,} steps, more than the {total:,} this job runs to "
+            "(train.steps / train.epochs): a run cannot go back; raise --steps, or start over with --restart"
+        )
     saved_path = run_dir / CONFIG
     if saved_path.is_file():
         changes = setting_changes(load_job_config(saved_path), config)
@@ -185,8 +199,10 @@ def check_run_dir(run_dir: Path, config: JobConfig, manifest: Manifest, allow: l
         if refused:
             shown = ", ".join(f"{k}: {_show(old)} -> {_show(new)}" for k, (old, new) in refused.items())
             flags = " ".join(f"--allow-change {k}" for k in refused)
-            raise ValueError(f"{run_dir}: resuming with changed settings ({shown}); "
-                             f"accept them with {flags}, or start over with --restart")
+            raise ValueError(
+                f"{run_dir}: resuming with changed settings ({shown}); "
+                f"accept them with {flags}, or start over with --restart"
+            )
     return "complete" if run.complete_for(config, total) else "resume"
 
 
@@ -212,9 +228,11 @@ def _check_dataset(run_dir: Path, manifest: Manifest) -> None:
     if record is None:
         return  # a run from before dataset records: nothing to compare
     if record.get("fingerprint") != dataset_fingerprint(manifest):
-        raise ValueError(f"{run_dir} was trained on other data ({record.get('path')}, fingerprint "
-                         f"{str(record.get('fingerprint'))[:12]}; this dataset's is {dataset_fingerprint(manifest)[:12]}): "
-                         "a run cannot resume on a changed dataset; start over with --restart or use another --out-dir")
+        raise ValueError(
+            f"{run_dir} was trained on other data ({record.get('path')}, fingerprint "
+            f"{str(record.get('fingerprint'))[:12]}; this dataset's is {dataset_fingerprint(manifest)[:12]}): "
+            "a run cannot resume on a changed dataset; start over with --restart or use another --out-dir"
+        )
 
 
 def complete_message(run_dir: Path, config: JobConfig, run: RunDir) -> str:
@@ -222,13 +240,17 @@ def complete_message(run_dir: Path, config: JobConfig, run: RunDir) -> str:
     step = run.step or 0
     if run.target is not None and run.target["auc"] >= (config.train.target_auc or float("inf")):
         t = run.target
-        return (f"{run_dir} is complete: the target AUC was reached at step {step:,} ({t.get('split', 'val')} "
-                f"AUC {t['auc']:.5f} >= train.target_auc = {t.get('target_auc')}); nothing to do. To continue it, "
-                "raise or clear the target (--set train.target_auc=0 --allow-change train.target_auc); "
-                "to start over, add --restart")
+        return (
+            f"{run_dir} is complete: the target AUC was reached at step {step:,} ({t.get('split', 'val')} "
+            f"AUC {t['auc']:.5f} >= train.target_auc = {t.get('target_auc')}); nothing to do. To continue it, "
+            "raise or clear the target (--set train.target_auc=0 --allow-change train.target_auc); "
+            "to start over, add --restart"
+        )
     cap = f"train.steps = {config.train.steps}" if config.train.steps else f"train.epochs = {config.train.epochs}"
-    return (f"{run_dir} is complete: {step:,} steps ({cap}); nothing to do. To continue it, raise --steps "
-            "(or train.epochs); to start over, add --restart")
+    return (
+        f"{run_dir} is complete: {step:,} steps ({cap}); nothing to do. To continue it, raise --steps "
+        "(or train.epochs); to start over, add --restart"
+    )
 
 
 def move_aside(run_dir: Path) -> Path | None:
@@ -286,6 +308,10 @@ def best_auc(run_dir: Path, split: str = "val") -> float | None:
     """The best AUC of `split` in RUN/metrics.jsonl (None: no evaluation yet); torn lines skipped."""
     best = None
     for record in _metrics_records(run_dir):
-        if record.get("kind") == "eval" and record.get("split") == split and isinstance(record.get("auc"), (int, float)):
+        if (
+            record.get("kind") == "eval"
+            and record.get("split") == split
+            and isinstance(record.get("auc"), (int, float))
+        ):
             best = record["auc"] if best is None else max(best, record["auc"])
     return best

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -69,8 +70,13 @@ class _Window:
         losses = torch.stack(self.losses).double()
         bad = (~torch.isfinite(losses)).nonzero()
         first_bad = float(self.first_step + 1 + bad[0, 0]) if bad.numel() else 0.0
-        mine = torch.stack([losses.nan_to_num(0.0, 0.0, 0.0).sum(), torch.stack(self.samples).double().sum(),
-                            torch.tensor(first_bad, dtype=torch.float64, device=losses.device)])
+        mine = torch.stack(
+            [
+                losses.nan_to_num(0.0, 0.0, 0.0).sum(),
+                torch.stack(self.samples).double().sum(),
+                torch.tensor(first_bad, dtype=torch.float64, device=losses.device),
+            ]
+        )
         rows = [mine]
         if dist.is_initialized() and dist.get_world_size() > 1:
             rows = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
@@ -162,7 +168,9 @@ def train_segment(
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, batches: Iterator[Batch], device: torch.device, max_batches: int = 0) -> dict[str, Any]:
+def evaluate(
+    model: torch.nn.Module, batches: Iterator[Batch], device: torch.device, max_batches: int = 0
+) -> dict[str, Any]:
     """AUC / log loss / NE over every rank's predictions (all ranks must pass equal batch counts)."""
     logits, labels = [], []
     for i, batch in enumerate(batches):

@@ -31,12 +31,18 @@ PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat1
 def bf16_support_note(device_type: str) -> str | None:
     """Why bf16 autocast would run slowly on this machine, or None where it has fast bf16 matmuls."""
     if device_type == "cuda":
-        return None if torch.cuda.is_bf16_supported() else "this GPU has no bf16 support: train.precision = \"bf16\" is emulated and slow"
+        return (
+            None
+            if torch.cuda.is_bf16_supported()
+            else 'this GPU has no bf16 support: train.precision = "bf16" is emulated and slow'
+        )
     # AVX512-BF16 or AMX give native bf16 dot products; oneDNN emulates bf16 elsewhere (slower than fp32).
     if torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported():
         return None
-    return ("this CPU has no AVX512-BF16 or AMX instructions: under train.precision = \"bf16\" its matmuls are "
-            "emulated and likely slower than fp32")
+    return (
+        'this CPU has no AVX512-BF16 or AMX instructions: under train.precision = "bf16" its matmuls are '
+        "emulated and likely slower than fp32"
+    )
 
 
 class SparseArch(nn.Module):

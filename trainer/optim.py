@@ -5,7 +5,8 @@ The sparse optimizer (its settings, fused into the tables in backward) is shardr
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.optim.lr_scheduler import LambdaLR
@@ -20,7 +21,9 @@ DENSE_OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
 }
 
 
-def build_dense_optimizer(params: list[torch.nn.Parameter], *, optimizer: str, lr: float, eps: float) -> torch.optim.Optimizer:
+def build_dense_optimizer(
+    params: list[torch.nn.Parameter], *, optimizer: str, lr: float, eps: float
+) -> torch.optim.Optimizer:
     """The dense layers' optimizer, `optimizer` a key of DENSE_OPTIMIZERS."""
     return DENSE_OPTIMIZERS[optimizer](params, **optimizer_kwargs(optimizer, lr, eps))
 
@@ -88,7 +91,9 @@ class TrainOptimizer:
         if not self._state_by_name():
             return {}
         state = self.replicated_tables.state  # type: ignore[union-attr]
-        return {fqn: {f"{table}.momentum1": state[p]["sum"].view(-1)} for fqn, (table, p) in self.replicated_params.items()}
+        return {
+            fqn: {f"{table}.momentum1": state[p]["sum"].view(-1)} for fqn, (table, p) in self.replicated_params.items()
+        }
 
     def set_replicated_steps(self, step: int) -> None:
         if self._state_by_name():

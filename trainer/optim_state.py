@@ -36,7 +36,9 @@ def column_widths(table: dict[str, Any] | Any) -> list[int]:
     return [cols for _, cols in cuts]
 
 
-def convert_rowwise_momentum(old: torch.Tensor, rows: int, old_widths: list[int], new_widths: list[int]) -> torch.Tensor:
+def convert_rowwise_momentum(
+    old: torch.Tensor, rows: int, old_widths: list[int], new_widths: list[int]
+) -> torch.Tensor:
     """[len(old_widths) * rows] accumulators -> [len(new_widths) * rows] (see the module docstring)."""
     per_column = torch.cat(
         [old[j * rows : (j + 1) * rows, None].expand(rows, w) for j, w in enumerate(old_widths)], dim=1
@@ -48,9 +50,7 @@ def convert_rowwise_momentum(old: torch.Tensor, rows: int, old_widths: list[int]
     return torch.cat(out)
 
 
-def adapt_fused_state(
-    path: Path, fused_state: dict[str, Any], saved_plan_json: str, plan: PlanFile
-) -> dict[str, Any]:
+def adapt_fused_state(path: Path, fused_state: dict[str, Any], saved_plan_json: str, plan: PlanFile) -> dict[str, Any]:
     """Load, from the checkpoint at `path`, every row-wise momentum whose column cut changed,
     convert it into this plan's layout and drop it from `fused_state` for the DCP load.
 
@@ -103,7 +103,7 @@ class SparseOptimizerState:
         plan: the plan this job runs; a checkpoint of another column cut is converted into it.
     """
 
-    def __init__(self, fused: Any, optimizer: "TrainOptimizer", plan: PlanFile) -> None:
+    def __init__(self, fused: Any, optimizer: TrainOptimizer, plan: PlanFile) -> None:
         self.fused = fused
         self.optimizer = optimizer
         self.plan = plan
@@ -114,13 +114,13 @@ class SparseOptimizerState:
         state = self.fused.state_dict()
         return {**state, "state": {**state["state"], **self.optimizer.replicated_state()}}
 
-    def load_target(self, saved: "SavedCheckpoint") -> dict[str, Any]:
+    def load_target(self, saved: SavedCheckpoint) -> dict[str, Any]:
         self._target = self.state_dict()
         self._converted = adapt_fused_state(saved.path, self._target, saved.layout, self.plan)
         # Without any state (sgd) there is nothing for DCP to read.
         return self._target if self._target["state"] else {}
 
-    def finish_load(self, saved: "SavedCheckpoint") -> None:
+    def finish_load(self, saved: SavedCheckpoint) -> None:
         state = self._target
         for key, entries in self._converted.items():
             state["state"].setdefault(key, {}).update(entries)

@@ -9,9 +9,10 @@ with the header's transform (tools/raw_rows.py).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -52,8 +53,10 @@ def read_header(path: Path) -> dict[str, Any]:
         raise ValueError(f"{path}: a safetensors file without a shardrec header (not made by `shardrec export`)")
     header = json.loads(meta[META_KEY])
     if header.get("format") != FORMAT or header.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{path}: format {header.get('format')!r} version {header.get('format_version')!r}, "
-                         f"this shardrec reads {FORMAT!r} version {FORMAT_VERSION}")
+        raise ValueError(
+            f"{path}: format {header.get('format')!r} version {header.get('format_version')!r}, "
+            f"this shardrec reads {FORMAT!r} version {FORMAT_VERSION}"
+        )
     return header
 
 
@@ -62,10 +65,24 @@ def load_exported(path: Path) -> ExportedModel:
     from safetensors.torch import load_file
 
     header = read_header(path)
-    tables = [EmbeddingBagConfig(name=t["name"], embedding_dim=t["dim"], num_embeddings=t["rows"],
-                                 feature_names=list(t["features"]), pooling=PoolingType.SUM) for t in header["tables"]]
-    model = build_model(ModelConfig(**header["model"]), build_ebc(tables, "cpu"), header["feature_names"],
-                        len(header["dense_features"]), dense_device="cpu", precision=header["precision"])
+    tables = [
+        EmbeddingBagConfig(
+            name=t["name"],
+            embedding_dim=t["dim"],
+            num_embeddings=t["rows"],
+            feature_names=list(t["features"]),
+            pooling=PoolingType.SUM,
+        )
+        for t in header["tables"]
+    ]
+    model = build_model(
+        ModelConfig(**header["model"]),
+        build_ebc(tables, "cpu"),
+        header["feature_names"],
+        len(header["dense_features"]),
+        dense_device="cpu",
+        precision=header["precision"],
+    )
     model.load_state_dict(load_file(str(path)), strict=True)
     model.eval()
     return ExportedModel(model, header)
@@ -91,17 +108,35 @@ def multihot_of(header: dict[str, Any]) -> MultiHotOption | None:
     if not option:
         return None
     rows = option.get("rows")
-    return MultiHotOption(sizes=tuple(option["sizes"]), rows=tuple(rows) if rows else None, dist=option["dist"],
-                          seed=option["seed"], cache_dir=option.get("cache_dir") or None)
+    return MultiHotOption(
+        sizes=tuple(option["sizes"]),
+        rows=tuple(rows) if rows else None,
+        dist=option["dist"],
+        seed=option["seed"],
+        cache_dir=option.get("cache_dir") or None,
+    )
 
 
-def score_split(exported: ExportedModel, dataset: Path, split: str, batch_size: int = 8192) -> tuple[np.ndarray, np.ndarray]:
+def score_split(
+    exported: ExportedModel, dataset: Path, split: str, batch_size: int = 8192
+) -> tuple[np.ndarray, np.ndarray]:
     """(probabilities, labels) of a preprocessed split, in the split's row order."""
-    loader = build_loader(dataset, split, global_batch_size=batch_size, rank=0, world_size=1, shuffle=NO_SHUFFLE,
-                          tail="pad", delivery=Delivery(num_workers=0), multihot=multihot_of(exported.header))
+    loader = build_loader(
+        dataset,
+        split,
+        global_batch_size=batch_size,
+        rank=0,
+        world_size=1,
+        shuffle=NO_SHUFFLE,
+        tail="pad",
+        delivery=Delivery(num_workers=0),
+        multihot=multihot_of(exported.header),
+    )
     missing = [n for n in exported.feature_names if n not in loader.feature_names]
     if missing:
-        raise ValueError(f"{dataset}: no feature {missing[0]} that the model reads (has {', '.join(loader.feature_names[:4])}, ...)")
+        raise ValueError(
+            f"{dataset}: no feature {missing[0]} that the model reads (has {', '.join(loader.feature_names[:4])}, ...)"
+        )
     return score_batches(exported.model, iter(loader))
 
 
@@ -111,5 +146,8 @@ def rows_batch(dense: np.ndarray, ids: dict[str, tuple[np.ndarray, np.ndarray]],
     lengths = torch.from_numpy(np.concatenate([ids[n][1].astype(np.int32) for n in feature_names]))
     sparse = KeyedJaggedTensor.from_lengths_sync(keys=feature_names, values=values, lengths=lengths)
     rows = dense.shape[0]
-    return Batch(dense_features=torch.from_numpy(np.ascontiguousarray(dense, dtype=np.float32)),
-                 sparse_features=sparse, labels=torch.zeros(rows, dtype=torch.int64))
+    return Batch(
+        dense_features=torch.from_numpy(np.ascontiguousarray(dense, dtype=np.float32)),
+        sparse_features=sparse,
+        labels=torch.zeros(rows, dtype=torch.int64),
+    )

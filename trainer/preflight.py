@@ -30,8 +30,12 @@ def entry_overrides(data: Path | None, plan: Path | None, steps: int | None) -> 
 
 
 def preflight(
-    config: Path | None, data: Path | None, plan: Path | None, steps: int | None,
-    overrides: list[str], world_size: int,
+    config: Path | None,
+    data: Path | None,
+    plan: Path | None,
+    steps: int | None,
+    overrides: list[str],
+    world_size: int,
 ) -> JobConfig:
     """Resolve the job and check it against the dataset and the plan; ValueError says what is wrong."""
     if world_size < 1:
@@ -44,8 +48,10 @@ def preflight(
     if kind == "cuda" and not torch.cuda.is_available():
         raise ValueError("train.device = 'cuda' but CUDA is not available here")
     if kind == "cpu" and job.optim.sparse == "adam":
-        raise ValueError("optim.sparse = 'adam' runs on CUDA only (fbgemm's CPU kernels have no Adam); "
-                         "use rowwise_adagrad or sgd on CPU")
+        raise ValueError(
+            "optim.sparse = 'adam' runs on CUDA only (fbgemm's CPU kernels have no Adam); "
+            "use rowwise_adagrad or sgd on CPU"
+        )
     manifest = Manifest.load(job.data.path)
     check_against_dataset(job, manifest, world_size)
     if job.sharding.plan:
@@ -56,7 +62,9 @@ def preflight(
 def check_batches(job: JobConfig, world_size: int) -> None:
     """The training and evaluation global batches split evenly over the ranks."""
     if job.train.global_batch_size % world_size:
-        raise ValueError(f"train.global_batch_size = {job.train.global_batch_size} does not divide by {world_size} ranks")
+        raise ValueError(
+            f"train.global_batch_size = {job.train.global_batch_size} does not divide by {world_size} ranks"
+        )
     if job.eval.batch_size % world_size:
         raise ValueError(f"eval.batch_size = {job.eval.batch_size} does not divide by {world_size} ranks")
 
@@ -68,11 +76,15 @@ def check_against_dataset(job: JobConfig, manifest: Manifest, world_size: int) -
         raise ValueError(f"{path}: no split {job.data.train_split!r} to train on (has {', '.join(splits)})")
     unknown_splits = [s for s in job.data.eval_splits if s not in splits]
     if unknown_splits:
-        raise ValueError(f"data.eval_splits names {unknown_splits[0]!r}, which {path} does not have (has {', '.join(splits)})")
+        raise ValueError(
+            f"data.eval_splits names {unknown_splits[0]!r}, which {path} does not have (has {', '.join(splits)})"
+        )
     rows, batch = splits[job.data.train_split].rows, job.train.global_batch_size
     if job.data.tail == "drop" and rows < batch:
-        raise ValueError(f"{path}: split {job.data.train_split!r} has {rows:,} rows, fewer than one global batch "
-                         f"(train.global_batch_size = {batch}) with data.tail = 'drop': no step to train")
+        raise ValueError(
+            f"{path}: split {job.data.train_split!r} has {rows:,} rows, fewer than one global batch "
+            f"(train.global_batch_size = {batch}) with data.tail = 'drop': no step to train"
+        )
     try:
         table_dims(manifest, job.model.embedding_dim, job.model.dims)
     except ValueError as e:
@@ -93,9 +105,11 @@ def _check_plan_file(job: JobConfig, manifest: Manifest, world_size: int, kind: 
         raise ValueError(f"{job.sharding.plan}: {e}") from None
 
 
-def check_trainable(plan_file: "PlanFile") -> None:
+def check_trainable(plan_file: PlanFile) -> None:
     """Refuse what the trainer cannot run: 2D plans (torchrec's DMPCollection, CUDA only, not wired in)."""
     if plan_file.sharding_group_size:
-        raise ValueError(f"a 2D plan (sharding_group_size = {plan_file.sharding_group_size}): the trainer runs "
-                         "plain sharded plans only (2D needs CUDA and DMPCollection, not implemented in the trainer yet); "
-                         "plan without --group-size")
+        raise ValueError(
+            f"a 2D plan (sharding_group_size = {plan_file.sharding_group_size}): the trainer runs "
+            "plain sharded plans only (2D needs CUDA and DMPCollection, not implemented in the trainer yet); "
+            "plan without --group-size"
+        )

@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from shardrec.trainer.loop import StepStats
 from shardrec.trainer.metrics import MetricsWriter
@@ -44,8 +45,13 @@ class TrainReporter:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
             self._bar = Progress(
-                TextColumn("train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
-                TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), transient=False,
+                TextColumn("train"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[rate]}"),
+                TextColumn("loss {task.fields[loss]}"),
+                TimeElapsedColumn(),
+                transient=False,
             )
             self._task = self._bar.add_task("train", total=total_steps, completed=first_step, rate="", loss="-")
             self._bar.start()
@@ -78,7 +84,9 @@ class TrainReporter:
             return
         rate = self._samples / max(self._seconds, 1e-9)
         loss = self._loss / max(self._steps, 1)
-        self.write({"kind": "train", "step": stats.step, "epoch": epoch, "loss": loss, "samples_per_s": rate, "lr": self.lr()})
+        self.write(
+            {"kind": "train", "step": stats.step, "epoch": epoch, "loss": loss, "samples_per_s": rate, "lr": self.lr()}
+        )
         if self._bar is not None:
             self._bar.update(self._task, completed=stats.step, rate=f"{rate:,.0f} samples/s", loss=f"{loss:.5f}")
         else:

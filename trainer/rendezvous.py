@@ -16,7 +16,10 @@ from datetime import timedelta
 
 from torch.distributed import PrefixStore, Store, TCPStore
 from torch.distributed.elastic.rendezvous import (
-    RendezvousHandler, RendezvousInfo, RendezvousParameters, RendezvousStoreInfo,
+    RendezvousHandler,
+    RendezvousInfo,
+    RendezvousParameters,
+    RendezvousStoreInfo,
 )
 
 BACKEND = "shardrec-loopback"
@@ -44,8 +47,9 @@ class LoopbackRendezvous(RendezvousHandler):
         sock.bind((LOOPBACK, 0))
         sock.listen(128)
         self._socket = sock  # the store serves on this descriptor: keep it open with the store
-        return TCPStore(LOOPBACK, sock.getsockname()[1], None, True, self.timeout, multi_tenant=True,
-                        master_listen_fd=sock.fileno())
+        return TCPStore(
+            LOOPBACK, sock.getsockname()[1], None, True, self.timeout, multi_tenant=True, master_listen_fd=sock.fileno()
+        )
 
     def next_rendezvous(self) -> RendezvousInfo:
         if self._store is None:

@@ -68,13 +68,22 @@ def checkpoint_signature(model: ModelConfig, optim: OptimConfig, plan: PlanFile,
     }
 
 
-def checkpoint_parts(*, plan: PlanFile, model: torch.nn.Module, runner: StepRunner, train_loader: BatchLoader,
-                     progress: TrainProgress, signature: dict[str, Any]) -> CheckpointParts:
+def checkpoint_parts(
+    *,
+    plan: PlanFile,
+    model: torch.nn.Module,
+    runner: StepRunner,
+    train_loader: BatchLoader,
+    progress: TrainProgress,
+    signature: dict[str, Any],
+) -> CheckpointParts:
     """What a checkpoint of this job holds, under the names train_state.pt and the DCP files use."""
     return CheckpointParts(
         progress=progress,
-        sharded={"model": ModuleState(model),
-                 "fused_optim": SparseOptimizerState(model.fused_optimizer, runner.optimizer, plan)},
+        sharded={
+            "model": ModuleState(model),
+            "fused_optim": SparseOptimizerState(model.fused_optimizer, runner.optimizer, plan),
+        },
         main={"optimizer": runner.optimizer, "loader": train_loader},
         signature=signature,
         layout=plan.to_json(),
@@ -89,36 +98,70 @@ def build_job(config: JobConfig, env: DistEnv, run_dir: Path, plan_path: str | N
     seen, multihot = data_options.model_manifest(manifest, config.data), data_options.multihot_option(config.data)
     t, o = config.train, config.optim
     model, tables, plan = build.build_sharded_model(
-        seen, env, model_config=config.model, train=t, optim=o, sharding=config.sharding,
+        seen,
+        env,
+        model_config=config.model,
+        train=t,
+        optim=o,
+        sharding=config.sharding,
         plan=load_plan(plan_path) if plan_path else None,
     )
     init_embedding_weights(model, tables, t.seed, ebc_path=TRAIN_EBC_PATH)
     optimizer = build.build_optimizer(model, tables, o)
     train_loader = build_loader(
-        data_dir, config.data.train_split, global_batch_size=t.global_batch_size, rank=env.rank,
-        world_size=env.world_size, shuffle=ShuffleSpec(enabled=config.data.shuffle, seed=t.seed), tail=config.data.tail,
-        delivery=Delivery(num_workers=config.data.num_workers), multihot=multihot,
+        data_dir,
+        config.data.train_split,
+        global_batch_size=t.global_batch_size,
+        rank=env.rank,
+        world_size=env.world_size,
+        shuffle=ShuffleSpec(enabled=config.data.shuffle, seed=t.seed),
+        tail=config.data.tail,
+        delivery=Delivery(num_workers=config.data.num_workers),
+        multihot=multihot,
     )
     eval_batch = config.eval.batch_size or t.global_batch_size
     check_against_dataset(config, seen, env.world_size)
     eval_loaders = {
         split: build_loader(
-            data_dir, split, global_batch_size=eval_batch, rank=env.rank, world_size=env.world_size,
-            shuffle=NO_SHUFFLE, tail="pad", delivery=Delivery(num_workers=config.data.num_workers), multihot=multihot,
+            data_dir,
+            split,
+            global_batch_size=eval_batch,
+            rank=env.rank,
+            world_size=env.world_size,
+            shuffle=NO_SHUFFLE,
+            tail="pad",
+            delivery=Delivery(num_workers=config.data.num_workers),
+            multihot=multihot,
         )
         for split in config.data.eval_splits
         if split in manifest.splits and manifest.splits[split].rows > 0
     }
     runner = StepRunner(model, optimizer, env.device, t.pipeline)
     progress = TrainProgress()
-    parts = checkpoint_parts(plan=plan, model=model, runner=runner, train_loader=train_loader, progress=progress,
-                             signature=checkpoint_signature(config.model, config.optim, plan,
-                                                            lifecycle.dataset_fingerprint(manifest)))
-    checkpoints = CheckpointManager(run_dir / "checkpoints", env, keep=config.checkpoint.keep, parts=parts,
-                                    timeout_s=config.checkpoint.timeout_s)
-    return Job(config=config, env=env, run_dir=run_dir, plan=plan, model=model, runner=runner,
-               train_loader=train_loader, eval_loaders=eval_loaders, checkpoints=checkpoints, progress=progress,
-               manifest=manifest)
+    parts = checkpoint_parts(
+        plan=plan,
+        model=model,
+        runner=runner,
+        train_loader=train_loader,
+        progress=progress,
+        signature=checkpoint_signature(config.model, config.optim, plan, lifecycle.dataset_fingerprint(manifest)),
+    )
+    checkpoints = CheckpointManager(
+        run_dir / "checkpoints", env, keep=config.checkpoint.keep, parts=parts, timeout_s=config.checkpoint.timeout_s
+    )
+    return Job(
+        config=config,
+        env=env,
+        run_dir=run_dir,
+        plan=plan,
+        model=model,
+        runner=runner,
+        train_loader=train_loader,
+        eval_loaders=eval_loaders,
+        checkpoints=checkpoints,
+        progress=progress,
+        manifest=manifest,
+    )
 
 
 def write_run_files(job: Job) -> None:
@@ -145,7 +188,9 @@ def _evaluate_all(job: Job, step: int, reporter: TrainReporter, final: bool) -> 
         metrics["seconds"] = round(time.perf_counter() - start, 3)
         results[split] = metrics
         reporter.write({"kind": "eval", "split": split, "step": step, "final": final, **metrics})
-        reporter.say("step %d %s: auc %.4f logloss %.4f ne %.4f", step, split, metrics["auc"], metrics["logloss"], metrics["ne"])
+        reporter.say(
+            "step %d %s: auc %.4f logloss %.4f ne %.4f", step, split, metrics["auc"], metrics["logloss"], metrics["ne"]
+        )
     return results
 
 
@@ -175,20 +220,34 @@ def _train(job: Job, total: int, reporter: TrainReporter, tracker: TargetTracker
             boundary = min(boundary, schedule.next_after(progress.step, epoch_start) or boundary)
             wanted, start = boundary - progress.step, time.perf_counter()
             reporter.start_segment()
-            done = train_segment(job.runner, batches, num_steps=wanted, first_step=progress.step,
-                                 report_every=cfg.train.log_interval, on_step=on_step,
-                                 on_report=lambda stats: reporter.on_report(stats, progress.epoch))
+            done = train_segment(
+                job.runner,
+                batches,
+                num_steps=wanted,
+                first_step=progress.step,
+                report_every=cfg.train.log_interval,
+                on_step=on_step,
+                on_report=lambda stats: reporter.on_report(stats, progress.epoch),
+            )
             seconds += time.perf_counter() - start
             samples += done * cfg.train.global_batch_size
             progress.step += done
             if done < wanted:
-                raise RuntimeError(f"step {progress.step}: the train loader ended before the epoch's {steps_per_epoch} steps")
+                raise RuntimeError(
+                    f"step {progress.step}: the train loader ended before the epoch's {steps_per_epoch} steps"
+                )
             if progress.step == steps_per_epoch * (progress.epoch + 1):
                 progress.epoch += 1
             reached = None
             if schedule.due(progress.step, epoch_start) and progress.step < total:
-                reached = tracker.check(progress.step, _evaluate_all(job, progress.step, reporter, final=False), seconds)
-            if progress.step == total or reached or (cfg.checkpoint.interval_steps and progress.step % cfg.checkpoint.interval_steps == 0):
+                reached = tracker.check(
+                    progress.step, _evaluate_all(job, progress.step, reporter, final=False), seconds
+                )
+            if (
+                progress.step == total
+                or reached
+                or (cfg.checkpoint.interval_steps and progress.step % cfg.checkpoint.interval_steps == 0)
+            ):
                 job.checkpoints.save()
             if reached:
                 _report_target(reporter, reached)
@@ -198,11 +257,20 @@ def _train(job: Job, total: int, reporter: TrainReporter, tracker: TargetTracker
 
 def _report_target(reporter: TrainReporter, reached: dict[str, Any]) -> None:
     reporter.write(reached)
-    reporter.say("step %d: %s auc %.5f reached the target %.5f after %.1f s and %d samples", reached["step"],
-                 reached["split"], reached["auc"], reached["target_auc"], reached["time_to_target_s"], reached["samples_to_target"])
+    reporter.say(
+        "step %d: %s auc %.5f reached the target %.5f after %.1f s and %d samples",
+        reached["step"],
+        reached["split"],
+        reached["auc"],
+        reached["target_auc"],
+        reached["time_to_target_s"],
+        reached["samples_to_target"],
+    )
 
 
-def _final_evaluation(job: Job, reporter: TrainReporter, tracker: TargetTracker, seconds: float) -> dict[str, dict[str, Any]]:
+def _final_evaluation(
+    job: Job, reporter: TrainReporter, tracker: TargetTracker, seconds: float
+) -> dict[str, dict[str, Any]]:
     """The final evaluation; where the run just evaluated this step (a target stop), its results
     are recorded as final instead of evaluating the same weights twice."""
     step = job.progress.step
@@ -234,14 +302,21 @@ def run_job(job: Job) -> dict[str, Any]:
     # Only now: a refused resume must leave the run directory describing its checkpoints.
     write_run_files(job)
     writer = MetricsWriter(job.run_dir) if job.env.is_main else None
-    reporter = TrainReporter(writer, total_steps=total, first_step=job.progress.step,
-                             log_interval=cfg.train.log_interval, lr=lambda: job.runner.optimizer.param_groups[0]["lr"])
+    reporter = TrainReporter(
+        writer,
+        total_steps=total,
+        first_step=job.progress.step,
+        log_interval=cfg.train.log_interval,
+        lr=lambda: job.runner.optimizer.param_groups[0]["lr"],
+    )
     if resumed is not None:
         reporter.write({"kind": "resume", "step": job.progress.step, "epoch": job.progress.epoch})
     try:
         tracker = TargetTracker.for_splits(cfg.train.target_auc, list(job.eval_loaders), cfg.train.global_batch_size)
         if cfg.train.target_auc and tracker.split is None:
-            raise ValueError(f"train.target_auc = {cfg.train.target_auc} needs a split to evaluate: data.eval_splits has none with rows")
+            raise ValueError(
+                f"train.target_auc = {cfg.train.target_auc} needs a split to evaluate: data.eval_splits has none with rows"
+            )
         seconds, samples = _train(job, total, reporter, tracker)
         final = _final_evaluation(job, reporter, tracker, seconds)
         summary = {

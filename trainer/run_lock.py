@@ -73,8 +73,10 @@ def acquire_run_lock(run_dir: Path, job_id: str | None = None) -> RunLock:
         os.close(fd)
         if job_id and holder.get("job") == job_id:
             return RunLock(path, None, holder)
-        raise RunDirInUse(f"{run_dir} is in use by {describe_holder(holder)} (lock file {path}); "
-                          f"wait for that job to end or choose another --out-dir") from None
+        raise RunDirInUse(
+            f"{run_dir} is in use by {describe_holder(holder)} (lock file {path}); "
+            f"wait for that job to end or choose another --out-dir"
+        ) from None
     except OSError:
         os.close(fd)
         raise

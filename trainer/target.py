@@ -24,15 +24,17 @@ class EvalSchedule:
     """Every N steps counted from each epoch's first step (0: off)."""
 
     @classmethod
-    def of(cls, interval_steps: int, every_epoch_fraction: float, steps_per_epoch: int) -> "EvalSchedule":
+    def of(cls, interval_steps: int, every_epoch_fraction: float, steps_per_epoch: int) -> EvalSchedule:
         """The schedule for eval.interval_steps and eval.every_epoch_fraction over an epoch of steps_per_epoch."""
         epoch_steps = max(1, math.floor(every_epoch_fraction * steps_per_epoch)) if every_epoch_fraction > 0 else 0
         return cls(interval_steps, epoch_steps)
 
     def due(self, step: int, epoch_start: int) -> bool:
         """Whether training evaluates after `step` (of the epoch that began at `epoch_start`)."""
-        return bool((self.interval_steps and step % self.interval_steps == 0)
-                    or (self.epoch_steps and (step - epoch_start) % self.epoch_steps == 0))
+        return bool(
+            (self.interval_steps and step % self.interval_steps == 0)
+            or (self.epoch_steps and (step - epoch_start) % self.epoch_steps == 0)
+        )
 
     def next_after(self, step: int, epoch_start: int) -> int | None:
         """The first evaluation step after `step` (None when the schedule is empty)."""
@@ -59,7 +61,7 @@ class TargetTracker:
     """(step, results) of the latest evaluation."""
 
     @classmethod
-    def for_splits(cls, target: float, splits: list[str], global_batch_size: int) -> "TargetTracker":
+    def for_splits(cls, target: float, splits: list[str], global_batch_size: int) -> TargetTracker:
         split = "val" if "val" in splits else (splits[0] if splits else None)
         return cls(target, split, global_batch_size)
 
@@ -72,7 +74,11 @@ class TargetTracker:
         if not auc >= self.target:  # NaN (one class only) never reaches it
             return None
         self.reached = {
-            "kind": "target", "step": step, "split": self.split, "auc": auc, "target_auc": self.target,
+            "kind": "target",
+            "step": step,
+            "split": self.split,
+            "auc": auc,
+            "target_auc": self.target,
             "time_to_target_s": round(time.perf_counter() - self.start, 3),
             "train_seconds_to_target": round(train_seconds, 3),
             "samples_to_target": step * self.global_batch_size,

@@ -47,8 +47,10 @@ def allowed_stack() -> tuple[str, str, str] | None:
         return None
     parts = tuple(p.strip() for p in value.split("/"))
     if len(parts) != 3 or not all(parts):
-        raise ImportError(f"{ALLOW_ENV}={value!r}: expected TORCH/FBGEMM/TORCHREC versions, e.g. "
-                          f"{ALLOW_ENV}={'/'.join(GPU_CHECK_STACK)}")
+        raise ImportError(
+            f"{ALLOW_ENV}={value!r}: expected TORCH/FBGEMM/TORCHREC versions, e.g. "
+            f"{ALLOW_ENV}={'/'.join(GPU_CHECK_STACK)}"
+        )
     return parts  # type: ignore[return-value]
 
 
@@ -62,8 +64,13 @@ def check_stack() -> None:
             return
     allowed = allowed_stack()
     if allowed == (release, _release(fbgemm_v), _release(torchrec_v)):
-        logger.warning("torch %s, fbgemm-gpu %s, torchrec %s is not a known-good triple; started because %s names it",
-                       torch_v, fbgemm_v, torchrec_v, ALLOW_ENV)
+        logger.warning(
+            "torch %s, fbgemm-gpu %s, torchrec %s is not a known-good triple; started because %s names it",
+            torch_v,
+            fbgemm_v,
+            torchrec_v,
+            ALLOW_ENV,
+        )
         return
     known = "; ".join(f"torch {t} + fbgemm-gpu {f} + torchrec {r}" for t, f, r in KNOWN_GOOD)
     also = f" ({ALLOW_ENV} allows {'/'.join(allowed)} only)" if allowed else ""

@@ -52,7 +52,14 @@ def _local_kjt(tables, rank: int, world_size: int):
 class _Counter:
     """Wraps torch.distributed collectives; bytes this rank sends to other ranks, by kind."""
 
-    NAMES = ("all_to_all_single", "reduce_scatter_tensor", "all_gather_into_tensor", "reduce_scatter", "all_gather", "all_reduce")
+    NAMES = (
+        "all_to_all_single",
+        "reduce_scatter_tensor",
+        "all_gather_into_tensor",
+        "reduce_scatter",
+        "all_gather",
+        "all_reduce",
+    )
 
     def __init__(self) -> None:
         self.sent = {"all_to_all": 0, "reduce_scatter": 0, "all_gather": 0, "all_reduce": 0}
@@ -128,11 +135,21 @@ def _measure(env, sharding_type: str, local_world_size: int) -> dict:
     W = env.world_size
     tables = _tables(W)
     constraints = {t.name: {"sharding_types": [sharding_type], "min_partition": 4} for t in tables}
-    plan = plan_tables(PlanRequest(configs=tables, world_size=W, local_world_size=local_world_size,
-                                   global_batch_size=LOCAL_BATCH * W, device_kind="cpu", constraints=constraints))
+    plan = plan_tables(
+        PlanRequest(
+            configs=tables,
+            world_size=W,
+            local_world_size=local_world_size,
+            global_batch_size=LOCAL_BATCH * W,
+            device_kind="cpu",
+            constraints=constraints,
+        )
+    )
     model = DistributedModelParallel(
-        EmbeddingBagCollection(tables=tables, device=torch.device("meta")), device=torch.device("cpu"),
-        plan=to_sharding_plan(plan, tables, "", W, local_world_size, "cpu"), sharders=build_sharders(),
+        EmbeddingBagCollection(tables=tables, device=torch.device("meta")),
+        device=torch.device("cpu"),
+        plan=to_sharding_plan(plan, tables, "", W, local_world_size, "cpu"),
+        sharders=build_sharders(),
     )
     counter = _Counter()
 
@@ -164,8 +181,12 @@ def _predicted(plan_json: str, world_size: int, local_world_size: int) -> dict[s
     tables = _tables(world_size)
     placed = PlanFile.from_json(plan_json).tables
     got = step_comm_bytes(
-        placed, {t.name: t.num_embeddings for t in tables}, {t.name: t.embedding_dim for t in tables},
-        {t.name: float(POOLING) for t in tables}, Workload(LOCAL_BATCH * world_size, world_size), local_world_size,
+        placed,
+        {t.name: t.num_embeddings for t in tables},
+        {t.name: t.embedding_dim for t in tables},
+        {t.name: float(POOLING) for t in tables},
+        Workload(LOCAL_BATCH * world_size, world_size),
+        local_world_size,
     )
     return {k: [int(round(x)) for x in v] for k, v in got.items()}
 
@@ -190,7 +211,9 @@ def _check(world_size: int, local_world_size: int) -> None:
             got = res[st]["sent"]
             assert sum(got.values()) > 0, st
             for kind, values in want.items():
-                assert got[kind] == values[rank], f"{st} rank {rank} {kind}: measured {got[kind]} bytes, formula {values[rank]}"
+                assert got[kind] == values[rank], (
+                    f"{st} rank {rank} {kind}: measured {got[kind]} bytes, formula {values[rank]}"
+                )
 
 
 def test_comm_bytes_match_formula_world_2() -> None:

@@ -17,8 +17,12 @@ from shardrec.trainer.launch import run_local_ranks
 WORLD_SIZE = 2
 GLOBAL_BATCH = 8
 PINNED = {
-    "t0": "table_wise", "t1": "row_wise", "t2": "column_wise",
-    "t3": "table_row_wise", "t4": "table_column_wise", "t5": "data_parallel",
+    "t0": "table_wise",
+    "t1": "row_wise",
+    "t2": "column_wise",
+    "t3": "table_row_wise",
+    "t4": "table_column_wise",
+    "t5": "data_parallel",
 }
 
 
@@ -26,7 +30,10 @@ def _tables():
     from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
     rows = (40, 23, 64, 17, 30, 9, 50)
-    return [EmbeddingBagConfig(name=f"t{i}", embedding_dim=16, num_embeddings=n, feature_names=[f"f{i}"]) for i, n in enumerate(rows)]
+    return [
+        EmbeddingBagConfig(name=f"t{i}", embedding_dim=16, num_embeddings=n, feature_names=[f"f{i}"])
+        for i, n in enumerate(rows)
+    ]
 
 
 def _global_input(tables, seed: int = 3):
@@ -65,7 +72,9 @@ def _worker(env, plan_path: str) -> dict:
     full = {k: v.detach().clone() for k, v in reference.state_dict().items()}
     model = DistributedModelParallel(
         EmbeddingBagCollection(tables=tables, device=torch.device("meta")),
-        device=torch.device("cpu"), plan=sharding_plan, sharders=build_sharders(),
+        device=torch.device("cpu"),
+        plan=sharding_plan,
+        sharders=build_sharders(),
     )
     with torch.no_grad():
         for key, value in model.state_dict().items():
@@ -100,8 +109,16 @@ def test_plan_file_shards_ebc_like_unsharded(tmp_path: Path) -> None:
     constraints = {f"t{i}": {"sharding_types": [st]} for i, st in enumerate(PINNED.values())}
     constraints["t2"]["min_partition"] = 8
     constraints["t4"]["min_partition"] = 8
-    plan = plan_tables(PlanRequest(configs=tables, world_size=WORLD_SIZE, local_world_size=WORLD_SIZE,
-                                   global_batch_size=GLOBAL_BATCH, device_kind="cpu", constraints=constraints))
+    plan = plan_tables(
+        PlanRequest(
+            configs=tables,
+            world_size=WORLD_SIZE,
+            local_world_size=WORLD_SIZE,
+            global_batch_size=GLOBAL_BATCH,
+            device_kind="cpu",
+            constraints=constraints,
+        )
+    )
     path = tmp_path / "plan.json"
     save_plan(plan, path)
     results = run_local_ranks(_worker, WORLD_SIZE, str(path))

@@ -34,7 +34,6 @@ def _tables():
 
 def _global_batch(tables, batch: int, seed: int = 1):
     """A multi-hot KJT (0-3 ids per row, some bags empty) and per-row loss weights."""
-    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
     g = torch.Generator().manual_seed(seed)
     lengths, values = [], []
@@ -80,12 +79,11 @@ def _full_weights(state: dict, pg) -> dict[str, torch.Tensor]:
 
 def _check_type(env, sharding_type: str) -> dict[str, float]:
     import torch.distributed as dist
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType
     from torchrec.distributed.model_parallel import DistributedModelParallel
     from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
     from torchrec.distributed.types import ShardingEnv
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
-
-    from fbgemm_gpu.split_embedding_configs import EmbOptimType
 
     from shardrec.sharding.sharders import build_sharders
 
@@ -97,7 +95,7 @@ def _check_type(env, sharding_type: str) -> dict[str, float]:
 
     # Reference: the unsharded module on the whole global batch; loss = sum over every rank's rows.
     ref_out = reference(_kjt(keys, lengths, values, slice(0, LOCAL_BATCH * env.world_size)))
-    sum(((ref_out[k] * weights[k]).sum() for k in keys)).backward()
+    sum((ref_out[k] * weights[k]).sum() for k in keys).backward()
 
     # Fused SGD with lr 1 in backward: a sharded table's weight change is minus its gradient.
     sharders = build_sharders(fused_params={"optimizer": EmbOptimType.EXACT_SGD, "learning_rate": 1.0})
@@ -131,7 +129,7 @@ def _check_type(env, sharding_type: str) -> dict[str, float]:
 
     out = dmp(_kjt(keys, lengths, values, mine))
     out_err = max(float((out[k] - ref_out[k][mine]).detach().abs().max()) for k in keys)
-    sum(((out[k] * weights[k][mine]).sum() for k in keys)).backward()
+    sum((out[k] * weights[k][mine]).sum() for k in keys).backward()
     with torch.no_grad():  # data-parallel tables are dense parameters: the same SGD step by hand
         for p in dmp.parameters():
             if p.grad is not None:

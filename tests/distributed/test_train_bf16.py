@@ -28,22 +28,28 @@ BF16_REL_NORM, BF16_AUC = 0.1, 0.01
 
 def rank_work(env, data: str, root: str) -> dict:
     import torch.distributed as dist
+    from test_train_distributed import CKPT, STEPS, _checkpointed, build
 
     from shardrec.trainer.run import run_job
-    from test_train_distributed import CKPT, STEPS, _checkpointed, build
 
     root_p, out = Path(root), {}
     if env.world_size == 1:
-        out["w1-table_wise"] = run_job(build(env, data, root_p / "w1-table_wise", "table_wise", STEPS, "plain", BF16))["eval"]["val"]
+        out["w1-table_wise"] = run_job(build(env, data, root_p / "w1-table_wise", "table_wise", STEPS, "plain", BF16))[
+            "eval"
+        ]["val"]
         return out
     out["ref"] = run_job(_checkpointed(env, data, root_p / "ref", "row_wise", STEPS, BF16))["eval"]["val"]
     if env.is_main:  # the step-8 checkpoint, as if the run had been stopped there
-        shutil.copytree(root_p / "ref", root_p / "resumed", ignore=shutil.ignore_patterns(f"step-{STEPS:08d}", "metrics.jsonl"))
+        shutil.copytree(
+            root_p / "ref", root_p / "resumed", ignore=shutil.ignore_patterns(f"step-{STEPS:08d}", "metrics.jsonl")
+        )
     dist.barrier()
     summary = run_job(_checkpointed(env, data, root_p / "resumed", "row_wise", STEPS, BF16))
     out["resumed_from"], out["resumed"] = summary["resumed_from_step"], summary["eval"]["val"]
     assert out["resumed_from"] == CKPT
-    out["w2-mixed_rows"] = run_job(build(env, data, root_p / "w2-mixed_rows", "mixed_rows", STEPS, extra=BF16))["eval"]["val"]
+    out["w2-mixed_rows"] = run_job(build(env, data, root_p / "w2-mixed_rows", "mixed_rows", STEPS, extra=BF16))["eval"][
+        "val"
+    ]
     out["fp32"] = run_job(build(env, data, root_p / "fp32", "row_wise", STEPS))["eval"]["val"]
     return out
 

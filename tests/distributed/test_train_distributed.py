@@ -33,9 +33,14 @@ ATOL, RTOL = 1e-5, 1e-4
 SGD = ('optim.sparse="sgd"', "optim.sparse_lr=0.5")
 DCN = ('model.arch="dcnv2"', 'sharding.qcomm="bf16"', "train.epochs=2", 'model.dims={"f0" = 4, "f2" = 4}')
 INVARIANCE = {
-    2: [("adagrad", "table_wise", "sparse_dist", ()), ("adagrad", "data_parallel", "sparse_dist", ()),
-        ("adagrad", "mixed_rows", "sparse_dist", ()), ("adagrad", "mixed_rows", "plain", ()),
-        ("sgd", "column_wise", "sparse_dist", SGD), ("sgd", "mixed", "sparse_dist", SGD)],
+    2: [
+        ("adagrad", "table_wise", "sparse_dist", ()),
+        ("adagrad", "data_parallel", "sparse_dist", ()),
+        ("adagrad", "mixed_rows", "sparse_dist", ()),
+        ("adagrad", "mixed_rows", "plain", ()),
+        ("sgd", "column_wise", "sparse_dist", SGD),
+        ("sgd", "mixed", "sparse_dist", SGD),
+    ],
     1: [("adagrad", "table_wise", "plain", ()), ("sgd", "table_wise", "plain", SGD)],
 }
 RESUME_LAYOUT = {1: "table_wise", 4: "mixed_rows"}
@@ -47,9 +52,15 @@ def job_config(data: Path, steps: int, pipeline: str, extra: tuple = ()):
     from shardrec.trainer.config import load_job_config
 
     overrides = [
-        f'data.path="{data}"', "model.embedding_dim=8", "model.dense_arch=[16, 8]", "model.over_arch=[16, 1]",
-        f"train.global_batch_size={GLOBAL_BATCH}", f"train.steps={steps}", f'train.pipeline="{pipeline}"',
-        "train.log_interval=1000", 'data.eval_splits=["val"]',
+        f'data.path="{data}"',
+        "model.embedding_dim=8",
+        "model.dense_arch=[16, 8]",
+        "model.over_arch=[16, 1]",
+        f"train.global_batch_size={GLOBAL_BATCH}",
+        f"train.steps={steps}",
+        f'train.pipeline="{pipeline}"',
+        "train.log_interval=1000",
+        'data.eval_splits=["val"]',
     ]
     return load_job_config(None, overrides + list(extra))
 
@@ -57,12 +68,12 @@ def job_config(data: Path, steps: int, pipeline: str, extra: tuple = ()):
 def build(env, data: str, run_dir: Path, layout: str, steps: int, pipeline: str = "sparse_dist", extra: tuple = ()):
     """A job on `data` whose plan puts every table as `layout` (tests/distributed/train_plans.py)."""
     import torch.distributed as dist
+    from train_plans import make_plan
 
     from shardrec.dataloader.format import Manifest
     from shardrec.embeddings.tables import build_table_configs
     from shardrec.sharding.plan_io import save_plan
     from shardrec.trainer.run import build_job
-    from train_plans import make_plan
 
     dims = {"f0": 4, "f2": 4} if extra is DCN else None
     tables = build_table_configs(Manifest.load(data), 8, dims)
@@ -74,7 +85,9 @@ def build(env, data: str, run_dir: Path, layout: str, steps: int, pipeline: str 
 
 
 def _checkpointed(env, data: str, run_dir: Path, layout: str, steps: int, extra: tuple = ()):
-    return build(env, data, run_dir, layout, steps, extra=extra + (f"checkpoint.interval_steps={CKPT}", "checkpoint.keep=5"))
+    return build(
+        env, data, run_dir, layout, steps, extra=extra + (f"checkpoint.interval_steps={CKPT}", "checkpoint.keep=5")
+    )
 
 
 def rank_work(env, data: str, multi_hot: str, root: str) -> dict:
@@ -108,7 +121,9 @@ def rank_work(env, data: str, multi_hot: str, root: str) -> dict:
         out["resume"] = {"from": summary["resumed_from_step"], "val": summary["eval"]["val"]}
         cw = _checkpointed(env, data, root_p / f"cw-w{world}", CW_LAYOUT[world], STEPS)
         cw.checkpoints.load_latest()
-        CheckpointManager(root_p / f"cw-resaved-w{world}" / "checkpoints", env, keep=1, parts=cw.checkpoints.parts).save()
+        CheckpointManager(
+            root_p / f"cw-resaved-w{world}" / "checkpoints", env, keep=1, parts=cw.checkpoints.parts
+        ).save()
     return out
 
 
@@ -123,7 +138,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     results = run_local_ranks(rank_work, 2, *args)[0]
     for world in (1, 4):
         # The reference's step-8 checkpoint, as if the run had been stopped there.
-        shutil.copytree(root / "ref", root / f"resume-w{world}", ignore=shutil.ignore_patterns("step-00000015", "metrics.jsonl"))
+        shutil.copytree(
+            root / "ref", root / f"resume-w{world}", ignore=shutil.ignore_patterns("step-00000015", "metrics.jsonl")
+        )
         shutil.copytree(root / "cw", root / f"cw-w{world}")
         results[f"w{world}"] = run_local_ranks(rank_work, world, *args)[0]
     results.update(results.pop("w1"))
@@ -146,7 +163,9 @@ def assert_same_model(run_dir: Path, reference: Path) -> None:
     ref, weights = final_weights(reference), final_weights(run_dir)
     assert weights.keys() == ref.keys(), run_dir.name
     for key, value in ref.items():
-        torch.testing.assert_close(weights[key], value, atol=ATOL, rtol=RTOL, msg=lambda m: f"{run_dir.name} {key}: {m}")
+        torch.testing.assert_close(
+            weights[key], value, atol=ATOL, rtol=RTOL, msg=lambda m: f"{run_dir.name} {key}: {m}"
+        )
 
 
 @pytest.mark.slow

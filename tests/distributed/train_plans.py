@@ -16,10 +16,14 @@ def table_plan(kind: str, name: str, rows: int, dim: int, world_size: int, rank:
     if kind == "table_wise":
         return TablePlan(name, kind, "fused", [Shard(rank, 0, 0, rows, dim)])
     if kind == "row_wise":
-        return TablePlan(name, kind, "fused", [Shard(r, off, 0, n, dim) for r, (off, n) in enumerate(_row_blocks(rows, world_size))])
+        return TablePlan(
+            name, kind, "fused", [Shard(r, off, 0, n, dim) for r, (off, n) in enumerate(_row_blocks(rows, world_size))]
+        )
     if kind == "column_wise":
         cols = dim // 2  # two column shards, on ranks rank and rank + 1
-        return TablePlan(name, kind, "fused", [Shard((rank + i) % world_size, 0, i * cols, rows, cols) for i in range(2)])
+        return TablePlan(
+            name, kind, "fused", [Shard((rank + i) % world_size, 0, i * cols, rows, cols) for i in range(2)]
+        )
     if kind == "data_parallel":
         return TablePlan(name, kind, "dense", [Shard(r, 0, 0, rows, dim) for r in range(world_size)])
     raise ValueError(kind)

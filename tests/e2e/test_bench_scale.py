@@ -26,7 +26,9 @@ def _check_common(out: dict, tmp_path: Path) -> None:
     assert st["synth"]["rows"] == out["rows"] and st["synth"]["text_bytes"] > 0
     for name in ("preprocess_hash", "preprocess_vocab"):
         s = st[name]
-        assert s["lines"] == out["rows"] and sum(s["rows_kept"].values()) == out["rows"]  # synth rows are all well formed
+        assert (
+            s["lines"] == out["rows"] and sum(s["rows_kept"].values()) == out["rows"]
+        )  # synth rows are all well formed
         assert s["parts"] >= DAYS and s["output_bytes"] > 0
         for key in ("wall_s", "cpu_s", "peak_rss_mb", "mb_per_s_wall", "mb_per_cpu_s"):
             assert s[key] > 0, (name, key)
@@ -49,4 +51,8 @@ def test_scale_trains_and_resumes_deep_in_the_stream(tmp_path: Path):
     out = _scale(tmp_path, "--steps", "4")
     _check_common(out, tmp_path)
     assert out["stages"]["train"]["summary"]["steps"] == 4
-    assert out["stages"]["train_resume"]["summary"] == {**out["stages"]["train_resume"]["summary"], "steps": 8, "resumed_from_step": 4}
+    assert out["stages"]["train_resume"]["summary"] == {
+        **out["stages"]["train_resume"]["summary"],
+        "steps": 8,
+        "resumed_from_step": 4,
+    }

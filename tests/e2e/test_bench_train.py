@@ -6,16 +6,17 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
-from helpers import assert_one_line_error
 from shardrec.tools.cli.app import app
 
 
 @pytest.mark.slow
 def test_bench_train_reports_every_variant_ratio_and_auc() -> None:
-    result = CliRunner().invoke(app, ["bench", "train", "--model", "demo", "--steps", "3", "--rounds", "2",
-                                      "--quality-steps", "3", "--json"])
+    result = CliRunner().invoke(
+        app, ["bench", "train", "--model", "demo", "--steps", "3", "--rounds", "2", "--quality-steps", "3", "--json"]
+    )
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["model"] == "demo" and report["ranks"] == 2 and report["threads_per_rank"] == 1

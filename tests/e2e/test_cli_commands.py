@@ -8,9 +8,8 @@ import tomllib
 from importlib.metadata import version
 from pathlib import Path
 
-from typer.testing import CliRunner
-
 from helpers import assert_one_line_error
+from typer.testing import CliRunner
 
 from shardrec.tools.cli.app import app
 
@@ -61,8 +60,13 @@ def test_plan_show_reprints_a_saved_plan_and_plan_runs_alone(tiny_dataset: Path,
 
 def test_help_reads_like_other_clis() -> None:
     listed = _run("--help").stdout
-    order = [line.split()[1] for line in listed.splitlines() if line.startswith("│ ") and line.split()[1].isalpha()
-             and line.split()[1] in ("synth", "preprocess", "data", "plan", "train", "report", "bench")]
+    order = [
+        line.split()[1]
+        for line in listed.splitlines()
+        if line.startswith("│ ")
+        and line.split()[1].isalpha()
+        and line.split()[1] in ("synth", "preprocess", "data", "plan", "train", "report", "bench")
+    ]
     assert order == ["synth", "preprocess", "data", "plan", "train", "report", "bench"]
     train = " ".join(_run("train", "--help").stdout.split())
     assert "--set KEY=VALUE" in train and "repeat" in train
@@ -75,15 +79,19 @@ def test_errors_name_the_file_the_flag_and_a_near_miss(tiny_dataset: Path, tmp_p
     job = tmp_path / "job.toml"
     job.write_text("[trian]\nsteps = 3\n")
     typo = _run("train", "--data", str(tiny_dataset), "--config", str(job))
-    assert_one_line_error(typo, rf"^error: {job}: unknown section \[trian\]; did you mean train\?$")  # not eaten as markup
+    assert_one_line_error(
+        typo, rf"^error: {job}: unknown section \[trian\]; did you mean train\?$"
+    )  # not eaten as markup
     job.write_text("[train]\nseed = 'x'\n")
     assert_one_line_error(_run("config", "show", "--config", str(job)), r"train\.seed = 'x' should be an integer$")
     missing = _run("train", "--data", str(tmp_path / "nodata"))
     assert_one_line_error(missing, r"nodata: does not exist$")
     digest = _run("data", "digest", str(tiny_dataset), "--world-size", "3")
     assert_one_line_error(digest, r"^error: --global-batch 8192 does not divide by --world-size 3$")
-    for args, flag in ((["plan", "--data", str(tiny_dataset), "--search", "tr"], "--search"),
-                       (["train", "--data", str(tiny_dataset), "--nproc-per-node", "0"], "--nproc-per-node")):
+    for args, flag in (
+        (["plan", "--data", str(tiny_dataset), "--search", "tr"], "--search"),
+        (["train", "--data", str(tiny_dataset), "--nproc-per-node", "0"], "--nproc-per-node"),
+    ):
         usage = _run(*args)
         assert usage.exit_code == 2, usage.output  # a usage error: typer's convention
         assert f"Invalid value for '{flag}'" in usage.stderr

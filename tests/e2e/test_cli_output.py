@@ -18,8 +18,14 @@ from shardrec.tools.cli.app import app
 
 def shardrec(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "200"}  # wide tables: headers are not wrapped
-    return subprocess.run([sys.executable, "-m", "shardrec.tools.cli", *map(str, args)], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "shardrec.tools.cli", *map(str, args)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_preprocess_and_data_commands_are_quiet_and_readable(tiny_dataset: Path, tmp_path: Path) -> None:
@@ -27,9 +33,13 @@ def test_preprocess_and_data_commands_are_quiet_and_readable(tiny_dataset: Path,
     first = shardrec("preprocess", "raw/train.txt", "--out", "pp", cwd=tmp_path)
     assert first.returncode == 0 and first.stderr == "", first.stderr  # no INFO line without -v
     last = first.stdout.strip().splitlines()[-1]
-    assert re.fullmatch(r"2,000 lines, 0\.5 MB of text; parsed at [\d,]+\.\d MB/s \(0\.5 MB in \d+\.\d s\); \d+\.\d s in all", last), last
+    assert re.fullmatch(
+        r"2,000 lines, 0\.5 MB of text; parsed at [\d,]+\.\d MB/s \(0\.5 MB in \d+\.\d s\); \d+\.\d s in all", last
+    ), last
     again = shardrec("preprocess", "raw/train.txt", "--out", "pp", cwd=tmp_path)
-    assert again.stdout.strip().splitlines()[-1].startswith("nothing to do: all 1 task(s) were already done; 2,000 lines")
+    assert (
+        again.stdout.strip().splitlines()[-1].startswith("nothing to do: all 1 task(s) were already done; 2,000 lines")
+    )
     assert "MB/s" not in again.stdout
 
     failed = shardrec("preprocess", "nothere", "--out", "pp2", cwd=tmp_path)
@@ -48,9 +58,13 @@ def test_preprocess_and_data_commands_are_quiet_and_readable(tiny_dataset: Path,
     assert re.search(r"│ +\d+\.\d% │ +\d+\.\d% │$", c1), c1
 
     exported = shardrec("data", "export-npy", "pp", "--out", "npy", cwd=tmp_path)
-    assert re.fullmatch(r"wrote 2 day file\(s\) to npy: day_0 [\d,]+ rows, day_1 [\d,]+ rows\n", exported.stdout), exported.stdout
+    assert re.fullmatch(r"wrote 2 day file\(s\) to npy: day_0 [\d,]+ rows, day_1 [\d,]+ rows\n", exported.stdout), (
+        exported.stdout
+    )
     imported = shardrec("data", "import-npy", "npy", "--out", "back", cwd=tmp_path)
-    assert re.fullmatch(r"imported train [\d,]+ rows, val [\d,]+ rows, test [\d,]+ rows into back\n", imported.stdout), imported.stdout
+    assert re.fullmatch(
+        r"imported train [\d,]+ rows, val [\d,]+ rows, test [\d,]+ rows into back\n", imported.stdout
+    ), imported.stdout
 
 
 def test_plan_numbers_have_separators_and_units(tiny_dataset: Path) -> None:
@@ -65,13 +79,18 @@ def test_plan_numbers_have_separators_and_units(tiny_dataset: Path) -> None:
 
 def test_planner_warns_about_idle_ranks(tiny_dataset: Path, tmp_path: Path, caplog) -> None:
     job = tmp_path / "job.toml"
-    job.write_text("[sharding.constraints]\n" + "".join(f't_f{i} = {{ sharding_types = ["table_wise"] }}\n' for i in range(4)))
+    job.write_text(
+        "[sharding.constraints]\n" + "".join(f't_f{i} = {{ sharding_types = ["table_wise"] }}\n' for i in range(4))
+    )
     with caplog.at_level(logging.WARNING, logger="shardrec"):
-        result = CliRunner().invoke(app, ["plan", "--data", str(tiny_dataset), "--config", str(job), "--world-size", "8"])
+        result = CliRunner().invoke(
+            app, ["plan", "--data", str(tiny_dataset), "--config", str(job), "--world-size", "8"]
+        )
     assert result.exit_code == 0, result.output
     assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
         "4 of 8 ranks hold no embedding table (ranks 4-7): their memory and lookups go unused; plan for fewer ranks, "
-        "or allow row-wise/column-wise sharding for the largest tables"]
+        "or allow row-wise/column-wise sharding for the largest tables"
+    ]
     caplog.clear()
     CliRunner().invoke(app, ["plan", "--data", str(tiny_dataset), "--world-size", "2"])
     assert not [r for r in caplog.records if r.levelno == logging.WARNING]

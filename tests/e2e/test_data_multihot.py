@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
-
 from conftest import write_tiny_dataset
 from helpers import assert_one_line_error
 from multihot_reference import reference_multihot, reference_tables
+from typer.testing import CliRunner
+
 from shardrec.dataloader.format import Manifest, open_split
 from shardrec.dataloader.integrity import verify
 from shardrec.tools.cli.app import app
@@ -28,7 +28,9 @@ def one_hot(tmp_path: Path) -> Path:
 
 
 def _multihot(src: Path, out: Path, *args: str):
-    return runner.invoke(app, ["data", "multihot", str(src), "--out", str(out), "--cache", str(src.parent / "cache"), *args])
+    return runner.invoke(
+        app, ["data", "multihot", str(src), "--out", str(out), "--cache", str(src.parent / "cache"), *args]
+    )
 
 
 @pytest.mark.parametrize("dist", ["uniform", "pareto"])
@@ -90,6 +92,7 @@ def test_head_json_shows_multi_hot_ids_as_lists(one_hot: Path, tmp_path: Path):
 
 def test_the_materialised_dataset_loads_into_batches(one_hot: Path, tmp_path: Path):
     from conftest import loader_kwargs
+
     from shardrec.dataloader.loader import build_loader
 
     assert _multihot(one_hot, tmp_path / "mh", "--sizes", "3,1,2,6").exit_code == 0
@@ -102,19 +105,36 @@ def test_the_materialised_dataset_loads_into_batches(one_hot: Path, tmp_path: Pa
 
 
 def test_bad_input_is_one_clear_line(one_hot: Path, tmp_path: Path):
-    assert_one_line_error(_multihot(one_hot, tmp_path / "o", "--sizes", "3,1,2"), r"3 multi-hot sizes for 4 sparse features \(f0, f1, f2, f3\)")
-    assert_one_line_error(_multihot(one_hot, tmp_path / "o", "--sizes", "3,x,2,1"), r"--sizes '3,x,2,1': expected comma-separated integers")
-    assert_one_line_error(_multihot(one_hot, tmp_path / "o", "--sizes", "3,0,2,1"), r"multi-hot size 0 of feature 1 must be at least 1")
-    assert_one_line_error(_multihot(one_hot, tmp_path / "o", "--sizes", "3,1,2,1", "--dist", "zipf"), r"--dist 'zipf' must be one of uniform, pareto")
-    assert_one_line_error(_multihot(one_hot, tmp_path / "o", "--sizes", "3,1,2,1", "--rows", "4,5"), r"2 table rows for 4 sparse features")
+    assert_one_line_error(
+        _multihot(one_hot, tmp_path / "o", "--sizes", "3,1,2"),
+        r"3 multi-hot sizes for 4 sparse features \(f0, f1, f2, f3\)",
+    )
+    assert_one_line_error(
+        _multihot(one_hot, tmp_path / "o", "--sizes", "3,x,2,1"),
+        r"--sizes '3,x,2,1': expected comma-separated integers",
+    )
+    assert_one_line_error(
+        _multihot(one_hot, tmp_path / "o", "--sizes", "3,0,2,1"), r"multi-hot size 0 of feature 1 must be at least 1"
+    )
+    assert_one_line_error(
+        _multihot(one_hot, tmp_path / "o", "--sizes", "3,1,2,1", "--dist", "zipf"),
+        r"--dist 'zipf' must be one of uniform, pareto",
+    )
+    assert_one_line_error(
+        _multihot(one_hot, tmp_path / "o", "--sizes", "3,1,2,1", "--rows", "4,5"), r"2 table rows for 4 sparse features"
+    )
     assert_one_line_error(_multihot(tmp_path / "nope", tmp_path / "o", "--sizes", "1"), r"nope: does not exist")
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("keep me")
-    assert_one_line_error(_multihot(one_hot, tmp_path / "full", "--sizes", "3,1,2,1"), r"full: exists and is not an empty directory")
+    assert_one_line_error(
+        _multihot(one_hot, tmp_path / "full", "--sizes", "3,1,2,1"), r"full: exists and is not an empty directory"
+    )
     assert (tmp_path / "full" / "x").read_text() == "keep me"
     assert_one_line_error(_multihot(one_hot, one_hot / "inner", "--sizes", "3,1,2,1"), r"inside the source dataset")
     assert _multihot(one_hot, tmp_path / "mh", "--sizes", "3,1,2,1").exit_code == 0
-    assert_one_line_error(_multihot(tmp_path / "mh", tmp_path / "again", "--sizes", "3,1,2,1"), r"feature f0 is already multi-hot")
+    assert_one_line_error(
+        _multihot(tmp_path / "mh", tmp_path / "again", "--sizes", "3,1,2,1"), r"feature f0 is already multi-hot"
+    )
     assert not list(tmp_path.glob(".o.tmp-*")) and not (tmp_path / "o").exists()
 
 
@@ -123,6 +143,8 @@ def test_a_corrupted_source_column_is_named_and_nothing_is_written(one_hot: Path
     raw = bytearray(victim.read_bytes())
     raw[-1] ^= 0xFF
     victim.write_bytes(bytes(raw))
-    line = assert_one_line_error(_multihot(one_hot, tmp_path / "mh", "--sizes", "3,1,2,1"), r"checksum differs from its manifest")
+    line = assert_one_line_error(
+        _multihot(one_hot, tmp_path / "mh", "--sizes", "3,1,2,1"), r"checksum differs from its manifest"
+    )
     assert "part-00001/dense.npy" in line
     assert not (tmp_path / "mh").exists() and not list(tmp_path.glob(".mh.tmp-*"))

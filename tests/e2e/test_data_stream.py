@@ -2,9 +2,8 @@ import json
 import re
 from pathlib import Path
 
-from typer.testing import CliRunner
-
 from helpers import assert_one_line_error
+from typer.testing import CliRunner
 
 from shardrec.tools.cli.app import app
 
@@ -24,7 +23,9 @@ def test_digest_is_the_same_at_every_world_size_and_start(tiny_dataset: Path):
     assert _digests(tiny_dataset, "--world-size", "4", "--batches", "6") == one
     assert _digests(tiny_dataset, "--world-size", "2", "--start-batch", "4", "--batches", "2") == one[4:]
     assert _digests(tiny_dataset, "--batches", "6", "--seed", "4") != one
-    text = runner.invoke(app, ["data", "digest", str(tiny_dataset), "--global-batch", "64", "--seed", "3", "--batches", "2"])
+    text = runner.invoke(
+        app, ["data", "digest", str(tiny_dataset), "--global-batch", "64", "--seed", "3", "--batches", "2"]
+    )
     assert text.exit_code == 0 and text.stdout.split() == ["0", one[0]["sha256"], "1", one[1]["sha256"]]
 
 

@@ -3,16 +3,28 @@ import re
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
 from helpers import assert_one_line_error
+from typer.testing import CliRunner
 
 from shardrec.tools.cli.app import app
 
 
 @pytest.mark.slow
 def test_bench_loader_reports_rates_and_ratios_against_same_run_baselines(tmp_path: Path):
-    args = ["bench", "loader", "--rows", "20000", "--global-batch", "1024", "--rounds", "1", "--max-batches", "4", "--parts", "3"]
+    args = [
+        "bench",
+        "loader",
+        "--rows",
+        "20000",
+        "--global-batch",
+        "1024",
+        "--rounds",
+        "1",
+        "--max-batches",
+        "4",
+        "--parts",
+        "3",
+    ]
     result = CliRunner().invoke(app, [*args, "--work-dir", str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output
     r = json.loads(result.stdout)
@@ -22,7 +34,10 @@ def test_bench_loader_reports_rates_and_ratios_against_same_run_baselines(tmp_pa
     }  # fmt: skip
     many = r["rows_per_s"]["shardrec_shuffle_many_parts"] / r["rows_per_s"]["shardrec_shuffle"]
     assert abs(r["ratios"]["many_parts_vs_one_part_shuffle"] - many) < 0.01
-    assert r["torchrec_global_shuffle_build_s"] > 0 and 0 < r["torchrec_global_shuffle_epoch_rows_per_s"] < r["rows_per_s"]["torchrec_global_shuffle"]
+    assert (
+        r["torchrec_global_shuffle_build_s"] > 0
+        and 0 < r["torchrec_global_shuffle_epoch_rows_per_s"] < r["rows_per_s"]["torchrec_global_shuffle"]
+    )
     assert r["parts"] == 3
     assert all(v > 0 for v in r["rows_per_s"].values())
     ratio = r["rows_per_s"]["shardrec_shuffle"] / r["rows_per_s"]["torchrec_shuffle"]

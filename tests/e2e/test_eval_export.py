@@ -15,20 +15,30 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from helpers import assert_one_line_error
 
 REPO = Path(__file__).resolve().parents[2]
 BATCH = 128
 TARGET = 0.6
 FRACTION = 0.25
-TINY = ["--set", "model.embedding_dim=8", "--set", "model.dense_arch=[16, 8]", "--set", "model.over_arch=[16, 1]",
-        "--set", f"train.global_batch_size={BATCH}", "--set", 'data.eval_splits=["val", "test"]']
+TINY = [
+    "--set",
+    "model.embedding_dim=8",
+    "--set",
+    "model.dense_arch=[16, 8]",
+    "--set",
+    "model.over_arch=[16, 1]",
+    "--set",
+    f"train.global_batch_size={BATCH}",
+    "--set",
+    'data.eval_splits=["val", "test"]',
+]
 
 
 def shardrec(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "shardrec.tools.cli", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "shardrec.tools.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=600
+    )
 
 
 def ok(done: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
@@ -42,9 +52,26 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("after_training")
     ok(shardrec("synth", "raw", "--rows", "4000", "--days", "2", "--max-vocab", "500", cwd=root))
     ok(shardrec("preprocess", "raw/day_0", "raw/day_1", "--out", "data", "--max-ids", "1000", cwd=root))
-    ok(shardrec("train", "--data", "data", "--out-dir", "run", "--nproc-per-node", "2", "--json", *TINY,
-                "--set", "train.epochs=3", "--set", f"eval.every_epoch_fraction={FRACTION}",
-                "--set", f"train.target_auc={TARGET}", cwd=root))
+    ok(
+        shardrec(
+            "train",
+            "--data",
+            "data",
+            "--out-dir",
+            "run",
+            "--nproc-per-node",
+            "2",
+            "--json",
+            *TINY,
+            "--set",
+            "train.epochs=3",
+            "--set",
+            f"eval.every_epoch_fraction={FRACTION}",
+            "--set",
+            f"train.target_auc={TARGET}",
+            cwd=root,
+        )
+    )
     return root
 
 
@@ -80,13 +107,31 @@ def test_a_run_stopped_at_its_target_is_complete_until_the_target_changes(traine
     record = {name: (run / name).read_bytes() for name in ("metrics.jsonl", "summary.json", "config.toml")}
     steps = json.loads(record["summary.json"])["steps"]
     (target,) = [r for r in _records(run) if r["kind"] == "target"]
-    again = ok(shardrec("train", "--data", "data", "--out-dir", "run", "--nproc-per-node", "2", "--json", *TINY,
-                        "--set", "train.epochs=3", "--set", f"eval.every_epoch_fraction={FRACTION}",
-                        "--set", f"train.target_auc={TARGET}", cwd=trained))
+    again = ok(
+        shardrec(
+            "train",
+            "--data",
+            "data",
+            "--out-dir",
+            "run",
+            "--nproc-per-node",
+            "2",
+            "--json",
+            *TINY,
+            "--set",
+            "train.epochs=3",
+            "--set",
+            f"eval.every_epoch_fraction={FRACTION}",
+            "--set",
+            f"train.target_auc={TARGET}",
+            cwd=trained,
+        )
+    )
     assert again.stderr.strip() == (
         f"run is complete: the target AUC was reached at step {steps} (val AUC {target['auc']:.5f} >= "
         f"train.target_auc = {TARGET}); nothing to do. To continue it, raise or clear the target "
-        "(--set train.target_auc=0 --allow-change train.target_auc); to start over, add --restart")
+        "(--set train.target_auc=0 --allow-change train.target_auc); to start over, add --restart"
+    )
     assert json.loads(again.stdout)["steps"] == steps
     assert {name: (run / name).read_bytes() for name in record} == record
     # A raised or cleared target continues the run, once allowed (checked without training).
@@ -106,7 +151,9 @@ def test_a_run_stopped_at_its_target_is_complete_until_the_target_changes(traine
 @pytest.mark.slow
 def test_eval_equals_the_runs_final_evaluation_bitwise_and_reshards(trained: Path) -> None:
     final = _final(trained / "run", "val")
-    same = json.loads(ok(shardrec("eval", "run", "--split", "val", "--nproc-per-node", "2", "--json", cwd=trained)).stdout)
+    same = json.loads(
+        ok(shardrec("eval", "run", "--split", "val", "--nproc-per-node", "2", "--json", cwd=trained)).stdout
+    )
     assert (same["auc"], same["logloss"], same["samples"]) == (final["auc"], final["logloss"], final["samples"])
     # From another directory: the run's config.toml holds its data.path ("data" as typed) absolute.
     elsewhere = trained / "elsewhere"
@@ -127,8 +174,13 @@ def test_export_then_predict_matches_eval_on_a_split_and_on_raw_rows(trained: Pa
         header = json.loads(f.metadata()["shardrec"])
         assert len([k for k in f.keys() if ".embedding_bags." in k]) == 26
     assert header["transform"]["mode"] == "hash" and header["transform"]["cardinalities"] == [1000] * 26
-    split = json.loads(ok(shardrec("predict", "model.safetensors", "data", "--split", "test", "--out", "split.npy",
-                                   "--json", cwd=trained)).stdout)
+    split = json.loads(
+        ok(
+            shardrec(
+                "predict", "model.safetensors", "data", "--split", "test", "--out", "split.npy", "--json", cwd=trained
+            )
+        ).stdout
+    )
     assert split["rows"] == 1000 and split["auc"] == pytest.approx(_final(trained / "run", "test")["auc"], abs=1e-6)
     # The test split is the second half of day_1: the same rows as raw text, transformed by predict.
     lines = (trained / "raw" / "day_1").read_bytes().splitlines(keepends=True)
@@ -138,18 +190,47 @@ def test_export_then_predict_matches_eval_on_a_split_and_on_raw_rows(trained: Pa
     np.testing.assert_allclose(raw, np.load(trained / "split.npy"), rtol=0, atol=1e-6)
     bad = trained / "bad.tsv"
     bad.write_bytes(lines[-1] + b"1\tnot-a-row\n")
-    assert_one_line_error(shardrec("predict", "model.safetensors", "bad.tsv", cwd=trained), r"bad.tsv:2: too_few_fields")
-    assert_one_line_error(shardrec("predict", "test.tsv", "data", cwd=trained), r"test.tsv: not a safetensors model file")
+    assert_one_line_error(
+        shardrec("predict", "model.safetensors", "bad.tsv", cwd=trained), r"bad.tsv:2: too_few_fields"
+    )
+    assert_one_line_error(
+        shardrec("predict", "test.tsv", "data", cwd=trained), r"test.tsv: not a safetensors model file"
+    )
 
 
 @pytest.mark.slow
 def test_dlrmv2_config_scaled_down_runs_end_to_end(trained: Path) -> None:
-    done = ok(shardrec(
-        "train", "--config", str(REPO / "configs" / "dlrmv2.toml"), "--data", "data", "--out-dir", "dlrmv2",
-        "--nproc-per-node", "2", "--steps", "4", "--json", "--set", "train.global_batch_size=128",
-        "--set", "data.multihot_rows=[]", "--set", 'data.multihot_cache="cache"', "--set", "model.embedding_dim=8",
-        "--set", "model.dense_arch=[16, 8]", "--set", "model.over_arch=[32, 16, 1]", "--set", "model.dcn_low_rank=8",
-        cwd=trained))
+    done = ok(
+        shardrec(
+            "train",
+            "--config",
+            str(REPO / "configs" / "dlrmv2.toml"),
+            "--data",
+            "data",
+            "--out-dir",
+            "dlrmv2",
+            "--nproc-per-node",
+            "2",
+            "--steps",
+            "4",
+            "--json",
+            "--set",
+            "train.global_batch_size=128",
+            "--set",
+            "data.multihot_rows=[]",
+            "--set",
+            'data.multihot_cache="cache"',
+            "--set",
+            "model.embedding_dim=8",
+            "--set",
+            "model.dense_arch=[16, 8]",
+            "--set",
+            "model.over_arch=[32, 16, 1]",
+            "--set",
+            "model.dcn_low_rank=8",
+            cwd=trained,
+        )
+    )
     summary = json.loads(done.stdout)
     assert summary["steps"] == 4 and summary["target_auc"] == 0.80275 and summary["target_reached"] is False
     plan = json.loads((trained / "dlrmv2" / "plan.json").read_text())
@@ -162,7 +243,9 @@ def test_dlrmv2_config_scaled_down_runs_end_to_end(trained: Path) -> None:
 
 
 @pytest.mark.slow
-def test_export_refuses_a_table_larger_than_memory_before_writing(trained: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_export_refuses_a_table_larger_than_memory_before_writing(
+    trained: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from shardrec.trainer.export import export_model
 
     # Trained with --data data from `trained`: config.toml keeps the path absolute, dataset.json as typed too.
@@ -170,7 +253,10 @@ def test_export_refuses_a_table_larger_than_memory_before_writing(trained: Path,
     assert json.loads((trained / "run" / "dataset.json").read_text())["given"] == "data"
     monkeypatch.chdir(trained / "raw")  # not where it trained: the absolute path still finds the data
     out = trained / "too_big.safetensors"
-    with pytest.raises(ValueError, match=r"tensor sparse_arch\.embedding_bag_collection\.embedding_bags\.t_C\d+\.weight "
-                                         r"takes 0\.00 GiB, more than the 0\.00 GiB of memory available here"):
+    with pytest.raises(
+        ValueError,
+        match=r"tensor sparse_arch\.embedding_bag_collection\.embedding_bags\.t_C\d+\.weight "
+        r"takes 0\.00 GiB, more than the 0\.00 GiB of memory available here",
+    ):
         export_model(trained / "run", out, memory_bytes=1000)
     assert not out.exists() and not list(trained.glob(".too_big*"))

@@ -24,11 +24,33 @@ def test_synth_preprocess_plan_train_evaluate(tmp_path: Path):
         ("synth", str(tmp_path / "raw"), "--rows", "40000", "--seed", "3"),
         ("preprocess", str(tmp_path / "raw" / "train.txt"), "--out", str(tmp_path / "data"), "--max-ids", "5000"),
         ("data", "stats", str(tmp_path / "data"), "--json"),
-        ("plan", "--data", str(tmp_path / "data"), "--config", str(repo / "configs/demo.toml"),
-         "--world-size", "2", "--out", str(tmp_path / "plan.json")),
-        ("train", "--config", str(repo / "configs/demo.toml"), "--data", str(tmp_path / "data"),
-         "--plan", str(tmp_path / "plan.json"), "--out-dir", str(tmp_path / "run"),
-         "--nproc-per-node", "2", "--steps", "30", "--json"),
+        (
+            "plan",
+            "--data",
+            str(tmp_path / "data"),
+            "--config",
+            str(repo / "configs/demo.toml"),
+            "--world-size",
+            "2",
+            "--out",
+            str(tmp_path / "plan.json"),
+        ),
+        (
+            "train",
+            "--config",
+            str(repo / "configs/demo.toml"),
+            "--data",
+            str(tmp_path / "data"),
+            "--plan",
+            str(tmp_path / "plan.json"),
+            "--out-dir",
+            str(tmp_path / "run"),
+            "--nproc-per-node",
+            "2",
+            "--steps",
+            "30",
+            "--json",
+        ),
     ]
     for args in steps:
         done = shardrec(*args, cwd=tmp_path)
@@ -47,6 +69,8 @@ def test_synth_preprocess_plan_train_evaluate(tmp_path: Path):
 
 
 def test_bad_dataset_directory_is_one_clear_line(tmp_path: Path):
-    done = shardrec("plan", "--data", str(tmp_path), "--world-size", "2", "--out", str(tmp_path / "p.json"), cwd=tmp_path)
+    done = shardrec(
+        "plan", "--data", str(tmp_path), "--world-size", "2", "--out", str(tmp_path / "p.json"), cwd=tmp_path
+    )
     assert done.returncode == 1
     assert "not a shardrec dataset" in done.stderr and "Traceback" not in done.stderr

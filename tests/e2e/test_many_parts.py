@@ -9,16 +9,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
 from conftest import write_tiny_dataset
 from helpers import resplit
+from typer.testing import CliRunner
+
 from shardrec.tools.cli.app import app
 
 PARTS = 300
 LIMIT = 256
-
-
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +44,9 @@ print(json.dumps(out))
 
 def _limited(*commands: list[str]) -> list[dict]:
     script = _LIMITED.format(limit=LIMIT)
-    done = subprocess.run([sys.executable, "-c", script, json.dumps(commands)], capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(commands)], capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(done.stdout.splitlines()[-1])
     for command, r in zip(commands, results):
@@ -79,4 +79,6 @@ def test_data_commands_on_300_parts_under_ulimit_256(datasets):
     # Shuffled, the stream is the one the same dataset gives without the limit.
     assert _digests(shuffled["stdout"]) == _digests(_in_process(["data", "digest", str(many), *digest]))
     assert json.loads(verified["stdout"]) == {"directory": str(many), "ok": True, "problems": []}
-    assert head["stdout"] == _in_process(["data", "head", str(one), "--rows", "3", "--json"]).replace(str(one), str(many))
+    assert head["stdout"] == _in_process(["data", "head", str(one), "--rows", "3", "--json"]).replace(
+        str(one), str(many)
+    )

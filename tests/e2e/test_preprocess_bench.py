@@ -16,7 +16,9 @@ pytest.importorskip("polars")
 
 @pytest.mark.slow
 def test_bench_preprocess_against_polars_on_the_same_columns(tmp_path: Path):
-    result = CliRunner().invoke(app, ["bench", "preprocess", "--size-gb", "0.003", "--work-dir", str(tmp_path), "--json"])
+    result = CliRunner().invoke(
+        app, ["bench", "preprocess", "--size-gb", "0.003", "--work-dir", str(tmp_path), "--json"]
+    )
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)  # progress notes go to stderr
     assert report["file_mb"] > 2 and report["workers"] == 1
@@ -26,16 +28,31 @@ def test_bench_preprocess_against_polars_on_the_same_columns(tmp_path: Path):
         assert set(report[run]) == {"mb_s", "mb_per_cpu_s", "peak_rss_mb", "wall_s", "cpu_s"}, run
         # A python process with numpy imported holds tens of MB: a sum of the tree is never near 0.
         assert report[run]["peak_rss_mb"] > 20 and report[run]["cpu_s"] > 0, run
-    for key in ("ratio_vs_polars_one_thread_cpu", "ratio_vs_polars_one_thread_wall", "ratio_vs_polars_all_threads_cpu", "ratio_vs_polars_all_threads_wall"):
+    for key in (
+        "ratio_vs_polars_one_thread_cpu",
+        "ratio_vs_polars_one_thread_wall",
+        "ratio_vs_polars_all_threads_cpu",
+        "ratio_vs_polars_all_threads_wall",
+    ):
         assert report[key] > 0, key
     assert report["polars"]["version"] and report["pandas_parse_only"]["engine"] == "c"
-    assert set(report["goals"]) == {"end_to_end_3x_polars_per_cpu_s", "peak_rss_under_1_gb_per_worker", "moonshot_800_mb_per_cpu_s"}
-    assert (tmp_path / "bench.tsv").is_file() and not (tmp_path / "out").exists() and not (tmp_path / "polars-out").exists()
+    assert set(report["goals"]) == {
+        "end_to_end_3x_polars_per_cpu_s",
+        "peak_rss_under_1_gb_per_worker",
+        "moonshot_800_mb_per_cpu_s",
+    }
+    assert (
+        (tmp_path / "bench.tsv").is_file()
+        and not (tmp_path / "out").exists()
+        and not (tmp_path / "polars-out").exists()
+    )
 
 
 def test_bench_preprocess_without_polars_says_how_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     monkeypatch.setitem(sys.modules, "polars", None)  # import polars now raises ImportError
     result = CliRunner().invoke(app, ["bench", "preprocess", "--size-gb", "0.003", "--work-dir", str(tmp_path)])
     assert result.exit_code == 1
-    assert result.output.strip().splitlines() == ["error: polars is not installed: pip install 'shardrec[bench]' (or pip install polars)"]
+    assert result.output.strip().splitlines() == [
+        "error: polars is not installed: pip install 'shardrec[bench]' (or pip install polars)"
+    ]
     assert not (tmp_path / "bench.tsv").exists()

@@ -9,15 +9,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
-
 from helpers import assert_one_line_error
+from typer.testing import CliRunner
 
 from shardrec.dataloader.format import Manifest, open_split
 from shardrec.dataloader.integrity import verify
 from shardrec.tools.cli.app import app
-from shardrec.tools.preprocess.parse import transform_dense
 from shardrec.tools.preprocess.ids import hash_ids
+from shardrec.tools.preprocess.parse import transform_dense
 from shardrec.tools.synth import write_dataset
 
 runner = CliRunner()
@@ -65,7 +64,9 @@ def kaggle(tmp_path_factory) -> Path:
 
 def test_round_trip_matches_python_reference_exactly(kaggle: Path, tmp_path: Path):
     out = tmp_path / "data"
-    res = json.loads(cli("preprocess", kaggle, "--out", out, "--max-ids", "1000", "--chunk-mb", "0.05", "--json").stdout)
+    res = json.loads(
+        cli("preprocess", kaggle, "--out", out, "--max-ids", "1000", "--chunk-mb", "0.05", "--json").stdout
+    )
     assert res["complete"] and res["lines"] == 2000 and res["rows_skipped"] == {}
     assert verify(out) == []
     ref = reference_rows(kaggle, 1000)
@@ -161,7 +162,9 @@ def test_rows_with_too_few_fields_are_malformed_unless_min_fields_allows_them(ka
     assert res["first_errors"] == [f"{bad}:6: row: 2 fields, schema needs at least 37 of 40 (too_few_fields)"]
     strict = cli("preprocess", bad, "--out", tmp_path / "b", "--max-ids", "100", "--strict", ok=False)
     assert_one_line_error(strict, re.escape(f"{bad}:6: row: 2 fields"))
-    loose = json.loads(cli("preprocess", bad, "--out", tmp_path / "c", "--max-ids", "100", "--min-fields", "2", "--json").stdout)
+    loose = json.loads(
+        cli("preprocess", bad, "--out", tmp_path / "c", "--max-ids", "100", "--min-fields", "2", "--json").stdout
+    )
     assert loose["rows_skipped"] == {} and sum(loose["rows_kept"].values()) == 2000
     assert Manifest.load(tmp_path / "c").options["schema"]["min_fields"] == 2
     wrong = cli("preprocess", bad, "--out", tmp_path / "d", "--min-fields", "41", ok=False)
@@ -171,7 +174,9 @@ def test_rows_with_too_few_fields_are_malformed_unless_min_fields_allows_them(ka
 def test_vocabulary_mode_oov_and_missing_ids(tmp_path: Path):
     text = "".join(
         f"{i % 2}\t1" + "\t" * 12 + "\t" + c1 + "\t" * 25 + "\n"
-        for i, c1 in enumerate(["0000000a"] * 3 + ["0000000b"] * 2 + ["0000000c"] + [""] + ["0000000a"] * 7 + ["0000000d", "0000000a"])
+        for i, c1 in enumerate(
+            ["0000000a"] * 3 + ["0000000b"] * 2 + ["0000000c"] + [""] + ["0000000a"] * 7 + ["0000000d", "0000000a"]
+        )
     )
     path = tmp_path / "train.txt"
     path.write_text(text)

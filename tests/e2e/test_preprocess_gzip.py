@@ -17,7 +17,11 @@ runner = CliRunner()
 
 
 def _tree(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and ".work" not in p.parts}
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and ".work" not in p.parts
+    }
 
 
 def _preprocess(raw: Path, out: Path, *extra: str):

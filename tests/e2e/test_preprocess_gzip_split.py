@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
 from shardrec.tools.cli.app import app
@@ -14,14 +15,17 @@ from shardrec.tools.preprocess import gz
 from shardrec.tools.preprocess.gz_split import SPLIT_MIN_CHUNKS
 from shardrec.tools.preprocess.inputs import plan_tasks
 from shardrec.tools.synth import SynthSpec, write_file
-from helpers import assert_one_line_error
 
 runner = CliRunner()
 CHUNK_MB = 0.0625  # 64 KiB of text per task
 
 
 def _tree(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and ".work" not in p.parts}
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and ".work" not in p.parts
+    }
 
 
 def _parts(root: Path) -> dict[str, bytes]:
@@ -29,7 +33,9 @@ def _parts(root: Path) -> dict[str, bytes]:
 
 
 def _preprocess(raw: Path, out: Path, *extra: str):
-    return runner.invoke(app, ["preprocess", str(raw), "--out", str(out), "--max-ids", "300", "--chunk-mb", str(CHUNK_MB), *extra])
+    return runner.invoke(
+        app, ["preprocess", str(raw), "--out", str(out), "--max-ids", "300", "--chunk-mb", str(CHUNK_MB), *extra]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -49,11 +55,15 @@ def test_a_large_gzip_file_is_split_into_indexed_ranges(raw: Path, tmp_path: Pat
     tasks = plan_tasks([path], "kaggle", "first", chunk, False, tmp_path)
     plain = plan_tasks([raw / "txt" / "train.txt"], "kaggle", "first", chunk, False)
     assert len(tasks) > 10 and all(t.gz_index and t.crc >= 0 for t in tasks)
-    assert [(t.start, t.end, t.first_line, t.splits) for t in tasks] == [(t.start, t.end, t.first_line, t.splits) for t in plain]
+    assert [(t.start, t.end, t.first_line, t.splits) for t in tasks] == [
+        (t.start, t.end, t.first_line, t.splits) for t in plain
+    ]
     assert (tmp_path / "gzip" / "000-train.txt.gz.gzidx").is_file()
 
 
-def test_workers_decoders_and_plain_text_give_the_same_dataset(raw: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_workers_decoders_and_plain_text_give_the_same_dataset(
+    raw: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     one = _preprocess(raw / "gz", tmp_path / "w1", "--workers", "1")
     two = _preprocess(raw / "gz", tmp_path / "w2", "--workers", "2")
     txt = _preprocess(raw / "txt", tmp_path / "txt", "--workers", "1")
@@ -93,7 +103,9 @@ def test_a_range_that_reads_back_different_text_is_refused(raw: Path, tmp_path: 
 
 
 @pytest.mark.parametrize("backend", ["isal", "python"])
-def test_a_dead_stream_in_a_split_file_is_named(raw: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str):
+def test_a_dead_stream_in_a_split_file_is_named(
+    raw: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
+):
     monkeypatch.setenv(gz.ENV, backend)
     path = tmp_path / "in" / "train.txt.gz"
     path.parent.mkdir()
@@ -102,7 +114,10 @@ def test_a_dead_stream_in_a_split_file_is_named(raw: Path, tmp_path: Path, monke
     data[mid : mid + 4000] = bytes(range(256)) * 15 + bytes(160)
     path.write_bytes(bytes(data))
     res = _preprocess(path.parent, tmp_path / "out")
-    assert_one_line_error(res, rf"^error: {path}: dead gzip stream mid-file at or before compressed byte [\d,]+ of {len(data):,}: corrupt data")
+    assert_one_line_error(
+        res,
+        rf"^error: {path}: dead gzip stream mid-file at or before compressed byte [\d,]+ of {len(data):,}: corrupt data",
+    )
 
 
 def test_only_a_file_whose_lines_are_counted_is_split(raw: Path, tmp_path: Path):
@@ -110,7 +125,9 @@ def test_only_a_file_whose_lines_are_counted_is_split(raw: Path, tmp_path: Path)
     days.mkdir()
     for d in (0, 1):
         (days / f"day_{d}.gz").write_bytes((raw / "gz" / "train.txt.gz").read_bytes())
-    tasks = plan_tasks([days / "day_0.gz", days / "day_1.gz"], "days", "first", int(CHUNK_MB * (1 << 20)), False, tmp_path)
+    tasks = plan_tasks(
+        [days / "day_0.gz", days / "day_1.gz"], "days", "first", int(CHUNK_MB * (1 << 20)), False, tmp_path
+    )
     first = [t for t in tasks if t.path.endswith("day_0.gz")]
     last = [t for t in tasks if t.path.endswith("day_1.gz")]
     assert [(t.start, t.end) for t in first] == [(0, -1)]  # a training day among others: one task, no pass

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
-
 from helpers import assert_one_line_error
+from typer.testing import CliRunner
 
 from shardrec.dataloader.format import Manifest, open_split
 from shardrec.dataloader.integrity import verify

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
-import re
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
 from helpers import assert_one_line_error
+from typer.testing import CliRunner
 
 from shardrec.tools.cli.app import app
 from shardrec.tools.synth import write_dataset
@@ -61,7 +60,18 @@ def test_output_is_byte_identical_whatever_the_worker_count(raw: Path, reference
 @pytest.mark.slow
 def test_sigkill_then_rerun_redoes_only_unfinished_tasks(raw: Path, reference, tmp_path: Path):
     out = tmp_path / "data"
-    cmd = [sys.executable, "-m", "shardrec.tools.cli", "preprocess", str(raw), "--out", str(out), *ARGS, "--chunk-mb", "0.1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "shardrec.tools.cli",
+        "preprocess",
+        str(raw),
+        "--out",
+        str(out),
+        *ARGS,
+        "--chunk-mb",
+        "0.1",
+    ]
     # Smaller tasks so the kill lands mid-run: different chunking is a different run, so the
     # comparison below is against an uninterrupted run with the same arguments.
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -155,7 +165,11 @@ def test_output_does_not_depend_on_the_parse_piece_size(tmp_path: Path, monkeypa
     lines = write_dataset(tmp_path / "raw", rows=3000, seed=12, max_vocab=500)[0].read_bytes().split(b"\n")
     # Malformed rows met in reverse REASONS order, far apart: with small parse pieces each
     # reason is first seen in a different piece.
-    for at, bad in ((2500, b"0" + b"\t" * 40), (1500, b"x" + b"\t" * 39), (500, b"1" + b"\t1" * 13 + b"\tzz" + b"\tab" * 25)):
+    for at, bad in (
+        (2500, b"0" + b"\t" * 40),
+        (1500, b"x" + b"\t" * 39),
+        (500, b"1" + b"\t1" * 13 + b"\tzz" + b"\tab" * 25),
+    ):
         lines.insert(at, bad)
     text = tmp_path / "bad.tsv"
     text.write_bytes(b"\n".join(lines))

@@ -15,15 +15,26 @@ import subprocess
 import sys
 from pathlib import Path
 
-from typer.testing import CliRunner
-
 from conftest import write_tiny_dataset
 from helpers import assert_one_line_error
+from typer.testing import CliRunner
 
 from shardrec.tools.cli.app import app
 
-JOB = ["--set", "model.embedding_dim=8", "--set", "model.dense_arch=[16, 8]", "--set", "model.over_arch=[16, 1]",
-       "--set", "train.global_batch_size=64", "--set", 'data.eval_splits=["val"]', "--set", "eval.max_batches=2"]
+JOB = [
+    "--set",
+    "model.embedding_dim=8",
+    "--set",
+    "model.dense_arch=[16, 8]",
+    "--set",
+    "model.over_arch=[16, 1]",
+    "--set",
+    "train.global_batch_size=64",
+    "--set",
+    'data.eval_splits=["val"]',
+    "--set",
+    "eval.max_batches=2",
+]
 
 
 def _train(data: Path, run: Path, *extra: str):
@@ -39,8 +50,10 @@ def test_rerun_resume_changes_data_and_restart(tiny_dataset: Path, tmp_path: Pat
     # 1: the same command again: complete, nothing written, the saved summary printed.
     again = _train(tiny_dataset, run, "--steps", "4")
     assert again.exit_code == 0, again.output
-    assert again.stderr.strip() == (f"{run} is complete: 4 steps (train.steps = 4); nothing to do. "
-                                    "To continue it, raise --steps (or train.epochs); to start over, add --restart")
+    assert again.stderr.strip() == (
+        f"{run} is complete: 4 steps (train.steps = 4); nothing to do. "
+        "To continue it, raise --steps (or train.epochs); to start over, add --restart"
+    )
     assert json.loads(again.stdout) == json.loads(record["summary.json"])
     assert {name: (run / name).read_bytes() for name in record} == record
     # 6: in text, the plan table comes first and the results last, with pointers to the files.
@@ -52,8 +65,11 @@ def test_rerun_resume_changes_data_and_restart(tiny_dataset: Path, tmp_path: Pat
 
     # 2: a changed setting is shown and refused; a misspelt --allow-change gets a suggestion.
     changed = _train(tiny_dataset, run, "--steps", "6", "--set", "optim.dense_lr=0.1", "--set", "train.seed=3")
-    assert_one_line_error(changed, r"resuming with changed settings \(optim\.dense_lr: 0\.05 -> 0\.1, train\.seed: 0 -> 3\); "
-                                   r"accept them with --allow-change optim\.dense_lr --allow-change train\.seed, or start over with --restart$")
+    assert_one_line_error(
+        changed,
+        r"resuming with changed settings \(optim\.dense_lr: 0\.05 -> 0\.1, train\.seed: 0 -> 3\); "
+        r"accept them with --allow-change optim\.dense_lr --allow-change train\.seed, or start over with --restart$",
+    )
     typo = _train(tiny_dataset, run, "--allow-change", "optim.dense_rl")
     assert_one_line_error(typo, r"--allow-change optim\.dense_rl: no such setting; did you mean optim\.dense_lr\?$")
     lower = _train(tiny_dataset, run, "--steps", "2")
@@ -70,18 +86,47 @@ def test_rerun_resume_changes_data_and_restart(tiny_dataset: Path, tmp_path: Pat
     # starts it on every node (the README's multi-node path), with no `shardrec train` before it.
     from shardrec.trainer.launch import free_port
 
-    rank_env = {**os.environ, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
-                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
-    direct = subprocess.run([sys.executable, "-m", "shardrec.trainer", "--data", str(tiny_dataset), "--out-dir", str(run),
-                             *JOB, "--steps", "6", "--set", "optim.dense_lr=0.1"],
-                            env=rank_env, capture_output=True, text=True, timeout=300)
-    assert_one_line_error(direct, rf"^error: {run}: resuming with changed settings \(optim\.dense_lr: 0\.05 -> 0\.1\); "
-                                  r"accept them with --allow-change optim\.dense_lr, or start over with --restart$")
+    rank_env = {
+        **os.environ,
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+    }
+    direct = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "shardrec.trainer",
+            "--data",
+            str(tiny_dataset),
+            "--out-dir",
+            str(run),
+            *JOB,
+            "--steps",
+            "6",
+            "--set",
+            "optim.dense_lr=0.1",
+        ],
+        env=rank_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert_one_line_error(
+        direct,
+        rf"^error: {run}: resuming with changed settings \(optim\.dense_lr: 0\.05 -> 0\.1\); "
+        r"accept them with --allow-change optim\.dense_lr, or start over with --restart$",
+    )
     assert {name: (run / name).read_bytes() for name in record} == record
 
     # An allowed change resumes from step 4 and records the new settings (the ranks get the
     # --allow-change keys too: they would refuse the change otherwise).
-    resumed = _train(tiny_dataset, run, "--steps", "6", "--set", "optim.dense_lr=0.1", "--allow-change", "optim.dense_lr")
+    resumed = _train(
+        tiny_dataset, run, "--steps", "6", "--set", "optim.dense_lr=0.1", "--allow-change", "optim.dense_lr"
+    )
     assert resumed.exit_code == 0, resumed.output
     assert json.loads(resumed.stdout)["resumed_from_step"] == 4
     assert "dense_lr = 0.1" in (run / "config.toml").read_text()
@@ -97,16 +142,24 @@ def test_rerun_resume_changes_data_and_restart(tiny_dataset: Path, tmp_path: Pat
     # for other data, which must have the run's schema.
     write_tiny_dataset(tiny_dataset, seed=7)
     changed_data = CliRunner().invoke(app, ["eval", str(tmp_path / "run.1"), "--split", "val"])
-    assert_one_line_error(changed_data, rf"^error: {tmp_path / 'run.1'} was trained on other data than {tiny_dataset} now "
-                                        rf"holds \(fingerprint [0-9a-f]{{12}}; the data there is [0-9a-f]{{12}}\): to evaluate "
-                                        rf"on this data all the same, pass --data {tiny_dataset}$")
+    assert_one_line_error(
+        changed_data,
+        rf"^error: {tmp_path / 'run.1'} was trained on other data than {tiny_dataset} now "
+        rf"holds \(fingerprint [0-9a-f]{{12}}; the data there is [0-9a-f]{{12}}\): to evaluate "
+        rf"on this data all the same, pass --data {tiny_dataset}$",
+    )
     narrow = tmp_path / "narrow"
     write_tiny_dataset(narrow, cardinalities=(50, 300, 7, 999))
     schema = CliRunner().invoke(app, ["eval", str(tmp_path / "run.1"), "--split", "val", "--data", str(narrow)])
-    assert_one_line_error(schema, rf"^error: --data {narrow}: not the schema {tmp_path / 'run.1'} trained on: its sparse "
-                                  r"features \(name, cardinality, multi-hot\) differ at #3 \(\('f3', 999, False\) here, "
-                                  r"\('f3', 1000, False\) in training\)$")
-    on_other = CliRunner().invoke(app, ["eval", str(tmp_path / "run.1"), "--split", "val", "--data", str(other), "--json"])
+    assert_one_line_error(
+        schema,
+        rf"^error: --data {narrow}: not the schema {tmp_path / 'run.1'} trained on: its sparse "
+        r"features \(name, cardinality, multi-hot\) differ at #3 \(\('f3', 999, False\) here, "
+        r"\('f3', 1000, False\) in training\)$",
+    )
+    on_other = CliRunner().invoke(
+        app, ["eval", str(tmp_path / "run.1"), "--split", "val", "--data", str(other), "--json"]
+    )
     assert on_other.exit_code == 0, on_other.output
     scored = json.loads(on_other.stdout)
     assert scored["data"] == str(other) and scored["step"] == 6 and scored["samples"] == 2 * 64  # eval.max_batches = 2
@@ -119,7 +172,10 @@ def test_rerun_resume_changes_data_and_restart(tiny_dataset: Path, tmp_path: Pat
     assert listed.exit_code == 0, listed.output
     rows = {Path(r["run"]).name: r for r in json.loads(listed.stdout)}
     assert {name: (r["step"], r["status"]) for name, r in rows.items()} == {
-        "broken": (None, "failed"), "run": (2, "complete"), "run.1": (6, "complete")}
+        "broken": (None, "failed"),
+        "run": (2, "complete"),
+        "run.1": (6, "complete"),
+    }
     assert 0.4 < rows["run.1"]["best_val_auc"] <= 1
     table = CliRunner().invoke(app, ["runs", str(tmp_path)])
     assert table.exit_code == 0 and "complete" in table.stdout and "failed" in table.stdout, table.stdout

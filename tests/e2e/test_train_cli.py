@@ -6,31 +6,61 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
-import re
 from pathlib import Path
 
 import pytest
 import torch
-from typer.testing import CliRunner
-
 from helpers import assert_one_line_error
+from typer.testing import CliRunner
 
 from shardrec.tools.cli.app import app
 
-JOB = ["--set", "model.embedding_dim=8", "--set", "model.dense_arch=[16, 8]", "--set", "model.over_arch=[16, 1]",
-       "--set", "train.global_batch_size=64", "--set", "train.epochs=2", "--set", "checkpoint.interval_steps=4",
-       "--set", "eval.interval_steps=10", "--set", "checkpoint.keep=3", "--set", 'data.eval_splits=["val"]',
-       "--set", 'train.pipeline="sparse_dist"']  # the pipeline: the default on CUDA, the harder path to resume
+JOB = [
+    "--set",
+    "model.embedding_dim=8",
+    "--set",
+    "model.dense_arch=[16, 8]",
+    "--set",
+    "model.over_arch=[16, 1]",
+    "--set",
+    "train.global_batch_size=64",
+    "--set",
+    "train.epochs=2",
+    "--set",
+    "checkpoint.interval_steps=4",
+    "--set",
+    "eval.interval_steps=10",
+    "--set",
+    "checkpoint.keep=3",
+    "--set",
+    'data.eval_splits=["val"]',
+    "--set",
+    'train.pipeline="sparse_dist"',
+]  # the pipeline: the default on CUDA, the harder path to resume
 
 
 def _train(data: Path, run_dir: Path, *extra: str, fault: str = "") -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "SHARDREC_FAULT"}
     if fault:
         env["SHARDREC_FAULT"] = fault
-    cmd = [sys.executable, "-m", "shardrec.tools.cli", "train", "--data", str(data), "--out-dir", str(run_dir),
-           "--nproc-per-node", "2", "--json", *JOB, *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "shardrec.tools.cli",
+        "train",
+        "--data",
+        str(data),
+        "--out-dir",
+        str(run_dir),
+        "--nproc-per-node",
+        "2",
+        "--json",
+        *JOB,
+        *extra,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
 
 
@@ -89,9 +119,24 @@ def test_sigkill_resume_is_bitwise_and_two_nodes_match(tiny_dataset: Path, tmp_p
     from shardrec.trainer.launch import free_port, torchrun_command
 
     endpoint = f"127.0.0.1:{free_port()}"
-    args = ["--data", str(tiny_dataset), "--out-dir", str(tmp_path / "nodes"), "--plan", str(tmp_path / "base" / "plan.json"), *JOB]
-    nodes = [subprocess.Popen(torchrun_command(args, 1, nnodes=2, rdzv_endpoint=endpoint), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    args = [
+        "--data",
+        str(tiny_dataset),
+        "--out-dir",
+        str(tmp_path / "nodes"),
+        "--plan",
+        str(tmp_path / "base" / "plan.json"),
+        *JOB,
+    ]
+    nodes = [
+        subprocess.Popen(
+            torchrun_command(args, 1, nnodes=2, rdzv_endpoint=endpoint),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     outputs = [p.communicate(timeout=300)[0] for p in nodes]
     assert [p.returncode for p in nodes] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
     _assert_bitwise(_final(tmp_path / "nodes"), reference, "two nodes")
@@ -105,7 +150,9 @@ def test_bad_input_is_one_clear_line(tiny_dataset: Path, tmp_path: Path) -> None
     assert_one_line_error(result, re.escape("unknown key train.bogus"))
     result = runner.invoke(app, ["train", "--data", str(tmp_path / "nowhere")])
     assert_one_line_error(result, re.escape("nowhere"))
-    result = runner.invoke(app, ["train", "--data", str(tiny_dataset), "--nproc-per-node", "3", "--set", "train.global_batch_size=64"])
+    result = runner.invoke(
+        app, ["train", "--data", str(tiny_dataset), "--nproc-per-node", "3", "--set", "train.global_batch_size=64"]
+    )
     assert_one_line_error(result, re.escape("does not divide by 3 ranks"))
 
     # A plan made for 2 ranks, used with 1: the message names what differs.
@@ -114,11 +161,26 @@ def test_bad_input_is_one_clear_line(tiny_dataset: Path, tmp_path: Path) -> None
     from shardrec.sharding.plan_io import PLAN_SCHEMA_VERSION, PlanFile, Shard, TablePlan, plan_fingerprint, save_plan
 
     tables = build_table_configs(Manifest.load(tiny_dataset), 16)
-    plan = PlanFile(PLAN_SCHEMA_VERSION, plan_fingerprint(tables, 2, 64, "cpu"),
-                    [TablePlan(t.name, "table_wise", "fused", [Shard(0, 0, 0, t.num_embeddings, 16)]) for t in tables])
+    plan = PlanFile(
+        PLAN_SCHEMA_VERSION,
+        plan_fingerprint(tables, 2, 64, "cpu"),
+        [TablePlan(t.name, "table_wise", "fused", [Shard(0, 0, 0, t.num_embeddings, 16)]) for t in tables],
+    )
     save_plan(plan, tmp_path / "plan.json")
-    result = runner.invoke(app, ["train", "--data", str(tiny_dataset), "--plan", str(tmp_path / "plan.json"),
-                                 "--set", "train.global_batch_size=64", "--set", "train.device=\"cpu\""])
+    result = runner.invoke(
+        app,
+        [
+            "train",
+            "--data",
+            str(tiny_dataset),
+            "--plan",
+            str(tmp_path / "plan.json"),
+            "--set",
+            "train.global_batch_size=64",
+            "--set",
+            'train.device="cpu"',
+        ],
+    )
     assert_one_line_error(result, re.escape("world size: plan 2, job 1"))
 
 
@@ -126,8 +188,9 @@ def test_failed_ranks_end_in_one_line_not_torchruns_traceback() -> None:
     from shardrec.trainer.launch import torchrun_command
 
     # A "rank" that fails at once (json.tool on a missing file, exit code 2) stands in for the trainer.
-    result = subprocess.run(torchrun_command(["/nonexistent.json"], 1, module="json.tool"),
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        torchrun_command(["/nonexistent.json"], 1, module="json.tool"), capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == "torchrun: rank 0 failed first (exit code 2)"
     assert "Traceback" not in result.stderr and "ChildFailedError" not in result.stderr

@@ -18,10 +18,33 @@ pytestmark = [
 
 def test_trains_on_cuda_with_the_pipeline(tiny_dataset: Path, tmp_path: Path) -> None:
     ranks = min(2, torch.cuda.device_count())
-    cmd = [sys.executable, "-m", "shardrec.tools.cli", "train", "--data", str(tiny_dataset), "--out-dir", str(tmp_path / "run"),
-           "--nproc-per-node", str(ranks), "--json", "--set", 'train.device="cuda"', "--set", 'train.pipeline="sparse_dist"',
-           "--set", "train.global_batch_size=64", "--set", "train.epochs=2", "--set", "model.embedding_dim=8",
-           "--set", "model.dense_arch=[16, 8]", "--set", "model.over_arch=[16, 1]"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "shardrec.tools.cli",
+        "train",
+        "--data",
+        str(tiny_dataset),
+        "--out-dir",
+        str(tmp_path / "run"),
+        "--nproc-per-node",
+        str(ranks),
+        "--json",
+        "--set",
+        'train.device="cuda"',
+        "--set",
+        'train.pipeline="sparse_dist"',
+        "--set",
+        "train.global_batch_size=64",
+        "--set",
+        "train.epochs=2",
+        "--set",
+        "model.embedding_dim=8",
+        "--set",
+        "model.dense_arch=[16, 8]",
+        "--set",
+        "model.over_arch=[16, 1]",
+    ]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(result.stdout)

@@ -9,9 +9,9 @@ import random
 import re
 from pathlib import Path
 
+from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
-from helpers import assert_one_line_error
 from shardrec.dataloader.format import Manifest
 from shardrec.tools.cli.app import app
 from shardrec.tools.synth import write_dataset
@@ -28,15 +28,22 @@ def test_binary_garbage_is_an_error_not_an_empty_dataset(tmp_path: Path):
     junk = tmp_path / "train.txt"
     junk.write_bytes(random.Random(0).randbytes(64 << 10))
     res = preprocess(junk, "--out", tmp_path / "data")
-    assert_one_line_error(res, rf"^error: {re.escape(str(junk))}: no rows kept, all [\d,]+ lines are malformed \(.*\); first: {re.escape(str(junk))}:\d+: ")
+    assert_one_line_error(
+        res,
+        rf"^error: {re.escape(str(junk))}: no rows kept, all [\d,]+ lines are malformed \(.*\); first: {re.escape(str(junk))}:\d+: ",
+    )
     assert not (tmp_path / "data" / "manifest.json").exists()
 
 
 def test_header_only_csv_is_an_error_even_with_strict(tmp_path: Path):
     csv = tmp_path / "train.csv"
-    csv.write_text("label," + ",".join(f"I{i}" for i in range(1, 14)) + "," + ",".join(f"C{i}" for i in range(1, 27)) + "\n")
+    csv.write_text(
+        "label," + ",".join(f"I{i}" for i in range(1, 14)) + "," + ",".join(f"C{i}" for i in range(1, 27)) + "\n"
+    )
     res = preprocess(csv, "--out", tmp_path / "data", "--csv", "--strict")
-    assert_one_line_error(res, rf"^error: {re.escape(str(csv))}: no rows: the input holds no data lines after its header$")
+    assert_one_line_error(
+        res, rf"^error: {re.escape(str(csv))}: no rows: the input holds no data lines after its header$"
+    )
     assert not (tmp_path / "data" / "manifest.json").exists()
 
 
@@ -45,7 +52,10 @@ def test_one_10mb_line_gives_a_short_line_naming_file_line_field_and_cut_value(t
     big.write_bytes(b"1\t" + b"x" * (10 << 20) + b"\t" * 38 + b"\n")
     value = r"'x{80}'\.\.\. \(10,485,760 bytes\)"
     res = preprocess(big, "--out", tmp_path / "data")
-    line = assert_one_line_error(res, rf"^error: {re.escape(str(big))}: no rows kept, .*; first: {re.escape(str(big))}:1: I1: {value} \(bad_integer\)$")
+    line = assert_one_line_error(
+        res,
+        rf"^error: {re.escape(str(big))}: no rows kept, .*; first: {re.escape(str(big))}:1: I1: {value} \(bad_integer\)$",
+    )
     assert len(line) < 400 and len(res.stdout) < 2000
     assert max(p.stat().st_size for p in (tmp_path / "data" / ".work").glob("task-*.json")) < 2000  # the marker too
     strict = preprocess(big, "--out", tmp_path / "strict", "--strict")
@@ -58,9 +68,14 @@ def test_more_malformed_rows_than_allowed_is_an_error_and_a_higher_limit_accepts
     raw.write_bytes(text + b"oops\n" * 30)  # 30 of 1,030 lines: 2.9%, above the 1% default
     out = tmp_path / "data"
     res = preprocess(raw, "--out", out)
-    assert_one_line_error(res, rf"^error: {re.escape(str(raw))}: 30 of 1,030 lines malformed \(2\.91%: too_few_fields 30\), more than the 0\.01 allowed .*; first: {re.escape(str(raw))}:1001: row: ")
+    assert_one_line_error(
+        res,
+        rf"^error: {re.escape(str(raw))}: 30 of 1,030 lines malformed \(2\.91%: too_few_fields 30\), more than the 0\.01 allowed .*; first: {re.escape(str(raw))}:1001: row: ",
+    )
     assert not (out / "manifest.json").exists()
-    again = runner.invoke(app, ["preprocess", str(raw), "--out", str(out), *ARGS, "--max-skipped-fraction", "0.05", "--json"])
+    again = runner.invoke(
+        app, ["preprocess", str(raw), "--out", str(out), *ARGS, "--max-skipped-fraction", "0.05", "--json"]
+    )
     assert again.exit_code == 0, again.output
     report = json.loads(again.stdout)
     assert report["complete"] and report["tasks_run"] == 0 and report["rows_skipped"] == {"too_few_fields": 30}
@@ -77,5 +92,7 @@ def test_directory_input_takes_only_day_files_and_names_what_it_ignored(tmp_path
     options = Manifest.load(tmp_path / "data").options
     assert [f["name"] for f in options["inputs"]] == ["day_0", "day_1", "day_2"]  # day_2, not the .md5, is halved
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert warnings == [f"{raw}: ignored 2 file(s) not named day_N[.gz], train.txt[.gz] or dac_sample.txt: README, day_2.md5"]
+    assert warnings == [
+        f"{raw}: ignored 2 file(s) not named day_N[.gz], train.txt[.gz] or dac_sample.txt: README, day_2.md5"
+    ]
     assert json.loads(res.stdout)["rows_skipped"] == {}

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
-
 from conftest import loader_kwargs, write_tiny_dataset
 from helpers import assert_one_line_error
+from typer.testing import CliRunner
+
 from shardrec.dataloader.format import DatasetError, file_sha256, shown
 from shardrec.dataloader.loader import build_loader
 from shardrec.tools.cli.app import app
@@ -91,13 +91,23 @@ def test_an_id_beyond_its_table_is_refused_naming_file_row_and_id(tmp_path: Path
     ids = np.load(path)
     ids[123] = 65_132  # one changed byte's worth: the id
     _replace_column(data, "part-00001", "f3.npy", ids)
-    row = 123 if not multi_hot else int(np.searchsorted(np.load(data / "train" / "part-00001" / "f3.offsets.npy"), 123, side="right")) - 1
+    row = (
+        123
+        if not multi_hot
+        else int(np.searchsorted(np.load(data / "train" / "part-00001" / "f3.offsets.npy"), 123, side="right")) - 1
+    )
     pattern = re.escape(f"{path}: row {row} has id 65132, outside table f3 of 1000 rows")
     _assert_every_reader_refuses(data, pattern)
     plot = _cli("data", "stats", data, "--plot", tmp_path / "ids.png")  # counts every id of the split
     assert_one_line_error(plot, re.escape(f"{data}: id 65132 is outside the table of 1000 rows; `shardrec data verify"))
     # every gather path: compiled and numpy, shuffled (rows of both parts) and in file order
-    for kw in ({}, {"compiled": False}, {"shuffle": False}, {"shuffle": False, "compiled": False}, {"window_blocks": 1, "block_rows": 4}):
+    for kw in (
+        {},
+        {"compiled": False},
+        {"shuffle": False},
+        {"shuffle": False, "compiled": False},
+        {"window_blocks": 1, "block_rows": 4},
+    ):
         with pytest.raises(DatasetError, match=pattern):
             _read_everything(data, **kw)
     ids[123] = 999  # the last row of the table is a valid id
@@ -128,8 +138,16 @@ def test_part_names_that_lead_out_of_the_dataset_are_refused(tmp_path: Path, how
         pattern = manifest + ": part " + re.escape(shown(str(outside))) + " of split 'train' is not a plain name"
     elif how == "dotdot-file":
         (data / "train" / "part-00000").mkdir()
-        _edit_manifest(data, lambda raw: raw["splits"]["train"]["parts"][0]["files"].update({"../../../elsewhere/part-00000/f0.npy": {"bytes": 1, "sha256": ""}}))
-        pattern = manifest + r": part train/part-00000 lists file '\.\./\.\./\.\./elsewhere/part-00000/f0\.npy', not a plain name"
+        _edit_manifest(
+            data,
+            lambda raw: raw["splits"]["train"]["parts"][0]["files"].update(
+                {"../../../elsewhere/part-00000/f0.npy": {"bytes": 1, "sha256": ""}}
+            ),
+        )
+        pattern = (
+            manifest
+            + r": part train/part-00000 lists file '\.\./\.\./\.\./elsewhere/part-00000/f0\.npy', not a plain name"
+        )
     elif how == "symlinked-part":
         (data / "train" / "part-00000").symlink_to(outside)
         pattern = re.escape(str(data / "train" / "part-00000")) + r"/\S+\.npy: leads out of the dataset directory"
@@ -184,8 +202,12 @@ def test_the_trainer_refuses_an_id_beyond_its_table_instead_of_training_row_zero
     import subprocess
     import sys
 
-    result = subprocess.run([sys.executable, "-c", _TRAINER_LOOKUP, str(tmp_path / "store")], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", _TRAINER_LOOKUP, str(tmp_path / "store")], capture_output=True, text=True, timeout=300
+    )
     lines = [line for line in result.stdout.splitlines() if line.startswith(("trained", "refused"))]
     assert lines[:1] == ["trained [3, 99]"], result.stdout + result.stderr[-3000:]
-    assert len(lines) == 2 and lines[1].startswith("refused [3, 150]") and "idx < num_rows" in lines[1], result.stdout + result.stderr[-3000:]
+    assert len(lines) == 2 and lines[1].startswith("refused [3, 150]") and "idx < num_rows" in lines[1], (
+        result.stdout + result.stderr[-3000:]
+    )
     assert "Setting idx to zero" not in result.stderr

@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from helpers import assert_one_line_error, processes
+
 from shardrec.tools.synth import write_dataset
 
 ARGS = ["--max-ids", "5000", "--chunk-mb", "0.1", "--workers", "2"]
@@ -47,7 +47,9 @@ def test_sigkilled_worker_ends_the_run_naming_the_task_and_the_rerun_finishes(tm
         proc.communicate()
         pytest.fail("shardrec preprocess hung after a worker was killed")
     done = subprocess.CompletedProcess(proc.args, proc.returncode, "", stderr)
-    assert_one_line_error(done, r"^error: a worker process died .* while running task \d+ \(.*train\.txt bytes \d+-\d+\).*rerun to finish")
+    assert_one_line_error(
+        done, r"^error: a worker process died .* while running task \d+ \(.*train\.txt bytes \d+-\d+\).*rerun to finish"
+    )
     assert not (out / "manifest.json").exists()
     kept = len(list((out / ".work").glob("task-*.json")))
 
@@ -55,7 +57,9 @@ def test_sigkilled_worker_ends_the_run_naming_the_task_and_the_rerun_finishes(tm
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     clean = tmp_path / "clean"
     subprocess.run(_preprocess(raw, clean), capture_output=True, check=True, timeout=300)
-    tree = lambda d: {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file() and ".work" not in p.parts}  # noqa: E731
+    tree = lambda d: {
+        str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file() and ".work" not in p.parts
+    }  # noqa: E731
     assert tree(out) == tree(clean)  # nothing written before the kill was lost or corrupt
     assert f'"tasks_run": {len(list((out / ".work").glob("task-*.json"))) - kept}' in rerun.stdout
     assert not list(out.rglob(".*.tmp*"))

@@ -10,9 +10,9 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
-from helpers import assert_one_line_error
 from shardrec.tools.cli.app import app
 
 runner = CliRunner()
@@ -25,8 +25,11 @@ def _valid_plan(tiny_dataset: Path, path: Path) -> dict:
     from shardrec.sharding.plan_io import PLAN_SCHEMA_VERSION, PlanFile, Shard, TablePlan, plan_fingerprint, save_plan
 
     configs = build_table_configs(Manifest.load(tiny_dataset), 16)
-    plan = PlanFile(PLAN_SCHEMA_VERSION, plan_fingerprint(configs, 1, 64, "cpu"),
-                    [TablePlan(c.name, "table_wise", "fused", [Shard(0, 0, 0, c.num_embeddings, 16)]) for c in configs])
+    plan = PlanFile(
+        PLAN_SCHEMA_VERSION,
+        plan_fingerprint(configs, 1, 64, "cpu"),
+        [TablePlan(c.name, "table_wise", "fused", [Shard(0, 0, 0, c.num_embeddings, 16)]) for c in configs],
+    )
     save_plan(plan, path)
     return json.loads(path.read_text())
 
@@ -66,14 +69,18 @@ def test_plan_files_and_calibration_profiles_are_checked_by_type(tiny_dataset: P
         path.write_text(json.dumps(bad))  # json.dumps writes NaN and Infinity as they are
         pattern = "^error: " + re.escape(str(path)) + ": " + message
         assert_one_line_error(runner.invoke(app, ["plan", "show", str(path)]), pattern)
-        result = runner.invoke(app, ["train", "--data", str(tiny_dataset), "--plan", str(path), "--out-dir", str(tmp_path / "run"), *JOB])
+        result = runner.invoke(
+            app, ["train", "--data", str(tiny_dataset), "--plan", str(path), "--out-dir", str(tmp_path / "run"), *JOB]
+        )
         assert_one_line_error(result, re.escape(str(path)) + ": " + message)
         assert not (tmp_path / "run" / "checkpoints").exists()
 
     profile = tmp_path / "profile.json"
     figures = {"lookup_bw": 1.5e9, "intra_host_bw": 3e8, "inter_host_bw": 1e8}
     profile.write_text(json.dumps({"format": "shardrec-calibration", "measured": figures}))
-    planned = runner.invoke(app, ["plan", "--data", str(tiny_dataset), "--world-size", "2", "--profile", str(profile), "--json"])
+    planned = runner.invoke(
+        app, ["plan", "--data", str(tiny_dataset), "--world-size", "2", "--profile", str(profile), "--json"]
+    )
     assert planned.exit_code == 0, planned.output
     assert json.loads(planned.stdout)["max_step_ms"] > 0
     for value, message in [
@@ -84,8 +91,12 @@ def test_plan_files_and_calibration_profiles_are_checked_by_type(tiny_dataset: P
         ('"1.5e9"', "measured.lookup_bw is '1.5e9', expected a number"),
         ("[1]", r"measured.lookup_bw is \[1\], expected a number"),
     ]:
-        profile.write_text('{"format": "shardrec-calibration", "measured": {"lookup_bw": %s, "intra_host_bw": 3e8}}' % value)
-        result = runner.invoke(app, ["plan", "--data", str(tiny_dataset), "--world-size", "2", "--profile", str(profile)])
+        profile.write_text(
+            '{"format": "shardrec-calibration", "measured": {"lookup_bw": %s, "intra_host_bw": 3e8}}' % value
+        )
+        result = runner.invoke(
+            app, ["plan", "--data", str(tiny_dataset), "--world-size", "2", "--profile", str(profile)]
+        )
         assert_one_line_error(result, "^error: " + re.escape(str(profile)) + ": " + message)
 
 
@@ -93,4 +104,6 @@ def test_plan_files_and_calibration_profiles_are_checked_by_type(tiny_dataset: P
 def test_an_unreadable_plan_file_is_named(tmp_path: Path, text: str):
     path = tmp_path / "plan.json"
     path.write_bytes(text.encode("latin-1"))
-    assert_one_line_error(runner.invoke(app, ["plan", "show", str(path)]), "^error: " + re.escape(str(path)) + ": not a JSON plan file")
+    assert_one_line_error(
+        runner.invoke(app, ["plan", "show", str(path)]), "^error: " + re.escape(str(path)) + ": not a JSON plan file"
+    )

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import typer
+from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
-from helpers import assert_one_line_error
 from shardrec.dataloader import gather_kernels
 from shardrec.dataloader.format import open_split
 from shardrec.tools.cli.app import app
@@ -33,7 +33,9 @@ def _toy(how: str) -> None:
     fail("the one line")
 
 
-@pytest.mark.parametrize("how, complaint", [("crash", "expected a deliberate typer.Exit"), ("two", "expected one line on stderr, got 2")])
+@pytest.mark.parametrize(
+    "how, complaint", [("crash", "expected a deliberate typer.Exit"), ("two", "expected one line on stderr, got 2")]
+)
 def test_one_line_helper_rejects_a_traceback_and_a_second_line(how: str, complaint: str):
     result = CliRunner().invoke(toy, [how])
     assert result.exit_code == 1
@@ -43,11 +45,19 @@ def test_one_line_helper_rejects_a_traceback_and_a_second_line(how: str, complai
 
 
 def test_numba_kernels_are_the_ones_running():
-    assert parse_kernel.AVAILABLE and gather_kernels.AVAILABLE, "numba is a hard dependency; the numpy fallbacks are running"
+    assert parse_kernel.AVAILABLE and gather_kernels.AVAILABLE, (
+        "numba is a hard dependency; the numpy fallbacks are running"
+    )
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("target", ["tests/unit/test_loader_kernels.py", "tests/unit/test_preprocess_fast_paths.py::test_stats_from_counts_equal_stats_from_sorted_bincount"])
+@pytest.mark.parametrize(
+    "target",
+    [
+        "tests/unit/test_loader_kernels.py",
+        "tests/unit/test_preprocess_fast_paths.py::test_stats_from_counts_equal_stats_from_sorted_bincount",
+    ],
+)
 def test_kernel_tests_fail_without_numba(target: str):
     # sys.modules["numba"] = None makes `import numba` raise ImportError: a broken install.
     code = "import sys, pytest; sys.modules['numba'] = None; sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', sys.argv[1]]))"

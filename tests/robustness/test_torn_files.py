@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
-from helpers import assert_one_line_error
 from shardrec.tools.cli.app import app
 from shardrec.tools.preprocess import torchrec_npy
 from shardrec.tools.synth import write_dataset
@@ -23,7 +23,11 @@ ARGS = ["--max-ids", "5000", "--chunk-mb", "0.1"]
 
 
 def outputs(directory: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file() and ".work" not in p.parts}
+    return {
+        str(p.relative_to(directory)): p.read_bytes()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file() and ".work" not in p.parts
+    }
 
 
 def preprocess(raw: Path, out: Path, *extra: str):
@@ -58,7 +62,9 @@ def test_torn_run_record_is_named(raw: Path, tmp_path: Path):
     assert preprocess(raw, out).exit_code == 0
     record = out / ".work" / "run.json"
     record.write_bytes(record.read_bytes()[:10])
-    assert_one_line_error(preprocess(raw, out), rf"^error: {re.escape(str(record))}: unreadable run record \(.*\); remove the directory")
+    assert_one_line_error(
+        preprocess(raw, out), rf"^error: {re.escape(str(record))}: unreadable run record \(.*\); remove the directory"
+    )
 
 
 def test_deleted_part_whose_marker_survives_is_rebuilt(raw: Path, reference, tmp_path: Path):
@@ -119,8 +125,12 @@ def test_report_skips_a_torn_last_metrics_line_and_names_a_torn_middle_one(tmp_p
     res = runner.invoke(app, ["report", str(tmp_path), "--json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["records"] == 3
-    assert res.stderr.splitlines() == [f"warning: {metrics}:4: torn last record skipped (a run killed while writing it?)"]
+    assert res.stderr.splitlines() == [
+        f"warning: {metrics}:4: torn last record skipped (a run killed while writing it?)"
+    ]
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     metrics.write_text(json.dumps(RECORDS[0]) + '\n{"kind": "tr\n' + json.dumps(RECORDS[1]) + "\n")
-    assert_one_line_error(runner.invoke(app, ["report", str(tmp_path)]), rf"^error: {re.escape(str(metrics))}:2: not a JSON record ")
+    assert_one_line_error(
+        runner.invoke(app, ["report", str(tmp_path)]), rf"^error: {re.escape(str(metrics))}:2: not a JSON record "
+    )

@@ -35,8 +35,13 @@ class PlantedCode:
 
 
 def _manager(directory: Path) -> CheckpointManager:
-    parts = CheckpointParts(progress=TrainProgress(step=3), sharded={"model": ModuleState(torch.nn.Linear(2, 2))},
-                            main={}, signature=SIGNATURE, layout='{"tables": []}')
+    parts = CheckpointParts(
+        progress=TrainProgress(step=3),
+        sharded={"model": ModuleState(torch.nn.Linear(2, 2))},
+        main={},
+        signature=SIGNATURE,
+        layout='{"tables": []}',
+    )
     return CheckpointManager(directory, ENV, keep=2, parts=parts)
 
 

@@ -21,22 +21,47 @@ import time
 from pathlib import Path
 
 import pytest
-
 from helpers import assert_one_line_error, processes
 
-JOB = ["--set", "model.embedding_dim=8", "--set", "model.dense_arch=[16, 8]", "--set", "model.over_arch=[16, 1]",
-       "--set", "train.global_batch_size=64", "--set", 'data.eval_splits=["val"]', "--set", "train.log_interval=1000"]
+JOB = [
+    "--set",
+    "model.embedding_dim=8",
+    "--set",
+    "model.dense_arch=[16, 8]",
+    "--set",
+    "model.over_arch=[16, 1]",
+    "--set",
+    "train.global_batch_size=64",
+    "--set",
+    'data.eval_splits=["val"]',
+    "--set",
+    "train.log_interval=1000",
+]
 
 
 def _command(data: Path, run_dir: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "shardrec.tools.cli", "train", "--data", str(data), "--out-dir", str(run_dir),
-            "--nproc-per-node", "2", "--json", *JOB, *extra]
+    return [
+        sys.executable,
+        "-m",
+        "shardrec.tools.cli",
+        "train",
+        "--data",
+        str(data),
+        "--out-dir",
+        str(run_dir),
+        "--nproc-per-node",
+        "2",
+        "--json",
+        *JOB,
+        *extra,
+    ]
 
 
 def _ranks(run_dir: Path) -> list[int]:
     """Pids of live trainer ranks (`python -m shardrec.trainer ...`) working on `run_dir`."""
+
     def is_rank(argv: list[bytes]) -> bool:
-        return any(argv[i:i + 2] == [b"-m", b"shardrec.trainer"] for i in range(1, 4))  # torchrun adds -u
+        return any(argv[i : i + 2] == [b"-m", b"shardrec.trainer"] for i in range(1, 4))  # torchrun adds -u
 
     return [p.pid for p in processes() if is_rank(p.argv) and str(run_dir).encode() in p.argv and p.state != "Z"]
 
@@ -63,13 +88,25 @@ class PlantedCode:
 def test_ranks_die_with_their_launcher_and_a_run_dir_in_use_is_refused(tiny_dataset: Path, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     # A long job (thousands of steps, no checkpoint) in a process group of its own, as a shell would start it.
-    first = subprocess.Popen(_command(tiny_dataset, run_dir, "--set", "train.epochs=10000"), start_new_session=True,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        _command(tiny_dataset, run_dir, "--set", "train.epochs=10000"),
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        assert _wait_for(lambda: len(_ranks(run_dir)) == 2, 120), first.stderr.read() if first.poll() is not None else ""
-        second = subprocess.run(_command(tiny_dataset, run_dir, "--steps", "4"), capture_output=True, text=True, timeout=120)
-        assert_one_line_error(second, rf"{re.escape(str(run_dir))} is in use by job \w+ on host "
-                                      rf"{re.escape(socket.gethostname())}, pid {first.pid} ")
+        assert _wait_for(lambda: len(_ranks(run_dir)) == 2, 120), (
+            first.stderr.read() if first.poll() is not None else ""
+        )
+        second = subprocess.run(
+            _command(tiny_dataset, run_dir, "--steps", "4"), capture_output=True, text=True, timeout=120
+        )
+        assert_one_line_error(
+            second,
+            rf"{re.escape(str(run_dir))} is in use by job \w+ on host "
+            rf"{re.escape(socket.gethostname())}, pid {first.pid} ",
+        )
         assert len(_ranks(run_dir)) == 2, "the refused job must leave the running one alone"
         os.killpg(first.pid, signal.SIGKILL)
         assert _wait_for(lambda: not _ranks(run_dir), 5), f"ranks outlived their launcher: {_ranks(run_dir)}"
@@ -80,16 +117,24 @@ def test_ranks_die_with_their_launcher_and_a_run_dir_in_use_is_refused(tiny_data
             os.kill(pid, signal.SIGKILL)
         first.wait(timeout=30)
 
-    rerun = subprocess.run(_command(tiny_dataset, run_dir, "--steps", "4", "--set", "checkpoint.interval_steps=2"),
-                           capture_output=True, text=True, timeout=300)
+    rerun = subprocess.run(
+        _command(tiny_dataset, run_dir, "--steps", "4", "--set", "checkpoint.interval_steps=2"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     checkpoint = run_dir / "checkpoints" / "step-00000004"
     assert (checkpoint / "digests.json").is_file()
 
     marker = tmp_path / "pwned"
     (checkpoint / ".metadata").write_bytes(pickle.dumps(PlantedCode(marker)))
-    tampered = subprocess.run(_command(tiny_dataset, run_dir, "--steps", "6", "--set", "checkpoint.interval_steps=2"),
-                              capture_output=True, text=True, timeout=300)
+    tampered = subprocess.run(
+        _command(tiny_dataset, run_dir, "--steps", "6", "--set", "checkpoint.interval_steps=2"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert_one_line_error(tampered, re.escape(str(checkpoint / ".metadata")) + ": contents differ from the digest")
     assert not marker.exists(), "the planted pickle ran"
     assert not _ranks(run_dir)

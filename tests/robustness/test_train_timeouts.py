@@ -19,9 +19,11 @@ def test_timeouts_have_defaults_are_settable_and_validated() -> None:
     config = load_job_config(None, ["dist.timeout_s=30", "checkpoint.timeout_s=7200"])
     assert (config.dist.timeout_s, config.checkpoint.timeout_s) == (30, 7200)
     assert "[dist]\ntimeout_s = 30" in config.to_toml()  # the run directory keeps them
-    for item, message in (("dist.timeout_s=0", "dist.timeout_s = 0 must be > 0"),
-                          ("checkpoint.timeout_s=-5", "checkpoint.timeout_s = -5 must be > 0"),
-                          ('dist.timeout_s="long"', "dist.timeout_s = 'long'")):
+    for item, message in (
+        ("dist.timeout_s=0", "dist.timeout_s = 0 must be > 0"),
+        ("checkpoint.timeout_s=-5", "checkpoint.timeout_s = -5 must be > 0"),
+        ('dist.timeout_s="long"', "dist.timeout_s = 'long'"),
+    ):
         with pytest.raises(ValueError, match=re.escape(message)):
             load_job_config(None, [item])
 
@@ -31,8 +33,13 @@ def _rank_one_never_saves(env, directory: str) -> int:
 
     from shardrec.trainer.checkpoint import CheckpointManager, CheckpointParts, ModuleState, TrainProgress
 
-    parts = CheckpointParts(progress=TrainProgress(step=5), sharded={"model": ModuleState(torch.nn.Linear(2, 2))},
-                            main={}, signature={}, layout="{}")
+    parts = CheckpointParts(
+        progress=TrainProgress(step=5),
+        sharded={"model": ModuleState(torch.nn.Linear(2, 2))},
+        main={},
+        signature={},
+        layout="{}",
+    )
     manager = CheckpointManager(Path(directory), env, keep=1, parts=parts, timeout_s=2)
     if env.rank == 1:
         time.sleep(4)  # lost: never reaches the checkpoint (then leaves, so the harness ends)
@@ -46,7 +53,9 @@ def test_a_rank_missing_from_a_checkpoint_barrier_is_named(tmp_path: Path) -> No
     with pytest.raises(RankFailed) as caught:
         run_local_ranks(_rank_one_never_saves, 2, str(tmp_path), timeout_s=60)
     assert caught.value.rank == 0
-    assert caught.value.reason == ("shardrec.trainer.dist.RankMissing: checkpoint of step 5: start: "
-                                   "rank 1 of 2 did not arrive within 2 s (checkpoint.timeout_s)")
+    assert caught.value.reason == (
+        "shardrec.trainer.dist.RankMissing: checkpoint of step 5: start: "
+        "rank 1 of 2 did not arrive within 2 s (checkpoint.timeout_s)"
+    )
     assert time.monotonic() - start < 60  # the 2 s timeout, not the collectives' 600 s
     assert not (tmp_path / "step-00000005").exists()

@@ -49,10 +49,23 @@ def test_stock_baseline_imports_only_the_timing_harness() -> None:
 
 def test_stock_baseline_trains_with_torchrecs_own_pieces() -> None:
     imported = _imports(STOCK)
-    names = {alias.name for node in ast.walk(ast.parse(STOCK.read_text())) if isinstance(node, ast.ImportFrom)
-             for alias in node.names if (node.module or "").startswith("torchrec")}
-    assert {"DLRM", "DLRM_DCN", "DLRMTrain", "EmbeddingBagCollectionSharder", "EmbeddingShardingPlanner",
-            "TrainPipelineSparseDist", "KeyedOptimizerWrapper", "DistributedModelParallel"} <= names
+    names = {
+        alias.name
+        for node in ast.walk(ast.parse(STOCK.read_text()))
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+        if (node.module or "").startswith("torchrec")
+    }
+    assert {
+        "DLRM",
+        "DLRM_DCN",
+        "DLRMTrain",
+        "EmbeddingBagCollectionSharder",
+        "EmbeddingShardingPlanner",
+        "TrainPipelineSparseDist",
+        "KeyedOptimizerWrapper",
+        "DistributedModelParallel",
+    } <= names
     assert "torchrec.models.dlrm" in imported
 
 

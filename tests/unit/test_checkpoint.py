@@ -29,8 +29,13 @@ class Counter:
 def _manager(directory: Path, signature: dict = SIGNATURE) -> tuple[CheckpointManager, torch.nn.Linear, Counter]:
     torch.manual_seed(0)
     module, counter = torch.nn.Linear(2, 2), Counter()
-    parts = CheckpointParts(progress=TrainProgress(), sharded={"model": ModuleState(module)},
-                            main={"loader": counter}, signature=signature, layout='{"tables": []}')
+    parts = CheckpointParts(
+        progress=TrainProgress(),
+        sharded={"model": ModuleState(module)},
+        main={"loader": counter},
+        signature=signature,
+        layout='{"tables": []}',
+    )
     return CheckpointManager(directory, ENV, keep=2, parts=parts), module, counter
 
 
@@ -58,6 +63,8 @@ def test_a_checkpoint_of_another_model_is_refused_naming_the_difference(tmp_path
     manager.save()
     other, _, counter = _manager(tmp_path, {**SIGNATURE, "model": {"arch": "dcnv2"}})
     counter.value = 7
-    with pytest.raises(ValueError, match="checkpoint of another model or optimizer: model.arch: checkpoint 'dlrm', job 'dcnv2'"):
+    with pytest.raises(
+        ValueError, match="checkpoint of another model or optimizer: model.arch: checkpoint 'dlrm', job 'dcnv2'"
+    ):
         other.load_latest()
     assert counter.value == 7  # nothing was loaded

@@ -19,8 +19,14 @@ def _tables():
 
 def _bytes(placed, world_size=2, local=2):
     tables = _tables()
-    return step_comm_bytes(placed, {t.name: t.num_embeddings for t in tables}, {t.name: t.embedding_dim for t in tables},
-                           {t.name: 3.0 for t in tables}, Workload(4 * world_size, world_size), local)
+    return step_comm_bytes(
+        placed,
+        {t.name: t.num_embeddings for t in tables},
+        {t.name: t.embedding_dim for t in tables},
+        {t.name: 3.0 for t in tables},
+        Workload(4 * world_size, world_size),
+        local,
+    )
 
 
 def test_table_wise_two_ranks() -> None:

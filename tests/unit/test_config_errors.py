@@ -18,7 +18,9 @@ def test_job_file_mistakes_name_the_file_and_suggest(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=rf"^{re.escape(str(job))}: unknown section \[trian\]; did you mean train\?$"):
         load_job_config(job)
     job.write_text("[train]\nsed = 3\n")
-    with pytest.raises(ValueError, match=rf"^{re.escape(str(job))}: unknown key 'sed' in \[train\]; did you mean seed\?$"):
+    with pytest.raises(
+        ValueError, match=rf"^{re.escape(str(job))}: unknown key 'sed' in \[train\]; did you mean seed\?$"
+    ):
         load_job_config(job)
     job.write_text("[train]\nseed = 'x'\n")
     with pytest.raises(ValueError, match=rf"^{re.escape(str(job))}: train.seed = 'x' should be an integer$"):

@@ -22,7 +22,10 @@ def test_one_table_per_sparse_feature_with_its_width(tiny_dataset: Path) -> None
     manifest = Manifest.load(tiny_dataset)
     tables = build_table_configs(manifest, 8, {"f1": 4})
     assert [(t.name, t.num_embeddings, t.embedding_dim, t.feature_names) for t in tables] == [
-        ("t_f0", 50, 8, ["f0"]), ("t_f1", 300, 4, ["f1"]), ("t_f2", 7, 8, ["f2"]), ("t_f3", 1000, 8, ["f3"]),
+        ("t_f0", 50, 8, ["f0"]),
+        ("t_f1", 300, 4, ["f1"]),
+        ("t_f2", 7, 8, ["f2"]),
+        ("t_f3", 1000, 8, ["f3"]),
     ]
     assert table_dims(manifest, 8) == {"f0": 8, "f1": 8, "f2": 8, "f3": 8}
     with pytest.raises(ValueError, match="^model.dims names features the dataset does not have: C1, zz$"):
@@ -39,9 +42,18 @@ def test_initial_weights_are_pinned_and_do_not_depend_on_the_cut() -> None:
     _fill_rows(whole, 0, 0, 1, table, seed=7)
     # Values of the first implementation (trainer/build.py): a checkpoint-free resume or an old run
     # compared against a new one relies on them staying bit-identical.
-    assert whole[0].tolist() == [-0.004842731636017561, -0.0006000682478770614, 0.003440378000959754, 0.004373742733150721]
+    assert whole[0].tolist() == [
+        -0.004842731636017561,
+        -0.0006000682478770614,
+        0.003440378000959754,
+        0.004373742733150721,
+    ]
     assert whole[INIT_BLOCK_ROWS].tolist() == [
-        -0.005718188360333443, 0.006018022075295448, 0.0059361751191318035, 0.004212789703160524]
+        -0.005718188360333443,
+        0.006018022075295448,
+        0.0059361751191318035,
+        0.004212789703160524,
+    ]
     # A shard straddling a block boundary, cut by columns too, holds exactly the whole table's values.
     shard = torch.empty(300, 2)
     _fill_rows(shard, INIT_BLOCK_ROWS - 100, 1, 1, table, seed=7)
@@ -69,8 +81,12 @@ def test_fused_optimizer_goes_to_the_named_tables_only_and_the_rest_are_found_by
     assert list(fused) == ["ebc.embedding_bags.t_b.weight"]
     replicated = replicated_table_params(model, tables, "ebc")
     assert {fqn: name for fqn, (name, _) in replicated.items()} == {
-        "ebc.embedding_bags.t_a.weight": "t_a", "ebc.embedding_bags.t_c.weight": "t_c"}
-    optimizer = replicated_table_optimizer([p for _, p in replicated.values()], optimizer="rowwise_adagrad", lr=0.1, eps=1e-8)
+        "ebc.embedding_bags.t_a.weight": "t_a",
+        "ebc.embedding_bags.t_c.weight": "t_c",
+    }
+    optimizer = replicated_table_optimizer(
+        [p for _, p in replicated.values()], optimizer="rowwise_adagrad", lr=0.1, eps=1e-8
+    )
     assert isinstance(optimizer, RowWiseAdagrad) and optimizer.defaults["lr"] == 0.1
     sgd = replicated_table_optimizer([ebc.embedding_bags["t_a"].weight], optimizer="sgd", lr=0.5, eps=1e-8)
     assert isinstance(sgd, torch.optim.SGD)  # sgd takes no eps

@@ -35,13 +35,16 @@ def test_tracker_records_the_first_evaluation_at_or_over_the_target() -> None:
     assert TargetTracker.for_splits(0.5, ["val"], 1).check(1, {"val": {"auc": float("nan")}}, 0.0) is None
 
 
-@pytest.mark.parametrize("item, message", [
-    ("eval.every_epoch_fraction=1.5", r"eval.every_epoch_fraction = 1.5 must lie in \[0, 1\]"),
-    ("train.target_auc=-0.1", r"train.target_auc = -0.1 must lie in \[0, 1\]"),
-    ("data.multihot_sizes=[3, 0]", r"data.multihot_sizes = \[3, 0\]: 0 must be >= 1"),
-    ("data.multihot_dist=\"zipf\"", r"data.multihot_dist = 'zipf' is not one of uniform, pareto"),
-    ("data.multihot_seed=-1", r"data.multihot_seed = -1 must lie in \[0, 2\^32\)"),
-])
+@pytest.mark.parametrize(
+    "item, message",
+    [
+        ("eval.every_epoch_fraction=1.5", r"eval.every_epoch_fraction = 1.5 must lie in \[0, 1\]"),
+        ("train.target_auc=-0.1", r"train.target_auc = -0.1 must lie in \[0, 1\]"),
+        ("data.multihot_sizes=[3, 0]", r"data.multihot_sizes = \[3, 0\]: 0 must be >= 1"),
+        ('data.multihot_dist="zipf"', r"data.multihot_dist = 'zipf' is not one of uniform, pareto"),
+        ("data.multihot_seed=-1", r"data.multihot_seed = -1 must lie in \[0, 2\^32\)"),
+    ],
+)
 def test_bad_settings_name_the_key_and_value(item: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         load_job_config(None, [item])

@@ -2,10 +2,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import write_tiny_dataset
 
 from shardrec.dataloader.format import DatasetError, Manifest, open_split, smallest_uint
 from shardrec.dataloader.integrity import verify
-from conftest import write_tiny_dataset
 
 
 def test_smallest_uint_picks_the_narrowest_type():
@@ -64,8 +64,14 @@ def test_part_without_a_feature_column_names_the_part_and_column(tmp_path: Path)
     [
         (lambda raw: raw.update(splits=["train"]), r"malformed manifest: splits is \['train'\], expected an object"),
         (lambda raw: raw["splits"].update(val=[]), r"malformed manifest: splits.val is \[\], expected an object"),
-        (lambda raw: raw["splits"]["test"].update(parts={}), r"malformed manifest: splits.test.parts is \{\}, expected a list"),
-        (lambda raw: raw["splits"]["train"]["parts"][1].update(files=[]), r"splits.train.parts\[1\].files is \[\], expected an object"),
+        (
+            lambda raw: raw["splits"]["test"].update(parts={}),
+            r"malformed manifest: splits.test.parts is \{\}, expected a list",
+        ),
+        (
+            lambda raw: raw["splits"]["train"]["parts"][1].update(files=[]),
+            r"splits.train.parts\[1\].files is \[\], expected an object",
+        ),
     ],
 )
 def test_malformed_splits_are_dataset_errors(tmp_path: Path, edit, message):
@@ -86,6 +92,9 @@ def test_multi_hot_offsets_are_checked_against_rows_and_ids(tmp_path: Path):
         with pytest.raises(DatasetError, match=f"f1.offsets.npy: {message}"):
             open_split(tmp_path, "train")
     np.save(path, good[:-1])
-    _edit_manifest(tmp_path, lambda raw: raw["splits"]["train"]["parts"][0]["files"]["f1.offsets.npy"].update(bytes=path.stat().st_size))
+    _edit_manifest(
+        tmp_path,
+        lambda raw: raw["splits"]["train"]["parts"][0]["files"]["f1.offsets.npy"].update(bytes=path.stat().st_size),
+    )
     with pytest.raises(DatasetError, match=r"f1.offsets.npy: \(30,\) offsets, expected 31 \(rows \+ 1\)"):
         open_split(tmp_path, "train")

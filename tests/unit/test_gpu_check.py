@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
-from helpers import assert_one_line_error
 from shardrec.tools.bench import gpu_check
 from shardrec.tools.cli.app import app
 
@@ -42,8 +42,10 @@ def test_make_target_runs_the_script() -> None:
 
 
 def test_summary_ends_in_one_verdict() -> None:
-    rows = [gpu_check.Row("pytest -m gpu", True, "3 passed, 0 failed, 0 skipped", 41.0),
-            gpu_check.Row("bench train cuda x2 bf16", False, "AUC 0.7000 (NOT within 0.002)", 0.0)]
+    rows = [
+        gpu_check.Row("pytest -m gpu", True, "3 passed, 0 failed, 0 skipped", 41.0),
+        gpu_check.Row("bench train cuda x2 bf16", False, "AUC 0.7000 (NOT within 0.002)", 0.0),
+    ]
     lines = gpu_check.summary_table(rows, "2 x H200").splitlines()
     assert lines[0] == "GPU check on 2 x H200"
     assert lines[2].split()[:5] == ["pytest", "-m", "gpu", "PASS", "41"]

@@ -3,8 +3,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from conftest import loader_kwargs, write_tiny_dataset
+
 from shardrec.dataloader.digest import batch_digest, stream_digests
 from shardrec.dataloader.format import DatasetError, open_split
 from shardrec.dataloader.loader import NO_SHUFFLE, PAD_LABEL, build_loader
@@ -60,7 +60,9 @@ def test_unshuffled_epoch_is_the_files_in_order_across_parts(data: Path):
     f3 = np.concatenate([p.sparse["f3"] for p in parts]).astype(np.int64)
     for world_size in (1, 2):
         loaders = _loaders(data, world_size, shuffle=False, global_batch_size=40)
-        seen = [(b.dense_features.numpy(), b.sparse_features["f3"].values().numpy()) for bs in zip(*loaders) for b in bs]
+        seen = [
+            (b.dense_features.numpy(), b.sparse_features["f3"].values().numpy()) for bs in zip(*loaders) for b in bs
+        ]
         assert np.array_equal(np.concatenate([d for d, _ in seen]), dense)
         assert np.array_equal(np.concatenate([v for _, v in seen]), f3)
 
@@ -95,7 +97,9 @@ def test_rank_r_gets_rows_r_times_b_of_each_global_batch(data: Path):
         for r, loader in enumerate(halves):
             b = loader.batch(k)
             assert torch.equal(b.dense_features, g.dense_features[r * 32 : (r + 1) * 32])
-            assert torch.equal(b.sparse_features["f3"].values(), g.sparse_features["f3"].values()[r * 32 : (r + 1) * 32])
+            assert torch.equal(
+                b.sparse_features["f3"].values(), g.sparse_features["f3"].values()[r * 32 : (r + 1) * 32]
+            )
 
 
 @pytest.mark.parametrize("tail", ["drop", "pad"])
@@ -257,8 +261,12 @@ def test_float16_dense_columns_arrive_as_float32(tmp_path: Path):
 
     rng = np.random.default_rng(0)
     dense = rng.normal(size=(32, 3)).astype(np.float16)
-    part = write_part(tmp_path / "train" / "part-00000", np.zeros(32, np.uint8), dense, {"a": np.arange(32, dtype=np.uint8)})
-    Manifest(["x", "y", "z"], [SparseFeature("a", 32, "uint8")], {"train": SplitInfo(32, [part])}, dense_dtype="float16").save(tmp_path)
+    part = write_part(
+        tmp_path / "train" / "part-00000", np.zeros(32, np.uint8), dense, {"a": np.arange(32, dtype=np.uint8)}
+    )
+    Manifest(
+        ["x", "y", "z"], [SparseFeature("a", 32, "uint8")], {"train": SplitInfo(32, [part])}, dense_dtype="float16"
+    ).save(tmp_path)
     batch = build_loader(tmp_path, "train", global_batch_size=8, rank=1, world_size=2, shuffle=NO_SHUFFLE).batch(1)
     assert batch.dense_features.dtype == torch.float32
     assert np.array_equal(batch.dense_features.numpy(), dense[12:16].astype(np.float32))

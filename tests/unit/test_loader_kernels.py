@@ -2,13 +2,12 @@
 
 from pathlib import Path
 
+import numba  # noqa: E402,F401  a hard dependency: a broken install must fail here, not skip
 import numpy as np
 import pytest
 import torch
-
-import numba  # noqa: E402,F401  a hard dependency: a broken install must fail here, not skip
-
 from conftest import loader_kwargs, write_tiny_dataset  # noqa: E402
+
 from shardrec.dataloader import gather_kernels  # noqa: E402
 from shardrec.dataloader.digest import batch_digest  # noqa: E402
 from shardrec.dataloader.loader import build_loader  # noqa: E402
@@ -33,7 +32,9 @@ def jagged_data(tmp_path_factory) -> Path:
 
 def _stream(d: Path, world_size: int, **kw) -> list[list]:
     kw = {"global_batch_size": 64, "seed": 3, **SMALL, **kw}
-    loaders = [build_loader(d, "train", rank=r, world_size=world_size, **loader_kwargs(**kw)) for r in range(world_size)]
+    loaders = [
+        build_loader(d, "train", rank=r, world_size=world_size, **loader_kwargs(**kw)) for r in range(world_size)
+    ]
     return [list(slices) for slices in zip(*loaders)]
 
 
@@ -117,7 +118,9 @@ def test_parts_the_kernels_cannot_read_as_one_column_fall_back_exactly(monkeypat
                    rng.normal(size=(n, 3)).astype(np.float16), {"a": rng.integers(0, 200, n).astype(np.uint8)})
         for i, n in enumerate((90, 70, 60))
     ]  # fmt: skip
-    Manifest(["x", "y", "z"], [SparseFeature("a", 200, "uint8")], {"train": SplitInfo(220, parts)}, dense_dtype="float16").save(tmp_path / "f16")
+    Manifest(
+        ["x", "y", "z"], [SparseFeature("a", 200, "uint8")], {"train": SplitInfo(220, parts)}, dense_dtype="float16"
+    ).save(tmp_path / "f16")
     compiled, plain = _both(monkeypatch, tmp_path / "f16", 2, global_batch_size=32)
     _assert_same(compiled, plain, ["a"])
     # torchrec days whose sparse dtypes differ (int32, then int64).

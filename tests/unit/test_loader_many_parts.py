@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import write_tiny_dataset
 from helpers import resplit
+
 from shardrec.dataloader import gather_kernels
 from shardrec.dataloader.addresses import index_dtype
 from shardrec.dataloader.digest import batch_digest
@@ -27,8 +27,6 @@ PARTS = 300
 SMALL_SHUFFLE = ShuffleSpec(seed=3, block_rows=4, window_blocks=8, segment_blocks=2, group_segments=40)
 
 
-
-
 @pytest.fixture(scope="module")
 def datasets(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("many")
@@ -38,7 +36,9 @@ def datasets(tmp_path_factory) -> tuple[Path, Path]:
 
 
 def _digests(directory: Path, shuffle: ShuffleSpec, delivery: Delivery = Delivery(), batch: int = 40) -> list[str]:
-    loader = build_loader(directory, "train", global_batch_size=batch, rank=0, world_size=1, shuffle=shuffle, delivery=delivery)
+    loader = build_loader(
+        directory, "train", global_batch_size=batch, rank=0, world_size=1, shuffle=shuffle, delivery=delivery
+    )
     return [batch_digest([b], loader.feature_names) for b in loader]
 
 
@@ -78,7 +78,15 @@ def test_parts_are_unmapped_beyond_the_bound(datasets):
     _, many = datasets
     source = open_source(many, "train", max_mapped_parts=5)
     assert source.parts.mapped == 5 and source.parts.opens == PARTS
-    loader = build_loader(many, "train", global_batch_size=40, rank=0, world_size=1, shuffle=SMALL_SHUFFLE, delivery=Delivery(max_mapped_parts=5))
+    loader = build_loader(
+        many,
+        "train",
+        global_batch_size=40,
+        rank=0,
+        world_size=1,
+        shuffle=SMALL_SHUFFLE,
+        delivery=Delivery(max_mapped_parts=5),
+    )
     for _ in loader:
         pass
     parts = loader.source.parts
@@ -97,7 +105,12 @@ def test_no_file_descriptor_is_held_per_part(datasets):
 
 
 def test_map_npy_is_np_load_read_only(tmp_path):
-    for array in (np.arange(7, dtype=np.uint16), np.ones((5, 3), np.float16), np.zeros((0, 13), np.float32), np.asfortranarray(np.eye(3))):
+    for array in (
+        np.arange(7, dtype=np.uint16),
+        np.ones((5, 3), np.float16),
+        np.zeros((0, 13), np.float32),
+        np.asfortranarray(np.eye(3)),
+    ):
         np.save(tmp_path / "a.npy", array)
         mapped = map_npy(tmp_path / "a.npy")
         assert mapped.dtype == array.dtype and mapped.shape == array.shape and np.array_equal(mapped, array)
@@ -139,7 +152,9 @@ def test_all_part_sets_of_the_process_share_one_map_budget(datasets, monkeypatch
     del sets
     gc.collect()
     assert not {k[0] for k in part_cache._BUDGET.order} & ids  # dropped sets' maps left the budget
-    assert part_cache._BUDGET.maps == sum(files for key, files in {k: f for k, f in part_cache._BUDGET.order.values()}.items())
+    assert part_cache._BUDGET.maps == sum(
+        files for key, files in {k: f for k, f in part_cache._BUDGET.order.values()}.items()
+    )
 
 
 def test_loaders_of_one_split_share_its_maps(datasets):

@@ -40,7 +40,9 @@ def test_torchrec_days_read_with_torchrec_split_convention(tmp_path: Path):
 
 def test_torchrec_raw_ids_fold_into_hash_sizes(tmp_path: Path):
     days = _write_days(tmp_path, [16, 16])
-    loader = build_loader(tmp_path, "train", global_batch_size=16, rank=0, world_size=1, shuffle=NO_SHUFFLE, hashes=[7, 100, 1000])
+    loader = build_loader(
+        tmp_path, "train", global_batch_size=16, rank=0, world_size=1, shuffle=NO_SHUFFLE, hashes=[7, 100, 1000]
+    )
     kjt = loader.batch(0).sparse_features
     assert kjt["cat_0"].values().tolist() == (days[0]["sparse"][:, 0] % 7).tolist()
     assert kjt["cat_2"].values().tolist() == (days[0]["sparse"][:, 2] % 1000).tolist()

@@ -13,7 +13,10 @@ from shardrec.trainer.models import build_model
 
 
 def _ebc(dims=(4, 4, 4)) -> EmbeddingBagCollection:
-    tables = [EmbeddingBagConfig(name=f"t{i}", embedding_dim=d, num_embeddings=10, feature_names=[f"f{i}"]) for i, d in enumerate(dims)]
+    tables = [
+        EmbeddingBagConfig(name=f"t{i}", embedding_dim=d, num_embeddings=10, feature_names=[f"f{i}"])
+        for i, d in enumerate(dims)
+    ]
     return EmbeddingBagCollection(tables=tables)
 
 
@@ -22,7 +25,9 @@ DLRM = ModelConfig(arch="dlrm", embedding_dim=4, dense_arch=[8, 4], over_arch=[8
 
 def _kjt(keys, batch=5) -> KeyedJaggedTensor:
     lengths = torch.tensor([1, 2, 0, 1, 1] * len(keys))[: batch * len(keys)]
-    return KeyedJaggedTensor.from_lengths_sync(keys=keys, values=torch.randint(0, 10, (int(lengths.sum()),)), lengths=lengths)
+    return KeyedJaggedTensor.from_lengths_sync(
+        keys=keys, values=torch.randint(0, 10, (int(lengths.sum()),)), lengths=lengths
+    )
 
 
 def test_dlrm_gives_one_logit_per_sample_and_reads_features_by_name() -> None:

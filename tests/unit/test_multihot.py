@@ -7,12 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from shardrec.dataloader import multihot
-from shardrec.dataloader.multihot import MultiHotSpec, multihot_spec, open_index_tables
 from conftest import write_tiny_dataset
 from multihot_reference import reference_tables
 
+from shardrec.dataloader import multihot
+from shardrec.dataloader.multihot import MultiHotSpec, multihot_spec, open_index_tables
 
 SIZES = [3, 1, 2, 7, 1, 5]
 ROWS = [50, 4, 1, 300, 9, 70_000]

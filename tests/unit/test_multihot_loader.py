@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import loader_kwargs, write_tiny_dataset
 from multihot_reference import reference_multihot, reference_tables
+
 from shardrec.dataloader.digest import stream_digests
 from shardrec.dataloader.format import open_split
 from shardrec.dataloader.loader import build_loader
@@ -23,13 +23,25 @@ SIZES = (3, 1, 2, 6)
 def datasets(tmp_path: Path) -> tuple[Path, Path, Path]:
     """(one-hot dataset, its materialised multi-hot copy, the table cache)."""
     write_tiny_dataset(tmp_path / "one", rows={"train": [300, 200, 100], "val": [100]})
-    materialize_multihot(tmp_path / "one", tmp_path / "mat", list(SIZES), dist="pareto", seed=3, cache_dir=tmp_path / "cache")
+    materialize_multihot(
+        tmp_path / "one", tmp_path / "mat", list(SIZES), dist="pareto", seed=3, cache_dir=tmp_path / "cache"
+    )
     return tmp_path / "one", tmp_path / "mat", tmp_path / "cache"
 
 
-def _loaders(directory: Path, world_size: int, multihot: MultiHotOption | None = None, split: str = "train", **kw) -> list:
+def _loaders(
+    directory: Path, world_size: int, multihot: MultiHotOption | None = None, split: str = "train", **kw
+) -> list:
     return [
-        build_loader(directory, split, global_batch_size=64, rank=r, world_size=world_size, multihot=multihot, **loader_kwargs(seed=5, **kw))
+        build_loader(
+            directory,
+            split,
+            global_batch_size=64,
+            rank=r,
+            world_size=world_size,
+            multihot=multihot,
+            **loader_kwargs(seed=5, **kw),
+        )
         for r in range(world_size)
     ]
 
@@ -68,7 +80,9 @@ def test_padded_tail_and_workers_match_too(datasets):
     threaded = _loaders(one, 1, _option(cache), num_workers=2)[0]
     direct = _loaders(mat, 1)[0]
     for a, b in zip(threaded, direct):
-        assert a.sparse_features.to_dict()["f3"].values().tolist() == b.sparse_features.to_dict()["f3"].values().tolist()
+        assert (
+            a.sparse_features.to_dict()["f3"].values().tolist() == b.sparse_features.to_dict()["f3"].values().tolist()
+        )
 
 
 def test_resume_continues_the_stream_and_refuses_other_tables(datasets):

@@ -96,7 +96,9 @@ def test_shuffle_quality_close_to_full_permutation_on_drifting_labels():
     q = shuffle_quality(labels, spec)
     assert q["file_order_std"] > 4 * q["full_permutation_std"]
     assert q["ratio"] < 1.2
-    coarse = shuffle_quality(labels, OrderSpec((n,), global_batch_size=1024, shuffle=ShuffleSpec(seed=0, block_rows=1024, window_blocks=16)))
+    coarse = shuffle_quality(
+        labels, OrderSpec((n,), global_batch_size=1024, shuffle=ShuffleSpec(seed=0, block_rows=1024, window_blocks=16))
+    )
     assert coarse["ratio"] > q["ratio"]  # fewer, larger blocks per batch mix worse: the measure sees it
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from shardrec.tools.preprocess.ids import hash_ids
 from shardrec.tools.preprocess.parse import REASONS, Schema, describe_bad_row, parse_chunk, transform_dense
 from shardrec.tools.preprocess.parse_fields import decode_hex, decode_hex_generic, decode_int, decode_int_generic
-from shardrec.tools.preprocess.ids import hash_ids
 
 CRITEO = Schema()
 
@@ -26,7 +26,11 @@ def row(label="1", dense=None, sparse=None, delimiter="\t", strip=0) -> bytes:
 def test_stripped_trailing_fields_are_right_padded_never_shifted():
     sparse = ["0000000a"] * 24 + ["", ""]
     full = row(dense=[str(i) for i in range(13)], sparse=sparse)
-    text = full + row(dense=[str(i) for i in range(13)], sparse=sparse, strip=1) + row(dense=[str(i) for i in range(13)], sparse=sparse, strip=2)
+    text = (
+        full
+        + row(dense=[str(i) for i in range(13)], sparse=sparse, strip=1)
+        + row(dense=[str(i) for i in range(13)], sparse=sparse, strip=2)
+    )
     assert [len(line.split(b"\t")) for line in text.splitlines()] == [40, 39, 38]
     c = parse_chunk(text, CRITEO)
     assert c.ok.all()
@@ -82,7 +86,9 @@ def test_missing_never_collides_with_zero_value():
 
 def test_csv_with_float_integers():
     schema = Schema(delimiter=",", header=True)
-    text = row(label="1", dense=["260.0", "-2.0", "0.0", "", "12"] + [""] * 8, sparse=["68fd1e64"] + [""] * 25, delimiter=",")
+    text = row(
+        label="1", dense=["260.0", "-2.0", "0.0", "", "12"] + [""] * 8, sparse=["68fd1e64"] + [""] * 25, delimiter=","
+    )
     c = parse_chunk(text, schema)
     assert c.ok.all()
     assert c.dense[0, :5].tolist() == [260, -2, 0, 0, 12] and c.dense_missing[0, 3]
@@ -90,7 +96,9 @@ def test_csv_with_float_integers():
 
 
 def test_crlf_line_endings():
-    c = parse_chunk(row(sparse=[""] * 25 + ["0000abcd"]).replace(b"\n", b"\r\n") + row(strip=3).replace(b"\n", b"\r\n"), CRITEO)
+    c = parse_chunk(
+        row(sparse=[""] * 25 + ["0000abcd"]).replace(b"\n", b"\r\n") + row(strip=3).replace(b"\n", b"\r\n"), CRITEO
+    )
     assert c.ok.all()
     assert c.sparse[0, 25] == 0xABCD and c.sparse_missing[1].all()
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from shardrec.tools.bench.calibrate import measure_lookup, save_profile
 from shardrec.sharding.topology import build_topology
+from shardrec.tools.bench.calibrate import measure_lookup, save_profile
 
 
 def test_lookup_measurement_is_positive() -> None:
@@ -21,8 +21,13 @@ def test_lookup_measurement_is_positive() -> None:
 
 def test_profile_figures_reach_the_topology(tmp_path: Path) -> None:
     path = tmp_path / "profile.json"
-    save_profile({"format": "shardrec-calibration", "measured": {"lookup_bw": 1.5e9, "intra_host_bw": 3e8,
-                                                                 "collective_latency_s": 4e-4}}, path)
+    save_profile(
+        {
+            "format": "shardrec-calibration",
+            "measured": {"lookup_bw": 1.5e9, "intra_host_bw": 3e8, "collective_latency_s": 4e-4},
+        },
+        path,
+    )
     topo = build_topology("cpu-gloo", 2, profile=path)
     assert (topo.lookup_bw, topo.intra_host_bw, topo.collective_latency_s) == (1.5e9, 3e8, 4e-4)
     assert topo.inter_host_bw == build_topology("cpu-gloo", 2).inter_host_bw

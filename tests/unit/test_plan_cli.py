@@ -7,9 +7,8 @@ import re
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
 from helpers import assert_one_line_error
+from typer.testing import CliRunner
 
 from shardrec.sharding.plan_io import check_plan, load_plan, plan_fingerprint
 from shardrec.tools.cli.app import app
@@ -27,9 +26,14 @@ def test_plan_writes_checked_plan_and_report(tiny_dataset: Path, tmp_path: Path)
     from shardrec.dataloader.format import Manifest
     from shardrec.embeddings.tables import build_table_configs
 
-    job = _job(tmp_path, 't_f0 = { sharding_types = ["row_wise"] }\nt_f1 = { sharding_types = ["column_wise"], min_partition = 8 }')
+    job = _job(
+        tmp_path,
+        't_f0 = { sharding_types = ["row_wise"] }\nt_f1 = { sharding_types = ["column_wise"], min_partition = 8 }',
+    )
     out = tmp_path / "plan.json"
-    res = runner.invoke(app, ["plan", "--data", str(tiny_dataset), "--config", str(job), "--world-size", "2", "--out", str(out)])
+    res = runner.invoke(
+        app, ["plan", "--data", str(tiny_dataset), "--config", str(job), "--world-size", "2", "--out", str(out)]
+    )
     assert res.exit_code == 0, res.output
     assert "critical path" in res.output and "t_f0" in res.output
     plan = load_plan(out)
@@ -40,7 +44,7 @@ def test_plan_writes_checked_plan_and_report(tiny_dataset: Path, tmp_path: Path)
 
     res = runner.invoke(app, ["plan", "--data", str(tiny_dataset), "--config", str(job), "--world-size", "2", "--json"])
     assert res.exit_code == 0, res.output
-    summary = json.loads(res.stdout[res.stdout.index("{"):])
+    summary = json.loads(res.stdout[res.stdout.index("{") :])
     assert summary["tables"] == 4 and summary["world_size"] == 2
     assert len(summary["estimate"]["ranks"]) == 2
 
@@ -62,7 +66,7 @@ def test_plan_simulate_json(tiny_dataset: Path, tmp_path: Path) -> None:
     job = _job(tmp_path, "")
     res = runner.invoke(app, ["plan", "--data", str(tiny_dataset), "--config", str(job), "--simulate", "--json"])
     assert res.exit_code == 0, res.output
-    rows = json.loads(res.stdout[res.stdout.index("{"):])["rows"]
+    rows = json.loads(res.stdout[res.stdout.index("{") :])["rows"]
     assert [r["world_size"] for r in rows] == [2**k for k in range(3, 13)]
     assert rows[-1]["row_wise_bytes"] > rows[0]["row_wise_bytes"] * 100
 
@@ -71,18 +75,20 @@ def test_plan_simulate_json(tiny_dataset: Path, tmp_path: Path) -> None:
 def test_bench_plan_runs_one_case() -> None:
     res = runner.invoke(app, ["bench", "plan", "--only", "random40", "--json"])
     assert res.exit_code == 0, res.output
-    out = json.loads(res.stdout[res.stdout.index("{"):])
+    out = json.loads(res.stdout[res.stdout.index("{") :])
     (case,) = out["cases"]
     assert case["shardrec_fits"] and case["torchrec_fits"]
     # The headline is torchrec's estimators' ratio of the two plans, both reserving the same memory.
-    assert case["ratio_torchrec_estimators"] == pytest.approx(case["shardrec_torchrec_ms"] / case["torchrec_torchrec_ms"])
+    assert case["ratio_torchrec_estimators"] == pytest.approx(
+        case["shardrec_torchrec_ms"] / case["torchrec_torchrec_ms"]
+    )
     assert out["geomean_ratio_torchrec_estimators"] == pytest.approx(case["ratio_torchrec_estimators"])
     assert 0.5 < case["ratio_torchrec_estimators"] <= 1.0
     assert 0 < case["ratio_shardrec_model"] <= 1.0 and case["ratio_default_plan_torchrec_estimators"] > 0
     assert out["reserve"] == 0.15 and "FixedPercentageStorageReservation(0.15)" in out["reservation"]
     res = runner.invoke(app, ["bench", "plan", "--only", "random40", "--reserve", "0", "--json"])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.stdout[res.stdout.index("{"):])["reserve"] == 0
+    assert json.loads(res.stdout[res.stdout.index("{") :])["reserve"] == 0
     res = runner.invoke(app, ["bench", "plan", "--only", "random40"])
     assert res.exit_code == 0, res.output
     assert res.stdout.strip().splitlines()[-1].startswith("headline (torchrec's estimators): geomean 0.")
@@ -104,13 +110,34 @@ def test_plan_at_start_writes_the_plan_shardrec_plan_writes(tiny_dataset: Path, 
 
     job_path = _job(tmp_path, 't_f1 = { sharding_types = ["column_wise"], min_partition = 8 }')
     out = tmp_path / "plan.json"
-    res = runner.invoke(app, ["plan", "--data", str(tiny_dataset), "--config", str(job_path), "--world-size", "2",
-                              "--out", str(out), "--set", "optim.sparse=adam"])
+    res = runner.invoke(
+        app,
+        [
+            "plan",
+            "--data",
+            str(tiny_dataset),
+            "--config",
+            str(job_path),
+            "--world-size",
+            "2",
+            "--out",
+            str(out),
+            "--set",
+            "optim.sparse=adam",
+        ],
+    )
     assert res.exit_code == 0, res.output
     job = load_job_config(job_path, ["optim.sparse=adam"])
     manifest = Manifest.load(tiny_dataset)
     configs = build_table_configs(manifest, job.model.embedding_dim, job.model.dims)
     env = DistEnv(rank=0, local_rank=0, world_size=2, local_world_size=2, device=torch.device("cpu"), backend="gloo")
-    plan = plan_at_start(configs, env, job.train.global_batch_size, job.sharding.constraints,
-                         job.sharding.compute_kernel, job.optim.sparse, manifest)
+    plan = plan_at_start(
+        configs,
+        env,
+        job.train.global_batch_size,
+        job.sharding.constraints,
+        job.sharding.compute_kernel,
+        job.optim.sparse,
+        manifest,
+    )
     assert plan.to_json() == out.read_text()

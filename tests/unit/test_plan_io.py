@@ -22,12 +22,24 @@ from shardrec.sharding.topology import build_topology
 
 
 def _tables(n: int = 4, dim: int = 16) -> list[EmbeddingBagConfig]:
-    return [EmbeddingBagConfig(name=f"t_f{i}", embedding_dim=dim, num_embeddings=100 * (i + 1), feature_names=[f"f{i}"]) for i in range(n)]
+    return [
+        EmbeddingBagConfig(name=f"t_f{i}", embedding_dim=dim, num_embeddings=100 * (i + 1), feature_names=[f"f{i}"])
+        for i in range(n)
+    ]
 
 
 def _plan(configs, world_size=2, batch=64, constraints=None, **kw):
-    return plan_tables(PlanRequest(configs=configs, world_size=world_size, local_world_size=world_size,
-                                   global_batch_size=batch, device_kind="cpu", constraints=constraints, **kw))
+    return plan_tables(
+        PlanRequest(
+            configs=configs,
+            world_size=world_size,
+            local_world_size=world_size,
+            global_batch_size=batch,
+            device_kind="cpu",
+            constraints=constraints,
+            **kw,
+        )
+    )
 
 
 def test_round_trip_and_sharding_plan(tmp_path: Path) -> None:
@@ -118,7 +130,9 @@ def test_ranks_constraint_is_honoured() -> None:
 
 def test_nothing_fits_reports_every_rank() -> None:
     topo = build_topology("cpu-gloo", 2, memory_bytes=1000)
-    with pytest.raises(PlanDoesNotFitError, match=r"does not fit in 1000 B per rank: rank 0 needs .* KiB over; rank 1 needs"):
+    with pytest.raises(
+        PlanDoesNotFitError, match=r"does not fit in 1000 B per rank: rank 0 needs .* KiB over; rank 1 needs"
+    ):
         _plan(_tables(), topology=topo)
 
 
@@ -127,8 +141,18 @@ def test_2d_plan_is_a_group_plan() -> None:
 
     ts = suites.random_tasks(0, 60, max_rows=2e4)
     topo = build_topology("h100", 64)
-    plan = plan_tables(PlanRequest(configs=ts.configs, world_size=64, local_world_size=8, global_batch_size=64 * 512,
-                                   device_kind="cuda", topology=topo, sharding_group_size=8, sync_every=10))
+    plan = plan_tables(
+        PlanRequest(
+            configs=ts.configs,
+            world_size=64,
+            local_world_size=8,
+            global_batch_size=64 * 512,
+            device_kind="cuda",
+            topology=topo,
+            sharding_group_size=8,
+            sync_every=10,
+        )
+    )
     assert plan.sharding_group_size == 8 and plan.fingerprint["world_size"] == 64
     assert max(r for t in plan.tables for r in t.ranks) < 8
     assert len(plan.estimate["ranks"]) == 8 and plan.estimate["ranks"][0]["bytes_sent"]["all_reduce"] > 0

@@ -14,7 +14,9 @@ from shardrec.sharding.topology import build_topology
 
 
 def _request(ts: suites.TableSet, topo, batch: int, constraints=None) -> SearchRequest:
-    return SearchRequest(configs=ts.configs, topology=topo, global_batch_size=batch, pooling=ts.pooling, constraints=constraints or {})
+    return SearchRequest(
+        configs=ts.configs, topology=topo, global_batch_size=batch, pooling=ts.pooling, constraints=constraints or {}
+    )
 
 
 def _lpt_table_wise(tables, pooling, topo, batch):
@@ -43,8 +45,14 @@ def test_search_beats_simple_placements(seed, n, preset, world) -> None:
 
 def test_same_inputs_give_byte_identical_plans() -> None:
     ts = suites.random_tasks(3, 80)
-    request = PlanRequest(configs=ts.configs, world_size=16, local_world_size=8, global_batch_size=16 * 512,
-                          device_kind="cuda", topology=build_topology("h100", 16))
+    request = PlanRequest(
+        configs=ts.configs,
+        world_size=16,
+        local_world_size=8,
+        global_batch_size=16 * 512,
+        device_kind="cuda",
+        topology=build_topology("h100", 16),
+    )
     a = plan_tables(request).to_json()
     b = plan_tables(request).to_json()
     assert a == b
@@ -77,9 +85,12 @@ def test_memory_pressure_forces_splitting() -> None:
 def test_constraints_are_honoured() -> None:
     ts = suites.random_tasks(5, 12, max_rows=1e5)
     topo = build_topology("cpu-gloo", 4)
-    raw = {"t_0": {"sharding_types": ["row_wise"]}, "t_1": {"sharding_types": ["table_wise"], "ranks": [2]},
-           "t_2": {"sharding_types": ["column_wise", "table_column_wise"], "min_partition": 8},
-           "t_3": {"sharding_types": ["data_parallel"]}}
+    raw = {
+        "t_0": {"sharding_types": ["row_wise"]},
+        "t_1": {"sharding_types": ["table_wise"], "ranks": [2]},
+        "t_2": {"sharding_types": ["column_wise", "table_column_wise"], "min_partition": 8},
+        "t_3": {"sharding_types": ["data_parallel"]},
+    }
     placed = {t.name: t for t in search_plan(_request(ts, topo, 4096, parse_constraints(raw, ts.configs, 4)))}
     assert placed["t_0"].sharding_type == "row_wise"
     assert placed["t_1"].sharding_type == "table_wise" and placed["t_1"].ranks == [2]

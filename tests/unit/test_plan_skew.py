@@ -16,7 +16,10 @@ HOT = {"mean_ids_per_sample": 20.0, "top1_share": 0.6, "top10_share": 0.9}
 
 
 def _tables():
-    return [EmbeddingBagConfig(name=f"t_f{i}", embedding_dim=64, num_embeddings=400_000, feature_names=[f"f{i}"]) for i in range(4)]
+    return [
+        EmbeddingBagConfig(name=f"t_f{i}", embedding_dim=64, num_embeddings=400_000, feature_names=[f"f{i}"])
+        for i in range(4)
+    ]
 
 
 def test_curve_shares() -> None:
@@ -45,10 +48,18 @@ def test_frequency_ordered_ids_skew_row_wise() -> None:
 def test_planner_prices_skew_into_row_wise() -> None:
     tables = _tables()
     stats = {t.feature_names[0]: HOT for t in tables}
-    kw = dict(world_size=4, local_world_size=4, global_batch_size=8192, device_kind="cuda",
-              topology=build_topology("h100", 4), statistics=DatasetStatistics(stats),
-              constraints={t.name: {"sharding_types": ["row_wise"]} for t in tables})
+    kw = dict(
+        world_size=4,
+        local_world_size=4,
+        global_batch_size=8192,
+        device_kind="cuda",
+        topology=build_topology("h100", 4),
+        statistics=DatasetStatistics(stats),
+        constraints={t.name: {"sharding_types": ["row_wise"]} for t in tables},
+    )
     hashed = plan_tables(PlanRequest(configs=tables, **kw))
-    vocab = plan_tables(PlanRequest(configs=tables, **{**kw, "statistics": DatasetStatistics(stats, ids_by_frequency=True)}))
+    vocab = plan_tables(
+        PlanRequest(configs=tables, **{**kw, "statistics": DatasetStatistics(stats, ids_by_frequency=True)})
+    )
     assert vocab.estimate["max_step_ms"] > hashed.estimate["max_step_ms"]
     assert vocab.estimate["critical_rank"] == 0

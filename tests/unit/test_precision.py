@@ -19,22 +19,32 @@ FEATURES = ["f0", "f1", "f2"]
 
 def _batch(n: int = 6) -> Batch:
     lengths = torch.ones(n * len(FEATURES), dtype=torch.int64)
-    kjt = KeyedJaggedTensor.from_lengths_sync(keys=FEATURES, values=torch.randint(0, 10, (n * len(FEATURES),)), lengths=lengths)
+    kjt = KeyedJaggedTensor.from_lengths_sync(
+        keys=FEATURES, values=torch.randint(0, 10, (n * len(FEATURES),)), lengths=lengths
+    )
     return Batch(dense_features=torch.randn(n, 3), sparse_features=kjt, labels=torch.randint(0, 2, (n,)))
 
 
 def _module(arch: str, precision: str) -> TrainModule:
     torch.manual_seed(0)
-    tables = [EmbeddingBagConfig(name=f"t{i}", embedding_dim=4, num_embeddings=10, feature_names=[f]) for i, f in enumerate(FEATURES)]
+    tables = [
+        EmbeddingBagConfig(name=f"t{i}", embedding_dim=4, num_embeddings=10, feature_names=[f])
+        for i, f in enumerate(FEATURES)
+    ]
     config = ModelConfig(arch=arch, embedding_dim=4, dense_arch=[8, 4], over_arch=[8, 1], dcn_layers=1, dcn_low_rank=2)
-    return TrainModule(build_model(config, EmbeddingBagCollection(tables=tables), FEATURES, 3, precision=precision), 6, 1)
+    return TrainModule(
+        build_model(config, EmbeddingBagCollection(tables=tables), FEATURES, 3, precision=precision), 6, 1
+    )
 
 
 def _matmul_dtypes(module: TrainModule) -> dict[str, torch.dtype]:
     """Output dtype of every Linear (the MLPs, DCN's cross layers) in one forward + backward."""
     seen: dict[str, torch.dtype] = {}
-    hooks = [m.register_forward_hook(lambda mod, args, out, name=name: seen.__setitem__(name, out.dtype))
-             for name, m in module.named_modules() if isinstance(m, torch.nn.Linear)]
+    hooks = [
+        m.register_forward_hook(lambda mod, args, out, name=name: seen.__setitem__(name, out.dtype))
+        for name, m in module.named_modules()
+        if isinstance(m, torch.nn.Linear)
+    ]
     loss, (loss_sum, logits, _) = module(_batch())
     loss.backward()
     for h in hooks:
@@ -61,7 +71,10 @@ def test_fp32_runs_no_bf16_and_bf16_changes_the_logits() -> None:
     batch = _batch()
     torch.manual_seed(1)
     fp32, bf16 = _module("dlrm", "fp32"), _module("dlrm", "bf16")
-    out32, out16 = fp32.model(batch.dense_features, batch.sparse_features), bf16.model(batch.dense_features, batch.sparse_features)
+    out32, out16 = (
+        fp32.model(batch.dense_features, batch.sparse_features),
+        bf16.model(batch.dense_features, batch.sparse_features),
+    )
     assert not torch.equal(out32, out16)  # autocast really ran: same weights, rounded matmuls
     torch.testing.assert_close(out16, out32, atol=0.05, rtol=0.05)
 

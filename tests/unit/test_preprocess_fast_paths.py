@@ -14,7 +14,6 @@ from shardrec.tools.preprocess.ids import hash_ids
 from shardrec.tools.preprocess.stats import feature_stats, id_counts, id_frequencies
 
 
-
 def _numpy_save(path: Path, array: np.ndarray) -> bytes:
     with open(path, "wb") as f:
         np.lib.format.write_array(f, np.ascontiguousarray(array), allow_pickle=False)
@@ -35,7 +34,12 @@ def test_write_part_bytes_and_checksums_are_numpys(tmp_path: Path, fsync: bool):
     }
     offsets = {"m": np.arange(0, 2 * rows + 1, 2, dtype=np.int32)}
     info = write_part(tmp_path / "p", labels, dense, sparse, offsets, fsync=fsync)
-    expected = {"label.npy": labels, "dense.npy": dense, **{f"{k}.npy": v for k, v in sparse.items()}, "m.offsets.npy": offsets["m"].astype(np.int64)}
+    expected = {
+        "label.npy": labels,
+        "dense.npy": dense,
+        **{f"{k}.npy": v for k, v in sparse.items()},
+        "m.offsets.npy": offsets["m"].astype(np.int64),
+    }
     assert set(info.files) == set(expected)
     for name, array in expected.items():
         want = _numpy_save(tmp_path / f"ref-{name}", array)
@@ -46,7 +50,9 @@ def test_write_part_bytes_and_checksums_are_numpys(tmp_path: Path, fsync: bool):
 
 
 def test_empty_and_zero_dim_columns_match_numpy(tmp_path: Path):
-    info = write_part(tmp_path / "p", np.zeros(0, np.uint8), np.zeros((0, 13), np.float32), {"a": np.zeros(0, np.uint32)})
+    info = write_part(
+        tmp_path / "p", np.zeros(0, np.uint8), np.zeros((0, 13), np.float32), {"a": np.zeros(0, np.uint32)}
+    )
     for name, array in (("label.npy", np.zeros(0, np.uint8)), ("dense.npy", np.zeros((0, 13), np.float32))):
         want = _numpy_save(tmp_path / name, array)
         assert (tmp_path / "p" / name).read_bytes() == want

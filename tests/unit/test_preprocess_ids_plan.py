@@ -19,7 +19,6 @@ from shardrec.tools.preprocess.inputs import (
     split_ranges,
 )
 
-
 # Known answers: a change to the mixing or the mod would remap every id of every dataset and
 # silently invalidate every checkpoint trained on one. Computed once with the code as released.
 GOLDEN_HEX = ["00000000", "00000001", "68fd1e64", "80e26c9b", "fb936136", "7b4723c4", "ffffffff", "ffffffffffffffff"]
@@ -150,20 +149,25 @@ def test_count_and_vocabulary_files_are_synced_before_they_appear(tmp_path: Path
     # its rename, and the marker renamed last.
     import os
 
-    from shardrec.tools.preprocess.parse import Schema
     from shardrec.tools.preprocess.inputs import Task
+    from shardrec.tools.preprocess.parse import Schema
     from shardrec.tools.preprocess.task import TaskOptions, count_task
     from shardrec.tools.preprocess.vocab import build_vocabularies, run_dirs
 
     events: list[str] = []
     real_fsync, real_replace = os.fsync, os.replace
     monkeypatch.setattr(os, "fsync", lambda fd: (events.append("fsync"), real_fsync(fd))[1])
-    monkeypatch.setattr(os, "replace", lambda src, dst: (events.append(f"replace {Path(dst).name}"), real_replace(src, dst))[1])
+    monkeypatch.setattr(
+        os, "replace", lambda src, dst: (events.append(f"replace {Path(dst).name}"), real_replace(src, dst))[1]
+    )
 
     text = b"1\t3\t00c0ffee\n0\t4\t\n"
     (tmp_path / "in.txt").write_bytes(text)
     schema = Schema(num_dense=1, num_sparse=1)
-    marker = count_task(Task(0, str(tmp_path / "in.txt"), 0, len(text), 0, (), "train", False), TaskOptions(str(tmp_path), schema, 1 << 20, (10,)))
+    marker = count_task(
+        Task(0, str(tmp_path / "in.txt"), 0, len(text), 0, (), "train", False),
+        TaskOptions(str(tmp_path), schema, 1 << 20, (10,)),
+    )
     replaces = [i for i, e in enumerate(events) if e.startswith("replace")]
     assert [events[i] for i in replaces] == ["replace C1.values.npy", "replace C1.counts.npy", f"replace {marker.name}"]
     assert all(events[i - 1] == "fsync" for i in replaces) and marker.exists()

@@ -39,7 +39,9 @@ def test_compare_with_dataset_finds_the_column_that_differs(tmp_path: Path):
 
     rng = np.random.default_rng(0)
     _write(tmp_path / "t.txt", [f"{v:08x}" if v % 5 else "" for v in rng.integers(0, 2**32, 700)])
-    cfg = PreprocessConfig([tmp_path / "t.txt"], tmp_path / "ds", max_ids=[1000], schema=Schema(1, 1, min_fields=3), chunk_mb=0.004)
+    cfg = PreprocessConfig(
+        [tmp_path / "t.txt"], tmp_path / "ds", max_ids=[1000], schema=Schema(1, 1, min_fields=3), chunk_mb=0.004
+    )
     run_preprocess(cfg)
     polars_preprocess(tmp_path / "t.txt", tmp_path / "pl", 1000, num_dense=1, num_sparse=1)
     assert compare_with_dataset(tmp_path / "ds", tmp_path / "pl") == []

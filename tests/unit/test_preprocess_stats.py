@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import write_tiny_dataset
+
 from shardrec.dataloader.format import open_split
 from shardrec.tools.preprocess.stats import compute_feature_stats
 

@@ -15,8 +15,13 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "requirements"))
 import torch_index  # noqa: E402
 
-CUDA_WHEEL = {"metadata": {"name": "torch", "version": "2.13.0",
-                           "requires_dist": ["filelock", "nvidia-cuda-runtime-cu12==12.8.90; platform_system == 'Linux'"]}}
+CUDA_WHEEL = {
+    "metadata": {
+        "name": "torch",
+        "version": "2.13.0",
+        "requires_dist": ["filelock", "nvidia-cuda-runtime-cu12==12.8.90; platform_system == 'Linux'"],
+    }
+}
 CPU_WHEEL = {"metadata": {"name": "torch", "version": "2.13.0+cpu", "requires_dist": ["filelock"]}}
 MAC_WHEEL = {"metadata": {"name": "torch", "version": "2.13.0", "requires_dist": ["filelock", "sympy"]}}
 
@@ -39,8 +44,12 @@ def test_pin_is_read_from_the_cpu_requirements():
 
 def test_setup_resolves_a_cpu_torch_on_this_machine():
     """What `make setup` would install here, asked of pip without installing."""
-    args = subprocess.run([sys.executable, str(ROOT / "requirements" / "torch_index.py"), str(ROOT / "requirements" / "cpu.txt")],
-                          capture_output=True, text=True, check=True).stdout.split()
+    args = subprocess.run(
+        [sys.executable, str(ROOT / "requirements" / "torch_index.py"), str(ROOT / "requirements" / "cpu.txt")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     item = torch_index.resolve("torch==2.13.0", args)
     assert item is not None, "pip could not resolve torch==2.13.0"
     assert torch_index.is_cpu_build(item), item["metadata"]

@@ -3,35 +3,35 @@ a resume that changes the optimizers is refused; samples/s counts training time 
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from helpers import assert_one_line_error
-
 from shardrec.trainer.config import load_job_config
 from shardrec.trainer.preflight import check_trainable, preflight
 
 
-@pytest.mark.parametrize("override, message", [
-    ("train.log_interval=0", "train.log_interval = 0"),
-    ("train.seed=-1", "train.seed = -1"),
-    ("eval.interval_steps=-1", "eval.interval_steps = -1"),
-    ("eval.batch_size=-64", "eval.batch_size = -64"),
-    ("eval.max_batches=-1", "eval.max_batches = -1"),
-    ("checkpoint.interval_steps=-5", "checkpoint.interval_steps = -5"),
-    ("optim.eps=0", "optim.eps = 0.0"),
-    ("optim.eps=-1e-8", "optim.eps = -1e-08"),
-    ('model.dense_arch=["a", 16]', "'a' should be an integer"),
-    ("model.over_arch=[0, 1]", "layer size 0"),
-    ('model.dims={C1=0}', "model.dims.C1 = 0"),
-    ('model.dims={C1="x"}', "'x' should be an integer"),
-    ('model.dims={C1=8}', "DLRM's dot interaction"),
-    ("data.eval_splits=[1]", "should be a string"),
-    ('sharding.compute_kernel="dense"', "sharding.compute_kernel = 'dense' is not one of fused"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("train.log_interval=0", "train.log_interval = 0"),
+        ("train.seed=-1", "train.seed = -1"),
+        ("eval.interval_steps=-1", "eval.interval_steps = -1"),
+        ("eval.batch_size=-64", "eval.batch_size = -64"),
+        ("eval.max_batches=-1", "eval.max_batches = -1"),
+        ("checkpoint.interval_steps=-5", "checkpoint.interval_steps = -5"),
+        ("optim.eps=0", "optim.eps = 0.0"),
+        ("optim.eps=-1e-8", "optim.eps = -1e-08"),
+        ('model.dense_arch=["a", 16]', "'a' should be an integer"),
+        ("model.over_arch=[0, 1]", "layer size 0"),
+        ("model.dims={C1=0}", "model.dims.C1 = 0"),
+        ('model.dims={C1="x"}', "'x' should be an integer"),
+        ("model.dims={C1=8}", "DLRM's dot interaction"),
+        ("data.eval_splits=[1]", "should be a string"),
+        ('sharding.compute_kernel="dense"', "sharding.compute_kernel = 'dense' is not one of fused"),
+    ],
+)
 def test_bad_settings_name_key_and_value(override: str, message: str) -> None:
     with pytest.raises(ValueError, match="^.*" + message.replace("(", r"\(").replace("[", r"\[")):
         load_job_config(None, [override])
@@ -43,7 +43,9 @@ def test_good_settings_still_load() -> None:
 
 
 def _preflight(data: Path, *overrides: str, world_size: int = 2, plan: Path | None = None):
-    return preflight(None, data, plan, None, ["train.global_batch_size=64", 'train.device="cpu"', *overrides], world_size)
+    return preflight(
+        None, data, plan, None, ["train.global_batch_size=64", 'train.device="cpu"', *overrides], world_size
+    )
 
 
 def test_preflight_refuses_what_the_ranks_cannot_run(tiny_dataset: Path) -> None:

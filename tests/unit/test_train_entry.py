@@ -12,7 +12,14 @@ from typer.testing import CliRunner
 
 # At module level: typer resolves the annotations of `rank` below in this module's namespace.
 from shardrec.trainer.flags import (
-    AllowChangeFlag, ConfigFlag, DataFlag, OutDirFlag, PlanFlag, SetFlag, StepsFlag, rank_args,
+    AllowChangeFlag,
+    ConfigFlag,
+    DataFlag,
+    OutDirFlag,
+    PlanFlag,
+    SetFlag,
+    StepsFlag,
+    rank_args,
 )
 
 
@@ -27,7 +34,8 @@ def test_only_the_known_harmless_warnings_are_hidden() -> None:
         warnings.warn("some indices are out of range [0, 50)", UserWarning)  # shaped like fbgemm's
         warnings.warn("a change of behaviour in the next release", FutureWarning)
     assert [str(w.message) for w in seen] == [
-        "some indices are out of range [0, 50)", "a change of behaviour in the next release",
+        "some indices are out of range [0, 50)",
+        "a change of behaviour in the next release",
     ]
 
 
@@ -43,21 +51,41 @@ def test_flags_that_set_a_job_setting_show_its_docstring() -> None:
 def test_the_ranks_parse_what_shardrec_train_passes_them(tmp_path: Path) -> None:
     parsed = {}
 
-    def rank(config: ConfigFlag = None, data: DataFlag = None, plan: PlanFlag = None,
-             out_dir: OutDirFlag = Path("x"), steps: StepsFlag = None, set_: SetFlag = None,
-             allow_change: AllowChangeFlag = None) -> None:
-        parsed.update(config=config, data=data, plan=plan, out_dir=out_dir, steps=steps, overrides=set_,
-                      allow=allow_change)
+    def rank(
+        config: ConfigFlag = None,
+        data: DataFlag = None,
+        plan: PlanFlag = None,
+        out_dir: OutDirFlag = Path("x"),
+        steps: StepsFlag = None,
+        set_: SetFlag = None,
+        allow_change: AllowChangeFlag = None,
+    ) -> None:
+        parsed.update(
+            config=config, data=data, plan=plan, out_dir=out_dir, steps=steps, overrides=set_, allow=allow_change
+        )
 
-    args = rank_args(config=tmp_path / "job.toml", data=tmp_path / "data", plan=None, out_dir=tmp_path / "run",
-                     steps=7, overrides=["train.seed=3", 'data.tail="pad"'], allow_change=["optim.dense_lr", "train"])
+    args = rank_args(
+        config=tmp_path / "job.toml",
+        data=tmp_path / "data",
+        plan=None,
+        out_dir=tmp_path / "run",
+        steps=7,
+        overrides=["train.seed=3", 'data.tail="pad"'],
+        allow_change=["optim.dense_lr", "train"],
+    )
     app = typer.Typer()
     app.command()(rank)
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert parsed == {"config": tmp_path / "job.toml", "data": tmp_path / "data", "plan": None,
-                      "out_dir": tmp_path / "run", "steps": 7, "overrides": ["train.seed=3", 'data.tail="pad"'],
-                      "allow": ["optim.dense_lr", "train"]}
+    assert parsed == {
+        "config": tmp_path / "job.toml",
+        "data": tmp_path / "data",
+        "plan": None,
+        "out_dir": tmp_path / "run",
+        "steps": 7,
+        "overrides": ["train.seed=3", 'data.tail="pad"'],
+        "allow": ["optim.dense_lr", "train"],
+    }
 
 
 def test_the_rank_entry_takes_every_train_flag_and_eval_ranks_use_its_public_helpers() -> None:
@@ -69,8 +97,9 @@ def test_the_rank_entry_takes_every_train_flag_and_eval_ranks_use_its_public_hel
 
     assert "allow_change" in inspect.signature(entry.rank_main).parameters
     tree = ast.parse(Path(eval_entry.__file__).read_text())
-    imported = [(node.module, alias.name) for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
-                for alias in node.names]
+    imported = [
+        (node.module, alias.name) for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names
+    ]
     assert ("shardrec.trainer.entry", "configure_rank_logging") in imported
     assert ("shardrec.trainer.entry", "exit_cleanly") in imported
     assert [name for _, name in imported if name.startswith("_")] == []

@@ -30,7 +30,9 @@ def test_allow_env_lets_exactly_the_named_triple_start(monkeypatch):
     monkeypatch.setenv(versions.ALLOW_ENV, "/".join(versions.GPU_CHECK_STACK))
     versions.check_stack()  # the lent GPU machine's triple, allowed for the check
     monkeypatch.setattr(versions, "found_stack", lambda: ("2.11.0+cu130", "1.6.0", "1.5.0"))
-    with pytest.raises(ImportError, match=r"torchrec 1\.5\.0, .*SHARDREC_ALLOW_STACK allows 2\.11\.0/1\.6\.0/1\.6\.1 only"):
+    with pytest.raises(
+        ImportError, match=r"torchrec 1\.5\.0, .*SHARDREC_ALLOW_STACK allows 2\.11\.0/1\.6\.0/1\.6\.1 only"
+    ):
         versions.check_stack()
 
 

@@ -17,8 +17,9 @@ from __future__ import annotations
 import logging
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -48,18 +49,35 @@ def _timed(fn: Callable[[], None]) -> float:
     return time.perf_counter() - start
 
 
-def measure_lookup(device: str = "cpu", *, rows: int = 400_000, dim: int = 64, batch: int = 4096,
-                   pooling: int = 8, repeats: int = 15, seed: int = 0) -> dict[str, float]:
+def measure_lookup(
+    device: str = "cpu",
+    *,
+    rows: int = 400_000,
+    dim: int = 64,
+    batch: int = 4096,
+    pooling: int = 8,
+    repeats: int = 15,
+    seed: int = 0,
+) -> dict[str, float]:
     """Bytes of embedding rows read per second by fbgemm's fused kernel (the one training uses),
     and the cost of its backward + row-wise Adagrad update relative to the forward."""
     from fbgemm_gpu.split_embedding_configs import EmbOptimType
     from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation
-    from fbgemm_gpu.split_table_batched_embeddings_ops_training import ComputeDevice, SplitTableBatchedEmbeddingBagsCodegen
+    from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+        ComputeDevice,
+        SplitTableBatchedEmbeddingBagsCodegen,
+    )
 
     cuda = device.startswith("cuda")
-    spec = (rows, dim, EmbeddingLocation.DEVICE if cuda else EmbeddingLocation.HOST,
-            ComputeDevice.CUDA if cuda else ComputeDevice.CPU)
-    tbe = SplitTableBatchedEmbeddingBagsCodegen([spec], optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=0.01)
+    spec = (
+        rows,
+        dim,
+        EmbeddingLocation.DEVICE if cuda else EmbeddingLocation.HOST,
+        ComputeDevice.CUDA if cuda else ComputeDevice.CPU,
+    )
+    tbe = SplitTableBatchedEmbeddingBagsCodegen(
+        [spec], optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=0.01
+    )
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, rows, (batch * pooling,), generator=g).to(device)
     offsets = (torch.arange(batch + 1) * pooling).to(device)
@@ -87,8 +105,12 @@ def measure_lookup(device: str = "cpu", *, rows: int = 400_000, dim: int = 64, b
     fwd = min(fwds)
     read = batch * pooling * dim * 4
     ratio = sorted(ratios)[len(ratios) // 2]
-    return {"lookup_bw": read / fwd, "bwd_compute_multiplier": max(0.5, ratio),
-            "lookup_fwd_s": fwd, "lookup_bytes": read}
+    return {
+        "lookup_bw": read / fwd,
+        "bwd_compute_multiplier": max(0.5, ratio),
+        "lookup_fwd_s": fwd,
+        "lookup_bytes": read,
+    }
 
 
 def _collective_worker(env: DistEnv, big: int, repeats: int) -> tuple[float, float]:
@@ -103,6 +125,7 @@ def _collective_worker(env: DistEnv, big: int, repeats: int) -> tuple[float, flo
             dist.all_to_all_single(y, x)
             if env.device.type == "cuda":
                 torch.cuda.synchronize()
+
         return run
 
     big_s = _best_of(a2a(big * env.world_size), repeats)
@@ -110,8 +133,9 @@ def _collective_worker(env: DistEnv, big: int, repeats: int) -> tuple[float, flo
     return big_s, small_s
 
 
-def measure_collectives(world_size: int = 2, device_kind: str = "cpu", mib_per_peer: int = 8,
-                        repeats: int = 5) -> dict[str, float]:
+def measure_collectives(
+    world_size: int = 2, device_kind: str = "cpu", mib_per_peer: int = 8, repeats: int = 5
+) -> dict[str, float]:
     """Per-rank send bandwidth of an all-to-all between local processes, and its start-up latency."""
     big = mib_per_peer * 2**20 // 4
     try:
@@ -121,8 +145,13 @@ def measure_collectives(world_size: int = 2, device_kind: str = "cpu", mib_per_p
     big_s = max(r[0] for r in results)
     small_s = max(r[1] for r in results)
     sent = big * 4 * (world_size - 1)  # bytes each rank sends to the others
-    return {"intra_host_bw": sent / max(big_s - small_s, 1e-9), "collective_latency_s": small_s,
-            "a2a_big_s": big_s, "a2a_small_s": small_s, "a2a_bytes_per_rank": sent}
+    return {
+        "intra_host_bw": sent / max(big_s - small_s, 1e-9),
+        "collective_latency_s": small_s,
+        "a2a_big_s": big_s,
+        "a2a_small_s": small_s,
+        "a2a_bytes_per_rank": sent,
+    }
 
 
 def calibrate(device_kind: str = "cpu", world_size: int = 2) -> dict[str, Any]:

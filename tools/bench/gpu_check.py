@@ -49,8 +49,9 @@ def _run(cmd: list[str], limit_s: int) -> tuple[int | None, str, str, float]:
     """(exit code, or None past `limit_s`; stdout; stderr's tail; seconds). The command runs in a
     session of its own, so that past its limit torchrun's ranks die with it."""
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         out, err = proc.communicate(timeout=limit_s)
         code: int | None = proc.returncode
@@ -65,7 +66,18 @@ def gpu_tests() -> Row:
     """The GPU-marked tests; a skip counts against the check (on CUDA nothing should skip)."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "gpu.xml"
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu", f"--junitxml={report}", "tests"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "gpu",
+            f"--junitxml={report}",
+            "tests",
+        ]
         code, out, err, seconds = _run(cmd, TEST_LIMIT_S)
         tail = (out + err)[-3000:]
         if code is None:
@@ -88,9 +100,28 @@ def bench_train(gpus: int) -> tuple[list[Row], dict | None]:
     """A short `bench train --device cuda` of the reference model; rows for fp32 and bf16."""
     ranks = min(2, gpus)
     threads = max(1, min(8, (os.cpu_count() or 1) // ranks))
-    cmd = [sys.executable, "-m", "shardrec.tools.cli", "bench", "train", "--device", "cuda", "--nproc", str(ranks),
-           "--model", "reference", "--rounds", "3", "--steps", "32", "--quality-steps", "125",
-           "--threads", str(threads), "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "shardrec.tools.cli",
+        "bench",
+        "train",
+        "--device",
+        "cuda",
+        "--nproc",
+        str(ranks),
+        "--model",
+        "reference",
+        "--rounds",
+        "3",
+        "--steps",
+        "32",
+        "--quality-steps",
+        "125",
+        "--threads",
+        str(threads),
+        "--json",
+    ]
     code, out, err, seconds = _run(cmd, BENCH_LIMIT_S)
     name = f"bench train cuda x{ranks}"
     if code != 0:
@@ -98,17 +129,24 @@ def bench_train(gpus: int) -> tuple[list[Row], dict | None]:
         sys.stderr.write(err + "\n")
         return [Row(name, False, why, seconds)], None
     try:
-        result = json.loads(out[out.index("{"):])
+        result = json.loads(out[out.index("{") :])
     except ValueError:
         return [Row(name, False, "no JSON result on stdout", seconds)], None
     rates, auc = result["median_samples_per_s"], result["val_auc"]
-    fp32 = Row(f"{name} fp32", auc["ours_fp32"] > 0.5,
-               f"{rates['ours_fp32']:,.0f} samples/s, {result['ours_fp32_vs_stock_fp32']:.3f}x stock fp32 "
-               f"({rates['stock_fp32']:,.0f}/s), AUC {auc['ours_fp32']:.4f} (stock {auc['stock_fp32']:.4f})", seconds)
-    bf16 = Row(f"{name} bf16", bool(result["bf16_auc_within_tolerance"]),
-               f"{rates['ours_bf16']:,.0f} samples/s, {result['ours_bf16_vs_stock_fp32']:.3f}x stock fp32, "
-               f"AUC {auc['ours_bf16']:.4f} ({'within' if result['bf16_auc_within_tolerance'] else 'NOT within'} 0.002)",
-               0.0)
+    fp32 = Row(
+        f"{name} fp32",
+        auc["ours_fp32"] > 0.5,
+        f"{rates['ours_fp32']:,.0f} samples/s, {result['ours_fp32_vs_stock_fp32']:.3f}x stock fp32 "
+        f"({rates['stock_fp32']:,.0f}/s), AUC {auc['ours_fp32']:.4f} (stock {auc['stock_fp32']:.4f})",
+        seconds,
+    )
+    bf16 = Row(
+        f"{name} bf16",
+        bool(result["bf16_auc_within_tolerance"]),
+        f"{rates['ours_bf16']:,.0f} samples/s, {result['ours_bf16_vs_stock_fp32']:.3f}x stock fp32, "
+        f"AUC {auc['ours_bf16']:.4f} ({'within' if result['bf16_auc_within_tolerance'] else 'NOT within'} 0.002)",
+        0.0,
+    )
     return [fp32, bf16], result
 
 

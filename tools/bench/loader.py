@@ -29,8 +29,9 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Annotated, Any, Callable, Iterable
+from typing import Annotated, Any
 
 import numpy as np
 import typer
@@ -49,7 +50,9 @@ DEFAULT_PARTS = 120
 """Parts of a 1/100 Criteo-1TB-shaped dataset at preprocess's default chunk (24 days x 5)."""
 
 
-def write_bench_data(directory: Path, rows: int, seed: int = 0, parts: int = 1, name: str = "shardrec") -> tuple[Path, Path]:
+def write_bench_data(
+    directory: Path, rows: int, seed: int = 0, parts: int = 1, name: str = "shardrec"
+) -> tuple[Path, Path]:
     """Write the same random Criteo-shaped rows as a shardrec dataset (`parts` parts, in
     directory/name) and in torchrec's layout (one day, in directory/torchrec)."""
     from shardrec.dataloader.format import Manifest, SparseFeature, SplitInfo, smallest_uint, write_part
@@ -63,7 +66,13 @@ def write_bench_data(directory: Path, rows: int, seed: int = 0, parts: int = 1, 
     sparse = {n: ids[:, i].astype(smallest_uint(c - 1)) for i, (n, c) in enumerate(zip(names, KAGGLE_CARDINALITIES))}
     bounds = [rows * k // parts for k in range(parts + 1)]
     written = [
-        write_part(ours / "train" / f"part-{k:05d}", labels[a:b], dense[a:b], {n: v[a:b] for n, v in sparse.items()}, fsync=False)
+        write_part(
+            ours / "train" / f"part-{k:05d}",
+            labels[a:b],
+            dense[a:b],
+            {n: v[a:b] for n, v in sparse.items()},
+            fsync=False,
+        )
         for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))
     ]
     features = [SparseFeature(n, c, str(smallest_uint(c - 1))) for n, c in zip(names, KAGGLE_CARDINALITIES)]
@@ -143,7 +152,10 @@ def _resume_seconds(directory: Path, global_batch: int) -> dict[str, float]:
     start = time.perf_counter()
     days = (4_200_000_000 // 23,) * 23
     EpochOrder(OrderSpec(days, global_batch), 3).rows(3_000_000_000, 3_000_000_000 + global_batch)
-    return {"resume_other_world_size_s": round(loader_s, 3), "order_deep_in_4_2b_rows_s": round(time.perf_counter() - start, 3)}
+    return {
+        "resume_other_world_size_s": round(loader_s, 3),
+        "order_deep_in_4_2b_rows_s": round(time.perf_counter() - start, 3),
+    }
 
 
 def _interleaved_best(runs: dict[str, Callable[[], float]], rounds: int, watch: str) -> tuple[dict[str, float], int]:
@@ -164,8 +176,12 @@ def _ratios(best: dict[str, float], roofline: float, global_shuffle_epoch: float
         "shardrec_vs_torchrec_global_shuffle": round(best["shardrec_shuffle"] / best["torchrec_global_shuffle"], 2),
         "shardrec_vs_torchrec_global_shuffle_epoch": round(best["shardrec_shuffle"] / global_shuffle_epoch, 2),
         "many_parts_vs_one_part_shuffle": round(best["shardrec_shuffle_many_parts"] / best["shardrec_shuffle"], 2),
-        "many_parts_vs_one_part_no_shuffle": round(best["shardrec_no_shuffle_many_parts"] / best["shardrec_no_shuffle"], 2),
-        "shardrec_many_parts_vs_torchrec_shuffle": round(best["shardrec_shuffle_many_parts"] / best["torchrec_shuffle"], 2),
+        "many_parts_vs_one_part_no_shuffle": round(
+            best["shardrec_no_shuffle_many_parts"] / best["shardrec_no_shuffle"], 2
+        ),
+        "shardrec_many_parts_vs_torchrec_shuffle": round(
+            best["shardrec_shuffle_many_parts"] / best["torchrec_shuffle"], 2
+        ),
         "shardrec_vs_torchrec_shuffle": round(best["shardrec_shuffle"] / best["torchrec_shuffle"], 2),
         "shardrec_vs_torchrec_no_shuffle": round(best["shardrec_no_shuffle"] / best["torchrec_no_shuffle"], 2),
         "shardrec_compiled_vs_numpy_shuffle": round(best["shardrec_shuffle"] / best["shardrec_shuffle_numpy"], 2),
@@ -183,7 +199,9 @@ def _torchrec_pipes(theirs: Path, global_batch: int) -> tuple[dict[str, Any], fl
     paths = [[str(npy.day_file(theirs, 0, k))] for k in ("dense", "sparse", "labels")]
     start = time.perf_counter()
     pipes = {
-        f"torchrec_{'shuffle' if s else 'no_shuffle'}": InMemoryBinaryCriteoIterDataPipe("train", *paths, global_batch, 0, 1, shuffle_batches=s)
+        f"torchrec_{'shuffle' if s else 'no_shuffle'}": InMemoryBinaryCriteoIterDataPipe(
+            "train", *paths, global_batch, 0, 1, shuffle_batches=s
+        )
         for s in (True, False)
     }
     load_s = (time.perf_counter() - start) / 2
@@ -214,7 +232,15 @@ def run_bench(
 
         def loader(directory: Path, shuffle: bool = True, compiled: bool | None = None):
             spec = ShuffleSpec(enabled=shuffle)
-            return build_loader(directory, "train", global_batch_size=global_batch, rank=0, world_size=1, shuffle=spec, delivery=Delivery(compiled=compiled))
+            return build_loader(
+                directory,
+                "train",
+                global_batch_size=global_batch,
+                rank=0,
+                world_size=1,
+                shuffle=spec,
+                delivery=Delivery(compiled=compiled),
+            )
 
         loaders = {
             "shardrec_shuffle": loader(one),
@@ -261,13 +287,22 @@ def bench_loader(
     global_batch: Annotated[int, typer.Option("--global-batch", help="Samples per global batch.")] = 8192,
     rounds: Annotated[int, typer.Option(help="Interleaved rounds per configuration; the best counts.")] = 5,
     max_batches: Annotated[int, typer.Option("--max-batches", help="Batches timed per run (at most one epoch).")] = 200,
-    work_dir: Annotated[Path | None, typer.Option("--work-dir", help="Where to write the temporary data (default: system temp).")] = None,
-    parts: Annotated[int, typer.Option(help="Parts of the many-part run (default: a 1/100 Criteo-1TB-shaped dataset's, 24 days x 5 at the default 128 MiB chunk); one part is always run too.")] = DEFAULT_PARTS,
+    work_dir: Annotated[
+        Path | None, typer.Option("--work-dir", help="Where to write the temporary data (default: system temp).")
+    ] = None,
+    parts: Annotated[
+        int,
+        typer.Option(
+            help="Parts of the many-part run (default: a 1/100 Criteo-1TB-shaped dataset's, 24 days x 5 at the default 128 MiB chunk); one part is always run too."
+        ),
+    ] = DEFAULT_PARTS,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Loader rows/s as torchrec Batches on one thread, vs the memcpy roofline and torchrec's pipe."""
     if rows < 2 * global_batch or global_batch <= 0 or rounds <= 0 or max_batches <= 0:
-        fail(f"need --rows >= 2 x --global-batch and positive --rounds/--max-batches, got {rows}, {global_batch}, {rounds}, {max_batches}")
+        fail(
+            f"need --rows >= 2 x --global-batch and positive --rounds/--max-batches, got {rows}, {global_batch}, {rounds}, {max_batches}"
+        )
     if not 1 <= parts <= rows:
         fail(f"--parts must be in [1, --rows], got {parts}")
     if work_dir is not None and not work_dir.is_dir():
@@ -282,12 +317,16 @@ def bench_loader(
 def _print_table(r: dict[str, Any]) -> None:
     from rich.table import Table
 
-    table = Table(title=f"loader, {r['rows']:,} rows in 1 part and in {r['parts']} parts, global batch {r['global_batch']}, 1 thread (best of {r['rounds']})")
+    table = Table(
+        title=f"loader, {r['rows']:,} rows in 1 part and in {r['parts']} parts, global batch {r['global_batch']}, 1 thread (best of {r['rounds']})"
+    )
     table.add_column("configuration")
     table.add_column("M rows/s", justify="right")
     for name, value in r["rows_per_s"].items():
         table.add_row(name.replace("_", " "), f"{value / 1e6:.2f}")
-    table.add_row("torchrec global shuffle, epoch with its shuffle", f"{r['torchrec_global_shuffle_epoch_rows_per_s'] / 1e6:.2f}")
+    table.add_row(
+        "torchrec global shuffle, epoch with its shuffle", f"{r['torchrec_global_shuffle_epoch_rows_per_s'] / 1e6:.2f}"
+    )
     table.add_row("roofline (memcpy / bytes per row)", f"{r['roofline_rows_per_s'] / 1e6:.2f}")
     console.print(table)
     for name, value in r["ratios"].items():

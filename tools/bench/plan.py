@@ -19,7 +19,7 @@ import math
 import resource
 import time
 from dataclasses import dataclass
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -106,13 +106,21 @@ def run_case(case: Case, reserve: float = RESERVE) -> dict:
     ts = _table_set(case.table_set)
     full = build_topology(case.preset, case.world_size)
     topo = _reserved(full, reserve)
-    request = SearchRequest(configs=ts.configs, topology=topo, global_batch_size=case.global_batch_size, pooling=ts.pooling)
+    request = SearchRequest(
+        configs=ts.configs, topology=topo, global_batch_size=case.global_batch_size, pooling=ts.pooling
+    )
     t0 = time.perf_counter()
     ours = search_plan(request)
     ours_s = time.perf_counter() - t0
     ours_cost = evaluate(ours, ts.configs, ts.pooling, topo, case.global_batch_size)
-    row = {"case": case.name, "tables": len(ts.configs), "ranks": case.world_size, "shardrec_s": round(ours_s, 3),
-           "shardrec_ms": ours_cost.max_step_s * 1e3, "shardrec_fits": not ours_cost.shortfall()}
+    row = {
+        "case": case.name,
+        "tables": len(ts.configs),
+        "ranks": case.world_size,
+        "shardrec_s": round(ours_s, 3),
+        "shardrec_ms": ours_cost.max_step_s * 1e3,
+        "shardrec_fits": not ours_cost.shortfall(),
+    }
     if not case.torchrec:
         return row
     # torchrec reserves its share of the full memory itself.
@@ -127,12 +135,15 @@ def run_case(case: Case, reserve: float = RESERVE) -> dict:
     t0 = time.perf_counter()
     ours_on_tr = search_plan(request, cost_model="torchrec")
     row["shardrec_torchrec_model_s"] = round(time.perf_counter() - t0, 3)
-    row["shardrec_torchrec_model_fits"] = not evaluate(ours_on_tr, ts.configs, ts.pooling, topo,
-                                                       case.global_batch_size).shortfall()
+    row["shardrec_torchrec_model_fits"] = not evaluate(
+        ours_on_tr, ts.configs, ts.pooling, topo, case.global_batch_size
+    ).shortfall()
     score = lambda plan: torchrec_score(plan, ts.configs, full, case.global_batch_size, ts.pooling)  # noqa: E731
     theirs_tr, ours_tr, default_tr = score(theirs), score(ours_on_tr), score(ours)
-    row.update(shardrec_torchrec_ms=None if ours_tr is None else ours_tr * 1e3,
-               torchrec_torchrec_ms=None if theirs_tr is None else theirs_tr * 1e3)
+    row.update(
+        shardrec_torchrec_ms=None if ours_tr is None else ours_tr * 1e3,
+        torchrec_torchrec_ms=None if theirs_tr is None else theirs_tr * 1e3,
+    )
     row["ratio_torchrec_estimators"] = _ratio(ours_tr, theirs_tr)
     # Secondary: the plan `shardrec plan` writes (shardrec's cost model) as torchrec's estimators rate it.
     row["ratio_default_plan_torchrec_estimators"] = _ratio(default_tr, theirs_tr)
@@ -148,10 +159,13 @@ RATIOS = ("ratio_torchrec_estimators", "ratio_shardrec_model", "ratio_default_pl
 
 
 def _summary(rows: list[dict], reserve: float) -> dict:
-    result: dict = {"cases": rows, "reserve": reserve,
-                    "reservation": f"both planners keep {reserve:.0%} of each rank's memory free "
-                                   f"(torchrec: FixedPercentageStorageReservation({reserve}); shardrec: "
-                                   f"plans for {1 - reserve:.0%} of the memory)"}
+    result: dict = {
+        "cases": rows,
+        "reserve": reserve,
+        "reservation": f"both planners keep {reserve:.0%} of each rank's memory free "
+        f"(torchrec: FixedPercentageStorageReservation({reserve}); shardrec: "
+        f"plans for {1 - reserve:.0%} of the memory)",
+    }
     for key in RATIOS:
         values = [r[key] for r in rows if r.get(key) is not None]
         name = key.removeprefix("ratio_")
@@ -165,38 +179,54 @@ def _summary(rows: list[dict], reserve: float) -> dict:
 def _print_plan_table(result: dict) -> None:
     from rich.table import Table
 
-    t = Table(title="shardrec plan vs torchrec EmbeddingShardingPlanner (slowest-rank step estimate; ratio < 1: "
-                    "shardrec faster)")
-    t.caption = ("ms: slowest-rank step priced by torchrec's estimators (ours: shardrec's search on their objective); "
-                 "ratio: shardrec / torchrec under them; own: both plans on shardrec's cost model; "
-                 "dflt: shardrec's default plan under torchrec's estimators; s: planner run time")
+    t = Table(
+        title="shardrec plan vs torchrec EmbeddingShardingPlanner (slowest-rank step estimate; ratio < 1: "
+        "shardrec faster)"
+    )
+    t.caption = (
+        "ms: slowest-rank step priced by torchrec's estimators (ours: shardrec's search on their objective); "
+        "ratio: shardrec / torchrec under them; own: both plans on shardrec's cost model; "
+        "dflt: shardrec's default plan under torchrec's estimators; s: planner run time"
+    )
     for col in ("case", "ours ms", "trec ms", "ratio", "own", "dflt", "ours s", "trec s", "fit"):
         t.add_column(col, justify="right")
     fmt = lambda v, f="{:.3f}": "-" if v is None else f.format(v)  # noqa: E731
     for r in result["cases"]:
-        t.add_row(r["case"], fmt(r.get("shardrec_torchrec_ms")),
-                  fmt(r.get("torchrec_torchrec_ms")), fmt(r.get("ratio_torchrec_estimators")),
-                  fmt(r.get("ratio_shardrec_model")), fmt(r.get("ratio_default_plan_torchrec_estimators")),
-                  fmt(r["shardrec_s"], "{:.2f}"), fmt(r.get("torchrec_s"), "{:.2f}"),
-                  "yes" if r["shardrec_fits"] and r.get("torchrec_fits", True) else "NO")
+        t.add_row(
+            r["case"],
+            fmt(r.get("shardrec_torchrec_ms")),
+            fmt(r.get("torchrec_torchrec_ms")),
+            fmt(r.get("ratio_torchrec_estimators")),
+            fmt(r.get("ratio_shardrec_model")),
+            fmt(r.get("ratio_default_plan_torchrec_estimators")),
+            fmt(r["shardrec_s"], "{:.2f}"),
+            fmt(r.get("torchrec_s"), "{:.2f}"),
+            "yes" if r["shardrec_fits"] and r.get("torchrec_fits", True) else "NO",
+        )
     console.print(t)
     g = lambda k: fmt(result[f"geomean_ratio_{k}"])  # noqa: E731
     w = lambda k: fmt(result[f"worst_ratio_{k}"])  # noqa: E731
     n = lambda k: result[f"cases_ratio_{k}"]  # noqa: E731
     console.print(f"{result['reservation']}")
-    console.print(f"  also under shardrec's cost model: geomean {g('shardrec_model')} (worst {w('shardrec_model')}, "
-                  f"{n('shardrec_model')} cases)")
-    console.print(f"  also the plan `shardrec plan` writes (shardrec's cost model) under torchrec's estimators: geomean "
-                  f"{g('default_plan_torchrec_estimators')} (worst {w('default_plan_torchrec_estimators')}, "
-                  f"{n('default_plan_torchrec_estimators')} cases)")
+    console.print(
+        f"  also under shardrec's cost model: geomean {g('shardrec_model')} (worst {w('shardrec_model')}, "
+        f"{n('shardrec_model')} cases)"
+    )
+    console.print(
+        f"  also the plan `shardrec plan` writes (shardrec's cost model) under torchrec's estimators: geomean "
+        f"{g('default_plan_torchrec_estimators')} (worst {w('default_plan_torchrec_estimators')}, "
+        f"{n('default_plan_torchrec_estimators')} cases)"
+    )
     console.print(f"peak RSS {result['peak_rss_gib']:.2f} GiB")
     # The headline last, where the eye lands.
-    console.print(f"headline (torchrec's estimators): geomean {g('torchrec_estimators')}, "
-                  f"worst {w('torchrec_estimators')}, {n('torchrec_estimators')} cases")
+    console.print(
+        f"headline (torchrec's estimators): geomean {g('torchrec_estimators')}, "
+        f"worst {w('torchrec_estimators')}, {n('torchrec_estimators')} cases"
+    )
 
 
 def bench_plan(
-    only: Annotated[Optional[str], typer.Option(help="Run only the cases whose name contains this text.")] = None,
+    only: Annotated[str | None, typer.Option(help="Run only the cases whose name contains this text.")] = None,
     reserve: Annotated[float, typer.Option(help="Share of each rank's memory both planners keep free.")] = RESERVE,
     json_out: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
 ) -> None:
@@ -254,11 +284,11 @@ def bench_plan_reality(
     and do its memory estimates bound each rank's measured peak memory? Calibrates this machine first."""
 
     from shardrec.sharding import suites
-    from shardrec.tools.bench.calibrate import calibrate
     from shardrec.sharding.cost import evaluate
     from shardrec.sharding.plan_io import PLAN_SCHEMA_VERSION, PlanFile, plan_fingerprint
-    from shardrec.tools.bench.reality import kendall_tau, measure_plans
     from shardrec.sharding.topology import PRESETS, ClusterTopology
+    from shardrec.tools.bench.calibrate import calibrate
+    from shardrec.tools.bench.reality import kendall_tau, measure_plans
 
     if world_size < 2 or global_batch_size % world_size:
         fail(f"--world-size must be >= 2 and divide --global-batch-size ({world_size}, {global_batch_size})")
@@ -272,20 +302,33 @@ def bench_plan_reality(
     plans = _reality_plans(configs, topo, global_batch_size, pooling)
     fp = plan_fingerprint(configs, world_size, global_batch_size, "cpu")
     texts = [PlanFile(PLAN_SCHEMA_VERSION, fp, placed).to_json() for placed in plans.values()]
-    measured = measure_plans(configs, texts, world_size=world_size, local_batch=global_batch_size // world_size, steps=steps)
+    measured = measure_plans(
+        configs, texts, world_size=world_size, local_batch=global_batch_size // world_size, steps=steps
+    )
     rows = []
     for (name, placed), m in zip(plans.items(), measured):
         cost = evaluate(placed, configs, pooling, topo, global_batch_size)
         est_mem = [int(x) for x in cost.memory_bytes]
-        rows.append({"plan": name, "estimated_ms": cost.max_step_s * 1e3, "measured_ms": m.step_s * 1e3,
-                     "estimated_memory_bytes": est_mem, "measured_memory_bytes": m.memory_bytes,
-                     "held_memory_bytes": m.held_bytes,
-                     "memory_bounded": all(a >= b for a, b in zip(est_mem, m.memory_bytes))})
+        rows.append(
+            {
+                "plan": name,
+                "estimated_ms": cost.max_step_s * 1e3,
+                "measured_ms": m.step_s * 1e3,
+                "estimated_memory_bytes": est_mem,
+                "measured_memory_bytes": m.memory_bytes,
+                "held_memory_bytes": m.held_bytes,
+                "memory_bounded": all(a >= b for a, b in zip(est_mem, m.memory_bytes)),
+            }
+        )
     tau = kendall_tau([r["estimated_ms"] for r in rows], [r["measured_ms"] for r in rows])
-    result = {"kendall_tau": tau, "same_order": tau == 1.0, "profile": profile["measured"],
-              "measured_memory": "per rank, growth of the process's peak resident set (VmHWM) over building, "
-                                 "sharding and stepping the plan; held: bytes of its weights and optimizer state",
-              "plans": rows}
+    result = {
+        "kendall_tau": tau,
+        "same_order": tau == 1.0,
+        "profile": profile["measured"],
+        "measured_memory": "per rank, growth of the process's peak resident set (VmHWM) over building, "
+        "sharding and stepping the plan; held: bytes of its weights and optimizer state",
+        "plans": rows,
+    }
     if json_out:
         print_json(result)
         return
@@ -296,17 +339,28 @@ def _print_reality_table(result: dict, title: str) -> None:
     from rich.table import Table
 
     t = Table(title=f"{title}: estimate vs clock and memory")
-    t.caption = ("MiB of the rank with the most: est. = cost model, peak = measured peak RSS growth, "
-                 "held = weights + optimizer state; bound: every rank's estimate >= its peak")
+    t.caption = (
+        "MiB of the rank with the most: est. = cost model, peak = measured peak RSS growth, "
+        "held = weights + optimizer state; bound: every rank's estimate >= its peak"
+    )
     for col in ("plan", "est. ms", "measured ms", "est. MiB", "peak MiB", "held MiB", "bound"):
         t.add_column(col, justify="right")
     mib = lambda v: f"{max(v) / 2**20:.1f}"  # noqa: E731
     for r in sorted(result["plans"], key=lambda r: r["estimated_ms"]):
-        t.add_row(r["plan"], f"{r['estimated_ms']:.2f}", f"{r['measured_ms']:.2f}", mib(r["estimated_memory_bytes"]),
-                  mib(r["measured_memory_bytes"]), mib(r["held_memory_bytes"]), "yes" if r["memory_bounded"] else "NO")
+        t.add_row(
+            r["plan"],
+            f"{r['estimated_ms']:.2f}",
+            f"{r['measured_ms']:.2f}",
+            mib(r["estimated_memory_bytes"]),
+            mib(r["measured_memory_bytes"]),
+            mib(r["held_memory_bytes"]),
+            "yes" if r["memory_bounded"] else "NO",
+        )
     console.print(t)
-    console.print(f"rank agreement (Kendall tau) between estimated and measured step time: {result['kendall_tau']:.2f} "
-                  "(1: same order)")
+    console.print(
+        f"rank agreement (Kendall tau) between estimated and measured step time: {result['kendall_tau']:.2f} "
+        "(1: same order)"
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -34,14 +34,21 @@ def _mix64(z):
     return z ^ (z // (1 << 31))
 
 
-def polars_preprocess(path: Path, out: Path, max_ids: int, num_dense: int = 13, num_sparse: int = 26, separator: str = "\t") -> int:
+def polars_preprocess(
+    path: Path, out: Path, max_ids: int, num_dense: int = 13, num_sparse: int = 26, separator: str = "\t"
+) -> int:
     """Preprocess `path` with polars into `out` (one .npy per column); returns the rows."""
     import polars as pl
 
     dense = [f"I{i + 1}" for i in range(num_dense)]
     sparse = [f"C{i + 1}" for i in range(num_sparse)]
     schema = {"label": pl.UInt8, **{c: pl.Int64 for c in dense}, **{c: pl.String for c in sparse}}
-    id_dtype = {np.dtype(np.uint8): pl.UInt8, np.dtype(np.uint16): pl.UInt16, np.dtype(np.uint32): pl.UInt32, np.dtype(np.uint64): pl.UInt64}
+    id_dtype = {
+        np.dtype(np.uint8): pl.UInt8,
+        np.dtype(np.uint16): pl.UInt16,
+        np.dtype(np.uint32): pl.UInt32,
+        np.dtype(np.uint64): pl.UInt64,
+    }
     id_type = id_dtype[np.dtype(smallest_uint(max_ids - 1))]
 
     def hashed(c: str):
@@ -53,7 +60,10 @@ def polars_preprocess(path: Path, out: Path, max_ids: int, num_dense: int = 13, 
         pl.scan_csv(path, separator=separator, has_header=False, new_columns=list(schema), schema=schema)
         .select(
             pl.col("label"),
-            *[pl.col(c).fill_null(0).clip(lower_bound=0).cast(pl.Float64).log1p().cast(pl.Float32).alias(c) for c in dense],
+            *[
+                pl.col(c).fill_null(0).clip(lower_bound=0).cast(pl.Float64).log1p().cast(pl.Float32).alias(c)
+                for c in dense
+            ],
             *[hashed(c) for c in sparse],
         )
         .collect()
@@ -78,7 +88,11 @@ def compare_with_dataset(dataset: Path, polars_out: Path) -> list[str]:
         row, same = 0, True
         for part in parts:
             ours = np.load(part / f"{name}.npy", mmap_mode="r")
-            if ours.dtype != theirs.dtype or ours.shape[1:] != theirs.shape[1:] or not np.array_equal(ours, theirs[row : row + len(ours)]):
+            if (
+                ours.dtype != theirs.dtype
+                or ours.shape[1:] != theirs.shape[1:]
+                or not np.array_equal(ours, theirs[row : row + len(ours)])
+            ):
                 same = False
                 break
             row += len(ours)

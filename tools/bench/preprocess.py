@@ -74,8 +74,8 @@ def polars_version() -> str | None:
 
 def parse_only(path: Path) -> dict[str, float]:
     """Our parser alone over the file, in the pipeline's piece size."""
-    from shardrec.tools.preprocess.parse import parse_chunk
     from shardrec.tools.preprocess.inputs import Task
+    from shardrec.tools.preprocess.parse import parse_chunk
     from shardrec.tools.preprocess.task import read_pieces
 
     task = Task(0, str(path), 0, path.stat().st_size, 0, (), "train", False)
@@ -94,7 +94,11 @@ def pandas_parse(path: Path, chunk_rows: int = 500_000) -> dict[str, Any]:
     t0, c0 = time.perf_counter(), time.process_time()
     for frame in pd.read_csv(path, sep="\t", header=None, engine="c", chunksize=chunk_rows):
         if not dtypes:
-            dtypes = {"label": str(frame.dtypes.iloc[0]), "integer_columns": str(frame.dtypes.iloc[1]), "hex_columns": str(frame.dtypes.iloc[-1])}
+            dtypes = {
+                "label": str(frame.dtypes.iloc[0]),
+                "integer_columns": str(frame.dtypes.iloc[1]),
+                "hex_columns": str(frame.dtypes.iloc[-1]),
+            }
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     setup = {"version": pd.__version__, "engine": "c", "chunk_rows": chunk_rows, "dtypes": dtypes}
     return {"wall_s": wall, "cpu_s": cpu, "setup": setup}
@@ -160,7 +164,11 @@ def run_bench(size_gb: float, workers: int, work_dir: Path, chunk_mb: float) -> 
         "ratio_rss_vs_polars_all_threads": round(ours["peak_rss_mb"] / max(pln["peak_rss_mb"], 1e-9), 2),
         "parse_only_mb_s": round(mb / parse["wall_s"], 1),
         "parse_only_mb_per_cpu_s": round(mb / parse["cpu_s"], 1),
-        "pandas_parse_only": {"mb_s": round(mb / pd_["wall_s"], 1), "mb_per_cpu_s": round(pandas_cpu, 1), **pd_["setup"]},
+        "pandas_parse_only": {
+            "mb_s": round(mb / pd_["wall_s"], 1),
+            "mb_per_cpu_s": round(pandas_cpu, 1),
+            **pd_["setup"],
+        },
         "ratio_vs_pandas_parse_only_cpu": round(ours["mb_per_cpu_s"] / pandas_cpu, 2),
         # The issue's goals, per CPU-second: what one core spends, whatever the machine load.
         "goals": {
@@ -172,10 +180,14 @@ def run_bench(size_gb: float, workers: int, work_dir: Path, chunk_mb: float) -> 
 
 
 def bench_preprocess(
-    size_gb: Annotated[float, typer.Option(help="Size of the generated TSV in GB (the goal is measured at >= 1).")] = 1.0,
+    size_gb: Annotated[
+        float, typer.Option(help="Size of the generated TSV in GB (the goal is measured at >= 1).")
+    ] = 1.0,
     workers: Annotated[int, typer.Option(help="Worker processes of the preprocess run.")] = 1,
     chunk_mb: Annotated[float, typer.Option(help="--chunk-mb of the preprocess run.")] = 128,
-    work_dir: Annotated[Path | None, typer.Option(help="Keep the generated file here and reuse it (default: a temporary directory).")] = None,
+    work_dir: Annotated[
+        Path | None, typer.Option(help="Keep the generated file here and reuse it (default: a temporary directory).")
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Preprocess MB/s and peak RSS against a polars pipeline doing the same work (1 and all threads), same file."""
@@ -206,13 +218,17 @@ def _print_report(r: dict[str, Any]) -> None:
     line = "{:<22} {:>7.1f} MB/s {:>7.1f} MB/CPU-s {:>6.0f} MB peak RSS"
     console.print(
         f"{r['file_mb']:,} MB TSV, same file, same run ({r['cores']} cores)\n"
-        + line.format(f"shardrec, {r['workers']} worker(s)", ours["mb_s"], ours["mb_per_cpu_s"], ours["peak_rss_mb"]) + "\n"
-        + line.format("polars, 1 thread", pl1["mb_s"], pl1["mb_per_cpu_s"], pl1["peak_rss_mb"]) + "\n"
-        + line.format("polars, all threads", pln["mb_s"], pln["mb_per_cpu_s"], pln["peak_rss_mb"]) + "\n"
+        + line.format(f"shardrec, {r['workers']} worker(s)", ours["mb_s"], ours["mb_per_cpu_s"], ours["peak_rss_mb"])
+        + "\n"
+        + line.format("polars, 1 thread", pl1["mb_s"], pl1["mb_per_cpu_s"], pl1["peak_rss_mb"])
+        + "\n"
+        + line.format("polars, all threads", pln["mb_s"], pln["mb_per_cpu_s"], pln["peak_rss_mb"])
+        + "\n"
         f"shardrec / polars 1 thread: {r['ratio_vs_polars_one_thread_cpu']:.2f}x per CPU-second, {r['ratio_vs_polars_one_thread_wall']:.2f}x wall\n"
         f"shardrec / polars all threads: {r['ratio_vs_polars_all_threads_cpu']:.2f}x per CPU-second, {r['ratio_vs_polars_all_threads_wall']:.2f}x wall\n"
         f"polars {r['polars']['version']} columns equal shardrec's byte for byte: "
-        + ("yes" if r["polars_columns_equal"] else f"NO ({', '.join(r['polars_columns_differ'])})") + "\n"
+        + ("yes" if r["polars_columns_equal"] else f"NO ({', '.join(r['polars_columns_differ'])})")
+        + "\n"
         f"secondary: parser alone {r['parse_only_mb_per_cpu_s']:.1f} MB/CPU-s;\n"
         f"  pandas {r['pandas_parse_only']['version']} read_csv parse only {r['pandas_parse_only']['mb_per_cpu_s']:.1f} MB per CPU-s ({r['ratio_vs_pandas_parse_only_cpu']:.2f}x)\n"
         + "\n".join(f"goal {k}: {'met' if v else 'NOT met'}" for k, v in r["goals"].items()),

@@ -90,8 +90,9 @@ def _local_bytes(obj: Any) -> int:
     return 0
 
 
-def _run_plan(env: DistEnv, tables: list[EmbeddingBagConfig], plan_json: str, *, local_batch: int, steps: int,
-              seed: int) -> tuple[float, int, int]:
+def _run_plan(
+    env: DistEnv, tables: list[EmbeddingBagConfig], plan_json: str, *, local_batch: int, steps: int, seed: int
+) -> tuple[float, int, int]:
     import torch.distributed as dist
     from torchrec.distributed.model_parallel import DistributedModelParallel
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
@@ -106,8 +107,12 @@ def _run_plan(env: DistEnv, tables: list[EmbeddingBagConfig], plan_json: str, *,
     ebc = EmbeddingBagCollection(tables=tables, device=torch.device("meta"))
     fused = [name for name in ebc.embedding_bags if plan.table(name).compute_kernel == "fused"]
     attach_fused_optimizer(ebc, fused, optimizer="rowwise_adagrad", lr=0.01, eps=1e-8)
-    model = DistributedModelParallel(ebc, device=torch.device("cpu"), sharders=build_sharders(),
-                                     plan=to_sharding_plan(plan, tables, "", env.world_size, env.local_world_size, "cpu"))
+    model = DistributedModelParallel(
+        ebc,
+        device=torch.device("cpu"),
+        sharders=build_sharders(),
+        plan=to_sharding_plan(plan, tables, "", env.world_size, env.local_world_size, "cpu"),
+    )
     batches = _batches(tables, local_batch, 4, seed + env.rank)
 
     def step(i: int) -> None:
@@ -128,26 +133,39 @@ def _run_plan(env: DistEnv, tables: list[EmbeddingBagConfig], plan_json: str, *,
     return elapsed, grown, held
 
 
-def _worker(env: DistEnv, tables: list[EmbeddingBagConfig], plans: list[str], local_batch: int, steps: int,
-            seed: int) -> list[tuple[float, int, int]]:
+def _worker(
+    env: DistEnv, tables: list[EmbeddingBagConfig], plans: list[str], local_batch: int, steps: int, seed: int
+) -> list[tuple[float, int, int]]:
     # Two rounds over all plans, keeping each plan's lower time and lower peak: the first plan of a
     # fresh process otherwise pays one-off costs (kernel selection, thread pools, gloo buffers).
-    rounds = [[_run_plan(env, tables, p, local_batch=local_batch, steps=steps, seed=seed) for p in plans]
-              for _ in range(2)]
+    rounds = [
+        [_run_plan(env, tables, p, local_batch=local_batch, steps=steps, seed=seed) for p in plans] for _ in range(2)
+    ]
     return [(min(a[0], b[0]), min(a[1], b[1]), a[2]) for a, b in zip(*rounds)]
 
 
-def measure_plans(tables: list[EmbeddingBagConfig], plans: list[str], *, world_size: int, local_batch: int,
-                  steps: int = 8, seed: int = 0) -> list[Measured]:
+def measure_plans(
+    tables: list[EmbeddingBagConfig],
+    plans: list[str],
+    *,
+    world_size: int,
+    local_batch: int,
+    steps: int = 8,
+    seed: int = 0,
+) -> list[Measured]:
     """Time `steps` training steps of each plan (JSON texts) on `world_size` local gloo ranks."""
     try:
-        results = run_local_ranks(_worker, world_size, tables, plans, local_batch, steps, seed,
-                                  timeout_s=1800, collective_timeout_s=300)
+        results = run_local_ranks(
+            _worker, world_size, tables, plans, local_batch, steps, seed, timeout_s=1800, collective_timeout_s=300
+        )
     except RankFailed as e:
         raise RuntimeError(f"rank {e.rank} failed while timing plans: {e.reason}") from e
     return [
-        Measured(max(results[r][i][0] for r in range(world_size)), [results[r][i][1] for r in range(world_size)],
-                 [results[r][i][2] for r in range(world_size)])
+        Measured(
+            max(results[r][i][0] for r in range(world_size)),
+            [results[r][i][1] for r in range(world_size)],
+            [results[r][i][2] for r in range(world_size)],
+        )
         for i in range(len(plans))
     ]
 
@@ -157,6 +175,6 @@ def kendall_tau(a: list[float], b: list[float]) -> float:
     n, score = len(a), 0
     for i in range(n):
         for j in range(i + 1, n):
-            score += (1 if (a[i] - a[j]) * (b[i] - b[j]) > 0 else -1 if (a[i] - a[j]) * (b[i] - b[j]) < 0 else 0)
+            score += 1 if (a[i] - a[j]) * (b[i] - b[j]) > 0 else -1 if (a[i] - a[j]) * (b[i] - b[j]) < 0 else 0
     pairs = n * (n - 1) / 2
     return score / pairs if pairs else 1.0

@@ -25,7 +25,7 @@ import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -75,7 +75,19 @@ def _stage(cmd: list[str], what: str, nbytes: int) -> dict[str, Any]:
 
 
 def _preprocess(raw: Path, out: Path, workers: int, text_bytes: int, mode: list[str]) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "shardrec.tools.cli", "preprocess", str(raw), "--out", str(out), "--workers", str(workers), "--json", *mode]
+    cmd = [
+        sys.executable,
+        "-m",
+        "shardrec.tools.cli",
+        "preprocess",
+        str(raw),
+        "--out",
+        str(out),
+        "--workers",
+        str(workers),
+        "--json",
+        *mode,
+    ]
     st = _stage(cmd, f"preprocess {' '.join(mode)}", text_bytes)
     summary = json.loads(st.pop("stdout"))
     manifest = json.loads((out / "manifest.json").read_text())
@@ -87,7 +99,9 @@ def _preprocess(raw: Path, out: Path, workers: int, text_bytes: int, mode: list[
 
 
 def _stream(data: Path, batch: int, dataset_bytes: int) -> dict[str, Any]:
-    st = _stage([sys.executable, "-m", "shardrec.tools.bench.scale", "stream", str(data), str(batch)], "stream", dataset_bytes)
+    st = _stage(
+        [sys.executable, "-m", "shardrec.tools.bench.scale", "stream", str(data), str(batch)], "stream", dataset_bytes
+    )
     st.update(json.loads(st.pop("stdout")))
     # The loop alone: the child's start (imports, opening every part) is in wall_s.
     st["rows_per_s"] = st["rows"] / max(st["loop_s"], 1e-9)
@@ -99,7 +113,9 @@ def stream_child(data: Path, batch: int) -> None:
     """In a child: every train batch of `data` through the loader on one rank; prints rows and seconds."""
     from shardrec.dataloader.loader import ShuffleSpec, build_loader
 
-    loader = build_loader(data, "train", global_batch_size=batch, rank=0, world_size=1, shuffle=ShuffleSpec(enabled=True, seed=0))
+    loader = build_loader(
+        data, "train", global_batch_size=batch, rank=0, world_size=1, shuffle=ShuffleSpec(enabled=True, seed=0)
+    )
     rows, t0 = 0, time.perf_counter()
     for b in loader:
         rows += int(b.labels.numel())
@@ -127,13 +143,21 @@ def run_scale(fraction: float, work: Path, steps: int, batch: int, train: bool =
     synth = {"wall_s": time.perf_counter() - t0, "cpu_s": _cpu() - c0, "rows": rows, "text_bytes": text,
              "gzip_bytes": sum(p.stat().st_size for p in raw.iterdir())}  # fmt: skip
     stages: dict[str, Any] = {"synth": synth}
-    stages["preprocess_hash"] = _preprocess(raw, work / "hash", workers, text, ["--max-ids", ",".join(map(str, feature_counts(fraction)))])
+    stages["preprocess_hash"] = _preprocess(
+        raw, work / "hash", workers, text, ["--max-ids", ",".join(map(str, feature_counts(fraction)))]
+    )
     stages["preprocess_vocab"] = _preprocess(raw, work / "vocab", workers, text, ["--min-count", "2"])
     stages["stream"] = _stream(work / "hash", batch, stages["preprocess_hash"]["output_bytes"])
     if train:
         stages["train"] = _train(work / "hash", work / "run", steps, batch, steps, resume=False)
         stages["train_resume"] = _train(work / "hash", work / "run", 2 * steps, batch, steps, resume=True)
-    return {"fraction": fraction, "workers": workers, "rows": rows, "stages": stages, "projection": _project(stages, fraction, workers)}
+    return {
+        "fraction": fraction,
+        "workers": workers,
+        "rows": rows,
+        "stages": stages,
+        "projection": _project(stages, fraction, workers),
+    }
 
 
 def _cpu() -> float:
@@ -151,8 +175,13 @@ def _project(stages: dict[str, Any], fraction: float, cores: int) -> dict[str, A
 
 
 def bench_scale(
-    fraction: Annotated[float, typer.Option(help="Share of Criteo 1TB's 4.37 B rows to make (0.01: ~43.7 M rows).")] = 0.01,
-    work_dir: Annotated[Optional[Path], typer.Option("--work-dir", help="Where data and runs go (kept); default: a temporary directory, removed.")] = None,
+    fraction: Annotated[
+        float, typer.Option(help="Share of Criteo 1TB's 4.37 B rows to make (0.01: ~43.7 M rows).")
+    ] = 0.01,
+    work_dir: Annotated[
+        Path | None,
+        typer.Option("--work-dir", help="Where data and runs go (kept); default: a temporary directory, removed."),
+    ] = None,
     steps: Annotated[int, typer.Option(min=1, help="Training steps before the resume, and as many after it.")] = 200,
     batch: Annotated[int, typer.Option(min=2, help="Global batch size of the stream and training stages.")] = 2048,
     train: Annotated[bool, typer.Option("--train/--no-train", help="Run the training and resume stages.")] = True,
@@ -180,16 +209,24 @@ def _print(result: dict[str, Any]) -> None:
     console.print(f"Criteo-1TB shape at {result['fraction']:g}: {result['rows']:,} rows, {result['workers']} workers")
     for name in ("preprocess_hash", "preprocess_vocab", "stream"):
         s = st[name]
-        console.print(f"{name:>17}: {s['mb_per_s_wall']:8.1f} MB/s wall  {s['mb_per_cpu_s']:8.1f} MB/CPU-s  peak RSS {s['peak_rss_mb']:,.0f} MiB"
-                      + (f"  {s['parts']} parts, {s['output_bytes'] / 1e9:.2f} GB" if "parts" in s else f"  {s['rows_per_s']:,.0f} rows/s"))
+        console.print(
+            f"{name:>17}: {s['mb_per_s_wall']:8.1f} MB/s wall  {s['mb_per_cpu_s']:8.1f} MB/CPU-s  peak RSS {s['peak_rss_mb']:,.0f} MiB"
+            + (
+                f"  {s['parts']} parts, {s['output_bytes'] / 1e9:.2f} GB"
+                if "parts" in s
+                else f"  {s['rows_per_s']:,.0f} rows/s"
+            )
+        )
     for name in ("train", "train_resume"):
         if name not in st:
             continue
         s = st[name]
         console.print(f"{name:>17}: {s['wall_s']:.1f} s wall, peak RSS {s['peak_rss_mb']:,.0f} MiB, {s['summary']}")
     p = result["projection"]
-    console.print(f"projection (not a measurement): the full 1TB ({p['full_text_gb']:,.0f} GB of text) on {p['cores']} cores: "
-                  f"hashing {p['preprocess_hash_hours']:.1f} h, vocabulary {p['preprocess_vocab_hours']:.1f} h")
+    console.print(
+        f"projection (not a measurement): the full 1TB ({p['full_text_gb']:,.0f} GB of text) on {p['cores']} cores: "
+        f"hashing {p['preprocess_hash_hours']:.1f} h, vocabulary {p['preprocess_vocab_hours']:.1f} h"
+    )
 
 
 def register(bench_app: typer.Typer) -> None:

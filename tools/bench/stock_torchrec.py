@@ -16,8 +16,8 @@ checks it). It runs in fp32: torchrec's examples have no mixed precision.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Iterable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -85,7 +85,9 @@ def build_dlrm(spec: StockModel, seed: int, device: torch.device = torch.device(
     """torchrec's DLRM (or DLRM_DCN) over a meta-device EmbeddingBagCollection, in DLRMTrain."""
     torch.manual_seed(seed)
     configs = [
-        EmbeddingBagConfig(name=f"t_{name}", embedding_dim=spec.embedding_dim, num_embeddings=rows, feature_names=[name])
+        EmbeddingBagConfig(
+            name=f"t_{name}", embedding_dim=spec.embedding_dim, num_embeddings=rows, feature_names=[name]
+        )
         for name, rows in spec.tables
     ]
     ebc = EmbeddingBagCollection(tables=configs, device=torch.device("meta"))
@@ -108,26 +110,41 @@ def build_dlrm(spec: StockModel, seed: int, device: torch.device = torch.device(
 class StockTrainer:
     """One rank of the stock torchrec training loop (call on every rank of the process group)."""
 
-    def __init__(self, spec: StockModel, optim: StockOptim, local_batch_size: int, local_world_size: int, seed: int = 0,
-                 device: torch.device = torch.device("cpu")) -> None:
+    def __init__(
+        self,
+        spec: StockModel,
+        optim: StockOptim,
+        local_batch_size: int,
+        local_world_size: int,
+        seed: int = 0,
+        device: torch.device = torch.device("cpu"),
+    ) -> None:
         if optim.sparse not in FUSED_OPTIMIZERS or optim.dense not in DENSE_OPTIMIZERS:
-            raise ValueError(f"optimizers {optim.sparse!r} / {optim.dense!r}: sparse one of {', '.join(FUSED_OPTIMIZERS)}, "
-                             f"dense one of {', '.join(DENSE_OPTIMIZERS)}")
+            raise ValueError(
+                f"optimizers {optim.sparse!r} / {optim.dense!r}: sparse one of {', '.join(FUSED_OPTIMIZERS)}, "
+                f"dense one of {', '.join(DENSE_OPTIMIZERS)}"
+            )
         if optim.sparse == "adam" and device.type == "cpu":
             # fbgemm's CPU kernel asserts on it; say so before any rank builds a model.
-            raise ValueError("sparse optimizer 'adam': torchrec's fused CPU kernel does not support it (use rowwise_adagrad or sgd)")
+            raise ValueError(
+                "sparse optimizer 'adam': torchrec's fused CPU kernel does not support it (use rowwise_adagrad or sgd)"
+            )
         fused = {"optimizer": FUSED_OPTIMIZERS[optim.sparse], "learning_rate": optim.sparse_lr}
         if optim.sparse != "sgd":
             fused["eps"] = optim.eps
         sharders = [EmbeddingBagCollectionSharder(fused_params=fused)]
         module = build_dlrm(spec, seed, device)
-        topology = Topology(world_size=dist.get_world_size(), compute_device=device.type, local_world_size=local_world_size)
+        topology = Topology(
+            world_size=dist.get_world_size(), compute_device=device.type, local_world_size=local_world_size
+        )
         planner = EmbeddingShardingPlanner(topology=topology, batch_size=local_batch_size)
         self.plan = planner.collective_plan(module, sharders, dist.GroupMember.WORLD)
         self.model = DistributedModelParallel(module, device=device, plan=self.plan, sharders=sharders)  # type: ignore[arg-type]
         dense = KeyedOptimizerWrapper(
             dict(in_backward_optimizer_filter(self.model.named_parameters())),
-            lambda params: DENSE_OPTIMIZERS[optim.dense](params, **_dense_kwargs(optim.dense, optim.dense_lr, optim.eps)),
+            lambda params: DENSE_OPTIMIZERS[optim.dense](
+                params, **_dense_kwargs(optim.dense, optim.dense_lr, optim.eps)
+            ),
         )
         self.optimizer = CombinedOptimizer([self.model.fused_optimizer, dense])
         self.pipeline = TrainPipelineSparseDist(self.model, self.optimizer, device, execute_all_batches=True)

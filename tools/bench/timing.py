@@ -4,7 +4,7 @@ baseline imports this and nothing else of shardrec: keep it free of shardrec imp
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist

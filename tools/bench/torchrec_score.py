@@ -49,7 +49,9 @@ def torchrec_score(
     with warnings.catch_warnings(), quiet_torchrec():
         warnings.simplefilter("ignore")
         enumerator = EmbeddingEnumerator(
-            topology=to_torchrec_topology(topo), batch_size=max(1, global_batch_size // topo.world_size), constraints=params
+            topology=to_torchrec_topology(topo),
+            batch_size=max(1, global_batch_size // topo.world_size),
+            constraints=params,
         )
         options = enumerator.enumerate(build_ebc(configs), build_sharders())
     found: dict[tuple, object] = {}

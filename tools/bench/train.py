@@ -54,7 +54,9 @@ def write_bench_data(directory: Path, rows: dict[str, int], table_rows: int, see
     splits = {}
     for split, n in rows.items():
         dense = rng.standard_normal((n, NUM_DENSE), dtype=np.float32)
-        sparse = {f"C{i + 1}": np.minimum(rng.zipf(1.2, n) - 1, table_rows - 1).astype(dtype) for i in range(NUM_TABLES)}
+        sparse = {
+            f"C{i + 1}": np.minimum(rng.zipf(1.2, n) - 1, table_rows - 1).astype(dtype) for i in range(NUM_TABLES)
+        }
         logit = dense[:, 0] + sum(np.where(ids % 7 == 0, 0.3, -0.05) for ids in sparse.values())
         labels = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(np.uint8)
         splits[split] = SplitInfo(n, [write_part(directory / split / "part-00000", labels, dense, sparse)])
@@ -69,11 +71,19 @@ def job_configs(model: str, data: str, nproc: int, device: str = "cpu") -> dict[
 
     _, dim, dense_arch, over_arch, per_rank, _ = MODELS[model]
     demo = Path(__file__).resolve().parents[2] / "configs" / "demo.toml"
-    common = [f'data.path="{data}"', 'data.eval_splits=["val"]', f"model.embedding_dim={dim}",
-              f"model.dense_arch={dense_arch}", f"model.over_arch={over_arch}", f"train.global_batch_size={per_rank * nproc}"]
+    common = [
+        f'data.path="{data}"',
+        'data.eval_splits=["val"]',
+        f"model.embedding_dim={dim}",
+        f"model.dense_arch={dense_arch}",
+        f"model.over_arch={over_arch}",
+        f"train.global_batch_size={per_rank * nproc}",
+    ]
     # Only the demo's [optim]: its pinned sharding types and eval/checkpoint intervals are about the demo's run.
-    return {p: load_job_config(None, common + _demo_optim(demo) + [f'train.precision="{p}"', f'train.device="{device}"'])
-            for p in ("fp32", "bf16")}
+    return {
+        p: load_job_config(None, common + _demo_optim(demo) + [f'train.precision="{p}"', f'train.device="{device}"'])
+        for p in ("fp32", "bf16")
+    }
 
 
 def _demo_optim(path: Path) -> list[str]:
@@ -83,8 +93,9 @@ def _demo_optim(path: Path) -> list[str]:
     return [f"optim.{k}={json.dumps(v)}" for k, v in optim.items()]
 
 
-def rank_main(data: str, out: str, model: str, steps: int, rounds: int, quality_steps: int, threads: int,
-              device: str = "cpu") -> None:
+def rank_main(
+    data: str, out: str, model: str, steps: int, rounds: int, quality_steps: int, threads: int, device: str = "cpu"
+) -> None:
     """One rank of the benchmark (started by torchrun); rank 0 writes the figures to `out`."""
     import torch
 
@@ -101,8 +112,9 @@ def rank_main(data: str, out: str, model: str, steps: int, rounds: int, quality_
     shutdown()
 
 
-def summarise(raw: dict[str, Any], model: str, nproc: int, threads: int, steps: int, rounds: int,
-              device: str = "cpu") -> dict[str, Any]:
+def summarise(
+    raw: dict[str, Any], model: str, nproc: int, threads: int, steps: int, rounds: int, device: str = "cpu"
+) -> dict[str, Any]:
     rates, auc = raw["rates"], raw["auc"]
 
     def paired(a: str, b: str) -> float:
@@ -111,8 +123,13 @@ def summarise(raw: dict[str, Any], model: str, nproc: int, threads: int, steps: 
 
     bf16_ok = abs(auc["ours_bf16"] - auc["ours_fp32"]) <= AUC_TOLERANCE
     return {
-        "model": model, "device": device, "ranks": nproc, "threads_per_rank": threads, "samples_per_rank": MODELS[model][4],
-        "steps": steps, "rounds": rounds,
+        "model": model,
+        "device": device,
+        "ranks": nproc,
+        "threads_per_rank": threads,
+        "samples_per_rank": MODELS[model][4],
+        "steps": steps,
+        "rounds": rounds,
         "median_samples_per_s": {k: round(float(np.median(v)), 1) for k, v in rates.items()},
         "ours_fp32_vs_stock_fp32": paired("ours_fp32", "stock_fp32"),
         "ours_bf16_vs_stock_fp32": paired("ours_bf16", "stock_fp32"),
@@ -125,26 +142,42 @@ def summarise(raw: dict[str, Any], model: str, nproc: int, threads: int, steps: 
 
 
 def _print(result: dict[str, Any]) -> None:
-    console.print(f"{result['ranks']} {result['device'].upper()} ranks x {result['threads_per_rank']} thread(s), {result['model']} DLRM, "
-                  f"{result['samples_per_rank']} samples per rank, {result['rounds']} interleaved rounds x {result['steps']} steps; "
-                  "ratios: median over rounds of same-round ratios")
+    console.print(
+        f"{result['ranks']} {result['device'].upper()} ranks x {result['threads_per_rank']} thread(s), {result['model']} DLRM, "
+        f"{result['samples_per_rank']} samples per rank, {result['rounds']} interleaved rounds x {result['steps']} steps; "
+        "ratios: median over rounds of same-round ratios"
+    )
     for name, rate in result["median_samples_per_s"].items():
         console.print(f"  {name:20s} {rate:>10,.0f} samples/s")
     console.print(f"ours fp32 / stock torchrec fp32: {result['ours_fp32_vs_stock_fp32']:.3f}x (target >= 1.0)")
-    verdict = "counts" if result["bf16_auc_within_tolerance"] else f"does NOT count: AUC differs by more than {AUC_TOLERANCE}"
-    console.print(f"ours bf16 / stock torchrec fp32: {result['ours_bf16_vs_stock_fp32']:.3f}x (target >= 1.5); {verdict}")
+    verdict = (
+        "counts" if result["bf16_auc_within_tolerance"] else f"does NOT count: AUC differs by more than {AUC_TOLERANCE}"
+    )
+    console.print(
+        f"ours bf16 / stock torchrec fp32: {result['ours_bf16_vs_stock_fp32']:.3f}x (target >= 1.5); {verdict}"
+    )
     console.print(f"real loader / in-memory batches: {result['loader_vs_in_memory']:.3f}x (target >= 0.97)")
     auc = result["val_auc"]
-    console.print(f"val AUC after the same steps: stock fp32 {auc['stock_fp32']:.4f}, ours fp32 {auc['ours_fp32']:.4f}, "
-                  f"ours bf16 {auc['ours_bf16']:.4f}")
-    console.print(f"sharding types: stock {', '.join(result['sharding_types']['stock'])}; ours {', '.join(result['sharding_types']['ours'])}")
+    console.print(
+        f"val AUC after the same steps: stock fp32 {auc['stock_fp32']:.4f}, ours fp32 {auc['ours_fp32']:.4f}, "
+        f"ours bf16 {auc['ours_bf16']:.4f}"
+    )
+    console.print(
+        f"sharding types: stock {', '.join(result['sharding_types']['stock'])}; ours {', '.join(result['sharding_types']['ours'])}"
+    )
 
 
 def bench_train(
-    model: Annotated[str, typer.Option(help="reference (the DLRM reference's shape) or demo (configs/demo.toml's).")] = "reference",
-    steps: Annotated[int, typer.Option(help="Steps per variant per round (a timed window); 0: 64 for reference, 256 for demo.")] = 0,
+    model: Annotated[
+        str, typer.Option(help="reference (the DLRM reference's shape) or demo (configs/demo.toml's).")
+    ] = "reference",
+    steps: Annotated[
+        int, typer.Option(help="Steps per variant per round (a timed window); 0: 64 for reference, 256 for demo.")
+    ] = 0,
     rounds: Annotated[int, typer.Option(help="Interleaved rounds; ratios are medians of same-round ratios.")] = 5,
-    quality_steps: Annotated[int, typer.Option(help="Steps every side trains from fresh weights before its validation AUC.")] = 125,
+    quality_steps: Annotated[
+        int, typer.Option(help="Steps every side trains from fresh weights before its validation AUC.")
+    ] = 125,
     nproc: Annotated[int, typer.Option(help="Ranks (on CUDA at most one per GPU).")] = 2,
     device: Annotated[str, typer.Option(help="cpu (gloo ranks) or cuda (NCCL, one GPU per rank).")] = "cpu",
     threads: Annotated[int, typer.Option(help="Torch threads per rank (both sides).")] = 1,
@@ -166,7 +199,9 @@ def bench_train(
         out = Path(tmp) / "result.json"
         args = [str(data), str(out), model, str(steps), str(rounds), str(quality_steps), str(threads), device]
         env = rank_environment(nproc) | {"OMP_NUM_THREADS": str(threads)}
-        proc = subprocess.run(torchrun_command(args, nproc, module="shardrec.tools.bench.train"), capture_output=True, text=True, env=env)
+        proc = subprocess.run(
+            torchrun_command(args, nproc, module="shardrec.tools.bench.train"), capture_output=True, text=True, env=env
+        )
         if proc.returncode != 0:
             fail(f"benchmark ranks failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
         result = summarise(json.loads(out.read_text()), model, nproc, threads, steps, rounds, device)

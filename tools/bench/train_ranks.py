@@ -20,9 +20,10 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -57,9 +58,15 @@ class Ours:
             faults.maybe_poison(self.job.model, step, env.rank)
 
         self.reporter.start_segment()
-        done = train_segment(self.job.runner, batches, num_steps=steps, first_step=self.step,
-                             report_every=cfg.train.log_interval, on_step=on_step,
-                             on_report=lambda stats: self.reporter.on_report(stats, 0))
+        done = train_segment(
+            self.job.runner,
+            batches,
+            num_steps=steps,
+            first_step=self.step,
+            report_every=cfg.train.log_interval,
+            on_step=on_step,
+            on_report=lambda stats: self.reporter.on_report(stats, 0),
+        )
         self.step += done
         return done
 
@@ -98,16 +105,29 @@ def join_loader_threads() -> None:
 def build_ours(config: JobConfig, env: DistEnv, run_dir: Path, total_steps: int) -> Ours:
     job = build_job(config, env, run_dir, None)
     writer = MetricsWriter(run_dir) if env.is_main else None
-    reporter = TrainReporter(writer, total_steps=total_steps, first_step=0, log_interval=config.train.log_interval,
-                             lr=lambda: job.runner.optimizer.param_groups[0]["lr"])
+    reporter = TrainReporter(
+        writer,
+        total_steps=total_steps,
+        first_step=0,
+        log_interval=config.train.log_interval,
+        lr=lambda: job.runner.optimizer.param_groups[0]["lr"],
+    )
     return Ours(job, reporter)
 
 
 def stock_spec(config: JobConfig, feature_rows: list[tuple[str, int]], num_dense: int) -> tuple[StockModel, StockOptim]:
     """The baseline's model and optimizers, taken from ours' config: same shape, kinds and rates."""
     m, o = config.model, config.optim
-    spec = StockModel(m.arch, num_dense, tuple(feature_rows), m.embedding_dim, tuple(m.dense_arch), tuple(m.over_arch),
-                      m.dcn_layers, m.dcn_low_rank)
+    spec = StockModel(
+        m.arch,
+        num_dense,
+        tuple(feature_rows),
+        m.embedding_dim,
+        tuple(m.dense_arch),
+        tuple(m.over_arch),
+        m.dcn_layers,
+        m.dcn_low_rank,
+    )
     return spec, StockOptim(o.sparse, o.sparse_lr, o.dense, o.dense_lr, o.eps)
 
 
@@ -135,13 +155,14 @@ def run_rounds(variants: dict[str, Callable[[], float]], rounds: int) -> dict[st
     rates: dict[str, list[float]] = {name: [] for name in variants}
     names = list(variants)
     for r in range(rounds):
-        for name in names[r % len(names):] + names[: r % len(names)]:
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             rates[name].append(variants[name]())
     return rates
 
 
-def bench_rank(env: DistEnv, configs: dict[str, JobConfig], run_root: Path, steps: int, rounds: int,
-               quality_steps: int) -> dict[str, Any]:
+def bench_rank(
+    env: DistEnv, configs: dict[str, JobConfig], run_root: Path, steps: int, rounds: int, quality_steps: int
+) -> dict[str, Any]:
     """Both phases on this rank; returns the figures (every rank gets the same)."""
     from shardrec.dataloader.format import Manifest
 
@@ -149,11 +170,13 @@ def bench_rank(env: DistEnv, configs: dict[str, JobConfig], run_root: Path, step
     ours = {name: build_ours(cfg, env, run_root / name, total) for name, cfg in configs.items()}
     fp32 = ours["fp32"]
     manifest = Manifest.load(Path(configs["fp32"].data.path))
-    spec, optim = stock_spec(configs["fp32"], [(f.name, f.cardinality) for f in manifest.sparse_features],
-                             len(manifest.dense_features))
+    spec, optim = stock_spec(
+        configs["fp32"], [(f.name, f.cardinality) for f in manifest.sparse_features], len(manifest.dense_features)
+    )
     local_batch = configs["fp32"].train.global_batch_size // env.world_size
-    stock = StockTrainer(spec, optim, local_batch, env.local_world_size, seed=configs["fp32"].train.seed,
-                         device=env.device)
+    stock = StockTrainer(
+        spec, optim, local_batch, env.local_world_size, seed=configs["fp32"].train.seed, device=env.device
+    )
     # The same data for the baseline: ours' stream, materialised (no timing runs meanwhile).
     stream = iter(fp32.job.train_loader)
     batches = list(itertools.islice(stream, max(quality_steps, steps)))
@@ -187,6 +210,10 @@ def bench_rank(env: DistEnv, configs: dict[str, JobConfig], run_root: Path, step
     rates = run_rounds(variants, rounds)
     for side in ours.values():
         side.reporter.close()
-    return {"rates": rates, "auc": auc, "seconds": round(time.perf_counter() - start, 1),
-            "stock_sharding_types": sorted(set(stock.sharding_types().values())),
-            "ours_sharding_types": sorted({t.sharding_type for t in fp32.job.plan.tables})}
+    return {
+        "rates": rates,
+        "auc": auc,
+        "seconds": round(time.perf_counter() - start, 1),
+        "stock_sharding_types": sorted(set(stock.sharding_types().values())),
+        "ours_sharding_types": sorted({t.sharding_type for t in fp32.job.plan.tables}),
+    }

@@ -7,15 +7,35 @@ from typing import Annotated
 import typer
 import typer.core
 
-from shardrec.tools.cli import bench as cli_bench, data as cli_data, plan as cli_plan
-from shardrec.tools.cli import preprocess as cli_preprocess, report as cli_report, synth as cli_synth
+from shardrec.tools.cli import bench as cli_bench
+from shardrec.tools.cli import config_cmd as cli_config
+from shardrec.tools.cli import data as cli_data
+from shardrec.tools.cli import eval as cli_eval
+from shardrec.tools.cli import export as cli_export
+from shardrec.tools.cli import plan as cli_plan
+from shardrec.tools.cli import predict as cli_predict
+from shardrec.tools.cli import preprocess as cli_preprocess
+from shardrec.tools.cli import report as cli_report
+from shardrec.tools.cli import runs as cli_runs
+from shardrec.tools.cli import synth as cli_synth
 from shardrec.tools.cli import train as cli_train
-from shardrec.tools.cli import eval as cli_eval, export as cli_export, predict as cli_predict
-from shardrec.tools.cli import config_cmd as cli_config, runs as cli_runs
 from shardrec.tools.cli.common import configure_logging
 
 # `shardrec --help` lists the commands in the order a user meets them; others follow.
-FLOW = ("synth", "preprocess", "data", "plan", "train", "eval", "export", "predict", "runs", "report", "config", "bench")
+FLOW = (
+    "synth",
+    "preprocess",
+    "data",
+    "plan",
+    "train",
+    "eval",
+    "export",
+    "predict",
+    "runs",
+    "report",
+    "config",
+    "bench",
+)
 
 
 class _FlowOrder(typer.core.TyperGroup):
@@ -50,7 +70,9 @@ app = typer.Typer(
 @app.callback()
 def _root(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
 ) -> None:
     configure_logging(verbose)
 

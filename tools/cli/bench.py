@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import typer
 
-from shardrec.tools.bench import loader as bench_loader, plan as bench_plan, preprocess as bench_preprocess
-from shardrec.tools.bench import scale as bench_scale, train as bench_train
+from shardrec.tools.bench import loader as bench_loader
+from shardrec.tools.bench import plan as bench_plan
+from shardrec.tools.bench import preprocess as bench_preprocess
+from shardrec.tools.bench import scale as bench_scale
+from shardrec.tools.bench import train as bench_train
 
-bench_app = typer.Typer(help="Benchmarks; each but `scale` prints its ratio against a baseline measured in the same run.", no_args_is_help=True)
+bench_app = typer.Typer(
+    help="Benchmarks; each but `scale` prints its ratio against a baseline measured in the same run.",
+    no_args_is_help=True,
+)
 
 
 def register(app: typer.Typer) -> None:

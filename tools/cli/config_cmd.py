@@ -7,8 +7,9 @@ import typer
 from shardrec.tools.cli.common import fail
 from shardrec.trainer.flags import ConfigFlag, SetFlag
 
-config_app = typer.Typer(help="Show the effective job settings (defaults < job file < --set) or the defaults.",
-                         no_args_is_help=True)
+config_app = typer.Typer(
+    help="Show the effective job settings (defaults < job file < --set) or the defaults.", no_args_is_help=True
+)
 
 
 @config_app.command("show")

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import typer
 
-from shardrec.tools.cli import data_inspect as cli_data_inspect, data_stream as cli_data_stream
+from shardrec.tools.cli import data_inspect as cli_data_inspect
 from shardrec.tools.cli import data_multihot as cli_data_multihot
+from shardrec.tools.cli import data_stream as cli_data_stream
 
-data_app = typer.Typer(help="Inspect, check and convert a preprocessed dataset: statistics, rows, checksums, stream digests, torchrec's .npy layout, multi-hot copies.", no_args_is_help=True)
+data_app = typer.Typer(
+    help="Inspect, check and convert a preprocessed dataset: statistics, rows, checksums, stream digests, torchrec's .npy layout, multi-hot copies.",
+    no_args_is_help=True,
+)
 
 
 def register(app: typer.Typer) -> None:

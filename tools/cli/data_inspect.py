@@ -9,9 +9,9 @@ import typer
 from rich.table import Table
 
 from shardrec.dataloader.format import DatasetError, Manifest
-from shardrec.tools.preprocess import torchrec_npy as preprocess_npy
 from shardrec.tools.cli.common import console, fail, print_json
 from shardrec.tools.cli.data_view import dataset_stats, head_rows, plot_frequencies
+from shardrec.tools.preprocess import torchrec_npy as preprocess_npy
 
 
 def _table(title: str, records: list[dict]) -> Table:
@@ -21,7 +21,16 @@ def _table(title: str, records: list[dict]) -> Table:
     for col in records[0]:
         table.add_column(str(col), justify="left" if col in ("split", "feature", "dtype") else "right")
     for r in records:
-        table.add_row(*(f"{v:,.4g}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v) for v in r.values()))
+        table.add_row(
+            *(
+                f"{v:,.4g}"
+                if isinstance(v, float)
+                else f"{v:,}"
+                if isinstance(v, int) and not isinstance(v, bool)
+                else str(v)
+                for v in r.values()
+            )
+        )
     return table
 
 
@@ -47,9 +56,18 @@ def stats(
              "p95_ids_per_sample": "p95 ids", "distinct_ids": "distinct ids", "top1_share": "top 1% share",
              "top10_share": "top 10% share"}  # fmt: skip
     shares = ("top1_share", "top10_share")
-    console.print(_table("sparse features", [
-        {v: (f"{f[k]:.1%}" if k in shares and isinstance(f.get(k), (int, float)) else f.get(k, "")) for k, v in short.items()}
-        for f in result["features"]]))
+    console.print(
+        _table(
+            "sparse features",
+            [
+                {
+                    v: (f"{f[k]:.1%}" if k in shares and isinstance(f.get(k), (int, float)) else f.get(k, ""))
+                    for k, v in short.items()
+                }
+                for f in result["features"]
+            ],
+        )
+    )
     console.print(_table("dense features (transformed, train)", result["dense"]))
     if plot is not None:
         console.print(f"wrote {plot}")
@@ -85,8 +103,12 @@ def head(
 def import_npy(
     src: Annotated[Path, typer.Argument(help="Directory of torchrec's day_N_{dense,sparse,labels}.npy files.")],
     out: Annotated[Path, typer.Option(help="Output dataset directory.")],
-    max_ids: Annotated[str | None, typer.Option(help="torchrec's hashes: N or N1,N2,... (ids = value % N); default max id + 1.")] = None,
-    val_half: Annotated[str, typer.Option(help="Which half of the last day is validation: first (torchrec) or second.")] = "first",
+    max_ids: Annotated[
+        str | None, typer.Option(help="torchrec's hashes: N or N1,N2,... (ids = value % N); default max id + 1.")
+    ] = None,
+    val_half: Annotated[
+        str, typer.Option(help="Which half of the last day is validation: first (torchrec) or second.")
+    ] = "first",
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Import data preprocessed by torchrec's scripts, with torchrec's splits and ids."""

@@ -28,8 +28,15 @@ def multihot(
     sizes: Annotated[str, typer.Option(help="Ids per sample of each sparse feature, in manifest order: 3,2,1,...")],
     dist: Annotated[str, typer.Option(help="How the extra ids are drawn: uniform or pareto.")] = "uniform",
     seed: Annotated[int, typer.Option(help="Seed of numpy's legacy generator (MLPerf's reference uses 0).")] = 0,
-    rows: Annotated[str | None, typer.Option(help="Table rows per feature: N1,N2,... (default: each feature's cardinality).")] = None,
-    cache: Annotated[Path | None, typer.Option(help="Folder for the index tables, drawn once and reused (default: shardrec/multihot under $XDG_CACHE_HOME, else ~/.cache).")] = None,
+    rows: Annotated[
+        str | None, typer.Option(help="Table rows per feature: N1,N2,... (default: each feature's cardinality).")
+    ] = None,
+    cache: Annotated[
+        Path | None,
+        typer.Option(
+            help="Folder for the index tables, drawn once and reused (default: shardrec/multihot under $XDG_CACHE_HOME, else ~/.cache)."
+        ),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Write a multi-hot copy of the one-hot dataset SRC, as MLPerf DLRMv2 does.
@@ -46,7 +53,12 @@ def multihot(
     except DatasetError as e:
         fail(str(e))
     start = time.perf_counter()
-    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,} rows {task.fields[rate]}"), TimeElapsedColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed:,} rows {task.fields[rate]}"),
+        TimeElapsedColumn(),
+    )
     try:
         with Progress(*columns, console=console, disable=json_out) as progress:
             task = progress.add_task("multi-hot", total=max(total, 1), rate="")
@@ -56,8 +68,14 @@ def multihot(
                 progress.update(task, advance=n, rate=f"{done / max(time.perf_counter() - start, 1e-9):,.0f}/s")
 
             manifest = materialize_multihot(
-                src, out, size_list, rows=row_list, dist=dist, seed=seed,
-                cache_dir=cache if cache is not None else default_cache_dir(), on_rows=advance,
+                src,
+                out,
+                size_list,
+                rows=row_list,
+                dist=dist,
+                seed=seed,
+                cache_dir=cache if cache is not None else default_cache_dir(),
+                on_rows=advance,
             )
     except (ValueError, DatasetError) as e:
         fail(str(e))
@@ -66,7 +84,10 @@ def multihot(
     if json_out:
         print_json(result)
     else:
-        console.print(f"wrote {total:,} rows with multi-hot sizes {size_list} ({dist}, seed {seed}) to {out} in {seconds:.1f} s", highlight=False)
+        console.print(
+            f"wrote {total:,} rows with multi-hot sizes {size_list} ({dist}, seed {seed}) to {out} in {seconds:.1f} s",
+            highlight=False,
+        )
 
 
 def register(data_app: typer.Typer) -> None:

@@ -36,15 +36,26 @@ def digest(
     from shardrec.dataloader.loader import ShuffleSpec, build_loader  # torchrec is slow to import: only here
 
     if batches <= 0 or start_batch < 0 or world_size <= 0:
-        fail(f"--batches and --world-size must be positive and --start-batch not negative, got {batches}, {world_size}, {start_batch}")
+        fail(
+            f"--batches and --world-size must be positive and --start-batch not negative, got {batches}, {world_size}, {start_batch}"
+        )
     if global_batch <= 0 or global_batch % world_size:  # said with the flags, before the loader says it with its names
-        fail(f"--global-batch {global_batch} does not divide by --world-size {world_size}" if global_batch > 0
-             else f"--global-batch must be positive, got {global_batch}")
+        fail(
+            f"--global-batch {global_batch} does not divide by --world-size {world_size}"
+            if global_batch > 0
+            else f"--global-batch must be positive, got {global_batch}"
+        )
     try:
         loaders = [
             build_loader(
-                directory, split, global_batch_size=global_batch, rank=r, world_size=world_size,
-                shuffle=ShuffleSpec(enabled=shuffle, seed=seed), tail=tail, epoch=epoch,
+                directory,
+                split,
+                global_batch_size=global_batch,
+                rank=r,
+                world_size=world_size,
+                shuffle=ShuffleSpec(enabled=shuffle, seed=seed),
+                tail=tail,
+                epoch=epoch,
             )
             for r in range(world_size)
         ]
@@ -54,7 +65,9 @@ def digest(
     if start_batch >= total:
         fail(f"--start-batch {start_batch} is past the end: the epoch has {total} global batches")
     count = min(batches, total - start_batch)
-    with Progress(*Progress.get_default_columns(), TextColumn("{task.fields[rate]}"), console=err_console, transient=True) as bar:
+    with Progress(
+        *Progress.get_default_columns(), TextColumn("{task.fields[rate]}"), console=err_console, transient=True
+    ) as bar:
         task = bar.add_task("digesting", total=count, rate="")
         rows, started = [], time.perf_counter()
         try:
@@ -66,10 +79,19 @@ def digest(
             bar.stop()
             fail(str(e))
     if json_out:
-        print_json({
-            "directory": str(directory), "split": split, "seed": seed, "epoch": epoch, "shuffle": shuffle,
-            "global_batch": global_batch, "world_size": world_size, "batches_per_epoch": total, "digests": rows,
-        })
+        print_json(
+            {
+                "directory": str(directory),
+                "split": split,
+                "seed": seed,
+                "epoch": epoch,
+                "shuffle": shuffle,
+                "global_batch": global_batch,
+                "world_size": world_size,
+                "batches_per_epoch": total,
+                "digests": rows,
+            }
+        )
         return
     for row in rows:
         console.print(f"{row['batch']:>8}  {row['sha256']}", highlight=False)

@@ -33,7 +33,10 @@ def feature_table(manifest: Manifest) -> pd.DataFrame:
     """One row per sparse feature: cardinality, dtype and the planner statistics."""
     import pandas as pd
 
-    rows = [{"feature": f.name, "cardinality": f.cardinality, "dtype": f.dtype, "multi_hot": f.multi_hot, **f.stats} for f in manifest.sparse_features]
+    rows = [
+        {"feature": f.name, "cardinality": f.cardinality, "dtype": f.dtype, "multi_hot": f.multi_hot, **f.stats}
+        for f in manifest.sparse_features
+    ]
     return pd.DataFrame(rows).set_index("feature")
 
 

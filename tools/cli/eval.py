@@ -6,7 +6,7 @@ import json
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -15,12 +15,21 @@ from shardrec.tools.cli.common import console, fail, print_json
 
 def eval_run(
     run_dir: Annotated[Path, typer.Argument(help="Run directory of `shardrec train`.")],
-    checkpoint: Annotated[Optional[int], typer.Option("--checkpoint", help="Step of the checkpoint (default: the newest).")] = None,
+    checkpoint: Annotated[
+        int | None, typer.Option("--checkpoint", help="Step of the checkpoint (default: the newest).")
+    ] = None,
     split: Annotated[str, typer.Option("--split", help="Split to evaluate: test, val or train.")] = "test",
-    nproc_per_node: Annotated[int, typer.Option(help="Ranks to start on this machine (any number; the checkpoint is resharded).")] = 1,
-    data: Annotated[Optional[Path], typer.Option(
-        "--data", help="Evaluate on this dataset instead of the run's own (same features and cardinalities); "
-                       "without it, data that changed since training is refused.")] = None,
+    nproc_per_node: Annotated[
+        int, typer.Option(help="Ranks to start on this machine (any number; the checkpoint is resharded).")
+    ] = 1,
+    data: Annotated[
+        Path | None,
+        typer.Option(
+            "--data",
+            help="Evaluate on this dataset instead of the run's own (same features and cardinalities); "
+            "without it, data that changed since training is refused.",
+        ),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the metrics as JSON.")] = False,
 ) -> None:
     """Evaluate a checkpoint: at the run's world size the AUC equals the run's own evaluation bit for bit."""
@@ -52,7 +61,8 @@ def eval_run(
     console.print(
         f"{run_dir} step {metrics['step']} on {on} ({metrics['world_size']} ranks, trained on "
         f"{metrics['trained_world_size']}): AUC {metrics['auc']:.6f}  log loss {metrics['logloss']:.6f}  "
-        f"NE {metrics['ne']:.6f}  {metrics['samples']:,} samples in {metrics['seconds']:.1f} s", highlight=False,
+        f"NE {metrics['ne']:.6f}  {metrics['samples']:,} samples in {metrics['seconds']:.1f} s",
+        highlight=False,
     )
 
 

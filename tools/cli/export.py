@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -13,7 +13,9 @@ from shardrec.tools.cli.common import console, fail, print_json
 def export(
     run_dir: Annotated[Path, typer.Argument(help="Run directory of `shardrec train`.")],
     out: Annotated[Path, typer.Option("--out", help="Model file to write (safetensors, e.g. model.safetensors).")],
-    checkpoint: Annotated[Optional[int], typer.Option("--checkpoint", help="Step of the checkpoint (default: the newest).")] = None,
+    checkpoint: Annotated[
+        int | None, typer.Option("--checkpoint", help="Step of the checkpoint (default: the newest).")
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Write a run's checkpoint as one unsharded safetensors file.
@@ -35,8 +37,11 @@ def export(
     if json_out:
         print_json(result)
     else:
-        console.print(f"wrote {out}: step {result['step']}, {result['tables']} tables, {result['tensors']} tensors, "
-                      f"{result['bytes'] / 2**20:,.1f} MiB", highlight=False)
+        console.print(
+            f"wrote {out}: step {result['step']}, {result['tables']} tables, {result['tensors']} tensors, "
+            f"{result['bytes'] / 2**20:,.1f} MiB",
+            highlight=False,
+        )
 
 
 def register(app: typer.Typer) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -18,7 +18,7 @@ plan_app = typer.Typer(
 )
 
 
-def _load_job(config: Optional[Path], data: Optional[Path], overrides: list[str]):
+def _load_job(config: Path | None, data: Path | None, overrides: list[str]):
     from shardrec.dataloader.format import DatasetError, Manifest
     from shardrec.embeddings.tables import build_table_configs
     from shardrec.trainer.config import load_job_config
@@ -43,31 +43,47 @@ def _load_job(config: Optional[Path], data: Optional[Path], overrides: list[str]
 @plan_app.callback()
 def plan(
     ctx: typer.Context,
-    data: Annotated[Optional[Path], typer.Option(help="Dataset directory (default: data.path of the job file).")] = None,
-    config: Annotated[Optional[Path], typer.Option(help="Job file (TOML).")] = None,
+    data: Annotated[
+        Path | None, typer.Option(help="Dataset directory (default: data.path of the job file).")
+    ] = None,
+    config: Annotated[Path | None, typer.Option(help="Job file (TOML).")] = None,
     world_size: Annotated[int, typer.Option(help="Ranks to plan for.")] = 2,
-    out: Annotated[Optional[Path], typer.Option(help="Plan file to write.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Plan file to write.")] = None,
     topology: Annotated[str, typer.Option(help="Topology preset: cpu-gloo, a100, h100, h200.")] = "cpu-gloo",
     local_world_size: Annotated[int, typer.Option(help="Ranks per host (0: the preset's).")] = 0,
     memory_gib: Annotated[float, typer.Option(help="Memory per rank in GiB (0: the preset's).")] = 0.0,
-    profile: Annotated[Optional[Path], typer.Option(help="Calibration profile from `shardrec plan calibrate`.")] = None,
+    profile: Annotated[Path | None, typer.Option(help="Calibration profile from `shardrec plan calibrate`.")] = None,
     search: Annotated[str, typer.Option(help="shardrec (ours) or torchrec (torchrec's planner).")] = "shardrec",
-    simulate: Annotated[bool, typer.Option("--simulate", help="Show bytes per step for 8 ... 4,096 ranks (row-wise, table-wise, 2D) instead of planning.")] = False,
-    group_size: Annotated[int, typer.Option(help="2D sharding group size (torchrec DMPCollection, CUDA): 0 none, -1 pick the fastest.")] = 0,
+    simulate: Annotated[
+        bool,
+        typer.Option(
+            "--simulate",
+            help="Show bytes per step for 8 ... 4,096 ranks (row-wise, table-wise, 2D) instead of planning.",
+        ),
+    ] = False,
+    group_size: Annotated[
+        int, typer.Option(help="2D sharding group size (torchrec DMPCollection, CUDA): 0 none, -1 pick the fastest.")
+    ] = 0,
     sync_every: Annotated[int, typer.Option(help="2D: steps between the replicas' weight all-reduce.")] = 1,
-    set_: Annotated[Optional[list[str]], typer.Option(
-        "--set", metavar="KEY=VALUE", help="Override a job setting, KEY as section.key (e.g. train.seed=1); repeat for several.")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the plan summary and per-rank estimate as JSON.")] = False,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            metavar="KEY=VALUE",
+            help="Override a job setting, KEY as section.key (e.g. train.seed=1); repeat for several.",
+        ),
+    ] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the plan summary and per-rank estimate as JSON.")
+    ] = False,
 ) -> None:
     """Plan the tables of a dataset + job file for a topology; print a report and write --out."""
     if ctx.invoked_subcommand is not None:
         return
-    from shardrec.sharding.planner import plan_tables
     from shardrec.sharding.plan_io import save_plan
+    from shardrec.sharding.planner import SEARCHES, plan_tables
     from shardrec.sharding.request import PlanRequest
     from shardrec.sharding.topology import build_topology
-
-    from shardrec.sharding.planner import SEARCHES
 
     if world_size <= 0:
         raise typer.BadParameter(f"must be positive, got {world_size}", param_hint="'--world-size'")
@@ -81,15 +97,25 @@ def plan(
         return
     try:
         topo = build_topology(
-            topology, world_size, local_world_size or None,
-            int(memory_gib * 2**30) if memory_gib else None, profile,
+            topology,
+            world_size,
+            local_world_size or None,
+            int(memory_gib * 2**30) if memory_gib else None,
+            profile,
         )
         request = PlanRequest(
-            configs=configs, world_size=world_size, local_world_size=topo.local_world_size,
-            global_batch_size=job.train.global_batch_size, device_kind=topo.device_kind,
-            constraints=job.sharding.constraints, statistics=statistics, topology=topo,
-            compute_kernel=job.sharding.compute_kernel, optimizer=job.optim.sparse,
-            sharding_group_size=group_size, sync_every=sync_every,
+            configs=configs,
+            world_size=world_size,
+            local_world_size=topo.local_world_size,
+            global_batch_size=job.train.global_batch_size,
+            device_kind=topo.device_kind,
+            constraints=job.sharding.constraints,
+            statistics=statistics,
+            topology=topo,
+            compute_kernel=job.sharding.compute_kernel,
+            optimizer=job.optim.sparse,
+            sharding_group_size=group_size,
+            sync_every=sync_every,
         )
         start = time.perf_counter()
         result = plan_tables(request, search=search)
@@ -101,20 +127,30 @@ def plan(
     _print_plan(result, topology, sync_every, seconds, out, json_out)
 
 
-def _print_plan(result, topology: str, sync_every: int, seconds: float, out: Optional[Path], json_out: bool) -> None:
+def _print_plan(result, topology: str, sync_every: int, seconds: float, out: Path | None, json_out: bool) -> None:
     from shardrec.sharding.report import ranks_table, summary, tables_table
 
     world_size = result.fingerprint["world_size"]
     if json_out:
-        print_json({**summary(result), "seconds": round(seconds, 3), "out": str(out) if out else None,
-                    "tables_plan": [{"name": t.name, "sharding_type": t.sharding_type, "ranks": t.ranks} for t in result.tables],
-                    "estimate": result.estimate})
+        print_json(
+            {
+                **summary(result),
+                "seconds": round(seconds, 3),
+                "out": str(out) if out else None,
+                "tables_plan": [
+                    {"name": t.name, "sharding_type": t.sharding_type, "ranks": t.ranks} for t in result.tables
+                ],
+                "estimate": result.estimate,
+            }
+        )
         return
     console.print(tables_table(result))
     console.print(ranks_table(result))
     if result.sharding_group_size:
-        console.print(f"2D: sharding groups of {result.sharding_group_size} ranks, {world_size // result.sharding_group_size} "
-                      f"replicas synchronised every {sync_every} step(s); ranks above are group ranks (DMPCollection, CUDA only)")
+        console.print(
+            f"2D: sharding groups of {result.sharding_group_size} ranks, {world_size // result.sharding_group_size} "
+            f"replicas synchronised every {sync_every} step(s); ranks above are group ranks (DMPCollection, CUDA only)"
+        )
     where = f", wrote {out}" if out else ""
     console.print(f"planned {len(result.tables)} tables for {world_size} ranks ({topology}) in {seconds:.2f} s{where}")
 
@@ -145,15 +181,23 @@ def _simulate(configs, stats, job, world_size: int, sync_every: int, json_out: b
     for col in ("ranks", "row-wise MiB", "table-wise busiest MiB", "2D MiB", "2D group", "2D of which sync MiB"):
         t.add_column(col, justify="right")
     for r in rows:
-        t.add_row(f"{r.world_size:,}", _mib(r.row_wise_bytes), _mib(r.table_wise_max_bytes),
-                  _mib(r.twod_bytes), f"{r.group_size:,}", _mib(r.twod_sync_bytes))
+        t.add_row(
+            f"{r.world_size:,}",
+            _mib(r.row_wise_bytes),
+            _mib(r.table_wise_max_bytes),
+            _mib(r.twod_bytes),
+            f"{r.group_size:,}",
+            _mib(r.twod_sync_bytes),
+        )
     console.print(t)
     console.print(f"2D: row-wise inside each group, replicas all-reduce their weights every {sync_every} step(s)")
 
 
 @plan_app.command("calibrate")
 def calibrate_cmd(
-    out: Annotated[Path, typer.Option(help="Profile to write (read by `shardrec plan --profile`).")] = Path("calibration.json"),
+    out: Annotated[Path, typer.Option(help="Profile to write (read by `shardrec plan --profile`).")] = Path(
+        "calibration.json"
+    ),
     world_size: Annotated[int, typer.Option(help="Local processes for the collective measurement.")] = 2,
     device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
     json_out: Annotated[bool, typer.Option("--json", help="Print the profile as JSON.")] = False,
@@ -178,15 +222,23 @@ def calibrate_cmd(
         print_json(profile)
         return
     m = profile["measured"]
-    console.print(f"lookup: {m['lookup_bw'] / 1e9:.2f} GB/s read, backward+update {m['bwd_compute_multiplier']:.2f}x forward")
-    console.print(f"all-to-all: {m['intra_host_bw'] / 1e9:.2f} GB/s per rank, start-up {m['collective_latency_s'] * 1e6:.0f} us")
+    console.print(
+        f"lookup: {m['lookup_bw'] / 1e9:.2f} GB/s read, backward+update {m['bwd_compute_multiplier']:.2f}x forward"
+    )
+    console.print(
+        f"all-to-all: {m['intra_host_bw'] / 1e9:.2f} GB/s per rank, start-up {m['collective_latency_s'] * 1e6:.0f} us"
+    )
     console.print(f"wrote {out}; use it with `shardrec plan --profile {out}`")
 
 
 @plan_app.command("show")
 def show_cmd(
-    plan_file: Annotated[Path, typer.Argument(help="Plan file written by `shardrec plan --out` (or a run's plan.json).")],
-    json_out: Annotated[bool, typer.Option("--json", help="Print the plan summary and per-rank estimate as JSON.")] = False,
+    plan_file: Annotated[
+        Path, typer.Argument(help="Plan file written by `shardrec plan --out` (or a run's plan.json).")
+    ],
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the plan summary and per-rank estimate as JSON.")
+    ] = False,
 ) -> None:
     """Reprint a saved plan file's report: the tables, the ranks and the estimate."""
     from shardrec.sharding.plan_io import load_plan
@@ -199,14 +251,24 @@ def show_cmd(
     except ValueError as e:
         fail(str(e))
     if json_out:
-        print_json({**summary(result), "tables_plan": [{"name": t.name, "sharding_type": t.sharding_type, "ranks": t.ranks}
-                                                       for t in result.tables], "estimate": result.estimate})
+        print_json(
+            {
+                **summary(result),
+                "tables_plan": [
+                    {"name": t.name, "sharding_type": t.sharding_type, "ranks": t.ranks} for t in result.tables
+                ],
+                "estimate": result.estimate,
+            }
+        )
         return
     console.print(tables_table(result))
     console.print(ranks_table(result))
     fp = result.fingerprint
-    console.print(f"{plan_file}: {len(result.tables)} tables for {fp['world_size']} ranks, global batch "
-                  f"{fp.get('global_batch_size', 0):,}, planner {result.planner}", highlight=False)
+    console.print(
+        f"{plan_file}: {len(result.tables)} tables for {fp['world_size']} ranks, global batch "
+        f"{fp.get('global_batch_size', 0):,}, planner {result.planner}",
+        highlight=False,
+    )
 
 
 def _nullcontext():

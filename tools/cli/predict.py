@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import numpy as np
 import typer
@@ -44,11 +44,21 @@ def _score_text(exported, path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 def predict(
     model: Annotated[Path, typer.Argument(help="Model file from `shardrec export`.")],
-    input_path: Annotated[Path, typer.Argument(metavar="INPUT", help="A dataset directory (with --split) or a Criteo-format text file (.gz too).")],
+    input_path: Annotated[
+        Path,
+        typer.Argument(
+            metavar="INPUT", help="A dataset directory (with --split) or a Criteo-format text file (.gz too)."
+        ),
+    ],
     split: Annotated[str, typer.Option("--split", help="Split of a dataset directory to score.")] = "test",
-    out: Annotated[Optional[Path], typer.Option("--out", help="Write probabilities here: .npy (float32) or text, one per line (default: stdout).")] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Write probabilities here: .npy (float32) or text, one per line (default: stdout)."),
+    ] = None,
     batch_size: Annotated[int, typer.Option(help="Rows scored at a time (dataset input).")] = 8192,
-    json_out: Annotated[bool, typer.Option("--json", help="Print rows and AUC (against the input's labels) as JSON; needs --out.")] = False,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print rows and AUC (against the input's labels) as JSON; needs --out.")
+    ] = False,
 ) -> None:
     """Score a preprocessed split or raw rows with an exported model, in one process (no torchrun).
 
@@ -75,12 +85,18 @@ def predict(
         _write(probs, out)
     except OSError as e:
         fail(f"{out}: cannot write the probabilities ({e.strerror or e})")
-    result = {"rows": int(len(probs)), "auc": auc(probs, labels) if len(probs) else float("nan"),
-              "out": str(out) if out else None}
+    result = {
+        "rows": int(len(probs)),
+        "auc": auc(probs, labels) if len(probs) else float("nan"),
+        "out": str(out) if out else None,
+    }
     if json_out:
         print_json(result)
     elif out is not None:
-        err_console.print(f"wrote {result['rows']:,} probabilities to {out} (AUC against the input's labels {result['auc']:.6f})", highlight=False)
+        err_console.print(
+            f"wrote {result['rows']:,} probabilities to {out} (AUC against the input's labels {result['auc']:.6f})",
+            highlight=False,
+        )
 
 
 def register(app: typer.Typer) -> None:

@@ -68,41 +68,82 @@ def _parse_max_ids(values: str) -> list[int]:
 
 
 def preprocess(
-    inputs: Annotated[list[Path], typer.Argument(help="Kaggle train.txt, 1TB day files (.gz too), or directories of them.")],
+    inputs: Annotated[
+        list[Path], typer.Argument(help="Kaggle train.txt, 1TB day files (.gz too), or directories of them.")
+    ],
     out: Annotated[Path, typer.Option(help="Output dataset directory.")],
-    max_ids: Annotated[str, typer.Option(help="Hashing mode: table rows per feature (N, or N1,N2,... one per feature).")] = "10000000",
-    min_count: Annotated[int, typer.Option(help="Vocabulary mode when > 0: keep values seen at least K times in training days.")] = 0,
-    vocab_memory_mb: Annotated[float, typer.Option(help=(
-        "Vocabulary mode: MiB of (value, count) pairs one process holds while counting (per worker) or merging; "
-        "more is spilled to sorted runs on disk and merged in value ranges."))] = 256,
-    layout: Annotated[str, typer.Option(help="auto, kaggle (7 pseudo-days) or days (one file per day, last halved).")] = "auto",
+    max_ids: Annotated[
+        str, typer.Option(help="Hashing mode: table rows per feature (N, or N1,N2,... one per feature).")
+    ] = "10000000",
+    min_count: Annotated[
+        int, typer.Option(help="Vocabulary mode when > 0: keep values seen at least K times in training days.")
+    ] = 0,
+    vocab_memory_mb: Annotated[
+        float,
+        typer.Option(
+            help=(
+                "Vocabulary mode: MiB of (value, count) pairs one process holds while counting (per worker) or merging; "
+                "more is spilled to sorted runs on disk and merged in value ranges."
+            )
+        ),
+    ] = 256,
+    layout: Annotated[
+        str, typer.Option(help="auto, kaggle (7 pseudo-days) or days (one file per day, last halved).")
+    ] = "auto",
     val_half: Annotated[str, typer.Option(help="Which half of the last day is validation: first or second.")] = "first",
     csv: Annotated[bool, typer.Option("--csv", help="Comma-separated with a header line (label,I1..,C1..).")] = False,
-    delimiter: Annotated[str, typer.Option(help="Field separator (ignored with --csv): a tab unless given ('\\t' is read as a tab).", show_default=False)] = "\t",
+    delimiter: Annotated[
+        str,
+        typer.Option(
+            help="Field separator (ignored with --csv): a tab unless given ('\\t' is read as a tab).",
+            show_default=False,
+        ),
+    ] = "\t",
     header: Annotated[bool, typer.Option("--header", help="Each file starts with a header line to skip.")] = False,
     num_dense: Annotated[int, typer.Option(help="Integer columns after the label.")] = 13,
     num_sparse: Annotated[int, typer.Option(help="Hex categorical columns after the integers.")] = 26,
-    min_fields: Annotated[int | None, typer.Option(help=(
-        "Fewest fields a row may have; its missing trailing fields are empty. Shorter rows are malformed "
-        "(too_few_fields: skipped, or --strict stops). Default: all fields but 3 (37 for Criteo, whose "
-        "writer strips up to 3 trailing empty fields)."), show_default=False)] = None,
+    min_fields: Annotated[
+        int | None,
+        typer.Option(
+            help=(
+                "Fewest fields a row may have; its missing trailing fields are empty. Shorter rows are malformed "
+                "(too_few_fields: skipped, or --strict stops). Default: all fields but 3 (37 for Criteo, whose "
+                "writer strips up to 3 trailing empty fields)."
+            ),
+            show_default=False,
+        ),
+    ] = None,
     dense_transform: Annotated[str, typer.Option(help=f"One of {', '.join(DENSE_TRANSFORMS)}.")] = "log1p",
     float16: Annotated[bool, typer.Option("--float16", help="Store dense values as float16.")] = False,
     workers: Annotated[int, typer.Option(help="Worker processes.")] = 1,
     chunk_mb: Annotated[float, typer.Option(help="MiB of text per task and per output part.")] = 128,
     strict: Annotated[bool, typer.Option("--strict", help="Stop at the first malformed row (exit 1).")] = False,
-    max_skipped_fraction: Annotated[float, typer.Option(help=(
-        "Most malformed rows to skip, as a share of all lines (0.01: 1%); more, or no row kept, is an "
-        "error and no manifest is written. Finished tasks are kept: rerun with a higher value to accept."))] = 0.01,
-    part: Annotated[str | None, typer.Option(help=(
-        "i/n: this machine's share (tasks i, i+n, ...), e.g. $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT, into a "
-        "shared --out; then one run without --part writes the manifest. Vocabulary mode: run every part twice "
-        "(count, then map)."))] = None,
+    max_skipped_fraction: Annotated[
+        float,
+        typer.Option(
+            help=(
+                "Most malformed rows to skip, as a share of all lines (0.01: 1%); more, or no row kept, is an "
+                "error and no manifest is written. Finished tasks are kept: rerun with a higher value to accept."
+            )
+        ),
+    ] = 0.01,
+    part: Annotated[
+        str | None,
+        typer.Option(
+            help=(
+                "i/n: this machine's share (tasks i, i+n, ...), e.g. $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT, into a "
+                "shared --out; then one run without --part writes the manifest. Vocabulary mode: run every part twice "
+                "(count, then map)."
+            )
+        ),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Turn Criteo-shaped click logs into a sharded-training dataset (parts + manifest.json)."""
     try:
-        schema = Schema(num_dense, num_sparse, "," if csv else delimiter.replace("\\t", "\t"), header or csv, min_fields)
+        schema = Schema(
+            num_dense, num_sparse, "," if csv else delimiter.replace("\\t", "\t"), header or csv, min_fields
+        )
         cfg = PreprocessConfig(
             inputs=inputs, out=out, max_ids=_parse_max_ids(max_ids), min_count=min_count, vocab_memory_mb=vocab_memory_mb, layout=layout,
             val_half=val_half, schema=schema, dense_transform=dense_transform,
@@ -112,7 +153,13 @@ def preprocess(
     except ValueError as e:
         fail(str(e))
     start = time.perf_counter()
-    columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TimeRemainingColumn()]
+    columns = [
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    ]
     bar = _Bar(Progress(*columns, console=console, disable=json_out, transient=False))
     try:
         try:
@@ -159,13 +206,21 @@ def _print_tables(result: PreprocessResult, seconds: float, bar: _Bar) -> None:
     for line in result.errors:
         console.print(f"  {line}", highlight=False)
     if result.manifest is None:
-        console.print(f"ran {result.tasks_run} task(s); others are unfinished: rerun without --part to finish and merge")
+        console.print(
+            f"ran {result.tasks_run} task(s); others are unfinished: rerun without --part to finish and merge"
+        )
         return
     feats = Table(title="features")
     for col in ("feature", "cardinality", "dtype", "distinct ids", "top 1% share"):
         feats.add_column(col, justify="right" if col != "feature" else "left")
     for f in result.manifest.sparse_features:
-        feats.add_row(f.name, f"{f.cardinality:,}", f.dtype, f"{int(f.stats.get('distinct_ids', 0)):,}", f"{f.stats.get('top1_share', 0):.3f}")
+        feats.add_row(
+            f.name,
+            f"{f.cardinality:,}",
+            f.dtype,
+            f"{int(f.stats.get('distinct_ids', 0)):,}",
+            f"{f.stats.get('top1_share', 0):.3f}",
+        )
     console.print(feats)
     console.print(_rate_line(result, seconds, bar), highlight=False)
 
@@ -174,11 +229,15 @@ def _rate_line(result: PreprocessResult, seconds: float, bar: _Bar) -> str:
     """The last line: the parse rate the bar showed (same bytes, same seconds), or no rate at all
     when every task was already done."""
     if result.tasks_run == 0:
-        return (f"nothing to do: all {result.tasks_total} task(s) were already done; {result.lines:,} lines, "
-                f"{result.bytes / 1e6:,.1f} MB of text ({seconds:.1f} s)")
+        return (
+            f"nothing to do: all {result.tasks_total} task(s) were already done; {result.lines:,} lines, "
+            f"{result.bytes / 1e6:,.1f} MB of text ({seconds:.1f} s)"
+        )
     mbps = bar.parsed_text / max(bar.parse_seconds, 1e-9) / 1e6
-    return (f"{result.lines:,} lines, {result.bytes / 1e6:,.1f} MB of text; parsed at {mbps:,.1f} MB/s "
-            f"({bar.parsed_text / 1e6:,.1f} MB in {bar.parse_seconds:.1f} s); {seconds:.1f} s in all")
+    return (
+        f"{result.lines:,} lines, {result.bytes / 1e6:,.1f} MB of text; parsed at {mbps:,.1f} MB/s "
+        f"({bar.parsed_text / 1e6:,.1f} MB in {bar.parse_seconds:.1f} s); {seconds:.1f} s in all"
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -11,7 +11,9 @@ from shardrec.tools.cli.common import console, err_console, fail, print_json, sa
 from shardrec.trainer.metrics import load_metrics
 
 
-def _series(records: list[dict[str, Any]], kind: str, key: str, split: str | None = None) -> tuple[list[int], list[float]]:
+def _series(
+    records: list[dict[str, Any]], kind: str, key: str, split: str | None = None
+) -> tuple[list[int], list[float]]:
     """(steps, values) of one metric; after a resume the later record of a step wins."""
     by_step: dict[int, float] = {}
     for r in records:
@@ -26,7 +28,11 @@ def read_records(run_dir: Path) -> list[dict[str, Any]]:
     with a warning on stderr; a bad line before the last is corruption: ValueError names file:line."""
     log = load_metrics(run_dir, torn="last")
     for line in log.skipped:
-        err_console.print(f"[yellow]warning:[/] {log.path}:{line}: torn last record skipped (a run killed while writing it?)", highlight=False, soft_wrap=True)
+        err_console.print(
+            f"[yellow]warning:[/] {log.path}:{line}: torn last record skipped (a run killed while writing it?)",
+            highlight=False,
+            soft_wrap=True,
+        )
     return log.records
 
 
@@ -68,7 +74,7 @@ def plot_run(records: list[dict[str, Any]], out: Path, title: str) -> list[str]:
 
 def report(
     run_dir: Annotated[Path, typer.Argument(help="Run directory written by `shardrec train`.")],
-    out: Annotated[Optional[Path], typer.Option(help="PNG to write (default RUN_DIR/curves.png).")] = None,
+    out: Annotated[Path | None, typer.Option(help="PNG to write (default RUN_DIR/curves.png).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Draw a run's loss, AUC and throughput curves (metrics.jsonl) into a PNG."""

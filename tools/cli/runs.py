@@ -12,7 +12,9 @@ from shardrec.tools.cli.common import console, fail, print_json
 
 
 def runs(
-    root: Annotated[Path, typer.Argument(help="Directory holding run directories (or one run directory).")] = Path("runs"),
+    root: Annotated[Path, typer.Argument(help="Directory holding run directories (or one run directory).")] = Path(
+        "runs"
+    ),
     json_out: Annotated[bool, typer.Option("--json", help="Print the runs as JSON.")] = False,
 ) -> None:
     """List runs: step of the newest checkpoint, status (complete/running/failed), best val AUC."""
@@ -23,8 +25,14 @@ def runs(
     rows = []
     for path in lifecycle.find_runs(root):
         run = lifecycle.read_run_dir(path)
-        rows.append({"run": str(path), "step": run.step, "status": lifecycle.run_status(run),
-                     "best_val_auc": lifecycle.best_auc(path)})
+        rows.append(
+            {
+                "run": str(path),
+                "step": run.step,
+                "status": lifecycle.run_status(run),
+                "best_val_auc": lifecycle.best_auc(path),
+            }
+        )
     if json_out:
         print_json(rows)
         return

@@ -11,18 +11,31 @@ from rich.table import Table
 
 from shardrec.tools.cli.common import console, err_console, fail, print_json
 from shardrec.trainer.flags import (
-    DEFAULT_OUT_DIR, AllowChangeFlag, ConfigFlag, DataFlag, OutDirFlag, PlanFlag, SetFlag, StepsFlag, rank_args,
+    DEFAULT_OUT_DIR,
+    AllowChangeFlag,
+    ConfigFlag,
+    DataFlag,
+    OutDirFlag,
+    PlanFlag,
+    SetFlag,
+    StepsFlag,
+    rank_args,
 )
 from shardrec.trainer.run_lock import RunLock
 
-
-RestartFlag = Annotated[bool, typer.Option(
-    "--restart", help="Start over: move an existing OUT_DIR aside to OUT_DIR.1 (.2, ...) first; nothing is deleted.")]
+RestartFlag = Annotated[
+    bool,
+    typer.Option(
+        "--restart", help="Start over: move an existing OUT_DIR aside to OUT_DIR.1 (.2, ...) first; nothing is deleted."
+    ),
+]
 
 
 def _print_summary(summary: dict, run_dir: Path) -> None:
-    table = Table(title=f"{run_dir}: {summary['steps']} steps on {summary['world_size']} ranks, "
-                        f"global batch {summary['global_batch_size']}")
+    table = Table(
+        title=f"{run_dir}: {summary['steps']} steps on {summary['world_size']} ranks, "
+        f"global batch {summary['global_batch_size']}"
+    )
     for col in ("split", "AUC", "log loss", "NE", "samples"):
         table.add_column(col, justify="right")
     for split, m in summary["eval"].items():
@@ -57,7 +70,12 @@ def train(
     set_: SetFlag = None,
     allow_change: AllowChangeFlag = None,
     restart: RestartFlag = False,
-    max_restarts: Annotated[int, typer.Option(min=0, help="Times torchrun restarts the ranks after a failure (each resumes from the last checkpoint).")] = 0,
+    max_restarts: Annotated[
+        int,
+        typer.Option(
+            min=0, help="Times torchrun restarts the ranks after a failure (each resumes from the last checkpoint)."
+        ),
+    ] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Train a DLRM/DCNv2 on N local ranks (torchrun); resumes if OUT_DIR holds checkpoints."""
@@ -73,8 +91,9 @@ def train(
         if locks[0] is None or restart:  # a new directory, or the old one (and its lock file) moved aside
             locks.append(_lock_run_dir(out_dir, job_id, create=True))
         _check_resume_checkpoint(out_dir)
-        args = rank_args(config=config, data=data, plan=plan, out_dir=out_dir, steps=steps, overrides=overrides,
-                         allow_change=allow)
+        args = rank_args(
+            config=config, data=data, plan=plan, out_dir=out_dir, steps=steps, overrides=overrides, allow_change=allow
+        )
         code = launch(args, nproc_per_node, max_restarts, job_id=job_id)
     finally:
         # Every way out (a refusal, a finished run) drops the lock: an in-process caller may train again.
@@ -115,8 +134,17 @@ def _check_resume_checkpoint(out_dir: Path) -> None:
             fail(str(e))
 
 
-def _prepare_run_dir(config: Path | None, data: Path | None, plan: Path | None, steps: int | None, overrides: list[str],
-                     world_size: int, out_dir: Path, allow: list[str], restart: bool) -> bool:
+def _prepare_run_dir(
+    config: Path | None,
+    data: Path | None,
+    plan: Path | None,
+    steps: int | None,
+    overrides: list[str],
+    world_size: int,
+    out_dir: Path,
+    allow: list[str],
+    restart: bool,
+) -> bool:
     """Check the job and what OUT_DIR holds before any rank starts; True if the run is already complete."""
     from shardrec.dataloader.format import Manifest
     from shardrec.trainer import lifecycle
@@ -150,8 +178,12 @@ def _show_results(out_dir: Path, json_out: bool) -> None:
 
     console.print(tables_table(load_plan(out_dir / "plan.json")))
     _print_summary(summary, out_dir)
-    console.print(f"plan: {out_dir / 'plan.json'} (`shardrec plan show {out_dir / 'plan.json'}`); "
-                  f"metrics: {out_dir / 'metrics.jsonl'} (`shardrec report {out_dir}`)", highlight=False, soft_wrap=True)
+    console.print(
+        f"plan: {out_dir / 'plan.json'} (`shardrec plan show {out_dir / 'plan.json'}`); "
+        f"metrics: {out_dir / 'metrics.jsonl'} (`shardrec report {out_dir}`)",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def register(app: typer.Typer) -> None:

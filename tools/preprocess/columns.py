@@ -15,11 +15,13 @@ import numpy as np
 
 from shardrec.dataloader.format import PartInfo, smallest_uint, write_part
 from shardrec.tools.preprocess import parse_kernel
-from shardrec.tools.preprocess.parse import ParsedChunk, transform_dense
 from shardrec.tools.preprocess.ids import Vocabulary, hash_ids
+from shardrec.tools.preprocess.parse import ParsedChunk, transform_dense
 
 
-def map_ids(chunk: ParsedChunk, names: list[str], cardinalities: tuple[int, ...], vocabs: list[Vocabulary] | None) -> dict[str, np.ndarray]:
+def map_ids(
+    chunk: ParsedChunk, names: list[str], cardinalities: tuple[int, ...], vocabs: list[Vocabulary] | None
+) -> dict[str, np.ndarray]:
     """Every row's ids per feature, in its column's dtype: hashed, or looked up in vocabularies."""
     if vocabs is None and parse_kernel.AVAILABLE:
         ids = parse_kernel.hash_matrix(chunk.sparse, chunk.sparse_missing, np.asarray(cardinalities, dtype=np.int64))
@@ -57,7 +59,9 @@ class PartColumns:
     dtype, so each feature's column is a contiguous slice.
     """
 
-    def __init__(self, capacity: int, num_dense: int, dense_dtype: str, groups: list[tuple[np.dtype, np.ndarray]]) -> None:
+    def __init__(
+        self, capacity: int, num_dense: int, dense_dtype: str, groups: list[tuple[np.dtype, np.ndarray]]
+    ) -> None:
         self.rows, self.capacity, self.groups = 0, max(capacity, 1), groups
         self.labels = np.empty(self.capacity, np.uint8)
         self.dense = np.empty((self.capacity, num_dense), dense_dtype)
@@ -97,8 +101,14 @@ def _log1p_input(chunk, rows: np.ndarray) -> np.ndarray:
 
 
 def append_rows(
-    cols: PartColumns, chunk: ParsedChunk, rows: np.ndarray, dense_transform: str, dense_dtype: str,
-    names: list[str], cardinalities: tuple[int, ...], vocabs: list[Vocabulary] | None,
+    cols: PartColumns,
+    chunk: ParsedChunk,
+    rows: np.ndarray,
+    dense_transform: str,
+    dense_dtype: str,
+    names: list[str],
+    cardinalities: tuple[int, ...],
+    vocabs: list[Vocabulary] | None,
 ) -> None:
     """Transform and map the given rows of a parsed piece onto the end of a part's columns.
 
@@ -112,7 +122,9 @@ def append_rows(
         np.log1p(x, out=x)
         cols.dense[n : n + k] = x  # the same cast as transform_dense's astype
     else:
-        cols.dense[n : n + k] = transform_dense(chunk.dense[rows], chunk.dense_missing[rows], dense_transform, dense_dtype)
+        cols.dense[n : n + k] = transform_dense(
+            chunk.dense[rows], chunk.dense_missing[rows], dense_transform, dense_dtype
+        )
     if vocabs is None and parse_kernel.AVAILABLE:
         cards = np.asarray(cardinalities, dtype=np.int64)
         for (_, feats), ids in zip(cols.groups, cols.ids):

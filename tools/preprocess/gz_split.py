@@ -138,12 +138,20 @@ def scan_gzip(path: Path, number: int, chunk_bytes: int, header: bool, work_dir:
     stem = work_dir / "gzip" / f"{number:03d}-{path.name}"
     record, index = stem.with_suffix(stem.suffix + ".json"), stem.with_suffix(stem.suffix + ".gzidx")
     st = path.stat()
-    key = {"version": SCAN_VERSION, "bytes": st.st_size, "mtime_ns": st.st_mtime_ns, "chunk_bytes": chunk_bytes, "header": header}
+    key = {
+        "version": SCAN_VERSION,
+        "bytes": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+        "chunk_bytes": chunk_bytes,
+        "header": header,
+    }
     try:
         saved = json.loads(record.read_bytes())
         if saved["key"] == key and (not saved["scan"]["index"] or index.is_file()):
             scan = saved["scan"]
-            return GzipScan([tuple(b) for b in scan["bounds"]], scan["counts"], scan["crcs"], scan["total_lines"], scan["index"])
+            return GzipScan(
+                [tuple(b) for b in scan["bounds"]], scan["counts"], scan["crcs"], scan["total_lines"], scan["index"]
+            )
     except (OSError, ValueError, KeyError, TypeError):
         pass  # none yet, torn, or from another file: scanned again
     stem.parent.mkdir(parents=True, exist_ok=True)

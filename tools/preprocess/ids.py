@@ -73,7 +73,7 @@ class Vocabulary:
         return len(self.sorted_values) + 2
 
     @classmethod
-    def build(cls, values: np.ndarray, counts: np.ndarray, min_count: int) -> "Vocabulary":
+    def build(cls, values: np.ndarray, counts: np.ndarray, min_count: int) -> Vocabulary:
         keep = counts >= min_count
         kv, kc = values[keep], counts[keep]
         # Rank by decreasing count, ties by value: deterministic whatever the counting order.

@@ -213,7 +213,12 @@ def resolve_layout(layout: str, files: list[Path]) -> str:
 
 
 def plan_tasks(
-    files: list[Path], layout: str, val_half: str, chunk_bytes: int, header: bool, work_dir: Path | None = None,
+    files: list[Path],
+    layout: str,
+    val_half: str,
+    chunk_bytes: int,
+    header: bool,
+    work_dir: Path | None = None,
 ) -> list[Task]:
     """Cut the inputs into tasks. Files that are split by line number get their lines counted.
 

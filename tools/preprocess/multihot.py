@@ -14,8 +14,9 @@ import dataclasses
 import hashlib
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import BinaryIO
 
 import numpy as np
 
@@ -78,7 +79,9 @@ def _copy_checked(src: Path, dst: Path, expected: FileInfo) -> FileInfo:
     return FileInfo(bytes=expected.bytes, sha256=expected.sha256)
 
 
-def _write_feature(out_dir: Path, name: str, ids: np.ndarray, tables: IndexTables, t: int, chunk_rows: int) -> dict[str, FileInfo]:
+def _write_feature(
+    out_dir: Path, name: str, ids: np.ndarray, tables: IndexTables, t: int, chunk_rows: int
+) -> dict[str, FileInfo]:
     """One feature's ids through its index table: a one-hot column (size 1) or ids + offsets."""
     n, size = len(ids), tables.spec.sizes[t]
     dtype = smallest_uint(tables.spec.rows[t] - 1)
@@ -97,7 +100,9 @@ def _write_feature(out_dir: Path, name: str, ids: np.ndarray, tables: IndexTable
     return files
 
 
-def _convert_part(src: Path, out: Path, split: str, info: PartInfo, manifest: Manifest, tables: IndexTables, chunk_rows: int) -> PartInfo:
+def _convert_part(
+    src: Path, out: Path, split: str, info: PartInfo, manifest: Manifest, tables: IndexTables, chunk_rows: int
+) -> PartInfo:
     part = open_part(src, split, info, manifest)
     out_dir = out / split / info.name
     out_dir.mkdir(parents=True)

@@ -156,7 +156,9 @@ def _first_true(mask: np.ndarray) -> np.ndarray:
     return np.where(mask.any(axis=1), mask.argmax(axis=1), -1)
 
 
-def parse_chunk(data: bytes | np.ndarray, schema: Schema = Schema(), engine: Literal["auto", "compiled", "numpy"] = "auto") -> ParsedChunk:
+def parse_chunk(
+    data: bytes | np.ndarray, schema: Schema = Schema(), engine: Literal["auto", "compiled", "numpy"] = "auto"
+) -> ParsedChunk:
     """Parse whole lines of text. `data` must be empty or end with a newline.
 
     engine: "compiled" (numba, one pass), "numpy" (vectorized passes), or "auto" (compiled
@@ -217,9 +219,19 @@ def _parse_numpy(buf: np.ndarray, schema: Schema) -> ParsedChunk:
         (0, (row_len == 0) | ((row_len == 1) & (buf[np.maximum(start[:, 0], 0)] == CR)), -1),
     ):
         reason[mask] = code
-        bad_field[mask] = (fidx[mask] if isinstance(fidx, np.ndarray) else fidx)
+        bad_field[mask] = fidx[mask] if isinstance(fidx, np.ndarray) else fidx
     labels = np.where(bad_label, 0, label_byte - ord("0")).astype(np.uint8)
-    return ParsedChunk(labels, dense, dense_missing, sparse, sparse_missing, reason, bad_field, start[:, 0].copy(), start[:, 0] + row_len)
+    return ParsedChunk(
+        labels,
+        dense,
+        dense_missing,
+        sparse,
+        sparse_missing,
+        reason,
+        bad_field,
+        start[:, 0].copy(),
+        start[:, 0] + row_len,
+    )
 
 
 def _empty(schema: Schema) -> ParsedChunk:

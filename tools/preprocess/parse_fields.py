@@ -71,8 +71,6 @@ def decode_hex_generic(buf: np.ndarray, start: np.ndarray, end: np.ndarray) -> t
     return value, bad
 
 
-
-
 _H = np.uint64(0x8080808080808080)
 _L = np.uint64(0x0101010101010101)
 _ZEROS = np.uint64(0x3030303030303030)
@@ -127,11 +125,15 @@ def _dec8(w: np.ndarray, digits: np.ndarray, ascii_only: bool) -> tuple[np.ndarr
     v = x - _ZEROS
     v = v * np.uint64(10) + (v >> _U8)
     m = np.uint64(0x000000FF000000FF)
-    v = ((v & m) * np.uint64(100 + (1000000 << 32)) + ((v >> np.uint64(16)) & m) * np.uint64(1 + (10000 << 32))) >> np.uint64(32)
+    v = (
+        (v & m) * np.uint64(100 + (1000000 << 32)) + ((v >> np.uint64(16)) & m) * np.uint64(1 + (10000 << 32))
+    ) >> np.uint64(32)
     return v.astype(np.int64), ok
 
 
-def decode_int(buf: np.ndarray, start: np.ndarray, end: np.ndarray, pad: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def decode_int(
+    buf: np.ndarray, start: np.ndarray, end: np.ndarray, pad: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Signed decimal fields (`260.0` accepted) -> (int64 values, bad mask); empty gives 0, not bad.
 
     `pad` is `padded(buf)` when the caller already has it.
@@ -154,7 +156,9 @@ def decode_int(buf: np.ndarray, start: np.ndarray, end: np.ndarray, pad: np.ndar
     return value, bad
 
 
-def decode_hex(buf: np.ndarray, start: np.ndarray, end: np.ndarray, pad: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def decode_hex(
+    buf: np.ndarray, start: np.ndarray, end: np.ndarray, pad: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Hex fields -> (uint64 values, bad mask); empty fields give 0 and are not bad."""
     pad = padded(buf) if pad is None else pad
     ascii_only = not (buf >= 0x80).any()

@@ -190,7 +190,9 @@ def _int_swar(buf, s):
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
-def parse_rows(buf, dec, hexv, nd, ns, nmin, labels, dense, dmiss, sparse, smiss, reason, bad_field, row_start, row_end):
+def parse_rows(
+    buf, dec, hexv, nd, ns, nmin, labels, dense, dmiss, sparse, smiss, reason, bad_field, row_start, row_end
+):
     """Fill the per-row arrays (sized to the number of newlines in buf); returns rows parsed.
 
     nmin: fewest fields a row may have (Schema.min_fields); shorter rows are TOO_FEW_FIELDS.

@@ -30,12 +30,11 @@ from shardrec.dataloader.format import (
     SplitInfo,
     smallest_uint,
 )
-from shardrec.tools.preprocess.parse import DENSE_TRANSFORMS, Schema
 from shardrec.tools.preprocess.ids import MISSING_ID, OOV_ID
 from shardrec.tools.preprocess.inputs import LAYOUTS, Task, discover_inputs, plan_tasks, resolve_layout
+from shardrec.tools.preprocess.parse import DENSE_TRANSFORMS, Schema
 from shardrec.tools.preprocess.pool import map_tasks
 from shardrec.tools.preprocess.stats import compute_feature_stats
-from shardrec.tools.preprocess.vocab import DEFAULT_MEMORY_MB, build_vocabularies, count_marker, run_dirs
 from shardrec.tools.preprocess.task import (
     WORK_DIR,
     InputError,
@@ -46,6 +45,7 @@ from shardrec.tools.preprocess.task import (
     run_task,
     wait_for_writes,
 )
+from shardrec.tools.preprocess.vocab import DEFAULT_MEMORY_MB, build_vocabularies, count_marker, run_dirs
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +107,9 @@ class PreprocessConfig:
         if self.dense_dtype not in ("float32", "float16"):
             raise ValueError(f"dense dtype {self.dense_dtype!r} must be float32 or float16")
         if len(self.max_ids) not in (1, self.schema.num_sparse):
-            raise ValueError(f"max_ids has {len(self.max_ids)} values; give 1 or one per sparse feature ({self.schema.num_sparse})")
+            raise ValueError(
+                f"max_ids has {len(self.max_ids)} values; give 1 or one per sparse feature ({self.schema.num_sparse})"
+            )
         if self.min_count <= 0 and any(n < 2 for n in self.max_ids):
             raise ValueError(f"max_ids {self.max_ids} must all be >= 2 (id 0 is the missing value)")
         if self.vocab_memory_mb <= 0:
@@ -174,7 +176,9 @@ def _check_fingerprint(out: Path, fp: dict) -> None:
         try:
             old = json.loads(path.read_bytes())
         except ValueError as e:  # torn or not JSON: the outputs beside it cannot be matched to a run
-            raise ValueError(f"{path}: unreadable run record ({e}); remove the directory or choose another --out") from None
+            raise ValueError(
+                f"{path}: unreadable run record ({e}); remove the directory or choose another --out"
+            ) from None
         if not isinstance(old, dict) or old != fp:
             old = old if isinstance(old, dict) else {}
             diff = sorted(k for k in fp if fp.get(k) != old.get(k))
@@ -205,8 +209,6 @@ def _build_vocab(cfg: PreprocessConfig, tasks: list[Task], opts: TaskOptions, pr
     return replace(opts, cardinalities=cards, vocab_path=str(vocab_dir))
 
 
-
-
 def run_preprocess(cfg: PreprocessConfig, progress: Progress | None = None) -> PreprocessResult:
     """Plan, run unfinished tasks, and (unless other parts are unfinished) write the manifest."""
     files = discover_inputs(cfg.inputs)
@@ -216,10 +218,19 @@ def run_preprocess(cfg: PreprocessConfig, progress: Progress | None = None) -> P
     if cfg.part is None:
         # With --part, other machines may be writing into the same directory right now.
         _remove_temporaries(cfg.out)
-    tasks = plan_tasks(files, layout, cfg.val_half, int(cfg.chunk_mb * (1 << 20)), cfg.schema.header, cfg.out / WORK_DIR)
+    tasks = plan_tasks(
+        files, layout, cfg.val_half, int(cfg.chunk_mb * (1 << 20)), cfg.schema.header, cfg.out / WORK_DIR
+    )
     mine = [t for t in tasks if cfg.part is None or t.index % cfg.part[1] == cfg.part[0]]
     opts = TaskOptions(
-        str(cfg.out), cfg.schema, int(cfg.chunk_mb * (1 << 20)), cfg.cardinalities(), "", cfg.dense_transform, cfg.dense_dtype, cfg.strict,
+        str(cfg.out),
+        cfg.schema,
+        int(cfg.chunk_mb * (1 << 20)),
+        cfg.cardinalities(),
+        "",
+        cfg.dense_transform,
+        cfg.dense_dtype,
+        cfg.strict,
         vocab_memory_bytes=int(cfg.vocab_memory_mb * (1 << 20)),
     )
     if cfg.min_count > 0:
@@ -268,7 +279,9 @@ def _check_rows_kept(cfg: PreprocessConfig, tasks: list[Task], results: list[Tas
         return
     where = ", ".join(str(p) for p in cfg.inputs)
     if lines == 0:
-        raise ValueError(f"{where}: no rows: the input holds no data lines{' after its header' if cfg.schema.header else ''}")
+        raise ValueError(
+            f"{where}: no rows: the input holds no data lines{' after its header' if cfg.schema.header else ''}"
+        )
     errors = _summarize(None, tasks, results, 0).errors
     first = f"; first: {errors[0]}" if errors else ""
     reasons = ", ".join(f"{k} {v:,}" for k, v in skipped.items())
@@ -311,12 +324,16 @@ def _partial(out: Path, tasks: list[Task], ran: int) -> PreprocessResult:
     return _summarize(None, tasks, results, ran)
 
 
-def _finalize(cfg: PreprocessConfig, layout: str, tasks: list[Task], results: list[TaskResult], opts: TaskOptions) -> Manifest:
+def _finalize(
+    cfg: PreprocessConfig, layout: str, tasks: list[Task], results: list[TaskResult], opts: TaskOptions
+) -> Manifest:
     splits: dict[str, SplitInfo] = {}
     skipped: dict[str, int] = {}
     for r in results:
         for p in r.parts:
-            info = PartInfo(p["part"]["name"], p["part"]["rows"], {k: FileInfo(**v) for k, v in p["part"]["files"].items()})
+            info = PartInfo(
+                p["part"]["name"], p["part"]["rows"], {k: FileInfo(**v) for k, v in p["part"]["files"].items()}
+            )
             s = splits.setdefault(p["split"], SplitInfo())
             s.parts.append(info)
             s.rows += info.rows
@@ -375,4 +392,3 @@ def _summarize(manifest: Manifest | None, tasks: list[Task], results: list[TaskR
         ran,
         len(tasks),
     )
-

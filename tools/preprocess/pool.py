@@ -9,9 +9,10 @@ so the run ends at once, naming the tasks that were running.
 from __future__ import annotations
 
 import multiprocessing as mp
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from shardrec.tools.preprocess.inputs import Task
 from shardrec.tools.preprocess.task import TaskOptions
@@ -21,7 +22,9 @@ class WorkerDied(RuntimeError):
     """A worker process ended without finishing its task (killed by a signal, e.g. out of memory)."""
 
 
-def map_tasks(fn: Callable[[Task, TaskOptions], Any], tasks: list[Task], opts: TaskOptions, workers: int) -> Iterator[tuple[Task, Any]]:
+def map_tasks(
+    fn: Callable[[Task, TaskOptions], Any], tasks: list[Task], opts: TaskOptions, workers: int
+) -> Iterator[tuple[Task, Any]]:
     """Run fn over tasks in worker processes; yields (task, result) in task order.
 
     Raises WorkerDied (after the other workers are stopped) if a worker process dies.

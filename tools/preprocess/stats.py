@@ -14,8 +14,8 @@ a partition of the counts, not a sort. Tables above `MAX_EXACT_ROWS` rows are me
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -63,7 +63,9 @@ def _top_sum(frequencies: np.ndarray, k: int) -> np.int64:
     return np.partition(frequencies, n - k)[n - k :].sum()
 
 
-def feature_stats(frequencies: np.ndarray, cardinality: int, lengths: np.ndarray | None, sampled: bool) -> dict[str, float]:
+def feature_stats(
+    frequencies: np.ndarray, cardinality: int, lengths: np.ndarray | None, sampled: bool
+) -> dict[str, float]:
     """Planner statistics from the lookup count of every touched id (in any order)."""
     total = int(frequencies.sum())
 
@@ -112,4 +114,7 @@ def compute_feature_stats(directory: Path, manifest: Manifest, split: str = "tra
 
 def frequency_curves(directory: Path, manifest: Manifest, split: str = "train") -> dict[str, np.ndarray]:
     """Per feature, lookup counts by id rank (hottest first): the data of `data stats --plot`."""
-    return {f.name: id_frequencies(_columns(directory, manifest, split, f.name), f.cardinality)[0] for f in manifest.sparse_features}
+    return {
+        f.name: id_frequencies(_columns(directory, manifest, split, f.name), f.cardinality)[0]
+        for f in manifest.sparse_features
+    }

@@ -17,20 +17,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 
 from shardrec.dataloader.files import atomic_write_bytes, fsync_path
 from shardrec.tools.preprocess import parse_kernel
-from shardrec.tools.preprocess.parse import REASONS, Schema, describe_bad_row, parse_chunk
-from shardrec.tools.preprocess.gz import RAPIDGZIP_ERRORS, READ_ERRORS, crc32, describe_error, open_range
 from shardrec.tools.preprocess.columns import PartColumns, append_rows, id_groups
+from shardrec.tools.preprocess.gz import RAPIDGZIP_ERRORS, READ_ERRORS, crc32, describe_error, open_range
 from shardrec.tools.preprocess.ids import Vocabulary, count_values
 from shardrec.tools.preprocess.inputs import Task, count_range_lines, header_end, open_text
+from shardrec.tools.preprocess.parse import REASONS, Schema, describe_bad_row, parse_chunk
 from shardrec.tools.preprocess.vocab import DEFAULT_MEMORY_MB, CountRuns, load_vocabularies
 
 logger = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ class _Source:
         self.task, self.left = task, (task.end - task.start) if task.end >= 0 else -1
         self.crc = 0
 
-    def __enter__(self) -> "_Source":
+    def __enter__(self) -> _Source:
         self.f = None
         t = self.task
         try:
@@ -151,7 +151,11 @@ class _Source:
         t = self.task
         self.crc = crc32(data, self.crc)
         if (n == 0 and self.left > 0) or (self.left == 0 and self.crc != t.crc):
-            got = f"{t.end - t.start - self.left:,} bytes" if self.left > 0 else f"CRC-32 {self.crc:08x}, the plan has {t.crc:08x}"
+            got = (
+                f"{t.end - t.start - self.left:,} bytes"
+                if self.left > 0
+                else f"CRC-32 {self.crc:08x}, the plan has {t.crc:08x}"
+            )
             raise InputError(
                 f"{t.path}: text bytes {t.start:,}-{t.end:,} read back differ from the planning pass ({got}); "
                 f"remove {Path(t.gz_index).parent if t.gz_index else 'the .work/gzip directory'} and rerun"
@@ -223,7 +227,15 @@ def _split_rows(task: Task, line0: int, n: int) -> list[tuple[str, np.ndarray]]:
     return out
 
 
-def _flush(out: Path, task: Task, number: int, buffers: dict[str, PartColumns], result: TaskResult, names: list[str], fsync: bool) -> None:
+def _flush(
+    out: Path,
+    task: Task,
+    number: int,
+    buffers: dict[str, PartColumns],
+    result: TaskResult,
+    names: list[str],
+    fsync: bool,
+) -> None:
     for split in sorted(buffers):
         part_dir = out / split / f"part-{task.index:05d}-{number:04d}"
         try:
@@ -266,8 +278,14 @@ def _parse_pieces(data: memoryview, size: int) -> Iterator[memoryview]:
 
 
 def _take_piece(
-    task: Task, data: memoryview, line0: int, opts: TaskOptions, vocabs: list[Vocabulary] | None,
-    groups: list[tuple[np.dtype, np.ndarray]], buffers: dict[str, PartColumns], result: TaskResult,
+    task: Task,
+    data: memoryview,
+    line0: int,
+    opts: TaskOptions,
+    vocabs: list[Vocabulary] | None,
+    groups: list[tuple[np.dtype, np.ndarray]],
+    buffers: dict[str, PartColumns],
+    result: TaskResult,
 ) -> int:
     """Parse whole lines and append their kept rows to each split's part; returns the lines."""
     chunk = parse_chunk(data, opts.schema)
@@ -280,7 +298,16 @@ def _take_piece(
         if split not in buffers:
             cap = _capacity(task, opts, chunk.rows, len(data), result.bytes)
             buffers[split] = PartColumns(cap, opts.schema.num_dense, opts.dense_dtype, groups)
-        append_rows(buffers[split], chunk, idx, opts.dense_transform, opts.dense_dtype, opts.schema.sparse_names, opts.cardinalities, vocabs)
+        append_rows(
+            buffers[split],
+            chunk,
+            idx,
+            opts.dense_transform,
+            opts.dense_dtype,
+            opts.schema.sparse_names,
+            opts.cardinalities,
+            vocabs,
+        )
     result.bytes += len(data)
     return chunk.rows
 

@@ -36,7 +36,9 @@ def find_days(src: Path) -> list[int]:
         raise ValueError(f"{src}: not a directory")
     days = npy.day_numbers(src)
     if len(days) < 2:
-        raise ValueError(f"{src}: needs at least two day_N_dense.npy days (the last is halved into val/test), found {len(days)}")
+        raise ValueError(
+            f"{src}: needs at least two day_N_dense.npy days (the last is halved into val/test), found {len(days)}"
+        )
     for d in days:
         for kind in ("sparse", "labels"):
             if not npy.day_file(src, d, kind).is_file():
@@ -50,7 +52,10 @@ def import_npy(src: Path, out: Path, hashes: list[int] | None, val_half: str = "
     first = npy.open_day(src, days[0])
     num_sparse, num_dense = first.sparse.shape[1], first.dense.shape[1]
     if hashes is None:
-        hashes = [1 + int(max(np.asarray(npy.open_day(src, d).sparse[:, f]).max(initial=0) for d in days)) for f in range(num_sparse)]
+        hashes = [
+            1 + int(max(np.asarray(npy.open_day(src, d).sparse[:, f]).max(initial=0) for d in days))
+            for f in range(num_sparse)
+        ]
     elif len(hashes) == 1:
         hashes = hashes * num_sparse
     if len(hashes) != num_sparse:
@@ -72,7 +77,10 @@ def import_npy(src: Path, out: Path, hashes: list[int] | None, val_half: str = "
                 block = np.asarray(sparse[start:stop])
                 if (block < 0).any():
                     raise ValueError(f"{npy.day_file(src, d, 'sparse')}: negative values (rows {start}-{stop})")
-                ids = {n: (block[:, f].astype(np.uint64) % np.uint64(hashes[f])).astype(dtypes[f]) for f, n in enumerate(names)}
+                ids = {
+                    n: (block[:, f].astype(np.uint64) % np.uint64(hashes[f])).astype(dtypes[f])
+                    for f, n in enumerate(names)
+                }
                 info = write_part(out / split / f"part-{d:05d}-{start // ROWS_PER_PART:04d}", np.asarray(labels[start:stop]).astype(np.uint8),
                                   np.asarray(dense[start:stop], dtype=np.float32), ids)  # fmt: skip
                 splits[split].parts.append(info)
@@ -82,8 +90,13 @@ def import_npy(src: Path, out: Path, hashes: list[int] | None, val_half: str = "
         [SparseFeature(n, h, str(dt)) for n, h, dt in zip(names, hashes, dtypes)],
         splits,
         "float32",
-        {"source": "torchrec-npy", "days": days, "hashes": hashes, "ids": "value % hashes[feature], as torchrec",
-         "splits": {"train_days": "all days but the last", "halved_day": days[-1], "val_half": val_half}},  # fmt: skip
+        {
+            "source": "torchrec-npy",
+            "days": days,
+            "hashes": hashes,
+            "ids": "value % hashes[feature], as torchrec",
+            "splits": {"train_days": "all days but the last", "halved_day": days[-1], "val_half": val_half},
+        },  # fmt: skip
     )
     for name, stats in compute_feature_stats(out, manifest).items():
         manifest.feature(name).stats = stats
@@ -97,7 +110,10 @@ def _export_day(parts, out: Path, day: int, names: list[str]) -> int:
     shapes = npy.write_shapes(rows, parts[0].dense.shape[1], len(names))
     with ExitStack() as stack:
         tmp = {k: stack.enter_context(atomic_path(npy.day_file(out, day, k))) for k in npy.KINDS}
-        arrays = {k: np.lib.format.open_memmap(tmp[k], mode="w+", dtype=npy.WRITE_DTYPES[k], shape=shapes[k]) for k in npy.KINDS}
+        arrays = {
+            k: np.lib.format.open_memmap(tmp[k], mode="w+", dtype=npy.WRITE_DTYPES[k], shape=shapes[k])
+            for k in npy.KINDS
+        }
         at = 0
         for p in parts:
             arrays["dense"][at : at + p.rows] = p.dense
@@ -132,7 +148,9 @@ def export_npy(directory: Path, out: Path) -> dict[str, int]:
     total = sum(p.rows for p in last)
     if first_rows != npy.val_rows(total):
         # torchrec cuts the last day at ceil(rows/2); skipped rows can make our halves differ.
-        logger.warning("%s has %d of %d last-day rows; torchrec will cut at %d", halves[0], first_rows, total, npy.val_rows(total))
+        logger.warning(
+            "%s has %d of %d last-day rows; torchrec will cut at %d", halves[0], first_rows, total, npy.val_rows(total)
+        )
     written[f"day_{len(train)}"] = _export_day(last, out, len(train), names)
     _mark_export_complete(directory, out, written)
     return written

@@ -128,7 +128,9 @@ def _range_end(runs: list[tuple[np.ndarray, np.ndarray]], pos: list[int], limit:
     active = [i for i, (v, _) in enumerate(runs) if pos[i] < len(v)]
     q = limit // max(len(active), 1)
     if q < 1:
-        raise ValueError(f"vocabulary memory budget of {limit} pairs is below the {len(active)} count runs it must merge; raise --vocab-memory-mb")
+        raise ValueError(
+            f"vocabulary memory budget of {limit} pairs is below the {len(active)} count runs it must merge; raise --vocab-memory-mb"
+        )
     ahead = [int(runs[i][0][pos[i] + q]) for i in active if pos[i] + q < len(runs[i][0])]
     return min(ahead) if ahead else None
 
@@ -169,8 +171,14 @@ def _assign_ids(counts_path: Path, ids: _Appender, hist: dict[int, int], limit: 
 def build_feature(runs: list[Path], name: str, min_count: int, memory_bytes: int, vocab_dir: Path) -> tuple[int, int]:
     """Merge one feature's runs into `{name}.values.npy` / `.ids.npy`; returns (kept values, ranges)."""
     limit = budget_entries(memory_bytes)
-    mapped = [(np.load(r / f"{name}.values.npy", mmap_mode="r"), np.load(r / f"{name}.counts.npy", mmap_mode="r")) for r in runs]
-    values, counts = _Appender(vocab_dir / f"{name}.values.npy", np.uint64), _Appender(vocab_dir / f".{name}.counts.npy", np.int64)
+    mapped = [
+        (np.load(r / f"{name}.values.npy", mmap_mode="r"), np.load(r / f"{name}.counts.npy", mmap_mode="r"))
+        for r in runs
+    ]
+    values, counts = (
+        _Appender(vocab_dir / f"{name}.values.npy", np.uint64),
+        _Appender(vocab_dir / f".{name}.counts.npy", np.int64),
+    )
     hist: dict[int, int] = {}
     ranges = 0
     for v, c in merge_runs(mapped, limit):
@@ -197,11 +205,22 @@ def build_vocabularies(runs: list[Path], names: list[str], min_count: int, memor
         kept, r = build_feature(runs, name, min_count, memory_bytes, vocab_dir)
         cards.append(kept + 2)
         ranges.append(r)
-    info = {"names": names, "cardinalities": cards, "merge_ranges": ranges, "runs": len(runs), "memory_bytes": int(memory_bytes)}
+    info = {
+        "names": names,
+        "cardinalities": cards,
+        "merge_ranges": ranges,
+        "runs": len(runs),
+        "memory_bytes": int(memory_bytes),
+    }
     atomic_write_bytes(vocab_dir / "vocab.json", json.dumps(info).encode())
     return info
 
 
 def load_vocabularies(vocab_dir: Path, names: list[str]) -> list[Vocabulary]:
     """Each feature's vocabulary, memory-mapped (read-only; shared by every worker's page cache)."""
-    return [Vocabulary(np.load(vocab_dir / f"{n}.values.npy", mmap_mode="r"), np.load(vocab_dir / f"{n}.ids.npy", mmap_mode="r")) for n in names]
+    return [
+        Vocabulary(
+            np.load(vocab_dir / f"{n}.values.npy", mmap_mode="r"), np.load(vocab_dir / f"{n}.ids.npy", mmap_mode="r")
+        )
+        for n in names
+    ]

@@ -32,7 +32,10 @@ demo: setup
 	$(BIN)/shardrec plan --data $(DEMO)/data --config configs/demo.toml --world-size 2 --out $(DEMO)/plan.json
 	$(BIN)/shardrec train --config configs/demo.toml --data $(DEMO)/data --plan $(DEMO)/plan.json --out-dir $(DEMO)/run --nproc-per-node 2
 
+# Format and lint (ruff, pinned in the test extra), then the tests.
 test: setup
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
 # The CUDA path in one call (README, "GPU check"): GPU tests + bench train on CUDA, one summary

@@ -149,7 +149,8 @@ class Manifest:
             raise DatasetError(f"{path}: format is {raw.get('format')!r}, expected {FORMAT_NAME!r}")
         if raw.get("schema_version") != SCHEMA_VERSION:
             raise DatasetError(
-                f"{path}: schema_version {raw.get('schema_version')} is not supported (this shardrec reads {SCHEMA_VERSION})"
+                f"{path}: schema_version {raw.get('schema_version')} is not supported "
+                f"(this shardrec reads {SCHEMA_VERSION})"
             )
         try:
             manifest = cls.from_dict(raw)
@@ -183,7 +184,8 @@ def _check_names(path: Path, manifest: Manifest) -> None:
         for part in info.parts:
             if not _is_plain_name(part.name):
                 raise DatasetError(
-                    f"{path}: part {shown(part.name)} of split {split!r} is not a plain name inside the dataset directory"
+                    f"{path}: part {shown(part.name)} of split {split!r} is not a plain name "
+                    "inside the dataset directory"
                 )
             for fname in part.files:
                 if not _is_plain_name(fname):
@@ -205,7 +207,8 @@ def inside_dataset(directory: Path, path: Path) -> None:
     root = _resolved(directory.absolute())  # keyed absolute: a later chdir cannot mislead it
     if not path.resolve().is_relative_to(root):
         raise DatasetError(
-            f"{path}: leads out of the dataset directory {root} (a symlink to {path.resolve()}); named by {directory / MANIFEST}"
+            f"{path}: leads out of the dataset directory {root} (a symlink to {path.resolve()}); "
+            f"named by {directory / MANIFEST}"
         )
 
 

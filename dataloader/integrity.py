@@ -18,7 +18,8 @@ from shardrec.dataloader.format import DatasetError, FileInfo, Manifest, Part, f
 def id_out_of_range(part: Part, feature: str, row: int, value: int) -> str:
     """The message for an id at or beyond its table's rows (loader and `data verify` alike)."""
     return (
-        f"{part.path / (feature + '.npy')}: row {row} has id {value}, outside table {feature} of {part.limits[feature]} rows "
+        f"{part.path / (feature + '.npy')}: row {row} has id {value}, "
+        f"outside table {feature} of {part.limits[feature]} rows "
         f"(the file disagrees with its manifest: rebuild it with `shardrec preprocess`)"
     )
 

@@ -79,7 +79,8 @@ class MultiHotSpec:
         object.__setattr__(self, "rows", tuple(int(r) for r in self.rows))
         if len(self.sizes) != len(self.rows) or not self.sizes:
             raise ValueError(
-                f"multi-hot sizes ({len(self.sizes)}) and table rows ({len(self.rows)}) must be non-empty lists of one value per feature"
+                f"multi-hot sizes ({len(self.sizes)}) and table rows ({len(self.rows)}) "
+                "must be non-empty lists of one value per feature"
             )
         for i, s in enumerate(self.sizes):
             if s < 1:
@@ -318,7 +319,8 @@ def multihot_source(source: SplitSource, option: MultiHotOption) -> tuple[SplitS
             rows = [source.modulo[n] for n in source.feature_names]
         if len(option.sizes) != len(source.feature_names):
             raise ValueError(
-                f"{len(option.sizes)} multi-hot sizes for {len(source.feature_names)} sparse features: give one per feature"
+                f"{len(option.sizes)} multi-hot sizes for {len(source.feature_names)} sparse features: "
+                "give one per feature"
             )
         spec = MultiHotSpec(tuple(option.sizes), tuple(rows), option.dist, option.seed)
     tables = open_index_tables(option.cache_dir if option.cache_dir is not None else default_cache_dir(), spec)

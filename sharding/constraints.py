@@ -73,7 +73,8 @@ def parse_constraints(
             bad = [k for k in kw["compute_kernels"] if k not in COMPUTE_KERNELS]
             if bad:
                 raise ValueError(
-                    f"sharding.constraints.{name}.compute_kernels: {bad[0]!r} is not one of {', '.join(COMPUTE_KERNELS)}"
+                    f"sharding.constraints.{name}.compute_kernels: {bad[0]!r} "
+                    f"is not one of {', '.join(COMPUTE_KERNELS)}"
                 )
         if "min_partition" in fields:
             mp = fields["min_partition"]

@@ -82,7 +82,8 @@ class Problem:
             raise ValueError(
                 f"sharding.constraints.{config.name}: no sharding type satisfies the constraint "
                 f"(sharding_types {list(constraint.sharding_types)}, ranks {list(constraint.ranks) or 'all'}, "
-                f"min_partition {constraint.min_partition}, embedding_dim {config.embedding_dim}, world size {topo.world_size})"
+                f"min_partition {constraint.min_partition}, embedding_dim {config.embedding_dim}, "
+                f"world size {topo.world_size})"
             )
         return out
 

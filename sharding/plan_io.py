@@ -210,7 +210,8 @@ def _check_shards(table_plan: TablePlan, config: EmbeddingBagConfig, world_size:
             raise ValueError(f"table {table_plan.name}: shard on rank {s.rank}, world size is {world_size}")
         if s.row_offset + s.rows > config.num_embeddings or s.col_offset + s.cols > config.embedding_dim:
             raise ValueError(
-                f"table {table_plan.name}: shard {s} lies outside the table [{config.num_embeddings} x {config.embedding_dim}]"
+                f"table {table_plan.name}: shard {s} lies outside the table "
+                f"[{config.num_embeddings} x {config.embedding_dim}]"
             )
     if table_plan.sharding_type == ShardingType.DATA_PARALLEL.value:
         return
@@ -231,7 +232,8 @@ def _check_shards(table_plan: TablePlan, config: EmbeddingBagConfig, world_size:
         raise ValueError(f"table {table_plan.name}: shards overlap")
     if (cover == 0).any():
         raise ValueError(
-            f"table {table_plan.name}: shards leave part of the table [{config.num_embeddings} x {config.embedding_dim}] uncovered"
+            f"table {table_plan.name}: shards leave part of the table "
+            f"[{config.num_embeddings} x {config.embedding_dim}] uncovered"
         )
 
 
@@ -262,7 +264,8 @@ def to_sharding_plan(
     local_world_size: int,
     device_kind: str,
 ) -> ShardingPlan:
-    """The torchrec ShardingPlan for the EmbeddingBagCollection at `module_path` (e.g. "sparse_arch.embedding_bag_collection").
+    """The torchrec ShardingPlan for the EmbeddingBagCollection at `module_path`
+    (e.g. "sparse_arch.embedding_bag_collection").
 
     For a 2D plan (sharding_group_size > 0) this is the plan of one sharding group, as
     DMPCollection(sharding_group_size=...) takes it. Raises ValueError if the plan does not

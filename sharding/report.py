@@ -52,7 +52,9 @@ def ranks_table(plan: PlanFile, limit: int = 32) -> Table:
     est = plan.estimate
     cap = est.get("memory_capacity_bytes", 0) / MiB
     t = Table(
-        title=f"ranks (critical path: rank {est.get('critical_rank')}, {est.get('max_step_ms', 0):.3f} ms/step estimated)"
+        title=(
+            f"ranks (critical path: rank {est.get('critical_rank')}, {est.get('max_step_ms', 0):.3f} ms/step estimated)"
+        )
     )
     t.caption = (
         f"MiB: memory used of {cap:,.0f} MiB per rank = weights (wts) + optimizer (opt) + buffers (buf); "

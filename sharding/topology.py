@@ -49,7 +49,8 @@ class ClusterTopology:
             raise ValueError(f"topology world_size = {self.world_size} must be > 0")
         if self.local_world_size <= 0 or self.world_size % self.local_world_size:
             raise ValueError(
-                f"topology local_world_size = {self.local_world_size} must be > 0 and divide world_size = {self.world_size}"
+                f"topology local_world_size = {self.local_world_size} must be > 0 "
+                f"and divide world_size = {self.world_size}"
             )
         if self.memory_bytes <= 0:
             raise ValueError(f"topology {self.name}: memory per rank is {self.memory_bytes} bytes; it must be > 0")

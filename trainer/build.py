@@ -128,7 +128,8 @@ def shard_model(
         elif sharding.sharding_type != ShardingType.DATA_PARALLEL.value:
             # Their gradients arrive summed, not through DDP; TrainOptimizer only handles the latter.
             raise ValueError(
-                f"table {name}: compute_kernel {sharding.compute_kernel!r} is supported for data_parallel tables only; use fused"
+                f"table {name}: compute_kernel {sharding.compute_kernel!r} is supported "
+                "for data_parallel tables only; use fused"
             )
     attach_fused_optimizer(ebc, fused, optimizer=optim.sparse, lr=optim.sparse_lr, eps=optim.eps)
     return DistributedModelParallel(

@@ -171,7 +171,8 @@ def describe_mismatch(saved: dict[str, Any], current: dict[str, Any]) -> str:
     # A checkpoint from before dataset fingerprints, or a job that gives none, skips this check.
     if saved.get("dataset") and current.get("dataset") and saved["dataset"] != current["dataset"]:
         diffs.append(
-            f"dataset: checkpoint trained on fingerprint {saved['dataset'][:12]}, job's data is {current['dataset'][:12]}"
+            f"dataset: checkpoint trained on fingerprint {saved['dataset'][:12]}, "
+            f"job's data is {current['dataset'][:12]}"
         )
     old = {t["name"]: (t["rows"], t["dim"]) for t in saved["tables"]}
     new = {t["name"]: (t["rows"], t["dim"]) for t in current["tables"]}

@@ -67,13 +67,16 @@ class DataConfig:
     shuffle: bool = True
     """Shuffle the training stream (seeded; block-level plus a bounded buffer)."""
     num_workers: int = 1
-    """Loader prefetch threads per rank (0: batches are made in the training loop; 1 overlaps them with communication waits)."""
+    """Loader prefetch threads per rank (0: batches are made in the training loop; 1 overlaps them with
+    communication waits)."""
     tail: str = "drop"
     """What happens to the last partial global batch of an epoch: drop or pad."""
     multihot_sizes: list[int] = field(default_factory=list)
-    """Multi-hot ids made from a one-hot dataset at batch time: ids per sample of each sparse feature (empty: ids as stored)."""
+    """Multi-hot ids made from a one-hot dataset at batch time: ids per sample of each sparse feature
+    (empty: ids as stored)."""
     multihot_rows: list[int] = field(default_factory=list)
-    """Table rows per feature for multihot_sizes, which also size the embedding tables (empty: the dataset's cardinalities)."""
+    """Table rows per feature for multihot_sizes, which also size the embedding tables (empty: the dataset's
+    cardinalities)."""
     multihot_dist: str = "uniform"
     """How multihot_sizes' extra ids are drawn: uniform or pareto (MLPerf DLRMv2's reference algorithm)."""
     multihot_seed: int = 0
@@ -208,13 +211,15 @@ class TrainConfig:
     seed: int = 0
     """Seed of the model's initial weights and the data order."""
     pipeline: str = "auto"
-    """sparse_dist (torchrec TrainPipelineSparseDist), plain, or auto: sparse_dist on CUDA, plain on CPU (where it measured slower)."""
+    """sparse_dist (torchrec TrainPipelineSparseDist), plain, or auto: sparse_dist on CUDA, plain on CPU
+    (where it measured slower)."""
     device: str = "auto"
     """auto, cpu or cuda."""
     log_interval: int = 20
     """Steps between progress log lines."""
     precision: str = "fp32"
-    """fp32, or bf16: dense layers and interaction under autocast; embeddings, optimizer state, loss, metrics and checkpoints stay fp32."""
+    """fp32, or bf16: dense layers and interaction under autocast; embeddings, optimizer state, loss, metrics
+    and checkpoints stay fp32."""
     target_auc: float = 0.0
     """Stop once the first evaluation split's AUC reaches this (MLPerf DLRMv2: 0.80275 on val; 0: run every step)."""
 

@@ -96,7 +96,7 @@ def rank_main(
     except ValueError as e:
         if is_main:
             print(f"error: {e}", file=sys.stderr)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     try:
         # Held by rank 0 until this process ends, however it ends (see trainer.run_lock).
         lock = acquire_run_lock(out_dir, launcher_job_id()) if env.is_main else None  # noqa: F841
@@ -106,7 +106,7 @@ def rank_main(
         if env.is_main or isinstance(e, RankMissing):
             print(f"error: {e}", file=sys.stderr)
         shutdown()
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     exit_cleanly()
 
 

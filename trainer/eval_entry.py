@@ -37,14 +37,14 @@ def rank_main(
         env = init_distributed(device)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     try:
         metrics = evaluate_checkpoint(EvalRequest(run_dir, checkpoint, split, data), env)
     except ValueError as e:
         if env.is_main:
             print(f"error: {e}", file=sys.stderr)
         shutdown()
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     if env.is_main:
         atomic_write_bytes(result, (json.dumps(metrics, indent=2) + "\n").encode())
     exit_cleanly()

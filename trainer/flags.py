@@ -25,9 +25,7 @@ DEFAULT_OUT_DIR = Path("runs/train")
 
 ConfigFlag = Annotated[Path | None, typer.Option("--config", help="TOML job file (defaults: trainer/config.py).")]
 DataFlag = Annotated[Path | None, typer.Option("--data", help=_setting_help(DataConfig, "path", "data.path"))]
-PlanFlag = Annotated[
-    Path | None, typer.Option("--plan", help=_setting_help(ShardingConfig, "plan", "sharding.plan"))
-]
+PlanFlag = Annotated[Path | None, typer.Option("--plan", help=_setting_help(ShardingConfig, "plan", "sharding.plan"))]
 OutDirFlag = Annotated[
     Path, typer.Option("--out-dir", help="Run directory: metrics, checkpoints, resolved config, plan.")
 ]

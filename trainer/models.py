@@ -11,7 +11,6 @@ outside it, and the logit is returned in fp32 so that the loss and metrics are f
 from __future__ import annotations
 
 import contextlib
-from typing import ContextManager
 
 import torch
 import torch.nn as nn
@@ -112,7 +111,7 @@ class RecModel(nn.Module):
         # Fixed here, not read from the input: torchrec's pipeline traces forward with fx proxies.
         self.device_type = device_type
 
-    def _dense_precision(self) -> ContextManager[object]:
+    def _dense_precision(self) -> contextlib.AbstractContextManager[object]:
         if self.autocast_dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(self.device_type, dtype=self.autocast_dtype)

@@ -315,7 +315,8 @@ def run_job(job: Job) -> dict[str, Any]:
         tracker = TargetTracker.for_splits(cfg.train.target_auc, list(job.eval_loaders), cfg.train.global_batch_size)
         if cfg.train.target_auc and tracker.split is None:
             raise ValueError(
-                f"train.target_auc = {cfg.train.target_auc} needs a split to evaluate: data.eval_splits has none with rows"
+                f"train.target_auc = {cfg.train.target_auc} needs a split to evaluate: "
+                "data.eval_splits has none with rows"
             )
         seconds, samples = _train(job, total, reporter, tracker)
         final = _final_evaluation(job, reporter, tracker, seconds)

@@ -87,7 +87,9 @@ def test_bf16_plans_and_world_sizes_agree_within_the_bf16_tolerance(runs) -> Non
     root, results = runs
     one_rank, row_wise, mixed = (final_weights(root / name) for name in ("w1-table_wise", "ref", "w2-mixed_rows"))
     for key, value in row_wise.items():  # two plans, one world size: fp32's tolerance
-        torch.testing.assert_close(mixed[key], value, atol=ATOL, rtol=RTOL, msg=lambda m: f"w2 plans, {key}: {m}")
+        torch.testing.assert_close(
+            mixed[key], value, atol=ATOL, rtol=RTOL, msg=lambda m, key=key: f"w2 plans, {key}: {m}"
+        )
     for key, value in one_rank.items():  # one rank against two: bf16's
         rel = float((row_wise[key] - value).norm() / value.norm())
         assert rel <= BF16_REL_NORM, f"{key}: 1 vs 2 ranks differ by {rel:.3f} of its norm"

@@ -13,8 +13,8 @@ each run several jobs (torchrec imports in seconds: spawning once per world size
   tables) end within the same tolerance; a column-wise checkpoint loaded under whole-row plans
   (table-wise on 1 rank, data-parallel on 4) has its row-wise Adagrad state converted.
 - Failures: a NaN loss stops every rank naming the step, keeping the last good checkpoint; a
-  checkpoint of another model is refused naming the difference, leaving the run's files as they were. And DCNv2 on multi-hot bags
-  with mixed widths and bf16 all-to-all learns.
+  checkpoint of another model is refused naming the difference, leaving the run's files as they
+  were. And DCNv2 on multi-hot bags with mixed widths and bf16 all-to-all learns.
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ def assert_same_model(run_dir: Path, reference: Path) -> None:
     assert weights.keys() == ref.keys(), run_dir.name
     for key, value in ref.items():
         torch.testing.assert_close(
-            weights[key], value, atol=ATOL, rtol=RTOL, msg=lambda m: f"{run_dir.name} {key}: {m}"
+            weights[key], value, atol=ATOL, rtol=RTOL, msg=lambda m, key=key: f"{run_dir.name} {key}: {m}"
         )
 
 

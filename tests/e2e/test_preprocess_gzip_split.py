@@ -116,7 +116,8 @@ def test_a_dead_stream_in_a_split_file_is_named(
     res = _preprocess(path.parent, tmp_path / "out")
     assert_one_line_error(
         res,
-        rf"^error: {path}: dead gzip stream mid-file at or before compressed byte [\d,]+ of {len(data):,}: corrupt data",
+        rf"^error: {path}: dead gzip stream mid-file at or before compressed byte [\d,]+ "
+        rf"of {len(data):,}: corrupt data",
     )
 
 

@@ -30,7 +30,8 @@ def test_binary_garbage_is_an_error_not_an_empty_dataset(tmp_path: Path):
     res = preprocess(junk, "--out", tmp_path / "data")
     assert_one_line_error(
         res,
-        rf"^error: {re.escape(str(junk))}: no rows kept, all [\d,]+ lines are malformed \(.*\); first: {re.escape(str(junk))}:\d+: ",
+        rf"^error: {re.escape(str(junk))}: no rows kept, all [\d,]+ lines are malformed \(.*\); "
+        rf"first: {re.escape(str(junk))}:\d+: ",
     )
     assert not (tmp_path / "data" / "manifest.json").exists()
 
@@ -54,7 +55,8 @@ def test_one_10mb_line_gives_a_short_line_naming_file_line_field_and_cut_value(t
     res = preprocess(big, "--out", tmp_path / "data")
     line = assert_one_line_error(
         res,
-        rf"^error: {re.escape(str(big))}: no rows kept, .*; first: {re.escape(str(big))}:1: I1: {value} \(bad_integer\)$",
+        rf"^error: {re.escape(str(big))}: no rows kept, .*; "
+        rf"first: {re.escape(str(big))}:1: I1: {value} \(bad_integer\)$",
     )
     assert len(line) < 400 and len(res.stdout) < 2000
     assert max(p.stat().st_size for p in (tmp_path / "data" / ".work").glob("task-*.json")) < 2000  # the marker too
@@ -70,7 +72,8 @@ def test_more_malformed_rows_than_allowed_is_an_error_and_a_higher_limit_accepts
     res = preprocess(raw, "--out", out)
     assert_one_line_error(
         res,
-        rf"^error: {re.escape(str(raw))}: 30 of 1,030 lines malformed \(2\.91%: too_few_fields 30\), more than the 0\.01 allowed .*; first: {re.escape(str(raw))}:1001: row: ",
+        rf"^error: {re.escape(str(raw))}: 30 of 1,030 lines malformed \(2\.91%: too_few_fields 30\), "
+        rf"more than the 0\.01 allowed .*; first: {re.escape(str(raw))}:1001: row: ",
     )
     assert not (out / "manifest.json").exists()
     again = runner.invoke(

@@ -180,11 +180,17 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 from shardrec.embeddings.optim import attach_fused_optimizer
 from shardrec.trainer.build import trainer_sharders
 
-ebc = EmbeddingBagCollection(tables=[EmbeddingBagConfig(name="t", embedding_dim=4, num_embeddings=100, feature_names=["f"])],
-                             device=torch.device("meta"))
+ebc = EmbeddingBagCollection(
+    tables=[EmbeddingBagConfig(name="t", embedding_dim=4, num_embeddings=100, feature_names=["f"])],
+    device=torch.device("meta"),
+)
 attach_fused_optimizer(ebc, ["t"], optimizer="sgd", lr=1.0, eps=1e-8)
-model = DistributedModelParallel(ebc, env=ShardingEnv.from_process_group(dist.GroupMember.WORLD), device=torch.device("cpu"),
-                                 sharders=trainer_sharders(None))
+model = DistributedModelParallel(
+    ebc,
+    env=ShardingEnv.from_process_group(dist.GroupMember.WORLD),
+    device=torch.device("cpu"),
+    sharders=trainer_sharders(None),
+)
 for ids in ([3, 99], [3, 150]):
     kjt = KeyedJaggedTensor(keys=["f"], values=torch.tensor(ids), lengths=torch.tensor([1, 1], dtype=torch.int32))
     try:

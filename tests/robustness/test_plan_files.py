@@ -92,7 +92,7 @@ def test_plan_files_and_calibration_profiles_are_checked_by_type(tiny_dataset: P
         ("[1]", r"measured.lookup_bw is \[1\], expected a number"),
     ]:
         profile.write_text(
-            '{"format": "shardrec-calibration", "measured": {"lookup_bw": %s, "intra_host_bw": 3e8}}' % value
+            f'{{"format": "shardrec-calibration", "measured": {{"lookup_bw": {value}, "intra_host_bw": 3e8}}}}'
         )
         result = runner.invoke(
             app, ["plan", "--data", str(tiny_dataset), "--world-size", "2", "--profile", str(profile)]

@@ -60,7 +60,10 @@ def test_numba_kernels_are_the_ones_running():
 )
 def test_kernel_tests_fail_without_numba(target: str):
     # sys.modules["numba"] = None makes `import numba` raise ImportError: a broken install.
-    code = "import sys, pytest; sys.modules['numba'] = None; sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', sys.argv[1]]))"
+    code = (
+        "import sys, pytest; sys.modules['numba'] = None; "
+        "sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', sys.argv[1]]))"
+    )
     done = subprocess.run([sys.executable, "-c", code, target], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode not in (0, 5), done.stdout[-2000:]  # 0: passed or skipped; 5: nothing collected
     assert "skipped" not in done.stdout.splitlines()[-1]

@@ -86,8 +86,10 @@ def test_multi_hot_offsets_are_checked_against_rows_and_ids(tmp_path: Path):
     path = tmp_path / "train" / "part-00000" / "f1.offsets.npy"
     good = np.load(path)
     ids = int(good[-1])
-    for bad, message in ((good + 1, f"offsets run from 1 to {ids + 1}, expected 0 to {ids}"),
-                         (np.minimum(good, ids - 1), f"offsets run from 0 to {ids - 1}, expected 0 to {ids}")):  # fmt: skip
+    for bad, message in (
+        (good + 1, f"offsets run from 1 to {ids + 1}, expected 0 to {ids}"),
+        (np.minimum(good, ids - 1), f"offsets run from 0 to {ids - 1}, expected 0 to {ids}"),
+    ):
         np.save(path, bad)  # same size: only the values are wrong
         with pytest.raises(DatasetError, match=f"f1.offsets.npy: {message}"):
             open_split(tmp_path, "train")

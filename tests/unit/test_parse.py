@@ -228,8 +228,9 @@ def test_uncompiled_kernel_gives_the_same_rows():
     kernel = getattr(parse_kernel.parse_rows, "py_func", parse_kernel.parse_rows)
     buf = np.frombuffer(text, np.uint8)
     rows = expected.rows
-    out = [np.empty(rows, np.uint8), np.empty((rows, 3), np.int64), np.empty((rows, 3), bool), np.empty((rows, 4), np.uint64),
-           np.empty((rows, 4), bool), np.empty(rows, np.int8), np.empty(rows, np.int16), np.empty(rows, np.int64), np.empty(rows, np.int64)]  # fmt: skip
+    out = [np.empty(rows, np.uint8), np.empty((rows, 3), np.int64), np.empty((rows, 3), bool),
+           np.empty((rows, 4), np.uint64), np.empty((rows, 4), bool), np.empty(rows, np.int8),
+           np.empty(rows, np.int16), np.empty(rows, np.int64), np.empty(rows, np.int64)]  # fmt: skip
     assert kernel(buf, *parse_kernel.value_tables("\t"), 3, 4, schema.min_fields, *out) == rows
     np.testing.assert_array_equal(out[5], expected.reason)
     ok = expected.ok

@@ -77,7 +77,7 @@ def test_chunk_bounds_cut_after_newlines_and_cover_the_file(tmp_path: Path):
     bounds = chunk_bounds(path, 300, 0)
     assert bounds[0][0] == 0 and bounds[-1][1] == path.stat().st_size
     data = path.read_bytes()
-    for (s, e), (s2, _) in zip(bounds, bounds[1:]):
+    for (_s, e), (s2, _) in zip(bounds, bounds[1:]):
         assert e == s2 and data[e - 1 : e] == b"\n"
     assert count_lines(path, skip_header=False) == 500
     assert count_lines(path, skip_header=True) == 499

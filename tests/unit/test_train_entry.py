@@ -29,10 +29,12 @@ def test_only_the_known_harmless_warnings_are_hidden() -> None:
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         ignore_known_warnings()
-        warnings.warn("`broadcast_buffers` is deprecated. Use `forward_sync_buffers` instead.", FutureWarning)
-        warnings.warn("Please use DTensor instead and we are deprecating ShardedTensor.", FutureWarning)
-        warnings.warn("some indices are out of range [0, 50)", UserWarning)  # shaped like fbgemm's
-        warnings.warn("a change of behaviour in the next release", FutureWarning)
+        warnings.warn(
+            "`broadcast_buffers` is deprecated. Use `forward_sync_buffers` instead.", FutureWarning, stacklevel=2
+        )
+        warnings.warn("Please use DTensor instead and we are deprecating ShardedTensor.", FutureWarning, stacklevel=2)
+        warnings.warn("some indices are out of range [0, 50)", UserWarning, stacklevel=2)  # shaped like fbgemm's
+        warnings.warn("a change of behaviour in the next release", FutureWarning, stacklevel=2)
     assert [str(w.message) for w in seen] == [
         "some indices are out of range [0, 50)",
         "a change of behaviour in the next release",

@@ -293,7 +293,10 @@ def bench_loader(
     parts: Annotated[
         int,
         typer.Option(
-            help="Parts of the many-part run (default: a 1/100 Criteo-1TB-shaped dataset's, 24 days x 5 at the default 128 MiB chunk); one part is always run too."
+            help=(
+                "Parts of the many-part run (default: a 1/100 Criteo-1TB-shaped dataset's, 24 days x 5 "
+                "at the default 128 MiB chunk); one part is always run too."
+            )
         ),
     ] = DEFAULT_PARTS,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
@@ -301,7 +304,8 @@ def bench_loader(
     """Loader rows/s as torchrec Batches on one thread, vs the memcpy roofline and torchrec's pipe."""
     if rows < 2 * global_batch or global_batch <= 0 or rounds <= 0 or max_batches <= 0:
         fail(
-            f"need --rows >= 2 x --global-batch and positive --rounds/--max-batches, got {rows}, {global_batch}, {rounds}, {max_batches}"
+            "need --rows >= 2 x --global-batch and positive --rounds/--max-batches, "
+            f"got {rows}, {global_batch}, {rounds}, {max_batches}"
         )
     if not 1 <= parts <= rows:
         fail(f"--parts must be in [1, --rows], got {parts}")
@@ -318,7 +322,10 @@ def _print_table(r: dict[str, Any]) -> None:
     from rich.table import Table
 
     table = Table(
-        title=f"loader, {r['rows']:,} rows in 1 part and in {r['parts']} parts, global batch {r['global_batch']}, 1 thread (best of {r['rounds']})"
+        title=(
+            f"loader, {r['rows']:,} rows in 1 part and in {r['parts']} parts, global batch {r['global_batch']}, "
+            f"1 thread (best of {r['rounds']})"
+        )
     )
     table.add_column("configuration")
     table.add_column("M rows/s", justify="right")
@@ -333,9 +340,11 @@ def _print_table(r: dict[str, Any]) -> None:
         console.print(f"{name.replace('_', ' ')}: {value}")
     q, resume = r["shuffle_quality_drifting_labels"], r["resume"]
     console.print(
-        f"memcpy {r['memcpy_gb_per_s']} GB/s, {r['bytes_per_row']} bytes/row; torchrec load into RAM {r['torchrec_load_into_ram_s']} s, "
+        f"memcpy {r['memcpy_gb_per_s']} GB/s, {r['bytes_per_row']} bytes/row; "
+        f"torchrec load into RAM {r['torchrec_load_into_ram_s']} s, "
         f"global shuffle into RAM {r['torchrec_global_shuffle_build_s']} s; "
-        f"anon memory growth over the epoch {r['shardrec_anon_memory_growth_mb']} MB; shuffle quality (batch label-mean std vs "
+        f"anon memory growth over the epoch {r['shardrec_anon_memory_growth_mb']} MB; "
+        "shuffle quality (batch label-mean std vs "
         f"full permutation): {q['ratio']:.3f} (file order {q['file_order_std'] / q['full_permutation_std']:.1f}); "
         f"resume at another world size {resume['resume_other_world_size_s']} s; order set-up deep in a 4.2 B-row epoch "
         f"{resume['order_deep_in_4_2b_rows_s']} s"

@@ -224,13 +224,16 @@ def _print_report(r: dict[str, Any]) -> None:
         + "\n"
         + line.format("polars, all threads", pln["mb_s"], pln["mb_per_cpu_s"], pln["peak_rss_mb"])
         + "\n"
-        f"shardrec / polars 1 thread: {r['ratio_vs_polars_one_thread_cpu']:.2f}x per CPU-second, {r['ratio_vs_polars_one_thread_wall']:.2f}x wall\n"
-        f"shardrec / polars all threads: {r['ratio_vs_polars_all_threads_cpu']:.2f}x per CPU-second, {r['ratio_vs_polars_all_threads_wall']:.2f}x wall\n"
+        f"shardrec / polars 1 thread: {r['ratio_vs_polars_one_thread_cpu']:.2f}x per CPU-second, "
+        f"{r['ratio_vs_polars_one_thread_wall']:.2f}x wall\n"
+        f"shardrec / polars all threads: {r['ratio_vs_polars_all_threads_cpu']:.2f}x per CPU-second, "
+        f"{r['ratio_vs_polars_all_threads_wall']:.2f}x wall\n"
         f"polars {r['polars']['version']} columns equal shardrec's byte for byte: "
         + ("yes" if r["polars_columns_equal"] else f"NO ({', '.join(r['polars_columns_differ'])})")
         + "\n"
         f"secondary: parser alone {r['parse_only_mb_per_cpu_s']:.1f} MB/CPU-s;\n"
-        f"  pandas {r['pandas_parse_only']['version']} read_csv parse only {r['pandas_parse_only']['mb_per_cpu_s']:.1f} MB per CPU-s ({r['ratio_vs_pandas_parse_only_cpu']:.2f}x)\n"
+        f"  pandas {r['pandas_parse_only']['version']} read_csv parse only "
+        f"{r['pandas_parse_only']['mb_per_cpu_s']:.1f} MB per CPU-s ({r['ratio_vs_pandas_parse_only_cpu']:.2f}x)\n"
         + "\n".join(f"goal {k}: {'met' if v else 'NOT met'}" for k, v in r["goals"].items()),
         highlight=False,
     )

@@ -34,8 +34,9 @@ from shardrec.tools.cli.common import console, fail, print_json
 
 CRITEO_1TB_ROWS = 4_373_472_329
 DAYS = 24
-TRAIN_JOB = ["--set", "model.embedding_dim=16", "--set", "model.dense_arch=[32, 16]", "--set", "model.over_arch=[32, 1]",
-             "--set", 'data.eval_splits=["val"]', "--set", "eval.max_batches=4"]  # fmt: skip
+TRAIN_JOB = ["--set", "model.embedding_dim=16", "--set", "model.dense_arch=[32, 16]",
+             "--set", "model.over_arch=[32, 1]", "--set", 'data.eval_splits=["val"]',
+             "--set", "eval.max_batches=4"]  # fmt: skip
 
 
 def feature_counts(fraction: float) -> list[int]:
@@ -123,9 +124,9 @@ def stream_child(data: Path, batch: int) -> None:
 
 
 def _train(data: Path, run: Path, steps: int, batch: int, interval: int, resume: bool) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "shardrec.tools.cli", "train", "--data", str(data), "--out-dir", str(run), "--nproc-per-node", "2",
-           "--steps", str(steps), "--json", *TRAIN_JOB, "--set", f"train.global_batch_size={batch}",
-           "--set", f"checkpoint.interval_steps={interval}"]  # fmt: skip
+    cmd = [sys.executable, "-m", "shardrec.tools.cli", "train", "--data", str(data), "--out-dir", str(run),
+           "--nproc-per-node", "2", "--steps", str(steps), "--json", *TRAIN_JOB,
+           "--set", f"train.global_batch_size={batch}", "--set", f"checkpoint.interval_steps={interval}"]  # fmt: skip
     if resume:
         cmd += ["--allow-change", "train.steps"]
     st = _stage(cmd, "train" + (" (resume)" if resume else ""), 0)
@@ -210,7 +211,8 @@ def _print(result: dict[str, Any]) -> None:
     for name in ("preprocess_hash", "preprocess_vocab", "stream"):
         s = st[name]
         console.print(
-            f"{name:>17}: {s['mb_per_s_wall']:8.1f} MB/s wall  {s['mb_per_cpu_s']:8.1f} MB/CPU-s  peak RSS {s['peak_rss_mb']:,.0f} MiB"
+            f"{name:>17}: {s['mb_per_s_wall']:8.1f} MB/s wall  {s['mb_per_cpu_s']:8.1f} MB/CPU-s  "
+            f"peak RSS {s['peak_rss_mb']:,.0f} MiB"
             + (
                 f"  {s['parts']} parts, {s['output_bytes'] / 1e9:.2f} GB"
                 if "parts" in s

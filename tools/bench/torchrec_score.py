@@ -36,7 +36,8 @@ def torchrec_score(
     global_batch_size: int,
     pooling: dict[str, float],
 ) -> float | None:
-    """torchrec's estimate of the slowest rank's step time (seconds), or None if a table's layout has no torchrec option."""
+    """torchrec's estimate of the slowest rank's step time (seconds), or None if a table's layout
+    has no torchrec option."""
     by_plan = {table_plan.name: table_plan for table_plan in table_plans}
     cons = {}
     for config in configs:

@@ -1,7 +1,8 @@
 """`shardrec bench train`: training samples/s of `shardrec train`'s path against stock torchrec.
 
-Ranks (torchrun; CPU: gloo, `--threads` threads each; `--device cuda`: NCCL, one GPU each) train a DLRM on demo-style synthetic rows
-(Zipf-like ids, labels from a hidden linear model) written to disk in shardrec's format:
+Ranks (torchrun; CPU: gloo, `--threads` threads each; `--device cuda`: NCCL, one GPU each) train a DLRM
+on demo-style synthetic rows (Zipf-like ids, labels from a hidden linear model) written to disk in
+shardrec's format:
 
 - stock fp32: what a torchrec user writes from torchrec's examples (tools/bench/stock_torchrec.py:
   torchrec's DLRM, stock sharder with the fused optimizer, its planner, TrainPipelineSparseDist),
@@ -143,8 +144,9 @@ def summarise(
 
 def _print(result: dict[str, Any]) -> None:
     console.print(
-        f"{result['ranks']} {result['device'].upper()} ranks x {result['threads_per_rank']} thread(s), {result['model']} DLRM, "
-        f"{result['samples_per_rank']} samples per rank, {result['rounds']} interleaved rounds x {result['steps']} steps; "
+        f"{result['ranks']} {result['device'].upper()} ranks x {result['threads_per_rank']} thread(s), "
+        f"{result['model']} DLRM, {result['samples_per_rank']} samples per rank, "
+        f"{result['rounds']} interleaved rounds x {result['steps']} steps; "
         "ratios: median over rounds of same-round ratios"
     )
     for name, rate in result["median_samples_per_s"].items():
@@ -163,7 +165,8 @@ def _print(result: dict[str, Any]) -> None:
         f"ours bf16 {auc['ours_bf16']:.4f}"
     )
     console.print(
-        f"sharding types: stock {', '.join(result['sharding_types']['stock'])}; ours {', '.join(result['sharding_types']['ours'])}"
+        f"sharding types: stock {', '.join(result['sharding_types']['stock'])}; "
+        f"ours {', '.join(result['sharding_types']['ours'])}"
     )
 
 

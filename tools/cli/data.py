@@ -9,7 +9,10 @@ from shardrec.tools.cli import data_multihot as cli_data_multihot
 from shardrec.tools.cli import data_stream as cli_data_stream
 
 data_app = typer.Typer(
-    help="Inspect, check and convert a preprocessed dataset: statistics, rows, checksums, stream digests, torchrec's .npy layout, multi-hot copies.",
+    help=(
+        "Inspect, check and convert a preprocessed dataset: statistics, rows, checksums, stream digests, "
+        "torchrec's .npy layout, multi-hot copies."
+    ),
     no_args_is_help=True,
 )
 

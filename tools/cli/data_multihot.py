@@ -34,7 +34,10 @@ def multihot(
     cache: Annotated[
         Path | None,
         typer.Option(
-            help="Folder for the index tables, drawn once and reused (default: shardrec/multihot under $XDG_CACHE_HOME, else ~/.cache)."
+            help=(
+                "Folder for the index tables, drawn once and reused "
+                "(default: shardrec/multihot under $XDG_CACHE_HOME, else ~/.cache)."
+            )
         ),
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,

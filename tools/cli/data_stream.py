@@ -37,7 +37,8 @@ def digest(
 
     if batches <= 0 or start_batch < 0 or world_size <= 0:
         fail(
-            f"--batches and --world-size must be positive and --start-batch not negative, got {batches}, {world_size}, {start_batch}"
+            "--batches and --world-size must be positive and --start-batch not negative, "
+            f"got {batches}, {world_size}, {start_batch}"
         )
     if global_batch <= 0 or global_batch % world_size:  # said with the flags, before the loader says it with its names
         fail(

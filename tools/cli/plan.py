@@ -43,9 +43,7 @@ def _load_job(config: Path | None, data: Path | None, overrides: list[str]):
 @plan_app.callback()
 def plan(
     ctx: typer.Context,
-    data: Annotated[
-        Path | None, typer.Option(help="Dataset directory (default: data.path of the job file).")
-    ] = None,
+    data: Annotated[Path | None, typer.Option(help="Dataset directory (default: data.path of the job file).")] = None,
     config: Annotated[Path | None, typer.Option(help="Job file (TOML).")] = None,
     world_size: Annotated[int, typer.Option(help="Ranks to plan for.")] = 2,
     out: Annotated[Path | None, typer.Option(help="Plan file to write.")] = None,
@@ -176,7 +174,6 @@ def _simulate(configs, stats, job, world_size: int, sync_every: int, json_out: b
     if json_out:
         print_json({"per_rank_batch": per_rank, "sync_every": sync_every, "rows": [r.__dict__ for r in rows]})
         return
-    MiB = 2**20
     t = Table(title=f"MiB sent per rank per step, {len(configs)} tables, {per_rank:,} samples per rank (weak scaling)")
     for col in ("ranks", "row-wise MiB", "table-wise busiest MiB", "2D MiB", "2D group", "2D of which sync MiB"):
         t.add_column(col, justify="right")

@@ -82,8 +82,8 @@ def preprocess(
         float,
         typer.Option(
             help=(
-                "Vocabulary mode: MiB of (value, count) pairs one process holds while counting (per worker) or merging; "
-                "more is spilled to sorted runs on disk and merged in value ranges."
+                "Vocabulary mode: MiB of (value, count) pairs one process holds while counting (per worker) "
+                "or merging; more is spilled to sorted runs on disk and merged in value ranges."
             )
         ),
     ] = 256,
@@ -131,9 +131,9 @@ def preprocess(
         str | None,
         typer.Option(
             help=(
-                "i/n: this machine's share (tasks i, i+n, ...), e.g. $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT, into a "
-                "shared --out; then one run without --part writes the manifest. Vocabulary mode: run every part twice "
-                "(count, then map)."
+                "i/n: this machine's share (tasks i, i+n, ...), e.g. $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT, "
+                "into a shared --out; then one run without --part writes the manifest. Vocabulary mode: run every "
+                "part twice (count, then map)."
             )
         ),
     ] = None,
@@ -145,9 +145,10 @@ def preprocess(
             num_dense, num_sparse, "," if csv else delimiter.replace("\\t", "\t"), header or csv, min_fields
         )
         cfg = PreprocessConfig(
-            inputs=inputs, out=out, max_ids=_parse_max_ids(max_ids), min_count=min_count, vocab_memory_mb=vocab_memory_mb, layout=layout,
-            val_half=val_half, schema=schema, dense_transform=dense_transform,
-            dense_dtype="float16" if float16 else "float32", workers=workers, chunk_mb=chunk_mb,
+            inputs=inputs, out=out, max_ids=_parse_max_ids(max_ids), min_count=min_count,
+            vocab_memory_mb=vocab_memory_mb, layout=layout, val_half=val_half, schema=schema,
+            dense_transform=dense_transform, dense_dtype="float16" if float16 else "float32",
+            workers=workers, chunk_mb=chunk_mb,
             strict=strict, max_skipped_fraction=max_skipped_fraction, part=_parse_part(part),
         )  # fmt: skip
     except ValueError as e:

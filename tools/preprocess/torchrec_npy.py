@@ -81,7 +81,8 @@ def import_npy(src: Path, out: Path, hashes: list[int] | None, val_half: str = "
                     n: (block[:, f].astype(np.uint64) % np.uint64(hashes[f])).astype(dtypes[f])
                     for f, n in enumerate(names)
                 }
-                info = write_part(out / split / f"part-{d:05d}-{start // ROWS_PER_PART:04d}", np.asarray(labels[start:stop]).astype(np.uint8),
+                info = write_part(out / split / f"part-{d:05d}-{start // ROWS_PER_PART:04d}",
+                                  np.asarray(labels[start:stop]).astype(np.uint8),
                                   np.asarray(dense[start:stop], dtype=np.float32), ids)  # fmt: skip
                 splits[split].parts.append(info)
                 splits[split].rows += info.rows

@@ -129,7 +129,8 @@ def _range_end(runs: list[tuple[np.ndarray, np.ndarray]], pos: list[int], limit:
     q = limit // max(len(active), 1)
     if q < 1:
         raise ValueError(
-            f"vocabulary memory budget of {limit} pairs is below the {len(active)} count runs it must merge; raise --vocab-memory-mb"
+            f"vocabulary memory budget of {limit} pairs is below the {len(active)} count runs it must merge; "
+            "raise --vocab-memory-mb"
         )
     ahead = [int(runs[i][0][pos[i] + q]) for i in active if pos[i] + q < len(runs[i][0])]
     return min(ahead) if ahead else None

@@ -24,7 +24,7 @@ from shardrec.tools.preprocess.vocab import load_vocabularies
 CHUNK_BYTES = 16 << 20
 """Text parsed at a time: bounds memory whatever the file's size."""
 RawBatch = tuple[np.ndarray, dict[str, tuple[np.ndarray, np.ndarray]]]
-"""(dense [rows, num_dense] float32, feature -> (ids, lengths)), what trainer.predict.rows_batch takes."""
+"""(dense [rows, num_dense] float32, feature -> (ids, lengths)), what trainer.inference.predict.rows_batch takes."""
 
 
 class RawRows:

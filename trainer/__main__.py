@@ -6,7 +6,7 @@ Single node: `shardrec train --nproc-per-node N ...` runs torchrun for you. Seve
         -m shardrec.trainer --config job.toml --data DIR --plan plan.json --out-dir RUN
 """
 
-from shardrec.trainer.entry import main
+from shardrec.trainer.loop.train_entry import main
 
 if __name__ == "__main__":
     main()

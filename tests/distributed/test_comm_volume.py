@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from shardrec.trainer.launch import run_local_ranks
+from shardrec.trainer.distributed.launch import run_local_ranks
 
 TYPES = ("table_wise", "row_wise", "column_wise", "table_row_wise", "table_column_wise", "data_parallel")
 LOCAL_BATCH = 4

@@ -1,10 +1,10 @@
-"""The local-rank harness (trainer.launch.run_local_ranks) that tests, calibration and benchmarks share."""
+"""The local-rank harness (trainer.distributed.launch.run_local_ranks) that tests, calibration and benchmarks share."""
 
 from __future__ import annotations
 
 import pytest
 
-from shardrec.trainer.launch import RankFailed, run_local_ranks
+from shardrec.trainer.distributed.launch import RankFailed, run_local_ranks
 
 
 def _sum_of_ranks(env, offset: int) -> tuple[int, int, int]:

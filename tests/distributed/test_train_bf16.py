@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from shardrec.trainer.launch import run_local_ranks
+from shardrec.trainer.distributed.launch import run_local_ranks
 
 BF16 = ('train.precision="bf16"',)
 ATOL, RTOL = 1e-5, 1e-4
@@ -30,7 +30,7 @@ def rank_work(env, data: str, root: str) -> dict:
     import torch.distributed as dist
     from test_train_distributed import CKPT, STEPS, _checkpointed, build
 
-    from shardrec.trainer.run import run_job
+    from shardrec.trainer.loop.train_job import run_job
 
     root_p, out = Path(root), {}
     if env.world_size == 1:

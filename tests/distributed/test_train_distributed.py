@@ -4,7 +4,7 @@ each run several jobs (torchrec imports in seconds: spawning once per world size
 - Plan invariance: the same seed and global batch give the same model whatever the plan
   (table-wise, data-parallel, column-wise, and two mixes of row-wise, column-wise,
   data-parallel and table-wise tables) and world size (1, 2). Documented tolerance
-  (trainer/objective.py): runs differ only in the order of float sums; after 15 steps every
+  (trainer/model/objective.py): runs differ only in the order of float sums; after 15 steps every
   weight agrees within atol 1e-5 + rtol 1e-4 (measured <= 5e-7). Row-wise Adagrad is compared
   over plans without column cuts, sgd over plans with them (fbgemm's row-wise Adagrad keeps
   per-column-shard statistics). Pipelined and plain loops do the same arithmetic: bitwise equal.
@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from shardrec.trainer.launch import run_local_ranks
+from shardrec.trainer.distributed.launch import run_local_ranks
 
 GLOBAL_BATCH, STEPS, CKPT = 64, 15, 8
 ATOL, RTOL = 1e-5, 1e-4
@@ -49,7 +49,7 @@ CW_LAYOUT = {1: "table_wise", 4: "data_parallel"}
 
 
 def job_config(data: Path, steps: int, pipeline: str, extra: tuple = ()):
-    from shardrec.trainer.config import load_job_config
+    from shardrec.trainer.job.config import load_job_config
 
     overrides = [
         f'data.path="{data}"',
@@ -73,7 +73,7 @@ def build(env, data: str, run_dir: Path, layout: str, steps: int, pipeline: str 
     from shardrec.dataloader.format import Manifest
     from shardrec.embeddings.tables import build_table_configs
     from shardrec.sharding.plan_io import save_plan
-    from shardrec.trainer.run import build_job
+    from shardrec.trainer.loop.train_job import build_job
 
     dims = {"f0": 4, "f2": 4} if extra is DCN else None
     tables = build_table_configs(Manifest.load(data), 8, dims)
@@ -92,9 +92,9 @@ def _checkpointed(env, data: str, run_dir: Path, layout: str, steps: int, extra:
 
 def rank_work(env, data: str, multi_hot: str, root: str) -> dict:
     """Everything one process group runs (which depends on its world size)."""
-    from shardrec.trainer.checkpoint import CheckpointManager
-    from shardrec.trainer.loop import NonFiniteLossError
-    from shardrec.trainer.run import run_job
+    from shardrec.trainer.loop.steps import NonFiniteLossError
+    from shardrec.trainer.loop.train_job import run_job
+    from shardrec.trainer.rundir.checkpoint import CheckpointManager
 
     root_p, world, out = Path(root), env.world_size, {}
     for tag, layout, pipeline, extra in INVARIANCE.get(world, []):
@@ -187,7 +187,7 @@ def test_plans_and_world_sizes_give_the_same_model(runs) -> None:
 
 @pytest.mark.slow
 def test_resume_reshards_to_one_and_four_ranks(runs) -> None:
-    from shardrec.trainer.optim_state import convert_rowwise_momentum
+    from shardrec.trainer.rundir.optim_state import convert_rowwise_momentum
 
     root, results = runs
     for world in (1, 4):

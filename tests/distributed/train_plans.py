@@ -31,7 +31,7 @@ def table_plan(kind: str, name: str, rows: int, dim: int, world_size: int, rank:
 
 MIXES = {
     "mixed": ("row_wise", "column_wise", "data_parallel", "table_wise"),
-    # No column cuts: what row-wise Adagrad is plan-invariant over (trainer/objective.py).
+    # No column cuts: what row-wise Adagrad is plan-invariant over (trainer/model/objective.py).
     "mixed_rows": ("row_wise", "data_parallel", "table_wise"),
 }
 

@@ -136,8 +136,8 @@ def test_a_run_stopped_at_its_target_is_complete_until_the_target_changes(traine
     assert {name: (run / name).read_bytes() for name in record} == record
     # A raised or cleared target continues the run, once allowed (checked without training).
     from shardrec.dataloader.format import Manifest
-    from shardrec.trainer import lifecycle
-    from shardrec.trainer.config import load_job_config
+    from shardrec.trainer.job.config import load_job_config
+    from shardrec.trainer.rundir import lifecycle
 
     manifest = Manifest.load(trained / "data")
     for target_auc in (0.0, 0.99):
@@ -246,7 +246,7 @@ def test_dlrmv2_config_scaled_down_runs_end_to_end(trained: Path) -> None:
 def test_export_refuses_a_table_larger_than_memory_before_writing(
     trained: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from shardrec.trainer.export import export_model
+    from shardrec.trainer.inference.export import export_model
 
     # Trained with --data data from `trained`: config.toml keeps the path absolute, dataset.json as typed too.
     assert f'path = "{(trained / "data").resolve()}"' in (trained / "run" / "config.toml").read_text()

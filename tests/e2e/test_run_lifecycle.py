@@ -84,7 +84,7 @@ def test_rerun_resume_changes_data_and_restart(tiny_dataset: Path, tmp_path: Pat
 
     # The ranks refuse it themselves, in the same line: `python -m shardrec.trainer` as torchrun
     # starts it on every node (the README's multi-node path), with no `shardrec train` before it.
-    from shardrec.trainer.launch import free_port
+    from shardrec.trainer.distributed.launch import free_port
 
     rank_env = {
         **os.environ,

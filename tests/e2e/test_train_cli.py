@@ -116,7 +116,7 @@ def test_sigkill_resume_is_bitwise_and_two_nodes_match(tiny_dataset: Path, tmp_p
     assert remaining == ["step-00000024", "step-00000028", "step-00000030"]
 
     # Two torchrun "nodes" of one rank each, rendezvous over loopback, same plan: same model.
-    from shardrec.trainer.launch import free_port, torchrun_command
+    from shardrec.trainer.distributed.launch import free_port, torchrun_command
 
     endpoint = f"127.0.0.1:{free_port()}"
     args = [
@@ -185,7 +185,7 @@ def test_bad_input_is_one_clear_line(tiny_dataset: Path, tmp_path: Path) -> None
 
 
 def test_failed_ranks_end_in_one_line_not_torchruns_traceback() -> None:
-    from shardrec.trainer.launch import torchrun_command
+    from shardrec.trainer.distributed.launch import torchrun_command
 
     # A "rank" that fails at once (json.tool on a missing file, exit code 2) stands in for the trainer.
     result = subprocess.run(

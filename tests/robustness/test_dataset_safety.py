@@ -178,7 +178,7 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 from shardrec.embeddings.optim import attach_fused_optimizer
-from shardrec.trainer.build import trainer_sharders
+from shardrec.trainer.model.build import trainer_sharders
 
 ebc = EmbeddingBagCollection(
     tables=[EmbeddingBagConfig(name="t", embedding_dim=4, num_embeddings=100, feature_names=["f"])],

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from shardrec.trainer.checkpoint import CheckpointManager, CheckpointParts, ModuleState, RngState, TrainProgress
-from shardrec.trainer.checkpoint_trust import DIGESTS, UntrustedCheckpoint, verify_checkpoint
-from shardrec.trainer.dist import DistEnv
+from shardrec.trainer.distributed.dist import DistEnv
+from shardrec.trainer.rundir.checkpoint import CheckpointManager, CheckpointParts, ModuleState, RngState, TrainProgress
+from shardrec.trainer.rundir.checkpoint_trust import DIGESTS, UntrustedCheckpoint, verify_checkpoint
 
 ENV = DistEnv(rank=0, local_rank=0, world_size=1, local_world_size=1, device=torch.device("cpu"), backend="gloo")
 SIGNATURE = {"model": {"arch": "dlrm"}, "optim": {"sparse": "sgd"}, "tables": [{"name": "t", "rows": 3, "dim": 2}]}
@@ -75,7 +75,7 @@ def test_a_rewritten_digest_file_someone_else_could_write_is_refused(tmp_path: P
     marker = tmp_path / "pwned"
     (path / ".metadata").write_bytes(pickle.dumps(PlantedCode(marker)))
     # The attacker updates the digests too; they could only because the file is writable to others.
-    from shardrec.trainer.checkpoint_trust import write_digests
+    from shardrec.trainer.rundir.checkpoint_trust import write_digests
 
     write_digests(path)
     os.chmod(path / DIGESTS, 0o666)

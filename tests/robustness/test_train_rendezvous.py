@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from shardrec.trainer.launch import torchrun_command
+from shardrec.trainer.distributed.launch import torchrun_command
 
 
 def _flags(command: list[str]) -> dict[str, str]:
@@ -39,7 +39,7 @@ def _listening(port: int) -> list[str]:
 
 @pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads listening sockets from /proc/net")
 def test_the_store_listens_on_loopback_only() -> None:
-    from shardrec.trainer.rendezvous import LoopbackRendezvous
+    from shardrec.trainer.distributed.rendezvous import LoopbackRendezvous
 
     handler = LoopbackRendezvous("job-1", timedelta(seconds=10))
     info = handler.next_rendezvous()

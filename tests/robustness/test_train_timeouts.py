@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from shardrec.trainer.config import load_job_config
-from shardrec.trainer.launch import RankFailed, run_local_ranks
+from shardrec.trainer.distributed.launch import RankFailed, run_local_ranks
+from shardrec.trainer.job.config import load_job_config
 
 
 def test_timeouts_have_defaults_are_settable_and_validated() -> None:
@@ -31,7 +31,7 @@ def test_timeouts_have_defaults_are_settable_and_validated() -> None:
 def _rank_one_never_saves(env, directory: str) -> int:
     import torch
 
-    from shardrec.trainer.checkpoint import CheckpointManager, CheckpointParts, ModuleState, TrainProgress
+    from shardrec.trainer.rundir.checkpoint import CheckpointManager, CheckpointParts, ModuleState, TrainProgress
 
     parts = CheckpointParts(
         progress=TrainProgress(step=5),
@@ -54,7 +54,7 @@ def test_a_rank_missing_from_a_checkpoint_barrier_is_named(tmp_path: Path) -> No
         run_local_ranks(_rank_one_never_saves, 2, str(tmp_path), timeout_s=60)
     assert caught.value.rank == 0
     assert caught.value.reason == (
-        "shardrec.trainer.dist.RankMissing: checkpoint of step 5: start: "
+        "shardrec.trainer.distributed.dist.RankMissing: checkpoint of step 5: start: "
         "rank 1 of 2 did not arrive within 2 s (checkpoint.timeout_s)"
     )
     assert time.monotonic() - start < 60  # the 2 s timeout, not the collectives' 600 s

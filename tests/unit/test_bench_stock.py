@@ -71,8 +71,8 @@ def test_stock_baseline_trains_with_torchrecs_own_pieces() -> None:
 
 def test_the_import_check_catches_a_shardrec_import(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
-    bad.write_text("def f():\n    from shardrec.trainer.models import build_model\n")
-    assert _shardrec_imports(bad) == {"shardrec.trainer.models"}
+    bad.write_text("def f():\n    from shardrec.trainer.model.models import build_model\n")
+    assert _shardrec_imports(bad) == {"shardrec.trainer.model.models"}
 
 
 def test_stock_baseline_refuses_fused_adam_on_cpu() -> None:

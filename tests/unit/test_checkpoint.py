@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from shardrec.trainer.checkpoint import CheckpointManager, CheckpointParts, ModuleState, TrainProgress
-from shardrec.trainer.dist import DistEnv
+from shardrec.trainer.distributed.dist import DistEnv
+from shardrec.trainer.rundir.checkpoint import CheckpointManager, CheckpointParts, ModuleState, TrainProgress
 
 ENV = DistEnv(rank=0, local_rank=0, world_size=1, local_world_size=1, device=torch.device("cpu"), backend="gloo")
 SIGNATURE = {"model": {"arch": "dlrm"}, "optim": {"sparse": "sgd"}, "tables": [{"name": "t", "rows": 3, "dim": 2}]}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from shardrec.trainer.config import load_job_config
+from shardrec.trainer.job.config import load_job_config
 
 
 def test_job_file_mistakes_name_the_file_and_suggest(tmp_path: Path) -> None:

@@ -40,7 +40,7 @@ def test_initial_weights_are_pinned_and_do_not_depend_on_the_cut() -> None:
     table = _table()
     whole = torch.empty(table.num_embeddings, table.embedding_dim)
     _fill_rows(whole, 0, 0, 1, table, seed=7)
-    # Values of the first implementation (trainer/build.py): a checkpoint-free resume or an old run
+    # Values of the first implementation (trainer/model/build.py): a checkpoint-free resume or an old run
     # compared against a new one relies on them staying bit-identical.
     assert whole[0].tolist() == [
         -0.004842731636017561,

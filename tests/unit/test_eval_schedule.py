@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from shardrec.dataloader.format import Manifest, SparseFeature
-from shardrec.trainer.config import load_job_config
-from shardrec.trainer.data_options import model_manifest, multihot_option
-from shardrec.trainer.target import EvalSchedule, TargetTracker
+from shardrec.trainer.job.config import load_job_config
+from shardrec.trainer.job.data_options import model_manifest, multihot_option
+from shardrec.trainer.loop.target import EvalSchedule, TargetTracker
 
 
 def test_epoch_fraction_evaluates_from_each_epochs_first_step() -> None:

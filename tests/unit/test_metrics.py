@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from shardrec.trainer.metrics import MetricsWriter, auc, binary_metrics, read_metrics
+from shardrec.trainer.loop.metrics import auc, binary_metrics
+from shardrec.trainer.rundir.metrics_log import MetricsWriter, read_metrics
 
 
 def _pairwise_auc(scores: np.ndarray, labels: np.ndarray) -> float:

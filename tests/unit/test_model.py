@@ -8,8 +8,8 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from shardrec.trainer.config import ModelConfig
-from shardrec.trainer.models import build_model
+from shardrec.trainer.job.config import ModelConfig
+from shardrec.trainer.model.models import build_model
 
 
 def _ebc(dims=(4, 4, 4)) -> EmbeddingBagCollection:

@@ -104,9 +104,9 @@ def test_plan_at_start_writes_the_plan_shardrec_plan_writes(tiny_dataset: Path, 
 
     from shardrec.dataloader.format import Manifest
     from shardrec.embeddings.tables import build_table_configs
-    from shardrec.trainer.build import plan_at_start
-    from shardrec.trainer.config import load_job_config
-    from shardrec.trainer.dist import DistEnv
+    from shardrec.trainer.distributed.dist import DistEnv
+    from shardrec.trainer.job.config import load_job_config
+    from shardrec.trainer.model.build import plan_at_start
 
     job_path = _job(tmp_path, 't_f1 = { sharding_types = ["column_wise"], min_partition = 8 }')
     out = tmp_path / "plan.json"

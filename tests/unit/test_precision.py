@@ -9,10 +9,10 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from shardrec.trainer import models
-from shardrec.trainer.config import ModelConfig, load_job_config
-from shardrec.trainer.models import build_model
-from shardrec.trainer.objective import TrainModule
+from shardrec.trainer.job.config import ModelConfig, load_job_config
+from shardrec.trainer.model import models
+from shardrec.trainer.model.models import build_model
+from shardrec.trainer.model.objective import TrainModule
 
 FEATURES = ["f0", "f1", "f2"]
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from shardrec.trainer.config import load_job_config
-from shardrec.trainer.preflight import check_trainable, preflight
+from shardrec.trainer.job.config import load_job_config
+from shardrec.trainer.job.preflight import check_trainable, preflight
 
 
 @pytest.mark.parametrize(
@@ -71,7 +71,7 @@ def test_preflight_refuses_what_the_ranks_cannot_run(tiny_dataset: Path) -> None
 def test_device_auto_is_resolved_by_one_function_for_preflight_and_ranks() -> None:
     import torch
 
-    from shardrec.trainer.dist import resolve_device_kind
+    from shardrec.trainer.distributed.dist import resolve_device_kind
 
     assert resolve_device_kind("cpu") == "cpu" and resolve_device_kind("cuda") == "cuda"
     assert resolve_device_kind("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
@@ -88,7 +88,7 @@ def test_two_d_plans_are_refused() -> None:
 
 
 def test_resume_with_other_optimizers_is_refused() -> None:
-    from shardrec.trainer.checkpoint import describe_mismatch
+    from shardrec.trainer.rundir.checkpoint import describe_mismatch
 
     tables = [{"name": "t_C1", "rows": 10, "dim": 8}]
     saved = {"model": {"arch": "dlrm"}, "optim": {"sparse": "rowwise_adagrad", "dense": "adagrad"}, "tables": tables}
@@ -101,8 +101,8 @@ def test_resume_with_other_optimizers_is_refused() -> None:
 
 
 def test_samples_per_s_leaves_out_time_between_segments(monkeypatch: pytest.MonkeyPatch) -> None:
-    from shardrec.trainer import progress
-    from shardrec.trainer.loop import StepStats
+    from shardrec.trainer.loop import progress
+    from shardrec.trainer.loop.steps import StepStats
 
     clock = [0.0]
     monkeypatch.setattr(progress.time, "perf_counter", lambda: clock[0])

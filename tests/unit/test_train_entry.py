@@ -11,7 +11,7 @@ import typer
 from typer.testing import CliRunner
 
 # At module level: typer resolves the annotations of `rank` below in this module's namespace.
-from shardrec.trainer.flags import (
+from shardrec.trainer.job.flags import (
     AllowChangeFlag,
     ConfigFlag,
     DataFlag,
@@ -24,7 +24,7 @@ from shardrec.trainer.flags import (
 
 
 def test_only_the_known_harmless_warnings_are_hidden() -> None:
-    from shardrec.trainer.entry import ignore_known_warnings
+    from shardrec.trainer.loop.train_entry import ignore_known_warnings
 
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
@@ -42,8 +42,8 @@ def test_only_the_known_harmless_warnings_are_hidden() -> None:
 
 
 def test_flags_that_set_a_job_setting_show_its_docstring() -> None:
-    from shardrec.trainer import flags
-    from shardrec.trainer.config import TrainConfig, field_help
+    from shardrec.trainer.job import flags
+    from shardrec.trainer.job.config import TrainConfig, field_help
 
     option = typing.get_args(flags.StepsFlag)[1]
     assert option.help == f"{field_help(TrainConfig)['steps'].rstrip('.')}; sets train.steps."
@@ -95,13 +95,14 @@ def test_the_rank_entry_takes_every_train_flag_and_eval_ranks_use_its_public_hel
     ranks use the training entry's logging and exit through public names, not private ones."""
     import inspect
 
-    from shardrec.trainer import entry, eval_entry
+    from shardrec.trainer.inference import eval_entry
+    from shardrec.trainer.loop import train_entry as entry
 
     assert "allow_change" in inspect.signature(entry.rank_main).parameters
     tree = ast.parse(Path(eval_entry.__file__).read_text())
     imported = [
         (node.module, alias.name) for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names
     ]
-    assert ("shardrec.trainer.entry", "configure_rank_logging") in imported
-    assert ("shardrec.trainer.entry", "exit_cleanly") in imported
+    assert ("shardrec.trainer.loop.train_entry", "configure_rank_logging") in imported
+    assert ("shardrec.trainer.loop.train_entry", "exit_cleanly") in imported
     assert [name for _, name in imported if name.startswith("_")] == []

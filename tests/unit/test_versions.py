@@ -1,6 +1,6 @@
 import pytest
 
-from shardrec.trainer import versions
+from shardrec.trainer.job import versions
 
 
 def test_installed_stack_is_known_good():

@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-from shardrec.trainer.dist import DistEnv
-from shardrec.trainer.launch import RankFailed, run_local_ranks
+from shardrec.trainer.distributed.dist import DistEnv
+from shardrec.trainer.distributed.launch import RankFailed, run_local_ranks
 
 logger = logging.getLogger(__name__)
 

@@ -68,7 +68,7 @@ def write_bench_data(directory: Path, rows: dict[str, int], table_rows: int, see
 
 def job_configs(model: str, data: str, nproc: int, device: str = "cpu") -> dict[str, Any]:
     """Ours' job configs (fp32 and bf16): the demo's optimizers and rates, `model`'s shape."""
-    from shardrec.trainer.config import load_job_config
+    from shardrec.trainer.job.config import load_job_config
 
     _, dim, dense_arch, over_arch, per_rank, _ = MODELS[model]
     demo = Path(__file__).resolve().parents[2] / "configs" / "demo.toml"
@@ -101,7 +101,7 @@ def rank_main(
     import torch
 
     from shardrec.tools.bench.train_ranks import bench_rank
-    from shardrec.trainer.dist import init_distributed, shutdown
+    from shardrec.trainer.distributed.dist import init_distributed, shutdown
 
     torch.set_num_threads(threads)
     env = init_distributed(device)
@@ -187,7 +187,7 @@ def bench_train(
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Training samples/s: `shardrec train`'s path (fp32, bf16) vs stock torchrec, real loader vs in-memory batches."""
-    from shardrec.trainer.launch import rank_environment, torchrun_command
+    from shardrec.trainer.distributed.launch import rank_environment, torchrun_command
 
     if model not in MODELS:
         fail(f"--model {model!r} is not one of {', '.join(MODELS)}")

@@ -30,13 +30,14 @@ import torch.distributed as dist
 
 from shardrec.tools.bench.stock_torchrec import StockModel, StockOptim, StockTrainer
 from shardrec.tools.bench.timing import timed_rate
-from shardrec.trainer import faults
-from shardrec.trainer.config import JobConfig
-from shardrec.trainer.dist import DistEnv
-from shardrec.trainer.loop import evaluate, train_segment
-from shardrec.trainer.metrics import MetricsWriter, binary_metrics
-from shardrec.trainer.progress import TrainReporter
-from shardrec.trainer.run import Job, build_job
+from shardrec.trainer.distributed import faults
+from shardrec.trainer.distributed.dist import DistEnv
+from shardrec.trainer.job.config import JobConfig
+from shardrec.trainer.loop.metrics import binary_metrics
+from shardrec.trainer.loop.progress import TrainReporter
+from shardrec.trainer.loop.steps import evaluate, train_segment
+from shardrec.trainer.loop.train_job import Job, build_job
+from shardrec.trainer.rundir.metrics_log import MetricsWriter
 
 LOADER_THREAD_PREFIX = "shardrec-loader"  # dataloader/prefetch.py's thread names
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from shardrec.tools.cli.common import fail
-from shardrec.trainer.flags import ConfigFlag, SetFlag
+from shardrec.trainer.job.flags import ConfigFlag, SetFlag
 
 config_app = typer.Typer(
     help="Show the effective job settings (defaults < job file < --set) or the defaults.", no_args_is_help=True
@@ -15,7 +15,7 @@ config_app = typer.Typer(
 @config_app.command("show")
 def show(config: ConfigFlag = None, set_: SetFlag = None) -> None:
     """Print the resolved job file: defaults, then --config, then each --set (what `train` would run with)."""
-    from shardrec.trainer.config import load_job_config
+    from shardrec.trainer.job.config import load_job_config
 
     try:
         job = load_job_config(config, list(set_ or []))
@@ -27,7 +27,7 @@ def show(config: ConfigFlag = None, set_: SetFlag = None) -> None:
 @config_app.command("defaults")
 def defaults() -> None:
     """Print every setting's default as a job file, each with its help as a comment."""
-    from shardrec.trainer.config import JobConfig
+    from shardrec.trainer.job.config import JobConfig
 
     typer.echo(JobConfig().to_toml(comments=True), nl=False)
 

@@ -33,8 +33,8 @@ def eval_run(
     json_out: Annotated[bool, typer.Option("--json", help="Print the metrics as JSON.")] = False,
 ) -> None:
     """Evaluate a checkpoint: at the run's world size the AUC equals the run's own evaluation bit for bit."""
-    from shardrec.trainer.evaluate import EvalRequest, check_request
-    from shardrec.trainer.launch import rank_environment, torchrun_command
+    from shardrec.trainer.distributed.launch import rank_environment, torchrun_command
+    from shardrec.trainer.inference.evaluate import EvalRequest, check_request
 
     if nproc_per_node < 1:
         fail(f"--nproc-per-node must be at least 1, got {nproc_per_node}")
@@ -49,7 +49,7 @@ def eval_run(
             args += ["--checkpoint", str(checkpoint)]
         if data is not None:
             args += ["--data", str(data)]
-        command = torchrun_command(args, nproc_per_node, module="shardrec.trainer.eval_entry")
+        command = torchrun_command(args, nproc_per_node, module="shardrec.trainer.inference.eval_entry")
         code = subprocess.call(command, env=rank_environment(nproc_per_node))
         if code != 0 or not result.is_file():
             fail(f"evaluation failed (torchrun exit code {code}); the ranks' messages are above")

@@ -24,7 +24,7 @@ def export(
     dataset's feature transform, into one file that `shardrec predict` (or any safetensors
     reader) loads without torchrun."""
     from shardrec.dataloader.format import DatasetError
-    from shardrec.trainer.export import export_model
+    from shardrec.trainer.inference.export import export_model
 
     if out.is_dir():
         fail(f"--out {out}: is a directory; give a file name such as {out / 'model.safetensors'}")

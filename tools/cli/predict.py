@@ -31,7 +31,7 @@ def _write(probs: np.ndarray, out: Path | None) -> None:
 
 def _score_text(exported, path: Path) -> tuple[np.ndarray, np.ndarray]:
     from shardrec.tools.raw_rows import RawRows
-    from shardrec.trainer.predict import rows_batch, score_batches
+    from shardrec.trainer.inference.predict import rows_batch, score_batches
 
     rows = RawRows(exported.header)
     probs, labels = [], []
@@ -64,8 +64,8 @@ def predict(
 
     Raw rows get the dataset's own transform (its hashing or vocabulary and dense transform)."""
     from shardrec.dataloader.format import DatasetError
-    from shardrec.trainer.metrics import auc
-    from shardrec.trainer.predict import load_exported, score_split
+    from shardrec.trainer.inference.predict import load_exported, score_split
+    from shardrec.trainer.loop.metrics import auc
 
     if json_out and out is None:
         fail("--json prints a summary: give --out for the probabilities")

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from shardrec.tools.cli.common import console, err_console, fail, print_json, save_figure
-from shardrec.trainer.metrics import load_metrics
+from shardrec.trainer.rundir.metrics_log import load_metrics
 
 
 def _series(

@@ -18,7 +18,7 @@ def runs(
     json_out: Annotated[bool, typer.Option("--json", help="Print the runs as JSON.")] = False,
 ) -> None:
     """List runs: step of the newest checkpoint, status (complete/running/failed), best val AUC."""
-    from shardrec.trainer import lifecycle
+    from shardrec.trainer.rundir import lifecycle
 
     if not root.is_dir():
         fail(f"{root}: does not exist" if not root.exists() else f"{root}: not a directory")

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from shardrec.tools.cli.common import console, err_console, fail, print_json
-from shardrec.trainer.flags import (
+from shardrec.trainer.job.flags import (
     DEFAULT_OUT_DIR,
     AllowChangeFlag,
     ConfigFlag,
@@ -21,7 +21,7 @@ from shardrec.trainer.flags import (
     StepsFlag,
     rank_args,
 )
-from shardrec.trainer.run_lock import RunLock
+from shardrec.trainer.rundir.lock import RunLock
 
 RestartFlag = Annotated[
     bool,
@@ -50,7 +50,7 @@ def _print_summary(summary: dict, run_dir: Path) -> None:
 
 def _failure_message(code: int, out_dir: Path) -> str:
     """One line after a failed run; it mentions resuming only when there is something to resume from."""
-    from shardrec.trainer.checkpoint import complete_checkpoints
+    from shardrec.trainer.rundir.checkpoint import complete_checkpoints
 
     message = f"training failed (torchrun exit code {code}); the ranks' messages are above"
     done = complete_checkpoints(out_dir / "checkpoints")
@@ -79,7 +79,7 @@ def train(
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Train a DLRM/DCNv2 on N local ranks (torchrun); resumes if OUT_DIR holds checkpoints."""
-    from shardrec.trainer.launch import launch, new_job_id
+    from shardrec.trainer.distributed.launch import launch, new_job_id
 
     overrides, allow = list(set_ or []), list(allow_change or [])
     job_id = new_job_id()
@@ -108,7 +108,7 @@ def train(
 def _lock_run_dir(out_dir: Path, job_id: str, create: bool) -> RunLock | None:
     """Hold OUT_DIR's lock for this job (None: no OUT_DIR yet and `create` off); one line naming
     the holder when another job has it. The ranks' rank 0 accepts this lock as its own."""
-    from shardrec.trainer.run_lock import RunDirInUse, acquire_run_lock
+    from shardrec.trainer.rundir.lock import RunDirInUse, acquire_run_lock
 
     if not create and not out_dir.is_dir():
         return None
@@ -123,8 +123,8 @@ def _lock_run_dir(out_dir: Path, job_id: str, create: bool) -> RunLock | None:
 def _check_resume_checkpoint(out_dir: Path) -> None:
     """Refuse, in one line, a checkpoint to resume from that fails its digests or that another
     user could have written; the ranks check its shards too before loading anything."""
-    from shardrec.trainer.checkpoint import complete_checkpoints
-    from shardrec.trainer.checkpoint_trust import UntrustedCheckpoint, verify_checkpoint
+    from shardrec.trainer.rundir.checkpoint import complete_checkpoints
+    from shardrec.trainer.rundir.checkpoint_trust import UntrustedCheckpoint, verify_checkpoint
 
     done = complete_checkpoints(out_dir / "checkpoints")
     if done:
@@ -147,8 +147,8 @@ def _prepare_run_dir(
 ) -> bool:
     """Check the job and what OUT_DIR holds before any rank starts; True if the run is already complete."""
     from shardrec.dataloader.format import Manifest
-    from shardrec.trainer import lifecycle
-    from shardrec.trainer.preflight import preflight
+    from shardrec.trainer.job.preflight import preflight
+    from shardrec.trainer.rundir import lifecycle
 
     try:
         lifecycle.check_allow_keys(allow)

@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from shardrec.trainer.loop import StepStats
-from shardrec.trainer.metrics import MetricsWriter
+from shardrec.trainer.loop.steps import StepStats
+from shardrec.trainer.rundir.metrics_log import MetricsWriter
 
 logger = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
 """What the job's data settings mean for the loaders and the tables: the on-the-fly multi-hot
 option (data.multihot_*) and the dataset as the model sees it.
 
-Shared by training (trainer.run) and `shardrec eval` / `export` (trainer.evaluate,
-trainer.export), so that the three build the same tables and read the same ids.
+Shared by training (trainer.loop.train_job) and `shardrec eval` / `export` (trainer.inference.evaluate,
+trainer.inference.export), so that the three build the same tables and read the same ids.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import dataclasses
 
 from shardrec.dataloader.format import Manifest
 from shardrec.dataloader.multihot import MultiHotOption
-from shardrec.trainer.config import DataConfig
+from shardrec.trainer.job.config import DataConfig
 
 
 def multihot_option(data: DataConfig) -> MultiHotOption | None:

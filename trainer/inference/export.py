@@ -32,8 +32,8 @@ from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from
 from shardrec.dataloader.files import atomic_open
 from shardrec.dataloader.format import Manifest
 from shardrec.embeddings.tables import build_table_configs
-from shardrec.trainer import data_options
-from shardrec.trainer.evaluate import find_checkpoint, run_config, run_dataset
+from shardrec.trainer.inference.evaluate import find_checkpoint, run_config, run_dataset
+from shardrec.trainer.job import data_options
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def available_memory_bytes() -> int | None:
 
 def _tensor_entries(checkpoint: Path) -> dict[str, TensorStorageMetadata]:
     """The model's tensors in the checkpoint: RecModel state-dict name -> DCP metadata."""
-    from shardrec.trainer.checkpoint_trust import verify_checkpoint
+    from shardrec.trainer.rundir.checkpoint_trust import verify_checkpoint
 
     verify_checkpoint(checkpoint)  # DCP unpickles .metadata: only once its digests vouch for it
     metadata = FileSystemReader(str(checkpoint)).read_metadata()

@@ -1,5 +1,5 @@
 """The per-rank program of `shardrec eval` that torchrun starts: join the group, evaluate a
-checkpoint (trainer.evaluate), and rank 0 writes the result where the CLI reads it."""
+checkpoint (trainer.inference.evaluate), and rank 0 writes the result where the CLI reads it."""
 
 from __future__ import annotations
 
@@ -27,11 +27,11 @@ def rank_main(
 ) -> None:
     """Evaluate a checkpoint on this rank (started by torchrun; see `shardrec eval`)."""
     # The training entry's logging, warning filter and clean exit apply to these ranks unchanged.
-    from shardrec.trainer.entry import configure_rank_logging, exit_cleanly
+    from shardrec.trainer.loop.train_entry import configure_rank_logging, exit_cleanly
 
     configure_rank_logging()
-    from shardrec.trainer.dist import init_distributed, shutdown
-    from shardrec.trainer.evaluate import EvalRequest, evaluate_checkpoint
+    from shardrec.trainer.distributed.dist import init_distributed, shutdown
+    from shardrec.trainer.inference.evaluate import EvalRequest, evaluate_checkpoint
 
     try:
         env = init_distributed(device)

@@ -1,7 +1,7 @@
 """Start ranks: the per-rank trainer under torchrun (torch.distributed.run, the elastic
 launcher), or a function on N local processes (`run_local_ranks`: tests, calibration, benchmarks).
 
-`python -m shardrec.trainer.launch TORCHRUN_ARGS` is torchrun itself, minus its failure traceback.
+`python -m shardrec.trainer.distributed.launch TORCHRUN_ARGS` is torchrun itself, minus its failure traceback.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 LOOPBACK = "127.0.0.1"
+JOB_ID_ENV = "SHARDREC_JOB_ID"
+"""Where the launcher passes its job id down to the ranks (rank 0 names it in the run directory's lock)."""
 
 
 def free_port() -> int:
@@ -50,7 +52,7 @@ def _local_rank_entry(
     args: tuple,
     queue: Any,
 ) -> None:
-    from shardrec.trainer.dist import init_local_rank, shutdown
+    from shardrec.trainer.distributed.dist import init_local_rank, shutdown
 
     try:
         env = init_local_rank(rank, world_size, port, device_kind=device_kind, timeout_s=collective_timeout_s)
@@ -120,7 +122,7 @@ def torchrun_command(
 ) -> list[str]:
     """The torchrun command line that starts `python -m MODULE ENTRY_ARGS` on every rank.
 
-    One node without an endpoint rendezvous through `trainer.rendezvous` (a store on 127.0.0.1,
+    One node without an endpoint rendezvous through `trainer.distributed.rendezvous` (a store on 127.0.0.1,
     on a port the kernel picks and the store keeps); several nodes need the same
     `rdzv_endpoint` (HOST:PORT of node 0) and `rdzv_id` on each. Without `rdzv_id` a
     single-node command gets a fresh one, a multi-node one an id derived from the endpoint
@@ -142,7 +144,7 @@ def torchrun_command(
     return [
         sys.executable,
         "-m",
-        "shardrec.trainer.launch",
+        "shardrec.trainer.distributed.launch",
         f"--nnodes={nnodes}",
         f"--nproc-per-node={nproc_per_node}",
         f"--max-restarts={max_restarts}",
@@ -159,8 +161,13 @@ def new_job_id() -> str:
     return uuid.uuid4().hex
 
 
+def launcher_job_id() -> str | None:
+    """The job id `shardrec train` passed down to its ranks (None under a plain torchrun)."""
+    return os.environ.get(JOB_ID_ENV) or None
+
+
 def rendezvous_backend() -> str:
-    from shardrec.trainer.rendezvous import BACKEND
+    from shardrec.trainer.distributed.rendezvous import BACKEND
 
     return BACKEND
 
@@ -168,8 +175,7 @@ def rendezvous_backend() -> str:
 def rank_environment(nproc_per_node: int, job_id: str | None = None) -> dict[str, str]:
     """The environment for torchrun and the ranks: the cores shared out among the ranks unless
     OMP_NUM_THREADS is set, this process named as the parent they must not outlive, the job id."""
-    from shardrec.trainer.lifeline import child_environment
-    from shardrec.trainer.run_lock import JOB_ID_ENV
+    from shardrec.trainer.distributed.lifeline import child_environment
 
     env = child_environment()
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc_per_node)))
@@ -181,7 +187,7 @@ def rank_environment(nproc_per_node: int, job_id: str | None = None) -> dict[str
 def launch(entry_args: list[str], nproc_per_node: int, max_restarts: int = 0, job_id: str | None = None) -> int:
     """Run torchrun on this machine and wait; returns its exit code (0 when every rank succeeded).
 
-    torchrun, and through it the ranks, die with this process (`trainer.lifeline`).
+    torchrun, and through it the ranks, die with this process (`trainer.distributed.lifeline`).
     """
     job_id = job_id or new_job_id()
     command = torchrun_command(entry_args, nproc_per_node, max_restarts=max_restarts, rdzv_id=job_id)
@@ -198,10 +204,10 @@ def torchrun_main(argv: list[str]) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main
 
-    from shardrec.trainer import rendezvous
-    from shardrec.trainer.lifeline import die_with_parent
+    from shardrec.trainer.distributed import rendezvous
+    from shardrec.trainer.distributed.lifeline import die_with_parent
 
-    die_with_parent()  # and the ranks die with this agent (each asks the same in trainer.entry)
+    die_with_parent()  # and the ranks die with this agent (each asks the same in trainer.loop.train_entry)
     rendezvous.register()
     # Its "failed (exitcode ...)" line says what the line below says.
     logging.getLogger("torch.distributed.elastic.multiprocessing.api").setLevel(logging.CRITICAL)

@@ -1,6 +1,6 @@
 """`shardrec eval`: a run's checkpoint evaluated on a split, at any world size.
 
-The model is built the way training built it (trainer.run: same tables, dense layers and
+The model is built the way training built it (trainer.loop.train_job: same tables, dense layers and
 sharding code) and only its weights are read from the checkpoint (DCP reshards them onto this
 world size's plan). At the run's own world size the run's plan is reused, and the evaluation
 loader is the one training evaluated with (same batch, order, padding, cap), so the AUC equals
@@ -21,18 +21,20 @@ import torch
 from shardrec.dataloader.format import Manifest
 from shardrec.dataloader.loader import NO_SHUFFLE, BatchLoader, Delivery, build_loader
 from shardrec.sharding.plan_io import load_plan
-from shardrec.trainer import build, data_options, lifecycle
-from shardrec.trainer.checkpoint import (
+from shardrec.trainer.distributed.dist import DistEnv
+from shardrec.trainer.job import data_options
+from shardrec.trainer.job.config import JobConfig, load_job_config
+from shardrec.trainer.loop.steps import evaluate
+from shardrec.trainer.loop.train_job import checkpoint_signature
+from shardrec.trainer.model import build
+from shardrec.trainer.rundir import lifecycle
+from shardrec.trainer.rundir.checkpoint import (
     CheckpointManager,
     CheckpointParts,
     ModuleState,
     TrainProgress,
     complete_checkpoints,
 )
-from shardrec.trainer.config import JobConfig, load_job_config
-from shardrec.trainer.dist import DistEnv
-from shardrec.trainer.loop import evaluate
-from shardrec.trainer.run import checkpoint_signature
 
 logger = logging.getLogger(__name__)
 
@@ -148,7 +150,7 @@ def check_request(request: EvalRequest, world_size: int) -> tuple[JobConfig, Man
 
 
 def eval_loader(config: JobConfig, split: str, env: DistEnv) -> BatchLoader:
-    """The loader training evaluated `split` with (trainer.run.build_job's eval loaders)."""
+    """The loader training evaluated `split` with (trainer.loop.train_job.build_job's eval loaders)."""
     return build_loader(
         config.data.path,
         split,

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from shardrec.dataloader.format import Manifest
-from shardrec.trainer.config import JobConfig, load_job_config
-from shardrec.trainer.metrics import load_metrics
+from shardrec.trainer.job.config import JobConfig, load_job_config
+from shardrec.trainer.rundir.metrics_log import load_metrics
 
 DATASET_RECORD = "dataset.json"
 SUMMARY = "summary.json"
@@ -149,7 +149,7 @@ class RunDir:
 
 
 def read_run_dir(path: Path) -> RunDir:
-    from shardrec.trainer.checkpoint import complete_checkpoints
+    from shardrec.trainer.rundir.checkpoint import complete_checkpoints
 
     done = complete_checkpoints(Path(path) / "checkpoints")
     summary = None
@@ -165,7 +165,7 @@ def read_run_dir(path: Path) -> RunDir:
 
 
 def _target_stop(run_dir: Path, step: int | None) -> dict[str, Any] | None:
-    """The newest `target` record of RUN/metrics.jsonl, if it is of `step` (trainer.target)."""
+    """The newest `target` record of RUN/metrics.jsonl, if it is of `step` (trainer.loop.target)."""
     found = None
     for record in _metrics_records(run_dir):
         if record.get("kind") == "target" and isinstance(record.get("auc"), (int, float)):
@@ -268,7 +268,7 @@ def move_aside(run_dir: Path) -> Path | None:
 
 
 def run_status(run: RunDir, active_seconds: float = 120.0) -> str:
-    """complete, running or failed. Running: a job holds RUN/.lock (trainer.run_lock's flock), or,
+    """complete, running or failed. Running: a job holds RUN/.lock (trainer.rundir.lock's flock), or,
     in a run without a lock file, metrics were written in the last `active_seconds`."""
     if run.complete:
         return "complete"

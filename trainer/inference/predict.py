@@ -1,4 +1,4 @@
-"""Scoring with an exported model (trainer.export) in one process: no torchrun, no process group.
+"""Scoring with an exported model (trainer.inference.export) in one process: no torchrun, no process group.
 
 The model is rebuilt unsharded from the file's header (the same build_model as training) and
 its weights loaded from the file; inputs are a preprocessed split (read with the loader, as
@@ -23,9 +23,9 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 from shardrec.dataloader.loader import NO_SHUFFLE, Delivery, build_loader
 from shardrec.dataloader.multihot import MultiHotOption
 from shardrec.embeddings.tables import build_ebc
-from shardrec.trainer.config import ModelConfig
-from shardrec.trainer.export import FORMAT, FORMAT_VERSION, META_KEY
-from shardrec.trainer.models import RecModel, build_model
+from shardrec.trainer.inference.export import FORMAT, FORMAT_VERSION, META_KEY
+from shardrec.trainer.job.config import ModelConfig
+from shardrec.trainer.model.models import RecModel, build_model
 
 
 @dataclass

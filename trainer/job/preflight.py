@@ -10,8 +10,8 @@ import torch
 
 from shardrec.dataloader.format import Manifest
 from shardrec.embeddings.dims import table_dims
-from shardrec.trainer.config import JobConfig, load_job_config
-from shardrec.trainer.dist import resolve_device_kind
+from shardrec.trainer.distributed.dist import resolve_device_kind
+from shardrec.trainer.job.config import JobConfig, load_job_config
 
 if TYPE_CHECKING:
     from shardrec.sharding.plan_io import PlanFile

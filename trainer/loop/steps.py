@@ -19,8 +19,8 @@ import torch.distributed as dist
 from torchrec.datasets.utils import Batch
 from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 
-from shardrec.trainer.metrics import binary_metrics
-from shardrec.trainer.optim import TrainOptimizer
+from shardrec.trainer.loop.metrics import binary_metrics
+from shardrec.trainer.model.optim import TrainOptimizer
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Sharded checkpoints with torch.distributed.checkpoint (DCP): save, keep the last K, resume.
 
 A checkpoint holds named stateful parts (objects with `state_dict()` / `load_state_dict()`)
-and a signature; it does not know what the parts are. `trainer.run` names them:
+and a signature; it does not know what the parts are. `trainer.loop.train_job` names them:
 
 - sharded parts (the model, the embedding optimizer state): DCP files that every rank writes
   its own shards into; loading them under another plan or world size reshards them;
@@ -19,7 +19,7 @@ the newest complete checkpoint stays usable.
 Trust: every part holds tensors and JSON only (RNG states included) and loads with
 `torch.load(weights_only=True)`; DCP's own `.metadata` is a pickle, so no file is read before
 the digests (owned by this user, writable by nobody else) vouch for it: see
-`trainer.checkpoint_trust` for the threat model. The checkpoint barriers and DCP's own
+`trainer.rundir.checkpoint_trust` for the threat model. The checkpoint barriers and DCP's own
 collectives run in a gloo group of their own with `checkpoint.timeout_s`, not the training
 collectives' timeout; a rank that does not arrive is named.
 """
@@ -44,9 +44,15 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.stateful import Stateful
 
 from shardrec.dataloader.files import atomic_open, fsync_dir
-from shardrec.trainer import faults
-from shardrec.trainer.checkpoint_trust import DIGESTS, UntrustedCheckpoint, read_digests, verify_files, write_digests
-from shardrec.trainer.dist import DistEnv, monitored_barrier
+from shardrec.trainer.distributed import faults
+from shardrec.trainer.distributed.dist import DistEnv, monitored_barrier
+from shardrec.trainer.rundir.checkpoint_trust import (
+    DIGESTS,
+    UntrustedCheckpoint,
+    read_digests,
+    verify_files,
+    write_digests,
+)
 
 logger = logging.getLogger(__name__)
 

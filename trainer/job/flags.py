@@ -1,8 +1,8 @@
 """The flags of a training run, defined once.
 
 `shardrec train` (tools/cli/train.py) takes them and passes them on, through torchrun, to every
-rank's `python -m shardrec.trainer` (trainer/entry.py), which takes the same ones. A flag that
-stands for a job setting shows that setting's docstring (trainer/config.py) as its help.
+rank's `python -m shardrec.trainer` (trainer/loop/train_entry.py), which takes the same ones. A flag that
+stands for a job setting shows that setting's docstring (trainer/job/config.py) as its help.
 Imports only typer and the config: the CLI's start-up must not pay for torch.
 """
 
@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from shardrec.trainer.config import DataConfig, ShardingConfig, TrainConfig, field_help
+from shardrec.trainer.job.config import DataConfig, ShardingConfig, TrainConfig, field_help
 
 
 def _setting_help(cls: type, key: str, dotted: str) -> str:
@@ -23,7 +23,7 @@ def _setting_help(cls: type, key: str, dotted: str) -> str:
 
 DEFAULT_OUT_DIR = Path("runs/train")
 
-ConfigFlag = Annotated[Path | None, typer.Option("--config", help="TOML job file (defaults: trainer/config.py).")]
+ConfigFlag = Annotated[Path | None, typer.Option("--config", help="TOML job file (defaults: trainer/job/config.py).")]
 DataFlag = Annotated[Path | None, typer.Option("--data", help=_setting_help(DataConfig, "path", "data.path"))]
 PlanFlag = Annotated[Path | None, typer.Option("--plan", help=_setting_help(ShardingConfig, "plan", "sharding.plan"))]
 OutDirFlag = Annotated[

@@ -9,8 +9,8 @@ import warnings
 
 import typer
 
-from shardrec.trainer.config import load_job_config
-from shardrec.trainer.flags import (
+from shardrec.trainer.job.config import load_job_config
+from shardrec.trainer.job.flags import (
     DEFAULT_OUT_DIR,
     AllowChangeFlag,
     ConfigFlag,
@@ -20,7 +20,7 @@ from shardrec.trainer.flags import (
     SetFlag,
     StepsFlag,
 )
-from shardrec.trainer.preflight import entry_overrides
+from shardrec.trainer.job.preflight import entry_overrides
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def configure_rank_logging() -> None:
     """Logging and warning filters of a rank (this entry's and `shardrec eval`'s)."""
     # Human-readable logs come from rank 0; other ranks report warnings and errors only.
     # fbgemm logs every kernel's arguments to the root logger at INFO: keep the root at WARNING.
-    from shardrec.trainer.dist import launched_rank
+    from shardrec.trainer.distributed.dist import launched_rank
 
     rank = launched_rank()
     logging.basicConfig(
@@ -70,16 +70,17 @@ def rank_main(
     allow_change: AllowChangeFlag = None,
 ) -> None:
     """Train on this rank (started by torchrun; see `shardrec train`)."""
-    from shardrec.trainer.lifeline import die_with_parent
+    from shardrec.trainer.distributed.lifeline import die_with_parent
 
-    die_with_parent()  # a killed launcher must not leave ranks training on (trainer.lifeline)
+    die_with_parent()  # a killed launcher must not leave ranks training on (trainer.distributed.lifeline)
     configure_rank_logging()
     overrides = list(set_ or []) + entry_overrides(data, plan, steps)
-    from shardrec.trainer import lifecycle
-    from shardrec.trainer.dist import RankMissing, init_distributed, launched_rank, shutdown
-    from shardrec.trainer.loop import NonFiniteLossError
-    from shardrec.trainer.run import build_job, run_job
-    from shardrec.trainer.run_lock import acquire_run_lock, launcher_job_id
+    from shardrec.trainer.distributed.dist import RankMissing, init_distributed, launched_rank, shutdown
+    from shardrec.trainer.distributed.launch import launcher_job_id
+    from shardrec.trainer.loop.steps import NonFiniteLossError
+    from shardrec.trainer.loop.train_job import build_job, run_job
+    from shardrec.trainer.rundir import lifecycle
+    from shardrec.trainer.rundir.lock import acquire_run_lock
 
     is_main = launched_rank() == 0
     try:
@@ -98,7 +99,7 @@ def rank_main(
             print(f"error: {e}", file=sys.stderr)
         raise typer.Exit(1) from None
     try:
-        # Held by rank 0 until this process ends, however it ends (see trainer.run_lock).
+        # Held by rank 0 until this process ends, however it ends (see trainer.rundir.lock).
         lock = acquire_run_lock(out_dir, launcher_job_id()) if env.is_main else None  # noqa: F841
         job = build_job(job_config, env, out_dir, job_config.sharding.plan or None)
         run_job(job)
@@ -120,7 +121,7 @@ def exit_cleanly() -> None:
     """
     import torch.distributed as dist
 
-    from shardrec.trainer.dist import shutdown
+    from shardrec.trainer.distributed.dist import shutdown
 
     if dist.is_initialized():
         dist.barrier()

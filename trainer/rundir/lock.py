@@ -3,9 +3,9 @@
 Two jobs on one run directory would interleave their checkpoints and metrics. `shardrec train`
 takes the lock before it starts any rank and holds it while they run; rank 0 takes it too, so
 a job started by torchrun directly is covered, and accepts the lock its own launcher holds
-(the lock file names the job id the launcher passed down in SHARDREC_JOB_ID). The kernel drops
-an flock when its holder dies, however it dies, so no stale lock outlives a killed job; the
-file itself stays (removing it would let two jobs lock two different files).
+(the lock file names the job id the launcher passed down: trainer.distributed.launch). The
+kernel drops an flock when its holder dies, however it dies, so no stale lock outlives a killed
+job; the file itself stays (removing it would let two jobs lock two different files).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 LOCK_FILE = ".lock"
-JOB_ID_ENV = "SHARDREC_JOB_ID"
 
 
 class RunDirInUse(ValueError):
@@ -84,8 +83,3 @@ def acquire_run_lock(run_dir: Path, job_id: str | None = None) -> RunLock:
     os.ftruncate(fd, 0)
     os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
     return RunLock(path, fd, holder)
-
-
-def launcher_job_id() -> str | None:
-    """The job id `shardrec train` passed down to its ranks (None under a plain torchrun)."""
-    return os.environ.get(JOB_ID_ENV) or None

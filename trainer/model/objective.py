@@ -31,7 +31,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torchrec.datasets.utils import Batch
 
-from shardrec.trainer.models import EBC_PATH
+from shardrec.trainer.model.models import EBC_PATH
 
 # Path of the EmbeddingBagCollection from the module DistributedModelParallel wraps.
 TRAIN_EBC_PATH = f"model.{EBC_PATH}"

@@ -1,4 +1,4 @@
-"""One training job on one rank: wire the parts built by trainer.build and run the loop.
+"""One training job on one rank: wire the parts built by trainer.model.build and run the loop.
 
 Called by `python -m shardrec.trainer` (the torchrun entry) on every rank.
 """
@@ -19,17 +19,20 @@ from shardrec.dataloader.format import Manifest
 from shardrec.dataloader.loader import NO_SHUFFLE, BatchLoader, Delivery, ShuffleSpec, build_loader
 from shardrec.embeddings.init import init_embedding_weights
 from shardrec.sharding.plan_io import PlanFile, load_plan, save_plan
-from shardrec.trainer import build, data_options, faults, lifecycle
-from shardrec.trainer.checkpoint import CheckpointManager, CheckpointParts, ModuleState, TrainProgress
-from shardrec.trainer.config import JobConfig, ModelConfig, OptimConfig
-from shardrec.trainer.dist import DistEnv
-from shardrec.trainer.loop import StepRunner, evaluate, train_segment
-from shardrec.trainer.metrics import MetricsWriter
-from shardrec.trainer.objective import TRAIN_EBC_PATH
-from shardrec.trainer.optim_state import SparseOptimizerState
-from shardrec.trainer.preflight import check_against_dataset
-from shardrec.trainer.progress import TrainReporter
-from shardrec.trainer.target import EvalSchedule, TargetTracker
+from shardrec.trainer.distributed import faults
+from shardrec.trainer.distributed.dist import DistEnv
+from shardrec.trainer.job import data_options
+from shardrec.trainer.job.config import JobConfig, ModelConfig, OptimConfig
+from shardrec.trainer.job.preflight import check_against_dataset
+from shardrec.trainer.loop.progress import TrainReporter
+from shardrec.trainer.loop.steps import StepRunner, evaluate, train_segment
+from shardrec.trainer.loop.target import EvalSchedule, TargetTracker
+from shardrec.trainer.model import build
+from shardrec.trainer.model.objective import TRAIN_EBC_PATH
+from shardrec.trainer.rundir import lifecycle
+from shardrec.trainer.rundir.checkpoint import CheckpointManager, CheckpointParts, ModuleState, TrainProgress
+from shardrec.trainer.rundir.metrics_log import MetricsWriter
+from shardrec.trainer.rundir.optim_state import SparseOptimizerState
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +62,7 @@ OPTIMIZER_KEYS = ("sparse", "dense")
 
 def checkpoint_signature(model: ModelConfig, optim: OptimConfig, plan: PlanFile, dataset: str = "") -> dict[str, Any]:
     """What must match for a checkpoint to load: the model, its tables, the optimizers' kinds and the
-    dataset's fingerprint (trainer.lifecycle; "" skips that check), not the plan."""
+    dataset's fingerprint (trainer.rundir.lifecycle; "" skips that check), not the plan."""
     return {
         "model": asdict(model),
         "optim": {k: getattr(optim, k) for k in OPTIMIZER_KEYS},

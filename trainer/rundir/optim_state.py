@@ -6,7 +6,7 @@ has [rows]. DCP reshards rows freely, but not between these layouts. The convers
 each old shard's accumulator over its columns and gives each new shard the width-weighted mean
 over its columns: exact when the cut is unchanged, and the natural estimate otherwise.
 
-`SparseOptimizerState` is that state as one checkpoint part (trainer.checkpoint.ShardedPart).
+`SparseOptimizerState` is that state as one checkpoint part (trainer.rundir.checkpoint.ShardedPart).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from torch.distributed._shard.sharded_tensor import ShardedTensor
 from shardrec.sharding.plan_io import PlanFile
 
 if TYPE_CHECKING:
-    from shardrec.trainer.checkpoint import SavedCheckpoint
-    from shardrec.trainer.optim import TrainOptimizer
+    from shardrec.trainer.model.optim import TrainOptimizer
+    from shardrec.trainer.rundir.checkpoint import SavedCheckpoint
 
 logger = logging.getLogger(__name__)
 

@@ -27,12 +27,12 @@ from shardrec.sharding.plan_io import PlanFile, check_plan, plan_fingerprint, to
 from shardrec.sharding.planner import plan_tables
 from shardrec.sharding.request import DatasetStatistics, PlanRequest
 from shardrec.sharding.sharders import build_sharders
-from shardrec.trainer.config import ModelConfig, OptimConfig, ShardingConfig, TrainConfig
-from shardrec.trainer.dist import DistEnv
-from shardrec.trainer.models import bf16_support_note, build_model
-from shardrec.trainer.objective import TRAIN_EBC_PATH, TrainModule
-from shardrec.trainer.optim import TrainOptimizer, build_dense_optimizer, dlrm_schedule
-from shardrec.trainer.preflight import check_trainable
+from shardrec.trainer.distributed.dist import DistEnv
+from shardrec.trainer.job.config import ModelConfig, OptimConfig, ShardingConfig, TrainConfig
+from shardrec.trainer.job.preflight import check_trainable
+from shardrec.trainer.model.models import bf16_support_note, build_model
+from shardrec.trainer.model.objective import TRAIN_EBC_PATH, TrainModule
+from shardrec.trainer.model.optim import TrainOptimizer, build_dense_optimizer, dlrm_schedule
 
 logger = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ def shard_model(
     module: TrainModule, plan: ShardingPlan, env: DistEnv, optim: OptimConfig, *, qcomm: str | None
 ) -> DistributedModelParallel:
     """Shard the embeddings by `plan`, fusing the sparse optimizer into every fused-kernel table."""
-    # trainer.objective's loss scaling relies on torchrec averaging sharded gradients.
+    # trainer.model.objective's loss scaling relies on torchrec averaging sharded gradients.
     assert comm_ops.get_gradient_division(), "torchrec gradient division was turned off"
     module_plan = plan.plan[TRAIN_EBC_PATH]
     ebc = module.model.sparse_arch.embedding_bag_collection

@@ -30,7 +30,7 @@ def rank_work(env, data: str, root: str) -> dict:
     import torch.distributed as dist
     from test_train_distributed import CKPT, STEPS, _checkpointed, build
 
-    from shardrec.trainer.loop.train_job import run_job
+    from shardrec.trainer.loop.train_loop import run_job
 
     root_p, out = Path(root), {}
     if env.world_size == 1:

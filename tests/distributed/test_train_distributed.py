@@ -93,7 +93,7 @@ def _checkpointed(env, data: str, run_dir: Path, layout: str, steps: int, extra:
 def rank_work(env, data: str, multi_hot: str, root: str) -> dict:
     """Everything one process group runs (which depends on its world size)."""
     from shardrec.trainer.loop.steps import NonFiniteLossError
-    from shardrec.trainer.loop.train_job import run_job
+    from shardrec.trainer.loop.train_loop import run_job
     from shardrec.trainer.rundir.checkpoint import CheckpointManager
 
     root_p, world, out = Path(root), env.world_size, {}

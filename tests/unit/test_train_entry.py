@@ -24,7 +24,7 @@ from shardrec.trainer.job.flags import (
 
 
 def test_only_the_known_harmless_warnings_are_hidden() -> None:
-    from shardrec.trainer.loop.train_entry import ignore_known_warnings
+    from shardrec.trainer.distributed.rank_process import ignore_known_warnings
 
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
@@ -91,18 +91,18 @@ def test_the_ranks_parse_what_shardrec_train_passes_them(tmp_path: Path) -> None
 
 
 def test_the_rank_entry_takes_every_train_flag_and_eval_ranks_use_its_public_helpers() -> None:
-    """The rank program parses --allow-change (it checks the run directory itself), and the eval
-    ranks use the training entry's logging and exit through public names, not private ones."""
+    """The rank program parses --allow-change (it checks the run directory itself), and both rank
+    programs (training's and eval's) share one logging set-up and exit (trainer.distributed.rank_process)
+    through public names, not private ones."""
     import inspect
 
     from shardrec.trainer.inference import eval_entry
     from shardrec.trainer.loop import train_entry as entry
 
     assert "allow_change" in inspect.signature(entry.rank_main).parameters
-    tree = ast.parse(Path(eval_entry.__file__).read_text())
-    imported = [
-        (node.module, alias.name) for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names
-    ]
-    assert ("shardrec.trainer.loop.train_entry", "configure_rank_logging") in imported
-    assert ("shardrec.trainer.loop.train_entry", "exit_cleanly") in imported
-    assert [name for _, name in imported if name.startswith("_")] == []
+    for module in (entry, eval_entry):
+        tree = ast.parse(Path(module.__file__).read_text())
+        imported = [(n.module, a.name) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names]
+        assert ("shardrec.trainer.distributed.rank_process", "configure_rank_logging") in imported, module
+        assert ("shardrec.trainer.distributed.rank_process", "exit_cleanly") in imported, module
+        assert [name for _, name in imported if name.startswith("_")] == [], module

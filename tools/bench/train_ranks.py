@@ -35,8 +35,9 @@ from shardrec.trainer.distributed.dist import DistEnv
 from shardrec.trainer.job.config import JobConfig
 from shardrec.trainer.loop.metrics import binary_metrics
 from shardrec.trainer.loop.progress import TrainReporter
-from shardrec.trainer.loop.steps import evaluate, train_segment
+from shardrec.trainer.loop.steps import evaluate_batches
 from shardrec.trainer.loop.train_job import Job, build_job
+from shardrec.trainer.loop.train_loop import train_segment
 from shardrec.trainer.rundir.metrics_log import MetricsWriter
 
 LOADER_THREAD_PREFIX = "shardrec-loader"  # dataloader/prefetch.py's thread names
@@ -84,7 +85,7 @@ class Ours:
         model = self.job.runner.eval_mode()
         batches = iter(self.job.eval_loaders["val"])
         try:
-            return float(evaluate(model, batches, self.job.env.device)["auc"])
+            return float(evaluate_batches(model, batches, self.job.env.device)["auc"])
         finally:
             close_loader(batches)
 

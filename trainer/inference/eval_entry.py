@@ -27,7 +27,7 @@ def rank_main(
 ) -> None:
     """Evaluate a checkpoint on this rank (started by torchrun; see `shardrec eval`)."""
     # The training entry's logging, warning filter and clean exit apply to these ranks unchanged.
-    from shardrec.trainer.loop.train_entry import configure_rank_logging, exit_cleanly
+    from shardrec.trainer.distributed.rank_process import configure_rank_logging, exit_cleanly
 
     configure_rank_logging()
     from shardrec.trainer.distributed.dist import init_distributed, shutdown

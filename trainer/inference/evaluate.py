@@ -24,7 +24,7 @@ from shardrec.sharding.plan_io import load_plan
 from shardrec.trainer.distributed.dist import DistEnv
 from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import JobConfig, load_job_config
-from shardrec.trainer.loop.steps import evaluate
+from shardrec.trainer.loop.steps import evaluate_batches
 from shardrec.trainer.loop.train_job import checkpoint_signature
 from shardrec.trainer.model import build
 from shardrec.trainer.rundir import lifecycle
@@ -198,7 +198,8 @@ def evaluate_checkpoint(request: EvalRequest, env: DistEnv) -> dict[str, Any]:
     CheckpointManager(path.parent, env, keep=1, parts=parts).load(path)
     start = time.perf_counter()
     model.eval()
-    metrics = evaluate(model, iter(eval_loader(config, request.split, env)), env.device, config.eval.max_batches)
+    batches = iter(eval_loader(config, request.split, env))
+    metrics = evaluate_batches(model, batches, env.device, config.eval.max_batches)
     metrics["seconds"] = round(time.perf_counter() - start, 3)
     train_world = torch.load(path / "train_state.pt", weights_only=True)["world_size"]
     return {

@@ -1,16 +1,13 @@
-"""The step loop: runs training in segments between evaluation/checkpoint boundaries.
+"""Steps: one training step (through torchrec's pipeline or a plain loop), the global loss
+reduced across ranks between reports, and evaluation steps over a split.
 
-Training proceeds in segments of whole steps. At a segment's end the pipeline has run every
-batch it was given (none is in flight), so the model, the optimizers and the loader's position
-all describe the same step: that is where checkpoints are written and evaluation runs, which
-is what makes a resumed run bitwise equal to an uninterrupted one.
+The loop that decides how many steps run between evaluations and checkpoints is train_loop.py.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +36,7 @@ class StepStats:
     steps: int
 
 
-class _Window:
+class LossWindow:
     """Per-rank sums since the last report; reduced over ranks only at reports, because a
     collective every step costs a sync point per step (measured ~8% of a demo step on CPU)."""
 
@@ -138,37 +135,8 @@ class StepRunner:
         return self.model
 
 
-def train_segment(
-    runner: StepRunner,
-    batches: Iterator[Batch],
-    *,
-    num_steps: int,
-    first_step: int,
-    report_every: int,
-    on_step: Callable[[int], None],
-    on_report: Callable[[StepStats], None],
-) -> int:
-    """Run up to `num_steps` steps from `batches`; returns how many ran (fewer if they ran out).
-
-    Every `report_every` steps and at the segment's end (before any checkpoint), the ranks
-    reduce the loss and a NaN/inf flag together, so they report the same global loss and
-    stop together on a bad loss, before a bad state can be saved.
-    """
-    done, window = 0, _Window(first_step)
-    for loss_sum, samples in runner.run(itertools.islice(batches, num_steps)):
-        done += 1
-        step = first_step + done
-        window.add(loss_sum, samples)
-        on_step(step)
-        if step % report_every == 0:
-            on_report(window.report(step))
-    if window.steps:
-        on_report(window.report(first_step + done))
-    return done
-
-
 @torch.no_grad()
-def evaluate(
+def evaluate_batches(
     model: torch.nn.Module, batches: Iterator[Batch], device: torch.device, max_batches: int = 0
 ) -> dict[str, Any]:
     """AUC / log loss / NE over every rank's predictions (all ranks must pass equal batch counts)."""

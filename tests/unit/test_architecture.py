@@ -1,13 +1,15 @@
 """The package import order and the absence of module cycles, checked on the source (AST).
 
 dataloader -> embeddings -> sharding -> trainer -> tools: each package imports only those before
-it, including imports inside functions. Inside one package no two modules import each other,
-directly or around a longer loop.
+it, including imports inside functions. trainer's subpackages import one another only as their
+`__init__` docstrings declare ("May import: ..."), in one order that the README's layout table
+lists. Inside one package no two modules import each other, directly or around a longer loop.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,3 +87,61 @@ def test_no_module_cycle_inside_a_package():
 def test_cycle_finder_finds_a_cycle():
     assert _cycle({"a.x": {"a.y"}, "a.y": {"a.z"}, "a.z": {"a.x"}}) == ["a.x", "a.y", "a.z", "a.x"]
     assert _cycle({"a.x": {"a.y"}, "a.y": set()}) is None
+
+
+TRAINER = ROOT / "trainer"
+MAX_MODULES = 10  # a folder of more than ~10 modules is a concept without a name yet (STYLE.md)
+
+
+def _subpackages() -> list[str]:
+    return sorted(p.parent.name for p in TRAINER.glob("*/__init__.py"))
+
+
+def _declared(sub: str) -> set[str]:
+    """The trainer subpackages that trainer/<sub>/__init__.py says it may import."""
+    doc = ast.get_docstring(ast.parse((TRAINER / sub / "__init__.py").read_text())) or ""
+    match = re.search(r"^May import: (.*?)(?:\n\n|\Z)", doc, re.M | re.S)
+    assert match, f"trainer/{sub}/__init__.py: no 'May import:' line in its docstring"
+    return set(re.findall(r"shardrec\.trainer\.(\w+)", match.group(1)))
+
+
+def test_trainer_subpackages_import_only_what_they_declare():
+    subs = _subpackages()
+    wrong = []
+    for module, deps in _graph().items():
+        parts = module.split(".")
+        if parts[0] != "trainer" or len(parts) < 3 or parts[1] not in subs:
+            continue  # trainer's own __init__ and __main__ may import every subpackage
+        allowed = _declared(parts[1]) | {parts[1]}
+        for dep in deps:
+            dep_parts = dep.split(".")
+            if dep_parts[0] == "trainer" and len(dep_parts) > 1 and dep_parts[1] in subs:
+                if dep_parts[1] not in allowed:
+                    wrong.append(f"{module} imports {dep}")
+    assert wrong == []
+
+
+def test_trainer_subpackages_declare_one_order_without_cycles():
+    subs = _subpackages()
+    declared = {sub: _declared(sub) for sub in subs}
+    for sub, deps in declared.items():
+        assert deps <= set(subs), f"trainer/{sub} declares unknown subpackages {sorted(deps - set(subs))}"
+    assert _cycle({f"trainer.{s}": {f"trainer.{d}" for d in deps} for s, deps in declared.items()}) is None
+    # The README lists them in that order: each row may import only the rows above it.
+    readme = (ROOT / "README.md").read_text()
+    listed = re.findall(r"^\| `trainer/(\w+)/` \|", readme, re.M)
+    assert sorted(listed) == subs, f"README's layout table lists {listed}, trainer/ has {subs}"
+    for i, sub in enumerate(listed):
+        assert declared[sub] <= set(listed[:i]), f"trainer/{sub} may import {sorted(declared[sub] - set(listed[:i]))}"
+
+
+def test_every_package_says_what_it_owns_and_no_trainer_folder_is_crowded():
+    for init in [*ROOT.glob("*/__init__.py"), *ROOT.glob("*/*/__init__.py")]:
+        rel = init.relative_to(ROOT)
+        if rel.parts[0] in (".venv", "tests", "runs"):
+            continue
+        doc = ast.get_docstring(ast.parse(init.read_text()))
+        assert doc and len(doc.split()) >= 10, f"{rel}: no docstring saying what the package owns"
+    for sub in ["", *_subpackages()]:
+        modules = [p for p in (TRAINER / sub).glob("*.py") if p.name not in ("__init__.py", "__main__.py")]
+        assert len(modules) <= MAX_MODULES, f"trainer/{sub}: {len(modules)} modules"

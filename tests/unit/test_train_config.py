@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from shardrec.trainer.job.config import load_job_config
+from shardrec.trainer.job.flags import job_from_flags
 from shardrec.trainer.job.preflight import check_trainable, preflight
 
 
@@ -43,9 +44,9 @@ def test_good_settings_still_load() -> None:
 
 
 def _preflight(data: Path, *overrides: str, world_size: int = 2, plan: Path | None = None):
-    return preflight(
-        None, data, plan, None, ["train.global_batch_size=64", 'train.device="cpu"', *overrides], world_size
-    )
+    job = job_from_flags(None, data, plan, None, ["train.global_batch_size=64", 'train.device="cpu"', *overrides])
+    preflight(job, world_size)
+    return job
 
 
 def test_preflight_refuses_what_the_ranks_cannot_run(tiny_dataset: Path) -> None:

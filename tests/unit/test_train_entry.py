@@ -7,20 +7,13 @@ import typing
 import warnings
 from pathlib import Path
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
 # At module level: typer resolves the annotations of `rank` below in this module's namespace.
-from shardrec.trainer.job.flags import (
-    AllowChangeFlag,
-    ConfigFlag,
-    DataFlag,
-    OutDirFlag,
-    PlanFlag,
-    SetFlag,
-    StepsFlag,
-    rank_args,
-)
+from shardrec.trainer.job import flags
+from shardrec.trainer.job.config import JobConfig, load_job_config
 
 
 def test_only_the_known_harmless_warnings_are_hidden() -> None:
@@ -54,40 +47,54 @@ def test_the_ranks_parse_what_shardrec_train_passes_them(tmp_path: Path) -> None
     parsed = {}
 
     def rank(
-        config: ConfigFlag = None,
-        data: DataFlag = None,
-        plan: PlanFlag = None,
-        out_dir: OutDirFlag = Path("x"),
-        steps: StepsFlag = None,
-        set_: SetFlag = None,
-        allow_change: AllowChangeFlag = None,
+        config: flags.ConfigFlag = None,
+        out_dir: flags.OutDirFlag = Path("x"),
+        set_: flags.SetFlag = None,
+        allow_change: flags.AllowChangeFlag = None,
+        job: flags.JobFlag = None,
     ) -> None:
-        parsed.update(
-            config=config, data=data, plan=plan, out_dir=out_dir, steps=steps, overrides=set_, allow=allow_change
-        )
+        parsed.update(config=config, out_dir=out_dir, overrides=set_, allow=allow_change, job=job)
 
-    args = rank_args(
-        config=tmp_path / "job.toml",
-        data=tmp_path / "data",
-        plan=None,
-        out_dir=tmp_path / "run",
-        steps=7,
-        overrides=["train.seed=3", 'data.tail="pad"'],
-        allow_change=["optim.dense_lr", "train"],
-    )
+    args = flags.rank_args(tmp_path / "job.toml", tmp_path / "run", ["optim.dense_lr", "train"])
     app = typer.Typer()
     app.command()(rank)
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert parsed == {
-        "config": tmp_path / "job.toml",
-        "data": tmp_path / "data",
-        "plan": None,
+        "config": None,
         "out_dir": tmp_path / "run",
-        "steps": 7,
-        "overrides": ["train.seed=3", 'data.tail="pad"'],
+        "overrides": None,
         "allow": ["optim.dense_lr", "train"],
+        "job": tmp_path / "job.toml",
     }
+
+
+def test_the_ranks_read_back_the_job_the_launcher_resolved(tmp_path: Path) -> None:
+    """`shardrec train` resolves the flags once and writes the job; each rank reads that file and
+    gets an equal JobConfig, even for values a TOML writer gets wrong (non-ASCII, control
+    characters, infinities, nested tables)."""
+    (tmp_path / "job.toml").write_text("[train]\nseed = 3\n[optim]\ndense_lr = 0.1\n")
+    resolved = flags.job_from_flags(
+        tmp_path / "job.toml",
+        Path("data dir/ü 😀"),
+        None,
+        7,
+        [
+            'data.multihot_cache="tab\\t \\u007f quote\\" back\\\\"',
+            "optim.eps=1e-300",
+            "optim.sparse_lr=inf",
+            'sharding.constraints={t_C1={sharding_types=["row_wise"], min_partition=4}}',
+        ],
+    )
+    assert resolved.train.seed == 3 and resolved.train.steps == 7 and resolved.optim.dense_lr == 0.1
+    assert resolved.data.path == "data dir/ü 😀" and resolved.optim.sparse_lr == float("inf")
+    (tmp_path / "resolved.toml").write_text(resolved.to_toml())
+    assert flags.rank_job(tmp_path / "resolved.toml", None, None, None, None, []) == resolved
+    assert load_job_config(tmp_path / "resolved.toml") == resolved
+    assert flags.rank_job(None, tmp_path / "job.toml", None, None, None, []) == load_job_config(tmp_path / "job.toml")
+    with pytest.raises(ValueError, match=r"give it without --data, --steps, --set$"):
+        flags.rank_job(tmp_path / "resolved.toml", None, Path("d"), None, 7, ["train.seed=1"])
+    assert JobConfig().to_toml() == load_job_config(None).to_toml()
 
 
 def test_the_rank_entry_takes_every_train_flag_and_eval_ranks_use_its_public_helpers() -> None:
@@ -106,3 +113,13 @@ def test_the_rank_entry_takes_every_train_flag_and_eval_ranks_use_its_public_hel
         assert ("shardrec.trainer.distributed.rank_process", "configure_rank_logging") in imported, module
         assert ("shardrec.trainer.distributed.rank_process", "exit_cleanly") in imported, module
         assert [name for _, name in imported if name.startswith("_")] == [], module
+
+
+def test_the_eval_ranks_read_back_the_request_shardrec_eval_wrote() -> None:
+    from shardrec.trainer.inference.evaluate import EvalRequest
+
+    for request in (
+        EvalRequest(Path("runs/a")),
+        EvalRequest(Path("/abs/run ü"), step=12, split="val", data=Path("other data"), device="cpu"),
+    ):
+        assert EvalRequest.from_json(request.to_json()) == request

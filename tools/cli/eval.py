@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import tempfile
@@ -38,17 +39,16 @@ def eval_run(
 
     if nproc_per_node < 1:
         fail(f"--nproc-per-node must be at least 1, got {nproc_per_node}")
+    request = EvalRequest(run_dir, checkpoint, split, data)
     try:
-        config, _ = check_request(EvalRequest(run_dir, checkpoint, split, data), nproc_per_node)
+        config, _ = check_request(request, nproc_per_node)
     except ValueError as e:
         fail(str(e))
     with tempfile.TemporaryDirectory(prefix="shardrec-eval-") as tmp:
-        result = Path(tmp) / "result.json"
-        args = [str(run_dir), "--result", str(result), "--split", split, "--device", config.train.device]
-        if checkpoint is not None:
-            args += ["--checkpoint", str(checkpoint)]
-        if data is not None:
-            args += ["--data", str(data)]
+        # The ranks take the request as one file, evaluated on the device the run trained on.
+        request_file, result = Path(tmp) / "request.json", Path(tmp) / "result.json"
+        request_file.write_text(dataclasses.replace(request, device=config.train.device).to_json())
+        args = ["--request", str(request_file), "--result", str(result)]
         command = torchrun_command(args, nproc_per_node, module="shardrec.trainer.inference.eval_entry")
         code = subprocess.call(command, env=rank_environment(nproc_per_node))
         if code != 0 or not result.is_file():

@@ -3,25 +3,19 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from shardrec.tools.cli.common import console, err_console, fail, print_json
-from shardrec.trainer.job.flags import (
-    DEFAULT_OUT_DIR,
-    AllowChangeFlag,
-    ConfigFlag,
-    DataFlag,
-    OutDirFlag,
-    PlanFlag,
-    SetFlag,
-    StepsFlag,
-    rank_args,
-)
+from shardrec.trainer.job import flags
 from shardrec.trainer.rundir.lock import RunLock
+
+if TYPE_CHECKING:
+    from shardrec.trainer.job.config import JobConfig
 
 RestartFlag = Annotated[
     bool,
@@ -61,14 +55,14 @@ def _failure_message(code: int, out_dir: Path) -> str:
 
 
 def train(
-    config: ConfigFlag = None,
-    data: DataFlag = None,
-    plan: PlanFlag = None,
-    out_dir: OutDirFlag = DEFAULT_OUT_DIR,
+    config: flags.ConfigFlag = None,
+    data: flags.DataFlag = None,
+    plan: flags.PlanFlag = None,
+    out_dir: flags.OutDirFlag = flags.DEFAULT_OUT_DIR,
     nproc_per_node: Annotated[int, typer.Option(min=1, help="Ranks to start on this machine.")] = 1,
-    steps: StepsFlag = None,
-    set_: SetFlag = None,
-    allow_change: AllowChangeFlag = None,
+    steps: flags.StepsFlag = None,
+    set_: flags.SetFlag = None,
+    allow_change: flags.AllowChangeFlag = None,
     restart: RestartFlag = False,
     max_restarts: Annotated[
         int,
@@ -85,16 +79,18 @@ def train(
     job_id = new_job_id()
     locks = [_lock_run_dir(out_dir, job_id, create=False)]  # before anything looks at or moves it
     try:
-        if _prepare_run_dir(config, data, plan, steps, overrides, nproc_per_node, out_dir, allow, restart):
+        job = _prepare_run_dir(config, data, plan, steps, overrides, nproc_per_node, out_dir, allow, restart)
+        if job is None:
             _show_results(out_dir, json_out)  # a finished run: its own results, nothing written
             return
         if locks[0] is None or restart:  # a new directory, or the old one (and its lock file) moved aside
             locks.append(_lock_run_dir(out_dir, job_id, create=True))
         _check_resume_checkpoint(out_dir)
-        args = rank_args(
-            config=config, data=data, plan=plan, out_dir=out_dir, steps=steps, overrides=overrides, allow_change=allow
-        )
-        code = launch(args, nproc_per_node, max_restarts, job_id=job_id)
+        # The ranks take the job resolved here as one file, not the flags to resolve it again.
+        with tempfile.TemporaryDirectory(prefix="shardrec-train-") as tmp:
+            job_file = Path(tmp) / "job.toml"
+            job_file.write_text(job.to_toml())
+            code = launch(flags.rank_args(job_file, out_dir, allow), nproc_per_node, max_restarts, job_id=job_id)
     finally:
         # Every way out (a refusal, a finished run) drops the lock: an in-process caller may train again.
         for lock in locks:
@@ -144,15 +140,17 @@ def _prepare_run_dir(
     out_dir: Path,
     allow: list[str],
     restart: bool,
-) -> bool:
-    """Check the job and what OUT_DIR holds before any rank starts; True if the run is already complete."""
+) -> JobConfig | None:
+    """Resolve and check the job and what OUT_DIR holds before any rank starts; returns the job,
+    or None if the run is already complete."""
     from shardrec.dataloader.format import Manifest
     from shardrec.trainer.job.preflight import preflight
     from shardrec.trainer.rundir import lifecycle
 
     try:
         lifecycle.check_allow_keys(allow)
-        job = preflight(config, data, plan, steps, overrides, world_size=world_size)
+        job = flags.job_from_flags(config, data, plan, steps, overrides)
+        preflight(job, world_size=world_size)
         manifest = Manifest.load(job.data.path)
         state = "new" if restart else lifecycle.check_run_dir(out_dir, job, manifest, allow)
     except ValueError as e:
@@ -164,7 +162,8 @@ def _prepare_run_dir(
     if state == "complete":
         message = lifecycle.complete_message(out_dir, job, lifecycle.read_run_dir(out_dir))
         err_console.print(message, highlight=False, soft_wrap=True)
-    return state == "complete"
+        return None
+    return job
 
 
 def _show_results(out_dir: Path, json_out: bool) -> None:

@@ -14,19 +14,11 @@ from shardrec.dataloader.files import atomic_write_bytes
 
 
 def rank_main(
-    run_dir: Annotated[Path, typer.Argument(help="The run directory.")],
+    request: Annotated[Path, typer.Option("--request", help="What to evaluate: an EvalRequest as JSON.")],
     result: Annotated[Path, typer.Option("--result", help="Where rank 0 writes the metrics (JSON).")],
-    checkpoint: Annotated[
-        int | None, typer.Option("--checkpoint", help="Checkpoint step (default: the newest).")
-    ] = None,
-    split: Annotated[str, typer.Option("--split", help="Split to evaluate.")] = "test",
-    device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
-    data: Annotated[
-        Path | None, typer.Option("--data", help="Other data of the run's schema (default: the run's own).")
-    ] = None,
 ) -> None:
     """Evaluate a checkpoint on this rank (started by torchrun; see `shardrec eval`)."""
-    # The training entry's logging, warning filter and clean exit apply to these ranks unchanged.
+    # The logging, warning filter and clean exit of every rank program.
     from shardrec.trainer.distributed.rank_process import configure_rank_logging, exit_cleanly
 
     configure_rank_logging()
@@ -34,12 +26,13 @@ def rank_main(
     from shardrec.trainer.inference.evaluate import EvalRequest, evaluate_checkpoint
 
     try:
-        env = init_distributed(device)
+        wanted = EvalRequest.from_json(request.read_text())
+        env = init_distributed(wanted.device)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         raise typer.Exit(1) from None
     try:
-        metrics = evaluate_checkpoint(EvalRequest(run_dir, checkpoint, split, data), env)
+        metrics = evaluate_checkpoint(wanted, env)
     except ValueError as e:
         if env.is_main:
             print(f"error: {e}", file=sys.stderr)

@@ -10,6 +10,7 @@ the run's own evaluation of that step bit for bit.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -44,7 +45,8 @@ RUN_PLAN = "plan.json"
 
 @dataclass(frozen=True)
 class EvalRequest:
-    """Which checkpoint of which run to evaluate on which split."""
+    """Which checkpoint of which run to evaluate on which split; `shardrec eval` hands it to its
+    ranks as one JSON file (to_json / from_json)."""
 
     run_dir: Path
     step: int | None = None
@@ -53,6 +55,18 @@ class EvalRequest:
     """The dataset split to evaluate."""
     data: Path | None = None
     """Another dataset of the run's schema to evaluate on (None: the run's own, unchanged since training)."""
+    device: str = "auto"
+    """The device kind to evaluate on: auto, cpu or cuda (`shardrec eval` gives the run's train.device)."""
+
+    def to_json(self) -> str:
+        fields = dataclasses.asdict(self)
+        return json.dumps({k: str(v) if isinstance(v, Path) else v for k, v in fields.items()}, indent=1) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> EvalRequest:
+        raw = json.loads(text)
+        data = raw.pop("data")
+        return cls(run_dir=Path(raw.pop("run_dir")), data=Path(data) if data is not None else None, **raw)
 
 
 def run_config(run_dir: Path) -> JobConfig:

@@ -1,9 +1,12 @@
-"""The flags of a training run, defined once.
+"""The flags of a training run, defined once, and the one way they become a JobConfig.
 
-`shardrec train` (tools/cli/train.py) takes them and passes them on, through torchrun, to every
-rank's `python -m shardrec.trainer` (trainer/loop/train_entry.py), which takes the same ones. A flag that
-stands for a job setting shows that setting's docstring (trainer/job/config.py) as its help.
-Imports only typer and the config: the CLI's start-up must not pay for torch.
+`shardrec train` (tools/cli/train.py) and the rank program `python -m shardrec.trainer`
+(trainer/loop/train_entry.py) take the same flags. `shardrec train` resolves them into a
+JobConfig once (`job_from_flags`) and hands its ranks that resolved job as one file (`--job`,
+the TOML of JobConfig.to_toml); a rank started by torchrun directly (several nodes) resolves the
+flags itself, the same way. A flag that stands for a job setting shows that setting's docstring
+(trainer/job/config.py) as its help. Imports only typer and the config: the CLI's start-up must
+not pay for torch.
 """
 
 from __future__ import annotations
@@ -14,7 +17,15 @@ from typing import Annotated
 
 import typer
 
-from shardrec.trainer.job.config import DataConfig, ShardingConfig, TrainConfig, field_help
+from shardrec.trainer.job.config import (
+    DataConfig,
+    JobConfig,
+    ShardingConfig,
+    TrainConfig,
+    field_help,
+    load_job_config,
+    toml_value,
+)
 
 
 def _setting_help(cls: type, key: str, dotted: str) -> str:
@@ -24,6 +35,14 @@ def _setting_help(cls: type, key: str, dotted: str) -> str:
 DEFAULT_OUT_DIR = Path("runs/train")
 
 ConfigFlag = Annotated[Path | None, typer.Option("--config", help="TOML job file (defaults: trainer/job/config.py).")]
+JobFlag = Annotated[
+    Path | None,
+    typer.Option(
+        "--job",
+        help="The resolved job (TOML) that `shardrec train` writes for its ranks; given alone, without "
+        "--config, --data, --plan, --steps or --set.",
+    ),
+]
 DataFlag = Annotated[Path | None, typer.Option("--data", help=_setting_help(DataConfig, "path", "data.path"))]
 PlanFlag = Annotated[Path | None, typer.Option("--plan", help=_setting_help(ShardingConfig, "plan", "sharding.plan"))]
 OutDirFlag = Annotated[
@@ -50,23 +69,53 @@ AllowChangeFlag = Annotated[
 ]
 
 
-def rank_args(
-    *,
+def entry_overrides(data: Path | None, plan: Path | None, steps: int | None) -> list[str]:
+    """The --set items that the --data/--plan/--steps flags stand for (flags win over --set)."""
+    out = []
+    if data is not None:
+        out.append(f"data.path={toml_value(str(data))}")
+    if plan is not None:
+        out.append(f"sharding.plan={toml_value(str(plan))}")
+    if steps is not None:
+        out.append(f"train.steps={steps}")
+    return out
+
+
+def job_from_flags(
+    config: Path | None, data: Path | None, plan: Path | None, steps: int | None, overrides: Sequence[str]
+) -> JobConfig:
+    """The job these flags describe: the job file, then --set, then --data/--plan/--steps.
+    ValueError (one line) for a bad file, key or value."""
+    return load_job_config(config, [*overrides, *entry_overrides(data, plan, steps)])
+
+
+def rank_job(
+    job: Path | None,
     config: Path | None,
     data: Path | None,
     plan: Path | None,
-    out_dir: Path,
     steps: int | None,
-    overrides: list[str],
-    allow_change: Sequence[str] = (),
-) -> list[str]:
-    """The arguments of every rank's `python -m shardrec.trainer` for these flag values."""
-    args = ["--out-dir", str(out_dir)]
-    for flag, value in (("--config", config), ("--data", data), ("--plan", plan), ("--steps", steps)):
-        if value is not None:
-            args += [flag, str(value)]
-    for item in overrides:
-        args += ["--set", item]
+    overrides: Sequence[str],
+) -> JobConfig:
+    """A rank's job: the resolved one its launcher wrote (`job`), or, started by torchrun
+    directly, the one its own flags describe. ValueError when both are given."""
+    if job is None:
+        return job_from_flags(config, data, plan, steps, overrides)
+    given = [
+        flag
+        for flag, value in (("--config", config), ("--data", data), ("--plan", plan), ("--steps", steps))
+        if value is not None
+    ]
+    if overrides:
+        given.append("--set")
+    if given:
+        raise ValueError(f"--job {job} is the whole resolved job: give it without {', '.join(given)}")
+    return load_job_config(job)
+
+
+def rank_args(job: Path, out_dir: Path, allow_change: Sequence[str] = ()) -> list[str]:
+    """The arguments of every rank's `python -m shardrec.trainer` for the resolved job in the file `job`."""
+    args = ["--job", str(job), "--out-dir", str(out_dir)]
     # The ranks check the run directory again (a direct torchrun has no `shardrec train` before it).
     for key in allow_change:
         args += ["--allow-change", key]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -11,36 +9,16 @@ import torch
 from shardrec.dataloader.format import Manifest
 from shardrec.embeddings.dims import table_dims
 from shardrec.trainer.distributed.dist import resolve_device_kind
-from shardrec.trainer.job.config import JobConfig, load_job_config
+from shardrec.trainer.job.config import JobConfig
 
 if TYPE_CHECKING:
     from shardrec.sharding.plan_io import PlanFile
 
 
-def entry_overrides(data: Path | None, plan: Path | None, steps: int | None) -> list[str]:
-    """The --set items that the --data/--plan/--steps flags stand for (flags win over --set)."""
-    out = []
-    if data is not None:
-        out.append(f"data.path={json.dumps(str(data))}")
-    if plan is not None:
-        out.append(f"sharding.plan={json.dumps(str(plan))}")
-    if steps is not None:
-        out.append(f"train.steps={steps}")
-    return out
-
-
-def preflight(
-    config: Path | None,
-    data: Path | None,
-    plan: Path | None,
-    steps: int | None,
-    overrides: list[str],
-    world_size: int,
-) -> JobConfig:
-    """Resolve the job and check it against the dataset and the plan; ValueError says what is wrong."""
+def preflight(job: JobConfig, world_size: int) -> None:
+    """Check a resolved job against the dataset and the plan; ValueError says what is wrong."""
     if world_size < 1:
         raise ValueError(f"--nproc-per-node must be at least 1, got {world_size}")
-    job = load_job_config(config, overrides + entry_overrides(data, plan, steps))
     if not job.data.path:
         raise ValueError("no dataset: pass --data DIR or set data.path in the job file")
     check_batches(job, world_size)
@@ -56,7 +34,6 @@ def preflight(
     check_against_dataset(job, manifest, world_size)
     if job.sharding.plan:
         _check_plan_file(job, manifest, world_size, kind)
-    return job
 
 
 def check_batches(job: JobConfig, world_size: int) -> None:

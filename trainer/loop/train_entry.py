@@ -8,37 +8,26 @@ import sys
 import typer
 
 from shardrec.trainer.distributed.rank_process import configure_rank_logging, exit_cleanly
-from shardrec.trainer.job.config import load_job_config
-from shardrec.trainer.job.flags import (
-    DEFAULT_OUT_DIR,
-    AllowChangeFlag,
-    ConfigFlag,
-    DataFlag,
-    OutDirFlag,
-    PlanFlag,
-    SetFlag,
-    StepsFlag,
-)
-from shardrec.trainer.job.preflight import entry_overrides
+from shardrec.trainer.job import flags
 
 logger = logging.getLogger(__name__)
 
 
 def rank_main(
-    config: ConfigFlag = None,
-    data: DataFlag = None,
-    plan: PlanFlag = None,
-    out_dir: OutDirFlag = DEFAULT_OUT_DIR,
-    steps: StepsFlag = None,
-    set_: SetFlag = None,
-    allow_change: AllowChangeFlag = None,
+    config: flags.ConfigFlag = None,
+    data: flags.DataFlag = None,
+    plan: flags.PlanFlag = None,
+    out_dir: flags.OutDirFlag = flags.DEFAULT_OUT_DIR,
+    steps: flags.StepsFlag = None,
+    set_: flags.SetFlag = None,
+    allow_change: flags.AllowChangeFlag = None,
+    job: flags.JobFlag = None,
 ) -> None:
     """Train on this rank (started by torchrun; see `shardrec train`)."""
     from shardrec.trainer.distributed.lifeline import die_with_parent
 
     die_with_parent()  # a killed launcher must not leave ranks training on (trainer.distributed.lifeline)
     configure_rank_logging()
-    overrides = list(set_ or []) + entry_overrides(data, plan, steps)
     from shardrec.trainer.distributed.dist import RankMissing, init_distributed, launched_rank, shutdown
     from shardrec.trainer.distributed.launch import launcher_job_id
     from shardrec.trainer.loop.steps import NonFiniteLossError
@@ -49,7 +38,7 @@ def rank_main(
 
     is_main = launched_rank() == 0
     try:
-        job_config = load_job_config(config, overrides)
+        job_config = flags.rank_job(job, config, data, plan, steps, list(set_ or []))
         # Every rank reads the run directory before any joins the group: all see the same files
         # (it is on a shared filesystem), so all refuse, or stop at a complete run, together,
         # and rank 0 cannot have written this invocation's config.toml yet.
@@ -66,8 +55,7 @@ def rank_main(
     try:
         # Held by rank 0 until this process ends, however it ends (see trainer.rundir.lock).
         lock = acquire_run_lock(out_dir, launcher_job_id()) if env.is_main else None  # noqa: F841
-        job = build_job(job_config, env, out_dir, job_config.sharding.plan or None)
-        run_job(job)
+        run_job(build_job(job_config, env, out_dir, job_config.sharding.plan or None))
     except (ValueError, NonFiniteLossError, RankMissing) as e:
         if env.is_main or isinstance(e, RankMissing):
             print(f"error: {e}", file=sys.stderr)

@@ -131,13 +131,5 @@ def test_plan_at_start_writes_the_plan_shardrec_plan_writes(tiny_dataset: Path, 
     manifest = Manifest.load(tiny_dataset)
     configs = build_table_configs(manifest, job.model.embedding_dim, job.model.dims)
     env = DistEnv(rank=0, local_rank=0, world_size=2, local_world_size=2, device=torch.device("cpu"), backend="gloo")
-    plan = plan_at_start(
-        configs,
-        env,
-        job.train.global_batch_size,
-        job.sharding.constraints,
-        job.sharding.compute_kernel,
-        job.optim.sparse,
-        manifest,
-    )
+    plan = plan_at_start(configs, manifest, env, train=job.train, sharding=job.sharding, optim=job.optim)
     assert plan.to_json() == out.read_text()

@@ -80,8 +80,8 @@ def plan(
         return
     from shardrec.sharding.plan_io import save_plan
     from shardrec.sharding.planner import SEARCHES, plan_tables
-    from shardrec.sharding.request import PlanRequest
     from shardrec.sharding.topology import build_topology
+    from shardrec.trainer.job.planning import plan_request
 
     if world_size <= 0:
         raise typer.BadParameter(f"must be positive, got {world_size}", param_hint="'--world-size'")
@@ -101,17 +101,16 @@ def plan(
             int(memory_gib * 2**30) if memory_gib else None,
             profile,
         )
-        request = PlanRequest(
-            configs=configs,
+        request = plan_request(
+            configs,
+            statistics,
+            train=job.train,
+            sharding=job.sharding,
+            optim=job.optim,
             world_size=world_size,
             local_world_size=topo.local_world_size,
-            global_batch_size=job.train.global_batch_size,
             device_kind=topo.device_kind,
-            constraints=job.sharding.constraints,
-            statistics=statistics,
             topology=topo,
-            compute_kernel=job.sharding.compute_kernel,
-            optimizer=job.optim.sparse,
             sharding_group_size=group_size,
             sync_every=sync_every,
         )

@@ -1,8 +1,9 @@
 """What a job is: its settings and the checks made before any rank starts.
 
 Owns the config dataclasses (config.py, the one home of defaults; torch-free), the flags of a
-training run (flags.py; torch-free, the CLI imports them), the pre-start checks against the
-dataset and the plan (preflight.py), what the data settings mean for loaders and tables
+training run and the one flags -> JobConfig conversion (flags.py; torch-free, the CLI imports
+them), the pre-start checks against the dataset and the plan (preflight.py), the one job ->
+PlanRequest conversion (planning.py), what the data settings mean for loaders and tables
 (data_options.py) and the known-good torch / fbgemm-gpu / torchrec versions (versions.py).
 
 May import: shardrec.trainer.distributed.

@@ -10,7 +10,6 @@ plan-independent by construction: shardrec.embeddings.init).
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -25,10 +24,11 @@ from shardrec.embeddings.optim import attach_fused_optimizer, replicated_table_o
 from shardrec.embeddings.tables import build_ebc, build_table_configs
 from shardrec.sharding.plan_io import PlanFile, check_plan, plan_fingerprint, to_sharding_plan
 from shardrec.sharding.planner import plan_tables
-from shardrec.sharding.request import DatasetStatistics, PlanRequest
+from shardrec.sharding.request import DatasetStatistics
 from shardrec.sharding.sharders import build_sharders
 from shardrec.trainer.distributed.dist import DistEnv
 from shardrec.trainer.job.config import ModelConfig, OptimConfig, ShardingConfig, TrainConfig
+from shardrec.trainer.job.planning import plan_request
 from shardrec.trainer.job.preflight import check_trainable
 from shardrec.trainer.model.models import bf16_support_note, build_model
 from shardrec.trainer.model.objective import TRAIN_EBC_PATH, TrainModule
@@ -66,27 +66,26 @@ def build_train_module(
 
 def plan_at_start(
     tables: list[EmbeddingBagConfig],
-    env: DistEnv,
-    global_batch_size: int,
-    constraints: dict[str, dict[str, Any]],
-    compute_kernel: str,
-    sparse_optimizer: str,
     manifest: Manifest,
+    env: DistEnv,
+    *,
+    train: TrainConfig,
+    sharding: ShardingConfig,
+    optim: OptimConfig,
 ) -> PlanFile:
-    """Plan with shardrec's planner when no plan file is given, with what `shardrec plan` would
-    use for this job (kernel, optimizer, constraints, statistics): rank 0 plans, every rank gets it."""
+    """Plan with shardrec's planner when no plan file is given, with the request `shardrec plan`
+    makes of this job (trainer.job.planning): rank 0 plans, every rank gets it."""
     holder: list[PlanFile | None] = [None]
     if env.rank == 0:
-        request = PlanRequest(
-            configs=tables,
+        request = plan_request(
+            tables,
+            DatasetStatistics.from_manifest(manifest),
+            train=train,
+            sharding=sharding,
+            optim=optim,
             world_size=env.world_size,
             local_world_size=env.local_world_size,
-            global_batch_size=global_batch_size,
             device_kind=env.device.type,
-            constraints=constraints,
-            statistics=DatasetStatistics.from_manifest(manifest),
-            compute_kernel=compute_kernel,
-            optimizer=sparse_optimizer,
         )
         holder[0] = plan_tables(request)
     if dist.is_initialized() and env.world_size > 1:
@@ -165,9 +164,7 @@ def build_sharded_model(
         precision=train.precision,
     )
     if plan is None:
-        plan = plan_at_start(
-            tables, env, train.global_batch_size, sharding.constraints, sharding.compute_kernel, optim.sparse, manifest
-        )
+        plan = plan_at_start(tables, manifest, env, train=train, sharding=sharding, optim=optim)
     sharding_plan = build_sharding_plan(plan, tables, env, train.global_batch_size)
     model = shard_model(module, sharding_plan, env, optim, qcomm=sharding.qcomm or None)
     return model, tables, plan

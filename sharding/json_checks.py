@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import math
+import types
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +82,23 @@ def need(path: Path, obj: dict, key: str, kind: str, where: str = "", required: 
             raise ValueError(f"{path}: {where}{key} is missing")
         return None
     return expect(path, obj[key], kind, f"{where}{key}")
+
+
+def _kind_of(hint: Any) -> tuple[str, bool]:
+    """(_KINDS key, optional) of a dataclass field's type: int, float, str, dict[...], list[...], X | None."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return _kind_of(args[0])[0], True
+    origin = typing.get_origin(hint) or hint
+    return {int: "count", float: "number", str: "str", dict: "object", list: "list"}[origin], False
+
+
+def check_fields(path: Path, raw: dict, cls: type, where: str) -> None:
+    """Every field of the dataclass `cls` in `raw`, by its type (ints are counts: >= 0); ValueError
+    naming the file and `where`.key of the first missing or wrong one."""
+    for name, hint in typing.get_type_hints(cls).items():
+        kind, optional = _kind_of(hint)
+        need(path, raw, name, kind, where, required=not optional)
 
 
 def check_plan_fields(path: Path, raw: dict) -> None:

@@ -1,8 +1,10 @@
 """Plan files: where every table lives, and what it was planned for.
 
 A plan file is JSON with a schema version, a fingerprint of the job it was planned for
-(tables, world size, global batch size, device kind) and one entry per table listing its
-shards explicitly (rank, row/column offsets and sizes). Training checks the fingerprint and
+(tables, world size, global batch size, device kind), the topology and the cost model's
+estimate it was planned with, and one entry per table listing its shards explicitly (rank,
+row/column offsets and sizes). Each part is a dataclass here, read (`load_plan`,
+`PlanFile.from_json`) and written (`PlanFile.to_json`) in this module only. Training checks the fingerprint and
 refuses a stale plan with a message that says what differs; `to_sharding_plan` turns the
 file into the torchrec ShardingPlan that DistributedModelParallel takes.
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +32,8 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 from shardrec.dataloader.files import atomic_write_bytes
 from shardrec.dataloader.format import shown
-from shardrec.sharding.json_checks import check_plan_fields, read_strict_json
+from shardrec.sharding.json_checks import check_fields, check_plan_fields, expect, read_strict_json
+from shardrec.sharding.topology import ClusterTopology
 
 PLAN_FORMAT = "shardrec-plan"
 PLAN_SCHEMA_VERSION = 1
@@ -50,6 +53,72 @@ SHARDING_TYPES = tuple(
 
 class StalePlanError(ValueError):
     """A plan file made for other tables, world size, batch size or device kind."""
+
+
+@dataclass(frozen=True)
+class TableFingerprint:
+    """What a plan knows of one table it placed."""
+
+    name: str
+    rows: int
+    dim: int
+    features: list[str]
+    pooling: str
+    """torchrec's PoolingType name (SUM, MEAN)."""
+
+
+@dataclass(frozen=True)
+class PlanFingerprint:
+    """What a plan depends on; two jobs with equal fingerprints (equal digests) can share a plan."""
+
+    tables: list[TableFingerprint]
+    world_size: int
+    global_batch_size: int
+    device_kind: str
+    digest: str
+    """sha256 (16 hex digits) of the other fields, as JSON with sorted keys."""
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> PlanFingerprint:
+        return cls(**{**raw, "tables": [TableFingerprint(**t) for t in raw["tables"]]})
+
+
+@dataclass(frozen=True)
+class RankEstimate:
+    """The cost model's figures of one rank (sharding.cost.PlanCost.to_dict)."""
+
+    rank: int
+    memory_bytes: int
+    weights_bytes: int
+    optimizer_bytes: int
+    buffer_bytes: int
+    lookup_ms: float
+    comm_ms: float
+    step_ms: float
+    bytes_sent: dict[str, int]
+    """Collective kind (all_to_all, reduce_scatter, all_gather, all_reduce) -> bytes per step."""
+
+
+@dataclass(frozen=True)
+class PlanEstimate:
+    """The cost model's per-rank figures at plan time."""
+
+    max_step_ms: float
+    critical_rank: int
+    memory_capacity_bytes: int
+    ranks: list[RankEstimate]
+    sync_every: int | None = None
+    """2D plans only: steps between the replicas' weight synchronisations."""
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        if self.sync_every is None:
+            del out["sync_every"]  # written by 2D plans only
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> PlanEstimate:
+        return cls(**{**raw, "ranks": [RankEstimate(**r) for r in raw["ranks"]]})
 
 
 @dataclass
@@ -79,14 +148,14 @@ class TablePlan:
 @dataclass
 class PlanFile:
     schema_version: int
-    fingerprint: dict[str, Any]
+    fingerprint: PlanFingerprint
     tables: list[TablePlan]
     planner: str = "shardrec"
     """Which search produced the plan (shardrec or torchrec)."""
-    topology: dict[str, Any] = field(default_factory=dict)
-    """The topology it was planned on (preset, ranks per host, memory, bandwidths)."""
-    estimate: dict[str, Any] = field(default_factory=dict)
-    """The cost model's per-rank figures at plan time (memory, compute, bytes moved)."""
+    topology: ClusterTopology | None = None
+    """The topology it was planned on (preset, ranks per host, memory, bandwidths); None: not recorded."""
+    estimate: PlanEstimate | None = None
+    """The cost model's per-rank figures at plan time (memory, compute, bytes moved); None: not recorded."""
     sharding_group_size: int = 0
     """0: tables sharded over all ranks. G: 2D, shards on ranks 0..G-1 of each sharding group
     of G ranks, replicated world_size / G times (torchrec's DMPCollection, CUDA only)."""
@@ -98,9 +167,16 @@ class PlanFile:
                 return t
         raise KeyError(name)
 
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as its file holds it (a topology or estimate not recorded is an empty object)."""
+        out = dataclasses.asdict(self)
+        out["topology"] = self.topology.to_dict() if self.topology is not None else {}
+        out["estimate"] = self.estimate.to_dict() if self.estimate is not None else {}
+        return out
+
     def to_json(self) -> str:
         # sort_keys + fixed separators: the same plan always gives the same bytes.
-        return json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True) + "\n"
+        return json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n"
 
     @classmethod
     def from_json(cls, text: str) -> PlanFile:
@@ -119,7 +195,7 @@ def _table_fingerprint(config: EmbeddingBagConfig) -> dict[str, Any]:
 
 def plan_fingerprint(
     configs: list[EmbeddingBagConfig], world_size: int, global_batch_size: int, device_kind: str
-) -> dict[str, Any]:
+) -> PlanFingerprint:
     """What a plan depends on; two jobs with equal fingerprints can share a plan."""
     if device_kind not in DEVICE_KINDS:
         raise ValueError(f"device kind {device_kind!r} is not one of {', '.join(DEVICE_KINDS)}")
@@ -130,7 +206,7 @@ def plan_fingerprint(
         "device_kind": device_kind,
     }
     digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
-    return {**body, "digest": digest}
+    return PlanFingerprint.from_dict({**body, "digest": digest})
 
 
 def save_plan(plan: PlanFile, path: str | Path) -> None:
@@ -139,12 +215,19 @@ def save_plan(plan: PlanFile, path: str | Path) -> None:
 
 
 def _plan_from_dict(raw: dict[str, Any]) -> PlanFile:
+    """The one reader of a plan's fields (load_plan checks their types first)."""
     table_plans = []
     for entry in raw["tables"]:
         shards = [Shard(**shard) for shard in entry["shards"]]
         table_plans.append(TablePlan(entry["name"], entry["sharding_type"], entry["compute_kernel"], shards))
-    rest = {key: value for key, value in raw.items() if key != "tables"}
-    return PlanFile(tables=table_plans, **rest)
+    rest = {key: value for key, value in raw.items() if key not in ("tables", "fingerprint", "topology", "estimate")}
+    return PlanFile(
+        tables=table_plans,
+        fingerprint=PlanFingerprint.from_dict(raw["fingerprint"]),
+        topology=ClusterTopology(**raw["topology"]) if raw.get("topology") else None,
+        estimate=PlanEstimate.from_dict(raw["estimate"]) if raw.get("estimate") else None,
+        **rest,
+    )
 
 
 def load_plan(path: str | Path) -> PlanFile:
@@ -160,10 +243,20 @@ def load_plan(path: str | Path) -> PlanFile:
             f"{path}: schema_version {shown(version)} is not supported (this shardrec reads {PLAN_SCHEMA_VERSION})"
         )
     check_plan_fields(path, raw)  # every field by type: a wrong one is named here, not inside the ranks
+    if raw.get("topology"):
+        check_fields(path, raw["topology"], ClusterTopology, "topology.")
+    if raw.get("estimate"):
+        check_fields(path, raw["estimate"], PlanEstimate, "estimate.")
+        for i, rank in enumerate(raw["estimate"]["ranks"]):
+            check_fields(
+                path, expect(path, rank, "object", f"estimate.ranks[{i}]"), RankEstimate, f"estimate.ranks[{i}]."
+            )
     try:
         plan = _plan_from_dict(raw)
     except (KeyError, TypeError) as e:
         raise ValueError(f"{path}: malformed plan file: {e!r}") from None
+    except ValueError as e:  # a topology whose figures cannot be (ClusterTopology's own checks)
+        raise ValueError(f"{path}: {e}") from None
     for t in plan.tables:
         if t.sharding_type not in SHARDING_TYPES:
             raise ValueError(f"{path}: table {t.name}: unknown sharding_type {t.sharding_type!r}")
@@ -172,9 +265,9 @@ def load_plan(path: str | Path) -> PlanFile:
     return plan
 
 
-def _describe_table_diff(planned: list[dict], current: list[dict]) -> list[str]:
-    old = {t["name"]: t for t in planned}
-    new = {t["name"]: t for t in current}
+def _describe_table_diff(planned: list[TableFingerprint], current: list[TableFingerprint]) -> list[str]:
+    old = {t.name: t for t in planned}
+    new = {t.name: t for t in current}
     out = []
     missing = sorted(set(new) - set(old))
     extra = sorted(set(old) - set(new))
@@ -184,21 +277,21 @@ def _describe_table_diff(planned: list[dict], current: list[dict]) -> list[str]:
         out.append(f"tables in the plan but not in the job: {', '.join(extra)}")
     for name in sorted(set(old) & set(new)):
         for key in ("rows", "dim", "features", "pooling"):
-            if old[name][key] != new[name][key]:
-                out.append(f"table {name} {key}: plan {old[name][key]}, job {new[name][key]}")
+            if getattr(old[name], key) != getattr(new[name], key):
+                out.append(f"table {name} {key}: plan {getattr(old[name], key)}, job {getattr(new[name], key)}")
     return out
 
 
-def check_plan(plan: PlanFile, fingerprint: dict[str, Any]) -> None:
+def check_plan(plan: PlanFile, fingerprint: PlanFingerprint) -> None:
     """Raise StalePlanError listing every difference between the plan's fingerprint and the job's."""
     planned = plan.fingerprint
-    if planned.get("digest") == fingerprint.get("digest"):
+    if planned.digest == fingerprint.digest:
         return
     diffs = []
     for key in ("world_size", "global_batch_size", "device_kind"):
-        if planned.get(key) != fingerprint.get(key):
-            diffs.append(f"{key.replace('_', ' ')}: plan {planned.get(key)}, job {fingerprint.get(key)}")
-    diffs += _describe_table_diff(planned.get("tables", []), fingerprint.get("tables", []))
+        if getattr(planned, key) != getattr(fingerprint, key):
+            diffs.append(f"{key.replace('_', ' ')}: plan {getattr(planned, key)}, job {getattr(fingerprint, key)}")
+    diffs += _describe_table_diff(planned.tables, fingerprint.tables)
     if not diffs:  # same content, other order
         diffs.append("table order differs")
     raise StalePlanError("the plan was made for another job: " + "; ".join(diffs) + " (re-run `shardrec plan`)")

@@ -6,6 +6,7 @@ the tests); it returns TablePlans in a PlanFile, one per EmbeddingBagConfig of t
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -13,7 +14,7 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 from shardrec.sharding.constraints import TableConstraint, parse_constraints
 from shardrec.sharding.cost import PlanCost, evaluate
-from shardrec.sharding.plan_io import PLAN_SCHEMA_VERSION, PlanFile, TablePlan, plan_fingerprint
+from shardrec.sharding.plan_io import PLAN_SCHEMA_VERSION, PlanEstimate, PlanFile, TablePlan, plan_fingerprint
 from shardrec.sharding.report import idle_ranks_warning
 from shardrec.sharding.request import PlanRequest, SearchRequest
 from shardrec.sharding.skew import LookupCurve, curves_from_stats
@@ -106,7 +107,7 @@ def plan_tables(request: PlanRequest, *, search: str = "shardrec") -> PlanFile:
     plan = build_plan_file(table_plans, request.configs, topo, request.global_batch_size, cost, search)
     plan.sharding_group_size = group_size
     if group_size:
-        plan.estimate["sync_every"] = request.sync_every
+        plan.estimate = dataclasses.replace(plan.estimate, sync_every=request.sync_every)
     idle = idle_ranks_warning(plan)
     if idle:
         logger.warning("%s", idle)
@@ -170,6 +171,6 @@ def build_plan_file(
         fingerprint=plan_fingerprint(configs, topo.world_size, global_batch_size, topo.device_kind),
         tables=table_plans,
         planner=search,
-        topology=topo.to_dict(),
-        estimate=cost.to_dict(),
+        topology=topo,
+        estimate=PlanEstimate.from_dict(cost.to_dict()),
     )

@@ -20,7 +20,7 @@ def _ranks_text(ranks: list[int]) -> str:
 
 def idle_ranks(plan: PlanFile) -> list[int]:
     """Ranks that hold no shard of any table (of a 2D plan: group ranks); they run the dense part only."""
-    world = plan.sharding_group_size or int(plan.fingerprint.get("world_size", 0))
+    world = plan.sharding_group_size or plan.fingerprint.world_size
     used = {r for tp in plan.tables for r in tp.ranks}
     return [r for r in range(world) if r not in used]
 
@@ -30,7 +30,7 @@ def idle_ranks_warning(plan: PlanFile) -> str:
     idle = idle_ranks(plan)
     if not idle:
         return ""
-    world = plan.sharding_group_size or int(plan.fingerprint.get("world_size", 0))
+    world = plan.sharding_group_size or plan.fingerprint.world_size
     return (
         f"{len(idle)} of {world} ranks hold no embedding table (ranks {_ranks_text(idle)}): their memory and "
         "lookups go unused; plan for fewer ranks, or allow row-wise/column-wise sharding for the largest tables"
@@ -50,12 +50,11 @@ def tables_table(plan: PlanFile, limit: int = 60) -> Table:
 
 def ranks_table(plan: PlanFile, limit: int = 32) -> Table:
     est = plan.estimate
-    cap = est.get("memory_capacity_bytes", 0) / MiB
-    t = Table(
-        title=(
-            f"ranks (critical path: rank {est.get('critical_rank')}, {est.get('max_step_ms', 0):.3f} ms/step estimated)"
-        )
-    )
+    ranks = est.ranks if est is not None else []
+    critical = est.critical_rank if est is not None else None
+    cap = est.memory_capacity_bytes / MiB if est is not None else 0
+    step_ms = est.max_step_ms if est is not None else 0
+    t = Table(title=f"ranks (critical path: rank {critical}, {step_ms:.3f} ms/step estimated)")
     t.caption = (
         f"MiB: memory used of {cap:,.0f} MiB per rank = weights (wts) + optimizer (opt) + buffers (buf); "
         "MiB sent per step (fwd+bwd) by all-to-all, reduce-scatter + all-gather, all-reduce"
@@ -63,19 +62,17 @@ def ranks_table(plan: PlanFile, limit: int = 32) -> Table:
     # Short headers keep the table whole on an 80-column terminal.
     for col in ("rank", "MiB", "wts", "opt", "buf", "lookup ms", "comm ms", "a2a", "rs+ag", "allred"):
         t.add_column(col, justify="right")
-    ranks = est.get("ranks", [])
-    shown = ranks if len(ranks) <= limit else sorted(ranks, key=lambda r: -r["step_ms"])[:limit]
+    shown = ranks if len(ranks) <= limit else sorted(ranks, key=lambda r: -r.step_ms)[:limit]
     for r in shown:
-        b = r["bytes_sent"]
-        mark = "*" if r["rank"] == est.get("critical_rank") else ""
+        b = r.bytes_sent
         t.add_row(
-            f"{r['rank']}{mark}",
-            f"{r['memory_bytes'] / MiB:.1f}",
-            f"{r['weights_bytes'] / MiB:.1f}",
-            f"{r['optimizer_bytes'] / MiB:.1f}",
-            f"{r['buffer_bytes'] / MiB:.1f}",
-            f"{r['lookup_ms']:.2f}",
-            f"{r['comm_ms']:.2f}",
+            f"{r.rank}{'*' if r.rank == critical else ''}",
+            f"{r.memory_bytes / MiB:.1f}",
+            f"{r.weights_bytes / MiB:.1f}",
+            f"{r.optimizer_bytes / MiB:.1f}",
+            f"{r.buffer_bytes / MiB:.1f}",
+            f"{r.lookup_ms:.2f}",
+            f"{r.comm_ms:.2f}",
             f"{b['all_to_all'] / MiB:.2f}",
             f"{(b['reduce_scatter'] + b['all_gather']) / MiB:.2f}",
             f"{b['all_reduce'] / MiB:.2f}",
@@ -91,9 +88,9 @@ def summary(plan: PlanFile) -> dict:
         "planner": plan.planner,
         "tables": len(plan.tables),
         "sharding_types": dict(sorted(Counter(t.sharding_type for t in plan.tables).items())),
-        "world_size": plan.fingerprint.get("world_size"),
-        "max_step_ms": plan.estimate.get("max_step_ms"),
-        "critical_rank": plan.estimate.get("critical_rank"),
-        "fingerprint": plan.fingerprint.get("digest"),
+        "world_size": plan.fingerprint.world_size,
+        "max_step_ms": plan.estimate.max_step_ms if plan.estimate is not None else None,
+        "critical_rank": plan.estimate.critical_rank if plan.estimate is not None else None,
+        "fingerprint": plan.fingerprint.digest,
         "sharding_group_size": plan.sharding_group_size,
     }

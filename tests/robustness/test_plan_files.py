@@ -100,6 +100,33 @@ def test_plan_files_and_calibration_profiles_are_checked_by_type(tiny_dataset: P
         assert_one_line_error(result, "^error: " + re.escape(str(profile)) + ": " + message)
 
 
+BAD_RECORDS = [
+    ("topology.memory_bytes", "4", r"topology.memory_bytes is '4', expected an integer >= 0"),
+    ("topology.lookup_bw", None, r"topology.lookup_bw is missing"),
+    ("topology.memory_bytes", 0, r"topology h100: memory per rank is 0 bytes; it must be > 0"),
+    ("estimate.ranks", "x", r"estimate.ranks is 'x', expected a list"),
+    ("estimate.ranks.1", 3, r"estimate.ranks\[1\] is 3, expected an object"),
+    ("estimate.ranks.0.step_ms", "fast", r"estimate.ranks\[0\].step_ms is 'fast', expected a number"),
+    ("estimate.ranks.0.bytes_sent", [], r"estimate.ranks\[0\].bytes_sent is \[\], expected an object"),
+    ("estimate.sync_every", -1, r"estimate.sync_every is -1, expected an integer >= 0"),
+]
+
+
+def test_a_plans_topology_and_estimate_are_read_by_type(tmp_path: Path):
+    raw = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "plans" / "h100-2d-world4.json").read_text())
+    for key, value, message in BAD_RECORDS:
+        bad = json.loads(json.dumps(raw))
+        if value is None:
+            section, name = key.split(".")
+            del bad[section][name]
+        else:
+            _set(bad, key, value)
+        path = tmp_path / "bad.json"
+        path.write_text(json.dumps(bad))
+        pattern = "^error: " + re.escape(str(path)) + ": " + message
+        assert_one_line_error(runner.invoke(app, ["plan", "show", str(path)]), pattern)
+
+
 @pytest.mark.parametrize("text", ["", "{", "\xff\xfe"], ids=["empty", "torn", "not-utf8"])
 def test_an_unreadable_plan_file_is_named(tmp_path: Path, text: str):
     path = tmp_path / "plan.json"

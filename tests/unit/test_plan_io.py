@@ -9,6 +9,7 @@ import pytest
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 from shardrec.sharding.plan_io import (
+    PlanFile,
     StalePlanError,
     check_plan,
     load_plan,
@@ -153,9 +154,9 @@ def test_2d_plan_is_a_group_plan() -> None:
             sync_every=10,
         )
     )
-    assert plan.sharding_group_size == 8 and plan.fingerprint["world_size"] == 64
+    assert plan.sharding_group_size == 8 and plan.fingerprint.world_size == 64
     assert max(r for t in plan.tables for r in t.ranks) < 8
-    assert len(plan.estimate["ranks"]) == 8 and plan.estimate["ranks"][0]["bytes_sent"]["all_reduce"] > 0
+    assert len(plan.estimate.ranks) == 8 and plan.estimate.ranks[0].bytes_sent["all_reduce"] > 0
     sp = to_sharding_plan(plan, ts.configs, "ebc", 64, 8, "cuda")
     assert len(sp.plan["ebc"]) == 60
     with pytest.raises(ValueError, match="must be positive and divide world size 64"):
@@ -181,3 +182,18 @@ def test_explicit_ranks_per_host_must_divide_the_world_size():
     with pytest.raises(ValueError, match="local_world_size = 5 must be > 0 and divide world_size = 2"):
         build_topology("cpu-gloo", world_size=2, local_world_size=5)
     assert build_topology("a100", world_size=4).local_world_size == 4  # preset host shrinks to the job
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+@pytest.mark.parametrize("name", ["h100-2d-world4.json", "cpu-torchrec-world2.json"])
+def test_plan_files_written_before_typed_fields_load_and_write_back_byte_for_byte(name: str) -> None:
+    """The fingerprint, topology and estimate are dataclasses now; the file they make is unchanged."""
+    path = FIXTURES / "plans" / name
+    plan = load_plan(path)
+    assert plan.to_json() == path.read_text()
+    assert PlanFile.from_json(path.read_text()) == plan
+    assert plan.topology is not None and plan.topology.world_size == plan.fingerprint.world_size
+    assert plan.estimate is not None and [r.rank for r in plan.estimate.ranks] == list(range(len(plan.estimate.ranks)))
+    assert plan.estimate.sync_every == (5 if plan.sharding_group_size else None)

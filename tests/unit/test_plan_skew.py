@@ -61,5 +61,5 @@ def test_planner_prices_skew_into_row_wise() -> None:
     vocab = plan_tables(
         PlanRequest(configs=tables, **{**kw, "statistics": DatasetStatistics(stats, ids_by_frequency=True)})
     )
-    assert vocab.estimate["max_step_ms"] > hashed.estimate["max_step_ms"]
-    assert vocab.estimate["critical_rank"] == 0
+    assert vocab.estimate.max_step_ms > hashed.estimate.max_step_ms
+    assert vocab.estimate.critical_rank == 0

@@ -81,11 +81,12 @@ def test_device_auto_is_resolved_by_one_function_for_preflight_and_ranks() -> No
 
 
 def test_two_d_plans_are_refused() -> None:
-    from shardrec.sharding.plan_io import PLAN_SCHEMA_VERSION, PlanFile
+    from shardrec.sharding.plan_io import PLAN_SCHEMA_VERSION, PlanFile, plan_fingerprint
 
-    check_trainable(PlanFile(PLAN_SCHEMA_VERSION, {}, []))
+    fingerprint = plan_fingerprint([], 4, 64, "cpu")
+    check_trainable(PlanFile(PLAN_SCHEMA_VERSION, fingerprint, []))
     with pytest.raises(ValueError, match="2D plan .*sharding_group_size = 2.*DMPCollection"):
-        check_trainable(PlanFile(PLAN_SCHEMA_VERSION, {}, [], sharding_group_size=2))
+        check_trainable(PlanFile(PLAN_SCHEMA_VERSION, fingerprint, [], sharding_group_size=2))
 
 
 def test_resume_with_other_optimizers_is_refused() -> None:

@@ -127,7 +127,7 @@ def plan(
 def _print_plan(result, topology: str, sync_every: int, seconds: float, out: Path | None, json_out: bool) -> None:
     from shardrec.sharding.report import ranks_table, summary, tables_table
 
-    world_size = result.fingerprint["world_size"]
+    world_size = result.fingerprint.world_size
     if json_out:
         print_json(
             {
@@ -137,7 +137,7 @@ def _print_plan(result, topology: str, sync_every: int, seconds: float, out: Pat
                 "tables_plan": [
                     {"name": t.name, "sharding_type": t.sharding_type, "ranks": t.ranks} for t in result.tables
                 ],
-                "estimate": result.estimate,
+                "estimate": result.estimate.to_dict() if result.estimate is not None else {},
             }
         )
         return
@@ -253,7 +253,7 @@ def show_cmd(
                 "tables_plan": [
                     {"name": t.name, "sharding_type": t.sharding_type, "ranks": t.ranks} for t in result.tables
                 ],
-                "estimate": result.estimate,
+                "estimate": result.estimate.to_dict() if result.estimate is not None else {},
             }
         )
         return
@@ -261,8 +261,8 @@ def show_cmd(
     console.print(ranks_table(result))
     fp = result.fingerprint
     console.print(
-        f"{plan_file}: {len(result.tables)} tables for {fp['world_size']} ranks, global batch "
-        f"{fp.get('global_batch_size', 0):,}, planner {result.planner}",
+        f"{plan_file}: {len(result.tables)} tables for {fp.world_size} ranks, global batch "
+        f"{fp.global_batch_size:,}, planner {result.planner}",
         highlight=False,
     )
 

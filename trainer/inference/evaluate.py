@@ -186,11 +186,8 @@ def evaluate_checkpoint(request: EvalRequest, env: DistEnv) -> dict[str, Any]:
     manifest = data_options.model_manifest(raw, config.data)
     saved_plan = load_plan(Path(request.run_dir) / RUN_PLAN)
     # The run's own plan where it fits: the same shards give the same sums, hence the same AUC bits.
-    fits = (saved_plan.fingerprint.get("world_size"), saved_plan.fingerprint.get("device_kind")) == (
-        env.world_size,
-        env.device.type,
-    )
-    model, _, plan = build.build_sharded_model(
+    fits = (saved_plan.fingerprint.world_size, saved_plan.fingerprint.device_kind) == (env.world_size, env.device.type)
+    model, tables, plan = build.build_sharded_model(
         manifest,
         env,
         model_config=config.model,
@@ -205,7 +202,7 @@ def evaluate_checkpoint(request: EvalRequest, env: DistEnv) -> dict[str, Any]:
         progress=TrainProgress(),
         sharded={"model": ModuleState(model)},
         main={},
-        signature=checkpoint_signature(config.model, config.optim, plan, fingerprint),
+        signature=checkpoint_signature(config.model, config.optim, tables, fingerprint),
         layout=plan.to_json(),
         per_rank={},
     )

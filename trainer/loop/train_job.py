@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 from shardrec.dataloader.files import atomic_write_bytes
 from shardrec.dataloader.format import Manifest
@@ -55,13 +56,15 @@ class Job:
 OPTIMIZER_KEYS = ("sparse", "dense")
 
 
-def checkpoint_signature(model: ModelConfig, optim: OptimConfig, plan: PlanFile, dataset: str = "") -> dict[str, Any]:
+def checkpoint_signature(
+    model: ModelConfig, optim: OptimConfig, tables: list[EmbeddingBagConfig], dataset: str = ""
+) -> dict[str, Any]:
     """What must match for a checkpoint to load: the model, its tables, the optimizers' kinds and the
     dataset's fingerprint (trainer.rundir.lifecycle; "" skips that check), not the plan."""
     return {
         "model": asdict(model),
         "optim": {k: getattr(optim, k) for k in OPTIMIZER_KEYS},
-        "tables": [{"name": t["name"], "rows": t["rows"], "dim": t["dim"]} for t in plan.fingerprint["tables"]],
+        "tables": [{"name": t.name, "rows": int(t.num_embeddings), "dim": int(t.embedding_dim)} for t in tables],
         "dataset": dataset,
     }
 
@@ -142,7 +145,7 @@ def build_job(config: JobConfig, env: DistEnv, run_dir: Path, plan_path: str | N
         runner=runner,
         train_loader=train_loader,
         progress=progress,
-        signature=checkpoint_signature(config.model, config.optim, plan, lifecycle.dataset_fingerprint(manifest)),
+        signature=checkpoint_signature(config.model, config.optim, tables, lifecycle.dataset_fingerprint(manifest)),
     )
     checkpoints = CheckpointManager(
         run_dir / "checkpoints", env, keep=config.checkpoint.keep, parts=parts, timeout_s=config.checkpoint.timeout_s

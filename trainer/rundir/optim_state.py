@@ -11,7 +11,6 @@ over its columns: exact when the cut is unchanged, and the natural estimate othe
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,7 +19,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed._shard.sharded_tensor import ShardedTensor
 
-from shardrec.sharding.plan_io import PlanFile
+from shardrec.sharding.plan_io import PlanFile, TablePlan
 
 if TYPE_CHECKING:
     from shardrec.trainer.model.optim import TrainOptimizer
@@ -29,10 +28,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def column_widths(table: dict[str, Any] | Any) -> list[int]:
+def column_widths(table: TablePlan) -> list[int]:
     """Widths of a table's column shards, left to right ([dim] when it is not cut by columns)."""
-    shards = table["shards"] if isinstance(table, dict) else [vars(s) for s in table.shards]
-    cuts = sorted({(s["col_offset"], s["cols"]) for s in shards})
+    cuts = sorted({(s.col_offset, s.cols) for s in table.shards})
     return [cols for _, cols in cuts]
 
 
@@ -58,8 +56,8 @@ def adapt_fused_state(path: Path, fused_state: dict[str, Any], saved_plan_json: 
     holding the whole [rows] accumulator); both are filled in place. Returns the converted
     entries, {param key: {state name: tensor}}, to put back into the state after DCP loaded the rest.
     """
-    saved = {t["name"]: t for t in json.loads(saved_plan_json)["tables"]}
-    rows_of = {t["name"]: t["rows"] for t in plan.fingerprint["tables"]}
+    saved = {t.name: t for t in PlanFile.from_json(saved_plan_json).tables}
+    rows_of = {t.name: t.rows for t in plan.fingerprint.tables}
     converted: dict[str, dict[str, Any]] = {}
     for key, entries in fused_state.get("state", {}).items():
         for name, value in list(entries.items()):

@@ -18,7 +18,8 @@ import torch
 
 from shardrec.trainer.distributed.dist import DistEnv
 from shardrec.trainer.rundir.checkpoint import CheckpointManager, CheckpointParts, ModuleState, RngState, TrainProgress
-from shardrec.trainer.rundir.checkpoint_trust import DIGESTS, UntrustedCheckpoint, verify_checkpoint
+from shardrec.trainer.rundir.checkpoint_trust import UntrustedCheckpoint, verify_checkpoint
+from shardrec.trainer.rundir.names import DIGESTS
 
 ENV = DistEnv(rank=0, local_rank=0, world_size=1, local_world_size=1, device=torch.device("cpu"), backend="gloo")
 SIGNATURE = {"model": {"arch": "dlrm"}, "optim": {"sparse": "sgd"}, "tables": [{"name": "t", "rows": 3, "dim": 2}]}

@@ -145,3 +145,17 @@ def test_every_package_says_what_it_owns_and_no_trainer_folder_is_crowded():
     for sub in ["", *_subpackages()]:
         modules = [p for p in (TRAINER / sub).glob("*.py") if p.name not in ("__init__.py", "__main__.py")]
         assert len(modules) <= MAX_MODULES, f"trainer/{sub}: {len(modules)} modules"
+
+
+def test_run_directory_file_names_are_spelled_in_one_module():
+    from shardrec.trainer.rundir import names
+
+    spelled = {v for k, v in vars(names).items() if k.isupper() and isinstance(v, str)}
+    found = []
+    for path in [*TRAINER.rglob("*.py"), *(ROOT / "tools").rglob("*.py")]:
+        if path == TRAINER / "rundir" / "names.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in spelled:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}")
+    assert found == []

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from shardrec.tools.cli.common import console, err_console, fail, print_json
 from shardrec.trainer.job import flags
+from shardrec.trainer.rundir import names
 from shardrec.trainer.rundir.lock import RunLock
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ def _failure_message(code: int, out_dir: Path) -> str:
     from shardrec.trainer.rundir.checkpoint import complete_checkpoints
 
     message = f"training failed (torchrun exit code {code}); the ranks' messages are above"
-    done = complete_checkpoints(out_dir / "checkpoints")
+    done = complete_checkpoints(out_dir / names.CHECKPOINTS)
     if done:
         step, path = done[-1]
         message += f"; the newest complete checkpoint, {path} (step {step}), is kept and a re-run resumes from it"
@@ -122,7 +123,7 @@ def _check_resume_checkpoint(out_dir: Path) -> None:
     from shardrec.trainer.rundir.checkpoint import complete_checkpoints
     from shardrec.trainer.rundir.checkpoint_trust import UntrustedCheckpoint, verify_checkpoint
 
-    done = complete_checkpoints(out_dir / "checkpoints")
+    done = complete_checkpoints(out_dir / names.CHECKPOINTS)
     if done:
         try:
             verify_checkpoint(done[-1][1], skip_suffix=".distcp")
@@ -168,18 +169,18 @@ def _prepare_run_dir(
 
 def _show_results(out_dir: Path, json_out: bool) -> None:
     """The plan first and the results last, so that they stay on screen."""
-    summary = json.loads((out_dir / "summary.json").read_text())
+    summary = json.loads((out_dir / names.SUMMARY).read_text())
     if json_out:
         print_json(summary)
         return
     from shardrec.sharding.plan_io import load_plan
     from shardrec.sharding.report import tables_table
 
-    console.print(tables_table(load_plan(out_dir / "plan.json")))
+    plan, metrics = out_dir / names.PLAN, out_dir / names.METRICS
+    console.print(tables_table(load_plan(plan)))
     _print_summary(summary, out_dir)
     console.print(
-        f"plan: {out_dir / 'plan.json'} (`shardrec plan show {out_dir / 'plan.json'}`); "
-        f"metrics: {out_dir / 'metrics.jsonl'} (`shardrec report {out_dir}`)",
+        f"plan: {plan} (`shardrec plan show {plan}`); metrics: {metrics} (`shardrec report {out_dir}`)",
         highlight=False,
         soft_wrap=True,
     )

@@ -28,7 +28,7 @@ from shardrec.trainer.job.config import JobConfig, load_job_config
 from shardrec.trainer.loop.steps import evaluate_batches
 from shardrec.trainer.loop.train_job import checkpoint_signature
 from shardrec.trainer.model import build
-from shardrec.trainer.rundir import lifecycle
+from shardrec.trainer.rundir import lifecycle, names
 from shardrec.trainer.rundir.checkpoint import (
     CheckpointManager,
     CheckpointParts,
@@ -38,9 +38,6 @@ from shardrec.trainer.rundir.checkpoint import (
 )
 
 logger = logging.getLogger(__name__)
-
-RUN_CONFIG = "config.toml"
-RUN_PLAN = "plan.json"
 
 
 @dataclass(frozen=True)
@@ -71,9 +68,9 @@ class EvalRequest:
 
 def run_config(run_dir: Path) -> JobConfig:
     """The resolved config a run kept (RUN/config.toml); ValueError if there is none."""
-    path = Path(run_dir) / RUN_CONFIG
+    path = Path(run_dir) / names.CONFIG
     if not path.is_file():
-        raise ValueError(f"{run_dir}: no {RUN_CONFIG} (not a shardrec run directory?)")
+        raise ValueError(f"{run_dir}: no {names.CONFIG} (not a shardrec run directory?)")
     return load_job_config(path)
 
 
@@ -91,7 +88,7 @@ def run_dataset(run_dir: Path, config: JobConfig, data: Path | None = None) -> M
         return manifest
     if not Path(config.data.path).is_dir():
         raise ValueError(
-            f"{Path(run_dir) / RUN_CONFIG}: data.path = {config.data.path!r} is not a directory here "
+            f"{Path(run_dir) / names.CONFIG}: data.path = {config.data.path!r} is not a directory here "
             "(a relative path is taken from where the command runs; pass --data DIR)"
         )
     manifest = Manifest.load(config.data.path)
@@ -130,9 +127,10 @@ def _at(items: list[Any], i: int) -> str:
 
 def find_checkpoint(run_dir: Path, step: int | None) -> tuple[int, Path]:
     """(step, path) of the run's checkpoint at `step` (None: the newest); ValueError names what exists."""
-    done = complete_checkpoints(Path(run_dir) / "checkpoints")
+    directory = Path(run_dir) / names.CHECKPOINTS
+    done = complete_checkpoints(directory)
     if not done:
-        raise ValueError(f"{run_dir}: no complete checkpoint in {Path(run_dir) / 'checkpoints'}")
+        raise ValueError(f"{run_dir}: no complete checkpoint in {directory}")
     if step is None:
         return done[-1]
     for found in done:
@@ -184,7 +182,7 @@ def evaluate_checkpoint(request: EvalRequest, env: DistEnv) -> dict[str, Any]:
     config, raw = check_request(request, env.world_size)
     step, path = find_checkpoint(request.run_dir, request.step)
     manifest = data_options.model_manifest(raw, config.data)
-    saved_plan = load_plan(Path(request.run_dir) / RUN_PLAN)
+    saved_plan = load_plan(Path(request.run_dir) / names.PLAN)
     # The run's own plan where it fits: the same shards give the same sums, hence the same AUC bits.
     fits = (saved_plan.fingerprint.world_size, saved_plan.fingerprint.device_kind) == (env.world_size, env.device.type)
     model, tables, plan = build.build_sharded_model(
@@ -212,7 +210,7 @@ def evaluate_checkpoint(request: EvalRequest, env: DistEnv) -> dict[str, Any]:
     batches = iter(eval_loader(config, request.split, env))
     metrics = evaluate_batches(model, batches, env.device, config.eval.max_batches)
     metrics["seconds"] = round(time.perf_counter() - start, 3)
-    train_world = torch.load(path / "train_state.pt", weights_only=True)["world_size"]
+    train_world = torch.load(path / names.TRAIN_STATE, weights_only=True)["world_size"]
     return {
         "run_dir": str(request.run_dir),
         "step": step,

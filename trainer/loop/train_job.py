@@ -26,7 +26,7 @@ from shardrec.trainer.job.preflight import check_against_dataset
 from shardrec.trainer.loop.steps import StepRunner
 from shardrec.trainer.model import build
 from shardrec.trainer.model.objective import TRAIN_EBC_PATH
-from shardrec.trainer.rundir import lifecycle
+from shardrec.trainer.rundir import lifecycle, names
 from shardrec.trainer.rundir.checkpoint import CheckpointManager, CheckpointParts, ModuleState, TrainProgress
 from shardrec.trainer.rundir.optim_state import SparseOptimizerState
 
@@ -147,9 +147,8 @@ def build_job(config: JobConfig, env: DistEnv, run_dir: Path, plan_path: str | N
         progress=progress,
         signature=checkpoint_signature(config.model, config.optim, tables, lifecycle.dataset_fingerprint(manifest)),
     )
-    checkpoints = CheckpointManager(
-        run_dir / "checkpoints", env, keep=config.checkpoint.keep, parts=parts, timeout_s=config.checkpoint.timeout_s
-    )
+    keep, timeout_s = config.checkpoint.keep, config.checkpoint.timeout_s
+    checkpoints = CheckpointManager(run_dir / names.CHECKPOINTS, env, keep=keep, parts=parts, timeout_s=timeout_s)
     return Job(
         config=config,
         env=env,
@@ -173,8 +172,8 @@ def write_run_files(job: Job) -> None:
     # data.path as an absolute path, so that eval and export find the data from any directory;
     # dataset.json keeps the path as given too.
     saved = lifecycle.with_absolute_data_path(job.config)
-    atomic_write_bytes(job.run_dir / "config.toml", saved.to_toml().encode())
+    atomic_write_bytes(job.run_dir / names.CONFIG, saved.to_toml().encode())
     if job.manifest is not None:
         record = lifecycle.dataset_record(saved.data.path, job.manifest, given=job.config.data.path)
-        atomic_write_bytes(job.run_dir / lifecycle.DATASET_RECORD, record)
-    save_plan(job.plan, job.run_dir / "plan.json")
+        atomic_write_bytes(job.run_dir / names.DATASET_RECORD, record)
+    save_plan(job.plan, job.run_dir / names.PLAN)

@@ -24,7 +24,7 @@ from shardrec.trainer.loop.progress import TrainReporter
 from shardrec.trainer.loop.steps import LossWindow, StepRunner, StepStats, evaluate_batches
 from shardrec.trainer.loop.target import EvalSchedule, TargetTracker
 from shardrec.trainer.loop.train_job import Job, write_run_files
-from shardrec.trainer.rundir import lifecycle
+from shardrec.trainer.rundir import lifecycle, names
 from shardrec.trainer.rundir.metrics_log import MetricsWriter
 
 logger = logging.getLogger(__name__)
@@ -215,5 +215,5 @@ def run_job(job: Job) -> dict[str, Any]:
         reporter.close()
     summary["eval"] = final
     if job.env.is_main:
-        atomic_write_bytes(job.run_dir / "summary.json", (json.dumps(summary, indent=2, default=str) + "\n").encode())
+        atomic_write_bytes(job.run_dir / names.SUMMARY, (json.dumps(summary, indent=2, default=str) + "\n").encode())
     return summary

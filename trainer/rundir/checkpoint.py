@@ -29,7 +29,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-import re
 import shutil
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -46,8 +45,8 @@ from torch.distributed.checkpoint.stateful import Stateful
 from shardrec.dataloader.files import atomic_open, fsync_dir
 from shardrec.trainer.distributed import faults
 from shardrec.trainer.distributed.dist import DistEnv, monitored_barrier
+from shardrec.trainer.rundir import names
 from shardrec.trainer.rundir.checkpoint_trust import (
-    DIGESTS,
     UntrustedCheckpoint,
     read_digests,
     verify_files,
@@ -56,8 +55,6 @@ from shardrec.trainer.rundir.checkpoint_trust import (
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINT_RE = re.compile(r"^step-(\d{8})$")
-TRAIN_STATE = "train_state.pt"
 FORMAT_VERSION = 1
 
 
@@ -203,8 +200,8 @@ def complete_checkpoints(directory: Path) -> list[tuple[int, Path]]:
         return []
     found = []
     for path in directory.iterdir():
-        match = CHECKPOINT_RE.match(path.name)
-        if match and (path / DIGESTS).is_file():  # written last: the save finished
+        match = names.CHECKPOINT_RE.match(path.name)
+        if match and (path / names.DIGESTS).is_file():  # written last: the save finished
             found.append((int(match.group(1)), path))
     return sorted(found)
 
@@ -236,8 +233,8 @@ class CheckpointManager:
     def save(self) -> Path:
         """Write a checkpoint of the parts at the current step; returns its directory."""
         parts, step = self.parts, self.parts.progress.step
-        final = self.directory / f"step-{step:08d}"
-        tmp = self.directory / f".step-{step:08d}.tmp"
+        final = self.directory / names.checkpoint_name(step)
+        tmp = self.directory / f".{final.name}.tmp"
         if self.env.is_main:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
@@ -251,7 +248,7 @@ class CheckpointManager:
             _save_file(tmp / f"{name}-{self.env.rank}.pt", part.state_dict())
         if self.env.is_main:
             _save_file(
-                tmp / TRAIN_STATE,
+                tmp / names.TRAIN_STATE,
                 {
                     "format_version": FORMAT_VERSION,
                     "progress": parts.progress.state_dict(),
@@ -320,7 +317,7 @@ class CheckpointManager:
         its signature differs."""
         parts = self.parts
         self.verify(path)  # before anything is read: DCP unpickles .metadata
-        train_state = torch.load(path / TRAIN_STATE, weights_only=True)
+        train_state = torch.load(path / names.TRAIN_STATE, weights_only=True)
         mismatch = describe_mismatch(train_state["signature"], parts.signature)
         if mismatch:
             raise ValueError(f"{path}: checkpoint of another model or optimizer: {mismatch}")

@@ -28,8 +28,8 @@ from typing import Any
 
 from shardrec.dataloader.files import atomic_open
 from shardrec.dataloader.format import file_sha256
+from shardrec.trainer.rundir import names
 
-DIGESTS = "digests.json"
 DIGESTS_VERSION = 1
 
 
@@ -40,10 +40,10 @@ class UntrustedCheckpoint(ValueError):
 def _files(directory: Path) -> list[str]:
     """Every file under `directory` but the digests, as sorted relative POSIX paths."""
     found = []
-    for root, _, names in os.walk(directory):
-        for name in names:
+    for root, _, files in os.walk(directory):
+        for name in files:
             rel = (Path(root) / name).relative_to(directory).as_posix()
-            if rel != DIGESTS:
+            if rel != names.DIGESTS:
                 found.append(rel)
     return sorted(found)
 
@@ -58,9 +58,9 @@ def write_digests(directory: Path) -> None:
     directory = Path(directory)
     digests = {rel: file_sha256(directory / rel) for rel in _files(directory)}
     record = {"version": DIGESTS_VERSION, "algorithm": "sha256", "files": digests}
-    with atomic_open(directory / DIGESTS) as f:
+    with atomic_open(directory / names.DIGESTS) as f:
         f.write((json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
-    for path in (directory / DIGESTS, directory):
+    for path in (directory / names.DIGESTS, directory):
         os.chmod(path, _private(path.stat().st_mode))
 
 
@@ -84,7 +84,7 @@ def check_owner(path: Path) -> None:
 def read_digests(directory: Path) -> dict[str, str]:
     """The digests of the checkpoint in `directory`, after checking who could have written them."""
     directory = Path(directory)
-    path = directory / DIGESTS
+    path = directory / names.DIGESTS
     check_owner(directory)
     check_owner(path)
     try:
@@ -107,11 +107,12 @@ def verify_files(
     if rank == 0:
         extra = sorted(set(_files(directory)) - set(digests))
         if extra:
-            return f"{directory / extra[0]}: not listed in {DIGESTS} (added after the save); refusing the checkpoint"
+            added = directory / extra[0]
+            return f"{added}: not listed in {names.DIGESTS} (added after the save); refusing the checkpoint"
     for rel in wanted[rank::world_size]:
         path = directory / rel
         if not path.is_file():
-            return f"{path}: listed in {DIGESTS} but missing; refusing the checkpoint"
+            return f"{path}: listed in {names.DIGESTS} but missing; refusing the checkpoint"
         if file_sha256(path) != digests[rel]:
             return (
                 f"{path}: contents differ from the digest written at save time (changed since); refusing the checkpoint"

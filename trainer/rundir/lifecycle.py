@@ -21,11 +21,9 @@ from typing import Any
 
 from shardrec.dataloader.format import Manifest
 from shardrec.trainer.job.config import JobConfig, load_job_config
+from shardrec.trainer.rundir import names
 from shardrec.trainer.rundir.metrics_log import load_metrics
 
-DATASET_RECORD = "dataset.json"
-SUMMARY = "summary.json"
-CONFIG = "config.toml"
 CONTINUATION_KEYS = ("train.steps", "train.epochs")
 """Keys a resume may always change: raising them is how a run continues."""
 # data.path may move as long as the data is the same: the fingerprint decides, not the path.
@@ -68,7 +66,7 @@ def dataset_record(path: str, manifest: Manifest, given: str | None = None) -> b
 def read_dataset_record(run_dir: Path) -> dict[str, Any] | None:
     """RUN/dataset.json (None: a run from before dataset records, or a torn file)."""
     try:
-        record = json.loads((Path(run_dir) / DATASET_RECORD).read_text())
+        record = json.loads((Path(run_dir) / names.DATASET_RECORD).read_text())
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) else None
@@ -151,10 +149,10 @@ class RunDir:
 def read_run_dir(path: Path) -> RunDir:
     from shardrec.trainer.rundir.checkpoint import complete_checkpoints
 
-    done = complete_checkpoints(Path(path) / "checkpoints")
+    done = complete_checkpoints(Path(path) / names.CHECKPOINTS)
     summary = None
     try:
-        summary = json.loads((Path(path) / SUMMARY).read_text())
+        summary = json.loads((Path(path) / names.SUMMARY).read_text())
     except (OSError, ValueError):
         pass  # no summary, or a torn one: the run did not finish
     summary = summary if isinstance(summary, dict) else None
@@ -175,7 +173,7 @@ def _target_stop(run_dir: Path, step: int | None) -> dict[str, Any] | None:
 
 def _metrics_records(run_dir: Path) -> list[dict[str, Any]]:
     """RUN/metrics.jsonl's records (none without the file); torn lines skipped."""
-    if not (Path(run_dir) / "metrics.jsonl").is_file():
+    if not (Path(run_dir) / names.METRICS).is_file():
         return []
     return load_metrics(run_dir, torn="any").records
 
@@ -192,7 +190,7 @@ def check_run_dir(run_dir: Path, config: JobConfig, manifest: Manifest, allow: l
             f"{run_dir} has trained {run.step:,} steps, more than the {total:,} this job runs to "
             "(train.steps / train.epochs): a run cannot go back; raise --steps, or start over with --restart"
         )
-    saved_path = run_dir / CONFIG
+    saved_path = run_dir / names.CONFIG
     if saved_path.is_file():
         changes = setting_changes(load_job_config(saved_path), config)
         refused = {k: v for k, v in changes.items() if not _allowed(k, allow)}
@@ -272,10 +270,10 @@ def run_status(run: RunDir, active_seconds: float = 120.0) -> str:
     in a run without a lock file, metrics were written in the last `active_seconds`."""
     if run.complete:
         return "complete"
-    lock = run.path / ".lock"
+    lock = run.path / names.LOCK
     if lock.is_file():
         return "running" if _lock_held(lock) else "failed"
-    metrics = run.path / "metrics.jsonl"
+    metrics = run.path / names.METRICS
     if metrics.is_file() and time.time() - metrics.stat().st_mtime < active_seconds:
         return "running"
     return "failed"
@@ -300,8 +298,9 @@ def _lock_held(lock: Path) -> bool:
 def find_runs(root: Path) -> list[Path]:
     """Run directories (a config.toml or checkpoints/ inside) at or under `root`, sorted."""
     root = Path(root)
-    found = {p.parent for p in root.rglob(CONFIG)} | {p.parent for p in root.rglob("checkpoints") if p.is_dir()}
-    return sorted(p for p in found if "checkpoints" not in p.relative_to(root).parts)
+    found = {p.parent for p in root.rglob(names.CONFIG)}
+    found |= {p.parent for p in root.rglob(names.CHECKPOINTS) if p.is_dir()}
+    return sorted(p for p in found if names.CHECKPOINTS not in p.relative_to(root).parts)
 
 
 def best_auc(run_dir: Path, split: str = "val") -> float | None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-LOCK_FILE = ".lock"
+from shardrec.trainer.rundir import names
 
 
 class RunDirInUse(ValueError):
@@ -63,7 +63,7 @@ def acquire_run_lock(run_dir: Path, job_id: str | None = None) -> RunLock:
 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / LOCK_FILE
+    path = run_dir / names.LOCK
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from shardrec.trainer.rundir import names
+
 
 class MetricsWriter:
     """Appends one JSON object per line to RUN/metrics.jsonl (and TensorBoard when installed).
@@ -16,7 +18,7 @@ class MetricsWriter:
     """
 
     def __init__(self, run_dir: Path, tensorboard: bool = True) -> None:
-        self.path = run_dir / "metrics.jsonl"
+        self.path = run_dir / names.METRICS
         run_dir.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "a")
         self._tb = None
@@ -26,7 +28,7 @@ class MetricsWriter:
             except ImportError:  # tensorboard is optional
                 pass
             else:
-                self._tb = SummaryWriter(str(run_dir / "tensorboard"))
+                self._tb = SummaryWriter(str(run_dir / names.TENSORBOARD))
 
     def write(self, record: dict[str, Any]) -> None:
         self._file.write(json.dumps(record, sort_keys=True) + "\n")
@@ -60,9 +62,9 @@ def load_metrics(run_dir: Path, *, torn: Literal["error", "last", "any"] = "erro
     "last": a torn last line (a run killed while appending it) is skipped, any other is an
     error. "any": every such line is skipped (status displays that must not fail on a record).
     """
-    path = Path(run_dir) / "metrics.jsonl"
+    path = Path(run_dir) / names.METRICS
     if not path.is_file():
-        raise ValueError(f"{run_dir}: no metrics.jsonl (not a shardrec run directory?)")
+        raise ValueError(f"{run_dir}: no {names.METRICS} (not a shardrec run directory?)")
     lines = path.read_bytes().split(b"\n")
     last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
     records, skipped = [], []

@@ -1,0 +1,33 @@
+"""The names of a run directory's files, spelled once (the on-disk layout; renaming any of them
+strands every run written before):
+
+    RUN/config.toml      the resolved settings of the last invocation (data.path absolute)
+    RUN/plan.json        the plan it ran with
+    RUN/dataset.json     the dataset's path, fingerprint and schema
+    RUN/metrics.jsonl    one JSON record per line; RUN/tensorboard/ the same as TensorBoard events
+    RUN/summary.json     the final results: the run is complete when they are of the newest checkpoint
+    RUN/.lock            the one-job-at-a-time flock (lock.py)
+    RUN/checkpoints/step-NNNNNNNN/   a complete checkpoint (checkpoint.py): train_state.pt,
+                         <part>-<rank>.pt, DCP's files, and digests.json, written last
+"""
+
+from __future__ import annotations
+
+import re
+
+CONFIG = "config.toml"
+PLAN = "plan.json"
+DATASET_RECORD = "dataset.json"
+METRICS = "metrics.jsonl"
+TENSORBOARD = "tensorboard"
+SUMMARY = "summary.json"
+LOCK = ".lock"
+CHECKPOINTS = "checkpoints"
+TRAIN_STATE = "train_state.pt"
+DIGESTS = "digests.json"
+CHECKPOINT_RE = re.compile(r"^step-(\d{8})$")
+
+
+def checkpoint_name(step: int) -> str:
+    """The directory name of the checkpoint of `step` (CHECKPOINT_RE reads it back)."""
+    return f"step-{step:08d}"

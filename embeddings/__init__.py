@@ -3,8 +3,10 @@
 Owns the table specs read from the dataset manifest (one table per sparse feature, its rows
 and its width: the one `model.dims` check), the EmbeddingBagCollection on the meta device, the
 names of table weights inside a model, the plan-independent initial weights, and the sparse
-optimizer (the algorithms, their settings, fusing them into tables, the optimizer of
-data-parallel tables).
+optimizer: what is known of each without torch (sparse_optimizers.py: names, state per row and
+per weight, the devices that run it; the planner and the config read it), the algorithms and
+their settings, fusing them into tables, the optimizer of data-parallel tables (optim.py), and
+its row-wise state between table layouts (optim_layouts.py).
 
 May import: shardrec.dataloader only (for the manifest).
 """

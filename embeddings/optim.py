@@ -1,8 +1,9 @@
-"""The sparse (embedding) optimizer: the algorithms, their settings, and how tables get them.
+"""The sparse (embedding) optimizer as torch runs it: the algorithms, their settings, and how tables get them.
 
 Tables on the fused kernel get the optimizer fused into the embedding kernel's backward: it is
 marked on the unsharded weights and torchrec's sharders pick it up. Data-parallel tables get a
 plain torch optimizer of the same algorithm, stepped after backward with the dense layers'.
+What is known of each optimizer without torch (names, state sizes, devices) is sparse_optimizers.py's.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 
 from shardrec.embeddings.tables import table_weight_fqn
 
-SPARSE_OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
+TORCH_OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
     "rowwise_adagrad": RowWiseAdagrad,
     "adam": torch.optim.Adam,
     "sgd": torch.optim.SGD,
@@ -40,12 +41,12 @@ def attach_fused_optimizer(
     Args:
         ebc: the collection, before sharding.
         table_names: the tables on the fused compute kernel.
-        optimizer: a key of SPARSE_OPTIMIZERS.
+        optimizer: a name of sparse_optimizers.NAMES.
         lr, eps: its learning rate and epsilon.
     """
     weights = [ebc.embedding_bags[name].weight for name in table_names]
     if weights:
-        _apply_optimizer_in_backward(SPARSE_OPTIMIZERS[optimizer], weights, optimizer_kwargs(optimizer, lr, eps))
+        _apply_optimizer_in_backward(TORCH_OPTIMIZERS[optimizer], weights, optimizer_kwargs(optimizer, lr, eps))
 
 
 def replicated_table_params(
@@ -67,4 +68,4 @@ def replicated_table_optimizer(
     params: list[torch.nn.Parameter], *, optimizer: str, lr: float, eps: float
 ) -> torch.optim.Optimizer:
     """The optimizer of data-parallel tables: the same algorithm and settings as the fused one."""
-    return SPARSE_OPTIMIZERS[optimizer](params, **optimizer_kwargs(optimizer, lr, eps))
+    return TORCH_OPTIMIZERS[optimizer](params, **optimizer_kwargs(optimizer, lr, eps))

@@ -12,24 +12,11 @@ from dataclasses import dataclass
 import numpy as np
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
+from shardrec.embeddings.sparse_optimizers import state_bytes as optimizer_bytes
 from shardrec.sharding.comms import KINDS, Workload, collectives_per_step, group_overhead_bytes, table_comm_bytes
 from shardrec.sharding.plan_io import TablePlan
 from shardrec.sharding.skew import LookupCurve, row_share
 from shardrec.sharding.topology import ClusterTopology
-
-# Optimizer state per weight row: row-wise Adagrad keeps one float per row (per column shard),
-# Adam two floats per weight, SGD nothing.
-OPTIMIZERS = ("rowwise_adagrad", "adam", "sgd")
-
-
-def optimizer_bytes(optimizer: str, rows: int, cols: int, elem_bytes: int = 4) -> float:
-    if optimizer == "rowwise_adagrad":
-        return rows * 4.0
-    if optimizer == "adam":
-        return 2.0 * rows * cols * elem_bytes
-    if optimizer == "sgd":
-        return 0.0
-    raise ValueError(f"optimizer {optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
 
 
 @dataclass

@@ -76,7 +76,7 @@ class PlanRequest:
     """The machines; None: the cpu-gloo or h100 preset for `device_kind`."""
     compute_kernel: str = "fused"
     optimizer: str = "rowwise_adagrad"
-    """The sparse optimizer, whose state the memory estimate counts (cost.OPTIMIZERS)."""
+    """The sparse optimizer, whose state the memory estimate counts (shardrec.embeddings.sparse_optimizers)."""
     sharding_group_size: int = 0
     """0: shard over all ranks; G: 2D, shard over groups of G ranks (torchrec's DMPCollection);
     -1: pick the fastest of all ranks and 2D group sizes."""

@@ -187,7 +187,7 @@ def test_plans_and_world_sizes_give_the_same_model(runs) -> None:
 
 @pytest.mark.slow
 def test_resume_reshards_to_one_and_four_ranks(runs) -> None:
-    from shardrec.trainer.rundir.optim_state import convert_rowwise_momentum
+    from shardrec.embeddings.optim_layouts import convert_rowwise_momentum
 
     root, results = runs
     for world in (1, 4):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from shardrec.embeddings.optim_layouts import convert_rowwise_momentum
 from shardrec.trainer.distributed import faults
 from shardrec.trainer.model.optim import dlrm_schedule
-from shardrec.trainer.rundir.optim_state import convert_rowwise_momentum
 
 
 def test_dlrm_schedule_warms_up_holds_and_decays_quadratically() -> None:

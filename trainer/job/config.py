@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_origin, get_type_hints
 
+from shardrec.embeddings import sparse_optimizers
+
 
 def _check_choice(key: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
@@ -191,7 +193,7 @@ class OptimConfig:
     """Steps over which the learning rate decays to zero."""
 
     def __post_init__(self) -> None:
-        _check_choice("optim.sparse", self.sparse, ("rowwise_adagrad", "adam", "sgd"))
+        _check_choice("optim.sparse", self.sparse, sparse_optimizers.NAMES)
         _check_choice("optim.dense", self.dense, ("adagrad", "adam", "sgd"))
         _check_positive("optim.sparse_lr", self.sparse_lr)
         _check_positive("optim.dense_lr", self.dense_lr)

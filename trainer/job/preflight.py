@@ -8,6 +8,7 @@ import torch
 
 from shardrec.dataloader.format import Manifest
 from shardrec.embeddings.dims import table_dims
+from shardrec.embeddings.sparse_optimizers import check_device
 from shardrec.trainer.distributed.dist import resolve_device_kind
 from shardrec.trainer.job.config import JobConfig
 
@@ -25,11 +26,7 @@ def preflight(job: JobConfig, world_size: int) -> None:
     kind = resolve_device_kind(job.train.device)
     if kind == "cuda" and not torch.cuda.is_available():
         raise ValueError("train.device = 'cuda' but CUDA is not available here")
-    if kind == "cpu" and job.optim.sparse == "adam":
-        raise ValueError(
-            "optim.sparse = 'adam' runs on CUDA only (fbgemm's CPU kernels have no Adam); "
-            "use rowwise_adagrad or sgd on CPU"
-        )
+    check_device(job.optim.sparse, kind)
     manifest = Manifest.load(job.data.path)
     check_against_dataset(job, manifest, world_size)
     if job.sharding.plan:

@@ -13,6 +13,7 @@ from torch.optim.lr_scheduler import LambdaLR
 from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 
 from shardrec.embeddings.optim import optimizer_kwargs
+from shardrec.embeddings.optim_layouts import rowwise_state_key
 
 DENSE_OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
     "adagrad": torch.optim.Adagrad,
@@ -87,12 +88,14 @@ class TrainOptimizer:
         return isinstance(self.replicated_tables, RowWiseAdagrad)
 
     def replicated_state(self) -> dict[str, dict[str, torch.Tensor]]:
-        """{param FQN: {"<table>.momentum1": accumulators [rows]}} (views) for row-wise Adagrad."""
+        """{param FQN: {"<table>.momentum1": accumulators [rows]}} (views) for row-wise Adagrad, keyed
+        as fbgemm keys a fused table's (optim_layouts.rowwise_state_key)."""
         if not self._state_by_name():
             return {}
         state = self.replicated_tables.state  # type: ignore[union-attr]
         return {
-            fqn: {f"{table}.momentum1": state[p]["sum"].view(-1)} for fqn, (table, p) in self.replicated_params.items()
+            fqn: {rowwise_state_key(table): state[p]["sum"].view(-1)}
+            for fqn, (table, p) in self.replicated_params.items()
         }
 
     def set_replicated_steps(self, step: int) -> None:

@@ -1,12 +1,8 @@
-"""Converting row-wise Adagrad state when a resume changes how a table is cut into columns.
+"""The embedding tables' optimizer state as one checkpoint part (trainer.rundir.checkpoint.ShardedPart).
 
-fbgemm keeps one row-wise Adagrad accumulator per row of each column shard: a table cut into
-k column shards has a momentum of [k x rows] (shard j at offset j * rows), a table kept whole
-has [rows]. DCP reshards rows freely, but not between these layouts. The conversion spreads
-each old shard's accumulator over its columns and gives each new shard the width-weighted mean
-over its columns: exact when the cut is unchanged, and the natural estimate otherwise.
-
-`SparseOptimizerState` is that state as one checkpoint part (trainer.rundir.checkpoint.ShardedPart).
+DCP reshards rows freely, but row-wise Adagrad keeps one accumulator per row of each column
+shard, so a resume that cuts a table into other column shards converts that state
+(shardrec.embeddings.optim_layouts) from the checkpoint's plan into this job's.
 """
 
 from __future__ import annotations
@@ -19,6 +15,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed._shard.sharded_tensor import ShardedTensor
 
+from shardrec.embeddings.optim_layouts import convert_rowwise_momentum, rowwise_state_key
 from shardrec.sharding.plan_io import PlanFile, TablePlan
 
 if TYPE_CHECKING:
@@ -32,20 +29,6 @@ def column_widths(table: TablePlan) -> list[int]:
     """Widths of a table's column shards, left to right ([dim] when it is not cut by columns)."""
     cuts = sorted({(s.col_offset, s.cols) for s in table.shards})
     return [cols for _, cols in cuts]
-
-
-def convert_rowwise_momentum(
-    old: torch.Tensor, rows: int, old_widths: list[int], new_widths: list[int]
-) -> torch.Tensor:
-    """[len(old_widths) * rows] accumulators -> [len(new_widths) * rows] (see the module docstring)."""
-    per_column = torch.cat(
-        [old[j * rows : (j + 1) * rows, None].expand(rows, w) for j, w in enumerate(old_widths)], dim=1
-    )
-    out, col = [], 0
-    for w in new_widths:
-        out.append(per_column[:, col : col + w].mean(dim=1))
-        col += w
-    return torch.cat(out)
 
 
 def adapt_fused_state(path: Path, fused_state: dict[str, Any], saved_plan_json: str, plan: PlanFile) -> dict[str, Any]:
@@ -62,7 +45,7 @@ def adapt_fused_state(path: Path, fused_state: dict[str, Any], saved_plan_json: 
     for key, entries in fused_state.get("state", {}).items():
         for name, value in list(entries.items()):
             table = name.rsplit(".", 1)[0]
-            if not name.endswith(".momentum1") or table not in saved or not isinstance(value, torch.Tensor):
+            if name != rowwise_state_key(table) or table not in saved or not isinstance(value, torch.Tensor):
                 continue
             rows = rows_of[table]
             old_w, new_w = column_widths(saved[table]), column_widths(plan.table(table))

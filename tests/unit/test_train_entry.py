@@ -123,3 +123,36 @@ def test_the_eval_ranks_read_back_the_request_shardrec_eval_wrote() -> None:
         EvalRequest(Path("/abs/run ü"), step=12, split="val", data=Path("other data"), device="cpu"),
     ):
         assert EvalRequest.from_json(request.to_json()) == request
+
+
+def test_shardrec_eval_starts_its_ranks_through_launch_with_one_request_file(tmp_path: Path, monkeypatch) -> None:
+    """`shardrec eval` checks the request, then starts its rank program through
+    trainer.distributed.launch (as `shardrec train` does), handing the ranks the request as JSON."""
+    import json
+    import shutil
+
+    from conftest import write_tiny_dataset
+
+    from shardrec.tools.cli.app import app
+    from shardrec.trainer.distributed import launch
+    from shardrec.trainer.inference import eval_entry
+    from shardrec.trainer.inference.evaluate import EvalRequest
+
+    run, data = tmp_path / "run", tmp_path / "data"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "run-killed-at-step-6", run)
+    write_tiny_dataset(data)
+    calls = []
+
+    def fake_launch(args: list[str], nproc_per_node: int, *, module: str) -> int:
+        parsed = dict(zip(args[::2], args[1::2]))
+        calls.append((EvalRequest.from_json(Path(parsed["--request"]).read_text()), nproc_per_node, module))
+        metrics = {"step": 4, "split": "val", "world_size": 3, "trained_world_size": 2, "samples": 256}
+        Path(parsed["--result"]).write_text(json.dumps({**metrics, "auc": 0.5, "logloss": 0.7, "ne": 1.0}))
+        return 0
+
+    monkeypatch.setattr(launch, "launch", fake_launch)
+    args = ["eval", str(run), "--split", "val", "--nproc-per-node", "2", "--data", str(data), "--json"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert calls == [(EvalRequest(run, None, "val", data, device="auto"), 2, eval_entry.__name__)]
+    assert json.loads(result.stdout)["auc"] == 0.5

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Annotated
@@ -34,7 +33,8 @@ def eval_run(
     json_out: Annotated[bool, typer.Option("--json", help="Print the metrics as JSON.")] = False,
 ) -> None:
     """Evaluate a checkpoint: at the run's world size the AUC equals the run's own evaluation bit for bit."""
-    from shardrec.trainer.distributed.launch import rank_environment, torchrun_command
+    from shardrec.trainer.distributed.launch import launch
+    from shardrec.trainer.inference import eval_entry
     from shardrec.trainer.inference.evaluate import EvalRequest, check_request
 
     if nproc_per_node < 1:
@@ -49,8 +49,7 @@ def eval_run(
         request_file, result = Path(tmp) / "request.json", Path(tmp) / "result.json"
         request_file.write_text(dataclasses.replace(request, device=config.train.device).to_json())
         args = ["--request", str(request_file), "--result", str(result)]
-        command = torchrun_command(args, nproc_per_node, module="shardrec.trainer.inference.eval_entry")
-        code = subprocess.call(command, env=rank_environment(nproc_per_node))
+        code = launch(args, nproc_per_node, module=eval_entry.__name__)
         if code != 0 or not result.is_file():
             fail(f"evaluation failed (torchrun exit code {code}); the ranks' messages are above")
         metrics = json.loads(result.read_text())

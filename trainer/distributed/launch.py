@@ -184,13 +184,21 @@ def rank_environment(nproc_per_node: int, job_id: str | None = None) -> dict[str
     return env
 
 
-def launch(entry_args: list[str], nproc_per_node: int, max_restarts: int = 0, job_id: str | None = None) -> int:
-    """Run torchrun on this machine and wait; returns its exit code (0 when every rank succeeded).
+def launch(
+    entry_args: list[str],
+    nproc_per_node: int,
+    max_restarts: int = 0,
+    job_id: str | None = None,
+    module: str = "shardrec.trainer",
+) -> int:
+    """Run `python -m MODULE ENTRY_ARGS` on `nproc_per_node` ranks through torchrun on this machine
+    and wait; returns torchrun's exit code (0 when every rank succeeded). MODULE: the training
+    rank program, or `shardrec eval`'s.
 
     torchrun, and through it the ranks, die with this process (`trainer.distributed.lifeline`).
     """
     job_id = job_id or new_job_id()
-    command = torchrun_command(entry_args, nproc_per_node, max_restarts=max_restarts, rdzv_id=job_id)
+    command = torchrun_command(entry_args, nproc_per_node, max_restarts=max_restarts, rdzv_id=job_id, module=module)
     return subprocess.call(command, env=rank_environment(nproc_per_node, job_id))
 
 

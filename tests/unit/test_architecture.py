@@ -159,3 +159,17 @@ def test_run_directory_file_names_are_spelled_in_one_module():
             if isinstance(node, ast.Constant) and node.value in spelled:
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}")
     assert found == []
+
+
+def test_every_shardrec_command_is_defined_under_tools_cli():
+    """The benchmarks expose functions; tools/cli registers the commands (rank programs are trainer's)."""
+    outside = []
+    for path in (ROOT / "tools").rglob("*.py"):
+        if "cli" not in path.relative_to(ROOT / "tools").parts[:1]:
+            modules = {
+                a.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Import) for a in n.names
+            }
+            modules |= {n.module for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ImportFrom)}
+            if any(m and (m == "typer" or m.startswith("typer.")) for m in modules):
+                outside.append(str(path.relative_to(ROOT)))
+    assert outside == []

@@ -2,6 +2,7 @@
 (torchrec's planner, models and loaders, pandas) measured in the same run. Also the rank
 programs that measure this machine (calibration, plan reality, torchrec scoring).
 
-May import every shardrec package; of the CLI only its display helpers (tools.cli.common:
-console, fail, print_json), since each module also registers its `shardrec bench` command.
+Each benchmark is a function that returns its figures, and one that prints them; the `shardrec
+bench` commands that call them are tools/cli/bench.py's. May import every shardrec package; of
+the CLI only its display helpers (tools.cli.common's consoles, for progress and printing).
 """

@@ -31,13 +31,12 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import numpy as np
-import typer
 
 from shardrec.dataloader import torchrec_npy as npy
-from shardrec.tools.cli.common import console, fail, print_json
+from shardrec.tools.cli.common import console
 
 KAGGLE_CARDINALITIES = (
     1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194,
@@ -282,43 +281,7 @@ def run_bench(
     }
 
 
-def bench_loader(
-    rows: Annotated[int, typer.Option(help="Rows of generated Criteo-shaped data.")] = 2_000_000,
-    global_batch: Annotated[int, typer.Option("--global-batch", help="Samples per global batch.")] = 8192,
-    rounds: Annotated[int, typer.Option(help="Interleaved rounds per configuration; the best counts.")] = 5,
-    max_batches: Annotated[int, typer.Option("--max-batches", help="Batches timed per run (at most one epoch).")] = 200,
-    work_dir: Annotated[
-        Path | None, typer.Option("--work-dir", help="Where to write the temporary data (default: system temp).")
-    ] = None,
-    parts: Annotated[
-        int,
-        typer.Option(
-            help=(
-                "Parts of the many-part run (default: a 1/100 Criteo-1TB-shaped dataset's, 24 days x 5 "
-                "at the default 128 MiB chunk); one part is always run too."
-            )
-        ),
-    ] = DEFAULT_PARTS,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
-) -> None:
-    """Loader rows/s as torchrec Batches on one thread, vs the memcpy roofline and torchrec's pipe."""
-    if rows < 2 * global_batch or global_batch <= 0 or rounds <= 0 or max_batches <= 0:
-        fail(
-            "need --rows >= 2 x --global-batch and positive --rounds/--max-batches, "
-            f"got {rows}, {global_batch}, {rounds}, {max_batches}"
-        )
-    if not 1 <= parts <= rows:
-        fail(f"--parts must be in [1, --rows], got {parts}")
-    if work_dir is not None and not work_dir.is_dir():
-        fail(f"--work-dir {work_dir}: not a directory")
-    result = run_bench(rows, global_batch, rounds, max_batches, work_dir, parts)
-    if json_out:
-        print_json(result)
-        return
-    _print_table(result)
-
-
-def _print_table(r: dict[str, Any]) -> None:
+def print_result(r: dict[str, Any]) -> None:
     from rich.table import Table
 
     table = Table(
@@ -349,7 +312,3 @@ def _print_table(r: dict[str, Any]) -> None:
         f"resume at another world size {resume['resume_other_world_size_s']} s; order set-up deep in a 4.2 B-row epoch "
         f"{resume['order_deep_in_4_2b_rows_s']} s"
     )
-
-
-def register(bench_app: typer.Typer) -> None:
-    bench_app.command("loader")(bench_loader)

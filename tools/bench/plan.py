@@ -19,11 +19,8 @@ import math
 import resource
 import time
 from dataclasses import dataclass
-from typing import Annotated
 
-import typer
-
-from shardrec.tools.cli.common import console, fail, print_json
+from shardrec.tools.cli.common import console
 
 
 @dataclass(frozen=True)
@@ -176,7 +173,7 @@ def _summary(rows: list[dict], reserve: float) -> dict:
     return result
 
 
-def _print_plan_table(result: dict) -> None:
+def print_plan_table(result: dict) -> None:
     from rich.table import Table
 
     t = Table(
@@ -225,32 +222,18 @@ def _print_plan_table(result: dict) -> None:
     )
 
 
-def bench_plan(
-    only: Annotated[str | None, typer.Option(help="Run only the cases whose name contains this text.")] = None,
-    reserve: Annotated[float, typer.Option(help="Share of each rank's memory both planners keep free.")] = RESERVE,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
-) -> None:
-    """Cost of shardrec's plans vs torchrec's default planner under torchrec's estimators (ratio < 1: shardrec
-    faster), both planners keeping the same memory free; shardrec's-cost-model ratios and both run times too."""
+def run_plan_bench(cases: list[Case], reserve: float, show_progress: bool = True) -> dict:
+    """Plan every case with both planners, keeping `reserve` of each rank's memory free; the summary."""
     from rich.progress import Progress
 
-    cases = [c for c in CASES if only is None or only in c.name]
-    if not cases:
-        fail(f"--only {only!r} matches no case (cases: {', '.join(c.name for c in CASES)})")
-    if not 0 <= reserve < 1:
-        fail(f"--reserve must be in [0, 1) (got {reserve})")
     rows = []
-    with Progress(console=console, transient=True, disable=json_out) as progress:
+    with Progress(console=console, transient=True, disable=not show_progress) as progress:
         task = progress.add_task("planning", total=len(cases))
         for case in cases:
             progress.update(task, description=case.name)
             rows.append(run_case(case, reserve))
             progress.advance(task)
-    result = _summary(rows, reserve)
-    if json_out:
-        print_json(result)
-        return
-    _print_plan_table(result)
+    return _summary(rows, reserve)
 
 
 def _reality_plans(configs, topo, batch, pooling) -> dict[str, list]:
@@ -272,14 +255,7 @@ def _reality_plans(configs, topo, batch, pooling) -> dict[str, list]:
     }
 
 
-def bench_plan_reality(
-    world_size: Annotated[int, typer.Option(help="Local gloo ranks.")] = 2,
-    max_rows: Annotated[int, typer.Option(help="Rows per table (the demo caps ids at 50,000).")] = 50_000,
-    dim: Annotated[int, typer.Option(help="Embedding width.")] = 16,
-    global_batch_size: Annotated[int, typer.Option(help="Samples per step over all ranks.")] = 2048,
-    steps: Annotated[int, typer.Option(help="Timed steps per plan.")] = 8,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
-) -> None:
+def run_reality(world_size: int, max_rows: int, dim: int, global_batch_size: int, steps: int) -> tuple[dict, str]:
     """Run a few distinct plans of the demo-sized model on CPU: does the cost model order them like the clock does,
     and do its memory estimates bound each rank's measured peak memory? Calibrates this machine first."""
 
@@ -290,8 +266,6 @@ def bench_plan_reality(
     from shardrec.tools.bench.calibrate import calibrate
     from shardrec.tools.bench.reality import kendall_tau, measure_plans
 
-    if world_size < 2 or global_batch_size % world_size:
-        fail(f"--world-size must be >= 2 and divide --global-batch-size ({world_size}, {global_batch_size})")
     profile = calibrate("cpu", world_size)
     values = {k: v for k, v in PRESETS["cpu-gloo"].items() if k != "local_world_size"}
     values.update(profile["measured"])
@@ -329,13 +303,10 @@ def bench_plan_reality(
         "sharding and stepping the plan; held: bytes of its weights and optimizer state",
         "plans": rows,
     }
-    if json_out:
-        print_json(result)
-        return
-    _print_reality_table(result, f"{len(configs)} tables x {dim}, {world_size} CPU ranks, batch {global_batch_size}")
+    return result, f"{len(configs)} tables x {dim}, {world_size} CPU ranks, batch {global_batch_size}"
 
 
-def _print_reality_table(result: dict, title: str) -> None:
+def print_reality_table(result: dict, title: str) -> None:
     from rich.table import Table
 
     t = Table(title=f"{title}: estimate vs clock and memory")
@@ -361,8 +332,3 @@ def _print_reality_table(result: dict, title: str) -> None:
         f"rank agreement (Kendall tau) between estimated and measured step time: {result['kendall_tau']:.2f} "
         "(1: same order)"
     )
-
-
-def register(app: typer.Typer) -> None:
-    app.command("plan")(bench_plan)
-    app.command("plan-reality")(bench_plan_reality)

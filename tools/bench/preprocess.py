@@ -18,16 +18,13 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-import typer
-
-from shardrec.tools.bench.polars_pipeline import INSTALL_HINT, compare_with_dataset
+from shardrec.tools.bench.polars_pipeline import compare_with_dataset
 from shardrec.tools.bench.proctree import run_measured
-from shardrec.tools.cli.common import console, err_console, fail, print_json
+from shardrec.tools.cli.common import console, err_console
 
 _BYTES_PER_ROW = 240  # synth's Criteo-shaped rows, measured; only sizes the generated file
 MAX_IDS = 1_000_000
@@ -179,41 +176,7 @@ def run_bench(size_gb: float, workers: int, work_dir: Path, chunk_mb: float) -> 
     }
 
 
-def bench_preprocess(
-    size_gb: Annotated[
-        float, typer.Option(help="Size of the generated TSV in GB (the goal is measured at >= 1).")
-    ] = 1.0,
-    workers: Annotated[int, typer.Option(help="Worker processes of the preprocess run.")] = 1,
-    chunk_mb: Annotated[float, typer.Option(help="--chunk-mb of the preprocess run.")] = 128,
-    work_dir: Annotated[
-        Path | None, typer.Option(help="Keep the generated file here and reuse it (default: a temporary directory).")
-    ] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
-) -> None:
-    """Preprocess MB/s and peak RSS against a polars pipeline doing the same work (1 and all threads), same file."""
-    if size_gb <= 0 or workers < 1:
-        fail(f"--size-gb ({size_gb}) and --workers ({workers}) must be positive")
-    if polars_version() is None:
-        fail(INSTALL_HINT)  # fail() prints text, not markup: the hint's [bench] stays
-    tmp = None
-    if work_dir is None:
-        tmp = tempfile.TemporaryDirectory(prefix="shardrec-bench-")
-        work_dir = Path(tmp.name)
-    work_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        result = run_bench(size_gb, workers, work_dir, chunk_mb)
-    except RuntimeError as e:
-        fail(str(e))
-    finally:
-        if tmp is not None:
-            tmp.cleanup()
-    if json_out:
-        print_json(result)
-        return
-    _print_report(result)
-
-
-def _print_report(r: dict[str, Any]) -> None:
+def print_report(r: dict[str, Any]) -> None:
     ours, pl1, pln = r["shardrec"], r["polars_one_thread"], r["polars_all_threads"]
     line = "{:<22} {:>7.1f} MB/s {:>7.1f} MB/CPU-s {:>6.0f} MB peak RSS"
     console.print(
@@ -237,7 +200,3 @@ def _print_report(r: dict[str, Any]) -> None:
         + "\n".join(f"goal {k}: {'met' if v else 'NOT met'}" for k, v in r["goals"].items()),
         highlight=False,
     )
-
-
-def register(bench_app: typer.Typer) -> None:
-    bench_app.command("preprocess")(bench_preprocess)

@@ -19,18 +19,14 @@ from __future__ import annotations
 import json
 import os
 import resource
-import shutil
 import sys
-import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Annotated, Any
-
-import typer
+from typing import Any
 
 from shardrec.tools.bench.proctree import run_measured
-from shardrec.tools.cli.common import console, fail, print_json
+from shardrec.tools.cli.common import console
 
 CRITEO_1TB_ROWS = 4_373_472_329
 DAYS = 24
@@ -175,37 +171,7 @@ def _project(stages: dict[str, Any], fraction: float, cores: int) -> dict[str, A
     return out
 
 
-def bench_scale(
-    fraction: Annotated[
-        float, typer.Option(help="Share of Criteo 1TB's 4.37 B rows to make (0.01: ~43.7 M rows).")
-    ] = 0.01,
-    work_dir: Annotated[
-        Path | None,
-        typer.Option("--work-dir", help="Where data and runs go (kept); default: a temporary directory, removed."),
-    ] = None,
-    steps: Annotated[int, typer.Option(min=1, help="Training steps before the resume, and as many after it.")] = 200,
-    batch: Annotated[int, typer.Option(min=2, help="Global batch size of the stream and training stages.")] = 2048,
-    train: Annotated[bool, typer.Option("--train/--no-train", help="Run the training and resume stages.")] = True,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
-) -> None:
-    """Make, preprocess (hashing and vocabulary), stream and train a Criteo-1TB-shaped dataset at a fraction."""
-    if not 0 < fraction <= 1:
-        fail(f"--fraction {fraction} must be in (0, 1]")
-    work = work_dir or Path(tempfile.mkdtemp(prefix="shardrec-scale-"))
-    try:
-        result = run_scale(fraction, work, steps, batch, train)
-    except RuntimeError as e:
-        fail(str(e))
-    finally:
-        if work_dir is None:
-            shutil.rmtree(work, ignore_errors=True)
-    if json_out:
-        print_json(result)
-        return
-    _print(result)
-
-
-def _print(result: dict[str, Any]) -> None:
+def print_result(result: dict[str, Any]) -> None:
     st = result["stages"]
     console.print(f"Criteo-1TB shape at {result['fraction']:g}: {result['rows']:,} rows, {result['workers']} workers")
     for name in ("preprocess_hash", "preprocess_vocab", "stream"):
@@ -229,10 +195,6 @@ def _print(result: dict[str, Any]) -> None:
         f"projection (not a measurement): the full 1TB ({p['full_text_gb']:,.0f} GB of text) on {p['cores']} cores: "
         f"hashing {p['preprocess_hash_hours']:.1f} h, vocabulary {p['preprocess_vocab_hours']:.1f} h"
     )
-
-
-def register(bench_app: typer.Typer) -> None:
-    bench_app.command("scale")(bench_scale)
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["stream"]:

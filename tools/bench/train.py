@@ -27,12 +27,11 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import numpy as np
-import typer
 
-from shardrec.tools.cli.common import console, fail, print_json
+from shardrec.tools.cli.common import console
 
 NUM_TABLES, NUM_DENSE = 26, 13
 AUC_TOLERANCE = 0.002
@@ -142,7 +141,7 @@ def summarise(
     }
 
 
-def _print(result: dict[str, Any]) -> None:
+def print_result(result: dict[str, Any]) -> None:
     console.print(
         f"{result['ranks']} {result['device'].upper()} ranks x {result['threads_per_rank']} thread(s), "
         f"{result['model']} DLRM, {result['samples_per_rank']} samples per rank, "
@@ -170,31 +169,13 @@ def _print(result: dict[str, Any]) -> None:
     )
 
 
-def bench_train(
-    model: Annotated[
-        str, typer.Option(help="reference (the DLRM reference's shape) or demo (configs/demo.toml's).")
-    ] = "reference",
-    steps: Annotated[
-        int, typer.Option(help="Steps per variant per round (a timed window); 0: 64 for reference, 256 for demo.")
-    ] = 0,
-    rounds: Annotated[int, typer.Option(help="Interleaved rounds; ratios are medians of same-round ratios.")] = 5,
-    quality_steps: Annotated[
-        int, typer.Option(help="Steps every side trains from fresh weights before its validation AUC.")
-    ] = 125,
-    nproc: Annotated[int, typer.Option(help="Ranks (on CUDA at most one per GPU).")] = 2,
-    device: Annotated[str, typer.Option(help="cpu (gloo ranks) or cuda (NCCL, one GPU per rank).")] = "cpu",
-    threads: Annotated[int, typer.Option(help="Torch threads per rank (both sides).")] = 1,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
-) -> None:
-    """Training samples/s: `shardrec train`'s path (fp32, bf16) vs stock torchrec, real loader vs in-memory batches."""
+def run_bench(
+    model: str, steps: int, rounds: int, quality_steps: int, nproc: int, device: str, threads: int
+) -> dict[str, Any]:
+    """Run the benchmark's ranks through torchrun on generated data; returns the summary.
+    RuntimeError with the ranks' stderr when they fail."""
     from shardrec.trainer.distributed.launch import rank_environment, torchrun_command
 
-    if model not in MODELS:
-        fail(f"--model {model!r} is not one of {', '.join(MODELS)}")
-    steps = steps or MODELS[model][5]
-    if steps < 2 or rounds < 1 or nproc < 1 or threads < 1 or quality_steps < 1:
-        fail("--steps must be >= 2, --rounds, --nproc, --threads and --quality-steps >= 1")
-    _check_device(device, nproc)
     global_batch = MODELS[model][4] * nproc
     with tempfile.TemporaryDirectory() as tmp:
         rows = {"train": global_batch * max(steps, quality_steps), "val": global_batch * VAL_BATCHES}
@@ -206,27 +187,20 @@ def bench_train(
             torchrun_command(args, nproc, module="shardrec.tools.bench.train"), capture_output=True, text=True, env=env
         )
         if proc.returncode != 0:
-            fail(f"benchmark ranks failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-        result = summarise(json.loads(out.read_text()), model, nproc, threads, steps, rounds, device)
-    if json_out:
-        print_json(result)
-    else:
-        _print(result)
+            raise RuntimeError(f"benchmark ranks failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+        return summarise(json.loads(out.read_text()), model, nproc, threads, steps, rounds, device)
 
 
-def _check_device(device: str, nproc: int) -> None:
+def check_device(device: str, nproc: int) -> None:
+    """ValueError (one line) unless `nproc` ranks can run on `device`."""
     import torch
 
     if device not in ("cpu", "cuda"):
-        fail(f"--device {device!r} is not one of cpu, cuda")
+        raise ValueError(f"--device {device!r} is not one of cpu, cuda")
     if device == "cuda":
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if nproc > gpus:
-            fail(f"--device cuda --nproc {nproc}: this machine has {gpus} CUDA device(s); one rank per GPU")
-
-
-def register(app: typer.Typer) -> None:
-    app.command("train")(bench_train)
+            raise ValueError(f"--device cuda --nproc {nproc}: this machine has {gpus} CUDA device(s); one rank per GPU")
 
 
 if __name__ == "__main__":

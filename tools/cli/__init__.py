@@ -1,5 +1,6 @@
 """The `shardrec` command line: the typer app (`app`), one module per command group, display helpers.
 
-May import every other shardrec package. Outside it, only the benchmarks' command registrations
-import `tools.cli.common` (one way to fail and to print JSON); nothing else imports the CLI.
+Every `shardrec` command is defined here (the benchmarks' too: tools/bench exposes functions).
+May import every other shardrec package. Outside it, only the benchmarks import `tools.cli.common`
+(its consoles, for progress and results); nothing else imports the CLI.
 """

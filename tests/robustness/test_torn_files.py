@@ -15,7 +15,7 @@ from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
 from shardrec.tools.cli.app import app
-from shardrec.tools.preprocess import torchrec_npy
+from shardrec.tools.preprocess import npy_import_export
 from shardrec.tools.synth import write_dataset
 
 runner = CliRunner()
@@ -97,11 +97,11 @@ def test_export_npy_writes_a_completion_marker_last(raw: Path, tmp_path: Path, m
     assert preprocess(raw, data).exit_code == 0
     res = runner.invoke(app, ["data", "export-npy", str(data), "--out", str(npy), "--json"])
     assert res.exit_code == 0, res.output
-    marker = json.loads((npy / torchrec_npy.EXPORT_MARKER).read_bytes())
+    marker = json.loads((npy / npy_import_export.EXPORT_MARKER).read_bytes())
     assert marker["rows"] == json.loads(res.stdout)
     assert marker["bytes"] == {p.name: p.stat().st_size for p in npy.glob("day_*.npy")}
 
-    real, calls = torchrec_npy._export_day, []
+    real, calls = npy_import_export._export_day, []
 
     def dies_on_day_two(parts, out, day, names):  # an export that fails part way (full disk, kill)
         calls.append(day)
@@ -109,10 +109,10 @@ def test_export_npy_writes_a_completion_marker_last(raw: Path, tmp_path: Path, m
             raise OSError(28, "No space left on device")
         return real(parts, out, day, names)
 
-    monkeypatch.setattr(torchrec_npy, "_export_day", dies_on_day_two)
+    monkeypatch.setattr(npy_import_export, "_export_day", dies_on_day_two)
     with pytest.raises(OSError):
-        torchrec_npy.export_npy(data, npy)
-    assert not (npy / torchrec_npy.EXPORT_MARKER).exists()  # the earlier marker does not vouch for it
+        npy_import_export.export_npy(data, npy)
+    assert not (npy / npy_import_export.EXPORT_MARKER).exists()  # the earlier marker does not vouch for it
 
 
 RECORDS = [{"kind": "train", "step": s, "loss": 0.7 - s / 100, "samples_per_s": 1000.0} for s in (10, 20, 30)]

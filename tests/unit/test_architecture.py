@@ -173,3 +173,15 @@ def test_every_shardrec_command_is_defined_under_tools_cli():
             if any(m and (m == "typer" or m.startswith("typer.")) for m in modules):
                 outside.append(str(path.relative_to(ROOT)))
     assert outside == []
+
+
+def test_one_module_name_means_one_thing_across_the_library():
+    """dataloader/torchrec_npy.py reads torchrec's layout, tools/preprocess/npy_import_export.py
+    converts it: a module name names one concept. The CLI's and the benchmarks' modules are named
+    after their commands, so they are left out."""
+    seen: dict[str, list[str]] = {}
+    for pkg in ("dataloader", "embeddings", "sharding", "trainer", "tools/preprocess"):
+        for path in (ROOT / pkg).rglob("*.py"):
+            if path.name not in ("__init__.py", "__main__.py"):
+                seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}

@@ -7,7 +7,7 @@ import torch
 
 from shardrec.embeddings.optim_layouts import convert_rowwise_momentum
 from shardrec.trainer.distributed import faults
-from shardrec.trainer.model.optim import dlrm_schedule
+from shardrec.trainer.model.train_optimizer import dlrm_schedule
 
 
 def test_dlrm_schedule_warms_up_holds_and_decays_quadratically() -> None:

@@ -11,7 +11,7 @@ from rich.table import Table
 from shardrec.dataloader.format import DatasetError, Manifest
 from shardrec.tools.cli.common import console, fail, print_json
 from shardrec.tools.cli.data_view import dataset_stats, head_rows, plot_frequencies
-from shardrec.tools.preprocess import torchrec_npy as preprocess_npy
+from shardrec.tools.preprocess import npy_import_export
 
 
 def _table(title: str, records: list[dict]) -> Table:
@@ -119,7 +119,7 @@ def import_npy(
     except ValueError:
         fail(f"--max-ids {max_ids!r}: expected an integer or a comma-separated list of integers")
     try:
-        manifest = preprocess_npy.import_npy(src, out, hashes, val_half)
+        manifest = npy_import_export.import_npy(src, out, hashes, val_half)
     except (ValueError, DatasetError) as e:
         fail(str(e))
     rows = {s: info.rows for s, info in manifest.splits.items()}
@@ -136,7 +136,7 @@ def export_npy(
 ) -> None:
     """Export to torchrec's day-file layout (train parts as days, then a last day of val + test)."""
     try:
-        written = preprocess_npy.export_npy(directory, out)
+        written = npy_import_export.export_npy(directory, out)
     except (ValueError, DatasetError) as e:
         fail(str(e))
     if json_out:

@@ -12,7 +12,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from shardrec.dataloader.format import DatasetError, Manifest
 from shardrec.dataloader.multihot import DISTRIBUTIONS, default_cache_dir
 from shardrec.tools.cli.common import console, fail, print_json
-from shardrec.tools.preprocess.multihot import materialize_multihot
+from shardrec.tools.preprocess.multihot_dataset import materialize_multihot
 
 
 def _int_list(value: str, option: str) -> list[int]:

@@ -1,5 +1,8 @@
 """Preprocessing: raw Criteo-shaped click logs -> a shardrec dataset (input discovery, the parser
-and its compiled kernels, id mapping, per-feature statistics, torchrec `.npy` interop).
+and its compiled kernels, id mapping, per-feature statistics), and datasets made from datasets:
+import from and export to torchrec's `.npy` layout (npy_import_export.py; the layout itself is
+dataloader/torchrec_npy.py's) and materialised multi-hot ids (multihot_dataset.py; the index
+tables are dataloader/multihot.py's).
 
 May import shardrec.dataloader (the dataset format it writes); not the CLI or the benchmarks.
 """

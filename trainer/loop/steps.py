@@ -17,7 +17,7 @@ from torchrec.datasets.utils import Batch
 from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 
 from shardrec.trainer.loop.metrics import binary_metrics
-from shardrec.trainer.model.optim import TrainOptimizer
+from shardrec.trainer.model.train_optimizer import TrainOptimizer
 
 logger = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from shardrec.trainer.job.planning import plan_request
 from shardrec.trainer.job.preflight import check_trainable
 from shardrec.trainer.model.models import bf16_support_note, build_model
 from shardrec.trainer.model.objective import TRAIN_EBC_PATH, TrainModule
-from shardrec.trainer.model.optim import TrainOptimizer, build_dense_optimizer, dlrm_schedule
+from shardrec.trainer.model.train_optimizer import TrainOptimizer, build_dense_optimizer, dlrm_schedule
 
 logger = logging.getLogger(__name__)
 

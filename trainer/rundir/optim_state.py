@@ -19,7 +19,7 @@ from shardrec.embeddings.optim_layouts import convert_rowwise_momentum, rowwise_
 from shardrec.sharding.plan_io import PlanFile, TablePlan
 
 if TYPE_CHECKING:
-    from shardrec.trainer.model.optim import TrainOptimizer
+    from shardrec.trainer.model.train_optimizer import TrainOptimizer
     from shardrec.trainer.rundir.checkpoint import SavedCheckpoint
 
 logger = logging.getLogger(__name__)

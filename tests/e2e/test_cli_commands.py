@@ -1,4 +1,4 @@
-"""Commands people look for (issue 14, items 3 and 8): --version, config show/defaults, plan show
+"""Commands people look for: --version, config show/defaults, plan show
 next to `plan` running alone, and help text that reads like other CLIs'."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What the CLI prints (issue 14, items 5, 7 and 9): no log line or library warning without -v,
+"""What the CLI prints: no log line or library warning without -v,
 no library chatter with it, no empty progress bar before an error; numbers with separators and
 units; one rate that means one thing; an idle-rank warning from the planner."""
 

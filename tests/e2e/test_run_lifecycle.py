@@ -1,4 +1,4 @@
-"""A run directory's life through `shardrec train` (issue 14, items 1 and 2): a rerun of a
+"""A run directory's life through `shardrec train` (README, "A run directory has a life"): a rerun of a
 finished run writes nothing and says how to continue; changed settings are shown and refused
 unless allowed, by `shardrec train` and by the ranks themselves (a direct torchrun); changed data
 is always refused, and `shardrec eval` refuses it too unless --data asks for other data;

@@ -1,5 +1,6 @@
-"""Cases 8 and 9 of issue 10: input that is not rows is an error, never a 0-row dataset, and an
-offending value is shown cut to ~80 characters with its length."""
+"""Preprocessing bad input (README, Failures and trust: Preprocessing): input that is not rows is
+an error, never a 0-row dataset, and an offending value is shown cut to ~80 characters with its
+length."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Cases 2, 3 and 4 of issue 10 (the dataset side): a column that disagrees with the manifest, ids
-outside their table, and part names that lead out of the dataset directory. Each file is made
+"""Hostile dataset files (README, Failures and trust: Datasets): a column that disagrees with the
+manifest, ids outside their table, and part names that lead out of the dataset directory. Each file is made
 hostile with its manifest checksum updated to match, as a careless tool or a hostile user would,
 so only the checks themselves can catch it."""
 
@@ -89,7 +89,7 @@ def test_an_id_beyond_its_table_is_refused_naming_file_row_and_id(tmp_path: Path
     write_tiny_dataset(data, rows={"train": [600, 400]}, multi_hot=("f3",) if multi_hot else ())
     path = data / "train" / "part-00001" / "f3.npy"  # table f3 has 1,000 rows; its ids are uint16
     ids = np.load(path)
-    ids[123] = 65_132  # one changed byte's worth: the issue's id
+    ids[123] = 65_132  # one changed byte's worth: the README's example id
     _replace_column(data, "part-00001", "f3.npy", ids)
     row = (
         123

@@ -1,4 +1,5 @@
-"""Case 6 of issue 10: a preprocessing worker killed mid-task (what the OOM killer does)."""
+"""A preprocessing worker killed mid-task, as the OOM killer does (README, Failures and trust:
+Preprocessing): the run ends within seconds naming the task, finished tasks are kept."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""Case 11 of issue 10: plan files and calibration profiles are read by type. A plan whose
-fingerprint is a string ended `shardrec train` in an AttributeError traceback, shard fields of
-the wrong type failed only inside the ranks, and a profile holding NaN, Infinity or `true` was
-taken as measured figures (the plan printed `max_step_ms: nan`)."""
+"""Plan files and calibration profiles are read by type (README, Failures and trust: Plan files). A
+plan whose fingerprint is a string ended `shardrec train` in an AttributeError traceback, shard
+fields of the wrong type failed only inside the ranks, and a profile holding NaN, Infinity or
+`true` was taken as measured figures (the plan printed `max_step_ms: nan`)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Case 10 of issue 10 (preprocessing and report): torn markers, a torn run record, a lost part,
-a write error, an export's completion marker, and a torn metrics.jsonl."""
+"""Torn and lost files (README, Failures and trust: Preprocessing, Reports): torn task markers, a
+torn run record, a lost part, a write error, an export's completion marker, and a torn
+metrics.jsonl."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Case 1 of issue 10: loading a checkpoint must not run code someone planted in it.
+"""Loading a checkpoint must not run code someone planted in it (README, Failures and trust:
+Training, what you must trust).
 
 One process, no torchrec: a CheckpointManager saves, the files are tampered with, and the load
 is refused naming the file before anything of it is unpickled (the marker file a planted

@@ -1,4 +1,5 @@
-"""Case 5 of issue 10 (and case 1 as `shardrec train` shows it), on one real 2-rank run directory:
+"""A killed launcher, two jobs on one run directory and a planted checkpoint, as `shardrec train`
+meets them (README, Failures and trust: Training), on one real 2-rank run directory:
 
 - a second job on a run directory in use is refused in one line naming the holder;
 - SIGKILL of the launcher's whole process group takes the ranks with it (torchrun starts them

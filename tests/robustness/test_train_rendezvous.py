@@ -1,5 +1,6 @@
-"""Case 12 of issue 10: a single-node run rendezvous on loopback only, through a store whose port
-is never released between its choice and its use, under a fresh id for every job."""
+"""A single-node run rendezvous on loopback only (README, Failures and trust: Training), through a
+store whose port is never released between its choice and its use, under a fresh id for every
+job."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Case 7 of issue 10: collective and checkpoint timeouts are settings of their own, and a rank
-that never reaches a checkpoint barrier is named (2 local ranks, a 2 s checkpoint timeout)."""
+"""A lost or hung rank (README, Failures and trust: Training): collective and checkpoint timeouts
+are settings of their own, and a rank that never reaches a checkpoint barrier is named (2 local
+ranks, a 2 s checkpoint timeout)."""
 
 from __future__ import annotations
 

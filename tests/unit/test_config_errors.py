@@ -1,4 +1,4 @@
-"""Job file and --set mistakes are one line naming the file, the key and a near miss (issue 14, item 4)."""
+"""Job file and --set mistakes are one line naming the file, the key and a near miss."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from shardrec.trainer.job.config import load_job_config
 
 
 def test_job_file_mistakes_name_the_file_and_suggest(tmp_path: Path) -> None:
-    """Issue 14 item 4: a section typo names the section and the file; an unknown key the file and
-    the near miss; a wrong type is said in words."""
+    """A section typo names the section and the file; an unknown key the file and the near miss; a
+    wrong type is said in words."""
     job = tmp_path / "job.toml"
     job.write_text("[trian]\nsteps = 3\n")
     with pytest.raises(ValueError, match=rf"^{re.escape(str(job))}: unknown section \[trian\]; did you mean train\?$"):

@@ -90,3 +90,25 @@ def processes() -> list[Proc]:
             continue
         found.append(Proc(int(entry.name), int(fields[1]), fields[0], argv))
     return found
+
+
+def record_syncs_and_renames(monkeypatch) -> list[str]:
+    """Record every os.fsync and os.replace from now on, in order, as "fsync NAME" (the synced
+    file's or directory's name, read from /proc/self/fd) and "replace NAME" (the target's name),
+    so a test can tell a file's own fsync from its directory's."""
+    import os
+
+    events: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        events.append(f"fsync {Path(os.readlink(f'/proc/self/fd/{fd}')).name}")
+        real_fsync(fd)
+
+    def replace(src, dst) -> None:
+        events.append(f"replace {Path(dst).name}")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    return events

@@ -116,6 +116,26 @@ def test_an_id_beyond_its_table_is_refused_naming_file_row_and_id(tmp_path: Path
     _read_everything(data)
 
 
+@pytest.mark.parametrize("multi_hot", [False, True], ids=["one-hot", "multi-hot"])
+def test_an_id_equal_to_its_tables_rows_is_the_first_refused(tmp_path: Path, multi_hot: bool):
+    """Table f3 has 1,000 rows, ids 0..999: id 1000 is one past the last row, refused by every
+    gather path of the loader, as 999 is read."""
+    data = tmp_path / "data"
+    write_tiny_dataset(data, rows={"train": [600, 400]}, multi_hot=("f3",) if multi_hot else ())
+    path = data / "train" / "part-00000" / "f3.npy"
+    ids = np.load(path)
+    for bad, refused in ((1000, True), (999, False)):
+        ids[:] = np.minimum(ids, 998)
+        ids[7] = bad
+        _replace_column(data, "part-00000", "f3.npy", ids)
+        for kw in ({}, {"compiled": False}, {"shuffle": False}, {"shuffle": False, "compiled": False}):
+            if refused:
+                with pytest.raises(DatasetError, match=r"has id 1000, outside table f3 of 1000 rows"):
+                    _read_everything(data, **kw)
+            else:
+                _read_everything(data, **kw)
+
+
 def _outside_part(tmp_path: Path, data: Path) -> None:
     """A copy of train part 0 outside the dataset directory."""
     (tmp_path / "elsewhere").mkdir()

@@ -118,3 +118,23 @@ def test_every_file_loads_with_weights_only_and_rng_states_round_trip(tmp_path: 
     rng.load_state_dict(saved)
     assert torch.equal(torch.rand(3), expected[0]) and np.array_equal(np.random.rand(3), expected[1])
     assert random.random() == expected[2]
+
+
+def test_every_rank_checks_its_own_share_of_the_files(tmp_path: Path):
+    """The ranks share the hashing: rank r checks every world_size-th file from the r-th. A file
+    changed in rank 1's share of a 2-rank check is found by rank 1, and only there."""
+    from shardrec.trainer.rundir.checkpoint_trust import read_digests, verify_files, write_digests
+
+    directory = tmp_path / "step"
+    directory.mkdir()
+    for i in range(6):
+        (directory / f"file-{i}").write_bytes(bytes([i]) * 10)
+    write_digests(directory)
+    digests = read_digests(directory)
+    shares = [sorted(digests)[r::2] for r in range(2)]
+    assert verify_files(directory, digests, 0, 2) == verify_files(directory, digests, 1, 2) == ""
+    (directory / shares[1][0]).write_bytes(b"changed")
+    assert verify_files(directory, digests, 0, 2) == ""
+    problem = verify_files(directory, digests, 1, 2)
+    assert problem.startswith(f"{directory / shares[1][0]}: contents differ from the digest"), problem
+    assert verify_files(directory, digests, 0, 1) == problem  # one rank checks them all

@@ -1,6 +1,8 @@
+import os
 from pathlib import Path
 
 import pytest
+from helpers import record_syncs_and_renames
 
 from shardrec.dataloader.files import atomic_open, atomic_path, atomic_write_bytes
 
@@ -30,3 +32,17 @@ def test_atomic_path_hides_the_file_until_the_writer_is_done(tmp_path: Path):
         tmp.write_bytes(b"x")
         assert not target.exists() and tmp.parent == tmp_path and tmp.name.startswith(".day_0_dense.npy.tmp-")
     assert target.read_bytes() == b"x" and not tmp.exists()
+
+
+def test_the_file_is_synced_before_its_rename_and_the_directory_after(tmp_path: Path, monkeypatch):
+    """A crash at any moment leaves the old file or the whole new one: the temporary's data is on
+    disk before the rename makes it the file, and the rename is on disk before the write returns."""
+    target = tmp_path / "dir" / "out.bin"
+    atomic_write_bytes(target, b"first")
+    events = record_syncs_and_renames(monkeypatch)
+    atomic_write_bytes(target, b"second")
+    assert events == [f"fsync .out.bin.tmp-{os.getpid()}", "replace out.bin", "fsync dir"]
+    events.clear()
+    with atomic_path(target, fsync=False) as tmp:
+        tmp.write_bytes(b"third")
+    assert events == ["replace out.bin"]  # the caller syncs it itself (preprocess's parts)

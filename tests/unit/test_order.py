@@ -112,3 +112,26 @@ def test_order_state_stays_small_for_a_terabyte_dataset():
     assert len(np.unique(deep)) == 65536 and deep.min() >= 0 and deep.max() < sum(days)
     group = order._group[1]
     assert group.block_starts.nbytes < 1_000_000 and order._window[1].nbytes <= 8 * 65536
+
+
+def test_pad_adds_no_batch_when_the_rows_divide_by_the_batch():
+    """tail="pad" pads only a partial last batch: 1,536 rows in batches of 64 are 24 full batches,
+    not 24 and one of padding only."""
+    spec = OrderSpec((1000, 36, 500), global_batch_size=64, tail="pad", shuffle=NO_SHUFFLE)
+    assert spec.num_batches == 24 == OrderSpec((1000, 36, 500), 64, tail="drop").num_batches
+    order = EpochOrder(spec, 0)
+    assert [order.batch(k)[1] for k in range(spec.num_batches)] == [64] * 24
+    with pytest.raises(IndexError):
+        order.batch(24)
+
+
+def test_the_order_of_segments_changes_with_the_epoch():
+    """Every level of the shuffle depends on the epoch, the segments' too: with one segment per
+    group, the stream's first 200 rows are the rows of one 200-row segment, and which segment comes
+    first must change from epoch to epoch (not only the order of the rows inside it)."""
+    mix = ShuffleSpec(seed=3, block_rows=100, window_blocks=4, segment_blocks=2, group_segments=1)
+    spec = OrderSpec((1000, 400, 600), global_batch_size=64, shuffle=mix)  # ten 200-row segments
+    first = [frozenset(EpochOrder(spec, epoch).rows(0, 200).tolist()) for epoch in range(4)]
+    assert all(max(rows) - min(rows) == 199 for rows in first)  # one segment: 200 consecutive rows
+    assert len(set(first)) > 1
+    assert first[1] == frozenset(EpochOrder(spec, 1).rows(0, 200).tolist())

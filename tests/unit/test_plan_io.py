@@ -6,11 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
-from torchrec.modules.embedding_configs import EmbeddingBagConfig
+from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
 
 from shardrec.sharding.plan_io import (
     PlanFile,
     StalePlanError,
+    TableFingerprint,
     check_plan,
     load_plan,
     plan_fingerprint,
@@ -197,3 +198,31 @@ def test_plan_files_written_before_typed_fields_load_and_write_back_byte_for_byt
     assert plan.topology is not None and plan.topology.world_size == plan.fingerprint.world_size
     assert plan.estimate is not None and [r.rank for r in plan.estimate.ranks] == list(range(len(plan.estimate.ranks)))
     assert plan.estimate.sync_every == (5 if plan.sharding_group_size else None)
+
+
+def test_the_plan_fingerprint_digest_is_pinned_and_covers_every_field(tiny_dataset: Path) -> None:
+    """The digest of the tables, world size, global batch and device kind: the run fixture's plan
+    (written by the previous code for this dataset at dim 8) has this one, and any field changes it."""
+    import dataclasses
+
+    from shardrec.dataloader.format import Manifest
+    from shardrec.embeddings.tables import build_table_configs
+
+    configs = build_table_configs(Manifest.load(tiny_dataset), 8)
+    fingerprint = plan_fingerprint(configs, 2, 64, "cpu")
+    assert fingerprint.digest == "1ccd719bea9a47d8"
+    assert fingerprint == load_plan(FIXTURES / "run-killed-at-step-6" / "plan.json").fingerprint
+    assert fingerprint.tables[0] == TableFingerprint("t_f0", rows=50, dim=8, features=["f0"], pooling="SUM")
+    other = [
+        plan_fingerprint(configs, 4, 64, "cpu"),
+        plan_fingerprint(configs, 2, 128, "cpu"),
+        plan_fingerprint(configs, 2, 64, "cuda"),
+        plan_fingerprint(configs[::-1], 2, 64, "cpu"),
+        plan_fingerprint(build_table_configs(Manifest.load(tiny_dataset), 4), 2, 64, "cpu"),
+    ]
+    for change in ({"num_embeddings": 51}, {"feature_names": ["f0", "f9"]}, {"name": "t_x"}):
+        other.append(plan_fingerprint([dataclasses.replace(configs[0], **change), *configs[1:]], 2, 64, "cpu"))
+    mean = dataclasses.replace(configs[0], pooling=PoolingType.MEAN)
+    other.append(plan_fingerprint([mean, *configs[1:]], 2, 64, "cpu"))
+    digests = [fingerprint.digest] + [f.digest for f in other]
+    assert len(set(digests)) == len(digests) and all(len(d) == 16 for d in digests)

@@ -125,3 +125,37 @@ def test_word_at_a_time_integers_agree_with_the_numpy_parser(delimiter):
     for name in ("labels", "dense", "dense_missing"):
         np.testing.assert_array_equal(getattr(a, name)[ok], getattr(b, name)[ok], err_msg=name)
     assert a.dense[-1, 0] == 1234567 and a.ok[-4:].all()
+
+
+@pytest.mark.parametrize("dense_dtype", ["float32", "float16"])
+def test_the_compiled_dense_transform_equals_transform_dense(dense_dtype: str):
+    """append_rows takes the compiled log1p path for the default transform; its bytes are
+    transform_dense's for every kind of value (negative, zero, missing, huge) and for rows taken
+    out of order, as when bad rows are dropped and a piece is split between train and val."""
+    from shardrec.tools.preprocess.columns import PartColumns, append_rows, id_groups
+    from shardrec.tools.preprocess.parse import ParsedChunk, transform_dense
+
+    assert parse_kernel.AVAILABLE  # numba is a dependency: the compiled path must be the one tested
+    rng = np.random.default_rng(5)
+    n = 400
+    dense = rng.integers(-5, 2**40, (n, 3), dtype=np.int64)
+    dense[rng.random((n, 3)) < 0.3] = rng.integers(-3, 3, 1)[0]
+    dense_missing = rng.random((n, 3)) < 0.2
+    dense[dense_missing] = 0  # the parser leaves missing values at 0
+    sparse = rng.integers(0, 2**63, (n, 1), dtype=np.uint64)
+    chunk = ParsedChunk(
+        labels=rng.integers(0, 2, n).astype(np.uint8),
+        dense=dense,
+        dense_missing=dense_missing,
+        sparse=sparse,
+        sparse_missing=np.zeros((n, 1), bool),
+        reason=np.full(n, -1, np.int8),
+        bad_field=np.full(n, -1, np.int16),
+        row_start=np.zeros(n, np.int64),
+        row_end=np.zeros(n, np.int64),
+    )
+    rows = rng.permutation(n)[: n // 2]
+    cols = PartColumns(8, 3, dense_dtype, id_groups((1000,)))
+    append_rows(cols, chunk, rows, "log1p", dense_dtype, ["C1"], (1000,), None)
+    want = transform_dense(dense[rows], dense_missing[rows], "log1p", dense_dtype)
+    assert cols.rows == len(rows) and cols.dense[: cols.rows].tobytes() == want.tobytes()

@@ -146,21 +146,27 @@ def test_read_pieces_cut_at_newlines_and_keep_every_byte(tmp_path: Path, gz: boo
 
 def test_count_and_vocabulary_files_are_synced_before_they_appear(tmp_path: Path, monkeypatch):
     # A rerun trusts an existing count or vocabulary marker, so every file must be on disk before
-    # its rename, and the marker renamed last.
-    import os
+    # its rename, and the marker renamed last. The events name what is synced: a directory's
+    # fsync after one rename must not pass for the next file's own fsync.
+    from helpers import record_syncs_and_renames
 
     from shardrec.tools.preprocess.inputs import Task
     from shardrec.tools.preprocess.parse import Schema
     from shardrec.tools.preprocess.task import TaskOptions, count_task
     from shardrec.tools.preprocess.vocab import build_vocabularies, run_dirs
 
-    events: list[str] = []
-    real_fsync, real_replace = os.fsync, os.replace
-    monkeypatch.setattr(os, "fsync", lambda fd: (events.append("fsync"), real_fsync(fd))[1])
-    monkeypatch.setattr(
-        os, "replace", lambda src, dst: (events.append(f"replace {Path(dst).name}"), real_replace(src, dst))[1]
-    )
+    def synced_before_renamed(events: list[str]) -> list[str]:
+        """The renamed files whose temporary was not synced since the previous rename."""
+        unsynced, since = [], 0
+        for i, event in enumerate(events):
+            if event.startswith("replace "):
+                name = event.removeprefix("replace ")
+                if not any(e.startswith(f"fsync .{name}.tmp-") for e in events[since:i]):
+                    unsynced.append(name)
+                since = i + 1
+        return unsynced
 
+    events = record_syncs_and_renames(monkeypatch)
     text = b"1\t3\t00c0ffee\n0\t4\t\n"
     (tmp_path / "in.txt").write_bytes(text)
     schema = Schema(num_dense=1, num_sparse=1)
@@ -168,12 +174,12 @@ def test_count_and_vocabulary_files_are_synced_before_they_appear(tmp_path: Path
         Task(0, str(tmp_path / "in.txt"), 0, len(text), 0, (), "train", False),
         TaskOptions(str(tmp_path), schema, 1 << 20, (10,)),
     )
-    replaces = [i for i, e in enumerate(events) if e.startswith("replace")]
-    assert [events[i] for i in replaces] == ["replace C1.values.npy", "replace C1.counts.npy", f"replace {marker.name}"]
-    assert all(events[i - 1] == "fsync" for i in replaces) and marker.exists()
+    replaces = [e for e in events if e.startswith("replace")]
+    assert replaces == ["replace C1.values.npy", "replace C1.counts.npy", f"replace {marker.name}"]
+    assert synced_before_renamed(events) == [] and marker.exists()
 
     events.clear()
     build_vocabularies(run_dirs(tmp_path / ".work", [0]), ["C1"], 1, 1 << 20, tmp_path / "vocab")
-    replaces = [i for i, e in enumerate(events) if e.startswith("replace")]
-    assert events[replaces[-1]] == "replace vocab.json" and all(events[i - 1] == "fsync" for i in replaces)
-    assert "replace C1.ids.npy" in events and "replace C1.values.npy" in events
+    replaces = [e for e in events if e.startswith("replace")]
+    assert replaces[-1] == "replace vocab.json" and synced_before_renamed(events) == []
+    assert "replace C1.ids.npy" in replaces and "replace C1.values.npy" in replaces

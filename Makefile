@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.shardrec-setup
 DEMO := runs/demo
 
-.PHONY: setup demo test gpu-check clean
+.PHONY: setup demo test mutants gpu-check clean
 
 setup: $(STAMP)
 
@@ -37,6 +37,12 @@ test: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
+
+# Mutation testing of the core modules (scripts/mutants.py; slow, not part of `make test` or CI):
+# prints each module's kill rate. MUTANTS="order files" runs only those.
+mutants: setup
+	$(BIN)/pip install -q -e '.[test,mutants]'
+	$(BIN)/python scripts/mutants.py $(MUTANTS)
 
 # The CUDA path in one call (README, "GPU check"): GPU tests + bench train on CUDA, one summary
 # last; installs nothing unless GPU_CHECK_WHEELS names carried wheels. Without CUDA: one line, fails.

@@ -112,3 +112,32 @@ def record_syncs_and_renames(monkeypatch) -> list[str]:
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "replace", replace)
     return events
+
+
+TINY_MODEL = ("model.embedding_dim=8", "model.dense_arch=[16, 8]", "model.over_arch=[16, 1]")
+"""A model small enough for end-to-end training runs of seconds (8-wide tables, 16-unit layers)."""
+
+
+def settings(*items: str) -> list[str]:
+    """`--set ITEM` for each item, as a command line takes them."""
+    return [flag for item in items for flag in ("--set", item)]
+
+
+def train_command(data: Path | str, run_dir: Path | str, *args: str, nproc: int = 2) -> list[str]:
+    """`shardrec train` on `nproc` local ranks, as a user runs it (a subprocess), with --json."""
+    import sys
+
+    return [
+        sys.executable,
+        "-m",
+        "shardrec.tools.cli",
+        "train",
+        "--data",
+        str(data),
+        "--out-dir",
+        str(run_dir),
+        "--nproc-per-node",
+        str(nproc),
+        "--json",
+        *args,
+    ]

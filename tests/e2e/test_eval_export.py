@@ -15,29 +15,26 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import assert_one_line_error
+from helpers import TINY_MODEL, assert_one_line_error, settings
 
 REPO = Path(__file__).resolve().parents[2]
 BATCH = 128
 TARGET = 0.6
 FRACTION = 0.25
-TINY = [
-    "--set",
-    "model.embedding_dim=8",
-    "--set",
-    "model.dense_arch=[16, 8]",
-    "--set",
-    "model.over_arch=[16, 1]",
-    "--set",
-    f"train.global_batch_size={BATCH}",
-    "--set",
-    'data.eval_splits=["val", "test"]',
-]
+TINY = settings(*TINY_MODEL, f"train.global_batch_size={BATCH}", 'data.eval_splits=["val", "test"]')
+TO_TARGET = settings("train.epochs=3", f"eval.every_epoch_fraction={FRACTION}", f"train.target_auc={TARGET}")
 
 
 def shardrec(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "shardrec.tools.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=600
+    )
+
+
+def _train_to_target(cwd: Path) -> subprocess.CompletedProcess:
+    """`shardrec train` of the tiny model on cwd/data into cwd/run, stopping at the target AUC."""
+    return shardrec(
+        "train", "--data", "data", "--out-dir", "run", "--nproc-per-node", "2", "--json", *TINY, *TO_TARGET, cwd=cwd
     )
 
 
@@ -52,26 +49,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("after_training")
     ok(shardrec("synth", "raw", "--rows", "4000", "--days", "2", "--max-vocab", "500", cwd=root))
     ok(shardrec("preprocess", "raw/day_0", "raw/day_1", "--out", "data", "--max-ids", "1000", cwd=root))
-    ok(
-        shardrec(
-            "train",
-            "--data",
-            "data",
-            "--out-dir",
-            "run",
-            "--nproc-per-node",
-            "2",
-            "--json",
-            *TINY,
-            "--set",
-            "train.epochs=3",
-            "--set",
-            f"eval.every_epoch_fraction={FRACTION}",
-            "--set",
-            f"train.target_auc={TARGET}",
-            cwd=root,
-        )
-    )
+    ok(_train_to_target(root))
     return root
 
 
@@ -107,26 +85,7 @@ def test_a_run_stopped_at_its_target_is_complete_until_the_target_changes(traine
     record = {name: (run / name).read_bytes() for name in ("metrics.jsonl", "summary.json", "config.toml")}
     steps = json.loads(record["summary.json"])["steps"]
     (target,) = [r for r in _records(run) if r["kind"] == "target"]
-    again = ok(
-        shardrec(
-            "train",
-            "--data",
-            "data",
-            "--out-dir",
-            "run",
-            "--nproc-per-node",
-            "2",
-            "--json",
-            *TINY,
-            "--set",
-            "train.epochs=3",
-            "--set",
-            f"eval.every_epoch_fraction={FRACTION}",
-            "--set",
-            f"train.target_auc={TARGET}",
-            cwd=trained,
-        )
-    )
+    again = ok(_train_to_target(trained))
     assert again.stderr.strip() == (
         f"run is complete: the target AUC was reached at step {steps} (val AUC {target['auc']:.5f} >= "
         f"train.target_auc = {TARGET}); nothing to do. To continue it, raise or clear the target "

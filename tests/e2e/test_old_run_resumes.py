@@ -8,43 +8,30 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from conftest import write_tiny_dataset
+from helpers import TINY_MODEL, settings, train_command
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 # The settings the fixture was trained with; a resume refuses any other.
-JOB = [
-    "--set",
-    "model.embedding_dim=8",
-    "--set",
-    "model.dense_arch=[16,8]",
-    "--set",
-    "model.over_arch=[16,1]",
-    "--set",
+JOB = settings(
+    *TINY_MODEL,
     "train.global_batch_size=64",
-    "--set",
     "train.steps=8",
-    "--set",
     "checkpoint.interval_steps=4",
-    "--set",
     'data.eval_splits=["val"]',
-    "--set",
     "eval.interval_steps=4",
-    "--set",
     "checkpoint.keep=2",
-]
+)
 
 
 def test_a_run_killed_under_the_previous_layout_resumes_and_ends_where_it_would_have(tmp_path: Path) -> None:
     write_tiny_dataset(tmp_path / "data")  # the fixture's dataset: same bytes, same fingerprint
     run = tmp_path / "run"
     shutil.copytree(FIXTURES / "run-killed-at-step-6", run)
-    command = [sys.executable, "-m", "shardrec.tools.cli", "train", "--data", str(tmp_path / "data")]
-    command += ["--out-dir", str(run), "--nproc-per-node", "2", "--json", *JOB]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(train_command(tmp_path / "data", run, *JOB), capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(result.stdout)
     assert (summary["resumed_from_step"], summary["steps"]) == (4, 8)

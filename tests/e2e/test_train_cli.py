@@ -8,59 +8,32 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import assert_one_line_error
+from helpers import TINY_MODEL, assert_one_line_error, settings, train_command
 from typer.testing import CliRunner
 
 from shardrec.tools.cli.app import app
 
-JOB = [
-    "--set",
-    "model.embedding_dim=8",
-    "--set",
-    "model.dense_arch=[16, 8]",
-    "--set",
-    "model.over_arch=[16, 1]",
-    "--set",
+JOB = settings(
+    *TINY_MODEL,
     "train.global_batch_size=64",
-    "--set",
     "train.epochs=2",
-    "--set",
     "checkpoint.interval_steps=4",
-    "--set",
     "eval.interval_steps=10",
-    "--set",
     "checkpoint.keep=3",
-    "--set",
     'data.eval_splits=["val"]',
-    "--set",
-    'train.pipeline="sparse_dist"',
-]  # the pipeline: the default on CUDA, the harder path to resume
+    'train.pipeline="sparse_dist"',  # the default on CUDA, the harder path to resume
+)
 
 
 def _train(data: Path, run_dir: Path, *extra: str, fault: str = "") -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "SHARDREC_FAULT"}
     if fault:
         env["SHARDREC_FAULT"] = fault
-    cmd = [
-        sys.executable,
-        "-m",
-        "shardrec.tools.cli",
-        "train",
-        "--data",
-        str(data),
-        "--out-dir",
-        str(run_dir),
-        "--nproc-per-node",
-        "2",
-        "--json",
-        *JOB,
-        *extra,
-    ]
+    cmd = train_command(data, run_dir, *JOB, *extra)
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
 
 

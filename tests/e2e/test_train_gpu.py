@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import TINY_MODEL, settings, train_command
 
 pytestmark = [
     pytest.mark.gpu,
@@ -18,33 +18,14 @@ pytestmark = [
 
 def test_trains_on_cuda_with_the_pipeline(tiny_dataset: Path, tmp_path: Path) -> None:
     ranks = min(2, torch.cuda.device_count())
-    cmd = [
-        sys.executable,
-        "-m",
-        "shardrec.tools.cli",
-        "train",
-        "--data",
-        str(tiny_dataset),
-        "--out-dir",
-        str(tmp_path / "run"),
-        "--nproc-per-node",
-        str(ranks),
-        "--json",
-        "--set",
+    job = settings(
+        *TINY_MODEL,
         'train.device="cuda"',
-        "--set",
         'train.pipeline="sparse_dist"',
-        "--set",
         "train.global_batch_size=64",
-        "--set",
         "train.epochs=2",
-        "--set",
-        "model.embedding_dim=8",
-        "--set",
-        "model.dense_arch=[16, 8]",
-        "--set",
-        "model.over_arch=[16, 1]",
-    ]
+    )
+    cmd = train_command(tiny_dataset, tmp_path / "run", *job, nproc=ranks)
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(result.stdout)

@@ -17,45 +17,17 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_one_line_error, processes
+from helpers import TINY_MODEL, assert_one_line_error, processes, settings, train_command
 
-JOB = [
-    "--set",
-    "model.embedding_dim=8",
-    "--set",
-    "model.dense_arch=[16, 8]",
-    "--set",
-    "model.over_arch=[16, 1]",
-    "--set",
-    "train.global_batch_size=64",
-    "--set",
-    'data.eval_splits=["val"]',
-    "--set",
-    "train.log_interval=1000",
-]
+JOB = settings(*TINY_MODEL, "train.global_batch_size=64", 'data.eval_splits=["val"]', "train.log_interval=1000")
 
 
 def _command(data: Path, run_dir: Path, *extra: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "shardrec.tools.cli",
-        "train",
-        "--data",
-        str(data),
-        "--out-dir",
-        str(run_dir),
-        "--nproc-per-node",
-        "2",
-        "--json",
-        *JOB,
-        *extra,
-    ]
+    return train_command(data, run_dir, *JOB, *extra)
 
 
 def _ranks(run_dir: Path) -> list[int]:

@@ -71,20 +71,13 @@ def _stage(cmd: list[str], what: str, nbytes: int) -> dict[str, Any]:
     return out
 
 
+def _cli(*args: str) -> list[str]:
+    """The `shardrec ...` command line of a stage, run by this interpreter."""
+    return [sys.executable, "-m", "shardrec.tools.cli", *args]
+
+
 def _preprocess(raw: Path, out: Path, workers: int, text_bytes: int, mode: list[str]) -> dict[str, Any]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "shardrec.tools.cli",
-        "preprocess",
-        str(raw),
-        "--out",
-        str(out),
-        "--workers",
-        str(workers),
-        "--json",
-        *mode,
-    ]
+    cmd = _cli("preprocess", str(raw), "--out", str(out), "--workers", str(workers), "--json", *mode)
     st = _stage(cmd, f"preprocess {' '.join(mode)}", text_bytes)
     summary = json.loads(st.pop("stdout"))
     manifest = json.loads((out / "manifest.json").read_text())
@@ -120,9 +113,9 @@ def stream_child(data: Path, batch: int) -> None:
 
 
 def _train(data: Path, run: Path, steps: int, batch: int, interval: int, resume: bool) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "shardrec.tools.cli", "train", "--data", str(data), "--out-dir", str(run),
-           "--nproc-per-node", "2", "--steps", str(steps), "--json", *TRAIN_JOB,
-           "--set", f"train.global_batch_size={batch}", "--set", f"checkpoint.interval_steps={interval}"]  # fmt: skip
+    cmd = _cli("train", "--data", str(data), "--out-dir", str(run), "--nproc-per-node", "2", "--steps", str(steps),
+               "--json", *TRAIN_JOB, "--set", f"train.global_batch_size={batch}",
+               "--set", f"checkpoint.interval_steps={interval}")  # fmt: skip
     if resume:
         cmd += ["--allow-change", "train.steps"]
     st = _stage(cmd, "train" + (" (resume)" if resume else ""), 0)

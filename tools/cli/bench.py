@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -25,6 +26,14 @@ bench_app = typer.Typer(
     no_args_is_help=True,
 )
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
+
+
+def _show(result: dict, json_out: bool, printer: Callable[[dict], None]) -> None:
+    """The benchmark's figures as JSON (--json) or as its own table."""
+    if json_out:
+        print_json(result)
+    else:
+        printer(result)
 
 
 @bench_app.command("loader")
@@ -58,10 +67,7 @@ def loader(
     if work_dir is not None and not work_dir.is_dir():
         fail(f"--work-dir {work_dir}: not a directory")
     result = bench_loader.run_bench(rows, global_batch, rounds, max_batches, work_dir, parts)
-    if json_out:
-        print_json(result)
-    else:
-        bench_loader.print_result(result)
+    _show(result, json_out, bench_loader.print_result)
 
 
 @bench_app.command("preprocess")
@@ -95,10 +101,7 @@ def preprocess(
     finally:
         if tmp is not None:
             tmp.cleanup()
-    if json_out:
-        print_json(result)
-    else:
-        bench_preprocess.print_report(result)
+    _show(result, json_out, bench_preprocess.print_report)
 
 
 @bench_app.command("plan")
@@ -117,10 +120,7 @@ def plan(
     if not 0 <= reserve < 1:
         fail(f"--reserve must be in [0, 1) (got {reserve})")
     result = bench_plan.run_plan_bench(cases, reserve, show_progress=not json_out)
-    if json_out:
-        print_json(result)
-    else:
-        bench_plan.print_plan_table(result)
+    _show(result, json_out, bench_plan.print_plan_table)
 
 
 @bench_app.command("plan-reality")
@@ -137,10 +137,7 @@ def plan_reality(
     if world_size < 2 or global_batch_size % world_size:
         fail(f"--world-size must be >= 2 and divide --global-batch-size ({world_size}, {global_batch_size})")
     result, title = bench_plan.run_reality(world_size, max_rows, dim, global_batch_size, steps)
-    if json_out:
-        print_json(result)
-    else:
-        bench_plan.print_reality_table(result, title)
+    _show(result, json_out, lambda r: bench_plan.print_reality_table(r, title))
 
 
 @bench_app.command("train")
@@ -171,10 +168,7 @@ def train(
         result = bench_train.run_bench(model, steps, rounds, quality_steps, nproc, device, threads)
     except (ValueError, RuntimeError) as e:
         fail(str(e))
-    if json_out:
-        print_json(result)
-    else:
-        bench_train.print_result(result)
+    _show(result, json_out, bench_train.print_result)
 
 
 @bench_app.command("scale")
@@ -202,10 +196,7 @@ def scale(
     finally:
         if work_dir is None:
             shutil.rmtree(work, ignore_errors=True)
-    if json_out:
-        print_json(result)
-    else:
-        bench_scale.print_result(result)
+    _show(result, json_out, bench_scale.print_result)
 
 
 def register(app: typer.Typer) -> None:

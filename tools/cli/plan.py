@@ -130,15 +130,7 @@ def _print_plan(result, topology: str, sync_every: int, seconds: float, out: Pat
     world_size = result.fingerprint.world_size
     if json_out:
         print_json(
-            {
-                **summary(result),
-                "seconds": round(seconds, 3),
-                "out": str(out) if out else None,
-                "tables_plan": [
-                    {"name": t.name, "sharding_type": t.sharding_type, "ranks": t.ranks} for t in result.tables
-                ],
-                "estimate": result.estimate.to_dict() if result.estimate is not None else {},
-            }
+            {**summary(result), "seconds": round(seconds, 3), "out": str(out) if out else None, **_placed(result)}
         )
         return
     console.print(tables_table(result))
@@ -150,6 +142,14 @@ def _print_plan(result, topology: str, sync_every: int, seconds: float, out: Pat
         )
     where = f", wrote {out}" if out else ""
     console.print(f"planned {len(result.tables)} tables for {world_size} ranks ({topology}) in {seconds:.2f} s{where}")
+
+
+def _placed(result) -> dict:
+    """--json's per-table placement and per-rank estimate of a plan."""
+    return {
+        "tables_plan": [{"name": t.name, "sharding_type": t.sharding_type, "ranks": t.ranks} for t in result.tables],
+        "estimate": result.estimate.to_dict() if result.estimate is not None else {},
+    }
 
 
 def _mib(n: float) -> str:
@@ -247,15 +247,7 @@ def show_cmd(
     except ValueError as e:
         fail(str(e))
     if json_out:
-        print_json(
-            {
-                **summary(result),
-                "tables_plan": [
-                    {"name": t.name, "sharding_type": t.sharding_type, "ranks": t.ranks} for t in result.tables
-                ],
-                "estimate": result.estimate.to_dict() if result.estimate is not None else {},
-            }
-        )
+        print_json({**summary(result), **_placed(result)})
         return
     console.print(tables_table(result))
     console.print(ranks_table(result))

@@ -29,6 +29,12 @@ def _check_positive(key: str, value: float, allow_zero: bool = False) -> None:
         raise ValueError(f"{key} = {value!r} must be {'>= 0' if allow_zero else '> 0'}")
 
 
+def _check_counts(section: str, config: Any, *names: str) -> None:
+    """Each named setting of `config` is >= 0."""
+    for name in names:
+        _check_positive(f"{section}.{name}", getattr(config, name), allow_zero=True)
+
+
 def _check_elements(key: str, value: list | dict, kind: type) -> None:
     """Element types of a list (or a dict's keys: str, values: `kind`); the loader only checks the container."""
     items = value.items() if isinstance(value, dict) else enumerate(value)
@@ -198,9 +204,7 @@ class OptimConfig:
         _check_positive("optim.sparse_lr", self.sparse_lr)
         _check_positive("optim.dense_lr", self.dense_lr)
         _check_positive("optim.eps", self.eps)
-        _check_positive("optim.warmup_steps", self.warmup_steps, allow_zero=True)
-        _check_positive("optim.decay_start", self.decay_start, allow_zero=True)
-        _check_positive("optim.decay_steps", self.decay_steps, allow_zero=True)
+        _check_counts("optim", self, "warmup_steps", "decay_start", "decay_steps")
 
 
 @dataclass
@@ -254,8 +258,7 @@ class EvalConfig:
         _check_positive("eval.interval_steps", self.interval_steps, allow_zero=True)
         if not 0 <= self.every_epoch_fraction <= 1:
             raise ValueError(f"eval.every_epoch_fraction = {self.every_epoch_fraction!r} must lie in [0, 1]")
-        _check_positive("eval.max_batches", self.max_batches, allow_zero=True)
-        _check_positive("eval.batch_size", self.batch_size, allow_zero=True)
+        _check_counts("eval", self, "max_batches", "batch_size")
 
 
 @dataclass

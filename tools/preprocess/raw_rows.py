@@ -1,9 +1,9 @@
 """Raw Criteo-format text rows -> model inputs, with the transform an exported model records.
 
 `shardrec predict MODEL rows.tsv` scores text that never went through `shardrec preprocess`:
-the rows are parsed by the preprocessing parser (tools/preprocess/parse.py), dense values go
+the rows are parsed by the preprocessing parser (parse.py), dense values go
 through the same dense transform and categoricals through the same hashing or vocabulary
-(tools/preprocess/columns.map_ids), so a row gets the ids preprocessing would have given it;
+(columns.map_ids), so a row gets the ids preprocessing would have given it;
 with an on-the-fly multi-hot model, its one-hot ids become their index-table rows.
 """
 

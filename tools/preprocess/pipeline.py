@@ -1,7 +1,7 @@
 """`shardrec preprocess`: raw Criteo-shaped click logs -> a shardrec dataset directory.
 
-The run is planned (preprocess_plan), executed task by task in worker processes
-(preprocess_task), then finalized: task markers are gathered in task order, per-feature
+The run is planned (inputs.plan_tasks), executed task by task in worker processes
+(task.run_task), then finalized: task markers are gathered in task order, per-feature
 statistics computed on the training split, and the manifest written last. Because the plan
 never depends on `--workers` and the manifest holds no timings, the output is byte-identical
 whatever the worker count, after a restart, and after `--part i/n` runs plus a final run.
@@ -81,7 +81,7 @@ class PreprocessConfig:
     schema: Schema = field(default_factory=Schema)
     """Columns and delimiter of the text."""
     dense_transform: str = "log1p"
-    """How dense integers become model inputs (see criteo_parse.transform_dense)."""
+    """How dense integers become model inputs (see parse.transform_dense)."""
     dense_dtype: str = "float32"
     """float32 or float16."""
     workers: int = 1

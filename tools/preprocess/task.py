@@ -8,7 +8,7 @@ point redoes only unfinished tasks.
 Where the CPU goes (hashing mode, numba, one worker): the row parser is about 35-40%; the rest is
 hashing ids straight into the part's id columns, the log1p of dense values, the SHA-256 of
 every file (taken from memory while it is written) and the copy into the page cache. Pieces
-append their rows into the part's final arrays (preprocess_columns), so nothing is
+append their rows into the part's final arrays (columns.py), so nothing is
 concatenated or cast twice.
 """
 

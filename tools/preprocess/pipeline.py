@@ -65,35 +65,39 @@ class PreprocessConfig:
     """Every option of a preprocessing run (the CLI fills it; defaults live here)."""
 
     inputs: list[Path]
-    """Input files or directories of day files."""
+    """Kaggle train.txt, 1TB day files (.gz too), or directories of them."""
     out: Path
     """Output dataset directory."""
     max_ids: list[int] = field(default_factory=lambda: [10_000_000])
-    """Hashing mode: table rows per feature (one value for all, or one per feature)."""
+    """Hashing mode: table rows per feature (N, or N1,N2,... one per feature)."""
     min_count: int = 0
-    """Vocabulary mode when > 0: keep values seen at least this often in training days."""
+    """Vocabulary mode when > 0: keep values seen at least K times in training days."""
     vocab_memory_mb: float = DEFAULT_MEMORY_MB
-    """Vocabulary mode: MiB of (value, count) pairs one process holds while counting or merging (vocab.py)."""
+    """Vocabulary mode: MiB of (value, count) pairs one process holds while counting (per worker) or
+    merging; more is spilled to sorted runs on disk and merged in value ranges."""
     layout: str = "auto"
-    """kaggle (one file, 7 pseudo-days), days (one file per day, last halved), or auto."""
+    """auto, kaggle (7 pseudo-days) or days (one file per day, last halved)."""
     val_half: str = "first"
     """Which half of the last day is validation: first (torchrec's choice) or second."""
     schema: Schema = field(default_factory=Schema)
     """Columns and delimiter of the text."""
     dense_transform: str = "log1p"
-    """How dense integers become model inputs (see parse.transform_dense)."""
+    """How dense integers become model inputs: one of log1p, signed-log1p, shift-log1p, none."""
     dense_dtype: str = "float32"
-    """float32 or float16."""
+    """Dense values stored as float32 or float16."""
     workers: int = 1
     """Worker processes."""
     chunk_mb: float = 128
-    """Text per task (and per output part) in MiB; bounds memory per worker."""
+    """MiB of text per task and per output part; bounds memory per worker."""
     strict: bool = False
-    """Stop at the first malformed row instead of skipping it."""
+    """Stop at the first malformed row (exit 1) instead of skipping it."""
     max_skipped_fraction: float = 0.01
-    """Most malformed rows a run may skip, as a share of all lines; more is an error (no manifest)."""
+    """Most malformed rows to skip, as a share of all lines (0.01: 1%); more, or no row kept, is an
+    error and no manifest is written. Finished tasks are kept: rerun with a higher value to accept."""
     part: tuple[int, int] | None = None
-    """(i, n): process only tasks with index % n == i; a run without it finalizes."""
+    """i/n: this machine's share (tasks i, i+n, ...), e.g. $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT,
+    into a shared --out; then one run without it writes the manifest. Vocabulary mode: run every part
+    twice (count, then map)."""
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:

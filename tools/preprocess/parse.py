@@ -39,7 +39,10 @@ NEWLINE = 10
 CR = 13
 
 # Reasons a row is skipped, in the order they are checked (a row reports its first).
-REASONS = ("empty_row", "too_many_fields", "too_few_fields", "bad_label", "bad_integer", "bad_hex")
+# The last two come from the feature-spec parser only (spec_kernel): a float column, CSV quotes.
+REASONS = (
+    "empty_row", "too_many_fields", "too_few_fields", "bad_label", "bad_integer", "bad_hex", "bad_float", "bad_quote",
+)  # fmt: skip
 
 # Trailing empty fields that real Criteo rows have stripped at most (37 of 40 fields).
 MAX_STRIPPED_FIELDS = 3

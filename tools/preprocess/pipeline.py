@@ -22,6 +22,7 @@ import numpy as np
 
 from shardrec.dataloader.files import atomic_write_bytes
 from shardrec.dataloader.format import (
+    LISTS_SCHEMA_VERSION,
     SPLITS,
     FileInfo,
     Manifest,
@@ -30,15 +31,17 @@ from shardrec.dataloader.format import (
     SplitInfo,
     smallest_uint,
 )
+from shardrec.dataloader.spec import FeatureSpec, ListColumn
 from shardrec.tools.preprocess.ids import MISSING_ID, OOV_ID
 from shardrec.tools.preprocess.inputs import LAYOUTS, Task, discover_inputs, plan_tasks, resolve_layout
 from shardrec.tools.preprocess.parse import DENSE_TRANSFORMS, Schema
+from shardrec.tools.preprocess.pieces import TaskOptions
 from shardrec.tools.preprocess.pool import map_tasks
+from shardrec.tools.preprocess.spec_parse import text_options
 from shardrec.tools.preprocess.stats import compute_feature_stats
 from shardrec.tools.preprocess.task import (
     WORK_DIR,
     InputError,
-    TaskOptions,
     TaskResult,
     count_task,
     read_marker,
@@ -94,6 +97,11 @@ class PreprocessConfig:
     max_skipped_fraction: float = 0.01
     """Most malformed rows to skip, as a share of all lines (0.01: 1%); more, or no row kept, is an
     error and no manifest is written. Finished tasks are kept: rerun with a higher value to accept."""
+    spec: FeatureSpec | None = None
+    """The text's format and every column's role (a feature spec file); None: the built-in Criteo spec
+    that `schema` and `dense_transform` describe."""
+    spec_file: str = ""
+    """The spec's file, named in messages."""
     part: tuple[int, int] | None = None
     """i/n: this machine's share (tasks i, i+n, ...), e.g. $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT,
     into a shared --out; then one run without it writes the manifest. Vocabulary mode: run every part
@@ -110,9 +118,11 @@ class PreprocessConfig:
             raise ValueError(f"dense transform {self.dense_transform!r} is not one of {', '.join(DENSE_TRANSFORMS)}")
         if self.dense_dtype not in ("float32", "float16"):
             raise ValueError(f"dense dtype {self.dense_dtype!r} must be float32 or float16")
-        if len(self.max_ids) not in (1, self.schema.num_sparse):
+        if self.spec is not None and (self.schema != Schema() or self.dense_transform != "log1p"):
+            raise ValueError(f"the spec {self.spec_file} describes the columns: give no schema or dense transform too")
+        if len(self.max_ids) not in (1, self.num_sparse):
             raise ValueError(
-                f"max_ids has {len(self.max_ids)} values; give 1 or one per sparse feature ({self.schema.num_sparse})"
+                f"max_ids has {len(self.max_ids)} values; give 1 or one per sparse feature ({self.num_sparse})"
             )
         if self.min_count <= 0 and any(n < 2 for n in self.max_ids):
             raise ValueError(f"max_ids {self.max_ids} must all be >= 2 (id 0 is the missing value)")
@@ -125,8 +135,20 @@ class PreprocessConfig:
         if self.part is not None and not (self.part[1] >= 1 and 0 <= self.part[0] < self.part[1]):
             raise ValueError(f"part {self.part[0]}/{self.part[1]} must satisfy 0 <= i < n")
 
+    @property
+    def num_sparse(self) -> int:
+        return len(self.spec.sparse) if self.spec else self.schema.num_sparse
+
+    @property
+    def header(self) -> bool:
+        return self.spec.format.header if self.spec else self.schema.header
+
     def cardinalities(self) -> tuple[int, ...]:
-        return tuple(self.max_ids * self.schema.num_sparse if len(self.max_ids) == 1 else self.max_ids)
+        """Hashing mode: table rows per sparse feature (a spec column's hash_size, else --max-ids)."""
+        default = self.max_ids * self.num_sparse if len(self.max_ids) == 1 else self.max_ids
+        if self.spec is None:
+            return tuple(default)
+        return tuple(c.hash_size or d for c, d in zip(self.spec.sparse, default))
 
     def fingerprint(self, files: list[Path], with_mtime: bool = False) -> dict:
         """What fixes the output; a rerun into the same directory must match it.
@@ -146,8 +168,11 @@ class PreprocessConfig:
             "min_count": self.min_count if self.min_count > 0 else None,
             "layout": self.layout,
             "val_half": self.val_half,
-            "schema": asdict(self.schema),
-            "dense_transform": self.dense_transform,
+            **(
+                {"schema": asdict(self.schema), "dense_transform": self.dense_transform}
+                if self.spec is None
+                else {"spec": self.spec.to_dict(), "spec_sha256": self.spec.sha256()}
+            ),
             "dense_dtype": self.dense_dtype,
             "chunk_mb": self.chunk_mb,
         }
@@ -202,7 +227,7 @@ def _remove_temporaries(out: Path) -> None:
 
 def _build_vocab(cfg: PreprocessConfig, tasks: list[Task], opts: TaskOptions, progress: Progress | None) -> TaskOptions:
     """Count (unless done), merge the counts into memory-mapped vocabularies (unless done)."""
-    work, names = cfg.out / WORK_DIR, cfg.schema.sparse_names
+    work, names = cfg.out / WORK_DIR, opts.names
     vocab_dir = work / "vocab"
     if not (vocab_dir / "vocab.json").is_file():
         _count(cfg, tasks, opts, progress)
@@ -222,20 +247,17 @@ def run_preprocess(cfg: PreprocessConfig, progress: Progress | None = None) -> P
     if cfg.part is None:
         # With --part, other machines may be writing into the same directory right now.
         _remove_temporaries(cfg.out)
-    tasks = plan_tasks(
-        files, layout, cfg.val_half, int(cfg.chunk_mb * (1 << 20)), cfg.schema.header, cfg.out / WORK_DIR
-    )
+    text = text_options(cfg.spec, cfg.spec_file, cfg.schema, cfg.dense_transform, files)
+    tasks = plan_tasks(files, layout, cfg.val_half, int(cfg.chunk_mb * (1 << 20)), cfg.header, cfg.out / WORK_DIR)
     mine = [t for t in tasks if cfg.part is None or t.index % cfg.part[1] == cfg.part[0]]
     opts = TaskOptions(
         str(cfg.out),
-        cfg.schema,
-        int(cfg.chunk_mb * (1 << 20)),
-        cfg.cardinalities(),
-        "",
-        cfg.dense_transform,
-        cfg.dense_dtype,
-        cfg.strict,
+        chunk_bytes=int(cfg.chunk_mb * (1 << 20)),
+        cardinalities=cfg.cardinalities(),
+        dense_dtype=cfg.dense_dtype,
+        strict=cfg.strict,
         vocab_memory_bytes=int(cfg.vocab_memory_mb * (1 << 20)),
+        **text,
     )
     if cfg.min_count > 0:
         if cfg.part is not None and not _all_counted(cfg.out, tasks):
@@ -283,9 +305,7 @@ def _check_rows_kept(cfg: PreprocessConfig, tasks: list[Task], results: list[Tas
         return
     where = ", ".join(str(p) for p in cfg.inputs)
     if lines == 0:
-        raise ValueError(
-            f"{where}: no rows: the input holds no data lines{' after its header' if cfg.schema.header else ''}"
-        )
+        raise ValueError(f"{where}: no rows: the input holds no data lines{' after its header' if cfg.header else ''}")
     errors = _summarize(None, tasks, results, 0).errors
     first = f"; first: {errors[0]}" if errors else ""
     reasons = ", ".join(f"{k} {v:,}" for k, v in skipped.items())
@@ -344,8 +364,10 @@ def _finalize(
         for k, v in r.skipped.items():
             skipped[k] = skipped.get(k, 0) + v
     splits = {s: splits.get(s, SplitInfo()) for s in SPLITS}
-    names = cfg.schema.sparse_names
-    features = [SparseFeature(n, c, str(smallest_uint(c - 1))) for n, c in zip(names, opts.cardinalities)]
+    features = [SparseFeature(n, c, str(smallest_uint(c - 1))) for n, c in zip(opts.names, opts.cardinalities)]
+    for f, column in zip(features, cfg.spec.sparse if cfg.spec else []):
+        if isinstance(column, ListColumn):
+            f.multi_hot, f.pooling = True, column.pooling
     options = {
         **cfg.fingerprint([Path(t.path) for t in {t.path: t for t in tasks}.values()]),
         "layout": layout,
@@ -354,7 +376,10 @@ def _finalize(
         "oov_id": OOV_ID if cfg.min_count > 0 else None,
         "hash": "1 + splitmix64(value) mod (cardinality - 1)" if cfg.min_count <= 0 else None,
     }
-    manifest = Manifest(cfg.schema.dense_names, features, splits, cfg.dense_dtype, options, _versions(), skipped)
+    dense = [c.name for c in cfg.spec.dense] if cfg.spec else cfg.schema.dense_names
+    manifest = Manifest(dense, features, splits, cfg.dense_dtype, options, _versions(), skipped)
+    if any(f.multi_hot for f in features):  # list columns: readers of version 1 cannot pool them by mean
+        manifest.schema_version = LISTS_SCHEMA_VERSION
     for name, stats in compute_feature_stats(cfg.out, manifest).items():
         manifest.feature(name).stats = stats
     manifest.save(cfg.out)

@@ -12,6 +12,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from rich.table import Table
 
 from shardrec.dataloader.format import DatasetError
+from shardrec.dataloader.spec import FeatureSpec, SpecError
+from shardrec.dataloader.spec_file import load_spec
 from shardrec.tools.cli.common import console, fail, print_json
 from shardrec.tools.preprocess.parse import Schema
 from shardrec.tools.preprocess.pipeline import PreprocessConfig, PreprocessResult, run_preprocess
@@ -87,9 +89,34 @@ _HELPS = {**field_help(Schema), **field_help(PreprocessConfig)}
 _DEFAULTS = {**_defaults(Schema), **_defaults(PreprocessConfig)}
 
 
+# Options that describe the text: a spec file says all of it, so they may not come with --spec.
+_TEXT_OPTIONS = ("csv", "delimiter", "header", "num_dense", "num_sparse", "min_fields", "dense_transform")
+
+
+def _spec(ctx: typer.Context, path: Path | None) -> FeatureSpec | None:
+    if path is None:
+        return None
+    given = [n for n in _TEXT_OPTIONS if ctx.get_parameter_source(n).name != "DEFAULT"]  # typer's click enum
+    if given:
+        fail(f"--{given[0].replace('_', '-')}: {path} describes the columns and their format; set it there instead")
+    try:
+        return load_spec(path)
+    except SpecError as e:
+        fail(str(e))
+
+
 def preprocess(
+    ctx: typer.Context,
     inputs: Annotated[list[Path], typer.Argument(help=_help("inputs"))],
     out: Annotated[Path, typer.Option(help=_help("out"))],
+    spec: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="A feature spec (TOML): the text's format and each column's role; `shardrec spec infer` "
+            "proposes one. Default: Criteo's rows, as the options below describe them.",
+        ),
+    ] = None,
     max_ids: Annotated[str, typer.Option(help=_help("max_ids"))] = ",".join(map(str, _DEFAULTS["max_ids"])),
     min_count: Annotated[int, typer.Option(help=_help("min_count"))] = _DEFAULTS["min_count"],
     vocab_memory_mb: Annotated[float, typer.Option(help=_help("vocab_memory_mb"))] = _DEFAULTS["vocab_memory_mb"],
@@ -114,7 +141,9 @@ def preprocess(
     part: Annotated[str | None, typer.Option(help=_help("part"))] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
-    """Turn Criteo-shaped click logs into a sharded-training dataset (parts + manifest.json)."""
+    """Turn click logs into a sharded-training dataset (parts + manifest.json): Criteo's rows, or any
+    CSV/TSV a feature spec (--spec) describes."""
+    feature_spec = _spec(ctx, spec)
     try:
         schema = Schema(
             num_dense, num_sparse, "," if csv else delimiter.replace("\\t", "\t"), header or csv, min_fields
@@ -125,6 +154,7 @@ def preprocess(
             dense_transform=dense_transform, dense_dtype="float16" if float16 else "float32",
             workers=workers, chunk_mb=chunk_mb,
             strict=strict, max_skipped_fraction=max_skipped_fraction, part=_parse_part(part),
+            spec=feature_spec, spec_file=str(spec or ""),
         )  # fmt: skip
     except ValueError as e:
         fail(str(e))

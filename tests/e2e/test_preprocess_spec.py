@@ -179,3 +179,34 @@ def test_vocabulary_mode_maps_list_values_too(logs, tmp_path: Path) -> None:
     assert genres.multi_hot and 10 < genres.cardinality <= 20  # 18 genres seen, + missing and OOV
     ids = np.concatenate([p.sparse["genres"] for p in open_split(tmp_path / "v", "train", manifest)])
     assert ids.min() >= 2 and ids.max() < genres.cardinality
+
+
+def test_list_features_arrive_as_jagged_batches_with_their_lengths(tmp_path: Path) -> None:
+    from shardrec.dataloader.digest import stream_digests
+    from shardrec.dataloader.loader import NO_SHUFFLE, ShuffleSpec, build_loader
+
+    rng = np.random.default_rng(0)
+    tags = ["", "a", "a;b", "b;c;d;e;f", ";;a;", "c"]
+    rows = [f"{rng.integers(0, 2)}\t{rng.integers(0, 9)}\t{tags[i % len(tags)]}\n" for i in range(700)]
+    (tmp_path / "log.tsv").write_text("".join(rows))
+    (tmp_path / "s.toml").write_text(
+        '[format]\nkind = "tsv"\n[[columns]]\nname = "y"\nrole = "label"\n[[columns]]\nname = "n"\nrole = "dense"\n'
+        '[[columns]]\nname = "tags"\nrole = "list"\nseparator = ";"\nmax_length = 3\npooling = "mean"\nhash_size = 50\n'
+    )
+    cli("preprocess", tmp_path / "log.tsv", "--spec", tmp_path / "s.toml", "--out", tmp_path / "d")
+    manifest = Manifest.load(tmp_path / "d")
+    assert manifest.feature("tags").pooling == "mean" and manifest.schema_version == 2
+    (loader,) = [build_loader(tmp_path / "d", "train", global_batch_size=60, rank=0, world_size=1, shuffle=NO_SHUFFLE)]
+    jt = loader.batch(0).sparse_features["tags"]
+    assert jt.lengths().tolist() == [[0, 1, 2, 3, 1, 1][i % 6] for i in range(60)]
+    assert jt.values().tolist()[:3] == [_id("a", ListColumn("tags"), 50)] * 2 + [_id("b", ListColumn("tags"), 50)]
+
+    def digests(world_size: int) -> list[str]:
+        mix = ShuffleSpec(seed=1)
+        loaders = [
+            build_loader(tmp_path / "d", "train", global_batch_size=60, rank=r, world_size=world_size, shuffle=mix)
+            for r in range(world_size)
+        ]
+        return [d for _, d in stream_digests(loaders, 0, 9)]
+
+    assert digests(1) == digests(2) == digests(3) and len(set(digests(1))) == 9

@@ -17,6 +17,9 @@ from shardrec.dataloader.format import Manifest, open_split
 from shardrec.dataloader.integrity import verify
 from shardrec.dataloader.spec import CategoricalColumn, DenseColumn, ListColumn
 from shardrec.dataloader.spec_file import load_spec
+from shardrec.embeddings.tables import build_table_configs
+from shardrec.sharding.planner import pooling_factors
+from shardrec.sharding.request import DatasetStatistics
 from shardrec.tools.cli.app import app
 from shardrec.tools.preprocess.ids import hash_bytes, hash_ids
 from shardrec.tools.preprocess.parse import transform_dense
@@ -106,13 +109,26 @@ def test_an_inferred_spec_preprocesses_the_log_as_python_reads_it(logs, like: st
     assert [g[2] for g in got] == [w[2] for w in want]
     assert np.allclose([g[1] for g in got], [w[1] for w in want], rtol=1e-6)
     names = manifest.feature_names + manifest.dense_features
+    head = [
+        line.split("│")[1].strip() for line in cli("data", "head", out, "-n", "1").stdout.splitlines() if "│" in line
+    ]
     if like == "movielens":
         assert manifest.schema_version == 2 and manifest.feature("genres").multi_hot
         assert 1.5 < manifest.feature("genres").stats["mean_ids_per_sample"] < 2.5
         assert "title" in names and "rating" not in names
+        assert head == [
+            "user_id", "movie_id", "label: rating >= 4", "timestamp", "gender", "age", "occupation", "zip", "title",
+            "genres (list, sum)",
+        ]  # fmt: skip
+        # The planner's statistics carry the measured pooling of the list (the one-hots pool 1).
+        configs = build_table_configs(manifest, 8)
+        pooling = pooling_factors(configs, DatasetStatistics.from_manifest(manifest).stats, {})
+        assert pooling["t_genres"] == manifest.feature("genres").stats["mean_ids_per_sample"]
+        assert pooling["t_title"] == 1.0
     else:
         assert manifest.schema_version == 1 and "id" not in names and "click" not in names
         assert {"site_id", "C20", "hour"} <= set(names)
+        assert head[:4] == ["label: click", "hour", "C1", "banner_pos"]
 
 
 def test_criteos_shape_as_a_spec_file_writes_the_default_columns(tmp_path: Path) -> None:

@@ -226,3 +226,29 @@ def test_list_features_arrive_as_jagged_batches_with_their_lengths(tmp_path: Pat
         return [d for _, d in stream_digests(loaders, 0, 9)]
 
     assert digests(1) == digests(2) == digests(3) and len(set(digests(1))) == 9
+
+
+@pytest.mark.parametrize("mode", [[], ["--min-count", "2"]])
+def test_raw_rows_read_by_the_datasets_spec_get_the_preprocessed_inputs(logs, tmp_path: Path, mode) -> None:
+    from shardrec.tools.preprocess.raw_rows import RawRows
+
+    log, spec = logs["movielens"]
+    cli("preprocess", log, "--spec", spec, "--out", tmp_path / "d", "--layout", "kaggle", *mode)
+    manifest = Manifest.load(tmp_path / "d")
+    vocab = tmp_path / "d" / ".work" / "vocab"
+    transform = {
+        **manifest.options,
+        "cardinalities": [f.cardinality for f in manifest.sparse_features],
+        "vocab_dir": str(vocab) if vocab.is_dir() else None,
+    }
+    rows = RawRows({"transform": transform, "feature_names": manifest.feature_names})
+    batches = list(rows.read(log, chunk_bytes=50_000))
+    dense = np.concatenate([b[0][0] for b in batches])
+    stored = _rows(tmp_path / "d", manifest)
+    assert np.array_equal(dense, np.array([s[1] for s in stored], np.float32))
+    assert np.concatenate([b[1] for b in batches]).tolist() == [s[0] for s in stored]
+    for name in manifest.feature_names:
+        values = np.concatenate([b[0][1][name][0] for b in batches]).tolist()
+        lengths = np.concatenate([b[0][1][name][1] for b in batches]).tolist()
+        assert values == [i for s in stored for i in s[2][name]]
+        assert lengths == [len(s[2][name]) for s in stored]

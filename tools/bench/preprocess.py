@@ -1,6 +1,7 @@
 """`shardrec bench preprocess`: end-to-end preprocessing speed against a polars pipeline doing the same work.
 
-On one generated Criteo-shaped TSV (synth's vectorized writer), in the same run:
+`--like movielens|avazu` measures the feature-spec parser instead (preprocess_like.py). By default,
+on one generated Criteo-shaped TSV (synth's vectorized writer), in the same run:
 1. `shardrec preprocess` end to end in a child process (hashing mode, `--max-ids 1000000`);
 2. the polars pipeline of polars_pipeline.py in a child process, once on one thread
    (POLARS_MAX_THREADS=1) and once on all threads: read_csv with the schema, fill/clamp/log1p of
@@ -26,6 +27,7 @@ from typing import Annotated, Any
 import typer
 
 from shardrec.tools.bench.polars_pipeline import INSTALL_HINT, compare_with_dataset
+from shardrec.tools.bench.preprocess_like import print_like_report, run_like_bench
 from shardrec.tools.bench.proctree import run_measured
 from shardrec.tools.cli.common import console, err_console, fail, print_json
 
@@ -188,11 +190,20 @@ def bench_preprocess(
     work_dir: Annotated[
         Path | None, typer.Option(help="Keep the generated file here and reuse it (default: a temporary directory).")
     ] = None,
+    like: Annotated[
+        str,
+        typer.Option(
+            help="criteo (Criteo's TSV, the default parser), or movielens / avazu (synth --like's CSV with its "
+            "inferred spec: string categoricals, quoting, lists)."
+        ),
+    ] = "criteo",
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Preprocess MB/s and peak RSS against a polars pipeline doing the same work (1 and all threads), same file."""
     if size_gb <= 0 or workers < 1:
         fail(f"--size-gb ({size_gb}) and --workers ({workers}) must be positive")
+    if like not in ("criteo", "movielens", "avazu"):
+        fail(f"--like {like!r} is not one of criteo, movielens, avazu")
     if polars_version() is None:
         fail(INSTALL_HINT)  # fail() prints text, not markup: the hint's [bench] stays
     tmp = None
@@ -201,7 +212,10 @@ def bench_preprocess(
         work_dir = Path(tmp.name)
     work_dir.mkdir(parents=True, exist_ok=True)
     try:
-        result = run_bench(size_gb, workers, work_dir, chunk_mb)
+        if like == "criteo":
+            result = run_bench(size_gb, workers, work_dir, chunk_mb)
+        else:
+            result = run_like_bench(like, size_gb, workers, work_dir, chunk_mb)
     except RuntimeError as e:
         fail(str(e))
     finally:
@@ -209,8 +223,10 @@ def bench_preprocess(
             tmp.cleanup()
     if json_out:
         print_json(result)
-        return
-    _print_report(result)
+    elif like == "criteo":
+        _print_report(result)
+    else:
+        print_like_report(result, console)
 
 
 def _print_report(r: dict[str, Any]) -> None:

@@ -96,7 +96,7 @@ def _has_header(rows: list[list[str]]) -> bool:
     first, rest = rows[0], rows[1:]
     for i, value in enumerate(first):
         below = [r[i] for r in rest if i < len(r) and r[i]]
-        if below and not _is_number(value) and sum(map(_is_number, below)) >= 0.9 * len(below):
+        if value and below and not _is_number(value) and sum(map(_is_number, below)) >= 0.9 * len(below):
             return True
     if any(_is_number(v) for v in first):
         return False

@@ -252,3 +252,11 @@ def test_raw_rows_read_by_the_datasets_spec_get_the_preprocessed_inputs(logs, tm
         lengths = np.concatenate([b[0][1][name][1] for b in batches]).tolist()
         assert values == [i for s in stored for i in s[2][name]]
         assert lengths == [len(s[2][name]) for s in stored]
+
+
+def test_raw_rows_without_a_spec_or_schema_to_read_them_by_are_refused_in_one_line() -> None:
+    from shardrec.tools.preprocess.raw_rows import RawRows
+
+    transform = {"mode": "hash", "dataset": "/data/ml", "cardinalities": [10]}
+    with pytest.raises(ValueError, match=r"^the model of /data/ml records neither a feature spec nor Criteo's text"):
+        RawRows({"transform": transform, "feature_names": ["genres"]})

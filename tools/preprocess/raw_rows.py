@@ -38,8 +38,8 @@ class RawRows:
         self.spec = spec_from_dict(t["spec"], "the model's transform: spec") if t.get("spec") else None
         if self.spec is None and ("schema" not in t or t.get("dense_transform") is None):
             raise ValueError(
-                f"the model's dataset ({t.get('dataset')}) was not made by `shardrec preprocess`: "
-                "no text schema or dense transform to apply to raw rows; score a preprocessed split instead"
+                f"the model of {t.get('dataset')} records neither a feature spec nor Criteo's text schema and dense "
+                "transform to read raw rows with; score a preprocessed split instead"
             )
         self.schema = Schema(**t["schema"]) if self.spec is None else Schema()
         self.dense_transform, self.dense_dtype = t.get("dense_transform") or "log1p", t.get("dense_dtype") or "float32"

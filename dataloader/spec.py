@@ -64,12 +64,18 @@ class TextFormat:
 
 
 @dataclass(frozen=True)
-class LabelColumn:
-    """The click: 0 or 1 as written, or derived by a threshold or a mapping of the written value."""
+class _Column:
+    """What every column has: a name (its header name where the text has one) and a field."""
 
     name: str
     position: int | None = None
     """Field index, 0 for the first (default: found by name in the header, else the column's place in the spec)."""
+
+
+@dataclass(frozen=True)
+class LabelColumn(_Column):
+    """The click: 0 or 1 as written, or derived by a threshold or a mapping of the written value."""
+
     threshold: float | None = None
     """label = 1 where the value (a number) is >= threshold, e.g. 4 for a 1-5 rating."""
     mapping: dict[str, int] = field(default_factory=dict)
@@ -85,12 +91,9 @@ class LabelColumn:
 
 
 @dataclass(frozen=True)
-class DenseColumn:
+class DenseColumn(_Column):
     """A number fed to the dense layers after a transform; an empty field is 0."""
 
-    name: str
-    position: int | None = None
-    """Field index, 0 for the first (default: by name in the header, else the column's place)."""
     type: str = "int"
     """int (an optional '-' and up to 18 digits, `260.0` accepted) or float (decimal, exponent allowed)."""
     transform: str = "log1p"
@@ -105,12 +108,9 @@ class DenseColumn:
 
 
 @dataclass(frozen=True)
-class CategoricalColumn:
+class CategoricalColumn(_Column):
     """One id per row: the value hashed into the table (or looked up in a vocabulary); empty is id 0."""
 
-    name: str
-    position: int | None = None
-    """Field index, 0 for the first (default: by name in the header, else the column's place)."""
     kind: str = "string"
     """hex (up to 16 hex digits), integer (decimal, '-' allowed) or string (any bytes, hashed as written)."""
     hash_size: int | None = None
@@ -146,12 +146,9 @@ class ListColumn(CategoricalColumn):
 
 
 @dataclass(frozen=True)
-class IgnoredColumn:
+class IgnoredColumn(_Column):
     """A field that is read past and never used (a row id, a free-text note)."""
 
-    name: str
-    position: int | None = None
-    """Field index, 0 for the first (default: by name in the header, else the column's place)."""
     role = "ignore"
 
 

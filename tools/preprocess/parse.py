@@ -92,8 +92,23 @@ class Schema:
         return ["label", *self.dense_names, *self.sparse_names]
 
 
+class ChunkRows:
+    """What every parsed piece says of its rows: how many, and which are good (`reason < 0`)."""
+
+    labels: np.ndarray
+    reason: np.ndarray
+
+    @property
+    def rows(self) -> int:
+        return len(self.labels)
+
+    @property
+    def ok(self) -> np.ndarray:
+        return self.reason < 0
+
+
 @dataclass
-class ParsedChunk:
+class ParsedChunk(ChunkRows):
     """Every row of a chunk, decoded; rows with `reason >= 0` are malformed (see REASONS)."""
 
     labels: np.ndarray  # uint8 [rows]
@@ -105,14 +120,6 @@ class ParsedChunk:
     bad_field: np.ndarray  # int16 [rows], field index of the first bad field (-1 if none)
     row_start: np.ndarray = field(repr=False)  # int64 [rows] byte offset of each row, for messages
     row_end: np.ndarray = field(repr=False)  # int64 [rows] offset of each row's newline
-
-    @property
-    def rows(self) -> int:
-        return len(self.labels)
-
-    @property
-    def ok(self) -> np.ndarray:
-        return self.reason < 0
 
 
 def _separator_positions(buf: np.ndarray, delim: int) -> np.ndarray:

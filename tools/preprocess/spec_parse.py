@@ -29,7 +29,7 @@ from shardrec.dataloader.spec import (
 from shardrec.tools.preprocess import parse_kernel
 from shardrec.tools.preprocess import spec_kernel as k
 from shardrec.tools.preprocess.ids import hash_bytes
-from shardrec.tools.preprocess.parse import REASONS, Schema, show_value
+from shardrec.tools.preprocess.parse import REASONS, ChunkRows, Schema, show_value
 
 _ROLE = {LabelColumn: k.LABEL, DenseColumn: k.DENSE, CategoricalColumn: k.CATEGORICAL, ListColumn: k.LIST}
 _KIND = {"hex": k.HEX, "integer": k.INTEGER, "string": k.STRING, "int": k.INT, "float": k.FLOAT}
@@ -187,7 +187,7 @@ def text_options(
 
 
 @dataclass
-class SpecChunk:
+class SpecChunk(ChunkRows):
     """Every row of a piece of text parsed by a spec; rows with reason >= 0 are malformed (REASONS)."""
 
     labels: np.ndarray  # uint8 [rows]
@@ -202,14 +202,6 @@ class SpecChunk:
     bad_field: np.ndarray  # int16 [rows]: field index of the first bad field
     row_start: np.ndarray  # int64 [rows]
     row_end: np.ndarray  # int64 [rows]: offset of the row's newline
-
-    @property
-    def rows(self) -> int:
-        return len(self.labels)
-
-    @property
-    def ok(self) -> np.ndarray:
-        return self.reason < 0
 
 
 def _list_bound(buf: np.ndarray, rows: int, program: Program) -> int:

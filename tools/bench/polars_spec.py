@@ -26,7 +26,7 @@ import numpy as np
 from shardrec.dataloader.format import Manifest, smallest_uint
 from shardrec.dataloader.spec import CategoricalColumn, DenseColumn, FeatureSpec, ListColumn
 from shardrec.dataloader.spec_file import load_spec
-from shardrec.tools.bench.polars_pipeline import INSTALL_HINT, _mix64
+from shardrec.tools.bench.polars_pipeline import _mix64, child_main
 
 
 def _string_values(strings, max_bytes: int):
@@ -138,13 +138,7 @@ def compare_jagged(dataset: Path, polars_out: Path) -> list[str]:
 
 def main(argv: list[str]) -> int:
     path, spec, out = Path(argv[0]), load_spec(argv[1]), Path(argv[2])
-    try:
-        import polars  # noqa: F401
-    except ImportError:
-        print(INSTALL_HINT, file=sys.stderr)
-        return 1
-    print(polars_spec_preprocess(path, spec, out))
-    return 0
+    return child_main(lambda: polars_spec_preprocess(path, spec, out))
 
 
 if __name__ == "__main__":

@@ -24,14 +24,15 @@ BYTES_PER_ROW = {"movielens": 68, "avazu": 150}  # synth --like's rows, measured
 _LABEL = {"movielens": "rating>=4", "avazu": "click"}
 
 
-def _measured(cmd: list[str], what: str, env: dict[str, str] | None = None) -> dict[str, float]:
+def measured(cmd: list[str], what: str, env: dict[str, str] | None = None) -> dict[str, float]:
+    """Wall and CPU seconds and peak RSS of a child process tree; RuntimeError if it fails."""
     res = run_measured(cmd, env)
     if res["returncode"] != 0:
         raise RuntimeError(f"{what} failed: {res['stderr'].strip()[-2000:]}")
     return {k: res[k] for k in ("wall_s", "cpu_s", "peak_rss_mb")}
 
 
-def _rates(mb: float, run: dict[str, float]) -> dict[str, float]:
+def rates(mb: float, run: dict[str, float]) -> dict[str, float]:
     return {
         "mb_s": round(mb / run["wall_s"], 1),
         "mb_per_cpu_s": round(mb / run["cpu_s"], 1),
@@ -64,46 +65,68 @@ def run_like_bench(like: str, size_gb: float, workers: int, work_dir: Path, chun
     err_console.print(f"timing shardrec preprocess --spec ({like}) end to end ...")
     cmd = [sys.executable, "-m", "shardrec.tools.cli", "preprocess", str(path), "--spec", str(spec), "--out", str(out),
            "--layout", "kaggle", "--workers", str(workers), "--chunk-mb", str(chunk_mb), "--json"]  # fmt: skip
-    ours = _rates(mb, _measured(cmd, "preprocess"))
+    ours = rates(mb, measured(cmd, "preprocess"))
     runs, differ = {}, set()
     try:
         for label, threads in (("one_thread", 1), ("all_threads", None)):
             shutil.rmtree(polars_out, ignore_errors=True)
             err_console.print(f"timing the polars pipeline ({label.replace('_', ' ')}) ...")
-            env = {k: v for k, v in os.environ.items() if k != "POLARS_MAX_THREADS"}
-            if threads is not None:
-                env["POLARS_MAX_THREADS"] = str(threads)
+            env = polars_env(threads)
             child = [sys.executable, "-m", "shardrec.tools.bench.polars_spec", str(path), str(spec), str(polars_out)]
-            runs[label] = _rates(mb, _measured(child, f"polars pipeline ({label})", env))
+            runs[label] = rates(mb, measured(child, f"polars pipeline ({label})", env))
             differ.update(compare_jagged(out, polars_out))
     finally:
         shutil.rmtree(out, ignore_errors=True)
         shutil.rmtree(polars_out, ignore_errors=True)
     pl1, pln = runs["one_thread"], runs["all_threads"]
-    ratio = round(ours["mb_per_cpu_s"] / pl1["mb_per_cpu_s"], 2)
+    ratio = ratios(ours, pl1, pln)["ratio_vs_polars_one_thread_cpu"]
     return {
         "like": like,
+        **report_head(mb, workers, ours, pl1, pln, sorted(differ)),
+        "goals": {"end_to_end_2x_polars_per_cpu_s": ratio >= 2},
+    }
+
+
+def polars_env(threads: int | None) -> dict[str, str]:
+    """This environment with polars on `threads` threads (None: its default, all cores)."""
+    env = {k: v for k, v in os.environ.items() if k != "POLARS_MAX_THREADS"}
+    if threads is not None:
+        env["POLARS_MAX_THREADS"] = str(threads)
+    return env
+
+
+def report_head(mb: float, workers: int, ours: dict, pl1: dict, pln: dict, differ: list[str]) -> dict[str, Any]:
+    """What both reports start with: the file, the runs, whether polars did the same work, the ratios."""
+    return {
         "file_mb": round(mb, 1),
         "workers": workers,
         "cores": os.cpu_count(),
         "shardrec": ours,
         "polars_one_thread": pl1,
         "polars_all_threads": pln,
+        # The baseline's columns equal shardrec's: the two did the same work.
         "polars_columns_equal": not differ,
-        "polars_columns_differ": sorted(differ),
-        "ratio_vs_polars_one_thread_cpu": ratio,
-        "ratio_vs_polars_one_thread_wall": round(ours["mb_s"] / pl1["mb_s"], 2),
-        "ratio_vs_polars_all_threads_cpu": round(ours["mb_per_cpu_s"] / pln["mb_per_cpu_s"], 2),
-        "ratio_vs_polars_all_threads_wall": round(ours["mb_s"] / pln["mb_s"], 2),
-        "goals": {"end_to_end_2x_polars_per_cpu_s": ratio >= 2},
+        "polars_columns_differ": differ,
+        **ratios(ours, pl1, pln),
     }
 
 
-def print_like_report(r: dict[str, Any], console) -> None:
+def ratios(ours: dict, pl1: dict, pln: dict) -> dict[str, float]:
+    """shardrec's rates over polars' (one thread, all threads), per CPU-second and wall."""
+    return {
+        "ratio_vs_polars_one_thread_cpu": round(ours["mb_per_cpu_s"] / pl1["mb_per_cpu_s"], 2),
+        "ratio_vs_polars_one_thread_wall": round(ours["mb_s"] / pl1["mb_s"], 2),
+        "ratio_vs_polars_all_threads_cpu": round(ours["mb_per_cpu_s"] / pln["mb_per_cpu_s"], 2),
+        "ratio_vs_polars_all_threads_wall": round(ours["mb_s"] / pln["mb_s"], 2),
+    }
+
+
+def rate_lines(r: dict[str, Any], title: str) -> str:
+    """The report's first lines: the file, each run's rates, the ratios."""
     ours, pl1, pln = r["shardrec"], r["polars_one_thread"], r["polars_all_threads"]
     line = "{:<22} {:>7.1f} MB/s {:>7.1f} MB/CPU-s {:>6.0f} MB peak RSS"
-    console.print(
-        f"{r['file_mb']:,} MB {r['like']}-shaped CSV, its inferred spec, same run ({r['cores']} cores)\n"
+    return (
+        f"{r['file_mb']:,} MB {title}, same run ({r['cores']} cores)\n"
         + line.format(f"shardrec, {r['workers']} worker(s)", ours["mb_s"], ours["mb_per_cpu_s"], ours["peak_rss_mb"])
         + "\n"
         + line.format("polars, 1 thread", pl1["mb_s"], pl1["mb_per_cpu_s"], pl1["peak_rss_mb"])
@@ -113,7 +136,13 @@ def print_like_report(r: dict[str, Any], console) -> None:
         f"{r['ratio_vs_polars_one_thread_wall']:.2f}x wall\n"
         f"shardrec / polars all threads: {r['ratio_vs_polars_all_threads_cpu']:.2f}x per CPU-second, "
         f"{r['ratio_vs_polars_all_threads_wall']:.2f}x wall\n"
-        "polars columns equal shardrec's (values and list lengths): "
+    )
+
+
+def print_like_report(r: dict[str, Any], console) -> None:
+    console.print(
+        rate_lines(r, f"{r['like']}-shaped CSV, its inferred spec")
+        + "polars columns equal shardrec's (values and list lengths): "
         + ("yes" if r["polars_columns_equal"] else f"NO ({', '.join(r['polars_columns_differ'])})")
         + "\n"
         + "\n".join(f"goal {k}: {'met' if v else 'NOT met'}" for k, v in r["goals"].items()),

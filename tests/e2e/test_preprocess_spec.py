@@ -10,8 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import assert_one_line_error
-from typer.testing import CliRunner
+from helpers import assert_one_line_error, cli
 
 from shardrec.dataloader.format import Manifest, open_split
 from shardrec.dataloader.integrity import verify
@@ -20,18 +19,8 @@ from shardrec.dataloader.spec_file import load_spec
 from shardrec.embeddings.tables import build_table_configs
 from shardrec.sharding.planner import pooling_factors
 from shardrec.sharding.request import DatasetStatistics
-from shardrec.tools.cli.app import app
 from shardrec.tools.preprocess.ids import hash_bytes, hash_ids
 from shardrec.tools.preprocess.parse import transform_dense
-
-runner = CliRunner()
-
-
-def cli(*args, ok: bool = True):
-    result = runner.invoke(app, [str(a) for a in args])
-    if ok:
-        assert result.exit_code == 0, result.output
-    return result
 
 
 @pytest.fixture(scope="module")

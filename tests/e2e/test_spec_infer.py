@@ -7,22 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import assert_one_line_error
-from typer.testing import CliRunner
+from helpers import assert_one_line_error, cli
 
 from shardrec.dataloader.format import Manifest
 from shardrec.dataloader.spec import CategoricalColumn, DenseColumn, IgnoredColumn, LabelColumn, ListColumn
 from shardrec.dataloader.spec_file import load_spec
-from shardrec.tools.cli.app import app
-
-runner = CliRunner()
-
-
-def cli(*args, ok: bool = True):
-    result = runner.invoke(app, [str(a) for a in args])
-    if ok:
-        assert result.exit_code == 0, result.output
-    return result
 
 
 def _ctr_log(path: Path, rows: int = 3000) -> None:

@@ -8,8 +8,8 @@ import dataclasses
 import typer
 
 from shardrec.tools.cli.app import app
+from shardrec.tools.preprocess.config import PreprocessConfig
 from shardrec.tools.preprocess.parse import Schema
-from shardrec.tools.preprocess.pipeline import PreprocessConfig
 from shardrec.trainer.config import field_help
 
 

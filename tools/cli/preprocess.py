@@ -15,8 +15,9 @@ from shardrec.dataloader.format import DatasetError
 from shardrec.dataloader.spec import FeatureSpec, SpecError
 from shardrec.dataloader.spec_file import load_spec
 from shardrec.tools.cli.common import console, fail, print_json
+from shardrec.tools.preprocess.config import PreprocessConfig
 from shardrec.tools.preprocess.parse import Schema
-from shardrec.tools.preprocess.pipeline import PreprocessConfig, PreprocessResult, run_preprocess
+from shardrec.tools.preprocess.pipeline import PreprocessResult, run_preprocess
 from shardrec.tools.preprocess.pool import WorkerDied
 from shardrec.tools.preprocess.task import InputError, MalformedRowError
 from shardrec.trainer.config import field_help
@@ -109,14 +110,7 @@ def preprocess(
     ctx: typer.Context,
     inputs: Annotated[list[Path], typer.Argument(help=_help("inputs"))],
     out: Annotated[Path, typer.Option(help=_help("out"))],
-    spec: Annotated[
-        Path | None,
-        typer.Option(
-            metavar="FILE",
-            help="A feature spec (TOML): the text's format and each column's role; `shardrec spec infer` "
-            "proposes one. Default: Criteo's rows, as the options below describe them.",
-        ),
-    ] = None,
+    spec: Annotated[Path | None, typer.Option(metavar="FILE", help=_help("spec"))] = None,
     max_ids: Annotated[str, typer.Option(help=_help("max_ids"))] = ",".join(map(str, _DEFAULTS["max_ids"])),
     min_count: Annotated[int, typer.Option(help=_help("min_count"))] = _DEFAULTS["min_count"],
     vocab_memory_mb: Annotated[float, typer.Option(help=_help("vocab_memory_mb"))] = _DEFAULTS["vocab_memory_mb"],

@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from shardrec.tools.bench.polars_spec import compare_jagged
 from shardrec.tools.bench.proctree import run_measured
 from shardrec.tools.cli.common import err_console
 
@@ -58,6 +57,8 @@ def prepare(like: str, size_gb: float, work_dir: Path) -> tuple[Path, Path]:
 
 
 def run_like_bench(like: str, size_gb: float, workers: int, work_dir: Path, chunk_mb: float) -> dict[str, Any]:
+    from shardrec.tools.bench.polars_spec import compare_jagged
+
     path, spec = prepare(like, size_gb, work_dir)
     mb = path.stat().st_size / 1e6
     out, polars_out = work_dir / "out", work_dir / "polars-out"

@@ -10,8 +10,6 @@ import numpy as np
 
 from shardrec.dataloader.format import DatasetError, Manifest, open_split
 from shardrec.dataloader.integrity import id_out_of_range
-from shardrec.dataloader.spec import LabelColumn, ListColumn, SpecError
-from shardrec.dataloader.spec_file import manifest_spec
 from shardrec.tools.cli.common import save_figure
 from shardrec.tools.preprocess.stats import frequency_curves
 
@@ -95,6 +93,9 @@ def head_rows(directory: Path, n: int = 5, split: str = "train") -> list[dict[st
 def head_fields(manifest: Manifest, directory: Path) -> list[tuple[str, str]]:
     """(key in head_rows' rows, name shown) of each field, in the order of the text's columns where the
     dataset's spec is known: the label as its column and rule (`label: rating >= 4`), lists with their pooling."""
+    from shardrec.dataloader.spec import LabelColumn, ListColumn, SpecError
+    from shardrec.dataloader.spec_file import manifest_spec
+
     try:
         spec = manifest_spec(manifest, directory)
     except SpecError:

@@ -5,22 +5,20 @@ from __future__ import annotations
 import time
 from dataclasses import MISSING, fields
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from shardrec.dataloader.format import DatasetError
-from shardrec.dataloader.spec import FeatureSpec, SpecError
-from shardrec.dataloader.spec_file import load_spec
 from shardrec.tools.cli.common import console, fail, print_json
 from shardrec.tools.preprocess.config import PreprocessConfig
 from shardrec.tools.preprocess.parse import Schema
-from shardrec.tools.preprocess.pipeline import PreprocessResult, run_preprocess
-from shardrec.tools.preprocess.pool import WorkerDied
-from shardrec.tools.preprocess.task import InputError, MalformedRowError
 from shardrec.trainer.config import field_help
+
+if TYPE_CHECKING:  # the pipeline and the spec parser are imported by the command, not by every CLI start
+    from shardrec.dataloader.spec import FeatureSpec
+    from shardrec.tools.preprocess.pipeline import PreprocessResult
 
 
 class _Bar:
@@ -95,6 +93,9 @@ _TEXT_OPTIONS = ("csv", "delimiter", "header", "num_dense", "num_sparse", "min_f
 
 
 def _spec(ctx: typer.Context, path: Path | None) -> FeatureSpec | None:
+    from shardrec.dataloader.spec import SpecError
+    from shardrec.dataloader.spec_file import load_spec
+
     if path is None:
         return None
     given = [n for n in _TEXT_OPTIONS if ctx.get_parameter_source(n).name != "DEFAULT"]  # typer's click enum
@@ -137,6 +138,11 @@ def preprocess(
 ) -> None:
     """Turn click logs into a sharded-training dataset (parts + manifest.json): Criteo's rows, or any
     CSV/TSV a feature spec (--spec) describes."""
+    from shardrec.dataloader.format import DatasetError
+    from shardrec.tools.preprocess.pipeline import run_preprocess
+    from shardrec.tools.preprocess.pool import WorkerDied
+    from shardrec.tools.preprocess.task import InputError, MalformedRowError
+
     feature_spec = _spec(ctx, spec)
     try:
         schema = Schema(

@@ -10,7 +10,6 @@ import typer
 
 from shardrec.tools.cli.common import console, fail, print_json
 from shardrec.tools.synth import write_dataset
-from shardrec.tools.synth_like import LIKE, write_like
 
 
 def synth(
@@ -40,6 +39,8 @@ def synth(
         fail(f"--max-vocab must be at least 4, got {max_vocab}")
     if out.exists() and not out.is_dir():
         fail(f"{out}: exists and is not a directory")
+    from shardrec.tools.synth_like import LIKE, write_like
+
     if like not in LIKE:
         fail(f"--like {like!r} is not one of {', '.join(LIKE)}")
     if like != "criteo" and (days or csv):

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from shardrec.dataloader.spec import FeatureSpec
 from shardrec.tools.preprocess.inputs import LAYOUTS
 from shardrec.tools.preprocess.parse import DENSE_TRANSFORMS, Schema
 from shardrec.tools.preprocess.vocab import DEFAULT_MEMORY_MB
+
+if TYPE_CHECKING:
+    from shardrec.dataloader.spec import FeatureSpec
 
 
 @dataclass

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from shardrec.dataloader.jit import njit
-from shardrec.tools.preprocess.parse_kernel import _decode_hex, _decode_int
+from shardrec.tools.preprocess.parse_kernel import _decode_hex, _decode_int, trailing_zeros
 
 # Roles per field, and decoders (kind) per field.
 IGNORE, LABEL, DENSE, CATEGORICAL, LIST = 0, 1, 2, 3, 4
@@ -54,8 +54,9 @@ def hash_string(buf, s, e, escaped):
     h, k = np.uint64(0), s
     while k + 8 <= e:  # whole words: eight loads LLVM folds into one load and a byte swap
         w = np.uint64(0)
+        p = np.uint64(k)  # unsigned: no negative-index fix-ups between the loads
         for t in range(8):
-            w = (w << _S8) | np.uint64(buf[k + t])
+            w = (w << _S8) | np.uint64(buf[p + np.uint64(t)])
         h, k = mix64(h ^ w), k + 8
     if k < e:
         w = np.uint64(0)
@@ -160,11 +161,35 @@ def _scan_field(buf, i, delim, quoting):
                 j += 1
             return i + 1, end, j, escaped, True
         return i + 1, end, j, escaped, False
-    j = i
-    while buf[j] != delim and buf[j] != 10:
-        j += 1
+    j = _field_end(buf, i, delim)
     end = j - 1 if (buf[j] == 10 and j > i and buf[j - 1] == 13) else j
     return i, end, j, False, False
+
+
+_L = np.uint64(0x0101010101010101)
+_H = np.uint64(0x8080808080808080)
+_NEWLINES = np.uint64(0x0A0A0A0A0A0A0A0A)
+
+
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _field_end(buf, i, delim):
+    """The first delimiter or newline at or after i, eight bytes at a time (a zero byte of w ^ d
+    is a match: the lowest byte flagged by (x - L) & ~x & H is exact, higher ones may not be)."""
+    n, j = len(buf), i
+    d = np.uint64(delim) * _L
+    while j + 8 <= n:
+        w = np.uint64(0)
+        p = np.uint64(j)
+        for t in range(8):  # one unaligned load (see parse_kernel._hex8_swar)
+            w |= np.uint64(buf[p + np.uint64(t)]) << np.uint64(8 * t)
+        x, y = w ^ d, w ^ _NEWLINES
+        hit = ((x - _L) & ~x & _H) | ((y - _L) & ~y & _H)
+        if hit:
+            return j + (np.int64(trailing_zeros(hit)) >> 3)
+        j += 8
+    while buf[j] != delim and buf[j] != 10:
+        j += 1
+    return j
 
 
 @njit(cache=True, nogil=True, boundscheck=False, inline="always")
@@ -259,8 +284,11 @@ def parse_spec_rows(
                     bad = -1 if ok else (BAD_FLOAT if kind[f] == FLOAT else BAD_INTEGER)
                 elif r == CATEGORICAL:
                     smiss[ur, k] = e == s
-                    v, bad = (np.uint64(0), -1) if e == s else _categorical(buf, s, e, kind[f], escaped)
-                    sparse[ur, k] = v
+                    if e == s:
+                        sparse[ur, k] = np.uint64(0)
+                    else:
+                        v, bad = _categorical(buf, s, e, kind[f], escaped)
+                        sparse[ur, k] = v
                 elif r == LIST:
                     lstart[ur, k] = pos
                     cnt, bad = _list(buf, s, e, kind[f], seps[f], max_lengths[f], escaped, lvalues, pos)

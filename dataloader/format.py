@@ -32,6 +32,10 @@ from shardrec.dataloader.mapping import limit_message, map_npy
 
 FORMAT_NAME = "shardrec-dataset"
 SCHEMA_VERSION = 1
+LISTS_SCHEMA_VERSION = 2
+"""Datasets with list features (a feature spec's `role = "list"`): their features may pool by mean,
+which a reader of version 1 would train as sum, so such a reader refuses them instead."""
+READ_VERSIONS = (SCHEMA_VERSION, LISTS_SCHEMA_VERSION)
 MANIFEST = "manifest.json"
 SPLITS = ("train", "val", "test")
 
@@ -76,6 +80,15 @@ class SparseFeature:
     multi_hot: bool = False
     stats: dict[str, float] = field(default_factory=dict)
     """Planner statistics: mean/p95 ids per sample, distinct ids, top-1%/10% lookup share."""
+    pooling: str = "sum"
+    """How the feature's table pools a row's ids: sum, or mean (a spec's list column). The manifest
+    writes it only when it is not sum, so datasets without lists keep version 1's bytes."""
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        if self.pooling == "sum":
+            del out["pooling"]
+        return out
 
 
 @dataclass
@@ -102,7 +115,9 @@ class Manifest:
         raise KeyError(name)
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=False) + "\n"
+        out = dataclasses.asdict(self)
+        out["sparse_features"] = [f.to_dict() for f in self.sparse_features]
+        return json.dumps(out, indent=2, sort_keys=False) + "\n"
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Manifest:
@@ -126,6 +141,9 @@ class Manifest:
             for name, s in raw["splits"].items()
         }
         features = [SparseFeature(**f) for f in raw["sparse_features"]]
+        for i, f in enumerate(features):
+            if f.pooling not in ("sum", "mean"):
+                raise TypeError(f"sparse_features[{i}].pooling is {f.pooling!r}, expected sum or mean")
         rest = {k: v for k, v in raw.items() if k not in ("splits", "sparse_features")}
         return cls(sparse_features=features, splits=splits, **rest)
 
@@ -147,10 +165,10 @@ class Manifest:
             raise DatasetError(f"{path}: unreadable manifest: {e}") from e
         if raw.get("format") != FORMAT_NAME:
             raise DatasetError(f"{path}: format is {raw.get('format')!r}, expected {FORMAT_NAME!r}")
-        if raw.get("schema_version") != SCHEMA_VERSION:
+        if raw.get("schema_version") not in READ_VERSIONS or isinstance(raw.get("schema_version"), bool):
             raise DatasetError(
                 f"{path}: schema_version {raw.get('schema_version')} is not supported "
-                f"(this shardrec reads {SCHEMA_VERSION})"
+                f"(this shardrec reads {' and '.join(map(str, READ_VERSIONS))})"
             )
         try:
             manifest = cls.from_dict(raw)

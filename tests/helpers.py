@@ -45,6 +45,18 @@ def assert_one_line_error(result: Result | subprocess.CompletedProcess, pattern:
     return lines[0]
 
 
+def cli(*args, ok: bool = True) -> Result:
+    """`shardrec ARGS` in this process (typer's CliRunner); with ok, assert it exited 0."""
+    from typer.testing import CliRunner
+
+    from shardrec.tools.cli.app import app
+
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    if ok:
+        assert result.exit_code == 0, result.output
+    return result
+
+
 def resplit(src: Path, dst: Path, parts: int, seed: int = 7) -> None:
     """Write the train rows of the 1-part dataset `src` again as `parts` parts of uneven sizes."""
     manifest = Manifest.load(src)

@@ -56,3 +56,22 @@ def test_bench_preprocess_without_polars_says_how_to_install(monkeypatch: pytest
         "error: polars is not installed: pip install 'shardrec[bench]' (or pip install polars)"
     ]
     assert not (tmp_path / "bench.tsv").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("like", ["movielens", "avazu"])
+def test_bench_preprocess_like_a_spec_against_polars_on_the_same_columns(tmp_path: Path, like: str):
+    result = CliRunner().invoke(
+        app, ["bench", "preprocess", "--like", like, "--size-gb", "0.002", "--work-dir", str(tmp_path), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["like"] == like and report["file_mb"] > 1.5
+    # The polars pipeline wrote every column (lists as values and lengths) with shardrec's values.
+    assert report["polars_columns_equal"] is True and report["polars_columns_differ"] == []
+    for run in ("shardrec", "polars_one_thread", "polars_all_threads"):
+        assert report[run]["cpu_s"] > 0 and report[run]["mb_per_cpu_s"] > 0, run
+    assert report["ratio_vs_polars_one_thread_cpu"] > 0
+    assert set(report["goals"]) == {"end_to_end_2x_polars_per_cpu_s"}
+    assert (tmp_path / f"{like}.csv").is_file() and (tmp_path / f"{like}.toml").is_file()
+    assert not (tmp_path / "out").exists() and not (tmp_path / "polars-out").exists()

@@ -1,3 +1,4 @@
+import json
 from pathlib import Path
 
 import numpy as np
@@ -100,3 +101,22 @@ def test_multi_hot_offsets_are_checked_against_rows_and_ids(tmp_path: Path):
     )
     with pytest.raises(DatasetError, match=r"f1.offsets.npy: \(30,\) offsets, expected 31 \(rows \+ 1\)"):
         open_split(tmp_path, "train")
+
+
+def test_list_features_record_their_pooling_under_version_2_and_others_keep_version_1_bytes(tmp_path: Path):
+    manifest = write_tiny_dataset(tmp_path, multi_hot=("f1",))
+    plain = json.loads(manifest.to_json())
+    assert plain["schema_version"] == 1 and all("pooling" not in f for f in plain["sparse_features"])
+    manifest.sparse_features[1].pooling = "mean"
+    manifest.schema_version = 2
+    manifest.save(tmp_path)
+    written = json.loads((tmp_path / "manifest.json").read_text())
+    assert written["schema_version"] == 2 and written["sparse_features"][1]["pooling"] == "mean"
+    assert Manifest.load(tmp_path) == manifest
+    (tmp_path / "manifest.json").write_text(json.dumps({**written, "schema_version": 3}))
+    with pytest.raises(DatasetError, match="schema_version 3 is not supported .this shardrec reads 1 and 2."):
+        Manifest.load(tmp_path)
+    written["sparse_features"][1]["pooling"] = "max"
+    (tmp_path / "manifest.json").write_text(json.dumps(written))
+    with pytest.raises(DatasetError, match=r"sparse_features\[1\].pooling is 'max', expected sum or mean"):
+        Manifest.load(tmp_path)

@@ -187,6 +187,20 @@ def test_multi_hot_features_are_jagged_and_exact(jagged_data: Path):
     assert _iter_digests(_loaders(jagged_data, 1)) == _iter_digests(_loaders(jagged_data, 2, num_workers=2))
 
 
+def test_a_resumed_jagged_stream_continues_at_another_world_size(jagged_data: Path):
+    (full,) = _loaders(jagged_data, 1)
+    reference = _iter_digests([full])
+    (first,) = _loaders(jagged_data, 1)
+    it = iter(first)
+    for _ in range(6):
+        batch = next(it)
+    assert (batch.sparse_features["f1"].lengths() == 0).any()  # empty lists travel as length 0
+    resumed = _loaders(jagged_data, 4, num_workers=2)
+    for loader in resumed:
+        loader.load_state_dict(first.state_dict())
+    assert _iter_digests(resumed) == reference[6:]
+
+
 def test_bad_arguments_and_small_splits_are_clear_errors(tmp_path: Path, data: Path):
     with pytest.raises(ValueError, match="global_batch_size 64 does not divide by world_size 3"):
         build_loader(data, "train", global_batch_size=64, rank=0, world_size=3)

@@ -15,6 +15,7 @@ that POLARS_MAX_THREADS (read once, when polars is imported) and the peak RSS ar
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -101,15 +102,20 @@ def compare_with_dataset(dataset: Path, polars_out: Path) -> list[str]:
     return differ
 
 
-def main(argv: list[str]) -> int:
-    path, out, max_ids = Path(argv[0]), Path(argv[1]), int(argv[2])
+def child_main(work: Callable[[], int]) -> int:
+    """A baseline child's entry: polars must import; prints the rows `work` wrote."""
     try:
         import polars  # noqa: F401
     except ImportError:
         print(INSTALL_HINT, file=sys.stderr)
         return 1
-    print(polars_preprocess(path, out, max_ids))
+    print(work())
     return 0
+
+
+def main(argv: list[str]) -> int:
+    path, out, max_ids = Path(argv[0]), Path(argv[1]), int(argv[2])
+    return child_main(lambda: polars_preprocess(path, out, max_ids))
 
 
 if __name__ == "__main__":

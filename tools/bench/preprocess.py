@@ -1,6 +1,7 @@
 """`shardrec bench preprocess`: end-to-end preprocessing speed against a polars pipeline doing the same work.
 
-On one generated Criteo-shaped TSV (synth's vectorized writer), in the same run:
+`--like movielens|avazu` measures the feature-spec parser instead (preprocess_like.py). By default,
+on one generated Criteo-shaped TSV (synth's vectorized writer), in the same run:
 1. `shardrec preprocess` end to end in a child process (hashing mode, `--max-ids 1000000`);
 2. the polars pipeline of polars_pipeline.py in a child process, once on one thread
    (POLARS_MAX_THREADS=1) and once on all threads: read_csv with the schema, fill/clamp/log1p of
@@ -15,7 +16,6 @@ measure, and the ratios are what to compare across machines. CPU seconds include
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import time
@@ -23,7 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from shardrec.tools.bench.polars_pipeline import compare_with_dataset
-from shardrec.tools.bench.proctree import run_measured
+from shardrec.tools.bench.preprocess_like import (
+    measured,
+    polars_env,
+    rate_lines,
+    rates,
+    report_head,
+)
 from shardrec.tools.cli.common import console, err_console
 
 _BYTES_PER_ROW = 240  # synth's Criteo-shaped rows, measured; only sizes the generated file
@@ -37,28 +43,18 @@ def generate(path: Path, size_gb: float, seed: int = 0) -> int:
     return write_file(path, rows, SynthSpec.from_seed(seed), stream_seed=0)
 
 
-def _measured(cmd: list[str], what: str, env: dict[str, str] | None = None) -> dict[str, float]:
-    res = run_measured(cmd, env)
-    if res["returncode"] != 0:
-        raise RuntimeError(f"{what} failed: {res['stderr'].strip()[-2000:]}")
-    return {k: res[k] for k in ("wall_s", "cpu_s", "peak_rss_mb")}
-
-
 def run_preprocess_child(path: Path, out: Path, workers: int, chunk_mb: float) -> dict[str, float]:
     """Run the CLI in a child; returns wall seconds, CPU seconds of it and its workers, peak RSS of the tree."""
     cmd = [sys.executable, "-m", "shardrec.tools.cli", "preprocess", str(path), "--out", str(out),
            "--max-ids", str(MAX_IDS), "--workers", str(workers), "--chunk-mb", str(chunk_mb), "--json"]  # fmt: skip
-    return _measured(cmd, "preprocess")
+    return measured(cmd, "preprocess")
 
 
 def run_polars_child(path: Path, out: Path, threads: int | None) -> dict[str, float]:
     """The polars pipeline in a child on `threads` threads (None: polars' default, all cores)."""
-    env = dict(os.environ)
-    env.pop("POLARS_MAX_THREADS", None)
-    if threads is not None:
-        env["POLARS_MAX_THREADS"] = str(threads)
+    env = polars_env(threads)
     cmd = [sys.executable, "-m", "shardrec.tools.bench.polars_pipeline", str(path), str(out), str(MAX_IDS)]
-    return _measured(cmd, f"polars pipeline ({threads or 'all'} threads)", env)
+    return measured(cmd, f"polars pipeline ({threads or 'all'} threads)", env)
 
 
 def polars_version() -> str | None:
@@ -101,16 +97,6 @@ def pandas_parse(path: Path, chunk_rows: int = 500_000) -> dict[str, Any]:
     return {"wall_s": wall, "cpu_s": cpu, "setup": setup}
 
 
-def _rates(mb: float, run: dict[str, float]) -> dict[str, float]:
-    return {
-        "mb_s": round(mb / run["wall_s"], 1),
-        "mb_per_cpu_s": round(mb / run["cpu_s"], 1),
-        "peak_rss_mb": round(run["peak_rss_mb"], 1),
-        "wall_s": round(run["wall_s"], 2),
-        "cpu_s": round(run["cpu_s"], 2),
-    }
-
-
 def _run_polars_both(path: Path, out: Path, shardrec_out: Path) -> tuple[dict, dict, list[str]]:
     """The polars pipeline on one thread, then on all; each output compared with shardrec's."""
     runs, differ = {}, set()
@@ -132,10 +118,10 @@ def run_bench(size_gb: float, workers: int, work_dir: Path, chunk_mb: float) -> 
     out = work_dir / "out"
     shutil.rmtree(out, ignore_errors=True)
     err_console.print("timing shardrec preprocess end to end ...")
-    ours = _rates(mb, run_preprocess_child(path, out, workers, chunk_mb))
+    ours = rates(mb, run_preprocess_child(path, out, workers, chunk_mb))
     try:
         pl1, pln, differ = _run_polars_both(path, work_dir / "polars-out", out)
-        pl1, pln = _rates(mb, pl1), _rates(mb, pln)
+        pl1, pln = rates(mb, pl1), rates(mb, pln)
     finally:
         shutil.rmtree(out, ignore_errors=True)
     err_console.print("timing the parser alone ...")
@@ -144,20 +130,8 @@ def run_bench(size_gb: float, workers: int, work_dir: Path, chunk_mb: float) -> 
     pd_ = pandas_parse(path)
     pandas_cpu = mb / pd_["cpu_s"]
     return {
-        "file_mb": round(mb, 1),
-        "workers": workers,
-        "cores": os.cpu_count(),
-        "shardrec": ours,
-        "polars_one_thread": pl1,
-        "polars_all_threads": pln,
+        **report_head(mb, workers, ours, pl1, pln, differ),
         "polars": {"version": polars_version(), "max_ids": MAX_IDS},
-        # The baseline's columns equal shardrec's byte for byte: the two did the same work.
-        "polars_columns_equal": not differ,
-        "polars_columns_differ": differ,
-        "ratio_vs_polars_one_thread_cpu": round(ours["mb_per_cpu_s"] / pl1["mb_per_cpu_s"], 2),
-        "ratio_vs_polars_one_thread_wall": round(ours["mb_s"] / pl1["mb_s"], 2),
-        "ratio_vs_polars_all_threads_cpu": round(ours["mb_per_cpu_s"] / pln["mb_per_cpu_s"], 2),
-        "ratio_vs_polars_all_threads_wall": round(ours["mb_s"] / pln["mb_s"], 2),
         "ratio_rss_vs_polars_all_threads": round(ours["peak_rss_mb"] / max(pln["peak_rss_mb"], 1e-9), 2),
         "parse_only_mb_s": round(mb / parse["wall_s"], 1),
         "parse_only_mb_per_cpu_s": round(mb / parse["cpu_s"], 1),
@@ -177,21 +151,9 @@ def run_bench(size_gb: float, workers: int, work_dir: Path, chunk_mb: float) -> 
 
 
 def print_report(r: dict[str, Any]) -> None:
-    ours, pl1, pln = r["shardrec"], r["polars_one_thread"], r["polars_all_threads"]
-    line = "{:<22} {:>7.1f} MB/s {:>7.1f} MB/CPU-s {:>6.0f} MB peak RSS"
     console.print(
-        f"{r['file_mb']:,} MB TSV, same file, same run ({r['cores']} cores)\n"
-        + line.format(f"shardrec, {r['workers']} worker(s)", ours["mb_s"], ours["mb_per_cpu_s"], ours["peak_rss_mb"])
-        + "\n"
-        + line.format("polars, 1 thread", pl1["mb_s"], pl1["mb_per_cpu_s"], pl1["peak_rss_mb"])
-        + "\n"
-        + line.format("polars, all threads", pln["mb_s"], pln["mb_per_cpu_s"], pln["peak_rss_mb"])
-        + "\n"
-        f"shardrec / polars 1 thread: {r['ratio_vs_polars_one_thread_cpu']:.2f}x per CPU-second, "
-        f"{r['ratio_vs_polars_one_thread_wall']:.2f}x wall\n"
-        f"shardrec / polars all threads: {r['ratio_vs_polars_all_threads_cpu']:.2f}x per CPU-second, "
-        f"{r['ratio_vs_polars_all_threads_wall']:.2f}x wall\n"
-        f"polars {r['polars']['version']} columns equal shardrec's byte for byte: "
+        rate_lines(r, "TSV, same file")
+        + f"polars {r['polars']['version']} columns equal shardrec's byte for byte: "
         + ("yes" if r["polars_columns_equal"] else f"NO ({', '.join(r['polars_columns_differ'])})")
         + "\n"
         f"secondary: parser alone {r['parse_only_mb_per_cpu_s']:.1f} MB/CPU-s;\n"

@@ -17,6 +17,7 @@ from shardrec.tools.cli import predict as cli_predict
 from shardrec.tools.cli import preprocess as cli_preprocess
 from shardrec.tools.cli import report as cli_report
 from shardrec.tools.cli import runs as cli_runs
+from shardrec.tools.cli import spec as cli_spec
 from shardrec.tools.cli import synth as cli_synth
 from shardrec.tools.cli import train as cli_train
 from shardrec.tools.cli.common import configure_logging
@@ -24,6 +25,7 @@ from shardrec.tools.cli.common import configure_logging
 # `shardrec --help` lists the commands in the order a user meets them; others follow.
 FLOW = (
     "synth",
+    "spec",
     "preprocess",
     "data",
     "plan",
@@ -57,9 +59,9 @@ app = typer.Typer(
     name="shardrec",
     help=(
         "Train DLRM-family recommendation models whose embedding tables are sharded across "
-        "devices.\n\nThe flow: `synth` click logs (or bring Criteo's), `preprocess` them into a "
-        "dataset, `plan` how tables are sharded, `train` with torchrun, then `eval`, `export` and "
-        "`predict`; `data` and `bench` inspect and measure."
+        "devices.\n\nThe flow: `synth` click logs (or bring your own: `spec infer` describes them), "
+        "`preprocess` them into a dataset, `plan` how tables are sharded, `train` with torchrun, then `eval`, "
+        "`export` and `predict`; `data` and `bench` inspect and measure."
     ),
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -78,6 +80,7 @@ def _root(
 
 
 cli_synth.register(app)
+cli_spec.register(app)
 cli_data.register(app)
 cli_bench.register(app)
 cli_plan.register(app)

@@ -19,7 +19,7 @@ from shardrec.tools.bench import plan as bench_plan
 from shardrec.tools.bench import preprocess as bench_preprocess
 from shardrec.tools.bench import scale as bench_scale
 from shardrec.tools.bench import train as bench_train
-from shardrec.tools.cli.common import fail, print_json
+from shardrec.tools.cli.common import console, fail, print_json
 
 bench_app = typer.Typer(
     help="Benchmarks; each but `scale` prints its ratio against a baseline measured in the same run.",
@@ -80,13 +80,23 @@ def preprocess(
     work_dir: Annotated[
         Path | None, typer.Option(help="Keep the generated file here and reuse it (default: a temporary directory).")
     ] = None,
+    like: Annotated[
+        str,
+        typer.Option(
+            help="criteo (Criteo's TSV, the default parser), or movielens / avazu (synth --like's CSV with its "
+            "inferred spec: string categoricals, quoting, lists)."
+        ),
+    ] = "criteo",
     json_out: JsonFlag = False,
 ) -> None:
     """Preprocess MB/s and peak RSS against a polars pipeline doing the same work (1 and all threads), same file."""
     from shardrec.tools.bench.polars_pipeline import INSTALL_HINT
+    from shardrec.tools.bench.preprocess_like import print_like_report, run_like_bench
 
     if size_gb <= 0 or workers < 1:
         fail(f"--size-gb ({size_gb}) and --workers ({workers}) must be positive")
+    if like not in ("criteo", "movielens", "avazu"):
+        fail(f"--like {like!r} is not one of criteo, movielens, avazu")
     if bench_preprocess.polars_version() is None:
         fail(INSTALL_HINT)  # fail() prints text, not markup: the hint's [bench] stays
     tmp = None
@@ -95,13 +105,19 @@ def preprocess(
         work_dir = Path(tmp.name)
     work_dir.mkdir(parents=True, exist_ok=True)
     try:
-        result = bench_preprocess.run_bench(size_gb, workers, work_dir, chunk_mb)
+        if like == "criteo":
+            result = bench_preprocess.run_bench(size_gb, workers, work_dir, chunk_mb)
+        else:
+            result = run_like_bench(like, size_gb, workers, work_dir, chunk_mb)
     except RuntimeError as e:
         fail(str(e))
     finally:
         if tmp is not None:
             tmp.cleanup()
-    _show(result, json_out, bench_preprocess.print_report)
+    if like == "criteo":
+        _show(result, json_out, bench_preprocess.print_report)
+    else:
+        _show(result, json_out, lambda r: print_like_report(r, console))
 
 
 @bench_app.command("plan")

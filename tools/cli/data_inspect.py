@@ -10,7 +10,7 @@ from rich.table import Table
 
 from shardrec.dataloader.format import DatasetError, Manifest
 from shardrec.tools.cli.common import console, fail, print_json
-from shardrec.tools.cli.data_view import dataset_stats, head_rows, plot_frequencies
+from shardrec.tools.cli.data_view import dataset_stats, head_fields, head_rows, plot_frequencies
 from shardrec.tools.preprocess import npy_import_export
 
 
@@ -79,7 +79,8 @@ def head(
     split: Annotated[str, typer.Option(help="Split to read.")] = "train",
     json_out: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
 ) -> None:
-    """The first rows of a split, decoded: label, transformed dense values, sparse ids."""
+    """The first rows of a split, decoded: label, transformed dense values, sparse ids, named and ordered as
+    the text's columns (the dataset's spec)."""
     if n < 0:
         fail(f"--rows must be >= 0, got {n}")
     try:
@@ -94,9 +95,8 @@ def head(
     table.add_column("field")
     for i in range(len(rows)):
         table.add_column(str(i), justify="right")
-    names = ["label", *manifest.dense_features, *manifest.feature_names]
-    for name in names:
-        table.add_row(name, *(f"{r[name]:.4f}" if isinstance(r[name], float) else str(r[name]) for r in rows))
+    for key, shown in head_fields(manifest, directory):
+        table.add_row(shown, *(f"{r[key]:.4f}" if isinstance(r[key], float) else str(r[key]) for r in rows))
     console.print(table)
 
 

@@ -90,6 +90,30 @@ def head_rows(directory: Path, n: int = 5, split: str = "train") -> list[dict[st
     return out
 
 
+def head_fields(manifest: Manifest, directory: Path) -> list[tuple[str, str]]:
+    """(key in head_rows' rows, name shown) of each field, in the order of the text's columns where the
+    dataset's spec is known: the label as its column and rule (`label: rating >= 4`), lists with their pooling."""
+    from shardrec.dataloader.spec import LabelColumn, ListColumn, SpecError
+    from shardrec.dataloader.spec_file import manifest_spec
+
+    try:
+        spec = manifest_spec(manifest, directory)
+    except SpecError:
+        spec = None
+    if spec is None:
+        return [(n, n) for n in ["label", *manifest.dense_features, *manifest.feature_names]]
+    out = []
+    for c in spec.columns:
+        if isinstance(c, LabelColumn):
+            rule = f" >= {c.threshold:g}" if c.threshold is not None else " (mapped)" if c.mapping else ""
+            out.append(("label", f"label: {c.name}{rule}"))
+        elif isinstance(c, ListColumn):
+            out.append((c.name, f"{c.name} (list, {c.pooling})"))
+        elif c.role != "ignore":
+            out.append((c.name, c.name))
+    return out
+
+
 def plot_frequencies(directory: Path, out_png: Path, split: str = "train") -> None:
     """Log-log curves of lookups per id against id rank, one line per feature."""
     import matplotlib

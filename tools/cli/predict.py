@@ -30,7 +30,7 @@ def _write(probs: np.ndarray, out: Path | None) -> None:
 
 
 def _score_text(exported, path: Path) -> tuple[np.ndarray, np.ndarray]:
-    from shardrec.tools.raw_rows import RawRows
+    from shardrec.tools.preprocess.raw_rows import RawRows
     from shardrec.trainer.inference.predict import rows_batch, score_batches
 
     rows = RawRows(exported.header)

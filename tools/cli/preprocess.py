@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import time
+from dataclasses import MISSING, fields
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from shardrec.dataloader.format import DatasetError
 from shardrec.tools.cli.common import console, fail, print_json
-from shardrec.tools.preprocess.parse import DENSE_TRANSFORMS, Schema
-from shardrec.tools.preprocess.pipeline import PreprocessConfig, PreprocessResult, run_preprocess
-from shardrec.tools.preprocess.pool import WorkerDied
-from shardrec.tools.preprocess.task import InputError, MalformedRowError
+from shardrec.tools.preprocess.parse import Schema
+from shardrec.tools.preprocess.settings import PreprocessConfig
+from shardrec.trainer.job.config import field_help
+
+if TYPE_CHECKING:  # the pipeline and the spec parser are imported by the command, not by every CLI start
+    from shardrec.dataloader.spec import FeatureSpec
+    from shardrec.tools.preprocess.pipeline import PreprocessResult
 
 
 class _Bar:
@@ -67,79 +70,80 @@ def _parse_max_ids(values: str) -> list[int]:
         fail(f"--max-ids {values!r}: expected an integer or a comma-separated list of integers")
 
 
+def _help(name: str) -> str:
+    """The help of an option: its setting's docstring (PreprocessConfig's or Schema's), on one line."""
+    return " ".join(_HELPS[name].split())
+
+
+def _defaults(cls: type) -> dict[str, Any]:
+    return {
+        f.name: f.default if f.default is not MISSING else f.default_factory()
+        for f in fields(cls)
+        if f.default is not MISSING or f.default_factory is not MISSING
+    }
+
+
+# One home for the help and defaults of the options that stand for a setting: the settings' dataclasses.
+_HELPS = {**field_help(Schema), **field_help(PreprocessConfig)}
+_DEFAULTS = {**_defaults(Schema), **_defaults(PreprocessConfig)}
+
+
+# Options that describe the text: a spec file says all of it, so they may not come with --spec.
+_TEXT_OPTIONS = ("csv", "delimiter", "header", "num_dense", "num_sparse", "min_fields", "dense_transform")
+
+
+def _spec(ctx: typer.Context, path: Path | None) -> FeatureSpec | None:
+    from shardrec.dataloader.spec import SpecError
+    from shardrec.dataloader.spec_file import load_spec
+
+    if path is None:
+        return None
+    given = [n for n in _TEXT_OPTIONS if ctx.get_parameter_source(n).name != "DEFAULT"]  # typer's click enum
+    if given:
+        fail(f"--{given[0].replace('_', '-')}: {path} describes the columns and their format; set it there instead")
+    try:
+        return load_spec(path)
+    except SpecError as e:
+        fail(str(e))
+
+
 def preprocess(
-    inputs: Annotated[
-        list[Path], typer.Argument(help="Kaggle train.txt, 1TB day files (.gz too), or directories of them.")
-    ],
-    out: Annotated[Path, typer.Option(help="Output dataset directory.")],
-    max_ids: Annotated[
-        str, typer.Option(help="Hashing mode: table rows per feature (N, or N1,N2,... one per feature).")
-    ] = "10000000",
-    min_count: Annotated[
-        int, typer.Option(help="Vocabulary mode when > 0: keep values seen at least K times in training days.")
-    ] = 0,
-    vocab_memory_mb: Annotated[
-        float,
-        typer.Option(
-            help=(
-                "Vocabulary mode: MiB of (value, count) pairs one process holds while counting (per worker) "
-                "or merging; more is spilled to sorted runs on disk and merged in value ranges."
-            )
-        ),
-    ] = 256,
-    layout: Annotated[
-        str, typer.Option(help="auto, kaggle (7 pseudo-days) or days (one file per day, last halved).")
-    ] = "auto",
-    val_half: Annotated[str, typer.Option(help="Which half of the last day is validation: first or second.")] = "first",
+    ctx: typer.Context,
+    inputs: Annotated[list[Path], typer.Argument(help=_help("inputs"))],
+    out: Annotated[Path, typer.Option(help=_help("out"))],
+    spec: Annotated[Path | None, typer.Option(metavar="FILE", help=_help("spec"))] = None,
+    max_ids: Annotated[str, typer.Option(help=_help("max_ids"))] = ",".join(map(str, _DEFAULTS["max_ids"])),
+    min_count: Annotated[int, typer.Option(help=_help("min_count"))] = _DEFAULTS["min_count"],
+    vocab_memory_mb: Annotated[float, typer.Option(help=_help("vocab_memory_mb"))] = _DEFAULTS["vocab_memory_mb"],
+    layout: Annotated[str, typer.Option(help=_help("layout"))] = _DEFAULTS["layout"],
+    val_half: Annotated[str, typer.Option(help=_help("val_half"))] = _DEFAULTS["val_half"],
     csv: Annotated[bool, typer.Option("--csv", help="Comma-separated with a header line (label,I1..,C1..).")] = False,
     delimiter: Annotated[
-        str,
-        typer.Option(
-            help="Field separator (ignored with --csv): a tab unless given ('\\t' is read as a tab).",
-            show_default=False,
-        ),
-    ] = "\t",
-    header: Annotated[bool, typer.Option("--header", help="Each file starts with a header line to skip.")] = False,
-    num_dense: Annotated[int, typer.Option(help="Integer columns after the label.")] = 13,
-    num_sparse: Annotated[int, typer.Option(help="Hex categorical columns after the integers.")] = 26,
-    min_fields: Annotated[
-        int | None,
-        typer.Option(
-            help=(
-                "Fewest fields a row may have; its missing trailing fields are empty. Shorter rows are malformed "
-                "(too_few_fields: skipped, or --strict stops). Default: all fields but 3 (37 for Criteo, whose "
-                "writer strips up to 3 trailing empty fields)."
-            ),
-            show_default=False,
-        ),
-    ] = None,
-    dense_transform: Annotated[str, typer.Option(help=f"One of {', '.join(DENSE_TRANSFORMS)}.")] = "log1p",
-    float16: Annotated[bool, typer.Option("--float16", help="Store dense values as float16.")] = False,
-    workers: Annotated[int, typer.Option(help="Worker processes.")] = 1,
-    chunk_mb: Annotated[float, typer.Option(help="MiB of text per task and per output part.")] = 128,
-    strict: Annotated[bool, typer.Option("--strict", help="Stop at the first malformed row (exit 1).")] = False,
-    max_skipped_fraction: Annotated[
-        float,
-        typer.Option(
-            help=(
-                "Most malformed rows to skip, as a share of all lines (0.01: 1%); more, or no row kept, is an "
-                "error and no manifest is written. Finished tasks are kept: rerun with a higher value to accept."
-            )
-        ),
-    ] = 0.01,
-    part: Annotated[
-        str | None,
-        typer.Option(
-            help=(
-                "i/n: this machine's share (tasks i, i+n, ...), e.g. $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT, "
-                "into a shared --out; then one run without --part writes the manifest. Vocabulary mode: run every "
-                "part twice (count, then map)."
-            )
-        ),
-    ] = None,
+        str, typer.Option(help=f"{_help('delimiter')} Ignored with --csv.", show_default=False)
+    ] = _DEFAULTS["delimiter"],
+    header: Annotated[bool, typer.Option("--header", help=_help("header"))] = _DEFAULTS["header"],
+    num_dense: Annotated[int, typer.Option(help=_help("num_dense"))] = _DEFAULTS["num_dense"],
+    num_sparse: Annotated[int, typer.Option(help=_help("num_sparse"))] = _DEFAULTS["num_sparse"],
+    min_fields: Annotated[int | None, typer.Option(help=_help("min_fields"), show_default=False)] = None,
+    dense_transform: Annotated[str, typer.Option(help=_help("dense_transform"))] = _DEFAULTS["dense_transform"],
+    float16: Annotated[bool, typer.Option("--float16", help="Store dense values as float16 (else float32).")] = False,
+    workers: Annotated[int, typer.Option(help=_help("workers"))] = _DEFAULTS["workers"],
+    chunk_mb: Annotated[float, typer.Option(help=_help("chunk_mb"))] = _DEFAULTS["chunk_mb"],
+    strict: Annotated[bool, typer.Option("--strict", help=_help("strict"))] = _DEFAULTS["strict"],
+    max_skipped_fraction: Annotated[float, typer.Option(help=_help("max_skipped_fraction"))] = _DEFAULTS[
+        "max_skipped_fraction"
+    ],
+    part: Annotated[str | None, typer.Option(help=_help("part"))] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
-    """Turn Criteo-shaped click logs into a sharded-training dataset (parts + manifest.json)."""
+    """Turn click logs into a sharded-training dataset (parts + manifest.json): Criteo's rows, or any
+    CSV/TSV a feature spec (--spec) describes."""
+    from shardrec.dataloader.format import DatasetError
+    from shardrec.tools.preprocess.pipeline import run_preprocess
+    from shardrec.tools.preprocess.pool import WorkerDied
+    from shardrec.tools.preprocess.task import InputError, MalformedRowError
+
+    feature_spec = _spec(ctx, spec)
     try:
         schema = Schema(
             num_dense, num_sparse, "," if csv else delimiter.replace("\\t", "\t"), header or csv, min_fields
@@ -150,6 +154,7 @@ def preprocess(
             dense_transform=dense_transform, dense_dtype="float16" if float16 else "float32",
             workers=workers, chunk_mb=chunk_mb,
             strict=strict, max_skipped_fraction=max_skipped_fraction, part=_parse_part(part),
+            spec=feature_spec, spec_file=str(spec or ""),
         )  # fmt: skip
     except ValueError as e:
         fail(str(e))

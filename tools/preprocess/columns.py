@@ -9,14 +9,16 @@ with the same bytes as the result.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from shardrec.dataloader.format import PartInfo, smallest_uint, write_part
-from shardrec.tools.preprocess import parse_kernel
+from shardrec.tools.preprocess import parse_kernel, spec_kernel
 from shardrec.tools.preprocess.ids import Vocabulary, hash_ids
 from shardrec.tools.preprocess.parse import ParsedChunk, transform_dense
+from shardrec.tools.preprocess.spec_parse import Program, SpecChunk
 
 
 def map_ids(
@@ -60,12 +62,21 @@ class PartColumns:
     """
 
     def __init__(
-        self, capacity: int, num_dense: int, dense_dtype: str, groups: list[tuple[np.dtype, np.ndarray]]
+        self,
+        capacity: int,
+        num_dense: int,
+        dense_dtype: str,
+        groups: list[tuple[np.dtype, np.ndarray]],
+        lists: Sequence[np.dtype] = (),
     ) -> None:
+        """lists: the id dtype of each list feature (a spec's list columns), stored jagged: its ids
+        back to back, grown as rows arrive, and rows + 1 offsets."""
         self.rows, self.capacity, self.groups = 0, max(capacity, 1), groups
         self.labels = np.empty(self.capacity, np.uint8)
         self.dense = np.empty((self.capacity, num_dense), dense_dtype)
         self.ids = [np.empty((len(feats), self.capacity), dtype) for dtype, feats in groups]
+        self.list_ids = [np.empty(self.capacity, dtype) for dtype in lists]
+        self.list_offsets = [np.zeros(self.capacity + 1, np.int64) for _ in lists]
 
     def reserve(self, n: int) -> None:
         if self.rows + n <= self.capacity:
@@ -75,6 +86,13 @@ class PartColumns:
         self.labels = _grown(self.labels, self.capacity, self.rows, 0)
         self.dense = _grown(self.dense, self.capacity, self.rows, 0)
         self.ids = [_grown(a, self.capacity, self.rows, 1) for a in self.ids]
+        self.list_offsets = [_grown(a, self.capacity + 1, self.rows + 1, 0) for a in self.list_offsets]
+
+    def reserve_list(self, c: int, n: int) -> None:
+        """Room for n more ids of list feature c."""
+        used = int(self.list_offsets[c][self.rows])
+        if used + n > len(self.list_ids[c]):
+            self.list_ids[c] = _grown(self.list_ids[c], max(used + n, len(self.list_ids[c]) * 3 // 2), used, 0)
 
     def columns(self, names: list[str]) -> dict[str, np.ndarray]:
         by_feature = {}
@@ -83,8 +101,18 @@ class PartColumns:
                 by_feature[int(f)] = ids[j, : self.rows]
         return {names[f]: by_feature[f] for f in range(len(names))}
 
-    def write(self, part_dir: Path, names: list[str], fsync: bool) -> PartInfo:
-        return write_part(part_dir, self.labels[: self.rows], self.dense[: self.rows], self.columns(names), fsync=fsync)
+    def write(
+        self, part_dir: Path, names: list[str], fsync: bool, list_names: Sequence[str] = (), order: Sequence[str] = ()
+    ) -> PartInfo:
+        """names: the one-hot features in id-column order; list_names: the list features; order: the
+        files' order (the manifest's features; default: one-hot, then lists)."""
+        sparse = self.columns(names)
+        offsets = {}
+        for name, ids, off in zip(list_names, self.list_ids, self.list_offsets):
+            offsets[name] = off[: self.rows + 1]
+            sparse[name] = ids[: int(off[self.rows])]
+        sparse = {n: sparse[n] for n in order} if order else sparse
+        return write_part(part_dir, self.labels[: self.rows], self.dense[: self.rows], sparse, offsets, fsync=fsync)
 
 
 _SCRATCH: list[np.ndarray] = []
@@ -135,3 +163,61 @@ def append_rows(
             for j, f in enumerate(feats):
                 ids[j, n : n + k] = mapped[names[f]][rows]
     cols.rows += k
+
+
+def append_spec_rows(
+    cols: PartColumns,
+    chunk: SpecChunk,
+    rows: np.ndarray,
+    program: Program,
+    dense_dtype: str,
+    cardinalities: tuple[int, ...],
+    vocabs: list[Vocabulary] | None,
+) -> None:
+    """append_rows for text parsed by a feature spec: each dense column with its own transform,
+    one-hot ids hashed (or looked up) into their columns, list ids appended with their offsets.
+
+    cardinalities and vocabs: one per sparse feature, in spec order (program.features).
+    """
+    n, k = cols.rows, len(rows)
+    cols.reserve(k)
+    cols.labels[n : n + k] = chunk.labels[rows]
+    for d, column in enumerate(program.spec.dense):
+        x, missing = chunk.dense[rows, d], chunk.dense_missing[rows, d]
+        cols.dense[n : n + k, d] = transform_dense(x, missing, column.transform, dense_dtype)
+    features = program.features
+    one_hot = [f for f, (_, is_list, _) in enumerate(features) if not is_list]
+    if vocabs is None:
+        cards = np.asarray([cardinalities[f] for f in one_hot], dtype=np.int64)
+        for (_, feats), ids in zip(cols.groups, cols.ids):
+            parse_kernel.hash_rows_into(chunk.sparse, chunk.sparse_missing, rows, feats, cards, ids, n)
+    else:
+        for (_, feats), ids in zip(cols.groups, cols.ids):
+            for j, slot in enumerate(feats):
+                values, missing = chunk.sparse[rows, slot], chunk.sparse_missing[rows, slot]
+                ids[j, n : n + k] = vocabs[one_hot[slot]].lookup(values, missing)
+    for f, (_, is_list, c) in enumerate(features):
+        if not is_list:
+            continue
+        count = int(chunk.list_len[rows, c].sum())
+        cols.reserve_list(c, count)
+        out, offsets = cols.list_ids[c], cols.list_offsets[c]
+        at = int(offsets[n])
+        if vocabs is None:
+            spec_kernel.hash_lists_into(
+                chunk.list_values, chunk.list_start, chunk.list_len, c, rows, cardinalities[f], out, offsets, n, at
+            )
+        else:
+            values = np.empty(count, np.uint64)
+            spec_kernel.gather_lists(chunk.list_values, chunk.list_start, chunk.list_len, c, rows, values)
+            out[at : at + count] = vocabs[f].lookup(values, np.zeros(count, bool))
+            offsets[n + 1 : n + k + 1] = at + np.cumsum(chunk.list_len[rows, c])
+    cols.rows += k
+
+
+def list_groups(program: Program, cardinalities: tuple[int, ...]) -> tuple[list, list[np.dtype]]:
+    """(id groups of the one-hot features, id dtype of each list feature) of a spec's features."""
+    features = program.features
+    one_hot = tuple(cardinalities[f] for f, (_, is_list, _) in enumerate(features) if not is_list)
+    lists = [smallest_uint(cardinalities[f] - 1) for f, (_, is_list, _) in enumerate(features) if is_list]
+    return id_groups(one_hot), lists

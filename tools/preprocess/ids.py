@@ -33,6 +33,23 @@ def mix64(values: np.ndarray) -> np.ndarray:
     return z
 
 
+def hash_bytes(data: bytes) -> int:
+    """The 64-bit value of a string categorical (spec_kernel.hash_string, in Python): its bytes in
+    big-endian words of 8 (the last one shorter), h = mix64(h ^ word) from 0, then mix64(h ^ length).
+    Ids come from it as from a hex value: hash_ids."""
+    mask = (1 << 64) - 1
+
+    def mix(z: int) -> int:
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+        return z ^ (z >> 31)
+
+    h = 0
+    for k in range(0, len(data), 8):
+        h = mix(h ^ int.from_bytes(data[k : k + 8], "big"))
+    return mix(h ^ len(data))
+
+
 def hash_ids(values: np.ndarray, missing: np.ndarray, cardinality: int) -> np.ndarray:
     """uint64 ids in [0, cardinality): 0 for missing, 1 + hash mod (cardinality - 1) otherwise."""
     if cardinality < 2:

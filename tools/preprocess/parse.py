@@ -39,7 +39,10 @@ NEWLINE = 10
 CR = 13
 
 # Reasons a row is skipped, in the order they are checked (a row reports its first).
-REASONS = ("empty_row", "too_many_fields", "too_few_fields", "bad_label", "bad_integer", "bad_hex")
+# The last two come from the feature-spec parser only (spec_kernel): a float column, CSV quotes.
+REASONS = (
+    "empty_row", "too_many_fields", "too_few_fields", "bad_label", "bad_integer", "bad_hex", "bad_float", "bad_quote",
+)  # fmt: skip
 
 # Trailing empty fields that real Criteo rows have stripped at most (37 of 40 fields).
 MAX_STRIPPED_FIELDS = 3
@@ -54,12 +57,13 @@ class Schema:
     num_sparse: int = 26
     """Hex categorical columns after the integers."""
     delimiter: str = "\t"
-    """Field separator (one byte)."""
+    """Field separator, one byte: a tab unless given ('\\t' is read as a tab)."""
     header: bool = False
-    """The first line of each file names the columns and is skipped."""
+    """Each file starts with a header line to skip."""
     min_fields: int | None = None
-    """Fewest fields a row may have (its missing trailing fields are empty); fewer is malformed.
-    None: all fields but 3 (37 for Criteo, whose writer strips up to 3 trailing empty fields)."""
+    """Fewest fields a row may have; its missing trailing fields are empty. Shorter rows are malformed
+    (too_few_fields: skipped, or --strict stops). Default: all fields but 3 (37 for Criteo, whose
+    writer strips up to 3 trailing empty fields)."""
 
     def __post_init__(self) -> None:
         if len(self.delimiter.encode()) != 1 or self.delimiter in "\r\n.-0123456789abcdefABCDEF":
@@ -88,8 +92,23 @@ class Schema:
         return ["label", *self.dense_names, *self.sparse_names]
 
 
+class ChunkRows:
+    """What every parsed piece says of its rows: how many, and which are good (`reason < 0`)."""
+
+    labels: np.ndarray
+    reason: np.ndarray
+
+    @property
+    def rows(self) -> int:
+        return len(self.labels)
+
+    @property
+    def ok(self) -> np.ndarray:
+        return self.reason < 0
+
+
 @dataclass
-class ParsedChunk:
+class ParsedChunk(ChunkRows):
     """Every row of a chunk, decoded; rows with `reason >= 0` are malformed (see REASONS)."""
 
     labels: np.ndarray  # uint8 [rows]
@@ -101,14 +120,6 @@ class ParsedChunk:
     bad_field: np.ndarray  # int16 [rows], field index of the first bad field (-1 if none)
     row_start: np.ndarray = field(repr=False)  # int64 [rows] byte offset of each row, for messages
     row_end: np.ndarray = field(repr=False)  # int64 [rows] offset of each row's newline
-
-    @property
-    def rows(self) -> int:
-        return len(self.labels)
-
-    @property
-    def ok(self) -> np.ndarray:
-        return self.reason < 0
 
 
 def _separator_positions(buf: np.ndarray, delim: int) -> np.ndarray:

@@ -4,11 +4,11 @@ the part's columns, newline and id counting.
 The row parser is one pass over the bytes, with the same rules as the numpy parser.
 
 numpy needs ~40 passes over each chunk's field matrices; a compiled loop touches each byte
-once, which is what it takes to parse at disk speed on one core. criteo_parse uses this
+once, which is what it takes to parse at disk speed on one core. parse.parse_chunk uses this
 kernel when numba imports and falls back to its numpy path otherwise; the unit tests hold
 the two to identical results on random and malformed rows.
 
-Row rules (shared with criteo_parse): fields past the row's end are missing (right-padding),
+Row rules (shared with parse.py): fields past the row's end are missing (right-padding),
 but a row with fewer than `nmin` fields (Schema.min_fields) is malformed (too few fields);
 a label is exactly `0` or `1`; integers are an optional '-' and 1-18 digits, with `260.0`
 accepted; categoricals are 1-16 hex digits; a '\\r' before the newline is ignored.
@@ -28,7 +28,7 @@ else:
         return (int(x) & -int(x)).bit_length() - 1
 
 
-# Codes as in criteo_parse.REASONS.
+# Codes as in parse.REASONS.
 EMPTY_ROW, TOO_MANY_FIELDS, TOO_FEW_FIELDS, BAD_LABEL, BAD_INTEGER, BAD_HEX = 0, 1, 2, 3, 4, 5
 
 
@@ -275,7 +275,7 @@ def _row_reason(empty, too_many, too_few, fields, label_bad, first_int, first_he
 def hash_matrix(values, missing, cardinalities):
     """ids[r, f] = 0 if missing else 1 + splitmix64(values[r, f]) % (cardinalities[f] - 1).
 
-    The same function as preprocess_ids.hash_ids, over all columns in one pass.
+    The same function as ids.hash_ids, over all columns in one pass.
     """
     rows, cols = values.shape
     out = np.empty((rows, cols), dtype=np.uint64)

@@ -1,7 +1,7 @@
 """`shardrec preprocess`: raw Criteo-shaped click logs -> a shardrec dataset directory.
 
-The run is planned (preprocess_plan), executed task by task in worker processes
-(preprocess_task), then finalized: task markers are gathered in task order, per-feature
+The run is planned (inputs.plan_tasks), executed task by task in worker processes
+(task.run_task), then finalized: task markers are gathered in task order, per-feature
 statistics computed on the training split, and the manifest written last. Because the plan
 never depends on `--workers` and the manifest holds no timings, the output is byte-identical
 whatever the worker count, after a restart, and after `--part i/n` runs plus a final run.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import platform
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import partial
 from importlib import metadata
 from pathlib import Path
@@ -22,6 +22,7 @@ import numpy as np
 
 from shardrec.dataloader.files import atomic_write_bytes
 from shardrec.dataloader.format import (
+    LISTS_SCHEMA_VERSION,
     SPLITS,
     FileInfo,
     Manifest,
@@ -30,22 +31,24 @@ from shardrec.dataloader.format import (
     SplitInfo,
     smallest_uint,
 )
+from shardrec.dataloader.spec import ListColumn
 from shardrec.tools.preprocess.ids import MISSING_ID, OOV_ID
-from shardrec.tools.preprocess.inputs import LAYOUTS, Task, discover_inputs, plan_tasks, resolve_layout
-from shardrec.tools.preprocess.parse import DENSE_TRANSFORMS, Schema
+from shardrec.tools.preprocess.inputs import Task, discover_inputs, plan_tasks, resolve_layout
+from shardrec.tools.preprocess.pieces import TaskOptions
 from shardrec.tools.preprocess.pool import map_tasks
+from shardrec.tools.preprocess.settings import PreprocessConfig
+from shardrec.tools.preprocess.spec_parse import text_options
 from shardrec.tools.preprocess.stats import compute_feature_stats
 from shardrec.tools.preprocess.task import (
     WORK_DIR,
     InputError,
-    TaskOptions,
     TaskResult,
     count_task,
     read_marker,
     run_task,
     wait_for_writes,
 )
-from shardrec.tools.preprocess.vocab import DEFAULT_MEMORY_MB, build_vocabularies, count_marker, run_dirs
+from shardrec.tools.preprocess.vocab import build_vocabularies, count_marker, run_dirs
 
 logger = logging.getLogger(__name__)
 
@@ -58,95 +61,6 @@ class Progress(Protocol):
 
     def advance(self, disk_bytes: int, text_bytes: int, lines: int) -> None:
         """One task finished: its input bytes on disk, text bytes and lines."""
-
-
-@dataclass
-class PreprocessConfig:
-    """Every option of a preprocessing run (the CLI fills it; defaults live here)."""
-
-    inputs: list[Path]
-    """Input files or directories of day files."""
-    out: Path
-    """Output dataset directory."""
-    max_ids: list[int] = field(default_factory=lambda: [10_000_000])
-    """Hashing mode: table rows per feature (one value for all, or one per feature)."""
-    min_count: int = 0
-    """Vocabulary mode when > 0: keep values seen at least this often in training days."""
-    vocab_memory_mb: float = DEFAULT_MEMORY_MB
-    """Vocabulary mode: MiB of (value, count) pairs one process holds while counting or merging (vocab.py)."""
-    layout: str = "auto"
-    """kaggle (one file, 7 pseudo-days), days (one file per day, last halved), or auto."""
-    val_half: str = "first"
-    """Which half of the last day is validation: first (torchrec's choice) or second."""
-    schema: Schema = field(default_factory=Schema)
-    """Columns and delimiter of the text."""
-    dense_transform: str = "log1p"
-    """How dense integers become model inputs (see criteo_parse.transform_dense)."""
-    dense_dtype: str = "float32"
-    """float32 or float16."""
-    workers: int = 1
-    """Worker processes."""
-    chunk_mb: float = 128
-    """Text per task (and per output part) in MiB; bounds memory per worker."""
-    strict: bool = False
-    """Stop at the first malformed row instead of skipping it."""
-    max_skipped_fraction: float = 0.01
-    """Most malformed rows a run may skip, as a share of all lines; more is an error (no manifest)."""
-    part: tuple[int, int] | None = None
-    """(i, n): process only tasks with index % n == i; a run without it finalizes."""
-
-    def __post_init__(self) -> None:
-        if self.layout not in LAYOUTS:
-            raise ValueError(f"layout {self.layout!r} is not one of {', '.join(LAYOUTS)}")
-        if self.out.exists() and not self.out.is_dir():
-            raise ValueError(f"{self.out}: exists and is not a directory")
-        if self.val_half not in ("first", "second"):
-            raise ValueError(f"val_half {self.val_half!r} must be first or second")
-        if self.dense_transform not in DENSE_TRANSFORMS:
-            raise ValueError(f"dense transform {self.dense_transform!r} is not one of {', '.join(DENSE_TRANSFORMS)}")
-        if self.dense_dtype not in ("float32", "float16"):
-            raise ValueError(f"dense dtype {self.dense_dtype!r} must be float32 or float16")
-        if len(self.max_ids) not in (1, self.schema.num_sparse):
-            raise ValueError(
-                f"max_ids has {len(self.max_ids)} values; give 1 or one per sparse feature ({self.schema.num_sparse})"
-            )
-        if self.min_count <= 0 and any(n < 2 for n in self.max_ids):
-            raise ValueError(f"max_ids {self.max_ids} must all be >= 2 (id 0 is the missing value)")
-        if self.vocab_memory_mb <= 0:
-            raise ValueError(f"vocab_memory_mb {self.vocab_memory_mb} must be positive")
-        if self.workers < 1 or self.chunk_mb <= 0:
-            raise ValueError(f"workers={self.workers} and chunk_mb={self.chunk_mb} must be positive")
-        if not 0 <= self.max_skipped_fraction <= 1:
-            raise ValueError(f"max_skipped_fraction {self.max_skipped_fraction} must be in [0, 1]")
-        if self.part is not None and not (self.part[1] >= 1 and 0 <= self.part[0] < self.part[1]):
-            raise ValueError(f"part {self.part[0]}/{self.part[1]} must satisfy 0 <= i < n")
-
-    def cardinalities(self) -> tuple[int, ...]:
-        return tuple(self.max_ids * self.schema.num_sparse if len(self.max_ids) == 1 else self.max_ids)
-
-    def fingerprint(self, files: list[Path], with_mtime: bool = False) -> dict:
-        """What fixes the output; a rerun into the same directory must match it.
-
-        with_mtime: inputs are also identified by their modification time (ns), so that a rerun
-        after an input was replaced by one of the same size does not reuse the old outputs. Only
-        the rerun check uses it: the manifest stays the same for a copy of the same inputs.
-        """
-        inputs = []
-        for f in files:
-            st = f.stat()
-            inputs.append({"name": f.name, "bytes": st.st_size, **({"mtime_ns": st.st_mtime_ns} if with_mtime else {})})
-        return {
-            "inputs": inputs,
-            "mode": "vocab" if self.min_count > 0 else "hash",
-            "max_ids": list(self.cardinalities()) if self.min_count <= 0 else None,
-            "min_count": self.min_count if self.min_count > 0 else None,
-            "layout": self.layout,
-            "val_half": self.val_half,
-            "schema": asdict(self.schema),
-            "dense_transform": self.dense_transform,
-            "dense_dtype": self.dense_dtype,
-            "chunk_mb": self.chunk_mb,
-        }
 
 
 @dataclass
@@ -198,7 +112,7 @@ def _remove_temporaries(out: Path) -> None:
 
 def _build_vocab(cfg: PreprocessConfig, tasks: list[Task], opts: TaskOptions, progress: Progress | None) -> TaskOptions:
     """Count (unless done), merge the counts into memory-mapped vocabularies (unless done)."""
-    work, names = cfg.out / WORK_DIR, cfg.schema.sparse_names
+    work, names = cfg.out / WORK_DIR, opts.names
     vocab_dir = work / "vocab"
     if not (vocab_dir / "vocab.json").is_file():
         _count(cfg, tasks, opts, progress)
@@ -218,20 +132,17 @@ def run_preprocess(cfg: PreprocessConfig, progress: Progress | None = None) -> P
     if cfg.part is None:
         # With --part, other machines may be writing into the same directory right now.
         _remove_temporaries(cfg.out)
-    tasks = plan_tasks(
-        files, layout, cfg.val_half, int(cfg.chunk_mb * (1 << 20)), cfg.schema.header, cfg.out / WORK_DIR
-    )
+    text = text_options(cfg.spec, cfg.spec_file, cfg.schema, cfg.dense_transform, files)
+    tasks = plan_tasks(files, layout, cfg.val_half, int(cfg.chunk_mb * (1 << 20)), cfg.header, cfg.out / WORK_DIR)
     mine = [t for t in tasks if cfg.part is None or t.index % cfg.part[1] == cfg.part[0]]
     opts = TaskOptions(
         str(cfg.out),
-        cfg.schema,
-        int(cfg.chunk_mb * (1 << 20)),
-        cfg.cardinalities(),
-        "",
-        cfg.dense_transform,
-        cfg.dense_dtype,
-        cfg.strict,
+        chunk_bytes=int(cfg.chunk_mb * (1 << 20)),
+        cardinalities=cfg.cardinalities(),
+        dense_dtype=cfg.dense_dtype,
+        strict=cfg.strict,
         vocab_memory_bytes=int(cfg.vocab_memory_mb * (1 << 20)),
+        **text,
     )
     if cfg.min_count > 0:
         if cfg.part is not None and not _all_counted(cfg.out, tasks):
@@ -279,9 +190,7 @@ def _check_rows_kept(cfg: PreprocessConfig, tasks: list[Task], results: list[Tas
         return
     where = ", ".join(str(p) for p in cfg.inputs)
     if lines == 0:
-        raise ValueError(
-            f"{where}: no rows: the input holds no data lines{' after its header' if cfg.schema.header else ''}"
-        )
+        raise ValueError(f"{where}: no rows: the input holds no data lines{' after its header' if cfg.header else ''}")
     errors = _summarize(None, tasks, results, 0).errors
     first = f"; first: {errors[0]}" if errors else ""
     reasons = ", ".join(f"{k} {v:,}" for k, v in skipped.items())
@@ -340,8 +249,10 @@ def _finalize(
         for k, v in r.skipped.items():
             skipped[k] = skipped.get(k, 0) + v
     splits = {s: splits.get(s, SplitInfo()) for s in SPLITS}
-    names = cfg.schema.sparse_names
-    features = [SparseFeature(n, c, str(smallest_uint(c - 1))) for n, c in zip(names, opts.cardinalities)]
+    features = [SparseFeature(n, c, str(smallest_uint(c - 1))) for n, c in zip(opts.names, opts.cardinalities)]
+    for f, column in zip(features, cfg.spec.sparse if cfg.spec else []):
+        if isinstance(column, ListColumn):
+            f.multi_hot, f.pooling = True, column.pooling
     options = {
         **cfg.fingerprint([Path(t.path) for t in {t.path: t for t in tasks}.values()]),
         "layout": layout,
@@ -350,7 +261,10 @@ def _finalize(
         "oov_id": OOV_ID if cfg.min_count > 0 else None,
         "hash": "1 + splitmix64(value) mod (cardinality - 1)" if cfg.min_count <= 0 else None,
     }
-    manifest = Manifest(cfg.schema.dense_names, features, splits, cfg.dense_dtype, options, _versions(), skipped)
+    dense = [c.name for c in cfg.spec.dense] if cfg.spec else cfg.schema.dense_names
+    manifest = Manifest(dense, features, splits, cfg.dense_dtype, options, _versions(), skipped)
+    if any(f.multi_hot for f in features):  # list columns: readers of version 1 cannot pool them by mean
+        manifest.schema_version = LISTS_SCHEMA_VERSION
     for name, stats in compute_feature_stats(cfg.out, manifest).items():
         manifest.feature(name).stats = stats
     manifest.save(cfg.out)

@@ -15,7 +15,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from shardrec.tools.preprocess.inputs import Task
-from shardrec.tools.preprocess.task import TaskOptions
+from shardrec.tools.preprocess.pieces import TaskOptions
 
 
 class WorkerDied(RuntimeError):

@@ -8,7 +8,7 @@ point redoes only unfinished tasks.
 Where the CPU goes (hashing mode, numba, one worker): the row parser is about 35-40%; the rest is
 hashing ids straight into the part's id columns, the log1p of dense values, the SHA-256 of
 every file (taken from memory while it is written) and the copy into the page cache. Pieces
-append their rows into the part's final arrays (preprocess_columns), so nothing is
+append their rows into the part's final arrays (columns.py), so nothing is
 concatenated or cast twice.
 """
 
@@ -26,12 +26,20 @@ import numpy as np
 
 from shardrec.dataloader.files import atomic_write_bytes, fsync_path
 from shardrec.tools.preprocess import parse_kernel
-from shardrec.tools.preprocess.columns import PartColumns, append_rows, id_groups
+from shardrec.tools.preprocess.columns import PartColumns
 from shardrec.tools.preprocess.gz import RAPIDGZIP_ERRORS, READ_ERRORS, crc32, describe_error, open_range
-from shardrec.tools.preprocess.ids import Vocabulary, count_values
+from shardrec.tools.preprocess.ids import Vocabulary
 from shardrec.tools.preprocess.inputs import Task, count_range_lines, header_end, open_text
-from shardrec.tools.preprocess.parse import REASONS, Schema, describe_bad_row, parse_chunk
-from shardrec.tools.preprocess.vocab import DEFAULT_MEMORY_MB, CountRuns, load_vocabularies
+from shardrec.tools.preprocess.parse import REASONS
+from shardrec.tools.preprocess.pieces import (
+    Chunk,
+    PartLayout,
+    TaskOptions,
+    describe_bad,
+    parse_piece,
+    piece_counts,
+)
+from shardrec.tools.preprocess.vocab import CountRuns, load_vocabularies
 
 logger = logging.getLogger(__name__)
 MAX_REPORTED = 5
@@ -49,21 +57,6 @@ class MalformedRowError(ValueError):
 
 class InputError(ValueError):
     """An input file that cannot be read to the end (truncated gzip, I/O error)."""
-
-
-@dataclass(frozen=True)
-class TaskOptions:
-    """What every task of one run shares (picklable, sent to worker processes)."""
-
-    out: str
-    schema: Schema
-    chunk_bytes: int
-    cardinalities: tuple[int, ...]  # hashing mode: one per sparse feature; vocab mode: from the vocabularies
-    vocab_path: str = ""  # vocabulary mode: the directory of memory-mapped vocabularies (vocab.py)
-    dense_transform: str = "log1p"
-    dense_dtype: str = "float32"
-    strict: bool = False
-    vocab_memory_bytes: int = DEFAULT_MEMORY_MB << 20  # vocabulary mode: pairs a counting task holds before it spills
 
 
 @dataclass
@@ -198,7 +191,7 @@ def _absolute_line(task: Task, local: int) -> int:
     return first + local + 1 + int(task.header)
 
 
-def _note_bad_rows(task: Task, data: bytes, chunk, line0: int, result: TaskResult, opts: TaskOptions) -> None:
+def _note_bad_rows(task: Task, data: bytes, chunk: Chunk, line0: int, result: TaskResult, opts: TaskOptions) -> None:
     bad = np.flatnonzero(~chunk.ok)
     if not len(bad):
         return
@@ -206,7 +199,7 @@ def _note_bad_rows(task: Task, data: bytes, chunk, line0: int, result: TaskResul
     for c, n in zip(codes, counts):
         result.skipped[REASONS[c]] = result.skipped.get(REASONS[c], 0) + int(n)
     for row in bad[: max(0, MAX_REPORTED - len(result.errors))]:
-        name, value = describe_bad_row(data, chunk, int(row), opts.schema)
+        name, value = describe_bad(data, chunk, int(row), opts)
         result.errors.append([line0 + int(row), name, value, REASONS[chunk.reason[row]]])
     if opts.strict:
         local, name, value, reason = result.errors[0]
@@ -233,13 +226,13 @@ def _flush(
     number: int,
     buffers: dict[str, PartColumns],
     result: TaskResult,
-    names: list[str],
+    layout: PartLayout,
     fsync: bool,
 ) -> None:
     for split in sorted(buffers):
         part_dir = out / split / f"part-{task.index:05d}-{number:04d}"
         try:
-            info = buffers[split].write(part_dir, names, fsync)
+            info = layout.write(buffers[split], part_dir, fsync)
         except OSError as e:
             if e.filename:
                 raise
@@ -283,12 +276,12 @@ def _take_piece(
     line0: int,
     opts: TaskOptions,
     vocabs: list[Vocabulary] | None,
-    groups: list[tuple[np.dtype, np.ndarray]],
+    layout: PartLayout,
     buffers: dict[str, PartColumns],
     result: TaskResult,
 ) -> int:
     """Parse whole lines and append their kept rows to each split's part; returns the lines."""
-    chunk = parse_chunk(data, opts.schema)
+    chunk = parse_piece(data, opts)
     _note_bad_rows(task, data, chunk, line0, result, opts)
     for split, mask in _split_rows(task, line0, chunk.rows):
         rows = mask & chunk.ok
@@ -297,17 +290,8 @@ def _take_piece(
             continue
         if split not in buffers:
             cap = _capacity(task, opts, chunk.rows, len(data), result.bytes)
-            buffers[split] = PartColumns(cap, opts.schema.num_dense, opts.dense_dtype, groups)
-        append_rows(
-            buffers[split],
-            chunk,
-            idx,
-            opts.dense_transform,
-            opts.dense_dtype,
-            opts.schema.sparse_names,
-            opts.cardinalities,
-            vocabs,
-        )
+            buffers[split] = layout.new_part(cap)
+        layout.append(buffers[split], chunk, idx, vocabs)
     result.bytes += len(data)
     return chunk.rows
 
@@ -325,25 +309,24 @@ def run_task(task: Task, opts: TaskOptions, background_sync: bool = False) -> Ta
     """
     out = Path(opts.out)
     vocabs = _load_vocabs(opts)
-    names = opts.schema.sparse_names
-    groups = id_groups(opts.cardinalities)
+    layout = PartLayout(opts)
     result = TaskResult(task.index, task.path)
     buffers: dict[str, PartColumns] = {}
     line0, parts_written, since_flush = 0, 0, 0
     for piece in read_pieces(task):
         seen = list(result.skipped)
         for data in _parse_pieces(piece, PARSE_BYTES if parse_kernel.AVAILABLE else len(piece)):
-            line0 += _take_piece(task, data, line0, opts, vocabs, groups, buffers, result)
+            line0 += _take_piece(task, data, line0, opts, vocabs, layout, buffers, result)
         # Reasons first met in this piece are listed in REASONS order, as when a read piece was
         # parsed at once: the manifest's bytes do not depend on PARSE_BYTES.
         new = sorted((k for k in result.skipped if k not in seen), key=REASONS.index)
         result.skipped = {k: result.skipped[k] for k in seen + new}
         since_flush += len(piece)  # parts close on read pieces, as they always have
         if since_flush >= opts.chunk_bytes:
-            _flush(out, task, parts_written, buffers, result, names, not background_sync)
+            _flush(out, task, parts_written, buffers, result, layout, not background_sync)
             parts_written, since_flush = parts_written + 1, 0
     if buffers:
-        _flush(out, task, parts_written, buffers, result, names, not background_sync)
+        _flush(out, task, parts_written, buffers, result, layout, not background_sync)
     result.lines = line0
     marker = json.dumps(dataclasses.asdict(result)).encode()
     if not background_sync:
@@ -381,16 +364,15 @@ def wait_for_writes() -> None:
 def count_task(task: Task, opts: TaskOptions) -> Path:
     """Vocabulary pass 1: per-feature value counts of the task's training rows, as sorted runs
     on disk (vocab.CountRuns: spilled whenever opts.vocab_memory_bytes of pairs are held)."""
-    runs = CountRuns(Path(opts.out) / WORK_DIR, task.index, opts.schema.sparse_names, opts.vocab_memory_bytes)
+    runs = CountRuns(Path(opts.out) / WORK_DIR, task.index, opts.names, opts.vocab_memory_bytes)
     line0 = 0
     for data in read_pieces(task):
-        chunk = parse_chunk(data, opts.schema)
+        chunk = parse_piece(data, opts)
         for split, mask in _split_rows(task, line0, chunk.rows):
             if split != "train":
                 continue
-            rows = mask & chunk.ok
-            for f in range(len(opts.schema.sparse_names)):
-                runs.add(f, *count_values(chunk.sparse[rows, f], chunk.sparse_missing[rows, f]))
+            for f, counted in enumerate(piece_counts(chunk, mask & chunk.ok, opts)):
+                runs.add(f, *counted)
         runs.maybe_spill()
         line0 += chunk.rows
     return runs.finish()
@@ -404,5 +386,5 @@ def _load_vocabs(opts: TaskOptions) -> list[Vocabulary] | None:
     if not opts.vocab_path:
         return None
     if opts.vocab_path not in _VOCAB_CACHE:
-        _VOCAB_CACHE[opts.vocab_path] = load_vocabularies(Path(opts.vocab_path), opts.schema.sparse_names)
+        _VOCAB_CACHE[opts.vocab_path] = load_vocabularies(Path(opts.vocab_path), opts.names)
     return _VOCAB_CACHE[opts.vocab_path]

@@ -3,7 +3,7 @@
 The model is rebuilt unsharded from the file's header (the same build_model as training) and
 its weights loaded from the file; inputs are a preprocessed split (read with the loader, as
 evaluation reads it) or arrays of ids and dense values that the caller made from raw rows
-with the header's transform (tools/raw_rows.py).
+with the header's transform (tools/preprocess/raw_rows.py).
 """
 
 from __future__ import annotations

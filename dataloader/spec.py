@@ -1,0 +1,265 @@
+"""The feature spec: what each column of a click log is, and how it becomes model inputs.
+
+A spec is the text's format (TSV or CSV, delimiter, header, RFC 4180 quoting) and one typed
+column per field of a row, by role: the label, dense values, categoricals (one id per row), lists
+(a jagged run of ids per row, pooled by sum or mean) and ignored columns. `shardrec preprocess
+--spec FILE` reads one from TOML (spec_file.py; the README's "feature spec" section is the
+reference); without it, the built-in Criteo spec describes today's rows (label, integers, hex
+categoricals). The manifest records the spec a dataset was made with, so a model built from the
+dataset (its tables, their pooling) and raw rows scored later are read the same way.
+
+This module holds the values and their rules only; reading and writing files is spec_file.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field, fields
+
+FORMAT_KINDS = ("tsv", "csv")
+DENSE_TYPES = ("int", "float")
+DENSE_TRANSFORMS = ("log1p", "signed-log1p", "shift-log1p", "none")
+CATEGORICAL_KINDS = ("hex", "integer", "string")
+POOLINGS = ("sum", "mean")
+ROLES = ("label", "dense", "categorical", "list", "ignore")
+DEFAULT_MAX_LENGTH = 32
+
+
+class SpecError(ValueError):
+    """A spec that cannot describe a row; the message names the spec file and key."""
+
+
+def _one_byte(value: str, what: str, forbidden: str = '\r\n"') -> None:
+    if len(value.encode()) != 1 or value in forbidden:
+        raise ValueError(f"{what} {value!r} must be one byte other than {', '.join(map(repr, forbidden))}")
+
+
+@dataclass(frozen=True)
+class TextFormat:
+    """How rows are written: fields, quoting, a header line."""
+
+    kind: str = "tsv"
+    """tsv or csv; sets the delimiter and quoting defaults."""
+    delimiter: str = ""
+    """Field separator, one byte (default: a tab for tsv, a comma for csv)."""
+    header: bool = False
+    """Each file starts with a line of column names (columns are then found by name)."""
+    quoting: bool | None = None
+    """RFC 4180 double quotes: a field in quotes ("a, b") may hold the delimiter, and "" inside it is one
+    quote; not a newline. Default: on for csv, off for tsv."""
+    min_fields: int | None = None
+    """Fewest fields a row may have, its missing trailing fields empty (default: every column)."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in FORMAT_KINDS:
+            raise ValueError(f"kind {self.kind!r} is not one of {', '.join(FORMAT_KINDS)}")
+        if not self.delimiter:
+            object.__setattr__(self, "delimiter", "\t" if self.kind == "tsv" else ",")
+        if self.quoting is None:
+            object.__setattr__(self, "quoting", self.kind == "csv")
+        _one_byte(self.delimiter, "delimiter")
+        if self.min_fields is not None and self.min_fields < 1:
+            raise ValueError(f"min_fields {self.min_fields} must be at least 1")
+
+
+@dataclass(frozen=True)
+class _Column:
+    """What every column has: a name (its header name where the text has one) and a field."""
+
+    name: str
+    position: int | None = None
+    """Field index, 0 for the first (default: found by name in the header, else the column's place in the spec)."""
+
+
+@dataclass(frozen=True)
+class LabelColumn(_Column):
+    """The click: 0 or 1 as written, or derived by a threshold or a mapping of the written value."""
+
+    threshold: float | None = None
+    """label = 1 where the value (a number) is >= threshold, e.g. 4 for a 1-5 rating."""
+    mapping: dict[str, int] = field(default_factory=dict)
+    """Written value -> 0 or 1, e.g. {yes = 1, no = 0}; a value not listed is a malformed row."""
+    role = "label"
+
+    def __post_init__(self) -> None:
+        if self.threshold is not None and self.mapping:
+            raise ValueError("give threshold or mapping, not both")
+        bad = {k: v for k, v in self.mapping.items() if v not in (0, 1) or isinstance(v, bool)}
+        if bad or any(k == "" for k in self.mapping):
+            raise ValueError(f"mapping {self.mapping} must map non-empty values to 0 or 1")
+
+
+@dataclass(frozen=True)
+class DenseColumn(_Column):
+    """A number fed to the dense layers after a transform; an empty field is 0."""
+
+    type: str = "int"
+    """int (an optional '-' and up to 18 digits, `260.0` accepted) or float (decimal, exponent allowed)."""
+    transform: str = "log1p"
+    """log1p (negatives clamped to 0), signed-log1p, shift-log1p (log(4 + max(x, -3))) or none."""
+    role = "dense"
+
+    def __post_init__(self) -> None:
+        if self.type not in DENSE_TYPES:
+            raise ValueError(f"type {self.type!r} is not one of {', '.join(DENSE_TYPES)}")
+        if self.transform not in DENSE_TRANSFORMS:
+            raise ValueError(f"transform {self.transform!r} is not one of {', '.join(DENSE_TRANSFORMS)}")
+
+
+@dataclass(frozen=True)
+class CategoricalColumn(_Column):
+    """One id per row: the value hashed into the table (or looked up in a vocabulary); empty is id 0."""
+
+    kind: str = "string"
+    """hex (up to 16 hex digits), integer (decimal, '-' allowed) or string (any bytes, hashed as written)."""
+    hash_size: int | None = None
+    """Table rows in hashing mode (default: preprocess --max-ids); id 0 is the empty value."""
+    role = "categorical"
+
+    def __post_init__(self) -> None:
+        if self.kind not in CATEGORICAL_KINDS:
+            raise ValueError(f"kind {self.kind!r} is not one of {', '.join(CATEGORICAL_KINDS)}")
+        if self.hash_size is not None and self.hash_size < 2:
+            raise ValueError(f"hash_size {self.hash_size} must be at least 2 (id 0 is the empty value)")
+
+
+@dataclass(frozen=True)
+class ListColumn(CategoricalColumn):
+    """Several ids per row (`Comedy|Drama`), stored jagged and pooled into one embedding."""
+
+    separator: str = "|"
+    """Between the values of one field, one byte; empty values are skipped."""
+    max_length: int = DEFAULT_MAX_LENGTH
+    """Values kept per row (the first ones); the rest are dropped."""
+    pooling: str = "sum"
+    """How the table pools a row's embeddings: sum or mean."""
+    role = "list"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _one_byte(self.separator, "separator")
+        if self.max_length < 1:
+            raise ValueError(f"max_length {self.max_length} must be at least 1")
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"pooling {self.pooling!r} is not one of {', '.join(POOLINGS)}")
+
+
+@dataclass(frozen=True)
+class IgnoredColumn(_Column):
+    """A field that is read past and never used (a row id, a free-text note)."""
+
+    role = "ignore"
+
+
+Column = LabelColumn | DenseColumn | CategoricalColumn | ListColumn | IgnoredColumn
+COLUMN_TYPES: dict[str, type] = {
+    "label": LabelColumn,
+    "dense": DenseColumn,
+    "categorical": CategoricalColumn,
+    "list": ListColumn,
+    "ignore": IgnoredColumn,
+}
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """The format and the columns of a click log; exactly one label."""
+
+    format: TextFormat
+    columns: tuple[Column, ...]
+
+    def __post_init__(self) -> None:
+        labels = [c.name for c in self.columns if c.role == "label"]
+        if len(labels) != 1:
+            raise ValueError(f"a spec needs exactly one label column, found {len(labels)} ({', '.join(labels)})")
+        names = [c.name for c in self.columns]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"column names must be unique: {', '.join(twice)} appear more than once")
+        if "label" in names and self.label.name != "label":
+            raise ValueError("'label' names the label of every dataset: give another column another name")
+        for c in self.sparse:
+            if not _file_name(c.name):
+                raise ValueError(
+                    f"column {c.name!r} names a feature's file: it must be a plain file name, not label or dense, "
+                    "not starting with '.' nor ending in .offsets"
+                )
+        if self.format.min_fields is not None and self.format.min_fields > len(self.columns):
+            raise ValueError(f"min_fields {self.format.min_fields} is more than the spec's {len(self.columns)} columns")
+
+    @property
+    def label(self) -> LabelColumn:
+        return next(c for c in self.columns if isinstance(c, LabelColumn))
+
+    @property
+    def dense(self) -> list[DenseColumn]:
+        return [c for c in self.columns if isinstance(c, DenseColumn)]
+
+    @property
+    def sparse(self) -> list[CategoricalColumn]:
+        """Categorical and list columns, in spec order: the dataset's sparse features."""
+        return [c for c in self.columns if isinstance(c, CategoricalColumn)]
+
+    @property
+    def lists(self) -> list[ListColumn]:
+        return [c for c in self.columns if isinstance(c, ListColumn)]
+
+    def to_dict(self) -> dict:
+        """Plain data (what the manifest records and spec_file writes as TOML); defaults left out."""
+        return {"format": _changed(self.format), "columns": [{"role": c.role, **_changed(c)} for c in self.columns]}
+
+    def sha256(self) -> str:
+        """Identifies the spec: its plain data, canonical JSON."""
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
+
+
+def _file_name(name: str) -> bool:
+    """A sparse feature's name is its column files' name: label.npy and dense.npy are taken."""
+    return (
+        bool(name)
+        and not any(c in name for c in "/\\\0")
+        and not name.startswith(".")
+        and name not in ("label", "dense")
+        and not name.endswith(".offsets")
+    )
+
+
+def _changed(value) -> dict:
+    """The fields of a dataclass value that differ from their defaults (name always)."""
+    out = {}
+    data = asdict(value)
+    for f in fields(value):
+        default = f.default_factory() if callable(f.default_factory) else f.default
+        if f.name == "name" or data[f.name] != default:
+            out[f.name] = data[f.name]
+    return out
+
+
+def criteo_spec(
+    num_dense: int = 13,
+    num_sparse: int = 26,
+    delimiter: str = "\t",
+    header: bool = False,
+    min_fields: int | None = None,
+    dense_transform: str = "log1p",
+) -> FeatureSpec:
+    """The built-in spec: label, integers I1.., hex categoricals C1.. (Criteo's rows), unquoted.
+
+    min_fields: None means all fields but 3, as Criteo's writer strips up to 3 trailing empty ones.
+    """
+    nf = 1 + num_dense + num_sparse
+    return FeatureSpec(
+        TextFormat(
+            "csv" if delimiter == "," else "tsv",
+            delimiter,
+            header,
+            False,
+            max(1, nf - 3) if min_fields is None else min_fields,
+        ),
+        (
+            LabelColumn("label"),
+            *(DenseColumn(f"I{i}", transform=dense_transform) for i in range(1, num_dense + 1)),
+            *(CategoricalColumn(f"C{i}", kind="hex") for i in range(1, num_sparse + 1)),
+        ),
+    )

@@ -1,0 +1,179 @@
+"""Feature specs in and out of TOML (and the manifest's plain data): the one reader of spec keys.
+
+A spec file is a `[format]` table and one `[[columns]]` entry per field of a row, each with a
+`name` and a `role` and that role's keys (spec.py documents each key; so does the README). Every
+error names the spec file and the key, with the nearest known word where one was misspelt:
+
+    spec.toml: columns[3] (genres): unknown key 'seperator'; did you mean separator?
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import tomllib
+import types
+import typing
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from shardrec.dataloader.format import MANIFEST, Manifest
+from shardrec.dataloader.spec import (
+    CATEGORICAL_KINDS,
+    COLUMN_TYPES,
+    DENSE_TRANSFORMS,
+    DENSE_TYPES,
+    FORMAT_KINDS,
+    POOLINGS,
+    ROLES,
+    FeatureSpec,
+    SpecError,
+    TextFormat,
+    criteo_spec,
+)
+
+# Keys whose value is one word of a fixed set: a misspelt one gets the nearest word.
+_CHOICES = {"kind": CATEGORICAL_KINDS, "type": DENSE_TYPES, "transform": DENSE_TRANSFORMS, "pooling": POOLINGS}
+
+
+def _near(word: str, known) -> str:
+    near = difflib.get_close_matches(word, list(known), n=1)
+    return f"; did you mean {near[0]}?" if near else f" (known: {', '.join(known)})"
+
+
+def _words(hint: Any) -> str:
+    args = [a for a in typing.get_args(hint) if a is not type(None)] if _is_union(hint) else [hint]
+    names = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+    return " or ".join(names.get(a, "a table of value = 0 or 1") for a in args)
+
+
+def _is_union(hint: Any) -> bool:
+    return typing.get_origin(hint) in (typing.Union, types.UnionType)
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    if _is_union(hint):
+        return any(_fits(value, a) for a in typing.get_args(hint) if a is not type(None))
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if typing.get_origin(hint) is dict:
+        return isinstance(value, dict) and all(isinstance(k, str) for k in value)
+    return isinstance(value, hint)
+
+
+def _build(cls: type, raw: dict[str, Any], where: str, skip: tuple[str, ...] = ()) -> Any:
+    """cls(**raw) with every key known, of the right type, and chosen from its set of words."""
+    hints = typing.get_type_hints(cls)
+    known = [f.name for f in fields(cls)]
+    for key, value in raw.items():
+        if key in skip:
+            continue
+        if key not in known:
+            raise SpecError(f"{where}: unknown key {key!r}{_near(key, known)}")
+        if not _fits(value, hints[key]):
+            raise SpecError(f"{where}: {key} = {value!r} should be {_words(hints[key])}")
+        choices = FORMAT_KINDS if (cls is TextFormat and key == "kind") else _CHOICES.get(key)
+        if choices and value not in choices:
+            raise SpecError(f"{where}: {key} = {value!r} is not one of {', '.join(choices)}{_near(value, choices)}")
+    floats = [k for k in raw if k not in skip and hints[k] in (float, float | None) and isinstance(raw[k], int)]
+    raw = {**raw, **{k: float(raw[k]) for k in floats}}  # `threshold = 4` and 4.0 are one spec (one hash)
+    if "position" in raw and raw["position"] < 0:
+        raise SpecError(f"{where}: position = {raw['position']} must be 0 or more (0 is the first field)")
+    try:
+        return cls(**{k: v for k, v in raw.items() if k not in skip})
+    except (ValueError, TypeError) as e:
+        raise SpecError(f"{where}: {e}") from None
+
+
+def spec_from_dict(raw: Any, source: str) -> FeatureSpec:
+    """A FeatureSpec from plain data (parsed TOML, or a manifest's `options.spec`).
+
+    source: what the data came from (a file name), the start of every error message.
+    """
+    if not isinstance(raw, dict):
+        raise SpecError(f"{source}: a spec is a table with [format] and [[columns]]")
+    for key in raw:
+        if key not in ("format", "columns"):
+            raise SpecError(f"{source}: unknown section {key!r}{_near(key, ['format', 'columns'])}")
+    fmt = raw.get("format", {})
+    if not isinstance(fmt, dict):
+        raise SpecError(f"{source}: format should be a table ([format])")
+    text = _build(TextFormat, fmt, f"{source}: format")
+    entries = raw.get("columns")
+    if not isinstance(entries, list) or not entries or not all(isinstance(c, dict) for c in entries):
+        raise SpecError(f"{source}: no columns: add one [[columns]] table per field, each with a name and a role")
+    columns = []
+    for i, entry in enumerate(entries):
+        name = entry.get("name")
+        where = f"{source}: columns[{i}]" + (f" ({name})" if isinstance(name, str) else "")
+        if not isinstance(name, str) or not name:
+            raise SpecError(f"{where}: name is missing (the column's header name, or a name of your choice)")
+        role = entry.get("role")
+        if role not in ROLES:
+            shown = "missing" if role is None else f"{role!r}"
+            raise SpecError(f"{where}: role is {shown}, expected one of {', '.join(ROLES)}{_near(str(role), ROLES)}")
+        columns.append(_build(COLUMN_TYPES[role], entry, where, skip=("role",)))
+    try:
+        return FeatureSpec(text, tuple(columns))
+    except ValueError as e:
+        raise SpecError(f"{source}: {e}") from None
+
+
+def load_spec(path: str | Path) -> FeatureSpec:
+    """Read a spec file; SpecError names the file, and the key where one is to blame."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except OSError as e:
+        raise SpecError(f"{path}: cannot read the spec ({e.strerror or e})") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise SpecError(f"{path}: not a TOML spec ({e})") from None
+    return spec_from_dict(raw, str(path))
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a TOML basic string
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    return repr(value)
+
+
+def spec_to_toml(spec: FeatureSpec, notes: dict[str, str] | None = None, preamble: str = "") -> str:
+    """The spec as a TOML file that load_spec reads back equal; every key written but unset ones.
+
+    notes: column name -> a comment written above its table (what infer saw); preamble: comment lines first.
+    """
+    lines = [f"# {line}" if line else "#" for line in preamble.splitlines()]
+    lines += ["[format]"]
+    lines += [f"{f.name} = {_toml_value(getattr(spec.format, f.name))}" for f in fields(spec.format)]
+    lines = [line for line in lines if not line.endswith("= None")]
+    for column in spec.columns:
+        lines.append("")
+        if notes and column.name in notes:
+            lines += [f"# {line}" for line in notes[column.name].splitlines()]
+        lines += ["[[columns]]", f"name = {_toml_value(column.name)}", f"role = {_toml_value(column.role)}"]
+        for f in fields(column):
+            value = getattr(column, f.name)
+            if f.name != "name" and value is not None and value != {}:
+                lines.append(f"{f.name} = {_toml_value(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def manifest_spec(manifest: Manifest, directory: str | Path = "") -> FeatureSpec | None:
+    """The spec a dataset was made with: the one its manifest records (preprocess --spec), or the
+    built-in Criteo spec of a run without one (from its schema and dense transform options); None
+    for a dataset that `shardrec preprocess` did not write (torchrec's layout). A multi-hot copy keeps
+    its source's spec: raw rows are read by it, then expanded.
+    """
+    options = manifest.options
+    if "spec" in options:
+        return spec_from_dict(options["spec"], f"{Path(directory) / MANIFEST}: options.spec")
+    if isinstance(options.get("schema"), dict) and options.get("dense_transform"):
+        return criteo_spec(**options["schema"], dense_transform=options["dense_transform"])
+    return None

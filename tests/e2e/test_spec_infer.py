@@ -1,0 +1,81 @@
+"""`shardrec spec infer`: the spec it proposes for a plain click log works as it is."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import assert_one_line_error, cli
+
+from shardrec.dataloader.format import Manifest
+from shardrec.dataloader.spec import CategoricalColumn, DenseColumn, IgnoredColumn, LabelColumn, ListColumn
+from shardrec.dataloader.spec_file import load_spec
+
+
+def _ctr_log(path: Path, rows: int = 3000) -> None:
+    """The issue's ordinary log: a label, 3 counts, a colour name, a city, a tag list, a row id."""
+    rng = np.random.default_rng(1)
+    colours = ["red", "green", "blue", "teal", "black"]
+    cities = [f"city_{i}" for i in range(300)]
+    lines = ["click\tviews\tclicks_7d\tage\tcolour\tcity\ttags\trequest_id"]
+    for i in range(rows):
+        tags = ",".join(rng.choice(["sale", "new", "eco", "kids", "gift"], rng.integers(0, 4), replace=False))
+        views = str(rng.integers(0, 500)) if rng.random() > 0.1 else ""
+        lines.append(
+            f"{int(rng.random() < 0.3)}\t{views}\t{rng.integers(0, 9)}\t{rng.integers(18, 80)}\t"
+            f"{rng.choice(colours)}\t{rng.choice(cities)}\t{tags}\treq-{i:08d}-{rng.integers(0, 10**9):09d}"
+        )
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_the_proposed_spec_of_a_plain_click_log_preprocesses_it_as_it_is(tmp_path: Path) -> None:
+    log, spec = tmp_path / "clicks.tsv", tmp_path / "clicks.toml"
+    _ctr_log(log)
+    out = cli("spec", "infer", log, "--label", "click", "--out", spec).stdout
+    assert " ".join(out.split()) == f"wrote {spec}: 8 columns (3 dense, 2 categorical, 1 list, 1 ignore)"
+    proposed = load_spec(spec)
+    assert proposed.format.kind == "tsv" and proposed.format.header
+    assert proposed.columns[0] == LabelColumn("click")
+    assert proposed.columns[1] == DenseColumn("views", transform="log1p")
+    assert isinstance(proposed.columns[4], CategoricalColumn) and proposed.columns[4].kind == "string"
+    assert isinstance(proposed.columns[6], ListColumn) and proposed.columns[6].separator == ","
+    assert proposed.columns[7] == IgnoredColumn("request_id")
+    assert "# values cut by ','" in spec.read_text()
+    res = json.loads(cli("preprocess", log, "--spec", spec, "--out", tmp_path / "d", "--workers", "2", "--json").stdout)
+    assert res["rows_skipped"] == {} and sum(res["rows_kept"].values()) == 3000
+    manifest = Manifest.load(tmp_path / "d")
+    assert manifest.feature_names == ["colour", "city", "tags"] and manifest.dense_features == [
+        "views",
+        "clicks_7d",
+        "age",
+    ]
+
+
+def test_a_headerless_criteo_log_gets_a_spec_by_position(tmp_path: Path) -> None:
+    cli("synth", tmp_path / "raw", "--rows", "2000", "--seed", "7", "--max-vocab", "300")
+    spec = tmp_path / "c.toml"
+    cli("spec", "infer", tmp_path / "raw" / "train.txt", "--label", "0", "--out", spec)
+    proposed = load_spec(spec)
+    assert not proposed.format.header and proposed.format.min_fields == 38  # trailing empty fields stripped
+    assert proposed.label.name == "c0" and len(proposed.dense) == 13 and len(proposed.sparse) == 26
+    assert {c.kind for c in proposed.sparse} == {"hex"}
+    res = json.loads(cli("preprocess", tmp_path / "raw", "--spec", spec, "--out", tmp_path / "d", "--json").stdout)
+    assert res["rows_skipped"] == {} and sum(res["rows_kept"].values()) == 2000
+
+
+@pytest.mark.parametrize(
+    ("label", "message"),
+    [
+        (
+            "rating",
+            r"label column 'rating' holds values other than 0 and 1 .*; give a threshold, e.g. --label 'rating>=4'",
+        ),
+        ("ratng>=4", r"no column 'ratng' for the label"),
+        ("rating>=four", r"--label 'rating>=four': the threshold after >= must be a number"),
+    ],
+)
+def test_a_label_infer_cannot_use_is_one_line(tmp_path: Path, label: str, message: str) -> None:
+    cli("synth", tmp_path / "raw", "--like", "movielens", "--rows", "200")
+    assert_one_line_error(cli("spec", "infer", tmp_path / "raw" / "train.csv", "--label", label, ok=False), message)

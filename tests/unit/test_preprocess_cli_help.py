@@ -1,0 +1,37 @@
+"""`shardrec preprocess --help` shows each setting's docstring and default: the settings'
+dataclasses (PreprocessConfig, Schema) are the one home of both, as trainer/job/config.py is for train."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import typer
+
+from shardrec.tools.cli.app import app
+from shardrec.tools.preprocess.parse import Schema
+from shardrec.tools.preprocess.settings import PreprocessConfig
+from shardrec.trainer.job.config import field_help
+
+
+def _params() -> dict[str, object]:
+    command = typer.main.get_command(app).commands["preprocess"]  # type: ignore[attr-defined]
+    return {p.name: p for p in command.params}
+
+
+def test_every_setting_option_shows_its_docstring_and_default() -> None:
+    helps = {**field_help(Schema), **field_help(PreprocessConfig)}
+    defaults = {
+        f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        for cls in (Schema, PreprocessConfig)
+        for f in dataclasses.fields(cls)
+        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+    }
+    params = _params()
+    shared = [name for name in helps if name in params]
+    assert len(shared) >= 18, shared  # every option that stands for a setting
+    for name in shared:
+        assert params[name].help.startswith(" ".join(helps[name].split())), name
+        if name == "max_ids":
+            assert params[name].default == ",".join(map(str, defaults[name]))
+        elif name in defaults and defaults[name] is not None:
+            assert params[name].default == defaults[name], name

@@ -1,0 +1,183 @@
+"""The feature-spec parser (spec_kernel, spec_parse) against plain Python (the csv module, int(),
+float(), ids.hash_bytes) on random rows with quoted commas and quotes, lists, negative integers,
+floats and missing values; how a spec is matched to a file's fields; and Criteo's shape found."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import numpy as np
+import pytest
+
+from shardrec.dataloader.spec import (
+    CategoricalColumn,
+    DenseColumn,
+    FeatureSpec,
+    IgnoredColumn,
+    LabelColumn,
+    ListColumn,
+    SpecError,
+    TextFormat,
+    criteo_spec,
+)
+from shardrec.tools.preprocess import spec_kernel
+from shardrec.tools.preprocess.ids import hash_bytes, hash_ids
+from shardrec.tools.preprocess.parse import REASONS, Schema
+from shardrec.tools.preprocess.spec_parse import (
+    criteo_schema,
+    describe_bad_spec_row,
+    parse_spec_chunk,
+    resolve_program,
+)
+
+SPEC = FeatureSpec(
+    TextFormat("csv", header=True),
+    (
+        IgnoredColumn("id"),
+        LabelColumn("rating", threshold=4),
+        CategoricalColumn("user", kind="integer"),
+        CategoricalColumn("site", kind="hex"),
+        DenseColumn("count"),
+        DenseColumn("price", type="float", transform="none"),
+        CategoricalColumn("title"),
+        ListColumn("genres", max_length=3, pooling="mean"),
+        ListColumn("codes", kind="integer", separator=";"),
+    ),
+)
+HEADER = [c.name for c in SPEC.columns]
+WORDS = ["Comedy", "Drama", "Sci-Fi", "Film-Noir", 'say "hi"', "a, b", "Ünïcode", "x" * 20]
+
+
+def _random_rows(rng: np.random.Generator, n: int) -> list[list[str]]:
+    rows = []
+    for i in range(n):
+        rows.append(
+            [
+                str(10**19 + i),
+                str(rng.integers(1, 6)),
+                str(rng.integers(-5, 10**12)) if rng.random() > 0.1 else "",
+                f"{rng.integers(0, 2**32):08x}" if rng.random() > 0.1 else "",
+                str(rng.integers(-3, 1000)) if rng.random() > 0.2 else "",
+                f"{rng.normal(0, 100):.{rng.integers(0, 6)}f}" if rng.random() > 0.2 else "",
+                str(rng.choice(WORDS)) if rng.random() > 0.1 else "",
+                "|".join(rng.choice(WORDS, rng.integers(0, 5))),
+                ";".join(str(v) for v in rng.integers(-2, 50, rng.integers(0, 4))),
+            ]
+        )
+    return rows
+
+
+def _csv(rows: list[list[str]]) -> bytes:
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(rows)
+    return out.getvalue().encode()
+
+
+def _value(text: str, kind: str) -> int:
+    if kind == "string":
+        return hash_bytes(text.encode())
+    return int(text, 16) if kind == "hex" else int(text) & (2**64 - 1)
+
+
+def test_the_compiled_parser_reads_what_python_reads() -> None:
+    rows = _random_rows(np.random.default_rng(3), 400)
+    program = resolve_program(SPEC, HEADER, "x.csv")
+    chunk = parse_spec_chunk(_csv(rows), program)
+    assert chunk.ok.all()
+    one_hot = [c for c in SPEC.sparse if not isinstance(c, ListColumn)]
+    for r, row in enumerate(rows):
+        field = dict(zip(HEADER, row))
+        assert chunk.labels[r] == (int(field["rating"]) >= 4)
+        for d, column in enumerate(SPEC.dense):
+            text = field[column.name]
+            assert chunk.dense_missing[r, d] == (text == "")
+            assert chunk.dense[r, d] == (float(text) if text else 0.0)
+        for s, column in enumerate(one_hot):
+            text = field[column.name]
+            assert chunk.sparse_missing[r, s] == (text == "")
+            assert int(chunk.sparse[r, s]) == (_value(text, column.kind) if text else 0)
+        for c, column in enumerate(SPEC.lists):
+            want = [_value(v, column.kind) for v in field[column.name].split(column.separator) if v]
+            start, length = chunk.list_start[r, c], chunk.list_len[r, c]
+            assert chunk.list_values[start : start + length].tolist() == want[: column.max_length]
+
+
+def test_list_ids_are_hashed_as_one_hot_ids_are() -> None:
+    rows = _random_rows(np.random.default_rng(4), 200)
+    chunk = parse_spec_chunk(_csv(rows), resolve_program(SPEC, HEADER, "x.csv"))
+    keep = np.arange(0, 200, 3)
+    total = int(chunk.list_len[keep, 0].sum())
+    out, offsets = np.empty(total, np.uint64), np.zeros(len(keep) + 1, np.int64)
+    spec_kernel.hash_lists_into(chunk.list_values, chunk.list_start, chunk.list_len, 0, keep, 97, out, offsets, 0, 0)
+    values = np.concatenate(
+        [chunk.list_values[s : s + n] for s, n in zip(chunk.list_start[keep, 0], chunk.list_len[keep, 0])]
+    )
+    assert out.tolist() == hash_ids(values, np.zeros(total, bool), 97).tolist()
+    assert offsets.tolist() == [0, *np.cumsum(chunk.list_len[keep, 0]).tolist()]
+
+
+@pytest.mark.parametrize(
+    ("line", "reason", "column", "value"),
+    [
+        ('1,4,7,0000000a,1,2.5,"unclosed,a|b,1', "bad_quote", "title", "'1,4,7,0000000a"),
+        ('1,4,7,0000000a,1,2.5,"t"x,a|b,1', "bad_quote", "title", "'1,4,7"),
+        ("1,four,7,0000000a,1,2.5,t,a|b,1", "bad_label", "rating", "'four'"),
+        (",4,7,0000000a,1,2.5,t,a|b,1,extra", "too_many_fields", "row", "10 fields, the spec has 9"),
+        ("1,4,7", "too_few_fields", "row", "3 fields, the spec needs at least 9 of 9"),
+        ("1,4,7x,0000000a,1,2.5,t,a|b,1", "bad_integer", "user", "'7x'"),
+        ("1,4,7,0000000g,1,2.5,t,a|b,1", "bad_hex", "site", "'0000000g'"),
+        ("1,4,7,0000000a,1,2.5e,t,a|b,1", "bad_float", "price", "'2.5e'"),
+        ("1,4,7,0000000a,1,2.5,t,a|b,1;x", "bad_integer", "codes", "'1;x'"),
+        ("", "empty_row", "row", "(empty line)"),
+    ],
+)
+def test_a_bad_row_names_its_column_and_value(line: str, reason: str, column: str, value: str) -> None:
+    data = f"{line}\n".encode()
+    program = resolve_program(SPEC, HEADER, "x.csv")
+    chunk = parse_spec_chunk(data, program)
+    assert REASONS[chunk.reason[0]] == reason
+    name, shown = describe_bad_spec_row(data, chunk, 0, program)
+    assert name == column and shown.startswith(value)
+
+
+def test_labels_by_mapping_and_a_crlf_line_end() -> None:
+    spec = FeatureSpec(TextFormat("tsv"), (LabelColumn("y", mapping={"yes": 1, "no": 0}), CategoricalColumn("c")))
+    data = b"yes\tred\r\nno\tblue\nmaybe\tred\n"
+    chunk = parse_spec_chunk(data, resolve_program(spec, None, "x.tsv"))
+    assert chunk.labels[:2].tolist() == [1, 0] and [REASONS[r] for r in chunk.reason[2:]] == ["bad_label"]
+    assert int(chunk.sparse[0, 0]) == hash_bytes(b"red")  # the '\r' is no part of the value
+
+
+def test_columns_are_found_by_header_name_position_or_place() -> None:
+    shuffled = HEADER[::-1]
+    program = resolve_program(SPEC, shuffled, "x.csv")
+    assert program.names == tuple(shuffled) and program.label_field == shuffled.index("rating")
+    by_position = FeatureSpec(TextFormat("tsv"), (CategoricalColumn("b", position=1), LabelColumn("a", position=0)))
+    assert resolve_program(by_position, None, "x.tsv").names == ("a", "b")
+
+
+@pytest.mark.parametrize(
+    ("header", "message"),
+    [
+        (
+            [*HEADER[:2], "usr", *HEADER[3:]],
+            r"x.csv: the header has no column 'user' that s.toml names; did you mean usr\?",
+        ),
+        (
+            [*HEADER, "extra"],
+            r"x.csv: column 'extra' is in no \[\[columns\]\] of s.toml; add it with role = \"ignore\"",
+        ),
+    ],
+)
+def test_a_spec_that_does_not_fit_the_header_is_one_line(header: list[str], message: str) -> None:
+    with pytest.raises(SpecError, match=message):
+        resolve_program(SPEC, header, "x.csv", "s.toml")
+
+
+def test_criteos_shape_goes_to_criteos_parser() -> None:
+    program = resolve_program(criteo_spec(), None, "day_0")
+    assert criteo_schema(program) == (Schema(), "log1p")
+    assert criteo_schema(resolve_program(SPEC, HEADER, "x.csv")) is None
+    quoted = FeatureSpec(TextFormat("csv"), criteo_spec(2, 2).columns)
+    assert criteo_schema(resolve_program(quoted, None, "x.csv")) is None

@@ -1,0 +1,86 @@
+"""`shardrec spec ...`: propose a feature spec for a click log, show a dataset's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from shardrec.dataloader.files import atomic_write_bytes
+from shardrec.dataloader.format import DatasetError, Manifest
+from shardrec.tools.cli.common import console, fail
+
+spec_app = typer.Typer(
+    help="Feature specs (TOML): which column is the label, which are dense, categorical or lists, and the "
+    "text's format. `preprocess --spec FILE` reads one.",
+    no_args_is_help=True,
+)
+
+
+def infer(
+    file: Annotated[Path, typer.Argument(help="A click log (CSV or TSV, .gz too).")],
+    label: Annotated[
+        str,
+        typer.Option(
+            help="The label column: its header name or field index (0 is the first), with an optional threshold "
+            "for numbers that are not 0/1, e.g. 'rating>=4'."
+        ),
+    ],
+    out: Annotated[Path | None, typer.Option(help="Write the spec here (default: print it).")] = None,
+    rows: Annotated[int, typer.Option(min=2, help="Lines read to decide.")] = 10_000,
+) -> None:
+    """Propose a spec from the first rows: format, each column's role, list separators, hash sizes.
+
+    Each choice is a comment beside its column: check them, edit, then `shardrec preprocess FILE --spec SPEC`.
+    """
+    from shardrec.dataloader.spec_file import spec_to_toml
+    from shardrec.tools.preprocess.infer import infer_spec
+
+    if not file.is_file():
+        fail(f"{file}: no such file")
+    try:
+        spec, notes = infer_spec(file, label, rows)
+    except (ValueError, OSError) as e:
+        fail(str(e))
+    preamble = (
+        f"Feature spec proposed by `shardrec spec infer {file.name} --label '{label}'` from its first {rows:,} rows.\n"
+        "Check each column's role (label, dense, categorical, list, ignore) and keys; the README's\n"
+        '"Feature spec reference" lists them all. Then: shardrec preprocess FILE --spec THIS --out DIR'
+    )
+    text = spec_to_toml(spec, notes, preamble)
+    if out is None:
+        console.print(text, end="", highlight=False, markup=False, soft_wrap=True)
+        return
+    try:
+        atomic_write_bytes(out, text.encode())
+    except OSError as e:
+        fail(f"{out}: cannot write the spec ({e.strerror or e})")
+    console.print(f"wrote {out}: {len(spec.columns)} columns ({_summary(spec)})", highlight=False)
+
+
+def _summary(spec) -> str:
+    roles = [c.role for c in spec.columns]
+    return ", ".join(f"{roles.count(r)} {r}" for r in ("dense", "categorical", "list", "ignore") if r in roles)
+
+
+def show(
+    dataset: Annotated[Path, typer.Argument(help="A preprocessed dataset directory (with manifest.json).")],
+) -> None:
+    """Print the spec a dataset was preprocessed with (the built-in Criteo spec where none was given)."""
+    from shardrec.dataloader.spec import SpecError
+    from shardrec.dataloader.spec_file import manifest_spec, spec_to_toml
+
+    try:
+        spec = manifest_spec(Manifest.load(dataset), dataset)
+    except (DatasetError, SpecError) as e:
+        fail(str(e))
+    if spec is None:
+        fail(f"{dataset}: made without `shardrec preprocess` (no spec recorded)")
+    console.print(spec_to_toml(spec), end="", highlight=False, markup=False, soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    spec_app.command()(infer)
+    spec_app.command()(show)
+    app.add_typer(spec_app, name="spec")

@@ -1,0 +1,209 @@
+"""A proposed feature spec from the first rows of a click log (`shardrec spec infer`).
+
+What it decides, from up to `rows` lines (read with Python's csv module: this is a sample, not
+the data path):
+
+- the delimiter (tab, comma, semicolon or pipe: the one that cuts the lines into the most fields,
+  the same number or nearly), quoting (on for CSV), and whether the first line is a header (a
+  column that is numeric below a first value that is not);
+- each column's role: the label as given (`click`, or `rating>=4` for a threshold); a column empty
+  in every row, or with a different long value in every row (a row id), is ignored; values cut by
+  `|` or `;` (or `,` in a TSV) in many rows make a list; integers make a dense column (log1p, or
+  signed-log1p when negative), but for id-like names (`..._id`) and codes with leading zeros;
+  decimals a float dense column; fixed-width hex with letters (Criteo's, Avazu's ids) a hex
+  categorical; anything else a string categorical;
+- hash sizes: twice an estimate of each categorical's distinct values (Chao1: the sample's
+  distinct values plus the unseen ones its singletons suggest), within [16, 10,000,000].
+
+Every choice is written beside its column as a comment, for the user to check and edit.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import math
+import re
+from collections import Counter
+from pathlib import Path
+
+from shardrec.dataloader.spec import (
+    CategoricalColumn,
+    Column,
+    DenseColumn,
+    FeatureSpec,
+    IgnoredColumn,
+    LabelColumn,
+    ListColumn,
+    TextFormat,
+)
+from shardrec.tools.preprocess.inputs import open_text
+
+DELIMITERS = ("\t", ",", ";", "|")
+LIST_SEPARATORS = ("|", ";", ",")
+MAX_HASH_SIZE = 10_000_000
+_INT = re.compile(r"^-?\d{1,18}$")
+_FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+_HEX = re.compile(r"^[0-9a-fA-F]+$")
+_ID_NAME = re.compile(r"(^|_)id$|Id$|ID$")
+
+
+def parse_label(text: str) -> tuple[str, float | None]:
+    """`click` -> ("click", None); `rating>=4` -> ("rating", 4.0)."""
+    name, sep, threshold = text.partition(">=")
+    if not sep:
+        return text.strip(), None
+    try:
+        return name.strip(), float(threshold)
+    except ValueError:
+        raise ValueError(f"--label {text!r}: the threshold after >= must be a number, e.g. rating>=4") from None
+
+
+def _sample_lines(path: Path, rows: int) -> list[str]:
+    lines = []
+    with open_text(path) as f:
+        for raw in f:
+            lines.append(raw.decode("utf-8", "replace").rstrip("\r\n"))
+            if len(lines) > rows:
+                break
+    if lines:
+        lines[0] = lines[0].lstrip("\ufeff")
+    return [line for line in lines if line]
+
+
+def _split(lines: list[str], delimiter: str) -> list[list[str]]:
+    return list(csv.reader(io.StringIO("\n".join(lines)), delimiter=delimiter, quotechar='"'))
+
+
+def _delimiter(lines: list[str]) -> str:
+    """The delimiter that cuts the first lines into the most fields, nearly the same number each."""
+    best, score = "\t", 0.0
+    for d in DELIMITERS:
+        counts = Counter(len(r) for r in _split(lines[:200], d))
+        common, seen = counts.most_common(1)[0]
+        near = sum(n for c, n in counts.items() if abs(c - common) <= 3)
+        if common > 1 and near >= 0.9 * sum(counts.values()) and common * near > score:
+            best, score = d, common * near
+    return best
+
+
+def _is_number(v: str) -> bool:
+    return bool(_FLOAT.match(v))
+
+
+def _has_header(rows: list[list[str]]) -> bool:
+    first, rest = rows[0], rows[1:]
+    for i, value in enumerate(first):
+        below = [r[i] for r in rest if i < len(r) and r[i]]
+        if value and below and not _is_number(value) and sum(map(_is_number, below)) >= 0.9 * len(below):
+            return True
+    if any(_is_number(v) for v in first):
+        return False
+    # No numeric column to tell: a header's names do not come back in the rows below.
+    return all(sum(1 for r in rest if i < len(r) and r[i] == v) == 0 for i, v in enumerate(first))
+
+
+def _hash_size(values: list[str]) -> tuple[int, str]:
+    counts = Counter(values)
+    f1 = sum(1 for c in counts.values() if c == 1)
+    f2 = sum(1 for c in counts.values() if c == 2)
+    estimate = len(counts) + f1 * (f1 - 1) / (2 * (f2 + 1))
+    size = int(min(max(16, 2 * estimate), MAX_HASH_SIZE))
+    size = int(float(f"{size:.2g}")) if size > 100 else size  # two significant digits read better
+    return size, f"{len(counts):,} distinct among {len(values):,} values (~{math.ceil(estimate):,} estimated)"
+
+
+def _list_separator(values: list[str], delimiter: str) -> str | None:
+    for sep in LIST_SEPARATORS:
+        if sep != delimiter and sum(sep in v for v in values) >= 0.05 * len(values):
+            return sep
+    return None
+
+
+def _column(name: str, values: list[str], rows: int, delimiter: str) -> tuple[Column, str]:
+    """The proposed column for the non-empty values of one column, and why."""
+    if not values:
+        return IgnoredColumn(name), f"empty in all {rows:,} rows"
+    distinct = len(set(values))
+    if distinct == len(values) >= 50 and min(map(len, values)) >= 10:
+        return IgnoredColumn(name), "a different value in every row: a row id, not a feature"
+    numeric = all(map(_is_number, values))
+    sep = None if numeric else _list_separator(values, delimiter)
+    if sep is not None:
+        items = [i for v in values for i in v.split(sep) if i]
+        longest = max(len([i for i in v.split(sep) if i]) for v in values)
+        size, seen = _hash_size(items)
+        note = f"values cut by {sep!r}, up to {longest} in a row; {seen}; pooling: sum or mean"
+        return ListColumn(name, hash_size=size, separator=sep, max_length=max(1, min(longest, 64))), note
+    ints = all(_INT.match(v) for v in values)
+    widths = {len(v) for v in values}
+    # Codes, not quantities: leading zeros (a zip), an id's name, or one width of 4+ digits (1005, 14102100).
+    coded = any(len(v) > 1 and v[0] == "0" for v in values) or bool(_ID_NAME.search(name))
+    coded = coded or (ints and len(widths) == 1 and min(widths) >= 4)
+    if numeric and not coded:
+        low = min(float(v) for v in values)
+        transform = "log1p" if low >= 0 else "signed-log1p"
+        kind = "int" if ints else "float"
+        return DenseColumn(name, type=kind, transform=transform), f"{'integers' if ints else 'numbers'}, min {low:g}"
+    size, seen = _hash_size(values)
+    if len(widths) == 1 and min(widths) >= 8 and all(_HEX.match(v) for v in values) and not ints:
+        return CategoricalColumn(name, kind="hex", hash_size=size), f"{min(widths)}-character hex; {seen}"
+    why = "codes (leading zeros, an id's name or one width)" if numeric else "strings"
+    return CategoricalColumn(name, kind="string", hash_size=size), f"{why}; {seen}"
+
+
+def _placed(column: Column, i: int, names: list[str]) -> Column:
+    """A header name that cannot name a feature's file (`dense`, `a/b`, a repeated name) is renamed,
+    and the column then found by its position."""
+    name = column.name
+    if name and name not in ("label", "dense") and not re.search(r"[/\\\0]|^\.|\.offsets$", name):
+        if names.count(name) == 1:
+            return column
+    return dataclasses.replace(column, name=f"{re.sub(r'[^A-Za-z0-9_-]', '_', name) or 'c'}_{i}", position=i)
+
+
+def infer_spec(path: Path, label: str, rows: int = 10_000) -> tuple[FeatureSpec, dict[str, str]]:
+    """A spec for the file from its first `rows` rows, and a note per column saying why.
+
+    label: the label column's header name or field index (0 for the first), with an optional
+    `>=` threshold (`rating>=4`). ValueError names what does not fit.
+    """
+    lines = _sample_lines(path, rows)
+    if len(lines) < 2:
+        raise ValueError(f"{path}: {len(lines)} line(s): too few to infer a spec from")
+    delimiter = _delimiter(lines)
+    table = _split(lines, delimiter)
+    header = _has_header(table)
+    width = max(len(r) for r in table)
+    names = [n.strip() for n in table[0]] if header else [f"c{i}" for i in range(width)]
+    body = table[1:] if header else table
+    label_name, threshold = parse_label(label)
+    if label_name not in names and label_name.isdigit() and int(label_name) < len(names):
+        label_name = names[int(label_name)]
+    if label_name not in names:
+        raise ValueError(f"{path}: no column {label_name!r} for the label (columns: {', '.join(names[:20])})")
+    columns, notes = [], {}
+    for i, name in enumerate(names):
+        values = [r[i] for r in body if i < len(r) and r[i] != ""]
+        if name == label_name:
+            shown = sorted(set(values))[:5]
+            if threshold is None and not set(values) <= {"0", "1"}:
+                raise ValueError(
+                    f"{path}: label column {name!r} holds values other than 0 and 1 (e.g. {shown}); "
+                    f"give a threshold, e.g. --label '{name}>=4'"
+                )
+            columns.append(LabelColumn(name, threshold=threshold))
+            notes[name] = "the label" + (f": 1 where {name} >= {threshold:g}" if threshold is not None else "")
+            continue
+        column, notes[name] = _column(name, values, len(body), delimiter)
+        columns.append(_placed(column, i, names))
+    counts = [len(r) for r in body]
+    fmt = TextFormat(
+        "csv" if delimiter == "," else "tsv",
+        delimiter,
+        header,
+        delimiter == "," or any('"' in line for line in lines[:200]),
+        min(counts) if min(counts) < width else None,
+    )
+    return FeatureSpec(fmt, tuple(columns)), notes

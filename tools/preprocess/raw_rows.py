@@ -1,0 +1,113 @@
+"""Raw text rows -> model inputs, with the transform an exported model records.
+
+`shardrec predict MODEL rows.tsv` scores text that never went through `shardrec preprocess`:
+the rows are read by the dataset's own parser (its feature spec's, or Criteo's with the recorded
+text schema), and their kept rows go through the very code that fills a part (pieces.PartLayout:
+the same dense transforms, hashing or vocabulary, list ids), so a row gets exactly the inputs
+preprocessing would have given it; with an on-the-fly multi-hot model, its one-hot ids become
+their index-table rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shardrec.dataloader.multihot import MultiHotSpec, default_cache_dir, open_index_tables
+from shardrec.dataloader.spec_file import spec_from_dict
+from shardrec.tools.preprocess.inputs import open_text
+from shardrec.tools.preprocess.parse import REASONS, Schema
+from shardrec.tools.preprocess.pieces import PartLayout, TaskOptions, describe_bad, parse_piece
+from shardrec.tools.preprocess.spec_parse import text_options
+from shardrec.tools.preprocess.vocab import load_vocabularies
+
+CHUNK_BYTES = 16 << 20
+"""Text parsed at a time: bounds memory whatever the file's size."""
+RawBatch = tuple[np.ndarray, dict[str, tuple[np.ndarray, np.ndarray]]]
+"""(dense [rows, num_dense] float32, feature -> (ids, lengths)), what trainer.inference.predict.rows_batch takes."""
+
+
+class RawRows:
+    """Turns text rows into model inputs with one model's transform (its header's "transform")."""
+
+    def __init__(self, header: dict[str, Any]) -> None:
+        t = header["transform"]
+        self.spec = spec_from_dict(t["spec"], "the model's transform: spec") if t.get("spec") else None
+        if self.spec is None and ("schema" not in t or t.get("dense_transform") is None):
+            raise ValueError(
+                f"the model of {t.get('dataset')} records neither a feature spec nor Criteo's text schema and dense "
+                "transform to read raw rows with; score a preprocessed split instead"
+            )
+        self.schema = Schema(**t["schema"]) if self.spec is None else Schema()
+        self.dense_transform, self.dense_dtype = t.get("dense_transform") or "log1p", t.get("dense_dtype") or "float32"
+        self.names, self.cardinalities = list(header["feature_names"]), tuple(t["cardinalities"])
+        self.vocabs = None
+        if t.get("mode") == "vocab":
+            if not t.get("vocab_dir") or not Path(t["vocab_dir"]).is_dir():
+                raise ValueError(
+                    f"vocabulary folder {t.get('vocab_dir')!r} of the model's dataset is gone: "
+                    "raw rows cannot be mapped to ids without it"
+                )
+            self.vocabs = load_vocabularies(Path(t["vocab_dir"]), self.names)
+        self.tables = None
+        if t.get("multihot"):
+            m = t["multihot"]
+            spec = MultiHotSpec(tuple(m["sizes"]), tuple(m.get("rows") or self.cardinalities), m["dist"], m["seed"])
+            self.tables = open_index_tables(m.get("cache_dir") or default_cache_dir(), spec)
+
+    def options(self, path: Path) -> TaskOptions:
+        """How this file's rows are read (a spec is matched to the file's own header)."""
+        text = text_options(self.spec, "the model's spec", self.schema, self.dense_transform, [path])
+        return TaskOptions("", chunk_bytes=0, cardinalities=self.cardinalities, dense_dtype=self.dense_dtype, **text)
+
+    def convert(self, data: bytes, path: Path, first_line: int, opts: TaskOptions) -> tuple[RawBatch, np.ndarray]:
+        """Inputs and labels of the rows in `data` (whole lines); ValueError names a malformed row's line."""
+        chunk = parse_piece(data, opts)
+        bad = np.flatnonzero(~chunk.ok)
+        if bad.size:
+            row = int(bad[0])
+            field, value = describe_bad(data, chunk, row, opts)
+            raise ValueError(f"{path}:{first_line + row}: {REASONS[int(chunk.reason[row])]}: {field}: {value}")
+        layout = PartLayout(opts)
+        cols = layout.new_part(chunk.rows)
+        layout.append(cols, chunk, np.arange(chunk.rows), self.vocabs)
+        one_hot = cols.columns(layout.one_hot)
+        lists = dict(zip(layout.list_names, zip(cols.list_ids, (o[: chunk.rows + 1] for o in cols.list_offsets))))
+        ids = {}
+        for t, name in enumerate(self.names):
+            if name in lists:
+                values, offsets = lists[name]
+                ids[name] = (values[: offsets[-1]], np.diff(offsets).astype(np.int32))
+            elif self.tables is not None:
+                multi = self.tables.expand(t, one_hot[name].astype(np.int64))
+                ids[name] = (multi.reshape(-1), np.full(chunk.rows, multi.shape[1], np.int32))
+            else:
+                ids[name] = (one_hot[name], np.ones(chunk.rows, np.int32))
+        return (cols.dense[: chunk.rows].astype(np.float32), ids), chunk.labels
+
+    def read(self, path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[tuple[RawBatch, np.ndarray]]:
+        """The file's rows, a chunk of whole lines at a time (gzip inputs too)."""
+        opts = self.options(path)
+        header = self.spec.format.header if self.spec else self.schema.header
+        line, rest = 1, b""
+        with open_text(path) as f:
+            if header:
+                f.readline()
+                line += 1
+            while True:
+                block = f.read(chunk_bytes)
+                data = rest + block
+                if not block:
+                    if data.strip():
+                        yield self.convert(data if data.endswith(b"\n") else data + b"\n", path, line, opts)
+                    return
+                cut = data.rfind(b"\n") + 1
+                if cut == 0:
+                    rest = data
+                    continue
+                data, rest = data[:cut], data[cut:]
+                yield self.convert(data, path, line, opts)
+                line += data.count(b"\n")

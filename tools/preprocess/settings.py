@@ -1,0 +1,130 @@
+"""The settings of one preprocessing run (`PreprocessConfig`): the one home of their defaults and
+help (`shardrec preprocess --help` shows each field's docstring), and what a rerun must match."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from shardrec.tools.preprocess.inputs import LAYOUTS
+from shardrec.tools.preprocess.parse import DENSE_TRANSFORMS, Schema
+from shardrec.tools.preprocess.vocab import DEFAULT_MEMORY_MB
+
+if TYPE_CHECKING:
+    from shardrec.dataloader.spec import FeatureSpec
+
+
+@dataclass
+class PreprocessConfig:
+    """Every option of a preprocessing run (the CLI fills it; defaults live here)."""
+
+    inputs: list[Path]
+    """Click logs: Kaggle train.txt, 1TB day files (.gz too), directories of them, or the CSV/TSV a spec describes."""
+    out: Path
+    """Output dataset directory."""
+    max_ids: list[int] = field(default_factory=lambda: [10_000_000])
+    """Hashing mode: table rows per feature (N, or N1,N2,... one per feature)."""
+    min_count: int = 0
+    """Vocabulary mode when > 0: keep values seen at least K times in training days."""
+    vocab_memory_mb: float = DEFAULT_MEMORY_MB
+    """Vocabulary mode: MiB of (value, count) pairs one process holds while counting (per worker) or
+    merging; more is spilled to sorted runs on disk and merged in value ranges."""
+    layout: str = "auto"
+    """auto, kaggle (7 pseudo-days) or days (one file per day, last halved)."""
+    val_half: str = "first"
+    """Which half of the last day is validation: first (torchrec's choice) or second."""
+    schema: Schema = field(default_factory=Schema)
+    """Columns and delimiter of the text."""
+    dense_transform: str = "log1p"
+    """How dense integers become model inputs: one of log1p, signed-log1p, shift-log1p, none."""
+    dense_dtype: str = "float32"
+    """Dense values stored as float32 or float16."""
+    workers: int = 1
+    """Worker processes."""
+    chunk_mb: float = 128
+    """MiB of text per task and per output part; bounds memory per worker."""
+    strict: bool = False
+    """Stop at the first malformed row (exit 1) instead of skipping it."""
+    max_skipped_fraction: float = 0.01
+    """Most malformed rows to skip, as a share of all lines (0.01: 1%); more, or no row kept, is an
+    error and no manifest is written. Finished tasks are kept: rerun with a higher value to accept."""
+    spec: FeatureSpec | None = None
+    """A feature spec (a TOML file): the text's format and each column's role; `shardrec spec infer`
+    proposes one. Default: Criteo's rows, as the schema options (num_dense, delimiter, ...) describe them."""
+    spec_file: str = ""
+    """The spec's file, named in messages."""
+    part: tuple[int, int] | None = None
+    """i/n: this machine's share (tasks i, i+n, ...), e.g. $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT,
+    into a shared --out; then one run without it writes the manifest. Vocabulary mode: run every part
+    twice (count, then map)."""
+
+    def __post_init__(self) -> None:
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout {self.layout!r} is not one of {', '.join(LAYOUTS)}")
+        if self.out.exists() and not self.out.is_dir():
+            raise ValueError(f"{self.out}: exists and is not a directory")
+        if self.val_half not in ("first", "second"):
+            raise ValueError(f"val_half {self.val_half!r} must be first or second")
+        if self.dense_transform not in DENSE_TRANSFORMS:
+            raise ValueError(f"dense transform {self.dense_transform!r} is not one of {', '.join(DENSE_TRANSFORMS)}")
+        if self.dense_dtype not in ("float32", "float16"):
+            raise ValueError(f"dense dtype {self.dense_dtype!r} must be float32 or float16")
+        if self.spec is not None and (self.schema != Schema() or self.dense_transform != "log1p"):
+            raise ValueError(f"the spec {self.spec_file} describes the columns: give no schema or dense transform too")
+        if len(self.max_ids) not in (1, self.num_sparse):
+            raise ValueError(
+                f"max_ids has {len(self.max_ids)} values; give 1 or one per sparse feature ({self.num_sparse})"
+            )
+        if self.min_count <= 0 and any(n < 2 for n in self.max_ids):
+            raise ValueError(f"max_ids {self.max_ids} must all be >= 2 (id 0 is the missing value)")
+        if self.vocab_memory_mb <= 0:
+            raise ValueError(f"vocab_memory_mb {self.vocab_memory_mb} must be positive")
+        if self.workers < 1 or self.chunk_mb <= 0:
+            raise ValueError(f"workers={self.workers} and chunk_mb={self.chunk_mb} must be positive")
+        if not 0 <= self.max_skipped_fraction <= 1:
+            raise ValueError(f"max_skipped_fraction {self.max_skipped_fraction} must be in [0, 1]")
+        if self.part is not None and not (self.part[1] >= 1 and 0 <= self.part[0] < self.part[1]):
+            raise ValueError(f"part {self.part[0]}/{self.part[1]} must satisfy 0 <= i < n")
+
+    @property
+    def num_sparse(self) -> int:
+        return len(self.spec.sparse) if self.spec else self.schema.num_sparse
+
+    @property
+    def header(self) -> bool:
+        return self.spec.format.header if self.spec else self.schema.header
+
+    def cardinalities(self) -> tuple[int, ...]:
+        """Hashing mode: table rows per sparse feature (a spec column's hash_size, else --max-ids)."""
+        default = self.max_ids * self.num_sparse if len(self.max_ids) == 1 else self.max_ids
+        if self.spec is None:
+            return tuple(default)
+        return tuple(c.hash_size or d for c, d in zip(self.spec.sparse, default))
+
+    def fingerprint(self, files: list[Path], with_mtime: bool = False) -> dict:
+        """What fixes the output; a rerun into the same directory must match it.
+
+        with_mtime: inputs are also identified by their modification time (ns), so that a rerun
+        after an input was replaced by one of the same size does not reuse the old outputs. Only
+        the rerun check uses it: the manifest stays the same for a copy of the same inputs.
+        """
+        inputs = []
+        for f in files:
+            st = f.stat()
+            inputs.append({"name": f.name, "bytes": st.st_size, **({"mtime_ns": st.st_mtime_ns} if with_mtime else {})})
+        return {
+            "inputs": inputs,
+            "mode": "vocab" if self.min_count > 0 else "hash",
+            "max_ids": list(self.cardinalities()) if self.min_count <= 0 else None,
+            "min_count": self.min_count if self.min_count > 0 else None,
+            "layout": self.layout,
+            "val_half": self.val_half,
+            **(
+                {"schema": asdict(self.schema), "dense_transform": self.dense_transform}
+                if self.spec is None
+                else {"spec": self.spec.to_dict(), "spec_sha256": self.spec.sha256()}
+            ),
+            "dense_dtype": self.dense_dtype,
+            "chunk_mb": self.chunk_mb,
+        }

@@ -1,0 +1,368 @@
+"""The compiled (numba) row parser of feature-spec text: any columns, CSV quoting, strings, lists.
+
+One pass over the bytes, no per-row Python, in the style of parse_kernel (whose integer and hex
+decoders it shares). Each field of a row is scanned once (RFC 4180 quotes when the spec quotes:
+a quoted field may hold the delimiter, `""` is one quote, a newline inside is a malformed row),
+then decoded by its column's role, given per field index as small arrays (spec_parse.Program):
+
+- label: `0`/`1`, a number compared with a threshold, or a value looked up in a mapping (by its
+  string hash);
+- dense: an integer (parse_kernel's rules) or a float, into float64, with a missing mask;
+- categorical: hex or integer (as parse_kernel decodes them), or the field's bytes hashed
+  (`hash_string`), into uint64 with a missing mask;
+- list: the field cut at its separator, each non-empty value decoded as a categorical, the first
+  `max_length` appended to one flat array with each row's start and length;
+- ignore: scanned past.
+
+String hashing, `hash_string` (ids.hash_bytes is the same function in Python): the bytes in words
+of 8 (big-endian, the last one shorter), h = mix64(h ^ word) from h = 0, then mix64(h ^ length);
+ids then come from that value exactly as from a hex one (1 + mix64(value) mod (rows - 1)).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shardrec.dataloader.jit import njit
+from shardrec.tools.preprocess.parse_kernel import _decode_hex, _decode_int, trailing_zeros
+
+# Roles per field, and decoders (kind) per field.
+IGNORE, LABEL, DENSE, CATEGORICAL, LIST = 0, 1, 2, 3, 4
+HEX, INTEGER, STRING = 0, 1, 2  # categorical and list kinds
+INT, FLOAT = 0, 1  # dense kinds
+BINARY, THRESHOLD, MAPPING = 0, 1, 2  # label modes
+# Reason codes as in parse.REASONS (the Criteo parser's six, then the spec parser's own).
+EMPTY_ROW, TOO_MANY_FIELDS, TOO_FEW_FIELDS, BAD_LABEL, BAD_INTEGER, BAD_HEX, BAD_FLOAT, BAD_QUOTE = range(8)
+
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31, _S8 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(8)
+_POW10 = np.array([10.0**k for k in range(23)])
+
+
+@njit(cache=True, nogil=True, inline="always")
+def mix64(z):
+    z = (z ^ (z >> _S30)) * _M1
+    z = (z ^ (z >> _S27)) * _M2
+    return z ^ (z >> _S31)
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def hash_string(buf, s, e, escaped):
+    """The value of bytes buf[s:e]; with `escaped`, each `""` counts as one `"` (a quoted CSV field)."""
+    if escaped:
+        return _hash_escaped(buf, s, e)
+    h, k = np.uint64(0), s
+    while k + 8 <= e:  # whole words: eight loads LLVM folds into one load and a byte swap
+        w = np.uint64(0)
+        p = np.uint64(k)  # unsigned: no negative-index fix-ups between the loads
+        for t in range(8):
+            w = (w << _S8) | np.uint64(buf[p + np.uint64(t)])
+        h, k = mix64(h ^ w), k + 8
+    if k < e:
+        w = np.uint64(0)
+        while k < e:
+            w, k = (w << _S8) | np.uint64(buf[k]), k + 1
+        h = mix64(h ^ w)
+    return mix64(h ^ np.uint64(e - s))
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _hash_escaped(buf, s, e):
+    """hash_string of a quoted field's value in which each `""` stands for one `"`."""
+    h, w, nb, total = np.uint64(0), np.uint64(0), 0, 0
+    k = s
+    while k < e:
+        c = buf[k]
+        k += 1
+        if c == 34 and k < e and buf[k] == 34:
+            k += 1
+        w = (w << _S8) | np.uint64(c)
+        nb += 1
+        total += 1
+        if nb == 8:
+            h, w, nb = mix64(h ^ w), np.uint64(0), 0
+    if nb:
+        h = mix64(h ^ w)
+    return mix64(h ^ np.uint64(total))
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _decode_float(buf, s, e):
+    """(value, ok) of a decimal number: sign, digits, '.', digits, exponent. Correctly rounded for up
+    to 15 significant digits and exponents within +-22 (Clinger's fast path); else within an ulp."""
+    i, neg = s, False
+    if i < e and (buf[i] == 45 or buf[i] == 43):
+        neg, i = buf[i] == 45, i + 1
+    mant, digits, exp10, seen = np.int64(0), 0, 0, False
+    while i < e and 48 <= buf[i] <= 57:
+        if digits < 18:
+            mant = mant * 10 + (buf[i] - 48)
+            digits += mant > 0
+        else:
+            exp10 += 1
+        seen, i = True, i + 1
+    if i < e and buf[i] == 46:
+        i += 1
+        while i < e and 48 <= buf[i] <= 57:
+            if digits < 18:
+                mant = mant * 10 + (buf[i] - 48)
+                digits += mant > 0
+                exp10 -= 1
+            seen, i = True, i + 1
+    if not seen:
+        return 0.0, False
+    if i < e and (buf[i] == 101 or buf[i] == 69):
+        i += 1
+        eneg = i < e and buf[i] == 45
+        if i < e and (buf[i] == 45 or buf[i] == 43):
+            i += 1
+        if i >= e:
+            return 0.0, False
+        ev = 0
+        while i < e and 48 <= buf[i] <= 57:
+            ev = min(ev * 10 + (buf[i] - 48), 100000)
+            i += 1
+        exp10 += -ev if eneg else ev
+    if i != e:
+        return 0.0, False
+    v = float(mant)
+    if mant < (1 << 53) and 0 <= exp10 <= 22:
+        v = v * _POW10[exp10]
+    elif mant < (1 << 53) and -22 <= exp10 < 0:
+        v = v / _POW10[-exp10]
+    elif mant != 0:
+        v = v * 10.0**exp10
+    if v == np.inf:  # a value beyond float64 is no model input
+        return 0.0, False
+    return (-v if neg else v), True
+
+
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _scan_field(buf, i, delim, quoting):
+    """(start, end, next, escaped, bad_quote) of the field at i: its value is buf[start:end] and
+    buf[next] is the delimiter or newline after it (a '\\r' before the newline is no value byte)."""
+    if quoting and buf[i] == 34:
+        j, escaped = i + 1, False
+        while True:
+            c = buf[j]
+            if c == 10:  # no closing quote on this line
+                return i + 1, j, j, escaped, True
+            if c == 34:
+                if buf[j + 1] != 34:
+                    break
+                escaped, j = True, j + 2
+                continue
+            j += 1
+        end, j = j, j + 1
+        if buf[j] == 13 and buf[j + 1] == 10:
+            j += 1
+        elif buf[j] != delim and buf[j] != 10:  # text after the closing quote
+            while buf[j] != delim and buf[j] != 10:
+                j += 1
+            return i + 1, end, j, escaped, True
+        return i + 1, end, j, escaped, False
+    j = _field_end(buf, i, delim)
+    end = j - 1 if (buf[j] == 10 and j > i and buf[j - 1] == 13) else j
+    return i, end, j, False, False
+
+
+_L = np.uint64(0x0101010101010101)
+_H = np.uint64(0x8080808080808080)
+_NEWLINES = np.uint64(0x0A0A0A0A0A0A0A0A)
+
+
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _field_end(buf, i, delim):
+    """The first delimiter or newline at or after i, eight bytes at a time (a zero byte of w ^ d
+    is a match: the lowest byte flagged by (x - L) & ~x & H is exact, higher ones may not be)."""
+    n, j = len(buf), i
+    d = np.uint64(delim) * _L
+    while j + 8 <= n:
+        w = np.uint64(0)
+        p = np.uint64(j)
+        for t in range(8):  # one unaligned load (see parse_kernel._hex8_swar)
+            w |= np.uint64(buf[p + np.uint64(t)]) << np.uint64(8 * t)
+        x, y = w ^ d, w ^ _NEWLINES
+        hit = ((x - _L) & ~x & _H) | ((y - _L) & ~y & _H)
+        if hit:
+            return j + (np.int64(trailing_zeros(hit)) >> 3)
+        j += 8
+    while buf[j] != delim and buf[j] != 10:
+        j += 1
+    return j
+
+
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _categorical(buf, s, e, kind, escaped):
+    """(value, reason) of one non-empty categorical value; reason -1 when it decodes."""
+    if kind == STRING:
+        return hash_string(buf, s, e, escaped), -1
+    if kind == HEX:
+        v, ok = _decode_hex(buf, s, e)
+        return v, (-1 if ok else BAD_HEX)
+    v, ok = _decode_int(buf, s, e)
+    return np.uint64(v), (-1 if ok else BAD_INTEGER)
+
+
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _label(buf, s, e, escaped, mode, threshold, keys, values):
+    """(label, ok) of a non-empty label field."""
+    if mode == BINARY:
+        v, ok = _decode_int(buf, s, e)
+        return np.uint8(v), ok and (v == 0 or v == 1)
+    if mode == THRESHOLD:
+        x, ok = _decode_float(buf, s, e)
+        return np.uint8(x >= threshold), ok
+    h = hash_string(buf, s, e, escaped)
+    for k in range(len(keys)):
+        if keys[k] == h:
+            return values[k], True
+    return np.uint8(0), False
+
+
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _list(buf, s, e, kind, sep, max_length, escaped, out, pos):
+    """Append a list field's first max_length non-empty values to out[pos:]; (count, reason)."""
+    count, reason, a = 0, -1, s
+    while a <= e:
+        b = a
+        while b < e and buf[b] != sep:
+            b += 1
+        if b > a and count < max_length:
+            if pos + count >= len(out):  # the caller's bound fell short
+                return count, -2
+            v, r = _categorical(buf, a, b, kind, escaped)
+            out[pos + count] = v
+            count += 1
+            if r >= 0 and reason < 0:
+                reason = r
+        a = b + 1
+    return count, reason
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _pad_row(row, f0, role, slot, dense, dmiss, sparse, smiss, lstart, llen, pos):
+    """The fields a short row lacks are missing values (right-padding, as parse_kernel's)."""
+    for g in range(f0, len(role)):
+        k = slot[g]
+        if role[g] == DENSE:
+            dense[row, k], dmiss[row, k] = 0.0, True
+        elif role[g] == CATEGORICAL:
+            sparse[row, k], smiss[row, k] = np.uint64(0), True
+        elif role[g] == LIST:
+            lstart[row, k], llen[row, k] = pos, 0
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def parse_spec_rows(
+    buf, delim, quoting, nmin, role, slot, kind, seps, max_lengths, label_field, label_mode, threshold, keys, values,
+    labels, dense, dmiss, sparse, smiss, lvalues, lstart, llen, reason, bad_field, row_start, row_end,
+):  # fmt: skip
+    """Fill the per-row arrays (sized to the newlines in buf) and the flat list values; returns
+    (rows, list values written). role/slot/kind/seps/max_lengths hold one entry per field index."""
+    n, nf, row, i, pos = len(buf), len(role), 0, 0, 0
+    while i < n:
+        row_start[row] = i
+        ur = np.uint64(row)
+        f, j, a = 0, i, i
+        label_ok, first_bad, code, quote_bad = False, -1, -1, -1
+        while True:
+            s, e, j, escaped, qbad = _scan_field(buf, a, delim, quoting)
+            if qbad and quote_bad < 0:
+                quote_bad = f
+            if f < nf and not qbad:
+                r, k, bad = role[f], np.uint64(slot[f]), -1  # unsigned: no negative-index fix-ups
+                if r == LABEL:
+                    if e > s:
+                        labels[row], label_ok = _label(buf, s, e, escaped, label_mode, threshold, keys, values)
+                elif r == DENSE:
+                    dmiss[ur, k] = e == s
+                    x, ok = (0.0, True) if e == s else (
+                        _decode_float(buf, s, e) if kind[f] == FLOAT else _int_as_float(buf, s, e)
+                    )  # fmt: skip
+                    dense[ur, k] = x
+                    bad = -1 if ok else (BAD_FLOAT if kind[f] == FLOAT else BAD_INTEGER)
+                elif r == CATEGORICAL:
+                    smiss[ur, k] = e == s
+                    if e == s:
+                        sparse[ur, k] = np.uint64(0)
+                    else:
+                        v, bad = _categorical(buf, s, e, kind[f], escaped)
+                        sparse[ur, k] = v
+                elif r == LIST:
+                    lstart[ur, k] = pos
+                    cnt, bad = _list(buf, s, e, kind[f], seps[f], max_lengths[f], escaped, lvalues, pos)
+                    if bad == -2:
+                        return row, -1
+                    llen[ur, k] = cnt
+                    pos += cnt
+                if bad >= 0 and first_bad < 0:
+                    first_bad, code = f, bad
+            f += 1
+            if buf[j] == 10:
+                break
+            a = j + 1
+        _pad_row(row, min(f, nf), role, slot, dense, dmiss, sparse, smiss, lstart, llen, pos)
+        row_end[row] = j
+        empty = j == i or (j - i == 1 and buf[i] == 13)
+        reason[row], bad_field[row] = _row_reason(
+            empty, quote_bad, f > nf, f < nmin, f, label_ok, label_field, first_bad, code, nf
+        )
+        if reason[row] >= 0:
+            labels[row] = 0
+        row += 1
+        i = j + 1
+    return row, pos
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _int_as_float(buf, s, e):
+    v, ok = _decode_int(buf, s, e)
+    return float(v), ok
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _row_reason(empty, quote_bad, too_many, too_few, fields, label_ok, label_field, first_bad, code, nf):
+    """(reason, first bad field) of a row, (-1, -1) for a good one; the order of parse.REASONS but
+    for a quote, which comes first (the fields after it cannot be counted)."""
+    if empty:
+        return EMPTY_ROW, -1
+    if quote_bad >= 0:
+        return BAD_QUOTE, quote_bad
+    if too_many:
+        return TOO_MANY_FIELDS, nf
+    if too_few:
+        return TOO_FEW_FIELDS, fields
+    if not label_ok:
+        return BAD_LABEL, label_field
+    if first_bad >= 0:
+        return code, first_bad
+    return -1, -1
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def hash_lists_into(lvalues, lstart, llen, c, rows, cardinality, out, offsets, base, at):
+    """Hash list column c's values of the kept `rows` onto out[at:], and their row offsets onto
+    offsets[base + 1 :]; returns the new end of out. Ids as parse_kernel.hash_rows_into's."""
+    mod = np.uint64(cardinality - 1)
+    one = np.uint64(1)
+    for k in range(len(rows)):
+        r = rows[k]
+        s = lstart[r, c]
+        for t in range(llen[r, c]):
+            out[at] = one + mix64(lvalues[s + t]) % mod
+            at += 1
+        offsets[base + k + 1] = at
+    return at
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def gather_lists(lvalues, lstart, llen, c, rows, out):
+    """List column c's raw values of the kept rows, in row order (for vocabularies)."""
+    at = 0
+    for k in range(len(rows)):
+        r = rows[k]
+        for t in range(llen[r, c]):
+            out[at] = lvalues[lstart[r, c] + t]
+            at += 1
+    return at

@@ -13,6 +13,7 @@ import numpy as np
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 from shardrec.sharding.comms import KINDS, Workload, collectives_per_step, group_overhead_bytes, table_comm_bytes
+from shardrec.sharding.memory import DenseFootprint, fixed_bytes
 from shardrec.sharding.plan_io import TablePlan
 from shardrec.sharding.skew import LookupCurve, row_share
 from shardrec.sharding.topology import ClusterTopology
@@ -39,14 +40,20 @@ class PlanCost:
     weights_bytes: np.ndarray
     optimizer_bytes: np.ndarray
     buffer_bytes: np.ndarray
+    """Tables' per-step inputs and outputs, and data-parallel tables' gradients and DDP buckets."""
     lookup_s: np.ndarray
     comm_bytes: dict[str, np.ndarray]
     comm_s: np.ndarray
     memory_capacity: int
+    """Bytes per rank the plan may fill (the device's memory less the reserve)."""
+    fixed_bytes: float = 0.0
+    """Bytes every rank holds whatever the placement (memory.fixed_bytes: dense layers, framework)."""
+    device_memory: int = 0
+    """The device's memory per rank, before the reserve."""
 
     @property
     def memory_bytes(self) -> np.ndarray:
-        return self.weights_bytes + self.optimizer_bytes + self.buffer_bytes
+        return self.weights_bytes + self.optimizer_bytes + self.buffer_bytes + self.fixed_bytes
 
     @property
     def step_s(self) -> np.ndarray:
@@ -75,6 +82,7 @@ class PlanCost:
                     "weights_bytes": int(self.weights_bytes[r]),
                     "optimizer_bytes": int(self.optimizer_bytes[r]),
                     "buffer_bytes": int(self.buffer_bytes[r]),
+                    "fixed_bytes": int(self.fixed_bytes),
                     "lookup_ms": round(float(self.lookup_s[r]) * 1e3, 6),
                     "comm_ms": round(float(self.comm_s[r]) * 1e3, 6),
                     "step_ms": round(float(self.step_s[r]) * 1e3, 6),
@@ -85,6 +93,7 @@ class PlanCost:
             "max_step_ms": round(self.max_step_s * 1e3, 6),
             "critical_rank": self.critical_rank,
             "memory_capacity_bytes": int(self.memory_capacity),
+            "device_memory_bytes": int(self.device_memory),
             "ranks": ranks,
         }
 
@@ -121,20 +130,24 @@ def _table_arrays(
     curve: LookupCurve | None = None,
 ):
     """Per-rank (weights, optimizer, buffer bytes, lookup bytes) and bytes sent of one table."""
-    world_size, elem_bytes = topo.world_size, workload.elem_bytes
+    world_size, elem_bytes, memory = topo.world_size, workload.elem_bytes, topo.memory
     weights, optim, buffers, lookup = (np.zeros(world_size) for _ in range(4))
     for shard in table_plan.shards:
-        weights[shard.rank] += shard.rows * shard.cols * elem_bytes
+        table_bytes = shard.rows * shard.cols * elem_bytes
+        weights[shard.rank] += table_bytes
         optim[shard.rank] += optimizer_bytes(optimizer, shard.rows, shard.cols, elem_bytes)
         if table_plan.sharding_type == "data_parallel":
-            # Local samples only; backward writes a dense gradient of the whole table.
+            # Local samples only; backward writes a dense gradient of the whole table, which
+            # DDP copies into its bucket: the weights live replicated_copies times at the peak.
             lookup[shard.rank] += workload.local_batch * pooling * shard.cols * elem_bytes
-            buffers[shard.rank] += shard.rows * shard.cols * elem_bytes
+            buffers[shard.rank] += (memory.replicated_copies - 1) * table_bytes
             continue
         share = row_share(curve, shard.row_offset, shard.rows, config.num_embeddings)
         lookup[shard.rank] += workload.global_batch_size * pooling * share * shard.cols * elem_bytes
-        buffers[shard.rank] += workload.global_batch_size * (
-            pooling * share * workload.id_bytes + 2 * shard.cols * elem_bytes
+        buffers[shard.rank] += (
+            memory.io_copies
+            * workload.global_batch_size
+            * (pooling * share * workload.id_bytes + 2 * shard.cols * elem_bytes)
         )
     sent = table_comm_bytes(
         table_plan, config.num_embeddings, config.embedding_dim, pooling, workload, topo.local_world_size, curve
@@ -166,12 +179,14 @@ def evaluate(
     global_batch_size: int,
     optimizer: str = "rowwise_adagrad",
     curves: dict[str, LookupCurve] | None = None,
+    dense: DenseFootprint | None = None,
 ) -> PlanCost:
     """Score a placement: per-rank memory, lookup and communication estimates.
 
     Args:
         table_plans: where each table lives; configs: the tables themselves (looked up by name).
         curves: table -> lookup skew (skew.py) for frequency-ordered ids; others spread evenly.
+        dense: the dense layers (memory.py); None: no dense layers in the estimate.
     """
     world_size = topo.world_size
     workload = Workload(global_batch_size, world_size)
@@ -190,7 +205,30 @@ def evaluate(
     sent["all_to_all"] += group_overhead_bytes(table_plans, world_size)
     lookup_s = lookup * (1.0 + topo.bwd_compute_multiplier) / topo.lookup_bw
     comm_s = comm_seconds(sent, topo) + collective_latency(table_plans, topo)
-    return PlanCost(weights, optim, buffers, lookup_s, sent, comm_s, topo.memory_bytes)
+    fixed = rank_fixed_bytes(topo, workload, configs, pooling, dense)
+    return PlanCost(
+        weights,
+        optim,
+        buffers,
+        lookup_s,
+        sent,
+        comm_s,
+        topo.usable_bytes,
+        fixed_bytes=fixed,
+        device_memory=topo.memory_bytes,
+    )
+
+
+def rank_fixed_bytes(
+    topo: ClusterTopology,
+    workload: Workload,
+    configs: list[EmbeddingBagConfig],
+    pooling: dict[str, float],
+    dense: DenseFootprint | None,
+) -> float:
+    """What every rank holds besides its tables (memory.fixed_bytes) for this job."""
+    ids_per_sample = sum(pooling.get(config.name, 1.0) for config in configs)
+    return fixed_bytes(topo.memory, dense or DenseFootprint(), workload.local_batch, ids_per_sample, workload.id_bytes)
 
 
 def collective_latency(table_plans: list[TablePlan], topo: ClusterTopology) -> float:

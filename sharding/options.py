@@ -15,8 +15,9 @@ import numpy as np
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 from shardrec.sharding import layouts
+from shardrec.sharding.comms import Workload
 from shardrec.sharding.constraints import TableConstraint
-from shardrec.sharding.cost import table_cost
+from shardrec.sharding.cost import rank_fixed_bytes, table_cost
 from shardrec.sharding.request import SearchRequest
 from shardrec.sharding.skew import LookupCurve
 from shardrec.sharding.topology import ClusterTopology
@@ -55,6 +56,11 @@ class Problem:
         self.options = [self._options(index) for index in range(len(self.configs))]
         self.latency_per_type_s = self.topo.collective_latency_s
         """Start-up cost of one collective (comms.collectives_per_step counts them per type group)."""
+        workload = Workload(self.batch, self.topo.world_size)
+        self.capacity: float = self.topo.usable_bytes - rank_fixed_bytes(
+            self.topo, workload, self.configs, self.pooling, request.dense
+        )
+        """Bytes per rank the tables may fill: the usable memory less what every rank holds anyway."""
 
     def allowed_ranks(self, index: int) -> list[int]:
         return list(self.cons[index].ranks) or list(range(self.topo.world_size))

@@ -58,14 +58,19 @@ def fmt_bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
-def _describe_shortfall(cost: PlanCost) -> str:
+def _describe_shortfall(cost: PlanCost, device_kind: str) -> str:
+    tier = "HBM" if device_kind == "cuda" else "memory"
     short = cost.shortfall()
     parts = [
-        f"rank {r} needs {fmt_bytes(cost.memory_bytes[r])}, {fmt_bytes(s)} over" for r, s in sorted(short.items())[:8]
+        f"rank {r} needs {fmt_bytes(cost.memory_bytes[r])} of {tier}, {fmt_bytes(s)} short"
+        for r, s in sorted(short.items())[:8]
     ]
     more = f" and {len(short) - 8} more ranks" if len(short) > 8 else ""
+    usable = f"{fmt_bytes(cost.memory_capacity)} usable per rank"
+    if cost.device_memory:
+        usable += f" ({fmt_bytes(cost.device_memory)} less the reserve)"
     return (
-        f"the plan does not fit in {fmt_bytes(cost.memory_capacity)} per rank: "
+        f"the plan does not fit: {usable}; "
         + "; ".join(parts)
         + more
         + " (add ranks, raise memory per rank, or allow row-wise/column-wise for the largest tables)"
@@ -102,7 +107,7 @@ def plan_tables(request: PlanRequest, *, search: str = "shardrec") -> PlanFile:
             best = candidate
     table_plans, cost, group_size = best
     if cost.shortfall():
-        raise PlanDoesNotFitError(_describe_shortfall(cost))
+        raise PlanDoesNotFitError(_describe_shortfall(cost, topo.device_kind))
     plan = build_plan_file(table_plans, request.configs, topo, request.global_batch_size, cost, search)
     plan.sharding_group_size = group_size
     if group_size:
@@ -128,6 +133,7 @@ def _group_request(
         compute_kernel=request.compute_kernel,
         optimizer=request.optimizer,
         curves=curves,
+        dense=request.dense,
     )
 
 
@@ -151,6 +157,7 @@ def _plan_group(
         request.global_batch_size,
         request.optimizer,
         request.curves,
+        request.dense,
     )
     if group_size:
         cost = add_replica_sync(cost, topo, group_size, sync_every)

@@ -51,17 +51,24 @@ def tables_table(plan: PlanFile, limit: int = 60) -> Table:
 def ranks_table(plan: PlanFile, limit: int = 32) -> Table:
     est = plan.estimate
     cap = est.get("memory_capacity_bytes", 0) / MiB
+    device = est.get("device_memory_bytes", 0) / MiB
     t = Table(
         title=(
             f"ranks (critical path: rank {est.get('critical_rank')}, {est.get('max_step_ms', 0):.3f} ms/step estimated)"
         )
     )
+    of = (
+        f"{device:,.0f} MiB per rank ({cap:,.0f} MiB planned, the rest kept free)"
+        if device
+        else f"{cap:,.0f} MiB per rank"
+    )
     t.caption = (
-        f"MiB: memory used of {cap:,.0f} MiB per rank = weights (wts) + optimizer (opt) + buffers (buf); "
-        "MiB sent per step (fwd+bwd) by all-to-all, reduce-scatter + all-gather, all-reduce"
+        f"MiB: memory used of {of} = weights (wts) + optimizer (opt) + buffers (buf) + what every rank "
+        "holds (dense layers, framework: fix); MiB sent per step (fwd+bwd) by all-to-all, "
+        "reduce-scatter + all-gather, all-reduce"
     )
     # Short headers keep the table whole on an 80-column terminal.
-    for col in ("rank", "MiB", "wts", "opt", "buf", "lookup ms", "comm ms", "a2a", "rs+ag", "allred"):
+    for col in ("rank", "MiB", "wts", "opt", "buf", "fix", "lkp ms", "comm ms", "a2a", "rs+ag", "allred"):
         t.add_column(col, justify="right")
     ranks = est.get("ranks", [])
     shown = ranks if len(ranks) <= limit else sorted(ranks, key=lambda r: -r["step_ms"])[:limit]
@@ -74,6 +81,7 @@ def ranks_table(plan: PlanFile, limit: int = 32) -> Table:
             f"{r['weights_bytes'] / MiB:.1f}",
             f"{r['optimizer_bytes'] / MiB:.1f}",
             f"{r['buffer_bytes'] / MiB:.1f}",
+            f"{r.get('fixed_bytes', 0) / MiB:.1f}",
             f"{r['lookup_ms']:.2f}",
             f"{r['comm_ms']:.2f}",
             f"{b['all_to_all'] / MiB:.2f}",

@@ -20,6 +20,7 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 from shardrec.dataloader.format import Manifest
 from shardrec.sharding.constraints import TableConstraint
+from shardrec.sharding.memory import DenseFootprint
 from shardrec.sharding.topology import ClusterTopology
 
 
@@ -38,6 +39,8 @@ class SearchRequest:
     optimizer: str = "rowwise_adagrad"
     curves: dict[str, Any] | None = None
     """Table name -> lookup skew of row-wise blocks (skew.py); shardrec's cost model only."""
+    dense: DenseFootprint = field(default_factory=DenseFootprint)
+    """The dense layers, which every rank holds beside its tables (memory.py)."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,9 @@ class PlanRequest:
     compute_kernel: str = "fused"
     optimizer: str = "rowwise_adagrad"
     """The sparse optimizer, whose state the memory estimate counts (cost.OPTIMIZERS)."""
+    dense: DenseFootprint = field(default_factory=DenseFootprint)
+    """The dense layers: parameters, activations and optimizer, which the memory estimate
+    counts on every rank (memory.dense_footprint of the model; none by default)."""
     sharding_group_size: int = 0
     """0: shard over all ranks; G: 2D, shard over groups of G ranks (torchrec's DMPCollection);
     -1: pick the fastest of all ranks and 2D group sizes."""

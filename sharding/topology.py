@@ -4,6 +4,11 @@ Bandwidths are bytes per second as one rank sees them: `intra_host_bw` to a rank
 same host, `inter_host_bw` to a rank on another host, `lookup_bw` for reading embedding
 rows from the device's memory. A calibration profile (`shardrec plan calibrate`) replaces
 the preset's figures with ones measured on this machine.
+
+Memory is what one rank's device holds (a GPU's memory as the card reports it, not its
+marketing size; on CPU, host memory per rank), of which the planner fills at most
+`1 - reserve_fraction`: torchrec's planner keeps 15% free by default for what no estimate
+sees (allocator fragmentation, the CUDA context, library workspaces), and so does shardrec.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from shardrec.sharding.json_checks import expect, read_strict_json
+from shardrec.sharding.memory import MEMORY_MODELS, MemoryModel
 
 GiB = 1024**3
 
@@ -32,7 +38,7 @@ class ClusterTopology:
     device_kind: str
     """cpu or cuda."""
     memory_bytes: int
-    """Memory per rank available to embeddings (weights, optimizer state, buffers)."""
+    """Memory of one rank's device (CPU: host memory per rank); the plan fills `usable_bytes` of it."""
     intra_host_bw: float
     """Bytes/s one rank sends to another on the same host."""
     inter_host_bw: float
@@ -43,6 +49,14 @@ class ClusterTopology:
     """Backward (gradient + fused optimizer update) cost relative to the forward lookup."""
     collective_latency_s: float = 20e-6
     """Fixed cost of starting one collective."""
+    reserve_fraction: float = 0.15
+    """Share of `memory_bytes` the plan leaves free (torchrec's default heuristical reservation)."""
+    host_memory_bytes: int = 0
+    """CUDA: host memory per rank that UVM tables may use (0: none; CPU topologies: unused)."""
+    memory_source: str = "preset"
+    """Where memory_bytes came from: preset, user (--memory-gib) or device (free memory at plan time)."""
+    memory_model: MemoryModel | None = None
+    """Constants of the memory estimate (memory.py); None: the device kind's defaults."""
 
     def __post_init__(self) -> None:
         if self.world_size <= 0:
@@ -52,11 +66,24 @@ class ClusterTopology:
                 f"topology local_world_size = {self.local_world_size} must be > 0 "
                 f"and divide world_size = {self.world_size}"
             )
+        if self.device_kind not in MEMORY_MODELS:
+            raise ValueError(f"topology {self.name}: device kind {self.device_kind!r} is not one of cpu, cuda")
         if self.memory_bytes <= 0:
             raise ValueError(f"topology {self.name}: memory per rank is {self.memory_bytes} bytes; it must be > 0")
+        if not 0 <= self.reserve_fraction < 1:
+            raise ValueError(f"topology {self.name}: reserve_fraction = {self.reserve_fraction} must be in [0, 1)")
         for key in ("intra_host_bw", "inter_host_bw", "lookup_bw"):
             if getattr(self, key) <= 0:
                 raise ValueError(f"topology {self.name}: {key} = {getattr(self, key)} must be > 0")
+
+    @property
+    def memory(self) -> MemoryModel:
+        return self.memory_model or MEMORY_MODELS[self.device_kind]
+
+    @property
+    def usable_bytes(self) -> int:
+        """Memory per rank the plan may fill: the device's less the reserve."""
+        return int(self.memory_bytes * (1 - self.reserve_fraction))
 
     @property
     def num_hosts(self) -> int:
@@ -69,8 +96,10 @@ class ClusterTopology:
         return dataclasses.asdict(self)
 
 
-# Per-rank figures. GPU presets: HBM size and bandwidth of one device, NVLink bus bandwidth
-# per direction, and one 200/400 Gb/s NIC per GPU for the network.
+# Per-rank figures. GPU presets: HBM as torch.cuda.mem_get_info reports it for one device
+# (an "80 GB" card shows ~79 GiB, an H200's "141 GB" ~139 GiB) and its bandwidth, NVLink bus
+# bandwidth per direction, one 200/400 Gb/s NIC per GPU for the network, and host memory per
+# GPU for UVM tables (a 2 TiB host of 8 GPUs, a quarter kept for the OS and the loaders).
 PRESETS: dict[str, dict[str, Any]] = {
     "cpu-gloo": dict(
         device_kind="cpu",
@@ -84,7 +113,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "a100": dict(
         device_kind="cuda",
         local_world_size=8,
-        memory_bytes=80 * GiB,
+        memory_bytes=79 * GiB,
+        host_memory_bytes=192 * GiB,
         intra_host_bw=240e9,
         inter_host_bw=25e9,
         lookup_bw=1.6e12,
@@ -92,7 +122,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "h100": dict(
         device_kind="cuda",
         local_world_size=8,
-        memory_bytes=80 * GiB,
+        memory_bytes=79 * GiB,
+        host_memory_bytes=192 * GiB,
         intra_host_bw=360e9,
         inter_host_bw=50e9,
         lookup_bw=2.7e12,
@@ -100,7 +131,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "h200": dict(
         device_kind="cuda",
         local_world_size=8,
-        memory_bytes=141 * GiB,
+        memory_bytes=139 * GiB,
+        host_memory_bytes=192 * GiB,
         intra_host_bw=360e9,
         inter_host_bw=50e9,
         lookup_bw=3.8e12,
@@ -133,6 +165,7 @@ def build_topology(
     lws = local_world_size or min(preset_lws, world_size)
     if memory_bytes is not None:
         values["memory_bytes"] = memory_bytes
+        values["memory_source"] = "user"
     return ClusterTopology(name=preset, world_size=world_size, local_world_size=lws, **values)
 
 

@@ -62,4 +62,6 @@ def add_replica_sync(cost: PlanCost, topo: ClusterTopology, group_size: int, syn
         comm_bytes,
         np.asarray(comm_s),
         cost.memory_capacity,
+        fixed_bytes=cost.fixed_bytes,
+        device_memory=cost.device_memory,
     )

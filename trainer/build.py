@@ -23,6 +23,7 @@ from torchrec.optim.optimizers import in_backward_optimizer_filter
 from shardrec.dataloader.format import Manifest
 from shardrec.embeddings.optim import attach_fused_optimizer, replicated_table_optimizer, replicated_table_params
 from shardrec.embeddings.tables import build_ebc, build_table_configs
+from shardrec.sharding.memory import DenseFootprint, dense_footprint
 from shardrec.sharding.plan_io import PlanFile, check_plan, plan_fingerprint, to_sharding_plan
 from shardrec.sharding.planner import plan_tables
 from shardrec.sharding.request import DatasetStatistics, PlanRequest
@@ -72,6 +73,7 @@ def plan_at_start(
     compute_kernel: str,
     sparse_optimizer: str,
     manifest: Manifest,
+    dense: DenseFootprint | None = None,
 ) -> PlanFile:
     """Plan with shardrec's planner when no plan file is given, with what `shardrec plan` would
     use for this job (kernel, optimizer, constraints, statistics): rank 0 plans, every rank gets it."""
@@ -87,6 +89,7 @@ def plan_at_start(
             statistics=DatasetStatistics.from_manifest(manifest),
             compute_kernel=compute_kernel,
             optimizer=sparse_optimizer,
+            dense=dense or DenseFootprint(),
         )
         holder[0] = plan_tables(request)
     if dist.is_initialized() and env.world_size > 1:
@@ -166,7 +169,14 @@ def build_sharded_model(
     )
     if plan is None:
         plan = plan_at_start(
-            tables, env, train.global_batch_size, sharding.constraints, sharding.compute_kernel, optim.sparse, manifest
+            tables,
+            env,
+            train.global_batch_size,
+            sharding.constraints,
+            sharding.compute_kernel,
+            optim.sparse,
+            manifest,
+            dense_footprint(module, optim.dense),
         )
     sharding_plan = build_sharding_plan(plan, tables, env, train.global_batch_size)
     model = shard_model(module, sharding_plan, env, optim, qcomm=sharding.qcomm or None)

@@ -104,7 +104,8 @@ def test_plan_at_start_writes_the_plan_shardrec_plan_writes(tiny_dataset: Path, 
 
     from shardrec.dataloader.format import Manifest
     from shardrec.embeddings.tables import build_table_configs
-    from shardrec.trainer.build import plan_at_start
+    from shardrec.sharding.memory import dense_footprint
+    from shardrec.trainer.build import build_train_module, plan_at_start
     from shardrec.trainer.config import load_job_config
     from shardrec.trainer.dist import DistEnv
 
@@ -131,6 +132,9 @@ def test_plan_at_start_writes_the_plan_shardrec_plan_writes(tiny_dataset: Path, 
     manifest = Manifest.load(tiny_dataset)
     configs = build_table_configs(manifest, job.model.embedding_dim, job.model.dims)
     env = DistEnv(rank=0, local_rank=0, world_size=2, local_world_size=2, device=torch.device("cpu"), backend="gloo")
+    module = build_train_module(
+        job.model, manifest, configs, env, global_batch_size=job.train.global_batch_size, seed=0
+    )
     plan = plan_at_start(
         configs,
         env,
@@ -139,5 +143,8 @@ def test_plan_at_start_writes_the_plan_shardrec_plan_writes(tiny_dataset: Path, 
         job.sharding.compute_kernel,
         job.optim.sparse,
         manifest,
+        dense_footprint(module, job.optim.dense),
     )
     assert plan.to_json() == out.read_text()
+    # The dense layers are in the estimate, on every rank.
+    assert all(r["fixed_bytes"] > 40 * 2**20 for r in plan.estimate["ranks"])

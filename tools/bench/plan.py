@@ -66,13 +66,6 @@ RESERVE = 0.15
 """Share of each rank's memory both planners keep free: torchrec's default planner margin."""
 
 
-def _reserved(topo, reserve: float):
-    """shardrec's search has no reservation of its own: it plans for the memory left after it."""
-    from dataclasses import replace
-
-    return replace(topo, memory_bytes=int(topo.memory_bytes * (1 - reserve)))
-
-
 def _torchrec_side(request, reserve: float, row: dict) -> list | None:
     from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation
 
@@ -104,8 +97,8 @@ def run_case(case: Case, reserve: float = RESERVE) -> dict:
     from shardrec.tools.bench.torchrec_score import torchrec_score
 
     ts = _table_set(case.table_set)
-    full = build_topology(case.preset, case.world_size)
-    topo = _reserved(full, reserve)
+    # Both keep `reserve` free: shardrec through the topology, torchrec through its reservation.
+    topo = replace(build_topology(case.preset, case.world_size), reserve_fraction=reserve)
     request = SearchRequest(
         configs=ts.configs, topology=topo, global_batch_size=case.global_batch_size, pooling=ts.pooling
     )
@@ -123,8 +116,7 @@ def run_case(case: Case, reserve: float = RESERVE) -> dict:
     }
     if not case.torchrec:
         return row
-    # torchrec reserves its share of the full memory itself.
-    theirs = _torchrec_side(replace(request, topology=full), reserve, row)
+    theirs = _torchrec_side(request, reserve, row)
     if theirs is None:
         return row
     theirs_cost = evaluate(theirs, ts.configs, ts.pooling, topo, case.global_batch_size)
@@ -138,7 +130,7 @@ def run_case(case: Case, reserve: float = RESERVE) -> dict:
     row["shardrec_torchrec_model_fits"] = not evaluate(
         ours_on_tr, ts.configs, ts.pooling, topo, case.global_batch_size
     ).shortfall()
-    score = lambda plan: torchrec_score(plan, ts.configs, full, case.global_batch_size, ts.pooling)  # noqa: E731
+    score = lambda plan: torchrec_score(plan, ts.configs, topo, case.global_batch_size, ts.pooling)  # noqa: E731
     theirs_tr, ours_tr, default_tr = score(theirs), score(ours_on_tr), score(ours)
     row.update(
         shardrec_torchrec_ms=None if ours_tr is None else ours_tr * 1e3,

@@ -37,7 +37,21 @@ def _load_job(config: Path | None, data: Path | None, overrides: list[str]):
         fail(str(e))
     from shardrec.sharding.request import DatasetStatistics
 
-    return job, configs, DatasetStatistics.from_manifest(manifest)
+    return job, configs, DatasetStatistics.from_manifest(manifest), _dense(job, configs, manifest)
+
+
+def _dense(job, configs, manifest):
+    """The dense layers of the job's model, counted on the meta device (what every rank holds besides tables)."""
+    from shardrec.embeddings.tables import build_ebc
+    from shardrec.sharding.memory import dense_footprint
+    from shardrec.trainer.models import build_model
+
+    names = [name for config in configs for name in config.feature_names]
+    try:
+        model = build_model(job.model, build_ebc(configs), names, len(manifest.dense_features), dense_device="meta")
+    except ValueError as e:
+        fail(str(e))
+    return dense_footprint(model, job.optim.dense)
 
 
 @plan_app.callback()
@@ -87,7 +101,7 @@ def plan(
         raise typer.BadParameter(f"must be positive, got {world_size}", param_hint="'--world-size'")
     if search not in SEARCHES:  # a usage error (exit 2), said with the flag as typed
         raise typer.BadParameter(f"{search!r} is not one of {', '.join(SEARCHES)}", param_hint="'--search'")
-    job, configs, statistics = _load_job(config, data, set_ or [])
+    job, configs, statistics, dense = _load_job(config, data, set_ or [])
     if simulate:
         if sync_every <= 0:
             fail(f"--sync-every must be positive, got {sync_every}")
@@ -112,6 +126,7 @@ def plan(
             topology=topo,
             compute_kernel=job.sharding.compute_kernel,
             optimizer=job.optim.sparse,
+            dense=dense,
             sharding_group_size=group_size,
             sync_every=sync_every,
         )

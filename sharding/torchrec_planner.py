@@ -13,6 +13,7 @@ from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterCons
 from torchrec.distributed.planner.storage_reservations import HeuristicalStorageReservation, StorageReservation
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
+from shardrec.embeddings.optim import attach_fused_optimizer
 from shardrec.embeddings.tables import build_ebc
 from shardrec.sharding.constraints import TableConstraint
 from shardrec.sharding.plan_io import TablePlan, from_sharding_plan
@@ -42,6 +43,15 @@ def to_torchrec_topology(topo: ClusterTopology) -> Topology:
             bwd_compute_multiplier=topo.bwd_compute_multiplier,
             **cap,
         )
+
+
+def planning_ebc(configs: list[EmbeddingBagConfig], optimizer: str):
+    """The tables on the meta device, marked with the sparse optimizer: torchrec's storage estimator
+    reads the optimizer from the weights' marks and prices no optimizer state for an unmarked
+    weight (the class of bug torchrec PR #2652 fixed), so its plans would not count it."""
+    ebc = build_ebc(configs)
+    attach_fused_optimizer(ebc, [config.name for config in configs], optimizer=optimizer, lr=0.01, eps=1e-8)
+    return ebc
 
 
 def to_parameter_constraints(
@@ -87,7 +97,7 @@ def torchrec_plan(request: SearchRequest, storage_reservation: StorageReservatio
             or HeuristicalStorageReservation(percentage=request.topology.reserve_fraction),
             debug=False,
         )
-        plan = planner.plan(build_ebc(request.configs), build_sharders())
+        plan = planner.plan(planning_ebc(request.configs, request.optimizer), build_sharders())
     return from_sharding_plan(plan.plan[""], request.configs, world_size)
 
 

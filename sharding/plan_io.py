@@ -201,7 +201,14 @@ def check_plan(plan: PlanFile, fingerprint: dict[str, Any]) -> None:
     diffs += _describe_table_diff(planned.get("tables", []), fingerprint.get("tables", []))
     if not diffs:  # same content, other order
         diffs.append("table order differs")
-    raise StalePlanError("the plan was made for another job: " + "; ".join(diffs) + " (re-run `shardrec plan`)")
+    rerun = "re-run `shardrec plan`"
+    if planned.get("device_kind") != fingerprint.get("device_kind"):
+        # The same command gives the same plan unless the topology changes with the machine.
+        rerun += (
+            f" with `--topology auto` on the machine that trains, or the preset of its {fingerprint.get('device_kind')} "
+            "devices (`--topology cpu-gloo`, `a100`, `h100`, `h200`)"
+        )
+    raise StalePlanError("the plan was made for another job: " + "; ".join(diffs) + f" ({rerun})")
 
 
 def _check_shards(table_plan: TablePlan, config: EmbeddingBagConfig, world_size: int) -> None:

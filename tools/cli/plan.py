@@ -61,7 +61,13 @@ def plan(
     config: Annotated[Path | None, typer.Option(help="Job file (TOML).")] = None,
     world_size: Annotated[int, typer.Option(help="Ranks to plan for.")] = 2,
     out: Annotated[Path | None, typer.Option(help="Plan file to write.")] = None,
-    topology: Annotated[str, typer.Option(help="Topology preset: cpu-gloo, a100, h100, h200.")] = "cpu-gloo",
+    topology: Annotated[
+        str,
+        typer.Option(
+            help="auto (this machine: its CUDA devices, their count and free memory, else cpu-gloo) "
+            "or a preset: cpu-gloo, a100, h100, h200."
+        ),
+    ] = "auto",
     local_world_size: Annotated[int, typer.Option(help="Ranks per host (0: the preset's).")] = 0,
     memory_gib: Annotated[float, typer.Option(help="Memory per rank in GiB (0: the preset's).")] = 0.0,
     profile: Annotated[Path | None, typer.Option(help="Calibration profile from `shardrec plan calibrate`.")] = None,
@@ -95,7 +101,6 @@ def plan(
     from shardrec.sharding.plan_io import save_plan
     from shardrec.sharding.planner import SEARCHES, plan_tables
     from shardrec.sharding.request import PlanRequest
-    from shardrec.sharding.topology import build_topology
 
     if world_size <= 0:
         raise typer.BadParameter(f"must be positive, got {world_size}", param_hint="'--world-size'")
@@ -108,13 +113,7 @@ def plan(
         _simulate(configs, statistics.stats, job, world_size, sync_every, json_out)
         return
     try:
-        topo = build_topology(
-            topology,
-            world_size,
-            local_world_size or None,
-            int(memory_gib * 2**30) if memory_gib else None,
-            profile,
-        )
+        topo = _topology(topology, world_size, local_world_size, memory_gib, profile, job.train.device)
         request = PlanRequest(
             configs=configs,
             world_size=world_size,
@@ -137,7 +136,27 @@ def plan(
         fail(str(e))
     if out is not None:
         save_plan(result, out)
-    _print_plan(result, topology, sync_every, seconds, out, json_out)
+    shown = topo.name if topology == topo.name else f"{topology}: {topo.name}, memory from the {topo.memory_source}"
+    _print_plan(result, shown, sync_every, seconds, out, json_out)
+
+
+def _topology(
+    name: str, world_size: int, local_world_size: int, memory_gib: float, profile: Path | None, job_device: str
+):
+    """The topology `--topology` names; auto: where the job will train, train.device (a job set to
+    cpu plans for cpu-gloo; else this machine's CUDA devices if any, sharding.devices.detect_topology)."""
+    from dataclasses import replace
+
+    from shardrec.sharding.devices import detect_topology
+    from shardrec.sharding.topology import build_topology
+
+    memory = int(memory_gib * 2**30) if memory_gib else None
+    if name == "auto" and job_device == "cpu":
+        name = "cpu-gloo"
+    if name != "auto":
+        return build_topology(name, world_size, local_world_size or None, memory, profile)
+    topo = detect_topology(world_size, local_world_size or None, profile)
+    return replace(topo, memory_bytes=memory, memory_source="user") if memory else topo
 
 
 def _print_plan(result, topology: str, sync_every: int, seconds: float, out: Path | None, json_out: bool) -> None:

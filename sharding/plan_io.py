@@ -204,8 +204,9 @@ def check_plan(plan: PlanFile, fingerprint: dict[str, Any]) -> None:
     rerun = "re-run `shardrec plan`"
     if planned.get("device_kind") != fingerprint.get("device_kind"):
         # The same command gives the same plan unless the topology changes with the machine.
+        kind = fingerprint.get("device_kind")
         rerun += (
-            f" with `--topology auto` on the machine that trains, or the preset of its {fingerprint.get('device_kind')} "
+            f" with `--topology auto` on the machine that trains, or the preset of its {kind} "
             "devices (`--topology cpu-gloo`, `a100`, `h100`, `h200`)"
         )
     raise StalePlanError("the plan was made for another job: " + "; ".join(diffs) + f" ({rerun})")

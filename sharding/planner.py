@@ -23,6 +23,9 @@ from shardrec.sharding.twod import add_replica_sync, group_sizes, group_topology
 logger = logging.getLogger(__name__)
 
 SEARCHES = ("shardrec", "torchrec")
+DEFAULT_COST_MODEL = {"cpu": "shardrec", "cuda": "shardrec"}
+"""The step-time model shardrec's search optimises where no calibration profile names the better
+one (`bench plan-reality --profile-out`): shardrec's own, the one today's plans were made with."""
 # The manifest statistic (tools/preprocess/stats.py writes it) that gives a feature's pooling.
 POOLING_STAT_KEY = "mean_ids_per_sample"
 
@@ -109,6 +112,8 @@ def plan_tables(request: PlanRequest, *, search: str = "shardrec") -> PlanFile:
     if cost.shortfall():
         raise PlanDoesNotFitError(_describe_shortfall(cost, topo.device_kind))
     plan = build_plan_file(table_plans, request.configs, topo, request.global_batch_size, cost, search)
+    if search == "shardrec":
+        plan.estimate["cost_model"] = cost_model_of(topo)
     plan.sharding_group_size = group_size
     if group_size:
         plan.estimate["sync_every"] = request.sync_every
@@ -148,7 +153,7 @@ def _plan_group(
     else:
         from shardrec.sharding.search import search_plan
 
-        table_plans = search_plan(request)
+        table_plans = search_plan(request, cost_model=cost_model_of(topo))
     cost = evaluate(
         table_plans,
         request.configs,
@@ -162,6 +167,11 @@ def _plan_group(
     if group_size:
         cost = add_replica_sync(cost, topo, group_size, sync_every)
     return table_plans, cost, group_size
+
+
+def cost_model_of(topo: ClusterTopology) -> str:
+    """The step-time model to search with on this topology: its profile's verdict, else the default."""
+    return topo.cost_model or DEFAULT_COST_MODEL[topo.device_kind]
 
 
 def build_plan_file(

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shardrec.sharding.json_checks import expect, read_strict_json
-from shardrec.sharding.memory import MEMORY_MODELS, MemoryModel
+from shardrec.sharding.json_checks import expect, need, read_strict_json
+from shardrec.sharding.memory import MEMORY_MODELS, MODEL_KEYS, MemoryModel
 
 GiB = 1024**3
 
@@ -57,6 +57,9 @@ class ClusterTopology:
     """Where memory_bytes came from: preset, user (--memory-gib) or device (free memory at plan time)."""
     memory_model: MemoryModel | None = None
     """Constants of the memory estimate (memory.py); None: the device kind's defaults."""
+    cost_model: str = ""
+    """The step-time model the search optimises: shardrec or torchrec (whichever `bench plan-reality`
+    found to predict measured step times better on this machine); "": the device kind's default."""
 
     def __post_init__(self) -> None:
         if self.world_size <= 0:
@@ -66,6 +69,8 @@ class ClusterTopology:
                 f"topology local_world_size = {self.local_world_size} must be > 0 "
                 f"and divide world_size = {self.world_size}"
             )
+        if self.cost_model not in ("", *COST_MODELS):
+            raise ValueError(f"topology {self.name}: cost model {self.cost_model!r} is not one of shardrec, torchrec")
         if self.device_kind not in MEMORY_MODELS:
             raise ValueError(f"topology {self.name}: device kind {self.device_kind!r} is not one of cpu, cuda")
         if self.memory_bytes <= 0:
@@ -159,7 +164,11 @@ def build_topology(
         raise ValueError(f"topology preset {preset!r} is not one of {', '.join(PRESETS)}")
     values = dict(PRESETS[preset])
     if profile is not None:
-        values.update(load_profile(profile))
+        loaded = load_profile(profile)
+        memory = loaded.pop("memory_model", None)
+        values.update(loaded)
+        if memory:
+            values["memory_model"] = dataclasses.replace(MEMORY_MODELS[values["device_kind"]], **memory)
     preset_lws = values.pop("local_world_size") or world_size
     # A preset's host size shrinks to fit a small job; a size the user gives is checked as is.
     lws = local_world_size or min(preset_lws, world_size)
@@ -170,20 +179,36 @@ def build_topology(
 
 
 PROFILE_KEYS = ("intra_host_bw", "inter_host_bw", "lookup_bw", "collective_latency_s", "bwd_compute_multiplier")
+COST_MODELS = ("shardrec", "torchrec")
 
 
-def load_profile(path: str | Path) -> dict[str, float]:
-    """The measured figures of a calibration profile; ValueError naming the file on bad input."""
+def load_profile(path: str | Path) -> dict[str, Any]:
+    """What a calibration profile sets, as ClusterTopology fields: the measured figures
+    (PROFILE_KEYS), the better `cost_model` and the `memory_model` constants (a dict) where
+    `bench plan-reality --profile-out` wrote them. ValueError naming the file on bad input."""
     path = Path(path)
     raw = read_strict_json(path, "calibration profile")  # NaN and Infinity refused, naming the key
     measured = raw.get("measured") if isinstance(raw, dict) else None
     if not isinstance(measured, dict):
         raise ValueError(f"{path}: no 'measured' section (write one with `shardrec plan calibrate`)")
-    out = {}
+    out: dict[str, Any] = {}
     for key, value in measured.items():
         if key not in PROFILE_KEYS:
             continue
         if expect(path, value, "number", f"measured.{key}") <= 0:  # a number: not true, not "1e9"
             raise ValueError(f"{path}: measured.{key} = {value!r} must be a positive number")
         out[key] = float(value)
+    if "cost_model" in raw:
+        winner = need(path, expect(path, raw["cost_model"], "object", "cost_model"), "winner", "str", "cost_model.")
+        if winner not in COST_MODELS:
+            raise ValueError(f"{path}: cost_model.winner = {winner!r} is not one of {', '.join(COST_MODELS)}")
+        out["cost_model"] = winner
+    if "memory" in raw:
+        memory = expect(path, raw["memory"], "object", "memory")
+        out["memory_model"] = {}
+        for key, value in memory.items():
+            if key in MODEL_KEYS:
+                if expect(path, value, "number", f"memory.{key}") < 0:
+                    raise ValueError(f"{path}: memory.{key} = {value!r} must not be negative")
+                out["memory_model"][key] = float(value)
     return out

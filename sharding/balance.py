@@ -64,6 +64,10 @@ def assign(problem: Problem, choice: list[Option]) -> Assignment:
     step, mem = np.zeros(world_size), np.zeros(world_size)
     ranks: list[list[int]] = [[] for _ in choice]
     place_spreads(problem, choice, step, mem, ranks)
+    if (mem > capacity).any():  # the spreads alone overflow a rank: name the one needing the most
+        spreads = [i for i, option in enumerate(choice) if option.sharding_type not in PIECE_TYPES]
+        worst = max(spreads, key=lambda i: (problem.max_memory(i, choice[i]), -i)) if spreads else 0
+        return Assignment(choice, step, mem, ranks, infeasible=worst)
     pieces = []
     for index, option in enumerate(choice):
         if option.sharding_type in PIECE_TYPES:
@@ -156,6 +160,8 @@ def move_table(problem: Problem, current: Assignment, index: int, option: Option
             ranks[index] = [host]
         step += spread_step
         mem += spread_mem
+        if (mem > capacity).any():
+            return Assignment(choice, step, mem, ranks, 0.0, infeasible=index)
         return Assignment(choice, step, mem, ranks, type_latency(problem, choice))
     piece = problem.piece(index, option.shards)
     step += option.shards * piece.other_s

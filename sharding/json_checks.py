@@ -110,3 +110,10 @@ def check_plan_fields(path: Path, raw: dict) -> None:
             expect(path, shard, "object", f"{where}.shards[{j}]")
             for key in ("rank", "row_offset", "col_offset", "rows", "cols"):
                 need(path, shard, key, "count", f"{where}.shards[{j}].")
+        cache = need(path, table, "cache", "object", where + ".", required=False)
+        if cache is not None:
+            need(path, cache, "load_factor", "number", f"{where}.cache.")
+            need(path, cache, "algorithm", "str", f"{where}.cache.", required=False)
+            for key, kind in (("rows", "count"), ("hit_rates", "number")):
+                for k, value in enumerate(need(path, cache, key, "list", f"{where}.cache.")):
+                    expect(path, value, kind, f"{where}.cache.{key}[{k}]")

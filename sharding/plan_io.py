@@ -64,12 +64,29 @@ class Shard:
 
 
 @dataclass
+class CachePlan:
+    """The HBM cache of a table on the fused_uvm_caching kernel (weights in host memory)."""
+
+    load_factor: float
+    """Share of each shard's rows the cache holds (torchrec's CacheParams.load_factor)."""
+    rows: list[int]
+    """Rows (slots) fbgemm allocates for each shard's cache, in shard order."""
+    hit_rates: list[float]
+    """Predicted share of each shard's unique rows per batch found in the cache (sharding/cache.py)."""
+    fetched_rows: list[float] = field(default_factory=list)
+    """Predicted rows each shard fetches from host memory per batch (its unique misses)."""
+    algorithm: str = "lru"
+
+
+@dataclass
 class TablePlan:
     name: str
     sharding_type: str
     compute_kernel: str
     shards: list[Shard]
     """Data-parallel tables list one full-size shard per rank."""
+    cache: CachePlan | None = None
+    """fused_uvm_caching tables: the cache and its predicted hit rates (None for other kernels)."""
 
     @property
     def ranks(self) -> list[int]:
@@ -99,8 +116,12 @@ class PlanFile:
         raise KeyError(name)
 
     def to_json(self) -> str:
+        raw = dataclasses.asdict(self)
+        for table in raw["tables"]:
+            if table["cache"] is None:  # only cached tables carry the key: other plans' bytes stay as they were
+                del table["cache"]
         # sort_keys + fixed separators: the same plan always gives the same bytes.
-        return json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True) + "\n"
+        return json.dumps(raw, indent=1, sort_keys=True) + "\n"
 
     @classmethod
     def from_json(cls, text: str) -> PlanFile:
@@ -142,7 +163,8 @@ def _plan_from_dict(raw: dict[str, Any]) -> PlanFile:
     table_plans = []
     for entry in raw["tables"]:
         shards = [Shard(**shard) for shard in entry["shards"]]
-        table_plans.append(TablePlan(entry["name"], entry["sharding_type"], entry["compute_kernel"], shards))
+        cache = CachePlan(**entry["cache"]) if entry.get("cache") is not None else None
+        table_plans.append(TablePlan(entry["name"], entry["sharding_type"], entry["compute_kernel"], shards, cache))
     rest = {key: value for key, value in raw.items() if key != "tables"}
     return PlanFile(tables=table_plans, **rest)
 
@@ -169,7 +191,32 @@ def load_plan(path: str | Path) -> PlanFile:
             raise ValueError(f"{path}: table {t.name}: unknown sharding_type {t.sharding_type!r}")
         if not t.shards:
             raise ValueError(f"{path}: table {t.name}: no shards")
+        _check_cache(path, t, plan.fingerprint.get("device_kind"))
     return plan
+
+
+UVM_KERNELS = ("fused_uvm", "fused_uvm_caching")
+
+
+def _check_cache(path: Path, t: TablePlan, device_kind: str | None) -> None:
+    """A cache only on fused_uvm_caching, with a load factor in (0, 1) and one size per shard;
+    UVM kernels only on CUDA (torchrec's sharders offer them nowhere else)."""
+    if t.compute_kernel in UVM_KERNELS and device_kind != "cuda":
+        raise ValueError(
+            f"{path}: table {t.name}: compute_kernel {t.compute_kernel} needs CUDA, the plan is for {device_kind}"
+        )
+    if (t.compute_kernel == "fused_uvm_caching") != (t.cache is not None):
+        raise ValueError(
+            f"{path}: table {t.name}: a cache goes with compute_kernel fused_uvm_caching, and only with it"
+        )
+    if t.cache is None:
+        return
+    if not 0 < t.cache.load_factor < 1:
+        raise ValueError(f"{path}: table {t.name}: cache.load_factor = {t.cache.load_factor} must lie in (0, 1)")
+    if len(t.cache.rows) != len(t.shards) or len(t.cache.hit_rates) != len(t.shards):
+        raise ValueError(f"{path}: table {t.name}: cache.rows and cache.hit_rates need one value per shard")
+    if t.cache.algorithm not in ("lru", "lfu"):
+        raise ValueError(f"{path}: table {t.name}: cache.algorithm = {t.cache.algorithm!r} is not lru or lfu")
 
 
 def _describe_table_diff(planned: list[dict], current: list[dict]) -> list[str]:
@@ -247,6 +294,13 @@ def _check_shards(table_plan: TablePlan, config: EmbeddingBagConfig, world_size:
 
 def to_parameter_sharding(t: TablePlan, device_kind: str, local_world_size: int) -> ParameterSharding:
     """One table's torchrec ParameterSharding (data-parallel tables carry no sharding spec)."""
+    cache_params = None
+    if t.cache is not None:
+        from fbgemm_gpu.tbe.cache.cache_config import CacheAlgorithm
+        from torchrec.distributed.types import CacheParams
+
+        algorithm = CacheAlgorithm.LFU if t.cache.algorithm == "lfu" else CacheAlgorithm.LRU
+        cache_params = CacheParams(algorithm=algorithm, load_factor=t.cache.load_factor)
     if t.sharding_type == ShardingType.DATA_PARALLEL.value:
         return ParameterSharding(sharding_type=t.sharding_type, compute_kernel=t.compute_kernel, ranks=t.ranks)
     spec = EnumerableShardingSpec(
@@ -260,7 +314,11 @@ def to_parameter_sharding(t: TablePlan, device_kind: str, local_world_size: int)
         ]
     )
     return ParameterSharding(
-        sharding_type=t.sharding_type, compute_kernel=t.compute_kernel, ranks=t.ranks, sharding_spec=spec
+        sharding_type=t.sharding_type,
+        compute_kernel=t.compute_kernel,
+        ranks=t.ranks,
+        sharding_spec=spec,
+        cache_params=cache_params,
     )
 
 

@@ -91,6 +91,7 @@ def _to_table_plans(problem: Problem, chosen: Assignment, compute_kernel: str) -
             out.append(layouts.table_row_wise(config, ranks[0], host_size, kernel))
         else:
             out.append(layouts.data_parallel(config, world_size))
+        out[-1] = problem.with_kernel(index, out[-1])
     return out
 
 

@@ -49,6 +49,8 @@ class ClusterTopology:
     """Backward (gradient + fused optimizer update) cost relative to the forward lookup."""
     collective_latency_s: float = 20e-6
     """Fixed cost of starting one collective."""
+    host_link_bw: float = 32e9
+    """Bytes/s between host memory and the device (PCIe): UVM caches' fetches (torchrec's figure)."""
     reserve_fraction: float = 0.15
     """Share of `memory_bytes` the plan leaves free (torchrec's default heuristical reservation)."""
     host_memory_bytes: int = 0
@@ -123,6 +125,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         intra_host_bw=240e9,
         inter_host_bw=25e9,
         lookup_bw=1.6e12,
+        host_link_bw=25e9,
     ),
     "h100": dict(
         device_kind="cuda",
@@ -132,6 +135,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         intra_host_bw=360e9,
         inter_host_bw=50e9,
         lookup_bw=2.7e12,
+        host_link_bw=50e9,
     ),
     "h200": dict(
         device_kind="cuda",
@@ -141,6 +145,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         intra_host_bw=360e9,
         inter_host_bw=50e9,
         lookup_bw=3.8e12,
+        host_link_bw=50e9,
     ),
 }
 

@@ -22,6 +22,7 @@ def _load_job(config: Path | None, data: Path | None, overrides: list[str]):
     from shardrec.dataloader.format import DatasetError, Manifest
     from shardrec.embeddings.tables import build_table_configs
     from shardrec.trainer.config import load_job_config
+    from shardrec.trainer.data_options import model_manifest
 
     try:
         job = load_job_config(config, overrides)
@@ -31,13 +32,14 @@ def _load_job(config: Path | None, data: Path | None, overrides: list[str]):
     if directory is None:
         fail("no dataset: pass --data DIR or set data.path in the job file")
     try:
-        manifest = Manifest.load(directory)
+        # The tables as training sees them (on-the-fly multi-hot ids have their index tables' rows).
+        manifest = model_manifest(Manifest.load(directory), job.data)
         configs = build_table_configs(manifest, job.model.embedding_dim, job.model.dims)
     except (DatasetError, ValueError) as e:
         fail(str(e))
     from shardrec.sharding.request import DatasetStatistics
 
-    return job, configs, DatasetStatistics.from_manifest(manifest), _dense(job, configs, manifest)
+    return job, directory, configs, DatasetStatistics.from_manifest(manifest), _dense(job, configs, manifest)
 
 
 def _dense(job, configs, manifest):
@@ -83,6 +85,13 @@ def plan(
         int, typer.Option(help="2D sharding group size (torchrec DMPCollection, CUDA): 0 none, -1 pick the fastest.")
     ] = 0,
     sync_every: Annotated[int, typer.Option(help="2D: steps between the replicas' weight all-reduce.")] = 1,
+    frequency_batches: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="CUDA, tables past HBM: global batches whose ids size the UVM caches (0: one epoch).",
+        ),
+    ] = 2000,
     set_: Annotated[
         list[str] | None,
         typer.Option(
@@ -106,7 +115,7 @@ def plan(
         raise typer.BadParameter(f"must be positive, got {world_size}", param_hint="'--world-size'")
     if search not in SEARCHES:  # a usage error (exit 2), said with the flag as typed
         raise typer.BadParameter(f"{search!r} is not one of {', '.join(SEARCHES)}", param_hint="'--search'")
-    job, configs, statistics, dense = _load_job(config, data, set_ or [])
+    job, directory, configs, statistics, dense = _load_job(config, data, set_ or [])
     if simulate:
         if sync_every <= 0:
             fail(f"--sync-every must be positive, got {sync_every}")
@@ -114,6 +123,7 @@ def plan(
         return
     try:
         topo = _topology(topology, world_size, local_world_size, memory_gib, profile, job.train.device)
+        statistics = _with_frequencies(statistics, topo, directory, job, configs, frequency_batches, json_out)
         request = PlanRequest(
             configs=configs,
             world_size=world_size,
@@ -138,6 +148,26 @@ def plan(
         save_plan(result, out)
     shown = topo.name if topology == topo.name else f"{topology}: {topo.name}, memory from the {topo.memory_source}"
     _print_plan(result, shown, sync_every, seconds, out, json_out)
+
+
+def _with_frequencies(statistics, topo, directory: Path, job, configs, batches: int, quiet: bool):
+    """The statistics with each table's id-frequency curve when UVM caches may be needed: on a CUDA
+    topology whose usable HBM, all ranks together, cannot hold the tables and their optimizer state."""
+    from dataclasses import replace
+
+    from shardrec.sharding.cost import optimizer_bytes
+    from shardrec.tools.bench.id_stream import measure_curves
+
+    tables = sum(
+        c.num_embeddings * c.embedding_dim * 4 + optimizer_bytes(job.optim.sparse, c.num_embeddings, c.embedding_dim)
+        for c in configs
+    )
+    if topo.device_kind != "cuda" or tables <= topo.world_size * topo.usable_bytes * 0.9:
+        return statistics
+    status = console.status("tables past HBM: measuring id frequencies", spinner="dots")
+    with status if not quiet else _nullcontext():
+        curves = measure_curves(directory, job, configs, batches)
+    return replace(statistics, frequencies=curves)
 
 
 def _topology(

@@ -186,7 +186,9 @@ def _plan_group(
     return table_plans, cost, group_size
 
 
-def _plan_past_device_memory(request: SearchRequest, statistics: DatasetStatistics) -> tuple[list[TablePlan], PlanCost]:
+def _plan_past_device_memory(
+    request: SearchRequest, statistics: DatasetStatistics, cost: PlanCost
+) -> tuple[list[TablePlan], PlanCost]:
     """Tables that do not fit in HBM: kernels and caches chosen from the data's id frequencies under a
     shrinking HBM budget (caching.py) until the search places them within every rank's HBM and host
     memory; else the placement needing the least HBM, for the refusal to show each rank's gaps."""

@@ -132,8 +132,8 @@ def test_nothing_fits_reports_every_rank() -> None:
     topo = build_topology("cpu-gloo", 2, memory_bytes=1000)
     with pytest.raises(
         PlanDoesNotFitError,
-        match=r"does not fit: 850 B of memory usable per rank \(1000 B less the reserve\); rank 0 needs .* MiB of memory, "
-        r".* MiB short; rank 1 needs",
+        match=r"does not fit: 850 B of memory usable per rank \(1000 B less the reserve\); "
+        r"rank 0 needs .* MiB of memory, .* MiB short; rank 1 needs",
     ):
         _plan(_tables(), topology=topo)
 

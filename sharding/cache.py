@@ -32,7 +32,10 @@ from dataclasses import dataclass
 import numpy as np
 
 GROUPS = 256
-"""Groups of rows a curve keeps: log-spaced by rank, so the hot head stays row-exact."""
+"""Groups of the rows below the head a curve keeps, log-spaced by rank."""
+HEAD = 1024
+"""Hottest rows a curve keeps one by one, with their ids: they take most lookups, and a row-wise
+block's hit rate depends on which of them it holds."""
 ASSOCIATIVITY = 32
 """fbgemm's cache is 32-way set associative: it allocates whole sets of 32 rows."""
 
@@ -41,37 +44,46 @@ ASSOCIATIVITY = 32
 class FrequencyCurve:
     """Measured lookups of a table's rows, hottest first, in groups of rows of similar frequency."""
 
-    rows: tuple[int, ...]
-    """Rows in each group (the last group may hold the rows never seen)."""
+    rows: tuple[float, ...]
+    """Rows in each group (the last group may hold the rows never seen; a row-wise block's expected
+    rows need not be whole)."""
     lookups: tuple[float, ...]
     """Lookups of each group's rows in the measured sample."""
     table_rows: int
     batches: float
     """Global batches the sample spans (lookups per batch = sum(lookups) / batches)."""
+    head_ids: tuple[int, ...] = ()
+    """Ids of the first len(head_ids) rows (groups of one row each), hottest first."""
 
     @property
     def lookups_per_batch(self) -> float:
         return sum(self.lookups) / self.batches if self.batches else 0.0
 
     def block(self, offset: int, rows: int, ids_by_frequency: bool) -> FrequencyCurve:
-        """The curve of rows [offset, offset + rows) (a row-wise shard): the same rows of the hottest-first
-        order when ids are numbered by frequency, else an even share of every group (hashed ids)."""
+        """The curve of rows [offset, offset + rows) (a row-wise shard). Ids numbered by frequency: the
+        same rows of the hottest-first order. Hashed ids: the head rows whose ids fall in the block,
+        and of every other group the rows that do on average (same count, a share of the rows)."""
         if rows >= self.table_rows:
             return self
-        share = rows / self.table_rows
-        if not ids_by_frequency:
-            return FrequencyCurve(
-                tuple(max(1, round(r * share)) for r in self.rows),
-                tuple(x * share for x in self.lookups),
-                rows,
-                self.batches,
-            )
+        if ids_by_frequency:
+            return self._rank_block(offset, rows)
+        share, head = rows / self.table_rows, len(self.head_ids)
+        kept = [k for k, i in enumerate(self.head_ids) if offset <= i < offset + rows]
+        return FrequencyCurve(
+            tuple([1.0] * len(kept)) + tuple(r * share for r in self.rows[head:]),
+            tuple(self.lookups[k] for k in kept) + tuple(x * share for x in self.lookups[head:]),
+            rows,
+            self.batches,
+            tuple(self.head_ids[k] - offset for k in kept),
+        )
+
+    def _rank_block(self, offset: int, rows: int) -> FrequencyCurve:
         starts = np.concatenate([[0], np.cumsum(self.rows)[:-1]])
         out_rows, out_lookups = [], []
         for start, n, x in zip(starts, self.rows, self.lookups):
             lo, hi = max(start, offset), min(start + n, offset + rows)
             if hi > lo:
-                out_rows.append(int(hi - lo))
+                out_rows.append(float(hi - lo))
                 out_lookups.append(x * (hi - lo) / n)
         return FrequencyCurve(tuple(out_rows), tuple(out_lookups), rows, self.batches)
 
@@ -85,20 +97,26 @@ class FrequencyCurve:
 
 
 def curve_from_counts(counts: np.ndarray, table_rows: int, batches: float, groups: int = GROUPS) -> FrequencyCurve:
-    """A curve from the lookup count of every row seen (any order); rows never seen form the last group."""
-    counts = np.sort(np.asarray(counts, dtype=np.int64)[np.asarray(counts) > 0])[::-1]
-    seen = len(counts)
-    if seen == 0:
-        return FrequencyCurve((table_rows,), (0.0,), table_rows, batches)
-    edges = np.unique(np.round(np.geomspace(1, seen, num=min(groups, seen))).astype(np.int64))
-    edges = np.concatenate([[0], edges])
-    sums = np.add.reduceat(counts, edges[:-1])
-    rows = np.diff(edges)
-    out_rows, out_lookups = [int(r) for r in rows], [float(s) for s in sums]
-    if table_rows > seen:
-        out_rows.append(table_rows - seen)
-        out_lookups.append(0.0)
-    return FrequencyCurve(tuple(out_rows), tuple(out_lookups), table_rows, batches)
+    """A curve from every row's lookup count, indexed by id: the HEAD hottest rows one by one (with
+    their ids), the other rows seen in log-spaced groups by rank, the rows never seen last."""
+    counts = np.asarray(counts, dtype=np.int64)
+    seen = np.flatnonzero(counts)
+    if len(seen) == 0:
+        return FrequencyCurve((float(table_rows),), (0.0,), table_rows, batches)
+    order = seen[np.argsort(-counts[seen], kind="stable")]
+    ranked = counts[order]
+    head = min(HEAD, len(order))
+    rows, lookups = [1.0] * head, [float(c) for c in ranked[:head]]
+    tail = ranked[head:]
+    if len(tail):
+        edges = np.unique(np.round(np.geomspace(1, len(tail), num=min(groups, len(tail)))).astype(np.int64))
+        edges = np.concatenate([[0], edges])
+        rows += [float(r) for r in np.diff(edges)]
+        lookups += [float(x) for x in np.add.reduceat(tail, edges[:-1])]
+    if table_rows > len(seen):
+        rows.append(float(table_rows - len(seen)))
+        lookups.append(0.0)
+    return FrequencyCurve(tuple(rows), tuple(lookups), table_rows, batches, tuple(int(i) for i in order[:head]))
 
 
 @dataclass(frozen=True)
@@ -167,41 +185,40 @@ def lru_hit_rate(curve: FrequencyCurve, capacity_rows: int) -> HitRate:
     return _rates(curve, n, c, q, b, hit)
 
 
-def _at_least(threshold: float, others: np.ndarray, share: float) -> np.ndarray:
-    """P(k >= threshold) for k ~ Binomial(others, share): of a row's other lookups, those before a point
-    `share` of the way through the stream (non-integer `others`: the group's average)."""
-    t = int(math.ceil(threshold))
-    if t <= 0:
-        return np.ones_like(others)
+def _at_least(threshold: np.ndarray, trials: np.ndarray, share: float) -> np.ndarray:
+    """P(k >= threshold) for k ~ Binomial(trials, share), per group (non-integer `trials`: the group's
+    average; `threshold` whole numbers)."""
+    t = np.maximum(np.asarray(threshold, dtype=np.int64), 0)
     if share >= 1.0:
-        return (others >= t).astype(np.float64)
-    pmf = (1 - share) ** others
-    below = pmf.copy()
-    for j in range(t - 1):
-        pmf = pmf * np.maximum(others - j, 0.0) / (j + 1) * share / (1 - share)
-        below += pmf
+        return (trials >= t).astype(np.float64)
+    pmf = (1 - share) ** trials
+    below = np.where(t > 0, pmf, 0.0)
+    for j in range(int(t.max(initial=0)) - 1):
+        pmf = pmf * np.maximum(trials - j, 0.0) / (j + 1) * share / (1 - share)
+        below += np.where(j + 1 < t, pmf, 0.0)
     return np.clip(1 - below, 0.0, 1.0)
 
 
 def lfu_hit_rate(curve: FrequencyCurve, capacity_rows: int, points: int = 48) -> HitRate:
     """An LFU cache of `capacity_rows` with counts since the start (fbgemm's): at a point u of the stream
     it holds the rows counted most often so far: every row counted at least theta(u) times (theta the
-    least count whose expected rows fit) and, in the slots left, a share of those counted theta - 1
-    times. A request hits when its row's lookups before it put the row there (a first lookup misses)."""
+    least count whose expected rows fit) and, in the slots left, a share of those a step below. A
+    row is counted batch by batch (its lookups per batch times the batches it was in), and a request
+    hits when the row's earlier batches put it there (its first batch misses)."""
     n, c, q, b = _presence(curve)
-    others = np.maximum(c - 1, 0.0)
+    per_batch = np.where(b > 0, c / np.maximum(b, 1e-12), 1.0)
     hit = np.zeros_like(n)
     for u in (np.arange(points) + 0.5) / points:
         theta = 1
-        while float((n * _at_least(theta, c, u)).sum()) > capacity_rows:
+        while float((n * _at_least(np.ceil(theta / per_batch), b, u)).sum()) > capacity_rows:
             theta += 1
-        above = _at_least(theta, others, u)
-        if theta >= 2:  # the boundary count shares the slots left; a row never seen before cannot
-            held = float((n * _at_least(theta, c, u)).sum())
-            at_boundary = float((n * (_at_least(theta - 1, c, u) - _at_least(theta, c, u))).sum())
-            share = min(1.0, max(0.0, (capacity_rows - held) / at_boundary)) if at_boundary > 0 else 0.0
-            above = above + share * (_at_least(theta - 1, others, u) - above)
-        hit += above
+        level = np.maximum(np.ceil(theta / per_batch), 1)  # batches a row needs to be held at u
+        held_rows = float((n * _at_least(level, b, u)).sum())
+        below = np.maximum(level - 1, 1)  # the step below; a row in no earlier batch is never held
+        at_boundary = float((n * (_at_least(level - 1, b, u) - _at_least(level, b, u)) * (level > 1)).sum())
+        spare = min(1.0, max(0.0, (capacity_rows - held_rows) / at_boundary)) if at_boundary > 0 else 0.0
+        above = _at_least(level, b - 1, u)
+        hit += above + spare * (level > 1) * (_at_least(below, b - 1, u) - above)
     return _rates(curve, n, c, q, b, hit / points)
 
 

@@ -90,4 +90,5 @@ def measure_curves(
 def _scaled(curve: FrequencyCurve, scale: float) -> FrequencyCurve:
     if scale == 1.0:
         return curve
-    return FrequencyCurve(curve.rows, tuple(x * scale for x in curve.lookups), curve.table_rows, curve.batches * scale)
+    lookups = tuple(x * scale for x in curve.lookups)
+    return FrequencyCurve(curve.rows, lookups, curve.table_rows, curve.batches * scale, curve.head_ids)

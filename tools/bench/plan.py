@@ -246,7 +246,9 @@ def bench_plan(
 
 
 def register(app: typer.Typer) -> None:
+    from shardrec.tools.bench.hitrate import bench_hitrate
     from shardrec.tools.bench.plan_reality import bench_plan_reality
 
     app.command("plan")(bench_plan)
     app.command("plan-reality")(bench_plan_reality)
+    app.command("hitrate")(bench_hitrate)

@@ -4,11 +4,12 @@ Every case plans one table set on one topology with torchrec's EmbeddingSharding
 shardrec's search, both keeping the same share of each rank's memory free (15% by default,
 torchrec's default margin: torchrec through a FixedPercentageStorageReservation in place of its
 heuristic, shardrec by planning for the memory left). Ratios compare the estimated step time of
-the slowest rank (below 1: shardrec's plan is faster). The headline prices both plans with
-torchrec's own estimators (shardrec's search run on that objective), so shardrec's cost model
-cannot flatter its own plan; secondary lines give the ratio under shardrec's cost model and
-how torchrec's estimators rate the plan `shardrec plan` writes (searched on shardrec's cost
-model: the two models disagree, and each search wins on its own). torchrec's planner takes
+the slowest rank (below 1: shardrec's plan is faster). The headline is the plan `shardrec plan`
+writes against torchrec's, both priced by the cost model that predicts measured step times better
+on the case's kind of machine (`bench plan-reality` decides; `--profile` with its verdict, else
+planner.DEFAULT_COST_MODEL) and the one `shardrec plan` searched with; CPU cases also train both
+plans on local ranks and give the measured ratio. Secondary lines: both searches under each
+model (the two models disagree, and each search wins on its own). torchrec's planner takes
 minutes beyond ~100 tables x 16 ranks on 2 cores, so its side of the suite stays below that;
 the 1,000-table x 1,024-rank case runs shardrec only, to measure planning time at scale.
 """
@@ -19,6 +20,7 @@ import math
 import resource
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -86,11 +88,14 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def run_case(case: Case, reserve: float = RESERVE) -> dict:
-    """Plan one case with both planners (each keeping `reserve` of every rank's memory free) and price both plans."""
+def run_case(case: Case, reserve: float = RESERVE, cost_model: str = "", measure: bool = True) -> dict:
+    """Plan one case with both planners (each keeping `reserve` of every rank's memory free) and price both
+    plans; the headline prices the plan `shardrec plan` writes (searched on `cost_model`, "": the device
+    kind's default) and torchrec's with that model; CPU cases also train both (`measure`)."""
     from dataclasses import replace
 
     from shardrec.sharding.cost import evaluate
+    from shardrec.sharding.planner import DEFAULT_COST_MODEL
     from shardrec.sharding.request import SearchRequest
     from shardrec.sharding.search import search_plan
     from shardrec.sharding.topology import build_topology
@@ -137,9 +142,37 @@ def run_case(case: Case, reserve: float = RESERVE) -> dict:
         torchrec_torchrec_ms=None if theirs_tr is None else theirs_tr * 1e3,
     )
     row["ratio_torchrec_estimators"] = _ratio(ours_tr, theirs_tr)
-    # Secondary: the plan `shardrec plan` writes (shardrec's cost model) as torchrec's estimators rate it.
+    # Secondary: the plan shardrec's own cost model searches as torchrec's estimators rate it.
     row["ratio_default_plan_torchrec_estimators"] = _ratio(default_tr, theirs_tr)
+    # Headline: the plan `shardrec plan` writes (searched on the better predictor) against torchrec's,
+    # both priced by that predictor.
+    row["cost_model"] = cost_model = cost_model or DEFAULT_COST_MODEL[topo.device_kind]
+    written = ours if cost_model == "shardrec" else ours_on_tr
+    row["ratio_headline"] = (
+        row["ratio_shardrec_model"] if cost_model == "shardrec" else row["ratio_torchrec_estimators"]
+    )
+    if measure and topo.device_kind == "cpu":
+        _measure_both(row, ts, written, theirs, case)
     return row
+
+
+def _measure_both(row: dict, ts, written, theirs, case: Case) -> None:
+    """Train the written plan and torchrec's on local CPU ranks: the slowest rank's step of each."""
+    from shardrec.sharding.plan_io import PLAN_SCHEMA_VERSION, PlanFile, plan_fingerprint
+    from shardrec.tools.bench.reality import measure_plans
+
+    fp = plan_fingerprint(ts.configs, case.world_size, case.global_batch_size, "cpu")
+    texts = [PlanFile(PLAN_SCHEMA_VERSION, fp, placed).to_json() for placed in (written, theirs)]
+    ours_m, theirs_m = measure_plans(
+        ts.configs,
+        texts,
+        world_size=case.world_size,
+        local_batch=case.global_batch_size // case.world_size,
+        steps=4,
+        pooling=ts.pooling,
+    )
+    row.update(measured_shardrec_ms=ours_m.step_s * 1e3, measured_torchrec_ms=theirs_m.step_s * 1e3)
+    row["ratio_measured"] = ours_m.step_s / theirs_m.step_s
 
 
 def _geomean(values: list[float]) -> float | None:
@@ -147,7 +180,13 @@ def _geomean(values: list[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
-RATIOS = ("ratio_torchrec_estimators", "ratio_shardrec_model", "ratio_default_plan_torchrec_estimators")
+RATIOS = (
+    "ratio_headline",
+    "ratio_torchrec_estimators",
+    "ratio_shardrec_model",
+    "ratio_default_plan_torchrec_estimators",
+    "ratio_measured",
+)
 
 
 def _summary(rows: list[dict], reserve: float) -> dict:
@@ -172,25 +211,24 @@ def _print_plan_table(result: dict) -> None:
     from rich.table import Table
 
     t = Table(
-        title="shardrec plan vs torchrec EmbeddingShardingPlanner (slowest-rank step estimate; ratio < 1: "
-        "shardrec faster)"
+        title="shardrec plan vs torchrec EmbeddingShardingPlanner (slowest-rank step; ratio < 1: shardrec faster)"
     )
     t.caption = (
-        "ms: slowest-rank step priced by torchrec's estimators (ours: shardrec's search on their objective); "
-        "ratio: shardrec / torchrec under them; own: both plans on shardrec's cost model; "
-        "dflt: shardrec's default plan under torchrec's estimators; s: planner run time"
+        "model: the better predictor the case is priced by; ratio: the plan `shardrec plan` writes / torchrec's "
+        "under it; meas.: the same, trained (CPU cases); trec, own: shardrec's search on each model vs torchrec's "
+        "plan, under torchrec's estimators and shardrec's cost model; s: planner run time"
     )
-    for col in ("case", "ours ms", "trec ms", "ratio", "own", "dflt", "ours s", "trec s", "fit"):
+    for col in ("case", "model", "ratio", "meas.", "trec", "own", "ours s", "trec s", "fit"):
         t.add_column(col, justify="right")
     fmt = lambda v, f="{:.3f}": "-" if v is None else f.format(v)  # noqa: E731
     for r in result["cases"]:
         t.add_row(
             r["case"],
-            fmt(r.get("shardrec_torchrec_ms")),
-            fmt(r.get("torchrec_torchrec_ms")),
+            r.get("cost_model", "-"),
+            fmt(r.get("ratio_headline")),
+            fmt(r.get("ratio_measured")),
             fmt(r.get("ratio_torchrec_estimators")),
             fmt(r.get("ratio_shardrec_model")),
-            fmt(r.get("ratio_default_plan_torchrec_estimators")),
             fmt(r["shardrec_s"], "{:.2f}"),
             fmt(r.get("torchrec_s"), "{:.2f}"),
             "yes" if r["shardrec_fits"] and r.get("torchrec_fits", True) else "NO",
@@ -200,30 +238,48 @@ def _print_plan_table(result: dict) -> None:
     w = lambda k: fmt(result[f"worst_ratio_{k}"])  # noqa: E731
     n = lambda k: result[f"cases_ratio_{k}"]  # noqa: E731
     console.print(f"{result['reservation']}")
-    console.print(
-        f"  also under shardrec's cost model: geomean {g('shardrec_model')} (worst {w('shardrec_model')}, "
-        f"{n('shardrec_model')} cases)"
-    )
-    console.print(
-        f"  also the plan `shardrec plan` writes (shardrec's cost model) under torchrec's estimators: geomean "
-        f"{g('default_plan_torchrec_estimators')} (worst {w('default_plan_torchrec_estimators')}, "
-        f"{n('default_plan_torchrec_estimators')} cases)"
-    )
+    for key, label in (
+        ("torchrec_estimators", "shardrec's search on torchrec's estimators, under them"),
+        ("shardrec_model", "shardrec's search on its cost model, under it"),
+        ("default_plan_torchrec_estimators", "shardrec's search on its cost model, under torchrec's estimators"),
+    ):
+        console.print(f"  also {label}: geomean {g(key)} (worst {w(key)}, {n(key)} cases)")
+    if n("measured"):
+        console.print(
+            f"  measured on CPU ranks: geomean {g('measured')} (worst {w('measured')}, {n('measured')} cases)"
+        )
     console.print(f"peak RSS {result['peak_rss_gib']:.2f} GiB")
     # The headline last, where the eye lands.
     console.print(
-        f"headline (torchrec's estimators): geomean {g('torchrec_estimators')}, "
-        f"worst {w('torchrec_estimators')}, {n('torchrec_estimators')} cases"
+        f"headline (the plan `shardrec plan` writes vs torchrec's, priced by the better predictor): geomean "
+        f"{g('headline')}, worst {w('headline')}, {n('headline')} cases",
+        soft_wrap=True,  # one line, whatever the terminal's width: scripts read the last line
     )
+
+
+def _profile_verdict(profile) -> tuple[str, str]:
+    """(device kind, cost model) a calibration profile's `cost_model` verdict is for ("", "" without one)."""
+    from shardrec.sharding.json_checks import read_strict_json
+    from shardrec.sharding.topology import load_profile
+
+    if profile is None:
+        return "", ""
+    winner = load_profile(profile).get("cost_model", "")
+    raw = read_strict_json(profile, "calibration profile")
+    return (raw.get("device_kind", "cpu") if winner else ""), winner
 
 
 def bench_plan(
     only: Annotated[str | None, typer.Option(help="Run only the cases whose name contains this text.")] = None,
     reserve: Annotated[float, typer.Option(help="Share of each rank's memory both planners keep free.")] = RESERVE,
+    profile: Annotated[
+        Path | None, typer.Option(help="Calibration profile whose cost-model verdict (bench plan-reality) applies.")
+    ] = None,
+    measure: Annotated[bool, typer.Option(help="Train both plans of the CPU cases on local ranks.")] = True,
     json_out: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
 ) -> None:
-    """Cost of shardrec's plans vs torchrec's default planner under torchrec's estimators (ratio < 1: shardrec
-    faster), both planners keeping the same memory free; shardrec's-cost-model ratios and both run times too."""
+    """The plan `shardrec plan` writes vs torchrec's default planner's, priced by the better predictor
+    (ratio < 1: shardrec faster), both keeping the same memory free; CPU cases trained too."""
     from rich.progress import Progress
 
     cases = [c for c in CASES if only is None or only in c.name]
@@ -231,12 +287,17 @@ def bench_plan(
         fail(f"--only {only!r} matches no case (cases: {', '.join(c.name for c in CASES)})")
     if not 0 <= reserve < 1:
         fail(f"--reserve must be in [0, 1) (got {reserve})")
+    try:
+        kind, winner = _profile_verdict(profile)
+    except ValueError as e:
+        fail(str(e))
     rows = []
     with Progress(console=console, transient=True, disable=json_out) as progress:
         task = progress.add_task("planning", total=len(cases))
         for case in cases:
             progress.update(task, description=case.name)
-            rows.append(run_case(case, reserve))
+            device_kind = "cpu" if case.preset == "cpu-gloo" else "cuda"
+            rows.append(run_case(case, reserve, winner if device_kind == kind else "", measure))
             progress.advance(task)
     result = _summary(rows, reserve)
     if json_out:

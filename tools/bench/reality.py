@@ -37,7 +37,8 @@ NUM_DENSE = 13
 
 @dataclass(frozen=True)
 class RealityModel:
-    """The model every plan trains: DLRM's dense and over arch around the tables."""
+    """The model every plan trains: DLRM's dense and over arch around the tables (DCNv2 for tables of
+    several widths)."""
 
     dense_arch: tuple[int, ...] = (64,)
     """Hidden widths of the dense arch (its last layer is the embedding width)."""
@@ -84,15 +85,21 @@ def peak_growth(start_rss: int) -> int:
     return max(0, _status_bytes("VmHWM") - start_rss)
 
 
-def _batches(tables: list[EmbeddingBagConfig], local_batch: int, count: int, seed: int) -> list:
+def _batches(
+    tables: list[EmbeddingBagConfig], local_batch: int, count: int, seed: int, pooling: dict[str, float] | None
+) -> list:
+    """Random batches with `pooling` ids per sample of each table (rounded, at least 1; none: one-hot)."""
     from torchrec.datasets.utils import Batch
     from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
     g = torch.Generator().manual_seed(seed)
+    per_sample = [max(1, round((pooling or {}).get(t.name, 1.0))) for t in tables]
     out = []
     for _ in range(count):
-        values = torch.cat([torch.randint(0, t.num_embeddings, (local_batch,), generator=g) for t in tables])
-        lengths = torch.ones(local_batch * len(tables), dtype=torch.int32)
+        values = torch.cat(
+            [torch.randint(0, t.num_embeddings, (local_batch * k,), generator=g) for t, k in zip(tables, per_sample)]
+        )
+        lengths = torch.tensor([k for k in per_sample for _ in range(local_batch)], dtype=torch.int32)
         sparse = KeyedJaggedTensor.from_lengths_sync([t.feature_names[0] for t in tables], values, lengths)
         dense = torch.rand(local_batch, NUM_DENSE, generator=g)
         labels = (torch.rand(local_batch, generator=g) < 0.25).float()
@@ -124,7 +131,11 @@ def _build(env: DistEnv, tables: list[EmbeddingBagConfig], plan_json: str, model
     from shardrec.trainer.objective import TRAIN_EBC_PATH, TrainModule
 
     dim = tables[0].embedding_dim
-    model_config = ModelConfig(embedding_dim=dim, dense_arch=[*model.dense_arch, dim], over_arch=list(model.over_arch))
+    # DLRM's dot interaction needs one width; tables of several widths get DCNv2's cross layers.
+    arch = "dlrm" if len({t.embedding_dim for t in tables}) == 1 else "dcnv2"
+    model_config = ModelConfig(
+        arch=arch, embedding_dim=dim, dense_arch=[*model.dense_arch, dim], over_arch=list(model.over_arch)
+    )
     optim = OptimConfig(sparse=model.sparse_optimizer, dense=model.dense_optimizer)
     names = [t.feature_names[0] for t in tables]
     torch.manual_seed(0)
@@ -150,6 +161,7 @@ def _run_plan(
     local_batch: int,
     steps: int,
     seed: int,
+    pooling: dict[str, float] | None,
 ) -> tuple[float, int, int, dict[str, int]]:
     import torch.distributed as dist
 
@@ -157,7 +169,7 @@ def _run_plan(
     start_rss = start_peak_window()
     model, optimizer = _build(env, tables, plan_json, model_spec, local_batch * env.world_size)
     phases = {"built": peak_growth(start_rss)}
-    batches = _batches(tables, local_batch, 4, seed + env.rank)
+    batches = _batches(tables, local_batch, 4, seed + env.rank, pooling)
 
     def step(i: int) -> None:
         optimizer.zero_grad()
@@ -188,11 +200,15 @@ def _worker(
     steps: int,
     seed: int,
     rounds: int,
+    pooling: dict[str, float] | None,
 ) -> list[tuple[float, int, int, dict[str, int]]]:
     # Rounds over all plans, keeping each plan's lowest time and lowest peak: the first plan of a
     # fresh process otherwise pays one-off costs (kernel selection, thread pools, gloo buffers).
     runs = [
-        [_run_plan(env, tables, p, model_spec, local_batch=local_batch, steps=steps, seed=seed) for p in plans]
+        [
+            _run_plan(env, tables, p, model_spec, local_batch=local_batch, steps=steps, seed=seed, pooling=pooling)
+            for p in plans
+        ]
         for _ in range(rounds)
     ]
     out = []
@@ -212,8 +228,10 @@ def measure_plans(
     seed: int = 0,
     rounds: int = 2,
     model: RealityModel = RealityModel(),
+    pooling: dict[str, float] | None = None,
 ) -> list[Measured]:
-    """Train `steps` steps of each plan (JSON texts) on `world_size` local gloo ranks, `rounds` times."""
+    """Train `steps` steps of each plan (JSON texts) on `world_size` local gloo ranks, `rounds` times, on
+    random batches of `pooling` ids per sample per table (none: one-hot)."""
     try:
         results = run_local_ranks(
             _worker,
@@ -225,6 +243,7 @@ def measure_plans(
             steps,
             seed,
             rounds,
+            pooling,
             timeout_s=3600,
             collective_timeout_s=600,
         )

@@ -171,7 +171,14 @@ def _plan_group(
         from shardrec.sharding.search import search_plan
 
         table_plans = search_plan(request, cost_model=cost_model_of(topo))
-    cost = evaluate(
+    cost = _evaluate(table_plans, request)
+    if group_size:
+        cost = add_replica_sync(cost, topo, group_size, sync_every)
+    return table_plans, cost, group_size
+
+
+def _evaluate(table_plans: list[TablePlan], request: SearchRequest) -> PlanCost:
+    return evaluate(
         table_plans,
         request.configs,
         request.pooling,
@@ -181,9 +188,6 @@ def _plan_group(
         request.curves,
         request.dense,
     )
-    if group_size:
-        cost = add_replica_sync(cost, topo, group_size, sync_every)
-    return table_plans, cost, group_size
 
 
 def _plan_past_device_memory(
@@ -196,27 +200,18 @@ def _plan_past_device_memory(
 
     if not statistics.frequencies:
         hint = (
-            "to keep tables in host memory behind an HBM cache the planner needs the data's id frequencies: "
-            "plan with `shardrec plan --data DIR`"
+            "to keep tables in host memory behind an HBM cache the planner needs the data's id frequencies, "
+            "which `shardrec plan` counts"
         )
         raise PlanDoesNotFitError(_describe_shortfall(cost, "cuda", hint))
     request = replace(request, frequencies=statistics.frequencies, ids_by_frequency=statistics.ids_by_frequency)
     hulls = kernel_hulls(request, statistics.frequencies, statistics.ids_by_frequency, request.constraints)
-    budget, attempt = table_budget(request) * 0.95, None
+    budget = table_budget(request) * 0.95
 
     def attempt_with(kernels: dict[str, TableKernel]) -> tuple[list[TablePlan], PlanCost]:
         trial = replace(request, kernels={n: k for n, k in kernels.items() if k.compute_kernel != "fused"})
         placed = search_plan(trial)
-        return placed, evaluate(
-            placed,
-            request.configs,
-            request.pooling,
-            request.topology,
-            request.global_batch_size,
-            request.optimizer,
-            request.curves,
-            request.dense,
-        )
+        return placed, _evaluate(placed, request)
 
     for _ in range(16):
         kernels = choose_kernels(request.configs, hulls, budget)

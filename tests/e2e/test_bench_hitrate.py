@@ -47,3 +47,19 @@ def test_predicted_hit_rates_are_within_two_points_of_exact_caches(
         for model in ("lru", "lfu"):
             assert 0 <= shard[model]["simulated_unique"] <= 1
     assert result["worst_lru_points"] <= 2.0 and result["worst_lfu_points"] <= 2.0
+
+
+def test_plan_past_hbm_shows_kernels_caches_and_hit_rates(skewed_dataset: Path, tmp_path: Path) -> None:
+    job = tmp_path / "job.toml"
+    job.write_text("[model]\nembedding_dim = 16\n[train]\nglobal_batch_size = 1024\n")
+    args = ["plan", "--data", str(skewed_dataset), "--config", str(job), "--topology", "h100", "--world-size", "2"]
+    res = runner.invoke(app, args + ["--memory-gib", "0.03", "--json", "--out", str(tmp_path / "plan.json")])
+    assert res.exit_code == 0, res.output
+    cached = [t for t in json.loads(res.stdout)["tables_plan"] if t["compute_kernel"] == "fused_uvm_caching"]
+    assert cached and all(0 < t["cache"]["load_factor"] < 1 and t["cache"]["hit_rates"] for t in cached)
+    res = runner.invoke(app, ["plan", "show", str(tmp_path / "plan.json")], terminal_width=160)
+    assert res.exit_code == 0, res.output
+    assert "fused_uvm_caching" in res.stdout and "cache rows" in res.stdout and "hit rate" in res.stdout
+    res = runner.invoke(app, args + ["--memory-gib", "0.001"])
+    assert res.exit_code == 1
+    assert "needs" in res.output and "of HBM" in res.output and "short" in res.output

@@ -102,7 +102,7 @@ def test_tables_that_cannot_fit_even_cached_are_refused_per_rank_and_tier() -> N
     with pytest.raises(PlanDoesNotFitError, match=r"rank 0 needs .* of HBM, .* short"):
         plan_tables(_past_hbm(0.02))
     no_data = dataclasses.replace(_past_hbm(0.5), statistics=DatasetStatistics())
-    with pytest.raises(PlanDoesNotFitError, match="plan with `shardrec plan --data DIR`"):
+    with pytest.raises(PlanDoesNotFitError, match="needs the data's id frequencies, which `shardrec plan` counts"):
         plan_tables(no_data)
 
 

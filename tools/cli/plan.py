@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Annotated
@@ -108,7 +109,7 @@ def plan(
     if ctx.invoked_subcommand is not None:
         return
     from shardrec.sharding.plan_io import save_plan
-    from shardrec.sharding.planner import SEARCHES, plan_tables
+    from shardrec.sharding.planner import SEARCHES, PlanDoesNotFitError, plan_tables
     from shardrec.sharding.request import PlanRequest
 
     if world_size <= 0:
@@ -123,7 +124,6 @@ def plan(
         return
     try:
         topo = _topology(topology, world_size, local_world_size, memory_gib, profile, job.train.device)
-        statistics = _with_frequencies(statistics, topo, directory, job, configs, frequency_batches, json_out)
         request = PlanRequest(
             configs=configs,
             world_size=world_size,
@@ -140,7 +140,14 @@ def plan(
             sync_every=sync_every,
         )
         start = time.perf_counter()
-        result = plan_tables(request, search=search)
+        try:
+            result = plan_tables(request, search=search)
+        except PlanDoesNotFitError:
+            if topo.device_kind != "cuda" or search != "shardrec":
+                raise
+            # Past HBM: UVM caches are sized by the data's id frequencies, counted only now they are needed.
+            measured = _with_frequencies(statistics, directory, job, configs, frequency_batches, json_out)
+            result = plan_tables(dataclasses.replace(request, statistics=measured), search=search)
         seconds = time.perf_counter() - start
     except ValueError as e:
         fail(str(e))
@@ -150,24 +157,14 @@ def plan(
     _print_plan(result, shown, sync_every, seconds, out, json_out)
 
 
-def _with_frequencies(statistics, topo, directory: Path, job, configs, batches: int, quiet: bool):
-    """The statistics with each table's id-frequency curve when UVM caches may be needed: on a CUDA
-    topology whose usable HBM, all ranks together, cannot hold the tables and their optimizer state."""
-    from dataclasses import replace
-
-    from shardrec.sharding.cost import optimizer_bytes
+def _with_frequencies(statistics, directory: Path, job, configs, batches: int, quiet: bool):
+    """The statistics with each table's id-frequency curve, counted on the job's own loader stream."""
     from shardrec.tools.bench.id_stream import measure_curves
 
-    tables = sum(
-        c.num_embeddings * c.embedding_dim * 4 + optimizer_bytes(job.optim.sparse, c.num_embeddings, c.embedding_dim)
-        for c in configs
-    )
-    if topo.device_kind != "cuda" or tables <= topo.world_size * topo.usable_bytes * 0.9:
-        return statistics
-    status = console.status("tables past HBM: measuring id frequencies", spinner="dots")
+    status = console.status("tables past HBM: counting id frequencies", spinner="dots")
     with status if not quiet else _nullcontext():
         curves = measure_curves(directory, job, configs, batches)
-    return replace(statistics, frequencies=curves)
+    return dataclasses.replace(statistics, frequencies=curves)
 
 
 def _topology(
@@ -199,9 +196,7 @@ def _print_plan(result, topology: str, sync_every: int, seconds: float, out: Pat
                 **summary(result),
                 "seconds": round(seconds, 3),
                 "out": str(out) if out else None,
-                "tables_plan": [
-                    {"name": t.name, "sharding_type": t.sharding_type, "ranks": t.ranks} for t in result.tables
-                ],
+                "tables_plan": _tables_json(result),
                 "estimate": result.estimate,
             }
         )
@@ -215,6 +210,22 @@ def _print_plan(result, topology: str, sync_every: int, seconds: float, out: Pat
         )
     where = f", wrote {out}" if out else ""
     console.print(f"planned {len(result.tables)} tables for {world_size} ranks ({topology}) in {seconds:.2f} s{where}")
+
+
+def _tables_json(result) -> list[dict]:
+    """Per table: sharding type, ranks, kernel and, for cached tables, the cache (rows, hit rates)."""
+    import dataclasses
+
+    return [
+        {
+            "name": t.name,
+            "sharding_type": t.sharding_type,
+            "ranks": t.ranks,
+            "compute_kernel": t.compute_kernel,
+            **({"cache": dataclasses.asdict(t.cache)} if t.cache is not None else {}),
+        }
+        for t in result.tables
+    ]
 
 
 def _mib(n: float) -> str:
@@ -315,9 +326,7 @@ def show_cmd(
         print_json(
             {
                 **summary(result),
-                "tables_plan": [
-                    {"name": t.name, "sharding_type": t.sharding_type, "ranks": t.ranks} for t in result.tables
-                ],
+                "tables_plan": _tables_json(result),
                 "estimate": result.estimate,
             }
         )

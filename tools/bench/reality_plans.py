@@ -3,8 +3,9 @@
 At least 12 distinct placements of one table set: shardrec's plan (its search on its own cost
 model and on torchrec's estimators), torchrec's planner's, every sharding type alone, mixes, a
 greedy table-wise packing, plans that are bad on purpose (everything on one rank, everything
-data-parallel, table-wise by the most loaded rank) and seeded random placements. Duplicates
-(two sources that give the same placement) are kept once, under the first name.
+data-parallel, table-wise by the most loaded rank) and seeded random placements. The planners'
+plans are always kept (each planner's plan is measured, even when both planners agree); other
+placements equal to one already listed are dropped.
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ def reality_plans(request: SearchRequest, seed: int = 0) -> dict[str, tuple[str,
     seen = set()
     for name, source, placed in candidates:
         key = json.dumps([[t.sharding_type, [vars(s) for s in t.shards]] for t in placed], sort_keys=True)
-        if key not in seen:
+        if key not in seen or source in ("shardrec", "torchrec"):
             seen.add(key)
             out[name] = (source, placed)
     return out

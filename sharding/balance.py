@@ -60,10 +60,14 @@ def place_spreads(
 def assign(problem: Problem, choice: list[Option]) -> Assignment:
     """LPT: spreads first, then pieces from the costliest, each on the least-loaded rank with room."""
     world_size, host_size = problem.topo.world_size, problem.topo.local_world_size
-    capacity = problem.topo.memory_bytes
+    capacity = problem.capacity
     step, mem = np.zeros(world_size), np.zeros(world_size)
     ranks: list[list[int]] = [[] for _ in choice]
     place_spreads(problem, choice, step, mem, ranks)
+    if (mem > capacity).any():  # the spreads alone overflow a rank: name the one needing the most
+        spreads = [i for i, option in enumerate(choice) if option.sharding_type not in PIECE_TYPES]
+        worst = max(spreads, key=lambda i: (problem.max_memory(i, choice[i]), -i)) if spreads else 0
+        return Assignment(choice, step, mem, ranks, infeasible=worst)
     pieces = []
     for index, option in enumerate(choice):
         if option.sharding_type in PIECE_TYPES:
@@ -144,7 +148,7 @@ def move_table(problem: Problem, current: Assignment, index: int, option: Option
     """`current` with table `index` switched to `option`, its new pieces put on the least-loaded
     ranks (no re-balance)."""
     step, mem, ranks = current.step.copy(), current.mem.copy(), list(current.ranks)
-    host_size, capacity = problem.topo.local_world_size, problem.topo.memory_bytes
+    host_size, capacity = problem.topo.local_world_size, problem.capacity
     _remove_table(problem, current, index, step, mem)
     choice = current.choice[:index] + [option] + current.choice[index + 1 :]
     if option.sharding_type not in PIECE_TYPES:
@@ -156,6 +160,8 @@ def move_table(problem: Problem, current: Assignment, index: int, option: Option
             ranks[index] = [host]
         step += spread_step
         mem += spread_mem
+        if (mem > capacity).any():
+            return Assignment(choice, step, mem, ranks, 0.0, infeasible=index)
         return Assignment(choice, step, mem, ranks, type_latency(problem, choice))
     piece = problem.piece(index, option.shards)
     step += option.shards * piece.other_s
@@ -193,7 +199,7 @@ def _best_exchange(
 ) -> Exchange | None:
     """The move of one block from the slowest to the fastest rank, or swap of two blocks between
     them, that leaves the lower maximum of the pair; None if none helps or fits."""
-    capacity, host_size = problem.topo.memory_bytes, problem.topo.local_world_size
+    capacity, host_size = problem.capacity, problem.topo.local_world_size
 
     def may_hold(index: int, rank: int, src: int) -> bool:
         if problem.cons[index].ranks and rank not in problem.cons[index].ranks:

@@ -10,6 +10,7 @@ value cut to 80 characters, dataloader.format.shown).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import types
@@ -90,15 +91,23 @@ def _kind_of(hint: Any) -> tuple[str, bool]:
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         return _kind_of(args[0])[0], True
     origin = typing.get_origin(hint) or hint
+    if dataclasses.is_dataclass(origin):  # a nested dataclass is an object in the file
+        return "object", False
     return {int: "count", float: "number", str: "str", dict: "object", list: "list"}[origin], False
 
 
 def check_fields(path: Path, raw: dict, cls: type, where: str) -> None:
     """Every field of the dataclass `cls` in `raw`, by its type (ints are counts: >= 0); ValueError
     naming the file and `where`.key of the first missing or wrong one."""
+    # A field with a default may be absent: files written before it existed, or written without it.
+    defaulted = {
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+    }
     for name, hint in typing.get_type_hints(cls).items():
         kind, optional = _kind_of(hint)
-        need(path, raw, name, kind, where, required=not optional)
+        need(path, raw, name, kind, where, required=not optional and name not in defaulted)
 
 
 def check_plan_fields(path: Path, raw: dict) -> None:
@@ -129,3 +138,10 @@ def check_plan_fields(path: Path, raw: dict) -> None:
             expect(path, shard, "object", f"{where}.shards[{j}]")
             for key in ("rank", "row_offset", "col_offset", "rows", "cols"):
                 need(path, shard, key, "count", f"{where}.shards[{j}].")
+        cache = need(path, table, "cache", "object", where + ".", required=False)
+        if cache is not None:
+            need(path, cache, "load_factor", "number", f"{where}.cache.")
+            need(path, cache, "algorithm", "str", f"{where}.cache.", required=False)
+            for key, kind in (("rows", "count"), ("hit_rates", "number")):
+                for k, value in enumerate(need(path, cache, key, "list", f"{where}.cache.")):
+                    expect(path, value, kind, f"{where}.cache.{key}[{k}]")

@@ -15,8 +15,10 @@ import numpy as np
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 from shardrec.sharding import layouts
+from shardrec.sharding.caching import with_kernel
+from shardrec.sharding.comms import Workload
 from shardrec.sharding.constraints import TableConstraint
-from shardrec.sharding.cost import table_cost
+from shardrec.sharding.cost import rank_fixed_bytes, table_cost
 from shardrec.sharding.request import SearchRequest
 from shardrec.sharding.skew import LookupCurve
 from shardrec.sharding.topology import ClusterTopology
@@ -50,11 +52,18 @@ class Problem:
         self.topo: ClusterTopology = request.topology
         self.batch, self.pooling, self.optimizer = request.global_batch_size, request.pooling, request.optimizer
         self.cons = [request.constraints.get(config.name, TableConstraint()) for config in self.configs]
+        self.kernels, self.frequencies = request.kernels, request.frequencies
+        self.ids_by_frequency = request.ids_by_frequency
         self._piece: dict[tuple[int, int], Piece] = {}
         self._spread: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = {}
         self.options = [self._options(index) for index in range(len(self.configs))]
         self.latency_per_type_s = self.topo.collective_latency_s
         """Start-up cost of one collective (comms.collectives_per_step counts them per type group)."""
+        workload = Workload(self.batch, self.topo.world_size)
+        self.capacity: float = self.topo.usable_bytes - rank_fixed_bytes(
+            self.topo, workload, self.configs, self.pooling, request.dense
+        )
+        """Bytes per rank the tables may fill: the usable memory less what every rank holds anyway."""
 
     def allowed_ranks(self, index: int) -> list[int]:
         return list(self.cons[index].ranks) or list(range(self.topo.world_size))
@@ -102,7 +111,7 @@ class Problem:
             config = self.configs[index]
             block = replace_dim(config, config.embedding_dim // shards)
             cost = table_cost(
-                layouts.table_wise(block, 0, "fused"),
+                self.with_kernel(index, layouts.table_wise(block, 0, "fused")),
                 block,
                 self.pooling.get(config.name, 1.0),
                 self.topo,
@@ -125,7 +134,7 @@ class Problem:
             else:
                 layout = layouts.table_row_wise(config, 0, topo.local_world_size, "fused")
             cost = table_cost(
-                layout,
+                self.with_kernel(index, layout),
                 config,
                 self.pooling.get(config.name, 1.0),
                 topo,
@@ -135,6 +144,11 @@ class Problem:
             )
             self._spread[key] = (cost.step_s, cost.memory_bytes)
         return self._spread[key]
+
+    def with_kernel(self, index: int, table_plan):
+        """The layout on the table's kernel past device memory, if it has one (caching.py)."""
+        name = self.configs[index].name
+        return with_kernel(table_plan, self.kernels.get(name), self.frequencies.get(name), self.ids_by_frequency)
 
     def max_memory(self, index: int, option: Option) -> float:
         """The most memory the option needs on one rank."""

@@ -92,10 +92,16 @@ class RankEstimate:
     weights_bytes: int
     optimizer_bytes: int
     buffer_bytes: int
-    lookup_ms: float
-    comm_ms: float
-    step_ms: float
-    bytes_sent: dict[str, int]
+    fixed_bytes: int = 0
+    """What every rank holds whatever its tables: dense layers, framework (sharding/memory.py)."""
+    cache_bytes: int = 0
+    """Device memory of UVM caches on this rank."""
+    host_bytes: int = 0
+    """Host memory of UVM tables' weights on this rank."""
+    lookup_ms: float = 0.0
+    comm_ms: float = 0.0
+    step_ms: float = 0.0
+    bytes_sent: dict[str, int] = dataclasses.field(default_factory=dict)
     """Collective kind (all_to_all, reduce_scatter, all_gather, all_reduce) -> bytes per step."""
 
 
@@ -107,6 +113,12 @@ class PlanEstimate:
     critical_rank: int
     memory_capacity_bytes: int
     ranks: list[RankEstimate]
+    device_memory_bytes: int = 0
+    """Memory of one rank's device before the reserve (0 in plans written before it was recorded)."""
+    host_capacity_bytes: int = 0
+    """Host memory per rank that UVM tables may use."""
+    cost_model: str = ""
+    """The step-time model shardrec's search optimised (shardrec or torchrec; "": not recorded)."""
     sync_every: int | None = None
     """2D plans only: steps between the replicas' weight synchronisations."""
 
@@ -114,6 +126,14 @@ class PlanEstimate:
         out = dataclasses.asdict(self)
         if self.sync_every is None:
             del out["sync_every"]  # written by 2D plans only
+        # Figures a plan did not record stay out of its file, so older plans keep their bytes.
+        for key in ("device_memory_bytes", "host_capacity_bytes", "cost_model"):
+            if not out[key]:
+                del out[key]
+        for rank in out["ranks"]:
+            for key in ("fixed_bytes", "cache_bytes", "host_bytes"):
+                if not rank[key]:
+                    del rank[key]
         return out
 
     @classmethod
@@ -133,12 +153,29 @@ class Shard:
 
 
 @dataclass
+class CachePlan:
+    """The HBM cache of a table on the fused_uvm_caching kernel (weights in host memory)."""
+
+    load_factor: float
+    """Share of each shard's rows the cache holds (torchrec's CacheParams.load_factor)."""
+    rows: list[int]
+    """Rows (slots) fbgemm allocates for each shard's cache, in shard order."""
+    hit_rates: list[float]
+    """Predicted share of each shard's unique rows per batch found in the cache (sharding/cache.py)."""
+    fetched_rows: list[float] = dataclasses.field(default_factory=list)
+    """Predicted rows each shard fetches from host memory per batch (its unique misses)."""
+    algorithm: str = "lru"
+
+
+@dataclass
 class TablePlan:
     name: str
     sharding_type: str
     compute_kernel: str
     shards: list[Shard]
     """Data-parallel tables list one full-size shard per rank."""
+    cache: CachePlan | None = None
+    """fused_uvm_caching tables: the cache and its predicted hit rates (None for other kernels)."""
 
     @property
     def ranks(self) -> list[int]:
@@ -175,8 +212,12 @@ class PlanFile:
         return out
 
     def to_json(self) -> str:
+        raw = self.to_dict()
+        for table in raw["tables"]:
+            if table["cache"] is None:  # only cached tables carry the key: other plans' bytes stay as they were
+                del table["cache"]
         # sort_keys + fixed separators: the same plan always gives the same bytes.
-        return json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n"
+        return json.dumps(raw, indent=1, sort_keys=True) + "\n"
 
     @classmethod
     def from_json(cls, text: str) -> PlanFile:
@@ -219,12 +260,13 @@ def _plan_from_dict(raw: dict[str, Any]) -> PlanFile:
     table_plans = []
     for entry in raw["tables"]:
         shards = [Shard(**shard) for shard in entry["shards"]]
-        table_plans.append(TablePlan(entry["name"], entry["sharding_type"], entry["compute_kernel"], shards))
+        cache = CachePlan(**entry["cache"]) if entry.get("cache") is not None else None
+        table_plans.append(TablePlan(entry["name"], entry["sharding_type"], entry["compute_kernel"], shards, cache))
     rest = {key: value for key, value in raw.items() if key not in ("tables", "fingerprint", "topology", "estimate")}
     return PlanFile(
         tables=table_plans,
         fingerprint=PlanFingerprint.from_dict(raw["fingerprint"]),
-        topology=ClusterTopology(**raw["topology"]) if raw.get("topology") else None,
+        topology=ClusterTopology.from_dict(raw["topology"]) if raw.get("topology") else None,
         estimate=PlanEstimate.from_dict(raw["estimate"]) if raw.get("estimate") else None,
         **rest,
     )
@@ -262,7 +304,32 @@ def load_plan(path: str | Path) -> PlanFile:
             raise ValueError(f"{path}: table {t.name}: unknown sharding_type {t.sharding_type!r}")
         if not t.shards:
             raise ValueError(f"{path}: table {t.name}: no shards")
+        _check_cache(path, t, plan.fingerprint.device_kind)
     return plan
+
+
+UVM_KERNELS = ("fused_uvm", "fused_uvm_caching")
+
+
+def _check_cache(path: Path, t: TablePlan, device_kind: str | None) -> None:
+    """A cache only on fused_uvm_caching, with a load factor in (0, 1) and one size per shard;
+    UVM kernels only on CUDA (torchrec's sharders offer them nowhere else)."""
+    if t.compute_kernel in UVM_KERNELS and device_kind != "cuda":
+        raise ValueError(
+            f"{path}: table {t.name}: compute_kernel {t.compute_kernel} needs CUDA, the plan is for {device_kind}"
+        )
+    if (t.compute_kernel == "fused_uvm_caching") != (t.cache is not None):
+        raise ValueError(
+            f"{path}: table {t.name}: a cache goes with compute_kernel fused_uvm_caching, and only with it"
+        )
+    if t.cache is None:
+        return
+    if not 0 < t.cache.load_factor < 1:
+        raise ValueError(f"{path}: table {t.name}: cache.load_factor = {t.cache.load_factor} must lie in (0, 1)")
+    if len(t.cache.rows) != len(t.shards) or len(t.cache.hit_rates) != len(t.shards):
+        raise ValueError(f"{path}: table {t.name}: cache.rows and cache.hit_rates need one value per shard")
+    if t.cache.algorithm not in ("lru", "lfu"):
+        raise ValueError(f"{path}: table {t.name}: cache.algorithm = {t.cache.algorithm!r} is not lru or lfu")
 
 
 def _describe_table_diff(planned: list[TableFingerprint], current: list[TableFingerprint]) -> list[str]:
@@ -294,7 +361,15 @@ def check_plan(plan: PlanFile, fingerprint: PlanFingerprint) -> None:
     diffs += _describe_table_diff(planned.tables, fingerprint.tables)
     if not diffs:  # same content, other order
         diffs.append("table order differs")
-    raise StalePlanError("the plan was made for another job: " + "; ".join(diffs) + " (re-run `shardrec plan`)")
+    rerun = "re-run `shardrec plan`"
+    if planned.device_kind != fingerprint.device_kind:
+        # The same command gives the same plan unless the topology changes with the machine.
+        kind = fingerprint.device_kind
+        rerun += (
+            f" with `--topology auto` on the machine that trains, or the preset of its {kind} "
+            "devices (`--topology cpu-gloo`, `a100`, `h100`, `h200`)"
+        )
+    raise StalePlanError("the plan was made for another job: " + "; ".join(diffs) + f" ({rerun})")
 
 
 def _check_shards(table_plan: TablePlan, config: EmbeddingBagConfig, world_size: int) -> None:
@@ -332,6 +407,13 @@ def _check_shards(table_plan: TablePlan, config: EmbeddingBagConfig, world_size:
 
 def to_parameter_sharding(t: TablePlan, device_kind: str, local_world_size: int) -> ParameterSharding:
     """One table's torchrec ParameterSharding (data-parallel tables carry no sharding spec)."""
+    cache_params = None
+    if t.cache is not None:
+        from fbgemm_gpu.tbe.cache.cache_config import CacheAlgorithm
+        from torchrec.distributed.types import CacheParams
+
+        algorithm = CacheAlgorithm.LFU if t.cache.algorithm == "lfu" else CacheAlgorithm.LRU
+        cache_params = CacheParams(algorithm=algorithm, load_factor=t.cache.load_factor)
     if t.sharding_type == ShardingType.DATA_PARALLEL.value:
         return ParameterSharding(sharding_type=t.sharding_type, compute_kernel=t.compute_kernel, ranks=t.ranks)
     spec = EnumerableShardingSpec(
@@ -345,7 +427,11 @@ def to_parameter_sharding(t: TablePlan, device_kind: str, local_world_size: int)
         ]
     )
     return ParameterSharding(
-        sharding_type=t.sharding_type, compute_kernel=t.compute_kernel, ranks=t.ranks, sharding_spec=spec
+        sharding_type=t.sharding_type,
+        compute_kernel=t.compute_kernel,
+        ranks=t.ranks,
+        sharding_spec=spec,
+        cache_params=cache_params,
     )
 
 

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from dataclasses import replace
 from typing import Any
 
+import numpy as np
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
+from shardrec.sharding.caching import TableKernel, choose_kernels, kernel_hulls, table_budget
 from shardrec.sharding.constraints import TableConstraint, parse_constraints
 from shardrec.sharding.cost import PlanCost, evaluate
 from shardrec.sharding.plan_io import PLAN_SCHEMA_VERSION, PlanEstimate, PlanFile, TablePlan, plan_fingerprint
 from shardrec.sharding.report import idle_ranks_warning
-from shardrec.sharding.request import PlanRequest, SearchRequest
+from shardrec.sharding.request import DatasetStatistics, PlanRequest, SearchRequest
 from shardrec.sharding.skew import LookupCurve, curves_from_stats
 from shardrec.sharding.topology import ClusterTopology, build_topology
 from shardrec.sharding.twod import add_replica_sync, group_sizes, group_topology
@@ -24,6 +27,9 @@ from shardrec.sharding.twod import add_replica_sync, group_sizes, group_topology
 logger = logging.getLogger(__name__)
 
 SEARCHES = ("shardrec", "torchrec")
+DEFAULT_COST_MODEL = {"cpu": "shardrec", "cuda": "shardrec"}
+"""The step-time model shardrec's search optimises where no calibration profile names the better
+one (`bench plan-reality --profile-out`): shardrec's own, the one today's plans were made with."""
 # The manifest statistic (tools/preprocess/stats.py writes it) that gives a feature's pooling.
 POOLING_STAT_KEY = "mean_ids_per_sample"
 
@@ -59,18 +65,35 @@ def fmt_bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
-def _describe_shortfall(cost: PlanCost) -> str:
-    short = cost.shortfall()
+def _describe_shortfall(cost: PlanCost, device_kind: str, hint: str = "") -> str:
+    """Each short rank's need and gap per memory tier: HBM (CPU: memory) and host memory for UVM tables."""
+    tier = "HBM" if device_kind == "cuda" else "memory"
+    short, host_short = cost.shortfall(), cost.host_shortfall()
+    host = np.broadcast_to(np.asarray(cost.host_bytes, dtype=np.float64), cost.step_s.shape)
     parts = [
-        f"rank {r} needs {fmt_bytes(cost.memory_bytes[r])}, {fmt_bytes(s)} over" for r, s in sorted(short.items())[:8]
+        f"rank {r} needs {fmt_bytes(cost.memory_bytes[r])} of {tier}, {fmt_bytes(s)} short"
+        for r, s in sorted(short.items())[:8]
     ]
-    more = f" and {len(short) - 8} more ranks" if len(short) > 8 else ""
+    parts += [
+        f"rank {r} needs {fmt_bytes(host[r])} of host memory, {fmt_bytes(s)} short"
+        for r, s in sorted(host_short.items())[:8]
+    ]
+    more = len(short) + len(host_short) - len(parts)
+    usable = f"{fmt_bytes(cost.memory_capacity)} of {tier} usable per rank"
+    if cost.device_memory:
+        usable += f" ({fmt_bytes(cost.device_memory)} less the reserve)"
+    if host_short:
+        usable += f", {fmt_bytes(cost.host_capacity)} of host memory"
     return (
-        f"the plan does not fit in {fmt_bytes(cost.memory_capacity)} per rank: "
+        f"the plan does not fit: {usable}; "
         + "; ".join(parts)
-        + more
-        + " (add ranks, raise memory per rank, or allow row-wise/column-wise for the largest tables)"
+        + (f" and {more} more" if more > 0 else "")
+        + f" ({hint or 'add ranks, raise memory per rank, or allow row-wise/column-wise for the largest tables'})"
     )
+
+
+def _fits(cost: PlanCost) -> bool:
+    return not cost.shortfall() and not cost.host_shortfall()
 
 
 def plan_tables(request: PlanRequest, *, search: str = "shardrec") -> PlanFile:
@@ -102,9 +125,13 @@ def plan_tables(request: PlanRequest, *, search: str = "shardrec") -> PlanFile:
         if best is None or candidate[1].max_step_s < best[1].max_step_s:
             best = candidate
     table_plans, cost, group_size = best
-    if cost.shortfall():
-        raise PlanDoesNotFitError(_describe_shortfall(cost))
+    if not _fits(cost) and topo.device_kind == "cuda" and search == "shardrec" and group_size == 0:
+        table_plans, cost = _plan_past_device_memory(_group_request(request, topo, 0, curves), statistics, cost)
+    if not _fits(cost):
+        raise PlanDoesNotFitError(_describe_shortfall(cost, topo.device_kind))
     plan = build_plan_file(table_plans, request.configs, topo, request.global_batch_size, cost, search)
+    if search == "shardrec":
+        plan.estimate = dataclasses.replace(plan.estimate, cost_model=cost_model_of(topo))
     plan.sharding_group_size = group_size
     if group_size:
         plan.estimate = dataclasses.replace(plan.estimate, sync_every=request.sync_every)
@@ -129,6 +156,7 @@ def _group_request(
         compute_kernel=request.compute_kernel,
         optimizer=request.optimizer,
         curves=curves,
+        dense=request.dense,
     )
 
 
@@ -143,8 +171,15 @@ def _plan_group(
     else:
         from shardrec.sharding.search import search_plan
 
-        table_plans = search_plan(request)
-    cost = evaluate(
+        table_plans = search_plan(request, cost_model=cost_model_of(topo))
+    cost = _evaluate(table_plans, request)
+    if group_size:
+        cost = add_replica_sync(cost, topo, group_size, sync_every)
+    return table_plans, cost, group_size
+
+
+def _evaluate(table_plans: list[TablePlan], request: SearchRequest) -> PlanCost:
+    return evaluate(
         table_plans,
         request.configs,
         request.pooling,
@@ -152,10 +187,56 @@ def _plan_group(
         request.global_batch_size,
         request.optimizer,
         request.curves,
+        request.dense,
     )
-    if group_size:
-        cost = add_replica_sync(cost, topo, group_size, sync_every)
-    return table_plans, cost, group_size
+
+
+def _plan_past_device_memory(
+    request: SearchRequest, statistics: DatasetStatistics, cost: PlanCost
+) -> tuple[list[TablePlan], PlanCost]:
+    """Tables that do not fit in HBM: kernels and caches chosen from the data's id frequencies under a
+    shrinking HBM budget (caching.py) until the search places them within every rank's HBM and host
+    memory; else the placement needing the least HBM, for the refusal to show each rank's gaps."""
+    from shardrec.sharding.search import search_plan
+
+    if not statistics.frequencies:
+        hint = (
+            "to keep tables in host memory behind an HBM cache the planner needs the data's id frequencies, "
+            "which `shardrec plan` counts"
+        )
+        raise PlanDoesNotFitError(_describe_shortfall(cost, "cuda", hint))
+    request = replace(request, frequencies=statistics.frequencies, ids_by_frequency=statistics.ids_by_frequency)
+    hulls = kernel_hulls(request, statistics.frequencies, statistics.ids_by_frequency, request.constraints)
+    budget = table_budget(request) * 0.95
+
+    def attempt_with(kernels: dict[str, TableKernel]) -> tuple[list[TablePlan], PlanCost]:
+        trial = replace(request, kernels={n: k for n, k in kernels.items() if k.compute_kernel != "fused"})
+        placed = search_plan(trial)
+        return placed, _evaluate(placed, request)
+
+    for _ in range(16):
+        kernels = choose_kernels(request.configs, hulls, budget)
+        if kernels is None:
+            break
+        attempt = attempt_with(kernels)
+        if _fits(attempt[1]):
+            return attempt
+        budget *= 0.9
+    least = {config.name: hull[0].kernel for config, hull in zip(request.configs, hulls)}
+    placed, cost = attempt_with(least)
+    raise PlanDoesNotFitError(
+        _describe_shortfall(
+            cost,
+            "cuda",
+            "even with every table in host memory behind the smallest useful cache; "
+            "add ranks or hosts with more memory",
+        )
+    )
+
+
+def cost_model_of(topo: ClusterTopology) -> str:
+    """The step-time model to search with on this topology: its profile's verdict, else the default."""
+    return topo.cost_model or DEFAULT_COST_MODEL[topo.device_kind]
 
 
 def build_plan_file(

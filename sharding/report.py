@@ -37,14 +37,30 @@ def idle_ranks_warning(plan: PlanFile) -> str:
     )
 
 
+def _cache_text(tp) -> tuple[str, str]:
+    """(cache rows, predicted hit rate) of a cached table; rows summed and the rate weighted over shards."""
+    if tp.cache is None:
+        return "", ""
+    rows = sum(tp.cache.rows)
+    weights = [s.rows for s in tp.shards]
+    rate = sum(h * w for h, w in zip(tp.cache.hit_rates, weights)) / max(sum(weights), 1)
+    return f"{rows:,} ({tp.cache.load_factor:.1%})", f"{rate:.1%}"
+
+
 def tables_table(plan: PlanFile, limit: int = 60) -> Table:
     t = Table(title=f"tables ({len(plan.tables)}; planner {plan.planner})")
-    for col in ("table", "sharding type", "kernel", "shards", "ranks"):
+    cached = any(tp.cache is not None for tp in plan.tables)
+    columns = ["table", "sharding type", "kernel", "shards", "ranks"] + (["cache rows", "hit rate"] if cached else [])
+    for col in columns:
         t.add_column(col)
+    if cached:
+        t.caption = "cache rows: HBM cache of a fused_uvm_caching table (its load factor); hit rate: predicted share "
+        t.caption += "of a batch's unique rows found in it, from the data's id frequencies"
     for tp in plan.tables[:limit]:
-        t.add_row(tp.name, tp.sharding_type, tp.compute_kernel, str(len(tp.shards)), _ranks_text(tp.ranks))
+        row = [tp.name, tp.sharding_type, tp.compute_kernel, str(len(tp.shards)), _ranks_text(tp.ranks)]
+        t.add_row(*row, *(_cache_text(tp) if cached else ()))
     if len(plan.tables) > limit:
-        t.add_row(f"... {len(plan.tables) - limit} more", "", "", "", "")
+        t.add_row(f"... {len(plan.tables) - limit} more", *[""] * (len(columns) - 1))
     return t
 
 
@@ -53,14 +69,25 @@ def ranks_table(plan: PlanFile, limit: int = 32) -> Table:
     ranks = est.ranks if est is not None else []
     critical = est.critical_rank if est is not None else None
     cap = est.memory_capacity_bytes / MiB if est is not None else 0
+    device = est.device_memory_bytes / MiB if est is not None else 0
     step_ms = est.max_step_ms if est is not None else 0
     t = Table(title=f"ranks (critical path: rank {critical}, {step_ms:.3f} ms/step estimated)")
-    t.caption = (
-        f"MiB: memory used of {cap:,.0f} MiB per rank = weights (wts) + optimizer (opt) + buffers (buf); "
-        "MiB sent per step (fwd+bwd) by all-to-all, reduce-scatter + all-gather, all-reduce"
+    of = (
+        f"{device:,.0f} MiB per rank ({cap:,.0f} MiB planned, the rest kept free)"
+        if device
+        else f"{cap:,.0f} MiB per rank"
     )
+    t.caption = (
+        f"MiB: memory used of {of} = weights (wts) + optimizer (opt) + buffers (buf) + what every rank "
+        "holds (dense layers, framework: fix); MiB sent per step (fwd+bwd) by all-to-all, "
+        "reduce-scatter + all-gather, all-reduce"
+    )
+    host = any(r.host_bytes for r in ranks)
+    if host:
+        t.caption += "; cache: HBM of UVM caches, host: UVM tables' weights in host memory (MiB)"
     # Short headers keep the table whole on an 80-column terminal.
-    for col in ("rank", "MiB", "wts", "opt", "buf", "lookup ms", "comm ms", "a2a", "rs+ag", "allred"):
+    columns = ["rank", "MiB", "wts", "opt", "buf", "fix"] + (["cache", "host"] if host else [])
+    for col in columns + ["lkp ms", "comm ms", "a2a", "rs+ag", "allred"]:
         t.add_column(col, justify="right")
     shown = ranks if len(ranks) <= limit else sorted(ranks, key=lambda r: -r.step_ms)[:limit]
     for r in shown:
@@ -71,6 +98,8 @@ def ranks_table(plan: PlanFile, limit: int = 32) -> Table:
             f"{r.weights_bytes / MiB:.1f}",
             f"{r.optimizer_bytes / MiB:.1f}",
             f"{r.buffer_bytes / MiB:.1f}",
+            f"{r.fixed_bytes / MiB:.1f}",
+            *((f"{r.cache_bytes / MiB:.1f}", f"{r.host_bytes / MiB:.1f}") if host else ()),
             f"{r.lookup_ms:.2f}",
             f"{r.comm_ms:.2f}",
             f"{b['all_to_all'] / MiB:.2f}",

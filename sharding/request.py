@@ -19,7 +19,10 @@ from typing import Any
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 from shardrec.dataloader.format import Manifest
+from shardrec.sharding.cache import FrequencyCurve
+from shardrec.sharding.caching import TableKernel
 from shardrec.sharding.constraints import TableConstraint
+from shardrec.sharding.memory import DenseFootprint
 from shardrec.sharding.topology import ClusterTopology
 
 
@@ -38,6 +41,14 @@ class SearchRequest:
     optimizer: str = "rowwise_adagrad"
     curves: dict[str, Any] | None = None
     """Table name -> lookup skew of row-wise blocks (skew.py); shardrec's cost model only."""
+    dense: DenseFootprint = field(default_factory=DenseFootprint)
+    """The dense layers, which every rank holds beside its tables (memory.py)."""
+    kernels: dict[str, TableKernel] = field(default_factory=dict)
+    """Table name -> kernel past device memory (caching.py); a missing table uses `compute_kernel`."""
+    frequencies: dict[str, FrequencyCurve] = field(default_factory=dict)
+    """Table name -> id-frequency curve (cache.py), for cached tables' hit rates."""
+    ids_by_frequency: bool = False
+    """Ids are numbered hottest first (row-wise blocks of a cached table differ in hit rate)."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +59,9 @@ class DatasetStatistics:
     """Feature name -> the manifest's statistics (tools/preprocess/stats.py)."""
     ids_by_frequency: bool = False
     """Ids are numbered hottest first, so row-wise blocks are skewed (skew.py)."""
+    frequencies: dict[str, FrequencyCurve] = field(default_factory=dict)
+    """Table name -> its ids' frequency curve measured on the data (cache.py); what the planner
+    sizes UVM caches by on CUDA topologies whose HBM cannot hold every table. Empty: not measured."""
 
     @classmethod
     def from_manifest(cls, manifest: Manifest) -> DatasetStatistics:
@@ -77,6 +91,9 @@ class PlanRequest:
     compute_kernel: str = "fused"
     optimizer: str = "rowwise_adagrad"
     """The sparse optimizer, whose state the memory estimate counts (shardrec.embeddings.sparse_optimizers)."""
+    dense: DenseFootprint = field(default_factory=DenseFootprint)
+    """The dense layers: parameters, activations and optimizer, which the memory estimate
+    counts on every rank (memory.dense_footprint of the model; none by default)."""
     sharding_group_size: int = 0
     """0: shard over all ranks; G: 2D, shard over groups of G ranks (torchrec's DMPCollection);
     -1: pick the fastest of all ranks and 2D group sizes."""

@@ -11,7 +11,6 @@ slowest and fastest ranks. Deterministic: the same inputs give the same plan.
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 
 import numpy as np
 
@@ -92,6 +91,7 @@ def _to_table_plans(problem: Problem, chosen: Assignment, compute_kernel: str) -
             out.append(layouts.table_row_wise(config, ranks[0], host_size, kernel))
         else:
             out.append(layouts.data_parallel(config, world_size))
+        out[-1] = problem.with_kernel(index, out[-1])
     return out
 
 
@@ -148,14 +148,14 @@ def _seeds(problem: Problem, steps: int = 24) -> list[Assignment]:
 def _least_memory(problem: Problem) -> Assignment:
     """Nothing fits: the placement with the least memory per rank, balanced without the memory
     limit, so that the planner can report each rank's shortfall."""
-    topo = problem.topo
-    problem.topo = replace(topo, memory_bytes=2**62)
+    capacity = problem.capacity
+    problem.capacity = float("inf")
     choice = [
         min(options, key=lambda option: (problem.max_memory(index, option), options.index(option)))
         for index, options in enumerate(problem.options)
     ]
     packed = assign(problem, choice)
-    problem.topo = topo
+    problem.capacity = capacity
     return packed
 
 

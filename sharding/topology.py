@@ -4,6 +4,11 @@ Bandwidths are bytes per second as one rank sees them: `intra_host_bw` to a rank
 same host, `inter_host_bw` to a rank on another host, `lookup_bw` for reading embedding
 rows from the device's memory. A calibration profile (`shardrec plan calibrate`) replaces
 the preset's figures with ones measured on this machine.
+
+Memory is what one rank's device holds (a GPU's memory as the card reports it, not its
+marketing size; on CPU, host memory per rank), of which the planner fills at most
+`1 - reserve_fraction`: torchrec's planner keeps 15% free by default for what no estimate
+sees (allocator fragmentation, the CUDA context, library workspaces), and so does shardrec.
 """
 
 from __future__ import annotations
@@ -13,9 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shardrec.sharding.json_checks import expect, read_strict_json
+from shardrec.sharding.json_checks import expect, need, read_strict_json
+from shardrec.sharding.memory import MEMORY_MODELS, MODEL_KEYS, MemoryModel
 
 GiB = 1024**3
+
+
+LATER_FIELDS = ("host_link_bw", "reserve_fraction", "host_memory_bytes", "memory_source", "memory_model", "cost_model")
+"""ClusterTopology fields newer than the first plan files (see to_dict)."""
 
 
 @dataclass(frozen=True)
@@ -32,7 +42,7 @@ class ClusterTopology:
     device_kind: str
     """cpu or cuda."""
     memory_bytes: int
-    """Memory per rank available to embeddings (weights, optimizer state, buffers)."""
+    """Memory of one rank's device (CPU: host memory per rank); the plan fills `usable_bytes` of it."""
     intra_host_bw: float
     """Bytes/s one rank sends to another on the same host."""
     inter_host_bw: float
@@ -43,6 +53,19 @@ class ClusterTopology:
     """Backward (gradient + fused optimizer update) cost relative to the forward lookup."""
     collective_latency_s: float = 20e-6
     """Fixed cost of starting one collective."""
+    host_link_bw: float = 32e9
+    """Bytes/s between host memory and the device (PCIe): UVM caches' fetches (torchrec's figure)."""
+    reserve_fraction: float = 0.15
+    """Share of `memory_bytes` the plan leaves free (torchrec's default heuristical reservation)."""
+    host_memory_bytes: int = 0
+    """CUDA: host memory per rank that UVM tables may use (0: none; CPU topologies: unused)."""
+    memory_source: str = "preset"
+    """Where memory_bytes came from: preset, user (--memory-gib) or device (free memory at plan time)."""
+    memory_model: MemoryModel | None = None
+    """Constants of the memory estimate (memory.py); None: the device kind's defaults."""
+    cost_model: str = ""
+    """The step-time model the search optimises: shardrec or torchrec (whichever `bench plan-reality`
+    found to predict measured step times better on this machine); "": the device kind's default."""
 
     def __post_init__(self) -> None:
         if self.world_size <= 0:
@@ -52,11 +75,26 @@ class ClusterTopology:
                 f"topology local_world_size = {self.local_world_size} must be > 0 "
                 f"and divide world_size = {self.world_size}"
             )
+        if self.cost_model not in ("", *COST_MODELS):
+            raise ValueError(f"topology {self.name}: cost model {self.cost_model!r} is not one of shardrec, torchrec")
+        if self.device_kind not in MEMORY_MODELS:
+            raise ValueError(f"topology {self.name}: device kind {self.device_kind!r} is not one of cpu, cuda")
         if self.memory_bytes <= 0:
             raise ValueError(f"topology {self.name}: memory per rank is {self.memory_bytes} bytes; it must be > 0")
+        if not 0 <= self.reserve_fraction < 1:
+            raise ValueError(f"topology {self.name}: reserve_fraction = {self.reserve_fraction} must be in [0, 1)")
         for key in ("intra_host_bw", "inter_host_bw", "lookup_bw"):
             if getattr(self, key) <= 0:
                 raise ValueError(f"topology {self.name}: {key} = {getattr(self, key)} must be > 0")
+
+    @property
+    def memory(self) -> MemoryModel:
+        return self.memory_model or MEMORY_MODELS[self.device_kind]
+
+    @property
+    def usable_bytes(self) -> int:
+        """Memory per rank the plan may fill: the device's less the reserve."""
+        return int(self.memory_bytes * (1 - self.reserve_fraction))
 
     @property
     def num_hosts(self) -> int:
@@ -66,11 +104,26 @@ class ClusterTopology:
         return rank // self.local_world_size
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        # Fields added after the first plan files are written only when they differ from their
+        # default, so a plan file written before them reads and writes back byte for byte.
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for key in LATER_FIELDS:
+            if getattr(self, key) == defaults[key]:
+                del out[key]
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> ClusterTopology:
+        """The topology a plan file records (to_dict's output; older files lack the newer fields)."""
+        memory = raw.get("memory_model")
+        return cls(**{**raw, "memory_model": MemoryModel(**memory) if memory else None})
 
 
-# Per-rank figures. GPU presets: HBM size and bandwidth of one device, NVLink bus bandwidth
-# per direction, and one 200/400 Gb/s NIC per GPU for the network.
+# Per-rank figures. GPU presets: HBM as torch.cuda.mem_get_info reports it for one device
+# (an "80 GB" card shows ~79 GiB, an H200's "141 GB" ~139 GiB) and its bandwidth, NVLink bus
+# bandwidth per direction, one 200/400 Gb/s NIC per GPU for the network, and host memory per
+# GPU for UVM tables (a 2 TiB host of 8 GPUs, a quarter kept for the OS and the loaders).
 PRESETS: dict[str, dict[str, Any]] = {
     "cpu-gloo": dict(
         device_kind="cpu",
@@ -84,26 +137,32 @@ PRESETS: dict[str, dict[str, Any]] = {
     "a100": dict(
         device_kind="cuda",
         local_world_size=8,
-        memory_bytes=80 * GiB,
+        memory_bytes=79 * GiB,
+        host_memory_bytes=192 * GiB,
         intra_host_bw=240e9,
         inter_host_bw=25e9,
         lookup_bw=1.6e12,
+        host_link_bw=25e9,
     ),
     "h100": dict(
         device_kind="cuda",
         local_world_size=8,
-        memory_bytes=80 * GiB,
+        memory_bytes=79 * GiB,
+        host_memory_bytes=192 * GiB,
         intra_host_bw=360e9,
         inter_host_bw=50e9,
         lookup_bw=2.7e12,
+        host_link_bw=50e9,
     ),
     "h200": dict(
         device_kind="cuda",
         local_world_size=8,
-        memory_bytes=141 * GiB,
+        memory_bytes=139 * GiB,
+        host_memory_bytes=192 * GiB,
         intra_host_bw=360e9,
         inter_host_bw=50e9,
         lookup_bw=3.8e12,
+        host_link_bw=50e9,
     ),
 }
 
@@ -127,30 +186,51 @@ def build_topology(
         raise ValueError(f"topology preset {preset!r} is not one of {', '.join(PRESETS)}")
     values = dict(PRESETS[preset])
     if profile is not None:
-        values.update(load_profile(profile))
+        loaded = load_profile(profile)
+        memory = loaded.pop("memory_model", None)
+        values.update(loaded)
+        if memory:
+            values["memory_model"] = dataclasses.replace(MEMORY_MODELS[values["device_kind"]], **memory)
     preset_lws = values.pop("local_world_size") or world_size
     # A preset's host size shrinks to fit a small job; a size the user gives is checked as is.
     lws = local_world_size or min(preset_lws, world_size)
     if memory_bytes is not None:
         values["memory_bytes"] = memory_bytes
+        values["memory_source"] = "user"
     return ClusterTopology(name=preset, world_size=world_size, local_world_size=lws, **values)
 
 
 PROFILE_KEYS = ("intra_host_bw", "inter_host_bw", "lookup_bw", "collective_latency_s", "bwd_compute_multiplier")
+COST_MODELS = ("shardrec", "torchrec")
 
 
-def load_profile(path: str | Path) -> dict[str, float]:
-    """The measured figures of a calibration profile; ValueError naming the file on bad input."""
+def load_profile(path: str | Path) -> dict[str, Any]:
+    """What a calibration profile sets, as ClusterTopology fields: the measured figures
+    (PROFILE_KEYS), the better `cost_model` and the `memory_model` constants (a dict) where
+    `bench plan-reality --profile-out` wrote them. ValueError naming the file on bad input."""
     path = Path(path)
     raw = read_strict_json(path, "calibration profile")  # NaN and Infinity refused, naming the key
     measured = raw.get("measured") if isinstance(raw, dict) else None
     if not isinstance(measured, dict):
         raise ValueError(f"{path}: no 'measured' section (write one with `shardrec plan calibrate`)")
-    out = {}
+    out: dict[str, Any] = {}
     for key, value in measured.items():
         if key not in PROFILE_KEYS:
             continue
         if expect(path, value, "number", f"measured.{key}") <= 0:  # a number: not true, not "1e9"
             raise ValueError(f"{path}: measured.{key} = {value!r} must be a positive number")
         out[key] = float(value)
+    if "cost_model" in raw:
+        winner = need(path, expect(path, raw["cost_model"], "object", "cost_model"), "winner", "str", "cost_model.")
+        if winner not in COST_MODELS:
+            raise ValueError(f"{path}: cost_model.winner = {winner!r} is not one of {', '.join(COST_MODELS)}")
+        out["cost_model"] = winner
+    if "memory" in raw:
+        memory = expect(path, raw["memory"], "object", "memory")
+        out["memory_model"] = {}
+        for key, value in memory.items():
+            if key in MODEL_KEYS:
+                if expect(path, value, "number", f"memory.{key}") < 0:
+                    raise ValueError(f"{path}: memory.{key} = {value!r} must not be negative")
+                out["memory_model"][key] = float(value)
     return out

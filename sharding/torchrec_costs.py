@@ -15,11 +15,15 @@ from dataclasses import replace
 import numpy as np
 from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
 
-from shardrec.embeddings.tables import build_ebc
 from shardrec.sharding.options import PIECE_TYPES, Option, Piece, Problem
 from shardrec.sharding.request import SearchRequest
 from shardrec.sharding.sharders import build_sharders
-from shardrec.sharding.torchrec_planner import quiet_torchrec, to_parameter_constraints, to_torchrec_topology
+from shardrec.sharding.torchrec_planner import (
+    planning_ebc,
+    quiet_torchrec,
+    to_parameter_constraints,
+    to_torchrec_topology,
+)
 
 
 class TorchrecProblem(Problem):
@@ -41,7 +45,7 @@ class TorchrecProblem(Problem):
             enumerator = EmbeddingEnumerator(
                 topology=to_torchrec_topology(topo), batch_size=max(1, batch // topo.world_size), constraints=params
             )
-            enumerated = enumerator.enumerate(build_ebc(configs), build_sharders())
+            enumerated = enumerator.enumerate(planning_ebc(configs, request.optimizer), build_sharders())
         index = {config.name: i for i, config in enumerate(configs)}
         cuda = topo.device_kind == "cuda"
         found: dict[tuple[int, Option], object] = {}

@@ -10,9 +10,10 @@ import warnings
 from contextlib import contextmanager
 
 from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
-from torchrec.distributed.planner.storage_reservations import StorageReservation
+from torchrec.distributed.planner.storage_reservations import HeuristicalStorageReservation, StorageReservation
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
+from shardrec.embeddings.optim import attach_fused_optimizer
 from shardrec.embeddings.tables import build_ebc
 from shardrec.sharding.constraints import TableConstraint
 from shardrec.sharding.plan_io import TablePlan, from_sharding_plan
@@ -25,10 +26,12 @@ logger = logging.getLogger(__name__)
 
 def to_torchrec_topology(topo: ClusterTopology) -> Topology:
     # Same hardware figures as shardrec's cost model (torchrec counts bandwidth in bytes/ms).
+    # torchrec's storage reservations take their share of HBM only: on CUDA the planner's
+    # reservation keeps topo.reserve_fraction free, on CPU the reserve is taken here.
     if topo.device_kind == "cuda":
         cap = {"hbm_cap": topo.memory_bytes, "hbm_mem_bw": topo.lookup_bw / 1e3}
     else:
-        cap = {"ddr_cap": topo.memory_bytes, "ddr_mem_bw": topo.lookup_bw / 1e3}
+        cap = {"ddr_cap": topo.usable_bytes, "ddr_mem_bw": topo.lookup_bw / 1e3}
     # torchrec warns that it prefers its TopologyFactory; the direct constructor is public and exact.
     with quiet_torchrec(logging.ERROR):
         return Topology(
@@ -40,6 +43,15 @@ def to_torchrec_topology(topo: ClusterTopology) -> Topology:
             bwd_compute_multiplier=topo.bwd_compute_multiplier,
             **cap,
         )
+
+
+def planning_ebc(configs: list[EmbeddingBagConfig], optimizer: str):
+    """The tables on the meta device, marked with the sparse optimizer: torchrec's storage estimator
+    reads the optimizer from the weights' marks and prices no optimizer state for an unmarked
+    weight (the class of bug torchrec PR #2652 fixed), so its plans would not count it."""
+    ebc = build_ebc(configs)
+    attach_fused_optimizer(ebc, [config.name for config in configs], optimizer=optimizer, lr=0.01, eps=1e-8)
+    return ebc
 
 
 def to_parameter_constraints(
@@ -67,8 +79,9 @@ def to_parameter_constraints(
 def torchrec_plan(request: SearchRequest, storage_reservation: StorageReservation | None = None) -> list[TablePlan]:
     """Placement chosen by torchrec's EmbeddingShardingPlanner (its default proposers and partitioner).
 
-    The request's optimizer and skew curves are not used: torchrec's estimators do not model them.
-    `storage_reservation` None keeps torchrec's default (HeuristicalStorageReservation, 15%).
+    The request's skew curves are not used: torchrec's estimators do not model them.
+    `storage_reservation` None keeps torchrec's default (HeuristicalStorageReservation) with
+    the topology's reserve fraction.
     """
     world_size = request.topology.world_size
     with warnings.catch_warnings(), quiet_torchrec(logging.ERROR):
@@ -80,10 +93,11 @@ def torchrec_plan(request: SearchRequest, storage_reservation: StorageReservatio
             topology=to_torchrec_topology(request.topology),
             batch_size=max(1, request.global_batch_size // world_size),
             constraints=constraints,
-            storage_reservation=storage_reservation,
+            storage_reservation=storage_reservation
+            or HeuristicalStorageReservation(percentage=request.topology.reserve_fraction),
             debug=False,
         )
-        plan = planner.plan(build_ebc(request.configs), build_sharders())
+        plan = planner.plan(planning_ebc(request.configs, request.optimizer), build_sharders())
     return from_sharding_plan(plan.plan[""], request.configs, world_size)
 
 

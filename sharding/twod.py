@@ -54,12 +54,4 @@ def add_replica_sync(cost: PlanCost, topo: ClusterTopology, group_size: int, syn
     comm_bytes = dict(cost.comm_bytes)
     comm_bytes["all_reduce"] = cost.comm_bytes["all_reduce"] + sync
     comm_s = cost.comm_s + sync / bw + (topo.collective_latency_s / sync_every)
-    return PlanCost(
-        cost.weights_bytes,
-        cost.optimizer_bytes,
-        cost.buffer_bytes,
-        cost.lookup_s,
-        comm_bytes,
-        np.asarray(comm_s),
-        cost.memory_capacity,
-    )
+    return replace(cost, comm_bytes=comm_bytes, comm_s=np.asarray(comm_s))

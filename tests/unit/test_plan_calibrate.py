@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -43,3 +44,50 @@ def test_bad_profiles_name_the_file(tmp_path: Path) -> None:
         build_topology("cpu-gloo", 2, profile=path)
     with pytest.raises(ValueError, match="preset 'tpu' is not one of"):
         build_topology("tpu", 2)
+
+
+def test_profile_picks_the_cost_model_and_memory_figures(tmp_path: Path) -> None:
+    from shardrec.sharding import suites
+    from shardrec.sharding.planner import plan_tables
+    from shardrec.sharding.request import PlanRequest, SearchRequest
+    from shardrec.sharding.search import search_plan
+
+    path = tmp_path / "profile.json"
+    save_profile(
+        {
+            "format": "shardrec-calibration",
+            "measured": {"lookup_bw": 1.5e9},
+            "cost_model": {"winner": "torchrec", "evidence": "bench plan-reality"},
+            "memory": {"framework_bytes": 12345678, "replicated_copies": 3.5},
+        },
+        path,
+    )
+    topo = build_topology("cpu-gloo", 2, profile=path)
+    assert topo.cost_model == "torchrec"
+    assert (topo.memory.framework_bytes, topo.memory.replicated_copies, topo.memory.io_copies) == (12345678, 3.5, 1.0)
+    ts = suites.random_tasks(4, 12, max_rows=1e5)
+    request = PlanRequest(
+        configs=ts.configs, world_size=2, local_world_size=2, global_batch_size=4096, device_kind="cpu", topology=topo
+    )
+    plan = plan_tables(request)
+    assert plan.estimate.cost_model == "torchrec"
+    assert min(r.fixed_bytes for r in plan.estimate.ranks) >= 12345678
+    searched = search_plan(
+        SearchRequest(
+            configs=ts.configs, topology=topo, global_batch_size=4096, pooling=dict.fromkeys(ts.pooling, 1.0)
+        ),
+        cost_model="torchrec",
+    )
+    assert [t.shards for t in plan.tables] == [t.shards for t in searched]
+    default = dataclasses.replace(request, topology=build_topology("cpu-gloo", 2))
+    assert plan_tables(default).estimate.cost_model == "shardrec"
+
+
+def test_bad_verdicts_name_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"measured": {}, "cost_model": {"winner": "oracle"}}))
+    with pytest.raises(ValueError, match=f"{path}: cost_model.winner = 'oracle' is not one of shardrec, torchrec"):
+        build_topology("cpu-gloo", 2, profile=path)
+    path.write_text(json.dumps({"measured": {}, "memory": {"framework_bytes": "lots"}}))
+    with pytest.raises(ValueError, match=f"{path}: memory.framework_bytes is 'lots', expected a number"):
+        build_topology("cpu-gloo", 2, profile=path)

@@ -85,13 +85,22 @@ def test_bench_plan_runs_one_case() -> None:
     assert out["geomean_ratio_torchrec_estimators"] == pytest.approx(case["ratio_torchrec_estimators"])
     assert 0.5 < case["ratio_torchrec_estimators"] <= 1.0
     assert 0 < case["ratio_shardrec_model"] <= 1.0 and case["ratio_default_plan_torchrec_estimators"] > 0
+    # The headline: the plan `shardrec plan` writes (shardrec's cost model on CUDA by default) vs torchrec's, under it.
+    assert case["cost_model"] == "shardrec" and case["ratio_headline"] == case["ratio_shardrec_model"]
+    assert "ratio_measured" not in case  # a CUDA case: nothing trained here
     assert out["reserve"] == 0.15 and "FixedPercentageStorageReservation(0.15)" in out["reservation"]
     res = runner.invoke(app, ["bench", "plan", "--only", "random40", "--reserve", "0", "--json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout[res.stdout.index("{") :])["reserve"] == 0
     res = runner.invoke(app, ["bench", "plan", "--only", "random40"])
     assert res.exit_code == 0, res.output
-    assert res.stdout.strip().splitlines()[-1].startswith("headline (torchrec's estimators): geomean 0.")
+    assert (
+        res.stdout.strip()
+        .splitlines()[-1]
+        .startswith(
+            "headline (the plan `shardrec plan` writes vs torchrec's, priced by the better predictor): geomean 0."
+        )
+    )
     res = runner.invoke(app, ["bench", "plan", "--reserve", "1"])
     assert_one_line_error(res, re.escape("--reserve must be in [0, 1) (got 1.0)"))
     res = runner.invoke(app, ["bench", "plan", "--only", "no-such-case"])
@@ -104,9 +113,10 @@ def test_plan_at_start_writes_the_plan_shardrec_plan_writes(tiny_dataset: Path, 
 
     from shardrec.dataloader.format import Manifest
     from shardrec.embeddings.tables import build_table_configs
+    from shardrec.sharding.memory import dense_footprint
     from shardrec.trainer.distributed.dist import DistEnv
     from shardrec.trainer.job.config import load_job_config
-    from shardrec.trainer.model.build import plan_at_start
+    from shardrec.trainer.model.build import build_train_module, plan_at_start
 
     job_path = _job(tmp_path, 't_f1 = { sharding_types = ["column_wise"], min_partition = 8 }')
     out = tmp_path / "plan.json"
@@ -131,5 +141,28 @@ def test_plan_at_start_writes_the_plan_shardrec_plan_writes(tiny_dataset: Path, 
     manifest = Manifest.load(tiny_dataset)
     configs = build_table_configs(manifest, job.model.embedding_dim, job.model.dims)
     env = DistEnv(rank=0, local_rank=0, world_size=2, local_world_size=2, device=torch.device("cpu"), backend="gloo")
-    plan = plan_at_start(configs, manifest, env, train=job.train, sharding=job.sharding, optim=job.optim)
+    module = build_train_module(
+        job.model, manifest, configs, env, global_batch_size=job.train.global_batch_size, seed=0
+    )
+    plan = plan_at_start(
+        configs,
+        manifest,
+        env,
+        train=job.train,
+        sharding=job.sharding,
+        optim=job.optim,
+        dense=dense_footprint(module, job.optim.dense),
+    )
     assert plan.to_json() == out.read_text()
+    # The dense layers are in the estimate, on every rank.
+    assert all(r.fixed_bytes > 40 * 2**20 for r in plan.estimate.ranks)
+
+
+@pytest.mark.slow
+def test_bench_plan_trains_both_plans_of_a_cpu_case() -> None:
+    from shardrec.tools.bench.plan import Case, run_case
+
+    row = run_case(Case("small/cpu-gloo x2", "random:4:6:1e4", "cpu-gloo", 2, 512))
+    assert row["cost_model"] == "shardrec" and row["ratio_headline"] == row["ratio_shardrec_model"]
+    assert row["measured_shardrec_ms"] > 0 and row["measured_torchrec_ms"] > 0
+    assert row["ratio_measured"] == pytest.approx(row["measured_shardrec_ms"] / row["measured_torchrec_ms"])

@@ -121,7 +121,7 @@ def test_zero_memory_topology_and_shortfall() -> None:
     with pytest.raises(ValueError, match="memory per rank is 0 bytes"):
         build_topology("cpu-gloo", 2, memory_bytes=0)
     topo = build_topology("cpu-gloo", 2, memory_bytes=20_000)
-    with pytest.raises(PlanDoesNotFitError, match=r"rank \d needs .* over"):
+    with pytest.raises(PlanDoesNotFitError, match=r"rank \d needs .* of memory, .* short"):
         _plan(_tables(), topology=topo)
 
 
@@ -133,7 +133,9 @@ def test_ranks_constraint_is_honoured() -> None:
 def test_nothing_fits_reports_every_rank() -> None:
     topo = build_topology("cpu-gloo", 2, memory_bytes=1000)
     with pytest.raises(
-        PlanDoesNotFitError, match=r"does not fit in 1000 B per rank: rank 0 needs .* KiB over; rank 1 needs"
+        PlanDoesNotFitError,
+        match=r"does not fit: 850 B of memory usable per rank \(1000 B less the reserve\); "
+        r"rank 0 needs .* MiB of memory, .* MiB short; rank 1 needs",
     ):
         _plan(_tables(), topology=topo)
 

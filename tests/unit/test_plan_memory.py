@@ -34,4 +34,6 @@ def test_per_rank_weights_and_optimizer_state(optimizer: str, state: list[int]) 
     cost = _cost(optimizer)
     assert list(cost.weights_bytes) == [6 * 16 * 4, (24 * 8 + 6 * 16) * 4]
     assert list(cost.optimizer_bytes) == state
-    assert list(cost.memory_bytes) == list(cost.weights_bytes + cost.optimizer_bytes + cost.buffer_bytes)
+    assert list(cost.memory_bytes) == list(
+        cost.weights_bytes + cost.optimizer_bytes + cost.buffer_bytes + cost.fixed_bytes
+    )

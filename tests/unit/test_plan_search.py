@@ -97,3 +97,21 @@ def test_constraints_are_honoured() -> None:
     assert placed["t_2"].sharding_type in ("column_wise", "table_column_wise")
     assert all(s.cols >= 8 for s in placed["t_2"].shards)
     assert placed["t_3"].sharding_type == "data_parallel" and placed["t_3"].compute_kernel == "dense"
+
+
+def test_a_replicated_table_that_overflows_is_not_taken_for_a_fit() -> None:
+    """Data-parallel would be fastest but its three copies overflow a rank: the search shards the table
+    instead of returning a placement the planner then refuses."""
+    configs = [suites.table_config(0, 30_000, 16)]
+    request = PlanRequest(
+        configs=configs,
+        world_size=2,
+        local_world_size=2,
+        global_batch_size=4096,
+        device_kind="cpu",
+        topology=build_topology("cpu-gloo", 2, memory_bytes=54_000_000),
+        constraints={"t_0": {"pooling_factors": [50.0]}},
+    )
+    plan = plan_tables(request)
+    assert plan.tables[0].sharding_type == "row_wise"
+    assert all(r.memory_bytes <= plan.estimate.memory_capacity_bytes for r in plan.estimate.ranks)

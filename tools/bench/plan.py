@@ -4,11 +4,12 @@ Every case plans one table set on one topology with torchrec's EmbeddingSharding
 shardrec's search, both keeping the same share of each rank's memory free (15% by default,
 torchrec's default margin: torchrec through a FixedPercentageStorageReservation in place of its
 heuristic, shardrec by planning for the memory left). Ratios compare the estimated step time of
-the slowest rank (below 1: shardrec's plan is faster). The headline prices both plans with
-torchrec's own estimators (shardrec's search run on that objective), so shardrec's cost model
-cannot flatter its own plan; secondary lines give the ratio under shardrec's cost model and
-how torchrec's estimators rate the plan `shardrec plan` writes (searched on shardrec's cost
-model: the two models disagree, and each search wins on its own). torchrec's planner takes
+the slowest rank (below 1: shardrec's plan is faster). The headline is the plan `shardrec plan`
+writes against torchrec's, both priced by the cost model that predicts measured step times better
+on the case's kind of machine (`bench plan-reality` decides; `--profile` with its verdict, else
+planner.DEFAULT_COST_MODEL) and the one `shardrec plan` searched with; CPU cases also train both
+plans on local ranks and give the measured ratio. Secondary lines: both searches under each
+model (the two models disagree, and each search wins on its own). torchrec's planner takes
 minutes beyond ~100 tables x 16 ranks on 2 cores, so its side of the suite stays below that;
 the 1,000-table x 1,024-rank case runs shardrec only, to measure planning time at scale.
 """
@@ -19,6 +20,7 @@ import math
 import resource
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from shardrec.tools.cli.common import console
 
@@ -63,13 +65,6 @@ RESERVE = 0.15
 """Share of each rank's memory both planners keep free: torchrec's default planner margin."""
 
 
-def _reserved(topo, reserve: float):
-    """shardrec's search has no reservation of its own: it plans for the memory left after it."""
-    from dataclasses import replace
-
-    return replace(topo, memory_bytes=int(topo.memory_bytes * (1 - reserve)))
-
-
 def _torchrec_side(request, reserve: float, row: dict) -> list | None:
     from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation
 
@@ -90,19 +85,22 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def run_case(case: Case, reserve: float = RESERVE) -> dict:
-    """Plan one case with both planners (each keeping `reserve` of every rank's memory free) and price both plans."""
+def run_case(case: Case, reserve: float = RESERVE, cost_model: str = "", measure: bool = True) -> dict:
+    """Plan one case with both planners (each keeping `reserve` of every rank's memory free) and price both
+    plans; the headline prices the plan `shardrec plan` writes (searched on `cost_model`, "": the device
+    kind's default) and torchrec's with that model; CPU cases also train both (`measure`)."""
     from dataclasses import replace
 
     from shardrec.sharding.cost import evaluate
+    from shardrec.sharding.planner import DEFAULT_COST_MODEL
     from shardrec.sharding.request import SearchRequest
     from shardrec.sharding.search import search_plan
     from shardrec.sharding.topology import build_topology
     from shardrec.tools.bench.torchrec_score import torchrec_score
 
     ts = _table_set(case.table_set)
-    full = build_topology(case.preset, case.world_size)
-    topo = _reserved(full, reserve)
+    # Both keep `reserve` free: shardrec through the topology, torchrec through its reservation.
+    topo = replace(build_topology(case.preset, case.world_size), reserve_fraction=reserve)
     request = SearchRequest(
         configs=ts.configs, topology=topo, global_batch_size=case.global_batch_size, pooling=ts.pooling
     )
@@ -120,8 +118,7 @@ def run_case(case: Case, reserve: float = RESERVE) -> dict:
     }
     if not case.torchrec:
         return row
-    # torchrec reserves its share of the full memory itself.
-    theirs = _torchrec_side(replace(request, topology=full), reserve, row)
+    theirs = _torchrec_side(request, reserve, row)
     if theirs is None:
         return row
     theirs_cost = evaluate(theirs, ts.configs, ts.pooling, topo, case.global_batch_size)
@@ -135,16 +132,44 @@ def run_case(case: Case, reserve: float = RESERVE) -> dict:
     row["shardrec_torchrec_model_fits"] = not evaluate(
         ours_on_tr, ts.configs, ts.pooling, topo, case.global_batch_size
     ).shortfall()
-    score = lambda plan: torchrec_score(plan, ts.configs, full, case.global_batch_size, ts.pooling)  # noqa: E731
+    score = lambda plan: torchrec_score(plan, ts.configs, topo, case.global_batch_size, ts.pooling)  # noqa: E731
     theirs_tr, ours_tr, default_tr = score(theirs), score(ours_on_tr), score(ours)
     row.update(
         shardrec_torchrec_ms=None if ours_tr is None else ours_tr * 1e3,
         torchrec_torchrec_ms=None if theirs_tr is None else theirs_tr * 1e3,
     )
     row["ratio_torchrec_estimators"] = _ratio(ours_tr, theirs_tr)
-    # Secondary: the plan `shardrec plan` writes (shardrec's cost model) as torchrec's estimators rate it.
+    # Secondary: the plan shardrec's own cost model searches as torchrec's estimators rate it.
     row["ratio_default_plan_torchrec_estimators"] = _ratio(default_tr, theirs_tr)
+    # Headline: the plan `shardrec plan` writes (searched on the better predictor) against torchrec's,
+    # both priced by that predictor.
+    row["cost_model"] = cost_model = cost_model or DEFAULT_COST_MODEL[topo.device_kind]
+    written = ours if cost_model == "shardrec" else ours_on_tr
+    row["ratio_headline"] = (
+        row["ratio_shardrec_model"] if cost_model == "shardrec" else row["ratio_torchrec_estimators"]
+    )
+    if measure and topo.device_kind == "cpu":
+        _measure_both(row, ts, written, theirs, case)
     return row
+
+
+def _measure_both(row: dict, ts, written, theirs, case: Case) -> None:
+    """Train the written plan and torchrec's on local CPU ranks: the slowest rank's step of each."""
+    from shardrec.sharding.plan_io import PLAN_SCHEMA_VERSION, PlanFile, plan_fingerprint
+    from shardrec.tools.bench.reality import measure_plans
+
+    fp = plan_fingerprint(ts.configs, case.world_size, case.global_batch_size, "cpu")
+    texts = [PlanFile(PLAN_SCHEMA_VERSION, fp, placed).to_json() for placed in (written, theirs)]
+    ours_m, theirs_m = measure_plans(
+        ts.configs,
+        texts,
+        world_size=case.world_size,
+        local_batch=case.global_batch_size // case.world_size,
+        steps=4,
+        pooling=ts.pooling,
+    )
+    row.update(measured_shardrec_ms=ours_m.step_s * 1e3, measured_torchrec_ms=theirs_m.step_s * 1e3)
+    row["ratio_measured"] = ours_m.step_s / theirs_m.step_s
 
 
 def _geomean(values: list[float]) -> float | None:
@@ -152,7 +177,13 @@ def _geomean(values: list[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
-RATIOS = ("ratio_torchrec_estimators", "ratio_shardrec_model", "ratio_default_plan_torchrec_estimators")
+RATIOS = (
+    "ratio_headline",
+    "ratio_torchrec_estimators",
+    "ratio_shardrec_model",
+    "ratio_default_plan_torchrec_estimators",
+    "ratio_measured",
+)
 
 
 def _summary(rows: list[dict], reserve: float) -> dict:
@@ -177,25 +208,24 @@ def print_plan_table(result: dict) -> None:
     from rich.table import Table
 
     t = Table(
-        title="shardrec plan vs torchrec EmbeddingShardingPlanner (slowest-rank step estimate; ratio < 1: "
-        "shardrec faster)"
+        title="shardrec plan vs torchrec EmbeddingShardingPlanner (slowest-rank step; ratio < 1: shardrec faster)"
     )
     t.caption = (
-        "ms: slowest-rank step priced by torchrec's estimators (ours: shardrec's search on their objective); "
-        "ratio: shardrec / torchrec under them; own: both plans on shardrec's cost model; "
-        "dflt: shardrec's default plan under torchrec's estimators; s: planner run time"
+        "model: the better predictor the case is priced by; ratio: the plan `shardrec plan` writes / torchrec's "
+        "under it; meas.: the same, trained (CPU cases); trec, own: shardrec's search on each model vs torchrec's "
+        "plan, under torchrec's estimators and shardrec's cost model; s: planner run time"
     )
-    for col in ("case", "ours ms", "trec ms", "ratio", "own", "dflt", "ours s", "trec s", "fit"):
+    for col in ("case", "model", "ratio", "meas.", "trec", "own", "ours s", "trec s", "fit"):
         t.add_column(col, justify="right")
     fmt = lambda v, f="{:.3f}": "-" if v is None else f.format(v)  # noqa: E731
     for r in result["cases"]:
         t.add_row(
             r["case"],
-            fmt(r.get("shardrec_torchrec_ms")),
-            fmt(r.get("torchrec_torchrec_ms")),
+            r.get("cost_model", "-"),
+            fmt(r.get("ratio_headline")),
+            fmt(r.get("ratio_measured")),
             fmt(r.get("ratio_torchrec_estimators")),
             fmt(r.get("ratio_shardrec_model")),
-            fmt(r.get("ratio_default_plan_torchrec_estimators")),
             fmt(r["shardrec_s"], "{:.2f}"),
             fmt(r.get("torchrec_s"), "{:.2f}"),
             "yes" if r["shardrec_fits"] and r.get("torchrec_fits", True) else "NO",
@@ -205,130 +235,51 @@ def print_plan_table(result: dict) -> None:
     w = lambda k: fmt(result[f"worst_ratio_{k}"])  # noqa: E731
     n = lambda k: result[f"cases_ratio_{k}"]  # noqa: E731
     console.print(f"{result['reservation']}")
-    console.print(
-        f"  also under shardrec's cost model: geomean {g('shardrec_model')} (worst {w('shardrec_model')}, "
-        f"{n('shardrec_model')} cases)"
-    )
-    console.print(
-        f"  also the plan `shardrec plan` writes (shardrec's cost model) under torchrec's estimators: geomean "
-        f"{g('default_plan_torchrec_estimators')} (worst {w('default_plan_torchrec_estimators')}, "
-        f"{n('default_plan_torchrec_estimators')} cases)"
-    )
+    for key, label in (
+        ("torchrec_estimators", "shardrec's search on torchrec's estimators, under them"),
+        ("shardrec_model", "shardrec's search on its cost model, under it"),
+        ("default_plan_torchrec_estimators", "shardrec's search on its cost model, under torchrec's estimators"),
+    ):
+        console.print(f"  also {label}: geomean {g(key)} (worst {w(key)}, {n(key)} cases)")
+    if n("measured"):
+        console.print(
+            f"  measured on CPU ranks: geomean {g('measured')} (worst {w('measured')}, {n('measured')} cases)"
+        )
     console.print(f"peak RSS {result['peak_rss_gib']:.2f} GiB")
     # The headline last, where the eye lands.
     console.print(
-        f"headline (torchrec's estimators): geomean {g('torchrec_estimators')}, "
-        f"worst {w('torchrec_estimators')}, {n('torchrec_estimators')} cases"
+        f"headline (the plan `shardrec plan` writes vs torchrec's, priced by the better predictor): geomean "
+        f"{g('headline')}, worst {w('headline')}, {n('headline')} cases",
+        soft_wrap=True,  # one line, whatever the terminal's width: scripts read the last line
     )
 
 
-def run_plan_bench(cases: list[Case], reserve: float, show_progress: bool = True) -> dict:
-    """Plan every case with both planners, keeping `reserve` of each rank's memory free; the summary."""
+def profile_verdict(profile: Path | None) -> tuple[str, str]:
+    """(device kind, cost model) a calibration profile's `cost_model` verdict is for ("", "" without one)."""
+    from shardrec.sharding.json_checks import read_strict_json
+    from shardrec.sharding.topology import load_profile
+
+    if profile is None:
+        return "", ""
+    winner = load_profile(profile).get("cost_model", "")
+    raw = read_strict_json(profile, "calibration profile")
+    return (raw.get("device_kind", "cpu") if winner else ""), winner
+
+
+def run_plan_bench(
+    cases: list[Case], reserve: float, profile: Path | None, measure: bool, show_progress: bool = True
+) -> dict:
+    """Plan every case with both planners, keeping `reserve` of each rank's memory free, each case priced
+    by the better predictor (`profile`'s verdict for its kind of machine); the summary."""
     from rich.progress import Progress
 
+    kind, winner = profile_verdict(profile)
     rows = []
     with Progress(console=console, transient=True, disable=not show_progress) as progress:
         task = progress.add_task("planning", total=len(cases))
         for case in cases:
             progress.update(task, description=case.name)
-            rows.append(run_case(case, reserve))
+            device_kind = "cpu" if case.preset == "cpu-gloo" else "cuda"
+            rows.append(run_case(case, reserve, winner if device_kind == kind else "", measure))
             progress.advance(task)
     return _summary(rows, reserve)
-
-
-def _reality_plans(configs, topo, batch, pooling) -> dict[str, list]:
-    """Distinct placements of the same tables: ours, torchrec's, and deliberately different ones."""
-    from shardrec.sharding import layouts
-    from shardrec.sharding.request import SearchRequest
-    from shardrec.sharding.search import search_plan
-    from shardrec.sharding.torchrec_planner import torchrec_plan
-
-    W = topo.world_size
-    request = SearchRequest(configs=configs, topology=topo, global_batch_size=batch, pooling=pooling)
-    return {
-        "shardrec": search_plan(request),
-        "torchrec": torchrec_plan(request),
-        "all row-wise": [layouts.row_wise(config, W, "fused") for config in configs],
-        "all column-wise": [layouts.column_wise(config, list(range(W)), "fused") for config in configs],
-        "all on rank 0": [layouts.table_wise(config, 0, "fused") for config in configs],
-        "all data-parallel": [layouts.data_parallel(config, W) for config in configs],
-    }
-
-
-def run_reality(world_size: int, max_rows: int, dim: int, global_batch_size: int, steps: int) -> tuple[dict, str]:
-    """Run a few distinct plans of the demo-sized model on CPU: does the cost model order them like the clock does,
-    and do its memory estimates bound each rank's measured peak memory? Calibrates this machine first."""
-
-    from shardrec.sharding import suites
-    from shardrec.sharding.cost import evaluate
-    from shardrec.sharding.plan_io import PLAN_SCHEMA_VERSION, PlanFile, plan_fingerprint
-    from shardrec.sharding.topology import PRESETS, ClusterTopology
-    from shardrec.tools.bench.calibrate import calibrate
-    from shardrec.tools.bench.reality import kendall_tau, measure_plans
-
-    profile = calibrate("cpu", world_size)
-    values = {k: v for k, v in PRESETS["cpu-gloo"].items() if k != "local_world_size"}
-    values.update(profile["measured"])
-    topo = ClusterTopology(name="cpu-gloo (calibrated)", world_size=world_size, local_world_size=world_size, **values)
-    ts = suites.criteo_dlrmv2(dim)
-    configs = [suites.table_config(i, min(c.num_embeddings, max_rows), dim) for i, c in enumerate(ts.configs)]
-    pooling = {config.name: 1.0 for config in configs}  # one-hot, as the demo's data
-    plans = _reality_plans(configs, topo, global_batch_size, pooling)
-    fp = plan_fingerprint(configs, world_size, global_batch_size, "cpu")
-    texts = [PlanFile(PLAN_SCHEMA_VERSION, fp, placed).to_json() for placed in plans.values()]
-    measured = measure_plans(
-        configs, texts, world_size=world_size, local_batch=global_batch_size // world_size, steps=steps
-    )
-    rows = []
-    for (name, placed), m in zip(plans.items(), measured):
-        cost = evaluate(placed, configs, pooling, topo, global_batch_size)
-        est_mem = [int(x) for x in cost.memory_bytes]
-        rows.append(
-            {
-                "plan": name,
-                "estimated_ms": cost.max_step_s * 1e3,
-                "measured_ms": m.step_s * 1e3,
-                "estimated_memory_bytes": est_mem,
-                "measured_memory_bytes": m.memory_bytes,
-                "held_memory_bytes": m.held_bytes,
-                "memory_bounded": all(a >= b for a, b in zip(est_mem, m.memory_bytes)),
-            }
-        )
-    tau = kendall_tau([r["estimated_ms"] for r in rows], [r["measured_ms"] for r in rows])
-    result = {
-        "kendall_tau": tau,
-        "same_order": tau == 1.0,
-        "profile": profile["measured"],
-        "measured_memory": "per rank, growth of the process's peak resident set (VmHWM) over building, "
-        "sharding and stepping the plan; held: bytes of its weights and optimizer state",
-        "plans": rows,
-    }
-    return result, f"{len(configs)} tables x {dim}, {world_size} CPU ranks, batch {global_batch_size}"
-
-
-def print_reality_table(result: dict, title: str) -> None:
-    from rich.table import Table
-
-    t = Table(title=f"{title}: estimate vs clock and memory")
-    t.caption = (
-        "MiB of the rank with the most: est. = cost model, peak = measured peak RSS growth, "
-        "held = weights + optimizer state; bound: every rank's estimate >= its peak"
-    )
-    for col in ("plan", "est. ms", "measured ms", "est. MiB", "peak MiB", "held MiB", "bound"):
-        t.add_column(col, justify="right")
-    mib = lambda v: f"{max(v) / 2**20:.1f}"  # noqa: E731
-    for r in sorted(result["plans"], key=lambda r: r["estimated_ms"]):
-        t.add_row(
-            r["plan"],
-            f"{r['estimated_ms']:.2f}",
-            f"{r['measured_ms']:.2f}",
-            mib(r["estimated_memory_bytes"]),
-            mib(r["measured_memory_bytes"]),
-            mib(r["held_memory_bytes"]),
-            "yes" if r["memory_bounded"] else "NO",
-        )
-    console.print(t)
-    console.print(
-        f"rank agreement (Kendall tau) between estimated and measured step time: {result['kendall_tau']:.2f} "
-        "(1: same order)"
-    )

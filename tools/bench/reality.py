@@ -1,15 +1,17 @@
-"""Run a few plans for real and compare with the cost model: step-time order and memory.
+"""Run plans for real and compare with the cost models: step time and each rank's memory.
 
-Each plan shards the same EmbeddingBagCollection with DistributedModelParallel on local
-gloo ranks (the fused row-wise Adagrad applied in backward, as training does); a few
-forward + backward steps on random one-hot batches are timed after a warm-up.
+Each plan trains the same model on local gloo ranks as `shardrec train` does on CPU: a DLRM
+whose tables are sharded by the plan with DistributedModelParallel (the sparse optimizer fused
+into the fused-kernel tables' backward, data-parallel tables and dense layers stepped after
+backward by the trainer's optimizer), plain forward + backward + step on random one-hot
+batches. A few steps are timed after a warm-up.
 
 Measured memory per rank is the growth of the rank process's peak resident set (VmHWM) over
 building, sharding and stepping the plan: before each plan the rank frees what it can
 (gc, malloc_trim), resets its peak (/proc/self/clear_refs) and reads its resident set, so
 the figure is what the plan made the process hold at its worst, not a sum of tensor sizes.
-The bytes of its shards' weights and optimizer state (what the state dict holds) are kept
-beside it.
+The peak is also read at the end of each phase (built, first step, all steps), and the bytes
+of the weights and optimizer state (what the state dicts hold) are kept beside it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,23 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 from shardrec.trainer.distributed.dist import DistEnv
 from shardrec.trainer.distributed.launch import RankFailed, run_local_ranks
+
+PHASES = ("built", "first_step", "steps")
+"""Where the peak is read: after sharding and building the optimizer, after the first step
+(the optimizers' lazy state exists), after every step."""
+NUM_DENSE = 13
+
+
+@dataclass(frozen=True)
+class RealityModel:
+    """The model every plan trains: DLRM's dense and over arch around the tables (DCNv2 for tables of
+    several widths)."""
+
+    dense_arch: tuple[int, ...] = (64,)
+    """Hidden widths of the dense arch (its last layer is the embedding width)."""
+    over_arch: tuple[int, ...] = (64, 32, 1)
+    sparse_optimizer: str = "rowwise_adagrad"
+    dense_optimizer: str = "adagrad"
 
 
 @dataclass
@@ -36,13 +55,15 @@ class Measured:
     """Per rank: growth of the process's peak resident set while the plan was built, sharded and stepped."""
     held_bytes: list[int]
     """Per rank: bytes of local weights and optimizer state (the state dicts' tensors)."""
+    phase_bytes: list[dict[str, int]] = field(default_factory=list)
+    """Per rank: the peak growth at the end of each of PHASES."""
 
 
-def _status_bytes(field: str) -> int:
+def _status_bytes(name: str) -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
+        if line.startswith(name + ":"):
             return int(line.split()[1]) * 1024  # the kernel reports kB
-    raise RuntimeError(f"/proc/self/status has no {field} line")
+    raise RuntimeError(f"/proc/self/status has no {name} line")
 
 
 def start_peak_window() -> int:
@@ -64,15 +85,25 @@ def peak_growth(start_rss: int) -> int:
     return max(0, _status_bytes("VmHWM") - start_rss)
 
 
-def _batches(tables: list[EmbeddingBagConfig], local_batch: int, count: int, seed: int):
+def _batches(
+    tables: list[EmbeddingBagConfig], local_batch: int, count: int, seed: int, pooling: dict[str, float] | None
+) -> list:
+    """Random batches with `pooling` ids per sample of each table (rounded, at least 1; none: one-hot)."""
+    from torchrec.datasets.utils import Batch
     from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
     g = torch.Generator().manual_seed(seed)
+    per_sample = [max(1, round((pooling or {}).get(t.name, 1.0))) for t in tables]
     out = []
     for _ in range(count):
-        values = torch.cat([torch.randint(0, t.num_embeddings, (local_batch,), generator=g) for t in tables])
-        lengths = torch.ones(local_batch * len(tables), dtype=torch.int32)
-        out.append(KeyedJaggedTensor.from_lengths_sync([t.feature_names[0] for t in tables], values, lengths))
+        values = torch.cat(
+            [torch.randint(0, t.num_embeddings, (local_batch * k,), generator=g) for t, k in zip(tables, per_sample)]
+        )
+        lengths = torch.tensor([k for k in per_sample for _ in range(local_batch)], dtype=torch.int32)
+        sparse = KeyedJaggedTensor.from_lengths_sync([t.feature_names[0] for t in tables], values, lengths)
+        dense = torch.rand(local_batch, NUM_DENSE, generator=g)
+        labels = (torch.rand(local_batch, generator=g) < 0.25).float()
+        out.append(Batch(dense_features=dense, sparse_features=sparse, labels=labels))
     return out
 
 
@@ -90,58 +121,101 @@ def _local_bytes(obj: Any) -> int:
     return 0
 
 
-def _run_plan(
-    env: DistEnv, tables: list[EmbeddingBagConfig], plan_json: str, *, local_batch: int, steps: int, seed: int
-) -> tuple[float, int, int]:
-    import torch.distributed as dist
-    from torchrec.distributed.model_parallel import DistributedModelParallel
-    from torchrec.modules.embedding_modules import EmbeddingBagCollection
-
-    from shardrec.embeddings.optim import attach_fused_optimizer
+def _build(env: DistEnv, tables: list[EmbeddingBagConfig], plan_json: str, model: RealityModel, batch: int):
+    """The sharded DLRM of the plan and its after-backward optimizer, built as the trainer builds them."""
+    from shardrec.embeddings.tables import build_ebc
     from shardrec.sharding.plan_io import PlanFile, to_sharding_plan
-    from shardrec.sharding.sharders import build_sharders
+    from shardrec.trainer.job.config import ModelConfig, OptimConfig
+    from shardrec.trainer.model.build import build_optimizer, shard_model
+    from shardrec.trainer.model.models import build_model
+    from shardrec.trainer.model.objective import TRAIN_EBC_PATH, TrainModule
 
+    dim = tables[0].embedding_dim
+    # DLRM's dot interaction needs one width; tables of several widths get DCNv2's cross layers.
+    arch = "dlrm" if len({t.embedding_dim for t in tables}) == 1 else "dcnv2"
+    model_config = ModelConfig(
+        arch=arch, embedding_dim=dim, dense_arch=[*model.dense_arch, dim], over_arch=list(model.over_arch)
+    )
+    optim = OptimConfig(sparse=model.sparse_optimizer, dense=model.dense_optimizer)
+    names = [t.feature_names[0] for t in tables]
+    torch.manual_seed(0)
+    dlrm = build_model(model_config, build_ebc(tables, "meta"), names, NUM_DENSE)
+    module = TrainModule(dlrm, batch, env.world_size)
     plan = PlanFile.from_json(plan_json)
+    sharding_plan = to_sharding_plan(plan, tables, TRAIN_EBC_PATH, env.world_size, env.local_world_size, "cpu")
+    sharded = shard_model(module, sharding_plan, env, optim, qcomm=None)
+    return sharded, build_optimizer(sharded, tables, optim)
+
+
+def _held_bytes(model, optimizer) -> int:
+    held = _local_bytes(model.state_dict()) + _local_bytes(model.fused_optimizer.state_dict().get("state", {}))
+    return held + sum(_local_bytes(o.state_dict().get("state", {})) for o in optimizer.optimizers)
+
+
+def _run_plan(
+    env: DistEnv,
+    tables: list[EmbeddingBagConfig],
+    plan_json: str,
+    model_spec: RealityModel,
+    *,
+    local_batch: int,
+    steps: int,
+    seed: int,
+    pooling: dict[str, float] | None,
+) -> tuple[float, int, int, dict[str, int]]:
+    import torch.distributed as dist
+
     dist.barrier()  # the previous plan's model is gone on every rank before any rank starts counting
     start_rss = start_peak_window()
-    ebc = EmbeddingBagCollection(tables=tables, device=torch.device("meta"))
-    fused = [name for name in ebc.embedding_bags if plan.table(name).compute_kernel == "fused"]
-    attach_fused_optimizer(ebc, fused, optimizer="rowwise_adagrad", lr=0.01, eps=1e-8)
-    model = DistributedModelParallel(
-        ebc,
-        device=torch.device("cpu"),
-        sharders=build_sharders(),
-        plan=to_sharding_plan(plan, tables, "", env.world_size, env.local_world_size, "cpu"),
-    )
-    batches = _batches(tables, local_batch, 4, seed + env.rank)
+    model, optimizer = _build(env, tables, plan_json, model_spec, local_batch * env.world_size)
+    phases = {"built": peak_growth(start_rss)}
+    batches = _batches(tables, local_batch, 4, seed + env.rank, pooling)
 
     def step(i: int) -> None:
-        out = model(batches[i % len(batches)])
-        out = out.wait() if hasattr(out, "wait") else out
-        out.values().sum().backward()
+        optimizer.zero_grad()
+        loss, _ = model(batches[i % len(batches)])
+        loss.backward()
+        optimizer.step()
 
-    for i in range(2):  # warm-up: allocations, first collectives
-        step(i)
+    step(0)
+    phases["first_step"] = peak_growth(start_rss)
+    step(1)  # warm-up: allocations, first collectives
     dist.barrier()
     start = time.perf_counter()
     for i in range(steps):
         step(i)
     dist.barrier()
     elapsed = (time.perf_counter() - start) / steps
-    grown = peak_growth(start_rss)
-    held = _local_bytes(model.state_dict()) + _local_bytes(model.fused_optimizer.state_dict().get("state", {}))
-    return elapsed, grown, held
+    phases["steps"] = grown = peak_growth(start_rss)
+    held = _held_bytes(model, optimizer)
+    return elapsed, grown, held, phases
 
 
 def _worker(
-    env: DistEnv, tables: list[EmbeddingBagConfig], plans: list[str], local_batch: int, steps: int, seed: int
-) -> list[tuple[float, int, int]]:
-    # Two rounds over all plans, keeping each plan's lower time and lower peak: the first plan of a
+    env: DistEnv,
+    tables: list[EmbeddingBagConfig],
+    plans: list[str],
+    model_spec: RealityModel,
+    local_batch: int,
+    steps: int,
+    seed: int,
+    rounds: int,
+    pooling: dict[str, float] | None,
+) -> list[tuple[float, int, int, dict[str, int]]]:
+    # Rounds over all plans, keeping each plan's lowest time and lowest peak: the first plan of a
     # fresh process otherwise pays one-off costs (kernel selection, thread pools, gloo buffers).
-    rounds = [
-        [_run_plan(env, tables, p, local_batch=local_batch, steps=steps, seed=seed) for p in plans] for _ in range(2)
+    runs = [
+        [
+            _run_plan(env, tables, p, model_spec, local_batch=local_batch, steps=steps, seed=seed, pooling=pooling)
+            for p in plans
+        ]
+        for _ in range(rounds)
     ]
-    return [(min(a[0], b[0]), min(a[1], b[1]), a[2]) for a, b in zip(*rounds)]
+    out = []
+    for per_round in zip(*runs):
+        best = min(per_round, key=lambda run: run[1])
+        out.append((min(run[0] for run in per_round), best[1], best[2], best[3]))
+    return out
 
 
 def measure_plans(
@@ -152,11 +226,26 @@ def measure_plans(
     local_batch: int,
     steps: int = 8,
     seed: int = 0,
+    rounds: int = 2,
+    model: RealityModel = RealityModel(),
+    pooling: dict[str, float] | None = None,
 ) -> list[Measured]:
-    """Time `steps` training steps of each plan (JSON texts) on `world_size` local gloo ranks."""
+    """Train `steps` steps of each plan (JSON texts) on `world_size` local gloo ranks, `rounds` times, on
+    random batches of `pooling` ids per sample per table (none: one-hot)."""
     try:
         results = run_local_ranks(
-            _worker, world_size, tables, plans, local_batch, steps, seed, timeout_s=1800, collective_timeout_s=300
+            _worker,
+            world_size,
+            tables,
+            plans,
+            model,
+            local_batch,
+            steps,
+            seed,
+            rounds,
+            pooling,
+            timeout_s=3600,
+            collective_timeout_s=600,
         )
     except RankFailed as e:
         raise RuntimeError(f"rank {e.rank} failed while timing plans: {e.reason}") from e
@@ -165,6 +254,7 @@ def measure_plans(
             max(results[r][i][0] for r in range(world_size)),
             [results[r][i][1] for r in range(world_size)],
             [results[r][i][2] for r in range(world_size)],
+            [results[r][i][3] for r in range(world_size)],
         )
         for i in range(len(plans))
     ]

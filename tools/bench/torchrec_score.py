@@ -15,12 +15,16 @@ import numpy as np
 from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
-from shardrec.embeddings.tables import build_ebc
 from shardrec.sharding.constraints import TableConstraint
 from shardrec.sharding.plan_io import SHARDING_TYPES, TablePlan
 from shardrec.sharding.sharders import build_sharders
 from shardrec.sharding.topology import ClusterTopology
-from shardrec.sharding.torchrec_planner import quiet_torchrec, to_parameter_constraints, to_torchrec_topology
+from shardrec.sharding.torchrec_planner import (
+    planning_ebc,
+    quiet_torchrec,
+    to_parameter_constraints,
+    to_torchrec_topology,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +39,7 @@ def torchrec_score(
     topo: ClusterTopology,
     global_batch_size: int,
     pooling: dict[str, float],
+    optimizer: str = "rowwise_adagrad",
 ) -> float | None:
     """torchrec's estimate of the slowest rank's step time (seconds), or None if a table's layout
     has no torchrec option."""
@@ -54,7 +59,7 @@ def torchrec_score(
             batch_size=max(1, global_batch_size // topo.world_size),
             constraints=params,
         )
-        options = enumerator.enumerate(build_ebc(configs), build_sharders())
+        options = enumerator.enumerate(planning_ebc(configs, optimizer), build_sharders())
     found: dict[tuple, object] = {}
     for o in options:
         key = (o.name, o.sharding_type, o.compute_kernel, _shape_key((s.size, s.offset) for s in o.shards))

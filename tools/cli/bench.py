@@ -126,34 +126,103 @@ def plan(
     reserve: Annotated[
         float, typer.Option(help="Share of each rank's memory both planners keep free.")
     ] = bench_plan.RESERVE,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
+    profile: Annotated[
+        Path | None, typer.Option(help="Calibration profile whose cost-model verdict (bench plan-reality) applies.")
+    ] = None,
+    measure: Annotated[bool, typer.Option(help="Train both plans of the CPU cases on local ranks.")] = True,
+    json_out: JsonFlag = False,
 ) -> None:
-    """Cost of shardrec's plans vs torchrec's default planner under torchrec's estimators (ratio < 1: shardrec
-    faster), both planners keeping the same memory free; shardrec's-cost-model ratios and both run times too."""
+    """The plan `shardrec plan` writes vs torchrec's default planner's, priced by the better predictor
+    (ratio < 1: shardrec faster), both keeping the same memory free; CPU cases trained too."""
     cases = [c for c in bench_plan.CASES if only is None or only in c.name]
     if not cases:
         fail(f"--only {only!r} matches no case (cases: {', '.join(c.name for c in bench_plan.CASES)})")
     if not 0 <= reserve < 1:
         fail(f"--reserve must be in [0, 1) (got {reserve})")
-    result = bench_plan.run_plan_bench(cases, reserve, show_progress=not json_out)
+    try:
+        result = bench_plan.run_plan_bench(cases, reserve, profile, measure, show_progress=not json_out)
+    except ValueError as e:
+        fail(str(e))
     _show(result, json_out, bench_plan.print_plan_table)
 
 
 @bench_app.command("plan-reality")
 def plan_reality(
     world_size: Annotated[int, typer.Option(help="Local gloo ranks.")] = 2,
-    max_rows: Annotated[int, typer.Option(help="Rows per table (the demo caps ids at 50,000).")] = 50_000,
+    max_rows: Annotated[int, typer.Option(help="Rows per table, at most (the demo caps ids at 50,000).")] = 50_000,
+    large: Annotated[
+        bool,
+        typer.Option(
+            "--large",
+            help="Tables of up to 3,000,000 rows x 32 (2.3 GiB): >= 1 GiB per rank on 2 ranks.",
+        ),
+    ] = False,
     dim: Annotated[int, typer.Option(help="Embedding width.")] = 16,
+    tables: Annotated[int, typer.Option(help="Tables (Criteo's first N cardinalities, capped).")] = 26,
     global_batch_size: Annotated[int, typer.Option(help="Samples per step over all ranks.")] = 2048,
     steps: Annotated[int, typer.Option(help="Timed steps per plan.")] = 8,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
+    rounds: Annotated[int, typer.Option(help="Runs of every plan; the lowest time and peak count.")] = 2,
+    profile: Annotated[
+        Path | None, typer.Option(help="Use this calibration profile's figures instead of calibrating now.")
+    ] = None,
+    profile_out: Annotated[
+        Path | None, typer.Option(help="Write a calibration profile with the better cost model and memory figure.")
+    ] = None,
+    memory_limit_gib: Annotated[
+        float, typer.Option(help="Run only plans whose estimate for all ranks is below this (0: 80% of available).")
+    ] = 0.0,
+    json_out: JsonFlag = False,
 ) -> None:
-    """Run a few distinct plans of the demo-sized model on CPU: does the cost model order them like the clock does,
-    and do its memory estimates bound each rank's measured peak memory? Calibrates this machine first."""
+    """Train 12+ plans (both planners', simple and bad ones) on local CPU ranks: which cost model orders them
+    like the clock (Kendall tau, median error), and how close is each rank's memory estimate to its peak?"""
+    from shardrec.tools.bench import plan_reality as bench_reality
+
     if world_size < 2 or global_batch_size % world_size:
         fail(f"--world-size must be >= 2 and divide --global-batch-size ({world_size}, {global_batch_size})")
-    result, title = bench_plan.run_reality(world_size, max_rows, dim, global_batch_size, steps)
-    _show(result, json_out, lambda r: bench_plan.print_reality_table(r, title))
+    if min(steps, rounds, tables, max_rows, dim) < 1:
+        fail("--steps, --rounds, --tables, --max-rows and --dim must be positive")
+    try:
+        result = bench_reality.run_reality(
+            world_size=world_size,
+            max_rows=bench_reality.LARGE_ROWS if large else max_rows,
+            dim=bench_reality.LARGE_DIM if large else dim,
+            num_tables=tables,
+            global_batch_size=global_batch_size,
+            steps=steps,
+            rounds=rounds,
+            profile=profile,
+            memory_limit_bytes=memory_limit_gib * bench_reality.GiB,
+        )
+    except ValueError as e:
+        fail(str(e))
+    if profile_out is not None:
+        bench_reality.write_profile(result, profile_out)
+    _show(result, json_out, bench_reality.print_reality)
+    if profile_out is not None and not json_out:
+        console.print(f"wrote {profile_out}; use it with `shardrec plan --profile {profile_out}`")
+
+
+@bench_app.command("hitrate")
+def hitrate(
+    data: Annotated[Path, typer.Option(help="Dataset directory (its train split is replayed).")],
+    config: Annotated[Path | None, typer.Option(help="Job file: batch, shuffle, multi-hot, model widths.")] = None,
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", metavar="KEY=VALUE", help="Override a job setting.")
+    ] = None,
+    plan: Annotated[Path | None, typer.Option(help="A plan with cached tables (default: plan past HBM here).")] = None,
+    world_size: Annotated[int, typer.Option(min=1, help="Ranks to plan for (without --plan).")] = 8,
+    hbm_share: Annotated[float, typer.Option(help="Share of the tables the ranks' HBM holds (without --plan).")] = 0.3,
+    batches: Annotated[int, typer.Option(min=0, help="Global batches to replay (0: one epoch).")] = 0,
+    json_out: JsonFlag = False,
+) -> None:
+    """Predicted UVM cache hit rates against exact LRU and LFU caches replaying the data's id stream."""
+    from shardrec.tools.bench import hitrate as bench_hitrate
+
+    try:
+        result = bench_hitrate.run_hitrate(data, config, set_ or [], plan, world_size, hbm_share, batches)
+    except ValueError as e:
+        fail(str(e))
+    _show(result, json_out, bench_hitrate.print_result)
 
 
 @bench_app.command("train")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Annotated
@@ -22,6 +23,7 @@ def _load_job(config: Path | None, data: Path | None, overrides: list[str]):
     from shardrec.dataloader.format import DatasetError, Manifest
     from shardrec.embeddings.tables import build_table_configs
     from shardrec.trainer.job.config import load_job_config
+    from shardrec.trainer.job.data_options import model_manifest
 
     try:
         job = load_job_config(config, overrides)
@@ -31,13 +33,28 @@ def _load_job(config: Path | None, data: Path | None, overrides: list[str]):
     if directory is None:
         fail("no dataset: pass --data DIR or set data.path in the job file")
     try:
-        manifest = Manifest.load(directory)
+        # The tables as training sees them (on-the-fly multi-hot ids have their index tables' rows).
+        manifest = model_manifest(Manifest.load(directory), job.data)
         configs = build_table_configs(manifest, job.model.embedding_dim, job.model.dims)
     except (DatasetError, ValueError) as e:
         fail(str(e))
     from shardrec.sharding.request import DatasetStatistics
 
-    return job, configs, DatasetStatistics.from_manifest(manifest)
+    return job, directory, configs, DatasetStatistics.from_manifest(manifest), _dense(job, configs, manifest)
+
+
+def _dense(job, configs, manifest):
+    """The dense layers of the job's model, counted on the meta device (what every rank holds besides tables)."""
+    from shardrec.embeddings.tables import build_ebc
+    from shardrec.sharding.memory import dense_footprint
+    from shardrec.trainer.model.models import build_model
+
+    names = [name for config in configs for name in config.feature_names]
+    try:
+        model = build_model(job.model, build_ebc(configs), names, len(manifest.dense_features), dense_device="meta")
+    except ValueError as e:
+        fail(str(e))
+    return dense_footprint(model, job.optim.dense)
 
 
 @plan_app.callback()
@@ -47,7 +64,13 @@ def plan(
     config: Annotated[Path | None, typer.Option(help="Job file (TOML).")] = None,
     world_size: Annotated[int, typer.Option(help="Ranks to plan for.")] = 2,
     out: Annotated[Path | None, typer.Option(help="Plan file to write.")] = None,
-    topology: Annotated[str, typer.Option(help="Topology preset: cpu-gloo, a100, h100, h200.")] = "cpu-gloo",
+    topology: Annotated[
+        str,
+        typer.Option(
+            help="auto (this machine: its CUDA devices, their count and free memory, else cpu-gloo) "
+            "or a preset: cpu-gloo, a100, h100, h200."
+        ),
+    ] = "auto",
     local_world_size: Annotated[int, typer.Option(help="Ranks per host (0: the preset's).")] = 0,
     memory_gib: Annotated[float, typer.Option(help="Memory per rank in GiB (0: the preset's).")] = 0.0,
     profile: Annotated[Path | None, typer.Option(help="Calibration profile from `shardrec plan calibrate`.")] = None,
@@ -63,6 +86,13 @@ def plan(
         int, typer.Option(help="2D sharding group size (torchrec DMPCollection, CUDA): 0 none, -1 pick the fastest.")
     ] = 0,
     sync_every: Annotated[int, typer.Option(help="2D: steps between the replicas' weight all-reduce.")] = 1,
+    frequency_batches: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="CUDA, tables past HBM: global batches whose ids size the UVM caches (0: one epoch).",
+        ),
+    ] = 2000,
     set_: Annotated[
         list[str] | None,
         typer.Option(
@@ -79,28 +109,21 @@ def plan(
     if ctx.invoked_subcommand is not None:
         return
     from shardrec.sharding.plan_io import save_plan
-    from shardrec.sharding.planner import SEARCHES, plan_tables
-    from shardrec.sharding.topology import build_topology
+    from shardrec.sharding.planner import SEARCHES, PlanDoesNotFitError, plan_tables
     from shardrec.trainer.job.planning import plan_request
 
     if world_size <= 0:
         raise typer.BadParameter(f"must be positive, got {world_size}", param_hint="'--world-size'")
     if search not in SEARCHES:  # a usage error (exit 2), said with the flag as typed
         raise typer.BadParameter(f"{search!r} is not one of {', '.join(SEARCHES)}", param_hint="'--search'")
-    job, configs, statistics = _load_job(config, data, set_ or [])
+    job, directory, configs, statistics, dense = _load_job(config, data, set_ or [])
     if simulate:
         if sync_every <= 0:
             fail(f"--sync-every must be positive, got {sync_every}")
         _simulate(configs, statistics.stats, job, world_size, sync_every, json_out)
         return
     try:
-        topo = build_topology(
-            topology,
-            world_size,
-            local_world_size or None,
-            int(memory_gib * 2**30) if memory_gib else None,
-            profile,
-        )
+        topo = _topology(topology, world_size, local_world_size, memory_gib, profile, job.train.device)
         request = plan_request(
             configs,
             statistics,
@@ -111,17 +134,55 @@ def plan(
             local_world_size=topo.local_world_size,
             device_kind=topo.device_kind,
             topology=topo,
+            dense=dense,
             sharding_group_size=group_size,
             sync_every=sync_every,
         )
         start = time.perf_counter()
-        result = plan_tables(request, search=search)
+        try:
+            result = plan_tables(request, search=search)
+        except PlanDoesNotFitError:
+            if topo.device_kind != "cuda" or search != "shardrec":
+                raise
+            # Past HBM: UVM caches are sized by the data's id frequencies, counted only now they are needed.
+            measured = _with_frequencies(statistics, directory, job, configs, frequency_batches, json_out)
+            result = plan_tables(dataclasses.replace(request, statistics=measured), search=search)
         seconds = time.perf_counter() - start
     except ValueError as e:
         fail(str(e))
     if out is not None:
         save_plan(result, out)
-    _print_plan(result, topology, sync_every, seconds, out, json_out)
+    shown = topo.name if topology == topo.name else f"{topology}: {topo.name}, memory from the {topo.memory_source}"
+    _print_plan(result, shown, sync_every, seconds, out, json_out)
+
+
+def _with_frequencies(statistics, directory: Path, job, configs, batches: int, quiet: bool):
+    """The statistics with each table's id-frequency curve, counted on the job's own loader stream."""
+    from shardrec.tools.bench.id_stream import measure_curves
+
+    status = console.status("tables past HBM: counting id frequencies", spinner="dots")
+    with status if not quiet else _nullcontext():
+        curves = measure_curves(directory, job, configs, batches)
+    return dataclasses.replace(statistics, frequencies=curves)
+
+
+def _topology(
+    name: str, world_size: int, local_world_size: int, memory_gib: float, profile: Path | None, job_device: str
+):
+    """The topology `--topology` names; auto: where the job will train, train.device (a job set to
+    cpu plans for cpu-gloo; else this machine's CUDA devices if any, sharding.devices.detect_topology)."""
+    from dataclasses import replace
+
+    from shardrec.sharding.devices import detect_topology
+    from shardrec.sharding.topology import build_topology
+
+    memory = int(memory_gib * 2**30) if memory_gib else None
+    if name == "auto" and job_device == "cpu":
+        name = "cpu-gloo"
+    if name != "auto":
+        return build_topology(name, world_size, local_world_size or None, memory, profile)
+    topo = detect_topology(world_size, local_world_size or None, profile)
+    return replace(topo, memory_bytes=memory, memory_source="user") if memory else topo
 
 
 def _print_plan(result, topology: str, sync_every: int, seconds: float, out: Path | None, json_out: bool) -> None:
@@ -145,11 +206,21 @@ def _print_plan(result, topology: str, sync_every: int, seconds: float, out: Pat
 
 
 def _placed(result) -> dict:
-    """--json's per-table placement and per-rank estimate of a plan."""
-    return {
-        "tables_plan": [{"name": t.name, "sharding_type": t.sharding_type, "ranks": t.ranks} for t in result.tables],
-        "estimate": result.estimate.to_dict() if result.estimate is not None else {},
-    }
+    """--json's per table placement (sharding type, ranks, kernel and, for cached tables, the cache: rows,
+    hit rates) and per-rank estimate of a plan."""
+    import dataclasses
+
+    tables = [
+        {
+            "name": t.name,
+            "sharding_type": t.sharding_type,
+            "ranks": t.ranks,
+            "compute_kernel": t.compute_kernel,
+            **({"cache": dataclasses.asdict(t.cache)} if t.cache is not None else {}),
+        }
+        for t in result.tables
+    ]
+    return {"tables_plan": tables, "estimate": result.estimate.to_dict() if result.estimate is not None else {}}
 
 
 def _mib(n: float) -> str:

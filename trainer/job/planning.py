@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
+from shardrec.sharding.memory import DenseFootprint
 from shardrec.sharding.request import DatasetStatistics, PlanRequest
 from shardrec.sharding.topology import ClusterTopology
 from shardrec.trainer.job.config import OptimConfig, ShardingConfig, TrainConfig
@@ -21,11 +22,13 @@ def plan_request(
     local_world_size: int,
     device_kind: str,
     topology: ClusterTopology | None = None,
+    dense: DenseFootprint | None = None,
     sharding_group_size: int = 0,
     sync_every: int = 1,
 ) -> PlanRequest:
     """The PlanRequest of a job's tables for `world_size` ranks: its global batch, constraints,
-    compute kernel and sparse optimizer; the rest (topology, 2D) is the planner's own choice."""
+    compute kernel and sparse optimizer, and the dense layers' footprint (sharding.memory.dense_footprint)
+    that every rank holds; the rest (topology, 2D) is the planner's own choice."""
     return PlanRequest(
         configs=configs,
         world_size=world_size,
@@ -37,6 +40,7 @@ def plan_request(
         topology=topology,
         compute_kernel=sharding.compute_kernel,
         optimizer=optim.sparse,
+        dense=dense or DenseFootprint(),
         sharding_group_size=sharding_group_size,
         sync_every=sync_every,
     )

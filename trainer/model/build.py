@@ -22,6 +22,7 @@ from torchrec.optim.optimizers import in_backward_optimizer_filter
 from shardrec.dataloader.format import Manifest
 from shardrec.embeddings.optim import attach_fused_optimizer, replicated_table_optimizer, replicated_table_params
 from shardrec.embeddings.tables import build_ebc, build_table_configs
+from shardrec.sharding.memory import DenseFootprint, dense_footprint
 from shardrec.sharding.plan_io import PlanFile, check_plan, plan_fingerprint, to_sharding_plan
 from shardrec.sharding.planner import plan_tables
 from shardrec.sharding.request import DatasetStatistics
@@ -72,6 +73,7 @@ def plan_at_start(
     train: TrainConfig,
     sharding: ShardingConfig,
     optim: OptimConfig,
+    dense: DenseFootprint | None = None,
 ) -> PlanFile:
     """Plan with shardrec's planner when no plan file is given, with the request `shardrec plan`
     makes of this job (trainer.job.planning): rank 0 plans, every rank gets it."""
@@ -86,6 +88,7 @@ def plan_at_start(
             world_size=env.world_size,
             local_world_size=env.local_world_size,
             device_kind=env.device.type,
+            dense=dense,
         )
         holder[0] = plan_tables(request)
     if dist.is_initialized() and env.world_size > 1:
@@ -164,7 +167,15 @@ def build_sharded_model(
         precision=train.precision,
     )
     if plan is None:
-        plan = plan_at_start(tables, manifest, env, train=train, sharding=sharding, optim=optim)
+        plan = plan_at_start(
+            tables,
+            manifest,
+            env,
+            train=train,
+            sharding=sharding,
+            optim=optim,
+            dense=dense_footprint(module, optim.dense),
+        )
     sharding_plan = build_sharding_plan(plan, tables, env, train.global_batch_size)
     model = shard_model(module, sharding_plan, env, optim, qcomm=sharding.qcomm or None)
     return model, tables, plan

@@ -1,0 +1,119 @@
+"""The machine at hand: its CUDA devices and their memory, the topology they make, and the check
+at start that a plan's estimate fits each rank's device.
+
+`shardrec plan --topology auto` (the default) plans for what this machine has: its CUDA
+devices (count, model, free memory from torch.cuda.mem_get_info), else the cpu-gloo preset.
+A GPU is matched to the preset of its model for bandwidths (a100, h100, h200; another model
+gets the a100 figures and says so); its memory is what the device has free at plan time.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from shardrec.sharding.plan_io import PlanFile
+from shardrec.sharding.planner import PlanDoesNotFitError, fmt_bytes
+from shardrec.sharding.topology import ClusterTopology, build_topology
+
+logger = logging.getLogger(__name__)
+
+MODEL_PRESETS = (("H200", "h200"), ("H100", "h100"), ("H800", "h100"), ("A100", "a100"), ("A800", "a100"))
+"""Substring of torch.cuda.get_device_name -> the preset whose bandwidths it has."""
+FALLBACK_PRESET = "a100"
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """One CUDA device as torch sees it."""
+
+    name: str
+    """torch.cuda.get_device_name, e.g. "NVIDIA H200"."""
+    total_bytes: int
+    free_bytes: int
+
+
+def query_cuda_devices() -> list[DeviceMemory]:
+    """Every visible CUDA device with its memory (none without CUDA). Creates a context on each."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    out = []
+    for index in range(torch.cuda.device_count()):
+        free, total = torch.cuda.mem_get_info(index)
+        out.append(DeviceMemory(torch.cuda.get_device_name(index), int(total), int(free)))
+    return out
+
+
+def preset_for(device_name: str) -> str:
+    """The preset of a GPU model (FALLBACK_PRESET for one not in MODEL_PRESETS)."""
+    for marker, preset in MODEL_PRESETS:
+        if marker in device_name.upper():
+            return preset
+    return FALLBACK_PRESET
+
+
+def detect_topology(
+    world_size: int,
+    local_world_size: int | None = None,
+    profile: str | Path | None = None,
+    devices: list[DeviceMemory] | None = None,
+) -> ClusterTopology:
+    """The topology of this machine: its CUDA devices, else cpu-gloo.
+
+    Args:
+        local_world_size: ranks per host (default: one per device, at most world_size).
+        profile: a calibration profile (topology.load_profile) whose figures win.
+        devices: the devices to plan for (default: query_cuda_devices()); the trainer passes
+            each rank's own, gathered, so that no rank opens a context on another's device.
+    """
+    devices = query_cuda_devices() if devices is None else devices
+    if not devices:
+        return build_topology("cpu-gloo", world_size, local_world_size, profile=profile)
+    preset = preset_for(devices[0].name)
+    if preset == FALLBACK_PRESET and FALLBACK_PRESET.upper() not in devices[0].name.upper():
+        logger.warning("%s: no preset for this GPU model; planning with the %s bandwidths", devices[0].name, preset)
+    lws = local_world_size or min(len(devices), world_size)
+    free = min(d.free_bytes for d in devices[:lws])
+    topo = build_topology(preset, world_size, lws, free, profile)
+    return replace(topo, memory_source="device")
+
+
+def device_memory_gaps(plan: PlanFile, free_bytes: list[int]) -> list[tuple[int, int, int]]:
+    """(rank, estimated bytes, free bytes) of every rank whose device has less free memory than
+    the plan's estimate for it; `free_bytes[r]` is rank r's device's free memory now."""
+    gaps = []
+    for entry in plan.estimate.ranks if plan.estimate is not None else []:
+        rank, need = entry.rank, entry.memory_bytes
+        if rank < len(free_bytes) and need > free_bytes[rank]:
+            gaps.append((rank, need, int(free_bytes[rank])))
+    return gaps
+
+
+def check_plan_fits_devices(plan: PlanFile, free_bytes: list[int], device_kind: str = "cuda") -> None:
+    """Refuse, before sharding, a plan whose estimate exceeds a rank's free device memory.
+
+    Args:
+        free_bytes: per rank, its device's free memory (CUDA: torch.cuda.mem_get_info on each
+            rank, gathered; CPU: available host memory over local ranks).
+    Raises:
+        PlanDoesNotFitError naming every short rank, its need and the gap.
+    """
+    gaps = device_memory_gaps(plan, free_bytes)
+    if not gaps:
+        return
+    tier = "HBM" if device_kind == "cuda" else "memory"
+    parts = [
+        f"rank {rank} needs {fmt_bytes(need)} of {tier}, its device has {fmt_bytes(free)} free: "
+        f"{fmt_bytes(need - free)} short"
+        for rank, need, free in gaps[:8]
+    ]
+    more = f" and {len(gaps) - 8} more ranks" if len(gaps) > 8 else ""
+    raise PlanDoesNotFitError(
+        "the plan does not fit the devices: "
+        + "; ".join(parts)
+        + more
+        + " (free device memory, or re-plan on this machine with `shardrec plan --topology auto`)"
+    )

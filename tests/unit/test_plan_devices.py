@@ -1,0 +1,88 @@
+"""Planning for the machine at hand: `shardrec plan --topology auto` (the default) finds its CUDA
+devices and their free memory (faked here: this host has none), a plan made for another device kind
+is refused naming --topology, and at start a plan larger than a device's free memory is refused
+with each rank's gap."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from shardrec.sharding import devices
+from shardrec.sharding.devices import DeviceMemory, check_plan_fits_devices, detect_topology
+from shardrec.sharding.plan_io import StalePlanError, check_plan, load_plan
+from shardrec.sharding.planner import PlanDoesNotFitError
+from shardrec.tools.cli.app import app
+
+GiB = 2**30
+H200 = DeviceMemory("NVIDIA H200", 150_000_000_000, 148_500_000_000)
+
+
+def test_auto_topology_is_the_machine_s_gpus(monkeypatch) -> None:
+    monkeypatch.setattr(devices, "query_cuda_devices", lambda: [H200] * 8)
+    topo = detect_topology(16)
+    assert (topo.name, topo.device_kind, topo.local_world_size, topo.num_hosts) == ("h200", "cuda", 8, 2)
+    assert topo.memory_bytes == H200.free_bytes and topo.memory_source == "device"
+    assert topo.usable_bytes == int(H200.free_bytes * 0.85)  # torchrec's 15% kept free
+    # One GPU of another model: a100's bandwidths, the device's own memory, as many ranks per host as GPUs.
+    l4 = DeviceMemory("NVIDIA L4", 24 * GiB, 22 * GiB)
+    monkeypatch.setattr(devices, "query_cuda_devices", lambda: [l4])
+    topo = detect_topology(2)
+    assert (topo.name, topo.memory_bytes, topo.local_world_size) == ("a100", 22 * GiB, 1)
+    monkeypatch.setattr(devices, "query_cuda_devices", lambda: [])
+    assert detect_topology(2).name == "cpu-gloo"
+
+
+def test_plan_defaults_to_this_machine(tiny_dataset: Path, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(devices, "query_cuda_devices", lambda: [H200] * 2)
+    out = tmp_path / "plan.json"
+    res = CliRunner().invoke(app, ["plan", "--data", str(tiny_dataset), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "planned 4 tables for 2 ranks (auto: h200, memory from the device)" in " ".join(res.stdout.split())
+    plan = load_plan(out)
+    assert plan.fingerprint.device_kind == "cuda"
+    assert plan.topology.memory_bytes == H200.free_bytes and plan.topology.memory_source == "device"
+    # A job that trains on CPU (train.device = "cpu", as the demo's) plans for CPU on a GPU host too.
+    res = CliRunner().invoke(app, ["plan", "--data", str(tiny_dataset), "--out", str(out), "--set", "train.device=cpu"])
+    assert res.exit_code == 0, res.output
+    assert load_plan(out).fingerprint.device_kind == "cpu"
+    monkeypatch.setattr(devices, "query_cuda_devices", lambda: [])
+    res = CliRunner().invoke(app, ["plan", "--data", str(tiny_dataset), "--out", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    assert load_plan(out).fingerprint.device_kind == "cpu"
+    assert json.loads(res.stdout)["world_size"] == 2
+
+
+def test_plan_for_another_device_kind_names_topology(tiny_dataset: Path, tmp_path: Path) -> None:
+    out = tmp_path / "plan.json"
+    res = CliRunner().invoke(app, ["plan", "--data", str(tiny_dataset), "--out", str(out), "--topology", "cpu-gloo"])
+    assert res.exit_code == 0, res.output
+    plan = load_plan(out)
+    fp = dataclasses.replace(plan.fingerprint, device_kind="cuda", digest="other")
+    with pytest.raises(StalePlanError) as e:
+        check_plan(plan, fp)
+    assert str(e.value) == (
+        "the plan was made for another job: device kind: plan cpu, job cuda (re-run `shardrec plan` with "
+        "`--topology auto` on the machine that trains, or the preset of its cuda devices (`--topology cpu-gloo`, "
+        "`a100`, `h100`, `h200`))"
+    )
+
+
+def test_start_refuses_a_plan_larger_than_a_device_s_free_memory(tiny_dataset: Path, tmp_path: Path) -> None:
+    out = tmp_path / "plan.json"
+    res = CliRunner().invoke(app, ["plan", "--data", str(tiny_dataset), "--out", str(out), "--world-size", "2"])
+    assert res.exit_code == 0, res.output
+    plan = load_plan(out)
+    need = [r.memory_bytes for r in plan.estimate.ranks]
+    check_plan_fits_devices(plan, [need[0], need[1]])  # exactly enough: starts
+    with pytest.raises(PlanDoesNotFitError) as e:
+        check_plan_fits_devices(plan, [need[0], need[1] - 2**20], "cuda")
+    assert str(e.value).startswith(
+        f"the plan does not fit the devices: rank 1 needs {need[1] / 2**20:.2f} MiB of HBM, its device has "
+        f"{(need[1] - 2**20) / 2**20:.2f} MiB free: 1.00 MiB short ("
+    )
+    assert "rank 0" not in str(e.value)

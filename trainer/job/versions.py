@@ -37,7 +37,9 @@ def found_stack() -> tuple[str | None, str | None, str | None]:
 
 
 def _release(version: str | None) -> str:
-    return (version or "").split("+")[0]  # 2.11.0+cu130 -> 2.11.0
+    # The build's local label (2.13.0+cu126, 1.8.0+cpu: PyTorch's own indexes) names the CUDA
+    # version it was built for, not another release: the triple compares releases only.
+    return (version or "").split("+")[0]
 
 
 def allowed_stack() -> tuple[str, str, str] | None:
@@ -60,7 +62,7 @@ def check_stack() -> None:
     torch_v, fbgemm_v, torchrec_v = found_stack()
     release = _release(torch_v)
     for good in KNOWN_GOOD:
-        if release == good[0] and fbgemm_v == good[1] and torchrec_v == good[2]:
+        if (release, _release(fbgemm_v), _release(torchrec_v)) == good:
             return
     allowed = allowed_stack()
     if allowed == (release, _release(fbgemm_v), _release(torchrec_v)):

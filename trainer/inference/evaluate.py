@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from shardrec.dataloader.format import Manifest
 from shardrec.dataloader.loader import NO_SHUFFLE, BatchLoader, Delivery, build_loader
 from shardrec.sharding.plan_io import load_plan
@@ -30,11 +28,13 @@ from shardrec.trainer.loop.train_job import checkpoint_signature
 from shardrec.trainer.model import build
 from shardrec.trainer.rundir import lifecycle
 from shardrec.trainer.rundir.checkpoint import (
+    TRAIN_STATE,
     CheckpointManager,
     CheckpointParts,
     ModuleState,
     TrainProgress,
     complete_checkpoints,
+    load_file,
 )
 
 logger = logging.getLogger(__name__)
@@ -215,7 +215,7 @@ def evaluate_checkpoint(request: EvalRequest, env: DistEnv) -> dict[str, Any]:
     batches = iter(eval_loader(config, request.split, env))
     metrics = evaluate_batches(model, batches, env.device, config.eval.max_batches)
     metrics["seconds"] = round(time.perf_counter() - start, 3)
-    train_world = torch.load(path / "train_state.pt", weights_only=True)["world_size"]
+    train_world = load_file(path / TRAIN_STATE, env.device)["world_size"]
     return {
         "run_dir": str(request.run_dir),
         "step": step,

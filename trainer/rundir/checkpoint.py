@@ -31,7 +31,7 @@ import os
 import random
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -42,6 +42,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.stateful import Stateful
+from torch.serialization import default_restore_location
 
 from shardrec.dataloader.files import atomic_open, fsync_dir
 from shardrec.trainer.distributed import faults
@@ -59,6 +60,23 @@ logger = logging.getLogger(__name__)
 CHECKPOINT_RE = re.compile(r"^step-(\d{8})$")
 TRAIN_STATE = "train_state.pt"
 FORMAT_VERSION = 1
+
+
+def restore_on(device: torch.device) -> Callable[[Any, str], Any]:
+    """torch.load's map_location for files saved on any device: a tensor saved on a CUDA device
+    comes back on `device` (this rank's own GPU; the CPU on a CPU host), one saved on the CPU
+    stays there (RNG states must). Without it every rank would load onto the GPU the file was
+    saved from (cuda:0 for rank 0's train_state.pt), and a CPU host could not load it at all."""
+
+    def restore(storage: Any, location: str) -> Any:
+        return default_restore_location(storage, str(device)) if location.startswith("cuda") else storage
+
+    return restore
+
+
+def load_file(path: Path, device: torch.device) -> Any:
+    """A checkpoint file of tensors and plain values (weights_only), its CUDA tensors on `device`."""
+    return torch.load(path, weights_only=True, map_location=restore_on(device))
 
 
 @dataclass
@@ -320,7 +338,7 @@ class CheckpointManager:
         its signature differs."""
         parts = self.parts
         self.verify(path)  # before anything is read: DCP unpickles .metadata
-        train_state = torch.load(path / TRAIN_STATE, weights_only=True)
+        train_state = load_file(path / TRAIN_STATE, self.env.device)
         mismatch = describe_mismatch(train_state["signature"], parts.signature)
         if mismatch:
             raise ValueError(f"{path}: checkpoint of another model or optimizer: {mismatch}")
@@ -339,7 +357,7 @@ class CheckpointManager:
         for name, part in parts.per_rank.items():
             # More ranks than saved it: the new ones start from rank 0's state.
             own = path / f"{name}-{self.env.rank}.pt"
-            part.load_state_dict(torch.load(own if own.is_file() else path / f"{name}-0.pt", weights_only=True))
+            part.load_state_dict(load_file(own if own.is_file() else path / f"{name}-0.pt", self.env.device))
         if self.env.is_main:
             logger.info(
                 "resumed from %s (step %d, saved by %d ranks, now %d)",

@@ -22,6 +22,9 @@ BATCH = 128
 TARGET = 0.6
 FRACTION = 0.25
 TINY = [
+    # CPU ranks (gloo) even on a GPU host: 2 ranks must not need 2 GPUs.
+    "--set",
+    'train.device="cpu"',
     "--set",
     "model.embedding_dim=8",
     "--set",
@@ -214,6 +217,8 @@ def test_dlrmv2_config_scaled_down_runs_end_to_end(trained: Path) -> None:
             "--steps",
             "4",
             "--json",
+            "--set",
+            'train.device="cpu"',
             "--set",
             "train.global_batch_size=128",
             "--set",

@@ -19,6 +19,9 @@ from typer.testing import CliRunner
 from shardrec.tools.cli.app import app
 
 JOB = [
+    # CPU ranks (gloo) even on a GPU host: 2 ranks must not need 2 GPUs.
+    "--set",
+    'train.device="cpu"',
     "--set",
     "model.embedding_dim=8",
     "--set",

@@ -24,6 +24,9 @@ import pytest
 from helpers import assert_one_line_error, processes
 
 JOB = [
+    # CPU ranks (gloo) even on a GPU host: 2 ranks must not need 2 GPUs.
+    "--set",
+    'train.device="cpu"',
     "--set",
     "model.embedding_dim=8",
     "--set",

@@ -20,6 +20,7 @@ from typing import Any
 from shardrec.dataloader.format import Manifest
 from shardrec.dataloader.loader import NO_SHUFFLE, BatchLoader, Delivery, build_loader
 from shardrec.sharding.plan_io import load_plan
+from shardrec.trainer.distributed.devices import check_ranks_fit, resolve_device_kind
 from shardrec.trainer.distributed.dist import DistEnv
 from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import JobConfig, load_job_config
@@ -159,6 +160,7 @@ def check_request(request: EvalRequest, world_size: int) -> tuple[JobConfig, Man
             f"the run's evaluation batch {batch} does not divide by {world_size} ranks "
             "(eval.batch_size, else train.global_batch_size)"
         )
+    check_ranks_fit(resolve_device_kind(config.train.device), world_size)
     data_options.model_manifest(manifest, config.data)
     return config, manifest
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from shardrec.dataloader.format import Manifest
-from shardrec.dataloader.loader import NO_SHUFFLE, BatchLoader, Delivery, build_loader
+from shardrec.dataloader.loader import NO_SHUFFLE, BatchLoader, build_loader
 from shardrec.sharding.plan_io import load_plan
 from shardrec.trainer.distributed.devices import check_ranks_fit, resolve_device_kind
 from shardrec.trainer.distributed.dist import DistEnv
@@ -175,7 +175,7 @@ def eval_loader(config: JobConfig, split: str, env: DistEnv) -> BatchLoader:
         world_size=env.world_size,
         shuffle=NO_SHUFFLE,
         tail="pad",
-        delivery=Delivery(num_workers=config.data.num_workers),
+        delivery=data_options.delivery(config.data, env.device.type),
         multihot=data_options.multihot_option(config.data),
     )
 

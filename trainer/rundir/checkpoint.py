@@ -101,6 +101,9 @@ class SavedCheckpoint:
     step: int
     layout: str
     """The plan (JSON) the shards were written under."""
+    group: dist.ProcessGroup | None = None
+    """The checkpoint's gloo group (checkpoint.timeout_s): a part that reads more of the
+    checkpoint itself loads over it, on every rank."""
 
 
 class ShardedPart(Protocol):
@@ -342,7 +345,7 @@ class CheckpointManager:
         mismatch = describe_mismatch(train_state["signature"], parts.signature)
         if mismatch:
             raise ValueError(f"{path}: checkpoint of another model or optimizer: {mismatch}")
-        saved = SavedCheckpoint(path, train_state["progress"]["step"], train_state["plan"])
+        saved = SavedCheckpoint(path, train_state["progress"]["step"], train_state["plan"], self.group)
         targets = {name: part.load_target(saved) for name, part in parts.sharded.items()}
         dcp.load(
             {name: target for name, target in targets.items() if target},

@@ -123,3 +123,26 @@ def test_the_eval_ranks_read_back_the_request_shardrec_eval_wrote() -> None:
         EvalRequest(Path("/abs/run ü"), step=12, split="val", data=Path("other data"), device="cpu"),
     ):
         assert EvalRequest.from_json(request.to_json()) == request
+
+
+_FAILING_CUDA_RANK = """
+import atexit, sys
+from shardrec.trainer.distributed.rank_process import exit_after_cuda_failure
+atexit.register(lambda: print("teardown ran", flush=True))  # stands for NCCL's blocking teardown
+try:
+    raise RuntimeError("CUDA error: device-side assert triggered")
+except Exception:
+    exit_after_cuda_failure()
+"""
+
+
+def test_a_failed_cuda_rank_ends_at_once_with_its_traceback_and_no_teardown() -> None:
+    """What a rank does after a device-side assert (fbgemm's FATAL bounds check): exit 1 now, so
+    torchrun stops its peers, instead of a teardown that may wait on NCCL work forever."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _FAILING_CUDA_RANK], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert "RuntimeError: CUDA error: device-side assert triggered" in done.stderr
+    assert "teardown ran" not in done.stdout

@@ -175,6 +175,6 @@ def test_every_sharding_type_equals_unsharded_on_one_gpu():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+@pytest.mark.skipif(0 < torch.cuda.device_count() < 2, reason="needs 2 GPUs")
 def test_every_sharding_type_equals_unsharded_over_nccl_on_two_gpus():
     _assert_all_equal_unsharded(run_local_ranks(_check_all, 2, device_kind="cuda"), CUDA_TOLERANCE)

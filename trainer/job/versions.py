@@ -56,14 +56,18 @@ def allowed_stack() -> tuple[str, str, str] | None:
     return parts  # type: ignore[return-value]
 
 
+def is_known_good(stack: tuple[str | None, str | None, str | None]) -> bool:
+    """A known-good triple, whatever the builds' local labels (+cpu, +cu126)."""
+    return tuple(_release(v) for v in stack) in KNOWN_GOOD
+
+
 def check_stack() -> None:
     """Raise ImportError naming the versions found if they are neither a known-good triple nor
     the one SHARDREC_ALLOW_STACK lets through."""
     torch_v, fbgemm_v, torchrec_v = found_stack()
+    if is_known_good((torch_v, fbgemm_v, torchrec_v)):
+        return
     release = _release(torch_v)
-    for good in KNOWN_GOOD:
-        if (release, _release(fbgemm_v), _release(torchrec_v)) == good:
-            return
     allowed = allowed_stack()
     if allowed == (release, _release(fbgemm_v), _release(torchrec_v)):
         logger.warning(

@@ -19,6 +19,9 @@ from typer.testing import Result
 
 from shardrec.dataloader.format import Manifest, SplitInfo, open_part, write_part
 
+TINY_MODEL = ["--set", "model.embedding_dim=8", "--set", "model.dense_arch=[16, 8]", "--set", "model.over_arch=[16, 1]"]
+"""`--set` flags of a model small enough for end-to-end tests."""
+
 # Log records the CLI writes to stderr while it works (configure_logging's format); a
 # subprocess shows them, and they are not part of the error message.
 _LOG_LINE = re.compile(r"^\d\d:\d\d:\d\d (DEBUG|INFO) \S+: ")

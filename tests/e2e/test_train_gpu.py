@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import TINY_MODEL
 
 pytestmark = [
     pytest.mark.gpu,
@@ -29,14 +30,9 @@ needs_two_gpus = pytest.mark.skipif(0 < GPUS < 2, reason="needs 2 GPUs")
 
 BATCH = 64
 JOB = [
+    *TINY_MODEL,
     "--set",
     'train.device="cuda"',
-    "--set",
-    "model.embedding_dim=8",
-    "--set",
-    "model.dense_arch=[16, 8]",
-    "--set",
-    "model.over_arch=[16, 1]",
     "--set",
     f"train.global_batch_size={BATCH}",
     "--set",
@@ -70,9 +66,11 @@ def ok(done: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     return done
 
 
-def train(root: Path, out_dir: str, *extra: str, ranks: int = 1, fault: str = "") -> dict:
+def train(root: Path, out_dir: str, *extra: str, ranks: int = 1, steps: str = STEPS, fault: str = "") -> dict:
+    """`shardrec train` of JOB on `ranks` GPUs; its summary, with the run's stderr under "stderr"."""
     args = ["train", "--data", "data", "--out-dir", out_dir, "--nproc-per-node", str(ranks), "--json"]
-    return json.loads(ok(shardrec(*args, "--steps", STEPS, *JOB, *extra, cwd=root, fault=fault)).stdout)
+    done = ok(shardrec(*args, "--steps", steps, *JOB, *extra, cwd=root, fault=fault))
+    return {**json.loads(done.stdout), "stderr": done.stderr}
 
 
 def final_state(run_dir: Path) -> dict:
@@ -122,24 +120,9 @@ def test_kill_and_resume_on_a_gpu_is_bitwise(gpu_run: tuple[Path, dict]) -> None
 
 def test_bf16_trains_on_a_gpu_near_fp32(gpu_run: tuple[Path, dict]) -> None:
     root, summary = gpu_run
-    done = ok(
-        shardrec(
-            "train",
-            "--data",
-            "data",
-            "--out-dir",
-            "bf16",
-            "--json",
-            "--steps",
-            STEPS,
-            *JOB,
-            "--set",
-            'train.precision="bf16"',
-            cwd=root,
-        )
-    )
-    assert "emulated" not in done.stderr  # a GPU of compute capability 8.0 or newer has native bf16
-    assert json.loads(done.stdout)["eval"]["val"]["auc"] == pytest.approx(summary["eval"]["val"]["auc"], abs=0.02)
+    bf16 = train(root, "bf16", "--set", 'train.precision="bf16"')
+    assert "emulated" not in bf16["stderr"]  # a GPU of compute capability 8.0 or newer has native bf16
+    assert bf16["eval"]["val"]["auc"] == pytest.approx(summary["eval"]["val"]["auc"], abs=0.02)
 
 
 def test_on_the_fly_multihot_trains_on_a_gpu(gpu_run: tuple[Path, dict]) -> None:
@@ -176,42 +159,9 @@ def test_sparse_adam_resumes_after_a_column_cut_table_becomes_whole(gpu_run: tup
     row-wise state; the resumed run continues from the checkpoint."""
     root, _ = gpu_run
     adam = ["--set", 'optim.sparse="adam"', "--set", "optim.sparse_lr=0.01"]
-    ok(
-        shardrec(
-            "train",
-            "--data",
-            "data",
-            "--out-dir",
-            "adam",
-            "--steps",
-            "8",
-            "--plan",
-            str(_plan(root, True)),
-            *JOB,
-            *adam,
-            cwd=root,
-        )
-    )
-    done = ok(
-        shardrec(
-            "train",
-            "--data",
-            "data",
-            "--out-dir",
-            "adam",
-            "--steps",
-            STEPS,
-            "--json",
-            "--plan",
-            str(_plan(root, False)),
-            "--allow-change",
-            "sharding.plan",
-            *JOB,
-            *adam,
-            cwd=root,
-        )
-    )
-    summary = json.loads(done.stdout)
+    train(root, "adam", "--plan", str(_plan(root, True)), *adam, steps="8")
+    whole = ["--plan", str(_plan(root, False)), "--allow-change", "sharding.plan"]
+    summary = train(root, "adam", *whole, *adam)
     assert summary["resumed_from_step"] == 8 and summary["steps"] == 16
     moments = {k: v for k, v in flat(final_state(root / "adam")["fused_optim"]).items() if ".momentum1" in k}
     assert moments and all(v.dim() == 2 for v in moments.values())  # per element: [rows, dim]

@@ -2,34 +2,41 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.shardrec-setup
+# This machine's device kind (requirements/machine.py): cpu, cuda (driver 580+: CUDA 13 builds) or
+# cuda126 (an older driver: PyTorch's CUDA 12.6 builds). One stamp per kind: a .venv made on a CPU
+# node of a shared home directory is rebuilt with CUDA wheels on a GPU node, and back.
+KIND := $(shell $(PYTHON) requirements/machine.py kind)
+STAMP := $(VENV)/.shardrec-setup-$(KIND)
 DEMO := runs/demo
 
 .PHONY: setup demo test mutants gpu-check clean
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml requirements/torch_index.py requirements/cpu.txt requirements/cuda.txt requirements/torchrec.txt requirements/torchrec-deps.txt
+$(STAMP): pyproject.toml requirements/machine.py requirements/torch_index.py requirements/$(KIND).txt requirements/torchrec.txt requirements/torchrec-deps.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	rm -f $(VENV)/.shardrec-setup*
 	$(BIN)/python -m pip install -q --upgrade pip
+	# Another kind's torch and fbgemm-gpu(-cpu) go first: torch==X is satisfied by X+cpu, and
+	# fbgemm-gpu must never land on top of fbgemm-gpu-cpu (one fbgemm_gpu folder for both).
+	stale="$$($(BIN)/python requirements/machine.py stale $(KIND))"; \
+		if [ -n "$$stale" ]; then $(BIN)/pip uninstall -y -q $$stale; fi
 	# torch and torchrec's real dependencies in one resolve, then torchrec itself without its
 	# CUDA fbgemm-gpu pin (installed last, so pip never sees a half-installed torchrec).
-	if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
-		$(BIN)/pip install -q -r requirements/cuda.txt -r requirements/torchrec-deps.txt; \
-	else \
-		$(BIN)/pip install -q $$($(BIN)/python requirements/torch_index.py requirements/cpu.txt) \
-			-r requirements/cpu.txt -r requirements/torchrec-deps.txt; \
-	fi
+	$(BIN)/pip install -q $$($(BIN)/python requirements/machine.py index $(KIND)) \
+		-r requirements/$(KIND).txt -r requirements/torchrec-deps.txt
 	$(BIN)/pip install -q --no-deps -r requirements/torchrec.txt
 	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/python requirements/machine.py check $(KIND)
 	touch $(STAMP)
 
-# synth -> preprocess -> plan -> train (2 CPU ranks via torchrun) -> evaluate.
+# synth -> preprocess -> plan -> train (2 CPU ranks via torchrun, on any machine) -> evaluate.
 demo: setup
 	rm -rf $(DEMO)
 	$(BIN)/shardrec synth $(DEMO)/raw --rows 300000 --seed 7
 	$(BIN)/shardrec preprocess $(DEMO)/raw/train.txt --out $(DEMO)/data --max-ids 50000
-	$(BIN)/shardrec plan --data $(DEMO)/data --config configs/demo.toml --world-size 2 --out $(DEMO)/plan.json
+	$(BIN)/shardrec plan --data $(DEMO)/data --config configs/demo.toml --world-size 2 --topology cpu-gloo \
+		--out $(DEMO)/plan.json
 	$(BIN)/shardrec train --config configs/demo.toml --data $(DEMO)/data --plan $(DEMO)/plan.json --out-dir $(DEMO)/run --nproc-per-node 2
 
 # Format and lint (ruff, pinned in the test extra), then the tests.

@@ -19,8 +19,8 @@ Contract (what the trainer relies on):
   later `iter()` starts its epoch from the beginning again. `set_epoch(e)` chooses the epoch
   (it keeps a loaded position only if that position is of epoch e).
 - `Delivery.num_workers` > 0 makes batches on background threads (dataloader/prefetch.py), up
-  to `prefetch` runs per worker ahead; with CUDA, batches are pinned there and, given `device`,
-  copied with non_blocking=True.
+  to `prefetch` runs per worker ahead; for a CUDA `device` (or `pin_memory`), batches are pinned
+  there and copied with non_blocking=True.
 """
 
 from __future__ import annotations
@@ -59,7 +59,8 @@ class Delivery:
     """Runs of batches queued ahead per worker (a run is ~gather_rows rows of this rank:
     ~17 MB for Criteo-shaped data at the default)."""
     pin_memory: bool | None = None
-    """Pin batches (None: when CUDA is available)."""
+    """Pin batches (None: when `device` is a CUDA device). A CPU job never pins: pinning makes a
+    CUDA context on GPU 0 wherever CUDA exists."""
     device: torch.device | str | None = None
     """If set, batches are moved there (non-blocking from pinned memory)."""
     gather_rows: int = ROWS_PER_GATHER
@@ -98,8 +99,9 @@ class BatchLoader:
         self.rank, self.world_size = rank, world_size
         self.local_batch_size = spec.global_batch_size // world_size
         self.num_workers, self.prefetch = delivery.num_workers, delivery.prefetch
-        self.pin_memory = torch.cuda.is_available() if delivery.pin_memory is None else delivery.pin_memory
         self.device = torch.device(delivery.device) if delivery.device is not None else None
+        to_cuda = self.device is not None and self.device.type == "cuda"
+        self.pin_memory = to_cuda if delivery.pin_memory is None else delivery.pin_memory
         self.num_samples: int = spec.num_samples
         """Real (unpadded) samples in the split."""
         self._gatherer = BatchGatherer(

@@ -3,6 +3,11 @@
 Weights are drawn in blocks of rows, each block from its own seeded generator, so a rank draws
 only the blocks its shards touch and the values do not depend on how tables are cut: two runs
 that differ only in their plan start equal.
+
+Each block is drawn on the device of the shard it fills (CUDA's generator on a GPU: no host
+thread drawing 40 M x 128 values and copying them block by block). The values depend on the
+device kind (CPU and CUDA generators differ), never on the plan or the world size; on the CPU
+they are those of the first implementation, bit for bit.
 """
 
 from __future__ import annotations
@@ -30,8 +35,9 @@ def _fill_rows(out: torch.Tensor, row0: int, col0: int, table_index: int, table:
     for block in range(first, last + 1):
         start = block * INIT_BLOCK_ROWS
         size = min(INIT_BLOCK_ROWS, table.num_embeddings - start)
-        gen = torch.Generator().manual_seed(_block_seed(seed, table_index, block))
-        values = torch.empty(size, table.embedding_dim).uniform_(-bound, bound, generator=gen)
+        gen = torch.Generator(device=out.device).manual_seed(_block_seed(seed, table_index, block))
+        # The whole block, every column, whatever part of it is needed: its values depend on its size.
+        values = torch.empty(size, table.embedding_dim, device=out.device).uniform_(-bound, bound, generator=gen)
         lo, hi = max(start, row0), min(start + size, row0 + rows)
         out[lo - row0 : hi - row0].copy_(values[lo - start : hi - start, col0 : col0 + cols])
 

@@ -2,8 +2,10 @@
 # The CUDA path validated in one call (README, "GPU check"): the GPU-marked tests, then a short
 # `shardrec bench train --device cuda` in fp32 and bf16, one summary table last.
 #
-# Exit: 0 every check passed; 1 a check failed; 3 no CUDA device was found (one line, nothing
-# run or installed); 4 the carried wheels could not be joined, verified or installed.
+# Exit: 0 every check that could run passed (one GPU: "not run: needs 2 GPUs" rows); 1 a check
+# failed; 3 no CUDA device was found (one line, nothing run or installed); 4 the carried wheels
+# could not be joined, verified or installed; 5 the stack is not the pinned one and
+# SHARDREC_ALLOW_STACK does not name it (one line).
 #
 # Python: $PYTHON, else .venv/bin/python, else python3. On a machine without the pinned stack,
 # GPU_CHECK_WHEELS names a folder of carried wheels (whole, or in pieces NAME.whl.part-NN with a
@@ -39,6 +41,6 @@ if [ -n "${GPU_CHECK_WHEELS:-}" ]; then
     export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 
-# The lent machine's triple (torch 2.11 / fbgemm-gpu 1.6.0 / torchrec 1.6.1) may start, for this check only.
-export SHARDREC_ALLOW_STACK=${SHARDREC_ALLOW_STACK:-2.11.0/1.6.0/1.6.1}
+# The pinned stack only, unless the caller names one other triple in SHARDREC_ALLOW_STACK (the
+# summary then says which ran): a check of another stack is not a check of shardrec's.
 exec "$PY" -m shardrec.tools.bench.gpu_check

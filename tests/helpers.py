@@ -153,3 +153,22 @@ def train_command(data: Path | str, run_dir: Path | str, *args: str, nproc: int 
         "--json",
         *args,
     ]
+
+
+def fake_nvidia_smi(directory: Path, driver: str | None = "580.65.06", gpus: int = 1) -> Path:
+    """Write an executable `nvidia-smi` into `directory` (put it first on PATH) that lists `gpus`
+    GPUs of driver `driver`, or that fails as it does without a loaded driver (`driver=None`)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    smi = directory / "nvidia-smi"
+    if driver is None:
+        body = 'echo "NVIDIA-SMI has failed because it couldn\'t communicate with the NVIDIA driver."\nexit 9\n'
+    else:
+        listing = "".join(f'echo "GPU {i}: NVIDIA H200 (UUID: GPU-{i:08d})"\n' for i in range(gpus))
+        drivers = f'echo "{driver}"\n' * gpus
+        body = (
+            f'case "$*" in\n  *driver_version*)\n{drivers};;\n  *-L*)\n{listing};;\n'
+            f'  *) echo "Driver Version: {driver}";;\nesac\n'
+        )
+    smi.write_text("#!/bin/sh\n" + body)
+    smi.chmod(0o755)
+    return smi

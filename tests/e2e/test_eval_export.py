@@ -21,7 +21,9 @@ REPO = Path(__file__).resolve().parents[2]
 BATCH = 128
 TARGET = 0.6
 FRACTION = 0.25
-TINY = settings(*TINY_MODEL, f"train.global_batch_size={BATCH}", 'data.eval_splits=["val", "test"]')
+TINY = settings(
+    'train.device="cpu"', *TINY_MODEL, f"train.global_batch_size={BATCH}", 'data.eval_splits=["val", "test"]'
+)
 TO_TARGET = settings("train.epochs=3", f"eval.every_epoch_fraction={FRACTION}", f"train.target_auc={TARGET}")
 
 
@@ -173,6 +175,8 @@ def test_dlrmv2_config_scaled_down_runs_end_to_end(trained: Path) -> None:
             "--steps",
             "4",
             "--json",
+            "--set",
+            'train.device="cpu"',
             "--set",
             "train.global_batch_size=128",
             "--set",

@@ -21,7 +21,9 @@ from typer.testing import CliRunner
 
 from shardrec.tools.cli.app import app
 
-JOB = settings(*TINY_MODEL, "train.global_batch_size=64", 'data.eval_splits=["val"]', "eval.max_batches=2")
+JOB = settings(
+    'train.device="cpu"', *TINY_MODEL, "train.global_batch_size=64", 'data.eval_splits=["val"]', "eval.max_batches=2"
+)
 
 
 def _train(data: Path, run: Path, *extra: str):

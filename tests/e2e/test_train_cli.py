@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from shardrec.tools.cli.app import app
 
 JOB = settings(
+    'train.device="cpu"',  # CPU ranks (gloo) even on a GPU host: 2 ranks must not need 2 GPUs
     *TINY_MODEL,
     "train.global_batch_size=64",
     "train.epochs=2",

@@ -1,34 +1,267 @@
-"""The same trainer on CUDA/NCCL (pinned batches, fbgemm's CUDA kernels); skipped without CUDA."""
+"""The trainer on CUDA: what `make gpu-check` runs (`pytest -m gpu`), skipped without CUDA.
+
+One dataset (synth + preprocess: Criteo's format) and one 1-GPU run are made once and shared:
+kill-and-resume must end bit for bit on that run's weights, eval at another world size (CPU
+ranks reading the GPU checkpoint), export and predict use it. bf16, on-the-fly multi-hot and
+sparse Adam across a changed column cut train runs of their own. What needs 2 GPUs (NCCL
+between ranks) skips on 1 with the reason "needs 2 GPUs", which the check's summary shows as
+"not run: needs 2 GPUs", never as passed.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import TINY_MODEL, settings, train_command
+from helpers import TINY_MODEL, settings
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
 ]
+GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
+# Without CUDA at all the module skips for that ("needs CUDA"), not for this.
+needs_two_gpus = pytest.mark.skipif(0 < GPUS < 2, reason="needs 2 GPUs")
+
+BATCH = 64
+JOB = settings(
+    *TINY_MODEL,
+    'train.device="cuda"',
+    f"train.global_batch_size={BATCH}",
+    "checkpoint.interval_steps=4",
+    "checkpoint.keep=3",
+    "eval.interval_steps=8",
+    'data.eval_splits=["val"]',
+)  # train.pipeline "auto": TrainPipelineSparseDist on CUDA
+STEPS = "16"
 
 
-def test_trains_on_cuda_with_the_pipeline(tiny_dataset: Path, tmp_path: Path) -> None:
-    ranks = min(2, torch.cuda.device_count())
-    job = settings(
-        *TINY_MODEL,
-        'train.device="cuda"',
-        'train.pipeline="sparse_dist"',
-        "train.global_batch_size=64",
-        "train.epochs=2",
+def shardrec(*args: str, cwd: Path, fault: str = "") -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "SHARDREC_FAULT"}
+    if fault:
+        env["SHARDREC_FAULT"] = fault
+    return subprocess.run(
+        [sys.executable, "-m", "shardrec.tools.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
-    cmd = train_command(tiny_dataset, tmp_path / "run", *job, nproc=ranks)
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    summary = json.loads(result.stdout)
-    assert summary["steps"] == 30 and summary["eval"]["val"]["auc"] > 0.6
-    plan = json.loads((tmp_path / "run" / "plan.json").read_text())
-    assert plan["fingerprint"]["device_kind"] == "cuda"
+
+
+def ok(done: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert done.returncode == 0, f"{done.args}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+def train(root: Path, out_dir: str, *extra: str, ranks: int = 1, steps: str = STEPS, fault: str = "") -> dict:
+    """`shardrec train` of JOB on `ranks` GPUs; its summary, with the run's stderr under "stderr"."""
+    args = ["train", "--data", "data", "--out-dir", out_dir, "--nproc-per-node", str(ranks), "--json"]
+    done = ok(shardrec(*args, "--steps", steps, *JOB, *extra, cwd=root, fault=fault))
+    return {**json.loads(done.stdout), "stderr": done.stderr}
+
+
+def final_state(run_dir: Path) -> dict:
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    ckpt = sorted((run_dir / "checkpoints").glob("step-*"))[-1]
+    dcp_to_torch_save(ckpt, run_dir / "final.pt")
+    return torch.load(run_dir / "final.pt", weights_only=False)
+
+
+def flat(tree: dict, prefix: str = "") -> dict[str, torch.Tensor]:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(flat(value, f"{prefix}{key}."))
+        elif isinstance(value, torch.Tensor):
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+@pytest.fixture(scope="module")
+def gpu_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """A Criteo-format dataset (day_0: train, day_1: val + test) and 16 steps on one GPU."""
+    root = tmp_path_factory.mktemp("gpu")
+    ok(shardrec("synth", "raw", "--rows", "4000", "--days", "2", "--max-vocab", "500", cwd=root))
+    ok(shardrec("preprocess", "raw/day_0", "raw/day_1", "--out", "data", "--max-ids", "1000", cwd=root))
+    return root, train(root, "run")
+
+
+def test_trains_on_one_gpu_with_the_pipeline(gpu_run: tuple[Path, dict]) -> None:
+    root, summary = gpu_run
+    assert summary["steps"] == 16 and summary["eval"]["val"]["auc"] > 0.55
+    assert json.loads((root / "run" / "plan.json").read_text())["fingerprint"]["device_kind"] == "cuda"
+
+
+def test_kill_and_resume_on_a_gpu_is_bitwise(gpu_run: tuple[Path, dict]) -> None:
+    """SIGKILL after step 10; torchrun restarts the rank, which resumes from step 8's checkpoint."""
+    root, summary = gpu_run
+    resumed = train(root, "killed", "--max-restarts", "1", fault="kill:10:0:0")
+    assert resumed["resumed_from_step"] == 8
+    reference, again = flat(final_state(root / "run")), flat(final_state(root / "killed"))
+    assert reference.keys() == again.keys()
+    differ = [k for k in reference if not torch.equal(reference[k], again[k])]
+    assert not differ, f"not bitwise after the resume: {differ[:5]}"
+    assert resumed["eval"]["val"]["auc"] == summary["eval"]["val"]["auc"]
+
+
+def test_bf16_trains_on_a_gpu_near_fp32(gpu_run: tuple[Path, dict]) -> None:
+    root, summary = gpu_run
+    bf16 = train(root, "bf16", "--set", 'train.precision="bf16"')
+    assert "emulated" not in bf16["stderr"]  # a GPU of compute capability 8.0 or newer has native bf16
+    assert bf16["eval"]["val"]["auc"] == pytest.approx(summary["eval"]["val"]["auc"], abs=0.02)
+
+
+def test_on_the_fly_multihot_trains_on_a_gpu(gpu_run: tuple[Path, dict]) -> None:
+    root, _ = gpu_run
+    sizes = [3, 1, 2, 6] * 6 + [1, 2]  # 26 sparse features
+    summary = train(
+        root, "multihot", "--set", f"data.multihot_sizes={sizes}", "--set", f'data.multihot_cache="{root / "cache"}"'
+    )
+    assert summary["steps"] == 16 and 0.0 < summary["eval"]["val"]["auc"] < 1.0
+
+
+def _plan(root: Path, cut_first_table: bool) -> Path:
+    """Every table whole on rank 0, the first one cut in two column shards of 4 if asked."""
+    from shardrec.dataloader.format import Manifest
+    from shardrec.embeddings.tables import build_table_configs
+    from shardrec.sharding.plan_io import PLAN_SCHEMA_VERSION, PlanFile, Shard, TablePlan, plan_fingerprint
+
+    tables = build_table_configs(Manifest.load(root / "data"), 8)
+    placed = []
+    for i, t in enumerate(tables):
+        if i == 0 and cut_first_table:
+            shards = [Shard(0, 0, 0, t.num_embeddings, 4), Shard(0, 0, 4, t.num_embeddings, 4)]
+            placed.append(TablePlan(t.name, "column_wise", "fused", shards))
+        else:
+            placed.append(TablePlan(t.name, "table_wise", "fused", [Shard(0, 0, 0, t.num_embeddings, 8)]))
+    plan = PlanFile(PLAN_SCHEMA_VERSION, plan_fingerprint(tables, 1, BATCH, "cuda"), placed, planner="test")
+    path = root / ("plan-cut.json" if cut_first_table else "plan-whole.json")
+    path.write_text(plan.to_json())
+    return path
+
+
+def test_sparse_adam_resumes_after_a_column_cut_table_becomes_whole(gpu_run: tuple[Path, dict]) -> None:
+    """Adam's per-element moments are resharded by DCP like the weights, never converted as
+    row-wise state; the resumed run continues from the checkpoint."""
+    root, _ = gpu_run
+    adam = ["--set", 'optim.sparse="adam"', "--set", "optim.sparse_lr=0.01"]
+    train(root, "adam", "--plan", str(_plan(root, True)), *adam, steps="8")
+    whole = ["--plan", str(_plan(root, False)), "--allow-change", "sharding.plan"]
+    summary = train(root, "adam", *whole, *adam)
+    assert summary["resumed_from_step"] == 8 and summary["steps"] == 16
+    moments = {k: v for k, v in flat(final_state(root / "adam")["fused_optim"]).items() if ".momentum1" in k}
+    assert moments and all(v.dim() == 2 for v in moments.values())  # per element: [rows, dim]
+    assert sum(float(v.abs().sum()) for v in moments.values()) > 0
+
+
+def _evaluate_on_cpu(env, run_dir: str) -> dict:
+    from shardrec.trainer.inference.evaluate import EvalRequest, evaluate_checkpoint
+
+    return evaluate_checkpoint(EvalRequest(Path(run_dir), split="val", device="cpu"), env)
+
+
+def test_eval_on_two_cpu_ranks_reads_the_gpu_checkpoint(gpu_run: tuple[Path, dict]) -> None:
+    """Another world size and another device: the checkpoint's CUDA tensors load onto the CPU."""
+    from shardrec.trainer.distributed.launch import run_local_ranks
+
+    root, summary = gpu_run
+    metrics = run_local_ranks(_evaluate_on_cpu, 2, str(root / "run"), device_kind="cpu")[0]
+    assert (metrics["world_size"], metrics["trained_world_size"]) == (2, 1)
+    assert metrics["auc"] == pytest.approx(summary["eval"]["val"]["auc"], abs=1e-3)
+
+
+@needs_two_gpus
+def test_two_ranks_train_over_nccl_and_eval_reshards(gpu_run: tuple[Path, dict]) -> None:
+    root, _ = gpu_run
+    summary = train(root, "two", ranks=2)
+    assert summary["steps"] == 16 and summary["eval"]["val"]["auc"] > 0.55
+    one = json.loads(ok(shardrec("eval", "two", "--split", "val", "--json", cwd=root)).stdout)
+    two = json.loads(ok(shardrec("eval", "two", "--split", "val", "--nproc-per-node", "2", "--json", cwd=root)).stdout)
+    assert two["auc"] == summary["eval"]["val"]["auc"]  # its own world size: bit for bit
+    assert one["auc"] == pytest.approx(two["auc"], abs=1e-3)
+
+
+def test_export_and_predict_score_the_gpu_run(gpu_run: tuple[Path, dict]) -> None:
+    root, summary = gpu_run
+    ok(shardrec("export", "run", "--out", "model.safetensors", cwd=root))
+    scored = ok(
+        shardrec("predict", "model.safetensors", "data", "--split", "val", "--out", "p.npy", "--json", cwd=root)
+    )
+    result = json.loads(scored.stdout)
+    assert result["rows"] == 1000
+    assert result["auc"] == pytest.approx(summary["eval"]["val"]["auc"], abs=1e-3)  # CPU scoring of GPU weights
+
+
+def test_auc_on_the_gpu_equals_the_auc_on_the_cpu() -> None:
+    from shardrec.trainer.loop.metrics import auc
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.round(torch.randn(300_000, generator=g), decimals=2)  # ties
+    labels = (torch.rand(300_000, generator=g) < torch.sigmoid(logits)).float()
+    assert auc(logits.cuda(), labels.cuda()) == auc(logits, labels)
+
+
+def test_initial_weights_on_the_gpu_do_not_depend_on_the_cut() -> None:
+    from torchrec.modules.embedding_configs import EmbeddingBagConfig
+
+    from shardrec.embeddings.init import INIT_BLOCK_ROWS, _fill_rows
+
+    table = EmbeddingBagConfig(name="t", embedding_dim=8, num_embeddings=3 * INIT_BLOCK_ROWS, feature_names=["f"])
+    whole = torch.empty(table.num_embeddings, 8, device="cuda")
+    _fill_rows(whole, 0, 0, 1, table, seed=7)
+    shard = torch.empty(300, 4, device="cuda")
+    _fill_rows(shard, INIT_BLOCK_ROWS - 100, 2, 1, table, seed=7)
+    assert torch.equal(shard, whole[INIT_BLOCK_ROWS - 100 : INIT_BLOCK_ROWS + 200, 2:6])
+    assert whole.abs().max() <= (1.0 / table.num_embeddings) ** 0.5 and whole.std() > 0
+
+
+_BAD_ID_ON_CUDA = """
+import sys, torch, torch.distributed as dist
+dist.init_process_group("nccl", init_method="file://" + sys.argv[1], rank=0, world_size=1)
+torch.cuda.set_device(0)
+from torchrec.distributed.model_parallel import DistributedModelParallel
+from torchrec.distributed.types import ShardingEnv
+from torchrec.modules.embedding_configs import EmbeddingBagConfig
+from torchrec.modules.embedding_modules import EmbeddingBagCollection
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+from shardrec.embeddings.optim import attach_fused_optimizer
+from shardrec.trainer.distributed.rank_process import exit_after_cuda_failure
+from shardrec.trainer.model.build import trainer_sharders
+
+ebc = EmbeddingBagCollection(
+    tables=[EmbeddingBagConfig(name="t", embedding_dim=4, num_embeddings=100, feature_names=["f"])],
+    device=torch.device("meta"),
+)
+attach_fused_optimizer(ebc, ["t"], optimizer="sgd", lr=1.0, eps=1e-8)
+model = DistributedModelParallel(
+    ebc, env=ShardingEnv.from_process_group(dist.GroupMember.WORLD), device=torch.device("cuda", 0),
+    sharders=trainer_sharders(None),
+)
+try:
+    for ids in ([3, 99], [3, 150]):
+        kjt = KeyedJaggedTensor(keys=["f"], values=torch.tensor(ids), lengths=torch.tensor([1, 1], dtype=torch.int32))
+        model(kjt.to("cuda"))["f"].sum().backward()
+        torch.cuda.synchronize()
+        print("trained", ids, flush=True)
+except Exception:
+    exit_after_cuda_failure()
+"""
+
+
+def test_an_id_beyond_its_table_on_a_gpu_ends_the_rank_at_once(tmp_path: Path) -> None:
+    """fbgemm's FATAL bounds check on CUDA is a device-side assert: the rank ends (exit 1) instead
+    of training row 0 or hanging; torchrun then stops its peers."""
+    done = subprocess.run(
+        [sys.executable, "-c", _BAD_ID_ON_CUDA, str(tmp_path / "store")], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1, done.stdout + done.stderr[-3000:]
+    assert done.stdout.splitlines() == ["trained [3, 99]"], done.stdout + done.stderr[-3000:]
+    assert "Setting idx to zero" not in done.stderr

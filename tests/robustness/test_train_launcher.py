@@ -23,7 +23,13 @@ from pathlib import Path
 import pytest
 from helpers import TINY_MODEL, assert_one_line_error, processes, settings, train_command
 
-JOB = settings(*TINY_MODEL, "train.global_batch_size=64", 'data.eval_splits=["val"]', "train.log_interval=1000")
+JOB = settings(
+    'train.device="cpu"',  # CPU ranks (gloo) even on a GPU host: 2 ranks must not need 2 GPUs
+    *TINY_MODEL,
+    "train.global_batch_size=64",
+    'data.eval_splits=["val"]',
+    "train.log_interval=1000",
+)
 
 
 def _command(data: Path, run_dir: Path, *extra: str) -> list[str]:

@@ -81,3 +81,37 @@ def test_stock_baseline_refuses_fused_adam_on_cpu() -> None:
     spec = StockModel("dlrm", 13, (("C1", 10),), 16, (16,), (8, 1))
     with pytest.raises(ValueError, match="sparse optimizer 'adam': torchrec's fused CPU kernel"):
         StockTrainer(spec, StockOptim("adam", 0.1, "adagrad", 0.1), 8, 1)
+
+
+class _Moved:
+    """A batch that records where it was moved."""
+
+    def __init__(self, device: str = "cpu") -> None:
+        self.device = device
+
+    def to(self, device, non_blocking: bool = False) -> _Moved:
+        return _Moved(str(device))
+
+
+def test_stock_predict_moves_each_batch_to_the_models_device() -> None:
+    """Its training batches reach the device through TrainPipelineSparseDist; predict calls the
+    model directly, whose DDP wrapper does not move a Batch: on CUDA it must move them itself."""
+    import torch
+
+    from shardrec.tools.bench.stock_torchrec import StockTrainer
+
+    seen = []
+
+    class Model(torch.nn.Module):
+        def forward(self, batch: _Moved):
+            seen.append(batch.device)
+            return None, (None, torch.zeros(2), torch.ones(2))
+
+    class Pipeline:
+        def detach(self) -> None:
+            pass
+
+    trainer = object.__new__(StockTrainer)  # the loop only: no process group or planner needed
+    trainer.model, trainer.pipeline, trainer.device = Model(), Pipeline(), torch.device("cuda", 1)
+    logits, labels = trainer.predict(iter([_Moved(), _Moved()]))
+    assert seen == ["cuda:1", "cuda:1"] and logits.shape == labels.shape == (4,)

@@ -9,7 +9,13 @@ import pytest
 import torch
 
 from shardrec.trainer.distributed.dist import DistEnv
-from shardrec.trainer.rundir.checkpoint import CheckpointManager, CheckpointParts, ModuleState, TrainProgress
+from shardrec.trainer.rundir.checkpoint import (
+    CheckpointManager,
+    CheckpointParts,
+    ModuleState,
+    TrainProgress,
+    load_file,
+)
 
 ENV = DistEnv(rank=0, local_rank=0, world_size=1, local_world_size=1, device=torch.device("cpu"), backend="gloo")
 SIGNATURE = {"model": {"arch": "dlrm"}, "optim": {"sparse": "sgd"}, "tables": [{"name": "t", "rows": 3, "dim": 2}]}
@@ -68,3 +74,62 @@ def test_a_checkpoint_of_another_model_is_refused_naming_the_difference(tmp_path
     ):
         other.load_latest()
     assert counter.value == 7  # nothing was loaded
+
+
+class TensorState:
+    """A main part holding a tensor, as the dense optimizer's state does."""
+
+    def __init__(self) -> None:
+        self.value = torch.zeros(3)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {"value": self.value}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.value = state["value"]
+
+
+def test_a_checkpoint_saved_on_a_gpu_resumes_on_a_cpu_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files written by a CUDA run record their tensors' device (cuda:0 for rank 0): a CPU host
+    loads them onto the CPU instead of failing with "Attempting to deserialize object on a CUDA device"."""
+    torch.manual_seed(0)
+    saved_state = TensorState()
+    saved_state.value = torch.tensor([1.0, 2.0, 3.0])
+    parts = CheckpointParts(
+        progress=TrainProgress(step=4),
+        sharded={"model": ModuleState(torch.nn.Linear(2, 2))},
+        main={"dense_optim": saved_state},
+        signature=SIGNATURE,
+        layout='{"tables": []}',
+    )
+    with monkeypatch.context() as patched:  # every tensor written now claims to live on cuda:0
+        patched.setattr(torch.serialization, "location_tag", lambda storage: "cuda:0")
+        CheckpointManager(tmp_path, ENV, keep=1, parts=parts).save()
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="deserialize object on a CUDA device"):
+            torch.load(tmp_path / "step-00000004" / "train_state.pt", weights_only=True)
+
+    loaded_state = TensorState()
+    fresh = CheckpointParts(
+        progress=TrainProgress(),
+        sharded={"model": ModuleState(torch.nn.Linear(2, 2))},
+        main={"dense_optim": loaded_state},
+        signature=SIGNATURE,
+        layout='{"tables": []}',
+    )
+    assert CheckpointManager(tmp_path, ENV, keep=1, parts=fresh).load_latest() == 4
+    assert loaded_state.value.device.type == "cpu" and torch.equal(loaded_state.value, torch.tensor([1.0, 2.0, 3.0]))
+
+
+def test_tensors_saved_on_a_gpu_load_onto_this_ranks_device_and_cpu_ones_stay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """load_file maps what was saved on any CUDA device to the rank's own device (the meta device
+    stands in for cuda:N here) and leaves CPU-saved tensors (RNG states) on the CPU."""
+    path = tmp_path / "state.pt"
+    tags = iter(["cuda:3", "cpu"])  # storages are written in the dict's order
+    with monkeypatch.context() as patched:
+        patched.setattr(torch.serialization, "location_tag", lambda storage: next(tags))
+        torch.save({"on_gpu": torch.ones(2), "rng": torch.get_rng_state()}, path)
+    loaded = load_file(path, torch.device("meta"))
+    assert loaded["on_gpu"].device.type == "meta" and loaded["rng"].device.type == "cpu"

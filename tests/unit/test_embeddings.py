@@ -36,6 +36,21 @@ def _table(rows: int = 20_000, dim: int = 4) -> EmbeddingBagConfig:
     return EmbeddingBagConfig(name="t_a", embedding_dim=dim, num_embeddings=rows, feature_names=["a"])
 
 
+def test_initial_weights_are_drawn_on_the_device_of_the_shard(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shard on a GPU is filled by CUDA's generator there, not drawn on the host and copied."""
+    made_on = []
+    real = torch.Generator
+
+    def generator(device: torch.device | None = None) -> torch.Generator:
+        made_on.append(device)  # None: torch's default, the host
+        return real(device=device or "cpu")
+
+    monkeypatch.setattr(torch, "Generator", generator)
+    table = _table(rows=INIT_BLOCK_ROWS + 10)
+    _fill_rows(torch.empty(INIT_BLOCK_ROWS + 10, table.embedding_dim), 0, 0, 1, table, seed=7)
+    assert made_on == [torch.device("cpu")] * 2  # one per block, on the weights' device
+
+
 def test_initial_weights_are_pinned_and_do_not_depend_on_the_cut() -> None:
     table = _table()
     whole = torch.empty(table.num_embeddings, table.embedding_dim)

@@ -231,7 +231,7 @@ def test_missing_and_truncated_files_are_named_at_build(tmp_path: Path):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_batches_are_pinned_then_copied_without_blocking(data: Path):
     (loader,) = _loaders(data, 1, device="cuda", num_workers=1)
-    assert loader.pin_memory  # the default on a CUDA machine
+    assert loader.pin_memory  # the default for a CUDA device
     batch = next(iter(loader))
     assert batch.dense_features.is_cuda and batch.sparse_features.values().is_cuda and batch.labels.is_cuda
     (cpu,) = _loaders(data, 1, pin_memory=True)
@@ -239,10 +239,14 @@ def test_cuda_batches_are_pinned_then_copied_without_blocking(data: Path):
     assert torch.equal(batch.dense_features.cpu(), cpu.batch(0).dense_features)
 
 
-def test_batches_stay_on_cpu_unpinned_without_cuda(data: Path):
+def test_batches_for_the_cpu_are_not_pinned_even_where_cuda_exists(data: Path, monkeypatch: pytest.MonkeyPatch):
+    """Pinning makes a CUDA context on GPU 0: a CPU job on a GPU host must not make one."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     (loader,) = _loaders(data, 1)
-    assert loader.pin_memory == torch.cuda.is_available()
+    assert not loader.pin_memory
     assert loader.batch(0).dense_features.device.type == "cpu"
+    (to_gpu,) = _loaders(data, 1, device="cuda")  # built only: nothing is moved until iterated
+    assert to_gpu.pin_memory
 
 
 def test_stopping_early_with_workers_leaves_no_thread_behind(data: Path):

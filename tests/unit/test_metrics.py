@@ -28,6 +28,33 @@ def test_auc_equals_the_pairwise_definition_with_ties() -> None:
     assert math.isnan(auc(np.array([0.1, 0.9]), np.array([1, 1])))
 
 
+def _np_unique_auc(scores: np.ndarray, labels: np.ndarray) -> float:
+    """The AUC shardrec computed on the host before it moved to the scores' device: np.unique's
+    mean ranks, summed as float64."""
+    labels = labels.astype(bool)
+    positives = int(labels.sum())
+    negatives = len(labels) - positives
+    _, inverse, counts = np.unique(scores, return_inverse=True, return_counts=True)
+    mean_rank = np.cumsum(counts) - (counts - 1) / 2.0
+    rank_sum = float(mean_rank[inverse][labels].sum())
+    return (rank_sum - positives * (positives + 1) / 2.0) / (positives * negatives)
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_auc_on_tensors_equals_the_host_np_unique_auc(ties: bool) -> None:
+    rng = np.random.default_rng(1)
+    n = 200_003
+    logits = rng.normal(size=n).astype(np.float32)
+    if ties:
+        logits = np.round(logits, 2)  # a few hundred distinct scores
+    labels = (rng.random(n) < 1 / (1 + np.exp(-logits))).astype(np.float32)
+    expected = _np_unique_auc(logits.astype(np.float64), labels)
+    got = auc(torch.from_numpy(logits), torch.from_numpy(labels))
+    assert abs(got - expected) <= 1e-12 and got == expected
+    metrics = binary_metrics(torch.from_numpy(logits), torch.from_numpy(labels))
+    assert metrics["auc"] == expected
+
+
 def test_logloss_and_ne_ignore_padding_rows() -> None:
     logits = torch.tensor([2.0, -1.0, 0.5, 3.0, 9.0])
     labels = torch.tensor([1.0, 0.0, 1.0, 0.0, -1.0])  # the last row is padding

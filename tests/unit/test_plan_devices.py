@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from shardrec.sharding import devices
-from shardrec.sharding.devices import DeviceMemory, check_plan_fits_devices, detect_topology
+from shardrec.sharding import hardware
+from shardrec.sharding.hardware import DeviceMemory, check_plan_fits_devices, detect_topology
 from shardrec.sharding.plan_io import StalePlanError, check_plan, load_plan
 from shardrec.sharding.planner import PlanDoesNotFitError
 from shardrec.tools.cli.app import app
@@ -23,22 +23,22 @@ H200 = DeviceMemory("NVIDIA H200", 150_000_000_000, 148_500_000_000)
 
 
 def test_auto_topology_is_the_machine_s_gpus(monkeypatch) -> None:
-    monkeypatch.setattr(devices, "query_cuda_devices", lambda: [H200] * 8)
+    monkeypatch.setattr(hardware, "query_cuda_devices", lambda: [H200] * 8)
     topo = detect_topology(16)
     assert (topo.name, topo.device_kind, topo.local_world_size, topo.num_hosts) == ("h200", "cuda", 8, 2)
     assert topo.memory_bytes == H200.free_bytes and topo.memory_source == "device"
     assert topo.usable_bytes == int(H200.free_bytes * 0.85)  # torchrec's 15% kept free
     # One GPU of another model: a100's bandwidths, the device's own memory, as many ranks per host as GPUs.
     l4 = DeviceMemory("NVIDIA L4", 24 * GiB, 22 * GiB)
-    monkeypatch.setattr(devices, "query_cuda_devices", lambda: [l4])
+    monkeypatch.setattr(hardware, "query_cuda_devices", lambda: [l4])
     topo = detect_topology(2)
     assert (topo.name, topo.memory_bytes, topo.local_world_size) == ("a100", 22 * GiB, 1)
-    monkeypatch.setattr(devices, "query_cuda_devices", lambda: [])
+    monkeypatch.setattr(hardware, "query_cuda_devices", lambda: [])
     assert detect_topology(2).name == "cpu-gloo"
 
 
 def test_plan_defaults_to_this_machine(tiny_dataset: Path, tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(devices, "query_cuda_devices", lambda: [H200] * 2)
+    monkeypatch.setattr(hardware, "query_cuda_devices", lambda: [H200] * 2)
     out = tmp_path / "plan.json"
     res = CliRunner().invoke(app, ["plan", "--data", str(tiny_dataset), "--out", str(out)])
     assert res.exit_code == 0, res.output
@@ -50,7 +50,7 @@ def test_plan_defaults_to_this_machine(tiny_dataset: Path, tmp_path: Path, monke
     res = CliRunner().invoke(app, ["plan", "--data", str(tiny_dataset), "--out", str(out), "--set", "train.device=cpu"])
     assert res.exit_code == 0, res.output
     assert load_plan(out).fingerprint.device_kind == "cpu"
-    monkeypatch.setattr(devices, "query_cuda_devices", lambda: [])
+    monkeypatch.setattr(hardware, "query_cuda_devices", lambda: [])
     res = CliRunner().invoke(app, ["plan", "--data", str(tiny_dataset), "--out", str(out), "--json"])
     assert res.exit_code == 0, res.output
     assert load_plan(out).fingerprint.device_kind == "cpu"

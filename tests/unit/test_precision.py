@@ -92,3 +92,12 @@ def test_a_cpu_without_bf16_instructions_is_named(monkeypatch: pytest.MonkeyPatc
     assert note is not None and "no AVX512-BF16 or AMX" in note and "slower than fp32" in note
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
     assert models.bf16_support_note("cpu") is None
+
+
+def test_a_gpu_that_only_emulates_bf16_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch.cuda.is_bf16_supported() counts emulation by default (True on a V100 or T4)."""
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
+    note = models.bf16_support_note("cuda")
+    assert note is not None and "no native bf16" in note and "emulated and slow" in note
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
+    assert models.bf16_support_note("cuda") is None

@@ -72,7 +72,7 @@ def test_preflight_refuses_what_the_ranks_cannot_run(tiny_dataset: Path) -> None
 def test_device_auto_is_resolved_by_one_function_for_preflight_and_ranks() -> None:
     import torch
 
-    from shardrec.trainer.distributed.dist import resolve_device_kind
+    from shardrec.trainer.distributed.devices import resolve_device_kind
 
     assert resolve_device_kind("cpu") == "cpu" and resolve_device_kind("cuda") == "cuda"
     assert resolve_device_kind("auto") == ("cuda" if torch.cuda.is_available() else "cpu")

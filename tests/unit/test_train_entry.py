@@ -156,3 +156,26 @@ def test_shardrec_eval_starts_its_ranks_through_launch_with_one_request_file(tmp
     assert result.exit_code == 0, result.output
     assert calls == [(EvalRequest(run, None, "val", data, device="auto"), 2, eval_entry.__name__)]
     assert json.loads(result.stdout)["auc"] == 0.5
+
+
+_FAILING_CUDA_RANK = """
+import atexit, sys
+from shardrec.trainer.distributed.rank_process import exit_after_cuda_failure
+atexit.register(lambda: print("teardown ran", flush=True))  # stands for NCCL's blocking teardown
+try:
+    raise RuntimeError("CUDA error: device-side assert triggered")
+except Exception:
+    exit_after_cuda_failure()
+"""
+
+
+def test_a_failed_cuda_rank_ends_at_once_with_its_traceback_and_no_teardown() -> None:
+    """What a rank does after a device-side assert (fbgemm's FATAL bounds check): exit 1 now, so
+    torchrun stops its peers, instead of a teardown that may wait on NCCL work forever."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _FAILING_CUDA_RANK], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert "RuntimeError: CUDA error: device-side assert triggered" in done.stderr
+    assert "teardown ran" not in done.stdout

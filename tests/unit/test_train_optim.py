@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -40,3 +42,43 @@ def test_faults_fire_only_where_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(faults.ENV, "kill")
     with pytest.raises(ValueError, match="KIND:STEP"):
         faults.should_fire("kill", 1, 0)
+
+
+def _cut_plans(rows: int):
+    """The checkpoint's plan (table t_a in 2 column shards of 4) and the job's (t_a whole, table-wise)."""
+    from torchrec.modules.embedding_configs import EmbeddingBagConfig
+
+    from shardrec.sharding.plan_io import PLAN_SCHEMA_VERSION, PlanFile, Shard, TablePlan, plan_fingerprint
+
+    config = EmbeddingBagConfig(name="t_a", embedding_dim=8, num_embeddings=rows, feature_names=["a"])
+
+    def plan(shards: list[Shard]) -> PlanFile:
+        return PlanFile(
+            PLAN_SCHEMA_VERSION, plan_fingerprint([config], 2, 64, "cpu"), [TablePlan("t_a", "x", "fused", shards)]
+        )
+
+    saved = plan([Shard(0, 0, 0, rows, 4), Shard(1, 0, 4, rows, 4)])
+    return saved.to_json(), plan([Shard(0, 0, 0, rows, 8)])
+
+
+def test_element_wise_state_is_never_converted_and_every_rank_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Adam's (or Adagrad's) per-element momentum of a column-cut table that becomes whole has
+    [rows] as its first size, as row-wise state of a whole table does: it must not be converted
+    (DCP reshards it like the weights). The one DCP load still runs, on the checkpoint's group."""
+    from shardrec.trainer.rundir import optim_state
+
+    rows, loads = 5, []
+    saved, plan = _cut_plans(rows)
+    moment = torch.zeros(rows, 8)
+    state = {"state": {"sparse.t_a.weight": {"t_a.momentum1": moment, "t_a.momentum2": torch.zeros(rows, 8)}}}
+    group = object()  # stands for the checkpoint's gloo group
+    monkeypatch.setattr(
+        optim_state.dcp, "load", lambda state, checkpoint_id, process_group: loads.append((state, process_group))
+    )
+    assert optim_state.adapt_fused_state(Path("ckpt"), state, saved, plan, group) == {}  # type: ignore[arg-type]
+    assert state["state"]["sparse.t_a.weight"]["t_a.momentum1"] is moment
+    assert loads == [({"fused_optim": {"state": {}}}, group)]
+    # A rank holding no part of the table joins the same load.
+    loads.clear()
+    assert optim_state.adapt_fused_state(Path("ckpt"), {"state": {}}, saved, plan, group) == {}  # type: ignore[arg-type]
+    assert loads == [({"fused_optim": {"state": {}}}, group)]

@@ -41,3 +41,24 @@ def test_allow_env_with_a_bad_value_says_what_it_expects(monkeypatch):
     monkeypatch.setenv(versions.ALLOW_ENV, "2.11.0/1.6.0")
     with pytest.raises(ImportError, match=r"SHARDREC_ALLOW_STACK='2\.11\.0/1\.6\.0': expected TORCH/FBGEMM/TORCHREC"):
         versions.check_stack()
+
+
+@pytest.mark.parametrize(
+    "stack",
+    [
+        ("2.13.0+cu126", "1.8.0+cu126", "1.8.0"),  # PyTorch's CUDA 12.6 index, for drivers older than 580
+        ("2.13.0+cpu", "1.8.0+cpu", "1.8.0"),
+        ("2.13.0", "1.8.0", "1.8.0+cu130"),
+    ],
+)
+def test_builds_with_local_labels_of_the_pinned_releases_start(monkeypatch, stack):
+    monkeypatch.setattr(versions, "found_stack", lambda: stack)
+    monkeypatch.delenv(versions.ALLOW_ENV, raising=False)
+    versions.check_stack()
+
+
+def test_a_local_label_does_not_admit_another_release(monkeypatch):
+    monkeypatch.setattr(versions, "found_stack", lambda: ("2.13.0+cu126", "1.7.0+cu126", "1.8.0"))
+    monkeypatch.delenv(versions.ALLOW_ENV, raising=False)
+    with pytest.raises(ImportError, match=r"fbgemm-gpu 1\.7\.0\+cu126"):
+        versions.check_stack()

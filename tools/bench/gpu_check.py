@@ -1,39 +1,50 @@
 """`python -m shardrec.tools.bench.gpu_check`: validate the CUDA path in one call.
 
-On a machine with CUDA it runs the GPU-marked tests (`pytest -m gpu`), then a short
+On a machine with CUDA and the pinned stack (or the one other triple SHARDREC_ALLOW_STACK names:
+the summary then says which ran), it runs the GPU-marked tests (`pytest -m gpu`), then a short
 `shardrec bench train --device cuda` (ours fp32 and bf16 against stock torchrec fp32, on 2 GPUs
-where there are 2, else 1), and prints one summary table last. scripts/gpu_check.sh (what
-`make gpu-check` runs) installs carried wheels first on a machine without the stack; this module
-assumes shardrec imports.
+where there are 2, else 1), and prints one summary table last: one row per GPU test and per
+bench variant. A test that needs more GPUs than the machine has is shown as "not run: needs N
+GPUs", never as passed. scripts/gpu_check.sh (what `make gpu-check` runs) installs carried
+wheels first on a machine without the stack; this module assumes shardrec imports.
 
-Exit codes: 0 every check passed; 1 a check failed; 3 no CUDA device was found (one line, nothing
-run). Each step has a time limit (GPU_CHECK_TEST_S, GPU_CHECK_BENCH_S seconds) so that the whole
-check stays under 8 minutes and a failed first try can be rerun on a lent machine.
+Exit codes: 0 every check that could run passed; 1 a check failed; 3 no CUDA device was found
+(one line, nothing run); 5 the installed stack is neither the pinned one nor the one
+SHARDREC_ALLOW_STACK names (one line, nothing run). Each step has a time limit
+(GPU_CHECK_TEST_S, GPU_CHECK_BENCH_S seconds) so that the whole check, installing included,
+stays under 8 minutes and a failed first try can be rerun on a lent machine.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ElementTree
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 NO_CUDA = 3
-TEST_LIMIT_S = int(os.environ.get("GPU_CHECK_TEST_S", "200"))
-BENCH_LIMIT_S = int(os.environ.get("GPU_CHECK_BENCH_S", "220"))
+OTHER_STACK = 5
+TEST_LIMIT_S = int(os.environ.get("GPU_CHECK_TEST_S", "270"))
+BENCH_LIMIT_S = int(os.environ.get("GPU_CHECK_BENCH_S", "150"))
+NEEDS_GPUS = re.compile(r"needs (\d+) GPUs")
+"""The skip reason of a GPU test that this machine has too few GPUs for (tests/e2e/test_train_gpu.py)."""
+Runner = Callable[[list[str], int], tuple[int | None, str, str, float]]
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
 class Row:
     check: str
-    ok: bool
+    status: str
+    """pass, fail or "not run" (the machine lacks what the check needs: it did not pass)."""
     detail: str
     seconds: float
 
@@ -62,8 +73,31 @@ def _run(cmd: list[str], limit_s: int) -> tuple[int | None, str, str, float]:
     return code, out, err[-3000:], time.perf_counter() - start
 
 
-def gpu_tests() -> Row:
-    """The GPU-marked tests; a skip counts against the check (on CUDA nothing should skip)."""
+def rows_from_report(suite: ElementTree.Element) -> list[Row]:
+    """One row per test case of pytest's junit report: a failure or an error fails, a skip for
+    too few GPUs is "not run", any other skip fails (on CUDA nothing else should skip)."""
+    rows = []
+    for case in suite.iter("testcase"):
+        name, seconds = case.get("name", "?"), float(case.get("time", 0))
+        problem = case.find("failure") if case.find("failure") is not None else case.find("error")
+        skipped = case.find("skipped")
+        if problem is not None:
+            lines = (problem.get("message") or "failed").strip().splitlines() or ["failed"]
+            rows.append(Row(name, "fail", lines[0][:160], seconds))
+        elif skipped is not None:
+            reason = (skipped.get("message") or "").strip()
+            needs = NEEDS_GPUS.search(reason)
+            if needs:
+                rows.append(Row(name, "not run", f"not run: needs {needs.group(1)} GPUs", seconds))
+            else:
+                rows.append(Row(name, "fail", f"skipped: {reason}", seconds))
+        else:
+            rows.append(Row(name, "pass", "", seconds))
+    return rows
+
+
+def gpu_tests(run: Runner = _run) -> list[Row]:
+    """The GPU-marked tests, one row each (or one failed row when pytest gave no report)."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "gpu.xml"
         cmd = [
@@ -78,22 +112,19 @@ def gpu_tests() -> Row:
             f"--junitxml={report}",
             "tests",
         ]
-        code, out, err, seconds = _run(cmd, TEST_LIMIT_S)
+        code, out, err, seconds = run(cmd, TEST_LIMIT_S)
         tail = (out + err)[-3000:]
         if code is None:
-            return Row("pytest -m gpu", False, f"timed out after {TEST_LIMIT_S} s", seconds)
+            return [Row("pytest -m gpu", "fail", f"timed out after {TEST_LIMIT_S} s", seconds)]
         if not report.exists():
             last = (tail.strip().splitlines() or [""])[-1]
-            return Row("pytest -m gpu", False, f"exit {code}, no report: {last}", seconds)
-        suite = ElementTree.parse(report).getroot()
-        suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
-        counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}  # type: ignore[union-attr]
-    passed = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
-    ok = code == 0 and passed > 0 and counts["skipped"] == 0
-    detail = f"{passed} passed, {counts['failures'] + counts['errors']} failed, {counts['skipped']} skipped"
-    if not ok and code != 0:
+            return [Row("pytest -m gpu", "fail", f"exit {code}, no report: {last}", seconds)]
+        rows = rows_from_report(ElementTree.parse(report).getroot())
+    if not rows:
+        return [Row("pytest -m gpu", "fail", f"exit {code}: no GPU test ran", seconds)]
+    if any(r.status == "fail" for r in rows):
         sys.stderr.write(tail + "\n")  # the failures' summary, above the table
-    return Row("pytest -m gpu", ok, detail, seconds)
+    return rows
 
 
 def bench_train(gpus: int) -> tuple[list[Row], dict | None]:
@@ -113,7 +144,7 @@ def bench_train(gpus: int) -> tuple[list[Row], dict | None]:
         "--model",
         "reference",
         "--rounds",
-        "3",
+        "2",
         "--steps",
         "32",
         "--quality-steps",
@@ -127,22 +158,22 @@ def bench_train(gpus: int) -> tuple[list[Row], dict | None]:
     if code != 0:
         why = f"timed out after {BENCH_LIMIT_S} s" if code is None else f"exit {code}"
         sys.stderr.write(err + "\n")
-        return [Row(name, False, why, seconds)], None
+        return [Row(name, "fail", why, seconds)], None
     try:
         result = json.loads(out[out.index("{") :])
     except ValueError:
-        return [Row(name, False, "no JSON result on stdout", seconds)], None
+        return [Row(name, "fail", "no JSON result on stdout", seconds)], None
     rates, auc = result["median_samples_per_s"], result["val_auc"]
     fp32 = Row(
         f"{name} fp32",
-        auc["ours_fp32"] > 0.5,
+        "pass" if auc["ours_fp32"] > 0.5 else "fail",
         f"{rates['ours_fp32']:,.0f} samples/s, {result['ours_fp32_vs_stock_fp32']:.3f}x stock fp32 "
         f"({rates['stock_fp32']:,.0f}/s), AUC {auc['ours_fp32']:.4f} (stock {auc['stock_fp32']:.4f})",
         seconds,
     )
     bf16 = Row(
         f"{name} bf16",
-        bool(result["bf16_auc_within_tolerance"]),
+        "pass" if result["bf16_auc_within_tolerance"] else "fail",
         f"{rates['ours_bf16']:,.0f} samples/s, {result['ours_bf16_vs_stock_fp32']:.3f}x stock fp32, "
         f"AUC {auc['ours_bf16']:.4f} ({'within' if result['bf16_auc_within_tolerance'] else 'NOT within'} 0.002)",
         0.0,
@@ -150,13 +181,33 @@ def bench_train(gpus: int) -> tuple[list[Row], dict | None]:
     return [fp32, bf16], result
 
 
+def verdict(rows: list[Row]) -> str:
+    """FAIL when a check failed or none passed; else PASS, naming what did not run."""
+    if not any(r.status == "pass" for r in rows) or any(r.status == "fail" for r in rows):
+        return "FAIL"
+    skipped = [r for r in rows if r.status == "not run"]
+    return f"PASS ({len(skipped)} not run: {', '.join(sorted({r.detail[9:] for r in skipped}))})" if skipped else "PASS"
+
+
 def summary_table(rows: list[Row], device: str) -> str:
     width = max(len(r.check) for r in rows)
-    lines = [f"GPU check on {device}", f"{'check':<{width}}  result  {'s':>6}  detail"]
-    lines += [f"{r.check:<{width}}  {'PASS' if r.ok else 'FAIL':<6}  {r.seconds:>6.0f}  {r.detail}" for r in rows]
-    verdict = "PASS" if all(r.ok for r in rows) else "FAIL"
-    lines.append(f"{'overall':<{width}}  {verdict}")
+    lines = [f"GPU check on {device}", f"{'check':<{width}}  {'result':<7}  {'s':>6}  detail"]
+    lines += [f"{r.check:<{width}}  {r.status.upper():<7}  {r.seconds:>6.0f}  {r.detail}" for r in rows]
+    lines.append(f"{'overall':<{width}}  {verdict(rows)}")
     return "\n".join(lines)
+
+
+def stack_description() -> str:
+    """Which torch / fbgemm-gpu / torchrec ran, and whether it is the pinned triple (an ImportError
+    naming the versions when it is neither that nor the one SHARDREC_ALLOW_STACK names)."""
+    from shardrec.trainer.job import versions
+
+    versions.check_stack()
+    found = versions.found_stack()
+    names = f"torch {found[0]}, fbgemm-gpu {found[1]}, torchrec {found[2]}"
+    if versions.is_known_good(found):
+        return f"{names} (the pinned stack)"
+    return f"{names} (not the pinned stack: {versions.ALLOW_ENV}={os.environ.get(versions.ALLOW_ENV, '')})"
 
 
 def main() -> int:
@@ -164,14 +215,25 @@ def main() -> int:
     if gpus == 0:
         print("gpu check: no CUDA device was found (torch.cuda.is_available() is False); nothing was run")
         return NO_CUDA
+    try:
+        stack = stack_description()
+    except ImportError as e:
+        print(f"gpu check: {e}; to check another triple, name it: {_allow_hint()}")
+        return OTHER_STACK
     import torch
 
-    device = f"{gpus} x {torch.cuda.get_device_name(0)}, torch {torch.__version__}"
-    rows = [gpu_tests()]
+    device = f"{gpus} x {torch.cuda.get_device_name(0)}, {stack}"
+    rows = gpu_tests()
     bench_rows, _ = bench_train(gpus)
     rows += bench_rows
     print(summary_table(rows, device))
-    return 0 if all(r.ok for r in rows) else 1
+    return 0 if verdict(rows) != "FAIL" else 1
+
+
+def _allow_hint() -> str:
+    from shardrec.trainer.job.versions import ALLOW_ENV, GPU_CHECK_STACK
+
+    return f"{ALLOW_ENV}={'/'.join(GPU_CHECK_STACK)} make gpu-check"
 
 
 if __name__ == "__main__":

@@ -149,6 +149,7 @@ class StockTrainer:
         self.optimizer = CombinedOptimizer([self.model.fused_optimizer, dense])
         self.pipeline = TrainPipelineSparseDist(self.model, self.optimizer, device, execute_all_batches=True)
         self.local_batch_size = local_batch_size
+        self.device = device
 
     def sharding_types(self) -> dict[str, str]:
         """Table -> the sharding type torchrec's planner chose."""
@@ -176,7 +177,8 @@ class StockTrainer:
         self.model.eval()
         logits, labels = [], []
         for batch in batches:
-            _, (_, batch_logits, batch_labels) = self.model(batch)
+            # DDP moves tensor inputs to the device, not a Batch: the pipeline moved the training ones.
+            _, (_, batch_logits, batch_labels) = self.model(batch.to(self.device, non_blocking=True))
             logits.append(batch_logits.float())
             labels.append(batch_labels.float())
         self.model.train()

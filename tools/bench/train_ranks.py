@@ -140,7 +140,7 @@ def gathered_auc(logits: torch.Tensor, labels: torch.Tensor) -> float:
         parts = [torch.empty_like(local) for _ in range(dist.get_world_size())]
         dist.all_gather(parts, local)
         local = torch.cat(parts, dim=1)
-    return float(binary_metrics(local[0].cpu(), local[1].cpu())["auc"])
+    return float(binary_metrics(local[0], local[1])["auc"])
 
 
 def from_disk(side: Ours, steps: int, samples: int) -> float:

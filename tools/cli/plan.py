@@ -170,10 +170,10 @@ def _topology(
     name: str, world_size: int, local_world_size: int, memory_gib: float, profile: Path | None, job_device: str
 ):
     """The topology `--topology` names; auto: where the job will train, train.device (a job set to
-    cpu plans for cpu-gloo; else this machine's CUDA devices if any, sharding.devices.detect_topology)."""
+    cpu plans for cpu-gloo; else this machine's CUDA devices if any, sharding.hardware.detect_topology)."""
     from dataclasses import replace
 
-    from shardrec.sharding.devices import detect_topology
+    from shardrec.sharding.hardware import detect_topology
     from shardrec.sharding.topology import build_topology
 
     memory = int(memory_gib * 2**30) if memory_gib else None

@@ -15,6 +15,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from shardrec.trainer.distributed.devices import check_ranks_fit, resolve_device_kind
+
 logger = logging.getLogger(__name__)
 
 
@@ -30,15 +32,6 @@ class DistEnv:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
-
-
-def resolve_device_kind(device: str) -> str:
-    """ "cpu" or "cuda" for a device setting of auto, cpu or cuda: auto is cuda where it is available."""
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device not in ("cpu", "cuda"):
-        raise ValueError(f"device kind {device!r} is not one of auto, cpu, cuda")
-    return device
 
 
 def launched_rank() -> int:
@@ -80,6 +73,8 @@ def init_distributed(device_kind: str = "auto", timeout_s: int = 600) -> DistEnv
     if device_kind == "cuda":
         if not torch.cuda.is_available():
             raise ValueError("device kind 'cuda' was asked for but CUDA is not available")
+        # Every rank checks the node's count (not its own index), so rank 0 says it too.
+        check_ranks_fit(device_kind, local_world_size)
         device, backend = torch.device("cuda", local_rank), "nccl"
         torch.cuda.set_device(device)
     else:

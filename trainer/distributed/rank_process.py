@@ -6,7 +6,9 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import traceback
 import warnings
+from typing import NoReturn
 
 # Warnings every CPU run of the pinned stack prints on each rank (seen in `shardrec -v train`
 # runs: plain and pipelined loops, resume, DCNv2 with bf16 all-to-all). Anything else, such as
@@ -63,3 +65,19 @@ def exit_cleanly() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def exit_after_cuda_failure() -> NoReturn:
+    """End a CUDA rank whose work raised an unexpected error, at once and with its traceback.
+
+    Such an error is often a device-side assert (fbgemm's FATAL bounds check on an id beyond its
+    table, an illegal address): this rank's CUDA context is unusable and its peers sit in an
+    NCCL collective that will never complete. Interpreter teardown could wait on that NCCL work;
+    exiting directly lets torchrun see the failure within its monitor interval and stop the
+    other ranks, instead of them waiting out dist.timeout_s (600 s).
+    """
+    traceback.print_exc()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)

@@ -19,7 +19,11 @@ def rank_main(
 ) -> None:
     """Evaluate a checkpoint on this rank (started by torchrun; see `shardrec eval`)."""
     # The logging, warning filter and clean exit of every rank program.
-    from shardrec.trainer.distributed.rank_process import configure_rank_logging, exit_cleanly
+    from shardrec.trainer.distributed.rank_process import (
+        configure_rank_logging,
+        exit_after_cuda_failure,
+        exit_cleanly,
+    )
 
     configure_rank_logging()
     from shardrec.trainer.distributed.dist import init_distributed, shutdown
@@ -38,6 +42,10 @@ def rank_main(
             print(f"error: {e}", file=sys.stderr)
         shutdown()
         raise typer.Exit(1) from None
+    except Exception:
+        if env.device.type == "cuda":
+            exit_after_cuda_failure()
+        raise
     if env.is_main:
         atomic_write_bytes(result, (json.dumps(metrics, indent=2) + "\n").encode())
     exit_cleanly()

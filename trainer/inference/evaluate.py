@@ -17,11 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from shardrec.dataloader.format import Manifest
-from shardrec.dataloader.loader import NO_SHUFFLE, BatchLoader, Delivery, build_loader
+from shardrec.dataloader.loader import NO_SHUFFLE, BatchLoader, build_loader
 from shardrec.sharding.plan_io import load_plan
+from shardrec.trainer.distributed.devices import check_ranks_fit, resolve_device_kind
 from shardrec.trainer.distributed.dist import DistEnv
 from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import JobConfig, load_job_config
@@ -35,6 +34,7 @@ from shardrec.trainer.rundir.checkpoint import (
     ModuleState,
     TrainProgress,
     complete_checkpoints,
+    load_file,
 )
 
 logger = logging.getLogger(__name__)
@@ -157,6 +157,7 @@ def check_request(request: EvalRequest, world_size: int) -> tuple[JobConfig, Man
             f"the run's evaluation batch {batch} does not divide by {world_size} ranks "
             "(eval.batch_size, else train.global_batch_size)"
         )
+    check_ranks_fit(resolve_device_kind(config.train.device), world_size)
     data_options.model_manifest(manifest, config.data)
     return config, manifest
 
@@ -171,7 +172,7 @@ def eval_loader(config: JobConfig, split: str, env: DistEnv) -> BatchLoader:
         world_size=env.world_size,
         shuffle=NO_SHUFFLE,
         tail="pad",
-        delivery=Delivery(num_workers=config.data.num_workers),
+        delivery=data_options.delivery(config.data, env.device.type),
         multihot=data_options.multihot_option(config.data),
     )
 
@@ -210,7 +211,7 @@ def evaluate_checkpoint(request: EvalRequest, env: DistEnv) -> dict[str, Any]:
     batches = iter(eval_loader(config, request.split, env))
     metrics = evaluate_batches(model, batches, env.device, config.eval.max_batches)
     metrics["seconds"] = round(time.perf_counter() - start, 3)
-    train_world = torch.load(path / names.TRAIN_STATE, weights_only=True)["world_size"]
+    train_world = load_file(path / names.TRAIN_STATE, env.device)["world_size"]
     return {
         "run_dir": str(request.run_dir),
         "step": step,

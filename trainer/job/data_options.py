@@ -1,5 +1,5 @@
-"""What the job's data settings mean for the loaders and the tables: the on-the-fly multi-hot
-option (data.multihot_*) and the dataset as the model sees it.
+"""What the job's data settings mean for the loaders and the tables: how batches are handed
+over, the on-the-fly multi-hot option (data.multihot_*) and the dataset as the model sees it.
 
 Shared by training (trainer.loop.train_job) and `shardrec eval` / `export` (trainer.inference.evaluate,
 trainer.inference.export), so that the three build the same tables and read the same ids.
@@ -10,8 +10,15 @@ from __future__ import annotations
 import dataclasses
 
 from shardrec.dataloader.format import Manifest
+from shardrec.dataloader.loader import Delivery
 from shardrec.dataloader.multihot import MultiHotOption
 from shardrec.trainer.job.config import DataConfig
+
+
+def delivery(data: DataConfig, device_kind: str) -> Delivery:
+    """How the job's loaders hand batches over: data.num_workers threads, batches pinned for a
+    CUDA job only (the step moves them; pinning in a CPU job would make a CUDA context on GPU 0)."""
+    return Delivery(num_workers=data.num_workers, pin_memory=device_kind == "cuda")
 
 
 def multihot_option(data: DataConfig) -> MultiHotOption | None:

@@ -9,7 +9,7 @@ import torch
 from shardrec.dataloader.format import Manifest
 from shardrec.embeddings.dims import table_dims
 from shardrec.embeddings.sparse_optimizers import check_device
-from shardrec.trainer.distributed.dist import resolve_device_kind
+from shardrec.trainer.distributed.devices import check_ranks_fit, cuda_unusable_reason, resolve_device_kind
 from shardrec.trainer.job.config import JobConfig
 
 if TYPE_CHECKING:
@@ -25,7 +25,9 @@ def preflight(job: JobConfig, world_size: int) -> None:
     check_batches(job, world_size)
     kind = resolve_device_kind(job.train.device)
     if kind == "cuda" and not torch.cuda.is_available():
-        raise ValueError("train.device = 'cuda' but CUDA is not available here")
+        reason = cuda_unusable_reason()
+        raise ValueError("train.device = 'cuda' but CUDA is not available here" + (f": {reason}" if reason else ""))
+    check_ranks_fit(kind, world_size)
     check_device(job.optim.sparse, kind)
     manifest = Manifest.load(job.data.path)
     check_against_dataset(job, manifest, world_size)

@@ -37,7 +37,9 @@ def found_stack() -> tuple[str | None, str | None, str | None]:
 
 
 def _release(version: str | None) -> str:
-    return (version or "").split("+")[0]  # 2.11.0+cu130 -> 2.11.0
+    # The build's local label (2.13.0+cu126, 1.8.0+cpu: PyTorch's own indexes) names the CUDA
+    # version it was built for, not another release: the triple compares releases only.
+    return (version or "").split("+")[0]
 
 
 def allowed_stack() -> tuple[str, str, str] | None:
@@ -54,14 +56,18 @@ def allowed_stack() -> tuple[str, str, str] | None:
     return parts  # type: ignore[return-value]
 
 
+def is_known_good(stack: tuple[str | None, str | None, str | None]) -> bool:
+    """A known-good triple, whatever the builds' local labels (+cpu, +cu126)."""
+    return tuple(_release(v) for v in stack) in KNOWN_GOOD
+
+
 def check_stack() -> None:
     """Raise ImportError naming the versions found if they are neither a known-good triple nor
     the one SHARDREC_ALLOW_STACK lets through."""
     torch_v, fbgemm_v, torchrec_v = found_stack()
+    if is_known_good((torch_v, fbgemm_v, torchrec_v)):
+        return
     release = _release(torch_v)
-    for good in KNOWN_GOOD:
-        if release == good[0] and fbgemm_v == good[1] and torchrec_v == good[2]:
-            return
     allowed = allowed_stack()
     if allowed == (release, _release(fbgemm_v), _release(torchrec_v)):
         logger.warning(

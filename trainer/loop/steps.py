@@ -145,12 +145,12 @@ def evaluate_batches(
         if max_batches and i >= max_batches:
             break
         _, (_, batch_logits, batch_labels) = model(batch.to(device))
-        logits.append(batch_logits.float().cpu())
-        labels.append(batch_labels.float().cpu())
-    local = torch.stack([torch.cat(logits), torch.cat(labels)]) if logits else torch.zeros(2, 0)
+        # Kept on the device: gathered there (NCCL) and scored there, with no sync per batch.
+        logits.append(batch_logits.float())
+        labels.append(batch_labels.float())
+    local = torch.stack([torch.cat(logits), torch.cat(labels)]) if logits else torch.zeros(2, 0, device=device)
     if dist.is_initialized() and dist.get_world_size() > 1:
-        local = local.to(device)  # NCCL gathers device tensors, gloo host ones
         gathered = [torch.empty_like(local) for _ in range(dist.get_world_size())]
         dist.all_gather(gathered, local)
-        local = torch.cat(gathered, dim=1).cpu()
+        local = torch.cat(gathered, dim=1)
     return binary_metrics(local[0], local[1])

@@ -7,7 +7,11 @@ import sys
 
 import typer
 
-from shardrec.trainer.distributed.rank_process import configure_rank_logging, exit_cleanly
+from shardrec.trainer.distributed.rank_process import (
+    configure_rank_logging,
+    exit_after_cuda_failure,
+    exit_cleanly,
+)
 from shardrec.trainer.job import flags
 
 logger = logging.getLogger(__name__)
@@ -61,6 +65,10 @@ def rank_main(
             print(f"error: {e}", file=sys.stderr)
         shutdown()
         raise typer.Exit(1) from None
+    except Exception:
+        if env.device.type == "cuda":
+            exit_after_cuda_failure()
+        raise
     exit_cleanly()
 
 

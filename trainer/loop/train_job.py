@@ -16,7 +16,7 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 from shardrec.dataloader.files import atomic_write_bytes
 from shardrec.dataloader.format import Manifest
-from shardrec.dataloader.loader import NO_SHUFFLE, BatchLoader, Delivery, ShuffleSpec, build_loader
+from shardrec.dataloader.loader import NO_SHUFFLE, BatchLoader, ShuffleSpec, build_loader
 from shardrec.embeddings.init import init_embedding_weights
 from shardrec.sharding.plan_io import PlanFile, load_plan, save_plan
 from shardrec.trainer.distributed.dist import DistEnv
@@ -117,7 +117,7 @@ def build_job(config: JobConfig, env: DistEnv, run_dir: Path, plan_path: str | N
         world_size=env.world_size,
         shuffle=ShuffleSpec(enabled=config.data.shuffle, seed=t.seed),
         tail=config.data.tail,
-        delivery=Delivery(num_workers=config.data.num_workers),
+        delivery=data_options.delivery(config.data, env.device.type),
         multihot=multihot,
     )
     eval_batch = config.eval.batch_size or t.global_batch_size
@@ -131,7 +131,7 @@ def build_job(config: JobConfig, env: DistEnv, run_dir: Path, plan_path: str | N
             world_size=env.world_size,
             shuffle=NO_SHUFFLE,
             tail="pad",
-            delivery=Delivery(num_workers=config.data.num_workers),
+            delivery=data_options.delivery(config.data, env.device.type),
             multihot=multihot,
         )
         for split in config.data.eval_splits

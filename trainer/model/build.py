@@ -110,7 +110,10 @@ def trainer_sharders(qcomm: str | None) -> list:
     """The sharders the trainer shards with. fbgemm's kernels check every id against its table:
     FATAL stops the step (an exception on CPU, a device-side assert on CUDA) where fbgemm's
     default logs once and trains row 0 in the id's place. The loader refuses such ids first
-    (dataloader/batch.py); this covers any other way a bad id arrives."""
+    (dataloader/batch.py); this covers any other way a bad id arrives. Kept on CUDA too: its
+    check costs one small kernel per batch, and a rank hit by the assert ends at once
+    (rank_process.exit_after_cuda_failure), so torchrun stops the others instead of them
+    waiting in a collective for dist.timeout_s."""
     return build_sharders(fused_params={"bounds_check_mode": BoundsCheckMode.FATAL}, qcomm_precision=qcomm)
 
 

@@ -30,7 +30,7 @@ import logging
 import os
 import random
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -41,6 +41,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.stateful import Stateful
+from torch.serialization import default_restore_location
 
 from shardrec.dataloader.files import atomic_open, fsync_dir
 from shardrec.trainer.distributed import faults
@@ -56,6 +57,23 @@ from shardrec.trainer.rundir.checkpoint_trust import (
 logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
+
+
+def restore_on(device: torch.device) -> Callable[[Any, str], Any]:
+    """torch.load's map_location for files saved on any device: a tensor saved on a CUDA device
+    comes back on `device` (this rank's own GPU; the CPU on a CPU host), one saved on the CPU
+    stays there (RNG states must). Without it every rank would load onto the GPU the file was
+    saved from (cuda:0 for rank 0's train_state.pt), and a CPU host could not load it at all."""
+
+    def restore(storage: Any, location: str) -> Any:
+        return default_restore_location(storage, str(device)) if location.startswith("cuda") else storage
+
+    return restore
+
+
+def load_file(path: Path, device: torch.device) -> Any:
+    """A checkpoint file of tensors and plain values (weights_only), its CUDA tensors on `device`."""
+    return torch.load(path, weights_only=True, map_location=restore_on(device))
 
 
 @dataclass
@@ -80,6 +98,9 @@ class SavedCheckpoint:
     step: int
     layout: str
     """The plan (JSON) the shards were written under."""
+    group: dist.ProcessGroup | None = None
+    """The checkpoint's gloo group (checkpoint.timeout_s): a part that reads more of the
+    checkpoint itself loads over it, on every rank."""
 
 
 class ShardedPart(Protocol):
@@ -317,11 +338,11 @@ class CheckpointManager:
         its signature differs."""
         parts = self.parts
         self.verify(path)  # before anything is read: DCP unpickles .metadata
-        train_state = torch.load(path / names.TRAIN_STATE, weights_only=True)
+        train_state = load_file(path / names.TRAIN_STATE, self.env.device)
         mismatch = describe_mismatch(train_state["signature"], parts.signature)
         if mismatch:
             raise ValueError(f"{path}: checkpoint of another model or optimizer: {mismatch}")
-        saved = SavedCheckpoint(path, train_state["progress"]["step"], train_state["plan"])
+        saved = SavedCheckpoint(path, train_state["progress"]["step"], train_state["plan"], self.group)
         targets = {name: part.load_target(saved) for name, part in parts.sharded.items()}
         dcp.load(
             {name: target for name, target in targets.items() if target},
@@ -336,7 +357,7 @@ class CheckpointManager:
         for name, part in parts.per_rank.items():
             # More ranks than saved it: the new ones start from rank 0's state.
             own = path / f"{name}-{self.env.rank}.pt"
-            part.load_state_dict(torch.load(own if own.is_file() else path / f"{name}-0.pt", weights_only=True))
+            part.load_state_dict(load_file(own if own.is_file() else path / f"{name}-0.pt", self.env.device))
         if self.env.is_main:
             logger.info(
                 "resumed from %s (step %d, saved by %d ranks, now %d)",

@@ -2,7 +2,9 @@
 
 DCP reshards rows freely, but row-wise Adagrad keeps one accumulator per row of each column
 shard, so a resume that cuts a table into other column shards converts that state
-(shardrec.embeddings.optim_layouts) from the checkpoint's plan into this job's.
+(shardrec.embeddings.optim_layouts) from the checkpoint's plan into this job's. Element-wise
+state (Adam's moments, plain Adagrad's sum) has the weights' [rows, dim] shape and DCP reshards
+it as it does the weights, so it is never converted.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed._shard.sharded_tensor import ShardedTensor
 
@@ -31,31 +34,59 @@ def column_widths(table: TablePlan) -> list[int]:
     return [cols for _, cols in cuts]
 
 
-def adapt_fused_state(path: Path, fused_state: dict[str, Any], saved_plan_json: str, plan: PlanFile) -> dict[str, Any]:
+def changed_cuts(saved_plan_json: str, plan: PlanFile) -> dict[str, tuple[list[int], list[int]]]:
+    """Tables whose column cut differs between the checkpoint's plan and this one: name -> (old
+    widths, new widths). Every rank derives the same answer from the two plans."""
+    saved = {t.name: t for t in PlanFile.from_json(saved_plan_json).tables}
+    cuts = {}
+    for table in plan.tables:
+        if table.name in saved:
+            old_w, new_w = column_widths(saved[table.name]), column_widths(table)
+            if old_w != new_w:
+                cuts[table.name] = (old_w, new_w)
+    return cuts
+
+
+def adapt_fused_state(
+    path: Path,
+    fused_state: dict[str, Any],
+    saved_plan_json: str,
+    plan: PlanFile,
+    group: dist.ProcessGroup | None = None,
+) -> dict[str, Any]:
     """Load, from the checkpoint at `path`, every row-wise momentum whose column cut changed,
     convert it into this plan's layout and drop it from `fused_state` for the DCP load.
 
     Values are ShardedTensors (sharded tables) or plain tensors (data-parallel tables, every rank
-    holding the whole [rows] accumulator); both are filled in place. Returns the converted
-    entries, {param key: {state name: tensor}}, to put back into the state after DCP loaded the rest.
+    holding the whole [rows] accumulator); both are filled in place. Element-wise state (Adam's
+    moments, Adagrad's) has the weights' shape and DCP reshards it as it does the weights: it is
+    left alone. Where any cut changed, every rank calls the one DCP load, on `group` (the
+    checkpoint's gloo group and timeout), holding such a table or not: DCP's load is a collective.
+    Returns the converted entries, {param key: {state name: tensor}}, to put back after DCP loaded the rest.
     """
-    saved = {t.name: t for t in PlanFile.from_json(saved_plan_json).tables}
+    cuts = changed_cuts(saved_plan_json, plan)
+    if not cuts:
+        return {}
     rows_of = {t.name: t.rows for t in plan.fingerprint.tables}
-    converted: dict[str, dict[str, Any]] = {}
+    wanted: dict[str, dict[str, torch.Tensor]] = {}
     for key, entries in fused_state.get("state", {}).items():
-        for name, value in list(entries.items()):
+        for name, value in entries.items():
             table = name.rsplit(".", 1)[0]
-            if name != rowwise_state_key(table) or table not in saved or not isinstance(value, torch.Tensor):
+            if name != rowwise_state_key(table) or table not in cuts or not isinstance(value, torch.Tensor):
                 continue
-            rows = rows_of[table]
-            old_w, new_w = column_widths(saved[table]), column_widths(plan.table(table))
-            if value.size(0) != len(new_w) * rows or old_w == new_w:
-                continue  # element-wise state (Adam), or an unchanged cut: DCP reshards it as is
-            full = {"fused_optim": {"state": {key: {name: torch.empty(len(old_w) * rows)}}}}
-            dcp.load(full, checkpoint_id=str(path))
-            new_full = convert_rowwise_momentum(full["fused_optim"]["state"][key][name], rows, old_w, new_w)
-            _fill(value, new_full)
-            converted.setdefault(key, {})[name] = entries.pop(name)
+            (old_w, new_w), rows = cuts[table], rows_of[table]
+            if value.dim() != 1 or value.size(0) != len(new_w) * rows:
+                continue  # element-wise: [rows, dim] like the weights
+            wanted.setdefault(key, {})[name] = torch.empty(len(old_w) * rows)
+    full = {"fused_optim": {"state": wanted}}
+    dcp.load(full, checkpoint_id=str(path), process_group=group)
+    converted: dict[str, dict[str, Any]] = {}
+    for key, names in full["fused_optim"]["state"].items():
+        for name, old in names.items():
+            table = name.rsplit(".", 1)[0]
+            (old_w, new_w), rows = cuts[table], rows_of[table]
+            _fill(fused_state["state"][key][name], convert_rowwise_momentum(old, rows, old_w, new_w))
+            converted.setdefault(key, {})[name] = fused_state["state"][key].pop(name)
             logger.info("%s: row-wise Adagrad state converted from column cut %s to %s", table, old_w, new_w)
     for key in converted:  # DCP would take an emptied entry for a value of its own
         if not fused_state["state"][key]:
@@ -97,7 +128,7 @@ class SparseOptimizerState:
 
     def load_target(self, saved: SavedCheckpoint) -> dict[str, Any]:
         self._target = self.state_dict()
-        self._converted = adapt_fused_state(saved.path, self._target, saved.layout, self.plan)
+        self._converted = adapt_fused_state(saved.path, self._target, saved.layout, self.plan, saved.group)
         # Without any state (sgd) there is nothing for DCP to read.
         return self._target if self._target["state"] else {}
 

@@ -1,0 +1,107 @@
+"""Which device kind a job runs on: `auto` is CUDA where torch can use it, and a GPU host where
+torch cannot is told why in one line instead of training on the CPU without a word.
+
+`nvidia-smi` is the witness of GPUs that torch does not see: a CPU build of torch (a `.venv`
+made on a CPU node of a shared home directory), or a CUDA build newer than the driver (torch's
+CUDA 13 builds need driver 580 or newer; PyTorch's CUDA 12.6 index serves the way out, which
+`make setup` picks for such a driver). CUDA_VISIBLE_DEVICES set to hide every GPU is a choice,
+not a fault: auto is then the CPU, silently.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import torch
+
+DEVICE_KINDS = ("auto", "cpu", "cuda")
+MIN_DRIVER = {13: 580, 12: 525, 11: 450}
+"""CUDA major version -> the oldest driver (major) that runs it (NVIDIA's minor-version compatibility)."""
+CPU_INSTEAD = 'or set train.device = "cpu" to train on the CPU'
+
+
+def nvidia_driver_versions() -> list[str]:
+    """The driver version nvidia-smi reports for each GPU it lists ([] without nvidia-smi, or when
+    it fails: no driver loaded, no device)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    try:
+        done = subprocess.run(
+            [smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if done.returncode != 0:
+        return []
+    return [line.strip() for line in done.stdout.splitlines() if line.strip()]
+
+
+def _major(version: str) -> int | None:
+    head = version.split(".")[0]
+    return int(head) if head.isdigit() else None
+
+
+def _gpus_hidden() -> bool:
+    """CUDA_VISIBLE_DEVICES set to show no GPU ("" or -1): the CPU is the user's choice."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return visible is not None and visible.strip() in ("", "-1")
+
+
+def cuda_unusable_reason() -> str | None:
+    """Why torch cannot use the GPUs nvidia-smi lists, in one line (None: it can, or there are none)."""
+    if torch.cuda.is_available() or _gpus_hidden():
+        return None
+    drivers = nvidia_driver_versions()
+    if not drivers:
+        return None
+    gpus, driver = f"{len(drivers)} NVIDIA GPU{'s' if len(drivers) > 1 else ''}", drivers[0]
+    if torch.version.cuda is None:
+        return (
+            f"this machine has {gpus} (nvidia-smi) but torch {torch.__version__} is a CPU build: "
+            f"run `make setup` on this machine (it installs the CUDA build), {CPU_INSTEAD}"
+        )
+    cuda_major = _major(torch.version.cuda)
+    need = MIN_DRIVER.get(cuda_major) if cuda_major is not None else None
+    have = _major(driver)
+    if need is not None and have is not None and have < need:
+        return (
+            f"this machine has {gpus} but NVIDIA driver {driver} is too old for torch {torch.__version__} "
+            f"(CUDA {torch.version.cuda} needs driver {need} or newer): run `make setup` (it installs the "
+            f"CUDA 12.6 build for this driver) or update the driver, {CPU_INSTEAD}"
+        )
+    return (
+        f"this machine has {gpus} (driver {driver}) but torch {torch.__version__} (CUDA {torch.version.cuda}) "
+        f"cannot use them (torch.cuda.is_available() is False): check the driver and CUDA_VISIBLE_DEVICES, "
+        f"{CPU_INSTEAD}"
+    )
+
+
+def resolve_device_kind(device: str) -> str:
+    """ "cpu" or "cuda" for a device setting of auto, cpu or cuda: auto is cuda where torch can use
+    it; ValueError (one line) on a GPU host where it cannot, rather than the CPU without a word."""
+    if device not in DEVICE_KINDS:
+        raise ValueError(f"device kind {device!r} is not one of {', '.join(DEVICE_KINDS)}")
+    if device != "auto":
+        return device
+    if torch.cuda.is_available():
+        return "cuda"
+    reason = cuda_unusable_reason()
+    if reason is not None:
+        raise ValueError(f"train.device = 'auto': {reason}")
+    return "cpu"
+
+
+def check_ranks_fit(kind: str, ranks: int, flag: str = "--nproc-per-node") -> None:
+    """Every CUDA rank of this machine needs a GPU of its own: ValueError (one line) when `ranks`
+    local ranks would outnumber them, before any rank starts (set_device would fail in N-1 ranks)."""
+    if kind != "cuda":
+        return
+    gpus = torch.cuda.device_count()
+    if ranks > gpus:
+        raise ValueError(
+            f"{flag} {ranks}: this machine has {gpus} CUDA device{'s' if gpus != 1 else ''} and each CUDA rank "
+            f"needs one of its own; start at most {gpus} rank{'s' if gpus != 1 else ''} here, {CPU_INSTEAD}"
+        )

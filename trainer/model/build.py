@@ -22,6 +22,7 @@ from torchrec.optim.optimizers import in_backward_optimizer_filter
 from shardrec.dataloader.format import Manifest
 from shardrec.embeddings.optim import attach_fused_optimizer, replicated_table_optimizer, replicated_table_params
 from shardrec.embeddings.tables import build_ebc, build_table_configs
+from shardrec.sharding.hardware import DeviceMemory, check_plan_fits_devices, cuda_device_memory, detect_topology
 from shardrec.sharding.memory import DenseFootprint, dense_footprint
 from shardrec.sharding.plan_io import PlanFile, check_plan, plan_fingerprint, to_sharding_plan
 from shardrec.sharding.planner import plan_tables
@@ -74,11 +75,14 @@ def plan_at_start(
     sharding: ShardingConfig,
     optim: OptimConfig,
     dense: DenseFootprint | None = None,
+    devices: list[DeviceMemory] | None = None,
 ) -> PlanFile:
     """Plan with shardrec's planner when no plan file is given, with the request `shardrec plan`
-    makes of this job (trainer.job.planning): rank 0 plans, every rank gets it."""
+    makes of this job (trainer.job.planning): rank 0 plans, every rank gets it. On CUDA,
+    `devices` (every rank's, gather_devices) make the topology: their model and free memory."""
     holder: list[PlanFile | None] = [None]
     if env.rank == 0:
+        topology = detect_topology(env.world_size, env.local_world_size, devices=devices) if devices else None
         request = plan_request(
             tables,
             DatasetStatistics.from_manifest(manifest),
@@ -88,6 +92,7 @@ def plan_at_start(
             world_size=env.world_size,
             local_world_size=env.local_world_size,
             device_kind=env.device.type,
+            topology=topology,
             dense=dense,
         )
         holder[0] = plan_tables(request)
@@ -95,6 +100,28 @@ def plan_at_start(
         dist.broadcast_object_list(holder, src=0)
     assert holder[0] is not None
     return holder[0]
+
+
+def gather_devices(env: DistEnv) -> list[DeviceMemory] | None:
+    """Every rank's CUDA device with its free memory, in rank order (one all_gather_object: each
+    rank asks only its own device, opening no context on another's); None on CPU."""
+    if env.device.type != "cuda":
+        return None
+    own = cuda_device_memory(env.device.index if env.device.index is not None else torch.cuda.current_device())
+    if not (dist.is_initialized() and env.world_size > 1):
+        return [own]
+    gathered: list[DeviceMemory | None] = [None] * env.world_size
+    dist.all_gather_object(gathered, own)
+    return [d for d in gathered if d is not None]
+
+
+def check_plan_fits(plan: PlanFile, devices: list[DeviceMemory] | None, env: DistEnv) -> None:
+    """Refuse a plan whose estimate for a rank exceeds its device's free memory (CUDA; a no-op on CPU)."""
+    if not devices:
+        return
+    lws = env.local_world_size
+    names = [f"cuda:{rank % lws}, {d.name}" for rank, d in enumerate(devices)]
+    check_plan_fits_devices(plan, [d.free_bytes for d in devices], env.device.type, names)
 
 
 def build_sharding_plan(
@@ -169,6 +196,7 @@ def build_sharded_model(
         seed=train.seed,
         precision=train.precision,
     )
+    devices = gather_devices(env)
     if plan is None:
         plan = plan_at_start(
             tables,
@@ -178,8 +206,10 @@ def build_sharded_model(
             sharding=sharding,
             optim=optim,
             dense=dense_footprint(module, optim.dense),
+            devices=devices,
         )
     sharding_plan = build_sharding_plan(plan, tables, env, train.global_batch_size)
+    check_plan_fits(plan, devices, env)  # before sharding allocates any table
     model = shard_model(module, sharding_plan, env, optim, qcomm=sharding.qcomm or None)
     return model, tables, plan
 

@@ -27,7 +27,7 @@ from shardrec.sharding.memory import DenseFootprint, dense_footprint
 from shardrec.sharding.plan_io import PlanFile, check_plan, plan_fingerprint, to_sharding_plan
 from shardrec.sharding.planner import plan_tables
 from shardrec.sharding.request import DatasetStatistics
-from shardrec.sharding.sharders import build_sharders
+from shardrec.sharding.sharders import FUSED_KERNELS, build_sharders, check_kernels_run_on, plan_fused_params
 from shardrec.trainer.distributed.dist import DistEnv
 from shardrec.trainer.job.config import ModelConfig, OptimConfig, ShardingConfig, TrainConfig
 from shardrec.trainer.job.planning import plan_request
@@ -128,26 +128,38 @@ def build_sharding_plan(
     plan: PlanFile, tables: list[EmbeddingBagConfig], env: DistEnv, global_batch_size: int
 ) -> ShardingPlan:
     """Check a plan file against this job (StalePlanError says what differs) and convert it."""
+    check_kernels_run_on(plan, env.device.type)  # before the fingerprint: it says why and what to do
     check_plan(plan, plan_fingerprint(tables, env.world_size, global_batch_size, env.device.type))
     check_trainable(plan)
     return to_sharding_plan(plan, tables, TRAIN_EBC_PATH, env.world_size, env.local_world_size, env.device.type)
 
 
-def trainer_sharders(qcomm: str | None) -> list:
+def trainer_sharders(qcomm: str | None, plan: PlanFile | None = None) -> list:
     """The sharders the trainer shards with. fbgemm's kernels check every id against its table:
     FATAL stops the step (an exception on CPU, a device-side assert on CUDA) where fbgemm's
     default logs once and trains row 0 in the id's place. The loader refuses such ids first
     (dataloader/batch.py); this covers any other way a bad id arrives. Kept on CUDA too: its
     check costs one small kernel per batch, and a rank hit by the assert ends at once
     (rank_process.exit_after_cuda_failure), so torchrun stops the others instead of them
-    waiting in a collective for dist.timeout_s."""
-    return build_sharders(fused_params={"bounds_check_mode": BoundsCheckMode.FATAL}, qcomm_precision=qcomm)
+    waiting in a collective for dist.timeout_s. `plan` adds what its tables need of the sharders
+    (sharding.sharders.plan_fused_params: one TBE per cached table)."""
+    fused_params: dict = {"bounds_check_mode": BoundsCheckMode.FATAL}
+    if plan is not None:
+        fused_params = plan_fused_params(plan, fused_params)
+    return build_sharders(fused_params=fused_params, qcomm_precision=qcomm)
 
 
 def shard_model(
-    module: TrainModule, plan: ShardingPlan, env: DistEnv, optim: OptimConfig, *, qcomm: str | None
+    module: TrainModule,
+    plan: ShardingPlan,
+    env: DistEnv,
+    optim: OptimConfig,
+    *,
+    qcomm: str | None,
+    plan_file: PlanFile | None = None,
 ) -> DistributedModelParallel:
-    """Shard the embeddings by `plan`, fusing the sparse optimizer into every fused-kernel table."""
+    """Shard the embeddings by `plan`, fusing the sparse optimizer into every fused-kernel table
+    (fused, and on CUDA the UVM kernels); `plan_file` is the plan's file, for its sharders' needs."""
     # trainer.model.objective's loss scaling relies on torchrec averaging sharded gradients.
     assert comm_ops.get_gradient_division(), "torchrec gradient division was turned off"
     module_plan = plan.plan[TRAIN_EBC_PATH]
@@ -155,13 +167,13 @@ def shard_model(
     fused = []
     for name in ebc.embedding_bags:
         sharding = module_plan[name]  # type: ignore[index]
-        if sharding.compute_kernel == "fused":
+        if sharding.compute_kernel in FUSED_KERNELS:
             fused.append(name)
         elif sharding.sharding_type != ShardingType.DATA_PARALLEL.value:
             # Their gradients arrive summed, not through DDP; TrainOptimizer only handles the latter.
             raise ValueError(
                 f"table {name}: compute_kernel {sharding.compute_kernel!r} is supported "
-                "for data_parallel tables only; use fused"
+                f"for data_parallel tables only; use one of {', '.join(FUSED_KERNELS)}"
             )
     attach_fused_optimizer(ebc, fused, optimizer=optim.sparse, lr=optim.sparse_lr, eps=optim.eps)
     return DistributedModelParallel(
@@ -169,7 +181,7 @@ def shard_model(
         env=ShardingEnv.from_process_group(dist.GroupMember.WORLD),
         device=env.device,
         plan=plan,
-        sharders=trainer_sharders(qcomm),  # type: ignore[arg-type]
+        sharders=trainer_sharders(qcomm, plan_file),  # type: ignore[arg-type]
     )
 
 
@@ -210,7 +222,7 @@ def build_sharded_model(
         )
     sharding_plan = build_sharding_plan(plan, tables, env, train.global_batch_size)
     check_plan_fits(plan, devices, env)  # before sharding allocates any table
-    model = shard_model(module, sharding_plan, env, optim, qcomm=sharding.qcomm or None)
+    model = shard_model(module, sharding_plan, env, optim, qcomm=sharding.qcomm or None, plan_file=plan)
     return model, tables, plan
 
 

@@ -108,16 +108,21 @@ def test_trains_on_one_gpu_with_the_pipeline(gpu_run: tuple[Path, dict]) -> None
     assert topology["memory_bytes"] <= torch.cuda.mem_get_info(0)[1]
 
 
-def test_kill_and_resume_on_a_gpu_is_bitwise(gpu_run: tuple[Path, dict]) -> None:
-    """SIGKILL after step 10; torchrun restarts the rank, which resumes from step 8's checkpoint."""
+def assert_killed_and_resumed_ends_as_the_run(gpu_run: tuple[Path, dict], out_dir: str, *extra: str) -> None:
+    """Train `out_dir` killed after step 10 and resumed by torchrun from step 8's checkpoint: its
+    weights and optimizer states end bit for bit as the uninterrupted run's, and so does its AUC."""
     root, summary = gpu_run
-    resumed = train(root, "killed", "--max-restarts", "1", fault="kill:10:0:0")
+    resumed = train(root, out_dir, *extra, "--max-restarts", "1", fault="kill:10:0:0")
     assert resumed["resumed_from_step"] == 8
-    reference, again = flat(final_state(root / "run")), flat(final_state(root / "killed"))
+    reference, again = flat(final_state(root / "run")), flat(final_state(root / out_dir))
     assert reference.keys() == again.keys()
     differ = [k for k in reference if not torch.equal(reference[k], again[k])]
-    assert not differ, f"not bitwise after the resume: {differ[:5]}"
+    assert not differ, f"{out_dir}: not bitwise the run's: {differ[:5]}"
     assert resumed["eval"]["val"]["auc"] == summary["eval"]["val"]["auc"]
+
+
+def test_kill_and_resume_on_a_gpu_is_bitwise(gpu_run: tuple[Path, dict]) -> None:
+    assert_killed_and_resumed_ends_as_the_run(gpu_run, "killed")
 
 
 def test_bf16_trains_on_a_gpu_near_fp32(gpu_run: tuple[Path, dict]) -> None:
@@ -194,14 +199,7 @@ def test_tables_in_host_memory_behind_gpu_caches_train_as_in_hbm_and_resume(gpu_
     """The 1-GPU run's plan with tables in host memory (UVM, cached and not): SIGKILL after step 10,
     resumed from step 8's checkpoint (the caches flushed into it), the weights end bit for bit as
     the run's, whose tables were all in HBM."""
-    root, summary = gpu_run
-    resumed = train(root, "uvm", "--plan", str(_uvm_plan(root)), "--max-restarts", "1", fault="kill:10:0:0")
-    assert resumed["resumed_from_step"] == 8
-    reference, cached = flat(final_state(root / "run")), flat(final_state(root / "uvm"))
-    assert reference.keys() == cached.keys()
-    differ = [k for k in reference if not torch.equal(reference[k], cached[k])]
-    assert not differ, f"tables in host memory trained other weights than in HBM: {differ[:5]}"
-    assert resumed["eval"]["val"]["auc"] == summary["eval"]["val"]["auc"]
+    assert_killed_and_resumed_ends_as_the_run(gpu_run, "uvm", "--plan", str(_uvm_plan(gpu_run[0])))
 
 
 def _evaluate_on_cpu(env, run_dir: str) -> dict:

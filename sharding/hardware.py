@@ -40,11 +40,17 @@ def query_cuda_devices() -> list[DeviceMemory]:
 
     if not torch.cuda.is_available():
         return []
-    out = []
-    for index in range(torch.cuda.device_count()):
-        free, total = torch.cuda.mem_get_info(index)
-        out.append(DeviceMemory(torch.cuda.get_device_name(index), int(total), int(free)))
-    return out
+    return [cuda_device_memory(index) for index in range(torch.cuda.device_count())]
+
+
+def cuda_device_memory(index: int) -> DeviceMemory:
+    """One CUDA device as this process can use it: its free memory plus what this process's caching
+    allocator already holds (the dense layers, built before the check, are in the plan's estimate too)."""
+    import torch
+
+    free, total = torch.cuda.mem_get_info(index)
+    held = torch.cuda.memory_reserved(index)
+    return DeviceMemory(torch.cuda.get_device_name(index), int(total), int(free) + int(held))
 
 
 def preset_for(device_name: str) -> str:
@@ -66,17 +72,23 @@ def detect_topology(
     Args:
         local_world_size: ranks per host (default: one per device, at most world_size).
         profile: a calibration profile (topology.load_profile) whose figures win.
-        devices: the devices to plan for (default: query_cuda_devices()); the trainer passes
+        devices: the devices to plan for, every one of them used (default: this machine's,
+            query_cuda_devices(), of which the first local_world_size are used); the trainer passes
             each rank's own, gathered, so that no rank opens a context on another's device.
     """
-    devices = query_cuda_devices() if devices is None else devices
+    if devices is None:
+        devices = query_cuda_devices()
+        used = devices[: local_world_size or min(len(devices), world_size)]
+    else:
+        used = devices
     if not devices:
         return build_topology("cpu-gloo", world_size, local_world_size, profile=profile)
     preset = preset_for(devices[0].name)
     if preset == FALLBACK_PRESET and FALLBACK_PRESET.upper() not in devices[0].name.upper():
         logger.warning("%s: no preset for this GPU model; planning with the %s bandwidths", devices[0].name, preset)
     lws = local_world_size or min(len(devices), world_size)
-    free = min(d.free_bytes for d in devices[:lws])
+    # One memory figure for every rank: the smallest free, so that the plan fits each of them.
+    free = min(d.free_bytes for d in used)
     topo = build_topology(preset, world_size, lws, free, profile)
     return replace(topo, memory_source="device")
 
@@ -92,28 +104,30 @@ def device_memory_gaps(plan: PlanFile, free_bytes: list[int]) -> list[tuple[int,
     return gaps
 
 
-def check_plan_fits_devices(plan: PlanFile, free_bytes: list[int], device_kind: str = "cuda") -> None:
+def check_plan_fits_devices(
+    plan: PlanFile, free_bytes: list[int], device_kind: str = "cuda", device_names: list[str] | None = None
+) -> None:
     """Refuse, before sharding, a plan whose estimate exceeds a rank's free device memory.
 
     Args:
-        free_bytes: per rank, its device's free memory (CUDA: torch.cuda.mem_get_info on each
-            rank, gathered; CPU: available host memory over local ranks).
+        free_bytes: per rank, its device's free memory (CUDA: cuda_device_memory on each rank,
+            gathered; CPU: available host memory over local ranks).
+        device_names: per rank, its device as the message names it (e.g. "cuda:1, NVIDIA H200").
     Raises:
-        PlanDoesNotFitError naming every short rank, its need and the gap.
+        PlanDoesNotFitError naming every short rank, its device, its need and the gap, in one line.
     """
     gaps = device_memory_gaps(plan, free_bytes)
     if not gaps:
         return
     tier = "HBM" if device_kind == "cuda" else "memory"
+    names = [f" ({name})" for name in device_names] if device_names else [""] * len(free_bytes)
     parts = [
-        f"rank {rank} needs {fmt_bytes(need)} of {tier}, its device has {fmt_bytes(free)} free: "
-        f"{fmt_bytes(need - free)} short"
+        f"rank {rank}{names[rank]} needs {fmt_bytes(need)} of {tier} by the plan's estimate, "
+        f"its device has {fmt_bytes(free)} free: {fmt_bytes(need - free)} short"
         for rank, need, free in gaps[:8]
     ]
     more = f" and {len(gaps) - 8} more ranks" if len(gaps) > 8 else ""
-    raise PlanDoesNotFitError(
-        "the plan does not fit the devices: "
-        + "; ".join(parts)
-        + more
-        + " (free device memory, or re-plan on this machine with `shardrec plan --topology auto`)"
-    )
+    fix = "free the devices' memory, or re-plan for them on this machine with `shardrec plan --topology auto`"
+    if device_kind == "cuda":
+        fix += ", which keeps the tables that do not fit in host memory behind UVM caches"
+    raise PlanDoesNotFitError("the plan does not fit the devices: " + "; ".join(parts) + more + f" ({fix})")

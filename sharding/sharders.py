@@ -1,8 +1,9 @@
-"""Sharders that offer every sharding type on every device.
+"""Sharders that offer every sharding type on every device, and the compute kernels they run where.
 
 torchrec offers row-wise and table-row-wise sharding only on CUDA, by policy; on CPU with
 gloo they run and match the unsharded module exactly (tests/distributed), so shardrec's
-sharders return all six types everywhere and let the plan choose.
+sharders return all six types everywhere and let the plan choose. The UVM kernels (weights in
+host memory, read by the GPU over the host link, with or without an HBM cache) exist on CUDA only.
 """
 
 from __future__ import annotations
@@ -10,8 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 import torch.nn as nn
+from torchrec.distributed.embedding_sharding import USE_ONE_TBE_PER_TABLE
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 from torchrec.distributed.types import ModuleSharder, ShardingType
+
+from shardrec.sharding.plan_io import UVM_KERNELS, PlanFile
 
 ALL_SHARDING_TYPES: tuple[str, ...] = (
     ShardingType.TABLE_WISE.value,
@@ -21,6 +25,44 @@ ALL_SHARDING_TYPES: tuple[str, ...] = (
     ShardingType.TABLE_COLUMN_WISE.value,
     ShardingType.DATA_PARALLEL.value,
 )
+
+FUSED_KERNELS: tuple[str, ...] = ("fused", *UVM_KERNELS)
+"""Compute kernels with the sparse optimizer fused into fbgemm's backward: weights in HBM (fused),
+in host memory (fused_uvm), in host memory behind an HBM cache (fused_uvm_caching)."""
+
+
+def check_kernels_run_on(plan: PlanFile, device_kind: str) -> None:
+    """ValueError, in one line, for a table whose compute kernel cannot run on `device_kind`."""
+    for t in plan.tables:
+        if t.compute_kernel in UVM_KERNELS and device_kind != "cuda":
+            raise ValueError(
+                f"table {t.name}: compute_kernel {t.compute_kernel} keeps its weights in host memory for a GPU "
+                f"to read (UVM) and needs CUDA, but this job trains on {device_kind}: train on a CUDA host, or "
+                "re-plan for this machine with `shardrec plan --topology auto`"
+            )
+
+
+def needs_one_tbe_per_table(plan: PlanFile) -> bool:
+    """Whether two cached tables share a rank. torchrec groups such tables into one fbgemm TBE, whose
+    one cache is sized by the tables' average load factor and shared by their rows; the planner
+    sized and priced one cache per table, which torchrec's use_one_tbe_per_table keeps (for every
+    table of the plan: the switch is the sharder's, not a table's; a lone cached table needs none,
+    its cache settings already keep it out of the other tables' TBE)."""
+    cached: dict[int, set[str]] = {}
+    for t in plan.tables:
+        if t.compute_kernel == "fused_uvm_caching":
+            for rank in t.ranks:
+                cached.setdefault(rank, set()).add(t.name)
+    return any(len(names) > 1 for names in cached.values())
+
+
+def plan_fused_params(plan: PlanFile, fused_params: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`fused_params` with what `plan` needs of the sharders (use_one_tbe_per_table where cached
+    tables would share a TBE); each table's cache itself comes with its ParameterSharding's CacheParams."""
+    out = dict(fused_params or {})
+    if needs_one_tbe_per_table(plan):
+        out[USE_ONE_TBE_PER_TABLE] = True
+    return out
 
 
 class AnyDeviceEmbeddingBagCollectionSharder(EmbeddingBagCollectionSharder):

@@ -1,8 +1,9 @@
 """The trainer on CUDA: what `make gpu-check` runs (`pytest -m gpu`), skipped without CUDA.
 
-One dataset (synth + preprocess: Criteo's format) and one 1-GPU run are made once and shared:
-kill-and-resume must end bit for bit on that run's weights, eval at another world size (CPU
-ranks reading the GPU checkpoint), export and predict use it. bf16, on-the-fly multi-hot and
+One dataset (synth + preprocess: Criteo's format) and one 1-GPU run (planned at start for this
+GPU) are made once and shared: kill-and-resume must end bit for bit on that run's weights, with
+its plan and with that plan's tables moved to host memory (UVM caches), eval at another world
+size (CPU ranks reading the GPU checkpoint), export and predict use it. bf16, on-the-fly multi-hot and
 sparse Adam across a changed column cut train runs of their own. What needs 2 GPUs (NCCL
 between ranks) skips on 1 with the reason "needs 2 GPUs", which the check's summary shows as
 "not run: needs 2 GPUs", never as passed.
@@ -95,21 +96,33 @@ def gpu_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
 
 
 def test_trains_on_one_gpu_with_the_pipeline(gpu_run: tuple[Path, dict]) -> None:
+    from shardrec.sharding.hardware import preset_for
+
     root, summary = gpu_run
     assert summary["steps"] == 16 and summary["eval"]["val"]["auc"] > 0.55
-    assert json.loads((root / "run" / "plan.json").read_text())["fingerprint"]["device_kind"] == "cuda"
+    plan = json.loads((root / "run" / "plan.json").read_text())
+    assert plan["fingerprint"]["device_kind"] == "cuda"
+    # Planned at start for this GPU: its model's preset, its free memory (not the h100 preset's 80 GiB).
+    topology = plan["topology"]
+    assert (topology["name"], topology["memory_source"]) == (preset_for(torch.cuda.get_device_name(0)), "device")
+    assert topology["memory_bytes"] <= torch.cuda.mem_get_info(0)[1]
+
+
+def assert_killed_and_resumed_ends_as_the_run(gpu_run: tuple[Path, dict], out_dir: str, *extra: str) -> None:
+    """Train `out_dir` killed after step 10 and resumed by torchrun from step 8's checkpoint: its
+    weights and optimizer states end bit for bit as the uninterrupted run's, and so does its AUC."""
+    root, summary = gpu_run
+    resumed = train(root, out_dir, *extra, "--max-restarts", "1", fault="kill:10:0:0")
+    assert resumed["resumed_from_step"] == 8
+    reference, again = flat(final_state(root / "run")), flat(final_state(root / out_dir))
+    assert reference.keys() == again.keys()
+    differ = [k for k in reference if not torch.equal(reference[k], again[k])]
+    assert not differ, f"{out_dir}: not bitwise the run's: {differ[:5]}"
+    assert resumed["eval"]["val"]["auc"] == summary["eval"]["val"]["auc"]
 
 
 def test_kill_and_resume_on_a_gpu_is_bitwise(gpu_run: tuple[Path, dict]) -> None:
-    """SIGKILL after step 10; torchrun restarts the rank, which resumes from step 8's checkpoint."""
-    root, summary = gpu_run
-    resumed = train(root, "killed", "--max-restarts", "1", fault="kill:10:0:0")
-    assert resumed["resumed_from_step"] == 8
-    reference, again = flat(final_state(root / "run")), flat(final_state(root / "killed"))
-    assert reference.keys() == again.keys()
-    differ = [k for k in reference if not torch.equal(reference[k], again[k])]
-    assert not differ, f"not bitwise after the resume: {differ[:5]}"
-    assert resumed["eval"]["val"]["auc"] == summary["eval"]["val"]["auc"]
+    assert_killed_and_resumed_ends_as_the_run(gpu_run, "killed")
 
 
 def test_bf16_trains_on_a_gpu_near_fp32(gpu_run: tuple[Path, dict]) -> None:
@@ -160,6 +173,33 @@ def test_sparse_adam_resumes_after_a_column_cut_table_becomes_whole(gpu_run: tup
     moments = {k: v for k, v in flat(final_state(root / "adam")["fused_optim"]).items() if ".momentum1" in k}
     assert moments and all(v.dim() == 2 for v in moments.values())  # per element: [rows, dim]
     assert sum(float(v.abs().sum()) for v in moments.values()) > 0
+
+
+def _uvm_plan(root: Path) -> Path:
+    """The run's own plan (planned at start) with three of its sharded tables moved to host memory:
+    two behind HBM caches of their own load factors (one TBE each), one read over the link."""
+    from dataclasses import replace
+
+    from shardrec.sharding.plan_io import CachePlan, load_plan, save_plan
+
+    plan = load_plan(root / "run" / "plan.json")
+    sharded = [i for i, t in enumerate(plan.tables) if t.sharding_type != "data_parallel"]
+    assert len(sharded) >= 3, [t.sharding_type for t in plan.tables]
+    for i, (kernel, load_factor) in zip(
+        sharded, [("fused_uvm_caching", 0.2), ("fused_uvm_caching", 0.5), ("fused_uvm", 0)]
+    ):
+        t = plan.tables[i]
+        cache = CachePlan(load_factor, [max(1, int(s.rows * load_factor)) for s in t.shards], [0.5] * len(t.shards))
+        plan.tables[i] = replace(t, compute_kernel=kernel, cache=cache if load_factor else None)
+    save_plan(plan, root / "plan-uvm.json")
+    return root / "plan-uvm.json"
+
+
+def test_tables_in_host_memory_behind_gpu_caches_train_as_in_hbm_and_resume(gpu_run: tuple[Path, dict]) -> None:
+    """The 1-GPU run's plan with tables in host memory (UVM, cached and not): SIGKILL after step 10,
+    resumed from step 8's checkpoint (the caches flushed into it), the weights end bit for bit as
+    the run's, whose tables were all in HBM."""
+    assert_killed_and_resumed_ends_as_the_run(gpu_run, "uvm", "--plan", str(_uvm_plan(gpu_run[0])))
 
 
 def _evaluate_on_cpu(env, run_dir: str) -> dict:

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from shardrec.sharding import hardware
 from shardrec.sharding.hardware import DeviceMemory, check_plan_fits_devices, detect_topology
 from shardrec.sharding.plan_io import StalePlanError, check_plan, load_plan
-from shardrec.sharding.planner import PlanDoesNotFitError
+from shardrec.sharding.planner import PlanDoesNotFitError, fmt_bytes
 from shardrec.tools.cli.app import app
 
 GiB = 2**30
@@ -82,7 +82,68 @@ def test_start_refuses_a_plan_larger_than_a_device_s_free_memory(tiny_dataset: P
     with pytest.raises(PlanDoesNotFitError) as e:
         check_plan_fits_devices(plan, [need[0], need[1] - 2**20], "cuda")
     assert str(e.value).startswith(
-        f"the plan does not fit the devices: rank 1 needs {need[1] / 2**20:.2f} MiB of HBM, its device has "
+        f"the plan does not fit the devices: rank 1 needs {need[1] / 2**20:.2f} MiB of HBM by the plan's estimate, "
+        "its device has "
         f"{(need[1] - 2**20) / 2**20:.2f} MiB free: 1.00 MiB short ("
     )
     assert "rank 0" not in str(e.value)
+
+
+def _start_on_a_fake_gpu(dataset: Path, monkeypatch, free_bytes: int, plan=None):
+    """build_sharded_model on one CUDA rank of `free_bytes` free, faked: the dense layers stay on the
+    CPU and sharding (which would allocate the tables) returns "sharded" instead of running."""
+    import torch
+
+    from shardrec.dataloader.format import Manifest
+    from shardrec.trainer.distributed.dist import DistEnv
+    from shardrec.trainer.job.config import JobConfig
+    from shardrec.trainer.model import build
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda index: (free_bytes, H200.total_bytes))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda index: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index: H200.name)
+    monkeypatch.setattr(hardware, "query_cuda_devices", lambda: pytest.fail("a rank asked for every device"))
+    real_module = build.build_train_module
+    monkeypatch.setattr(
+        build, "build_train_module", lambda *a, **kw: real_module(*a[:3], dataclasses.replace(a[3], device=cpu), **kw)
+    )
+
+    monkeypatch.setattr(build, "shard_model", lambda *args, **kwargs: "sharded")
+    cpu, job = torch.device("cpu"), JobConfig()
+    job.train.global_batch_size = 64
+    env = DistEnv(0, 0, 1, 1, torch.device("cuda", 0), "nccl")
+    kw = dict(model_config=job.model, train=job.train, optim=job.optim, sharding=job.sharding, plan=plan)
+    return lambda: build.build_sharded_model(Manifest.load(dataset), env, **kw)
+
+
+def test_a_plan_made_at_start_on_a_gpu_is_for_that_gpu_s_model_and_free_memory(tiny_dataset: Path, monkeypatch):
+    start = _start_on_a_fake_gpu(tiny_dataset, monkeypatch, 20 * GiB)
+    model, _, plan = start()
+    assert model == "sharded"
+    assert (plan.topology.name, plan.topology.memory_bytes, plan.topology.memory_source) == ("h200", 20 * GiB, "device")
+    assert plan.fingerprint.device_kind == "cuda"
+
+
+def test_start_on_a_gpu_refuses_a_plan_larger_than_its_free_memory_before_sharding(tiny_dataset: Path, monkeypatch):
+    plan = _cuda_plan(tiny_dataset)
+    need = plan.estimate.ranks[0].memory_bytes
+    assert _start_on_a_fake_gpu(tiny_dataset, monkeypatch, need, plan)()[0] == "sharded"  # exactly enough
+    with pytest.raises(PlanDoesNotFitError) as e:
+        _start_on_a_fake_gpu(tiny_dataset, monkeypatch, need // 4, plan)()
+    assert str(e.value) == (
+        f"the plan does not fit the devices: rank 0 (cuda:0, NVIDIA H200) needs {fmt_bytes(need)} of HBM by the "
+        f"plan's estimate, its device has {fmt_bytes(need // 4)} free: {fmt_bytes(need - need // 4)} short (free the "
+        "devices' memory, or re-plan for them on this machine with `shardrec plan --topology auto`, which keeps "
+        "the tables that do not fit in host memory behind UVM caches)"
+    )
+
+
+def _cuda_plan(dataset: Path):
+    from shardrec.dataloader.format import Manifest
+    from shardrec.embeddings.tables import build_table_configs
+    from shardrec.sharding.planner import plan_tables
+    from shardrec.sharding.request import PlanRequest
+    from shardrec.sharding.topology import build_topology
+
+    tables = build_table_configs(Manifest.load(dataset), 16)
+    return plan_tables(PlanRequest(tables, 1, 1, 64, "cuda", topology=build_topology("h200", 1)))

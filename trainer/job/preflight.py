@@ -71,10 +71,12 @@ def _check_plan_file(job: JobConfig, manifest: Manifest, world_size: int, kind: 
     # Imported here: torchrec takes seconds to import, and only the plan check needs it.
     from shardrec.embeddings.tables import build_table_configs
     from shardrec.sharding.plan_io import check_plan, load_plan, plan_fingerprint
+    from shardrec.sharding.sharders import check_kernels_run_on
 
     tables = build_table_configs(manifest, job.model.embedding_dim, job.model.dims)
     plan_file = load_plan(job.sharding.plan)
     try:
+        check_kernels_run_on(plan_file, kind)  # before the fingerprint: it says why and what to do
         check_plan(plan_file, plan_fingerprint(tables, world_size, job.train.global_batch_size, kind))
         check_trainable(plan_file)
     except ValueError as e:

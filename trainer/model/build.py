@@ -22,11 +22,12 @@ from torchrec.optim.optimizers import in_backward_optimizer_filter
 from shardrec.dataloader.format import Manifest
 from shardrec.embeddings.optim import attach_fused_optimizer, replicated_table_optimizer, replicated_table_params
 from shardrec.embeddings.tables import build_ebc, build_table_configs
+from shardrec.sharding.hardware import DeviceMemory, check_plan_fits_devices, cuda_device_memory, detect_topology
 from shardrec.sharding.memory import DenseFootprint, dense_footprint
 from shardrec.sharding.plan_io import PlanFile, check_plan, plan_fingerprint, to_sharding_plan
 from shardrec.sharding.planner import plan_tables
 from shardrec.sharding.request import DatasetStatistics
-from shardrec.sharding.sharders import build_sharders
+from shardrec.sharding.sharders import FUSED_KERNELS, build_sharders, check_kernels_run_on, plan_fused_params
 from shardrec.trainer.distributed.dist import DistEnv
 from shardrec.trainer.job.config import ModelConfig, OptimConfig, ShardingConfig, TrainConfig
 from shardrec.trainer.job.planning import plan_request
@@ -74,11 +75,14 @@ def plan_at_start(
     sharding: ShardingConfig,
     optim: OptimConfig,
     dense: DenseFootprint | None = None,
+    devices: list[DeviceMemory] | None = None,
 ) -> PlanFile:
     """Plan with shardrec's planner when no plan file is given, with the request `shardrec plan`
-    makes of this job (trainer.job.planning): rank 0 plans, every rank gets it."""
+    makes of this job (trainer.job.planning): rank 0 plans, every rank gets it. On CUDA,
+    `devices` (every rank's, gather_devices) make the topology: their model and free memory."""
     holder: list[PlanFile | None] = [None]
     if env.rank == 0:
+        topology = detect_topology(env.world_size, env.local_world_size, devices=devices) if devices else None
         request = plan_request(
             tables,
             DatasetStatistics.from_manifest(manifest),
@@ -88,6 +92,7 @@ def plan_at_start(
             world_size=env.world_size,
             local_world_size=env.local_world_size,
             device_kind=env.device.type,
+            topology=topology,
             dense=dense,
         )
         holder[0] = plan_tables(request)
@@ -97,30 +102,64 @@ def plan_at_start(
     return holder[0]
 
 
+def gather_devices(env: DistEnv) -> list[DeviceMemory] | None:
+    """Every rank's CUDA device with its free memory, in rank order (one all_gather_object: each
+    rank asks only its own device, opening no context on another's); None on CPU."""
+    if env.device.type != "cuda":
+        return None
+    own = cuda_device_memory(env.device.index if env.device.index is not None else torch.cuda.current_device())
+    if not (dist.is_initialized() and env.world_size > 1):
+        return [own]
+    gathered: list[DeviceMemory | None] = [None] * env.world_size
+    dist.all_gather_object(gathered, own)
+    return [d for d in gathered if d is not None]
+
+
+def check_plan_fits(plan: PlanFile, devices: list[DeviceMemory] | None, env: DistEnv) -> None:
+    """Refuse a plan whose estimate for a rank exceeds its device's free memory (CUDA; a no-op on CPU)."""
+    if not devices:
+        return
+    lws = env.local_world_size
+    names = [f"cuda:{rank % lws}, {d.name}" for rank, d in enumerate(devices)]
+    check_plan_fits_devices(plan, [d.free_bytes for d in devices], env.device.type, names)
+
+
 def build_sharding_plan(
     plan: PlanFile, tables: list[EmbeddingBagConfig], env: DistEnv, global_batch_size: int
 ) -> ShardingPlan:
     """Check a plan file against this job (StalePlanError says what differs) and convert it."""
+    check_kernels_run_on(plan, env.device.type)  # before the fingerprint: it says why and what to do
     check_plan(plan, plan_fingerprint(tables, env.world_size, global_batch_size, env.device.type))
     check_trainable(plan)
     return to_sharding_plan(plan, tables, TRAIN_EBC_PATH, env.world_size, env.local_world_size, env.device.type)
 
 
-def trainer_sharders(qcomm: str | None) -> list:
+def trainer_sharders(qcomm: str | None, plan: PlanFile | None = None) -> list:
     """The sharders the trainer shards with. fbgemm's kernels check every id against its table:
     FATAL stops the step (an exception on CPU, a device-side assert on CUDA) where fbgemm's
     default logs once and trains row 0 in the id's place. The loader refuses such ids first
     (dataloader/batch.py); this covers any other way a bad id arrives. Kept on CUDA too: its
     check costs one small kernel per batch, and a rank hit by the assert ends at once
     (rank_process.exit_after_cuda_failure), so torchrun stops the others instead of them
-    waiting in a collective for dist.timeout_s."""
-    return build_sharders(fused_params={"bounds_check_mode": BoundsCheckMode.FATAL}, qcomm_precision=qcomm)
+    waiting in a collective for dist.timeout_s. `plan` adds what its tables need of the sharders
+    (sharding.sharders.plan_fused_params: one TBE per cached table)."""
+    fused_params: dict = {"bounds_check_mode": BoundsCheckMode.FATAL}
+    if plan is not None:
+        fused_params = plan_fused_params(plan, fused_params)
+    return build_sharders(fused_params=fused_params, qcomm_precision=qcomm)
 
 
 def shard_model(
-    module: TrainModule, plan: ShardingPlan, env: DistEnv, optim: OptimConfig, *, qcomm: str | None
+    module: TrainModule,
+    plan: ShardingPlan,
+    env: DistEnv,
+    optim: OptimConfig,
+    *,
+    qcomm: str | None,
+    plan_file: PlanFile | None = None,
 ) -> DistributedModelParallel:
-    """Shard the embeddings by `plan`, fusing the sparse optimizer into every fused-kernel table."""
+    """Shard the embeddings by `plan`, fusing the sparse optimizer into every fused-kernel table
+    (fused, and on CUDA the UVM kernels); `plan_file` is the plan's file, for its sharders' needs."""
     # trainer.model.objective's loss scaling relies on torchrec averaging sharded gradients.
     assert comm_ops.get_gradient_division(), "torchrec gradient division was turned off"
     module_plan = plan.plan[TRAIN_EBC_PATH]
@@ -128,13 +167,13 @@ def shard_model(
     fused = []
     for name in ebc.embedding_bags:
         sharding = module_plan[name]  # type: ignore[index]
-        if sharding.compute_kernel == "fused":
+        if sharding.compute_kernel in FUSED_KERNELS:
             fused.append(name)
         elif sharding.sharding_type != ShardingType.DATA_PARALLEL.value:
             # Their gradients arrive summed, not through DDP; TrainOptimizer only handles the latter.
             raise ValueError(
                 f"table {name}: compute_kernel {sharding.compute_kernel!r} is supported "
-                "for data_parallel tables only; use fused"
+                f"for data_parallel tables only; use one of {', '.join(FUSED_KERNELS)}"
             )
     attach_fused_optimizer(ebc, fused, optimizer=optim.sparse, lr=optim.sparse_lr, eps=optim.eps)
     return DistributedModelParallel(
@@ -142,7 +181,7 @@ def shard_model(
         env=ShardingEnv.from_process_group(dist.GroupMember.WORLD),
         device=env.device,
         plan=plan,
-        sharders=trainer_sharders(qcomm),  # type: ignore[arg-type]
+        sharders=trainer_sharders(qcomm, plan_file),  # type: ignore[arg-type]
     )
 
 
@@ -169,6 +208,7 @@ def build_sharded_model(
         seed=train.seed,
         precision=train.precision,
     )
+    devices = gather_devices(env)
     if plan is None:
         plan = plan_at_start(
             tables,
@@ -178,9 +218,11 @@ def build_sharded_model(
             sharding=sharding,
             optim=optim,
             dense=dense_footprint(module, optim.dense),
+            devices=devices,
         )
     sharding_plan = build_sharding_plan(plan, tables, env, train.global_batch_size)
-    model = shard_model(module, sharding_plan, env, optim, qcomm=sharding.qcomm or None)
+    check_plan_fits(plan, devices, env)  # before sharding allocates any table
+    model = shard_model(module, sharding_plan, env, optim, qcomm=sharding.qcomm or None, plan_file=plan)
     return model, tables, plan
 
 

@@ -193,7 +193,8 @@ def _final_evaluation(
 ) -> dict[str, dict[str, Any]]:
     """The final evaluation of every split; where the run just evaluated this step (a target stop),
     those results are recorded as final instead of evaluating the same weights twice, and only the
-    splits not evaluated during training (eval.during_training) run now."""
+    splits not evaluated during training (eval.during_training) run now. Only a `scheduled` evaluation
+    (this step is one of the schedule's) goes to the MLPerf log, as the reference evaluates no more."""
     step = job.progress.step
     if tracker.last is not None and tracker.last[0] == step:
         done = tracker.last[1]

@@ -7,7 +7,9 @@ each run several jobs (torchrec imports in seconds: spawning once per world size
   (trainer/model/objective.py): runs differ only in the order of float sums; after 15 steps every
   weight agrees within atol 1e-5 + rtol 1e-4 (measured <= 5e-7). Row-wise Adagrad is compared
   over plans without column cuts, sgd over plans with them (fbgemm's row-wise Adagrad keeps
-  per-column-shard statistics). Pipelined and plain loops do the same arithmetic: bitwise equal.
+  per-column-shard statistics), full Adagrad over both: fbgemm's EXACT_ADAGRAD table-wise and
+  column-wise against torch.optim.Adagrad itself on the unsharded (data-parallel) table.
+  Pipelined and plain loops do the same arithmetic: bitwise equal.
 - Resharding on resume: a 2-rank row-wise run checkpoints at step 8 and runs on to 15; copies
   resumed at step 8 by 1 rank (table-wise) and 4 ranks (row-wise, data-parallel, table-wise
   tables) end within the same tolerance; a column-wise checkpoint loaded under whole-row plans
@@ -15,6 +17,8 @@ each run several jobs (torchrec imports in seconds: spawning once per world size
 - Failures: a NaN loss stops every rank naming the step, keeping the last good checkpoint; a
   checkpoint of another model is refused naming the difference, leaving the run's files as they
   were. And DCNv2 on multi-hot bags with mixed widths and bf16 all-to-all learns.
+- Full Adagrad's per-weight state resumes across plans: a column-wise checkpoint at step 8, resumed
+  table-wise on 1 rank and data-parallel on 4, ends as the 2-rank run that went on.
 """
 
 from __future__ import annotations
@@ -131,7 +135,7 @@ def rank_work(env, data: str, multi_hot: str, root: str) -> dict:
         summary = run_job(_checkpointed(env, data, root_p / f"resume-w{world}", RESUME_LAYOUT[world], STEPS))
         out["resume"] = {"from": summary["resumed_from_step"], "val": summary["eval"]["val"]}
         full = _checkpointed(env, data, root_p / f"full-resume-w{world}", FULL_RESUME[world], STEPS, FULL)
-        out["full_resume_from"] = run_job(full)["resumed_from_step"]
+        out["resumed_full_from"] = run_job(full)["resumed_from_step"]
         cw = _checkpointed(env, data, root_p / f"cw-w{world}", CW_LAYOUT[world], STEPS)
         cw.checkpoints.load_latest()
         CheckpointManager(
@@ -222,7 +226,7 @@ def test_resume_reshards_to_one_and_four_ranks(runs) -> None:
             torch.testing.assert_close(new[name], convert_rowwise_momentum(value, rows, [4, 4], [8]))
             assert new[name].abs().sum() > 0
         # Full Adagrad, column-wise -> table-wise (1 rank) / data-parallel (4 ranks): ends as the run that went on.
-        assert resumed["full_resume_from"] == CKPT
+        assert resumed["resumed_full_from"] == CKPT
         assert_same_model(root / f"full-resume-w{world}", root / FULL_CW)
         saved, went_on = (
             final_weights(root / f"full-resume-w{world}", "fused_optim"),

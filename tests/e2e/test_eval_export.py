@@ -240,6 +240,12 @@ def test_dlrmv2_config_scaled_down_runs_end_to_end(trained: Path) -> None:
     # Not converged, so the one check it fails is the target's; at the target it would pass.
     assert compliance_errors(log, values["eval_samples"], 0.80275) == ["no eval_accuracy in [0.80275, 1]"]
     assert compliance_errors(log, values["eval_samples"], min(val_aucs)) == []
+    # Full Adagrad's run evaluates at another world size and exports like any other.
+    test_auc = next(r["auc"] for r in _records(trained / "dlrmv2") if r["kind"] == "eval" and r["split"] == "test")
+    again = json.loads(ok(shardrec("eval", "dlrmv2", "--split", "test", "--json", cwd=trained)).stdout)
+    assert again["world_size"] == 1 and again["auc"] == pytest.approx(test_auc, abs=1e-6)
+    ok(shardrec("export", "dlrmv2", "--out", "dlrmv2.safetensors", cwd=trained))
+    assert (trained / "dlrmv2.safetensors").stat().st_size > 0
 
 
 @pytest.mark.slow

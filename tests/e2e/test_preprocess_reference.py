@@ -60,8 +60,13 @@ def days(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], Path]:
     return paths, _torchrec_scripts(root / "raw", root)
 
 
-def test_arrays_equal_torchrecs_scripts_byte_for_byte(days, tmp_path: Path) -> None:
+def test_arrays_equal_torchrecs_scripts_byte_for_byte(days, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from shardrec.tools.preprocess import reference
+
     paths, ref = days
+    # Pieces of 2 rows and ~300 bytes of text: every step crosses chunk boundaries, as on real days.
+    monkeypatch.setattr(reference, "CHUNK_ROWS", 2)
+    monkeypatch.setattr(reference, "CHUNK_BYTES", 300)
     # Today's torchrec scripts transform dense values as log(x - day minimum + 2).
     rows = reference_preprocess(paths, tmp_path / "out", dense="log-min2", seed=0)
     assert rows == [3 + d % 4 for d in range(DAYS)]

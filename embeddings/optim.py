@@ -24,6 +24,9 @@ TORCH_OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
     "rowwise_adagrad": RowWiseAdagrad,
     "adam": torch.optim.Adam,
     "sgd": torch.optim.SGD,
+    # torchrec maps torch's Adagrad to fbgemm's EXACT_ADAGRAD on fused tables, and it steps data-parallel
+    # ones itself (torchrec.optim.Adagrad, the class MLPerf's rules name, is a placeholder that cannot).
+    "adagrad": torch.optim.Adagrad,
 }
 
 

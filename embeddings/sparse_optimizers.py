@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 ROW_STATE_BYTES = 4
-"""Bytes of one row-wise accumulator: fbgemm keeps it in fp32 whatever the weights' dtype."""
+"""Bytes of one Adagrad accumulator (row-wise or per weight): fbgemm keeps it in fp32 whatever the weights' dtype."""
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,8 @@ class SparseOptimizer:
     """Accumulators per row of each column shard (row-wise Adagrad: 1)."""
     element_state: int
     """State values per weight, of the weights' dtype (Adam: 2, its two moments)."""
+    element_state_fp32: int
+    """State values per weight kept in fp32 whatever the weights' dtype (full Adagrad: 1, its sum)."""
     devices: tuple[str, ...]
     """Device kinds whose fbgemm kernels fuse it into the embedding backward."""
 
@@ -32,10 +34,21 @@ class SparseOptimizer:
 SPARSE_OPTIMIZERS: dict[str, SparseOptimizer] = {
     o.name: o
     for o in (
-        SparseOptimizer("rowwise_adagrad", "row-wise Adagrad", row_state=1, element_state=0, devices=("cpu", "cuda")),
+        SparseOptimizer(
+            "rowwise_adagrad",
+            "row-wise Adagrad",
+            row_state=1,
+            element_state=0,
+            element_state_fp32=0,
+            devices=("cpu", "cuda"),
+        ),
         # fbgemm's CPU kernels have no Adam.
-        SparseOptimizer("adam", "Adam", row_state=0, element_state=2, devices=("cuda",)),
-        SparseOptimizer("sgd", "SGD", row_state=0, element_state=0, devices=("cpu", "cuda")),
+        SparseOptimizer("adam", "Adam", row_state=0, element_state=2, element_state_fp32=0, devices=("cuda",)),
+        SparseOptimizer("sgd", "SGD", row_state=0, element_state=0, element_state_fp32=0, devices=("cpu", "cuda")),
+        # fbgemm's EXACT_ADAGRAD (MLPerf DLRMv2's): one fp32 sum per weight (`momentum1`, the weights' shape).
+        SparseOptimizer(
+            "adagrad", "Adagrad", row_state=0, element_state=0, element_state_fp32=1, devices=("cpu", "cuda")
+        ),
     )
 }
 NAMES = tuple(SPARSE_OPTIMIZERS)
@@ -51,7 +64,8 @@ def sparse_optimizer(name: str) -> SparseOptimizer:
 def state_bytes(name: str, rows: int, cols: int, elem_bytes: int = 4) -> float:
     """Bytes of optimizer state for a shard of `rows` x `cols` weights of `elem_bytes` each."""
     optimizer = sparse_optimizer(name)
-    return float(optimizer.row_state * rows * ROW_STATE_BYTES + optimizer.element_state * rows * cols * elem_bytes)
+    per_weight = optimizer.element_state * elem_bytes + optimizer.element_state_fp32 * ROW_STATE_BYTES
+    return float(optimizer.row_state * rows * ROW_STATE_BYTES + per_weight * rows * cols)
 
 
 def check_device(name: str, device_kind: str) -> None:
@@ -60,7 +74,8 @@ def check_device(name: str, device_kind: str) -> None:
     if device_kind in optimizer.devices:
         return
     runs_on = " and ".join(d.upper() for d in optimizer.devices)
-    others = " or ".join(o.name for o in SPARSE_OPTIMIZERS.values() if device_kind in o.devices)
+    names = [o.name for o in SPARSE_OPTIMIZERS.values() if device_kind in o.devices]
+    others = " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
     raise ValueError(
         f"optim.sparse = {name!r} runs on {runs_on} only (fbgemm's {device_kind.upper()} kernels have no "
         f"{optimizer.label}); use {others} on {device_kind.upper()}"

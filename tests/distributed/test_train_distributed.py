@@ -7,7 +7,9 @@ each run several jobs (torchrec imports in seconds: spawning once per world size
   (trainer/model/objective.py): runs differ only in the order of float sums; after 15 steps every
   weight agrees within atol 1e-5 + rtol 1e-4 (measured <= 5e-7). Row-wise Adagrad is compared
   over plans without column cuts, sgd over plans with them (fbgemm's row-wise Adagrad keeps
-  per-column-shard statistics). Pipelined and plain loops do the same arithmetic: bitwise equal.
+  per-column-shard statistics), full Adagrad over both: fbgemm's EXACT_ADAGRAD table-wise and
+  column-wise against torch.optim.Adagrad itself on the unsharded (data-parallel) table.
+  Pipelined and plain loops do the same arithmetic: bitwise equal.
 - Resharding on resume: a 2-rank row-wise run checkpoints at step 8 and runs on to 15; copies
   resumed at step 8 by 1 rank (table-wise) and 4 ranks (row-wise, data-parallel, table-wise
   tables) end within the same tolerance; a column-wise checkpoint loaded under whole-row plans
@@ -15,6 +17,8 @@ each run several jobs (torchrec imports in seconds: spawning once per world size
 - Failures: a NaN loss stops every rank naming the step, keeping the last good checkpoint; a
   checkpoint of another model is refused naming the difference, leaving the run's files as they
   were. And DCNv2 on multi-hot bags with mixed widths and bf16 all-to-all learns.
+- Full Adagrad's per-weight state resumes across plans: a column-wise checkpoint at step 8, resumed
+  table-wise on 1 rank and data-parallel on 4, ends as the 2-rank run that went on.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from shardrec.trainer.distributed.launch import run_local_ranks
 GLOBAL_BATCH, STEPS, CKPT = 64, 15, 8
 ATOL, RTOL = 1e-5, 1e-4
 SGD = ('optim.sparse="sgd"', "optim.sparse_lr=0.5")
+FULL = ('optim.sparse="adagrad"',)
 DCN = ('model.arch="dcnv2"', 'sharding.qcomm="bf16"', "train.epochs=2", 'model.dims={"f0" = 4, "f2" = 4}')
 INVARIANCE = {
     2: [
@@ -40,12 +45,21 @@ INVARIANCE = {
         ("adagrad", "mixed_rows", "plain", ()),
         ("sgd", "column_wise", "sparse_dist", SGD),
         ("sgd", "mixed", "sparse_dist", SGD),
+        # Full Adagrad keeps its state per weight, so column cuts are plan-invariant too; its
+        # data-parallel tables are stepped by torch.optim.Adagrad itself on the unsharded weights.
+        ("full", "data_parallel", "sparse_dist", FULL),
     ],
-    1: [("adagrad", "table_wise", "plain", ()), ("sgd", "table_wise", "plain", SGD)],
+    1: [
+        ("adagrad", "table_wise", "plain", ()),
+        ("sgd", "table_wise", "plain", SGD),
+        ("full", "table_wise", "plain", FULL),
+    ],
 }
 RESUME_LAYOUT = {1: "table_wise", 4: "mixed_rows"}
 # The column-wise checkpoint is loaded under whole-row tables: sharded (1 rank) and replicated (4 ranks).
 CW_LAYOUT = {1: "table_wise", 4: "data_parallel"}
+# Full Adagrad's column-wise checkpoint resumed under whole-row tables: its state reshards like the weights.
+FULL_CW, FULL_RESUME = "full-w2-column_wise-sparse_dist", {1: "table_wise", 4: "data_parallel"}
 
 
 def job_config(data: Path, steps: int, pipeline: str, extra: tuple = ()):
@@ -103,6 +117,7 @@ def rank_work(env, data: str, multi_hot: str, root: str) -> dict:
     if world == 2:
         out["reference"] = run_job(_checkpointed(env, data, root_p / "ref", "row_wise", STEPS))["eval"]["val"]
         run_job(_checkpointed(env, data, root_p / "cw", "column_wise", CKPT))
+        out[FULL_CW] = run_job(_checkpointed(env, data, root_p / FULL_CW, "column_wise", STEPS, FULL))["eval"]["val"]
         out["dcnv2"] = run_job(build(env, multi_hot, root_p / "dcn", "mixed", 30, extra=DCN))["eval"]["val"]
         os.environ["SHARDREC_FAULT"] = "nan:10"
         try:
@@ -119,6 +134,8 @@ def rank_work(env, data: str, multi_hot: str, root: str) -> dict:
     else:
         summary = run_job(_checkpointed(env, data, root_p / f"resume-w{world}", RESUME_LAYOUT[world], STEPS))
         out["resume"] = {"from": summary["resumed_from_step"], "val": summary["eval"]["val"]}
+        full = _checkpointed(env, data, root_p / f"full-resume-w{world}", FULL_RESUME[world], STEPS, FULL)
+        out["resumed_full_from"] = run_job(full)["resumed_from_step"]
         cw = _checkpointed(env, data, root_p / f"cw-w{world}", CW_LAYOUT[world], STEPS)
         cw.checkpoints.load_latest()
         CheckpointManager(
@@ -142,6 +159,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
             root / "ref", root / f"resume-w{world}", ignore=shutil.ignore_patterns("step-00000015", "metrics.jsonl")
         )
         shutil.copytree(root / "cw", root / f"cw-w{world}")
+        shutil.copytree(
+            root / FULL_CW,
+            root / f"full-resume-w{world}",
+            ignore=shutil.ignore_patterns("step-00000015", "metrics.jsonl"),
+        )
         results[f"w{world}"] = run_local_ranks(rank_work, world, *args)[0]
     results.update(results.pop("w1"))
     return root, results
@@ -171,7 +193,7 @@ def assert_same_model(run_dir: Path, reference: Path) -> None:
 @pytest.mark.slow
 def test_plans_and_world_sizes_give_the_same_model(runs) -> None:
     root, metrics = runs
-    for opt in ("adagrad", "sgd"):
+    for opt in ("adagrad", "sgd", "full"):
         reference = f"{opt}-w1-table_wise-plain"
         others = [name for name in metrics if name.startswith(opt) and name != reference]
         assert len(others) >= 2
@@ -203,6 +225,16 @@ def test_resume_reshards_to_one_and_four_ranks(runs) -> None:
             assert value.numel() == 2 * rows, name
             torch.testing.assert_close(new[name], convert_rowwise_momentum(value, rows, [4, 4], [8]))
             assert new[name].abs().sum() > 0
+        # Full Adagrad, column-wise -> table-wise (1 rank) / data-parallel (4 ranks): ends as the run that went on.
+        assert resumed["resumed_full_from"] == CKPT
+        assert_same_model(root / f"full-resume-w{world}", root / FULL_CW)
+        saved, went_on = (
+            final_weights(root / f"full-resume-w{world}", "fused_optim"),
+            final_weights(root / FULL_CW, "fused_optim"),
+        )
+        assert saved.keys() == went_on.keys() and all(v.dim() == 2 for v in saved.values())  # [rows, dim] sums
+        for name, value in went_on.items():
+            torch.testing.assert_close(saved[name], value, atol=ATOL, rtol=RTOL)
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import TINY_MODEL, assert_one_line_error, settings
+from mlperf_compliance import compliance_errors, read_log
 
 REPO = Path(__file__).resolve().parents[2]
 BATCH = 128
@@ -24,6 +25,12 @@ FRACTION = 0.25
 TINY = settings(
     'train.device="cpu"', *TINY_MODEL, f"train.global_batch_size={BATCH}", 'data.eval_splits=["val", "test"]'
 )
+INIT_EVENTS = (
+    "cache_clear init_start submission_benchmark submission_org submission_division submission_status "
+    "submission_platform global_batch_size gradient_accumulation_steps seed opt_name opt_base_learning_rate "
+    "opt_adagrad_learning_rate_decay opt_weight_decay opt_adagrad_initial_accumulator_value opt_adagrad_epsilon "
+    "opt_learning_rate_warmup_steps opt_learning_rate_decay_start_step opt_learning_rate_decay_steps"
+).split()
 TO_TARGET = settings("train.epochs=3", f"eval.every_epoch_fraction={FRACTION}", f"train.target_auc={TARGET}")
 
 
@@ -200,9 +207,45 @@ def test_dlrmv2_config_scaled_down_runs_end_to_end(trained: Path) -> None:
     assert len(plan["tables"]) == 26
     # The on-the-fly multi-hot ids: the 100-hot feature's index table was drawn into the cache.
     assert any((trained / "cache").rglob("*.npy"))
-    # 4 steps of 15 per epoch: evaluations every 5% of an epoch are every step.
-    evals = sorted({r["step"] for r in _records(trained / "dlrmv2") if r["kind"] == "eval"})
-    assert evals == [1, 2, 3, 4]
+    # 4 steps of 15 per epoch: evaluations every 5% of an epoch are every step; validation only,
+    # test once at the end.
+    evals = [(r["step"], r["split"]) for r in _records(trained / "dlrmv2") if r["kind"] == "eval"]
+    assert evals == [(1, "val"), (2, "val"), (3, "val"), (4, "val"), (4, "test")]
+    assert "MLPerf DLRMv2 rule broken" not in done.stderr
+    # Its MLPerf log, event by event, as the compliance checker reads a closed dlrm_dcnv2 log.
+    log = read_log(trained / "dlrmv2" / "mllog.jsonl")
+    val_aucs = [r["auc"] for r in _records(trained / "dlrmv2") if r["kind"] == "eval" and r["split"] == "val"]
+    assert [r["key"] for r in log] == INIT_EVENTS + ["init_stop", "run_start", "train_samples", "epoch_start"] + [
+        "eval_start",
+        "eval_accuracy",
+        "eval_stop",
+        "eval_samples",
+    ] + 3 * ["eval_start", "eval_accuracy", "eval_stop"] + ["epoch_stop", "run_stop"]
+    assert [r["value"] for r in log if r["key"] == "eval_accuracy"] == val_aucs
+    assert [r["metadata"]["epoch_num"] for r in log if r["key"] == "eval_accuracy"] == [s / 15 for s in (1, 2, 3, 4)]
+    assert log[-1]["metadata"]["status"] == "aborted"  # 4 steps did not reach 0.80275
+    values = {r["key"]: r["value"] for r in log}
+    from shardrec.dataloader.format import Manifest
+
+    assert values["eval_samples"] == Manifest.load(trained / "data").splits["val"].rows  # the whole split, once
+    assert (values["opt_base_learning_rate"], values["global_batch_size"], values["train_samples"]) == (
+        0.004,
+        128,
+        15 * 128,
+    )
+    assert values["submission_platform"] == "2xcpu" and values["submission_org"] == "shardrec"
+    # The clock: run_start after init_stop, every event after it in order.
+    times = [r["time_ms"] for r in log]
+    assert times == sorted(times)
+    # Not converged, so the one check it fails is the target's; at the target it would pass.
+    assert compliance_errors(log, values["eval_samples"], 0.80275) == ["no eval_accuracy in [0.80275, 1]"]
+    assert compliance_errors(log, values["eval_samples"], min(val_aucs)) == []
+    # Full Adagrad's run evaluates at another world size and exports like any other.
+    test_auc = next(r["auc"] for r in _records(trained / "dlrmv2") if r["kind"] == "eval" and r["split"] == "test")
+    again = json.loads(ok(shardrec("eval", "dlrmv2", "--split", "test", "--json", cwd=trained)).stdout)
+    assert again["world_size"] == 1 and again["auc"] == pytest.approx(test_auc, abs=1e-6)
+    ok(shardrec("export", "dlrmv2", "--out", "dlrmv2.safetensors", cwd=trained))
+    assert (trained / "dlrmv2.safetensors").stat().st_size > 0
 
 
 @pytest.mark.slow

@@ -11,15 +11,23 @@ from shardrec.trainer.loop.target import EvalSchedule, TargetTracker
 
 
 def test_epoch_fraction_evaluates_from_each_epochs_first_step() -> None:
-    schedule = EvalSchedule.of(0, 0.05, 1001)  # 50 steps: the 1001st step of the epoch is not a boundary
+    schedule = EvalSchedule.of(0, 0.05, 1001 * 64, 64)  # 50 steps: the 1001st step of the epoch is not a boundary
     assert schedule.epoch_steps == 50
     due = [s for s in range(1, 1002) if schedule.due(s, 0)]
     assert due == list(range(50, 1001, 50))
     # The second epoch counts from its own first step.
     assert schedule.next_after(1001, 1001) == 1051 and schedule.due(1051, 1001) and not schedule.due(1050, 1001)
-    both = EvalSchedule.of(7, 0.5, 20)
+    both = EvalSchedule.of(7, 0.5, 20 * 8, 8)
     assert [s for s in range(1, 21) if both.due(s, 0)] == [7, 10, 14, 20]
-    assert EvalSchedule.of(0, 0.0, 20).next_after(3, 0) is None
+    assert EvalSchedule.of(0, 0.0, 20 * 8, 8).next_after(3, 0) is None
+
+
+def test_epoch_fraction_counts_steps_from_the_training_rows_as_mlperf_does() -> None:
+    # MLPerf DLRMv2: every FLOOR(4195197692 / (GLOBAL_BATCH_SIZE * 20)) steps. From the epoch's step
+    # count instead (26,220 steps of 160,000, the last partial) it would be 1311 at that RCP batch size.
+    rows = 4195197692
+    for batch, every in [(32768, 6401), (65536, 3200), (135168, 1551), (160000, 1310)]:
+        assert EvalSchedule.of(0, 0.05, rows, batch).epoch_steps == every == rows // (batch * 20)
 
 
 def test_tracker_records_the_first_evaluation_at_or_over_the_target() -> None:

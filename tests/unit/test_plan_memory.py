@@ -27,6 +27,8 @@ def _cost(optimizer: str):
         ("rowwise_adagrad", [6 * 4, (24 + 6) * 4]),
         # Two fp32 moments per weight.
         ("adam", [2 * 6 * 16 * 4, 2 * (24 * 8 + 6 * 16) * 4]),
+        # Full Adagrad (MLPerf DLRMv2's): one fp32 sum per weight, as much as the weights again.
+        ("adagrad", [6 * 16 * 4, (24 * 8 + 6 * 16) * 4]),
         ("sgd", [0, 0]),
     ],
 )

@@ -22,11 +22,12 @@ def test_every_name_has_a_torch_optimizer_and_the_config_takes_exactly_these() -
     from shardrec.embeddings.optim import TORCH_OPTIMIZERS
     from shardrec.trainer.job.config import OptimConfig
 
-    assert NAMES == ("rowwise_adagrad", "adam", "sgd") and set(TORCH_OPTIMIZERS) == set(NAMES)
+    assert NAMES == ("rowwise_adagrad", "adam", "sgd", "adagrad") and set(TORCH_OPTIMIZERS) == set(NAMES)
     for name in NAMES:
         OptimConfig(sparse=name)
-    with pytest.raises(ValueError, match="^optim.sparse = 'adagrad' is not one of rowwise_adagrad, adam, sgd$"):
-        OptimConfig(sparse="adagrad")
+    assert OptimConfig().sparse == "rowwise_adagrad"  # full Adagrad is DLRMv2's choice, not the default
+    with pytest.raises(ValueError, match="^optim.sparse = 'lamb' is not one of rowwise_adagrad, adam, sgd, adagrad$"):
+        OptimConfig(sparse="lamb")
 
 
 def test_state_per_row_and_per_weight() -> None:
@@ -37,7 +38,10 @@ def test_state_per_row_and_per_weight() -> None:
     assert state_bytes("adam", 1000, 16) == 2 * 1000 * 16 * 4
     assert state_bytes("adam", 1000, 16, elem_bytes=2) == 2 * 1000 * 16 * 2
     assert state_bytes("sgd", 1000, 16) == 0
-    with pytest.raises(ValueError, match="^optimizer 'lamb' is not one of rowwise_adagrad, adam, sgd$"):
+    # Full Adagrad: one fp32 sum per weight, whatever the weights' dtype (fbgemm's EXACT_ADAGRAD momentum1).
+    assert state_bytes("adagrad", 1000, 16) == 1000 * 16 * 4
+    assert state_bytes("adagrad", 1000, 16, elem_bytes=2) == 1000 * 16 * 4
+    with pytest.raises(ValueError, match="^optimizer 'lamb' is not one of rowwise_adagrad, adam, sgd, adagrad$"):
         state_bytes("lamb", 1, 1)
 
 
@@ -46,8 +50,10 @@ def test_which_device_runs_which() -> None:
         check_device(name, "cuda")
     check_device("rowwise_adagrad", "cpu")
     check_device("sgd", "cpu")
+    check_device("adagrad", "cpu")  # fbgemm's EXACT_ADAGRAD has a CPU kernel
     with pytest.raises(ValueError) as refused:
         check_device("adam", "cpu")
     assert str(refused.value) == (
-        "optim.sparse = 'adam' runs on CUDA only (fbgemm's CPU kernels have no Adam); use rowwise_adagrad or sgd on CPU"
+        "optim.sparse = 'adam' runs on CUDA only (fbgemm's CPU kernels have no Adam); "
+        "use rowwise_adagrad, sgd or adagrad on CPU"
     )

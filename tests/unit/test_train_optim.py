@@ -82,3 +82,25 @@ def test_element_wise_state_is_never_converted_and_every_rank_loads(monkeypatch:
     loads.clear()
     assert optim_state.adapt_fused_state(Path("ckpt"), {"state": {}}, saved, plan, group) == {}  # type: ignore[arg-type]
     assert loads == [({"fused_optim": {"state": {}}}, group)]
+
+
+def test_the_schedule_reaches_the_tables_only_when_asked() -> None:
+    from shardrec.trainer.model.train_optimizer import TrainOptimizer
+
+    def optimizers(lr: float) -> list[torch.optim.Optimizer]:
+        return [torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=lr) for _ in range(3)]
+
+    schedule = dlrm_schedule(warmup_steps=4, decay_start=0, decay_steps=0)
+    # dense, data-parallel tables, and a stand-in for the sharded model's fused optimizer
+    dense, tables, fused = optimizers(0.004)
+    both = TrainOptimizer(dense, tables, {}, schedule, fused)
+    seen = []
+    for _ in range(5):
+        both.zero_grad()  # before forward: the fused tables update in this step's backward
+        seen.append([round(o.param_groups[0]["lr"], 6) for o in (dense, tables, fused)])
+        both.step()
+    assert seen == [[r, r, r] for r in (0.001, 0.002, 0.003, 0.004, 0.004)]
+    dense, tables, fused = optimizers(0.004)
+    dense_only = TrainOptimizer(dense, tables, {}, schedule)
+    dense_only.zero_grad()
+    assert [o.param_groups[0]["lr"] for o in (dense, tables, fused)] == [0.001, 0.004, 0.004]

@@ -41,6 +41,7 @@ FUSED_OPTIMIZERS = {
     "rowwise_adagrad": EmbOptimType.EXACT_ROWWISE_ADAGRAD,
     "adam": EmbOptimType.ADAM,
     "sgd": EmbOptimType.EXACT_SGD,
+    "adagrad": EmbOptimType.EXACT_ADAGRAD,
 }
 DENSE_OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
     "adagrad": torch.optim.Adagrad,
@@ -127,7 +128,8 @@ class StockTrainer:
         if optim.sparse == "adam" and device.type == "cpu":
             # fbgemm's CPU kernel asserts on it; say so before any rank builds a model.
             raise ValueError(
-                "sparse optimizer 'adam': torchrec's fused CPU kernel does not support it (use rowwise_adagrad or sgd)"
+                "sparse optimizer 'adam': torchrec's fused CPU kernel does not support it "
+                "(use rowwise_adagrad, sgd or adagrad)"
             )
         fused = {"optimizer": FUSED_OPTIMIZERS[optim.sparse], "learning_rate": optim.sparse_lr}
         if optim.sparse != "sgd":

@@ -129,6 +129,38 @@ def import_npy(
         console.print(f"imported {_rows_text(rows)} into {out}", highlight=False)
 
 
+def reference_npy(
+    days: Annotated[
+        list[Path], typer.Argument(help="Criteo 1TB day files in order, day_0 .. day_23 (the last: val + test).")
+    ],
+    out: Annotated[Path, typer.Option(help="Directory for day_N_{dense,sparse,labels}.npy (then `data import-npy`).")],
+    dense: Annotated[
+        str, typer.Option(help="log3: log(x+3), the published arrays' (torchrec 0.3.2); log-min2: today's torchrec.")
+    ] = "log3",
+    seed: Annotated[int, typer.Option(help="Seed of the one-time per-sample shuffle of the training days.")] = 0,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Preprocess as the MLPerf DLRMv2 reference does (torchrec's Criteo scripts), in bounded memory.
+
+    Dense transform, contiguous ids by first occurrence (frequency threshold 0), the per-sample
+    shuffle of the training days: the same arrays, byte for byte. Restartable: a rerun keeps every
+    file already written. Memory: 8 bytes per training row for the shuffle's permutation (34 GB for
+    Criteo 1TB), 16 bytes per (id, day) pair of the largest column for the ids."""
+    from shardrec.tools.preprocess.reference import reference_preprocess
+
+    missing = [str(d) for d in days if not d.is_file()]
+    if missing:
+        fail(f"{missing[0]}: no such day file")
+    try:
+        rows = reference_preprocess(days, out, dense=dense, seed=seed)
+    except ValueError as e:
+        fail(str(e))
+    if json_out:
+        print_json({"rows": rows})
+    else:
+        console.print(f"wrote {len(rows)} day file(s), {sum(rows):,} rows, to {out}", highlight=False)
+
+
 def export_npy(
     directory: Annotated[Path, typer.Argument(help="Dataset directory (from `shardrec preprocess`).")],
     out: Annotated[Path, typer.Option(help="Directory for day_N_{dense,sparse,labels}.npy.")],
@@ -155,3 +187,4 @@ def register(data_app: typer.Typer) -> None:
     data_app.command()(head)
     data_app.command("import-npy")(import_npy)
     data_app.command("export-npy")(export_npy)
+    data_app.command("reference-npy")(reference_npy)

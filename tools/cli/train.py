@@ -145,6 +145,7 @@ def _prepare_run_dir(
     """Resolve and check the job and what OUT_DIR holds before any rank starts; returns the job,
     or None if the run is already complete."""
     from shardrec.dataloader.format import Manifest
+    from shardrec.trainer.job.mlperf_rules import rule_breaks
     from shardrec.trainer.job.preflight import preflight
     from shardrec.trainer.rundir import lifecycle
 
@@ -152,6 +153,8 @@ def _prepare_run_dir(
         lifecycle.check_allow_keys(allow)
         job = flags.job_from_flags(config, data, plan, steps, overrides)
         preflight(job, world_size=world_size)
+        for line in rule_breaks(job):
+            err_console.print(f"warning: {line}", highlight=False, soft_wrap=True)
         manifest = Manifest.load(job.data.path)
         state = "new" if restart else lifecycle.check_run_dir(out_dir, job, manifest, allow)
     except ValueError as e:

@@ -182,7 +182,8 @@ class ShardingConfig:
 @dataclass
 class OptimConfig:
     sparse: str = "rowwise_adagrad"
-    """Fused embedding optimizer: rowwise_adagrad, adam or sgd."""
+    """Embedding optimizer (fused into the tables' backward): rowwise_adagrad, adam, sgd, or adagrad (full,
+    element-wise: fbgemm's EXACT_ADAGRAD, MLPerf DLRMv2's; one fp32 value of state per weight)."""
     sparse_lr: float = 0.05
     """Embedding learning rate."""
     dense: str = "adagrad"
@@ -192,11 +193,14 @@ class OptimConfig:
     eps: float = 1e-8
     """Epsilon of Adagrad/Adam."""
     warmup_steps: int = 0
-    """Linear warm-up of the dense learning rate (DLRMv2 schedule)."""
+    """Linear warm-up of the dense learning rate (DLRMv2 schedule; the tables' too with schedule_tables)."""
     decay_start: int = 0
     """Step at which the polynomial decay starts (0: no decay)."""
     decay_steps: int = 0
     """Steps over which the learning rate decays to zero."""
+    schedule_tables: bool = False
+    """Apply the schedule (warm-up, decay) to the embedding tables' learning rate too, as the DLRMv2
+    reference does; false: the dense layers' only."""
 
     def __post_init__(self) -> None:
         _check_choice("optim.sparse", self.sparse, sparse_optimizers.NAMES)
@@ -229,6 +233,12 @@ class TrainConfig:
     and checkpoints stay fp32."""
     target_auc: float = 0.0
     """Stop once the first evaluation split's AUC reaches this (MLPerf DLRMv2: 0.80275 on val; 0: run every step)."""
+    mlperf_log: bool = False
+    """Write MLPerf's events (`:::MLLOG {json}` lines, the dlrm_dcnv2 keys) to RUN/mllog.jsonl, and warn before
+    the start about every setting that breaks MLPerf DLRMv2's rules."""
+    mlperf_submission: dict[str, str] = field(default_factory=dict)
+    """The submission_* values of the MLPerf log: org (default "shardrec"), platform (default "<ranks>x<device>"),
+    division (closed or open; default closed) and status (onprem, cloud or research; default onprem)."""
 
     def __post_init__(self) -> None:
         _check_choice("train.precision", self.precision, ("fp32", "bf16"))
@@ -241,6 +251,12 @@ class TrainConfig:
         _check_positive("train.log_interval", self.log_interval)
         _check_choice("train.pipeline", self.pipeline, ("auto", "sparse_dist", "plain"))
         _check_choice("train.device", self.device, ("auto", "cpu", "cuda"))
+        _check_elements("train.mlperf_submission", self.mlperf_submission, str)
+        for key, value in self.mlperf_submission.items():
+            _check_choice("train.mlperf_submission key", key, ("org", "platform", "division", "status"))
+            choices = {"division": ("closed", "open"), "status": ("onprem", "cloud", "research")}.get(key)
+            if choices:
+                _check_choice(f"train.mlperf_submission.{key}", value, choices)
 
 
 @dataclass
@@ -252,13 +268,18 @@ class EvalConfig:
     batch_size: int = 0
     """Global evaluation batch (0: the training global batch)."""
     every_epoch_fraction: float = 0.0
-    """Evaluate every this fraction of an epoch's steps, as MLPerf does (0.05: 20 times per epoch; 0: off)."""
+    """Evaluate every floor(fraction * training rows / global batch) steps, as MLPerf does (0.05: 20 times per
+    epoch; 0: off)."""
+    during_training: list[str] = field(default_factory=list)
+    """The splits evaluated during training (MLPerf DLRMv2: ["val"]); every data.eval_splits split is evaluated
+    at the end. Empty: all of them, every time."""
 
     def __post_init__(self) -> None:
         _check_positive("eval.interval_steps", self.interval_steps, allow_zero=True)
         if not 0 <= self.every_epoch_fraction <= 1:
             raise ValueError(f"eval.every_epoch_fraction = {self.every_epoch_fraction!r} must lie in [0, 1]")
         _check_counts("eval", self, "max_batches", "batch_size")
+        _check_elements("eval.during_training", self.during_training, str)
 
 
 @dataclass

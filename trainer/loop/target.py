@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 
@@ -24,10 +25,16 @@ class EvalSchedule:
     """Every N steps counted from each epoch's first step (0: off)."""
 
     @classmethod
-    def of(cls, interval_steps: int, every_epoch_fraction: float, steps_per_epoch: int) -> EvalSchedule:
-        """The schedule for eval.interval_steps and eval.every_epoch_fraction over an epoch of steps_per_epoch."""
-        epoch_steps = max(1, math.floor(every_epoch_fraction * steps_per_epoch)) if every_epoch_fraction > 0 else 0
-        return cls(interval_steps, epoch_steps)
+    def of(
+        cls, interval_steps: int, every_epoch_fraction: float, train_rows: int, global_batch_size: int
+    ) -> EvalSchedule:
+        """The schedule for eval.interval_steps and eval.every_epoch_fraction over a training split of
+        `train_rows`: every floor(fraction * rows / global batch) steps, MLPerf's FLOOR(TOTAL_TRAINING_SAMPLES /
+        (GLOBAL_BATCH_SIZE * NUM_EVAL)), exact (0.05 is 1/20, not the float just above it)."""
+        if every_epoch_fraction <= 0:
+            return cls(interval_steps, 0)
+        share = Fraction(repr(every_epoch_fraction)) * train_rows / global_batch_size
+        return cls(interval_steps, max(1, math.floor(share)))
 
     def due(self, step: int, epoch_start: int) -> bool:
         """Whether training evaluates after `step` (of the epoch that began at `epoch_start`)."""

@@ -7,7 +7,7 @@ Called by `python -m shardrec.trainer` (the torchrun entry) on every rank.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from shardrec.trainer.model import build
 from shardrec.trainer.model.objective import TRAIN_EBC_PATH
 from shardrec.trainer.rundir import lifecycle, names
 from shardrec.trainer.rundir.checkpoint import CheckpointManager, CheckpointParts, ModuleState, TrainProgress
+from shardrec.trainer.rundir.mllog import MlperfLog, log_init
 from shardrec.trainer.rundir.optim_state import SparseOptimizerState
 
 logger = logging.getLogger(__name__)
@@ -50,6 +51,8 @@ class Job:
     """The step and epoch; the checkpoints save and restore this same object."""
     manifest: Manifest | None = None
     """The dataset's manifest (its fingerprint goes into RUN/dataset.json)."""
+    mllog: MlperfLog = field(default_factory=lambda: MlperfLog(False))
+    """MLPerf's events (train.mlperf_log, rank 0), its init phase logged while the job was built."""
 
 
 # Optimizer settings that decide what state a checkpoint holds: a change would drop or misread it.
@@ -93,11 +96,21 @@ def checkpoint_parts(
 
 def build_job(config: JobConfig, env: DistEnv, run_dir: Path, plan_path: str | None) -> Job:
     """Model, plan, sharding, optimizers, loaders and checkpoints for this rank."""
+    t, o = config.train, config.optim
+    mllog = MlperfLog(t.mlperf_log and env.is_main)
+    platform = f"{env.world_size}x{env.device.type}"
+    log_init(
+        mllog,
+        submission=t.mlperf_submission,
+        platform=platform,
+        global_batch_size=t.global_batch_size,
+        seed=t.seed,
+        optim=o,
+    )
     data_dir = Path(config.data.path)
     manifest = Manifest.load(data_dir)
     # With on-the-fly multi-hot ids the tables have the index tables' rows (data_options).
     seen, multihot = data_options.model_manifest(manifest, config.data), data_options.multihot_option(config.data)
-    t, o = config.train, config.optim
     model, tables, plan = build.build_sharded_model(
         seen,
         env,
@@ -161,6 +174,7 @@ def build_job(config: JobConfig, env: DistEnv, run_dir: Path, plan_path: str | N
         checkpoints=checkpoints,
         progress=progress,
         manifest=manifest,
+        mllog=mllog,
     )
 
 

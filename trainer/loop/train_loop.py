@@ -30,10 +30,19 @@ from shardrec.trainer.rundir.metrics_log import MetricsWriter
 logger = logging.getLogger(__name__)
 
 
-def _evaluate_all(job: Job, step: int, reporter: TrainReporter, final: bool) -> dict[str, dict[str, Any]]:
+def _evaluate_all(
+    job: Job, step: int, reporter: TrainReporter, final: bool, splits: list[str] | None = None, mlperf: str = ""
+) -> dict[str, dict[str, Any]]:
+    """Evaluate `splits` (default: every evaluation split) and report each; the split `mlperf` (MLPerf's
+    scheduled evaluation of it) also goes to the MLPerf log."""
     model = job.runner.eval_mode()
     results = {}
+    epoch_num = {"epoch_num": step / len(job.train_loader)}
+    if mlperf:
+        job.mllog.start("eval_start", metadata=epoch_num)
     for split, loader in job.eval_loaders.items():
+        if splits is not None and split not in splits:
+            continue
         start = time.perf_counter()
         metrics = evaluate_batches(model, iter(loader), job.env.device, job.config.eval.max_batches)
         metrics["seconds"] = round(time.perf_counter() - start, 3)
@@ -42,7 +51,30 @@ def _evaluate_all(job: Job, step: int, reporter: TrainReporter, final: bool) -> 
         reporter.say(
             "step %d %s: auc %.4f logloss %.4f ne %.4f", step, split, metrics["auc"], metrics["logloss"], metrics["ne"]
         )
+    if mlperf in results:
+        job.mllog.event("eval_accuracy", results[mlperf]["auc"], metadata=epoch_num)
+        job.mllog.end("eval_stop", metadata=epoch_num)
+        if not job.mllog.logged_eval_samples:
+            # The reference logs it at the first evaluation only (the checker wants exactly one).
+            job.mllog.event("eval_samples", job.eval_loaders[mlperf].num_samples, metadata=epoch_num)
+            job.mllog.logged_eval_samples = True
     return results
+
+
+def _mlperf_stop(job: Job, tracker: TargetTracker) -> None:
+    """run_stop (success at the target's evaluation, else aborted) and epoch_stop, in the reference's order."""
+    if not job.mllog.enabled:
+        return
+    if tracker.reached:
+        epoch_num = tracker.reached["step"] / len(job.train_loader)
+        job.mllog.end("run_stop", metadata={"status": "success", "epoch_num": epoch_num})
+        job.mllog.end("epoch_stop", metadata={"epoch_num": 0})
+    else:
+        job.mllog.end("epoch_stop", metadata={"epoch_num": 0})
+        job.mllog.end(
+            "run_stop", metadata={"status": "aborted", "epoch_num": job.progress.step / len(job.train_loader)}
+        )
+    job.mllog.close()
 
 
 def _next_boundary(step: int, end: int, *intervals: int) -> int:
@@ -79,13 +111,20 @@ def train_segment(
     return done
 
 
+def _eval_schedule(job: Job) -> EvalSchedule:
+    e = job.config.eval
+    rows, batch = job.train_loader.num_samples, job.config.train.global_batch_size
+    return EvalSchedule.of(e.interval_steps, e.every_epoch_fraction, rows, batch)
+
+
 def _train(job: Job, total: int, reporter: TrainReporter, tracker: TargetTracker) -> tuple[float, int]:
     """Run segments up to step `total` (or until `tracker`'s target AUC is reached), evaluating
     and checkpointing at their boundaries; returns (seconds, samples) spent training."""
     cfg, progress = job.config, job.progress
     steps_per_epoch = len(job.train_loader)
     seconds, samples = 0.0, 0
-    schedule = EvalSchedule.of(cfg.eval.interval_steps, cfg.eval.every_epoch_fraction, steps_per_epoch)
+    schedule = _eval_schedule(job)
+    during = cfg.eval.during_training or None
 
     def on_step(step: int) -> None:
         faults.maybe_kill("kill", step, job.env.rank)
@@ -120,9 +159,10 @@ def _train(job: Job, total: int, reporter: TrainReporter, tracker: TargetTracker
                 progress.epoch += 1
             reached = None
             if schedule.due(progress.step, epoch_start) and progress.step < total:
-                reached = tracker.check(
-                    progress.step, _evaluate_all(job, progress.step, reporter, final=False), seconds
-                )
+                results = _evaluate_all(job, progress.step, reporter, False, during, mlperf=tracker.split or "")
+                reached = tracker.check(progress.step, results, seconds)
+                if reached:
+                    _mlperf_stop(job, tracker)  # MLPerf's clock stops here, before the checkpoint
             if (
                 progress.step == total
                 or reached
@@ -149,16 +189,20 @@ def _report_target(reporter: TrainReporter, reached: dict[str, Any]) -> None:
 
 
 def _final_evaluation(
-    job: Job, reporter: TrainReporter, tracker: TargetTracker, seconds: float
+    job: Job, reporter: TrainReporter, tracker: TargetTracker, seconds: float, scheduled: bool
 ) -> dict[str, dict[str, Any]]:
-    """The final evaluation; where the run just evaluated this step (a target stop), its results
-    are recorded as final instead of evaluating the same weights twice."""
+    """The final evaluation of every split; where the run just evaluated this step (a target stop),
+    those results are recorded as final instead of evaluating the same weights twice, and only the
+    splits not evaluated during training (eval.during_training) run now. Only a `scheduled` evaluation
+    (this step is one of the schedule's) goes to the MLPerf log, as the reference evaluates no more."""
     step = job.progress.step
     if tracker.last is not None and tracker.last[0] == step:
-        for split, metrics in tracker.last[1].items():
+        done = tracker.last[1]
+        for split, metrics in done.items():
             reporter.write({"kind": "eval", "split": split, "step": step, "final": True, **metrics})
-        return tracker.last[1]
-    final = _evaluate_all(job, step, reporter, final=True)
+        rest = [split for split in job.eval_loaders if split not in done]
+        return {**done, **(_evaluate_all(job, step, reporter, final=True, splits=rest) if rest else {})}
+    final = _evaluate_all(job, step, reporter, True, mlperf=(tracker.split or "") if scheduled else "")
     reached = tracker.check(step, final, seconds)
     if reached:
         _report_target(reporter, reached)
@@ -191,15 +235,24 @@ def run_job(job: Job) -> dict[str, Any]:
     )
     if resumed is not None:
         reporter.write({"kind": "resume", "step": job.progress.step, "epoch": job.progress.epoch})
+    if job.env.is_main:
+        job.mllog.open(job.run_dir / names.MLLOG)
+    job.mllog.end("init_stop")
+    job.mllog.start("run_start")
+    job.mllog.event("train_samples", len(job.train_loader) * cfg.train.global_batch_size)
+    job.mllog.start("epoch_start", metadata={"epoch_num": 0})
     try:
-        tracker = TargetTracker.for_splits(cfg.train.target_auc, list(job.eval_loaders), cfg.train.global_batch_size)
+        during = [s for s in job.eval_loaders if not cfg.eval.during_training or s in cfg.eval.during_training]
+        tracker = TargetTracker.for_splits(cfg.train.target_auc, during, cfg.train.global_batch_size)
         if cfg.train.target_auc and tracker.split is None:
             raise ValueError(
                 f"train.target_auc = {cfg.train.target_auc} needs a split to evaluate: "
                 "data.eval_splits has none with rows"
             )
         seconds, samples = _train(job, total, reporter, tracker)
-        final = _final_evaluation(job, reporter, tracker, seconds)
+        step, steps_per_epoch = job.progress.step, len(job.train_loader)
+        scheduled = step > 0 and _eval_schedule(job).due(step, (step - 1) // steps_per_epoch * steps_per_epoch)
+        final = _final_evaluation(job, reporter, tracker, seconds, scheduled)
         summary = {
             "steps": job.progress.step,
             "epochs": job.progress.epoch,
@@ -211,8 +264,11 @@ def run_job(job: Job) -> dict[str, Any]:
             **tracker.summary(),
         }
         reporter.write({"kind": "summary", "step": job.progress.step, **summary})
+        if job.mllog.enabled:  # not stopped at the target during training
+            _mlperf_stop(job, tracker)
     finally:
         reporter.close()
+        job.mllog.close()
     summary["eval"] = final
     if job.env.is_main:
         atomic_write_bytes(job.run_dir / names.SUMMARY, (json.dumps(summary, indent=2, default=str) + "\n").encode())

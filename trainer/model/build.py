@@ -229,7 +229,8 @@ def build_sharded_model(
 def build_optimizer(
     model: DistributedModelParallel, tables: list[EmbeddingBagConfig], optim: OptimConfig
 ) -> TrainOptimizer:
-    """The after-backward optimizer: dense layers (scheduled) and data-parallel tables, if any.
+    """The after-backward optimizer: dense layers (scheduled) and data-parallel tables, if any (scheduled
+    with the fused tables when `optim.schedule_tables`).
 
     Parameters with a fused optimizer (the sharded tables) are left out; of the rest, the
     tables' weights are found by name (shardrec.embeddings.optim), everything else is dense.
@@ -243,4 +244,5 @@ def build_optimizer(
         params = [p for _, p in replicated.values()]
         table_opt = replicated_table_optimizer(params, optimizer=optim.sparse, lr=optim.sparse_lr, eps=optim.eps)
     schedule = dlrm_schedule(optim.warmup_steps, optim.decay_start, optim.decay_steps)
-    return TrainOptimizer(dense_opt, table_opt, replicated, schedule)
+    fused = model.fused_optimizer if optim.schedule_tables else None
+    return TrainOptimizer(dense_opt, table_opt, replicated, schedule, fused)

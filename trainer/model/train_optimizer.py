@@ -48,8 +48,8 @@ class TrainOptimizer:
     """The optimizer the train loop steps after backward (the fused ones already ran).
 
     Holds the dense optimizer (dense layers, with the LR schedule) and, if the plan has
-    data-parallel tables, their optimizer (the same algorithm as the fused one). Row-wise
-    Adagrad state of those tables is exposed under fbgemm's names (`replicated_state`), so a
+    data-parallel tables, their optimizer (the same algorithm as the fused one). Adagrad state
+    (row-wise or full) of those tables is exposed under fbgemm's names (`replicated_state`), so a
     checkpoint stores it like a fused table's and a resume may move the table between
     data-parallel and sharded.
     """
@@ -60,12 +60,19 @@ class TrainOptimizer:
         replicated_tables: torch.optim.Optimizer | None,
         replicated_params: dict[str, tuple[str, torch.nn.Parameter]],
         schedule: Callable[[int], float],
+        fused: torch.optim.Optimizer | None = None,
     ) -> None:
         self.dense = dense
         self.replicated_tables = replicated_tables
         self.replicated_params = replicated_params
         """Parameter FQN -> (table name, parameter) of the data-parallel tables."""
         self.scheduler = LambdaLR(dense, schedule)
+        self.schedule = schedule
+        tables = (fused, replicated_tables) if fused is not None else ()
+        self.scheduled_tables = [o for o in tables if o is not None]
+        """The tables' optimizers when the schedule applies to them too (the DLRMv2 reference's
+        CombinedOptimizer); `fused` is the sharded model's fused_optimizer."""
+        self._table_lrs = [[g["lr"] for g in o.param_groups] for o in self.scheduled_tables]
 
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:
@@ -78,6 +85,17 @@ class TrainOptimizer:
     def zero_grad(self, set_to_none: bool = True) -> None:
         for o in self.optimizers:
             o.zero_grad(set_to_none=set_to_none)
+        self._schedule_tables()
+
+    def _schedule_tables(self) -> None:
+        """Set the tables' LR of the coming step (the scheduler's count, restored on resume). Called
+        before forward: the fused tables update in this step's backward, from the LR their kernel
+        was given, which torchrec's fused optimizer passes on in zero_grad."""
+        factor = self.schedule(self.scheduler.last_epoch)
+        for optimizer, base in zip(self.scheduled_tables, self._table_lrs):
+            for group, lr in zip(optimizer.param_groups, base):
+                group["lr"] = lr * factor
+            optimizer.zero_grad()
 
     def step(self) -> None:
         for o in self.optimizers:
@@ -85,16 +103,19 @@ class TrainOptimizer:
         self.scheduler.step()
 
     def _state_by_name(self) -> bool:
-        return isinstance(self.replicated_tables, RowWiseAdagrad)
+        # Both Adagrads keep one `sum` that fbgemm calls momentum1; torch.optim.Adagrad is also full
+        # Adagrad's (fused: EXACT_ADAGRAD), RowWiseAdagrad row-wise Adagrad's.
+        return isinstance(self.replicated_tables, (RowWiseAdagrad, torch.optim.Adagrad))
 
     def replicated_state(self) -> dict[str, dict[str, torch.Tensor]]:
-        """{param FQN: {"<table>.momentum1": accumulators [rows]}} (views) for row-wise Adagrad, keyed
-        as fbgemm keys a fused table's (optim_layouts.rowwise_state_key)."""
+        """{param FQN: {"<table>.momentum1": accumulators}} (views) for Adagrad, keyed as fbgemm keys a
+        fused table's (optim_layouts.rowwise_state_key): [rows] row-wise, [rows, dim] full (the weights')."""
         if not self._state_by_name():
             return {}
         state = self.replicated_tables.state  # type: ignore[union-attr]
+        rowwise = isinstance(self.replicated_tables, RowWiseAdagrad)
         return {
-            fqn: {rowwise_state_key(table): state[p]["sum"].view(-1)}
+            fqn: {rowwise_state_key(table): state[p]["sum"].view(-1) if rowwise else state[p]["sum"]}
             for fqn, (table, p) in self.replicated_params.items()
         }
 

@@ -5,6 +5,7 @@ strands every run written before):
     RUN/plan.json        the plan it ran with
     RUN/dataset.json     the dataset's path, fingerprint and schema
     RUN/metrics.jsonl    one JSON record per line; RUN/tensorboard/ the same as TensorBoard events
+    RUN/mllog.jsonl      MLPerf's `:::MLLOG {json}` events of the last invocation (train.mlperf_log)
     RUN/summary.json     the final results: the run is complete when they are of the newest checkpoint
     RUN/.lock            the one-job-at-a-time flock (lock.py)
     RUN/checkpoints/step-NNNNNNNN/   a complete checkpoint (checkpoint.py): train_state.pt,
@@ -21,6 +22,7 @@ DATASET_RECORD = "dataset.json"
 METRICS = "metrics.jsonl"
 TENSORBOARD = "tensorboard"
 SUMMARY = "summary.json"
+MLLOG = "mllog.jsonl"
 LOCK = ".lock"
 CHECKPOINTS = "checkpoints"
 TRAIN_STATE = "train_state.pt"

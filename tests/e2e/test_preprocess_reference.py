@@ -1,0 +1,128 @@
+"""The MLPerf DLRMv2 reference's preprocessing (tools/preprocess/reference.py) against torchrec's
+own Criteo scripts, run here on 24 tiny synthetic days: every array byte for byte; `shardrec data
+reference-npy` with the published arrays' dense transform, a rerun, and a malformed row."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shardrec.tools.preprocess.reference import reference_preprocess
+
+DAYS = 24
+
+
+def _write_days(raw: Path) -> list[Path]:
+    """24 day files of a few rows: missing fields, negative integers, ids repeated across days."""
+    rng = np.random.RandomState(5)
+    raw.mkdir()
+    paths = []
+    for d in range(DAYS):
+        lines = []
+        for _ in range(3 + d % 4):
+            dense = [str(int(v)) for v in rng.randint(-3 if d % 3 else 0, 50, 13)]
+            sparse = [f"{int(v):08x}" for v in rng.choice([0x1F, 0xDEADBEEF, 0x7FFFFFFF, *range(40)], 26)]
+            for i in rng.choice(39, 4, replace=False):  # missing values
+                (dense if i < 13 else sparse)[i % 13 if i < 13 else i - 13] = ""
+            lines.append("\t".join([str(rng.randint(2)), *dense, *sparse]))
+        path = raw / f"day_{d}"
+        path.write_text("\n".join(lines) + "\n")
+        paths.append(path)
+    return paths
+
+
+def _torchrec_scripts(raw: Path, root: Path) -> Path:
+    """The reference's process_Criteo_1TB_Click_Logs_dataset.sh, in process."""
+    from torchrec.datasets.criteo import BinaryCriteoUtils
+    from torchrec.datasets.scripts import contiguous_preproc_criteo, npy_preproc_criteo
+
+    s1, s2, out = root / "s1", root / "s2", root / "ref"
+    for d in (s1, s2, out):
+        d.mkdir()
+    npy_preproc_criteo.main(["--input_dir", str(raw), "--output_dir", str(s1)])
+    contiguous_preproc_criteo.main(["--input_dir", str(s1), "--output_dir", str(s2), "--frequency_threshold", "0"])
+    for d in range(DAYS):
+        (s2 / f"day_{d}_sparse_contig_freq.npy").rename(s2 / f"day_{d}_sparse.npy")
+    rows = {d: len(np.load(s1 / f"day_{d}_labels.npy")) for d in range(DAYS - 1)}
+    BinaryCriteoUtils.shuffle(str(s1), str(s2), str(out), rows, random_seed=0)
+    return out
+
+
+@pytest.fixture(scope="module")
+def days(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], Path]:
+    root = tmp_path_factory.mktemp("reference")
+    paths = _write_days(root / "raw")
+    return paths, _torchrec_scripts(root / "raw", root)
+
+
+def test_arrays_equal_torchrecs_scripts_byte_for_byte(days, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from shardrec.tools.preprocess import reference
+
+    paths, ref = days
+    # Pieces of 2 rows and ~300 bytes of text: every step crosses chunk boundaries, as on real days.
+    monkeypatch.setattr(reference, "CHUNK_ROWS", 2)
+    monkeypatch.setattr(reference, "CHUNK_BYTES", 300)
+    # Today's torchrec scripts transform dense values as log(x - day minimum + 2).
+    rows = reference_preprocess(paths, tmp_path / "out", dense="log-min2", seed=0)
+    assert rows == [3 + d % 4 for d in range(DAYS)]
+    names = sorted(p.name for p in ref.iterdir())
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == names and len(names) == 3 * DAYS
+    for name in names:
+        assert (tmp_path / "out" / name).read_bytes() == (ref / name).read_bytes(), name
+
+
+def test_log3_is_the_published_arrays_transform_and_a_rerun_keeps_the_files(days, tmp_path: Path) -> None:
+    paths, ref = days
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "shardrec.tools.cli",
+            "data",
+            "reference-npy",
+            *map(str, paths),
+            "--out",
+            str(out),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"rows": [3 + d % 4 for d in range(DAYS)]}
+    # torchrec 0.3.2 (the published arrays): int32 values + 3, then np.log to float32; missing -> 0 -> log(3).
+    raw = [[line.split("\t") for line in p.read_text().splitlines()] for p in paths]
+    log3 = [
+        np.log(np.array([[int(v or "0") for v in r[1:14]] for r in day], dtype=np.int32) + 3, dtype=np.float32)
+        for day in raw
+    ]
+    perm = np.random.RandomState(0).permutation(sum(len(day) for day in raw[:-1]))
+    shuffled, at = np.concatenate(log3[:-1])[perm], 0
+    for d in range(DAYS - 1):
+        got = np.load(out / f"day_{d}_dense.npy")
+        assert got.tobytes() == shuffled[at : at + len(got)].tobytes()
+        at += len(got)
+    assert np.load(out / f"day_{DAYS - 1}_dense.npy").tobytes() == log3[-1].tobytes()
+    # Ids and labels do not depend on the dense transform.
+    for d in range(DAYS):
+        for kind in ("sparse", "labels"):
+            assert (out / f"day_{d}_{kind}.npy").read_bytes() == (ref / f"day_{d}_{kind}.npy").read_bytes()
+    # A rerun finds every file in place and rewrites none.
+    stamps = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    reference_preprocess(paths, out, dense="log3", seed=0)
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == stamps
+
+
+def test_a_malformed_row_is_one_line_naming_file_and_line(tmp_path: Path) -> None:
+    good = "\t".join(["1", *["1"] * 13, *["0000000a"] * 26])
+    (tmp_path / "day_0").write_text(f"{good}\n{good}\n")
+    (tmp_path / "day_1").write_text(f"{good}\n1\tx\n")
+    with pytest.raises(ValueError, match=rf"^{tmp_path}/day_1:2: .*the reference parses every row$"):
+        reference_preprocess([tmp_path / "day_0", tmp_path / "day_1"], tmp_path / "out")

@@ -69,6 +69,10 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
             f"eval.every_epoch_fraction={FRACTION}",
             "--set",
             f"train.target_auc={TARGET}",
+            # A constraint that holds on 2 ranks only (two 4-wide column shards on distinct ranks):
+            # evaluating on another number of ranks must still work.
+            "--set",
+            'sharding.constraints={t_C3={sharding_types=["column_wise"], min_partition=4}}',
             cwd=root,
         )
     )
@@ -151,14 +155,19 @@ def test_a_run_stopped_at_its_target_is_complete_until_the_target_changes(traine
 @pytest.mark.slow
 def test_eval_equals_the_runs_final_evaluation_bitwise_and_reshards(trained: Path) -> None:
     final = _final(trained / "run", "val")
-    same = json.loads(
-        ok(shardrec("eval", "run", "--split", "val", "--nproc-per-node", "2", "--json", cwd=trained)).stdout
-    )
+    # Without --nproc-per-node: the run's own world size (2), hence its own evaluation's bits.
+    same = json.loads(ok(shardrec("eval", "run", "--split", "val", "--json", cwd=trained)).stdout)
+    assert same["world_size"] == 2
     assert (same["auc"], same["logloss"], same["samples"]) == (final["auc"], final["logloss"], final["samples"])
     # From another directory: the run's config.toml holds its data.path ("data" as typed) absolute.
+    # On 1 rank, where the run's column-wise constraint cannot hold, the planner places t_C3 freely.
     elsewhere = trained / "elsewhere"
     elsewhere.mkdir(exist_ok=True)
-    other = json.loads(ok(shardrec("eval", str(trained / "run"), "--split", "val", "--json", cwd=elsewhere)).stdout)
+    other = json.loads(
+        ok(
+            shardrec("eval", str(trained / "run"), "--split", "val", "--nproc-per-node", "1", "--json", cwd=elsewhere)
+        ).stdout
+    )
     assert other["world_size"] == 1 and other["trained_world_size"] == 2
     assert other["auc"] == pytest.approx(final["auc"], abs=1e-6)
     missing = shardrec("eval", "run", "--checkpoint", "999", cwd=trained)

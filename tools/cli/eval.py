@@ -21,8 +21,12 @@ def eval_run(
     ] = None,
     split: Annotated[str, typer.Option("--split", help="Split to evaluate: test, val or train.")] = "test",
     nproc_per_node: Annotated[
-        int, typer.Option(help="Ranks to start on this machine (any number; the checkpoint is resharded).")
-    ] = 1,
+        int | None,
+        typer.Option(
+            help="Ranks to start on this machine (any number; the checkpoint is resharded). "
+            "Default: the run's own world size, whose AUC equals the run's own evaluation bit for bit."
+        ),
+    ] = None,
     data: Annotated[
         Path | None,
         typer.Option(
@@ -35,12 +39,13 @@ def eval_run(
 ) -> None:
     """Evaluate a checkpoint: at the run's world size the AUC equals the run's own evaluation bit for bit."""
     from shardrec.trainer.distributed.launch import rank_environment, torchrun_command
-    from shardrec.trainer.inference.evaluate import EvalRequest, check_request
+    from shardrec.trainer.inference.evaluate import EvalRequest, check_request, trained_world_size
 
-    if nproc_per_node < 1:
+    if nproc_per_node is not None and nproc_per_node < 1:
         fail(f"--nproc-per-node must be at least 1, got {nproc_per_node}")
     request = EvalRequest(run_dir, checkpoint, split, data)
     try:
+        nproc_per_node = nproc_per_node or trained_world_size(run_dir)
         config, _ = check_request(request, nproc_per_node)
     except ValueError as e:
         fail(str(e))

@@ -128,6 +128,14 @@ def _at(items: list[Any], i: int) -> str:
     return str(items[i]) if i < len(items) else "none"
 
 
+def trained_world_size(run_dir: Path) -> int:
+    """The world size the run trained on (its plan's); ValueError when the run has no plan file."""
+    path = Path(run_dir) / RUN_PLAN
+    if not path.is_file():
+        raise ValueError(f"{run_dir}: no {RUN_PLAN} (not a shardrec run directory?)")
+    return int(load_plan(path).fingerprint["world_size"])
+
+
 def find_checkpoint(run_dir: Path, step: int | None) -> tuple[int, Path]:
     """(step, path) of the run's checkpoint at `step` (None: the newest); ValueError names what exists."""
     done = complete_checkpoints(Path(run_dir) / "checkpoints")
@@ -190,13 +198,17 @@ def evaluate_checkpoint(request: EvalRequest, env: DistEnv) -> dict[str, Any]:
         env.world_size,
         env.device.type,
     )
+    # Elsewhere the planner places the tables freely: the job's constraints were chosen for its own
+    # world size (a column split or a rank list may not exist on this one), and any placement
+    # holds the same weights.
+    sharding = config.sharding if fits else dataclasses.replace(config.sharding, constraints={})
     model, _, plan = build.build_sharded_model(
         manifest,
         env,
         model_config=config.model,
         train=config.train,
         optim=config.optim,
-        sharding=config.sharding,
+        sharding=sharding,
         plan=saved_plan if fits else None,
     )
     # The checkpoint checks the dataset's fingerprint too, unless other data was asked for.

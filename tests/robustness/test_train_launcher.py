@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_one_line_error, processes
+from helpers import assert_one_line_error, trainer_ranks
 
 JOB = [
     "--set",
@@ -57,15 +57,6 @@ def _command(data: Path, run_dir: Path, *extra: str) -> list[str]:
     ]
 
 
-def _ranks(run_dir: Path) -> list[int]:
-    """Pids of live trainer ranks (`python -m shardrec.trainer ...`) working on `run_dir`."""
-
-    def is_rank(argv: list[bytes]) -> bool:
-        return any(argv[i : i + 2] == [b"-m", b"shardrec.trainer"] for i in range(1, 4))  # torchrun adds -u
-
-    return [p.pid for p in processes() if is_rank(p.argv) and str(run_dir).encode() in p.argv and p.state != "Z"]
-
-
 def _wait_for(condition, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -96,7 +87,7 @@ def test_ranks_die_with_their_launcher_and_a_run_dir_in_use_is_refused(tiny_data
         text=True,
     )
     try:
-        assert _wait_for(lambda: len(_ranks(run_dir)) == 2, 120), (
+        assert _wait_for(lambda: len(trainer_ranks(run_dir)) == 2, 120), (
             first.stderr.read() if first.poll() is not None else ""
         )
         second = subprocess.run(
@@ -107,13 +98,15 @@ def test_ranks_die_with_their_launcher_and_a_run_dir_in_use_is_refused(tiny_data
             rf"{re.escape(str(run_dir))} is in use by job \w+ on host "
             rf"{re.escape(socket.gethostname())}, pid {first.pid} ",
         )
-        assert len(_ranks(run_dir)) == 2, "the refused job must leave the running one alone"
+        assert len(trainer_ranks(run_dir)) == 2, "the refused job must leave the running one alone"
         os.killpg(first.pid, signal.SIGKILL)
-        assert _wait_for(lambda: not _ranks(run_dir), 5), f"ranks outlived their launcher: {_ranks(run_dir)}"
+        assert _wait_for(lambda: not trainer_ranks(run_dir), 5), (
+            f"ranks outlived their launcher: {trainer_ranks(run_dir)}"
+        )
     finally:  # whatever failed, leave nothing running
         if first.poll() is None:
             os.killpg(first.pid, signal.SIGKILL)
-        for pid in _ranks(run_dir):
+        for pid in trainer_ranks(run_dir):
             os.kill(pid, signal.SIGKILL)
         first.wait(timeout=30)
 
@@ -137,4 +130,4 @@ def test_ranks_die_with_their_launcher_and_a_run_dir_in_use_is_refused(tiny_data
     )
     assert_one_line_error(tampered, re.escape(str(checkpoint / ".metadata")) + ": contents differ from the digest")
     assert not marker.exists(), "the planted pickle ran"
-    assert not _ranks(run_dir)
+    assert not trainer_ranks(run_dir)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -15,6 +16,7 @@ from shardrec.trainer.job import flags
 from shardrec.trainer.rundir.lock import RunLock
 
 if TYPE_CHECKING:
+    from shardrec.trainer.distributed.launch import LaunchResult
     from shardrec.trainer.job.config import JobConfig
 
 RestartFlag = Annotated[
@@ -44,14 +46,20 @@ def _print_summary(summary: dict, run_dir: Path) -> None:
 
 def _failure_message(code: int, out_dir: Path) -> str:
     """One line after a failed run; it mentions resuming only when there is something to resume from."""
+    message = f"training failed (torchrun exit code {code}); the ranks' messages are above"
+    kept = _kept_checkpoint(out_dir)
+    return f"{message}; {kept}" if kept else message
+
+
+def _kept_checkpoint(out_dir: Path) -> str:
+    """What a rerun resumes from ("" when nothing)."""
     from shardrec.trainer.rundir.checkpoint import complete_checkpoints
 
-    message = f"training failed (torchrun exit code {code}); the ranks' messages are above"
     done = complete_checkpoints(out_dir / "checkpoints")
-    if done:
-        step, path = done[-1]
-        message += f"; the newest complete checkpoint, {path} (step {step}), is kept and a re-run resumes from it"
-    return message
+    if not done:
+        return ""
+    step, path = done[-1]
+    return f"the newest complete checkpoint, {path} (step {step}), is kept and a re-run resumes from it"
 
 
 def train(
@@ -90,15 +98,37 @@ def train(
         with tempfile.TemporaryDirectory(prefix="shardrec-train-") as tmp:
             job_file = Path(tmp) / "job.toml"
             job_file.write_text(job.to_toml())
-            code = launch(flags.rank_args(job_file, out_dir, allow), nproc_per_node, max_restarts, job_id=job_id)
+            result = launch(
+                flags.rank_args(job_file, out_dir, allow),
+                nproc_per_node,
+                max_restarts,
+                job_id=job_id,
+                stop_grace_s=job.checkpoint.stop_grace_s,
+                notify=lambda line: err_console.print(line, highlight=False, soft_wrap=True),
+            )
     finally:
         # Every way out (a refusal, a finished run) drops the lock: an in-process caller may train again.
         for lock in locks:
             if lock is not None:
                 lock.release()
-    if code != 0:
-        fail(_failure_message(code, out_dir))
+    _end_of_job(result, out_dir)
     _show_results(out_dir, json_out)
+
+
+def _end_of_job(result: LaunchResult, out_dir: Path) -> None:
+    """Say how a job that did not complete ended, in one line, and exit with its code."""
+    from shardrec.trainer.rundir import lifecycle
+
+    if result.forced:
+        kept = _kept_checkpoint(out_dir) or "no checkpoint was written"
+        err_console.print(f"stopped at once by {result.forced}; {kept}", highlight=False, soft_wrap=True)
+        raise typer.Exit(128 + signal.Signals[result.signal or "SIGTERM"].value)
+    if result.code != 0:
+        fail(_failure_message(result.code, out_dir))
+    run = lifecycle.read_run_dir(out_dir)
+    if run.stop is not None:  # asked to stop (here, or by a signal to the ranks themselves)
+        err_console.print(lifecycle.stopped_message(run.stop["step"]), highlight=False, soft_wrap=True)
+        raise typer.Exit(lifecycle.STOPPED_EXIT_CODE)
 
 
 def _lock_run_dir(out_dir: Path, job_id: str, create: bool) -> RunLock | None:

@@ -264,10 +264,14 @@ class CheckpointConfig:
     """Checkpoints kept; older ones are deleted after a newer one is complete."""
     timeout_s: int = 1800
     """Seconds a checkpoint save or load may wait for the slowest rank (large saves to shared storage are slow)."""
+    stop_grace_s: int = 60
+    """Seconds `shardrec train` gives its ranks, after SIGTERM or SIGINT, to finish the step and write a
+    checkpoint before it ends them."""
 
     def __post_init__(self) -> None:
         _check_positive("checkpoint.keep", self.keep)
         _check_positive("checkpoint.timeout_s", self.timeout_s)
+        _check_positive("checkpoint.stop_grace_s", self.stop_grace_s)
         _check_positive("checkpoint.interval_steps", self.interval_steps, allow_zero=True)
 
 

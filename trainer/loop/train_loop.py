@@ -80,8 +80,9 @@ def train_segment(
 
 
 def _train(job: Job, total: int, reporter: TrainReporter, tracker: TargetTracker) -> tuple[float, int]:
-    """Run segments up to step `total` (or until `tracker`'s target AUC is reached), evaluating
-    and checkpointing at their boundaries; returns (seconds, samples) spent training."""
+    """Run segments up to step `total` (or until `tracker`'s target AUC is reached, or the ranks
+    are asked to stop: then after a checkpoint of the step reached), evaluating and checkpointing
+    at their boundaries; returns (seconds, samples) spent training."""
     cfg, progress = job.config, job.progress
     steps_per_epoch = len(job.train_loader)
     seconds, samples = 0.0, 0
@@ -90,10 +91,11 @@ def _train(job: Job, total: int, reporter: TrainReporter, tracker: TargetTracker
     def on_step(step: int) -> None:
         faults.maybe_kill("kill", step, job.env.rank)
         faults.maybe_poison(job.model, step, job.env.rank)
+        faults.maybe_slow(step, job.env.rank)
 
     while progress.step < total:
         job.train_loader.set_epoch(progress.epoch)
-        batches = iter(job.train_loader)
+        batches = job.stop.until_stopped(iter(job.train_loader))
         epoch_start, epoch_end = progress.epoch * steps_per_epoch, min(total, (progress.epoch + 1) * steps_per_epoch)
         while progress.step < epoch_end:
             boundary = _next_boundary(progress.step, epoch_end, cfg.checkpoint.interval_steps)
@@ -112,6 +114,10 @@ def _train(job: Job, total: int, reporter: TrainReporter, tracker: TargetTracker
             seconds += time.perf_counter() - start
             samples += done * cfg.train.global_batch_size
             progress.step += done
+            if done < wanted and job.stop.stopped:
+                if all(step != progress.step for step, _ in job.checkpoints.complete()):
+                    job.checkpoints.save()
+                return seconds, samples
             if done < wanted:
                 raise RuntimeError(
                     f"step {progress.step}: the train loader ended before the epoch's {steps_per_epoch} steps"
@@ -165,6 +171,16 @@ def _final_evaluation(
     return final
 
 
+def _record_stop(job: Job, reporter: TrainReporter) -> dict[str, Any]:
+    """A run stopped on request: its checkpoint is written; metrics.jsonl says so (`shardrec runs`
+    shows it as stopped) and no summary is written (the run is not complete)."""
+    step = job.progress.step
+    reason = job.stop.request.signal_name or "another rank's stop request"
+    reporter.write({"kind": "stop", "step": step, "reason": reason})
+    reporter.say("step %d: stopped (%s); checkpoint written", step, reason)
+    return {"steps": step, "stopped": reason}
+
+
 def run_job(job: Job) -> dict[str, Any]:
     """Train (resuming from the newest checkpoint in the run directory if there is one),
     evaluate, checkpoint; returns the summary (meaningful on rank 0)."""
@@ -199,6 +215,8 @@ def run_job(job: Job) -> dict[str, Any]:
                 "data.eval_splits has none with rows"
             )
         seconds, samples = _train(job, total, reporter, tracker)
+        if job.stop.stopped:
+            return _record_stop(job, reporter)
         final = _final_evaluation(job, reporter, tracker, seconds)
         summary = {
             "steps": job.progress.step,
@@ -212,6 +230,7 @@ def run_job(job: Job) -> dict[str, Any]:
         }
         reporter.write({"kind": "summary", "step": job.progress.step, **summary})
     finally:
+        job.stop.close()
         reporter.close()
     summary["eval"] = final
     if job.env.is_main:

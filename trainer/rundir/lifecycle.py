@@ -26,6 +26,9 @@ from shardrec.trainer.rundir.metrics_log import load_metrics
 DATASET_RECORD = "dataset.json"
 SUMMARY = "summary.json"
 CONFIG = "config.toml"
+STOPPED_EXIT_CODE = 75
+"""`shardrec train`'s exit code after a stop on request with its checkpoint written (EX_TEMPFAIL:
+rerun to resume)."""
 CONTINUATION_KEYS = ("train.steps", "train.epochs")
 """Keys a resume may always change: raising them is how a run continues."""
 # data.path may move as long as the data is the same: the fingerprint decides, not the path.
@@ -130,6 +133,8 @@ class RunDir:
     summary: dict[str, Any] | None
     target: dict[str, Any] | None = None
     """The metrics.jsonl record of the train.target_auc stop that ended the run at `step` (None: none)."""
+    stop: dict[str, Any] | None = None
+    """The metrics.jsonl record of a stop on request (SIGTERM / SIGINT) at `step` (None: none)."""
 
     @property
     def complete(self) -> bool:
@@ -159,16 +164,18 @@ def read_run_dir(path: Path) -> RunDir:
         pass  # no summary, or a torn one: the run did not finish
     summary = summary if isinstance(summary, dict) else None
     step = done[-1][0] if done else None
-    stopped = summary is not None and summary.get("target_reached") and summary.get("steps") == step
-    target = _target_stop(Path(path), step) if stopped else None
-    return RunDir(Path(path), step, summary, target)
+    finished = summary is not None and summary.get("steps") == step
+    target = _newest_record(Path(path), "target", step) if finished and summary.get("target_reached") else None
+    stop = _newest_record(Path(path), "stop", step) if step is not None and not finished else None
+    return RunDir(Path(path), step, summary, target, stop)
 
 
-def _target_stop(run_dir: Path, step: int | None) -> dict[str, Any] | None:
-    """The newest `target` record of RUN/metrics.jsonl, if it is of `step` (trainer.loop.target)."""
+def _newest_record(run_dir: Path, kind: str, step: int | None) -> dict[str, Any] | None:
+    """The newest record of `kind` in RUN/metrics.jsonl, if it is of `step`: a `target` record
+    (trainer.loop.target) with its AUC, or a `stop` record (trainer.loop.train_loop)."""
     found = None
     for record in _metrics_records(run_dir):
-        if record.get("kind") == "target" and isinstance(record.get("auc"), (int, float)):
+        if record.get("kind") == kind and (kind != "target" or isinstance(record.get("auc"), (int, float))):
             found = record
     return found if found is not None and found.get("step") == step else None
 
@@ -268,17 +275,24 @@ def move_aside(run_dir: Path) -> Path | None:
 
 
 def run_status(run: RunDir, active_seconds: float = 120.0) -> str:
-    """complete, running or failed. Running: a job holds RUN/.lock (trainer.rundir.lock's flock), or,
-    in a run without a lock file, metrics were written in the last `active_seconds`."""
+    """complete, running, stopped or failed. Running: a job holds RUN/.lock (trainer.rundir.lock's
+    flock), or, in a run without a lock file, metrics were written in the last `active_seconds`.
+    Stopped: its last job stopped on request after a checkpoint (a rerun resumes)."""
     if run.complete:
         return "complete"
-    lock = run.path / ".lock"
+    lock, metrics = run.path / ".lock", run.path / "metrics.jsonl"
     if lock.is_file():
-        return "running" if _lock_held(lock) else "failed"
-    metrics = run.path / "metrics.jsonl"
-    if metrics.is_file() and time.time() - metrics.stat().st_mtime < active_seconds:
+        running = _lock_held(lock)
+    else:
+        running = metrics.is_file() and time.time() - metrics.stat().st_mtime < active_seconds
+    if running:
         return "running"
-    return "failed"
+    return "stopped" if run.stop is not None else "failed"
+
+
+def stopped_message(step: int) -> str:
+    """What a job stopped by SIGTERM / SIGINT says last."""
+    return f"stopped at step {step:,}; checkpoint written; rerun the same command to resume"
 
 
 def _lock_held(lock: Path) -> bool:

@@ -181,3 +181,13 @@ def test_explicit_ranks_per_host_must_divide_the_world_size():
     with pytest.raises(ValueError, match="local_world_size = 5 must be > 0 and divide world_size = 2"):
         build_topology("cpu-gloo", world_size=2, local_world_size=5)
     assert build_topology("a100", world_size=4).local_world_size == 4  # preset host shrinks to the job
+
+
+def test_the_sharding_types_a_plan_may_name_are_torchrecs() -> None:
+    # plan_io spells them out so that reading a plan (`shardrec plan show`) needs no torchrec.
+    from torchrec.distributed.types import ShardingType
+
+    from shardrec.sharding.plan_io import DATA_PARALLEL, SHARDING_TYPES
+
+    assert len(SHARDING_TYPES) == 6 and set(SHARDING_TYPES) == {t.value for t in ShardingType} - {"grid_shard"}
+    assert DATA_PARALLEL == ShardingType.DATA_PARALLEL.value

@@ -29,7 +29,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-import re
 import shutil
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -47,8 +46,8 @@ from shardrec.dataloader.files import atomic_open, fsync_dir
 from shardrec.trainer.distributed import faults
 from shardrec.trainer.distributed.dist import DistEnv, monitored_barrier
 from shardrec.trainer.rundir.checkpoint_trust import (
-    DIGESTS,
     UntrustedCheckpoint,
+    complete_checkpoints,
     read_digests,
     verify_files,
     write_digests,
@@ -56,7 +55,6 @@ from shardrec.trainer.rundir.checkpoint_trust import (
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINT_RE = re.compile(r"^step-(\d{8})$")
 TRAIN_STATE = "train_state.pt"
 FORMAT_VERSION = 1
 
@@ -194,19 +192,6 @@ def describe_mismatch(saved: dict[str, Any], current: dict[str, Any]) -> str:
             if old[n] != new[n]
         ]
     return "; ".join(diffs)
-
-
-def complete_checkpoints(directory: Path) -> list[tuple[int, Path]]:
-    """(step, path) of every complete checkpoint in `directory`, oldest first."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        return []
-    found = []
-    for path in directory.iterdir():
-        match = CHECKPOINT_RE.match(path.name)
-        if match and (path / DIGESTS).is_file():  # written last: the save finished
-            found.append((int(match.group(1)), path))
-    return sorted(found)
 
 
 class CheckpointManager:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,21 @@ from shardrec.dataloader.format import file_sha256
 
 DIGESTS = "digests.json"
 DIGESTS_VERSION = 1
+CHECKPOINT_RE = re.compile(r"^step-(\d{8})$")
+
+
+def complete_checkpoints(directory: Path) -> list[tuple[int, Path]]:
+    """(step, path) of every complete checkpoint in `directory` (RUN/checkpoints), oldest first:
+    the ones with their digests, written last. Torch-free, for `shardrec runs`."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = []
+    for path in directory.iterdir():
+        match = CHECKPOINT_RE.match(path.name)
+        if match and (path / DIGESTS).is_file():
+            found.append((int(match.group(1)), path))
+    return sorted(found)
 
 
 class UntrustedCheckpoint(ValueError):

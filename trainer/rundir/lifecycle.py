@@ -21,6 +21,7 @@ from typing import Any
 
 from shardrec.dataloader.format import Manifest
 from shardrec.trainer.job.config import JobConfig, load_job_config
+from shardrec.trainer.rundir.checkpoint_trust import complete_checkpoints
 from shardrec.trainer.rundir.metrics_log import load_metrics
 
 DATASET_RECORD = "dataset.json"
@@ -154,8 +155,6 @@ class RunDir:
 
 
 def read_run_dir(path: Path) -> RunDir:
-    from shardrec.trainer.rundir.checkpoint import complete_checkpoints
-
     done = complete_checkpoints(Path(path) / "checkpoints")
     summary = None
     try:

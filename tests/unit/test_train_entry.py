@@ -116,7 +116,7 @@ def test_the_rank_entry_takes_every_train_flag_and_eval_ranks_use_its_public_hel
 
 
 def test_the_eval_ranks_read_back_the_request_shardrec_eval_wrote() -> None:
-    from shardrec.trainer.inference.evaluate import EvalRequest
+    from shardrec.trainer.inference.eval_request import EvalRequest
 
     for request in (
         EvalRequest(Path("runs/a")),

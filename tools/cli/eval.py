@@ -39,7 +39,7 @@ def eval_run(
 ) -> None:
     """Evaluate a checkpoint: at the run's world size the AUC equals the run's own evaluation bit for bit."""
     from shardrec.trainer.distributed.launch import rank_environment, torchrun_command
-    from shardrec.trainer.inference.evaluate import EvalRequest, check_request, trained_world_size
+    from shardrec.trainer.inference.eval_request import EvalRequest, check_request, trained_world_size
 
     if nproc_per_node is not None and nproc_per_node < 1:
         fail(f"--nproc-per-node must be at least 1, got {nproc_per_node}")

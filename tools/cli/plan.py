@@ -78,6 +78,10 @@ def plan(
     """Plan the tables of a dataset + job file for a topology; print a report and write --out."""
     if ctx.invoked_subcommand is not None:
         return
+    from shardrec.sharding.topology import PRESETS
+
+    if topology not in PRESETS:  # before the planner's imports (torchrec: seconds)
+        fail(f"--topology {topology}: not one of {', '.join(PRESETS)}")
     from shardrec.sharding.plan_io import save_plan
     from shardrec.sharding.planner import SEARCHES, plan_tables
     from shardrec.sharding.request import PlanRequest

@@ -63,16 +63,27 @@ def predict(
     """Score a preprocessed split or raw rows with an exported model, in one process (no torchrun).
 
     Raw rows get the dataset's own transform (its hashing or vocabulary and dense transform)."""
-    from shardrec.dataloader.format import DatasetError
-    from shardrec.trainer.inference.predict import load_exported, score_split
-    from shardrec.trainer.loop.metrics import auc
-
+    # The flags and paths before torch is imported.
     if json_out and out is None:
         fail("--json prints a summary: give --out for the probabilities")
     if batch_size < 1:
         fail(f"--batch-size must be at least 1, got {batch_size}")
+    if model.is_dir():
+        run = (model / "config.toml").is_file()
+        fail(
+            f"{model}: a {'run ' if run else ''}directory, not a model file; "
+            + (
+                f"export it first: `shardrec export {model} --out model.safetensors`"
+                if run
+                else "make one with `shardrec export RUN --out FILE`"
+            )
+        )
     if not input_path.exists():
         fail(f"{input_path}: no such file or dataset directory")
+    from shardrec.dataloader.format import DatasetError
+    from shardrec.trainer.inference.predict import load_exported, score_split
+    from shardrec.trainer.loop.metrics import auc
+
     try:
         exported = load_exported(model)
         if input_path.is_dir():

@@ -53,7 +53,7 @@ def _failure_message(code: int, out_dir: Path) -> str:
 
 def _kept_checkpoint(out_dir: Path) -> str:
     """What a rerun resumes from ("" when nothing)."""
-    from shardrec.trainer.rundir.checkpoint import complete_checkpoints
+    from shardrec.trainer.rundir.checkpoint_trust import complete_checkpoints
 
     done = complete_checkpoints(out_dir / "checkpoints")
     if not done:
@@ -149,8 +149,7 @@ def _lock_run_dir(out_dir: Path, job_id: str, create: bool) -> RunLock | None:
 def _check_resume_checkpoint(out_dir: Path) -> None:
     """Refuse, in one line, a checkpoint to resume from that fails its digests or that another
     user could have written; the ranks check its shards too before loading anything."""
-    from shardrec.trainer.rundir.checkpoint import complete_checkpoints
-    from shardrec.trainer.rundir.checkpoint_trust import UntrustedCheckpoint, verify_checkpoint
+    from shardrec.trainer.rundir.checkpoint_trust import UntrustedCheckpoint, complete_checkpoints, verify_checkpoint
 
     done = complete_checkpoints(out_dir / "checkpoints")
     if done:
@@ -174,14 +173,17 @@ def _prepare_run_dir(
     """Resolve and check the job and what OUT_DIR holds before any rank starts; returns the job,
     or None if the run is already complete."""
     from shardrec.dataloader.format import Manifest
-    from shardrec.trainer.job.preflight import preflight
     from shardrec.trainer.rundir import lifecycle
 
     try:
+        # Flags, settings and the dataset first: a bad value is one line before torch is imported (preflight).
         lifecycle.check_allow_keys(allow)
         job = flags.job_from_flags(config, data, plan, steps, overrides)
+        manifest = Manifest.load(job.data.path) if job.data.path else None
+        from shardrec.trainer.job.preflight import preflight
+
         preflight(job, world_size=world_size)
-        manifest = Manifest.load(job.data.path)
+        manifest = manifest or Manifest.load(job.data.path)
         state = "new" if restart else lifecycle.check_run_dir(out_dir, job, manifest, allow)
     except ValueError as e:
         fail(str(e))

@@ -32,7 +32,7 @@ from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from
 from shardrec.dataloader.files import atomic_open
 from shardrec.dataloader.format import Manifest
 from shardrec.embeddings.tables import build_table_configs
-from shardrec.trainer.inference.evaluate import find_checkpoint, run_config, run_dataset
+from shardrec.trainer.inference.eval_request import find_checkpoint, run_config, run_dataset
 from shardrec.trainer.job import data_options
 
 logger = logging.getLogger(__name__)

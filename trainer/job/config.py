@@ -12,6 +12,7 @@ import difflib
 import json
 import math
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_origin, get_type_hints
@@ -362,8 +363,13 @@ def _build_section(cls: type, key: str, raw: dict[str, Any], origin: dict[str, s
         raise ValueError(f"{sources.pop() if len(sources) == 1 else ''}{e}") from None
 
 
-def load_job_config(path: str | Path | None = None, overrides: list[str] | None = None) -> JobConfig:
-    """Build a JobConfig: defaults, then the TOML file at `path`, then `section.key=value` overrides."""
+def load_job_config(
+    path: str | Path | None = None, overrides: Sequence[str | tuple[str, str]] | None = None
+) -> JobConfig:
+    """Build a JobConfig: defaults, then the TOML file at `path`, then `section.key=value` overrides.
+
+    An override given as (ITEM, FLAG) stands for a flag (`--steps 5` is train.steps=5): an error
+    about its value names FLAG, as the user typed it, not a --set they never typed."""
     raw: dict[str, dict[str, Any]] = {}
     if path is not None:
         path = Path(path)
@@ -381,9 +387,10 @@ def load_job_config(path: str | Path | None = None, overrides: list[str] | None 
         if not isinstance(raw[name], dict):
             raise ValueError(f"{path}: {name} must be a [{name}] table")
     origin = {(s, k): f"{path}: " for s, values in raw.items() for k in values}
-    for item in overrides or []:
+    for given in overrides or []:
+        item, shown = given if isinstance(given, tuple) else (given, f"--set {given!r}")
         section, key, value = _apply_override(item, raw, sections, section_types)
-        origin[(section, key)] = f"--set {item!r}: "
+        origin[(section, key)] = f"{shown}: "
     built = {}
     for name, cls in section_types.items():
         where = {k: v for (s, k), v in origin.items() if s == name}

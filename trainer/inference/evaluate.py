@@ -23,6 +23,7 @@ from shardrec.trainer.distributed.dist import DistEnv
 from shardrec.trainer.inference.eval_request import RUN_PLAN, EvalRequest, check_request, find_checkpoint
 from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import JobConfig
+from shardrec.trainer.loop.progress import eval_progress
 from shardrec.trainer.loop.steps import evaluate_batches
 from shardrec.trainer.loop.train_job import checkpoint_signature
 from shardrec.trainer.model import build
@@ -85,8 +86,9 @@ def evaluate_checkpoint(request: EvalRequest, env: DistEnv) -> dict[str, Any]:
     CheckpointManager(path.parent, env, keep=1, parts=parts).load(path)
     start = time.perf_counter()
     model.eval()
-    batches = iter(eval_loader(config, request.split, env))
-    metrics = evaluate_batches(model, batches, env.device, config.eval.max_batches)
+    loader, cap = eval_loader(config, request.split, env), config.eval.max_batches
+    with eval_progress(min(len(loader), cap) if cap else len(loader), env.is_main) as advance:
+        metrics = evaluate_batches(model, iter(loader), env.device, cap, on_batch=advance)
     metrics["seconds"] = round(time.perf_counter() - start, 3)
     train_world = torch.load(path / "train_state.pt", weights_only=True)["world_size"]
     return {

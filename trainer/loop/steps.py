@@ -7,7 +7,7 @@ The loop that decides how many steps run between evaluations and checkpoints is 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,9 +137,14 @@ class StepRunner:
 
 @torch.no_grad()
 def evaluate_batches(
-    model: torch.nn.Module, batches: Iterator[Batch], device: torch.device, max_batches: int = 0
+    model: torch.nn.Module,
+    batches: Iterator[Batch],
+    device: torch.device,
+    max_batches: int = 0,
+    on_batch: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
-    """AUC / log loss / NE over every rank's predictions (all ranks must pass equal batch counts)."""
+    """AUC / log loss / NE over every rank's predictions (all ranks must pass equal batch counts);
+    `on_batch` gets the number of batches done after each (a progress bar)."""
     logits, labels = [], []
     for i, batch in enumerate(batches):
         if max_batches and i >= max_batches:
@@ -147,6 +152,8 @@ def evaluate_batches(
         _, (_, batch_logits, batch_labels) = model(batch.to(device))
         logits.append(batch_logits.float().cpu())
         labels.append(batch_labels.float().cpu())
+        if on_batch is not None:
+            on_batch(i + 1)
     local = torch.stack([torch.cat(logits), torch.cat(labels)]) if logits else torch.zeros(2, 0)
     if dist.is_initialized() and dist.get_world_size() > 1:
         local = local.to(device)  # NCCL gathers device tensors, gloo host ones

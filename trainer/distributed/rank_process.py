@@ -16,6 +16,10 @@ KNOWN_HARMLESS_WARNINGS = (
     r"`broadcast_buffers` is deprecated",
     # torchrec shards tables as ShardedTensors; DCP and their .size() warn on every resume.
     r"Please use DTensor instead and we are deprecating ShardedTensor",
+    # torchrec's row- and column-wise collectives (torchrec.distributed.comm_ops) call the
+    # torch.distributed names that torch 2.13 renamed: one warning per rank and name, train and eval.
+    r"`torch.distributed.reduce_scatter_tensor` is deprecated",
+    r"`torch.distributed.all_gather_into_tensor` is deprecated",
 )
 
 

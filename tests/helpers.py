@@ -19,6 +19,18 @@ from typer.testing import Result
 
 from shardrec.dataloader.format import Manifest, SplitInfo, open_part, write_part
 
+TINY_MODEL = [
+    "--set",
+    "model.embedding_dim=8",
+    "--set",
+    "model.dense_arch=[16, 8]",
+    "--set",
+    "model.over_arch=[16, 1]",
+    "--set",
+    "train.global_batch_size=64",
+]
+"""`shardrec train` flags for a model small enough for tests on conftest's tiny dataset (15 steps an epoch)."""
+
 # Log records the CLI writes to stderr while it works (configure_logging's format); a
 # subprocess shows them, and they are not part of the error message.
 _LOG_LINE = re.compile(r"^\d\d:\d\d:\d\d (DEBUG|INFO) \S+: ")

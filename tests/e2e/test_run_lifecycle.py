@@ -16,20 +16,13 @@ import sys
 from pathlib import Path
 
 from conftest import write_tiny_dataset
-from helpers import assert_one_line_error
+from helpers import TINY_MODEL, assert_one_line_error
 from typer.testing import CliRunner
 
 from shardrec.tools.cli.app import app
 
 JOB = [
-    "--set",
-    "model.embedding_dim=8",
-    "--set",
-    "model.dense_arch=[16, 8]",
-    "--set",
-    "model.over_arch=[16, 1]",
-    "--set",
-    "train.global_batch_size=64",
+    *TINY_MODEL,
     "--set",
     'data.eval_splits=["val"]',
     "--set",

@@ -13,20 +13,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import assert_one_line_error
+from helpers import TINY_MODEL, assert_one_line_error
 from typer.testing import CliRunner
 
 from shardrec.tools.cli.app import app
 
 JOB = [
-    "--set",
-    "model.embedding_dim=8",
-    "--set",
-    "model.dense_arch=[16, 8]",
-    "--set",
-    "model.over_arch=[16, 1]",
-    "--set",
-    "train.global_batch_size=64",
+    *TINY_MODEL,
     "--set",
     "train.epochs=2",
     "--set",

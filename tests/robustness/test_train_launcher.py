@@ -21,17 +21,10 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_one_line_error, trainer_ranks
+from helpers import TINY_MODEL, assert_one_line_error, trainer_ranks
 
 JOB = [
-    "--set",
-    "model.embedding_dim=8",
-    "--set",
-    "model.dense_arch=[16, 8]",
-    "--set",
-    "model.over_arch=[16, 1]",
-    "--set",
-    "train.global_batch_size=64",
+    *TINY_MODEL,
     "--set",
     'data.eval_splits=["val"]',
     "--set",

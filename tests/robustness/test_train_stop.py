@@ -23,20 +23,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import final_weights, trainer_ranks
+from helpers import TINY_MODEL, final_weights, trainer_ranks
 from typer.testing import CliRunner
 
 from shardrec.tools.cli.app import app
 
 JOB = [
-    "--set",
-    "model.embedding_dim=8",
-    "--set",
-    "model.dense_arch=[16, 8]",
-    "--set",
-    "model.over_arch=[16, 1]",
-    "--set",
-    "train.global_batch_size=64",
+    *TINY_MODEL,
     "--set",
     "train.epochs=4",
     "--set",

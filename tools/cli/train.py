@@ -195,6 +195,9 @@ def _prepare_run_dir(
         message = lifecycle.complete_message(out_dir, job, lifecycle.read_run_dir(out_dir))
         err_console.print(message, highlight=False, soft_wrap=True)
         return None
+    notice = lifecycle.resume_notice(out_dir, job) if state == "resume" else None
+    if notice:
+        err_console.print(notice, highlight=False, soft_wrap=True)
     return job
 
 

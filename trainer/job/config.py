@@ -207,9 +207,10 @@ class TrainConfig:
     global_batch_size: int = 2048
     """Samples per step over all ranks; each rank takes global_batch_size / world_size."""
     epochs: int = 1
-    """Passes over the training split."""
+    """Passes over the training split (when train.steps is 0)."""
     steps: int = 0
-    """Stop after this many steps (0: run the epochs)."""
+    """Steps to train, whatever train.epochs says: past an epoch's end they continue into the next epoch
+    (0: train.epochs epochs)."""
     seed: int = 0
     """Seed of the model's initial weights and the data order."""
     pipeline: str = "auto"
@@ -224,6 +225,10 @@ class TrainConfig:
     and checkpoints stay fp32."""
     target_auc: float = 0.0
     """Stop once the first evaluation split's AUC reaches this (MLPerf DLRMv2: 0.80275 on val; 0: run every step)."""
+
+    def total_steps(self, steps_per_epoch: int) -> int:
+        """The step a run of these settings ends at: train.steps, or train.epochs epochs when it is 0."""
+        return self.steps or self.epochs * steps_per_epoch
 
     def __post_init__(self) -> None:
         _check_choice("train.precision", self.precision, ("fp32", "bf16"))

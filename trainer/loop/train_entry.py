@@ -49,6 +49,9 @@ def rank_main(
             if is_main:
                 print(complete, file=sys.stderr)
             return
+        notice = lifecycle.resume_notice(out_dir, job_config)
+        if notice and is_main and launcher_directory() is None:  # `shardrec train` said it already
+            print(notice, file=sys.stderr)
         env = init_distributed(job_config.train.device, job_config.dist.timeout_s)
     except ValueError as e:
         if is_main:

@@ -185,9 +185,7 @@ def run_job(job: Job) -> dict[str, Any]:
     """Train (resuming from the newest checkpoint in the run directory if there is one),
     evaluate, checkpoint; returns the summary (meaningful on rank 0)."""
     cfg = job.config
-    total = cfg.train.epochs * len(job.train_loader)
-    if cfg.train.steps:
-        total = min(total, cfg.train.steps)
+    total = cfg.train.total_steps(len(job.train_loader))
     resumed = job.checkpoints.load_latest()
     finished = lifecycle.read_run_dir(job.run_dir)
     if resumed is not None and finished.step == resumed and finished.complete_for(cfg, total):

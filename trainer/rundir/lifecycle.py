@@ -31,9 +31,11 @@ STOPPED_EXIT_CODE = 75
 """`shardrec train`'s exit code after a stop on request with its checkpoint written (EX_TEMPFAIL:
 rerun to resume)."""
 CONTINUATION_KEYS = ("train.steps", "train.epochs")
-"""Keys a resume may always change: raising them is how a run continues."""
-# data.path may move as long as the data is the same: the fingerprint decides, not the path.
-FINGERPRINTED_KEYS = ("data.path",)
+"""Keys a resume may change without --allow-change when the run ends no earlier for it: raising them
+is how a run continues (shortening it is a change like any other)."""
+FREE_KEYS = ("data.path", "sharding.plan", "sharding.constraints")
+"""Keys a resume may always change: data.path may move as long as the data is the same (the
+fingerprint decides, not the path); a checkpoint reshards onto any plan (at any world size)."""
 
 
 def dataset_fingerprint(manifest: Manifest) -> str:
@@ -89,11 +91,10 @@ def with_absolute_data_path(config: JobConfig) -> JobConfig:
 
 
 def planned_steps(config: JobConfig, manifest: Manifest) -> int:
-    """The step a job ends at: its epochs over the train split, capped by train.steps."""
+    """The step a job ends at: train.steps, or its epochs over the train split."""
     rows, batch = manifest.splits[config.data.train_split].rows, config.train.global_batch_size
     per_epoch = rows // batch if config.data.tail == "drop" else -(-rows // batch)
-    total = config.train.epochs * per_epoch
-    return min(total, config.train.steps) if config.train.steps else total
+    return config.train.total_steps(per_epoch)
 
 
 def flat_settings(config: JobConfig) -> dict[str, Any]:
@@ -118,9 +119,12 @@ def check_allow_keys(keys: list[str]) -> None:
             raise ValueError(f"--allow-change {key}: no such setting{hint}")
 
 
-def _allowed(key: str, allow: list[str]) -> bool:
+def _allowed(key: str, allow: list[str], continues: bool) -> bool:
+    """Whether a resume may change `key`; `continues`: the run ends no earlier for the change."""
     return (
-        key in CONTINUATION_KEYS or key in FINGERPRINTED_KEYS or any(key == a or key.startswith(a + ".") for a in allow)
+        (key in CONTINUATION_KEYS and continues)
+        or key in FREE_KEYS
+        or any(key == a or key.startswith(a + ".") for a in allow)
     )
 
 
@@ -200,8 +204,10 @@ def check_run_dir(run_dir: Path, config: JobConfig, manifest: Manifest, allow: l
         )
     saved_path = run_dir / CONFIG
     if saved_path.is_file():
-        changes = setting_changes(load_job_config(saved_path), config)
-        refused = {k: v for k, v in changes.items() if not _allowed(k, allow)}
+        saved = load_job_config(saved_path)
+        changes = setting_changes(saved, config)
+        continues = total >= planned_steps(saved, manifest)
+        refused = {k: v for k, v in changes.items() if not _allowed(k, allow, continues)}
         if refused:
             shown = ", ".join(f"{k}: {_show(old)} -> {_show(new)}" for k, (old, new) in refused.items())
             flags = " ".join(f"--allow-change {k}" for k in refused)
@@ -210,6 +216,19 @@ def check_run_dir(run_dir: Path, config: JobConfig, manifest: Manifest, allow: l
                 f"accept them with {flags}, or start over with --restart"
             )
     return "complete" if run.complete_for(config, total) else "resume"
+
+
+def resume_notice(run_dir: Path, config: JobConfig) -> str | None:
+    """The line a resume says when settings differ from the run's (None: none differ), after
+    check_run_dir accepted them: a resume never changes a setting without a word."""
+    saved_path, run = Path(run_dir) / CONFIG, read_run_dir(run_dir)
+    if not saved_path.is_file() or run.step is None:
+        return None
+    changes = setting_changes(load_job_config(saved_path), config)
+    if not changes:
+        return None
+    shown = ", ".join(f"{k}: {_show(old)} -> {_show(new)}" for k, (old, new) in changes.items())
+    return f"{run_dir}: resuming from step {run.step:,} with changed settings: {shown}"
 
 
 def check_job(run_dir: Path, config: JobConfig, allow: list[str]) -> str | None:

@@ -9,6 +9,7 @@ with an on-the-fly multi-hot model, its one-hot ids become their index-table row
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -54,14 +55,33 @@ class RawRows:
             spec = MultiHotSpec(tuple(m["sizes"]), tuple(m.get("rows") or self.cardinalities), m["dist"], m["seed"])
             self.tables = open_index_tables(m.get("cache_dir") or default_cache_dir(), spec)
 
-    def convert(self, data: bytes, path: Path, first_line: int) -> tuple[RawBatch, np.ndarray]:
-        """Inputs and labels of the rows in `data` (whole lines); ValueError names a malformed row's line."""
+    def convert(
+        self, data: bytes, path: Path, first_line: int, labeled: bool = True
+    ) -> tuple[RawBatch, np.ndarray | None]:
+        """Inputs and labels (None: `labeled` off) of the rows in `data` (whole lines); ValueError
+        names a malformed row's line. Rows without a label column are parsed with a 0 put in front."""
+        if not labeled:
+            data = re.sub(rb"(?m)^(?=[^\n])", b"0" + self.schema.delimiter.encode(), data)
+        elif first_line <= 2 and _most_fields(data, self.schema.delimiter) == self.schema.num_fields - 1:
+            # Criteo strips trailing empty fields, never the label: at most one field fewer than a
+            # labeled row in every row of a chunk is a file without labels, whose first integer would
+            # be read as the label and every field after it shifted by one.
+            raise ValueError(
+                f"{path}: rows of at most {self.schema.num_fields - 1} fields, a labeled row has "
+                f"{self.schema.num_fields}: no label column (as Criteo's test.txt)? score them with --no-label"
+            )
         chunk = parse_chunk(data, self.schema)
         bad = np.flatnonzero(~chunk.ok)
         if bad.size:
             row = int(bad[0])
             field, value = describe_bad_row(data, chunk, row, self.schema)
-            raise ValueError(f"{path}:{first_line + row}: {REASONS[int(chunk.reason[row])]}: {field}: {value}")
+            reason = REASONS[int(chunk.reason[row])]
+            hint = ""
+            if reason == "bad_label":
+                hint = " (rows without a label column, as Criteo's test.txt? score them with --no-label)"
+            elif reason == "too_many_fields" and not labeled:
+                hint = " (with --no-label: the rows have a label column; leave --no-label out)"
+            raise ValueError(f"{path}:{first_line + row}: {reason}: {field}: {value}{hint}")
         dense = transform_dense(chunk.dense, chunk.dense_missing, self.dense_transform, self.dense_dtype)
         mapped = map_ids(chunk, self.schema.sparse_names, self.cardinalities, self.vocabs)
         ids = {}
@@ -71,10 +91,13 @@ class RawRows:
                 ids[name] = (multi.reshape(-1), np.full(chunk.rows, multi.shape[1], np.int32))
             else:
                 ids[name] = (column, np.ones(chunk.rows, np.int32))
-        return (dense.astype(np.float32), ids), chunk.labels
+        return (dense.astype(np.float32), ids), chunk.labels if labeled else None
 
-    def read(self, path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[tuple[RawBatch, np.ndarray]]:
-        """The file's rows, a chunk of whole lines at a time (gzip inputs too)."""
+    def read(
+        self, path: Path, chunk_bytes: int = CHUNK_BYTES, labeled: bool = True
+    ) -> Iterator[tuple[RawBatch, np.ndarray | None]]:
+        """The file's rows, a chunk of whole lines at a time (gzip inputs too); `labeled` off: rows
+        without the label column (labels None)."""
         line, rest = 1, b""
         with open_text(path) as f:
             if self.schema.header:
@@ -85,12 +108,21 @@ class RawRows:
                 data = rest + block
                 if not block:
                     if data.strip():
-                        yield self.convert(data if data.endswith(b"\n") else data + b"\n", path, line)
+                        yield self.convert(data if data.endswith(b"\n") else data + b"\n", path, line, labeled)
                     return
                 cut = data.rfind(b"\n") + 1
                 if cut == 0:
                     rest = data
                     continue
                 data, rest = data[:cut], data[cut:]
-                yield self.convert(data, path, line)
+                yield self.convert(data, path, line, labeled)
                 line += data.count(b"\n")
+
+
+def _most_fields(data: bytes, delimiter: str) -> int:
+    """The largest number of fields of a line of `data` (whole lines)."""
+    raw = np.frombuffer(data, np.uint8)
+    ends = np.flatnonzero(raw == ord("\n"))
+    delimiters = np.flatnonzero(raw == ord(delimiter))
+    per_line = np.diff(np.searchsorted(delimiters, ends), prepend=0)
+    return int(per_line.max()) + 1 if per_line.size else 0

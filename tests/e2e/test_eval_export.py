@@ -209,6 +209,47 @@ def test_export_then_predict_matches_eval_on_a_split_and_on_raw_rows(trained: Pa
     assert_one_line_error(
         shardrec("predict", "test.tsv", "data", cwd=trained), r"test.tsv: not a safetensors model file"
     )
+    # Rows without a label column (as Criteo's test.txt): named, then scored with --no-label.
+    (trained / "nolabel.tsv").write_bytes(b"".join(line.split(b"\t", 1)[1] for line in lines[-1000:]))
+    assert_one_line_error(
+        shardrec("predict", "model.safetensors", "nolabel.tsv", cwd=trained),
+        r"nolabel.tsv: rows of at most 39 fields, a labeled row has 40: no label column \(as Criteo's "
+        r"test.txt\)\? score them with --no-label$",
+    )
+    unlabeled = ok(
+        shardrec("predict", "model.safetensors", "nolabel.tsv", "--no-label", "--out", "nl.txt", cwd=trained)
+    )
+    assert unlabeled.stderr.strip() == "wrote 1,000 probabilities to nl.txt (no labels, no AUC)"
+    np.testing.assert_array_equal(np.loadtxt(trained / "nl.txt"), raw)
+
+
+@pytest.mark.slow
+def test_data_preprocessed_otherwise_is_refused_by_predict_and_eval(trained: Path) -> None:
+    """The same rows preprocessed with other table sizes or another dense transform give other
+    inputs: scoring them would be wrong without a word."""
+    if not (trained / "model.safetensors").is_file():
+        ok(shardrec("export", "run", "--out", "model.safetensors", cwd=trained))
+    for out, flags in (
+        ("data500", ["--max-ids", "500"]),
+        ("raw_dense", ["--max-ids", "1000", "--dense-transform", "none"]),
+    ):
+        ok(shardrec("preprocess", "raw/day_0", "raw/day_1", "--out", out, *flags, cwd=trained))
+    assert_one_line_error(
+        shardrec("predict", "model.safetensors", "data500", cwd=trained),
+        r"^error: data500: preprocessed with other settings than the model's training data \(cardinalities\[0\]: "
+        r"1000 in training, 500 here, max_ids\[0\]: 1000 in training, 500 here\); preprocess it with the "
+        r"training data's settings, or score its raw rows \(the model applies them\)$",
+    )
+    assert_one_line_error(
+        shardrec("predict", "model.safetensors", "raw_dense", cwd=trained),
+        r"^error: raw_dense: preprocessed with other settings .*\(dense_transform: 'log1p' in training, "
+        r"'none' here\)",
+    )
+    assert_one_line_error(
+        shardrec("eval", "run", "--data", "raw_dense", cwd=trained),
+        r"^error: --data raw_dense: preprocessed with other settings than the data run trained on "
+        r"\(dense_transform: 'log1p' in training, 'none' here\); preprocess it with the training data's settings$",
+    )
 
 
 @pytest.mark.slow

@@ -88,10 +88,23 @@ def run_dataset(run_dir: Path, config: JobConfig, data: Path | None = None) -> M
 
 
 def _check_schema(run_dir: Path, data: Path, manifest: Manifest) -> None:
-    """`data` has the features and cardinalities the run trained with (RUN/dataset.json's schema)."""
-    saved = (lifecycle.read_dataset_record(run_dir) or {}).get("schema")
+    """`data` has the features and cardinalities the run trained with (RUN/dataset.json's schema),
+    and was preprocessed as the run's data was (same hashing or vocabulary, dense transform)."""
+    record = lifecycle.read_dataset_record(run_dir) or {}
+    saved = record.get("schema")
     if saved is None:
         return  # a run from before schema records: the checkpoint's table check still applies
+    _check_features(run_dir, data, manifest, saved)
+    if "preprocessing" in record:  # a run from before preprocessing records has none to compare
+        differs = lifecycle.preprocessing_differences(record["preprocessing"], lifecycle.preprocessing(manifest))
+        if differs:
+            raise ValueError(
+                f"--data {data}: preprocessed with other settings than the data {run_dir} trained on "
+                f"({differs}); preprocess it with the training data's settings"
+            )
+
+
+def _check_features(run_dir: Path, data: Path, manifest: Manifest, saved: dict[str, Any]) -> None:
     mine = lifecycle.dataset_schema(manifest)
     for key, what in (("dense", "dense features"), ("sparse", "sparse features (name, cardinality, multi-hot)")):
         if saved[key] != mine[key]:

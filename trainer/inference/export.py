@@ -34,6 +34,7 @@ from shardrec.dataloader.format import Manifest
 from shardrec.embeddings.dims import table_specs
 from shardrec.trainer.inference.eval_request import find_checkpoint, run_config, run_dataset
 from shardrec.trainer.job import data_options
+from shardrec.trainer.rundir import lifecycle
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +119,16 @@ def feature_transform(manifest: Manifest, dataset: Path, data: Any) -> dict[str,
         if option is None
         else {**dataclasses.asdict(option), "cache_dir": str(option.cache_dir or "")},
         "dataset": str(Path(dataset).resolve()),
+    }
+
+
+def header_preprocessing(header: dict[str, Any]) -> dict[str, Any]:
+    """The preprocessing settings of a model file's training data (lifecycle.preprocessing's shape),
+    read back from its feature transform."""
+    transform = header["transform"]
+    return {
+        "cardinalities": transform["cardinalities"],
+        **{key: transform.get(key) for key in lifecycle.PREPROCESSING_KEYS},
     }
 
 

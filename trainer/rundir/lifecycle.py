@@ -59,14 +59,45 @@ def dataset_schema(manifest: Manifest) -> dict[str, Any]:
     }
 
 
+PREPROCESSING_KEYS = ("mode", "max_ids", "min_count", "hash", "missing_id", "oov_id", "dense_transform", "dense_dtype")
+"""The manifest options that decide which id and which dense value a raw field becomes (not the
+text layout: the same rows as TSV or CSV give the same dataset)."""
+
+
+def preprocessing(manifest: Manifest) -> dict[str, Any]:
+    """A dataset's preprocessing settings: its table sizes, hashing or vocabulary and dense transform.
+    A model scores only data preprocessed as its training data was (see preprocessing_differences)."""
+    options = manifest.options
+    return {
+        "cardinalities": [f.cardinality for f in manifest.sparse_features],
+        **{key: options.get(key) for key in PREPROCESSING_KEYS},
+    }
+
+
+def preprocessing_differences(trained: dict[str, Any], here: dict[str, Any]) -> str:
+    """The settings that differ, "key: A in training, B here, ..." ("" when none): of a list, its
+    first differing element."""
+    diffs = []
+    for key in dict.fromkeys([*trained, *here]):
+        a, b = trained.get(key), here.get(key)
+        if a == b:
+            continue
+        if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+            i = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+            key, a, b = f"{key}[{i}]", a[i], b[i]
+        diffs.append(f"{key}: {_show(a)} in training, {_show(b)} here")
+    return ", ".join(diffs)
+
+
 def dataset_record(path: str, manifest: Manifest, given: str | None = None) -> bytes:
     """The bytes of RUN/dataset.json for this dataset: its absolute `path`, the path as the user
-    typed it (`given`), its fingerprint and schema."""
+    typed it (`given`), its fingerprint, schema and preprocessing settings."""
     record = {
         "path": path,
         "given": given if given is not None else path,
         "fingerprint": dataset_fingerprint(manifest),
         "schema": dataset_schema(manifest),
+        "preprocessing": preprocessing(manifest),
     }
     return (json.dumps(record, indent=2) + "\n").encode()
 

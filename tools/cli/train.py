@@ -44,11 +44,20 @@ def _print_summary(summary: dict, run_dir: Path) -> None:
         console.print(f"resumed from the checkpoint of step {summary['resumed_from_step']}")
 
 
-def _failure_message(code: int, out_dir: Path) -> str:
-    """One line after a failed run; it mentions resuming only when there is something to resume from."""
-    message = f"training failed (torchrun exit code {code}); the ranks' messages are above"
+def _failure_message(result: LaunchResult, out_dir: Path, data: str) -> str:
+    """The last line after a failed run: the cause as the ranks and torchrun's agent reported it,
+    the dataset's files that changed under it, and what a rerun resumes from (when anything)."""
+    from shardrec.dataloader.integrity import changed_since_written
+
+    parts = [
+        f"training failed: {result.cause}" if result.cause else f"training failed (torchrun exit code {result.code})"
+    ]
+    changed = changed_since_written(data) if data else []
+    if changed:
+        more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
+        parts.append(f"the dataset changed under the training: {changed[0]}{more}")
     kept = _kept_checkpoint(out_dir)
-    return f"{message}; {kept}" if kept else message
+    return "; ".join(parts + ([kept] if kept else []))
 
 
 def _kept_checkpoint(out_dir: Path) -> str:
@@ -111,11 +120,11 @@ def train(
         for lock in locks:
             if lock is not None:
                 lock.release()
-    _end_of_job(result, out_dir)
+    _end_of_job(result, out_dir, job.data.path)
     _show_results(out_dir, json_out)
 
 
-def _end_of_job(result: LaunchResult, out_dir: Path) -> None:
+def _end_of_job(result: LaunchResult, out_dir: Path, data: str) -> None:
     """Say how a job that did not complete ended, in one line, and exit with its code."""
     from shardrec.trainer.rundir import lifecycle
 
@@ -124,7 +133,7 @@ def _end_of_job(result: LaunchResult, out_dir: Path) -> None:
         err_console.print(f"stopped at once by {result.forced}; {kept}", highlight=False, soft_wrap=True)
         raise typer.Exit(128 + signal.Signals[result.signal or "SIGTERM"].value)
     if result.code != 0:
-        fail(_failure_message(result.code, out_dir))
+        fail(_failure_message(result, out_dir, data))
     run = lifecycle.read_run_dir(out_dir)
     if run.stop is not None:  # asked to stop (here, or by a signal to the ranks themselves)
         err_console.print(lifecycle.stopped_message(run.stop["step"]), highlight=False, soft_wrap=True)

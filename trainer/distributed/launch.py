@@ -6,6 +6,8 @@ launcher), or a function on N local processes (`run_local_ranks`: tests, calibra
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import signal
 import socket
@@ -17,7 +19,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -201,6 +203,10 @@ def rank_environment(nproc_per_node: int, job_id: str | None = None) -> dict[str
     return env
 
 
+FAILED_FIRST = "failed-first.json"
+"""torchrun's agent's word on the rank that failed first: {"rank", "exitcode", "signal"}."""
+
+
 @dataclass(frozen=True)
 class LaunchResult:
     """How a launched job ended."""
@@ -211,6 +217,26 @@ class LaunchResult:
     """The first SIGTERM/SIGINT this launcher got while the job ran (None: none)."""
     forced: str = ""
     """Why this launcher ended the job itself, without waiting for its checkpoint ("": it did not)."""
+    reasons: dict[int, str] = field(default_factory=dict)
+    """rank -> the one line that rank left when it failed (trainer.distributed.rank_process.report_failure)."""
+    failed_first: dict[str, Any] = field(default_factory=dict)
+    """The agent's FAILED_FIRST record ({}: no rank failed, or the agent could not say)."""
+
+    @property
+    def cause(self) -> str:
+        """Why the job failed, in words: the reason of the rank that failed first, or of any rank,
+        or how the first failed rank ended ("" when nothing says)."""
+        first = self.failed_first.get("rank")
+        if first in self.reasons:
+            return f"rank {first}: {self.reasons[first]}"
+        if self.reasons:
+            rank = min(self.reasons)
+            return f"rank {rank}: {self.reasons[rank]}"
+        if first is None:
+            return ""
+        if self.failed_first.get("signal"):
+            return f"rank {first} was killed by {self.failed_first['signal']}"
+        return f"rank {first} exited with code {self.failed_first.get('exitcode')}"
 
 
 def launch(
@@ -221,8 +247,10 @@ def launch(
     *,
     stop_grace_s: float = 60.0,
     notify: Callable[[str], None] = lambda line: None,
+    module: str = "shardrec.trainer",
 ) -> LaunchResult:
-    """Run torchrun on this machine and wait for it.
+    """Run `python -m MODULE ENTRY_ARGS` on N ranks under torchrun on this machine and wait for it;
+    the result says why ranks failed, as they and torchrun's agent reported it.
 
     torchrun, and through it the ranks, die with this process (`trainer.distributed.lifeline`).
     SIGTERM or SIGINT asks the ranks to finish the current step, write a checkpoint and leave
@@ -230,11 +258,27 @@ def launch(
     `stop_grace_s` seconds without an end, ends them at once.
     """
     job_id = job_id or new_job_id()
-    command = torchrun_command(entry_args, nproc_per_node, max_restarts=max_restarts, rdzv_id=job_id)
+    command = torchrun_command(entry_args, nproc_per_node, max_restarts=max_restarts, rdzv_id=job_id, module=module)
     with tempfile.TemporaryDirectory(prefix="shardrec-launch-") as shared:
         env = rank_environment(nproc_per_node, job_id)
         env[LAUNCHER_DIR_ENV] = shared
-        return _supervise(subprocess.Popen(command, env=env), Path(shared) / STOP_FILE, stop_grace_s, notify)
+        result = _supervise(subprocess.Popen(command, env=env), Path(shared) / STOP_FILE, stop_grace_s, notify)
+        return dataclasses.replace(result, **_reports(Path(shared)))
+
+
+def _reports(shared: Path) -> dict[str, Any]:
+    """What the ranks and the agent left in `shared` when they failed (LaunchResult's fields)."""
+    reasons = {}
+    for path in shared.glob("rank-*.error"):
+        try:
+            reasons[int(path.stem.removeprefix("rank-"))] = path.read_text().strip()
+        except (OSError, ValueError):
+            continue
+    try:
+        failed_first = json.loads((shared / FAILED_FIRST).read_text())
+    except (OSError, ValueError):
+        failed_first = {}
+    return {"reasons": reasons, "failed_first": failed_first if isinstance(failed_first, dict) else {}}
 
 
 def _supervise(proc: subprocess.Popen, stop_file: Path, grace_s: float, notify: Callable[[str], None]) -> LaunchResult:
@@ -297,6 +341,11 @@ def torchrun_main(argv: list[str]) -> int:
     except ChildFailedError as e:
         rank, failure = e.get_first_failure()
         print(f"torchrun: rank {rank} failed first (exit code {failure.exitcode})", file=sys.stderr)
+        shared = launcher_directory()
+        if shared is not None:  # for `shardrec train`'s last line
+            signal_name = failure.signal_name() if failure.exitcode < 0 else ""
+            record = {"rank": rank, "exitcode": failure.exitcode, "signal": signal_name}
+            (shared / FAILED_FIRST).write_text(json.dumps(record))
         return 1
     return 0
 

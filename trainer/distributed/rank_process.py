@@ -1,5 +1,5 @@
 """What every rank program (`python -m shardrec.trainer`, `shardrec eval`'s ranks) does first
-and last: its logging and warning filters, and a clean exit."""
+and last: its logging and warning filters, the one line it leaves when it fails, and a clean exit."""
 
 from __future__ import annotations
 
@@ -46,6 +46,22 @@ def ignore_known_warnings() -> None:
     """Hide KNOWN_HARMLESS_WARNINGS (by message, not by category)."""
     for message in KNOWN_HARMLESS_WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=FutureWarning)
+
+
+def report_failure(reason: str) -> None:
+    """Leave this rank's one-line reason for failing where `shardrec train` reads it for its last
+    line (trainer.distributed.launch); nothing under a plain torchrun."""
+    from shardrec.trainer.distributed.dist import launched_rank
+    from shardrec.trainer.distributed.launch import launcher_directory
+
+    shared = launcher_directory()
+    if shared is None:
+        return
+    try:
+        line = " ".join(reason.split())
+        (shared / f"rank-{launched_rank()}.error").write_text((line if len(line) <= 500 else line[:497] + "...") + "\n")
+    except OSError:
+        pass  # the launcher's directory is gone: it is ending the job anyway
 
 
 def exit_cleanly() -> None:

@@ -7,7 +7,7 @@ import sys
 
 import typer
 
-from shardrec.trainer.distributed.rank_process import configure_rank_logging, exit_cleanly
+from shardrec.trainer.distributed.rank_process import configure_rank_logging, exit_cleanly, report_failure
 from shardrec.trainer.job import flags
 
 logger = logging.getLogger(__name__)
@@ -54,6 +54,7 @@ def rank_main(
             print(notice, file=sys.stderr)
         env = init_distributed(job_config.train.device, job_config.dist.timeout_s)
     except ValueError as e:
+        report_failure(str(e))
         if is_main:
             print(f"error: {e}", file=sys.stderr)
         raise typer.Exit(1) from None
@@ -62,10 +63,14 @@ def rank_main(
         lock = acquire_run_lock(out_dir, launcher_job_id()) if env.is_main else None  # noqa: F841
         summary = run_job(build_job(job_config, env, out_dir, job_config.sharding.plan or None, stop))
     except (ValueError, NonFiniteLossError, RankMissing) as e:
+        report_failure(str(e))
         if env.is_main or isinstance(e, RankMissing):
             print(f"error: {e}", file=sys.stderr)
         shutdown()
         raise typer.Exit(1) from None
+    except Exception as e:  # a bug or a failed collective: its traceback follows, its line goes to the launcher
+        report_failure(f"{type(e).__name__}: {e}")
+        raise
     if "stopped" in summary and env.is_main and launcher_directory() is None:
         # Under `shardrec train` the launcher says this line; under a plain torchrun, rank 0 does.
         print(lifecycle.stopped_message(summary["steps"]), file=sys.stderr)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Annotated
@@ -11,6 +12,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from rich.table import Table
 
 from shardrec.dataloader.format import DatasetError
+from shardrec.dataloader.locks import dataset_lock
 from shardrec.tools.cli.common import console, fail, print_json
 from shardrec.tools.preprocess.parse import DENSE_TRANSFORMS, Schema
 from shardrec.tools.preprocess.pipeline import PreprocessConfig, PreprocessResult, run_preprocess
@@ -163,9 +165,11 @@ def preprocess(
     ]
     bar = _Bar(Progress(*columns, console=console, disable=json_out, transient=False))
     try:
+        lock = dataset_lock(out, cfg.part)  # one writer at a time; the kernel frees it if this one dies
         try:
             result = run_preprocess(cfg, bar)
         finally:
+            os.close(lock)
             if bar.shown:  # rich's stop() prints a newline even for a bar never drawn
                 bar.progress.stop()
     except (MalformedRowError, InputError, DatasetError, ValueError, WorkerDied) as e:

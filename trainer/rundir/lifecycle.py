@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shardrec.dataloader import locks
 from shardrec.dataloader.format import Manifest
 from shardrec.trainer.job.config import JobConfig, load_job_config
 from shardrec.trainer.rundir.checkpoint_trust import complete_checkpoints
@@ -331,7 +332,7 @@ def run_status(run: RunDir, active_seconds: float = 120.0) -> str:
         return "complete"
     lock, metrics = run.path / ".lock", run.path / "metrics.jsonl"
     if lock.is_file():
-        running = _lock_held(lock)
+        running = locks.holder_of(lock) is not None
     else:
         running = metrics.is_file() and time.time() - metrics.stat().st_mtime < active_seconds
     if running:
@@ -342,22 +343,6 @@ def run_status(run: RunDir, active_seconds: float = 120.0) -> str:
 def stopped_message(step: int) -> str:
     """What a job stopped by SIGTERM / SIGINT says last."""
     return f"stopped at step {step:,}; checkpoint written; rerun the same command to resume"
-
-
-def _lock_held(lock: Path) -> bool:
-    import fcntl
-
-    try:
-        fd = os.open(lock, os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)  # closing also drops the probe's own lock
 
 
 def find_runs(root: Path) -> list[Path]:

@@ -40,7 +40,10 @@ def test_flags_that_set_a_job_setting_show_its_docstring() -> None:
 
     option = typing.get_args(flags.StepsFlag)[1]
     assert option.help == f"{field_help(TrainConfig)['steps'].rstrip('.')}; sets train.steps."
-    assert field_help(TrainConfig)["steps"] == "Stop after this many steps (0: run the epochs)."
+    assert (
+        field_help(TrainConfig)["steps"]
+        == "Steps to train, past an epoch's end into the next epoch (0: train.epochs epochs)."
+    )
 
 
 def test_the_ranks_parse_what_shardrec_train_passes_them(tmp_path: Path) -> None:

@@ -209,8 +209,7 @@ class TrainConfig:
     epochs: int = 1
     """Passes over the training split (when train.steps is 0)."""
     steps: int = 0
-    """Steps to train, whatever train.epochs says: past an epoch's end they continue into the next epoch
-    (0: train.epochs epochs)."""
+    """Steps to train, past an epoch's end into the next epoch (0: train.epochs epochs)."""
     seed: int = 0
     """Seed of the model's initial weights and the data order."""
     pipeline: str = "auto"

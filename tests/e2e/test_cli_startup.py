@@ -102,6 +102,9 @@ def test_runs_lists_a_stopped_run_and_help_shows_no_flag_types(tmp_path: Path) -
     assert json.loads(listed.stdout) == [
         {"run": str(tmp_path / "a"), "step": 4, "status": "stopped", "best_val_auc": 0.75}
     ]
+    # The ranks to start are --nproc-per-node in every command (bench train's --nproc still works).
+    ranks = CliRunner().invoke(app, ["bench", "train", "--nproc-per-node", "0"])
+    assert ranks.exit_code == 1 and "--nproc-per-node" in ranks.stderr, ranks.output
     for args in (["--help"], ["runs", "--help"], ["train", "--help"], ["data", "verify", "--help"]):
         shown = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
         assert shown.exit_code == 0 and "--help" in shown.stdout

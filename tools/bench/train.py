@@ -181,7 +181,13 @@ def bench_train(
     quality_steps: Annotated[
         int, typer.Option(help="Steps every side trains from fresh weights before its validation AUC.")
     ] = 125,
-    nproc: Annotated[int, typer.Option(help="Ranks (on CUDA at most one per GPU).")] = 2,
+    nproc: Annotated[
+        int,
+        # --nproc-per-node as train and eval name it; --nproc, its old name, still works.
+        typer.Option(
+            "--nproc-per-node", "--nproc", help="Ranks to start on this machine (on CUDA at most one per GPU)."
+        ),
+    ] = 2,
     device: Annotated[str, typer.Option(help="cpu (gloo ranks) or cuda (NCCL, one GPU per rank).")] = "cpu",
     threads: Annotated[int, typer.Option(help="Torch threads per rank (both sides).")] = 1,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
@@ -193,7 +199,7 @@ def bench_train(
         fail(f"--model {model!r} is not one of {', '.join(MODELS)}")
     steps = steps or MODELS[model][5]
     if steps < 2 or rounds < 1 or nproc < 1 or threads < 1 or quality_steps < 1:
-        fail("--steps must be >= 2, --rounds, --nproc, --threads and --quality-steps >= 1")
+        fail("--steps must be >= 2, --rounds, --nproc-per-node, --threads and --quality-steps >= 1")
     _check_device(device, nproc)
     global_batch = MODELS[model][4] * nproc
     with tempfile.TemporaryDirectory() as tmp:

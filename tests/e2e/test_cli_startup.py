@@ -102,6 +102,11 @@ def test_runs_lists_a_stopped_run_and_help_shows_no_flag_types(tmp_path: Path) -
     assert json.loads(listed.stdout) == [
         {"run": str(tmp_path / "a"), "step": 4, "status": "stopped", "best_val_auc": 0.75}
     ]
+    # A rerun resumed it and died before its next checkpoint: failed, no longer stopped.
+    with (tmp_path / "a" / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps({"kind": "resume", "step": 4, "epoch": 0}) + "\n")
+    listed = CliRunner().invoke(app, ["runs", str(tmp_path), "--json"])
+    assert [r["status"] for r in json.loads(listed.stdout)] == ["failed"]
     # The ranks to start are --nproc-per-node in every command (bench train's --nproc still works).
     ranks = CliRunner().invoke(app, ["bench", "train", "--nproc-per-node", "0"])
     assert ranks.exit_code == 1 and "--nproc-per-node" in ranks.stderr, ranks.output

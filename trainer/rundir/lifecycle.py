@@ -200,17 +200,18 @@ def read_run_dir(path: Path) -> RunDir:
     summary = summary if isinstance(summary, dict) else None
     step = done[-1][0] if done else None
     finished = summary is not None and summary.get("steps") == step
-    target = _newest_record(Path(path), "target", step) if finished and summary.get("target_reached") else None
-    stop = _newest_record(Path(path), "stop", step) if step is not None and not finished else None
-    return RunDir(Path(path), step, summary, target, stop)
+    target = _newest_record(Path(path), ("target",), step) if finished and summary.get("target_reached") else None
+    # A stop counts until a later invocation resumes (which may then have failed).
+    stop = _newest_record(Path(path), ("stop", "resume"), step) if step is not None and not finished else None
+    return RunDir(Path(path), step, summary, target, stop if stop and stop["kind"] == "stop" else None)
 
 
-def _newest_record(run_dir: Path, kind: str, step: int | None) -> dict[str, Any] | None:
-    """The newest record of `kind` in RUN/metrics.jsonl, if it is of `step`: a `target` record
-    (trainer.loop.target) with its AUC, or a `stop` record (trainer.loop.train_loop)."""
+def _newest_record(run_dir: Path, kinds: tuple[str, ...], step: int | None) -> dict[str, Any] | None:
+    """The newest record of one of `kinds` in RUN/metrics.jsonl, if it is of `step`: a `target`
+    record (trainer.loop.target) with its AUC, a `stop` or `resume` record (trainer.loop.train_loop)."""
     found = None
     for record in _metrics_records(run_dir):
-        if record.get("kind") == kind and (kind != "target" or isinstance(record.get("auc"), (int, float))):
+        if record.get("kind") in kinds and (record["kind"] != "target" or isinstance(record.get("auc"), (int, float))):
             found = record
     return found if found is not None and found.get("step") == step else None
 

@@ -151,7 +151,7 @@ def test_a_second_signal_or_the_grace_period_ends_the_job_at_once(tmp_path: Path
         "a second signal (SIGINT)" if second_signal else "no checkpoint within 2 s (checkpoint.stop_grace_s)"
     )
     assert (tmp_path / "stop").exists() and lines == [
-        f"SIGTERM: the ranks finish the current step and write a checkpoint (within {30 if second_signal else 2} s, "
+        f"SIGTERM: the ranks stop within 10 steps and write a checkpoint (within {30 if second_signal else 2} s, "
         "checkpoint.stop_grace_s); a second signal stops at once"
     ]
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the launcher's handlers are gone again

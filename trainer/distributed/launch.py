@@ -31,6 +31,9 @@ LAUNCHER_DIR_ENV = "SHARDREC_LAUNCHER_DIR"
 (STOP_FILE, created when the launcher is asked to stop) and the failures they report."""
 STOP_FILE = "stop"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+STOP_CHECK_STEPS = 10
+"""The most steps between two agreements of the ranks to stop (trainer.distributed.stop): how many
+steps a stop may take."""
 
 
 def free_port() -> int:
@@ -253,7 +256,7 @@ def launch(
     the result says why ranks failed, as they and torchrun's agent reported it.
 
     torchrun, and through it the ranks, die with this process (`trainer.distributed.lifeline`).
-    SIGTERM or SIGINT asks the ranks to finish the current step, write a checkpoint and leave
+    SIGTERM or SIGINT asks the ranks to stop within a few steps, write a checkpoint and leave
     (`trainer.distributed.stop`); `notify` gets a line saying so. A second signal, or
     `stop_grace_s` seconds without an end, ends them at once.
     """
@@ -298,8 +301,8 @@ def _supervise(proc: subprocess.Popen, stop_file: Path, grace_s: float, notify: 
                 first, deadline = signal.Signals(received[0]).name, time.monotonic() + grace_s
                 stop_file.touch()
                 notify(
-                    f"{first}: the ranks finish the current step and write a checkpoint (within {grace_s:g} s, "
-                    "checkpoint.stop_grace_s); a second signal stops at once"
+                    f"{first}: the ranks stop within {STOP_CHECK_STEPS} steps and write a checkpoint "
+                    f"(within {grace_s:g} s, checkpoint.stop_grace_s); a second signal stops at once"
                 )
             if len(received) > 1:
                 forced = f"a second signal ({signal.Signals(received[1]).name})"

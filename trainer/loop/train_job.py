@@ -164,7 +164,7 @@ def build_job(
         eval_loaders=eval_loaders,
         checkpoints=checkpoints,
         progress=progress,
-        stop=StopAgreement(stop or StopRequest(), config.dist.timeout_s),
+        stop=StopAgreement(stop or StopRequest()),
         manifest=manifest,
     )
 

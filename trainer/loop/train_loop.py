@@ -20,6 +20,8 @@ from torchrec.datasets.utils import Batch
 
 from shardrec.dataloader.files import atomic_write_bytes
 from shardrec.trainer.distributed import faults
+from shardrec.trainer.distributed.launch import STOP_CHECK_STEPS
+from shardrec.trainer.distributed.stop import StopAgreement
 from shardrec.trainer.loop.progress import TrainReporter
 from shardrec.trainer.loop.steps import LossWindow, StepRunner, StepStats, evaluate_batches
 from shardrec.trainer.loop.target import EvalSchedule, TargetTracker
@@ -59,23 +61,33 @@ def train_segment(
     report_every: int,
     on_step: Callable[[int], None],
     on_report: Callable[[StepStats], None],
+    stop: StopAgreement | None = None,
 ) -> int:
-    """Run up to `num_steps` steps from `batches`; returns how many ran (fewer if they ran out).
+    """Run up to `num_steps` steps from `batches`; returns how many ran (fewer if they ran out,
+    or when the ranks agree to `stop`: `batches` must then come from its until_stopped).
 
-    Every `report_every` steps and at the segment's end (before any checkpoint), the ranks
-    reduce the loss and a NaN/inf flag together, so they report the same global loss and
-    stop together on a bad loss, before a bad state can be saved.
+    Every `report_every` steps (and STOP_CHECK_STEPS with `stop`) and at the segment's end (before
+    any checkpoint), the ranks reduce the loss, a NaN/inf flag and their stop requests together,
+    so they report the same global loss, stop together on a bad loss before a bad state can be
+    saved, and agree to stop.
     """
     done, window = 0, LossWindow(first_step)
+
+    def report(step: int) -> None:
+        stats = window.report(step, stop is not None and stop.request.requested)
+        if stop is not None and stats.stop:
+            stop.stopped = True
+        on_report(stats)
+
     for loss_sum, samples in runner.run(itertools.islice(batches, num_steps)):
         done += 1
         step = first_step + done
         window.add(loss_sum, samples)
         on_step(step)
-        if step % report_every == 0:
-            on_report(window.report(step))
+        if step % report_every == 0 or (stop is not None and step % STOP_CHECK_STEPS == 0):
+            report(step)
     if window.steps:
-        on_report(window.report(first_step + done))
+        report(first_step + done)
     return done
 
 
@@ -110,6 +122,7 @@ def _train(job: Job, total: int, reporter: TrainReporter, tracker: TargetTracker
                 report_every=cfg.train.log_interval,
                 on_step=on_step,
                 on_report=lambda stats: reporter.on_report(stats, progress.epoch),
+                stop=job.stop,
             )
             seconds += time.perf_counter() - start
             samples += done * cfg.train.global_batch_size
@@ -228,7 +241,6 @@ def run_job(job: Job) -> dict[str, Any]:
         }
         reporter.write({"kind": "summary", "step": job.progress.step, **summary})
     finally:
-        job.stop.close()
         reporter.close()
     summary["eval"] = final
     if job.env.is_main:

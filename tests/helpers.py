@@ -19,17 +19,15 @@ from typer.testing import Result
 
 from shardrec.dataloader.format import Manifest, SplitInfo, open_part, write_part
 
-TINY_MODEL = [
-    "--set",
-    "model.embedding_dim=8",
-    "--set",
-    "model.dense_arch=[16, 8]",
-    "--set",
-    "model.over_arch=[16, 1]",
-    "--set",
-    "train.global_batch_size=64",
-]
-"""`shardrec train` flags for a model small enough for tests on conftest's tiny dataset (15 steps an epoch)."""
+
+def tiny_model(batch: int = 64) -> list[str]:
+    """`shardrec train` flags for a model small enough for tests, with global batch `batch`."""
+    settings = ("model.embedding_dim=8", "model.dense_arch=[16, 8]", "model.over_arch=[16, 1]")
+    return [arg for setting in (*settings, f"train.global_batch_size={batch}") for arg in ("--set", setting)]
+
+
+TINY_MODEL = tiny_model()
+"""The tiny model at batch 64: 15 steps an epoch of conftest's tiny dataset."""
 
 # Log records the CLI writes to stderr while it works (configure_logging's format); a
 # subprocess shows them, and they are not part of the error message.

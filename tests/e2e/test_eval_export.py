@@ -15,21 +15,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import assert_one_line_error
+from helpers import assert_one_line_error, tiny_model
 
 REPO = Path(__file__).resolve().parents[2]
 BATCH = 128
 TARGET = 0.6
 FRACTION = 0.25
 TINY = [
-    "--set",
-    "model.embedding_dim=8",
-    "--set",
-    "model.dense_arch=[16, 8]",
-    "--set",
-    "model.over_arch=[16, 1]",
-    "--set",
-    f"train.global_batch_size={BATCH}",
+    *tiny_model(BATCH),
     "--set",
     'data.eval_splits=["val", "test"]',
     # A constraint that holds on 2 ranks only (two 4-wide column shards on distinct ranks):

@@ -1,5 +1,6 @@
 """torchrec's estimators as shardrec feeds them: the sparse optimizer's state is in their storage figures
-(torchrec prices none for a weight not marked with its optimizer, a class of bug torchrec fixed in its storage estimator)."""
+(torchrec prices none for a weight not marked with its optimizer, a class of bug torchrec fixed in its
+storage estimator)."""
 
 from __future__ import annotations
 

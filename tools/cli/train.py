@@ -104,6 +104,7 @@ def train(
         if locks[0] is None or restart:  # a new directory, or the old one (and its lock file) moved aside
             locks.append(_lock_run_dir(out_dir, job_id, create=True))
         _check_resume_checkpoint(out_dir)
+        _say_changed_settings(out_dir, job)  # after the checkpoint check: a refused resume is one line
         # The ranks take the job resolved here as one file, not the flags to resolve it again.
         with tempfile.TemporaryDirectory(prefix="shardrec-train-") as tmp:
             job_file = Path(tmp) / "job.toml"
@@ -169,6 +170,15 @@ def _check_resume_checkpoint(out_dir: Path) -> None:
             fail(str(e))
 
 
+def _say_changed_settings(out_dir: Path, job: JobConfig) -> None:
+    """The line of a resume whose settings differ from the run's (nothing for a new run)."""
+    from shardrec.trainer.rundir import lifecycle
+
+    notice = lifecycle.resume_notice(out_dir, job)
+    if notice:
+        err_console.print(notice, highlight=False, soft_wrap=True)
+
+
 def _prepare_run_dir(
     config: Path | None,
     data: Path | None,
@@ -205,9 +215,6 @@ def _prepare_run_dir(
         message = lifecycle.complete_message(out_dir, job, lifecycle.read_run_dir(out_dir))
         err_console.print(message, highlight=False, soft_wrap=True)
         return None
-    notice = lifecycle.resume_notice(out_dir, job) if state == "resume" else None
-    if notice:
-        err_console.print(notice, highlight=False, soft_wrap=True)
     return job
 
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from shardrec.dataloader import locks
 from shardrec.dataloader.files import atomic_open, atomic_write_bytes
 from shardrec.dataloader.mapping import limit_message, map_npy
 
@@ -38,6 +39,21 @@ which a reader of version 1 would train as sum, so such a reader refuses them in
 READ_VERSIONS = (SCHEMA_VERSION, LISTS_SCHEMA_VERSION)
 MANIFEST = "manifest.json"
 SPLITS = ("train", "val", "test")
+
+
+def _why_no_manifest(directory: Path) -> str:
+    """Why DIR has no manifest: preprocessing is writing it, stopped before its end, or never ran there."""
+    if not (directory / locks.WORK_DIR).is_dir():
+        return f"{directory}: not a shardrec dataset (no {MANIFEST}); create one with `shardrec preprocess`"
+    writer = locks.dataset_writer(directory)
+    if writer is not None:
+        return (
+            f"{directory}: being written by {locks.describe_writer(writer)} (no {MANIFEST} yet); wait for it to finish"
+        )
+    return (
+        f"{directory}: preprocessing did not finish (no {MANIFEST}; {locks.WORK_DIR}/ holds its finished "
+        "tasks); rerun the same `shardrec preprocess` command to complete it"
+    )
 
 
 class DatasetError(ValueError):
@@ -156,9 +172,7 @@ class Manifest:
         if not Path(directory).is_dir():
             raise DatasetError(f"{directory}: not a directory")
         if not path.is_file():
-            raise DatasetError(
-                f"{directory}: not a shardrec dataset (no {MANIFEST}); create one with `shardrec preprocess`"
-            )
+            raise DatasetError(_why_no_manifest(Path(directory)))
         try:
             raw = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as e:

@@ -12,7 +12,16 @@ from pathlib import Path
 
 import numpy as np
 
-from shardrec.dataloader.format import DatasetError, FileInfo, Manifest, Part, file_sha256, inside_dataset, open_part
+from shardrec.dataloader.format import (
+    MANIFEST,
+    DatasetError,
+    FileInfo,
+    Manifest,
+    Part,
+    file_sha256,
+    inside_dataset,
+    open_part,
+)
 
 
 def id_out_of_range(part: Part, feature: str, row: int, value: int) -> str:
@@ -51,6 +60,31 @@ def _file_problem(directory: Path, path: Path, finfo: FileInfo) -> str | None:
     if file_sha256(path) != finfo.sha256:
         return f"{path}: checksum differs from the manifest"
     return None
+
+
+def changed_since_written(directory: str | Path) -> list[str]:
+    """Part files missing, of another size than the manifest says, or modified after it was written
+    (another job rewriting the dataset): found with stat alone, so a failed run can name its cause."""
+    directory = Path(directory)
+    try:
+        manifest, written = Manifest.load(directory), (directory / MANIFEST).stat().st_mtime
+    except (DatasetError, OSError):
+        return []
+    problems = []
+    for split, info in manifest.splits.items():
+        for part in info.parts:
+            for name, finfo in part.files.items():
+                path = directory / split / part.name / name
+                try:
+                    found = path.stat()
+                except OSError:
+                    problems.append(f"{path}: missing")
+                    continue
+                if found.st_size != finfo.bytes:
+                    problems.append(f"{path}: {found.st_size} bytes, manifest says {finfo.bytes}")
+                elif found.st_mtime > written:
+                    problems.append(f"{path}: modified after the manifest was written")
+    return problems
 
 
 def verify(directory: str | Path) -> list[str]:

@@ -7,11 +7,9 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
 from shardrec.dataloader.format import Manifest
-from shardrec.embeddings.dims import table_dims
+from shardrec.embeddings.dims import table_name, table_specs
 
-
-def table_name(feature: str) -> str:
-    return f"t_{feature}"
+__all__ = ["build_ebc", "build_table_configs", "table_name", "table_weight_fqn"]
 
 
 def build_table_configs(
@@ -26,16 +24,15 @@ def build_table_configs(
         embedding_dim: width of every table unless `dims` names another for its feature.
         dims: feature name -> embedding width, for tables that differ from the default.
     """
-    widths = table_dims(manifest, embedding_dim, dims)
     return [
         EmbeddingBagConfig(
-            name=table_name(feat.name),
-            embedding_dim=widths[feat.name],
-            num_embeddings=max(1, feat.cardinality),
-            feature_names=[feat.name],
+            name=spec.name,
+            embedding_dim=spec.dim,
+            num_embeddings=spec.rows,
+            feature_names=[spec.feature],
             pooling=PoolingType.SUM,
         )
-        for feat in manifest.sparse_features
+        for spec in table_specs(manifest, embedding_dim, dims)
     ]
 
 

@@ -20,8 +20,10 @@ carry constants measured on the machine at hand (topology.load_profile).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch where a model is measured: topologies and plan files (`plan show`) need none
+    import torch
 
 MiB = 2**20
 
@@ -83,6 +85,7 @@ def dense_footprint(model: torch.nn.Module, optimizer: str = "adagrad") -> Dense
     Works on a model built on the meta device (nothing allocated): parameters are counted by
     shape, activations as the output width of every linear layer.
     """
+    import torch
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
     tables = {id(p) for m in model.modules() if isinstance(m, EmbeddingBagCollection) for p in m.parameters()}

@@ -16,39 +16,25 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from torchrec.distributed.sharding_plan import placement
-from torchrec.distributed.types import (
-    EmbeddingModuleShardingPlan,
-    EnumerableShardingSpec,
-    ParameterSharding,
-    ShardingPlan,
-    ShardingType,
-    ShardMetadata,
-)
-from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 from shardrec.dataloader.files import atomic_write_bytes
 from shardrec.dataloader.format import shown
 from shardrec.sharding.json_checks import check_fields, check_plan_fields, expect, read_strict_json
 from shardrec.sharding.topology import ClusterTopology
 
+if TYPE_CHECKING:  # torchrec is imported where a plan becomes torchrec's: reading one (`plan show`) needs no torch
+    from torchrec.distributed.types import ParameterSharding, ShardingPlan
+    from torchrec.modules.embedding_configs import EmbeddingBagConfig
+
 PLAN_FORMAT = "shardrec-plan"
 PLAN_SCHEMA_VERSION = 1
 DEVICE_KINDS = ("cpu", "cuda")
-SHARDING_TYPES = tuple(
-    t.value
-    for t in (
-        ShardingType.TABLE_WISE,
-        ShardingType.ROW_WISE,
-        ShardingType.COLUMN_WISE,
-        ShardingType.TABLE_ROW_WISE,
-        ShardingType.TABLE_COLUMN_WISE,
-        ShardingType.DATA_PARALLEL,
-    )
-)
+DATA_PARALLEL = "data_parallel"
+SHARDING_TYPES = ("table_wise", "row_wise", "column_wise", "table_row_wise", "table_column_wise", DATA_PARALLEL)
+"""torchrec's ShardingType values that a plan file may name (tests/unit/test_plan_io.py checks them)."""
 
 
 class StalePlanError(ValueError):
@@ -381,7 +367,7 @@ def _check_shards(table_plan: TablePlan, config: EmbeddingBagConfig, world_size:
                 f"table {table_plan.name}: shard {s} lies outside the table "
                 f"[{config.num_embeddings} x {config.embedding_dim}]"
             )
-    if table_plan.sharding_type == ShardingType.DATA_PARALLEL.value:
+    if table_plan.sharding_type == DATA_PARALLEL:
         return
     # Shards must tile the table: every weight in exactly one shard. On the grid that the
     # shards' own edges cut the table into, each cell is counted once per shard covering it.
@@ -407,6 +393,9 @@ def _check_shards(table_plan: TablePlan, config: EmbeddingBagConfig, world_size:
 
 def to_parameter_sharding(t: TablePlan, device_kind: str, local_world_size: int) -> ParameterSharding:
     """One table's torchrec ParameterSharding (data-parallel tables carry no sharding spec)."""
+    from torchrec.distributed.sharding_plan import placement
+    from torchrec.distributed.types import EnumerableShardingSpec, ParameterSharding, ShardMetadata
+
     cache_params = None
     if t.cache is not None:
         from fbgemm_gpu.tbe.cache.cache_config import CacheAlgorithm
@@ -414,7 +403,7 @@ def to_parameter_sharding(t: TablePlan, device_kind: str, local_world_size: int)
 
         algorithm = CacheAlgorithm.LFU if t.cache.algorithm == "lfu" else CacheAlgorithm.LRU
         cache_params = CacheParams(algorithm=algorithm, load_factor=t.cache.load_factor)
-    if t.sharding_type == ShardingType.DATA_PARALLEL.value:
+    if t.sharding_type == DATA_PARALLEL:
         return ParameterSharding(sharding_type=t.sharding_type, compute_kernel=t.compute_kernel, ranks=t.ranks)
     spec = EnumerableShardingSpec(
         [
@@ -450,6 +439,8 @@ def to_sharding_plan(
     DMPCollection(sharding_group_size=...) takes it. Raises ValueError if the plan does not
     place exactly the given tables within the ranks.
     """
+    from torchrec.distributed.types import EmbeddingModuleShardingPlan, ShardingPlan
+
     if plan.sharding_group_size:
         # DMPCollection takes the plan of one sharding group and maps it onto every replica.
         world_size = plan.sharding_group_size

@@ -172,3 +172,25 @@ def fake_nvidia_smi(directory: Path, driver: str | None = "580.65.06", gpus: int
     smi.write_text("#!/bin/sh\n" + body)
     smi.chmod(0o755)
     return smi
+
+
+def trainer_ranks(run_dir: Path) -> list[int]:
+    """Pids of live trainer ranks (`python -m shardrec.trainer ...`) working on `run_dir`."""
+
+    def is_rank(argv: list[bytes]) -> bool:
+        return any(argv[i : i + 2] == [b"-m", b"shardrec.trainer"] for i in range(1, 4))  # torchrun adds -u
+
+    return [p.pid for p in processes() if is_rank(p.argv) and str(run_dir).encode() in p.argv and p.state != "Z"]
+
+
+def final_weights(run_dir: Path, part: str = "model") -> dict:
+    """A part of the run's last checkpoint as full tensors (read offline, no process group)."""
+    import torch
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    ckpt = sorted((run_dir / "checkpoints").glob("step-*"))[-1]
+    dcp_to_torch_save(ckpt, run_dir / "final.pt")
+    state = torch.load(run_dir / "final.pt", weights_only=False)[part]
+    if part == "fused_optim":
+        return {name: value for entries in state["state"].values() for name, value in entries.items()}
+    return state

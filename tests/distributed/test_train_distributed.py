@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import final_weights
 
 from shardrec.trainer.distributed.launch import run_local_ranks
 
@@ -167,18 +168,6 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
         results[f"w{world}"] = run_local_ranks(rank_work, world, *args)[0]
     results.update(results.pop("w1"))
     return root, results
-
-
-def final_weights(run_dir: Path, part: str = "model") -> dict[str, torch.Tensor]:
-    """A part of the run's last checkpoint as full tensors (read offline, no process group)."""
-    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-
-    ckpt = sorted((run_dir / "checkpoints").glob("step-*"))[-1]
-    dcp_to_torch_save(ckpt, run_dir / "final.pt")
-    state = torch.load(run_dir / "final.pt", weights_only=False)[part]
-    if part == "fused_optim":
-        return {name: value for entries in state["state"].values() for name, value in entries.items()}
-    return state
 
 
 def assert_same_model(run_dir: Path, reference: Path) -> None:

@@ -23,7 +23,13 @@ BATCH = 128
 TARGET = 0.6
 FRACTION = 0.25
 TINY = settings(
-    'train.device="cpu"', *TINY_MODEL, f"train.global_batch_size={BATCH}", 'data.eval_splits=["val", "test"]'
+    'train.device="cpu"',
+    *TINY_MODEL,
+    f"train.global_batch_size={BATCH}",
+    'data.eval_splits=["val", "test"]',
+    # A constraint that holds on 2 ranks only (two 4-wide column shards on distinct ranks):
+    # evaluating on another number of ranks must still work.
+    'sharding.constraints={t_C3={sharding_types=["column_wise"], min_partition=4}}',
 )
 INIT_EVENTS = (
     "cache_clear init_start submission_benchmark submission_org submission_division submission_status "
@@ -58,7 +64,9 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("after_training")
     ok(shardrec("synth", "raw", "--rows", "4000", "--days", "2", "--max-vocab", "500", cwd=root))
     ok(shardrec("preprocess", "raw/day_0", "raw/day_1", "--out", "data", "--max-ids", "1000", cwd=root))
-    ok(_train_to_target(root))
+    done = ok(_train_to_target(root))
+    # torch's deprecation notices about calls torchrec makes are no concern of the user's.
+    assert "Warning" not in done.stderr, done.stderr[-3000:]
     return root
 
 
@@ -119,14 +127,21 @@ def test_a_run_stopped_at_its_target_is_complete_until_the_target_changes(traine
 @pytest.mark.slow
 def test_eval_equals_the_runs_final_evaluation_bitwise_and_reshards(trained: Path) -> None:
     final = _final(trained / "run", "val")
-    same = json.loads(
-        ok(shardrec("eval", "run", "--split", "val", "--nproc-per-node", "2", "--json", cwd=trained)).stdout
-    )
+    # Without --nproc-per-node: the run's own world size (2), hence its own evaluation's bits.
+    evaluated = ok(shardrec("eval", "run", "--split", "val", "--json", cwd=trained))
+    assert "Warning" not in evaluated.stderr, evaluated.stderr[-3000:]
+    same = json.loads(evaluated.stdout)
+    assert same["world_size"] == 2
     assert (same["auc"], same["logloss"], same["samples"]) == (final["auc"], final["logloss"], final["samples"])
     # From another directory: the run's config.toml holds its data.path ("data" as typed) absolute.
+    # On 1 rank, where the run's column-wise constraint cannot hold, the planner places t_C3 freely.
     elsewhere = trained / "elsewhere"
     elsewhere.mkdir(exist_ok=True)
-    other = json.loads(ok(shardrec("eval", str(trained / "run"), "--split", "val", "--json", cwd=elsewhere)).stdout)
+    other = json.loads(
+        ok(
+            shardrec("eval", str(trained / "run"), "--split", "val", "--nproc-per-node", "1", "--json", cwd=elsewhere)
+        ).stdout
+    )
     assert other["world_size"] == 1 and other["trained_world_size"] == 2
     assert other["auc"] == pytest.approx(final["auc"], abs=1e-6)
     missing = shardrec("eval", "run", "--checkpoint", "999", cwd=trained)
@@ -163,6 +178,47 @@ def test_export_then_predict_matches_eval_on_a_split_and_on_raw_rows(trained: Pa
     )
     assert_one_line_error(
         shardrec("predict", "test.tsv", "data", cwd=trained), r"test.tsv: not a safetensors model file"
+    )
+    # Rows without a label column (as Criteo's test.txt): named, then scored with --no-label.
+    (trained / "nolabel.tsv").write_bytes(b"".join(line.split(b"\t", 1)[1] for line in lines[-1000:]))
+    assert_one_line_error(
+        shardrec("predict", "model.safetensors", "nolabel.tsv", cwd=trained),
+        r"nolabel.tsv: rows of at most 39 fields, a labeled row has 40: no label column \(as Criteo's "
+        r"test.txt\)\? score them with --no-label$",
+    )
+    unlabeled = ok(
+        shardrec("predict", "model.safetensors", "nolabel.tsv", "--no-label", "--out", "nl.txt", cwd=trained)
+    )
+    assert unlabeled.stderr.strip() == "wrote 1,000 probabilities to nl.txt (no labels, no AUC)"
+    np.testing.assert_array_equal(np.loadtxt(trained / "nl.txt"), raw)
+
+
+@pytest.mark.slow
+def test_data_preprocessed_otherwise_is_refused_by_predict_and_eval(trained: Path) -> None:
+    """The same rows preprocessed with other table sizes or another dense transform give other
+    inputs: scoring them would be wrong without a word."""
+    if not (trained / "model.safetensors").is_file():
+        ok(shardrec("export", "run", "--out", "model.safetensors", cwd=trained))
+    for out, flags in (
+        ("data500", ["--max-ids", "500"]),
+        ("raw_dense", ["--max-ids", "1000", "--dense-transform", "none"]),
+    ):
+        ok(shardrec("preprocess", "raw/day_0", "raw/day_1", "--out", out, *flags, cwd=trained))
+    assert_one_line_error(
+        shardrec("predict", "model.safetensors", "data500", cwd=trained),
+        r"^error: data500: preprocessed with other settings than the model's training data \(cardinalities\[0\]: "
+        r"1000 in training, 500 here, max_ids\[0\]: 1000 in training, 500 here\); preprocess it with the "
+        r"training data's settings, or score its raw rows \(the model applies them\)$",
+    )
+    assert_one_line_error(
+        shardrec("predict", "model.safetensors", "raw_dense", cwd=trained),
+        r"^error: raw_dense: preprocessed with other settings .*\(dense_transform: 'log1p' in training, "
+        r"'none' here\)",
+    )
+    assert_one_line_error(
+        shardrec("eval", "run", "--data", "raw_dense", cwd=trained),
+        r"^error: --data raw_dense: preprocessed with other settings than the data run trained on "
+        r"\(dense_transform: 'log1p' in training, 'none' here\); preprocess it with the training data's settings$",
     )
 
 

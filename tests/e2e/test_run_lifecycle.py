@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import write_tiny_dataset
 from helpers import TINY_MODEL, assert_one_line_error, settings
 from typer.testing import CliRunner
@@ -168,3 +169,75 @@ def test_rerun_resume_changes_data_and_restart(tiny_dataset: Path, tmp_path: Pat
     assert 0.4 < rows["run.1"]["best_val_auc"] <= 1
     table = CliRunner().invoke(app, ["runs", str(tmp_path)])
     assert table.exit_code == 0 and "complete" in table.stdout and "failed" in table.stdout, table.stdout
+
+
+def test_the_readme_run_directory_examples_as_written_past_an_epoch_and_onto_more_ranks(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
+    """README's tour, scaled to the tiny dataset (15 steps an epoch): --steps 10, the same command,
+    --steps 20 (into the second epoch), a new world size with a plan made for it, a changed setting."""
+    run = tmp_path / "run"
+    assert _train(tiny_dataset, run, "--steps", "10").exit_code == 0
+    again = _train(tiny_dataset, run, "--steps", "10")
+    assert again.exit_code == 0 and again.stderr.strip() == (
+        f"{run} is complete: 10 steps (train.steps = 10); nothing to do. "
+        "To continue it, raise --steps (or train.epochs); to start over, add --restart"
+    )
+    further = _train(tiny_dataset, run, "--steps", "20")
+    assert further.exit_code == 0, further.output
+    assert f"{run}: resuming from step 10 with changed settings: train.steps: 10 -> 20" in further.stderr
+    summary = json.loads(further.stdout)
+    assert (summary["steps"], summary["epochs"], summary["resumed_from_step"]) == (20, 1, 10)
+
+    # Another world size in one command: a plan made for it is taken without --allow-change.
+    plan = tmp_path / "w2.json"
+    planned = CliRunner().invoke(
+        app, ["plan", "--data", str(tiny_dataset), "--world-size", "2", "--out", str(plan), *JOB]
+    )
+    assert planned.exit_code == 0, planned.output
+    wider = _train(tiny_dataset, run, "--steps", "25", "--nproc-per-node", "2", "--plan", str(plan))
+    assert wider.exit_code == 0, wider.output
+    assert (
+        f"{run}: resuming from step 20 with changed settings: sharding.plan: '' -> '{plan}', train.steps: 20 -> 25"
+        in wider.stderr
+    )
+    summary = json.loads(wider.stdout)
+    assert (summary["steps"], summary["world_size"], summary["resumed_from_step"]) == (25, 2, 20)
+
+    changed = _train(tiny_dataset, run, "--steps", "30", "--set", "optim.dense_lr=0.1")
+    assert_one_line_error(
+        changed,
+        rf"^error: {run}: resuming with changed settings \(optim\.dense_lr: 0\.05 -> 0\.1\); accept them "
+        r"with --allow-change optim\.dense_lr, or start over with --restart$",
+    )
+
+
+def test_a_resume_that_shortens_the_run_is_a_change_to_accept(tiny_dataset: Path, tmp_path: Path) -> None:
+    """Started with train.epochs = 3, stopped at step 5, rerun without it: epochs 3 -> 1 ends the run
+    earlier, which the rerun must not do quietly (checked without training)."""
+    from shardrec.dataloader.format import Manifest
+    from shardrec.trainer.job.config import load_job_config
+    from shardrec.trainer.rundir import lifecycle
+
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step-00000005").mkdir(parents=True)
+    (run / "checkpoints" / "step-00000005" / "digests.json").write_text("{}")
+    saved = load_job_config(None, [f'data.path="{tiny_dataset}"', "train.epochs=3", "train.global_batch_size=64"])
+    (run / "config.toml").write_text(saved.to_toml())
+    manifest = Manifest.load(tiny_dataset)
+    rerun = load_job_config(None, [f'data.path="{tiny_dataset}"', "train.global_batch_size=64"])
+    with pytest.raises(ValueError) as refused:
+        lifecycle.check_run_dir(run, rerun, manifest, [])
+    assert str(refused.value) == (
+        f"{run}: resuming with changed settings (train.epochs: 3 -> 1); accept them with "
+        "--allow-change train.epochs, or start over with --restart"
+    )
+    assert lifecycle.check_run_dir(run, rerun, manifest, ["train.epochs"]) == "resume"
+    assert (
+        lifecycle.resume_notice(run, rerun)
+        == f"{run}: resuming from step 5 with changed settings: train.epochs: 3 -> 1"
+    )
+    # Raising the end continues freely, and still says so; --steps past the epochs' end counts.
+    longer = load_job_config(None, [f'data.path="{tiny_dataset}"', "train.global_batch_size=64", "train.steps=60"])
+    assert lifecycle.check_run_dir(run, longer, manifest, []) == "resume"
+    assert lifecycle.planned_steps(longer, manifest) == 60

@@ -49,6 +49,19 @@ def test_header_only_csv_is_an_error_even_with_strict(tmp_path: Path):
     assert not (tmp_path / "data" / "manifest.json").exists()
 
 
+def test_a_csv_read_as_tsv_is_told_to_add_csv(tmp_path: Path):
+    csv = tmp_path / "train.csv"
+    header = "label," + ",".join(f"I{i}" for i in range(1, 14)) + "," + ",".join(f"C{i}" for i in range(1, 27))
+    csv.write_text(header + "\n" + ("1," + ",".join(["5"] * 13 + ["a1b2"] * 26) + "\n") * 5)
+    res = preprocess(csv, "--out", tmp_path / "data")
+    assert_one_line_error(
+        res,
+        rf"first: {re.escape(str(csv))}:1: row: 1 fields, schema needs at least 37 of 40 "
+        r"\(commas in the row: a CSV file\? preprocess it with --csv\) \(too_few_fields\)$",
+    )
+    assert preprocess(csv, "--out", tmp_path / "as_csv", "--csv").exit_code == 0
+
+
 def test_one_10mb_line_gives_a_short_line_naming_file_line_field_and_cut_value(tmp_path: Path):
     big = tmp_path / "train.txt"
     big.write_bytes(b"1\t" + b"x" * (10 << 20) + b"\t" * 38 + b"\n")

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import TINY_MODEL, assert_one_line_error, processes, settings, train_command
+from helpers import TINY_MODEL, assert_one_line_error, settings, train_command, trainer_ranks
 
 JOB = settings(
     'train.device="cpu"',  # CPU ranks (gloo) even on a GPU host: 2 ranks must not need 2 GPUs
@@ -32,17 +32,8 @@ JOB = settings(
 )
 
 
-def _command(data: Path, run_dir: Path, *extra: str) -> list[str]:
-    return train_command(data, run_dir, *JOB, *extra)
-
-
-def _ranks(run_dir: Path) -> list[int]:
-    """Pids of live trainer ranks (`python -m shardrec.trainer ...`) working on `run_dir`."""
-
-    def is_rank(argv: list[bytes]) -> bool:
-        return any(argv[i : i + 2] == [b"-m", b"shardrec.trainer"] for i in range(1, 4))  # torchrun adds -u
-
-    return [p.pid for p in processes() if is_rank(p.argv) and str(run_dir).encode() in p.argv and p.state != "Z"]
+def _command(data: Path, run_dir: Path, *extra: str, ranks: int = 2) -> list[str]:
+    return train_command(data, run_dir, *JOB, *extra, nproc=ranks)
 
 
 def _wait_for(condition, seconds: float) -> bool:
@@ -75,7 +66,7 @@ def test_ranks_die_with_their_launcher_and_a_run_dir_in_use_is_refused(tiny_data
         text=True,
     )
     try:
-        assert _wait_for(lambda: len(_ranks(run_dir)) == 2, 120), (
+        assert _wait_for(lambda: len(trainer_ranks(run_dir)) == 2, 120), (
             first.stderr.read() if first.poll() is not None else ""
         )
         second = subprocess.run(
@@ -86,13 +77,15 @@ def test_ranks_die_with_their_launcher_and_a_run_dir_in_use_is_refused(tiny_data
             rf"{re.escape(str(run_dir))} is in use by job \w+ on host "
             rf"{re.escape(socket.gethostname())}, pid {first.pid} ",
         )
-        assert len(_ranks(run_dir)) == 2, "the refused job must leave the running one alone"
+        assert len(trainer_ranks(run_dir)) == 2, "the refused job must leave the running one alone"
         os.killpg(first.pid, signal.SIGKILL)
-        assert _wait_for(lambda: not _ranks(run_dir), 5), f"ranks outlived their launcher: {_ranks(run_dir)}"
+        assert _wait_for(lambda: not trainer_ranks(run_dir), 5), (
+            f"ranks outlived their launcher: {trainer_ranks(run_dir)}"
+        )
     finally:  # whatever failed, leave nothing running
         if first.poll() is None:
             os.killpg(first.pid, signal.SIGKILL)
-        for pid in _ranks(run_dir):
+        for pid in trainer_ranks(run_dir):
             os.kill(pid, signal.SIGKILL)
         first.wait(timeout=30)
 
@@ -116,4 +109,52 @@ def test_ranks_die_with_their_launcher_and_a_run_dir_in_use_is_refused(tiny_data
     )
     assert_one_line_error(tampered, re.escape(str(checkpoint / ".metadata")) + ": contents differ from the digest")
     assert not marker.exists(), "the planted pickle ran"
-    assert not _ranks(run_dir)
+    assert not trainer_ranks(run_dir)
+
+
+_REPORTS = (
+    "from shardrec.trainer.distributed.rank_process import report_failure\nreport_failure({!r})\nraise SystemExit(1)\n"
+)
+_DIES = "import os, signal\nos.kill(os.getpid(), signal.SIGBUS)\n"
+
+
+def test_the_launcher_says_why_a_rank_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rank's own reason (a dataset or checkpoint error), or else how it died (a signal)."""
+    from shardrec.trainer.distributed.launch import launch
+
+    (tmp_path / "reports.py").write_text(
+        _REPORTS.format("data/train/part-00001/dense.npy: 12 bytes, manifest says 4 KB")
+    )
+    (tmp_path / "dies.py").write_text(_DIES)
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    reported = launch([], 1, module="reports")
+    assert (
+        reported.code == 1 and reported.cause == "rank 0: data/train/part-00001/dense.npy: 12 bytes, manifest says 4 KB"
+    )
+    died = launch([], 1, module="dies")
+    assert died.code == 1 and died.cause == "rank 0 was killed by SIGBUS"
+
+
+@pytest.mark.slow
+def test_a_dataset_changed_under_a_running_training_is_named_last(tiny_dataset: Path, tmp_path: Path) -> None:
+    """Another job rewrites a part under the run (truncated in place, as a rewrite starts): the
+    rank reading it fails (SIGBUS on its memory map, or an error naming it), and the launcher's
+    last line names the file, not only "training failed"."""
+    run_dir = tmp_path / "run"
+    job = subprocess.Popen(
+        _command(tiny_dataset, run_dir, "--set", "train.epochs=3", "--set", "train.log_interval=1", ranks=1),
+        env={**os.environ, "SHARDREC_FAULT": "slow:1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    metrics = run_dir / "metrics.jsonl"
+    assert _wait_for(lambda: metrics.is_file() and '"step": 2' in metrics.read_text(), 180), job.stderr
+    # The tiny split is read in one gather per epoch: the second epoch (step 16) reads the part again.
+    dense = tiny_dataset / "train" / "part-00001" / "dense.npy"
+    dense.write_bytes(dense.read_bytes()[:100])
+    _, stderr = job.communicate(timeout=180)
+    assert job.returncode == 1
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("error: training failed: rank 0"), stderr[-3000:]
+    assert f"; the dataset changed under the training: {dense}: 100 bytes, manifest says" in last, last

@@ -228,3 +228,13 @@ def test_the_plan_fingerprint_digest_is_pinned_and_covers_every_field(tiny_datas
     other.append(plan_fingerprint([mean, *configs[1:]], 2, 64, "cpu"))
     digests = [fingerprint.digest] + [f.digest for f in other]
     assert len(set(digests)) == len(digests) and all(len(d) == 16 for d in digests)
+
+
+def test_the_sharding_types_a_plan_may_name_are_torchrecs() -> None:
+    # plan_io spells them out so that reading a plan (`shardrec plan show`) needs no torchrec.
+    from torchrec.distributed.types import ShardingType
+
+    from shardrec.sharding.plan_io import DATA_PARALLEL, SHARDING_TYPES
+
+    assert len(SHARDING_TYPES) == 6 and set(SHARDING_TYPES) == {t.value for t in ShardingType} - {"grid_shard"}
+    assert DATA_PARALLEL == ShardingType.DATA_PARALLEL.value

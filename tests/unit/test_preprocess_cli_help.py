@@ -14,7 +14,9 @@ from shardrec.trainer.job.config import field_help
 
 
 def _params() -> dict[str, object]:
-    command = typer.main.get_command(app).commands["preprocess"]  # type: ignore[attr-defined]
+    group = typer.main.get_command(app)
+    # The app loads a command's module when it is asked for (tools/cli/app.py), so ask for it.
+    command = group.get_command(typer.Context(group), "preprocess")  # type: ignore[attr-defined]
     return {p.name: p for p in command.params}
 
 

@@ -124,15 +124,19 @@ def test_samples_per_s_leaves_out_time_between_segments(monkeypatch: pytest.Monk
 def test_train_cli_refuses_zero_ranks_and_mentions_resume_only_with_a_checkpoint(tmp_path: Path) -> None:
     from shardrec.tools.cli.app import app
     from shardrec.tools.cli.train import _failure_message
+    from shardrec.trainer.distributed.launch import LaunchResult
 
     result = CliRunner().invoke(app, ["train", "--nproc-per-node", "0"])
     # A usage error: typer's convention, exit 2 and its own message naming the flag.
     assert result.exit_code == 2, result.output
     assert "Invalid value for '--nproc-per-node'" in " ".join(result.stderr.replace("│", " ").split())
-    assert "resume" not in _failure_message(1, tmp_path)
+    failed = LaunchResult(1, failed_first={"rank": 1, "exitcode": -9, "signal": "SIGKILL"})
+    assert _failure_message(failed, tmp_path, "") == "training failed: rank 1 was killed by SIGKILL"
     ckpt = tmp_path / "checkpoints" / "step-00000004"
     ckpt.mkdir(parents=True)
     (ckpt / "train_state.pt").touch()
     (ckpt / ".metadata").touch()
     (ckpt / "digests.json").touch()  # written last: what makes a checkpoint complete
-    assert "step-00000004 (step 4), is kept and a re-run resumes from it" in _failure_message(1, tmp_path)
+    assert _failure_message(failed, tmp_path, "").endswith(
+        "step-00000004 (step 4), is kept and a re-run resumes from it"
+    )

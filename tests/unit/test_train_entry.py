@@ -40,7 +40,10 @@ def test_flags_that_set_a_job_setting_show_its_docstring() -> None:
 
     option = typing.get_args(flags.StepsFlag)[1]
     assert option.help == f"{field_help(TrainConfig)['steps'].rstrip('.')}; sets train.steps."
-    assert field_help(TrainConfig)["steps"] == "Stop after this many steps (0: run the epochs)."
+    assert (
+        field_help(TrainConfig)["steps"]
+        == "Steps to train, past an epoch's end into the next epoch (0: train.epochs epochs)."
+    )
 
 
 def test_the_ranks_parse_what_shardrec_train_passes_them(tmp_path: Path) -> None:
@@ -116,7 +119,7 @@ def test_the_rank_entry_takes_every_train_flag_and_eval_ranks_use_its_public_hel
 
 
 def test_the_eval_ranks_read_back_the_request_shardrec_eval_wrote() -> None:
-    from shardrec.trainer.inference.evaluate import EvalRequest
+    from shardrec.trainer.inference.eval_request import EvalRequest
 
     for request in (
         EvalRequest(Path("runs/a")),
@@ -136,25 +139,27 @@ def test_shardrec_eval_starts_its_ranks_through_launch_with_one_request_file(tmp
     from shardrec.tools.cli.app import app
     from shardrec.trainer.distributed import launch
     from shardrec.trainer.inference import eval_entry
-    from shardrec.trainer.inference.evaluate import EvalRequest
+    from shardrec.trainer.inference.eval_request import EvalRequest
 
     run, data = tmp_path / "run", tmp_path / "data"
     shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "run-killed-at-step-6", run)
     write_tiny_dataset(data)
     calls = []
 
-    def fake_launch(args: list[str], nproc_per_node: int, *, module: str) -> int:
+    def fake_launch(args: list[str], nproc_per_node: int, *, module: str, stop_grace_s: float) -> launch.LaunchResult:
         parsed = dict(zip(args[::2], args[1::2]))
-        calls.append((EvalRequest.from_json(Path(parsed["--request"]).read_text()), nproc_per_node, module))
+        request = EvalRequest.from_json(Path(parsed["--request"]).read_text())
+        calls.append((request, nproc_per_node, module, stop_grace_s))
         metrics = {"step": 4, "split": "val", "world_size": 3, "trained_world_size": 2, "samples": 256}
         Path(parsed["--result"]).write_text(json.dumps({**metrics, "auc": 0.5, "logloss": 0.7, "ne": 1.0}))
-        return 0
+        return launch.LaunchResult(0)
 
     monkeypatch.setattr(launch, "launch", fake_launch)
     args = ["eval", str(run), "--split", "val", "--nproc-per-node", "2", "--data", str(data), "--json"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert calls == [(EvalRequest(run, None, "val", data, device="auto"), 2, eval_entry.__name__)]
+    # No grace after a signal: an evaluation has no checkpoint to write.
+    assert calls == [(EvalRequest(run, None, "val", data, device="auto"), 2, eval_entry.__name__, 0)]
     assert json.loads(result.stdout)["auc"] == 0.5
 
 

@@ -2,48 +2,69 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import functools
+import importlib
+from typing import Annotated, Any
 
 import typer
 import typer.core
+import typer.main
 
-from shardrec.tools.cli import bench as cli_bench
-from shardrec.tools.cli import config_cmd as cli_config
-from shardrec.tools.cli import data as cli_data
-from shardrec.tools.cli import eval as cli_eval
-from shardrec.tools.cli import export as cli_export
-from shardrec.tools.cli import plan as cli_plan
-from shardrec.tools.cli import predict as cli_predict
-from shardrec.tools.cli import preprocess as cli_preprocess
-from shardrec.tools.cli import report as cli_report
-from shardrec.tools.cli import runs as cli_runs
-from shardrec.tools.cli import spec as cli_spec
-from shardrec.tools.cli import synth as cli_synth
-from shardrec.tools.cli import train as cli_train
 from shardrec.tools.cli.common import configure_logging
 
-# `shardrec --help` lists the commands in the order a user meets them; others follow.
-FLOW = (
-    "synth",
-    "spec",
-    "preprocess",
-    "data",
-    "plan",
-    "train",
-    "eval",
-    "export",
-    "predict",
-    "runs",
-    "report",
-    "config",
-    "bench",
-)
+# The commands in the order a user meets them (`shardrec --help` lists them so), each with the
+# module under shardrec.tools.cli whose `register(app)` adds it. A module is imported only when
+# its command runs (or `--help` lists it): `shardrec runs` must not pay for torch or numba.
+COMMANDS = {
+    "synth": "synth",
+    "spec": "spec",
+    "preprocess": "preprocess",
+    "data": "data",
+    "plan": "plan",
+    "train": "train",
+    "eval": "eval",
+    "export": "export",
+    "predict": "predict",
+    "runs": "runs",
+    "report": "report",
+    "config": "config_cmd",
+    "bench": "bench",
+}
+VERBOSE = ("-v", "--verbose")
 
 
-class _FlowOrder(typer.core.TyperGroup):
+class _LazyCommands(typer.core.TyperGroup):
     def list_commands(self, ctx: typer.Context) -> list[str]:
-        names = list(self.commands)
-        return [n for n in FLOW if n in names] + [n for n in names if n not in FLOW]
+        return list(COMMANDS)
+
+    def get_command(self, ctx: typer.Context, cmd_name: str) -> Any:
+        return _load_command(cmd_name) if cmd_name in COMMANDS else None
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        # -v after the command too (no command has a -v of its own): moved before it.
+        cut = args.index("--") if "--" in args else len(args)
+        verbose = [a for a in args[:cut] if a in VERBOSE]
+        rest = [a for a in args[:cut] if a not in VERBOSE]
+        return super().parse_args(ctx, [*verbose, *rest, *args[cut:]])
+
+
+@functools.cache
+def _load_command(name: str) -> Any:
+    module = importlib.import_module(f"shardrec.tools.cli.{COMMANDS[name]}")
+    holder = typer.Typer(pretty_exceptions_enable=False, add_completion=False)
+    module.register(holder)
+    return typer.main.get_group(holder).commands[name]
+
+
+_type_in_help = typer.core.TyperOption.display_type_rich
+
+
+def _flag_without_type(option: typer.core.TyperOption, ctx: typer.Context) -> str | None:
+    """typer shows `<bool>` beside every flag in --help, though a flag takes no value: shown blank."""
+    return None if option.is_flag else _type_in_help(option, ctx)
+
+
+typer.core.TyperOption.display_type_rich = _flag_without_type  # type: ignore[method-assign]
 
 
 def _version(value: bool) -> None:
@@ -55,7 +76,7 @@ def _version(value: bool) -> None:
 
 
 app = typer.Typer(
-    cls=_FlowOrder,
+    cls=_LazyCommands,
     name="shardrec",
     help=(
         "Train DLRM-family recommendation models whose embedding tables are sharded across "
@@ -77,21 +98,6 @@ def _root(
     ] = False,
 ) -> None:
     configure_logging(verbose)
-
-
-cli_synth.register(app)
-cli_spec.register(app)
-cli_data.register(app)
-cli_bench.register(app)
-cli_plan.register(app)
-cli_preprocess.register(app)
-cli_train.register(app)
-cli_report.register(app)
-cli_eval.register(app)
-cli_export.register(app)
-cli_predict.register(app)
-cli_runs.register(app)
-cli_config.register(app)
 
 
 def main() -> None:

@@ -237,7 +237,13 @@ def train(
     quality_steps: Annotated[
         int, typer.Option(help="Steps every side trains from fresh weights before its validation AUC.")
     ] = 125,
-    nproc: Annotated[int, typer.Option(help="Ranks (on CUDA at most one per GPU).")] = 2,
+    nproc: Annotated[
+        int,
+        # --nproc-per-node as train and eval name it; --nproc, its old name, still works.
+        typer.Option(
+            "--nproc-per-node", "--nproc", help="Ranks to start on this machine (on CUDA at most one per GPU)."
+        ),
+    ] = 2,
     device: Annotated[str, typer.Option(help="cpu (gloo ranks) or cuda (NCCL, one GPU per rank).")] = "cpu",
     threads: Annotated[int, typer.Option(help="Torch threads per rank (both sides).")] = 1,
     json_out: JsonFlag = False,
@@ -247,7 +253,7 @@ def train(
         fail(f"--model {model!r} is not one of {', '.join(bench_train.MODELS)}")
     steps = steps or bench_train.MODELS[model][5]
     if steps < 2 or rounds < 1 or nproc < 1 or threads < 1 or quality_steps < 1:
-        fail("--steps must be >= 2, --rounds, --nproc, --threads and --quality-steps >= 1")
+        fail("--steps must be >= 2, --rounds, --nproc-per-node, --threads and --quality-steps >= 1")
     try:
         bench_train.check_device(device, nproc)
         result = bench_train.run_bench(model, steps, rounds, quality_steps, nproc, device, threads)

@@ -20,8 +20,12 @@ def eval_run(
     ] = None,
     split: Annotated[str, typer.Option("--split", help="Split to evaluate: test, val or train.")] = "test",
     nproc_per_node: Annotated[
-        int, typer.Option(help="Ranks to start on this machine (any number; the checkpoint is resharded).")
-    ] = 1,
+        int | None,
+        typer.Option(
+            help="Ranks to start on this machine (any number; the checkpoint is resharded). "
+            "Default: the run's own world size, whose AUC equals the run's own evaluation bit for bit."
+        ),
+    ] = None,
     data: Annotated[
         Path | None,
         typer.Option(
@@ -34,13 +38,13 @@ def eval_run(
 ) -> None:
     """Evaluate a checkpoint: at the run's world size the AUC equals the run's own evaluation bit for bit."""
     from shardrec.trainer.distributed.launch import launch
-    from shardrec.trainer.inference import eval_entry
-    from shardrec.trainer.inference.evaluate import EvalRequest, check_request
+    from shardrec.trainer.inference.eval_request import EvalRequest, check_request, trained_world_size
 
-    if nproc_per_node < 1:
+    if nproc_per_node is not None and nproc_per_node < 1:
         fail(f"--nproc-per-node must be at least 1, got {nproc_per_node}")
     request = EvalRequest(run_dir, checkpoint, split, data)
     try:
+        nproc_per_node = nproc_per_node or trained_world_size(run_dir)
         config, _ = check_request(request, nproc_per_node)
     except ValueError as e:
         fail(str(e))
@@ -49,9 +53,15 @@ def eval_run(
         request_file, result = Path(tmp) / "request.json", Path(tmp) / "result.json"
         request_file.write_text(dataclasses.replace(request, device=config.train.device).to_json())
         args = ["--request", str(request_file), "--result", str(result)]
-        code = launch(args, nproc_per_node, module=eval_entry.__name__)
-        if code != 0 or not result.is_file():
-            fail(f"evaluation failed (torchrun exit code {code}); the ranks' messages are above")
+        # The rank program by name: importing it here would import torch in this process. Nothing
+        # to checkpoint, so a signal ends the ranks at once (no grace).
+        ended = launch(args, nproc_per_node, module="shardrec.trainer.inference.eval_entry", stop_grace_s=0)
+        if ended.code != 0 or not result.is_file():
+            fail(
+                f"evaluation failed: {ended.cause}"
+                if ended.cause
+                else f"evaluation failed (torchrun exit code {ended.code})"
+            )
         metrics = json.loads(result.read_text())
     if json_out:
         print_json(metrics)

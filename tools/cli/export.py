@@ -23,11 +23,11 @@ def export(
     Every table is gathered from its shards, with the dense layers, the model config and the
     dataset's feature transform, into one file that `shardrec predict` (or any safetensors
     reader) loads without torchrun."""
+    if out.is_dir():  # before torch is imported
+        fail(f"--out {out}: is a directory; give a file name such as {out / 'model.safetensors'}")
     from shardrec.dataloader.format import DatasetError
     from shardrec.trainer.inference.export import export_model
 
-    if out.is_dir():
-        fail(f"--out {out}: is a directory; give a file name such as {out / 'model.safetensors'}")
     try:
         result = export_model(run_dir, out, checkpoint)
     except (ValueError, DatasetError) as e:

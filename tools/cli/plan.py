@@ -108,6 +108,10 @@ def plan(
     """Plan the tables of a dataset + job file for a topology; print a report and write --out."""
     if ctx.invoked_subcommand is not None:
         return
+    from shardrec.sharding.topology import PRESETS
+
+    if topology != "auto" and topology not in PRESETS:  # before the planner's imports (torchrec: seconds)
+        fail(f"--topology {topology}: not one of auto, {', '.join(PRESETS)}")
     from shardrec.sharding.plan_io import save_plan
     from shardrec.sharding.planner import SEARCHES, PlanDoesNotFitError, plan_tables
     from shardrec.trainer.job.planning import plan_request

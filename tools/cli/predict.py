@@ -29,17 +29,20 @@ def _write(probs: np.ndarray, out: Path | None) -> None:
         f.write(buffer.getvalue())
 
 
-def _score_text(exported, path: Path) -> tuple[np.ndarray, np.ndarray]:
+def _score_text(exported, path: Path, labeled: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """Probabilities and labels (None: rows without a label column) of raw text rows."""
     from shardrec.tools.preprocess.raw_rows import RawRows
     from shardrec.trainer.inference.predict import rows_batch, score_batches
 
     rows = RawRows(exported.header)
     probs, labels = [], []
-    for (dense, ids), chunk_labels in rows.read(path):
+    for (dense, ids), chunk_labels in rows.read(path, labeled=labeled):
         p, _ = score_batches(exported.model, iter([rows_batch(dense, ids, exported.feature_names)]))
         probs.append(p)
         labels.append(chunk_labels)
-    return (np.concatenate(probs), np.concatenate(labels)) if probs else (np.zeros(0), np.zeros(0))
+    if not probs:
+        return np.zeros(0), np.zeros(0) if labeled else None
+    return np.concatenate(probs), np.concatenate(labels) if labeled else None
 
 
 def predict(
@@ -56,6 +59,12 @@ def predict(
         typer.Option("--out", help="Write probabilities here: .npy (float32) or text, one per line (default: stdout)."),
     ] = None,
     batch_size: Annotated[int, typer.Option(help="Rows scored at a time (dataset input).")] = 8192,
+    no_label: Annotated[
+        bool,
+        typer.Option(
+            "--no-label", help="Text rows have no label column (as Criteo's test.txt): scored without an AUC."
+        ),
+    ] = False,
     json_out: Annotated[
         bool, typer.Option("--json", help="Print rows and AUC (against the input's labels) as JSON; needs --out.")
     ] = False,
@@ -63,22 +72,35 @@ def predict(
     """Score a preprocessed split or raw rows with an exported model, in one process (no torchrun).
 
     Raw rows get the dataset's own transform (its hashing or vocabulary and dense transform)."""
-    from shardrec.dataloader.format import DatasetError
-    from shardrec.trainer.inference.predict import load_exported, score_split
-    from shardrec.trainer.loop.metrics import auc
-
+    # The flags and paths before torch is imported.
     if json_out and out is None:
         fail("--json prints a summary: give --out for the probabilities")
     if batch_size < 1:
         fail(f"--batch-size must be at least 1, got {batch_size}")
+    if model.is_dir():
+        from shardrec.trainer.rundir import names
+
+        run = (model / names.CONFIG).is_file()
+        fail(
+            f"{model}: a {'run ' if run else ''}directory, not a model file; "
+            + (
+                f"export it first: `shardrec export {model} --out model.safetensors`"
+                if run
+                else "make one with `shardrec export RUN --out FILE`"
+            )
+        )
     if not input_path.exists():
         fail(f"{input_path}: no such file or dataset directory")
+    from shardrec.dataloader.format import DatasetError
+    from shardrec.trainer.inference.predict import load_exported, score_split
+    from shardrec.trainer.loop.metrics import auc
+
     try:
         exported = load_exported(model)
         if input_path.is_dir():
             probs, labels = score_split(exported, input_path, split, batch_size)
         else:
-            probs, labels = _score_text(exported, input_path)
+            probs, labels = _score_text(exported, input_path, labeled=not no_label)
     except (ValueError, DatasetError) as e:
         fail(str(e))
     try:
@@ -87,16 +109,14 @@ def predict(
         fail(f"{out}: cannot write the probabilities ({e.strerror or e})")
     result = {
         "rows": int(len(probs)),
-        "auc": auc(probs, labels) if len(probs) else float("nan"),
+        "auc": None if labels is None else auc(probs, labels) if len(probs) else float("nan"),
         "out": str(out) if out else None,
     }
     if json_out:
         print_json(result)
     elif out is not None:
-        err_console.print(
-            f"wrote {result['rows']:,} probabilities to {out} (AUC against the input's labels {result['auc']:.6f})",
-            highlight=False,
-        )
+        scored = "no labels, no AUC" if labels is None else f"AUC against the input's labels {result['auc']:.6f}"
+        err_console.print(f"wrote {result['rows']:,} probabilities to {out} ({scored})", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

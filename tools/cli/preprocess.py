@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import MISSING, fields
 from pathlib import Path
@@ -139,6 +140,7 @@ def preprocess(
     """Turn click logs into a sharded-training dataset (parts + manifest.json): Criteo's rows, or any
     CSV/TSV a feature spec (--spec) describes."""
     from shardrec.dataloader.format import DatasetError
+    from shardrec.dataloader.locks import dataset_lock
     from shardrec.tools.preprocess.pipeline import run_preprocess
     from shardrec.tools.preprocess.pool import WorkerDied
     from shardrec.tools.preprocess.task import InputError, MalformedRowError
@@ -168,9 +170,11 @@ def preprocess(
     ]
     bar = _Bar(Progress(*columns, console=console, disable=json_out, transient=False))
     try:
+        lock = dataset_lock(out, cfg.part)  # one writer at a time; the kernel frees it if this one dies
         try:
             result = run_preprocess(cfg, bar)
         finally:
+            os.close(lock)
             if bar.shown:  # rich's stop() prints a newline even for a bar never drawn
                 bar.progress.stop()
     except (MalformedRowError, InputError, DatasetError, ValueError, WorkerDied) as e:

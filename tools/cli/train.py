@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -16,6 +17,7 @@ from shardrec.trainer.rundir import names
 from shardrec.trainer.rundir.lock import RunLock
 
 if TYPE_CHECKING:
+    from shardrec.trainer.distributed.launch import LaunchResult
     from shardrec.trainer.job.config import JobConfig
 
 RestartFlag = Annotated[
@@ -43,16 +45,31 @@ def _print_summary(summary: dict, run_dir: Path) -> None:
         console.print(f"resumed from the checkpoint of step {summary['resumed_from_step']}")
 
 
-def _failure_message(code: int, out_dir: Path) -> str:
-    """One line after a failed run; it mentions resuming only when there is something to resume from."""
-    from shardrec.trainer.rundir.checkpoint import complete_checkpoints
+def _failure_message(result: LaunchResult, out_dir: Path, data: str) -> str:
+    """The last line after a failed run: the cause as the ranks and torchrun's agent reported it,
+    the dataset's files that changed under it, and what a rerun resumes from (when anything)."""
+    from shardrec.dataloader.integrity import changed_since_written
 
-    message = f"training failed (torchrun exit code {code}); the ranks' messages are above"
+    parts = [
+        f"training failed: {result.cause}" if result.cause else f"training failed (torchrun exit code {result.code})"
+    ]
+    changed = changed_since_written(data) if data else []
+    if changed:
+        more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
+        parts.append(f"the dataset changed under the training: {changed[0]}{more}")
+    kept = _kept_checkpoint(out_dir)
+    return "; ".join(parts + ([kept] if kept else []))
+
+
+def _kept_checkpoint(out_dir: Path) -> str:
+    """What a rerun resumes from ("" when nothing)."""
+    from shardrec.trainer.rundir.checkpoint_trust import complete_checkpoints
+
     done = complete_checkpoints(out_dir / names.CHECKPOINTS)
-    if done:
-        step, path = done[-1]
-        message += f"; the newest complete checkpoint, {path} (step {step}), is kept and a re-run resumes from it"
-    return message
+    if not done:
+        return ""
+    step, path = done[-1]
+    return f"the newest complete checkpoint, {path} (step {step}), is kept and a re-run resumes from it"
 
 
 def train(
@@ -87,19 +104,42 @@ def train(
         if locks[0] is None or restart:  # a new directory, or the old one (and its lock file) moved aside
             locks.append(_lock_run_dir(out_dir, job_id, create=True))
         _check_resume_checkpoint(out_dir)
+        _say_changed_settings(out_dir, job)  # after the checkpoint check: a refused resume is one line
         # The ranks take the job resolved here as one file, not the flags to resolve it again.
         with tempfile.TemporaryDirectory(prefix="shardrec-train-") as tmp:
             job_file = Path(tmp) / "job.toml"
             job_file.write_text(job.to_toml())
-            code = launch(flags.rank_args(job_file, out_dir, allow), nproc_per_node, max_restarts, job_id=job_id)
+            result = launch(
+                flags.rank_args(job_file, out_dir, allow),
+                nproc_per_node,
+                max_restarts,
+                job_id=job_id,
+                stop_grace_s=job.checkpoint.stop_grace_s,
+                notify=lambda line: err_console.print(line, highlight=False, soft_wrap=True),
+            )
     finally:
         # Every way out (a refusal, a finished run) drops the lock: an in-process caller may train again.
         for lock in locks:
             if lock is not None:
                 lock.release()
-    if code != 0:
-        fail(_failure_message(code, out_dir))
+    _end_of_job(result, out_dir, job.data.path)
     _show_results(out_dir, json_out)
+
+
+def _end_of_job(result: LaunchResult, out_dir: Path, data: str) -> None:
+    """Say how a job that did not complete ended, in one line, and exit with its code."""
+    from shardrec.trainer.rundir import lifecycle
+
+    if result.forced:
+        kept = _kept_checkpoint(out_dir) or "no checkpoint was written"
+        err_console.print(f"stopped at once by {result.forced}; {kept}", highlight=False, soft_wrap=True)
+        raise typer.Exit(128 + signal.Signals[result.signal or "SIGTERM"].value)
+    if result.code != 0:
+        fail(_failure_message(result, out_dir, data))
+    run = lifecycle.read_run_dir(out_dir)
+    if run.stop is not None:  # asked to stop (here, or by a signal to the ranks themselves)
+        err_console.print(lifecycle.stopped_message(run.stop["step"]), highlight=False, soft_wrap=True)
+        raise typer.Exit(lifecycle.STOPPED_EXIT_CODE)
 
 
 def _lock_run_dir(out_dir: Path, job_id: str, create: bool) -> RunLock | None:
@@ -120,8 +160,7 @@ def _lock_run_dir(out_dir: Path, job_id: str, create: bool) -> RunLock | None:
 def _check_resume_checkpoint(out_dir: Path) -> None:
     """Refuse, in one line, a checkpoint to resume from that fails its digests or that another
     user could have written; the ranks check its shards too before loading anything."""
-    from shardrec.trainer.rundir.checkpoint import complete_checkpoints
-    from shardrec.trainer.rundir.checkpoint_trust import UntrustedCheckpoint, verify_checkpoint
+    from shardrec.trainer.rundir.checkpoint_trust import UntrustedCheckpoint, complete_checkpoints, verify_checkpoint
 
     done = complete_checkpoints(out_dir / names.CHECKPOINTS)
     if done:
@@ -129,6 +168,15 @@ def _check_resume_checkpoint(out_dir: Path) -> None:
             verify_checkpoint(done[-1][1], skip_suffix=".distcp")
         except UntrustedCheckpoint as e:
             fail(str(e))
+
+
+def _say_changed_settings(out_dir: Path, job: JobConfig) -> None:
+    """The line of a resume whose settings differ from the run's (nothing for a new run)."""
+    from shardrec.trainer.rundir import lifecycle
+
+    notice = lifecycle.resume_notice(out_dir, job)
+    if notice:
+        err_console.print(notice, highlight=False, soft_wrap=True)
 
 
 def _prepare_run_dir(
@@ -146,16 +194,19 @@ def _prepare_run_dir(
     or None if the run is already complete."""
     from shardrec.dataloader.format import Manifest
     from shardrec.trainer.job.mlperf_rules import rule_breaks
-    from shardrec.trainer.job.preflight import preflight
     from shardrec.trainer.rundir import lifecycle
 
     try:
+        # Flags, settings and the dataset first: a bad value is one line before torch is imported (preflight).
         lifecycle.check_allow_keys(allow)
         job = flags.job_from_flags(config, data, plan, steps, overrides)
+        manifest = Manifest.load(job.data.path) if job.data.path else None
+        from shardrec.trainer.job.preflight import preflight
+
         preflight(job, world_size=world_size)
         for line in rule_breaks(job):
             err_console.print(f"warning: {line}", highlight=False, soft_wrap=True)
-        manifest = Manifest.load(job.data.path)
+        manifest = manifest or Manifest.load(job.data.path)
         state = "new" if restart else lifecycle.check_run_dir(out_dir, job, manifest, allow)
     except ValueError as e:
         fail(str(e))

@@ -284,7 +284,9 @@ def describe_bad_row(data: bytes, chunk: ParsedChunk, row: int, schema: Schema) 
     if REASONS[code] == "too_many_fields":
         return "row", f"{len(fields)} fields, schema has {schema.num_fields}"
     if REASONS[code] == "too_few_fields":
-        return "row", f"{len(fields)} fields, schema needs at least {schema.min_fields} of {schema.num_fields}"
+        csv = len(fields) == 1 and b"," in line and schema.delimiter != ","
+        hint = " (commas in the row: a CSV file? preprocess it with --csv)" if csv else ""
+        return "row", f"{len(fields)} fields, schema needs at least {schema.min_fields} of {schema.num_fields}{hint}"
     value = fields[fidx] if fidx < len(fields) else b""
     return schema.field_names[fidx], show_value(value)
 

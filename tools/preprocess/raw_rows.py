@@ -10,6 +10,7 @@ their index-table rows.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -63,14 +64,26 @@ class RawRows:
         text = text_options(self.spec, "the model's spec", self.schema, self.dense_transform, [path])
         return TaskOptions("", chunk_bytes=0, cardinalities=self.cardinalities, dense_dtype=self.dense_dtype, **text)
 
-    def convert(self, data: bytes, path: Path, first_line: int, opts: TaskOptions) -> tuple[RawBatch, np.ndarray]:
-        """Inputs and labels of the rows in `data` (whole lines); ValueError names a malformed row's line."""
+    def convert(
+        self, data: bytes, path: Path, first_line: int, opts: TaskOptions, labeled: bool = True
+    ) -> tuple[RawBatch, np.ndarray | None]:
+        """Inputs and labels (None: `labeled` off) of the rows in `data` (whole lines); ValueError
+        names a malformed row's line. Rows without a label column are parsed with a 0 put in front."""
+        data = _with_label_column(data, path, first_line, opts) if not labeled else data
+        if labeled and opts.program is None and first_line <= 2:
+            _check_label_column(data, path, opts.schema)
         chunk = parse_piece(data, opts)
         bad = np.flatnonzero(~chunk.ok)
         if bad.size:
             row = int(bad[0])
             field, value = describe_bad(data, chunk, row, opts)
-            raise ValueError(f"{path}:{first_line + row}: {REASONS[int(chunk.reason[row])]}: {field}: {value}")
+            reason = REASONS[int(chunk.reason[row])]
+            hint = ""
+            if reason == "bad_label":
+                hint = " (rows without a label column, as Criteo's test.txt? score them with --no-label)"
+            elif reason == "too_many_fields" and not labeled:
+                hint = " (with --no-label: the rows have a label column; leave --no-label out)"
+            raise ValueError(f"{path}:{first_line + row}: {reason}: {field}: {value}{hint}")
         layout = PartLayout(opts)
         cols = layout.new_part(chunk.rows)
         layout.append(cols, chunk, np.arange(chunk.rows), self.vocabs)
@@ -86,10 +99,13 @@ class RawRows:
                 ids[name] = (multi.reshape(-1), np.full(chunk.rows, multi.shape[1], np.int32))
             else:
                 ids[name] = (one_hot[name], np.ones(chunk.rows, np.int32))
-        return (cols.dense[: chunk.rows].astype(np.float32), ids), chunk.labels
+        return (cols.dense[: chunk.rows].astype(np.float32), ids), chunk.labels if labeled else None
 
-    def read(self, path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[tuple[RawBatch, np.ndarray]]:
-        """The file's rows, a chunk of whole lines at a time (gzip inputs too)."""
+    def read(
+        self, path: Path, chunk_bytes: int = CHUNK_BYTES, labeled: bool = True
+    ) -> Iterator[tuple[RawBatch, np.ndarray | None]]:
+        """The file's rows, a chunk of whole lines at a time (gzip inputs too); `labeled` off: rows
+        without the label column (labels None)."""
         opts = self.options(path)
         header = self.spec.format.header if self.spec else self.schema.header
         line, rest = 1, b""
@@ -102,12 +118,43 @@ class RawRows:
                 data = rest + block
                 if not block:
                     if data.strip():
-                        yield self.convert(data if data.endswith(b"\n") else data + b"\n", path, line, opts)
+                        yield self.convert(data if data.endswith(b"\n") else data + b"\n", path, line, opts, labeled)
                     return
                 cut = data.rfind(b"\n") + 1
                 if cut == 0:
                     rest = data
                     continue
                 data, rest = data[:cut], data[cut:]
-                yield self.convert(data, path, line, opts)
+                yield self.convert(data, path, line, opts, labeled)
                 line += data.count(b"\n")
+
+
+def _with_label_column(data: bytes, path: Path, first_line: int, opts: TaskOptions) -> bytes:
+    """Rows without a label column, a 0 label put in front of each: Criteo's layout only (its label
+    is the first field); a feature spec's label column may sit anywhere, so such rows are refused."""
+    if opts.program is not None:
+        raise ValueError(
+            f"{path}:{first_line}: --no-label reads rows of Criteo's layout (label first); this model's feature "
+            "spec places its label column elsewhere: give the rows a label column (any 0 or 1) and leave --no-label out"
+        )
+    return re.sub(rb"(?m)^(?=[^\n])", b"0" + opts.schema.delimiter.encode(), data)
+
+
+def _check_label_column(data: bytes, path: Path, schema: Schema) -> None:
+    """Criteo strips trailing empty fields, never the label: at most one field fewer than a labeled
+    row in every row of a chunk is a file without labels, whose first integer would be read as the
+    label and every field after it shifted by one."""
+    if _most_fields(data, schema.delimiter) == schema.num_fields - 1:
+        raise ValueError(
+            f"{path}: rows of at most {schema.num_fields - 1} fields, a labeled row has "
+            f"{schema.num_fields}: no label column (as Criteo's test.txt)? score them with --no-label"
+        )
+
+
+def _most_fields(data: bytes, delimiter: str) -> int:
+    """The largest number of fields of a line of `data` (whole lines)."""
+    raw = np.frombuffer(data, np.uint8)
+    ends = np.flatnonzero(raw == ord("\n"))
+    delimiters = np.flatnonzero(raw == ord(delimiter))
+    per_line = np.diff(np.searchsorted(delimiters, ends), prepend=0)
+    return int(per_line.max()) + 1 if per_line.size else 0

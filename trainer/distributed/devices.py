@@ -6,6 +6,9 @@ made on a CPU node of a shared home directory), or a CUDA build newer than the d
 CUDA 13 builds need driver 580 or newer; PyTorch's CUDA 12.6 index serves the way out, which
 `make setup` picks for such a driver). CUDA_VISIBLE_DEVICES set to hide every GPU is a choice,
 not a fault: auto is then the CPU, silently.
+
+torch is imported where a device is looked at: a job on "cpu" is checked without it (`shardrec eval`'s
+request checks run before any heavy import).
 """
 
 from __future__ import annotations
@@ -13,8 +16,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-
-import torch
 
 DEVICE_KINDS = ("auto", "cpu", "cuda")
 MIN_DRIVER = {13: 580, 12: 525, 11: 450}
@@ -52,6 +53,8 @@ def _gpus_hidden() -> bool:
 
 def cuda_unusable_reason() -> str | None:
     """Why torch cannot use the GPUs nvidia-smi lists, in one line (None: it can, or there are none)."""
+    import torch
+
     if torch.cuda.is_available() or _gpus_hidden():
         return None
     drivers = nvidia_driver_versions()
@@ -86,6 +89,8 @@ def resolve_device_kind(device: str) -> str:
         raise ValueError(f"device kind {device!r} is not one of {', '.join(DEVICE_KINDS)}")
     if device != "auto":
         return device
+    import torch
+
     if torch.cuda.is_available():
         return "cuda"
     reason = cuda_unusable_reason()
@@ -99,6 +104,8 @@ def check_ranks_fit(kind: str, ranks: int, flag: str = "--nproc-per-node") -> No
     local ranks would outnumber them, before any rank starts (set_device would fail in N-1 ranks)."""
     if kind != "cuda":
         return
+    import torch
+
     gpus = torch.cuda.device_count()
     if ranks > gpus:
         raise ValueError(

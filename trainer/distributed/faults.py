@@ -5,7 +5,9 @@ Set SHARDREC_FAULT to comma-separated items `KIND:STEP[:RANK[:ATTEMPT]]`, KIND o
 - `kill`: SIGKILL this rank right after step STEP (mid-segment, nothing saved);
 - `kill_in_save`: SIGKILL during the checkpoint of step STEP, after the shards are written
   and before the checkpoint is renamed into place;
-- `nan`: poison a dense weight with NaN after step STEP (the next loss is NaN).
+- `nan`: poison a dense weight with NaN after step STEP (the next loss is NaN);
+- `slow`: sleep SLOW_S after step STEP and every later one (a run slow enough to be signalled
+  mid-way; the arithmetic is unchanged).
 
 RANK empty or absent: every rank. A fault fires only in torchrun attempt ATTEMPT
 (TORCHELASTIC_RESTART_COUNT; default 0, the first), so a restarted group runs clean.
@@ -16,10 +18,12 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import torch
 
 ENV = "SHARDREC_FAULT"
+SLOW_S = 0.2
 
 
 def _faults() -> list[tuple[str, int, int | None, int]]:
@@ -40,6 +44,12 @@ def _faults() -> list[tuple[str, int, int | None, int]]:
 def should_fire(kind: str, step: int, rank: int) -> bool:
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     return any(k == kind and s == step and r in (None, rank) and a == attempt for k, s, r, a in _faults())
+
+
+def maybe_slow(step: int, rank: int) -> None:
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if any(k == "slow" and s <= step and r in (None, rank) and a == attempt for k, s, r, a in _faults()):
+        time.sleep(SLOW_S)
 
 
 def maybe_kill(kind: str, step: int, rank: int) -> None:

@@ -6,18 +6,34 @@ launcher), or a function on N local processes (`run_local_ranks`: tests, calibra
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
+import time
 import traceback
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 LOOPBACK = "127.0.0.1"
 JOB_ID_ENV = "SHARDREC_JOB_ID"
 """Where the launcher passes its job id down to the ranks (rank 0 names it in the run directory's lock)."""
+LAUNCHER_DIR_ENV = "SHARDREC_LAUNCHER_DIR"
+"""A directory of `launch`'s that torchrun's agent and the ranks share with it: the stop file
+(STOP_FILE, created when the launcher is asked to stop) and the failures they report."""
+STOP_FILE = "stop"
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+STOP_CHECK_STEPS = 10
+"""The most steps between two agreements of the ranks to stop (trainer.distributed.stop): how many
+steps a stop may take."""
 
 
 def free_port() -> int:
@@ -166,6 +182,12 @@ def launcher_job_id() -> str | None:
     return os.environ.get(JOB_ID_ENV) or None
 
 
+def launcher_directory() -> Path | None:
+    """The directory `launch` shares with its ranks (None: started by a plain torchrun)."""
+    shared = os.environ.get(LAUNCHER_DIR_ENV)
+    return Path(shared) if shared else None
+
+
 def rendezvous_backend() -> str:
     from shardrec.trainer.distributed.rendezvous import BACKEND
 
@@ -184,22 +206,113 @@ def rank_environment(nproc_per_node: int, job_id: str | None = None) -> dict[str
     return env
 
 
+FAILED_FIRST = "failed-first.json"
+"""torchrun's agent's word on the rank that failed first: {"rank", "exitcode", "signal"}."""
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    """How a launched job ended."""
+
+    code: int
+    """torchrun's exit code (negative: the signal that ended it)."""
+    signal: str | None = None
+    """The first SIGTERM/SIGINT this launcher got while the job ran (None: none)."""
+    forced: str = ""
+    """Why this launcher ended the job itself, without waiting for its checkpoint ("": it did not)."""
+    reasons: dict[int, str] = field(default_factory=dict)
+    """rank -> the one line that rank left when it failed (trainer.distributed.rank_process.report_failure)."""
+    failed_first: dict[str, Any] = field(default_factory=dict)
+    """The agent's FAILED_FIRST record ({}: no rank failed, or the agent could not say)."""
+
+    @property
+    def cause(self) -> str:
+        """Why the job failed, in words: the reason of the rank that failed first, or of any rank,
+        or how the first failed rank ended ("" when nothing says)."""
+        first = self.failed_first.get("rank")
+        if first in self.reasons:
+            return f"rank {first}: {self.reasons[first]}"
+        if self.reasons:
+            rank = min(self.reasons)
+            return f"rank {rank}: {self.reasons[rank]}"
+        if first is None:
+            return ""
+        if self.failed_first.get("signal"):
+            return f"rank {first} was killed by {self.failed_first['signal']}"
+        return f"rank {first} exited with code {self.failed_first.get('exitcode')}"
+
+
 def launch(
     entry_args: list[str],
     nproc_per_node: int,
     max_restarts: int = 0,
     job_id: str | None = None,
+    *,
+    stop_grace_s: float = 60.0,
+    notify: Callable[[str], None] = lambda line: None,
     module: str = "shardrec.trainer",
-) -> int:
-    """Run `python -m MODULE ENTRY_ARGS` on `nproc_per_node` ranks through torchrun on this machine
-    and wait; returns torchrun's exit code (0 when every rank succeeded). MODULE: the training
-    rank program, or `shardrec eval`'s.
+) -> LaunchResult:
+    """Run `python -m MODULE ENTRY_ARGS` on N ranks under torchrun on this machine and wait for it;
+    the result says why ranks failed, as they and torchrun's agent reported it.
 
     torchrun, and through it the ranks, die with this process (`trainer.distributed.lifeline`).
+    SIGTERM or SIGINT asks the ranks to stop within a few steps, write a checkpoint and leave
+    (`trainer.distributed.stop`); `notify` gets a line saying so. A second signal, or
+    `stop_grace_s` seconds without an end, ends them at once.
     """
     job_id = job_id or new_job_id()
     command = torchrun_command(entry_args, nproc_per_node, max_restarts=max_restarts, rdzv_id=job_id, module=module)
-    return subprocess.call(command, env=rank_environment(nproc_per_node, job_id))
+    with tempfile.TemporaryDirectory(prefix="shardrec-launch-") as shared:
+        env = rank_environment(nproc_per_node, job_id)
+        env[LAUNCHER_DIR_ENV] = shared
+        result = _supervise(subprocess.Popen(command, env=env), Path(shared) / STOP_FILE, stop_grace_s, notify)
+        return dataclasses.replace(result, **_reports(Path(shared)))
+
+
+def _reports(shared: Path) -> dict[str, Any]:
+    """What the ranks and the agent left in `shared` when they failed (LaunchResult's fields)."""
+    reasons = {}
+    for path in shared.glob("rank-*.error"):
+        try:
+            reasons[int(path.stem.removeprefix("rank-"))] = path.read_text().strip()
+        except (OSError, ValueError):
+            continue
+    try:
+        failed_first = json.loads((shared / FAILED_FIRST).read_text())
+    except (OSError, ValueError):
+        failed_first = {}
+    return {"reasons": reasons, "failed_first": failed_first if isinstance(failed_first, dict) else {}}
+
+
+def _supervise(proc: subprocess.Popen, stop_file: Path, grace_s: float, notify: Callable[[str], None]) -> LaunchResult:
+    """Wait for `proc`, turning the first SIGTERM/SIGINT into `stop_file` and a second into a kill."""
+    received: list[int] = []
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {sig: signal.signal(sig, lambda signum, frame: received.append(signum)) for sig in STOP_SIGNALS}
+    first, deadline, forced = None, 0.0, ""
+    try:
+        while True:
+            try:
+                return LaunchResult(proc.wait(timeout=0.2), first, forced)
+            except subprocess.TimeoutExpired:
+                pass
+            if received and first is None:
+                first, deadline = signal.Signals(received[0]).name, time.monotonic() + grace_s
+                stop_file.touch()
+                notify(
+                    f"{first}: the ranks stop within {STOP_CHECK_STEPS} steps and write a checkpoint "
+                    f"(within {grace_s:g} s, checkpoint.stop_grace_s); a second signal stops at once"
+                )
+            if len(received) > 1:
+                forced = f"a second signal ({signal.Signals(received[1]).name})"
+            elif first is not None and time.monotonic() > deadline:
+                forced = f"no checkpoint within {grace_s:g} s (checkpoint.stop_grace_s)"
+            if forced and proc.poll() is None:
+                proc.kill()  # the agent; the ranks die with it (lifeline)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def torchrun_main(argv: list[str]) -> int:
@@ -216,6 +329,13 @@ def torchrun_main(argv: list[str]) -> int:
     from shardrec.trainer.distributed.lifeline import die_with_parent
 
     die_with_parent()  # and the ranks die with this agent (each asks the same in trainer.loop.train_entry)
+    if os.environ.get(LAUNCHER_DIR_ENV):
+        # `launch` turns SIGTERM/SIGINT into a stop request the ranks act on, and ends this agent
+        # itself on a second one. torchrun's own handling would forward the signal to the ranks and
+        # kill them 30 s later; a terminal's Ctrl-C reaches this agent too (same process group).
+        argv = ["--signals-to-handle=SIGHUP,SIGQUIT", *argv]
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
     rendezvous.register()
     # Its "failed (exitcode ...)" line says what the line below says.
     logging.getLogger("torch.distributed.elastic.multiprocessing.api").setLevel(logging.CRITICAL)
@@ -224,6 +344,11 @@ def torchrun_main(argv: list[str]) -> int:
     except ChildFailedError as e:
         rank, failure = e.get_first_failure()
         print(f"torchrun: rank {rank} failed first (exit code {failure.exitcode})", file=sys.stderr)
+        shared = launcher_directory()
+        if shared is not None:  # for `shardrec train`'s last line
+            signal_name = failure.signal_name() if failure.exitcode < 0 else ""
+            record = {"rank": rank, "exitcode": failure.exitcode, "signal": signal_name}
+            (shared / FAILED_FIRST).write_text(json.dumps(record))
         return 1
     return 0
 

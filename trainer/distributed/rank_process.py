@@ -1,5 +1,5 @@
 """What every rank program (`python -m shardrec.trainer`, `shardrec eval`'s ranks) does first
-and last: its logging and warning filters, and a clean exit."""
+and last: its logging and warning filters, the one line it leaves when it fails, and a clean exit."""
 
 from __future__ import annotations
 
@@ -18,6 +18,10 @@ KNOWN_HARMLESS_WARNINGS = (
     r"`broadcast_buffers` is deprecated",
     # torchrec shards tables as ShardedTensors; DCP and their .size() warn on every resume.
     r"Please use DTensor instead and we are deprecating ShardedTensor",
+    # torchrec's row- and column-wise collectives (torchrec.distributed.comm_ops) call the
+    # torch.distributed names that torch 2.13 renamed: one warning per rank and name, train and eval.
+    r"`torch.distributed.reduce_scatter_tensor` is deprecated",
+    r"`torch.distributed.all_gather_into_tensor` is deprecated",
 )
 
 
@@ -44,6 +48,22 @@ def ignore_known_warnings() -> None:
     """Hide KNOWN_HARMLESS_WARNINGS (by message, not by category)."""
     for message in KNOWN_HARMLESS_WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=FutureWarning)
+
+
+def report_failure(reason: str) -> None:
+    """Leave this rank's one-line reason for failing where `shardrec train` reads it for its last
+    line (trainer.distributed.launch); nothing under a plain torchrun."""
+    from shardrec.trainer.distributed.dist import launched_rank
+    from shardrec.trainer.distributed.launch import launcher_directory
+
+    shared = launcher_directory()
+    if shared is None:
+        return
+    try:
+        line = " ".join(reason.split())
+        (shared / f"rank-{launched_rank()}.error").write_text((line if len(line) <= 500 else line[:497] + "...") + "\n")
+    except OSError:
+        pass  # the launcher's directory is gone: it is ending the job anyway
 
 
 def exit_cleanly() -> None:

@@ -1,6 +1,7 @@
 """Using a trained run: evaluate a checkpoint at any world size, export it unsharded, score with it.
 
-Owns `shardrec eval`'s work and its rank program (evaluate.py, eval_entry.py), the exported
+Owns `shardrec eval`'s request and its checks, torch-free for the CLI (eval_request.py), its work
+and its rank program (evaluate.py, eval_entry.py), the exported
 model file (export.py) and scoring with it in one process (predict.py).
 
 May import: shardrec.trainer.distributed, shardrec.trainer.job, shardrec.trainer.model,

@@ -27,7 +27,8 @@ def rank_main(
 
     configure_rank_logging()
     from shardrec.trainer.distributed.dist import init_distributed, shutdown
-    from shardrec.trainer.inference.evaluate import EvalRequest, evaluate_checkpoint
+    from shardrec.trainer.inference.eval_request import EvalRequest
+    from shardrec.trainer.inference.evaluate import evaluate_checkpoint
 
     try:
         wanted = EvalRequest.from_json(request.read_text())

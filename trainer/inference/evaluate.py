@@ -10,156 +10,25 @@ the run's own evaluation of that step bit for bit.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shardrec.dataloader.format import Manifest
 from shardrec.dataloader.loader import NO_SHUFFLE, BatchLoader, build_loader
 from shardrec.sharding.plan_io import load_plan
-from shardrec.trainer.distributed.devices import check_ranks_fit, resolve_device_kind
 from shardrec.trainer.distributed.dist import DistEnv
+from shardrec.trainer.inference.eval_request import EvalRequest, check_request, find_checkpoint
 from shardrec.trainer.job import data_options
-from shardrec.trainer.job.config import JobConfig, load_job_config
+from shardrec.trainer.job.config import JobConfig
+from shardrec.trainer.loop.progress import eval_progress
 from shardrec.trainer.loop.steps import evaluate_batches
 from shardrec.trainer.loop.train_job import checkpoint_signature
 from shardrec.trainer.model import build
 from shardrec.trainer.rundir import lifecycle, names
-from shardrec.trainer.rundir.checkpoint import (
-    CheckpointManager,
-    CheckpointParts,
-    ModuleState,
-    TrainProgress,
-    complete_checkpoints,
-    load_file,
-)
+from shardrec.trainer.rundir.checkpoint import CheckpointManager, CheckpointParts, ModuleState, TrainProgress, load_file
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class EvalRequest:
-    """Which checkpoint of which run to evaluate on which split; `shardrec eval` hands it to its
-    ranks as one JSON file (to_json / from_json)."""
-
-    run_dir: Path
-    step: int | None = None
-    """The checkpoint's step (None: the newest complete one)."""
-    split: str = "test"
-    """The dataset split to evaluate."""
-    data: Path | None = None
-    """Another dataset of the run's schema to evaluate on (None: the run's own, unchanged since training)."""
-    device: str = "auto"
-    """The device kind to evaluate on: auto, cpu or cuda (`shardrec eval` gives the run's train.device)."""
-
-    def to_json(self) -> str:
-        fields = dataclasses.asdict(self)
-        return json.dumps({k: str(v) if isinstance(v, Path) else v for k, v in fields.items()}, indent=1) + "\n"
-
-    @classmethod
-    def from_json(cls, text: str) -> EvalRequest:
-        raw = json.loads(text)
-        data = raw.pop("data")
-        return cls(run_dir=Path(raw.pop("run_dir")), data=Path(data) if data is not None else None, **raw)
-
-
-def run_config(run_dir: Path) -> JobConfig:
-    """The resolved config a run kept (RUN/config.toml); ValueError if there is none."""
-    path = Path(run_dir) / names.CONFIG
-    if not path.is_file():
-        raise ValueError(f"{run_dir}: no {names.CONFIG} (not a shardrec run directory?)")
-    return load_job_config(path)
-
-
-def run_dataset(run_dir: Path, config: JobConfig, data: Path | None = None) -> Manifest:
-    """The manifest of the data to score the run's model on; ValueError (one line) when it is not found
-    from here, or when it is not the data the run trained on, unless `data` names other data
-    explicitly, which must then have the run's features and cardinalities (its schema)."""
-    if data is not None:
-        if not Path(data).is_dir():
-            raise ValueError(
-                f"--data {data}: not a directory" if Path(data).exists() else f"--data {data}: does not exist"
-            )
-        manifest = Manifest.load(data)
-        _check_schema(run_dir, data, manifest)
-        return manifest
-    if not Path(config.data.path).is_dir():
-        raise ValueError(
-            f"{Path(run_dir) / names.CONFIG}: data.path = {config.data.path!r} is not a directory here "
-            "(a relative path is taken from where the command runs; pass --data DIR)"
-        )
-    manifest = Manifest.load(config.data.path)
-    record = lifecycle.read_dataset_record(run_dir) or {}
-    fingerprint = lifecycle.dataset_fingerprint(manifest)
-    # The same check as a resume's: a run scored on changed data would report a figure of other data.
-    if record.get("fingerprint") and record["fingerprint"] != fingerprint:
-        raise ValueError(
-            f"{run_dir} was trained on other data than {config.data.path} now holds (fingerprint "
-            f"{str(record['fingerprint'])[:12]}; the data there is {fingerprint[:12]}): to evaluate "
-            f"on this data all the same, pass --data {config.data.path}"
-        )
-    return manifest
-
-
-def _check_schema(run_dir: Path, data: Path, manifest: Manifest) -> None:
-    """`data` has the features and cardinalities the run trained with (RUN/dataset.json's schema)."""
-    saved = (lifecycle.read_dataset_record(run_dir) or {}).get("schema")
-    if saved is None:
-        return  # a run from before schema records: the checkpoint's table check still applies
-    mine = lifecycle.dataset_schema(manifest)
-    for key, what in (("dense", "dense features"), ("sparse", "sparse features (name, cardinality, multi-hot)")):
-        if saved[key] != mine[key]:
-            theirs = [tuple(x) if isinstance(x, list) else x for x in saved[key]]
-            ours = [tuple(x) if isinstance(x, list) else x for x in mine[key]]
-            first = next((i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b), min(len(theirs), len(ours)))
-            raise ValueError(
-                f"--data {data}: not the schema {run_dir} trained on: its {what} differ at #{first} "
-                f"({_at(ours, first)} here, {_at(theirs, first)} in training)"
-            )
-
-
-def _at(items: list[Any], i: int) -> str:
-    return str(items[i]) if i < len(items) else "none"
-
-
-def find_checkpoint(run_dir: Path, step: int | None) -> tuple[int, Path]:
-    """(step, path) of the run's checkpoint at `step` (None: the newest); ValueError names what exists."""
-    directory = Path(run_dir) / names.CHECKPOINTS
-    done = complete_checkpoints(directory)
-    if not done:
-        raise ValueError(f"{run_dir}: no complete checkpoint in {directory}")
-    if step is None:
-        return done[-1]
-    for found in done:
-        if found[0] == step:
-            return found
-    raise ValueError(
-        f"{run_dir}: no complete checkpoint of step {step} (has steps {', '.join(str(s) for s, _ in done)})"
-    )
-
-
-def check_request(request: EvalRequest, world_size: int) -> tuple[JobConfig, Manifest]:
-    """Everything that can be checked before ranks start: ValueError with one clear line."""
-    config = run_config(request.run_dir)
-    find_checkpoint(request.run_dir, request.step)
-    manifest = run_dataset(request.run_dir, config, request.data)
-    if request.data is not None:  # every loader below reads the other data
-        config = dataclasses.replace(config, data=dataclasses.replace(config.data, path=str(request.data)))
-    if request.split not in manifest.splits or manifest.splits[request.split].rows == 0:
-        has = ", ".join(s for s, info in manifest.splits.items() if info.rows)
-        raise ValueError(f"{config.data.path}: no rows in split {request.split!r} to evaluate (has {has})")
-    batch = config.eval.batch_size or config.train.global_batch_size
-    if batch % world_size:
-        raise ValueError(
-            f"the run's evaluation batch {batch} does not divide by {world_size} ranks "
-            "(eval.batch_size, else train.global_batch_size)"
-        )
-    check_ranks_fit(resolve_device_kind(config.train.device), world_size)
-    data_options.model_manifest(manifest, config.data)
-    return config, manifest
 
 
 def eval_loader(config: JobConfig, split: str, env: DistEnv) -> BatchLoader:
@@ -186,13 +55,17 @@ def evaluate_checkpoint(request: EvalRequest, env: DistEnv) -> dict[str, Any]:
     saved_plan = load_plan(Path(request.run_dir) / names.PLAN)
     # The run's own plan where it fits: the same shards give the same sums, hence the same AUC bits.
     fits = (saved_plan.fingerprint.world_size, saved_plan.fingerprint.device_kind) == (env.world_size, env.device.type)
+    # Elsewhere the planner places the tables freely: the job's constraints were chosen for its own
+    # world size (a column split or a rank list may not exist on this one), and any placement
+    # holds the same weights.
+    sharding = config.sharding if fits else dataclasses.replace(config.sharding, constraints={})
     model, tables, plan = build.build_sharded_model(
         manifest,
         env,
         model_config=config.model,
         train=config.train,
         optim=config.optim,
-        sharding=config.sharding,
+        sharding=sharding,
         plan=saved_plan if fits else None,
     )
     # The checkpoint checks the dataset's fingerprint too, unless other data was asked for.
@@ -208,8 +81,9 @@ def evaluate_checkpoint(request: EvalRequest, env: DistEnv) -> dict[str, Any]:
     CheckpointManager(path.parent, env, keep=1, parts=parts).load(path)
     start = time.perf_counter()
     model.eval()
-    batches = iter(eval_loader(config, request.split, env))
-    metrics = evaluate_batches(model, batches, env.device, config.eval.max_batches)
+    loader, cap = eval_loader(config, request.split, env), config.eval.max_batches
+    with eval_progress(min(len(loader), cap) if cap else len(loader), env.is_main) as advance:
+        metrics = evaluate_batches(model, iter(loader), env.device, cap, on_batch=advance)
     metrics["seconds"] = round(time.perf_counter() - start, 3)
     train_world = load_file(path / names.TRAIN_STATE, env.device)["world_size"]
     return {

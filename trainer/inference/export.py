@@ -31,9 +31,10 @@ from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from
 
 from shardrec.dataloader.files import atomic_open
 from shardrec.dataloader.format import Manifest
-from shardrec.embeddings.tables import build_table_configs
-from shardrec.trainer.inference.evaluate import find_checkpoint, run_config, run_dataset
+from shardrec.embeddings.dims import table_specs
+from shardrec.trainer.inference.eval_request import find_checkpoint, run_config, run_dataset
 from shardrec.trainer.job import data_options
+from shardrec.trainer.rundir import lifecycle
 
 logger = logging.getLogger(__name__)
 
@@ -121,21 +122,28 @@ def feature_transform(manifest: Manifest, dataset: Path, data: Any) -> dict[str,
     }
 
 
+def header_preprocessing(header: dict[str, Any]) -> dict[str, Any]:
+    """The preprocessing settings of a model file's training data (lifecycle.preprocessing's shape),
+    read back from its feature transform."""
+    transform = header["transform"]
+    return {
+        "cardinalities": transform["cardinalities"],
+        **{key: transform.get(key) for key in lifecycle.PREPROCESSING_KEYS},
+    }
+
+
 def model_header(run_dir: Path, step: int) -> dict[str, Any]:
     """What the model file says about itself (its `__metadata__["shardrec"]`)."""
     config = run_config(run_dir)
     raw = run_dataset(run_dir, config)
     seen = data_options.model_manifest(raw, config.data)
-    tables = build_table_configs(seen, config.model.embedding_dim, config.model.dims)
+    tables = table_specs(seen, config.model.embedding_dim, config.model.dims)
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "model": dataclasses.asdict(config.model),
         "precision": config.train.precision,
-        "tables": [
-            {"name": t.name, "features": list(t.feature_names), "rows": t.num_embeddings, "dim": t.embedding_dim}
-            for t in tables
-        ],
+        "tables": [{"name": t.name, "features": [t.feature], "rows": t.rows, "dim": t.dim} for t in tables],
         "feature_names": seen.feature_names,
         "multi_hot": [f.name for f in seen.sparse_features if f.multi_hot],
         "dense_features": list(seen.dense_features),

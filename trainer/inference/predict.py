@@ -20,12 +20,14 @@ from torchrec.datasets.utils import Batch
 from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
+from shardrec.dataloader.format import Manifest
 from shardrec.dataloader.loader import NO_SHUFFLE, Delivery, build_loader
 from shardrec.dataloader.multihot import MultiHotOption
 from shardrec.embeddings.tables import build_ebc
-from shardrec.trainer.inference.export import FORMAT, FORMAT_VERSION, META_KEY
+from shardrec.trainer.inference.export import FORMAT, FORMAT_VERSION, META_KEY, header_preprocessing
 from shardrec.trainer.job.config import ModelConfig
 from shardrec.trainer.model.models import RecModel, build_model
+from shardrec.trainer.rundir import lifecycle
 
 
 @dataclass
@@ -137,7 +139,26 @@ def score_split(
         raise ValueError(
             f"{dataset}: no feature {missing[0]} that the model reads (has {', '.join(loader.feature_names[:4])}, ...)"
         )
+    check_preprocessing(exported.header, Manifest.load(dataset), dataset)
     return score_batches(exported.model, iter(loader))
+
+
+def check_preprocessing(header: dict[str, Any], manifest: Manifest, dataset: Path) -> None:
+    """ValueError (one line) unless `dataset` has the model's dense features and was preprocessed
+    as its training data was: other hashing, table sizes or dense transform give other inputs,
+    and scores of them would be wrong without a word."""
+    here, trained = list(manifest.dense_features), list(header["dense_features"])
+    if here != trained:
+        raise ValueError(
+            f"{dataset}: dense features {', '.join(here[:3])}, ... ({len(here)}), "
+            f"the model reads {', '.join(trained[:3])}, ... ({len(trained)})"
+        )
+    differs = lifecycle.preprocessing_differences(header_preprocessing(header), lifecycle.preprocessing(manifest))
+    if differs:
+        raise ValueError(
+            f"{dataset}: preprocessed with other settings than the model's training data ({differs}); "
+            "preprocess it with the training data's settings, or score its raw rows (the model applies them)"
+        )
 
 
 def rows_batch(dense: np.ndarray, ids: dict[str, tuple[np.ndarray, np.ndarray]], feature_names: list[str]) -> Batch:

@@ -12,6 +12,7 @@ import difflib
 import json
 import math
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_origin, get_type_hints
@@ -216,9 +217,9 @@ class TrainConfig:
     global_batch_size: int = 2048
     """Samples per step over all ranks; each rank takes global_batch_size / world_size."""
     epochs: int = 1
-    """Passes over the training split."""
+    """Passes over the training split (when train.steps is 0)."""
     steps: int = 0
-    """Stop after this many steps (0: run the epochs)."""
+    """Steps to train, past an epoch's end into the next epoch (0: train.epochs epochs)."""
     seed: int = 0
     """Seed of the model's initial weights and the data order."""
     pipeline: str = "auto"
@@ -239,6 +240,10 @@ class TrainConfig:
     mlperf_submission: dict[str, str] = field(default_factory=dict)
     """The submission_* values of the MLPerf log: org (default "shardrec"), platform (default "<ranks>x<device>"),
     division (closed or open; default closed) and status (onprem, cloud or research; default onprem)."""
+
+    def total_steps(self, steps_per_epoch: int) -> int:
+        """The step a run of these settings ends at: train.steps, or train.epochs epochs when it is 0."""
+        return self.steps or self.epochs * steps_per_epoch
 
     def __post_init__(self) -> None:
         _check_choice("train.precision", self.precision, ("fp32", "bf16"))
@@ -290,10 +295,14 @@ class CheckpointConfig:
     """Checkpoints kept; older ones are deleted after a newer one is complete."""
     timeout_s: int = 1800
     """Seconds a checkpoint save or load may wait for the slowest rank (large saves to shared storage are slow)."""
+    stop_grace_s: int = 60
+    """Seconds `shardrec train` gives its ranks, after SIGTERM or SIGINT, to finish the step and write a
+    checkpoint before it ends them."""
 
     def __post_init__(self) -> None:
         _check_positive("checkpoint.keep", self.keep)
         _check_positive("checkpoint.timeout_s", self.timeout_s)
+        _check_positive("checkpoint.stop_grace_s", self.stop_grace_s)
         _check_positive("checkpoint.interval_steps", self.interval_steps, allow_zero=True)
 
 
@@ -384,8 +393,13 @@ def _build_section(cls: type, key: str, raw: dict[str, Any], origin: dict[str, s
         raise ValueError(f"{sources.pop() if len(sources) == 1 else ''}{e}") from None
 
 
-def load_job_config(path: str | Path | None = None, overrides: list[str] | None = None) -> JobConfig:
-    """Build a JobConfig: defaults, then the TOML file at `path`, then `section.key=value` overrides."""
+def load_job_config(
+    path: str | Path | None = None, overrides: Sequence[str | tuple[str, str]] | None = None
+) -> JobConfig:
+    """Build a JobConfig: defaults, then the TOML file at `path`, then `section.key=value` overrides.
+
+    An override given as (ITEM, FLAG) stands for a flag (`--steps 5` is train.steps=5): an error
+    about its value names FLAG, as the user typed it, not a --set they never typed."""
     raw: dict[str, dict[str, Any]] = {}
     if path is not None:
         path = Path(path)
@@ -403,9 +417,10 @@ def load_job_config(path: str | Path | None = None, overrides: list[str] | None 
         if not isinstance(raw[name], dict):
             raise ValueError(f"{path}: {name} must be a [{name}] table")
     origin = {(s, k): f"{path}: " for s, values in raw.items() for k in values}
-    for item in overrides or []:
+    for given in overrides or []:
+        item, shown = given if isinstance(given, tuple) else (given, f"--set {given!r}")
         section, key, value = _apply_override(item, raw, sections, section_types)
-        origin[(section, key)] = f"--set {item!r}: "
+        origin[(section, key)] = f"{shown}: "
     built = {}
     for name, cls in section_types.items():
         where = {k: v for (s, k), v in origin.items() if s == name}

@@ -8,16 +8,21 @@ trainer.inference.export), so that the three build the same tables and read the 
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from shardrec.dataloader.format import Manifest
-from shardrec.dataloader.loader import Delivery
 from shardrec.dataloader.multihot import MultiHotOption
 from shardrec.trainer.job.config import DataConfig
+
+if TYPE_CHECKING:  # the loader imports torch; checking a job's data (`shardrec eval`'s request) needs none
+    from shardrec.dataloader.loader import Delivery
 
 
 def delivery(data: DataConfig, device_kind: str) -> Delivery:
     """How the job's loaders hand batches over: data.num_workers threads, batches pinned for a
     CUDA job only (the step moves them; pinning in a CPU job would make a CUDA context on GPU 0)."""
+    from shardrec.dataloader.loader import Delivery
+
     return Delivery(num_workers=data.num_workers, pin_memory=device_kind == "cuda")
 
 

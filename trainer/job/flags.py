@@ -69,15 +69,16 @@ AllowChangeFlag = Annotated[
 ]
 
 
-def entry_overrides(data: Path | None, plan: Path | None, steps: int | None) -> list[str]:
-    """The --set items that the --data/--plan/--steps flags stand for (flags win over --set)."""
+def entry_overrides(data: Path | None, plan: Path | None, steps: int | None) -> list[tuple[str, str]]:
+    """The --set items that the --data/--plan/--steps flags stand for (flags win over --set), each
+    with the flag as typed (for errors)."""
     out = []
     if data is not None:
-        out.append(f"data.path={toml_value(str(data))}")
+        out.append((f"data.path={toml_value(str(data))}", f"--data {data}"))
     if plan is not None:
-        out.append(f"sharding.plan={toml_value(str(plan))}")
+        out.append((f"sharding.plan={toml_value(str(plan))}", f"--plan {plan}"))
     if steps is not None:
-        out.append(f"train.steps={steps}")
+        out.append((f"train.steps={steps}", f"--steps {steps}"))
     return out
 
 

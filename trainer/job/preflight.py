@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import torch
-
 from shardrec.dataloader.format import Manifest
 from shardrec.embeddings.dims import table_dims
 from shardrec.embeddings.sparse_optimizers import check_device
@@ -24,7 +22,7 @@ def preflight(job: JobConfig, world_size: int) -> None:
         raise ValueError("no dataset: pass --data DIR or set data.path in the job file")
     check_batches(job, world_size)
     kind = resolve_device_kind(job.train.device)
-    if kind == "cuda" and not torch.cuda.is_available():
+    if kind == "cuda" and not _cuda_available():
         reason = cuda_unusable_reason()
         raise ValueError("train.device = 'cuda' but CUDA is not available here" + (f": {reason}" if reason else ""))
     check_ranks_fit(kind, world_size)
@@ -33,6 +31,13 @@ def preflight(job: JobConfig, world_size: int) -> None:
     check_against_dataset(job, manifest, world_size)
     if job.sharding.plan:
         _check_plan_file(job, manifest, world_size, kind)
+
+
+def _cuda_available() -> bool:
+    # torch only for a CUDA job: checking a CPU job (flags, dataset, plan) imports none of it.
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def check_batches(job: JobConfig, world_size: int) -> None:

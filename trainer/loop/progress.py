@@ -1,11 +1,13 @@
-"""Rank 0's view of training: metrics.jsonl records, log lines, a progress bar on a terminal."""
+"""Rank 0's view of training and evaluation: metrics.jsonl records, log lines, progress bars with
+an ETA on a terminal (log lines print above a bar, never over it)."""
 
 from __future__ import annotations
 
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from shardrec.trainer.loop.steps import StepStats
@@ -41,20 +43,16 @@ class TrainReporter:
         self._loss = 0.0
         self._steps = 0
         self._bar: Any = None
+        self._logs: list[tuple[logging.StreamHandler, Any]] = []
         if writer is not None and sys.stderr.isatty():
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.progress import TextColumn
 
-            self._bar = Progress(
-                TextColumn("train"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("{task.fields[rate]}"),
-                TextColumn("loss {task.fields[loss]}"),
-                TimeElapsedColumn(),
-                transient=False,
+            self._bar = _progress(
+                "train", TextColumn("{task.fields[rate]}"), TextColumn("loss {task.fields[loss]}"), transient=False
             )
             self._task = self._bar.add_task("train", total=total_steps, completed=first_step, rate="", loss="-")
             self._bar.start()
+            self._logs = _log_above(self._bar)
 
     def say(self, message: str, *args: Any) -> None:
         """A log line from rank 0 (above the progress bar when there is one)."""
@@ -95,6 +93,63 @@ class TrainReporter:
 
     def close(self) -> None:
         if self._bar is not None:
+            _restore_logs(self._logs)
             self._bar.stop()
         if self.writer is not None:
             self.writer.close()
+
+
+def _progress(label: str, *columns: Any, transient: bool) -> Any:
+    """A rich progress bar: label, bar, done/total, then `columns`, elapsed time and ETA."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    return Progress(
+        TextColumn(label),
+        BarColumn(),
+        MofNCompleteColumn(),
+        *columns,
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+        transient=transient,
+    )
+
+
+def _log_above(bar: Any) -> list[tuple[logging.StreamHandler, Any]]:
+    """Send the root logger's stderr records through the live bar (rich then prints them above it);
+    returns what to restore. The handlers hold the stderr of before the bar started, which would
+    write over the bar's line."""
+    swapped = []
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.StreamHandler) and handler.stream in (sys.__stderr__, bar.console.file):
+            swapped.append((handler, handler.setStream(sys.stderr)))
+    return swapped
+
+
+def _restore_logs(swapped: list[tuple[logging.StreamHandler, Any]]) -> None:
+    for handler, stream in swapped:
+        handler.setStream(stream)
+
+
+@contextmanager
+def eval_progress(total: int, show: bool) -> Iterator[Callable[[int], None]]:
+    """A bar with an ETA over `total` evaluation batches where `show` (rank 0) and stderr is a
+    terminal; yields the function to call with the batches done."""
+    if not show or not sys.stderr.isatty():
+        yield lambda done: None
+        return
+    bar = _progress("eval", transient=True)
+    task = bar.add_task("eval", total=total)
+    with bar:
+        logs = _log_above(bar)
+        try:
+            yield lambda done: bar.update(task, completed=done)
+        finally:
+            _restore_logs(logs)

@@ -7,7 +7,7 @@ The loop that decides how many steps run between evaluations and checkpoints is 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +34,8 @@ class StepStats:
     loss: float
     samples: int
     steps: int
+    stop: bool = False
+    """Some rank was asked to stop (trainer.distributed.stop): every rank gets the same answer."""
 
 
 class LossWindow:
@@ -62,8 +64,9 @@ class LossWindow:
         self.losses.append(loss_sum)
         self.samples.append(samples)
 
-    def report(self, step: int) -> StepStats:
-        """All ranks together: raise NonFiniteLossError if any rank saw NaN/inf, else the stats."""
+    def report(self, step: int, stop_requested: bool = False) -> StepStats:
+        """All ranks together: raise NonFiniteLossError if any rank saw NaN/inf, else the stats,
+        which say whether any rank had `stop_requested`."""
         losses = torch.stack(self.losses).double()
         bad = (~torch.isfinite(losses)).nonzero()
         first_bad = float(self.first_step + 1 + bad[0, 0]) if bad.numel() else 0.0
@@ -72,12 +75,13 @@ class LossWindow:
                 losses.nan_to_num(0.0, 0.0, 0.0).sum(),
                 torch.stack(self.samples).double().sum(),
                 torch.tensor(first_bad, dtype=torch.float64, device=losses.device),
+                torch.tensor(float(stop_requested), dtype=torch.float64, device=losses.device),
             ]
         )
         rows = [mine]
         if dist.is_initialized() and dist.get_world_size() > 1:
             rows = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
-            dist.all_gather(rows, mine)  # one collective: the sums and the earliest bad step
+            dist.all_gather(rows, mine)  # one collective: the sums, the earliest bad step, stop requests
         table = torch.stack(rows).cpu()
         bad_steps = table[:, 2][table[:, 2] > 0]
         if bad_steps.numel():
@@ -86,7 +90,7 @@ class LossWindow:
                 "without saving (the last checkpoint is the last good state); lower the learning rates?"
             )
         loss, samples = float(table[:, 0].sum()), float(table[:, 1].sum())
-        stats = StepStats(step, loss / max(samples, 1.0), int(samples), self.steps)
+        stats = StepStats(step, loss / max(samples, 1.0), int(samples), self.steps, bool(table[:, 3].any()))
         self.reset(step)
         return stats
 
@@ -137,9 +141,14 @@ class StepRunner:
 
 @torch.no_grad()
 def evaluate_batches(
-    model: torch.nn.Module, batches: Iterator[Batch], device: torch.device, max_batches: int = 0
+    model: torch.nn.Module,
+    batches: Iterator[Batch],
+    device: torch.device,
+    max_batches: int = 0,
+    on_batch: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
-    """AUC / log loss / NE over every rank's predictions (all ranks must pass equal batch counts)."""
+    """AUC / log loss / NE over every rank's predictions (all ranks must pass equal batch counts);
+    `on_batch` gets the number of batches done after each (a progress bar)."""
     logits, labels = [], []
     for i, batch in enumerate(batches):
         if max_batches and i >= max_batches:
@@ -148,6 +157,8 @@ def evaluate_batches(
         # Kept on the device: gathered there (NCCL) and scored there, with no sync per batch.
         logits.append(batch_logits.float())
         labels.append(batch_labels.float())
+        if on_batch is not None:
+            on_batch(i + 1)
     local = torch.stack([torch.cat(logits), torch.cat(labels)]) if logits else torch.zeros(2, 0, device=device)
     if dist.is_initialized() and dist.get_world_size() > 1:
         gathered = [torch.empty_like(local) for _ in range(dist.get_world_size())]

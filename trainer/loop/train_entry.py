@@ -11,6 +11,7 @@ from shardrec.trainer.distributed.rank_process import (
     configure_rank_logging,
     exit_after_cuda_failure,
     exit_cleanly,
+    report_failure,
 )
 from shardrec.trainer.job import flags
 
@@ -29,11 +30,13 @@ def rank_main(
 ) -> None:
     """Train on this rank (started by torchrun; see `shardrec train`)."""
     from shardrec.trainer.distributed.lifeline import die_with_parent
+    from shardrec.trainer.distributed.stop import StopRequest
 
     die_with_parent()  # a killed launcher must not leave ranks training on (trainer.distributed.lifeline)
+    stop = StopRequest().install()  # first: a signal during start-up must not kill the rank either
     configure_rank_logging()
     from shardrec.trainer.distributed.dist import RankMissing, init_distributed, launched_rank, shutdown
-    from shardrec.trainer.distributed.launch import launcher_job_id
+    from shardrec.trainer.distributed.launch import launcher_directory, launcher_job_id
     from shardrec.trainer.loop.steps import NonFiniteLossError
     from shardrec.trainer.loop.train_job import build_job
     from shardrec.trainer.loop.train_loop import run_job
@@ -51,24 +54,33 @@ def rank_main(
             if is_main:
                 print(complete, file=sys.stderr)
             return
+        notice = lifecycle.resume_notice(out_dir, job_config)
+        if notice and is_main and launcher_directory() is None:  # `shardrec train` said it already
+            print(notice, file=sys.stderr)
         env = init_distributed(job_config.train.device, job_config.dist.timeout_s)
     except ValueError as e:
+        report_failure(str(e))
         if is_main:
             print(f"error: {e}", file=sys.stderr)
         raise typer.Exit(1) from None
     try:
         # Held by rank 0 until this process ends, however it ends (see trainer.rundir.lock).
         lock = acquire_run_lock(out_dir, launcher_job_id()) if env.is_main else None  # noqa: F841
-        run_job(build_job(job_config, env, out_dir, job_config.sharding.plan or None))
+        summary = run_job(build_job(job_config, env, out_dir, job_config.sharding.plan or None, stop))
     except (ValueError, NonFiniteLossError, RankMissing) as e:
+        report_failure(str(e))
         if env.is_main or isinstance(e, RankMissing):
             print(f"error: {e}", file=sys.stderr)
         shutdown()
         raise typer.Exit(1) from None
-    except Exception:
+    except Exception as e:  # a bug or a failed collective: its traceback follows, its line goes to the launcher
+        report_failure(f"{type(e).__name__}: {e}")
         if env.device.type == "cuda":
             exit_after_cuda_failure()
         raise
+    if "stopped" in summary and env.is_main and launcher_directory() is None:
+        # Under `shardrec train` the launcher says this line; under a plain torchrun, rank 0 does.
+        print(lifecycle.stopped_message(summary["steps"]), file=sys.stderr)
     exit_cleanly()
 
 

@@ -20,6 +20,7 @@ from shardrec.dataloader.loader import NO_SHUFFLE, BatchLoader, ShuffleSpec, bui
 from shardrec.embeddings.init import init_embedding_weights
 from shardrec.sharding.plan_io import PlanFile, load_plan, save_plan
 from shardrec.trainer.distributed.dist import DistEnv
+from shardrec.trainer.distributed.stop import StopAgreement, StopRequest
 from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import JobConfig, ModelConfig, OptimConfig
 from shardrec.trainer.job.preflight import check_against_dataset
@@ -49,6 +50,8 @@ class Job:
     checkpoints: CheckpointManager
     progress: TrainProgress
     """The step and epoch; the checkpoints save and restore this same object."""
+    stop: StopAgreement
+    """Whether the ranks were asked to stop (SIGTERM / SIGINT): they then checkpoint and leave."""
     manifest: Manifest | None = None
     """The dataset's manifest (its fingerprint goes into RUN/dataset.json)."""
     mllog: MlperfLog = field(default_factory=lambda: MlperfLog(False))
@@ -94,8 +97,11 @@ def checkpoint_parts(
     )
 
 
-def build_job(config: JobConfig, env: DistEnv, run_dir: Path, plan_path: str | None) -> Job:
-    """Model, plan, sharding, optimizers, loaders and checkpoints for this rank."""
+def build_job(
+    config: JobConfig, env: DistEnv, run_dir: Path, plan_path: str | None, stop: StopRequest | None = None
+) -> Job:
+    """Model, plan, sharding, optimizers, loaders and checkpoints for this rank; `stop` is this
+    rank's stop request (default: the launcher's stop file only, no signal handlers)."""
     t, o = config.train, config.optim
     mllog = MlperfLog(t.mlperf_log and env.is_main)
     platform = f"{env.world_size}x{env.device.type}"
@@ -173,6 +179,7 @@ def build_job(config: JobConfig, env: DistEnv, run_dir: Path, plan_path: str | N
         eval_loaders=eval_loaders,
         checkpoints=checkpoints,
         progress=progress,
+        stop=StopAgreement(stop or StopRequest()),
         manifest=manifest,
         mllog=mllog,
     )

@@ -20,6 +20,8 @@ from torchrec.datasets.utils import Batch
 
 from shardrec.dataloader.files import atomic_write_bytes
 from shardrec.trainer.distributed import faults
+from shardrec.trainer.distributed.launch import STOP_CHECK_STEPS
+from shardrec.trainer.distributed.stop import StopAgreement
 from shardrec.trainer.loop.progress import TrainReporter
 from shardrec.trainer.loop.steps import LossWindow, StepRunner, StepStats, evaluate_batches
 from shardrec.trainer.loop.target import EvalSchedule, TargetTracker
@@ -91,23 +93,33 @@ def train_segment(
     report_every: int,
     on_step: Callable[[int], None],
     on_report: Callable[[StepStats], None],
+    stop: StopAgreement | None = None,
 ) -> int:
-    """Run up to `num_steps` steps from `batches`; returns how many ran (fewer if they ran out).
+    """Run up to `num_steps` steps from `batches`; returns how many ran (fewer if they ran out,
+    or when the ranks agree to `stop`: `batches` must then come from its until_stopped).
 
-    Every `report_every` steps and at the segment's end (before any checkpoint), the ranks
-    reduce the loss and a NaN/inf flag together, so they report the same global loss and
-    stop together on a bad loss, before a bad state can be saved.
+    Every `report_every` steps (and STOP_CHECK_STEPS with `stop`) and at the segment's end (before
+    any checkpoint), the ranks reduce the loss, a NaN/inf flag and their stop requests together,
+    so they report the same global loss, stop together on a bad loss before a bad state can be
+    saved, and agree to stop.
     """
     done, window = 0, LossWindow(first_step)
+
+    def report(step: int) -> None:
+        stats = window.report(step, stop is not None and stop.request.requested)
+        if stop is not None and stats.stop:
+            stop.stopped = True
+        on_report(stats)
+
     for loss_sum, samples in runner.run(itertools.islice(batches, num_steps)):
         done += 1
         step = first_step + done
         window.add(loss_sum, samples)
         on_step(step)
-        if step % report_every == 0:
-            on_report(window.report(step))
+        if step % report_every == 0 or (stop is not None and step % STOP_CHECK_STEPS == 0):
+            report(step)
     if window.steps:
-        on_report(window.report(first_step + done))
+        report(first_step + done)
     return done
 
 
@@ -118,8 +130,9 @@ def _eval_schedule(job: Job) -> EvalSchedule:
 
 
 def _train(job: Job, total: int, reporter: TrainReporter, tracker: TargetTracker) -> tuple[float, int]:
-    """Run segments up to step `total` (or until `tracker`'s target AUC is reached), evaluating
-    and checkpointing at their boundaries; returns (seconds, samples) spent training."""
+    """Run segments up to step `total` (or until `tracker`'s target AUC is reached, or the ranks
+    are asked to stop: then after a checkpoint of the step reached), evaluating and checkpointing
+    at their boundaries; returns (seconds, samples) spent training."""
     cfg, progress = job.config, job.progress
     steps_per_epoch = len(job.train_loader)
     seconds, samples = 0.0, 0
@@ -129,10 +142,11 @@ def _train(job: Job, total: int, reporter: TrainReporter, tracker: TargetTracker
     def on_step(step: int) -> None:
         faults.maybe_kill("kill", step, job.env.rank)
         faults.maybe_poison(job.model, step, job.env.rank)
+        faults.maybe_slow(step, job.env.rank)
 
     while progress.step < total:
         job.train_loader.set_epoch(progress.epoch)
-        batches = iter(job.train_loader)
+        batches = job.stop.until_stopped(iter(job.train_loader))
         epoch_start, epoch_end = progress.epoch * steps_per_epoch, min(total, (progress.epoch + 1) * steps_per_epoch)
         while progress.step < epoch_end:
             boundary = _next_boundary(progress.step, epoch_end, cfg.checkpoint.interval_steps)
@@ -147,10 +161,15 @@ def _train(job: Job, total: int, reporter: TrainReporter, tracker: TargetTracker
                 report_every=cfg.train.log_interval,
                 on_step=on_step,
                 on_report=lambda stats: reporter.on_report(stats, progress.epoch),
+                stop=job.stop,
             )
             seconds += time.perf_counter() - start
             samples += done * cfg.train.global_batch_size
             progress.step += done
+            if done < wanted and job.stop.stopped:
+                if all(step != progress.step for step, _ in job.checkpoints.complete()):
+                    job.checkpoints.save()
+                return seconds, samples
             if done < wanted:
                 raise RuntimeError(
                     f"step {progress.step}: the train loader ended before the epoch's {steps_per_epoch} steps"
@@ -209,13 +228,21 @@ def _final_evaluation(
     return final
 
 
+def _record_stop(job: Job, reporter: TrainReporter) -> dict[str, Any]:
+    """A run stopped on request: its checkpoint is written; metrics.jsonl says so (`shardrec runs`
+    shows it as stopped) and no summary is written (the run is not complete)."""
+    step = job.progress.step
+    reason = job.stop.request.signal_name or "another rank's stop request"
+    reporter.write({"kind": "stop", "step": step, "reason": reason})
+    reporter.say("step %d: stopped (%s); checkpoint written", step, reason)
+    return {"steps": step, "stopped": reason}
+
+
 def run_job(job: Job) -> dict[str, Any]:
     """Train (resuming from the newest checkpoint in the run directory if there is one),
     evaluate, checkpoint; returns the summary (meaningful on rank 0)."""
     cfg = job.config
-    total = cfg.train.epochs * len(job.train_loader)
-    if cfg.train.steps:
-        total = min(total, cfg.train.steps)
+    total = cfg.train.total_steps(len(job.train_loader))
     resumed = job.checkpoints.load_latest()
     finished = lifecycle.read_run_dir(job.run_dir)
     if resumed is not None and finished.step == resumed and finished.complete_for(cfg, total):
@@ -250,6 +277,8 @@ def run_job(job: Job) -> dict[str, Any]:
                 "data.eval_splits has none with rows"
             )
         seconds, samples = _train(job, total, reporter, tracker)
+        if job.stop.stopped:
+            return _record_stop(job, reporter)
         step, steps_per_epoch = job.progress.step, len(job.train_loader)
         scheduled = step > 0 and _eval_schedule(job).due(step, (step - 1) // steps_per_epoch * steps_per_epoch)
         final = _final_evaluation(job, reporter, tracker, seconds, scheduled)

@@ -49,6 +49,7 @@ from shardrec.trainer.distributed.dist import DistEnv, monitored_barrier
 from shardrec.trainer.rundir import names
 from shardrec.trainer.rundir.checkpoint_trust import (
     UntrustedCheckpoint,
+    complete_checkpoints,
     read_digests,
     verify_files,
     write_digests,
@@ -212,19 +213,6 @@ def describe_mismatch(saved: dict[str, Any], current: dict[str, Any]) -> str:
             if old[n] != new[n]
         ]
     return "; ".join(diffs)
-
-
-def complete_checkpoints(directory: Path) -> list[tuple[int, Path]]:
-    """(step, path) of every complete checkpoint in `directory`, oldest first."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        return []
-    found = []
-    for path in directory.iterdir():
-        match = names.CHECKPOINT_RE.match(path.name)
-        if match and (path / names.DIGESTS).is_file():  # written last: the save finished
-            found.append((int(match.group(1)), path))
-    return sorted(found)
 
 
 class CheckpointManager:

@@ -33,6 +33,20 @@ from shardrec.trainer.rundir import names
 DIGESTS_VERSION = 1
 
 
+def complete_checkpoints(directory: Path) -> list[tuple[int, Path]]:
+    """(step, path) of every complete checkpoint in `directory` (RUN/checkpoints), oldest first:
+    the ones with their digests, written last. Torch-free, for `shardrec runs`."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = []
+    for path in directory.iterdir():
+        match = names.CHECKPOINT_RE.match(path.name)
+        if match and (path / names.DIGESTS).is_file():
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
 class UntrustedCheckpoint(ValueError):
     """A checkpoint whose files do not match its digests, or that someone else could have changed."""
 

@@ -19,15 +19,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shardrec.dataloader import locks
 from shardrec.dataloader.format import Manifest
 from shardrec.trainer.job.config import JobConfig, load_job_config
 from shardrec.trainer.rundir import names
+from shardrec.trainer.rundir.checkpoint_trust import complete_checkpoints
 from shardrec.trainer.rundir.metrics_log import load_metrics
 
+STOPPED_EXIT_CODE = 75
+"""`shardrec train`'s exit code after a stop on request with its checkpoint written (EX_TEMPFAIL:
+rerun to resume)."""
 CONTINUATION_KEYS = ("train.steps", "train.epochs")
-"""Keys a resume may always change: raising them is how a run continues."""
-# data.path may move as long as the data is the same: the fingerprint decides, not the path.
-FINGERPRINTED_KEYS = ("data.path",)
+"""Keys a resume may change without --allow-change when the run ends no earlier for it: raising them
+is how a run continues (shortening it is a change like any other)."""
+FREE_KEYS = ("data.path", "sharding.plan", "sharding.constraints")
+"""Keys a resume may always change: data.path may move as long as the data is the same (the
+fingerprint decides, not the path); a checkpoint reshards onto any plan (at any world size)."""
 
 
 def dataset_fingerprint(manifest: Manifest) -> str:
@@ -51,14 +58,45 @@ def dataset_schema(manifest: Manifest) -> dict[str, Any]:
     }
 
 
+PREPROCESSING_KEYS = ("mode", "max_ids", "min_count", "hash", "missing_id", "oov_id", "dense_transform", "dense_dtype")
+"""The manifest options that decide which id and which dense value a raw field becomes (not the
+text layout: the same rows as TSV or CSV give the same dataset)."""
+
+
+def preprocessing(manifest: Manifest) -> dict[str, Any]:
+    """A dataset's preprocessing settings: its table sizes, hashing or vocabulary and dense transform.
+    A model scores only data preprocessed as its training data was (see preprocessing_differences)."""
+    options = manifest.options
+    return {
+        "cardinalities": [f.cardinality for f in manifest.sparse_features],
+        **{key: options.get(key) for key in PREPROCESSING_KEYS},
+    }
+
+
+def preprocessing_differences(trained: dict[str, Any], here: dict[str, Any]) -> str:
+    """The settings that differ, "key: A in training, B here, ..." ("" when none): of a list, its
+    first differing element."""
+    diffs = []
+    for key in dict.fromkeys([*trained, *here]):
+        a, b = trained.get(key), here.get(key)
+        if a == b:
+            continue
+        if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+            i = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+            key, a, b = f"{key}[{i}]", a[i], b[i]
+        diffs.append(f"{key}: {_show(a)} in training, {_show(b)} here")
+    return ", ".join(diffs)
+
+
 def dataset_record(path: str, manifest: Manifest, given: str | None = None) -> bytes:
     """The bytes of RUN/dataset.json for this dataset: its absolute `path`, the path as the user
-    typed it (`given`), its fingerprint and schema."""
+    typed it (`given`), its fingerprint, schema and preprocessing settings."""
     record = {
         "path": path,
         "given": given if given is not None else path,
         "fingerprint": dataset_fingerprint(manifest),
         "schema": dataset_schema(manifest),
+        "preprocessing": preprocessing(manifest),
     }
     return (json.dumps(record, indent=2) + "\n").encode()
 
@@ -83,11 +121,10 @@ def with_absolute_data_path(config: JobConfig) -> JobConfig:
 
 
 def planned_steps(config: JobConfig, manifest: Manifest) -> int:
-    """The step a job ends at: its epochs over the train split, capped by train.steps."""
+    """The step a job ends at: train.steps, or its epochs over the train split."""
     rows, batch = manifest.splits[config.data.train_split].rows, config.train.global_batch_size
     per_epoch = rows // batch if config.data.tail == "drop" else -(-rows // batch)
-    total = config.train.epochs * per_epoch
-    return min(total, config.train.steps) if config.train.steps else total
+    return config.train.total_steps(per_epoch)
 
 
 def flat_settings(config: JobConfig) -> dict[str, Any]:
@@ -112,9 +149,12 @@ def check_allow_keys(keys: list[str]) -> None:
             raise ValueError(f"--allow-change {key}: no such setting{hint}")
 
 
-def _allowed(key: str, allow: list[str]) -> bool:
+def _allowed(key: str, allow: list[str], continues: bool) -> bool:
+    """Whether a resume may change `key`; `continues`: the run ends no earlier for the change."""
     return (
-        key in CONTINUATION_KEYS or key in FINGERPRINTED_KEYS or any(key == a or key.startswith(a + ".") for a in allow)
+        (key in CONTINUATION_KEYS and continues)
+        or key in FREE_KEYS
+        or any(key == a or key.startswith(a + ".") for a in allow)
     )
 
 
@@ -128,6 +168,8 @@ class RunDir:
     summary: dict[str, Any] | None
     target: dict[str, Any] | None = None
     """The metrics.jsonl record of the train.target_auc stop that ended the run at `step` (None: none)."""
+    stop: dict[str, Any] | None = None
+    """The metrics.jsonl record of a stop on request (SIGTERM / SIGINT) at `step` (None: none)."""
 
     @property
     def complete(self) -> bool:
@@ -147,8 +189,6 @@ class RunDir:
 
 
 def read_run_dir(path: Path) -> RunDir:
-    from shardrec.trainer.rundir.checkpoint import complete_checkpoints
-
     done = complete_checkpoints(Path(path) / names.CHECKPOINTS)
     summary = None
     try:
@@ -157,16 +197,19 @@ def read_run_dir(path: Path) -> RunDir:
         pass  # no summary, or a torn one: the run did not finish
     summary = summary if isinstance(summary, dict) else None
     step = done[-1][0] if done else None
-    stopped = summary is not None and summary.get("target_reached") and summary.get("steps") == step
-    target = _target_stop(Path(path), step) if stopped else None
-    return RunDir(Path(path), step, summary, target)
+    finished = summary is not None and summary.get("steps") == step
+    target = _newest_record(Path(path), ("target",), step) if finished and summary.get("target_reached") else None
+    # A stop counts until a later invocation resumes (which may then have failed).
+    stop = _newest_record(Path(path), ("stop", "resume"), step) if step is not None and not finished else None
+    return RunDir(Path(path), step, summary, target, stop if stop and stop["kind"] == "stop" else None)
 
 
-def _target_stop(run_dir: Path, step: int | None) -> dict[str, Any] | None:
-    """The newest `target` record of RUN/metrics.jsonl, if it is of `step` (trainer.loop.target)."""
+def _newest_record(run_dir: Path, kinds: tuple[str, ...], step: int | None) -> dict[str, Any] | None:
+    """The newest record of one of `kinds` in RUN/metrics.jsonl, if it is of `step`: a `target`
+    record (trainer.loop.target) with its AUC, a `stop` or `resume` record (trainer.loop.train_loop)."""
     found = None
     for record in _metrics_records(run_dir):
-        if record.get("kind") == "target" and isinstance(record.get("auc"), (int, float)):
+        if record.get("kind") in kinds and (record["kind"] != "target" or isinstance(record.get("auc"), (int, float))):
             found = record
     return found if found is not None and found.get("step") == step else None
 
@@ -192,8 +235,10 @@ def check_run_dir(run_dir: Path, config: JobConfig, manifest: Manifest, allow: l
         )
     saved_path = run_dir / names.CONFIG
     if saved_path.is_file():
-        changes = setting_changes(load_job_config(saved_path), config)
-        refused = {k: v for k, v in changes.items() if not _allowed(k, allow)}
+        saved = load_job_config(saved_path)
+        changes = setting_changes(saved, config)
+        continues = total >= planned_steps(saved, manifest)
+        refused = {k: v for k, v in changes.items() if not _allowed(k, allow, continues)}
         if refused:
             shown = ", ".join(f"{k}: {_show(old)} -> {_show(new)}" for k, (old, new) in refused.items())
             flags = " ".join(f"--allow-change {k}" for k in refused)
@@ -202,6 +247,19 @@ def check_run_dir(run_dir: Path, config: JobConfig, manifest: Manifest, allow: l
                 f"accept them with {flags}, or start over with --restart"
             )
     return "complete" if run.complete_for(config, total) else "resume"
+
+
+def resume_notice(run_dir: Path, config: JobConfig) -> str | None:
+    """The line a resume says when settings differ from the run's (None: none differ), after
+    check_run_dir accepted them: a resume never changes a setting without a word."""
+    saved_path, run = Path(run_dir) / names.CONFIG, read_run_dir(run_dir)
+    if not saved_path.is_file() or run.step is None:
+        return None
+    changes = setting_changes(load_job_config(saved_path), config)
+    if not changes:
+        return None
+    shown = ", ".join(f"{k}: {_show(old)} -> {_show(new)}" for k, (old, new) in changes.items())
+    return f"{run_dir}: resuming from step {run.step:,} with changed settings: {shown}"
 
 
 def check_job(run_dir: Path, config: JobConfig, allow: list[str]) -> str | None:
@@ -266,33 +324,24 @@ def move_aside(run_dir: Path) -> Path | None:
 
 
 def run_status(run: RunDir, active_seconds: float = 120.0) -> str:
-    """complete, running or failed. Running: a job holds RUN/.lock (trainer.rundir.lock's flock), or,
-    in a run without a lock file, metrics were written in the last `active_seconds`."""
+    """complete, running, stopped or failed. Running: a job holds RUN/.lock (trainer.rundir.lock's
+    flock), or, in a run without a lock file, metrics were written in the last `active_seconds`.
+    Stopped: its last job stopped on request after a checkpoint (a rerun resumes)."""
     if run.complete:
         return "complete"
-    lock = run.path / names.LOCK
+    lock, metrics = run.path / names.LOCK, run.path / names.METRICS
     if lock.is_file():
-        return "running" if _lock_held(lock) else "failed"
-    metrics = run.path / names.METRICS
-    if metrics.is_file() and time.time() - metrics.stat().st_mtime < active_seconds:
+        running = locks.holder_of(lock) is not None
+    else:
+        running = metrics.is_file() and time.time() - metrics.stat().st_mtime < active_seconds
+    if running:
         return "running"
-    return "failed"
+    return "stopped" if run.stop is not None else "failed"
 
 
-def _lock_held(lock: Path) -> bool:
-    import fcntl
-
-    try:
-        fd = os.open(lock, os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)  # closing also drops the probe's own lock
+def stopped_message(step: int) -> str:
+    """What a job stopped by SIGTERM / SIGINT says last."""
+    return f"stopped at step {step:,}; checkpoint written; rerun the same command to resume"
 
 
 def find_runs(root: Path) -> list[Path]:

@@ -10,13 +10,12 @@ job; the file itself stays (removing it would let two jobs lock two different fi
 
 from __future__ import annotations
 
-import json
 import os
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shardrec.dataloader import locks
 from shardrec.trainer.rundir import names
 
 
@@ -44,42 +43,22 @@ def describe_holder(holder: dict[str, Any]) -> str:
     return f"job {holder.get('job', '?')} on host {holder.get('host', '?')}, pid {holder.get('pid', '?')}"
 
 
-def _read_holder(fd: int) -> dict[str, Any]:
-    try:
-        raw = os.pread(fd, 4096, 0)
-        holder = json.loads(raw.decode()) if raw.strip() else {}
-        return holder if isinstance(holder, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
 def acquire_run_lock(run_dir: Path, job_id: str | None = None) -> RunLock:
     """Lock `run_dir` for this process (creating the directory), writing host, pid and job id.
 
     Raises RunDirInUse naming the holder when another job holds it, unless that holder is the
     job `job_id` (the launcher of this very rank); then the returned lock holds nothing itself.
     """
-    import fcntl  # POSIX only, as the trainer is
-
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / names.LOCK
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    holder = locks.me(job=job_id or "")
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = _read_holder(fd)
-        os.close(fd)
-        if job_id and holder.get("job") == job_id:
-            return RunLock(path, None, holder)
+        return RunLock(path, locks.hold(path, holder), holder)
+    except locks.Locked as e:
+        if job_id and e.holder.get("job") == job_id:
+            return RunLock(path, None, e.holder)
         raise RunDirInUse(
-            f"{run_dir} is in use by {describe_holder(holder)} (lock file {path}); "
+            f"{run_dir} is in use by {describe_holder(e.holder)} (lock file {path}); "
             f"wait for that job to end or choose another --out-dir"
         ) from None
-    except OSError:
-        os.close(fd)
-        raise
-    holder = {"host": socket.gethostname(), "pid": os.getpid(), "job": job_id or ""}
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
-    return RunLock(path, fd, holder)

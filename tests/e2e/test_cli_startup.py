@@ -1,0 +1,116 @@
+"""Start-up: the commands that need no torch do not import it (`plan show`, `runs`, `config`,
+`data stats / head / verify`), and a bad flag value is one line before any heavy import (`train`,
+`plan`, `eval`, `export`, `predict`); `-v` works after the command too; `--help` shows no type
+beside a flag.
+
+One fresh interpreter runs every command in turn (lightest first: a module once imported stays)
+and reports, after each, its exit code, last stderr line and whether torch or torchrec are loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from shardrec.tools.cli.app import app
+
+SCRIPT = """
+import json, sys
+from typer.testing import CliRunner
+from shardrec.tools.cli.app import app
+for args in json.loads(sys.argv[1]):
+    result = CliRunner().invoke(app, args)
+    heavy = sorted(m for m in ("torch", "torchrec") if m in sys.modules)
+    print(json.dumps([args[:2], result.exit_code, (result.stderr.strip().splitlines() or [""])[-1], heavy]))
+"""
+
+
+def _fake_run(run: Path, data: Path | None = None, plan: Path | None = None) -> None:
+    """A run directory as `runs` and `eval` read it: config, plan, one complete checkpoint, its
+    unheld lock, metrics (stopped at step 4)."""
+    from shardrec.trainer.job.config import load_job_config
+
+    (run / "checkpoints" / "step-00000004").mkdir(parents=True)
+    (run / "checkpoints" / "step-00000004" / "digests.json").write_text("{}")
+    (run / "config.toml").write_text(load_job_config(None, [f'data.path="{data or ""}"']).to_toml())
+    (run / ".lock").write_text("")
+    if plan is not None:
+        (run / "plan.json").write_bytes(plan.read_bytes())
+    records = [
+        {"kind": "eval", "split": "val", "step": 4, "auc": 0.75, "final": False},
+        {"kind": "stop", "step": 4, "reason": "SIGTERM"},
+    ]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_light_commands_never_import_torch_and_bad_flags_are_caught_first(tiny_dataset: Path, tmp_path: Path) -> None:
+    plan = tmp_path / "plan.json"
+    planned = CliRunner().invoke(app, ["plan", "--data", str(tiny_dataset), "--world-size", "2", "--out", str(plan)])
+    assert planned.exit_code == 0, planned.output
+    run = tmp_path / "runs" / "a"
+    _fake_run(run, tiny_dataset, plan)
+    data = str(tiny_dataset)
+    commands = [
+        ["plan", "show", str(plan)],
+        ["runs", str(tmp_path / "runs"), "--json"],
+        ["runs", str(tmp_path / "runs"), "-v"],
+        ["config", "defaults"],
+        ["config", "show", "--set", "train.seed=3"],
+        ["data", "stats", data],
+        ["data", "head", data, "--rows", "2"],
+        ["data", "verify", data],
+        ["train", "--data", data, "--steps", "-5"],
+        ["train", "--data", str(tmp_path / "missing")],
+        ["plan", "--data", data, "--topology", "nope"],
+        ["eval", str(run), "--nproc-per-node", "0"],
+        ["eval", str(run), "--split", "nope"],
+        ["export", str(run), "--out", str(tmp_path)],
+        ["predict", str(run), data],
+    ]
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, json.dumps(commands)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("[[")]
+    assert len(results) == len(commands), done.stdout
+    for (command, code, last, heavy), expected in zip(
+        results,
+        [0] * 8 + [1] * 7,
+    ):
+        assert (code, heavy) == (expected, []), f"{command}: exit {code}, imported {heavy}: {last}"
+    lines = [last for _, _, last, _ in results[8:]]
+    assert lines == [
+        "error: --steps -5: train.steps = -5 must be >= 0",
+        f"error: {tmp_path / 'missing'}: does not exist",
+        "error: --topology nope: not one of auto, cpu-gloo, a100, h100, h200",
+        "error: --nproc-per-node must be at least 1, got 0",
+        f"error: {tiny_dataset.resolve()}: no rows in split 'nope' to evaluate (has train, val, test)",
+        f"error: --out {tmp_path}: is a directory; give a file name such as {tmp_path / 'model.safetensors'}",
+        f"error: {run}: a run directory, not a model file; export it first: "
+        f"`shardrec export {run} --out model.safetensors`",
+    ]
+
+
+def test_runs_lists_a_stopped_run_and_help_shows_no_flag_types(tmp_path: Path) -> None:
+    _fake_run(tmp_path / "a")
+    listed = CliRunner().invoke(app, ["runs", str(tmp_path), "--json", "-v"])
+    assert listed.exit_code == 0, listed.output
+    assert json.loads(listed.stdout) == [
+        {"run": str(tmp_path / "a"), "step": 4, "status": "stopped", "best_val_auc": 0.75}
+    ]
+    # A rerun resumed it and died before its next checkpoint: failed, no longer stopped.
+    with (tmp_path / "a" / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps({"kind": "resume", "step": 4, "epoch": 0}) + "\n")
+    listed = CliRunner().invoke(app, ["runs", str(tmp_path), "--json"])
+    assert [r["status"] for r in json.loads(listed.stdout)] == ["failed"]
+    # The ranks to start are --nproc-per-node in every command (bench train's --nproc still works).
+    ranks = CliRunner().invoke(app, ["bench", "train", "--nproc-per-node", "0"])
+    assert ranks.exit_code == 1 and "--nproc-per-node" in ranks.stderr, ranks.output
+    for args in (["--help"], ["runs", "--help"], ["train", "--help"], ["data", "verify", "--help"]):
+        shown = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+        assert shown.exit_code == 0 and "--help" in shown.stdout
+        assert "<bool>" not in shown.stdout, f"{args}:\n{shown.stdout}"

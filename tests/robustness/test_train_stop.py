@@ -1,0 +1,177 @@
+"""A stop that keeps the work.
+
+SIGTERM to `shardrec train` (Kubernetes and a plain `kill` signal the launcher; Slurm every process
+of the job), or SIGINT to every process of its group and to the ranks (a terminal's Ctrl-C reaches
+the launcher's process group; torchrun starts the ranks in sessions of their own): the ranks finish
+the step, write a checkpoint and leave; the launcher's last line says so, its exit code is 75;
+`shardrec runs` lists the run as stopped, and a rerun of the same command ends bitwise equal to an
+uninterrupted run. A second signal to the launcher, or no end within checkpoint.stop_grace_s, ends
+the job at once; a rank takes a repeat of the same signal within a second as the same request.
+
+Three 2-rank trainings of 60 short steps and one resume; the interrupted ones sleep after every
+step (fault `slow`) so that the signal lands mid-run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import TINY_MODEL, final_weights, settings, trainer_ranks
+from typer.testing import CliRunner
+
+from shardrec.tools.cli.app import app
+
+JOB = settings(
+    'train.device="cpu"',  # CPU ranks (gloo) even on a GPU host: 2 ranks must not need 2 GPUs
+    *TINY_MODEL,
+    "train.global_batch_size=64",
+    "train.epochs=4",
+    'data.eval_splits=["val"]',
+    "train.log_interval=1",
+)
+STOPPED = 75
+
+
+def _command(data: Path, run_dir: Path) -> list[str]:
+    return [sys.executable, "-m", "shardrec.tools.cli", "train", "--data", str(data), "--out-dir", str(run_dir)]
+
+
+def _train(data: Path, run_dir: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(_command(data, run_dir) + ["--nproc-per-node", "2", *JOB], capture_output=True, text=True)
+
+
+def _start_slow(data: Path, run_dir: Path) -> subprocess.Popen:
+    """A training in a process group of its own, as a shell starts a job, slowed after every step."""
+    return subprocess.Popen(
+        _command(data, run_dir) + ["--nproc-per-node", "2", *JOB],
+        start_new_session=True,
+        env={**os.environ, "SHARDREC_FAULT": "slow:1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_for_step(job: subprocess.Popen, run_dir: Path, step: int) -> None:
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and job.poll() is None:
+        records = (run_dir / "metrics.jsonl").read_text() if (run_dir / "metrics.jsonl").is_file() else ""
+        if any(json.loads(line).get("step", 0) >= step for line in records.splitlines() if line.endswith("}")):
+            return
+        time.sleep(0.1)
+    job.kill()
+    raise AssertionError(f"no step {step} in {run_dir}: {job.stderr.read()[-3000:] if job.stderr else ''}")
+
+
+def _stopped_line(job: subprocess.Popen, run_dir: Path) -> int:
+    """Assert the job stopped with its checkpoint, saying so last; returns the step."""
+    _, stderr = job.communicate(timeout=120)
+    assert job.returncode == STOPPED, stderr[-3000:]
+    last = stderr.strip().splitlines()[-1]
+    step = int(last.removeprefix("stopped at step ").partition(";")[0])
+    assert last == f"stopped at step {step}; checkpoint written; rerun the same command to resume"
+    assert 3 <= step < 60 and (run_dir / "checkpoints" / f"step-{step:08d}" / "digests.json").is_file()
+    assert not (run_dir / "summary.json").exists()
+    listed = CliRunner().invoke(app, ["runs", str(run_dir), "--json"])
+    assert [r["status"] for r in json.loads(listed.stdout)] == ["stopped"], listed.output
+    return step
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="finds the ranks in /proc")
+def test_sigterm_and_ctrl_c_stop_after_a_checkpoint_and_the_rerun_is_bit_exact(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
+    reference = _train(tiny_dataset, tmp_path / "reference")
+    assert reference.returncode == 0, reference.stderr[-3000:]
+
+    # SIGTERM to the launcher alone (Kubernetes, `kill PID`).
+    run = tmp_path / "sigterm"
+    job = _start_slow(tiny_dataset, run)
+    _wait_for_step(job, run, 3)
+    os.kill(job.pid, signal.SIGTERM)
+    _stopped_line(job, run)
+    rerun = _train(tiny_dataset, run)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    for part in ("model", "fused_optim"):
+        ref, resumed = final_weights(tmp_path / "reference", part), final_weights(run, part)
+        assert ref.keys() == resumed.keys()
+        assert all(torch.equal(ref[key], resumed[key]) for key in ref), part
+    ref, resumed = (json.loads((d / "summary.json").read_text()) for d in (tmp_path / "reference", run))
+    assert resumed["steps"] == 60 and resumed["resumed_from_step"] < 60
+    for metrics in (ref["eval"]["val"], resumed["eval"]["val"]):
+        metrics.pop("seconds")
+    assert ref["eval"] == resumed["eval"]
+
+    # SIGINT to the launcher's process group (a terminal's Ctrl-C) and to every rank (Slurm).
+    run = tmp_path / "sigint"
+    job = _start_slow(tiny_dataset, run)
+    _wait_for_step(job, run, 3)
+    ranks = trainer_ranks(run)
+    assert len(ranks) == 2
+    os.killpg(job.pid, signal.SIGINT)
+    for pid in ranks:
+        os.kill(pid, signal.SIGINT)
+    _stopped_line(job, run)
+    assert not trainer_ranks(run)
+
+
+_IGNORES_SIGTERM = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
+
+
+@pytest.mark.parametrize("second_signal", [True, False])
+def test_a_second_signal_or_the_grace_period_ends_the_job_at_once(tmp_path: Path, second_signal: bool) -> None:
+    from shardrec.trainer.distributed.launch import _supervise
+
+    child = subprocess.Popen([sys.executable, "-c", _IGNORES_SIGTERM])
+    lines: list[str] = []
+    # Signals arrive while the launcher waits: from a helper process, as from outside.
+    sender = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import os, signal, time; time.sleep(1); os.kill({os.getpid()}, signal.SIGTERM); "
+            + (f"time.sleep(1); os.kill({os.getpid()}, signal.SIGINT)" if second_signal else ""),
+        ]
+    )
+    start = time.monotonic()
+    result = _supervise(child, tmp_path / "stop", 30.0 if second_signal else 2.0, lines.append)
+    sender.wait()
+    assert time.monotonic() - start < 20
+    assert result.code == -signal.SIGKILL and result.signal == "SIGTERM"
+    assert result.forced == (
+        "a second signal (SIGINT)" if second_signal else "no checkpoint within 2 s (checkpoint.stop_grace_s)"
+    )
+    assert (tmp_path / "stop").exists() and lines == [
+        f"SIGTERM: the ranks stop within 10 steps and write a checkpoint (within {30 if second_signal else 2} s, "
+        "checkpoint.stop_grace_s); a second signal stops at once"
+    ]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the launcher's handlers are gone again
+
+
+_RANK = """
+import os, signal, sys, time
+from shardrec.trainer.distributed.stop import StopRequest
+stop = StopRequest().install()
+os.kill(os.getpid(), signal.SIGTERM)
+os.kill(os.getpid(), signal.SIGTERM)  # the same request, forwarded by torchrun's agent
+time.sleep(0.1)
+print(stop.requested, stop.signal_name, flush=True)
+time.sleep(1.2)
+os.kill(os.getpid(), signal.SIGINT)  # a second request: at once
+time.sleep(5)
+print("still alive", flush=True)
+"""
+
+
+def test_a_rank_stops_at_once_on_a_second_signal_but_not_on_a_repeat_of_the_first() -> None:
+    done = subprocess.run([sys.executable, "-c", _RANK], capture_output=True, text=True, timeout=60)
+    assert done.returncode == -signal.SIGINT, done.stderr[-3000:]
+    assert done.stdout == "True SIGTERM\n"

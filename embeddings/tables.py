@@ -9,6 +9,9 @@ from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from shardrec.dataloader.format import Manifest
 from shardrec.embeddings.dims import table_dims
 
+POOLING_TYPES = {"sum": PoolingType.SUM, "mean": PoolingType.MEAN}
+"""A sparse feature's pooling (the manifest's word, a spec's list column) -> its table's torchrec pooling."""
+
 
 def table_name(feature: str) -> str:
     return f"t_{feature}"
@@ -19,7 +22,8 @@ def build_table_configs(
     embedding_dim: int,
     dims: dict[str, int] | None = None,
 ) -> list[EmbeddingBagConfig]:
-    """One sum-pooled table per sparse feature of the dataset.
+    """One table per sparse feature of the dataset, pooled as the feature says (sum, or mean for
+    a spec's list column with `pooling = "mean"`).
 
     Args:
         manifest: the dataset's manifest; each feature's cardinality sizes its table.
@@ -33,7 +37,7 @@ def build_table_configs(
             embedding_dim=widths[feat.name],
             num_embeddings=max(1, feat.cardinality),
             feature_names=[feat.name],
-            pooling=PoolingType.SUM,
+            pooling=POOLING_TYPES[feat.pooling],
         )
         for feat in manifest.sparse_features
     ]

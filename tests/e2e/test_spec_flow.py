@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import TINY_MODEL, cli
+from helpers import TINY_MODEL, assert_one_line_error, cli
 
 from shardrec.dataloader.format import Manifest
 
@@ -169,3 +169,41 @@ def test_an_avazu_like_model_predicts_raw_rows_as_its_preprocessed_split(tmp_pat
         split = json.loads(cli("predict", "av.safetensors", "av", "--split", "test", "--out", "s.npy", "--json").stdout)
     assert raw["rows"] == split["rows"] == test_rows and raw["auc"] == pytest.approx(split["auc"], abs=1e-9)
     np.testing.assert_allclose(np.load(tmp_path / "raw.npy"), np.load(tmp_path / "s.npy"), rtol=1e-6)
+
+
+@pytest.fixture
+def tagged(tmp_path: Path) -> Path:
+    """A tiny CSV log with a header and a list column, preprocessed by its spec into tmp_path/d."""
+    rows = "".join(f"{i % 2},{i % 7},{['a|b', '', 'c', 'a|c|d'][i % 4]}\n" for i in range(400))
+    (tmp_path / "log.csv").write_text("y,n,tags\n" + rows)
+    (tmp_path / "s.toml").write_text(
+        '[format]\nkind = "csv"\nheader = true\n[[columns]]\nname = "y"\nrole = "label"\n'
+        '[[columns]]\nname = "n"\nrole = "dense"\n[[columns]]\nname = "tags"\nrole = "list"\nhash_size = 20\n'
+    )
+    cli("preprocess", tmp_path / "log.csv", "--spec", tmp_path / "s.toml", "--out", tmp_path / "d")
+    return tmp_path / "d"
+
+
+def test_multihot_sizes_on_a_dataset_with_lists_is_refused_before_any_rank_starts(tagged: Path) -> None:
+    result = cli(
+        "train", "--data", tagged, "--out-dir", tagged.parent / "run", "--set", "data.multihot_sizes=[3]", ok=False
+    )
+    assert_one_line_error(
+        result,
+        rf"^error: data.multihot_sizes: feature tags of {re.escape(str(tagged))} is a list column of its feature "
+        r"spec, with each row's own ids: .* leave data.multihot_sizes empty",
+    )
+    assert not (tagged.parent / "run").exists()
+
+
+def test_a_spec_model_refuses_criteos_rows_in_one_line(tagged: Path, tmp_path: Path) -> None:
+    write_untrained_model(tagged, tmp_path / "m.safetensors")
+    cli("synth", tmp_path / "criteo", "--rows", "50")
+    (criteo,) = (tmp_path / "criteo").iterdir()
+    result = cli("predict", tmp_path / "m.safetensors", criteo, "--out", tmp_path / "p.txt", ok=False)
+    assert_one_line_error(
+        result,
+        rf"^error: {re.escape(str(criteo))}: its first line has no ',': the model's spec reads CSV \(',' between "
+        r"fields\) with a header \(y, n, tags, \.\.\.\); this file is in another format$",
+    )
+    assert not (tmp_path / "p.txt").exists()

@@ -17,12 +17,13 @@ def table_name(feature: str) -> str:
 
 @dataclass(frozen=True)
 class TableSpec:
-    """One sum-pooled table of one sparse feature."""
+    """One table of one sparse feature; `pooling` is the feature's ("sum", or "mean" for a spec's list column)."""
 
     name: str
     feature: str
     rows: int
     dim: int
+    pooling: str = "sum"
 
 
 def table_dims(manifest: Manifest, embedding_dim: int, dims: dict[str, int] | None = None) -> dict[str, int]:
@@ -48,6 +49,6 @@ def table_specs(manifest: Manifest, embedding_dim: int, dims: dict[str, int] | N
     least one row) and `table_dims` gives its width."""
     widths = table_dims(manifest, embedding_dim, dims)
     return [
-        TableSpec(table_name(feat.name), feat.name, max(1, feat.cardinality), widths[feat.name])
+        TableSpec(table_name(feat.name), feat.name, max(1, feat.cardinality), widths[feat.name], feat.pooling)
         for feat in manifest.sparse_features
     ]

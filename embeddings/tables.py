@@ -9,7 +9,10 @@ from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from shardrec.dataloader.format import Manifest
 from shardrec.embeddings.dims import table_name, table_specs
 
-__all__ = ["build_ebc", "build_table_configs", "table_name", "table_weight_fqn"]
+__all__ = ["POOLING_TYPES", "build_ebc", "build_table_configs", "table_name", "table_weight_fqn"]
+
+POOLING_TYPES = {"sum": PoolingType.SUM, "mean": PoolingType.MEAN}
+"""A sparse feature's pooling (the manifest's word, a spec's list column) -> its table's torchrec pooling."""
 
 
 def build_table_configs(
@@ -17,7 +20,8 @@ def build_table_configs(
     embedding_dim: int,
     dims: dict[str, int] | None = None,
 ) -> list[EmbeddingBagConfig]:
-    """One sum-pooled table per sparse feature of the dataset.
+    """One table per sparse feature of the dataset, pooled as the feature says (sum, or mean for
+    a spec's list column with `pooling = "mean"`).
 
     Args:
         manifest: the dataset's manifest; each feature's cardinality sizes its table.
@@ -30,7 +34,7 @@ def build_table_configs(
             embedding_dim=spec.dim,
             num_embeddings=spec.rows,
             feature_names=[spec.feature],
-            pooling=PoolingType.SUM,
+            pooling=POOLING_TYPES[spec.pooling],
         )
         for spec in table_specs(manifest, embedding_dim, dims)
     ]

@@ -11,7 +11,7 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 from torchrec.optim.optimizers import in_backward_optimizer_filter
 from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 
-from shardrec.dataloader.format import Manifest
+from shardrec.dataloader.format import Manifest, SparseFeature
 from shardrec.embeddings.dims import table_dims
 from shardrec.embeddings.init import INIT_BLOCK_ROWS, _fill_rows, init_embedding_weights
 from shardrec.embeddings.optim import attach_fused_optimizer, replicated_table_optimizer, replicated_table_params
@@ -30,6 +30,28 @@ def test_one_table_per_sparse_feature_with_its_width(tiny_dataset: Path) -> None
     assert table_dims(manifest, 8) == {"f0": 8, "f1": 8, "f2": 8, "f3": 8}
     with pytest.raises(ValueError, match="^model.dims names features the dataset does not have: C1, zz$"):
         build_table_configs(manifest, 8, {"zz": 4, "C1": 4})
+
+
+def test_a_mean_pooled_list_feature_gives_the_mean_of_its_ids_embeddings() -> None:
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+    features = [
+        SparseFeature("genres", 12, "uint8", multi_hot=True, pooling="mean"),
+        SparseFeature("tags", 12, "uint8", multi_hot=True),
+    ]
+    tables = build_table_configs(Manifest([], features, {}), 4)
+    assert [t.pooling.name for t in tables] == ["MEAN", "SUM"]
+    ebc = build_ebc(tables, "cpu")
+    rows = [[3, 5, 11], [], [7]]  # a row's ids; an empty list pools to zeros
+    lengths = torch.tensor([len(r) for r in rows] * 2)
+    values = torch.tensor([i for r in rows for i in r] * 2)
+    pooled = ebc(KeyedJaggedTensor.from_lengths_sync(["genres", "tags"], values, lengths)).to_dict()
+    weights = {f: ebc.embedding_bags[f"t_{f}"].weight.detach() for f in ("genres", "tags")}
+    for i, ids in enumerate(rows):
+        mean = weights["genres"][ids].mean(0) if ids else torch.zeros(4)
+        total = weights["tags"][ids].sum(0)
+        torch.testing.assert_close(pooled["genres"][i].detach(), mean)
+        torch.testing.assert_close(pooled["tags"][i].detach(), total)
 
 
 def _table(rows: int = 20_000, dim: int = 4) -> EmbeddingBagConfig:

@@ -50,7 +50,9 @@ def predict(
     input_path: Annotated[
         Path,
         typer.Argument(
-            metavar="INPUT", help="A dataset directory (with --split) or a Criteo-format text file (.gz too)."
+            metavar="INPUT",
+            help="A dataset directory (with --split), or raw rows as the model's data was written (.gz too): "
+            "by its feature spec (CSV with a header, quoted fields, lists, string categoricals) or Criteo's rows.",
         ),
     ],
     split: Annotated[str, typer.Option("--split", help="Split of a dataset directory to score.")] = "test",
@@ -71,7 +73,8 @@ def predict(
 ) -> None:
     """Score a preprocessed split or raw rows with an exported model, in one process (no torchrun).
 
-    Raw rows get the dataset's own transform (its hashing or vocabulary and dense transform)."""
+    Raw rows are read by the model's feature spec (or Criteo's schema) and get its data's own transform
+    (its hashing or vocabulary and dense transform)."""
     # The flags and paths before torch is imported.
     if json_out and out is None:
         fail("--json prints a summary: give --out for the probabilities")

@@ -94,6 +94,13 @@ def _positions(spec: FeatureSpec, header: list[str] | None, where: str, spec_nam
             out.append(i)
         elif c.name in header:
             out.append(header.index(c.name))
+        elif len(header) == 1 and len(spec.columns) > 1:  # another format: a TSV (Criteo's rows) read as CSV, ...
+            kind = f"{spec.format.kind.upper()} ({spec.format.delimiter!r} between fields)"
+            names = ", ".join(col.name for col in spec.columns[:4])
+            raise SpecError(
+                f"{where}: its first line has no {spec.format.delimiter!r}: {spec_name} reads {kind} with a header "
+                f"({names}, ...); this file is in another format"
+            )
         else:
             near = difflib.get_close_matches(c.name, header, n=1)
             hint = f"; did you mean {near[0]}?" if near else f" (it has {', '.join(header[:12])})"

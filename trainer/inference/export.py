@@ -34,6 +34,7 @@ from shardrec.dataloader.format import Manifest
 from shardrec.embeddings.dims import table_specs
 from shardrec.trainer.inference.eval_request import find_checkpoint, run_config, run_dataset
 from shardrec.trainer.job import data_options
+from shardrec.trainer.job.config import JobConfig
 from shardrec.trainer.rundir import lifecycle
 
 logger = logging.getLogger(__name__)
@@ -63,6 +64,8 @@ TRANSFORM_KEYS = (
     "schema",
     "dense_transform",
     "dense_dtype",
+    "spec",
+    "spec_sha256",
 )
 """Manifest options that say how raw rows became the dataset's ids and dense values."""
 
@@ -135,7 +138,13 @@ def header_preprocessing(header: dict[str, Any]) -> dict[str, Any]:
 def model_header(run_dir: Path, step: int) -> dict[str, Any]:
     """What the model file says about itself (its `__metadata__["shardrec"]`)."""
     config = run_config(run_dir)
-    raw = run_dataset(run_dir, config)
+    header = describe_model(config, run_dataset(run_dir, config))
+    return {**header, "source": {"run_dir": str(Path(run_dir).resolve()), "step": step}}
+
+
+def describe_model(config: JobConfig, raw: Manifest) -> dict[str, Any]:
+    """The header of a model of this job on this dataset (raw: its manifest as preprocessing wrote it),
+    less the run it came from: format, model config, tables and their features, the feature transform."""
     seen = data_options.model_manifest(raw, config.data)
     tables = table_specs(seen, config.model.embedding_dim, config.model.dims)
     return {
@@ -143,12 +152,16 @@ def model_header(run_dir: Path, step: int) -> dict[str, Any]:
         "format_version": FORMAT_VERSION,
         "model": dataclasses.asdict(config.model),
         "precision": config.train.precision,
-        "tables": [{"name": t.name, "features": [t.feature], "rows": t.rows, "dim": t.dim} for t in tables],
+        "tables": [
+            {"name": t.name, "features": [t.feature], "rows": t.rows, "dim": t.dim}
+            # pooling only where it is not sum, as the manifest writes it: other models keep their bytes
+            | ({} if t.pooling == "sum" else {"pooling": t.pooling})
+            for t in tables
+        ],
         "feature_names": seen.feature_names,
         "multi_hot": [f.name for f in seen.sparse_features if f.multi_hot],
         "dense_features": list(seen.dense_features),
         "transform": feature_transform(raw, Path(config.data.path), config.data),
-        "source": {"run_dir": str(Path(run_dir).resolve()), "step": step},
     }
 
 

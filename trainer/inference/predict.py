@@ -17,13 +17,13 @@ from typing import Any
 import numpy as np
 import torch
 from torchrec.datasets.utils import Batch
-from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
+from torchrec.modules.embedding_configs import EmbeddingBagConfig
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from shardrec.dataloader.format import Manifest
 from shardrec.dataloader.loader import NO_SHUFFLE, Delivery, build_loader
 from shardrec.dataloader.multihot import MultiHotOption
-from shardrec.embeddings.tables import build_ebc
+from shardrec.embeddings.tables import POOLING_TYPES, build_ebc
 from shardrec.trainer.inference.export import FORMAT, FORMAT_VERSION, META_KEY, header_preprocessing
 from shardrec.trainer.job.config import ModelConfig
 from shardrec.trainer.model.models import RecModel, build_model
@@ -73,7 +73,7 @@ def load_exported(path: Path) -> ExportedModel:
             embedding_dim=t["dim"],
             num_embeddings=t["rows"],
             feature_names=list(t["features"]),
-            pooling=PoolingType.SUM,
+            pooling=POOLING_TYPES[t.get("pooling", "sum")],  # written only where not sum
         )
         for t in header["tables"]
     ]

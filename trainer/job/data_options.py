@@ -55,6 +55,12 @@ def model_manifest(manifest: Manifest, data: DataConfig) -> Manifest:
             f"{data.path} ({', '.join(names[:3])}, ...): give one per feature"
         )
     for feat in manifest.sparse_features:
+        if feat.multi_hot and "spec" in manifest.options:
+            raise ValueError(
+                f"data.multihot_sizes: feature {feat.name} of {data.path} is a list column of its feature spec, "
+                "with each row's own ids: multi-hot ids are drawn for one-hot features only; "
+                "leave data.multihot_sizes empty (--set 'data.multihot_sizes=[]')"
+            )
         if feat.multi_hot:
             raise ValueError(
                 f"data.multihot_sizes: feature {feat.name} of {data.path} is already multi-hot "

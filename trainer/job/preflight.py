@@ -8,6 +8,7 @@ from shardrec.dataloader.format import Manifest
 from shardrec.embeddings.dims import table_dims
 from shardrec.embeddings.sparse_optimizers import check_device
 from shardrec.trainer.distributed.devices import check_ranks_fit, cuda_unusable_reason, resolve_device_kind
+from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import JobConfig
 
 if TYPE_CHECKING:
@@ -27,7 +28,8 @@ def preflight(job: JobConfig, world_size: int) -> None:
         raise ValueError("train.device = 'cuda' but CUDA is not available here" + (f": {reason}" if reason else ""))
     check_ranks_fit(kind, world_size)
     check_device(job.optim.sparse, kind)
-    manifest = Manifest.load(job.data.path)
+    # The dataset as the model sees it (on-the-fly multi-hot ids resized): what the ranks will build.
+    manifest = data_options.model_manifest(Manifest.load(job.data.path), job.data)
     check_against_dataset(job, manifest, world_size)
     if job.sharding.plan:
         _check_plan_file(job, manifest, world_size, kind)

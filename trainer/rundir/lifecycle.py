@@ -58,9 +58,20 @@ def dataset_schema(manifest: Manifest) -> dict[str, Any]:
     }
 
 
-PREPROCESSING_KEYS = ("mode", "max_ids", "min_count", "hash", "missing_id", "oov_id", "dense_transform", "dense_dtype")
-"""The manifest options that decide which id and which dense value a raw field becomes (not the
-text layout: the same rows as TSV or CSV give the same dataset)."""
+PREPROCESSING_KEYS = (
+    "mode",
+    "max_ids",
+    "min_count",
+    "hash",
+    "missing_id",
+    "oov_id",
+    "dense_transform",
+    "dense_dtype",
+    "spec_sha256",
+)
+"""The manifest options that decide which id and which dense value a raw field becomes (not Criteo's
+text layout: the same rows as TSV or CSV give the same dataset; a feature spec, whose hash is here,
+says which column is which)."""
 
 
 def preprocessing(manifest: Manifest) -> dict[str, Any]:

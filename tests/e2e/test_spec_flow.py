@@ -1,0 +1,209 @@
+"""Your own data, end to end: README's "Your own data" commands run as written (on fewer rows) on a
+MovieLens-shaped log, synth -> spec infer -> edit -> preprocess -> plan -> 2-rank train -> eval ->
+export -> predict on the raw file; the model pools genres by mean as its spec says, and predict on
+the raw test rows gives eval's AUC and, row by row, the probabilities of the preprocessed split.
+
+One run of the README's commands (module fixture) serves every assertion.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import TINY_MODEL, assert_one_line_error, cli
+
+from shardrec.dataloader.format import Manifest
+
+REPO = Path(__file__).resolve().parents[2]
+ROWS = 20_000
+"""Rows of the synthetic log instead of the README's million: 8 training steps of its batch."""
+# Commands that start ranks (torchrun) run as the user runs them; the rest in this process.
+SUBPROCESS = ("train", "eval")
+
+
+def readme_commands() -> list[list[str]]:
+    """The command lines of the README's "Your own data" block, comments dropped."""
+    section = (REPO / "README.md").read_text().split("### Your own data", 1)[1]
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0]
+    return [shlex.split(line, comments=True) for line in block.splitlines() if line.strip()]
+
+
+def edit_spec(path: Path) -> None:
+    """The README's edit: timestamp ignored, genres pooled by mean (each column a block of the file)."""
+    blocks = path.read_text().split("\n\n")
+    for i, block in enumerate(blocks):
+        if 'name = "timestamp"' in block:
+            comments = [line for line in block.splitlines() if line.startswith("#")]
+            blocks[i] = "\n".join([*comments, "[[columns]]", 'name = "timestamp"', 'role = "ignore"'])
+        if 'name = "genres"' in block:
+            assert 'pooling = "sum"' in block
+            blocks[i] = block.replace('pooling = "sum"', 'pooling = "mean"')
+    path.write_text("\n\n".join(blocks))
+
+
+def run(args: list[str], cwd: Path) -> str:
+    """One README command in `cwd`; its stdout and stderr."""
+    if args[1] in SUBPROCESS:
+        done = subprocess.run(
+            [sys.executable, "-m", "shardrec.tools.cli", *args[1:]], cwd=cwd, capture_output=True, text=True
+        )
+        assert done.returncode == 0, f"{args}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+        return done.stdout + done.stderr
+    with contextlib.chdir(cwd):
+        result = cli(*args[1:])
+    return result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def flow(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The README's commands run in one folder: command name -> what it printed."""
+    root = tmp_path_factory.mktemp("own_data")
+    printed = {}
+    for args in readme_commands():
+        if args[0] == "$EDITOR":
+            edit_spec(root / args[1])
+            continue
+        assert args[0] == "shardrec", args
+        if "--rows" in args:
+            args[args.index("--rows") + 1] = str(ROWS)
+        printed[args[1]] = run(args, root)
+    printed["root"] = str(root)
+    return printed
+
+
+def _test_rows(root: Path) -> int:
+    """The test split's rows: the raw file's last lines (kaggle layout: the last seventh, halved)."""
+    return Manifest.load(root / "ml").splits["test"].rows
+
+
+@pytest.mark.slow
+def test_readme_flow_trains_a_mean_pooled_list_and_records_the_spec(flow: dict[str, str]) -> None:
+    root = Path(flow["root"])
+    manifest = Manifest.load(root / "ml")
+    assert manifest.feature("genres").pooling == "mean" and "timestamp" not in manifest.feature_names
+    assert 1.5 < manifest.feature("genres").stats["mean_ids_per_sample"] < 2.5
+    # The plan and the run's copy of it were made for a mean-pooled genres table.
+    for plan in (root / "plan.json", root / "runs" / "ml" / "plan.json"):
+        tables = {t["name"]: t for t in json.loads(plan.read_text())["fingerprint"]["tables"]}
+        assert tables["t_genres"]["pooling"] == "MEAN" and tables["t_zip"]["pooling"] == "SUM"
+    from safetensors import safe_open
+
+    with safe_open(str(root / "ml.safetensors"), framework="pt") as f:
+        header = json.loads(f.metadata()["shardrec"])
+    assert header["transform"]["spec"] == manifest.options["spec"]
+    assert header["transform"]["spec_sha256"] == manifest.options["spec_sha256"]
+    pooling = {t["name"]: t.get("pooling", "sum") for t in header["tables"]}
+    assert pooling["t_genres"] == "mean" and set(pooling.values()) == {"sum", "mean"}
+    summary = json.loads((root / "runs" / "ml" / "summary.json").read_text())
+    assert summary["steps"] >= 5
+
+
+@pytest.mark.slow
+def test_predict_on_raw_rows_equals_eval_and_the_preprocessed_split(flow: dict[str, str]) -> None:
+    root = Path(flow["root"])
+    test_rows = _test_rows(root)
+    whole = np.loadtxt(root / "p.txt")
+    assert whole.shape == (ROWS,)
+    # The test split as raw text (the header, then the file's last rows), scored by predict.
+    lines = (root / "raw" / "train.csv").read_bytes().splitlines(keepends=True)
+    (root / "test.csv").write_bytes(lines[0] + b"".join(lines[-test_rows:]))
+    with contextlib.chdir(root):
+        raw = json.loads(cli("predict", "ml.safetensors", "test.csv", "--out", "raw.npy", "--json").stdout)
+        split = json.loads(cli("predict", "ml.safetensors", "ml", "--split", "test", "--out", "s.npy", "--json").stdout)
+    assert raw["rows"] == split["rows"] == test_rows
+    np.testing.assert_allclose(np.load(root / "raw.npy"), np.load(root / "s.npy"), rtol=1e-6)
+    np.testing.assert_allclose(whole[-test_rows:], np.load(root / "raw.npy"), rtol=1e-6)
+    # eval printed its AUC with 6 decimals; the run's own final evaluation has it whole.
+    (printed,) = re.findall(r"AUC (\d\.\d{6})", flow["eval"])
+    assert raw["auc"] == pytest.approx(float(printed), abs=1e-6)
+    records = [json.loads(line) for line in (root / "runs" / "ml" / "metrics.jsonl").read_text().splitlines()]
+    (final,) = [r for r in records if r["kind"] == "eval" and r["final"] and r["split"] == "test"]
+    assert raw["auc"] == pytest.approx(final["auc"], abs=1e-6)
+
+
+def write_untrained_model(dataset: Path, out: Path) -> None:
+    """A model file of the tiny model on `dataset`, as `shardrec export` writes one, with random
+    weights: training stands in for nothing the checks below read."""
+    import torch
+    from safetensors.torch import save_file
+
+    from shardrec.embeddings.tables import build_ebc, build_table_configs
+    from shardrec.trainer.inference.export import META_KEY, describe_model
+    from shardrec.trainer.job.config import load_job_config
+    from shardrec.trainer.model.models import build_model
+
+    manifest = Manifest.load(dataset)
+    job = load_job_config(None, [f'data.path="{dataset}"', *TINY_MODEL])
+    torch.manual_seed(0)
+    tables = build_table_configs(manifest, job.model.embedding_dim)
+    model = build_model(job.model, build_ebc(tables, "cpu"), manifest.feature_names, len(manifest.dense_features))
+    save_file(model.state_dict(), str(out), metadata={META_KEY: json.dumps(describe_model(job, manifest))})
+
+
+def test_an_avazu_like_model_predicts_raw_rows_as_its_preprocessed_split(tmp_path: Path) -> None:
+    """Avazu's shape (id column ignored, label in the second column, hex and integer categoricals,
+    hour as a code) through infer -> preprocess -> plan -> a model file -> predict, in one process
+    (the 2-rank flow above covers training)."""
+    with contextlib.chdir(tmp_path):
+        cli("synth", "raw", "--like", "avazu", "--rows", "3000", "--seed", "3")
+        cli("spec", "infer", "raw/train.csv", "--label", "click", "--out", "av.toml")
+        cli("preprocess", "raw/train.csv", "--spec", "av.toml", "--out", "av")
+        cli("plan", "--data", "av", "--world-size", "1", "--out", "plan.json")
+    manifest = Manifest.load(tmp_path / "av")
+    assert "id" not in manifest.feature_names + manifest.dense_features and "click" not in manifest.feature_names
+    assert {"hour", "site_id", "device_ip"} <= set(manifest.feature_names) and "C20" in manifest.dense_features
+    write_untrained_model(tmp_path / "av", tmp_path / "av.safetensors")
+    test_rows = manifest.splits["test"].rows
+    lines = (tmp_path / "raw" / "train.csv").read_bytes().splitlines(keepends=True)
+    (tmp_path / "test.csv").write_bytes(lines[0] + b"".join(lines[-test_rows:]))
+    with contextlib.chdir(tmp_path):
+        raw = json.loads(cli("predict", "av.safetensors", "test.csv", "--out", "raw.npy", "--json").stdout)
+        split = json.loads(cli("predict", "av.safetensors", "av", "--split", "test", "--out", "s.npy", "--json").stdout)
+    assert raw["rows"] == split["rows"] == test_rows and raw["auc"] == pytest.approx(split["auc"], abs=1e-9)
+    np.testing.assert_allclose(np.load(tmp_path / "raw.npy"), np.load(tmp_path / "s.npy"), rtol=1e-6)
+
+
+@pytest.fixture
+def tagged(tmp_path: Path) -> Path:
+    """A tiny CSV log with a header and a list column, preprocessed by its spec into tmp_path/d."""
+    rows = "".join(f"{i % 2},{i % 7},{['a|b', '', 'c', 'a|c|d'][i % 4]}\n" for i in range(400))
+    (tmp_path / "log.csv").write_text("y,n,tags\n" + rows)
+    (tmp_path / "s.toml").write_text(
+        '[format]\nkind = "csv"\nheader = true\n[[columns]]\nname = "y"\nrole = "label"\n'
+        '[[columns]]\nname = "n"\nrole = "dense"\n[[columns]]\nname = "tags"\nrole = "list"\nhash_size = 20\n'
+    )
+    cli("preprocess", tmp_path / "log.csv", "--spec", tmp_path / "s.toml", "--out", tmp_path / "d")
+    return tmp_path / "d"
+
+
+def test_multihot_sizes_on_a_dataset_with_lists_is_refused_before_any_rank_starts(tagged: Path) -> None:
+    result = cli(
+        "train", "--data", tagged, "--out-dir", tagged.parent / "run", "--set", "data.multihot_sizes=[3]", ok=False
+    )
+    assert_one_line_error(
+        result,
+        rf"^error: data.multihot_sizes: feature tags of {re.escape(str(tagged))} is a list column of its feature "
+        r"spec, with each row's own ids: .* leave data.multihot_sizes empty",
+    )
+    assert not (tagged.parent / "run").exists()
+
+
+def test_a_spec_model_refuses_criteos_rows_in_one_line(tagged: Path, tmp_path: Path) -> None:
+    write_untrained_model(tagged, tmp_path / "m.safetensors")
+    cli("synth", tmp_path / "criteo", "--rows", "50")
+    (criteo,) = (tmp_path / "criteo").iterdir()
+    result = cli("predict", tmp_path / "m.safetensors", criteo, "--out", tmp_path / "p.txt", ok=False)
+    assert_one_line_error(
+        result,
+        rf"^error: {re.escape(str(criteo))}: its first line has no ',': the model's spec reads CSV \(',' between "
+        r"fields\) with a header \(y, n, tags, \.\.\.\); this file is in another format$",
+    )
+    assert not (tmp_path / "p.txt").exists()

@@ -8,6 +8,9 @@ BIN := $(VENV)/bin
 KIND := $(shell $(PYTHON) requirements/machine.py kind)
 STAMP := $(VENV)/.shardrec-setup-$(KIND)
 DEMO := runs/demo
+# Test files run on this many pytest-xdist workers (one file stays on one worker, so its module
+# fixtures are built once): the multi-process tests leave a core idle while a rank imports torch.
+TEST_WORKERS ?= 2
 
 .PHONY: setup demo test mutants gpu-check clean
 
@@ -43,7 +46,7 @@ demo: setup
 test: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # Mutation testing of the core modules (scripts/mutants.py; slow, not part of `make test` or CI):
 # prints each module's kill rate. MUTANTS="order files" runs only those.

@@ -1,4 +1,5 @@
-"""`shardrec bench scale` at a tiny fraction: every stage reports positive figures and the rows add up."""
+"""`shardrec bench scale` at a tiny fraction: every stage reports positive figures, the rows add up and
+the projection's arithmetic is the one it prints."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from shardrec.tools.bench.scale import DAYS, feature_counts
+from shardrec.tools.bench.scale import DAYS, DISK_GB_PER_S, PROJECTED_CORES, TRAIN_RANKS, feature_counts
 
 
 def _scale(tmp_path: Path, *extra: str) -> dict:
@@ -30,14 +31,21 @@ def _check_common(out: dict, tmp_path: Path) -> None:
             s["lines"] == out["rows"] and sum(s["rows_kept"].values()) == out["rows"]
         )  # synth rows are all well formed
         assert s["parts"] >= DAYS and s["output_bytes"] > 0
-        for key in ("wall_s", "cpu_s", "peak_rss_mb", "mb_per_s_wall", "mb_per_cpu_s"):
+        for key in ("wall_s", "cpu_s", "peak_rss_mb", "peak_pss_mb", "mb_per_s_wall", "rows_per_cpu_s"):
             assert s[key] > 0, (name, key)
-    train_rows = st["preprocess_hash"]["rows_kept"]["train"]
-    assert st["stream"]["rows"] == train_rows // 64 * 64 and st["stream"]["rows_per_s"] > 0
+        assert s["peak_pss_mb"] <= s["peak_rss_mb"] + 1, name  # shared pages count once in PSS
+    stream, train_rows = st["stream"], st["preprocess_hash"]["rows_kept"]["train"]
+    assert stream["ranks"] == TRAIN_RANKS and len(stream["per_rank"]) == TRAIN_RANKS
+    assert stream["rows"] == train_rows // 64 * 64 and stream["rows_per_s"] > 0 and stream["cpu_share"] > 0
+    assert stream["one_part"]["rows_per_s"] > 0 and stream["vs_one_part"] > 0
     manifest = json.loads((tmp_path / "w" / "hash" / "manifest.json").read_text())
     assert [f["cardinality"] for f in manifest["sparse_features"]] == feature_counts(0.000005)
-    p = out["projection"]
-    assert p["preprocess_hash_hours"] > 0 and p["preprocess_vocab_hours"] > 0 and p["cores"] >= 1
+    p, synth = out["projection"], st["synth"]
+    for name in ("preprocess_hash", "preprocess_vocab"):
+        s, q = st[name], p[name]
+        cpu_s = synth["text_bytes"] / 0.000005 / 1e6 / s["mb_per_cpu_s"] / PROJECTED_CORES
+        disk_s = (synth["gzip_bytes"] + s["output_bytes"]) / 0.000005 / 1e9 / DISK_GB_PER_S
+        assert q["minutes"] == pytest.approx(max(cpu_s, disk_s) / 60) and f"= {cpu_s:,.0f} s" in q["arithmetic"]
 
 
 def test_scale_without_training(tmp_path: Path):

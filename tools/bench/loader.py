@@ -85,7 +85,7 @@ def write_bench_data(
     return ours, theirs
 
 
-def _warm(directory: Path) -> int:
+def warm_page_cache(directory: Path) -> int:
     """Read every file once so the runs measure page-cache reads; returns bytes read."""
     total = 0
     for path in directory.rglob("*.npy"):
@@ -224,7 +224,7 @@ def run_bench(
         with console.status(f"writing {rows:,} Criteo-shaped rows: 1 part, {parts} parts and torchrec's layout"):
             one, theirs = write_bench_data(tmp, rows)
             many, _ = write_bench_data(tmp, rows, parts=parts, name="shardrec-parts")
-            _warm(tmp)
+            warm_page_cache(tmp)
         bytes_per_row = sum(p.stat().st_size for p in one.rglob("*.npy")) / rows
         gbps = memcpy_gbps()
         pipes, torchrec_load_s, global_shuffle_s = _torchrec_pipes(theirs, global_batch)

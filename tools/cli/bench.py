@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 
 from shardrec.tools.bench import loader as bench_loader
+from shardrec.tools.bench import loader_multihot
 from shardrec.tools.bench import plan as bench_plan
 from shardrec.tools.bench import preprocess as bench_preprocess
 from shardrec.tools.bench import scale as bench_scale
@@ -54,6 +55,19 @@ def loader(
             )
         ),
     ] = bench_loader.DEFAULT_PARTS,
+    multihot: Annotated[
+        bool,
+        typer.Option(
+            "--multihot",
+            help="Instead: samples/s per rank of DLRMv2's multi-hot ids made on the fly, against the one-hot loader.",
+        ),
+    ] = False,
+    table_rows: Annotated[
+        str, typer.Option("--table-rows", help="With --multihot: index table rows to run, comma-separated.")
+    ] = "1000000,10000000",
+    cache: Annotated[
+        Path | None, typer.Option(help="With --multihot: folder of the index tables (default: the multi-hot cache).")
+    ] = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Loader rows/s as torchrec Batches on one thread, vs the memcpy roofline and torchrec's pipe."""
@@ -66,6 +80,16 @@ def loader(
         fail(f"--parts must be in [1, --rows], got {parts}")
     if work_dir is not None and not work_dir.is_dir():
         fail(f"--work-dir {work_dir}: not a directory")
+    if multihot:
+        try:
+            sizes = [int(v) for v in table_rows.split(",")]
+        except ValueError:
+            fail(f"--table-rows {table_rows!r}: expected comma-separated integers, e.g. 1000000,10000000")
+        if min(sizes) < 1:
+            fail(f"--table-rows {table_rows!r}: every table needs at least 1 row")
+        result = loader_multihot.run_multihot_bench(rows, global_batch, sizes, rounds, max_batches, work_dir, cache)
+        _show(result, json_out, loader_multihot.print_result)
+        return
     result = bench_loader.run_bench(rows, global_batch, rounds, max_batches, work_dir, parts)
     _show(result, json_out, bench_loader.print_result)
 

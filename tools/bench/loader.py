@@ -107,7 +107,7 @@ def memcpy_gbps(nbytes: int = 1 << 28, repeats: int = 5) -> float:
     return nbytes / best / 1e9
 
 
-def _rows_per_second(batches: Iterable[Any], max_batches: int) -> float:
+def rows_per_second(batches: Iterable[Any], max_batches: int) -> float:
     rows, start = 0, time.perf_counter()
     for i, batch in enumerate(batches):
         rows += len(batch.labels)
@@ -249,7 +249,7 @@ def run_bench(
             "shardrec_no_shuffle_many_parts": loader(many, shuffle=False),
         }
         runs: dict[str, Callable[[], float]] = {
-            name: (lambda it=it: _rows_per_second(it, max_batches)) for name, it in {**loaders, **pipes}.items()
+            name: (lambda it=it: rows_per_second(it, max_batches)) for name, it in {**loaders, **pipes}.items()
         }
         best, anon_growth = _interleaved_best(runs, rounds, watch="shardrec_shuffle_many_parts")
         quality = _drift_quality(rows, global_batch)

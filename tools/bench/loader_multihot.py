@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +24,6 @@ from shardrec.tools.cli.common import console
 GPU_SAMPLES_PER_S = 1_800_000
 """One H200's MLPerf DLRMv2 training rate (HugeCTR, MLPerf v5.1): what a rank must be fed."""
 WORKERS = (0, 2)
-
-
-def _rate(loader, max_batches: int) -> float:
-    samples, start = 0, time.perf_counter()
-    for i, batch in enumerate(loader):
-        samples += len(batch.labels)
-        if i + 1 >= max_batches:
-            break
-    return samples / (time.perf_counter() - start)
 
 
 def run_multihot_bench(
@@ -49,7 +39,7 @@ def run_multihot_bench(
     from shardrec.dataloader.loader import Delivery, build_loader
     from shardrec.dataloader.multihot import MultiHotOption
     from shardrec.sharding.suites import DLRMV2_POOLING
-    from shardrec.tools.bench.loader import warm_page_cache, write_bench_data
+    from shardrec.tools.bench.loader import rows_per_second, warm_page_cache, write_bench_data
 
     tmp = Path(tempfile.mkdtemp(prefix="shardrec-bench-mh-", dir=work_dir))
     try:
@@ -67,11 +57,11 @@ def run_multihot_bench(
             for w in WORKERS:
                 runs[f"multihot_{n}_rows_{w}_workers"] = loader(option, w)
         for ld in runs.values():  # the first batches compile the gather kernels: not timed
-            _rate(ld, 2)
+            rows_per_second(ld, 2)
         best = {name: 0.0 for name in runs}
         for _ in range(rounds):
             for name, ld in runs.items():
-                best[name] = max(best[name], _rate(ld, max_batches))
+                best[name] = max(best[name], rows_per_second(ld, max_batches))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return {

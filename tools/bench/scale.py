@@ -6,11 +6,12 @@ summed over every process of the tree: proctree.py), in one run:
    feature f has max(min(R_f, 4), round(R_f x fraction)) distinct values, R_f being MLPerf
    DLRMv2's rows for table f (sharding/suites.py): the 1TB per-feature shape, scaled with the rows;
 2. preprocess in hashing mode (max ids = those counts) and in vocabulary mode (--min-count 2),
-   all workers;
-3. stream: the hashing dataset's train split through the loader, every part, on TRAIN_RANKS rank
-   processes at once with the training's global batch, against `bench loader`'s one warm part in
-   the same processes (scale_stream.py), with CPU-bound and waiting time and page faults;
-4. train a few hundred steps on TRAIN_RANKS ranks, then resume from the last checkpoint (deep in
+   on `workers` processes (every core by default);
+3. stream: the hashing dataset's train split through the loader, every part, on `ranks` rank
+   processes at once (TRAIN_RANKS by default) with the training's global batch, against
+   `bench loader`'s one warm part in the same processes (scale_stream.py), with CPU-bound and
+   waiting time and page faults;
+4. train a few hundred steps on `ranks` ranks, then resume from the last checkpoint (deep in
    the stream: the resumed run skips every batch the first one took) and train as many again.
 
 Each stage reports MB/s and rows/s, on the wall clock and per CPU-second. The projection for the
@@ -105,17 +106,17 @@ def _preprocess(raw: Path, out: Path, workers: int, text_bytes: int, mode: list[
     return st
 
 
-def _stream(data: Path, work: Path, batch: int, dataset_bytes: int, train_rows: int) -> dict[str, Any]:
-    """Every train part on TRAIN_RANKS rank processes, then bench loader's one warm part (scale_stream.py)."""
+def _stream(data: Path, work: Path, batch: int, ranks: int, dataset_bytes: int, train_rows: int) -> dict[str, Any]:
+    """Every train part on `ranks` rank processes, then bench loader's one warm part (scale_stream.py)."""
     from shardrec.tools.bench.scale_stream import BASELINE_ROWS, write_baseline
 
     baseline = write_baseline(work / "baseline", min(BASELINE_ROWS, max(train_rows, 2 * batch)))
     cmd = [sys.executable, "-m", "shardrec.tools.bench.scale", "stream", str(data), str(baseline), str(batch)]
-    st = _stage([*cmd, str(TRAIN_RANKS)], "stream", dataset_bytes)
-    ranks = json.loads(st.pop("stdout"))
-    stream, one_part = ranks["stream"], ranks["one_part"]
+    st = _stage([*cmd, str(ranks)], "stream", dataset_bytes)
+    measured = json.loads(st.pop("stdout"))
+    stream, one_part = measured["stream"], measured["one_part"]
     st.update(stream)
-    st.update(ranks=TRAIN_RANKS, global_batch=batch, one_part=one_part)
+    st.update(ranks=ranks, global_batch=batch, one_part=one_part)
     # The loop alone: the children's start (imports, opening every part) and the baseline are in wall_s.
     st["rows_per_s_wall"] = stream["rows_per_s"]
     st["mb_per_s_wall"] = dataset_bytes / 1e6 / max(stream["loop_s"], 1e-9)
@@ -131,8 +132,8 @@ def stream_child(data: Path, baseline: Path, batch: int, ranks: int) -> None:
     print(json.dumps(run_ranks(data, baseline, batch, ranks)))
 
 
-def _train(data: Path, run: Path, steps: int, batch: int, interval: int, resume: bool) -> dict[str, Any]:
-    cmd = _cli("train", "--data", str(data), "--out-dir", str(run), "--nproc-per-node", str(TRAIN_RANKS),
+def _train(data: Path, run: Path, ranks: int, steps: int, batch: int, interval: int, resume: bool) -> dict[str, Any]:
+    cmd = _cli("train", "--data", str(data), "--out-dir", str(run), "--nproc-per-node", str(ranks),
                "--steps", str(steps),
                "--json", *TRAIN_JOB, "--set", f"train.global_batch_size={batch}",
                "--set", f"checkpoint.interval_steps={interval}")  # fmt: skip
@@ -145,8 +146,18 @@ def _train(data: Path, run: Path, steps: int, batch: int, interval: int, resume:
     return st
 
 
-def run_scale(fraction: float, work: Path, steps: int, batch: int, train: bool = True) -> dict[str, Any]:
-    workers = os.cpu_count() or 1
+def run_scale(
+    fraction: float,
+    work: Path,
+    steps: int,
+    batch: int,
+    train: bool = True,
+    workers: int | None = None,
+    ranks: int = TRAIN_RANKS,
+) -> dict[str, Any]:
+    """Every stage in order at `fraction`; `workers` synthesise and preprocess (default: every core),
+    `ranks` rank processes stream and train."""
+    workers = workers or os.cpu_count() or 1
     raw = work / "raw"
     t0, c0 = time.perf_counter(), _cpu()
     rows, text = synth_days(raw, fraction, workers)
@@ -161,10 +172,11 @@ def run_scale(fraction: float, work: Path, steps: int, batch: int, train: bool =
     )
     stages["preprocess_vocab"] = _preprocess(raw, work / "vocab", workers, text, ["--min-count", "2"])
     hashed = stages["preprocess_hash"]
-    stages["stream"] = _stream(work / "hash", work, batch, hashed["output_bytes"], hashed["rows_kept"]["train"])
+    train_rows = hashed["rows_kept"]["train"]
+    stages["stream"] = _stream(work / "hash", work, batch, ranks, hashed["output_bytes"], train_rows)
     if train:
-        stages["train"] = _train(work / "hash", work / "run", steps, batch, steps, resume=False)
-        stages["train_resume"] = _train(work / "hash", work / "run", 2 * steps, batch, steps, resume=True)
+        stages["train"] = _train(work / "hash", work / "run", ranks, steps, batch, steps, resume=False)
+        stages["train_resume"] = _train(work / "hash", work / "run", ranks, 2 * steps, batch, steps, resume=True)
     return {
         "fraction": fraction,
         "workers": workers,

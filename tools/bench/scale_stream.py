@@ -78,10 +78,10 @@ def run_ranks(data: Path, baseline: Path, batch: int, ranks: int) -> dict[str, A
         if p.returncode != 0:
             raise RuntimeError(f"stream rank failed: {err.strip()[-1500:]}")
     per_rank = [json.loads(out) for out, _ in outs]
-    return {name: _combine([r[name] for r in per_rank]) for name in ("stream", "one_part")}
+    return {name: combine_ranks([r[name] for r in per_rank]) for name in ("stream", "one_part")}
 
 
-def _combine(ranks: list[dict[str, float]]) -> dict[str, Any]:
+def combine_ranks(ranks: list[dict[str, float]]) -> dict[str, Any]:
     """All ranks together: rows summed over the slowest rank's loop (ranks run side by side)."""
     loop = max(r["loop_s"] for r in ranks)
     rows, cpu = sum(r["rows"] for r in ranks), sum(r["cpu_s"] for r in ranks)

@@ -292,6 +292,10 @@ def scale(
     steps: Annotated[int, typer.Option(min=1, help="Training steps before the resume, and as many after it.")] = 200,
     batch: Annotated[int, typer.Option(min=2, help="Global batch size of the stream and training stages.")] = 2048,
     train: Annotated[bool, typer.Option("--train/--no-train", help="Run the training and resume stages.")] = True,
+    workers: Annotated[
+        int | None, typer.Option(min=1, help="Processes that synthesise and preprocess; default: every core.")
+    ] = None,
+    ranks: Annotated[int, typer.Option(min=1, help="Rank processes that stream and train.")] = bench_scale.TRAIN_RANKS,
     json_out: JsonFlag = False,
 ) -> None:
     """Make, preprocess (hashing and vocabulary), stream and train a Criteo-1TB-shaped dataset at a fraction."""
@@ -299,7 +303,7 @@ def scale(
         fail(f"--fraction {fraction} must be in (0, 1]")
     work = work_dir or Path(tempfile.mkdtemp(prefix="shardrec-scale-"))
     try:
-        result = bench_scale.run_scale(fraction, work, steps, batch, train)
+        result = bench_scale.run_scale(fraction, work, steps, batch, train, workers, ranks)
     except RuntimeError as e:
         fail(str(e))
     finally:

@@ -115,3 +115,30 @@ def test_counting_spills_runs_and_a_rerun_reuses_them(tmp_path: Path):
     (out / "manifest.json").unlink()
     run_preprocess(cfg)
     assert _digest(out) == before
+
+
+def test_32_bit_values_are_mapped_at_half_the_width_with_the_same_ids(tmp_path: Path):
+    # Every worker maps the vocabularies whole: on 52 M distinct Criteo values uint64 files were 832 MB.
+    rng = np.random.default_rng(3)
+    small = np.unique(rng.integers(0, 2**32, 500, dtype=np.uint64))
+    wide = np.append(small[:-1], np.uint64(2**40))  # one value past 32 bits: that feature stays uint64
+    d = tmp_path / "run-0"
+    d.mkdir()
+    counts = rng.integers(1, 5, len(small)).astype(np.int64)
+    for name, values in (("C1", small), ("C2", wide)):
+        np.save(d / f"{name}.values.npy", values)
+        np.save(d / f"{name}.counts.npy", counts)
+    build_vocabularies([d], ["C1", "C2"], 2, 1 << 20, tmp_path / "vocab")
+    narrow, full = load_vocabularies(tmp_path / "vocab", ["C1", "C2"])
+    assert (narrow.sorted_values.dtype, narrow.ids.dtype, full.sorted_values.dtype) == (np.uint32, np.uint32, np.uint64)
+    # Queries: kept values, dropped ones, missing, and values whose low 32 bits equal a kept value.
+    queries = np.concatenate([small, small + np.uint64(2**32), rng.integers(0, 2**32, 200, dtype=np.uint64)])
+    missing = np.zeros(len(queries), bool)
+    missing[::7] = True
+    for got, values in ((narrow, small), (full, wide)):
+        want = Vocabulary.build(values, counts, 2).lookup(queries, missing)
+        ids = got.lookup(queries, missing)
+        assert ids.dtype == np.uint64
+        np.testing.assert_array_equal(ids, want)
+    kept_plus_2_32 = small[counts >= 2] + np.uint64(2**32)
+    assert (narrow.lookup(kept_plus_2_32, np.zeros(len(kept_plus_2_32), bool)) == 1).all()  # OOV, not a match

@@ -22,6 +22,8 @@ drops under pressure.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import json
 from pathlib import Path
 
@@ -222,7 +224,17 @@ def build_vocabularies(runs: list[Path], names: list[str], min_count: int, memor
         "memory_bytes": int(memory_bytes),
     }
     atomic_write_bytes(vocab_dir / "vocab.json", json.dumps(info).encode())
+    _release_freed_memory()
     return info
+
+
+def _release_freed_memory() -> None:
+    # glibc keeps the merge's freed arrays in this process's heap (~100 MB on 52 M pairs), held
+    # for nothing while the workers map the vocabularies; malloc_trim gives them back. Elsewhere: nothing.
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim(0)
+    except (OSError, AttributeError, TypeError):
+        pass
 
 
 def load_vocabularies(vocab_dir: Path, names: list[str]) -> list[Vocabulary]:

@@ -111,6 +111,14 @@ def preprocess(
             "inferred spec: string categoricals, quoting, lists)."
         ),
     ] = "criteo",
+    gzip: Annotated[
+        bool,
+        typer.Option(
+            "--gzip",
+            help="Instead: the same rows as .gz against plain text on 1 worker (per CPU-s), and the .gz on "
+            "--workers against 1 (wall), no polars.",
+        ),
+    ] = False,
     json_out: JsonFlag = False,
 ) -> None:
     """Preprocess MB/s and peak RSS against a polars pipeline doing the same work (1 and all threads), same file."""
@@ -119,6 +127,9 @@ def preprocess(
 
     if size_gb <= 0 or workers < 1:
         fail(f"--size-gb ({size_gb}) and --workers ({workers}) must be positive")
+    if gzip:
+        _gzip_bench(size_gb, workers, work_dir, chunk_mb, json_out)
+        return
     if like not in ("criteo", "movielens", "avazu"):
         fail(f"--like {like!r} is not one of criteo, movielens, avazu")
     if bench_preprocess.polars_version() is None:
@@ -278,6 +289,19 @@ def train(
     except (ValueError, RuntimeError) as e:
         fail(str(e))
     _show(result, json_out, bench_train.print_result)
+
+
+def _gzip_bench(size_gb: float, workers: int, work_dir: Path | None, chunk_mb: float, json_out: bool) -> None:
+    from shardrec.tools.bench.preprocess_gzip import print_gzip_report, run_gzip_bench
+
+    with tempfile.TemporaryDirectory(prefix="shardrec-bench-") as tmp:
+        work = work_dir or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        try:
+            result = run_gzip_bench(size_gb, workers, work, chunk_mb)
+        except RuntimeError as e:
+            fail(str(e))
+    _show(result, json_out, print_gzip_report)
 
 
 @bench_app.command("scale")

@@ -11,9 +11,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from torchrec.modules.embedding_configs import EmbeddingBagConfig
+
+if TYPE_CHECKING:  # torchrec costs seconds to import; DLRMV2_ROWS alone is read without it (bench scale)
+    from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 # MLPerf DLRMv2 training: rows per table (max_ind_range 40 M) and multi-hot sizes.
 DLRMV2_ROWS = (
@@ -56,6 +59,8 @@ class TableSet:
 
 def table_config(i: int, rows: int, dim: int) -> EmbeddingBagConfig:
     """Table `t_i` of `rows` x `dim` for feature `f_i` (the suites' naming)."""
+    from torchrec.modules.embedding_configs import EmbeddingBagConfig
+
     return EmbeddingBagConfig(name=f"t_{i}", embedding_dim=dim, num_embeddings=int(rows), feature_names=[f"f_{i}"])
 
 

@@ -1,4 +1,6 @@
-"""`shardrec bench scale` at a tiny fraction: every stage reports positive figures and the rows add up."""
+"""`shardrec bench scale` at the smallest fraction (192 rows), on 1 worker and 1 rank: every stage reports
+figures that are the arithmetic of what it measured, the rows add up and the projection is the arithmetic it
+prints. The arithmetic itself on known figures (several ranks, the projection) is tests/unit/test_bench_scale.py."""
 
 from __future__ import annotations
 
@@ -9,50 +11,70 @@ from pathlib import Path
 
 import pytest
 
-from shardrec.tools.bench.scale import DAYS, feature_counts
+from shardrec.tools.bench.scale import DAYS, DISK_GB_PER_S, PROJECTED_CORES, feature_counts
+
+FRACTION = 1e-9  # below 192 / 4.37 B: the command's floor of 8 rows per day
 
 
 def _scale(tmp_path: Path, *extra: str) -> dict:
-    cmd = [sys.executable, "-m", "shardrec.tools.cli", "bench", "scale", "--fraction", "0.000005", "--batch", "64",
-           "--work-dir", str(tmp_path / "w"), "--json", *extra]  # fmt: skip
+    cmd = [sys.executable, "-m", "shardrec.tools.cli", "bench", "scale", "--fraction", str(FRACTION), "--batch", "32",
+           "--workers", "1", "--work-dir", str(tmp_path / "w"), "--json", *extra]  # fmt: skip
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(res.stdout)
 
 
-def _check_common(out: dict, tmp_path: Path) -> None:
-    st = out["stages"]
+def _check_rates(s: dict, nbytes: int, rows: int, wall_s: float, cpu_s: float) -> None:
+    assert s["mb_per_s_wall"] == pytest.approx(nbytes / 1e6 / wall_s) and s["rows_per_s_wall"] == pytest.approx(
+        rows / wall_s
+    )
+    assert s["mb_per_cpu_s"] == pytest.approx(nbytes / 1e6 / cpu_s) and s["rows_per_cpu_s"] == pytest.approx(
+        rows / cpu_s
+    )
+
+
+def _check_common(out: dict, tmp_path: Path, ranks: int) -> None:
+    st, synth = out["stages"], out["stages"]["synth"]
+    assert out["rows"] == DAYS * 8 and out["workers"] == 1
     assert len(list((tmp_path / "w" / "raw").glob("day_*.gz"))) == DAYS
-    assert st["synth"]["rows"] == out["rows"] and st["synth"]["text_bytes"] > 0
+    assert synth["rows"] == out["rows"] and synth["text_bytes"] > synth["gzip_bytes"] > 0
+    _check_rates(synth, synth["text_bytes"], synth["rows"], synth["wall_s"], synth["cpu_s"])
     for name in ("preprocess_hash", "preprocess_vocab"):
         s = st[name]
-        assert (
-            s["lines"] == out["rows"] and sum(s["rows_kept"].values()) == out["rows"]
-        )  # synth rows are all well formed
+        assert s["lines"] == out["rows"] and sum(s["rows_kept"].values()) == out["rows"]  # synth rows are well formed
         assert s["parts"] >= DAYS and s["output_bytes"] > 0
-        for key in ("wall_s", "cpu_s", "peak_rss_mb", "mb_per_s_wall", "mb_per_cpu_s"):
-            assert s[key] > 0, (name, key)
-    train_rows = st["preprocess_hash"]["rows_kept"]["train"]
-    assert st["stream"]["rows"] == train_rows // 64 * 64 and st["stream"]["rows_per_s"] > 0
+        assert s["wall_s"] > 0 and s["cpu_s"] > 0 and 0 < s["peak_pss_mb"] <= s["peak_rss_mb"] + 1, name
+        _check_rates(s, synth["text_bytes"], s["lines"], s["wall_s"], s["cpu_s"])
+    stream, hashed = st["stream"], st["preprocess_hash"]
+    assert stream["ranks"] == ranks and len(stream["per_rank"]) == ranks and stream["global_batch"] == 32
+    assert stream["rows"] == hashed["rows_kept"]["train"] // 32 * 32 > 0
+    assert stream["rows"] == sum(r["rows"] for r in stream["per_rank"])
+    assert stream["rows_per_s"] == pytest.approx(stream["rows"] / stream["loop_s"])
+    assert stream["mb_per_cpu_s"] == pytest.approx(hashed["output_bytes"] / 1e6 / stream["cpu_s"])
+    assert stream["vs_one_part"] == pytest.approx(stream["rows_per_s"] / stream["one_part"]["rows_per_s"])
     manifest = json.loads((tmp_path / "w" / "hash" / "manifest.json").read_text())
-    assert [f["cardinality"] for f in manifest["sparse_features"]] == feature_counts(0.000005)
+    assert [f["cardinality"] for f in manifest["sparse_features"]] == feature_counts(FRACTION)
     p = out["projection"]
-    assert p["preprocess_hash_hours"] > 0 and p["preprocess_vocab_hours"] > 0 and p["cores"] >= 1
+    for name in ("preprocess_hash", "preprocess_vocab"):
+        s, q = st[name], p[name]
+        cpu_s = synth["text_bytes"] / FRACTION / 1e6 / s["mb_per_cpu_s"] / PROJECTED_CORES
+        disk_s = (synth["gzip_bytes"] + s["output_bytes"]) / FRACTION / 1e9 / DISK_GB_PER_S
+        assert q["minutes"] == pytest.approx(max(cpu_s, disk_s) / 60) and f"= {cpu_s:,.0f} s" in q["arithmetic"]
 
 
-def test_scale_without_training(tmp_path: Path):
-    out = _scale(tmp_path, "--no-train")
-    _check_common(out, tmp_path)
+def test_scale_reports_each_stage_and_projects_1tb(tmp_path: Path):
+    out = _scale(tmp_path, "--no-train", "--ranks", "1")
+    _check_common(out, tmp_path, ranks=1)
     assert "train" not in out["stages"]
 
 
 @pytest.mark.slow
 def test_scale_trains_and_resumes_deep_in_the_stream(tmp_path: Path):
-    out = _scale(tmp_path, "--steps", "4")
-    _check_common(out, tmp_path)
-    assert out["stages"]["train"]["summary"]["steps"] == 4
+    out = _scale(tmp_path, "--steps", "2")
+    _check_common(out, tmp_path, ranks=2)
+    assert out["stages"]["train"]["summary"]["steps"] == 2
     assert out["stages"]["train_resume"]["summary"] == {
         **out["stages"]["train_resume"]["summary"],
-        "steps": 8,
-        "resumed_from_step": 4,
+        "steps": 4,
+        "resumed_from_step": 2,
     }

@@ -51,3 +51,19 @@ def test_bench_loader_reports_rates_and_ratios_against_same_run_baselines(tmp_pa
     assert_one_line_error(bad, re.escape("--rows >= 2 x --global-batch"))
     bad = CliRunner().invoke(app, ["bench", "loader", "--parts", "0"])
     assert_one_line_error(bad, re.escape("--parts must be in [1, --rows], got 0"))
+
+
+@pytest.mark.slow
+def test_bench_loader_multihot_reports_samples_per_rank_against_the_one_hot_loader(tmp_path: Path):
+    args = ["bench", "loader", "--multihot", "--rows", "4096", "--global-batch", "512", "--rounds", "1",
+            "--max-batches", "2", "--table-rows", "64,100", "--cache", str(tmp_path / "cache")]  # fmt: skip
+    result = CliRunner().invoke(app, [*args, "--work-dir", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    r = json.loads(result.stdout)
+    rates = r["samples_per_s_per_rank"]
+    runs = [f"multihot_{n}_rows_{w}_workers" for n in (64, 100) for w in (0, 2)]
+    assert set(rates) == {"one_hot", *runs} and r["ids_per_sample"] == 214
+    assert all(r["vs_one_hot"][k] == pytest.approx(rates[k] / rates["one_hot"], abs=1e-3) for k in runs)
+    assert r["vs_gpu_rate"]["one_hot"] == pytest.approx(rates["one_hot"] / 1.8e6, abs=1e-3)
+    bad = CliRunner().invoke(app, ["bench", "loader", "--multihot", "--table-rows", "10,x"])
+    assert_one_line_error(bad, re.escape("--table-rows '10,x': expected comma-separated integers"))

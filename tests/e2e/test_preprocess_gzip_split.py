@@ -133,3 +133,15 @@ def test_only_a_file_whose_lines_are_counted_is_split(raw: Path, tmp_path: Path)
     last = [t for t in tasks if t.path.endswith("day_1.gz")]
     assert [(t.start, t.end) for t in first] == [(0, -1)]  # a training day among others: one task, no pass
     assert len(last) > 10 and {s.split for t in last for s in t.splits} == {"val", "test"}
+
+
+def test_bench_gzip_reports_its_ratios_over_the_same_rows(tmp_path: Path):
+    res = runner.invoke(app, ["bench", "preprocess", "--gzip", "--size-gb", "0.004", "--chunk-mb", "0.125",
+                              "--workers", "2", "--work-dir", str(tmp_path), "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    r = json.loads(res.stdout)  # progress notes go to stderr
+    assert r["split"] and r["same_bytes"] and set(r["runs"]) == {"plain_1", "gzip_1", "gzip_2"}
+    plain, one, two = r["runs"]["plain_1"], r["runs"]["gzip_1"], r["runs"]["gzip_2"]
+    assert r["gzip_vs_plain_per_cpu_s"] == pytest.approx(one["mb_per_cpu_s"] / plain["mb_per_cpu_s"], abs=0.01)
+    assert r["workers_speedup"] == pytest.approx(one["wall_s"] / two["wall_s"], abs=0.01)
+    assert r["goals"]["gzip_1.6x_on_2_workers"] == (r["workers_speedup"] >= 1.6)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -115,3 +117,67 @@ def test_counting_spills_runs_and_a_rerun_reuses_them(tmp_path: Path):
     (out / "manifest.json").unlink()
     run_preprocess(cfg)
     assert _digest(out) == before
+
+
+def test_32_bit_values_are_mapped_at_half_the_width_with_the_same_ids(tmp_path: Path):
+    # Every worker maps the vocabularies whole: on 52 M distinct Criteo values uint64 files were 832 MB.
+    rng = np.random.default_rng(3)
+    small = np.unique(rng.integers(0, 2**32, 500, dtype=np.uint64))
+    wide = np.append(small[:-1], np.uint64(2**40))  # one value past 32 bits: that feature stays uint64
+    d = tmp_path / "run-0"
+    d.mkdir()
+    counts = rng.integers(1, 5, len(small)).astype(np.int64)
+    for name, values in (("C1", small), ("C2", wide)):
+        np.save(d / f"{name}.values.npy", values)
+        np.save(d / f"{name}.counts.npy", counts)
+    build_vocabularies([d], ["C1", "C2"], 2, 1 << 20, tmp_path / "vocab")
+    narrow, full = load_vocabularies(tmp_path / "vocab", ["C1", "C2"])
+    assert (narrow.sorted_values.dtype, narrow.ids.dtype, full.sorted_values.dtype) == (np.uint32, np.uint32, np.uint64)
+    # Queries: kept values, dropped ones, missing, and values whose low 32 bits equal a kept value.
+    queries = np.concatenate([small, small + np.uint64(2**32), rng.integers(0, 2**32, 200, dtype=np.uint64)])
+    missing = np.zeros(len(queries), bool)
+    missing[::7] = True
+    for got, values in ((narrow, small), (full, wide)):
+        want = Vocabulary.build(values, counts, 2).lookup(queries, missing)
+        ids = got.lookup(queries, missing)
+        assert ids.dtype == np.uint64
+        np.testing.assert_array_equal(ids, want)
+    kept_plus_2_32 = small[counts >= 2] + np.uint64(2**32)
+    assert (narrow.lookup(kept_plus_2_32, np.zeros(len(kept_plus_2_32), bool)) == 1).all()  # OOV, not a match
+
+
+_MERGE_IN_A_FRESH_PROCESS = """
+import gc, sys
+from pathlib import Path
+import numpy as np
+from shardrec.tools.preprocess.vocab import build_vocabularies
+
+def anonymous_kb():
+    for line in open("/proc/self/smaps_rollup"):
+        if line.startswith("Anonymous:"):
+            return int(line.split()[1])
+
+tmp, rng, dirs = Path(sys.argv[1]), np.random.default_rng(0), []
+for r in range(4):
+    d = tmp / f"run-{r}"
+    d.mkdir()
+    values = np.unique(rng.integers(0, 2**32, 500_000, dtype=np.uint64))
+    np.save(d / "C1.values.npy", values)
+    np.save(d / "C1.counts.npy", np.ones(len(values), np.int64))
+    dirs.append(d)
+gc.collect()
+before = anonymous_kb()
+build_vocabularies(dirs, ["C1"], 1, 256 << 20, tmp / "vocab")
+gc.collect()
+print(before, anonymous_kb())
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps_rollup").is_file(), reason="no smaps_rollup (Linux only)")
+def test_the_merge_gives_its_memory_back_before_the_workers_map(tmp_path: Path):
+    # The merging process lives on while the workers map the vocabularies: what it freed must not stay held.
+    res = subprocess.run(
+        [sys.executable, "-c", _MERGE_IN_A_FRESH_PROCESS, str(tmp_path)], capture_output=True, text=True, check=True
+    )
+    before, after = map(int, res.stdout.split())
+    assert after <= before + 4096, (before, after)  # kB: 2 M pairs merged left ~11 MB held before

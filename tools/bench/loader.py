@@ -85,7 +85,7 @@ def write_bench_data(
     return ours, theirs
 
 
-def _warm(directory: Path) -> int:
+def warm_page_cache(directory: Path) -> int:
     """Read every file once so the runs measure page-cache reads; returns bytes read."""
     total = 0
     for path in directory.rglob("*.npy"):
@@ -107,7 +107,7 @@ def memcpy_gbps(nbytes: int = 1 << 28, repeats: int = 5) -> float:
     return nbytes / best / 1e9
 
 
-def _rows_per_second(batches: Iterable[Any], max_batches: int) -> float:
+def rows_per_second(batches: Iterable[Any], max_batches: int) -> float:
     rows, start = 0, time.perf_counter()
     for i, batch in enumerate(batches):
         rows += len(batch.labels)
@@ -224,7 +224,7 @@ def run_bench(
         with console.status(f"writing {rows:,} Criteo-shaped rows: 1 part, {parts} parts and torchrec's layout"):
             one, theirs = write_bench_data(tmp, rows)
             many, _ = write_bench_data(tmp, rows, parts=parts, name="shardrec-parts")
-            _warm(tmp)
+            warm_page_cache(tmp)
         bytes_per_row = sum(p.stat().st_size for p in one.rglob("*.npy")) / rows
         gbps = memcpy_gbps()
         pipes, torchrec_load_s, global_shuffle_s = _torchrec_pipes(theirs, global_batch)
@@ -249,7 +249,7 @@ def run_bench(
             "shardrec_no_shuffle_many_parts": loader(many, shuffle=False),
         }
         runs: dict[str, Callable[[], float]] = {
-            name: (lambda it=it: _rows_per_second(it, max_batches)) for name, it in {**loaders, **pipes}.items()
+            name: (lambda it=it: rows_per_second(it, max_batches)) for name, it in {**loaders, **pipes}.items()
         }
         best, anon_growth = _interleaved_best(runs, rounds, watch="shardrec_shuffle_many_parts")
         quality = _drift_quality(rows, global_batch)

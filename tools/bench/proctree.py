@@ -1,10 +1,20 @@
-"""Run a command and measure it as a whole: wall time, CPU time and peak RSS of its process tree.
+"""Run a command and measure it as a whole: wall time, CPU time and peak memory of its process tree.
 
 `ru_maxrss` of RUSAGE_CHILDREN is the largest single process, not what a run with worker
-processes holds at once; so a thread samples /proc every `interval` seconds and sums the resident
-set of the child and all its descendants. Shared pages (libraries, the page cache of a mapped
-file) count once per process that maps them, as `ps` and `top` count them: the sum is an upper
-bound of what the tree needs. A process that lives shorter than one interval may be missed.
+processes holds at once; so a thread samples /proc every `interval` seconds and sums, over the
+child and all its descendants, two measures taken at the same instant:
+- RSS (statm): shared pages (libraries, the page cache of a mapped file) count once per process
+  that maps them, as `ps` and `top` count them: an upper bound of what the tree needs;
+- PSS (smaps_rollup): a page shared by n processes counts 1/n in each, so the sum is what the
+  tree holds once (the figure the scale goals are stated in). Reading smaps_rollup walks the
+  page tables, so it costs more than statm; where the kernel has no smaps_rollup it reads 0.
+A process that lives shorter than one interval may be missed.
+
+smaps_rollup of a process that has imported torch costs ~5-18 ms of CPU (500+ mappings); read for
+every process of a 3-process tree at every 20 ms sample, the sampler took a whole core of the 2
+it shares with what it measures. So PSS is read at most PSS_CPU_SHARE of one core (every ~0.3-1 s
+for such a tree) while RSS is still sampled every `interval`: a PSS peak shorter than that gap
+may be missed, which the stages of a benchmark, lasting seconds to minutes, are not.
 """
 
 from __future__ import annotations
@@ -17,6 +27,8 @@ import time
 from pathlib import Path
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
+PSS_CPU_SHARE = 0.05
+"""The most of one core the sampler spends reading smaps_rollup."""
 
 
 def _children(pid: int) -> list[int]:
@@ -29,33 +41,54 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def tree_rss_bytes(pid: int) -> int:
-    """Resident bytes of pid and every descendant, right now (0 once it has exited)."""
-    total, todo, seen = 0, [pid], set()
+def _pss_bytes(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024  # kB
+    except (FileNotFoundError, ProcessLookupError, PermissionError, IndexError, ValueError):
+        pass
+    return 0
+
+
+def tree_memory_bytes(pid: int, pss: bool = True) -> tuple[int, int]:
+    """(RSS, PSS) in bytes of pid and every descendant, summed, right now ((0, 0) once it has exited);
+    PSS is 0 unless `pss` (it costs far more to read)."""
+    rss = total_pss = 0
+    todo, seen = [pid], set()
     while todo:
         p = todo.pop()
         if p in seen:
             continue
         seen.add(p)
         try:
-            total += int(Path(f"/proc/{p}/statm").read_text().split()[1]) * _PAGE
+            rss += int(Path(f"/proc/{p}/statm").read_text().split()[1]) * _PAGE
         except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
             continue
+        if pss:
+            total_pss += _pss_bytes(p)
         todo.extend(_children(p))
-    return total
+    return rss, total_pss
 
 
 def run_measured(cmd: list[str], env: dict[str, str] | None = None, interval: float = 0.02) -> dict:
-    """Run cmd to the end; returns wall_s, cpu_s (user + system of the whole tree), peak_rss_mb (MiB),
-    returncode, stdout and stderr. CPU time counts descendants that were waited for (pool workers)."""
+    """Run cmd to the end; returns wall_s, cpu_s (user + system of the whole tree), peak_rss_mb and
+    peak_pss_mb (MiB, the tree's sums), returncode, stdout and stderr. CPU time counts descendants
+    that were waited for (pool workers)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    peak, done = [0], threading.Event()
+    peak, done = [0, 0], threading.Event()
 
     def sample() -> None:
+        next_pss = 0.0
         while not done.is_set():
-            peak[0] = max(peak[0], tree_rss_bytes(proc.pid))
+            now, cpu = time.perf_counter(), time.thread_time()
+            read_pss = now >= next_pss
+            rss, pss = tree_memory_bytes(proc.pid, pss=read_pss)
+            if read_pss:
+                next_pss = now + (time.thread_time() - cpu) / PSS_CPU_SHARE
+            peak[0], peak[1] = max(peak[0], rss), max(peak[1], pss)
             done.wait(interval)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -70,6 +103,7 @@ def run_measured(cmd: list[str], env: dict[str, str] | None = None, interval: fl
         "wall_s": wall,
         "cpu_s": cpu,
         "peak_rss_mb": peak[0] / 2**20,  # MiB, as ru_maxrss / 1024 elsewhere
+        "peak_pss_mb": peak[1] / 2**20,
         "returncode": proc.returncode,
         "stdout": stdout,
         "stderr": stderr,

@@ -1,18 +1,24 @@
 """`shardrec bench scale`: a Criteo-1TB-shaped dataset at a fraction, end to end on this machine.
 
-Stages, each a child process measured as a whole (wall, CPU of the whole tree, peak RSS summed
-over every process of the tree: proctree.py), in one run:
+Stages, each a child process measured as a whole (wall, CPU of the whole tree, peak PSS and RSS
+summed over every process of the tree: proctree.py), in one run:
 1. synth: 24 gzip days of fraction x 4,373,472,329 rows (Criteo 1TB's count); categorical
    feature f has max(min(R_f, 4), round(R_f x fraction)) distinct values, R_f being MLPerf
    DLRMv2's rows for table f (sharding/suites.py): the 1TB per-feature shape, scaled with the rows;
 2. preprocess in hashing mode (max ids = those counts) and in vocabulary mode (--min-count 2),
-   all workers;
-3. stream: the hashing dataset's train split through the loader, every part, one rank;
-4. train a few hundred steps on 2 ranks, then resume from the last checkpoint (deep in the
-   stream: the resumed run skips every batch the first one took) and train as many again.
-The projection for the full 1TB divides its text by the measured MB per CPU-second and by the
-cores: a projection that assumes the rate holds per core, not a measurement.
-"""
+   on `workers` processes (every core by default);
+3. stream: the hashing dataset's train split through the loader, every part, on `ranks` rank
+   processes at once (TRAIN_RANKS by default) with the training's global batch, against
+   `bench loader`'s one warm part in the same processes (scale_stream.py), with CPU-bound and
+   waiting time and page faults;
+4. train a few hundred steps on `ranks` ranks, then resume from the last checkpoint (deep in
+   the stream: the resumed run skips every batch the first one took) and train as many again.
+
+Each stage reports MB/s and rows/s, on the wall clock and per CPU-second. The projection for the
+full 1TB on a PROJECTED_CORES-core machine is a projection, not a measurement: the full text over
+the measured MB per CPU-second over the cores (assumes the per-core rate holds on every core), or
+the bytes read and written over an assumed disk bandwidth, whichever is longer; the arithmetic
+is printed with it."""
 
 from __future__ import annotations
 
@@ -30,6 +36,12 @@ from shardrec.tools.cli.common import console
 
 CRITEO_1TB_ROWS = 4_373_472_329
 DAYS = 24
+TRAIN_RANKS = 2
+PROJECTED_CORES = 16
+PROJECTED_MEMORY_GB = 64
+DISK_GB_PER_S = 3.0
+"""What the projection assumes the 16-core machine's disks read and write together (NVMe-class)."""
+GOAL_MINUTES = {"preprocess_hash": 10, "preprocess_vocab": 20}
 TRAIN_JOB = ["--set", "model.embedding_dim=16", "--set", "model.dense_arch=[32, 16]",
              "--set", "model.over_arch=[32, 1]", "--set", 'data.eval_splits=["val"]',
              "--set", "eval.max_batches=4"]  # fmt: skip
@@ -64,11 +76,16 @@ def _stage(cmd: list[str], what: str, nbytes: int) -> dict[str, Any]:
     res = run_measured(cmd)
     if res["returncode"] != 0:
         raise RuntimeError(f"{what} failed: {res['stderr'].strip()[-1500:]}")
-    out = {k: res[k] for k in ("wall_s", "cpu_s", "peak_rss_mb")}
+    out = {k: res[k] for k in ("wall_s", "cpu_s", "peak_rss_mb", "peak_pss_mb")}
     out["mb_per_s_wall"] = nbytes / 1e6 / max(res["wall_s"], 1e-9)
     out["mb_per_cpu_s"] = nbytes / 1e6 / max(res["cpu_s"], 1e-9)
     out["stdout"] = res["stdout"]
     return out
+
+
+def _add_row_rates(st: dict[str, Any], rows: int, wall_s: float, cpu_s: float) -> None:
+    st["rows_per_s_wall"] = rows / max(wall_s, 1e-9)
+    st["rows_per_cpu_s"] = rows / max(cpu_s, 1e-9)
 
 
 def _cli(*args: str) -> list[str]:
@@ -84,36 +101,40 @@ def _preprocess(raw: Path, out: Path, workers: int, text_bytes: int, mode: list[
     st["lines"] = summary["lines"]
     st["rows_kept"] = summary["rows_kept"]
     st["parts"] = sum(len(s["parts"]) for s in manifest["splits"].values())
+    _add_row_rates(st, summary["lines"], st["wall_s"], st["cpu_s"])
     st["output_bytes"] = sum(p.stat().st_size for p in out.rglob("*") if p.is_file() and ".work" not in p.parts)
     return st
 
 
-def _stream(data: Path, batch: int, dataset_bytes: int) -> dict[str, Any]:
-    st = _stage(
-        [sys.executable, "-m", "shardrec.tools.bench.scale", "stream", str(data), str(batch)], "stream", dataset_bytes
-    )
-    st.update(json.loads(st.pop("stdout")))
-    # The loop alone: the child's start (imports, opening every part) is in wall_s.
-    st["rows_per_s"] = st["rows"] / max(st["loop_s"], 1e-9)
-    st["mb_per_s_wall"] = dataset_bytes / 1e6 / max(st["loop_s"], 1e-9)
+def _stream(data: Path, work: Path, batch: int, ranks: int, dataset_bytes: int, train_rows: int) -> dict[str, Any]:
+    """Every train part on `ranks` rank processes, then bench loader's one warm part (scale_stream.py)."""
+    from shardrec.tools.bench.scale_stream import BASELINE_ROWS, write_baseline
+
+    baseline = write_baseline(work / "baseline", min(BASELINE_ROWS, max(train_rows, 2 * batch)))
+    cmd = [sys.executable, "-m", "shardrec.tools.bench.scale", "stream", str(data), str(baseline), str(batch)]
+    st = _stage([*cmd, str(ranks)], "stream", dataset_bytes)
+    measured = json.loads(st.pop("stdout"))
+    stream, one_part = measured["stream"], measured["one_part"]
+    st.update(stream)
+    st.update(ranks=ranks, global_batch=batch, one_part=one_part)
+    # The loop alone: the children's start (imports, opening every part) and the baseline are in wall_s.
+    st["rows_per_s_wall"] = stream["rows_per_s"]
+    st["mb_per_s_wall"] = dataset_bytes / 1e6 / max(stream["loop_s"], 1e-9)
+    st["mb_per_cpu_s"] = dataset_bytes / 1e6 / max(stream["cpu_s"], 1e-9)
+    st["vs_one_part"] = stream["rows_per_s"] / max(one_part["rows_per_s"], 1e-9)
     return st
 
 
-def stream_child(data: Path, batch: int) -> None:
-    """In a child: every train batch of `data` through the loader on one rank; prints rows and seconds."""
-    from shardrec.dataloader.loader import ShuffleSpec, build_loader
+def stream_child(data: Path, baseline: Path, batch: int, ranks: int) -> None:
+    """In a child: the rank processes of the stream stage; prints their figures as JSON."""
+    from shardrec.tools.bench.scale_stream import run_ranks
 
-    loader = build_loader(
-        data, "train", global_batch_size=batch, rank=0, world_size=1, shuffle=ShuffleSpec(enabled=True, seed=0)
-    )
-    rows, t0 = 0, time.perf_counter()
-    for b in loader:
-        rows += int(b.labels.numel())
-    print(json.dumps({"rows": rows, "loop_s": time.perf_counter() - t0, "batches": len(loader)}))
+    print(json.dumps(run_ranks(data, baseline, batch, ranks)))
 
 
-def _train(data: Path, run: Path, steps: int, batch: int, interval: int, resume: bool) -> dict[str, Any]:
-    cmd = _cli("train", "--data", str(data), "--out-dir", str(run), "--nproc-per-node", "2", "--steps", str(steps),
+def _train(data: Path, run: Path, ranks: int, steps: int, batch: int, interval: int, resume: bool) -> dict[str, Any]:
+    cmd = _cli("train", "--data", str(data), "--out-dir", str(run), "--nproc-per-node", str(ranks),
+               "--steps", str(steps),
                "--json", *TRAIN_JOB, "--set", f"train.global_batch_size={batch}",
                "--set", f"checkpoint.interval_steps={interval}")  # fmt: skip
     if resume:
@@ -125,28 +146,43 @@ def _train(data: Path, run: Path, steps: int, batch: int, interval: int, resume:
     return st
 
 
-def run_scale(fraction: float, work: Path, steps: int, batch: int, train: bool = True) -> dict[str, Any]:
-    workers = os.cpu_count() or 1
+def run_scale(
+    fraction: float,
+    work: Path,
+    steps: int,
+    batch: int,
+    train: bool = True,
+    workers: int | None = None,
+    ranks: int = TRAIN_RANKS,
+) -> dict[str, Any]:
+    """Every stage in order at `fraction`; `workers` synthesise and preprocess (default: every core),
+    `ranks` rank processes stream and train."""
+    workers = workers or os.cpu_count() or 1
     raw = work / "raw"
     t0, c0 = time.perf_counter(), _cpu()
     rows, text = synth_days(raw, fraction, workers)
     synth = {"wall_s": time.perf_counter() - t0, "cpu_s": _cpu() - c0, "rows": rows, "text_bytes": text,
              "gzip_bytes": sum(p.stat().st_size for p in raw.iterdir())}  # fmt: skip
+    synth["mb_per_s_wall"] = text / 1e6 / max(synth["wall_s"], 1e-9)
+    synth["mb_per_cpu_s"] = text / 1e6 / max(synth["cpu_s"], 1e-9)
+    _add_row_rates(synth, rows, synth["wall_s"], synth["cpu_s"])
     stages: dict[str, Any] = {"synth": synth}
     stages["preprocess_hash"] = _preprocess(
         raw, work / "hash", workers, text, ["--max-ids", ",".join(map(str, feature_counts(fraction)))]
     )
     stages["preprocess_vocab"] = _preprocess(raw, work / "vocab", workers, text, ["--min-count", "2"])
-    stages["stream"] = _stream(work / "hash", batch, stages["preprocess_hash"]["output_bytes"])
+    hashed = stages["preprocess_hash"]
+    train_rows = hashed["rows_kept"]["train"]
+    stages["stream"] = _stream(work / "hash", work, batch, ranks, hashed["output_bytes"], train_rows)
     if train:
-        stages["train"] = _train(work / "hash", work / "run", steps, batch, steps, resume=False)
-        stages["train_resume"] = _train(work / "hash", work / "run", 2 * steps, batch, steps, resume=True)
+        stages["train"] = _train(work / "hash", work / "run", ranks, steps, batch, steps, resume=False)
+        stages["train_resume"] = _train(work / "hash", work / "run", ranks, 2 * steps, batch, steps, resume=True)
     return {
         "fraction": fraction,
         "workers": workers,
         "rows": rows,
         "stages": stages,
-        "projection": _project(stages, fraction, workers),
+        "projection": project(stages, fraction, workers),
     }
 
 
@@ -155,40 +191,99 @@ def _cpu() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def _project(stages: dict[str, Any], fraction: float, cores: int) -> dict[str, Any]:
-    """Hours for the full 1TB's text on `cores` cores at the measured MB per CPU-second (a projection)."""
-    full = stages["synth"]["text_bytes"] / fraction / 1e6
-    out = {"full_text_gb": full / 1e3, "cores": cores, "assumes": "the measured MB per CPU-second holds on every core"}
-    for name in ("preprocess_hash", "preprocess_vocab"):
-        out[f"{name}_hours"] = full / stages[name]["mb_per_cpu_s"] / cores / 3600
+def project(stages: dict[str, Any], fraction: float, workers: int) -> dict[str, Any]:
+    """Each preprocessing mode's wall time for the full 1TB on PROJECTED_CORES cores (a projection).
+
+    CPU: the full text / the measured MB per CPU-second / the cores. Disk: the full gzip input read
+    plus the full dataset written, over DISK_GB_PER_S. The projected time is the longer of the two.
+    Memory: the measured peak PSS per worker times the cores (vocabulary mode's tables grow with
+    the distinct ids, so there it is a lower bound)."""
+    synth = stages["synth"]
+    text_mb = synth["text_bytes"] / fraction / 1e6
+    gzip_gb = synth["gzip_bytes"] / fraction / 1e9
+    out: dict[str, Any] = {"full_text_gb": text_mb / 1e3, "full_gzip_gb": gzip_gb, "cores": PROJECTED_CORES,
+                           "memory_gb": PROJECTED_MEMORY_GB, "disk_gb_per_s": DISK_GB_PER_S,
+                           "measured_workers": workers}  # fmt: skip
+    for name, goal in GOAL_MINUTES.items():
+        st = stages[name]
+        written_gb = st["output_bytes"] / fraction / 1e9
+        cpu_s = text_mb / st["mb_per_cpu_s"] / PROJECTED_CORES
+        disk_s = (gzip_gb + written_gb) / DISK_GB_PER_S
+        memory_gb = st["peak_pss_mb"] / workers * PROJECTED_CORES * 2**20 / 1e9
+        out[name] = {
+            "minutes": max(cpu_s, disk_s) / 60,
+            "bound": "CPU" if cpu_s >= disk_s else "disk",
+            "goal_minutes": goal,
+            "cpu_s": cpu_s,
+            "disk_s": disk_s,
+            "written_gb": written_gb,
+            "memory_gb": memory_gb,
+            "arithmetic": (
+                f"CPU {text_mb / 1e3:,.0f} GB / {st['mb_per_cpu_s']:.1f} MB per CPU-s / {PROJECTED_CORES} cores"
+                f" = {cpu_s:,.0f} s; disk ({gzip_gb:,.0f} GB read + {written_gb:,.0f} GB written)"
+                f" / {DISK_GB_PER_S:g} GB/s = {disk_s:,.0f} s; memory {st['peak_pss_mb']:,.0f} MiB PSS"
+                f" / {workers} workers x {PROJECTED_CORES} = {memory_gb:.1f} GB of {PROJECTED_MEMORY_GB}"
+            ),
+        }
     return out
 
 
 def print_result(result: dict[str, Any]) -> None:
     st = result["stages"]
     console.print(f"Criteo-1TB shape at {result['fraction']:g}: {result['rows']:,} rows, {result['workers']} workers")
-    for name in ("preprocess_hash", "preprocess_vocab", "stream"):
+    console.print(
+        f"{'stage':>17}  {'MB/s wall':>9} {'MB/CPU-s':>9} {'rows/s wall':>12} {'rows/CPU-s':>11} "
+        f"{'peak PSS':>9} {'(RSS sum)':>9}  parts / notes",
+        highlight=False,
+        soft_wrap=True,
+    )
+    for name in ("synth", "preprocess_hash", "preprocess_vocab", "stream"):
         s = st[name]
+        pss = f"{s['peak_pss_mb']:,.0f} MiB" if "peak_pss_mb" in s else "-"
+        rss = f"{s['peak_rss_mb']:,.0f} MiB" if "peak_rss_mb" in s else "-"
+        note = f"{s['parts']} parts, {s['output_bytes'] / 1e9:.2f} GB" if "parts" in s else ""
         console.print(
-            f"{name:>17}: {s['mb_per_s_wall']:8.1f} MB/s wall  {s['mb_per_cpu_s']:8.1f} MB/CPU-s  "
-            f"peak RSS {s['peak_rss_mb']:,.0f} MiB"
-            + (
-                f"  {s['parts']} parts, {s['output_bytes'] / 1e9:.2f} GB"
-                if "parts" in s
-                else f"  {s['rows_per_s']:,.0f} rows/s"
-            )
+            f"{name:>17}  {s['mb_per_s_wall']:9.1f} {s['mb_per_cpu_s']:9.1f} {s['rows_per_s_wall']:12,.0f} "
+            f"{s['rows_per_cpu_s']:11,.0f} {pss:>9} {rss:>9}  {note}",
+            highlight=False,
+            soft_wrap=True,
         )
+    _print_stream(st["stream"])
     for name in ("train", "train_resume"):
         if name not in st:
             continue
         s = st[name]
-        console.print(f"{name:>17}: {s['wall_s']:.1f} s wall, peak RSS {s['peak_rss_mb']:,.0f} MiB, {s['summary']}")
+        console.print(f"{name:>17}: {s['wall_s']:.1f} s wall, peak PSS {s['peak_pss_mb']:,.0f} MiB, {s['summary']}")
     p = result["projection"]
     console.print(
-        f"projection (not a measurement): the full 1TB ({p['full_text_gb']:,.0f} GB of text) on {p['cores']} cores: "
-        f"hashing {p['preprocess_hash_hours']:.1f} h, vocabulary {p['preprocess_vocab_hours']:.1f} h"
+        f"projection (not a measurement): the full 1TB ({p['full_text_gb']:,.0f} GB of text, "
+        f"{p['full_gzip_gb']:,.0f} GB gzip) on {p['cores']} cores, {p['memory_gb']} GB, "
+        f"disks at {p['disk_gb_per_s']:g} GB/s:",
+        highlight=False,
+        soft_wrap=True,
+    )
+    for name in GOAL_MINUTES:
+        q = p[name]
+        console.print(
+            f"{name:>17}: {q['minutes']:.1f} min ({q['bound']}-bound; goal <= {q['goal_minutes']} min): "
+            f"{q['arithmetic']}",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+def _print_stream(s: dict[str, Any]) -> None:
+    base = s["one_part"]
+    console.print(
+        f"{'stream':>17}: {s['ranks']} ranks, global batch {s['global_batch']}: {s['rows_per_s']:,.0f} rows/s, "
+        f"one warm part {base['rows_per_s']:,.0f} rows/s: {s['vs_one_part']:.2f}x (goal >= 0.9x); "
+        f"CPU {s['cpu_share']:.0%} of the loop, waiting {s['wait_s_per_rank']:.1f} s per rank; "
+        f"{s['ms_per_batch']:.2f} ms per batch (one part {base['ms_per_batch']:.2f}); "
+        f"page faults {s['major_faults']:,} major, {s['minor_faults']:,} minor",
+        highlight=False,
+        soft_wrap=True,
     )
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["stream"]:
-    stream_child(Path(sys.argv[2]), int(sys.argv[3]))
+    stream_child(Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))

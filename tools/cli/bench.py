@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 
 from shardrec.tools.bench import loader as bench_loader
+from shardrec.tools.bench import loader_multihot
 from shardrec.tools.bench import plan as bench_plan
 from shardrec.tools.bench import preprocess as bench_preprocess
 from shardrec.tools.bench import scale as bench_scale
@@ -54,6 +55,19 @@ def loader(
             )
         ),
     ] = bench_loader.DEFAULT_PARTS,
+    multihot: Annotated[
+        bool,
+        typer.Option(
+            "--multihot",
+            help="Instead: samples/s per rank of DLRMv2's multi-hot ids made on the fly, against the one-hot loader.",
+        ),
+    ] = False,
+    table_rows: Annotated[
+        str, typer.Option("--table-rows", help="With --multihot: index table rows to run, comma-separated.")
+    ] = "1000000,10000000",
+    cache: Annotated[
+        Path | None, typer.Option(help="With --multihot: folder of the index tables (default: the multi-hot cache).")
+    ] = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Loader rows/s as torchrec Batches on one thread, vs the memcpy roofline and torchrec's pipe."""
@@ -66,6 +80,16 @@ def loader(
         fail(f"--parts must be in [1, --rows], got {parts}")
     if work_dir is not None and not work_dir.is_dir():
         fail(f"--work-dir {work_dir}: not a directory")
+    if multihot:
+        try:
+            sizes = [int(v) for v in table_rows.split(",")]
+        except ValueError:
+            fail(f"--table-rows {table_rows!r}: expected comma-separated integers, e.g. 1000000,10000000")
+        if min(sizes) < 1:
+            fail(f"--table-rows {table_rows!r}: every table needs at least 1 row")
+        result = loader_multihot.run_multihot_bench(rows, global_batch, sizes, rounds, max_batches, work_dir, cache)
+        _show(result, json_out, loader_multihot.print_result)
+        return
     result = bench_loader.run_bench(rows, global_batch, rounds, max_batches, work_dir, parts)
     _show(result, json_out, bench_loader.print_result)
 
@@ -87,6 +111,14 @@ def preprocess(
             "inferred spec: string categoricals, quoting, lists)."
         ),
     ] = "criteo",
+    gzip: Annotated[
+        bool,
+        typer.Option(
+            "--gzip",
+            help="Instead: the same rows as .gz against plain text on 1 worker (per CPU-s), and the .gz on "
+            "--workers against 1 (wall), no polars.",
+        ),
+    ] = False,
     json_out: JsonFlag = False,
 ) -> None:
     """Preprocess MB/s and peak RSS against a polars pipeline doing the same work (1 and all threads), same file."""
@@ -95,6 +127,9 @@ def preprocess(
 
     if size_gb <= 0 or workers < 1:
         fail(f"--size-gb ({size_gb}) and --workers ({workers}) must be positive")
+    if gzip:
+        _gzip_bench(size_gb, workers, work_dir, chunk_mb, json_out)
+        return
     if like not in ("criteo", "movielens", "avazu"):
         fail(f"--like {like!r} is not one of criteo, movielens, avazu")
     if bench_preprocess.polars_version() is None:
@@ -262,6 +297,19 @@ def train(
     _show(result, json_out, bench_train.print_result)
 
 
+def _gzip_bench(size_gb: float, workers: int, work_dir: Path | None, chunk_mb: float, json_out: bool) -> None:
+    from shardrec.tools.bench.preprocess_gzip import print_gzip_report, run_gzip_bench
+
+    with tempfile.TemporaryDirectory(prefix="shardrec-bench-") as tmp:
+        work = work_dir or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        try:
+            result = run_gzip_bench(size_gb, workers, work, chunk_mb)
+        except RuntimeError as e:
+            fail(str(e))
+    _show(result, json_out, print_gzip_report)
+
+
 @bench_app.command("scale")
 def scale(
     fraction: Annotated[
@@ -274,6 +322,10 @@ def scale(
     steps: Annotated[int, typer.Option(min=1, help="Training steps before the resume, and as many after it.")] = 200,
     batch: Annotated[int, typer.Option(min=2, help="Global batch size of the stream and training stages.")] = 2048,
     train: Annotated[bool, typer.Option("--train/--no-train", help="Run the training and resume stages.")] = True,
+    workers: Annotated[
+        int | None, typer.Option(min=1, help="Processes that synthesise and preprocess; default: every core.")
+    ] = None,
+    ranks: Annotated[int, typer.Option(min=1, help="Rank processes that stream and train.")] = bench_scale.TRAIN_RANKS,
     json_out: JsonFlag = False,
 ) -> None:
     """Make, preprocess (hashing and vocabulary), stream and train a Criteo-1TB-shaped dataset at a fraction."""
@@ -281,7 +333,7 @@ def scale(
         fail(f"--fraction {fraction} must be in (0, 1]")
     work = work_dir or Path(tempfile.mkdtemp(prefix="shardrec-scale-"))
     try:
-        result = bench_scale.run_scale(fraction, work, steps, batch, train)
+        result = bench_scale.run_scale(fraction, work, steps, batch, train, workers, ranks)
     except RuntimeError as e:
         fail(str(e))
     finally:

@@ -82,8 +82,8 @@ class Vocabulary:
 
     The arrays may be memory-mapped (vocab.load_vocabularies): lookups only read them."""
 
-    sorted_values: np.ndarray  # uint64 [n]
-    ids: np.ndarray  # uint64 [n], the id of sorted_values[i]
+    sorted_values: np.ndarray  # uint64 or uint32 [n]
+    ids: np.ndarray  # uint64 or uint32 [n], the id of sorted_values[i]
 
     @property
     def cardinality(self) -> int:
@@ -100,11 +100,21 @@ class Vocabulary:
         return cls(kv.astype(np.uint64), ids)
 
     def lookup(self, values: np.ndarray, missing: np.ndarray) -> np.ndarray:
-        pos = np.searchsorted(self.sorted_values, values)
-        pos_c = np.minimum(pos, max(len(self.sorted_values) - 1, 0))
-        if len(self.sorted_values):
-            found = self.sorted_values[pos_c] == values
-            out = np.where(found, self.ids[pos_c], np.uint64(OOV_ID))
+        """uint64 ids of uint64 values: MISSING_ID where `missing`, OOV_ID where not kept."""
+        table = self.sorted_values
+        too_big = None
+        if (
+            table.dtype.itemsize < values.dtype.itemsize
+        ):  # a narrow table: search in its dtype (numpy would cast the table)
+            too_big = values > np.iinfo(table.dtype).max
+            values = np.where(too_big, 0, values).astype(table.dtype)
+        pos = np.searchsorted(table, values)
+        pos_c = np.minimum(pos, max(len(table) - 1, 0))
+        if len(table):
+            found = table[pos_c] == values
+            if too_big is not None:
+                found &= ~too_big
+            out = np.where(found, self.ids[pos_c], OOV_ID).astype(np.uint64, copy=False)
         else:
             out = np.full(values.shape, OOV_ID, dtype=np.uint64)
         out[missing] = MISSING_ID

@@ -6,6 +6,11 @@ checksums checked on the way). A feature of size 1 stays one-hot. Columns are wr
 by chunk and hashed as they are written, so memory stays a few chunks whatever the part
 size; the whole dataset is built in a temporary folder beside the output and renamed into
 place at the end, so a reader never sees half a dataset.
+
+Parts are converted in parallel on `workers` threads, not processes: the work is numpy's take
+from the memory-mapped tables, the cast to the column's dtype, SHA-256 and file writes, which
+all release the GIL on blocks this size, and threads share the tables' maps and page cache.
+Each part is written on its own, so the bytes do not depend on the worker count.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import hashlib
 import os
 import shutil
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO
 
@@ -131,13 +137,15 @@ def materialize_multihot(
     cache_dir: str | Path | None = None,
     chunk_rows: int = CHUNK_ROWS,
     on_rows: Callable[[int], None] | None = None,
+    workers: int = 1,
 ) -> Manifest:
     """Write a copy of the one-hot dataset `src` at `out` whose sparse features are multi-hot.
 
     Args:
         sizes, rows, dist, seed: the index tables (dataloader.multihot.multihot_spec).
         cache_dir: where the index tables are drawn once (default: default_cache_dir()).
-        on_rows: called with the rows of each part once it is written (progress).
+        on_rows: called with the rows of each part once it is written (progress), in part order.
+        workers: parts converted at once, on threads (the output is the same for any count).
 
     Returns:
         The new dataset's manifest: per-feature cardinality = table rows, multi_hot for
@@ -146,21 +154,30 @@ def materialize_multihot(
     src, out = Path(src), Path(out)
     manifest = Manifest.load(src)
     spec = multihot_spec(manifest, sizes, rows, dist, seed)
-    if chunk_rows < 1:
-        raise ValueError(f"chunk_rows must be positive, got {chunk_rows}")
+    if chunk_rows < 1 or workers < 1:
+        raise ValueError(f"chunk_rows and workers must be positive, got {chunk_rows} and {workers}")
     _check_out(src, out)
     tables = open_index_tables(cache_dir if cache_dir is not None else default_cache_dir(), spec)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        splits = {}
-        for split, info in manifest.splits.items():
-            splits[split] = SplitInfo(rows=info.rows)
+        splits = {split: SplitInfo(rows=info.rows) for split, info in manifest.splits.items()}
+        jobs = [(split, part) for split, info in manifest.splits.items() for part in info.parts]
+        for split in splits:
             (tmp / split).mkdir(parents=True)
-            for part in info.parts:
-                splits[split].parts.append(_convert_part(src, tmp, split, part, manifest, tables, chunk_rows))
+
+        def convert(job: tuple[str, PartInfo]) -> PartInfo:
+            return _convert_part(src, tmp, job[0], job[1], manifest, tables, chunk_rows)
+
+        pool = ThreadPoolExecutor(workers, thread_name_prefix="shardrec-multihot")
+        try:
+            # map yields in part order; an error ends the run (the temporary folder is removed below).
+            for (split, _), done in zip(jobs, pool.map(convert, jobs)):
+                splits[split].parts.append(done)
                 if on_rows is not None:
-                    on_rows(part.rows)
+                    on_rows(done.rows)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)  # parts not started are dropped on an error
         features = [
             SparseFeature(f.name, r, str(smallest_uint(r - 1)), multi_hot=k > 1)
             for f, k, r in zip(manifest.sparse_features, spec.sizes, spec.rows)

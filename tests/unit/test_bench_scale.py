@@ -1,0 +1,36 @@
+"""bench scale's arithmetic on known figures: ranks run side by side, and the 1TB projection on 16 cores."""
+
+from __future__ import annotations
+
+import pytest
+
+from shardrec.tools.bench.scale import project
+from shardrec.tools.bench.scale_stream import combine_ranks
+
+
+def test_ranks_side_by_side_count_every_row_over_the_slowest_loop():
+    fast = {"rows": 100, "batches": 5, "loop_s": 2.0, "cpu_s": 1.0, "major_faults": 1, "minor_faults": 10}
+    slow = {"rows": 100, "batches": 5, "loop_s": 4.0, "cpu_s": 1.0, "major_faults": 0, "minor_faults": 20}
+    out = combine_ranks([fast, slow])
+    assert out["rows"] == 200 and out["loop_s"] == 4.0 and out["rows_per_s"] == 50.0
+    assert out["cpu_share"] == 0.25 and out["wait_s_per_rank"] == 3.0 and out["ms_per_batch"] == 800.0
+    assert (out["major_faults"], out["minor_faults"]) == (1, 30)
+
+
+def test_projection_is_the_longer_of_cpu_and_disk_on_16_cores():
+    # 1 GB of text, 0.3 GB gzip at 1/100: the full run reads 100 GB of text, 30 GB of gzip
+    stages = {
+        "synth": {"text_bytes": 1e9, "gzip_bytes": 3e8},
+        "preprocess_hash": {"mb_per_cpu_s": 1000.0, "output_bytes": 2e8, "peak_pss_mb": 1000.0},
+        "preprocess_vocab": {"mb_per_cpu_s": 10.0, "output_bytes": 2e8, "peak_pss_mb": 500.0},
+    }
+    p = project(stages, 0.01, workers=2)
+    assert p["full_text_gb"] == pytest.approx(100) and p["full_gzip_gb"] == pytest.approx(30)
+    hashed, vocab = p["preprocess_hash"], p["preprocess_vocab"]
+    # CPU 100,000 MB / 1,000 MB per CPU-s / 16 = 6.25 s; disk (30 + 20 GB) / 3 GB/s = 16.7 s
+    assert hashed["bound"] == "disk" and hashed["minutes"] == pytest.approx(50 / 3 / 60)
+    assert hashed["cpu_s"] == pytest.approx(6.25) and hashed["written_gb"] == pytest.approx(20)
+    # CPU 100,000 / 10 / 16 = 625 s
+    assert vocab["bound"] == "CPU" and vocab["minutes"] == pytest.approx(625 / 60)
+    assert hashed["memory_gb"] == pytest.approx(1000 / 2 * 16 * 2**20 / 1e9)
+    assert "= 625 s; disk (30 GB read + 20 GB written) / 3 GB/s = 17 s" in vocab["arithmetic"]

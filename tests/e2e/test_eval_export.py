@@ -298,7 +298,9 @@ def test_dlrmv2_config_scaled_down_runs_end_to_end(trained: Path) -> None:
     assert compliance_errors(log, values["eval_samples"], min(val_aucs)) == []
     # Full Adagrad's run evaluates at another world size and exports like any other.
     test_auc = next(r["auc"] for r in _records(trained / "dlrmv2") if r["kind"] == "eval" and r["split"] == "test")
-    again = json.loads(ok(shardrec("eval", "dlrmv2", "--split", "test", "--json", cwd=trained)).stdout)
+    again = json.loads(
+        ok(shardrec("eval", "dlrmv2", "--split", "test", "--nproc-per-node", "1", "--json", cwd=trained)).stdout
+    )
     assert again["world_size"] == 1 and again["auc"] == pytest.approx(test_auc, abs=1e-6)
     ok(shardrec("export", "dlrmv2", "--out", "dlrmv2.safetensors", cwd=trained))
     assert (trained / "dlrmv2.safetensors").stat().st_size > 0

@@ -54,20 +54,9 @@ _SAFETENSORS_DTYPES = {
     torch.uint8: "U8",
     torch.bool: "BOOL",
 }
-TRANSFORM_KEYS = (
-    "mode",
-    "max_ids",
-    "min_count",
-    "hash",
-    "missing_id",
-    "oov_id",
-    "schema",
-    "dense_transform",
-    "dense_dtype",
-    "spec",
-    "spec_sha256",
-)
-"""Manifest options that say how raw rows became the dataset's ids and dense values."""
+TRANSFORM_KEYS = (*lifecycle.PREPROCESSING_KEYS, "schema", "spec")
+"""Manifest options that say how raw rows became the dataset's ids and dense values: the settings a
+model is checked against, and the text layout predict reads raw rows by (the header is written with sorted keys)."""
 
 
 def available_memory_bytes() -> int | None:

@@ -106,7 +106,7 @@ def test_an_inferred_spec_preprocesses_the_log_as_python_reads_it(logs, like: st
         assert 1.5 < manifest.feature("genres").stats["mean_ids_per_sample"] < 2.5
         assert "title" in names and "rating" not in names
         assert head == [
-            "user_id", "movie_id", "label: rating >= 4", "timestamp", "gender", "age", "occupation", "zip", "title",
+            "user_id", "movie_id", "label: rating >= 4", "gender", "age", "occupation", "zip", "title",
             "genres (list, sum)",
         ]  # fmt: skip
         # The planner's statistics carry the measured pooling of the list (the one-hots pool 1).

@@ -37,12 +37,9 @@ def readme_commands() -> list[list[str]]:
 
 
 def edit_spec(path: Path) -> None:
-    """The README's edit: timestamp ignored, genres pooled by mean (each column a block of the file)."""
+    """The README's edit: genres pooled by mean (each column a block of the file)."""
     blocks = path.read_text().split("\n\n")
     for i, block in enumerate(blocks):
-        if 'name = "timestamp"' in block:
-            comments = [line for line in block.splitlines() if line.startswith("#")]
-            blocks[i] = "\n".join([*comments, "[[columns]]", 'name = "timestamp"', 'role = "ignore"'])
         if 'name = "genres"' in block:
             assert 'pooling = "sum"' in block
             blocks[i] = block.replace('pooling = "sum"', 'pooling = "mean"')

@@ -81,3 +81,24 @@ def test_a_headerless_criteo_log_gets_a_spec_by_position(tmp_path: Path) -> None
 def test_a_label_infer_cannot_use_is_one_line(tmp_path: Path, label: str, message: str) -> None:
     cli("synth", tmp_path / "raw", "--like", "movielens", "--rows", "200")
     assert_one_line_error(cli("spec", "infer", tmp_path / "raw" / "train.csv", "--label", label, ok=False), message)
+
+
+def test_unix_times_are_left_out_and_ids_kept(tmp_path: Path) -> None:
+    """MovieLens' timestamp would be a ten-million-row table of values seen once: infer ignores it,
+    saying why; an id column of the same digits stays a categorical."""
+    cli("synth", tmp_path / "raw", "--like", "movielens", "--rows", "300")
+    spec = tmp_path / "ml.toml"
+    cli("spec", "infer", tmp_path / "raw" / "train.csv", "--label", "rating>=4", "--out", spec)
+    proposed = {c.name: c for c in load_spec(spec).columns}
+    assert proposed["timestamp"] == IgnoredColumn("timestamp")
+    assert "# Unix times (2000-04-25 .. 2000-04-25): later data holds only new values" in spec.read_text()
+    log = tmp_path / "ids.tsv"
+    log.write_text(
+        "click\tuser_id\tevent_ts\n"
+        + "".join(f"{i % 2}\t{1_000_000_000 + i % 20}\t{1_600_000_000_123 + i}\n" for i in range(60))
+    )
+    cli("spec", "infer", log, "--label", "click", "--out", spec)
+    proposed = {c.name: c for c in load_spec(spec).columns}
+    assert isinstance(proposed["user_id"], CategoricalColumn)
+    assert proposed["event_ts"] == IgnoredColumn("event_ts")
+    assert "# Unix times, in milliseconds (2020-09-13 .. 2020-09-13)" in spec.read_text()

@@ -8,7 +8,9 @@ the data path):
   column that is numeric below a first value that is not);
 - each column's role: the label as given (`click`, or `rating>=4` for a threshold); a column empty
   in every row, or with a different long value in every row (a row id), is ignored; values cut by
-  `|` or `;` (or `,` in a TSV) in many rows make a list; integers make a dense column (log1p, or
+  `|` or `;` (or `,` in a TSV) in many rows make a list; Unix times (seconds or milliseconds
+  since 1970, dated 2000-2100, under a time-like name or nearly all distinct) are ignored: a
+  category of times would meet only new values in later data; integers make a dense column (log1p, or
   signed-log1p when negative), but for id-like names (`..._id`) and codes with leading zeros;
   decimals a float dense column; fixed-width hex with letters (Criteo's, Avazu's ids) a hex
   categorical; anything else a string categorical;
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import datetime
 import io
 import math
 import re
@@ -47,6 +50,9 @@ _INT = re.compile(r"^-?\d{1,18}$")
 _FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 _HEX = re.compile(r"^[0-9a-fA-F]+$")
 _ID_NAME = re.compile(r"(^|_)id$|Id$|ID$")
+_TIME_NAME = re.compile(r"time|date|(^|_)ts$", re.IGNORECASE)
+# Unix seconds from 2000-01-01 to 2100-01-01: a code of 9-10 digits in this range is a time.
+_UNIX_SECONDS = (946_684_800, 4_102_444_800)
 
 
 def parse_label(text: str) -> tuple[str, float | None]:
@@ -121,10 +127,33 @@ def _list_separator(values: list[str], delimiter: str) -> str | None:
     return None
 
 
+def _unix_times(name: str, values: list[str]) -> str | None:
+    """`2000-04-25 .. 2000-05-03` when every value is a Unix time in seconds or milliseconds and the
+    column is named like a time or nearly every value is new; else None."""
+    if _ID_NAME.search(name) or not all(_INT.match(v) for v in values):
+        return None
+    numbers = [int(v) for v in values]
+    low, high = min(numbers), max(numbers)
+    scale = 1000 if low >= _UNIX_SECONDS[0] * 1000 else 1
+    if not (_UNIX_SECONDS[0] * scale <= low and high < _UNIX_SECONDS[1] * scale):
+        return None
+    if not (_TIME_NAME.search(name) or len(set(numbers)) >= 0.5 * len(numbers)):
+        return None
+    epoch = datetime.datetime(1970, 1, 1)
+    first, last = (epoch + datetime.timedelta(seconds=n // scale) for n in (low, high))
+    return f"{first:%Y-%m-%d} .. {last:%Y-%m-%d}"
+
+
 def _column(name: str, values: list[str], rows: int, delimiter: str) -> tuple[Column, str]:
     """The proposed column for the non-empty values of one column, and why."""
     if not values:
         return IgnoredColumn(name), f"empty in all {rows:,} rows"
+    dates = _unix_times(name, values)
+    if dates is not None:
+        unit = ", in milliseconds" if len(values[0]) > 11 else ""
+        return IgnoredColumn(
+            name
+        ), f"Unix times{unit} ({dates}): later data holds only new values; derive an hour or a day"
     distinct = len(set(values))
     if distinct == len(values) >= 50 and min(map(len, values)) >= 10:
         return IgnoredColumn(name), "a different value in every row: a row id, not a feature"

@@ -145,12 +145,12 @@ def stream_gzip(
             path, first_index, chunk_bytes, header, opts, workers, progress, ran if ran is not None else []
         )
         save_scan(path, number, chunk_bytes, header, work, scan)
-    ranges = splits(scan.total_lines)
-    first = 0
-    for k, ((start, end), lines) in enumerate(zip(scan.bounds, scan.counts)):
-        task = Task(first_index + k, str(path), start, end, first, ranges, "train", header)
-        finalize_staged(Path(opts.out), task)
-        first += lines
+    ranges, firsts = splits(scan.total_lines), np.cumsum([0, *scan.counts[:-1]]).tolist()
+    tasks = [
+        Task(first_index + k, str(path), start, end, first, ranges, "train", header)
+        for k, ((start, end), first) in enumerate(zip(scan.bounds, firsts))
+    ]
+    finalize_staged(Path(opts.out), tasks)
     if (work / "staged").is_dir() and not any((work / "staged").iterdir()):
         (work / "staged").rmdir()
     return scan
@@ -202,33 +202,39 @@ def _compressed_position(decoder: _Decoder) -> int:
         return 0
 
 
-def finalize_staged(out: Path, task: Task) -> None:
-    """Move a staged task's parts into its splits and write its marker (nothing if not staged)."""
-    staged = read_marker(out, task.index, "staged")
-    if staged is None:
-        return
-    good = np.setdiff1d(np.arange(staged.lines), np.asarray(staged.bad_lines, dtype=np.int64))
+def finalize_staged(out: Path, tasks: list[Task]) -> None:
+    """Move staged tasks' parts into their splits and write their markers (not staged: nothing)."""
+    placed = []
+    for task in tasks:
+        staged = read_marker(out, task.index, "staged")
+        if staged is not None:
+            placed.append((task, _place_parts(out, task, staged)))
+    for split in {p["split"] for _, result in placed for p in result.parts}:
+        fsync_dir(out / split)  # the parts are where they belong before a marker says so
+    for task, result in placed:
+        atomic_write_bytes(marker_path(out, task.index), json.dumps(asdict(result)).encode())
+        marker_path(out, task.index, "staged").unlink()
+
+
+def _place_parts(out: Path, task: Task, staged: TaskResult) -> TaskResult:
     result = replace(staged, parts=[], kept={}, bad_lines=[])
+    split = task.split_of(task.first_line)
+    if split == task.split_of(task.first_line + staged.lines - 1):  # splits are ranges of lines
+        for p in staged.parts:
+            _move(out / STAGED / p["part"]["name"], out / split / p["part"]["name"])
+            _record(result, split, p["part"])
+        return result
+    good = np.ones(staged.lines, dtype=bool)
+    good[np.asarray(staged.bad_lines, dtype=np.int64)] = False
+    lines = task.first_line + np.flatnonzero(good)  # the line of each kept row, in part order
     row = 0
     for p in staged.parts:
-        src = out / STAGED / p["part"]["name"]
-        rows = p["part"]["rows"]
-        lines = task.first_line + good[row : row + rows]
+        src, rows = out / STAGED / p["part"]["name"], p["part"]["rows"]
+        for split, a, b in sorted(_by_split(task, lines[row : row + rows])):
+            _record(result, split, asdict(_write_rows(src, out / split / src.name, p["part"]["files"], a, b)))
         row += rows
-        pieces = _by_split(task, lines)
-        if len(pieces) == 1:
-            dest = out / pieces[0][0] / src.name
-            _move(src, dest)
-            _record(result, pieces[0][0], p["part"])
-            continue
-        for split, a, b in sorted(pieces):
-            info = _write_rows(src, out / split / src.name, p["part"]["files"], a, b)
-            _record(result, split, asdict(info))
         shutil.rmtree(src)
-    for split in {p["split"] for p in result.parts}:
-        fsync_dir(out / split)
-    atomic_write_bytes(marker_path(out, task.index), json.dumps(asdict(result)).encode())
-    marker_path(out, task.index, "staged").unlink()
+    return result
 
 
 def _by_split(task: Task, lines: np.ndarray) -> list[tuple[str, int, int]]:

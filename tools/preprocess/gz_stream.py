@@ -55,14 +55,14 @@ _SLACK = 1 << 20  # room past chunk_bytes in a slot before it must grow (a line 
 class _Decoder:
     """The text of one .gz file, decoded once and cut into ranges as chunk_bounds cuts plain text."""
 
-    def __init__(self, path: Path, chunk_bytes: int, header: bool) -> None:
-        self.path, self.chunk = path, chunk_bytes
+    def __init__(self, path: Path, chunk_bytes: int, header: bool, count: bool) -> None:
+        """count: count each range's lines here (--strict: a worker's error names its absolute line);
+        otherwise its worker's parse counts them, off the producer's path."""
+        self.path, self.chunk, self.count = path, chunk_bytes, count
         self.f = gz.open_gzip(path)
         self.carry, self.pos, self.eof = b"", 0, False
         self.bounds: list[tuple[int, int]] = []
-        self.counts: list[int] = []
-        self.crcs: list[int] = []
-        self.appended = False  # the last line had no newline: the producer closed it
+        self.lines = 0  # counted lines before the next range
         if header:
             self.pos = len(self._call(self.f.readline))
 
@@ -107,19 +107,18 @@ class _Decoder:
 
     def _close(self, buf: memoryview, end: int) -> tuple[int, int]:
         arr = np.frombuffer(buf, dtype=np.uint8, count=end + 1)
-        lines = int(parse_kernel.count_newlines(arr[:end]) if parse_kernel.AVAILABLE else np.count_nonzero(arr == 10))
-        if arr[end - 1] != 10:  # the end of the text: the worker parses the last line closed
-            arr[end], self.appended = 10, True
+        closed = end + int(arr[end - 1] != 10)
+        arr[closed - 1] = 10  # at the end of the text: the worker parses the last line closed
+        if self.count:
+            text = arr[:closed]
+            self.lines += int(
+                parse_kernel.count_newlines(text) if parse_kernel.AVAILABLE else np.count_nonzero(text == 10)
+            )
         del arr
         start = self.pos
         self.pos += end
         self.bounds.append((start, self.pos))
-        self.counts.append(lines)
-        self.crcs.append(gz.crc32(buf[:end]))
         return start, self.pos
-
-    def scan(self, index: str = "") -> GzipScan:
-        return GzipScan(self.bounds, self.counts, self.crcs, sum(self.counts) + self.appended, index)
 
 
 def stream_gzip(
@@ -167,24 +166,29 @@ def _run_stream(
     ran: list[int],
 ) -> GzipScan:
     out = Path(opts.out)
-    decoder = _Decoder(path, chunk_bytes, header)
+    decoder = _Decoder(path, chunk_bytes, header, opts.strict)
+    lines: dict[int, int] = {}  # each task's lines, as its parse counted them
     slots = Slots(1 if workers == 1 else workers + 1, chunk_bytes + _SLACK)
     if progress:
         progress.start(path.stat().st_size, "preprocess")
     compressed = 0
 
     def produce(slot: int) -> Task | None:
+        first = decoder.lines if decoder.count else -1
         while (cut := decoder.next_range(slots, slot)) is not None:
-            index, first = first_index + len(decoder.bounds) - 1, sum(decoder.counts[:-1])
-            task = Task(index, str(path), *cut, first, (), STAGED, header, "", decoder.crcs[-1], slots.shm[slot].name)
-            if read_marker(out, index, "staged") is None and read_marker(out, index) is None:
-                return task
+            index = first_index + len(decoder.bounds) - 1
+            done = read_marker(out, index, "staged") or read_marker(out, index)
+            if done is None:
+                return Task(index, str(path), *cut, first, (), STAGED, header, text_slot=slots.shm[slot].name)
+            lines[index] = done.lines
+            first = decoder.lines if decoder.count else -1
         return None
 
     try:
         with decoder.f:
             for task, res in map_stream(partial(run_task, background_sync=workers == 1), produce, opts, workers):
                 ran.append(task.index)
+                lines[task.index] = res.lines
                 if progress:
                     done = _compressed_position(decoder)
                     progress.advance(done - compressed, res.bytes, res.lines)
@@ -192,7 +196,8 @@ def _run_stream(
     finally:
         wait_for_writes()
         slots.close()
-    return decoder.scan()
+    counts = [lines[first_index + k] for k in range(len(decoder.bounds))]
+    return GzipScan(decoder.bounds, counts, [-1] * len(counts), sum(counts), "")
 
 
 def _compressed_position(decoder: _Decoder) -> int:

@@ -22,7 +22,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 
@@ -218,20 +217,10 @@ def resolve_layout(layout: str, files: list[Path]) -> str:
     return layout
 
 
-class GzipStream(Protocol):
-    """Runs the tasks of a large .gz file while decoding it once (gz_stream.stream_gzip, bound to
-    the run's options): (file, its position, its first task's index, chunk_bytes, header, its
-    split ranges for a line count) -> its cut."""
-
-    def __call__(
-        self,
-        path: Path,
-        number: int,
-        first_index: int,
-        chunk_bytes: int,
-        header: bool,
-        splits: Callable[[int], tuple[SplitRange, ...]],
-    ) -> GzipScan: ...
+# Runs the tasks of a large .gz file while decoding it once (gz_stream.stream_gzip bound to the
+# run's options): (file, its position, its first task's index, chunk_bytes, header, its split
+# ranges for a line count) -> its cut.
+GzipStream = Callable[[Path, int, int, int, bool, Callable[[int], tuple[SplitRange, ...]]], GzipScan]
 
 
 def plan_tasks(

@@ -9,10 +9,15 @@ under the output's .work directory (written atomically) and reused by a rerun of
 
 Which files are split (inputs.plan_tasks): those whose lines must be counted anyway (Kaggle's
 one file, the last day of a days layout, halved into val/test) and of at least SPLIT_MIN_CHUNKS x
-chunk_bytes compressed; the pass then takes the place of the count. The pass is one sequential
-decode (rapidgzip on one thread, ~480 MB per CPU-second here with the cutting and CRCs), which caps
-what splitting can gain: a training day among many stays one task, as the days already spread
-over the workers file by file, and scanning each of 24 days first would serialize the plan.
+chunk_bytes compressed; the pass then takes the place of the count. A training day among many
+stays one task, as the days already spread over the workers file by file.
+
+Where it can, a run does not take this pass: gz_stream.py decodes the file once and hands each
+range's text to a worker as it goes (the same cut, saved in the same record). The pass remains for
+what cannot stream: vocabulary mode (its counting pass reads the ranges, then the id pass again,
+through the seek index) and --part runs (each machine takes its share of a planned cut). It is one
+sequential decode (rapidgzip on one thread, ~480 MB per CPU-second here with the cutting and CRCs)
+before any worker starts, and every range is decoded again by its task.
 """
 
 from __future__ import annotations

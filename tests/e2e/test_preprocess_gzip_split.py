@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from typer.testing import CliRunner
 
 from shardrec.tools.cli.app import app
 from shardrec.tools.preprocess import gz
+from shardrec.tools.preprocess import task as task_module
 from shardrec.tools.preprocess.gz_split import SPLIT_MIN_CHUNKS
 from shardrec.tools.preprocess.inputs import plan_tasks
 from shardrec.tools.synth import SynthSpec, write_file
@@ -41,9 +43,16 @@ def _preprocess(raw: Path, out: Path, *extra: str):
 @pytest.fixture(scope="module")
 def raw(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("raw")
-    spec = SynthSpec.from_seed(5, max_vocab=300)
-    write_file(root / "gz" / "train.txt.gz", 8000, spec, 0)
-    write_file(root / "txt" / "train.txt", 8000, spec, 0)
+    write_file(root / "txt" / "train.txt", 8000, SynthSpec.from_seed(5, max_vocab=300), 0)
+    lines = (root / "txt" / "train.txt").read_bytes().split(b"\n")[:-1]
+    # Malformed rows on both sides of the train/val boundary (line 6,857) and elsewhere, and a last
+    # line without a newline: a range's rows are cut into splits by line, skipped rows included.
+    for i in (*range(6850, 6862), 100, 5000, 7500, 7999):
+        lines[i] = b"x\t" + lines[i]
+    text = b"\n".join(lines)
+    (root / "txt" / "train.txt").write_bytes(text)
+    (root / "gz").mkdir()
+    (root / "gz" / "train.txt.gz").write_bytes(gzip.compress(text, compresslevel=1))
     return root
 
 
@@ -75,6 +84,47 @@ def test_workers_decoders_and_plain_text_give_the_same_dataset(
     assert len(json.loads(a["manifest.json"])["splits"]["train"]["parts"]) > 10
     assert a == _tree(tmp_path / "w2") == _tree(tmp_path / "py")  # every part and the manifest, byte for byte
     assert _parts(tmp_path / "w1") == _parts(tmp_path / "txt")  # the manifest names another input
+
+
+class _Counted:
+    """A decoder's reader that adds the text bytes it returns to `decoded`."""
+
+    def __init__(self, reader, decoded: list[int]) -> None:
+        self.reader, self.decoded = reader, decoded
+
+    def __getattr__(self, name: str):
+        return getattr(self.reader, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.reader.close()
+
+    def readinto(self, buf) -> int:
+        n = self.reader.readinto(buf)
+        self.decoded.append(n)
+        return n
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.reader.read(size)
+        self.decoded.append(len(data))
+        return data
+
+    def readline(self) -> bytes:
+        data = self.reader.readline()
+        self.decoded.append(len(data))
+        return data
+
+
+def test_a_split_gzip_file_is_decoded_once_on_one_worker(raw: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    decoded: list[int] = []
+    for owner, name in ((gz, "open_gzip"), (gz, "open_indexing"), (task_module, "open_range")):
+        real = getattr(owner, name)
+        monkeypatch.setattr(owner, name, lambda *a, _real=real: _Counted(_real(*a), decoded))
+    res = _preprocess(raw / "gz", tmp_path / "out", "--workers", "1")
+    assert res.exit_code == 0, res.output
+    assert sum(decoded) == (raw / "txt" / "train.txt").stat().st_size  # every text byte once, no planning pass
 
 
 def test_a_killed_run_finishes_on_rerun_with_the_same_bytes(raw: Path, tmp_path: Path):

@@ -7,8 +7,10 @@ rows as TSV and as .gz, ISA-L level 1), each `shardrec preprocess` a child measu
 2. the .gz on one worker: gzip against plain per CPU-second (goal >= 0.8x);
 3. the .gz on `workers` workers: the wall-clock ratio against 2. (goal >= 1.6x on 2 workers), and
    its dataset compared byte for byte with 2.'s (the plan never depends on the workers).
-A single file is the Kaggle layout, so the .gz is split into ranges (gz_split.py) when it is at
-least SPLIT_MIN_CHUNKS x --chunk-mb compressed; the report says whether it was.
+A single file is the Kaggle layout, so the .gz is split into ranges when it is at least
+SPLIT_MIN_CHUNKS x --chunk-mb compressed (the report says whether it was): decoded once by the main
+process, each range's text parsed by a worker as it comes (gz_stream.py). Sizes where the .gz is
+one or two ranges per worker measure worker start-up more than the stream: take >= 1 GB.
 """
 
 from __future__ import annotations

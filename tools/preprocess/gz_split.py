@@ -9,10 +9,15 @@ under the output's .work directory (written atomically) and reused by a rerun of
 
 Which files are split (inputs.plan_tasks): those whose lines must be counted anyway (Kaggle's
 one file, the last day of a days layout, halved into val/test) and of at least SPLIT_MIN_CHUNKS x
-chunk_bytes compressed; the pass then takes the place of the count. The pass is one sequential
-decode (rapidgzip on one thread, ~480 MB per CPU-second here with the cutting and CRCs), which caps
-what splitting can gain: a training day among many stays one task, as the days already spread
-over the workers file by file, and scanning each of 24 days first would serialize the plan.
+chunk_bytes compressed; the pass then takes the place of the count. A training day among many
+stays one task, as the days already spread over the workers file by file.
+
+Where it can, a run does not take this pass: gz_stream.py decodes the file once and hands each
+range's text to a worker as it goes (the same cut, saved in the same record). The pass remains for
+what cannot stream: vocabulary mode (its counting pass reads the ranges, then the id pass again,
+through the seek index) and --part runs (each machine takes its share of a planned cut). It is one
+sequential decode (rapidgzip on one thread, ~480 MB per CPU-second here with the cutting and CRCs)
+before any worker starts, and every range is decoded again by its task.
 """
 
 from __future__ import annotations
@@ -135,26 +140,52 @@ def scan_gzip(path: Path, number: int, chunk_bytes: int, header: bool, work_dir:
     already scanned this very file (name, size, mtime) with these options, else by a pass."""
     if work_dir is None:
         return _scan(path, chunk_bytes, header, None)
-    stem = work_dir / "gzip" / f"{number:03d}-{path.name}"
-    record, index = stem.with_suffix(stem.suffix + ".json"), stem.with_suffix(stem.suffix + ".gzidx")
+    scan = load_scan(path, number, chunk_bytes, header, work_dir)
+    if scan is None:
+        stem = _stem(work_dir, number, path)
+        stem.parent.mkdir(parents=True, exist_ok=True)
+        scan = _scan(path, chunk_bytes, header, stem.with_suffix(stem.suffix + ".gzidx"))
+        save_scan(path, number, chunk_bytes, header, work_dir, scan)
+    return scan
+
+
+def _stem(work_dir: Path, number: int, path: Path) -> Path:
+    return work_dir / "gzip" / f"{number:03d}-{path.name}"
+
+
+def _key(path: Path, chunk_bytes: int, header: bool) -> dict:
     st = path.stat()
-    key = {
+    return {
         "version": SCAN_VERSION,
         "bytes": st.st_size,
         "mtime_ns": st.st_mtime_ns,
         "chunk_bytes": chunk_bytes,
         "header": header,
     }
+
+
+def _record(work_dir: Path, number: int, path: Path) -> Path:
+    stem = _stem(work_dir, number, path)
+    return stem.with_suffix(stem.suffix + ".json")
+
+
+def load_scan(path: Path, number: int, chunk_bytes: int, header: bool, work_dir: Path) -> GzipScan | None:
+    """The cut a run saved for this very file (name, size, mtime) and options, or None."""
     try:
-        saved = json.loads(record.read_bytes())
-        if saved["key"] == key and (not saved["scan"]["index"] or index.is_file()):
+        saved = json.loads(_record(work_dir, number, path).read_bytes())
+        if saved["key"] == _key(path, chunk_bytes, header) and (
+            not saved["scan"]["index"] or Path(saved["scan"]["index"]).is_file()
+        ):
             scan = saved["scan"]
             return GzipScan(
                 [tuple(b) for b in scan["bounds"]], scan["counts"], scan["crcs"], scan["total_lines"], scan["index"]
             )
     except (OSError, ValueError, KeyError, TypeError):
         pass  # none yet, torn, or from another file: scanned again
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    scan = _scan(path, chunk_bytes, header, index)
-    atomic_write_bytes(record, json.dumps({"key": key, "scan": asdict(scan)}).encode())
-    return scan
+    return None
+
+
+def save_scan(path: Path, number: int, chunk_bytes: int, header: bool, work_dir: Path, scan: GzipScan) -> None:
+    record = _record(work_dir, number, path)
+    record.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(record, json.dumps({"key": _key(path, chunk_bytes, header), "scan": asdict(scan)}).encode())

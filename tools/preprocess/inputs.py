@@ -18,18 +18,22 @@ import logging
 import mmap
 import os
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from shardrec.tools.preprocess import parse_kernel
 from shardrec.tools.preprocess.gz import READ_ERRORS, describe_error, open_gzip
-from shardrec.tools.preprocess.gz_split import scan_gzip, should_split
+from shardrec.tools.preprocess.gz_split import GzipScan, scan_gzip, should_split
 
 logger = logging.getLogger(__name__)
 KAGGLE_DAYS = 7
 LAYOUTS = ("auto", "kaggle", "days")
+# Where a task puts its parts while its file's line count, hence its split, is unknown (gz_stream).
+STAGED = ".work/staged"
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,7 @@ class Task:
     header: bool  # the file starts with a header line (plain ranges already start past it)
     gz_index: str = ""  # a range of a gzip file's text: its seek index (gz_split), "" for none
     crc: int = -1  # a range of a gzip file's text: CRC-32 of its bytes, from the planning pass
+    text_slot: str = ""  # a range of a gzip file's text already decoded: its shared memory (gz_stream)
 
     @property
     def gz(self) -> bool:
@@ -212,6 +217,12 @@ def resolve_layout(layout: str, files: list[Path]) -> str:
     return layout
 
 
+# Runs the tasks of a large .gz file while decoding it once (gz_stream.stream_gzip bound to the
+# run's options): (file, its position, its first task's index, chunk_bytes, header, its split
+# ranges for a line count) -> its cut.
+GzipStream = Callable[[Path, int, int, int, bool, Callable[[int], tuple[SplitRange, ...]]], GzipScan]
+
+
 def plan_tasks(
     files: list[Path],
     layout: str,
@@ -219,10 +230,13 @@ def plan_tasks(
     chunk_bytes: int,
     header: bool,
     work_dir: Path | None = None,
+    stream: GzipStream | None = None,
 ) -> list[Task]:
     """Cut the inputs into tasks. Files that are split by line number get their lines counted.
 
     work_dir: where the cut of a large gzip file and its seek index are kept for a rerun (gz_split).
+    stream: runs a large .gz file's tasks as it decodes it (the planning pass is their producer);
+    they are planned as usual and found finished. None: a planning pass cuts it (gz_split).
     """
     tasks: list[Task] = []
     for fi, path in enumerate(files):
@@ -231,8 +245,12 @@ def plan_tasks(
         # Only a file whose lines are counted anyway (kaggle's one file, the last day) is split: its
         # planning pass replaces the count; a training day among others stays one task (gz_split).
         if str(path).endswith(".gz") and needs_lines and should_split(path, chunk_bytes):
-            scan = scan_gzip(path, fi, chunk_bytes, header, work_dir)
-            ranges = split_ranges(layout, is_last, scan.total_lines, val_half) if needs_lines else ()
+            if stream is not None:
+                splits = partial(split_ranges, layout, is_last, val_half=val_half)  # of its line count
+                scan = stream(path, fi, len(tasks), chunk_bytes, header, splits)
+            else:
+                scan = scan_gzip(path, fi, chunk_bytes, header, work_dir)
+            ranges = split_ranges(layout, is_last, scan.total_lines, val_half)
             firsts = [sum(scan.counts[:i]) for i in range(len(scan.counts))]
             for (start, end), first, crc in zip(scan.bounds, firsts, scan.crcs):
                 tasks.append(Task(len(tasks), str(path), start, end, first, ranges, "train", header, scan.index, crc))

@@ -32,6 +32,7 @@ from shardrec.dataloader.format import (
     smallest_uint,
 )
 from shardrec.dataloader.spec import ListColumn
+from shardrec.tools.preprocess.gz_stream import stream_gzip
 from shardrec.tools.preprocess.ids import MISSING_ID, OOV_ID
 from shardrec.tools.preprocess.inputs import Task, discover_inputs, plan_tasks, resolve_layout
 from shardrec.tools.preprocess.pieces import TaskOptions
@@ -133,8 +134,6 @@ def run_preprocess(cfg: PreprocessConfig, progress: Progress | None = None) -> P
         # With --part, other machines may be writing into the same directory right now.
         _remove_temporaries(cfg.out)
     text = text_options(cfg.spec, cfg.spec_file, cfg.schema, cfg.dense_transform, files)
-    tasks = plan_tasks(files, layout, cfg.val_half, int(cfg.chunk_mb * (1 << 20)), cfg.header, cfg.out / WORK_DIR)
-    mine = [t for t in tasks if cfg.part is None or t.index % cfg.part[1] == cfg.part[0]]
     opts = TaskOptions(
         str(cfg.out),
         chunk_bytes=int(cfg.chunk_mb * (1 << 20)),
@@ -144,6 +143,13 @@ def run_preprocess(cfg: PreprocessConfig, progress: Progress | None = None) -> P
         vocab_memory_bytes=int(cfg.vocab_memory_mb * (1 << 20)),
         **text,
     )
+    # A large .gz file is decoded once, its tasks run as it goes; not in vocabulary mode (ids need
+    # the vocabularies first) nor under --part (each machine runs its own share of a planned cut).
+    streams = cfg.min_count <= 0 and cfg.part is None
+    streamed: list[int] = []  # tasks that stream_gzip ran
+    stream = partial(stream_gzip, opts=opts, workers=cfg.workers, progress=progress, ran=streamed) if streams else None
+    tasks = plan_tasks(files, layout, cfg.val_half, opts.chunk_bytes, cfg.header, cfg.out / WORK_DIR, stream)
+    mine = [t for t in tasks if cfg.part is None or t.index % cfg.part[1] == cfg.part[0]]
     if cfg.min_count > 0:
         if cfg.part is not None and not _all_counted(cfg.out, tasks):
             _count(cfg, mine, opts, progress)
@@ -154,7 +160,7 @@ def run_preprocess(cfg: PreprocessConfig, progress: Progress | None = None) -> P
     todo = [t for t in mine if done[t.index] is None]
     logger.info("%d of %d tasks to run (%d already done)", len(todo), len(tasks), len(tasks) - len(todo))
     failures = []
-    if progress:
+    if progress and todo:  # none after a rerun, or after a streamed .gz file (its own bar)
         progress.start(sum(_disk_bytes(t) for t in todo), "preprocess")
     # In one process, a task's fsyncs overlap the next task's parsing (see run_task).
     in_process = cfg.workers == 1 or len(todo) <= 1
@@ -170,10 +176,10 @@ def run_preprocess(cfg: PreprocessConfig, progress: Progress | None = None) -> P
         raise InputError("; ".join(failures) + " (output of the other files is kept; rerun to finish)")
     results = [done.get(t.index) or read_marker(cfg.out, t.index) for t in tasks]
     if any(r is None for r in results):
-        return _partial(cfg.out, tasks, len(todo))
+        return _partial(cfg.out, tasks, len(todo) + len(streamed))
     _check_rows_kept(cfg, tasks, results)
     manifest = _finalize(cfg, layout, tasks, results, opts)
-    return _summarize(manifest, tasks, results, len(todo))
+    return _summarize(manifest, tasks, results, len(todo) + len(streamed))
 
 
 def _check_rows_kept(cfg: PreprocessConfig, tasks: list[Task], results: list[TaskResult]) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
@@ -53,6 +53,52 @@ def map_tasks(
         pool.shutdown(wait=True, cancel_futures=True)
 
 
+def map_stream(
+    fn: Callable[[Task, TaskOptions], Any], produce: Callable[[int], Task | None], opts: TaskOptions, workers: int
+) -> Iterator[tuple[Task, Any]]:
+    """Run fn over tasks made as the run goes: produce(slot) makes the next task (None: no more),
+    its input in slot `slot` of workers + 1 (1 on one worker), which is free again once the task's
+    result is yielded. Yields (task, result) as tasks finish. Raises WorkerDied as map_tasks does.
+    """
+    if workers == 1:
+        while (task := produce(0)) is not None:
+            yield task, fn(task, opts)
+        return
+    ctx = mp.get_context("spawn")
+    # Per slot: 1 + the index of the task a worker took from it (the task queued next is not running).
+    started = ctx.Array("q", workers + 1, lock=False)
+    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(started,))
+    running: dict[Future, tuple[Task, int]] = {}
+    free, ended = list(range(workers, -1, -1)), False
+    try:
+        while True:
+            while free and not ended:  # the producer runs here while the workers parse
+                slot = free.pop()
+                task = produce(slot)
+                if task is None:
+                    ended = True
+                    break
+                running[pool.submit(_run_in_slot, fn, slot, task, opts)] = (task, slot)
+            if not running:
+                return
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for fut in sorted(done, key=lambda f: running[f][0].index):
+                try:
+                    res = fut.result()
+                except BrokenProcessPool:
+                    lost = [t for f, (t, s) in running.items() if started[s] == t.index + 1 and not _succeeded(f)]
+                    task = running[fut][0]
+                    raise WorkerDied(
+                        f"a worker process died (killed by a signal, e.g. out of memory) while running "
+                        f"{'; '.join(_describe(x) for x in lost or [task])}; finished tasks are kept: rerun to finish"
+                    ) from None
+                task, slot = running.pop(fut)
+                free.append(slot)
+                yield task, res
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
 _STARTED: list[Any] = []  # in a worker: the shared flags of _map's run
 
 
@@ -62,6 +108,11 @@ def _init_worker(started: Any) -> None:
 
 def _run_marked(fn: Callable[[Task, TaskOptions], Any], i: int, task: Task, opts: TaskOptions) -> Any:
     _STARTED[0][i] = 1
+    return fn(task, opts)
+
+
+def _run_in_slot(fn: Callable[[Task, TaskOptions], Any], slot: int, task: Task, opts: TaskOptions) -> Any:
+    _STARTED[0][slot] = task.index + 1
     return fn(task, opts)
 
 

@@ -29,7 +29,7 @@ from shardrec.tools.preprocess import parse_kernel
 from shardrec.tools.preprocess.columns import PartColumns
 from shardrec.tools.preprocess.gz import RAPIDGZIP_ERRORS, READ_ERRORS, crc32, describe_error, open_range
 from shardrec.tools.preprocess.ids import Vocabulary
-from shardrec.tools.preprocess.inputs import Task, count_range_lines, header_end, open_text
+from shardrec.tools.preprocess.inputs import STAGED, Task, count_range_lines, header_end, open_text
 from shardrec.tools.preprocess.parse import REASONS
 from shardrec.tools.preprocess.pieces import (
     Chunk,
@@ -39,6 +39,7 @@ from shardrec.tools.preprocess.pieces import (
     parse_piece,
     piece_counts,
 )
+from shardrec.tools.preprocess.text_slots import slot_pieces
 from shardrec.tools.preprocess.vocab import CountRuns, load_vocabularies
 
 logger = logging.getLogger(__name__)
@@ -69,17 +70,19 @@ class TaskResult:
     kept: dict[str, int] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)
     errors: list[list] = field(default_factory=list)  # [task-local line, field, value, reason]
+    bad_lines: list[int] = field(default_factory=list)  # a staged task's malformed lines (gz_stream splits by them)
 
 
 def marker_path(out: Path, index: int, kind: str = "task") -> Path:
     return out / WORK_DIR / f"{kind}-{index:05d}.json"
 
 
-def read_marker(out: Path, index: int) -> TaskResult | None:
+def read_marker(out: Path, index: int, kind: str = "task") -> TaskResult | None:
     """The finished task's record, or None when the task must be (re)done: no marker; a marker
     that does not parse (torn by a crash or a full disk on a file system that does not order
-    writes); or one whose part files are gone or have another size than it records."""
-    path = marker_path(out, index)
+    writes); or one whose part files are gone or have another size than it records.
+    kind "staged": the record of a task whose parts wait for their split (gz_stream)."""
+    path = marker_path(out, index, kind)
     try:
         result = TaskResult(**json.loads(path.read_bytes()))
         for p in result.parts:
@@ -160,6 +163,9 @@ def read_pieces(task: Task, piece_bytes: int = PIECE_BYTES) -> Iterator[memoryvi
 
     Pieces are views of one reused buffer (no copies): each is valid until the next is read.
     """
+    if task.text_slot:  # already decoded, in shared memory (gz_stream): read in place
+        yield from slot_pieces(task, piece_bytes)
+        return
     buf = bytearray(piece_bytes + 1)
     have = 0  # bytes of an unfinished line carried over from the previous read
     with _Source(task) as src:
@@ -198,6 +204,8 @@ def _note_bad_rows(task: Task, data: bytes, chunk: Chunk, line0: int, result: Ta
     codes, counts = np.unique(chunk.reason[bad], return_counts=True)
     for c, n in zip(codes, counts):
         result.skipped[REASONS[c]] = result.skipped.get(REASONS[c], 0) + int(n)
+    if task.default_split == STAGED:
+        result.bad_lines.extend((line0 + bad).tolist())
     for row in bad[: max(0, MAX_REPORTED - len(result.errors))]:
         name, value = describe_bad(data, chunk, int(row), opts)
         result.errors.append([line0 + int(row), name, value, REASONS[chunk.reason[row]]])
@@ -329,12 +337,13 @@ def run_task(task: Task, opts: TaskOptions, background_sync: bool = False) -> Ta
         _flush(out, task, parts_written, buffers, result, layout, not background_sync)
     result.lines = line0
     marker = json.dumps(dataclasses.asdict(result)).encode()
+    kind = "staged" if task.default_split == STAGED else "task"
     if not background_sync:
-        atomic_write_bytes(marker_path(out, task.index), marker)
+        atomic_write_bytes(marker_path(out, task.index, kind), marker)
         return result
     files = [out / p["split"] / p["part"]["name"] / f for p in result.parts for f in p["part"]["files"]]
     wait_for_writes()  # at most one task in flight: its files stay bounded, errors surface early
-    _PENDING.append(_sync_pool().submit(_sync_then_mark, files, marker_path(out, task.index), marker))
+    _PENDING.append(_sync_pool().submit(_sync_then_mark, files, marker_path(out, task.index, kind), marker))
     return result
 
 

@@ -16,8 +16,9 @@ import numpy as np
 
 from shardrec.dataloader.format import PartInfo, smallest_uint, write_part
 from shardrec.tools.preprocess import parse_kernel, spec_kernel
+from shardrec.tools.preprocess.dense_table import append_dense
 from shardrec.tools.preprocess.ids import Vocabulary, hash_ids
-from shardrec.tools.preprocess.parse import DENSE_TRANSFORMS, ParsedChunk, transform_dense
+from shardrec.tools.preprocess.parse import ParsedChunk, transform_dense
 from shardrec.tools.preprocess.spec_parse import Program, SpecChunk
 
 
@@ -182,7 +183,8 @@ def append_spec_rows(
     n, k = cols.rows, len(rows)
     cols.reserve(k)
     cols.labels[n : n + k] = chunk.labels[rows]
-    _append_spec_dense(cols.dense[n : n + k], chunk, rows, program, dense_dtype)
+    transforms = [c.transform for c in program.spec.dense]
+    append_dense(cols.dense[n : n + k], chunk.dense, chunk.dense_missing, rows, transforms, dense_dtype)
     features = program.features
     one_hot = [f for f, (_, is_list, _) in enumerate(features) if not is_list]
     if vocabs is None:
@@ -211,48 +213,6 @@ def append_spec_rows(
             out[at : at + count] = vocabs[f].lookup(values, np.zeros(count, bool))
             offsets[n + 1 : n + k + 1] = at + np.cumsum(chunk.list_len[rows, c])
     cols.rows += k
-
-
-# Dense values whose log1p input is an integer below this are looked up (Avazu's and MovieLens's
-# counts and codes are); a table of 2^17 entries costs ~3 ms to build per process.
-LOG1P_TABLE_SIZE = 1 << 17
-_LOG1P_TABLES: dict[str, tuple[np.ndarray, np.unsignedinteger]] = {}
-
-
-def _log1p_table(dense_dtype: str) -> tuple[np.ndarray, np.unsignedinteger]:
-    """(bits of transform_dense's log1p of 0 .. LOG1P_TABLE_SIZE - 1 in dense_dtype, its sign bit):
-    made by transform_dense itself, so a looked-up value has the bytes the function gives."""
-    if dense_dtype not in _LOG1P_TABLES:
-        x = np.arange(LOG1P_TABLE_SIZE, dtype=np.float64)
-        values = transform_dense(x, np.zeros(len(x), bool), "log1p", dense_dtype)
-        bits = np.dtype(f"uint{8 * values.itemsize}")
-        _LOG1P_TABLES[dense_dtype] = values.view(bits), bits.type(1 << (8 * values.itemsize - 1))
-    return _LOG1P_TABLES[dense_dtype]
-
-
-def _append_spec_dense(out: np.ndarray, chunk: SpecChunk, rows: np.ndarray, program: Program, dense_dtype: str) -> None:
-    """out[k] = row rows[k]'s dense columns, each by its transform, with transform_dense's bytes:
-    in one compiled pass where the log1p input is a small integer (a table of transform_dense's
-    own values), by transform_dense on the few other values of each column."""
-    columns = program.spec.dense
-    if not columns:
-        return
-    if not parse_kernel.AVAILABLE:  # the compiled lookup would run as Python
-        for d, column in enumerate(columns):
-            out[:, d] = transform_dense(
-                chunk.dense[rows, d], chunk.dense_missing[rows, d], column.transform, dense_dtype
-            )
-        return
-    table, sign = _log1p_table(dense_dtype)
-    how = np.array([DENSE_TRANSFORMS.index(c.transform) for c in columns], np.int8)
-    misses = np.empty((len(columns), len(rows)), np.int64)
-    counts = spec_kernel.dense_from_table(
-        chunk.dense, chunk.dense_missing, rows, how, table, sign, out.view(table.dtype), misses
-    )
-    for d in np.flatnonzero(counts):
-        at = misses[d, : counts[d]]
-        r = rows[at]
-        out[at, d] = transform_dense(chunk.dense[r, d], chunk.dense_missing[r, d], columns[d].transform, dense_dtype)
 
 
 def list_groups(program: Program, cardinalities: tuple[int, ...]) -> tuple[list, list[np.dtype]]:

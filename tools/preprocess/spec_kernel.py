@@ -31,7 +31,6 @@ IGNORE, LABEL, DENSE, CATEGORICAL, LIST = 0, 1, 2, 3, 4
 HEX, INTEGER, STRING = 0, 1, 2  # categorical and list kinds
 INT, FLOAT = 0, 1  # dense kinds
 BINARY, THRESHOLD, MAPPING = 0, 1, 2  # label modes
-LOG1P, SIGNED_LOG1P, SHIFT_LOG1P, NO_TRANSFORM = 0, 1, 2, 3  # dense transforms (parse.DENSE_TRANSFORMS)
 # Reason codes as in parse.REASONS (the Criteo parser's six, then the spec parser's own).
 EMPTY_ROW, TOO_MANY_FIELDS, TOO_FEW_FIELDS, BAD_LABEL, BAD_INTEGER, BAD_HEX, BAD_FLOAT, BAD_QUOTE = range(8)
 
@@ -384,39 +383,6 @@ def _row_reason(empty, quote_bad, too_many, too_few, fields, label_ok, label_fie
     if first_bad >= 0:
         return code, first_bad
     return -1, -1
-
-
-@njit(cache=True, nogil=True, boundscheck=False)
-def dense_from_table(dense, dmiss, rows, how, table, sign, out, misses):
-    """out[k, d] = the bits of row rows[k]'s dense column d under transform how[d] (LOG1P ..):
-    table[i] where the transform's log1p input is an integer i below len(table) (table: the bits
-    of transform_dense's log1p of 0, 1, .. in the part's dtype; a negative signed-log1p flips the
-    sign bit, as the cast of -y is minus the cast of y). Every other k is listed in misses[d] for
-    transform_dense itself (`none` always is); returns each column's count of them."""
-    nd = dense.shape[1]
-    counts = np.zeros(nd, np.int64)
-    size = np.float64(len(table))
-    for k in range(len(rows)):
-        r = rows[k]
-        for d in range(nd):
-            h, v, neg = how[d], dense[r, d], False
-            if dmiss[r, d]:
-                v = 0.0
-            if h == LOG1P:
-                y = v if v > 0.0 else 0.0  # np.maximum(v, 0.0): +0.0 for -0.0 too
-            elif h == SIGNED_LOG1P:
-                y, neg = abs(v), v < 0.0  # np.sign(+-0.0) is +0.0: a zero stays +0.0
-            elif h == SHIFT_LOG1P:
-                y = 0.0 if dmiss[r, d] else (v if v > -3.0 else -3.0) + 3.0
-            else:
-                y = -1.0
-            i = np.int64(y) if 0.0 <= y < size else np.int64(-1)
-            if i >= 0 and np.float64(i) == y:
-                out[k, d] = table[i] ^ sign if neg else table[i]
-            else:
-                misses[d, counts[d]] = k
-                counts[d] += 1
-    return counts
 
 
 @njit(cache=True, nogil=True, boundscheck=False)

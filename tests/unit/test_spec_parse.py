@@ -22,8 +22,9 @@ from shardrec.dataloader.spec import (
     criteo_spec,
 )
 from shardrec.tools.preprocess import spec_kernel
+from shardrec.tools.preprocess.columns import PartColumns, append_spec_rows, list_groups
 from shardrec.tools.preprocess.ids import hash_bytes, hash_ids
-from shardrec.tools.preprocess.parse import REASONS, Schema
+from shardrec.tools.preprocess.parse import REASONS, Schema, transform_dense
 from shardrec.tools.preprocess.spec_parse import (
     criteo_schema,
     describe_bad_spec_row,
@@ -115,6 +116,37 @@ def test_list_ids_are_hashed_as_one_hot_ids_are() -> None:
     )
     assert out.tolist() == hash_ids(values, np.zeros(total, bool), 97).tolist()
     assert offsets.tolist() == [0, *np.cumsum(chunk.list_len[keep, 0]).tolist()]
+
+
+DENSE_TEXT = ["", "0", "-0", "1", "7", "-1", "-3", "-4", "131071", "131072", "-131072", "10000000000000"]
+DENSE_TEXT += ["0.5", "-0.0", "2.0", "-2.5", "1e300", "3.0e2", "-1e-300"]
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast")  # 1e300 as it is, in float16
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_dense_columns_get_transform_denses_bytes(dtype: str) -> None:
+    """Looked-up log1p values (small integers) and the others (floats, large, negative, missing)
+    have the bytes transform_dense gives, for every transform, in either stored dtype."""
+    transforms = ("log1p", "signed-log1p", "shift-log1p", "none")
+    dense = [DenseColumn(f"{t}-{k}", type=k, transform=t) for t in transforms for k in ("int", "float")]
+    spec = FeatureSpec(TextFormat("tsv"), (LabelColumn("y"), *dense, CategoricalColumn("c", hash_size=10)))
+    rng = np.random.default_rng(5)
+    lines = []
+    for _ in range(3000):
+        ints = [str(v) for v in rng.choice([*rng.integers(-9, 140000, 4), *DENSE_TEXT[:12]], 4)]
+        floats = [str(v) for v in rng.choice([*rng.normal(0, 1e5, 3).round(rng.integers(0, 3)), *DENSE_TEXT], 4)]
+        values = [v for pair in zip(ints, floats) for v in pair]
+        lines.append("\t".join(["1", *values, "x"]) + "\n")
+    program = resolve_program(spec, None, "x.tsv")
+    chunk = parse_spec_chunk("".join(lines).encode(), program)
+    assert chunk.ok.all()
+    rows = np.flatnonzero(rng.random(chunk.rows) < 0.9)
+    groups, lists = list_groups(program, (10,))
+    cols = PartColumns(len(rows), len(dense), dtype, groups, lists)
+    append_spec_rows(cols, chunk, rows, program, dtype, (10,), None)
+    want = [transform_dense(chunk.dense[rows, d], chunk.dense_missing[rows, d], c.transform, dtype) for d, c in
+            enumerate(dense)]  # fmt: skip
+    assert cols.dense[: len(rows)].tobytes() == np.stack(want, axis=1).tobytes()
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ import numpy as np
 
 from shardrec.dataloader.format import PartInfo, smallest_uint, write_part
 from shardrec.tools.preprocess import parse_kernel, spec_kernel
+from shardrec.tools.preprocess.dense_table import append_dense
 from shardrec.tools.preprocess.ids import Vocabulary, hash_ids
 from shardrec.tools.preprocess.parse import ParsedChunk, transform_dense
 from shardrec.tools.preprocess.spec_parse import Program, SpecChunk
@@ -182,9 +183,8 @@ def append_spec_rows(
     n, k = cols.rows, len(rows)
     cols.reserve(k)
     cols.labels[n : n + k] = chunk.labels[rows]
-    for d, column in enumerate(program.spec.dense):
-        x, missing = chunk.dense[rows, d], chunk.dense_missing[rows, d]
-        cols.dense[n : n + k, d] = transform_dense(x, missing, column.transform, dense_dtype)
+    transforms = [c.transform for c in program.spec.dense]
+    append_dense(cols.dense[n : n + k], chunk.dense, chunk.dense_missing, rows, transforms, dense_dtype)
     features = program.features
     one_hot = [f for f, (_, is_list, _) in enumerate(features) if not is_list]
     if vocabs is None:

@@ -279,9 +279,12 @@ class BatchGatherer:
         dense = np.empty((n, self.num_dense), np.float32)
         if same[1]:
             item_stride = held[0].dense.strides[1]
-            kernels.take_rows_parts(
-                self._addresses.like[1], addresses[1], strides[1], item_stride, part_of, local, dense
-            )
+            if held[0].dense.dtype == dense.dtype and item_stride == dense.itemsize:  # whole rows: copied
+                kernels.copy_rows_parts(addresses[1], strides[1], part_of, local, dense)
+            else:
+                kernels.take_rows_parts(
+                    self._addresses.like[1], addresses[1], strides[1], item_stride, part_of, local, dense
+                )
         else:
             self._column(fallback(), n, lambda p: p.dense, dense)
         values = np.empty((count, len(self.feature_names), b), np.int64)

@@ -203,6 +203,21 @@ def locate(rows, part_starts, part_of, local):
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
+def locate_indexed(rows, part_starts, first_part, shift, part_of, local):
+    """`locate` through a coarse index: first_part[b] is the part holding row b << shift, and
+    the row's part is that one or a few after it. For thousands of parts, where `locate`'s
+    search takes ~14 dependent steps a row (10,000 parts: ~1/3 of the ids' gathers' time)."""
+    parts = part_starts.shape[0] - 1
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        lo = first_part[r >> shift]
+        while lo + 1 < parts and part_starts[lo + 1] <= r:
+            lo += 1
+        part_of[i] = lo
+        local[i] = r - part_starts[lo]
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
 def take_values_parts(like, addresses, strides, part_of, local, out):
     """out[k] = row local[k] of part part_of[k] of a 1-d column given by per-part address/stride."""
     for k in range(out.shape[0]):

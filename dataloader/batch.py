@@ -78,6 +78,7 @@ class BatchGatherer:
         self.num_dense = int(parts[0].dense.shape[1])
         rows = part_rows(parts)
         self._part_starts = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
+        self._part_index = _part_index(self._part_starts, rows)
         self._index_per_key = {k: i for i, k in enumerate(self.feature_names)}
         self._ones = torch.ones(0, dtype=torch.int32)
         self.compiled = kernels.AVAILABLE if compiled is None else compiled
@@ -206,7 +207,10 @@ class BatchGatherer:
         n = count * b
         if self.compiled and not self.multi_hot and len(set(self._part_range(rows))) > 1:
             located = (np.empty(n, index_dtype(len(self.parts))), np.empty(n, self._local_dtype))
-            kernels.locate(rows, self._part_starts, *located)
+            if self._part_index is None:
+                kernels.locate(rows, self._part_starts, *located)
+            else:
+                kernels.locate_indexed(rows, self._part_starts, *self._part_index, *located)
             used = np.empty(min(len(self.parts), n), np.int64)
             used = used[: compact_parts(located[0], len(self.parts), used)]
             return self._batches(slices, *self._gather_located(located, used, count, b, rows))
@@ -279,9 +283,12 @@ class BatchGatherer:
         dense = np.empty((n, self.num_dense), np.float32)
         if same[1]:
             item_stride = held[0].dense.strides[1]
-            kernels.take_rows_parts(
-                self._addresses.like[1], addresses[1], strides[1], item_stride, part_of, local, dense
-            )
+            if held[0].dense.dtype == dense.dtype and item_stride == dense.itemsize:  # whole rows: copied
+                kernels.copy_rows_parts(addresses[1], strides[1], part_of, local, dense)
+            else:
+                kernels.take_rows_parts(
+                    self._addresses.like[1], addresses[1], strides[1], item_stride, part_of, local, dense
+                )
         else:
             self._column(fallback(), n, lambda p: p.dense, dense)
         values = np.empty((count, len(self.feature_names), b), np.int64)
@@ -385,6 +392,25 @@ def _span(local: np.ndarray) -> tuple[int, int] | None:
     if n == 0 or int(local[-1]) - int(local[0]) != n - 1:
         return None
     return (int(local[0]), int(local[-1]) + 1) if n == 1 or bool(np.all(np.diff(local) == 1)) else None
+
+
+INDEXED_PARTS = 32
+"""Past this many parts, rows are located through a coarse index (gather_kernels.locate_indexed)."""
+MAX_INDEX_ENTRIES = 1 << 20
+
+
+def _part_index(part_starts: np.ndarray, rows: Sequence[int]) -> tuple[np.ndarray, int] | None:
+    """(first_part, shift) for locate_indexed: buckets of 2**shift rows, no larger than the
+    smallest non-empty part (a bucket then meets at most two parts, a step past the first)
+    unless that would need more than MAX_INDEX_ENTRIES buckets; None for few parts."""
+    total = int(part_starts[-1])
+    if len(rows) <= INDEXED_PARTS or total == 0:
+        return None
+    smallest = min(r for r in rows if r)
+    shift = max(smallest.bit_length() - 1, ((total - 1) // MAX_INDEX_ENTRIES).bit_length())
+    starts = np.arange(((total - 1) >> shift) + 1, dtype=np.int64) << shift
+    first_part = np.searchsorted(part_starts, starts, side="right") - 1
+    return first_part.astype(np.int64), shift
 
 
 def _plain(part: Part) -> Part:

@@ -21,6 +21,8 @@ import functools
 import hashlib
 import io
 import json
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -353,14 +355,44 @@ class Part:
     the ids it reads; empty where the layout gives no bound)."""
 
 
-def _map_column(directory: Path, path: Path, finfo: FileInfo) -> np.ndarray:
-    """Memory-map one column after checking it exists inside the dataset and has the manifest's size."""
-    if not path.is_file():
+def _no_symlink_below(directory: Path, part_dir: Path) -> bool:
+    """Whether part_dir (directory/split/part, both plain names: _check_names) is reached from
+    the dataset directory through no symlink: then only a file that is itself a symlink can lead
+    out of the dataset. Two lstats per part, not a realpath per file."""
+    return not (os.path.islink(part_dir.parent) or os.path.islink(part_dir))
+
+
+def check_file(directory: Path, path: str, finfo: FileInfo, plain_dir: bool) -> None:
+    """The file exists inside the dataset directory and has the manifest's size. `plain_dir`:
+    its folder is reached through no symlink (_no_symlink_below). One lstat for a plain file
+    (and no pathlib): a split of Criteo 1TB's ~10,000 parts has 280 K files to check at open."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        st = None
+    if st is not None and (not plain_dir or stat.S_ISLNK(st.st_mode)):
+        st = os.stat(path) if os.path.isfile(path) else None
+        if st is not None:
+            inside_dataset(directory, Path(path))
+    if st is None or not stat.S_ISREG(st.st_mode):
         raise DatasetError(f"{path}: missing (named by {directory / MANIFEST})")
-    inside_dataset(directory, path)
-    size = path.stat().st_size
-    if size != finfo.bytes:
-        raise DatasetError(f"{path}: {size} bytes on disk, manifest says {finfo.bytes} (truncated or replaced?)")
+    if st.st_size != finfo.bytes:
+        raise DatasetError(f"{path}: {st.st_size} bytes on disk, manifest says {finfo.bytes} (truncated or replaced?)")
+
+
+def check_part_files(directory: Path, split: str, info: PartInfo) -> None:
+    """Cheap checks of a part without opening it: its files exist inside the dataset directory
+    with the manifest's sizes (open_part checks dtypes and shapes when the part is mapped)."""
+    part_dir = directory / split / info.name
+    plain_dir = _no_symlink_below(directory, part_dir)
+    folder = str(part_dir)
+    for fname, finfo in info.files.items():
+        check_file(directory, os.path.join(folder, fname), finfo, plain_dir)
+
+
+def _map_column(directory: Path, path: Path, finfo: FileInfo, plain_dir: bool) -> np.ndarray:
+    """Memory-map one column after checking it exists inside the dataset and has the manifest's size."""
+    check_file(directory, str(path), finfo, plain_dir)
     try:
         return map_npy(path)  # no file descriptor stays open: thousands of parts fit any ulimit
     except ValueError as e:
@@ -403,7 +435,8 @@ def open_part(directory: Path, split: str, info: PartInfo, manifest: Manifest) -
     the loader checks those it reads against `Part.limits`."""
     part_dir = directory / split / info.name
     manifest_path = directory / MANIFEST
-    columns = {fname: _map_column(directory, part_dir / fname, finfo) for fname, finfo in info.files.items()}
+    plain_dir = _no_symlink_below(directory, part_dir)
+    columns = {fname: _map_column(directory, part_dir / fname, finfo, plain_dir) for fname, finfo in info.files.items()}
 
     def column(fname: str, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
         if fname not in columns:

@@ -35,6 +35,7 @@ from shardrec.dataloader.jit import AVAILABLE, njit
 
 if AVAILABLE:
     from numba import types
+    from numba.core import cgutils
     from numba.extending import intrinsic
 else:
 
@@ -56,6 +57,18 @@ def _load(typingctx, address, like):
         return builder.load(builder.inttoptr(args[0], context.get_data_type(dtype).as_pointer()))
 
     return dtype(types.int64, like), codegen
+
+
+@intrinsic
+def _copy_bytes(typingctx, destination, source, nbytes):
+    """memcpy(destination, source, nbytes) between raw addresses (the caller keeps both valid)."""
+
+    def codegen(context, builder, signature, args):
+        to, start = (builder.inttoptr(a, cgutils.voidptr_t) for a in args[:2])
+        cgutils.raw_memcpy(builder, to, start, args[2], 1)
+        return context.get_dummy_value()
+
+    return types.void(types.int64, types.int64, types.int64), codegen
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
@@ -190,6 +203,21 @@ def locate(rows, part_starts, part_of, local):
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
+def locate_indexed(rows, part_starts, first_part, shift, part_of, local):
+    """`locate` through a coarse index: first_part[b] is the part holding row b << shift, and
+    the row's part is that one or a few after it. For thousands of parts, where `locate`'s
+    search takes ~14 dependent steps a row (10,000 parts: ~1/3 of the ids' gathers' time)."""
+    parts = part_starts.shape[0] - 1
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        lo = first_part[r >> shift]
+        while lo + 1 < parts and part_starts[lo + 1] <= r:
+            lo += 1
+        part_of[i] = lo
+        local[i] = r - part_starts[lo]
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
 def take_values_parts(like, addresses, strides, part_of, local, out):
     """out[k] = row local[k] of part part_of[k] of a 1-d column given by per-part address/stride."""
     for k in range(out.shape[0]):
@@ -205,6 +233,20 @@ def take_rows_parts(like, addresses, strides, item_stride, part_of, local, out):
         base = addresses[p] + local[k] * strides[p]
         for j in range(out.shape[1]):
             out[k, j] = _load(base + j * item_stride, like)
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def copy_rows_parts(addresses, strides, part_of, local, out):
+    """`take_rows_parts` for rows stored contiguously (every part's row is out's row, byte for byte).
+
+    One memcpy per row, as `np.take(axis=0)` does for one part: 2x the value-by-value loop on
+    Criteo's 13 float32 dense columns (64 K rows of 24 parts, 0.35 against 0.70 ms, one core).
+    """
+    row = out.shape[1] * out.itemsize
+    base = out.ctypes.data
+    for k in range(out.shape[0]):
+        p = part_of[k]
+        _copy_bytes(base + k * row, addresses[p] + local[k] * strides[p], row)
 
 
 @njit(cache=True, nogil=True, boundscheck=False)

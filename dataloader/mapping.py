@@ -18,8 +18,11 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import functools
 import mmap
 import os
+import re
+import struct
 import sys
 import weakref
 from pathlib import Path
@@ -48,14 +51,39 @@ def _libc() -> ctypes.CDLL | None:
 _LIBC = _libc()
 
 
+# The header np.save writes for a plain dtype, e.g. {'descr': '<u2', 'fortran_order': False, 'shape': (450000,), }
+_PLAIN_HEADER = re.compile(
+    r"\{'descr': '([<>|=][a-z]\d+)', 'fortran_order': (True|False), 'shape': \(([\d, ]*)\), \} *\n?"
+)
+_LENGTH = {(1, 0): "<H", (2, 0): "<I"}
+
+
+@functools.lru_cache(maxsize=256)
+def _dtype(descr: str) -> np.dtype:
+    return np.dtype(descr)
+
+
 def _read_header(f) -> tuple[tuple[int, ...], bool, np.dtype]:
-    """(shape, fortran_order, dtype) of an open .npy file, left positioned at its data."""
+    """(shape, fortran_order, dtype) of an open .npy file, left positioned at its data.
+
+    np.save's own headers are read with one regular expression: numpy's reader compiles each
+    header as Python (ast.literal_eval), ~0.4 ms a file, which at Criteo 1TB's 280 K column
+    files is minutes before the first batch. Any other header goes to numpy's reader."""
     version = np.lib.format.read_magic(f)
+    if version not in _LENGTH:
+        raise ValueError(f"npy format version {version} is not supported")
+    start = f.tell()
+    size_bytes = f.read(struct.calcsize(_LENGTH[version]))
+    if len(size_bytes) == struct.calcsize(_LENGTH[version]):
+        header = f.read(struct.unpack(_LENGTH[version], size_bytes)[0])
+        plain = _PLAIN_HEADER.fullmatch(header.decode("latin1"))
+        if plain is not None:
+            shape = tuple(int(v) for v in plain[3].split(",") if v.strip())
+            return shape, plain[2] == "True", _dtype(plain[1])
+    f.seek(start)
     if version == (1, 0):
         return np.lib.format.read_array_header_1_0(f)
-    if version == (2, 0):
-        return np.lib.format.read_array_header_2_0(f)
-    raise ValueError(f"npy format version {version} is not supported")
+    return np.lib.format.read_array_header_2_0(f)
 
 
 def map_npy(path: str | Path) -> np.ndarray:

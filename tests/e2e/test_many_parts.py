@@ -1,5 +1,6 @@
 """The data commands on more parts than a low open-file limit allows descriptors for: 300 parts of
-6 column files each (1,800 files; np.load's maps held one descriptor each) under `ulimit -n 256`."""
+6 column files each (1,800 files; np.load's maps held one descriptor each) under `ulimit -n 256`,
+and `bench loader --part-rows` over 300 parts of one part's hard-linked files (8,400 files)."""
 
 from __future__ import annotations
 
@@ -64,21 +65,27 @@ def _digests(stdout: str) -> list[str]:
     return [row["sha256"] for row in json.loads(stdout)["digests"]]
 
 
-def test_data_commands_on_300_parts_under_ulimit_256(datasets):
+def test_data_commands_and_the_many_part_bench_under_ulimit_256(datasets):
     one, many = datasets
     digest = ["--global-batch", "48", "--batches", "25", "--json"]
-    ordered, shuffled, verified, head = _limited(
+    ordered, shuffled, verified, head, bench = _limited(
         ["data", "digest", str(many), "--no-shuffle", *digest],
         ["data", "digest", str(many), *digest],
         ["data", "verify", str(many), "--json"],
         ["data", "head", str(many), "--rows", "3", "--json"],
-    )
+        # The loader at Criteo 1TB's part count, in miniature: 300 parts of one part's hard-linked files.
+        ["bench", "loader", "--parts", "300", "--part-rows", "64", "--global-batch", "64", "--rounds", "1",
+         "--max-batches", "40", "--work-dir", str(many.parent), "--json"],
+    )  # fmt: skip
     # The whole unshuffled epoch: every batch crosses parts, some cross part 256 (uint16 indices).
     assert len(_digests(ordered["stdout"])) == 25
     assert _digests(ordered["stdout"]) == _digests(_in_process(["data", "digest", str(one), "--no-shuffle", *digest]))
     # Shuffled, the stream is the one the same dataset gives without the limit.
     assert _digests(shuffled["stdout"]) == _digests(_in_process(["data", "digest", str(many), *digest]))
     assert json.loads(verified["stdout"]) == {"directory": str(many), "ok": True, "problems": []}
+    figures = json.loads(bench["stdout"])
+    assert (figures["parts"], figures["rows"], figures["open_file_limit"]) == (300, 19_200, LIMIT)
+    assert figures["rows_per_s"]["many_parts"] > 0 and len(figures["rss_mb_per_round"]) == 2
     assert head["stdout"] == _in_process(["data", "head", str(one), "--rows", "3", "--json"]).replace(
         str(one), str(many)
     )

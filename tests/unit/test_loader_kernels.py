@@ -132,3 +132,30 @@ def test_parts_the_kernels_cannot_read_as_one_column_fall_back_exactly(monkeypat
         np.save(days / f"day_{d}_labels.npy", rng.integers(0, 2, (n, 1)).astype(np.int32))
     compiled, plain = _both(monkeypatch, days, 1, global_batch_size=16, hashes=[97, 1000])
     _assert_same(compiled, plain, ["cat_0", "cat_1"])
+
+
+def test_whole_rows_of_several_parts_are_copied_exactly():
+    rng = np.random.default_rng(5)
+    parts = [rng.normal(size=(n, 13)).astype(np.float32) for n in (40, 7, 25)]
+    part_of = rng.integers(0, 3, 300).astype(np.uint8)
+    local = np.array([rng.integers(0, len(parts[p])) for p in part_of], np.int32)
+    addresses = np.array([p.ctypes.data for p in parts], np.int64)
+    strides = np.array([p.strides[0] for p in parts], np.int64)
+    out = np.empty((300, 13), np.float32)
+    gather_kernels.copy_rows_parts(addresses, strides, part_of, local, out)
+    assert np.array_equal(out, np.stack([parts[p][r] for p, r in zip(part_of, local)]))
+
+
+@pytest.mark.parametrize("sizes", [[5] * 40, [1, 0, 0, 7, 3] * 10, [3000] * 64 + [1]])  # empty parts; one tiny
+def test_rows_located_through_the_coarse_index_are_where_the_search_puts_them(sizes: list[int]):
+    from shardrec.dataloader.batch import _part_index
+
+    part_starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    rows = np.random.default_rng(len(sizes)).integers(0, part_starts[-1], 2000).astype(np.int64)
+    searched, indexed = (
+        (np.empty(2000, np.int64), np.empty(2000, np.int64)),
+        (np.empty(2000, np.int64), np.empty(2000, np.int64)),
+    )
+    gather_kernels.locate(rows, part_starts, *searched)
+    gather_kernels.locate_indexed(rows, part_starts, *_part_index(part_starts, sizes), *indexed)
+    assert searched[0].tolist() == indexed[0].tolist() and searched[1].tolist() == indexed[1].tolist()

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from shardrec.dataloader.format import PartInfo, smallest_uint, write_part
-from shardrec.tools.preprocess import parse_kernel, spec_kernel
+from shardrec.tools.preprocess import cpu_stages, parse_kernel, spec_kernel
 from shardrec.tools.preprocess.ids import Vocabulary, hash_ids
 from shardrec.tools.preprocess.parse import ParsedChunk, transform_dense
 from shardrec.tools.preprocess.spec_parse import Program, SpecChunk
@@ -145,23 +145,25 @@ def append_rows(
     n, k = cols.rows, len(rows)
     cols.reserve(k)
     cols.labels[n : n + k] = chunk.labels[rows]
-    if parse_kernel.AVAILABLE and dense_transform == "log1p":
-        x = _log1p_input(chunk, rows)
-        np.log1p(x, out=x)
-        cols.dense[n : n + k] = x  # the same cast as transform_dense's astype
-    else:
-        cols.dense[n : n + k] = transform_dense(
-            chunk.dense[rows], chunk.dense_missing[rows], dense_transform, dense_dtype
-        )
-    if vocabs is None and parse_kernel.AVAILABLE:
-        cards = np.asarray(cardinalities, dtype=np.int64)
-        for (_, feats), ids in zip(cols.groups, cols.ids):
-            parse_kernel.hash_rows_into(chunk.sparse, chunk.sparse_missing, rows, feats, cards, ids, n)
-    else:
-        mapped = map_ids(chunk, names, cardinalities, vocabs)
-        for (_, feats), ids in zip(cols.groups, cols.ids):
-            for j, f in enumerate(feats):
-                ids[j, n : n + k] = mapped[names[f]][rows]
+    with cpu_stages.stage(cpu_stages.DENSE):
+        if parse_kernel.AVAILABLE and dense_transform == "log1p":
+            x = _log1p_input(chunk, rows)
+            np.log1p(x, out=x)
+            cols.dense[n : n + k] = x  # the same cast as transform_dense's astype
+        else:
+            cols.dense[n : n + k] = transform_dense(
+                chunk.dense[rows], chunk.dense_missing[rows], dense_transform, dense_dtype
+            )
+    with cpu_stages.stage(cpu_stages.IDS):
+        if vocabs is None and parse_kernel.AVAILABLE:
+            cards = np.asarray(cardinalities, dtype=np.int64)
+            for (_, feats), ids in zip(cols.groups, cols.ids):
+                parse_kernel.hash_rows_into(chunk.sparse, chunk.sparse_missing, rows, feats, cards, ids, n)
+        else:
+            mapped = map_ids(chunk, names, cardinalities, vocabs)
+            for (_, feats), ids in zip(cols.groups, cols.ids):
+                for j, f in enumerate(feats):
+                    ids[j, n : n + k] = mapped[names[f]][rows]
     cols.rows += k
 
 

@@ -294,6 +294,16 @@ def hash_matrix(values, missing, cardinalities):
     return out
 
 
+def warm_up() -> None:
+    """Load a kernel from numba's cache: the first load of a process sets up numba's code generator
+    (~0.2-0.4 CPU-s), which cpu_stages then counts as start-up rather than as the stage that calls
+    a kernel first."""
+    if AVAILABLE:
+        buf = np.zeros(1, np.uint8)
+        buf.flags.writeable = False  # the signature the parser and the planner call it with
+        count_newlines(buf)
+
+
 @njit(cache=True, nogil=True, boundscheck=False)
 def count_newlines(buf):
     """Rows in a piece: one pass, no temporary array (numpy's `buf == 10` allocates one)."""

@@ -32,7 +32,7 @@ from shardrec.dataloader.format import (
     smallest_uint,
 )
 from shardrec.dataloader.spec import ListColumn
-from shardrec.tools.preprocess import cpu_stages, parse_kernel
+from shardrec.tools.preprocess import cpu_stages
 from shardrec.tools.preprocess.ids import MISSING_ID, OOV_ID
 from shardrec.tools.preprocess.inputs import Task, discover_inputs, plan_tasks, resolve_layout
 from shardrec.tools.preprocess.pieces import TaskOptions
@@ -45,6 +45,7 @@ from shardrec.tools.preprocess.task import (
     InputError,
     TaskResult,
     count_task,
+    process_setup,
     read_marker,
     run_task,
     wait_for_writes,
@@ -129,7 +130,7 @@ def _build_vocab(cfg: PreprocessConfig, tasks: list[Task], opts: TaskOptions, pr
 def run_preprocess(cfg: PreprocessConfig, progress: Progress | None = None) -> PreprocessResult:
     """Plan, run unfinished tasks, and (unless other parts are unfinished) write the manifest."""
     before = cpu_stages.totals()
-    cpu_stages.process_started(parse_kernel.warm_up)
+    process_setup()
     result = _run(cfg, progress)
     result.cpu_s_by_stage = {k: round(v - before.get(k, 0.0), 3) for k, v in cpu_stages.totals().items()}
     return result

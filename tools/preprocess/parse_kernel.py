@@ -342,14 +342,22 @@ def hash_rows_into(values, missing, rows, features, cardinalities, out, offset):
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
-def gather_log1p_input(dense, rows, out):
-    """out[k] = max(dense[rows[k]], 0) as float64: the input of the default log1p transform
-    (the parser leaves missing values at 0, so no mask is needed)."""
+def gather_from_table(dense, rows, table, out, past):
+    """out[k] = table[max(dense[rows[k]], 0)] for the values the table holds: the default log1p
+    transform of dense integers, looked up (table and out viewed as unsigned integers of the
+    dense dtype's width, so one kernel copies float32 or float16 bits). Each value past the table
+    is left for the caller, its flat index into out noted in `past`; returns how many there are."""
+    size, nd, n = len(table), dense.shape[1], 0
     for k in range(len(rows)):
         r = rows[k]
-        for f in range(dense.shape[1]):
+        for f in range(nd):
             v = dense[r, f]
-            out[k, f] = np.float64(v) if v > 0 else 0.0
+            if v < size:
+                out[k, f] = table[v if v > 0 else 0]
+            else:
+                past[n] = k * nd + f
+                n += 1
+    return n
 
 
 @njit(cache=True, nogil=True, boundscheck=False)

@@ -2,7 +2,7 @@
 
 Vocabulary.lookup (numpy) takes ~10 passes over a column (a binary search over the whole table per
 value, clamps, gathers, casts); here each value costs a bucket bound and a binary search within
-its bucket (Vocabulary.bucket_starts: ~BUCKET_VALUES values, one cache line), with the same
+its bucket (Vocabulary.bucket_starts: ~BUCKET_VALUES values, two cache lines), with the same
 ids as the result.
 """
 

@@ -36,6 +36,11 @@ def test_bench_preprocess_against_polars_on_the_same_columns(tmp_path: Path):
     ):
         assert report[key] > 0, key
     assert report["polars"]["version"] and report["pandas_parse_only"]["engine"] == "c"
+    # Where shardrec's CPU went, measured in the same run: the stages and the rest add up to its CPU time.
+    stages = report["cpu_s_by_stage"]
+    assert stages["parse kernel"] > 0 and stages["start-up/imports"] > 0 and "rest (not timed)" in stages
+    assert abs(sum(stages.values()) - report["shardrec"]["cpu_s"]) < 0.02
+    assert "where shardrec's" not in result.stdout  # --json prints JSON only
     assert set(report["goals"]) == {
         "end_to_end_3x_polars_per_cpu_s",
         "peak_rss_under_1_gb_per_worker",

@@ -181,3 +181,33 @@ def test_the_merge_gives_its_memory_back_before_the_workers_map(tmp_path: Path):
     )
     before, after = map(int, res.stdout.split())
     assert after <= before + 4096, (before, after)  # kB: 2 M pairs merged left ~11 MB held before
+
+
+@pytest.mark.parametrize(
+    "n, dtype, largest",
+    [
+        (0, np.uint32, 2**32),
+        (1, np.uint32, 2**32),
+        (5, np.uint32, 100),
+        (3000, np.uint32, 2**32),
+        (2000, np.uint64, 2**64),
+    ],
+)
+def test_the_compiled_lookup_gives_the_ids_of_vocabulary_lookup(n: int, dtype, largest: int):
+    """Kept values, values between and past them, missing ones, rows out of order: the compiled
+    lookup writes Vocabulary.lookup's ids into a column at an offset."""
+    from shardrec.tools.preprocess.ids_kernel import lookup_rows_into
+
+    rng = np.random.default_rng(n)
+    kept = np.unique(rng.integers(0, largest, n, dtype=np.uint64, endpoint=False)).astype(dtype)
+    vocab = Vocabulary(kept, (rng.permutation(len(kept)) + 2).astype(np.uint32))
+    hits = kept.astype(np.uint64)[rng.integers(0, len(kept), 500)] if len(kept) else np.zeros(0, np.uint64)
+    edges = np.array([0, 1, 2**32 - 1, 2**32, 2**64 - 1], np.uint64)
+    values = np.concatenate([hits, rng.integers(0, largest, 500, dtype=np.uint64, endpoint=False), edges])
+    values = np.stack([values, values[::-1]], axis=1)
+    missing = rng.random(values.shape) < 0.1
+    rows = rng.permutation(len(values))[:-3]
+    for f in range(2):
+        out = np.zeros(len(rows) + 7, np.uint32)
+        lookup_rows_into(vocab, values, missing, rows, f, out, 7)
+        assert np.array_equal(out[7:], vocab.lookup(values[rows, f], missing[rows, f])), f

@@ -16,6 +16,7 @@ measure, and the ratios are what to compare across machines. CPU seconds include
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import time
@@ -30,6 +31,7 @@ from shardrec.tools.bench.preprocess_like import (
     rates,
     report_head,
 )
+from shardrec.tools.bench.proctree import run_measured
 from shardrec.tools.cli.common import console, err_console
 
 _BYTES_PER_ROW = 240  # synth's Criteo-shaped rows, measured; only sizes the generated file
@@ -45,9 +47,25 @@ def generate(path: Path, size_gb: float, seed: int = 0) -> int:
 
 def run_preprocess_child(path: Path, out: Path, workers: int, chunk_mb: float) -> dict[str, float]:
     """Run the CLI in a child; returns wall seconds, CPU seconds of it and its workers, peak RSS of the tree."""
+    return run_preprocess_staged(path, out, workers, chunk_mb)[0]
+
+
+def run_preprocess_staged(path: Path, out: Path, workers: int, chunk_mb: float) -> tuple[dict[str, float], dict]:
+    """run_preprocess_child's figures, and the CPU-seconds by stage the child measured (its --json's
+    cpu_seconds_by_stage)."""
     cmd = [sys.executable, "-m", "shardrec.tools.cli", "preprocess", str(path), "--out", str(out),
            "--max-ids", str(MAX_IDS), "--workers", str(workers), "--chunk-mb", str(chunk_mb), "--json"]  # fmt: skip
-    return measured(cmd, "preprocess")
+    res = run_measured(cmd)
+    if res["returncode"] != 0:
+        raise RuntimeError(f"preprocess failed: {res['stderr'].strip()[-2000:]}")
+    run = {k: res[k] for k in ("wall_s", "cpu_s", "peak_rss_mb")}
+    return run, json.loads(res["stdout"])["cpu_seconds_by_stage"]
+
+
+def cpu_breakdown(stages: dict[str, float], cpu_s: float) -> dict[str, float]:
+    """The run's CPU-seconds by stage, and the rest: the tree's CPU time (what the rates divide by)
+    less every stage (what no timer covers: the interpreter's exit, finding inputs, task markers)."""
+    return {**stages, "rest (not timed)": round(cpu_s - sum(stages.values()), 3)}
 
 
 def run_polars_child(path: Path, out: Path, threads: int | None) -> dict[str, float]:
@@ -118,7 +136,8 @@ def run_bench(size_gb: float, workers: int, work_dir: Path, chunk_mb: float) -> 
     out = work_dir / "out"
     shutil.rmtree(out, ignore_errors=True)
     err_console.print("timing shardrec preprocess end to end ...")
-    ours = rates(mb, run_preprocess_child(path, out, workers, chunk_mb))
+    run, stages = run_preprocess_staged(path, out, workers, chunk_mb)
+    ours = rates(mb, run)
     try:
         pl1, pln, differ = _run_polars_both(path, work_dir / "polars-out", out)
         pl1, pln = rates(mb, pl1), rates(mb, pln)
@@ -133,6 +152,7 @@ def run_bench(size_gb: float, workers: int, work_dir: Path, chunk_mb: float) -> 
         **report_head(mb, workers, ours, pl1, pln, differ),
         "polars": {"version": polars_version(), "max_ids": MAX_IDS},
         "ratio_rss_vs_polars_all_threads": round(ours["peak_rss_mb"] / max(pln["peak_rss_mb"], 1e-9), 2),
+        "cpu_s_by_stage": cpu_breakdown(stages, run["cpu_s"]),
         "parse_only_mb_s": round(mb / parse["wall_s"], 1),
         "parse_only_mb_per_cpu_s": round(mb / parse["cpu_s"], 1),
         "pandas_parse_only": {
@@ -150,13 +170,20 @@ def run_bench(size_gb: float, workers: int, work_dir: Path, chunk_mb: float) -> 
     }
 
 
+def breakdown_lines(stages: dict[str, float], cpu_s: float) -> str:
+    """Where shardrec's CPU-seconds went, stage by stage, as shares of the run's."""
+    head = f"where shardrec's {cpu_s:.2f} CPU-s went (timers around each stage, CPU time):\n"
+    return head + "".join(f"  {k:<28} {v:6.2f} s {v / max(cpu_s, 1e-9):6.1%}\n" for k, v in stages.items())
+
+
 def print_report(r: dict[str, Any]) -> None:
     console.print(
         rate_lines(r, "TSV, same file")
         + f"polars {r['polars']['version']} columns equal shardrec's byte for byte: "
         + ("yes" if r["polars_columns_equal"] else f"NO ({', '.join(r['polars_columns_differ'])})")
         + "\n"
-        f"secondary: parser alone {r['parse_only_mb_per_cpu_s']:.1f} MB/CPU-s;\n"
+        + breakdown_lines(r["cpu_s_by_stage"], r["shardrec"]["cpu_s"])
+        + f"secondary: parser alone {r['parse_only_mb_per_cpu_s']:.1f} MB/CPU-s;\n"
         f"  pandas {r['pandas_parse_only']['version']} read_csv parse only "
         f"{r['pandas_parse_only']['mb_per_cpu_s']:.1f} MB per CPU-s ({r['ratio_vs_pandas_parse_only_cpu']:.2f}x)\n"
         + "\n".join(f"goal {k}: {'met' if v else 'NOT met'}" for k, v in r["goals"].items()),

@@ -200,6 +200,7 @@ def _as_json(result: PreprocessResult, seconds: float) -> dict:
         "tasks_run": result.tasks_run,
         "tasks_total": result.tasks_total,
         "seconds": round(seconds, 3),
+        "cpu_seconds_by_stage": result.cpu_s_by_stage,
         "cardinality": {f.name: f.cardinality for f in m.sparse_features} if m else None,
     }
 

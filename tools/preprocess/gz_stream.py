@@ -32,7 +32,7 @@ import numpy as np
 
 from shardrec.dataloader.files import atomic_write_bytes, fsync_dir
 from shardrec.dataloader.format import PartInfo, write_part
-from shardrec.tools.preprocess import gz, parse_kernel
+from shardrec.tools.preprocess import cpu_stages, gz, parse_kernel
 from shardrec.tools.preprocess.gz_split import GzipScan, load_scan, save_scan
 from shardrec.tools.preprocess.inputs import STAGED, SplitRange, Task
 from shardrec.tools.preprocess.pieces import TaskOptions
@@ -73,7 +73,8 @@ class _Decoder:
             raise InputError(gz.describe_error(self.path, e, self.f)) from e
 
     def _read(self, buf: memoryview) -> int:
-        n = self._call(self.f.readinto, buf) if len(buf) else 0
+        with cpu_stages.stage(cpu_stages.READ):
+            n = self._call(self.f.readinto, buf) if len(buf) else 0
         self.eof = self.eof or (n == 0 and len(buf) > 0)
         return n
 
@@ -186,7 +187,9 @@ def _run_stream(
 
     try:
         with decoder.f:
-            for task, res in map_stream(partial(run_task, background_sync=workers == 1), produce, opts, workers):
+            run = partial(_run_counted, background_sync=workers == 1)
+            for task, (res, cpu) in map_stream(run, produce, opts, workers):
+                cpu_stages.add(cpu)
                 ran.append(task.index)
                 lines[task.index] = res.lines
                 if progress:
@@ -198,6 +201,11 @@ def _run_stream(
         slots.close()
     counts = [lines[first_index + k] for k in range(len(decoder.bounds))]
     return GzipScan(decoder.bounds, counts, [-1] * len(counts), sum(counts), "")
+
+
+def _run_counted(task: Task, opts: TaskOptions, background_sync: bool) -> tuple[TaskResult, dict[str, float]]:
+    """run_task, and what it cost per stage (a pool worker's own counts go back with it; cpu_stages)."""
+    return run_task(task, opts, background_sync), cpu_stages.take()
 
 
 def _compressed_position(decoder: _Decoder) -> int:

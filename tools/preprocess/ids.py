@@ -13,11 +13,13 @@ with the real value `00000000`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 MISSING_ID = 0
 OOV_ID = 1
+BUCKET_VALUES = 32  # kept values per bucket of the compiled lookup's index, on average: 1/8 byte per value
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 
@@ -84,6 +86,21 @@ class Vocabulary:
 
     sorted_values: np.ndarray  # uint64 or uint32 [n]
     ids: np.ndarray  # uint64 or uint32 [n], the id of sorted_values[i]
+
+    @cached_property
+    def bucket_starts(self) -> tuple[np.ndarray, int]:
+        """(starts, shift): the values v with v >> shift == b are sorted_values[starts[b]:starts[b + 1]],
+        about BUCKET_VALUES of them (the compiled lookup's index, per worker: 52 M kept values, the worst case,
+        take ~6.5 MB)."""
+        n = len(self.sorted_values)
+        top = int(self.sorted_values[-1]) if n else 0
+        bits = max(0, (n // BUCKET_VALUES).bit_length())
+        shift = max(0, top.bit_length() - bits)  # top >> shift < 2**bits buckets
+        bounds = np.arange((top >> shift) + 1, dtype=np.uint64) << np.uint64(shift)
+        starts = np.empty(len(bounds) + 1, np.int64 if n >= 2**32 else np.uint32)
+        starts[:-1] = np.searchsorted(self.sorted_values, bounds.astype(self.sorted_values.dtype))
+        starts[-1] = n
+        return starts, shift
 
     @property
     def cardinality(self) -> int:

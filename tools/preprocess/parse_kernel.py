@@ -294,6 +294,16 @@ def hash_matrix(values, missing, cardinalities):
     return out
 
 
+def warm_up() -> None:
+    """Load a kernel from numba's cache: the first load of a process sets up numba's code generator
+    (~0.2-0.4 CPU-s), which cpu_stages then counts as start-up rather than as the stage that calls
+    a kernel first."""
+    if AVAILABLE:
+        buf = np.zeros(1, np.uint8)
+        buf.flags.writeable = False  # the signature the parser and the planner call it with
+        count_newlines(buf)
+
+
 @njit(cache=True, nogil=True, boundscheck=False)
 def count_newlines(buf):
     """Rows in a piece: one pass, no temporary array (numpy's `buf == 10` allocates one)."""
@@ -332,14 +342,22 @@ def hash_rows_into(values, missing, rows, features, cardinalities, out, offset):
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
-def gather_log1p_input(dense, rows, out):
-    """out[k] = max(dense[rows[k]], 0) as float64: the input of the default log1p transform
-    (the parser leaves missing values at 0, so no mask is needed)."""
+def gather_from_table(dense, rows, table, out, past):
+    """out[k] = table[max(dense[rows[k]], 0)] for the values the table holds: the default log1p
+    transform of dense integers, looked up (table and out viewed as unsigned integers of the
+    dense dtype's width, so one kernel copies float32 or float16 bits). Each value past the table
+    is left for the caller, its flat index into out noted in `past`; returns how many there are."""
+    size, nd, n = len(table), dense.shape[1], 0
     for k in range(len(rows)):
         r = rows[k]
-        for f in range(dense.shape[1]):
+        for f in range(nd):
             v = dense[r, f]
-            out[k, f] = np.float64(v) if v > 0 else 0.0
+            if v < size:
+                out[k, f] = table[v if v > 0 else 0]
+            else:
+                past[n] = k * nd + f
+                n += 1
+    return n
 
 
 @njit(cache=True, nogil=True, boundscheck=False)

@@ -100,9 +100,14 @@ class PartLayout:
 
 def piece_counts(chunk: Chunk, rows: np.ndarray, opts: TaskOptions) -> list[tuple[np.ndarray, np.ndarray]]:
     """(distinct values, counts) of every sparse feature over the given rows (vocabulary pass 1)."""
-    if not opts.program:
-        return [count_values(chunk.sparse[rows, f], chunk.sparse_missing[rows, f]) for f in range(len(opts.names))]
     idx = np.flatnonzero(rows)
+    if not opts.program:
+        # The kept rows turned into contiguous columns at once: a boolean mask with a column index
+        # (sparse[rows, f]), or a mask over a strided column, took numpy's slow paths 26 times a piece.
+        every = len(idx) == chunk.rows
+        values = np.ascontiguousarray((chunk.sparse if every else chunk.sparse[idx]).T)
+        missing = np.ascontiguousarray((chunk.sparse_missing if every else chunk.sparse_missing[idx]).T)
+        return [count_values(values[f], missing[f]) for f in range(len(opts.names))]
     out = []
     for _, is_list, slot in opts.program.features:
         if not is_list:

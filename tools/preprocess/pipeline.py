@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import platform
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from importlib import metadata
 from pathlib import Path
@@ -32,6 +32,7 @@ from shardrec.dataloader.format import (
     smallest_uint,
 )
 from shardrec.dataloader.spec import ListColumn
+from shardrec.tools.preprocess import cpu_stages
 from shardrec.tools.preprocess.gz_stream import stream_gzip
 from shardrec.tools.preprocess.ids import MISSING_ID, OOV_ID
 from shardrec.tools.preprocess.inputs import Task, discover_inputs, plan_tasks, resolve_layout
@@ -45,6 +46,7 @@ from shardrec.tools.preprocess.task import (
     InputError,
     TaskResult,
     count_task,
+    process_setup,
     read_marker,
     run_task,
     wait_for_writes,
@@ -74,6 +76,7 @@ class PreprocessResult:
     errors: list[str]  # first malformed rows as `file:line: field: value (reason)`
     tasks_run: int
     tasks_total: int
+    cpu_s_by_stage: dict[str, float] = field(default_factory=dict)  # this process and its workers (cpu_stages)
 
 
 def _versions() -> dict[str, str]:
@@ -118,7 +121,8 @@ def _build_vocab(cfg: PreprocessConfig, tasks: list[Task], opts: TaskOptions, pr
     if not (vocab_dir / "vocab.json").is_file():
         _count(cfg, tasks, opts, progress)
         runs = run_dirs(work, [t.index for t in tasks])
-        info = build_vocabularies(runs, names, cfg.min_count, opts.vocab_memory_bytes, vocab_dir)
+        with cpu_stages.stage(cpu_stages.MERGE):
+            info = build_vocabularies(runs, names, cfg.min_count, opts.vocab_memory_bytes, vocab_dir)
         logger.info("vocabularies merged from %d count runs in %d value ranges", len(runs), sum(info["merge_ranges"]))
     cards = tuple(json.loads((vocab_dir / "vocab.json").read_text())["cardinalities"])
     return replace(opts, cardinalities=cards, vocab_path=str(vocab_dir))
@@ -126,6 +130,14 @@ def _build_vocab(cfg: PreprocessConfig, tasks: list[Task], opts: TaskOptions, pr
 
 def run_preprocess(cfg: PreprocessConfig, progress: Progress | None = None) -> PreprocessResult:
     """Plan, run unfinished tasks, and (unless other parts are unfinished) write the manifest."""
+    before = cpu_stages.totals()
+    process_setup()
+    result = _run(cfg, progress)
+    result.cpu_s_by_stage = {k: round(v - before.get(k, 0.0), 3) for k, v in cpu_stages.totals().items()}
+    return result
+
+
+def _run(cfg: PreprocessConfig, progress: Progress | None) -> PreprocessResult:
     files = discover_inputs(cfg.inputs)
     layout = resolve_layout(cfg.layout, files)
     cfg.out.mkdir(parents=True, exist_ok=True)
@@ -148,7 +160,8 @@ def run_preprocess(cfg: PreprocessConfig, progress: Progress | None = None) -> P
     streams = cfg.min_count <= 0 and cfg.part is None
     streamed: list[int] = []  # tasks that stream_gzip ran
     stream = partial(stream_gzip, opts=opts, workers=cfg.workers, progress=progress, ran=streamed) if streams else None
-    tasks = plan_tasks(files, layout, cfg.val_half, opts.chunk_bytes, cfg.header, cfg.out / WORK_DIR, stream)
+    with cpu_stages.stage(cpu_stages.PLAN):  # a streamed .gz file's tasks run inside: their stages pause this one
+        tasks = plan_tasks(files, layout, cfg.val_half, opts.chunk_bytes, cfg.header, cfg.out / WORK_DIR, stream)
     mine = [t for t in tasks if cfg.part is None or t.index % cfg.part[1] == cfg.part[0]]
     if cfg.min_count > 0:
         if cfg.part is not None and not _all_counted(cfg.out, tasks):
@@ -165,7 +178,8 @@ def run_preprocess(cfg: PreprocessConfig, progress: Progress | None = None) -> P
     # In one process, a task's fsyncs overlap the next task's parsing (see run_task).
     in_process = cfg.workers == 1 or len(todo) <= 1
     try:
-        for t, res in map_tasks(partial(_run_task_safely, background_sync=in_process), todo, opts, cfg.workers):
+        for t, (res, cpu) in map_tasks(partial(_run_task_safely, background_sync=in_process), todo, opts, cfg.workers):
+            cpu_stages.add(cpu)
             if isinstance(res, str):
                 failures.append(res)
             elif progress:
@@ -178,7 +192,8 @@ def run_preprocess(cfg: PreprocessConfig, progress: Progress | None = None) -> P
     if any(r is None for r in results):
         return _partial(cfg.out, tasks, len(todo) + len(streamed))
     _check_rows_kept(cfg, tasks, results)
-    manifest = _finalize(cfg, layout, tasks, results, opts)
+    with cpu_stages.stage(cpu_stages.STATS):
+        manifest = _finalize(cfg, layout, tasks, results, opts)
     return _summarize(manifest, tasks, results, len(todo) + len(streamed))
 
 
@@ -208,12 +223,16 @@ def _check_rows_kept(cfg: PreprocessConfig, tasks: list[Task], results: list[Tas
     )
 
 
-def _run_task_safely(task: Task, opts: TaskOptions, background_sync: bool = False) -> TaskResult | str:
+def _run_task_safely(
+    task: Task, opts: TaskOptions, background_sync: bool = False
+) -> tuple[TaskResult | str, dict[str, float]]:
     # An unreadable input fails its own task only; malformed rows under --strict stop the run.
+    # What the task cost per stage goes back with it (a pool worker's own counts; cpu_stages).
     try:
-        return run_task(task, opts, background_sync)
+        res: TaskResult | str = run_task(task, opts, background_sync)
     except InputError as e:
-        return str(e)
+        res = str(e)
+    return res, cpu_stages.take()
 
 
 def _disk_bytes(task: Task) -> int:
@@ -229,9 +248,14 @@ def _count(cfg: PreprocessConfig, tasks: list[Task], opts: TaskOptions, progress
     todo = [t for t in tasks if not count_marker(cfg.out / WORK_DIR, t.index).is_file()]
     if progress and todo:
         progress.start(sum(_disk_bytes(t) for t in todo), "count")
-    for t, _ in map_tasks(count_task, todo, opts, cfg.workers):
+    for t, (_, cpu) in map_tasks(_count_measured, todo, opts, cfg.workers):
+        cpu_stages.add(cpu)
         if progress:
             progress.advance(_disk_bytes(t), 0, 0)
+
+
+def _count_measured(task: Task, opts: TaskOptions) -> tuple[Path, dict[str, float]]:
+    return count_task(task, opts), cpu_stages.take()
 
 
 def _partial(out: Path, tasks: list[Task], ran: int) -> PreprocessResult:

@@ -14,7 +14,9 @@ concatenated or cast twice.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
+import gc
 import json
 import logging
 from collections.abc import Iterator
@@ -25,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from shardrec.dataloader.files import atomic_write_bytes, fsync_path
-from shardrec.tools.preprocess import parse_kernel
+from shardrec.tools.preprocess import cpu_stages, parse_kernel
 from shardrec.tools.preprocess.columns import PartColumns
 from shardrec.tools.preprocess.gz import RAPIDGZIP_ERRORS, READ_ERRORS, crc32, describe_error, open_range
 from shardrec.tools.preprocess.ids import Vocabulary
@@ -174,14 +176,16 @@ def read_pieces(task: Task, piece_bytes: int = PIECE_BYTES) -> Iterator[memoryvi
                 bigger = bytearray(2 * len(buf))  # views of the old may still be alive)
                 bigger[:have] = buf[:have]
                 buf = bigger
-            n = src.readinto(memoryview(buf)[have : len(buf) - 1])
-            total = have + n
+            with cpu_stages.stage(cpu_stages.READ):
+                n = src.readinto(memoryview(buf)[have : len(buf) - 1])
+                total = have + n
+                cut = buf.rfind(b"\n", 0, total) + 1 if n else 0
             if n == 0:
                 break
-            cut = buf.rfind(b"\n", 0, total) + 1
             if cut:
                 yield memoryview(buf)[:cut]
-                buf[: total - cut] = buf[cut:total]
+                with cpu_stages.stage(cpu_stages.READ):
+                    buf[: total - cut] = buf[cut:total]
             have = total - cut
     if have:
         buf[have] = 10  # the last line had no newline
@@ -240,7 +244,8 @@ def _flush(
     for split in sorted(buffers):
         part_dir = out / split / f"part-{task.index:05d}-{number:04d}"
         try:
-            info = layout.write(buffers[split], part_dir, fsync)
+            with cpu_stages.stage(cpu_stages.WRITE):  # and the fsyncs, when not left to _sync_then_mark
+                info = layout.write(buffers[split], part_dir, fsync)
         except OSError as e:
             if e.filename:
                 raise
@@ -265,13 +270,14 @@ def _parse_pieces(data: memoryview, size: int) -> Iterator[memoryview]:
     arr = np.frombuffer(data, dtype=np.uint8)
     start, n = 0, len(arr)
     while n - start > size:
-        end = start + size
-        lo = max(start, end - 4096)  # lines are short: look back a little first
-        nl = np.flatnonzero(arr[lo:end] == 10)
-        if not len(nl):
-            lo = start
+        with cpu_stages.stage(cpu_stages.READ):
+            end = start + size
+            lo = max(start, end - 4096)  # lines are short: look back a little first
             nl = np.flatnonzero(arr[lo:end] == 10)
-        cut = lo + int(nl[-1]) + 1 if len(nl) else end + int(np.argmax(arr[end:] == 10)) + 1
+            if not len(nl):
+                lo = start
+                nl = np.flatnonzero(arr[lo:end] == 10)
+            cut = lo + int(nl[-1]) + 1 if len(nl) else end + int(np.argmax(arr[end:] == 10)) + 1
         yield data[start:cut]
         start = cut
     if start < n:
@@ -289,17 +295,19 @@ def _take_piece(
     result: TaskResult,
 ) -> int:
     """Parse whole lines and append their kept rows to each split's part; returns the lines."""
-    chunk = parse_piece(data, opts)
-    _note_bad_rows(task, data, chunk, line0, result, opts)
-    for split, mask in _split_rows(task, line0, chunk.rows):
-        rows = mask & chunk.ok
-        idx = np.arange(chunk.rows) if rows.all() else np.flatnonzero(rows)
-        if not len(idx):
-            continue
-        if split not in buffers:
-            cap = _capacity(task, opts, chunk.rows, len(data), result.bytes)
-            buffers[split] = layout.new_part(cap)
-        layout.append(buffers[split], chunk, idx, vocabs)
+    with cpu_stages.stage(cpu_stages.PARSE):
+        chunk = parse_piece(data, opts)
+    with cpu_stages.stage(cpu_stages.APPEND):
+        _note_bad_rows(task, data, chunk, line0, result, opts)
+        for split, mask in _split_rows(task, line0, chunk.rows):
+            rows = mask & chunk.ok
+            idx = np.arange(chunk.rows) if rows.all() else np.flatnonzero(rows)
+            if not len(idx):
+                continue
+            if split not in buffers:
+                cap = _capacity(task, opts, chunk.rows, len(data), result.bytes)
+                buffers[split] = layout.new_part(cap)
+            layout.append(buffers[split], chunk, idx, vocabs)
     result.bytes += len(data)
     return chunk.rows
 
@@ -315,6 +323,7 @@ def run_task(task: Task, opts: TaskOptions, background_sync: bool = False) -> Ta
     wait_for_writes() before reading markers). Only for tasks run in the calling process: a
     pool worker could be stopped before its thread finishes.
     """
+    process_setup()
     out = Path(opts.out)
     vocabs = _load_vocabs(opts)
     layout = PartLayout(opts)
@@ -339,7 +348,8 @@ def run_task(task: Task, opts: TaskOptions, background_sync: bool = False) -> Ta
     marker = json.dumps(dataclasses.asdict(result)).encode()
     kind = "staged" if task.default_split == STAGED else "task"
     if not background_sync:
-        atomic_write_bytes(marker_path(out, task.index, kind), marker)
+        with cpu_stages.stage(cpu_stages.SYNC):
+            atomic_write_bytes(marker_path(out, task.index, kind), marker)
         return result
     files = [out / p["split"] / p["part"]["name"] / f for p in result.parts for f in p["part"]["files"]]
     wait_for_writes()  # at most one task in flight: its files stay bounded, errors surface early
@@ -347,6 +357,19 @@ def run_task(task: Task, opts: TaskOptions, background_sync: bool = False) -> Ta
     return result
 
 
+def process_setup() -> None:
+    """Once per process that preprocesses (the CLI's, each pool worker): its start-up and the
+    kernels' loading are counted as such (cpu_stages), and its exit skips the last collection."""
+    if not _SET_UP:
+        _SET_UP.append(True)
+        # At exit the interpreter collects garbage over every object numba's registries made,
+        # ~0.3 CPU-s per process, to free memory the process gives back anyway; frozen objects
+        # are not scanned. Registered now, it runs only as the process ends (pytest's too).
+        atexit.register(gc.freeze)
+    cpu_stages.process_started(parse_kernel.warm_up)
+
+
+_SET_UP: list[bool] = []
 _PENDING: list[Future] = []
 _POOL: list[ThreadPoolExecutor] = []
 
@@ -359,9 +382,10 @@ def _sync_pool() -> ThreadPoolExecutor:
 
 def _sync_then_mark(files: list[Path], marker: Path, payload: bytes) -> None:
     # The marker says "this task's files are complete": it is written only once they are on disk.
-    for path in files:
-        fsync_path(path)
-    atomic_write_bytes(marker, payload)
+    with cpu_stages.stage(cpu_stages.SYNC):
+        for path in files:
+            fsync_path(path)
+        atomic_write_bytes(marker, payload)
 
 
 def wait_for_writes() -> None:
@@ -373,18 +397,22 @@ def wait_for_writes() -> None:
 def count_task(task: Task, opts: TaskOptions) -> Path:
     """Vocabulary pass 1: per-feature value counts of the task's training rows, as sorted runs
     on disk (vocab.CountRuns: spilled whenever opts.vocab_memory_bytes of pairs are held)."""
+    process_setup()
     runs = CountRuns(Path(opts.out) / WORK_DIR, task.index, opts.names, opts.vocab_memory_bytes)
     line0 = 0
     for data in read_pieces(task):
-        chunk = parse_piece(data, opts)
-        for split, mask in _split_rows(task, line0, chunk.rows):
-            if split != "train":
-                continue
-            for f, counted in enumerate(piece_counts(chunk, mask & chunk.ok, opts)):
-                runs.add(f, *counted)
-        runs.maybe_spill()
+        with cpu_stages.stage(cpu_stages.PARSE):
+            chunk = parse_piece(data, opts)
+        with cpu_stages.stage(cpu_stages.COUNT):
+            for split, mask in _split_rows(task, line0, chunk.rows):
+                if split != "train":
+                    continue
+                for f, counted in enumerate(piece_counts(chunk, mask & chunk.ok, opts)):
+                    runs.add(f, *counted)
+            runs.maybe_spill()
         line0 += chunk.rows
-    return runs.finish()
+    with cpu_stages.stage(cpu_stages.COUNT):
+        return runs.finish()
 
 
 _VOCAB_CACHE: dict[str, list[Vocabulary]] = {}

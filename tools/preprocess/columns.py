@@ -16,7 +16,7 @@ import numpy as np
 
 from shardrec.dataloader.format import PartInfo, smallest_uint, write_part
 from shardrec.tools.preprocess import cpu_stages, parse_kernel, spec_kernel
-from shardrec.tools.preprocess.dense_table import append_dense
+from shardrec.tools.preprocess.dense_table import append_dense, log1p_table
 from shardrec.tools.preprocess.ids import Vocabulary, hash_ids
 from shardrec.tools.preprocess.ids_kernel import lookup_rows_into
 from shardrec.tools.preprocess.parse import ParsedChunk, transform_dense
@@ -117,27 +117,16 @@ class PartColumns:
         return write_part(part_dir, self.labels[: self.rows], self.dense[: self.rows], sparse, offsets, fsync=fsync)
 
 
-LOG1P_TABLE_SIZE = 1 << 16  # 256 KiB of float32: stays in cache; Criteo's integers are mostly counts below it
-_TABLES: dict[str, np.ndarray] = {}
 _PAST: list[np.ndarray] = []
 
 
-def log1p_table(dense_dtype: str) -> np.ndarray:
-    """log1p(0), log1p(1), ... in the dense dtype, computed by the very np.log1p and cast that
-    transform_dense applies to each value: looking a value up gives the bytes computing it gives."""
-    if dense_dtype not in _TABLES:
-        _TABLES[dense_dtype] = np.log1p(np.arange(LOG1P_TABLE_SIZE, dtype=np.float64)).astype(dense_dtype)
-    return _TABLES[dense_dtype]
-
-
 def _log1p_into(out: np.ndarray, chunk: ParsedChunk, rows: np.ndarray) -> None:
-    """out[k] = log1p(max(dense[rows[k]], 0)) in out's dtype: looked up in log1p_table (one pass,
+    """out[k] = log1p(max(dense[rows[k]], 0)) in out's dtype: looked up in dense_table's log1p_table (one pass,
     ~27 M values per GB of text), computed with np.log1p for the values past it."""
-    table = log1p_table(out.dtype.name)
-    bits = np.dtype(f"u{out.dtype.itemsize}")
+    table, _ = log1p_table(out.dtype.name)  # bits of the dense dtype's values
     if not _PAST or _PAST[0].size < out.size:  # reused across pieces: no fresh pages to fault in
         _PAST[:] = [np.empty(out.size, np.int64)]
-    n = parse_kernel.gather_from_table(chunk.dense, rows, table.view(bits), out.view(bits), _PAST[0])
+    n = parse_kernel.gather_from_table(chunk.dense, rows, table, out.view(table.dtype), _PAST[0])
     if n:
         at = _PAST[0][:n]
         values = chunk.dense[rows[at // out.shape[1]], at % out.shape[1]]

@@ -8,6 +8,7 @@ test but the DLRMv2 one; its rerun, complete at the target, writes nothing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -17,6 +18,9 @@ import numpy as np
 import pytest
 from helpers import TINY_MODEL, assert_one_line_error, settings
 from mlperf_compliance import compliance_errors, read_log
+from typer.testing import CliRunner, Result
+
+from shardrec.tools.cli.app import app
 
 REPO = Path(__file__).resolve().parents[2]
 BATCH = 128
@@ -46,6 +50,13 @@ def shardrec(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
+def in_process(*args: str, cwd: Path) -> Result:
+    """`shardrec ARGS` in directory cwd, in this process: for the commands that start no ranks
+    (export, predict), which would otherwise pay an interpreter start and torch's import each."""
+    with contextlib.chdir(cwd):
+        return CliRunner().invoke(app, list(args))
+
+
 def _train_to_target(cwd: Path) -> subprocess.CompletedProcess:
     """`shardrec train` of the tiny model on cwd/data into cwd/run, stopping at the target AUC."""
     return shardrec(
@@ -53,8 +64,11 @@ def _train_to_target(cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
-def ok(done: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
-    assert done.returncode == 0, f"{done.args}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+def ok(done: subprocess.CompletedProcess | Result) -> subprocess.CompletedProcess | Result:
+    if isinstance(done, Result):
+        assert done.exit_code == 0, f"{done.output[-3000:]}\n{done.exception!r}"
+    else:
+        assert done.returncode == 0, f"{done.args}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
     return done
 
 
@@ -150,7 +164,7 @@ def test_eval_equals_the_runs_final_evaluation_bitwise_and_reshards(trained: Pat
 
 @pytest.mark.slow
 def test_export_then_predict_matches_eval_on_a_split_and_on_raw_rows(trained: Path) -> None:
-    ok(shardrec("export", "run", "--out", "model.safetensors", cwd=trained))
+    ok(in_process("export", "run", "--out", "model.safetensors", cwd=trained))
     from safetensors import safe_open
 
     with safe_open(str(trained / "model.safetensors"), framework="pt") as f:
@@ -159,7 +173,7 @@ def test_export_then_predict_matches_eval_on_a_split_and_on_raw_rows(trained: Pa
     assert header["transform"]["mode"] == "hash" and header["transform"]["cardinalities"] == [1000] * 26
     split = json.loads(
         ok(
-            shardrec(
+            in_process(
                 "predict", "model.safetensors", "data", "--split", "test", "--out", "split.npy", "--json", cwd=trained
             )
         ).stdout
@@ -168,26 +182,26 @@ def test_export_then_predict_matches_eval_on_a_split_and_on_raw_rows(trained: Pa
     # The test split is the second half of day_1: the same rows as raw text, transformed by predict.
     lines = (trained / "raw" / "day_1").read_bytes().splitlines(keepends=True)
     (trained / "test.tsv").write_bytes(b"".join(lines[-1000:]))
-    ok(shardrec("predict", "model.safetensors", "test.tsv", "--out", "raw.txt", cwd=trained))
+    ok(in_process("predict", "model.safetensors", "test.tsv", "--out", "raw.txt", cwd=trained))
     raw = np.loadtxt(trained / "raw.txt")
     np.testing.assert_allclose(raw, np.load(trained / "split.npy"), rtol=0, atol=1e-6)
     bad = trained / "bad.tsv"
     bad.write_bytes(lines[-1] + b"1\tnot-a-row\n")
     assert_one_line_error(
-        shardrec("predict", "model.safetensors", "bad.tsv", cwd=trained), r"bad.tsv:2: too_few_fields"
+        in_process("predict", "model.safetensors", "bad.tsv", cwd=trained), r"bad.tsv:2: too_few_fields"
     )
     assert_one_line_error(
-        shardrec("predict", "test.tsv", "data", cwd=trained), r"test.tsv: not a safetensors model file"
+        in_process("predict", "test.tsv", "data", cwd=trained), r"test.tsv: not a safetensors model file"
     )
     # Rows without a label column (as Criteo's test.txt): named, then scored with --no-label.
     (trained / "nolabel.tsv").write_bytes(b"".join(line.split(b"\t", 1)[1] for line in lines[-1000:]))
     assert_one_line_error(
-        shardrec("predict", "model.safetensors", "nolabel.tsv", cwd=trained),
+        in_process("predict", "model.safetensors", "nolabel.tsv", cwd=trained),
         r"nolabel.tsv: rows of at most 39 fields, a labeled row has 40: no label column \(as Criteo's "
         r"test.txt\)\? score them with --no-label$",
     )
     unlabeled = ok(
-        shardrec("predict", "model.safetensors", "nolabel.tsv", "--no-label", "--out", "nl.txt", cwd=trained)
+        in_process("predict", "model.safetensors", "nolabel.tsv", "--no-label", "--out", "nl.txt", cwd=trained)
     )
     assert unlabeled.stderr.strip() == "wrote 1,000 probabilities to nl.txt (no labels, no AUC)"
     np.testing.assert_array_equal(np.loadtxt(trained / "nl.txt"), raw)
@@ -198,20 +212,20 @@ def test_data_preprocessed_otherwise_is_refused_by_predict_and_eval(trained: Pat
     """The same rows preprocessed with other table sizes or another dense transform give other
     inputs: scoring them would be wrong without a word."""
     if not (trained / "model.safetensors").is_file():
-        ok(shardrec("export", "run", "--out", "model.safetensors", cwd=trained))
+        ok(in_process("export", "run", "--out", "model.safetensors", cwd=trained))
     for out, flags in (
         ("data500", ["--max-ids", "500"]),
         ("raw_dense", ["--max-ids", "1000", "--dense-transform", "none"]),
     ):
         ok(shardrec("preprocess", "raw/day_0", "raw/day_1", "--out", out, *flags, cwd=trained))
     assert_one_line_error(
-        shardrec("predict", "model.safetensors", "data500", cwd=trained),
+        in_process("predict", "model.safetensors", "data500", cwd=trained),
         r"^error: data500: preprocessed with other settings than the model's training data \(cardinalities\[0\]: "
         r"1000 in training, 500 here, max_ids\[0\]: 1000 in training, 500 here\); preprocess it with the "
         r"training data's settings, or score its raw rows \(the model applies them\)$",
     )
     assert_one_line_error(
-        shardrec("predict", "model.safetensors", "raw_dense", cwd=trained),
+        in_process("predict", "model.safetensors", "raw_dense", cwd=trained),
         r"^error: raw_dense: preprocessed with other settings .*\(dense_transform: 'log1p' in training, "
         r"'none' here\)",
     )
@@ -302,7 +316,7 @@ def test_dlrmv2_config_scaled_down_runs_end_to_end(trained: Path) -> None:
         ok(shardrec("eval", "dlrmv2", "--split", "test", "--nproc-per-node", "1", "--json", cwd=trained)).stdout
     )
     assert again["world_size"] == 1 and again["auc"] == pytest.approx(test_auc, abs=1e-6)
-    ok(shardrec("export", "dlrmv2", "--out", "dlrmv2.safetensors", cwd=trained))
+    ok(in_process("export", "dlrmv2", "--out", "dlrmv2.safetensors", cwd=trained))
     assert (trained / "dlrmv2.safetensors").stat().st_size > 0
 
 

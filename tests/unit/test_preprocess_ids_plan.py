@@ -177,9 +177,19 @@ def test_count_and_vocabulary_files_are_synced_before_they_appear(tmp_path: Path
     replaces = [e for e in events if e.startswith("replace")]
     assert replaces == ["replace C1.values.npy", "replace C1.counts.npy", f"replace {marker.name}"]
     assert synced_before_renamed(events) == [] and marker.exists()
+    # The run's folder is synced once, after its last file's rename and before the marker's (not
+    # once per file: that doubled vocabulary mode's fsyncs).
+    run_syncs = [i for i, e in enumerate(events) if e == "fsync run-000"]
+    assert len(run_syncs) == 1
+    assert events.index("replace C1.counts.npy") < run_syncs[0] < events.index(f"replace {marker.name}")
 
     events.clear()
     build_vocabularies(run_dirs(tmp_path / ".work", [0]), ["C1"], 1, 1 << 20, tmp_path / "vocab")
     replaces = [e for e in events if e.startswith("replace")]
     assert replaces[-1] == "replace vocab.json" and synced_before_renamed(events) == []
     assert "replace C1.ids.npy" in replaces and "replace C1.values.npy" in replaces
+    # The vocabulary folder: once after every feature's files, before vocab.json; then once for vocab.json.
+    vocab_syncs = [i for i, e in enumerate(events) if e == "fsync vocab"]
+    last_file = max(i for i, e in enumerate(events) if e.startswith("replace C1."))
+    assert len(vocab_syncs) == 2
+    assert last_file < vocab_syncs[0] < events.index("replace vocab.json") < vocab_syncs[1]

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shardrec.dataloader.files import atomic_open, atomic_path, atomic_write_bytes, fsync_path
+from shardrec.dataloader.files import atomic_open, atomic_path, atomic_write_bytes, fsync_dir, fsync_path
 from shardrec.tools.preprocess.ids import Vocabulary, merge_counts
 
 ENTRY_BYTES = 64
@@ -53,7 +53,7 @@ class _Appender:
 
     def __init__(self, path: Path, dtype: np.dtype) -> None:
         self.path, self.dtype, self.n = path, np.dtype(dtype), 0
-        self._ctx = atomic_path(path)
+        self._ctx = atomic_path(path, sync_dir=False)  # build_vocabularies syncs the folder once
         self.f = open(self._ctx.__enter__(), "wb")
         self.f.write(b"\0" * _NPY_HEADER)
 
@@ -65,7 +65,7 @@ class _Appender:
         self.f.seek(0)
         self.f.write(_npy_header(self.dtype, self.n))
         self.f.close()
-        self._ctx.__exit__(None, None, None)  # fsync, then rename into place
+        self._ctx.__exit__(None, None, None)  # fsync, then rename into place (the folder: later, once)
 
 
 def count_marker(work: Path, index: int) -> Path:
@@ -96,9 +96,10 @@ class CountRuns:
             values, counts = merge_counts(self.pieces[f])
             self.pieces[f] = []
             for suffix, a in ((".values.npy", values), (".counts.npy", counts)):
-                with atomic_open(run / f"{name}{suffix}") as fh:
+                with atomic_open(run / f"{name}{suffix}", sync_dir=False) as fh:
                     np.save(fh, a)
             self.entries += len(values)
+        fsync_dir(run)  # once, after every file's rename in it; the marker comes after (finish)
         self.runs, self.held = self.runs + 1, 0
 
     def finish(self) -> Path:
@@ -216,6 +217,7 @@ def build_vocabularies(runs: list[Path], names: list[str], min_count: int, memor
         kept, r = build_feature(runs, name, min_count, memory_bytes, vocab_dir)
         cards.append(kept + 2)
         ranges.append(r)
+    fsync_dir(vocab_dir)  # every feature's renames, once, before vocab.json publishes them
     info = {
         "names": names,
         "cardinalities": cards,

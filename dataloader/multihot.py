@@ -108,6 +108,9 @@ class IndexTables:
 
     def __init__(self, spec: MultiHotSpec, directory: Path, tables: list[np.ndarray]) -> None:
         self.spec, self.directory, self.tables = spec, directory, tables
+        # Plain ndarray views of the maps for the compiled kernel: np.memmap arguments pay
+        # subclass bookkeeping on every call.
+        self.plain = [t.view(np.ndarray) for t in tables]
 
     def expand(self, t: int, ids: np.ndarray) -> np.ndarray:
         """Multi-hot ids [len(ids), size_t] of feature t's one-hot ids (folded into its rows)."""

@@ -361,7 +361,7 @@ class BatchGatherer:
                 if self.compiled:  # straight into place, with prefetches: the rows miss every cache
                     expand_rows(self.index_tables.plain[f], v[f], out[bounds[f] : bounds[f + 1]], PREFETCH_AHEAD)
                 else:
-                    out[bounds[f] : bounds[f + 1]] = self.index_tables.expand(f, v[f]).reshape(-1)
+                    out[bounds[f] : bounds[f + 1]] = self.index_tables.expand(f, v[f], compiled=False).reshape(-1)
             kjts.append(self._kjt(out, np.repeat(np.asarray(sizes, np.int32), b), b))
         return kjts
 

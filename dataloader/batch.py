@@ -26,6 +26,7 @@ from shardrec.dataloader.addresses import AddressCache, compact_parts, index_dty
 from shardrec.dataloader.format import Part
 from shardrec.dataloader.integrity import bad_id_error, bad_jagged_id_error
 from shardrec.dataloader.multihot import IndexTables
+from shardrec.dataloader.multihot_kernel import PREFETCH_AHEAD, expand_rows
 from shardrec.dataloader.part_cache import PartSet, part_rows
 
 PAD_LABEL = -1.0
@@ -357,7 +358,10 @@ class BatchGatherer:
         for v in values:
             out = np.empty(int(bounds[-1]), np.int64)
             for f in range(len(sizes)):
-                out[bounds[f] : bounds[f + 1]] = self.index_tables.expand(f, v[f]).reshape(-1)
+                if self.compiled:  # straight into place, with prefetches: the rows miss every cache
+                    expand_rows(self.index_tables.plain[f], v[f], out[bounds[f] : bounds[f + 1]], PREFETCH_AHEAD)
+                else:
+                    out[bounds[f] : bounds[f + 1]] = self.index_tables.expand(f, v[f], compiled=False).reshape(-1)
             kjts.append(self._kjt(out, np.repeat(np.asarray(sizes, np.int32), b), b))
         return kjts
 

@@ -34,8 +34,10 @@ from typing import Any
 
 import numpy as np
 
+from shardrec.dataloader import jit
 from shardrec.dataloader.files import atomic_path, atomic_write_bytes
 from shardrec.dataloader.format import MANIFEST, Manifest
+from shardrec.dataloader.multihot_kernel import PREFETCH_AHEAD, expand_rows
 from shardrec.dataloader.source import SplitSource
 
 logger = logging.getLogger(__name__)
@@ -108,11 +110,19 @@ class IndexTables:
 
     def __init__(self, spec: MultiHotSpec, directory: Path, tables: list[np.ndarray]) -> None:
         self.spec, self.directory, self.tables = spec, directory, tables
+        # Plain ndarray views of the maps for the compiled kernel: np.memmap arguments pay
+        # subclass bookkeeping on every call.
+        self.plain = [t.view(np.ndarray) for t in tables]
 
-    def expand(self, t: int, ids: np.ndarray) -> np.ndarray:
-        """Multi-hot ids [len(ids), size_t] of feature t's one-hot ids (folded into its rows)."""
+    def expand(self, t: int, ids: np.ndarray, compiled: bool = jit.AVAILABLE) -> np.ndarray:
+        """Multi-hot ids [len(ids), size_t] of feature t's one-hot ids (folded into its rows);
+        `compiled`: by multihot_kernel (one pass, prefetched, no GIL held), else numpy."""
         rows = self.spec.rows[t]
         ids = np.asarray(ids)
+        if compiled:
+            out = np.empty((len(ids), self.spec.sizes[t]), TABLE_DTYPE)
+            expand_rows(self.plain[t], ids, out.reshape(-1), PREFETCH_AHEAD)
+            return out
         if ids.size and (int(ids.max()) >= rows or int(ids.min()) < 0):
             ids = np.remainder(ids, rows)  # the reference folds ids with `% rows` before its lookup
         return np.take(self.tables[t], ids, axis=0)

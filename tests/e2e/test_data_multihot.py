@@ -4,6 +4,7 @@ valid shardrec dataset the loader reads, reruns give the same bytes, bad input i
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -72,9 +73,14 @@ def test_rerun_on_more_workers_writes_the_same_bytes_and_reuses_the_tables(one_h
     stamps = {p: p.stat().st_mtime_ns for p in tables}
     assert len(tables) == 4
     second = _multihot(
-        one_hot, tmp_path / "b", "--sizes", "2,4,1,3", "--dist", "pareto", "--seed", "7", "--workers", "3"
-    )
+        one_hot, tmp_path / "b", "--sizes", "2,4,1,3", "--dist", "pareto", "--seed", "7", "--workers", "3",
+        "--compare-workers",
+    )  # fmt: skip
     assert second.exit_code == 0, second.output
+    # The one-worker run and its ratio, in the same command; its scratch copy is gone.
+    assert re.search(r"^3 workers: \d+\.\d\dx one worker \([\d,]+ rows/s, Criteo 1TB [\d,.]+ h\), same bytes$",
+                     second.stdout, re.M), second.stdout  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "cache", "src"]
     assert {p: p.stat().st_mtime_ns for p in tables} == stamps  # drawn once
     a, b = Manifest.load(tmp_path / "a"), Manifest.load(tmp_path / "b")
     assert a.splits == b.splits and a.sparse_features == b.sparse_features
@@ -128,6 +134,10 @@ def test_bad_input_is_one_clear_line(one_hot: Path, tmp_path: Path):
         _multihot(one_hot, tmp_path / "o", "--sizes", "3,1,2,1", "--rows", "4,5"), r"2 table rows for 4 sparse features"
     )
     assert_one_line_error(_multihot(tmp_path / "nope", tmp_path / "o", "--sizes", "1"), r"nope: does not exist")
+    assert_one_line_error(
+        _multihot(one_hot, tmp_path / "o", "--sizes", "3,1,2,1", "--compare-workers"),
+        r"--compare-workers needs --workers of at least 2 to compare with one worker, got 1",
+    )
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("keep me")
     assert_one_line_error(

@@ -10,7 +10,7 @@ import pytest
 from conftest import write_tiny_dataset
 from multihot_reference import reference_tables
 
-from shardrec.dataloader import multihot
+from shardrec.dataloader import multihot, multihot_kernel
 from shardrec.dataloader.multihot import MultiHotSpec, multihot_spec, open_index_tables
 
 SIZES = [3, 1, 2, 7, 1, 5]
@@ -48,6 +48,22 @@ def test_expand_is_the_table_row_of_each_id_folded_into_the_rows(tmp_path: Path)
     ids = np.array([0, 9, 3, 13], np.uint32)
     np.testing.assert_array_equal(tables.expand(0, ids), tables.tables[0][[0, 9, 3, 3]])
     np.testing.assert_array_equal(tables.expand(1, ids), [[0], [4], [3], [3]])
+
+
+@pytest.mark.parametrize("ahead", [0, multihot_kernel.PREFETCH_AHEAD])
+@pytest.mark.parametrize("dtype", [np.int64, np.uint16])
+def test_compiled_expansion_writes_the_same_ids_as_numpy(tmp_path: Path, ahead: int, dtype):
+    # Sizes of one id, of less than a cache line and of several (rows that straddle lines);
+    # ids inside the rows, past them and (signed) negative, which both fold as `x % rows`.
+    tables = open_index_tables(tmp_path, MultiHotSpec((1, 3, 40), (7, 50, 1000)))
+    rng = np.random.default_rng(1)
+    ids = rng.integers(0 if dtype == np.uint16 else -3000, 3000, 2000).astype(dtype)
+    for t, size in enumerate(tables.spec.sizes):
+        out = np.full(len(ids) * size + 1, -1, np.int64)
+        multihot_kernel.expand_rows(tables.plain[t], ids, out[:-1], ahead)
+        np.testing.assert_array_equal(out[:-1], tables.expand(t, ids, compiled=False).reshape(-1))
+        np.testing.assert_array_equal(tables.expand(t, ids), tables.expand(t, ids, compiled=False))
+        assert out[-1] == -1  # nothing written past the feature's ids
 
 
 def test_tables_are_generated_once_and_reused(tmp_path: Path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
 from pathlib import Path
 from typing import Annotated
@@ -46,6 +48,16 @@ def multihot(
     workers: Annotated[
         int, typer.Option(min=1, help="Parts converted at once, on threads (the output is the same for any count).")
     ] = 1,
+    compare_workers: Annotated[
+        bool,
+        typer.Option(
+            "--compare-workers",
+            help=(
+                "First convert on one worker into a scratch copy beside OUT, then on --workers: print the "
+                "speed-up and both projections, check the bytes are the same, keep only OUT."
+            ),
+        ),
+    ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Write a multi-hot copy of the one-hot dataset SRC, as MLPerf DLRMv2 does.
@@ -55,12 +67,34 @@ def multihot(
     sizes, rows and seed."""
     if dist not in DISTRIBUTIONS:
         fail(f"--dist {dist!r} must be one of {', '.join(DISTRIBUTIONS)}")
+    if compare_workers and workers < 2:
+        fail(f"--compare-workers needs --workers of at least 2 to compare with one worker, got {workers}")
     size_list = _int_list(sizes, "--sizes")
     row_list = _int_list(rows, "--rows") if rows is not None else None
     try:
         total = sum(s.rows for s in Manifest.load(src).splits.values())
     except DatasetError as e:
         fail(str(e))
+    kwargs = dict(rows=row_list, dist=dist, seed=seed, cache_dir=cache if cache is not None else default_cache_dir())
+    one_worker = None
+    if compare_workers:
+        scratch = out.with_name(f".{out.name}.one-worker-{os.getpid()}")
+        try:
+            baseline, one_worker = _timed(src, scratch, size_list, total, 1, json_out, kwargs)
+            manifest, seconds = _timed(src, out, size_list, total, workers, json_out, kwargs)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        if baseline.splits != manifest.splits:
+            fail(f"{out}: {workers} workers wrote other bytes than one worker (part checksums differ); please report")
+    else:
+        manifest, seconds = _timed(src, out, size_list, total, workers, json_out, kwargs)
+    _report(total, seconds, workers, one_worker, out, size_list, dist, seed, manifest, json_out)
+
+
+def _timed(
+    src: Path, out: Path, sizes: list[int], total: int, workers: int, quiet: bool, kwargs: dict
+) -> tuple[Manifest, float]:
+    """One materialisation with its progress bar: the new manifest and its wall seconds."""
     start = time.perf_counter()
     columns = (
         TextColumn("{task.description}"),
@@ -69,40 +103,56 @@ def multihot(
         TimeElapsedColumn(),
     )
     try:
-        with Progress(*columns, console=console, disable=json_out) as progress:
-            task = progress.add_task("multi-hot", total=max(total, 1), rate="")
+        with Progress(*columns, console=console, disable=quiet) as progress:
+            task = progress.add_task(f"multi-hot, {workers} worker(s)", total=max(total, 1), rate="")
 
             def advance(n: int) -> None:
                 done = progress.tasks[0].completed + n
                 progress.update(task, advance=n, rate=f"{done / max(time.perf_counter() - start, 1e-9):,.0f}/s")
 
-            manifest = materialize_multihot(
-                src,
-                out,
-                size_list,
-                rows=row_list,
-                dist=dist,
-                seed=seed,
-                cache_dir=cache if cache is not None else default_cache_dir(),
-                on_rows=advance,
-                workers=workers,
-            )
+            manifest = materialize_multihot(src, out, sizes, on_rows=advance, workers=workers, **kwargs)
     except (ValueError, DatasetError) as e:
         fail(str(e))
-    seconds = time.perf_counter() - start
+    return manifest, time.perf_counter() - start
+
+
+def _report(
+    total: int,
+    seconds: float,
+    workers: int,
+    one_worker: float | None,
+    out: Path,
+    sizes: list[int],
+    dist: str,
+    seed: int,
+    manifest: Manifest,
+    json_out: bool,
+) -> None:
     rate = total / max(seconds, 1e-9)
     # A projection, not a measurement: this run's rate held over Criteo 1TB's rows.
     hours = CRITEO_1TB_ROWS / rate / 3600
     result = {"out": str(out), "samples": total, "seconds": round(seconds, 3), "workers": workers,
               "rows_per_s": round(rate, 1), "criteo_1tb_hours": round(hours, 2),
               "multihot": manifest.options["multihot"]}  # fmt: skip
+    if one_worker is not None:
+        one_rate = total / max(one_worker, 1e-9)
+        result["one_worker"] = {"seconds": round(one_worker, 3), "rows_per_s": round(one_rate, 1),
+                                "criteo_1tb_hours": round(CRITEO_1TB_ROWS / one_rate / 3600, 2),
+                                "speedup": round(one_worker / max(seconds, 1e-9), 3), "same_bytes": True}  # fmt: skip
     if json_out:
         print_json(result)
-    else:
+        return
+    console.print(
+        f"wrote {total:,} rows with multi-hot sizes {sizes} ({dist}, seed {seed}) to {out} in {seconds:.1f} s "
+        f"on {workers} worker(s): {rate:,.0f} rows/s; Criteo 1TB's {CRITEO_1TB_ROWS / 1e9:.2f} B rows at this "
+        f"rate: {hours:,.1f} h (a projection)",
+        highlight=False,
+    )
+    if one_worker is not None:
+        w = result["one_worker"]
         console.print(
-            f"wrote {total:,} rows with multi-hot sizes {size_list} ({dist}, seed {seed}) to {out} in {seconds:.1f} s "
-            f"on {workers} worker(s): {rate:,.0f} rows/s; Criteo 1TB's {CRITEO_1TB_ROWS / 1e9:.2f} B rows at this "
-            f"rate: {hours:,.1f} h (a projection)",
+            f"{workers} workers: {w['speedup']:.2f}x one worker ({w['rows_per_s']:,.0f} rows/s, "
+            f"Criteo 1TB {w['criteo_1tb_hours']:,.1f} h), same bytes",
             highlight=False,
         )
 

@@ -184,7 +184,7 @@ def materialize_multihot(
         ]
         options = {**manifest.options, "multihot": {**spec.to_dict(), "source": str(src)}}
         result = dataclasses.replace(manifest, sparse_features=features, splits=splits, options=options)
-        stats = compute_feature_stats(tmp, result, "train") if "train" in splits else {}
+        stats = compute_feature_stats(tmp, result, "train", workers) if "train" in splits else {}
         for f in features:
             f.stats = stats.get(f.name, {})
         result.save(tmp)

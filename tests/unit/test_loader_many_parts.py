@@ -96,6 +96,21 @@ def test_parts_are_unmapped_beyond_the_bound(datasets):
     assert maps <= 5 * len(Manifest.load(many).splits["train"].parts[0].files)
 
 
+def test_the_shuffled_stream_unmaps_the_groups_it_has_left(datasets, shuffled):
+    # A mapped part keeps the pages read through it in the process's RSS: only the current shuffle
+    # group's parts (40 here, and the previous group's while a run straddles the boundary) stay.
+    one_batch_runs = Delivery(gather_rows=40)
+    loader = build_loader(
+        datasets[1], "train", global_batch_size=40, rank=0, world_size=1, shuffle=SMALL_SHUFFLE, delivery=one_batch_runs
+    )
+    mapped, digests = [], []
+    for batch in loader:
+        mapped.append(loader.source.parts.mapped)
+        digests.append(batch_digest([batch], loader.feature_names))
+    assert digests == shuffled
+    assert max(mapped) <= 2 * SMALL_SHUFFLE.group_segments < PARTS and mapped[-1] <= SMALL_SHUFFLE.group_segments + 1
+
+
 def test_no_file_descriptor_is_held_per_part(datasets):
     _, many = datasets
     before = len(os.listdir("/proc/self/fd"))

@@ -409,9 +409,17 @@ def check_part_files(directory: Path, split: str, info: PartInfo) -> None:
     with the manifest's sizes (open_part checks dtypes and shapes when the part is mapped)."""
     part_dir = directory / split / info.name
     plain_dir = _no_symlink_below(directory, part_dir)
-    folder = str(part_dir)
+    folder = str(part_dir) + os.sep
     for fname, finfo in info.files.items():
-        check_file(directory, os.path.join(folder, fname), finfo, plain_dir)
+        path = folder + fname
+        # The common case inline (a regular file of the manifest's size in a plain folder): at
+        # 280 K files the call and path join per file were ~40% of the check.
+        try:
+            st = os.lstat(path)
+        except OSError:
+            st = None
+        if not (plain_dir and st is not None and stat.S_ISREG(st.st_mode) and st.st_size == finfo.bytes):
+            check_file(directory, path, finfo, plain_dir)
 
 
 def _map_column(directory: Path, path: Path, finfo: FileInfo, plain_dir: bool) -> np.ndarray:

@@ -115,6 +115,7 @@ class BatchLoader:
         self._cached_run: tuple[tuple[int, int], list[Batch]] | None = None
         self._group: tuple[int, int] = (-1, -1)  # (epoch, shuffle group) whose parts alone stay mapped
         self._group_lock = threading.Lock()
+        self._part_ends: np.ndarray | None = None  # file order: the row after each part
         self.epoch = epoch
         self._offset = 0  # global samples of self.epoch yielded so far
         self._resume_pending = False
@@ -155,19 +156,28 @@ class BatchLoader:
         return [b.pin_memory() for b in batches] if self.pin_memory else batches
 
     def _enter_group(self, order: EpochOrder, first: int) -> None:
-        """Unmap the parts of the shuffle groups the stream has left when run `first` starts a later
-        group: their pages stay in the page cache, but while mapped they count in the process's
-        RSS, which then grew with every group the stream crossed (part_cache.PartSet.release)."""
+        """Unmap the parts the stream has left when run `first` starts a later shuffle group (or,
+        in file order, a later part): their pages stay in the page cache, but while mapped they
+        count in the process's RSS, which then grew with every group the stream crossed
+        (part_cache.PartSet.release)."""
         parts = self.source.parts
-        if not isinstance(parts, PartSet) or not order.spec.shuffle.enabled:
+        if not isinstance(parts, PartSet):
             return
-        group = (order.epoch, order.group_at(first * self.spec.global_batch_size))
+        start = first * self.spec.global_batch_size
+        if order.spec.shuffle.enabled:
+            group = (order.epoch, order.group_at(start))
+        else:
+            ends = self._part_ends = self._part_ends if self._part_ends is not None else np.cumsum(parts.rows)
+            group = (order.epoch, int(np.searchsorted(ends, start + self.rank * self.local_batch_size, side="right")))
         with self._group_lock:
             # Prefetch threads may finish runs out of order: only a later group releases.
             if group <= self._group and group[0] == self._group[0]:
                 return
             self._group = group
-        parts.release(order.group_parts(group[1]).tolist())
+        if order.spec.shuffle.enabled:
+            parts.release(order.group_parts(group[1]).tolist())
+        else:
+            parts.release(range(group[1], len(parts)))
 
     def batch(self, k: int) -> Batch:
         """This rank's slice of global batch k of the current epoch (random access)."""

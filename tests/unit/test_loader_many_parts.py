@@ -111,6 +111,20 @@ def test_the_shuffled_stream_unmaps_the_groups_it_has_left(datasets, shuffled):
     assert max(mapped) <= 2 * SMALL_SHUFFLE.group_segments < PARTS and mapped[-1] <= SMALL_SHUFFLE.group_segments + 1
 
 
+def test_the_stream_in_file_order_unmaps_the_parts_it_has_left(datasets):
+    off = ShuffleSpec(enabled=False)
+    one_batch_runs = Delivery(gather_rows=40)
+    loader = build_loader(
+        datasets[1], "train", global_batch_size=40, rank=0, world_size=1, shuffle=off, delivery=one_batch_runs
+    )
+    mapped, digests = [], []
+    for batch in loader:
+        mapped.append(loader.source.parts.mapped)
+        digests.append(batch_digest([batch], loader.feature_names))
+    assert digests == _digests(datasets[0], off)  # the one-part dataset's rows, in order
+    assert max(mapped) <= 40 + 1 < PARTS  # a batch's 40 rows lie in 40 parts at most, and one left from before
+
+
 def test_no_file_descriptor_is_held_per_part(datasets):
     _, many = datasets
     before = len(os.listdir("/proc/self/fd"))

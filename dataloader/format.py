@@ -16,13 +16,16 @@ to a temporary name and renamed (dataloader/files.py), and the manifest records 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import gc
 import hashlib
 import io
 import json
 import os
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -176,7 +179,8 @@ class Manifest:
         if not path.is_file():
             raise DatasetError(_why_no_manifest(Path(directory)))
         try:
-            raw = json.loads(path.read_text())
+            with _no_cyclic_gc():
+                raw = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as e:
             raise DatasetError(f"{path}: unreadable manifest: {e}") from e
         if raw.get("format") != FORMAT_NAME:
@@ -187,7 +191,8 @@ class Manifest:
                 f"(this shardrec reads {' and '.join(map(str, READ_VERSIONS))})"
             )
         try:
-            manifest = cls.from_dict(raw)
+            with _no_cyclic_gc():
+                manifest = cls.from_dict(raw)
         except (KeyError, TypeError, AttributeError) as e:
             raise DatasetError(f"{path}: malformed manifest: {e}") from e
         _check_names(path, manifest)
@@ -195,6 +200,20 @@ class Manifest:
 
     def save(self, directory: str | Path) -> None:
         atomic_write_bytes(Path(directory) / MANIFEST, self.to_json().encode())
+
+
+@contextlib.contextmanager
+def _no_cyclic_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a manifest's objects are made: a 10,000-part
+    manifest is ~600 K dicts and dataclasses, none of them garbage, and the collections their
+    allocations set off took ~half of Manifest.load (3.5-4.5 s -> 2.0 s, loaded)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _is_plain_name(name: Any) -> bool:
@@ -212,6 +231,7 @@ def _check_names(path: Path, manifest: Manifest) -> None:
     """Every split, part and file name the manifest gives is a plain name, so that the paths built
     from them stay inside the dataset directory (`../`, absolute paths; symlinks are checked as
     each file is opened, `inside_dataset`)."""
+    checked: set[str] = set()
     for split, info in manifest.splits.items():
         if not _is_plain_name(split):
             raise DatasetError(f"{path}: split name {shown(split)} is not a plain name inside the dataset directory")
@@ -221,11 +241,15 @@ def _check_names(path: Path, manifest: Manifest) -> None:
                     f"{path}: part {shown(part.name)} of split {split!r} is not a plain name "
                     "inside the dataset directory"
                 )
+            # Parts list the same ~28 file names: each distinct name is checked once.
             for fname in part.files:
+                if fname in checked:
+                    continue
                 if not _is_plain_name(fname):
                     raise DatasetError(
                         f"{path}: part {split}/{part.name} lists file {shown(fname)}, not a plain name inside the part"
                     )
+                checked.add(fname)
 
 
 @functools.lru_cache(maxsize=64)
@@ -385,9 +409,17 @@ def check_part_files(directory: Path, split: str, info: PartInfo) -> None:
     with the manifest's sizes (open_part checks dtypes and shapes when the part is mapped)."""
     part_dir = directory / split / info.name
     plain_dir = _no_symlink_below(directory, part_dir)
-    folder = str(part_dir)
+    folder = str(part_dir) + os.sep
     for fname, finfo in info.files.items():
-        check_file(directory, os.path.join(folder, fname), finfo, plain_dir)
+        path = folder + fname
+        # The common case inline (a regular file of the manifest's size in a plain folder): at
+        # 280 K files the call and path join per file were ~40% of the check.
+        try:
+            st = os.lstat(path)
+        except OSError:
+            st = None
+        if not (plain_dir and st is not None and stat.S_ISREG(st.st_mode) and st.st_size == finfo.bytes):
+            check_file(directory, path, finfo, plain_dir)
 
 
 def _map_column(directory: Path, path: Path, finfo: FileInfo, plain_dir: bool) -> np.ndarray:

@@ -26,6 +26,7 @@ Contract (what the trainer relies on):
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,7 @@ from shardrec.dataloader.batch import PAD_LABEL, BatchGatherer
 from shardrec.dataloader.format import DatasetError
 from shardrec.dataloader.multihot import IndexTables, MultiHotOption, multihot_source
 from shardrec.dataloader.order import NO_SHUFFLE, EpochOrder, OrderSpec, ShuffleSpec
+from shardrec.dataloader.part_cache import PartSet
 from shardrec.dataloader.prefetch import prefetch_map
 from shardrec.dataloader.source import SplitSource, open_source
 
@@ -111,6 +113,9 @@ class BatchLoader:
         # Batches gathered together: about one shuffle window of this rank's rows (see batch.py).
         self._run_batches = max(1, delivery.gather_rows // self.local_batch_size)
         self._cached_run: tuple[tuple[int, int], list[Batch]] | None = None
+        self._group: tuple[int, int] = (-1, -1)  # (epoch, shuffle group) whose parts alone stay mapped
+        self._group_lock = threading.Lock()
+        self._part_ends: np.ndarray | None = None  # file order: the row after each part
         self.epoch = epoch
         self._offset = 0  # global samples of self.epoch yielded so far
         self._resume_pending = False
@@ -145,9 +150,34 @@ class BatchLoader:
     def _run(self, first: int, order: EpochOrder | None = None) -> list[Batch]:
         """This rank's slices of global batches first .. first + run - 1, gathered together."""
         order = order or self._epoch_order()
+        self._enter_group(order, first)
         stop = min(first + self._run_batches, len(self))
         batches = self._gatherer.gather_many([self.rows(k, order) for k in range(first, stop)])
         return [b.pin_memory() for b in batches] if self.pin_memory else batches
+
+    def _enter_group(self, order: EpochOrder, first: int) -> None:
+        """Unmap the parts the stream has left when run `first` starts a later shuffle group (or,
+        in file order, a later part): their pages stay in the page cache, but while mapped they
+        count in the process's RSS, which then grew with every group the stream crossed
+        (part_cache.PartSet.release)."""
+        parts = self.source.parts
+        if not isinstance(parts, PartSet):
+            return
+        start = first * self.spec.global_batch_size
+        if order.spec.shuffle.enabled:
+            group = (order.epoch, order.group_at(start))
+        else:
+            ends = self._part_ends = self._part_ends if self._part_ends is not None else np.cumsum(parts.rows)
+            group = (order.epoch, int(np.searchsorted(ends, start + self.rank * self.local_batch_size, side="right")))
+        with self._group_lock:
+            # Prefetch threads may finish runs out of order: only a later group releases.
+            if group <= self._group and group[0] == self._group[0]:
+                return
+            self._group = group
+        if order.spec.shuffle.enabled:
+            parts.release(order.group_parts(group[1]).tolist())
+        else:
+            parts.release(range(group[1], len(parts)))
 
     def batch(self, k: int) -> Batch:
         """This rank's slice of global batch k of the current epoch (random access)."""

@@ -19,6 +19,7 @@ import ctypes
 import ctypes.util
 import errno
 import functools
+import math
 import mmap
 import os
 import re
@@ -103,7 +104,7 @@ def map_npy(path: str | Path) -> np.ndarray:
             raise ValueError("object arrays cannot be memory-mapped")
         offset = f.tell()
         size = os.fstat(f.fileno()).st_size
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = math.prod(shape) * dtype.itemsize  # np.prod: ~40 us a call, 20% of a map
         if offset + nbytes > size:
             raise ValueError(f"the header promises {nbytes} bytes of data, the file holds {size - offset}")
         if nbytes == 0:

@@ -144,6 +144,7 @@ class EpochOrder:
     _seg_starts: np.ndarray = field(init=False, repr=False)
     _seg_lens: np.ndarray = field(init=False, repr=False)
     _group_starts: np.ndarray = field(init=False, repr=False)
+    _part_starts: np.ndarray = field(init=False, repr=False)
     _group: tuple[int, _Group] | None = field(default=None, init=False, repr=False)
     _window: tuple[tuple[int, int], np.ndarray] | None = field(default=None, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
@@ -161,6 +162,19 @@ class EpochOrder:
         perm = np.random.default_rng([mix.seed, self.epoch, _SEGMENT_STREAM]).permutation(len(starts))
         self._seg_starts, self._seg_lens = starts[perm], lens[perm]
         self._group_starts = _run_starts(self._seg_lens, mix.group_segments)
+        self._part_starts = part_starts
+
+    def group_at(self, pos: int) -> int:
+        """The shuffle group of stream position `pos` (0 with shuffle off: the file order has none)."""
+        if not self.spec.shuffle.enabled:
+            return 0
+        return int(np.searchsorted(self._group_starts, pos, side="right")) - 1
+
+    def group_parts(self, g: int) -> np.ndarray:
+        """Indices of the parts whose rows shuffle group g reads (sorted; shuffle on only)."""
+        s = self.spec.shuffle
+        segs = self._seg_starts[g * s.group_segments : (g + 1) * s.group_segments]
+        return np.unique(np.searchsorted(self._part_starts, segs, side="right") - 1)
 
     def _get_group(self, g: int) -> _Group:
         if self._group is None or self._group[0] != g:
@@ -192,7 +206,7 @@ class EpochOrder:
         pos = start
         with self._lock:  # prefetch threads share the cached group and window
             while pos < stop:
-                g = int(np.searchsorted(self._group_starts, pos, side="right")) - 1
+                g = self.group_at(pos)
                 local = pos - int(self._group_starts[g])
                 w_starts = self._get_group(g).window_starts
                 j = int(np.searchsorted(w_starts, local, side="right")) - 1

@@ -20,7 +20,7 @@ import itertools
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 
 from shardrec.dataloader.format import DatasetError, Manifest, Part, check_part_files, open_part
@@ -156,6 +156,18 @@ class PartSet(Sequence[Part]):
         """Drop part i's maps (unmapped once no gather holds the part). Under the budget's lock."""
         self._mapped.pop(i, None)
         _BUDGET.drop((self._id, i))
+
+    def release(self, keep: Collection[int]) -> None:
+        """Unmap every part but `keep` (once no gather holds it): the shuffle calls it when the
+        stream enters a new group, whose parts are `keep` (in file order: the parts from the
+        current one on). A mapped part keeps the pages it was
+        read through resident in the process (file-backed, counted in its RSS) until it is
+        unmapped: with only the map budget to evict them, the ~1,170 Criteo parts it allows
+        grew the RSS by ~2 GB a group (615 -> 7,524 MB over three 16 M-row rounds, loaded)."""
+        keep = keep if isinstance(keep, range) else set(keep)
+        with _BUDGET.lock:
+            for i in [i for i in self._mapped if i not in keep]:
+                self._evict(i)
 
     def __iter__(self) -> Iterator[Part]:
         return (self[i] for i in range(len(self._infos)))

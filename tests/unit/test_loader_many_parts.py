@@ -96,6 +96,39 @@ def test_parts_are_unmapped_beyond_the_bound(datasets):
     assert maps <= 5 * len(Manifest.load(many).splits["train"].parts[0].files)
 
 
+def _stream_mapped(directory: Path, shuffle: ShuffleSpec) -> tuple[list[str], list[int]]:
+    """Digests of the stream in one-batch runs, and the parts mapped as each batch arrives."""
+    loader = build_loader(
+        directory,
+        "train",
+        global_batch_size=40,
+        rank=0,
+        world_size=1,
+        shuffle=shuffle,
+        delivery=Delivery(gather_rows=40),
+    )
+    digests, mapped = [], []
+    for batch in loader:
+        mapped.append(loader.source.parts.mapped)
+        digests.append(batch_digest([batch], loader.feature_names))
+    return digests, mapped
+
+
+def test_the_shuffled_stream_unmaps_the_groups_it_has_left(datasets, shuffled):
+    # A mapped part keeps the pages read through it in the process's RSS: only the current shuffle
+    # group's parts (40 here, and the previous group's while a run straddles the boundary) stay.
+    digests, mapped = _stream_mapped(datasets[1], SMALL_SHUFFLE)
+    assert digests == shuffled
+    assert max(mapped) <= 2 * SMALL_SHUFFLE.group_segments < PARTS and mapped[-1] <= SMALL_SHUFFLE.group_segments + 1
+
+
+def test_the_stream_in_file_order_unmaps_the_parts_it_has_left(datasets):
+    off = ShuffleSpec(enabled=False)
+    digests, mapped = _stream_mapped(datasets[1], off)
+    assert digests == _digests(datasets[0], off)  # the one-part dataset's rows, in order
+    assert max(mapped) <= 40 + 1 < PARTS  # a batch's 40 rows lie in 40 parts at most, and one left from before
+
+
 def test_no_file_descriptor_is_held_per_part(datasets):
     _, many = datasets
     before = len(os.listdir("/proc/self/fd"))

@@ -88,6 +88,7 @@ def test_memory_estimate_is_within_10_percent_where_tables_dominate() -> None:
             if got >= 300 * 2**20:
                 assert abs(e - got) / got <= 0.10, (
                     f"rank {rank}: estimated {e / 2**20:.1f} MiB, measured {got / 2**20:.1f}"
+                    f" (peak growth by phase: {m.phase_bytes[rank]})"
                 )
 
 

@@ -24,10 +24,21 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed._shard.sharded_tensor import ShardedTensor
+from torchrec.datasets.utils import Batch
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
+# Imported here, not where a plan is built: a rank imports them when it starts, outside any plan's
+# peak window (in a fresh virtual environment, compiling them read as +150 MiB on the first plan).
+from shardrec.embeddings.tables import build_ebc
+from shardrec.sharding.plan_io import PlanFile, to_sharding_plan
 from shardrec.trainer.distributed.dist import DistEnv
 from shardrec.trainer.distributed.launch import RankFailed, run_local_ranks
+from shardrec.trainer.job.config import ModelConfig, OptimConfig
+from shardrec.trainer.model.build import build_optimizer, shard_model
+from shardrec.trainer.model.models import build_model
+from shardrec.trainer.model.objective import TRAIN_EBC_PATH, TrainModule
 
 PHASES = ("built", "first_step", "steps")
 """Where the peak is read: after sharding and building the optimizer, after the first step
@@ -89,8 +100,6 @@ def _batches(
     tables: list[EmbeddingBagConfig], local_batch: int, count: int, seed: int, pooling: dict[str, float] | None
 ) -> list:
     """Random batches with `pooling` ids per sample of each table (rounded, at least 1; none: one-hot)."""
-    from torchrec.datasets.utils import Batch
-    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
     g = torch.Generator().manual_seed(seed)
     per_sample = [max(1, round((pooling or {}).get(t.name, 1.0))) for t in tables]
@@ -108,7 +117,6 @@ def _batches(
 
 
 def _local_bytes(obj: Any) -> int:
-    from torch.distributed._shard.sharded_tensor import ShardedTensor
 
     if isinstance(obj, ShardedTensor):
         return sum(s.tensor.numel() * s.tensor.element_size() for s in obj.local_shards())
@@ -123,12 +131,6 @@ def _local_bytes(obj: Any) -> int:
 
 def _build(env: DistEnv, tables: list[EmbeddingBagConfig], plan_json: str, model: RealityModel, batch: int):
     """The sharded DLRM of the plan and its after-backward optimizer, built as the trainer builds them."""
-    from shardrec.embeddings.tables import build_ebc
-    from shardrec.sharding.plan_io import PlanFile, to_sharding_plan
-    from shardrec.trainer.job.config import ModelConfig, OptimConfig
-    from shardrec.trainer.model.build import build_optimizer, shard_model
-    from shardrec.trainer.model.models import build_model
-    from shardrec.trainer.model.objective import TRAIN_EBC_PATH, TrainModule
 
     dim = tables[0].embedding_dim
     # DLRM's dot interaction needs one width; tables of several widths get DCNv2's cross layers.

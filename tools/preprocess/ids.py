@@ -36,7 +36,7 @@ def mix64(values: np.ndarray) -> np.ndarray:
 
 
 def hash_bytes(data: bytes) -> int:
-    """The 64-bit value of a string categorical (spec_kernel.hash_string, in Python): its bytes in
+    """The 64-bit value of a string categorical (spec_values.hash_string, in Python): its bytes in
     big-endian words of 8 (the last one shorter), h = mix64(h ^ word) from 0, then mix64(h ^ length).
     Ids come from it as from a hex value: hash_ids."""
     mask = (1 << 64) - 1

@@ -120,18 +120,21 @@ class IndexTables:
         self._values = BufferPool(np.int64, POOL_BYTES)
         self._lengths: dict[int, np.ndarray] = {}
 
-    def expand(self, t: int, ids: np.ndarray, compiled: bool = jit.AVAILABLE) -> np.ndarray:
-        """Multi-hot ids [len(ids), size_t] of feature t's one-hot ids (folded into its rows);
+    def expand(
+        self, t: int, ids: np.ndarray, compiled: bool = jit.AVAILABLE, dtype: np.dtype | type = TABLE_DTYPE
+    ) -> np.ndarray:
+        """Multi-hot ids [len(ids), size_t] of feature t's one-hot ids (folded into its rows), in
+        `dtype` (a dataset column's, cast as they are written: table ids are never negative);
         `compiled`: by multihot_kernel (one pass, prefetched, no GIL held), else numpy."""
         rows = self.spec.rows[t]
         ids = np.asarray(ids)
         if compiled:
-            out = np.empty((len(ids), self.spec.sizes[t]), TABLE_DTYPE)
+            out = np.empty((len(ids), self.spec.sizes[t]), dtype)
             expand_rows(self.plain[t], ids, out.reshape(-1), PREFETCH_AHEAD)
             return out
         if ids.size and (int(ids.max()) >= rows or int(ids.min()) < 0):
             ids = np.remainder(ids, rows)  # the reference folds ids with `% rows` before its lookup
-        return np.take(self.tables[t], ids, axis=0)
+        return np.take(self.tables[t], ids, axis=0).astype(dtype, copy=False)
 
     def expand_batch(self, ids: np.ndarray, compiled: bool = jit.AVAILABLE) -> tuple[np.ndarray, np.ndarray]:
         """Multi-hot values and lengths of one batch's one-hot ids [features, b], feature-major

@@ -100,7 +100,7 @@ def _write_feature(
         offsets.write(np.zeros(1, np.int64))
     for a in range(0, n, chunk_rows):
         b = min(n, a + chunk_rows)
-        values.write(tables.expand(t, ids[a:b]).reshape(-1))
+        values.write(tables.expand(t, ids[a:b], dtype=dtype).reshape(-1))  # no cast pass on the way out
         if offsets is not None:
             offsets.write(np.arange(a + 1, b + 1, dtype=np.int64) * size)
     files = {f"{name}.npy": values.close()}

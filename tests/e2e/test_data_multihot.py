@@ -49,6 +49,8 @@ def test_materialised_ids_are_the_reference_ids(one_hot: Path, tmp_path: Path, d
     shown = json.loads(result.stdout)
     assert shown.pop("seconds") >= 0
     assert shown.pop("criteo_1tb_hours") == pytest.approx(4_373_472_329 / shown.pop("rows_per_s") / 3600, rel=0.01)
+    written = sum(p.stat().st_size for p in (tmp_path / "mh").rglob("part-*/*.npy"))
+    assert shown.pop("bytes_written") == written and shown.pop("mb_per_s_written") >= 0
     assert shown == {"out": str(tmp_path / "mh"), "samples": 628, "workers": 1, "multihot": spec}
     tables = reference_tables(sizes, table_rows, dist)
     src, out = Manifest.load(one_hot), Manifest.load(tmp_path / "mh")

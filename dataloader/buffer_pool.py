@@ -33,7 +33,9 @@ class BufferPool:
         self.dtype, self.max_bytes = np.dtype(dtype), max_bytes
         self._free: list[np.ndarray] = []
         self._length = -1
-        self._lock = threading.Lock()
+        # Re-entrant: a garbage collection while take() holds the lock may free a lease in a
+        # reference cycle, and its finalizer gives the memory back from the same thread.
+        self._lock = threading.RLock()
 
     def take(self, length: int) -> np.ndarray:
         """A writable array of `length` values whose contents are undefined (as np.empty's)."""

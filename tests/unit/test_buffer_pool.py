@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+import threading
+
 import numpy as np
 import torch
 
@@ -32,3 +35,27 @@ def test_the_pool_keeps_at_most_max_bytes_and_only_arrays_of_the_current_length(
     assert pool.kept == 2
     small = pool.take(50)  # another length: the kept arrays no longer fit
     assert pool.kept == 0 and len(small) == 50
+
+
+def test_a_lease_freed_by_a_garbage_collection_inside_take_gives_its_memory_back(monkeypatch):
+    pool = BufferPool(np.int64, max_bytes=1 << 20)
+    cycle: list = [pool.take(100)]
+    cycle.append(cycle)  # only the cyclic collector frees this lease
+    del cycle
+    real_empty = np.empty
+
+    def collecting_empty(*args, **kwargs):
+        gc.collect()  # as an allocation may trigger: the lease's finalizer runs while take() holds the lock
+        return real_empty(*args, **kwargs)
+
+    monkeypatch.setattr(np, "empty", collecting_empty)
+    got: list = []
+    gc.disable()
+    try:
+        taker = threading.Thread(target=lambda: got.append(pool.take(100)), daemon=True)
+        taker.start()
+        taker.join(timeout=10)
+    finally:
+        gc.enable()
+    assert not taker.is_alive(), "take() deadlocked on its own lock"
+    assert pool.kept == 1 and len(got) == 1  # the collected lease's memory is back; take() made another

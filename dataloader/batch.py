@@ -26,7 +26,6 @@ from shardrec.dataloader.addresses import AddressCache, compact_parts, index_dty
 from shardrec.dataloader.format import Part
 from shardrec.dataloader.integrity import bad_id_error, bad_jagged_id_error
 from shardrec.dataloader.multihot import IndexTables
-from shardrec.dataloader.multihot_kernel import PREFETCH_AHEAD, expand_rows
 from shardrec.dataloader.part_cache import PartSet, part_rows
 
 PAD_LABEL = -1.0
@@ -352,18 +351,7 @@ class BatchGatherer:
         tables, each id becomes its table row (ids feature-major, as a materialised dataset's)."""
         if self.index_tables is None:
             return [self._kjt(v.reshape(-1), None, b) for v in values]
-        sizes = self.index_tables.spec.sizes
-        bounds = np.concatenate([[0], np.cumsum(np.asarray(sizes, np.int64) * b)])
-        kjts = []
-        for v in values:
-            out = np.empty(int(bounds[-1]), np.int64)
-            for f in range(len(sizes)):
-                if self.compiled:  # straight into place, with prefetches: the rows miss every cache
-                    expand_rows(self.index_tables.plain[f], v[f], out[bounds[f] : bounds[f + 1]], PREFETCH_AHEAD)
-                else:
-                    out[bounds[f] : bounds[f + 1]] = self.index_tables.expand(f, v[f], compiled=False).reshape(-1)
-            kjts.append(self._kjt(out, np.repeat(np.asarray(sizes, np.int32), b), b))
-        return kjts
+        return [self._kjt(*self.index_tables.expand_batch(v, self.compiled), b) for v in values]
 
     def _kjt(self, values: np.ndarray, lengths: np.ndarray | None, n: int) -> KeyedJaggedTensor:
         nf = len(self.feature_names)

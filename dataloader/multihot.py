@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from shardrec.dataloader import jit
+from shardrec.dataloader.buffer_pool import BufferPool
 from shardrec.dataloader.files import atomic_path, atomic_write_bytes
 from shardrec.dataloader.format import MANIFEST, Manifest
 from shardrec.dataloader.multihot_kernel import PREFETCH_AHEAD, expand_rows
@@ -49,6 +50,9 @@ TABLE_DTYPE = np.dtype(np.int32)
 """The reference keeps its tables as int32 tensors."""
 CHUNK_IDS = 1 << 22
 """Random ids drawn per call: 32 MiB of float64 for pareto, whatever the table's size."""
+POOL_BYTES = 256 << 20
+"""Memory of released batches' ids kept for the next ones: two runs of DLRMv2 batches of 8192
+(~14 MB each), what the consumer lets go of at once (buffer_pool.py)."""
 MARKER = "tables.json"
 PROGRESS = "progress.json"
 __all__ = [
@@ -113,19 +117,41 @@ class IndexTables:
         # Plain ndarray views of the maps for the compiled kernel: np.memmap arguments pay
         # subclass bookkeeping on every call.
         self.plain = [t.view(np.ndarray) for t in tables]
+        self._values = BufferPool(np.int64, POOL_BYTES)
+        self._lengths: dict[int, np.ndarray] = {}
 
-    def expand(self, t: int, ids: np.ndarray, compiled: bool = jit.AVAILABLE) -> np.ndarray:
-        """Multi-hot ids [len(ids), size_t] of feature t's one-hot ids (folded into its rows);
+    def expand(
+        self, t: int, ids: np.ndarray, compiled: bool = jit.AVAILABLE, dtype: np.dtype | type = TABLE_DTYPE
+    ) -> np.ndarray:
+        """Multi-hot ids [len(ids), size_t] of feature t's one-hot ids (folded into its rows), in
+        `dtype` (a dataset column's, cast as they are written: table ids are never negative);
         `compiled`: by multihot_kernel (one pass, prefetched, no GIL held), else numpy."""
         rows = self.spec.rows[t]
         ids = np.asarray(ids)
         if compiled:
-            out = np.empty((len(ids), self.spec.sizes[t]), TABLE_DTYPE)
+            out = np.empty((len(ids), self.spec.sizes[t]), dtype)
             expand_rows(self.plain[t], ids, out.reshape(-1), PREFETCH_AHEAD)
             return out
         if ids.size and (int(ids.max()) >= rows or int(ids.min()) < 0):
             ids = np.remainder(ids, rows)  # the reference folds ids with `% rows` before its lookup
-        return np.take(self.tables[t], ids, axis=0)
+        return np.take(self.tables[t], ids, axis=0).astype(dtype, copy=False)
+
+    def expand_batch(self, ids: np.ndarray, compiled: bool = jit.AVAILABLE) -> tuple[np.ndarray, np.ndarray]:
+        """Multi-hot values and lengths of one batch's one-hot ids [features, b], feature-major
+        as a materialised dataset's. The values' memory is recycled from batches nobody holds
+        any more (buffer_pool.py); the lengths, the same for every batch of b, are shared."""
+        sizes, b = self.spec.sizes, ids.shape[1]
+        out = self._values.take(sum(sizes) * b)
+        at = 0
+        for f, size in enumerate(sizes):
+            if compiled:  # straight into place, with prefetches: the rows miss every cache
+                expand_rows(self.plain[f], ids[f], out[at : at + size * b], PREFETCH_AHEAD)
+            else:
+                out[at : at + size * b] = self.expand(f, ids[f], compiled=False).reshape(-1)
+            at += size * b
+        if (lengths := self._lengths.get(b)) is None:
+            lengths = self._lengths[b] = np.repeat(np.asarray(sizes, np.int32), b)
+        return out, lengths
 
 
 def multihot_spec(

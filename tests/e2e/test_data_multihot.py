@@ -4,7 +4,9 @@ valid shardrec dataset the loader reads, reruns give the same bytes, bad input i
 from __future__ import annotations
 
 import json
+import os
 import re
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +49,8 @@ def test_materialised_ids_are_the_reference_ids(one_hot: Path, tmp_path: Path, d
     shown = json.loads(result.stdout)
     assert shown.pop("seconds") >= 0
     assert shown.pop("criteo_1tb_hours") == pytest.approx(4_373_472_329 / shown.pop("rows_per_s") / 3600, rel=0.01)
+    written = sum(p.stat().st_size for p in (tmp_path / "mh").rglob("part-*/*.npy"))
+    assert shown.pop("bytes_written") == written and shown.pop("mb_per_s_written") >= 0
     assert shown == {"out": str(tmp_path / "mh"), "samples": 628, "workers": 1, "multihot": spec}
     tables = reference_tables(sizes, table_rows, dist)
     src, out = Manifest.load(one_hot), Manifest.load(tmp_path / "mh")
@@ -162,3 +166,26 @@ def test_a_corrupted_source_column_is_named_and_nothing_is_written(one_hot: Path
     )
     assert "part-00001/dense.npy" in line
     assert not (tmp_path / "mh").exists() and not list(tmp_path.glob(".mh.tmp-*"))
+
+
+def test_files_reach_the_disk_before_the_manifest_while_the_workers_go_on(one_hot: Path, tmp_path: Path, monkeypatch):
+    synced: dict[str, str] = {}  # file -> the thread that synced it
+    real_fsync, real_save = os.fsync, Manifest.save
+
+    def fsync(fd: int) -> None:
+        synced.setdefault(os.readlink(f"/proc/self/fd/{fd}"), threading.current_thread().name)
+        real_fsync(fd)
+
+    def save(manifest: Manifest, directory: Path) -> None:
+        files = list(Path(directory).rglob("*.npy"))
+        assert files and all(str(p) in synced for p in files), "the manifest was written before every file was synced"
+        real_save(manifest, directory)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(Manifest, "save", save)
+    result = _multihot(one_hot, tmp_path / "mh", "--sizes", "2,4,1,3", "--workers", "2")
+    assert result.exit_code == 0, result.output
+    # Workers (shardrec-multihot_N) convert the next parts while the written ones are synced.
+    threads = {thread for name, thread in synced.items() if name.endswith(".npy")}
+    assert threads and not any(t.startswith("shardrec-multihot_") for t in threads), threads
+    assert verify(tmp_path / "mh") == []

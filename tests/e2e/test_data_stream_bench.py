@@ -65,5 +65,8 @@ def test_bench_loader_multihot_reports_samples_per_rank_against_the_one_hot_load
     assert set(rates) == {"one_hot", *runs} and r["ids_per_sample"] == 214
     assert all(r["vs_one_hot"][k] == pytest.approx(rates[k] / rates["one_hot"], abs=1e-3) for k in runs)
     assert r["vs_gpu_rate"]["one_hot"] == pytest.approx(rates["one_hot"] / 1.8e6, abs=1e-3)
+    assert set(r["cpu_ns_per_sample"]) == set(rates) and all(v > 0 for v in r["cpu_ns_per_sample"].values())
+    # The tables are mapped while measured: the share of their pages on 2 MB pages is known.
+    assert set(r["huge_mapped"]) == {"64", "100"} and all(0 <= v <= 1 for v in r["huge_mapped"].values())
     bad = CliRunner().invoke(app, ["bench", "loader", "--multihot", "--table-rows", "10,x"])
     assert_one_line_error(bad, re.escape("--table-rows '10,x': expected comma-separated integers"))

@@ -85,6 +85,14 @@ def test_padded_tail_and_workers_match_too(datasets):
         )
 
 
+def test_batches_the_consumer_keeps_keep_their_ids_while_later_batches_are_made(datasets):
+    one, mat, cache = datasets
+    # Two batches a run: later runs are made (and released memory reused) while these are held.
+    kept = list(_loaders(one, 1, _option(cache), num_workers=2, gather_rows=128)[0])
+    want = [b.sparse_features.values().tolist() for b in _loaders(mat, 1)[0]]
+    assert len(kept) == 9 and [b.sparse_features.values().tolist() for b in kept] == want
+
+
 def test_resume_continues_the_stream_and_refuses_other_tables(datasets):
     one, _, cache = datasets
     loader = _loaders(one, 1, _option(cache))[0]

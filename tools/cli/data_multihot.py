@@ -131,8 +131,13 @@ def _report(
     rate = total / max(seconds, 1e-9)
     # A projection, not a measurement: this run's rate held over Criteo 1TB's rows.
     hours = CRITEO_1TB_ROWS / rate / 3600
+    # The bytes written per row say whether the disk or the CPU bounds the rate (each row is
+    # written once and synced: a disk of D MB/s caps it at D / bytes-a-row).
+    written = sum(f.bytes for split in manifest.splits.values() for part in split.parts for f in part.files.values())
+    per_row = written / max(total, 1)
     result = {"out": str(out), "samples": total, "seconds": round(seconds, 3), "workers": workers,
               "rows_per_s": round(rate, 1), "criteo_1tb_hours": round(hours, 2),
+              "bytes_written": written, "mb_per_s_written": round(written / max(seconds, 1e-9) / 1e6, 1),
               "multihot": manifest.options["multihot"]}  # fmt: skip
     if one_worker is not None:
         one_rate = total / max(one_worker, 1e-9)
@@ -144,8 +149,9 @@ def _report(
         return
     console.print(
         f"wrote {total:,} rows with multi-hot sizes {sizes} ({dist}, seed {seed}) to {out} in {seconds:.1f} s "
-        f"on {workers} worker(s): {rate:,.0f} rows/s; Criteo 1TB's {CRITEO_1TB_ROWS / 1e9:.2f} B rows at this "
-        f"rate: {hours:,.1f} h (a projection)",
+        f"on {workers} worker(s): {rate:,.0f} rows/s, {result['mb_per_s_written']:,.0f} MB/s written "
+        f"({per_row:,.0f} bytes a row); Criteo 1TB's {CRITEO_1TB_ROWS / 1e9:.2f} B rows at this rate: {hours:,.1f} h "
+        f"(a projection; {CRITEO_1TB_ROWS * per_row / 1e12:,.1f} TB to write)",
         highlight=False,
     )
     if one_worker is not None:

@@ -1,0 +1,61 @@
+"""Batch memory recycled by the loader (dataloader/buffer_pool.py): never while anything holds it."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import numpy as np
+import torch
+
+from shardrec.dataloader.buffer_pool import BufferPool
+
+
+def test_memory_returns_to_the_pool_only_when_no_view_or_tensor_holds_it():
+    pool = BufferPool(np.int64, max_bytes=1 << 20)
+    first = pool.take(100)
+    first[:] = 7
+    address = first.ctypes.data
+    view, tensor = first[10:20], torch.from_numpy(first)[5:]
+    del first
+    assert pool.kept == 0
+    other = pool.take(100)
+    other[:] = 1
+    assert other.ctypes.data != address and (view == 7).all() and bool((tensor == 7).all())
+    del view
+    assert pool.kept == 0  # the tensor still holds it
+    del tensor
+    assert pool.kept == 1 and pool.take(100).ctypes.data == address
+
+
+def test_the_pool_keeps_at_most_max_bytes_and_only_arrays_of_the_current_length():
+    pool = BufferPool(np.int64, max_bytes=2 * 800)
+    leases = [pool.take(100) for _ in range(3)]
+    del leases
+    assert pool.kept == 2
+    small = pool.take(50)  # another length: the kept arrays no longer fit
+    assert pool.kept == 0 and len(small) == 50
+
+
+def test_a_lease_freed_by_a_garbage_collection_inside_take_gives_its_memory_back(monkeypatch):
+    pool = BufferPool(np.int64, max_bytes=1 << 20)
+    cycle: list = [pool.take(100)]
+    cycle.append(cycle)  # only the cyclic collector frees this lease
+    del cycle
+    real_empty = np.empty
+
+    def collecting_empty(*args, **kwargs):
+        gc.collect()  # as an allocation may trigger: the lease's finalizer runs while take() holds the lock
+        return real_empty(*args, **kwargs)
+
+    monkeypatch.setattr(np, "empty", collecting_empty)
+    got: list = []
+    gc.disable()
+    try:
+        taker = threading.Thread(target=lambda: got.append(pool.take(100)), daemon=True)
+        taker.start()
+        taker.join(timeout=10)
+    finally:
+        gc.enable()
+    assert not taker.is_alive(), "take() deadlocked on its own lock"
+    assert pool.kept == 1 and len(got) == 1  # the collected lease's memory is back; take() made another

@@ -70,7 +70,14 @@ class AddressCache:
         if entry is not None and entry[0]() is part:
             return entry
         cols = _columns(part, self.feature_names)
-        same = np.array([(c.dtype, c.strides[1:]) == lay for c, lay in zip(cols, self._layout)], bool)
+        # The 1-d columns' kernels step by itemsize: a strided 1-d column goes part by part.
+        same = np.array(
+            [
+                (c.dtype, c.strides[1:]) == lay and (c.ndim != 1 or c.strides[0] == c.itemsize)
+                for c, lay in zip(cols, self._layout)
+            ],
+            bool,
+        )
         entry = (
             weakref.ref(part),
             np.array([c.ctypes.data for c in cols], np.int64),

@@ -270,7 +270,8 @@ class BatchGatherer:
         part_of, local = located
         # The parts used, held (mapped) until the kernels are done with their raw addresses:
         # each column's table has one entry per part used.
-        held = [self.parts[int(p)] for p in used]
+        numbers = used.tolist()
+        held = self.parts.hold(numbers) if isinstance(self.parts, PartSet) else [self.parts[p] for p in numbers]
         addresses, strides, same = self._addresses.tables(used, held)
 
         def fallback() -> _Groups:  # numpy, part by part (layouts differ, or float16)

@@ -156,6 +156,20 @@ class PartSet(Sequence[Part]):
                 self.opens += 1
             return part if i in self._mapped else self._insert(i, part)
 
+    def hold(self, indices: Sequence[int]) -> list[Part]:
+        """Parts `indices` (`[self[i] for i in indices]`), the mapped ones looked up under one
+        lock: a gather of a shuffle window holds ~250 parts at Criteo 1TB's part size, and a
+        lock per part was ~8% of its time."""
+        held: list[Part | None] = []
+        with _BUDGET.lock:
+            for i in indices:
+                part = self._mapped.get(i)
+                if part is not None:
+                    self._mapped.move_to_end(i)
+                    _BUDGET.order.move_to_end((self._id, i))
+                held.append(part)
+        return [self[i] if part is None else part for i, part in zip(indices, held)]
+
     def _insert(self, i: int, part: Part) -> Part:
         """Count part i as mapped by this set (most recently used). Under the budget's lock."""
         self._mapped[i] = part

@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import logging
 import threading
-import weakref
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,7 +116,6 @@ class BatchLoader:
         self._group: tuple[int, int] = (-1, -1)  # (epoch, shuffle group) whose parts alone stay mapped
         self._group_lock = threading.Lock()
         self._part_ends: np.ndarray | None = None  # file order: the row after each part
-        self._warmer: ThreadPoolExecutor | None = None  # maps the next shuffle group's parts
         self.epoch = epoch
         self._offset = 0  # global samples of self.epoch yielded so far
         self._resume_pending = False
@@ -194,12 +191,13 @@ class BatchLoader:
         group streams: at Criteo 1TB's part size a group reads ~250 parts it must open (~2 ms
         each) and fault in (~110 faults per segment), and done inside the gathers that halved
         the stream's rate against one part."""
-        if self._warmer is None:
-            self._warmer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shardrec-warm")
-            weakref.finalize(self, self._warmer.shutdown, wait=False, cancel_futures=True)
-        # Only while the stream is still in `group`: a warmer that fell behind would map parts the
-        # stream has released again.
-        self._warmer.submit(_warm, parts, spans, lambda: self._group == group)
+
+        # Only while the stream is still in `group` (a warmer that fell behind would map parts the
+        # stream has released again) and the process is not exiting (it would wait for the read).
+        def wanted() -> bool:
+            return self._group == group and threading.main_thread().is_alive()
+
+        threading.Thread(target=_warm, args=(parts, spans, wanted), name="shardrec-warm").start()
 
     def batch(self, k: int) -> Batch:
         """This rank's slice of global batch k of the current epoch (random access)."""

@@ -201,7 +201,15 @@ def test_loaders_of_one_split_share_its_maps(datasets):
 def test_the_next_shuffle_group_is_mapped_before_the_stream_reaches_it(datasets, shuffled):
     # Opening a group's parts (and faulting their rows in) inside the gathers halved the stream's
     # rate at Criteo 1TB's part size: a background thread does it while the group before streams.
-    loader = build_loader(datasets[1], "train", global_batch_size=40, rank=0, world_size=1, shuffle=SMALL_SHUFFLE)
+    loader = build_loader(
+        datasets[1],
+        "train",
+        global_batch_size=40,
+        rank=0,
+        world_size=1,
+        shuffle=SMALL_SHUFFLE,
+        delivery=Delivery(gather_rows=40),  # one batch a run: the stream is still in group 0 below
+    )
     batches = iter(loader)
     digests = [batch_digest([next(batches)], loader.feature_names)]
     order, parts = loader._epoch_order(), loader.source.parts
@@ -211,6 +219,7 @@ def test_the_next_shuffle_group_is_mapped_before_the_stream_reaches_it(datasets,
     while not all(parts.holds(i) for i in following) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert all(parts.holds(i) for i in following)
+    assert order.group_at(loader.state_dict()["sample_offset"]) == 0
     digests += [batch_digest([b], loader.feature_names) for b in batches]
     assert digests == shuffled
 

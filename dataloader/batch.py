@@ -279,7 +279,7 @@ class BatchGatherer:
 
         labels = np.empty(n, np.float32)
         if same[0]:
-            kernels.take_values_parts(self._addresses.like[0], addresses[0], part_of, local, labels)
+            kernels.take_values_parts(self._addresses.like[0], addresses[0], int(strides[0, 0]), part_of, local, labels)
         else:
             self._column(fallback(), n, lambda p: p.labels, labels)
         dense = np.empty((n, self.num_dense), np.float32)
@@ -304,7 +304,9 @@ class BatchGatherer:
                     np.remainder(values[:, f, :], self.modulo[name], out=values[:, f, :])
             else:
                 like = self._addresses.like[c]
-                hi = kernels.take_ids_parts(like, addresses[c], part_of, local, values, f, self.modulo.get(name, 0))
+                hi = kernels.take_ids_parts(
+                    like, addresses[c], int(strides[c, 0]), part_of, local, values, f, self.modulo.get(name, 0)
+                )
                 self._check_ids(name, values[:, f, :], rows, hi)
         del held  # the parts may be unmapped from here on
         return labels, dense, self._one_hot_kjts(values, b)

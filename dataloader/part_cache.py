@@ -25,7 +25,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from shardrec.dataloader.format import DatasetError, Manifest, Part, check_part_files, open_part
-from shardrec.dataloader.mapping import prefault
+from shardrec.dataloader.mapping import read_ahead
 
 DEFAULT_MAX_MAP_COUNT = 65530
 MAP_SHARE = 2
@@ -180,19 +180,19 @@ class PartSet(Sequence[Part]):
         return part
 
     def warm(self, spans: Iterable[tuple[int, int, int]], wanted: Callable[[], bool] = lambda: True) -> None:
-        """Map the parts of `spans` (part, first row, rows) and prefault those rows of their
-        columns (mapping.prefault), while `wanted()`: run on a background thread for the next
-        shuffle group, it takes the opening (~2 ms a Criteo part) and the page faults out of
-        the gathers."""
+        """Map the parts of `spans` (part, first row, rows) and read those rows of their columns
+        ahead (mapping.read_ahead), while `wanted()`: run on a background thread for the next
+        shuffle group, it takes the opening (~2 ms a Criteo part) out of the gathers, and a
+        dataset on disk is read before they need it."""
         for i, start, rows in spans:
             if not wanted():
                 return
             time.sleep(0)  # let the gathers' thread take the GIL between parts (opening one holds it ~2 ms)
             part = self[i]
             for column in (part.labels, part.dense, *(part.sparse[n] for n in part.sparse if n not in part.offsets)):
-                prefault(column, start, start + rows)
+                read_ahead(column, start, start + rows)
             for offsets in part.offsets.values():
-                prefault(offsets, start, start + rows + 1)
+                read_ahead(offsets, start, start + rows + 1)
 
     def _evict(self, i: int) -> None:
         """Drop part i's maps (unmapped once no gather holds the part). Under the budget's lock."""

@@ -4,7 +4,9 @@ when the open-file limit is reached anyway."""
 
 from __future__ import annotations
 
+import ctypes
 import gc
+import mmap
 import os
 import resource
 import time
@@ -20,7 +22,7 @@ from shardrec.dataloader.addresses import index_dtype
 from shardrec.dataloader.digest import batch_digest
 from shardrec.dataloader.format import DatasetError, Manifest
 from shardrec.dataloader.loader import Delivery, ShuffleSpec, build_loader
-from shardrec.dataloader.mapping import map_npy, prefault
+from shardrec.dataloader.mapping import map_npy, read_ahead
 from shardrec.dataloader.part_cache import PartSet
 from shardrec.dataloader.source import open_source
 
@@ -224,22 +226,29 @@ def test_the_next_shuffle_group_is_mapped_before_the_stream_reaches_it(datasets,
     assert digests == shuffled
 
 
-def _resident_kb(address: int) -> int:
-    """Rss of the mapping holding `address`, from /proc/self/smaps (pages mapped into the process)."""
-    inside = False
-    for line in Path("/proc/self/smaps").read_text().splitlines():
-        head = line.split()[0]
-        if "-" in head and not head.endswith(":"):
-            lo, hi = (int(v, 16) for v in head.split("-"))
-            inside = lo <= address < hi
-        elif inside and head == "Rss:":
-            return int(line.split()[1])
-    raise AssertionError(f"no mapping holds {address:#x}")
+def _cached_pages(column: np.ndarray) -> int:
+    """Pages of the column's map that are in the page cache (mincore)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    first = column.ctypes.data - column.ctypes.data % mmap.PAGESIZE
+    length = column.ctypes.data + column.nbytes - first
+    vec = (ctypes.c_ubyte * -(-length // mmap.PAGESIZE))()
+    assert libc.mincore(ctypes.c_void_p(first), ctypes.c_size_t(length), vec) == 0, ctypes.get_errno()
+    return sum(v & 1 for v in vec)
 
 
-def test_prefault_maps_the_rows_pages_into_the_process(tmp_path):
-    np.save(tmp_path / "c.npy", np.arange(1 << 22, dtype=np.uint8))  # 4 MiB, in the page cache
-    column = map_npy(tmp_path / "c.npy")
-    assert _resident_kb(column.ctypes.data) == 0  # nothing read yet
-    prefault(column, 0, len(column) // 2)
-    assert _resident_kb(column.ctypes.data) >= 2048  # the first half's pages are mapped: no fault will read them
+def test_read_ahead_brings_the_rows_pages_into_the_page_cache(tmp_path):
+    path = tmp_path / "c.npy"
+    np.save(path, np.arange(1 << 22, dtype=np.uint8))  # 1,024 pages
+    fd = os.open(path, os.O_RDONLY)
+    try:  # out of the page cache (written back first: dirty pages stay)
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    column = map_npy(path)
+    assert _cached_pages(column) < 64
+    read_ahead(column, 0, len(column) // 2)
+    deadline = time.monotonic() + 10  # the reads are started, not waited for
+    while _cached_pages(column) < 512 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _cached_pages(column) >= 512

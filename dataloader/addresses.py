@@ -58,7 +58,9 @@ class AddressCache:
     def __init__(self, feature_names: list[str], reference: Part) -> None:
         self.feature_names = list(feature_names)
         cols = _columns(reference, self.feature_names)
-        self._layout = [(c.dtype, c.strides[1:]) for c in cols]
+        # The 1-d columns' kernels take one row stride for all parts: a part whose stride differs
+        # goes part by part (numpy), as one of another dtype does.
+        self._layout = [(c.dtype, c.strides) for c in cols]
         self.like = [np.empty(0, c.dtype) for c in cols]
         """Per column, an empty array of its dtype (the kernels' type argument)."""
         # numba cannot convert float16; such a column goes part by part with numpy.
@@ -70,7 +72,7 @@ class AddressCache:
         if entry is not None and entry[0]() is part:
             return entry
         cols = _columns(part, self.feature_names)
-        same = np.array([(c.dtype, c.strides[1:]) == lay for c, lay in zip(cols, self._layout)], bool)
+        same = np.array([(c.dtype, c.strides) == lay for c, lay in zip(cols, self._layout)], bool)
         entry = (
             weakref.ref(part),
             np.array([c.ctypes.data for c in cols], np.int64),

@@ -269,7 +269,8 @@ class BatchGatherer:
         part_of, local = located
         # The parts used, held (mapped) until the kernels are done with their raw addresses:
         # each column's table has one entry per part used.
-        held = [self.parts[int(p)] for p in used]
+        numbers = used.tolist()
+        held = self.parts.hold(numbers) if isinstance(self.parts, PartSet) else [self.parts[p] for p in numbers]
         addresses, strides, same = self._addresses.tables(used, held)
 
         def fallback() -> _Groups:  # numpy, part by part (layouts differ, or float16)
@@ -277,7 +278,7 @@ class BatchGatherer:
 
         labels = np.empty(n, np.float32)
         if same[0]:
-            kernels.take_values_parts(self._addresses.like[0], addresses[0], strides[0], part_of, local, labels)
+            kernels.take_values_parts(self._addresses.like[0], addresses[0], int(strides[0, 0]), part_of, local, labels)
         else:
             self._column(fallback(), n, lambda p: p.labels, labels)
         dense = np.empty((n, self.num_dense), np.float32)
@@ -303,7 +304,7 @@ class BatchGatherer:
             else:
                 like = self._addresses.like[c]
                 hi = kernels.take_ids_parts(
-                    like, addresses[c], strides[c], part_of, local, values, f, self.modulo.get(name, 0)
+                    like, addresses[c], int(strides[c, 0]), part_of, local, values, f, self.modulo.get(name, 0)
                 )
                 self._check_ids(name, values[:, f, :], rows, hi)
         del held  # the parts may be unmapped from here on

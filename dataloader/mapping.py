@@ -46,6 +46,8 @@ def _libc() -> ctypes.CDLL | None:
     libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
     libc.munmap.restype = ctypes.c_int
     libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.madvise.restype = ctypes.c_int
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     return libc
 
 
@@ -119,6 +121,27 @@ def map_npy(path: str | Path) -> np.ndarray:
     weakref.finalize(buffer, _LIBC.munmap, address, offset + nbytes)
     array = np.ndarray(shape, dtype, buffer=buffer, offset=offset, order="F" if fortran else "C")
     return _read_only(array)
+
+
+_MADV_WILLNEED = getattr(mmap, "MADV_WILLNEED", 3)
+_PAGE = mmap.PAGESIZE
+
+
+def read_ahead(array: np.ndarray, start: int, stop: int) -> None:
+    """Start reading the pages of rows [start, stop) of a mapped array into the page cache
+    (MADV_WILLNEED), without waiting for them and without mapping them into the process.
+
+    The loader calls it on a background thread for the rows the next shuffle group will read,
+    so that a dataset on disk is read ahead of the gathers. Mapping the pages as well
+    (MADV_POPULATE_READ) took the gathers' minor faults away but counted the next group's
+    pages in the RSS (+4 GB at 10,000 Criteo parts) for no measurable rate: a fault maps a
+    whole large folio of the page cache at a time. The ctypes call releases the GIL."""
+    if _LIBC is None or stop <= start or not array.size:
+        return
+    row = array.strides[0]
+    first = array.ctypes.data + start * row
+    aligned = first - first % _PAGE
+    _LIBC.madvise(aligned, (stop - start) * row + first - aligned, _MADV_WILLNEED)
 
 
 def _read_only(array: np.ndarray) -> np.ndarray:

@@ -170,11 +170,23 @@ class EpochOrder:
             return 0
         return int(np.searchsorted(self._group_starts, pos, side="right")) - 1
 
+    @property
+    def num_groups(self) -> int:
+        """Shuffle groups of the epoch (1 with shuffle off)."""
+        return len(self._group_starts) - 1 if self.spec.shuffle.enabled else 1
+
     def group_parts(self, g: int) -> np.ndarray:
         """Indices of the parts whose rows shuffle group g reads (sorted; shuffle on only)."""
+        return np.unique(self.group_spans(g)[0])
+
+    def group_spans(self, g: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(part, first row inside it, rows) of each segment shuffle group g reads (shuffle on only):
+        every row the group's batches hold lies in one of these spans."""
         s = self.spec.shuffle
-        segs = self._seg_starts[g * s.group_segments : (g + 1) * s.group_segments]
-        return np.unique(np.searchsorted(self._part_starts, segs, side="right") - 1)
+        segs = slice(g * s.group_segments, (g + 1) * s.group_segments)
+        starts, lens = self._seg_starts[segs], self._seg_lens[segs]
+        parts = np.searchsorted(self._part_starts, starts, side="right") - 1
+        return parts, starts - self._part_starts[parts], lens
 
     def _get_group(self, g: int) -> _Group:
         if self._group is None or self._group[0] != g:

@@ -4,9 +4,12 @@ when the open-file limit is reached anyway."""
 
 from __future__ import annotations
 
+import ctypes
 import gc
+import mmap
 import os
 import resource
+import time
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +22,7 @@ from shardrec.dataloader.addresses import index_dtype
 from shardrec.dataloader.digest import batch_digest
 from shardrec.dataloader.format import DatasetError, Manifest
 from shardrec.dataloader.loader import Delivery, ShuffleSpec, build_loader
-from shardrec.dataloader.mapping import map_npy
+from shardrec.dataloader.mapping import map_npy, read_ahead
 from shardrec.dataloader.part_cache import PartSet
 from shardrec.dataloader.source import open_source
 
@@ -195,3 +198,57 @@ def test_loaders_of_one_split_share_its_maps(datasets):
     _, many = datasets
     first, second = open_source(many, "train").parts, open_source(many, "train").parts
     assert second.opens == 0 and second[7] is first[7]  # the second set mapped nothing of its own
+
+
+def test_the_next_shuffle_group_is_mapped_before_the_stream_reaches_it(datasets, shuffled):
+    # Opening a group's parts (and faulting their rows in) inside the gathers halved the stream's
+    # rate at Criteo 1TB's part size: a background thread does it while the group before streams.
+    loader = build_loader(
+        datasets[1],
+        "train",
+        global_batch_size=40,
+        rank=0,
+        world_size=1,
+        shuffle=SMALL_SHUFFLE,
+        delivery=Delivery(gather_rows=40),  # one batch a run: the stream is still in group 0 below
+    )
+    batches = iter(loader)
+    digests = [batch_digest([next(batches)], loader.feature_names)]
+    order, parts = loader._epoch_order(), loader.source.parts
+    following = order.group_parts(1).tolist()
+    assert order.group_at(len(loader) * 40 - 1) > 0 and not set(following) <= set(order.group_parts(0).tolist())
+    deadline = time.monotonic() + 30
+    while not all(parts.holds(i) for i in following) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert all(parts.holds(i) for i in following)
+    assert order.group_at(loader.state_dict()["sample_offset"]) == 0
+    digests += [batch_digest([b], loader.feature_names) for b in batches]
+    assert digests == shuffled
+
+
+def _cached_pages(column: np.ndarray) -> int:
+    """Pages of the column's map that are in the page cache (mincore)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    first = column.ctypes.data - column.ctypes.data % mmap.PAGESIZE
+    length = column.ctypes.data + column.nbytes - first
+    vec = (ctypes.c_ubyte * -(-length // mmap.PAGESIZE))()
+    assert libc.mincore(ctypes.c_void_p(first), ctypes.c_size_t(length), vec) == 0, ctypes.get_errno()
+    return sum(v & 1 for v in vec)
+
+
+def test_read_ahead_brings_the_rows_pages_into_the_page_cache(tmp_path):
+    path = tmp_path / "c.npy"
+    np.save(path, np.arange(1 << 22, dtype=np.uint8))  # 1,024 pages
+    fd = os.open(path, os.O_RDONLY)
+    try:  # out of the page cache (written back first: dirty pages stay)
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    column = map_npy(path)
+    assert _cached_pages(column) < 64
+    read_ahead(column, 0, len(column) // 2)
+    deadline = time.monotonic() + 10  # the reads are started, not waited for
+    while _cached_pages(column) < 512 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _cached_pages(column) >= 512

@@ -12,7 +12,7 @@ with the real value `00000000`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -86,6 +86,8 @@ class Vocabulary:
 
     sorted_values: np.ndarray  # uint64 or uint32 [n]
     ids: np.ndarray  # uint64 or uint32 [n], the id of sorted_values[i]
+    # The compiled lookup's hash table (slots, bits), set on first use by ids_kernel.hash_slots ((empty, 0): none).
+    slots: tuple[np.ndarray, int] | None = field(default=None, init=False, repr=False, compare=False)
 
     @cached_property
     def bucket_starts(self) -> tuple[np.ndarray, int]:

@@ -58,6 +58,26 @@ def test_dataset_bytes_equal_the_in_memory_implementation(tmp_path: Path, kind: 
     assert (max(info["merge_ranges"]) > 10) if memory_mb < 1 else (max(info["merge_ranges"]) == 1)
 
 
+def test_two_workers_count_and_map_in_one_pool_with_the_same_bytes(tmp_path: Path, monkeypatch):
+    """The counting and preprocessing passes share one pool: each worker starts (imports, kernels) once."""
+    from shardrec.tools.preprocess import pool
+
+    made = []
+
+    class Counted(pool.ProcessPoolExecutor):
+        def __init__(self, *args, **kwargs):
+            made.append(args)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(pool, "ProcessPoolExecutor", Counted)
+    raw = tmp_path / "raw"
+    write_dataset(raw, rows=6000, seed=5, days=3, max_vocab=400)
+    out = tmp_path / "out"
+    run_preprocess(PreprocessConfig([raw], out, min_count=2, chunk_mb=0.2, workers=2))
+    assert _digest(out) == TODAYS_DIGESTS["days"]
+    assert len(made) == 1
+
+
 def test_several_merge_ranges_give_the_reference_vocabulary(tmp_path: Path):
     rng = np.random.default_rng(1)
     runs, dirs = [], []
@@ -193,10 +213,16 @@ def test_the_merge_gives_its_memory_back_before_the_workers_map(tmp_path: Path):
         (2000, np.uint64, 2**64),
     ],
 )
-def test_the_compiled_lookup_gives_the_ids_of_vocabulary_lookup(n: int, dtype, largest: int):
+@pytest.mark.parametrize("tables", ["hash", "search"])
+def test_the_compiled_lookup_gives_the_ids_of_vocabulary_lookup(n: int, dtype, largest: int, tables: str, monkeypatch):
     """Kept values, values between and past them, missing ones, rows out of order: the compiled
-    lookup writes Vocabulary.lookup's ids into a column at an offset."""
-    from shardrec.tools.preprocess.ids_kernel import lookup_rows_into
+    lookup writes Vocabulary.lookup's ids into a column at an offset, by its hash table (32-bit
+    values, within the budget) or by its bucket search (a process whose table budget is spent)."""
+    from shardrec.tools.preprocess import ids_kernel
+    from shardrec.tools.preprocess.ids_kernel import hash_slots, lookup_rows_into
+
+    if tables == "search":
+        monkeypatch.setattr(ids_kernel, "HASH_BUDGET_BYTES", 0)
 
     rng = np.random.default_rng(n)
     kept = np.unique(rng.integers(0, largest, n, dtype=np.uint64, endpoint=False)).astype(dtype)
@@ -211,3 +237,4 @@ def test_the_compiled_lookup_gives_the_ids_of_vocabulary_lookup(n: int, dtype, l
         out = np.zeros(len(rows) + 7, np.uint32)
         lookup_rows_into(vocab, values, missing, rows, f, out, 7)
         assert np.array_equal(out[7:], vocab.lookup(values[rows, f], missing[rows, f])), f
+    assert (hash_slots(vocab) is not None) == (tables == "hash" and 0 < len(kept) and largest <= 2**32)

@@ -216,25 +216,25 @@ def test_the_merge_gives_its_memory_back_before_the_workers_map(tmp_path: Path):
 @pytest.mark.parametrize("tables", ["hash", "search"])
 def test_the_compiled_lookup_gives_the_ids_of_vocabulary_lookup(n: int, dtype, largest: int, tables: str, monkeypatch):
     """Kept values, values between and past them, missing ones, rows out of order: the compiled
-    lookup writes Vocabulary.lookup's ids into a column at an offset, by its hash table (32-bit
-    values, within the budget) or by its bucket search (a process whose table budget is spent)."""
+    lookup writes Vocabulary.lookup's ids into a part's id columns at an offset, by hash tables
+    (32-bit values, within the budget) or by bucket search (a budget spent)."""
     from shardrec.tools.preprocess import ids_kernel
-    from shardrec.tools.preprocess.ids_kernel import hash_slots, lookup_rows_into
 
     if tables == "search":
         monkeypatch.setattr(ids_kernel, "HASH_BUDGET_BYTES", 0)
-
     rng = np.random.default_rng(n)
     kept = np.unique(rng.integers(0, largest, n, dtype=np.uint64, endpoint=False)).astype(dtype)
     vocab = Vocabulary(kept, (rng.permutation(len(kept)) + 2).astype(np.uint32))
     hits = kept.astype(np.uint64)[rng.integers(0, len(kept), 500)] if len(kept) else np.zeros(0, np.uint64)
     edges = np.array([0, 1, 2**32 - 1, 2**32, 2**64 - 1], np.uint64)
     values = np.concatenate([hits, rng.integers(0, largest, 500, dtype=np.uint64, endpoint=False), edges])
-    values = np.stack([values, values[::-1]], axis=1)
+    values = np.stack([values, values[::-1], values], axis=1)
     missing = rng.random(values.shape) < 0.1
     rows = rng.permutation(len(values))[:-3]
-    for f in range(2):
-        out = np.zeros(len(rows) + 7, np.uint32)
-        lookup_rows_into(vocab, values, missing, rows, f, out, 7)
-        assert np.array_equal(out[7:], vocab.lookup(values[rows, f], missing[rows, f])), f
-    assert (hash_slots(vocab) is not None) == (tables == "hash" and 0 < len(kept) and largest <= 2**32)
+    vocabs = [vocab, Vocabulary(np.array([0, 7], dtype), np.array([3, 2], np.uint32)), vocab]
+    out = np.zeros((2, len(rows) + 7), np.uint32)
+    ids_kernel.lookup_features_into(vocabs, values, missing, rows, np.array([2, 1]), out, 7)
+    for j, f in enumerate([2, 1]):
+        assert np.array_equal(out[j, 7:], vocabs[f].lookup(values[rows, f], missing[rows, f])), f
+    hashed = tables == "hash" and 0 < len(kept) and largest <= 2**32
+    assert bool(ids_kernel.tables_for(vocabs).bits[2]) == hashed

@@ -12,7 +12,7 @@ with the real value `00000000`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
@@ -36,7 +36,7 @@ def mix64(values: np.ndarray) -> np.ndarray:
 
 
 def hash_bytes(data: bytes) -> int:
-    """The 64-bit value of a string categorical (spec_kernel.hash_string, in Python): its bytes in
+    """The 64-bit value of a string categorical (spec_values.hash_string, in Python): its bytes in
     big-endian words of 8 (the last one shorter), h = mix64(h ^ word) from 0, then mix64(h ^ length).
     Ids come from it as from a hex value: hash_ids."""
     mask = (1 << 64) - 1
@@ -86,8 +86,6 @@ class Vocabulary:
 
     sorted_values: np.ndarray  # uint64 or uint32 [n]
     ids: np.ndarray  # uint64 or uint32 [n], the id of sorted_values[i]
-    # The compiled lookup's hash table (slots, bits), set on first use by ids_kernel.hash_slots ((empty, 0): none).
-    slots: tuple[np.ndarray, int] | None = field(default=None, init=False, repr=False, compare=False)
 
     @cached_property
     def bucket_starts(self) -> tuple[np.ndarray, int]:

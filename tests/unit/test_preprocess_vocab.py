@@ -58,6 +58,16 @@ def test_dataset_bytes_equal_the_in_memory_implementation(tmp_path: Path, kind: 
     assert (max(info["merge_ranges"]) > 10) if memory_mb < 1 else (max(info["merge_ranges"]) == 1)
 
 
+@pytest.mark.parametrize("largest", [1, 1000, 2**32, 2**64 - 1])
+def test_counting_gives_np_uniques_values_and_counts(largest: int):
+    """32-bit values are sorted narrow, wider ones as they are; empty and all-missing columns too."""
+    rng = np.random.default_rng(largest % 1000)
+    values = rng.integers(0, largest, 3000, dtype=np.uint64, endpoint=True)
+    for missing in (np.zeros(3000, bool), rng.random(3000) < 0.3, np.ones(3000, bool)):
+        got, want = count_values(values, missing), np.unique(values[~missing], return_counts=True)
+        assert [(a.dtype, a.tolist()) for a in got] == [(a.dtype, a.tolist()) for a in want]
+
+
 def test_two_workers_count_and_map_in_one_pool_with_the_same_bytes(tmp_path: Path, monkeypatch):
     """The counting and preprocessing passes share one pool: each worker starts (imports, kernels) once."""
     from shardrec.tools.preprocess import pool

@@ -58,6 +58,36 @@ def test_dataset_bytes_equal_the_in_memory_implementation(tmp_path: Path, kind: 
     assert (max(info["merge_ranges"]) > 10) if memory_mb < 1 else (max(info["merge_ranges"]) == 1)
 
 
+@pytest.mark.parametrize("largest", [1, 1000, 2**32, 2**64 - 1])
+def test_counting_gives_np_uniques_values_and_counts(largest: int):
+    """32-bit values are sorted narrow, wider ones as they are; empty and all-missing columns too."""
+    rng = np.random.default_rng(largest % 1000)
+    values = rng.integers(0, largest, 3000, dtype=np.uint64, endpoint=True)
+    for missing in (np.zeros(3000, bool), rng.random(3000) < 0.3, np.ones(3000, bool)):
+        got, want = count_values(values, missing), np.unique(values[~missing], return_counts=True)
+        assert [(a.dtype, a.tolist()) for a in got] == [(a.dtype, a.tolist()) for a in want]
+
+
+def test_two_workers_count_and_map_in_one_pool_with_the_same_bytes(tmp_path: Path, monkeypatch):
+    """The counting and preprocessing passes share one pool: each worker starts (imports, kernels) once."""
+    from shardrec.tools.preprocess import pool
+
+    made = []
+
+    class Counted(pool.ProcessPoolExecutor):
+        def __init__(self, *args, **kwargs):
+            made.append(args)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(pool, "ProcessPoolExecutor", Counted)
+    raw = tmp_path / "raw"
+    write_dataset(raw, rows=6000, seed=5, days=3, max_vocab=400)
+    out = tmp_path / "out"
+    run_preprocess(PreprocessConfig([raw], out, min_count=2, chunk_mb=0.2, workers=2))
+    assert _digest(out) == TODAYS_DIGESTS["days"]
+    assert len(made) == 1
+
+
 def test_several_merge_ranges_give_the_reference_vocabulary(tmp_path: Path):
     rng = np.random.default_rng(1)
     runs, dirs = [], []
@@ -193,21 +223,28 @@ def test_the_merge_gives_its_memory_back_before_the_workers_map(tmp_path: Path):
         (2000, np.uint64, 2**64),
     ],
 )
-def test_the_compiled_lookup_gives_the_ids_of_vocabulary_lookup(n: int, dtype, largest: int):
+@pytest.mark.parametrize("tables", ["hash", "search"])
+def test_the_compiled_lookup_gives_the_ids_of_vocabulary_lookup(n: int, dtype, largest: int, tables: str, monkeypatch):
     """Kept values, values between and past them, missing ones, rows out of order: the compiled
-    lookup writes Vocabulary.lookup's ids into a column at an offset."""
-    from shardrec.tools.preprocess.ids_kernel import lookup_rows_into
+    lookup writes Vocabulary.lookup's ids into a part's id columns at an offset, by hash tables
+    (32-bit values, within the budget) or by bucket search (a budget spent)."""
+    from shardrec.tools.preprocess import ids_kernel
 
+    if tables == "search":
+        monkeypatch.setattr(ids_kernel, "HASH_BUDGET_BYTES", 0)
     rng = np.random.default_rng(n)
     kept = np.unique(rng.integers(0, largest, n, dtype=np.uint64, endpoint=False)).astype(dtype)
     vocab = Vocabulary(kept, (rng.permutation(len(kept)) + 2).astype(np.uint32))
     hits = kept.astype(np.uint64)[rng.integers(0, len(kept), 500)] if len(kept) else np.zeros(0, np.uint64)
     edges = np.array([0, 1, 2**32 - 1, 2**32, 2**64 - 1], np.uint64)
     values = np.concatenate([hits, rng.integers(0, largest, 500, dtype=np.uint64, endpoint=False), edges])
-    values = np.stack([values, values[::-1]], axis=1)
+    values = np.stack([values, values[::-1], values], axis=1)
     missing = rng.random(values.shape) < 0.1
     rows = rng.permutation(len(values))[:-3]
-    for f in range(2):
-        out = np.zeros(len(rows) + 7, np.uint32)
-        lookup_rows_into(vocab, values, missing, rows, f, out, 7)
-        assert np.array_equal(out[7:], vocab.lookup(values[rows, f], missing[rows, f])), f
+    vocabs = [vocab, Vocabulary(np.array([0, 7], dtype), np.array([3, 2], np.uint32)), vocab]
+    out = np.zeros((2, len(rows) + 7), np.uint32)
+    ids_kernel.lookup_features_into(vocabs, values, missing, rows, np.array([2, 1]), out, 7)
+    for j, f in enumerate([2, 1]):
+        assert np.array_equal(out[j, 7:], vocabs[f].lookup(values[rows, f], missing[rows, f])), f
+    hashed = tables == "hash" and 0 < len(kept) and largest <= 2**32
+    assert bool(ids_kernel.tables_for(vocabs).bits[2]) == hashed

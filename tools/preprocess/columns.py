@@ -18,7 +18,7 @@ from shardrec.dataloader.format import PartInfo, smallest_uint, write_part
 from shardrec.tools.preprocess import cpu_stages, parse_kernel, spec_kernel
 from shardrec.tools.preprocess.dense_table import append_dense, log1p_table
 from shardrec.tools.preprocess.ids import Vocabulary, hash_ids
-from shardrec.tools.preprocess.ids_kernel import lookup_rows_into
+from shardrec.tools.preprocess.ids_kernel import lookup_features_into
 from shardrec.tools.preprocess.parse import ParsedChunk, transform_dense
 from shardrec.tools.preprocess.spec_parse import Program, SpecChunk
 
@@ -164,8 +164,7 @@ def append_rows(
                 parse_kernel.hash_rows_into(chunk.sparse, chunk.sparse_missing, rows, feats, cards, ids, n)
         elif parse_kernel.AVAILABLE:
             for (_, feats), ids in zip(cols.groups, cols.ids):
-                for j, f in enumerate(feats):
-                    lookup_rows_into(vocabs[f], chunk.sparse, chunk.sparse_missing, rows, int(f), ids[j], n)
+                lookup_features_into(vocabs, chunk.sparse, chunk.sparse_missing, rows, feats, ids, n)
         else:
             mapped = map_ids(chunk, names, cardinalities, vocabs)
             for (_, feats), ids in zip(cols.groups, cols.ids):

@@ -62,8 +62,16 @@ def hash_ids(values: np.ndarray, missing: np.ndarray, cardinality: int) -> np.nd
 
 
 def count_values(values: np.ndarray, missing: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct present values of one column and how often each occurs (sorted by value)."""
-    return np.unique(values[~missing], return_counts=True)
+    """Distinct present values of one column and how often each occurs (sorted by value): np.unique's
+    result, but sorted in place, in 32 bits where the values fit (Criteo's hex): the faster sort."""
+    present = values[~missing]  # a copy: sorted in place
+    if not len(present):
+        return present.astype(np.uint64), np.zeros(0, np.int64)
+    if not int(present.max()) >> 32:
+        present = present.astype(np.uint32)
+    present.sort()
+    starts = np.flatnonzero(np.concatenate(([True], present[1:] != present[:-1])))
+    return present[starts].astype(np.uint64), np.diff(np.append(starts, len(present)))
 
 
 def merge_counts(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import platform
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from functools import partial
 from importlib import metadata
@@ -37,7 +38,7 @@ from shardrec.tools.preprocess.gz_stream import stream_gzip
 from shardrec.tools.preprocess.ids import MISSING_ID, OOV_ID
 from shardrec.tools.preprocess.inputs import Task, discover_inputs, plan_tasks, resolve_layout
 from shardrec.tools.preprocess.pieces import TaskOptions
-from shardrec.tools.preprocess.pool import map_tasks
+from shardrec.tools.preprocess.pool import Pool, map_tasks, shared_pool
 from shardrec.tools.preprocess.settings import PreprocessConfig
 from shardrec.tools.preprocess.spec_parse import text_options
 from shardrec.tools.preprocess.stats import compute_feature_stats
@@ -51,7 +52,7 @@ from shardrec.tools.preprocess.task import (
     run_task,
     wait_for_writes,
 )
-from shardrec.tools.preprocess.vocab import build_vocabularies, count_marker, run_dirs
+from shardrec.tools.preprocess.vocab import build_vocabularies, count_marker, release_freed_memory, run_dirs
 
 logger = logging.getLogger(__name__)
 
@@ -114,12 +115,14 @@ def _remove_temporaries(out: Path) -> None:
             p.unlink()
 
 
-def _build_vocab(cfg: PreprocessConfig, tasks: list[Task], opts: TaskOptions, progress: Progress | None) -> TaskOptions:
+def _build_vocab(
+    cfg: PreprocessConfig, tasks: list[Task], opts: TaskOptions, progress: Progress | None, pool: Pool | None
+) -> TaskOptions:
     """Count (unless done), merge the counts into memory-mapped vocabularies (unless done)."""
     work, names = cfg.out / WORK_DIR, opts.names
     vocab_dir = work / "vocab"
     if not (vocab_dir / "vocab.json").is_file():
-        _count(cfg, tasks, opts, progress)
+        _count(cfg, tasks, opts, progress, pool)
         runs = run_dirs(work, [t.index for t in tasks])
         with cpu_stages.stage(cpu_stages.MERGE):
             info = build_vocabularies(runs, names, cfg.min_count, opts.vocab_memory_bytes, vocab_dir)
@@ -163,22 +166,38 @@ def _run(cfg: PreprocessConfig, progress: Progress | None) -> PreprocessResult:
     with cpu_stages.stage(cpu_stages.PLAN):  # a streamed .gz file's tasks run inside: their stages pause this one
         tasks = plan_tasks(files, layout, cfg.val_half, opts.chunk_bytes, cfg.header, cfg.out / WORK_DIR, stream)
     mine = [t for t in tasks if cfg.part is None or t.index % cfg.part[1] == cfg.part[0]]
-    if cfg.min_count > 0:
-        if cfg.part is not None and not _all_counted(cfg.out, tasks):
-            _count(cfg, mine, opts, progress)
-            if not _all_counted(cfg.out, tasks):
-                return _partial(cfg.out, tasks, 0)
-        opts = _build_vocab(cfg, tasks, opts, progress)
-    done = {t.index: read_marker(cfg.out, t.index) for t in mine}  # torn or with parts gone: redone
-    todo = [t for t in mine if done[t.index] is None]
-    logger.info("%d of %d tasks to run (%d already done)", len(todo), len(tasks), len(tasks) - len(todo))
+    # Vocabulary mode's two passes (count, then preprocess) share one pool of workers.
+    with shared_pool(cfg.workers, len(tasks)) if cfg.min_count > 0 else nullcontext() as pool:
+        if cfg.min_count > 0:
+            if cfg.part is not None and not _all_counted(cfg.out, tasks):
+                _count(cfg, mine, opts, progress, pool)
+                if not _all_counted(cfg.out, tasks):
+                    return _partial(cfg.out, tasks, 0)
+            opts = _build_vocab(cfg, tasks, opts, progress, pool)
+        done = {t.index: read_marker(cfg.out, t.index) for t in mine}  # torn or with parts gone: redone
+        todo = [t for t in mine if done[t.index] is None]
+        logger.info("%d of %d tasks to run (%d already done)", len(todo), len(tasks), len(tasks) - len(todo))
+        _run_tasks(cfg, todo, opts, progress, pool)
+    results = [done.get(t.index) or read_marker(cfg.out, t.index) for t in tasks]
+    if any(r is None for r in results):
+        return _partial(cfg.out, tasks, len(todo) + len(streamed))
+    _check_rows_kept(cfg, tasks, results)
+    with cpu_stages.stage(cpu_stages.STATS):
+        manifest = _finalize(cfg, layout, tasks, results, opts)
+    return _summarize(manifest, tasks, results, len(todo) + len(streamed))
+
+
+def _run_tasks(
+    cfg: PreprocessConfig, todo: list[Task], opts: TaskOptions, progress: Progress | None, pool: Pool | None
+) -> None:
     failures = []
     if progress and todo:  # none after a rerun, or after a streamed .gz file (its own bar)
         progress.start(sum(_disk_bytes(t) for t in todo), "preprocess")
     # In one process, a task's fsyncs overlap the next task's parsing (see run_task).
     in_process = cfg.workers == 1 or len(todo) <= 1
+    run = partial(_run_task_safely, background_sync=in_process)
     try:
-        for t, (res, cpu) in map_tasks(partial(_run_task_safely, background_sync=in_process), todo, opts, cfg.workers):
+        for t, (res, cpu) in map_tasks(run, todo, opts, cfg.workers, pool):
             cpu_stages.add(cpu)
             if isinstance(res, str):
                 failures.append(res)
@@ -188,13 +207,6 @@ def _run(cfg: PreprocessConfig, progress: Progress | None) -> PreprocessResult:
         wait_for_writes()
     if failures:
         raise InputError("; ".join(failures) + " (output of the other files is kept; rerun to finish)")
-    results = [done.get(t.index) or read_marker(cfg.out, t.index) for t in tasks]
-    if any(r is None for r in results):
-        return _partial(cfg.out, tasks, len(todo) + len(streamed))
-    _check_rows_kept(cfg, tasks, results)
-    with cpu_stages.stage(cpu_stages.STATS):
-        manifest = _finalize(cfg, layout, tasks, results, opts)
-    return _summarize(manifest, tasks, results, len(todo) + len(streamed))
 
 
 def _check_rows_kept(cfg: PreprocessConfig, tasks: list[Task], results: list[TaskResult]) -> None:
@@ -243,19 +255,23 @@ def _all_counted(out: Path, tasks: list[Task]) -> bool:
     return all(count_marker(out / WORK_DIR, t.index).is_file() for t in tasks)
 
 
-def _count(cfg: PreprocessConfig, tasks: list[Task], opts: TaskOptions, progress: Progress | None) -> None:
+def _count(
+    cfg: PreprocessConfig, tasks: list[Task], opts: TaskOptions, progress: Progress | None, pool: Pool | None
+) -> None:
     """Vocabulary pass 1 over the tasks not counted yet."""
     todo = [t for t in tasks if not count_marker(cfg.out / WORK_DIR, t.index).is_file()]
     if progress and todo:
         progress.start(sum(_disk_bytes(t) for t in todo), "count")
-    for t, (_, cpu) in map_tasks(_count_measured, todo, opts, cfg.workers):
+    for t, (_, cpu) in map_tasks(_count_measured, todo, opts, cfg.workers, pool):
         cpu_stages.add(cpu)
         if progress:
             progress.advance(_disk_bytes(t), 0, 0)
 
 
 def _count_measured(task: Task, opts: TaskOptions) -> tuple[Path, dict[str, float]]:
-    return count_task(task, opts), cpu_stages.take()
+    marker = count_task(task, opts)
+    release_freed_memory()  # a kept worker goes on to map the vocabularies: no counting heap held meanwhile
+    return marker, cpu_stages.take()
 
 
 def _partial(out: Path, tasks: list[Task], ran: int) -> PreprocessResult:

@@ -12,6 +12,7 @@ import multiprocessing as mp
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from shardrec.tools.preprocess.inputs import Task
@@ -22,10 +23,34 @@ class WorkerDied(RuntimeError):
     """A worker process ended without finishing its task (killed by a signal, e.g. out of memory)."""
 
 
+class Pool:
+    """Worker processes kept over several map_tasks passes (vocabulary mode counts, then preprocesses):
+    each worker's start-up (spawn, imports, loading the compiled kernels: ~1.5 CPU-s) is paid once."""
+
+    def __init__(self, workers: int, tasks: int) -> None:
+        ctx = mp.get_context("spawn")  # no fork: the CLI's progress thread must not be copied
+        self.started = ctx.Array("b", tasks, lock=False)  # set by a worker as it takes a task (by position)
+        self.executor = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(self.started,))
+
+
+@contextmanager
+def shared_pool(workers: int, tasks: int) -> Iterator[Pool | None]:
+    """A Pool for passes of at most `tasks` tasks each; None where map_tasks runs in-process anyway."""
+    if workers == 1 or tasks <= 1:
+        yield None
+        return
+    pool = Pool(min(workers, tasks), tasks)
+    try:
+        yield pool
+    finally:
+        pool.executor.shutdown(wait=True, cancel_futures=True)
+
+
 def map_tasks(
-    fn: Callable[[Task, TaskOptions], Any], tasks: list[Task], opts: TaskOptions, workers: int
+    fn: Callable[[Task, TaskOptions], Any], tasks: list[Task], opts: TaskOptions, workers: int, pool: Pool | None = None
 ) -> Iterator[tuple[Task, Any]]:
-    """Run fn over tasks in worker processes; yields (task, result) in task order.
+    """Run fn over tasks in worker processes (pool's, or a pool of this pass's); yields (task, result)
+    in task order.
 
     Raises WorkerDied (after the other workers are stopped) if a worker process dies.
     """
@@ -33,24 +58,26 @@ def map_tasks(
         for t in tasks:
             yield t, fn(t, opts)
         return
-    ctx = mp.get_context("spawn")  # no fork: the CLI's progress thread must not be copied
-    started = ctx.Array("b", len(tasks), lock=False)  # set by a worker as it takes a task
-    pool = ProcessPoolExecutor(min(workers, len(tasks)), mp_context=ctx, initializer=_init_worker, initargs=(started,))
-    try:
-        futures = [pool.submit(_run_marked, fn, i, t, opts) for i, t in enumerate(tasks)]
-        for t, fut in zip(tasks, futures):
-            try:
-                res = fut.result()
-            except BrokenProcessPool:
-                lost = [tasks[j] for j, f in enumerate(futures) if started[j] and not _succeeded(f)] or [t]
-                raise WorkerDied(
-                    f"a worker process died (killed by a signal, e.g. out of memory) while running "
-                    f"{'; '.join(_describe(x) for x in lost)}; finished tasks are kept: rerun to finish"
-                ) from None
-            yield t, res
-    finally:
-        # Tasks not started are dropped, running ones finish (their markers stay valid).
-        pool.shutdown(wait=True, cancel_futures=True)
+    with shared_pool(workers, len(tasks)) if pool is None else nullcontext(pool) as run_in:
+        started = run_in.started
+        started[:] = [0] * len(started)  # a kept pool's flags still hold the last pass's
+        futures = [run_in.executor.submit(_run_marked, fn, i, t, opts) for i, t in enumerate(tasks)]
+        try:
+            for t, fut in zip(tasks, futures):
+                try:
+                    res = fut.result()
+                except BrokenProcessPool:
+                    lost = [tasks[j] for j, f in enumerate(futures) if started[j] and not _succeeded(f)] or [t]
+                    raise WorkerDied(
+                        f"a worker process died (killed by a signal, e.g. out of memory) while running "
+                        f"{'; '.join(_describe(x) for x in lost)}; finished tasks are kept: rerun to finish"
+                    ) from None
+                yield t, res
+        finally:
+            # Tasks not started are dropped, running ones finish (their markers stay valid).
+            for fut in futures:
+                fut.cancel()
+            wait(futures)
 
 
 def map_stream(

@@ -226,11 +226,11 @@ def build_vocabularies(runs: list[Path], names: list[str], min_count: int, memor
         "memory_bytes": int(memory_bytes),
     }
     atomic_write_bytes(vocab_dir / "vocab.json", json.dumps(info).encode())
-    _release_freed_memory()
+    release_freed_memory()
     return info
 
 
-def _release_freed_memory() -> None:
+def release_freed_memory() -> None:
     # glibc keeps the merge's freed arrays in this process's heap (~100 MB on 52 M pairs), held
     # for nothing while the workers map the vocabularies; malloc_trim gives them back. Elsewhere: nothing.
     try:

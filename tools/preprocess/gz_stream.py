@@ -5,8 +5,9 @@ chunk_bounds cuts a plain file (a range ends after the first newline at or past 
 chunk_bytes). Each range's text is decoded straight into a shared-memory slot and handed to a
 worker as a task (pool.map_stream), at most one slot per worker plus one in flight; the worker
 parses it in place (slot_pieces cuts the very pieces read_pieces would), so every byte is
-decoded once and copied never. A pass that first counted lines and then decoded every range
-again cost ~2x the decoding (gz_split.py, kept for what cannot stream: vocabulary mode, --part).
+decoded once and copied never. The workers start while the first range is decoded. A pass that
+first counted lines and then decoded every range again cost ~2x the decoding (gz_split.py, kept
+for what cannot stream: vocabulary mode, --part).
 
 Which split a line belongs to depends on the file's line count, known only at the end: each
 task's parts are staged under .work/staged (inputs.STAGED) with a staged marker that also lists
@@ -41,6 +42,7 @@ from shardrec.tools.preprocess.task import (
     InputError,
     TaskResult,
     marker_path,
+    process_setup,
     read_marker,
     run_task,
     wait_for_writes,
@@ -188,7 +190,7 @@ def _run_stream(
     try:
         with decoder.f:
             run = partial(_run_counted, background_sync=workers == 1)
-            for task, (res, cpu) in map_stream(run, produce, opts, workers):
+            for task, (res, cpu) in map_stream(run, produce, opts, workers, len(slots.shm), process_setup):
                 cpu_stages.add(cpu)
                 ran.append(task.index)
                 lines[task.index] = res.lines

@@ -3,7 +3,7 @@
 The decoder (ISA-L through open_gzip) runs in the main process and cuts the text exactly as
 chunk_bounds cuts a plain file (a range ends after the first newline at or past start +
 chunk_bytes). Each range's text is decoded straight into a shared-memory slot and handed to a
-worker as a task (pool.map_stream), at most one slot per worker plus one in flight; the worker
+worker as a task (pool.map_stream), at most one slot per worker plus two in flight; the worker
 parses it in place (slot_pieces cuts the very pieces read_pieces would), so every byte is
 decoded once and copied never. The workers start while the first range is decoded. A pass that
 first counted lines and then decoded every range again cost ~2x the decoding (gz_split.py, kept
@@ -171,7 +171,8 @@ def _run_stream(
     out = Path(opts.out)
     decoder = _Decoder(path, chunk_bytes, header, opts.strict)
     lines: dict[int, int] = {}  # each task's lines, as its parse counted them
-    slots = Slots(1 if workers == 1 else workers + 1, chunk_bytes + _SLACK)
+    # Two ranges decoded ahead: when two workers finish together, both find their next range ready.
+    slots = Slots(1 if workers == 1 else workers + 2, chunk_bytes + _SLACK)
     if progress:
         progress.start(path.stat().st_size, "preprocess")
     compressed = 0

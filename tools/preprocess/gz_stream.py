@@ -5,9 +5,10 @@ chunk_bounds cuts a plain file (a range ends after the first newline at or past 
 chunk_bytes). Each range's text is decoded straight into a shared-memory slot and handed to a
 worker as a task (pool.map_stream), at most one slot per worker plus two in flight; the worker
 parses it in place (slot_pieces cuts the very pieces read_pieces would), so every byte is
-decoded once and copied never. The workers start while the first range is decoded. A pass that
-first counted lines and then decoded every range again cost ~2x the decoding (gz_split.py, kept
-for what cannot stream: vocabulary mode, --part).
+decoded once and copied never. The workers start while the first range is decoded, and each
+one's fsyncs and marker overlap its next range's parse, as on one worker. A pass that first
+counted lines and then decoded every range again cost ~2x the decoding (gz_split.py, kept for
+what cannot stream: vocabulary mode, --part).
 
 Which split a line belongs to depends on the file's line count, known only at the end: each
 task's parts are staged under .work/staged (inputs.STAGED) with a staged marker that also lists
@@ -211,7 +212,9 @@ def _run_stream(
 
     try:
         with decoder.f:
-            run = partial(_run_counted, background_sync=workers == 1)
+            # A worker's fsyncs and staged marker overlap its next range's parse (run_task); the last
+            # ones end before the worker exits, so all are written once map_stream returns.
+            run = partial(_run_counted, background_sync=True)
             for task, (res, cpu) in map_stream(run, produce, opts, workers, len(slots.shm), process_setup):
                 cpu_stages.add(cpu)
                 ran.append(task.index)
@@ -220,8 +223,8 @@ def _run_stream(
                 if early and decoder.ended:
                     ranges = stream.splits(decoder.lines)
                     tasks = _tasks(path, first_index, header, decoder.bounds, decoder.firsts, ranges)
-                    finalize_staged(out, [tasks[i - first_index] for i in placing])
-                    placing.clear()
+                    placed = finalize_staged(out, [tasks[i - first_index] for i in placing])
+                    placing[:] = [i for i in placing if i not in placed]  # staged marker not written yet
                 if progress:
                     done = _compressed_position(decoder)
                     progress.advance(done - compressed, res.bytes, res.lines)
@@ -246,8 +249,9 @@ def _compressed_position(decoder: _Decoder) -> int:
         return 0
 
 
-def finalize_staged(out: Path, tasks: list[Task]) -> None:
-    """Move staged tasks' parts into their splits and write their markers (not staged: nothing)."""
+def finalize_staged(out: Path, tasks: list[Task]) -> set[int]:
+    """Move staged tasks' parts into their splits and write their markers (not staged: nothing);
+    returns the indexes of the tasks placed."""
     placed = []
     for task in tasks:
         staged = read_marker(out, task.index, "staged")
@@ -258,6 +262,7 @@ def finalize_staged(out: Path, tasks: list[Task]) -> None:
     for task, result in placed:
         atomic_write_bytes(marker_path(out, task.index), json.dumps(asdict(result)).encode())
         marker_path(out, task.index, "staged").unlink()
+    return {task.index for task, _ in placed}
 
 
 def _place_parts(out: Path, task: Task, staged: TaskResult) -> TaskResult:

@@ -320,8 +320,9 @@ def run_task(task: Task, opts: TaskOptions, background_sync: bool = False) -> Ta
 
     background_sync: return once the parts are written and renamed; their fsync and then the
     marker happen on a background thread while the caller parses the next task (call
-    wait_for_writes() before reading markers). Only for tasks run in the calling process: a
-    pool worker could be stopped before its thread finishes.
+    wait_for_writes() before reading markers). In a pool worker, only where the caller reads
+    markers after the pool has shut down (a worker exits once its thread is done; one stopped
+    early leaves no marker, and its task is redone) or tolerates one not written yet (gz_stream).
     """
     process_setup()
     out = Path(opts.out)

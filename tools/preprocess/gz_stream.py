@@ -5,8 +5,8 @@ chunk_bounds cuts a plain file (a range ends after the first newline at or past 
 chunk_bytes). Each range's text is decoded straight into a shared-memory slot and handed to a
 worker as a task (pool.map_stream), at most one slot per worker plus two in flight; the worker
 parses it in place (slot_pieces cuts the very pieces read_pieces would), so every byte is
-decoded once and copied never. The workers start while the first range is decoded, and each
-one's fsyncs and marker overlap its next range's parse, as on one worker. A pass that first
+decoded once and copied never. The workers start while the first range is decoded; a worker's
+parts are fsynced and marked by the main process while it parses its next range. A pass that first
 counted lines and then decoded every range again cost ~2x the decoding (gz_split.py, kept for
 what cannot stream: vocabulary mode, --part).
 
@@ -48,6 +48,7 @@ from shardrec.tools.preprocess.task import (
     process_setup,
     read_marker,
     run_task,
+    sync_and_mark,
     wait_for_writes,
 )
 from shardrec.tools.preprocess.text_slots import Slots
@@ -212,19 +213,22 @@ def _run_stream(
 
     try:
         with decoder.f:
-            # A worker's fsyncs and staged marker overlap its next range's parse (run_task); the last
-            # ones end before the worker exits, so all are written once map_stream returns.
-            run = partial(_run_counted, background_sync=True)
+            # A worker returns once its parts are written; the main process fsyncs them and writes the
+            # staged marker on its sync thread while the worker parses its next range.
+            run = partial(_run_counted, background_sync=not early, mark=not early)
             for task, (res, cpu) in map_stream(run, produce, opts, workers, len(slots.shm), process_setup):
                 cpu_stages.add(cpu)
                 ran.append(task.index)
                 lines[task.index] = res.lines
                 placing.append(task.index)
+                if early:
+                    sync_and_mark(out, res, "staged")
                 if early and decoder.ended:
                     ranges = stream.splits(decoder.lines)
                     tasks = _tasks(path, first_index, header, decoder.bounds, decoder.firsts, ranges)
-                    placed = finalize_staged(out, [tasks[i - first_index] for i in placing])
-                    placing[:] = [i for i in placing if i not in placed]  # staged marker not written yet
+                    wait_for_writes()  # the staged markers of the tasks placed
+                    finalize_staged(out, [tasks[i - first_index] for i in placing])
+                    placing.clear()
                 if progress:
                     done = _compressed_position(decoder)
                     progress.advance(done - compressed, res.bytes, res.lines)
@@ -237,9 +241,11 @@ def _run_stream(
     return GzipScan(decoder.bounds, counts, [-1] * len(counts), sum(counts), "")
 
 
-def _run_counted(task: Task, opts: TaskOptions, background_sync: bool) -> tuple[TaskResult, dict[str, float]]:
+def _run_counted(
+    task: Task, opts: TaskOptions, background_sync: bool, mark: bool
+) -> tuple[TaskResult, dict[str, float]]:
     """run_task, and what it cost per stage (a pool worker's own counts go back with it; cpu_stages)."""
-    return run_task(task, opts, background_sync), cpu_stages.take()
+    return run_task(task, opts, background_sync, mark), cpu_stages.take()
 
 
 def _compressed_position(decoder: _Decoder) -> int:
@@ -249,9 +255,8 @@ def _compressed_position(decoder: _Decoder) -> int:
         return 0
 
 
-def finalize_staged(out: Path, tasks: list[Task]) -> set[int]:
-    """Move staged tasks' parts into their splits and write their markers (not staged: nothing);
-    returns the indexes of the tasks placed."""
+def finalize_staged(out: Path, tasks: list[Task]) -> None:
+    """Move staged tasks' parts into their splits and write their markers (not staged: nothing)."""
     placed = []
     for task in tasks:
         staged = read_marker(out, task.index, "staged")
@@ -262,7 +267,6 @@ def finalize_staged(out: Path, tasks: list[Task]) -> set[int]:
     for task, result in placed:
         atomic_write_bytes(marker_path(out, task.index), json.dumps(asdict(result)).encode())
         marker_path(out, task.index, "staged").unlink()
-    return {task.index for task, _ in placed}
 
 
 def _place_parts(out: Path, task: Task, staged: TaskResult) -> TaskResult:

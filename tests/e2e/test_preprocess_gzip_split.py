@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import multiprocessing as mp
+import os
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,8 @@ from shardrec.tools.cli.app import app
 from shardrec.tools.preprocess import gz
 from shardrec.tools.preprocess import task as task_module
 from shardrec.tools.preprocess.gz_split import SPLIT_MIN_CHUNKS
-from shardrec.tools.preprocess.inputs import plan_tasks
+from shardrec.tools.preprocess.inputs import Task, plan_tasks
+from shardrec.tools.preprocess.pool import map_stream
 from shardrec.tools.synth import SynthSpec, write_file
 
 runner = CliRunner()
@@ -84,6 +87,19 @@ def test_workers_decoders_and_plain_text_give_the_same_dataset(
     assert len(json.loads(a["manifest.json"])["splits"]["train"]["parts"]) > 10
     assert a == _tree(tmp_path / "w2") == _tree(tmp_path / "py")  # every part and the manifest, byte for byte
     assert _parts(tmp_path / "w1") == _parts(tmp_path / "txt")  # the manifest names another input
+
+
+def test_stream_workers_start_before_the_first_range_is_decoded():
+    # Their start-up (~1 CPU-s each: imports, kernels) overlaps the producer's first decode.
+    started: list[int] = []
+
+    def produce(slot: int) -> Task | None:
+        started.append(len(mp.active_children()))
+        return Task(len(started), "day.gz", 0, 1, -1, (), "train", False) if len(started) <= 3 else None
+
+    # getattr(task, "index") in a worker: tasks come back whole, in any order.
+    done = sorted(res for _, res in map_stream(getattr, produce, "index", 2, 4, warm=os.getpid))
+    assert done == [1, 2, 3] and started[0] == 2
 
 
 class _Counted:

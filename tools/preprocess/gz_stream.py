@@ -3,18 +3,22 @@
 The decoder (ISA-L through open_gzip) runs in the main process and cuts the text exactly as
 chunk_bounds cuts a plain file (a range ends after the first newline at or past start +
 chunk_bytes). Each range's text is decoded straight into a shared-memory slot and handed to a
-worker as a task (pool.map_stream), at most one slot per worker plus one in flight; the worker
+worker as a task (pool.map_stream), at most one slot per worker plus two in flight; the worker
 parses it in place (slot_pieces cuts the very pieces read_pieces would), so every byte is
-decoded once and copied never. A pass that first counted lines and then decoded every range
-again cost ~2x the decoding (gz_split.py, kept for what cannot stream: vocabulary mode, --part).
+decoded once and copied never. The workers start while the first range is decoded; a worker's
+parts are fsynced and marked by the main process while it parses its next range. A pass that first
+counted lines and then decoded every range again cost ~2x the decoding (gz_split.py, kept for
+what cannot stream: vocabulary mode, --part).
 
 Which split a line belongs to depends on the file's line count, known only at the end: each
 task's parts are staged under .work/staged (inputs.STAGED) with a staged marker that also lists
 its malformed lines; once the count is known, a task inside one split has its part directories
 renamed into place, and the one or two tasks that straddle a split boundary have their staged
 parts cut by row (the same bytes as parts written from the text: a part's files depend only on
-its rows). Then the task's marker is written, so a rerun finds finished tasks as usual; a run
-killed mid-stream decodes the file again and parses only the ranges with no marker.
+its rows). On several workers the producer counts the lines, so this starts once the text is
+decoded, while the workers parse the last ranges. Then the task's marker is written, so a rerun
+finds finished tasks as usual; a run killed mid-stream decodes the file again and parses only
+the ranges with no marker.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import logging
 import os
 import shutil
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 
@@ -41,8 +45,10 @@ from shardrec.tools.preprocess.task import (
     InputError,
     TaskResult,
     marker_path,
+    process_setup,
     read_marker,
     run_task,
+    sync_and_mark,
     wait_for_writes,
 )
 from shardrec.tools.preprocess.text_slots import Slots
@@ -56,12 +62,14 @@ class _Decoder:
     """The text of one .gz file, decoded once and cut into ranges as chunk_bounds cuts plain text."""
 
     def __init__(self, path: Path, chunk_bytes: int, header: bool, count: bool) -> None:
-        """count: count each range's lines here (--strict: a worker's error names its absolute line);
-        otherwise its worker's parse counts them, off the producer's path."""
+        """count: count each range's lines here (--strict: a worker's error names its absolute line;
+        on several workers: the split boundaries are known once the text is decoded); otherwise
+        its worker's parse counts them, off the producer's path."""
         self.path, self.chunk, self.count = path, chunk_bytes, count
         self.f = gz.open_gzip(path)
-        self.carry, self.pos, self.eof = b"", 0, False
+        self.carry, self.pos, self.eof, self.ended = b"", 0, False, False
         self.bounds: list[tuple[int, int]] = []
+        self.firsts: list[int] = []  # counted: each range's first line
         self.lines = 0  # counted lines before the next range
         if header:
             self.pos = len(self._call(self.f.readline))
@@ -103,6 +111,7 @@ class _Decoder:
         self.carry = bytes(buf[end:have])
         del buf
         if end == 0:
+            self.ended = True
             return None
         return self._close(slots.shm[slot].buf, end)
 
@@ -111,6 +120,7 @@ class _Decoder:
         closed = end + int(arr[end - 1] != 10)
         arr[closed - 1] = 10  # at the end of the text: the worker parses the last line closed
         if self.count:
+            self.firsts.append(self.lines)
             text = arr[:closed]
             self.lines += int(
                 parse_kernel.count_newlines(text) if parse_kernel.AVAILABLE else np.count_nonzero(text == 10)
@@ -141,57 +151,84 @@ def stream_gzip(
     work = Path(opts.out) / ".work"
     scan = load_scan(path, number, chunk_bytes, header, work)
     if scan is None:
-        scan = _run_stream(
-            path, first_index, chunk_bytes, header, opts, workers, progress, ran if ran is not None else []
-        )
+        stream = _Stream(path, first_index, header, splits)
+        scan = _run_stream(stream, chunk_bytes, opts, workers, progress, ran if ran is not None else [])
         save_scan(path, number, chunk_bytes, header, work, scan)
-    ranges, firsts = splits(scan.total_lines), np.cumsum([0, *scan.counts[:-1]]).tolist()
-    tasks = [
-        Task(first_index + k, str(path), start, end, first, ranges, "train", header)
-        for k, ((start, end), first) in enumerate(zip(scan.bounds, firsts))
-    ]
+    firsts = np.cumsum([0, *scan.counts[:-1]]).tolist()
+    tasks = _tasks(path, first_index, header, scan.bounds, firsts, splits(scan.total_lines))
     finalize_staged(Path(opts.out), tasks)
     if (work / "staged").is_dir() and not any((work / "staged").iterdir()):
         (work / "staged").rmdir()
     return scan
 
 
+def _tasks(
+    path: Path, first_index: int, header: bool, bounds: list[tuple[int, int]], firsts: list[int], ranges
+) -> list[Task]:
+    """The file's tasks as planned once its line count is known (ranges: its split ranges)."""
+    return [
+        Task(first_index + k, str(path), start, end, first, ranges, "train", header)
+        for k, ((start, end), first) in enumerate(zip(bounds, firsts))
+    ]
+
+
+@dataclass(frozen=True)
+class _Stream:
+    """The file streamed: its path, its first task's index, whether it has a header, and its split
+    ranges for a line count."""
+
+    path: Path
+    first_index: int
+    header: bool
+    splits: Callable[[int], tuple[SplitRange, ...]]
+
+
 def _run_stream(
-    path: Path,
-    first_index: int,
-    chunk_bytes: int,
-    header: bool,
-    opts: TaskOptions,
-    workers: int,
-    progress,
-    ran: list[int],
+    stream: _Stream, chunk_bytes: int, opts: TaskOptions, workers: int, progress, ran: list[int]
 ) -> GzipScan:
-    out = Path(opts.out)
-    decoder = _Decoder(path, chunk_bytes, header, opts.strict)
+    out, path, first_index, header = Path(opts.out), stream.path, stream.first_index, stream.header
+    # On several workers the producer counts lines (~7 GB per CPU-second): once the text is decoded
+    # the split boundaries are known, and finished tasks are placed (the one or two that straddle a
+    # boundary re-cut by row) while the workers parse the last ranges, not after them.
+    early = workers > 1
+    decoder = _Decoder(path, chunk_bytes, header, opts.strict or early)
     lines: dict[int, int] = {}  # each task's lines, as its parse counted them
-    slots = Slots(1 if workers == 1 else workers + 1, chunk_bytes + _SLACK)
+    placing: list[int] = []  # tasks run, not yet placed in their splits
+    # Two ranges decoded ahead: when two workers finish together, both find their next range ready.
+    slots = Slots(1 if workers == 1 else workers + 2, chunk_bytes + _SLACK)
     if progress:
         progress.start(path.stat().st_size, "preprocess")
     compressed = 0
 
     def produce(slot: int) -> Task | None:
-        first = decoder.lines if decoder.count else -1
+        first = decoder.lines if opts.strict else -1
         while (cut := decoder.next_range(slots, slot)) is not None:
             index = first_index + len(decoder.bounds) - 1
             done = read_marker(out, index, "staged") or read_marker(out, index)
             if done is None:
                 return Task(index, str(path), *cut, first, (), STAGED, header, text_slot=slots.shm[slot].name)
             lines[index] = done.lines
-            first = decoder.lines if decoder.count else -1
+            first = decoder.lines if opts.strict else -1
         return None
 
     try:
         with decoder.f:
-            run = partial(_run_counted, background_sync=workers == 1)
-            for task, (res, cpu) in map_stream(run, produce, opts, workers):
+            # A worker returns once its parts are written; the main process fsyncs them and writes the
+            # staged marker on its sync thread while the worker parses its next range.
+            run = partial(_run_counted, background_sync=not early, mark=not early)
+            for task, (res, cpu) in map_stream(run, produce, opts, workers, len(slots.shm), process_setup):
                 cpu_stages.add(cpu)
                 ran.append(task.index)
                 lines[task.index] = res.lines
+                placing.append(task.index)
+                if early:
+                    sync_and_mark(out, res, "staged")
+                if early and decoder.ended:
+                    ranges = stream.splits(decoder.lines)
+                    tasks = _tasks(path, first_index, header, decoder.bounds, decoder.firsts, ranges)
+                    wait_for_writes()  # the staged markers of the tasks placed
+                    finalize_staged(out, [tasks[i - first_index] for i in placing])
+                    placing.clear()
                 if progress:
                     done = _compressed_position(decoder)
                     progress.advance(done - compressed, res.bytes, res.lines)
@@ -200,12 +237,15 @@ def _run_stream(
         wait_for_writes()
         slots.close()
     counts = [lines[first_index + k] for k in range(len(decoder.bounds))]
+    assert not decoder.count or sum(counts) == decoder.lines, "the producer and the parsers count lines alike"
     return GzipScan(decoder.bounds, counts, [-1] * len(counts), sum(counts), "")
 
 
-def _run_counted(task: Task, opts: TaskOptions, background_sync: bool) -> tuple[TaskResult, dict[str, float]]:
+def _run_counted(
+    task: Task, opts: TaskOptions, background_sync: bool, mark: bool
+) -> tuple[TaskResult, dict[str, float]]:
     """run_task, and what it cost per stage (a pool worker's own counts go back with it; cpu_stages)."""
-    return run_task(task, opts, background_sync), cpu_stages.take()
+    return run_task(task, opts, background_sync, mark), cpu_stages.take()
 
 
 def _compressed_position(decoder: _Decoder) -> int:

@@ -81,22 +81,31 @@ def map_tasks(
 
 
 def map_stream(
-    fn: Callable[[Task, TaskOptions], Any], produce: Callable[[int], Task | None], opts: TaskOptions, workers: int
+    fn: Callable[[Task, TaskOptions], Any],
+    produce: Callable[[int], Task | None],
+    opts: TaskOptions,
+    workers: int,
+    slots: int,
+    warm: Callable[[], Any] | None = None,
 ) -> Iterator[tuple[Task, Any]]:
     """Run fn over tasks made as the run goes: produce(slot) makes the next task (None: no more),
-    its input in slot `slot` of workers + 1 (1 on one worker), which is free again once the task's
+    its input in slot `slot` of `slots` (1 on one worker), which is free again once the task's
     result is yielded. Yields (task, result) as tasks finish. Raises WorkerDied as map_tasks does.
+    warm: run once per worker as the pool starts, so that their start-up overlaps the first produce.
     """
     if workers == 1:
         while (task := produce(0)) is not None:
             yield task, fn(task, opts)
         return
     ctx = mp.get_context("spawn")
-    # Per slot: 1 + the index of the task a worker took from it (the task queued next is not running).
-    started = ctx.Array("q", workers + 1, lock=False)
+    # Per slot: 1 + the index of the task a worker took from it (tasks queued next are not running).
+    started = ctx.Array("q", slots, lock=False)
     pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(started,))
+    if warm is not None:  # each submit finds no idle worker and spawns one
+        for _ in range(workers):
+            pool.submit(warm)
     running: dict[Future, tuple[Task, int]] = {}
-    free, ended = list(range(workers, -1, -1)), False
+    free, ended = list(range(slots - 1, -1, -1)), False
     try:
         while True:
             while free and not ended:  # the producer runs here while the workers parse

@@ -312,7 +312,7 @@ def _take_piece(
     return chunk.rows
 
 
-def run_task(task: Task, opts: TaskOptions, background_sync: bool = False) -> TaskResult:
+def run_task(task: Task, opts: TaskOptions, background_sync: bool = False, mark: bool = True) -> TaskResult:
     """Parse and write one task; writes its marker last. Returns what the marker holds.
 
     Text is read in pieces of PIECE_BYTES, parsed in pieces of PARSE_BYTES (compiled parser)
@@ -322,6 +322,9 @@ def run_task(task: Task, opts: TaskOptions, background_sync: bool = False) -> Ta
     marker happen on a background thread while the caller parses the next task (call
     wait_for_writes() before reading markers). Only for tasks run in the calling process: a
     pool worker could be stopped before its thread finishes.
+    mark=False: return once the parts are written and renamed, neither synced nor marked: the
+    caller passes the result to sync_and_mark (gz_stream: a pool worker's parts, synced by the
+    main process while the worker parses its next range).
     """
     process_setup()
     out = Path(opts.out)
@@ -330,6 +333,7 @@ def run_task(task: Task, opts: TaskOptions, background_sync: bool = False) -> Ta
     result = TaskResult(task.index, task.path)
     buffers: dict[str, PartColumns] = {}
     line0, parts_written, since_flush = 0, 0, 0
+    fsync = mark and not background_sync
     for piece in read_pieces(task):
         seen = list(result.skipped)
         for data in _parse_pieces(piece, PARSE_BYTES if parse_kernel.AVAILABLE else len(piece)):
@@ -340,21 +344,29 @@ def run_task(task: Task, opts: TaskOptions, background_sync: bool = False) -> Ta
         result.skipped = {k: result.skipped[k] for k in seen + new}
         since_flush += len(piece)  # parts close on read pieces, as they always have
         if since_flush >= opts.chunk_bytes:
-            _flush(out, task, parts_written, buffers, result, layout, not background_sync)
+            _flush(out, task, parts_written, buffers, result, layout, fsync)
             parts_written, since_flush = parts_written + 1, 0
     if buffers:
-        _flush(out, task, parts_written, buffers, result, layout, not background_sync)
+        _flush(out, task, parts_written, buffers, result, layout, fsync)
     result.lines = line0
-    marker = json.dumps(dataclasses.asdict(result)).encode()
     kind = "staged" if task.default_split == STAGED else "task"
-    if not background_sync:
-        with cpu_stages.stage(cpu_stages.SYNC):
-            atomic_write_bytes(marker_path(out, task.index, kind), marker)
+    if not mark:
         return result
-    files = [out / p["split"] / p["part"]["name"] / f for p in result.parts for f in p["part"]["files"]]
-    wait_for_writes()  # at most one task in flight: its files stay bounded, errors surface early
-    _PENDING.append(_sync_pool().submit(_sync_then_mark, files, marker_path(out, task.index, kind), marker))
+    if background_sync:
+        wait_for_writes()  # at most one task in flight: its files stay bounded, errors surface early
+        sync_and_mark(out, result, kind)
+        return result
+    with cpu_stages.stage(cpu_stages.SYNC):
+        atomic_write_bytes(marker_path(out, task.index, kind), json.dumps(dataclasses.asdict(result)).encode())
     return result
+
+
+def sync_and_mark(out: Path, result: TaskResult, kind: str = "task") -> None:
+    """On the background thread: fsync the result's part files, then write its marker (call
+    wait_for_writes() before reading markers)."""
+    files = [out / p["split"] / p["part"]["name"] / f for p in result.parts for f in p["part"]["files"]]
+    marker = json.dumps(dataclasses.asdict(result)).encode()
+    _PENDING.append(_sync_pool().submit(_sync_then_mark, files, marker_path(out, result.index, kind), marker))
 
 
 def process_setup() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import subprocess
 import sys
 import time
 
@@ -11,22 +11,39 @@ from shardrec.tools.bench.proctree import run_measured, tree_memory_bytes
 _MB = 1 << 20
 
 
+_FORKS_A_HOLDER = """
+import gc, os, sys
+gc.disable()  # a collection would write into every object's header: copy-on-write pages of its own
+block = bytearray(os.urandom(1 << 10) * (64 << 10))  # 64 MiB of private pages, all touched
+print("allocated", flush=True)
+sys.stdin.readline()
+read_end, write_end = os.pipe()
+if os.fork() == 0:  # holds the parent's pages (copy-on-write, untouched) until the pipe closes
+    os.close(write_end)
+    os.read(read_end, 1)
+    os._exit(0)
+print("forked", flush=True)
+sys.stdin.readline()
+"""
+
+
 def test_pss_counts_pages_shared_by_a_forked_child_once():
-    block = bytearray(os.urandom(1 << 10) * (64 << 10))  # 64 MiB of private pages, all touched
-    rss_before, pss_before = tree_memory_bytes(os.getpid())
-    read_end, write_end = os.pipe()
-    child = os.fork()
-    if child == 0:  # holds the parent's pages (copy-on-write, untouched) until the pipe closes
-        os.close(write_end)
-        os.read(read_end, 1)
-        os._exit(0)
+    # measured from outside: a process that measures itself allocates while it reads /proc, and in a
+    # big test worker a collection after the fork copies tens of MiB of pages the child shares
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _FORKS_A_HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
-        os.close(read_end)
-        rss_after, pss_after = tree_memory_bytes(os.getpid())
+        assert proc.stdout.readline() == "allocated\n"
+        rss_before, pss_before = tree_memory_bytes(proc.pid)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == "forked\n"
+        rss_after, pss_after = tree_memory_bytes(proc.pid)
     finally:
-        os.close(write_end)
-        os.waitpid(child, 0)
-    assert rss_after - rss_before > len(block) // _MB * _MB  # the child's copy of the block counts again
+        proc.stdin.close()
+        proc.wait(timeout=30)
+    assert rss_after - rss_before > 64 * _MB - _MB  # the child's copy of the block counts again
     assert abs(pss_after - pss_before) < 16 * _MB  # ... but is the same pages: PSS splits them, the sum holds
 
 

@@ -269,3 +269,16 @@ def test_raw_rows_without_a_spec_or_schema_to_read_them_by_are_refused_in_one_li
     transform = {"mode": "hash", "dataset": "/data/ml", "cardinalities": [10]}
     with pytest.raises(ValueError, match=r"^the model of /data/ml records neither a feature spec nor Criteo's text"):
         RawRows({"transform": transform, "feature_names": ["genres"]})
+
+
+def test_a_rerun_after_fixing_the_spec_writes_into_the_same_out(logs, tmp_path: Path) -> None:
+    """A spec refused against the header leaves no run record behind: the user fixes it and reruns the
+    same command, and is not told that the directory holds a run made with another spec."""
+    log, spec = logs["movielens"]
+    edited = tmp_path / "movielens.toml"
+    edited.write_text(spec.read_text().replace('name = "zip"', 'name = "zipcode"'))
+    out = tmp_path / "d"
+    assert_one_line_error(cli("preprocess", log, "--spec", edited, "--out", out, ok=False), "zipcode")
+    edited.write_text(spec.read_text())
+    cli("preprocess", log, "--spec", edited, "--out", out)
+    assert Manifest.load(out).splits["train"].rows > 0

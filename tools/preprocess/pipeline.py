@@ -143,12 +143,14 @@ def run_preprocess(cfg: PreprocessConfig, progress: Progress | None = None) -> P
 def _run(cfg: PreprocessConfig, progress: Progress | None) -> PreprocessResult:
     files = discover_inputs(cfg.inputs)
     layout = resolve_layout(cfg.layout, files)
+    # The spec is checked against the inputs' header before the run is recorded in --out: a spec
+    # refused here and then fixed must not find the directory holding a run "with another spec".
+    text = text_options(cfg.spec, cfg.spec_file, cfg.schema, cfg.dense_transform, files)
     cfg.out.mkdir(parents=True, exist_ok=True)
     _check_fingerprint(cfg.out, cfg.fingerprint(files, with_mtime=True))
     if cfg.part is None:
         # With --part, other machines may be writing into the same directory right now.
         _remove_temporaries(cfg.out)
-    text = text_options(cfg.spec, cfg.spec_file, cfg.schema, cfg.dense_transform, files)
     opts = TaskOptions(
         str(cfg.out),
         chunk_bytes=int(cfg.chunk_mb * (1 << 20)),

@@ -46,12 +46,7 @@ from shardrec.dataloader.format import (
     open_part,
     smallest_uint,
 )
-from shardrec.dataloader.multihot import (
-    IndexTables,
-    default_cache_dir,
-    multihot_spec,
-    open_index_tables,
-)
+from shardrec.dataloader.multihot import IndexTables, default_cache_dir, multihot_spec, open_index_tables
 from shardrec.tools.preprocess.multihot_stats import OneHotCounts
 from shardrec.tools.preprocess.stats import compute_feature_stats
 
@@ -136,7 +131,7 @@ def _convert_part(
         ids = part.sparse[feat.name]
         files.update(_write_feature(out_dir, feat.name, ids, tables, t, chunk_rows))
         if counts is not None and split == "train":
-            counts.add(t, ids)  # the column is in memory now: the statistics' counts cost a pass over it
+            counts.add(t, ids)  # just read for the expansion: one more pass over 1 id a sample, not `size`
     return PartInfo(name=info.name, rows=info.rows, files=files)
 
 

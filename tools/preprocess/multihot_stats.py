@@ -6,14 +6,16 @@ lookup count of every one-hot id: each of x's c lookups adds c to each id of x's
 included). The workers count the one-hot ids of the training parts as they convert them (one
 id a sample and feature, from columns already in memory); `feature_stats` then expands each
 touched one-hot id once and adds its count to its row's ids. That is one row per distinct id
-instead of one per sample: the pass after conversion read every written id back (~214 a
-sample at DLRMv2's sizes) and took 3.2-3.6 CPU-s on 400 k samples, where counting here takes
-~0.3 (loaded 2-core machine). The integers are the same, so the statistics are too.
+instead of one per sample. The pass after conversion read every written id back (~214 a
+sample at DLRMv2's sizes): on 6 M training samples (1 M-row tables, loaded 2-core machine) it
+took 7.3-7.9 CPU-s, counting here 0.82-0.88 (0.5 counting, 0.3 spreading). The integers are
+the same, so the statistics are too.
 
-Memory: one int64 per one-hot id of every counted feature, held for the whole run (~1.6 GB
-at MLPerf's 26 tables of up to 40 M rows; int64 because a hot id of Criteo 1TB's 4.4 B rows
-can pass 2^32 lookups). Features whose one-hot or multi-hot table passes
-stats.MAX_EXACT_ROWS are not counted here: the pass after conversion samples them, as before.
+Memory: one count per one-hot id of every counted feature, held until the end: uint32 while
+the training split has fewer than 2^32 samples (no id is looked up more often than that; Criteo
+1TB's 23 training days have 4.2 B), ~0.8 GB at MLPerf's 26 tables of up to 40 M rows, else
+int64. Features whose one-hot or multi-hot table passes stats.MAX_EXACT_ROWS are not counted
+here: the pass after conversion samples them, as before.
 """
 
 from __future__ import annotations
@@ -54,7 +56,9 @@ class OneHotCounts:
             for t, f in enumerate(manifest.sparse_features)
             if f.cardinality <= MAX_EXACT_ROWS and rows[t] <= MAX_EXACT_ROWS
         ]
-        self.counts = {t: np.zeros(manifest.sparse_features[t].cardinality, np.int64) for t in self.counted}
+        train = manifest.splits["train"].rows if "train" in manifest.splits else 0
+        dtype = np.uint32 if train <= np.iinfo(np.uint32).max else np.int64  # a count never passes `train`
+        self.counts = {t: np.zeros(manifest.sparse_features[t].cardinality, dtype) for t in self.counted}
         self._locks = {t: threading.Lock() for t in self.counted}
 
     def add(self, t: int, ids: np.ndarray) -> None:
@@ -67,9 +71,10 @@ class OneHotCounts:
             if AVAILABLE:
                 bad = parse_kernel.count_ids(ids, counts)
             else:
-                bad = int(ids.max()) if ids.size and int(ids.max()) >= len(counts) else -1
+                top = int(ids.max()) if ids.size else -1
+                bad = top if top >= len(counts) else -1
                 if bad < 0:
-                    counts += np.bincount(ids, minlength=len(counts))
+                    np.add(counts, np.bincount(ids, minlength=len(counts)), out=counts, casting="unsafe")
         if bad >= 0:
             name = self.manifest.sparse_features[t].name
             raise ValueError(f"{name}: one-hot id {bad} outside its {len(counts)} rows (corrupted source?)")
@@ -82,18 +87,20 @@ class OneHotCounts:
         for a in range(0, len(touched), EXPAND_IDS):
             ids = touched[a : a + EXPAND_IDS]
             rows = self.tables.expand(t, ids)  # folds ids past the table's rows, as the conversion does
+            weights = src[ids].astype(np.int64)
             if AVAILABLE:
-                _add_weighted(rows, src[ids], counts)
+                _add_weighted(rows, weights, counts)
             else:
-                np.add.at(counts, rows, src[ids][:, None])
+                np.add.at(counts, rows, weights[:, None])
         return counts
 
     def feature_stats(self, train_rows: int) -> dict[str, dict[str, float]]:
         """Statistics of every counted feature, equal to stats.compute_feature_stats's on the
-        written training split."""
+        written training split. Frees each feature's one-hot counts once spread (call it once)."""
         out = {}
         for t in self.counted:
             counts = self.multihot_counts(t)
+            del self.counts[t]  # the memory of the next feature's multi-hot counts
             size = self.tables.spec.sizes[t]
             # Every sample of a multi-hot feature has `size` ids: one such length gives the same
             # mean and p95 as all train_rows of them, without an array of a length per sample.

@@ -100,13 +100,7 @@ def multihot(
         _read_through(src)  # both runs read the source from the page cache, not the first from disk
     setup = time.perf_counter() - setup
     load_before = os.getloadavg()
-    one_worker = None
-    if compare_workers:
-        scratch = out.with_name(f".{out.name}.one-worker-{os.getpid()}")
-        try:
-            one_worker = _timed(src, scratch, size_list, total, 1, json_out, kwargs)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)  # before the second run: one copy on disk at a time
+    one_worker = _one_worker(src, out, size_list, total, json_out, kwargs) if compare_workers else None
     run = _timed(src, out, size_list, total, workers, json_out, kwargs)
     if one_worker is not None and (one_worker.manifest.splits, one_worker.manifest.sparse_features) != (
         run.manifest.splits,
@@ -115,6 +109,16 @@ def multihot(
         fail(f"{out}: {workers} workers wrote other bytes than one worker (checksums or statistics differ)")
     machine = {"cores": len(os.sched_getaffinity(0)), "load_average": {"before": load_before, "after": os.getloadavg()}}
     _report(total, run, workers, one_worker, setup, machine, out, json_out)
+
+
+def _one_worker(src: Path, out: Path, sizes: list[int], total: int, quiet: bool, kwargs: dict) -> _Run:
+    """The comparison's one-worker run, into a scratch copy beside `out` deleted before the
+    second run starts: one copy of the output on disk at a time."""
+    scratch = out.with_name(f".{out.name}.one-worker-{os.getpid()}")
+    try:
+        return _timed(src, scratch, sizes, total, 1, quiet, kwargs)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _read_through(src: Path) -> None:

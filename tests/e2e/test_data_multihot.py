@@ -52,6 +52,7 @@ def test_materialised_ids_are_the_reference_ids(one_hot: Path, tmp_path: Path, d
     written = sum(p.stat().st_size for p in (tmp_path / "mh").rglob("part-*/*.npy"))
     assert shown.pop("bytes_written") == written and shown.pop("mb_per_s_written") >= 0
     assert shown.pop("cpu_seconds") > 0 and shown.pop("rows_per_cpu_s") > 0 and shown.pop("setup_seconds") >= 0
+    assert shown.pop("cpu_wait_seconds") >= 0
     assert shown.pop("cores") == len(os.sched_getaffinity(0))
     assert [len(v) for v in shown.pop("load_average").values()] == [3, 3]
     assert shown == {"out": str(tmp_path / "mh"), "samples": 628, "workers": 1, "multihot": spec}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,8 @@ class _Run:
     manifest: Manifest
     seconds: float
     cpu_seconds: float
+    cpu_wait: float
+    """Thread-seconds the workers were ready to run but waited for a CPU (others' load)."""
 
 
 def _int_list(value: str, option: str) -> list[int]:
@@ -142,14 +145,31 @@ def _timed(src: Path, out: Path, sizes: list[int], total: int, workers: int, qui
         with Progress(*columns, console=console, disable=quiet) as progress:
             task = progress.add_task(f"multi-hot, {workers} worker(s)", total=max(total, 1), rate="")
 
+            waits: dict[int, float] = {}
+
             def advance(n: int) -> None:
+                waits.update(_run_queue_waits())  # after each part, while the workers still live
                 done = progress.tasks[0].completed + n
                 progress.update(task, advance=n, rate=f"{done / max(time.perf_counter() - start, 1e-9):,.0f}/s")
 
             manifest = materialize_multihot(src, out, sizes, on_rows=advance, workers=workers, **kwargs)
     except (ValueError, DatasetError) as e:
         fail(str(e))
-    return _Run(manifest, time.perf_counter() - start, time.process_time() - cpu)
+    return _Run(manifest, time.perf_counter() - start, time.process_time() - cpu, sum(waits.values()))
+
+
+def _run_queue_waits() -> dict[int, float]:
+    """Seconds each conversion worker thread has waited in the run queue so far (Linux
+    schedstat; empty where there is none): what a loaded machine costs a timing."""
+    waits = {}
+    for thread in threading.enumerate():
+        if thread.name.startswith("shardrec-multihot_") and thread.native_id is not None:
+            try:
+                with open(f"/proc/self/task/{thread.native_id}/schedstat") as f:
+                    waits[thread.native_id] = int(f.read().split()[1]) / 1e9
+            except (OSError, ValueError, IndexError):
+                pass
+    return waits
 
 
 def _report(
@@ -166,6 +186,7 @@ def _report(
     result = {"out": str(out), "samples": total, "seconds": round(seconds, 3), "workers": workers,
               "rows_per_s": round(rate, 1), "criteo_1tb_hours": round(hours, 2),
               "cpu_seconds": round(run.cpu_seconds, 3), "rows_per_cpu_s": round(total / max(run.cpu_seconds, 1e-9), 1),
+              "cpu_wait_seconds": round(run.cpu_wait, 3),
               "setup_seconds": round(setup, 3), **machine,
               "bytes_written": written, "mb_per_s_written": round(written / max(seconds, 1e-9) / 1e6, 1),
               "multihot": spec}  # fmt: skip
@@ -173,6 +194,7 @@ def _report(
         one_rate = total / max(one_worker.seconds, 1e-9)
         result["one_worker"] = {"seconds": round(one_worker.seconds, 3), "rows_per_s": round(one_rate, 1),
                                 "cpu_seconds": round(one_worker.cpu_seconds, 3),
+                                "cpu_wait_seconds": round(one_worker.cpu_wait, 3),
                                 "rows_per_cpu_s": round(total / max(one_worker.cpu_seconds, 1e-9), 1),
                                 "criteo_1tb_hours": round(CRITEO_1TB_ROWS / one_rate / 3600, 2),
                                 "speedup": round(one_worker.seconds / max(seconds, 1e-9), 3),
@@ -190,6 +212,7 @@ def _report(
     load = " / ".join(" ".join(f"{v:.2f}" for v in machine["load_average"][k]) for k in ("before", "after"))
     per_cpu = f"{result['rows_per_cpu_s']:,.0f}"
     cpu = f"rows per CPU-second: {per_cpu} on {workers} worker(s)"
+    waited = f"{run.cpu_wait:.1f} thread-s on {workers} worker(s)"
     if one_worker is not None:
         w = result["one_worker"]
         console.print(
@@ -198,10 +221,12 @@ def _report(
             highlight=False,
         )
         cpu = f"rows per CPU-second: {w['rows_per_cpu_s']:,.0f} on one worker, {per_cpu} on {workers}"
+        waited = f"{one_worker.cpu_wait:.1f} thread-s on one worker, {waited}"
     console.print(cpu, highlight=False)
     console.print(
-        f"{machine['cores']} cores, load average (1, 5, 15 min) before / after: {load}; {setup:.1f} s of set-up "
-        f"before the clock(s): index tables, compiled kernels{', source read' if one_worker is not None else ''}",
+        f"{machine['cores']} cores, load average (1, 5, 15 min) before / after: {load}; workers ready but waiting "
+        f"for a CPU: {waited}; {setup:.1f} s of set-up before the clock(s): index tables, compiled kernels"
+        f"{', source read' if one_worker is not None else ''}",
         highlight=False,
     )
 

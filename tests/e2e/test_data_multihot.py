@@ -51,6 +51,10 @@ def test_materialised_ids_are_the_reference_ids(one_hot: Path, tmp_path: Path, d
     assert shown.pop("criteo_1tb_hours") == pytest.approx(4_373_472_329 / shown.pop("rows_per_s") / 3600, rel=0.01)
     written = sum(p.stat().st_size for p in (tmp_path / "mh").rglob("part-*/*.npy"))
     assert shown.pop("bytes_written") == written and shown.pop("mb_per_s_written") >= 0
+    assert shown.pop("cpu_seconds") > 0 and shown.pop("rows_per_cpu_s") > 0 and shown.pop("setup_seconds") >= 0
+    assert shown.pop("cpu_wait_seconds") >= 0
+    assert shown.pop("cores") == len(os.sched_getaffinity(0))
+    assert [len(v) for v in shown.pop("load_average").values()] == [3, 3]
     assert shown == {"out": str(tmp_path / "mh"), "samples": 628, "workers": 1, "multihot": spec}
     tables = reference_tables(sizes, table_rows, dist)
     src, out = Manifest.load(one_hot), Manifest.load(tmp_path / "mh")
@@ -70,7 +74,17 @@ def test_materialised_ids_are_the_reference_ids(one_hot: Path, tmp_path: Path, d
     assert verify(tmp_path / "mh") == []
 
 
-def test_rerun_on_more_workers_writes_the_same_bytes_and_reuses_the_tables(one_hot: Path, tmp_path: Path):
+def test_rerun_on_more_workers_writes_the_same_bytes_and_reuses_the_tables(one_hot: Path, tmp_path: Path, monkeypatch):
+    import shardrec.tools.cli.data_multihot as command
+
+    beside: list[list[str]] = []  # what lies beside OUT as each run starts
+    real = command.materialize_multihot
+
+    def materialize(src, out, *args, **kwargs):
+        beside.append(sorted(p.name for p in Path(out).parent.iterdir()))
+        return real(src, out, *args, **kwargs)
+
+    monkeypatch.setattr(command, "materialize_multihot", materialize)
     first = _multihot(one_hot, tmp_path / "a", "--sizes", "2,4,1,3", "--dist", "pareto", "--seed", "7")
     assert first.exit_code == 0, first.output
     tables = list((one_hot.parent / "cache").rglob("table-*.npy"))
@@ -84,6 +98,10 @@ def test_rerun_on_more_workers_writes_the_same_bytes_and_reuses_the_tables(one_h
     # The one-worker run and its ratio, in the same command; its scratch copy is gone.
     assert re.search(r"^3 workers: \d+\.\d\dx one worker \([\d,]+ rows/s, Criteo 1TB [\d,.]+ h\), same bytes$",
                      second.stdout, re.M), second.stdout  # fmt: skip
+    assert re.search(r"^rows per CPU-second: [\d,]+ on one worker, [\d,]+ on 3$", second.stdout, re.M), second.stdout
+    assert re.search(r"^\d+ cores, load average \(1, 5, 15 min\)", second.stdout, re.M), second.stdout
+    # The one-worker copy is deleted before the second run starts: one copy on disk at a time.
+    assert beside[1:] == [["a", "cache", "src"], ["a", "cache", "src"]], beside
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "cache", "src"]
     assert {p: p.stat().st_mtime_ns for p in tables} == stamps  # drawn once
     a, b = Manifest.load(tmp_path / "a"), Manifest.load(tmp_path / "b")

@@ -17,6 +17,9 @@ and all of them before the manifest is written and the dataset renamed into plac
 inline, a worker waited for the disk after every column: on a ~130 MB/s disk, 400 k rows of
 DLRMv2's sizes spent 2.3 of 6.2 s in fsync on one worker, where the conversion itself needs
 ~1.8 CPU-s (loaded machine).
+
+The planner's statistics are counted by the workers on the way (multihot_stats.py), not read
+back from the written columns after the last part.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from shardrec.dataloader.format import (
     smallest_uint,
 )
 from shardrec.dataloader.multihot import IndexTables, default_cache_dir, multihot_spec, open_index_tables
+from shardrec.tools.preprocess.multihot_stats import OneHotCounts
 from shardrec.tools.preprocess.stats import compute_feature_stats
 
 CHUNK_ROWS = 1 << 16
@@ -110,14 +114,24 @@ def _write_feature(
 
 
 def _convert_part(
-    src: Path, out: Path, split: str, info: PartInfo, manifest: Manifest, tables: IndexTables, chunk_rows: int
+    src: Path,
+    out: Path,
+    split: str,
+    info: PartInfo,
+    manifest: Manifest,
+    tables: IndexTables,
+    chunk_rows: int,
+    counts: OneHotCounts | None,
 ) -> PartInfo:
     part = open_part(src, split, info, manifest)
     out_dir = out / split / info.name
     out_dir.mkdir(parents=True)
     files = {f: _copy_checked(part.path / f, out_dir / f, info.files[f]) for f in ("label.npy", "dense.npy")}
     for t, feat in enumerate(manifest.sparse_features):
-        files.update(_write_feature(out_dir, feat.name, part.sparse[feat.name], tables, t, chunk_rows))
+        ids = part.sparse[feat.name]
+        files.update(_write_feature(out_dir, feat.name, ids, tables, t, chunk_rows))
+        if counts is not None and split == "train":
+            counts.add(t, ids)  # just read for the expansion: one more pass over 1 id a sample, not `size`
     return PartInfo(name=info.name, rows=info.rows, files=files)
 
 
@@ -128,11 +142,49 @@ def _sync_part(out_dir: Path, names: list[str]) -> None:
     fsync_dir(out_dir)
 
 
-def _check_out(src: Path, out: Path) -> None:
+def _feature_stats(
+    directory: Path, manifest: Manifest, counts: OneHotCounts | None, workers: int
+) -> dict[str, dict[str, float]]:
+    """Training-split statistics: from the workers' counts, and read back from the written
+    columns for the features too large to count exactly (stats.py samples those)."""
+    if counts is None:
+        return {}
+    stats = counts.feature_stats(manifest.splits["train"].rows)
+    rest = [f for t, f in enumerate(manifest.sparse_features) if t not in counts.counted]
+    if rest:
+        stats.update(
+            compute_feature_stats(directory, dataclasses.replace(manifest, sparse_features=rest), "train", workers)
+        )
+    return stats
+
+
+def check_out(src: Path, out: Path) -> None:
+    """Refuse an output that is not new (or empty), or that lies inside the source."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ValueError(f"{out}: exists and is not an empty directory; choose a new --out")
     if out.resolve() == src.resolve() or src.resolve() in out.resolve().parents:
         raise ValueError(f"{out}: inside the source dataset {src}; choose a folder outside it")
+
+
+def prepare_multihot(
+    src: str | Path,
+    sizes: list[int],
+    *,
+    rows: list[int] | None = None,
+    dist: str = "uniform",
+    seed: int = 0,
+    cache_dir: str | Path | None = None,
+) -> IndexTables:
+    """The index tables of a materialisation of `src` (drawn on first use), with the compiled
+    kernels it runs loaded for this dataset's id types: the one-time work that a timed
+    materialisation given these tables does not count."""
+    manifest = Manifest.load(src)
+    spec = multihot_spec(manifest, sizes, rows, dist, seed)
+    tables = open_index_tables(cache_dir if cache_dir is not None else default_cache_dir(), spec)
+    for t, feat in enumerate(manifest.sparse_features):  # one signature per (id dtype, column dtype)
+        tables.expand(t, np.zeros(1, feat.dtype), dtype=smallest_uint(spec.rows[t] - 1))
+    OneHotCounts(manifest, tables).warm()
+    return tables
 
 
 def materialize_multihot(
@@ -147,6 +199,7 @@ def materialize_multihot(
     chunk_rows: int = CHUNK_ROWS,
     on_rows: Callable[[int], None] | None = None,
     workers: int = 1,
+    tables: IndexTables | None = None,
 ) -> Manifest:
     """Write a copy of the one-hot dataset `src` at `out` whose sparse features are multi-hot.
 
@@ -155,6 +208,7 @@ def materialize_multihot(
         cache_dir: where the index tables are drawn once (default: default_cache_dir()).
         on_rows: called with the rows of each part once it is written (progress), in part order.
         workers: parts converted at once, on threads (the output is the same for any count).
+        tables: the spec's tables from prepare_multihot (default: opened here, drawn on first use).
 
     Returns:
         The new dataset's manifest: per-feature cardinality = table rows, multi_hot for
@@ -165,8 +219,12 @@ def materialize_multihot(
     spec = multihot_spec(manifest, sizes, rows, dist, seed)
     if chunk_rows < 1 or workers < 1:
         raise ValueError(f"chunk_rows and workers must be positive, got {chunk_rows} and {workers}")
-    _check_out(src, out)
-    tables = open_index_tables(cache_dir if cache_dir is not None else default_cache_dir(), spec)
+    check_out(src, out)
+    if tables is None:
+        tables = open_index_tables(cache_dir if cache_dir is not None else default_cache_dir(), spec)
+    elif tables.spec != spec:
+        raise ValueError(f"index tables of {tables.spec} given for a materialisation of {spec}")
+    counts = OneHotCounts(manifest, tables) if "train" in manifest.splits else None
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
@@ -176,7 +234,7 @@ def materialize_multihot(
             (tmp / split).mkdir(parents=True)
 
         def convert(job: tuple[str, PartInfo]) -> PartInfo:
-            return _convert_part(src, tmp, job[0], job[1], manifest, tables, chunk_rows)
+            return _convert_part(src, tmp, job[0], job[1], manifest, tables, chunk_rows, counts)
 
         pool = ThreadPoolExecutor(workers, thread_name_prefix="shardrec-multihot")
         syncer = ThreadPoolExecutor(workers, thread_name_prefix="shardrec-multihot-sync")
@@ -199,7 +257,7 @@ def materialize_multihot(
         ]
         options = {**manifest.options, "multihot": {**spec.to_dict(), "source": str(src)}}
         result = dataclasses.replace(manifest, sparse_features=features, splits=splits, options=options)
-        stats = compute_feature_stats(tmp, result, "train", workers) if "train" in splits else {}
+        stats = _feature_stats(tmp, result, counts, workers)
         for f in features:
             f.stats = stats.get(f.name, {})
         result.save(tmp)

@@ -85,7 +85,7 @@ class BatchGatherer:
         if self.compiled and not kernels.AVAILABLE:
             raise ValueError("compiled gathers need numba, which does not import here")
         # Per part, its columns' data addresses for the kernels that read rows of several parts.
-        self._addresses = AddressCache(self.feature_names, self.parts[0])
+        self._addresses = AddressCache(self.feature_names, self.parts[0], len(self.parts))
         self._local_dtype = np.int32 if max(rows) <= 1 << 31 else np.int64
 
     def _part_range(self, rows: np.ndarray) -> tuple[int, int]:

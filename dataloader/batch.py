@@ -6,7 +6,8 @@ and one `torch.from_numpy` per tensor. The gathers are the numba kernels of
 gather_kernels.py (one pass: read, cast, write in place; rows of several parts in one
 in-order pass per column); without numba, or with `compiled=False`, numpy's `np.take` per
 part plus casting copies do the same (the unit tests hold both to identical batches).
-Consecutive rows (no shuffle) are copied as slices either way. One-hot features share a
+Consecutive rows (no shuffle) are copied as slices either way. Rows of many parts are located
+and their ids read by many_parts.py; the numpy paths go part by part (row_groups.py). One-hot features share a
 cached all-ones lengths tensor, as torchrec's own Criteo pipe does, so the
 KeyedJaggedTensor needs no sync.
 """
@@ -14,7 +15,6 @@ KeyedJaggedTensor needs no sync.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -22,28 +22,16 @@ from torchrec.datasets.utils import Batch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from shardrec.dataloader import gather_kernels as kernels
-from shardrec.dataloader.addresses import AddressCache, compact_parts, index_dtype
+from shardrec.dataloader.addresses import AddressCache
 from shardrec.dataloader.format import Part
 from shardrec.dataloader.integrity import bad_id_error, bad_jagged_id_error
+from shardrec.dataloader.many_parts import PartLocator, take_ids
 from shardrec.dataloader.multihot import IndexTables
 from shardrec.dataloader.part_cache import PartSet, part_rows
+from shardrec.dataloader.row_groups import Groups, group_located, group_rows
 
 PAD_LABEL = -1.0
 """Label of padding rows (tail="pad"): the trainer masks label < 0 out of loss and metrics."""
-
-
-@dataclass
-class _Groups:
-    """The rows of one slice grouped by the part that holds them."""
-
-    parts: list[int]
-    local: list[np.ndarray]  # row index inside the part
-    where: list[np.ndarray | None]  # positions in the slice (None: the whole slice, in order)
-    spans: list[tuple[int, int] | None] = field(default_factory=list)  # local rows a:b when contiguous
-
-    def __post_init__(self) -> None:
-        # Without shuffle, rows are consecutive: read them as slices (a memcpy), not gathers.
-        self.spans = [_span(local) for local in self.local]
 
 
 class BatchGatherer:
@@ -78,15 +66,14 @@ class BatchGatherer:
         self.num_dense = int(parts[0].dense.shape[1])
         rows = part_rows(parts)
         self._part_starts = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
-        self._part_index = _part_index(self._part_starts, rows)
+        self._locator = PartLocator(self._part_starts, rows)
         self._index_per_key = {k: i for i, k in enumerate(self.feature_names)}
         self._ones = torch.ones(0, dtype=torch.int32)
         self.compiled = kernels.AVAILABLE if compiled is None else compiled
         if self.compiled and not kernels.AVAILABLE:
             raise ValueError("compiled gathers need numba, which does not import here")
         # Per part, its columns' data addresses for the kernels that read rows of several parts.
-        self._addresses = AddressCache(self.feature_names, self.parts[0])
-        self._local_dtype = np.int32 if max(rows) <= 1 << 31 else np.int64
+        self._addresses = AddressCache(self.feature_names, self.parts[0], len(self.parts))
 
     def _part_range(self, rows: np.ndarray) -> tuple[int, int]:
         """First and last part holding any of the rows (parts are consecutive row ranges)."""
@@ -95,35 +82,12 @@ class BatchGatherer:
         ends = np.searchsorted(self._part_starts, [rows.min(), rows.max()], side="right") - 1
         return int(ends[0]), int(ends[1])
 
-    def _group(self, rows: np.ndarray) -> _Groups:
-        first, last = self._part_range(rows)
-        if first == last:
-            return _Groups([first], [rows - self._part_starts[first] if first else rows], [None])
-        if self.compiled:
-            counts, where, local = kernels.group_by_part(rows, self._part_starts)
-            bounds = np.concatenate([[0], np.cumsum(counts)])
-            used = [p for p in range(len(counts)) if counts[p]]
-            return _Groups(
-                used, [local[bounds[p] : bounds[p + 1]] for p in used], [where[bounds[p] : bounds[p + 1]] for p in used]
-            )
-        part_of = np.searchsorted(self._part_starts, rows, side="right") - 1
-        order = np.argsort(part_of, kind="stable")
-        bounds = np.searchsorted(part_of[order], np.arange(first, last + 2))
-        parts, local, wheres = [], [], []
-        for p, a, b in zip(range(first, last + 1), bounds[:-1], bounds[1:]):
-            if a < b:
-                where = order[a:b]
-                parts.append(p)
-                local.append(rows[where] - self._part_starts[p])
-                wheres.append(where)
-        return _Groups(parts, local, wheres)
-
-    def _pick(self, column: np.ndarray, groups: _Groups, i: int) -> np.ndarray:
+    def _pick(self, column: np.ndarray, groups: Groups, i: int) -> np.ndarray:
         """Group i's rows of one column: a view for a contiguous span, else a gather."""
         span = groups.spans[i]
         return column[span[0] : span[1]] if span is not None else np.take(column, groups.local[i], axis=0)
 
-    def _column(self, groups: _Groups, n: int, get, out: np.ndarray) -> np.ndarray:
+    def _column(self, groups: Groups, n: int, get, out: np.ndarray) -> np.ndarray:
         """Gather one column from every part into `out` (cast to out's dtype on assignment)."""
         if self.compiled and self._column_compiled(groups, get, out):
             return out
@@ -142,7 +106,7 @@ class BatchGatherer:
                 out[where] = taken
         return out
 
-    def _column_compiled(self, groups: _Groups, get, out: np.ndarray) -> bool:
+    def _column_compiled(self, groups: Groups, get, out: np.ndarray) -> bool:
         """`_column` by the kernels; False where numpy does better (or numba cannot: float16).
 
         numpy keeps consecutive rows (a slice copy) and dense rows of a single part
@@ -181,7 +145,7 @@ class BatchGatherer:
             self._ones = torch.ones(n, dtype=torch.int32)
         return self._ones[:n]
 
-    def _take(self, groups: _Groups, n: int, get) -> np.ndarray:
+    def _take(self, groups: Groups, n: int, get) -> np.ndarray:
         """One column of the rows, in the column's own dtype."""
         if len(groups.parts) == 1:
             return self._pick(get(self.parts[groups.parts[0]]), groups, 0)
@@ -206,19 +170,16 @@ class BatchGatherer:
         rows = slices[0][0] if count == 1 else np.concatenate([r for r, _ in slices])
         n = count * b
         if self.compiled and not self.multi_hot and len(set(self._part_range(rows))) > 1:
-            located = (np.empty(n, index_dtype(len(self.parts))), np.empty(n, self._local_dtype))
-            if self._part_index is None:
-                kernels.locate(rows, self._part_starts, *located)
-            else:
-                kernels.locate_indexed(rows, self._part_starts, *self._part_index, *located)
-            used = np.empty(min(len(self.parts), n), np.int64)
-            used = used[: compact_parts(located[0], len(self.parts), used)]
-            return self._batches(slices, *self._gather_located(located, used, count, b, rows))
-        groups = self._group(rows)
+            part_of, local, used = self._locator.locate(rows)
+            return self._batches(slices, *self._gather_located((part_of, local), used, count, b, rows))
+        groups = group_rows(rows, self._part_starts, self._part_range(rows), self.compiled)
         labels = self._column(groups, n, lambda p: p.labels, np.empty(n, np.float32))
         dense = self._column(groups, n, lambda p: p.dense, np.empty((n, self.num_dense), np.float32))
         if self.multi_hot:
-            kjts = [self._kjt(*self._jagged(self._group(r), b, r), b) for r, _ in slices]
+            kjts = [
+                self._kjt(*self._jagged(group_rows(r, self._part_starts, self._part_range(r), self.compiled), b, r), b)
+                for r, _ in slices
+            ]
         else:
             values = np.empty((count, len(self.feature_names), b), np.int64)
             # Rows of one part: the kernels, a gather in shuffled order, a cast copy of consecutive
@@ -273,8 +234,8 @@ class BatchGatherer:
         held = self.parts.hold(numbers) if isinstance(self.parts, PartSet) else [self.parts[p] for p in numbers]
         addresses, strides, same = self._addresses.tables(used, held)
 
-        def fallback() -> _Groups:  # numpy, part by part (layouts differ, or float16)
-            return self._group_located(part_of, local, used)
+        def fallback() -> Groups:  # numpy, part by part (layouts differ, or float16)
+            return group_located(part_of, local, used)
 
         labels = np.empty(n, np.float32)
         if same[0]:
@@ -293,32 +254,31 @@ class BatchGatherer:
         else:
             self._column(fallback(), n, lambda p: p.dense, dense)
         values = np.empty((count, len(self.feature_names), b), np.int64)
-        for f, name in enumerate(self.feature_names):
-            c = f + 2
-            if not same[c]:
-                taken = self._take(fallback(), n, lambda p, name=name: p.sparse[name])
-                values[:, f, :] = taken.reshape(count, b)
-                self._check_ids(name, values[:, f, :], rows, source=taken)
-                if name in self.modulo:
-                    np.remainder(values[:, f, :], self.modulo[name], out=values[:, f, :])
-            else:
-                like = self._addresses.like[c]
-                hi = kernels.take_ids_parts(
-                    like, addresses[c], int(strides[c, 0]), part_of, local, values, f, self.modulo.get(name, 0)
-                )
-                self._check_ids(name, values[:, f, :], rows, hi)
+        names = self.feature_names
+        compiled = [f for f in range(len(names)) if same[f + 2]]
+        if compiled:
+            highest = take_ids(
+                [self._addresses.like[f + 2] for f in compiled],
+                addresses[[f + 2 for f in compiled]],
+                strides[[f + 2 for f in compiled]],
+                compiled,
+                [self.modulo.get(names[f], 0) for f in compiled],
+                located,
+                values,
+            )
+            for f, hi in zip(compiled, highest.tolist()):
+                self._check_ids(names[f], values[:, f, :], rows, hi)
+        for f in [f for f in range(len(names)) if not same[f + 2]]:
+            name = names[f]
+            taken = self._take(fallback(), n, lambda p, name=name: p.sparse[name])
+            values[:, f, :] = taken.reshape(count, b)
+            self._check_ids(name, values[:, f, :], rows, source=taken)
+            if name in self.modulo:
+                np.remainder(values[:, f, :], self.modulo[name], out=values[:, f, :])
         del held  # the parts may be unmapped from here on
         return labels, dense, self._one_hot_kjts(values, b)
 
-    def _group_located(self, part_of: np.ndarray, local: np.ndarray, numbers: np.ndarray) -> _Groups:
-        """Located rows grouped by part; part_of[k] indexes `numbers`, the parts' own indices."""
-        order = np.argsort(part_of, kind="stable")
-        used = np.unique(part_of)
-        bounds = np.searchsorted(part_of[order], np.concatenate([used, [used[-1] + 1]]))
-        wheres = [order[a:z] for a, z in zip(bounds[:-1], bounds[1:])]
-        return _Groups([int(numbers[p]) for p in used], [local[w] for w in wheres], wheres)
-
-    def _jagged(self, groups: _Groups, n: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _jagged(self, groups: Groups, n: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Values and lengths ([features * n], feature-major) when some features are multi-hot."""
         lengths = np.ones(len(self.feature_names) * n, np.int32)
         pieces = []
@@ -379,33 +339,6 @@ class BatchGatherer:
         )
 
 
-def _span(local: np.ndarray) -> tuple[int, int] | None:
-    """(a, b) if `local` is exactly a, a+1, ..., b-1."""
-    n = len(local)
-    if n == 0 or int(local[-1]) - int(local[0]) != n - 1:
-        return None
-    return (int(local[0]), int(local[-1]) + 1) if n == 1 or bool(np.all(np.diff(local) == 1)) else None
-
-
-INDEXED_PARTS = 32
-"""Past this many parts, rows are located through a coarse index (gather_kernels.locate_indexed)."""
-MAX_INDEX_ENTRIES = 1 << 20
-
-
-def _part_index(part_starts: np.ndarray, rows: Sequence[int]) -> tuple[np.ndarray, int] | None:
-    """(first_part, shift) for locate_indexed: buckets of 2**shift rows, no larger than the
-    smallest non-empty part (a bucket then meets at most two parts, a step past the first)
-    unless that would need more than MAX_INDEX_ENTRIES buckets; None for few parts."""
-    total = int(part_starts[-1])
-    if len(rows) <= INDEXED_PARTS or total == 0:
-        return None
-    smallest = min(r for r in rows if r)
-    shift = max(smallest.bit_length() - 1, ((total - 1) // MAX_INDEX_ENTRIES).bit_length())
-    starts = np.arange(((total - 1) >> shift) + 1, dtype=np.int64) << shift
-    first_part = np.searchsorted(part_starts, starts, side="right") - 1
-    return first_part.astype(np.int64), shift
-
-
 def _plain(part: Part) -> Part:
     return Part(
         part.path,
@@ -418,7 +351,7 @@ def _plain(part: Part) -> Part:
     )
 
 
-def _jagged_values(groups: _Groups, chunks: list, lens: np.ndarray) -> np.ndarray:
+def _jagged_values(groups: Groups, chunks: list, lens: np.ndarray) -> np.ndarray:
     """The ids of a multi-hot feature for the slice, row by row in slice order, as int64."""
     # Position of each slice row's first id in the output.
     out_starts = np.concatenate([[0], np.cumsum(lens, dtype=np.int64)[:-1]])

@@ -121,6 +121,9 @@ class PartSet(Sequence[Part]):
         self.opens = 0
         """Parts this set opened and mapped so far, first opening included (a measure of
         eviction churn; a part another set had mapped is not counted)."""
+        self.warm_cpu_s = 0.0
+        self._warm_lock = threading.Lock()
+        """CPU seconds the warmer threads (`warm`) spent so far: the stream's cost off its own thread."""
         # Every part's files are checked now (exist inside the dataset, manifest's sizes), the
         # first part is mapped (its layout is the gathers' reference), the others when first read
         # (their dtypes and shapes checked then): mapping all ~10,000 parts of Criteo 1TB here,
@@ -184,15 +187,24 @@ class PartSet(Sequence[Part]):
         ahead (mapping.read_ahead), while `wanted()`: run on a background thread for the next
         shuffle group, it takes the opening (~2 ms a Criteo part) out of the gathers, and a
         dataset on disk is read before they need it."""
-        for i, start, rows in spans:
-            if not wanted():
-                return
-            time.sleep(0)  # let the gathers' thread take the GIL between parts (opening one holds it ~2 ms)
-            part = self[i]
-            for column in (part.labels, part.dense, *(part.sparse[n] for n in part.sparse if n not in part.offsets)):
-                read_ahead(column, start, start + rows)
-            for offsets in part.offsets.values():
-                read_ahead(offsets, start, start + rows + 1)
+        cpu = time.thread_time()
+        try:
+            for i, start, rows in spans:
+                if not wanted():
+                    return
+                time.sleep(0)  # let the gathers' thread take the GIL between parts (opening one holds it ~1 ms)
+                part = self[i]
+                for column in (
+                    part.labels,
+                    part.dense,
+                    *(part.sparse[n] for n in part.sparse if n not in part.offsets),
+                ):
+                    read_ahead(column, start, start + rows)
+                for offsets in part.offsets.values():
+                    read_ahead(offsets, start, start + rows + 1)
+        finally:
+            with self._warm_lock:  # a warmer that fell behind may still finish beside the next one
+                self.warm_cpu_s += time.thread_time() - cpu
 
     def _evict(self, i: int) -> None:
         """Drop part i's maps (unmapped once no gather holds the part). Under the budget's lock."""

@@ -86,6 +86,7 @@ def test_data_commands_and_the_many_part_bench_under_ulimit_256(datasets):
     figures = json.loads(bench["stdout"])
     assert (figures["parts"], figures["rows"], figures["open_file_limit"]) == (300, 19_200, LIMIT)
     assert figures["rows_per_s"]["many_parts"] > 0 and len(figures["rss_mb_per_round"]) == 2
+    assert figures["rows_per_cpu_s"]["many_parts"] > 0 and len(figures["load_average"]) == 3
     assert head["stdout"] == _in_process(["data", "head", str(one), "--rows", "3", "--json"]).replace(
         str(one), str(many)
     )

@@ -148,7 +148,7 @@ def test_whole_rows_of_several_parts_are_copied_exactly():
 
 @pytest.mark.parametrize("sizes", [[5] * 40, [1, 0, 0, 7, 3] * 10, [3000] * 64 + [1]])  # empty parts; one tiny
 def test_rows_located_through_the_coarse_index_are_where_the_search_puts_them(sizes: list[int]):
-    from shardrec.dataloader.batch import _part_index
+    from shardrec.dataloader.many_parts import part_index
 
     part_starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     rows = np.random.default_rng(len(sizes)).integers(0, part_starts[-1], 2000).astype(np.int64)
@@ -157,5 +157,5 @@ def test_rows_located_through_the_coarse_index_are_where_the_search_puts_them(si
         (np.empty(2000, np.int64), np.empty(2000, np.int64)),
     )
     gather_kernels.locate(rows, part_starts, *searched)
-    gather_kernels.locate_indexed(rows, part_starts, *_part_index(part_starts, sizes), *indexed)
+    gather_kernels.locate_indexed(rows, part_starts, *part_index(part_starts, sizes), *indexed)
     assert searched[0].tolist() == indexed[0].tolist() and searched[1].tolist() == indexed[1].tolist()

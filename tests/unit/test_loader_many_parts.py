@@ -144,6 +144,7 @@ def test_map_npy_is_np_load_read_only(tmp_path):
     for array in (
         np.arange(7, dtype=np.uint16),
         np.ones((5, 3), np.float16),
+        np.zeros(2, [(f"field{i:03d}", np.uint8) for i in range(400)]),  # a header past one pread's 4 KB
         np.zeros((0, 13), np.float32),
         np.asfortranarray(np.eye(3)),
     ):

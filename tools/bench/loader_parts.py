@@ -15,6 +15,11 @@ per round, continuing the same stream round after round (so parts come and go as
 reaches new groups of segments), against the one part alone at the same global batch and
 shuffle; and the resident memory of the process (all of it, and anonymous only) after every
 round: flat is the goal, however many parts the stream has crossed.
+
+Rates are given per wall second (best round) and per CPU-second (all rounds): the stream's CPU
+is its thread's plus what the thread warming the next shuffle group spent (opening parts off
+the stream's thread is still the stream's cost), the one part's its thread's. On a loaded
+machine the wall ratio also measures which loop got a core; the load average is printed with it.
 """
 
 from __future__ import annotations
@@ -70,11 +75,12 @@ def _endless(loader) -> Iterator[Any]:
         yield from loader
 
 
-def _rate(batches: Iterator[Any], count: int) -> float:
-    rows, start = 0, time.perf_counter()
+def _rate(batches: Iterator[Any], count: int) -> tuple[float, int, float]:
+    """(rows/s, rows, CPU seconds of this thread) over `count` batches."""
+    rows, start, cpu = 0, time.perf_counter(), time.thread_time()
     for _ in range(count):
         rows += len(next(batches).labels)
-    return rows / (time.perf_counter() - start)
+    return rows / (time.perf_counter() - start), rows, time.thread_time() - cpu
 
 
 def _lower_open_files(limit: int) -> tuple[int, int]:
@@ -113,14 +119,24 @@ def run_parts_bench(
         _rate(baseline, 2)  # the kernels load before anything is timed
         memory = [_memory_mb()]
         start = time.perf_counter()
-        stream = _endless(loader(many))
+        many_loader = loader(many)
+        stream = _endless(many_loader)
         next(stream)
         first_batch_s = time.perf_counter() - start
         best = {"one_part": 0.0, "many_parts": 0.0}
+        rows = {"one_part": 0, "many_parts": 0}
+        cpu = {"one_part": 0.0, "many_parts": 0.0}
+        warm_cpu = many_loader.source.parts.warm_cpu_s
         for _ in range(rounds):
-            best["one_part"] = max(best["one_part"], _rate(baseline, max_batches))
-            best["many_parts"] = max(best["many_parts"], _rate(stream, max_batches))
+            for name, batches in (("one_part", baseline), ("many_parts", stream)):
+                rate, count, seconds = _rate(batches, max_batches)
+                best[name] = max(best[name], rate)
+                rows[name] += count
+                cpu[name] += seconds
             memory.append(_memory_mb())
+        warm_cpu = many_loader.source.parts.warm_cpu_s - warm_cpu
+        cpu["many_parts"] += warm_cpu
+        load = os.getloadavg()
     finally:
         if old_limit is not None:
             resource.setrlimit(resource.RLIMIT_NOFILE, old_limit)
@@ -137,6 +153,12 @@ def run_parts_bench(
         "first_batch_goal_s": FIRST_BATCH_GOAL_S,
         "rows_per_s": {k: round(v) for k, v in best.items()},
         "many_parts_vs_one_part": round(best["many_parts"] / best["one_part"], 3),
+        "rows_per_cpu_s": {k: round(rows[k] / max(cpu[k], 1e-9)) for k in rows},
+        "many_parts_vs_one_part_per_cpu_s": round(
+            rows["many_parts"] * cpu["one_part"] / max(rows["one_part"] * cpu["many_parts"], 1e-9), 3
+        ),
+        "warm_cpu_s": round(warm_cpu, 3),
+        "load_average": [round(v, 2) for v in load],
         "rows_streamed": rounds * max_batches * global_batch,
         "rss_mb_per_round": [round(v, 1) for v in rss],
         "rss_growth_mb": round(max(rss[1:]) - rss[1], 1) if len(rss) > 1 else 0.0,
@@ -156,10 +178,20 @@ def print_result(r: dict[str, Any]) -> None:
         highlight=False,
         soft_wrap=True,
     )
-    console.print(f"  one part:  {rates['one_part'] / 1e6:8.2f} M rows/s", highlight=False)
+    per_cpu = r["rows_per_cpu_s"]
+    console.print(
+        f"  one part:  {rates['one_part'] / 1e6:8.2f} M rows/s, {per_cpu['one_part'] / 1e6:.2f} M rows per CPU-second",
+        highlight=False,
+    )
     console.print(
         f"  {r['parts']:,} parts: {rates['many_parts'] / 1e6:8.2f} M rows/s, "
-        f"{r['many_parts_vs_one_part']:.3f}x one part",
+        f"{per_cpu['many_parts'] / 1e6:.2f} M rows per CPU-second (warming the next groups: {r['warm_cpu_s']:.2f} s)",
+        highlight=False,
+    )
+    console.print(
+        f"  {r['parts']:,} parts vs one part: {r['many_parts_vs_one_part']:.3f}x wall, "
+        f"{r['many_parts_vs_one_part_per_cpu_s']:.3f}x per CPU-second "
+        f"(load average {', '.join(f'{v:.2f}' for v in r['load_average'])} on {os.cpu_count()} CPUs)",
         highlight=False,
     )
     console.print(

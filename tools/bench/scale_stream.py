@@ -9,8 +9,10 @@ the time the loop waited (for the disk, or for a core on a loaded machine: `upti
 
 The baseline, in the same run and the same processes, is `shardrec bench loader`'s one-part
 measure: its Criteo-shaped rows (bench/loader.py's writer) in one part, read once so every page
-is cached, through a loader of the same global batch, shuffle and rank; the ratio of the two
-rates is what the real parts cost over one warm part.
+is cached, through a loader of the same global batch, shuffle and rank; one untimed epoch maps
+its pages into the process (as bench loader's interleaved rounds have), then it is timed over
+as many batches as the stream yielded (epoch after epoch), so both loops are as long and the
+ratio of the two rates is what the real parts cost over one warm part, not a cold start's.
 """
 
 from __future__ import annotations
@@ -43,26 +45,36 @@ def _faults() -> tuple[int, int]:
     return use.ru_majflt, use.ru_minflt
 
 
-def _loop(data: Path, batch: int, rank: int, ranks: int) -> dict[str, float]:
+def _loop(data: Path, batch: int, rank: int, ranks: int, batches: int | None = None) -> dict[str, float]:
+    """One epoch of the split (`batches` None), or: one untimed epoch, then `batches` timed ones."""
+    import itertools
+
     from shardrec.dataloader.loader import ShuffleSpec, build_loader
 
     loader = build_loader(
         data, "train", global_batch_size=batch, rank=rank, world_size=ranks, shuffle=ShuffleSpec(enabled=True, seed=0)
     )
+    if batches is not None:
+        for _ in loader:  # warm: its pages mapped, its kernels compiled
+            pass
+        epochs = itertools.chain.from_iterable(loader for _ in itertools.count())
+        stream = itertools.islice(epochs, batches)
+    else:
+        stream, batches = iter(loader), len(loader)
     rows, (maj0, min0) = 0, _faults()
     t0, c0 = time.perf_counter(), time.process_time()
-    for b in loader:
+    for b in stream:
         rows += int(b.labels.numel())
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     maj1, min1 = _faults()
-    return {"rows": rows, "batches": len(loader), "loop_s": wall, "cpu_s": cpu,
+    return {"rows": rows, "batches": batches, "loop_s": wall, "cpu_s": cpu,
             "major_faults": maj1 - maj0, "minor_faults": min1 - min0}  # fmt: skip
 
 
 def rank_child(data: Path, baseline: Path, batch: int, rank: int, ranks: int) -> None:
-    """In a rank's process: the stream, then the baseline; prints one JSON line."""
+    """In a rank's process: the stream, then the baseline over as many batches; prints one JSON line."""
     stream = _loop(data, batch, rank, ranks)
-    one_part = _loop(baseline, batch, rank, ranks)
+    one_part = _loop(baseline, batch, rank, ranks, batches=int(stream["batches"]))
     print(json.dumps({"stream": stream, "one_part": one_part}))
 
 

@@ -1,0 +1,70 @@
+"""A slice's rows grouped by the part that holds them: what the numpy gathers (and the
+multi-hot ones) go through, part by part, where the many-parts kernels (many_parts.py) do not.
+
+Consecutive rows of a part (no shuffle) are noted as a span, so they are read as a slice (a
+memcpy), not gathered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from shardrec.dataloader import gather_kernels as kernels
+
+
+@dataclass
+class Groups:
+    """The rows of one slice grouped by the part that holds them."""
+
+    parts: list[int]
+    local: list[np.ndarray]  # row index inside the part
+    where: list[np.ndarray | None]  # positions in the slice (None: the whole slice, in order)
+    spans: list[tuple[int, int] | None] = field(default_factory=list)  # local rows a:b when contiguous
+
+    def __post_init__(self) -> None:
+        self.spans = [span(local) for local in self.local]
+
+
+def span(local: np.ndarray) -> tuple[int, int] | None:
+    """(a, b) if `local` is exactly a, a+1, ..., b-1."""
+    n = len(local)
+    if n == 0 or int(local[-1]) - int(local[0]) != n - 1:
+        return None
+    return (int(local[0]), int(local[-1]) + 1) if n == 1 or bool(np.all(np.diff(local) == 1)) else None
+
+
+def group_rows(rows: np.ndarray, part_starts: np.ndarray, first_last: tuple[int, int], compiled: bool) -> Groups:
+    """Global rows grouped by part; `first_last`: the first and last part holding any of them,
+    part_starts: [parts + 1] first global row of each part, then the total."""
+    first, last = first_last
+    if first == last:
+        return Groups([first], [rows - part_starts[first] if first else rows], [None])
+    if compiled:
+        counts, where, local = kernels.group_by_part(rows, part_starts)
+        bounds = np.concatenate([[0], np.cumsum(counts)])
+        used = [p for p in range(len(counts)) if counts[p]]
+        return Groups(
+            used, [local[bounds[p] : bounds[p + 1]] for p in used], [where[bounds[p] : bounds[p + 1]] for p in used]
+        )
+    part_of = np.searchsorted(part_starts, rows, side="right") - 1
+    order = np.argsort(part_of, kind="stable")
+    bounds = np.searchsorted(part_of[order], np.arange(first, last + 2))
+    parts, local, wheres = [], [], []
+    for p, a, b in zip(range(first, last + 1), bounds[:-1], bounds[1:]):
+        if a < b:
+            where = order[a:b]
+            parts.append(p)
+            local.append(rows[where] - part_starts[p])
+            wheres.append(where)
+    return Groups(parts, local, wheres)
+
+
+def group_located(part_of: np.ndarray, local: np.ndarray, numbers: np.ndarray) -> Groups:
+    """Located rows grouped by part; part_of[k] indexes `numbers`, the parts' own indices."""
+    order = np.argsort(part_of, kind="stable")
+    used = np.unique(part_of)
+    bounds = np.searchsorted(part_of[order], np.concatenate([used, [used[-1] + 1]]))
+    wheres = [order[a:z] for a, z in zip(bounds[:-1], bounds[1:])]
+    return Groups([int(numbers[p]) for p in used], [local[w] for w in wheres], wheres)

@@ -111,7 +111,7 @@ def _header_of(fd: int, path: str | Path) -> tuple[tuple[int, ...], bool, np.dty
         version = head[6:8]  # after the 6-byte magic: the header length's size depends on it
         size = struct.calcsize(_LENGTH[(version[0], version[1])]) if len(version) == 2 else 0
         length = struct.unpack(_LENGTH[(version[0], version[1])], head[8 : 8 + size])[0]
-    except (KeyError, struct.error):
+    except (KeyError, IndexError, struct.error):  # not a .npy header, or a file of under 8 bytes
         length = None
     if length is not None and 8 + size + length <= len(head):
         return _parse_head(head[: 8 + size + length])

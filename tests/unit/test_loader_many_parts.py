@@ -155,6 +155,10 @@ def test_map_npy_is_np_load_read_only(tmp_path):
     (tmp_path / "a.npy").write_bytes((tmp_path / "a.npy").read_bytes()[:-8])
     with pytest.raises(ValueError, match="header promises 72 bytes"):
         map_npy(tmp_path / "a.npy")
+    for head in (b"\x93NUMPY\x01", b"\x93NUMPY\x09\x00" + bytes(8)):  # cut inside the magic; unknown version
+        (tmp_path / "a.npy").write_bytes(head)
+        with pytest.raises(ValueError):
+            map_npy(tmp_path / "a.npy")
 
 
 def test_an_exhausted_open_file_limit_is_one_clear_line(datasets):

@@ -46,13 +46,13 @@ from shardrec.tools.preprocess.task import (
     WORK_DIR,
     InputError,
     TaskResult,
-    count_task,
     process_setup,
     read_marker,
     run_task,
     wait_for_writes,
 )
 from shardrec.tools.preprocess.vocab import build_vocabularies, count_marker, release_freed_memory, run_dirs
+from shardrec.tools.preprocess.vocab_count import count_task
 
 logger = logging.getLogger(__name__)
 

@@ -247,3 +247,13 @@ def load_vocabularies(vocab_dir: Path, names: list[str]) -> list[Vocabulary]:
         )
         for n in names
     ]
+
+
+_CACHE: dict[Path, list[Vocabulary]] = {}
+
+
+def cached_vocabularies(vocab_dir: Path, names: list[str]) -> list[Vocabulary]:
+    """load_vocabularies, once per process (a pool worker maps them for its first task only)."""
+    if vocab_dir not in _CACHE:
+        _CACHE[vocab_dir] = load_vocabularies(vocab_dir, names)
+    return _CACHE[vocab_dir]

@@ -115,6 +115,21 @@ def test_plan_gives_each_task_its_first_line(tmp_path: Path):
         assert t.split_of(t.first_line) == ("train" if t.first_line < 857 else "val" if t.first_line < 929 else "test")
 
 
+def test_only_tasks_with_training_lines_are_read_for_the_vocabulary(tmp_path: Path):
+    # A task whose first line is past the last training line (Kaggle's seventh day, the last day
+    # file) holds only val/test rows, which never enter a vocabulary: the counting pass skips it.
+    path = tmp_path / "train.txt"
+    path.write_bytes(b"".join(f"{i % 2}\t{i}\n".encode() for i in range(1000)))
+    tasks = plan_tasks([path], "kaggle", "first", 400, header=False)
+    assert [t.holds_train_lines for t in tasks] == [t.first_line < 857 for t in tasks]
+    assert not all(t.holds_train_lines for t in tasks)
+    days = [tmp_path / "day_0", tmp_path / "day_1"]
+    for d in days:
+        d.write_bytes(path.read_bytes())
+    tasks = plan_tasks(days, "days", "first", 1 << 20, header=False)
+    assert [(Path(t.path).name, t.holds_train_lines) for t in tasks] == [("day_0", True), ("day_1", False)]
+
+
 def test_compiled_hashing_equals_hash_ids():
     from shardrec.tools.preprocess import parse_kernel
 
@@ -152,8 +167,9 @@ def test_count_and_vocabulary_files_are_synced_before_they_appear(tmp_path: Path
 
     from shardrec.tools.preprocess.inputs import Task
     from shardrec.tools.preprocess.parse import Schema
-    from shardrec.tools.preprocess.task import TaskOptions, count_task
+    from shardrec.tools.preprocess.pieces import TaskOptions
     from shardrec.tools.preprocess.vocab import build_vocabularies, run_dirs
+    from shardrec.tools.preprocess.vocab_count import count_task
 
     def synced_before_renamed(events: list[str]) -> list[str]:
         """The renamed files whose temporary was not synced since the previous rename."""

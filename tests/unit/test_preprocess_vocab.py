@@ -20,6 +20,7 @@ from shardrec.tools.preprocess.ids import Vocabulary, count_values, merge_counts
 from shardrec.tools.preprocess.parse import Schema, parse_chunk
 from shardrec.tools.preprocess.pipeline import PreprocessConfig, run_preprocess
 from shardrec.tools.preprocess.vocab import build_vocabularies, load_vocabularies, merge_runs
+from shardrec.tools.preprocess.vocab_count import count_columns
 from shardrec.tools.synth import write_dataset
 
 # sha256 over (relative path, bytes) of every .npy of the dataset, from the in-memory
@@ -66,6 +67,21 @@ def test_counting_gives_np_uniques_values_and_counts(largest: int):
     for missing in (np.zeros(3000, bool), rng.random(3000) < 0.3, np.ones(3000, bool)):
         got, want = count_values(values, missing), np.unique(values[~missing], return_counts=True)
         assert [(a.dtype, a.tolist()) for a in got] == [(a.dtype, a.tolist()) for a in want]
+
+
+def test_compiled_column_counts_give_np_uniques_values_and_counts():
+    """Each column of a [rows, features] piece over a subset of its rows: columns of 32-bit values
+    (the compiled path), a column with one wider value (counted in 64 bits), an all-missing one; no rows."""
+    rng = np.random.default_rng(7)
+    values = rng.integers(0, 50, (2000, 4), dtype=np.uint64)
+    values[:, 1] = rng.integers(0, 2**32, 2000, dtype=np.uint64)
+    values[5, 2] = np.uint64(2**64 - 1)
+    missing = rng.random((2000, 4)) < 0.2
+    missing[:, 3] = True
+    for rows in (np.flatnonzero(rng.random(2000) < 0.7), np.arange(2000), np.zeros(0, np.int64)):
+        for f, got in enumerate(count_columns(values, missing, rows)):
+            want = np.unique(values[rows, f][~missing[rows, f]], return_counts=True)
+            assert [(a.dtype, a.tolist()) for a in got] == [(a.dtype, a.tolist()) for a in want]
 
 
 def test_two_workers_count_and_map_in_one_pool_with_the_same_bytes(tmp_path: Path, monkeypatch):

@@ -65,6 +65,15 @@ class Task:
     def gz(self) -> bool:
         return self.path.endswith(".gz")
 
+    @property
+    def holds_train_lines(self) -> bool:
+        """Whether any of the task's lines may be a training line (a task of the last day, or of
+        Kaggle's seventh, holds none: the vocabulary pass does not read it)."""
+        if not self.splits:
+            return self.default_split == "train"
+        first = max(self.first_line, 0)  # lines only grow from the task's first one
+        return any(r.split == "train" and r.end > first for r in self.splits)
+
     def split_of(self, line: int) -> str:
         for r in self.splits:
             if r.begin <= line < r.end:

@@ -1,5 +1,5 @@
 """What a task does with one piece of text, whichever parser reads it: parse, describe a bad row,
-append the kept rows to a part, count values for the vocabularies.
+append the kept rows to a part (vocab_count.py counts values for the vocabularies).
 
 Two parsers: Criteo's (parse.py, its kernels: label, integers, hex; the built-in spec and any spec
 of that shape, spec_parse.criteo_schema) and the feature-spec parser (spec_parse.py: any columns,
@@ -14,9 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from shardrec.dataloader.format import PartInfo
-from shardrec.tools.preprocess import spec_kernel
 from shardrec.tools.preprocess.columns import PartColumns, append_rows, append_spec_rows, id_groups, list_groups
-from shardrec.tools.preprocess.ids import Vocabulary, count_values
+from shardrec.tools.preprocess.ids import Vocabulary
 from shardrec.tools.preprocess.parse import ParsedChunk, Schema, describe_bad_row, parse_chunk
 from shardrec.tools.preprocess.spec_parse import Program, SpecChunk, describe_bad_spec_row, parse_spec_chunk
 from shardrec.tools.preprocess.vocab import DEFAULT_MEMORY_MB
@@ -96,24 +95,3 @@ class PartLayout:
     def write(self, cols: PartColumns, part_dir: Path, fsync: bool) -> PartInfo:
         order = self.opts.names if self.lists else ()
         return cols.write(part_dir, self.one_hot, fsync, self.list_names, order)
-
-
-def piece_counts(chunk: Chunk, rows: np.ndarray, opts: TaskOptions) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(distinct values, counts) of every sparse feature over the given rows (vocabulary pass 1)."""
-    idx = np.flatnonzero(rows)
-    if not opts.program:
-        # The kept rows turned into contiguous columns at once: a boolean mask with a column index
-        # (sparse[rows, f]), or a mask over a strided column, took numpy's slow paths 26 times a piece.
-        every = len(idx) == chunk.rows
-        values = np.ascontiguousarray((chunk.sparse if every else chunk.sparse[idx]).T)
-        missing = np.ascontiguousarray((chunk.sparse_missing if every else chunk.sparse_missing[idx]).T)
-        return [count_values(values[f], missing[f]) for f in range(len(opts.names))]
-    out = []
-    for _, is_list, slot in opts.program.features:
-        if not is_list:
-            out.append(count_values(chunk.sparse[idx, slot], chunk.sparse_missing[idx, slot]))
-            continue
-        values = np.empty(int(chunk.list_len[idx, slot].sum()), np.uint64)
-        spec_kernel.gather_lists(chunk.list_values, chunk.list_start, chunk.list_len, slot, idx, values)
-        out.append(count_values(values, np.zeros(len(values), bool)))
-    return out

@@ -46,13 +46,13 @@ from shardrec.tools.preprocess.task import (
     WORK_DIR,
     InputError,
     TaskResult,
-    count_task,
     process_setup,
     read_marker,
     run_task,
     wait_for_writes,
 )
 from shardrec.tools.preprocess.vocab import build_vocabularies, count_marker, release_freed_memory, run_dirs
+from shardrec.tools.preprocess.vocab_count import count_task
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ def _build_vocab(
     vocab_dir = work / "vocab"
     if not (vocab_dir / "vocab.json").is_file():
         _count(cfg, tasks, opts, progress, pool)
-        runs = run_dirs(work, [t.index for t in tasks])
+        runs = run_dirs(work, [t.index for t in tasks if t.holds_train_lines])
         with cpu_stages.stage(cpu_stages.MERGE):
             info = build_vocabularies(runs, names, cfg.min_count, opts.vocab_memory_bytes, vocab_dir)
         logger.info("vocabularies merged from %d count runs in %d value ranges", len(runs), sum(info["merge_ranges"]))
@@ -254,14 +254,15 @@ def _disk_bytes(task: Task) -> int:
 
 
 def _all_counted(out: Path, tasks: list[Task]) -> bool:
-    return all(count_marker(out / WORK_DIR, t.index).is_file() for t in tasks)
+    return all(count_marker(out / WORK_DIR, t.index).is_file() for t in tasks if t.holds_train_lines)
 
 
 def _count(
     cfg: PreprocessConfig, tasks: list[Task], opts: TaskOptions, progress: Progress | None, pool: Pool | None
 ) -> None:
-    """Vocabulary pass 1 over the tasks not counted yet."""
-    todo = [t for t in tasks if not count_marker(cfg.out / WORK_DIR, t.index).is_file()]
+    """Vocabulary pass 1 over the tasks not counted yet; tasks without training lines (the
+    val/test day) are not read: their rows never enter a vocabulary."""
+    todo = [t for t in tasks if t.holds_train_lines and not count_marker(cfg.out / WORK_DIR, t.index).is_file()]
     if progress and todo:
         progress.start(sum(_disk_bytes(t) for t in todo), "count")
     for t, (_, cpu) in map_tasks(_count_measured, todo, opts, cfg.workers, pool):

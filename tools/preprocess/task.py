@@ -39,10 +39,9 @@ from shardrec.tools.preprocess.pieces import (
     TaskOptions,
     describe_bad,
     parse_piece,
-    piece_counts,
 )
 from shardrec.tools.preprocess.text_slots import slot_pieces
-from shardrec.tools.preprocess.vocab import CountRuns, load_vocabularies
+from shardrec.tools.preprocess.vocab import cached_vocabularies
 
 logger = logging.getLogger(__name__)
 MAX_REPORTED = 5
@@ -219,7 +218,7 @@ def _note_bad_rows(task: Task, data: bytes, chunk: Chunk, line0: int, result: Ta
         raise MalformedRowError(f"{task.path}:{line}: {name}: {value} ({reason})")
 
 
-def _split_rows(task: Task, line0: int, n: int) -> list[tuple[str, np.ndarray]]:
+def split_rows(task: Task, line0: int, n: int) -> list[tuple[str, np.ndarray]]:
     """(split, row mask) for each split present in lines [line0, line0 + n) of the task."""
     if not task.splits:
         return [(task.default_split, np.ones(n, dtype=bool))]
@@ -299,7 +298,7 @@ def _take_piece(
         chunk = parse_piece(data, opts)
     with cpu_stages.stage(cpu_stages.APPEND):
         _note_bad_rows(task, data, chunk, line0, result, opts)
-        for split, mask in _split_rows(task, line0, chunk.rows):
+        for split, mask in split_rows(task, line0, chunk.rows):
             rows = mask & chunk.ok
             idx = np.arange(chunk.rows) if rows.all() else np.flatnonzero(rows)
             if not len(idx):
@@ -328,7 +327,7 @@ def run_task(task: Task, opts: TaskOptions, background_sync: bool = False, mark:
     """
     process_setup()
     out = Path(opts.out)
-    vocabs = _load_vocabs(opts)
+    vocabs = cached_vocabularies(Path(opts.vocab_path), opts.names) if opts.vocab_path else None
     layout = PartLayout(opts)
     result = TaskResult(task.index, task.path)
     buffers: dict[str, PartColumns] = {}
@@ -404,36 +403,3 @@ def wait_for_writes() -> None:
     """Block until background syncs and markers are done; re-raises an error of theirs."""
     while _PENDING:
         _PENDING.pop(0).result()
-
-
-def count_task(task: Task, opts: TaskOptions) -> Path:
-    """Vocabulary pass 1: per-feature value counts of the task's training rows, as sorted runs
-    on disk (vocab.CountRuns: spilled whenever opts.vocab_memory_bytes of pairs are held)."""
-    process_setup()
-    runs = CountRuns(Path(opts.out) / WORK_DIR, task.index, opts.names, opts.vocab_memory_bytes)
-    line0 = 0
-    for data in read_pieces(task):
-        with cpu_stages.stage(cpu_stages.PARSE):
-            chunk = parse_piece(data, opts)
-        with cpu_stages.stage(cpu_stages.COUNT):
-            for split, mask in _split_rows(task, line0, chunk.rows):
-                if split != "train":
-                    continue
-                for f, counted in enumerate(piece_counts(chunk, mask & chunk.ok, opts)):
-                    runs.add(f, *counted)
-            runs.maybe_spill()
-        line0 += chunk.rows
-    with cpu_stages.stage(cpu_stages.COUNT):
-        return runs.finish()
-
-
-_VOCAB_CACHE: dict[str, list[Vocabulary]] = {}
-
-
-def _load_vocabs(opts: TaskOptions) -> list[Vocabulary] | None:
-    # Loaded once per worker process, not once per task.
-    if not opts.vocab_path:
-        return None
-    if opts.vocab_path not in _VOCAB_CACHE:
-        _VOCAB_CACHE[opts.vocab_path] = load_vocabularies(Path(opts.vocab_path), opts.names)
-    return _VOCAB_CACHE[opts.vocab_path]

@@ -1,8 +1,9 @@
 """Vocabulary mode in bounded memory: sorted count runs on disk, an external merge, mapped vocabularies.
 
-1. Counting (count_task, one per task): per-feature (value, count) pairs of the training rows,
-   sorted by value, spilled to a *run* on disk (`.work/count-NNNNN/run-RRR/{name}.values.npy`,
-   `.counts.npy`) whenever the pairs held reach the budget; `count-NNNNN.json` is written last.
+1. Counting (vocab_count.count_task, one per task that holds training lines): per-feature
+   (value, count) pairs of the training rows, sorted by value, spilled to a *run* on disk
+   (`.work/count-NNNNN/run-RRR/{name}.values.npy`, `.counts.npy`) whenever the pairs held reach
+   the budget; `count-NNNNN.json` is written last.
 2. Merging (build_vocabularies, once): per feature, every run is memory-mapped and merged in
    value ranges, each holding at most the budget's worth of pairs; values seen at least
    min_count times are appended to `.work/vocab/{name}.values.npy` with their counts beside them,
@@ -247,3 +248,13 @@ def load_vocabularies(vocab_dir: Path, names: list[str]) -> list[Vocabulary]:
         )
         for n in names
     ]
+
+
+_CACHE: dict[Path, list[Vocabulary]] = {}
+
+
+def cached_vocabularies(vocab_dir: Path, names: list[str]) -> list[Vocabulary]:
+    """load_vocabularies, once per process (a pool worker maps them for its first task only)."""
+    if vocab_dir not in _CACHE:
+        _CACHE[vocab_dir] = load_vocabularies(vocab_dir, names)
+    return _CACHE[vocab_dir]

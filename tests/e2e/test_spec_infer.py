@@ -102,3 +102,16 @@ def test_unix_times_are_left_out_and_ids_kept(tmp_path: Path) -> None:
     assert isinstance(proposed["user_id"], CategoricalColumn)
     assert proposed["event_ts"] == IgnoredColumn("event_ts")
     assert "# Unix times, in milliseconds (2020-09-13 .. 2020-09-13)" in spec.read_text()
+
+
+def test_avazus_anonymised_integer_columns_are_categoricals(tmp_path: Path) -> None:
+    """Avazu's C14-C21 are categoricals written as integers (C20 mostly -1): by their C<n> names infer
+    makes them string categoricals, saying why, not log1p'd quantities."""
+    cli("synth", tmp_path / "raw", "--like", "avazu", "--rows", "500")
+    spec = tmp_path / "av.toml"
+    cli("spec", "infer", tmp_path / "raw" / "train.csv", "--label", "click", "--out", spec)
+    proposed = {c.name: c for c in load_spec(spec).columns}
+    for name in ("C1", *(f"C{i}" for i in range(14, 22))):
+        assert isinstance(proposed[name], CategoricalColumn) and proposed[name].kind == "string", proposed[name]
+    assert "# codes (leading zeros, an id's or a C<n> name, or one width); " in spec.read_text()
+    assert proposed["id"] == IgnoredColumn("id") and isinstance(proposed["banner_pos"], DenseColumn)

@@ -11,7 +11,8 @@ the data path):
   `|` or `;` (or `,` in a TSV) in many rows make a list; Unix times (seconds or milliseconds
   since 1970, dated 2000-2100, under a time-like name or nearly all distinct) are ignored: a
   category of times would meet only new values in later data; integers make a dense column (log1p, or
-  signed-log1p when negative), but for id-like names (`..._id`) and codes with leading zeros;
+  signed-log1p when negative), but for id-like names (`..._id`), the anonymised categoricals' `C<n>`
+  names (Criteo's, Avazu's C14-C21) and codes with leading zeros;
   decimals a float dense column; fixed-width hex with letters (Criteo's, Avazu's ids) a hex
   categorical; anything else a string categorical;
 - hash sizes: twice an estimate of each categorical's distinct values (Chao1: the sample's
@@ -50,6 +51,8 @@ _INT = re.compile(r"^-?\d{1,18}$")
 _FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 _HEX = re.compile(r"^[0-9a-fA-F]+$")
 _ID_NAME = re.compile(r"(^|_)id$|Id$|ID$")
+# Anonymised categoricals are named C1, C2, ... by convention (Criteo's C1-C26, Avazu's C1 and C14-C21).
+_CATEGORY_NAME = re.compile(r"^C\d+$")
 _TIME_NAME = re.compile(r"time|date|(^|_)ts$", re.IGNORECASE)
 # Unix seconds from 2000-01-01 to 2100-01-01: a code of 9-10 digits in this range is a time.
 _UNIX_SECONDS = (946_684_800, 4_102_444_800)
@@ -168,7 +171,7 @@ def _column(name: str, values: list[str], rows: int, delimiter: str) -> tuple[Co
     ints = all(_INT.match(v) for v in values)
     widths = {len(v) for v in values}
     # Codes, not quantities: leading zeros (a zip), an id's name, or one width of 4+ digits (1005, 14102100).
-    coded = any(len(v) > 1 and v[0] == "0" for v in values) or bool(_ID_NAME.search(name))
+    coded = any(len(v) > 1 and v[0] == "0" for v in values) or bool(_ID_NAME.search(name) or _CATEGORY_NAME.match(name))
     coded = coded or (ints and len(widths) == 1 and min(widths) >= 4)
     if numeric and not coded:
         low = min(float(v) for v in values)
@@ -178,7 +181,7 @@ def _column(name: str, values: list[str], rows: int, delimiter: str) -> tuple[Co
     size, seen = _hash_size(values)
     if len(widths) == 1 and min(widths) >= 8 and all(_HEX.match(v) for v in values) and not ints:
         return CategoricalColumn(name, kind="hex", hash_size=size), f"{min(widths)}-character hex; {seen}"
-    why = "codes (leading zeros, an id's name or one width)" if numeric else "strings"
+    why = "codes (leading zeros, an id's or a C<n> name, or one width)" if numeric else "strings"
     return CategoricalColumn(name, kind="string", hash_size=size), f"{why}; {seen}"
 
 

@@ -2,6 +2,7 @@
 MovieLens-shaped log, synth -> spec infer -> edit -> preprocess -> plan -> 2-rank train -> eval ->
 export -> predict on the raw file; the model pools genres by mean as its spec says, and predict on
 the raw test rows gives eval's AUC and, row by row, the probabilities of the preprocessed split.
+An Avazu-shaped log goes the same way (its 2-rank run's own final evaluation standing for eval).
 
 One run of the README's commands (module fixture) serves every assertion.
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import TINY_MODEL, assert_one_line_error, cli
+from helpers import TINY_MODEL, assert_one_line_error, cli, settings
 
 from shardrec.dataloader.format import Manifest
 
@@ -145,27 +146,34 @@ def write_untrained_model(dataset: Path, out: Path) -> None:
     save_file(model.state_dict(), str(out), metadata={META_KEY: json.dumps(describe_model(job, manifest))})
 
 
-def test_an_avazu_like_model_predicts_raw_rows_as_its_preprocessed_split(tmp_path: Path) -> None:
+@pytest.mark.slow
+def test_an_avazu_like_log_trains_on_2_ranks_and_predict_on_raw_rows_equals_eval(tmp_path: Path) -> None:
     """Avazu's shape (id column ignored, label in the second column, hex and integer categoricals,
-    hour as a code) through infer -> preprocess -> plan -> a model file -> predict, in one process
-    (the 2-rank flow above covers training)."""
+    hour as a code) through infer -> preprocess -> plan -> 2-rank train (its final evaluation of the
+    test split) -> export -> predict on the raw test rows and on the preprocessed split."""
     with contextlib.chdir(tmp_path):
-        cli("synth", "raw", "--like", "avazu", "--rows", "3000", "--seed", "3")
+        cli("synth", "raw", "--like", "avazu", "--rows", "12000", "--seed", "3")
         cli("spec", "infer", "raw/train.csv", "--label", "click", "--out", "av.toml")
         cli("preprocess", "raw/train.csv", "--spec", "av.toml", "--out", "av")
-        cli("plan", "--data", "av", "--world-size", "1", "--out", "plan.json")
+        cli("plan", "--data", "av", "--world-size", "2", "--out", "plan.json", *settings(*TINY_MODEL))
     manifest = Manifest.load(tmp_path / "av")
     assert "id" not in manifest.feature_names + manifest.dense_features and "click" not in manifest.feature_names
-    assert {"hour", "site_id", "device_ip"} <= set(manifest.feature_names) and "C20" in manifest.dense_features
-    write_untrained_model(tmp_path / "av", tmp_path / "av.safetensors")
+    assert {"hour", "site_id", "device_ip", "C14", "C20"} <= set(manifest.feature_names)
+    train = ["shardrec", "train", "--data", "av", "--plan", "plan.json", "--out-dir", "runs/av"]
+    run([*train, "--nproc-per-node", "2", *settings(*TINY_MODEL)], tmp_path)
     test_rows = manifest.splits["test"].rows
     lines = (tmp_path / "raw" / "train.csv").read_bytes().splitlines(keepends=True)
     (tmp_path / "test.csv").write_bytes(lines[0] + b"".join(lines[-test_rows:]))
     with contextlib.chdir(tmp_path):
+        cli("export", "runs/av", "--out", "av.safetensors")
         raw = json.loads(cli("predict", "av.safetensors", "test.csv", "--out", "raw.npy", "--json").stdout)
         split = json.loads(cli("predict", "av.safetensors", "av", "--split", "test", "--out", "s.npy", "--json").stdout)
     assert raw["rows"] == split["rows"] == test_rows and raw["auc"] == pytest.approx(split["auc"], abs=1e-9)
     np.testing.assert_allclose(np.load(tmp_path / "raw.npy"), np.load(tmp_path / "s.npy"), rtol=1e-6)
+    records = [json.loads(line) for line in (tmp_path / "runs" / "av" / "metrics.jsonl").read_text().splitlines()]
+    (final,) = [r for r in records if r["kind"] == "eval" and r["final"] and r["split"] == "test"]
+    assert raw["auc"] == pytest.approx(final["auc"], abs=1e-6)
+    assert json.loads((tmp_path / "runs" / "av" / "summary.json").read_text())["world_size"] == 2
 
 
 @pytest.fixture

@@ -107,13 +107,16 @@ class PlanEstimate:
     """The step-time model shardrec's search optimised (shardrec or torchrec; "": not recorded)."""
     sync_every: int | None = None
     """2D plans only: steps between the replicas' weight synchronisations."""
+    ids_per_sample: dict[str, float] = dataclasses.field(default_factory=dict)
+    """The pooling factor (mean ids per sample) each table's lookups and comms were estimated with,
+    for the tables where it is not 1 (list or multi-hot features)."""
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         if self.sync_every is None:
             del out["sync_every"]  # written by 2D plans only
         # Figures a plan did not record stay out of its file, so older plans keep their bytes.
-        for key in ("device_memory_bytes", "host_capacity_bytes", "cost_model"):
+        for key in ("device_memory_bytes", "host_capacity_bytes", "cost_model", "ids_per_sample"):
             if not out[key]:
                 del out[key]
         for rank in out["ranks"]:

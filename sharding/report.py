@@ -50,17 +50,24 @@ def _cache_text(tp) -> tuple[str, str]:
 def tables_table(plan: PlanFile, limit: int = 60) -> Table:
     t = Table(title=f"tables ({len(plan.tables)}; planner {plan.planner})")
     cached = any(tp.cache is not None for tp in plan.tables)
-    columns = ["table", "sharding type", "kernel", "shards", "ranks"] + (["cache rows", "hit rate"] if cached else [])
-    for col in columns:
-        t.add_column(col)
+    pooled = plan.estimate.ids_per_sample if plan.estimate is not None else {}
+    columns = ["table", "sharding type", "kernel", "shards", "ranks"] + (["ids/sample"] if pooled else [])
+    for col in columns + (["cache rows", "hit rate"] if cached else []):
+        t.add_column(col, justify="right" if col == "ids/sample" else "left")
+    captions = ["ids/sample: the mean ids a sample looks up in the table (the data's statistics, or pooling_factors)"]
+    captions = captions if pooled else []
     if cached:
-        t.caption = "cache rows: HBM cache of a fused_uvm_caching table (its load factor); hit rate: predicted share "
-        t.caption += "of a batch's unique rows found in it, from the data's id frequencies"
+        captions.append(
+            "cache rows: HBM cache of a fused_uvm_caching table (its load factor); hit rate: predicted share "
+            "of a batch's unique rows found in it, from the data's id frequencies"
+        )
+    t.caption = "; ".join(captions) or None
     for tp in plan.tables[:limit]:
         row = [tp.name, tp.sharding_type, tp.compute_kernel, str(len(tp.shards)), _ranks_text(tp.ranks)]
+        row += [f"{pooled.get(tp.name, 1.0):g}"] if pooled else []
         t.add_row(*row, *(_cache_text(tp) if cached else ()))
     if len(plan.tables) > limit:
-        t.add_row(f"... {len(plan.tables) - limit} more", *[""] * (len(columns) - 1))
+        t.add_row(f"... {len(plan.tables) - limit} more", *[""] * (len(t.columns) - 1))
     return t
 
 

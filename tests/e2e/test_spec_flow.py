@@ -92,6 +92,11 @@ def test_readme_flow_trains_a_mean_pooled_list_and_records_the_spec(flow: dict[s
     for plan in (root / "plan.json", root / "runs" / "ml" / "plan.json"):
         tables = {t["name"]: t for t in json.loads(plan.read_text())["fingerprint"]["tables"]}
         assert tables["t_genres"]["pooling"] == "MEAN" and tables["t_zip"]["pooling"] == "SUM"
+    # Its cost was estimated with genres' measured ids per sample, which the plan records and prints.
+    measured = round(manifest.feature("genres").stats["mean_ids_per_sample"], 4)
+    assert json.loads((root / "plan.json").read_text())["estimate"]["ids_per_sample"] == {"t_genres": measured}
+    (row,) = [line for line in flow["plan"].splitlines() if "t_genres" in line]
+    assert "ids/sample" in flow["plan"] and f"{measured:g}" in row
     from safetensors import safe_open
 
     with safe_open(str(root / "ml.safetensors"), framework="pt") as f:

@@ -1,10 +1,15 @@
-"""bench scale's arithmetic on known figures: ranks run side by side, and the 1TB projection on 16 cores."""
+"""bench scale's arithmetic on known figures: ranks run side by side, and the 1TB projection on 16 cores;
+its work directory: a rerun replaces its own stage folders, a directory it did not make is refused."""
 
 from __future__ import annotations
 
-import pytest
+import re
+from pathlib import Path
 
-from shardrec.tools.bench.scale import project
+import pytest
+from helpers import assert_one_line_error, cli
+
+from shardrec.tools.bench.scale import STAGE_DIRS, WORK_MARKER, prepare_work_dir, project
 from shardrec.tools.bench.scale_stream import combine_ranks
 
 
@@ -34,3 +39,30 @@ def test_projection_is_the_longer_of_cpu_and_disk_on_16_cores():
     assert vocab["bound"] == "CPU" and vocab["minutes"] == pytest.approx(625 / 60)
     assert hashed["memory_gb"] == pytest.approx(1000 / 2 * 16 * 2**20 / 1e9)
     assert "= 625 s; disk (30 GB read + 20 GB written) / 3 GB/s = 17 s" in vocab["arithmetic"]
+
+
+def test_a_rerun_into_the_same_work_dir_starts_from_empty_stage_folders(tmp_path: Path):
+    # The last run's datasets were made from inputs that synth is about to rewrite: preprocess
+    # would refuse them ("holds a run with different inputs") after the whole synth stage.
+    work = tmp_path / "w"
+    prepare_work_dir(work)
+    for name in STAGE_DIRS:
+        (work / name).mkdir()
+        (work / name / "manifest.json").write_text("{}")
+    (work / "notes.txt").write_text("mine")
+    prepare_work_dir(work)
+    assert sorted(p.name for p in work.iterdir()) == sorted([WORK_MARKER, "notes.txt"])
+
+
+def test_a_work_dir_the_bench_did_not_make_is_refused_before_anything_is_written(tmp_path: Path):
+    (tmp_path / "hash").mkdir()
+    (tmp_path / "hash" / "keep.npy").write_bytes(b"x")
+    result = cli("bench", "scale", "--fraction", "1e-9", "--work-dir", tmp_path, ok=False)
+    assert_one_line_error(
+        result,
+        rf"^error: --work-dir {re.escape(str(tmp_path))}: not empty and not a bench scale's work directory "
+        rf"\(no {re.escape(WORK_MARKER)}\); give a new or empty directory$",
+    )
+    assert (
+        sorted(p.name for p in tmp_path.iterdir()) == ["hash"] and (tmp_path / "hash" / "keep.npy").read_bytes() == b"x"
+    )

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -59,6 +60,29 @@ def _write_day(args: tuple[Path, int, list[int], int]) -> int:
 
     path, rows, counts, day = args
     return write_file(path, rows, SynthSpec.from_seed(11, vocab=counts), stream_seed=day, gzip_level=1)
+
+
+WORK_MARKER = ".shardrec-bench-scale"
+STAGE_DIRS = ("raw", "hash", "vocab", "baseline", "run")
+"""What a run writes into its work directory, one folder per stage."""
+
+
+def prepare_work_dir(work: Path) -> None:
+    """Make `work` this run's: the folders a previous run left (its marker says the directory is a
+    bench scale's) are removed, since synth writes new inputs that they would not match; a new or
+    empty directory gets the marker; any other is refused (ValueError), before anything is written,
+    for the bench neither mixes its folders with what it did not make nor deletes them."""
+    work.mkdir(parents=True, exist_ok=True)
+    marker = work / WORK_MARKER
+    if marker.is_file():
+        for name in STAGE_DIRS:
+            shutil.rmtree(work / name, ignore_errors=True)
+    elif any(work.iterdir()):
+        raise ValueError(
+            f"--work-dir {work}: not empty and not a bench scale's work directory (no {WORK_MARKER}); "
+            "give a new or empty directory"
+        )
+    marker.write_text("a shardrec bench scale work directory: its stage folders are replaced by the next run\n")
 
 
 def synth_days(raw: Path, fraction: float, workers: int) -> tuple[int, int]:

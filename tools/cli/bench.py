@@ -334,7 +334,10 @@ def scale(
     ] = 0.01,
     work_dir: Annotated[
         Path | None,
-        typer.Option("--work-dir", help="Where data and runs go (kept); default: a temporary directory, removed."),
+        typer.Option(
+            "--work-dir",
+            help="Where data and runs go (kept; a rerun replaces them); default: a temporary directory, removed.",
+        ),
     ] = None,
     steps: Annotated[int, typer.Option(min=1, help="Training steps before the resume, and as many after it.")] = 200,
     batch: Annotated[int, typer.Option(min=2, help="Global batch size of the stream and training stages.")] = 2048,
@@ -350,8 +353,9 @@ def scale(
         fail(f"--fraction {fraction} must be in (0, 1]")
     work = work_dir or Path(tempfile.mkdtemp(prefix="shardrec-scale-"))
     try:
+        bench_scale.prepare_work_dir(work)
         result = bench_scale.run_scale(fraction, work, steps, batch, train, workers, ranks)
-    except RuntimeError as e:
+    except (RuntimeError, ValueError) as e:
         fail(str(e))
     finally:
         if work_dir is None:

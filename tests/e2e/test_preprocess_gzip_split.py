@@ -13,10 +13,11 @@ import pytest
 from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
+from shardrec.tools.bench.preprocess_gzip import print_gzip_report
 from shardrec.tools.cli.app import app
 from shardrec.tools.preprocess import gz
 from shardrec.tools.preprocess import task as task_module
-from shardrec.tools.preprocess.gz_split import SPLIT_MIN_CHUNKS
+from shardrec.tools.preprocess.gz_split import SPLIT_MIN_CHUNKS, should_split
 from shardrec.tools.preprocess.inputs import Task, plan_tasks
 from shardrec.tools.preprocess.pool import map_stream
 from shardrec.tools.synth import SynthSpec, write_file
@@ -211,3 +212,24 @@ def test_bench_gzip_reports_its_ratios_over_the_same_rows(tmp_path: Path):
     assert r["gzip_vs_plain_per_cpu_s"] == pytest.approx(one["mb_per_cpu_s"] / plain["mb_per_cpu_s"], abs=0.01)
     assert r["workers_speedup"] == pytest.approx(one["wall_s"] / two["wall_s"], abs=0.01)
     assert r["goals"]["gzip_1.6x_on_2_workers"] == (r["workers_speedup"] >= 1.6)
+
+
+def test_bench_gzip_does_not_judge_workers_on_a_gz_too_small_to_split(tmp_path: Path, capsys: pytest.CaptureFixture):
+    # bench preprocess --gzip at its defaults (1 GB of text, --chunk-mb 128) makes a ~362 MB .gz: one task,
+    # nothing for a second worker; its ~1.0x said "NOT met" of a design the run did not use.
+    one = {"mb_s": 60.0, "mb_per_cpu_s": 65.0, "wall_s": 15.0, "cpu_s": 14.0, "peak_rss_mb": 350.0}
+    r = {"text_mb": 1005.5, "gzip_mb": 361.8, "workers": 2, "chunk_mb": 128.0, "split": False,
+         "runs": {"plain_1": one, "gzip_1": one, "gzip_2": one}, "gzip_vs_plain_per_cpu_s": 0.58,
+         "workers_speedup": 1.0, "same_bytes": True,
+         "goals": {"gzip_0.8x_plain_per_cpu_s": False, "gzip_1.6x_on_2_workers": None}}  # fmt: skip
+    print_gzip_report(r)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "goal gzip_0.8x_plain_per_cpu_s: NOT met" in out
+    assert (
+        "goal gzip_1.6x_on_2_workers: not measured: the .gz was not split, it needs at least 4 x --chunk-mb "
+        "compressed; run with --chunk-mb 86.259 or a larger --size-gb" in out
+    )
+    sparse = tmp_path / "a.gz"  # the suggestion is what the preprocess's own rule splits
+    with open(sparse, "wb") as f:
+        f.truncate(361_800_000)
+    assert should_split(sparse, int(86.259 * (1 << 20))) and not should_split(sparse, int(86.26 * (1 << 20)))

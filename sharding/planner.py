@@ -130,6 +130,7 @@ def plan_tables(request: PlanRequest, *, search: str = "shardrec") -> PlanFile:
     if not _fits(cost):
         raise PlanDoesNotFitError(_describe_shortfall(cost, topo.device_kind))
     plan = build_plan_file(table_plans, request.configs, topo, request.global_batch_size, cost, search)
+    # Every group size's request carries the same pooling factors (the data's, or the constraints').
     pooled = {name: round(factor, 4) for name, factor in search_request.pooling.items() if factor != 1.0}
     plan.estimate = dataclasses.replace(plan.estimate, ids_per_sample=pooled)
     if search == "shardrec":

@@ -264,3 +264,21 @@ def test_the_compiled_lookup_gives_the_ids_of_vocabulary_lookup(n: int, dtype, l
         assert np.array_equal(out[j, 7:], vocabs[f].lookup(values[rows, f], missing[rows, f])), f
     hashed = tables == "hash" and 0 < len(kept) and largest <= 2**32
     assert bool(ids_kernel.tables_for(vocabs).bits[2]) == hashed
+
+
+def test_a_second_run_into_a_rebuilt_directory_maps_its_own_vocabularies(tmp_path: Path):
+    """One process (a notebook, a script) preprocesses in vocabulary mode, removes the output and
+    preprocesses other rows into the same path: the second dataset is the one a fresh process
+    writes, not ids looked up in the first run's vocabularies."""
+    import shutil
+
+    first, second = tmp_path / "a", tmp_path / "b"
+    write_dataset(first, rows=3000, seed=5, days=0, max_vocab=400)
+    write_dataset(second, rows=3000, seed=9, days=0, max_vocab=400)
+    alone = tmp_path / "alone"
+    run_preprocess(PreprocessConfig([second], alone, min_count=2, chunk_mb=0.2))
+    out = tmp_path / "out"
+    run_preprocess(PreprocessConfig([first], out, min_count=2, chunk_mb=0.2))
+    shutil.rmtree(out)
+    run_preprocess(PreprocessConfig([second], out, min_count=2, chunk_mb=0.2))
+    assert _digest(out) == _digest(alone)

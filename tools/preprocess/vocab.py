@@ -250,11 +250,17 @@ def load_vocabularies(vocab_dir: Path, names: list[str]) -> list[Vocabulary]:
     ]
 
 
-_CACHE: dict[Path, list[Vocabulary]] = {}
+_CACHE: dict[tuple, list[Vocabulary]] = {}
 
 
 def cached_vocabularies(vocab_dir: Path, names: list[str]) -> list[Vocabulary]:
-    """load_vocabularies, once per process (a pool worker maps them for its first task only)."""
-    if vocab_dir not in _CACHE:
-        _CACHE[vocab_dir] = load_vocabularies(vocab_dir, names)
-    return _CACHE[vocab_dir]
+    """load_vocabularies, once per process and vocabulary (a pool worker maps them for its first
+    task only). Keyed by the vocab.json written last, not by the path: a run that preprocesses
+    into a directory rebuilt since (same path, new vocabularies) must not look its ids up in the
+    maps of the deleted ones, which stay readable and would give a wrong dataset silently."""
+    st = (vocab_dir / "vocab.json").stat()
+    key = (str(vocab_dir.resolve()), st.st_dev, st.st_ino, st.st_mtime_ns, tuple(names))
+    if key not in _CACHE:
+        _CACHE.clear()  # one vocabulary at a time: an older one's maps are not kept open
+        _CACHE[key] = load_vocabularies(vocab_dir, names)
+    return _CACHE[key]

@@ -122,8 +122,8 @@ class PartSet(Sequence[Part]):
         """Parts this set opened and mapped so far, first opening included (a measure of
         eviction churn; a part another set had mapped is not counted)."""
         self.warm_cpu_s = 0.0
-        self._warm_lock = threading.Lock()
         """CPU seconds the warmer threads (`warm`) spent so far: the stream's cost off its own thread."""
+        self._warm_lock = threading.Lock()
         # Every part's files are checked now (exist inside the dataset, manifest's sizes), the
         # first part is mapped (its layout is the gathers' reference), the others when first read
         # (their dtypes and shapes checked then): mapping all ~10,000 parts of Criteo 1TB here,

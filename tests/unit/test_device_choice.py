@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import write_tiny_dataset
 from helpers import assert_one_line_error, fake_nvidia_smi
 from typer.testing import CliRunner
 
@@ -91,3 +93,24 @@ def test_more_local_ranks_than_gpus_is_refused_before_any_rank_starts(
     )
     check_ranks_fit("cuda", 1)
     check_ranks_fit("cpu", 2)  # CPU ranks need no GPU
+
+
+def test_eval_of_a_run_with_more_ranks_than_gpus_names_where_the_count_came_from(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A run trained on 2 ranks (device "auto"), evaluated on a host with 1 GPU: eval's default
+    rank count is the run's, so the line names that, not a flag the user did not type, and offers
+    --nproc-per-node (the checkpoint reshards), not the trainer's "train on the CPU"."""
+    write_tiny_dataset(tmp_path / "data")  # the fixture run's dataset (tests/fixtures/README.md)
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "run-killed-at-step-6", run)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    tail = (
+        r": this machine has 1 CUDA device and each CUDA rank needs one of its own; start at most 1 rank here "
+        r"\(--nproc-per-node: the checkpoint is resharded to any rank count\)$"
+    )
+    result = CliRunner().invoke(app, ["eval", str(run), "--data", str(tmp_path / "data")])
+    assert_one_line_error(result, r"^error: the run's world size, 2 ranks \(eval's default --nproc-per-node\)" + tail)
+    result = CliRunner().invoke(app, ["eval", str(run), "--data", str(tmp_path / "data"), "--nproc-per-node", "2"])
+    assert_one_line_error(result, r"^error: --nproc-per-node 2" + tail)

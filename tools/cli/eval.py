@@ -44,8 +44,9 @@ def eval_run(
         fail(f"--nproc-per-node must be at least 1, got {nproc_per_node}")
     request = EvalRequest(run_dir, checkpoint, split, data)
     try:
+        defaulted = nproc_per_node is None
         nproc_per_node = nproc_per_node or trained_world_size(run_dir)
-        config, _ = check_request(request, nproc_per_node)
+        config, _ = check_request(request, nproc_per_node, defaulted)
     except ValueError as e:
         fail(str(e))
     with tempfile.TemporaryDirectory(prefix="shardrec-eval-") as tmp:

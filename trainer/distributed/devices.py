@@ -99,9 +99,12 @@ def resolve_device_kind(device: str) -> str:
     return "cpu"
 
 
-def check_ranks_fit(kind: str, ranks: int, flag: str = "--nproc-per-node") -> None:
+def check_ranks_fit(kind: str, ranks: int, asked: str | None = None, remedy: str = f", {CPU_INSTEAD}") -> None:
     """Every CUDA rank of this machine needs a GPU of its own: ValueError (one line) when `ranks`
-    local ranks would outnumber them, before any rank starts (set_device would fail in N-1 ranks)."""
+    local ranks would outnumber them, before any rank starts (set_device would fail in N-1 ranks).
+
+    asked: where the rank count came from, as the line starts (default "--nproc-per-node N");
+    remedy: what follows "start at most G ranks here" (default: train on the CPU instead)."""
     if kind != "cuda":
         return
     import torch
@@ -109,6 +112,6 @@ def check_ranks_fit(kind: str, ranks: int, flag: str = "--nproc-per-node") -> No
     gpus = torch.cuda.device_count()
     if ranks > gpus:
         raise ValueError(
-            f"{flag} {ranks}: this machine has {gpus} CUDA device{'s' if gpus != 1 else ''} and each CUDA rank "
-            f"needs one of its own; start at most {gpus} rank{'s' if gpus != 1 else ''} here, {CPU_INSTEAD}"
+            f"{asked or f'--nproc-per-node {ranks}'}: this machine has {gpus} CUDA device{'s' if gpus != 1 else ''} "
+            f"and each CUDA rank needs one of its own; start at most {gpus} rank{'s' if gpus != 1 else ''} here{remedy}"
         )

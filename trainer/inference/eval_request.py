@@ -143,8 +143,11 @@ def find_checkpoint(run_dir: Path, step: int | None) -> tuple[int, Path]:
     )
 
 
-def check_request(request: EvalRequest, world_size: int) -> tuple[JobConfig, Manifest]:
-    """Everything that can be checked before ranks start: ValueError with one clear line."""
+def check_request(request: EvalRequest, world_size: int, defaulted: bool = False) -> tuple[JobConfig, Manifest]:
+    """Everything that can be checked before ranks start: ValueError with one clear line.
+
+    defaulted: world_size is the run's own (the user gave no --nproc-per-node), so a refusal
+    names where it came from rather than a flag the user did not type."""
     config = run_config(request.run_dir)
     find_checkpoint(request.run_dir, request.step)
     manifest = run_dataset(request.run_dir, config, request.data)
@@ -159,6 +162,9 @@ def check_request(request: EvalRequest, world_size: int) -> tuple[JobConfig, Man
             f"the run's evaluation batch {batch} does not divide by {world_size} ranks "
             "(eval.batch_size, else train.global_batch_size)"
         )
-    check_ranks_fit(resolve_device_kind(config.train.device), world_size)
+    # The ranks evaluate on the run's device (no CPU fallback to offer); any rank count reshards.
+    asked = f"the run's world size, {world_size} ranks (eval's default --nproc-per-node)" if defaulted else None
+    gpus_remedy = " (--nproc-per-node: the checkpoint is resharded to any rank count)"
+    check_ranks_fit(resolve_device_kind(config.train.device), world_size, asked, gpus_remedy)
     data_options.model_manifest(manifest, config.data)
     return config, manifest

@@ -11,7 +11,7 @@ import pytest
 
 from shardrec.dataloader.format import Manifest
 from shardrec.trainer.job.config import load_job_config
-from shardrec.trainer.rundir.lifecycle import check_run_dir
+from shardrec.trainer.rundir.lifecycle import check_run_dir, resume_notice
 
 
 def _run_with_a_checkpoint(tmp_path: Path, config_toml: str) -> Path:
@@ -36,3 +36,21 @@ def test_allowing_a_key_does_not_allow_keys_that_start_with_it(tiny_dataset: Pat
     assert check_run_dir(run, changed, manifest, ["optim.sparse_lr"]) == "resume"
     assert check_run_dir(run, changed, manifest, ["optim"]) == "resume"  # the whole section
     assert check_run_dir(run, saved, manifest, []) == "resume"
+
+
+def test_a_rerun_with_the_same_data_given_relative_announces_no_change(
+    tiny_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """config.toml keeps data.path absolute; the same command rerun from the same directory with
+    `--data data` announced "changed settings: data.path: '/abs/data' -> 'data'"."""
+    saved = load_job_config(None, [f'data.path="{tiny_dataset.resolve()}"', "train.global_batch_size=64"])
+    run = _run_with_a_checkpoint(tmp_path, saved.to_toml())
+    monkeypatch.chdir(tiny_dataset.parent)
+    rerun = load_job_config(None, [f'data.path="{tiny_dataset.name}"', "train.global_batch_size=64"])
+    assert check_run_dir(run, rerun, Manifest.load(tiny_dataset), []) == "resume"
+    assert resume_notice(run, rerun) is None
+    moved = load_job_config(None, ['data.path="elsewhere"', "train.global_batch_size=64"])
+    assert resume_notice(run, moved) == (
+        f"{run}: resuming from step 4 with changed settings: data.path: "
+        f"{str(tiny_dataset.resolve())!r} -> {str(tiny_dataset.parent.resolve() / 'elsewhere')!r}"
+    )

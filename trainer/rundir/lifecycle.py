@@ -144,8 +144,11 @@ def flat_settings(config: JobConfig) -> dict[str, Any]:
 
 
 def setting_changes(saved: JobConfig, current: JobConfig) -> dict[str, tuple[Any, Any]]:
-    """section.key -> (old, new) for every setting that differs."""
-    old, new = flat_settings(saved), flat_settings(current)
+    """section.key -> (old, new) for every setting that differs.
+
+    data.path is compared resolved, as config.toml saves it: a rerun of the same command with a
+    relative --data is the same dataset, not a change to announce."""
+    old, new = flat_settings(saved), flat_settings(with_absolute_data_path(current))
     return {key: (old[key], new[key]) for key in old if old[key] != new[key]}
 
 

@@ -122,6 +122,9 @@ def rank_work(env, data: str, multi_hot: str, root: str) -> dict:
     from shardrec.trainer.loop.train_loop import run_job
     from shardrec.trainer.rundir.checkpoint import CheckpointManager
 
+    # One thread per rank, as torchrun's ranks get (launch.py): ranks of one thread per core each
+    # (run_local_ranks' default) spin on the cores the other ranks need, ~2x the CPU time.
+    torch.set_num_threads(1)
     root_p, world, out = Path(root), env.world_size, {}
     for tag, layout, pipeline, extra in INVARIANCE.get(world, []):
         name = f"{tag}-w{world}-{layout}-{pipeline}"

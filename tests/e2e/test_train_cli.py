@@ -100,6 +100,9 @@ def test_sigkill_resume_is_bitwise_and_two_nodes_match(tiny_dataset: Path, tmp_p
     nodes = [
         subprocess.Popen(
             torchrun_command(args, 1, nnodes=2, rdzv_endpoint=endpoint),
+            # One thread per rank, as `shardrec train` gives two ranks on this host (launch.py):
+            # torchrun leaves a node of one rank all the cores, and two such ranks spin on each other's.
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

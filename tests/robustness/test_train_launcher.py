@@ -143,7 +143,9 @@ def test_a_dataset_changed_under_a_running_training_is_named_last(tiny_dataset: 
     run_dir = tmp_path / "run"
     job = subprocess.Popen(
         _command(tiny_dataset, run_dir, "--set", "train.epochs=3", "--set", "train.log_interval=1", ranks=1),
-        env={**os.environ, "SHARDREC_FAULT": "slow:1"},
+        # One thread (the launcher would give one rank every core): idle threads spin on the cores
+        # the rest of the suite runs on.
+        env={**os.environ, "SHARDREC_FAULT": "slow:1", "OMP_NUM_THREADS": "1"},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

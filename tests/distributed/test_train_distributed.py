@@ -1,5 +1,6 @@
 """The trainer across plans and world sizes, in three process groups (2, 1 and 4 ranks) that
-each run several jobs (torchrec imports in seconds: spawning once per world size is the budget).
+each run several jobs, in two launches: the 1-rank group is the 2-rank group's rank 0 alone, once
+that group is done (torchrec imports in seconds: every process started is the budget).
 
 - Plan invariance: the same seed and global batch give the same model whatever the plan
   (table-wise, data-parallel, column-wise, and two mixes of row-wise, column-wise,
@@ -186,19 +187,9 @@ def bf16_work(env, data: str, root: Path) -> dict:
     return out
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    from conftest import write_tiny_dataset
-
-    root = tmp_path_factory.mktemp("train")
-    write_tiny_dataset(root / "data")
-    write_tiny_dataset(root / "multi_hot", multi_hot=("f1", "f3"))
-    args = (str(root / "data"), str(root / "multi_hot"), str(root))
-    # The 2-rank group runs ~15 jobs, the bf16 ones too: ~2 min on a quiet machine, over the default
-    # 300 s on one loaded to 15.
-    results = run_local_ranks(rank_work, 2, *args, timeout_s=900)[0]
+def _copy_resume_points(root: Path) -> None:
+    """The 2-rank runs' step-8 checkpoints, as if they had been stopped there, for the 1- and 4-rank resumes."""
     for world in (1, 4):
-        # The reference's step-8 checkpoint, as if the run had been stopped there.
         shutil.copytree(
             root / "ref", root / f"resume-w{world}", ignore=shutil.ignore_patterns("step-00000015", "metrics.jsonl")
         )
@@ -208,7 +199,35 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
             root / f"full-resume-w{world}",
             ignore=shutil.ignore_patterns("step-00000015", "metrics.jsonl"),
         )
-        results[f"w{world}"] = run_local_ranks(rank_work, world, *args, timeout_s=900)[0]
+
+
+def two_then_one_rank(env, data: str, multi_hot: str, root: str) -> dict:
+    """The 2-rank group's work, then rank 0 alone in a group of its own runs the 1-rank group's (its
+    results under "w1"): one process start fewer. Only a group of this process alone can follow:
+    torchrec agrees on some settings once per process, at its first sharded model, and a fresh
+    process in the next group would wait for an agreement this one no longer takes part in."""
+    from shardrec.trainer.distributed.dist import init_local_rank, shutdown
+    from shardrec.trainer.distributed.launch import free_port
+
+    out = rank_work(env, data, multi_hot, root)
+    if env.is_main:
+        shutdown()
+        _copy_resume_points(Path(root))
+        out["w1"] = rank_work(init_local_rank(0, 1, free_port()), data, multi_hot, root)
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    from conftest import write_tiny_dataset
+
+    root = tmp_path_factory.mktemp("train")
+    write_tiny_dataset(root / "data")
+    write_tiny_dataset(root / "multi_hot", multi_hot=("f1", "f3"))
+    args = (str(root / "data"), str(root / "multi_hot"), str(root))
+    # ~20 jobs, the bf16 ones too: ~1.5 min on a quiet machine, over the default 300 s on one loaded to 15.
+    results = run_local_ranks(two_then_one_rank, 2, *args, timeout_s=900)[0]
+    results["w4"] = run_local_ranks(rank_work, 4, *args, timeout_s=900)[0]
     one_rank = results.pop("w1")
     results["bf16"].update(one_rank.pop("bf16"))
     results.update(one_rank)

@@ -225,7 +225,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     write_tiny_dataset(root / "data")
     write_tiny_dataset(root / "multi_hot", multi_hot=("f1", "f3"))
     args = (str(root / "data"), str(root / "multi_hot"), str(root))
-    # ~20 jobs, the bf16 ones too: ~1.5 min on a quiet machine, over the default 300 s on one loaded to 15.
+    # ~23 jobs in this launch (the bf16 ones too): a machine loaded to 15 can take it past the default 300 s.
     results = run_local_ranks(two_then_one_rank, 2, *args, timeout_s=900)[0]
     results["w4"] = run_local_ranks(rank_work, 4, *args, timeout_s=900)[0]
     one_rank = results.pop("w1")

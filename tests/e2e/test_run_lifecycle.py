@@ -4,13 +4,16 @@ unless allowed, by `shardrec train` and by the ranks themselves (a direct torchr
 is always refused, and `shardrec eval` refuses it too unless --data asks for other data;
 --restart moves the old run aside.
 
-One run directory serves every assertion: two trainings of ~10 s and one evaluation; the
-refusals take no rank (the direct rank's refusal takes one process start)."""
+One 10-step run of the module (one launch) starts both tours: each copies it and goes on from
+there. The first tour trains twice more and evaluates once, the second trains twice more (once on
+2 ranks); the refusals take no rank (the direct rank's refusal takes one process start). Nobody
+changes the module's dataset: the tours change only data of their own."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -31,30 +34,46 @@ def _train(data: Path, run: Path, *extra: str):
     return CliRunner().invoke(app, ["train", "--data", str(data), "--out-dir", str(run), "--json", *JOB, *extra])
 
 
-def test_rerun_resume_changes_data_and_restart(tiny_dataset: Path, tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    first = _train(tiny_dataset, run, "--steps", "4")
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The tiny dataset (15 steps an epoch at this batch) and a run of `--steps 10` on it. Read
+    only: a test copies the run before it trains on or moves it, and never rewrites the data."""
+    root = tmp_path_factory.mktemp("lifecycle")
+    write_tiny_dataset(root / "data")
+    first = _train(root / "data", root / "run", "--steps", "10")
     assert first.exit_code == 0, first.output
+    return root / "data", root / "run"
+
+
+def _copy_run(trained: tuple[Path, Path], tmp_path: Path) -> tuple[Path, Path]:
+    """(the module's dataset, a copy of its 10-step run in tmp_path/run)."""
+    data, ran = trained
+    shutil.copytree(ran, tmp_path / "run")
+    return data, tmp_path / "run"
+
+
+def test_rerun_resume_changes_data_and_restart(trained: tuple[Path, Path], tmp_path: Path) -> None:
+    tiny_dataset, run = _copy_run(trained, tmp_path)
     record = {name: (run / name).read_bytes() for name in ("metrics.jsonl", "summary.json", "config.toml")}
 
     # 1: the same command again: complete, nothing written, the saved summary printed.
-    again = _train(tiny_dataset, run, "--steps", "4")
+    again = _train(tiny_dataset, run, "--steps", "10")
     assert again.exit_code == 0, again.output
     assert again.stderr.strip() == (
-        f"{run} is complete: 4 steps (train.steps = 4); nothing to do. "
+        f"{run} is complete: 10 steps (train.steps = 10); nothing to do. "
         "To continue it, raise --steps (or train.epochs); to start over, add --restart"
     )
     assert json.loads(again.stdout) == json.loads(record["summary.json"])
     assert {name: (run / name).read_bytes() for name in record} == record
     # 6: in text, the plan table comes first and the results last, with pointers to the files.
-    text = CliRunner().invoke(app, ["train", "--data", str(tiny_dataset), "--out-dir", str(run), *JOB, "--steps", "4"])
+    text = CliRunner().invoke(app, ["train", "--data", str(tiny_dataset), "--out-dir", str(run), *JOB, "--steps", "10"])
     lines = text.stdout.splitlines()
     plan_at = next(i for i, line in enumerate(lines) if line.strip().startswith("tables (4; planner"))
     auc_at = next(i for i, line in enumerate(lines) if "AUC" in line and "log loss" in line)
     assert plan_at < auc_at and lines[-1].split()[:2] == ["plan:", str(run / "plan.json")], text.stdout
 
     # 2: a changed setting is shown and refused; a misspelt --allow-change gets a suggestion.
-    changed = _train(tiny_dataset, run, "--steps", "6", "--set", "optim.dense_lr=0.1", "--set", "train.seed=3")
+    changed = _train(tiny_dataset, run, "--steps", "12", "--set", "optim.dense_lr=0.1", "--set", "train.seed=3")
     assert_one_line_error(
         changed,
         r"resuming with changed settings \(optim\.dense_lr: 0\.05 -> 0\.1, train\.seed: 0 -> 3\); "
@@ -63,12 +82,12 @@ def test_rerun_resume_changes_data_and_restart(tiny_dataset: Path, tmp_path: Pat
     typo = _train(tiny_dataset, run, "--allow-change", "optim.dense_rl")
     assert_one_line_error(typo, r"--allow-change optim\.dense_rl: no such setting; did you mean optim\.dense_lr\?$")
     lower = _train(tiny_dataset, run, "--steps", "2")
-    assert_one_line_error(lower, r"has trained 4 steps, more than the 2 this job runs to .*a run cannot go back")
+    assert_one_line_error(lower, r"has trained 10 steps, more than the 2 this job runs to .*a run cannot go back")
 
     # 2: other data is refused, even with every setting allowed.
     other = tmp_path / "other"
     write_tiny_dataset(other, seed=5)
-    refused = _train(other, run, "--steps", "6", "--allow-change", "data")
+    refused = _train(other, run, "--steps", "12", "--allow-change", "data")
     assert_one_line_error(refused, r"was trained on other data .*a run cannot resume on a changed dataset")
     assert {name: (run / name).read_bytes() for name in record} == record
 
@@ -96,7 +115,7 @@ def test_rerun_resume_changes_data_and_restart(tiny_dataset: Path, tmp_path: Pat
             str(run),
             *JOB,
             "--steps",
-            "6",
+            "12",
             "--set",
             "optim.dense_lr=0.1",
         ],
@@ -112,31 +131,32 @@ def test_rerun_resume_changes_data_and_restart(tiny_dataset: Path, tmp_path: Pat
     )
     assert {name: (run / name).read_bytes() for name in record} == record
 
-    # An allowed change resumes from step 4 and records the new settings (the ranks get the
+    # An allowed change resumes from step 10 and records the new settings (the ranks get the
     # --allow-change keys too: they would refuse the change otherwise).
     resumed = _train(
-        tiny_dataset, run, "--steps", "6", "--set", "optim.dense_lr=0.1", "--allow-change", "optim.dense_lr"
+        tiny_dataset, run, "--steps", "12", "--set", "optim.dense_lr=0.1", "--allow-change", "optim.dense_lr"
     )
     assert resumed.exit_code == 0, resumed.output
-    assert json.loads(resumed.stdout)["resumed_from_step"] == 4
+    assert json.loads(resumed.stdout)["resumed_from_step"] == 10
     assert "dense_lr = 0.1" in (run / "config.toml").read_text()
 
     # --restart: the old run moves to run.1 untouched, a new one starts on the other data.
     restarted = _train(other, run, "--steps", "2", "--restart")
     assert restarted.exit_code == 0, restarted.output
     assert f"moved the earlier run {run} to {tmp_path / 'run.1'}" in restarted.stderr
-    assert json.loads((tmp_path / "run.1" / "summary.json").read_text())["steps"] == 6
+    assert json.loads((tmp_path / "run.1" / "summary.json").read_text())["steps"] == 12
     assert json.loads(restarted.stdout)["steps"] == 2 and json.loads(restarted.stdout)["resumed_from_step"] is None
 
-    # eval: the data at run.1's data.path changed since training: refused, unless --data asks
-    # for other data, which must have the run's schema.
-    write_tiny_dataset(tiny_dataset, seed=7)
-    changed_data = CliRunner().invoke(app, ["eval", str(tmp_path / "run.1"), "--split", "val"])
+    # eval: the data at the new run's data.path (other) changed since training: refused, unless
+    # --data asks for other data, which must have the run's schema. (The module's dataset, run.1's,
+    # stays as it is: the other test copies the module's run too.)
+    write_tiny_dataset(other, seed=7)
+    changed_data = CliRunner().invoke(app, ["eval", str(run), "--split", "val"])
     assert_one_line_error(
         changed_data,
-        rf"^error: {tmp_path / 'run.1'} was trained on other data than {tiny_dataset} now "
+        rf"^error: {run} was trained on other data than {other} now "
         rf"holds \(fingerprint [0-9a-f]{{12}}; the data there is [0-9a-f]{{12}}\): to evaluate "
-        rf"on this data all the same, pass --data {tiny_dataset}$",
+        rf"on this data all the same, pass --data {other}$",
     )
     narrow = tmp_path / "narrow"
     write_tiny_dataset(narrow, cardinalities=(50, 300, 7, 999))
@@ -152,7 +172,7 @@ def test_rerun_resume_changes_data_and_restart(tiny_dataset: Path, tmp_path: Pat
     )
     assert on_other.exit_code == 0, on_other.output
     scored = json.loads(on_other.stdout)
-    assert scored["data"] == str(other) and scored["step"] == 6 and scored["samples"] == 2 * 64  # eval.max_batches = 2
+    assert scored["data"] == str(other) and scored["step"] == 12 and scored["samples"] == 2 * 64  # eval.max_batches = 2
 
     # shardrec runs: both runs complete with their step and best val AUC; a run that never
     # checkpointed (a config.toml alone) failed.
@@ -164,7 +184,7 @@ def test_rerun_resume_changes_data_and_restart(tiny_dataset: Path, tmp_path: Pat
     assert {name: (r["step"], r["status"]) for name, r in rows.items()} == {
         "broken": (None, "failed"),
         "run": (2, "complete"),
-        "run.1": (6, "complete"),
+        "run.1": (12, "complete"),
     }
     assert 0.4 < rows["run.1"]["best_val_auc"] <= 1
     table = CliRunner().invoke(app, ["runs", str(tmp_path)])
@@ -172,12 +192,12 @@ def test_rerun_resume_changes_data_and_restart(tiny_dataset: Path, tmp_path: Pat
 
 
 def test_the_readme_run_directory_examples_as_written_past_an_epoch_and_onto_more_ranks(
-    tiny_dataset: Path, tmp_path: Path
+    trained: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    """README's tour, scaled to the tiny dataset (15 steps an epoch): --steps 10, the same command,
-    --steps 20 (into the second epoch), a new world size with a plan made for it, a changed setting."""
-    run = tmp_path / "run"
-    assert _train(tiny_dataset, run, "--steps", "10").exit_code == 0
+    """README's tour, scaled to the tiny dataset (15 steps an epoch): --steps 10 (the module's run),
+    the same command, --steps 20 (into the second epoch), a new world size with a plan made for it,
+    a changed setting."""
+    tiny_dataset, run = _copy_run(trained, tmp_path)
     again = _train(tiny_dataset, run, "--steps", "10")
     assert again.exit_code == 0 and again.stderr.strip() == (
         f"{run} is complete: 10 steps (train.steps = 10); nothing to do. "

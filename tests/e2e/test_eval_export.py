@@ -52,16 +52,14 @@ def shardrec(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 def in_process(*args: str, cwd: Path) -> Result:
     """`shardrec ARGS` in directory cwd, in this process: for the commands that start no ranks
-    (export, predict), which would otherwise pay an interpreter start and torch's import each."""
+    (synth, preprocess, export, predict, and refusals and reruns that end before any rank starts),
+    which would otherwise pay an interpreter start (and torch's import) each."""
     with contextlib.chdir(cwd):
         return CliRunner().invoke(app, list(args))
 
 
-def _train_to_target(cwd: Path) -> subprocess.CompletedProcess:
-    """`shardrec train` of the tiny model on cwd/data into cwd/run, stopping at the target AUC."""
-    return shardrec(
-        "train", "--data", "data", "--out-dir", "run", "--nproc-per-node", "2", "--json", *TINY, *TO_TARGET, cwd=cwd
-    )
+TRAIN_TO_TARGET = ("train", "--data", "data", "--out-dir", "run", "--nproc-per-node", "2", "--json", *TINY, *TO_TARGET)
+"""`shardrec train` of the tiny model on data into run, stopping at the target AUC."""
 
 
 def ok(done: subprocess.CompletedProcess | Result) -> subprocess.CompletedProcess | Result:
@@ -76,9 +74,9 @@ def ok(done: subprocess.CompletedProcess | Result) -> subprocess.CompletedProces
 def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A preprocessed dataset (day_0: train, day_1: val + test) and a run that stopped at the target."""
     root = tmp_path_factory.mktemp("after_training")
-    ok(shardrec("synth", "raw", "--rows", "4000", "--days", "2", "--max-vocab", "500", cwd=root))
-    ok(shardrec("preprocess", "raw/day_0", "raw/day_1", "--out", "data", "--max-ids", "1000", cwd=root))
-    done = ok(_train_to_target(root))
+    ok(in_process("synth", "raw", "--rows", "4000", "--days", "2", "--max-vocab", "500", cwd=root))
+    ok(in_process("preprocess", "raw/day_0", "raw/day_1", "--out", "data", "--max-ids", "1000", cwd=root))
+    done = ok(shardrec(*TRAIN_TO_TARGET, cwd=root))  # a process of its own: its stderr is the ranks' too
     # torch's deprecation notices about calls torchrec makes are no concern of the user's.
     assert "Warning" not in done.stderr, done.stderr[-3000:]
     return root
@@ -116,7 +114,7 @@ def test_a_run_stopped_at_its_target_is_complete_until_the_target_changes(traine
     record = {name: (run / name).read_bytes() for name in ("metrics.jsonl", "summary.json", "config.toml")}
     steps = json.loads(record["summary.json"])["steps"]
     (target,) = [r for r in _records(run) if r["kind"] == "target"]
-    again = ok(_train_to_target(trained))
+    again = ok(in_process(*TRAIN_TO_TARGET, cwd=trained))  # complete: no rank starts
     assert again.stderr.strip() == (
         f"run is complete: the target AUC was reached at step {steps} (val AUC {target['auc']:.5f} >= "
         f"train.target_auc = {TARGET}); nothing to do. To continue it, raise or clear the target "
@@ -158,7 +156,7 @@ def test_eval_equals_the_runs_final_evaluation_bitwise_and_reshards(trained: Pat
     )
     assert other["world_size"] == 1 and other["trained_world_size"] == 2
     assert other["auc"] == pytest.approx(final["auc"], abs=1e-6)
-    missing = shardrec("eval", "run", "--checkpoint", "999", cwd=trained)
+    missing = in_process("eval", "run", "--checkpoint", "999", cwd=trained)
     assert_one_line_error(missing, r"no complete checkpoint of step 999 \(has steps \d+")
 
 
@@ -217,7 +215,7 @@ def test_data_preprocessed_otherwise_is_refused_by_predict_and_eval(trained: Pat
         ("data500", ["--max-ids", "500"]),
         ("raw_dense", ["--max-ids", "1000", "--dense-transform", "none"]),
     ):
-        ok(shardrec("preprocess", "raw/day_0", "raw/day_1", "--out", out, *flags, cwd=trained))
+        ok(in_process("preprocess", "raw/day_0", "raw/day_1", "--out", out, *flags, cwd=trained))
     assert_one_line_error(
         in_process("predict", "model.safetensors", "data500", cwd=trained),
         r"^error: data500: preprocessed with other settings than the model's training data \(cardinalities\[0\]: "
@@ -230,7 +228,7 @@ def test_data_preprocessed_otherwise_is_refused_by_predict_and_eval(trained: Pat
         r"'none' here\)",
     )
     assert_one_line_error(
-        shardrec("eval", "run", "--data", "raw_dense", cwd=trained),
+        in_process("eval", "run", "--data", "raw_dense", cwd=trained),
         r"^error: --data raw_dense: preprocessed with other settings than the data run trained on "
         r"\(dense_transform: 'log1p' in training, 'none' here\); preprocess it with the training data's settings$",
     )

@@ -1,13 +1,9 @@
 """What the CLI prints: no log line or library warning without -v,
 no library chatter with it, no empty progress bar before an error; numbers with separators and
-units; one rate that means one thing; an idle-rank warning from the planner.
-
-What a command writes to stderr is checked on a process of its own (a library's import-time warning
-shows there only); commands checked by their stdout alone run in this process."""
+units; one rate that means one thing; an idle-rank warning from the planner."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
@@ -15,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from typer.testing import CliRunner, Result
+from typer.testing import CliRunner
 
 from shardrec.tools.cli.app import app
 
@@ -32,14 +28,8 @@ def shardrec(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
-def in_process(*args: str | Path, cwd: Path) -> Result:
-    """`shardrec ARGS` in directory cwd, in this process, as wide as `shardrec` above."""
-    with contextlib.chdir(cwd):
-        return CliRunner().invoke(app, list(map(str, args)), env={"COLUMNS": "200"})
-
-
 def test_preprocess_and_data_commands_are_quiet_and_readable(tiny_dataset: Path, tmp_path: Path) -> None:
-    assert in_process("synth", "raw", "--rows", "2000", cwd=tmp_path).exit_code == 0
+    assert shardrec("synth", "raw", "--rows", "2000", cwd=tmp_path).returncode == 0
     first = shardrec("preprocess", "raw/train.txt", "--out", "pp", cwd=tmp_path)
     assert first.returncode == 0 and first.stderr == "", first.stderr  # no INFO line without -v
     last = first.stdout.strip().splitlines()[-1]
@@ -61,17 +51,17 @@ def test_preprocess_and_data_commands_are_quiet_and_readable(tiny_dataset: Path,
     verbose = shardrec("-v", "data", "digest", tiny_dataset, "--global-batch", "64", "--batches", "1", cwd=tmp_path)
     assert verbose.returncode == 0 and "Successfully loaded" not in verbose.stderr, verbose.stderr
 
-    stats = in_process("data", "stats", "pp", cwd=tmp_path)
+    stats = shardrec("data", "stats", "pp", cwd=tmp_path)
     header = next(line for line in stats.stdout.splitlines() if "feature" in line and "dtype" in line)
     assert "table rows" in header and "top 1% share" in header
     c1 = next(line for line in stats.stdout.splitlines() if line.startswith("│ C1 "))
     assert re.search(r"│ +\d+\.\d% │ +\d+\.\d% │$", c1), c1
 
-    exported = in_process("data", "export-npy", "pp", "--out", "npy", cwd=tmp_path)
+    exported = shardrec("data", "export-npy", "pp", "--out", "npy", cwd=tmp_path)
     assert re.fullmatch(r"wrote 2 day file\(s\) to npy: day_0 [\d,]+ rows, day_1 [\d,]+ rows\n", exported.stdout), (
         exported.stdout
     )
-    imported = in_process("data", "import-npy", "npy", "--out", "back", cwd=tmp_path)
+    imported = shardrec("data", "import-npy", "npy", "--out", "back", cwd=tmp_path)
     assert re.fullmatch(
         r"imported train [\d,]+ rows, val [\d,]+ rows, test [\d,]+ rows into back\n", imported.stdout
     ), imported.stdout

@@ -3,15 +3,7 @@ without the preprocessing pipeline, so loader/planner/trainer tests do not depen
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-
-# One intra-op thread per process (set before torch loads, inherited by every rank and CLI the
-# tests start): `make test` runs 2 pytest workers on 2 cores, and their ranks with them, so each
-# process's default of one thread per core oversubscribed the cores and spun its threads while
-# waiting on the others (a 2-rank run_local_ranks group: 73 -> 48 CPU-s with one thread each).
-# It is what the launcher gives torchrun's ranks here (cores // ranks); a set value is kept.
-os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np
 import pytest

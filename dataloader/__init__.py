@@ -1,7 +1,15 @@
-"""How batches arrive: the on-disk dataset format and its readers (format.py, and torchrec's
-`day_N_*.npy` layout, torchrec_npy.py), the global order and shuffle (order.py), rank slicing,
-gathering and prefetch (loader.py, batch.py), loader state for resume, and the project's one
-atomic file write (files.py).
+"""How batches arrive, in subpackages by concept, each importing only those before it in this
+order (each `__init__` says what it owns):
+
+- `util`: the project's low-level utilities (atomic files, locks, compiled-kernel set-up), here
+  because dataloader is the lowest package;
+- `spec`: feature specs, what each column of a click log is;
+- `format`: the dataset on disk, its manifest and parts, torchrec's `.npy` layout, opening a split;
+- `multihot`: multi-hot ids made from one-hot ids, as MLPerf DLRMv2 makes them;
+- `gather`: rows to torchrec batches through compiled gathers.
+
+At the top: the global order and shuffle (order.py), one rank's loader with its resume state
+(loader.py), background prefetch (prefetch.py) and stream digests (digest.py).
 
 Imports: nothing of shardrec (it is the lowest package; every other one may import it).
 """

@@ -37,13 +37,13 @@ import numpy as np
 import torch
 from torchrec.datasets.utils import Batch
 
-from shardrec.dataloader.batch import PAD_LABEL, BatchGatherer
-from shardrec.dataloader.format import DatasetError
-from shardrec.dataloader.multihot import IndexTables, MultiHotOption, multihot_source
+from shardrec.dataloader.format.manifest import DatasetError
+from shardrec.dataloader.format.part_cache import PartSet
+from shardrec.dataloader.format.source import SplitSource, open_source
+from shardrec.dataloader.gather.batch import PAD_LABEL, BatchGatherer
+from shardrec.dataloader.multihot.multihot_tables import IndexTables, MultiHotOption, multihot_source
 from shardrec.dataloader.order import NO_SHUFFLE, EpochOrder, OrderSpec, ShuffleSpec
-from shardrec.dataloader.part_cache import PartSet
 from shardrec.dataloader.prefetch import prefetch_map
-from shardrec.dataloader.source import SplitSource, open_source
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class Delivery:
     """Rows of this rank gathered in one go (consecutive batches; memory ~260 B/row)."""
     compiled: bool | None = None
     """Gather with the numba kernels (None: when numba imports; False: numpy only, the same
-    batches, slower; dataloader/gather_kernels.py)."""
+    batches, slower; dataloader/gather/gather_kernels.py)."""
     max_mapped_parts: int | None = None
     """Parts kept memory-mapped at once (None: all loaders of the process share half the
     kernel's map limit, ~1,170 Criteo parts; others are mapped again as the stream reaches
@@ -323,7 +323,7 @@ def build_loader(
         tail: "drop" or "pad" the last partial global batch.
         hashes: torchrec npy layout only: per-feature (or one) hash size to fold raw ids into.
         delivery: workers, prefetch depth, pinning, device, gather size, compiled kernels.
-        multihot: make multi-hot ids from this one-hot split at batch time (dataloader/multihot.py).
+        multihot: make multi-hot ids from this one-hot split at batch time (dataloader/multihot/multihot_tables.py).
     """
     if world_size <= 0 or not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")

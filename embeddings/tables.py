@@ -6,7 +6,7 @@ import torch
 from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
-from shardrec.dataloader.format import Manifest
+from shardrec.dataloader.format.manifest import Manifest
 from shardrec.embeddings.dims import table_name, table_specs
 
 __all__ = ["POOLING_TYPES", "build_ebc", "build_table_configs", "table_name", "table_weight_fqn"]

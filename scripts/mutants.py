@@ -26,7 +26,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     ),
     "order": ("dataloader/order.py", ["tests/unit/test_order.py"]),
     "loader": ("dataloader/loader.py", ["tests/unit/test_loader.py", "tests/unit/test_loader_many_parts.py"]),
-    "format": ("dataloader/format.py", ["tests/unit/test_format.py"]),
+    "format": ("dataloader/format/manifest.py", ["tests/unit/test_format.py"]),
     "checkpoint_trust": (
         "trainer/rundir/checkpoint_trust.py",
         ["tests/robustness/test_train_checkpoint_trust.py", "tests/unit/test_checkpoint.py"],
@@ -37,8 +37,11 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     ),
     "cost": ("sharding/cost.py", ["tests/unit/test_plan_memory.py", "tests/unit/test_plan_search.py"]),
     "comms": ("sharding/comms.py", ["tests/unit/test_comm_model.py"]),
-    "files": ("dataloader/files.py", ["tests/unit/test_files.py", "tests/unit/test_preprocess_ids_plan.py"]),
-    "multihot": ("dataloader/multihot.py", ["tests/unit/test_multihot.py", "tests/unit/test_multihot_loader.py"]),
+    "files": ("dataloader/util/files.py", ["tests/unit/test_files.py", "tests/unit/test_preprocess_ids_plan.py"]),
+    "multihot": (
+        "dataloader/multihot/multihot_tables.py",
+        ["tests/unit/test_multihot.py", "tests/unit/test_multihot_loader.py"],
+    ),
 }
 
 

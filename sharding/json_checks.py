@@ -18,7 +18,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from shardrec.dataloader.format import shown
+from shardrec.dataloader.format.manifest import shown
 
 _KINDS: dict[str, tuple[Any, str]] = {
     "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from shardrec.dataloader.files import atomic_write_bytes
-from shardrec.dataloader.format import shown
+from shardrec.dataloader.format.manifest import shown
+from shardrec.dataloader.util.files import atomic_write_bytes
 from shardrec.sharding.json_checks import check_fields, check_plan_fields, expect, read_strict_json
 from shardrec.sharding.topology import ClusterTopology
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
-from shardrec.dataloader.format import Manifest
+from shardrec.dataloader.format.manifest import Manifest
 from shardrec.sharding.cache import FrequencyCurve
 from shardrec.sharding.caching import TableKernel
 from shardrec.sharding.constraints import TableConstraint

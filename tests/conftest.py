@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardrec.dataloader.format import Manifest, SparseFeature, SplitInfo, smallest_uint, write_part
+from shardrec.dataloader.format.manifest import Manifest, SparseFeature, SplitInfo, smallest_uint, write_part
 
 
 def write_tiny_dataset(

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from typer.testing import Result
 
-from shardrec.dataloader.format import Manifest, SplitInfo, open_part, write_part
+from shardrec.dataloader.format.manifest import Manifest, SplitInfo, open_part, write_part
 
 # Log records the CLI writes to stderr while it works (configure_logging's format); a
 # subprocess shows them, and they are not part of the error message.

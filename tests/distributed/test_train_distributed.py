@@ -97,7 +97,7 @@ def build(env, data: str, run_dir: Path, layout: str, steps: int, pipeline: str 
     import torch.distributed as dist
     from train_plans import make_plan
 
-    from shardrec.dataloader.format import Manifest
+    from shardrec.dataloader.format.manifest import Manifest
     from shardrec.embeddings.tables import build_table_configs
     from shardrec.sharding.plan_io import save_plan
     from shardrec.trainer.loop.train_job import build_job

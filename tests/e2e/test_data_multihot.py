@@ -16,8 +16,8 @@ from helpers import assert_one_line_error
 from multihot_reference import reference_multihot, reference_tables
 from typer.testing import CliRunner
 
-from shardrec.dataloader.format import Manifest, open_split
-from shardrec.dataloader.integrity import verify
+from shardrec.dataloader.format.integrity import verify
+from shardrec.dataloader.format.manifest import Manifest, open_split
 from shardrec.tools.cli.app import app
 
 runner = CliRunner()

@@ -123,7 +123,7 @@ def test_a_run_stopped_at_its_target_is_complete_until_the_target_changes(traine
     assert json.loads(again.stdout)["steps"] == steps
     assert {name: (run / name).read_bytes() for name in record} == record
     # A raised or cleared target continues the run, once allowed (checked without training).
-    from shardrec.dataloader.format import Manifest
+    from shardrec.dataloader.format.manifest import Manifest
     from shardrec.trainer.job.config import load_job_config
     from shardrec.trainer.rundir import lifecycle
 
@@ -293,7 +293,7 @@ def test_dlrmv2_config_scaled_down_runs_end_to_end(trained: Path) -> None:
     assert [r["metadata"]["epoch_num"] for r in log if r["key"] == "eval_accuracy"] == [s / 15 for s in (1, 2, 3, 4)]
     assert log[-1]["metadata"]["status"] == "aborted"  # 4 steps did not reach 0.80275
     values = {r["key"]: r["value"] for r in log}
-    from shardrec.dataloader.format import Manifest
+    from shardrec.dataloader.format.manifest import Manifest
 
     assert values["eval_samples"] == Manifest.load(trained / "data").splits["val"].rows  # the whole split, once
     assert (values["opt_base_learning_rate"], values["global_batch_size"], values["train_samples"]) == (

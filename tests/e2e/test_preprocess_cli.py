@@ -12,8 +12,8 @@ import pytest
 from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
-from shardrec.dataloader.format import Manifest, open_split
-from shardrec.dataloader.integrity import verify
+from shardrec.dataloader.format.integrity import verify
+from shardrec.dataloader.format.manifest import Manifest, open_split
 from shardrec.tools.cli.app import app
 from shardrec.tools.preprocess.ids import hash_ids
 from shardrec.tools.preprocess.parse import transform_dense

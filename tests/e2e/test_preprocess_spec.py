@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from helpers import assert_one_line_error, cli
 
-from shardrec.dataloader.format import Manifest, open_split
-from shardrec.dataloader.integrity import verify
-from shardrec.dataloader.spec import CategoricalColumn, DenseColumn, ListColumn
-from shardrec.dataloader.spec_file import load_spec
+from shardrec.dataloader.format.integrity import verify
+from shardrec.dataloader.format.manifest import Manifest, open_split
+from shardrec.dataloader.spec.feature_spec import CategoricalColumn, DenseColumn, ListColumn
+from shardrec.dataloader.spec.spec_file import load_spec
 from shardrec.embeddings.tables import build_table_configs
 from shardrec.sharding.planner import pooling_factors
 from shardrec.sharding.request import DatasetStatistics

@@ -235,7 +235,7 @@ def test_the_readme_run_directory_examples_as_written_past_an_epoch_and_onto_mor
 def test_a_resume_that_shortens_the_run_is_a_change_to_accept(tiny_dataset: Path, tmp_path: Path) -> None:
     """Started with train.epochs = 3, stopped at step 5, rerun without it: epochs 3 -> 1 ends the run
     earlier, which the rerun must not do quietly (checked without training)."""
-    from shardrec.dataloader.format import Manifest
+    from shardrec.dataloader.format.manifest import Manifest
     from shardrec.trainer.job.config import load_job_config
     from shardrec.trainer.rundir import lifecycle
 

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from helpers import TINY_MODEL, assert_one_line_error, cli, settings
 
-from shardrec.dataloader.format import Manifest
+from shardrec.dataloader.format.manifest import Manifest
 
 REPO = Path(__file__).resolve().parents[2]
 ROWS = 20_000

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from helpers import assert_one_line_error, cli
 
-from shardrec.dataloader.format import Manifest
-from shardrec.dataloader.spec import CategoricalColumn, DenseColumn, IgnoredColumn, LabelColumn, ListColumn
-from shardrec.dataloader.spec_file import load_spec
+from shardrec.dataloader.format.manifest import Manifest
+from shardrec.dataloader.spec.feature_spec import CategoricalColumn, DenseColumn, IgnoredColumn, LabelColumn, ListColumn
+from shardrec.dataloader.spec.spec_file import load_spec
 
 
 def _ctr_log(path: Path, rows: int = 3000) -> None:

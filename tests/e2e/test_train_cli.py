@@ -131,7 +131,7 @@ def test_bad_input_is_one_clear_line(tiny_dataset: Path, tmp_path: Path) -> None
     assert_one_line_error(result, re.escape("does not divide by 3 ranks"))
 
     # A plan made for 2 ranks, used with 1: the message names what differs.
-    from shardrec.dataloader.format import Manifest
+    from shardrec.dataloader.format.manifest import Manifest
     from shardrec.embeddings.tables import build_table_configs
     from shardrec.sharding.plan_io import PLAN_SCHEMA_VERSION, PlanFile, Shard, TablePlan, plan_fingerprint, save_plan
 

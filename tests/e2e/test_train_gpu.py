@@ -143,7 +143,7 @@ def test_on_the_fly_multihot_trains_on_a_gpu(gpu_run: tuple[Path, dict]) -> None
 
 def _plan(root: Path, cut_first_table: bool) -> Path:
     """Every table whole on rank 0, the first one cut in two column shards of 4 if asked."""
-    from shardrec.dataloader.format import Manifest
+    from shardrec.dataloader.format.manifest import Manifest
     from shardrec.embeddings.tables import build_table_configs
     from shardrec.sharding.plan_io import PLAN_SCHEMA_VERSION, PlanFile, Shard, TablePlan, plan_fingerprint
 

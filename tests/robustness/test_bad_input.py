@@ -13,7 +13,7 @@ from pathlib import Path
 from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
-from shardrec.dataloader.format import Manifest
+from shardrec.dataloader.format.manifest import Manifest
 from shardrec.tools.cli.app import app
 from shardrec.tools.synth import write_dataset
 

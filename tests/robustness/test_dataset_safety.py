@@ -15,7 +15,7 @@ from conftest import loader_kwargs, write_tiny_dataset
 from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
-from shardrec.dataloader.format import DatasetError, file_sha256, shown
+from shardrec.dataloader.format.manifest import DatasetError, file_sha256, shown
 from shardrec.dataloader.loader import build_loader
 from shardrec.tools.cli.app import app
 

@@ -18,13 +18,13 @@ import pytest
 from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
-from shardrec.dataloader.format import DatasetError, Manifest
+from shardrec.dataloader.format.manifest import DatasetError, Manifest
 from shardrec.tools.cli.app import app
 
 _WRITER = """
 import sys, time
 from pathlib import Path
-from shardrec.dataloader.locks import dataset_lock
+from shardrec.dataloader.util.locks import dataset_lock
 dataset_lock(Path(sys.argv[1]))
 print("locked", flush=True)
 time.sleep(120)

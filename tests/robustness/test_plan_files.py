@@ -20,7 +20,7 @@ JOB = ["--set", "train.global_batch_size=64", "--set", 'train.device="cpu"']
 
 
 def _valid_plan(tiny_dataset: Path, path: Path) -> dict:
-    from shardrec.dataloader.format import Manifest
+    from shardrec.dataloader.format.manifest import Manifest
     from shardrec.embeddings.tables import build_table_configs
     from shardrec.sharding.plan_io import PLAN_SCHEMA_VERSION, PlanFile, Shard, TablePlan, plan_fingerprint, save_plan
 

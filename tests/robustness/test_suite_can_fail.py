@@ -14,8 +14,8 @@ import typer
 from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
-from shardrec.dataloader import gather_kernels
-from shardrec.dataloader.format import open_split
+from shardrec.dataloader.format.manifest import open_split
+from shardrec.dataloader.gather import gather_kernels
 from shardrec.tools.cli.app import app
 from shardrec.tools.cli.common import err_console, fail
 from shardrec.tools.preprocess import parse_kernel

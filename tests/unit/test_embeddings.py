@@ -11,7 +11,7 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 from torchrec.optim.optimizers import in_backward_optimizer_filter
 from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 
-from shardrec.dataloader.format import Manifest, SparseFeature
+from shardrec.dataloader.format.manifest import Manifest, SparseFeature
 from shardrec.embeddings.dims import table_dims
 from shardrec.embeddings.init import INIT_BLOCK_ROWS, _fill_rows, init_embedding_weights
 from shardrec.embeddings.optim import attach_fused_optimizer, replicated_table_optimizer, replicated_table_params

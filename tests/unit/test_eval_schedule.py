@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shardrec.dataloader.format import Manifest, SparseFeature
+from shardrec.dataloader.format.manifest import Manifest, SparseFeature
 from shardrec.trainer.job.config import load_job_config
 from shardrec.trainer.job.data_options import model_manifest, multihot_option
 from shardrec.trainer.loop.target import EvalSchedule, TargetTracker

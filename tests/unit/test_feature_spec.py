@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from shardrec.dataloader.spec import (
+from shardrec.dataloader.spec.feature_spec import (
     CategoricalColumn,
     DenseColumn,
     FeatureSpec,
@@ -19,7 +19,7 @@ from shardrec.dataloader.spec import (
     TextFormat,
     criteo_spec,
 )
-from shardrec.dataloader.spec_file import load_spec, spec_from_dict, spec_to_toml
+from shardrec.dataloader.spec.spec_file import load_spec, spec_from_dict, spec_to_toml
 
 MOVIELENS = """
 [format]

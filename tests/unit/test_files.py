@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 from helpers import record_syncs_and_renames
 
-from shardrec.dataloader.files import atomic_open, atomic_path, atomic_write_bytes
+from shardrec.dataloader.util.files import atomic_open, atomic_path, atomic_write_bytes
 
 
 def test_atomic_write_creates_folders_and_leaves_only_the_file(tmp_path: Path):

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from conftest import write_tiny_dataset
 
-from shardrec.dataloader.format import DatasetError, Manifest, open_split, smallest_uint
-from shardrec.dataloader.integrity import verify
+from shardrec.dataloader.format.integrity import verify
+from shardrec.dataloader.format.manifest import DatasetError, Manifest, open_split, smallest_uint
 
 
 def test_smallest_uint_picks_the_narrowest_type():

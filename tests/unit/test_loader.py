@@ -6,7 +6,7 @@ import torch
 from conftest import loader_kwargs, write_tiny_dataset
 
 from shardrec.dataloader.digest import batch_digest, stream_digests
-from shardrec.dataloader.format import DatasetError, open_split
+from shardrec.dataloader.format.manifest import DatasetError, open_split
 from shardrec.dataloader.loader import NO_SHUFFLE, PAD_LABEL, build_loader
 
 
@@ -275,7 +275,7 @@ def test_set_epoch_during_iteration_ends_the_stale_iterator(data: Path):
 
 
 def test_float16_dense_columns_arrive_as_float32(tmp_path: Path):
-    from shardrec.dataloader.format import Manifest, SparseFeature, SplitInfo, write_part
+    from shardrec.dataloader.format.manifest import Manifest, SparseFeature, SplitInfo, write_part
 
     rng = np.random.default_rng(0)
     dense = rng.normal(size=(32, 3)).astype(np.float16)

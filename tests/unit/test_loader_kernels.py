@@ -1,4 +1,4 @@
-"""The compiled gathers (dataloader/gather_kernels.py) give exactly the numpy path's batches."""
+"""The compiled gathers (dataloader/gather/gather_kernels.py) give exactly the numpy path's batches."""
 
 from pathlib import Path
 
@@ -8,8 +8,8 @@ import pytest
 import torch
 from conftest import loader_kwargs, write_tiny_dataset  # noqa: E402
 
-from shardrec.dataloader import gather_kernels  # noqa: E402
 from shardrec.dataloader.digest import batch_digest  # noqa: E402
+from shardrec.dataloader.gather import gather_kernels
 from shardrec.dataloader.loader import build_loader  # noqa: E402
 
 # Small shuffle levels: the 1000-row split spans several windows, groups and both parts.
@@ -109,7 +109,7 @@ def test_group_by_part_matches_a_stable_sort(num_parts: int):
 
 
 def test_parts_the_kernels_cannot_read_as_one_column_fall_back_exactly(monkeypatch, tmp_path: Path):
-    from shardrec.dataloader.format import Manifest, SparseFeature, SplitInfo, write_part
+    from shardrec.dataloader.format.manifest import Manifest, SparseFeature, SplitInfo, write_part
 
     rng = np.random.default_rng(4)
     # float16 dense (numba cannot convert it) over several parts.
@@ -148,7 +148,7 @@ def test_whole_rows_of_several_parts_are_copied_exactly():
 
 @pytest.mark.parametrize("sizes", [[5] * 40, [1, 0, 0, 7, 3] * 10, [3000] * 64 + [1]])  # empty parts; one tiny
 def test_rows_located_through_the_coarse_index_are_where_the_search_puts_them(sizes: list[int]):
-    from shardrec.dataloader.many_parts import part_index
+    from shardrec.dataloader.gather.many_parts import part_index
 
     part_starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     rows = np.random.default_rng(len(sizes)).integers(0, part_starts[-1], 2000).astype(np.int64)

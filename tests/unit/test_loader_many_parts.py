@@ -17,14 +17,14 @@ import pytest
 from conftest import write_tiny_dataset
 from helpers import resplit
 
-from shardrec.dataloader import gather_kernels
-from shardrec.dataloader.addresses import index_dtype
 from shardrec.dataloader.digest import batch_digest
-from shardrec.dataloader.format import DatasetError, Manifest
+from shardrec.dataloader.format.manifest import DatasetError, Manifest
+from shardrec.dataloader.format.mapping import map_npy, read_ahead
+from shardrec.dataloader.format.part_cache import PartSet
+from shardrec.dataloader.format.source import open_source
+from shardrec.dataloader.gather import gather_kernels
+from shardrec.dataloader.gather.addresses import index_dtype
 from shardrec.dataloader.loader import Delivery, ShuffleSpec, build_loader
-from shardrec.dataloader.mapping import map_npy, read_ahead
-from shardrec.dataloader.part_cache import PartSet
-from shardrec.dataloader.source import open_source
 
 PARTS = 300
 SMALL_SHUFFLE = ShuffleSpec(seed=3, block_rows=4, window_blocks=8, segment_blocks=2, group_segments=40)
@@ -180,7 +180,7 @@ def test_an_exhausted_open_file_limit_is_one_clear_line(datasets):
 
 
 def test_all_part_sets_of_the_process_share_one_map_budget(datasets, monkeypatch):
-    from shardrec.dataloader import part_cache
+    from shardrec.dataloader.format import part_cache
 
     _, many = datasets
     files = len(Manifest.load(many).splits["train"].parts[0].files)

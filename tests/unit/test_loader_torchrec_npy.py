@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from shardrec.dataloader.format import DatasetError
+from shardrec.dataloader.format.manifest import DatasetError
 from shardrec.dataloader.loader import NO_SHUFFLE, build_loader
 
 

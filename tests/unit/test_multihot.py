@@ -10,8 +10,9 @@ import pytest
 from conftest import write_tiny_dataset
 from multihot_reference import reference_tables
 
-from shardrec.dataloader import multihot, multihot_kernel
-from shardrec.dataloader.multihot import MultiHotSpec, multihot_spec, open_index_tables
+from shardrec.dataloader.multihot import multihot_kernel
+from shardrec.dataloader.multihot import multihot_tables as multihot
+from shardrec.dataloader.multihot.multihot_tables import MultiHotSpec, multihot_spec, open_index_tables
 
 SIZES = [3, 1, 2, 7, 1, 5]
 ROWS = [50, 4, 1, 300, 9, 70_000]

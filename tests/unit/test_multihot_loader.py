@@ -11,9 +11,9 @@ from conftest import loader_kwargs, write_tiny_dataset
 from multihot_reference import reference_multihot, reference_tables
 
 from shardrec.dataloader.digest import stream_digests
-from shardrec.dataloader.format import open_split
+from shardrec.dataloader.format.manifest import open_split
 from shardrec.dataloader.loader import build_loader
-from shardrec.dataloader.multihot import MultiHotOption
+from shardrec.dataloader.multihot.multihot_tables import MultiHotOption
 from shardrec.tools.preprocess.multihot_dataset import materialize_multihot
 
 SIZES = (3, 1, 2, 6)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import write_tiny_dataset
 
-from shardrec.dataloader.format import Manifest
+from shardrec.dataloader.format.manifest import Manifest
 from shardrec.tools.preprocess import multihot_stats
 from shardrec.tools.preprocess.multihot_dataset import materialize_multihot
 from shardrec.tools.preprocess.stats import compute_feature_stats

@@ -23,7 +23,7 @@ def _job(tmp_path: Path, constraints: str) -> Path:
 
 
 def test_plan_writes_checked_plan_and_report(tiny_dataset: Path, tmp_path: Path) -> None:
-    from shardrec.dataloader.format import Manifest
+    from shardrec.dataloader.format.manifest import Manifest
     from shardrec.embeddings.tables import build_table_configs
 
     job = _job(
@@ -114,7 +114,7 @@ def test_plan_at_start_writes_the_plan_shardrec_plan_writes(tiny_dataset: Path, 
     """The trainer without --plan and `shardrec plan` turn the same job into the same bytes."""
     import torch
 
-    from shardrec.dataloader.format import Manifest
+    from shardrec.dataloader.format.manifest import Manifest
     from shardrec.embeddings.tables import build_table_configs
     from shardrec.sharding.memory import dense_footprint
     from shardrec.trainer.distributed.dist import DistEnv

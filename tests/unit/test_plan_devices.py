@@ -94,7 +94,7 @@ def _start_on_a_fake_gpu(dataset: Path, monkeypatch, free_bytes: int, plan=None)
     CPU and sharding (which would allocate the tables) returns "sharded" instead of running."""
     import torch
 
-    from shardrec.dataloader.format import Manifest
+    from shardrec.dataloader.format.manifest import Manifest
     from shardrec.trainer.distributed.dist import DistEnv
     from shardrec.trainer.job.config import JobConfig
     from shardrec.trainer.model import build
@@ -139,7 +139,7 @@ def test_start_on_a_gpu_refuses_a_plan_larger_than_its_free_memory_before_shardi
 
 
 def _cuda_plan(dataset: Path):
-    from shardrec.dataloader.format import Manifest
+    from shardrec.dataloader.format.manifest import Manifest
     from shardrec.embeddings.tables import build_table_configs
     from shardrec.sharding.planner import plan_tables
     from shardrec.sharding.request import PlanRequest

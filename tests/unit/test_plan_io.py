@@ -207,7 +207,7 @@ def test_the_plan_fingerprint_digest_is_pinned_and_covers_every_field(tiny_datas
     (written by the previous code for this dataset at dim 8) has this one, and any field changes it."""
     import dataclasses
 
-    from shardrec.dataloader.format import Manifest
+    from shardrec.dataloader.format.manifest import Manifest
     from shardrec.embeddings.tables import build_table_configs
 
     configs = build_table_configs(Manifest.load(tiny_dataset), 8)

@@ -16,7 +16,7 @@ from torchrec.distributed.embedding_types import EmbeddingComputeKernel, Sharded
 from torchrec.distributed.utils import add_params_from_parameter_sharding, convert_to_fbgemm_types
 from typer.testing import CliRunner
 
-from shardrec.dataloader.format import Manifest
+from shardrec.dataloader.format.manifest import Manifest
 from shardrec.embeddings.tables import build_table_configs
 from shardrec.sharding.plan_io import (
     PLAN_SCHEMA_VERSION,

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardrec.dataloader.format import write_part
+from shardrec.dataloader.format.manifest import write_part
 from shardrec.tools.preprocess import parse_kernel
 from shardrec.tools.preprocess.ids import hash_ids
 from shardrec.tools.preprocess.stats import feature_stats, id_counts, id_frequencies

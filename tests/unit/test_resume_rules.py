@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from shardrec.dataloader.format import Manifest
+from shardrec.dataloader.format.manifest import Manifest
 from shardrec.trainer.job.config import load_job_config
 from shardrec.trainer.rundir.lifecycle import check_run_dir, resume_notice
 

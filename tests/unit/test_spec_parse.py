@@ -10,7 +10,7 @@ import io
 import numpy as np
 import pytest
 
-from shardrec.dataloader.spec import (
+from shardrec.dataloader.spec.feature_spec import (
     CategoricalColumn,
     DenseColumn,
     FeatureSpec,

@@ -174,6 +174,6 @@ def calibrate(device_kind: str = "cpu", world_size: int = 2) -> dict[str, Any]:
 def save_profile(profile: dict[str, Any], path: str | Path) -> None:
     import json
 
-    from shardrec.dataloader.files import atomic_write_bytes
+    from shardrec.dataloader.util.files import atomic_write_bytes
 
     atomic_write_bytes(Path(path), (json.dumps(profile, indent=2, sort_keys=True) + "\n").encode())

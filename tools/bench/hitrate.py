@@ -27,7 +27,7 @@ GOAL_POINTS = 2.0
 
 
 def _job(data: Path, config: Path | None, sets: list[str]):
-    from shardrec.dataloader.format import Manifest
+    from shardrec.dataloader.format.manifest import Manifest
     from shardrec.embeddings.tables import build_table_configs
     from shardrec.trainer.job.config import load_job_config
     from shardrec.trainer.job.data_options import model_manifest

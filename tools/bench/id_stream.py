@@ -56,7 +56,7 @@ def table_batches(
 
 def count_batches(data_dir: Path, job, max_batches: int = 0) -> int:
     """Global batches one epoch of the train split yields (at most `max_batches`, 0: no limit)."""
-    from shardrec.dataloader.format import Manifest
+    from shardrec.dataloader.format.manifest import Manifest
 
     rows = Manifest.load(data_dir).splits[job.data.train_split].rows
     full = rows // job.train.global_batch_size if job.data.tail == "drop" else -(-rows // job.train.global_batch_size)

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from shardrec.dataloader import torchrec_npy as npy
+from shardrec.dataloader.format import torchrec_npy as npy
 from shardrec.tools.cli.common import console
 
 KAGGLE_CARDINALITIES = (
@@ -54,7 +54,7 @@ def write_bench_data(
 ) -> tuple[Path, Path]:
     """Write the same random Criteo-shaped rows as a shardrec dataset (`parts` parts, in
     directory/name) and in torchrec's layout (one day, in directory/torchrec)."""
-    from shardrec.dataloader.format import Manifest, SparseFeature, SplitInfo, smallest_uint, write_part
+    from shardrec.dataloader.format.manifest import Manifest, SparseFeature, SplitInfo, smallest_uint, write_part
 
     rng = np.random.default_rng(seed)
     labels = (rng.random(rows) < 0.25).astype(np.uint8)

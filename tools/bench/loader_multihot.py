@@ -49,7 +49,7 @@ def run_multihot_bench(
 ) -> dict[str, Any]:
     """Samples/s per rank of the one-hot loader and of on-the-fly multi-hot at each table size and worker count."""
     from shardrec.dataloader.loader import Delivery, build_loader
-    from shardrec.dataloader.multihot import MultiHotOption, MultiHotSpec, default_cache_dir
+    from shardrec.dataloader.multihot.multihot_tables import MultiHotOption, MultiHotSpec, default_cache_dir
     from shardrec.sharding.suites import DLRMV2_POOLING
     from shardrec.tools.bench.loader import rows_per_second, warm_page_cache, write_bench_data
 

@@ -42,7 +42,7 @@ FIRST_BATCH_GOAL_S = 10.0
 
 def link_parts(one: Path, out: Path, parts: int) -> Path:
     """A dataset in `out` of `parts` parts, each one the single train part of `one` hard-linked."""
-    from shardrec.dataloader.format import Manifest, PartInfo, SplitInfo
+    from shardrec.dataloader.format.manifest import Manifest, PartInfo, SplitInfo
 
     manifest = Manifest.load(one)
     (info,) = manifest.splits["train"].parts

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shardrec.dataloader.format import Manifest, smallest_uint
+from shardrec.dataloader.format.manifest import Manifest, smallest_uint
 
 INSTALL_HINT = "polars is not installed: pip install 'shardrec[bench]' (or pip install polars)"
 _M1, _M2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB

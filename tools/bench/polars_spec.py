@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from shardrec.dataloader.format import Manifest, smallest_uint
-from shardrec.dataloader.spec import CategoricalColumn, DenseColumn, FeatureSpec, ListColumn
-from shardrec.dataloader.spec_file import load_spec
+from shardrec.dataloader.format.manifest import Manifest, smallest_uint
+from shardrec.dataloader.spec.feature_spec import CategoricalColumn, DenseColumn, FeatureSpec, ListColumn
+from shardrec.dataloader.spec.spec_file import load_spec
 from shardrec.tools.bench.polars_pipeline import _mix64, child_main
 
 

@@ -43,7 +43,7 @@ def rates(mb: float, run: dict[str, float]) -> dict[str, float]:
 
 def prepare(like: str, size_gb: float, work_dir: Path) -> tuple[Path, Path]:
     """The generated log (reused when it is there at about the size) and its inferred spec."""
-    from shardrec.dataloader.spec_file import spec_to_toml
+    from shardrec.dataloader.spec.spec_file import spec_to_toml
     from shardrec.tools.preprocess.infer import infer_spec
     from shardrec.tools.synth_like import write_like
 

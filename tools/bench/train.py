@@ -47,7 +47,7 @@ VAL_BATCHES = 8
 
 def write_bench_data(directory: Path, rows: dict[str, int], table_rows: int, seed: int = 0) -> Path:
     """Demo-style rows (Zipf-like ids, labels from a hidden linear model) as a shardrec dataset."""
-    from shardrec.dataloader.format import Manifest, SparseFeature, SplitInfo, smallest_uint, write_part
+    from shardrec.dataloader.format.manifest import Manifest, SparseFeature, SplitInfo, smallest_uint, write_part
 
     rng = np.random.default_rng(seed)
     dtype = smallest_uint(table_rows - 1)

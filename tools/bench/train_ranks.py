@@ -166,7 +166,7 @@ def bench_rank(
     env: DistEnv, configs: dict[str, JobConfig], run_root: Path, steps: int, rounds: int, quality_steps: int
 ) -> dict[str, Any]:
     """Both phases on this rank; returns the figures (every rank gets the same)."""
-    from shardrec.dataloader.format import Manifest
+    from shardrec.dataloader.format.manifest import Manifest
 
     total = quality_steps + (rounds + 1) * steps * 2 + 1
     ours = {name: build_ours(cfg, env, run_root / name, total) for name, cfg in configs.items()}

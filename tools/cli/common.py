@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from shardrec.dataloader.files import atomic_open
+from shardrec.dataloader.util.files import atomic_open
 
 console = Console()
 err_console = Console(stderr=True)
@@ -26,7 +26,7 @@ def fail(message: str) -> NoReturn:
 
 
 def save_figure(fig: Any, path: Path, dpi: int = 100) -> None:
-    """Write a matplotlib figure to `path` (a PNG) atomically (dataloader/files.py); close it.
+    """Write a matplotlib figure to `path` (a PNG) atomically (dataloader/util/files.py); close it.
 
     An unwritable path (no permission, a file where a folder should be, a full disk) ends the
     command with `fail()` naming the path and the reason, not a traceback.

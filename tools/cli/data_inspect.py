@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from shardrec.dataloader.format import DatasetError, Manifest
+from shardrec.dataloader.format.manifest import DatasetError, Manifest
 from shardrec.tools.cli.common import console, fail, print_json
 from shardrec.tools.cli.data_view import dataset_stats, head_fields, head_rows, plot_frequencies
 from shardrec.tools.preprocess import npy_import_export

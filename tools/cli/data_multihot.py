@@ -13,8 +13,8 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from shardrec.dataloader.format import DatasetError, Manifest
-from shardrec.dataloader.multihot import DISTRIBUTIONS, default_cache_dir
+from shardrec.dataloader.format.manifest import DatasetError, Manifest
+from shardrec.dataloader.multihot.multihot_tables import DISTRIBUTIONS, default_cache_dir
 from shardrec.tools.cli.common import console, fail, print_json
 from shardrec.tools.preprocess.multihot_dataset import check_out, materialize_multihot, prepare_multihot
 

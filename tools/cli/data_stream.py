@@ -10,8 +10,8 @@ import typer
 from rich.progress import Progress, TextColumn
 
 from shardrec.dataloader.digest import stream_digests
-from shardrec.dataloader.format import DatasetError
-from shardrec.dataloader.integrity import verify
+from shardrec.dataloader.format.integrity import verify
+from shardrec.dataloader.format.manifest import DatasetError
 from shardrec.tools.cli.common import console, err_console, fail, print_json
 
 

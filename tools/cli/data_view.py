@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from shardrec.dataloader.format import DatasetError, Manifest, open_split
-from shardrec.dataloader.integrity import id_out_of_range
+from shardrec.dataloader.format.integrity import id_out_of_range
+from shardrec.dataloader.format.manifest import DatasetError, Manifest, open_split
 from shardrec.tools.cli.common import save_figure
 from shardrec.tools.preprocess.stats import frequency_curves
 
@@ -93,8 +93,8 @@ def head_rows(directory: Path, n: int = 5, split: str = "train") -> list[dict[st
 def head_fields(manifest: Manifest, directory: Path) -> list[tuple[str, str]]:
     """(key in head_rows' rows, name shown) of each field, in the order of the text's columns where the
     dataset's spec is known: the label as its column and rule (`label: rating >= 4`), lists with their pooling."""
-    from shardrec.dataloader.spec import LabelColumn, ListColumn, SpecError
-    from shardrec.dataloader.spec_file import manifest_spec
+    from shardrec.dataloader.spec.feature_spec import LabelColumn, ListColumn, SpecError
+    from shardrec.dataloader.spec.spec_file import manifest_spec
 
     try:
         spec = manifest_spec(manifest, directory)

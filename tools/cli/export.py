@@ -25,7 +25,7 @@ def export(
     reader) loads without torchrun."""
     if out.is_dir():  # before torch is imported
         fail(f"--out {out}: is a directory; give a file name such as {out / 'model.safetensors'}")
-    from shardrec.dataloader.format import DatasetError
+    from shardrec.dataloader.format.manifest import DatasetError
     from shardrec.trainer.inference.export import export_model
 
     try:

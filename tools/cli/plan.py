@@ -20,7 +20,7 @@ plan_app = typer.Typer(
 
 
 def _load_job(config: Path | None, data: Path | None, overrides: list[str]):
-    from shardrec.dataloader.format import DatasetError, Manifest
+    from shardrec.dataloader.format.manifest import DatasetError, Manifest
     from shardrec.embeddings.tables import build_table_configs
     from shardrec.trainer.job.config import load_job_config
     from shardrec.trainer.job.data_options import model_manifest

@@ -15,7 +15,7 @@ from shardrec.tools.cli.common import err_console, fail, print_json
 
 def _write(probs: np.ndarray, out: Path | None) -> None:
     """One probability per line (stdout without --out), or a float32 .npy for a .npy path."""
-    from shardrec.dataloader.files import atomic_open
+    from shardrec.dataloader.util.files import atomic_open
 
     if out is None:
         np.savetxt(sys.stdout, probs, fmt="%.9g")
@@ -94,7 +94,7 @@ def predict(
         )
     if not input_path.exists():
         fail(f"{input_path}: no such file or dataset directory")
-    from shardrec.dataloader.format import DatasetError
+    from shardrec.dataloader.format.manifest import DatasetError
     from shardrec.trainer.inference.predict import load_exported, score_split
     from shardrec.trainer.loop.metrics import auc
 

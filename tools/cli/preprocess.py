@@ -18,7 +18,7 @@ from shardrec.tools.preprocess.settings import PreprocessConfig
 from shardrec.trainer.job.config import field_help
 
 if TYPE_CHECKING:  # the pipeline and the spec parser are imported by the command, not by every CLI start
-    from shardrec.dataloader.spec import FeatureSpec
+    from shardrec.dataloader.spec.feature_spec import FeatureSpec
     from shardrec.tools.preprocess.pipeline import PreprocessResult
 
 
@@ -94,8 +94,8 @@ _TEXT_OPTIONS = ("csv", "delimiter", "header", "num_dense", "num_sparse", "min_f
 
 
 def _spec(ctx: typer.Context, path: Path | None) -> FeatureSpec | None:
-    from shardrec.dataloader.spec import SpecError
-    from shardrec.dataloader.spec_file import load_spec
+    from shardrec.dataloader.spec.feature_spec import SpecError
+    from shardrec.dataloader.spec.spec_file import load_spec
 
     if path is None:
         return None
@@ -139,8 +139,8 @@ def preprocess(
 ) -> None:
     """Turn click logs into a sharded-training dataset (parts + manifest.json): Criteo's rows, or any
     CSV/TSV a feature spec (--spec) describes."""
-    from shardrec.dataloader.format import DatasetError
-    from shardrec.dataloader.locks import dataset_lock
+    from shardrec.dataloader.format.manifest import DatasetError
+    from shardrec.dataloader.util.locks import dataset_lock
     from shardrec.tools.preprocess.pipeline import run_preprocess
     from shardrec.tools.preprocess.pool import WorkerDied
     from shardrec.tools.preprocess.task import InputError, MalformedRowError

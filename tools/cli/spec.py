@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from shardrec.dataloader.files import atomic_write_bytes
-from shardrec.dataloader.format import DatasetError, Manifest
+from shardrec.dataloader.format.manifest import DatasetError, Manifest
+from shardrec.dataloader.util.files import atomic_write_bytes
 from shardrec.tools.cli.common import console, fail
 
 spec_app = typer.Typer(
@@ -34,7 +34,7 @@ def infer(
 
     Each choice is a comment beside its column: check them, edit, then `shardrec preprocess FILE --spec SPEC`.
     """
-    from shardrec.dataloader.spec_file import spec_to_toml
+    from shardrec.dataloader.spec.spec_file import spec_to_toml
     from shardrec.tools.preprocess.infer import infer_spec
 
     if not file.is_file():
@@ -68,8 +68,8 @@ def show(
     dataset: Annotated[Path, typer.Argument(help="A preprocessed dataset directory (with manifest.json).")],
 ) -> None:
     """Print the spec a dataset was preprocessed with (the built-in Criteo spec where none was given)."""
-    from shardrec.dataloader.spec import SpecError
-    from shardrec.dataloader.spec_file import manifest_spec, spec_to_toml
+    from shardrec.dataloader.spec.feature_spec import SpecError
+    from shardrec.dataloader.spec.spec_file import manifest_spec, spec_to_toml
 
     try:
         spec = manifest_spec(Manifest.load(dataset), dataset)

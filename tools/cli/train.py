@@ -48,7 +48,7 @@ def _print_summary(summary: dict, run_dir: Path) -> None:
 def _failure_message(result: LaunchResult, out_dir: Path, data: str) -> str:
     """The last line after a failed run: the cause as the ranks and torchrun's agent reported it,
     the dataset's files that changed under it, and what a rerun resumes from (when anything)."""
-    from shardrec.dataloader.integrity import changed_since_written
+    from shardrec.dataloader.format.integrity import changed_since_written
 
     parts = [
         f"training failed: {result.cause}" if result.cause else f"training failed (torchrun exit code {result.code})"
@@ -192,7 +192,7 @@ def _prepare_run_dir(
 ) -> JobConfig | None:
     """Resolve and check the job and what OUT_DIR holds before any rank starts; returns the job,
     or None if the run is already complete."""
-    from shardrec.dataloader.format import Manifest
+    from shardrec.dataloader.format.manifest import Manifest
     from shardrec.trainer.job.mlperf_rules import rule_breaks
     from shardrec.trainer.rundir import lifecycle
 

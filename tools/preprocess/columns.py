@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shardrec.dataloader.format import PartInfo, smallest_uint, write_part
+from shardrec.dataloader.format.manifest import PartInfo, smallest_uint, write_part
 from shardrec.tools.preprocess import cpu_stages, parse_kernel, spec_kernel
 from shardrec.tools.preprocess.dense_table import append_dense, log1p_table
 from shardrec.tools.preprocess.ids import Vocabulary, hash_ids

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shardrec.dataloader.jit import AVAILABLE, njit
+from shardrec.dataloader.util.jit import AVAILABLE, njit
 from shardrec.tools.preprocess.parse import DENSE_TRANSFORMS, transform_dense
 
 LOG1P, SIGNED_LOG1P, SHIFT_LOG1P, NO_TRANSFORM = range(4)  # DENSE_TRANSFORMS' order

@@ -27,7 +27,7 @@ import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from shardrec.dataloader.files import atomic_write_bytes
+from shardrec.dataloader.util.files import atomic_write_bytes
 from shardrec.tools.preprocess import gz
 
 logger = logging.getLogger(__name__)

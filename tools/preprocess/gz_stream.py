@@ -34,8 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
-from shardrec.dataloader.files import atomic_write_bytes, fsync_dir
-from shardrec.dataloader.format import PartInfo, write_part
+from shardrec.dataloader.format.manifest import PartInfo, write_part
+from shardrec.dataloader.util.files import atomic_write_bytes, fsync_dir
 from shardrec.tools.preprocess import cpu_stages, gz, parse_kernel
 from shardrec.tools.preprocess.gz_split import GzipScan, load_scan, save_scan
 from shardrec.tools.preprocess.inputs import STAGED, SplitRange, Task

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardrec.dataloader.jit import njit
+from shardrec.dataloader.util.jit import njit
 from shardrec.tools.preprocess.ids import MISSING_ID, OOV_ID, Vocabulary
 
 HASH_MAX_VALUES = 1 << 20  # a table of at most 2 M slots, 16 MB

@@ -32,7 +32,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from shardrec.dataloader.spec import (
+from shardrec.dataloader.spec.feature_spec import (
     CategoricalColumn,
     Column,
     DenseColumn,

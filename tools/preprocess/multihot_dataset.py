@@ -1,6 +1,6 @@
 """Materialise a multi-hot dataset from a one-hot one (`shardrec data multihot`).
 
-Each one-hot id becomes its row of the feature's index table (dataloader/multihot.py, the
+Each one-hot id becomes its row of the feature's index table (dataloader/multihot/multihot_tables.py, the
 MLPerf DLRMv2 reference's tables); labels and dense values are copied byte for byte (their
 checksums checked on the way). A feature of size 1 stays one-hot. Columns are written chunk
 by chunk and hashed as they are written, so memory stays a few chunks whatever the part
@@ -35,8 +35,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from shardrec.dataloader.files import fsync_dir, fsync_path
-from shardrec.dataloader.format import (
+from shardrec.dataloader.format.manifest import (
     DatasetError,
     FileInfo,
     Manifest,
@@ -46,7 +45,13 @@ from shardrec.dataloader.format import (
     open_part,
     smallest_uint,
 )
-from shardrec.dataloader.multihot import IndexTables, default_cache_dir, multihot_spec, open_index_tables
+from shardrec.dataloader.multihot.multihot_tables import (
+    IndexTables,
+    default_cache_dir,
+    multihot_spec,
+    open_index_tables,
+)
+from shardrec.dataloader.util.files import fsync_dir, fsync_path
 from shardrec.tools.preprocess.multihot_stats import OneHotCounts
 from shardrec.tools.preprocess.stats import compute_feature_stats
 

@@ -24,9 +24,9 @@ import threading
 
 import numpy as np
 
-from shardrec.dataloader.format import Manifest
-from shardrec.dataloader.jit import AVAILABLE, njit
-from shardrec.dataloader.multihot import IndexTables
+from shardrec.dataloader.format.manifest import Manifest
+from shardrec.dataloader.multihot.multihot_tables import IndexTables
+from shardrec.dataloader.util.jit import AVAILABLE, njit
 from shardrec.tools.preprocess import parse_kernel
 from shardrec.tools.preprocess.stats import MAX_EXACT_ROWS, feature_stats
 

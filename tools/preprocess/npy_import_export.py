@@ -1,7 +1,7 @@
 """Interop with torchrec's preprocessed Criteo layout: `day_N_{dense,sparse,labels}.npy`.
 
 The layout (names, dtypes, shapes, torchrec's splits) is described once, in
-dataloader/torchrec_npy.py; torchrec's dense values are already log-transformed and its
+dataloader/format/torchrec_npy.py; torchrec's dense values are already log-transformed and its
 sparse values raw (missing parsed as 0), taken as `value % hashes[feature]`.
 
 Import reproduces exactly that: the same splits and ids, dense values copied as they are, so
@@ -20,9 +20,17 @@ from pathlib import Path
 
 import numpy as np
 
-from shardrec.dataloader import torchrec_npy as npy
-from shardrec.dataloader.files import atomic_path, atomic_write_bytes
-from shardrec.dataloader.format import SPLITS, Manifest, SparseFeature, SplitInfo, open_split, smallest_uint, write_part
+from shardrec.dataloader.format import torchrec_npy as npy
+from shardrec.dataloader.format.manifest import (
+    SPLITS,
+    Manifest,
+    SparseFeature,
+    SplitInfo,
+    open_split,
+    smallest_uint,
+    write_part,
+)
+from shardrec.dataloader.util.files import atomic_path, atomic_write_bytes
 from shardrec.tools.preprocess.stats import compute_feature_stats
 
 logger = logging.getLogger(__name__)

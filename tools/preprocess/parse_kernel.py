@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shardrec.dataloader.jit import AVAILABLE, njit
+from shardrec.dataloader.util.jit import AVAILABLE, njit
 
 if AVAILABLE:
     from numba.cpython.unsafe.numbers import trailing_zeros

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shardrec.dataloader.format import PartInfo
+from shardrec.dataloader.format.manifest import PartInfo
 from shardrec.tools.preprocess.columns import PartColumns, append_rows, append_spec_rows, id_groups, list_groups
 from shardrec.tools.preprocess.ids import Vocabulary
 from shardrec.tools.preprocess.parse import ParsedChunk, Schema, describe_bad_row, parse_chunk

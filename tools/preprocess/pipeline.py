@@ -21,8 +21,7 @@ from typing import Protocol
 
 import numpy as np
 
-from shardrec.dataloader.files import atomic_write_bytes
-from shardrec.dataloader.format import (
+from shardrec.dataloader.format.manifest import (
     LISTS_SCHEMA_VERSION,
     SPLITS,
     FileInfo,
@@ -32,7 +31,8 @@ from shardrec.dataloader.format import (
     SplitInfo,
     smallest_uint,
 )
-from shardrec.dataloader.spec import ListColumn
+from shardrec.dataloader.spec.feature_spec import ListColumn
+from shardrec.dataloader.util.files import atomic_write_bytes
 from shardrec.tools.preprocess import cpu_stages
 from shardrec.tools.preprocess.gz_stream import stream_gzip
 from shardrec.tools.preprocess.ids import MISSING_ID, OOV_ID

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from shardrec.dataloader.multihot import MultiHotSpec, default_cache_dir, open_index_tables
-from shardrec.dataloader.spec_file import spec_from_dict
+from shardrec.dataloader.multihot.multihot_tables import MultiHotSpec, default_cache_dir, open_index_tables
+from shardrec.dataloader.spec.spec_file import spec_from_dict
 from shardrec.tools.preprocess.inputs import open_text
 from shardrec.tools.preprocess.parse import REASONS, Schema
 from shardrec.tools.preprocess.pieces import PartLayout, TaskOptions, describe_bad, parse_piece

@@ -12,7 +12,7 @@ from shardrec.tools.preprocess.parse import DENSE_TRANSFORMS, Schema
 from shardrec.tools.preprocess.vocab import DEFAULT_MEMORY_MB
 
 if TYPE_CHECKING:
-    from shardrec.dataloader.spec import FeatureSpec
+    from shardrec.dataloader.spec.feature_spec import FeatureSpec
 
 
 @dataclass

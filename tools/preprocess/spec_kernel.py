@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shardrec.dataloader.jit import njit
+from shardrec.dataloader.util.jit import njit
 from shardrec.tools.preprocess.parse_kernel import _decode_hex, _decode_int, _hex8_swar, _int_swar, trailing_zeros
 from shardrec.tools.preprocess.spec_values import decode_float, hash_string, mix64
 

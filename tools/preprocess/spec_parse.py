@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shardrec.dataloader.spec import (
+from shardrec.dataloader.spec.feature_spec import (
     CategoricalColumn,
     DenseColumn,
     FeatureSpec,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shardrec.dataloader.jit import njit
+from shardrec.dataloader.util.jit import njit
 
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 _S30, _S27, _S31, _S8 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(8)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shardrec.dataloader.format import Manifest, SparseFeature
+from shardrec.dataloader.format.manifest import Manifest, SparseFeature
 from shardrec.tools.preprocess import parse_kernel
 
 MAX_EXACT_ROWS = 1 << 27

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shardrec.dataloader.files import atomic_write_bytes, fsync_path
+from shardrec.dataloader.util.files import atomic_write_bytes, fsync_path
 from shardrec.tools.preprocess import cpu_stages, parse_kernel
 from shardrec.tools.preprocess.columns import PartColumns
 from shardrec.tools.preprocess.gz import RAPIDGZIP_ERRORS, READ_ERRORS, crc32, describe_error, open_range

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shardrec.dataloader.files import atomic_open, atomic_path, atomic_write_bytes, fsync_dir, fsync_path
+from shardrec.dataloader.util.files import atomic_open, atomic_path, atomic_write_bytes, fsync_dir, fsync_path
 from shardrec.tools.preprocess.ids import Vocabulary, merge_counts
 
 ENTRY_BYTES = 64

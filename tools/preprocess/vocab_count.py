@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shardrec.dataloader.jit import AVAILABLE, njit
+from shardrec.dataloader.util.jit import AVAILABLE, njit
 from shardrec.tools.preprocess import cpu_stages, spec_kernel
 from shardrec.tools.preprocess.ids import count_values
 from shardrec.tools.preprocess.inputs import Task

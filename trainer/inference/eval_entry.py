@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from shardrec.dataloader.files import atomic_write_bytes
+from shardrec.dataloader.util.files import atomic_write_bytes
 
 
 def rank_main(

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shardrec.dataloader.format import Manifest
+from shardrec.dataloader.format.manifest import Manifest
 from shardrec.sharding.plan_io import load_plan
 from shardrec.trainer.distributed.devices import check_ranks_fit, resolve_device_kind
 from shardrec.trainer.job import data_options

@@ -29,8 +29,8 @@ from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
 
-from shardrec.dataloader.files import atomic_open
-from shardrec.dataloader.format import Manifest
+from shardrec.dataloader.format.manifest import Manifest
+from shardrec.dataloader.util.files import atomic_open
 from shardrec.embeddings.dims import table_specs
 from shardrec.trainer.inference.eval_request import find_checkpoint, run_config, run_dataset
 from shardrec.trainer.job import data_options

@@ -20,9 +20,9 @@ from torchrec.datasets.utils import Batch
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from shardrec.dataloader.format import Manifest
+from shardrec.dataloader.format.manifest import Manifest
 from shardrec.dataloader.loader import NO_SHUFFLE, Delivery, build_loader
-from shardrec.dataloader.multihot import MultiHotOption
+from shardrec.dataloader.multihot.multihot_tables import MultiHotOption
 from shardrec.embeddings.tables import POOLING_TYPES, build_ebc
 from shardrec.trainer.inference.export import FORMAT, FORMAT_VERSION, META_KEY, header_preprocessing
 from shardrec.trainer.job.config import ModelConfig

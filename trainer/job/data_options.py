@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from shardrec.dataloader.format import Manifest
-from shardrec.dataloader.multihot import MultiHotOption
+from shardrec.dataloader.format.manifest import Manifest
+from shardrec.dataloader.multihot.multihot_tables import MultiHotOption
 from shardrec.trainer.job.config import DataConfig
 
 if TYPE_CHECKING:  # the loader imports torch; checking a job's data (`shardrec eval`'s request) needs none

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from shardrec.dataloader.format import Manifest
+from shardrec.dataloader.format.manifest import Manifest
 from shardrec.embeddings.dims import table_dims
 from shardrec.embeddings.sparse_optimizers import check_device
 from shardrec.trainer.distributed.devices import check_ranks_fit, cuda_unusable_reason, resolve_device_kind

@@ -14,9 +14,9 @@ from typing import Any
 import torch
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
-from shardrec.dataloader.files import atomic_write_bytes
-from shardrec.dataloader.format import Manifest
+from shardrec.dataloader.format.manifest import Manifest
 from shardrec.dataloader.loader import NO_SHUFFLE, BatchLoader, ShuffleSpec, build_loader
+from shardrec.dataloader.util.files import atomic_write_bytes
 from shardrec.embeddings.init import init_embedding_weights
 from shardrec.sharding.plan_io import PlanFile, load_plan, save_plan
 from shardrec.trainer.distributed.dist import DistEnv

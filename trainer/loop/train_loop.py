@@ -18,7 +18,7 @@ from typing import Any
 
 from torchrec.datasets.utils import Batch
 
-from shardrec.dataloader.files import atomic_write_bytes
+from shardrec.dataloader.util.files import atomic_write_bytes
 from shardrec.trainer.distributed import faults
 from shardrec.trainer.distributed.launch import STOP_CHECK_STEPS
 from shardrec.trainer.distributed.stop import StopAgreement

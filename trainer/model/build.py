@@ -19,7 +19,7 @@ from torchrec.distributed.types import BoundsCheckMode, ShardingEnv, ShardingPla
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 from torchrec.optim.optimizers import in_backward_optimizer_filter
 
-from shardrec.dataloader.format import Manifest
+from shardrec.dataloader.format.manifest import Manifest
 from shardrec.embeddings.optim import attach_fused_optimizer, replicated_table_optimizer, replicated_table_params
 from shardrec.embeddings.tables import build_ebc, build_table_configs
 from shardrec.sharding.hardware import DeviceMemory, check_plan_fits_devices, cuda_device_memory, detect_topology
@@ -138,7 +138,7 @@ def trainer_sharders(qcomm: str | None, plan: PlanFile | None = None) -> list:
     """The sharders the trainer shards with. fbgemm's kernels check every id against its table:
     FATAL stops the step (an exception on CPU, a device-side assert on CUDA) where fbgemm's
     default logs once and trains row 0 in the id's place. The loader refuses such ids first
-    (dataloader/batch.py); this covers any other way a bad id arrives. Kept on CUDA too: its
+    (dataloader/gather/batch.py); this covers any other way a bad id arrives. Kept on CUDA too: its
     check costs one small kernel per batch, and a rank hit by the assert ends at once
     (rank_process.exit_after_cuda_failure), so torchrun stops the others instead of them
     waiting in a collective for dist.timeout_s. `plan` adds what its tables need of the sharders

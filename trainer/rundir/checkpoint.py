@@ -43,7 +43,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.stateful import Stateful
 from torch.serialization import default_restore_location
 
-from shardrec.dataloader.files import atomic_open, fsync_dir
+from shardrec.dataloader.util.files import atomic_open, fsync_dir
 from shardrec.trainer.distributed import faults
 from shardrec.trainer.distributed.dist import DistEnv, monitored_barrier
 from shardrec.trainer.rundir import names

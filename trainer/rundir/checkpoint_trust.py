@@ -26,8 +26,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from shardrec.dataloader.files import atomic_open
-from shardrec.dataloader.format import file_sha256
+from shardrec.dataloader.format.manifest import file_sha256
+from shardrec.dataloader.util.files import atomic_open
 from shardrec.trainer.rundir import names
 
 DIGESTS_VERSION = 1

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shardrec.dataloader import locks
-from shardrec.dataloader.format import Manifest
+from shardrec.dataloader.format.manifest import Manifest
+from shardrec.dataloader.util import locks
 from shardrec.trainer.job.config import JobConfig, load_job_config
 from shardrec.trainer.rundir import names
 from shardrec.trainer.rundir.checkpoint_trust import complete_checkpoints

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shardrec.dataloader import locks
+from shardrec.dataloader.util import locks
 from shardrec.trainer.rundir import names
 
 

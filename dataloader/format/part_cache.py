@@ -24,8 +24,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 
-from shardrec.dataloader.format import DatasetError, Manifest, Part, check_part_files, open_part
-from shardrec.dataloader.mapping import read_ahead
+from shardrec.dataloader.format.manifest import DatasetError, Manifest, Part, check_part_files, open_part
+from shardrec.dataloader.format.mapping import read_ahead
 
 DEFAULT_MAX_MAP_COUNT = 65530
 MAP_SHARE = 2

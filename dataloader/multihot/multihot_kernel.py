@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shardrec.dataloader.jit import AVAILABLE, njit
+from shardrec.dataloader.util.jit import AVAILABLE, njit
 
 if AVAILABLE:
     from llvmlite import ir

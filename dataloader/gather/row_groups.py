@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from shardrec.dataloader import gather_kernels as kernels
+from shardrec.dataloader.gather import gather_kernels as kernels
 
 
 @dataclass

@@ -1,8 +1,8 @@
 """Open a split for reading, whichever on-disk layout holds it.
 
 Two layouts are read, both memory-mapped (resident memory does not grow with dataset size):
-shardrec's own format (dataloader/format.py; a directory with manifest.json) and torchrec's
-`day_N_{dense,sparse,labels}.npy` layout (dataloader/torchrec_npy.py describes it), read in
+shardrec's own format (dataloader/format/manifest.py; a directory with manifest.json) and torchrec's
+`day_N_{dense,sparse,labels}.npy` layout (dataloader/format/torchrec_npy.py describes it), read in
 place with torchrec's splits.
 """
 
@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shardrec.dataloader import torchrec_npy as npy
-from shardrec.dataloader.format import MANIFEST, DatasetError, Manifest, Part
-from shardrec.dataloader.part_cache import PartSet, part_rows
+from shardrec.dataloader.format import torchrec_npy as npy
+from shardrec.dataloader.format.manifest import MANIFEST, DatasetError, Manifest, Part
+from shardrec.dataloader.format.part_cache import PartSet, part_rows
 
 
 @dataclass

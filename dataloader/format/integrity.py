@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shardrec.dataloader.format import (
+from shardrec.dataloader.format.manifest import (
     MANIFEST,
     DatasetError,
     FileInfo,

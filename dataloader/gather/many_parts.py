@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from shardrec.dataloader import gather_kernels as kernels
-from shardrec.dataloader.addresses import compact_parts, index_dtype
+from shardrec.dataloader.gather import gather_kernels as kernels
+from shardrec.dataloader.gather.addresses import compact_parts, index_dtype
 
 INDEXED_PARTS = 32
 """Past this many parts, rows are located through a coarse index (gather_kernels.locate_indexed)."""

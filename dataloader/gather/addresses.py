@@ -12,8 +12,8 @@ import weakref
 
 import numpy as np
 
-from shardrec.dataloader.format import Part
-from shardrec.dataloader.jit import njit
+from shardrec.dataloader.format.manifest import Part
+from shardrec.dataloader.util.jit import njit
 
 
 def index_dtype(count: int) -> type:

@@ -11,7 +11,7 @@ A dataset is a directory::
 Every column is a plain `.npy` file, so it is memory-mappable with `np.load(mmap_mode="r")`
 and readable by any numpy user. A one-hot feature holds one id per row; a multi-hot
 (jagged) feature holds its ids back to back with row offsets beside them. Files are written
-to a temporary name and renamed (dataloader/files.py), and the manifest records the size and SHA-256 of each.
+to a temporary name and renamed (dataloader/util/files.py), and the manifest records the size and SHA-256 of each.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from shardrec.dataloader import locks
-from shardrec.dataloader.files import atomic_open, atomic_write_bytes
-from shardrec.dataloader.mapping import limit_message, map_npy
+from shardrec.dataloader.format.mapping import limit_message, map_npy
+from shardrec.dataloader.util import locks
+from shardrec.dataloader.util.files import atomic_open, atomic_write_bytes
 
 FORMAT_NAME = "shardrec-dataset"
 SCHEMA_VERSION = 1

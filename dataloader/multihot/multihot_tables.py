@@ -34,12 +34,12 @@ from typing import Any
 
 import numpy as np
 
-from shardrec.dataloader import jit
-from shardrec.dataloader.buffer_pool import BufferPool
-from shardrec.dataloader.files import atomic_path, atomic_write_bytes
-from shardrec.dataloader.format import MANIFEST, Manifest
-from shardrec.dataloader.multihot_kernel import PREFETCH_AHEAD, expand_rows
-from shardrec.dataloader.source import SplitSource
+from shardrec.dataloader.format.manifest import MANIFEST, Manifest
+from shardrec.dataloader.format.source import SplitSource
+from shardrec.dataloader.gather.buffer_pool import BufferPool
+from shardrec.dataloader.multihot.multihot_kernel import PREFETCH_AHEAD, expand_rows
+from shardrec.dataloader.util import jit
+from shardrec.dataloader.util.files import atomic_path, atomic_write_bytes
 
 logger = logging.getLogger(__name__)
 

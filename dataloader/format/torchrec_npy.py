@@ -6,7 +6,7 @@ follow torchrec's convention: with D >= 2 days, "train" is days 0..D-2 and the l
 halved, its first ceil(rows/2) rows "val" and the rest "test"; a single day is "train" only.
 Raw (unhashed) ids are folded into tables with `hashes` (id % hash, per feature).
 
-The loader reads this layout in place (dataloader/source.py); `shardrec data import-npy` /
+The loader reads this layout in place (dataloader/format/source.py); `shardrec data import-npy` /
 `export-npy` convert it (tools/preprocess/npy_import_export.py). Both name, find and open the
 files through this module.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shardrec.dataloader.format import DatasetError
+from shardrec.dataloader.format.manifest import DatasetError
 
 KINDS = ("dense", "sparse", "labels")
 WRITE_DTYPES = {"dense": np.dtype(np.float32), "sparse": np.dtype(np.int64), "labels": np.dtype(np.int32)}

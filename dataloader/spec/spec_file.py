@@ -18,8 +18,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from shardrec.dataloader.format import MANIFEST, Manifest
-from shardrec.dataloader.spec import (
+from shardrec.dataloader.format.manifest import MANIFEST, Manifest
+from shardrec.dataloader.spec.feature_spec import (
     CATEGORICAL_KINDS,
     COLUMN_TYPES,
     DENSE_TRANSFORMS,

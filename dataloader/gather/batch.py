@@ -21,14 +21,14 @@ import torch
 from torchrec.datasets.utils import Batch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from shardrec.dataloader import gather_kernels as kernels
-from shardrec.dataloader.addresses import AddressCache
-from shardrec.dataloader.format import Part
-from shardrec.dataloader.integrity import bad_id_error, bad_jagged_id_error
-from shardrec.dataloader.many_parts import PartLocator, take_ids
-from shardrec.dataloader.multihot import IndexTables
-from shardrec.dataloader.part_cache import PartSet, part_rows
-from shardrec.dataloader.row_groups import Groups, group_located, group_rows
+from shardrec.dataloader.format.integrity import bad_id_error, bad_jagged_id_error
+from shardrec.dataloader.format.manifest import Part
+from shardrec.dataloader.format.part_cache import PartSet, part_rows
+from shardrec.dataloader.gather import gather_kernels as kernels
+from shardrec.dataloader.gather.addresses import AddressCache
+from shardrec.dataloader.gather.many_parts import PartLocator, take_ids
+from shardrec.dataloader.gather.row_groups import Groups, group_located, group_rows
+from shardrec.dataloader.multihot.multihot_tables import IndexTables
 
 PAD_LABEL = -1.0
 """Label of padding rows (tail="pad"): the trainer masks label < 0 out of loss and metrics."""

@@ -1,0 +1,6 @@
+"""Feature specs: what each column of a click log is and how it becomes model inputs
+(feature_spec.py), read from and written to TOML and the manifest (spec_file.py, the one reader
+of spec keys).
+
+May import: shardrec.dataloader.util.
+"""

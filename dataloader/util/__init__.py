@@ -1,0 +1,8 @@
+"""The project's low-level utilities, used by every package: the one atomic file write
+(files.py), one writer at a time through a lock file naming its holder (locks.py), and the
+set-up of compiled kernels (jit.py: numba's `njit`, or a no-op where numba does not import).
+
+They live here only because dataloader is the lowest package: nothing in them is about batches.
+
+May import: nothing of shardrec (the standard library, numpy and numba only).
+"""

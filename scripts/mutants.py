@@ -35,8 +35,8 @@ MODULES: dict[str, tuple[str, list[str]]] = {
         "trainer/rundir/lifecycle.py",
         ["tests/unit/test_resume_rules.py", "tests/unit/test_train_config.py"],
     ),
-    "cost": ("sharding/cost.py", ["tests/unit/test_plan_memory.py", "tests/unit/test_plan_search.py"]),
-    "comms": ("sharding/comms.py", ["tests/unit/test_comm_model.py"]),
+    "cost": ("sharding/cost/cost_model.py", ["tests/unit/test_plan_memory.py", "tests/unit/test_plan_search.py"]),
+    "comms": ("sharding/cost/comms.py", ["tests/unit/test_comm_model.py"]),
     "files": ("dataloader/util/files.py", ["tests/unit/test_files.py", "tests/unit/test_preprocess_ids_plan.py"]),
     "multihot": (
         "dataloader/multihot/multihot_tables.py",

@@ -1,9 +1,16 @@
-"""Where tables live: sharders, topologies and calibration profiles (read, never measured
-here) and the CUDA devices of the machine at hand (devices.py), cost, comm and memory models,
-UVM cache hit rates and the choice of cached tables (cache.py, caching.py), the planner and
-its searches (request.py holds their typed inputs, including the one manifest ->
-planner-inputs conversion), and plan files.
+"""Where tables live, in subpackages by concept, each importing only those before it in this
+order (each `__init__` says what it owns):
+
+- `machine`: the machines a plan is made for (topologies, presets, calibration profiles, read,
+  never measured here), the memory estimate's constants, the machine at hand;
+- `plan`: plan files, their types and checks, constraints, the readable report;
+- `cost`: the cost, comm and memory models, id skew, UVM cache hit rates, shard layouts;
+- `search`: the planner's typed inputs and shardrec's search;
+- `torchrec`: torchrec's sharders, planner and estimators, 2D parallelism.
+
+At the top: the planner that validates, searches and writes a plan (planner.py) and table sets
+for benchmarks and simulations (suites.py).
 
 Imports: shardrec.dataloader and shardrec.embeddings only (never trainer or tools; code that
-runs ranks to measure lives with the benchmarks, tools/bench).
+runs ranks to measure lives in tools).
 """

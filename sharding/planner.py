@@ -14,15 +14,15 @@ from typing import Any
 import numpy as np
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
-from shardrec.sharding.caching import TableKernel, choose_kernels, kernel_hulls, table_budget
-from shardrec.sharding.constraints import TableConstraint, parse_constraints
-from shardrec.sharding.cost import PlanCost, evaluate
-from shardrec.sharding.plan_io import PLAN_SCHEMA_VERSION, PlanEstimate, PlanFile, TablePlan, plan_fingerprint
-from shardrec.sharding.report import idle_ranks_warning
-from shardrec.sharding.request import DatasetStatistics, PlanRequest, SearchRequest
-from shardrec.sharding.skew import LookupCurve, curves_from_stats
-from shardrec.sharding.topology import ClusterTopology, build_topology
-from shardrec.sharding.twod import add_replica_sync, group_sizes, group_topology
+from shardrec.sharding.cost.cost_model import PlanCost, evaluate
+from shardrec.sharding.cost.skew import LookupCurve, curves_from_stats
+from shardrec.sharding.machine.topology import ClusterTopology, build_topology
+from shardrec.sharding.plan.constraints import TableConstraint, parse_constraints
+from shardrec.sharding.plan.plan_file import PLAN_SCHEMA_VERSION, PlanEstimate, PlanFile, TablePlan, plan_fingerprint
+from shardrec.sharding.plan.report import idle_ranks_warning
+from shardrec.sharding.search.cached_tables import TableKernel, choose_kernels, kernel_hulls, table_budget
+from shardrec.sharding.search.request import DatasetStatistics, PlanRequest, SearchRequest
+from shardrec.sharding.torchrec.twod import add_replica_sync, group_sizes, group_topology
 
 logger = logging.getLogger(__name__)
 
@@ -168,11 +168,11 @@ def _plan_group(
 ) -> tuple[list[TablePlan], PlanCost, int]:
     """(placement, cost, group size) of one request; 2D groups add the replicas' weight sync."""
     if search == "torchrec":
-        from shardrec.sharding.torchrec_planner import torchrec_plan
+        from shardrec.sharding.torchrec.torchrec_planner import torchrec_plan
 
         table_plans = torchrec_plan(request)
     else:
-        from shardrec.sharding.search import search_plan
+        from shardrec.sharding.search.shardrec_search import search_plan
 
         table_plans = search_plan(request, cost_model=cost_model_of(topo))
     cost = _evaluate(table_plans, request)
@@ -198,9 +198,9 @@ def _plan_past_device_memory(
     request: SearchRequest, statistics: DatasetStatistics, cost: PlanCost
 ) -> tuple[list[TablePlan], PlanCost]:
     """Tables that do not fit in HBM: kernels and caches chosen from the data's id frequencies under a
-    shrinking HBM budget (caching.py) until the search places them within every rank's HBM and host
+    shrinking HBM budget (cached_tables.py) until the search places them within every rank's HBM and host
     memory; else the placement needing the least HBM, for the refusal to show each rank's gaps."""
-    from shardrec.sharding.search import search_plan
+    from shardrec.sharding.search.shardrec_search import search_plan
 
     if not statistics.frequencies:
         hint = (

@@ -4,7 +4,7 @@ Every collective torchrec calls (torch.distributed.all_to_all_single, reduce_sca
 all_gather_into_tensor, ...) is wrapped to count the bytes each rank sends to *other* ranks;
 data-parallel gradients go through DDP, counted by a communication hook. One forward and
 backward of an EmbeddingBagCollection sharded by one sharding type at a time must send
-exactly what sharding/comms.py predicts, per rank and per collective kind, in the number of
+exactly what sharding/cost/comms.py predicts, per rank and per collective kind, in the number of
 collectives the latency model charges. The batch is
 built so the formula's expectations are exact: every sample has the same number of ids and
 each rank's ids fall evenly into the row-wise blocks.
@@ -127,10 +127,10 @@ def _measure(env, sharding_type: str, local_world_size: int) -> dict:
     from torchrec.distributed.model_parallel import DistributedModelParallel
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
-    from shardrec.sharding.plan_io import to_sharding_plan
+    from shardrec.sharding.plan.plan_file import to_sharding_plan
     from shardrec.sharding.planner import plan_tables
-    from shardrec.sharding.request import PlanRequest
-    from shardrec.sharding.sharders import build_sharders
+    from shardrec.sharding.search.request import PlanRequest
+    from shardrec.sharding.torchrec.sharders import build_sharders
 
     W = env.world_size
     tables = _tables(W)
@@ -175,8 +175,8 @@ def _measure(env, sharding_type: str, local_world_size: int) -> dict:
 
 
 def _predicted(plan_json: str, world_size: int, local_world_size: int) -> dict[str, list[int]]:
-    from shardrec.sharding.comms import Workload, step_comm_bytes
-    from shardrec.sharding.plan_io import PlanFile
+    from shardrec.sharding.cost.comms import Workload, step_comm_bytes
+    from shardrec.sharding.plan.plan_file import PlanFile
 
     tables = _tables(world_size)
     placed = PlanFile.from_json(plan_json).tables
@@ -201,7 +201,7 @@ def _worker(env, local_world_size: int) -> dict:
 
 
 def _check(world_size: int, local_world_size: int) -> None:
-    from shardrec.sharding.comms import collectives_per_step
+    from shardrec.sharding.cost.comms import collectives_per_step
 
     results = run_local_ranks(_worker, world_size, local_world_size)
     for st in TYPES:

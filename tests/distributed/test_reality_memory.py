@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from shardrec.sharding import layouts, suites
-from shardrec.sharding.cost import evaluate
-from shardrec.sharding.plan_io import PLAN_SCHEMA_VERSION, PlanFile, plan_fingerprint
-from shardrec.sharding.topology import build_topology
+from shardrec.sharding import suites
+from shardrec.sharding.cost import layouts
+from shardrec.sharding.cost.cost_model import evaluate
+from shardrec.sharding.machine.topology import build_topology
+from shardrec.sharding.plan.plan_file import PLAN_SCHEMA_VERSION, PlanFile, plan_fingerprint
 from shardrec.tools.bench.reality import measure_plans, peak_growth, start_peak_window
 
 ROWS, DIM, TABLES = 40_000, 32, 4
@@ -76,7 +77,7 @@ def test_memory_estimate_is_within_10_percent_where_tables_dominate() -> None:
         [layouts.table_wise(c, 0, "fused") for c in configs] + [layouts.data_parallel(c, 2) for c in small],
     ]
     from shardrec.embeddings.tables import build_ebc
-    from shardrec.sharding.memory import dense_footprint
+    from shardrec.sharding.machine.memory import dense_footprint
     from shardrec.tools.bench.reality import NUM_DENSE, RealityModel
     from shardrec.trainer.job.config import ModelConfig
     from shardrec.trainer.model.models import build_model

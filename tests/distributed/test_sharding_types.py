@@ -92,7 +92,7 @@ def _check_type(env, sharding_type: str) -> dict[str, float]:
     from torchrec.distributed.types import ShardingEnv
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
-    from shardrec.sharding.sharders import build_sharders
+    from shardrec.sharding.torchrec.sharders import build_sharders
 
     tables = _tables()
     torch.manual_seed(0)

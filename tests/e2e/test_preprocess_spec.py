@@ -19,7 +19,7 @@ from shardrec.dataloader.spec.feature_spec import CategoricalColumn, DenseColumn
 from shardrec.dataloader.spec.spec_file import load_spec
 from shardrec.embeddings.tables import build_table_configs
 from shardrec.sharding.planner import pooling_factors
-from shardrec.sharding.request import DatasetStatistics
+from shardrec.sharding.search.request import DatasetStatistics
 from shardrec.tools.preprocess.ids import hash_bytes, hash_ids
 from shardrec.tools.preprocess.parse import transform_dense
 

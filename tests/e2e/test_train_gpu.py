@@ -96,7 +96,7 @@ def gpu_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
 
 
 def test_trains_on_one_gpu_with_the_pipeline(gpu_run: tuple[Path, dict]) -> None:
-    from shardrec.sharding.hardware import preset_for
+    from shardrec.sharding.machine.hardware import preset_for
 
     root, summary = gpu_run
     assert summary["steps"] == 16 and summary["eval"]["val"]["auc"] > 0.55
@@ -145,7 +145,7 @@ def _plan(root: Path, cut_first_table: bool) -> Path:
     """Every table whole on rank 0, the first one cut in two column shards of 4 if asked."""
     from shardrec.dataloader.format.manifest import Manifest
     from shardrec.embeddings.tables import build_table_configs
-    from shardrec.sharding.plan_io import PLAN_SCHEMA_VERSION, PlanFile, Shard, TablePlan, plan_fingerprint
+    from shardrec.sharding.plan.plan_file import PLAN_SCHEMA_VERSION, PlanFile, Shard, TablePlan, plan_fingerprint
 
     tables = build_table_configs(Manifest.load(root / "data"), 8)
     placed = []
@@ -180,7 +180,7 @@ def _uvm_plan(root: Path) -> Path:
     two behind HBM caches of their own load factors (one TBE each), one read over the link."""
     from dataclasses import replace
 
-    from shardrec.sharding.plan_io import CachePlan, load_plan, save_plan
+    from shardrec.sharding.plan.plan_file import CachePlan, load_plan, save_plan
 
     plan = load_plan(root / "run" / "plan.json")
     sharded = [i for i, t in enumerate(plan.tables) if t.sharding_type != "data_parallel"]

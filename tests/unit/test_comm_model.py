@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
-from shardrec.sharding import layouts, suites
-from shardrec.sharding.comms import Workload, step_comm_bytes, table_comm_bytes
-from shardrec.sharding.simulate import row_wise_bytes, simulate
+from shardrec.sharding import suites
+from shardrec.sharding.cost import layouts
+from shardrec.sharding.cost.comms import Workload, step_comm_bytes, table_comm_bytes
+from shardrec.sharding.cost.simulate import row_wise_bytes, simulate
 
 
 def _tables():

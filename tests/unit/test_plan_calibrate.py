@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from shardrec.sharding.topology import build_topology
+from shardrec.sharding.machine.topology import build_topology
 from shardrec.tools.bench.calibrate import measure_lookup, save_profile
 
 
@@ -49,8 +49,8 @@ def test_bad_profiles_name_the_file(tmp_path: Path) -> None:
 def test_profile_picks_the_cost_model_and_memory_figures(tmp_path: Path) -> None:
     from shardrec.sharding import suites
     from shardrec.sharding.planner import plan_tables
-    from shardrec.sharding.request import PlanRequest, SearchRequest
-    from shardrec.sharding.search import search_plan
+    from shardrec.sharding.search.request import PlanRequest, SearchRequest
+    from shardrec.sharding.search.shardrec_search import search_plan
 
     path = tmp_path / "profile.json"
     save_profile(

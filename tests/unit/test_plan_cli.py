@@ -10,7 +10,7 @@ import pytest
 from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
-from shardrec.sharding.plan_io import check_plan, load_plan, plan_fingerprint
+from shardrec.sharding.plan.plan_file import check_plan, load_plan, plan_fingerprint
 from shardrec.tools.cli.app import app
 
 runner = CliRunner()
@@ -116,7 +116,7 @@ def test_plan_at_start_writes_the_plan_shardrec_plan_writes(tiny_dataset: Path, 
 
     from shardrec.dataloader.format.manifest import Manifest
     from shardrec.embeddings.tables import build_table_configs
-    from shardrec.sharding.memory import dense_footprint
+    from shardrec.sharding.machine.memory import dense_footprint
     from shardrec.trainer.distributed.dist import DistEnv
     from shardrec.trainer.job.config import load_job_config
     from shardrec.trainer.model.build import build_train_module, plan_at_start

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from shardrec.sharding import hardware
-from shardrec.sharding.hardware import DeviceMemory, check_plan_fits_devices, detect_topology
-from shardrec.sharding.plan_io import StalePlanError, check_plan, load_plan
+from shardrec.sharding.machine import hardware
+from shardrec.sharding.machine.hardware import DeviceMemory, check_plan_fits_devices, detect_topology
+from shardrec.sharding.plan.plan_file import StalePlanError, check_plan, load_plan
 from shardrec.sharding.planner import PlanDoesNotFitError, fmt_bytes
 from shardrec.tools.cli.app import app
 
@@ -141,9 +141,9 @@ def test_start_on_a_gpu_refuses_a_plan_larger_than_its_free_memory_before_shardi
 def _cuda_plan(dataset: Path):
     from shardrec.dataloader.format.manifest import Manifest
     from shardrec.embeddings.tables import build_table_configs
+    from shardrec.sharding.machine.topology import build_topology
     from shardrec.sharding.planner import plan_tables
-    from shardrec.sharding.request import PlanRequest
-    from shardrec.sharding.topology import build_topology
+    from shardrec.sharding.search.request import PlanRequest
 
     tables = build_table_configs(Manifest.load(dataset), 16)
     return plan_tables(PlanRequest(tables, 1, 1, 64, "cuda", topology=build_topology("h200", 1)))

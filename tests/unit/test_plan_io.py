@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
 
-from shardrec.sharding.plan_io import (
+from shardrec.sharding.machine.topology import build_topology
+from shardrec.sharding.plan.plan_file import (
     PlanFile,
     StalePlanError,
     TableFingerprint,
@@ -19,8 +20,7 @@ from shardrec.sharding.plan_io import (
     to_sharding_plan,
 )
 from shardrec.sharding.planner import PlanDoesNotFitError, plan_tables
-from shardrec.sharding.request import PlanRequest
-from shardrec.sharding.topology import build_topology
+from shardrec.sharding.search.request import PlanRequest
 
 
 def _tables(n: int = 4, dim: int = 16) -> list[EmbeddingBagConfig]:
@@ -167,7 +167,7 @@ def test_2d_plan_is_a_group_plan() -> None:
 
 
 def test_overlapping_shards_that_leave_a_gap_are_refused():
-    from shardrec.sharding.plan_io import Shard, TablePlan, _check_shards
+    from shardrec.sharding.plan.plan_file import Shard, TablePlan, _check_shards
 
     cfg = EmbeddingBagConfig(name="t", embedding_dim=8, num_embeddings=10, feature_names=["f"])
     # Same total area as the table, but rows 0-4 twice and rows 5-9 never.
@@ -234,7 +234,7 @@ def test_the_sharding_types_a_plan_may_name_are_torchrecs() -> None:
     # plan_io spells them out so that reading a plan (`shardrec plan show`) needs no torchrec.
     from torchrec.distributed.types import ShardingType
 
-    from shardrec.sharding.plan_io import DATA_PARALLEL, SHARDING_TYPES
+    from shardrec.sharding.plan.plan_file import DATA_PARALLEL, SHARDING_TYPES
 
     assert len(SHARDING_TYPES) == 6 and set(SHARDING_TYPES) == {t.value for t in ShardingType} - {"grid_shard"}
     assert DATA_PARALLEL == ShardingType.DATA_PARALLEL.value

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
-from shardrec.sharding import layouts
-from shardrec.sharding.cost import evaluate
-from shardrec.sharding.topology import build_topology
+from shardrec.sharding.cost import layouts
+from shardrec.sharding.cost.cost_model import evaluate
+from shardrec.sharding.machine.topology import build_topology
 
 T0 = EmbeddingBagConfig(name="t0", embedding_dim=8, num_embeddings=24, feature_names=["f0"])
 T1 = EmbeddingBagConfig(name="t1", embedding_dim=16, num_embeddings=12, feature_names=["f1"])

@@ -10,9 +10,9 @@ import json
 import pytest
 
 from shardrec.sharding import suites
+from shardrec.sharding.machine.topology import build_topology
 from shardrec.sharding.planner import plan_tables
-from shardrec.sharding.request import PlanRequest
-from shardrec.sharding.topology import build_topology
+from shardrec.sharding.search.request import PlanRequest
 
 
 def _table_set(spec: str) -> suites.TableSet:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from shardrec.sharding import layouts, suites
-from shardrec.sharding.constraints import parse_constraints
-from shardrec.sharding.cost import evaluate
+from shardrec.sharding import suites
+from shardrec.sharding.cost import layouts
+from shardrec.sharding.cost.cost_model import evaluate
+from shardrec.sharding.machine.topology import build_topology
+from shardrec.sharding.plan.constraints import parse_constraints
 from shardrec.sharding.planner import plan_tables
-from shardrec.sharding.request import PlanRequest, SearchRequest
-from shardrec.sharding.search import search_plan
-from shardrec.sharding.topology import build_topology
+from shardrec.sharding.search.request import PlanRequest, SearchRequest
+from shardrec.sharding.search.shardrec_search import search_plan
 
 
 def _request(ts: suites.TableSet, topo, batch: int, constraints=None) -> SearchRequest:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
-from shardrec.sharding import layouts
-from shardrec.sharding.cost import evaluate
+from shardrec.sharding.cost import layouts
+from shardrec.sharding.cost.cost_model import evaluate
+from shardrec.sharding.cost.skew import LookupCurve, curves_from_stats
+from shardrec.sharding.machine.topology import build_topology
 from shardrec.sharding.planner import plan_tables
-from shardrec.sharding.request import DatasetStatistics, PlanRequest
-from shardrec.sharding.skew import LookupCurve, curves_from_stats
-from shardrec.sharding.topology import build_topology
+from shardrec.sharding.search.request import DatasetStatistics, PlanRequest
 
 HOT = {"mean_ids_per_sample": 20.0, "top1_share": 0.6, "top10_share": 0.9}
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from shardrec.sharding import suites
-from shardrec.sharding.request import SearchRequest
-from shardrec.sharding.topology import build_topology
-from shardrec.sharding.torchrec_costs import TorchrecProblem
-from shardrec.sharding.torchrec_planner import torchrec_plan
+from shardrec.sharding.machine.topology import build_topology
+from shardrec.sharding.search.request import SearchRequest
+from shardrec.sharding.torchrec.torchrec_costs import TorchrecProblem
+from shardrec.sharding.torchrec.torchrec_planner import torchrec_plan
 
 ROWS, DIM = 50_000, 16
 

@@ -8,7 +8,7 @@ row-wise shards the ids of their row block). Every shard's ids go through an exa
 exact LFU cache of the planned size (cache_sim.py), and the bench prints, per shard, the
 predicted and simulated share of a batch's unique rows found in the cache and of lookups, and
 the largest error in points (goal: 2). LRU's predicted unique-row rate is the plan's own;
-the others are predicted from the curve of the replayed batches (sharding/cache.py).
+the others are predicted from the curve of the replayed batches (sharding/cost/hit_rates.py).
 
 Without `--plan`, it plans the job for CUDA ranks whose HBM holds `--hbm-share` of the tables
 (the rest must go to host memory behind caches), with id frequencies measured on the same
@@ -39,11 +39,11 @@ def _job(data: Path, config: Path | None, sets: list[str]):
 
 def _plan_past_hbm(job, configs, curves, world_size: int, hbm_share: float):
     """The job planned for h100 ranks whose HBM holds `hbm_share` of the tables and their optimizer state."""
-    from shardrec.sharding.comms import Workload
-    from shardrec.sharding.cost import optimizer_bytes, rank_fixed_bytes
+    from shardrec.sharding.cost.comms import Workload
+    from shardrec.sharding.cost.cost_model import optimizer_bytes, rank_fixed_bytes
+    from shardrec.sharding.machine.topology import build_topology
     from shardrec.sharding.planner import plan_tables
-    from shardrec.sharding.request import DatasetStatistics, PlanRequest
-    from shardrec.sharding.topology import build_topology
+    from shardrec.sharding.search.request import DatasetStatistics, PlanRequest
 
     tables = sum(
         c.num_embeddings * c.embedding_dim * 4 + optimizer_bytes(job.optim.sparse, c.num_embeddings, c.embedding_dim)
@@ -75,7 +75,7 @@ def replay(data: Path, job, configs, plan, curves, batches: int) -> list[dict[st
     predicted and simulated hit rates."""
     import numpy as np
 
-    from shardrec.sharding.cache import lfu_hit_rate, lru_hit_rate
+    from shardrec.sharding.cost.hit_rates import lfu_hit_rate, lru_hit_rate
     from shardrec.tools.bench.cache_sim import BatchLFU, BatchLRU
     from shardrec.tools.bench.id_stream import table_batches
 
@@ -159,7 +159,7 @@ def run_hitrate(
 ) -> dict[str, Any]:
     """Replay the data's id stream through exact LRU and LFU caches of the plan's sizes (without `plan`: a
     plan past HBM for `world_size` CUDA ranks holding `hbm_share` of the tables); ValueError says what is wrong."""
-    from shardrec.sharding.plan_io import load_plan
+    from shardrec.sharding.plan.plan_file import load_plan
     from shardrec.tools.bench.id_stream import count_batches, measure_curves
 
     if not 0 < hbm_share < 1:

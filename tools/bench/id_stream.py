@@ -3,7 +3,7 @@
 The loader of the job's train split at world size 1 yields each global batch whole (the union of
 every rank's slice, dataloader/loader.py), shuffled with the job's seed and, with on-the-fly
 multi-hot (data.multihot_*), expanded as training expands it. `shardrec plan` counts these ids
-into each table's frequency curve (sharding/cache.py) to size UVM caches; `bench hitrate`
+into each table's frequency curve (sharding/cost/hit_rates.py) to size UVM caches; `bench hitrate`
 replays them through exact caches.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
-from shardrec.sharding.cache import FrequencyCurve, curve_from_counts
+from shardrec.sharding.cost.hit_rates import FrequencyCurve, curve_from_counts
 
 FLUSH_IDS = 1 << 23
 """Ids of one table buffered before they are counted (a bincount over the table's rows each time)."""

@@ -68,7 +68,7 @@ RESERVE = 0.15
 def _torchrec_side(request, reserve: float, row: dict) -> list | None:
     from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation
 
-    from shardrec.sharding.torchrec_planner import torchrec_plan
+    from shardrec.sharding.torchrec.torchrec_planner import torchrec_plan
 
     t0 = time.perf_counter()
     try:
@@ -91,11 +91,11 @@ def run_case(case: Case, reserve: float = RESERVE, cost_model: str = "", measure
     kind's default) and torchrec's with that model; CPU cases also train both (`measure`)."""
     from dataclasses import replace
 
-    from shardrec.sharding.cost import evaluate
+    from shardrec.sharding.cost.cost_model import evaluate
+    from shardrec.sharding.machine.topology import build_topology
     from shardrec.sharding.planner import DEFAULT_COST_MODEL
-    from shardrec.sharding.request import SearchRequest
-    from shardrec.sharding.search import search_plan
-    from shardrec.sharding.topology import build_topology
+    from shardrec.sharding.search.request import SearchRequest
+    from shardrec.sharding.search.shardrec_search import search_plan
     from shardrec.tools.bench.torchrec_score import torchrec_score
 
     ts = _table_set(case.table_set)
@@ -155,7 +155,7 @@ def run_case(case: Case, reserve: float = RESERVE, cost_model: str = "", measure
 
 def _measure_both(row: dict, ts, written, theirs, case: Case) -> None:
     """Train the written plan and torchrec's on local CPU ranks: the slowest rank's step of each."""
-    from shardrec.sharding.plan_io import PLAN_SCHEMA_VERSION, PlanFile, plan_fingerprint
+    from shardrec.sharding.plan.plan_file import PLAN_SCHEMA_VERSION, PlanFile, plan_fingerprint
     from shardrec.tools.bench.reality import measure_plans
 
     fp = plan_fingerprint(ts.configs, case.world_size, case.global_batch_size, "cpu")
@@ -256,8 +256,8 @@ def print_plan_table(result: dict) -> None:
 
 def profile_verdict(profile: Path | None) -> tuple[str, str]:
     """(device kind, cost model) a calibration profile's `cost_model` verdict is for ("", "" without one)."""
-    from shardrec.sharding.json_checks import read_strict_json
-    from shardrec.sharding.topology import load_profile
+    from shardrec.sharding.machine.json_checks import read_strict_json
+    from shardrec.sharding.machine.topology import load_profile
 
     if profile is None:
         return "", ""

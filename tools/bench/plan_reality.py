@@ -30,8 +30,8 @@ def _setup(world_size: int, max_rows: int, dim: int, num_tables: int, batch: int
     """(topology, tables, dense footprint, measured profile figures) of the case."""
     from shardrec.embeddings.tables import build_ebc
     from shardrec.sharding import suites
-    from shardrec.sharding.memory import dense_footprint
-    from shardrec.sharding.topology import PRESETS, PROFILE_KEYS, ClusterTopology, load_profile
+    from shardrec.sharding.machine.memory import dense_footprint
+    from shardrec.sharding.machine.topology import PRESETS, PROFILE_KEYS, ClusterTopology, load_profile
     from shardrec.tools.bench.calibrate import calibrate
     from shardrec.tools.bench.reality import NUM_DENSE, RealityModel
     from shardrec.trainer.job.config import ModelConfig
@@ -57,7 +57,7 @@ def _setup(world_size: int, max_rows: int, dim: int, num_tables: int, batch: int
 
 
 def _estimates(name, source, placed, request, batch: int) -> dict[str, Any]:
-    from shardrec.sharding.cost import evaluate
+    from shardrec.sharding.cost.cost_model import evaluate
     from shardrec.tools.bench.torchrec_score import torchrec_score
 
     cost = evaluate(
@@ -141,8 +141,8 @@ def run_reality(
     memory_limit_bytes: float = 0,
 ) -> dict[str, Any]:
     """Plan, price, train and judge (see the module docstring); the result as a dict."""
-    from shardrec.sharding.plan_io import PLAN_SCHEMA_VERSION, PlanFile, plan_fingerprint
-    from shardrec.sharding.request import SearchRequest
+    from shardrec.sharding.plan.plan_file import PLAN_SCHEMA_VERSION, PlanFile, plan_fingerprint
+    from shardrec.sharding.search.request import SearchRequest
     from shardrec.tools.bench.reality import measure_plans
     from shardrec.tools.bench.reality_plans import reality_plans
 

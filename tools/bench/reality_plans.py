@@ -15,9 +15,9 @@ import json
 import numpy as np
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
-from shardrec.sharding import layouts
-from shardrec.sharding.plan_io import TablePlan
-from shardrec.sharding.request import SearchRequest
+from shardrec.sharding.cost import layouts
+from shardrec.sharding.plan.plan_file import TablePlan
+from shardrec.sharding.search.request import SearchRequest
 
 RANDOM_PLANS = 3
 
@@ -76,8 +76,8 @@ def _random(configs: list[EmbeddingBagConfig], world_size: int, seed: int) -> li
 
 def reality_plans(request: SearchRequest, seed: int = 0) -> dict[str, tuple[str, list[TablePlan]]]:
     """Name -> (source: shardrec, torchrec, simple or bad, placement), distinct placements only."""
-    from shardrec.sharding.search import search_plan
-    from shardrec.sharding.torchrec_planner import torchrec_plan
+    from shardrec.sharding.search.shardrec_search import search_plan
+    from shardrec.sharding.torchrec.torchrec_planner import torchrec_plan
 
     configs, W = request.configs, request.topology.world_size
     ranks = list(range(W))

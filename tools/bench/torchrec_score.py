@@ -15,11 +15,11 @@ import numpy as np
 from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
-from shardrec.sharding.constraints import TableConstraint
-from shardrec.sharding.plan_io import SHARDING_TYPES, TablePlan
-from shardrec.sharding.sharders import build_sharders
-from shardrec.sharding.topology import ClusterTopology
-from shardrec.sharding.torchrec_planner import (
+from shardrec.sharding.machine.topology import ClusterTopology
+from shardrec.sharding.plan.constraints import TableConstraint
+from shardrec.sharding.plan.plan_file import SHARDING_TYPES, TablePlan
+from shardrec.sharding.torchrec.sharders import build_sharders
+from shardrec.sharding.torchrec.torchrec_planner import (
     planning_ebc,
     quiet_torchrec,
     to_parameter_constraints,

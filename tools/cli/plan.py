@@ -38,7 +38,7 @@ def _load_job(config: Path | None, data: Path | None, overrides: list[str]):
         configs = build_table_configs(manifest, job.model.embedding_dim, job.model.dims)
     except (DatasetError, ValueError) as e:
         fail(str(e))
-    from shardrec.sharding.request import DatasetStatistics
+    from shardrec.sharding.search.request import DatasetStatistics
 
     return job, directory, configs, DatasetStatistics.from_manifest(manifest), _dense(job, configs, manifest)
 
@@ -46,7 +46,7 @@ def _load_job(config: Path | None, data: Path | None, overrides: list[str]):
 def _dense(job, configs, manifest):
     """The dense layers of the job's model, counted on the meta device (what every rank holds besides tables)."""
     from shardrec.embeddings.tables import build_ebc
-    from shardrec.sharding.memory import dense_footprint
+    from shardrec.sharding.machine.memory import dense_footprint
     from shardrec.trainer.model.models import build_model
 
     names = [name for config in configs for name in config.feature_names]
@@ -108,11 +108,11 @@ def plan(
     """Plan the tables of a dataset + job file for a topology; print a report and write --out."""
     if ctx.invoked_subcommand is not None:
         return
-    from shardrec.sharding.topology import PRESETS
+    from shardrec.sharding.machine.topology import PRESETS
 
     if topology != "auto" and topology not in PRESETS:  # before the planner's imports (torchrec: seconds)
         fail(f"--topology {topology}: not one of auto, {', '.join(PRESETS)}")
-    from shardrec.sharding.plan_io import save_plan
+    from shardrec.sharding.plan.plan_file import save_plan
     from shardrec.sharding.planner import SEARCHES, PlanDoesNotFitError, plan_tables
     from shardrec.trainer.job.planning import plan_request
 
@@ -177,8 +177,8 @@ def _topology(
     cpu plans for cpu-gloo; else this machine's CUDA devices if any, sharding.hardware.detect_topology)."""
     from dataclasses import replace
 
-    from shardrec.sharding.hardware import detect_topology
-    from shardrec.sharding.topology import build_topology
+    from shardrec.sharding.machine.hardware import detect_topology
+    from shardrec.sharding.machine.topology import build_topology
 
     memory = int(memory_gib * 2**30) if memory_gib else None
     if name == "auto" and job_device == "cpu":
@@ -190,7 +190,7 @@ def _topology(
 
 
 def _print_plan(result, topology: str, sync_every: int, seconds: float, out: Path | None, json_out: bool) -> None:
-    from shardrec.sharding.report import ranks_table, summary, tables_table
+    from shardrec.sharding.plan.report import ranks_table, summary, tables_table
 
     world_size = result.fingerprint.world_size
     if json_out:
@@ -235,9 +235,9 @@ def _mib(n: float) -> str:
 def _simulate(configs, stats, job, world_size: int, sync_every: int, json_out: bool) -> None:
     from rich.table import Table
 
-    from shardrec.sharding.constraints import parse_constraints
+    from shardrec.sharding.cost.simulate import simulate
+    from shardrec.sharding.plan.constraints import parse_constraints
     from shardrec.sharding.planner import pooling_factors
-    from shardrec.sharding.simulate import simulate
 
     try:
         pooling = pooling_factors(configs, stats, parse_constraints(job.sharding.constraints, configs, world_size))
@@ -312,8 +312,8 @@ def show_cmd(
     ] = False,
 ) -> None:
     """Reprint a saved plan file's report: the tables, the ranks and the estimate."""
-    from shardrec.sharding.plan_io import load_plan
-    from shardrec.sharding.report import ranks_table, summary, tables_table
+    from shardrec.sharding.plan.plan_file import load_plan
+    from shardrec.sharding.plan.report import ranks_table, summary, tables_table
 
     if not plan_file.exists():
         fail(f"{plan_file}: does not exist")

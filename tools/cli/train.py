@@ -227,8 +227,8 @@ def _show_results(out_dir: Path, json_out: bool) -> None:
     if json_out:
         print_json(summary)
         return
-    from shardrec.sharding.plan_io import load_plan
-    from shardrec.sharding.report import tables_table
+    from shardrec.sharding.plan.plan_file import load_plan
+    from shardrec.sharding.plan.report import tables_table
 
     plan, metrics = out_dir / names.PLAN, out_dir / names.METRICS
     console.print(tables_table(load_plan(plan)))

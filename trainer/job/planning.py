@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
-from shardrec.sharding.memory import DenseFootprint
-from shardrec.sharding.request import DatasetStatistics, PlanRequest
-from shardrec.sharding.topology import ClusterTopology
+from shardrec.sharding.machine.memory import DenseFootprint
+from shardrec.sharding.machine.topology import ClusterTopology
+from shardrec.sharding.search.request import DatasetStatistics, PlanRequest
 from shardrec.trainer.job.config import OptimConfig, ShardingConfig, TrainConfig
 
 

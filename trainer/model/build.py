@@ -22,12 +22,17 @@ from torchrec.optim.optimizers import in_backward_optimizer_filter
 from shardrec.dataloader.format.manifest import Manifest
 from shardrec.embeddings.optim import attach_fused_optimizer, replicated_table_optimizer, replicated_table_params
 from shardrec.embeddings.tables import build_ebc, build_table_configs
-from shardrec.sharding.hardware import DeviceMemory, check_plan_fits_devices, cuda_device_memory, detect_topology
-from shardrec.sharding.memory import DenseFootprint, dense_footprint
-from shardrec.sharding.plan_io import PlanFile, check_plan, plan_fingerprint, to_sharding_plan
+from shardrec.sharding.machine.hardware import (
+    DeviceMemory,
+    check_plan_fits_devices,
+    cuda_device_memory,
+    detect_topology,
+)
+from shardrec.sharding.machine.memory import DenseFootprint, dense_footprint
+from shardrec.sharding.plan.plan_file import PlanFile, check_plan, plan_fingerprint, to_sharding_plan
 from shardrec.sharding.planner import plan_tables
-from shardrec.sharding.request import DatasetStatistics
-from shardrec.sharding.sharders import FUSED_KERNELS, build_sharders, check_kernels_run_on, plan_fused_params
+from shardrec.sharding.search.request import DatasetStatistics
+from shardrec.sharding.torchrec.sharders import FUSED_KERNELS, build_sharders, check_kernels_run_on, plan_fused_params
 from shardrec.trainer.distributed.dist import DistEnv
 from shardrec.trainer.job.config import ModelConfig, OptimConfig, ShardingConfig, TrainConfig
 from shardrec.trainer.job.planning import plan_request

@@ -1,4 +1,4 @@
-"""Reading the planner's JSON files strictly: plan files (plan_io.py) and calibration profiles
+"""Reading the planner's JSON files strictly: plan files (plan_file.py) and calibration profiles
 (topology.py).
 
 Python's json module reads `NaN`, `Infinity` and `-Infinity` as floats, and a `true` passes an

@@ -14,11 +14,11 @@ import logging
 
 import numpy as np
 
-from shardrec.sharding import layouts
-from shardrec.sharding.balance import Assignment, assign, move_table, refine_ranks
-from shardrec.sharding.options import PIECE_TYPES, Option, Problem
-from shardrec.sharding.plan_io import TablePlan
-from shardrec.sharding.request import SearchRequest
+from shardrec.sharding.cost import layouts
+from shardrec.sharding.plan.plan_file import TablePlan
+from shardrec.sharding.search.balance import Assignment, assign, move_table, refine_ranks
+from shardrec.sharding.search.options import PIECE_TYPES, Option, Problem
+from shardrec.sharding.search.request import SearchRequest
 
 logger = logging.getLogger(__name__)
 
@@ -163,12 +163,12 @@ def search_plan(request: SearchRequest, *, cost_model: str = "shardrec") -> list
     """The placement with the fastest critical rank: seeded LPT packings, then local search.
 
     Args:
-        cost_model: "shardrec" (cost.py) or "torchrec" (torchrec's estimators, torchrec_costs.py).
+        cost_model: "shardrec" (cost_model.py) or "torchrec" (torchrec's estimators, torchrec_costs.py).
     Returns:
         One TablePlan per request.configs entry, in that order.
     """
     if cost_model == "torchrec":
-        from shardrec.sharding.torchrec_costs import TorchrecProblem
+        from shardrec.sharding.torchrec.torchrec_costs import TorchrecProblem
 
         problem: Problem = TorchrecProblem(request)
     elif cost_model == "shardrec":

@@ -13,11 +13,11 @@ import numpy as np
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 from shardrec.embeddings.sparse_optimizers import state_bytes as optimizer_bytes
-from shardrec.sharding.comms import KINDS, Workload, collectives_per_step, group_overhead_bytes, table_comm_bytes
-from shardrec.sharding.memory import DenseFootprint, fixed_bytes
-from shardrec.sharding.plan_io import UVM_KERNELS, TablePlan
-from shardrec.sharding.skew import LookupCurve, row_share
-from shardrec.sharding.topology import ClusterTopology
+from shardrec.sharding.cost.comms import KINDS, Workload, collectives_per_step, group_overhead_bytes, table_comm_bytes
+from shardrec.sharding.cost.skew import LookupCurve, row_share
+from shardrec.sharding.machine.memory import DenseFootprint, fixed_bytes
+from shardrec.sharding.machine.topology import ClusterTopology
+from shardrec.sharding.plan.plan_file import UVM_KERNELS, TablePlan
 
 
 @dataclass

@@ -13,9 +13,9 @@ import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from shardrec.sharding.plan_io import PlanFile
+from shardrec.sharding.machine.topology import ClusterTopology, build_topology
+from shardrec.sharding.plan.plan_file import PlanFile
 from shardrec.sharding.planner import PlanDoesNotFitError, fmt_bytes
-from shardrec.sharding.topology import ClusterTopology, build_topology
 
 logger = logging.getLogger(__name__)
 

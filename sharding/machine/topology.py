@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shardrec.sharding.json_checks import expect, need, read_strict_json
-from shardrec.sharding.memory import MEMORY_MODELS, MODEL_KEYS, MemoryModel
+from shardrec.sharding.machine.json_checks import expect, need, read_strict_json
+from shardrec.sharding.machine.memory import MEMORY_MODELS, MODEL_KEYS, MemoryModel
 
 GiB = 1024**3
 

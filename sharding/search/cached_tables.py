@@ -7,7 +7,7 @@ writes evicted rows back), fused_uvm reads every row over the link (for a table 
 spread so evenly that a cache would hit only its own share of rows).
 
 Each table's options (fused, a cache at each load factor of CLF_GRID, no cache) cost HBM and
-step time (cost.py, with hit rates from the data's id-frequency curve, cache.py). Choosing one
+step time (cost_model.py, with hit rates from the data's id-frequency curve, hit_rates.py). Choosing one
 option per table to minimise the added time under an HBM budget is a multiple-choice knapsack:
 on every table's lower convex hull of (HBM, time) the greedy that buys the steepest time saving
 per byte first is optimal for the relaxation, and within one hull step of optimal here. The
@@ -22,11 +22,11 @@ from dataclasses import dataclass, replace
 
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
-from shardrec.sharding import layouts
-from shardrec.sharding.cache import FrequencyCurve, lru_hit_rate, min_cache_rows, slots
-from shardrec.sharding.comms import Workload
-from shardrec.sharding.cost import rank_fixed_bytes, table_cost
-from shardrec.sharding.plan_io import CachePlan, TablePlan
+from shardrec.sharding.cost import layouts
+from shardrec.sharding.cost.comms import Workload
+from shardrec.sharding.cost.cost_model import rank_fixed_bytes, table_cost
+from shardrec.sharding.cost.hit_rates import FrequencyCurve, lru_hit_rate, min_cache_rows, slots
+from shardrec.sharding.plan.plan_file import CachePlan, TablePlan
 
 CLF_GRID = (0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8)
 """Cache load factors tried per table (torchrec requires one strictly between 0 and 1)."""

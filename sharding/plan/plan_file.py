@@ -22,8 +22,8 @@ import numpy as np
 
 from shardrec.dataloader.format.manifest import shown
 from shardrec.dataloader.util.files import atomic_write_bytes
-from shardrec.sharding.json_checks import check_fields, check_plan_fields, expect, read_strict_json
-from shardrec.sharding.topology import ClusterTopology
+from shardrec.sharding.machine.json_checks import check_fields, check_plan_fields, expect, read_strict_json
+from shardrec.sharding.machine.topology import ClusterTopology
 
 if TYPE_CHECKING:  # torchrec is imported where a plan becomes torchrec's: reading one (`plan show`) needs no torch
     from torchrec.distributed.types import ParameterSharding, ShardingPlan
@@ -79,7 +79,7 @@ class RankEstimate:
     optimizer_bytes: int
     buffer_bytes: int
     fixed_bytes: int = 0
-    """What every rank holds whatever its tables: dense layers, framework (sharding/memory.py)."""
+    """What every rank holds whatever its tables: dense layers, framework (sharding/machine/memory.py)."""
     cache_bytes: int = 0
     """Device memory of UVM caches on this rank."""
     host_bytes: int = 0
@@ -150,7 +150,7 @@ class CachePlan:
     rows: list[int]
     """Rows (slots) fbgemm allocates for each shard's cache, in shard order."""
     hit_rates: list[float]
-    """Predicted share of each shard's unique rows per batch found in the cache (sharding/cache.py)."""
+    """Predicted share of each shard's unique rows per batch found in the cache (sharding/cost/hit_rates.py)."""
     fetched_rows: list[float] = dataclasses.field(default_factory=list)
     """Predicted rows each shard fetches from host memory per batch (its unique misses)."""
     algorithm: str = "lru"

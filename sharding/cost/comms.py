@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardrec.sharding.plan_io import TablePlan
-from shardrec.sharding.skew import LookupCurve, row_share
+from shardrec.sharding.cost.skew import LookupCurve, row_share
+from shardrec.sharding.plan.plan_file import TablePlan
 
 KINDS = ("all_to_all", "reduce_scatter", "all_gather", "all_reduce")
 SPLITS_BYTES = 3 * 8

@@ -16,8 +16,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from shardrec.sharding.cost import PlanCost
-from shardrec.sharding.topology import ClusterTopology
+from shardrec.sharding.cost.cost_model import PlanCost
+from shardrec.sharding.machine.topology import ClusterTopology
 
 
 def group_topology(topo: ClusterTopology, group_size: int) -> ClusterTopology:

@@ -2,7 +2,7 @@
 
 `PlanRequest` is what `planner.plan_tables` is asked to place: the tables, the job's shape
 (ranks, batch, device kind) and the planner's options. `SearchRequest` is what both searches
-(shardrec's, search.py; torchrec's, torchrec_planner.py) are asked to solve: one placement
+(shardrec's, shardrec_search.py; torchrec's, torchrec_planner.py) are asked to solve: one placement
 problem over one set of ranks. `DatasetStatistics.from_manifest` is the one conversion of a
 dataset manifest into planner inputs, used by `shardrec plan` and by the trainer when it
 plans at start.
@@ -19,11 +19,11 @@ from typing import Any
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 from shardrec.dataloader.format.manifest import Manifest
-from shardrec.sharding.cache import FrequencyCurve
-from shardrec.sharding.caching import TableKernel
-from shardrec.sharding.constraints import TableConstraint
-from shardrec.sharding.memory import DenseFootprint
-from shardrec.sharding.topology import ClusterTopology
+from shardrec.sharding.cost.hit_rates import FrequencyCurve
+from shardrec.sharding.machine.memory import DenseFootprint
+from shardrec.sharding.machine.topology import ClusterTopology
+from shardrec.sharding.plan.constraints import TableConstraint
+from shardrec.sharding.search.cached_tables import TableKernel
 
 
 @dataclass(frozen=True)
@@ -44,9 +44,9 @@ class SearchRequest:
     dense: DenseFootprint = field(default_factory=DenseFootprint)
     """The dense layers, which every rank holds beside its tables (memory.py)."""
     kernels: dict[str, TableKernel] = field(default_factory=dict)
-    """Table name -> kernel past device memory (caching.py); a missing table uses `compute_kernel`."""
+    """Table name -> kernel past device memory (cached_tables.py); a missing table uses `compute_kernel`."""
     frequencies: dict[str, FrequencyCurve] = field(default_factory=dict)
-    """Table name -> id-frequency curve (cache.py), for cached tables' hit rates."""
+    """Table name -> id-frequency curve (hit_rates.py), for cached tables' hit rates."""
     ids_by_frequency: bool = False
     """Ids are numbered hottest first (row-wise blocks of a cached table differ in hit rate)."""
 
@@ -60,7 +60,7 @@ class DatasetStatistics:
     ids_by_frequency: bool = False
     """Ids are numbered hottest first, so row-wise blocks are skewed (skew.py)."""
     frequencies: dict[str, FrequencyCurve] = field(default_factory=dict)
-    """Table name -> its ids' frequency curve measured on the data (cache.py); what the planner
+    """Table name -> its ids' frequency curve measured on the data (hit_rates.py); what the planner
     sizes UVM caches by on CUDA topologies whose HBM cannot hold every table. Empty: not measured."""
 
     @classmethod

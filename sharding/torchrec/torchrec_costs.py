@@ -3,7 +3,7 @@
 torchrec's enumerator lists every table's sharding options with an estimated time and
 storage per shard; its planner then charges each shard to the rank holding it and rates a
 plan by its slowest rank. Feeding those same figures to shardrec's search (balance.py,
-search.py) compares the two *searches* on torchrec's own objective: `shardrec bench plan`
+shardrec_search.py) compares the two *searches* on torchrec's own objective: `shardrec bench plan`
 reports it beside the comparison under shardrec's cost model.
 """
 
@@ -15,10 +15,10 @@ from dataclasses import replace
 import numpy as np
 from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
 
-from shardrec.sharding.options import PIECE_TYPES, Option, Piece, Problem
-from shardrec.sharding.request import SearchRequest
-from shardrec.sharding.sharders import build_sharders
-from shardrec.sharding.torchrec_planner import (
+from shardrec.sharding.search.options import PIECE_TYPES, Option, Piece, Problem
+from shardrec.sharding.search.request import SearchRequest
+from shardrec.sharding.torchrec.sharders import build_sharders
+from shardrec.sharding.torchrec.torchrec_planner import (
     planning_ebc,
     quiet_torchrec,
     to_parameter_constraints,

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardrec.sharding.comms import collectives_per_step
-from shardrec.sharding.options import PIECE_TYPES, Option, Piece, Problem
+from shardrec.sharding.cost.comms import collectives_per_step
+from shardrec.sharding.search.options import PIECE_TYPES, Option, Piece, Problem
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """What the per-rank memory estimate counts besides the tables' own bytes, per device kind.
 
 A rank's estimate (cost.PlanCost.memory_bytes) is the sum of
-- per shard: its weights and sparse optimizer state (exact, from the shapes; cost.py), and a
+- per shard: its weights and sparse optimizer state (exact, from the shapes; cost_model.py), and a
   step's input ids and pooled outputs (`io_copies` copies);
 - per data-parallel table: its weights `replicated_copies` times (the weights, the dense
   gradient backward writes, DDP's bucket) plus its optimizer state;

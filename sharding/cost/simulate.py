@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
-from shardrec.sharding.comms import SPLITS_BYTES, Workload, table_comm_bytes
-from shardrec.sharding.layouts import table_wise
+from shardrec.sharding.cost.comms import SPLITS_BYTES, Workload, table_comm_bytes
+from shardrec.sharding.cost.layouts import table_wise
 
 GROUP_SIZES = (8, 16, 32, 64, 128)
 

@@ -15,11 +15,11 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 from shardrec.embeddings.optim import attach_fused_optimizer
 from shardrec.embeddings.tables import build_ebc
-from shardrec.sharding.constraints import TableConstraint
-from shardrec.sharding.plan_io import TablePlan, from_sharding_plan
-from shardrec.sharding.request import SearchRequest
-from shardrec.sharding.sharders import build_sharders
-from shardrec.sharding.topology import ClusterTopology
+from shardrec.sharding.machine.topology import ClusterTopology
+from shardrec.sharding.plan.constraints import TableConstraint
+from shardrec.sharding.plan.plan_file import TablePlan, from_sharding_plan
+from shardrec.sharding.search.request import SearchRequest
+from shardrec.sharding.torchrec.sharders import build_sharders
 
 logger = logging.getLogger(__name__)
 

@@ -14,14 +14,14 @@ from dataclasses import dataclass, replace
 import numpy as np
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
-from shardrec.sharding import layouts
-from shardrec.sharding.caching import with_kernel
-from shardrec.sharding.comms import Workload
-from shardrec.sharding.constraints import TableConstraint
-from shardrec.sharding.cost import rank_fixed_bytes, table_cost
-from shardrec.sharding.request import SearchRequest
-from shardrec.sharding.skew import LookupCurve
-from shardrec.sharding.topology import ClusterTopology
+from shardrec.sharding.cost import layouts
+from shardrec.sharding.cost.comms import Workload
+from shardrec.sharding.cost.cost_model import rank_fixed_bytes, table_cost
+from shardrec.sharding.cost.skew import LookupCurve
+from shardrec.sharding.machine.topology import ClusterTopology
+from shardrec.sharding.plan.constraints import TableConstraint
+from shardrec.sharding.search.cached_tables import with_kernel
+from shardrec.sharding.search.request import SearchRequest
 
 PIECE_TYPES = ("table_wise", "column_wise", "table_column_wise")
 
@@ -146,7 +146,7 @@ class Problem:
         return self._spread[key]
 
     def with_kernel(self, index: int, table_plan):
-        """The layout on the table's kernel past device memory, if it has one (caching.py)."""
+        """The layout on the table's kernel past device memory, if it has one (cached_tables.py)."""
         name = self.configs[index].name
         return with_kernel(table_plan, self.kernels.get(name), self.frequencies.get(name), self.ids_by_frequency)
 

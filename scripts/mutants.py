@@ -19,9 +19,9 @@ PY = sys.executable
 # name -> (module file, the tests that exercise it, fast ones only)
 MODULES: dict[str, tuple[str, list[str]]] = {
     "metrics": ("trainer/loop/metrics.py", ["tests/unit/test_metrics.py"]),
-    "ids": ("tools/preprocess/ids.py", ["tests/unit/test_preprocess_ids_plan.py", "tests/unit/test_parse.py"]),
+    "ids": ("tools/preprocess/ids/id_maps.py", ["tests/unit/test_preprocess_ids_plan.py", "tests/unit/test_parse.py"]),
     "parse_kernel": (
-        "tools/preprocess/parse_kernel.py",
+        "tools/preprocess/parse/parse_kernel.py",
         ["tests/unit/test_parse.py", "tests/unit/test_preprocess_fast_paths.py"],
     ),
     "order": ("dataloader/order.py", ["tests/unit/test_order.py"]),

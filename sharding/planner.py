@@ -30,7 +30,7 @@ SEARCHES = ("shardrec", "torchrec")
 DEFAULT_COST_MODEL = {"cpu": "shardrec", "cuda": "shardrec"}
 """The step-time model shardrec's search optimises where no calibration profile names the better
 one (`bench plan-reality --profile-out`): shardrec's own, the one today's plans were made with."""
-# The manifest statistic (tools/preprocess/stats.py writes it) that gives a feature's pooling.
+# The manifest statistic (tools/preprocess/parts/feature_stats.py writes it) that gives a feature's pooling.
 POOLING_STAT_KEY = "mean_ids_per_sample"
 
 

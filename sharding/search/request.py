@@ -56,7 +56,7 @@ class DatasetStatistics:
     """What a dataset tells the planner: per-feature statistics and how ids are numbered."""
 
     stats: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Feature name -> the manifest's statistics (tools/preprocess/stats.py)."""
+    """Feature name -> the manifest's statistics (tools/preprocess/parts/feature_stats.py)."""
     ids_by_frequency: bool = False
     """Ids are numbered hottest first, so row-wise blocks are skewed (skew.py)."""
     frequencies: dict[str, FrequencyCurve] = field(default_factory=dict)

@@ -13,7 +13,7 @@ from shardrec.sharding.cost import layouts
 from shardrec.sharding.cost.cost_model import evaluate
 from shardrec.sharding.machine.topology import build_topology
 from shardrec.sharding.plan.plan_file import PLAN_SCHEMA_VERSION, PlanFile, plan_fingerprint
-from shardrec.tools.bench.reality import measure_plans, peak_growth, start_peak_window
+from shardrec.tools.bench.plan.reality import measure_plans, peak_growth, start_peak_window
 
 ROWS, DIM, TABLES = 40_000, 32, 4
 TABLE_BYTES = ROWS * DIM * 4
@@ -78,7 +78,7 @@ def test_memory_estimate_is_within_10_percent_where_tables_dominate() -> None:
     ]
     from shardrec.embeddings.tables import build_ebc
     from shardrec.sharding.machine.memory import dense_footprint
-    from shardrec.tools.bench.reality import NUM_DENSE, RealityModel
+    from shardrec.tools.bench.plan.reality import NUM_DENSE, RealityModel
     from shardrec.trainer.job.config import ModelConfig
     from shardrec.trainer.model.models import build_model
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from shardrec.tools.bench.scale import DAYS, DISK_GB_PER_S, PROJECTED_CORES, feature_counts
+from shardrec.tools.bench.scale.scale_bench import DAYS, DISK_GB_PER_S, PROJECTED_CORES, feature_counts
 
 FRACTION = 1e-9  # below 192 / 4.37 B: the command's floor of 8 rows per day
 

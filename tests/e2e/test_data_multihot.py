@@ -75,7 +75,7 @@ def test_materialised_ids_are_the_reference_ids(one_hot: Path, tmp_path: Path, d
 
 
 def test_rerun_on_more_workers_writes_the_same_bytes_and_reuses_the_tables(one_hot: Path, tmp_path: Path, monkeypatch):
-    import shardrec.tools.cli.data_multihot as command
+    import shardrec.tools.cli.data.multihot as command
 
     beside: list[list[str]] = []  # what lies beside OUT as each run starts
     real = command.materialize_multihot

@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 from shardrec.dataloader.format.integrity import verify
 from shardrec.dataloader.format.manifest import Manifest, open_split
 from shardrec.tools.cli.app import app
-from shardrec.tools.preprocess.ids import hash_ids
-from shardrec.tools.preprocess.parse import transform_dense
-from shardrec.tools.synth import write_dataset
+from shardrec.tools.preprocess.ids.id_maps import hash_ids
+from shardrec.tools.preprocess.parse.criteo_text import transform_dense
+from shardrec.tools.synth.criteo import write_dataset
 
 runner = CliRunner()
 

@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from shardrec.tools.cli.app import app
-from shardrec.tools.preprocess import gz
-from shardrec.tools.synth import write_dataset
+from shardrec.tools.preprocess.gzip import gz
+from shardrec.tools.synth.criteo import write_dataset
 
 runner = CliRunner()
 

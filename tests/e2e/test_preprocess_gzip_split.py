@@ -13,14 +13,14 @@ import pytest
 from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
-from shardrec.tools.bench.preprocess_gzip import print_gzip_report
+from shardrec.tools.bench.preprocess.gzip_bench import print_gzip_report
 from shardrec.tools.cli.app import app
-from shardrec.tools.preprocess import gz
 from shardrec.tools.preprocess import task as task_module
-from shardrec.tools.preprocess.gz_split import SPLIT_MIN_CHUNKS, should_split
+from shardrec.tools.preprocess.gzip import gz
+from shardrec.tools.preprocess.gzip.gz_split import SPLIT_MIN_CHUNKS, should_split
 from shardrec.tools.preprocess.inputs import Task, plan_tasks
 from shardrec.tools.preprocess.pool import map_stream
-from shardrec.tools.synth import SynthSpec, write_file
+from shardrec.tools.synth.criteo import SynthSpec, write_file
 
 runner = CliRunner()
 CHUNK_MB = 0.0625  # 64 KiB of text per task

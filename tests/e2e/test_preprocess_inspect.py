@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from shardrec.dataloader.format.integrity import verify
 from shardrec.dataloader.format.manifest import Manifest, open_split
 from shardrec.tools.cli.app import app
-from shardrec.tools.synth import write_dataset
+from shardrec.tools.synth.criteo import write_dataset
 
 runner = CliRunner()
 

@@ -1,4 +1,4 @@
-"""The MLPerf DLRMv2 reference's preprocessing (tools/preprocess/reference.py) against torchrec's
+"""The MLPerf DLRMv2 reference's preprocessing (tools/preprocess/derived/mlperf_reference.py) against torchrec's
 own Criteo scripts, run here on 24 tiny synthetic days: every array byte for byte; `shardrec data
 reference-npy` with the published arrays' dense transform, a rerun, and a malformed row."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardrec.tools.preprocess.reference import reference_preprocess
+from shardrec.tools.preprocess.derived.mlperf_reference import reference_preprocess
 
 DAYS = 24
 
@@ -61,7 +61,7 @@ def days(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], Path]:
 
 
 def test_arrays_equal_torchrecs_scripts_byte_for_byte(days, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from shardrec.tools.preprocess import reference
+    from shardrec.tools.preprocess.derived import mlperf_reference as reference
 
     paths, ref = days
     # Pieces of 2 rows and ~300 bytes of text: every step crosses chunk boundaries, as on real days.

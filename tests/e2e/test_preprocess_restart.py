@@ -16,7 +16,7 @@ from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
 from shardrec.tools.cli.app import app
-from shardrec.tools.synth import write_dataset
+from shardrec.tools.synth.criteo import write_dataset
 
 runner = CliRunner()
 ARGS = ["--max-ids", "5000", "--chunk-mb", "0.25"]
@@ -127,7 +127,7 @@ def test_vocabulary_mode_parts_count_then_map(raw: Path, tmp_path: Path):
 
 
 def test_output_is_the_same_without_the_compiled_kernels(raw: Path, reference, tmp_path: Path, monkeypatch):
-    from shardrec.tools.preprocess import parse_kernel
+    from shardrec.tools.preprocess.parse import parse_kernel
 
     monkeypatch.setattr(parse_kernel, "AVAILABLE", False)  # what a machine without numba runs
     cli("preprocess", raw, "--out", tmp_path / "numpy", *ARGS)

@@ -20,8 +20,8 @@ from shardrec.dataloader.spec.spec_file import load_spec
 from shardrec.embeddings.tables import build_table_configs
 from shardrec.sharding.planner import pooling_factors
 from shardrec.sharding.search.request import DatasetStatistics
-from shardrec.tools.preprocess.ids import hash_bytes, hash_ids
-from shardrec.tools.preprocess.parse import transform_dense
+from shardrec.tools.preprocess.ids.id_maps import hash_bytes, hash_ids
+from shardrec.tools.preprocess.parse.criteo_text import transform_dense
 
 
 @pytest.fixture(scope="module")

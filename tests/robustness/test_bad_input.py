@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from shardrec.dataloader.format.manifest import Manifest
 from shardrec.tools.cli.app import app
-from shardrec.tools.synth import write_dataset
+from shardrec.tools.synth.criteo import write_dataset
 
 runner = CliRunner()
 ARGS = ["--max-ids", "5000"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from helpers import assert_one_line_error, processes
 
-from shardrec.tools.synth import write_dataset
+from shardrec.tools.synth.criteo import write_dataset
 
 ARGS = ["--max-ids", "5000", "--chunk-mb", "0.1", "--workers", "2"]
 

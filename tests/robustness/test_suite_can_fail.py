@@ -18,7 +18,7 @@ from shardrec.dataloader.format.manifest import open_split
 from shardrec.dataloader.gather import gather_kernels
 from shardrec.tools.cli.app import app
 from shardrec.tools.cli.common import err_console, fail
-from shardrec.tools.preprocess import parse_kernel
+from shardrec.tools.preprocess.parse import parse_kernel
 
 ROOT = Path(__file__).resolve().parents[2]
 toy = typer.Typer()

@@ -16,8 +16,8 @@ from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
 from shardrec.tools.cli.app import app
-from shardrec.tools.preprocess import npy_import_export
-from shardrec.tools.synth import write_dataset
+from shardrec.tools.preprocess.derived import npy_import_export
+from shardrec.tools.synth.criteo import write_dataset
 
 runner = CliRunner()
 ARGS = ["--max-ids", "5000", "--chunk-mb", "0.1"]

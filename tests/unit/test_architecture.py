@@ -176,7 +176,7 @@ def test_every_shardrec_command_is_defined_under_tools_cli():
 
 
 def test_one_module_name_means_one_thing_across_the_library():
-    """dataloader/format/torchrec_npy.py reads torchrec's layout, tools/preprocess/npy_import_export.py
+    """dataloader/format/torchrec_npy.py reads torchrec's layout, tools/preprocess/derived/npy_import_export.py
     converts it: a module name names one concept. The CLI's and the benchmarks' modules are named
     after their commands, so they are left out."""
     seen: dict[str, list[str]] = {}

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from helpers import assert_one_line_error, cli
 
-from shardrec.tools.bench.scale import STAGE_DIRS, WORK_MARKER, prepare_work_dir, project
-from shardrec.tools.bench.scale_stream import combine_ranks
+from shardrec.tools.bench.scale.scale_bench import STAGE_DIRS, WORK_MARKER, prepare_work_dir, project
+from shardrec.tools.bench.scale.scale_stream import combine_ranks
 
 
 def test_ranks_side_by_side_count_every_row_over_the_slowest_loop():

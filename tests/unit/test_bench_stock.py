@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
-STOCK = TOOLS / "bench" / "stock_torchrec.py"
+STOCK = TOOLS / "bench" / "train" / "stock_torchrec.py"
 # The harness pieces the baseline may use: the timer, and the (import-free) packages around it.
-ALLOWED = {"shardrec.tools.bench.timing"}
+ALLOWED = {"shardrec.tools.bench.train.timing"}
 PACKAGES = {"shardrec", "shardrec.tools", "shardrec.tools.bench"}
 
 
@@ -29,7 +29,7 @@ def _imports(path: Path) -> set[str]:
 
 
 def _source(module: str) -> Path:
-    parts = module.split(".")[1:]  # shardrec.tools.bench.timing -> tools/bench/timing.py
+    parts = module.split(".")[1:]  # shardrec.tools.bench.train.timing -> tools/bench/train/timing.py
     path = TOOLS.parent.joinpath(*parts)
     return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
 
@@ -76,7 +76,7 @@ def test_the_import_check_catches_a_shardrec_import(tmp_path: Path) -> None:
 
 
 def test_stock_baseline_refuses_fused_adam_on_cpu() -> None:
-    from shardrec.tools.bench.stock_torchrec import StockModel, StockOptim, StockTrainer
+    from shardrec.tools.bench.train.stock_torchrec import StockModel, StockOptim, StockTrainer
 
     spec = StockModel("dlrm", 13, (("C1", 10),), 16, (16,), (8, 1))
     with pytest.raises(ValueError, match="sparse optimizer 'adam': torchrec's fused CPU kernel"):
@@ -98,7 +98,7 @@ def test_stock_predict_moves_each_batch_to_the_models_device() -> None:
     model directly, whose DDP wrapper does not move a Batch: on CUDA it must move them itself."""
     import torch
 
-    from shardrec.tools.bench.stock_torchrec import StockTrainer
+    from shardrec.tools.bench.train.stock_torchrec import StockTrainer
 
     seen = []
 

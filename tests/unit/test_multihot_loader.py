@@ -14,7 +14,7 @@ from shardrec.dataloader.digest import stream_digests
 from shardrec.dataloader.format.manifest import open_split
 from shardrec.dataloader.loader import build_loader
 from shardrec.dataloader.multihot.multihot_tables import MultiHotOption
-from shardrec.tools.preprocess.multihot_dataset import materialize_multihot
+from shardrec.tools.preprocess.derived.multihot_dataset import materialize_multihot
 
 SIZES = (3, 1, 2, 6)
 

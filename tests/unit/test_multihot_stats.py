@@ -9,9 +9,9 @@ import pytest
 from conftest import write_tiny_dataset
 
 from shardrec.dataloader.format.manifest import Manifest
-from shardrec.tools.preprocess import multihot_stats
-from shardrec.tools.preprocess.multihot_dataset import materialize_multihot
-from shardrec.tools.preprocess.stats import compute_feature_stats
+from shardrec.tools.preprocess.derived import multihot_stats
+from shardrec.tools.preprocess.derived.multihot_dataset import materialize_multihot
+from shardrec.tools.preprocess.parts.feature_stats import compute_feature_stats
 
 
 @pytest.mark.parametrize(("workers", "jit"), [(2, True), (1, False)], ids=["2-workers-compiled", "1-worker-numpy"])

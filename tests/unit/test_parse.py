@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shardrec.tools.preprocess.ids import hash_ids
-from shardrec.tools.preprocess.parse import REASONS, Schema, describe_bad_row, parse_chunk, transform_dense
-from shardrec.tools.preprocess.parse_fields import decode_hex, decode_hex_generic, decode_int, decode_int_generic
+from shardrec.tools.preprocess.ids.id_maps import hash_ids
+from shardrec.tools.preprocess.parse.criteo_text import REASONS, Schema, describe_bad_row, parse_chunk, transform_dense
+from shardrec.tools.preprocess.parse.parse_fields import decode_hex, decode_hex_generic, decode_int, decode_int_generic
 
 CRITEO = Schema()
 
@@ -170,7 +170,7 @@ def test_fast_decoders_agree_with_generic_ones():
         starts = ends - np.array([len(f) for f in fields])
         v1, b1 = fast(buf, starts, ends)
         if fast is decode_int:
-            from shardrec.tools.preprocess.parse_fields import strip_point_zero
+            from shardrec.tools.preprocess.parse.parse_fields import strip_point_zero
 
             ends = strip_point_zero(buf, starts, ends)
         v2, b2 = slow(buf, starts, ends)
@@ -220,7 +220,7 @@ def test_compiled_and_numpy_parsers_agree_on_random_and_malformed_rows(delimiter
 
 def test_uncompiled_kernel_gives_the_same_rows():
     # The pure-Python body of the kernel is what runs if numba is missing.
-    from shardrec.tools.preprocess import parse_kernel
+    from shardrec.tools.preprocess.parse import parse_kernel
 
     schema = Schema(num_dense=3, num_sparse=4)
     text = _fuzz_text(np.random.default_rng(2), 200, schema)

@@ -18,7 +18,7 @@ from shardrec.sharding.plan.plan_file import PlanFile, load_plan, save_plan, to_
 from shardrec.sharding.plan.report import tables_table
 from shardrec.sharding.planner import PlanDoesNotFitError, plan_tables
 from shardrec.sharding.search.request import DatasetStatistics, PlanRequest
-from shardrec.tools.bench.cache_sim import BatchLFU, BatchLRU
+from shardrec.tools.bench.plan.cache_sim import BatchLFU, BatchLRU
 
 GiB = 2**30
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from shardrec.sharding.machine.topology import build_topology
-from shardrec.tools.bench.calibrate import measure_lookup, save_profile
+from shardrec.tools.measure.calibrate import measure_lookup, save_profile
 
 
 def test_lookup_measurement_is_positive() -> None:

@@ -163,7 +163,7 @@ def test_plan_at_start_writes_the_plan_shardrec_plan_writes(tiny_dataset: Path, 
 
 @pytest.mark.slow
 def test_bench_plan_trains_both_plans_of_a_cpu_case() -> None:
-    from shardrec.tools.bench.plan import Case, run_case
+    from shardrec.tools.bench.plan.plan_bench import Case, run_case
 
     row = run_case(Case("small/cpu-gloo x2", "random:4:6:1e4", "cpu-gloo", 2, 512))
     assert row["cost_model"] == "shardrec" and row["ratio_headline"] == row["ratio_shardrec_model"]

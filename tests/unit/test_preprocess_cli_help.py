@@ -8,7 +8,7 @@ import dataclasses
 import typer
 
 from shardrec.tools.cli.app import app
-from shardrec.tools.preprocess.parse import Schema
+from shardrec.tools.preprocess.parse.criteo_text import Schema
 from shardrec.tools.preprocess.settings import PreprocessConfig
 from shardrec.trainer.job.config import field_help
 

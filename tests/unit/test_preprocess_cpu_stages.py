@@ -7,7 +7,7 @@ from pathlib import Path
 
 from shardrec.tools.preprocess import cpu_stages
 from shardrec.tools.preprocess.pipeline import PreprocessConfig, run_preprocess
-from shardrec.tools.synth import write_dataset
+from shardrec.tools.synth.criteo import write_dataset
 
 
 def _spin(seconds: float) -> None:

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from shardrec.dataloader.format.manifest import write_part
-from shardrec.tools.preprocess import parse_kernel
-from shardrec.tools.preprocess.ids import hash_ids
-from shardrec.tools.preprocess.stats import feature_stats, id_counts, id_frequencies
+from shardrec.tools.preprocess.ids.id_maps import hash_ids
+from shardrec.tools.preprocess.parse import parse_kernel
+from shardrec.tools.preprocess.parts.feature_stats import feature_stats, id_counts, id_frequencies
 
 
 def _numpy_save(path: Path, array: np.ndarray) -> bytes:
@@ -103,7 +103,7 @@ def test_stats_refuse_ids_outside_the_table():
 def test_word_at_a_time_integers_agree_with_the_numpy_parser(delimiter):
     # The compiled parser decodes 1-7 digit integers as one 64-bit word and falls back to its
     # byte loop for everything else; both must give the numpy parser's rows.
-    from shardrec.tools.preprocess.parse import Schema, parse_chunk
+    from shardrec.tools.preprocess.parse.criteo_text import Schema, parse_chunk
 
     # min_fields=1: rows of any length are right-padded, so short rows keep integers in the text's last bytes.
     schema = Schema(num_dense=5, num_sparse=1, delimiter=delimiter, min_fields=1)
@@ -132,9 +132,9 @@ def test_the_compiled_dense_transform_equals_transform_dense(dense_dtype: str):
     """append_rows takes the compiled log1p path for the default transform; its bytes are
     transform_dense's for every kind of value (negative, zero, missing, huge) and for rows taken
     out of order, as when bad rows are dropped and a piece is split between train and val."""
-    from shardrec.tools.preprocess.columns import PartColumns, append_rows, id_groups
-    from shardrec.tools.preprocess.dense_table import LOG1P_TABLE_SIZE, log1p_table
-    from shardrec.tools.preprocess.parse import ParsedChunk, transform_dense
+    from shardrec.tools.preprocess.parse.criteo_text import ParsedChunk, transform_dense
+    from shardrec.tools.preprocess.parts.dense_table import LOG1P_TABLE_SIZE, log1p_table
+    from shardrec.tools.preprocess.parts.part_columns import PartColumns, append_rows, id_groups
 
     assert parse_kernel.AVAILABLE  # numba is a dependency: the compiled path must be the one tested
     rng = np.random.default_rng(5)

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardrec.tools.preprocess.ids import MISSING_ID, OOV_ID, Vocabulary, hash_ids, merge_counts
+from shardrec.tools.preprocess.ids.id_maps import MISSING_ID, OOV_ID, Vocabulary, hash_ids, merge_counts
 from shardrec.tools.preprocess.inputs import (
     SplitRange,
     chunk_bounds,
@@ -131,7 +131,7 @@ def test_only_tasks_with_training_lines_are_read_for_the_vocabulary(tmp_path: Pa
 
 
 def test_compiled_hashing_equals_hash_ids():
-    from shardrec.tools.preprocess import parse_kernel
+    from shardrec.tools.preprocess.parse import parse_kernel
 
     rng = np.random.default_rng(4)
     values = rng.integers(0, 2**63, (500, 3), dtype=np.int64).astype(np.uint64) * np.uint64(2)
@@ -165,11 +165,11 @@ def test_count_and_vocabulary_files_are_synced_before_they_appear(tmp_path: Path
     # fsync after one rename must not pass for the next file's own fsync.
     from helpers import record_syncs_and_renames
 
+    from shardrec.tools.preprocess.ids.vocab import build_vocabularies, run_dirs
+    from shardrec.tools.preprocess.ids.vocab_count import count_task
     from shardrec.tools.preprocess.inputs import Task
-    from shardrec.tools.preprocess.parse import Schema
+    from shardrec.tools.preprocess.parse.criteo_text import Schema
     from shardrec.tools.preprocess.pieces import TaskOptions
-    from shardrec.tools.preprocess.vocab import build_vocabularies, run_dirs
-    from shardrec.tools.preprocess.vocab_count import count_task
 
     def synced_before_renamed(events: list[str]) -> list[str]:
         """The renamed files whose temporary was not synced since the previous rename."""

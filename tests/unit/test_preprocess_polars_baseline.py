@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardrec.tools.bench.polars_pipeline import compare_with_dataset, polars_preprocess
-from shardrec.tools.preprocess.ids import hash_ids
+from shardrec.tools.bench.preprocess.polars_pipeline import compare_with_dataset, polars_preprocess
+from shardrec.tools.preprocess.ids.id_maps import hash_ids
 from shardrec.tools.preprocess.pipeline import PreprocessConfig, run_preprocess
 
 pytest.importorskip("polars")
@@ -35,7 +35,7 @@ def test_polars_ids_equal_hash_ids(tmp_path: Path, max_ids: int):
 
 
 def test_compare_with_dataset_finds_the_column_that_differs(tmp_path: Path):
-    from shardrec.tools.preprocess.parse import Schema
+    from shardrec.tools.preprocess.parse.criteo_text import Schema
 
     rng = np.random.default_rng(0)
     _write(tmp_path / "t.txt", [f"{v:08x}" if v % 5 else "" for v in rng.integers(0, 2**32, 700)])

@@ -9,7 +9,7 @@ import pytest
 from conftest import write_tiny_dataset
 
 from shardrec.dataloader.format.manifest import open_split
-from shardrec.tools.preprocess.stats import compute_feature_stats
+from shardrec.tools.preprocess.parts.feature_stats import compute_feature_stats
 
 
 def test_stats_of_one_hot_and_multi_hot_features(tmp_path: Path):

@@ -16,12 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardrec.tools.preprocess.ids import Vocabulary, count_values, merge_counts
-from shardrec.tools.preprocess.parse import Schema, parse_chunk
+from shardrec.tools.preprocess.ids.id_maps import Vocabulary, count_values, merge_counts
+from shardrec.tools.preprocess.ids.vocab import build_vocabularies, load_vocabularies, merge_runs
+from shardrec.tools.preprocess.ids.vocab_count import count_columns
+from shardrec.tools.preprocess.parse.criteo_text import Schema, parse_chunk
 from shardrec.tools.preprocess.pipeline import PreprocessConfig, run_preprocess
-from shardrec.tools.preprocess.vocab import build_vocabularies, load_vocabularies, merge_runs
-from shardrec.tools.preprocess.vocab_count import count_columns
-from shardrec.tools.synth import write_dataset
+from shardrec.tools.synth.criteo import write_dataset
 
 # sha256 over (relative path, bytes) of every .npy of the dataset, from the in-memory
 # implementation (commit f6c72cd) on write_dataset(rows=6000, seed=5, max_vocab=400), --min-count 2,
@@ -196,7 +196,7 @@ _MERGE_IN_A_FRESH_PROCESS = """
 import gc, sys
 from pathlib import Path
 import numpy as np
-from shardrec.tools.preprocess.vocab import build_vocabularies
+from shardrec.tools.preprocess.ids.vocab import build_vocabularies
 
 def anonymous_kb():
     for line in open("/proc/self/smaps_rollup"):
@@ -244,7 +244,7 @@ def test_the_compiled_lookup_gives_the_ids_of_vocabulary_lookup(n: int, dtype, l
     """Kept values, values between and past them, missing ones, rows out of order: the compiled
     lookup writes Vocabulary.lookup's ids into a part's id columns at an offset, by hash tables
     (32-bit values, within the budget) or by bucket search (a budget spent)."""
-    from shardrec.tools.preprocess import ids_kernel
+    from shardrec.tools.preprocess.ids import vocab_kernel as ids_kernel
 
     if tables == "search":
         monkeypatch.setattr(ids_kernel, "HASH_BUDGET_BYTES", 0)

@@ -21,16 +21,16 @@ from shardrec.dataloader.spec.feature_spec import (
     TextFormat,
     criteo_spec,
 )
-from shardrec.tools.preprocess import spec_kernel
-from shardrec.tools.preprocess.columns import PartColumns, append_spec_rows, list_groups
-from shardrec.tools.preprocess.ids import hash_bytes, hash_ids
-from shardrec.tools.preprocess.parse import REASONS, Schema, transform_dense
-from shardrec.tools.preprocess.spec_parse import (
+from shardrec.tools.preprocess.ids.id_maps import hash_bytes, hash_ids
+from shardrec.tools.preprocess.parse import spec_kernel
+from shardrec.tools.preprocess.parse.criteo_text import REASONS, Schema, transform_dense
+from shardrec.tools.preprocess.parse.spec_parse import (
     criteo_schema,
     describe_bad_spec_row,
     parse_spec_chunk,
     resolve_program,
 )
+from shardrec.tools.preprocess.parts.part_columns import PartColumns, append_spec_rows, list_groups
 
 SPEC = FeatureSpec(
     TextFormat("csv", header=True),

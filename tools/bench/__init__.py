@@ -1,8 +1,9 @@
-"""Benchmarks and the measurements behind them: each compares shardrec with someone else's code
-(torchrec's planner, models and loaders, pandas) measured in the same run. Also the rank
-programs that measure this machine (calibration, plan reality, torchrec scoring).
+"""Benchmarks: each compares shardrec with someone else's code (torchrec's planner, models and
+loaders, polars) measured in the same run, one subpackage per command family: `preprocess`,
+`loader`, `plan` (with plan-reality and hitrate), `train` and `scale`. At the top: measuring a
+command's whole process tree (proctree.py) and the CUDA check (gpu_check.py).
 
 Each benchmark is a function that returns its figures, and one that prints them; the `shardrec
-bench` commands that call them are tools/cli/bench.py's. May import every shardrec package; of
-the CLI only its display helpers (tools.cli.common's consoles, for progress and printing).
+bench` commands that call them are tools/cli/bench.py's. May import every shardrec package but
+the CLI (tools.console for printing).
 """

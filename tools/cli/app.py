@@ -19,7 +19,7 @@ COMMANDS = {
     "synth": "synth",
     "spec": "spec",
     "preprocess": "preprocess",
-    "data": "data",
+    "data": "data.data_app",
     "plan": "plan",
     "train": "train",
     "eval": "eval",

@@ -14,12 +14,13 @@ from typing import Annotated
 
 import typer
 
-from shardrec.tools.bench import loader as bench_loader
-from shardrec.tools.bench import loader_multihot, loader_parts
-from shardrec.tools.bench import plan as bench_plan
-from shardrec.tools.bench import preprocess as bench_preprocess
-from shardrec.tools.bench import scale as bench_scale
-from shardrec.tools.bench import train as bench_train
+from shardrec.tools.bench.loader import loader_bench as bench_loader
+from shardrec.tools.bench.loader import multihot_bench as loader_multihot
+from shardrec.tools.bench.loader import parts_bench as loader_parts
+from shardrec.tools.bench.plan import plan_bench as bench_plan
+from shardrec.tools.bench.preprocess import preprocess_bench as bench_preprocess
+from shardrec.tools.bench.scale import scale_bench as bench_scale
+from shardrec.tools.bench.train import train_bench as bench_train
 from shardrec.tools.cli.common import console, fail, print_json
 
 bench_app = typer.Typer(
@@ -139,8 +140,8 @@ def preprocess(
     json_out: JsonFlag = False,
 ) -> None:
     """Preprocess MB/s and peak RSS against a polars pipeline doing the same work (1 and all threads), same file."""
-    from shardrec.tools.bench.polars_pipeline import INSTALL_HINT
-    from shardrec.tools.bench.preprocess_like import print_like_report, run_like_bench
+    from shardrec.tools.bench.preprocess.polars_pipeline import INSTALL_HINT
+    from shardrec.tools.bench.preprocess.spec_bench import print_like_report, run_like_bench
 
     if size_gb <= 0 or workers < 1:
         fail(f"--size-gb ({size_gb}) and --workers ({workers}) must be positive")
@@ -227,7 +228,7 @@ def plan_reality(
 ) -> None:
     """Train 12+ plans (both planners', simple and bad ones) on local CPU ranks: which cost model orders them
     like the clock (Kendall tau, median error), and how close is each rank's memory estimate to its peak?"""
-    from shardrec.tools.bench import plan_reality as bench_reality
+    from shardrec.tools.bench.plan import reality_bench as bench_reality
 
     if world_size < 2 or global_batch_size % world_size:
         fail(f"--world-size must be >= 2 and divide --global-batch-size ({world_size}, {global_batch_size})")
@@ -268,7 +269,7 @@ def hitrate(
     json_out: JsonFlag = False,
 ) -> None:
     """Predicted UVM cache hit rates against exact LRU and LFU caches replaying the data's id stream."""
-    from shardrec.tools.bench import hitrate as bench_hitrate
+    from shardrec.tools.bench.plan import hitrate_bench as bench_hitrate
 
     try:
         result = bench_hitrate.run_hitrate(data, config, set_ or [], plan, world_size, hbm_share, batches)
@@ -315,7 +316,7 @@ def train(
 
 
 def _gzip_bench(size_gb: float, workers: int, work_dir: Path | None, chunk_mb: float, json_out: bool) -> None:
-    from shardrec.tools.bench.preprocess_gzip import print_gzip_report, run_gzip_bench
+    from shardrec.tools.bench.preprocess.gzip_bench import print_gzip_report, run_gzip_bench
 
     with tempfile.TemporaryDirectory(prefix="shardrec-bench-") as tmp:
         work = work_dir or Path(tmp)

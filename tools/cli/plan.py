@@ -162,7 +162,7 @@ def plan(
 
 def _with_frequencies(statistics, directory: Path, job, configs, batches: int, quiet: bool):
     """The statistics with each table's id-frequency curve, counted on the job's own loader stream."""
-    from shardrec.tools.bench.id_stream import measure_curves
+    from shardrec.tools.measure.id_stream import measure_curves
 
     status = console.status("tables past HBM: counting id frequencies", spinner="dots")
     with status if not quiet else _nullcontext():
@@ -276,7 +276,7 @@ def calibrate_cmd(
     """Measure this machine's embedding lookup bandwidth and collective bandwidth/latency."""
     import torch
 
-    from shardrec.tools.bench.calibrate import calibrate, save_profile
+    from shardrec.tools.measure.calibrate import calibrate, save_profile
 
     if device not in ("cpu", "cuda"):
         fail(f"--device must be cpu or cuda, got {device!r}")

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from rich.table import Table
 
 from shardrec.tools.cli.common import console, fail, print_json
-from shardrec.tools.preprocess.parse import Schema
+from shardrec.tools.preprocess.parse.criteo_text import Schema
 from shardrec.tools.preprocess.settings import PreprocessConfig
 from shardrec.trainer.job.config import field_help
 

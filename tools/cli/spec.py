@@ -35,7 +35,7 @@ def infer(
     Each choice is a comment beside its column: check them, edit, then `shardrec preprocess FILE --spec SPEC`.
     """
     from shardrec.dataloader.spec.spec_file import spec_to_toml
-    from shardrec.tools.preprocess.infer import infer_spec
+    from shardrec.tools.preprocess.parse.spec_infer import infer_spec
 
     if not file.is_file():
         fail(f"{file}: no such file")

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from shardrec.tools.cli.common import console, fail, print_json
-from shardrec.tools.synth import write_dataset
+from shardrec.tools.synth.criteo import write_dataset
 
 
 def synth(
@@ -39,7 +39,7 @@ def synth(
         fail(f"--max-vocab must be at least 4, got {max_vocab}")
     if out.exists() and not out.is_dir():
         fail(f"{out}: exists and is not a directory")
-    from shardrec.tools.synth_like import LIKE, write_like
+    from shardrec.tools.synth.avazu_movielens import LIKE, write_like
 
     if like not in LIKE:
         fail(f"--like {like!r} is not one of {', '.join(LIKE)}")

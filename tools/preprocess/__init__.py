@@ -1,9 +1,14 @@
-"""Preprocessing: raw Criteo-shaped click logs -> a shardrec dataset (input discovery, the parser
-and its compiled kernels, id mapping, per-feature statistics), the same parsing and id mapping for
-raw rows scored by `shardrec predict` (raw_rows.py), and datasets made from datasets: import from
-and export to torchrec's `.npy` layout (npy_import_export.py; the layout itself is
-dataloader/format/torchrec_npy.py's) and materialised multi-hot ids (multihot_dataset.py; the index
-tables are dataloader/multihot/multihot_tables.py's).
+"""Preprocessing: raw click logs -> a shardrec dataset, in subpackages by concept, each importing
+only those before it in this order: `gzip` (gzip inputs), `ids` (hashing and vocabularies),
+`parse` (Criteo's parser, feature-spec parsing, spec inference), `parts` (a part's columns under
+construction, dense transforms, statistics) and `derived` (datasets made from datasets: torchrec's
+`.npy` layout, multi-hot copies, the MLPerf reference's arrays).
 
-May import shardrec.dataloader (the dataset format it writes); not the CLI or the benchmarks.
+At the top: the run's settings (settings.py), input discovery and byte-range tasks (inputs.py), one
+task from text to parts (task.py, pieces.py, text_slots.py), the worker pool (pool.py), the whole
+run (pipeline.py), where its CPU goes (cpu_stages.py) and raw rows read for `shardrec predict`
+(raw_rows.py).
+
+May import: shardrec.dataloader (the dataset format it writes), shardrec.tools.synth; not the CLI
+or the benchmarks.
 """

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from shardrec.tools.preprocess import parse_kernel
-from shardrec.tools.preprocess.gz import READ_ERRORS, describe_error, open_gzip
-from shardrec.tools.preprocess.gz_split import GzipScan, scan_gzip, should_split
+from shardrec.tools.preprocess.gzip.gz import READ_ERRORS, describe_error, open_gzip
+from shardrec.tools.preprocess.gzip.gz_split import GzipScan, scan_gzip, should_split
+from shardrec.tools.preprocess.parse import parse_kernel
 
 logger = logging.getLogger(__name__)
 KAGGLE_DAYS = 7

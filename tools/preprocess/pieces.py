@@ -1,7 +1,7 @@
 """What a task does with one piece of text, whichever parser reads it: parse, describe a bad row,
 append the kept rows to a part (vocab_count.py counts values for the vocabularies).
 
-Two parsers: Criteo's (parse.py, its kernels: label, integers, hex; the built-in spec and any spec
+Two parsers: Criteo's (criteo_text.py, its kernels: label, integers, hex; the built-in spec and any spec
 of that shape, spec_parse.criteo_schema) and the feature-spec parser (spec_parse.py: any columns,
 quoting, strings, lists). `TaskOptions.program` says which: None for Criteo's.
 """
@@ -14,11 +14,17 @@ from pathlib import Path
 import numpy as np
 
 from shardrec.dataloader.format.manifest import PartInfo
-from shardrec.tools.preprocess.columns import PartColumns, append_rows, append_spec_rows, id_groups, list_groups
-from shardrec.tools.preprocess.ids import Vocabulary
-from shardrec.tools.preprocess.parse import ParsedChunk, Schema, describe_bad_row, parse_chunk
-from shardrec.tools.preprocess.spec_parse import Program, SpecChunk, describe_bad_spec_row, parse_spec_chunk
-from shardrec.tools.preprocess.vocab import DEFAULT_MEMORY_MB
+from shardrec.tools.preprocess.ids.id_maps import Vocabulary
+from shardrec.tools.preprocess.ids.vocab import DEFAULT_MEMORY_MB
+from shardrec.tools.preprocess.parse.criteo_text import ParsedChunk, Schema, describe_bad_row, parse_chunk
+from shardrec.tools.preprocess.parse.spec_parse import Program, SpecChunk, describe_bad_spec_row, parse_spec_chunk
+from shardrec.tools.preprocess.parts.part_columns import (
+    PartColumns,
+    append_rows,
+    append_spec_rows,
+    id_groups,
+    list_groups,
+)
 
 
 @dataclass(frozen=True)

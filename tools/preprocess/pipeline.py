@@ -34,14 +34,16 @@ from shardrec.dataloader.format.manifest import (
 from shardrec.dataloader.spec.feature_spec import ListColumn
 from shardrec.dataloader.util.files import atomic_write_bytes
 from shardrec.tools.preprocess import cpu_stages
-from shardrec.tools.preprocess.gz_stream import stream_gzip
-from shardrec.tools.preprocess.ids import MISSING_ID, OOV_ID
+from shardrec.tools.preprocess.gzip.gz_stream import stream_gzip
+from shardrec.tools.preprocess.ids.id_maps import MISSING_ID, OOV_ID
+from shardrec.tools.preprocess.ids.vocab import build_vocabularies, count_marker, release_freed_memory, run_dirs
+from shardrec.tools.preprocess.ids.vocab_count import count_task
 from shardrec.tools.preprocess.inputs import Task, discover_inputs, plan_tasks, resolve_layout
+from shardrec.tools.preprocess.parse.spec_parse import text_options
+from shardrec.tools.preprocess.parts.feature_stats import compute_feature_stats
 from shardrec.tools.preprocess.pieces import TaskOptions
 from shardrec.tools.preprocess.pool import Pool, map_tasks, shared_pool
 from shardrec.tools.preprocess.settings import PreprocessConfig
-from shardrec.tools.preprocess.spec_parse import text_options
-from shardrec.tools.preprocess.stats import compute_feature_stats
 from shardrec.tools.preprocess.task import (
     WORK_DIR,
     InputError,
@@ -51,8 +53,6 @@ from shardrec.tools.preprocess.task import (
     run_task,
     wait_for_writes,
 )
-from shardrec.tools.preprocess.vocab import build_vocabularies, count_marker, release_freed_memory, run_dirs
-from shardrec.tools.preprocess.vocab_count import count_task
 
 logger = logging.getLogger(__name__)
 

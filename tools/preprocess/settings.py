@@ -7,9 +7,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from shardrec.tools.preprocess.ids.vocab import DEFAULT_MEMORY_MB
 from shardrec.tools.preprocess.inputs import LAYOUTS
-from shardrec.tools.preprocess.parse import DENSE_TRANSFORMS, Schema
-from shardrec.tools.preprocess.vocab import DEFAULT_MEMORY_MB
+from shardrec.tools.preprocess.parse.criteo_text import DENSE_TRANSFORMS, Schema
 
 if TYPE_CHECKING:
     from shardrec.dataloader.spec.feature_spec import FeatureSpec

@@ -8,7 +8,7 @@ point redoes only unfinished tasks.
 Where the CPU goes (hashing mode, numba, one worker): the row parser is about 35-40%; the rest is
 hashing ids straight into the part's id columns, the log1p of dense values, the SHA-256 of
 every file (taken from memory while it is written) and the copy into the page cache. Pieces
-append their rows into the part's final arrays (columns.py), so nothing is
+append their rows into the part's final arrays (part_columns.py), so nothing is
 concatenated or cast twice.
 """
 
@@ -27,12 +27,14 @@ from pathlib import Path
 import numpy as np
 
 from shardrec.dataloader.util.files import atomic_write_bytes, fsync_path
-from shardrec.tools.preprocess import cpu_stages, parse_kernel
-from shardrec.tools.preprocess.columns import PartColumns
-from shardrec.tools.preprocess.gz import RAPIDGZIP_ERRORS, READ_ERRORS, crc32, describe_error, open_range
-from shardrec.tools.preprocess.ids import Vocabulary
+from shardrec.tools.preprocess import cpu_stages
+from shardrec.tools.preprocess.gzip.gz import RAPIDGZIP_ERRORS, READ_ERRORS, crc32, describe_error, open_range
+from shardrec.tools.preprocess.ids.id_maps import Vocabulary
+from shardrec.tools.preprocess.ids.vocab import cached_vocabularies
 from shardrec.tools.preprocess.inputs import STAGED, Task, count_range_lines, header_end, open_text
-from shardrec.tools.preprocess.parse import REASONS
+from shardrec.tools.preprocess.parse import parse_kernel
+from shardrec.tools.preprocess.parse.criteo_text import REASONS
+from shardrec.tools.preprocess.parts.part_columns import PartColumns
 from shardrec.tools.preprocess.pieces import (
     Chunk,
     PartLayout,
@@ -41,7 +43,6 @@ from shardrec.tools.preprocess.pieces import (
     parse_piece,
 )
 from shardrec.tools.preprocess.text_slots import slot_pieces
-from shardrec.tools.preprocess.vocab import cached_vocabularies
 
 logger = logging.getLogger(__name__)
 MAX_REPORTED = 5

@@ -1,0 +1,208 @@
+"""`shardrec bench loader --part-rows R --parts N`: the loader over Criteo-1TB's real part count.
+
+Criteo 1TB preprocessed is ~10,000 parts of ~450 K rows. Writing 4.5 B rows to measure the
+loader would take hours and ~560 GB, so the dataset here is one part of bench loader's
+Criteo-shaped rows whose files are hard-linked under N part names, with a manifest that lists
+all N (the same checksums, as the preprocess would write for N identical parts): every check the
+loader runs on a real dataset runs on it, its parts are mapped, evicted and mapped again as real
+ones are, and all of them read one part's pages from the page cache (what is measured is the
+loader's own cost at that part count, not the disk).
+
+In the same run, under `ulimit -n` (the soft limit lowered for this process; maps hold no
+descriptor, so the part count must not matter): the shuffled stream over the N parts, from
+`build_loader` to its first batch (goal: within 10 s), then rows/s over `max_batches` batches
+per round, continuing the same stream round after round (so parts come and go as the shuffle
+reaches new groups of segments), against the one part alone at the same global batch and
+shuffle; and the resident memory of the process (all of it, and anonymous only) after every
+round: flat is the goal, however many parts the stream has crossed.
+
+Rates are given per wall second (best round) and per CPU-second (all rounds): the stream's CPU
+is its thread's plus what the thread warming the next shuffle group spent (opening parts off
+the stream's thread is still the stream's cost), the one part's its thread's. On a loaded
+machine the wall ratio also measures which loop got a core; the load average is printed with it.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from shardrec.tools.cli.common import console
+
+OPEN_FILES = 1024
+"""The open-file limit the run holds itself to (a user's usual `ulimit -n`)."""
+FIRST_BATCH_GOAL_S = 10.0
+
+
+def link_parts(one: Path, out: Path, parts: int) -> Path:
+    """A dataset in `out` of `parts` parts, each one the single train part of `one` hard-linked."""
+    from shardrec.dataloader.format.manifest import Manifest, PartInfo, SplitInfo
+
+    manifest = Manifest.load(one)
+    (info,) = manifest.splits["train"].parts
+    source = one / "train" / info.name
+    infos = []
+    for k in range(parts):
+        name = f"part-{k:05d}"
+        (out / "train" / name).mkdir(parents=True)
+        for fname in info.files:
+            os.link(source / fname, out / "train" / name / fname)
+        infos.append(PartInfo(name, info.rows, dict(info.files)))
+    manifest.splits = {"train": SplitInfo(info.rows * parts, infos)}
+    manifest.save(out)
+    return out
+
+
+def _memory_mb() -> tuple[float, float]:
+    """(resident, anonymous resident) MB of this process."""
+    fields = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "RssAnon"):
+            fields[key] = int(value.split()[0]) / 1024
+    return fields.get("VmRSS", -1.0), fields.get("RssAnon", -1.0)
+
+
+def _endless(loader) -> Iterator[Any]:
+    """Batches of epoch after epoch (the one-part loader's epoch is shorter than a round)."""
+    while True:
+        yield from loader
+
+
+def _rate(batches: Iterator[Any], count: int) -> tuple[float, int, float]:
+    """(rows/s, rows, CPU seconds of this thread) over `count` batches."""
+    rows, start, cpu = 0, time.perf_counter(), time.thread_time()
+    for _ in range(count):
+        rows += len(next(batches).labels)
+    return rows / (time.perf_counter() - start), rows, time.thread_time() - cpu
+
+
+def _lower_open_files(limit: int) -> tuple[int, int]:
+    """Lower this process's soft open-file limit to `limit` (never raise it); the old limits."""
+    old = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(limit, old[0]), old[1]))
+    return old
+
+
+def run_parts_bench(
+    part_rows: int, parts: int, global_batch: int, rounds: int, max_batches: int, work_dir: Path | None
+) -> dict[str, Any]:
+    """Shuffled rows/s over `parts` hard-linked parts of `part_rows` rows against the one part."""
+    import torch
+
+    from shardrec.dataloader.loader import build_loader
+    from shardrec.tools.bench.loader.loader_bench import warm_page_cache, write_bench_data
+
+    torch.set_num_threads(1)
+    tmp = Path(tempfile.mkdtemp(prefix="shardrec-bench-parts-", dir=work_dir))
+    old_limit = None
+    try:
+        with console.status(f"writing one part of {part_rows:,} rows, linked as {parts:,} parts"):
+            one, theirs = write_bench_data(tmp, part_rows, name="one-part")
+            shutil.rmtree(theirs)
+            start = time.perf_counter()
+            many = link_parts(one, tmp / "many-parts", parts)
+            link_s = time.perf_counter() - start
+            warm_page_cache(one)
+        old_limit = _lower_open_files(OPEN_FILES)
+
+        def loader(directory: Path):
+            return build_loader(directory, "train", global_batch_size=global_batch, rank=0, world_size=1)
+
+        baseline = _endless(loader(one))
+        _rate(baseline, 2)  # the kernels load before anything is timed
+        memory = [_memory_mb()]
+        start = time.perf_counter()
+        many_loader = loader(many)
+        stream = _endless(many_loader)
+        next(stream)
+        first_batch_s = time.perf_counter() - start
+        best = {"one_part": 0.0, "many_parts": 0.0}
+        rows = {"one_part": 0, "many_parts": 0}
+        cpu = {"one_part": 0.0, "many_parts": 0.0}
+        warm_cpu = many_loader.source.parts.warm_cpu_s
+        for _ in range(rounds):
+            for name, batches in (("one_part", baseline), ("many_parts", stream)):
+                rate, count, seconds = _rate(batches, max_batches)
+                best[name] = max(best[name], rate)
+                rows[name] += count
+                cpu[name] += seconds
+            memory.append(_memory_mb())
+        warm_cpu = many_loader.source.parts.warm_cpu_s - warm_cpu
+        cpu["many_parts"] += warm_cpu
+        load = os.getloadavg()
+    finally:
+        if old_limit is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, old_limit)
+        shutil.rmtree(tmp, ignore_errors=True)
+    rss, anon = [m[0] for m in memory], [m[1] for m in memory]
+    return {
+        "part_rows": part_rows,
+        "parts": parts,
+        "rows": part_rows * parts,
+        "global_batch": global_batch,
+        "open_file_limit": min(OPEN_FILES, old_limit[0]),
+        "link_s": round(link_s, 2),
+        "first_batch_s": round(first_batch_s, 3),
+        "first_batch_goal_s": FIRST_BATCH_GOAL_S,
+        "rows_per_s": {k: round(v) for k, v in best.items()},
+        "many_parts_vs_one_part": round(best["many_parts"] / best["one_part"], 3),
+        "rows_per_cpu_s": {k: round(rows[k] / max(cpu[k], 1e-9)) for k in rows},
+        "many_parts_vs_one_part_per_cpu_s": round(
+            rows["many_parts"] * cpu["one_part"] / max(rows["one_part"] * cpu["many_parts"], 1e-9), 3
+        ),
+        "warm_cpu_s": round(warm_cpu, 3),
+        "load_average": [round(v, 2) for v in load],
+        "rows_streamed": rounds * max_batches * global_batch,
+        "rss_mb_per_round": [round(v, 1) for v in rss],
+        "rss_growth_mb": round(max(rss[1:]) - rss[1], 1) if len(rss) > 1 else 0.0,
+        "anon_mb_per_round": [round(v, 1) for v in anon],
+        "rounds": rounds,
+        "batches_per_round": max_batches,
+    }
+
+
+def print_result(r: dict[str, Any]) -> None:
+    rates = r["rows_per_s"]
+    console.print(
+        f"loader over {r['parts']:,} parts of {r['part_rows']:,} rows ({r['rows']:,} rows; one part's files "
+        f"hard-linked, linked in {r['link_s']} s), global batch {r['global_batch']}, shuffled, 1 thread, "
+        f"ulimit -n {r['open_file_limit']}, best of {r['rounds']} rounds of {r['batches_per_round']} batches "
+        f"(one stream, {r['rows_streamed']:,} rows):",
+        highlight=False,
+        soft_wrap=True,
+    )
+    per_cpu = r["rows_per_cpu_s"]
+    console.print(
+        f"  one part:  {rates['one_part'] / 1e6:8.2f} M rows/s, {per_cpu['one_part'] / 1e6:.2f} M rows per CPU-second",
+        highlight=False,
+    )
+    console.print(
+        f"  {r['parts']:,} parts: {rates['many_parts'] / 1e6:8.2f} M rows/s, "
+        f"{per_cpu['many_parts'] / 1e6:.2f} M rows per CPU-second (warming the next groups: {r['warm_cpu_s']:.2f} s)",
+        highlight=False,
+    )
+    console.print(
+        f"  {r['parts']:,} parts vs one part: {r['many_parts_vs_one_part']:.3f}x wall, "
+        f"{r['many_parts_vs_one_part_per_cpu_s']:.3f}x per CPU-second "
+        f"(load average {', '.join(f'{v:.2f}' for v in r['load_average'])} on {os.cpu_count()} CPUs)",
+        highlight=False,
+    )
+    console.print(
+        f"  first batch {r['first_batch_s']:.2f} s after build_loader started "
+        f"(goal <= {r['first_batch_goal_s']:.0f} s)",
+        highlight=False,
+    )
+    console.print(
+        f"  resident MB after each round: {', '.join(f'{v:.0f}' for v in r['rss_mb_per_round'])} "
+        f"(growth after the first {r['rss_growth_mb']:.0f} MB; anonymous: "
+        f"{', '.join(f'{v:.0f}' for v in r['anon_mb_per_round'])})",
+        highlight=False,
+        soft_wrap=True,
+    )

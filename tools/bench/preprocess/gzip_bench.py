@@ -1,0 +1,112 @@
+"""`shardrec bench preprocess --gzip`: one gzip file against the same rows as plain text, and over N workers.
+
+In one run, on one generated Criteo-shaped file written twice (synth's writer, same seed: the same
+rows as TSV and as .gz, ISA-L level 1), each `shardrec preprocess` a child measured as a tree
+(proctree.py), hashing mode:
+1. the plain TSV on one worker (the baseline per CPU-second);
+2. the .gz on one worker: gzip against plain per CPU-second (goal >= 0.8x);
+3. the .gz on `workers` workers: the wall-clock ratio against 2. (goal >= 1.6x on 2 workers), and
+   its dataset compared byte for byte with 2.'s (the plan never depends on the workers).
+A single file is the Kaggle layout, so the .gz is split into ranges when it is at least
+SPLIT_MIN_CHUNKS x --chunk-mb compressed (the report says whether it was): decoded once by the main
+process, each range's text parsed by a worker as it comes (gz_stream.py). Sizes where the .gz is
+one or two ranges per worker measure worker start-up more than the stream: take >= 1 GB.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import shutil
+from pathlib import Path
+from typing import Any
+
+from shardrec.tools.bench.preprocess.preprocess_bench import _BYTES_PER_ROW, run_preprocess_child
+from shardrec.tools.bench.preprocess.spec_bench import rates
+from shardrec.tools.cli.common import console, err_console
+from shardrec.tools.preprocess.gzip.gz_split import SPLIT_MIN_CHUNKS, should_split
+
+GOAL_GZIP_VS_PLAIN = 0.8
+GOAL_WORKERS_SPEEDUP = 1.6
+
+
+def _dataset_digest(out: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(out.rglob("*")):
+        if p.is_file() and ".work" not in p.parts:
+            h.update(str(p.relative_to(out)).encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def _generate(work_dir: Path, size_gb: float) -> tuple[Path, Path]:
+    from shardrec.tools.synth.criteo import SynthSpec, write_file
+
+    plain, packed = work_dir / "plain" / "train.txt", work_dir / "gz" / "train.txt.gz"
+    rows = max(1000, int(size_gb * 1e9 / _BYTES_PER_ROW))
+    if not plain.is_file() or abs(plain.stat().st_size - size_gb * 1e9) > 0.2 * size_gb * 1e9 or not packed.is_file():
+        err_console.print(f"generating {size_gb:g} GB of Criteo-shaped TSV, plain and gzip, in {work_dir} ...")
+        for path, level in ((plain, None), (packed, 1)):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_file(path, rows, SynthSpec.from_seed(0), stream_seed=0, gzip_level=level)
+    return plain, packed
+
+
+def split_chunk_mb(gzip_mb: float) -> float:
+    """The largest --chunk-mb (to 3 digits, rounded down) at which a .gz of gzip_mb MB is split."""
+    return math.floor(gzip_mb * 1e6 / SPLIT_MIN_CHUNKS / (1 << 20) * 1000) / 1000
+
+
+def run_gzip_bench(size_gb: float, workers: int, work_dir: Path, chunk_mb: float) -> dict[str, Any]:
+    plain, packed = _generate(work_dir, size_gb)
+    mb = plain.stat().st_size / 1e6
+    runs, digests = {}, {}
+    for name, path, n in (("plain_1", plain, 1), ("gzip_1", packed, 1), (f"gzip_{workers}", packed, workers)):
+        out = work_dir / f"out-{name}"
+        shutil.rmtree(out, ignore_errors=True)
+        err_console.print(f"timing shardrec preprocess of the {name.replace('_', ' on ')} worker(s) ...")
+        runs[name] = rates(mb, run_preprocess_child(path, out, n, chunk_mb))
+        digests[name] = _dataset_digest(out)
+        shutil.rmtree(out, ignore_errors=True)
+    one, many = runs["gzip_1"], runs[f"gzip_{workers}"]
+    gzip_vs_plain = one["mb_per_cpu_s"] / max(runs["plain_1"]["mb_per_cpu_s"], 1e-9)
+    speedup = one["wall_s"] / max(many["wall_s"], 1e-9)
+    split = should_split(packed, int(chunk_mb * (1 << 20)))
+    return {
+        "text_mb": round(mb, 1),
+        "gzip_mb": round(packed.stat().st_size / 1e6, 1),
+        "workers": workers,
+        "chunk_mb": chunk_mb,
+        "split": split,
+        "runs": runs,
+        "gzip_vs_plain_per_cpu_s": round(gzip_vs_plain, 2),
+        "workers_speedup": round(speedup, 2),
+        "same_bytes": digests["gzip_1"] == digests[f"gzip_{workers}"],
+        "goals": {
+            f"gzip_{GOAL_GZIP_VS_PLAIN}x_plain_per_cpu_s": gzip_vs_plain >= GOAL_GZIP_VS_PLAIN,
+            # An unsplit .gz is one task: its workers have nothing to share, and a ratio of ~1.0 would
+            # judge the split design by a run that did not use it (None: not measured).
+            f"gzip_{GOAL_WORKERS_SPEEDUP}x_on_{workers}_workers": speedup >= GOAL_WORKERS_SPEEDUP if split else None,
+        },
+    }
+
+
+def print_gzip_report(r: dict[str, Any]) -> None:
+    lines = [f"{r['text_mb']:,.0f} MB of text, {r['gzip_mb']:,.0f} MB gzip, --chunk-mb {r['chunk_mb']:g}: "
+             f"{'split into ranges' if r['split'] else 'NOT split (too small for the chunk size)'}"]  # fmt: skip
+    for name, s in r["runs"].items():
+        lines.append(
+            f"{name.replace('_', ' on '):>12} worker(s): {s['mb_s']:8.1f} MB/s wall {s['mb_per_cpu_s']:8.1f} MB/CPU-s"
+            f"  ({s['wall_s']:.1f} s wall, {s['cpu_s']:.1f} CPU-s, peak RSS {s['peak_rss_mb']:,.0f} MiB)"
+        )
+    lines.append(f"gzip / plain per CPU-second on 1 worker: {r['gzip_vs_plain_per_cpu_s']:.2f}x")
+    lines.append(
+        f"gzip on {r['workers']} workers / 1 worker, wall: {r['workers_speedup']:.2f}x; "
+        f"same dataset bytes: {'yes' if r['same_bytes'] else 'NO'}"
+    )
+    unsplit = (
+        f"not measured: the .gz was not split, it needs at least {SPLIT_MIN_CHUNKS} x --chunk-mb compressed; "
+        f"run with --chunk-mb {split_chunk_mb(r['gzip_mb'])} or a larger --size-gb"
+    )
+    lines += [f"goal {k}: {unsplit if v is None else 'met' if v else 'NOT met'}" for k, v in r["goals"].items()]
+    console.print("\n".join(lines), highlight=False)

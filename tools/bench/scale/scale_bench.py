@@ -1,0 +1,325 @@
+"""`shardrec bench scale`: a Criteo-1TB-shaped dataset at a fraction, end to end on this machine.
+
+Stages, each a child process measured as a whole (wall, CPU of the whole tree, peak PSS and RSS
+summed over every process of the tree: proctree.py), in one run:
+1. synth: 24 gzip days of fraction x 4,373,472,329 rows (Criteo 1TB's count); categorical
+   feature f has max(min(R_f, 4), round(R_f x fraction)) distinct values, R_f being MLPerf
+   DLRMv2's rows for table f (sharding/suites.py): the 1TB per-feature shape, scaled with the rows;
+2. preprocess in hashing mode (max ids = those counts) and in vocabulary mode (--min-count 2),
+   on `workers` processes (every core by default);
+3. stream: the hashing dataset's train split through the loader, every part, on `ranks` rank
+   processes at once (TRAIN_RANKS by default) with the training's global batch, against
+   `bench loader`'s one warm part in the same processes (scale_stream.py), with CPU-bound and
+   waiting time and page faults;
+4. train a few hundred steps on `ranks` ranks, then resume from the last checkpoint (deep in
+   the stream: the resumed run skips every batch the first one took) and train as many again.
+
+Each stage reports MB/s and rows/s, on the wall clock and per CPU-second. The projection for the
+full 1TB on a PROJECTED_CORES-core machine is a projection, not a measurement: the full text over
+the measured MB per CPU-second over the cores (assumes the per-core rate holds on every core), or
+the bytes read and written over an assumed disk bandwidth, whichever is longer; the arithmetic
+is printed with it."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from shardrec.tools.bench.proctree import run_measured
+from shardrec.tools.cli.common import console
+
+CRITEO_1TB_ROWS = 4_373_472_329
+DAYS = 24
+TRAIN_RANKS = 2
+PROJECTED_CORES = 16
+PROJECTED_MEMORY_GB = 64
+DISK_GB_PER_S = 3.0
+"""What the projection assumes the 16-core machine's disks read and write together (NVMe-class)."""
+GOAL_MINUTES = {"preprocess_hash": 10, "preprocess_vocab": 20}
+TRAIN_JOB = ["--set", "model.embedding_dim=16", "--set", "model.dense_arch=[32, 16]",
+             "--set", "model.over_arch=[32, 1]", "--set", 'data.eval_splits=["val"]',
+             "--set", "eval.max_batches=4"]  # fmt: skip
+
+
+def feature_counts(fraction: float) -> list[int]:
+    """Distinct values per categorical at `fraction` of Criteo 1TB (DLRMv2's rows scaled)."""
+    from shardrec.sharding.suites import DLRMV2_ROWS
+
+    return [max(min(r, 4), round(r * fraction)) for r in DLRMV2_ROWS]
+
+
+def _write_day(args: tuple[Path, int, list[int], int]) -> int:
+    from shardrec.tools.synth.criteo import SynthSpec, write_file
+
+    path, rows, counts, day = args
+    return write_file(path, rows, SynthSpec.from_seed(11, vocab=counts), stream_seed=day, gzip_level=1)
+
+
+WORK_MARKER = ".shardrec-bench-scale"
+STAGE_DIRS = ("raw", "hash", "vocab", "baseline", "run")
+"""What a run writes into its work directory, one folder per stage."""
+
+
+def prepare_work_dir(work: Path) -> None:
+    """Make `work` this run's: the folders a previous run left (its marker says the directory is a
+    bench scale's) are removed, since synth writes new inputs that they would not match; a new or
+    empty directory gets the marker; any other is refused (ValueError), before anything is written,
+    for the bench neither mixes its folders with what it did not make nor deletes them."""
+    work.mkdir(parents=True, exist_ok=True)
+    marker = work / WORK_MARKER
+    if marker.is_file():
+        for name in STAGE_DIRS:
+            shutil.rmtree(work / name, ignore_errors=True)
+    elif any(work.iterdir()):
+        raise ValueError(
+            f"--work-dir {work}: not empty and not a bench scale's work directory (no {WORK_MARKER}); "
+            "give a new or empty directory"
+        )
+    marker.write_text("a shardrec bench scale work directory: its stage folders are replaced by the next run\n")
+
+
+def synth_days(raw: Path, fraction: float, workers: int) -> tuple[int, int]:
+    """Write day_0.gz .. day_23.gz; returns (rows, text bytes)."""
+    rows = max(DAYS * 8, round(CRITEO_1TB_ROWS * fraction))
+    per_day = [rows // DAYS + (d < rows % DAYS) for d in range(DAYS)]
+    counts = feature_counts(fraction)
+    jobs = [(raw / f"day_{d}.gz", n, counts, d) for d, n in enumerate(per_day)]
+    with ProcessPoolExecutor(workers) as pool:
+        text = sum(pool.map(_write_day, jobs))
+    return rows, text
+
+
+def _stage(cmd: list[str], what: str, nbytes: int) -> dict[str, Any]:
+    res = run_measured(cmd)
+    if res["returncode"] != 0:
+        raise RuntimeError(f"{what} failed: {res['stderr'].strip()[-1500:]}")
+    out = {k: res[k] for k in ("wall_s", "cpu_s", "peak_rss_mb", "peak_pss_mb")}
+    out["mb_per_s_wall"] = nbytes / 1e6 / max(res["wall_s"], 1e-9)
+    out["mb_per_cpu_s"] = nbytes / 1e6 / max(res["cpu_s"], 1e-9)
+    out["stdout"] = res["stdout"]
+    return out
+
+
+def _add_row_rates(st: dict[str, Any], rows: int, wall_s: float, cpu_s: float) -> None:
+    st["rows_per_s_wall"] = rows / max(wall_s, 1e-9)
+    st["rows_per_cpu_s"] = rows / max(cpu_s, 1e-9)
+
+
+def _cli(*args: str) -> list[str]:
+    """The `shardrec ...` command line of a stage, run by this interpreter."""
+    return [sys.executable, "-m", "shardrec.tools.cli", *args]
+
+
+def _preprocess(raw: Path, out: Path, workers: int, text_bytes: int, mode: list[str]) -> dict[str, Any]:
+    cmd = _cli("preprocess", str(raw), "--out", str(out), "--workers", str(workers), "--json", *mode)
+    st = _stage(cmd, f"preprocess {' '.join(mode)}", text_bytes)
+    summary = json.loads(st.pop("stdout"))
+    manifest = json.loads((out / "manifest.json").read_text())
+    st["lines"] = summary["lines"]
+    st["rows_kept"] = summary["rows_kept"]
+    st["parts"] = sum(len(s["parts"]) for s in manifest["splits"].values())
+    _add_row_rates(st, summary["lines"], st["wall_s"], st["cpu_s"])
+    st["output_bytes"] = sum(p.stat().st_size for p in out.rglob("*") if p.is_file() and ".work" not in p.parts)
+    return st
+
+
+def _stream(data: Path, work: Path, batch: int, ranks: int, dataset_bytes: int, train_rows: int) -> dict[str, Any]:
+    """Every train part on `ranks` rank processes, then bench loader's one warm part (scale_stream.py)."""
+    from shardrec.tools.bench.scale.scale_stream import BASELINE_ROWS, write_baseline
+
+    baseline = write_baseline(work / "baseline", min(BASELINE_ROWS, max(train_rows, 2 * batch)))
+    cmd = [
+        sys.executable,
+        "-m",
+        "shardrec.tools.bench.scale.scale_bench",
+        "stream",
+        str(data),
+        str(baseline),
+        str(batch),
+    ]
+    st = _stage([*cmd, str(ranks)], "stream", dataset_bytes)
+    measured = json.loads(st.pop("stdout"))
+    stream, one_part = measured["stream"], measured["one_part"]
+    st.update(stream)
+    st.update(ranks=ranks, global_batch=batch, one_part=one_part)
+    # The loop alone: the children's start (imports, opening every part) and the baseline are in wall_s.
+    st["rows_per_s_wall"] = stream["rows_per_s"]
+    st["mb_per_s_wall"] = dataset_bytes / 1e6 / max(stream["loop_s"], 1e-9)
+    st["mb_per_cpu_s"] = dataset_bytes / 1e6 / max(stream["cpu_s"], 1e-9)
+    st["vs_one_part"] = stream["rows_per_s"] / max(one_part["rows_per_s"], 1e-9)
+    # Per CPU-second too: on a loaded machine the wall ratio also measures who got the cores.
+    st["vs_one_part_per_cpu_s"] = stream["rows_per_cpu_s"] / max(one_part["rows_per_cpu_s"], 1e-9)
+    st["load_average"] = [round(v, 2) for v in os.getloadavg()]
+    return st
+
+
+def stream_child(data: Path, baseline: Path, batch: int, ranks: int) -> None:
+    """In a child: the rank processes of the stream stage; prints their figures as JSON."""
+    from shardrec.tools.bench.scale.scale_stream import run_ranks
+
+    print(json.dumps(run_ranks(data, baseline, batch, ranks)))
+
+
+def _train(data: Path, run: Path, ranks: int, steps: int, batch: int, interval: int, resume: bool) -> dict[str, Any]:
+    cmd = _cli("train", "--data", str(data), "--out-dir", str(run), "--nproc-per-node", str(ranks),
+               "--steps", str(steps),
+               "--json", *TRAIN_JOB, "--set", f"train.global_batch_size={batch}",
+               "--set", f"checkpoint.interval_steps={interval}")  # fmt: skip
+    if resume:
+        cmd += ["--allow-change", "train.steps"]
+    st = _stage(cmd, "train" + (" (resume)" if resume else ""), 0)
+    summary = json.loads(st.pop("stdout"))
+    st.pop("mb_per_s_wall"), st.pop("mb_per_cpu_s")
+    st["summary"] = {k: summary[k] for k in ("steps", "resumed_from_step", "train_samples_per_s") if k in summary}
+    return st
+
+
+def run_scale(
+    fraction: float,
+    work: Path,
+    steps: int,
+    batch: int,
+    train: bool = True,
+    workers: int | None = None,
+    ranks: int = TRAIN_RANKS,
+) -> dict[str, Any]:
+    """Every stage in order at `fraction`; `workers` synthesise and preprocess (default: every core),
+    `ranks` rank processes stream and train."""
+    workers = workers or os.cpu_count() or 1
+    raw = work / "raw"
+    t0, c0 = time.perf_counter(), _cpu()
+    rows, text = synth_days(raw, fraction, workers)
+    synth = {"wall_s": time.perf_counter() - t0, "cpu_s": _cpu() - c0, "rows": rows, "text_bytes": text,
+             "gzip_bytes": sum(p.stat().st_size for p in raw.iterdir())}  # fmt: skip
+    synth["mb_per_s_wall"] = text / 1e6 / max(synth["wall_s"], 1e-9)
+    synth["mb_per_cpu_s"] = text / 1e6 / max(synth["cpu_s"], 1e-9)
+    _add_row_rates(synth, rows, synth["wall_s"], synth["cpu_s"])
+    stages: dict[str, Any] = {"synth": synth}
+    stages["preprocess_hash"] = _preprocess(
+        raw, work / "hash", workers, text, ["--max-ids", ",".join(map(str, feature_counts(fraction)))]
+    )
+    stages["preprocess_vocab"] = _preprocess(raw, work / "vocab", workers, text, ["--min-count", "2"])
+    hashed = stages["preprocess_hash"]
+    train_rows = hashed["rows_kept"]["train"]
+    stages["stream"] = _stream(work / "hash", work, batch, ranks, hashed["output_bytes"], train_rows)
+    if train:
+        stages["train"] = _train(work / "hash", work / "run", ranks, steps, batch, steps, resume=False)
+        stages["train_resume"] = _train(work / "hash", work / "run", ranks, 2 * steps, batch, steps, resume=True)
+    return {
+        "fraction": fraction,
+        "workers": workers,
+        "rows": rows,
+        "stages": stages,
+        "projection": project(stages, fraction, workers),
+    }
+
+
+def _cpu() -> float:
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def project(stages: dict[str, Any], fraction: float, workers: int) -> dict[str, Any]:
+    """Each preprocessing mode's wall time for the full 1TB on PROJECTED_CORES cores (a projection).
+
+    CPU: the full text / the measured MB per CPU-second / the cores. Disk: the full gzip input read
+    plus the full dataset written, over DISK_GB_PER_S. The projected time is the longer of the two.
+    Memory: the measured peak PSS per worker times the cores (vocabulary mode's tables grow with
+    the distinct ids, so there it is a lower bound)."""
+    synth = stages["synth"]
+    text_mb = synth["text_bytes"] / fraction / 1e6
+    gzip_gb = synth["gzip_bytes"] / fraction / 1e9
+    out: dict[str, Any] = {"full_text_gb": text_mb / 1e3, "full_gzip_gb": gzip_gb, "cores": PROJECTED_CORES,
+                           "memory_gb": PROJECTED_MEMORY_GB, "disk_gb_per_s": DISK_GB_PER_S,
+                           "measured_workers": workers}  # fmt: skip
+    for name, goal in GOAL_MINUTES.items():
+        st = stages[name]
+        written_gb = st["output_bytes"] / fraction / 1e9
+        cpu_s = text_mb / st["mb_per_cpu_s"] / PROJECTED_CORES
+        disk_s = (gzip_gb + written_gb) / DISK_GB_PER_S
+        memory_gb = st["peak_pss_mb"] / workers * PROJECTED_CORES * 2**20 / 1e9
+        out[name] = {
+            "minutes": max(cpu_s, disk_s) / 60,
+            "bound": "CPU" if cpu_s >= disk_s else "disk",
+            "goal_minutes": goal,
+            "cpu_s": cpu_s,
+            "disk_s": disk_s,
+            "written_gb": written_gb,
+            "memory_gb": memory_gb,
+            "arithmetic": (
+                f"CPU {text_mb / 1e3:,.0f} GB / {st['mb_per_cpu_s']:.1f} MB per CPU-s / {PROJECTED_CORES} cores"
+                f" = {cpu_s:,.0f} s; disk ({gzip_gb:,.0f} GB read + {written_gb:,.0f} GB written)"
+                f" / {DISK_GB_PER_S:g} GB/s = {disk_s:,.0f} s; memory {st['peak_pss_mb']:,.0f} MiB PSS"
+                f" / {workers} workers x {PROJECTED_CORES} = {memory_gb:.1f} GB of {PROJECTED_MEMORY_GB}"
+            ),
+        }
+    return out
+
+
+def print_result(result: dict[str, Any]) -> None:
+    st = result["stages"]
+    console.print(f"Criteo-1TB shape at {result['fraction']:g}: {result['rows']:,} rows, {result['workers']} workers")
+    console.print(
+        f"{'stage':>17}  {'MB/s wall':>9} {'MB/CPU-s':>9} {'rows/s wall':>12} {'rows/CPU-s':>11} "
+        f"{'peak PSS':>9} {'(RSS sum)':>9}  parts / notes",
+        highlight=False,
+        soft_wrap=True,
+    )
+    for name in ("synth", "preprocess_hash", "preprocess_vocab", "stream"):
+        s = st[name]
+        pss = f"{s['peak_pss_mb']:,.0f} MiB" if "peak_pss_mb" in s else "-"
+        rss = f"{s['peak_rss_mb']:,.0f} MiB" if "peak_rss_mb" in s else "-"
+        note = f"{s['parts']} parts, {s['output_bytes'] / 1e9:.2f} GB" if "parts" in s else ""
+        console.print(
+            f"{name:>17}  {s['mb_per_s_wall']:9.1f} {s['mb_per_cpu_s']:9.1f} {s['rows_per_s_wall']:12,.0f} "
+            f"{s['rows_per_cpu_s']:11,.0f} {pss:>9} {rss:>9}  {note}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    _print_stream(st["stream"])
+    for name in ("train", "train_resume"):
+        if name not in st:
+            continue
+        s = st[name]
+        console.print(f"{name:>17}: {s['wall_s']:.1f} s wall, peak PSS {s['peak_pss_mb']:,.0f} MiB, {s['summary']}")
+    p = result["projection"]
+    console.print(
+        f"projection (not a measurement): the full 1TB ({p['full_text_gb']:,.0f} GB of text, "
+        f"{p['full_gzip_gb']:,.0f} GB gzip) on {p['cores']} cores, {p['memory_gb']} GB, "
+        f"disks at {p['disk_gb_per_s']:g} GB/s:",
+        highlight=False,
+        soft_wrap=True,
+    )
+    for name in GOAL_MINUTES:
+        q = p[name]
+        console.print(
+            f"{name:>17}: {q['minutes']:.1f} min ({q['bound']}-bound; goal <= {q['goal_minutes']} min): "
+            f"{q['arithmetic']}",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+def _print_stream(s: dict[str, Any]) -> None:
+    base = s["one_part"]
+    console.print(
+        f"{'stream':>17}: {s['ranks']} ranks, global batch {s['global_batch']}: {s['rows_per_s']:,.0f} rows/s, "
+        f"one warm part {base['rows_per_s']:,.0f} rows/s: {s['vs_one_part']:.2f}x (goal >= 0.9x), "
+        f"{s['vs_one_part_per_cpu_s']:.2f}x per CPU-second (load average {s['load_average'][0]:.1f}); "
+        f"CPU {s['cpu_share']:.0%} of the loop, waiting {s['wait_s_per_rank']:.1f} s per rank; "
+        f"{s['ms_per_batch']:.2f} ms per batch (one part {base['ms_per_batch']:.2f}); "
+        f"page faults {s['major_faults']:,} major, {s['minor_faults']:,} minor",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["stream"]:
+    stream_child(Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))

@@ -1,0 +1,221 @@
+"""The rank program of `shardrec bench train`: shardrec's training path next to the stock-torchrec
+baseline, in one process group.
+
+Ours is what `shardrec train` runs on a rank: `build_job` (shardrec's planner, sharding,
+optimizers, the real loader over the dataset on disk) and `train_segment` reporting to the real
+TrainReporter (metrics.jsonl on rank 0). The baseline is tools/bench/train/stock_torchrec.py, fed the
+same batches (the first ones of ours' shuffled stream, materialised before any timing).
+
+Phases, every rank together:
+1. Quality: fresh models train the same first `quality_steps` batches (ours fp32, ours bf16,
+   stock fp32), then each is evaluated on the same validation batches (AUC).
+2. Speed: interleaved rounds, the variant order rotating per round, `steps` steps per timed
+   window: stock fp32 (in-memory batches), ours fp32 and ours bf16 (each window a fresh loader
+   iterator from disk, closed and its prefetch thread joined before the next variant starts),
+   ours fp32 over the in-memory batches (for the loader ratio).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from shardrec.tools.bench.train.stock_torchrec import StockModel, StockOptim, StockTrainer
+from shardrec.tools.bench.train.timing import timed_rate
+from shardrec.trainer.distributed import faults
+from shardrec.trainer.distributed.dist import DistEnv
+from shardrec.trainer.job.config import JobConfig
+from shardrec.trainer.loop.metrics import binary_metrics
+from shardrec.trainer.loop.progress import TrainReporter
+from shardrec.trainer.loop.steps import evaluate_batches
+from shardrec.trainer.loop.train_job import Job, build_job
+from shardrec.trainer.loop.train_loop import train_segment
+from shardrec.trainer.rundir.metrics_log import MetricsWriter
+
+LOADER_THREAD_PREFIX = "shardrec-loader"  # dataloader/prefetch.py's thread names
+
+
+@dataclass
+class Ours:
+    """One shardrec job and its real reporter; `step` counts the steps it trained."""
+
+    job: Job
+    reporter: TrainReporter
+    step: int = 0
+
+    def train(self, batches: Iterator[Any], steps: int) -> int:
+        """Steps exactly as `shardrec train` runs a segment (fault hooks, reports every log_interval)."""
+        env, cfg = self.job.env, self.job.config
+
+        def on_step(step: int) -> None:
+            faults.maybe_kill("kill", step, env.rank)
+            faults.maybe_poison(self.job.model, step, env.rank)
+
+        self.reporter.start_segment()
+        done = train_segment(
+            self.job.runner,
+            batches,
+            num_steps=steps,
+            first_step=self.step,
+            report_every=cfg.train.log_interval,
+            on_step=on_step,
+            on_report=lambda stats: self.reporter.on_report(stats, 0),
+        )
+        self.step += done
+        return done
+
+    def train_from_disk(self, steps: int) -> int:
+        """Through a fresh loader iterator (its start-up counts), closed at the end; its prefetch
+        thread may still finish a gather: join_loader_threads() before anything else runs."""
+        batches = iter(self.job.train_loader)
+        try:
+            return self.train(batches, steps)
+        finally:
+            batches.close()  # type: ignore[attr-defined]
+
+    def val_auc(self) -> float:
+        model = self.job.runner.eval_mode()
+        batches = iter(self.job.eval_loaders["val"])
+        try:
+            return float(evaluate_batches(model, batches, self.job.env.device)["auc"])
+        finally:
+            close_loader(batches)
+
+
+def close_loader(batches: Iterator[Any]) -> None:
+    """Stop a loader iterator and wait for its prefetch threads to end."""
+    batches.close()  # type: ignore[attr-defined]
+    join_loader_threads()
+
+
+def join_loader_threads() -> None:
+    """Wait for every loader prefetch thread to end, so that no loader work runs in the
+    background of the next timed variant."""
+    for thread in threading.enumerate():
+        if thread.name.startswith(LOADER_THREAD_PREFIX):
+            thread.join()
+
+
+def build_ours(config: JobConfig, env: DistEnv, run_dir: Path, total_steps: int) -> Ours:
+    job = build_job(config, env, run_dir, None)
+    writer = MetricsWriter(run_dir) if env.is_main else None
+    reporter = TrainReporter(
+        writer,
+        total_steps=total_steps,
+        first_step=0,
+        log_interval=config.train.log_interval,
+        lr=lambda: job.runner.optimizer.param_groups[0]["lr"],
+    )
+    return Ours(job, reporter)
+
+
+def stock_spec(config: JobConfig, feature_rows: list[tuple[str, int]], num_dense: int) -> tuple[StockModel, StockOptim]:
+    """The baseline's model and optimizers, taken from ours' config: same shape, kinds and rates."""
+    m, o = config.model, config.optim
+    spec = StockModel(
+        m.arch,
+        num_dense,
+        tuple(feature_rows),
+        m.embedding_dim,
+        tuple(m.dense_arch),
+        tuple(m.over_arch),
+        m.dcn_layers,
+        m.dcn_low_rank,
+    )
+    return spec, StockOptim(o.sparse, o.sparse_lr, o.dense, o.dense_lr, o.eps)
+
+
+def gathered_auc(logits: torch.Tensor, labels: torch.Tensor) -> float:
+    """AUC over every rank's predictions, with the metric ours' evaluation uses."""
+    local = torch.stack([logits, labels])
+    if dist.get_world_size() > 1:
+        parts = [torch.empty_like(local) for _ in range(dist.get_world_size())]
+        dist.all_gather(parts, local)
+        local = torch.cat(parts, dim=1)
+    return float(binary_metrics(local[0], local[1])["auc"])
+
+
+def from_disk(side: Ours, steps: int, samples: int) -> float:
+    """Samples/s of one window read from disk. A gather the prefetch thread started ahead of
+    the window's end runs on inside it (as it would in training); it is joined after the clock
+    stops (that look-ahead is only wasted because the window ends)."""
+    rate = timed_rate(lambda: side.train_from_disk(steps), samples)
+    join_loader_threads()
+    return rate
+
+
+def run_rounds(variants: dict[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
+    """Samples/s per variant per round; the order rotates so that no variant always runs first."""
+    rates: dict[str, list[float]] = {name: [] for name in variants}
+    names = list(variants)
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            rates[name].append(variants[name]())
+    return rates
+
+
+def bench_rank(
+    env: DistEnv, configs: dict[str, JobConfig], run_root: Path, steps: int, rounds: int, quality_steps: int
+) -> dict[str, Any]:
+    """Both phases on this rank; returns the figures (every rank gets the same)."""
+    from shardrec.dataloader.format.manifest import Manifest
+
+    total = quality_steps + (rounds + 1) * steps * 2 + 1
+    ours = {name: build_ours(cfg, env, run_root / name, total) for name, cfg in configs.items()}
+    fp32 = ours["fp32"]
+    manifest = Manifest.load(Path(configs["fp32"].data.path))
+    spec, optim = stock_spec(
+        configs["fp32"], [(f.name, f.cardinality) for f in manifest.sparse_features], len(manifest.dense_features)
+    )
+    local_batch = configs["fp32"].train.global_batch_size // env.world_size
+    stock = StockTrainer(
+        spec, optim, local_batch, env.local_world_size, seed=configs["fp32"].train.seed, device=env.device
+    )
+    # The same data for the baseline: ours' stream, materialised (no timing runs meanwhile).
+    stream = iter(fp32.job.train_loader)
+    batches = list(itertools.islice(stream, max(quality_steps, steps)))
+    close_loader(stream)
+    val_stream = iter(fp32.job.eval_loaders["val"])
+    val_batches = list(val_stream)
+    close_loader(val_stream)
+
+    auc: dict[str, float] = {}
+    for name, side in ours.items():
+        side.train_from_disk(quality_steps)
+        join_loader_threads()
+        auc[f"ours_{name}"] = side.val_auc()
+    stock.train(batches, quality_steps)
+    auc["stock_fp32"] = gathered_auc(*stock.predict(iter(val_batches)))
+
+    samples = steps * configs["fp32"].train.global_batch_size
+    memory = batches[:steps]
+    variants = {
+        "stock_fp32": lambda: stock.timed(memory, steps),
+        "ours_fp32": lambda: from_disk(fp32, steps, samples),
+        "ours_fp32_in_memory": lambda: timed_rate(lambda: fp32.train(iter(memory), steps), samples),
+    }
+    if "bf16" in ours:
+        variants["ours_bf16"] = lambda: from_disk(ours["bf16"], steps, samples)
+    for side in ours.values():  # warm-up: first-step allocations, outside the figures
+        side.train_from_disk(2)
+        join_loader_threads()
+    stock.train(memory, 2)
+    start = time.perf_counter()
+    rates = run_rounds(variants, rounds)
+    for side in ours.values():
+        side.reporter.close()
+    return {
+        "rates": rates,
+        "auc": auc,
+        "seconds": round(time.perf_counter() - start, 1),
+        "stock_sharding_types": sorted(set(stock.sharding_types().values())),
+        "ours_sharding_types": sorted({t.sharding_type for t in fp32.job.plan.tables}),
+    }

@@ -1,0 +1,173 @@
+"""Interop with torchrec's preprocessed Criteo layout: `day_N_{dense,sparse,labels}.npy`.
+
+The layout (names, dtypes, shapes, torchrec's splits) is described once, in
+dataloader/format/torchrec_npy.py; torchrec's dense values are already log-transformed and its
+sparse values raw (missing parsed as 0), taken as `value % hashes[feature]`.
+
+Import reproduces exactly that: the same splits and ids, dense values copied as they are, so
+data preprocessed with torchrec's scripts trains here without being redone. Export writes our
+splits in that layout: one day file per training part, and a last day of val then test (or
+test then val when the dataset's val_half is 'second'), with ids as int64 so that torchrec's
+`% hashes` with hashes = our cardinalities leaves them unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from contextlib import ExitStack
+from pathlib import Path
+
+import numpy as np
+
+from shardrec.dataloader.format import torchrec_npy as npy
+from shardrec.dataloader.format.manifest import (
+    SPLITS,
+    Manifest,
+    SparseFeature,
+    SplitInfo,
+    open_split,
+    smallest_uint,
+    write_part,
+)
+from shardrec.dataloader.util.files import atomic_path, atomic_write_bytes
+from shardrec.tools.preprocess.parts.feature_stats import compute_feature_stats
+
+logger = logging.getLogger(__name__)
+ROWS_PER_PART = 1 << 20
+EXPORT_MARKER = "export-complete.json"  # written last by export_npy
+
+
+def find_days(src: Path) -> list[int]:
+    """Day numbers that have all three files, in order; ValueError names what is missing."""
+    if not src.is_dir():
+        raise ValueError(f"{src}: not a directory")
+    days = npy.day_numbers(src)
+    if len(days) < 2:
+        raise ValueError(
+            f"{src}: needs at least two day_N_dense.npy days (the last is halved into val/test), found {len(days)}"
+        )
+    for d in days:
+        for kind in ("sparse", "labels"):
+            if not npy.day_file(src, d, kind).is_file():
+                raise ValueError(f"{npy.day_file(src, d, kind)}: missing (day_{d}_dense.npy exists)")
+    return days
+
+
+def import_npy(src: Path, out: Path, hashes: list[int] | None, val_half: str = "first") -> Manifest:
+    """torchrec day files -> a shardrec dataset. hashes: per-feature table rows (None: max id + 1)."""
+    days = find_days(src)
+    first = npy.open_day(src, days[0])
+    num_sparse, num_dense = first.sparse.shape[1], first.dense.shape[1]
+    if hashes is None:
+        hashes = [
+            1 + int(max(np.asarray(npy.open_day(src, d).sparse[:, f]).max(initial=0) for d in days))
+            for f in range(num_sparse)
+        ]
+    elif len(hashes) == 1:
+        hashes = hashes * num_sparse
+    if len(hashes) != num_sparse:
+        raise ValueError(f"{len(hashes)} hashes for {num_sparse} sparse features")
+    names = [f"C{i}" for i in range(1, num_sparse + 1)]
+    dtypes = [smallest_uint(h - 1) for h in hashes]
+    splits = {s: SplitInfo() for s in SPLITS}
+    for d in days:
+        day = npy.open_day(src, d)
+        dense, sparse, labels = day.dense, day.sparse, day.labels
+        ranges = [("train", 0, len(labels))]
+        if d == days[-1]:
+            mid = npy.val_rows(len(labels))
+            first, second = ("val", "test") if val_half == "first" else ("test", "val")
+            ranges = [(first, 0, mid), (second, mid, len(labels))]
+        for split, lo, hi in ranges:
+            for start in range(lo, hi, ROWS_PER_PART):
+                stop = min(hi, start + ROWS_PER_PART)
+                block = np.asarray(sparse[start:stop])
+                if (block < 0).any():
+                    raise ValueError(f"{npy.day_file(src, d, 'sparse')}: negative values (rows {start}-{stop})")
+                ids = {
+                    n: (block[:, f].astype(np.uint64) % np.uint64(hashes[f])).astype(dtypes[f])
+                    for f, n in enumerate(names)
+                }
+                info = write_part(out / split / f"part-{d:05d}-{start // ROWS_PER_PART:04d}",
+                                  np.asarray(labels[start:stop]).astype(np.uint8),
+                                  np.asarray(dense[start:stop], dtype=np.float32), ids)  # fmt: skip
+                splits[split].parts.append(info)
+                splits[split].rows += info.rows
+    manifest = Manifest(
+        [f"I{i}" for i in range(1, num_dense + 1)],
+        [SparseFeature(n, h, str(dt)) for n, h, dt in zip(names, hashes, dtypes)],
+        splits,
+        "float32",
+        {
+            "source": "torchrec-npy",
+            "days": days,
+            "hashes": hashes,
+            "ids": "value % hashes[feature], as torchrec",
+            "splits": {"train_days": "all days but the last", "halved_day": days[-1], "val_half": val_half},
+        },  # fmt: skip
+    )
+    for name, stats in compute_feature_stats(out, manifest).items():
+        manifest.feature(name).stats = stats
+    manifest.save(out)
+    return manifest
+
+
+def _export_day(parts, out: Path, day: int, names: list[str]) -> int:
+    """Stream parts into one day's three .npy files (memory-mapped, written atomically)."""
+    rows = sum(p.rows for p in parts)
+    shapes = npy.write_shapes(rows, parts[0].dense.shape[1], len(names))
+    with ExitStack() as stack:
+        tmp = {k: stack.enter_context(atomic_path(npy.day_file(out, day, k))) for k in npy.KINDS}
+        arrays = {
+            k: np.lib.format.open_memmap(tmp[k], mode="w+", dtype=npy.WRITE_DTYPES[k], shape=shapes[k])
+            for k in npy.KINDS
+        }
+        at = 0
+        for p in parts:
+            arrays["dense"][at : at + p.rows] = p.dense
+            for f, n in enumerate(names):
+                arrays["sparse"][at : at + p.rows, f] = p.sparse[n]
+            arrays["labels"][at : at + p.rows, 0] = p.labels
+            at += p.rows
+        for arr in arrays.values():
+            arr.flush()
+    return rows
+
+
+def export_npy(directory: Path, out: Path) -> dict[str, int]:
+    """A shardrec dataset -> torchrec day files; returns rows per written day file."""
+    manifest = Manifest.load(directory)
+    if any(f.multi_hot for f in manifest.sparse_features):
+        raise ValueError(f"{directory}: multi-hot features have no torchrec day-file layout")
+    names = manifest.feature_names
+    out.mkdir(parents=True, exist_ok=True)
+    # A marker from an earlier export must not vouch for day files this one may leave half done.
+    (out / EXPORT_MARKER).unlink(missing_ok=True)
+    written = {}
+    train = open_split(directory, "train", manifest) if "train" in manifest.splits else []
+    for day, part in enumerate(train):
+        written[f"day_{day}"] = _export_day([part], out, day, names)
+    val_half = manifest.options.get("splits", {}).get("val_half", "first")
+    halves = ["val", "test"] if val_half == "first" else ["test", "val"]
+    last = [p for s in halves if s in manifest.splits for p in open_split(directory, s, manifest)]
+    if not last:
+        raise ValueError(f"{directory}: no val/test rows to write as the last day")
+    first_rows = manifest.splits[halves[0]].rows if halves[0] in manifest.splits else 0
+    total = sum(p.rows for p in last)
+    if first_rows != npy.val_rows(total):
+        # torchrec cuts the last day at ceil(rows/2); skipped rows can make our halves differ.
+        logger.warning(
+            "%s has %d of %d last-day rows; torchrec will cut at %d", halves[0], first_rows, total, npy.val_rows(total)
+        )
+    written[f"day_{len(train)}"] = _export_day(last, out, len(train), names)
+    _mark_export_complete(directory, out, written)
+    return written
+
+
+def _mark_export_complete(directory: Path, out: Path, written: dict[str, int]) -> None:
+    """Write EXPORT_MARKER last: its presence says every day file it lists is whole (a killed
+    export leaves complete-looking day files, but no marker)."""
+    files = {p.name: p.stat().st_size for day in written for p in sorted(out.glob(f"{day}_*.npy"))}
+    record = {"source": str(directory), "rows": written, "bytes": files}
+    atomic_write_bytes(out / EXPORT_MARKER, json.dumps(record, indent=1).encode())

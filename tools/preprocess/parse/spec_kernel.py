@@ -1,0 +1,308 @@
+"""The compiled (numba) row parser of feature-spec text: any columns, CSV quoting, strings, lists.
+
+One pass over the bytes, no per-row Python, in the style of parse_kernel (whose integer and hex
+decoders it shares). Each field of a row is scanned once (RFC 4180 quotes when the spec quotes:
+a quoted field may hold the delimiter, `""` is one quote, a newline inside is a malformed row),
+then decoded by its column's role, given per field index as small arrays (spec_parse.Program):
+
+- label: `0`/`1`, a number compared with a threshold, or a value looked up in a mapping (by its
+  string hash);
+- dense: an integer (parse_kernel's rules) or a float, into float64, with a missing mask;
+- categorical: hex or integer (as parse_kernel decodes them), or the field's bytes hashed
+  (spec_values.hash_string), into uint64 with a missing mask;
+- list: the field cut at its separator, each non-empty value decoded as a categorical, the first
+  `max_length` appended to one flat array with each row's start and length;
+- ignore: scanned past.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shardrec.dataloader.util.jit import njit
+from shardrec.tools.preprocess.parse.parse_kernel import _decode_hex, _decode_int, _hex8_swar, _int_swar, trailing_zeros
+from shardrec.tools.preprocess.parse.spec_values import decode_float, hash_string, mix64
+
+# Roles per field, and decoders (kind) per field.
+IGNORE, LABEL, DENSE, CATEGORICAL, LIST = 0, 1, 2, 3, 4
+HEX, INTEGER, STRING = 0, 1, 2  # categorical and list kinds
+INT, FLOAT = 0, 1  # dense kinds
+BINARY, THRESHOLD, MAPPING = 0, 1, 2  # label modes
+# Reason codes as in parse.REASONS (the Criteo parser's six, then the spec parser's own).
+EMPTY_ROW, TOO_MANY_FIELDS, TOO_FEW_FIELDS, BAD_LABEL, BAD_INTEGER, BAD_HEX, BAD_FLOAT, BAD_QUOTE = range(8)
+
+
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _scan_field(buf, i, delim, quoting):
+    """(start, end, next, escaped, bad_quote) of the field at i: its value is buf[start:end] and
+    buf[next] is the delimiter or newline after it (a '\\r' before the newline is no value byte)."""
+    if quoting and buf[i] == 34:
+        j, escaped = i + 1, False
+        while True:
+            c = buf[j]
+            if c == 10:  # no closing quote on this line
+                return i + 1, j, j, escaped, True
+            if c == 34:
+                if buf[j + 1] != 34:
+                    break
+                escaped, j = True, j + 2
+                continue
+            j += 1
+        end, j = j, j + 1
+        if buf[j] == 13 and buf[j + 1] == 10:
+            j += 1
+        elif buf[j] != delim and buf[j] != 10:  # text after the closing quote
+            while buf[j] != delim and buf[j] != 10:
+                j += 1
+            return i + 1, end, j, escaped, True
+        return i + 1, end, j, escaped, False
+    j = _field_end(buf, i, delim)
+    end = j - 1 if (buf[j] == 10 and j > i and buf[j - 1] == 13) else j
+    return i, end, j, False, False
+
+
+_L = np.uint64(0x0101010101010101)
+_H = np.uint64(0x8080808080808080)
+_NEWLINES = np.uint64(0x0A0A0A0A0A0A0A0A)
+
+
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _field_end(buf, i, delim):
+    """The first delimiter or newline at or after i, eight bytes at a time (a zero byte of w ^ d
+    is a match: the lowest byte flagged by (x - L) & ~x & H is exact, higher ones may not be)."""
+    n, j = len(buf), i
+    d = np.uint64(delim) * _L
+    while j + 8 <= n:
+        w = np.uint64(0)
+        p = np.uint64(j)
+        for t in range(8):  # one unaligned load (see parse_kernel._hex8_swar)
+            w |= np.uint64(buf[p + np.uint64(t)]) << np.uint64(8 * t)
+        x, y = w ^ d, w ^ _NEWLINES
+        hit = ((x - _L) & ~x & _H) | ((y - _L) & ~y & _H)
+        if hit:
+            return j + (np.int64(trailing_zeros(hit)) >> 3)
+        j += 8
+    while buf[j] != delim and buf[j] != 10:
+        j += 1
+    return j
+
+
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _categorical(buf, s, e, kind, escaped):
+    """(value, reason) of one non-empty categorical value; reason -1 when it decodes."""
+    if kind == STRING:
+        return hash_string(buf, s, e, escaped), -1
+    if kind == HEX:
+        v, ok = _decode_hex(buf, s, e)
+        return v, (-1 if ok else BAD_HEX)
+    v, ok = _decode_int(buf, s, e)
+    return np.uint64(v), (-1 if ok else BAD_INTEGER)
+
+
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _label(buf, s, e, escaped, mode, threshold, keys, values):
+    """(label, ok) of a non-empty label field."""
+    if mode == BINARY:
+        v, ok = _decode_int(buf, s, e)
+        return np.uint8(v), ok and (v == 0 or v == 1)
+    if mode == THRESHOLD:
+        x, ok = decode_float(buf, s, e)
+        return np.uint8(x >= threshold), ok
+    h = hash_string(buf, s, e, escaped)
+    for k in range(len(keys)):
+        if keys[k] == h:
+            return values[k], True
+    return np.uint8(0), False
+
+
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _list(buf, s, e, kind, sep, max_length, escaped, out, pos):
+    """Append a list field's first max_length non-empty values to out[pos:]; (count, reason)."""
+    count, reason, a = 0, -1, s
+    while a <= e:
+        b = a
+        while b < e and buf[b] != sep:
+            b += 1
+        if b > a and count < max_length:
+            if pos + count >= len(out):  # the caller's bound fell short
+                return count, -2
+            v, r = _categorical(buf, a, b, kind, escaped)
+            out[pos + count] = v
+            count += 1
+            if r >= 0 and reason < 0:
+                reason = r
+        a = b + 1
+    return count, reason
+
+
+@njit(cache=True, nogil=True)
+def _fields_of(role, kind, r, kd):
+    """Field indexes of role r and kind kd (any kind for -1), in order."""
+    out, n = np.empty(len(role), np.int64), 0
+    for f in range(len(role)):
+        if role[f] == r and (kd < 0 or kind[f] == kd):
+            out[n], n = f, n + 1
+    return out[:n]
+
+
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _short_int(buf, s, e):
+    """(value, ok) of the integer buf[s:e] (non-empty), as parse_kernel._decode_int reads it; 1-7
+    digits decoded as one 64-bit word (_int_swar), anything else by _decode_int."""
+    neg = buf[s] == 45
+    d = s + 1 if neg else s
+    if 0 < e - d < 8 and d + 8 <= len(buf):
+        v, m = _int_swar(buf, d)
+        if m == e - d:
+            return (-v if neg else v), True
+    return _decode_int(buf, s, e)
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def parse_spec_rows(
+    buf, delim, quoting, nmin, role, slot, kind, seps, max_lengths, label_field, label_mode, threshold, keys, values,
+    labels, dense, dmiss, sparse, smiss, lvalues, lstart, llen, reason, bad_field, row_start, row_end,
+):  # fmt: skip
+    """Fill the per-row arrays (sized to the newlines in buf) and the flat list values; returns
+    (rows, list values written). role/slot/kind/seps/max_lengths hold one entry per field index.
+
+    Each row is cut into its fields first (start, end, escaped: a few entries that stay in L1),
+    then decoded one kind of column at a time: a loop over the integer columns, one over the hex,
+    one over the hashed strings, each without the branches of the others (one loop over every
+    field with all of them inside ran at a third of the speed); labels, floats and lists share one.
+    """
+    n, nf, row, i, pos = len(buf), len(role), 0, 0, 0
+    ints, hexes = _fields_of(role, kind, DENSE, INT), _fields_of(role, kind, CATEGORICAL, HEX)
+    int_ids, strings = _fields_of(role, kind, CATEGORICAL, INTEGER), _fields_of(role, kind, CATEGORICAL, STRING)
+    floats, lists = _fields_of(role, kind, DENSE, FLOAT), _fields_of(role, kind, LIST, -1)
+    others = np.sort(np.concatenate((np.array([label_field]), floats, lists)))
+    fs, fe, fx = np.zeros(nf, np.int64), np.zeros(nf, np.int64), np.zeros(nf, np.bool_)
+    while i < n:
+        row_start[row] = i
+        ur = np.uint64(row)
+        f, a, quote_bad = 0, i, -1
+        while True:  # the row's fields; one with a bad quote is no value (the row is malformed)
+            s, e, j, escaped, qbad = _scan_field(buf, a, delim, quoting)
+            if qbad and quote_bad < 0:
+                quote_bad = f
+            if f < nf:
+                fs[f], fe[f], fx[f] = s, (s if qbad else e), escaped
+            f += 1
+            if buf[j] == 10:
+                break
+            a = j + 1
+        for g in range(f, nf):  # the fields a short row lacks are missing (right-padding)
+            fs[g], fe[g] = 0, 0
+        label_ok, first_bad, code = False, nf, -1
+        for t in range(len(others)):
+            g = others[t]
+            s, e, r, k, bad = fs[g], fe[g], role[g], np.uint64(slot[g]), -1  # unsigned: no negative-index fix-ups
+            if r == LABEL:
+                if e > s:
+                    labels[row], label_ok = _label(buf, s, e, fx[g], label_mode, threshold, keys, values)
+            elif r == DENSE:
+                dmiss[ur, k] = e == s
+                x, ok = (0.0, True) if e == s else decode_float(buf, s, e)
+                dense[ur, k] = x
+                bad = -1 if ok else BAD_FLOAT
+            else:
+                lstart[ur, k] = pos
+                cnt, bad = _list(buf, s, e, kind[g], seps[g], max_lengths[g], fx[g], lvalues, pos)
+                if bad == -2:
+                    return row, -1
+                llen[ur, k] = cnt
+                pos += cnt
+            if bad >= 0 and g < first_bad:
+                first_bad, code = g, bad
+        for t in range(len(ints)):
+            g = ints[t]
+            s, e, k = fs[g], fe[g], np.uint64(slot[g])
+            v, ok = _short_int(buf, s, e) if e > s else (0, True)
+            dense[ur, k], dmiss[ur, k] = float(v), e == s
+            if not ok and g < first_bad:
+                first_bad, code = g, BAD_INTEGER
+        for t in range(len(hexes)):
+            g = hexes[t]
+            s, e, k = fs[g], fe[g], np.uint64(slot[g])
+            h, ok = np.uint64(0), True
+            if e - s == 8:  # the usual width: one 64-bit word (ends at or before the newline)
+                h, ok = _hex8_swar(buf, s)
+            if e > s and (e - s != 8 or not ok):
+                h, ok = _decode_hex(buf, s, e)
+            sparse[ur, k], smiss[ur, k] = h, e == s
+            if not ok and g < first_bad:
+                first_bad, code = g, BAD_HEX
+        for t in range(len(int_ids)):
+            g = int_ids[t]
+            s, e, k = fs[g], fe[g], np.uint64(slot[g])
+            v, ok = _short_int(buf, s, e) if e > s else (0, True)
+            sparse[ur, k], smiss[ur, k] = np.uint64(v), e == s
+            if not ok and g < first_bad:
+                first_bad, code = g, BAD_INTEGER
+        for t in range(len(strings)):
+            g = strings[t]
+            s, e, k = fs[g], fe[g], np.uint64(slot[g])
+            sparse[ur, k], smiss[ur, k] = (hash_string(buf, s, e, fx[g]) if e > s else np.uint64(0)), e == s
+        row_end[row] = j
+        empty = j == i or (j - i == 1 and buf[i] == 13)
+        reason[row], bad_field[row] = _row_reason(
+            empty, quote_bad, f > nf, f < nmin, f, label_ok, label_field, first_bad if code >= 0 else -1, code, nf
+        )
+        if reason[row] >= 0:
+            labels[row] = 0
+        row += 1
+        i = j + 1
+    return row, pos
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _int_as_float(buf, s, e):
+    v, ok = _decode_int(buf, s, e)
+    return float(v), ok
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _row_reason(empty, quote_bad, too_many, too_few, fields, label_ok, label_field, first_bad, code, nf):
+    """(reason, first bad field) of a row, (-1, -1) for a good one; the order of parse.REASONS but
+    for a quote, which comes first (the fields after it cannot be counted)."""
+    if empty:
+        return EMPTY_ROW, -1
+    if quote_bad >= 0:
+        return BAD_QUOTE, quote_bad
+    if too_many:
+        return TOO_MANY_FIELDS, nf
+    if too_few:
+        return TOO_FEW_FIELDS, fields
+    if not label_ok:
+        return BAD_LABEL, label_field
+    if first_bad >= 0:
+        return code, first_bad
+    return -1, -1
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def hash_lists_into(lvalues, lstart, llen, c, rows, cardinality, out, offsets, base, at):
+    """Hash list column c's values of the kept `rows` onto out[at:], and their row offsets onto
+    offsets[base + 1 :]; returns the new end of out. Ids as parse_kernel.hash_rows_into's."""
+    mod = np.uint64(cardinality - 1)
+    one = np.uint64(1)
+    for k in range(len(rows)):
+        r = rows[k]
+        s = lstart[r, c]
+        for t in range(llen[r, c]):
+            out[at] = one + mix64(lvalues[s + t]) % mod
+            at += 1
+        offsets[base + k + 1] = at
+    return at
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def gather_lists(lvalues, lstart, llen, c, rows, out):
+    """List column c's raw values of the kept rows, in row order (for vocabularies)."""
+    at = 0
+    for k in range(len(rows)):
+        r = rows[k]
+        for t in range(llen[r, c]):
+            out[at] = lvalues[lstart[r, c] + t]
+            at += 1
+    return at

@@ -1,0 +1,273 @@
+"""A feature spec resolved against a file's fields (Program), and text parsed by it (SpecChunk).
+
+`resolve_program` finds each spec column's field: by its `position`, else by name in the file's
+header, else by its place in the spec; every field must belong to exactly one column (an unwanted
+one is `role = "ignore"`), so that a misspelt name or a shifted file is one clear line, never a
+silently wrong column. `criteo_schema` says when a resolved spec is Criteo's shape (label, integers,
+hex categoricals, unquoted): such text goes through Criteo's own kernels (criteo_text.py), which are
+faster and give the bytes they always gave. Any other spec goes through spec_kernel.
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from shardrec.dataloader.spec.feature_spec import (
+    CategoricalColumn,
+    DenseColumn,
+    FeatureSpec,
+    LabelColumn,
+    ListColumn,
+    SpecError,
+)
+from shardrec.tools.preprocess.ids.id_maps import hash_bytes
+from shardrec.tools.preprocess.parse import parse_kernel
+from shardrec.tools.preprocess.parse import spec_kernel as k
+from shardrec.tools.preprocess.parse.criteo_text import REASONS, ChunkRows, Schema, show_value
+
+_ROLE = {LabelColumn: k.LABEL, DenseColumn: k.DENSE, CategoricalColumn: k.CATEGORICAL, ListColumn: k.LIST}
+_KIND = {"hex": k.HEX, "integer": k.INTEGER, "string": k.STRING, "int": k.INT, "float": k.FLOAT}
+
+
+@dataclass(frozen=True, eq=False)
+class Program:
+    """What the kernel does with each field index of a row (arrays of one entry per field)."""
+
+    spec: FeatureSpec
+    names: tuple[str, ...]
+    """Column name of each field (messages)."""
+    role: np.ndarray
+    slot: np.ndarray
+    """Index of the field's column among the dense, one-hot or list columns."""
+    kind: np.ndarray
+    seps: np.ndarray
+    max_lengths: np.ndarray
+    label_field: int
+    min_fields: int
+    keys: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
+    """Label mapping: hashes of the written values (ids.hash_bytes), and their labels beside them."""
+    values: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
+
+    @property
+    def num_fields(self) -> int:
+        return len(self.names)
+
+    @property
+    def one_hot(self) -> list[CategoricalColumn]:
+        return [c for c in self.spec.sparse if not isinstance(c, ListColumn)]
+
+    @property
+    def features(self) -> list[tuple[str, bool, int]]:
+        """(name, is a list, slot among its kind) of every sparse feature, in spec (manifest) order."""
+        out, counts = [], [0, 0]
+        for c in self.spec.sparse:
+            is_list = isinstance(c, ListColumn)
+            out.append((c.name, is_list, counts[is_list]))
+            counts[is_list] += 1
+        return out
+
+
+def read_header(path: Path, spec: FeatureSpec) -> list[str]:
+    """The column names of a file's first line (quotes read as the spec's format reads them)."""
+    from shardrec.tools.preprocess.inputs import open_text
+
+    with open_text(path) as f:
+        line = f.readline()
+    text = line.decode("utf-8", "replace").lstrip("\ufeff").rstrip("\r\n")
+    quoting = csv.QUOTE_MINIMAL if spec.format.quoting else csv.QUOTE_NONE
+    return next(csv.reader(io.StringIO(text), delimiter=spec.format.delimiter, quoting=quoting), [])
+
+
+def _positions(spec: FeatureSpec, header: list[str] | None, where: str, spec_name: str) -> list[int]:
+    """The field index of each spec column."""
+    out = []
+    for i, c in enumerate(spec.columns):
+        if c.position is not None:
+            out.append(c.position)
+        elif header is None:
+            out.append(i)
+        elif c.name in header:
+            out.append(header.index(c.name))
+        elif len(header) == 1 and len(spec.columns) > 1:  # another format: a TSV (Criteo's rows) read as CSV, ...
+            kind = f"{spec.format.kind.upper()} ({spec.format.delimiter!r} between fields)"
+            names = ", ".join(col.name for col in spec.columns[:4])
+            raise SpecError(
+                f"{where}: its first line has no {spec.format.delimiter!r}: {spec_name} reads {kind} with a header "
+                f"({names}, ...); this file is in another format"
+            )
+        else:
+            near = difflib.get_close_matches(c.name, header, n=1)
+            hint = f"; did you mean {near[0]}?" if near else f" (it has {', '.join(header[:12])})"
+            raise SpecError(f"{where}: the header has no column {c.name!r} that {spec_name} names{hint}")
+    return out
+
+
+def resolve_program(spec: FeatureSpec, header: list[str] | None, where: str, spec_name: str = "the spec") -> Program:
+    """Each field's role for the kernel. header: the file's column names (when the format has one).
+
+    where: the data file, first in every message; spec_name: the spec file, named in them too.
+    """
+    fields = _positions(spec, header, where, spec_name)
+    nf = max(max(fields) + 1, len(header or []))
+    owner: dict[int, str] = {}
+    for c, f in zip(spec.columns, fields):
+        if f in owner:
+            raise SpecError(f"{where}: field {f} is both {owner[f]!r} and {c.name!r} in {spec_name}")
+        owner[f] = c.name
+    lost = [f for f in range(nf) if f not in owner]
+    if lost:
+        what = repr(header[lost[0]]) if header and lost[0] < len(header) else f"field {lost[0]} (0 is the first)"
+        raise SpecError(
+            f'{where}: column {what} is in no [[columns]] of {spec_name}; add it with role = "ignore" to skip it'
+        )
+    role, slot, kind = np.zeros(nf, np.int8), np.zeros(nf, np.int32), np.zeros(nf, np.int8)
+    seps, max_lengths = np.full(nf, 10, np.uint8), np.zeros(nf, np.int32)
+    counts = {k.DENSE: 0, k.CATEGORICAL: 0, k.LIST: 0}
+    for c, f in zip(spec.columns, fields):
+        role[f] = _ROLE.get(type(c), k.IGNORE)
+        if role[f] in counts:
+            slot[f], counts[role[f]] = counts[role[f]], counts[role[f]] + 1
+        if isinstance(c, (DenseColumn, CategoricalColumn)):
+            kind[f] = _KIND[c.type if isinstance(c, DenseColumn) else c.kind]
+        if isinstance(c, ListColumn):
+            seps[f], max_lengths[f] = ord(c.separator), c.max_length
+    label = spec.label
+    keys = np.array([hash_bytes(v.encode()) for v in label.mapping], np.uint64)
+    values = np.array(list(label.mapping.values()), np.uint8)
+    names = tuple(owner[f] for f in range(nf))
+    min_fields = spec.format.min_fields or nf
+    return Program(spec, names, role, slot, kind, seps, max_lengths, fields[spec.columns.index(label)], min_fields,
+                   keys, values)  # fmt: skip
+
+
+def criteo_schema(program: Program) -> tuple[Schema, str] | None:
+    """(Schema, dense transform) when the resolved spec is Criteo's shape, read by Criteo's kernels:
+    unquoted; label first (0/1 as written); then integers, one transform for all; then hex categoricals."""
+    spec, fmt = program.spec, program.spec.format
+    dense, sparse = spec.dense, spec.sparse
+    shape = [spec.label, *dense, *sparse]
+    order = [program.names.index(c.name) for c in shape]
+    if (
+        fmt.quoting
+        or order != list(range(program.num_fields))
+        or spec.label.threshold is not None
+        or spec.label.mapping
+        or any(d.type != "int" or d.transform != dense[0].transform for d in dense)
+        or any(isinstance(c, ListColumn) or c.kind != "hex" for c in sparse)
+    ):
+        return None
+    try:
+        schema = Schema(len(dense), len(sparse), fmt.delimiter, fmt.header, program.min_fields)
+    except ValueError:  # a delimiter Criteo's parser cannot take (a digit, a letter of hex)
+        return None
+    return schema, dense[0].transform if dense else "log1p"
+
+
+def text_options(
+    spec: FeatureSpec | None, spec_file: str, schema: Schema, dense_transform: str, files: list[Path]
+) -> dict:
+    """How a run's tasks read its text (TaskOptions' schema, dense_transform, program, column_names).
+
+    No spec: Criteo's parser with the schema. A spec is resolved against each file's header (every
+    file must resolve the same); one of Criteo's shape still goes to Criteo's parser, its names kept.
+    """
+    if spec is None:
+        return {"schema": schema, "dense_transform": dense_transform}
+    programs = [
+        resolve_program(spec, read_header(f, spec) if spec.format.header else None, str(f), spec_file or "the spec")
+        for f in (files if spec.format.header else files[:1])
+    ]
+    for f, other in zip(files[1:], programs[1:]):
+        if other.names != programs[0].names:
+            raise SpecError(f"{f}: its header orders the columns otherwise than {files[0]}'s; give each its own run")
+    program = programs[0]
+    criteo = criteo_schema(program)
+    if criteo is not None:
+        return {"schema": criteo[0], "dense_transform": criteo[1], "column_names": program.names}
+    return {"schema": Schema(), "program": program}
+
+
+@dataclass
+class SpecChunk(ChunkRows):
+    """Every row of a piece of text parsed by a spec; rows with reason >= 0 are malformed (REASONS)."""
+
+    labels: np.ndarray  # uint8 [rows]
+    dense: np.ndarray  # float64 [rows, dense columns], 0 where missing
+    dense_missing: np.ndarray  # bool
+    sparse: np.ndarray  # uint64 [rows, one-hot columns] (the values ids are made from)
+    sparse_missing: np.ndarray  # bool
+    list_values: np.ndarray  # uint64, every list value of the piece
+    list_start: np.ndarray  # int64 [rows, list columns]: first value of the row's list in list_values
+    list_len: np.ndarray  # int32 [rows, list columns]
+    reason: np.ndarray  # int8 [rows]
+    bad_field: np.ndarray  # int16 [rows]: field index of the first bad field
+    row_start: np.ndarray  # int64 [rows]
+    row_end: np.ndarray  # int64 [rows]: offset of the row's newline
+
+
+def _list_bound(buf: np.ndarray, rows: int, program: Program) -> int:
+    """Most list values the piece can hold: per list field, a value per separator byte plus one per row."""
+    bound = 0
+    for f in np.flatnonzero(program.role == k.LIST):
+        seps = int(np.count_nonzero(buf == program.seps[f]))
+        bound += min(int(program.max_lengths[f]) * rows, seps + rows)
+    return bound
+
+
+def parse_spec_chunk(data: bytes | memoryview | np.ndarray, program: Program) -> SpecChunk:
+    """Parse whole lines (data ends with a newline) by the spec's program."""
+    buf = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data
+    if len(buf) and buf[-1] != 10:
+        raise ValueError("parse_spec_chunk needs text that ends with a newline")
+    if buf.flags.writeable:  # one compiled signature for bytes and bytearray input
+        buf = buf.view()
+        buf.flags.writeable = False
+    rows = int(parse_kernel.count_newlines(buf)) if len(buf) else 0
+    nd, ns, nl = (int(np.count_nonzero(program.role == r)) for r in (k.DENSE, k.CATEGORICAL, k.LIST))
+    bound = _list_bound(buf, rows, program)
+    out = SpecChunk(
+        np.zeros(rows, np.uint8), np.empty((rows, nd), np.float64), np.empty((rows, nd), bool),
+        np.empty((rows, ns), np.uint64), np.empty((rows, ns), bool), np.empty(bound, np.uint64),
+        np.empty((rows, nl), np.int64), np.empty((rows, nl), np.int32), np.empty(rows, np.int8),
+        np.empty(rows, np.int16), np.empty(rows, np.int64), np.empty(rows, np.int64),
+    )  # fmt: skip
+    if not rows:
+        return out
+    label = program.spec.label
+    mode = k.MAPPING if label.mapping else k.THRESHOLD if label.threshold is not None else k.BINARY
+    fmt = program.spec.format
+    done, used = k.parse_spec_rows(
+        buf, ord(fmt.delimiter), fmt.quoting, program.min_fields, program.role, program.slot, program.kind,
+        program.seps, program.max_lengths, program.label_field, mode, float(label.threshold or 0.0), program.keys,
+        program.values, out.labels, out.dense, out.dense_missing, out.sparse, out.sparse_missing, out.list_values,
+        out.list_start, out.list_len, out.reason, out.bad_field, out.row_start, out.row_end,
+    )  # fmt: skip
+    assert done == rows and used >= 0, "the list bound covers every value"
+    return out
+
+
+def describe_bad_spec_row(data: bytes, chunk: SpecChunk, row: int, program: Program) -> tuple[str, str]:
+    """(column name, offending value) of a malformed row, for `file:line: column: value` messages."""
+    code, fidx = int(chunk.reason[row]), int(chunk.bad_field[row])
+    line = bytes(data[int(chunk.row_start[row]) : int(chunk.row_end[row])]).removesuffix(b"\r")
+    reason = REASONS[code]
+    if reason == "empty_row":
+        return "row", "(empty line)"
+    fmt = program.spec.format
+    text = line.decode("utf-8", "replace")
+    if reason == "bad_quote":
+        return program.names[fidx] if fidx < program.num_fields else "row", show_value(line)
+    quoting = csv.QUOTE_MINIMAL if fmt.quoting else csv.QUOTE_NONE
+    fields = next(csv.reader(io.StringIO(text), delimiter=fmt.delimiter, quoting=quoting), [])
+    if reason == "too_many_fields":
+        return "row", f"{len(fields)} fields, the spec has {program.num_fields}"
+    if reason == "too_few_fields":
+        return "row", f"{len(fields)} fields, the spec needs at least {program.min_fields} of {program.num_fields}"
+    value = fields[fidx] if fidx < len(fields) else ""
+    return program.names[fidx], show_value(value.encode())

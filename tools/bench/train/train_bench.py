@@ -70,7 +70,7 @@ def job_configs(model: str, data: str, nproc: int, device: str = "cpu") -> dict[
     from shardrec.trainer.job.config import load_job_config
 
     _, dim, dense_arch, over_arch, per_rank, _ = MODELS[model]
-    demo = Path(__file__).resolve().parents[2] / "configs" / "demo.toml"
+    demo = Path(__file__).resolve().parents[3] / "configs" / "demo.toml"
     common = [
         f'data.path="{data}"',
         'data.eval_splits=["val"]',

@@ -1,7 +1,6 @@
 """Rows to batches: global row indices turned into a torchrec `Batch` (batch.py) by compiled
 gathers (gather_kernels.py), over many parts in one in-order pass (many_parts.py, with the parts'
-column addresses in addresses.py) or part by part (row_groups.py), into arrays handed out and
-taken back (buffer_pool.py).
+column addresses in addresses.py) or part by part (row_groups.py).
 
 May import: shardrec.dataloader.util, shardrec.dataloader.format, shardrec.dataloader.multihot.
 """

@@ -36,9 +36,9 @@ import numpy as np
 
 from shardrec.dataloader.format.manifest import MANIFEST, Manifest
 from shardrec.dataloader.format.source import SplitSource
-from shardrec.dataloader.gather.buffer_pool import BufferPool
 from shardrec.dataloader.multihot.multihot_kernel import PREFETCH_AHEAD, expand_rows
 from shardrec.dataloader.util import jit
+from shardrec.dataloader.util.buffer_pool import BufferPool
 from shardrec.dataloader.util.files import atomic_path, atomic_write_bytes
 
 logger = logging.getLogger(__name__)

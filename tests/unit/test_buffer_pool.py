@@ -1,4 +1,4 @@
-"""Batch memory recycled by the loader (dataloader/gather/buffer_pool.py): never while anything holds it."""
+"""Batch memory recycled by the loader (dataloader/util/buffer_pool.py): never while anything holds it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import torch
 
-from shardrec.dataloader.gather.buffer_pool import BufferPool
+from shardrec.dataloader.util.buffer_pool import BufferPool
 
 
 def test_memory_returns_to_the_pool_only_when_no_view_or_tensor_holds_it():

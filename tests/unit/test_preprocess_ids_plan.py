@@ -166,10 +166,10 @@ def test_count_and_vocabulary_files_are_synced_before_they_appear(tmp_path: Path
     from helpers import record_syncs_and_renames
 
     from shardrec.tools.preprocess.ids.vocab import build_vocabularies, run_dirs
-    from shardrec.tools.preprocess.ids.vocab_count import count_task
     from shardrec.tools.preprocess.inputs import Task
     from shardrec.tools.preprocess.parse.criteo_text import Schema
     from shardrec.tools.preprocess.pieces import TaskOptions
+    from shardrec.tools.preprocess.vocab_count import count_task
 
     def synced_before_renamed(events: list[str]) -> list[str]:
         """The renamed files whose temporary was not synced since the previous rename."""

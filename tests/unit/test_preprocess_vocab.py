@@ -18,9 +18,9 @@ import pytest
 
 from shardrec.tools.preprocess.ids.id_maps import Vocabulary, count_values, merge_counts
 from shardrec.tools.preprocess.ids.vocab import build_vocabularies, load_vocabularies, merge_runs
-from shardrec.tools.preprocess.ids.vocab_count import count_columns
 from shardrec.tools.preprocess.parse.criteo_text import Schema, parse_chunk
 from shardrec.tools.preprocess.pipeline import PreprocessConfig, run_preprocess
+from shardrec.tools.preprocess.vocab_count import count_columns
 from shardrec.tools.synth.criteo import write_dataset
 
 # sha256 over (relative path, bytes) of every .npy of the dataset, from the in-memory

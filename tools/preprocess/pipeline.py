@@ -34,10 +34,9 @@ from shardrec.dataloader.format.manifest import (
 from shardrec.dataloader.spec.feature_spec import ListColumn
 from shardrec.dataloader.util.files import atomic_write_bytes
 from shardrec.tools.preprocess import cpu_stages
-from shardrec.tools.preprocess.gzip.gz_stream import stream_gzip
+from shardrec.tools.preprocess.gz_stream import stream_gzip
 from shardrec.tools.preprocess.ids.id_maps import MISSING_ID, OOV_ID
 from shardrec.tools.preprocess.ids.vocab import build_vocabularies, count_marker, release_freed_memory, run_dirs
-from shardrec.tools.preprocess.ids.vocab_count import count_task
 from shardrec.tools.preprocess.inputs import Task, discover_inputs, plan_tasks, resolve_layout
 from shardrec.tools.preprocess.parse.spec_parse import text_options
 from shardrec.tools.preprocess.parts.feature_stats import compute_feature_stats
@@ -53,6 +52,7 @@ from shardrec.tools.preprocess.task import (
     run_task,
     wait_for_writes,
 )
+from shardrec.tools.preprocess.vocab_count import count_task
 
 logger = logging.getLogger(__name__)
 

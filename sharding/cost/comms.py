@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardrec.sharding.cost.skew import LookupCurve, row_share
-from shardrec.sharding.plan.plan_file import TablePlan
+from shardrec.sharding.plan.plan_types import TablePlan
 
 KINDS = ("all_to_all", "reduce_scatter", "all_gather", "all_reduce")
 SPLITS_BYTES = 3 * 8

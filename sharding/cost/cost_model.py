@@ -17,7 +17,7 @@ from shardrec.sharding.cost.comms import KINDS, Workload, collectives_per_step, 
 from shardrec.sharding.cost.skew import LookupCurve, row_share
 from shardrec.sharding.machine.memory import DenseFootprint, fixed_bytes
 from shardrec.sharding.machine.topology import ClusterTopology
-from shardrec.sharding.plan.plan_file import UVM_KERNELS, TablePlan
+from shardrec.sharding.plan.plan_types import UVM_KERNELS, TablePlan
 
 
 @dataclass

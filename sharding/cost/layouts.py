@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
-from shardrec.sharding.plan.plan_file import Shard, TablePlan
+from shardrec.sharding.plan.plan_types import Shard, TablePlan
 
 
 def row_blocks(rows: int, ranks: list[int]) -> list[tuple[int, int]]:

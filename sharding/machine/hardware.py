@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from shardrec.sharding.machine.topology import ClusterTopology, build_topology
-from shardrec.sharding.plan.plan_file import PlanFile
+from shardrec.sharding.plan.plan_types import PlanFile
 from shardrec.sharding.planner import PlanDoesNotFitError, fmt_bytes
 
 logger = logging.getLogger(__name__)

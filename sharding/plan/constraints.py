@@ -11,7 +11,7 @@ from typing import Any
 
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
-from shardrec.sharding.plan.plan_file import SHARDING_TYPES
+from shardrec.sharding.plan.plan_types import SHARDING_TYPES
 
 COMPUTE_KERNELS = ("fused", "dense")
 KEYS = ("sharding_types", "compute_kernels", "min_partition", "pooling_factors", "ranks")

@@ -6,7 +6,7 @@ from collections import Counter
 
 from rich.table import Table
 
-from shardrec.sharding.plan.plan_file import PlanFile
+from shardrec.sharding.plan.plan_types import PlanFile
 
 MiB = 2**20
 

@@ -26,7 +26,7 @@ from shardrec.sharding.cost import layouts
 from shardrec.sharding.cost.comms import Workload
 from shardrec.sharding.cost.cost_model import rank_fixed_bytes, table_cost
 from shardrec.sharding.cost.hit_rates import FrequencyCurve, lru_hit_rate, min_cache_rows, slots
-from shardrec.sharding.plan.plan_file import CachePlan, TablePlan
+from shardrec.sharding.plan.plan_types import CachePlan, TablePlan
 
 CLF_GRID = (0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8)
 """Cache load factors tried per table (torchrec requires one strictly between 0 and 1)."""

@@ -15,7 +15,7 @@ import logging
 import numpy as np
 
 from shardrec.sharding.cost import layouts
-from shardrec.sharding.plan.plan_file import TablePlan
+from shardrec.sharding.plan.plan_types import TablePlan
 from shardrec.sharding.search.balance import Assignment, assign, move_table, refine_ranks
 from shardrec.sharding.search.options import PIECE_TYPES, Option, Problem
 from shardrec.sharding.search.request import SearchRequest

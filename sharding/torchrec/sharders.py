@@ -15,7 +15,7 @@ from torchrec.distributed.embedding_sharding import USE_ONE_TBE_PER_TABLE
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 from torchrec.distributed.types import ModuleSharder, ShardingType
 
-from shardrec.sharding.plan.plan_file import UVM_KERNELS, PlanFile
+from shardrec.sharding.plan.plan_types import UVM_KERNELS, PlanFile
 
 ALL_SHARDING_TYPES: tuple[str, ...] = (
     ShardingType.TABLE_WISE.value,

@@ -17,7 +17,7 @@ from shardrec.embeddings.optim import attach_fused_optimizer
 from shardrec.embeddings.tables import build_ebc
 from shardrec.sharding.machine.topology import ClusterTopology
 from shardrec.sharding.plan.constraints import TableConstraint
-from shardrec.sharding.plan.plan_file import TablePlan, from_sharding_plan
+from shardrec.sharding.plan.plan_types import TablePlan, from_sharding_plan
 from shardrec.sharding.search.request import SearchRequest
 from shardrec.sharding.torchrec.sharders import build_sharders
 

@@ -127,7 +127,7 @@ def _measure(env, sharding_type: str, local_world_size: int) -> dict:
     from torchrec.distributed.model_parallel import DistributedModelParallel
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
-    from shardrec.sharding.plan.plan_file import to_sharding_plan
+    from shardrec.sharding.plan.plan_types import to_sharding_plan
     from shardrec.sharding.planner import plan_tables
     from shardrec.sharding.search.request import PlanRequest
     from shardrec.sharding.torchrec.sharders import build_sharders
@@ -176,7 +176,7 @@ def _measure(env, sharding_type: str, local_world_size: int) -> dict:
 
 def _predicted(plan_json: str, world_size: int, local_world_size: int) -> dict[str, list[int]]:
     from shardrec.sharding.cost.comms import Workload, step_comm_bytes
-    from shardrec.sharding.plan.plan_file import PlanFile
+    from shardrec.sharding.plan.plan_types import PlanFile
 
     tables = _tables(world_size)
     placed = PlanFile.from_json(plan_json).tables

@@ -133,7 +133,7 @@ def test_bad_input_is_one_clear_line(tiny_dataset: Path, tmp_path: Path) -> None
     # A plan made for 2 ranks, used with 1: the message names what differs.
     from shardrec.dataloader.format.manifest import Manifest
     from shardrec.embeddings.tables import build_table_configs
-    from shardrec.sharding.plan.plan_file import (
+    from shardrec.sharding.plan.plan_types import (
         PLAN_SCHEMA_VERSION,
         PlanFile,
         Shard,

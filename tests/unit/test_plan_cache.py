@@ -14,7 +14,7 @@ from rich.console import Console
 from shardrec.sharding import suites
 from shardrec.sharding.cost.hit_rates import curve_from_counts, lfu_hit_rate, lru_hit_rate, min_cache_rows, slots
 from shardrec.sharding.machine.topology import build_topology
-from shardrec.sharding.plan.plan_file import PlanFile, load_plan, save_plan, to_sharding_plan
+from shardrec.sharding.plan.plan_types import PlanFile, load_plan, save_plan, to_sharding_plan
 from shardrec.sharding.plan.report import tables_table
 from shardrec.sharding.planner import PlanDoesNotFitError, plan_tables
 from shardrec.sharding.search.request import DatasetStatistics, PlanRequest

@@ -9,7 +9,7 @@ import pytest
 from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
 
 from shardrec.sharding.machine.topology import build_topology
-from shardrec.sharding.plan.plan_file import (
+from shardrec.sharding.plan.plan_types import (
     PlanFile,
     StalePlanError,
     TableFingerprint,
@@ -167,7 +167,7 @@ def test_2d_plan_is_a_group_plan() -> None:
 
 
 def test_overlapping_shards_that_leave_a_gap_are_refused():
-    from shardrec.sharding.plan.plan_file import Shard, TablePlan, _check_shards
+    from shardrec.sharding.plan.plan_types import Shard, TablePlan, _check_shards
 
     cfg = EmbeddingBagConfig(name="t", embedding_dim=8, num_embeddings=10, feature_names=["f"])
     # Same total area as the table, but rows 0-4 twice and rows 5-9 never.
@@ -234,7 +234,7 @@ def test_the_sharding_types_a_plan_may_name_are_torchrecs() -> None:
     # plan_io spells them out so that reading a plan (`shardrec plan show`) needs no torchrec.
     from torchrec.distributed.types import ShardingType
 
-    from shardrec.sharding.plan.plan_file import DATA_PARALLEL, SHARDING_TYPES
+    from shardrec.sharding.plan.plan_types import DATA_PARALLEL, SHARDING_TYPES
 
     assert len(SHARDING_TYPES) == 6 and set(SHARDING_TYPES) == {t.value for t in ShardingType} - {"grid_shard"}
     assert DATA_PARALLEL == ShardingType.DATA_PARALLEL.value

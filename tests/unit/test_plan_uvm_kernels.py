@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from shardrec.dataloader.format.manifest import Manifest
 from shardrec.embeddings.tables import build_table_configs
-from shardrec.sharding.plan.plan_file import (
+from shardrec.sharding.plan.plan_types import (
     PLAN_SCHEMA_VERSION,
     CachePlan,
     PlanFile,

@@ -29,7 +29,7 @@ from shardrec.sharding.machine.hardware import (
     detect_topology,
 )
 from shardrec.sharding.machine.memory import DenseFootprint, dense_footprint
-from shardrec.sharding.plan.plan_file import PlanFile, check_plan, plan_fingerprint, to_sharding_plan
+from shardrec.sharding.plan.plan_types import PlanFile, check_plan, plan_fingerprint, to_sharding_plan
 from shardrec.sharding.planner import plan_tables
 from shardrec.sharding.search.request import DatasetStatistics
 from shardrec.sharding.torchrec.sharders import FUSED_KERNELS, build_sharders, check_kernels_run_on, plan_fused_params

@@ -19,7 +19,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed._shard.sharded_tensor import ShardedTensor
 
 from shardrec.embeddings.optim_layouts import convert_rowwise_momentum, rowwise_state_key
-from shardrec.sharding.plan.plan_file import PlanFile, TablePlan
+from shardrec.sharding.plan.plan_types import PlanFile, TablePlan
 
 if TYPE_CHECKING:
     from shardrec.trainer.model.train_optimizer import TrainOptimizer

@@ -16,7 +16,7 @@ import numpy as np
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 from shardrec.sharding.cost import layouts
-from shardrec.sharding.plan.plan_file import TablePlan
+from shardrec.sharding.plan.plan_types import TablePlan
 from shardrec.sharding.search.request import SearchRequest
 
 RANDOM_PLANS = 3

@@ -17,7 +17,7 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 from shardrec.sharding.machine.topology import ClusterTopology
 from shardrec.sharding.plan.constraints import TableConstraint
-from shardrec.sharding.plan.plan_file import SHARDING_TYPES, TablePlan
+from shardrec.sharding.plan.plan_types import SHARDING_TYPES, TablePlan
 from shardrec.sharding.torchrec.sharders import build_sharders
 from shardrec.sharding.torchrec.torchrec_planner import (
     planning_ebc,

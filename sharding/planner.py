@@ -18,7 +18,8 @@ from shardrec.sharding.cost.cost_model import PlanCost, evaluate
 from shardrec.sharding.cost.skew import LookupCurve, curves_from_stats
 from shardrec.sharding.machine.topology import ClusterTopology, build_topology
 from shardrec.sharding.plan.constraints import TableConstraint, parse_constraints
-from shardrec.sharding.plan.plan_types import PLAN_SCHEMA_VERSION, PlanEstimate, PlanFile, TablePlan, plan_fingerprint
+from shardrec.sharding.plan.plan_file import plan_fingerprint
+from shardrec.sharding.plan.plan_types import PLAN_SCHEMA_VERSION, PlanEstimate, PlanFile, TablePlan
 from shardrec.sharding.plan.report import idle_ranks_warning
 from shardrec.sharding.search.cached_tables import TableKernel, choose_kernels, kernel_hulls, table_budget
 from shardrec.sharding.search.request import DatasetStatistics, PlanRequest, SearchRequest

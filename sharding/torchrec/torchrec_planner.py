@@ -17,9 +17,10 @@ from shardrec.embeddings.optim import attach_fused_optimizer
 from shardrec.embeddings.tables import build_ebc
 from shardrec.sharding.machine.topology import ClusterTopology
 from shardrec.sharding.plan.constraints import TableConstraint
-from shardrec.sharding.plan.plan_types import TablePlan, from_sharding_plan
+from shardrec.sharding.plan.plan_types import TablePlan
 from shardrec.sharding.search.request import SearchRequest
 from shardrec.sharding.torchrec.sharders import build_sharders
+from shardrec.sharding.torchrec.torchrec_plans import from_sharding_plan
 
 logger = logging.getLogger(__name__)
 

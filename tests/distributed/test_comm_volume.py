@@ -127,10 +127,10 @@ def _measure(env, sharding_type: str, local_world_size: int) -> dict:
     from torchrec.distributed.model_parallel import DistributedModelParallel
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
-    from shardrec.sharding.plan.plan_types import to_sharding_plan
     from shardrec.sharding.planner import plan_tables
     from shardrec.sharding.search.request import PlanRequest
     from shardrec.sharding.torchrec.sharders import build_sharders
+    from shardrec.sharding.torchrec.torchrec_plans import to_sharding_plan
 
     W = env.world_size
     tables = _tables(W)

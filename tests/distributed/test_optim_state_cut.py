@@ -16,7 +16,8 @@ ROWS = 6
 def _plans():
     from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
-    from shardrec.sharding.plan.plan_types import PLAN_SCHEMA_VERSION, PlanFile, Shard, TablePlan, plan_fingerprint
+    from shardrec.sharding.plan.plan_file import plan_fingerprint
+    from shardrec.sharding.plan.plan_types import PLAN_SCHEMA_VERSION, PlanFile, Shard, TablePlan
 
     config = EmbeddingBagConfig(name="t_a", embedding_dim=8, num_embeddings=ROWS, feature_names=["a"])
 

@@ -60,8 +60,9 @@ def _worker(env, plan_path: str) -> dict:
     from torchrec.distributed.model_parallel import DistributedModelParallel
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
-    from shardrec.sharding.plan.plan_types import check_plan, load_plan, plan_fingerprint, to_sharding_plan
+    from shardrec.sharding.plan.plan_file import check_plan, load_plan, plan_fingerprint
     from shardrec.sharding.torchrec.sharders import build_sharders
+    from shardrec.sharding.torchrec.torchrec_plans import to_sharding_plan
 
     tables = _tables()
     plan = load_plan(plan_path)
@@ -101,7 +102,7 @@ def _worker(env, plan_path: str) -> dict:
 
 
 def test_plan_file_shards_ebc_like_unsharded(tmp_path: Path) -> None:
-    from shardrec.sharding.plan.plan_types import save_plan
+    from shardrec.sharding.plan.plan_file import save_plan
     from shardrec.sharding.planner import plan_tables
     from shardrec.sharding.search.request import PlanRequest
 

@@ -12,7 +12,8 @@ from shardrec.sharding import suites
 from shardrec.sharding.cost import layouts
 from shardrec.sharding.cost.cost_model import evaluate
 from shardrec.sharding.machine.topology import build_topology
-from shardrec.sharding.plan.plan_types import PLAN_SCHEMA_VERSION, PlanFile, plan_fingerprint
+from shardrec.sharding.plan.plan_file import plan_fingerprint
+from shardrec.sharding.plan.plan_types import PLAN_SCHEMA_VERSION, PlanFile
 from shardrec.tools.bench.plan.reality import measure_plans, peak_growth, start_peak_window
 
 ROWS, DIM, TABLES = 40_000, 32, 4

@@ -99,7 +99,7 @@ def build(env, data: str, run_dir: Path, layout: str, steps: int, pipeline: str 
 
     from shardrec.dataloader.format.manifest import Manifest
     from shardrec.embeddings.tables import build_table_configs
-    from shardrec.sharding.plan.plan_types import save_plan
+    from shardrec.sharding.plan.plan_file import save_plan
     from shardrec.trainer.loop.train_job import build_job
 
     dims = {"f0": 4, "f2": 4} if extra is DCN else None

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from shardrec.sharding.plan.plan_types import PLAN_SCHEMA_VERSION, PlanFile, Shard, TablePlan, plan_fingerprint
+from shardrec.sharding.plan.plan_file import plan_fingerprint
+from shardrec.sharding.plan.plan_types import PLAN_SCHEMA_VERSION, PlanFile, Shard, TablePlan
 
 
 def _row_blocks(rows: int, parts: int) -> list[tuple[int, int]]:

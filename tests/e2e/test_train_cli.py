@@ -133,14 +133,8 @@ def test_bad_input_is_one_clear_line(tiny_dataset: Path, tmp_path: Path) -> None
     # A plan made for 2 ranks, used with 1: the message names what differs.
     from shardrec.dataloader.format.manifest import Manifest
     from shardrec.embeddings.tables import build_table_configs
-    from shardrec.sharding.plan.plan_types import (
-        PLAN_SCHEMA_VERSION,
-        PlanFile,
-        Shard,
-        TablePlan,
-        plan_fingerprint,
-        save_plan,
-    )
+    from shardrec.sharding.plan.plan_file import plan_fingerprint, save_plan
+    from shardrec.sharding.plan.plan_types import PLAN_SCHEMA_VERSION, PlanFile, Shard, TablePlan
 
     tables = build_table_configs(Manifest.load(tiny_dataset), 16)
     plan = PlanFile(

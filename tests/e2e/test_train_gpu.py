@@ -145,7 +145,8 @@ def _plan(root: Path, cut_first_table: bool) -> Path:
     """Every table whole on rank 0, the first one cut in two column shards of 4 if asked."""
     from shardrec.dataloader.format.manifest import Manifest
     from shardrec.embeddings.tables import build_table_configs
-    from shardrec.sharding.plan.plan_types import PLAN_SCHEMA_VERSION, PlanFile, Shard, TablePlan, plan_fingerprint
+    from shardrec.sharding.plan.plan_file import plan_fingerprint
+    from shardrec.sharding.plan.plan_types import PLAN_SCHEMA_VERSION, PlanFile, Shard, TablePlan
 
     tables = build_table_configs(Manifest.load(root / "data"), 8)
     placed = []
@@ -180,7 +181,8 @@ def _uvm_plan(root: Path) -> Path:
     two behind HBM caches of their own load factors (one TBE each), one read over the link."""
     from dataclasses import replace
 
-    from shardrec.sharding.plan.plan_types import CachePlan, load_plan, save_plan
+    from shardrec.sharding.plan.plan_file import load_plan, save_plan
+    from shardrec.sharding.plan.plan_types import CachePlan
 
     plan = load_plan(root / "run" / "plan.json")
     sharded = [i for i, t in enumerate(plan.tables) if t.sharding_type != "data_parallel"]

@@ -22,14 +22,8 @@ JOB = ["--set", "train.global_batch_size=64", "--set", 'train.device="cpu"']
 def _valid_plan(tiny_dataset: Path, path: Path) -> dict:
     from shardrec.dataloader.format.manifest import Manifest
     from shardrec.embeddings.tables import build_table_configs
-    from shardrec.sharding.plan.plan_types import (
-        PLAN_SCHEMA_VERSION,
-        PlanFile,
-        Shard,
-        TablePlan,
-        plan_fingerprint,
-        save_plan,
-    )
+    from shardrec.sharding.plan.plan_file import plan_fingerprint, save_plan
+    from shardrec.sharding.plan.plan_types import PLAN_SCHEMA_VERSION, PlanFile, Shard, TablePlan
 
     configs = build_table_configs(Manifest.load(tiny_dataset), 16)
     plan = PlanFile(

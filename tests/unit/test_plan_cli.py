@@ -10,7 +10,7 @@ import pytest
 from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
-from shardrec.sharding.plan.plan_types import check_plan, load_plan, plan_fingerprint
+from shardrec.sharding.plan.plan_file import check_plan, load_plan, plan_fingerprint
 from shardrec.tools.cli.app import app
 
 runner = CliRunner()

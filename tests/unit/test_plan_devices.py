@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 
 from shardrec.sharding.machine import hardware
 from shardrec.sharding.machine.hardware import DeviceMemory, check_plan_fits_devices, detect_topology
-from shardrec.sharding.plan.plan_types import StalePlanError, check_plan, load_plan
+from shardrec.sharding.plan.plan_file import check_plan, load_plan
+from shardrec.sharding.plan.plan_types import StalePlanError
 from shardrec.sharding.planner import PlanDoesNotFitError, fmt_bytes
 from shardrec.tools.cli.app import app
 

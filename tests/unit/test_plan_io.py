@@ -9,18 +9,11 @@ import pytest
 from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
 
 from shardrec.sharding.machine.topology import build_topology
-from shardrec.sharding.plan.plan_types import (
-    PlanFile,
-    StalePlanError,
-    TableFingerprint,
-    check_plan,
-    load_plan,
-    plan_fingerprint,
-    save_plan,
-    to_sharding_plan,
-)
+from shardrec.sharding.plan.plan_file import check_plan, load_plan, plan_fingerprint, save_plan
+from shardrec.sharding.plan.plan_types import PlanFile, StalePlanError, TableFingerprint
 from shardrec.sharding.planner import PlanDoesNotFitError, plan_tables
 from shardrec.sharding.search.request import PlanRequest
+from shardrec.sharding.torchrec.torchrec_plans import to_sharding_plan
 
 
 def _tables(n: int = 4, dim: int = 16) -> list[EmbeddingBagConfig]:
@@ -167,18 +160,19 @@ def test_2d_plan_is_a_group_plan() -> None:
 
 
 def test_overlapping_shards_that_leave_a_gap_are_refused():
-    from shardrec.sharding.plan.plan_types import Shard, TablePlan, _check_shards
+    from shardrec.sharding.plan.plan_types import Shard, TablePlan
+    from shardrec.sharding.torchrec.torchrec_plans import check_shards
 
     cfg = EmbeddingBagConfig(name="t", embedding_dim=8, num_embeddings=10, feature_names=["f"])
     # Same total area as the table, but rows 0-4 twice and rows 5-9 never.
     overlapping = TablePlan("t", "row_wise", "fused", [Shard(0, 0, 0, 5, 8), Shard(1, 0, 0, 5, 8)])
     with pytest.raises(ValueError, match="table t: shards overlap"):
-        _check_shards(overlapping, cfg, world_size=2)
+        check_shards(overlapping, cfg, world_size=2)
     gap = TablePlan("t", "row_wise", "fused", [Shard(0, 0, 0, 4, 8), Shard(1, 5, 0, 5, 8)])
     with pytest.raises(ValueError, match="uncovered"):
-        _check_shards(gap, cfg, world_size=2)
+        check_shards(gap, cfg, world_size=2)
     tiled = TablePlan("t", "column_wise", "fused", [Shard(0, 0, 0, 10, 4), Shard(1, 0, 4, 10, 4)])
-    _check_shards(tiled, cfg, world_size=2)
+    check_shards(tiled, cfg, world_size=2)
 
 
 def test_explicit_ranks_per_host_must_divide_the_world_size():

@@ -18,16 +18,9 @@ from typer.testing import CliRunner
 
 from shardrec.dataloader.format.manifest import Manifest
 from shardrec.embeddings.tables import build_table_configs
-from shardrec.sharding.plan.plan_types import (
-    PLAN_SCHEMA_VERSION,
-    CachePlan,
-    PlanFile,
-    Shard,
-    TablePlan,
-    plan_fingerprint,
-    save_plan,
-    to_sharding_plan,
-)
+from shardrec.sharding.plan.plan_file import plan_fingerprint, save_plan
+from shardrec.sharding.plan.plan_types import PLAN_SCHEMA_VERSION, CachePlan, PlanFile, Shard, TablePlan
+from shardrec.sharding.torchrec.torchrec_plans import to_sharding_plan
 from shardrec.tools.cli.app import app
 from shardrec.trainer.distributed.dist import DistEnv
 from shardrec.trainer.job.config import JobConfig

@@ -81,7 +81,8 @@ def test_device_auto_is_resolved_by_one_function_for_preflight_and_ranks() -> No
 
 
 def test_two_d_plans_are_refused() -> None:
-    from shardrec.sharding.plan.plan_types import PLAN_SCHEMA_VERSION, PlanFile, plan_fingerprint
+    from shardrec.sharding.plan.plan_file import plan_fingerprint
+    from shardrec.sharding.plan.plan_types import PLAN_SCHEMA_VERSION, PlanFile
 
     fingerprint = plan_fingerprint([], 4, 64, "cpu")
     check_trainable(PlanFile(PLAN_SCHEMA_VERSION, fingerprint, []))

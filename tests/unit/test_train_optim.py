@@ -48,7 +48,8 @@ def _cut_plans(rows: int):
     """The checkpoint's plan (table t_a in 2 column shards of 4) and the job's (t_a whole, table-wise)."""
     from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
-    from shardrec.sharding.plan.plan_types import PLAN_SCHEMA_VERSION, PlanFile, Shard, TablePlan, plan_fingerprint
+    from shardrec.sharding.plan.plan_file import plan_fingerprint
+    from shardrec.sharding.plan.plan_types import PLAN_SCHEMA_VERSION, PlanFile, Shard, TablePlan
 
     config = EmbeddingBagConfig(name="t_a", embedding_dim=8, num_embeddings=rows, feature_names=["a"])
 

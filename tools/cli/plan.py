@@ -112,7 +112,7 @@ def plan(
 
     if topology != "auto" and topology not in PRESETS:  # before the planner's imports (torchrec: seconds)
         fail(f"--topology {topology}: not one of auto, {', '.join(PRESETS)}")
-    from shardrec.sharding.plan.plan_types import save_plan
+    from shardrec.sharding.plan.plan_file import save_plan
     from shardrec.sharding.planner import SEARCHES, PlanDoesNotFitError, plan_tables
     from shardrec.trainer.job.planning import plan_request
 
@@ -312,7 +312,7 @@ def show_cmd(
     ] = False,
 ) -> None:
     """Reprint a saved plan file's report: the tables, the ranks and the estimate."""
-    from shardrec.sharding.plan.plan_types import load_plan
+    from shardrec.sharding.plan.plan_file import load_plan
     from shardrec.sharding.plan.report import ranks_table, summary, tables_table
 
     if not plan_file.exists():

@@ -227,7 +227,7 @@ def _show_results(out_dir: Path, json_out: bool) -> None:
     if json_out:
         print_json(summary)
         return
-    from shardrec.sharding.plan.plan_types import load_plan
+    from shardrec.sharding.plan.plan_file import load_plan
     from shardrec.sharding.plan.report import tables_table
 
     plan, metrics = out_dir / names.PLAN, out_dir / names.METRICS

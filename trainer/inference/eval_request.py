@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from shardrec.dataloader.format.manifest import Manifest
-from shardrec.sharding.plan.plan_types import load_plan
+from shardrec.sharding.plan.plan_file import load_plan
 from shardrec.trainer.distributed.devices import check_ranks_fit, resolve_device_kind
 from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import JobConfig, load_job_config

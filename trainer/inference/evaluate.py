@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from shardrec.dataloader.loader import NO_SHUFFLE, BatchLoader, build_loader
-from shardrec.sharding.plan.plan_types import load_plan
+from shardrec.sharding.plan.plan_file import load_plan
 from shardrec.trainer.distributed.dist import DistEnv
 from shardrec.trainer.inference.eval_request import EvalRequest, check_request, find_checkpoint
 from shardrec.trainer.job import data_options

@@ -77,7 +77,7 @@ def check_against_dataset(job: JobConfig, manifest: Manifest, world_size: int) -
 def _check_plan_file(job: JobConfig, manifest: Manifest, world_size: int, kind: str) -> None:
     # Imported here: torchrec takes seconds to import, and only the plan check needs it.
     from shardrec.embeddings.tables import build_table_configs
-    from shardrec.sharding.plan.plan_types import check_plan, load_plan, plan_fingerprint
+    from shardrec.sharding.plan.plan_file import check_plan, load_plan, plan_fingerprint
     from shardrec.sharding.torchrec.sharders import check_kernels_run_on
 
     tables = build_table_configs(manifest, job.model.embedding_dim, job.model.dims)

@@ -18,7 +18,8 @@ from shardrec.dataloader.format.manifest import Manifest
 from shardrec.dataloader.loader import NO_SHUFFLE, BatchLoader, ShuffleSpec, build_loader
 from shardrec.dataloader.util.files import atomic_write_bytes
 from shardrec.embeddings.init import init_embedding_weights
-from shardrec.sharding.plan.plan_types import PlanFile, load_plan, save_plan
+from shardrec.sharding.plan.plan_file import load_plan, save_plan
+from shardrec.sharding.plan.plan_types import PlanFile
 from shardrec.trainer.distributed.dist import DistEnv
 from shardrec.trainer.distributed.stop import StopAgreement, StopRequest
 from shardrec.trainer.job import data_options

@@ -29,10 +29,12 @@ from shardrec.sharding.machine.hardware import (
     detect_topology,
 )
 from shardrec.sharding.machine.memory import DenseFootprint, dense_footprint
-from shardrec.sharding.plan.plan_types import PlanFile, check_plan, plan_fingerprint, to_sharding_plan
+from shardrec.sharding.plan.plan_file import check_plan, plan_fingerprint
+from shardrec.sharding.plan.plan_types import PlanFile
 from shardrec.sharding.planner import plan_tables
 from shardrec.sharding.search.request import DatasetStatistics
 from shardrec.sharding.torchrec.sharders import FUSED_KERNELS, build_sharders, check_kernels_run_on, plan_fused_params
+from shardrec.sharding.torchrec.torchrec_plans import to_sharding_plan
 from shardrec.trainer.distributed.dist import DistEnv
 from shardrec.trainer.job.config import ModelConfig, OptimConfig, ShardingConfig, TrainConfig
 from shardrec.trainer.job.planning import plan_request

@@ -159,7 +159,7 @@ def run_hitrate(
 ) -> dict[str, Any]:
     """Replay the data's id stream through exact LRU and LFU caches of the plan's sizes (without `plan`: a
     plan past HBM for `world_size` CUDA ranks holding `hbm_share` of the tables); ValueError says what is wrong."""
-    from shardrec.sharding.plan.plan_types import load_plan
+    from shardrec.sharding.plan.plan_file import load_plan
     from shardrec.tools.measure.id_stream import count_batches, measure_curves
 
     if not 0 < hbm_share < 1:

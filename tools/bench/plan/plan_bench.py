@@ -155,7 +155,8 @@ def run_case(case: Case, reserve: float = RESERVE, cost_model: str = "", measure
 
 def _measure_both(row: dict, ts, written, theirs, case: Case) -> None:
     """Train the written plan and torchrec's on local CPU ranks: the slowest rank's step of each."""
-    from shardrec.sharding.plan.plan_types import PLAN_SCHEMA_VERSION, PlanFile, plan_fingerprint
+    from shardrec.sharding.plan.plan_file import plan_fingerprint
+    from shardrec.sharding.plan.plan_types import PLAN_SCHEMA_VERSION, PlanFile
     from shardrec.tools.bench.plan.reality import measure_plans
 
     fp = plan_fingerprint(ts.configs, case.world_size, case.global_batch_size, "cpu")

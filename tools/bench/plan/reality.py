@@ -32,7 +32,8 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 # Imported here, not where a plan is built: a rank imports them when it starts, outside any plan's
 # peak window (in a fresh virtual environment, compiling them read as +150 MiB on the first plan).
 from shardrec.embeddings.tables import build_ebc
-from shardrec.sharding.plan.plan_types import PlanFile, to_sharding_plan
+from shardrec.sharding.plan.plan_types import PlanFile
+from shardrec.sharding.torchrec.torchrec_plans import to_sharding_plan
 from shardrec.trainer.distributed.dist import DistEnv
 from shardrec.trainer.distributed.launch import RankFailed, run_local_ranks
 from shardrec.trainer.job.config import ModelConfig, OptimConfig

@@ -141,7 +141,8 @@ def run_reality(
     memory_limit_bytes: float = 0,
 ) -> dict[str, Any]:
     """Plan, price, train and judge (see the module docstring); the result as a dict."""
-    from shardrec.sharding.plan.plan_types import PLAN_SCHEMA_VERSION, PlanFile, plan_fingerprint
+    from shardrec.sharding.plan.plan_file import plan_fingerprint
+    from shardrec.sharding.plan.plan_types import PLAN_SCHEMA_VERSION, PlanFile
     from shardrec.sharding.search.request import SearchRequest
     from shardrec.tools.bench.plan.reality import measure_plans
     from shardrec.tools.bench.plan.reality_plans import reality_plans

@@ -1,0 +1,159 @@
+"""Plan files on disk: written atomically, read strictly (every field by type, NaN refused), and
+checked against the job at hand: a stale plan is refused with a message that says what differs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from shardrec.dataloader.format.manifest import shown
+from shardrec.dataloader.util.files import atomic_write_bytes
+from shardrec.sharding.machine.json_checks import check_fields, check_plan_fields, expect, read_strict_json
+from shardrec.sharding.machine.topology import ClusterTopology
+from shardrec.sharding.plan.plan_types import (
+    DEVICE_KINDS,
+    PLAN_FORMAT,
+    PLAN_SCHEMA_VERSION,
+    SHARDING_TYPES,
+    UVM_KERNELS,
+    PlanEstimate,
+    PlanFile,
+    PlanFingerprint,
+    RankEstimate,
+    StalePlanError,
+    TableFingerprint,
+    TablePlan,
+)
+
+if TYPE_CHECKING:  # torchrec is imported where a plan becomes torchrec's: reading one (`plan show`) needs no torch
+    from torchrec.modules.embedding_configs import EmbeddingBagConfig
+
+
+def _table_fingerprint(config: EmbeddingBagConfig) -> dict[str, Any]:
+    return {
+        "name": config.name,
+        "rows": int(config.num_embeddings),
+        "dim": int(config.embedding_dim),
+        "features": list(config.feature_names),
+        "pooling": config.pooling.name,
+    }
+
+
+def plan_fingerprint(
+    configs: list[EmbeddingBagConfig], world_size: int, global_batch_size: int, device_kind: str
+) -> PlanFingerprint:
+    """What a plan depends on; two jobs with equal fingerprints can share a plan."""
+    if device_kind not in DEVICE_KINDS:
+        raise ValueError(f"device kind {device_kind!r} is not one of {', '.join(DEVICE_KINDS)}")
+    body = {
+        "tables": [_table_fingerprint(config) for config in configs],
+        "world_size": int(world_size),
+        "global_batch_size": int(global_batch_size),
+        "device_kind": device_kind,
+    }
+    digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+    return PlanFingerprint.from_dict({**body, "digest": digest})
+
+
+def save_plan(plan: PlanFile, path: str | Path) -> None:
+    """Write the plan as JSON under a temporary name, then rename it into place."""
+    atomic_write_bytes(Path(path), plan.to_json().encode())
+
+
+def load_plan(path: str | Path) -> PlanFile:
+    """Read a plan file; ValueError naming the path if it is not one this shardrec reads."""
+    path = Path(path)
+    raw = read_strict_json(path, "plan file")  # NaN and Infinity refused, naming the key
+    if not isinstance(raw, dict) or raw.get("format") != PLAN_FORMAT:
+        got = raw.get("format") if isinstance(raw, dict) else type(raw).__name__
+        raise ValueError(f"{path}: format is {shown(got)}, expected {PLAN_FORMAT!r} (make one with `shardrec plan`)")
+    version = raw.get("schema_version")
+    if isinstance(version, bool) or version != PLAN_SCHEMA_VERSION:
+        raise ValueError(
+            f"{path}: schema_version {shown(version)} is not supported (this shardrec reads {PLAN_SCHEMA_VERSION})"
+        )
+    check_plan_fields(path, raw)  # every field by type: a wrong one is named here, not inside the ranks
+    if raw.get("topology"):
+        check_fields(path, raw["topology"], ClusterTopology, "topology.")
+    if raw.get("estimate"):
+        check_fields(path, raw["estimate"], PlanEstimate, "estimate.")
+        for i, rank in enumerate(raw["estimate"]["ranks"]):
+            check_fields(
+                path, expect(path, rank, "object", f"estimate.ranks[{i}]"), RankEstimate, f"estimate.ranks[{i}]."
+            )
+    try:
+        plan = PlanFile.from_dict(raw)
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"{path}: malformed plan file: {e!r}") from None
+    except ValueError as e:  # a topology whose figures cannot be (ClusterTopology's own checks)
+        raise ValueError(f"{path}: {e}") from None
+    for t in plan.tables:
+        if t.sharding_type not in SHARDING_TYPES:
+            raise ValueError(f"{path}: table {t.name}: unknown sharding_type {t.sharding_type!r}")
+        if not t.shards:
+            raise ValueError(f"{path}: table {t.name}: no shards")
+        _check_cache(path, t, plan.fingerprint.device_kind)
+    return plan
+
+
+def _check_cache(path: Path, t: TablePlan, device_kind: str | None) -> None:
+    """A cache only on fused_uvm_caching, with a load factor in (0, 1) and one size per shard;
+    UVM kernels only on CUDA (torchrec's sharders offer them nowhere else)."""
+    if t.compute_kernel in UVM_KERNELS and device_kind != "cuda":
+        raise ValueError(
+            f"{path}: table {t.name}: compute_kernel {t.compute_kernel} needs CUDA, the plan is for {device_kind}"
+        )
+    if (t.compute_kernel == "fused_uvm_caching") != (t.cache is not None):
+        raise ValueError(
+            f"{path}: table {t.name}: a cache goes with compute_kernel fused_uvm_caching, and only with it"
+        )
+    if t.cache is None:
+        return
+    if not 0 < t.cache.load_factor < 1:
+        raise ValueError(f"{path}: table {t.name}: cache.load_factor = {t.cache.load_factor} must lie in (0, 1)")
+    if len(t.cache.rows) != len(t.shards) or len(t.cache.hit_rates) != len(t.shards):
+        raise ValueError(f"{path}: table {t.name}: cache.rows and cache.hit_rates need one value per shard")
+    if t.cache.algorithm not in ("lru", "lfu"):
+        raise ValueError(f"{path}: table {t.name}: cache.algorithm = {t.cache.algorithm!r} is not lru or lfu")
+
+
+def _describe_table_diff(planned: list[TableFingerprint], current: list[TableFingerprint]) -> list[str]:
+    old = {t.name: t for t in planned}
+    new = {t.name: t for t in current}
+    out = []
+    missing = sorted(set(new) - set(old))
+    extra = sorted(set(old) - set(new))
+    if missing:
+        out.append(f"tables not in the plan: {', '.join(missing)}")
+    if extra:
+        out.append(f"tables in the plan but not in the job: {', '.join(extra)}")
+    for name in sorted(set(old) & set(new)):
+        for key in ("rows", "dim", "features", "pooling"):
+            if getattr(old[name], key) != getattr(new[name], key):
+                out.append(f"table {name} {key}: plan {getattr(old[name], key)}, job {getattr(new[name], key)}")
+    return out
+
+
+def check_plan(plan: PlanFile, fingerprint: PlanFingerprint) -> None:
+    """Raise StalePlanError listing every difference between the plan's fingerprint and the job's."""
+    planned = plan.fingerprint
+    if planned.digest == fingerprint.digest:
+        return
+    diffs = []
+    for key in ("world_size", "global_batch_size", "device_kind"):
+        if getattr(planned, key) != getattr(fingerprint, key):
+            diffs.append(f"{key.replace('_', ' ')}: plan {getattr(planned, key)}, job {getattr(fingerprint, key)}")
+    diffs += _describe_table_diff(planned.tables, fingerprint.tables)
+    if not diffs:  # same content, other order
+        diffs.append("table order differs")
+    rerun = "re-run `shardrec plan`"
+    if planned.device_kind != fingerprint.device_kind:
+        # The same command gives the same plan unless the topology changes with the machine.
+        kind = fingerprint.device_kind
+        rerun += (
+            f" with `--topology auto` on the machine that trains, or the preset of its {kind} "
+            "devices (`--topology cpu-gloo`, `a100`, `h100`, `h200`)"
+        )
+    raise StalePlanError("the plan was made for another job: " + "; ".join(diffs) + f" ({rerun})")

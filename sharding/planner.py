@@ -19,9 +19,16 @@ from shardrec.sharding.cost.skew import LookupCurve, curves_from_stats
 from shardrec.sharding.machine.topology import ClusterTopology, build_topology
 from shardrec.sharding.plan.constraints import TableConstraint, parse_constraints
 from shardrec.sharding.plan.plan_file import plan_fingerprint
-from shardrec.sharding.plan.plan_types import PLAN_SCHEMA_VERSION, PlanEstimate, PlanFile, TablePlan
-from shardrec.sharding.plan.report import idle_ranks_warning
+from shardrec.sharding.plan.plan_types import (
+    PLAN_SCHEMA_VERSION,
+    PlanDoesNotFitError,
+    PlanEstimate,
+    PlanFile,
+    TablePlan,
+)
+from shardrec.sharding.plan.report import fmt_bytes, idle_ranks_warning
 from shardrec.sharding.search.cached_tables import TableKernel, choose_kernels, kernel_hulls, table_budget
+from shardrec.sharding.search.options import Problem
 from shardrec.sharding.search.request import DatasetStatistics, PlanRequest, SearchRequest
 from shardrec.sharding.torchrec.twod import add_replica_sync, group_sizes, group_topology
 
@@ -33,10 +40,6 @@ DEFAULT_COST_MODEL = {"cpu": "shardrec", "cuda": "shardrec"}
 one (`bench plan-reality --profile-out`): shardrec's own, the one today's plans were made with."""
 # The manifest statistic (tools/preprocess/parts/feature_stats.py writes it) that gives a feature's pooling.
 POOLING_STAT_KEY = "mean_ids_per_sample"
-
-
-class PlanDoesNotFitError(ValueError):
-    """No placement within the ranks' memory; the message gives each rank's shortfall."""
 
 
 def pooling_factors(
@@ -57,13 +60,6 @@ def pooling_factors(
             total += float(feature_stats.get(POOLING_STAT_KEY, 1.0))
         out[config.name] = total
     return out
-
-
-def fmt_bytes(n: float) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n:.0f} B"
 
 
 def _describe_shortfall(cost: PlanCost, device_kind: str, hint: str = "") -> str:
@@ -175,7 +171,7 @@ def _plan_group(
     else:
         from shardrec.sharding.search.shardrec_search import search_plan
 
-        table_plans = search_plan(request, cost_model=cost_model_of(topo))
+        table_plans = search_plan(request, problem=priced_by(request, cost_model_of(topo)))
     cost = _evaluate(table_plans, request)
     if group_size:
         cost = add_replica_sync(cost, topo, group_size, sync_every)
@@ -236,6 +232,18 @@ def _plan_past_device_memory(
             "add ranks or hosts with more memory",
         )
     )
+
+
+def priced_by(request: SearchRequest, cost_model: str) -> Problem:
+    """The request as a planning problem priced by `cost_model`: "shardrec" (cost_model.py) or
+    "torchrec" (torchrec's estimators, torchrec_costs.py)."""
+    if cost_model == "torchrec":
+        from shardrec.sharding.torchrec.torchrec_costs import TorchrecProblem
+
+        return TorchrecProblem(request)
+    if cost_model == "shardrec":
+        return Problem(request)
+    raise ValueError(f"cost model {cost_model!r} is not one of shardrec, torchrec")
 
 
 def cost_model_of(topo: ClusterTopology) -> str:

@@ -13,12 +13,9 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from shardrec.sharding.machine.topology import ClusterTopology
-
-if TYPE_CHECKING:  # torchrec is imported where a plan becomes torchrec's: reading one (`plan show`) needs no torch
-    pass
 
 PLAN_FORMAT = "shardrec-plan"
 PLAN_SCHEMA_VERSION = 1
@@ -225,3 +222,7 @@ class PlanFile:
 
 UVM_KERNELS = ("fused_uvm", "fused_uvm_caching")
 """Compute kernels that keep a table in host memory (UVM), with or without an HBM cache."""
+
+
+class PlanDoesNotFitError(ValueError):
+    """No placement within the ranks' memory; the message gives each rank's shortfall."""

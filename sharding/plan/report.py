@@ -130,3 +130,10 @@ def summary(plan: PlanFile) -> dict:
         "fingerprint": plan.fingerprint.digest,
         "sharding_group_size": plan.sharding_group_size,
     }
+
+
+def fmt_bytes(n: float) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n:.0f} B"

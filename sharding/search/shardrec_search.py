@@ -159,22 +159,17 @@ def _least_memory(problem: Problem) -> Assignment:
     return packed
 
 
-def search_plan(request: SearchRequest, *, cost_model: str = "shardrec") -> list[TablePlan]:
+def search_plan(request: SearchRequest, *, problem: Problem | None = None) -> list[TablePlan]:
     """The placement with the fastest critical rank: seeded LPT packings, then local search.
 
     Args:
-        cost_model: "shardrec" (cost_model.py) or "torchrec" (torchrec's estimators, torchrec_costs.py).
+        problem: the request priced by another cost model (torchrec's estimators:
+            sharding/torchrec/torchrec_costs.py's TorchrecProblem); default: shardrec's
+            (cost_model.py).
     Returns:
         One TablePlan per request.configs entry, in that order.
     """
-    if cost_model == "torchrec":
-        from shardrec.sharding.torchrec.torchrec_costs import TorchrecProblem
-
-        problem: Problem = TorchrecProblem(request)
-    elif cost_model == "shardrec":
-        problem = Problem(request)
-    else:
-        raise ValueError(f"cost model {cost_model!r} is not one of shardrec, torchrec")
+    problem = problem if problem is not None else Problem(request)
     num_tables = len(request.configs)
     rounds = max(8, min(200, 200_000 // max(1, num_tables)))
     width = 4 if num_tables > 200 else 8

@@ -15,9 +15,9 @@ from shardrec.sharding import suites
 from shardrec.sharding.cost.hit_rates import curve_from_counts, lfu_hit_rate, lru_hit_rate, min_cache_rows, slots
 from shardrec.sharding.machine.topology import build_topology
 from shardrec.sharding.plan.plan_file import load_plan, save_plan
-from shardrec.sharding.plan.plan_types import PlanFile
+from shardrec.sharding.plan.plan_types import PlanDoesNotFitError, PlanFile
 from shardrec.sharding.plan.report import tables_table
-from shardrec.sharding.planner import PlanDoesNotFitError, plan_tables
+from shardrec.sharding.planner import plan_tables
 from shardrec.sharding.search.request import DatasetStatistics, PlanRequest
 from shardrec.sharding.torchrec.torchrec_plans import to_sharding_plan
 from shardrec.tools.bench.plan.cache_sim import BatchLFU, BatchLRU

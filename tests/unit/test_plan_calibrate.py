@@ -48,7 +48,7 @@ def test_bad_profiles_name_the_file(tmp_path: Path) -> None:
 
 def test_profile_picks_the_cost_model_and_memory_figures(tmp_path: Path) -> None:
     from shardrec.sharding import suites
-    from shardrec.sharding.planner import plan_tables
+    from shardrec.sharding.planner import plan_tables, priced_by
     from shardrec.sharding.search.request import PlanRequest, SearchRequest
     from shardrec.sharding.search.shardrec_search import search_plan
 
@@ -72,12 +72,10 @@ def test_profile_picks_the_cost_model_and_memory_figures(tmp_path: Path) -> None
     plan = plan_tables(request)
     assert plan.estimate.cost_model == "torchrec"
     assert min(r.fixed_bytes for r in plan.estimate.ranks) >= 12345678
-    searched = search_plan(
-        SearchRequest(
-            configs=ts.configs, topology=topo, global_batch_size=4096, pooling=dict.fromkeys(ts.pooling, 1.0)
-        ),
-        cost_model="torchrec",
+    search_request = SearchRequest(
+        configs=ts.configs, topology=topo, global_batch_size=4096, pooling=dict.fromkeys(ts.pooling, 1.0)
     )
+    searched = search_plan(search_request, problem=priced_by(search_request, "torchrec"))
     assert [t.shards for t in plan.tables] == [t.shards for t in searched]
     default = dataclasses.replace(request, topology=build_topology("cpu-gloo", 2))
     assert plan_tables(default).estimate.cost_model == "shardrec"

@@ -13,10 +13,11 @@ import pytest
 from typer.testing import CliRunner
 
 from shardrec.sharding.machine import hardware
-from shardrec.sharding.machine.hardware import DeviceMemory, check_plan_fits_devices, detect_topology
+from shardrec.sharding.machine.hardware import DeviceMemory, detect_topology
+from shardrec.sharding.plan.device_fit import check_plan_fits_devices
 from shardrec.sharding.plan.plan_file import check_plan, load_plan
-from shardrec.sharding.plan.plan_types import StalePlanError
-from shardrec.sharding.planner import PlanDoesNotFitError, fmt_bytes
+from shardrec.sharding.plan.plan_types import PlanDoesNotFitError, StalePlanError
+from shardrec.sharding.plan.report import fmt_bytes
 from shardrec.tools.cli.app import app
 
 GiB = 2**30

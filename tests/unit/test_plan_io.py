@@ -10,8 +10,8 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
 
 from shardrec.sharding.machine.topology import build_topology
 from shardrec.sharding.plan.plan_file import check_plan, load_plan, plan_fingerprint, save_plan
-from shardrec.sharding.plan.plan_types import PlanFile, StalePlanError, TableFingerprint
-from shardrec.sharding.planner import PlanDoesNotFitError, plan_tables
+from shardrec.sharding.plan.plan_types import PlanDoesNotFitError, PlanFile, StalePlanError, TableFingerprint
+from shardrec.sharding.planner import plan_tables
 from shardrec.sharding.search.request import PlanRequest
 from shardrec.sharding.torchrec.torchrec_plans import to_sharding_plan
 

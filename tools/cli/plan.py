@@ -113,7 +113,8 @@ def plan(
     if topology != "auto" and topology not in PRESETS:  # before the planner's imports (torchrec: seconds)
         fail(f"--topology {topology}: not one of auto, {', '.join(PRESETS)}")
     from shardrec.sharding.plan.plan_file import save_plan
-    from shardrec.sharding.planner import SEARCHES, PlanDoesNotFitError, plan_tables
+    from shardrec.sharding.plan.plan_types import PlanDoesNotFitError
+    from shardrec.sharding.planner import SEARCHES, plan_tables
     from shardrec.trainer.job.planning import plan_request
 
     if world_size <= 0:

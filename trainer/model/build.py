@@ -22,13 +22,9 @@ from torchrec.optim.optimizers import in_backward_optimizer_filter
 from shardrec.dataloader.format.manifest import Manifest
 from shardrec.embeddings.optim import attach_fused_optimizer, replicated_table_optimizer, replicated_table_params
 from shardrec.embeddings.tables import build_ebc, build_table_configs
-from shardrec.sharding.machine.hardware import (
-    DeviceMemory,
-    check_plan_fits_devices,
-    cuda_device_memory,
-    detect_topology,
-)
+from shardrec.sharding.machine.hardware import DeviceMemory, cuda_device_memory, detect_topology
 from shardrec.sharding.machine.memory import DenseFootprint, dense_footprint
+from shardrec.sharding.plan.device_fit import check_plan_fits_devices
 from shardrec.sharding.plan.plan_file import check_plan, plan_fingerprint
 from shardrec.sharding.plan.plan_types import PlanFile
 from shardrec.sharding.planner import plan_tables

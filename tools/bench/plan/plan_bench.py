@@ -93,7 +93,7 @@ def run_case(case: Case, reserve: float = RESERVE, cost_model: str = "", measure
 
     from shardrec.sharding.cost.cost_model import evaluate
     from shardrec.sharding.machine.topology import build_topology
-    from shardrec.sharding.planner import DEFAULT_COST_MODEL
+    from shardrec.sharding.planner import DEFAULT_COST_MODEL, priced_by
     from shardrec.sharding.search.request import SearchRequest
     from shardrec.sharding.search.shardrec_search import search_plan
     from shardrec.tools.bench.plan.torchrec_score import torchrec_score
@@ -127,7 +127,7 @@ def run_case(case: Case, reserve: float = RESERVE, cost_model: str = "", measure
     # Headline: shardrec's search run on torchrec's objective and torchrec's plan, both priced by
     # torchrec's estimators, so neither search is judged by a cost model it was tuned to.
     t0 = time.perf_counter()
-    ours_on_tr = search_plan(request, cost_model="torchrec")
+    ours_on_tr = search_plan(request, problem=priced_by(request, "torchrec"))
     row["shardrec_torchrec_model_s"] = round(time.perf_counter() - t0, 3)
     row["shardrec_torchrec_model_fits"] = not evaluate(
         ours_on_tr, ts.configs, ts.pooling, topo, case.global_batch_size

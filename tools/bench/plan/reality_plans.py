@@ -76,6 +76,7 @@ def _random(configs: list[EmbeddingBagConfig], world_size: int, seed: int) -> li
 
 def reality_plans(request: SearchRequest, seed: int = 0) -> dict[str, tuple[str, list[TablePlan]]]:
     """Name -> (source: shardrec, torchrec, simple or bad, placement), distinct placements only."""
+    from shardrec.sharding.planner import priced_by
     from shardrec.sharding.search.shardrec_search import search_plan
     from shardrec.sharding.torchrec.torchrec_planner import torchrec_plan
 
@@ -83,7 +84,7 @@ def reality_plans(request: SearchRequest, seed: int = 0) -> dict[str, tuple[str,
     ranks = list(range(W))
     candidates: list[tuple[str, str, list[TablePlan]]] = [
         ("shardrec", "shardrec", search_plan(request)),
-        ("shardrec on torchrec's estimators", "shardrec", search_plan(request, cost_model="torchrec")),
+        ("shardrec on torchrec's estimators", "shardrec", search_plan(request, problem=priced_by(request, "torchrec"))),
         ("torchrec", "torchrec", torchrec_plan(request)),
         ("all row-wise", "simple", [layouts.row_wise(c, W, "fused") for c in configs]),
         ("all column-wise", "simple", [layouts.column_wise(c, ranks, "fused") for c in configs]),

@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 from shardrec.dataloader.format.manifest import open_split
 from shardrec.dataloader.gather import gather_kernels
 from shardrec.tools.cli.app import app
-from shardrec.tools.cli.common import err_console, fail
+from shardrec.tools.cli.common import fail
+from shardrec.tools.console import err_console
 from shardrec.tools.preprocess.parse import parse_kernel
 
 ROOT = Path(__file__).resolve().parents[2]

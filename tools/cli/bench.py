@@ -21,7 +21,8 @@ from shardrec.tools.bench.plan import plan_bench as bench_plan
 from shardrec.tools.bench.preprocess import preprocess_bench as bench_preprocess
 from shardrec.tools.bench.scale import scale_bench as bench_scale
 from shardrec.tools.bench.train import train_bench as bench_train
-from shardrec.tools.cli.common import console, fail, print_json
+from shardrec.tools.cli.common import fail, print_json
+from shardrec.tools.console import console
 
 bench_app = typer.Typer(
     help="Benchmarks; each but `scale` prints its ratio against a baseline measured in the same run.",

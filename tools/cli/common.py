@@ -9,13 +9,10 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from shardrec.dataloader.util.files import atomic_open
-
-console = Console()
-err_console = Console(stderr=True)
+from shardrec.tools.console import err_console
 
 
 def fail(message: str) -> NoReturn:

@@ -9,7 +9,8 @@ from typing import Annotated
 
 import typer
 
-from shardrec.tools.cli.common import console, fail, print_json
+from shardrec.tools.cli.common import fail, print_json
+from shardrec.tools.console import console
 
 plan_app = typer.Typer(
     help="Plan how embedding tables are sharded; writes a plan file `shardrec train --plan` uses.",

@@ -10,7 +10,8 @@ from typing import Annotated
 import numpy as np
 import typer
 
-from shardrec.tools.cli.common import err_console, fail, print_json
+from shardrec.tools.cli.common import fail, print_json
+from shardrec.tools.console import err_console
 
 
 def _write(probs: np.ndarray, out: Path | None) -> None:

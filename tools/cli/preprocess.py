@@ -12,7 +12,8 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from shardrec.tools.cli.common import console, fail, print_json
+from shardrec.tools.cli.common import fail, print_json
+from shardrec.tools.console import console
 from shardrec.tools.preprocess.parse.criteo_text import Schema
 from shardrec.tools.preprocess.settings import PreprocessConfig
 from shardrec.trainer.job.config import field_help

@@ -7,7 +7,8 @@ from typing import Annotated, Any
 
 import typer
 
-from shardrec.tools.cli.common import console, err_console, fail, print_json, save_figure
+from shardrec.tools.cli.common import fail, print_json, save_figure
+from shardrec.tools.console import console, err_console
 from shardrec.trainer.rundir.metrics_log import load_metrics
 
 

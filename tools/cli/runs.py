@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from shardrec.tools.cli.common import console, fail, print_json
+from shardrec.tools.cli.common import fail, print_json
+from shardrec.tools.console import console
 
 
 def runs(

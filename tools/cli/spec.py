@@ -9,7 +9,8 @@ import typer
 
 from shardrec.dataloader.format.manifest import DatasetError, Manifest
 from shardrec.dataloader.util.files import atomic_write_bytes
-from shardrec.tools.cli.common import console, fail
+from shardrec.tools.cli.common import fail
+from shardrec.tools.console import console
 
 spec_app = typer.Typer(
     help="Feature specs (TOML): which column is the label, which are dense, categorical or lists, and the "

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from shardrec.tools.cli.common import console, err_console, fail, print_json
+from shardrec.tools.cli.common import fail, print_json
+from shardrec.tools.console import console, err_console
 from shardrec.trainer.job import flags
 from shardrec.trainer.rundir import names
 from shardrec.trainer.rundir.lock import RunLock

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from shardrec.dataloader.format import torchrec_npy as npy
-from shardrec.tools.cli.common import console
+from shardrec.tools.console import console
 
 KAGGLE_CARDINALITIES = (
     1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194,

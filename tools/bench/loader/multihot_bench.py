@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from shardrec.tools.cli.common import console
+from shardrec.tools.console import console
 
 GPU_SAMPLES_PER_S = 1_800_000
 """One H200's MLPerf DLRMv2 training rate (HugeCTR, MLPerf v5.1): what a rank must be fed."""

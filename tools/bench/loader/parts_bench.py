@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from shardrec.tools.cli.common import console
+from shardrec.tools.console import console
 
 OPEN_FILES = 1024
 """The open-file limit the run holds itself to (a user's usual `ulimit -n`)."""

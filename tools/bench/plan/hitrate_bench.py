@@ -21,7 +21,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from shardrec.tools.cli.common import console
+from shardrec.tools.console import console
 
 GOAL_POINTS = 2.0
 

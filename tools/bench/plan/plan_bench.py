@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from shardrec.tools.cli.common import console
+from shardrec.tools.console import console
 
 
 @dataclass(frozen=True)

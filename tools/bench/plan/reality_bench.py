@@ -18,7 +18,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from shardrec.tools.cli.common import console
+from shardrec.tools.console import console
 
 GiB = 2**30
 LARGE_ROWS, LARGE_DIM = 3_000_000, 32

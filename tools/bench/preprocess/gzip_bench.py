@@ -23,7 +23,7 @@ from typing import Any
 
 from shardrec.tools.bench.preprocess.preprocess_bench import _BYTES_PER_ROW, run_preprocess_child
 from shardrec.tools.bench.preprocess.spec_bench import rates
-from shardrec.tools.cli.common import console, err_console
+from shardrec.tools.console import console, err_console
 from shardrec.tools.preprocess.gzip.gz_split import SPLIT_MIN_CHUNKS, should_split
 
 GOAL_GZIP_VS_PLAIN = 0.8

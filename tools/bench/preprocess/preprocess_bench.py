@@ -26,7 +26,7 @@ from typing import Any
 from shardrec.tools.bench.preprocess.polars_pipeline import compare_with_dataset
 from shardrec.tools.bench.preprocess.spec_bench import measured, polars_env, rate_lines, rates, report_head
 from shardrec.tools.bench.proctree import run_measured
-from shardrec.tools.cli.common import console, err_console
+from shardrec.tools.console import console, err_console
 
 _BYTES_PER_ROW = 240  # synth's Criteo-shaped rows, measured; only sizes the generated file
 MAX_IDS = 1_000_000

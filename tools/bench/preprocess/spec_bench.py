@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from shardrec.tools.bench.proctree import run_measured
-from shardrec.tools.cli.common import err_console
+from shardrec.tools.console import err_console
 
 BYTES_PER_ROW = {"movielens": 68, "avazu": 150}  # synth --like's rows, measured; only sizes the file
 _LABEL = {"movielens": "rating>=4", "avazu": "click"}

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from shardrec.tools.bench.proctree import run_measured
-from shardrec.tools.cli.common import console
+from shardrec.tools.console import console
 
 CRITEO_1TB_ROWS = 4_373_472_329
 DAYS = 24

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from shardrec.tools.cli.common import console
+from shardrec.tools.console import console
 
 NUM_TABLES, NUM_DENSE = 26, 13
 AUC_TOLERANCE = 0.002

@@ -15,7 +15,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from shardrec.dataloader.format.manifest import DatasetError, Manifest
 from shardrec.dataloader.multihot.multihot_tables import DISTRIBUTIONS, default_cache_dir
-from shardrec.tools.cli.common import console, fail, print_json
+from shardrec.tools.cli.common import fail, print_json
+from shardrec.tools.console import console
 from shardrec.tools.preprocess.derived.multihot_dataset import check_out, materialize_multihot, prepare_multihot
 
 CRITEO_1TB_ROWS = 4_373_472_329

@@ -9,8 +9,9 @@ import typer
 from rich.table import Table
 
 from shardrec.dataloader.format.manifest import DatasetError, Manifest
-from shardrec.tools.cli.common import console, fail, print_json
+from shardrec.tools.cli.common import fail, print_json
 from shardrec.tools.cli.data.view import dataset_stats, head_fields, head_rows, plot_frequencies
+from shardrec.tools.console import console
 from shardrec.tools.preprocess.derived import npy_import_export
 
 

@@ -12,7 +12,8 @@ from rich.progress import Progress, TextColumn
 from shardrec.dataloader.digest import stream_digests
 from shardrec.dataloader.format.integrity import verify
 from shardrec.dataloader.format.manifest import DatasetError
-from shardrec.tools.cli.common import console, err_console, fail, print_json
+from shardrec.tools.cli.common import fail, print_json
+from shardrec.tools.console import console, err_console
 
 
 def digest(

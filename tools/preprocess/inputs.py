@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shardrec.tools.preprocess.gzip.gz import READ_ERRORS, describe_error, open_gzip
+from shardrec.tools.preprocess.gzip.gz import READ_ERRORS, describe_error, open_text
 from shardrec.tools.preprocess.gzip.gz_split import GzipScan, scan_gzip, should_split
 from shardrec.tools.preprocess.parse import parse_kernel
 
@@ -128,10 +128,6 @@ def discover_inputs(inputs: list[Path]) -> list[Path]:
         if f.stat().st_size == 0:
             raise ValueError(f"{f}: empty file")
     return files
-
-
-def open_text(path: str | Path):
-    return open_gzip(path) if str(path).endswith(".gz") else open(path, "rb")
 
 
 def count_lines(path: Path, skip_header: bool, block: int = 1 << 24) -> int:

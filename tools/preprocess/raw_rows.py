@@ -19,8 +19,8 @@ import numpy as np
 
 from shardrec.dataloader.multihot.multihot_tables import MultiHotSpec, default_cache_dir, open_index_tables
 from shardrec.dataloader.spec.spec_file import spec_from_dict
+from shardrec.tools.preprocess.gzip.gz import open_text
 from shardrec.tools.preprocess.ids.vocab import load_vocabularies
-from shardrec.tools.preprocess.inputs import open_text
 from shardrec.tools.preprocess.parse.criteo_text import REASONS, Schema
 from shardrec.tools.preprocess.parse.spec_parse import text_options
 from shardrec.tools.preprocess.pieces import PartLayout, TaskOptions, describe_bad, parse_piece

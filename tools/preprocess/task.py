@@ -28,10 +28,17 @@ import numpy as np
 
 from shardrec.dataloader.util.files import atomic_write_bytes, fsync_path
 from shardrec.tools.preprocess import cpu_stages
-from shardrec.tools.preprocess.gzip.gz import RAPIDGZIP_ERRORS, READ_ERRORS, crc32, describe_error, open_range
+from shardrec.tools.preprocess.gzip.gz import (
+    RAPIDGZIP_ERRORS,
+    READ_ERRORS,
+    crc32,
+    describe_error,
+    open_range,
+    open_text,
+)
 from shardrec.tools.preprocess.ids.id_maps import Vocabulary
 from shardrec.tools.preprocess.ids.vocab import cached_vocabularies
-from shardrec.tools.preprocess.inputs import STAGED, Task, count_range_lines, header_end, open_text
+from shardrec.tools.preprocess.inputs import STAGED, Task, count_range_lines, header_end
 from shardrec.tools.preprocess.parse import parse_kernel
 from shardrec.tools.preprocess.parse.criteo_text import REASONS
 from shardrec.tools.preprocess.parts.part_columns import PartColumns

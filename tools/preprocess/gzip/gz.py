@@ -1,4 +1,4 @@
-"""Reading gzip inputs: ISA-L (python-isal) when it is installed, Python's gzip otherwise.
+"""Reading inputs, plain or gzip: ISA-L (python-isal) when it is installed, Python's gzip otherwise.
 
 Decompression dominates a gzip day: on a 116 MB synthetic day (362 MB of text) Python's gzip
 inflates 262-274 MB/s, zlib-ng's gzip_ng 681-695 MB/s and isal's igzip 885-1,003 MB/s (readinto
@@ -194,3 +194,8 @@ def open_range(path: str | Path, start: int, end: int, index_path: str = "") -> 
         reader.close()
         raise
     return reader
+
+
+def open_text(path: str | Path):
+    """An input's text as a binary stream: decompressed where the name ends in .gz."""
+    return open_gzip(path) if str(path).endswith(".gz") else open(path, "rb")

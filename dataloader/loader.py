@@ -41,7 +41,11 @@ from shardrec.dataloader.format.manifest import DatasetError
 from shardrec.dataloader.format.part_cache import PartSet
 from shardrec.dataloader.format.source import SplitSource, open_source
 from shardrec.dataloader.gather.batch import PAD_LABEL, BatchGatherer
-from shardrec.dataloader.multihot.multihot_tables import IndexTables, MultiHotOption, multihot_source
+from shardrec.dataloader.multihot.multihot_tables import (
+    IndexTables,
+    MultiHotOption,
+    multihot_source,
+)
 from shardrec.dataloader.order import NO_SHUFFLE, EpochOrder, OrderSpec, ShuffleSpec
 from shardrec.dataloader.prefetch import prefetch_map
 
@@ -108,13 +112,21 @@ class BatchLoader:
         self.num_samples: int = spec.num_samples
         """Real (unpadded) samples in the split."""
         self._gatherer = BatchGatherer(
-            source.parts, source.feature_names, source.multi_hot, source.modulo, delivery.compiled, index_tables
+            source.parts,
+            source.feature_names,
+            source.multi_hot,
+            source.modulo,
+            delivery.compiled,
+            index_tables,
         )
         self._order: EpochOrder | None = None
         # Batches gathered together: about one shuffle window of this rank's rows (see batch.py).
         self._run_batches = max(1, delivery.gather_rows // self.local_batch_size)
         self._cached_run: tuple[tuple[int, int], list[Batch]] | None = None
-        self._group: tuple[int, int] = (-1, -1)  # (epoch, shuffle group) whose parts alone stay mapped
+        self._group: tuple[int, int] = (
+            -1,
+            -1,
+        )  # (epoch, shuffle group) whose parts alone stay mapped
         self._group_lock = threading.Lock()
         self._part_ends: np.ndarray | None = None  # file order: the row after each part
         self.epoch = epoch
@@ -134,7 +146,9 @@ class BatchLoader:
             raise ValueError(f"epoch must not be negative, got {epoch}")
         if epoch != self.epoch:
             if self._resume_pending:
-                logger.info("set_epoch(%d) drops the loaded position in epoch %d", epoch, self.epoch)
+                logger.info(
+                    "set_epoch(%d) drops the loaded position in epoch %d", epoch, self.epoch
+                )
             self.epoch, self._offset, self._resume_pending = epoch, 0, False
 
     def _epoch_order(self) -> EpochOrder:
@@ -154,7 +168,9 @@ class BatchLoader:
         warm = self._enter_group(order, first)
         stop = min(first + self._run_batches, len(self))
         batches = self._gatherer.gather_many([self.rows(k, order) for k in range(first, stop)])
-        if warm is not None:  # after this run: its parts' opening must not share the GIL with the warmer
+        if (
+            warm is not None
+        ):  # after this run: its parts' opening must not share the GIL with the warmer
             warm()
         return [b.pin_memory() for b in batches] if self.pin_memory else batches
 
@@ -170,8 +186,13 @@ class BatchLoader:
         if order.spec.shuffle.enabled:
             group = (order.epoch, order.group_at(start))
         else:
-            ends = self._part_ends = self._part_ends if self._part_ends is not None else np.cumsum(parts.rows)
-            group = (order.epoch, int(np.searchsorted(ends, start + self.rank * self.local_batch_size, side="right")))
+            ends = self._part_ends = (
+                self._part_ends if self._part_ends is not None else np.cumsum(parts.rows)
+            )
+            group = (
+                order.epoch,
+                int(np.searchsorted(ends, start + self.rank * self.local_batch_size, side="right")),
+            )
         with self._group_lock:
             # Prefetch threads may finish runs out of order: only a later group releases.
             if group <= self._group and group[0] == self._group[0]:
@@ -192,7 +213,9 @@ class BatchLoader:
         parts.release(keep)
         return warm
 
-    def _warm_next(self, parts: PartSet, group: tuple[int, int], spans: list[tuple[int, int, int]]) -> None:
+    def _warm_next(
+        self, parts: PartSet, group: tuple[int, int], spans: list[tuple[int, int, int]]
+    ) -> None:
         """Map the next shuffle group's parts and read its rows ahead on a background thread while
         this group streams: at Criteo 1TB's part size a group reads ~250 parts it must open (~2 ms
         each, 28 maps), and opening them inside the gathers was most of what made the stream
@@ -268,7 +291,9 @@ class BatchLoader:
         """
         mine = self.state_dict()
         if state.get("version") != STATE_VERSION:
-            raise ValueError(f"loader state version {state.get('version')!r} is not {STATE_VERSION}")
+            raise ValueError(
+                f"loader state version {state.get('version')!r} is not {STATE_VERSION}"
+            )
         for key in (
             "seed",
             "global_batch_size",
@@ -287,7 +312,9 @@ class BatchLoader:
                 )
         offset, g = int(state["sample_offset"]), self.spec.global_batch_size
         if offset % g or not 0 <= offset <= len(self) * g:
-            raise ValueError(f"loader state sample_offset={offset} is not a batch boundary in [0, {len(self) * g}]")
+            raise ValueError(
+                f"loader state sample_offset={offset} is not a batch boundary in [0, {len(self) * g}]"
+            )
         self.epoch, self._offset, self._resume_pending = int(state["epoch"]), offset, True
 
 
@@ -328,8 +355,12 @@ def build_loader(
     if world_size <= 0 or not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
     if global_batch_size <= 0 or global_batch_size % world_size:
-        raise ValueError(f"global_batch_size {global_batch_size} does not divide by world_size {world_size}")
-    source = open_source(directory, split, hashes=hashes, max_mapped_parts=delivery.max_mapped_parts)
+        raise ValueError(
+            f"global_batch_size {global_batch_size} does not divide by world_size {world_size}"
+        )
+    source = open_source(
+        directory, split, hashes=hashes, max_mapped_parts=delivery.max_mapped_parts
+    )
     tables = None
     if multihot is not None:
         source, tables = multihot_source(source, multihot)
@@ -340,5 +371,11 @@ def build_loader(
             f"{global_batch_size}; use a smaller global batch or tail='pad'"
         )
     return BatchLoader(
-        source, spec, rank=rank, world_size=world_size, epoch=epoch, delivery=delivery, index_tables=tables
+        source,
+        spec,
+        rank=rank,
+        world_size=world_size,
+        epoch=epoch,
+        delivery=delivery,
+        index_tables=tables,
     )

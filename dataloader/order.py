@@ -156,10 +156,16 @@ class EpochOrder:
             return
         s, mix = self.spec, self.spec.shuffle
         part_starts = (
-            np.concatenate([[0], np.cumsum(s.part_rows, dtype=np.int64)[:-1]]) if s.part_rows else np.zeros(0, np.int64)
+            np.concatenate([[0], np.cumsum(s.part_rows, dtype=np.int64)[:-1]])
+            if s.part_rows
+            else np.zeros(0, np.int64)
         )
-        starts, lens = _split(part_starts, np.asarray(s.part_rows, np.int64), mix.block_rows * mix.segment_blocks)
-        perm = np.random.default_rng([mix.seed, self.epoch, _SEGMENT_STREAM]).permutation(len(starts))
+        starts, lens = _split(
+            part_starts, np.asarray(s.part_rows, np.int64), mix.block_rows * mix.segment_blocks
+        )
+        perm = np.random.default_rng([mix.seed, self.epoch, _SEGMENT_STREAM]).permutation(
+            len(starts)
+        )
         self._seg_starts, self._seg_lens = starts[perm], lens[perm]
         self._group_starts = _run_starts(self._seg_lens, mix.group_segments)
         self._part_starts = part_starts
@@ -193,7 +199,9 @@ class EpochOrder:
             s = self.spec.shuffle
             segs = slice(g * s.group_segments, (g + 1) * s.group_segments)
             starts, lens = _split(self._seg_starts[segs], self._seg_lens[segs], s.block_rows)
-            perm = np.random.default_rng([s.seed, self.epoch, _BLOCK_STREAM, g]).permutation(len(starts))
+            perm = np.random.default_rng([s.seed, self.epoch, _BLOCK_STREAM, g]).permutation(
+                len(starts)
+            )
             starts, lens = starts[perm], lens[perm]
             self._group = (g, _Group(starts, lens, _run_starts(lens, s.window_blocks)))
         return self._group[1]
@@ -277,7 +285,9 @@ def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
     return np.arange(total, dtype=np.int64) + shift
 
 
-def shuffle_quality(labels: np.ndarray, spec: OrderSpec, epoch: int = 0, full_trials: int = 4) -> dict[str, float]:
+def shuffle_quality(
+    labels: np.ndarray, spec: OrderSpec, epoch: int = 0, full_trials: int = 4
+) -> dict[str, float]:
     """Spread of per-batch label means under this order, against a full permutation's.
 
     Returns the standard deviation of per-global-batch label means for the file order, this
@@ -298,6 +308,10 @@ def shuffle_quality(labels: np.ndarray, spec: OrderSpec, epoch: int = 0, full_tr
     shuffled = EpochOrder(spec, epoch).rows(0, n)
     rng = np.random.default_rng([spec.shuffle.seed, epoch, 0xF011])
     full = float(np.mean([spread(rng.permutation(n)) for _ in range(full_trials)]))
-    result = {"file_order_std": spread(np.arange(n)), "shuffle_std": spread(shuffled), "full_permutation_std": full}
+    result = {
+        "file_order_std": spread(np.arange(n)),
+        "shuffle_std": spread(shuffled),
+        "full_permutation_std": full,
+    }
     result["ratio"] = result["shuffle_std"] / full if full > 0 else float("nan")
     return result

@@ -16,7 +16,9 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def prefetch_map(fn: Callable[[int], T], keys: Iterable[int], num_workers: int, depth: int) -> Iterator[T]:
+def prefetch_map(
+    fn: Callable[[int], T], keys: Iterable[int], num_workers: int, depth: int
+) -> Iterator[T]:
     """Yield fn(k) for each k in order, computed by `num_workers` threads up to `depth` ahead.
 
     With num_workers == 0 everything runs in the caller's thread.

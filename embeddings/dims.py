@@ -26,7 +26,9 @@ class TableSpec:
     pooling: str = "sum"
 
 
-def table_dims(manifest: Manifest, embedding_dim: int, dims: dict[str, int] | None = None) -> dict[str, int]:
+def table_dims(
+    manifest: Manifest, embedding_dim: int, dims: dict[str, int] | None = None
+) -> dict[str, int]:
     """Embedding width of each sparse feature's table: `dims` where it names the feature, else `embedding_dim`.
 
     Args:
@@ -40,15 +42,25 @@ def table_dims(manifest: Manifest, embedding_dim: int, dims: dict[str, int] | No
     dims = dims or {}
     unknown = sorted(set(dims) - set(manifest.feature_names))
     if unknown:
-        raise ValueError(f"model.dims names features the dataset does not have: {', '.join(unknown)}")
+        raise ValueError(
+            f"model.dims names features the dataset does not have: {', '.join(unknown)}"
+        )
     return {feat.name: dims.get(feat.name, embedding_dim) for feat in manifest.sparse_features}
 
 
-def table_specs(manifest: Manifest, embedding_dim: int, dims: dict[str, int] | None = None) -> list[TableSpec]:
+def table_specs(
+    manifest: Manifest, embedding_dim: int, dims: dict[str, int] | None = None
+) -> list[TableSpec]:
     """One table per sparse feature of the dataset, in manifest order; its cardinality sizes it (at
     least one row) and `table_dims` gives its width."""
     widths = table_dims(manifest, embedding_dim, dims)
     return [
-        TableSpec(table_name(feat.name), feat.name, max(1, feat.cardinality), widths[feat.name], feat.pooling)
+        TableSpec(
+            table_name(feat.name),
+            feat.name,
+            max(1, feat.cardinality),
+            widths[feat.name],
+            feat.pooling,
+        )
         for feat in manifest.sparse_features
     ]

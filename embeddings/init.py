@@ -27,7 +27,9 @@ def _block_seed(seed: int, table_index: int, block: int) -> int:
     return (seed * 1_000_003 + table_index * 7_919 + block) % (2**63 - 1)
 
 
-def _fill_rows(out: torch.Tensor, row0: int, col0: int, table_index: int, table: EmbeddingBagConfig, seed: int) -> None:
+def _fill_rows(
+    out: torch.Tensor, row0: int, col0: int, table_index: int, table: EmbeddingBagConfig, seed: int
+) -> None:
     """Write rows [row0, row0 + len(out)) x cols [col0, col0 + width) of the table's initial weights."""
     bound = math.sqrt(1.0 / table.num_embeddings)
     rows, cols = out.shape
@@ -37,7 +39,9 @@ def _fill_rows(out: torch.Tensor, row0: int, col0: int, table_index: int, table:
         size = min(INIT_BLOCK_ROWS, table.num_embeddings - start)
         gen = torch.Generator(device=out.device).manual_seed(_block_seed(seed, table_index, block))
         # The whole block, every column, whatever part of it is needed: its values depend on its size.
-        values = torch.empty(size, table.embedding_dim, device=out.device).uniform_(-bound, bound, generator=gen)
+        values = torch.empty(size, table.embedding_dim, device=out.device).uniform_(
+            -bound, bound, generator=gen
+        )
         lo, hi = max(start, row0), min(start + size, row0 + rows)
         out[lo - row0 : hi - row0].copy_(values[lo - start : hi - start, col0 : col0 + cols])
 

@@ -36,7 +36,12 @@ def optimizer_kwargs(optimizer: str, lr: float, eps: float) -> dict[str, Any]:
 
 
 def attach_fused_optimizer(
-    ebc: EmbeddingBagCollection, table_names: Iterable[str], *, optimizer: str, lr: float, eps: float
+    ebc: EmbeddingBagCollection,
+    table_names: Iterable[str],
+    *,
+    optimizer: str,
+    lr: float,
+    eps: float,
 ) -> None:
     """Mark the named tables of an unsharded EmbeddingBagCollection (on the meta device, before
     sharding) so that sharding fuses `optimizer` into their embedding kernel's backward.
@@ -49,7 +54,9 @@ def attach_fused_optimizer(
     """
     weights = [ebc.embedding_bags[name].weight for name in table_names]
     if weights:
-        _apply_optimizer_in_backward(TORCH_OPTIMIZERS[optimizer], weights, optimizer_kwargs(optimizer, lr, eps))
+        _apply_optimizer_in_backward(
+            TORCH_OPTIMIZERS[optimizer], weights, optimizer_kwargs(optimizer, lr, eps)
+        )
 
 
 def replicated_table_params(

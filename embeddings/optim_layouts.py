@@ -27,7 +27,8 @@ def convert_rowwise_momentum(
 ) -> torch.Tensor:
     """[len(old_widths) * rows] accumulators -> [len(new_widths) * rows] (see the module docstring)."""
     per_column = torch.cat(
-        [old[j * rows : (j + 1) * rows, None].expand(rows, w) for j, w in enumerate(old_widths)], dim=1
+        [old[j * rows : (j + 1) * rows, None].expand(rows, w) for j, w in enumerate(old_widths)],
+        dim=1,
     )
     out, col = [], 0
     for w in new_widths:

@@ -43,11 +43,25 @@ SPARSE_OPTIMIZERS: dict[str, SparseOptimizer] = {
             devices=("cpu", "cuda"),
         ),
         # fbgemm's CPU kernels have no Adam.
-        SparseOptimizer("adam", "Adam", row_state=0, element_state=2, element_state_fp32=0, devices=("cuda",)),
-        SparseOptimizer("sgd", "SGD", row_state=0, element_state=0, element_state_fp32=0, devices=("cpu", "cuda")),
+        SparseOptimizer(
+            "adam", "Adam", row_state=0, element_state=2, element_state_fp32=0, devices=("cuda",)
+        ),
+        SparseOptimizer(
+            "sgd",
+            "SGD",
+            row_state=0,
+            element_state=0,
+            element_state_fp32=0,
+            devices=("cpu", "cuda"),
+        ),
         # fbgemm's EXACT_ADAGRAD (MLPerf DLRMv2's): one fp32 sum per weight (`momentum1`, the weights' shape).
         SparseOptimizer(
-            "adagrad", "Adagrad", row_state=0, element_state=0, element_state_fp32=1, devices=("cpu", "cuda")
+            "adagrad",
+            "Adagrad",
+            row_state=0,
+            element_state=0,
+            element_state_fp32=1,
+            devices=("cpu", "cuda"),
         ),
     )
 }
@@ -64,7 +78,9 @@ def sparse_optimizer(name: str) -> SparseOptimizer:
 def state_bytes(name: str, rows: int, cols: int, elem_bytes: int = 4) -> float:
     """Bytes of optimizer state for a shard of `rows` x `cols` weights of `elem_bytes` each."""
     optimizer = sparse_optimizer(name)
-    per_weight = optimizer.element_state * elem_bytes + optimizer.element_state_fp32 * ROW_STATE_BYTES
+    per_weight = (
+        optimizer.element_state * elem_bytes + optimizer.element_state_fp32 * ROW_STATE_BYTES
+    )
     return float(optimizer.row_state * rows * ROW_STATE_BYTES + per_weight * rows * cols)
 
 

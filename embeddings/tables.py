@@ -40,7 +40,9 @@ def build_table_configs(
     ]
 
 
-def build_ebc(tables: list[EmbeddingBagConfig], device: str | torch.device = "meta") -> EmbeddingBagCollection:
+def build_ebc(
+    tables: list[EmbeddingBagConfig], device: str | torch.device = "meta"
+) -> EmbeddingBagCollection:
     """An EmbeddingBagCollection; on the meta device, so sharding allocates only each rank's shards."""
     return EmbeddingBagCollection(tables=tables, device=torch.device(device))
 

@@ -44,11 +44,18 @@ def driver_version() -> str | None:
         return None
     try:
         done = subprocess.run(
-            [smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=30
+            [smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
-    lines = [line.strip() for line in done.stdout.splitlines() if line.strip()] if done.returncode == 0 else []
+    lines = (
+        [line.strip() for line in done.stdout.splitlines() if line.strip()]
+        if done.returncode == 0
+        else []
+    )
     return lines[0] if lines else None
 
 
@@ -84,7 +91,9 @@ def stale_packages(kind: str, installed: dict[str, tuple[str, list[str]]]) -> li
     for name in ("fbgemm-gpu", "fbgemm-gpu-cpu"):
         if name not in installed:
             continue
-        other_cuda = name == "fbgemm-gpu" and installed[name][0].endswith("+cu126") != (kind == "cuda126")
+        other_cuda = name == "fbgemm-gpu" and installed[name][0].endswith("+cu126") != (
+            kind == "cuda126"
+        )
         if name != FBGEMM[kind] or other_cuda:
             stale.append(name)
     return stale
@@ -129,7 +138,8 @@ def main(argv: list[str]) -> int:
         return 0
     if kind not in KINDS or command not in ("stale", "index", "check"):
         print(
-            f"usage: machine.py kind | stale KIND | index KIND | check KIND (KIND: {', '.join(KINDS)})", file=sys.stderr
+            f"usage: machine.py kind | stale KIND | index KIND | check KIND (KIND: {', '.join(KINDS)})",
+            file=sys.stderr,
         )
         return 2
     if command == "stale":

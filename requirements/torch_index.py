@@ -51,7 +51,9 @@ def resolve(requirement: str, extra: list[str]) -> dict | None:
     if done.returncode != 0:
         return None
     report = json.loads(done.stdout)
-    return next((item for item in report["install"] if item["metadata"]["name"].lower() == "torch"), None)
+    return next(
+        (item for item in report["install"] if item["metadata"]["name"].lower() == "torch"), None
+    )
 
 
 def is_cpu_build(item: dict) -> bool:

@@ -19,13 +19,19 @@ PY = sys.executable
 # name -> (module file, the tests that exercise it, fast ones only)
 MODULES: dict[str, tuple[str, list[str]]] = {
     "metrics": ("trainer/loop/metrics.py", ["tests/unit/test_metrics.py"]),
-    "ids": ("tools/preprocess/ids/id_maps.py", ["tests/unit/test_preprocess_ids_plan.py", "tests/unit/test_parse.py"]),
+    "ids": (
+        "tools/preprocess/ids/id_maps.py",
+        ["tests/unit/test_preprocess_ids_plan.py", "tests/unit/test_parse.py"],
+    ),
     "parse_kernel": (
         "tools/preprocess/parse/parse_kernel.py",
         ["tests/unit/test_parse.py", "tests/unit/test_preprocess_fast_paths.py"],
     ),
     "order": ("dataloader/order.py", ["tests/unit/test_order.py"]),
-    "loader": ("dataloader/loader.py", ["tests/unit/test_loader.py", "tests/unit/test_loader_many_parts.py"]),
+    "loader": (
+        "dataloader/loader.py",
+        ["tests/unit/test_loader.py", "tests/unit/test_loader_many_parts.py"],
+    ),
     "format": ("dataloader/format/manifest.py", ["tests/unit/test_format.py"]),
     "checkpoint_trust": (
         "trainer/rundir/checkpoint_trust.py",
@@ -35,9 +41,15 @@ MODULES: dict[str, tuple[str, list[str]]] = {
         "trainer/rundir/lifecycle.py",
         ["tests/unit/test_resume_rules.py", "tests/unit/test_train_config.py"],
     ),
-    "cost": ("sharding/cost/cost_model.py", ["tests/unit/test_plan_memory.py", "tests/unit/test_plan_search.py"]),
+    "cost": (
+        "sharding/cost/cost_model.py",
+        ["tests/unit/test_plan_memory.py", "tests/unit/test_plan_search.py"],
+    ),
     "comms": ("sharding/cost/comms.py", ["tests/unit/test_comm_model.py"]),
-    "files": ("dataloader/util/files.py", ["tests/unit/test_files.py", "tests/unit/test_preprocess_ids_plan.py"]),
+    "files": (
+        "dataloader/util/files.py",
+        ["tests/unit/test_files.py", "tests/unit/test_preprocess_ids_plan.py"],
+    ),
     "multihot": (
         "dataloader/multihot/multihot_tables.py",
         ["tests/unit/test_multihot.py", "tests/unit/test_multihot_loader.py"],
@@ -70,7 +82,18 @@ def main(names: list[str]) -> int:
         runner = f"{PY} -m pytest -x -q -p no:cacheprovider {' '.join(tests)}"
         print(f"{name}: mutating {path} against {', '.join(tests)}", flush=True)
         subprocess.run(
-            [PY, "-m", "mutmut", "run", "--paths-to-mutate", path, "--runner", runner, "--tests-dir", "tests"],
+            [
+                PY,
+                "-m",
+                "mutmut",
+                "run",
+                "--paths-to-mutate",
+                path,
+                "--runner",
+                runner,
+                "--tests-dir",
+                "tests",
+            ],
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
         )

@@ -27,7 +27,12 @@ from shardrec.sharding.plan.plan_types import (
     TablePlan,
 )
 from shardrec.sharding.plan.report import fmt_bytes, idle_ranks_warning
-from shardrec.sharding.search.cached_tables import TableKernel, choose_kernels, kernel_hulls, table_budget
+from shardrec.sharding.search.cached_tables import (
+    TableKernel,
+    choose_kernels,
+    kernel_hulls,
+    table_budget,
+)
 from shardrec.sharding.search.options import Problem
 from shardrec.sharding.search.request import DatasetStatistics, PlanRequest, SearchRequest
 from shardrec.sharding.torchrec.twod import add_replica_sync, group_sizes, group_topology
@@ -105,7 +110,9 @@ def plan_tables(request: PlanRequest, *, search: str = "shardrec") -> PlanFile:
     if search not in SEARCHES:
         raise ValueError(f"search {search!r} is not one of {', '.join(SEARCHES)}")
     topo = request.topology or build_topology(
-        "cpu-gloo" if request.device_kind == "cpu" else "h100", request.world_size, request.local_world_size
+        "cpu-gloo" if request.device_kind == "cpu" else "h100",
+        request.world_size,
+        request.local_world_size,
     )
     if request.sharding_group_size == -1:
         sizes = [0] + group_sizes(topo)
@@ -118,17 +125,25 @@ def plan_tables(request: PlanRequest, *, search: str = "shardrec") -> PlanFile:
     best = None
     for group_size in sizes:
         search_request = _group_request(request, topo, group_size, curves)
-        candidate = _plan_group(search_request, topo, group_size, search=search, sync_every=request.sync_every)
+        candidate = _plan_group(
+            search_request, topo, group_size, search=search, sync_every=request.sync_every
+        )
         if best is None or candidate[1].max_step_s < best[1].max_step_s:
             best = candidate
     table_plans, cost, group_size = best
     if not _fits(cost) and topo.device_kind == "cuda" and search == "shardrec" and group_size == 0:
-        table_plans, cost = _plan_past_device_memory(_group_request(request, topo, 0, curves), statistics, cost)
+        table_plans, cost = _plan_past_device_memory(
+            _group_request(request, topo, 0, curves), statistics, cost
+        )
     if not _fits(cost):
         raise PlanDoesNotFitError(_describe_shortfall(cost, topo.device_kind))
-    plan = build_plan_file(table_plans, request.configs, topo, request.global_batch_size, cost, search)
+    plan = build_plan_file(
+        table_plans, request.configs, topo, request.global_batch_size, cost, search
+    )
     # Every group size's request carries the same pooling factors (the data's, or the constraints').
-    pooled = {name: round(factor, 4) for name, factor in search_request.pooling.items() if factor != 1.0}
+    pooled = {
+        name: round(factor, 4) for name, factor in search_request.pooling.items() if factor != 1.0
+    }
     plan.estimate = dataclasses.replace(plan.estimate, ids_per_sample=pooled)
     if search == "shardrec":
         plan.estimate = dataclasses.replace(plan.estimate, cost_model=cost_model_of(topo))
@@ -205,12 +220,18 @@ def _plan_past_device_memory(
             "which `shardrec plan` counts"
         )
         raise PlanDoesNotFitError(_describe_shortfall(cost, "cuda", hint))
-    request = replace(request, frequencies=statistics.frequencies, ids_by_frequency=statistics.ids_by_frequency)
-    hulls = kernel_hulls(request, statistics.frequencies, statistics.ids_by_frequency, request.constraints)
+    request = replace(
+        request, frequencies=statistics.frequencies, ids_by_frequency=statistics.ids_by_frequency
+    )
+    hulls = kernel_hulls(
+        request, statistics.frequencies, statistics.ids_by_frequency, request.constraints
+    )
     budget = table_budget(request) * 0.95
 
     def attempt_with(kernels: dict[str, TableKernel]) -> tuple[list[TablePlan], PlanCost]:
-        trial = replace(request, kernels={n: k for n, k in kernels.items() if k.compute_kernel != "fused"})
+        trial = replace(
+            request, kernels={n: k for n, k in kernels.items() if k.compute_kernel != "fused"}
+        )
         placed = search_plan(trial)
         return placed, _evaluate(placed, request)
 

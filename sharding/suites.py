@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:  # torchrec costs seconds to import; DLRMV2_ROWS alone is read without it (bench scale)
+if (
+    TYPE_CHECKING
+):  # torchrec costs seconds to import; DLRMV2_ROWS alone is read without it (bench scale)
     from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 # MLPerf DLRMv2 training: rows per table (max_ind_range 40 M) and multi-hot sizes.
@@ -61,12 +63,16 @@ def table_config(i: int, rows: int, dim: int) -> EmbeddingBagConfig:
     """Table `t_i` of `rows` x `dim` for feature `f_i` (the suites' naming)."""
     from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
-    return EmbeddingBagConfig(name=f"t_{i}", embedding_dim=dim, num_embeddings=int(rows), feature_names=[f"f_{i}"])
+    return EmbeddingBagConfig(
+        name=f"t_{i}", embedding_dim=dim, num_embeddings=int(rows), feature_names=[f"f_{i}"]
+    )
 
 
 def criteo_dlrmv2(dim: int = 128) -> TableSet:
     configs = [table_config(i, rows, dim) for i, rows in enumerate(DLRMV2_ROWS)]
-    return TableSet("criteo26-dlrmv2", configs, {t.name: float(p) for t, p in zip(configs, DLRMV2_POOLING)})
+    return TableSet(
+        "criteo26-dlrmv2", configs, {t.name: float(p) for t, p in zip(configs, DLRMV2_POOLING)}
+    )
 
 
 def random_tasks(seed: int, num_tables: int, max_rows: float = 1e7) -> TableSet:
@@ -76,7 +82,9 @@ def random_tasks(seed: int, num_tables: int, max_rows: float = 1e7) -> TableSet:
     pooling = np.exp(rng.uniform(0, np.log(60), num_tables))
     configs = [table_config(i, r, int(d)) for i, (r, d) in enumerate(zip(rows, dims))]
     return TableSet(
-        f"random-{num_tables}t-s{seed}", configs, {t.name: round(float(p), 3) for t, p in zip(configs, pooling)}
+        f"random-{num_tables}t-s{seed}",
+        configs,
+        {t.name: round(float(p), 3) for t, p in zip(configs, pooling)},
     )
 
 
@@ -87,7 +95,9 @@ def production_like(num_tables: int = 1000, seed: int = 0) -> TableSet:
     pooling = np.minimum(np.exp(rng.normal(0.5, 1.3, num_tables)), 200)
     configs = [table_config(i, r, int(d)) for i, (r, d) in enumerate(zip(rows, dims))]
     return TableSet(
-        f"production-{num_tables}t", configs, {t.name: round(float(p), 3) for t, p in zip(configs, pooling)}
+        f"production-{num_tables}t",
+        configs,
+        {t.name: round(float(p), 3) for t, p in zip(configs, pooling)},
     )
 
 

@@ -8,7 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardrec.dataloader.format.manifest import Manifest, SparseFeature, SplitInfo, smallest_uint, write_part
+from shardrec.dataloader.format.manifest import (
+    Manifest,
+    SparseFeature,
+    SplitInfo,
+    smallest_uint,
+    write_part,
+)
 
 
 def write_tiny_dataset(
@@ -47,7 +53,9 @@ def write_tiny_dataset(
                     sparse[name] = ids
                     logit += w[ids.astype(np.int64)]
             labels = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(np.uint8)
-            info.parts.append(write_part(directory / split / f"part-{i:05d}", labels, dense, sparse, offsets))
+            info.parts.append(
+                write_part(directory / split / f"part-{i:05d}", labels, dense, sparse, offsets)
+            )
             info.rows += n
         splits[split] = info
     manifest = Manifest(
@@ -79,4 +87,8 @@ def loader_kwargs(shuffle: bool = True, **flat) -> dict:
 
     mix = {k: flat.pop(k) for k in _SHUFFLE_KEYS if k in flat}
     delivery = {k: flat.pop(k) for k in _DELIVERY_KEYS if k in flat}
-    return {**flat, "shuffle": ShuffleSpec(enabled=shuffle, **mix), "delivery": Delivery(**delivery)}
+    return {
+        **flat,
+        "shuffle": ShuffleSpec(enabled=shuffle, **mix),
+        "delivery": Delivery(**delivery),
+    }

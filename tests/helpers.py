@@ -36,11 +36,19 @@ def assert_one_line_error(result: Result | subprocess.CompletedProcess, pattern:
     else:
         code, stderr = result.exit_code, result.stderr
         if not isinstance(result.exception, SystemExit):
-            shown = "".join(traceback.format_exception(result.exception)) if result.exception else "no exception"
-            raise AssertionError(f"expected a deliberate typer.Exit(1), got:\n{shown}\nstderr: {stderr}")
+            shown = (
+                "".join(traceback.format_exception(result.exception))
+                if result.exception
+                else "no exception"
+            )
+            raise AssertionError(
+                f"expected a deliberate typer.Exit(1), got:\n{shown}\nstderr: {stderr}"
+            )
     assert code == 1, f"exit code {code}, expected 1; stderr:\n{stderr[-3000:]}"
     lines = [line for line in stderr.splitlines() if line.strip() and not _LOG_LINE.match(line)]
-    assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}:\n" + "\n".join(lines)[-3000:]
+    assert len(lines) == 1, (
+        f"expected one line on stderr, got {len(lines)}:\n" + "\n".join(lines)[-3000:]
+    )
     assert re.search(pattern, lines[0]), f"stderr line {lines[0]!r} does not match {pattern!r}"
     return lines[0]
 
@@ -178,9 +186,15 @@ def trainer_ranks(run_dir: Path) -> list[int]:
     """Pids of live trainer ranks (`python -m shardrec.trainer ...`) working on `run_dir`."""
 
     def is_rank(argv: list[bytes]) -> bool:
-        return any(argv[i : i + 2] == [b"-m", b"shardrec.trainer"] for i in range(1, 4))  # torchrun adds -u
+        return any(
+            argv[i : i + 2] == [b"-m", b"shardrec.trainer"] for i in range(1, 4)
+        )  # torchrun adds -u
 
-    return [p.pid for p in processes() if is_rank(p.argv) and str(run_dir).encode() in p.argv and p.state != "Z"]
+    return [
+        p.pid
+        for p in processes()
+        if is_rank(p.argv) and str(run_dir).encode() in p.argv and p.state != "Z"
+    ]
 
 
 def final_weights(run_dir: Path, part: str = "model") -> dict:
@@ -192,5 +206,7 @@ def final_weights(run_dir: Path, part: str = "model") -> dict:
     dcp_to_torch_save(ckpt, run_dir / "final.pt")
     state = torch.load(run_dir / "final.pt", weights_only=False)[part]
     if part == "fused_optim":
-        return {name: value for entries in state["state"].values() for name, value in entries.items()}
+        return {
+            name: value for entries in state["state"].values() for name, value in entries.items()
+        }
     return state

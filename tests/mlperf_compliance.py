@@ -15,7 +15,9 @@ EXACTLY_ONE = (
     "opt_adagrad_learning_rate_decay opt_weight_decay opt_adagrad_initial_accumulator_value opt_adagrad_epsilon "
     "opt_learning_rate_warmup_steps opt_learning_rate_decay_start_step opt_learning_rate_decay_steps"
 ).split()
-AT_LEAST_ONE = "cache_clear init_start epoch_start epoch_stop eval_start eval_stop eval_accuracy".split()
+AT_LEAST_ONE = (
+    "cache_clear init_start epoch_start epoch_stop eval_start eval_stop eval_accuracy".split()
+)
 ZERO = (
     "opt_adagrad_learning_rate_decay opt_weight_decay opt_adagrad_initial_accumulator_value "
     "opt_learning_rate_warmup_steps opt_learning_rate_decay_start_step opt_learning_rate_decay_steps"
@@ -55,24 +57,38 @@ def compliance_errors(records: list[dict[str, Any]], eval_samples: int, target: 
         (one["submission_org"]["value"] != "", "submission_org empty"),
         (one["submission_platform"]["value"] != "", "submission_platform empty"),
         (one["submission_division"]["value"] == "closed", "submission_division not closed"),
-        (one["submission_benchmark"]["value"] == "dlrm_dcnv2", "submission_benchmark not dlrm_dcnv2"),
+        (
+            one["submission_benchmark"]["value"] == "dlrm_dcnv2",
+            "submission_benchmark not dlrm_dcnv2",
+        ),
         (one["gradient_accumulation_steps"]["value"] > 0, "gradient_accumulation_steps not > 0"),
         (one["opt_name"]["value"] == "adagrad", "opt_name not adagrad"),
         (one["opt_adagrad_epsilon"]["value"] == 1e-8, "opt_adagrad_epsilon not 1e-8"),
-        (one["eval_samples"]["value"] == eval_samples, f"eval_samples {one['eval_samples']['value']}"),
+        (
+            one["eval_samples"]["value"] == eval_samples,
+            f"eval_samples {one['eval_samples']['value']}",
+        ),
         (one["train_samples"]["value"] != "", "train_samples empty"),
         ("value" in by_key["cache_clear"][0], "cache_clear without a value"),
         # init_start before init_stop before run_start; init within 30 minutes (closed).
-        (keys.index("init_start") < keys.index("init_stop") < keys.index("run_start"), "init / run order"),
+        (
+            keys.index("init_start") < keys.index("init_stop") < keys.index("run_start"),
+            "init / run order",
+        ),
         (
             one["init_stop"]["time_ms"] - by_key["init_start"][0]["time_ms"] < 30 * 60 * 1e3,
             "init_stop more than 30 minutes after init_start",
         ),
         (keys.index("run_start") < keys.index("run_stop"), "run_stop before run_start"),
         ("status" in one["run_stop"]["metadata"], "run_stop without a status"),
-        (any(target <= r["value"] <= 1.0 for r in by_key["eval_accuracy"]), f"no eval_accuracy in [{target}, 1]"),
+        (
+            any(target <= r["value"] <= 1.0 for r in by_key["eval_accuracy"]),
+            f"no eval_accuracy in [{target}, 1]",
+        ),
     ]
     checks += [(one[k]["value"] == 0, f"{k} not 0") for k in ZERO]
     for key in ("epoch_start", "epoch_stop", "eval_start", "eval_stop", "eval_accuracy"):
-        checks.append((all("epoch_num" in r["metadata"] for r in by_key[key]), f"{key} without epoch_num"))
+        checks.append(
+            (all("epoch_num" in r["metadata"] for r in by_key[key]), f"{key} without epoch_num")
+        )
     return [why for ok, why in checks if not ok]

@@ -8,7 +8,9 @@ from __future__ import annotations
 import numpy as np
 
 
-def reference_tables(sizes: list[int], rows: list[int], dist: str, seed: int = 0) -> list[np.ndarray]:
+def reference_tables(
+    sizes: list[int], rows: list[int], dist: str, seed: int = 0
+) -> list[np.ndarray]:
     """Index table of each feature: row r is r, then size - 1 random ids in [0, rows)."""
     saved = np.random.get_state()
     try:

@@ -42,7 +42,11 @@ def check_ids(part: Part, chunk: int = 1 << 22) -> list[str]:
             block = np.asarray(ids[a : a + chunk])
             if len(block) and int(block.max()) >= limit:
                 k = a + int(np.argmax(block >= limit))
-                row = k if name not in part.offsets else int(np.searchsorted(part.offsets[name], k, side="right")) - 1
+                row = (
+                    k
+                    if name not in part.offsets
+                    else int(np.searchsorted(part.offsets[name], k, side="right")) - 1
+                )
                 problems.append(id_out_of_range(part, name, row, int(ids[k])))
                 break
     return problems
@@ -98,7 +102,8 @@ def verify(directory: str | Path) -> list[str]:
     for split, info in manifest.splits.items():
         for part in info.parts:
             found = [
-                _file_problem(directory, directory / split / part.name / f, finfo) for f, finfo in part.files.items()
+                _file_problem(directory, directory / split / part.name / f, finfo)
+                for f, finfo in part.files.items()
             ]
             problems += [p for p in found if p]
             if any(found):
@@ -120,10 +125,14 @@ def bad_id_error(
     k = int(np.argmax(np.asarray(values).reshape(-1).view(np.uint64) >= limit))
     p = int(np.searchsorted(part_starts, rows[k], side="right")) - 1
     local = int(rows[k] - part_starts[p])
-    return DatasetError(id_out_of_range(parts[p], feature, local, int(parts[p].sparse[feature][local])))
+    return DatasetError(
+        id_out_of_range(parts[p], feature, local, int(parts[p].sparse[feature][local]))
+    )
 
 
-def bad_jagged_id_error(parts: list[Part], groups: list[tuple[int, np.ndarray]], feature: str) -> DatasetError:
+def bad_jagged_id_error(
+    parts: list[Part], groups: list[tuple[int, np.ndarray]], feature: str
+) -> DatasetError:
     """`bad_id_error` for a multi-hot feature: groups are (part, local rows) pairs that were read."""
     limit = parts[0].limits[feature]
     for p, local in groups:
@@ -132,6 +141,8 @@ def bad_jagged_id_error(parts: list[Part], groups: list[tuple[int, np.ndarray]],
             row_ids = np.asarray(ids[off[r] : off[r + 1]])
             if len(row_ids) and int(row_ids.max()) >= limit:
                 return DatasetError(
-                    id_out_of_range(parts[p], feature, int(r), int(row_ids[np.argmax(row_ids >= limit)]))
+                    id_out_of_range(
+                        parts[p], feature, int(r), int(row_ids[np.argmax(row_ids >= limit)])
+                    )
                 )
     raise AssertionError(f"no id of {feature} outside its {limit} rows among the rows read")

@@ -52,9 +52,7 @@ def _why_no_manifest(directory: Path) -> str:
         return f"{directory}: not a shardrec dataset (no {MANIFEST}); create one with `shardrec preprocess`"
     writer = locks.dataset_writer(directory)
     if writer is not None:
-        return (
-            f"{directory}: being written by {locks.describe_writer(writer)} (no {MANIFEST} yet); wait for it to finish"
-        )
+        return f"{directory}: being written by {locks.describe_writer(writer)} (no {MANIFEST} yet); wait for it to finish"
     return (
         f"{directory}: preprocessing did not finish (no {MANIFEST}; {locks.WORK_DIR}/ holds its finished "
         "tasks); rerun the same `shardrec preprocess` command to complete it"
@@ -147,7 +145,9 @@ class Manifest:
         for name, s in raw["splits"].items():
             _expect_dict(s, f"splits.{name}")
             if not isinstance(s.get("parts"), list):
-                raise TypeError(f"splits.{name}.parts is {s.get('parts')!r}, expected a list of parts")
+                raise TypeError(
+                    f"splits.{name}.parts is {s.get('parts')!r}, expected a list of parts"
+                )
             for i, p in enumerate(s["parts"]):
                 _expect_dict(p, f"splits.{name}.parts[{i}]")
                 _expect_dict(p.get("files"), f"splits.{name}.parts[{i}].files")
@@ -155,7 +155,9 @@ class Manifest:
             name: SplitInfo(
                 rows=s["rows"],
                 parts=[
-                    PartInfo(p["name"], p["rows"], {k: FileInfo(**v) for k, v in p["files"].items()})
+                    PartInfo(
+                        p["name"], p["rows"], {k: FileInfo(**v) for k, v in p["files"].items()}
+                    )
                     for p in s["parts"]
                 ],
             )
@@ -164,7 +166,9 @@ class Manifest:
         features = [SparseFeature(**f) for f in raw["sparse_features"]]
         for i, f in enumerate(features):
             if f.pooling not in ("sum", "mean"):
-                raise TypeError(f"sparse_features[{i}].pooling is {f.pooling!r}, expected sum or mean")
+                raise TypeError(
+                    f"sparse_features[{i}].pooling is {f.pooling!r}, expected sum or mean"
+                )
         rest = {k: v for k, v in raw.items() if k not in ("splits", "sparse_features")}
         return cls(sparse_features=features, splits=splits, **rest)
 
@@ -185,7 +189,9 @@ class Manifest:
             raise DatasetError(f"{path}: unreadable manifest: {e}") from e
         if raw.get("format") != FORMAT_NAME:
             raise DatasetError(f"{path}: format is {raw.get('format')!r}, expected {FORMAT_NAME!r}")
-        if raw.get("schema_version") not in READ_VERSIONS or isinstance(raw.get("schema_version"), bool):
+        if raw.get("schema_version") not in READ_VERSIONS or isinstance(
+            raw.get("schema_version"), bool
+        ):
             raise DatasetError(
                 f"{path}: schema_version {raw.get('schema_version')} is not supported "
                 f"(this shardrec reads {' and '.join(map(str, READ_VERSIONS))})"
@@ -218,7 +224,11 @@ def _no_cyclic_gc() -> Iterator[None]:
 
 def _is_plain_name(name: Any) -> bool:
     """A single path component: not empty, not `.`/`..`, no separator or NUL."""
-    return isinstance(name, str) and name not in ("", ".", "..") and not any(c in name for c in "/\\\0")
+    return (
+        isinstance(name, str)
+        and name not in ("", ".", "..")
+        and not any(c in name for c in "/\\\0")
+    )
 
 
 def shown(value: Any, width: int = 80) -> str:
@@ -234,7 +244,9 @@ def _check_names(path: Path, manifest: Manifest) -> None:
     checked: set[str] = set()
     for split, info in manifest.splits.items():
         if not _is_plain_name(split):
-            raise DatasetError(f"{path}: split name {shown(split)} is not a plain name inside the dataset directory")
+            raise DatasetError(
+                f"{path}: split name {shown(split)} is not a plain name inside the dataset directory"
+            )
         for part in info.parts:
             if not _is_plain_name(part.name):
                 raise DatasetError(
@@ -349,7 +361,9 @@ def write_part(
     if dense.shape[0] != rows:
         raise ValueError(f"dense has {dense.shape[0]} rows, labels {rows}")
     part_dir.mkdir(parents=True, exist_ok=True)
-    files = {"label.npy": _save_npy(part_dir / "label.npy", labels.astype(np.uint8, copy=False), fsync)}
+    files = {
+        "label.npy": _save_npy(part_dir / "label.npy", labels.astype(np.uint8, copy=False), fsync)
+    }
     files["dense.npy"] = _save_npy(part_dir / "dense.npy", dense, fsync)
     offsets = offsets or {}
     for name, ids in sparse.items():
@@ -359,7 +373,9 @@ def write_part(
                 raise ValueError(f"{name}: offsets do not match {rows} rows and {len(ids)} ids")
             files[f"{name}.offsets.npy"] = _save_npy(part_dir / f"{name}.offsets.npy", off, fsync)
         elif len(ids) != rows:
-            raise ValueError(f"{name}: {len(ids)} ids for {rows} rows (one-hot features hold one id per row)")
+            raise ValueError(
+                f"{name}: {len(ids)} ids for {rows} rows (one-hot features hold one id per row)"
+            )
         files[f"{name}.npy"] = _save_npy(part_dir / f"{name}.npy", ids, fsync)
     return PartInfo(name=part_dir.name, rows=rows, files=files)
 
@@ -401,7 +417,9 @@ def check_file(directory: Path, path: str, finfo: FileInfo, plain_dir: bool) -> 
     if st is None or not stat.S_ISREG(st.st_mode):
         raise DatasetError(f"{path}: missing (named by {directory / MANIFEST})")
     if st.st_size != finfo.bytes:
-        raise DatasetError(f"{path}: {st.st_size} bytes on disk, manifest says {finfo.bytes} (truncated or replaced?)")
+        raise DatasetError(
+            f"{path}: {st.st_size} bytes on disk, manifest says {finfo.bytes} (truncated or replaced?)"
+        )
 
 
 def check_part_files(directory: Path, split: str, info: PartInfo) -> None:
@@ -418,7 +436,9 @@ def check_part_files(directory: Path, split: str, info: PartInfo) -> None:
             st = os.lstat(path)
         except OSError:
             st = None
-        if not (plain_dir and st is not None and stat.S_ISREG(st.st_mode) and st.st_size == finfo.bytes):
+        if not (
+            plain_dir and st is not None and stat.S_ISREG(st.st_mode) and st.st_size == finfo.bytes
+        ):
             check_file(directory, path, finfo, plain_dir)
 
 
@@ -439,13 +459,17 @@ def _check_layout(path: Path | str, arr: np.ndarray, dtype: str, shape: tuple[in
     try:
         want = np.dtype(dtype)
     except TypeError:
-        raise DatasetError(f"{path}: the manifest gives dtype {shown(dtype)}, which numpy does not know") from None
+        raise DatasetError(
+            f"{path}: the manifest gives dtype {shown(dtype)}, which numpy does not know"
+        ) from None
     if arr.dtype != want:
         raise DatasetError(f"{path}: dtype {arr.dtype.str}, manifest says {want.str}")
     if arr.shape != shape:
         raise DatasetError(f"{path}: shape {arr.shape}, manifest says {shape}")
     if not arr.flags.c_contiguous:
-        raise DatasetError(f"{path}: stored in Fortran order, expected C order (as np.save writes by default)")
+        raise DatasetError(
+            f"{path}: stored in Fortran order, expected C order (as np.save writes by default)"
+        )
 
 
 def _id_dtype(path: Path, feat: SparseFeature) -> str:
@@ -470,7 +494,10 @@ def open_part(directory: Path, split: str, info: PartInfo, manifest: Manifest) -
     plain_dir = _no_symlink_below(directory, part_dir)
     # Paths as strings (a Path per file was ~30% of opening a part, 28 files, ~10,000 parts).
     folder = str(part_dir) + os.sep
-    columns = {fname: _map_column(directory, folder + fname, finfo, plain_dir) for fname, finfo in info.files.items()}
+    columns = {
+        fname: _map_column(directory, folder + fname, finfo, plain_dir)
+        for fname, finfo in info.files.items()
+    }
 
     def column(fname: str, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
         if fname not in columns:
@@ -487,10 +514,16 @@ def open_part(directory: Path, split: str, info: PartInfo, manifest: Manifest) -
         dtype = _id_dtype(manifest_path, feat)
         if feat.multi_hot:
             ids = columns.get(f"{feat.name}.npy")
-            sparse[feat.name] = column(f"{feat.name}.npy", dtype, ids.shape[:1] if ids is not None else ())
+            sparse[feat.name] = column(
+                f"{feat.name}.npy", dtype, ids.shape[:1] if ids is not None else ()
+            )
             off_name = f"{feat.name}.offsets.npy"
-            if off_name in columns:  # its ends first: the message that says what the offsets should be
-                _check_offsets(part_dir / off_name, columns[off_name], info.rows, len(sparse[feat.name]))
+            if (
+                off_name in columns
+            ):  # its ends first: the message that says what the offsets should be
+                _check_offsets(
+                    part_dir / off_name, columns[off_name], info.rows, len(sparse[feat.name])
+                )
             offsets[feat.name] = column(off_name, "int64", (info.rows + 1,))
         else:
             sparse[feat.name] = column(f"{feat.name}.npy", dtype, (info.rows,))
@@ -514,5 +547,7 @@ def open_split(directory: str | Path, split: str, manifest: Manifest | None = No
     directory = Path(directory)
     manifest = manifest or Manifest.load(directory)
     if split not in manifest.splits:
-        raise DatasetError(f"{directory}: no split {split!r} (has {', '.join(manifest.splits) or 'none'})")
+        raise DatasetError(
+            f"{directory}: no split {split!r} (has {', '.join(manifest.splits) or 'none'})"
+        )
     return [open_part(directory, split, p, manifest) for p in manifest.splits[split].parts]

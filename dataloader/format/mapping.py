@@ -44,7 +44,14 @@ def _libc() -> ctypes.CDLL | None:
     except OSError:
         return None
     libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.mmap.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_long,
+    ]
     libc.munmap.restype = ctypes.c_int
     libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
     libc.madvise.restype = ctypes.c_int
@@ -141,7 +148,9 @@ def map_npy(path: str | Path) -> np.ndarray:
         size = os.fstat(fd).st_size
         nbytes = math.prod(shape) * dtype.itemsize  # np.prod: ~40 us a call, 20% of a map
         if offset + nbytes > size:
-            raise ValueError(f"the header promises {nbytes} bytes of data, the file holds {size - offset}")
+            raise ValueError(
+                f"the header promises {nbytes} bytes of data, the file holds {size - offset}"
+            )
         if nbytes == 0:
             return _read_only(np.empty(shape, dtype, order="F" if fortran else "C"))
         address = _LIBC.mmap(None, offset + nbytes, _PROT_READ, _MAP_SHARED, fd, 0)

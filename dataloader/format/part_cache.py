@@ -24,7 +24,13 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 
-from shardrec.dataloader.format.manifest import DatasetError, Manifest, Part, check_part_files, open_part
+from shardrec.dataloader.format.manifest import (
+    DatasetError,
+    Manifest,
+    Part,
+    check_part_files,
+    open_part,
+)
 from shardrec.dataloader.format.mapping import read_ahead
 
 DEFAULT_MAX_MAP_COUNT = 65530
@@ -98,13 +104,17 @@ _IDS = itertools.count()
 class PartSet(Sequence[Part]):
     """A split's parts by index (`parts[i]` maps part i if it is not mapped), rows known without mapping."""
 
-    def __init__(self, directory: str | Path, split: str, manifest: Manifest, capacity: int | None = None) -> None:
+    def __init__(
+        self, directory: str | Path, split: str, manifest: Manifest, capacity: int | None = None
+    ) -> None:
         """Check every part's files now (inside the dataset, sizes; DatasetError names the first
         bad one), and each part's dtypes and shapes when it is first mapped. `capacity`: parts this
         set keeps mapped at most (None: only the process-wide map budget bounds it)."""
         self.directory = Path(directory)
         if split not in manifest.splits:
-            raise DatasetError(f"{directory}: no split {split!r} (has {', '.join(manifest.splits) or 'none'})")
+            raise DatasetError(
+                f"{directory}: no split {split!r} (has {', '.join(manifest.splits) or 'none'})"
+            )
         if capacity is not None and capacity < 1:
             raise ValueError(f"capacity must be at least 1 part, got {capacity}")
         self.split, self.manifest, self.capacity = split, manifest, capacity
@@ -113,7 +123,8 @@ class PartSet(Sequence[Part]):
         self._mapped: OrderedDict[int, Part] = OrderedDict()
         root = str(self.directory.resolve())
         self._keys = [
-            (root, split, p.name, tuple(sorted((f, i.sha256) for f, i in p.files.items()))) for p in self._infos
+            (root, split, p.name, tuple(sorted((f, i.sha256) for f, i in p.files.items())))
+            for p in self._infos
         ]
         self._id = next(_IDS)
         _BUDGET.sets[self._id] = self
@@ -182,7 +193,9 @@ class PartSet(Sequence[Part]):
         _BUDGET.add((self._id, i), self._keys[i], len(self._infos[i].files))
         return part
 
-    def warm(self, spans: Iterable[tuple[int, int, int]], wanted: Callable[[], bool] = lambda: True) -> None:
+    def warm(
+        self, spans: Iterable[tuple[int, int, int]], wanted: Callable[[], bool] = lambda: True
+    ) -> None:
         """Map the parts of `spans` (part, first row, rows) and read those rows of their columns
         ahead (mapping.read_ahead), while `wanted()`: run on a background thread for the next
         shuffle group, it takes the opening (~2 ms a Criteo part) out of the gathers, and a
@@ -192,7 +205,9 @@ class PartSet(Sequence[Part]):
             for i, start, rows in spans:
                 if not wanted():
                     return
-                time.sleep(0)  # let the gathers' thread take the GIL between parts (opening one holds it ~1 ms)
+                time.sleep(
+                    0
+                )  # let the gathers' thread take the GIL between parts (opening one holds it ~1 ms)
                 part = self[i]
                 for column in (
                     part.labels,

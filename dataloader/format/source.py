@@ -43,7 +43,10 @@ class SplitSource:
 
 
 def open_source(
-    directory: str | Path, split: str, hashes: list[int] | None = None, max_mapped_parts: int | None = None
+    directory: str | Path,
+    split: str,
+    hashes: list[int] | None = None,
+    max_mapped_parts: int | None = None,
 ) -> SplitSource:
     """Open `split` of a shardrec dataset, or of a torchrec day_N_*.npy directory.
 
@@ -83,25 +86,37 @@ def _check_not_empty(source: SplitSource) -> None:
         raise DatasetError(f"{source.directory}: split {source.split!r} has no rows")
 
 
-def _npy_part(directory: Path, day: int, arrays: npy.Day, start: int = 0, stop: int | None = None) -> Part:
+def _npy_part(
+    directory: Path, day: int, arrays: npy.Day, start: int = 0, stop: int | None = None
+) -> Part:
     """Rows [start, stop) of one day as a Part whose columns are torchrec's names."""
     stop = arrays.rows if stop is None else stop
     sparse = arrays.sparse[start:stop]
     names = npy.feature_names(sparse.shape[1])
     columns = {n: sparse[:, i] for i, n in enumerate(names)}
     return Part(
-        directory / f"day_{day}", stop - start, arrays.labels[start:stop], arrays.dense[start:stop], columns, {}
+        directory / f"day_{day}",
+        stop - start,
+        arrays.labels[start:stop],
+        arrays.dense[start:stop],
+        columns,
+        {},
     )
 
 
-def open_torchrec_npy(directory: str | Path, split: str, hashes: list[int] | int | None = None) -> SplitSource:
+def open_torchrec_npy(
+    directory: str | Path, split: str, hashes: list[int] | int | None = None
+) -> SplitSource:
     """Memory-map one split of a torchrec day_N_*.npy directory (torchrec's split convention)."""
     directory = Path(directory)
     days = npy.day_numbers(directory)
     if not days:
         raise DatasetError(f"{directory}: no day_N_dense.npy files")
     if split == "train":
-        parts = [_npy_part(directory, d, npy.open_day(directory, d)) for d in (days[:-1] if len(days) > 1 else days)]
+        parts = [
+            _npy_part(directory, d, npy.open_day(directory, d))
+            for d in (days[:-1] if len(days) > 1 else days)
+        ]
     elif split in ("val", "test"):
         if len(days) < 2:
             raise DatasetError(
@@ -115,7 +130,9 @@ def open_torchrec_npy(directory: str | Path, split: str, hashes: list[int] | int
             else _npy_part(directory, days[-1], last, half)
         ]
     else:
-        raise DatasetError(f"{directory}: no split {split!r} (torchrec layout has train, val, test)")
+        raise DatasetError(
+            f"{directory}: no split {split!r} (torchrec layout has train, val, test)"
+        )
     names = list(parts[0].sparse)
     if any(list(p.sparse) != names or p.dense.shape[1] != parts[0].dense.shape[1] for p in parts):
         raise DatasetError(f"{directory}: days disagree on the number of dense or sparse columns")
@@ -123,7 +140,9 @@ def open_torchrec_npy(directory: str | Path, split: str, hashes: list[int] | int
     if hashes is not None:
         sizes = [hashes] * len(names) if isinstance(hashes, int) else list(hashes)
         if len(sizes) != len(names) or any(h <= 0 for h in sizes):
-            raise ValueError(f"hashes must be one positive size or {len(names)} of them, got {hashes}")
+            raise ValueError(
+                f"hashes must be one positive size or {len(names)} of them, got {hashes}"
+            )
         modulo = dict(zip(names, sizes))
     h = hashlib.sha256(f"torchrec-npy:{split}:{hashes}".encode())
     for d in days:

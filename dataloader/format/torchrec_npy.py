@@ -22,7 +22,11 @@ import numpy as np
 from shardrec.dataloader.format.manifest import DatasetError
 
 KINDS = ("dense", "sparse", "labels")
-WRITE_DTYPES = {"dense": np.dtype(np.float32), "sparse": np.dtype(np.int64), "labels": np.dtype(np.int32)}
+WRITE_DTYPES = {
+    "dense": np.dtype(np.float32),
+    "sparse": np.dtype(np.int64),
+    "labels": np.dtype(np.int32),
+}
 """What torchrec's scripts write, and so what export writes (int64 ids: `% hashes` keeps ours)."""
 _DAY = re.compile(r"^day_(\d+)_dense\.npy$")
 
@@ -71,7 +75,9 @@ class Day:
 
 def _load(path: Path) -> np.ndarray:
     if not path.is_file():
-        raise DatasetError(f"{path}: missing (torchrec layout needs day_N_dense/sparse/labels.npy for every day)")
+        raise DatasetError(
+            f"{path}: missing (torchrec layout needs day_N_dense/sparse/labels.npy for every day)"
+        )
     try:
         return np.load(path, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError) as e:
@@ -89,10 +95,16 @@ def open_day(directory: Path, day: int) -> Day:
     if labels.ndim == 2 and labels.shape[1] == 1:
         labels = labels[:, 0]
     if labels.ndim != 1:
-        raise DatasetError(f"{day_file(directory, day, 'labels')}: shape {labels.shape}, expected [rows] or [rows, 1]")
+        raise DatasetError(
+            f"{day_file(directory, day, 'labels')}: shape {labels.shape}, expected [rows] or [rows, 1]"
+        )
     for kind, arr in (("sparse", sparse), ("labels", labels)):
         if arr.shape[0] != rows:
-            raise DatasetError(f"{day_file(directory, day, kind)}: {arr.shape[0]} rows, day_{day}_dense.npy has {rows}")
+            raise DatasetError(
+                f"{day_file(directory, day, kind)}: {arr.shape[0]} rows, day_{day}_dense.npy has {rows}"
+            )
     if not np.issubdtype(sparse.dtype, np.integer):
-        raise DatasetError(f"{day_file(directory, day, 'sparse')}: dtype {sparse.dtype}, expected integers")
+        raise DatasetError(
+            f"{day_file(directory, day, 'sparse')}: dtype {sparse.dtype}, expected integers"
+        )
     return Day(dense, sparse, labels)

@@ -84,7 +84,9 @@ class AddressCache:
         self._usable[:, index] &= self._kernel_ok
         self._refs[index] = weakref.ref(part)
 
-    def tables(self, indices: np.ndarray, held: list[Part]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def tables(
+        self, indices: np.ndarray, held: list[Part]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(addresses, strides) [columns, parts] of the held parts (indices[k] is held[k]'s
         part index), and per column whether the kernels may read it from all of them.
 
@@ -94,4 +96,8 @@ class AddressCache:
             ref = refs[i]
             if ref is None or ref() is not part:
                 self._fill(i, part)
-        return self._addresses[:, indices], self._strides[:, indices], self._usable[:, indices].all(axis=1)
+        return (
+            self._addresses[:, indices],
+            self._strides[:, indices],
+            self._usable[:, indices].all(axis=1),
+        )

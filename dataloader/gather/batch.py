@@ -62,7 +62,9 @@ class BatchGatherer:
         # kernel would train row 0 instead; on CUDA nothing may catch them). Folded features
         # (modulo) cannot leave their table.
         self.limits = {k: v for k, v in parts[0].limits.items() if k not in self.modulo}
-        assert index_tables is None or not self.multi_hot, "multi-hot ids are made from one-hot features only"
+        assert index_tables is None or not self.multi_hot, (
+            "multi-hot ids are made from one-hot features only"
+        )
         self.num_dense = int(parts[0].dense.shape[1])
         rows = part_rows(parts)
         self._part_starts = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
@@ -85,7 +87,11 @@ class BatchGatherer:
     def _pick(self, column: np.ndarray, groups: Groups, i: int) -> np.ndarray:
         """Group i's rows of one column: a view for a contiguous span, else a gather."""
         span = groups.spans[i]
-        return column[span[0] : span[1]] if span is not None else np.take(column, groups.local[i], axis=0)
+        return (
+            column[span[0] : span[1]]
+            if span is not None
+            else np.take(column, groups.local[i], axis=0)
+        )
 
     def _column(self, groups: Groups, n: int, get, out: np.ndarray) -> np.ndarray:
         """Gather one column from every part into `out` (cast to out's dtype on assignment)."""
@@ -126,7 +132,12 @@ class BatchGatherer:
         return True
 
     def _check_ids(
-        self, name: str, values: np.ndarray, rows: np.ndarray, hi: int | None = None, source: np.ndarray | None = None
+        self,
+        name: str,
+        values: np.ndarray,
+        rows: np.ndarray,
+        hi: int | None = None,
+        source: np.ndarray | None = None,
     ) -> None:
         """Refuse ids of `name` at or beyond its table's rows. values[k] came from global row
         rows[k]; `hi`: their largest as a kernel found it; else the max of `source`, the same
@@ -171,13 +182,22 @@ class BatchGatherer:
         n = count * b
         if self.compiled and not self.multi_hot and len(set(self._part_range(rows))) > 1:
             part_of, local, used = self._locator.locate(rows)
-            return self._batches(slices, *self._gather_located((part_of, local), used, count, b, rows))
+            return self._batches(
+                slices, *self._gather_located((part_of, local), used, count, b, rows)
+            )
         groups = group_rows(rows, self._part_starts, self._part_range(rows), self.compiled)
         labels = self._column(groups, n, lambda p: p.labels, np.empty(n, np.float32))
-        dense = self._column(groups, n, lambda p: p.dense, np.empty((n, self.num_dense), np.float32))
+        dense = self._column(
+            groups, n, lambda p: p.dense, np.empty((n, self.num_dense), np.float32)
+        )
         if self.multi_hot:
             kjts = [
-                self._kjt(*self._jagged(group_rows(r, self._part_starts, self._part_range(r), self.compiled), b, r), b)
+                self._kjt(
+                    *self._jagged(
+                        group_rows(r, self._part_starts, self._part_range(r), self.compiled), b, r
+                    ),
+                    b,
+                )
                 for r, _ in slices
             ]
         else:
@@ -190,7 +210,9 @@ class BatchGatherer:
                 if compiled and (span is None or name not in self.modulo):
                     column = self.parts[groups.parts[0]].sparse[name]
                     if span is None:
-                        hi = kernels.take_ids(column, groups.local[0], values, f, self.modulo.get(name, 0))
+                        hi = kernels.take_ids(
+                            column, groups.local[0], values, f, self.modulo.get(name, 0)
+                        )
                     else:
                         hi = kernels.copy_ids(column, span[0], values, f)
                     self._check_ids(name, values[:, f, :], rows, hi)
@@ -204,7 +226,11 @@ class BatchGatherer:
         return self._batches(slices, labels, dense, kjts)
 
     def _batches(
-        self, slices: list[tuple[np.ndarray, int]], labels: np.ndarray, dense: np.ndarray, kjts: list[KeyedJaggedTensor]
+        self,
+        slices: list[tuple[np.ndarray, int]],
+        labels: np.ndarray,
+        dense: np.ndarray,
+        kjts: list[KeyedJaggedTensor],
     ) -> list[Batch]:
         """Cut the gathered columns into one Batch per slice; padding rows get PAD_LABEL."""
         b = len(slices[0][0])
@@ -221,7 +247,12 @@ class BatchGatherer:
         ]
 
     def _gather_located(
-        self, located: tuple[np.ndarray, np.ndarray], used: np.ndarray, count: int, b: int, rows: np.ndarray
+        self,
+        located: tuple[np.ndarray, np.ndarray],
+        used: np.ndarray,
+        count: int,
+        b: int,
+        rows: np.ndarray,
     ):
         """Labels, dense and one-hot ids of rows spread over several parts, each written once,
         in order (no grouping by part, no scattered writes). located: (part_of, local), part_of
@@ -231,7 +262,11 @@ class BatchGatherer:
         # The parts used, held (mapped) until the kernels are done with their raw addresses:
         # each column's table has one entry per part used.
         numbers = used.tolist()
-        held = self.parts.hold(numbers) if isinstance(self.parts, PartSet) else [self.parts[p] for p in numbers]
+        held = (
+            self.parts.hold(numbers)
+            if isinstance(self.parts, PartSet)
+            else [self.parts[p] for p in numbers]
+        )
         addresses, strides, same = self._addresses.tables(used, held)
 
         def fallback() -> Groups:  # numpy, part by part (layouts differ, or float16)
@@ -239,17 +274,27 @@ class BatchGatherer:
 
         labels = np.empty(n, np.float32)
         if same[0]:
-            kernels.take_values_parts(self._addresses.like[0], addresses[0], int(strides[0, 0]), part_of, local, labels)
+            kernels.take_values_parts(
+                self._addresses.like[0], addresses[0], int(strides[0, 0]), part_of, local, labels
+            )
         else:
             self._column(fallback(), n, lambda p: p.labels, labels)
         dense = np.empty((n, self.num_dense), np.float32)
         if same[1]:
             item_stride = held[0].dense.strides[1]
-            if held[0].dense.dtype == dense.dtype and item_stride == dense.itemsize:  # whole rows: copied
+            if (
+                held[0].dense.dtype == dense.dtype and item_stride == dense.itemsize
+            ):  # whole rows: copied
                 kernels.copy_rows_parts(addresses[1], strides[1], part_of, local, dense)
             else:
                 kernels.take_rows_parts(
-                    self._addresses.like[1], addresses[1], strides[1], item_stride, part_of, local, dense
+                    self._addresses.like[1],
+                    addresses[1],
+                    strides[1],
+                    item_stride,
+                    part_of,
+                    local,
+                    dense,
                 )
         else:
             self._column(fallback(), n, lambda p: p.dense, dense)
@@ -284,7 +329,11 @@ class BatchGatherer:
         pieces = []
         for f, name in enumerate(self.feature_names):
             if name not in self.multi_hot:
-                pieces.append(self._column(groups, n, lambda p, name=name: p.sparse[name], np.empty(n, np.int64)))
+                pieces.append(
+                    self._column(
+                        groups, n, lambda p, name=name: p.sparse[name], np.empty(n, np.int64)
+                    )
+                )
                 self._check_ids(name, pieces[-1], rows)
                 continue
             lens = lengths[f * n : (f + 1) * n]
@@ -300,7 +349,9 @@ class BatchGatherer:
                 raise bad_jagged_id_error(self.parts, list(zip(groups.parts, groups.local)), name)
         values = np.concatenate(pieces)
         if self.modulo:
-            bounds = np.concatenate([[0], np.cumsum(lengths.reshape(len(self.feature_names), n).sum(axis=1))])
+            bounds = np.concatenate(
+                [[0], np.cumsum(lengths.reshape(len(self.feature_names), n).sum(axis=1))]
+            )
             for f, name in enumerate(self.feature_names):
                 if name in self.modulo:
                     seg = values[bounds[f] : bounds[f + 1]]

@@ -252,7 +252,9 @@ def copy_rows_parts(addresses, strides, part_of, local, out):
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
-def take_ids_columns_parts(like, addresses, strides, features, modulos, part_of, local, out, highest):
+def take_ids_columns_parts(
+    like, addresses, strides, features, modulos, part_of, local, out, highest
+):
     """`take_ids` for rows of several parts and several one-hot features of one id dtype, in one
     call: column c (an address per part in addresses[c], one row stride strides[c] for all parts:
     the caller checks it) goes to out[:, features[c], :] in order, each id written once, folded

@@ -21,7 +21,9 @@ class Groups:
     parts: list[int]
     local: list[np.ndarray]  # row index inside the part
     where: list[np.ndarray | None]  # positions in the slice (None: the whole slice, in order)
-    spans: list[tuple[int, int] | None] = field(default_factory=list)  # local rows a:b when contiguous
+    spans: list[tuple[int, int] | None] = field(
+        default_factory=list
+    )  # local rows a:b when contiguous
 
     def __post_init__(self) -> None:
         self.spans = [span(local) for local in self.local]
@@ -32,10 +34,14 @@ def span(local: np.ndarray) -> tuple[int, int] | None:
     n = len(local)
     if n == 0 or int(local[-1]) - int(local[0]) != n - 1:
         return None
-    return (int(local[0]), int(local[-1]) + 1) if n == 1 or bool(np.all(np.diff(local) == 1)) else None
+    return (
+        (int(local[0]), int(local[-1]) + 1) if n == 1 or bool(np.all(np.diff(local) == 1)) else None
+    )
 
 
-def group_rows(rows: np.ndarray, part_starts: np.ndarray, first_last: tuple[int, int], compiled: bool) -> Groups:
+def group_rows(
+    rows: np.ndarray, part_starts: np.ndarray, first_last: tuple[int, int], compiled: bool
+) -> Groups:
     """Global rows grouped by part; `first_last`: the first and last part holding any of them,
     part_starts: [parts + 1] first global row of each part, then the total."""
     first, last = first_last
@@ -46,7 +52,9 @@ def group_rows(rows: np.ndarray, part_starts: np.ndarray, first_last: tuple[int,
         bounds = np.concatenate([[0], np.cumsum(counts)])
         used = [p for p in range(len(counts)) if counts[p]]
         return Groups(
-            used, [local[bounds[p] : bounds[p + 1]] for p in used], [where[bounds[p] : bounds[p + 1]] for p in used]
+            used,
+            [local[bounds[p] : bounds[p + 1]] for p in used],
+            [where[bounds[p] : bounds[p + 1]] for p in used],
         )
     part_of = np.searchsorted(part_starts, rows, side="right") - 1
     order = np.argsort(part_of, kind="stable")

@@ -93,19 +93,32 @@ class MultiHotSpec:
                 raise ValueError(f"multi-hot size {s} of feature {i} must be at least 1")
         for i, r in enumerate(self.rows):
             if not 1 <= r < 2**31:
-                raise ValueError(f"table rows {r} of feature {i} must lie in [1, 2^31) (the tables hold int32 ids)")
+                raise ValueError(
+                    f"table rows {r} of feature {i} must lie in [1, 2^31) (the tables hold int32 ids)"
+                )
         if self.dist not in DISTRIBUTIONS:
-            raise ValueError(f"multi-hot distribution {self.dist!r} must be one of {', '.join(DISTRIBUTIONS)}")
+            raise ValueError(
+                f"multi-hot distribution {self.dist!r} must be one of {', '.join(DISTRIBUTIONS)}"
+            )
         if not 0 <= self.seed < 2**32:
-            raise ValueError(f"multi-hot seed {self.seed} must lie in [0, 2^32) (numpy's legacy seed)")
+            raise ValueError(
+                f"multi-hot seed {self.seed} must lie in [0, 2^32) (numpy's legacy seed)"
+            )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"sizes": list(self.sizes), "rows": list(self.rows), "dist": self.dist, "seed": self.seed}
+        return {
+            "sizes": list(self.sizes),
+            "rows": list(self.rows),
+            "dist": self.dist,
+            "seed": self.seed,
+        }
 
     @property
     def key(self) -> str:
         """Name of this spec's folder in a cache directory."""
-        digest = hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+        digest = hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[
+            :16
+        ]
         return f"{self.dist}-seed{self.seed}-{digest}"
 
 
@@ -121,7 +134,11 @@ class IndexTables:
         self._lengths: dict[int, np.ndarray] = {}
 
     def expand(
-        self, t: int, ids: np.ndarray, compiled: bool = jit.AVAILABLE, dtype: np.dtype | type = TABLE_DTYPE
+        self,
+        t: int,
+        ids: np.ndarray,
+        compiled: bool = jit.AVAILABLE,
+        dtype: np.dtype | type = TABLE_DTYPE,
     ) -> np.ndarray:
         """Multi-hot ids [len(ids), size_t] of feature t's one-hot ids (folded into its rows), in
         `dtype` (a dataset column's, cast as they are written: table ids are never negative);
@@ -136,7 +153,9 @@ class IndexTables:
             ids = np.remainder(ids, rows)  # the reference folds ids with `% rows` before its lookup
         return np.take(self.tables[t], ids, axis=0).astype(dtype, copy=False)
 
-    def expand_batch(self, ids: np.ndarray, compiled: bool = jit.AVAILABLE) -> tuple[np.ndarray, np.ndarray]:
+    def expand_batch(
+        self, ids: np.ndarray, compiled: bool = jit.AVAILABLE
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Multi-hot values and lengths of one batch's one-hot ids [features, b], feature-major
         as a materialised dataset's. The values' memory is recycled from batches nobody holds
         any more (buffer_pool.py); the lengths, the same for every batch of b, are shared."""
@@ -155,7 +174,11 @@ class IndexTables:
 
 
 def multihot_spec(
-    manifest: Manifest, sizes: list[int], rows: list[int] | None = None, dist: str = "uniform", seed: int = 0
+    manifest: Manifest,
+    sizes: list[int],
+    rows: list[int] | None = None,
+    dist: str = "uniform",
+    seed: int = 0,
 ) -> MultiHotSpec:
     """The spec that turns a one-hot dataset's features into multi-hot ones, in manifest order.
 
@@ -175,7 +198,9 @@ def multihot_spec(
         )
     for feat in manifest.sparse_features:
         if feat.multi_hot:
-            raise ValueError(f"feature {feat.name} is already multi-hot: multi-hot ids are made from one-hot ones")
+            raise ValueError(
+                f"feature {feat.name} is already multi-hot: multi-hot ids are made from one-hot ones"
+            )
     rows = list(rows) if rows is not None else [f.cardinality for f in manifest.sparse_features]
     return MultiHotSpec(tuple(sizes), tuple(rows), dist, seed)
 
@@ -199,14 +224,22 @@ def _draw(rng: np.random.RandomState, dist: str, rows: int, shape: tuple[int, in
         return rng.pareto(a=PARETO_A, size=shape).astype(np.int32) % rows
 
 
-def _write_table(path: Path, rng: np.random.RandomState, rows: int, size: int, dist: str, chunk_ids: int) -> None:
+def _write_table(
+    path: Path, rng: np.random.RandomState, rows: int, size: int, dist: str, chunk_ids: int
+) -> None:
     # Written block by block through a plain file, not a writable memory map: the process then
     # holds one block, not every page of a 16 GB table until the kernel writes it back.
-    header = {"descr": np.lib.format.dtype_to_descr(TABLE_DTYPE), "fortran_order": False, "shape": (rows, size)}
+    header = {
+        "descr": np.lib.format.dtype_to_descr(TABLE_DTYPE),
+        "fortran_order": False,
+        "shape": (rows, size),
+    }
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
         np.lib.format.write_array_header_1_0(f, header)
         if size == 1:
-            _draw(rng, dist, rows, (rows, 0))  # the reference's empty draw: takes nothing, kept faithful
+            _draw(
+                rng, dist, rows, (rows, 0)
+            )  # the reference's empty draw: takes nothing, kept faithful
         step = max(1, chunk_ids // max(size - 1, 1))
         for a in range(0, rows, step):
             b = min(rows, a + step)
@@ -233,7 +266,10 @@ def _open_complete(directory: Path, spec: MultiHotSpec) -> IndexTables | None:
         return None
     if marker.get("spec") != spec.to_dict():
         return None
-    tables = [_open_table(_table_path(directory, t), r, s) for t, (r, s) in enumerate(zip(spec.rows, spec.sizes))]
+    tables = [
+        _open_table(_table_path(directory, t), r, s)
+        for t, (r, s) in enumerate(zip(spec.rows, spec.sizes))
+    ]
     if any(t is None for t in tables):
         return None
     return IndexTables(spec, directory, tables)  # type: ignore[arg-type]
@@ -249,7 +285,8 @@ def _resume_point(directory: Path, spec: MultiHotSpec) -> tuple[int, np.random.R
         return 0, rng
     done = int(progress.get("tables", 0)) if progress.get("spec") == spec.to_dict() else 0
     if done and all(
-        _open_table(_table_path(directory, t), spec.rows[t], spec.sizes[t]) is not None for t in range(done)
+        _open_table(_table_path(directory, t), spec.rows[t], spec.sizes[t]) is not None
+        for t in range(done)
     ):
         name, keys, pos, has_gauss, gauss = progress["rng"]
         rng.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss))
@@ -257,7 +294,9 @@ def _resume_point(directory: Path, spec: MultiHotSpec) -> tuple[int, np.random.R
     return 0, rng
 
 
-def _save_progress(directory: Path, spec: MultiHotSpec, done: int, rng: np.random.RandomState) -> None:
+def _save_progress(
+    directory: Path, spec: MultiHotSpec, done: int, rng: np.random.RandomState
+) -> None:
     name, keys, pos, has_gauss, gauss = rng.get_state()
     record = {
         "spec": spec.to_dict(),
@@ -301,7 +340,9 @@ def open_index_tables(
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise ValueError(f"{directory}: cannot create the multi-hot table cache: {e.strerror or e}") from None
+        raise ValueError(
+            f"{directory}: cannot create the multi-hot table cache: {e.strerror or e}"
+        ) from None
     with _locked(directory.parent / f".{spec.key}.lock"):
         if (tables := _open_complete(directory, spec)) is not None:
             return tables  # another process drew them while this one waited
@@ -309,14 +350,21 @@ def open_index_tables(
             stale.unlink(missing_ok=True)
         first, rng = _resume_point(directory, spec)
         if first:
-            logger.info("%s: resuming multi-hot tables at table %d of %d", directory, first, len(spec.sizes))
+            logger.info(
+                "%s: resuming multi-hot tables at table %d of %d", directory, first, len(spec.sizes)
+            )
         for t in range(first, len(spec.sizes)):
-            _write_table(_table_path(directory, t), rng, spec.rows[t], spec.sizes[t], spec.dist, chunk_ids)
+            _write_table(
+                _table_path(directory, t), rng, spec.rows[t], spec.sizes[t], spec.dist, chunk_ids
+            )
             _save_progress(directory, spec, t + 1, rng)
             if on_table is not None:
                 on_table(t, spec.rows[t])
         files = {p.name: p.stat().st_size for p in sorted(directory.glob("table-*.npy"))}
-        atomic_write_bytes(directory / MARKER, json.dumps({"spec": spec.to_dict(), "files": files}, indent=1).encode())
+        atomic_write_bytes(
+            directory / MARKER,
+            json.dumps({"spec": spec.to_dict(), "files": files}, indent=1).encode(),
+        )
     tables = _open_complete(directory, spec)
     assert tables is not None, f"{directory}: tables unreadable right after they were written"
     return tables
@@ -344,7 +392,9 @@ def multihot_source(source: SplitSource, option: MultiHotOption) -> tuple[SplitS
     (a loader state saved without multi-hot ids, or with other tables, is refused on resume)."""
     rows = list(option.rows) if option.rows is not None else None
     if (source.directory / MANIFEST).is_file():
-        spec = multihot_spec(Manifest.load(source.directory), list(option.sizes), rows, option.dist, option.seed)
+        spec = multihot_spec(
+            Manifest.load(source.directory), list(option.sizes), rows, option.dist, option.seed
+        )
     else:
         if rows is None:
             missing = [n for n in source.feature_names if n not in source.modulo]
@@ -359,6 +409,8 @@ def multihot_source(source: SplitSource, option: MultiHotOption) -> tuple[SplitS
                 "give one per feature"
             )
         spec = MultiHotSpec(tuple(option.sizes), tuple(rows), option.dist, option.seed)
-    tables = open_index_tables(option.cache_dir if option.cache_dir is not None else default_cache_dir(), spec)
+    tables = open_index_tables(
+        option.cache_dir if option.cache_dir is not None else default_cache_dir(), spec
+    )
     fingerprint = hashlib.sha256(f"{source.fingerprint};multihot:{spec.key}".encode()).hexdigest()
     return dataclasses.replace(source, fingerprint=fingerprint), tables

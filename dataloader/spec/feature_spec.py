@@ -32,7 +32,9 @@ class SpecError(ValueError):
 
 def _one_byte(value: str, what: str, forbidden: str = '\r\n"') -> None:
     if len(value.encode()) != 1 or value in forbidden:
-        raise ValueError(f"{what} {value!r} must be one byte other than {', '.join(map(repr, forbidden))}")
+        raise ValueError(
+            f"{what} {value!r} must be one byte other than {', '.join(map(repr, forbidden))}"
+        )
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,9 @@ class DenseColumn(_Column):
         if self.type not in DENSE_TYPES:
             raise ValueError(f"type {self.type!r} is not one of {', '.join(DENSE_TYPES)}")
         if self.transform not in DENSE_TRANSFORMS:
-            raise ValueError(f"transform {self.transform!r} is not one of {', '.join(DENSE_TRANSFORMS)}")
+            raise ValueError(
+                f"transform {self.transform!r} is not one of {', '.join(DENSE_TRANSFORMS)}"
+            )
 
 
 @dataclass(frozen=True)
@@ -121,7 +125,9 @@ class CategoricalColumn(_Column):
         if self.kind not in CATEGORICAL_KINDS:
             raise ValueError(f"kind {self.kind!r} is not one of {', '.join(CATEGORICAL_KINDS)}")
         if self.hash_size is not None and self.hash_size < 2:
-            raise ValueError(f"hash_size {self.hash_size} must be at least 2 (id 0 is the empty value)")
+            raise ValueError(
+                f"hash_size {self.hash_size} must be at least 2 (id 0 is the empty value)"
+            )
 
 
 @dataclass(frozen=True)
@@ -172,13 +178,19 @@ class FeatureSpec:
     def __post_init__(self) -> None:
         labels = [c.name for c in self.columns if c.role == "label"]
         if len(labels) != 1:
-            raise ValueError(f"a spec needs exactly one label column, found {len(labels)} ({', '.join(labels)})")
+            raise ValueError(
+                f"a spec needs exactly one label column, found {len(labels)} ({', '.join(labels)})"
+            )
         names = [c.name for c in self.columns]
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
-            raise ValueError(f"column names must be unique: {', '.join(twice)} appear more than once")
+            raise ValueError(
+                f"column names must be unique: {', '.join(twice)} appear more than once"
+            )
         if "label" in names and self.label.name != "label":
-            raise ValueError("'label' names the label of every dataset: give another column another name")
+            raise ValueError(
+                "'label' names the label of every dataset: give another column another name"
+            )
         for c in self.sparse:
             if not _file_name(c.name):
                 raise ValueError(
@@ -186,7 +198,9 @@ class FeatureSpec:
                     "not starting with '.' nor ending in .offsets"
                 )
         if self.format.min_fields is not None and self.format.min_fields > len(self.columns):
-            raise ValueError(f"min_fields {self.format.min_fields} is more than the spec's {len(self.columns)} columns")
+            raise ValueError(
+                f"min_fields {self.format.min_fields} is more than the spec's {len(self.columns)} columns"
+            )
 
     @property
     def label(self) -> LabelColumn:
@@ -207,7 +221,10 @@ class FeatureSpec:
 
     def to_dict(self) -> dict:
         """Plain data (what the manifest records and spec_file writes as TOML); defaults left out."""
-        return {"format": _changed(self.format), "columns": [{"role": c.role, **_changed(c)} for c in self.columns]}
+        return {
+            "format": _changed(self.format),
+            "columns": [{"role": c.role, **_changed(c)} for c in self.columns],
+        }
 
     def sha256(self) -> str:
         """Identifies the spec: its plain data, canonical JSON."""

@@ -34,7 +34,12 @@ from shardrec.dataloader.spec.feature_spec import (
 )
 
 # Keys whose value is one word of a fixed set: a misspelt one gets the nearest word.
-_CHOICES = {"kind": CATEGORICAL_KINDS, "type": DENSE_TYPES, "transform": DENSE_TRANSFORMS, "pooling": POOLINGS}
+_CHOICES = {
+    "kind": CATEGORICAL_KINDS,
+    "type": DENSE_TYPES,
+    "transform": DENSE_TRANSFORMS,
+    "pooling": POOLINGS,
+}
 
 
 def _near(word: str, known) -> str:
@@ -77,11 +82,22 @@ def _build(cls: type, raw: dict[str, Any], where: str, skip: tuple[str, ...] = (
             raise SpecError(f"{where}: {key} = {value!r} should be {_words(hints[key])}")
         choices = FORMAT_KINDS if (cls is TextFormat and key == "kind") else _CHOICES.get(key)
         if choices and value not in choices:
-            raise SpecError(f"{where}: {key} = {value!r} is not one of {', '.join(choices)}{_near(value, choices)}")
-    floats = [k for k in raw if k not in skip and hints[k] in (float, float | None) and isinstance(raw[k], int)]
-    raw = {**raw, **{k: float(raw[k]) for k in floats}}  # `threshold = 4` and 4.0 are one spec (one hash)
+            raise SpecError(
+                f"{where}: {key} = {value!r} is not one of {', '.join(choices)}{_near(value, choices)}"
+            )
+    floats = [
+        k
+        for k in raw
+        if k not in skip and hints[k] in (float, float | None) and isinstance(raw[k], int)
+    ]
+    raw = {
+        **raw,
+        **{k: float(raw[k]) for k in floats},
+    }  # `threshold = 4` and 4.0 are one spec (one hash)
     if "position" in raw and raw["position"] < 0:
-        raise SpecError(f"{where}: position = {raw['position']} must be 0 or more (0 is the first field)")
+        raise SpecError(
+            f"{where}: position = {raw['position']} must be 0 or more (0 is the first field)"
+        )
     try:
         return cls(**{k: v for k, v in raw.items() if k not in skip})
     except (ValueError, TypeError) as e:
@@ -103,18 +119,28 @@ def spec_from_dict(raw: Any, source: str) -> FeatureSpec:
         raise SpecError(f"{source}: format should be a table ([format])")
     text = _build(TextFormat, fmt, f"{source}: format")
     entries = raw.get("columns")
-    if not isinstance(entries, list) or not entries or not all(isinstance(c, dict) for c in entries):
-        raise SpecError(f"{source}: no columns: add one [[columns]] table per field, each with a name and a role")
+    if (
+        not isinstance(entries, list)
+        or not entries
+        or not all(isinstance(c, dict) for c in entries)
+    ):
+        raise SpecError(
+            f"{source}: no columns: add one [[columns]] table per field, each with a name and a role"
+        )
     columns = []
     for i, entry in enumerate(entries):
         name = entry.get("name")
         where = f"{source}: columns[{i}]" + (f" ({name})" if isinstance(name, str) else "")
         if not isinstance(name, str) or not name:
-            raise SpecError(f"{where}: name is missing (the column's header name, or a name of your choice)")
+            raise SpecError(
+                f"{where}: name is missing (the column's header name, or a name of your choice)"
+            )
         role = entry.get("role")
         if role not in ROLES:
             shown = "missing" if role is None else f"{role!r}"
-            raise SpecError(f"{where}: role is {shown}, expected one of {', '.join(ROLES)}{_near(str(role), ROLES)}")
+            raise SpecError(
+                f"{where}: role is {shown}, expected one of {', '.join(ROLES)}{_near(str(role), ROLES)}"
+            )
         columns.append(_build(COLUMN_TYPES[role], entry, where, skip=("role",)))
     try:
         return FeatureSpec(text, tuple(columns))
@@ -140,7 +166,9 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, str):
         return json.dumps(value)  # a JSON string is a TOML basic string
     if isinstance(value, dict):
-        return "{ " + ", ".join(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in value.items()) + " }"
+        return (
+            "{ " + ", ".join(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in value.items()) + " }"
+        )
     return repr(value)
 
 
@@ -151,13 +179,19 @@ def spec_to_toml(spec: FeatureSpec, notes: dict[str, str] | None = None, preambl
     """
     lines = [f"# {line}" if line else "#" for line in preamble.splitlines()]
     lines += ["[format]"]
-    lines += [f"{f.name} = {_toml_value(getattr(spec.format, f.name))}" for f in fields(spec.format)]
+    lines += [
+        f"{f.name} = {_toml_value(getattr(spec.format, f.name))}" for f in fields(spec.format)
+    ]
     lines = [line for line in lines if not line.endswith("= None")]
     for column in spec.columns:
         lines.append("")
         if notes and column.name in notes:
             lines += [f"# {line}" for line in notes[column.name].splitlines()]
-        lines += ["[[columns]]", f"name = {_toml_value(column.name)}", f"role = {_toml_value(column.role)}"]
+        lines += [
+            "[[columns]]",
+            f"name = {_toml_value(column.name)}",
+            f"role = {_toml_value(column.role)}",
+        ]
         for f in fields(column):
             value = getattr(column, f.name)
             if f.name != "name" and value is not None and value != {}:

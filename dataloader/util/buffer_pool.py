@@ -49,7 +49,10 @@ class BufferPool:
 
     def _give_back(self, owner: np.ndarray) -> None:
         with self._lock:
-            if len(owner) == self._length and (len(self._free) + 1) * owner.nbytes <= self.max_bytes:
+            if (
+                len(owner) == self._length
+                and (len(self._free) + 1) * owner.nbytes <= self.max_bytes
+            ):
                 self._free.append(owner)
 
     @property

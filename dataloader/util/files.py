@@ -17,7 +17,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["atomic_open", "atomic_path", "atomic_write_bytes", "fsync_dir", "fsync_path", "temporary_name"]
+__all__ = [
+    "atomic_open",
+    "atomic_path",
+    "atomic_write_bytes",
+    "fsync_dir",
+    "fsync_path",
+    "temporary_name",
+]
 
 
 def temporary_name(path: Path) -> Path:

@@ -155,7 +155,13 @@ def step_comm_bytes(
     for table_plan in table_plans:
         name = table_plan.name
         sent = table_comm_bytes(
-            table_plan, rows[name], dims[name], pooling.get(name, 1.0), w, local_world_size, curves.get(name)
+            table_plan,
+            rows[name],
+            dims[name],
+            pooling.get(name, 1.0),
+            w,
+            local_world_size,
+            curves.get(name),
         )
         for kind, volume in sent.items():
             total[kind] += volume

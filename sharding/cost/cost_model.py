@@ -13,7 +13,13 @@ import numpy as np
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 from shardrec.embeddings.sparse_optimizers import state_bytes as optimizer_bytes
-from shardrec.sharding.cost.comms import KINDS, Workload, collectives_per_step, group_overhead_bytes, table_comm_bytes
+from shardrec.sharding.cost.comms import (
+    KINDS,
+    Workload,
+    collectives_per_step,
+    group_overhead_bytes,
+    table_comm_bytes,
+)
 from shardrec.sharding.cost.skew import LookupCurve, row_share
 from shardrec.sharding.machine.memory import DenseFootprint, fixed_bytes
 from shardrec.sharding.machine.topology import ClusterTopology
@@ -47,7 +53,13 @@ class PlanCost:
     @property
     def memory_bytes(self) -> np.ndarray:
         """On the device (HBM on CUDA; the host's memory on CPU)."""
-        return self.weights_bytes + self.optimizer_bytes + self.buffer_bytes + self.cache_bytes + self.fixed_bytes
+        return (
+            self.weights_bytes
+            + self.optimizer_bytes
+            + self.buffer_bytes
+            + self.cache_bytes
+            + self.fixed_bytes
+        )
 
     @property
     def step_s(self) -> np.ndarray:
@@ -145,19 +157,30 @@ class _TableArrays:
     sent: dict[str, np.ndarray]
 
 
-def _uvm_shard(arrays: _TableArrays, table_plan: TablePlan, index: int, optimizer: str, topo, lookup_bytes: float):
+def _uvm_shard(
+    arrays: _TableArrays,
+    table_plan: TablePlan,
+    index: int,
+    optimizer: str,
+    topo,
+    lookup_bytes: float,
+):
     """A fused_uvm(_caching) shard: weights in host memory, the row-wise optimizer state and the
     cache in HBM (fbgemm keeps row-wise state on the device, other state managed), lookups of
     uncached rows over the host link (torchrec prices UVM reads at a tenth of its bandwidth)."""
     shard, elem = table_plan.shards[index], 4
     rank, state = shard.rank, optimizer_bytes(optimizer, shard.rows, shard.cols, elem)
     arrays.weights[rank] -= shard.rows * shard.cols * elem
-    arrays.host[rank] += shard.rows * shard.cols * elem + (0.0 if optimizer == "rowwise_adagrad" else state)
+    arrays.host[rank] += shard.rows * shard.cols * elem + (
+        0.0 if optimizer == "rowwise_adagrad" else state
+    )
     if optimizer != "rowwise_adagrad":
         arrays.optim[rank] -= state
     cache = table_plan.cache
     if cache is None:  # fused_uvm: every lookup crosses the host link
-        arrays.transfer_s[rank] += lookup_bytes * (1 + topo.bwd_compute_multiplier) / (topo.host_link_bw / 10)
+        arrays.transfer_s[rank] += (
+            lookup_bytes * (1 + topo.bwd_compute_multiplier) / (topo.host_link_bw / 10)
+        )
         return
     slots = cache.rows[index]
     # fbgemm: cached rows, cache_index_table_map (4 B per row), lxu_cache_state + lru_state (16 B per slot).
@@ -201,7 +224,13 @@ def _table_arrays(
         if table_plan.compute_kernel in UVM_KERNELS:
             _uvm_shard(arrays, table_plan, index, optimizer, topo, read)
     arrays.sent = table_comm_bytes(
-        table_plan, config.num_embeddings, config.embedding_dim, pooling, workload, topo.local_world_size, curve
+        table_plan,
+        config.num_embeddings,
+        config.embedding_dim,
+        pooling,
+        workload,
+        topo.local_world_size,
+        curve,
     )
     return arrays
 
@@ -251,7 +280,13 @@ def evaluate(
     for table_plan in table_plans:
         name = table_plan.name
         part = _table_arrays(
-            table_plan, by_name[name], pooling.get(name, 1.0), topo, workload, optimizer, (curves or {}).get(name)
+            table_plan,
+            by_name[name],
+            pooling.get(name, 1.0),
+            topo,
+            workload,
+            optimizer,
+            (curves or {}).get(name),
         )
         for key in ("weights", "optim", "buffers", "cache", "host", "lookup", "transfer_s"):
             getattr(total, key)[:] += getattr(part, key)
@@ -284,7 +319,13 @@ def rank_fixed_bytes(
 ) -> float:
     """What every rank holds besides its tables (memory.fixed_bytes) for this job."""
     ids_per_sample = sum(pooling.get(config.name, 1.0) for config in configs)
-    return fixed_bytes(topo.memory, dense or DenseFootprint(), workload.local_batch, ids_per_sample, workload.id_bytes)
+    return fixed_bytes(
+        topo.memory,
+        dense or DenseFootprint(),
+        workload.local_batch,
+        ids_per_sample,
+        workload.id_bytes,
+    )
 
 
 def collective_latency(table_plans: list[TablePlan], topo: ClusterTopology) -> float:

@@ -96,7 +96,9 @@ class FrequencyCurve:
         }
 
 
-def curve_from_counts(counts: np.ndarray, table_rows: int, batches: float, groups: int = GROUPS) -> FrequencyCurve:
+def curve_from_counts(
+    counts: np.ndarray, table_rows: int, batches: float, groups: int = GROUPS
+) -> FrequencyCurve:
     """A curve from every row's lookup count, indexed by id: the HEAD hottest rows one by one (with
     their ids), the other rows seen in log-spaced groups by rank, the rows never seen last."""
     counts = np.asarray(counts, dtype=np.int64)
@@ -109,14 +111,18 @@ def curve_from_counts(counts: np.ndarray, table_rows: int, batches: float, group
     rows, lookups = [1.0] * head, [float(c) for c in ranked[:head]]
     tail = ranked[head:]
     if len(tail):
-        edges = np.unique(np.round(np.geomspace(1, len(tail), num=min(groups, len(tail)))).astype(np.int64))
+        edges = np.unique(
+            np.round(np.geomspace(1, len(tail), num=min(groups, len(tail)))).astype(np.int64)
+        )
         edges = np.concatenate([[0], edges])
         rows += [float(r) for r in np.diff(edges)]
         lookups += [float(x) for x in np.add.reduceat(tail, edges[:-1])]
     if table_rows > len(seen):
         rows.append(float(table_rows - len(seen)))
         lookups.append(0.0)
-    return FrequencyCurve(tuple(rows), tuple(lookups), table_rows, batches, tuple(int(i) for i in order[:head]))
+    return FrequencyCurve(
+        tuple(rows), tuple(lookups), table_rows, batches, tuple(int(i) for i in order[:head])
+    )
 
 
 @dataclass(frozen=True)
@@ -215,8 +221,14 @@ def lfu_hit_rate(curve: FrequencyCurve, capacity_rows: int, points: int = 48) ->
         level = np.maximum(np.ceil(theta / per_batch), 1)  # batches a row needs to be held at u
         held_rows = float((n * _at_least(level, b, u)).sum())
         below = np.maximum(level - 1, 1)  # the step below; a row in no earlier batch is never held
-        at_boundary = float((n * (_at_least(level - 1, b, u) - _at_least(level, b, u)) * (level > 1)).sum())
-        spare = min(1.0, max(0.0, (capacity_rows - held_rows) / at_boundary)) if at_boundary > 0 else 0.0
+        at_boundary = float(
+            (n * (_at_least(level - 1, b, u) - _at_least(level, b, u)) * (level > 1)).sum()
+        )
+        spare = (
+            min(1.0, max(0.0, (capacity_rows - held_rows) / at_boundary))
+            if at_boundary > 0
+            else 0.0
+        )
         above = _at_least(level, b - 1, u)
         hit += above + spare * (level > 1) * (_at_least(below, b - 1, u) - above)
     return _rates(curve, n, c, q, b, hit / points)

@@ -23,7 +23,10 @@ def row_blocks(rows: int, ranks: list[int]) -> list[tuple[int, int]]:
 
 def table_wise(config: EmbeddingBagConfig, rank: int, kernel: str) -> TablePlan:
     return TablePlan(
-        config.name, "table_wise", kernel, [Shard(rank, 0, 0, config.num_embeddings, config.embedding_dim)]
+        config.name,
+        "table_wise",
+        kernel,
+        [Shard(rank, 0, 0, config.num_embeddings, config.embedding_dim)],
     )
 
 
@@ -36,7 +39,9 @@ def row_wise(config: EmbeddingBagConfig, world_size: int, kernel: str) -> TableP
     return TablePlan(config.name, "row_wise", kernel, shards)
 
 
-def table_row_wise(config: EmbeddingBagConfig, host: int, local_world_size: int, kernel: str) -> TablePlan:
+def table_row_wise(
+    config: EmbeddingBagConfig, host: int, local_world_size: int, kernel: str
+) -> TablePlan:
     ranks = [host * local_world_size + i for i in range(local_world_size)]
     shards = [
         Shard(r, off, 0, n, config.embedding_dim)
@@ -59,11 +64,17 @@ def column_wise(
 
 
 def data_parallel(config: EmbeddingBagConfig, world_size: int) -> TablePlan:
-    shards = [Shard(r, 0, 0, config.num_embeddings, config.embedding_dim) for r in range(world_size)]
+    shards = [
+        Shard(r, 0, 0, config.num_embeddings, config.embedding_dim) for r in range(world_size)
+    ]
     return TablePlan(config.name, "data_parallel", "dense", shards)
 
 
 def column_splits(dim: int, min_partition: int, max_shards: int) -> list[int]:
     """Shard counts k > 1 that split `dim` into equal blocks of >= min_partition columns, a multiple of 4."""
     floor = max(min_partition, 4)
-    return [k for k in range(2, min(dim, max_shards) + 1) if dim % k == 0 and dim // k >= floor and (dim // k) % 4 == 0]
+    return [
+        k
+        for k in range(2, min(dim, max_shards) + 1)
+        if dim % k == 0 and dim // k >= floor and (dim // k) % 4 == 0
+    ]

@@ -42,7 +42,9 @@ class SimRow:
     """Of which the replica all-reduce of the weights."""
 
 
-def row_wise_bytes(configs: list[EmbeddingBagConfig], pooling: dict[str, float], w: Workload) -> float:
+def row_wise_bytes(
+    configs: list[EmbeddingBagConfig], pooling: dict[str, float], w: Workload
+) -> float:
     """Closed form of comms.table_comm_bytes for row-wise tables with equal blocks, per rank."""
     W, b = w.world_size, w.local_batch
     total = SPLITS_BYTES * (W - 1) if W > 1 else 0.0
@@ -53,7 +55,9 @@ def row_wise_bytes(configs: list[EmbeddingBagConfig], pooling: dict[str, float],
     return total
 
 
-def table_wise_max_bytes(configs: list[EmbeddingBagConfig], pooling: dict[str, float], w: Workload) -> float:
+def table_wise_max_bytes(
+    configs: list[EmbeddingBagConfig], pooling: dict[str, float], w: Workload
+) -> float:
     """Busiest rank when tables are placed whole, heaviest sender first on the least-loaded rank."""
     W = w.world_size
     sent = np.zeros(W)
@@ -62,7 +66,12 @@ def table_wise_max_bytes(configs: list[EmbeddingBagConfig], pooling: dict[str, f
     for t in order:
         load, r = heapq.heappop(heap)
         sent += table_comm_bytes(
-            table_wise(t, r, "fused"), t.num_embeddings, t.embedding_dim, pooling.get(t.name, 1.0), w, W
+            table_wise(t, r, "fused"),
+            t.num_embeddings,
+            t.embedding_dim,
+            pooling.get(t.name, 1.0),
+            w,
+            W,
         )["all_to_all"]
         heapq.heappush(heap, (float(sent[r]), r))
     return float(sent.max()) + (SPLITS_BYTES * (W - 1) if W > 1 else 0.0)
@@ -100,7 +109,10 @@ def simulate(
         w = Workload(per_rank_batch * W, W)
         candidates = [g for g in group_sizes if g <= W] or [W]
         best = min(
-            (twod_bytes(configs, pooling, per_rank_batch, W, g, sync_every) + (g,) for g in candidates),
+            (
+                twod_bytes(configs, pooling, per_rank_batch, W, g, sync_every) + (g,)
+                for g in candidates
+            ),
             key=lambda x: (x[0], x[2]),
         )
         rows.append(

@@ -43,7 +43,9 @@ def row_share(curve: LookupCurve | None, offset: int, rows: int, table_rows: int
 
 
 def curves_from_stats(
-    configs: list[EmbeddingBagConfig], stats: dict[str, dict[str, Any]] | None, ids_by_frequency: bool
+    configs: list[EmbeddingBagConfig],
+    stats: dict[str, dict[str, Any]] | None,
+    ids_by_frequency: bool,
 ) -> dict[str, LookupCurve]:
     """Per table, the curve of its (first) feature when ids are frequency-ordered; none otherwise."""
     if not ids_by_frequency or not stats:
@@ -55,6 +57,8 @@ def curves_from_stats(
         if "top1_share" in fs and "top10_share" in fs:
             top1, top10 = float(fs["top1_share"]), float(fs["top10_share"])
             if not (0.0 <= top1 <= 1.0 and 0.0 <= top10 <= 1.0):
-                raise ValueError(f"statistics of {feature}: top1_share {top1} / top10_share {top10} must lie in [0, 1]")
+                raise ValueError(
+                    f"statistics of {feature}: top1_share {top1} / top10_share {top10} must lie in [0, 1]"
+                )
             out[config.name] = LookupCurve(top1, top10)
     return out

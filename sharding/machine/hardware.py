@@ -17,7 +17,13 @@ from shardrec.sharding.machine.topology import ClusterTopology, build_topology
 
 logger = logging.getLogger(__name__)
 
-MODEL_PRESETS = (("H200", "h200"), ("H100", "h100"), ("H800", "h100"), ("A100", "a100"), ("A800", "a100"))
+MODEL_PRESETS = (
+    ("H200", "h200"),
+    ("H100", "h100"),
+    ("H800", "h100"),
+    ("A100", "a100"),
+    ("A800", "a100"),
+)
 """Substring of torch.cuda.get_device_name -> the preset whose bandwidths it has."""
 FALLBACK_PRESET = "a100"
 
@@ -83,7 +89,11 @@ def detect_topology(
         return build_topology("cpu-gloo", world_size, local_world_size, profile=profile)
     preset = preset_for(devices[0].name)
     if preset == FALLBACK_PRESET and FALLBACK_PRESET.upper() not in devices[0].name.upper():
-        logger.warning("%s: no preset for this GPU model; planning with the %s bandwidths", devices[0].name, preset)
+        logger.warning(
+            "%s: no preset for this GPU model; planning with the %s bandwidths",
+            devices[0].name,
+            preset,
+        )
     lws = local_world_size or min(len(devices), world_size)
     # One memory figure for every rank: the smallest free, so that the plan fits each of them.
     free = min(d.free_bytes for d in used)

@@ -22,8 +22,14 @@ from shardrec.dataloader.format.manifest import shown
 
 _KINDS: dict[str, tuple[Any, str]] = {
     "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
-    "count": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "an integer >= 0"),
-    "number": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v), "a number"),
+    "count": (
+        lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+        "an integer >= 0",
+    ),
+    "number": (
+        lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+        "a number",
+    ),
     "str": (lambda v: isinstance(v, str), "a string"),
     "object": (lambda v: isinstance(v, dict), "an object"),
     "list": (lambda v: isinstance(v, list), "a list"),
@@ -39,10 +45,17 @@ def _non_finite(value: Any, where: str) -> tuple[str, str] | None:
     """The first (key path, word) of a NaN or Infinity in parsed JSON, or None."""
     if isinstance(value, _NonFinite):
         return where or "the document", str(value)
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
     for key, item in items:
         found = _non_finite(
-            item, f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}" if where else str(key)
+            item,
+            f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}" if where else str(key),
         )
         if found:
             return found
@@ -113,7 +126,12 @@ def check_fields(path: Path, raw: dict, cls: type, where: str) -> None:
 def check_plan_fields(path: Path, raw: dict) -> None:
     """Every field of a plan file by type, so a bad one is named here, not inside the ranks."""
     fingerprint = need(path, raw, "fingerprint", "object")
-    for key, kind in (("world_size", "int"), ("global_batch_size", "int"), ("device_kind", "str"), ("digest", "str")):
+    for key, kind in (
+        ("world_size", "int"),
+        ("global_batch_size", "int"),
+        ("device_kind", "str"),
+        ("digest", "str"),
+    ):
         need(path, fingerprint, key, kind, "fingerprint.")
     for i, table in enumerate(need(path, fingerprint, "tables", "list", "fingerprint.")):
         where = f"fingerprint.tables[{i}]"

@@ -22,7 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # torch where a model is measured: topologies and plan files (`plan show`) need none
+if (
+    TYPE_CHECKING
+):  # torch where a model is measured: topologies and plan files (`plan show`) need none
     import torch
 
 MiB = 2**20
@@ -61,7 +63,13 @@ MEMORY_MODELS: dict[str, MemoryModel] = {
     # 0.03 and 2.28 GiB, batch 2048) of the peak beyond the exact terms: 37.8 MiB + 1.00 x IO.
     "cpu": MemoryModel(framework_bytes=40 * MiB, replicated_copies=3.0, io_copies=1.0),
     # torchrec's HeuristicalStorageReservation: 6 x dense parameters, 20 x input ids (KJT).
-    "cuda": MemoryModel(framework_bytes=0.0, replicated_copies=3.0, io_copies=1.0, dense_copies=6.0, input_copies=20.0),
+    "cuda": MemoryModel(
+        framework_bytes=0.0,
+        replicated_copies=3.0,
+        io_copies=1.0,
+        dense_copies=6.0,
+        input_copies=20.0,
+    ),
 }
 
 MODEL_KEYS = tuple(MemoryModel.__dataclass_fields__)
@@ -88,14 +96,23 @@ def dense_footprint(model: torch.nn.Module, optimizer: str = "adagrad") -> Dense
     import torch
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
-    tables = {id(p) for m in model.modules() if isinstance(m, EmbeddingBagCollection) for p in m.parameters()}
+    tables = {
+        id(p)
+        for m in model.modules()
+        if isinstance(m, EmbeddingBagCollection)
+        for p in m.parameters()
+    }
     params = sum(p.numel() * p.element_size() for p in model.parameters() if id(p) not in tables)
     widths = sum(m.out_features for m in model.modules() if isinstance(m, torch.nn.Linear))
     return DenseFootprint(int(params), int(widths * 4), optimizer)
 
 
 def fixed_bytes(
-    model: MemoryModel, dense: DenseFootprint, local_batch: float, ids_per_sample: float, id_bytes: int = 8
+    model: MemoryModel,
+    dense: DenseFootprint,
+    local_batch: float,
+    ids_per_sample: float,
+    id_bytes: int = 8,
 ) -> float:
     """Bytes every rank holds whatever the placement: dense layers, activations, inputs, framework."""
     return (

@@ -24,7 +24,14 @@ from shardrec.sharding.machine.memory import MEMORY_MODELS, MODEL_KEYS, MemoryMo
 GiB = 1024**3
 
 
-LATER_FIELDS = ("host_link_bw", "reserve_fraction", "host_memory_bytes", "memory_source", "memory_model", "cost_model")
+LATER_FIELDS = (
+    "host_link_bw",
+    "reserve_fraction",
+    "host_memory_bytes",
+    "memory_source",
+    "memory_model",
+    "cost_model",
+)
 """ClusterTopology fields newer than the first plan files (see to_dict)."""
 
 
@@ -76,13 +83,21 @@ class ClusterTopology:
                 f"and divide world_size = {self.world_size}"
             )
         if self.cost_model not in ("", *COST_MODELS):
-            raise ValueError(f"topology {self.name}: cost model {self.cost_model!r} is not one of shardrec, torchrec")
+            raise ValueError(
+                f"topology {self.name}: cost model {self.cost_model!r} is not one of shardrec, torchrec"
+            )
         if self.device_kind not in MEMORY_MODELS:
-            raise ValueError(f"topology {self.name}: device kind {self.device_kind!r} is not one of cpu, cuda")
+            raise ValueError(
+                f"topology {self.name}: device kind {self.device_kind!r} is not one of cpu, cuda"
+            )
         if self.memory_bytes <= 0:
-            raise ValueError(f"topology {self.name}: memory per rank is {self.memory_bytes} bytes; it must be > 0")
+            raise ValueError(
+                f"topology {self.name}: memory per rank is {self.memory_bytes} bytes; it must be > 0"
+            )
         if not 0 <= self.reserve_fraction < 1:
-            raise ValueError(f"topology {self.name}: reserve_fraction = {self.reserve_fraction} must be in [0, 1)")
+            raise ValueError(
+                f"topology {self.name}: reserve_fraction = {self.reserve_fraction} must be in [0, 1)"
+            )
         for key in ("intra_host_bw", "inter_host_bw", "lookup_bw"):
             if getattr(self, key) <= 0:
                 raise ValueError(f"topology {self.name}: {key} = {getattr(self, key)} must be > 0")
@@ -190,7 +205,9 @@ def build_topology(
         memory = loaded.pop("memory_model", None)
         values.update(loaded)
         if memory:
-            values["memory_model"] = dataclasses.replace(MEMORY_MODELS[values["device_kind"]], **memory)
+            values["memory_model"] = dataclasses.replace(
+                MEMORY_MODELS[values["device_kind"]], **memory
+            )
     preset_lws = values.pop("local_world_size") or world_size
     # A preset's host size shrinks to fit a small job; a size the user gives is checked as is.
     lws = local_world_size or min(preset_lws, world_size)
@@ -200,7 +217,13 @@ def build_topology(
     return ClusterTopology(name=preset, world_size=world_size, local_world_size=lws, **values)
 
 
-PROFILE_KEYS = ("intra_host_bw", "inter_host_bw", "lookup_bw", "collective_latency_s", "bwd_compute_multiplier")
+PROFILE_KEYS = (
+    "intra_host_bw",
+    "inter_host_bw",
+    "lookup_bw",
+    "collective_latency_s",
+    "bwd_compute_multiplier",
+)
 COST_MODELS = ("shardrec", "torchrec")
 
 
@@ -212,7 +235,9 @@ def load_profile(path: str | Path) -> dict[str, Any]:
     raw = read_strict_json(path, "calibration profile")  # NaN and Infinity refused, naming the key
     measured = raw.get("measured") if isinstance(raw, dict) else None
     if not isinstance(measured, dict):
-        raise ValueError(f"{path}: no 'measured' section (write one with `shardrec plan calibrate`)")
+        raise ValueError(
+            f"{path}: no 'measured' section (write one with `shardrec plan calibrate`)"
+        )
     out: dict[str, Any] = {}
     for key, value in measured.items():
         if key not in PROFILE_KEYS:
@@ -221,9 +246,17 @@ def load_profile(path: str | Path) -> dict[str, Any]:
             raise ValueError(f"{path}: measured.{key} = {value!r} must be a positive number")
         out[key] = float(value)
     if "cost_model" in raw:
-        winner = need(path, expect(path, raw["cost_model"], "object", "cost_model"), "winner", "str", "cost_model.")
+        winner = need(
+            path,
+            expect(path, raw["cost_model"], "object", "cost_model"),
+            "winner",
+            "str",
+            "cost_model.",
+        )
         if winner not in COST_MODELS:
-            raise ValueError(f"{path}: cost_model.winner = {winner!r} is not one of {', '.join(COST_MODELS)}")
+            raise ValueError(
+                f"{path}: cost_model.winner = {winner!r} is not one of {', '.join(COST_MODELS)}"
+            )
         out["cost_model"] = winner
     if "memory" in raw:
         memory = expect(path, raw["memory"], "object", "memory")

@@ -36,7 +36,9 @@ def _list_of(table: str, key: str, value: Any, kind: type) -> tuple:
         or not value
         or not all(isinstance(v, kind) and not isinstance(v, bool) for v in value)
     ):
-        raise ValueError(f"sharding.constraints.{table}.{key} = {value!r} must be a non-empty list of {kind.__name__}")
+        raise ValueError(
+            f"sharding.constraints.{table}.{key} = {value!r} must be a non-empty list of {kind.__name__}"
+        )
     return tuple(value)
 
 
@@ -48,7 +50,9 @@ def parse_constraints(
     out: dict[str, TableConstraint] = {}
     for name, fields in (raw or {}).items():
         if name not in by_name:
-            close = [known for known in by_name if known.lower() == name.lower() or known == f"t_{name}"]
+            close = [
+                known for known in by_name if known.lower() == name.lower() or known == f"t_{name}"
+            ]
             hint = (
                 f" (did you mean {close[0]}?)"
                 if close
@@ -59,7 +63,9 @@ def parse_constraints(
             raise ValueError(f"sharding.constraints.{name} = {fields!r} must be a table of keys")
         unknown = sorted(set(fields) - set(KEYS))
         if unknown:
-            raise ValueError(f"sharding.constraints.{name}: unknown key {unknown[0]!r} (known: {', '.join(KEYS)})")
+            raise ValueError(
+                f"sharding.constraints.{name}: unknown key {unknown[0]!r} (known: {', '.join(KEYS)})"
+            )
         kw: dict[str, Any] = {}
         if "sharding_types" in fields:
             kw["sharding_types"] = _list_of(name, "sharding_types", fields["sharding_types"], str)
@@ -69,7 +75,9 @@ def parse_constraints(
                     f"sharding.constraints.{name}.sharding_types: {bad[0]!r} is not one of {', '.join(SHARDING_TYPES)}"
                 )
         if "compute_kernels" in fields:
-            kw["compute_kernels"] = _list_of(name, "compute_kernels", fields["compute_kernels"], str)
+            kw["compute_kernels"] = _list_of(
+                name, "compute_kernels", fields["compute_kernels"], str
+            )
             bad = [k for k in kw["compute_kernels"] if k not in COMPUTE_KERNELS]
             if bad:
                 raise ValueError(
@@ -79,7 +87,9 @@ def parse_constraints(
         if "min_partition" in fields:
             mp = fields["min_partition"]
             if not isinstance(mp, int) or isinstance(mp, bool) or mp <= 0:
-                raise ValueError(f"sharding.constraints.{name}.min_partition = {mp!r} must be a positive integer")
+                raise ValueError(
+                    f"sharding.constraints.{name}.min_partition = {mp!r} must be a positive integer"
+                )
             kw["min_partition"] = mp
         if "pooling_factors" in fields:
             pf = _list_of(
@@ -95,7 +105,9 @@ def parse_constraints(
             ranks = _list_of(name, "ranks", fields["ranks"], int)
             bad = [r for r in ranks if not 0 <= r < world_size]
             if bad:
-                raise ValueError(f"sharding.constraints.{name}.ranks: rank {bad[0]} is outside world size {world_size}")
+                raise ValueError(
+                    f"sharding.constraints.{name}.ranks: rank {bad[0]} is outside world size {world_size}"
+                )
             kw["ranks"] = tuple(sorted(set(ranks)))
         out[name] = TableConstraint(**kw)
     return out

@@ -19,7 +19,10 @@ def device_memory_gaps(plan: PlanFile, free_bytes: list[int]) -> list[tuple[int,
 
 
 def check_plan_fits_devices(
-    plan: PlanFile, free_bytes: list[int], device_kind: str = "cuda", device_names: list[str] | None = None
+    plan: PlanFile,
+    free_bytes: list[int],
+    device_kind: str = "cuda",
+    device_names: list[str] | None = None,
 ) -> None:
     """Refuse, before sharding, a plan whose estimate exceeds a rank's free device memory.
 
@@ -44,4 +47,6 @@ def check_plan_fits_devices(
     fix = "free the devices' memory, or re-plan for them on this machine with `shardrec plan --topology auto`"
     if device_kind == "cuda":
         fix += ", which keeps the tables that do not fit in host memory behind UVM caches"
-    raise PlanDoesNotFitError("the plan does not fit the devices: " + "; ".join(parts) + more + f" ({fix})")
+    raise PlanDoesNotFitError(
+        "the plan does not fit the devices: " + "; ".join(parts) + more + f" ({fix})"
+    )

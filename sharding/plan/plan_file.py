@@ -10,7 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 from shardrec.dataloader.format.manifest import shown
 from shardrec.dataloader.util.files import atomic_write_bytes
-from shardrec.sharding.machine.json_checks import check_fields, check_plan_fields, expect, read_strict_json
+from shardrec.sharding.machine.json_checks import (
+    check_fields,
+    check_plan_fields,
+    expect,
+    read_strict_json,
+)
 from shardrec.sharding.machine.topology import ClusterTopology
 from shardrec.sharding.plan.plan_types import (
     DEVICE_KINDS,
@@ -27,7 +32,9 @@ from shardrec.sharding.plan.plan_types import (
     TablePlan,
 )
 
-if TYPE_CHECKING:  # torchrec is imported where a plan becomes torchrec's: reading one (`plan show`) needs no torch
+if (
+    TYPE_CHECKING
+):  # torchrec is imported where a plan becomes torchrec's: reading one (`plan show`) needs no torch
     from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 
@@ -68,20 +75,27 @@ def load_plan(path: str | Path) -> PlanFile:
     raw = read_strict_json(path, "plan file")  # NaN and Infinity refused, naming the key
     if not isinstance(raw, dict) or raw.get("format") != PLAN_FORMAT:
         got = raw.get("format") if isinstance(raw, dict) else type(raw).__name__
-        raise ValueError(f"{path}: format is {shown(got)}, expected {PLAN_FORMAT!r} (make one with `shardrec plan`)")
+        raise ValueError(
+            f"{path}: format is {shown(got)}, expected {PLAN_FORMAT!r} (make one with `shardrec plan`)"
+        )
     version = raw.get("schema_version")
     if isinstance(version, bool) or version != PLAN_SCHEMA_VERSION:
         raise ValueError(
             f"{path}: schema_version {shown(version)} is not supported (this shardrec reads {PLAN_SCHEMA_VERSION})"
         )
-    check_plan_fields(path, raw)  # every field by type: a wrong one is named here, not inside the ranks
+    check_plan_fields(
+        path, raw
+    )  # every field by type: a wrong one is named here, not inside the ranks
     if raw.get("topology"):
         check_fields(path, raw["topology"], ClusterTopology, "topology.")
     if raw.get("estimate"):
         check_fields(path, raw["estimate"], PlanEstimate, "estimate.")
         for i, rank in enumerate(raw["estimate"]["ranks"]):
             check_fields(
-                path, expect(path, rank, "object", f"estimate.ranks[{i}]"), RankEstimate, f"estimate.ranks[{i}]."
+                path,
+                expect(path, rank, "object", f"estimate.ranks[{i}]"),
+                RankEstimate,
+                f"estimate.ranks[{i}].",
             )
     try:
         plan = PlanFile.from_dict(raw)
@@ -112,14 +126,22 @@ def _check_cache(path: Path, t: TablePlan, device_kind: str | None) -> None:
     if t.cache is None:
         return
     if not 0 < t.cache.load_factor < 1:
-        raise ValueError(f"{path}: table {t.name}: cache.load_factor = {t.cache.load_factor} must lie in (0, 1)")
+        raise ValueError(
+            f"{path}: table {t.name}: cache.load_factor = {t.cache.load_factor} must lie in (0, 1)"
+        )
     if len(t.cache.rows) != len(t.shards) or len(t.cache.hit_rates) != len(t.shards):
-        raise ValueError(f"{path}: table {t.name}: cache.rows and cache.hit_rates need one value per shard")
+        raise ValueError(
+            f"{path}: table {t.name}: cache.rows and cache.hit_rates need one value per shard"
+        )
     if t.cache.algorithm not in ("lru", "lfu"):
-        raise ValueError(f"{path}: table {t.name}: cache.algorithm = {t.cache.algorithm!r} is not lru or lfu")
+        raise ValueError(
+            f"{path}: table {t.name}: cache.algorithm = {t.cache.algorithm!r} is not lru or lfu"
+        )
 
 
-def _describe_table_diff(planned: list[TableFingerprint], current: list[TableFingerprint]) -> list[str]:
+def _describe_table_diff(
+    planned: list[TableFingerprint], current: list[TableFingerprint]
+) -> list[str]:
     old = {t.name: t for t in planned}
     new = {t.name: t for t in current}
     out = []
@@ -132,7 +154,9 @@ def _describe_table_diff(planned: list[TableFingerprint], current: list[TableFin
     for name in sorted(set(old) & set(new)):
         for key in ("rows", "dim", "features", "pooling"):
             if getattr(old[name], key) != getattr(new[name], key):
-                out.append(f"table {name} {key}: plan {getattr(old[name], key)}, job {getattr(new[name], key)}")
+                out.append(
+                    f"table {name} {key}: plan {getattr(old[name], key)}, job {getattr(new[name], key)}"
+                )
     return out
 
 
@@ -144,7 +168,9 @@ def check_plan(plan: PlanFile, fingerprint: PlanFingerprint) -> None:
     diffs = []
     for key in ("world_size", "global_batch_size", "device_kind"):
         if getattr(planned, key) != getattr(fingerprint, key):
-            diffs.append(f"{key.replace('_', ' ')}: plan {getattr(planned, key)}, job {getattr(fingerprint, key)}")
+            diffs.append(
+                f"{key.replace('_', ' ')}: plan {getattr(planned, key)}, job {getattr(fingerprint, key)}"
+            )
     diffs += _describe_table_diff(planned.tables, fingerprint.tables)
     if not diffs:  # same content, other order
         diffs.append("table order differs")

@@ -21,7 +21,14 @@ PLAN_FORMAT = "shardrec-plan"
 PLAN_SCHEMA_VERSION = 1
 DEVICE_KINDS = ("cpu", "cuda")
 DATA_PARALLEL = "data_parallel"
-SHARDING_TYPES = ("table_wise", "row_wise", "column_wise", "table_row_wise", "table_column_wise", DATA_PARALLEL)
+SHARDING_TYPES = (
+    "table_wise",
+    "row_wise",
+    "column_wise",
+    "table_row_wise",
+    "table_column_wise",
+    DATA_PARALLEL,
+)
 """torchrec's ShardingType values that a plan file may name (tests/unit/test_plan_io.py checks them)."""
 
 
@@ -191,7 +198,9 @@ class PlanFile:
     def to_json(self) -> str:
         raw = self.to_dict()
         for table in raw["tables"]:
-            if table["cache"] is None:  # only cached tables carry the key: other plans' bytes stay as they were
+            if (
+                table["cache"] is None
+            ):  # only cached tables carry the key: other plans' bytes stay as they were
                 del table["cache"]
         # sort_keys + fixed separators: the same plan always gives the same bytes.
         return json.dumps(raw, indent=1, sort_keys=True) + "\n"
@@ -207,9 +216,15 @@ class PlanFile:
         for entry in raw["tables"]:
             shards = [Shard(**shard) for shard in entry["shards"]]
             cache = CachePlan(**entry["cache"]) if entry.get("cache") is not None else None
-            table_plans.append(TablePlan(entry["name"], entry["sharding_type"], entry["compute_kernel"], shards, cache))
+            table_plans.append(
+                TablePlan(
+                    entry["name"], entry["sharding_type"], entry["compute_kernel"], shards, cache
+                )
+            )
         rest = {
-            key: value for key, value in raw.items() if key not in ("tables", "fingerprint", "topology", "estimate")
+            key: value
+            for key, value in raw.items()
+            if key not in ("tables", "fingerprint", "topology", "estimate")
         }
         return cls(
             tables=table_plans,

@@ -51,10 +51,14 @@ def tables_table(plan: PlanFile, limit: int = 60) -> Table:
     t = Table(title=f"tables ({len(plan.tables)}; planner {plan.planner})")
     cached = any(tp.cache is not None for tp in plan.tables)
     pooled = plan.estimate.ids_per_sample if plan.estimate is not None else {}
-    columns = ["table", "sharding type", "kernel", "shards", "ranks"] + (["ids/sample"] if pooled else [])
+    columns = ["table", "sharding type", "kernel", "shards", "ranks"] + (
+        ["ids/sample"] if pooled else []
+    )
     for col in columns + (["cache rows", "hit rate"] if cached else []):
         t.add_column(col, justify="right" if col == "ids/sample" else "left")
-    captions = ["ids/sample: the mean ids a sample looks up in the table (the data's statistics, or pooling_factors)"]
+    captions = [
+        "ids/sample: the mean ids a sample looks up in the table (the data's statistics, or pooling_factors)"
+    ]
     captions = captions if pooled else []
     if cached:
         captions.append(
@@ -63,7 +67,13 @@ def tables_table(plan: PlanFile, limit: int = 60) -> Table:
         )
     t.caption = "; ".join(captions) or None
     for tp in plan.tables[:limit]:
-        row = [tp.name, tp.sharding_type, tp.compute_kernel, str(len(tp.shards)), _ranks_text(tp.ranks)]
+        row = [
+            tp.name,
+            tp.sharding_type,
+            tp.compute_kernel,
+            str(len(tp.shards)),
+            _ranks_text(tp.ranks),
+        ]
         row += [f"{pooled.get(tp.name, 1.0):g}"] if pooled else []
         t.add_row(*row, *(_cache_text(tp) if cached else ()))
     if len(plan.tables) > limit:

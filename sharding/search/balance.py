@@ -37,21 +37,32 @@ class Assignment:
 
 def _least_loaded_host(hosts: list[int], step: np.ndarray, host_size: int) -> int:
     """The host whose ranks add up to the least step time (ties: the lowest host)."""
-    return min(hosts, key=lambda host: (float(step[host * host_size : (host + 1) * host_size].sum()), host))
+    return min(
+        hosts, key=lambda host: (float(step[host * host_size : (host + 1) * host_size].sum()), host)
+    )
 
 
 def place_spreads(
-    problem: Problem, choice: list[Option], step: np.ndarray, mem: np.ndarray, ranks: list[list[int]]
+    problem: Problem,
+    choice: list[Option],
+    step: np.ndarray,
+    mem: np.ndarray,
+    ranks: list[list[int]],
 ) -> None:
     """Add every spread option's per-rank cost to `step` and `mem`, costliest first; table-row-wise
     tables go to the least-loaded host they may use."""
     host_size = problem.topo.local_world_size
-    spreads = [index for index, option in enumerate(choice) if option.sharding_type not in PIECE_TYPES]
+    spreads = [
+        index for index, option in enumerate(choice) if option.sharding_type not in PIECE_TYPES
+    ]
     for index in sorted(spreads, key=lambda index: (-problem.work(index, choice[index]), index)):
         spread_step, spread_mem = problem.spread(index, choice[index].sharding_type)
         if choice[index].sharding_type == "table_row_wise":
             host = _least_loaded_host(problem.hosts_allowed(index), step, host_size)
-            spread_step, spread_mem = np.roll(spread_step, host * host_size), np.roll(spread_mem, host * host_size)
+            spread_step, spread_mem = (
+                np.roll(spread_step, host * host_size),
+                np.roll(spread_mem, host * host_size),
+            )
             ranks[index] = [host]
         step += spread_step
         mem += spread_mem
@@ -128,7 +139,9 @@ def type_latency(problem: Problem, choice: list[Option]) -> float:
     return collectives_per_step(sharding_types, problem.topo.num_hosts) * problem.latency_per_type_s
 
 
-def _remove_table(problem: Problem, current: Assignment, index: int, step: np.ndarray, mem: np.ndarray) -> None:
+def _remove_table(
+    problem: Problem, current: Assignment, index: int, step: np.ndarray, mem: np.ndarray
+) -> None:
     """Take the cost of table `index`'s current option out of `step` and `mem`."""
     old = current.choice[index]
     if old.sharding_type in PIECE_TYPES:
@@ -139,7 +152,11 @@ def _remove_table(problem: Problem, current: Assignment, index: int, step: np.nd
             mem[rank] -= piece.mem
         return
     spread_step, spread_mem = problem.spread(index, old.sharding_type)
-    shift = current.ranks[index][0] * problem.topo.local_world_size if old.sharding_type == "table_row_wise" else 0
+    shift = (
+        current.ranks[index][0] * problem.topo.local_world_size
+        if old.sharding_type == "table_row_wise"
+        else 0
+    )
     step -= np.roll(spread_step, shift)
     mem -= np.roll(spread_mem, shift)
 
@@ -156,7 +173,10 @@ def move_table(problem: Problem, current: Assignment, index: int, option: Option
         ranks[index] = []
         if option.sharding_type == "table_row_wise":
             host = _least_loaded_host(problem.hosts_allowed(index), step, host_size)
-            spread_step, spread_mem = np.roll(spread_step, host * host_size), np.roll(spread_mem, host * host_size)
+            spread_step, spread_mem = (
+                np.roll(spread_step, host * host_size),
+                np.roll(spread_mem, host * host_size),
+            )
             ranks[index] = [host]
         step += spread_step
         mem += spread_mem
@@ -204,7 +224,10 @@ def _best_exchange(
     def may_hold(index: int, rank: int, src: int) -> bool:
         if problem.cons[index].ranks and rank not in problem.cons[index].ranks:
             return False
-        return choice[index].sharding_type != "table_column_wise" or rank // host_size == src // host_size
+        return (
+            choice[index].sharding_type != "table_column_wise"
+            or rank // host_size == src // host_size
+        )
 
     def piece(index: int) -> Piece:
         return problem.piece(index, choice[index].shards)
@@ -213,7 +236,11 @@ def _best_exchange(
     best: Exchange | None = None
     for index, block in blocks_on.get(slowest, []):
         moved_s = piece(index).owner_s - piece(index).other_s
-        if moved_s < gap and may_hold(index, fastest, slowest) and mem[fastest] + piece(index).mem <= capacity:
+        if (
+            moved_s < gap
+            and may_hold(index, fastest, slowest)
+            and mem[fastest] + piece(index).mem <= capacity
+        ):
             candidate = (max(step[slowest] - moved_s, step[fastest] + moved_s), index, block, None)
             best = candidate if best is None or candidate[0] < best[0] else best
         for other, other_block in blocks_on.get(fastest, []):
@@ -239,7 +266,11 @@ def refine_ranks(problem: Problem, current: Assignment, max_moves: int) -> Assig
     """Move or swap single pieces between the slowest and the fastest ranks while that helps."""
     if current.infeasible >= 0:
         return current
-    step, mem, ranks = current.step.copy(), current.mem.copy(), [list(held) for held in current.ranks]
+    step, mem, ranks = (
+        current.step.copy(),
+        current.mem.copy(),
+        [list(held) for held in current.ranks],
+    )
     blocks_on: dict[int, list[tuple[int, int]]] = {}  # rank -> (table index, block index)
     for index, option in enumerate(current.choice):
         if option.sharding_type in PIECE_TYPES:
@@ -251,7 +282,9 @@ def refine_ranks(problem: Problem, current: Assignment, max_moves: int) -> Assig
         if best is None or best[0] >= step[slowest] * (1 - 1e-12):
             break
         _, index, block, partner = best
-        moves = [(index, block, slowest, fastest)] + ([(partner[0], partner[1], fastest, slowest)] if partner else [])
+        moves = [(index, block, slowest, fastest)] + (
+            [(partner[0], partner[1], fastest, slowest)] if partner else []
+        )
         for moved, moved_block, src, dst in moves:
             piece = problem.piece(moved, current.choice[moved].shards)
             delta = piece.owner_s - piece.other_s

@@ -41,7 +41,10 @@ class TableKernel:
 
 
 def with_kernel(
-    table_plan: TablePlan, kernel: TableKernel | None, curve: FrequencyCurve | None, ids_by_frequency: bool
+    table_plan: TablePlan,
+    kernel: TableKernel | None,
+    curve: FrequencyCurve | None,
+    ids_by_frequency: bool,
 ) -> TablePlan:
     """`table_plan` on `kernel`: a cached table gets each shard's cache size and predicted hit rate
     (column shards see every lookup of the table, row-wise shards their block's)."""
@@ -61,7 +64,9 @@ def with_kernel(
         rate = lru_hit_rate(block, size)
         hits.append(round(rate.unique_hit_rate, 6))
         fetched.append(round(rate.fetched_rows, 3))
-    cache = CachePlan(load_factor=kernel.load_factor, rows=rows, hit_rates=hits, fetched_rows=fetched)
+    cache = CachePlan(
+        load_factor=kernel.load_factor, rows=rows, hit_rates=hits, fetched_rows=fetched
+    )
     return replace(table_plan, compute_kernel="fused_uvm_caching", cache=cache)
 
 
@@ -87,13 +92,17 @@ def table_options(
     if "fused_uvm_caching" in allowed and curve is not None:
         smallest = min_cache_rows(curve)
         kernels += [
-            TableKernel("fused_uvm_caching", f) for f in CLF_GRID if slots(config.num_embeddings, f) >= smallest
+            TableKernel("fused_uvm_caching", f)
+            for f in CLF_GRID
+            if slots(config.num_embeddings, f) >= smallest
         ]
     if "fused_uvm" in allowed:
         kernels.append(TableKernel("fused_uvm"))
     out = []
     for kernel in kernels:
-        placed = with_kernel(layouts.table_wise(config, 0, "fused"), kernel, curve, ids_by_frequency)
+        placed = with_kernel(
+            layouts.table_wise(config, 0, "fused"), kernel, curve, ids_by_frequency
+        )
         cost = table_cost(placed, config, **cost_args)
         host = float(cost.host_bytes[0]) if cost.host_bytes is not None else 0.0
         out.append(_Option(kernel, float(cost.memory_bytes[0]), float(cost.step_s[0]), host))
@@ -110,7 +119,9 @@ def _hull(options: list[_Option]) -> list[_Option]:
         while len(hull) >= 2:
             a, b = hull[-2], hull[-1]
             # b is above the segment a -> o: never the best buy
-            if (b.seconds - a.seconds) * (o.hbm - a.hbm) >= (o.seconds - a.seconds) * (b.hbm - a.hbm):
+            if (b.seconds - a.seconds) * (o.hbm - a.hbm) >= (o.seconds - a.seconds) * (
+                b.hbm - a.hbm
+            ):
                 hull.pop()
             else:
                 break
@@ -132,7 +143,9 @@ def choose_kernels(
     heap = []
     for i, h in enumerate(hulls):
         if len(h) > 1:
-            heapq.heappush(heap, (-(h[0].seconds - h[1].seconds) / max(h[1].hbm - h[0].hbm, 1.0), i))
+            heapq.heappush(
+                heap, (-(h[0].seconds - h[1].seconds) / max(h[1].hbm - h[0].hbm, 1.0), i)
+            )
     while heap:
         _, i = heapq.heappop(heap)
         h, k = hulls[i], at[i]
@@ -142,11 +155,16 @@ def choose_kernels(
         used += extra
         at[i] = k + 1
         if k + 2 < len(h):
-            heapq.heappush(heap, (-(h[k + 1].seconds - h[k + 2].seconds) / max(h[k + 2].hbm - h[k + 1].hbm, 1.0), i))
+            heapq.heappush(
+                heap,
+                (-(h[k + 1].seconds - h[k + 2].seconds) / max(h[k + 2].hbm - h[k + 1].hbm, 1.0), i),
+            )
     return {config.name: hulls[i][at[i]].kernel for i, config in enumerate(configs)}
 
 
-def kernel_hulls(request, frequencies: dict[str, FrequencyCurve], ids_by_frequency: bool, constraints) -> list:
+def kernel_hulls(
+    request, frequencies: dict[str, FrequencyCurve], ids_by_frequency: bool, constraints
+) -> list:
     """Every table's hull of options (fused, cached, uvm) for a CUDA SearchRequest."""
     cost_args = dict(
         pooling=0.0,
@@ -157,10 +175,14 @@ def kernel_hulls(request, frequencies: dict[str, FrequencyCurve], ids_by_frequen
     hulls = []
     for config in request.configs:
         pinned = constraints.get(config.name)
-        allowed = tuple(pinned.compute_kernels) if pinned is not None and pinned.compute_kernels else None
+        allowed = (
+            tuple(pinned.compute_kernels) if pinned is not None and pinned.compute_kernels else None
+        )
         allowed = allowed or ("fused", "fused_uvm_caching", "fused_uvm")
         args = dict(cost_args, pooling=request.pooling.get(config.name, 1.0))
-        options = table_options(config, frequencies.get(config.name), ids_by_frequency, args, allowed)
+        options = table_options(
+            config, frequencies.get(config.name), ids_by_frequency, args, allowed
+        )
         hulls.append(_hull(options))
     return hulls
 
@@ -169,6 +191,10 @@ def table_budget(request) -> float:
     """HBM all ranks together may give the tables: usable memory less what every rank holds anyway."""
     topo = request.topology
     fixed = rank_fixed_bytes(
-        topo, Workload(request.global_batch_size, topo.world_size), request.configs, request.pooling, request.dense
+        topo,
+        Workload(request.global_batch_size, topo.world_size),
+        request.configs,
+        request.pooling,
+        request.dense,
     )
     return topo.world_size * (topo.usable_bytes - fixed)

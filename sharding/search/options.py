@@ -50,8 +50,14 @@ class Problem:
         self.curves: dict[str, LookupCurve] = request.curves or {}
         """table -> lookup skew (skew.py) for frequency-ordered ids."""
         self.topo: ClusterTopology = request.topology
-        self.batch, self.pooling, self.optimizer = request.global_batch_size, request.pooling, request.optimizer
-        self.cons = [request.constraints.get(config.name, TableConstraint()) for config in self.configs]
+        self.batch, self.pooling, self.optimizer = (
+            request.global_batch_size,
+            request.pooling,
+            request.optimizer,
+        )
+        self.cons = [
+            request.constraints.get(config.name, TableConstraint()) for config in self.configs
+        ]
         self.kernels, self.frequencies = request.kernels, request.frequencies
         self.ids_by_frequency = request.ids_by_frequency
         self._piece: dict[tuple[int, int], Piece] = {}
@@ -81,7 +87,9 @@ class Problem:
                 limit = len(allowed) if sharding_type == "column_wise" else topo.local_world_size
                 if sharding_type == "table_column_wise" and not hosts:
                     continue
-                splits = layouts.column_splits(config.embedding_dim, constraint.min_partition, limit)
+                splits = layouts.column_splits(
+                    config.embedding_dim, constraint.min_partition, limit
+                )
                 out += [Option(sharding_type, shards) for shards in splits]
             elif sharding_type in ("row_wise", "data_parallel") and all_ranks:
                 out.append(Option(sharding_type))
@@ -119,7 +127,9 @@ class Problem:
                 self.optimizer,
             )
             other = float(cost.step_s[1]) if self.topo.world_size > 1 else 0.0
-            self._piece[key] = Piece(index, float(cost.step_s[0]), other, float(cost.memory_bytes[0]))
+            self._piece[key] = Piece(
+                index, float(cost.step_s[0]), other, float(cost.memory_bytes[0])
+            )
         return self._piece[key]
 
     def spread(self, index: int, sharding_type: str) -> tuple[np.ndarray, np.ndarray]:
@@ -148,7 +158,9 @@ class Problem:
     def with_kernel(self, index: int, table_plan):
         """The layout on the table's kernel past device memory, if it has one (cached_tables.py)."""
         name = self.configs[index].name
-        return with_kernel(table_plan, self.kernels.get(name), self.frequencies.get(name), self.ids_by_frequency)
+        return with_kernel(
+            table_plan, self.kernels.get(name), self.frequencies.get(name), self.ids_by_frequency
+        )
 
     def max_memory(self, index: int, option: Option) -> float:
         """The most memory the option needs on one rank."""

@@ -29,7 +29,9 @@ def _initial(problem: Problem, prefer: str) -> list[Option]:
     for index, options in enumerate(problem.options):
         preferred = [option for option in options if option.sharding_type == prefer]
         pool = preferred or options
-        out.append(min(pool, key=lambda option: (problem.work(index, option), options.index(option))))
+        out.append(
+            min(pool, key=lambda option: (problem.work(index, option), options.index(option)))
+        )
     return out
 
 
@@ -43,7 +45,9 @@ def _candidates(problem: Problem, current: Assignment, limit: int) -> list[int]:
         if option.sharding_type in PIECE_TYPES:
             if critical in current.ranks[index]:
                 piece = problem.piece(index, option.shards)
-                scored.append((-(piece.owner_s - piece.other_s) * current.ranks[index].count(critical), index))
+                scored.append(
+                    (-(piece.owner_s - piece.other_s) * current.ranks[index].count(critical), index)
+                )
         else:
             spread_step, _ = problem.spread(index, option.sharding_type)
             scored.append((-float(spread_step.max()), index))
@@ -102,7 +106,14 @@ TYPE_SUBSETS = (
     ("table_wise", "table_row_wise"),
     ("table_wise", "data_parallel"),
     ("table_wise", "column_wise", "row_wise", "data_parallel"),
-    ("table_wise", "column_wise", "table_row_wise", "table_column_wise", "row_wise", "data_parallel"),
+    (
+        "table_wise",
+        "column_wise",
+        "table_row_wise",
+        "table_column_wise",
+        "row_wise",
+        "data_parallel",
+    ),
 )
 
 
@@ -121,15 +132,21 @@ def _targeted(problem: Problem, target: float, types: tuple[str, ...]) -> list[O
         pool = [option for option in options if option.sharding_type in types] or options
         fits = [option for option in pool if _peak(problem, index, option) <= target]
         if fits:
-            out.append(min(fits, key=lambda option: (problem.work(index, option), options.index(option))))
+            out.append(
+                min(fits, key=lambda option: (problem.work(index, option), options.index(option)))
+            )
         else:
-            out.append(min(pool, key=lambda option: (_peak(problem, index, option), options.index(option))))
+            out.append(
+                min(pool, key=lambda option: (_peak(problem, index, option), options.index(option)))
+            )
     return out
 
 
 def _seeds(problem: Problem, steps: int = 24) -> list[Assignment]:
     """LPT packings of per-table choices for a grid of peak targets and type subsets, best first."""
-    top = max(_peak(problem, index, problem.options[index][0]) for index in range(len(problem.configs)))
+    top = max(
+        _peak(problem, index, problem.options[index][0]) for index in range(len(problem.configs))
+    )
     seen, results = set(), []
     for types in TYPE_SUBSETS:
         for level in range(steps):
@@ -176,7 +193,9 @@ def search_plan(request: SearchRequest, *, problem: Problem | None = None) -> li
     best = None
     feasible = [seed for seed in _seeds(problem) if seed.infeasible < 0]
     for seed in feasible[:3]:
-        refined = refine_ranks(problem, _improve(problem, seed, rounds, width), max_moves=4 * num_tables)
+        refined = refine_ranks(
+            problem, _improve(problem, seed, rounds, width), max_moves=4 * num_tables
+        )
         if best is None or refined.score < best.score:
             best = refined
     if best is None:

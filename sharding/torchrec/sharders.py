@@ -97,5 +97,7 @@ def build_sharders(
             QCommsConfig(forward_precision=precision, backward_precision=precision)
         )
     return [
-        AnyDeviceEmbeddingBagCollectionSharder(fused_params=fused_params, qcomm_codecs_registry=qcomm_codecs_registry)
+        AnyDeviceEmbeddingBagCollectionSharder(
+            fused_params=fused_params, qcomm_codecs_registry=qcomm_codecs_registry
+        )
     ]

@@ -39,13 +39,19 @@ class TorchrecProblem(Problem):
             request.global_batch_size,
             request.compute_kernel,
         )
-        params = to_parameter_constraints(configs, request.constraints, request.pooling, compute_kernel)
+        params = to_parameter_constraints(
+            configs, request.constraints, request.pooling, compute_kernel
+        )
         with warnings.catch_warnings(), quiet_torchrec():
             warnings.simplefilter("ignore")
             enumerator = EmbeddingEnumerator(
-                topology=to_torchrec_topology(topo), batch_size=max(1, batch // topo.world_size), constraints=params
+                topology=to_torchrec_topology(topo),
+                batch_size=max(1, batch // topo.world_size),
+                constraints=params,
             )
-            enumerated = enumerator.enumerate(planning_ebc(configs, request.optimizer), build_sharders())
+            enumerated = enumerator.enumerate(
+                planning_ebc(configs, request.optimizer), build_sharders()
+            )
         index = {config.name: i for i, config in enumerate(configs)}
         cuda = topo.device_kind == "cuda"
         found: dict[tuple[int, Option], object] = {}
@@ -80,5 +86,7 @@ class TorchrecProblem(Problem):
             if opt in self.options[i]:
                 keep.append(opt)
         if not keep:
-            raise ValueError(f"table {self.configs[i].name}: torchrec enumerates none of its allowed options")
+            raise ValueError(
+                f"table {self.configs[i].name}: torchrec enumerates none of its allowed options"
+            )
         self.options[i] = keep

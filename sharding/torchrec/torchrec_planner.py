@@ -10,7 +10,10 @@ import warnings
 from contextlib import contextmanager
 
 from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
-from torchrec.distributed.planner.storage_reservations import HeuristicalStorageReservation, StorageReservation
+from torchrec.distributed.planner.storage_reservations import (
+    HeuristicalStorageReservation,
+    StorageReservation,
+)
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 from shardrec.embeddings.optim import attach_fused_optimizer
@@ -51,7 +54,9 @@ def planning_ebc(configs: list[EmbeddingBagConfig], optimizer: str):
     reads the optimizer from the weights' marks and prices no optimizer state for an unmarked
     weight (the class of bug torchrec PR #2652 fixed), so its plans would not count it."""
     ebc = build_ebc(configs)
-    attach_fused_optimizer(ebc, [config.name for config in configs], optimizer=optimizer, lr=0.01, eps=1e-8)
+    attach_fused_optimizer(
+        ebc, [config.name for config in configs], optimizer=optimizer, lr=0.01, eps=1e-8
+    )
     return ebc
 
 
@@ -77,7 +82,9 @@ def to_parameter_constraints(
     return out
 
 
-def torchrec_plan(request: SearchRequest, storage_reservation: StorageReservation | None = None) -> list[TablePlan]:
+def torchrec_plan(
+    request: SearchRequest, storage_reservation: StorageReservation | None = None
+) -> list[TablePlan]:
     """Placement chosen by torchrec's EmbeddingShardingPlanner (its default proposers and partitioner).
 
     The request's skew curves are not used: torchrec's estimators do not model them.

@@ -9,7 +9,9 @@ import numpy as np
 
 from shardrec.sharding.plan.plan_types import DATA_PARALLEL, PlanFile, Shard, TablePlan
 
-if TYPE_CHECKING:  # torchrec is imported where a plan becomes torchrec's: reading one (`plan show`) needs no torch
+if (
+    TYPE_CHECKING
+):  # torchrec is imported where a plan becomes torchrec's: reading one (`plan show`) needs no torch
     from torchrec.distributed.types import ParameterSharding, ShardingPlan
     from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
@@ -17,8 +19,13 @@ if TYPE_CHECKING:  # torchrec is imported where a plan becomes torchrec's: readi
 def check_shards(table_plan: TablePlan, config: EmbeddingBagConfig, world_size: int) -> None:
     for s in table_plan.shards:
         if not 0 <= s.rank < world_size:
-            raise ValueError(f"table {table_plan.name}: shard on rank {s.rank}, world size is {world_size}")
-        if s.row_offset + s.rows > config.num_embeddings or s.col_offset + s.cols > config.embedding_dim:
+            raise ValueError(
+                f"table {table_plan.name}: shard on rank {s.rank}, world size is {world_size}"
+            )
+        if (
+            s.row_offset + s.rows > config.num_embeddings
+            or s.col_offset + s.cols > config.embedding_dim
+        ):
             raise ValueError(
                 f"table {table_plan.name}: shard {s} lies outside the table "
                 f"[{config.num_embeddings} x {config.embedding_dim}]"
@@ -28,10 +35,12 @@ def check_shards(table_plan: TablePlan, config: EmbeddingBagConfig, world_size: 
     # Shards must tile the table: every weight in exactly one shard. On the grid that the
     # shards' own edges cut the table into, each cell is counted once per shard covering it.
     rows = np.unique(
-        [0, config.num_embeddings] + [e for s in table_plan.shards for e in (s.row_offset, s.row_offset + s.rows)]
+        [0, config.num_embeddings]
+        + [e for s in table_plan.shards for e in (s.row_offset, s.row_offset + s.rows)]
     )
     cols = np.unique(
-        [0, config.embedding_dim] + [e for s in table_plan.shards for e in (s.col_offset, s.col_offset + s.cols)]
+        [0, config.embedding_dim]
+        + [e for s in table_plan.shards for e in (s.col_offset, s.col_offset + s.cols)]
     )
     cover = np.zeros((len(rows) - 1, len(cols) - 1), dtype=np.int64)
     for s in table_plan.shards:
@@ -47,7 +56,9 @@ def check_shards(table_plan: TablePlan, config: EmbeddingBagConfig, world_size: 
         )
 
 
-def to_parameter_sharding(t: TablePlan, device_kind: str, local_world_size: int) -> ParameterSharding:
+def to_parameter_sharding(
+    t: TablePlan, device_kind: str, local_world_size: int
+) -> ParameterSharding:
     """One table's torchrec ParameterSharding (data-parallel tables carry no sharding spec)."""
     from torchrec.distributed.sharding_plan import placement
     from torchrec.distributed.types import EnumerableShardingSpec, ParameterSharding, ShardMetadata
@@ -60,7 +71,9 @@ def to_parameter_sharding(t: TablePlan, device_kind: str, local_world_size: int)
         algorithm = CacheAlgorithm.LFU if t.cache.algorithm == "lfu" else CacheAlgorithm.LRU
         cache_params = CacheParams(algorithm=algorithm, load_factor=t.cache.load_factor)
     if t.sharding_type == DATA_PARALLEL:
-        return ParameterSharding(sharding_type=t.sharding_type, compute_kernel=t.compute_kernel, ranks=t.ranks)
+        return ParameterSharding(
+            sharding_type=t.sharding_type, compute_kernel=t.compute_kernel, ranks=t.ranks
+        )
     spec = EnumerableShardingSpec(
         [
             ShardMetadata(
@@ -131,7 +144,11 @@ def from_sharding_plan(
         else:
             shards = [
                 Shard(
-                    md.placement.rank(), md.shard_offsets[0], md.shard_offsets[1], md.shard_sizes[0], md.shard_sizes[1]
+                    md.placement.rank(),
+                    md.shard_offsets[0],
+                    md.shard_offsets[1],
+                    md.shard_sizes[0],
+                    md.shard_sizes[1],
                 )
                 for md in ps.sharding_spec.shards  # type: ignore[attr-defined]
             ]

@@ -24,7 +24,9 @@ def group_topology(topo: ClusterTopology, group_size: int) -> ClusterTopology:
     """The topology one sharding group sees: G ranks, as many per host as DMPCollection's layout puts there."""
     W = topo.world_size
     if group_size <= 0 or W % group_size:
-        raise ValueError(f"sharding group size {group_size} must be positive and divide world size {W}")
+        raise ValueError(
+            f"sharding group size {group_size} must be positive and divide world size {W}"
+        )
     replicas = W // group_size
     per_host = max(1, topo.local_world_size // replicas)
     while group_size % per_host:
@@ -43,7 +45,9 @@ def group_sizes(topo: ClusterTopology) -> list[int]:
     return out
 
 
-def add_replica_sync(cost: PlanCost, topo: ClusterTopology, group_size: int, sync_every: int) -> PlanCost:
+def add_replica_sync(
+    cost: PlanCost, topo: ClusterTopology, group_size: int, sync_every: int
+) -> PlanCost:
     """The group's per-rank cost plus the replicas' all-reduce of weights and optimizer state (ring)."""
     replicas = topo.world_size // group_size
     if replicas <= 1:

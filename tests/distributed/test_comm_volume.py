@@ -17,7 +17,14 @@ import torch
 
 from shardrec.trainer.distributed.launch import run_local_ranks
 
-TYPES = ("table_wise", "row_wise", "column_wise", "table_row_wise", "table_column_wise", "data_parallel")
+TYPES = (
+    "table_wise",
+    "row_wise",
+    "column_wise",
+    "table_row_wise",
+    "table_column_wise",
+    "data_parallel",
+)
 LOCAL_BATCH = 4
 POOLING = 3
 DIM = 8
@@ -28,8 +35,12 @@ def _tables(world_size: int):
 
     # Rows divisible by the world size: row-wise blocks are equal.
     return [
-        EmbeddingBagConfig(name="t0", embedding_dim=DIM, num_embeddings=12 * world_size, feature_names=["f0"]),
-        EmbeddingBagConfig(name="t1", embedding_dim=2 * DIM, num_embeddings=6 * world_size, feature_names=["f1"]),
+        EmbeddingBagConfig(
+            name="t0", embedding_dim=DIM, num_embeddings=12 * world_size, feature_names=["f0"]
+        ),
+        EmbeddingBagConfig(
+            name="t1", embedding_dim=2 * DIM, num_embeddings=6 * world_size, feature_names=["f1"]
+        ),
     ]
 
 
@@ -43,7 +54,9 @@ def _local_kjt(tables, rank: int, world_size: int):
         n = LOCAL_BATCH * POOLING
         blocks = torch.arange(n) % world_size
         values.append(blocks * block + (torch.arange(n) + rank) % block)
-    lengths = torch.full((LOCAL_BATCH * len(tables),), POOLING, dtype=torch.int32)  # as the loader makes them
+    lengths = torch.full(
+        (LOCAL_BATCH * len(tables),), POOLING, dtype=torch.int32
+    )  # as the loader makes them
     return KeyedJaggedTensor.from_lengths_sync(
         keys=[t.feature_names[0] for t in tables], values=torch.cat(values), lengths=lengths
     )
@@ -207,7 +220,9 @@ def _check(world_size: int, local_world_size: int) -> None:
     for st in TYPES:
         want = _predicted(results[0][st]["plan"], world_size, local_world_size)
         for rank, res in enumerate(results):
-            assert res[st]["calls"] == collectives_per_step({st}, world_size // local_world_size), st
+            assert res[st]["calls"] == collectives_per_step({st}, world_size // local_world_size), (
+                st
+            )
             got = res[st]["sent"]
             assert sum(got.values()) > 0, st
             for kind, values in want.items():

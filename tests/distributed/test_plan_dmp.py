@@ -31,7 +31,9 @@ def _tables():
 
     rows = (40, 23, 64, 17, 30, 9, 50)
     return [
-        EmbeddingBagConfig(name=f"t{i}", embedding_dim=16, num_embeddings=n, feature_names=[f"f{i}"])
+        EmbeddingBagConfig(
+            name=f"t{i}", embedding_dim=16, num_embeddings=n, feature_names=[f"f{i}"]
+        )
         for i, n in enumerate(rows)
     ]
 
@@ -39,7 +41,10 @@ def _tables():
 def _global_input(tables, seed: int = 3):
     g = torch.Generator().manual_seed(seed)
     lengths = [torch.randint(0, 4, (GLOBAL_BATCH,), generator=g) for _ in tables]
-    values = [torch.randint(0, t.num_embeddings, (int(n.sum()),), generator=g) for t, n in zip(tables, lengths)]
+    values = [
+        torch.randint(0, t.num_embeddings, (int(n.sum()),), generator=g)
+        for t, n in zip(tables, lengths)
+    ]
     return lengths, values
 
 
@@ -52,7 +57,9 @@ def _kjt(tables, lengths, values, lo: int, hi: int):
         vals.append(v[starts[lo] : starts[hi]])
         lens.append(n[lo:hi])
     keys = [t.feature_names[0] for t in tables]
-    return KeyedJaggedTensor.from_lengths_sync(keys=keys, values=torch.cat(vals), lengths=torch.cat(lens))
+    return KeyedJaggedTensor.from_lengths_sync(
+        keys=keys, values=torch.cat(vals), lengths=torch.cat(lens)
+    )
 
 
 def _worker(env, plan_path: str) -> dict:
@@ -127,4 +134,6 @@ def test_plan_file_shards_ebc_like_unsharded(tmp_path: Path) -> None:
         for name, st in PINNED.items():
             assert res["types"][name] == st
         for name, diff in res["diffs"].items():
-            assert diff < 1e-5, f"rank {rank} table {name}: sharded output differs from unsharded by {diff}"
+            assert diff < 1e-5, (
+                f"rank {rank} table {name}: sharded output differs from unsharded by {diff}"
+            )

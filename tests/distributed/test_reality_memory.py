@@ -34,7 +34,9 @@ def test_peak_window_sees_a_new_allocation_and_forgets_an_old_one() -> None:
     old = torch.ones(TABLE_BYTES // 4)  # touched pages: resident
     del old
     start = start_peak_window()
-    assert peak_growth(start) < TABLE_BYTES // 2  # the freed tensor's peak is not carried into the new window
+    assert (
+        peak_growth(start) < TABLE_BYTES // 2
+    )  # the freed tensor's peak is not carried into the new window
     new = torch.ones(TABLE_BYTES // 4)
     assert peak_growth(start) >= TABLE_BYTES * 0.9
     del new
@@ -51,7 +53,12 @@ def test_measured_memory_is_each_rank_process_peak() -> None:
     on_rank0 = [layouts.table_wise(config, 0, "fused") for config in configs]
     row_wise = [layouts.row_wise(config, 2, "fused") for config in configs]
     first, second = measure_plans(
-        configs, _texts(configs, (on_rank0, row_wise), 256), world_size=2, local_batch=128, steps=2, rounds=1
+        configs,
+        _texts(configs, (on_rank0, row_wise), 256),
+        world_size=2,
+        local_batch=128,
+        steps=2,
+        rounds=1,
     )
     for m in (first, second):
         assert len(m.memory_bytes) == len(m.held_bytes) == 2
@@ -74,8 +81,10 @@ def test_memory_estimate_is_within_10_percent_where_tables_dominate() -> None:
     small = [suites.table_config(4 + i, 600_000, dim) for i in range(2)]
     tables = configs + small
     placements = [
-        [layouts.row_wise(c, 2, "fused") for c in configs] + [layouts.column_wise(c, [0, 1], "fused") for c in small],
-        [layouts.table_wise(c, 0, "fused") for c in configs] + [layouts.data_parallel(c, 2) for c in small],
+        [layouts.row_wise(c, 2, "fused") for c in configs]
+        + [layouts.column_wise(c, [0, 1], "fused") for c in small],
+        [layouts.table_wise(c, 0, "fused") for c in configs]
+        + [layouts.data_parallel(c, 2) for c in small],
     ]
     from shardrec.embeddings.tables import build_ebc
     from shardrec.sharding.machine.memory import dense_footprint
@@ -84,12 +93,21 @@ def test_memory_estimate_is_within_10_percent_where_tables_dominate() -> None:
     from shardrec.trainer.model.models import build_model
 
     spec = RealityModel()
-    model_config = ModelConfig(embedding_dim=dim, dense_arch=[*spec.dense_arch, dim], over_arch=list(spec.over_arch))
+    model_config = ModelConfig(
+        embedding_dim=dim, dense_arch=[*spec.dense_arch, dim], over_arch=list(spec.over_arch)
+    )
     names = [t.feature_names[0] for t in tables]
-    dense = dense_footprint(build_model(model_config, build_ebc(tables), names, NUM_DENSE, dense_device="meta"))
+    dense = dense_footprint(
+        build_model(model_config, build_ebc(tables), names, NUM_DENSE, dense_device="meta")
+    )
     topo = build_topology("cpu-gloo", 2)
     measured = measure_plans(
-        tables, _texts(tables, placements, batch), world_size=2, local_batch=batch // 2, steps=2, rounds=1
+        tables,
+        _texts(tables, placements, batch),
+        world_size=2,
+        local_batch=batch // 2,
+        steps=2,
+        rounds=1,
     )
     pooling = {t.name: 1.0 for t in tables}
     for placed, m in zip(placements, measured):
@@ -109,22 +127,58 @@ def test_plan_reality_judges_both_cost_models_on_twelve_plans(tmp_path: Path) ->
     from shardrec.tools.cli.app import app
 
     profile = tmp_path / "profile.json"
-    profile.write_text(json.dumps({"format": "shardrec-calibration", "measured": {"lookup_bw": 2e9}}))
+    profile.write_text(
+        json.dumps({"format": "shardrec-calibration", "measured": {"lookup_bw": 2e9}})
+    )
     out = tmp_path / "judged.json"
-    args = ["bench", "plan-reality", "--tables", "6", "--max-rows", "2000", "--global-batch-size", "256"]
-    args += ["--steps", "1", "--rounds", "1", "--profile", str(profile), "--profile-out", str(out), "--json"]
+    args = [
+        "bench",
+        "plan-reality",
+        "--tables",
+        "6",
+        "--max-rows",
+        "2000",
+        "--global-batch-size",
+        "256",
+    ]
+    args += [
+        "--steps",
+        "1",
+        "--rounds",
+        "1",
+        "--profile",
+        str(profile),
+        "--profile-out",
+        str(out),
+        "--json",
+    ]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     result = json.loads(res.stdout)
     run = [p for p in result["plans"] if "measured_ms" in p]
-    assert len(run) >= 12 and {p["source"] for p in run} >= {"shardrec", "torchrec", "bad", "random"}
+    assert len(run) >= 12 and {p["source"] for p in run} >= {
+        "shardrec",
+        "torchrec",
+        "bad",
+        "random",
+    }
     for p in run:
-        assert len(p["estimated_memory_bytes"]) == len(p["measured_memory_bytes"]) == len(p["memory_error"]) == 2
+        assert (
+            len(p["estimated_memory_bytes"])
+            == len(p["measured_memory_bytes"])
+            == len(p["memory_error"])
+            == 2
+        )
     judged = result["cost_models"]
     assert judged["plans"] >= 12 and judged["winner"] in ("shardrec", "torchrec")
     for model in ("shardrec", "torchrec"):
-        assert -1 <= judged[model]["kendall_tau"] <= 1 and judged[model]["median_relative_error"] >= 0
+        assert (
+            -1 <= judged[model]["kendall_tau"] <= 1 and judged[model]["median_relative_error"] >= 0
+        )
     written = json.loads(out.read_text())
-    assert written["cost_model"]["winner"] == judged["winner"] and written["memory"]["framework_bytes"] >= 0
+    assert (
+        written["cost_model"]["winner"] == judged["winner"]
+        and written["memory"]["framework_bytes"] >= 0
+    )
     topo = build_topology("cpu-gloo", 2, profile=out)
     assert topo.cost_model == judged["winner"] and topo.lookup_bw == 2e9

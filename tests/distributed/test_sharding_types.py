@@ -23,7 +23,14 @@ from shardrec.trainer.distributed.launch import run_local_ranks
 
 WORLD_SIZE = 2
 LOCAL_BATCH = 4
-TYPES = ("table_wise", "row_wise", "column_wise", "table_row_wise", "table_column_wise", "data_parallel")
+TYPES = (
+    "table_wise",
+    "row_wise",
+    "column_wise",
+    "table_row_wise",
+    "table_column_wise",
+    "data_parallel",
+)
 
 
 def _tables():
@@ -32,9 +39,20 @@ def _tables():
     from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
 
     return [
-        EmbeddingBagConfig(name=f"t{i}", embedding_dim=16, num_embeddings=rows, feature_names=[f"f{i}"], pooling=pool)
+        EmbeddingBagConfig(
+            name=f"t{i}",
+            embedding_dim=16,
+            num_embeddings=rows,
+            feature_names=[f"f{i}"],
+            pooling=pool,
+        )
         for i, (rows, pool) in enumerate(
-            ((40, PoolingType.SUM), (23, PoolingType.SUM), (64, PoolingType.SUM), (48, PoolingType.MEAN))
+            (
+                (40, PoolingType.SUM),
+                (23, PoolingType.SUM),
+                (64, PoolingType.SUM),
+                (48, PoolingType.MEAN),
+            )
         )
     ]
 
@@ -61,7 +79,9 @@ def _kjt(keys, lengths, values, rows: slice):
         starts = torch.cat([torch.zeros(1, dtype=torch.long), lengths[i].cumsum(0)])
         vals.append(values[i][starts[rows.start] : starts[rows.stop]])
         lens.append(lengths[i][rows])
-    return KeyedJaggedTensor.from_lengths_sync(keys=keys, values=torch.cat(vals), lengths=torch.cat(lens))
+    return KeyedJaggedTensor.from_lengths_sync(
+        keys=keys, values=torch.cat(vals), lengths=torch.cat(lens)
+    )
 
 
 def _full_weights(state: dict, pg, device: torch.device) -> dict[str, torch.Tensor]:
@@ -88,7 +108,11 @@ def _check_type(env, sharding_type: str) -> dict[str, float]:
     import torch.distributed as dist
     from fbgemm_gpu.split_embedding_configs import EmbOptimType
     from torchrec.distributed.model_parallel import DistributedModelParallel
-    from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
+    from torchrec.distributed.planner import (
+        EmbeddingShardingPlanner,
+        ParameterConstraints,
+        Topology,
+    )
     from torchrec.distributed.types import ShardingEnv
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
@@ -105,14 +129,22 @@ def _check_type(env, sharding_type: str) -> dict[str, float]:
     sum((ref_out[k] * weights[k]).sum() for k in keys).backward()
 
     # Fused SGD with lr 1 in backward: a sharded table's weight change is minus its gradient.
-    sharders = build_sharders(fused_params={"optimizer": EmbOptimType.EXACT_SGD, "learning_rate": 1.0})
+    sharders = build_sharders(
+        fused_params={"optimizer": EmbOptimType.EXACT_SGD, "learning_rate": 1.0}
+    )
     kernel = "dense" if sharding_type == "data_parallel" else "fused"
     constraints = {
-        t.name: ParameterConstraints(sharding_types=[sharding_type], compute_kernels=[kernel], min_partition=8)
+        t.name: ParameterConstraints(
+            sharding_types=[sharding_type], compute_kernels=[kernel], min_partition=8
+        )
         for t in tables
     }
     planner = EmbeddingShardingPlanner(
-        topology=Topology(world_size=env.world_size, local_world_size=env.world_size, compute_device=env.device.type),
+        topology=Topology(
+            world_size=env.world_size,
+            local_world_size=env.world_size,
+            compute_device=env.device.type,
+        ),
         constraints=constraints,
     )
     pg = dist.group.WORLD
@@ -121,7 +153,11 @@ def _check_type(env, sharding_type: str) -> dict[str, float]:
     types = {p.sharding_type for p in plan.plan[""].values()}
     assert types == {sharding_type}, f"planned {types} for {sharding_type}"
     dmp = DistributedModelParallel(
-        model, env=ShardingEnv.from_process_group(pg), device=env.device, plan=plan, sharders=sharders
+        model,
+        env=ShardingEnv.from_process_group(pg),
+        device=env.device,
+        plan=plan,
+        sharders=sharders,
     )
     ref_state = reference.state_dict()
     for name, t in dmp.state_dict().items():
@@ -168,8 +204,12 @@ def _assert_all_equal_unsharded(results: list, tolerance: float) -> None:
     for rank, per_type in enumerate(results):
         assert set(per_type) == set(TYPES)
         for st, err in per_type.items():
-            assert err["out_err"] <= tolerance, f"rank {rank} {st}: pooled outputs differ by {err['out_err']}"
-            assert err["grad_err"] <= tolerance, f"rank {rank} {st}: gradients differ by {err['grad_err']}"
+            assert err["out_err"] <= tolerance, (
+                f"rank {rank} {st}: pooled outputs differ by {err['out_err']}"
+            )
+            assert err["grad_err"] <= tolerance, (
+                f"rank {rank} {st}: gradients differ by {err['grad_err']}"
+            )
 
 
 # fbgemm's CUDA kernels sum in another order than the CPU reference: fp32 rounding, not 1e-6.

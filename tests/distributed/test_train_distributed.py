@@ -47,7 +47,12 @@ GLOBAL_BATCH, STEPS, CKPT = 64, 15, 8
 ATOL, RTOL = 1e-5, 1e-4
 SGD = ('optim.sparse="sgd"', "optim.sparse_lr=0.5")
 FULL = ('optim.sparse="adagrad"',)
-DCN = ('model.arch="dcnv2"', 'sharding.qcomm="bf16"', "train.epochs=2", 'model.dims={"f0" = 4, "f2" = 4}')
+DCN = (
+    'model.arch="dcnv2"',
+    'sharding.qcomm="bf16"',
+    "train.epochs=2",
+    'model.dims={"f0" = 4, "f2" = 4}',
+)
 INVARIANCE = {
     2: [
         ("adagrad", "table_wise", "sparse_dist", ()),
@@ -92,7 +97,15 @@ def job_config(data: Path, steps: int, pipeline: str, extra: tuple = ()):
     return load_job_config(None, overrides + list(extra))
 
 
-def build(env, data: str, run_dir: Path, layout: str, steps: int, pipeline: str = "sparse_dist", extra: tuple = ()):
+def build(
+    env,
+    data: str,
+    run_dir: Path,
+    layout: str,
+    steps: int,
+    pipeline: str = "sparse_dist",
+    extra: tuple = (),
+):
     """A job on `data` whose plan puts every table as `layout` (tests/distributed/train_plans.py)."""
     import torch.distributed as dist
     from train_plans import make_plan
@@ -113,7 +126,12 @@ def build(env, data: str, run_dir: Path, layout: str, steps: int, pipeline: str 
 
 def _checkpointed(env, data: str, run_dir: Path, layout: str, steps: int, extra: tuple = ()):
     return build(
-        env, data, run_dir, layout, steps, extra=extra + (f"checkpoint.interval_steps={CKPT}", "checkpoint.keep=5")
+        env,
+        data,
+        run_dir,
+        layout,
+        steps,
+        extra=extra + (f"checkpoint.interval_steps={CKPT}", "checkpoint.keep=5"),
     )
 
 
@@ -129,12 +147,20 @@ def rank_work(env, data: str, multi_hot: str, root: str) -> dict:
     root_p, world, out = Path(root), env.world_size, {}
     for tag, layout, pipeline, extra in INVARIANCE.get(world, []):
         name = f"{tag}-w{world}-{layout}-{pipeline}"
-        out[name] = run_job(build(env, data, root_p / name, layout, STEPS, pipeline, extra))["eval"]["val"]
+        out[name] = run_job(build(env, data, root_p / name, layout, STEPS, pipeline, extra))[
+            "eval"
+        ]["val"]
     if world == 2:
-        out["reference"] = run_job(_checkpointed(env, data, root_p / "ref", "row_wise", STEPS))["eval"]["val"]
+        out["reference"] = run_job(_checkpointed(env, data, root_p / "ref", "row_wise", STEPS))[
+            "eval"
+        ]["val"]
         run_job(_checkpointed(env, data, root_p / "cw", "column_wise", CKPT))
-        out[FULL_CW] = run_job(_checkpointed(env, data, root_p / FULL_CW, "column_wise", STEPS, FULL))["eval"]["val"]
-        out["dcnv2"] = run_job(build(env, multi_hot, root_p / "dcn", "mixed", 30, extra=DCN))["eval"]["val"]
+        out[FULL_CW] = run_job(
+            _checkpointed(env, data, root_p / FULL_CW, "column_wise", STEPS, FULL)
+        )["eval"]["val"]
+        out["dcnv2"] = run_job(build(env, multi_hot, root_p / "dcn", "mixed", 30, extra=DCN))[
+            "eval"
+        ]["val"]
         os.environ["SHARDREC_FAULT"] = "nan:10"
         try:
             run_job(_checkpointed(env, data, root_p / "nan", "row_wise", STEPS))
@@ -142,7 +168,9 @@ def rank_work(env, data: str, multi_hot: str, root: str) -> dict:
             out["nan_error"] = str(e)
         finally:
             del os.environ["SHARDREC_FAULT"]
-        other = _checkpointed(env, data, root_p / "ref", "row_wise", STEPS, ("model.over_arch=[8, 1]",))
+        other = _checkpointed(
+            env, data, root_p / "ref", "row_wise", STEPS, ("model.over_arch=[8, 1]",)
+        )
         try:
             run_job(other)
         except ValueError as e:
@@ -150,9 +178,13 @@ def rank_work(env, data: str, multi_hot: str, root: str) -> dict:
     if world in (1, 2):
         out["bf16"] = bf16_work(env, data, root_p / "bf16")
     if world != 2:
-        summary = run_job(_checkpointed(env, data, root_p / f"resume-w{world}", RESUME_LAYOUT[world], STEPS))
+        summary = run_job(
+            _checkpointed(env, data, root_p / f"resume-w{world}", RESUME_LAYOUT[world], STEPS)
+        )
         out["resume"] = {"from": summary["resumed_from_step"], "val": summary["eval"]["val"]}
-        full = _checkpointed(env, data, root_p / f"full-resume-w{world}", FULL_RESUME[world], STEPS, FULL)
+        full = _checkpointed(
+            env, data, root_p / f"full-resume-w{world}", FULL_RESUME[world], STEPS, FULL
+        )
         out["resumed_full_from"] = run_job(full)["resumed_from_step"]
         cw = _checkpointed(env, data, root_p / f"cw-w{world}", CW_LAYOUT[world], STEPS)
         cw.checkpoints.load_latest()
@@ -172,18 +204,24 @@ def bf16_work(env, data: str, root: Path) -> dict:
     if env.world_size == 1:
         one_rank = build(env, data, root / "w1-table_wise", "table_wise", STEPS, "plain", BF16)
         return {"w1-table_wise": run_job(one_rank)["eval"]["val"]}
-    out = {"ref": run_job(_checkpointed(env, data, root / "ref", "row_wise", STEPS, BF16))["eval"]["val"]}
+    out = {
+        "ref": run_job(_checkpointed(env, data, root / "ref", "row_wise", STEPS, BF16))["eval"][
+            "val"
+        ]
+    }
     if env.is_main:  # the step-8 checkpoint, as if the run had been stopped there
         shutil.copytree(
-            root / "ref", root / "resumed", ignore=shutil.ignore_patterns(f"step-{STEPS:08d}", "metrics.jsonl")
+            root / "ref",
+            root / "resumed",
+            ignore=shutil.ignore_patterns(f"step-{STEPS:08d}", "metrics.jsonl"),
         )
     dist.barrier()
     summary = run_job(_checkpointed(env, data, root / "resumed", "row_wise", STEPS, BF16))
     out["resumed_from"], out["resumed"] = summary["resumed_from_step"], summary["eval"]["val"]
     assert out["resumed_from"] == CKPT
-    out["w2-mixed_rows"] = run_job(build(env, data, root / "w2-mixed_rows", "mixed_rows", STEPS, extra=BF16))["eval"][
-        "val"
-    ]
+    out["w2-mixed_rows"] = run_job(
+        build(env, data, root / "w2-mixed_rows", "mixed_rows", STEPS, extra=BF16)
+    )["eval"]["val"]
     return out
 
 
@@ -191,7 +229,9 @@ def _copy_resume_points(root: Path) -> None:
     """The 2-rank runs' step-8 checkpoints, as if they had been stopped there, for the 1- and 4-rank resumes."""
     for world in (1, 4):
         shutil.copytree(
-            root / "ref", root / f"resume-w{world}", ignore=shutil.ignore_patterns("step-00000015", "metrics.jsonl")
+            root / "ref",
+            root / f"resume-w{world}",
+            ignore=shutil.ignore_patterns("step-00000015", "metrics.jsonl"),
         )
         shutil.copytree(root / "cw", root / f"cw-w{world}")
         shutil.copytree(
@@ -239,7 +279,11 @@ def assert_same_model(run_dir: Path, reference: Path) -> None:
     assert weights.keys() == ref.keys(), run_dir.name
     for key, value in ref.items():
         torch.testing.assert_close(
-            weights[key], value, atol=ATOL, rtol=RTOL, msg=lambda m, key=key: f"{run_dir.name} {key}: {m}"
+            weights[key],
+            value,
+            atol=ATOL,
+            rtol=RTOL,
+            msg=lambda m, key=key: f"{run_dir.name} {key}: {m}",
         )
 
 
@@ -269,14 +313,18 @@ def test_resume_reshards_to_one_and_four_ranks(runs) -> None:
         resumed = results if world == 1 else results["w4"]
         assert resumed["resume"]["from"] == CKPT
         assert_same_model(root / f"resume-w{world}", root / "ref")
-        assert resumed["resume"]["val"]["auc"] == pytest.approx(results["reference"]["auc"], abs=1e-4)
+        assert resumed["resume"]["val"]["auc"] == pytest.approx(
+            results["reference"]["auc"], abs=1e-4
+        )
         # Column-wise (2 column shards of 4) -> whole rows: the accumulators were converted.
         old = final_weights(root / "cw", "fused_optim")
         new = final_weights(root / f"cw-resaved-w{world}", "fused_optim")
         for name, value in old.items():
             rows = new[name].numel()
             assert value.numel() == 2 * rows, name
-            torch.testing.assert_close(new[name], convert_rowwise_momentum(value, rows, [4, 4], [8]))
+            torch.testing.assert_close(
+                new[name], convert_rowwise_momentum(value, rows, [4, 4], [8])
+            )
             assert new[name].abs().sum() > 0
         # Full Adagrad, column-wise -> table-wise (1 rank) / data-parallel (4 ranks): ends as the run that went on.
         assert resumed["resumed_full_from"] == CKPT
@@ -285,7 +333,9 @@ def test_resume_reshards_to_one_and_four_ranks(runs) -> None:
             final_weights(root / f"full-resume-w{world}", "fused_optim"),
             final_weights(root / FULL_CW, "fused_optim"),
         )
-        assert saved.keys() == went_on.keys() and all(v.dim() == 2 for v in saved.values())  # [rows, dim] sums
+        assert saved.keys() == went_on.keys() and all(
+            v.dim() == 2 for v in saved.values()
+        )  # [rows, dim] sums
         for name, value in went_on.items():
             torch.testing.assert_close(saved[name], value, atol=ATOL, rtol=RTOL)
 
@@ -319,7 +369,9 @@ def test_bf16_resume_is_bitwise_equal(runs) -> None:
 def test_bf16_plans_and_world_sizes_agree_within_the_bf16_tolerance(runs) -> None:
     fp32_root, results = runs
     root, results = fp32_root / "bf16", results["bf16"]
-    one_rank, row_wise, mixed = (final_weights(root / name) for name in ("w1-table_wise", "ref", "w2-mixed_rows"))
+    one_rank, row_wise, mixed = (
+        final_weights(root / name) for name in ("w1-table_wise", "ref", "w2-mixed_rows")
+    )
     for key, value in row_wise.items():  # two plans, one world size: fp32's tolerance
         torch.testing.assert_close(
             mixed[key], value, atol=ATOL, rtol=RTOL, msg=lambda m, key=key: f"w2 plans, {key}: {m}"
@@ -328,7 +380,9 @@ def test_bf16_plans_and_world_sizes_agree_within_the_bf16_tolerance(runs) -> Non
         rel = float((row_wise[key] - value).norm() / value.norm())
         assert rel <= BF16_REL_NORM, f"{key}: 1 vs 2 ranks differ by {rel:.3f} of its norm"
     for name in ("ref", "w2-mixed_rows"):
-        assert results[name]["auc"] == pytest.approx(results["w1-table_wise"]["auc"], abs=BF16_AUC), name
+        assert results[name]["auc"] == pytest.approx(
+            results["w1-table_wise"]["auc"], abs=BF16_AUC
+        ), name
     assert results["w1-table_wise"]["auc"] > 0.7  # it learned under bf16
     # bf16 really changed the arithmetic: the fp32 model (the same row-wise job) lies outside fp32's own tolerance.
     fp32 = final_weights(fp32_root / "ref")

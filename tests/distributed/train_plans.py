@@ -18,15 +18,23 @@ def table_plan(kind: str, name: str, rows: int, dim: int, world_size: int, rank:
         return TablePlan(name, kind, "fused", [Shard(rank, 0, 0, rows, dim)])
     if kind == "row_wise":
         return TablePlan(
-            name, kind, "fused", [Shard(r, off, 0, n, dim) for r, (off, n) in enumerate(_row_blocks(rows, world_size))]
+            name,
+            kind,
+            "fused",
+            [Shard(r, off, 0, n, dim) for r, (off, n) in enumerate(_row_blocks(rows, world_size))],
         )
     if kind == "column_wise":
         cols = dim // 2  # two column shards, on ranks rank and rank + 1
         return TablePlan(
-            name, kind, "fused", [Shard((rank + i) % world_size, 0, i * cols, rows, cols) for i in range(2)]
+            name,
+            kind,
+            "fused",
+            [Shard((rank + i) % world_size, 0, i * cols, rows, cols) for i in range(2)],
         )
     if kind == "data_parallel":
-        return TablePlan(name, kind, "dense", [Shard(r, 0, 0, rows, dim) for r in range(world_size)])
+        return TablePlan(
+            name, kind, "dense", [Shard(r, 0, 0, rows, dim) for r in range(world_size)]
+        )
     raise ValueError(kind)
 
 
@@ -42,7 +50,9 @@ def make_plan(tables, layout: str, world_size: int, global_batch_size: int) -> P
     placed = []
     for i, t in enumerate(tables):
         kind = MIXES[layout][i % len(MIXES[layout])] if layout in MIXES else layout
-        placed.append(table_plan(kind, t.name, t.num_embeddings, t.embedding_dim, world_size, i % world_size))
+        placed.append(
+            table_plan(kind, t.name, t.num_embeddings, t.embedding_dim, world_size, i % world_size)
+        )
     return PlanFile(
         schema_version=PLAN_SCHEMA_VERSION,
         fingerprint=plan_fingerprint(tables, world_size, global_batch_size, "cpu"),

@@ -17,10 +17,20 @@ runner = CliRunner()
 @pytest.fixture(scope="module")
 def skewed_dataset(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("hitrate")
-    res = runner.invoke(app, ["synth", str(root / "raw"), "--rows", "60000", "--max-vocab", "200000", "--seed", "5"])
+    res = runner.invoke(
+        app, ["synth", str(root / "raw"), "--rows", "60000", "--max-vocab", "200000", "--seed", "5"]
+    )
     assert res.exit_code == 0, res.output
     res = runner.invoke(
-        app, ["preprocess", str(root / "raw" / "train.txt"), "--out", str(root / "data"), "--max-ids", "200000"]
+        app,
+        [
+            "preprocess",
+            str(root / "raw" / "train.txt"),
+            "--out",
+            str(root / "data"),
+            "--max-ids",
+            "200000",
+        ],
     )
     assert res.exit_code == 0, res.output
     return root / "data"
@@ -36,7 +46,16 @@ def test_predicted_hit_rates_are_within_two_points_of_exact_caches(
         sizes = "3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1"
         text = f'[data]\nmultihot_sizes = [{sizes}]\nmultihot_cache = "{tmp_path / "mh"}"\n' + text
     job.write_text(text)
-    args = ["bench", "hitrate", "--data", str(skewed_dataset), "--config", str(job), "--world-size", "2"]
+    args = [
+        "bench",
+        "hitrate",
+        "--data",
+        str(skewed_dataset),
+        "--config",
+        str(job),
+        "--world-size",
+        "2",
+    ]
     res = runner.invoke(app, args + ["--hbm-share", "0.2", "--json"])
     assert res.exit_code == 0, res.output
     result = json.loads(res.stdout)
@@ -49,17 +68,41 @@ def test_predicted_hit_rates_are_within_two_points_of_exact_caches(
     assert result["worst_lru_points"] <= 2.0 and result["worst_lfu_points"] <= 2.0
 
 
-def test_plan_past_hbm_shows_kernels_caches_and_hit_rates(skewed_dataset: Path, tmp_path: Path) -> None:
+def test_plan_past_hbm_shows_kernels_caches_and_hit_rates(
+    skewed_dataset: Path, tmp_path: Path
+) -> None:
     job = tmp_path / "job.toml"
     job.write_text("[model]\nembedding_dim = 16\n[train]\nglobal_batch_size = 1024\n")
-    args = ["plan", "--data", str(skewed_dataset), "--config", str(job), "--topology", "h100", "--world-size", "2"]
-    res = runner.invoke(app, args + ["--memory-gib", "0.03", "--json", "--out", str(tmp_path / "plan.json")])
+    args = [
+        "plan",
+        "--data",
+        str(skewed_dataset),
+        "--config",
+        str(job),
+        "--topology",
+        "h100",
+        "--world-size",
+        "2",
+    ]
+    res = runner.invoke(
+        app, args + ["--memory-gib", "0.03", "--json", "--out", str(tmp_path / "plan.json")]
+    )
     assert res.exit_code == 0, res.output
-    cached = [t for t in json.loads(res.stdout)["tables_plan"] if t["compute_kernel"] == "fused_uvm_caching"]
-    assert cached and all(0 < t["cache"]["load_factor"] < 1 and t["cache"]["hit_rates"] for t in cached)
+    cached = [
+        t
+        for t in json.loads(res.stdout)["tables_plan"]
+        if t["compute_kernel"] == "fused_uvm_caching"
+    ]
+    assert cached and all(
+        0 < t["cache"]["load_factor"] < 1 and t["cache"]["hit_rates"] for t in cached
+    )
     res = runner.invoke(app, ["plan", "show", str(tmp_path / "plan.json")], terminal_width=160)
     assert res.exit_code == 0, res.output
-    assert "fused_uvm_caching" in res.stdout and "cache rows" in res.stdout and "hit rate" in res.stdout
+    assert (
+        "fused_uvm_caching" in res.stdout
+        and "cache rows" in res.stdout
+        and "hit rate" in res.stdout
+    )
     res = runner.invoke(app, args + ["--memory-gib", "0.001"])
     assert res.exit_code == 1
     assert "needs" in res.output and "of HBM" in res.output and "short" in res.output

@@ -12,7 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from shardrec.tools.bench.scale.scale_bench import DAYS, DISK_GB_PER_S, PROJECTED_CORES, feature_counts
+from shardrec.tools.bench.scale.scale_bench import (
+    DAYS,
+    DISK_GB_PER_S,
+    PROJECTED_CORES,
+    feature_counts,
+)
 
 FRACTION = 1e-9  # below 192 / 4.37 B: the command's floor of 8 rows per day
 
@@ -26,12 +31,12 @@ def _scale(tmp_path: Path, *extra: str) -> dict:
 
 
 def _check_rates(s: dict, nbytes: int, rows: int, wall_s: float, cpu_s: float) -> None:
-    assert s["mb_per_s_wall"] == pytest.approx(nbytes / 1e6 / wall_s) and s["rows_per_s_wall"] == pytest.approx(
-        rows / wall_s
-    )
-    assert s["mb_per_cpu_s"] == pytest.approx(nbytes / 1e6 / cpu_s) and s["rows_per_cpu_s"] == pytest.approx(
-        rows / cpu_s
-    )
+    assert s["mb_per_s_wall"] == pytest.approx(nbytes / 1e6 / wall_s) and s[
+        "rows_per_s_wall"
+    ] == pytest.approx(rows / wall_s)
+    assert s["mb_per_cpu_s"] == pytest.approx(nbytes / 1e6 / cpu_s) and s[
+        "rows_per_cpu_s"
+    ] == pytest.approx(rows / cpu_s)
 
 
 def _check_common(out: dict, tmp_path: Path, ranks: int) -> None:
@@ -42,17 +47,27 @@ def _check_common(out: dict, tmp_path: Path, ranks: int) -> None:
     _check_rates(synth, synth["text_bytes"], synth["rows"], synth["wall_s"], synth["cpu_s"])
     for name in ("preprocess_hash", "preprocess_vocab"):
         s = st[name]
-        assert s["lines"] == out["rows"] and sum(s["rows_kept"].values()) == out["rows"]  # synth rows are well formed
+        assert (
+            s["lines"] == out["rows"] and sum(s["rows_kept"].values()) == out["rows"]
+        )  # synth rows are well formed
         assert s["parts"] >= DAYS and s["output_bytes"] > 0
-        assert s["wall_s"] > 0 and s["cpu_s"] > 0 and 0 < s["peak_pss_mb"] <= s["peak_rss_mb"] + 1, name
+        assert (
+            s["wall_s"] > 0 and s["cpu_s"] > 0 and 0 < s["peak_pss_mb"] <= s["peak_rss_mb"] + 1
+        ), name
         _check_rates(s, synth["text_bytes"], s["lines"], s["wall_s"], s["cpu_s"])
     stream, hashed = st["stream"], st["preprocess_hash"]
-    assert stream["ranks"] == ranks and len(stream["per_rank"]) == ranks and stream["global_batch"] == 32
+    assert (
+        stream["ranks"] == ranks
+        and len(stream["per_rank"]) == ranks
+        and stream["global_batch"] == 32
+    )
     assert stream["rows"] == hashed["rows_kept"]["train"] // 32 * 32 > 0
     assert stream["rows"] == sum(r["rows"] for r in stream["per_rank"])
     assert stream["rows_per_s"] == pytest.approx(stream["rows"] / stream["loop_s"])
     assert stream["mb_per_cpu_s"] == pytest.approx(hashed["output_bytes"] / 1e6 / stream["cpu_s"])
-    assert stream["vs_one_part"] == pytest.approx(stream["rows_per_s"] / stream["one_part"]["rows_per_s"])
+    assert stream["vs_one_part"] == pytest.approx(
+        stream["rows_per_s"] / stream["one_part"]["rows_per_s"]
+    )
     manifest = json.loads((tmp_path / "w" / "hash" / "manifest.json").read_text())
     assert [f["cardinality"] for f in manifest["sparse_features"]] == feature_counts(FRACTION)
     p = out["projection"]
@@ -60,7 +75,10 @@ def _check_common(out: dict, tmp_path: Path, ranks: int) -> None:
         s, q = st[name], p[name]
         cpu_s = synth["text_bytes"] / FRACTION / 1e6 / s["mb_per_cpu_s"] / PROJECTED_CORES
         disk_s = (synth["gzip_bytes"] + s["output_bytes"]) / FRACTION / 1e9 / DISK_GB_PER_S
-        assert q["minutes"] == pytest.approx(max(cpu_s, disk_s) / 60) and f"= {cpu_s:,.0f} s" in q["arithmetic"]
+        assert (
+            q["minutes"] == pytest.approx(max(cpu_s, disk_s) / 60)
+            and f"= {cpu_s:,.0f} s" in q["arithmetic"]
+        )
 
 
 def test_scale_reports_each_stage_trains_resumes_and_projects_1tb(tmp_path: Path):

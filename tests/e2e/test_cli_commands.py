@@ -32,7 +32,9 @@ def test_config_show_resolves_file_then_set(tmp_path: Path) -> None:
     assert shown["train"]["seed"] == 7 and shown["train"]["global_batch_size"] == 512
     assert shown["optim"]["dense_lr"] == 0.05  # a default
     bad = _run("config", "show", "--set", "train.sed=7")
-    assert_one_line_error(bad, r"--set 'train\.sed=7': unknown key train\.sed; did you mean train\.seed\?")
+    assert_one_line_error(
+        bad, r"--set 'train\.sed=7': unknown key train\.sed; did you mean train\.seed\?"
+    )
 
 
 def test_config_defaults_are_a_commented_job_file() -> None:
@@ -42,14 +44,18 @@ def test_config_defaults_are_a_commented_job_file() -> None:
     assert tomllib.loads(result.stdout)["train"]["global_batch_size"] == 2048
 
 
-def test_plan_show_reprints_a_saved_plan_and_plan_runs_alone(tiny_dataset: Path, tmp_path: Path) -> None:
+def test_plan_show_reprints_a_saved_plan_and_plan_runs_alone(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
     plan = tmp_path / "plan.json"
     made = _run("plan", "--data", str(tiny_dataset), "--world-size", "2", "--out", str(plan))
     assert made.exit_code == 0, made.output
     shown = _run("plan", "show", str(plan), "--json")
     assert shown.exit_code == 0, shown.output
     saved = json.loads(plan.read_text())
-    assert [t["name"] for t in json.loads(shown.stdout)["tables_plan"]] == [t["name"] for t in saved["tables"]]
+    assert [t["name"] for t in json.loads(shown.stdout)["tables_plan"]] == [
+        t["name"] for t in saved["tables"]
+    ]
     text = _run("plan", "show", str(plan))
     # Whitespace aside: the console wraps a long temporary path (pytest-xdist's are longer) anywhere.
     squeezed = "".join(text.stdout.split())
@@ -85,7 +91,9 @@ def test_errors_name_the_file_the_flag_and_a_near_miss(tiny_dataset: Path, tmp_p
         typo, rf"^error: {job}: unknown section \[trian\]; did you mean train\?$"
     )  # not eaten as markup
     job.write_text("[train]\nseed = 'x'\n")
-    assert_one_line_error(_run("config", "show", "--config", str(job)), r"train\.seed = 'x' should be an integer$")
+    assert_one_line_error(
+        _run("config", "show", "--config", str(job)), r"train\.seed = 'x' should be an integer$"
+    )
     missing = _run("train", "--data", str(tmp_path / "nodata"))
     assert_one_line_error(missing, r"nodata: does not exist$")
     digest = _run("data", "digest", str(tiny_dataset), "--world-size", "3")
@@ -110,4 +118,7 @@ def test_help_keeps_bracketed_defaults_and_one_paragraph_summaries() -> None:
     listed = " ".join(_run("--help").stdout.replace("│", " ").split())
     assert "export Write a run's checkpoint as one unsharded safetensors file. predict" in listed
     data = " ".join(_run("data", "--help").stdout.replace("│", " ").split())
-    assert "multihot Write a multi-hot copy of the one-hot dataset SRC, as MLPerf DLRMv2 does. ╰" in data
+    assert (
+        "multihot Write a multi-hot copy of the one-hot dataset SRC, as MLPerf DLRMv2 does. ╰"
+        in data
+    )

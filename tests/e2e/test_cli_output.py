@@ -28,17 +28,22 @@ def shardrec(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
-def test_preprocess_and_data_commands_are_quiet_and_readable(tiny_dataset: Path, tmp_path: Path) -> None:
+def test_preprocess_and_data_commands_are_quiet_and_readable(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
     assert shardrec("synth", "raw", "--rows", "2000", cwd=tmp_path).returncode == 0
     first = shardrec("preprocess", "raw/train.txt", "--out", "pp", cwd=tmp_path)
     assert first.returncode == 0 and first.stderr == "", first.stderr  # no INFO line without -v
     last = first.stdout.strip().splitlines()[-1]
     assert re.fullmatch(
-        r"2,000 lines, 0\.5 MB of text; parsed at [\d,]+\.\d MB/s \(0\.5 MB in \d+\.\d s\); \d+\.\d s in all", last
+        r"2,000 lines, 0\.5 MB of text; parsed at [\d,]+\.\d MB/s \(0\.5 MB in \d+\.\d s\); \d+\.\d s in all",
+        last,
     ), last
     again = shardrec("preprocess", "raw/train.txt", "--out", "pp", cwd=tmp_path)
     assert (
-        again.stdout.strip().splitlines()[-1].startswith("nothing to do: all 1 task(s) were already done; 2,000 lines")
+        again.stdout.strip()
+        .splitlines()[-1]
+        .startswith("nothing to do: all 1 task(s) were already done; 2,000 lines")
     )
     assert "MB/s" not in again.stdout
 
@@ -46,24 +51,35 @@ def test_preprocess_and_data_commands_are_quiet_and_readable(tiny_dataset: Path,
     assert failed.returncode == 1 and failed.stdout == ""  # no empty progress bar
     assert failed.stderr == "error: nothere: no such file or directory\n"
 
-    digest = shardrec("data", "digest", tiny_dataset, "--global-batch", "64", "--batches", "1", cwd=tmp_path)
-    assert digest.returncode == 0 and "is_fx_tracing" not in digest.stderr and "W1" not in digest.stderr, digest.stderr
-    verbose = shardrec("-v", "data", "digest", tiny_dataset, "--global-batch", "64", "--batches", "1", cwd=tmp_path)
+    digest = shardrec(
+        "data", "digest", tiny_dataset, "--global-batch", "64", "--batches", "1", cwd=tmp_path
+    )
+    assert (
+        digest.returncode == 0
+        and "is_fx_tracing" not in digest.stderr
+        and "W1" not in digest.stderr
+    ), digest.stderr
+    verbose = shardrec(
+        "-v", "data", "digest", tiny_dataset, "--global-batch", "64", "--batches", "1", cwd=tmp_path
+    )
     assert verbose.returncode == 0 and "Successfully loaded" not in verbose.stderr, verbose.stderr
 
     stats = shardrec("data", "stats", "pp", cwd=tmp_path)
-    header = next(line for line in stats.stdout.splitlines() if "feature" in line and "dtype" in line)
+    header = next(
+        line for line in stats.stdout.splitlines() if "feature" in line and "dtype" in line
+    )
     assert "table rows" in header and "top 1% share" in header
     c1 = next(line for line in stats.stdout.splitlines() if line.startswith("│ C1 "))
     assert re.search(r"│ +\d+\.\d% │ +\d+\.\d% │$", c1), c1
 
     exported = shardrec("data", "export-npy", "pp", "--out", "npy", cwd=tmp_path)
-    assert re.fullmatch(r"wrote 2 day file\(s\) to npy: day_0 [\d,]+ rows, day_1 [\d,]+ rows\n", exported.stdout), (
-        exported.stdout
-    )
+    assert re.fullmatch(
+        r"wrote 2 day file\(s\) to npy: day_0 [\d,]+ rows, day_1 [\d,]+ rows\n", exported.stdout
+    ), exported.stdout
     imported = shardrec("data", "import-npy", "npy", "--out", "back", cwd=tmp_path)
     assert re.fullmatch(
-        r"imported train [\d,]+ rows, val [\d,]+ rows, test [\d,]+ rows into back\n", imported.stdout
+        r"imported train [\d,]+ rows, val [\d,]+ rows, test [\d,]+ rows into back\n",
+        imported.stdout,
     ), imported.stdout
 
 
@@ -72,7 +88,9 @@ def test_plan_numbers_have_separators_and_units(tiny_dataset: Path) -> None:
     assert simulated.exit_code == 0, simulated.output
     row = next(line for line in simulated.stdout.splitlines() if line.startswith("│ 4,096 │"))
     cells = [c.strip() for c in row.strip("│").split("│")]
-    assert all(re.fullmatch(r"\d{1,3}(,\d{3})*\.\d\d", c) for i, c in enumerate(cells) if i not in (0, 4)), cells
+    assert all(
+        re.fullmatch(r"\d{1,3}(,\d{3})*\.\d\d", c) for i, c in enumerate(cells) if i not in (0, 4)
+    ), cells
     planned = CliRunner().invoke(app, ["plan", "--data", str(tiny_dataset)])
     assert "memory used of 4,096 MiB per rank" in " ".join(planned.stdout.split())
 
@@ -80,7 +98,8 @@ def test_plan_numbers_have_separators_and_units(tiny_dataset: Path) -> None:
 def test_planner_warns_about_idle_ranks(tiny_dataset: Path, tmp_path: Path, caplog) -> None:
     job = tmp_path / "job.toml"
     job.write_text(
-        "[sharding.constraints]\n" + "".join(f't_f{i} = {{ sharding_types = ["table_wise"] }}\n' for i in range(4))
+        "[sharding.constraints]\n"
+        + "".join(f't_f{i} = {{ sharding_types = ["table_wise"] }}\n' for i in range(4))
     )
     with caplog.at_level(logging.WARNING, logger="shardrec"):
         result = CliRunner().invoke(

@@ -47,9 +47,13 @@ def _fake_run(run: Path, data: Path | None = None, plan: Path | None = None) -> 
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
-def test_light_commands_never_import_torch_and_bad_flags_are_caught_first(tiny_dataset: Path, tmp_path: Path) -> None:
+def test_light_commands_never_import_torch_and_bad_flags_are_caught_first(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
     plan = tmp_path / "plan.json"
-    planned = CliRunner().invoke(app, ["plan", "--data", str(tiny_dataset), "--world-size", "2", "--out", str(plan)])
+    planned = CliRunner().invoke(
+        app, ["plan", "--data", str(tiny_dataset), "--world-size", "2", "--out", str(plan)]
+    )
     assert planned.exit_code == 0, planned.output
     run = tmp_path / "runs" / "a"
     _fake_run(run, tiny_dataset, plan)
@@ -72,7 +76,10 @@ def test_light_commands_never_import_torch_and_bad_flags_are_caught_first(tiny_d
         ["predict", str(run), data],
     ]
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, json.dumps(commands)], capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", SCRIPT, json.dumps(commands)],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("[[")]

@@ -26,32 +26,54 @@ CARDS = (50, 300, 7, 1000)
 
 @pytest.fixture
 def one_hot(tmp_path: Path) -> Path:
-    write_tiny_dataset(tmp_path / "src", rows={"train": [300, 200], "val": [128]}, cardinalities=CARDS)
+    write_tiny_dataset(
+        tmp_path / "src", rows={"train": [300, 200], "val": [128]}, cardinalities=CARDS
+    )
     return tmp_path / "src"
 
 
 def _multihot(src: Path, out: Path, *args: str):
     return runner.invoke(
-        app, ["data", "multihot", str(src), "--out", str(out), "--cache", str(src.parent / "cache"), *args]
+        app,
+        [
+            "data",
+            "multihot",
+            str(src),
+            "--out",
+            str(out),
+            "--cache",
+            str(src.parent / "cache"),
+            *args,
+        ],
     )
 
 
 @pytest.mark.parametrize("dist", ["uniform", "pareto"])
 @pytest.mark.parametrize("rows", [None, [40, 300, 3, 17]])
-def test_materialised_ids_are_the_reference_ids(one_hot: Path, tmp_path: Path, dist: str, rows: list[int] | None):
+def test_materialised_ids_are_the_reference_ids(
+    one_hot: Path, tmp_path: Path, dist: str, rows: list[int] | None
+):
     sizes = [3, 1, 2, 6]
     extra = ["--rows", ",".join(map(str, rows))] if rows else []
-    result = _multihot(one_hot, tmp_path / "mh", "--sizes", "3,1,2,6", "--dist", dist, "--json", *extra)
+    result = _multihot(
+        one_hot, tmp_path / "mh", "--sizes", "3,1,2,6", "--dist", dist, "--json", *extra
+    )
     assert result.exit_code == 0, result.output
     table_rows = rows or list(CARDS)
     table_rows = rows or list(CARDS)
     spec = {"sizes": sizes, "rows": table_rows, "dist": dist, "seed": 0, "source": str(one_hot)}
     shown = json.loads(result.stdout)
     assert shown.pop("seconds") >= 0
-    assert shown.pop("criteo_1tb_hours") == pytest.approx(4_373_472_329 / shown.pop("rows_per_s") / 3600, rel=0.01)
+    assert shown.pop("criteo_1tb_hours") == pytest.approx(
+        4_373_472_329 / shown.pop("rows_per_s") / 3600, rel=0.01
+    )
     written = sum(p.stat().st_size for p in (tmp_path / "mh").rglob("part-*/*.npy"))
     assert shown.pop("bytes_written") == written and shown.pop("mb_per_s_written") >= 0
-    assert shown.pop("cpu_seconds") > 0 and shown.pop("rows_per_cpu_s") > 0 and shown.pop("setup_seconds") >= 0
+    assert (
+        shown.pop("cpu_seconds") > 0
+        and shown.pop("rows_per_cpu_s") > 0
+        and shown.pop("setup_seconds") >= 0
+    )
     assert shown.pop("cpu_wait_seconds") >= 0
     assert shown.pop("cores") == len(os.sched_getaffinity(0))
     assert [len(v) for v in shown.pop("load_average").values()] == [3, 3]
@@ -68,13 +90,17 @@ def test_materialised_ids_are_the_reference_ids(one_hot: Path, tmp_path: Path, d
             assert np.array_equal(a.labels, b.labels) and np.array_equal(a.dense, b.dense)
             for t, name in enumerate(src.feature_names):
                 want = reference_multihot(a.sparse[name], tables[t])
-                np.testing.assert_array_equal(np.asarray(b.sparse[name], np.int64), want.reshape(-1))
+                np.testing.assert_array_equal(
+                    np.asarray(b.sparse[name], np.int64), want.reshape(-1)
+                )
                 if sizes[t] > 1:
                     np.testing.assert_array_equal(b.offsets[name], np.arange(a.rows + 1) * sizes[t])
     assert verify(tmp_path / "mh") == []
 
 
-def test_rerun_on_more_workers_writes_the_same_bytes_and_reuses_the_tables(one_hot: Path, tmp_path: Path, monkeypatch):
+def test_rerun_on_more_workers_writes_the_same_bytes_and_reuses_the_tables(
+    one_hot: Path, tmp_path: Path, monkeypatch
+):
     import shardrec.tools.cli.data.multihot as command
 
     beside: list[list[str]] = []  # what lies beside OUT as each run starts
@@ -85,7 +111,9 @@ def test_rerun_on_more_workers_writes_the_same_bytes_and_reuses_the_tables(one_h
         return real(src, out, *args, **kwargs)
 
     monkeypatch.setattr(command, "materialize_multihot", materialize)
-    first = _multihot(one_hot, tmp_path / "a", "--sizes", "2,4,1,3", "--dist", "pareto", "--seed", "7")
+    first = _multihot(
+        one_hot, tmp_path / "a", "--sizes", "2,4,1,3", "--dist", "pareto", "--seed", "7"
+    )
     assert first.exit_code == 0, first.output
     tables = list((one_hot.parent / "cache").rglob("table-*.npy"))
     stamps = {p: p.stat().st_mtime_ns for p in tables}
@@ -98,15 +126,21 @@ def test_rerun_on_more_workers_writes_the_same_bytes_and_reuses_the_tables(one_h
     # The one-worker run and its ratio, in the same command; its scratch copy is gone.
     assert re.search(r"^3 workers: \d+\.\d\dx one worker \([\d,]+ rows/s, Criteo 1TB [\d,.]+ h\), same bytes$",
                      second.stdout, re.M), second.stdout  # fmt: skip
-    assert re.search(r"^rows per CPU-second: [\d,]+ on one worker, [\d,]+ on 3$", second.stdout, re.M), second.stdout
-    assert re.search(r"^\d+ cores, load average \(1, 5, 15 min\)", second.stdout, re.M), second.stdout
+    assert re.search(
+        r"^rows per CPU-second: [\d,]+ on one worker, [\d,]+ on 3$", second.stdout, re.M
+    ), second.stdout
+    assert re.search(r"^\d+ cores, load average \(1, 5, 15 min\)", second.stdout, re.M), (
+        second.stdout
+    )
     # The one-worker copy is deleted before the second run starts: one copy on disk at a time.
     assert beside[1:] == [["a", "cache", "src"], ["a", "cache", "src"]], beside
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "cache", "src"]
     assert {p: p.stat().st_mtime_ns for p in tables} == stamps  # drawn once
     a, b = Manifest.load(tmp_path / "a"), Manifest.load(tmp_path / "b")
     assert a.splits == b.splits and a.sparse_features == b.sparse_features
-    other = _multihot(one_hot, tmp_path / "c", "--sizes", "2,4,1,3", "--dist", "pareto", "--seed", "8")
+    other = _multihot(
+        one_hot, tmp_path / "c", "--sizes", "2,4,1,3", "--dist", "pareto", "--seed", "8"
+    )
     assert other.exit_code == 0 and Manifest.load(tmp_path / "c").splits != a.splits
 
 
@@ -128,7 +162,14 @@ def test_the_materialised_dataset_loads_into_batches(one_hot: Path, tmp_path: Pa
     from shardrec.dataloader.loader import build_loader
 
     assert _multihot(one_hot, tmp_path / "mh", "--sizes", "3,1,2,6").exit_code == 0
-    loader = build_loader(tmp_path / "mh", "train", global_batch_size=64, rank=0, world_size=1, **loader_kwargs(seed=1))
+    loader = build_loader(
+        tmp_path / "mh",
+        "train",
+        global_batch_size=64,
+        rank=0,
+        world_size=1,
+        **loader_kwargs(seed=1),
+    )
     batches = list(loader)
     assert len(batches) == 500 // 64
     kjt = batches[0].sparse_features.to_dict()
@@ -146,16 +187,20 @@ def test_bad_input_is_one_clear_line(one_hot: Path, tmp_path: Path):
         r"--sizes '3,x,2,1': expected comma-separated integers",
     )
     assert_one_line_error(
-        _multihot(one_hot, tmp_path / "o", "--sizes", "3,0,2,1"), r"multi-hot size 0 of feature 1 must be at least 1"
+        _multihot(one_hot, tmp_path / "o", "--sizes", "3,0,2,1"),
+        r"multi-hot size 0 of feature 1 must be at least 1",
     )
     assert_one_line_error(
         _multihot(one_hot, tmp_path / "o", "--sizes", "3,1,2,1", "--dist", "zipf"),
         r"--dist 'zipf' must be one of uniform, pareto",
     )
     assert_one_line_error(
-        _multihot(one_hot, tmp_path / "o", "--sizes", "3,1,2,1", "--rows", "4,5"), r"2 table rows for 4 sparse features"
+        _multihot(one_hot, tmp_path / "o", "--sizes", "3,1,2,1", "--rows", "4,5"),
+        r"2 table rows for 4 sparse features",
     )
-    assert_one_line_error(_multihot(tmp_path / "nope", tmp_path / "o", "--sizes", "1"), r"nope: does not exist")
+    assert_one_line_error(
+        _multihot(tmp_path / "nope", tmp_path / "o", "--sizes", "1"), r"nope: does not exist"
+    )
     assert_one_line_error(
         _multihot(one_hot, tmp_path / "o", "--sizes", "3,1,2,1", "--compare-workers"),
         r"--compare-workers needs --workers of at least 2 to compare with one worker, got 1",
@@ -163,13 +208,17 @@ def test_bad_input_is_one_clear_line(one_hot: Path, tmp_path: Path):
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("keep me")
     assert_one_line_error(
-        _multihot(one_hot, tmp_path / "full", "--sizes", "3,1,2,1"), r"full: exists and is not an empty directory"
+        _multihot(one_hot, tmp_path / "full", "--sizes", "3,1,2,1"),
+        r"full: exists and is not an empty directory",
     )
     assert (tmp_path / "full" / "x").read_text() == "keep me"
-    assert_one_line_error(_multihot(one_hot, one_hot / "inner", "--sizes", "3,1,2,1"), r"inside the source dataset")
+    assert_one_line_error(
+        _multihot(one_hot, one_hot / "inner", "--sizes", "3,1,2,1"), r"inside the source dataset"
+    )
     assert _multihot(one_hot, tmp_path / "mh", "--sizes", "3,1,2,1").exit_code == 0
     assert_one_line_error(
-        _multihot(tmp_path / "mh", tmp_path / "again", "--sizes", "3,1,2,1"), r"feature f0 is already multi-hot"
+        _multihot(tmp_path / "mh", tmp_path / "again", "--sizes", "3,1,2,1"),
+        r"feature f0 is already multi-hot",
     )
     assert not list(tmp_path.glob(".o.tmp-*")) and not (tmp_path / "o").exists()
 
@@ -180,13 +229,16 @@ def test_a_corrupted_source_column_is_named_and_nothing_is_written(one_hot: Path
     raw[-1] ^= 0xFF
     victim.write_bytes(bytes(raw))
     line = assert_one_line_error(
-        _multihot(one_hot, tmp_path / "mh", "--sizes", "3,1,2,1"), r"checksum differs from its manifest"
+        _multihot(one_hot, tmp_path / "mh", "--sizes", "3,1,2,1"),
+        r"checksum differs from its manifest",
     )
     assert "part-00001/dense.npy" in line
     assert not (tmp_path / "mh").exists() and not list(tmp_path.glob(".mh.tmp-*"))
 
 
-def test_files_reach_the_disk_before_the_manifest_while_the_workers_go_on(one_hot: Path, tmp_path: Path, monkeypatch):
+def test_files_reach_the_disk_before_the_manifest_while_the_workers_go_on(
+    one_hot: Path, tmp_path: Path, monkeypatch
+):
     synced: dict[str, str] = {}  # file -> the thread that synced it
     real_fsync, real_save = os.fsync, Manifest.save
 
@@ -196,7 +248,9 @@ def test_files_reach_the_disk_before_the_manifest_while_the_workers_go_on(one_ho
 
     def save(manifest: Manifest, directory: Path) -> None:
         files = list(Path(directory).rglob("*.npy"))
-        assert files and all(str(p) in synced for p in files), "the manifest was written before every file was synced"
+        assert files and all(str(p) in synced for p in files), (
+            "the manifest was written before every file was synced"
+        )
         real_save(manifest, directory)
 
     monkeypatch.setattr(os, "fsync", fsync)

@@ -11,7 +11,9 @@ runner = CliRunner()
 
 
 def _digests(data: Path, *args: str) -> list[dict]:
-    result = runner.invoke(app, ["data", "digest", str(data), "--global-batch", "64", "--seed", "3", "--json", *args])
+    result = runner.invoke(
+        app, ["data", "digest", str(data), "--global-batch", "64", "--seed", "3", "--json", *args]
+    )
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)["digests"]
 
@@ -21,18 +23,41 @@ def test_digest_is_the_same_at_every_world_size_and_start(tiny_dataset: Path):
     assert [d["batch"] for d in one] == list(range(6)) and len({d["sha256"] for d in one}) == 6
     assert _digests(tiny_dataset, "--world-size", "2", "--batches", "6") == one
     assert _digests(tiny_dataset, "--world-size", "4", "--batches", "6") == one
-    assert _digests(tiny_dataset, "--world-size", "2", "--start-batch", "4", "--batches", "2") == one[4:]
+    assert (
+        _digests(tiny_dataset, "--world-size", "2", "--start-batch", "4", "--batches", "2")
+        == one[4:]
+    )
     assert _digests(tiny_dataset, "--batches", "6", "--seed", "4") != one
     text = runner.invoke(
-        app, ["data", "digest", str(tiny_dataset), "--global-batch", "64", "--seed", "3", "--batches", "2"]
+        app,
+        [
+            "data",
+            "digest",
+            str(tiny_dataset),
+            "--global-batch",
+            "64",
+            "--seed",
+            "3",
+            "--batches",
+            "2",
+        ],
     )
-    assert text.exit_code == 0 and text.stdout.split() == ["0", one[0]["sha256"], "1", one[1]["sha256"]]
+    assert text.exit_code == 0 and text.stdout.split() == [
+        "0",
+        one[0]["sha256"],
+        "1",
+        one[1]["sha256"],
+    ]
 
 
 def test_digest_bad_input_is_one_clear_error(tiny_dataset: Path):
-    result = runner.invoke(app, ["data", "digest", str(tiny_dataset), "--split", "val", "--global-batch", "512"])
+    result = runner.invoke(
+        app, ["data", "digest", str(tiny_dataset), "--split", "val", "--global-batch", "512"]
+    )
     assert_one_line_error(result, re.escape("fewer than one global batch of 512"))
-    result = runner.invoke(app, ["data", "digest", str(tiny_dataset), "--global-batch", "64", "--world-size", "3"])
+    result = runner.invoke(
+        app, ["data", "digest", str(tiny_dataset), "--global-batch", "64", "--world-size", "3"]
+    )
     assert_one_line_error(result, re.escape("--global-batch 64 does not divide by --world-size 3"))
     victim = tiny_dataset / "train" / "part-00000" / "f1.npy"
     victim.write_bytes(victim.read_bytes()[:-5])
@@ -42,7 +67,11 @@ def test_digest_bad_input_is_one_clear_error(tiny_dataset: Path):
 
 def test_verify_passes_then_names_the_corrupted_file(tiny_dataset: Path):
     ok = runner.invoke(app, ["data", "verify", str(tiny_dataset), "--json"])
-    assert ok.exit_code == 0 and json.loads(ok.stdout) == {"directory": str(tiny_dataset), "ok": True, "problems": []}
+    assert ok.exit_code == 0 and json.loads(ok.stdout) == {
+        "directory": str(tiny_dataset),
+        "ok": True,
+        "problems": [],
+    }
     victim = tiny_dataset / "val" / "part-00000" / "dense.npy"
     raw = bytearray(victim.read_bytes())
     raw[-1] ^= 0xFF  # same size, different content: only the checksum can tell

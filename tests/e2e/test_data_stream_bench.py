@@ -36,7 +36,9 @@ def test_bench_loader_reports_rates_and_ratios_against_same_run_baselines(tmp_pa
     assert abs(r["ratios"]["many_parts_vs_one_part_shuffle"] - many) < 0.01
     assert (
         r["torchrec_global_shuffle_build_s"] > 0
-        and 0 < r["torchrec_global_shuffle_epoch_rows_per_s"] < r["rows_per_s"]["torchrec_global_shuffle"]
+        and 0
+        < r["torchrec_global_shuffle_epoch_rows_per_s"]
+        < r["rows_per_s"]["torchrec_global_shuffle"]
     )
     assert r["parts"] == 3
     assert all(v > 0 for v in r["rows_per_s"].values())
@@ -63,10 +65,16 @@ def test_bench_loader_multihot_reports_samples_per_rank_against_the_one_hot_load
     rates = r["samples_per_s_per_rank"]
     runs = [f"multihot_{n}_rows_{w}_workers" for n in (64, 100) for w in (0, 2)]
     assert set(rates) == {"one_hot", *runs} and r["ids_per_sample"] == 214
-    assert all(r["vs_one_hot"][k] == pytest.approx(rates[k] / rates["one_hot"], abs=1e-3) for k in runs)
+    assert all(
+        r["vs_one_hot"][k] == pytest.approx(rates[k] / rates["one_hot"], abs=1e-3) for k in runs
+    )
     assert r["vs_gpu_rate"]["one_hot"] == pytest.approx(rates["one_hot"] / 1.8e6, abs=1e-3)
-    assert set(r["cpu_ns_per_sample"]) == set(rates) and all(v > 0 for v in r["cpu_ns_per_sample"].values())
+    assert set(r["cpu_ns_per_sample"]) == set(rates) and all(
+        v > 0 for v in r["cpu_ns_per_sample"].values()
+    )
     # The tables are mapped while measured: the share of their pages on 2 MB pages is known.
-    assert set(r["huge_mapped"]) == {"64", "100"} and all(0 <= v <= 1 for v in r["huge_mapped"].values())
+    assert set(r["huge_mapped"]) == {"64", "100"} and all(
+        0 <= v <= 1 for v in r["huge_mapped"].values()
+    )
     bad = CliRunner().invoke(app, ["bench", "loader", "--multihot", "--table-rows", "10,x"])
     assert_one_line_error(bad, re.escape("--table-rows '10,x': expected comma-separated integers"))

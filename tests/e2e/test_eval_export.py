@@ -41,12 +41,18 @@ INIT_EVENTS = (
     "opt_adagrad_learning_rate_decay opt_weight_decay opt_adagrad_initial_accumulator_value opt_adagrad_epsilon "
     "opt_learning_rate_warmup_steps opt_learning_rate_decay_start_step opt_learning_rate_decay_steps"
 ).split()
-TO_TARGET = settings("train.epochs=3", f"eval.every_epoch_fraction={FRACTION}", f"train.target_auc={TARGET}")
+TO_TARGET = settings(
+    "train.epochs=3", f"eval.every_epoch_fraction={FRACTION}", f"train.target_auc={TARGET}"
+)
 
 
 def shardrec(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "shardrec.tools.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "shardrec.tools.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
 
 
@@ -58,7 +64,18 @@ def in_process(*args: str, cwd: Path) -> Result:
         return CliRunner().invoke(app, list(args))
 
 
-TRAIN_TO_TARGET = ("train", "--data", "data", "--out-dir", "run", "--nproc-per-node", "2", "--json", *TINY, *TO_TARGET)
+TRAIN_TO_TARGET = (
+    "train",
+    "--data",
+    "data",
+    "--out-dir",
+    "run",
+    "--nproc-per-node",
+    "2",
+    "--json",
+    *TINY,
+    *TO_TARGET,
+)
 """`shardrec train` of the tiny model on data into run, stopping at the target AUC."""
 
 
@@ -75,8 +92,14 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A preprocessed dataset (day_0: train, day_1: val + test) and a run that stopped at the target."""
     root = tmp_path_factory.mktemp("after_training")
     ok(in_process("synth", "raw", "--rows", "4000", "--days", "2", "--max-vocab", "500", cwd=root))
-    ok(in_process("preprocess", "raw/day_0", "raw/day_1", "--out", "data", "--max-ids", "1000", cwd=root))
-    done = ok(shardrec(*TRAIN_TO_TARGET, cwd=root))  # a process of its own: its stderr is the ranks' too
+    ok(
+        in_process(
+            "preprocess", "raw/day_0", "raw/day_1", "--out", "data", "--max-ids", "1000", cwd=root
+        )
+    )
+    done = ok(
+        shardrec(*TRAIN_TO_TARGET, cwd=root)
+    )  # a process of its own: its stderr is the ranks' too
     # torch's deprecation notices about calls torchrec makes are no concern of the user's.
     assert "Warning" not in done.stderr, done.stderr[-3000:]
     return root
@@ -87,7 +110,9 @@ def _records(run: Path) -> list[dict]:
 
 
 def _final(run: Path, split: str) -> dict:
-    (record,) = [r for r in _records(run) if r["kind"] == "eval" and r["final"] and r["split"] == split]
+    (record,) = [
+        r for r in _records(run) if r["kind"] == "eval" and r["final"] and r["split"] == split
+    ]
     return record
 
 
@@ -111,7 +136,9 @@ def test_target_auc_stops_the_run_and_records_time_and_samples(trained: Path) ->
 @pytest.mark.slow
 def test_a_run_stopped_at_its_target_is_complete_until_the_target_changes(trained: Path) -> None:
     run = trained / "run"
-    record = {name: (run / name).read_bytes() for name in ("metrics.jsonl", "summary.json", "config.toml")}
+    record = {
+        name: (run / name).read_bytes() for name in ("metrics.jsonl", "summary.json", "config.toml")
+    }
     steps = json.loads(record["summary.json"])["steps"]
     (target,) = [r for r in _records(run) if r["kind"] == "target"]
     again = ok(in_process(*TRAIN_TO_TARGET, cwd=trained))  # complete: no rank starts
@@ -131,9 +158,14 @@ def test_a_run_stopped_at_its_target_is_complete_until_the_target_changes(traine
     for target_auc in (0.0, 0.99):
         job = load_job_config(run / "config.toml", [f"train.target_auc={target_auc}"])
         assert lifecycle.check_run_dir(run, job, manifest, ["train.target_auc"]) == "resume"
-        with pytest.raises(ValueError, match=rf"train\.target_auc: {TARGET} -> {target_auc}\); accept them"):
+        with pytest.raises(
+            ValueError, match=rf"train\.target_auc: {TARGET} -> {target_auc}\); accept them"
+        ):
             lifecycle.check_run_dir(run, job, manifest, [])
-    assert lifecycle.check_run_dir(run, load_job_config(run / "config.toml"), manifest, []) == "complete"
+    assert (
+        lifecycle.check_run_dir(run, load_job_config(run / "config.toml"), manifest, [])
+        == "complete"
+    )
 
 
 @pytest.mark.slow
@@ -144,14 +176,27 @@ def test_eval_equals_the_runs_final_evaluation_bitwise_and_reshards(trained: Pat
     assert "Warning" not in evaluated.stderr, evaluated.stderr[-3000:]
     same = json.loads(evaluated.stdout)
     assert same["world_size"] == 2
-    assert (same["auc"], same["logloss"], same["samples"]) == (final["auc"], final["logloss"], final["samples"])
+    assert (same["auc"], same["logloss"], same["samples"]) == (
+        final["auc"],
+        final["logloss"],
+        final["samples"],
+    )
     # From another directory: the run's config.toml holds its data.path ("data" as typed) absolute.
     # On 1 rank, where the run's column-wise constraint cannot hold, the planner places t_C3 freely.
     elsewhere = trained / "elsewhere"
     elsewhere.mkdir(exist_ok=True)
     other = json.loads(
         ok(
-            shardrec("eval", str(trained / "run"), "--split", "val", "--nproc-per-node", "1", "--json", cwd=elsewhere)
+            shardrec(
+                "eval",
+                str(trained / "run"),
+                "--split",
+                "val",
+                "--nproc-per-node",
+                "1",
+                "--json",
+                cwd=elsewhere,
+            )
         ).stdout
     )
     assert other["world_size"] == 1 and other["trained_world_size"] == 2
@@ -168,15 +213,28 @@ def test_export_then_predict_matches_eval_on_a_split_and_on_raw_rows(trained: Pa
     with safe_open(str(trained / "model.safetensors"), framework="pt") as f:
         header = json.loads(f.metadata()["shardrec"])
         assert len([k for k in f.keys() if ".embedding_bags." in k]) == 26
-    assert header["transform"]["mode"] == "hash" and header["transform"]["cardinalities"] == [1000] * 26
+    assert (
+        header["transform"]["mode"] == "hash"
+        and header["transform"]["cardinalities"] == [1000] * 26
+    )
     split = json.loads(
         ok(
             in_process(
-                "predict", "model.safetensors", "data", "--split", "test", "--out", "split.npy", "--json", cwd=trained
+                "predict",
+                "model.safetensors",
+                "data",
+                "--split",
+                "test",
+                "--out",
+                "split.npy",
+                "--json",
+                cwd=trained,
             )
         ).stdout
     )
-    assert split["rows"] == 1000 and split["auc"] == pytest.approx(_final(trained / "run", "test")["auc"], abs=1e-6)
+    assert split["rows"] == 1000 and split["auc"] == pytest.approx(
+        _final(trained / "run", "test")["auc"], abs=1e-6
+    )
     # The test split is the second half of day_1: the same rows as raw text, transformed by predict.
     lines = (trained / "raw" / "day_1").read_bytes().splitlines(keepends=True)
     (trained / "test.tsv").write_bytes(b"".join(lines[-1000:]))
@@ -186,20 +244,32 @@ def test_export_then_predict_matches_eval_on_a_split_and_on_raw_rows(trained: Pa
     bad = trained / "bad.tsv"
     bad.write_bytes(lines[-1] + b"1\tnot-a-row\n")
     assert_one_line_error(
-        in_process("predict", "model.safetensors", "bad.tsv", cwd=trained), r"bad.tsv:2: too_few_fields"
+        in_process("predict", "model.safetensors", "bad.tsv", cwd=trained),
+        r"bad.tsv:2: too_few_fields",
     )
     assert_one_line_error(
-        in_process("predict", "test.tsv", "data", cwd=trained), r"test.tsv: not a safetensors model file"
+        in_process("predict", "test.tsv", "data", cwd=trained),
+        r"test.tsv: not a safetensors model file",
     )
     # Rows without a label column (as Criteo's test.txt): named, then scored with --no-label.
-    (trained / "nolabel.tsv").write_bytes(b"".join(line.split(b"\t", 1)[1] for line in lines[-1000:]))
+    (trained / "nolabel.tsv").write_bytes(
+        b"".join(line.split(b"\t", 1)[1] for line in lines[-1000:])
+    )
     assert_one_line_error(
         in_process("predict", "model.safetensors", "nolabel.tsv", cwd=trained),
         r"nolabel.tsv: rows of at most 39 fields, a labeled row has 40: no label column \(as Criteo's "
         r"test.txt\)\? score them with --no-label$",
     )
     unlabeled = ok(
-        in_process("predict", "model.safetensors", "nolabel.tsv", "--no-label", "--out", "nl.txt", cwd=trained)
+        in_process(
+            "predict",
+            "model.safetensors",
+            "nolabel.tsv",
+            "--no-label",
+            "--out",
+            "nl.txt",
+            cwd=trained,
+        )
     )
     assert unlabeled.stderr.strip() == "wrote 1,000 probabilities to nl.txt (no labels, no AUC)"
     np.testing.assert_array_equal(np.loadtxt(trained / "nl.txt"), raw)
@@ -270,7 +340,11 @@ def test_dlrmv2_config_scaled_down_runs_end_to_end(trained: Path) -> None:
         )
     )
     summary = json.loads(done.stdout)
-    assert summary["steps"] == 4 and summary["target_auc"] == 0.80275 and summary["target_reached"] is False
+    assert (
+        summary["steps"] == 4
+        and summary["target_auc"] == 0.80275
+        and summary["target_reached"] is False
+    )
     plan = json.loads((trained / "dlrmv2" / "plan.json").read_text())
     assert len(plan["tables"]) == 26
     # The on-the-fly multi-hot ids: the 100-hot feature's index table was drawn into the cache.
@@ -282,21 +356,38 @@ def test_dlrmv2_config_scaled_down_runs_end_to_end(trained: Path) -> None:
     assert "MLPerf DLRMv2 rule broken" not in done.stderr
     # Its MLPerf log, event by event, as the compliance checker reads a closed dlrm_dcnv2 log.
     log = read_log(trained / "dlrmv2" / "mllog.jsonl")
-    val_aucs = [r["auc"] for r in _records(trained / "dlrmv2") if r["kind"] == "eval" and r["split"] == "val"]
-    assert [r["key"] for r in log] == INIT_EVENTS + ["init_stop", "run_start", "train_samples", "epoch_start"] + [
+    val_aucs = [
+        r["auc"]
+        for r in _records(trained / "dlrmv2")
+        if r["kind"] == "eval" and r["split"] == "val"
+    ]
+    assert [r["key"] for r in log] == INIT_EVENTS + [
+        "init_stop",
+        "run_start",
+        "train_samples",
+        "epoch_start",
+    ] + [
         "eval_start",
         "eval_accuracy",
         "eval_stop",
         "eval_samples",
     ] + 3 * ["eval_start", "eval_accuracy", "eval_stop"] + ["epoch_stop", "run_stop"]
     assert [r["value"] for r in log if r["key"] == "eval_accuracy"] == val_aucs
-    assert [r["metadata"]["epoch_num"] for r in log if r["key"] == "eval_accuracy"] == [s / 15 for s in (1, 2, 3, 4)]
+    assert [r["metadata"]["epoch_num"] for r in log if r["key"] == "eval_accuracy"] == [
+        s / 15 for s in (1, 2, 3, 4)
+    ]
     assert log[-1]["metadata"]["status"] == "aborted"  # 4 steps did not reach 0.80275
     values = {r["key"]: r["value"] for r in log}
     from shardrec.dataloader.format.manifest import Manifest
 
-    assert values["eval_samples"] == Manifest.load(trained / "data").splits["val"].rows  # the whole split, once
-    assert (values["opt_base_learning_rate"], values["global_batch_size"], values["train_samples"]) == (
+    assert (
+        values["eval_samples"] == Manifest.load(trained / "data").splits["val"].rows
+    )  # the whole split, once
+    assert (
+        values["opt_base_learning_rate"],
+        values["global_batch_size"],
+        values["train_samples"],
+    ) == (
         0.004,
         128,
         15 * 128,
@@ -306,12 +397,22 @@ def test_dlrmv2_config_scaled_down_runs_end_to_end(trained: Path) -> None:
     times = [r["time_ms"] for r in log]
     assert times == sorted(times)
     # Not converged, so the one check it fails is the target's; at the target it would pass.
-    assert compliance_errors(log, values["eval_samples"], 0.80275) == ["no eval_accuracy in [0.80275, 1]"]
+    assert compliance_errors(log, values["eval_samples"], 0.80275) == [
+        "no eval_accuracy in [0.80275, 1]"
+    ]
     assert compliance_errors(log, values["eval_samples"], min(val_aucs)) == []
     # Full Adagrad's run evaluates at another world size and exports like any other.
-    test_auc = next(r["auc"] for r in _records(trained / "dlrmv2") if r["kind"] == "eval" and r["split"] == "test")
+    test_auc = next(
+        r["auc"]
+        for r in _records(trained / "dlrmv2")
+        if r["kind"] == "eval" and r["split"] == "test"
+    )
     again = json.loads(
-        ok(shardrec("eval", "dlrmv2", "--split", "test", "--nproc-per-node", "1", "--json", cwd=trained)).stdout
+        ok(
+            shardrec(
+                "eval", "dlrmv2", "--split", "test", "--nproc-per-node", "1", "--json", cwd=trained
+            )
+        ).stdout
     )
     assert again["world_size"] == 1 and again["auc"] == pytest.approx(test_auc, abs=1e-6)
     ok(in_process("export", "dlrmv2", "--out", "dlrmv2.safetensors", cwd=trained))
@@ -325,9 +426,13 @@ def test_export_refuses_a_table_larger_than_memory_before_writing(
     from shardrec.trainer.inference.export import export_model
 
     # Trained with --data data from `trained`: config.toml keeps the path absolute, dataset.json as typed too.
-    assert f'path = "{(trained / "data").resolve()}"' in (trained / "run" / "config.toml").read_text()
+    assert (
+        f'path = "{(trained / "data").resolve()}"' in (trained / "run" / "config.toml").read_text()
+    )
     assert json.loads((trained / "run" / "dataset.json").read_text())["given"] == "data"
-    monkeypatch.chdir(trained / "raw")  # not where it trained: the absolute path still finds the data
+    monkeypatch.chdir(
+        trained / "raw"
+    )  # not where it trained: the absolute path still finds the data
     out = trained / "too_big.safetensors"
     with pytest.raises(
         ValueError,

@@ -21,7 +21,11 @@ from shardrec.tools.cli.app import app
 
 def shardrec(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "shardrec.tools.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "shardrec.tools.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
 
 
@@ -30,7 +34,14 @@ def test_synth_preprocess_plan_train_evaluate(tmp_path: Path):
     repo = Path(__file__).resolve().parents[2]
     steps = [
         ("synth", str(tmp_path / "raw"), "--rows", "40000", "--seed", "3"),
-        ("preprocess", str(tmp_path / "raw" / "train.txt"), "--out", str(tmp_path / "data"), "--max-ids", "5000"),
+        (
+            "preprocess",
+            str(tmp_path / "raw" / "train.txt"),
+            "--out",
+            str(tmp_path / "data"),
+            "--max-ids",
+            "5000",
+        ),
         ("data", "stats", str(tmp_path / "data"), "--json"),
         (
             "plan",
@@ -65,9 +76,13 @@ def test_synth_preprocess_plan_train_evaluate(tmp_path: Path):
     for args in steps[:-1]:
         with contextlib.chdir(tmp_path):
             result = CliRunner().invoke(app, list(args))
-        assert result.exit_code == 0, f"shardrec {' '.join(args)} failed:\n{result.output}\n{result.exception!r}"
+        assert result.exit_code == 0, (
+            f"shardrec {' '.join(args)} failed:\n{result.output}\n{result.exception!r}"
+        )
     done = shardrec(*steps[-1], cwd=tmp_path)
-    assert done.returncode == 0, f"shardrec {' '.join(steps[-1])} failed:\n{done.stdout}\n{done.stderr}"
+    assert done.returncode == 0, (
+        f"shardrec {' '.join(steps[-1])} failed:\n{done.stdout}\n{done.stderr}"
+    )
 
     plan = json.loads((tmp_path / "plan.json").read_text())
     types = {t["sharding_type"] for t in plan["tables"]}
@@ -85,6 +100,7 @@ def test_bad_dataset_directory_is_one_clear_line(tmp_path: Path):
     # In this process (plan imports torchrec before it reads the data): the deliberate exit and
     # the one line on stderr are checked as for every bad input.
     result = CliRunner().invoke(
-        app, ["plan", "--data", str(tmp_path), "--world-size", "2", "--out", str(tmp_path / "p.json")]
+        app,
+        ["plan", "--data", str(tmp_path), "--world-size", "2", "--out", str(tmp_path / "p.json")],
     )
     assert_one_line_error(result, "not a shardrec dataset")

@@ -46,7 +46,10 @@ print(json.dumps(out))
 def _limited(*commands: list[str]) -> list[dict]:
     script = _LIMITED.format(limit=LIMIT)
     done = subprocess.run(
-        [sys.executable, "-c", script, json.dumps(commands)], capture_output=True, text=True, timeout=600
+        [sys.executable, "-c", script, json.dumps(commands)],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(done.stdout.splitlines()[-1])
@@ -79,14 +82,18 @@ def test_data_commands_and_the_many_part_bench_under_ulimit_256(datasets):
     )  # fmt: skip
     # The whole unshuffled epoch: every batch crosses parts, some cross part 256 (uint16 indices).
     assert len(_digests(ordered["stdout"])) == 25
-    assert _digests(ordered["stdout"]) == _digests(_in_process(["data", "digest", str(one), "--no-shuffle", *digest]))
+    assert _digests(ordered["stdout"]) == _digests(
+        _in_process(["data", "digest", str(one), "--no-shuffle", *digest])
+    )
     # Shuffled, the stream is the one the same dataset gives without the limit.
-    assert _digests(shuffled["stdout"]) == _digests(_in_process(["data", "digest", str(many), *digest]))
+    assert _digests(shuffled["stdout"]) == _digests(
+        _in_process(["data", "digest", str(many), *digest])
+    )
     assert json.loads(verified["stdout"]) == {"directory": str(many), "ok": True, "problems": []}
     figures = json.loads(bench["stdout"])
     assert (figures["parts"], figures["rows"], figures["open_file_limit"]) == (300, 19_200, LIMIT)
     assert figures["rows_per_s"]["many_parts"] > 0 and len(figures["rss_mb_per_round"]) == 2
     assert figures["rows_per_cpu_s"]["many_parts"] > 0 and len(figures["load_average"]) == 3
-    assert head["stdout"] == _in_process(["data", "head", str(one), "--rows", "3", "--json"]).replace(
-        str(one), str(many)
-    )
+    assert head["stdout"] == _in_process(
+        ["data", "head", str(one), "--rows", "3", "--json"]
+    ).replace(str(one), str(many))

@@ -27,16 +27,22 @@ JOB = settings(
 )
 
 
-def test_a_run_killed_under_the_previous_layout_resumes_and_ends_where_it_would_have(tmp_path: Path) -> None:
+def test_a_run_killed_under_the_previous_layout_resumes_and_ends_where_it_would_have(
+    tmp_path: Path,
+) -> None:
     write_tiny_dataset(tmp_path / "data")  # the fixture's dataset: same bytes, same fingerprint
     run = tmp_path / "run"
     shutil.copytree(FIXTURES / "run-killed-at-step-6", run)
-    result = subprocess.run(train_command(tmp_path / "data", run, *JOB), capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        train_command(tmp_path / "data", run, *JOB), capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(result.stdout)
     assert (summary["resumed_from_step"], summary["steps"]) == (4, 8)
     # The uninterrupted run of the previous code: bitwise equal on the machine that made the fixture.
-    expected = json.loads((FIXTURES / "run-killed-at-step-6.expected.json").read_text())["eval"]["val"]
+    expected = json.loads((FIXTURES / "run-killed-at-step-6.expected.json").read_text())["eval"][
+        "val"
+    ]
     for key in ("auc", "logloss"):
         assert summary["eval"]["val"][key] == pytest.approx(expected[key], rel=1e-6), key
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

@@ -38,7 +38,11 @@ def test_bench_preprocess_against_polars_on_the_same_columns(tmp_path: Path):
     assert report["polars"]["version"] and report["pandas_parse_only"]["engine"] == "c"
     # Where shardrec's CPU went, measured in the same run: the stages and the rest add up to its CPU time.
     stages = report["cpu_s_by_stage"]
-    assert stages["parse kernel"] > 0 and stages["start-up/imports"] > 0 and "rest (not timed)" in stages
+    assert (
+        stages["parse kernel"] > 0
+        and stages["start-up/imports"] > 0
+        and "rest (not timed)" in stages
+    )
     assert abs(sum(stages.values()) - report["shardrec"]["cpu_s"]) < 0.02
     assert "where shardrec's" not in result.stdout  # --json prints JSON only
     assert set(report["goals"]) == {
@@ -53,9 +57,13 @@ def test_bench_preprocess_against_polars_on_the_same_columns(tmp_path: Path):
     )
 
 
-def test_bench_preprocess_without_polars_says_how_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+def test_bench_preprocess_without_polars_says_how_to_install(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
     monkeypatch.setitem(sys.modules, "polars", None)  # import polars now raises ImportError
-    result = CliRunner().invoke(app, ["bench", "preprocess", "--size-gb", "0.003", "--work-dir", str(tmp_path)])
+    result = CliRunner().invoke(
+        app, ["bench", "preprocess", "--size-gb", "0.003", "--work-dir", str(tmp_path)]
+    )
     assert result.exit_code == 1
     assert result.output.strip().splitlines() == [
         "error: polars is not installed: pip install 'shardrec[bench]' (or pip install polars)"
@@ -67,7 +75,18 @@ def test_bench_preprocess_without_polars_says_how_to_install(monkeypatch: pytest
 @pytest.mark.parametrize("like", ["movielens", "avazu"])
 def test_bench_preprocess_like_a_spec_against_polars_on_the_same_columns(tmp_path: Path, like: str):
     result = CliRunner().invoke(
-        app, ["bench", "preprocess", "--like", like, "--size-gb", "0.002", "--work-dir", str(tmp_path), "--json"]
+        app,
+        [
+            "bench",
+            "preprocess",
+            "--like",
+            like,
+            "--size-gb",
+            "0.002",
+            "--work-dir",
+            str(tmp_path),
+            "--json",
+        ],
     )
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)

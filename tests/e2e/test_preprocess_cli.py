@@ -48,12 +48,18 @@ def all_rows(directory: Path, split: str):
     parts = open_split(directory, split)
     labels = np.concatenate([p.labels for p in parts])
     dense = np.concatenate([p.dense for p in parts])
-    sparse = np.stack([np.concatenate([p.sparse[f"C{i}"] for p in parts]) for i in range(1, 27)], axis=1)
+    sparse = np.stack(
+        [np.concatenate([p.sparse[f"C{i}"] for p in parts]) for i in range(1, 27)], axis=1
+    )
     return labels, dense, sparse
 
 
 def tree_bytes(directory: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(directory)): p.read_bytes()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -65,14 +71,20 @@ def kaggle(tmp_path_factory) -> Path:
 def test_round_trip_matches_python_reference_exactly(kaggle: Path, tmp_path: Path):
     out = tmp_path / "data"
     res = json.loads(
-        cli("preprocess", kaggle, "--out", out, "--max-ids", "1000", "--chunk-mb", "0.05", "--json").stdout
+        cli(
+            "preprocess", kaggle, "--out", out, "--max-ids", "1000", "--chunk-mb", "0.05", "--json"
+        ).stdout
     )
     assert res["complete"] and res["lines"] == 2000 and res["rows_skipped"] == {}
     assert verify(out) == []
     ref = reference_rows(kaggle, 1000)
     first_eval = 6 * 2000 // 7
     half = (2000 - first_eval + 1) // 2
-    expected = {"train": ref[:first_eval], "val": ref[first_eval : first_eval + half], "test": ref[first_eval + half :]}
+    expected = {
+        "train": ref[:first_eval],
+        "val": ref[first_eval : first_eval + half],
+        "test": ref[first_eval + half :],
+    }
     manifest = Manifest.load(out)
     assert manifest.options["splits"]["val_half"] == "first"
     for split, rows in expected.items():
@@ -111,9 +123,15 @@ def test_csv_copy_gives_the_same_dataset(tmp_path: Path):
 def test_gz_day_files_last_day_halved(tmp_path: Path):
     days = write_dataset(tmp_path / "raw", rows=900, seed=1, days=3, gz=True, max_vocab=200)
     out = tmp_path / "data"
-    res = json.loads(cli("preprocess", tmp_path / "raw", "--out", out, "--max-ids", "300", "--json").stdout)
+    res = json.loads(
+        cli("preprocess", tmp_path / "raw", "--out", out, "--max-ids", "300", "--json").stdout
+    )
     lines = [len(gzip.open(d).read().splitlines()) for d in days]
-    assert res["rows_kept"] == {"train": lines[0] + lines[1], "val": (lines[2] + 1) // 2, "test": lines[2] // 2}
+    assert res["rows_kept"] == {
+        "train": lines[0] + lines[1],
+        "val": (lines[2] + 1) // 2,
+        "test": lines[2] // 2,
+    }
     assert Manifest.load(out).options["layout"] == "days"
 
 
@@ -121,7 +139,9 @@ def test_truncated_gz_names_the_file_and_keeps_other_output(tmp_path: Path):
     days = write_dataset(tmp_path / "raw", rows=3000, seed=1, days=2, gz=True, max_vocab=200)
     data = days[0].read_bytes()
     days[0].write_bytes(data[: len(data) // 2])
-    res = cli("preprocess", tmp_path / "raw", "--out", tmp_path / "data", "--max-ids", "300", ok=False)
+    res = cli(
+        "preprocess", tmp_path / "raw", "--out", tmp_path / "data", "--max-ids", "300", ok=False
+    )
     assert_one_line_error(res, re.escape(f"{days[0]}: unreadable or truncated"))
     assert (tmp_path / "data" / ".work" / "task-00001.json").is_file()  # day_1 was finished
     assert not (tmp_path / "data" / "manifest.json").exists()
@@ -133,7 +153,9 @@ def test_unreadable_inputs_are_clear_errors(tmp_path: Path, what: str):
     if what == "empty":
         path.write_bytes(b"")
     res = cli("preprocess", path, "--out", tmp_path / "data", ok=False)
-    assert_one_line_error(res, re.escape(str(path)) + ": " + ("empty file" if what == "empty" else "no such file"))
+    assert_one_line_error(
+        res, re.escape(str(path)) + ": " + ("empty file" if what == "empty" else "no such file")
+    )
 
 
 def test_malformed_rows_skipped_and_reported_or_strict(kaggle: Path, tmp_path: Path):
@@ -142,28 +164,53 @@ def test_malformed_rows_skipped_and_reported_or_strict(kaggle: Path, tmp_path: P
     lines[20] = b"7" + lines[20][1:]
     bad = tmp_path / "train.txt"
     bad.write_bytes(b"".join(lines))
-    res = json.loads(cli("preprocess", bad, "--out", tmp_path / "a", "--max-ids", "100", "--json").stdout)
+    res = json.loads(
+        cli("preprocess", bad, "--out", tmp_path / "a", "--max-ids", "100", "--json").stdout
+    )
     assert res["rows_skipped"] == {"bad_integer": 1, "bad_label": 1}
-    assert res["first_errors"] == [f"{bad}:11: I1: 'x1' (bad_integer)", f"{bad}:21: label: '7' (bad_label)"]
+    assert res["first_errors"] == [
+        f"{bad}:11: I1: 'x1' (bad_integer)",
+        f"{bad}:21: label: '7' (bad_label)",
+    ]
     assert sum(res["rows_kept"].values()) == 1998
     assert Manifest.load(tmp_path / "a").skipped == {"bad_integer": 1, "bad_label": 1}
-    strict = cli("preprocess", bad, "--out", tmp_path / "b", "--max-ids", "100", "--strict", ok=False)
+    strict = cli(
+        "preprocess", bad, "--out", tmp_path / "b", "--max-ids", "100", "--strict", ok=False
+    )
     assert_one_line_error(strict, re.escape(f"{bad}:11: I1: 'x1'"))
     assert not (tmp_path / "b" / "manifest.json").exists()
 
 
-def test_rows_with_too_few_fields_are_malformed_unless_min_fields_allows_them(kaggle: Path, tmp_path: Path):
+def test_rows_with_too_few_fields_are_malformed_unless_min_fields_allows_them(
+    kaggle: Path, tmp_path: Path
+):
     lines = kaggle.read_bytes().splitlines(keepends=True)
     lines[5] = b"1\t2\n"
     bad = tmp_path / "train.txt"
     bad.write_bytes(b"".join(lines))
-    res = json.loads(cli("preprocess", bad, "--out", tmp_path / "a", "--max-ids", "100", "--json").stdout)
+    res = json.loads(
+        cli("preprocess", bad, "--out", tmp_path / "a", "--max-ids", "100", "--json").stdout
+    )
     assert res["rows_skipped"] == {"too_few_fields": 1}
-    assert res["first_errors"] == [f"{bad}:6: row: 2 fields, schema needs at least 37 of 40 (too_few_fields)"]
-    strict = cli("preprocess", bad, "--out", tmp_path / "b", "--max-ids", "100", "--strict", ok=False)
+    assert res["first_errors"] == [
+        f"{bad}:6: row: 2 fields, schema needs at least 37 of 40 (too_few_fields)"
+    ]
+    strict = cli(
+        "preprocess", bad, "--out", tmp_path / "b", "--max-ids", "100", "--strict", ok=False
+    )
     assert_one_line_error(strict, re.escape(f"{bad}:6: row: 2 fields"))
     loose = json.loads(
-        cli("preprocess", bad, "--out", tmp_path / "c", "--max-ids", "100", "--min-fields", "2", "--json").stdout
+        cli(
+            "preprocess",
+            bad,
+            "--out",
+            tmp_path / "c",
+            "--max-ids",
+            "100",
+            "--min-fields",
+            "2",
+            "--json",
+        ).stdout
     )
     assert loose["rows_skipped"] == {} and sum(loose["rows_kept"].values()) == 2000
     assert Manifest.load(tmp_path / "c").options["schema"]["min_fields"] == 2
@@ -175,7 +222,12 @@ def test_vocabulary_mode_oov_and_missing_ids(tmp_path: Path):
     text = "".join(
         f"{i % 2}\t1" + "\t" * 12 + "\t" + c1 + "\t" * 25 + "\n"
         for i, c1 in enumerate(
-            ["0000000a"] * 3 + ["0000000b"] * 2 + ["0000000c"] + [""] + ["0000000a"] * 7 + ["0000000d", "0000000a"]
+            ["0000000a"] * 3
+            + ["0000000b"] * 2
+            + ["0000000c"]
+            + [""]
+            + ["0000000a"] * 7
+            + ["0000000d", "0000000a"]
         )
     )
     path = tmp_path / "train.txt"
@@ -191,7 +243,9 @@ def test_vocabulary_mode_oov_and_missing_ids(tmp_path: Path):
     assert train[:, 0].tolist() == [2, 2, 2, 3, 3, 1, 0, 2, 2, 2, 2, 2, 2]
     _, _, val = all_rows(out, "val")
     _, _, test = all_rows(out, "test")
-    assert val[:, 0].tolist() == [2, 1] and test[:, 0].tolist() == [2]  # d unseen in training -> OOV
+    assert val[:, 0].tolist() == [2, 1] and test[:, 0].tolist() == [
+        2
+    ]  # d unseen in training -> OOV
     assert (train[:, 1:] == 0).all()  # C2..C26 always missing
 
 
@@ -201,7 +255,9 @@ def test_rerun_with_other_options_into_same_dir_is_refused(kaggle: Path, tmp_pat
     assert_one_line_error(res, "different max_ids")
 
 
-def test_rerun_after_an_input_was_replaced_by_one_of_the_same_size_is_refused(kaggle: Path, tmp_path: Path):
+def test_rerun_after_an_input_was_replaced_by_one_of_the_same_size_is_refused(
+    kaggle: Path, tmp_path: Path
+):
     import os
 
     src = tmp_path / "train.txt"
@@ -214,7 +270,9 @@ def test_rerun_after_an_input_was_replaced_by_one_of_the_same_size_is_refused(ka
     assert src.stat().st_size == st.st_size and src.read_bytes() != text
     res = cli("preprocess", src, "--out", tmp_path / "d", "--max-ids", "100", ok=False)
     assert_one_line_error(res, "different inputs")
-    assert "mtime" not in json.dumps(Manifest.load(tmp_path / "d").options)  # a copy gives the same manifest
+    assert "mtime" not in json.dumps(
+        Manifest.load(tmp_path / "d").options
+    )  # a copy gives the same manifest
 
 
 def test_custom_schema_float16_and_per_feature_max_ids(tmp_path: Path):
@@ -226,8 +284,16 @@ def test_custom_schema_float16_and_per_feature_max_ids(tmp_path: Path):
     cli("preprocess", path, "--out", out, "--num-dense", "2", "--num-sparse", "3", "--delimiter", ";", "--header",
         "--max-ids", "300,70000,2", "--float16", "--dense-transform", "signed-log1p")  # fmt: skip
     m = Manifest.load(out)
-    assert m.dense_features == ["I1", "I2"] and m.feature_names == ["C1", "C2", "C3"] and m.dense_dtype == "float16"
-    assert [(f.cardinality, f.dtype) for f in m.sparse_features] == [(300, "uint16"), (70000, "uint32"), (2, "uint8")]
+    assert (
+        m.dense_features == ["I1", "I2"]
+        and m.feature_names == ["C1", "C2", "C3"]
+        and m.dense_dtype == "float16"
+    )
+    assert [(f.cardinality, f.dtype) for f in m.sparse_features] == [
+        (300, "uint16"),
+        (70000, "uint32"),
+        (2, "uint8"),
+    ]
     part = open_split(out, "train")[0]
     assert part.dense.dtype == np.float16 and part.rows == 6 * 40 // 7
     assert float(part.dense[3, 1]) == pytest.approx(-np.log1p(3.0), rel=1e-3)

@@ -31,7 +31,12 @@ CASES = {
     ),
     "days-per-feature-ids": (
         ["--rows", "2400", "--seed", "8", "--max-vocab", "200", "--days", "3"],
-        ["--max-ids", ",".join(str(50 + 10 * i) for i in range(26)), "--dense-transform", "shift-log1p"],
+        [
+            "--max-ids",
+            ",".join(str(50 + 10 * i) for i in range(26)),
+            "--dense-transform",
+            "shift-log1p",
+        ],
     ),
 }
 PINNED = {
@@ -72,8 +77,12 @@ def digests(tmp: Path, synth_flags: list[str], preprocess_flags: list[str]) -> d
     text = b"".join(p.read_bytes() for p in sorted(raw.iterdir()))
     _cli("preprocess", raw, "--out", out, *preprocess_flags)
     manifest = json.loads((out / "manifest.json").read_text())
-    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.npy") if ".work" not in p.parts)
-    stream = json.loads(_cli("data", "digest", out, "--global-batch", "256", "--batches", "3", "--json"))
+    files = sorted(
+        p.relative_to(out).as_posix() for p in out.rglob("*.npy") if ".work" not in p.parts
+    )
+    stream = json.loads(
+        _cli("data", "digest", out, "--global-batch", "256", "--batches", "3", "--json")
+    )
     del manifest["versions"]
     return {
         "text": _sha(text),

@@ -25,12 +25,16 @@ def _tree(root: Path) -> dict[str, bytes]:
 
 
 def _preprocess(raw: Path, out: Path, *extra: str):
-    return runner.invoke(app, ["preprocess", str(raw), "--out", str(out), "--max-ids", "300", *extra])
+    return runner.invoke(
+        app, ["preprocess", str(raw), "--out", str(out), "--max-ids", "300", *extra]
+    )
 
 
 @pytest.mark.skipif(gz._igzip is None, reason="isal is not installed")
 @pytest.mark.parametrize("mode", [[], ["--min-count", "2"]])
-def test_isal_and_python_gzip_give_the_same_dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: list[str]):
+def test_isal_and_python_gzip_give_the_same_dataset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: list[str]
+):
     write_dataset(tmp_path / "raw", rows=4000, seed=3, days=3, gz=True, max_vocab=300)
     monkeypatch.setenv(gz.ENV, "isal")
     assert gz.backend() == "isal"
@@ -53,13 +57,17 @@ def test_bad_backend_name_is_one_line(monkeypatch: pytest.MonkeyPatch):
 def _corrupt_middle(path: Path) -> None:
     data = bytearray(path.read_bytes())
     mid = len(data) // 2
-    data[mid : mid + 4000] = np.random.default_rng(0).integers(0, 256, 4000, dtype=np.uint8).tobytes()
+    data[mid : mid + 4000] = (
+        np.random.default_rng(0).integers(0, 256, 4000, dtype=np.uint8).tobytes()
+    )
     path.write_bytes(bytes(data))
 
 
 @pytest.mark.parametrize("backend", ["isal", "python"])
 @pytest.mark.parametrize("day", [0, 1])  # day 1 is the last: its lines are counted while planning
-def test_dead_gzip_stream_mid_file_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str, day: int):
+def test_dead_gzip_stream_mid_file_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str, day: int
+):
     if backend == "isal" and gz._igzip is None:
         pytest.skip("isal is not installed")
     monkeypatch.setenv(gz.ENV, backend)
@@ -67,15 +75,21 @@ def test_dead_gzip_stream_mid_file_is_named(tmp_path: Path, monkeypatch: pytest.
     _corrupt_middle(days[day])
     res = _preprocess(tmp_path / "raw", tmp_path / "data")
     assert res.exit_code == 1
-    lines = [ln for ln in res.output.splitlines() if ln.startswith("error:")]  # the rest is the progress bar
+    lines = [
+        ln for ln in res.output.splitlines() if ln.startswith("error:")
+    ]  # the rest is the progress bar
     assert len(lines) == 1, res.output
-    assert lines[0].startswith(f"error: {days[day]}: dead gzip stream mid-file at or before compressed byte "), lines[0]
+    assert lines[0].startswith(
+        f"error: {days[day]}: dead gzip stream mid-file at or before compressed byte "
+    ), lines[0]
     assert f"of {days[day].stat().st_size:,}: corrupt data" in lines[0]
     assert "Traceback" not in res.output
 
 
 @pytest.mark.parametrize("backend", ["isal", "python"])
-def test_truncated_and_non_gzip_files_are_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str):
+def test_truncated_and_non_gzip_files_are_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
+):
     if backend == "isal" and gz._igzip is None:
         pytest.skip("isal is not installed")
     monkeypatch.setenv(gz.ENV, backend)
@@ -83,7 +97,10 @@ def test_truncated_and_non_gzip_files_are_named(tmp_path: Path, monkeypatch: pyt
     data = days[1].read_bytes()
     days[1].write_bytes(data[: len(data) // 2])
     res = _preprocess(tmp_path / "raw", tmp_path / "a")
-    assert res.exit_code == 1 and f"{days[1]}: unreadable or truncated: the gzip stream ends early" in res.output
+    assert (
+        res.exit_code == 1
+        and f"{days[1]}: unreadable or truncated: the gzip stream ends early" in res.output
+    )
     days[1].write_bytes(b"label\tI1\n1\t2\n")  # plain text named .gz
     res = _preprocess(tmp_path / "raw", tmp_path / "b")
     assert res.exit_code == 1 and f"{days[1]}: unreadable: not a gzip stream" in res.output

@@ -40,7 +40,18 @@ def _parts(root: Path) -> dict[str, bytes]:
 
 def _preprocess(raw: Path, out: Path, *extra: str):
     return runner.invoke(
-        app, ["preprocess", str(raw), "--out", str(out), "--max-ids", "300", "--chunk-mb", str(CHUNK_MB), *extra]
+        app,
+        [
+            "preprocess",
+            str(raw),
+            "--out",
+            str(out),
+            "--max-ids",
+            "300",
+            "--chunk-mb",
+            str(CHUNK_MB),
+            *extra,
+        ],
     )
 
 
@@ -80,13 +91,17 @@ def test_workers_decoders_and_plain_text_give_the_same_dataset(
     one = _preprocess(raw / "gz", tmp_path / "w1", "--workers", "1")
     two = _preprocess(raw / "gz", tmp_path / "w2", "--workers", "2")
     txt = _preprocess(raw / "txt", tmp_path / "txt", "--workers", "1")
-    monkeypatch.setenv(gz.ENV, "python")  # no isal, no seek index: ranges reached by decoding from the start
+    monkeypatch.setenv(
+        gz.ENV, "python"
+    )  # no isal, no seek index: ranges reached by decoding from the start
     slow = _preprocess(raw / "gz", tmp_path / "py", "--workers", "2")
     for res in (one, two, txt, slow):
         assert res.exit_code == 0, res.output
     a = _tree(tmp_path / "w1")
     assert len(json.loads(a["manifest.json"])["splits"]["train"]["parts"]) > 10
-    assert a == _tree(tmp_path / "w2") == _tree(tmp_path / "py")  # every part and the manifest, byte for byte
+    assert (
+        a == _tree(tmp_path / "w2") == _tree(tmp_path / "py")
+    )  # every part and the manifest, byte for byte
     assert _parts(tmp_path / "w1") == _parts(tmp_path / "txt")  # the manifest names another input
 
 
@@ -96,7 +111,11 @@ def test_stream_workers_start_before_the_first_range_is_decoded():
 
     def produce(slot: int) -> Task | None:
         started.append(len(mp.active_children()))
-        return Task(len(started), "day.gz", 0, 1, -1, (), "train", False) if len(started) <= 3 else None
+        return (
+            Task(len(started), "day.gz", 0, 1, -1, (), "train", False)
+            if len(started) <= 3
+            else None
+        )
 
     # getattr(task, "index") in a worker: tasks come back whole, in any order.
     done = sorted(res for _, res in map_stream(getattr, produce, "index", 2, 4, warm=os.getpid))
@@ -134,14 +153,18 @@ class _Counted:
         return data
 
 
-def test_a_split_gzip_file_is_decoded_once_on_one_worker(raw: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_a_split_gzip_file_is_decoded_once_on_one_worker(
+    raw: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     decoded: list[int] = []
     for owner, name in ((gz, "open_gzip"), (gz, "open_indexing"), (task_module, "open_range")):
         real = getattr(owner, name)
         monkeypatch.setattr(owner, name, lambda *a, _real=real: _Counted(_real(*a), decoded))
     res = _preprocess(raw / "gz", tmp_path / "out", "--workers", "1")
     assert res.exit_code == 0, res.output
-    assert sum(decoded) == (raw / "txt" / "train.txt").stat().st_size  # every text byte once, no planning pass
+    assert (
+        sum(decoded) == (raw / "txt" / "train.txt").stat().st_size
+    )  # every text byte once, no planning pass
 
 
 def test_a_killed_run_finishes_on_rerun_with_the_same_bytes(raw: Path, tmp_path: Path):
@@ -166,7 +189,10 @@ def test_a_range_that_reads_back_different_text_is_refused(raw: Path, tmp_path: 
     record.write_text(json.dumps(saved))
     res = _preprocess(raw / "gz", tmp_path / "a")
     assert res.exit_code == 1
-    assert "read back differ from the planning pass (CRC-32" in res.output and "Traceback" not in res.output
+    assert (
+        "read back differ from the planning pass (CRC-32" in res.output
+        and "Traceback" not in res.output
+    )
 
 
 @pytest.mark.parametrize("backend", ["isal", "python"])
@@ -194,11 +220,18 @@ def test_only_a_file_whose_lines_are_counted_is_split(raw: Path, tmp_path: Path)
     for d in (0, 1):
         (days / f"day_{d}.gz").write_bytes((raw / "gz" / "train.txt.gz").read_bytes())
     tasks = plan_tasks(
-        [days / "day_0.gz", days / "day_1.gz"], "days", "first", int(CHUNK_MB * (1 << 20)), False, tmp_path
+        [days / "day_0.gz", days / "day_1.gz"],
+        "days",
+        "first",
+        int(CHUNK_MB * (1 << 20)),
+        False,
+        tmp_path,
     )
     first = [t for t in tasks if t.path.endswith("day_0.gz")]
     last = [t for t in tasks if t.path.endswith("day_1.gz")]
-    assert [(t.start, t.end) for t in first] == [(0, -1)]  # a training day among others: one task, no pass
+    assert [(t.start, t.end) for t in first] == [
+        (0, -1)
+    ]  # a training day among others: one task, no pass
     assert len(last) > 10 and {s.split for t in last for s in t.splits} == {"val", "test"}
 
 
@@ -209,12 +242,16 @@ def test_bench_gzip_reports_its_ratios_over_the_same_rows(tmp_path: Path):
     r = json.loads(res.stdout)  # progress notes go to stderr
     assert r["split"] and r["same_bytes"] and set(r["runs"]) == {"plain_1", "gzip_1", "gzip_2"}
     plain, one, two = r["runs"]["plain_1"], r["runs"]["gzip_1"], r["runs"]["gzip_2"]
-    assert r["gzip_vs_plain_per_cpu_s"] == pytest.approx(one["mb_per_cpu_s"] / plain["mb_per_cpu_s"], abs=0.01)
+    assert r["gzip_vs_plain_per_cpu_s"] == pytest.approx(
+        one["mb_per_cpu_s"] / plain["mb_per_cpu_s"], abs=0.01
+    )
     assert r["workers_speedup"] == pytest.approx(one["wall_s"] / two["wall_s"], abs=0.01)
     assert r["goals"]["gzip_1.6x_on_2_workers"] == (r["workers_speedup"] >= 1.6)
 
 
-def test_bench_gzip_does_not_judge_workers_on_a_gz_too_small_to_split(tmp_path: Path, capsys: pytest.CaptureFixture):
+def test_bench_gzip_does_not_judge_workers_on_a_gz_too_small_to_split(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+):
     # bench preprocess --gzip at its defaults (1 GB of text, --chunk-mb 128) makes a ~362 MB .gz: one task,
     # nothing for a second worker; its ~1.0x said "NOT met" of a design the run did not use.
     one = {"mb_s": 60.0, "mb_per_cpu_s": 65.0, "wall_s": 15.0, "cpu_s": 14.0, "peak_rss_mb": 350.0}
@@ -232,4 +269,6 @@ def test_bench_gzip_does_not_judge_workers_on_a_gz_too_small_to_split(tmp_path: 
     sparse = tmp_path / "a.gz"  # the suggestion is what the preprocess's own rule splits
     with open(sparse, "wb") as f:
         f.truncate(361_800_000)
-    assert should_split(sparse, int(86.259 * (1 << 20))) and not should_split(sparse, int(86.26 * (1 << 20)))
+    assert should_split(sparse, int(86.259 * (1 << 20))) and not should_split(
+        sparse, int(86.26 * (1 << 20))
+    )

@@ -43,7 +43,11 @@ def dataset(tmp_path_factory) -> Path:
 
 def test_stats_json_and_planner_statistics(dataset: Path, tmp_path: Path):
     res = json.loads(cli("data", "stats", dataset, "--json", "--plot", tmp_path / "f.png").stdout)
-    assert {s["split"]: s["rows"] for s in res["splits"]} == {"train": 1285, "val": 108, "test": 107}
+    assert {s["split"]: s["rows"] for s in res["splits"]} == {
+        "train": 1285,
+        "val": 108,
+        "test": 107,
+    }
     c1 = next(f for f in res["features"] if f["feature"] == "C1")
     train_c1 = columns(dataset, "train")["C1"]
     counts = np.sort(np.bincount(train_c1, minlength=700))[::-1]
@@ -80,7 +84,9 @@ def test_inspecting_a_non_dataset_is_a_clear_error(tmp_path: Path):
 
 
 def test_torchrec_npy_export_then_import_round_trips(dataset: Path, tmp_path: Path):
-    written = json.loads(cli("data", "export-npy", dataset, "--out", tmp_path / "npy", "--json").stdout)
+    written = json.loads(
+        cli("data", "export-npy", dataset, "--out", tmp_path / "npy", "--json").stdout
+    )
     n = len(written)
     assert np.load(tmp_path / "npy" / f"day_{n - 1}_labels.npy").shape == (108 + 107, 1)
     assert np.load(tmp_path / "npy" / "day_0_sparse.npy").dtype == np.int64

@@ -26,7 +26,9 @@ def _write_days(raw: Path) -> list[Path]:
         lines = []
         for _ in range(3 + d % 4):
             dense = [str(int(v)) for v in rng.randint(-3 if d % 3 else 0, 50, 13)]
-            sparse = [f"{int(v):08x}" for v in rng.choice([0x1F, 0xDEADBEEF, 0x7FFFFFFF, *range(40)], 26)]
+            sparse = [
+                f"{int(v):08x}" for v in rng.choice([0x1F, 0xDEADBEEF, 0x7FFFFFFF, *range(40)], 26)
+            ]
             for i in rng.choice(39, 4, replace=False):  # missing values
                 (dense if i < 13 else sparse)[i % 13 if i < 13 else i - 13] = ""
             lines.append("\t".join([str(rng.randint(2)), *dense, *sparse]))
@@ -45,7 +47,9 @@ def _torchrec_scripts(raw: Path, root: Path) -> Path:
     for d in (s1, s2, out):
         d.mkdir()
     npy_preproc_criteo.main(["--input_dir", str(raw), "--output_dir", str(s1)])
-    contiguous_preproc_criteo.main(["--input_dir", str(s1), "--output_dir", str(s2), "--frequency_threshold", "0"])
+    contiguous_preproc_criteo.main(
+        ["--input_dir", str(s1), "--output_dir", str(s2), "--frequency_threshold", "0"]
+    )
     for d in range(DAYS):
         (s2 / f"day_{d}_sparse_contig_freq.npy").rename(s2 / f"day_{d}_sparse.npy")
     rows = {d: len(np.load(s1 / f"day_{d}_labels.npy")) for d in range(DAYS - 1)}
@@ -60,7 +64,9 @@ def days(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], Path]:
     return paths, _torchrec_scripts(root / "raw", root)
 
 
-def test_arrays_equal_torchrecs_scripts_byte_for_byte(days, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_arrays_equal_torchrecs_scripts_byte_for_byte(
+    days, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from shardrec.tools.preprocess.derived import mlperf_reference as reference
 
     paths, ref = days
@@ -76,7 +82,9 @@ def test_arrays_equal_torchrecs_scripts_byte_for_byte(days, tmp_path: Path, monk
         assert (tmp_path / "out" / name).read_bytes() == (ref / name).read_bytes(), name
 
 
-def test_log3_is_the_published_arrays_transform_and_a_rerun_keeps_the_files(days, tmp_path: Path) -> None:
+def test_log3_is_the_published_arrays_transform_and_a_rerun_keeps_the_files(
+    days, tmp_path: Path
+) -> None:
     paths, ref = days
     out = tmp_path / "out"
     done = subprocess.run(
@@ -100,7 +108,10 @@ def test_log3_is_the_published_arrays_transform_and_a_rerun_keeps_the_files(days
     # torchrec 0.3.2 (the published arrays): int32 values + 3, then np.log to float32; missing -> 0 -> log(3).
     raw = [[line.split("\t") for line in p.read_text().splitlines()] for p in paths]
     log3 = [
-        np.log(np.array([[int(v or "0") for v in r[1:14]] for r in day], dtype=np.int32) + 3, dtype=np.float32)
+        np.log(
+            np.array([[int(v or "0") for v in r[1:14]] for r in day], dtype=np.int32) + 3,
+            dtype=np.float32,
+        )
         for day in raw
     ]
     perm = np.random.RandomState(0).permutation(sum(len(day) for day in raw[:-1]))
@@ -113,7 +124,9 @@ def test_log3_is_the_published_arrays_transform_and_a_rerun_keeps_the_files(days
     # Ids and labels do not depend on the dense transform.
     for d in range(DAYS):
         for kind in ("sparse", "labels"):
-            assert (out / f"day_{d}_{kind}.npy").read_bytes() == (ref / f"day_{d}_{kind}.npy").read_bytes()
+            assert (out / f"day_{d}_{kind}.npy").read_bytes() == (
+                ref / f"day_{d}_{kind}.npy"
+            ).read_bytes()
     # A rerun finds every file in place and rewrites none.
     stamps = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
     reference_preprocess(paths, out, dense="log3", seed=0)
@@ -124,5 +137,7 @@ def test_a_malformed_row_is_one_line_naming_file_and_line(tmp_path: Path) -> Non
     good = "\t".join(["1", *["1"] * 13, *["0000000a"] * 26])
     (tmp_path / "day_0").write_text(f"{good}\n{good}\n")
     (tmp_path / "day_1").write_text(f"{good}\n1\tx\n")
-    with pytest.raises(ValueError, match=rf"^{tmp_path}/day_1:2: .*the reference parses every row$"):
+    with pytest.raises(
+        ValueError, match=rf"^{tmp_path}/day_1:2: .*the reference parses every row$"
+    ):
         reference_preprocess([tmp_path / "day_0", tmp_path / "day_1"], tmp_path / "out")

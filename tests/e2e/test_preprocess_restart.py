@@ -29,7 +29,11 @@ def cli(*args) -> dict:
 
 
 def tree_bytes(directory: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(directory)): p.read_bytes()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
 
 
 def outputs(directory: Path) -> dict[str, bytes]:
@@ -82,7 +86,9 @@ def test_sigkill_then_rerun_redoes_only_unfinished_tasks(raw: Path, reference, t
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     done_before = len(list(markers.glob("task-*.json")))
-    assert not (out / "manifest.json").exists(), "the run finished before the kill; make the input larger"
+    assert not (out / "manifest.json").exists(), (
+        "the run finished before the kill; make the input larger"
+    )
     res = cli("preprocess", raw, "--out", out, *ARGS, "--chunk-mb", "0.1")
     assert res["complete"] and res["tasks_run"] == res["tasks_total"] - done_before
     clean = tmp_path / "clean"
@@ -120,13 +126,17 @@ def test_vocabulary_mode_parts_count_then_map(raw: Path, tmp_path: Path):
     out = tmp_path / "parts"
     counted = cli("preprocess", raw, "--out", out, *vocab, "--part", "0/2")
     assert counted["tasks_run"] == 0 and not counted["complete"]  # part 1 has not counted yet
-    cli("preprocess", raw, "--out", out, *vocab, "--part", "1/2")  # counts, builds the vocabulary, maps
+    cli(
+        "preprocess", raw, "--out", out, *vocab, "--part", "1/2"
+    )  # counts, builds the vocabulary, maps
     cli("preprocess", raw, "--out", out, *vocab, "--part", "0/2")  # maps
     assert cli("preprocess", raw, "--out", out, *vocab)["tasks_run"] == 0
     assert outputs(out) == outputs(tmp_path / "one")
 
 
-def test_output_is_the_same_without_the_compiled_kernels(raw: Path, reference, tmp_path: Path, monkeypatch):
+def test_output_is_the_same_without_the_compiled_kernels(
+    raw: Path, reference, tmp_path: Path, monkeypatch
+):
     from shardrec.tools.preprocess.parse import parse_kernel
 
     monkeypatch.setattr(parse_kernel, "AVAILABLE", False)  # what a machine without numba runs
@@ -134,7 +144,9 @@ def test_output_is_the_same_without_the_compiled_kernels(raw: Path, reference, t
     assert outputs(tmp_path / "numpy") == reference
 
 
-def test_output_is_the_same_when_part_columns_must_grow(raw: Path, reference, tmp_path: Path, monkeypatch):
+def test_output_is_the_same_when_part_columns_must_grow(
+    raw: Path, reference, tmp_path: Path, monkeypatch
+):
     from shardrec.tools.preprocess import task as preprocess_task
 
     # A row estimate that always falls short: every piece grows the part's columns.
@@ -143,7 +155,9 @@ def test_output_is_the_same_when_part_columns_must_grow(raw: Path, reference, tm
     assert outputs(tmp_path / "grown") == reference
 
 
-def test_failed_background_fsync_fails_the_run_without_marking_the_task(raw: Path, tmp_path: Path, monkeypatch):
+def test_failed_background_fsync_fails_the_run_without_marking_the_task(
+    raw: Path, tmp_path: Path, monkeypatch
+):
     from shardrec.tools.preprocess import task as preprocess_task
 
     def no_space(files, marker, payload):  # what the sync thread meets on a full disk
@@ -162,7 +176,11 @@ def test_failed_background_fsync_fails_the_run_without_marking_the_task(raw: Pat
 def test_output_does_not_depend_on_the_parse_piece_size(tmp_path: Path, monkeypatch):
     from shardrec.tools.preprocess import task as preprocess_task
 
-    lines = write_dataset(tmp_path / "raw", rows=3000, seed=12, max_vocab=500)[0].read_bytes().split(b"\n")
+    lines = (
+        write_dataset(tmp_path / "raw", rows=3000, seed=12, max_vocab=500)[0]
+        .read_bytes()
+        .split(b"\n")
+    )
     # Malformed rows met in reverse REASONS order, far apart: with small parse pieces each
     # reason is first seen in a different piece.
     for at, bad in (

@@ -38,7 +38,11 @@ def logs(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
 
 
 def _id(text: str, column: CategoricalColumn, rows: int) -> int:
-    value = hash_bytes(text.encode()) if column.kind == "string" else int(text, 16 if column.kind == "hex" else 10)
+    value = (
+        hash_bytes(text.encode())
+        if column.kind == "string"
+        else int(text, 16 if column.kind == "hex" else 10)
+    )
     return int(hash_ids(np.array([value & (2**64 - 1)], np.uint64), np.zeros(1, bool), rows)[0])
 
 
@@ -55,14 +59,18 @@ def _reference(log: Path, spec_path: Path, manifest: Manifest) -> list[tuple]:
                 else int(row[spec.label.name])
             )
             dense = [
-                transform_dense(np.array([float(row[d.name] or 0)]), np.array([row[d.name] == ""]), d.transform)[0]
+                transform_dense(
+                    np.array([float(row[d.name] or 0)]), np.array([row[d.name] == ""]), d.transform
+                )[0]
                 for d in spec.dense
             ]
             ids = {}
             for c in spec.sparse:
                 text = row[c.name]
                 if isinstance(c, ListColumn):
-                    ids[c.name] = [_id(v, c, cards[c.name]) for v in text.split(c.separator) if v][: c.max_length]
+                    ids[c.name] = [_id(v, c, cards[c.name]) for v in text.split(c.separator) if v][
+                        : c.max_length
+                    ]
                 else:
                     ids[c.name] = [_id(text, c, cards[c.name]) if text else 0]
             out.append((label, dense, ids))
@@ -86,10 +94,14 @@ def _rows(directory: Path, manifest: Manifest) -> list[tuple]:
 
 
 @pytest.mark.parametrize("like", ["movielens", "avazu"])
-def test_an_inferred_spec_preprocesses_the_log_as_python_reads_it(logs, like: str, tmp_path: Path) -> None:
+def test_an_inferred_spec_preprocesses_the_log_as_python_reads_it(
+    logs, like: str, tmp_path: Path
+) -> None:
     log, spec = logs[like]
     out = tmp_path / "data"
-    res = json.loads(cli("preprocess", log, "--spec", spec, "--out", out, "--chunk-mb", "0.1", "--json").stdout)
+    res = json.loads(
+        cli("preprocess", log, "--spec", spec, "--out", out, "--chunk-mb", "0.1", "--json").stdout
+    )
     assert res["complete"] and res["rows_skipped"] == {} and sum(res["rows_kept"].values()) == 3000
     assert verify(out) == []
     manifest = Manifest.load(out)
@@ -100,7 +112,9 @@ def test_an_inferred_spec_preprocesses_the_log_as_python_reads_it(logs, like: st
     assert np.allclose([g[1] for g in got], [w[1] for w in want], rtol=1e-6)
     names = manifest.feature_names + manifest.dense_features
     head = [
-        line.split("│")[1].strip() for line in cli("data", "head", out, "-n", "1").stdout.splitlines() if "│" in line
+        line.split("│")[1].strip()
+        for line in cli("data", "head", out, "-n", "1").stdout.splitlines()
+        if "│" in line
     ]
     if like == "movielens":
         assert manifest.schema_version == 2 and manifest.feature("genres").multi_hot
@@ -136,7 +150,9 @@ PINNED_FILES = {
 def test_a_spec_dataset_keeps_its_bytes(logs, like: str, tmp_path: Path) -> None:
     log, spec = logs[like]
     cli("preprocess", log, "--spec", spec, "--out", tmp_path / "d", "--chunk-mb", "0.05")
-    files = sorted(p.relative_to(tmp_path / "d").as_posix() for p in (tmp_path / "d").rglob("*.npy"))
+    files = sorted(
+        p.relative_to(tmp_path / "d").as_posix() for p in (tmp_path / "d").rglob("*.npy")
+    )
     sha = [f"{f}:{hashlib.sha256((tmp_path / 'd' / f).read_bytes()).hexdigest()}\n" for f in files]
     assert hashlib.sha256("".join(sha).encode()).hexdigest() == PINNED_FILES[like]
 
@@ -148,11 +164,25 @@ def test_criteos_shape_as_a_spec_file_writes_the_default_columns(tmp_path: Path)
     spec.write_text(cli("spec", "show", tmp_path / "default").stdout)
     assert load_spec(spec).sparse[0] == CategoricalColumn("C1", kind="hex")
     assert load_spec(spec).dense[1] == DenseColumn("I2")
-    cli("preprocess", tmp_path / "raw", "--spec", spec, "--out", tmp_path / "spec", "--max-ids", "500")
+    cli(
+        "preprocess",
+        tmp_path / "raw",
+        "--spec",
+        spec,
+        "--out",
+        tmp_path / "spec",
+        "--max-ids",
+        "500",
+    )
     default, from_spec = Manifest.load(tmp_path / "default"), Manifest.load(tmp_path / "spec")
     for split in ("train", "val", "test"):
-        assert [p.files for p in default.splits[split].parts] == [p.files for p in from_spec.splits[split].parts]
-    assert "spec" not in default.options and from_spec.options["spec_sha256"] == load_spec(spec).sha256()
+        assert [p.files for p in default.splits[split].parts] == [
+            p.files for p in from_spec.splits[split].parts
+        ]
+    assert (
+        "spec" not in default.options
+        and from_spec.options["spec_sha256"] == load_spec(spec).sha256()
+    )
 
 
 def test_a_bad_row_names_file_line_column_and_value(logs, tmp_path: Path) -> None:
@@ -162,7 +192,9 @@ def test_a_bad_row_names_file_line_column_and_value(logs, tmp_path: Path) -> Non
     lines[7] = f"{user},{movie},x{rating},{rest}"
     bad = tmp_path / "bad.csv"
     bad.write_text("".join(lines))
-    res = json.loads(cli("preprocess", bad, "--spec", spec, "--out", tmp_path / "a", "--json").stdout)
+    res = json.loads(
+        cli("preprocess", bad, "--spec", spec, "--out", tmp_path / "a", "--json").stdout
+    )
     assert res["rows_skipped"] == {"bad_label": 1}
     assert res["first_errors"] == [f"{bad}:8: rating: 'x{rating}' (bad_label)"]
     strict = cli("preprocess", bad, "--spec", spec, "--out", tmp_path / "b", "--strict", ok=False)
@@ -203,7 +235,9 @@ def test_vocabulary_mode_maps_list_values_too(logs, tmp_path: Path) -> None:
     manifest = Manifest.load(tmp_path / "v")
     genres = manifest.feature("genres")
     assert genres.multi_hot and 10 < genres.cardinality <= 20  # 18 genres seen, + missing and OOV
-    ids = np.concatenate([p.sparse["genres"] for p in open_split(tmp_path / "v", "train", manifest)])
+    ids = np.concatenate(
+        [p.sparse["genres"] for p in open_split(tmp_path / "v", "train", manifest)]
+    )
     assert ids.min() >= 2 and ids.max() < genres.cardinality
 
 
@@ -213,7 +247,9 @@ def test_list_features_arrive_as_jagged_batches_with_their_lengths(tmp_path: Pat
 
     rng = np.random.default_rng(0)
     tags = ["", "a", "a;b", "b;c;d;e;f", ";;a;", "c"]
-    rows = [f"{rng.integers(0, 2)}\t{rng.integers(0, 9)}\t{tags[i % len(tags)]}\n" for i in range(700)]
+    rows = [
+        f"{rng.integers(0, 2)}\t{rng.integers(0, 9)}\t{tags[i % len(tags)]}\n" for i in range(700)
+    ]
     (tmp_path / "log.tsv").write_text("".join(rows))
     (tmp_path / "s.toml").write_text(
         '[format]\nkind = "tsv"\n[[columns]]\nname = "y"\nrole = "label"\n[[columns]]\nname = "n"\nrole = "dense"\n'
@@ -222,15 +258,28 @@ def test_list_features_arrive_as_jagged_batches_with_their_lengths(tmp_path: Pat
     cli("preprocess", tmp_path / "log.tsv", "--spec", tmp_path / "s.toml", "--out", tmp_path / "d")
     manifest = Manifest.load(tmp_path / "d")
     assert manifest.feature("tags").pooling == "mean" and manifest.schema_version == 2
-    (loader,) = [build_loader(tmp_path / "d", "train", global_batch_size=60, rank=0, world_size=1, shuffle=NO_SHUFFLE)]
+    (loader,) = [
+        build_loader(
+            tmp_path / "d", "train", global_batch_size=60, rank=0, world_size=1, shuffle=NO_SHUFFLE
+        )
+    ]
     jt = loader.batch(0).sparse_features["tags"]
     assert jt.lengths().tolist() == [[0, 1, 2, 3, 1, 1][i % 6] for i in range(60)]
-    assert jt.values().tolist()[:3] == [_id("a", ListColumn("tags"), 50)] * 2 + [_id("b", ListColumn("tags"), 50)]
+    assert jt.values().tolist()[:3] == [_id("a", ListColumn("tags"), 50)] * 2 + [
+        _id("b", ListColumn("tags"), 50)
+    ]
 
     def digests(world_size: int) -> list[str]:
         mix = ShuffleSpec(seed=1)
         loaders = [
-            build_loader(tmp_path / "d", "train", global_batch_size=60, rank=r, world_size=world_size, shuffle=mix)
+            build_loader(
+                tmp_path / "d",
+                "train",
+                global_batch_size=60,
+                rank=r,
+                world_size=world_size,
+                shuffle=mix,
+            )
             for r in range(world_size)
         ]
         return [d for _, d in stream_digests(loaders, 0, 9)]
@@ -239,7 +288,9 @@ def test_list_features_arrive_as_jagged_batches_with_their_lengths(tmp_path: Pat
 
 
 @pytest.mark.parametrize("mode", [[], ["--min-count", "2"]])
-def test_raw_rows_read_by_the_datasets_spec_get_the_preprocessed_inputs(logs, tmp_path: Path, mode) -> None:
+def test_raw_rows_read_by_the_datasets_spec_get_the_preprocessed_inputs(
+    logs, tmp_path: Path, mode
+) -> None:
     from shardrec.tools.preprocess.raw_rows import RawRows
 
     log, spec = logs["movielens"]
@@ -268,7 +319,9 @@ def test_raw_rows_without_a_spec_or_schema_to_read_them_by_are_refused_in_one_li
     from shardrec.tools.preprocess.raw_rows import RawRows
 
     transform = {"mode": "hash", "dataset": "/data/ml", "cardinalities": [10]}
-    with pytest.raises(ValueError, match=r"^the model of /data/ml records neither a feature spec nor Criteo's text"):
+    with pytest.raises(
+        ValueError, match=r"^the model of /data/ml records neither a feature spec nor Criteo's text"
+    ):
         RawRows({"transform": transform, "feature_names": ["genres"]})
 
 
@@ -279,7 +332,9 @@ def test_a_rerun_after_fixing_the_spec_writes_into_the_same_out(logs, tmp_path: 
     edited = tmp_path / "movielens.toml"
     edited.write_text(spec.read_text().replace('name = "zip"', 'name = "zipcode"'))
     out = tmp_path / "d"
-    assert_one_line_error(cli("preprocess", log, "--spec", edited, "--out", out, ok=False), "zipcode")
+    assert_one_line_error(
+        cli("preprocess", log, "--spec", edited, "--out", out, ok=False), "zipcode"
+    )
     edited.write_text(spec.read_text())
     cli("preprocess", log, "--spec", edited, "--out", out)
     assert Manifest.load(out).splits["train"].rows > 0

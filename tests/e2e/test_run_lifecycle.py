@@ -26,12 +26,18 @@ from typer.testing import CliRunner
 from shardrec.tools.cli.app import app
 
 JOB = settings(
-    'train.device="cpu"', *TINY_MODEL, "train.global_batch_size=64", 'data.eval_splits=["val"]', "eval.max_batches=2"
+    'train.device="cpu"',
+    *TINY_MODEL,
+    "train.global_batch_size=64",
+    'data.eval_splits=["val"]',
+    "eval.max_batches=2",
 )
 
 
 def _train(data: Path, run: Path, *extra: str):
-    return CliRunner().invoke(app, ["train", "--data", str(data), "--out-dir", str(run), "--json", *JOB, *extra])
+    return CliRunner().invoke(
+        app, ["train", "--data", str(data), "--out-dir", str(run), "--json", *JOB, *extra]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +60,9 @@ def _copy_run(trained: tuple[Path, Path], tmp_path: Path) -> tuple[Path, Path]:
 
 def test_rerun_resume_changes_data_and_restart(trained: tuple[Path, Path], tmp_path: Path) -> None:
     tiny_dataset, run = _copy_run(trained, tmp_path)
-    record = {name: (run / name).read_bytes() for name in ("metrics.jsonl", "summary.json", "config.toml")}
+    record = {
+        name: (run / name).read_bytes() for name in ("metrics.jsonl", "summary.json", "config.toml")
+    }
 
     # 1: the same command again: complete, nothing written, the saved summary printed.
     again = _train(tiny_dataset, run, "--steps", "10")
@@ -66,29 +74,43 @@ def test_rerun_resume_changes_data_and_restart(trained: tuple[Path, Path], tmp_p
     assert json.loads(again.stdout) == json.loads(record["summary.json"])
     assert {name: (run / name).read_bytes() for name in record} == record
     # 6: in text, the plan table comes first and the results last, with pointers to the files.
-    text = CliRunner().invoke(app, ["train", "--data", str(tiny_dataset), "--out-dir", str(run), *JOB, "--steps", "10"])
+    text = CliRunner().invoke(
+        app, ["train", "--data", str(tiny_dataset), "--out-dir", str(run), *JOB, "--steps", "10"]
+    )
     lines = text.stdout.splitlines()
-    plan_at = next(i for i, line in enumerate(lines) if line.strip().startswith("tables (4; planner"))
+    plan_at = next(
+        i for i, line in enumerate(lines) if line.strip().startswith("tables (4; planner")
+    )
     auc_at = next(i for i, line in enumerate(lines) if "AUC" in line and "log loss" in line)
-    assert plan_at < auc_at and lines[-1].split()[:2] == ["plan:", str(run / "plan.json")], text.stdout
+    assert plan_at < auc_at and lines[-1].split()[:2] == ["plan:", str(run / "plan.json")], (
+        text.stdout
+    )
 
     # 2: a changed setting is shown and refused; a misspelt --allow-change gets a suggestion.
-    changed = _train(tiny_dataset, run, "--steps", "12", "--set", "optim.dense_lr=0.1", "--set", "train.seed=3")
+    changed = _train(
+        tiny_dataset, run, "--steps", "12", "--set", "optim.dense_lr=0.1", "--set", "train.seed=3"
+    )
     assert_one_line_error(
         changed,
         r"resuming with changed settings \(optim\.dense_lr: 0\.05 -> 0\.1, train\.seed: 0 -> 3\); "
         r"accept them with --allow-change optim\.dense_lr --allow-change train\.seed, or start over with --restart$",
     )
     typo = _train(tiny_dataset, run, "--allow-change", "optim.dense_rl")
-    assert_one_line_error(typo, r"--allow-change optim\.dense_rl: no such setting; did you mean optim\.dense_lr\?$")
+    assert_one_line_error(
+        typo, r"--allow-change optim\.dense_rl: no such setting; did you mean optim\.dense_lr\?$"
+    )
     lower = _train(tiny_dataset, run, "--steps", "2")
-    assert_one_line_error(lower, r"has trained 10 steps, more than the 2 this job runs to .*a run cannot go back")
+    assert_one_line_error(
+        lower, r"has trained 10 steps, more than the 2 this job runs to .*a run cannot go back"
+    )
 
     # 2: other data is refused, even with every setting allowed.
     other = tmp_path / "other"
     write_tiny_dataset(other, seed=5)
     refused = _train(other, run, "--steps", "12", "--allow-change", "data")
-    assert_one_line_error(refused, r"was trained on other data .*a run cannot resume on a changed dataset")
+    assert_one_line_error(
+        refused, r"was trained on other data .*a run cannot resume on a changed dataset"
+    )
     assert {name: (run / name).read_bytes() for name in record} == record
 
     # The ranks refuse it themselves, in the same line: `python -m shardrec.trainer` as torchrun
@@ -134,7 +156,14 @@ def test_rerun_resume_changes_data_and_restart(trained: tuple[Path, Path], tmp_p
     # An allowed change resumes from step 10 and records the new settings (the ranks get the
     # --allow-change keys too: they would refuse the change otherwise).
     resumed = _train(
-        tiny_dataset, run, "--steps", "12", "--set", "optim.dense_lr=0.1", "--allow-change", "optim.dense_lr"
+        tiny_dataset,
+        run,
+        "--steps",
+        "12",
+        "--set",
+        "optim.dense_lr=0.1",
+        "--allow-change",
+        "optim.dense_lr",
     )
     assert resumed.exit_code == 0, resumed.output
     assert json.loads(resumed.stdout)["resumed_from_step"] == 10
@@ -145,7 +174,10 @@ def test_rerun_resume_changes_data_and_restart(trained: tuple[Path, Path], tmp_p
     assert restarted.exit_code == 0, restarted.output
     assert f"moved the earlier run {run} to {tmp_path / 'run.1'}" in restarted.stderr
     assert json.loads((tmp_path / "run.1" / "summary.json").read_text())["steps"] == 12
-    assert json.loads(restarted.stdout)["steps"] == 2 and json.loads(restarted.stdout)["resumed_from_step"] is None
+    assert (
+        json.loads(restarted.stdout)["steps"] == 2
+        and json.loads(restarted.stdout)["resumed_from_step"] is None
+    )
 
     # eval: the data at the new run's data.path (other) changed since training: refused, unless
     # --data asks for other data, which must have the run's schema. (The module's dataset, run.1's,
@@ -160,7 +192,9 @@ def test_rerun_resume_changes_data_and_restart(trained: tuple[Path, Path], tmp_p
     )
     narrow = tmp_path / "narrow"
     write_tiny_dataset(narrow, cardinalities=(50, 300, 7, 999))
-    schema = CliRunner().invoke(app, ["eval", str(tmp_path / "run.1"), "--split", "val", "--data", str(narrow)])
+    schema = CliRunner().invoke(
+        app, ["eval", str(tmp_path / "run.1"), "--split", "val", "--data", str(narrow)]
+    )
     assert_one_line_error(
         schema,
         rf"^error: --data {narrow}: not the schema {tmp_path / 'run.1'} trained on: its sparse "
@@ -172,7 +206,9 @@ def test_rerun_resume_changes_data_and_restart(trained: tuple[Path, Path], tmp_p
     )
     assert on_other.exit_code == 0, on_other.output
     scored = json.loads(on_other.stdout)
-    assert scored["data"] == str(other) and scored["step"] == 12 and scored["samples"] == 2 * 64  # eval.max_batches = 2
+    assert (
+        scored["data"] == str(other) and scored["step"] == 12 and scored["samples"] == 2 * 64
+    )  # eval.max_batches = 2
 
     # shardrec runs: both runs complete with their step and best val AUC; a run that never
     # checkpointed (a config.toml alone) failed.
@@ -188,7 +224,9 @@ def test_rerun_resume_changes_data_and_restart(trained: tuple[Path, Path], tmp_p
     }
     assert 0.4 < rows["run.1"]["best_val_auc"] <= 1
     table = CliRunner().invoke(app, ["runs", str(tmp_path)])
-    assert table.exit_code == 0 and "complete" in table.stdout and "failed" in table.stdout, table.stdout
+    assert table.exit_code == 0 and "complete" in table.stdout and "failed" in table.stdout, (
+        table.stdout
+    )
 
 
 def test_the_readme_run_directory_examples_as_written_past_an_epoch_and_onto_more_ranks(
@@ -205,7 +243,10 @@ def test_the_readme_run_directory_examples_as_written_past_an_epoch_and_onto_mor
     )
     further = _train(tiny_dataset, run, "--steps", "20")
     assert further.exit_code == 0, further.output
-    assert f"{run}: resuming from step 10 with changed settings: train.steps: 10 -> 20" in further.stderr
+    assert (
+        f"{run}: resuming from step 10 with changed settings: train.steps: 10 -> 20"
+        in further.stderr
+    )
     summary = json.loads(further.stdout)
     assert (summary["steps"], summary["epochs"], summary["resumed_from_step"]) == (20, 1, 10)
 
@@ -232,7 +273,9 @@ def test_the_readme_run_directory_examples_as_written_past_an_epoch_and_onto_mor
     )
 
 
-def test_a_resume_that_shortens_the_run_is_a_change_to_accept(tiny_dataset: Path, tmp_path: Path) -> None:
+def test_a_resume_that_shortens_the_run_is_a_change_to_accept(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
     """Started with train.epochs = 3, stopped at step 5, rerun without it: epochs 3 -> 1 ends the run
     earlier, which the rerun must not do quietly (checked without training)."""
     from shardrec.dataloader.format.manifest import Manifest
@@ -242,7 +285,9 @@ def test_a_resume_that_shortens_the_run_is_a_change_to_accept(tiny_dataset: Path
     run = tmp_path / "run"
     (run / "checkpoints" / "step-00000005").mkdir(parents=True)
     (run / "checkpoints" / "step-00000005" / "digests.json").write_text("{}")
-    saved = load_job_config(None, [f'data.path="{tiny_dataset}"', "train.epochs=3", "train.global_batch_size=64"])
+    saved = load_job_config(
+        None, [f'data.path="{tiny_dataset}"', "train.epochs=3", "train.global_batch_size=64"]
+    )
     (run / "config.toml").write_text(saved.to_toml())
     manifest = Manifest.load(tiny_dataset)
     rerun = load_job_config(None, [f'data.path="{tiny_dataset}"', "train.global_batch_size=64"])
@@ -258,6 +303,8 @@ def test_a_resume_that_shortens_the_run_is_a_change_to_accept(tiny_dataset: Path
         == f"{run}: resuming from step 5 with changed settings: train.epochs: 3 -> 1"
     )
     # Raising the end continues freely, and still says so; --steps past the epochs' end counts.
-    longer = load_job_config(None, [f'data.path="{tiny_dataset}"', "train.global_batch_size=64", "train.steps=60"])
+    longer = load_job_config(
+        None, [f'data.path="{tiny_dataset}"', "train.global_batch_size=64", "train.steps=60"]
+    )
     assert lifecycle.check_run_dir(run, longer, manifest, []) == "resume"
     assert lifecycle.planned_steps(longer, manifest) == 60

@@ -51,7 +51,10 @@ def run(args: list[str], cwd: Path) -> str:
     """One README command in `cwd`; its stdout and stderr."""
     if args[1] in SUBPROCESS:
         done = subprocess.run(
-            [sys.executable, "-m", "shardrec.tools.cli", *args[1:]], cwd=cwd, capture_output=True, text=True
+            [sys.executable, "-m", "shardrec.tools.cli", *args[1:]],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
         )
         assert done.returncode == 0, f"{args}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
         return done.stdout + done.stderr
@@ -86,7 +89,9 @@ def _test_rows(root: Path) -> int:
 def test_readme_flow_trains_a_mean_pooled_list_and_records_the_spec(flow: dict[str, str]) -> None:
     root = Path(flow["root"])
     manifest = Manifest.load(root / "ml")
-    assert manifest.feature("genres").pooling == "mean" and "timestamp" not in manifest.feature_names
+    assert (
+        manifest.feature("genres").pooling == "mean" and "timestamp" not in manifest.feature_names
+    )
     assert 1.5 < manifest.feature("genres").stats["mean_ids_per_sample"] < 2.5
     # The plan and the run's copy of it were made for a mean-pooled genres table.
     for plan in (root / "plan.json", root / "runs" / "ml" / "plan.json"):
@@ -94,7 +99,9 @@ def test_readme_flow_trains_a_mean_pooled_list_and_records_the_spec(flow: dict[s
         assert tables["t_genres"]["pooling"] == "MEAN" and tables["t_zip"]["pooling"] == "SUM"
     # Its cost was estimated with genres' measured ids per sample, which the plan records and prints.
     measured = round(manifest.feature("genres").stats["mean_ids_per_sample"], 4)
-    assert json.loads((root / "plan.json").read_text())["estimate"]["ids_per_sample"] == {"t_genres": measured}
+    assert json.loads((root / "plan.json").read_text())["estimate"]["ids_per_sample"] == {
+        "t_genres": measured
+    }
     (row,) = [line for line in flow["plan"].splitlines() if "t_genres" in line]
     assert "ids/sample" in flow["plan"] and f"{measured:g}" in row
     from safetensors import safe_open
@@ -119,15 +126,24 @@ def test_predict_on_raw_rows_equals_eval_and_the_preprocessed_split(flow: dict[s
     lines = (root / "raw" / "train.csv").read_bytes().splitlines(keepends=True)
     (root / "test.csv").write_bytes(lines[0] + b"".join(lines[-test_rows:]))
     with contextlib.chdir(root):
-        raw = json.loads(cli("predict", "ml.safetensors", "test.csv", "--out", "raw.npy", "--json").stdout)
-        split = json.loads(cli("predict", "ml.safetensors", "ml", "--split", "test", "--out", "s.npy", "--json").stdout)
+        raw = json.loads(
+            cli("predict", "ml.safetensors", "test.csv", "--out", "raw.npy", "--json").stdout
+        )
+        split = json.loads(
+            cli(
+                "predict", "ml.safetensors", "ml", "--split", "test", "--out", "s.npy", "--json"
+            ).stdout
+        )
     assert raw["rows"] == split["rows"] == test_rows
     np.testing.assert_allclose(np.load(root / "raw.npy"), np.load(root / "s.npy"), rtol=1e-6)
     np.testing.assert_allclose(whole[-test_rows:], np.load(root / "raw.npy"), rtol=1e-6)
     # eval printed its AUC with 6 decimals; the run's own final evaluation has it whole.
     (printed,) = re.findall(r"AUC (\d\.\d{6})", flow["eval"])
     assert raw["auc"] == pytest.approx(float(printed), abs=1e-6)
-    records = [json.loads(line) for line in (root / "runs" / "ml" / "metrics.jsonl").read_text().splitlines()]
+    records = [
+        json.loads(line)
+        for line in (root / "runs" / "ml" / "metrics.jsonl").read_text().splitlines()
+    ]
     (final,) = [r for r in records if r["kind"] == "eval" and r["final"] and r["split"] == "test"]
     assert raw["auc"] == pytest.approx(final["auc"], abs=1e-6)
 
@@ -147,12 +163,18 @@ def write_untrained_model(dataset: Path, out: Path) -> None:
     job = load_job_config(None, [f'data.path="{dataset}"', *TINY_MODEL])
     torch.manual_seed(0)
     tables = build_table_configs(manifest, job.model.embedding_dim)
-    model = build_model(job.model, build_ebc(tables, "cpu"), manifest.feature_names, len(manifest.dense_features))
-    save_file(model.state_dict(), str(out), metadata={META_KEY: json.dumps(describe_model(job, manifest))})
+    model = build_model(
+        job.model, build_ebc(tables, "cpu"), manifest.feature_names, len(manifest.dense_features)
+    )
+    save_file(
+        model.state_dict(), str(out), metadata={META_KEY: json.dumps(describe_model(job, manifest))}
+    )
 
 
 @pytest.mark.slow
-def test_an_avazu_like_log_trains_on_2_ranks_and_predict_on_raw_rows_equals_eval(tmp_path: Path) -> None:
+def test_an_avazu_like_log_trains_on_2_ranks_and_predict_on_raw_rows_equals_eval(
+    tmp_path: Path,
+) -> None:
     """Avazu's shape (id column ignored, label in the second column, hex and integer categoricals,
     hour as a code) through infer -> preprocess -> plan -> 2-rank train (its final evaluation of the
     test split) -> export -> predict on the raw test rows and on the preprocessed split."""
@@ -160,9 +182,21 @@ def test_an_avazu_like_log_trains_on_2_ranks_and_predict_on_raw_rows_equals_eval
         cli("synth", "raw", "--like", "avazu", "--rows", "12000", "--seed", "3")
         cli("spec", "infer", "raw/train.csv", "--label", "click", "--out", "av.toml")
         cli("preprocess", "raw/train.csv", "--spec", "av.toml", "--out", "av")
-        cli("plan", "--data", "av", "--world-size", "2", "--out", "plan.json", *settings(*TINY_MODEL))
+        cli(
+            "plan",
+            "--data",
+            "av",
+            "--world-size",
+            "2",
+            "--out",
+            "plan.json",
+            *settings(*TINY_MODEL),
+        )
     manifest = Manifest.load(tmp_path / "av")
-    assert "id" not in manifest.feature_names + manifest.dense_features and "click" not in manifest.feature_names
+    assert (
+        "id" not in manifest.feature_names + manifest.dense_features
+        and "click" not in manifest.feature_names
+    )
     assert {"hour", "site_id", "device_ip", "C14", "C20"} <= set(manifest.feature_names)
     train = ["shardrec", "train", "--data", "av", "--plan", "plan.json", "--out-dir", "runs/av"]
     run([*train, "--nproc-per-node", "2", *settings(*TINY_MODEL)], tmp_path)
@@ -171,11 +205,24 @@ def test_an_avazu_like_log_trains_on_2_ranks_and_predict_on_raw_rows_equals_eval
     (tmp_path / "test.csv").write_bytes(lines[0] + b"".join(lines[-test_rows:]))
     with contextlib.chdir(tmp_path):
         cli("export", "runs/av", "--out", "av.safetensors")
-        raw = json.loads(cli("predict", "av.safetensors", "test.csv", "--out", "raw.npy", "--json").stdout)
-        split = json.loads(cli("predict", "av.safetensors", "av", "--split", "test", "--out", "s.npy", "--json").stdout)
-    assert raw["rows"] == split["rows"] == test_rows and raw["auc"] == pytest.approx(split["auc"], abs=1e-9)
-    np.testing.assert_allclose(np.load(tmp_path / "raw.npy"), np.load(tmp_path / "s.npy"), rtol=1e-6)
-    records = [json.loads(line) for line in (tmp_path / "runs" / "av" / "metrics.jsonl").read_text().splitlines()]
+        raw = json.loads(
+            cli("predict", "av.safetensors", "test.csv", "--out", "raw.npy", "--json").stdout
+        )
+        split = json.loads(
+            cli(
+                "predict", "av.safetensors", "av", "--split", "test", "--out", "s.npy", "--json"
+            ).stdout
+        )
+    assert raw["rows"] == split["rows"] == test_rows and raw["auc"] == pytest.approx(
+        split["auc"], abs=1e-9
+    )
+    np.testing.assert_allclose(
+        np.load(tmp_path / "raw.npy"), np.load(tmp_path / "s.npy"), rtol=1e-6
+    )
+    records = [
+        json.loads(line)
+        for line in (tmp_path / "runs" / "av" / "metrics.jsonl").read_text().splitlines()
+    ]
     (final,) = [r for r in records if r["kind"] == "eval" and r["final"] and r["split"] == "test"]
     assert raw["auc"] == pytest.approx(final["auc"], abs=1e-6)
     assert json.loads((tmp_path / "runs" / "av" / "summary.json").read_text())["world_size"] == 2
@@ -194,9 +241,18 @@ def tagged(tmp_path: Path) -> Path:
     return tmp_path / "d"
 
 
-def test_multihot_sizes_on_a_dataset_with_lists_is_refused_before_any_rank_starts(tagged: Path) -> None:
+def test_multihot_sizes_on_a_dataset_with_lists_is_refused_before_any_rank_starts(
+    tagged: Path,
+) -> None:
     result = cli(
-        "train", "--data", tagged, "--out-dir", tagged.parent / "run", "--set", "data.multihot_sizes=[3]", ok=False
+        "train",
+        "--data",
+        tagged,
+        "--out-dir",
+        tagged.parent / "run",
+        "--set",
+        "data.multihot_sizes=[3]",
+        ok=False,
     )
     assert_one_line_error(
         result,
@@ -210,7 +266,9 @@ def test_a_spec_model_refuses_criteos_rows_in_one_line(tagged: Path, tmp_path: P
     write_untrained_model(tagged, tmp_path / "m.safetensors")
     cli("synth", tmp_path / "criteo", "--rows", "50")
     (criteo,) = (tmp_path / "criteo").iterdir()
-    result = cli("predict", tmp_path / "m.safetensors", criteo, "--out", tmp_path / "p.txt", ok=False)
+    result = cli(
+        "predict", tmp_path / "m.safetensors", criteo, "--out", tmp_path / "p.txt", ok=False
+    )
     assert_one_line_error(
         result,
         rf"^error: {re.escape(str(criteo))}: its first line has no ',': the model's spec reads CSV \(',' between "

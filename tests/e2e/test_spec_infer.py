@@ -10,7 +10,13 @@ import pytest
 from helpers import assert_one_line_error, cli
 
 from shardrec.dataloader.format.manifest import Manifest
-from shardrec.dataloader.spec.feature_spec import CategoricalColumn, DenseColumn, IgnoredColumn, LabelColumn, ListColumn
+from shardrec.dataloader.spec.feature_spec import (
+    CategoricalColumn,
+    DenseColumn,
+    IgnoredColumn,
+    LabelColumn,
+    ListColumn,
+)
 from shardrec.dataloader.spec.spec_file import load_spec
 
 
@@ -21,7 +27,9 @@ def _ctr_log(path: Path, rows: int = 3000) -> None:
     cities = [f"city_{i}" for i in range(300)]
     lines = ["click\tviews\tclicks_7d\tage\tcolour\tcity\ttags\trequest_id"]
     for i in range(rows):
-        tags = ",".join(rng.choice(["sale", "new", "eco", "kids", "gift"], rng.integers(0, 4), replace=False))
+        tags = ",".join(
+            rng.choice(["sale", "new", "eco", "kids", "gift"], rng.integers(0, 4), replace=False)
+        )
         views = str(rng.integers(0, 500)) if rng.random() > 0.1 else ""
         lines.append(
             f"{int(rng.random() < 0.3)}\t{views}\t{rng.integers(0, 9)}\t{rng.integers(18, 80)}\t"
@@ -41,11 +49,17 @@ def test_the_proposed_spec_of_a_plain_click_log_preprocesses_it_as_it_is(tmp_pat
     assert proposed.format.kind == "tsv" and proposed.format.header
     assert proposed.columns[0] == LabelColumn("click")
     assert proposed.columns[1] == DenseColumn("views", transform="log1p")
-    assert isinstance(proposed.columns[4], CategoricalColumn) and proposed.columns[4].kind == "string"
+    assert (
+        isinstance(proposed.columns[4], CategoricalColumn) and proposed.columns[4].kind == "string"
+    )
     assert isinstance(proposed.columns[6], ListColumn) and proposed.columns[6].separator == ","
     assert proposed.columns[7] == IgnoredColumn("request_id")
     assert "# values cut by ','" in spec.read_text()
-    res = json.loads(cli("preprocess", log, "--spec", spec, "--out", tmp_path / "d", "--workers", "2", "--json").stdout)
+    res = json.loads(
+        cli(
+            "preprocess", log, "--spec", spec, "--out", tmp_path / "d", "--workers", "2", "--json"
+        ).stdout
+    )
     assert res["rows_skipped"] == {} and sum(res["rows_kept"].values()) == 3000
     manifest = Manifest.load(tmp_path / "d")
     assert manifest.feature_names == ["colour", "city", "tags"] and manifest.dense_features == [
@@ -60,10 +74,16 @@ def test_a_headerless_criteo_log_gets_a_spec_by_position(tmp_path: Path) -> None
     spec = tmp_path / "c.toml"
     cli("spec", "infer", tmp_path / "raw" / "train.txt", "--label", "0", "--out", spec)
     proposed = load_spec(spec)
-    assert not proposed.format.header and proposed.format.min_fields == 38  # trailing empty fields stripped
+    assert (
+        not proposed.format.header and proposed.format.min_fields == 38
+    )  # trailing empty fields stripped
     assert proposed.label.name == "c0" and len(proposed.dense) == 13 and len(proposed.sparse) == 26
     assert {c.kind for c in proposed.sparse} == {"hex"}
-    res = json.loads(cli("preprocess", tmp_path / "raw", "--spec", spec, "--out", tmp_path / "d", "--json").stdout)
+    res = json.loads(
+        cli(
+            "preprocess", tmp_path / "raw", "--spec", spec, "--out", tmp_path / "d", "--json"
+        ).stdout
+    )
     assert res["rows_skipped"] == {} and sum(res["rows_kept"].values()) == 2000
 
 
@@ -80,7 +100,9 @@ def test_a_headerless_criteo_log_gets_a_spec_by_position(tmp_path: Path) -> None
 )
 def test_a_label_infer_cannot_use_is_one_line(tmp_path: Path, label: str, message: str) -> None:
     cli("synth", tmp_path / "raw", "--like", "movielens", "--rows", "200")
-    assert_one_line_error(cli("spec", "infer", tmp_path / "raw" / "train.csv", "--label", label, ok=False), message)
+    assert_one_line_error(
+        cli("spec", "infer", tmp_path / "raw" / "train.csv", "--label", label, ok=False), message
+    )
 
 
 def test_unix_times_are_left_out_and_ids_kept(tmp_path: Path) -> None:
@@ -91,11 +113,16 @@ def test_unix_times_are_left_out_and_ids_kept(tmp_path: Path) -> None:
     cli("spec", "infer", tmp_path / "raw" / "train.csv", "--label", "rating>=4", "--out", spec)
     proposed = {c.name: c for c in load_spec(spec).columns}
     assert proposed["timestamp"] == IgnoredColumn("timestamp")
-    assert "# Unix times (2000-04-25 .. 2000-04-25): later data holds only new values" in spec.read_text()
+    assert (
+        "# Unix times (2000-04-25 .. 2000-04-25): later data holds only new values"
+        in spec.read_text()
+    )
     log = tmp_path / "ids.tsv"
     log.write_text(
         "click\tuser_id\tevent_ts\n"
-        + "".join(f"{i % 2}\t{1_000_000_000 + i % 20}\t{1_600_000_000_123 + i}\n" for i in range(60))
+        + "".join(
+            f"{i % 2}\t{1_000_000_000 + i % 20}\t{1_600_000_000_123 + i}\n" for i in range(60)
+        )
     )
     cli("spec", "infer", log, "--label", "click", "--out", spec)
     proposed = {c.name: c for c in load_spec(spec).columns}
@@ -112,6 +139,8 @@ def test_avazus_anonymised_integer_columns_are_categoricals(tmp_path: Path) -> N
     cli("spec", "infer", tmp_path / "raw" / "train.csv", "--label", "click", "--out", spec)
     proposed = {c.name: c for c in load_spec(spec).columns}
     for name in ("C1", *(f"C{i}" for i in range(14, 22))):
-        assert isinstance(proposed[name], CategoricalColumn) and proposed[name].kind == "string", proposed[name]
+        assert isinstance(proposed[name], CategoricalColumn) and proposed[name].kind == "string", (
+            proposed[name]
+        )
     assert "# codes (leading zeros, an id's or a C<n> name, or one width); " in spec.read_text()
     assert proposed["id"] == IgnoredColumn("id") and isinstance(proposed["banner_pos"], DenseColumn)

@@ -66,7 +66,11 @@ def _flatten(tree, prefix=""):
 
 def _final_eval(run_dir: Path) -> list[dict]:
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if k != "seconds"} for r in records if r["kind"] == "eval" and r["final"]]
+    return [
+        {k: v for k, v in r.items() if k != "seconds"}
+        for r in records
+        if r["kind"] == "eval" and r["final"]
+    ]
 
 
 @pytest.mark.slow
@@ -74,10 +78,19 @@ def test_sigkill_resume_is_bitwise_and_two_nodes_match(tiny_dataset: Path, tmp_p
     # Attempt 0: rank 1 SIGKILLed after step 10; torchrun restarts both ranks, which resume
     # from step 8. Attempt 1: SIGKILL while saving step 16, after the shards are written and
     # before the rename: attempt 2 must ignore that half-made checkpoint and resume from 12.
-    faulty = _train(tiny_dataset, tmp_path / "killed", "--max-restarts", "2", fault="kill:10:1:0,kill_in_save:16::1")
+    faulty = _train(
+        tiny_dataset,
+        tmp_path / "killed",
+        "--max-restarts",
+        "2",
+        fault="kill:10:1:0,kill_in_save:16::1",
+    )
     assert faulty.returncode == 0, faulty.stderr[-3000:]
     assert json.loads(faulty.stdout)["resumed_from_step"] == 12
-    resumes = [json.loads(line) for line in (tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()]
+    resumes = [
+        json.loads(line)
+        for line in (tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()
+    ]
     assert [r["step"] for r in resumes if r["kind"] == "resume"] == [8, 12]
     remaining = sorted(p.name for p in (tmp_path / "killed" / "checkpoints").iterdir())
     assert remaining == ["step-00000024", "step-00000028", "step-00000030"]
@@ -112,8 +125,16 @@ def test_sigkill_resume_is_bitwise_and_two_nodes_match(tiny_dataset: Path, tmp_p
     outputs = [p.communicate(timeout=300)[0] for p in nodes]
     assert [p.returncode for p in nodes] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
     summary = json.loads((tmp_path / "nodes" / "summary.json").read_text())
-    assert summary["steps"] == 30 and summary["resumed_from_step"] is None and summary["eval"]["val"]["auc"] > 0.6
-    _assert_bitwise(_final(tmp_path / "killed"), _final(tmp_path / "nodes"), "run killed twice against two nodes")
+    assert (
+        summary["steps"] == 30
+        and summary["resumed_from_step"] is None
+        and summary["eval"]["val"]["auc"] > 0.6
+    )
+    _assert_bitwise(
+        _final(tmp_path / "killed"),
+        _final(tmp_path / "nodes"),
+        "run killed twice against two nodes",
+    )
     assert _final_eval(tmp_path / "killed") == _final_eval(tmp_path / "nodes")
 
 
@@ -126,7 +147,16 @@ def test_bad_input_is_one_clear_line(tiny_dataset: Path, tmp_path: Path) -> None
     result = runner.invoke(app, ["train", "--data", str(tmp_path / "nowhere")])
     assert_one_line_error(result, re.escape("nowhere"))
     result = runner.invoke(
-        app, ["train", "--data", str(tiny_dataset), "--nproc-per-node", "3", "--set", "train.global_batch_size=64"]
+        app,
+        [
+            "train",
+            "--data",
+            str(tiny_dataset),
+            "--nproc-per-node",
+            "3",
+            "--set",
+            "train.global_batch_size=64",
+        ],
     )
     assert_one_line_error(result, re.escape("does not divide by 3 ranks"))
 
@@ -140,7 +170,10 @@ def test_bad_input_is_one_clear_line(tiny_dataset: Path, tmp_path: Path) -> None
     plan = PlanFile(
         PLAN_SCHEMA_VERSION,
         plan_fingerprint(tables, 2, 64, "cpu"),
-        [TablePlan(t.name, "table_wise", "fused", [Shard(0, 0, 0, t.num_embeddings, 16)]) for t in tables],
+        [
+            TablePlan(t.name, "table_wise", "fused", [Shard(0, 0, 0, t.num_embeddings, 16)])
+            for t in tables
+        ],
     )
     save_plan(plan, tmp_path / "plan.json")
     result = runner.invoke(
@@ -165,7 +198,10 @@ def test_failed_ranks_end_in_one_line_not_torchruns_traceback() -> None:
 
     # A "rank" that fails at once (json.tool on a missing file, exit code 2) stands in for the trainer.
     result = subprocess.run(
-        torchrun_command(["/nonexistent.json"], 1, module="json.tool"), capture_output=True, text=True, timeout=120
+        torchrun_command(["/nonexistent.json"], 1, module="json.tool"),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == "torchrun: rank 0 failed first (exit code 2)"

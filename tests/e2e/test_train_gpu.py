@@ -61,9 +61,20 @@ def ok(done: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     return done
 
 
-def train(root: Path, out_dir: str, *extra: str, ranks: int = 1, steps: str = STEPS, fault: str = "") -> dict:
+def train(
+    root: Path, out_dir: str, *extra: str, ranks: int = 1, steps: str = STEPS, fault: str = ""
+) -> dict:
     """`shardrec train` of JOB on `ranks` GPUs; its summary, with the run's stderr under "stderr"."""
-    args = ["train", "--data", "data", "--out-dir", out_dir, "--nproc-per-node", str(ranks), "--json"]
+    args = [
+        "train",
+        "--data",
+        "data",
+        "--out-dir",
+        out_dir,
+        "--nproc-per-node",
+        str(ranks),
+        "--json",
+    ]
     done = ok(shardrec(*args, "--steps", steps, *JOB, *extra, cwd=root, fault=fault))
     return {**json.loads(done.stdout), "stderr": done.stderr}
 
@@ -91,7 +102,11 @@ def gpu_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     """A Criteo-format dataset (day_0: train, day_1: val + test) and 16 steps on one GPU."""
     root = tmp_path_factory.mktemp("gpu")
     ok(shardrec("synth", "raw", "--rows", "4000", "--days", "2", "--max-vocab", "500", cwd=root))
-    ok(shardrec("preprocess", "raw/day_0", "raw/day_1", "--out", "data", "--max-ids", "1000", cwd=root))
+    ok(
+        shardrec(
+            "preprocess", "raw/day_0", "raw/day_1", "--out", "data", "--max-ids", "1000", cwd=root
+        )
+    )
     return root, train(root, "run")
 
 
@@ -104,11 +119,16 @@ def test_trains_on_one_gpu_with_the_pipeline(gpu_run: tuple[Path, dict]) -> None
     assert plan["fingerprint"]["device_kind"] == "cuda"
     # Planned at start for this GPU: its model's preset, its free memory (not the h100 preset's 80 GiB).
     topology = plan["topology"]
-    assert (topology["name"], topology["memory_source"]) == (preset_for(torch.cuda.get_device_name(0)), "device")
+    assert (topology["name"], topology["memory_source"]) == (
+        preset_for(torch.cuda.get_device_name(0)),
+        "device",
+    )
     assert topology["memory_bytes"] <= torch.cuda.mem_get_info(0)[1]
 
 
-def assert_killed_and_resumed_ends_as_the_run(gpu_run: tuple[Path, dict], out_dir: str, *extra: str) -> None:
+def assert_killed_and_resumed_ends_as_the_run(
+    gpu_run: tuple[Path, dict], out_dir: str, *extra: str
+) -> None:
     """Train `out_dir` killed after step 10 and resumed by torchrun from step 8's checkpoint: its
     weights and optimizer states end bit for bit as the uninterrupted run's, and so does its AUC."""
     root, summary = gpu_run
@@ -128,7 +148,9 @@ def test_kill_and_resume_on_a_gpu_is_bitwise(gpu_run: tuple[Path, dict]) -> None
 def test_bf16_trains_on_a_gpu_near_fp32(gpu_run: tuple[Path, dict]) -> None:
     root, summary = gpu_run
     bf16 = train(root, "bf16", "--set", 'train.precision="bf16"')
-    assert "emulated" not in bf16["stderr"]  # a GPU of compute capability 8.0 or newer has native bf16
+    assert (
+        "emulated" not in bf16["stderr"]
+    )  # a GPU of compute capability 8.0 or newer has native bf16
     assert bf16["eval"]["val"]["auc"] == pytest.approx(summary["eval"]["val"]["auc"], abs=0.02)
 
 
@@ -136,7 +158,12 @@ def test_on_the_fly_multihot_trains_on_a_gpu(gpu_run: tuple[Path, dict]) -> None
     root, _ = gpu_run
     sizes = [3, 1, 2, 6] * 6 + [1, 2]  # 26 sparse features
     summary = train(
-        root, "multihot", "--set", f"data.multihot_sizes={sizes}", "--set", f'data.multihot_cache="{root / "cache"}"'
+        root,
+        "multihot",
+        "--set",
+        f"data.multihot_sizes={sizes}",
+        "--set",
+        f'data.multihot_cache="{root / "cache"}"',
     )
     assert summary["steps"] == 16 and 0.0 < summary["eval"]["val"]["auc"] < 1.0
 
@@ -155,14 +182,20 @@ def _plan(root: Path, cut_first_table: bool) -> Path:
             shards = [Shard(0, 0, 0, t.num_embeddings, 4), Shard(0, 0, 4, t.num_embeddings, 4)]
             placed.append(TablePlan(t.name, "column_wise", "fused", shards))
         else:
-            placed.append(TablePlan(t.name, "table_wise", "fused", [Shard(0, 0, 0, t.num_embeddings, 8)]))
-    plan = PlanFile(PLAN_SCHEMA_VERSION, plan_fingerprint(tables, 1, BATCH, "cuda"), placed, planner="test")
+            placed.append(
+                TablePlan(t.name, "table_wise", "fused", [Shard(0, 0, 0, t.num_embeddings, 8)])
+            )
+    plan = PlanFile(
+        PLAN_SCHEMA_VERSION, plan_fingerprint(tables, 1, BATCH, "cuda"), placed, planner="test"
+    )
     path = root / ("plan-cut.json" if cut_first_table else "plan-whole.json")
     path.write_text(plan.to_json())
     return path
 
 
-def test_sparse_adam_resumes_after_a_column_cut_table_becomes_whole(gpu_run: tuple[Path, dict]) -> None:
+def test_sparse_adam_resumes_after_a_column_cut_table_becomes_whole(
+    gpu_run: tuple[Path, dict],
+) -> None:
     """Adam's per-element moments are resharded by DCP like the weights, never converted as
     row-wise state; the resumed run continues from the checkpoint."""
     root, _ = gpu_run
@@ -171,7 +204,11 @@ def test_sparse_adam_resumes_after_a_column_cut_table_becomes_whole(gpu_run: tup
     whole = ["--plan", str(_plan(root, False)), "--allow-change", "sharding.plan"]
     summary = train(root, "adam", *whole, *adam)
     assert summary["resumed_from_step"] == 8 and summary["steps"] == 16
-    moments = {k: v for k, v in flat(final_state(root / "adam")["fused_optim"]).items() if ".momentum1" in k}
+    moments = {
+        k: v
+        for k, v in flat(final_state(root / "adam")["fused_optim"]).items()
+        if ".momentum1" in k
+    }
     assert moments and all(v.dim() == 2 for v in moments.values())  # per element: [rows, dim]
     assert sum(float(v.abs().sum()) for v in moments.values()) > 0
 
@@ -191,13 +228,19 @@ def _uvm_plan(root: Path) -> Path:
         sharded, [("fused_uvm_caching", 0.2), ("fused_uvm_caching", 0.5), ("fused_uvm", 0)]
     ):
         t = plan.tables[i]
-        cache = CachePlan(load_factor, [max(1, int(s.rows * load_factor)) for s in t.shards], [0.5] * len(t.shards))
+        cache = CachePlan(
+            load_factor,
+            [max(1, int(s.rows * load_factor)) for s in t.shards],
+            [0.5] * len(t.shards),
+        )
         plan.tables[i] = replace(t, compute_kernel=kernel, cache=cache if load_factor else None)
     save_plan(plan, root / "plan-uvm.json")
     return root / "plan-uvm.json"
 
 
-def test_tables_in_host_memory_behind_gpu_caches_train_as_in_hbm_and_resume(gpu_run: tuple[Path, dict]) -> None:
+def test_tables_in_host_memory_behind_gpu_caches_train_as_in_hbm_and_resume(
+    gpu_run: tuple[Path, dict],
+) -> None:
     """The 1-GPU run's plan with tables in host memory (UVM, cached and not): SIGKILL after step 10,
     resumed from step 8's checkpoint (the caches flushed into it), the weights end bit for bit as
     the run's, whose tables were all in HBM."""
@@ -226,7 +269,11 @@ def test_two_ranks_train_over_nccl_and_eval_reshards(gpu_run: tuple[Path, dict])
     summary = train(root, "two", ranks=2)
     assert summary["steps"] == 16 and summary["eval"]["val"]["auc"] > 0.55
     one = json.loads(ok(shardrec("eval", "two", "--split", "val", "--json", cwd=root)).stdout)
-    two = json.loads(ok(shardrec("eval", "two", "--split", "val", "--nproc-per-node", "2", "--json", cwd=root)).stdout)
+    two = json.loads(
+        ok(
+            shardrec("eval", "two", "--split", "val", "--nproc-per-node", "2", "--json", cwd=root)
+        ).stdout
+    )
     assert two["auc"] == summary["eval"]["val"]["auc"]  # its own world size: bit for bit
     assert one["auc"] == pytest.approx(two["auc"], abs=1e-3)
 
@@ -235,11 +282,23 @@ def test_export_and_predict_score_the_gpu_run(gpu_run: tuple[Path, dict]) -> Non
     root, summary = gpu_run
     ok(shardrec("export", "run", "--out", "model.safetensors", cwd=root))
     scored = ok(
-        shardrec("predict", "model.safetensors", "data", "--split", "val", "--out", "p.npy", "--json", cwd=root)
+        shardrec(
+            "predict",
+            "model.safetensors",
+            "data",
+            "--split",
+            "val",
+            "--out",
+            "p.npy",
+            "--json",
+            cwd=root,
+        )
     )
     result = json.loads(scored.stdout)
     assert result["rows"] == 1000
-    assert result["auc"] == pytest.approx(summary["eval"]["val"]["auc"], abs=1e-3)  # CPU scoring of GPU weights
+    assert result["auc"] == pytest.approx(
+        summary["eval"]["val"]["auc"], abs=1e-3
+    )  # CPU scoring of GPU weights
 
 
 def test_auc_on_the_gpu_equals_the_auc_on_the_cpu() -> None:
@@ -256,7 +315,9 @@ def test_initial_weights_on_the_gpu_do_not_depend_on_the_cut() -> None:
 
     from shardrec.embeddings.init import INIT_BLOCK_ROWS, _fill_rows
 
-    table = EmbeddingBagConfig(name="t", embedding_dim=8, num_embeddings=3 * INIT_BLOCK_ROWS, feature_names=["f"])
+    table = EmbeddingBagConfig(
+        name="t", embedding_dim=8, num_embeddings=3 * INIT_BLOCK_ROWS, feature_names=["f"]
+    )
     whole = torch.empty(table.num_embeddings, 8, device="cuda")
     _fill_rows(whole, 0, 0, 1, table, seed=7)
     shard = torch.empty(300, 4, device="cuda")
@@ -302,7 +363,10 @@ def test_an_id_beyond_its_table_on_a_gpu_ends_the_rank_at_once(tmp_path: Path) -
     """fbgemm's FATAL bounds check on CUDA is a device-side assert: the rank ends (exit 1) instead
     of training row 0 or hanging; torchrun then stops its peers."""
     done = subprocess.run(
-        [sys.executable, "-c", _BAD_ID_ON_CUDA, str(tmp_path / "store")], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", _BAD_ID_ON_CUDA, str(tmp_path / "store")],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 1, done.stdout + done.stderr[-3000:]
     assert done.stdout.splitlines() == ["trained [3, 99]"], done.stdout + done.stderr[-3000:]

@@ -13,17 +13,32 @@ runner = CliRunner()
 
 
 def test_report_draws_a_png_and_names_a_bad_record(tmp_path: Path) -> None:
-    records = [{"kind": "train", "step": s, "loss": 0.7 - s / 100, "samples_per_s": 1000.0 + s} for s in (10, 20, 30)]
+    records = [
+        {"kind": "train", "step": s, "loss": 0.7 - s / 100, "samples_per_s": 1000.0 + s}
+        for s in (10, 20, 30)
+    ]
     records += [
-        {"kind": "eval", "split": "val", "step": s, "auc": 0.6 + s / 100, "logloss": 0.6, "final": s == 30}
+        {
+            "kind": "eval",
+            "split": "val",
+            "step": s,
+            "auc": 0.6 + s / 100,
+            "logloss": 0.6,
+            "final": s == 30,
+        }
         for s in (10, 30)
     ]
-    records += [{"kind": "resume", "step": 20}, {"kind": "train", "step": 30, "loss": 0.4, "samples_per_s": 900.0}]
+    records += [
+        {"kind": "resume", "step": 20},
+        {"kind": "train", "step": 30, "loss": 0.4, "samples_per_s": 900.0},
+    ]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     result = runner.invoke(app, ["report", str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
-    assert out["panels"] == ["train loss", "AUC", "log loss", "samples/s"] and out["final_auc"] == {"val": 0.9}
+    assert out["panels"] == ["train loss", "AUC", "log loss", "samples/s"] and out["final_auc"] == {
+        "val": 0.9
+    }
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     (tmp_path / "metrics.jsonl").write_text('{"kind": "train"\n')

@@ -40,18 +40,28 @@ def test_binary_garbage_is_an_error_not_an_empty_dataset(tmp_path: Path):
 def test_header_only_csv_is_an_error_even_with_strict(tmp_path: Path):
     csv = tmp_path / "train.csv"
     csv.write_text(
-        "label," + ",".join(f"I{i}" for i in range(1, 14)) + "," + ",".join(f"C{i}" for i in range(1, 27)) + "\n"
+        "label,"
+        + ",".join(f"I{i}" for i in range(1, 14))
+        + ","
+        + ",".join(f"C{i}" for i in range(1, 27))
+        + "\n"
     )
     res = preprocess(csv, "--out", tmp_path / "data", "--csv", "--strict")
     assert_one_line_error(
-        res, rf"^error: {re.escape(str(csv))}: no rows: the input holds no data lines after its header$"
+        res,
+        rf"^error: {re.escape(str(csv))}: no rows: the input holds no data lines after its header$",
     )
     assert not (tmp_path / "data" / "manifest.json").exists()
 
 
 def test_a_csv_read_as_tsv_is_told_to_add_csv(tmp_path: Path):
     csv = tmp_path / "train.csv"
-    header = "label," + ",".join(f"I{i}" for i in range(1, 14)) + "," + ",".join(f"C{i}" for i in range(1, 27))
+    header = (
+        "label,"
+        + ",".join(f"I{i}" for i in range(1, 14))
+        + ","
+        + ",".join(f"C{i}" for i in range(1, 27))
+    )
     csv.write_text(header + "\n" + ("1," + ",".join(["5"] * 13 + ["a1b2"] * 26) + "\n") * 5)
     res = preprocess(csv, "--out", tmp_path / "data")
     assert_one_line_error(
@@ -73,12 +83,23 @@ def test_one_10mb_line_gives_a_short_line_naming_file_line_field_and_cut_value(t
         rf"first: {re.escape(str(big))}:1: I1: {value} \(bad_integer\)$",
     )
     assert len(line) < 400 and len(res.stdout) < 2000
-    assert max(p.stat().st_size for p in (tmp_path / "data" / ".work").glob("task-*.json")) < 2000  # the marker too
+    assert (
+        max(p.stat().st_size for p in (tmp_path / "data" / ".work").glob("task-*.json")) < 2000
+    )  # the marker too
     strict = preprocess(big, "--out", tmp_path / "strict", "--strict")
-    assert len(assert_one_line_error(strict, rf"^error: {re.escape(str(big))}:1: I1: {value} \(bad_integer\)$")) < 400
+    assert (
+        len(
+            assert_one_line_error(
+                strict, rf"^error: {re.escape(str(big))}:1: I1: {value} \(bad_integer\)$"
+            )
+        )
+        < 400
+    )
 
 
-def test_more_malformed_rows_than_allowed_is_an_error_and_a_higher_limit_accepts_them(tmp_path: Path):
+def test_more_malformed_rows_than_allowed_is_an_error_and_a_higher_limit_accepts_them(
+    tmp_path: Path,
+):
     raw = write_dataset(tmp_path / "raw", rows=1000, seed=2, max_vocab=300)[0]
     text = raw.read_bytes()
     raw.write_bytes(text + b"oops\n" * 30)  # 30 of 1,030 lines: 2.9%, above the 1% default
@@ -91,11 +112,25 @@ def test_more_malformed_rows_than_allowed_is_an_error_and_a_higher_limit_accepts
     )
     assert not (out / "manifest.json").exists()
     again = runner.invoke(
-        app, ["preprocess", str(raw), "--out", str(out), *ARGS, "--max-skipped-fraction", "0.05", "--json"]
+        app,
+        [
+            "preprocess",
+            str(raw),
+            "--out",
+            str(out),
+            *ARGS,
+            "--max-skipped-fraction",
+            "0.05",
+            "--json",
+        ],
     )
     assert again.exit_code == 0, again.output
     report = json.loads(again.stdout)
-    assert report["complete"] and report["tasks_run"] == 0 and report["rows_skipped"] == {"too_few_fields": 30}
+    assert (
+        report["complete"]
+        and report["tasks_run"] == 0
+        and report["rows_skipped"] == {"too_few_fields": 30}
+    )
 
 
 def test_directory_input_takes_only_day_files_and_names_what_it_ignored(tmp_path: Path, caplog):
@@ -104,10 +139,16 @@ def test_directory_input_takes_only_day_files_and_names_what_it_ignored(tmp_path
     (raw / "README").write_text("Criteo 1TB click logs, days 0-2\n")
     (raw / "day_2.md5").write_text("d41d8cd98f00b204e9800998ecf8427e  day_2\n")
     with caplog.at_level(logging.WARNING, logger="shardrec"):
-        res = runner.invoke(app, ["preprocess", str(raw), "--out", str(tmp_path / "data"), *ARGS, "--json"])
+        res = runner.invoke(
+            app, ["preprocess", str(raw), "--out", str(tmp_path / "data"), *ARGS, "--json"]
+        )
     assert res.exit_code == 0, res.output
     options = Manifest.load(tmp_path / "data").options
-    assert [f["name"] for f in options["inputs"]] == ["day_0", "day_1", "day_2"]  # day_2, not the .md5, is halved
+    assert [f["name"] for f in options["inputs"]] == [
+        "day_0",
+        "day_1",
+        "day_2",
+    ]  # day_2, not the .md5, is halved
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warnings == [
         f"{raw}: ignored 2 file(s) not named day_N[.gz], train.txt[.gz] or dac_sample.txt: README, day_2.md5"

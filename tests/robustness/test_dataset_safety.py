@@ -29,13 +29,17 @@ def _edit_manifest(directory: Path, edit) -> None:
     path.write_text(json.dumps(raw))
 
 
-def _replace_column(directory: Path, part: str, fname: str, array: np.ndarray, split: str = "train") -> Path:
+def _replace_column(
+    directory: Path, part: str, fname: str, array: np.ndarray, split: str = "train"
+) -> Path:
     """Write `array` as one column, and record its size and checksum in the manifest."""
     path = directory / split / part / fname
     np.save(path, array)
     index = int(part.split("-")[1])
     entry = {"bytes": path.stat().st_size, "sha256": file_sha256(path)}
-    _edit_manifest(directory, lambda raw: raw["splits"][split]["parts"][index]["files"][fname].update(entry))
+    _edit_manifest(
+        directory, lambda raw: raw["splits"][split]["parts"][index]["files"][fname].update(entry)
+    )
     return path
 
 
@@ -44,7 +48,9 @@ def _cli(*args: str):
 
 
 def _read_everything(directory: Path, **kw) -> None:
-    for batch in build_loader(directory, "train", **loader_kwargs(global_batch_size=64, rank=0, world_size=1, **kw)):
+    for batch in build_loader(
+        directory, "train", **loader_kwargs(global_batch_size=64, rank=0, world_size=1, **kw)
+    ):
         assert batch.labels.shape == (64,)
 
 
@@ -54,14 +60,20 @@ def _assert_every_reader_refuses(data: Path, pattern: str) -> None:
     verify = _cli("data", "verify", data)
     assert verify.exit_code == 1, verify.output
     assert re.search(pattern, verify.stdout), verify.stdout
-    assert_one_line_error(_cli("data", "digest", data, "--global-batch", "64", "--batches", "20"), pattern)
+    assert_one_line_error(
+        _cli("data", "digest", data, "--global-batch", "64", "--batches", "20"), pattern
+    )
     assert_one_line_error(_cli("data", "head", data, "-n", "1000"), pattern)
 
 
 @pytest.mark.parametrize(
     "column, array, message",
     [
-        ("dense.npy", lambda a: np.concatenate([a, a], axis=1), r"shape \(600, 8\), manifest says \(600, 4\)"),
+        (
+            "dense.npy",
+            lambda a: np.concatenate([a, a], axis=1),
+            r"shape \(600, 8\), manifest says \(600, 4\)",
+        ),
         ("dense.npy", lambda a: a[:, :2].copy(), r"shape \(600, 2\), manifest says \(600, 4\)"),
         ("dense.npy", lambda a: a.astype(np.float64)[:, :2], r"dtype <f8, manifest says <f4"),
         ("dense.npy", lambda a: np.asfortranarray(a), r"stored in Fortran order"),
@@ -69,9 +81,19 @@ def _assert_every_reader_refuses(data: Path, pattern: str) -> None:
         ("f3.npy", lambda a: np.stack([a, a], axis=1), r"shape \(600, 2\), manifest says \(600,\)"),
         ("label.npy", lambda a: a.astype(np.float32), r"dtype <f4, manifest says \|u1"),
     ],
-    ids=["wider-dense", "narrower-dense", "float64-dense", "fortran-dense", "uint32-ids", "2d-ids", "float-labels"],
+    ids=[
+        "wider-dense",
+        "narrower-dense",
+        "float64-dense",
+        "fortran-dense",
+        "uint32-ids",
+        "2d-ids",
+        "float-labels",
+    ],
 )
-def test_a_column_that_disagrees_with_the_manifest_is_refused_naming_the_file(tmp_path: Path, column, array, message):
+def test_a_column_that_disagrees_with_the_manifest_is_refused_naming_the_file(
+    tmp_path: Path, column, array, message
+):
     data = tmp_path / "data"
     write_tiny_dataset(data, rows={"train": [600, 400]})
     path = data / "train" / "part-00000" / column
@@ -94,12 +116,22 @@ def test_an_id_beyond_its_table_is_refused_naming_file_row_and_id(tmp_path: Path
     row = (
         123
         if not multi_hot
-        else int(np.searchsorted(np.load(data / "train" / "part-00001" / "f3.offsets.npy"), 123, side="right")) - 1
+        else int(
+            np.searchsorted(
+                np.load(data / "train" / "part-00001" / "f3.offsets.npy"), 123, side="right"
+            )
+        )
+        - 1
     )
     pattern = re.escape(f"{path}: row {row} has id 65132, outside table f3 of 1000 rows")
     _assert_every_reader_refuses(data, pattern)
-    plot = _cli("data", "stats", data, "--plot", tmp_path / "ids.png")  # counts every id of the split
-    assert_one_line_error(plot, re.escape(f"{data}: id 65132 is outside the table of 1000 rows; `shardrec data verify"))
+    plot = _cli(
+        "data", "stats", data, "--plot", tmp_path / "ids.png"
+    )  # counts every id of the split
+    assert_one_line_error(
+        plot,
+        re.escape(f"{data}: id 65132 is outside the table of 1000 rows; `shardrec data verify"),
+    )
     # every gather path: compiled and numpy, shuffled (rows of both parts) and in file order
     for kw in (
         {},
@@ -128,9 +160,16 @@ def test_an_id_equal_to_its_tables_rows_is_the_first_refused(tmp_path: Path, mul
         ids[:] = np.minimum(ids, 998)
         ids[7] = bad
         _replace_column(data, "part-00000", "f3.npy", ids)
-        for kw in ({}, {"compiled": False}, {"shuffle": False}, {"shuffle": False, "compiled": False}):
+        for kw in (
+            {},
+            {"compiled": False},
+            {"shuffle": False},
+            {"shuffle": False, "compiled": False},
+        ):
             if refused:
-                with pytest.raises(DatasetError, match=r"has id 1000, outside table f3 of 1000 rows"):
+                with pytest.raises(
+                    DatasetError, match=r"has id 1000, outside table f3 of 1000 rows"
+                ):
                     _read_everything(data, **kw)
             else:
                 _read_everything(data, **kw)
@@ -142,7 +181,9 @@ def _outside_part(tmp_path: Path, data: Path) -> None:
     (data / "train" / "part-00000").rename(tmp_path / "elsewhere" / "part-00000")
 
 
-@pytest.mark.parametrize("how", ["dotdot", "absolute", "symlinked-part", "symlinked-file", "dotdot-file"])
+@pytest.mark.parametrize(
+    "how", ["dotdot", "absolute", "symlinked-part", "symlinked-file", "dotdot-file"]
+)
 def test_part_names_that_lead_out_of_the_dataset_are_refused(tmp_path: Path, how: str):
     data = tmp_path / "data"
     write_tiny_dataset(data, rows={"train": [600, 400]})
@@ -150,12 +191,27 @@ def test_part_names_that_lead_out_of_the_dataset_are_refused(tmp_path: Path, how
     outside = tmp_path / "elsewhere" / "part-00000"
     manifest = re.escape(str(data / "manifest.json"))
     if how == "dotdot":
-        _edit_manifest(data, lambda raw: raw["splits"]["train"]["parts"][0].update(name="../../elsewhere/part-00000"))
-        pattern = manifest + r": part '\.\./\.\./elsewhere/part-00000' of split 'train' is not a plain name"
+        _edit_manifest(
+            data,
+            lambda raw: raw["splits"]["train"]["parts"][0].update(
+                name="../../elsewhere/part-00000"
+            ),
+        )
+        pattern = (
+            manifest
+            + r": part '\.\./\.\./elsewhere/part-00000' of split 'train' is not a plain name"
+        )
     elif how == "absolute":
-        _edit_manifest(data, lambda raw: raw["splits"]["train"]["parts"][0].update(name=str(outside)))
+        _edit_manifest(
+            data, lambda raw: raw["splits"]["train"]["parts"][0].update(name=str(outside))
+        )
         # a long value is cut to 80 characters, with its length
-        pattern = manifest + ": part " + re.escape(shown(str(outside))) + " of split 'train' is not a plain name"
+        pattern = (
+            manifest
+            + ": part "
+            + re.escape(shown(str(outside)))
+            + " of split 'train' is not a plain name"
+        )
     elif how == "dotdot-file":
         (data / "train" / "part-00000").mkdir()
         _edit_manifest(
@@ -170,13 +226,22 @@ def test_part_names_that_lead_out_of_the_dataset_are_refused(tmp_path: Path, how
         )
     elif how == "symlinked-part":
         (data / "train" / "part-00000").symlink_to(outside)
-        pattern = re.escape(str(data / "train" / "part-00000")) + r"/\S+\.npy: leads out of the dataset directory"
+        pattern = (
+            re.escape(str(data / "train" / "part-00000"))
+            + r"/\S+\.npy: leads out of the dataset directory"
+        )
     else:
         (data / "train" / "part-00000").mkdir()
         for f in outside.iterdir():
             (data / "train" / "part-00000" / f.name).symlink_to(f)
-        pattern = re.escape(str(data / "train" / "part-00000")) + r"/\S+\.npy: leads out of the dataset directory"
-    for result in (_cli("data", "digest", data, "--global-batch", "64"), _cli("data", "head", data)):
+        pattern = (
+            re.escape(str(data / "train" / "part-00000"))
+            + r"/\S+\.npy: leads out of the dataset directory"
+        )
+    for result in (
+        _cli("data", "digest", data, "--global-batch", "64"),
+        _cli("data", "head", data),
+    ):
         assert_one_line_error(result, pattern)
     verify = _cli("data", "verify", data)
     assert verify.exit_code == 1
@@ -229,11 +294,14 @@ def test_the_trainer_refuses_an_id_beyond_its_table_instead_of_training_row_zero
     import sys
 
     result = subprocess.run(
-        [sys.executable, "-c", _TRAINER_LOOKUP, str(tmp_path / "store")], capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", _TRAINER_LOOKUP, str(tmp_path / "store")],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     lines = [line for line in result.stdout.splitlines() if line.startswith(("trained", "refused"))]
     assert lines[:1] == ["trained [3, 99]"], result.stdout + result.stderr[-3000:]
-    assert len(lines) == 2 and lines[1].startswith("refused [3, 150]") and "idx < num_rows" in lines[1], (
-        result.stdout + result.stderr[-3000:]
-    )
+    assert (
+        len(lines) == 2 and lines[1].startswith("refused [3, 150]") and "idx < num_rows" in lines[1]
+    ), result.stdout + result.stderr[-3000:]
     assert "Setting idx to zero" not in result.stderr

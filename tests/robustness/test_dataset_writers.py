@@ -35,7 +35,9 @@ def test_a_busy_out_is_refused_and_a_dataset_being_written_says_so(tmp_path: Pat
     out = tmp_path / "data"
     raw = tmp_path / "raw.tsv"
     raw.write_text("1\t" + "\t".join(["5"] * 13 + ["a1"] * 26) + "\n")
-    writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(out)], stdout=subprocess.PIPE, text=True)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(out)], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert writer.stdout.readline().strip() == "locked"
         second = CliRunner().invoke(app, ["preprocess", str(raw), "--out", str(out)])

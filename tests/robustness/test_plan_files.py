@@ -29,7 +29,10 @@ def _valid_plan(tiny_dataset: Path, path: Path) -> dict:
     plan = PlanFile(
         PLAN_SCHEMA_VERSION,
         plan_fingerprint(configs, 1, 64, "cpu"),
-        [TablePlan(c.name, "table_wise", "fused", [Shard(0, 0, 0, c.num_embeddings, 16)]) for c in configs],
+        [
+            TablePlan(c.name, "table_wise", "fused", [Shard(0, 0, 0, c.num_embeddings, 16)])
+            for c in configs
+        ],
     )
     save_plan(plan, path)
     return json.loads(path.read_text())
@@ -46,20 +49,42 @@ def _set(raw: dict, key: str, value) -> None:
 BAD_PLANS = [
     ("fingerprint", "abc", r"fingerprint is 'abc', expected an object"),
     ("fingerprint.world_size", "1", r"fingerprint.world_size is '1', expected an integer"),
-    ("fingerprint.tables.0.rows", 50.5, r"fingerprint.tables\[0\].rows is 50.5, expected an integer >= 0"),
+    (
+        "fingerprint.tables.0.rows",
+        50.5,
+        r"fingerprint.tables\[0\].rows is 50.5, expected an integer >= 0",
+    ),
     ("tables", {"t_f0": 1}, r"tables is \{'t_f0': 1\}, expected a list"),
-    ("tables.0.shards.0.rank", "0", r"tables\[0\].shards\[0\].rank is '0', expected an integer >= 0"),
-    ("tables.1.shards.0.rows", True, r"tables\[1\].shards\[0\].rows is True, expected an integer >= 0"),
-    ("tables.2.shards.0.col_offset", -1, r"tables\[2\].shards\[0\].col_offset is -1, expected an integer >= 0"),
+    (
+        "tables.0.shards.0.rank",
+        "0",
+        r"tables\[0\].shards\[0\].rank is '0', expected an integer >= 0",
+    ),
+    (
+        "tables.1.shards.0.rows",
+        True,
+        r"tables\[1\].shards\[0\].rows is True, expected an integer >= 0",
+    ),
+    (
+        "tables.2.shards.0.col_offset",
+        -1,
+        r"tables\[2\].shards\[0\].col_offset is -1, expected an integer >= 0",
+    ),
     ("tables.0.name", 7, r"tables\[0\].name is 7, expected a string"),
     ("tables.0.shards", "all", r"tables\[0\].shards is 'all', expected a list"),
     ("schema_version", True, r"schema_version True is not supported"),
     ("estimate", float("nan"), r"estimate is NaN, not a finite number"),
-    ("tables.3.shards.0.cols", float("inf"), r"tables\[3\]\.shards\[0\]\.cols is Infinity, not a finite number"),
+    (
+        "tables.3.shards.0.cols",
+        float("inf"),
+        r"tables\[3\]\.shards\[0\]\.cols is Infinity, not a finite number",
+    ),
 ]
 
 
-def test_plan_files_and_calibration_profiles_are_checked_by_type(tiny_dataset: Path, tmp_path: Path):
+def test_plan_files_and_calibration_profiles_are_checked_by_type(
+    tiny_dataset: Path, tmp_path: Path
+):
     good = tmp_path / "good.json"
     raw = _valid_plan(tiny_dataset, good)
     assert runner.invoke(app, ["plan", "show", str(good)]).exit_code == 0
@@ -71,7 +96,17 @@ def test_plan_files_and_calibration_profiles_are_checked_by_type(tiny_dataset: P
         pattern = "^error: " + re.escape(str(path)) + ": " + message
         assert_one_line_error(runner.invoke(app, ["plan", "show", str(path)]), pattern)
         result = runner.invoke(
-            app, ["train", "--data", str(tiny_dataset), "--plan", str(path), "--out-dir", str(tmp_path / "run"), *JOB]
+            app,
+            [
+                "train",
+                "--data",
+                str(tiny_dataset),
+                "--plan",
+                str(path),
+                "--out-dir",
+                str(tmp_path / "run"),
+                *JOB,
+            ],
         )
         assert_one_line_error(result, re.escape(str(path)) + ": " + message)
         assert not (tmp_path / "run" / "checkpoints").exists()
@@ -80,7 +115,17 @@ def test_plan_files_and_calibration_profiles_are_checked_by_type(tiny_dataset: P
     figures = {"lookup_bw": 1.5e9, "intra_host_bw": 3e8, "inter_host_bw": 1e8}
     profile.write_text(json.dumps({"format": "shardrec-calibration", "measured": figures}))
     planned = runner.invoke(
-        app, ["plan", "--data", str(tiny_dataset), "--world-size", "2", "--profile", str(profile), "--json"]
+        app,
+        [
+            "plan",
+            "--data",
+            str(tiny_dataset),
+            "--world-size",
+            "2",
+            "--profile",
+            str(profile),
+            "--json",
+        ],
     )
     assert planned.exit_code == 0, planned.output
     assert json.loads(planned.stdout)["max_step_ms"] > 0
@@ -96,7 +141,8 @@ def test_plan_files_and_calibration_profiles_are_checked_by_type(tiny_dataset: P
             f'{{"format": "shardrec-calibration", "measured": {{"lookup_bw": {value}, "intra_host_bw": 3e8}}}}'
         )
         result = runner.invoke(
-            app, ["plan", "--data", str(tiny_dataset), "--world-size", "2", "--profile", str(profile)]
+            app,
+            ["plan", "--data", str(tiny_dataset), "--world-size", "2", "--profile", str(profile)],
         )
         assert_one_line_error(result, "^error: " + re.escape(str(profile)) + ": " + message)
 
@@ -107,14 +153,26 @@ BAD_RECORDS = [
     ("topology.memory_bytes", 0, r"topology h100: memory per rank is 0 bytes; it must be > 0"),
     ("estimate.ranks", "x", r"estimate.ranks is 'x', expected a list"),
     ("estimate.ranks.1", 3, r"estimate.ranks\[1\] is 3, expected an object"),
-    ("estimate.ranks.0.step_ms", "fast", r"estimate.ranks\[0\].step_ms is 'fast', expected a number"),
-    ("estimate.ranks.0.bytes_sent", [], r"estimate.ranks\[0\].bytes_sent is \[\], expected an object"),
+    (
+        "estimate.ranks.0.step_ms",
+        "fast",
+        r"estimate.ranks\[0\].step_ms is 'fast', expected a number",
+    ),
+    (
+        "estimate.ranks.0.bytes_sent",
+        [],
+        r"estimate.ranks\[0\].bytes_sent is \[\], expected an object",
+    ),
     ("estimate.sync_every", -1, r"estimate.sync_every is -1, expected an integer >= 0"),
 ]
 
 
 def test_a_plans_topology_and_estimate_are_read_by_type(tmp_path: Path):
-    raw = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "plans" / "h100-2d-world4.json").read_text())
+    raw = json.loads(
+        (
+            Path(__file__).resolve().parents[1] / "fixtures" / "plans" / "h100-2d-world4.json"
+        ).read_text()
+    )
     for key, value, message in BAD_RECORDS:
         bad = json.loads(json.dumps(raw))
         if value is None:
@@ -133,5 +191,6 @@ def test_an_unreadable_plan_file_is_named(tmp_path: Path, text: str):
     path = tmp_path / "plan.json"
     path.write_bytes(text.encode("latin-1"))
     assert_one_line_error(
-        runner.invoke(app, ["plan", "show", str(path)]), "^error: " + re.escape(str(path)) + ": not a JSON plan file"
+        runner.invoke(app, ["plan", "show", str(path)]),
+        "^error: " + re.escape(str(path)) + ": not a JSON plan file",
     )

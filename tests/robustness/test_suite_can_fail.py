@@ -35,14 +35,18 @@ def _toy(how: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "how, complaint", [("crash", "expected a deliberate typer.Exit"), ("two", "expected one line on stderr, got 2")]
+    "how, complaint",
+    [("crash", "expected a deliberate typer.Exit"), ("two", "expected one line on stderr, got 2")],
 )
 def test_one_line_helper_rejects_a_traceback_and_a_second_line(how: str, complaint: str):
     result = CliRunner().invoke(toy, [how])
     assert result.exit_code == 1
     with pytest.raises(AssertionError, match=complaint):
         assert_one_line_error(result, "the one line")
-    assert assert_one_line_error(CliRunner().invoke(toy, ["ok"]), "^error: the one line$") == "error: the one line"
+    assert (
+        assert_one_line_error(CliRunner().invoke(toy, ["ok"]), "^error: the one line$")
+        == "error: the one line"
+    )
 
 
 def test_numba_kernels_are_the_ones_running():
@@ -65,8 +69,12 @@ def test_kernel_tests_fail_without_numba(target: str):
         "import sys, pytest; sys.modules['numba'] = None; "
         "sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', sys.argv[1]]))"
     )
-    done = subprocess.run([sys.executable, "-c", code, target], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert done.returncode not in (0, 5), done.stdout[-2000:]  # 0: passed or skipped; 5: nothing collected
+    done = subprocess.run(
+        [sys.executable, "-c", code, target], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode not in (0, 5), done.stdout[
+        -2000:
+    ]  # 0: passed or skipped; 5: nothing collected
     assert "skipped" not in done.stdout.splitlines()[-1]
 
 
@@ -76,11 +84,20 @@ def test_tensorboard_from_the_test_extra_is_installed():
 
 def test_preprocessed_ids_are_the_known_answers(tmp_path: Path):
     hexes = ["00000001", "68fd1e64", "80e26c9b", "fb936136", "7b4723c4", "ffffffff"]
-    golden = [374, 468, 28, 685, 295, 272]  # hash ids for --max-ids 1000 (tests/unit/test_preprocess_ids_plan.py)
+    golden = [
+        374,
+        468,
+        28,
+        685,
+        295,
+        272,
+    ]  # hash ids for --max-ids 1000 (tests/unit/test_preprocess_ids_plan.py)
     row = "1\t" + "\t".join(["1"] * 13) + "\t" + "\t".join((hexes * 5)[:26]) + "\n"
     raw = tmp_path / "train.txt"
     raw.write_text(row * 7)  # kaggle layout: 7 lines, 6 train
-    res = CliRunner().invoke(app, ["preprocess", str(raw), "--out", str(tmp_path / "data"), "--max-ids", "1000"])
+    res = CliRunner().invoke(
+        app, ["preprocess", str(raw), "--out", str(tmp_path / "data"), "--max-ids", "1000"]
+    )
     assert res.exit_code == 0, res.output
     part = open_split(tmp_path / "data", "train")[0]
     got = [int(part.sparse[f"C{i + 1}"][0]) for i in range(26)]
@@ -102,5 +119,7 @@ def test_tests_are_named_and_documented_by_behaviour_not_by_tracker_number() -> 
                 name = getattr(node, "name", "")
                 for text in (name.replace("_", " "), ast.get_docstring(node) or ""):
                     if tracker.search(text):
-                        found.append(f"{path.name}: {name or 'module'}: {tracker.search(text).group()!r}")
+                        found.append(
+                            f"{path.name}: {name or 'module'}: {tracker.search(text).group()!r}"
+                        )
     assert found == []

@@ -37,7 +37,9 @@ def preprocess(raw: Path, out: Path, *extra: str):
 
 @pytest.fixture(scope="module")
 def raw(tmp_path_factory) -> Path:
-    return write_dataset(tmp_path_factory.mktemp("raw"), rows=3000, seed=8, max_vocab=500)[0]  # ~7 tasks
+    return write_dataset(tmp_path_factory.mktemp("raw"), rows=3000, seed=8, max_vocab=500)[
+        0
+    ]  # ~7 tasks
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +50,9 @@ def reference(raw: Path, tmp_path_factory) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("torn", [b"", b'{"index": 1, "path": "'], ids=["empty", "half-written"])
-def test_torn_task_marker_means_the_task_is_redone(raw: Path, reference, tmp_path: Path, torn: bytes):
+def test_torn_task_marker_means_the_task_is_redone(
+    raw: Path, reference, tmp_path: Path, torn: bytes
+):
     out = tmp_path / "data"
     assert preprocess(raw, out).exit_code == 0
     (out / ".work" / "task-00001.json").write_bytes(torn)
@@ -64,7 +68,8 @@ def test_torn_run_record_is_named(raw: Path, tmp_path: Path):
     record = out / ".work" / "run.json"
     record.write_bytes(record.read_bytes()[:10])
     assert_one_line_error(
-        preprocess(raw, out), rf"^error: {re.escape(str(record))}: unreadable run record \(.*\); remove the directory"
+        preprocess(raw, out),
+        rf"^error: {re.escape(str(record))}: unreadable run record \(.*\); remove the directory",
     )
 
 
@@ -83,11 +88,26 @@ def _limit_file_size() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (15_000, 15_000))
 
 
-def test_write_error_leaves_no_temporary_and_the_rerun_recovers(raw: Path, reference, tmp_path: Path):
+def test_write_error_leaves_no_temporary_and_the_rerun_recovers(
+    raw: Path, reference, tmp_path: Path
+):
     out = tmp_path / "data"
-    cmd = [sys.executable, "-m", "shardrec.tools.cli", "preprocess", str(raw), "--out", str(out), *ARGS]
-    failed = subprocess.run(cmd, capture_output=True, text=True, timeout=120, preexec_fn=_limit_file_size)
-    assert_one_line_error(failed, rf"^error: {re.escape(str(out))}/train/part-00000-0000: File too large$")
+    cmd = [
+        sys.executable,
+        "-m",
+        "shardrec.tools.cli",
+        "preprocess",
+        str(raw),
+        "--out",
+        str(out),
+        *ARGS,
+    ]
+    failed = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=120, preexec_fn=_limit_file_size
+    )
+    assert_one_line_error(
+        failed, rf"^error: {re.escape(str(out))}/train/part-00000-0000: File too large$"
+    )
     assert not list(out.rglob(".*.tmp*"))
     assert preprocess(raw, out).exit_code == 0
     assert outputs(out) == reference
@@ -113,10 +133,15 @@ def test_export_npy_writes_a_completion_marker_last(raw: Path, tmp_path: Path, m
     monkeypatch.setattr(npy_import_export, "_export_day", dies_on_day_two)
     with pytest.raises(OSError):
         npy_import_export.export_npy(data, npy)
-    assert not (npy / npy_import_export.EXPORT_MARKER).exists()  # the earlier marker does not vouch for it
+    assert not (
+        npy / npy_import_export.EXPORT_MARKER
+    ).exists()  # the earlier marker does not vouch for it
 
 
-RECORDS = [{"kind": "train", "step": s, "loss": 0.7 - s / 100, "samples_per_s": 1000.0} for s in (10, 20, 30)]
+RECORDS = [
+    {"kind": "train", "step": s, "loss": 0.7 - s / 100, "samples_per_s": 1000.0}
+    for s in (10, 20, 30)
+]
 
 
 def test_report_skips_a_torn_last_metrics_line_and_names_a_torn_middle_one(tmp_path: Path):
@@ -133,5 +158,6 @@ def test_report_skips_a_torn_last_metrics_line_and_names_a_torn_middle_one(tmp_p
 
     metrics.write_text(json.dumps(RECORDS[0]) + '\n{"kind": "tr\n' + json.dumps(RECORDS[1]) + "\n")
     assert_one_line_error(
-        runner.invoke(app, ["report", str(tmp_path)]), rf"^error: {re.escape(str(metrics))}:2: not a JSON record "
+        runner.invoke(app, ["report", str(tmp_path)]),
+        rf"^error: {re.escape(str(metrics))}:2: not a JSON record ",
     )

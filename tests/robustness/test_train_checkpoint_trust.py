@@ -18,12 +18,29 @@ import pytest
 import torch
 
 from shardrec.trainer.distributed.dist import DistEnv
-from shardrec.trainer.rundir.checkpoint import CheckpointManager, CheckpointParts, ModuleState, RngState, TrainProgress
+from shardrec.trainer.rundir.checkpoint import (
+    CheckpointManager,
+    CheckpointParts,
+    ModuleState,
+    RngState,
+    TrainProgress,
+)
 from shardrec.trainer.rundir.checkpoint_trust import UntrustedCheckpoint, verify_checkpoint
 from shardrec.trainer.rundir.names import DIGESTS
 
-ENV = DistEnv(rank=0, local_rank=0, world_size=1, local_world_size=1, device=torch.device("cpu"), backend="gloo")
-SIGNATURE = {"model": {"arch": "dlrm"}, "optim": {"sparse": "sgd"}, "tables": [{"name": "t", "rows": 3, "dim": 2}]}
+ENV = DistEnv(
+    rank=0,
+    local_rank=0,
+    world_size=1,
+    local_world_size=1,
+    device=torch.device("cpu"),
+    backend="gloo",
+)
+SIGNATURE = {
+    "model": {"arch": "dlrm"},
+    "optim": {"sparse": "sgd"},
+    "tables": [{"name": "t", "rows": 3, "dim": 2}],
+}
 
 
 class PlantedCode:
@@ -62,12 +79,18 @@ def _assert_refused(directory: Path, pattern: str, marker: Path) -> None:
 
 
 @pytest.mark.parametrize("target", [".metadata", "train_state.pt", "rng-0.pt"])
-def test_a_planted_pickle_is_refused_naming_the_file_and_never_runs(tmp_path: Path, target: str) -> None:
+def test_a_planted_pickle_is_refused_naming_the_file_and_never_runs(
+    tmp_path: Path, target: str
+) -> None:
     path = _saved(tmp_path)
     marker = tmp_path / "pwned"
     (path / target).write_bytes(pickle.dumps(PlantedCode(marker)))
-    _assert_refused(tmp_path / "ckpt", re.escape(str(path / target)) + ".*differ from the digest", marker)
-    with pytest.raises(UntrustedCheckpoint, match=re.escape(target)):  # the CLI's check says the same
+    _assert_refused(
+        tmp_path / "ckpt", re.escape(str(path / target)) + ".*differ from the digest", marker
+    )
+    with pytest.raises(
+        UntrustedCheckpoint, match=re.escape(target)
+    ):  # the CLI's check says the same
         verify_checkpoint(path, skip_suffix=".distcp")
     assert not marker.exists()
 
@@ -81,7 +104,9 @@ def test_a_rewritten_digest_file_someone_else_could_write_is_refused(tmp_path: P
 
     write_digests(path)
     os.chmod(path / DIGESTS, 0o666)
-    _assert_refused(tmp_path / "ckpt", re.escape(str(path / DIGESTS)) + r": writable by other users", marker)
+    _assert_refused(
+        tmp_path / "ckpt", re.escape(str(path / DIGESTS)) + r": writable by other users", marker
+    )
     os.chmod(path / DIGESTS, 0o644)
     os.chmod(path, 0o777)
     _assert_refused(tmp_path / "ckpt", re.escape(str(path)) + r": writable by other users", marker)
@@ -94,7 +119,9 @@ def test_an_added_file_and_a_missing_file_are_named(tmp_path: Path) -> None:
     _assert_refused(tmp_path / "ckpt", re.escape(str(path / "extra.pt")) + ": not listed", marker)
     (path / "extra.pt").unlink()
     (path / "rng-0.pt").unlink()
-    _assert_refused(tmp_path / "ckpt", re.escape(str(path / "rng-0.pt")) + ": listed .* but missing", marker)
+    _assert_refused(
+        tmp_path / "ckpt", re.escape(str(path / "rng-0.pt")) + ": listed .* but missing", marker
+    )
 
 
 def test_a_checkpoint_without_digests_is_not_complete(tmp_path: Path) -> None:
@@ -110,13 +137,17 @@ def test_every_file_loads_with_weights_only_and_rng_states_round_trip(tmp_path: 
 
     path = _saved(tmp_path)
     for name in ("train_state.pt", "rng-0.pt"):
-        torch.load(path / name, weights_only=True)  # raises on anything but tensors and plain values
+        torch.load(
+            path / name, weights_only=True
+        )  # raises on anything but tensors and plain values
     rng = RngState()
     saved = torch.load(path / "rng-0.pt", weights_only=True)
     rng.load_state_dict(saved)
     expected = (torch.rand(3), np.random.rand(3), random.random())
     rng.load_state_dict(saved)
-    assert torch.equal(torch.rand(3), expected[0]) and np.array_equal(np.random.rand(3), expected[1])
+    assert torch.equal(torch.rand(3), expected[0]) and np.array_equal(
+        np.random.rand(3), expected[1]
+    )
     assert random.random() == expected[2]
 
 
@@ -136,5 +167,7 @@ def test_every_rank_checks_its_own_share_of_the_files(tmp_path: Path):
     (directory / shares[1][0]).write_bytes(b"changed")
     assert verify_files(directory, digests, 0, 2) == ""
     problem = verify_files(directory, digests, 1, 2)
-    assert problem.startswith(f"{directory / shares[1][0]}: contents differ from the digest"), problem
+    assert problem.startswith(f"{directory / shares[1][0]}: contents differ from the digest"), (
+        problem
+    )
     assert verify_files(directory, digests, 0, 1) == problem  # one rank checks them all

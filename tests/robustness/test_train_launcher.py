@@ -55,7 +55,9 @@ class PlantedCode:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="finds the ranks in /proc")
-def test_ranks_die_with_their_launcher_and_a_run_dir_in_use_is_refused(tiny_dataset: Path, tmp_path: Path) -> None:
+def test_ranks_die_with_their_launcher_and_a_run_dir_in_use_is_refused(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
     run_dir = tmp_path / "run"
     # A long job (thousands of steps, no checkpoint) in a process group of its own, as a shell would start it.
     first = subprocess.Popen(
@@ -70,7 +72,10 @@ def test_ranks_die_with_their_launcher_and_a_run_dir_in_use_is_refused(tiny_data
             first.stderr.read() if first.poll() is not None else ""
         )
         second = subprocess.run(
-            _command(tiny_dataset, run_dir, "--steps", "4"), capture_output=True, text=True, timeout=120
+            _command(tiny_dataset, run_dir, "--steps", "4"),
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert_one_line_error(
             second,
@@ -107,18 +112,20 @@ def test_ranks_die_with_their_launcher_and_a_run_dir_in_use_is_refused(tiny_data
         text=True,
         timeout=300,
     )
-    assert_one_line_error(tampered, re.escape(str(checkpoint / ".metadata")) + ": contents differ from the digest")
+    assert_one_line_error(
+        tampered, re.escape(str(checkpoint / ".metadata")) + ": contents differ from the digest"
+    )
     assert not marker.exists(), "the planted pickle ran"
     assert not trainer_ranks(run_dir)
 
 
-_REPORTS = (
-    "from shardrec.trainer.distributed.rank_process import report_failure\nreport_failure({!r})\nraise SystemExit(1)\n"
-)
+_REPORTS = "from shardrec.trainer.distributed.rank_process import report_failure\nreport_failure({!r})\nraise SystemExit(1)\n"
 _DIES = "import os, signal\nos.kill(os.getpid(), signal.SIGBUS)\n"
 
 
-def test_the_launcher_says_why_a_rank_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_launcher_says_why_a_rank_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A rank's own reason (a dataset or checkpoint error), or else how it died (a signal)."""
     from shardrec.trainer.distributed.launch import launch
 
@@ -129,14 +136,18 @@ def test_the_launcher_says_why_a_rank_failed(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     reported = launch([], 1, module="reports")
     assert (
-        reported.code == 1 and reported.cause == "rank 0: data/train/part-00001/dense.npy: 12 bytes, manifest says 4 KB"
+        reported.code == 1
+        and reported.cause
+        == "rank 0: data/train/part-00001/dense.npy: 12 bytes, manifest says 4 KB"
     )
     died = launch([], 1, module="dies")
     assert died.code == 1 and died.cause == "rank 0 was killed by SIGBUS"
 
 
 @pytest.mark.slow
-def test_a_dataset_changed_under_a_running_training_is_named_last(tiny_dataset: Path, tmp_path: Path) -> None:
+def test_a_dataset_changed_under_a_running_training_is_named_last(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
     """Another job rewrites a part under the run (truncated in place, as a rewrite starts): the
     rank reading it fails (SIGBUS on its memory map, or an error naming it), and the launcher's
     last line names the file, not only "training failed"."""
@@ -151,7 +162,9 @@ def test_a_dataset_changed_under_a_running_training_is_named_last(tiny_dataset: 
         text=True,
     )  # fmt: skip
     metrics = run_dir / "metrics.jsonl"
-    assert _wait_for(lambda: metrics.is_file() and '"step": 2' in metrics.read_text(), 180), job.stderr
+    assert _wait_for(lambda: metrics.is_file() and '"step": 2' in metrics.read_text(), 180), (
+        job.stderr
+    )
     # The tiny split is read in one gather per epoch: the second epoch (step 16) reads the part again.
     dense = tiny_dataset / "train" / "part-00001" / "dense.npy"
     dense.write_bytes(dense.read_bytes()[:100])
@@ -159,4 +172,6 @@ def test_a_dataset_changed_under_a_running_training_is_named_last(tiny_dataset: 
     assert job.returncode == 1
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("error: training failed: rank 0"), stderr[-3000:]
-    assert f"; the dataset changed under the training: {dense}: 100 bytes, manifest says" in last, last
+    assert f"; the dataset changed under the training: {dense}: 100 bytes, manifest says" in last, (
+        last
+    )

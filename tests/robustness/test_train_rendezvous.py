@@ -17,13 +17,20 @@ def _flags(command: list[str]) -> dict[str, str]:
 
 
 def test_the_local_command_binds_loopback_with_a_fresh_id_per_job() -> None:
-    first, second = _flags(torchrun_command(["--steps", "1"], 2)), _flags(torchrun_command(["--steps", "1"], 2))
+    first, second = (
+        _flags(torchrun_command(["--steps", "1"], 2)),
+        _flags(torchrun_command(["--steps", "1"], 2)),
+    )
     assert first["rdzv-backend"] == "shardrec-loopback"
-    assert first["rdzv-endpoint"] == "127.0.0.1:0"  # the kernel picks the port when the store binds it
+    assert (
+        first["rdzv-endpoint"] == "127.0.0.1:0"
+    )  # the kernel picks the port when the store binds it
     assert first["local-addr"] == "127.0.0.1"  # what the ranks are told to connect to
     assert first["rdzv-id"] != second["rdzv-id"] and len(first["rdzv-id"]) == 32
     # Several nodes share an endpoint and must share the id: derived from the endpoint.
-    nodes = [_flags(torchrun_command([], 1, nnodes=2, rdzv_endpoint="10.0.0.1:29400")) for _ in range(2)]
+    nodes = [
+        _flags(torchrun_command([], 1, nnodes=2, rdzv_endpoint="10.0.0.1:29400")) for _ in range(2)
+    ]
     assert nodes[0]["rdzv-backend"] == "c10d" and nodes[0]["rdzv-id"] == nodes[1]["rdzv-id"]
 
 
@@ -38,7 +45,9 @@ def _listening(port: int) -> list[str]:
     return found
 
 
-@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads listening sockets from /proc/net")
+@pytest.mark.skipif(
+    not Path("/proc/net/tcp").exists(), reason="reads listening sockets from /proc/net"
+)
 def test_the_store_listens_on_loopback_only() -> None:
     from shardrec.trainer.distributed.rendezvous import LoopbackRendezvous
 

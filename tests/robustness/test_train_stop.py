@@ -40,11 +40,22 @@ STOPPED = 75
 
 
 def _command(data: Path, run_dir: Path) -> list[str]:
-    return [sys.executable, "-m", "shardrec.tools.cli", "train", "--data", str(data), "--out-dir", str(run_dir)]
+    return [
+        sys.executable,
+        "-m",
+        "shardrec.tools.cli",
+        "train",
+        "--data",
+        str(data),
+        "--out-dir",
+        str(run_dir),
+    ]
 
 
 def _train(data: Path, run_dir: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(_command(data, run_dir) + ["--nproc-per-node", "2", *JOB], capture_output=True, text=True)
+    return subprocess.run(
+        _command(data, run_dir) + ["--nproc-per-node", "2", *JOB], capture_output=True, text=True
+    )
 
 
 def _start_slow(data: Path, run_dir: Path) -> subprocess.Popen:
@@ -62,12 +73,20 @@ def _start_slow(data: Path, run_dir: Path) -> subprocess.Popen:
 def _wait_for_step(job: subprocess.Popen, run_dir: Path, step: int) -> None:
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and job.poll() is None:
-        records = (run_dir / "metrics.jsonl").read_text() if (run_dir / "metrics.jsonl").is_file() else ""
-        if any(json.loads(line).get("step", 0) >= step for line in records.splitlines() if line.endswith("}")):
+        records = (
+            (run_dir / "metrics.jsonl").read_text() if (run_dir / "metrics.jsonl").is_file() else ""
+        )
+        if any(
+            json.loads(line).get("step", 0) >= step
+            for line in records.splitlines()
+            if line.endswith("}")
+        ):
             return
         time.sleep(0.1)
     job.kill()
-    raise AssertionError(f"no step {step} in {run_dir}: {job.stderr.read()[-3000:] if job.stderr else ''}")
+    raise AssertionError(
+        f"no step {step} in {run_dir}: {job.stderr.read()[-3000:] if job.stderr else ''}"
+    )
 
 
 def _stopped_line(job: subprocess.Popen, run_dir: Path) -> int:
@@ -77,7 +96,9 @@ def _stopped_line(job: subprocess.Popen, run_dir: Path) -> int:
     last = stderr.strip().splitlines()[-1]
     step = int(last.removeprefix("stopped at step ").partition(";")[0])
     assert last == f"stopped at step {step}; checkpoint written; rerun the same command to resume"
-    assert 3 <= step < 60 and (run_dir / "checkpoints" / f"step-{step:08d}" / "digests.json").is_file()
+    assert (
+        3 <= step < 60 and (run_dir / "checkpoints" / f"step-{step:08d}" / "digests.json").is_file()
+    )
     assert not (run_dir / "summary.json").exists()
     listed = CliRunner().invoke(app, ["runs", str(run_dir), "--json"])
     assert [r["status"] for r in json.loads(listed.stdout)] == ["stopped"], listed.output
@@ -104,7 +125,9 @@ def test_sigterm_and_ctrl_c_stop_after_a_checkpoint_and_the_rerun_is_bit_exact(
         ref, resumed = final_weights(tmp_path / "reference", part), final_weights(run, part)
         assert ref.keys() == resumed.keys()
         assert all(torch.equal(ref[key], resumed[key]) for key in ref), part
-    ref, resumed = (json.loads((d / "summary.json").read_text()) for d in (tmp_path / "reference", run))
+    ref, resumed = (
+        json.loads((d / "summary.json").read_text()) for d in (tmp_path / "reference", run)
+    )
     assert resumed["steps"] == 60 and resumed["resumed_from_step"] < 60
     for metrics in (ref["eval"]["val"], resumed["eval"]["val"]):
         metrics.pop("seconds")
@@ -123,11 +146,15 @@ def test_sigterm_and_ctrl_c_stop_after_a_checkpoint_and_the_rerun_is_bit_exact(
     assert not trainer_ranks(run)
 
 
-_IGNORES_SIGTERM = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
+_IGNORES_SIGTERM = (
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
+)
 
 
 @pytest.mark.parametrize("second_signal", [True, False])
-def test_a_second_signal_or_the_grace_period_ends_the_job_at_once(tmp_path: Path, second_signal: bool) -> None:
+def test_a_second_signal_or_the_grace_period_ends_the_job_at_once(
+    tmp_path: Path, second_signal: bool
+) -> None:
     from shardrec.trainer.distributed.launch import _supervise
 
     child = subprocess.Popen([sys.executable, "-c", _IGNORES_SIGTERM])
@@ -147,13 +174,17 @@ def test_a_second_signal_or_the_grace_period_ends_the_job_at_once(tmp_path: Path
     assert time.monotonic() - start < 20
     assert result.code == -signal.SIGKILL and result.signal == "SIGTERM"
     assert result.forced == (
-        "a second signal (SIGINT)" if second_signal else "no checkpoint within 2 s (checkpoint.stop_grace_s)"
+        "a second signal (SIGINT)"
+        if second_signal
+        else "no checkpoint within 2 s (checkpoint.stop_grace_s)"
     )
     assert (tmp_path / "stop").exists() and lines == [
         f"SIGTERM: the ranks stop within 10 steps and write a checkpoint (within {30 if second_signal else 2} s, "
         "checkpoint.stop_grace_s); a second signal stops at once"
     ]
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the launcher's handlers are gone again
+    assert (
+        signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    )  # the launcher's handlers are gone again
 
 
 _RANK = """

@@ -34,20 +34,27 @@ def _imports(path: Path) -> set[str]:
                 # `from shardrec.pkg import module` names modules too.
                 found.update(f"{base}.{alias.name}" for alias in node.names)
         elif isinstance(node, ast.Import):
-            found.update(a.name[len("shardrec.") :] for a in node.names if a.name.startswith("shardrec."))
+            found.update(
+                a.name[len("shardrec.") :] for a in node.names if a.name.startswith("shardrec.")
+            )
     return found
 
 
 def _graph() -> dict[str, set[str]]:
     modules = {_module_name(p): p for pkg in ORDER for p in (ROOT / pkg).rglob("*.py")}
-    return {name: {m for m in _imports(path) if m in modules and m != name} for name, path in modules.items()}
+    return {
+        name: {m for m in _imports(path) if m in modules and m != name}
+        for name, path in modules.items()
+    }
 
 
 def test_packages_import_in_order():
     wrong = []
     for module, deps in _graph().items():
         rank = ORDER.index(module.split(".")[0])
-        wrong += [f"{module} imports {dep}" for dep in deps if ORDER.index(dep.split(".")[0]) > rank]
+        wrong += [
+            f"{module} imports {dep}" for dep in deps if ORDER.index(dep.split(".")[0]) > rank
+        ]
     assert wrong == []
 
 
@@ -125,14 +132,21 @@ def test_trainer_subpackages_declare_one_order_without_cycles():
     subs = _subpackages()
     declared = {sub: _declared(sub) for sub in subs}
     for sub, deps in declared.items():
-        assert deps <= set(subs), f"trainer/{sub} declares unknown subpackages {sorted(deps - set(subs))}"
-    assert _cycle({f"trainer.{s}": {f"trainer.{d}" for d in deps} for s, deps in declared.items()}) is None
+        assert deps <= set(subs), (
+            f"trainer/{sub} declares unknown subpackages {sorted(deps - set(subs))}"
+        )
+    assert (
+        _cycle({f"trainer.{s}": {f"trainer.{d}" for d in deps} for s, deps in declared.items()})
+        is None
+    )
     # The README lists them in that order: each row may import only the rows above it.
     readme = (ROOT / "README.md").read_text()
     listed = re.findall(r"^\| `trainer/(\w+)/` \|", readme, re.M)
     assert sorted(listed) == subs, f"README's layout table lists {listed}, trainer/ has {subs}"
     for i, sub in enumerate(listed):
-        assert declared[sub] <= set(listed[:i]), f"trainer/{sub} may import {sorted(declared[sub] - set(listed[:i]))}"
+        assert declared[sub] <= set(listed[:i]), (
+            f"trainer/{sub} may import {sorted(declared[sub] - set(listed[:i]))}"
+        )
 
 
 def test_every_package_says_what_it_owns_and_no_trainer_folder_is_crowded():
@@ -143,7 +157,9 @@ def test_every_package_says_what_it_owns_and_no_trainer_folder_is_crowded():
         doc = ast.get_docstring(ast.parse(init.read_text()))
         assert doc and len(doc.split()) >= 10, f"{rel}: no docstring saying what the package owns"
     for sub in ["", *_subpackages()]:
-        modules = [p for p in (TRAINER / sub).glob("*.py") if p.name not in ("__init__.py", "__main__.py")]
+        modules = [
+            p for p in (TRAINER / sub).glob("*.py") if p.name not in ("__init__.py", "__main__.py")
+        ]
         assert len(modules) <= MAX_MODULES, f"trainer/{sub}: {len(modules)} modules"
 
 
@@ -167,9 +183,16 @@ def test_every_shardrec_command_is_defined_under_tools_cli():
     for path in (ROOT / "tools").rglob("*.py"):
         if "cli" not in path.relative_to(ROOT / "tools").parts[:1]:
             modules = {
-                a.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Import) for a in n.names
+                a.name
+                for n in ast.walk(ast.parse(path.read_text()))
+                if isinstance(n, ast.Import)
+                for a in n.names
             }
-            modules |= {n.module for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ImportFrom)}
+            modules |= {
+                n.module
+                for n in ast.walk(ast.parse(path.read_text()))
+                if isinstance(n, ast.ImportFrom)
+            }
             if any(m and (m == "typer" or m.startswith("typer.")) for m in modules):
                 outside.append(str(path.relative_to(ROOT)))
     assert outside == []

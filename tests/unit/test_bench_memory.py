@@ -31,7 +31,10 @@ def test_pss_counts_pages_shared_by_a_forked_child_once():
     # measured from outside: a process that measures itself allocates while it reads /proc, and in a
     # big test worker a collection after the fork copies tens of MiB of pages the child shares
     proc = subprocess.Popen(
-        [sys.executable, "-c", _FORKS_A_HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", _FORKS_A_HOLDER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert proc.stdout.readline() == "allocated\n"
@@ -44,7 +47,9 @@ def test_pss_counts_pages_shared_by_a_forked_child_once():
         proc.stdin.close()
         proc.wait(timeout=30)
     assert rss_after - rss_before > 64 * _MB - _MB  # the child's copy of the block counts again
-    assert abs(pss_after - pss_before) < 16 * _MB  # ... but is the same pages: PSS splits them, the sum holds
+    assert (
+        abs(pss_after - pss_before) < 16 * _MB
+    )  # ... but is the same pages: PSS splits them, the sum holds
 
 
 _MANY_MAPPINGS = """
@@ -61,5 +66,7 @@ def test_measuring_a_tree_costs_a_small_share_of_a_core():
     cpu = time.process_time()
     res = run_measured([sys.executable, "-c", _MANY_MAPPINGS])
     sampler_cpu = time.process_time() - cpu
-    assert res["returncode"] == 0 and res["peak_pss_mb"] > 8000 * 4096 / _MB  # PSS still read, pages counted
+    assert (
+        res["returncode"] == 0 and res["peak_pss_mb"] > 8000 * 4096 / _MB
+    )  # PSS still read, pages counted
     assert sampler_cpu < 0.12 * res["wall_s"], (sampler_cpu, res["wall_s"])

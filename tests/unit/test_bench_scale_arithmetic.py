@@ -9,16 +9,37 @@ from pathlib import Path
 import pytest
 from helpers import assert_one_line_error, cli
 
-from shardrec.tools.bench.scale.scale_bench import STAGE_DIRS, WORK_MARKER, prepare_work_dir, project
+from shardrec.tools.bench.scale.scale_bench import (
+    STAGE_DIRS,
+    WORK_MARKER,
+    prepare_work_dir,
+    project,
+)
 from shardrec.tools.bench.scale.scale_stream import combine_ranks
 
 
 def test_ranks_side_by_side_count_every_row_over_the_slowest_loop():
-    fast = {"rows": 100, "batches": 5, "loop_s": 2.0, "cpu_s": 1.0, "major_faults": 1, "minor_faults": 10}
-    slow = {"rows": 100, "batches": 5, "loop_s": 4.0, "cpu_s": 1.0, "major_faults": 0, "minor_faults": 20}
+    fast = {
+        "rows": 100,
+        "batches": 5,
+        "loop_s": 2.0,
+        "cpu_s": 1.0,
+        "major_faults": 1,
+        "minor_faults": 10,
+    }
+    slow = {
+        "rows": 100,
+        "batches": 5,
+        "loop_s": 4.0,
+        "cpu_s": 1.0,
+        "major_faults": 0,
+        "minor_faults": 20,
+    }
     out = combine_ranks([fast, slow])
     assert out["rows"] == 200 and out["loop_s"] == 4.0 and out["rows_per_s"] == 50.0
-    assert out["cpu_share"] == 0.25 and out["wait_s_per_rank"] == 3.0 and out["ms_per_batch"] == 800.0
+    assert (
+        out["cpu_share"] == 0.25 and out["wait_s_per_rank"] == 3.0 and out["ms_per_batch"] == 800.0
+    )
     assert (out["major_faults"], out["minor_faults"]) == (1, 30)
 
 
@@ -64,5 +85,6 @@ def test_a_work_dir_the_bench_did_not_make_is_refused_before_anything_is_written
         rf"\(no {re.escape(WORK_MARKER)}\); give a new or empty directory$",
     )
     assert (
-        sorted(p.name for p in tmp_path.iterdir()) == ["hash"] and (tmp_path / "hash" / "keep.npy").read_bytes() == b"x"
+        sorted(p.name for p in tmp_path.iterdir()) == ["hash"]
+        and (tmp_path / "hash" / "keep.npy").read_bytes() == b"x"
     )

@@ -24,12 +24,16 @@ def _imports(path: Path) -> set[str]:
             assert node.level == 0, f"{path.name}: relative import"
             found.add(node.module or "")
             # `from shardrec.tools.bench import train` imports the module train, not a name.
-            found.update(f"{node.module}.{alias.name}" for alias in node.names if node.module in PACKAGES)
+            found.update(
+                f"{node.module}.{alias.name}" for alias in node.names if node.module in PACKAGES
+            )
     return found
 
 
 def _source(module: str) -> Path:
-    parts = module.split(".")[1:]  # shardrec.tools.bench.train.timing -> tools/bench/train/timing.py
+    parts = module.split(".")[
+        1:
+    ]  # shardrec.tools.bench.train.timing -> tools/bench/train/timing.py
     path = TOOLS.parent.joinpath(*parts)
     return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
 
@@ -40,7 +44,9 @@ def _shardrec_imports(path: Path) -> set[str]:
 
 def test_stock_baseline_imports_only_the_timing_harness() -> None:
     direct = _shardrec_imports(STOCK) - PACKAGES
-    assert direct == ALLOWED, f"stock_torchrec.py imports shardrec modules {sorted(direct - ALLOWED)}"
+    assert direct == ALLOWED, (
+        f"stock_torchrec.py imports shardrec modules {sorted(direct - ALLOWED)}"
+    )
     # Transitively too: the allowed harness and the package __init__s import no shardrec module.
     for module in ALLOWED | PACKAGES - {"shardrec"}:
         leaked = _shardrec_imports(_source(module)) - PACKAGES

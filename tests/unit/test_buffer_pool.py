@@ -58,4 +58,6 @@ def test_a_lease_freed_by_a_garbage_collection_inside_take_gives_its_memory_back
     finally:
         gc.enable()
     assert not taker.is_alive(), "take() deadlocked on its own lock"
-    assert pool.kept == 1 and len(got) == 1  # the collected lease's memory is back; take() made another
+    assert (
+        pool.kept == 1 and len(got) == 1
+    )  # the collected lease's memory is back; take() made another

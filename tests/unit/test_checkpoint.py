@@ -17,8 +17,19 @@ from shardrec.trainer.rundir.checkpoint import (
     load_file,
 )
 
-ENV = DistEnv(rank=0, local_rank=0, world_size=1, local_world_size=1, device=torch.device("cpu"), backend="gloo")
-SIGNATURE = {"model": {"arch": "dlrm"}, "optim": {"sparse": "sgd"}, "tables": [{"name": "t", "rows": 3, "dim": 2}]}
+ENV = DistEnv(
+    rank=0,
+    local_rank=0,
+    world_size=1,
+    local_world_size=1,
+    device=torch.device("cpu"),
+    backend="gloo",
+)
+SIGNATURE = {
+    "model": {"arch": "dlrm"},
+    "optim": {"sparse": "sgd"},
+    "tables": [{"name": "t", "rows": 3, "dim": 2}],
+}
 
 
 class Counter:
@@ -32,7 +43,9 @@ class Counter:
         self.value = state["value"]
 
 
-def _manager(directory: Path, signature: dict = SIGNATURE) -> tuple[CheckpointManager, torch.nn.Linear, Counter]:
+def _manager(
+    directory: Path, signature: dict = SIGNATURE
+) -> tuple[CheckpointManager, torch.nn.Linear, Counter]:
     torch.manual_seed(0)
     module, counter = torch.nn.Linear(2, 2), Counter()
     parts = CheckpointParts(
@@ -54,7 +67,14 @@ def test_parts_round_trip_and_the_newest_two_are_kept(tmp_path: Path) -> None:
         manager.save()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000002", "step-00000003"]
     saved = torch.load(tmp_path / "step-00000003" / "train_state.pt", weights_only=False)
-    assert list(saved) == ["format_version", "progress", "loader", "plan", "world_size", "signature"]
+    assert list(saved) == [
+        "format_version",
+        "progress",
+        "loader",
+        "plan",
+        "world_size",
+        "signature",
+    ]
     assert saved["progress"] == {"step": 3, "epoch": 0} and saved["loader"] == {"value": 30}
     assert (tmp_path / "step-00000003" / "rng-0.pt").is_file()
 
@@ -70,7 +90,8 @@ def test_a_checkpoint_of_another_model_is_refused_naming_the_difference(tmp_path
     other, _, counter = _manager(tmp_path, {**SIGNATURE, "model": {"arch": "dcnv2"}})
     counter.value = 7
     with pytest.raises(
-        ValueError, match="checkpoint of another model or optimizer: model.arch: checkpoint 'dlrm', job 'dcnv2'"
+        ValueError,
+        match="checkpoint of another model or optimizer: model.arch: checkpoint 'dlrm', job 'dcnv2'",
     ):
         other.load_latest()
     assert counter.value == 7  # nothing was loaded
@@ -89,7 +110,9 @@ class TensorState:
         self.value = state["value"]
 
 
-def test_a_checkpoint_saved_on_a_gpu_resumes_on_a_cpu_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_checkpoint_saved_on_a_gpu_resumes_on_a_cpu_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Files written by a CUDA run record their tensors' device (cuda:0 for rank 0): a CPU host
     loads them onto the CPU instead of failing with "Attempting to deserialize object on a CUDA device"."""
     torch.manual_seed(0)
@@ -118,7 +141,9 @@ def test_a_checkpoint_saved_on_a_gpu_resumes_on_a_cpu_host(tmp_path: Path, monke
         layout='{"tables": []}',
     )
     assert CheckpointManager(tmp_path, ENV, keep=1, parts=fresh).load_latest() == 4
-    assert loaded_state.value.device.type == "cpu" and torch.equal(loaded_state.value, torch.tensor([1.0, 2.0, 3.0]))
+    assert loaded_state.value.device.type == "cpu" and torch.equal(
+        loaded_state.value, torch.tensor([1.0, 2.0, 3.0])
+    )
 
 
 def test_tensors_saved_on_a_gpu_load_onto_this_ranks_device_and_cpu_ones_stay(

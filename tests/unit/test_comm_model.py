@@ -72,7 +72,9 @@ def test_table_row_wise_across_hosts(hosts: int) -> None:
     1), hosts of 2 ranks, 4 samples per rank, 3 ids per sample; one table, no split sizes."""
     t0, _ = _tables()
     world = 2 * hosts
-    got = table_comm_bytes(layouts.table_row_wise(t0, 0, 2, "fused"), 24, 8, 3.0, Workload(4 * world, world), 2)
+    got = table_comm_bytes(
+        layouts.table_row_wise(t0, 0, 2, "fused"), 24, 8, 3.0, Workload(4 * world, world), 2
+    )
     # Input: each rank sends each holder but itself its 4 lengths (4 B) and half its ids (4 x 1.5 x 8 B): 64 B.
     # Pooled sums: a rank of another host gets its 4 samples' sums from the holder of its local
     # index and sends their gradients back (4 x 8 x 4 B = 128 B); a holder sends those sums to its

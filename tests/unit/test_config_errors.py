@@ -15,17 +15,25 @@ def test_job_file_mistakes_name_the_file_and_suggest(tmp_path: Path) -> None:
     wrong type is said in words."""
     job = tmp_path / "job.toml"
     job.write_text("[trian]\nsteps = 3\n")
-    with pytest.raises(ValueError, match=rf"^{re.escape(str(job))}: unknown section \[trian\]; did you mean train\?$"):
+    with pytest.raises(
+        ValueError,
+        match=rf"^{re.escape(str(job))}: unknown section \[trian\]; did you mean train\?$",
+    ):
         load_job_config(job)
     job.write_text("[train]\nsed = 3\n")
     with pytest.raises(
-        ValueError, match=rf"^{re.escape(str(job))}: unknown key 'sed' in \[train\]; did you mean seed\?$"
+        ValueError,
+        match=rf"^{re.escape(str(job))}: unknown key 'sed' in \[train\]; did you mean seed\?$",
     ):
         load_job_config(job)
     job.write_text("[train]\nseed = 'x'\n")
-    with pytest.raises(ValueError, match=rf"^{re.escape(str(job))}: train.seed = 'x' should be an integer$"):
+    with pytest.raises(
+        ValueError, match=rf"^{re.escape(str(job))}: train.seed = 'x' should be an integer$"
+    ):
         load_job_config(job)
-    with pytest.raises(ValueError, match=r"^--set 'train.sed=1': unknown key train.sed; did you mean train.seed\?$"):
+    with pytest.raises(
+        ValueError, match=r"^--set 'train.sed=1': unknown key train.sed; did you mean train.seed\?$"
+    ):
         load_job_config(None, ["train.sed=1"])
     with pytest.raises(ValueError, match=r"^--set 'train.seed=-1': train.seed = -1 must be >= 0$"):
         load_job_config(None, ["train.seed=-1"])

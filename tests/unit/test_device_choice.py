@@ -18,7 +18,11 @@ from helpers import assert_one_line_error, fake_nvidia_smi
 from typer.testing import CliRunner
 
 from shardrec.tools.cli.app import app
-from shardrec.trainer.distributed.devices import check_ranks_fit, cuda_unusable_reason, resolve_device_kind
+from shardrec.trainer.distributed.devices import (
+    check_ranks_fit,
+    cuda_unusable_reason,
+    resolve_device_kind,
+)
 
 JOB = ["--set", "train.global_batch_size=64"]
 
@@ -27,7 +31,9 @@ JOB = ["--set", "train.global_batch_size=64"]
 def gpu_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """Make this a host whose nvidia-smi lists GPUs of a given driver, torch seeing none of them."""
 
-    def make(driver: str | None = "550.54.15", gpus: int = 2, torch_cuda: str | None = "13.0") -> None:
+    def make(
+        driver: str | None = "550.54.15", gpus: int = 2, torch_cuda: str | None = "13.0"
+    ) -> None:
         fake_nvidia_smi(tmp_path / "bin", driver, gpus)
         monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
@@ -37,7 +43,9 @@ def gpu_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     return make
 
 
-def test_auto_on_a_gpu_host_whose_driver_is_too_old_says_so_in_one_line(gpu_host, tiny_dataset: Path) -> None:
+def test_auto_on_a_gpu_host_whose_driver_is_too_old_says_so_in_one_line(
+    gpu_host, tiny_dataset: Path
+) -> None:
     gpu_host(driver="550.54.15", torch_cuda="13.0")
     expected = (
         f"train.device = 'auto': this machine has 2 NVIDIA GPUs but NVIDIA driver 550.54.15 is too old for torch "
@@ -55,7 +63,8 @@ def test_auto_on_a_gpu_host_whose_driver_is_too_old_says_so_in_one_line(gpu_host
 def test_auto_on_a_gpu_host_with_a_cpu_build_of_torch_says_so(gpu_host) -> None:
     gpu_host(driver="580.65.06", torch_cuda=None)
     with pytest.raises(
-        ValueError, match=r"2 NVIDIA GPUs \(nvidia-smi\) but torch \S+ is a CPU build: run `make setup`"
+        ValueError,
+        match=r"2 NVIDIA GPUs \(nvidia-smi\) but torch \S+ is a CPU build: run `make setup`",
     ):
         resolve_device_kind("auto")
 
@@ -68,7 +77,9 @@ def test_explicit_cuda_names_why_it_is_not_available(gpu_host) -> None:
 
 
 @pytest.mark.parametrize("case", ["no nvidia-smi", "nvidia-smi fails", "GPUs hidden"])
-def test_auto_is_the_cpu_where_no_gpu_is_meant_to_be_used(gpu_host, monkeypatch: pytest.MonkeyPatch, case) -> None:
+def test_auto_is_the_cpu_where_no_gpu_is_meant_to_be_used(
+    gpu_host, monkeypatch: pytest.MonkeyPatch, case
+) -> None:
     if case == "no nvidia-smi":
         monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
         monkeypatch.setenv("PATH", "/nonexistent")
@@ -85,7 +96,9 @@ def test_more_local_ranks_than_gpus_is_refused_before_any_rank_starts(
 ) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    result = CliRunner().invoke(app, ["train", "--data", str(tiny_dataset), "--nproc-per-node", "2", *JOB])
+    result = CliRunner().invoke(
+        app, ["train", "--data", str(tiny_dataset), "--nproc-per-node", "2", *JOB]
+    )
     assert_one_line_error(
         result,
         r"^error: --nproc-per-node 2: this machine has 1 CUDA device and each CUDA rank needs one of its own; "
@@ -111,6 +124,10 @@ def test_eval_of_a_run_with_more_ranks_than_gpus_names_where_the_count_came_from
         r"\(--nproc-per-node: the checkpoint is resharded to any rank count\)$"
     )
     result = CliRunner().invoke(app, ["eval", str(run), "--data", str(tmp_path / "data")])
-    assert_one_line_error(result, r"^error: the run's world size, 2 ranks \(eval's default --nproc-per-node\)" + tail)
-    result = CliRunner().invoke(app, ["eval", str(run), "--data", str(tmp_path / "data"), "--nproc-per-node", "2"])
+    assert_one_line_error(
+        result, r"^error: the run's world size, 2 ranks \(eval's default --nproc-per-node\)" + tail
+    )
+    result = CliRunner().invoke(
+        app, ["eval", str(run), "--data", str(tmp_path / "data"), "--nproc-per-node", "2"]
+    )
     assert_one_line_error(result, r"^error: --nproc-per-node 2" + tail)

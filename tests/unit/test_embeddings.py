@@ -14,7 +14,11 @@ from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 from shardrec.dataloader.format.manifest import Manifest, SparseFeature
 from shardrec.embeddings.dims import table_dims
 from shardrec.embeddings.init import INIT_BLOCK_ROWS, _fill_rows, init_embedding_weights
-from shardrec.embeddings.optim import attach_fused_optimizer, replicated_table_optimizer, replicated_table_params
+from shardrec.embeddings.optim import (
+    attach_fused_optimizer,
+    replicated_table_optimizer,
+    replicated_table_params,
+)
 from shardrec.embeddings.tables import build_ebc, build_table_configs, table_weight_fqn
 
 
@@ -28,7 +32,9 @@ def test_one_table_per_sparse_feature_with_its_width(tiny_dataset: Path) -> None
         ("t_f3", 1000, 8, ["f3"]),
     ]
     assert table_dims(manifest, 8) == {"f0": 8, "f1": 8, "f2": 8, "f3": 8}
-    with pytest.raises(ValueError, match="^model.dims names features the dataset does not have: C1, zz$"):
+    with pytest.raises(
+        ValueError, match="^model.dims names features the dataset does not have: C1, zz$"
+    ):
         build_table_configs(manifest, 8, {"zz": 4, "C1": 4})
 
 
@@ -55,10 +61,14 @@ def test_a_mean_pooled_list_feature_gives_the_mean_of_its_ids_embeddings() -> No
 
 
 def _table(rows: int = 20_000, dim: int = 4) -> EmbeddingBagConfig:
-    return EmbeddingBagConfig(name="t_a", embedding_dim=dim, num_embeddings=rows, feature_names=["a"])
+    return EmbeddingBagConfig(
+        name="t_a", embedding_dim=dim, num_embeddings=rows, feature_names=["a"]
+    )
 
 
-def test_initial_weights_are_drawn_on_the_device_of_the_shard(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_initial_weights_are_drawn_on_the_device_of_the_shard(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A shard on a GPU is filled by CUDA's generator there, not drawn on the host and copied."""
     made_on = []
     real = torch.Generator
@@ -98,7 +108,10 @@ def test_initial_weights_are_pinned_and_do_not_depend_on_the_cut() -> None:
 
 
 def test_init_fills_every_table_of_a_model_by_its_weight_name() -> None:
-    tables = [_table(10), EmbeddingBagConfig(name="t_b", embedding_dim=4, num_embeddings=30, feature_names=["b"])]
+    tables = [
+        _table(10),
+        EmbeddingBagConfig(name="t_b", embedding_dim=4, num_embeddings=30, feature_names=["b"]),
+    ]
     ebc = build_ebc(tables, "cpu")
     model = torch.nn.ModuleDict({"ebc": ebc})
     init_embedding_weights(model, tables, seed=3, ebc_path="ebc")
@@ -110,7 +123,10 @@ def test_init_fills_every_table_of_a_model_by_its_weight_name() -> None:
 
 
 def test_fused_optimizer_goes_to_the_named_tables_only_and_the_rest_are_found_by_name() -> None:
-    tables = [EmbeddingBagConfig(name=f"t_{c}", embedding_dim=4, num_embeddings=10, feature_names=[c]) for c in "abc"]
+    tables = [
+        EmbeddingBagConfig(name=f"t_{c}", embedding_dim=4, num_embeddings=10, feature_names=[c])
+        for c in "abc"
+    ]
     ebc = build_ebc(tables, "cpu")
     model = torch.nn.ModuleDict({"ebc": ebc, "dense": torch.nn.Linear(2, 2)})
     attach_fused_optimizer(ebc, ["t_b"], optimizer="rowwise_adagrad", lr=0.1, eps=1e-8)
@@ -125,7 +141,9 @@ def test_fused_optimizer_goes_to_the_named_tables_only_and_the_rest_are_found_by
         [p for _, p in replicated.values()], optimizer="rowwise_adagrad", lr=0.1, eps=1e-8
     )
     assert isinstance(optimizer, RowWiseAdagrad) and optimizer.defaults["lr"] == 0.1
-    sgd = replicated_table_optimizer([ebc.embedding_bags["t_a"].weight], optimizer="sgd", lr=0.5, eps=1e-8)
+    sgd = replicated_table_optimizer(
+        [ebc.embedding_bags["t_a"].weight], optimizer="sgd", lr=0.5, eps=1e-8
+    )
     assert isinstance(sgd, torch.optim.SGD)  # sgd takes no eps
 
 

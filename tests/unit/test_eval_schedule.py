@@ -11,12 +11,18 @@ from shardrec.trainer.loop.target import EvalSchedule, TargetTracker
 
 
 def test_epoch_fraction_evaluates_from_each_epochs_first_step() -> None:
-    schedule = EvalSchedule.of(0, 0.05, 1001 * 64, 64)  # 50 steps: the 1001st step of the epoch is not a boundary
+    schedule = EvalSchedule.of(
+        0, 0.05, 1001 * 64, 64
+    )  # 50 steps: the 1001st step of the epoch is not a boundary
     assert schedule.epoch_steps == 50
     due = [s for s in range(1, 1002) if schedule.due(s, 0)]
     assert due == list(range(50, 1001, 50))
     # The second epoch counts from its own first step.
-    assert schedule.next_after(1001, 1001) == 1051 and schedule.due(1051, 1001) and not schedule.due(1050, 1001)
+    assert (
+        schedule.next_after(1001, 1001) == 1051
+        and schedule.due(1051, 1001)
+        and not schedule.due(1050, 1001)
+    )
     both = EvalSchedule.of(7, 0.5, 20 * 8, 8)
     assert [s for s in range(1, 21) if both.due(s, 0)] == [7, 10, 14, 20]
     assert EvalSchedule.of(0, 0.0, 20 * 8, 8).next_after(3, 0) is None
@@ -35,12 +41,23 @@ def test_tracker_records_the_first_evaluation_at_or_over_the_target() -> None:
     assert tracker.split == "val"
     assert tracker.check(5, {"val": {"auc": 0.69}, "test": {"auc": 0.9}}, 1.0) is None
     hit = tracker.check(10, {"val": {"auc": 0.7}}, 2.0)
-    assert hit is not None and (hit["step"], hit["samples_to_target"], hit["train_seconds_to_target"]) == (10, 640, 2.0)
+    assert hit is not None and (
+        hit["step"],
+        hit["samples_to_target"],
+        hit["train_seconds_to_target"],
+    ) == (10, 640, 2.0)
     assert tracker.check(15, {"val": {"auc": 0.8}}, 3.0) is None  # only the first counts
-    assert tracker.summary()["steps_to_target"] == 10 and tracker.summary()["target_reached"] is True
+    assert (
+        tracker.summary()["steps_to_target"] == 10 and tracker.summary()["target_reached"] is True
+    )
     off = TargetTracker.for_splits(0.0, ["val"], 64)
-    assert off.check(1, {"val": {"auc": 1.0}}, 0.1) is None and off.summary()["target_reached"] is None
-    assert TargetTracker.for_splits(0.5, ["val"], 1).check(1, {"val": {"auc": float("nan")}}, 0.0) is None
+    assert (
+        off.check(1, {"val": {"auc": 1.0}}, 0.1) is None and off.summary()["target_reached"] is None
+    )
+    assert (
+        TargetTracker.for_splits(0.5, ["val"], 1).check(1, {"val": {"auc": float("nan")}}, 0.0)
+        is None
+    )
 
 
 @pytest.mark.parametrize(
@@ -59,7 +76,9 @@ def test_bad_settings_name_the_key_and_value(item: str, message: str) -> None:
 
 
 def test_multihot_rows_need_one_per_size() -> None:
-    with pytest.raises(ValueError, match=r"data.multihot_rows = \[10\]: 1 values for 2 data.multihot_sizes"):
+    with pytest.raises(
+        ValueError, match=r"data.multihot_rows = \[10\]: 1 values for 2 data.multihot_sizes"
+    ):
         load_job_config(None, ["data.multihot_sizes=[3, 1]", "data.multihot_rows=[10]"])
 
 
@@ -69,13 +88,24 @@ def _manifest() -> Manifest:
 
 
 def test_model_manifest_sizes_tables_by_the_index_tables_rows() -> None:
-    cfg = load_job_config(None, ["data.multihot_sizes=[3, 1]", "data.multihot_rows=[40, 7]", 'data.path="D"'])
+    cfg = load_job_config(
+        None, ["data.multihot_sizes=[3, 1]", "data.multihot_rows=[40, 7]", 'data.path="D"']
+    )
     seen = model_manifest(_manifest(), cfg.data)
     assert [(f.cardinality, f.multi_hot) for f in seen.sparse_features] == [(40, True), (7, False)]
     option = multihot_option(cfg.data)
-    assert option is not None and option.sizes == (3, 1) and option.rows == (40, 7) and option.cache_dir is None
+    assert (
+        option is not None
+        and option.sizes == (3, 1)
+        and option.rows == (40, 7)
+        and option.cache_dir is None
+    )
     plain = load_job_config(None, [])
-    assert model_manifest(_manifest(), plain.data) is not None and multihot_option(plain.data) is None
+    assert (
+        model_manifest(_manifest(), plain.data) is not None and multihot_option(plain.data) is None
+    )
     wrong = load_job_config(None, ["data.multihot_sizes=[3]", 'data.path="D"'])
-    with pytest.raises(ValueError, match=r"data.multihot_sizes has 1 values for 2 sparse features of D"):
+    with pytest.raises(
+        ValueError, match=r"data.multihot_sizes has 1 values for 2 sparse features of D"
+    ):
         model_manifest(_manifest(), wrong.data)

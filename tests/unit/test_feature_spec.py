@@ -63,7 +63,9 @@ def test_a_spec_file_reads_into_typed_columns(tmp_path: Path) -> None:
             IgnoredColumn("title"),
         ),
     )
-    assert [c.name for c in spec.sparse] == ["user_id", "genres"] and spec.lists[0].pooling == "mean"
+    assert [c.name for c in spec.sparse] == ["user_id", "genres"] and spec.lists[
+        0
+    ].pooling == "mean"
 
 
 @pytest.mark.parametrize(
@@ -83,7 +85,12 @@ def test_a_spec_file_reads_into_typed_columns(tmp_path: Path) -> None:
     ],
 )
 def test_toml_and_plain_data_round_trip(spec: FeatureSpec) -> None:
-    assert spec_from_dict(tomllib.loads(spec_to_toml(spec, {spec.label.name: "the click"}, "a spec")), "x") == spec
+    assert (
+        spec_from_dict(
+            tomllib.loads(spec_to_toml(spec, {spec.label.name: "the click"}, "a spec")), "x"
+        )
+        == spec
+    )
     assert spec_from_dict(spec.to_dict(), "manifest.json") == spec
     assert spec_from_dict(spec.to_dict(), "m").sha256() == spec.sha256()
 
@@ -92,7 +99,9 @@ def test_the_builtin_spec_is_criteos_row() -> None:
     spec = criteo_spec()
     assert [c.name for c in spec.columns][:3] == ["label", "I1", "I2"] and len(spec.columns) == 40
     assert spec.format == TextFormat("tsv", "\t", False, False, 37)
-    assert {c.kind for c in spec.sparse} == {"hex"} and {d.transform for d in spec.dense} == {"log1p"}
+    assert {c.kind for c in spec.sparse} == {"hex"} and {d.transform for d in spec.dense} == {
+        "log1p"
+    }
 
 
 @pytest.mark.parametrize(
@@ -102,7 +111,10 @@ def test_the_builtin_spec_is_criteos_row() -> None:
             ('separator = "|"', 'seperator = "|"'),
             r"columns\[2\] \(genres\): unknown key 'seperator'; did you mean separator\?",
         ),
-        (('role = "list"', 'role = "lst"'), r"columns\[2\] \(genres\): role is 'lst', .*; did you mean list\?"),
+        (
+            ('role = "list"', 'role = "lst"'),
+            r"columns\[2\] \(genres\): role is 'lst', .*; did you mean list\?",
+        ),
         (
             ('pooling = "mean"', 'pooling = "maen"'),
             r"columns\[2\] \(genres\): pooling = 'maen' is not one of sum, mean; did you mean mean\?",
@@ -115,22 +127,33 @@ def test_the_builtin_spec_is_criteos_row() -> None:
             ("hash_size = 10000", 'hash_size = "10k"'),
             r"columns\[0\] \(user_id\): hash_size = '10k' should be an integer",
         ),
-        (("hash_size = 10000", "hash_size = 1"), r"columns\[0\] \(user_id\): hash_size 1 must be at least 2"),
+        (
+            ("hash_size = 10000", "hash_size = 1"),
+            r"columns\[0\] \(user_id\): hash_size 1 must be at least 2",
+        ),
         (('kind = "csv"', 'knd = "csv"'), r"format: unknown key 'knd'; did you mean kind\?"),
         (("[format]", "[formt]"), r"unknown section 'formt'; did you mean format\?"),
         (
             ("threshold = 4", "threshold = 4\nmapping = { a = 1 }"),
             r"columns\[1\] \(rating\): give threshold or mapping, not both",
         ),
-        (('role = "label"\nthreshold = 4', 'role = "ignore"'), r"a spec needs exactly one label column, found 0"),
+        (
+            ('role = "label"\nthreshold = 4', 'role = "ignore"'),
+            r"a spec needs exactly one label column, found 0",
+        ),
         (('name = "title"', 'name = "user_id"'), r"column names must be unique: user_id"),
-        (("max_length = 6", "max_length = 0"), r"columns\[2\] \(genres\): max_length 0 must be at least 1"),
+        (
+            ("max_length = 6", "max_length = 0"),
+            r"columns\[2\] \(genres\): max_length 0 must be at least 1",
+        ),
         (('name = "genres"', 'name = "dense"'), r"column 'dense' names a feature's file"),
         (("threshold = 4", "threshold = 4\nposition = -1"), r"position = -1 must be 0 or more"),
         (("header = true", "header = tru"), r"not a TOML spec"),
     ],
 )
-def test_spec_errors_name_the_file_and_the_key(tmp_path: Path, edit: tuple[str, str], message: str) -> None:
+def test_spec_errors_name_the_file_and_the_key(
+    tmp_path: Path, edit: tuple[str, str], message: str
+) -> None:
     path = tmp_path / "ml.toml"
     path.write_text(MOVIELENS.replace(*edit, 1))
     with pytest.raises(SpecError, match=rf"^{path}: .*{message}"):

@@ -30,7 +30,11 @@ def test_atomic_path_hides_the_file_until_the_writer_is_done(tmp_path: Path):
     target = tmp_path / "day_0_dense.npy"
     with atomic_path(target) as tmp:
         tmp.write_bytes(b"x")
-        assert not target.exists() and tmp.parent == tmp_path and tmp.name.startswith(".day_0_dense.npy.tmp-")
+        assert (
+            not target.exists()
+            and tmp.parent == tmp_path
+            and tmp.name.startswith(".day_0_dense.npy.tmp-")
+        )
     assert target.read_bytes() == b"x" and not tmp.exists()
 
 

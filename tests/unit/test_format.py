@@ -55,7 +55,9 @@ def test_part_without_a_feature_column_names_the_part_and_column(tmp_path: Path)
     _edit_manifest(tmp_path, lambda raw: raw["splits"]["train"]["parts"][1]["files"].pop("f2.npy"))
     with pytest.raises(DatasetError, match=r"manifest.json: part train/part-00001 lists no f2.npy"):
         open_split(tmp_path, "train")
-    _edit_manifest(tmp_path, lambda raw: raw["splits"]["train"]["parts"][0]["files"].pop("label.npy"))
+    _edit_manifest(
+        tmp_path, lambda raw: raw["splits"]["train"]["parts"][0]["files"].pop("label.npy")
+    )
     with pytest.raises(DatasetError, match=r"part train/part-00000 lists no label.npy"):
         open_split(tmp_path, "train")
 
@@ -63,8 +65,14 @@ def test_part_without_a_feature_column_names_the_part_and_column(tmp_path: Path)
 @pytest.mark.parametrize(
     "edit, message",
     [
-        (lambda raw: raw.update(splits=["train"]), r"malformed manifest: splits is \['train'\], expected an object"),
-        (lambda raw: raw["splits"].update(val=[]), r"malformed manifest: splits.val is \[\], expected an object"),
+        (
+            lambda raw: raw.update(splits=["train"]),
+            r"malformed manifest: splits is \['train'\], expected an object",
+        ),
+        (
+            lambda raw: raw["splits"].update(val=[]),
+            r"malformed manifest: splits.val is \[\], expected an object",
+        ),
         (
             lambda raw: raw["splits"]["test"].update(parts={}),
             r"malformed manifest: splits.test.parts is \{\}, expected a list",
@@ -97,16 +105,24 @@ def test_multi_hot_offsets_are_checked_against_rows_and_ids(tmp_path: Path):
     np.save(path, good[:-1])
     _edit_manifest(
         tmp_path,
-        lambda raw: raw["splits"]["train"]["parts"][0]["files"]["f1.offsets.npy"].update(bytes=path.stat().st_size),
+        lambda raw: raw["splits"]["train"]["parts"][0]["files"]["f1.offsets.npy"].update(
+            bytes=path.stat().st_size
+        ),
     )
-    with pytest.raises(DatasetError, match=r"f1.offsets.npy: \(30,\) offsets, expected 31 \(rows \+ 1\)"):
+    with pytest.raises(
+        DatasetError, match=r"f1.offsets.npy: \(30,\) offsets, expected 31 \(rows \+ 1\)"
+    ):
         open_split(tmp_path, "train")
 
 
-def test_list_features_record_their_pooling_under_version_2_and_others_keep_version_1_bytes(tmp_path: Path):
+def test_list_features_record_their_pooling_under_version_2_and_others_keep_version_1_bytes(
+    tmp_path: Path,
+):
     manifest = write_tiny_dataset(tmp_path, multi_hot=("f1",))
     plain = json.loads(manifest.to_json())
-    assert plain["schema_version"] == 1 and all("pooling" not in f for f in plain["sparse_features"])
+    assert plain["schema_version"] == 1 and all(
+        "pooling" not in f for f in plain["sparse_features"]
+    )
     manifest.sparse_features[1].pooling = "mean"
     manifest.schema_version = 2
     manifest.save(tmp_path)
@@ -114,9 +130,13 @@ def test_list_features_record_their_pooling_under_version_2_and_others_keep_vers
     assert written["schema_version"] == 2 and written["sparse_features"][1]["pooling"] == "mean"
     assert Manifest.load(tmp_path) == manifest
     (tmp_path / "manifest.json").write_text(json.dumps({**written, "schema_version": 3}))
-    with pytest.raises(DatasetError, match="schema_version 3 is not supported .this shardrec reads 1 and 2."):
+    with pytest.raises(
+        DatasetError, match="schema_version 3 is not supported .this shardrec reads 1 and 2."
+    ):
         Manifest.load(tmp_path)
     written["sparse_features"][1]["pooling"] = "max"
     (tmp_path / "manifest.json").write_text(json.dumps(written))
-    with pytest.raises(DatasetError, match=r"sparse_features\[1\].pooling is 'max', expected sum or mean"):
+    with pytest.raises(
+        DatasetError, match=r"sparse_features\[1\].pooling is 'max', expected sum or mean"
+    ):
         Manifest.load(tmp_path)

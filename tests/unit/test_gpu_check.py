@@ -22,9 +22,13 @@ NO_CUDA_LINE = "gpu check: no CUDA device was found"
 
 @no_cuda
 def test_script_without_cuda_prints_one_line_and_exits_3() -> None:
-    result = subprocess.run([str(ROOT / "scripts" / "gpu_check.sh")], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [str(ROOT / "scripts" / "gpu_check.sh")], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == gpu_check.NO_CUDA == 3, result.stderr
-    assert result.stdout.splitlines() == [result.stdout.strip()] and result.stdout.startswith(NO_CUDA_LINE)
+    assert result.stdout.splitlines() == [result.stdout.strip()] and result.stdout.startswith(
+        NO_CUDA_LINE
+    )
     assert result.stderr == ""
 
 
@@ -37,7 +41,9 @@ def test_module_without_cuda_exits_3(capsys: pytest.CaptureFixture[str]) -> None
 @no_cuda
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 def test_make_target_runs_the_script() -> None:
-    result = subprocess.run(["make", "-s", "gpu-check"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        ["make", "-s", "gpu-check"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode != 0 and result.stdout.startswith(NO_CUDA_LINE)
 
 
@@ -79,14 +85,21 @@ def _fake_pytest(report: str, code: int = 1):
     return run
 
 
-def test_a_check_one_gpu_cannot_run_is_not_run_never_passed(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_check_one_gpu_cannot_run_is_not_run_never_passed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     rows = gpu_check.gpu_tests(_fake_pytest(ONE_GPU_REPORT))
     by_name = {r.check: r for r in rows}
     assert [r.status for r in rows] == ["pass", "not run", "not run", "fail", "fail"]
     nccl = by_name["test_two_ranks_train_over_nccl_and_eval_reshards"]
     assert nccl.detail == "not run: needs 2 GPUs"
-    assert by_name["test_bf16_trains_on_a_gpu_near_fp32"].detail == "AssertionError: assert 0.61 == 0.70 ± 2.0e-02"
-    assert by_name["test_cuda_batches_are_pinned"].detail == "skipped: needs CUDA"  # on CUDA, a real failure
+    assert (
+        by_name["test_bf16_trains_on_a_gpu_near_fp32"].detail
+        == "AssertionError: assert 0.61 == 0.70 ± 2.0e-02"
+    )
+    assert (
+        by_name["test_cuda_batches_are_pinned"].detail == "skipped: needs CUDA"
+    )  # on CUDA, a real failure
     table = gpu_check.summary_table(rows, "1 x H200").splitlines()
     assert "NOT RUN" in table[3] and "not run: needs 2 GPUs" in table[3] and "PASS" not in table[3]
     assert table[-1].split() == ["overall", "FAIL"]
@@ -98,13 +111,17 @@ def test_a_check_one_gpu_cannot_run_is_not_run_never_passed(capsys: pytest.Captu
 def test_no_report_or_no_test_is_a_failure() -> None:
     (row,) = gpu_check.gpu_tests(lambda cmd, limit_s: (4, "", "ERROR: usage", 1.0))
     assert (row.status, row.detail) == ("fail", "exit 4, no report: ERROR: usage")
-    (row,) = gpu_check.gpu_tests(_fake_pytest('<testsuites><testsuite tests="0"/></testsuites>', code=5))
+    (row,) = gpu_check.gpu_tests(
+        _fake_pytest('<testsuites><testsuite tests="0"/></testsuites>', code=5)
+    )
     assert (row.status, row.detail) == ("fail", "exit 5: no GPU test ran")
     (row,) = gpu_check.gpu_tests(lambda cmd, limit_s: (None, "", "", 270.0))
     assert row.detail == f"timed out after {gpu_check.TEST_LIMIT_S} s"
 
 
-def test_only_the_pinned_stack_runs_unless_another_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_only_the_pinned_stack_runs_unless_another_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The check runs on the pinned triple; another one only when the caller names it, and then the
     summary's first line says which ran."""
     from shardrec.trainer.job import versions
@@ -140,6 +157,8 @@ def test_gpu_tests_that_all_skip_do_not_pass() -> None:
 @no_cuda
 def test_bench_train_on_cuda_refuses_a_machine_without_gpus() -> None:
     result = CliRunner().invoke(app, ["bench", "train", "--device", "cuda", "--nproc", "1"])
-    assert_one_line_error(result, r"--device cuda --nproc 1: this machine has 0 CUDA device\(s\); one rank per GPU")
+    assert_one_line_error(
+        result, r"--device cuda --nproc 1: this machine has 0 CUDA device\(s\); one rank per GPU"
+    )
     result = CliRunner().invoke(app, ["bench", "train", "--device", "tpu"])
     assert_one_line_error(result, r"--device 'tpu' is not one of cpu, cuda")

@@ -31,7 +31,10 @@ SMALL = dict(block_rows=16, window_blocks=8, segment_blocks=4, group_segments=5,
 
 def _loaders(d: Path, world_size: int, **kw) -> list:
     kw = {"global_batch_size": 64, "seed": 5, **SMALL, **kw}
-    return [build_loader(d, "train", rank=r, world_size=world_size, **loader_kwargs(**kw)) for r in range(world_size)]
+    return [
+        build_loader(d, "train", rank=r, world_size=world_size, **loader_kwargs(**kw))
+        for r in range(world_size)
+    ]
 
 
 def _iter_digests(loaders: list) -> list[str]:
@@ -50,7 +53,9 @@ def test_batch_layout_matches_the_files_without_shuffle(data: Path):
     assert np.array_equal(batch.dense_features.numpy(), parts[0].dense[:64])
     assert np.array_equal(batch.labels.numpy(), parts[0].labels[:64].astype(np.float32))
     for name in kjt.keys():
-        assert np.array_equal(kjt[name].values().numpy(), parts[0].sparse[name][:64].astype(np.int64))
+        assert np.array_equal(
+            kjt[name].values().numpy(), parts[0].sparse[name][:64].astype(np.int64)
+        )
         assert kjt[name].lengths().tolist() == [1] * 64
 
 
@@ -61,7 +66,9 @@ def test_unshuffled_epoch_is_the_files_in_order_across_parts(data: Path):
     for world_size in (1, 2):
         loaders = _loaders(data, world_size, shuffle=False, global_batch_size=40)
         seen = [
-            (b.dense_features.numpy(), b.sparse_features["f3"].values().numpy()) for bs in zip(*loaders) for b in bs
+            (b.dense_features.numpy(), b.sparse_features["f3"].values().numpy())
+            for bs in zip(*loaders)
+            for b in bs
         ]
         assert np.array_equal(np.concatenate([d for d, _ in seen]), dense)
         assert np.array_equal(np.concatenate([v for _, v in seen]), f3)
@@ -98,7 +105,8 @@ def test_rank_r_gets_rows_r_times_b_of_each_global_batch(data: Path):
             b = loader.batch(k)
             assert torch.equal(b.dense_features, g.dense_features[r * 32 : (r + 1) * 32])
             assert torch.equal(
-                b.sparse_features["f3"].values(), g.sparse_features["f3"].values()[r * 32 : (r + 1) * 32]
+                b.sparse_features["f3"].values(),
+                g.sparse_features["f3"].values()[r * 32 : (r + 1) * 32],
             )
 
 
@@ -184,7 +192,9 @@ def test_multi_hot_features_are_jagged_and_exact(jagged_data: Path):
     got = shuffled.batch(3).sparse_features["f3"]
     assert got.lengths().tolist() == expected_lengths and got.values().tolist() == expected_ids
     # Shuffled, across parts and world sizes: still one stream.
-    assert _iter_digests(_loaders(jagged_data, 1)) == _iter_digests(_loaders(jagged_data, 2, num_workers=2))
+    assert _iter_digests(_loaders(jagged_data, 1)) == _iter_digests(
+        _loaders(jagged_data, 2, num_workers=2)
+    )
 
 
 def test_a_resumed_jagged_stream_continues_at_another_world_size(jagged_data: Path):
@@ -206,9 +216,13 @@ def test_bad_arguments_and_small_splits_are_clear_errors(tmp_path: Path, data: P
         build_loader(data, "train", global_batch_size=64, rank=0, world_size=3)
     with pytest.raises(ValueError, match="rank 2 is not in"):
         build_loader(data, "train", global_batch_size=64, rank=2, world_size=2)
-    with pytest.raises(DatasetError, match="split 'val' has 256 rows, fewer than one global batch of 512"):
+    with pytest.raises(
+        DatasetError, match="split 'val' has 256 rows, fewer than one global batch of 512"
+    ):
         build_loader(data, "val", global_batch_size=512, rank=0, world_size=1)
-    assert len(build_loader(data, "val", global_batch_size=512, rank=0, world_size=1, tail="pad")) == 1
+    assert (
+        len(build_loader(data, "val", global_batch_size=512, rank=0, world_size=1, tail="pad")) == 1
+    )
     write_tiny_dataset(tmp_path / "empty", rows={"train": [0]})
     with pytest.raises(DatasetError, match="split 'train' has no rows"):
         build_loader(tmp_path / "empty", "train", global_batch_size=8, rank=0, world_size=1)
@@ -233,13 +247,19 @@ def test_cuda_batches_are_pinned_then_copied_without_blocking(data: Path):
     (loader,) = _loaders(data, 1, device="cuda", num_workers=1)
     assert loader.pin_memory  # the default for a CUDA device
     batch = next(iter(loader))
-    assert batch.dense_features.is_cuda and batch.sparse_features.values().is_cuda and batch.labels.is_cuda
+    assert (
+        batch.dense_features.is_cuda
+        and batch.sparse_features.values().is_cuda
+        and batch.labels.is_cuda
+    )
     (cpu,) = _loaders(data, 1, pin_memory=True)
     assert cpu.batch(0).dense_features.is_pinned()
     assert torch.equal(batch.dense_features.cpu(), cpu.batch(0).dense_features)
 
 
-def test_batches_for_the_cpu_are_not_pinned_even_where_cuda_exists(data: Path, monkeypatch: pytest.MonkeyPatch):
+def test_batches_for_the_cpu_are_not_pinned_even_where_cuda_exists(
+    data: Path, monkeypatch: pytest.MonkeyPatch
+):
     """Pinning makes a CUDA context on GPU 0: a CPU job on a GPU host must not make one."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     (loader,) = _loaders(data, 1)
@@ -256,10 +276,15 @@ def test_stopping_early_with_workers_leaves_no_thread_behind(data: Path):
     (loader,) = _loaders(data, 1, num_workers=2)
     it = iter(loader)
     next(it), next(it)
-    assert loader.state_dict()["sample_offset"] == 2 * 64  # counted as handed over, not as prefetched
+    assert (
+        loader.state_dict()["sample_offset"] == 2 * 64
+    )  # counted as handed over, not as prefetched
     del it  # the consumer walks away mid-epoch
     deadline = time.monotonic() + 5
-    while any(t.name.startswith("shardrec-loader") for t in threading.enumerate()) and time.monotonic() < deadline:
+    while (
+        any(t.name.startswith("shardrec-loader") for t in threading.enumerate())
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.01)
     assert not any(t.name.startswith("shardrec-loader") for t in threading.enumerate())
     assert sum(1 for _ in loader) == len(loader)  # a new iter() starts the epoch over
@@ -280,12 +305,20 @@ def test_float16_dense_columns_arrive_as_float32(tmp_path: Path):
     rng = np.random.default_rng(0)
     dense = rng.normal(size=(32, 3)).astype(np.float16)
     part = write_part(
-        tmp_path / "train" / "part-00000", np.zeros(32, np.uint8), dense, {"a": np.arange(32, dtype=np.uint8)}
+        tmp_path / "train" / "part-00000",
+        np.zeros(32, np.uint8),
+        dense,
+        {"a": np.arange(32, dtype=np.uint8)},
     )
     Manifest(
-        ["x", "y", "z"], [SparseFeature("a", 32, "uint8")], {"train": SplitInfo(32, [part])}, dense_dtype="float16"
+        ["x", "y", "z"],
+        [SparseFeature("a", 32, "uint8")],
+        {"train": SplitInfo(32, [part])},
+        dense_dtype="float16",
     ).save(tmp_path)
-    batch = build_loader(tmp_path, "train", global_batch_size=8, rank=1, world_size=2, shuffle=NO_SHUFFLE).batch(1)
+    batch = build_loader(
+        tmp_path, "train", global_batch_size=8, rank=1, world_size=2, shuffle=NO_SHUFFLE
+    ).batch(1)
     assert batch.dense_features.dtype == torch.float32
     assert np.array_equal(batch.dense_features.numpy(), dense[12:16].astype(np.float32))
     assert batch.sparse_features["a"].values().tolist() == [12, 13, 14, 15]

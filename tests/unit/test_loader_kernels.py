@@ -33,7 +33,8 @@ def jagged_data(tmp_path_factory) -> Path:
 def _stream(d: Path, world_size: int, **kw) -> list[list]:
     kw = {"global_batch_size": 64, "seed": 3, **SMALL, **kw}
     loaders = [
-        build_loader(d, "train", rank=r, world_size=world_size, **loader_kwargs(**kw)) for r in range(world_size)
+        build_loader(d, "train", rank=r, world_size=world_size, **loader_kwargs(**kw))
+        for r in range(world_size)
     ]
     return [list(slices) for slices in zip(*loaders)]
 
@@ -52,8 +53,12 @@ def _assert_same(a: list[list], b: list[list], names: list[str]) -> None:
     for sa, sb in zip(a, b):
         assert batch_digest(sa, names) == batch_digest(sb, names)
         for x, y in zip(sa, sb):
-            assert torch.equal(x.labels, y.labels) and torch.equal(x.dense_features, y.dense_features)
-            assert x.sparse_features.values().dtype == y.sparse_features.values().dtype == torch.int64
+            assert torch.equal(x.labels, y.labels) and torch.equal(
+                x.dense_features, y.dense_features
+            )
+            assert (
+                x.sparse_features.values().dtype == y.sparse_features.values().dtype == torch.int64
+            )
             assert torch.equal(x.sparse_features.values(), y.sparse_features.values())
             assert torch.equal(x.sparse_features.lengths(), y.sparse_features.lengths())
 
@@ -65,10 +70,15 @@ def _assert_same(a: list[list], b: list[list], names: list[str]) -> None:
         (2, {"tail": "pad", "global_batch_size": 96}),
         (2, {"shuffle": False}),
         (4, {"num_workers": 2}),
-        (1, {"window_blocks": 1, "global_batch_size": 16, "gather_rows": 16}),  # shuffled runs inside one part
+        (
+            1,
+            {"window_blocks": 1, "global_batch_size": 16, "gather_rows": 16},
+        ),  # shuffled runs inside one part
     ],
 )
-def test_compiled_gathers_equal_numpy_across_parts(monkeypatch, data: Path, world_size: int, kw: dict):
+def test_compiled_gathers_equal_numpy_across_parts(
+    monkeypatch, data: Path, world_size: int, kw: dict
+):
     compiled, plain = _both(monkeypatch, data, world_size, **kw)
     _assert_same(compiled, plain, ["f0", "f1", "f2", "f3"])
     if kw.get("tail") == "pad":  # padding labels survive the compiled label gather
@@ -84,10 +94,15 @@ def test_compiled_modulo_folds_raw_ids_like_numpy(monkeypatch, tmp_path: Path):
     rng = np.random.default_rng(2)
     for d, n in enumerate((70, 90, 40)):
         # Raw int32 ids, some negative: the fold must be numpy's (non-negative for a positive size).
-        np.save(tmp_path / f"day_{d}_sparse.npy", rng.integers(-(2**31), 2**31 - 1, (n, 3)).astype(np.int32))
+        np.save(
+            tmp_path / f"day_{d}_sparse.npy",
+            rng.integers(-(2**31), 2**31 - 1, (n, 3)).astype(np.int32),
+        )
         np.save(tmp_path / f"day_{d}_dense.npy", rng.normal(size=(n, 13)).astype(np.float32))
         np.save(tmp_path / f"day_{d}_labels.npy", rng.integers(0, 2, (n, 1)).astype(np.int32))
-    compiled, plain = _both(monkeypatch, tmp_path, 2, global_batch_size=32, hashes=[1000, 7, 123456])
+    compiled, plain = _both(
+        monkeypatch, tmp_path, 2, global_batch_size=32, hashes=[1000, 7, 123456]
+    )
     _assert_same(compiled, plain, ["cat_0", "cat_1", "cat_2"])
     values = torch.cat([b.sparse_features["cat_1"].values() for batch in compiled for b in batch])
     assert int(values.min()) >= 0 and int(values.max()) < 7
@@ -119,7 +134,10 @@ def test_parts_the_kernels_cannot_read_as_one_column_fall_back_exactly(monkeypat
         for i, n in enumerate((90, 70, 60))
     ]  # fmt: skip
     Manifest(
-        ["x", "y", "z"], [SparseFeature("a", 200, "uint8")], {"train": SplitInfo(220, parts)}, dense_dtype="float16"
+        ["x", "y", "z"],
+        [SparseFeature("a", 200, "uint8")],
+        {"train": SplitInfo(220, parts)},
+        dense_dtype="float16",
     ).save(tmp_path / "f16")
     compiled, plain = _both(monkeypatch, tmp_path / "f16", 2, global_batch_size=32)
     _assert_same(compiled, plain, ["a"])
@@ -146,7 +164,9 @@ def test_whole_rows_of_several_parts_are_copied_exactly():
     assert np.array_equal(out, np.stack([parts[p][r] for p, r in zip(part_of, local)]))
 
 
-@pytest.mark.parametrize("sizes", [[5] * 40, [1, 0, 0, 7, 3] * 10, [3000] * 64 + [1]])  # empty parts; one tiny
+@pytest.mark.parametrize(
+    "sizes", [[5] * 40, [1, 0, 0, 7, 3] * 10, [3000] * 64 + [1]]
+)  # empty parts; one tiny
 def test_rows_located_through_the_coarse_index_are_where_the_search_puts_them(sizes: list[int]):
     from shardrec.dataloader.gather.many_parts import part_index
 
@@ -158,4 +178,6 @@ def test_rows_located_through_the_coarse_index_are_where_the_search_puts_them(si
     )
     gather_kernels.locate(rows, part_starts, *searched)
     gather_kernels.locate_indexed(rows, part_starts, *part_index(part_starts, sizes), *indexed)
-    assert searched[0].tolist() == indexed[0].tolist() and searched[1].tolist() == indexed[1].tolist()
+    assert (
+        searched[0].tolist() == indexed[0].tolist() and searched[1].tolist() == indexed[1].tolist()
+    )

@@ -27,7 +27,9 @@ from shardrec.dataloader.gather.addresses import index_dtype
 from shardrec.dataloader.loader import Delivery, ShuffleSpec, build_loader
 
 PARTS = 300
-SMALL_SHUFFLE = ShuffleSpec(seed=3, block_rows=4, window_blocks=8, segment_blocks=2, group_segments=40)
+SMALL_SHUFFLE = ShuffleSpec(
+    seed=3, block_rows=4, window_blocks=8, segment_blocks=2, group_segments=40
+)
 
 
 @pytest.fixture(scope="module")
@@ -38,9 +40,17 @@ def datasets(tmp_path_factory) -> tuple[Path, Path]:
     return root / "one", root / "many"
 
 
-def _digests(directory: Path, shuffle: ShuffleSpec, delivery: Delivery = Delivery(), batch: int = 40) -> list[str]:
+def _digests(
+    directory: Path, shuffle: ShuffleSpec, delivery: Delivery = Delivery(), batch: int = 40
+) -> list[str]:
     loader = build_loader(
-        directory, "train", global_batch_size=batch, rank=0, world_size=1, shuffle=shuffle, delivery=delivery
+        directory,
+        "train",
+        global_batch_size=batch,
+        rank=0,
+        world_size=1,
+        shuffle=shuffle,
+        delivery=delivery,
     )
     return [batch_digest([b], loader.feature_names) for b in loader]
 
@@ -48,13 +58,22 @@ def _digests(directory: Path, shuffle: ShuffleSpec, delivery: Delivery = Deliver
 @pytest.mark.parametrize("compiled", [True, False] if gather_kernels.AVAILABLE else [False])
 def test_past_256_parts_batches_are_the_one_part_rows(datasets, compiled: bool):
     one, many = datasets
-    loader = build_loader(many, "train", global_batch_size=40, rank=0, world_size=1, shuffle=ShuffleSpec(enabled=False))
+    loader = build_loader(
+        many,
+        "train",
+        global_batch_size=40,
+        rank=0,
+        world_size=1,
+        shuffle=ShuffleSpec(enabled=False),
+    )
     starts = np.cumsum([0, *loader.source.part_rows])
     # Some batch holds rows of parts 255 and 256 (where a part index leaves uint8) and many more.
     assert any(k * 40 < starts[256] <= (k + 1) * 40 - 1 for k in range(len(loader)))
     assert index_dtype(PARTS) == np.uint16  # the whole-epoch gather below renumbers over 300 parts
     off = ShuffleSpec(enabled=False)
-    assert _digests(many, off, Delivery(compiled=compiled)) == _digests(one, off, Delivery(compiled=compiled))
+    assert _digests(many, off, Delivery(compiled=compiled)) == _digests(
+        one, off, Delivery(compiled=compiled)
+    )
     # A gather of all rows at once: one pass of the several-parts kernels over every part.
     whole = Delivery(compiled=compiled, gather_rows=900)
     assert _digests(many, off, whole, batch=900) == _digests(one, off, whole, batch=900)
@@ -80,7 +99,9 @@ def test_prefetch_threads_share_a_few_mapped_parts(datasets, shuffled):
 def test_parts_are_unmapped_beyond_the_bound(datasets):
     _, many = datasets
     source = open_source(many, "train", max_mapped_parts=5)
-    assert source.parts.mapped == 1 and source.parts.opens == 1  # the others are mapped as the stream reaches them
+    assert (
+        source.parts.mapped == 1 and source.parts.opens == 1
+    )  # the others are mapped as the stream reaches them
     loader = build_loader(
         many,
         "train",
@@ -122,14 +143,19 @@ def test_the_shuffled_stream_unmaps_the_groups_it_has_left(datasets, shuffled):
     # group's parts (40 here, and the previous group's while a run straddles the boundary) stay.
     digests, mapped = _stream_mapped(datasets[1], SMALL_SHUFFLE)
     assert digests == shuffled
-    assert max(mapped) <= 2 * SMALL_SHUFFLE.group_segments < PARTS and mapped[-1] <= SMALL_SHUFFLE.group_segments + 1
+    assert (
+        max(mapped) <= 2 * SMALL_SHUFFLE.group_segments < PARTS
+        and mapped[-1] <= SMALL_SHUFFLE.group_segments + 1
+    )
 
 
 def test_the_stream_in_file_order_unmaps_the_parts_it_has_left(datasets):
     off = ShuffleSpec(enabled=False)
     digests, mapped = _stream_mapped(datasets[1], off)
     assert digests == _digests(datasets[0], off)  # the one-part dataset's rows, in order
-    assert max(mapped) <= 40 + 1 < PARTS  # a batch's 40 rows lie in 40 parts at most, and one left from before
+    assert (
+        max(mapped) <= 40 + 1 < PARTS
+    )  # a batch's 40 rows lie in 40 parts at most, and one left from before
 
 
 def test_no_file_descriptor_is_held_per_part(datasets):
@@ -144,18 +170,27 @@ def test_map_npy_is_np_load_read_only(tmp_path):
     for array in (
         np.arange(7, dtype=np.uint16),
         np.ones((5, 3), np.float16),
-        np.zeros(2, [(f"field{i:03d}", np.uint8) for i in range(400)]),  # a header past one pread's 4 KB
+        np.zeros(
+            2, [(f"field{i:03d}", np.uint8) for i in range(400)]
+        ),  # a header past one pread's 4 KB
         np.zeros((0, 13), np.float32),
         np.asfortranarray(np.eye(3)),
     ):
         np.save(tmp_path / "a.npy", array)
         mapped = map_npy(tmp_path / "a.npy")
-        assert mapped.dtype == array.dtype and mapped.shape == array.shape and np.array_equal(mapped, array)
+        assert (
+            mapped.dtype == array.dtype
+            and mapped.shape == array.shape
+            and np.array_equal(mapped, array)
+        )
         assert mapped.flags.c_contiguous == array.flags.c_contiguous and not mapped.flags.writeable
     (tmp_path / "a.npy").write_bytes((tmp_path / "a.npy").read_bytes()[:-8])
     with pytest.raises(ValueError, match="header promises 72 bytes"):
         map_npy(tmp_path / "a.npy")
-    for head in (b"\x93NUMPY\x01", b"\x93NUMPY\x09\x00" + bytes(8)):  # cut inside the magic; unknown version
+    for head in (
+        b"\x93NUMPY\x01",
+        b"\x93NUMPY\x09\x00" + bytes(8),
+    ):  # cut inside the magic; unknown version
         (tmp_path / "a.npy").write_bytes(head)
         with pytest.raises(ValueError):
             map_npy(tmp_path / "a.npy")
@@ -187,7 +222,9 @@ def test_all_part_sets_of_the_process_share_one_map_budget(datasets, monkeypatch
     monkeypatch.setattr(part_cache._BUDGET, "limit", part_cache._BUDGET.maps + 20 * files)
     sets = [open_source(many, "train").parts for _ in range(3)]
     [list(s) for s in sets]  # every part read through each set in turn (no name left holding one)
-    assert sum(s.mapped for s in sets) == 20  # the newest set keeps the last 20 parts, the others none
+    assert (
+        sum(s.mapped for s in sets) == 20
+    )  # the newest set keeps the last 20 parts, the others none
     assert sets[-1].mapped == 20 and sets[-1][0].rows == sets[-1].rows[0]
     ids = {s._id for s in sets}
     assert {k[0] for k in part_cache._BUDGET.order} & ids == {sets[-1]._id}
@@ -221,7 +258,9 @@ def test_the_next_shuffle_group_is_mapped_before_the_stream_reaches_it(datasets,
     digests = [batch_digest([next(batches)], loader.feature_names)]
     order, parts = loader._epoch_order(), loader.source.parts
     following = order.group_parts(1).tolist()
-    assert order.group_at(len(loader) * 40 - 1) > 0 and not set(following) <= set(order.group_parts(0).tolist())
+    assert order.group_at(len(loader) * 40 - 1) > 0 and not set(following) <= set(
+        order.group_parts(0).tolist()
+    )
     deadline = time.monotonic() + 30
     while not all(parts.holds(i) for i in following) and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -237,7 +276,9 @@ def _cached_pages(column: np.ndarray) -> int:
     first = column.ctypes.data - column.ctypes.data % mmap.PAGESIZE
     length = column.ctypes.data + column.nbytes - first
     vec = (ctypes.c_ubyte * -(-length // mmap.PAGESIZE))()
-    assert libc.mincore(ctypes.c_void_p(first), ctypes.c_size_t(length), vec) == 0, ctypes.get_errno()
+    assert libc.mincore(ctypes.c_void_p(first), ctypes.c_size_t(length), vec) == 0, (
+        ctypes.get_errno()
+    )
     return sum(v & 1 for v in vec)
 
 

@@ -8,7 +8,9 @@ from shardrec.dataloader.format.manifest import DatasetError
 from shardrec.dataloader.loader import NO_SHUFFLE, build_loader
 
 
-def _write_days(directory: Path, rows: list[int], num_sparse: int = 3) -> list[dict[str, np.ndarray]]:
+def _write_days(
+    directory: Path, rows: list[int], num_sparse: int = 3
+) -> list[dict[str, np.ndarray]]:
     rng = np.random.default_rng(1)
     days = []
     directory.mkdir(parents=True, exist_ok=True)
@@ -26,14 +28,20 @@ def _write_days(directory: Path, rows: list[int], num_sparse: int = 3) -> list[d
 
 def test_torchrec_days_read_with_torchrec_split_convention(tmp_path: Path):
     days = _write_days(tmp_path, [40, 24, 21])
-    train = build_loader(tmp_path, "train", global_batch_size=8, rank=1, world_size=2, shuffle=NO_SHUFFLE)
+    train = build_loader(
+        tmp_path, "train", global_batch_size=8, rank=1, world_size=2, shuffle=NO_SHUFFLE
+    )
     assert train.num_samples == 64 and train.feature_names == ["cat_0", "cat_1", "cat_2"]
     batch = train.batch(5)  # global rows 40..47 = day 1 rows 0..7; rank 1 has rows 4..7
     assert torch.equal(batch.dense_features, torch.from_numpy(days[1]["dense"][4:8]))
     assert batch.labels.tolist() == days[1]["labels"][4:8, 0].astype(np.float32).tolist()
     assert batch.sparse_features["cat_2"].values().tolist() == days[1]["sparse"][4:8, 2].tolist()
-    val = build_loader(tmp_path, "val", global_batch_size=1, rank=0, world_size=1, shuffle=NO_SHUFFLE)
-    test = build_loader(tmp_path, "test", global_batch_size=1, rank=0, world_size=1, shuffle=NO_SHUFFLE)
+    val = build_loader(
+        tmp_path, "val", global_batch_size=1, rank=0, world_size=1, shuffle=NO_SHUFFLE
+    )
+    test = build_loader(
+        tmp_path, "test", global_batch_size=1, rank=0, world_size=1, shuffle=NO_SHUFFLE
+    )
     assert (val.num_samples, test.num_samples) == (11, 10)  # first ceil(21/2) rows are val
     assert torch.equal(test.batch(0).dense_features[0], torch.from_numpy(days[2]["dense"][11]))
 
@@ -41,7 +49,13 @@ def test_torchrec_days_read_with_torchrec_split_convention(tmp_path: Path):
 def test_torchrec_raw_ids_fold_into_hash_sizes(tmp_path: Path):
     days = _write_days(tmp_path, [16, 16])
     loader = build_loader(
-        tmp_path, "train", global_batch_size=16, rank=0, world_size=1, shuffle=NO_SHUFFLE, hashes=[7, 100, 1000]
+        tmp_path,
+        "train",
+        global_batch_size=16,
+        rank=0,
+        world_size=1,
+        shuffle=NO_SHUFFLE,
+        hashes=[7, 100, 1000],
     )
     kjt = loader.batch(0).sparse_features
     assert kjt["cat_0"].values().tolist() == (days[0]["sparse"][:, 0] % 7).tolist()

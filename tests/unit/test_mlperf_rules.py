@@ -15,7 +15,13 @@ def test_the_dlrmv2_job_file_keeps_every_rule() -> None:
     job = load_job_config(DLRMV2)
     assert rule_breaks(job) == []
     o, e = job.optim, job.eval
-    assert (o.sparse, o.dense, o.sparse_lr, o.dense_lr, o.schedule_tables) == ("adagrad", "adagrad", 0.004, 0.004, True)
+    assert (o.sparse, o.dense, o.sparse_lr, o.dense_lr, o.schedule_tables) == (
+        "adagrad",
+        "adagrad",
+        0.004,
+        0.004,
+        True,
+    )
     assert (job.data.shuffle, e.during_training, job.train.mlperf_log) == (False, ["val"], True)
 
 
@@ -45,8 +51,12 @@ def test_each_broken_rule_is_one_warning_naming_the_setting() -> None:
     # The open division may schedule, but both optimizers, as the reference does.
     open_division = ['train.mlperf_submission={division = "open"}', "optim.warmup_steps=100"]
     assert rule_breaks(load_job_config(DLRMV2, open_division)) == []
-    assert rule_breaks(load_job_config(DLRMV2, [*open_division, "optim.schedule_tables=false"])) == [
+    assert rule_breaks(
+        load_job_config(DLRMV2, [*open_division, "optim.schedule_tables=false"])
+    ) == [
         "MLPerf DLRMv2 rule broken: optim.schedule_tables = false: the reference schedules the embeddings' rate too"
     ]
     # Jobs that do not log for MLPerf are not its business.
-    assert rule_breaks(load_job_config(DLRMV2, ["train.mlperf_log=false", "data.shuffle=true"])) == []
+    assert (
+        rule_breaks(load_job_config(DLRMV2, ["train.mlperf_log=false", "data.shuffle=true"])) == []
+    )

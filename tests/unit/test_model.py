@@ -14,7 +14,9 @@ from shardrec.trainer.model.models import build_model
 
 def _ebc(dims=(4, 4, 4)) -> EmbeddingBagCollection:
     tables = [
-        EmbeddingBagConfig(name=f"t{i}", embedding_dim=d, num_embeddings=10, feature_names=[f"f{i}"])
+        EmbeddingBagConfig(
+            name=f"t{i}", embedding_dim=d, num_embeddings=10, feature_names=[f"f{i}"]
+        )
         for i, d in enumerate(dims)
     ]
     return EmbeddingBagCollection(tables=tables)
@@ -45,7 +47,9 @@ def test_dlrm_gives_one_logit_per_sample_and_reads_features_by_name() -> None:
 
 
 def test_dcnv2_takes_mixed_widths_and_dlrm_refuses_them() -> None:
-    dcn = ModelConfig(arch="dcnv2", dense_arch=[8, 6], over_arch=[8, 1], dcn_layers=2, dcn_low_rank=3)
+    dcn = ModelConfig(
+        arch="dcnv2", dense_arch=[8, 6], over_arch=[8, 1], dcn_layers=2, dcn_low_rank=3
+    )
     model = build_model(dcn, _ebc((4, 8, 2)), ["f0", "f1", "f2"], 3)
     assert model(torch.randn(5, 3), _kjt(["f0", "f1", "f2"])).shape == (5,)
     assert model.interaction.out_features(6) == 6 + 4 + 8 + 2

@@ -12,20 +12,28 @@ from multihot_reference import reference_tables
 
 from shardrec.dataloader.multihot import multihot_kernel
 from shardrec.dataloader.multihot import multihot_tables as multihot
-from shardrec.dataloader.multihot.multihot_tables import MultiHotSpec, multihot_spec, open_index_tables
+from shardrec.dataloader.multihot.multihot_tables import (
+    MultiHotSpec,
+    multihot_spec,
+    open_index_tables,
+)
 
 SIZES = [3, 1, 2, 7, 1, 5]
 ROWS = [50, 4, 1, 300, 9, 70_000]
 
 
 # One chunk per id is checked with uniform draws only: pareto at that size is slow and adds nothing.
-CASES = [(d, c) for d in ("uniform", "pareto") for c in (1, 7, 1000, 1 << 22) if (d, c) != ("pareto", 1)]
+CASES = [
+    (d, c) for d in ("uniform", "pareto") for c in (1, 7, 1000, 1 << 22) if (d, c) != ("pareto", 1)
+]
 
 
 @pytest.mark.parametrize("dist, chunk_ids", CASES)
 def test_tables_equal_the_reference_at_any_chunk_size(tmp_path: Path, dist: str, chunk_ids: int):
     # Small chunks cut the big table's rows into many draws: a smaller one keeps that fast.
-    spec = MultiHotSpec(tuple(SIZES), tuple(ROWS[:-1] + [ROWS[-1] if chunk_ids >= 1000 else 2_000]), dist)
+    spec = MultiHotSpec(
+        tuple(SIZES), tuple(ROWS[:-1] + [ROWS[-1] if chunk_ids >= 1000 else 2_000]), dist
+    )
     tables = open_index_tables(tmp_path, spec, chunk_ids=chunk_ids)
     expected = reference_tables(list(spec.sizes), list(spec.rows), dist)
     assert len(tables.tables) == len(expected)
@@ -40,7 +48,9 @@ def test_pareto_tables_have_the_reference_skew(tmp_path: Path):
     rows = 20_000
     pareto = open_index_tables(tmp_path, MultiHotSpec((10,), (rows,), "pareto")).tables[0][:, 1:]
     uniform = open_index_tables(tmp_path, MultiHotSpec((10,), (rows,), "uniform")).tables[0][:, 1:]
-    top = lambda a: np.sort(np.bincount(a.ravel(), minlength=rows))[::-1][: rows // 100].sum() / a.size
+    top = lambda a: (
+        np.sort(np.bincount(a.ravel(), minlength=rows))[::-1][: rows // 100].sum() / a.size
+    )
     assert top(pareto) > 0.5 and top(uniform) < 0.05
 
 
@@ -75,13 +85,17 @@ def test_tables_are_generated_once_and_reused(tmp_path: Path):
     again = open_index_tables(tmp_path, spec, on_table=lambda t, n: drawn.append(t))
     assert drawn == [0, 1] and all(np.array_equal(a, b) for a, b in zip(first.tables, again.tables))
     other = open_index_tables(tmp_path, MultiHotSpec((2, 3), (40, 60), "uniform", seed=6))
-    assert other.directory != first.directory and not np.array_equal(other.tables[1], first.tables[1])
+    assert other.directory != first.directory and not np.array_equal(
+        other.tables[1], first.tables[1]
+    )
     # A table truncated on disk is not trusted: everything is drawn again, to the same values.
     path = first.directory / "table-001.npy"
     path.write_bytes(path.read_bytes()[:-4])
     redrawn = open_index_tables(tmp_path, spec, on_table=lambda t, n: drawn.append(t))
     assert drawn == [0, 1, 0, 1]
-    np.testing.assert_array_equal(redrawn.tables[1], reference_tables([2, 3], [40, 60], "uniform", seed=5)[1])
+    np.testing.assert_array_equal(
+        redrawn.tables[1], reference_tables([2, 3], [40, 60], "uniform", seed=5)[1]
+    )
 
 
 def test_a_killed_generation_resumes_at_the_first_unfinished_table(tmp_path: Path, monkeypatch):
@@ -130,7 +144,9 @@ def test_spec_from_a_manifest_takes_its_cardinalities(tmp_path: Path):
     spec = multihot_spec(manifest, [3, 1, 2, 4], dist="pareto", seed=1)
     assert spec.rows == (50, 300, 7, 1000) and spec.sizes == (3, 1, 2, 4)
     assert multihot_spec(manifest, [3, 1, 2, 4], rows=[5, 6, 7, 8]).rows == (5, 6, 7, 8)
-    with pytest.raises(ValueError, match=r"3 multi-hot sizes for 4 sparse features \(f0, f1, f2, f3\)"):
+    with pytest.raises(
+        ValueError, match=r"3 multi-hot sizes for 4 sparse features \(f0, f1, f2, f3\)"
+    ):
         multihot_spec(manifest, [3, 1, 2])
     with pytest.raises(ValueError, match="2 table rows for 4 sparse features"):
         multihot_spec(manifest, [3, 1, 2, 4], rows=[1, 2])

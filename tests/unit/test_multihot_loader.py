@@ -24,13 +24,22 @@ def datasets(tmp_path: Path) -> tuple[Path, Path, Path]:
     """(one-hot dataset, its materialised multi-hot copy, the table cache)."""
     write_tiny_dataset(tmp_path / "one", rows={"train": [300, 200, 100], "val": [100]})
     materialize_multihot(
-        tmp_path / "one", tmp_path / "mat", list(SIZES), dist="pareto", seed=3, cache_dir=tmp_path / "cache"
+        tmp_path / "one",
+        tmp_path / "mat",
+        list(SIZES),
+        dist="pareto",
+        seed=3,
+        cache_dir=tmp_path / "cache",
     )
     return tmp_path / "one", tmp_path / "mat", tmp_path / "cache"
 
 
 def _loaders(
-    directory: Path, world_size: int, multihot: MultiHotOption | None = None, split: str = "train", **kw
+    directory: Path,
+    world_size: int,
+    multihot: MultiHotOption | None = None,
+    split: str = "train",
+    **kw,
 ) -> list:
     return [
         build_loader(
@@ -52,7 +61,9 @@ def _option(cache: Path) -> MultiHotOption:
 
 @pytest.mark.parametrize("compiled", [True, False])
 @pytest.mark.parametrize("world_size", [1, 2])
-def test_on_the_fly_batches_equal_the_materialised_dataset(datasets, compiled: bool, world_size: int):
+def test_on_the_fly_batches_equal_the_materialised_dataset(
+    datasets, compiled: bool, world_size: int
+):
     one, mat, cache = datasets
     want = list(stream_digests(_loaders(mat, 1, compiled=compiled), 0, 9))
     got = list(stream_digests(_loaders(one, world_size, _option(cache), compiled=compiled), 0, 9))
@@ -76,12 +87,16 @@ def test_on_the_fly_ids_are_the_reference_ids(datasets):
 def test_padded_tail_and_workers_match_too(datasets):
     one, mat, cache = datasets
     want = list(stream_digests(_loaders(mat, 1, split="val", tail="pad"), 0, 2))
-    assert list(stream_digests(_loaders(one, 2, _option(cache), split="val", tail="pad"), 0, 2)) == want
+    assert (
+        list(stream_digests(_loaders(one, 2, _option(cache), split="val", tail="pad"), 0, 2))
+        == want
+    )
     threaded = _loaders(one, 1, _option(cache), num_workers=2)[0]
     direct = _loaders(mat, 1)[0]
     for a, b in zip(threaded, direct):
         assert (
-            a.sparse_features.to_dict()["f3"].values().tolist() == b.sparse_features.to_dict()["f3"].values().tolist()
+            a.sparse_features.to_dict()["f3"].values().tolist()
+            == b.sparse_features.to_dict()["f3"].values().tolist()
         )
 
 
@@ -103,7 +118,9 @@ def test_resume_continues_the_stream_and_refuses_other_tables(datasets):
     rest = [b.sparse_features.to_dict()["f0"].values().tolist() for b in it]
     resumed = _loaders(one, 1, _option(cache))[0]
     resumed.load_state_dict(state)
-    assert [b.sparse_features.to_dict()["f0"].values().tolist() for b in resumed] == rest and len(rest) == 6
+    assert [b.sparse_features.to_dict()["f0"].values().tolist() for b in resumed] == rest and len(
+        rest
+    ) == 6
     for other in (None, MultiHotOption(SIZES, dist="pareto", seed=4, cache_dir=cache)):
         with pytest.raises(ValueError, match="fingerprint"):
             _loaders(one, 1, other)[0].load_state_dict(state)

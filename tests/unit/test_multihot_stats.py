@@ -14,7 +14,9 @@ from shardrec.tools.preprocess.derived.multihot_dataset import materialize_multi
 from shardrec.tools.preprocess.parts.feature_stats import compute_feature_stats
 
 
-@pytest.mark.parametrize(("workers", "jit"), [(2, True), (1, False)], ids=["2-workers-compiled", "1-worker-numpy"])
+@pytest.mark.parametrize(
+    ("workers", "jit"), [(2, True), (1, False)], ids=["2-workers-compiled", "1-worker-numpy"]
+)
 def test_stats_counted_by_the_workers_equal_the_stats_counted_after(
     tmp_path: Path, monkeypatch, workers: int, jit: bool
 ):

@@ -1,11 +1,19 @@
 import numpy as np
 import pytest
 
-from shardrec.dataloader.order import NO_SHUFFLE, EpochOrder, OrderSpec, ShuffleSpec, shuffle_quality
+from shardrec.dataloader.order import (
+    NO_SHUFFLE,
+    EpochOrder,
+    OrderSpec,
+    ShuffleSpec,
+    shuffle_quality,
+)
 
 
 def _spec(tail: str = "drop", shuffle: bool = True, **levels) -> OrderSpec:
-    mix = ShuffleSpec(enabled=shuffle, **{"seed": 3, "block_rows": 100, "window_blocks": 4, **levels})
+    mix = ShuffleSpec(
+        enabled=shuffle, **{"seed": 3, "block_rows": 100, "window_blocks": 4, **levels}
+    )
     return OrderSpec((1000, 37, 500), global_batch_size=64, tail=tail, shuffle=mix)
 
 
@@ -19,7 +27,10 @@ def test_shuffled_epoch_is_a_permutation_of_every_row(levels):
 
 def test_order_is_a_pure_function_of_seed_and_epoch():
     spec = _spec()
-    a, b = EpochOrder(spec, 1).rows(0, spec.num_samples), EpochOrder(spec, 1).rows(0, spec.num_samples)
+    a, b = (
+        EpochOrder(spec, 1).rows(0, spec.num_samples),
+        EpochOrder(spec, 1).rows(0, spec.num_samples),
+    )
     assert np.array_equal(a, b)
     assert not np.array_equal(a, EpochOrder(spec, 2).rows(0, spec.num_samples))
     assert not np.array_equal(a, EpochOrder(_spec(seed=4), 1).rows(0, spec.num_samples))
@@ -38,7 +49,9 @@ def test_random_access_equals_sequential_reading(levels):
 
 def test_no_shuffle_keeps_file_order():
     spec = _spec(shuffle=False)
-    assert np.array_equal(EpochOrder(spec, 5).rows(0, spec.num_samples), np.arange(spec.num_samples))
+    assert np.array_equal(
+        EpochOrder(spec, 5).rows(0, spec.num_samples), np.arange(spec.num_samples)
+    )
 
 
 def test_batch_counts_for_drop_and_pad():
@@ -70,7 +83,9 @@ def test_blocks_never_straddle_parts():
         block = (first - starts[part]) // 100
         length = min(100, spec.part_rows[part] - block * 100)
         window = rows[window_start : window_start + length]
-        assert set(window.tolist()) == set(range(starts[part] + block * 100, starts[part] + block * 100 + length))
+        assert set(window.tolist()) == set(
+            range(starts[part] + block * 100, starts[part] + block * 100 + length)
+        )
         window_start += length
 
 
@@ -92,14 +107,23 @@ def test_shuffle_quality_close_to_full_permutation_on_drifting_labels():
     rate = 0.25 + 0.15 * np.sin(np.arange(n) / n * 12 * np.pi)
     labels = (rng.random(n) < rate).astype(np.uint8)
     # Scaled-down defaults: a batch mixes rows of 256 blocks (the window), as in production.
-    spec = OrderSpec((n,), global_batch_size=1024, shuffle=ShuffleSpec(seed=0, block_rows=256, window_blocks=256))
+    spec = OrderSpec(
+        (n,), global_batch_size=1024, shuffle=ShuffleSpec(seed=0, block_rows=256, window_blocks=256)
+    )
     q = shuffle_quality(labels, spec)
     assert q["file_order_std"] > 4 * q["full_permutation_std"]
     assert q["ratio"] < 1.2
     coarse = shuffle_quality(
-        labels, OrderSpec((n,), global_batch_size=1024, shuffle=ShuffleSpec(seed=0, block_rows=1024, window_blocks=16))
+        labels,
+        OrderSpec(
+            (n,),
+            global_batch_size=1024,
+            shuffle=ShuffleSpec(seed=0, block_rows=1024, window_blocks=16),
+        ),
     )
-    assert coarse["ratio"] > q["ratio"]  # fewer, larger blocks per batch mix worse: the measure sees it
+    assert (
+        coarse["ratio"] > q["ratio"]
+    )  # fewer, larger blocks per batch mix worse: the measure sees it
 
 
 def test_order_state_stays_small_for_a_terabyte_dataset():
@@ -107,7 +131,9 @@ def test_order_state_stays_small_for_a_terabyte_dataset():
     # per-block tables for all of them (resident memory must not grow with dataset size).
     days = (4_200_000_000 // 23,) * 23
     order = EpochOrder(OrderSpec(days, global_batch_size=65536, shuffle=ShuffleSpec(seed=1)), 0)
-    assert order._seg_starts.nbytes + order._seg_lens.nbytes + order._group_starts.nbytes < 2_000_000
+    assert (
+        order._seg_starts.nbytes + order._seg_lens.nbytes + order._group_starts.nbytes < 2_000_000
+    )
     deep = order.rows(3_000_000_000, 3_000_065_536)  # what a resume deep into the epoch needs
     assert len(np.unique(deep)) == 65536 and deep.min() >= 0 and deep.max() < sum(days)
     group = order._group[1]

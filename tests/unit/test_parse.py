@@ -6,8 +6,19 @@ import numpy as np
 import pytest
 
 from shardrec.tools.preprocess.ids.id_maps import hash_ids
-from shardrec.tools.preprocess.parse.criteo_text import REASONS, Schema, describe_bad_row, parse_chunk, transform_dense
-from shardrec.tools.preprocess.parse.parse_fields import decode_hex, decode_hex_generic, decode_int, decode_int_generic
+from shardrec.tools.preprocess.parse.criteo_text import (
+    REASONS,
+    Schema,
+    describe_bad_row,
+    parse_chunk,
+    transform_dense,
+)
+from shardrec.tools.preprocess.parse.parse_fields import (
+    decode_hex,
+    decode_hex_generic,
+    decode_int,
+    decode_int_generic,
+)
 
 CRITEO = Schema()
 
@@ -52,7 +63,9 @@ def test_37_field_row_with_missing_dense_keeps_columns():
 
 
 def test_negative_integers_and_every_transform_is_finite():
-    text = row(dense=["-1", "-2", "-3", "0", "7", "-9223372036854775", "999999999999999999"] + [""] * 6)
+    text = row(
+        dense=["-1", "-2", "-3", "0", "7", "-9223372036854775", "999999999999999999"] + [""] * 6
+    )
     c = parse_chunk(text, CRITEO)
     assert c.ok.all()
     assert c.dense[0, :7].tolist() == [-1, -2, -3, 0, 7, -9223372036854775, 999999999999999999]
@@ -67,12 +80,28 @@ def test_negative_integers_and_every_transform_is_finite():
 
 
 def test_hex_keeps_full_32_bits_and_ids_above_2_pow_24_exactly():
-    values = ["ffffffff", "80000000", "01000001", "00ffffff", "7FFFFFFF", "0000000000000001", "fedcba9876543210"]
+    values = [
+        "ffffffff",
+        "80000000",
+        "01000001",
+        "00ffffff",
+        "7FFFFFFF",
+        "0000000000000001",
+        "fedcba9876543210",
+    ]
     text = row(sparse=values + [""] * (26 - len(values)))
     c = parse_chunk(text, CRITEO)
     assert c.ok.all()
     assert c.sparse.dtype == np.uint64
-    assert c.sparse[0, :7].tolist() == [0xFFFFFFFF, 0x80000000, 2**24 + 1, 2**24 - 1, 0x7FFFFFFF, 1, 0xFEDCBA9876543210]
+    assert c.sparse[0, :7].tolist() == [
+        0xFFFFFFFF,
+        0x80000000,
+        2**24 + 1,
+        2**24 - 1,
+        0x7FFFFFFF,
+        1,
+        0xFEDCBA9876543210,
+    ]
 
 
 def test_missing_never_collides_with_zero_value():
@@ -87,7 +116,10 @@ def test_missing_never_collides_with_zero_value():
 def test_csv_with_float_integers():
     schema = Schema(delimiter=",", header=True)
     text = row(
-        label="1", dense=["260.0", "-2.0", "0.0", "", "12"] + [""] * 8, sparse=["68fd1e64"] + [""] * 25, delimiter=","
+        label="1",
+        dense=["260.0", "-2.0", "0.0", "", "12"] + [""] * 8,
+        sparse=["68fd1e64"] + [""] * 25,
+        delimiter=",",
     )
     c = parse_chunk(text, schema)
     assert c.ok.all()
@@ -97,7 +129,9 @@ def test_csv_with_float_integers():
 
 def test_crlf_line_endings():
     c = parse_chunk(
-        row(sparse=[""] * 25 + ["0000abcd"]).replace(b"\n", b"\r\n") + row(strip=3).replace(b"\n", b"\r\n"), CRITEO
+        row(sparse=[""] * 25 + ["0000abcd"]).replace(b"\n", b"\r\n")
+        + row(strip=3).replace(b"\n", b"\r\n"),
+        CRITEO,
     )
     assert c.ok.all()
     assert c.sparse[0, 25] == 0xABCD and c.sparse_missing[1].all()
@@ -106,7 +140,12 @@ def test_crlf_line_endings():
 @pytest.mark.parametrize(
     "text, reason, field, value",
     [
-        (row(sparse=["a"] * 26)[:-1] + b"\textra\n", "too_many_fields", "row", "41 fields, schema has 40"),
+        (
+            row(sparse=["a"] * 26)[:-1] + b"\textra\n",
+            "too_many_fields",
+            "row",
+            "41 fields, schema has 40",
+        ),
         (row(label="2"), "bad_label", "label", "'2'"),
         (row(label=""), "bad_label", "label", "''"),
         (row(dense=["12x"] + [""] * 12), "bad_integer", "I1", "'12x'"),
@@ -117,7 +156,12 @@ def test_crlf_line_endings():
         (b"\n", "empty_row", "row", "(empty line)"),
         (b"1\t2\n", "too_few_fields", "row", "2 fields, schema needs at least 37 of 40"),
         (row(strip=4), "too_few_fields", "row", "36 fields, schema needs at least 37 of 40"),
-        (row(label="x", strip=26), "too_few_fields", "row", "14 fields, schema needs at least 37 of 40"),
+        (
+            row(label="x", strip=26),
+            "too_few_fields",
+            "row",
+            "14 fields, schema needs at least 37 of 40",
+        ),
     ],
 )
 def test_malformed_rows_are_flagged_with_field_and_value(text, reason, field, value):

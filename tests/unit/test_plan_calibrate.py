@@ -37,7 +37,9 @@ def test_profile_figures_reach_the_topology(tmp_path: Path) -> None:
 def test_bad_profiles_name_the_file(tmp_path: Path) -> None:
     path = tmp_path / "p.json"
     path.write_text(json.dumps({"measured": {"lookup_bw": -1}}))
-    with pytest.raises(ValueError, match=f"{path}: measured.lookup_bw = -1 must be a positive number"):
+    with pytest.raises(
+        ValueError, match=f"{path}: measured.lookup_bw = -1 must be a positive number"
+    ):
         build_topology("cpu-gloo", 2, profile=path)
     path.write_text(json.dumps({"something": 1}))
     with pytest.raises(ValueError, match="no 'measured' section"):
@@ -64,16 +66,28 @@ def test_profile_picks_the_cost_model_and_memory_figures(tmp_path: Path) -> None
     )
     topo = build_topology("cpu-gloo", 2, profile=path)
     assert topo.cost_model == "torchrec"
-    assert (topo.memory.framework_bytes, topo.memory.replicated_copies, topo.memory.io_copies) == (12345678, 3.5, 1.0)
+    assert (topo.memory.framework_bytes, topo.memory.replicated_copies, topo.memory.io_copies) == (
+        12345678,
+        3.5,
+        1.0,
+    )
     ts = suites.random_tasks(4, 12, max_rows=1e5)
     request = PlanRequest(
-        configs=ts.configs, world_size=2, local_world_size=2, global_batch_size=4096, device_kind="cpu", topology=topo
+        configs=ts.configs,
+        world_size=2,
+        local_world_size=2,
+        global_batch_size=4096,
+        device_kind="cpu",
+        topology=topo,
     )
     plan = plan_tables(request)
     assert plan.estimate.cost_model == "torchrec"
     assert min(r.fixed_bytes for r in plan.estimate.ranks) >= 12345678
     search_request = SearchRequest(
-        configs=ts.configs, topology=topo, global_batch_size=4096, pooling=dict.fromkeys(ts.pooling, 1.0)
+        configs=ts.configs,
+        topology=topo,
+        global_batch_size=4096,
+        pooling=dict.fromkeys(ts.pooling, 1.0),
     )
     searched = search_plan(search_request, problem=priced_by(search_request, "torchrec"))
     assert [t.shards for t in plan.tables] == [t.shards for t in searched]
@@ -84,8 +98,12 @@ def test_profile_picks_the_cost_model_and_memory_figures(tmp_path: Path) -> None
 def test_bad_verdicts_name_the_file(tmp_path: Path) -> None:
     path = tmp_path / "p.json"
     path.write_text(json.dumps({"measured": {}, "cost_model": {"winner": "oracle"}}))
-    with pytest.raises(ValueError, match=f"{path}: cost_model.winner = 'oracle' is not one of shardrec, torchrec"):
+    with pytest.raises(
+        ValueError, match=f"{path}: cost_model.winner = 'oracle' is not one of shardrec, torchrec"
+    ):
         build_topology("cpu-gloo", 2, profile=path)
     path.write_text(json.dumps({"measured": {}, "memory": {"framework_bytes": "lots"}}))
-    with pytest.raises(ValueError, match=f"{path}: memory.framework_bytes is 'lots', expected a number"):
+    with pytest.raises(
+        ValueError, match=f"{path}: memory.framework_bytes is 'lots', expected a number"
+    ):
         build_topology("cpu-gloo", 2, profile=path)

@@ -32,7 +32,18 @@ def test_plan_writes_checked_plan_and_report(tiny_dataset: Path, tmp_path: Path)
     )
     out = tmp_path / "plan.json"
     res = runner.invoke(
-        app, ["plan", "--data", str(tiny_dataset), "--config", str(job), "--world-size", "2", "--out", str(out)]
+        app,
+        [
+            "plan",
+            "--data",
+            str(tiny_dataset),
+            "--config",
+            str(job),
+            "--world-size",
+            "2",
+            "--out",
+            str(out),
+        ],
     )
     assert res.exit_code == 0, res.output
     assert "critical path" in res.output and "t_f0" in res.output
@@ -42,7 +53,10 @@ def test_plan_writes_checked_plan_and_report(tiny_dataset: Path, tmp_path: Path)
     assert plan.table("t_f0").sharding_type == "row_wise"
     assert plan.table("t_f1").sharding_type == "column_wise"
 
-    res = runner.invoke(app, ["plan", "--data", str(tiny_dataset), "--config", str(job), "--world-size", "2", "--json"])
+    res = runner.invoke(
+        app,
+        ["plan", "--data", str(tiny_dataset), "--config", str(job), "--world-size", "2", "--json"],
+    )
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout[res.stdout.index("{") :])
     assert summary["tables"] == 4 and summary["world_size"] == 2
@@ -55,7 +69,9 @@ def test_plan_bad_input_exits_with_one_line(tiny_dataset: Path, tmp_path: Path) 
     assert_one_line_error(res, re.escape("unknown table 't_nope'"))
 
     job = _job(tmp_path, 't_f0 = { sharding_types = ["row_wise"] }')
-    res = runner.invoke(app, ["plan", "--data", str(tiny_dataset), "--config", str(job), "--memory-gib", "0.00001"])
+    res = runner.invoke(
+        app, ["plan", "--data", str(tiny_dataset), "--config", str(job), "--memory-gib", "0.00001"]
+    )
     assert_one_line_error(res, "(?=.*does not fit)(?=.*rank 0 needs)")
 
     res = runner.invoke(app, ["plan", "--data", str(tmp_path / "missing"), "--config", str(job)])
@@ -64,7 +80,9 @@ def test_plan_bad_input_exits_with_one_line(tiny_dataset: Path, tmp_path: Path) 
 
 def test_plan_simulate_json(tiny_dataset: Path, tmp_path: Path) -> None:
     job = _job(tmp_path, "")
-    res = runner.invoke(app, ["plan", "--data", str(tiny_dataset), "--config", str(job), "--simulate", "--json"])
+    res = runner.invoke(
+        app, ["plan", "--data", str(tiny_dataset), "--config", str(job), "--simulate", "--json"]
+    )
     assert res.exit_code == 0, res.output
     rows = json.loads(res.stdout[res.stdout.index("{") :])["rows"]
     assert [r["world_size"] for r in rows] == [2**k for k in range(3, 13)]
@@ -82,13 +100,22 @@ def test_bench_plan_runs_one_case() -> None:
     assert case["ratio_torchrec_estimators"] == pytest.approx(
         case["shardrec_torchrec_ms"] / case["torchrec_torchrec_ms"]
     )
-    assert out["geomean_ratio_torchrec_estimators"] == pytest.approx(case["ratio_torchrec_estimators"])
+    assert out["geomean_ratio_torchrec_estimators"] == pytest.approx(
+        case["ratio_torchrec_estimators"]
+    )
     assert 0.5 < case["ratio_torchrec_estimators"] <= 1.0
-    assert 0 < case["ratio_shardrec_model"] <= 1.0 and case["ratio_default_plan_torchrec_estimators"] > 0
+    assert (
+        0 < case["ratio_shardrec_model"] <= 1.0
+        and case["ratio_default_plan_torchrec_estimators"] > 0
+    )
     # The headline: the plan `shardrec plan` writes (shardrec's cost model on CUDA by default) vs torchrec's, under it.
-    assert case["cost_model"] == "shardrec" and case["ratio_headline"] == case["ratio_shardrec_model"]
+    assert (
+        case["cost_model"] == "shardrec" and case["ratio_headline"] == case["ratio_shardrec_model"]
+    )
     assert "ratio_measured" not in case  # a CUDA case: nothing trained here
-    assert out["reserve"] == 0.15 and "FixedPercentageStorageReservation(0.15)" in out["reservation"]
+    assert (
+        out["reserve"] == 0.15 and "FixedPercentageStorageReservation(0.15)" in out["reservation"]
+    )
     # One text run also takes --reserve 0 (each run plans the case again): the reservation it prints is
     # the JSON's "reservation", made from the reserve it ran with.
     res = runner.invoke(app, ["bench", "plan", "--only", "random40", "--reserve", "0"])
@@ -110,7 +137,9 @@ def test_bench_plan_runs_one_case() -> None:
     assert_one_line_error(res, re.escape("matches no case"))
 
 
-def test_plan_at_start_writes_the_plan_shardrec_plan_writes(tiny_dataset: Path, tmp_path: Path) -> None:
+def test_plan_at_start_writes_the_plan_shardrec_plan_writes(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
     """The trainer without --plan and `shardrec plan` turn the same job into the same bytes."""
     import torch
 
@@ -143,7 +172,14 @@ def test_plan_at_start_writes_the_plan_shardrec_plan_writes(tiny_dataset: Path, 
     job = load_job_config(job_path, ["optim.sparse=adam"])
     manifest = Manifest.load(tiny_dataset)
     configs = build_table_configs(manifest, job.model.embedding_dim, job.model.dims)
-    env = DistEnv(rank=0, local_rank=0, world_size=2, local_world_size=2, device=torch.device("cpu"), backend="gloo")
+    env = DistEnv(
+        rank=0,
+        local_rank=0,
+        world_size=2,
+        local_world_size=2,
+        device=torch.device("cpu"),
+        backend="gloo",
+    )
     module = build_train_module(
         job.model, manifest, configs, env, global_batch_size=job.train.global_batch_size, seed=0
     )
@@ -168,4 +204,6 @@ def test_bench_plan_trains_both_plans_of_a_cpu_case() -> None:
     row = run_case(Case("small/cpu-gloo x2", "random:4:6:1e4", "cpu-gloo", 2, 512))
     assert row["cost_model"] == "shardrec" and row["ratio_headline"] == row["ratio_shardrec_model"]
     assert row["measured_shardrec_ms"] > 0 and row["measured_torchrec_ms"] > 0
-    assert row["ratio_measured"] == pytest.approx(row["measured_shardrec_ms"] / row["measured_torchrec_ms"])
+    assert row["ratio_measured"] == pytest.approx(
+        row["measured_shardrec_ms"] / row["measured_torchrec_ms"]
+    )

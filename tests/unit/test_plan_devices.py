@@ -27,7 +27,12 @@ H200 = DeviceMemory("NVIDIA H200", 150_000_000_000, 148_500_000_000)
 def test_auto_topology_is_the_machine_s_gpus(monkeypatch) -> None:
     monkeypatch.setattr(hardware, "query_cuda_devices", lambda: [H200] * 8)
     topo = detect_topology(16)
-    assert (topo.name, topo.device_kind, topo.local_world_size, topo.num_hosts) == ("h200", "cuda", 8, 2)
+    assert (topo.name, topo.device_kind, topo.local_world_size, topo.num_hosts) == (
+        "h200",
+        "cuda",
+        8,
+        2,
+    )
     assert topo.memory_bytes == H200.free_bytes and topo.memory_source == "device"
     assert topo.usable_bytes == int(H200.free_bytes * 0.85)  # torchrec's 15% kept free
     # One GPU of another model: a100's bandwidths, the device's own memory, as many ranks per host as GPUs.
@@ -44,16 +49,22 @@ def test_plan_defaults_to_this_machine(tiny_dataset: Path, tmp_path: Path, monke
     out = tmp_path / "plan.json"
     res = CliRunner().invoke(app, ["plan", "--data", str(tiny_dataset), "--out", str(out)])
     assert res.exit_code == 0, res.output
-    assert "planned 4 tables for 2 ranks (auto: h200, memory from the device)" in " ".join(res.stdout.split())
+    assert "planned 4 tables for 2 ranks (auto: h200, memory from the device)" in " ".join(
+        res.stdout.split()
+    )
     plan = load_plan(out)
     assert plan.fingerprint.device_kind == "cuda"
     assert plan.topology.memory_bytes == H200.free_bytes and plan.topology.memory_source == "device"
     # A job that trains on CPU (train.device = "cpu", as the demo's) plans for CPU on a GPU host too.
-    res = CliRunner().invoke(app, ["plan", "--data", str(tiny_dataset), "--out", str(out), "--set", "train.device=cpu"])
+    res = CliRunner().invoke(
+        app, ["plan", "--data", str(tiny_dataset), "--out", str(out), "--set", "train.device=cpu"]
+    )
     assert res.exit_code == 0, res.output
     assert load_plan(out).fingerprint.device_kind == "cpu"
     monkeypatch.setattr(hardware, "query_cuda_devices", lambda: [])
-    res = CliRunner().invoke(app, ["plan", "--data", str(tiny_dataset), "--out", str(out), "--json"])
+    res = CliRunner().invoke(
+        app, ["plan", "--data", str(tiny_dataset), "--out", str(out), "--json"]
+    )
     assert res.exit_code == 0, res.output
     assert load_plan(out).fingerprint.device_kind == "cpu"
     assert json.loads(res.stdout)["world_size"] == 2
@@ -61,7 +72,9 @@ def test_plan_defaults_to_this_machine(tiny_dataset: Path, tmp_path: Path, monke
 
 def test_plan_for_another_device_kind_names_topology(tiny_dataset: Path, tmp_path: Path) -> None:
     out = tmp_path / "plan.json"
-    res = CliRunner().invoke(app, ["plan", "--data", str(tiny_dataset), "--out", str(out), "--topology", "cpu-gloo"])
+    res = CliRunner().invoke(
+        app, ["plan", "--data", str(tiny_dataset), "--out", str(out), "--topology", "cpu-gloo"]
+    )
     assert res.exit_code == 0, res.output
     plan = load_plan(out)
     fp = dataclasses.replace(plan.fingerprint, device_kind="cuda", digest="other")
@@ -74,9 +87,13 @@ def test_plan_for_another_device_kind_names_topology(tiny_dataset: Path, tmp_pat
     )
 
 
-def test_start_refuses_a_plan_larger_than_a_device_s_free_memory(tiny_dataset: Path, tmp_path: Path) -> None:
+def test_start_refuses_a_plan_larger_than_a_device_s_free_memory(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "plan.json"
-    res = CliRunner().invoke(app, ["plan", "--data", str(tiny_dataset), "--out", str(out), "--world-size", "2"])
+    res = CliRunner().invoke(
+        app, ["plan", "--data", str(tiny_dataset), "--out", str(out), "--world-size", "2"]
+    )
     assert res.exit_code == 0, res.output
     plan = load_plan(out)
     need = [r.memory_bytes for r in plan.estimate.ranks]
@@ -104,32 +121,48 @@ def _start_on_a_fake_gpu(dataset: Path, monkeypatch, free_bytes: int, plan=None)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda index: (free_bytes, H200.total_bytes))
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda index: 0)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index: H200.name)
-    monkeypatch.setattr(hardware, "query_cuda_devices", lambda: pytest.fail("a rank asked for every device"))
+    monkeypatch.setattr(
+        hardware, "query_cuda_devices", lambda: pytest.fail("a rank asked for every device")
+    )
     real_module = build.build_train_module
     monkeypatch.setattr(
-        build, "build_train_module", lambda *a, **kw: real_module(*a[:3], dataclasses.replace(a[3], device=cpu), **kw)
+        build,
+        "build_train_module",
+        lambda *a, **kw: real_module(*a[:3], dataclasses.replace(a[3], device=cpu), **kw),
     )
 
     monkeypatch.setattr(build, "shard_model", lambda *args, **kwargs: "sharded")
     cpu, job = torch.device("cpu"), JobConfig()
     job.train.global_batch_size = 64
     env = DistEnv(0, 0, 1, 1, torch.device("cuda", 0), "nccl")
-    kw = dict(model_config=job.model, train=job.train, optim=job.optim, sharding=job.sharding, plan=plan)
+    kw = dict(
+        model_config=job.model, train=job.train, optim=job.optim, sharding=job.sharding, plan=plan
+    )
     return lambda: build.build_sharded_model(Manifest.load(dataset), env, **kw)
 
 
-def test_a_plan_made_at_start_on_a_gpu_is_for_that_gpu_s_model_and_free_memory(tiny_dataset: Path, monkeypatch):
+def test_a_plan_made_at_start_on_a_gpu_is_for_that_gpu_s_model_and_free_memory(
+    tiny_dataset: Path, monkeypatch
+):
     start = _start_on_a_fake_gpu(tiny_dataset, monkeypatch, 20 * GiB)
     model, _, plan = start()
     assert model == "sharded"
-    assert (plan.topology.name, plan.topology.memory_bytes, plan.topology.memory_source) == ("h200", 20 * GiB, "device")
+    assert (plan.topology.name, plan.topology.memory_bytes, plan.topology.memory_source) == (
+        "h200",
+        20 * GiB,
+        "device",
+    )
     assert plan.fingerprint.device_kind == "cuda"
 
 
-def test_start_on_a_gpu_refuses_a_plan_larger_than_its_free_memory_before_sharding(tiny_dataset: Path, monkeypatch):
+def test_start_on_a_gpu_refuses_a_plan_larger_than_its_free_memory_before_sharding(
+    tiny_dataset: Path, monkeypatch
+):
     plan = _cuda_plan(tiny_dataset)
     need = plan.estimate.ranks[0].memory_bytes
-    assert _start_on_a_fake_gpu(tiny_dataset, monkeypatch, need, plan)()[0] == "sharded"  # exactly enough
+    assert (
+        _start_on_a_fake_gpu(tiny_dataset, monkeypatch, need, plan)()[0] == "sharded"
+    )  # exactly enough
     with pytest.raises(PlanDoesNotFitError) as e:
         _start_on_a_fake_gpu(tiny_dataset, monkeypatch, need // 4, plan)()
     assert str(e.value) == (

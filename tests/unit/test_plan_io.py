@@ -10,7 +10,12 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
 
 from shardrec.sharding.machine.topology import build_topology
 from shardrec.sharding.plan.plan_file import check_plan, load_plan, plan_fingerprint, save_plan
-from shardrec.sharding.plan.plan_types import PlanDoesNotFitError, PlanFile, StalePlanError, TableFingerprint
+from shardrec.sharding.plan.plan_types import (
+    PlanDoesNotFitError,
+    PlanFile,
+    StalePlanError,
+    TableFingerprint,
+)
 from shardrec.sharding.planner import plan_tables
 from shardrec.sharding.search.request import PlanRequest
 from shardrec.sharding.torchrec.torchrec_plans import to_sharding_plan
@@ -18,7 +23,9 @@ from shardrec.sharding.torchrec.torchrec_plans import to_sharding_plan
 
 def _tables(n: int = 4, dim: int = 16) -> list[EmbeddingBagConfig]:
     return [
-        EmbeddingBagConfig(name=f"t_f{i}", embedding_dim=dim, num_embeddings=100 * (i + 1), feature_names=[f"f{i}"])
+        EmbeddingBagConfig(
+            name=f"t_f{i}", embedding_dim=dim, num_embeddings=100 * (i + 1), feature_names=[f"f{i}"]
+        )
         for i in range(n)
     ]
 
@@ -39,7 +46,10 @@ def _plan(configs, world_size=2, batch=64, constraints=None, **kw):
 
 def test_round_trip_and_sharding_plan(tmp_path: Path) -> None:
     tables = _tables()
-    cons = {"t_f0": {"sharding_types": ["row_wise"]}, "t_f1": {"sharding_types": ["column_wise"], "min_partition": 8}}
+    cons = {
+        "t_f0": {"sharding_types": ["row_wise"]},
+        "t_f1": {"sharding_types": ["column_wise"], "min_partition": 8},
+    }
     plan = _plan(tables, constraints=cons)
     save_plan(plan, tmp_path / "p.json")
     loaded = load_plan(tmp_path / "p.json")
@@ -52,15 +62,22 @@ def test_round_trip_and_sharding_plan(tmp_path: Path) -> None:
     assert [s.shard_sizes for s in mp["t_f0"].sharding_spec.shards] == [[50, 16], [50, 16]]
     assert mp["t_f1"].sharding_type == "column_wise"
     assert [s.shard_offsets for s in mp["t_f1"].sharding_spec.shards] == [[0, 0], [0, 8]]
-    assert str(mp["t_f1"].sharding_spec.shards[1].placement) == f"rank:{loaded.table('t_f1').shards[1].rank}/cpu"
+    assert (
+        str(mp["t_f1"].sharding_spec.shards[1].placement)
+        == f"rank:{loaded.table('t_f1').shards[1].rank}/cpu"
+    )
 
 
 def test_stale_plan_says_what_differs() -> None:
     tables = _tables()
     plan = _plan(tables)
     other = _tables()
-    other[2] = EmbeddingBagConfig(name="t_f2", embedding_dim=32, num_embeddings=300, feature_names=["f2"])
-    other.append(EmbeddingBagConfig(name="t_new", embedding_dim=16, num_embeddings=5, feature_names=["new"]))
+    other[2] = EmbeddingBagConfig(
+        name="t_f2", embedding_dim=32, num_embeddings=300, feature_names=["f2"]
+    )
+    other.append(
+        EmbeddingBagConfig(name="t_new", embedding_dim=16, num_embeddings=5, feature_names=["new"])
+    )
     with pytest.raises(StalePlanError) as e:
         check_plan(plan, plan_fingerprint(other, 4, 128, "cpu"))
     msg = str(e.value)
@@ -101,8 +118,14 @@ def test_plan_for_other_tables_is_refused_by_to_sharding_plan() -> None:
         ({"t_f1": {"sharding_types": ["diagonal"]}}, "'diagonal' is not one of"),
         ({"t_f1": {"colour": 3}}, "unknown key 'colour'"),
         ({"t_f1": {"ranks": [5]}}, "rank 5 is outside world size 2"),
-        ({"t_f1": {"sharding_types": ["column_wise"], "min_partition": 64}}, "t_f1: no sharding type satisfies"),
-        ({"t_f1": {"sharding_types": ["row_wise"], "ranks": [1]}}, "t_f1: no sharding type satisfies"),
+        (
+            {"t_f1": {"sharding_types": ["column_wise"], "min_partition": 64}},
+            "t_f1: no sharding type satisfies",
+        ),
+        (
+            {"t_f1": {"sharding_types": ["row_wise"], "ranks": [1]}},
+            "t_f1: no sharding type satisfies",
+        ),
     ],
 )
 def test_bad_constraints(constraints, message) -> None:
@@ -119,7 +142,11 @@ def test_zero_memory_topology_and_shortfall() -> None:
 
 
 def test_ranks_constraint_is_honoured() -> None:
-    plan = _plan(_tables(6), world_size=4, constraints={"t_f5": {"sharding_types": ["table_wise"], "ranks": [3]}})
+    plan = _plan(
+        _tables(6),
+        world_size=4,
+        constraints={"t_f5": {"sharding_types": ["table_wise"], "ranks": [3]}},
+    )
     assert plan.table("t_f5").ranks == [3]
 
 
@@ -176,23 +203,31 @@ def test_overlapping_shards_that_leave_a_gap_are_refused():
 
 
 def test_explicit_ranks_per_host_must_divide_the_world_size():
-    with pytest.raises(ValueError, match="local_world_size = 5 must be > 0 and divide world_size = 2"):
+    with pytest.raises(
+        ValueError, match="local_world_size = 5 must be > 0 and divide world_size = 2"
+    ):
         build_topology("cpu-gloo", world_size=2, local_world_size=5)
-    assert build_topology("a100", world_size=4).local_world_size == 4  # preset host shrinks to the job
+    assert (
+        build_topology("a100", world_size=4).local_world_size == 4
+    )  # preset host shrinks to the job
 
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 @pytest.mark.parametrize("name", ["h100-2d-world4.json", "cpu-torchrec-world2.json"])
-def test_plan_files_written_before_typed_fields_load_and_write_back_byte_for_byte(name: str) -> None:
+def test_plan_files_written_before_typed_fields_load_and_write_back_byte_for_byte(
+    name: str,
+) -> None:
     """The fingerprint, topology and estimate are dataclasses now; the file they make is unchanged."""
     path = FIXTURES / "plans" / name
     plan = load_plan(path)
     assert plan.to_json() == path.read_text()
     assert PlanFile.from_json(path.read_text()) == plan
     assert plan.topology is not None and plan.topology.world_size == plan.fingerprint.world_size
-    assert plan.estimate is not None and [r.rank for r in plan.estimate.ranks] == list(range(len(plan.estimate.ranks)))
+    assert plan.estimate is not None and [r.rank for r in plan.estimate.ranks] == list(
+        range(len(plan.estimate.ranks))
+    )
     assert plan.estimate.sync_every == (5 if plan.sharding_group_size else None)
 
 
@@ -208,7 +243,9 @@ def test_the_plan_fingerprint_digest_is_pinned_and_covers_every_field(tiny_datas
     fingerprint = plan_fingerprint(configs, 2, 64, "cpu")
     assert fingerprint.digest == "1ccd719bea9a47d8"
     assert fingerprint == load_plan(FIXTURES / "run-killed-at-step-6" / "plan.json").fingerprint
-    assert fingerprint.tables[0] == TableFingerprint("t_f0", rows=50, dim=8, features=["f0"], pooling="SUM")
+    assert fingerprint.tables[0] == TableFingerprint(
+        "t_f0", rows=50, dim=8, features=["f0"], pooling="SUM"
+    )
     other = [
         plan_fingerprint(configs, 4, 64, "cpu"),
         plan_fingerprint(configs, 2, 128, "cpu"),
@@ -217,7 +254,11 @@ def test_the_plan_fingerprint_digest_is_pinned_and_covers_every_field(tiny_datas
         plan_fingerprint(build_table_configs(Manifest.load(tiny_dataset), 4), 2, 64, "cpu"),
     ]
     for change in ({"num_embeddings": 51}, {"feature_names": ["f0", "f9"]}, {"name": "t_x"}):
-        other.append(plan_fingerprint([dataclasses.replace(configs[0], **change), *configs[1:]], 2, 64, "cpu"))
+        other.append(
+            plan_fingerprint(
+                [dataclasses.replace(configs[0], **change), *configs[1:]], 2, 64, "cpu"
+            )
+        )
     mean = dataclasses.replace(configs[0], pooling=PoolingType.MEAN)
     other.append(plan_fingerprint([mean, *configs[1:]], 2, 64, "cpu"))
     digests = [fingerprint.digest] + [f.digest for f in other]
@@ -230,5 +271,7 @@ def test_the_sharding_types_a_plan_may_name_are_torchrecs() -> None:
 
     from shardrec.sharding.plan.plan_types import DATA_PARALLEL, SHARDING_TYPES
 
-    assert len(SHARDING_TYPES) == 6 and set(SHARDING_TYPES) == {t.value for t in ShardingType} - {"grid_shard"}
+    assert len(SHARDING_TYPES) == 6 and set(SHARDING_TYPES) == {t.value for t in ShardingType} - {
+        "grid_shard"
+    }
     assert DATA_PARALLEL == ShardingType.DATA_PARALLEL.value

@@ -17,7 +17,9 @@ T1 = EmbeddingBagConfig(name="t1", embedding_dim=16, num_embeddings=12, feature_
 def _cost(optimizer: str):
     # t0 whole on rank 1; t1 row-wise: rows 0-5 on rank 0, rows 6-11 on rank 1.
     placed = [layouts.table_wise(T0, 1, "fused"), layouts.row_wise(T1, 2, "fused")]
-    return evaluate(placed, [T0, T1], {"t0": 1.0, "t1": 1.0}, build_topology("cpu-gloo", 2), 8, optimizer)
+    return evaluate(
+        placed, [T0, T1], {"t0": 1.0, "t1": 1.0}, build_topology("cpu-gloo", 2), 8, optimizer
+    )
 
 
 @pytest.mark.parametrize(

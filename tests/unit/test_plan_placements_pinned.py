@@ -18,7 +18,9 @@ from shardrec.sharding.search.request import PlanRequest
 def _table_set(spec: str) -> suites.TableSet:
     if spec == "criteo26":
         return suites.criteo_dlrmv2()
-    if spec == "demo-shaped":  # bench plan-reality's tables: criteo's 26 capped at 50,000 rows, dim 16, one-hot
+    if (
+        spec == "demo-shaped"
+    ):  # bench plan-reality's tables: criteo's 26 capped at 50,000 rows, dim 16, one-hot
         configs = [
             suites.table_config(i, min(c.num_embeddings, 50_000), 16)
             for i, c in enumerate(suites.criteo_dlrmv2(16).configs)

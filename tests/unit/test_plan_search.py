@@ -16,7 +16,11 @@ from shardrec.sharding.search.shardrec_search import search_plan
 
 def _request(ts: suites.TableSet, topo, batch: int, constraints=None) -> SearchRequest:
     return SearchRequest(
-        configs=ts.configs, topology=topo, global_batch_size=batch, pooling=ts.pooling, constraints=constraints or {}
+        configs=ts.configs,
+        topology=topo,
+        global_batch_size=batch,
+        pooling=ts.pooling,
+        constraints=constraints or {},
     )
 
 
@@ -31,14 +35,24 @@ def _lpt_table_wise(tables, pooling, topo, batch):
     return out
 
 
-@pytest.mark.parametrize("seed, n, preset, world", [(0, 30, "h100", 8), (1, 60, "a100", 16), (2, 40, "cpu-gloo", 4)])
+@pytest.mark.parametrize(
+    "seed, n, preset, world", [(0, 30, "h100", 8), (1, 60, "a100", 16), (2, 40, "cpu-gloo", 4)]
+)
 def test_search_beats_simple_placements(seed, n, preset, world) -> None:
     ts = suites.random_tasks(seed, n, max_rows=1e6)
     topo = build_topology(preset, world)
     batch = 1024 * world
     ours = evaluate(search_plan(_request(ts, topo, batch)), ts.configs, ts.pooling, topo, batch)
-    tw = evaluate(_lpt_table_wise(ts.configs, ts.pooling, topo, batch), ts.configs, ts.pooling, topo, batch)
-    rw = evaluate([layouts.row_wise(t, world, "fused") for t in ts.configs], ts.configs, ts.pooling, topo, batch)
+    tw = evaluate(
+        _lpt_table_wise(ts.configs, ts.pooling, topo, batch), ts.configs, ts.pooling, topo, batch
+    )
+    rw = evaluate(
+        [layouts.row_wise(t, world, "fused") for t in ts.configs],
+        ts.configs,
+        ts.pooling,
+        topo,
+        batch,
+    )
     assert ours.max_step_s <= tw.max_step_s * 1.000001
     assert ours.max_step_s <= rw.max_step_s * 1.000001
     assert not ours.shortfall()
@@ -92,12 +106,17 @@ def test_constraints_are_honoured() -> None:
         "t_2": {"sharding_types": ["column_wise", "table_column_wise"], "min_partition": 8},
         "t_3": {"sharding_types": ["data_parallel"]},
     }
-    placed = {t.name: t for t in search_plan(_request(ts, topo, 4096, parse_constraints(raw, ts.configs, 4)))}
+    placed = {
+        t.name: t
+        for t in search_plan(_request(ts, topo, 4096, parse_constraints(raw, ts.configs, 4)))
+    }
     assert placed["t_0"].sharding_type == "row_wise"
     assert placed["t_1"].sharding_type == "table_wise" and placed["t_1"].ranks == [2]
     assert placed["t_2"].sharding_type in ("column_wise", "table_column_wise")
     assert all(s.cols >= 8 for s in placed["t_2"].shards)
-    assert placed["t_3"].sharding_type == "data_parallel" and placed["t_3"].compute_kernel == "dense"
+    assert (
+        placed["t_3"].sharding_type == "data_parallel" and placed["t_3"].compute_kernel == "dense"
+    )
 
 
 def test_a_replicated_table_that_overflows_is_not_taken_for_a_fit() -> None:

@@ -17,7 +17,9 @@ HOT = {"mean_ids_per_sample": 20.0, "top1_share": 0.6, "top10_share": 0.9}
 
 def _tables():
     return [
-        EmbeddingBagConfig(name=f"t_f{i}", embedding_dim=64, num_embeddings=400_000, feature_names=[f"f{i}"])
+        EmbeddingBagConfig(
+            name=f"t_f{i}", embedding_dim=64, num_embeddings=400_000, feature_names=[f"f{i}"]
+        )
         for i in range(4)
     ]
 
@@ -59,7 +61,9 @@ def test_planner_prices_skew_into_row_wise() -> None:
     )
     hashed = plan_tables(PlanRequest(configs=tables, **kw))
     vocab = plan_tables(
-        PlanRequest(configs=tables, **{**kw, "statistics": DatasetStatistics(stats, ids_by_frequency=True)})
+        PlanRequest(
+            configs=tables, **{**kw, "statistics": DatasetStatistics(stats, ids_by_frequency=True)}
+        )
     )
     assert vocab.estimate.max_step_ms > hashed.estimate.max_step_ms
     assert vocab.estimate.critical_rank == 0

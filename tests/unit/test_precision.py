@@ -22,7 +22,9 @@ def _batch(n: int = 6) -> Batch:
     kjt = KeyedJaggedTensor.from_lengths_sync(
         keys=FEATURES, values=torch.randint(0, 10, (n * len(FEATURES),)), lengths=lengths
     )
-    return Batch(dense_features=torch.randn(n, 3), sparse_features=kjt, labels=torch.randint(0, 2, (n,)))
+    return Batch(
+        dense_features=torch.randn(n, 3), sparse_features=kjt, labels=torch.randint(0, 2, (n,))
+    )
 
 
 def _module(arch: str, precision: str) -> TrainModule:
@@ -31,9 +33,20 @@ def _module(arch: str, precision: str) -> TrainModule:
         EmbeddingBagConfig(name=f"t{i}", embedding_dim=4, num_embeddings=10, feature_names=[f])
         for i, f in enumerate(FEATURES)
     ]
-    config = ModelConfig(arch=arch, embedding_dim=4, dense_arch=[8, 4], over_arch=[8, 1], dcn_layers=1, dcn_low_rank=2)
+    config = ModelConfig(
+        arch=arch,
+        embedding_dim=4,
+        dense_arch=[8, 4],
+        over_arch=[8, 1],
+        dcn_layers=1,
+        dcn_low_rank=2,
+    )
     return TrainModule(
-        build_model(config, EmbeddingBagCollection(tables=tables), FEATURES, 3, precision=precision), 6, 1
+        build_model(
+            config, EmbeddingBagCollection(tables=tables), FEATURES, 3, precision=precision
+        ),
+        6,
+        1,
     )
 
 
@@ -96,7 +109,9 @@ def test_a_cpu_without_bf16_instructions_is_named(monkeypatch: pytest.MonkeyPatc
 
 def test_a_gpu_that_only_emulates_bf16_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     """torch.cuda.is_bf16_supported() counts emulation by default (True on a V100 or T4)."""
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
+    monkeypatch.setattr(
+        torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation
+    )
     note = models.bf16_support_note("cuda")
     assert note is not None and "no native bf16" in note and "emulated and slow" in note
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)

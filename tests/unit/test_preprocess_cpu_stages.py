@@ -36,9 +36,17 @@ def test_a_run_reports_its_stages_within_its_cpu_time(tmp_path: Path):
     result = run_preprocess(PreprocessConfig([tmp_path / "raw"], tmp_path / "out", chunk_mb=0.1))
     cpu = time.process_time() - t0
     stages = result.cpu_s_by_stage
-    pipeline = (cpu_stages.PLAN, cpu_stages.READ, cpu_stages.PARSE, cpu_stages.IDS, cpu_stages.DENSE)
+    pipeline = (
+        cpu_stages.PLAN,
+        cpu_stages.READ,
+        cpu_stages.PARSE,
+        cpu_stages.IDS,
+        cpu_stages.DENSE,
+    )
     for name in (*pipeline, cpu_stages.APPEND, cpu_stages.WRITE, cpu_stages.SYNC, cpu_stages.STATS):
-        assert stages[name] >= 0, name  # each stage was entered (1,500 rows: some take under a millisecond)
+        assert stages[name] >= 0, (
+            name
+        )  # each stage was entered (1,500 rows: some take under a millisecond)
     assert stages[cpu_stages.PARSE] + stages[cpu_stages.WRITE] + stages[cpu_stages.STATS] > 0
     assert list(stages) == [s for s in cpu_stages.STAGES if s in stages]  # pipeline order
     # Counted once: the stages of this run (start-up aside: this process started long before) fit in its CPU time.

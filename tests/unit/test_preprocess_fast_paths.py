@@ -45,15 +45,24 @@ def test_write_part_bytes_and_checksums_are_numpys(tmp_path: Path, fsync: bool):
         want = _numpy_save(tmp_path / f"ref-{name}", array)
         got = (tmp_path / "p" / name).read_bytes()
         assert got == want, name
-        assert info.files[name].bytes == len(want) and info.files[name].sha256 == hashlib.sha256(want).hexdigest(), name
+        assert (
+            info.files[name].bytes == len(want)
+            and info.files[name].sha256 == hashlib.sha256(want).hexdigest()
+        ), name
     assert not list((tmp_path / "p").glob(".*tmp*"))
 
 
 def test_empty_and_zero_dim_columns_match_numpy(tmp_path: Path):
     info = write_part(
-        tmp_path / "p", np.zeros(0, np.uint8), np.zeros((0, 13), np.float32), {"a": np.zeros(0, np.uint32)}
+        tmp_path / "p",
+        np.zeros(0, np.uint8),
+        np.zeros((0, 13), np.float32),
+        {"a": np.zeros(0, np.uint32)},
     )
-    for name, array in (("label.npy", np.zeros(0, np.uint8)), ("dense.npy", np.zeros((0, 13), np.float32))):
+    for name, array in (
+        ("label.npy", np.zeros(0, np.uint8)),
+        ("dense.npy", np.zeros((0, 13), np.float32)),
+    ):
         want = _numpy_save(tmp_path / name, array)
         assert (tmp_path / "p" / name).read_bytes() == want
         assert info.files[name].sha256 == hashlib.sha256(want).hexdigest()
@@ -113,9 +122,20 @@ def test_word_at_a_time_integers_agree_with_the_numpy_parser(delimiter):
     rng = np.random.default_rng(7)
     rows = []
     for _ in range(4000):
-        fields = [str(rng.integers(0, 2))] + [values[rng.integers(len(values))] for _ in range(5)] + ["ab"]
-        rows.append(delimiter.join(fields[: rng.integers(1, 8)]) + ("\r" if rng.random() < 0.05 else ""))
-    rows += ["1", f"1{delimiter}1", f"1{delimiter}12", f"1{delimiter}1234567"]  # integers in the text's last bytes
+        fields = (
+            [str(rng.integers(0, 2))]
+            + [values[rng.integers(len(values))] for _ in range(5)]
+            + ["ab"]
+        )
+        rows.append(
+            delimiter.join(fields[: rng.integers(1, 8)]) + ("\r" if rng.random() < 0.05 else "")
+        )
+    rows += [
+        "1",
+        f"1{delimiter}1",
+        f"1{delimiter}12",
+        f"1{delimiter}1234567",
+    ]  # integers in the text's last bytes
     text = ("\n".join(rows) + "\n").encode()
     a, b = parse_chunk(text, schema, engine="compiled"), parse_chunk(text, schema, engine="numpy")
     for name in ("reason", "bad_field", "row_start", "row_end"):
@@ -144,7 +164,14 @@ def test_the_compiled_dense_transform_equals_transform_dense(dense_dtype: str):
     # Values on both sides of the end of the log1p table (looked up below it, computed past it).
     small = rng.random((n, 3)) < 0.4
     dense[small] = rng.integers(0, LOG1P_TABLE_SIZE + 300, int(small.sum()))
-    dense[:6, 0] = [LOG1P_TABLE_SIZE - 2, LOG1P_TABLE_SIZE - 1, LOG1P_TABLE_SIZE, LOG1P_TABLE_SIZE + 1, 0, 1]
+    dense[:6, 0] = [
+        LOG1P_TABLE_SIZE - 2,
+        LOG1P_TABLE_SIZE - 1,
+        LOG1P_TABLE_SIZE,
+        LOG1P_TABLE_SIZE + 1,
+        0,
+        1,
+    ]
     dense_missing = rng.random((n, 3)) < 0.2
     dense[dense_missing] = 0  # the parser leaves missing values at 0
     sparse = rng.integers(0, 2**63, (n, 1), dtype=np.uint64)
@@ -165,6 +192,8 @@ def test_the_compiled_dense_transform_equals_transform_dense(dense_dtype: str):
     append_rows(cols, chunk, rows, "log1p", dense_dtype, ["C1"], (1000,), None)
     want = transform_dense(dense[rows], dense_missing[rows], "log1p", dense_dtype)
     assert cols.rows == len(rows) and cols.dense[: cols.rows].tobytes() == want.tobytes()
-    every = np.arange(LOG1P_TABLE_SIZE)  # each value the table holds, as transform_dense computes it
+    every = np.arange(
+        LOG1P_TABLE_SIZE
+    )  # each value the table holds, as transform_dense computes it
     want = transform_dense(every, np.zeros(len(every), bool), "log1p", dense_dtype)
     assert log1p_table(dense_dtype)[0].tobytes() == want.tobytes()

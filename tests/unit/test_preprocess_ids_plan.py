@@ -7,7 +7,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardrec.tools.preprocess.ids.id_maps import MISSING_ID, OOV_ID, Vocabulary, hash_ids, merge_counts
+from shardrec.tools.preprocess.ids.id_maps import (
+    MISSING_ID,
+    OOV_ID,
+    Vocabulary,
+    hash_ids,
+    merge_counts,
+)
 from shardrec.tools.preprocess.inputs import (
     SplitRange,
     chunk_bounds,
@@ -21,19 +27,40 @@ from shardrec.tools.preprocess.inputs import (
 
 # Known answers: a change to the mixing or the mod would remap every id of every dataset and
 # silently invalidate every checkpoint trained on one. Computed once with the code as released.
-GOLDEN_HEX = ["00000000", "00000001", "68fd1e64", "80e26c9b", "fb936136", "7b4723c4", "ffffffff", "ffffffffffffffff"]
+GOLDEN_HEX = [
+    "00000000",
+    "00000001",
+    "68fd1e64",
+    "80e26c9b",
+    "fb936136",
+    "7b4723c4",
+    "ffffffff",
+    "ffffffffffffffff",
+]
 GOLDEN_IDS = {
     2: [1, 1, 1, 1, 1, 1, 1, 1],
     1000: [1, 374, 468, 28, 685, 295, 272, 664],
     10_000_000: [1, 7915964, 8663310, 8538013, 706006, 5943679, 964613, 7360045],
-    2**40: [1, 124828882940, 285348094239, 409837881484, 334824798085, 228093315712, 38273940545, 1086417046993],
+    2**40: [
+        1,
+        124828882940,
+        285348094239,
+        409837881484,
+        334824798085,
+        228093315712,
+        38273940545,
+        1086417046993,
+    ],
 }
 
 
 @pytest.mark.parametrize("cardinality", sorted(GOLDEN_IDS))
 def test_hash_ids_known_answers(cardinality: int):
     values = np.array([int(h, 16) for h in GOLDEN_HEX], dtype=np.uint64)
-    assert hash_ids(values, np.zeros(len(values), bool), cardinality).tolist() == GOLDEN_IDS[cardinality]
+    assert (
+        hash_ids(values, np.zeros(len(values), bool), cardinality).tolist()
+        == GOLDEN_IDS[cardinality]
+    )
     missing = np.arange(len(values)) % 2 == 0
     want = [0 if m else g for m, g in zip(missing, GOLDEN_IDS[cardinality])]
     assert hash_ids(values, missing, cardinality).tolist() == want
@@ -60,7 +87,9 @@ def test_merge_counts_sums_across_chunks():
 
 
 def test_vocabulary_orders_by_count_and_maps_the_rest_to_oov():
-    vocab = Vocabulary.build(np.array([3, 8, 2**32 + 5, 11], np.uint64), np.array([5, 9, 5, 1]), min_count=2)
+    vocab = Vocabulary.build(
+        np.array([3, 8, 2**32 + 5, 11], np.uint64), np.array([5, 9, 5, 1]), min_count=2
+    )
     assert vocab.cardinality == 5  # 3 kept + missing + OOV
     values = np.array([8, 3, 2**32 + 5, 11, 12, 0], np.uint64)
     missing = np.array([False, False, False, False, False, True])
@@ -85,7 +114,11 @@ def test_chunk_bounds_cut_after_newlines_and_cover_the_file(tmp_path: Path):
 
 def test_kaggle_and_day_splits():
     ranges = split_ranges("kaggle", True, 700, "first")
-    assert ranges == (SplitRange("train", 0, 600), SplitRange("val", 600, 650), SplitRange("test", 650, 700))
+    assert ranges == (
+        SplitRange("train", 0, 600),
+        SplitRange("val", 600, 650),
+        SplitRange("test", 650, 700),
+    )
     assert halve(0, 7, "first") == (SplitRange("val", 0, 4), SplitRange("test", 4, 7))
     assert halve(0, 7, "second") == (SplitRange("test", 0, 4), SplitRange("val", 4, 7))
     assert split_ranges("days", False, 100, "first") == ()  # a training day
@@ -112,7 +145,9 @@ def test_plan_gives_each_task_its_first_line(tmp_path: Path):
     data = path.read_bytes()
     for t in tasks:
         assert t.first_line == data[: t.start].count(b"\n")
-        assert t.split_of(t.first_line) == ("train" if t.first_line < 857 else "val" if t.first_line < 929 else "test")
+        assert t.split_of(t.first_line) == (
+            "train" if t.first_line < 857 else "val" if t.first_line < 929 else "test"
+        )
 
 
 def test_only_tasks_with_training_lines_are_read_for_the_vocabulary(tmp_path: Path):
@@ -127,7 +162,10 @@ def test_only_tasks_with_training_lines_are_read_for_the_vocabulary(tmp_path: Pa
     for d in days:
         d.write_bytes(path.read_bytes())
     tasks = plan_tasks(days, "days", "first", 1 << 20, header=False)
-    assert [(Path(t.path).name, t.holds_train_lines) for t in tasks] == [("day_0", True), ("day_1", False)]
+    assert [(Path(t.path).name, t.holds_train_lines) for t in tasks] == [
+        ("day_0", True),
+        ("day_1", False),
+    ]
 
 
 def test_compiled_hashing_equals_hash_ids():
@@ -137,10 +175,14 @@ def test_compiled_hashing_equals_hash_ids():
     values = rng.integers(0, 2**63, (500, 3), dtype=np.int64).astype(np.uint64) * np.uint64(2)
     missing = rng.random((500, 3)) < 0.2
     cards = np.array([2, 1000, 2**33], dtype=np.int64)
-    kernel = parse_kernel.hash_matrix if parse_kernel.AVAILABLE else parse_kernel.hash_matrix.py_func
+    kernel = (
+        parse_kernel.hash_matrix if parse_kernel.AVAILABLE else parse_kernel.hash_matrix.py_func
+    )
     got = kernel(values, missing, cards)
     for f in range(3):
-        np.testing.assert_array_equal(got[:, f], hash_ids(values[:, f], missing[:, f], int(cards[f])))
+        np.testing.assert_array_equal(
+            got[:, f], hash_ids(values[:, f], missing[:, f], int(cards[f]))
+        )
 
 
 @pytest.mark.parametrize("gz", [False, True])
@@ -150,11 +192,18 @@ def test_read_pieces_cut_at_newlines_and_keep_every_byte(tmp_path: Path, gz: boo
     from shardrec.tools.preprocess.inputs import Task
     from shardrec.tools.preprocess.task import read_pieces
 
-    text = b"".join(b"x" * (i % 50) + b"\n" for i in range(400)) + b"y" * 300 + b"\n" + b"last line without newline"
+    text = (
+        b"".join(b"x" * (i % 50) + b"\n" for i in range(400))
+        + b"y" * 300
+        + b"\n"
+        + b"last line without newline"
+    )
     path = tmp_path / ("t.txt.gz" if gz else "t.txt")
     path.write_bytes(gzip.compress(text) if gz else text)
     task = Task(0, str(path), 0, -1 if gz else len(text), 0, (), "train", False)
-    pieces = [bytes(p) for p in read_pieces(task, piece_bytes=64)]  # lines up to 300 bytes: the buffer grows
+    pieces = [
+        bytes(p) for p in read_pieces(task, piece_bytes=64)
+    ]  # lines up to 300 bytes: the buffer grows
     assert all(p.endswith(b"\n") for p in pieces) and len(pieces) > 10
     assert b"".join(pieces) == text + b"\n"
 
@@ -198,7 +247,11 @@ def test_count_and_vocabulary_files_are_synced_before_they_appear(tmp_path: Path
     # once per file: that doubled vocabulary mode's fsyncs).
     run_syncs = [i for i, e in enumerate(events) if e == "fsync run-000"]
     assert len(run_syncs) == 1
-    assert events.index("replace C1.counts.npy") < run_syncs[0] < events.index(f"replace {marker.name}")
+    assert (
+        events.index("replace C1.counts.npy")
+        < run_syncs[0]
+        < events.index(f"replace {marker.name}")
+    )
 
     events.clear()
     build_vocabularies(run_dirs(tmp_path / ".work", [0]), ["C1"], 1, 1 << 20, tmp_path / "vocab")

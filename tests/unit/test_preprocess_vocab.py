@@ -48,11 +48,15 @@ def _reference_vocab(runs: list[tuple[np.ndarray, np.ndarray]], min_count: int) 
 
 @pytest.mark.parametrize("kind", ["days", "kaggle"])
 @pytest.mark.parametrize("memory_mb", [256, 0.001])  # 0.001 MiB: 16 pairs, many runs and ranges
-def test_dataset_bytes_equal_the_in_memory_implementation(tmp_path: Path, kind: str, memory_mb: float):
+def test_dataset_bytes_equal_the_in_memory_implementation(
+    tmp_path: Path, kind: str, memory_mb: float
+):
     raw = tmp_path / "raw"
     write_dataset(raw, rows=6000, seed=5, days=3 if kind == "days" else 0, max_vocab=400)
     out = tmp_path / "out"
-    run_preprocess(PreprocessConfig([raw], out, min_count=2, chunk_mb=0.2, vocab_memory_mb=memory_mb))
+    run_preprocess(
+        PreprocessConfig([raw], out, min_count=2, chunk_mb=0.2, vocab_memory_mb=memory_mb)
+    )
     assert _digest(out) == TODAYS_DIGESTS[kind]
     info = json.loads((out / ".work" / "vocab" / "vocab.json").read_text())
     # The tiny budget really did merge in pieces; the default one in one range per feature.
@@ -139,7 +143,9 @@ def test_a_budget_below_the_run_count_is_one_clear_error(tmp_path: Path):
         np.save(d / "C1.values.npy", np.arange(r, r + 50, dtype=np.uint64))
         np.save(d / "C1.counts.npy", np.ones(50, np.int64))
         dirs.append(d)
-    with pytest.raises(ValueError, match="below the 20 count runs it must merge; raise --vocab-memory-mb"):
+    with pytest.raises(
+        ValueError, match="below the 20 count runs it must merge; raise --vocab-memory-mb"
+    ):
         build_vocabularies(dirs, ["C1"], 1, 16 * 64, tmp_path / "vocab")
 
 
@@ -169,7 +175,9 @@ def test_32_bit_values_are_mapped_at_half_the_width_with_the_same_ids(tmp_path: 
     # Every worker maps the vocabularies whole: on 52 M distinct Criteo values uint64 files were 832 MB.
     rng = np.random.default_rng(3)
     small = np.unique(rng.integers(0, 2**32, 500, dtype=np.uint64))
-    wide = np.append(small[:-1], np.uint64(2**40))  # one value past 32 bits: that feature stays uint64
+    wide = np.append(
+        small[:-1], np.uint64(2**40)
+    )  # one value past 32 bits: that feature stays uint64
     d = tmp_path / "run-0"
     d.mkdir()
     counts = rng.integers(1, 5, len(small)).astype(np.int64)
@@ -178,9 +186,15 @@ def test_32_bit_values_are_mapped_at_half_the_width_with_the_same_ids(tmp_path: 
         np.save(d / f"{name}.counts.npy", counts)
     build_vocabularies([d], ["C1", "C2"], 2, 1 << 20, tmp_path / "vocab")
     narrow, full = load_vocabularies(tmp_path / "vocab", ["C1", "C2"])
-    assert (narrow.sorted_values.dtype, narrow.ids.dtype, full.sorted_values.dtype) == (np.uint32, np.uint32, np.uint64)
+    assert (narrow.sorted_values.dtype, narrow.ids.dtype, full.sorted_values.dtype) == (
+        np.uint32,
+        np.uint32,
+        np.uint64,
+    )
     # Queries: kept values, dropped ones, missing, and values whose low 32 bits equal a kept value.
-    queries = np.concatenate([small, small + np.uint64(2**32), rng.integers(0, 2**32, 200, dtype=np.uint64)])
+    queries = np.concatenate(
+        [small, small + np.uint64(2**32), rng.integers(0, 2**32, 200, dtype=np.uint64)]
+    )
     missing = np.zeros(len(queries), bool)
     missing[::7] = True
     for got, values in ((narrow, small), (full, wide)):
@@ -189,7 +203,9 @@ def test_32_bit_values_are_mapped_at_half_the_width_with_the_same_ids(tmp_path: 
         assert ids.dtype == np.uint64
         np.testing.assert_array_equal(ids, want)
     kept_plus_2_32 = small[counts >= 2] + np.uint64(2**32)
-    assert (narrow.lookup(kept_plus_2_32, np.zeros(len(kept_plus_2_32), bool)) == 1).all()  # OOV, not a match
+    assert (
+        narrow.lookup(kept_plus_2_32, np.zeros(len(kept_plus_2_32), bool)) == 1
+    ).all()  # OOV, not a match
 
 
 _MERGE_IN_A_FRESH_PROCESS = """
@@ -219,11 +235,16 @@ print(before, anonymous_kb())
 """
 
 
-@pytest.mark.skipif(not Path("/proc/self/smaps_rollup").is_file(), reason="no smaps_rollup (Linux only)")
+@pytest.mark.skipif(
+    not Path("/proc/self/smaps_rollup").is_file(), reason="no smaps_rollup (Linux only)"
+)
 def test_the_merge_gives_its_memory_back_before_the_workers_map(tmp_path: Path):
     # The merging process lives on while the workers map the vocabularies: what it freed must not stay held.
     res = subprocess.run(
-        [sys.executable, "-c", _MERGE_IN_A_FRESH_PROCESS, str(tmp_path)], capture_output=True, text=True, check=True
+        [sys.executable, "-c", _MERGE_IN_A_FRESH_PROCESS, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     before, after = map(int, res.stdout.split())
     assert after <= before + 4096, (before, after)  # kB: 2 M pairs merged left ~11 MB held before
@@ -240,7 +261,9 @@ def test_the_merge_gives_its_memory_back_before_the_workers_map(tmp_path: Path):
     ],
 )
 @pytest.mark.parametrize("tables", ["hash", "search"])
-def test_the_compiled_lookup_gives_the_ids_of_vocabulary_lookup(n: int, dtype, largest: int, tables: str, monkeypatch):
+def test_the_compiled_lookup_gives_the_ids_of_vocabulary_lookup(
+    n: int, dtype, largest: int, tables: str, monkeypatch
+):
     """Kept values, values between and past them, missing ones, rows out of order: the compiled
     lookup writes Vocabulary.lookup's ids into a part's id columns at an offset, by hash tables
     (32-bit values, within the budget) or by bucket search (a budget spent)."""
@@ -251,9 +274,15 @@ def test_the_compiled_lookup_gives_the_ids_of_vocabulary_lookup(n: int, dtype, l
     rng = np.random.default_rng(n)
     kept = np.unique(rng.integers(0, largest, n, dtype=np.uint64, endpoint=False)).astype(dtype)
     vocab = Vocabulary(kept, (rng.permutation(len(kept)) + 2).astype(np.uint32))
-    hits = kept.astype(np.uint64)[rng.integers(0, len(kept), 500)] if len(kept) else np.zeros(0, np.uint64)
+    hits = (
+        kept.astype(np.uint64)[rng.integers(0, len(kept), 500)]
+        if len(kept)
+        else np.zeros(0, np.uint64)
+    )
     edges = np.array([0, 1, 2**32 - 1, 2**32, 2**64 - 1], np.uint64)
-    values = np.concatenate([hits, rng.integers(0, largest, 500, dtype=np.uint64, endpoint=False), edges])
+    values = np.concatenate(
+        [hits, rng.integers(0, largest, 500, dtype=np.uint64, endpoint=False), edges]
+    )
     values = np.stack([values, values[::-1], values], axis=1)
     missing = rng.random(values.shape) < 0.1
     rows = rng.permutation(len(values))[:-3]

@@ -23,7 +23,9 @@ def _run_with_a_checkpoint(tmp_path: Path, config_toml: str) -> Path:
     return run
 
 
-def test_allowing_a_key_does_not_allow_keys_that_start_with_it(tiny_dataset: Path, tmp_path: Path) -> None:
+def test_allowing_a_key_does_not_allow_keys_that_start_with_it(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
     saved = load_job_config(None, [f'data.path="{tiny_dataset}"', "train.global_batch_size=64"])
     run = _run_with_a_checkpoint(tmp_path, saved.to_toml())
     manifest = Manifest.load(tiny_dataset)
@@ -43,10 +45,14 @@ def test_a_rerun_with_the_same_data_given_relative_announces_no_change(
 ) -> None:
     """config.toml keeps data.path absolute; the same command rerun from the same directory with
     `--data data` announced "changed settings: data.path: '/abs/data' -> 'data'"."""
-    saved = load_job_config(None, [f'data.path="{tiny_dataset.resolve()}"', "train.global_batch_size=64"])
+    saved = load_job_config(
+        None, [f'data.path="{tiny_dataset.resolve()}"', "train.global_batch_size=64"]
+    )
     run = _run_with_a_checkpoint(tmp_path, saved.to_toml())
     monkeypatch.chdir(tiny_dataset.parent)
-    rerun = load_job_config(None, [f'data.path="{tiny_dataset.name}"', "train.global_batch_size=64"])
+    rerun = load_job_config(
+        None, [f'data.path="{tiny_dataset.name}"', "train.global_batch_size=64"]
+    )
     assert check_run_dir(run, rerun, Manifest.load(tiny_dataset), []) == "resume"
     assert resume_notice(run, rerun) is None
     moved = load_job_config(None, ['data.path="elsewhere"', "train.global_batch_size=64"])

@@ -25,11 +25,16 @@ CUDA_WHEEL = {
     "metadata": {
         "name": "torch",
         "version": "2.13.0",
-        "requires_dist": ["filelock", "nvidia-cuda-runtime-cu12==12.8.90; platform_system == 'Linux'"],
+        "requires_dist": [
+            "filelock",
+            "nvidia-cuda-runtime-cu12==12.8.90; platform_system == 'Linux'",
+        ],
     }
 }
 CPU_WHEEL = {"metadata": {"name": "torch", "version": "2.13.0+cpu", "requires_dist": ["filelock"]}}
-MAC_WHEEL = {"metadata": {"name": "torch", "version": "2.13.0", "requires_dist": ["filelock", "sympy"]}}
+MAC_WHEEL = {
+    "metadata": {"name": "torch", "version": "2.13.0", "requires_dist": ["filelock", "sympy"]}
+}
 
 
 def test_cpu_and_cuda_builds_are_told_apart():
@@ -38,8 +43,12 @@ def test_cpu_and_cuda_builds_are_told_apart():
     assert torch_index.is_cpu_build(MAC_WHEEL)
 
 
-@pytest.mark.parametrize("resolved, expected", [(CUDA_WHEEL, torch_index.CPU_INDEX_ARGS), (CPU_WHEEL, []), (None, [])])
-def test_pytorch_cpu_index_only_where_the_configured_indexes_give_cuda(monkeypatch, resolved, expected):
+@pytest.mark.parametrize(
+    "resolved, expected", [(CUDA_WHEEL, torch_index.CPU_INDEX_ARGS), (CPU_WHEEL, []), (None, [])]
+)
+def test_pytorch_cpu_index_only_where_the_configured_indexes_give_cuda(
+    monkeypatch, resolved, expected
+):
     monkeypatch.setattr(torch_index, "resolve", lambda requirement, extra: resolved)
     assert torch_index.index_args("torch==2.13.0") == expected
 
@@ -51,7 +60,11 @@ def test_pin_is_read_from_the_cpu_requirements():
 def test_setup_resolves_a_cpu_torch_on_this_machine():
     """What `make setup` would install here, asked of pip without installing."""
     args = subprocess.run(
-        [sys.executable, str(ROOT / "requirements" / "torch_index.py"), str(ROOT / "requirements" / "cpu.txt")],
+        [
+            sys.executable,
+            str(ROOT / "requirements" / "torch_index.py"),
+            str(ROOT / "requirements" / "cpu.txt"),
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -76,7 +89,13 @@ def _fake_gpu_path(tmp_path: Path, driver: str | None, present: bool = True) -> 
 
 @pytest.mark.parametrize(
     "driver, kind",
-    [("590.44.01", "cuda"), ("580.65.06", "cuda"), ("550.54.15", "cuda126"), ("525.60.13", "cuda126"), (None, "cpu")],
+    [
+        ("590.44.01", "cuda"),
+        ("580.65.06", "cuda"),
+        ("550.54.15", "cuda126"),
+        ("525.60.13", "cuda126"),
+        (None, "cpu"),
+    ],
 )
 def test_the_kind_follows_the_driver(tmp_path: Path, driver: str | None, kind: str) -> None:
     done = subprocess.run(
@@ -91,9 +110,13 @@ def test_the_kind_follows_the_driver(tmp_path: Path, driver: str | None, kind: s
 
 def test_no_gpu_or_a_driver_too_old_for_any_cuda_build_is_the_cpu_kind(tmp_path: Path) -> None:
     cmd = [sys.executable, str(ROOT / "requirements" / "machine.py"), "kind"]
-    done = subprocess.run(cmd, env=_fake_gpu_path(tmp_path, None, present=False), capture_output=True, text=True)
+    done = subprocess.run(
+        cmd, env=_fake_gpu_path(tmp_path, None, present=False), capture_output=True, text=True
+    )
     assert (done.returncode, done.stdout.strip()) == (0, "cpu")
-    done = subprocess.run(cmd, env=_fake_gpu_path(tmp_path, "470.256.02"), capture_output=True, text=True)
+    done = subprocess.run(
+        cmd, env=_fake_gpu_path(tmp_path, "470.256.02"), capture_output=True, text=True
+    )
     assert done.stdout.strip() == "cpu"
     assert done.stderr.strip() == (
         "make setup: NVIDIA driver 470.256.02 is older than any CUDA build of the pinned torch runs on "
@@ -118,13 +141,21 @@ def test_the_setup_stamp_is_per_device_kind(tmp_path: Path) -> None:
     the CUDA requirements, and again for the CPU back on the CPU node."""
     venv = tmp_path / "venv"
     venv.mkdir()
-    (venv / ".shardrec-setup-cpu").touch()  # set up here for the CPU, after every requirement changed
+    (
+        venv / ".shardrec-setup-cpu"
+    ).touch()  # set up here for the CPU, after every requirement changed
     assert "Nothing to be done" in _make_setup_dry_run(tmp_path, None, venv)
     on_gpu = _make_setup_dry_run(tmp_path, "580.65.06", venv)
     assert "machine.py stale cuda" in on_gpu and "-r requirements/cuda.txt" in on_gpu
-    assert f"touch {venv}/.shardrec-setup-cuda" in on_gpu and f"rm -f {venv}/.shardrec-setup*" in on_gpu
+    assert (
+        f"touch {venv}/.shardrec-setup-cuda" in on_gpu
+        and f"rm -f {venv}/.shardrec-setup*" in on_gpu
+    )
     old_driver = _make_setup_dry_run(tmp_path, "550.54.15", venv)
-    assert "-r requirements/cuda126.txt" in old_driver and f"touch {venv}/.shardrec-setup-cuda126" in old_driver
+    assert (
+        "-r requirements/cuda126.txt" in old_driver
+        and f"touch {venv}/.shardrec-setup-cuda126" in old_driver
+    )
 
 
 CPU_TORCH = ("2.13.0+cpu", ["filelock"])
@@ -134,7 +165,11 @@ CUDA_TORCH = ("2.13.0", ["filelock", "nvidia-cuda-runtime==13.0.96; platform_sys
 @pytest.mark.parametrize(
     "kind, installed, stale",
     [
-        ("cuda", {"torch": CPU_TORCH, "fbgemm-gpu-cpu": ("1.8.0", [])}, ["torch", "fbgemm-gpu-cpu"]),
+        (
+            "cuda",
+            {"torch": CPU_TORCH, "fbgemm-gpu-cpu": ("1.8.0", [])},
+            ["torch", "fbgemm-gpu-cpu"],
+        ),
         ("cpu", {"torch": CUDA_TORCH, "fbgemm-gpu": ("1.8.0", [])}, ["torch", "fbgemm-gpu"]),
         ("cuda126", {"torch": CUDA_TORCH, "fbgemm-gpu": ("1.8.0", [])}, ["torch", "fbgemm-gpu"]),
         (
@@ -142,7 +177,11 @@ CUDA_TORCH = ("2.13.0", ["filelock", "nvidia-cuda-runtime==13.0.96; platform_sys
             {"torch": ("2.13.0+cu126", CUDA_TORCH[1]), "fbgemm-gpu": ("1.8.0+cu126", [])},
             ["torch", "fbgemm-gpu"],
         ),
-        ("cuda126", {"torch": ("2.13.0+cu126", CUDA_TORCH[1]), "fbgemm-gpu": ("1.8.0+cu126", [])}, []),
+        (
+            "cuda126",
+            {"torch": ("2.13.0+cu126", CUDA_TORCH[1]), "fbgemm-gpu": ("1.8.0+cu126", [])},
+            [],
+        ),
         (
             "cuda",
             {"torch": CUDA_TORCH, "fbgemm-gpu": ("1.8.0", []), "fbgemm-gpu-cpu": ("1.8.0", [])},
@@ -151,7 +190,9 @@ CUDA_TORCH = ("2.13.0", ["filelock", "nvidia-cuda-runtime==13.0.96; platform_sys
         ("cpu", {}, []),
     ],
 )
-def test_another_kinds_build_is_uninstalled_first(kind: str, installed: dict, stale: list[str]) -> None:
+def test_another_kinds_build_is_uninstalled_first(
+    kind: str, installed: dict, stale: list[str]
+) -> None:
     assert machine.stale_packages(kind, installed) == stale
 
 
@@ -159,8 +200,14 @@ def _wheel(directory: Path, name: str, version: str) -> None:
     """A minimal wheel: enough metadata for pip's resolver (`--dry-run --report`)."""
     info = f"{name}-{version}.dist-info"
     with zipfile.ZipFile(directory / f"{name}-{version}-py3-none-any.whl", "w") as whl:
-        whl.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}\nVersion: {version}\n")
-        whl.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        whl.writestr(
+            f"{info}/METADATA",
+            f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}\nVersion: {version}\n",
+        )
+        whl.writestr(
+            f"{info}/WHEEL",
+            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
         whl.writestr(f"{info}/RECORD", "")
 
 
@@ -177,12 +224,32 @@ def _pip_report(tmp_path: Path, requirements: str, *extra: str) -> dict[str, str
     ):
         _wheel(index, name, version)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-    cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--report", "-", "--no-deps"]
-    cmd += ["--no-index", "--find-links", str(index), *extra, "-r", str(ROOT / "requirements" / requirements)]
-    done = subprocess.run(cmd, capture_output=True, text=True, env={**env, "PIP_CONFIG_FILE": os.devnull})
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--dry-run",
+        "--quiet",
+        "--report",
+        "-",
+        "--no-deps",
+    ]
+    cmd += [
+        "--no-index",
+        "--find-links",
+        str(index),
+        *extra,
+        "-r",
+        str(ROOT / "requirements" / requirements),
+    ]
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, env={**env, "PIP_CONFIG_FILE": os.devnull}
+    )
     assert done.returncode == 0, done.stderr
     return {
-        item["metadata"]["name"].lower(): item["metadata"]["version"] for item in json.loads(done.stdout)["install"]
+        item["metadata"]["name"].lower(): item["metadata"]["version"]
+        for item in json.loads(done.stdout)["install"]
     }
 
 
@@ -195,7 +262,9 @@ def test_an_old_driver_gets_the_cuda126_builds_of_the_pinned_releases(tmp_path: 
     assert _pip_report(tmp_path, "cuda126.txt")["torch"] == "2.13.0+cu126"
 
 
-def test_the_cpu_venvs_torch_satisfies_the_cuda_pin_so_setup_uninstalls_it_first(tmp_path: Path) -> None:
+def test_the_cpu_venvs_torch_satisfies_the_cuda_pin_so_setup_uninstalls_it_first(
+    tmp_path: Path,
+) -> None:
     """torch==2.13.0 is satisfied by this .venv's 2.13.0+cpu: pip alone would keep the CPU build
     on a GPU node, so `make setup` uninstalls what `machine.py stale` names before installing."""
     assert "torch" not in _pip_report(tmp_path, "cuda.txt")

@@ -12,21 +12,31 @@ from shardrec.embeddings.sparse_optimizers import NAMES, check_device, state_byt
 
 
 def test_the_facts_and_the_config_that_reads_them_load_without_torch() -> None:
-    code = (
-        "import sys, shardrec.embeddings.sparse_optimizers, shardrec.trainer.job.config; print('torch' in sys.modules)"
+    code = "import sys, shardrec.embeddings.sparse_optimizers, shardrec.trainer.job.config; print('torch' in sys.modules)"
+    assert (
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        ).stdout
+        == "False\n"
     )
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
 
 
 def test_every_name_has_a_torch_optimizer_and_the_config_takes_exactly_these() -> None:
     from shardrec.embeddings.optim import TORCH_OPTIMIZERS
     from shardrec.trainer.job.config import OptimConfig
 
-    assert NAMES == ("rowwise_adagrad", "adam", "sgd", "adagrad") and set(TORCH_OPTIMIZERS) == set(NAMES)
+    assert NAMES == ("rowwise_adagrad", "adam", "sgd", "adagrad") and set(TORCH_OPTIMIZERS) == set(
+        NAMES
+    )
     for name in NAMES:
         OptimConfig(sparse=name)
-    assert OptimConfig().sparse == "rowwise_adagrad"  # full Adagrad is DLRMv2's choice, not the default
-    with pytest.raises(ValueError, match="^optim.sparse = 'lamb' is not one of rowwise_adagrad, adam, sgd, adagrad$"):
+    assert (
+        OptimConfig().sparse == "rowwise_adagrad"
+    )  # full Adagrad is DLRMv2's choice, not the default
+    with pytest.raises(
+        ValueError,
+        match="^optim.sparse = 'lamb' is not one of rowwise_adagrad, adam, sgd, adagrad$",
+    ):
         OptimConfig(sparse="lamb")
 
 
@@ -41,7 +51,9 @@ def test_state_per_row_and_per_weight() -> None:
     # Full Adagrad: one fp32 sum per weight, whatever the weights' dtype (fbgemm's EXACT_ADAGRAD momentum1).
     assert state_bytes("adagrad", 1000, 16) == 1000 * 16 * 4
     assert state_bytes("adagrad", 1000, 16, elem_bytes=2) == 1000 * 16 * 4
-    with pytest.raises(ValueError, match="^optimizer 'lamb' is not one of rowwise_adagrad, adam, sgd, adagrad$"):
+    with pytest.raises(
+        ValueError, match="^optimizer 'lamb' is not one of rowwise_adagrad, adam, sgd, adagrad$"
+    ):
         state_bytes("lamb", 1, 1)
 
 

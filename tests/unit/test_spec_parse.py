@@ -110,15 +110,33 @@ def test_list_ids_are_hashed_as_one_hot_ids_are() -> None:
     keep = np.arange(0, 200, 3)
     total = int(chunk.list_len[keep, 0].sum())
     out, offsets = np.empty(total, np.uint64), np.zeros(len(keep) + 1, np.int64)
-    spec_kernel.hash_lists_into(chunk.list_values, chunk.list_start, chunk.list_len, 0, keep, 97, out, offsets, 0, 0)
+    spec_kernel.hash_lists_into(
+        chunk.list_values, chunk.list_start, chunk.list_len, 0, keep, 97, out, offsets, 0, 0
+    )
     values = np.concatenate(
-        [chunk.list_values[s : s + n] for s, n in zip(chunk.list_start[keep, 0], chunk.list_len[keep, 0])]
+        [
+            chunk.list_values[s : s + n]
+            for s, n in zip(chunk.list_start[keep, 0], chunk.list_len[keep, 0])
+        ]
     )
     assert out.tolist() == hash_ids(values, np.zeros(total, bool), 97).tolist()
     assert offsets.tolist() == [0, *np.cumsum(chunk.list_len[keep, 0]).tolist()]
 
 
-DENSE_TEXT = ["", "0", "-0", "1", "7", "-1", "-3", "-4", "131071", "131072", "-131072", "10000000000000"]
+DENSE_TEXT = [
+    "",
+    "0",
+    "-0",
+    "1",
+    "7",
+    "-1",
+    "-3",
+    "-4",
+    "131071",
+    "131072",
+    "-131072",
+    "10000000000000",
+]
 DENSE_TEXT += ["0.5", "-0.0", "2.0", "-2.5", "1e300", "3.0e2", "-1e-300"]
 
 
@@ -128,13 +146,20 @@ def test_dense_columns_get_transform_denses_bytes(dtype: str) -> None:
     """Looked-up log1p values (small integers) and the others (floats, large, negative, missing)
     have the bytes transform_dense gives, for every transform, in either stored dtype."""
     transforms = ("log1p", "signed-log1p", "shift-log1p", "none")
-    dense = [DenseColumn(f"{t}-{k}", type=k, transform=t) for t in transforms for k in ("int", "float")]
-    spec = FeatureSpec(TextFormat("tsv"), (LabelColumn("y"), *dense, CategoricalColumn("c", hash_size=10)))
+    dense = [
+        DenseColumn(f"{t}-{k}", type=k, transform=t) for t in transforms for k in ("int", "float")
+    ]
+    spec = FeatureSpec(
+        TextFormat("tsv"), (LabelColumn("y"), *dense, CategoricalColumn("c", hash_size=10))
+    )
     rng = np.random.default_rng(5)
     lines = []
     for _ in range(3000):
         ints = [str(v) for v in rng.choice([*rng.integers(-9, 140000, 4), *DENSE_TEXT[:12]], 4)]
-        floats = [str(v) for v in rng.choice([*rng.normal(0, 1e5, 3).round(rng.integers(0, 3)), *DENSE_TEXT], 4)]
+        floats = [
+            str(v)
+            for v in rng.choice([*rng.normal(0, 1e5, 3).round(rng.integers(0, 3)), *DENSE_TEXT], 4)
+        ]
         values = [v for pair in zip(ints, floats) for v in pair]
         lines.append("\t".join(["1", *values, "x"]) + "\n")
     program = resolve_program(spec, None, "x.tsv")
@@ -155,7 +180,12 @@ def test_dense_columns_get_transform_denses_bytes(dtype: str) -> None:
         ('1,4,7,0000000a,1,2.5,"unclosed,a|b,1', "bad_quote", "title", "'1,4,7,0000000a"),
         ('1,4,7,0000000a,1,2.5,"t"x,a|b,1', "bad_quote", "title", "'1,4,7"),
         ("1,four,7,0000000a,1,2.5,t,a|b,1", "bad_label", "rating", "'four'"),
-        (",4,7,0000000a,1,2.5,t,a|b,1,extra", "too_many_fields", "row", "10 fields, the spec has 9"),
+        (
+            ",4,7,0000000a,1,2.5,t,a|b,1,extra",
+            "too_many_fields",
+            "row",
+            "10 fields, the spec has 9",
+        ),
         ("1,4,7", "too_few_fields", "row", "3 fields, the spec needs at least 9 of 9"),
         ("1,4,7x,0000000a,1,2.5,t,a|b,1", "bad_integer", "user", "'7x'"),
         ("1,4,7,0000000g,1,2.5,t,a|b,1", "bad_hex", "site", "'0000000g'"),
@@ -164,7 +194,9 @@ def test_dense_columns_get_transform_denses_bytes(dtype: str) -> None:
         ("", "empty_row", "row", "(empty line)"),
     ],
 )
-def test_a_bad_row_names_its_column_and_value(line: str, reason: str, column: str, value: str) -> None:
+def test_a_bad_row_names_its_column_and_value(
+    line: str, reason: str, column: str, value: str
+) -> None:
     data = f"{line}\n".encode()
     program = resolve_program(SPEC, HEADER, "x.csv")
     chunk = parse_spec_chunk(data, program)
@@ -174,10 +206,14 @@ def test_a_bad_row_names_its_column_and_value(line: str, reason: str, column: st
 
 
 def test_labels_by_mapping_and_a_crlf_line_end() -> None:
-    spec = FeatureSpec(TextFormat("tsv"), (LabelColumn("y", mapping={"yes": 1, "no": 0}), CategoricalColumn("c")))
+    spec = FeatureSpec(
+        TextFormat("tsv"), (LabelColumn("y", mapping={"yes": 1, "no": 0}), CategoricalColumn("c"))
+    )
     data = b"yes\tred\r\nno\tblue\nmaybe\tred\n"
     chunk = parse_spec_chunk(data, resolve_program(spec, None, "x.tsv"))
-    assert chunk.labels[:2].tolist() == [1, 0] and [REASONS[r] for r in chunk.reason[2:]] == ["bad_label"]
+    assert chunk.labels[:2].tolist() == [1, 0] and [REASONS[r] for r in chunk.reason[2:]] == [
+        "bad_label"
+    ]
     assert int(chunk.sparse[0, 0]) == hash_bytes(b"red")  # the '\r' is no part of the value
 
 
@@ -185,7 +221,9 @@ def test_columns_are_found_by_header_name_position_or_place() -> None:
     shuffled = HEADER[::-1]
     program = resolve_program(SPEC, shuffled, "x.csv")
     assert program.names == tuple(shuffled) and program.label_field == shuffled.index("rating")
-    by_position = FeatureSpec(TextFormat("tsv"), (CategoricalColumn("b", position=1), LabelColumn("a", position=0)))
+    by_position = FeatureSpec(
+        TextFormat("tsv"), (CategoricalColumn("b", position=1), LabelColumn("a", position=0))
+    )
     assert resolve_program(by_position, None, "x.tsv").names == ("a", "b")
 
 

@@ -15,7 +15,9 @@ from shardrec.sharding.torchrec.torchrec_planner import torchrec_plan
 ROWS, DIM = 50_000, 16
 
 
-def _request(optimizer: str, preset: str = "cpu-gloo", memory_bytes: int | None = None) -> SearchRequest:
+def _request(
+    optimizer: str, preset: str = "cpu-gloo", memory_bytes: int | None = None
+) -> SearchRequest:
     configs = [suites.table_config(0, ROWS, DIM), suites.table_config(1, 1000, DIM)]
     return SearchRequest(
         configs=configs,
@@ -27,7 +29,10 @@ def _request(optimizer: str, preset: str = "cpu-gloo", memory_bytes: int | None 
 
 
 def test_torchrec_storage_counts_the_sparse_optimizer_state() -> None:
-    mem = {opt: TorchrecProblem(_request(opt)).piece(0, 1).mem for opt in ("sgd", "rowwise_adagrad", "adam")}
+    mem = {
+        opt: TorchrecProblem(_request(opt)).piece(0, 1).mem
+        for opt in ("sgd", "rowwise_adagrad", "adam")
+    }
     assert mem["rowwise_adagrad"] - mem["sgd"] == ROWS * 4  # one float per row
     assert mem["adam"] - mem["sgd"] == 2 * ROWS * DIM * 4  # two per weight
 

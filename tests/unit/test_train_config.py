@@ -30,7 +30,10 @@ from shardrec.trainer.job.preflight import check_trainable, preflight
         ('model.dims={C1="x"}', "'x' should be an integer"),
         ("model.dims={C1=8}", "DLRM's dot interaction"),
         ("data.eval_splits=[1]", "should be a string"),
-        ('sharding.compute_kernel="dense"', "sharding.compute_kernel = 'dense' is not one of fused"),
+        (
+            'sharding.compute_kernel="dense"',
+            "sharding.compute_kernel = 'dense' is not one of fused",
+        ),
     ],
 )
 def test_bad_settings_name_key_and_value(override: str, message: str) -> None:
@@ -39,12 +42,16 @@ def test_bad_settings_name_key_and_value(override: str, message: str) -> None:
 
 
 def test_good_settings_still_load() -> None:
-    job = load_job_config(None, ['model.arch="dcnv2"', "model.dims={C1=8}", "eval.batch_size=0", "train.seed=0"])
+    job = load_job_config(
+        None, ['model.arch="dcnv2"', "model.dims={C1=8}", "eval.batch_size=0", "train.seed=0"]
+    )
     assert job.model.dims == {"C1": 8} and job.train.log_interval == 20
 
 
 def _preflight(data: Path, *overrides: str, world_size: int = 2, plan: Path | None = None):
-    job = job_from_flags(None, data, plan, None, ["train.global_batch_size=64", 'train.device="cpu"', *overrides])
+    job = job_from_flags(
+        None, data, plan, None, ["train.global_batch_size=64", 'train.device="cpu"', *overrides]
+    )
     preflight(job, world_size)
     return job
 
@@ -60,13 +67,23 @@ def test_preflight_refuses_what_the_ranks_cannot_run(tiny_dataset: Path) -> None
     with pytest.raises(ValueError, match="data.eval_splits names 'valid', which .* does not have"):
         _preflight(tiny_dataset, 'data.eval_splits=["valid"]')
     # 1,000 train rows: one global batch of 1,024 is too many with data.tail = drop, fine padded.
-    with pytest.raises(ValueError, match="split 'train' has 1,000 rows, fewer than one global batch .*1024"):
+    with pytest.raises(
+        ValueError, match="split 'train' has 1,000 rows, fewer than one global batch .*1024"
+    ):
         _preflight(tiny_dataset, "train.global_batch_size=1024")
-    assert _preflight(tiny_dataset, "train.global_batch_size=1024", 'data.tail="pad"').data.tail == "pad"
+    assert (
+        _preflight(tiny_dataset, "train.global_batch_size=1024", 'data.tail="pad"').data.tail
+        == "pad"
+    )
     # model.dims is checked once (shardrec.embeddings), before any rank starts, naming the dataset.
-    with pytest.raises(ValueError, match=f"^{tiny_dataset}: model.dims names features the dataset does not have: C1$"):
+    with pytest.raises(
+        ValueError,
+        match=f"^{tiny_dataset}: model.dims names features the dataset does not have: C1$",
+    ):
         _preflight(tiny_dataset, 'model.arch="dcnv2"', "model.dims={C1=8, f0=4}")
-    assert _preflight(tiny_dataset, 'model.arch="dcnv2"', "model.dims={f0=4}").model.dims == {"f0": 4}
+    assert _preflight(tiny_dataset, 'model.arch="dcnv2"', "model.dims={f0=4}").model.dims == {
+        "f0": 4
+    }
 
 
 def test_device_auto_is_resolved_by_one_function_for_preflight_and_ranks() -> None:
@@ -94,11 +111,21 @@ def test_resume_with_other_optimizers_is_refused() -> None:
     from shardrec.trainer.rundir.checkpoint import describe_mismatch
 
     tables = [{"name": "t_C1", "rows": 10, "dim": 8}]
-    saved = {"model": {"arch": "dlrm"}, "optim": {"sparse": "rowwise_adagrad", "dense": "adagrad"}, "tables": tables}
-    same = {"model": {"arch": "dlrm"}, "optim": {"sparse": "rowwise_adagrad", "dense": "adagrad"}, "tables": tables}
+    saved = {
+        "model": {"arch": "dlrm"},
+        "optim": {"sparse": "rowwise_adagrad", "dense": "adagrad"},
+        "tables": tables,
+    }
+    same = {
+        "model": {"arch": "dlrm"},
+        "optim": {"sparse": "rowwise_adagrad", "dense": "adagrad"},
+        "tables": tables,
+    }
     assert describe_mismatch(saved, same) == ""
     other = {**same, "optim": {"sparse": "sgd", "dense": "adagrad"}}
-    assert describe_mismatch(saved, other) == "optim.sparse: checkpoint 'rowwise_adagrad', job 'sgd'"
+    assert (
+        describe_mismatch(saved, other) == "optim.sparse: checkpoint 'rowwise_adagrad', job 'sgd'"
+    )
     # Checkpoints written before the optimizers were recorded still load.
     assert describe_mismatch({k: v for k, v in saved.items() if k != "optim"}, other) == ""
 
@@ -110,11 +137,17 @@ def test_samples_per_s_leaves_out_time_between_segments(monkeypatch: pytest.Monk
     clock = [0.0]
     monkeypatch.setattr(progress.time, "perf_counter", lambda: clock[0])
     records = []
-    writer = type("W", (), {"write": lambda self, r: records.append(r), "close": lambda self: None})()
-    reporter = progress.TrainReporter(writer, total_steps=20, first_step=0, log_interval=10, lr=lambda: 0.1)
+    writer = type(
+        "W", (), {"write": lambda self, r: records.append(r), "close": lambda self: None}
+    )()
+    reporter = progress.TrainReporter(
+        writer, total_steps=20, first_step=0, log_interval=10, lr=lambda: 0.1
+    )
     reporter.start_segment()
     clock[0] = 1.0
-    reporter.on_report(StepStats(step=5, steps=5, loss=0.5, samples=500), 0)  # a segment ends at step 5
+    reporter.on_report(
+        StepStats(step=5, steps=5, loss=0.5, samples=500), 0
+    )  # a segment ends at step 5
     clock[0] = 31.0  # 30 s of evaluation and checkpointing
     reporter.start_segment()
     clock[0] = 32.0
@@ -122,7 +155,9 @@ def test_samples_per_s_leaves_out_time_between_segments(monkeypatch: pytest.Monk
     assert records[-1]["samples_per_s"] == pytest.approx(500.0)  # 1,000 samples in 2 s of training
 
 
-def test_train_cli_refuses_zero_ranks_and_mentions_resume_only_with_a_checkpoint(tmp_path: Path) -> None:
+def test_train_cli_refuses_zero_ranks_and_mentions_resume_only_with_a_checkpoint(
+    tmp_path: Path,
+) -> None:
     from shardrec.tools.cli.app import app
     from shardrec.tools.cli.train import _failure_message
     from shardrec.trainer.distributed.launch import LaunchResult
@@ -130,7 +165,9 @@ def test_train_cli_refuses_zero_ranks_and_mentions_resume_only_with_a_checkpoint
     result = CliRunner().invoke(app, ["train", "--nproc-per-node", "0"])
     # A usage error: typer's convention, exit 2 and its own message naming the flag.
     assert result.exit_code == 2, result.output
-    assert "Invalid value for '--nproc-per-node'" in " ".join(result.stderr.replace("│", " ").split())
+    assert "Invalid value for '--nproc-per-node'" in " ".join(
+        result.stderr.replace("│", " ").split()
+    )
     failed = LaunchResult(1, failed_first={"rank": 1, "exitcode": -9, "signal": "SIGKILL"})
     assert _failure_message(failed, tmp_path, "") == "training failed: rank 1 was killed by SIGKILL"
     ckpt = tmp_path / "checkpoints" / "step-00000004"

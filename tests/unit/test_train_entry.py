@@ -23,10 +23,18 @@ def test_only_the_known_harmless_warnings_are_hidden() -> None:
         warnings.simplefilter("always")
         ignore_known_warnings()
         warnings.warn(
-            "`broadcast_buffers` is deprecated. Use `forward_sync_buffers` instead.", FutureWarning, stacklevel=2
+            "`broadcast_buffers` is deprecated. Use `forward_sync_buffers` instead.",
+            FutureWarning,
+            stacklevel=2,
         )
-        warnings.warn("Please use DTensor instead and we are deprecating ShardedTensor.", FutureWarning, stacklevel=2)
-        warnings.warn("some indices are out of range [0, 50)", UserWarning, stacklevel=2)  # shaped like fbgemm's
+        warnings.warn(
+            "Please use DTensor instead and we are deprecating ShardedTensor.",
+            FutureWarning,
+            stacklevel=2,
+        )
+        warnings.warn(
+            "some indices are out of range [0, 50)", UserWarning, stacklevel=2
+        )  # shaped like fbgemm's
         warnings.warn("a change of behaviour in the next release", FutureWarning, stacklevel=2)
     assert [str(w.message) for w in seen] == [
         "some indices are out of range [0, 50)",
@@ -94,7 +102,9 @@ def test_the_ranks_read_back_the_job_the_launcher_resolved(tmp_path: Path) -> No
     (tmp_path / "resolved.toml").write_text(resolved.to_toml())
     assert flags.rank_job(tmp_path / "resolved.toml", None, None, None, None, []) == resolved
     assert load_job_config(tmp_path / "resolved.toml") == resolved
-    assert flags.rank_job(None, tmp_path / "job.toml", None, None, None, []) == load_job_config(tmp_path / "job.toml")
+    assert flags.rank_job(None, tmp_path / "job.toml", None, None, None, []) == load_job_config(
+        tmp_path / "job.toml"
+    )
     with pytest.raises(ValueError, match=r"give it without --data, --steps, --set$"):
         flags.rank_job(tmp_path / "resolved.toml", None, Path("d"), None, 7, ["train.seed=1"])
     assert JobConfig().to_toml() == load_job_config(None).to_toml()
@@ -112,8 +122,16 @@ def test_the_rank_entry_takes_every_train_flag_and_eval_ranks_use_its_public_hel
     assert "allow_change" in inspect.signature(entry.rank_main).parameters
     for module in (entry, eval_entry):
         tree = ast.parse(Path(module.__file__).read_text())
-        imported = [(n.module, a.name) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names]
-        assert ("shardrec.trainer.distributed.rank_process", "configure_rank_logging") in imported, module
+        imported = [
+            (n.module, a.name)
+            for n in ast.walk(tree)
+            if isinstance(n, ast.ImportFrom)
+            for a in n.names
+        ]
+        assert (
+            "shardrec.trainer.distributed.rank_process",
+            "configure_rank_logging",
+        ) in imported, module
         assert ("shardrec.trainer.distributed.rank_process", "exit_cleanly") in imported, module
         assert [name for _, name in imported if name.startswith("_")] == [], module
 
@@ -123,12 +141,16 @@ def test_the_eval_ranks_read_back_the_request_shardrec_eval_wrote() -> None:
 
     for request in (
         EvalRequest(Path("runs/a")),
-        EvalRequest(Path("/abs/run ü"), step=12, split="val", data=Path("other data"), device="cpu"),
+        EvalRequest(
+            Path("/abs/run ü"), step=12, split="val", data=Path("other data"), device="cpu"
+        ),
     ):
         assert EvalRequest.from_json(request.to_json()) == request
 
 
-def test_shardrec_eval_starts_its_ranks_through_launch_with_one_request_file(tmp_path: Path, monkeypatch) -> None:
+def test_shardrec_eval_starts_its_ranks_through_launch_with_one_request_file(
+    tmp_path: Path, monkeypatch
+) -> None:
     """`shardrec eval` checks the request, then starts its rank program through
     trainer.distributed.launch (as `shardrec train` does), handing the ranks the request as JSON."""
     import json
@@ -146,20 +168,42 @@ def test_shardrec_eval_starts_its_ranks_through_launch_with_one_request_file(tmp
     write_tiny_dataset(data)
     calls = []
 
-    def fake_launch(args: list[str], nproc_per_node: int, *, module: str, stop_grace_s: float) -> launch.LaunchResult:
+    def fake_launch(
+        args: list[str], nproc_per_node: int, *, module: str, stop_grace_s: float
+    ) -> launch.LaunchResult:
         parsed = dict(zip(args[::2], args[1::2]))
         request = EvalRequest.from_json(Path(parsed["--request"]).read_text())
         calls.append((request, nproc_per_node, module, stop_grace_s))
-        metrics = {"step": 4, "split": "val", "world_size": 3, "trained_world_size": 2, "samples": 256}
-        Path(parsed["--result"]).write_text(json.dumps({**metrics, "auc": 0.5, "logloss": 0.7, "ne": 1.0}))
+        metrics = {
+            "step": 4,
+            "split": "val",
+            "world_size": 3,
+            "trained_world_size": 2,
+            "samples": 256,
+        }
+        Path(parsed["--result"]).write_text(
+            json.dumps({**metrics, "auc": 0.5, "logloss": 0.7, "ne": 1.0})
+        )
         return launch.LaunchResult(0)
 
     monkeypatch.setattr(launch, "launch", fake_launch)
-    args = ["eval", str(run), "--split", "val", "--nproc-per-node", "2", "--data", str(data), "--json"]
+    args = [
+        "eval",
+        str(run),
+        "--split",
+        "val",
+        "--nproc-per-node",
+        "2",
+        "--data",
+        str(data),
+        "--json",
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     # No grace after a signal: an evaluation has no checkpoint to write.
-    assert calls == [(EvalRequest(run, None, "val", data, device="auto"), 2, eval_entry.__name__, 0)]
+    assert calls == [
+        (EvalRequest(run, None, "val", data, device="auto"), 2, eval_entry.__name__, 0)
+    ]
     assert json.loads(result.stdout)["auc"] == 0.5
 
 
@@ -180,7 +224,9 @@ def test_a_failed_cuda_rank_ends_at_once_with_its_traceback_and_no_teardown() ->
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-c", _FAILING_CUDA_RANK], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", _FAILING_CUDA_RANK], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 1
     assert "RuntimeError: CUDA error: device-side assert triggered" in done.stderr
     assert "teardown ran" not in done.stdout

@@ -27,7 +27,9 @@ def test_rowwise_momentum_conversion() -> None:
     assert torch.equal(whole, torch.tensor([3.0, 4.0, 5.0]))  # equal widths: the mean
     uneven = convert_rowwise_momentum(two_shards, rows, [2, 6], [8])
     assert torch.allclose(uneven, (2 * two_shards[:3] + 6 * two_shards[3:]) / 8)
-    assert torch.equal(convert_rowwise_momentum(whole, rows, [8], [4, 4]), torch.cat([whole, whole]))
+    assert torch.equal(
+        convert_rowwise_momentum(whole, rows, [8], [4, 4]), torch.cat([whole, whole])
+    )
     assert torch.equal(convert_rowwise_momentum(two_shards, rows, [4, 4], [4, 4]), two_shards)
 
 
@@ -51,18 +53,24 @@ def _cut_plans(rows: int):
     from shardrec.sharding.plan.plan_file import plan_fingerprint
     from shardrec.sharding.plan.plan_types import PLAN_SCHEMA_VERSION, PlanFile, Shard, TablePlan
 
-    config = EmbeddingBagConfig(name="t_a", embedding_dim=8, num_embeddings=rows, feature_names=["a"])
+    config = EmbeddingBagConfig(
+        name="t_a", embedding_dim=8, num_embeddings=rows, feature_names=["a"]
+    )
 
     def plan(shards: list[Shard]) -> PlanFile:
         return PlanFile(
-            PLAN_SCHEMA_VERSION, plan_fingerprint([config], 2, 64, "cpu"), [TablePlan("t_a", "x", "fused", shards)]
+            PLAN_SCHEMA_VERSION,
+            plan_fingerprint([config], 2, 64, "cpu"),
+            [TablePlan("t_a", "x", "fused", shards)],
         )
 
     saved = plan([Shard(0, 0, 0, rows, 4), Shard(1, 0, 4, rows, 4)])
     return saved.to_json(), plan([Shard(0, 0, 0, rows, 8)])
 
 
-def test_element_wise_state_is_never_converted_and_every_rank_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_element_wise_state_is_never_converted_and_every_rank_loads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Adam's (or Adagrad's) per-element momentum of a column-cut table that becomes whole has
     [rows] as its first size, as row-wise state of a whole table does: it must not be converted
     (DCP reshards it like the weights). The one DCP load still runs, on the checkpoint's group."""
@@ -71,10 +79,16 @@ def test_element_wise_state_is_never_converted_and_every_rank_loads(monkeypatch:
     rows, loads = 5, []
     saved, plan = _cut_plans(rows)
     moment = torch.zeros(rows, 8)
-    state = {"state": {"sparse.t_a.weight": {"t_a.momentum1": moment, "t_a.momentum2": torch.zeros(rows, 8)}}}
+    state = {
+        "state": {
+            "sparse.t_a.weight": {"t_a.momentum1": moment, "t_a.momentum2": torch.zeros(rows, 8)}
+        }
+    }
     group = object()  # stands for the checkpoint's gloo group
     monkeypatch.setattr(
-        optim_state.dcp, "load", lambda state, checkpoint_id, process_group: loads.append((state, process_group))
+        optim_state.dcp,
+        "load",
+        lambda state, checkpoint_id, process_group: loads.append((state, process_group)),
     )
     assert optim_state.adapt_fused_state(Path("ckpt"), state, saved, plan, group) == {}  # type: ignore[arg-type]
     assert state["state"]["sparse.t_a.weight"]["t_a.momentum1"] is moment

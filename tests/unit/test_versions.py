@@ -25,13 +25,16 @@ def test_missing_package_is_reported_as_none(monkeypatch):
 def test_allow_env_lets_exactly_the_named_triple_start(monkeypatch):
     monkeypatch.setattr(versions, "found_stack", lambda: ("2.11.0+cu130", "1.6.0", "1.6.1"))
     monkeypatch.delenv(versions.ALLOW_ENV, raising=False)
-    with pytest.raises(ImportError, match=r"torch 2\.11\.0\+cu130, fbgemm-gpu 1\.6\.0, torchrec 1\.6\.1"):
+    with pytest.raises(
+        ImportError, match=r"torch 2\.11\.0\+cu130, fbgemm-gpu 1\.6\.0, torchrec 1\.6\.1"
+    ):
         versions.check_stack()
     monkeypatch.setenv(versions.ALLOW_ENV, "/".join(versions.GPU_CHECK_STACK))
     versions.check_stack()  # the lent GPU machine's triple, allowed for the check
     monkeypatch.setattr(versions, "found_stack", lambda: ("2.11.0+cu130", "1.6.0", "1.5.0"))
     with pytest.raises(
-        ImportError, match=r"torchrec 1\.5\.0, .*SHARDREC_ALLOW_STACK allows 2\.11\.0/1\.6\.0/1\.6\.1 only"
+        ImportError,
+        match=r"torchrec 1\.5\.0, .*SHARDREC_ALLOW_STACK allows 2\.11\.0/1\.6\.0/1\.6\.1 only",
     ):
         versions.check_stack()
 
@@ -39,14 +42,21 @@ def test_allow_env_lets_exactly_the_named_triple_start(monkeypatch):
 def test_allow_env_with_a_bad_value_says_what_it_expects(monkeypatch):
     monkeypatch.setattr(versions, "found_stack", lambda: ("2.11.0", "1.6.0", "1.6.1"))
     monkeypatch.setenv(versions.ALLOW_ENV, "2.11.0/1.6.0")
-    with pytest.raises(ImportError, match=r"SHARDREC_ALLOW_STACK='2\.11\.0/1\.6\.0': expected TORCH/FBGEMM/TORCHREC"):
+    with pytest.raises(
+        ImportError,
+        match=r"SHARDREC_ALLOW_STACK='2\.11\.0/1\.6\.0': expected TORCH/FBGEMM/TORCHREC",
+    ):
         versions.check_stack()
 
 
 @pytest.mark.parametrize(
     "stack",
     [
-        ("2.13.0+cu126", "1.8.0+cu126", "1.8.0"),  # PyTorch's CUDA 12.6 index, for drivers older than 580
+        (
+            "2.13.0+cu126",
+            "1.8.0+cu126",
+            "1.8.0",
+        ),  # PyTorch's CUDA 12.6 index, for drivers older than 580
         ("2.13.0+cpu", "1.8.0+cpu", "1.8.0"),
         ("2.13.0", "1.8.0", "1.8.0+cu130"),
     ],

@@ -61,7 +61,12 @@ def _run(cmd: list[str], limit_s: int) -> tuple[int | None, str, str, float]:
     session of its own, so that past its limit torchrun's ranks die with it."""
     start = time.perf_counter()
     proc = subprocess.Popen(
-        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        cmd,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     try:
         out, err = proc.communicate(timeout=limit_s)
@@ -186,13 +191,19 @@ def verdict(rows: list[Row]) -> str:
     if not any(r.status == "pass" for r in rows) or any(r.status == "fail" for r in rows):
         return "FAIL"
     skipped = [r for r in rows if r.status == "not run"]
-    return f"PASS ({len(skipped)} not run: {', '.join(sorted({r.detail[9:] for r in skipped}))})" if skipped else "PASS"
+    return (
+        f"PASS ({len(skipped)} not run: {', '.join(sorted({r.detail[9:] for r in skipped}))})"
+        if skipped
+        else "PASS"
+    )
 
 
 def summary_table(rows: list[Row], device: str) -> str:
     width = max(len(r.check) for r in rows)
     lines = [f"GPU check on {device}", f"{'check':<{width}}  {'result':<7}  {'s':>6}  detail"]
-    lines += [f"{r.check:<{width}}  {r.status.upper():<7}  {r.seconds:>6.0f}  {r.detail}" for r in rows]
+    lines += [
+        f"{r.check:<{width}}  {r.status.upper():<7}  {r.seconds:>6.0f}  {r.detail}" for r in rows
+    ]
     lines.append(f"{'overall':<{width}}  {verdict(rows)}")
     return "\n".join(lines)
 
@@ -213,7 +224,9 @@ def stack_description() -> str:
 def main() -> int:
     gpus = cuda_devices()
     if gpus == 0:
-        print("gpu check: no CUDA device was found (torch.cuda.is_available() is False); nothing was run")
+        print(
+            "gpu check: no CUDA device was found (torch.cuda.is_available() is False); nothing was run"
+        )
         return NO_CUDA
     try:
         stack = stack_description()

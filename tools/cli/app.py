@@ -94,7 +94,10 @@ app = typer.Typer(
 def _root(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
     version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
     ] = False,
 ) -> None:
     configure_logging(verbose)

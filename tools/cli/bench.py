@@ -42,11 +42,20 @@ def _show(result: dict, json_out: bool, printer: Callable[[dict], None]) -> None
 @bench_app.command("loader")
 def loader(
     rows: Annotated[int, typer.Option(help="Rows of generated Criteo-shaped data.")] = 2_000_000,
-    global_batch: Annotated[int, typer.Option("--global-batch", help="Samples per global batch.")] = 8192,
-    rounds: Annotated[int, typer.Option(help="Interleaved rounds per configuration; the best counts.")] = 5,
-    max_batches: Annotated[int, typer.Option("--max-batches", help="Batches timed per run (at most one epoch).")] = 200,
+    global_batch: Annotated[
+        int, typer.Option("--global-batch", help="Samples per global batch.")
+    ] = 8192,
+    rounds: Annotated[
+        int, typer.Option(help="Interleaved rounds per configuration; the best counts.")
+    ] = 5,
+    max_batches: Annotated[
+        int, typer.Option("--max-batches", help="Batches timed per run (at most one epoch).")
+    ] = 200,
     work_dir: Annotated[
-        Path | None, typer.Option("--work-dir", help="Where to write the temporary data (default: system temp).")
+        Path | None,
+        typer.Option(
+            "--work-dir", help="Where to write the temporary data (default: system temp)."
+        ),
     ] = None,
     parts: Annotated[
         int,
@@ -76,10 +85,16 @@ def loader(
         ),
     ] = False,
     table_rows: Annotated[
-        str, typer.Option("--table-rows", help="With --multihot: index table rows to run, comma-separated.")
+        str,
+        typer.Option(
+            "--table-rows", help="With --multihot: index table rows to run, comma-separated."
+        ),
     ] = "1000000,10000000",
     cache: Annotated[
-        Path | None, typer.Option(help="With --multihot: folder of the index tables (default: the multi-hot cache).")
+        Path | None,
+        typer.Option(
+            help="With --multihot: folder of the index tables (default: the multi-hot cache)."
+        ),
     ] = None,
     json_out: JsonFlag = False,
 ) -> None:
@@ -93,8 +108,12 @@ def loader(
         fail(f"--work-dir {work_dir}: not a directory")
     if part_rows:
         if part_rows < global_batch or parts < 1:
-            fail(f"--part-rows must be at least --global-batch and --parts positive, got {part_rows}, {parts}")
-        result = loader_parts.run_parts_bench(part_rows, parts, global_batch, rounds, max_batches, work_dir)
+            fail(
+                f"--part-rows must be at least --global-batch and --parts positive, got {part_rows}, {parts}"
+            )
+        result = loader_parts.run_parts_bench(
+            part_rows, parts, global_batch, rounds, max_batches, work_dir
+        )
         _show(result, json_out, loader_parts.print_result)
         return
     if not 1 <= parts <= rows:
@@ -103,10 +122,14 @@ def loader(
         try:
             sizes = [int(v) for v in table_rows.split(",")]
         except ValueError:
-            fail(f"--table-rows {table_rows!r}: expected comma-separated integers, e.g. 1000000,10000000")
+            fail(
+                f"--table-rows {table_rows!r}: expected comma-separated integers, e.g. 1000000,10000000"
+            )
         if min(sizes) < 1:
             fail(f"--table-rows {table_rows!r}: every table needs at least 1 row")
-        result = loader_multihot.run_multihot_bench(rows, global_batch, sizes, rounds, max_batches, work_dir, cache)
+        result = loader_multihot.run_multihot_bench(
+            rows, global_batch, sizes, rounds, max_batches, work_dir, cache
+        )
         _show(result, json_out, loader_multihot.print_result)
         return
     result = bench_loader.run_bench(rows, global_batch, rounds, max_batches, work_dir, parts)
@@ -121,7 +144,10 @@ def preprocess(
     workers: Annotated[int, typer.Option(help="Worker processes of the preprocess run.")] = 1,
     chunk_mb: Annotated[float, typer.Option(help="--chunk-mb of the preprocess run.")] = 128,
     work_dir: Annotated[
-        Path | None, typer.Option(help="Keep the generated file here and reuse it (default: a temporary directory).")
+        Path | None,
+        typer.Option(
+            help="Keep the generated file here and reuse it (default: a temporary directory)."
+        ),
     ] = None,
     like: Annotated[
         str,
@@ -176,25 +202,36 @@ def preprocess(
 
 @bench_app.command("plan")
 def plan(
-    only: Annotated[str | None, typer.Option(help="Run only the cases whose name contains this text.")] = None,
+    only: Annotated[
+        str | None, typer.Option(help="Run only the cases whose name contains this text.")
+    ] = None,
     reserve: Annotated[
         float, typer.Option(help="Share of each rank's memory both planners keep free.")
     ] = bench_plan.RESERVE,
     profile: Annotated[
-        Path | None, typer.Option(help="Calibration profile whose cost-model verdict (bench plan-reality) applies.")
+        Path | None,
+        typer.Option(
+            help="Calibration profile whose cost-model verdict (bench plan-reality) applies."
+        ),
     ] = None,
-    measure: Annotated[bool, typer.Option(help="Train both plans of the CPU cases on local ranks.")] = True,
+    measure: Annotated[
+        bool, typer.Option(help="Train both plans of the CPU cases on local ranks.")
+    ] = True,
     json_out: JsonFlag = False,
 ) -> None:
     """The plan `shardrec plan` writes vs torchrec's default planner's, priced by the better predictor
     (ratio < 1: shardrec faster), both keeping the same memory free; CPU cases trained too."""
     cases = [c for c in bench_plan.CASES if only is None or only in c.name]
     if not cases:
-        fail(f"--only {only!r} matches no case (cases: {', '.join(c.name for c in bench_plan.CASES)})")
+        fail(
+            f"--only {only!r} matches no case (cases: {', '.join(c.name for c in bench_plan.CASES)})"
+        )
     if not 0 <= reserve < 1:
         fail(f"--reserve must be in [0, 1) (got {reserve})")
     try:
-        result = bench_plan.run_plan_bench(cases, reserve, profile, measure, show_progress=not json_out)
+        result = bench_plan.run_plan_bench(
+            cases, reserve, profile, measure, show_progress=not json_out
+        )
     except ValueError as e:
         fail(str(e))
     _show(result, json_out, bench_plan.print_plan_table)
@@ -203,7 +240,9 @@ def plan(
 @bench_app.command("plan-reality")
 def plan_reality(
     world_size: Annotated[int, typer.Option(help="Local gloo ranks.")] = 2,
-    max_rows: Annotated[int, typer.Option(help="Rows per table, at most (the demo caps ids at 50,000).")] = 50_000,
+    max_rows: Annotated[
+        int, typer.Option(help="Rows per table, at most (the demo caps ids at 50,000).")
+    ] = 50_000,
     large: Annotated[
         bool,
         typer.Option(
@@ -212,18 +251,29 @@ def plan_reality(
         ),
     ] = False,
     dim: Annotated[int, typer.Option(help="Embedding width.")] = 16,
-    tables: Annotated[int, typer.Option(help="Tables (Criteo's first N cardinalities, capped).")] = 26,
+    tables: Annotated[
+        int, typer.Option(help="Tables (Criteo's first N cardinalities, capped).")
+    ] = 26,
     global_batch_size: Annotated[int, typer.Option(help="Samples per step over all ranks.")] = 2048,
     steps: Annotated[int, typer.Option(help="Timed steps per plan.")] = 8,
-    rounds: Annotated[int, typer.Option(help="Runs of every plan; the lowest time and peak count.")] = 2,
+    rounds: Annotated[
+        int, typer.Option(help="Runs of every plan; the lowest time and peak count.")
+    ] = 2,
     profile: Annotated[
-        Path | None, typer.Option(help="Use this calibration profile's figures instead of calibrating now.")
+        Path | None,
+        typer.Option(help="Use this calibration profile's figures instead of calibrating now."),
     ] = None,
     profile_out: Annotated[
-        Path | None, typer.Option(help="Write a calibration profile with the better cost model and memory figure.")
+        Path | None,
+        typer.Option(
+            help="Write a calibration profile with the better cost model and memory figure."
+        ),
     ] = None,
     memory_limit_gib: Annotated[
-        float, typer.Option(help="Run only plans whose estimate for all ranks is below this (0: 80% of available).")
+        float,
+        typer.Option(
+            help="Run only plans whose estimate for all ranks is below this (0: 80% of available)."
+        ),
     ] = 0.0,
     json_out: JsonFlag = False,
 ) -> None:
@@ -232,7 +282,9 @@ def plan_reality(
     from shardrec.tools.bench.plan import reality_bench as bench_reality
 
     if world_size < 2 or global_batch_size % world_size:
-        fail(f"--world-size must be >= 2 and divide --global-batch-size ({world_size}, {global_batch_size})")
+        fail(
+            f"--world-size must be >= 2 and divide --global-batch-size ({world_size}, {global_batch_size})"
+        )
     if min(steps, rounds, tables, max_rows, dim) < 1:
         fail("--steps, --rounds, --tables, --max-rows and --dim must be positive")
     try:
@@ -259,21 +311,31 @@ def plan_reality(
 @bench_app.command("hitrate")
 def hitrate(
     data: Annotated[Path, typer.Option(help="Dataset directory (its train split is replayed).")],
-    config: Annotated[Path | None, typer.Option(help="Job file: batch, shuffle, multi-hot, model widths.")] = None,
+    config: Annotated[
+        Path | None, typer.Option(help="Job file: batch, shuffle, multi-hot, model widths.")
+    ] = None,
     set_: Annotated[
         list[str] | None, typer.Option("--set", metavar="KEY=VALUE", help="Override a job setting.")
     ] = None,
-    plan: Annotated[Path | None, typer.Option(help="A plan with cached tables (default: plan past HBM here).")] = None,
+    plan: Annotated[
+        Path | None, typer.Option(help="A plan with cached tables (default: plan past HBM here).")
+    ] = None,
     world_size: Annotated[int, typer.Option(min=1, help="Ranks to plan for (without --plan).")] = 8,
-    hbm_share: Annotated[float, typer.Option(help="Share of the tables the ranks' HBM holds (without --plan).")] = 0.3,
-    batches: Annotated[int, typer.Option(min=0, help="Global batches to replay (0: one epoch).")] = 0,
+    hbm_share: Annotated[
+        float, typer.Option(help="Share of the tables the ranks' HBM holds (without --plan).")
+    ] = 0.3,
+    batches: Annotated[
+        int, typer.Option(min=0, help="Global batches to replay (0: one epoch).")
+    ] = 0,
     json_out: JsonFlag = False,
 ) -> None:
     """Predicted UVM cache hit rates against exact LRU and LFU caches replaying the data's id stream."""
     from shardrec.tools.bench.plan import hitrate_bench as bench_hitrate
 
     try:
-        result = bench_hitrate.run_hitrate(data, config, set_ or [], plan, world_size, hbm_share, batches)
+        result = bench_hitrate.run_hitrate(
+            data, config, set_ or [], plan, world_size, hbm_share, batches
+        )
     except ValueError as e:
         fail(str(e))
     _show(result, json_out, bench_hitrate.print_result)
@@ -282,23 +344,34 @@ def hitrate(
 @bench_app.command("train")
 def train(
     model: Annotated[
-        str, typer.Option(help="reference (the DLRM reference's shape) or demo (configs/demo.toml's).")
+        str,
+        typer.Option(help="reference (the DLRM reference's shape) or demo (configs/demo.toml's)."),
     ] = "reference",
     steps: Annotated[
-        int, typer.Option(help="Steps per variant per round (a timed window); 0: 64 for reference, 256 for demo.")
+        int,
+        typer.Option(
+            help="Steps per variant per round (a timed window); 0: 64 for reference, 256 for demo."
+        ),
     ] = 0,
-    rounds: Annotated[int, typer.Option(help="Interleaved rounds; ratios are medians of same-round ratios.")] = 5,
+    rounds: Annotated[
+        int, typer.Option(help="Interleaved rounds; ratios are medians of same-round ratios.")
+    ] = 5,
     quality_steps: Annotated[
-        int, typer.Option(help="Steps every side trains from fresh weights before its validation AUC.")
+        int,
+        typer.Option(help="Steps every side trains from fresh weights before its validation AUC."),
     ] = 125,
     nproc: Annotated[
         int,
         # --nproc-per-node as train and eval name it; --nproc, its old name, still works.
         typer.Option(
-            "--nproc-per-node", "--nproc", help="Ranks to start on this machine (on CUDA at most one per GPU)."
+            "--nproc-per-node",
+            "--nproc",
+            help="Ranks to start on this machine (on CUDA at most one per GPU).",
         ),
     ] = 2,
-    device: Annotated[str, typer.Option(help="cpu (gloo ranks) or cuda (NCCL, one GPU per rank).")] = "cpu",
+    device: Annotated[
+        str, typer.Option(help="cpu (gloo ranks) or cuda (NCCL, one GPU per rank).")
+    ] = "cpu",
     threads: Annotated[int, typer.Option(help="Torch threads per rank (both sides).")] = 1,
     json_out: JsonFlag = False,
 ) -> None:
@@ -316,7 +389,9 @@ def train(
     _show(result, json_out, bench_train.print_result)
 
 
-def _gzip_bench(size_gb: float, workers: int, work_dir: Path | None, chunk_mb: float, json_out: bool) -> None:
+def _gzip_bench(
+    size_gb: float, workers: int, work_dir: Path | None, chunk_mb: float, json_out: bool
+) -> None:
     from shardrec.tools.bench.preprocess.gzip_bench import print_gzip_report, run_gzip_bench
 
     with tempfile.TemporaryDirectory(prefix="shardrec-bench-") as tmp:
@@ -341,13 +416,22 @@ def scale(
             help="Where data and runs go (kept; a rerun replaces them); default: a temporary directory, removed.",
         ),
     ] = None,
-    steps: Annotated[int, typer.Option(min=1, help="Training steps before the resume, and as many after it.")] = 200,
-    batch: Annotated[int, typer.Option(min=2, help="Global batch size of the stream and training stages.")] = 2048,
-    train: Annotated[bool, typer.Option("--train/--no-train", help="Run the training and resume stages.")] = True,
+    steps: Annotated[
+        int, typer.Option(min=1, help="Training steps before the resume, and as many after it.")
+    ] = 200,
+    batch: Annotated[
+        int, typer.Option(min=2, help="Global batch size of the stream and training stages.")
+    ] = 2048,
+    train: Annotated[
+        bool, typer.Option("--train/--no-train", help="Run the training and resume stages.")
+    ] = True,
     workers: Annotated[
-        int | None, typer.Option(min=1, help="Processes that synthesise and preprocess; default: every core.")
+        int | None,
+        typer.Option(min=1, help="Processes that synthesise and preprocess; default: every core."),
     ] = None,
-    ranks: Annotated[int, typer.Option(min=1, help="Rank processes that stream and train.")] = bench_scale.TRAIN_RANKS,
+    ranks: Annotated[
+        int, typer.Option(min=1, help="Rank processes that stream and train.")
+    ] = bench_scale.TRAIN_RANKS,
     json_out: JsonFlag = False,
 ) -> None:
     """Make, preprocess (hashing and vocabulary), stream and train a Criteo-1TB-shaped dataset at a fraction."""

@@ -8,7 +8,8 @@ from shardrec.tools.cli.common import fail
 from shardrec.trainer.job.flags import ConfigFlag, SetFlag
 
 config_app = typer.Typer(
-    help="Show the effective job settings (defaults < job file < --set) or the defaults.", no_args_is_help=True
+    help="Show the effective job settings (defaults < job file < --set) or the defaults.",
+    no_args_is_help=True,
 )
 
 

@@ -17,9 +17,12 @@ from shardrec.tools.console import console
 def eval_run(
     run_dir: Annotated[Path, typer.Argument(help="Run directory of `shardrec train`.")],
     checkpoint: Annotated[
-        int | None, typer.Option("--checkpoint", help="Step of the checkpoint (default: the newest).")
+        int | None,
+        typer.Option("--checkpoint", help="Step of the checkpoint (default: the newest)."),
     ] = None,
-    split: Annotated[str, typer.Option("--split", help="Split to evaluate: test, val or train.")] = "test",
+    split: Annotated[
+        str, typer.Option("--split", help="Split to evaluate: test, val or train.")
+    ] = "test",
     nproc_per_node: Annotated[
         int | None,
         typer.Option(
@@ -39,7 +42,11 @@ def eval_run(
 ) -> None:
     """Evaluate a checkpoint: at the run's world size the AUC equals the run's own evaluation bit for bit."""
     from shardrec.trainer.distributed.launch import launch
-    from shardrec.trainer.inference.eval_request import EvalRequest, check_request, trained_world_size
+    from shardrec.trainer.inference.eval_request import (
+        EvalRequest,
+        check_request,
+        trained_world_size,
+    )
 
     if nproc_per_node is not None and nproc_per_node < 1:
         fail(f"--nproc-per-node must be at least 1, got {nproc_per_node}")
@@ -57,7 +64,9 @@ def eval_run(
         args = ["--request", str(request_file), "--result", str(result)]
         # The rank program by name: importing it here would import torch in this process. Nothing
         # to checkpoint, so a signal ends the ranks at once (no grace).
-        ended = launch(args, nproc_per_node, module="shardrec.trainer.inference.eval_entry", stop_grace_s=0)
+        ended = launch(
+            args, nproc_per_node, module="shardrec.trainer.inference.eval_entry", stop_grace_s=0
+        )
         if ended.code != 0 or not result.is_file():
             fail(
                 f"evaluation failed: {ended.cause}"

@@ -13,9 +13,13 @@ from shardrec.tools.console import console
 
 def export(
     run_dir: Annotated[Path, typer.Argument(help="Run directory of `shardrec train`.")],
-    out: Annotated[Path, typer.Option("--out", help="Model file to write (safetensors, e.g. model.safetensors).")],
+    out: Annotated[
+        Path,
+        typer.Option("--out", help="Model file to write (safetensors, e.g. model.safetensors)."),
+    ],
     checkpoint: Annotated[
-        int | None, typer.Option("--checkpoint", help="Step of the checkpoint (default: the newest).")
+        int | None,
+        typer.Option("--checkpoint", help="Step of the checkpoint (default: the newest)."),
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:

@@ -41,7 +41,13 @@ def _load_job(config: Path | None, data: Path | None, overrides: list[str]):
         fail(str(e))
     from shardrec.sharding.search.request import DatasetStatistics
 
-    return job, directory, configs, DatasetStatistics.from_manifest(manifest), _dense(job, configs, manifest)
+    return (
+        job,
+        directory,
+        configs,
+        DatasetStatistics.from_manifest(manifest),
+        _dense(job, configs, manifest),
+    )
 
 
 def _dense(job, configs, manifest):
@@ -52,7 +58,9 @@ def _dense(job, configs, manifest):
 
     names = [name for config in configs for name in config.feature_names]
     try:
-        model = build_model(job.model, build_ebc(configs), names, len(manifest.dense_features), dense_device="meta")
+        model = build_model(
+            job.model, build_ebc(configs), names, len(manifest.dense_features), dense_device="meta"
+        )
     except ValueError as e:
         fail(str(e))
     return dense_footprint(model, job.optim.dense)
@@ -61,7 +69,9 @@ def _dense(job, configs, manifest):
 @plan_app.callback()
 def plan(
     ctx: typer.Context,
-    data: Annotated[Path | None, typer.Option(help="Dataset directory (default: data.path of the job file).")] = None,
+    data: Annotated[
+        Path | None, typer.Option(help="Dataset directory (default: data.path of the job file).")
+    ] = None,
     config: Annotated[Path | None, typer.Option(help="Job file (TOML).")] = None,
     world_size: Annotated[int, typer.Option(help="Ranks to plan for.")] = 2,
     out: Annotated[Path | None, typer.Option(help="Plan file to write.")] = None,
@@ -73,9 +83,15 @@ def plan(
         ),
     ] = "auto",
     local_world_size: Annotated[int, typer.Option(help="Ranks per host (0: the preset's).")] = 0,
-    memory_gib: Annotated[float, typer.Option(help="Memory per rank in GiB (0: the preset's).")] = 0.0,
-    profile: Annotated[Path | None, typer.Option(help="Calibration profile from `shardrec plan calibrate`.")] = None,
-    search: Annotated[str, typer.Option(help="shardrec (ours) or torchrec (torchrec's planner).")] = "shardrec",
+    memory_gib: Annotated[
+        float, typer.Option(help="Memory per rank in GiB (0: the preset's).")
+    ] = 0.0,
+    profile: Annotated[
+        Path | None, typer.Option(help="Calibration profile from `shardrec plan calibrate`.")
+    ] = None,
+    search: Annotated[
+        str, typer.Option(help="shardrec (ours) or torchrec (torchrec's planner).")
+    ] = "shardrec",
     simulate: Annotated[
         bool,
         typer.Option(
@@ -84,9 +100,14 @@ def plan(
         ),
     ] = False,
     group_size: Annotated[
-        int, typer.Option(help="2D sharding group size (torchrec DMPCollection, CUDA): 0 none, -1 pick the fastest.")
+        int,
+        typer.Option(
+            help="2D sharding group size (torchrec DMPCollection, CUDA): 0 none, -1 pick the fastest."
+        ),
     ] = 0,
-    sync_every: Annotated[int, typer.Option(help="2D: steps between the replicas' weight all-reduce.")] = 1,
+    sync_every: Annotated[
+        int, typer.Option(help="2D: steps between the replicas' weight all-reduce.")
+    ] = 1,
     frequency_batches: Annotated[
         int,
         typer.Option(
@@ -111,7 +132,9 @@ def plan(
         return
     from shardrec.sharding.machine.topology import PRESETS
 
-    if topology != "auto" and topology not in PRESETS:  # before the planner's imports (torchrec: seconds)
+    if (
+        topology != "auto" and topology not in PRESETS
+    ):  # before the planner's imports (torchrec: seconds)
         fail(f"--topology {topology}: not one of auto, {', '.join(PRESETS)}")
     from shardrec.sharding.plan.plan_file import save_plan
     from shardrec.sharding.plan.plan_types import PlanDoesNotFitError
@@ -121,7 +144,9 @@ def plan(
     if world_size <= 0:
         raise typer.BadParameter(f"must be positive, got {world_size}", param_hint="'--world-size'")
     if search not in SEARCHES:  # a usage error (exit 2), said with the flag as typed
-        raise typer.BadParameter(f"{search!r} is not one of {', '.join(SEARCHES)}", param_hint="'--search'")
+        raise typer.BadParameter(
+            f"{search!r} is not one of {', '.join(SEARCHES)}", param_hint="'--search'"
+        )
     job, directory, configs, statistics, dense = _load_job(config, data, set_ or [])
     if simulate:
         if sync_every <= 0:
@@ -129,7 +154,9 @@ def plan(
         _simulate(configs, statistics.stats, job, world_size, sync_every, json_out)
         return
     try:
-        topo = _topology(topology, world_size, local_world_size, memory_gib, profile, job.train.device)
+        topo = _topology(
+            topology, world_size, local_world_size, memory_gib, profile, job.train.device
+        )
         request = plan_request(
             configs,
             statistics,
@@ -151,14 +178,20 @@ def plan(
             if topo.device_kind != "cuda" or search != "shardrec":
                 raise
             # Past HBM: UVM caches are sized by the data's id frequencies, counted only now they are needed.
-            measured = _with_frequencies(statistics, directory, job, configs, frequency_batches, json_out)
+            measured = _with_frequencies(
+                statistics, directory, job, configs, frequency_batches, json_out
+            )
             result = plan_tables(dataclasses.replace(request, statistics=measured), search=search)
         seconds = time.perf_counter() - start
     except ValueError as e:
         fail(str(e))
     if out is not None:
         save_plan(result, out)
-    shown = topo.name if topology == topo.name else f"{topology}: {topo.name}, memory from the {topo.memory_source}"
+    shown = (
+        topo.name
+        if topology == topo.name
+        else f"{topology}: {topo.name}, memory from the {topo.memory_source}"
+    )
     _print_plan(result, shown, sync_every, seconds, out, json_out)
 
 
@@ -173,7 +206,12 @@ def _with_frequencies(statistics, directory: Path, job, configs, batches: int, q
 
 
 def _topology(
-    name: str, world_size: int, local_world_size: int, memory_gib: float, profile: Path | None, job_device: str
+    name: str,
+    world_size: int,
+    local_world_size: int,
+    memory_gib: float,
+    profile: Path | None,
+    job_device: str,
 ):
     """The topology `--topology` names; auto: where the job will train, train.device (a job set to
     cpu plans for cpu-gloo; else this machine's CUDA devices if any, sharding.hardware.detect_topology)."""
@@ -191,13 +229,20 @@ def _topology(
     return replace(topo, memory_bytes=memory, memory_source="user") if memory else topo
 
 
-def _print_plan(result, topology: str, sync_every: int, seconds: float, out: Path | None, json_out: bool) -> None:
+def _print_plan(
+    result, topology: str, sync_every: int, seconds: float, out: Path | None, json_out: bool
+) -> None:
     from shardrec.sharding.plan.report import ranks_table, summary, tables_table
 
     world_size = result.fingerprint.world_size
     if json_out:
         print_json(
-            {**summary(result), "seconds": round(seconds, 3), "out": str(out) if out else None, **_placed(result)}
+            {
+                **summary(result),
+                "seconds": round(seconds, 3),
+                "out": str(out) if out else None,
+                **_placed(result),
+            }
         )
         return
     console.print(tables_table(result))
@@ -208,7 +253,9 @@ def _print_plan(result, topology: str, sync_every: int, seconds: float, out: Pat
             f"replicas synchronised every {sync_every} step(s); ranks above are group ranks (DMPCollection, CUDA only)"
         )
     where = f", wrote {out}" if out else ""
-    console.print(f"planned {len(result.tables)} tables for {world_size} ranks ({topology}) in {seconds:.2f} s{where}")
+    console.print(
+        f"planned {len(result.tables)} tables for {world_size} ranks ({topology}) in {seconds:.2f} s{where}"
+    )
 
 
 def _placed(result) -> dict:
@@ -226,7 +273,10 @@ def _placed(result) -> dict:
         }
         for t in result.tables
     ]
-    return {"tables_plan": tables, "estimate": result.estimate.to_dict() if result.estimate is not None else {}}
+    return {
+        "tables_plan": tables,
+        "estimate": result.estimate.to_dict() if result.estimate is not None else {},
+    }
 
 
 def _mib(n: float) -> str:
@@ -242,16 +292,33 @@ def _simulate(configs, stats, job, world_size: int, sync_every: int, json_out: b
     from shardrec.sharding.planner import pooling_factors
 
     try:
-        pooling = pooling_factors(configs, stats, parse_constraints(job.sharding.constraints, configs, world_size))
+        pooling = pooling_factors(
+            configs, stats, parse_constraints(job.sharding.constraints, configs, world_size)
+        )
     except ValueError as e:
         fail(str(e))
     per_rank = max(1, job.train.global_batch_size // world_size)
     rows = simulate(configs, pooling, per_rank, [2**k for k in range(3, 13)], sync_every=sync_every)
     if json_out:
-        print_json({"per_rank_batch": per_rank, "sync_every": sync_every, "rows": [r.__dict__ for r in rows]})
+        print_json(
+            {
+                "per_rank_batch": per_rank,
+                "sync_every": sync_every,
+                "rows": [r.__dict__ for r in rows],
+            }
+        )
         return
-    t = Table(title=f"MiB sent per rank per step, {len(configs)} tables, {per_rank:,} samples per rank (weak scaling)")
-    for col in ("ranks", "row-wise MiB", "table-wise busiest MiB", "2D MiB", "2D group", "2D of which sync MiB"):
+    t = Table(
+        title=f"MiB sent per rank per step, {len(configs)} tables, {per_rank:,} samples per rank (weak scaling)"
+    )
+    for col in (
+        "ranks",
+        "row-wise MiB",
+        "table-wise busiest MiB",
+        "2D MiB",
+        "2D group",
+        "2D of which sync MiB",
+    ):
         t.add_column(col, justify="right")
     for r in rows:
         t.add_row(
@@ -263,15 +330,19 @@ def _simulate(configs, stats, job, world_size: int, sync_every: int, json_out: b
             _mib(r.twod_sync_bytes),
         )
     console.print(t)
-    console.print(f"2D: row-wise inside each group, replicas all-reduce their weights every {sync_every} step(s)")
+    console.print(
+        f"2D: row-wise inside each group, replicas all-reduce their weights every {sync_every} step(s)"
+    )
 
 
 @plan_app.command("calibrate")
 def calibrate_cmd(
-    out: Annotated[Path, typer.Option(help="Profile to write (read by `shardrec plan --profile`).")] = Path(
-        "calibration.json"
-    ),
-    world_size: Annotated[int, typer.Option(help="Local processes for the collective measurement.")] = 2,
+    out: Annotated[
+        Path, typer.Option(help="Profile to write (read by `shardrec plan --profile`).")
+    ] = Path("calibration.json"),
+    world_size: Annotated[
+        int, typer.Option(help="Local processes for the collective measurement.")
+    ] = 2,
     device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
     json_out: Annotated[bool, typer.Option("--json", help="Print the profile as JSON.")] = False,
 ) -> None:
@@ -288,7 +359,11 @@ def calibrate_cmd(
         fail(f"--world-size must be at least 2 to measure collectives, got {world_size}")
     if device == "cuda" and world_size > torch.cuda.device_count():
         fail(f"--world-size {world_size}: only {torch.cuda.device_count()} CUDA device(s)")
-    with console.status("measuring lookups and collectives", spinner="dots") if not json_out else _nullcontext():
+    with (
+        console.status("measuring lookups and collectives", spinner="dots")
+        if not json_out
+        else _nullcontext()
+    ):
         profile = calibrate(device, world_size)
     save_profile(profile, out)
     if json_out:
@@ -307,7 +382,8 @@ def calibrate_cmd(
 @plan_app.command("show")
 def show_cmd(
     plan_file: Annotated[
-        Path, typer.Argument(help="Plan file written by `shardrec plan --out` (or a run's plan.json).")
+        Path,
+        typer.Argument(help="Plan file written by `shardrec plan --out` (or a run's plan.json)."),
     ],
     json_out: Annotated[
         bool, typer.Option("--json", help="Print the plan summary and per-rank estimate as JSON.")

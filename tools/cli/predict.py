@@ -56,20 +56,29 @@ def predict(
             "by its feature spec (CSV with a header, quoted fields, lists, string categoricals) or Criteo's rows.",
         ),
     ],
-    split: Annotated[str, typer.Option("--split", help="Split of a dataset directory to score.")] = "test",
+    split: Annotated[
+        str, typer.Option("--split", help="Split of a dataset directory to score.")
+    ] = "test",
     out: Annotated[
         Path | None,
-        typer.Option("--out", help="Write probabilities here: .npy (float32) or text, one per line (default: stdout)."),
+        typer.Option(
+            "--out",
+            help="Write probabilities here: .npy (float32) or text, one per line (default: stdout).",
+        ),
     ] = None,
     batch_size: Annotated[int, typer.Option(help="Rows scored at a time (dataset input).")] = 8192,
     no_label: Annotated[
         bool,
         typer.Option(
-            "--no-label", help="Text rows have no label column (as Criteo's test.txt): scored without an AUC."
+            "--no-label",
+            help="Text rows have no label column (as Criteo's test.txt): scored without an AUC.",
         ),
     ] = False,
     json_out: Annotated[
-        bool, typer.Option("--json", help="Print rows and AUC (against the input's labels) as JSON; needs --out.")
+        bool,
+        typer.Option(
+            "--json", help="Print rows and AUC (against the input's labels) as JSON; needs --out."
+        ),
     ] = False,
 ) -> None:
     """Score a preprocessed split or raw rows with an exported model, in one process (no torchrun).
@@ -119,8 +128,14 @@ def predict(
     if json_out:
         print_json(result)
     elif out is not None:
-        scored = "no labels, no AUC" if labels is None else f"AUC against the input's labels {result['auc']:.6f}"
-        err_console.print(f"wrote {result['rows']:,} probabilities to {out} ({scored})", highlight=False)
+        scored = (
+            "no labels, no AUC"
+            if labels is None
+            else f"AUC against the input's labels {result['auc']:.6f}"
+        )
+        err_console.print(
+            f"wrote {result['rows']:,} probabilities to {out} ({scored})", highlight=False
+        )
 
 
 def register(app: typer.Typer) -> None:

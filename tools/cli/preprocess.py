@@ -18,7 +18,9 @@ from shardrec.tools.preprocess.parse.criteo_text import Schema
 from shardrec.tools.preprocess.settings import PreprocessConfig
 from shardrec.trainer.job.config import field_help
 
-if TYPE_CHECKING:  # the pipeline and the spec parser are imported by the command, not by every CLI start
+if (
+    TYPE_CHECKING
+):  # the pipeline and the spec parser are imported by the command, not by every CLI start
     from shardrec.dataloader.spec.feature_spec import FeatureSpec
     from shardrec.tools.preprocess.pipeline import PreprocessResult
 
@@ -91,7 +93,15 @@ _DEFAULTS = {**_defaults(Schema), **_defaults(PreprocessConfig)}
 
 
 # Options that describe the text: a spec file says all of it, so they may not come with --spec.
-_TEXT_OPTIONS = ("csv", "delimiter", "header", "num_dense", "num_sparse", "min_fields", "dense_transform")
+_TEXT_OPTIONS = (
+    "csv",
+    "delimiter",
+    "header",
+    "num_dense",
+    "num_sparse",
+    "min_fields",
+    "dense_transform",
+)
 
 
 def _spec(ctx: typer.Context, path: Path | None) -> FeatureSpec | None:
@@ -100,9 +110,13 @@ def _spec(ctx: typer.Context, path: Path | None) -> FeatureSpec | None:
 
     if path is None:
         return None
-    given = [n for n in _TEXT_OPTIONS if ctx.get_parameter_source(n).name != "DEFAULT"]  # typer's click enum
+    given = [
+        n for n in _TEXT_OPTIONS if ctx.get_parameter_source(n).name != "DEFAULT"
+    ]  # typer's click enum
     if given:
-        fail(f"--{given[0].replace('_', '-')}: {path} describes the columns and their format; set it there instead")
+        fail(
+            f"--{given[0].replace('_', '-')}: {path} describes the columns and their format; set it there instead"
+        )
     try:
         return load_spec(path)
     except SpecError as e:
@@ -114,27 +128,39 @@ def preprocess(
     inputs: Annotated[list[Path], typer.Argument(help=_help("inputs"))],
     out: Annotated[Path, typer.Option(help=_help("out"))],
     spec: Annotated[Path | None, typer.Option(metavar="FILE", help=_help("spec"))] = None,
-    max_ids: Annotated[str, typer.Option(help=_help("max_ids"))] = ",".join(map(str, _DEFAULTS["max_ids"])),
+    max_ids: Annotated[str, typer.Option(help=_help("max_ids"))] = ",".join(
+        map(str, _DEFAULTS["max_ids"])
+    ),
     min_count: Annotated[int, typer.Option(help=_help("min_count"))] = _DEFAULTS["min_count"],
-    vocab_memory_mb: Annotated[float, typer.Option(help=_help("vocab_memory_mb"))] = _DEFAULTS["vocab_memory_mb"],
+    vocab_memory_mb: Annotated[float, typer.Option(help=_help("vocab_memory_mb"))] = _DEFAULTS[
+        "vocab_memory_mb"
+    ],
     layout: Annotated[str, typer.Option(help=_help("layout"))] = _DEFAULTS["layout"],
     val_half: Annotated[str, typer.Option(help=_help("val_half"))] = _DEFAULTS["val_half"],
-    csv: Annotated[bool, typer.Option("--csv", help="Comma-separated with a header line (label,I1..,C1..).")] = False,
+    csv: Annotated[
+        bool, typer.Option("--csv", help="Comma-separated with a header line (label,I1..,C1..).")
+    ] = False,
     delimiter: Annotated[
         str, typer.Option(help=f"{_help('delimiter')} Ignored with --csv.", show_default=False)
     ] = _DEFAULTS["delimiter"],
     header: Annotated[bool, typer.Option("--header", help=_help("header"))] = _DEFAULTS["header"],
     num_dense: Annotated[int, typer.Option(help=_help("num_dense"))] = _DEFAULTS["num_dense"],
     num_sparse: Annotated[int, typer.Option(help=_help("num_sparse"))] = _DEFAULTS["num_sparse"],
-    min_fields: Annotated[int | None, typer.Option(help=_help("min_fields"), show_default=False)] = None,
-    dense_transform: Annotated[str, typer.Option(help=_help("dense_transform"))] = _DEFAULTS["dense_transform"],
-    float16: Annotated[bool, typer.Option("--float16", help="Store dense values as float16 (else float32).")] = False,
+    min_fields: Annotated[
+        int | None, typer.Option(help=_help("min_fields"), show_default=False)
+    ] = None,
+    dense_transform: Annotated[str, typer.Option(help=_help("dense_transform"))] = _DEFAULTS[
+        "dense_transform"
+    ],
+    float16: Annotated[
+        bool, typer.Option("--float16", help="Store dense values as float16 (else float32).")
+    ] = False,
     workers: Annotated[int, typer.Option(help=_help("workers"))] = _DEFAULTS["workers"],
     chunk_mb: Annotated[float, typer.Option(help=_help("chunk_mb"))] = _DEFAULTS["chunk_mb"],
     strict: Annotated[bool, typer.Option("--strict", help=_help("strict"))] = _DEFAULTS["strict"],
-    max_skipped_fraction: Annotated[float, typer.Option(help=_help("max_skipped_fraction"))] = _DEFAULTS[
-        "max_skipped_fraction"
-    ],
+    max_skipped_fraction: Annotated[
+        float, typer.Option(help=_help("max_skipped_fraction"))
+    ] = _DEFAULTS["max_skipped_fraction"],
     part: Annotated[str | None, typer.Option(help=_help("part"))] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
@@ -149,7 +175,11 @@ def preprocess(
     feature_spec = _spec(ctx, spec)
     try:
         schema = Schema(
-            num_dense, num_sparse, "," if csv else delimiter.replace("\\t", "\t"), header or csv, min_fields
+            num_dense,
+            num_sparse,
+            "," if csv else delimiter.replace("\\t", "\t"),
+            header or csv,
+            min_fields,
         )
         cfg = PreprocessConfig(
             inputs=inputs, out=out, max_ids=_parse_max_ids(max_ids), min_count=min_count,
@@ -171,7 +201,9 @@ def preprocess(
     ]
     bar = _Bar(Progress(*columns, console=console, disable=json_out, transient=False))
     try:
-        lock = dataset_lock(out, cfg.part)  # one writer at a time; the kernel frees it if this one dies
+        lock = dataset_lock(
+            out, cfg.part
+        )  # one writer at a time; the kernel frees it if this one dies
         try:
             result = run_preprocess(cfg, bar)
         finally:

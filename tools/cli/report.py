@@ -58,7 +58,9 @@ def plot_run(records: list[dict[str, Any]], out: Path, title: str) -> list[str]:
     panels = [(name, curves) for name, curves in panels if curves]
     if not panels:
         raise ValueError("the run has no train or eval records to plot")
-    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.6 * len(panels)), sharex=True, squeeze=False)
+    fig, axes = plt.subplots(
+        len(panels), 1, figsize=(8, 2.6 * len(panels)), sharex=True, squeeze=False
+    )
     for ax, (name, curves) in zip(axes[:, 0], panels):
         for label, steps, values in curves:
             ax.plot(steps, values, marker="o" if len(steps) < 30 else None, label=label)
@@ -75,7 +77,9 @@ def plot_run(records: list[dict[str, Any]], out: Path, title: str) -> list[str]:
 
 def report(
     run_dir: Annotated[Path, typer.Argument(help="Run directory written by `shardrec train`.")],
-    out: Annotated[Path | None, typer.Option(help="PNG to write (default RUN_DIR/curves.png).")] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="PNG to write (default RUN_DIR/curves.png).")
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Draw a run's loss, AUC and throughput curves (metrics.jsonl) into a PNG."""
@@ -85,7 +89,11 @@ def report(
         panels = plot_run(records, target, str(run_dir))
     except ValueError as e:
         fail(f"{run_dir}: {e}" if str(run_dir) not in str(e) else str(e))
-    final = {r["split"]: round(r["auc"], 4) for r in records if r.get("kind") == "eval" and r.get("final")}
+    final = {
+        r["split"]: round(r["auc"], 4)
+        for r in records
+        if r.get("kind") == "eval" and r.get("final")
+    }
     result = {"png": str(target), "panels": panels, "records": len(records), "final_auc": final}
     if json_out:
         print_json(result)

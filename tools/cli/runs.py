@@ -13,9 +13,9 @@ from shardrec.tools.console import console
 
 
 def runs(
-    root: Annotated[Path, typer.Argument(help="Directory holding run directories (or one run directory).")] = Path(
-        "runs"
-    ),
+    root: Annotated[
+        Path, typer.Argument(help="Directory holding run directories (or one run directory).")
+    ] = Path("runs"),
     json_out: Annotated[bool, typer.Option("--json", help="Print the runs as JSON.")] = False,
 ) -> None:
     """List runs: step of the newest checkpoint, status (complete/running/stopped/failed), best val AUC."""
@@ -41,7 +41,12 @@ def runs(
         console.print(f"no runs under {root}", highlight=False)
         return
     table = Table(title=f"runs under {root}")
-    for col, justify in (("run", "left"), ("step", "right"), ("status", "left"), ("best val AUC", "right")):
+    for col, justify in (
+        ("run", "left"),
+        ("step", "right"),
+        ("status", "left"),
+        ("best val AUC", "right"),
+    ):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     for r in rows:
         auc = "-" if r["best_val_auc"] is None else f"{r['best_val_auc']:.4f}"

@@ -28,7 +28,9 @@ def infer(
             "for numbers that are not 0/1, e.g. 'rating>=4'."
         ),
     ],
-    out: Annotated[Path | None, typer.Option(help="Write the spec here (default: print it).")] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Write the spec here (default: print it).")
+    ] = None,
     rows: Annotated[int, typer.Option(min=2, help="Lines read to decide.")] = 10_000,
 ) -> None:
     """Propose a spec from the first rows: format, each column's role, list separators, hash sizes.
@@ -62,11 +64,15 @@ def infer(
 
 def _summary(spec) -> str:
     roles = [c.role for c in spec.columns]
-    return ", ".join(f"{roles.count(r)} {r}" for r in ("dense", "categorical", "list", "ignore") if r in roles)
+    return ", ".join(
+        f"{roles.count(r)} {r}" for r in ("dense", "categorical", "list", "ignore") if r in roles
+    )
 
 
 def show(
-    dataset: Annotated[Path, typer.Argument(help="A preprocessed dataset directory (with manifest.json).")],
+    dataset: Annotated[
+        Path, typer.Argument(help="A preprocessed dataset directory (with manifest.json).")
+    ],
 ) -> None:
     """Print the spec a dataset was preprocessed with (the built-in Criteo spec where none was given)."""
     from shardrec.dataloader.spec.feature_spec import SpecError

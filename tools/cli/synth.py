@@ -17,12 +17,17 @@ def synth(
     out: Annotated[Path, typer.Argument(help="Directory to write the text files into.")],
     rows: Annotated[int, typer.Option(help="Total rows to write.")] = 100_000,
     seed: Annotated[int, typer.Option(help="Seed of the hidden model and of the rows.")] = 0,
-    days: Annotated[int, typer.Option(help="0: one Kaggle-style train.txt; N: 1TB-style day_0 .. day_{N-1}.")] = 0,
+    days: Annotated[
+        int, typer.Option(help="0: one Kaggle-style train.txt; N: 1TB-style day_0 .. day_{N-1}.")
+    ] = 0,
     csv: Annotated[
-        bool, typer.Option("--csv", help="Comma-separated with a header, integers written as '260.0'.")
+        bool,
+        typer.Option("--csv", help="Comma-separated with a header, integers written as '260.0'."),
     ] = False,
     gz: Annotated[bool, typer.Option("--gz", help="gzip each file.")] = False,
-    max_vocab: Annotated[int, typer.Option(help="Largest number of distinct values of one categorical.")] = 100_000,
+    max_vocab: Annotated[
+        int, typer.Option(help="Largest number of distinct values of one categorical.")
+    ] = 100_000,
     like: Annotated[
         str,
         typer.Option(

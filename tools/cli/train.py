@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 RestartFlag = Annotated[
     bool,
     typer.Option(
-        "--restart", help="Start over: move an existing OUT_DIR aside to OUT_DIR.1 (.2, ...) first; nothing is deleted."
+        "--restart",
+        help="Start over: move an existing OUT_DIR aside to OUT_DIR.1 (.2, ...) first; nothing is deleted.",
     ),
 ]
 
@@ -37,7 +38,9 @@ def _print_summary(summary: dict, run_dir: Path) -> None:
     for col in ("split", "AUC", "log loss", "NE", "samples"):
         table.add_column(col, justify="right")
     for split, m in summary["eval"].items():
-        table.add_row(split, f"{m['auc']:.4f}", f"{m['logloss']:.4f}", f"{m['ne']:.4f}", f"{m['samples']:,}")
+        table.add_row(
+            split, f"{m['auc']:.4f}", f"{m['logloss']:.4f}", f"{m['ne']:.4f}", f"{m['samples']:,}"
+        )
     console.print(table)
     rate = summary.get("train_samples_per_s")
     if rate:
@@ -52,7 +55,9 @@ def _failure_message(result: LaunchResult, out_dir: Path, data: str) -> str:
     from shardrec.dataloader.format.integrity import changed_since_written
 
     parts = [
-        f"training failed: {result.cause}" if result.cause else f"training failed (torchrun exit code {result.code})"
+        f"training failed: {result.cause}"
+        if result.cause
+        else f"training failed (torchrun exit code {result.code})"
     ]
     changed = changed_since_written(data) if data else []
     if changed:
@@ -86,7 +91,8 @@ def train(
     max_restarts: Annotated[
         int,
         typer.Option(
-            min=0, help="Times torchrun restarts the ranks after a failure (each resumes from the last checkpoint)."
+            min=0,
+            help="Times torchrun restarts the ranks after a failure (each resumes from the last checkpoint).",
         ),
     ] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
@@ -98,14 +104,20 @@ def train(
     job_id = new_job_id()
     locks = [_lock_run_dir(out_dir, job_id, create=False)]  # before anything looks at or moves it
     try:
-        job = _prepare_run_dir(config, data, plan, steps, overrides, nproc_per_node, out_dir, allow, restart)
+        job = _prepare_run_dir(
+            config, data, plan, steps, overrides, nproc_per_node, out_dir, allow, restart
+        )
         if job is None:
             _show_results(out_dir, json_out)  # a finished run: its own results, nothing written
             return
-        if locks[0] is None or restart:  # a new directory, or the old one (and its lock file) moved aside
+        if (
+            locks[0] is None or restart
+        ):  # a new directory, or the old one (and its lock file) moved aside
             locks.append(_lock_run_dir(out_dir, job_id, create=True))
         _check_resume_checkpoint(out_dir)
-        _say_changed_settings(out_dir, job)  # after the checkpoint check: a refused resume is one line
+        _say_changed_settings(
+            out_dir, job
+        )  # after the checkpoint check: a refused resume is one line
         # The ranks take the job resolved here as one file, not the flags to resolve it again.
         with tempfile.TemporaryDirectory(prefix="shardrec-train-") as tmp:
             job_file = Path(tmp) / "job.toml"
@@ -133,13 +145,17 @@ def _end_of_job(result: LaunchResult, out_dir: Path, data: str) -> None:
 
     if result.forced:
         kept = _kept_checkpoint(out_dir) or "no checkpoint was written"
-        err_console.print(f"stopped at once by {result.forced}; {kept}", highlight=False, soft_wrap=True)
+        err_console.print(
+            f"stopped at once by {result.forced}; {kept}", highlight=False, soft_wrap=True
+        )
         raise typer.Exit(128 + signal.Signals[result.signal or "SIGTERM"].value)
     if result.code != 0:
         fail(_failure_message(result, out_dir, data))
     run = lifecycle.read_run_dir(out_dir)
     if run.stop is not None:  # asked to stop (here, or by a signal to the ranks themselves)
-        err_console.print(lifecycle.stopped_message(run.stop["step"]), highlight=False, soft_wrap=True)
+        err_console.print(
+            lifecycle.stopped_message(run.stop["step"]), highlight=False, soft_wrap=True
+        )
         raise typer.Exit(lifecycle.STOPPED_EXIT_CODE)
 
 
@@ -161,7 +177,11 @@ def _lock_run_dir(out_dir: Path, job_id: str, create: bool) -> RunLock | None:
 def _check_resume_checkpoint(out_dir: Path) -> None:
     """Refuse, in one line, a checkpoint to resume from that fails its digests or that another
     user could have written; the ranks check its shards too before loading anything."""
-    from shardrec.trainer.rundir.checkpoint_trust import UntrustedCheckpoint, complete_checkpoints, verify_checkpoint
+    from shardrec.trainer.rundir.checkpoint_trust import (
+        UntrustedCheckpoint,
+        complete_checkpoints,
+        verify_checkpoint,
+    )
 
     done = complete_checkpoints(out_dir / names.CHECKPOINTS)
     if done:
@@ -214,7 +234,9 @@ def _prepare_run_dir(
     if restart:
         moved = lifecycle.move_aside(out_dir)
         if moved is not None:
-            err_console.print(f"moved the earlier run {out_dir} to {moved}", highlight=False, soft_wrap=True)
+            err_console.print(
+                f"moved the earlier run {out_dir} to {moved}", highlight=False, soft_wrap=True
+            )
     if state == "complete":
         message = lifecycle.complete_message(out_dir, job, lifecycle.read_run_dir(out_dir))
         err_console.print(message, highlight=False, soft_wrap=True)

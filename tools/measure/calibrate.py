@@ -139,7 +139,9 @@ def measure_collectives(
     """Per-rank send bandwidth of an all-to-all between local processes, and its start-up latency."""
     big = mib_per_peer * 2**20 // 4
     try:
-        results = run_local_ranks(_collective_worker, world_size, big, repeats, device_kind=device_kind)
+        results = run_local_ranks(
+            _collective_worker, world_size, big, repeats, device_kind=device_kind
+        )
     except RankFailed as e:
         raise RuntimeError(f"collective calibration failed: {e.reason}") from e
     big_s = max(r[0] for r in results)

@@ -59,12 +59,20 @@ def count_batches(data_dir: Path, job, max_batches: int = 0) -> int:
     from shardrec.dataloader.format.manifest import Manifest
 
     rows = Manifest.load(data_dir).splits[job.data.train_split].rows
-    full = rows // job.train.global_batch_size if job.data.tail == "drop" else -(-rows // job.train.global_batch_size)
+    full = (
+        rows // job.train.global_batch_size
+        if job.data.tail == "drop"
+        else -(-rows // job.train.global_batch_size)
+    )
     return min(full, max_batches) if max_batches else full
 
 
 def measure_curves(
-    data_dir: Path, job, configs: list[EmbeddingBagConfig], max_batches: int = 0, to_epoch: bool = True
+    data_dir: Path,
+    job,
+    configs: list[EmbeddingBagConfig],
+    max_batches: int = 0,
+    to_epoch: bool = True,
 ) -> dict[str, FrequencyCurve]:
     """Each table's id-frequency curve over the first `max_batches` global batches (0: one epoch);
     `to_epoch`: scaled to a whole epoch (the stream a one-epoch run's caches see), else the
@@ -84,11 +92,17 @@ def measure_curves(
         if pending:
             counts[name] += np.bincount(np.concatenate(pending), minlength=rows[name])
     scale = count_batches(data_dir, job) / seen if seen and to_epoch else 1.0
-    return {name: _scaled(curve_from_counts(counts[name], rows[name], seen), scale) for name in rows if seen}
+    return {
+        name: _scaled(curve_from_counts(counts[name], rows[name], seen), scale)
+        for name in rows
+        if seen
+    }
 
 
 def _scaled(curve: FrequencyCurve, scale: float) -> FrequencyCurve:
     if scale == 1.0:
         return curve
     lookups = tuple(x * scale for x in curve.lookups)
-    return FrequencyCurve(curve.rows, lookups, curve.table_rows, curve.batches * scale, curve.head_ids)
+    return FrequencyCurve(
+        curve.rows, lookups, curve.table_rows, curve.batches * scale, curve.head_ids
+    )

@@ -125,7 +125,9 @@ class _Decoder:
             self.firsts.append(self.lines)
             text = arr[:closed]
             self.lines += int(
-                parse_kernel.count_newlines(text) if parse_kernel.AVAILABLE else np.count_nonzero(text == 10)
+                parse_kernel.count_newlines(text)
+                if parse_kernel.AVAILABLE
+                else np.count_nonzero(text == 10)
             )
         del arr
         start = self.pos
@@ -154,7 +156,9 @@ def stream_gzip(
     scan = load_scan(path, number, chunk_bytes, header, work)
     if scan is None:
         stream = _Stream(path, first_index, header, splits)
-        scan = _run_stream(stream, chunk_bytes, opts, workers, progress, ran if ran is not None else [])
+        scan = _run_stream(
+            stream, chunk_bytes, opts, workers, progress, ran if ran is not None else []
+        )
         save_scan(path, number, chunk_bytes, header, work, scan)
     firsts = np.cumsum([0, *scan.counts[:-1]]).tolist()
     tasks = _tasks(path, first_index, header, scan.bounds, firsts, splits(scan.total_lines))
@@ -165,7 +169,12 @@ def stream_gzip(
 
 
 def _tasks(
-    path: Path, first_index: int, header: bool, bounds: list[tuple[int, int]], firsts: list[int], ranges
+    path: Path,
+    first_index: int,
+    header: bool,
+    bounds: list[tuple[int, int]],
+    firsts: list[int],
+    ranges,
 ) -> list[Task]:
     """The file's tasks as planned once its line count is known (ranges: its split ranges)."""
     return [
@@ -208,7 +217,16 @@ def _run_stream(
             index = first_index + len(decoder.bounds) - 1
             done = read_marker(out, index, "staged") or read_marker(out, index)
             if done is None:
-                return Task(index, str(path), *cut, first, (), STAGED, header, text_slot=slots.shm[slot].name)
+                return Task(
+                    index,
+                    str(path),
+                    *cut,
+                    first,
+                    (),
+                    STAGED,
+                    header,
+                    text_slot=slots.shm[slot].name,
+                )
             lines[index] = done.lines
             first = decoder.lines if opts.strict else -1
         return None
@@ -218,7 +236,9 @@ def _run_stream(
             # A worker returns once its parts are written; the main process fsyncs them and writes the
             # staged marker on its sync thread while the worker parses its next range.
             run = partial(_run_counted, background_sync=not early, mark=not early)
-            for task, (res, cpu) in map_stream(run, produce, opts, workers, len(slots.shm), process_setup):
+            for task, (res, cpu) in map_stream(
+                run, produce, opts, workers, len(slots.shm), process_setup
+            ):
                 cpu_stages.add(cpu)
                 ran.append(task.index)
                 lines[task.index] = res.lines
@@ -227,7 +247,9 @@ def _run_stream(
                     sync_and_mark(out, res, "staged")
                 if early and decoder.ended:
                     ranges = stream.splits(decoder.lines)
-                    tasks = _tasks(path, first_index, header, decoder.bounds, decoder.firsts, ranges)
+                    tasks = _tasks(
+                        path, first_index, header, decoder.bounds, decoder.firsts, ranges
+                    )
                     wait_for_writes()  # the staged markers of the tasks placed
                     finalize_staged(out, [tasks[i - first_index] for i in placing])
                     placing.clear()
@@ -239,7 +261,9 @@ def _run_stream(
         wait_for_writes()
         slots.close()
     counts = [lines[first_index + k] for k in range(len(decoder.bounds))]
-    assert not decoder.count or sum(counts) == decoder.lines, "the producer and the parsers count lines alike"
+    assert not decoder.count or sum(counts) == decoder.lines, (
+        "the producer and the parsers count lines alike"
+    )
     return GzipScan(decoder.bounds, counts, [-1] * len(counts), sum(counts), "")
 
 
@@ -286,7 +310,11 @@ def _place_parts(out: Path, task: Task, staged: TaskResult) -> TaskResult:
     for p in staged.parts:
         src, rows = out / STAGED / p["part"]["name"], p["part"]["rows"]
         for split, a, b in sorted(_by_split(task, lines[row : row + rows])):
-            _record(result, split, asdict(_write_rows(src, out / split / src.name, p["part"]["files"], a, b)))
+            _record(
+                result,
+                split,
+                asdict(_write_rows(src, out / split / src.name, p["part"]["files"], a, b)),
+            )
         row += rows
         shutil.rmtree(src)
     return result
@@ -331,4 +359,6 @@ def _write_rows(src: Path, dest: Path, files: dict, a: int, b: int) -> PartInfo:
         else:
             offsets[feature] = off[a : b + 1] - off[a]
             sparse[feature] = ids[off[a] : off[b]]
-    return write_part(dest, arrays["label.npy"][a:b], arrays["dense.npy"][a:b], sparse, offsets, fsync=True)
+    return write_part(
+        dest, arrays["label.npy"][a:b], arrays["dense.npy"][a:b], sparse, offsets, fsync=True
+    )

@@ -53,13 +53,19 @@ class Task:
     path: str
     start: int
     end: int  # -1: to the end (gzip files)
-    first_line: int  # line number (0-based, after any header) of the range's first line; -1 if unknown
-    splits: tuple[SplitRange, ...]  # by line number within the file; empty: the whole file is `default_split`
+    first_line: (
+        int  # line number (0-based, after any header) of the range's first line; -1 if unknown
+    )
+    splits: tuple[
+        SplitRange, ...
+    ]  # by line number within the file; empty: the whole file is `default_split`
     default_split: str
     header: bool  # the file starts with a header line (plain ranges already start past it)
     gz_index: str = ""  # a range of a gzip file's text: its seek index (gz_split), "" for none
     crc: int = -1  # a range of a gzip file's text: CRC-32 of its bytes, from the planning pass
-    text_slot: str = ""  # a range of a gzip file's text already decoded: its shared memory (gz_stream)
+    text_slot: str = (
+        ""  # a range of a gzip file's text already decoded: its shared memory (gz_stream)
+    )
 
     @property
     def gz(self) -> bool:
@@ -104,10 +110,16 @@ def _directory_inputs(directory: Path) -> list[Path]:
     if not taken:
         raise ValueError(
             f"{directory}: directory holds no input files named {_INPUT_NAMES}"
-            + (f" (found {listed}; name input files on the command line to take them)" if ignored else "")
+            + (
+                f" (found {listed}; name input files on the command line to take them)"
+                if ignored
+                else ""
+            )
         )
     if ignored:
-        logger.warning("%s: ignored %d file(s) not named %s: %s", directory, len(ignored), _INPUT_NAMES, listed)
+        logger.warning(
+            "%s: ignored %d file(s) not named %s: %s", directory, len(ignored), _INPUT_NAMES, listed
+        )
     return taken
 
 
@@ -189,7 +201,10 @@ def count_range_lines(path: Path, start: int, end: int, block: int = 1 << 24) ->
         if parse_kernel.AVAILABLE:  # one compiled pass, no [block] bool temporary
             n = int(parse_kernel.count_newlines(data[start:end]))
         else:
-            n = sum(int(np.count_nonzero(data[a : min(a + block, end)] == 10)) for a in range(start, end, block))
+            n = sum(
+                int(np.count_nonzero(data[a : min(a + block, end)] == 10))
+                for a in range(start, end, block)
+            )
         del data  # the mapping cannot close while a view of it is alive
     return n
 
@@ -218,14 +233,18 @@ def resolve_layout(layout: str, files: list[Path]) -> str:
     if layout == "auto":
         return "kaggle" if len(files) == 1 else "days"
     if layout == "days" and len(files) < 2:
-        raise ValueError("layout 'days' needs at least two day files (the last one is halved into val/test)")
+        raise ValueError(
+            "layout 'days' needs at least two day files (the last one is halved into val/test)"
+        )
     return layout
 
 
 # Runs the tasks of a large .gz file while decoding it once (gz_stream.stream_gzip bound to the
 # run's options): (file, its position, its first task's index, chunk_bytes, header, its split
 # ranges for a line count) -> its cut.
-GzipStream = Callable[[Path, int, int, int, bool, Callable[[int], tuple[SplitRange, ...]]], GzipScan]
+GzipStream = Callable[
+    [Path, int, int, int, bool, Callable[[int], tuple[SplitRange, ...]]], GzipScan
+]
 
 
 def plan_tasks(
@@ -251,17 +270,36 @@ def plan_tasks(
         # planning pass replaces the count; a training day among others stays one task (gz_split).
         if str(path).endswith(".gz") and needs_lines and should_split(path, chunk_bytes):
             if stream is not None:
-                splits = partial(split_ranges, layout, is_last, val_half=val_half)  # of its line count
+                splits = partial(
+                    split_ranges, layout, is_last, val_half=val_half
+                )  # of its line count
                 scan = stream(path, fi, len(tasks), chunk_bytes, header, splits)
             else:
                 scan = scan_gzip(path, fi, chunk_bytes, header, work_dir)
             ranges = split_ranges(layout, is_last, scan.total_lines, val_half)
             firsts = [sum(scan.counts[:i]) for i in range(len(scan.counts))]
             for (start, end), first, crc in zip(scan.bounds, firsts, scan.crcs):
-                tasks.append(Task(len(tasks), str(path), start, end, first, ranges, "train", header, scan.index, crc))
+                tasks.append(
+                    Task(
+                        len(tasks),
+                        str(path),
+                        start,
+                        end,
+                        first,
+                        ranges,
+                        "train",
+                        header,
+                        scan.index,
+                        crc,
+                    )
+                )
             continue
         if str(path).endswith(".gz"):
-            ranges = split_ranges(layout, is_last, count_lines(path, header), val_half) if needs_lines else ()
+            ranges = (
+                split_ranges(layout, is_last, count_lines(path, header), val_half)
+                if needs_lines
+                else ()
+            )
             tasks.append(Task(len(tasks), str(path), 0, -1, 0, ranges, "train", header))
             continue
         bounds = chunk_bounds(path, chunk_bytes, header_end(path) if header else 0)

@@ -16,8 +16,18 @@ import numpy as np
 from shardrec.dataloader.format.manifest import PartInfo
 from shardrec.tools.preprocess.ids.id_maps import Vocabulary
 from shardrec.tools.preprocess.ids.vocab import DEFAULT_MEMORY_MB
-from shardrec.tools.preprocess.parse.criteo_text import ParsedChunk, Schema, describe_bad_row, parse_chunk
-from shardrec.tools.preprocess.parse.spec_parse import Program, SpecChunk, describe_bad_spec_row, parse_spec_chunk
+from shardrec.tools.preprocess.parse.criteo_text import (
+    ParsedChunk,
+    Schema,
+    describe_bad_row,
+    parse_chunk,
+)
+from shardrec.tools.preprocess.parse.spec_parse import (
+    Program,
+    SpecChunk,
+    describe_bad_spec_row,
+    parse_spec_chunk,
+)
 from shardrec.tools.preprocess.parts.part_columns import (
     PartColumns,
     append_rows,
@@ -34,12 +44,16 @@ class TaskOptions:
     out: str
     schema: Schema
     chunk_bytes: int
-    cardinalities: tuple[int, ...]  # hashing mode: one per sparse feature; vocab mode: from the vocabularies
+    cardinalities: tuple[
+        int, ...
+    ]  # hashing mode: one per sparse feature; vocab mode: from the vocabularies
     vocab_path: str = ""  # vocabulary mode: the directory of memory-mapped vocabularies (vocab.py)
     dense_transform: str = "log1p"
     dense_dtype: str = "float32"
     strict: bool = False
-    vocab_memory_bytes: int = DEFAULT_MEMORY_MB << 20  # vocabulary mode: pairs a counting task holds before it spills
+    vocab_memory_bytes: int = (
+        DEFAULT_MEMORY_MB << 20
+    )  # vocabulary mode: pairs a counting task holds before it spills
     program: Program | None = None
     """A feature spec's program (spec_parse); None: Criteo's parser reads `schema`."""
     column_names: tuple[str, ...] = ()
@@ -89,14 +103,27 @@ class PartLayout:
             self.one_hot, self.list_names = opts.names, []
 
     def new_part(self, capacity: int) -> PartColumns:
-        return PartColumns(capacity, self.opts.num_dense, self.opts.dense_dtype, self.groups, self.lists)
+        return PartColumns(
+            capacity, self.opts.num_dense, self.opts.dense_dtype, self.groups, self.lists
+        )
 
-    def append(self, cols: PartColumns, chunk: Chunk, rows: np.ndarray, vocabs: list[Vocabulary] | None) -> None:
+    def append(
+        self, cols: PartColumns, chunk: Chunk, rows: np.ndarray, vocabs: list[Vocabulary] | None
+    ) -> None:
         o = self.opts
         if o.program:
             append_spec_rows(cols, chunk, rows, o.program, o.dense_dtype, o.cardinalities, vocabs)
         else:
-            append_rows(cols, chunk, rows, o.dense_transform, o.dense_dtype, self.one_hot, o.cardinalities, vocabs)
+            append_rows(
+                cols,
+                chunk,
+                rows,
+                o.dense_transform,
+                o.dense_dtype,
+                self.one_hot,
+                o.cardinalities,
+                vocabs,
+            )
 
     def write(self, cols: PartColumns, part_dir: Path, fsync: bool) -> PartInfo:
         order = self.opts.names if self.lists else ()

@@ -36,7 +36,12 @@ from shardrec.dataloader.util.files import atomic_write_bytes
 from shardrec.tools.preprocess import cpu_stages
 from shardrec.tools.preprocess.gz_stream import stream_gzip
 from shardrec.tools.preprocess.ids.id_maps import MISSING_ID, OOV_ID
-from shardrec.tools.preprocess.ids.vocab import build_vocabularies, count_marker, release_freed_memory, run_dirs
+from shardrec.tools.preprocess.ids.vocab import (
+    build_vocabularies,
+    count_marker,
+    release_freed_memory,
+    run_dirs,
+)
 from shardrec.tools.preprocess.inputs import Task, discover_inputs, plan_tasks, resolve_layout
 from shardrec.tools.preprocess.parse.spec_parse import text_options
 from shardrec.tools.preprocess.parts.feature_stats import compute_feature_stats
@@ -77,7 +82,9 @@ class PreprocessResult:
     errors: list[str]  # first malformed rows as `file:line: field: value (reason)`
     tasks_run: int
     tasks_total: int
-    cpu_s_by_stage: dict[str, float] = field(default_factory=dict)  # this process and its workers (cpu_stages)
+    cpu_s_by_stage: dict[str, float] = field(
+        default_factory=dict
+    )  # this process and its workers (cpu_stages)
 
 
 def _versions() -> dict[str, str]:
@@ -94,7 +101,9 @@ def _check_fingerprint(out: Path, fp: dict) -> None:
     if path.is_file():
         try:
             old = json.loads(path.read_bytes())
-        except ValueError as e:  # torn or not JSON: the outputs beside it cannot be matched to a run
+        except (
+            ValueError
+        ) as e:  # torn or not JSON: the outputs beside it cannot be matched to a run
             raise ValueError(
                 f"{path}: unreadable run record ({e}); remove the directory or choose another --out"
             ) from None
@@ -116,7 +125,11 @@ def _remove_temporaries(out: Path) -> None:
 
 
 def _build_vocab(
-    cfg: PreprocessConfig, tasks: list[Task], opts: TaskOptions, progress: Progress | None, pool: Pool | None
+    cfg: PreprocessConfig,
+    tasks: list[Task],
+    opts: TaskOptions,
+    progress: Progress | None,
+    pool: Pool | None,
 ) -> TaskOptions:
     """Count (unless done), merge the counts into memory-mapped vocabularies (unless done)."""
     work, names = cfg.out / WORK_DIR, opts.names
@@ -125,8 +138,14 @@ def _build_vocab(
         _count(cfg, tasks, opts, progress, pool)
         runs = run_dirs(work, [t.index for t in tasks if t.holds_train_lines])
         with cpu_stages.stage(cpu_stages.MERGE):
-            info = build_vocabularies(runs, names, cfg.min_count, opts.vocab_memory_bytes, vocab_dir)
-        logger.info("vocabularies merged from %d count runs in %d value ranges", len(runs), sum(info["merge_ranges"]))
+            info = build_vocabularies(
+                runs, names, cfg.min_count, opts.vocab_memory_bytes, vocab_dir
+            )
+        logger.info(
+            "vocabularies merged from %d count runs in %d value ranges",
+            len(runs),
+            sum(info["merge_ranges"]),
+        )
     cards = tuple(json.loads((vocab_dir / "vocab.json").read_text())["cardinalities"])
     return replace(opts, cardinalities=cards, vocab_path=str(vocab_dir))
 
@@ -136,7 +155,9 @@ def run_preprocess(cfg: PreprocessConfig, progress: Progress | None = None) -> P
     before = cpu_stages.totals()
     process_setup()
     result = _run(cfg, progress)
-    result.cpu_s_by_stage = {k: round(v - before.get(k, 0.0), 3) for k, v in cpu_stages.totals().items()}
+    result.cpu_s_by_stage = {
+        k: round(v - before.get(k, 0.0), 3) for k, v in cpu_stages.totals().items()
+    }
     return result
 
 
@@ -164,9 +185,17 @@ def _run(cfg: PreprocessConfig, progress: Progress | None) -> PreprocessResult:
     # the vocabularies first) nor under --part (each machine runs its own share of a planned cut).
     streams = cfg.min_count <= 0 and cfg.part is None
     streamed: list[int] = []  # tasks that stream_gzip ran
-    stream = partial(stream_gzip, opts=opts, workers=cfg.workers, progress=progress, ran=streamed) if streams else None
-    with cpu_stages.stage(cpu_stages.PLAN):  # a streamed .gz file's tasks run inside: their stages pause this one
-        tasks = plan_tasks(files, layout, cfg.val_half, opts.chunk_bytes, cfg.header, cfg.out / WORK_DIR, stream)
+    stream = (
+        partial(stream_gzip, opts=opts, workers=cfg.workers, progress=progress, ran=streamed)
+        if streams
+        else None
+    )
+    with cpu_stages.stage(
+        cpu_stages.PLAN
+    ):  # a streamed .gz file's tasks run inside: their stages pause this one
+        tasks = plan_tasks(
+            files, layout, cfg.val_half, opts.chunk_bytes, cfg.header, cfg.out / WORK_DIR, stream
+        )
     mine = [t for t in tasks if cfg.part is None or t.index % cfg.part[1] == cfg.part[0]]
     # Vocabulary mode's two passes (count, then preprocess) share one pool of workers.
     with shared_pool(cfg.workers, len(tasks)) if cfg.min_count > 0 else nullcontext() as pool:
@@ -176,9 +205,13 @@ def _run(cfg: PreprocessConfig, progress: Progress | None) -> PreprocessResult:
                 if not _all_counted(cfg.out, tasks):
                     return _partial(cfg.out, tasks, 0)
             opts = _build_vocab(cfg, tasks, opts, progress, pool)
-        done = {t.index: read_marker(cfg.out, t.index) for t in mine}  # torn or with parts gone: redone
+        done = {
+            t.index: read_marker(cfg.out, t.index) for t in mine
+        }  # torn or with parts gone: redone
         todo = [t for t in mine if done[t.index] is None]
-        logger.info("%d of %d tasks to run (%d already done)", len(todo), len(tasks), len(tasks) - len(todo))
+        logger.info(
+            "%d of %d tasks to run (%d already done)", len(todo), len(tasks), len(tasks) - len(todo)
+        )
         _run_tasks(cfg, todo, opts, progress, pool)
     results = [done.get(t.index) or read_marker(cfg.out, t.index) for t in tasks]
     if any(r is None for r in results):
@@ -190,7 +223,11 @@ def _run(cfg: PreprocessConfig, progress: Progress | None) -> PreprocessResult:
 
 
 def _run_tasks(
-    cfg: PreprocessConfig, todo: list[Task], opts: TaskOptions, progress: Progress | None, pool: Pool | None
+    cfg: PreprocessConfig,
+    todo: list[Task],
+    opts: TaskOptions,
+    progress: Progress | None,
+    pool: Pool | None,
 ) -> None:
     failures = []
     if progress and todo:  # none after a rerun, or after a streamed .gz file (its own bar)
@@ -208,7 +245,9 @@ def _run_tasks(
     finally:
         wait_for_writes()
     if failures:
-        raise InputError("; ".join(failures) + " (output of the other files is kept; rerun to finish)")
+        raise InputError(
+            "; ".join(failures) + " (output of the other files is kept; rerun to finish)"
+        )
 
 
 def _check_rows_kept(cfg: PreprocessConfig, tasks: list[Task], results: list[TaskResult]) -> None:
@@ -225,12 +264,16 @@ def _check_rows_kept(cfg: PreprocessConfig, tasks: list[Task], results: list[Tas
         return
     where = ", ".join(str(p) for p in cfg.inputs)
     if lines == 0:
-        raise ValueError(f"{where}: no rows: the input holds no data lines{' after its header' if cfg.header else ''}")
+        raise ValueError(
+            f"{where}: no rows: the input holds no data lines{' after its header' if cfg.header else ''}"
+        )
     errors = _summarize(None, tasks, results, 0).errors
     first = f"; first: {errors[0]}" if errors else ""
     reasons = ", ".join(f"{k} {v:,}" for k, v in skipped.items())
     if kept <= 0:
-        raise ValueError(f"{where}: no rows kept, all {lines:,} lines are malformed ({reasons}){first}")
+        raise ValueError(
+            f"{where}: no rows kept, all {lines:,} lines are malformed ({reasons}){first}"
+        )
     raise ValueError(
         f"{where}: {bad:,} of {lines:,} lines malformed ({bad / lines:.2%}: {reasons}), more than the "
         f"{cfg.max_skipped_fraction:g} allowed (--max-skipped-fraction){first}"
@@ -254,15 +297,25 @@ def _disk_bytes(task: Task) -> int:
 
 
 def _all_counted(out: Path, tasks: list[Task]) -> bool:
-    return all(count_marker(out / WORK_DIR, t.index).is_file() for t in tasks if t.holds_train_lines)
+    return all(
+        count_marker(out / WORK_DIR, t.index).is_file() for t in tasks if t.holds_train_lines
+    )
 
 
 def _count(
-    cfg: PreprocessConfig, tasks: list[Task], opts: TaskOptions, progress: Progress | None, pool: Pool | None
+    cfg: PreprocessConfig,
+    tasks: list[Task],
+    opts: TaskOptions,
+    progress: Progress | None,
+    pool: Pool | None,
 ) -> None:
     """Vocabulary pass 1 over the tasks not counted yet; tasks without training lines (the
     val/test day) are not read: their rows never enter a vocabulary."""
-    todo = [t for t in tasks if t.holds_train_lines and not count_marker(cfg.out / WORK_DIR, t.index).is_file()]
+    todo = [
+        t
+        for t in tasks
+        if t.holds_train_lines and not count_marker(cfg.out / WORK_DIR, t.index).is_file()
+    ]
     if progress and todo:
         progress.start(sum(_disk_bytes(t) for t in todo), "count")
     for t, (_, cpu) in map_tasks(_count_measured, todo, opts, cfg.workers, pool):
@@ -283,14 +336,20 @@ def _partial(out: Path, tasks: list[Task], ran: int) -> PreprocessResult:
 
 
 def _finalize(
-    cfg: PreprocessConfig, layout: str, tasks: list[Task], results: list[TaskResult], opts: TaskOptions
+    cfg: PreprocessConfig,
+    layout: str,
+    tasks: list[Task],
+    results: list[TaskResult],
+    opts: TaskOptions,
 ) -> Manifest:
     splits: dict[str, SplitInfo] = {}
     skipped: dict[str, int] = {}
     for r in results:
         for p in r.parts:
             info = PartInfo(
-                p["part"]["name"], p["part"]["rows"], {k: FileInfo(**v) for k, v in p["part"]["files"].items()}
+                p["part"]["name"],
+                p["part"]["rows"],
+                {k: FileInfo(**v) for k, v in p["part"]["files"].items()},
             )
             s = splits.setdefault(p["split"], SplitInfo())
             s.parts.append(info)
@@ -298,7 +357,10 @@ def _finalize(
         for k, v in r.skipped.items():
             skipped[k] = skipped.get(k, 0) + v
     splits = {s: splits.get(s, SplitInfo()) for s in SPLITS}
-    features = [SparseFeature(n, c, str(smallest_uint(c - 1))) for n, c in zip(opts.names, opts.cardinalities)]
+    features = [
+        SparseFeature(n, c, str(smallest_uint(c - 1)))
+        for n, c in zip(opts.names, opts.cardinalities)
+    ]
     for f, column in zip(features, cfg.spec.sparse if cfg.spec else []):
         if isinstance(column, ListColumn):
             f.multi_hot, f.pooling = True, column.pooling
@@ -312,7 +374,9 @@ def _finalize(
     }
     dense = [c.name for c in cfg.spec.dense] if cfg.spec else cfg.schema.dense_names
     manifest = Manifest(dense, features, splits, cfg.dense_dtype, options, _versions(), skipped)
-    if any(f.multi_hot for f in features):  # list columns: readers of version 1 cannot pool them by mean
+    if any(
+        f.multi_hot for f in features
+    ):  # list columns: readers of version 1 cannot pool them by mean
         manifest.schema_version = LISTS_SCHEMA_VERSION
     for name, stats in compute_feature_stats(cfg.out, manifest).items():
         manifest.feature(name).stats = stats
@@ -326,7 +390,9 @@ def _split_note(layout: str, val_half: str) -> dict:
     return {"train_days": "all files but the last", "halved_day": "last file", "val_half": val_half}
 
 
-def _summarize(manifest: Manifest | None, tasks: list[Task], results: list[TaskResult], ran: int) -> PreprocessResult:
+def _summarize(
+    manifest: Manifest | None, tasks: list[Task], results: list[TaskResult], ran: int
+) -> PreprocessResult:
     kept: dict[str, int] = {}
     skipped: dict[str, int] = {}
     errors = []
@@ -343,7 +409,9 @@ def _summarize(manifest: Manifest | None, tasks: list[Task], results: list[TaskR
         before = t.first_line if t.first_line >= 0 else lines_before.get(t.path, 0)
         for local, name, value, reason in r.errors:
             if len(errors) < 10:
-                errors.append(f"{t.path}:{before + local + 1 + int(t.header)}: {name}: {value} ({reason})")
+                errors.append(
+                    f"{t.path}:{before + local + 1 + int(t.header)}: {name}: {value} ({reason})"
+                )
         lines_before[t.path] = before + r.lines
     return PreprocessResult(
         manifest,

@@ -29,8 +29,12 @@ class Pool:
 
     def __init__(self, workers: int, tasks: int) -> None:
         ctx = mp.get_context("spawn")  # no fork: the CLI's progress thread must not be copied
-        self.started = ctx.Array("b", tasks, lock=False)  # set by a worker as it takes a task (by position)
-        self.executor = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(self.started,))
+        self.started = ctx.Array(
+            "b", tasks, lock=False
+        )  # set by a worker as it takes a task (by position)
+        self.executor = ProcessPoolExecutor(
+            workers, mp_context=ctx, initializer=_init_worker, initargs=(self.started,)
+        )
 
 
 @contextmanager
@@ -47,7 +51,11 @@ def shared_pool(workers: int, tasks: int) -> Iterator[Pool | None]:
 
 
 def map_tasks(
-    fn: Callable[[Task, TaskOptions], Any], tasks: list[Task], opts: TaskOptions, workers: int, pool: Pool | None = None
+    fn: Callable[[Task, TaskOptions], Any],
+    tasks: list[Task],
+    opts: TaskOptions,
+    workers: int,
+    pool: Pool | None = None,
 ) -> Iterator[tuple[Task, Any]]:
     """Run fn over tasks in worker processes (pool's, or a pool of this pass's); yields (task, result)
     in task order.
@@ -67,7 +75,9 @@ def map_tasks(
                 try:
                     res = fut.result()
                 except BrokenProcessPool:
-                    lost = [tasks[j] for j, f in enumerate(futures) if started[j] and not _succeeded(f)] or [t]
+                    lost = [
+                        tasks[j] for j, f in enumerate(futures) if started[j] and not _succeeded(f)
+                    ] or [t]
                     raise WorkerDied(
                         f"a worker process died (killed by a signal, e.g. out of memory) while running "
                         f"{'; '.join(_describe(x) for x in lost)}; finished tasks are kept: rerun to finish"
@@ -100,7 +110,9 @@ def map_stream(
     ctx = mp.get_context("spawn")
     # Per slot: 1 + the index of the task a worker took from it (tasks queued next are not running).
     started = ctx.Array("q", slots, lock=False)
-    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(started,))
+    pool = ProcessPoolExecutor(
+        workers, mp_context=ctx, initializer=_init_worker, initargs=(started,)
+    )
     if warm is not None:  # each submit finds no idle worker and spawns one
         for _ in range(workers):
             pool.submit(warm)
@@ -122,7 +134,11 @@ def map_stream(
                 try:
                     res = fut.result()
                 except BrokenProcessPool:
-                    lost = [t for f, (t, s) in running.items() if started[s] == t.index + 1 and not _succeeded(f)]
+                    lost = [
+                        t
+                        for f, (t, s) in running.items()
+                        if started[s] == t.index + 1 and not _succeeded(f)
+                    ]
                     task = running[fut][0]
                     raise WorkerDied(
                         f"a worker process died (killed by a signal, e.g. out of memory) while running "
@@ -142,12 +158,16 @@ def _init_worker(started: Any) -> None:
     _STARTED[:] = [started]
 
 
-def _run_marked(fn: Callable[[Task, TaskOptions], Any], i: int, task: Task, opts: TaskOptions) -> Any:
+def _run_marked(
+    fn: Callable[[Task, TaskOptions], Any], i: int, task: Task, opts: TaskOptions
+) -> Any:
     _STARTED[0][i] = 1
     return fn(task, opts)
 
 
-def _run_in_slot(fn: Callable[[Task, TaskOptions], Any], slot: int, task: Task, opts: TaskOptions) -> Any:
+def _run_in_slot(
+    fn: Callable[[Task, TaskOptions], Any], slot: int, task: Task, opts: TaskOptions
+) -> Any:
     _STARTED[0][slot] = task.index + 1
     return fn(task, opts)
 

@@ -17,7 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from shardrec.dataloader.multihot.multihot_tables import MultiHotSpec, default_cache_dir, open_index_tables
+from shardrec.dataloader.multihot.multihot_tables import (
+    MultiHotSpec,
+    default_cache_dir,
+    open_index_tables,
+)
 from shardrec.dataloader.spec.spec_file import spec_from_dict
 from shardrec.tools.preprocess.gzip.gz import open_text
 from shardrec.tools.preprocess.ids.vocab import load_vocabularies
@@ -36,14 +40,19 @@ class RawRows:
 
     def __init__(self, header: dict[str, Any]) -> None:
         t = header["transform"]
-        self.spec = spec_from_dict(t["spec"], "the model's transform: spec") if t.get("spec") else None
+        self.spec = (
+            spec_from_dict(t["spec"], "the model's transform: spec") if t.get("spec") else None
+        )
         if self.spec is None and ("schema" not in t or t.get("dense_transform") is None):
             raise ValueError(
                 f"the model of {t.get('dataset')} records neither a feature spec nor Criteo's text schema and dense "
                 "transform to read raw rows with; score a preprocessed split instead"
             )
         self.schema = Schema(**t["schema"]) if self.spec is None else Schema()
-        self.dense_transform, self.dense_dtype = t.get("dense_transform") or "log1p", t.get("dense_dtype") or "float32"
+        self.dense_transform, self.dense_dtype = (
+            t.get("dense_transform") or "log1p",
+            t.get("dense_dtype") or "float32",
+        )
         self.names, self.cardinalities = list(header["feature_names"]), tuple(t["cardinalities"])
         self.vocabs = None
         if t.get("mode") == "vocab":
@@ -56,13 +65,23 @@ class RawRows:
         self.tables = None
         if t.get("multihot"):
             m = t["multihot"]
-            spec = MultiHotSpec(tuple(m["sizes"]), tuple(m.get("rows") or self.cardinalities), m["dist"], m["seed"])
+            spec = MultiHotSpec(
+                tuple(m["sizes"]), tuple(m.get("rows") or self.cardinalities), m["dist"], m["seed"]
+            )
             self.tables = open_index_tables(m.get("cache_dir") or default_cache_dir(), spec)
 
     def options(self, path: Path) -> TaskOptions:
         """How this file's rows are read (a spec is matched to the file's own header)."""
-        text = text_options(self.spec, "the model's spec", self.schema, self.dense_transform, [path])
-        return TaskOptions("", chunk_bytes=0, cardinalities=self.cardinalities, dense_dtype=self.dense_dtype, **text)
+        text = text_options(
+            self.spec, "the model's spec", self.schema, self.dense_transform, [path]
+        )
+        return TaskOptions(
+            "",
+            chunk_bytes=0,
+            cardinalities=self.cardinalities,
+            dense_dtype=self.dense_dtype,
+            **text,
+        )
 
     def convert(
         self, data: bytes, path: Path, first_line: int, opts: TaskOptions, labeled: bool = True
@@ -88,7 +107,12 @@ class RawRows:
         cols = layout.new_part(chunk.rows)
         layout.append(cols, chunk, np.arange(chunk.rows), self.vocabs)
         one_hot = cols.columns(layout.one_hot)
-        lists = dict(zip(layout.list_names, zip(cols.list_ids, (o[: chunk.rows + 1] for o in cols.list_offsets))))
+        lists = dict(
+            zip(
+                layout.list_names,
+                zip(cols.list_ids, (o[: chunk.rows + 1] for o in cols.list_offsets)),
+            )
+        )
         ids = {}
         for t, name in enumerate(self.names):
             if name in lists:
@@ -118,7 +142,13 @@ class RawRows:
                 data = rest + block
                 if not block:
                     if data.strip():
-                        yield self.convert(data if data.endswith(b"\n") else data + b"\n", path, line, opts, labeled)
+                        yield self.convert(
+                            data if data.endswith(b"\n") else data + b"\n",
+                            path,
+                            line,
+                            opts,
+                            labeled,
+                        )
                     return
                 cut = data.rfind(b"\n") + 1
                 if cut == 0:

@@ -67,11 +67,15 @@ class PreprocessConfig:
         if self.val_half not in ("first", "second"):
             raise ValueError(f"val_half {self.val_half!r} must be first or second")
         if self.dense_transform not in DENSE_TRANSFORMS:
-            raise ValueError(f"dense transform {self.dense_transform!r} is not one of {', '.join(DENSE_TRANSFORMS)}")
+            raise ValueError(
+                f"dense transform {self.dense_transform!r} is not one of {', '.join(DENSE_TRANSFORMS)}"
+            )
         if self.dense_dtype not in ("float32", "float16"):
             raise ValueError(f"dense dtype {self.dense_dtype!r} must be float32 or float16")
         if self.spec is not None and (self.schema != Schema() or self.dense_transform != "log1p"):
-            raise ValueError(f"the spec {self.spec_file} describes the columns: give no schema or dense transform too")
+            raise ValueError(
+                f"the spec {self.spec_file} describes the columns: give no schema or dense transform too"
+            )
         if len(self.max_ids) not in (1, self.num_sparse):
             raise ValueError(
                 f"max_ids has {len(self.max_ids)} values; give 1 or one per sparse feature ({self.num_sparse})"
@@ -81,7 +85,9 @@ class PreprocessConfig:
         if self.vocab_memory_mb <= 0:
             raise ValueError(f"vocab_memory_mb {self.vocab_memory_mb} must be positive")
         if self.workers < 1 or self.chunk_mb <= 0:
-            raise ValueError(f"workers={self.workers} and chunk_mb={self.chunk_mb} must be positive")
+            raise ValueError(
+                f"workers={self.workers} and chunk_mb={self.chunk_mb} must be positive"
+            )
         if not 0 <= self.max_skipped_fraction <= 1:
             raise ValueError(f"max_skipped_fraction {self.max_skipped_fraction} must be in [0, 1]")
         if self.part is not None and not (self.part[1] >= 1 and 0 <= self.part[0] < self.part[1]):
@@ -112,7 +118,13 @@ class PreprocessConfig:
         inputs = []
         for f in files:
             st = f.stat()
-            inputs.append({"name": f.name, "bytes": st.st_size, **({"mtime_ns": st.st_mtime_ns} if with_mtime else {})})
+            inputs.append(
+                {
+                    "name": f.name,
+                    "bytes": st.st_size,
+                    **({"mtime_ns": st.st_mtime_ns} if with_mtime else {}),
+                }
+            )
         return {
             "inputs": inputs,
             "mode": "vocab" if self.min_count > 0 else "hash",

@@ -79,7 +79,9 @@ class TaskResult:
     kept: dict[str, int] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)
     errors: list[list] = field(default_factory=list)  # [task-local line, field, value, reason]
-    bad_lines: list[int] = field(default_factory=list)  # a staged task's malformed lines (gz_stream splits by them)
+    bad_lines: list[int] = field(
+        default_factory=list
+    )  # a staged task's malformed lines (gz_stream splits by them)
 
 
 def marker_path(out: Path, index: int, kind: str = "task") -> Path:
@@ -99,13 +101,23 @@ def read_marker(out: Path, index: int, kind: str = "task") -> TaskResult | None:
                 file = out / p["split"] / p["part"]["name"] / name
                 size = file.stat().st_size if file.is_file() else None
                 if size != info["bytes"]:
-                    found = "missing" if size is None else f"{size} bytes, the marker records {info['bytes']}"
+                    found = (
+                        "missing"
+                        if size is None
+                        else f"{size} bytes, the marker records {info['bytes']}"
+                    )
                     logger.warning("%s: %s; task %d is redone", file, found, index)
                     return None
     except FileNotFoundError:
         return None
-    except (ValueError, TypeError, KeyError) as e:  # JSONDecodeError, UnicodeDecodeError: ValueErrors
-        logger.warning("%s: unreadable task marker (%s: %s); the task is redone", path, type(e).__name__, e)
+    except (
+        ValueError,
+        TypeError,
+        KeyError,
+    ) as e:  # JSONDecodeError, UnicodeDecodeError: ValueErrors
+        logger.warning(
+            "%s: unreadable task marker (%s: %s); the task is redone", path, type(e).__name__, e
+        )
         return None
     return result
 
@@ -208,7 +220,9 @@ def _absolute_line(task: Task, local: int) -> int:
     return first + local + 1 + int(task.header)
 
 
-def _note_bad_rows(task: Task, data: bytes, chunk: Chunk, line0: int, result: TaskResult, opts: TaskOptions) -> None:
+def _note_bad_rows(
+    task: Task, data: bytes, chunk: Chunk, line0: int, result: TaskResult, opts: TaskOptions
+) -> None:
     bad = np.flatnonzero(~chunk.ok)
     if not len(bad):
         return
@@ -251,7 +265,9 @@ def _flush(
     for split in sorted(buffers):
         part_dir = out / split / f"part-{task.index:05d}-{number:04d}"
         try:
-            with cpu_stages.stage(cpu_stages.WRITE):  # and the fsyncs, when not left to _sync_then_mark
+            with cpu_stages.stage(
+                cpu_stages.WRITE
+            ):  # and the fsyncs, when not left to _sync_then_mark
                 info = layout.write(buffers[split], part_dir, fsync)
         except OSError as e:
             if e.filename:
@@ -263,7 +279,9 @@ def _flush(
     buffers.clear()
 
 
-def _capacity(task: Task, opts: TaskOptions, piece_rows: int, piece_bytes: int, done_bytes: int) -> int:
+def _capacity(
+    task: Task, opts: TaskOptions, piece_rows: int, piece_bytes: int, done_bytes: int
+) -> int:
     """Rows to reserve for a new part: the rows per byte of this piece times the text the part
     can still receive (a part closes after chunk_bytes of text, plus the piece that crosses it)."""
     left = opts.chunk_bytes + PIECE_BYTES
@@ -319,7 +337,9 @@ def _take_piece(
     return chunk.rows
 
 
-def run_task(task: Task, opts: TaskOptions, background_sync: bool = False, mark: bool = True) -> TaskResult:
+def run_task(
+    task: Task, opts: TaskOptions, background_sync: bool = False, mark: bool = True
+) -> TaskResult:
     """Parse and write one task; writes its marker last. Returns what the marker holds.
 
     Text is read in pieces of PIECE_BYTES, parsed in pieces of PARSE_BYTES (compiled parser)
@@ -364,16 +384,22 @@ def run_task(task: Task, opts: TaskOptions, background_sync: bool = False, mark:
         sync_and_mark(out, result, kind)
         return result
     with cpu_stages.stage(cpu_stages.SYNC):
-        atomic_write_bytes(marker_path(out, task.index, kind), json.dumps(dataclasses.asdict(result)).encode())
+        atomic_write_bytes(
+            marker_path(out, task.index, kind), json.dumps(dataclasses.asdict(result)).encode()
+        )
     return result
 
 
 def sync_and_mark(out: Path, result: TaskResult, kind: str = "task") -> None:
     """On the background thread: fsync the result's part files, then write its marker (call
     wait_for_writes() before reading markers)."""
-    files = [out / p["split"] / p["part"]["name"] / f for p in result.parts for f in p["part"]["files"]]
+    files = [
+        out / p["split"] / p["part"]["name"] / f for p in result.parts for f in p["part"]["files"]
+    ]
     marker = json.dumps(dataclasses.asdict(result)).encode()
-    _PENDING.append(_sync_pool().submit(_sync_then_mark, files, marker_path(out, result.index, kind), marker))
+    _PENDING.append(
+        _sync_pool().submit(_sync_then_mark, files, marker_path(out, result.index, kind), marker)
+    )
 
 
 def process_setup() -> None:

@@ -67,7 +67,9 @@ def slot_pieces(task: Task, piece_bytes: int) -> Iterator[memoryview]:
     size = task.end - task.start
     view = _slot_view(task.text_slot, size + 1)  # one byte past: the producer's closing newline
     arr = np.frombuffer(view, dtype=np.uint8)
-    whole = size + int(arr[size - 1] != 10)  # a last line without a newline is yielded closed, alone
+    whole = size + int(
+        arr[size - 1] != 10
+    )  # a last line without a newline is yielded closed, alone
     pos, window = 0, piece_bytes
     try:
         while pos < size:

@@ -57,7 +57,9 @@ def _runs(ordered):
     return values, counts
 
 
-def count_columns(values: np.ndarray, missing: np.ndarray, rows: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+def count_columns(
+    values: np.ndarray, missing: np.ndarray, rows: np.ndarray
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """(sorted distinct values, counts) of each column of `values` [rows, features] over `rows`
     (row numbers), missing values left out."""
     if not AVAILABLE:
@@ -77,7 +79,9 @@ def count_columns(values: np.ndarray, missing: np.ndarray, rows: np.ndarray) -> 
     return out
 
 
-def piece_counts(chunk: Chunk, rows: np.ndarray, opts: TaskOptions) -> list[tuple[np.ndarray, np.ndarray]]:
+def piece_counts(
+    chunk: Chunk, rows: np.ndarray, opts: TaskOptions
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """(distinct values, counts) of every sparse feature over the rows where `rows` is True."""
     idx = np.flatnonzero(rows)
     if not opts.program:
@@ -88,7 +92,9 @@ def piece_counts(chunk: Chunk, rows: np.ndarray, opts: TaskOptions) -> list[tupl
             out.append(count_values(chunk.sparse[idx, slot], chunk.sparse_missing[idx, slot]))
             continue
         values = np.empty(int(chunk.list_len[idx, slot].sum()), np.uint64)
-        spec_kernel.gather_lists(chunk.list_values, chunk.list_start, chunk.list_len, slot, idx, values)
+        spec_kernel.gather_lists(
+            chunk.list_values, chunk.list_start, chunk.list_len, slot, idx, values
+        )
         out.append(count_values(values, np.zeros(len(values), bool)))
     return out
 

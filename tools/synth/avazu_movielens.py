@@ -31,7 +31,20 @@ _PAD = 0
 LIKE = ("criteo", "avazu", "movielens")
 _GENRES = ["Action", "Adventure", "Animation", "Children's", "Comedy", "Crime", "Documentary", "Drama", "Fantasy",
            "Film-Noir", "Horror", "Musical", "Mystery", "Romance", "Sci-Fi", "Thriller", "War", "Western"]  # fmt: skip
-_WORDS = ["Story", "Night", "American", "President", "Heat", "Money", "Dead", "City", "Love", "Big", "Lost", "Man"]
+_WORDS = [
+    "Story",
+    "Night",
+    "American",
+    "President",
+    "Heat",
+    "Money",
+    "Dead",
+    "City",
+    "Love",
+    "Big",
+    "Lost",
+    "Man",
+]
 
 
 def _table(values: list[str]) -> np.ndarray:
@@ -76,9 +89,13 @@ def _hex_vocab(rng: np.random.Generator, size: int) -> list[str]:
 
 
 def _avazu_chunk(rng: np.random.Generator, world: dict, n: int, first_id: int) -> bytes:
-    scrambled = np.arange(first_id, first_id + n, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)  # wraps
+    scrambled = np.arange(first_id, first_id + n, dtype=np.uint64) * np.uint64(
+        0x9E3779B97F4A7C15
+    )  # wraps
     ids = np.uint64(10**19) + scrambled % np.uint64(8 * 10**18)  # 20 digits, as Avazu's
-    digits = (ids[:, None] // (np.uint64(10) ** np.arange(19, -1, -1, dtype=np.uint64))) % np.uint64(10)
+    digits = (
+        ids[:, None] // (np.uint64(10) ** np.arange(19, -1, -1, dtype=np.uint64))
+    ) % np.uint64(10)
     columns = [(digits + np.uint64(48)).astype(np.uint8)]
     logit = np.full(n, -1.6)
     drawn = {}
@@ -115,9 +132,23 @@ def _avazu_world(seed: int) -> dict:
         "C18": ints([0, 3, 2, 1]), "C19": ints(rng.integers(33, 1959, 68)),
         "C20": ints([-1, *rng.integers(100000, 100249, 170)]), "C21": ints(rng.integers(1, 220, 60)),
     }  # fmt: skip
-    informative = {"C1", "banner_pos", "site_id", "app_id", "app_category", "device_model", "C14", "C18", "C21"}
+    informative = {
+        "C1",
+        "banner_pos",
+        "site_id",
+        "app_id",
+        "app_category",
+        "device_model",
+        "C14",
+        "C18",
+        "C21",
+    }
     columns = {
-        name: (_table(values), rng.normal(0, 0.8 if name in informative else 0.0, len(values)), rng.uniform(1.1, 1.6))
+        name: (
+            _table(values),
+            rng.normal(0, 0.8 if name in informative else 0.0, len(values)),
+            rng.uniform(1.1, 1.6),
+        )
         for name, values in vocab.items()
     }
     hours = np.array([14102100 + day * 100 + h for day in range(10) for h in range(24)], np.int64)
@@ -149,7 +180,9 @@ def _movielens_world(seed: int) -> dict:
         "zip": _table(zips),
     }
     genre_weight = rng.normal(0, 0.7, len(_GENRES))
-    movie_weight = np.array([sum(genre_weight[_GENRES.index(g)] for g in gs.split("|")) for gs in genres])
+    movie_weight = np.array(
+        [sum(genre_weight[_GENRES.index(g)] for g in gs.split("|")) for gs in genres]
+    )
     return {
         "user_ids": _table([str(u) for u in range(1, users + 1)]),
         "movie_ids": _table([str(m) for m in range(1, movies + 1)]),
@@ -168,7 +201,12 @@ MOVIELENS_HEADER = "user_id,movie_id,rating,timestamp,gender,age,occupation,zip,
 def _movielens_chunk(rng: np.random.Generator, world: dict, n: int, first: int) -> bytes:
     user = _zipf(rng, n, len(world["user_ids"]), 1.05)
     movie = _zipf(rng, n, len(world["movie_ids"]), 1.2)
-    logit = world["user_weight"][user] + world["movie_weight"][movie] + world["gender_weight"][user] - 0.6
+    logit = (
+        world["user_weight"][user]
+        + world["movie_weight"][movie]
+        + world["gender_weight"][user]
+        - 0.6
+    )
     click = rng.random(n) < 1 / (1 + np.exp(-logit))
     rating = np.where(click, rng.integers(4, 6, n), rng.integers(1, 4, n))
     timestamp = 956703932 + (first + np.arange(n)) * 7 + rng.integers(0, 7, n)

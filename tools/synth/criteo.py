@@ -44,10 +44,14 @@ class SynthSpec:
     bias: float
 
     @classmethod
-    def from_seed(cls, seed: int, max_vocab: int = 100_000, vocab: list[int] | None = None) -> SynthSpec:
+    def from_seed(
+        cls, seed: int, max_vocab: int = 100_000, vocab: list[int] | None = None
+    ) -> SynthSpec:
         """vocab: distinct values per categorical (e.g. Criteo 1TB's shape); drawn from the seed if None."""
         rng = np.random.default_rng([seed, 0x5EED])
-        drawn = np.minimum(np.round(np.exp(rng.uniform(np.log(4), np.log(max_vocab), NUM_SPARSE))), max_vocab)
+        drawn = np.minimum(
+            np.round(np.exp(rng.uniform(np.log(4), np.log(max_vocab), NUM_SPARSE))), max_vocab
+        )
         vocab = np.asarray(vocab if vocab is not None else drawn, dtype=np.int64)
         if vocab.shape != (NUM_SPARSE,) or (vocab < 1).any():
             raise ValueError(f"vocab must hold {NUM_SPARSE} positive counts, got {vocab.tolist()}")
@@ -58,7 +62,10 @@ class SynthSpec:
         scramble = rng.integers(1, 2**31, NUM_SPARSE, dtype=np.int64) * 2 + 1
         # A third of the categoricals carry the signal; the rest are noise the model must ignore.
         informative = rng.random(NUM_SPARSE) < 0.35
-        weights = [rng.normal(0.0, 0.9 if informative[f] else 0.0, int(vocab[f])) for f in range(NUM_SPARSE)]
+        weights = [
+            rng.normal(0.0, 0.9 if informative[f] else 0.0, int(vocab[f]))
+            for f in range(NUM_SPARSE)
+        ]
         dense_beta = rng.normal(0.0, 0.25, NUM_DENSE)
         return cls(seed, vocab, zipf_a, missing, scramble, weights, dense_beta, bias=-1.4)
 
@@ -78,7 +85,9 @@ def draw_rows(
     neg = rng.random(n) < 0.08
     dense[neg, 1] = -rng.integers(1, 4, int(neg.sum()))
     dense_missing = rng.random((n, NUM_DENSE)) < spec.missing[NUM_SPARSE:]
-    ranks = np.stack([_zipf_ranks(rng, n, int(spec.vocab[f]), spec.zipf_a[f]) for f in range(NUM_SPARSE)], axis=1)
+    ranks = np.stack(
+        [_zipf_ranks(rng, n, int(spec.vocab[f]), spec.zipf_a[f]) for f in range(NUM_SPARSE)], axis=1
+    )
     sparse_missing = rng.random((n, NUM_SPARSE)) < spec.missing[:NUM_SPARSE]
     logit = np.full(n, spec.bias)
     for f in range(NUM_SPARSE):
@@ -86,7 +95,9 @@ def draw_rows(
     x = np.log1p(np.maximum(dense, 0)) - 1.0
     logit += np.where(dense_missing, 0.0, x) @ spec.dense_beta
     labels = (rng.random(n) < 1.0 / (1.0 + np.exp(-logit))).astype(np.int64)
-    values = ((ranks.astype(np.uint64) + np.uint64(1)) * spec.scramble.astype(np.uint64)) & np.uint64(0xFFFFFFFF)
+    values = (
+        (ranks.astype(np.uint64) + np.uint64(1)) * spec.scramble.astype(np.uint64)
+    ) & np.uint64(0xFFFFFFFF)
     return labels, dense, dense_missing, values, sparse_missing
 
 
@@ -137,7 +148,9 @@ def format_rows(
         cols += [sep.copy(), _hex_bytes(values[:, f], sparse_missing[:, f])]
     if strip_trailing is not None:
         # A separator goes when every field after it is empty (as Criteo's raw rows have it).
-        trailing_empty = np.flip(np.cumprod(np.flip(sparse_missing, axis=1), axis=1), axis=1).astype(bool)
+        trailing_empty = np.flip(
+            np.cumprod(np.flip(sparse_missing, axis=1), axis=1), axis=1
+        ).astype(bool)
         for f in range(max(0, NUM_SPARSE - MAX_STRIPPED_FIELDS), NUM_SPARSE):
             cols[1 + 2 * NUM_DENSE + 2 * f][trailing_empty[:, f] & strip_trailing, 0] = _PAD
     cols.append(np.full((n, 1), ord("\n"), dtype=np.uint8))
@@ -176,7 +189,14 @@ def write_file(
             labels, dense, dmiss, values, smiss = draw_rows(spec, rng, n)
             strip = None if csv else rng.random(n) < strip_prob
             text = format_rows(
-                labels, dense, dmiss, values, smiss, "," if csv else "\t", float_ints=csv, strip_trailing=strip
+                labels,
+                dense,
+                dmiss,
+                values,
+                smiss,
+                "," if csv else "\t",
+                float_ints=csv,
+                strip_trailing=strip,
             )
             written += out.write(text)
     os.replace(tmp, path)

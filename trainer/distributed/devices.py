@@ -31,7 +31,10 @@ def nvidia_driver_versions() -> list[str]:
         return []
     try:
         done = subprocess.run(
-            [smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=30
+            [smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
     except (OSError, subprocess.TimeoutExpired):
         return []
@@ -99,7 +102,9 @@ def resolve_device_kind(device: str) -> str:
     return "cpu"
 
 
-def check_ranks_fit(kind: str, ranks: int, asked: str | None = None, remedy: str = f", {CPU_INSTEAD}") -> None:
+def check_ranks_fit(
+    kind: str, ranks: int, asked: str | None = None, remedy: str = f", {CPU_INSTEAD}"
+) -> None:
     """Every CUDA rank of this machine needs a GPU of its own: ValueError (one line) when `ranks`
     local ranks would outnumber them, before any rank starts (set_device would fail in N-1 ranks).
 

@@ -84,7 +84,9 @@ def init_distributed(device_kind: str = "auto", timeout_s: int = 600) -> DistEnv
         os.environ.setdefault("MASTER_PORT", "29500")
         timeout = timedelta(seconds=timeout_s)
         store = _restart_store(world_size, timeout)
-        dist.init_process_group(backend=backend, rank=rank, world_size=world_size, timeout=timeout, store=store)
+        dist.init_process_group(
+            backend=backend, rank=rank, world_size=world_size, timeout=timeout, store=store
+        )
     env = DistEnv(rank, local_rank, world_size, local_world_size, device, backend)
     logger.debug("joined process group: %s", env)
     return env
@@ -101,7 +103,11 @@ def _restart_store(world_size: int, timeout: timedelta) -> dist.Store | None:
     if attempt == "0" or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return None
     client = dist.TCPStore(
-        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=False, timeout=timeout
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        world_size,
+        is_master=False,
+        timeout=timeout,
     )
     return dist.PrefixStore(f"shardrec/attempt_{attempt}", client)
 
@@ -110,7 +116,9 @@ class RankMissing(RuntimeError):
     """Ranks did not reach a barrier in time (lost, hung or dead); the message names them."""
 
 
-def monitored_barrier(group: dist.ProcessGroup, timeout_s: float, what: str, setting: str = "dist.timeout_s") -> None:
+def monitored_barrier(
+    group: dist.ProcessGroup, timeout_s: float, what: str, setting: str = "dist.timeout_s"
+) -> None:
     """A barrier over `group` (gloo) that fails after `timeout_s`, naming the ranks that did not arrive.
 
     Rank 0 waits for all the others and raises RankMissing naming every absent rank; the ranks

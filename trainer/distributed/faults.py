@@ -43,12 +43,16 @@ def _faults() -> list[tuple[str, int, int | None, int]]:
 
 def should_fire(kind: str, step: int, rank: int) -> bool:
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    return any(k == kind and s == step and r in (None, rank) and a == attempt for k, s, r, a in _faults())
+    return any(
+        k == kind and s == step and r in (None, rank) and a == attempt for k, s, r, a in _faults()
+    )
 
 
 def maybe_slow(step: int, rank: int) -> None:
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    if any(k == "slow" and s <= step and r in (None, rank) and a == attempt for k, s, r, a in _faults()):
+    if any(
+        k == "slow" and s <= step and r in (None, rank) and a == attempt for k, s, r, a in _faults()
+    ):
         time.sleep(SLOW_S)
 
 

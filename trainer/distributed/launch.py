@@ -71,7 +71,9 @@ def _local_rank_entry(
     from shardrec.trainer.distributed.dist import init_local_rank, shutdown
 
     try:
-        env = init_local_rank(rank, world_size, port, device_kind=device_kind, timeout_s=collective_timeout_s)
+        env = init_local_rank(
+            rank, world_size, port, device_kind=device_kind, timeout_s=collective_timeout_s
+        )
         queue.put((rank, "ok", fn(env, *args)))
     except BaseException:  # report any failure to the parent instead of hanging it
         queue.put((rank, "error", traceback.format_exc()))
@@ -108,7 +110,9 @@ def run_local_ranks(
         "args": args,
         "queue": queue,
     }
-    procs = [ctx.Process(target=_local_rank_entry, args=(r,), kwargs=shared) for r in range(world_size)]
+    procs = [
+        ctx.Process(target=_local_rank_entry, args=(r,), kwargs=shared) for r in range(world_size)
+    ]
     for p in procs:
         p.start()
     results: dict[int, Any] = {}
@@ -261,11 +265,15 @@ def launch(
     `stop_grace_s` seconds without an end, ends them at once.
     """
     job_id = job_id or new_job_id()
-    command = torchrun_command(entry_args, nproc_per_node, max_restarts=max_restarts, rdzv_id=job_id, module=module)
+    command = torchrun_command(
+        entry_args, nproc_per_node, max_restarts=max_restarts, rdzv_id=job_id, module=module
+    )
     with tempfile.TemporaryDirectory(prefix="shardrec-launch-") as shared:
         env = rank_environment(nproc_per_node, job_id)
         env[LAUNCHER_DIR_ENV] = shared
-        result = _supervise(subprocess.Popen(command, env=env), Path(shared) / STOP_FILE, stop_grace_s, notify)
+        result = _supervise(
+            subprocess.Popen(command, env=env), Path(shared) / STOP_FILE, stop_grace_s, notify
+        )
         return dataclasses.replace(result, **_reports(Path(shared)))
 
 
@@ -281,15 +289,23 @@ def _reports(shared: Path) -> dict[str, Any]:
         failed_first = json.loads((shared / FAILED_FIRST).read_text())
     except (OSError, ValueError):
         failed_first = {}
-    return {"reasons": reasons, "failed_first": failed_first if isinstance(failed_first, dict) else {}}
+    return {
+        "reasons": reasons,
+        "failed_first": failed_first if isinstance(failed_first, dict) else {},
+    }
 
 
-def _supervise(proc: subprocess.Popen, stop_file: Path, grace_s: float, notify: Callable[[str], None]) -> LaunchResult:
+def _supervise(
+    proc: subprocess.Popen, stop_file: Path, grace_s: float, notify: Callable[[str], None]
+) -> LaunchResult:
     """Wait for `proc`, turning the first SIGTERM/SIGINT into `stop_file` and a second into a kill."""
     received: list[int] = []
     previous = {}
     if threading.current_thread() is threading.main_thread():
-        previous = {sig: signal.signal(sig, lambda signum, frame: received.append(signum)) for sig in STOP_SIGNALS}
+        previous = {
+            sig: signal.signal(sig, lambda signum, frame: received.append(signum))
+            for sig in STOP_SIGNALS
+        }
     first, deadline, forced = None, 0.0, ""
     try:
         while True:

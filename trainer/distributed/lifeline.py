@@ -54,7 +54,9 @@ def die_with_parent() -> None:
     parent = int(os.environ.get(PARENT_PID_ENV) or os.getppid())
     if not _set_parent_death_signal(signal.SIGKILL):
         # Also covers the platforms without prctl; the thread costs one getppid every 0.5 s.
-        threading.Thread(target=_watch_parent, args=(parent,), name="shardrec-parent-watchdog", daemon=True).start()
+        threading.Thread(
+            target=_watch_parent, args=(parent,), name="shardrec-parent-watchdog", daemon=True
+        ).start()
     if os.getppid() != parent:  # the parent died before the signal was asked for
         os.kill(os.getpid(), signal.SIGKILL)
     os.environ[PARENT_PID_ENV] = str(os.getpid())

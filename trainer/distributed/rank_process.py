@@ -61,7 +61,9 @@ def report_failure(reason: str) -> None:
         return
     try:
         line = " ".join(reason.split())
-        (shared / f"rank-{launched_rank()}.error").write_text((line if len(line) <= 500 else line[:497] + "...") + "\n")
+        (shared / f"rank-{launched_rank()}.error").write_text(
+            (line if len(line) <= 500 else line[:497] + "...") + "\n"
+        )
     except OSError:
         pass  # the launcher's directory is gone: it is ending the job anyway
 

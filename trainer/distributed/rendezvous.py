@@ -48,7 +48,13 @@ class LoopbackRendezvous(RendezvousHandler):
         sock.listen(128)
         self._socket = sock  # the store serves on this descriptor: keep it open with the store
         return TCPStore(
-            LOOPBACK, sock.getsockname()[1], None, True, self.timeout, multi_tenant=True, master_listen_fd=sock.fileno()
+            LOOPBACK,
+            sock.getsockname()[1],
+            None,
+            True,
+            self.timeout,
+            multi_tenant=True,
+            master_listen_fd=sock.fileno(),
         )
 
     def next_rendezvous(self) -> RendezvousInfo:
@@ -76,8 +82,12 @@ class LoopbackRendezvous(RendezvousHandler):
 
 def create_handler(params: RendezvousParameters) -> RendezvousHandler:
     if params.max_nodes != 1:
-        raise ValueError(f"the {BACKEND} rendezvous is for one node, got --nnodes={params.max_nodes}")
-    return LoopbackRendezvous(params.run_id, timedelta(seconds=int(params.config.get("timeout", 600))))
+        raise ValueError(
+            f"the {BACKEND} rendezvous is for one node, got --nnodes={params.max_nodes}"
+        )
+    return LoopbackRendezvous(
+        params.run_id, timedelta(seconds=int(params.config.get("timeout", 600)))
+    )
 
 
 def register() -> None:

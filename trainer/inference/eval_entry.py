@@ -14,8 +14,12 @@ from shardrec.dataloader.util.files import atomic_write_bytes
 
 
 def rank_main(
-    request: Annotated[Path, typer.Option("--request", help="What to evaluate: an EvalRequest as JSON.")],
-    result: Annotated[Path, typer.Option("--result", help="Where rank 0 writes the metrics (JSON).")],
+    request: Annotated[
+        Path, typer.Option("--request", help="What to evaluate: an EvalRequest as JSON.")
+    ],
+    result: Annotated[
+        Path, typer.Option("--result", help="Where rank 0 writes the metrics (JSON).")
+    ],
 ) -> None:
     """Evaluate a checkpoint on this rank (started by torchrun; see `shardrec eval`)."""
     # The logging, warning filter and clean exit of every rank program.

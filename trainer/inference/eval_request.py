@@ -38,13 +38,20 @@ class EvalRequest:
 
     def to_json(self) -> str:
         fields = dataclasses.asdict(self)
-        return json.dumps({k: str(v) if isinstance(v, Path) else v for k, v in fields.items()}, indent=1) + "\n"
+        return (
+            json.dumps(
+                {k: str(v) if isinstance(v, Path) else v for k, v in fields.items()}, indent=1
+            )
+            + "\n"
+        )
 
     @classmethod
     def from_json(cls, text: str) -> EvalRequest:
         raw = json.loads(text)
         data = raw.pop("data")
-        return cls(run_dir=Path(raw.pop("run_dir")), data=Path(data) if data is not None else None, **raw)
+        return cls(
+            run_dir=Path(raw.pop("run_dir")), data=Path(data) if data is not None else None, **raw
+        )
 
 
 def run_config(run_dir: Path) -> JobConfig:
@@ -62,7 +69,9 @@ def run_dataset(run_dir: Path, config: JobConfig, data: Path | None = None) -> M
     if data is not None:
         if not Path(data).is_dir():
             raise ValueError(
-                f"--data {data}: not a directory" if Path(data).exists() else f"--data {data}: does not exist"
+                f"--data {data}: not a directory"
+                if Path(data).exists()
+                else f"--data {data}: does not exist"
             )
         manifest = Manifest.load(data)
         _check_schema(run_dir, data, manifest)
@@ -94,7 +103,9 @@ def _check_schema(run_dir: Path, data: Path, manifest: Manifest) -> None:
         return  # a run from before schema records: the checkpoint's table check still applies
     _check_features(run_dir, data, manifest, saved)
     if "preprocessing" in record:  # a run from before preprocessing records has none to compare
-        differs = lifecycle.preprocessing_differences(record["preprocessing"], lifecycle.preprocessing(manifest))
+        differs = lifecycle.preprocessing_differences(
+            record["preprocessing"], lifecycle.preprocessing(manifest)
+        )
         if differs:
             raise ValueError(
                 f"--data {data}: preprocessed with other settings than the data {run_dir} trained on "
@@ -104,11 +115,17 @@ def _check_schema(run_dir: Path, data: Path, manifest: Manifest) -> None:
 
 def _check_features(run_dir: Path, data: Path, manifest: Manifest, saved: dict[str, Any]) -> None:
     mine = lifecycle.dataset_schema(manifest)
-    for key, what in (("dense", "dense features"), ("sparse", "sparse features (name, cardinality, multi-hot)")):
+    for key, what in (
+        ("dense", "dense features"),
+        ("sparse", "sparse features (name, cardinality, multi-hot)"),
+    ):
         if saved[key] != mine[key]:
             theirs = [tuple(x) if isinstance(x, list) else x for x in saved[key]]
             ours = [tuple(x) if isinstance(x, list) else x for x in mine[key]]
-            first = next((i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b), min(len(theirs), len(ours)))
+            first = next(
+                (i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b),
+                min(len(theirs), len(ours)),
+            )
             raise ValueError(
                 f"--data {data}: not the schema {run_dir} trained on: its {what} differ at #{first} "
                 f"({_at(ours, first)} here, {_at(theirs, first)} in training)"
@@ -143,7 +160,9 @@ def find_checkpoint(run_dir: Path, step: int | None) -> tuple[int, Path]:
     )
 
 
-def check_request(request: EvalRequest, world_size: int, defaulted: bool = False) -> tuple[JobConfig, Manifest]:
+def check_request(
+    request: EvalRequest, world_size: int, defaulted: bool = False
+) -> tuple[JobConfig, Manifest]:
     """Everything that can be checked before ranks start: ValueError with one clear line.
 
     defaulted: world_size is the run's own (the user gave no --nproc-per-node), so a refusal
@@ -152,10 +171,14 @@ def check_request(request: EvalRequest, world_size: int, defaulted: bool = False
     find_checkpoint(request.run_dir, request.step)
     manifest = run_dataset(request.run_dir, config, request.data)
     if request.data is not None:  # every loader below reads the other data
-        config = dataclasses.replace(config, data=dataclasses.replace(config.data, path=str(request.data)))
+        config = dataclasses.replace(
+            config, data=dataclasses.replace(config.data, path=str(request.data))
+        )
     if request.split not in manifest.splits or manifest.splits[request.split].rows == 0:
         has = ", ".join(s for s, info in manifest.splits.items() if info.rows)
-        raise ValueError(f"{config.data.path}: no rows in split {request.split!r} to evaluate (has {has})")
+        raise ValueError(
+            f"{config.data.path}: no rows in split {request.split!r} to evaluate (has {has})"
+        )
     batch = config.eval.batch_size or config.train.global_batch_size
     if batch % world_size:
         raise ValueError(
@@ -163,7 +186,11 @@ def check_request(request: EvalRequest, world_size: int, defaulted: bool = False
             "(eval.batch_size, else train.global_batch_size)"
         )
     # The ranks evaluate on the run's device (no CPU fallback to offer); any rank count reshards.
-    asked = f"the run's world size, {world_size} ranks (eval's default --nproc-per-node)" if defaulted else None
+    asked = (
+        f"the run's world size, {world_size} ranks (eval's default --nproc-per-node)"
+        if defaulted
+        else None
+    )
     gpus_remedy = " (--nproc-per-node: the checkpoint is resharded to any rank count)"
     check_ranks_fit(resolve_device_kind(config.train.device), world_size, asked, gpus_remedy)
     data_options.model_manifest(manifest, config.data)

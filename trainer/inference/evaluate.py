@@ -26,7 +26,13 @@ from shardrec.trainer.loop.steps import evaluate_batches
 from shardrec.trainer.loop.train_job import checkpoint_signature
 from shardrec.trainer.model import build
 from shardrec.trainer.rundir import lifecycle, names
-from shardrec.trainer.rundir.checkpoint import CheckpointManager, CheckpointParts, ModuleState, TrainProgress, load_file
+from shardrec.trainer.rundir.checkpoint import (
+    CheckpointManager,
+    CheckpointParts,
+    ModuleState,
+    TrainProgress,
+    load_file,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +60,10 @@ def evaluate_checkpoint(request: EvalRequest, env: DistEnv) -> dict[str, Any]:
     manifest = data_options.model_manifest(raw, config.data)
     saved_plan = load_plan(Path(request.run_dir) / names.PLAN)
     # The run's own plan where it fits: the same shards give the same sums, hence the same AUC bits.
-    fits = (saved_plan.fingerprint.world_size, saved_plan.fingerprint.device_kind) == (env.world_size, env.device.type)
+    fits = (saved_plan.fingerprint.world_size, saved_plan.fingerprint.device_kind) == (
+        env.world_size,
+        env.device.type,
+    )
     # Elsewhere the planner places the tables freely: the job's constraints were chosen for its own
     # world size (a column split or a rank list may not exist on this one), and any placement
     # holds the same weights.

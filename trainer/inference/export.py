@@ -84,15 +84,26 @@ def _tensor_entries(checkpoint: Path) -> dict[str, TensorStorageMetadata]:
 
 
 def _nbytes(meta: TensorStorageMetadata) -> int:
-    return int(torch.Size(meta.size).numel()) * torch.empty((), dtype=meta.properties.dtype).element_size()
+    return (
+        int(torch.Size(meta.size).numel())
+        * torch.empty((), dtype=meta.properties.dtype).element_size()
+    )
 
 
 def _read_tensor(checkpoint: Path, name: str) -> torch.Tensor:
     """One tensor, whole, gathered from every rank's shards (no process group needed)."""
-    with warnings.catch_warnings():  # its "assuming ... a single process" warning is exactly the intent
-        warnings.filterwarnings("ignore", message="torch.distributed is unavailable or uninitialized")
-        loaded: Any = _load_state_dict_from_keys({CHECKPOINT_PREFIX + name}, checkpoint_id=str(checkpoint))
-    while isinstance(loaded, dict):  # DCP nests by the first dot: {"model": {"model.<name>": tensor}}
+    with (
+        warnings.catch_warnings()
+    ):  # its "assuming ... a single process" warning is exactly the intent
+        warnings.filterwarnings(
+            "ignore", message="torch.distributed is unavailable or uninitialized"
+        )
+        loaded: Any = _load_state_dict_from_keys(
+            {CHECKPOINT_PREFIX + name}, checkpoint_id=str(checkpoint)
+        )
+    while isinstance(
+        loaded, dict
+    ):  # DCP nests by the first dot: {"model": {"model.<name>": tensor}}
         (loaded,) = loaded.values()
     return loaded.contiguous()
 
@@ -106,7 +117,9 @@ def feature_transform(manifest: Manifest, dataset: Path, data: Any) -> dict[str,
     return {
         **{k: options.get(k) for k in TRANSFORM_KEYS if k in options},
         "cardinalities": [f.cardinality for f in manifest.sparse_features],
-        "vocab_dir": str(vocab.resolve()) if options.get("mode") == "vocab" and vocab.is_dir() else None,
+        "vocab_dir": str(vocab.resolve())
+        if options.get("mode") == "vocab" and vocab.is_dir()
+        else None,
         "multihot": None
         if option is None
         else {**dataclasses.asdict(option), "cache_dir": str(option.cache_dir or "")},
@@ -175,7 +188,9 @@ def _write_tensor(f: BinaryIO, tensor: torch.Tensor) -> None:
     f.write(memoryview(tensor.view(torch.uint8).numpy()) if tensor.numel() else b"")
 
 
-def export_model(run_dir: Path, out: Path, step: int | None = None, memory_bytes: int | None = None) -> dict[str, Any]:
+def export_model(
+    run_dir: Path, out: Path, step: int | None = None, memory_bytes: int | None = None
+) -> dict[str, Any]:
     """Write the unsharded model of the run's checkpoint at `step` (None: the newest) to `out`.
 
     Returns a summary (tensors, bytes, step). ValueError (one line) for a run or checkpoint
@@ -185,7 +200,9 @@ def export_model(run_dir: Path, out: Path, step: int | None = None, memory_bytes
     header = model_header(run_dir, found_step)
     entries = _tensor_entries(checkpoint)
     if not entries:
-        raise ValueError(f"{checkpoint}: no model tensors under {CHECKPOINT_PREFIX!r} (not a shardrec checkpoint?)")
+        raise ValueError(
+            f"{checkpoint}: no model tensors under {CHECKPOINT_PREFIX!r} (not a shardrec checkpoint?)"
+        )
     limit = memory_bytes if memory_bytes is not None else available_memory_bytes()
     name, largest = max(((n, _nbytes(m)) for n, m in entries.items()), key=lambda item: item[1])
     if limit is not None and largest > limit:
@@ -206,7 +223,13 @@ def export_model(run_dir: Path, out: Path, step: int | None = None, memory_bytes
                 )
             _write_tensor(f, tensor)
             del tensor
-    logger.info("exported %d tensors (%.1f MiB) of step %d to %s", len(entries), total / 2**20, found_step, out)
+    logger.info(
+        "exported %d tensors (%.1f MiB) of step %d to %s",
+        len(entries),
+        total / 2**20,
+        found_step,
+        out,
+    )
     return {
         "out": str(out),
         "step": found_step,

@@ -52,7 +52,9 @@ def read_header(path: Path) -> dict[str, Any]:
     except Exception as e:  # safetensors raises its own error type for a foreign file
         raise ValueError(f"{path}: not a safetensors model file ({e})") from None
     if META_KEY not in meta:
-        raise ValueError(f"{path}: a safetensors file without a shardrec header (not made by `shardrec export`)")
+        raise ValueError(
+            f"{path}: a safetensors file without a shardrec header (not made by `shardrec export`)"
+        )
     header = json.loads(meta[META_KEY])
     if header.get("format") != FORMAT or header.get("format_version") != FORMAT_VERSION:
         raise ValueError(
@@ -153,7 +155,9 @@ def check_preprocessing(header: dict[str, Any], manifest: Manifest, dataset: Pat
             f"{dataset}: dense features {', '.join(here[:3])}, ... ({len(here)}), "
             f"the model reads {', '.join(trained[:3])}, ... ({len(trained)})"
         )
-    differs = lifecycle.preprocessing_differences(header_preprocessing(header), lifecycle.preprocessing(manifest))
+    differs = lifecycle.preprocessing_differences(
+        header_preprocessing(header), lifecycle.preprocessing(manifest)
+    )
     if differs:
         raise ValueError(
             f"{dataset}: preprocessed with other settings than the model's training data ({differs}); "
@@ -161,7 +165,9 @@ def check_preprocessing(header: dict[str, Any], manifest: Manifest, dataset: Pat
         )
 
 
-def rows_batch(dense: np.ndarray, ids: dict[str, tuple[np.ndarray, np.ndarray]], feature_names: list[str]) -> Batch:
+def rows_batch(
+    dense: np.ndarray, ids: dict[str, tuple[np.ndarray, np.ndarray]], feature_names: list[str]
+) -> Batch:
     """A Batch of rows from arrays: dense [rows, num_dense] and, per feature, (ids, lengths)."""
     values = torch.from_numpy(np.concatenate([ids[n][0].astype(np.int64) for n in feature_names]))
     lengths = torch.from_numpy(np.concatenate([ids[n][1].astype(np.int32) for n in feature_names]))

@@ -98,7 +98,10 @@ class DataConfig:
         _check_choice("data.tail", self.tail, ("drop", "pad"))
         _check_elements("data.multihot_sizes", self.multihot_sizes, int)
         _check_elements("data.multihot_rows", self.multihot_rows, int)
-        for key, values in (("data.multihot_sizes", self.multihot_sizes), ("data.multihot_rows", self.multihot_rows)):
+        for key, values in (
+            ("data.multihot_sizes", self.multihot_sizes),
+            ("data.multihot_rows", self.multihot_rows),
+        ):
             for v in values:
                 if v < 1:
                     raise ValueError(f"{key} = {values!r}: {v} must be >= 1")
@@ -139,7 +142,10 @@ class ModelConfig:
         _check_elements("model.over_arch", self.over_arch, int)
         for name, dim in self.dims.items():
             _check_positive(f"model.dims.{name}", dim)
-        for key, sizes in (("model.dense_arch", self.dense_arch), ("model.over_arch", self.over_arch)):
+        for key, sizes in (
+            ("model.dense_arch", self.dense_arch),
+            ("model.over_arch", self.over_arch),
+        ):
             for size in sizes:
                 if size <= 0:
                     raise ValueError(f"{key} = {sizes!r}: layer size {size} must be > 0")
@@ -177,7 +183,9 @@ class ShardingConfig:
         _check_choice("sharding.qcomm", self.qcomm, ("", "fp16", "bf16"))
         for table, cons in self.constraints.items():
             if not isinstance(cons, dict):
-                raise ValueError(f"sharding.constraints.{table} = {cons!r} should be a table of settings")
+                raise ValueError(
+                    f"sharding.constraints.{table} = {cons!r} should be a table of settings"
+                )
 
 
 @dataclass
@@ -258,8 +266,13 @@ class TrainConfig:
         _check_choice("train.device", self.device, ("auto", "cpu", "cuda"))
         _check_elements("train.mlperf_submission", self.mlperf_submission, str)
         for key, value in self.mlperf_submission.items():
-            _check_choice("train.mlperf_submission key", key, ("org", "platform", "division", "status"))
-            choices = {"division": ("closed", "open"), "status": ("onprem", "cloud", "research")}.get(key)
+            _check_choice(
+                "train.mlperf_submission key", key, ("org", "platform", "division", "status")
+            )
+            choices = {
+                "division": ("closed", "open"),
+                "status": ("onprem", "cloud", "research"),
+            }.get(key)
             if choices:
                 _check_choice(f"train.mlperf_submission.{key}", value, choices)
 
@@ -282,7 +295,9 @@ class EvalConfig:
     def __post_init__(self) -> None:
         _check_positive("eval.interval_steps", self.interval_steps, allow_zero=True)
         if not 0 <= self.every_epoch_fraction <= 1:
-            raise ValueError(f"eval.every_epoch_fraction = {self.every_epoch_fraction!r} must lie in [0, 1]")
+            raise ValueError(
+                f"eval.every_epoch_fraction = {self.every_epoch_fraction!r} must lie in [0, 1]"
+            )
         _check_counts("eval", self, "max_batches", "batch_size")
         _check_elements("eval.during_training", self.during_training, str)
 
@@ -349,7 +364,11 @@ def toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, dict):
-        return "{ " + ", ".join(f"{toml_value(str(k))} = {toml_value(v)}" for k, v in value.items()) + " }"
+        return (
+            "{ "
+            + ", ".join(f"{toml_value(str(k))} = {toml_value(v)}" for k, v in value.items())
+            + " }"
+        )
     if isinstance(value, list):
         return "[" + ", ".join(toml_value(v) for v in value) + "]"
     if isinstance(value, float) and not math.isfinite(value):
@@ -378,13 +397,17 @@ def _build_section(cls: type, key: str, raw: dict[str, Any], origin: dict[str, s
     unknown = sorted(set(raw) - known)
     if unknown:
         name = unknown[0]
-        raise ValueError(f"{origin.get(name, '')}unknown key {name!r} in [{key}]{_did_you_mean(name, known)}")
+        raise ValueError(
+            f"{origin.get(name, '')}unknown key {name!r} in [{key}]{_did_you_mean(name, known)}"
+        )
     for name, value in raw.items():
         expected = get_origin(hints[name]) or hints[name]
         if expected is float and isinstance(value, int) and not isinstance(value, bool):
             raw[name] = float(value)
         elif not isinstance(raw[name], expected) or (expected is int and isinstance(value, bool)):
-            raise ValueError(f"{origin.get(name, '')}{key}.{name} = {value!r} should be {type_words(hints[name])}")
+            raise ValueError(
+                f"{origin.get(name, '')}{key}.{name} = {value!r} should be {type_words(hints[name])}"
+            )
     try:
         return cls(**raw)
     except ValueError as e:
@@ -435,13 +458,19 @@ def _apply_override(
     dotted, sep, value = item.partition("=")
     section, _, key = dotted.strip().partition(".")
     if not sep or not key:
-        raise ValueError(f"--set {item!r}: expected KEY=VALUE with KEY as section.key (e.g. train.seed=1)")
+        raise ValueError(
+            f"--set {item!r}: expected KEY=VALUE with KEY as section.key (e.g. train.seed=1)"
+        )
     if section not in sections:
-        raise ValueError(f"--set {item!r}: unknown section {section!r}{_did_you_mean(section, sections)}")
+        raise ValueError(
+            f"--set {item!r}: unknown section {section!r}{_did_you_mean(section, sections)}"
+        )
     hints = get_type_hints(section_types[section])
     if key not in hints:
         dotted_keys = [f"{section}.{k}" for k in hints]
-        raise ValueError(f"--set {item!r}: unknown key {section}.{key}{_did_you_mean(f'{section}.{key}', dotted_keys)}")
+        raise ValueError(
+            f"--set {item!r}: unknown key {section}.{key}{_did_you_mean(f'{section}.{key}', dotted_keys)}"
+        )
     try:
         parsed = _parse_override(value.strip(), hints[key])
     except ValueError as e:
@@ -459,6 +488,10 @@ def field_help(cls: type) -> dict[str, str]:
     body = tree.body[0].body  # type: ignore[attr-defined]
     helps = {}
     for node, nxt in zip(body, body[1:]):
-        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+        ):
             helps[node.target.id] = nxt.value.value  # type: ignore[union-attr]
     return helps

@@ -14,7 +14,9 @@ from shardrec.dataloader.format.manifest import Manifest
 from shardrec.dataloader.multihot.multihot_tables import MultiHotOption
 from shardrec.trainer.job.config import DataConfig
 
-if TYPE_CHECKING:  # the loader imports torch; checking a job's data (`shardrec eval`'s request) needs none
+if (
+    TYPE_CHECKING
+):  # the loader imports torch; checking a job's data (`shardrec eval`'s request) needs none
     from shardrec.dataloader.loader import Delivery
 
 

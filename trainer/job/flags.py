@@ -34,7 +34,9 @@ def _setting_help(cls: type, key: str, dotted: str) -> str:
 
 DEFAULT_OUT_DIR = Path("runs/train")
 
-ConfigFlag = Annotated[Path | None, typer.Option("--config", help="TOML job file (defaults: trainer/job/config.py).")]
+ConfigFlag = Annotated[
+    Path | None, typer.Option("--config", help="TOML job file (defaults: trainer/job/config.py).")
+]
 JobFlag = Annotated[
     Path | None,
     typer.Option(
@@ -43,12 +45,19 @@ JobFlag = Annotated[
         "--config, --data, --plan, --steps or --set.",
     ),
 ]
-DataFlag = Annotated[Path | None, typer.Option("--data", help=_setting_help(DataConfig, "path", "data.path"))]
-PlanFlag = Annotated[Path | None, typer.Option("--plan", help=_setting_help(ShardingConfig, "plan", "sharding.plan"))]
-OutDirFlag = Annotated[
-    Path, typer.Option("--out-dir", help="Run directory: metrics, checkpoints, resolved config, plan.")
+DataFlag = Annotated[
+    Path | None, typer.Option("--data", help=_setting_help(DataConfig, "path", "data.path"))
 ]
-StepsFlag = Annotated[int | None, typer.Option("--steps", help=_setting_help(TrainConfig, "steps", "train.steps"))]
+PlanFlag = Annotated[
+    Path | None, typer.Option("--plan", help=_setting_help(ShardingConfig, "plan", "sharding.plan"))
+]
+OutDirFlag = Annotated[
+    Path,
+    typer.Option("--out-dir", help="Run directory: metrics, checkpoints, resolved config, plan."),
+]
+StepsFlag = Annotated[
+    int | None, typer.Option("--steps", help=_setting_help(TrainConfig, "steps", "train.steps"))
+]
 SetFlag = Annotated[
     list[str] | None,
     typer.Option(
@@ -69,7 +78,9 @@ AllowChangeFlag = Annotated[
 ]
 
 
-def entry_overrides(data: Path | None, plan: Path | None, steps: int | None) -> list[tuple[str, str]]:
+def entry_overrides(
+    data: Path | None, plan: Path | None, steps: int | None
+) -> list[tuple[str, str]]:
     """The --set items that the --data/--plan/--steps flags stand for (flags win over --set), each
     with the flag as typed (for errors)."""
     out = []
@@ -83,7 +94,11 @@ def entry_overrides(data: Path | None, plan: Path | None, steps: int | None) -> 
 
 
 def job_from_flags(
-    config: Path | None, data: Path | None, plan: Path | None, steps: int | None, overrides: Sequence[str]
+    config: Path | None,
+    data: Path | None,
+    plan: Path | None,
+    steps: int | None,
+    overrides: Sequence[str],
 ) -> JobConfig:
     """The job these flags describe: the job file, then --set, then --data/--plan/--steps.
     ValueError (one line) for a bad file, key or value."""
@@ -104,13 +119,20 @@ def rank_job(
         return job_from_flags(config, data, plan, steps, overrides)
     given = [
         flag
-        for flag, value in (("--config", config), ("--data", data), ("--plan", plan), ("--steps", steps))
+        for flag, value in (
+            ("--config", config),
+            ("--data", data),
+            ("--plan", plan),
+            ("--steps", steps),
+        )
         if value is not None
     ]
     if overrides:
         given.append("--set")
     if given:
-        raise ValueError(f"--job {job} is the whole resolved job: give it without {', '.join(given)}")
+        raise ValueError(
+            f"--job {job} is the whole resolved job: give it without {', '.join(given)}"
+        )
     return load_job_config(job)
 
 

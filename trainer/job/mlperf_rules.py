@@ -29,14 +29,20 @@ def rule_breaks(job: JobConfig) -> list[str]:
             o.sparse == "adagrad",
             f"optim.sparse = {o.sparse!r}: the reference's embeddings use full Adagrad ('adagrad')",
         ),
-        (o.dense == "adagrad", f"optim.dense = {o.dense!r}: the reference's dense layers use Adagrad ('adagrad')"),
+        (
+            o.dense == "adagrad",
+            f"optim.dense = {o.dense!r}: the reference's dense layers use Adagrad ('adagrad')",
+        ),
         (
             o.sparse_lr == o.dense_lr,
             f"optim.sparse_lr = {o.sparse_lr} and optim.dense_lr = {o.dense_lr} differ: the rules have one "
             "opt_base_learning_rate for the embeddings and the dense layers",
         ),
         (o.eps == ADAGRAD_EPS, f"optim.eps = {o.eps}: opt_adagrad_epsilon must be 1e-08"),
-        (not d.shuffle, "data.shuffle = true: only the preprocessing's one-time per-sample shuffle is allowed"),
+        (
+            not d.shuffle,
+            "data.shuffle = true: only the preprocessing's one-time per-sample shuffle is allowed",
+        ),
         (
             e.every_epoch_fraction == 1 / EVALUATIONS_PER_EPOCH and not e.interval_steps,
             f"eval.every_epoch_fraction = {e.every_epoch_fraction}, eval.interval_steps = {e.interval_steps}: "
@@ -47,8 +53,14 @@ def rule_breaks(job: JobConfig) -> list[str]:
             e.during_training == ["val"],
             f"eval.during_training = {e.during_training!r}: the quality metric is validation AUC (['val'])",
         ),
-        (not e.max_batches, f"eval.max_batches = {e.max_batches}: the whole validation split must be evaluated"),
-        (t.target_auc == TARGET_AUC, f"train.target_auc = {t.target_auc}: the quality target is {TARGET_AUC}"),
+        (
+            not e.max_batches,
+            f"eval.max_batches = {e.max_batches}: the whole validation split must be evaluated",
+        ),
+        (
+            t.target_auc == TARGET_AUC,
+            f"train.target_auc = {t.target_auc}: the quality target is {TARGET_AUC}",
+        ),
         (t.epochs == 1, f"train.epochs = {t.epochs}: DLRMv2 trains at most one epoch"),
         (t.precision == "fp32", f"train.precision = {t.precision!r}: the reference trains in fp32"),
         (job.model.arch == "dcnv2", f"model.arch = {job.model.arch!r}: DLRMv2 is DCNv2 ('dcnv2')"),
@@ -64,6 +76,9 @@ def rule_breaks(job: JobConfig) -> list[str]:
         )
     elif o.warmup_steps or o.decay_start or o.decay_steps:
         checks.append(
-            (o.schedule_tables, "optim.schedule_tables = false: the reference schedules the embeddings' rate too")
+            (
+                o.schedule_tables,
+                "optim.schedule_tables = false: the reference schedules the embeddings' rate too",
+            )
         )
     return [f"MLPerf DLRMv2 rule broken: {why}" for ok, why in checks if not ok]

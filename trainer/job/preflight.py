@@ -7,7 +7,11 @@ from typing import TYPE_CHECKING
 from shardrec.dataloader.format.manifest import Manifest
 from shardrec.embeddings.dims import table_dims
 from shardrec.embeddings.sparse_optimizers import check_device
-from shardrec.trainer.distributed.devices import check_ranks_fit, cuda_unusable_reason, resolve_device_kind
+from shardrec.trainer.distributed.devices import (
+    check_ranks_fit,
+    cuda_unusable_reason,
+    resolve_device_kind,
+)
 from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import JobConfig
 
@@ -25,7 +29,10 @@ def preflight(job: JobConfig, world_size: int) -> None:
     kind = resolve_device_kind(job.train.device)
     if kind == "cuda" and not _cuda_available():
         reason = cuda_unusable_reason()
-        raise ValueError("train.device = 'cuda' but CUDA is not available here" + (f": {reason}" if reason else ""))
+        raise ValueError(
+            "train.device = 'cuda' but CUDA is not available here"
+            + (f": {reason}" if reason else "")
+        )
     check_ranks_fit(kind, world_size)
     check_device(job.optim.sparse, kind)
     # The dataset as the model sees it (on-the-fly multi-hot ids resized): what the ranks will build.
@@ -49,14 +56,18 @@ def check_batches(job: JobConfig, world_size: int) -> None:
             f"train.global_batch_size = {job.train.global_batch_size} does not divide by {world_size} ranks"
         )
     if job.eval.batch_size % world_size:
-        raise ValueError(f"eval.batch_size = {job.eval.batch_size} does not divide by {world_size} ranks")
+        raise ValueError(
+            f"eval.batch_size = {job.eval.batch_size} does not divide by {world_size} ranks"
+        )
 
 
 def check_against_dataset(job: JobConfig, manifest: Manifest, world_size: int) -> None:
     """Splits and features the job names exist, and the train split has a step to take."""
     path, splits = job.data.path, manifest.splits
     if job.data.train_split not in splits:
-        raise ValueError(f"{path}: no split {job.data.train_split!r} to train on (has {', '.join(splits)})")
+        raise ValueError(
+            f"{path}: no split {job.data.train_split!r} to train on (has {', '.join(splits)})"
+        )
     unknown_splits = [s for s in job.data.eval_splits if s not in splits]
     if unknown_splits:
         raise ValueError(
@@ -84,7 +95,9 @@ def _check_plan_file(job: JobConfig, manifest: Manifest, world_size: int, kind: 
     plan_file = load_plan(job.sharding.plan)
     try:
         check_kernels_run_on(plan_file, kind)  # before the fingerprint: it says why and what to do
-        check_plan(plan_file, plan_fingerprint(tables, world_size, job.train.global_batch_size, kind))
+        check_plan(
+            plan_file, plan_fingerprint(tables, world_size, job.train.global_batch_size, kind)
+        )
         check_trainable(plan_file)
     except ValueError as e:
         raise ValueError(f"{job.sharding.plan}: {e}") from None

@@ -26,7 +26,9 @@ def auc(scores: torch.Tensor | np.ndarray, labels: torch.Tensor | np.ndarray) ->
     starts[1:] = ordered[1:] != ordered[:-1]
     tie_group = torch.cumsum(starts, 0) - 1
     counts = torch.bincount(tie_group)
-    doubled_rank = 2 * torch.cumsum(counts, 0) - counts + 1  # 2 x the 1-based mean rank of each tie group
+    doubled_rank = (
+        2 * torch.cumsum(counts, 0) - counts + 1
+    )  # 2 x the 1-based mean rank of each tie group
     rank_sum = int(doubled_rank[tie_group][labels[order]].sum()) / 2
     return (rank_sum - positives * (positives + 1) / 2.0) / (positives * negatives)
 

@@ -48,9 +48,14 @@ class TrainReporter:
             from rich.progress import TextColumn
 
             self._bar = _progress(
-                "train", TextColumn("{task.fields[rate]}"), TextColumn("loss {task.fields[loss]}"), transient=False
+                "train",
+                TextColumn("{task.fields[rate]}"),
+                TextColumn("loss {task.fields[loss]}"),
+                transient=False,
             )
-            self._task = self._bar.add_task("train", total=total_steps, completed=first_step, rate="", loss="-")
+            self._task = self._bar.add_task(
+                "train", total=total_steps, completed=first_step, rate="", loss="-"
+            )
             self._bar.start()
             self._logs = _log_above(self._bar)
 
@@ -83,10 +88,19 @@ class TrainReporter:
         rate = self._samples / max(self._seconds, 1e-9)
         loss = self._loss / max(self._steps, 1)
         self.write(
-            {"kind": "train", "step": stats.step, "epoch": epoch, "loss": loss, "samples_per_s": rate, "lr": self.lr()}
+            {
+                "kind": "train",
+                "step": stats.step,
+                "epoch": epoch,
+                "loss": loss,
+                "samples_per_s": rate,
+                "lr": self.lr(),
+            }
         )
         if self._bar is not None:
-            self._bar.update(self._task, completed=stats.step, rate=f"{rate:,.0f} samples/s", loss=f"{loss:.5f}")
+            self._bar.update(
+                self._task, completed=stats.step, rate=f"{rate:,.0f} samples/s", loss=f"{loss:.5f}"
+            )
         else:
             self.say("step %d/%d loss %.5f %.0f samples/s", stats.step, self.total, loss, rate)
         self._seconds, self._samples, self._loss, self._steps = 0.0, 0, 0.0, 0
@@ -128,7 +142,10 @@ def _log_above(bar: Any) -> list[tuple[logging.StreamHandler, Any]]:
     write over the bar's line."""
     swapped = []
     for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.StreamHandler) and handler.stream in (sys.__stderr__, bar.console.file):
+        if isinstance(handler, logging.StreamHandler) and handler.stream in (
+            sys.__stderr__,
+            bar.console.file,
+        ):
             swapped.append((handler, handler.setStream(sys.stderr)))
     return swapped
 

@@ -81,7 +81,9 @@ class LossWindow:
         rows = [mine]
         if dist.is_initialized() and dist.get_world_size() > 1:
             rows = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
-            dist.all_gather(rows, mine)  # one collective: the sums, the earliest bad step, stop requests
+            dist.all_gather(
+                rows, mine
+            )  # one collective: the sums, the earliest bad step, stop requests
         table = torch.stack(rows).cpu()
         bad_steps = table[:, 2][table[:, 2] > 0]
         if bad_steps.numel():
@@ -90,7 +92,9 @@ class LossWindow:
                 "without saving (the last checkpoint is the last good state); lower the learning rates?"
             )
         loss, samples = float(table[:, 0].sum()), float(table[:, 1].sum())
-        stats = StepStats(step, loss / max(samples, 1.0), int(samples), self.steps, bool(table[:, 3].any()))
+        stats = StepStats(
+            step, loss / max(samples, 1.0), int(samples), self.steps, bool(table[:, 3].any())
+        )
         self.reset(step)
         return stats
 
@@ -99,7 +103,9 @@ class StepRunner:
     """Runs steps with torchrec's TrainPipelineSparseDist (overlapping input distribution with
     compute) or a plain forward/backward/step loop; the arithmetic is the same."""
 
-    def __init__(self, model: torch.nn.Module, optimizer: TrainOptimizer, device: torch.device, pipeline: str) -> None:
+    def __init__(
+        self, model: torch.nn.Module, optimizer: TrainOptimizer, device: torch.device, pipeline: str
+    ) -> None:
         self.model = model
         self.optimizer = optimizer
         self.device = device
@@ -109,7 +115,9 @@ class StepRunner:
             # the pipeline measured ~5-10% slower there (shardrec bench train).
             pipeline = "sparse_dist" if device.type == "cuda" else "plain"
         if pipeline == "sparse_dist":
-            self.pipeline = TrainPipelineSparseDist(model, optimizer, device, execute_all_batches=True)  # type: ignore[arg-type]
+            self.pipeline = TrainPipelineSparseDist(
+                model, optimizer, device, execute_all_batches=True
+            )  # type: ignore[arg-type]
 
     def run(self, batches: Iterator[Batch]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Train on every batch of `batches`; yields (loss_sum, real samples) of this rank per step."""
@@ -159,7 +167,11 @@ def evaluate_batches(
         labels.append(batch_labels.float())
         if on_batch is not None:
             on_batch(i + 1)
-    local = torch.stack([torch.cat(logits), torch.cat(labels)]) if logits else torch.zeros(2, 0, device=device)
+    local = (
+        torch.stack([torch.cat(logits), torch.cat(labels)])
+        if logits
+        else torch.zeros(2, 0, device=device)
+    )
     if dist.is_initialized() and dist.get_world_size() > 1:
         gathered = [torch.empty_like(local) for _ in range(dist.get_world_size())]
         dist.all_gather(gathered, local)

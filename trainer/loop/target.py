@@ -26,7 +26,11 @@ class EvalSchedule:
 
     @classmethod
     def of(
-        cls, interval_steps: int, every_epoch_fraction: float, train_rows: int, global_batch_size: int
+        cls,
+        interval_steps: int,
+        every_epoch_fraction: float,
+        train_rows: int,
+        global_batch_size: int,
     ) -> EvalSchedule:
         """The schedule for eval.interval_steps and eval.every_epoch_fraction over a training split of
         `train_rows`: every floor(fraction * rows / global batch) steps, MLPerf's FLOOR(TOTAL_TRAINING_SAMPLES /
@@ -49,7 +53,9 @@ class EvalSchedule:
         if self.interval_steps:
             candidates.append((step // self.interval_steps + 1) * self.interval_steps)
         if self.epoch_steps:
-            candidates.append(epoch_start + ((step - epoch_start) // self.epoch_steps + 1) * self.epoch_steps)
+            candidates.append(
+                epoch_start + ((step - epoch_start) // self.epoch_steps + 1) * self.epoch_steps
+            )
         return min(candidates) if candidates else None
 
 
@@ -72,7 +78,9 @@ class TargetTracker:
         split = "val" if "val" in splits else (splits[0] if splits else None)
         return cls(target, split, global_batch_size)
 
-    def check(self, step: int, results: dict[str, dict[str, Any]], train_seconds: float) -> dict[str, Any] | None:
+    def check(
+        self, step: int, results: dict[str, dict[str, Any]], train_seconds: float
+    ) -> dict[str, Any] | None:
         """Note an evaluation; returns the target record the first time it reaches the target."""
         self.last = (step, results)
         if not self.target or self.reached is not None or self.split not in results:

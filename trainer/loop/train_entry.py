@@ -35,7 +35,12 @@ def rank_main(
     die_with_parent()  # a killed launcher must not leave ranks training on (trainer.distributed.lifeline)
     stop = StopRequest().install()  # first: a signal during start-up must not kill the rank either
     configure_rank_logging()
-    from shardrec.trainer.distributed.dist import RankMissing, init_distributed, launched_rank, shutdown
+    from shardrec.trainer.distributed.dist import (
+        RankMissing,
+        init_distributed,
+        launched_rank,
+        shutdown,
+    )
     from shardrec.trainer.distributed.launch import launcher_directory, launcher_job_id
     from shardrec.trainer.loop.steps import NonFiniteLossError
     from shardrec.trainer.loop.train_job import build_job
@@ -66,14 +71,18 @@ def rank_main(
     try:
         # Held by rank 0 until this process ends, however it ends (see trainer.rundir.lock).
         lock = acquire_run_lock(out_dir, launcher_job_id()) if env.is_main else None  # noqa: F841
-        summary = run_job(build_job(job_config, env, out_dir, job_config.sharding.plan or None, stop))
+        summary = run_job(
+            build_job(job_config, env, out_dir, job_config.sharding.plan or None, stop)
+        )
     except (ValueError, NonFiniteLossError, RankMissing) as e:
         report_failure(str(e))
         if env.is_main or isinstance(e, RankMissing):
             print(f"error: {e}", file=sys.stderr)
         shutdown()
         raise typer.Exit(1) from None
-    except Exception as e:  # a bug or a failed collective: its traceback follows, its line goes to the launcher
+    except (
+        Exception
+    ) as e:  # a bug or a failed collective: its traceback follows, its line goes to the launcher
         report_failure(f"{type(e).__name__}: {e}")
         if env.device.type == "cuda":
             exit_after_cuda_failure()

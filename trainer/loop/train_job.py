@@ -29,7 +29,12 @@ from shardrec.trainer.loop.steps import StepRunner
 from shardrec.trainer.model import build
 from shardrec.trainer.model.objective import TRAIN_EBC_PATH
 from shardrec.trainer.rundir import lifecycle, names
-from shardrec.trainer.rundir.checkpoint import CheckpointManager, CheckpointParts, ModuleState, TrainProgress
+from shardrec.trainer.rundir.checkpoint import (
+    CheckpointManager,
+    CheckpointParts,
+    ModuleState,
+    TrainProgress,
+)
 from shardrec.trainer.rundir.mllog import MlperfLog, log_init
 from shardrec.trainer.rundir.optim_state import SparseOptimizerState
 
@@ -71,7 +76,10 @@ def checkpoint_signature(
     return {
         "model": asdict(model),
         "optim": {k: getattr(optim, k) for k in OPTIMIZER_KEYS},
-        "tables": [{"name": t.name, "rows": int(t.num_embeddings), "dim": int(t.embedding_dim)} for t in tables],
+        "tables": [
+            {"name": t.name, "rows": int(t.num_embeddings), "dim": int(t.embedding_dim)}
+            for t in tables
+        ],
         "dataset": dataset,
     }
 
@@ -99,7 +107,11 @@ def checkpoint_parts(
 
 
 def build_job(
-    config: JobConfig, env: DistEnv, run_dir: Path, plan_path: str | None, stop: StopRequest | None = None
+    config: JobConfig,
+    env: DistEnv,
+    run_dir: Path,
+    plan_path: str | None,
+    stop: StopRequest | None = None,
 ) -> Job:
     """Model, plan, sharding, optimizers, loaders and checkpoints for this rank; `stop` is this
     rank's stop request (default: the launcher's stop file only, no signal handlers)."""
@@ -117,7 +129,10 @@ def build_job(
     data_dir = Path(config.data.path)
     manifest = Manifest.load(data_dir)
     # With on-the-fly multi-hot ids the tables have the index tables' rows (data_options).
-    seen, multihot = data_options.model_manifest(manifest, config.data), data_options.multihot_option(config.data)
+    seen, multihot = (
+        data_options.model_manifest(manifest, config.data),
+        data_options.multihot_option(config.data),
+    )
     model, tables, plan = build.build_sharded_model(
         seen,
         env,
@@ -165,10 +180,14 @@ def build_job(
         runner=runner,
         train_loader=train_loader,
         progress=progress,
-        signature=checkpoint_signature(config.model, config.optim, tables, lifecycle.dataset_fingerprint(manifest)),
+        signature=checkpoint_signature(
+            config.model, config.optim, tables, lifecycle.dataset_fingerprint(manifest)
+        ),
     )
     keep, timeout_s = config.checkpoint.keep, config.checkpoint.timeout_s
-    checkpoints = CheckpointManager(run_dir / names.CHECKPOINTS, env, keep=keep, parts=parts, timeout_s=timeout_s)
+    checkpoints = CheckpointManager(
+        run_dir / names.CHECKPOINTS, env, keep=keep, parts=parts, timeout_s=timeout_s
+    )
     return Job(
         config=config,
         env=env,

@@ -33,7 +33,12 @@ logger = logging.getLogger(__name__)
 
 
 def _evaluate_all(
-    job: Job, step: int, reporter: TrainReporter, final: bool, splits: list[str] | None = None, mlperf: str = ""
+    job: Job,
+    step: int,
+    reporter: TrainReporter,
+    final: bool,
+    splits: list[str] | None = None,
+    mlperf: str = "",
 ) -> dict[str, dict[str, Any]]:
     """Evaluate `splits` (default: every evaluation split) and report each; the split `mlperf` (MLPerf's
     scheduled evaluation of it) also goes to the MLPerf log."""
@@ -51,14 +56,21 @@ def _evaluate_all(
         results[split] = metrics
         reporter.write({"kind": "eval", "split": split, "step": step, "final": final, **metrics})
         reporter.say(
-            "step %d %s: auc %.4f logloss %.4f ne %.4f", step, split, metrics["auc"], metrics["logloss"], metrics["ne"]
+            "step %d %s: auc %.4f logloss %.4f ne %.4f",
+            step,
+            split,
+            metrics["auc"],
+            metrics["logloss"],
+            metrics["ne"],
         )
     if mlperf in results:
         job.mllog.event("eval_accuracy", results[mlperf]["auc"], metadata=epoch_num)
         job.mllog.end("eval_stop", metadata=epoch_num)
         if not job.mllog.logged_eval_samples:
             # The reference logs it at the first evaluation only (the checker wants exactly one).
-            job.mllog.event("eval_samples", job.eval_loaders[mlperf].num_samples, metadata=epoch_num)
+            job.mllog.event(
+                "eval_samples", job.eval_loaders[mlperf].num_samples, metadata=epoch_num
+            )
             job.mllog.logged_eval_samples = True
     return results
 
@@ -74,7 +86,8 @@ def _mlperf_stop(job: Job, tracker: TargetTracker) -> None:
     else:
         job.mllog.end("epoch_stop", metadata={"epoch_num": 0})
         job.mllog.end(
-            "run_stop", metadata={"status": "aborted", "epoch_num": job.progress.step / len(job.train_loader)}
+            "run_stop",
+            metadata={"status": "aborted", "epoch_num": job.progress.step / len(job.train_loader)},
         )
     job.mllog.close()
 
@@ -129,7 +142,9 @@ def _eval_schedule(job: Job) -> EvalSchedule:
     return EvalSchedule.of(e.interval_steps, e.every_epoch_fraction, rows, batch)
 
 
-def _train(job: Job, total: int, reporter: TrainReporter, tracker: TargetTracker) -> tuple[float, int]:
+def _train(
+    job: Job, total: int, reporter: TrainReporter, tracker: TargetTracker
+) -> tuple[float, int]:
     """Run segments up to step `total` (or until `tracker`'s target AUC is reached, or the ranks
     are asked to stop: then after a checkpoint of the step reached), evaluating and checkpointing
     at their boundaries; returns (seconds, samples) spent training."""
@@ -147,7 +162,10 @@ def _train(job: Job, total: int, reporter: TrainReporter, tracker: TargetTracker
     while progress.step < total:
         job.train_loader.set_epoch(progress.epoch)
         batches = job.stop.until_stopped(iter(job.train_loader))
-        epoch_start, epoch_end = progress.epoch * steps_per_epoch, min(total, (progress.epoch + 1) * steps_per_epoch)
+        epoch_start, epoch_end = (
+            progress.epoch * steps_per_epoch,
+            min(total, (progress.epoch + 1) * steps_per_epoch),
+        )
         while progress.step < epoch_end:
             boundary = _next_boundary(progress.step, epoch_end, cfg.checkpoint.interval_steps)
             boundary = min(boundary, schedule.next_after(progress.step, epoch_start) or boundary)
@@ -178,14 +196,19 @@ def _train(job: Job, total: int, reporter: TrainReporter, tracker: TargetTracker
                 progress.epoch += 1
             reached = None
             if schedule.due(progress.step, epoch_start) and progress.step < total:
-                results = _evaluate_all(job, progress.step, reporter, False, during, mlperf=tracker.split or "")
+                results = _evaluate_all(
+                    job, progress.step, reporter, False, during, mlperf=tracker.split or ""
+                )
                 reached = tracker.check(progress.step, results, seconds)
                 if reached:
                     _mlperf_stop(job, tracker)  # MLPerf's clock stops here, before the checkpoint
             if (
                 progress.step == total
                 or reached
-                or (cfg.checkpoint.interval_steps and progress.step % cfg.checkpoint.interval_steps == 0)
+                or (
+                    cfg.checkpoint.interval_steps
+                    and progress.step % cfg.checkpoint.interval_steps == 0
+                )
             ):
                 job.checkpoints.save()
             if reached:
@@ -220,8 +243,13 @@ def _final_evaluation(
         for split, metrics in done.items():
             reporter.write({"kind": "eval", "split": split, "step": step, "final": True, **metrics})
         rest = [split for split in job.eval_loaders if split not in done]
-        return {**done, **(_evaluate_all(job, step, reporter, final=True, splits=rest) if rest else {})}
-    final = _evaluate_all(job, step, reporter, True, mlperf=(tracker.split or "") if scheduled else "")
+        return {
+            **done,
+            **(_evaluate_all(job, step, reporter, final=True, splits=rest) if rest else {}),
+        }
+    final = _evaluate_all(
+        job, step, reporter, True, mlperf=(tracker.split or "") if scheduled else ""
+    )
     reached = tracker.check(step, final, seconds)
     if reached:
         _report_target(reporter, reached)
@@ -269,8 +297,14 @@ def run_job(job: Job) -> dict[str, Any]:
     job.mllog.event("train_samples", len(job.train_loader) * cfg.train.global_batch_size)
     job.mllog.start("epoch_start", metadata={"epoch_num": 0})
     try:
-        during = [s for s in job.eval_loaders if not cfg.eval.during_training or s in cfg.eval.during_training]
-        tracker = TargetTracker.for_splits(cfg.train.target_auc, during, cfg.train.global_batch_size)
+        during = [
+            s
+            for s in job.eval_loaders
+            if not cfg.eval.during_training or s in cfg.eval.during_training
+        ]
+        tracker = TargetTracker.for_splits(
+            cfg.train.target_auc, during, cfg.train.global_batch_size
+        )
         if cfg.train.target_auc and tracker.split is None:
             raise ValueError(
                 f"train.target_auc = {cfg.train.target_auc} needs a split to evaluate: "
@@ -280,7 +314,9 @@ def run_job(job: Job) -> dict[str, Any]:
         if job.stop.stopped:
             return _record_stop(job, reporter)
         step, steps_per_epoch = job.progress.step, len(job.train_loader)
-        scheduled = step > 0 and _eval_schedule(job).due(step, (step - 1) // steps_per_epoch * steps_per_epoch)
+        scheduled = step > 0 and _eval_schedule(job).due(
+            step, (step - 1) // steps_per_epoch * steps_per_epoch
+        )
         final = _final_evaluation(job, reporter, tracker, seconds, scheduled)
         summary = {
             "steps": job.progress.step,
@@ -300,5 +336,8 @@ def run_job(job: Job) -> dict[str, Any]:
         job.mllog.close()
     summary["eval"] = final
     if job.env.is_main:
-        atomic_write_bytes(job.run_dir / names.SUMMARY, (json.dumps(summary, indent=2, default=str) + "\n").encode())
+        atomic_write_bytes(
+            job.run_dir / names.SUMMARY,
+            (json.dumps(summary, indent=2, default=str) + "\n").encode(),
+        )
     return summary

@@ -20,7 +20,11 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 from torchrec.optim.optimizers import in_backward_optimizer_filter
 
 from shardrec.dataloader.format.manifest import Manifest
-from shardrec.embeddings.optim import attach_fused_optimizer, replicated_table_optimizer, replicated_table_params
+from shardrec.embeddings.optim import (
+    attach_fused_optimizer,
+    replicated_table_optimizer,
+    replicated_table_params,
+)
 from shardrec.embeddings.tables import build_ebc, build_table_configs
 from shardrec.sharding.machine.hardware import DeviceMemory, cuda_device_memory, detect_topology
 from shardrec.sharding.machine.memory import DenseFootprint, dense_footprint
@@ -29,7 +33,12 @@ from shardrec.sharding.plan.plan_file import check_plan, plan_fingerprint
 from shardrec.sharding.plan.plan_types import PlanFile
 from shardrec.sharding.planner import plan_tables
 from shardrec.sharding.search.request import DatasetStatistics
-from shardrec.sharding.torchrec.sharders import FUSED_KERNELS, build_sharders, check_kernels_run_on, plan_fused_params
+from shardrec.sharding.torchrec.sharders import (
+    FUSED_KERNELS,
+    build_sharders,
+    check_kernels_run_on,
+    plan_fused_params,
+)
 from shardrec.sharding.torchrec.torchrec_plans import to_sharding_plan
 from shardrec.trainer.distributed.dist import DistEnv
 from shardrec.trainer.job.config import ModelConfig, OptimConfig, ShardingConfig, TrainConfig
@@ -37,7 +46,11 @@ from shardrec.trainer.job.planning import plan_request
 from shardrec.trainer.job.preflight import check_trainable
 from shardrec.trainer.model.models import bf16_support_note, build_model
 from shardrec.trainer.model.objective import TRAIN_EBC_PATH, TrainModule
-from shardrec.trainer.model.train_optimizer import TrainOptimizer, build_dense_optimizer, dlrm_schedule
+from shardrec.trainer.model.train_optimizer import (
+    TrainOptimizer,
+    build_dense_optimizer,
+    dlrm_schedule,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +98,11 @@ def plan_at_start(
     `devices` (every rank's, gather_devices) make the topology: their model and free memory."""
     holder: list[PlanFile | None] = [None]
     if env.rank == 0:
-        topology = detect_topology(env.world_size, env.local_world_size, devices=devices) if devices else None
+        topology = (
+            detect_topology(env.world_size, env.local_world_size, devices=devices)
+            if devices
+            else None
+        )
         request = plan_request(
             tables,
             DatasetStatistics.from_manifest(manifest),
@@ -110,7 +127,9 @@ def gather_devices(env: DistEnv) -> list[DeviceMemory] | None:
     rank asks only its own device, opening no context on another's); None on CPU."""
     if env.device.type != "cuda":
         return None
-    own = cuda_device_memory(env.device.index if env.device.index is not None else torch.cuda.current_device())
+    own = cuda_device_memory(
+        env.device.index if env.device.index is not None else torch.cuda.current_device()
+    )
     if not (dist.is_initialized() and env.world_size > 1):
         return [own]
     gathered: list[DeviceMemory | None] = [None] * env.world_size
@@ -131,10 +150,14 @@ def build_sharding_plan(
     plan: PlanFile, tables: list[EmbeddingBagConfig], env: DistEnv, global_batch_size: int
 ) -> ShardingPlan:
     """Check a plan file against this job (StalePlanError says what differs) and convert it."""
-    check_kernels_run_on(plan, env.device.type)  # before the fingerprint: it says why and what to do
+    check_kernels_run_on(
+        plan, env.device.type
+    )  # before the fingerprint: it says why and what to do
     check_plan(plan, plan_fingerprint(tables, env.world_size, global_batch_size, env.device.type))
     check_trainable(plan)
-    return to_sharding_plan(plan, tables, TRAIN_EBC_PATH, env.world_size, env.local_world_size, env.device.type)
+    return to_sharding_plan(
+        plan, tables, TRAIN_EBC_PATH, env.world_size, env.local_world_size, env.device.type
+    )
 
 
 def trainer_sharders(qcomm: str | None, plan: PlanFile | None = None) -> list:
@@ -225,7 +248,9 @@ def build_sharded_model(
         )
     sharding_plan = build_sharding_plan(plan, tables, env, train.global_batch_size)
     check_plan_fits(plan, devices, env)  # before sharding allocates any table
-    model = shard_model(module, sharding_plan, env, optim, qcomm=sharding.qcomm or None, plan_file=plan)
+    model = shard_model(
+        module, sharding_plan, env, optim, qcomm=sharding.qcomm or None, plan_file=plan
+    )
     return model, tables, plan
 
 
@@ -241,11 +266,15 @@ def build_optimizer(
     replicated = replicated_table_params(model, tables, TRAIN_EBC_PATH)
     after_backward = in_backward_optimizer_filter(model.named_parameters(), include=False)
     dense = [p for fqn, p in after_backward if fqn not in replicated]
-    dense_opt = build_dense_optimizer(dense, optimizer=optim.dense, lr=optim.dense_lr, eps=optim.eps)
+    dense_opt = build_dense_optimizer(
+        dense, optimizer=optim.dense, lr=optim.dense_lr, eps=optim.eps
+    )
     table_opt = None
     if replicated:
         params = [p for _, p in replicated.values()]
-        table_opt = replicated_table_optimizer(params, optimizer=optim.sparse, lr=optim.sparse_lr, eps=optim.eps)
+        table_opt = replicated_table_optimizer(
+            params, optimizer=optim.sparse, lr=optim.sparse_lr, eps=optim.eps
+        )
     schedule = dlrm_schedule(optim.warmup_steps, optim.decay_start, optim.decay_steps)
     fused = model.fused_optimizer if optim.schedule_tables else None
     return TrainOptimizer(dense_opt, table_opt, replicated, schedule, fused)

@@ -49,7 +49,9 @@ def bf16_support_note(device_type: str) -> str | None:
 class SparseArch(nn.Module):
     """The embedding lookups: pooled embeddings in a fixed feature order."""
 
-    def __init__(self, embedding_bag_collection: EmbeddingBagCollection, feature_names: list[str]) -> None:
+    def __init__(
+        self, embedding_bag_collection: EmbeddingBagCollection, feature_names: list[str]
+    ) -> None:
         super().__init__()
         self.embedding_bag_collection = embedding_bag_collection
         self.feature_names = list(feature_names)
@@ -83,7 +85,9 @@ class CrossInteraction(nn.Module):
     def __init__(self, in_features: int, num_layers: int, low_rank: int) -> None:
         super().__init__()
         self.in_features = in_features
-        self.crossnet = LowRankCrossNet(in_features=in_features, num_layers=num_layers, low_rank=low_rank)
+        self.crossnet = LowRankCrossNet(
+            in_features=in_features, num_layers=num_layers, low_rank=low_rank
+        )
 
     def out_features(self, dense_dim: int) -> int:
         return self.in_features
@@ -118,10 +122,14 @@ class RecModel(nn.Module):
             return contextlib.nullcontext()
         return torch.autocast(self.device_type, dtype=self.autocast_dtype)
 
-    def forward(self, dense_features: torch.Tensor, sparse_features: KeyedJaggedTensor) -> torch.Tensor:
+    def forward(
+        self, dense_features: torch.Tensor, sparse_features: KeyedJaggedTensor
+    ) -> torch.Tensor:
         with self._dense_precision():
             dense = self.dense_arch(dense_features)
-        sparse = self.sparse_arch(sparse_features)  # outside autocast: lookups and all-to-all in fp32
+        sparse = self.sparse_arch(
+            sparse_features
+        )  # outside autocast: lookups and all-to-all in fp32
         with self._dense_precision():
             logits = self.over_arch(self.interaction(dense, sparse)).squeeze(-1)
         return logits.float()  # the loss and the metrics in fp32 (a no-op under fp32)
@@ -176,12 +184,16 @@ def build_model(
     if arch == "dlrm":
         wrong = sorted({d for d in dims.values()} - {dense_dim})
         if wrong:
-            raise ValueError(f"DLRM needs every embedding width equal to the dense output {dense_dim}, found {wrong}")
+            raise ValueError(
+                f"DLRM needs every embedding width equal to the dense output {dense_dim}, found {wrong}"
+            )
         interaction: nn.Module = DotInteraction(len(feature_names))
         interaction.to(device)
     elif arch == "dcnv2":
         width = dense_dim + sum(dims.values())  # type: ignore[arg-type]
-        interaction = CrossInteraction(width, model_config.dcn_layers, model_config.dcn_low_rank).to(device)
+        interaction = CrossInteraction(
+            width, model_config.dcn_layers, model_config.dcn_low_rank
+        ).to(device)
     else:
         raise ValueError(f"model.arch = {arch!r} is not one of dlrm, dcnv2")
     return RecModel(

@@ -47,7 +47,9 @@ class TrainModule(nn.Module):
         # W / global batch: the ranks' average gradient is then that of the global mean loss.
         self.loss_scale = world_size / global_batch_size
 
-    def forward(self, batch: Batch) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    def forward(
+        self, batch: Batch
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         logits = self.model(batch.dense_features, batch.sparse_features)
         labels = batch.labels.to(logits.dtype)
         mask = (labels >= 0).to(logits.dtype)

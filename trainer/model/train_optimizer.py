@@ -115,7 +115,9 @@ class TrainOptimizer:
         state = self.replicated_tables.state  # type: ignore[union-attr]
         rowwise = isinstance(self.replicated_tables, RowWiseAdagrad)
         return {
-            fqn: {rowwise_state_key(table): state[p]["sum"].view(-1) if rowwise else state[p]["sum"]}
+            fqn: {
+                rowwise_state_key(table): state[p]["sum"].view(-1) if rowwise else state[p]["sum"]
+            }
             for fqn, (table, p) in self.replicated_params.items()
         }
 

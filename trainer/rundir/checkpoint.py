@@ -67,7 +67,11 @@ def restore_on(device: torch.device) -> Callable[[Any, str], Any]:
     saved from (cuda:0 for rank 0's train_state.pt), and a CPU host could not load it at all."""
 
     def restore(storage: Any, location: str) -> Any:
-        return default_restore_location(storage, str(device)) if location.startswith("cuda") else storage
+        return (
+            default_restore_location(storage, str(device))
+            if location.startswith("cuda")
+            else storage
+        )
 
     return restore
 
@@ -155,14 +159,24 @@ class RngState:
                 "cached_gaussian": float(gauss),
             },
             # Mersenne Twister words are < 2^32: exact in int64.
-            "python": {"version": int(version), "words": torch.tensor(words, dtype=torch.int64), "gauss": py_gauss},
+            "python": {
+                "version": int(version),
+                "words": torch.tensor(words, dtype=torch.int64),
+                "gauss": py_gauss,
+            },
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         torch.set_rng_state(state["torch"])
         n = state["numpy"]
         np.random.set_state(
-            (n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"])
+            (
+                n["kind"],
+                n["keys"].numpy().astype(np.uint32),
+                n["pos"],
+                n["has_gauss"],
+                n["cached_gaussian"],
+            )
         )
         py = state["python"]
         random.setstate((py["version"], tuple(int(w) for w in py["words"].tolist()), py["gauss"]))
@@ -192,7 +206,9 @@ def describe_mismatch(saved: dict[str, Any], current: dict[str, Any]) -> str:
     for section in ("model", "optim"):
         for key, value in saved.get(section, {}).items():
             if current[section].get(key) != value:
-                diffs.append(f"{section}.{key}: checkpoint {value!r}, job {current[section].get(key)!r}")
+                diffs.append(
+                    f"{section}.{key}: checkpoint {value!r}, job {current[section].get(key)!r}"
+                )
     # A checkpoint from before dataset fingerprints, or a job that gives none, skips this check.
     if saved.get("dataset") and current.get("dataset") and saved["dataset"] != current["dataset"]:
         diffs.append(
@@ -219,7 +235,13 @@ class CheckpointManager:
     """Saves `parts` into `directory` (keeping the newest `keep`) and loads them back."""
 
     def __init__(
-        self, directory: Path, env: DistEnv, *, keep: int, parts: CheckpointParts, timeout_s: float = 1800
+        self,
+        directory: Path,
+        env: DistEnv,
+        *,
+        keep: int,
+        parts: CheckpointParts,
+        timeout_s: float = 1800,
     ) -> None:
         self.directory = Path(directory)
         self.env = env
@@ -228,7 +250,9 @@ class CheckpointManager:
         self.timeout_s = timeout_s
         # Every rank constructs the manager, so every rank joins this group (a collective call).
         self.group = (
-            dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s)) if dist.is_initialized() else None
+            dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
+            if dist.is_initialized()
+            else None
         )
 
     def complete(self) -> list[tuple[int, Path]]:
@@ -299,7 +323,9 @@ class CheckpointManager:
         complete = self.complete() if self.env.is_main else []
         found = [str(complete[-1][1]) if complete else None]
         if self.group is not None:
-            dist.broadcast_object_list(found, src=0, group=self.group)  # every rank loads the one rank 0 chose
+            dist.broadcast_object_list(
+                found, src=0, group=self.group
+            )  # every rank loads the one rank 0 chose
         if found[0] is None:
             return None
         self.load(Path(found[0]))
@@ -330,7 +356,9 @@ class CheckpointManager:
         mismatch = describe_mismatch(train_state["signature"], parts.signature)
         if mismatch:
             raise ValueError(f"{path}: checkpoint of another model or optimizer: {mismatch}")
-        saved = SavedCheckpoint(path, train_state["progress"]["step"], train_state["plan"], self.group)
+        saved = SavedCheckpoint(
+            path, train_state["progress"]["step"], train_state["plan"], self.group
+        )
         targets = {name: part.load_target(saved) for name, part in parts.sharded.items()}
         dcp.load(
             {name: target for name, target in targets.items() if target},
@@ -345,7 +373,9 @@ class CheckpointManager:
         for name, part in parts.per_rank.items():
             # More ranks than saved it: the new ones start from rank 0's state.
             own = path / f"{name}-{self.env.rank}.pt"
-            part.load_state_dict(load_file(own if own.is_file() else path / f"{name}-0.pt", self.env.device))
+            part.load_state_dict(
+                load_file(own if own.is_file() else path / f"{name}-0.pt", self.env.device)
+            )
         if self.env.is_main:
             logger.info(
                 "resumed from %s (step %d, saved by %d ranks, now %d)",

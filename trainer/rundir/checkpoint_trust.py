@@ -112,7 +112,11 @@ def read_digests(directory: Path) -> dict[str, str]:
 
 
 def verify_files(
-    directory: Path, digests: dict[str, str], rank: int = 0, world_size: int = 1, skip_suffix: str = ""
+    directory: Path,
+    digests: dict[str, str],
+    rank: int = 0,
+    world_size: int = 1,
+    skip_suffix: str = "",
 ) -> str:
     """Check this rank's share of the files (every `world_size`-th), but those ending in
     `skip_suffix` when one is given; "" or the first problem found."""
@@ -128,9 +132,7 @@ def verify_files(
         if not path.is_file():
             return f"{path}: listed in {names.DIGESTS} but missing; refusing the checkpoint"
         if file_sha256(path) != digests[rel]:
-            return (
-                f"{path}: contents differ from the digest written at save time (changed since); refusing the checkpoint"
-            )
+            return f"{path}: contents differ from the digest written at save time (changed since); refusing the checkpoint"
     return ""
 
 

@@ -43,7 +43,10 @@ def dataset_fingerprint(manifest: Manifest) -> str:
         "dense": manifest.dense_features,
         "sparse": [(f.name, f.cardinality, f.multi_hot) for f in manifest.sparse_features],
         "splits": {
-            name: [(p.name, p.rows, sorted((k, v.sha256) for k, v in p.files.items())) for p in split.parts]
+            name: [
+                (p.name, p.rows, sorted((k, v.sha256) for k, v in p.files.items()))
+                for p in split.parts
+            ]
             for name, split in sorted(manifest.splits.items())
         },
     }
@@ -140,7 +143,11 @@ def planned_steps(config: JobConfig, manifest: Manifest) -> int:
 
 def flat_settings(config: JobConfig) -> dict[str, Any]:
     """section.key -> value of every setting."""
-    return {f"{section}.{key}": value for section, values in config.to_dict().items() for key, value in values.items()}
+    return {
+        f"{section}.{key}": value
+        for section, values in config.to_dict().items()
+        for key, value in values.items()
+    }
 
 
 def setting_changes(saved: JobConfig, current: JobConfig) -> dict[str, tuple[Any, Any]]:
@@ -188,7 +195,11 @@ class RunDir:
     @property
     def complete(self) -> bool:
         """The last invocation finished: its summary is of the newest checkpoint's step."""
-        return self.summary is not None and self.step is not None and self.summary.get("steps") == self.step
+        return (
+            self.summary is not None
+            and self.step is not None
+            and self.summary.get("steps") == self.step
+        )
 
     def complete_for(self, config: JobConfig, total: int) -> bool:
         """Whether a job of `config`, which runs to step `total`, has nothing left to do here: the run
@@ -212,18 +223,32 @@ def read_run_dir(path: Path) -> RunDir:
     summary = summary if isinstance(summary, dict) else None
     step = done[-1][0] if done else None
     finished = summary is not None and summary.get("steps") == step
-    target = _newest_record(Path(path), ("target",), step) if finished and summary.get("target_reached") else None
+    target = (
+        _newest_record(Path(path), ("target",), step)
+        if finished and summary.get("target_reached")
+        else None
+    )
     # A stop counts until a later invocation resumes (which may then have failed).
-    stop = _newest_record(Path(path), ("stop", "resume"), step) if step is not None and not finished else None
-    return RunDir(Path(path), step, summary, target, stop if stop and stop["kind"] == "stop" else None)
+    stop = (
+        _newest_record(Path(path), ("stop", "resume"), step)
+        if step is not None and not finished
+        else None
+    )
+    return RunDir(
+        Path(path), step, summary, target, stop if stop and stop["kind"] == "stop" else None
+    )
 
 
-def _newest_record(run_dir: Path, kinds: tuple[str, ...], step: int | None) -> dict[str, Any] | None:
+def _newest_record(
+    run_dir: Path, kinds: tuple[str, ...], step: int | None
+) -> dict[str, Any] | None:
     """The newest record of one of `kinds` in RUN/metrics.jsonl, if it is of `step`: a `target`
     record (trainer.loop.target) with its AUC, a `stop` or `resume` record (trainer.loop.train_loop)."""
     found = None
     for record in _metrics_records(run_dir):
-        if record.get("kind") in kinds and (record["kind"] != "target" or isinstance(record.get("auc"), (int, float))):
+        if record.get("kind") in kinds and (
+            record["kind"] != "target" or isinstance(record.get("auc"), (int, float))
+        ):
             found = record
     return found if found is not None and found.get("step") == step else None
 
@@ -254,7 +279,9 @@ def check_run_dir(run_dir: Path, config: JobConfig, manifest: Manifest, allow: l
         continues = total >= planned_steps(saved, manifest)
         refused = {k: v for k, v in changes.items() if not _allowed(k, allow, continues)}
         if refused:
-            shown = ", ".join(f"{k}: {_show(old)} -> {_show(new)}" for k, (old, new) in refused.items())
+            shown = ", ".join(
+                f"{k}: {_show(old)} -> {_show(new)}" for k, (old, new) in refused.items()
+            )
             flags = " ".join(f"--allow-change {k}" for k in refused)
             raise ValueError(
                 f"{run_dir}: resuming with changed settings ({shown}); "
@@ -316,7 +343,11 @@ def complete_message(run_dir: Path, config: JobConfig, run: RunDir) -> str:
             "raise or clear the target (--set train.target_auc=0 --allow-change train.target_auc); "
             "to start over, add --restart"
         )
-    cap = f"train.steps = {config.train.steps}" if config.train.steps else f"train.epochs = {config.train.epochs}"
+    cap = (
+        f"train.steps = {config.train.steps}"
+        if config.train.steps
+        else f"train.epochs = {config.train.epochs}"
+    )
     return (
         f"{run_dir} is complete: {step:,} steps ({cap}); nothing to do. To continue it, raise --steps "
         "(or train.epochs); to start over, add --restart"

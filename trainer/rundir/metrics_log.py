@@ -37,7 +37,11 @@ class MetricsWriter:
         if self._tb is not None and "step" in record:
             prefix = record.get("kind", "train")
             for key, value in record.items():
-                if isinstance(value, (int, float)) and key != "step" and not isinstance(value, bool):
+                if (
+                    isinstance(value, (int, float))
+                    and key != "step"
+                    and not isinstance(value, bool)
+                ):
                     self._tb.add_scalar(f"{prefix}/{key}", value, record["step"])
 
     def close(self) -> None:

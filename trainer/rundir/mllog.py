@@ -54,10 +54,14 @@ class MlperfLog:
     def end(self, key: str, value: Any = None, metadata: dict[str, Any] | None = None) -> None:
         self._write(INTERVAL_END, key, value, metadata)
 
-    def _write(self, event_type: str, key: str, value: Any, metadata: dict[str, Any] | None) -> None:
+    def _write(
+        self, event_type: str, key: str, value: Any, metadata: dict[str, Any] | None
+    ) -> None:
         if not self.enabled:
             return
-        caller = sys._getframe(2)  # the line that logged the event, as mllog's get_caller records it
+        caller = sys._getframe(
+            2
+        )  # the line that logged the event, as mllog's get_caller records it
         where = {"file": Path(caller.f_code.co_filename).name, "lineno": caller.f_lineno}
         record = {
             "namespace": "",

@@ -72,7 +72,11 @@ def adapt_fused_state(
     for key, entries in fused_state.get("state", {}).items():
         for name, value in entries.items():
             table = name.rsplit(".", 1)[0]
-            if name != rowwise_state_key(table) or table not in cuts or not isinstance(value, torch.Tensor):
+            if (
+                name != rowwise_state_key(table)
+                or table not in cuts
+                or not isinstance(value, torch.Tensor)
+            ):
                 continue
             (old_w, new_w), rows = cuts[table], rows_of[table]
             if value.dim() != 1 or value.size(0) != len(new_w) * rows:
@@ -85,9 +89,13 @@ def adapt_fused_state(
         for name, old in names.items():
             table = name.rsplit(".", 1)[0]
             (old_w, new_w), rows = cuts[table], rows_of[table]
-            _fill(fused_state["state"][key][name], convert_rowwise_momentum(old, rows, old_w, new_w))
+            _fill(
+                fused_state["state"][key][name], convert_rowwise_momentum(old, rows, old_w, new_w)
+            )
             converted.setdefault(key, {})[name] = fused_state["state"][key].pop(name)
-            logger.info("%s: row-wise Adagrad state converted from column cut %s to %s", table, old_w, new_w)
+            logger.info(
+                "%s: row-wise Adagrad state converted from column cut %s to %s", table, old_w, new_w
+            )
     for key in converted:  # DCP would take an emptied entry for a value of its own
         if not fused_state["state"][key]:
             del fused_state["state"][key]
@@ -128,7 +136,9 @@ class SparseOptimizerState:
 
     def load_target(self, saved: SavedCheckpoint) -> dict[str, Any]:
         self._target = self.state_dict()
-        self._converted = adapt_fused_state(saved.path, self._target, saved.layout, self.plan, saved.group)
+        self._converted = adapt_fused_state(
+            saved.path, self._target, saved.layout, self.plan, saved.group
+        )
         # Without any state (sgd) there is nothing for DCP to read.
         return self._target if self._target["state"] else {}
 

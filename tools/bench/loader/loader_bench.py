@@ -54,15 +54,26 @@ def write_bench_data(
 ) -> tuple[Path, Path]:
     """Write the same random Criteo-shaped rows as a shardrec dataset (`parts` parts, in
     directory/name) and in torchrec's layout (one day, in directory/torchrec)."""
-    from shardrec.dataloader.format.manifest import Manifest, SparseFeature, SplitInfo, smallest_uint, write_part
+    from shardrec.dataloader.format.manifest import (
+        Manifest,
+        SparseFeature,
+        SplitInfo,
+        smallest_uint,
+        write_part,
+    )
 
     rng = np.random.default_rng(seed)
     labels = (rng.random(rows) < 0.25).astype(np.uint8)
     dense = rng.random((rows, NUM_DENSE), dtype=np.float32)
-    ids = np.stack([rng.integers(0, c, rows) for c in KAGGLE_CARDINALITIES], axis=1).astype(np.int32)
+    ids = np.stack([rng.integers(0, c, rows) for c in KAGGLE_CARDINALITIES], axis=1).astype(
+        np.int32
+    )
     names = [f"C{i + 1}" for i in range(len(KAGGLE_CARDINALITIES))]
     ours, theirs = directory / name, directory / "torchrec"
-    sparse = {n: ids[:, i].astype(smallest_uint(c - 1)) for i, (n, c) in enumerate(zip(names, KAGGLE_CARDINALITIES))}
+    sparse = {
+        n: ids[:, i].astype(smallest_uint(c - 1))
+        for i, (n, c) in enumerate(zip(names, KAGGLE_CARDINALITIES))
+    }
     bounds = [rows * k // parts for k in range(parts + 1)]
     written = [
         write_part(
@@ -74,8 +85,12 @@ def write_bench_data(
         )
         for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))
     ]
-    features = [SparseFeature(n, c, str(smallest_uint(c - 1))) for n, c in zip(names, KAGGLE_CARDINALITIES)]
-    Manifest([f"I{i + 1}" for i in range(NUM_DENSE)], features, {"train": SplitInfo(rows, written)}).save(ours)
+    features = [
+        SparseFeature(n, c, str(smallest_uint(c - 1))) for n, c in zip(names, KAGGLE_CARDINALITIES)
+    ]
+    Manifest(
+        [f"I{i + 1}" for i in range(NUM_DENSE)], features, {"train": SplitInfo(rows, written)}
+    ).save(ours)
     if npy.day_file(theirs, 0, "labels").is_file():
         return ours, theirs
     theirs.mkdir(parents=True, exist_ok=True)
@@ -157,7 +172,9 @@ def _resume_seconds(directory: Path, global_batch: int) -> dict[str, float]:
     }
 
 
-def _interleaved_best(runs: dict[str, Callable[[], float]], rounds: int, watch: str) -> tuple[dict[str, float], int]:
+def _interleaved_best(
+    runs: dict[str, Callable[[], float]], rounds: int, watch: str
+) -> tuple[dict[str, float], int]:
     """Best rows/s of each run over interleaved rounds, and the anonymous-memory growth (KB)
     seen after the `watch` run."""
     best = {k: 0.0 for k in runs}
@@ -170,23 +187,41 @@ def _interleaved_best(runs: dict[str, Callable[[], float]], rounds: int, watch: 
     return best, anon_growth
 
 
-def _ratios(best: dict[str, float], roofline: float, global_shuffle_epoch: float) -> dict[str, float]:
+def _ratios(
+    best: dict[str, float], roofline: float, global_shuffle_epoch: float
+) -> dict[str, float]:
     return {
-        "shardrec_vs_torchrec_global_shuffle": round(best["shardrec_shuffle"] / best["torchrec_global_shuffle"], 2),
-        "shardrec_vs_torchrec_global_shuffle_epoch": round(best["shardrec_shuffle"] / global_shuffle_epoch, 2),
-        "many_parts_vs_one_part_shuffle": round(best["shardrec_shuffle_many_parts"] / best["shardrec_shuffle"], 2),
+        "shardrec_vs_torchrec_global_shuffle": round(
+            best["shardrec_shuffle"] / best["torchrec_global_shuffle"], 2
+        ),
+        "shardrec_vs_torchrec_global_shuffle_epoch": round(
+            best["shardrec_shuffle"] / global_shuffle_epoch, 2
+        ),
+        "many_parts_vs_one_part_shuffle": round(
+            best["shardrec_shuffle_many_parts"] / best["shardrec_shuffle"], 2
+        ),
         "many_parts_vs_one_part_no_shuffle": round(
             best["shardrec_no_shuffle_many_parts"] / best["shardrec_no_shuffle"], 2
         ),
         "shardrec_many_parts_vs_torchrec_shuffle": round(
             best["shardrec_shuffle_many_parts"] / best["torchrec_shuffle"], 2
         ),
-        "shardrec_vs_torchrec_shuffle": round(best["shardrec_shuffle"] / best["torchrec_shuffle"], 2),
-        "shardrec_vs_torchrec_no_shuffle": round(best["shardrec_no_shuffle"] / best["torchrec_no_shuffle"], 2),
-        "shardrec_compiled_vs_numpy_shuffle": round(best["shardrec_shuffle"] / best["shardrec_shuffle_numpy"], 2),
-        "shardrec_shuffle_vs_torchrec_no_shuffle": round(best["shardrec_shuffle"] / best["torchrec_no_shuffle"], 2),
+        "shardrec_vs_torchrec_shuffle": round(
+            best["shardrec_shuffle"] / best["torchrec_shuffle"], 2
+        ),
+        "shardrec_vs_torchrec_no_shuffle": round(
+            best["shardrec_no_shuffle"] / best["torchrec_no_shuffle"], 2
+        ),
+        "shardrec_compiled_vs_numpy_shuffle": round(
+            best["shardrec_shuffle"] / best["shardrec_shuffle_numpy"], 2
+        ),
+        "shardrec_shuffle_vs_torchrec_no_shuffle": round(
+            best["shardrec_shuffle"] / best["torchrec_no_shuffle"], 2
+        ),
         "shardrec_shuffle_fraction_of_roofline": round(best["shardrec_shuffle"] / roofline, 3),
-        "shardrec_no_shuffle_fraction_of_roofline": round(best["shardrec_no_shuffle"] / roofline, 3),
+        "shardrec_no_shuffle_fraction_of_roofline": round(
+            best["shardrec_no_shuffle"] / roofline, 3
+        ),
     }
 
 
@@ -206,13 +241,24 @@ def _torchrec_pipes(theirs: Path, global_batch: int) -> tuple[dict[str, Any], fl
     load_s = (time.perf_counter() - start) / 2
     start = time.perf_counter()
     pipes["torchrec_global_shuffle"] = InMemoryBinaryCriteoIterDataPipe(
-        "train", *paths, global_batch, 0, 1, shuffle_training_set=True, shuffle_training_set_random_seed=0
+        "train",
+        *paths,
+        global_batch,
+        0,
+        1,
+        shuffle_training_set=True,
+        shuffle_training_set_random_seed=0,
     )
     return pipes, load_s, time.perf_counter() - start
 
 
 def run_bench(
-    rows: int, global_batch: int, rounds: int, max_batches: int, work_dir: Path | None, parts: int = DEFAULT_PARTS
+    rows: int,
+    global_batch: int,
+    rounds: int,
+    max_batches: int,
+    work_dir: Path | None,
+    parts: int = DEFAULT_PARTS,
 ) -> dict[str, Any]:
     import torch
 
@@ -221,7 +267,9 @@ def run_bench(
     torch.set_num_threads(1)
     tmp = Path(tempfile.mkdtemp(prefix="shardrec-bench-loader-", dir=work_dir))
     try:
-        with console.status(f"writing {rows:,} Criteo-shaped rows: 1 part, {parts} parts and torchrec's layout"):
+        with console.status(
+            f"writing {rows:,} Criteo-shaped rows: 1 part, {parts} parts and torchrec's layout"
+        ):
             one, theirs = write_bench_data(tmp, rows)
             many, _ = write_bench_data(tmp, rows, parts=parts, name="shardrec-parts")
             warm_page_cache(tmp)
@@ -249,7 +297,8 @@ def run_bench(
             "shardrec_no_shuffle_many_parts": loader(many, shuffle=False),
         }
         runs: dict[str, Callable[[], float]] = {
-            name: (lambda it=it: rows_per_second(it, max_batches)) for name, it in {**loaders, **pipes}.items()
+            name: (lambda it=it: rows_per_second(it, max_batches))
+            for name, it in {**loaders, **pipes}.items()
         }
         best, anon_growth = _interleaved_best(runs, rounds, watch="shardrec_shuffle_many_parts")
         quality = _drift_quality(rows, global_batch)
@@ -259,7 +308,9 @@ def run_bench(
     roofline = gbps * 1e9 / bytes_per_row
     # An epoch of torchrec's global shuffle: its one shuffle into RAM, then the in-order reads.
     epoch_rows = rows // global_batch * global_batch
-    global_shuffle_epoch = epoch_rows / (global_shuffle_s + epoch_rows / best["torchrec_global_shuffle"])
+    global_shuffle_epoch = epoch_rows / (
+        global_shuffle_s + epoch_rows / best["torchrec_global_shuffle"]
+    )
     return {
         "rows": rows,
         "parts": parts,
@@ -295,7 +346,8 @@ def print_result(r: dict[str, Any]) -> None:
     for name, value in r["rows_per_s"].items():
         table.add_row(name.replace("_", " "), f"{value / 1e6:.2f}")
     table.add_row(
-        "torchrec global shuffle, epoch with its shuffle", f"{r['torchrec_global_shuffle_epoch_rows_per_s'] / 1e6:.2f}"
+        "torchrec global shuffle, epoch with its shuffle",
+        f"{r['torchrec_global_shuffle_epoch_rows_per_s'] / 1e6:.2f}",
     )
     table.add_row("roofline (memcpy / bytes per row)", f"{r['roofline_rows_per_s'] / 1e6:.2f}")
     console.print(table)

@@ -49,9 +49,17 @@ def run_multihot_bench(
 ) -> dict[str, Any]:
     """Samples/s per rank of the one-hot loader and of on-the-fly multi-hot at each table size and worker count."""
     from shardrec.dataloader.loader import Delivery, build_loader
-    from shardrec.dataloader.multihot.multihot_tables import MultiHotOption, MultiHotSpec, default_cache_dir
+    from shardrec.dataloader.multihot.multihot_tables import (
+        MultiHotOption,
+        MultiHotSpec,
+        default_cache_dir,
+    )
     from shardrec.sharding.suites import DLRMV2_POOLING
-    from shardrec.tools.bench.loader.loader_bench import rows_per_second, warm_page_cache, write_bench_data
+    from shardrec.tools.bench.loader.loader_bench import (
+        rows_per_second,
+        warm_page_cache,
+        write_bench_data,
+    )
 
     tmp = Path(tempfile.mkdtemp(prefix="shardrec-bench-mh-", dir=work_dir))
     try:
@@ -65,7 +73,9 @@ def run_multihot_bench(
 
         runs = {"one_hot": loader()}
         for n in table_rows:
-            option = MultiHotOption(sizes=DLRMV2_POOLING, rows=(n,) * len(DLRMV2_POOLING), cache_dir=cache_dir)
+            option = MultiHotOption(
+                sizes=DLRMV2_POOLING, rows=(n,) * len(DLRMV2_POOLING), cache_dir=cache_dir
+            )
             for w in WORKERS:
                 runs[f"multihot_{n}_rows_{w}_workers"] = loader(option, w)
         cache = cache_dir if cache_dir is not None else default_cache_dir()
@@ -82,7 +92,9 @@ def run_multihot_bench(
                 best[name] = max(best[name], rows_per_second(ld, max_batches))
                 samples = min(max_batches, len(ld)) * global_batch
                 cpu[name] = min(cpu[name], (time.process_time() - start) / samples * 1e9)
-        huge = {str(n): huge_mapped_share(Path(cache) / key) for n, key in keys.items()}  # while still mapped
+        huge = {
+            str(n): huge_mapped_share(Path(cache) / key) for n, key in keys.items()
+        }  # while still mapped
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return {
@@ -129,7 +141,8 @@ def print_result(r: dict[str, Any]) -> None:
     )
     cpu = r["cpu_ns_per_sample"]
     console.print(
-        f"  {'one-hot':>36}: {rates['one_hot']:>12,.0f}  ({cpu['one_hot']:,} CPU-ns a sample)", highlight=False
+        f"  {'one-hot':>36}: {rates['one_hot']:>12,.0f}  ({cpu['one_hot']:,} CPU-ns a sample)",
+        highlight=False,
     )
     for name, ratio in r["vs_one_hot"].items():
         console.print(
@@ -138,5 +151,10 @@ def print_result(r: dict[str, Any]) -> None:
             highlight=False,
             soft_wrap=True,
         )
-    shares = [f"{int(n):,} rows {'unknown' if v is None else f'{v:.0%}'}" for n, v in r["huge_mapped"].items()]
-    console.print(f"index tables' resident pages mapped with 2 MB pages: {', '.join(shares)}", highlight=False)
+    shares = [
+        f"{int(n):,} rows {'unknown' if v is None else f'{v:.0%}'}"
+        for n, v in r["huge_mapped"].items()
+    ]
+    console.print(
+        f"index tables' resident pages mapped with 2 MB pages: {', '.join(shares)}", highlight=False
+    )

@@ -91,7 +91,12 @@ def _lower_open_files(limit: int) -> tuple[int, int]:
 
 
 def run_parts_bench(
-    part_rows: int, parts: int, global_batch: int, rounds: int, max_batches: int, work_dir: Path | None
+    part_rows: int,
+    parts: int,
+    global_batch: int,
+    rounds: int,
+    max_batches: int,
+    work_dir: Path | None,
 ) -> dict[str, Any]:
     """Shuffled rows/s over `parts` hard-linked parts of `part_rows` rows against the one part."""
     import torch
@@ -113,7 +118,9 @@ def run_parts_bench(
         old_limit = _lower_open_files(OPEN_FILES)
 
         def loader(directory: Path):
-            return build_loader(directory, "train", global_batch_size=global_batch, rank=0, world_size=1)
+            return build_loader(
+                directory, "train", global_batch_size=global_batch, rank=0, world_size=1
+            )
 
         baseline = _endless(loader(one))
         _rate(baseline, 2)  # the kernels load before anything is timed
@@ -155,7 +162,8 @@ def run_parts_bench(
         "many_parts_vs_one_part": round(best["many_parts"] / best["one_part"], 3),
         "rows_per_cpu_s": {k: round(rows[k] / max(cpu[k], 1e-9)) for k in rows},
         "many_parts_vs_one_part_per_cpu_s": round(
-            rows["many_parts"] * cpu["one_part"] / max(rows["one_part"] * cpu["many_parts"], 1e-9), 3
+            rows["many_parts"] * cpu["one_part"] / max(rows["one_part"] * cpu["many_parts"], 1e-9),
+            3,
         ),
         "warm_cpu_s": round(warm_cpu, 3),
         "load_average": [round(v, 2) for v in load],

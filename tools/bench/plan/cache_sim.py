@@ -26,7 +26,9 @@ class BatchLRU:
         self.capacity, self.size, self.time = capacity, 0, 0
         self.cached = np.zeros(rows, dtype=bool)
         self.last = np.full(rows, -1, dtype=np.int64)
-        self.used: deque[tuple[int, np.ndarray]] = deque()  # (batch, its unique rows): eviction order
+        self.used: deque[tuple[int, np.ndarray]] = (
+            deque()
+        )  # (batch, its unique rows): eviction order
 
     def _evict(self, count: int) -> int:
         """Uncache up to `count` rows last used before this batch, oldest first; returns how many."""
@@ -96,7 +98,11 @@ class BatchLFU:
         victims = np.argpartition(cost, k - 1)[:k] if k < len(held) else np.arange(len(held))
         victims = victims[np.argsort(cost[victims], kind="stable")]
         take = 0
-        while take < k and np.isfinite(cost[victims[take]]) and self.counts[misses[take]] >= cost[victims[take]]:
+        while (
+            take < k
+            and np.isfinite(cost[victims[take]])
+            and self.counts[misses[take]] >= cost[victims[take]]
+        ):
             take += 1
         slots, rows = victims[:take], misses[:take]
         self.slot_of[held[slots]] = -1

@@ -46,7 +46,8 @@ def _plan_past_hbm(job, configs, curves, world_size: int, hbm_share: float):
     from shardrec.sharding.search.request import DatasetStatistics, PlanRequest
 
     tables = sum(
-        c.num_embeddings * c.embedding_dim * 4 + optimizer_bytes(job.optim.sparse, c.num_embeddings, c.embedding_dim)
+        c.num_embeddings * c.embedding_dim * 4
+        + optimizer_bytes(job.optim.sparse, c.num_embeddings, c.embedding_dim)
         for c in configs
     )
     topo = build_topology("h100", world_size)
@@ -80,7 +81,10 @@ def replay(data: Path, job, configs, plan, curves, batches: int) -> list[dict[st
     from shardrec.tools.measure.id_stream import table_batches
 
     shards = [(t, i, s) for t in plan.tables if t.cache is not None for i, s in enumerate(t.shards)]
-    sims = {(t.name, i): (BatchLRU(t.cache.rows[i], s.rows), BatchLFU(t.cache.rows[i], s.rows)) for t, i, s in shards}
+    sims = {
+        (t.name, i): (BatchLRU(t.cache.rows[i], s.rows), BatchLFU(t.cache.rows[i], s.rows))
+        for t, i, s in shards
+    }
     totals = {key: np.zeros((2, 4)) for key in sims}
     for batch in table_batches(data, job, configs, batches):
         for t, i, s in shards:
@@ -123,12 +127,24 @@ def _pair(unique: float, lookup: float, got) -> dict[str, float]:
 def print_result(result: dict[str, Any]) -> None:
     from rich.table import Table
 
-    t = Table(title=f"UVM cache hit rates: predicted / simulated on {result['batches']:,} batches of {result['data']}")
+    t = Table(
+        title=f"UVM cache hit rates: predicted / simulated on {result['batches']:,} batches of {result['data']}"
+    )
     t.caption = (
         "per cached shard: share of a batch's unique rows (and of lookups) found in the cache, predicted from the "
         "id-frequency curve / simulated with an exact cache of the planned size; err: the larger gap, in points"
     )
-    for col in ("table", "rank", "cache rows", "LRU unique", "LRU lookups", "err", "LFU unique", "LFU lookups", "err"):
+    for col in (
+        "table",
+        "rank",
+        "cache rows",
+        "LRU unique",
+        "LRU lookups",
+        "err",
+        "LFU unique",
+        "LFU lookups",
+        "err",
+    ):
         t.add_column(col, justify="left" if col == "table" else "right")
     pct = lambda r, kind: f"{r[f'predicted_{kind}']:.1%} / {r[f'simulated_{kind}']:.1%}"  # noqa: E731
     for r in result["shards"]:
@@ -155,7 +171,13 @@ def print_result(result: dict[str, Any]) -> None:
 
 
 def run_hitrate(
-    data: Path, config: Path | None, sets: list[str], plan: Path | None, world_size: int, hbm_share: float, batches: int
+    data: Path,
+    config: Path | None,
+    sets: list[str],
+    plan: Path | None,
+    world_size: int,
+    hbm_share: float,
+    batches: int,
 ) -> dict[str, Any]:
     """Replay the data's id stream through exact LRU and LFU caches of the plan's sizes (without `plan`: a
     plan past HBM for `world_size` CUDA ranks holding `hbm_share` of the tables); ValueError says what is wrong."""
@@ -166,10 +188,14 @@ def run_hitrate(
         raise ValueError(f"--hbm-share must lie in (0, 1), got {hbm_share}")
     job, configs = _job(data, config, sets)
     curves = measure_curves(data, job, configs, batches, to_epoch=False)
-    placed = load_plan(plan) if plan else _plan_past_hbm(job, configs, curves, world_size, hbm_share)
+    placed = (
+        load_plan(plan) if plan else _plan_past_hbm(job, configs, curves, world_size, hbm_share)
+    )
     shards = replay(data, job, configs, placed, curves, batches)
     if not shards:
-        raise ValueError("the plan caches no table: nothing to replay (plan for fewer ranks or a smaller --hbm-share)")
+        raise ValueError(
+            "the plan caches no table: nothing to replay (plan for fewer ranks or a smaller --hbm-share)"
+        )
     return {
         "data": str(data),
         "batches": count_batches(data, job, batches),

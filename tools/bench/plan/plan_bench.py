@@ -85,7 +85,9 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def run_case(case: Case, reserve: float = RESERVE, cost_model: str = "", measure: bool = True) -> dict:
+def run_case(
+    case: Case, reserve: float = RESERVE, cost_model: str = "", measure: bool = True
+) -> dict:
     """Plan one case with both planners (each keeping `reserve` of every rank's memory free) and price both
     plans; the headline prices the plan `shardrec plan` writes (searched on `cost_model`, "": the device
     kind's default) and torchrec's with that model; CPU cases also train both (`measure`)."""
@@ -102,7 +104,10 @@ def run_case(case: Case, reserve: float = RESERVE, cost_model: str = "", measure
     # Both keep `reserve` free: shardrec through the topology, torchrec through its reservation.
     topo = replace(build_topology(case.preset, case.world_size), reserve_fraction=reserve)
     request = SearchRequest(
-        configs=ts.configs, topology=topo, global_batch_size=case.global_batch_size, pooling=ts.pooling
+        configs=ts.configs,
+        topology=topo,
+        global_batch_size=case.global_batch_size,
+        pooling=ts.pooling,
     )
     t0 = time.perf_counter()
     ours = search_plan(request)
@@ -146,7 +151,9 @@ def run_case(case: Case, reserve: float = RESERVE, cost_model: str = "", measure
     row["cost_model"] = cost_model = cost_model or DEFAULT_COST_MODEL[topo.device_kind]
     written = ours if cost_model == "shardrec" else ours_on_tr
     row["ratio_headline"] = (
-        row["ratio_shardrec_model"] if cost_model == "shardrec" else row["ratio_torchrec_estimators"]
+        row["ratio_shardrec_model"]
+        if cost_model == "shardrec"
+        else row["ratio_torchrec_estimators"]
     )
     if measure and topo.device_kind == "cpu":
         _measure_both(row, ts, written, theirs, case)
@@ -239,7 +246,10 @@ def print_plan_table(result: dict) -> None:
     for key, label in (
         ("torchrec_estimators", "shardrec's search on torchrec's estimators, under them"),
         ("shardrec_model", "shardrec's search on its cost model, under it"),
-        ("default_plan_torchrec_estimators", "shardrec's search on its cost model, under torchrec's estimators"),
+        (
+            "default_plan_torchrec_estimators",
+            "shardrec's search on its cost model, under torchrec's estimators",
+        ),
     ):
         console.print(f"  also {label}: geomean {g(key)} (worst {w(key)}, {n(key)} cases)")
     if n("measured"):
@@ -268,7 +278,11 @@ def profile_verdict(profile: Path | None) -> tuple[str, str]:
 
 
 def run_plan_bench(
-    cases: list[Case], reserve: float, profile: Path | None, measure: bool, show_progress: bool = True
+    cases: list[Case],
+    reserve: float,
+    profile: Path | None,
+    measure: bool,
+    show_progress: bool = True,
 ) -> dict:
     """Plan every case with both planners, keeping `reserve` of each rank's memory free, each case priced
     by the better predictor (`profile`'s verdict for its kind of machine); the summary."""

@@ -86,9 +86,13 @@ def start_peak_window() -> int:
     except (OSError, AttributeError):
         pass
     try:
-        Path("/proc/self/clear_refs").write_text("5")  # "5": reset the peak RSS to the current RSS (Linux >= 4.0)
+        Path("/proc/self/clear_refs").write_text(
+            "5"
+        )  # "5": reset the peak RSS to the current RSS (Linux >= 4.0)
     except OSError as e:
-        raise RuntimeError(f"cannot reset the peak resident set through /proc/self/clear_refs: {e}") from e
+        raise RuntimeError(
+            f"cannot reset the peak resident set through /proc/self/clear_refs: {e}"
+        ) from e
     return _status_bytes("VmRSS")
 
 
@@ -98,7 +102,11 @@ def peak_growth(start_rss: int) -> int:
 
 
 def _batches(
-    tables: list[EmbeddingBagConfig], local_batch: int, count: int, seed: int, pooling: dict[str, float] | None
+    tables: list[EmbeddingBagConfig],
+    local_batch: int,
+    count: int,
+    seed: int,
+    pooling: dict[str, float] | None,
 ) -> list:
     """Random batches with `pooling` ids per sample of each table (rounded, at least 1; none: one-hot)."""
 
@@ -107,10 +115,17 @@ def _batches(
     out = []
     for _ in range(count):
         values = torch.cat(
-            [torch.randint(0, t.num_embeddings, (local_batch * k,), generator=g) for t, k in zip(tables, per_sample)]
+            [
+                torch.randint(0, t.num_embeddings, (local_batch * k,), generator=g)
+                for t, k in zip(tables, per_sample)
+            ]
         )
-        lengths = torch.tensor([k for k in per_sample for _ in range(local_batch)], dtype=torch.int32)
-        sparse = KeyedJaggedTensor.from_lengths_sync([t.feature_names[0] for t in tables], values, lengths)
+        lengths = torch.tensor(
+            [k for k in per_sample for _ in range(local_batch)], dtype=torch.int32
+        )
+        sparse = KeyedJaggedTensor.from_lengths_sync(
+            [t.feature_names[0] for t in tables], values, lengths
+        )
         dense = torch.rand(local_batch, NUM_DENSE, generator=g)
         labels = (torch.rand(local_batch, generator=g) < 0.25).float()
         out.append(Batch(dense_features=dense, sparse_features=sparse, labels=labels))
@@ -130,14 +145,19 @@ def _local_bytes(obj: Any) -> int:
     return 0
 
 
-def _build(env: DistEnv, tables: list[EmbeddingBagConfig], plan_json: str, model: RealityModel, batch: int):
+def _build(
+    env: DistEnv, tables: list[EmbeddingBagConfig], plan_json: str, model: RealityModel, batch: int
+):
     """The sharded DLRM of the plan and its after-backward optimizer, built as the trainer builds them."""
 
     dim = tables[0].embedding_dim
     # DLRM's dot interaction needs one width; tables of several widths get DCNv2's cross layers.
     arch = "dlrm" if len({t.embedding_dim for t in tables}) == 1 else "dcnv2"
     model_config = ModelConfig(
-        arch=arch, embedding_dim=dim, dense_arch=[*model.dense_arch, dim], over_arch=list(model.over_arch)
+        arch=arch,
+        embedding_dim=dim,
+        dense_arch=[*model.dense_arch, dim],
+        over_arch=list(model.over_arch),
     )
     optim = OptimConfig(sparse=model.sparse_optimizer, dense=model.dense_optimizer)
     names = [t.feature_names[0] for t in tables]
@@ -145,13 +165,17 @@ def _build(env: DistEnv, tables: list[EmbeddingBagConfig], plan_json: str, model
     dlrm = build_model(model_config, build_ebc(tables, "meta"), names, NUM_DENSE)
     module = TrainModule(dlrm, batch, env.world_size)
     plan = PlanFile.from_json(plan_json)
-    sharding_plan = to_sharding_plan(plan, tables, TRAIN_EBC_PATH, env.world_size, env.local_world_size, "cpu")
+    sharding_plan = to_sharding_plan(
+        plan, tables, TRAIN_EBC_PATH, env.world_size, env.local_world_size, "cpu"
+    )
     sharded = shard_model(module, sharding_plan, env, optim, qcomm=None)
     return sharded, build_optimizer(sharded, tables, optim)
 
 
 def _held_bytes(model, optimizer) -> int:
-    held = _local_bytes(model.state_dict()) + _local_bytes(model.fused_optimizer.state_dict().get("state", {}))
+    held = _local_bytes(model.state_dict()) + _local_bytes(
+        model.fused_optimizer.state_dict().get("state", {})
+    )
     return held + sum(_local_bytes(o.state_dict().get("state", {})) for o in optimizer.optimizers)
 
 
@@ -209,7 +233,16 @@ def _worker(
     # fresh process otherwise pays one-off costs (kernel selection, thread pools, gloo buffers).
     runs = [
         [
-            _run_plan(env, tables, p, model_spec, local_batch=local_batch, steps=steps, seed=seed, pooling=pooling)
+            _run_plan(
+                env,
+                tables,
+                p,
+                model_spec,
+                local_batch=local_batch,
+                steps=steps,
+                seed=seed,
+                pooling=pooling,
+            )
             for p in plans
         ]
         for _ in range(rounds)
@@ -268,6 +301,12 @@ def kendall_tau(a: list[float], b: list[float]) -> float:
     n, score = len(a), 0
     for i in range(n):
         for j in range(i + 1, n):
-            score += 1 if (a[i] - a[j]) * (b[i] - b[j]) > 0 else -1 if (a[i] - a[j]) * (b[i] - b[j]) < 0 else 0
+            score += (
+                1
+                if (a[i] - a[j]) * (b[i] - b[j]) > 0
+                else -1
+                if (a[i] - a[j]) * (b[i] - b[j]) < 0
+                else 0
+            )
     pairs = n * (n - 1) / 2
     return score / pairs if pairs else 1.0

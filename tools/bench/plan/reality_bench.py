@@ -26,28 +26,45 @@ LARGE_ROWS, LARGE_DIM = 3_000_000, 32
 >= 1 GiB per rank on 2 ranks; all data-parallel needs ~14 GiB on the host."""
 
 
-def _setup(world_size: int, max_rows: int, dim: int, num_tables: int, batch: int, profile: Path | None):
+def _setup(
+    world_size: int, max_rows: int, dim: int, num_tables: int, batch: int, profile: Path | None
+):
     """(topology, tables, dense footprint, measured profile figures) of the case."""
     from shardrec.embeddings.tables import build_ebc
     from shardrec.sharding import suites
     from shardrec.sharding.machine.memory import dense_footprint
-    from shardrec.sharding.machine.topology import PRESETS, PROFILE_KEYS, ClusterTopology, load_profile
+    from shardrec.sharding.machine.topology import (
+        PRESETS,
+        PROFILE_KEYS,
+        ClusterTopology,
+        load_profile,
+    )
     from shardrec.tools.bench.plan.reality import NUM_DENSE, RealityModel
     from shardrec.tools.measure.calibrate import calibrate
     from shardrec.trainer.job.config import ModelConfig
     from shardrec.trainer.model.models import build_model
 
     measured = load_profile(profile) if profile else calibrate("cpu", world_size)["measured"]
-    measured = {k: v for k, v in measured.items() if k in PROFILE_KEYS}  # not a verdict of an earlier run
+    measured = {
+        k: v for k, v in measured.items() if k in PROFILE_KEYS
+    }  # not a verdict of an earlier run
     values = {k: v for k, v in PRESETS["cpu-gloo"].items() if k != "local_world_size"}
     values.update(measured)
-    topo = ClusterTopology(name="cpu-gloo (calibrated)", world_size=world_size, local_world_size=world_size, **values)
+    topo = ClusterTopology(
+        name="cpu-gloo (calibrated)", world_size=world_size, local_world_size=world_size, **values
+    )
     # Criteo's 26 cardinalities (DLRMv2's), capped: a few small tables, many at the cap.
-    cardinalities = list(suites.DLRMV2_ROWS[:num_tables]) + [max_rows] * max(0, num_tables - len(suites.DLRMV2_ROWS))
-    configs = [suites.table_config(i, min(rows, max_rows), dim) for i, rows in enumerate(cardinalities)]
+    cardinalities = list(suites.DLRMV2_ROWS[:num_tables]) + [max_rows] * max(
+        0, num_tables - len(suites.DLRMV2_ROWS)
+    )
+    configs = [
+        suites.table_config(i, min(rows, max_rows), dim) for i, rows in enumerate(cardinalities)
+    ]
     spec = RealityModel()
     model = build_model(
-        ModelConfig(embedding_dim=dim, dense_arch=[*spec.dense_arch, dim], over_arch=list(spec.over_arch)),
+        ModelConfig(
+            embedding_dim=dim, dense_arch=[*spec.dense_arch, dim], over_arch=list(spec.over_arch)
+        ),
         build_ebc(configs),
         [c.feature_names[0] for c in configs],
         NUM_DENSE,
@@ -61,9 +78,17 @@ def _estimates(name, source, placed, request, batch: int) -> dict[str, Any]:
     from shardrec.tools.bench.plan.torchrec_score import torchrec_score
 
     cost = evaluate(
-        placed, request.configs, request.pooling, request.topology, batch, request.optimizer, dense=request.dense
+        placed,
+        request.configs,
+        request.pooling,
+        request.topology,
+        batch,
+        request.optimizer,
+        dense=request.dense,
     )
-    theirs = torchrec_score(placed, request.configs, request.topology, batch, request.pooling, request.optimizer)
+    theirs = torchrec_score(
+        placed, request.configs, request.topology, batch, request.pooling, request.optimizer
+    )
     return {
         "plan": name,
         "source": source,
@@ -89,7 +114,9 @@ def judge_models(rows: list[dict]) -> dict[str, Any]:
         meas = [r["measured_ms"] for r in both]
         out[model] = {
             "kendall_tau": kendall_tau(est, meas) if both else None,
-            "median_relative_error": statistics.median(abs(_rel(e, m)) for e, m in zip(est, meas)) if both else None,
+            "median_relative_error": statistics.median(abs(_rel(e, m)) for e, m in zip(est, meas))
+            if both
+            else None,
         }
     score = lambda m: (out[m]["kendall_tau"] or -2.0, -(out[m]["median_relative_error"] or 0.0))  # noqa: E731
     out["winner"] = max(("shardrec", "torchrec"), key=score)
@@ -112,8 +139,14 @@ def judge_memory(rows: list[dict], framework_bytes: float) -> dict[str, Any]:
         "median_abs_error": statistics.median(abs(x) for x in xs) if xs else None,
         "within_10pct": sum(abs(x) <= 0.10 for x in xs),
     }
-    fitted = max(0.0, framework_bytes + statistics.median(residuals)) if residuals else framework_bytes
-    return {"all_ranks": summary(errors), "ranks_at_least_1gib": summary(large), "fitted_framework_bytes": fitted}
+    fitted = (
+        max(0.0, framework_bytes + statistics.median(residuals)) if residuals else framework_bytes
+    )
+    return {
+        "all_ranks": summary(errors),
+        "ranks_at_least_1gib": summary(large),
+        "fitted_framework_bytes": fitted,
+    }
 
 
 def _runnable(rows: list[dict], limit_bytes: float) -> None:
@@ -125,7 +158,9 @@ def _runnable(rows: list[dict], limit_bytes: float) -> None:
     for r in rows:
         need = sum(r["estimated_memory_bytes"])
         if need > limit:
-            r["skipped"] = f"needs {need / GiB:.1f} GiB on this host, over the {limit / GiB:.1f} GiB limit"
+            r["skipped"] = (
+                f"needs {need / GiB:.1f} GiB on this host, over the {limit / GiB:.1f} GiB limit"
+            )
 
 
 def run_reality(
@@ -147,13 +182,22 @@ def run_reality(
     from shardrec.tools.bench.plan.reality import measure_plans
     from shardrec.tools.bench.plan.reality_plans import reality_plans
 
-    topo, configs, dense, measured = _setup(world_size, max_rows, dim, num_tables, global_batch_size, profile)
+    topo, configs, dense, measured = _setup(
+        world_size, max_rows, dim, num_tables, global_batch_size, profile
+    )
     pooling = {c.name: 1.0 for c in configs}  # one-hot batches, as the demo's data
     request = SearchRequest(
-        configs=configs, topology=topo, global_batch_size=global_batch_size, pooling=pooling, dense=dense
+        configs=configs,
+        topology=topo,
+        global_batch_size=global_batch_size,
+        pooling=pooling,
+        dense=dense,
     )
     plans = reality_plans(request)
-    rows = [_estimates(name, source, placed, request, global_batch_size) for name, (source, placed) in plans.items()]
+    rows = [
+        _estimates(name, source, placed, request, global_batch_size)
+        for name, (source, placed) in plans.items()
+    ]
     _runnable(rows, memory_limit_bytes)
     run = [r for r in rows if "skipped" not in r]
     fp = plan_fingerprint(configs, world_size, global_batch_size, "cpu")
@@ -166,7 +210,9 @@ def run_reality(
         r.update(
             measured_ms=m.step_s * 1e3,
             measured_memory_bytes=m.memory_bytes,
-            memory_error=[round(_rel(e, x), 4) for e, x in zip(r["estimated_memory_bytes"], m.memory_bytes)],
+            memory_error=[
+                round(_rel(e, x), 4) for e, x in zip(r["estimated_memory_bytes"], m.memory_bytes)
+            ],
             held_memory_bytes=m.held_bytes,
             phase_bytes=m.phase_bytes,
         )
@@ -200,16 +246,33 @@ def print_reality(result: dict[str, Any]) -> None:
         t.add_column(col, justify="left" if col.startswith(("plan", "MiB")) else "right")
     for r in result["plans"]:
         if "skipped" in r:
-            t.add_row(r["plan"], _fmt(r["shardrec_ms"]), _fmt(r["torchrec_ms"]), "-", f"not run: {r['skipped']}")
+            t.add_row(
+                r["plan"],
+                _fmt(r["shardrec_ms"]),
+                _fmt(r["torchrec_ms"]),
+                "-",
+                f"not run: {r['skipped']}",
+            )
             continue
         per_rank = "; ".join(
             f"{e / 2**20:,.1f} / {m / 2**20:,.1f} ({err:+.0%})"
-            for e, m, err in zip(r["estimated_memory_bytes"], r["measured_memory_bytes"], r["memory_error"])
+            for e, m, err in zip(
+                r["estimated_memory_bytes"], r["measured_memory_bytes"], r["memory_error"]
+            )
         )
-        t.add_row(r["plan"], _fmt(r["shardrec_ms"]), _fmt(r["torchrec_ms"]), _fmt(r["measured_ms"]), per_rank)
+        t.add_row(
+            r["plan"],
+            _fmt(r["shardrec_ms"]),
+            _fmt(r["torchrec_ms"]),
+            _fmt(r["measured_ms"]),
+            per_rank,
+        )
     console.print(t)
     mem, cm = result["memory"], result["cost_models"]
-    for key, label in (("all_ranks", "every rank"), ("ranks_at_least_1gib", "ranks holding >= 1 GiB")):
+    for key, label in (
+        ("all_ranks", "every rank"),
+        ("ranks_at_least_1gib", "ranks holding >= 1 GiB"),
+    ):
         m = mem[key]
         if m["ranks"]:
             console.print(
@@ -219,7 +282,10 @@ def print_reality(result: dict[str, Any]) -> None:
     console.print(
         f"framework memory that centres the errors: {mem['fitted_framework_bytes'] / 2**20:,.1f} MiB per rank"
     )
-    for model, label in (("shardrec", "shardrec's cost model"), ("torchrec", "torchrec's estimators")):
+    for model, label in (
+        ("shardrec", "shardrec's cost model"),
+        ("torchrec", "torchrec's estimators"),
+    ):
         console.print(
             f"{label}: Kendall tau {_fmt(cm[model]['kendall_tau'])} with measured step times, median relative "
             f"error {_fmt(cm[model]['median_relative_error'], '{:.0%}')} ({cm['plans']} plans)"
@@ -231,7 +297,11 @@ def write_profile(result: dict[str, Any], path: Path) -> None:
     """A calibration profile: this run's measured figures, the winning cost model and the fitted memory figure."""
     from shardrec.tools.measure.calibrate import PROFILE_FORMAT, save_profile
 
-    measured = {k: v for k, v in result["profile"].items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    measured = {
+        k: v
+        for k, v in result["profile"].items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
     cm = result["cost_models"]
     profile = {
         "format": PROFILE_FORMAT,

@@ -22,7 +22,9 @@ from shardrec.sharding.search.request import SearchRequest
 RANDOM_PLANS = 3
 
 
-def _table_wise_greedy(configs: list[EmbeddingBagConfig], world_size: int, worst: bool) -> list[TablePlan]:
+def _table_wise_greedy(
+    configs: list[EmbeddingBagConfig], world_size: int, worst: bool
+) -> list[TablePlan]:
     """Largest table first onto the least (or, on purpose, the most) loaded rank."""
     load = [0.0] * world_size
     placed = {}
@@ -84,11 +86,19 @@ def reality_plans(request: SearchRequest, seed: int = 0) -> dict[str, tuple[str,
     ranks = list(range(W))
     candidates: list[tuple[str, str, list[TablePlan]]] = [
         ("shardrec", "shardrec", search_plan(request)),
-        ("shardrec on torchrec's estimators", "shardrec", search_plan(request, problem=priced_by(request, "torchrec"))),
+        (
+            "shardrec on torchrec's estimators",
+            "shardrec",
+            search_plan(request, problem=priced_by(request, "torchrec")),
+        ),
         ("torchrec", "torchrec", torchrec_plan(request)),
         ("all row-wise", "simple", [layouts.row_wise(c, W, "fused") for c in configs]),
         ("all column-wise", "simple", [layouts.column_wise(c, ranks, "fused") for c in configs]),
-        ("all table-row-wise", "simple", [layouts.table_row_wise(c, 0, W, "fused") for c in configs]),
+        (
+            "all table-row-wise",
+            "simple",
+            [layouts.table_row_wise(c, 0, W, "fused") for c in configs],
+        ),
         (
             "all table-column-wise",
             "simple",
@@ -100,11 +110,15 @@ def reality_plans(request: SearchRequest, seed: int = 0) -> dict[str, tuple[str,
         ("table-wise, most loaded rank", "bad", _table_wise_greedy(configs, W, worst=True)),
         ("all data-parallel", "bad", [layouts.data_parallel(c, W) for c in configs]),
     ]
-    candidates += [(f"random {i}", "random", _random(configs, W, seed + i)) for i in range(RANDOM_PLANS)]
+    candidates += [
+        (f"random {i}", "random", _random(configs, W, seed + i)) for i in range(RANDOM_PLANS)
+    ]
     out: dict[str, tuple[str, list[TablePlan]]] = {}
     seen = set()
     for name, source, placed in candidates:
-        key = json.dumps([[t.sharding_type, [vars(s) for s in t.shards]] for t in placed], sort_keys=True)
+        key = json.dumps(
+            [[t.sharding_type, [vars(s) for s in t.shards]] for t in placed], sort_keys=True
+        )
         if key not in seen or source in ("shardrec", "torchrec"):
             seen.add(key)
             out[name] = (source, placed)

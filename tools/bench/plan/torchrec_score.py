@@ -47,7 +47,11 @@ def torchrec_score(
     cons = {}
     for config in configs:
         tp = by_plan[config.name]
-        width = min(s.cols for s in tp.shards) if tp.sharding_type in ("column_wise", "table_column_wise") else 0
+        width = (
+            min(s.cols for s in tp.shards)
+            if tp.sharding_type in ("column_wise", "table_column_wise")
+            else 0
+        )
         cons[config.name] = TableConstraint(sharding_types=(tp.sharding_type,), min_partition=width)
     params = to_parameter_constraints(configs, cons, pooling, "fused")
     for name, tp in by_plan.items():
@@ -62,14 +66,23 @@ def torchrec_score(
         options = enumerator.enumerate(planning_ebc(configs, optimizer), build_sharders())
     found: dict[tuple, object] = {}
     for o in options:
-        key = (o.name, o.sharding_type, o.compute_kernel, _shape_key((s.size, s.offset) for s in o.shards))
+        key = (
+            o.name,
+            o.sharding_type,
+            o.compute_kernel,
+            _shape_key((s.size, s.offset) for s in o.shards),
+        )
         found[key] = o
     per_rank = np.zeros(topo.world_size)
     for tp in table_plans:
         shapes = [((s.rows, s.cols), (s.row_offset, s.col_offset)) for s in tp.shards]
         o = found.get((tp.name, tp.sharding_type, tp.compute_kernel, _shape_key(shapes)))
         if o is None:
-            logger.info("torchrec has no option for %s laid out %s; no torchrec score", tp.name, tp.sharding_type)
+            logger.info(
+                "torchrec has no option for %s laid out %s; no torchrec score",
+                tp.name,
+                tp.sharding_type,
+            )
             return None
         perf = {(tuple(s.size), tuple(s.offset)): s.perf.total for s in o.shards}
         if tp.sharding_type == "data_parallel":

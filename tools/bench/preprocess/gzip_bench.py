@@ -44,8 +44,14 @@ def _generate(work_dir: Path, size_gb: float) -> tuple[Path, Path]:
 
     plain, packed = work_dir / "plain" / "train.txt", work_dir / "gz" / "train.txt.gz"
     rows = max(1000, int(size_gb * 1e9 / _BYTES_PER_ROW))
-    if not plain.is_file() or abs(plain.stat().st_size - size_gb * 1e9) > 0.2 * size_gb * 1e9 or not packed.is_file():
-        err_console.print(f"generating {size_gb:g} GB of Criteo-shaped TSV, plain and gzip, in {work_dir} ...")
+    if (
+        not plain.is_file()
+        or abs(plain.stat().st_size - size_gb * 1e9) > 0.2 * size_gb * 1e9
+        or not packed.is_file()
+    ):
+        err_console.print(
+            f"generating {size_gb:g} GB of Criteo-shaped TSV, plain and gzip, in {work_dir} ..."
+        )
         for path, level in ((plain, None), (packed, 1)):
             path.parent.mkdir(parents=True, exist_ok=True)
             write_file(path, rows, SynthSpec.from_seed(0), stream_seed=0, gzip_level=level)
@@ -61,10 +67,16 @@ def run_gzip_bench(size_gb: float, workers: int, work_dir: Path, chunk_mb: float
     plain, packed = _generate(work_dir, size_gb)
     mb = plain.stat().st_size / 1e6
     runs, digests = {}, {}
-    for name, path, n in (("plain_1", plain, 1), ("gzip_1", packed, 1), (f"gzip_{workers}", packed, workers)):
+    for name, path, n in (
+        ("plain_1", plain, 1),
+        ("gzip_1", packed, 1),
+        (f"gzip_{workers}", packed, workers),
+    ):
         out = work_dir / f"out-{name}"
         shutil.rmtree(out, ignore_errors=True)
-        err_console.print(f"timing shardrec preprocess of the {name.replace('_', ' on ')} worker(s) ...")
+        err_console.print(
+            f"timing shardrec preprocess of the {name.replace('_', ' on ')} worker(s) ..."
+        )
         runs[name] = rates(mb, run_preprocess_child(path, out, n, chunk_mb))
         digests[name] = _dataset_digest(out)
         shutil.rmtree(out, ignore_errors=True)
@@ -86,7 +98,9 @@ def run_gzip_bench(size_gb: float, workers: int, work_dir: Path, chunk_mb: float
             f"gzip_{GOAL_GZIP_VS_PLAIN}x_plain_per_cpu_s": gzip_vs_plain >= GOAL_GZIP_VS_PLAIN,
             # An unsplit .gz is one task: its workers have nothing to share, and a ratio of ~1.0 would
             # judge the split design by a run that did not use it (None: not measured).
-            f"gzip_{GOAL_WORKERS_SPEEDUP}x_on_{workers}_workers": speedup >= GOAL_WORKERS_SPEEDUP if split else None,
+            f"gzip_{GOAL_WORKERS_SPEEDUP}x_on_{workers}_workers": speedup >= GOAL_WORKERS_SPEEDUP
+            if split
+            else None,
         },
     }
 
@@ -108,5 +122,8 @@ def print_gzip_report(r: dict[str, Any]) -> None:
         f"not measured: the .gz was not split, it needs at least {SPLIT_MIN_CHUNKS} x --chunk-mb compressed; "
         f"run with --chunk-mb {split_chunk_mb(r['gzip_mb'])} or a larger --size-gb"
     )
-    lines += [f"goal {k}: {unsplit if v is None else 'met' if v else 'NOT met'}" for k, v in r["goals"].items()]
+    lines += [
+        f"goal {k}: {unsplit if v is None else 'met' if v else 'NOT met'}"
+        for k, v in r["goals"].items()
+    ]
     console.print("\n".join(lines), highlight=False)

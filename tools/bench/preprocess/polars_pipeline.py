@@ -36,7 +36,12 @@ def _mix64(z):
 
 
 def polars_preprocess(
-    path: Path, out: Path, max_ids: int, num_dense: int = 13, num_sparse: int = 26, separator: str = "\t"
+    path: Path,
+    out: Path,
+    max_ids: int,
+    num_dense: int = 13,
+    num_sparse: int = 26,
+    separator: str = "\t",
 ) -> int:
     """Preprocess `path` with polars into `out` (one .npy per column); returns the rows."""
     import polars as pl
@@ -58,11 +63,19 @@ def polars_preprocess(
         return pl.when(v.is_null()).then(0).otherwise(ids).cast(id_type).alias(c)
 
     frame = (
-        pl.scan_csv(path, separator=separator, has_header=False, new_columns=list(schema), schema=schema)
+        pl.scan_csv(
+            path, separator=separator, has_header=False, new_columns=list(schema), schema=schema
+        )
         .select(
             pl.col("label"),
             *[
-                pl.col(c).fill_null(0).clip(lower_bound=0).cast(pl.Float64).log1p().cast(pl.Float32).alias(c)
+                pl.col(c)
+                .fill_null(0)
+                .clip(lower_bound=0)
+                .cast(pl.Float64)
+                .log1p()
+                .cast(pl.Float32)
+                .alias(c)
                 for c in dense
             ],
             *[hashed(c) for c in sparse],
@@ -82,7 +95,11 @@ def compare_with_dataset(dataset: Path, polars_out: Path) -> list[str]:
     the polars output; [] when every column is identical (dtype, shape and bytes)."""
     manifest = Manifest.load(dataset)
     names = ["label", "dense", *(f.name for f in manifest.sparse_features)]
-    parts = [dataset / split / p.name for split in ("train", "val", "test") for p in manifest.splits[split].parts]
+    parts = [
+        dataset / split / p.name
+        for split in ("train", "val", "test")
+        for p in manifest.splits[split].parts
+    ]
     differ = []
     for name in names:
         theirs = np.load(polars_out / f"{name}.npy", mmap_mode="r")

@@ -24,7 +24,12 @@ from pathlib import Path
 import numpy as np
 
 from shardrec.dataloader.format.manifest import Manifest, smallest_uint
-from shardrec.dataloader.spec.feature_spec import CategoricalColumn, DenseColumn, FeatureSpec, ListColumn
+from shardrec.dataloader.spec.feature_spec import (
+    CategoricalColumn,
+    DenseColumn,
+    FeatureSpec,
+    ListColumn,
+)
 from shardrec.dataloader.spec.spec_file import load_spec
 from shardrec.tools.bench.preprocess.polars_pipeline import _mix64, child_main
 
@@ -37,10 +42,16 @@ def _string_values(strings, max_bytes: int):
     import polars as pl
 
     frame = pl.DataFrame({"s": strings}).select(
-        hexed=pl.col("s").str.encode("hex"), n=pl.col("s").str.len_bytes().cast(pl.UInt64), h=pl.lit(0, pl.UInt64)
+        hexed=pl.col("s").str.encode("hex"),
+        n=pl.col("s").str.len_bytes().cast(pl.UInt64),
+        h=pl.lit(0, pl.UInt64),
     )
     for k in range((max_bytes + 7) // 8):
-        word = pl.col("hexed").str.slice(16 * k, 16).str.to_integer(base=16, dtype=pl.UInt64, strict=False)
+        word = (
+            pl.col("hexed")
+            .str.slice(16 * k, 16)
+            .str.to_integer(base=16, dtype=pl.UInt64, strict=False)
+        )
         frame = frame.with_columns(
             h=pl.when(pl.col("n") > 8 * k).then(_mix64(pl.col("h") ^ word)).otherwise(pl.col("h"))
         )
@@ -57,12 +68,18 @@ def _ids(strings, column: CategoricalColumn):
     elif column.kind == "hex":
         values = strings.str.to_integer(base=16, dtype=pl.UInt64, strict=False)
     else:
-        values = strings.str.to_integer(base=10, dtype=pl.Int64, strict=False).reinterpret(signed=False)
-    dtype = {1: pl.UInt8, 2: pl.UInt16, 4: pl.UInt32, 8: pl.UInt64}[smallest_uint(column.hash_size - 1).itemsize]
+        values = strings.str.to_integer(base=10, dtype=pl.Int64, strict=False).reinterpret(
+            signed=False
+        )
+    dtype = {1: pl.UInt8, 2: pl.UInt16, 4: pl.UInt32, 8: pl.UInt64}[
+        smallest_uint(column.hash_size - 1).itemsize
+    ]
     frame = pl.DataFrame({"v": values, "s": strings})
     ids = _mix64(pl.col("v")) % (column.hash_size - 1) + 1
     missing = pl.col("s").is_null() | (pl.col("s") == "")
-    return frame.select(pl.when(missing).then(0).otherwise(ids).cast(dtype).alias("v"))["v"].to_numpy()
+    return frame.select(pl.when(missing).then(0).otherwise(ids).cast(dtype).alias("v"))[
+        "v"
+    ].to_numpy()
 
 
 def _dense(column: DenseColumn):
@@ -99,7 +116,10 @@ def polars_spec_preprocess(path: Path, spec: FeatureSpec, out: Path) -> int:
     for c in spec.sparse:
         if isinstance(c, ListColumn):
             items = (
-                pl.col(c.name).fill_null("").str.split(c.separator).list.eval(pl.element().filter(pl.element() != ""))
+                pl.col(c.name)
+                .fill_null("")
+                .str.split(c.separator)
+                .list.eval(pl.element().filter(pl.element() != ""))
             )
             columns.append(items.list.head(c.max_length).alias(c.name))
         else:
@@ -107,11 +127,17 @@ def polars_spec_preprocess(path: Path, spec: FeatureSpec, out: Path) -> int:
     result = frame.select(columns).collect()
     out.mkdir(parents=True, exist_ok=True)
     np.save(out / "label.npy", result["label"].to_numpy())
-    np.save(out / "dense.npy", np.ascontiguousarray(result.select([d.name for d in spec.dense]).to_numpy()))
+    np.save(
+        out / "dense.npy",
+        np.ascontiguousarray(result.select([d.name for d in spec.dense]).to_numpy()),
+    )
     for c in spec.sparse:
         if isinstance(c, ListColumn):
             lengths = result[c.name].list.len().to_numpy()
-            np.save(out / f"{c.name}.offsets.npy", np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
+            np.save(
+                out / f"{c.name}.offsets.npy",
+                np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+            )
             np.save(out / f"{c.name}.npy", _ids(result[c.name].explode().drop_nulls(), c))
         else:
             np.save(out / f"{c.name}.npy", _ids(result[c.name], c))
@@ -122,7 +148,9 @@ def compare_jagged(dataset: Path, polars_out: Path) -> list[str]:
     """Columns whose values differ between a shardrec dataset (train, val, test in order) and the
     polars output, lists compared as values and row lengths; [] when all are equal."""
     manifest = Manifest.load(dataset)
-    parts = [dataset / s / p.name for s in ("train", "val", "test") for p in manifest.splits[s].parts]
+    parts = [
+        dataset / s / p.name for s in ("train", "val", "test") for p in manifest.splits[s].parts
+    ]
     differ = []
     for name in ["label", "dense", *manifest.feature_names]:
         ours = np.concatenate([np.load(p / f"{name}.npy") for p in parts])
@@ -130,7 +158,9 @@ def compare_jagged(dataset: Path, polars_out: Path) -> list[str]:
         same = ours.dtype == theirs.dtype and np.array_equal(ours, theirs)
         if (polars_out / f"{name}.offsets.npy").is_file():
             lengths = np.concatenate([np.diff(np.load(p / f"{name}.offsets.npy")) for p in parts])
-            same = same and np.array_equal(lengths, np.diff(np.load(polars_out / f"{name}.offsets.npy")))
+            same = same and np.array_equal(
+                lengths, np.diff(np.load(polars_out / f"{name}.offsets.npy"))
+            )
         if not same:
             differ.append(name)
     return differ

@@ -24,7 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from shardrec.tools.bench.preprocess.polars_pipeline import compare_with_dataset
-from shardrec.tools.bench.preprocess.spec_bench import measured, polars_env, rate_lines, rates, report_head
+from shardrec.tools.bench.preprocess.spec_bench import (
+    measured,
+    polars_env,
+    rate_lines,
+    rates,
+    report_head,
+)
 from shardrec.tools.bench.proctree import run_measured
 from shardrec.tools.console import console, err_console
 
@@ -44,7 +50,9 @@ def run_preprocess_child(path: Path, out: Path, workers: int, chunk_mb: float) -
     return run_preprocess_staged(path, out, workers, chunk_mb)[0]
 
 
-def run_preprocess_staged(path: Path, out: Path, workers: int, chunk_mb: float) -> tuple[dict[str, float], dict]:
+def run_preprocess_staged(
+    path: Path, out: Path, workers: int, chunk_mb: float
+) -> tuple[dict[str, float], dict]:
     """run_preprocess_child's figures, and the CPU-seconds by stage the child measured (its --json's
     cpu_seconds_by_stage)."""
     cmd = [sys.executable, "-m", "shardrec.tools.cli", "preprocess", str(path), "--out", str(out),
@@ -65,7 +73,14 @@ def cpu_breakdown(stages: dict[str, float], cpu_s: float) -> dict[str, float]:
 def run_polars_child(path: Path, out: Path, threads: int | None) -> dict[str, float]:
     """The polars pipeline in a child on `threads` threads (None: polars' default, all cores)."""
     env = polars_env(threads)
-    cmd = [sys.executable, "-m", "shardrec.tools.bench.preprocess.polars_pipeline", str(path), str(out), str(MAX_IDS)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "shardrec.tools.bench.preprocess.polars_pipeline",
+        str(path),
+        str(out),
+        str(MAX_IDS),
+    ]
     return measured(cmd, f"polars pipeline ({threads or 'all'} threads)", env)
 
 
@@ -124,7 +139,9 @@ def _run_polars_both(path: Path, out: Path, shardrec_out: Path) -> tuple[dict, d
 def run_bench(size_gb: float, workers: int, work_dir: Path, chunk_mb: float) -> dict[str, Any]:
     path = work_dir / "bench.tsv"
     if not path.is_file() or abs(path.stat().st_size - size_gb * 1e9) > 0.2 * size_gb * 1e9:
-        err_console.print(f"generating {size_gb:g} GB of Criteo-shaped TSV in {path} ...", highlight=False)
+        err_console.print(
+            f"generating {size_gb:g} GB of Criteo-shaped TSV in {path} ...", highlight=False
+        )
         generate(path, size_gb)
     mb = path.stat().st_size / 1e6
     out = work_dir / "out"
@@ -145,7 +162,9 @@ def run_bench(size_gb: float, workers: int, work_dir: Path, chunk_mb: float) -> 
     return {
         **report_head(mb, workers, ours, pl1, pln, differ),
         "polars": {"version": polars_version(), "max_ids": MAX_IDS},
-        "ratio_rss_vs_polars_all_threads": round(ours["peak_rss_mb"] / max(pln["peak_rss_mb"], 1e-9), 2),
+        "ratio_rss_vs_polars_all_threads": round(
+            ours["peak_rss_mb"] / max(pln["peak_rss_mb"], 1e-9), 2
+        ),
         "cpu_s_by_stage": cpu_breakdown(stages, run["cpu_s"]),
         "parse_only_mb_s": round(mb / parse["wall_s"], 1),
         "parse_only_mb_per_cpu_s": round(mb / parse["cpu_s"], 1),
@@ -167,7 +186,9 @@ def run_bench(size_gb: float, workers: int, work_dir: Path, chunk_mb: float) -> 
 def breakdown_lines(stages: dict[str, float], cpu_s: float) -> str:
     """Where shardrec's CPU-seconds went, stage by stage, as shares of the run's."""
     head = f"where shardrec's {cpu_s:.2f} CPU-s went (timers around each stage, CPU time):\n"
-    return head + "".join(f"  {k:<28} {v:6.2f} s {v / max(cpu_s, 1e-9):6.1%}\n" for k, v in stages.items())
+    return head + "".join(
+        f"  {k:<28} {v:6.2f} s {v / max(cpu_s, 1e-9):6.1%}\n" for k, v in stages.items()
+    )
 
 
 def print_report(r: dict[str, Any]) -> None:

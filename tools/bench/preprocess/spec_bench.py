@@ -19,7 +19,10 @@ from typing import Any
 from shardrec.tools.bench.proctree import run_measured
 from shardrec.tools.console import err_console
 
-BYTES_PER_ROW = {"movielens": 68, "avazu": 150}  # synth --like's rows, measured; only sizes the file
+BYTES_PER_ROW = {
+    "movielens": 68,
+    "avazu": 150,
+}  # synth --like's rows, measured; only sizes the file
 _LABEL = {"movielens": "rating>=4", "avazu": "click"}
 
 
@@ -49,14 +52,18 @@ def prepare(like: str, size_gb: float, work_dir: Path) -> tuple[Path, Path]:
 
     path, spec_path = work_dir / f"{like}.csv", work_dir / f"{like}.toml"
     if not path.is_file() or abs(path.stat().st_size - size_gb * 1e9) > 0.2 * size_gb * 1e9:
-        err_console.print(f"generating {size_gb:g} GB of {like}-shaped CSV in {path} ...", highlight=False)
+        err_console.print(
+            f"generating {size_gb:g} GB of {like}-shaped CSV in {path} ...", highlight=False
+        )
         write_like(path, like, max(1000, int(size_gb * 1e9 / BYTES_PER_ROW[like])), seed=0)
     spec, notes = infer_spec(path, _LABEL[like])
     spec_path.write_text(spec_to_toml(spec, notes))
     return path, spec_path
 
 
-def run_like_bench(like: str, size_gb: float, workers: int, work_dir: Path, chunk_mb: float) -> dict[str, Any]:
+def run_like_bench(
+    like: str, size_gb: float, workers: int, work_dir: Path, chunk_mb: float
+) -> dict[str, Any]:
     from shardrec.tools.bench.preprocess.polars_spec import compare_jagged
 
     path, spec = prepare(like, size_gb, work_dir)
@@ -103,7 +110,9 @@ def polars_env(threads: int | None) -> dict[str, str]:
     return env
 
 
-def report_head(mb: float, workers: int, ours: dict, pl1: dict, pln: dict, differ: list[str]) -> dict[str, Any]:
+def report_head(
+    mb: float, workers: int, ours: dict, pl1: dict, pln: dict, differ: list[str]
+) -> dict[str, Any]:
     """What both reports start with: the file, the runs, whether polars did the same work, the ratios."""
     return {
         "file_mb": round(mb, 1),
@@ -135,7 +144,12 @@ def rate_lines(r: dict[str, Any], title: str) -> str:
     line = "{:<22} {:>7.1f} MB/s {:>7.1f} MB/CPU-s {:>6.0f} MB peak RSS"
     return (
         f"{r['file_mb']:,} MB {title}, same run ({r['cores']} cores)\n"
-        + line.format(f"shardrec, {r['workers']} worker(s)", ours["mb_s"], ours["mb_per_cpu_s"], ours["peak_rss_mb"])
+        + line.format(
+            f"shardrec, {r['workers']} worker(s)",
+            ours["mb_s"],
+            ours["mb_per_cpu_s"],
+            ours["peak_rss_mb"],
+        )
         + "\n"
         + line.format("polars, 1 thread", pl1["mb_s"], pl1["mb_per_cpu_s"], pl1["peak_rss_mb"])
         + "\n"

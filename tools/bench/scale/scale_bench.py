@@ -59,7 +59,9 @@ def _write_day(args: tuple[Path, int, list[int], int]) -> int:
     from shardrec.tools.synth.criteo import SynthSpec, write_file
 
     path, rows, counts, day = args
-    return write_file(path, rows, SynthSpec.from_seed(11, vocab=counts), stream_seed=day, gzip_level=1)
+    return write_file(
+        path, rows, SynthSpec.from_seed(11, vocab=counts), stream_seed=day, gzip_level=1
+    )
 
 
 WORK_MARKER = ".shardrec-bench-scale"
@@ -82,7 +84,9 @@ def prepare_work_dir(work: Path) -> None:
             f"--work-dir {work}: not empty and not a bench scale's work directory (no {WORK_MARKER}); "
             "give a new or empty directory"
         )
-    marker.write_text("a shardrec bench scale work directory: its stage folders are replaced by the next run\n")
+    marker.write_text(
+        "a shardrec bench scale work directory: its stage folders are replaced by the next run\n"
+    )
 
 
 def synth_days(raw: Path, fraction: float, workers: int) -> tuple[int, int]:
@@ -117,8 +121,12 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "shardrec.tools.cli", *args]
 
 
-def _preprocess(raw: Path, out: Path, workers: int, text_bytes: int, mode: list[str]) -> dict[str, Any]:
-    cmd = _cli("preprocess", str(raw), "--out", str(out), "--workers", str(workers), "--json", *mode)
+def _preprocess(
+    raw: Path, out: Path, workers: int, text_bytes: int, mode: list[str]
+) -> dict[str, Any]:
+    cmd = _cli(
+        "preprocess", str(raw), "--out", str(out), "--workers", str(workers), "--json", *mode
+    )
     st = _stage(cmd, f"preprocess {' '.join(mode)}", text_bytes)
     summary = json.loads(st.pop("stdout"))
     manifest = json.loads((out / "manifest.json").read_text())
@@ -126,11 +134,15 @@ def _preprocess(raw: Path, out: Path, workers: int, text_bytes: int, mode: list[
     st["rows_kept"] = summary["rows_kept"]
     st["parts"] = sum(len(s["parts"]) for s in manifest["splits"].values())
     _add_row_rates(st, summary["lines"], st["wall_s"], st["cpu_s"])
-    st["output_bytes"] = sum(p.stat().st_size for p in out.rglob("*") if p.is_file() and ".work" not in p.parts)
+    st["output_bytes"] = sum(
+        p.stat().st_size for p in out.rglob("*") if p.is_file() and ".work" not in p.parts
+    )
     return st
 
 
-def _stream(data: Path, work: Path, batch: int, ranks: int, dataset_bytes: int, train_rows: int) -> dict[str, Any]:
+def _stream(
+    data: Path, work: Path, batch: int, ranks: int, dataset_bytes: int, train_rows: int
+) -> dict[str, Any]:
     """Every train part on `ranks` rank processes, then bench loader's one warm part (scale_stream.py)."""
     from shardrec.tools.bench.scale.scale_stream import BASELINE_ROWS, write_baseline
 
@@ -167,7 +179,9 @@ def stream_child(data: Path, baseline: Path, batch: int, ranks: int) -> None:
     print(json.dumps(run_ranks(data, baseline, batch, ranks)))
 
 
-def _train(data: Path, run: Path, ranks: int, steps: int, batch: int, interval: int, resume: bool) -> dict[str, Any]:
+def _train(
+    data: Path, run: Path, ranks: int, steps: int, batch: int, interval: int, resume: bool
+) -> dict[str, Any]:
     cmd = _cli("train", "--data", str(data), "--out-dir", str(run), "--nproc-per-node", str(ranks),
                "--steps", str(steps),
                "--json", *TRAIN_JOB, "--set", f"train.global_batch_size={batch}",
@@ -177,7 +191,9 @@ def _train(data: Path, run: Path, ranks: int, steps: int, batch: int, interval: 
     st = _stage(cmd, "train" + (" (resume)" if resume else ""), 0)
     summary = json.loads(st.pop("stdout"))
     st.pop("mb_per_s_wall"), st.pop("mb_per_cpu_s")
-    st["summary"] = {k: summary[k] for k in ("steps", "resumed_from_step", "train_samples_per_s") if k in summary}
+    st["summary"] = {
+        k: summary[k] for k in ("steps", "resumed_from_step", "train_samples_per_s") if k in summary
+    }
     return st
 
 
@@ -203,15 +219,27 @@ def run_scale(
     _add_row_rates(synth, rows, synth["wall_s"], synth["cpu_s"])
     stages: dict[str, Any] = {"synth": synth}
     stages["preprocess_hash"] = _preprocess(
-        raw, work / "hash", workers, text, ["--max-ids", ",".join(map(str, feature_counts(fraction)))]
+        raw,
+        work / "hash",
+        workers,
+        text,
+        ["--max-ids", ",".join(map(str, feature_counts(fraction)))],
     )
-    stages["preprocess_vocab"] = _preprocess(raw, work / "vocab", workers, text, ["--min-count", "2"])
+    stages["preprocess_vocab"] = _preprocess(
+        raw, work / "vocab", workers, text, ["--min-count", "2"]
+    )
     hashed = stages["preprocess_hash"]
     train_rows = hashed["rows_kept"]["train"]
-    stages["stream"] = _stream(work / "hash", work, batch, ranks, hashed["output_bytes"], train_rows)
+    stages["stream"] = _stream(
+        work / "hash", work, batch, ranks, hashed["output_bytes"], train_rows
+    )
     if train:
-        stages["train"] = _train(work / "hash", work / "run", ranks, steps, batch, steps, resume=False)
-        stages["train_resume"] = _train(work / "hash", work / "run", ranks, 2 * steps, batch, steps, resume=True)
+        stages["train"] = _train(
+            work / "hash", work / "run", ranks, steps, batch, steps, resume=False
+        )
+        stages["train_resume"] = _train(
+            work / "hash", work / "run", ranks, 2 * steps, batch, steps, resume=True
+        )
     return {
         "fraction": fraction,
         "workers": workers,
@@ -222,7 +250,10 @@ def run_scale(
 
 
 def _cpu() -> float:
-    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    own, kids = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
@@ -265,7 +296,9 @@ def project(stages: dict[str, Any], fraction: float, workers: int) -> dict[str, 
 
 def print_result(result: dict[str, Any]) -> None:
     st = result["stages"]
-    console.print(f"Criteo-1TB shape at {result['fraction']:g}: {result['rows']:,} rows, {result['workers']} workers")
+    console.print(
+        f"Criteo-1TB shape at {result['fraction']:g}: {result['rows']:,} rows, {result['workers']} workers"
+    )
     console.print(
         f"{'stage':>17}  {'MB/s wall':>9} {'MB/CPU-s':>9} {'rows/s wall':>12} {'rows/CPU-s':>11} "
         f"{'peak PSS':>9} {'(RSS sum)':>9}  parts / notes",
@@ -288,7 +321,9 @@ def print_result(result: dict[str, Any]) -> None:
         if name not in st:
             continue
         s = st[name]
-        console.print(f"{name:>17}: {s['wall_s']:.1f} s wall, peak PSS {s['peak_pss_mb']:,.0f} MiB, {s['summary']}")
+        console.print(
+            f"{name:>17}: {s['wall_s']:.1f} s wall, peak PSS {s['peak_pss_mb']:,.0f} MiB, {s['summary']}"
+        )
     p = result["projection"]
     console.print(
         f"projection (not a measurement): the full 1TB ({p['full_text_gb']:,.0f} GB of text, "

@@ -45,14 +45,21 @@ def _faults() -> tuple[int, int]:
     return use.ru_majflt, use.ru_minflt
 
 
-def _loop(data: Path, batch: int, rank: int, ranks: int, batches: int | None = None) -> dict[str, float]:
+def _loop(
+    data: Path, batch: int, rank: int, ranks: int, batches: int | None = None
+) -> dict[str, float]:
     """One epoch of the split (`batches` None), or: one untimed epoch, then `batches` timed ones."""
     import itertools
 
     from shardrec.dataloader.loader import ShuffleSpec, build_loader
 
     loader = build_loader(
-        data, "train", global_batch_size=batch, rank=rank, world_size=ranks, shuffle=ShuffleSpec(enabled=True, seed=0)
+        data,
+        "train",
+        global_batch_size=batch,
+        rank=rank,
+        world_size=ranks,
+        shuffle=ShuffleSpec(enabled=True, seed=0),
     )
     if batches is not None:
         for _ in loader:  # warm: its pages mapped, its kernels compiled
@@ -80,9 +87,18 @@ def rank_child(data: Path, baseline: Path, batch: int, rank: int, ranks: int) ->
 
 def run_ranks(data: Path, baseline: Path, batch: int, ranks: int) -> dict[str, Any]:
     """Start `ranks` rank processes at once, wait for all; their figures, summed over ranks."""
-    cmd = [sys.executable, "-m", "shardrec.tools.bench.scale.scale_stream", str(data), str(baseline), str(batch)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "shardrec.tools.bench.scale.scale_stream",
+        str(data),
+        str(baseline),
+        str(batch),
+    ]
     procs = [
-        subprocess.Popen([*cmd, str(r), str(ranks)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [*cmd, str(r), str(ranks)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         for r in range(ranks)
     ]
     outs = [p.communicate() for p in procs]
@@ -115,4 +131,6 @@ def combine_ranks(ranks: list[dict[str, float]]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    rank_child(Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+    rank_child(
+        Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    )

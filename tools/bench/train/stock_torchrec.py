@@ -82,12 +82,17 @@ def _dense_kwargs(kind: str, lr: float, eps: float) -> dict[str, float]:
     return {"lr": lr} if kind == "sgd" else {"lr": lr, "eps": eps}
 
 
-def build_dlrm(spec: StockModel, seed: int, device: torch.device = torch.device("cpu")) -> DLRMTrain:
+def build_dlrm(
+    spec: StockModel, seed: int, device: torch.device = torch.device("cpu")
+) -> DLRMTrain:
     """torchrec's DLRM (or DLRM_DCN) over a meta-device EmbeddingBagCollection, in DLRMTrain."""
     torch.manual_seed(seed)
     configs = [
         EmbeddingBagConfig(
-            name=f"t_{name}", embedding_dim=spec.embedding_dim, num_embeddings=rows, feature_names=[name]
+            name=f"t_{name}",
+            embedding_dim=spec.embedding_dim,
+            num_embeddings=rows,
+            feature_names=[name],
         )
         for name, rows in spec.tables
     ]
@@ -100,7 +105,9 @@ def build_dlrm(spec: StockModel, seed: int, device: torch.device = torch.device(
         dense_device=device,
     )
     if spec.arch == "dcnv2":
-        model: DLRM = DLRM_DCN(dcn_num_layers=spec.dcn_layers, dcn_low_rank_dim=spec.dcn_low_rank, **common)
+        model: DLRM = DLRM_DCN(
+            dcn_num_layers=spec.dcn_layers, dcn_low_rank_dim=spec.dcn_low_rank, **common
+        )
     elif spec.arch == "dlrm":
         model = DLRM(**common)
     else:
@@ -137,11 +144,15 @@ class StockTrainer:
         sharders = [EmbeddingBagCollectionSharder(fused_params=fused)]
         module = build_dlrm(spec, seed, device)
         topology = Topology(
-            world_size=dist.get_world_size(), compute_device=device.type, local_world_size=local_world_size
+            world_size=dist.get_world_size(),
+            compute_device=device.type,
+            local_world_size=local_world_size,
         )
         planner = EmbeddingShardingPlanner(topology=topology, batch_size=local_batch_size)
         self.plan = planner.collective_plan(module, sharders, dist.GroupMember.WORLD)
-        self.model = DistributedModelParallel(module, device=device, plan=self.plan, sharders=sharders)  # type: ignore[arg-type]
+        self.model = DistributedModelParallel(
+            module, device=device, plan=self.plan, sharders=sharders
+        )  # type: ignore[arg-type]
         dense = KeyedOptimizerWrapper(
             dict(in_backward_optimizer_filter(self.model.named_parameters())),
             lambda params: DENSE_OPTIMIZERS[optim.dense](
@@ -149,13 +160,17 @@ class StockTrainer:
             ),
         )
         self.optimizer = CombinedOptimizer([self.model.fused_optimizer, dense])
-        self.pipeline = TrainPipelineSparseDist(self.model, self.optimizer, device, execute_all_batches=True)
+        self.pipeline = TrainPipelineSparseDist(
+            self.model, self.optimizer, device, execute_all_batches=True
+        )
         self.local_batch_size = local_batch_size
         self.device = device
 
     def sharding_types(self) -> dict[str, str]:
         """Table -> the sharding type torchrec's planner chose."""
-        return {table: p.sharding_type for plan in self.plan.plan.values() for table, p in plan.items()}  # type: ignore[union-attr]
+        return {
+            table: p.sharding_type for plan in self.plan.plan.values() for table, p in plan.items()
+        }  # type: ignore[union-attr]
 
     def train(self, batches: Iterable[Batch], steps: int) -> int:
         """Train on up to `steps` batches; returns how many ran."""
@@ -170,7 +185,10 @@ class StockTrainer:
 
     def timed(self, batches: Iterable[Batch], steps: int) -> float:
         """Samples/s of all ranks together over `steps` batches per rank."""
-        return timed_rate(lambda: self.train(batches, steps), steps * self.local_batch_size * dist.get_world_size())
+        return timed_rate(
+            lambda: self.train(batches, steps),
+            steps * self.local_batch_size * dist.get_world_size(),
+        )
 
     @torch.no_grad()
     def predict(self, batches: Iterator[Batch]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -180,7 +198,9 @@ class StockTrainer:
         logits, labels = [], []
         for batch in batches:
             # DDP moves tensor inputs to the device, not a Batch: the pipeline moved the training ones.
-            _, (_, batch_logits, batch_labels) = self.model(batch.to(self.device, non_blocking=True))
+            _, (_, batch_logits, batch_labels) = self.model(
+                batch.to(self.device, non_blocking=True)
+            )
             logits.append(batch_logits.float())
             labels.append(batch_labels.float())
         self.model.train()

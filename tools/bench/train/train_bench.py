@@ -47,7 +47,13 @@ VAL_BATCHES = 8
 
 def write_bench_data(directory: Path, rows: dict[str, int], table_rows: int, seed: int = 0) -> Path:
     """Demo-style rows (Zipf-like ids, labels from a hidden linear model) as a shardrec dataset."""
-    from shardrec.dataloader.format.manifest import Manifest, SparseFeature, SplitInfo, smallest_uint, write_part
+    from shardrec.dataloader.format.manifest import (
+        Manifest,
+        SparseFeature,
+        SplitInfo,
+        smallest_uint,
+        write_part,
+    )
 
     rng = np.random.default_rng(seed)
     dtype = smallest_uint(table_rows - 1)
@@ -55,11 +61,14 @@ def write_bench_data(directory: Path, rows: dict[str, int], table_rows: int, see
     for split, n in rows.items():
         dense = rng.standard_normal((n, NUM_DENSE), dtype=np.float32)
         sparse = {
-            f"C{i + 1}": np.minimum(rng.zipf(1.2, n) - 1, table_rows - 1).astype(dtype) for i in range(NUM_TABLES)
+            f"C{i + 1}": np.minimum(rng.zipf(1.2, n) - 1, table_rows - 1).astype(dtype)
+            for i in range(NUM_TABLES)
         }
         logit = dense[:, 0] + sum(np.where(ids % 7 == 0, 0.3, -0.05) for ids in sparse.values())
         labels = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(np.uint8)
-        splits[split] = SplitInfo(n, [write_part(directory / split / "part-00000", labels, dense, sparse)])
+        splits[split] = SplitInfo(
+            n, [write_part(directory / split / "part-00000", labels, dense, sparse)]
+        )
     features = [SparseFeature(f"C{i + 1}", table_rows, str(dtype)) for i in range(NUM_TABLES)]
     Manifest([f"I{i + 1}" for i in range(NUM_DENSE)], features, splits).save(directory)
     return directory
@@ -81,7 +90,10 @@ def job_configs(model: str, data: str, nproc: int, device: str = "cpu") -> dict[
     ]
     # Only the demo's [optim]: its pinned sharding types and eval/checkpoint intervals are about the demo's run.
     return {
-        p: load_job_config(None, common + _demo_optim(demo) + [f'train.precision="{p}"', f'train.device="{device}"'])
+        p: load_job_config(
+            None,
+            common + _demo_optim(demo) + [f'train.precision="{p}"', f'train.device="{device}"'],
+        )
         for p in ("fp32", "bf16")
     }
 
@@ -94,7 +106,14 @@ def _demo_optim(path: Path) -> list[str]:
 
 
 def rank_main(
-    data: str, out: str, model: str, steps: int, rounds: int, quality_steps: int, threads: int, device: str = "cpu"
+    data: str,
+    out: str,
+    model: str,
+    steps: int,
+    rounds: int,
+    quality_steps: int,
+    threads: int,
+    device: str = "cpu",
 ) -> None:
     """One rank of the benchmark (started by torchrun); rank 0 writes the figures to `out`."""
     import torch
@@ -113,7 +132,13 @@ def rank_main(
 
 
 def summarise(
-    raw: dict[str, Any], model: str, nproc: int, threads: int, steps: int, rounds: int, device: str = "cpu"
+    raw: dict[str, Any],
+    model: str,
+    nproc: int,
+    threads: int,
+    steps: int,
+    rounds: int,
+    device: str = "cpu",
 ) -> dict[str, Any]:
     rates, auc = raw["rates"], raw["auc"]
 
@@ -137,7 +162,10 @@ def summarise(
         "loader_vs_in_memory": paired("ours_fp32", "ours_fp32_in_memory"),
         "val_auc": {k: round(v, 4) for k, v in auc.items()},
         "bf16_auc_within_tolerance": bf16_ok,
-        "sharding_types": {"stock": raw["stock_sharding_types"], "ours": raw["ours_sharding_types"]},
+        "sharding_types": {
+            "stock": raw["stock_sharding_types"],
+            "ours": raw["ours_sharding_types"],
+        },
     }
 
 
@@ -150,14 +178,20 @@ def print_result(result: dict[str, Any]) -> None:
     )
     for name, rate in result["median_samples_per_s"].items():
         console.print(f"  {name:20s} {rate:>10,.0f} samples/s")
-    console.print(f"ours fp32 / stock torchrec fp32: {result['ours_fp32_vs_stock_fp32']:.3f}x (target >= 1.0)")
+    console.print(
+        f"ours fp32 / stock torchrec fp32: {result['ours_fp32_vs_stock_fp32']:.3f}x (target >= 1.0)"
+    )
     verdict = (
-        "counts" if result["bf16_auc_within_tolerance"] else f"does NOT count: AUC differs by more than {AUC_TOLERANCE}"
+        "counts"
+        if result["bf16_auc_within_tolerance"]
+        else f"does NOT count: AUC differs by more than {AUC_TOLERANCE}"
     )
     console.print(
         f"ours bf16 / stock torchrec fp32: {result['ours_bf16_vs_stock_fp32']:.3f}x (target >= 1.5); {verdict}"
     )
-    console.print(f"real loader / in-memory batches: {result['loader_vs_in_memory']:.3f}x (target >= 0.97)")
+    console.print(
+        f"real loader / in-memory batches: {result['loader_vs_in_memory']:.3f}x (target >= 0.97)"
+    )
     auc = result["val_auc"]
     console.print(
         f"val AUC after the same steps: stock fp32 {auc['stock_fp32']:.4f}, ours fp32 {auc['ours_fp32']:.4f}, "
@@ -178,10 +212,22 @@ def run_bench(
 
     global_batch = MODELS[model][4] * nproc
     with tempfile.TemporaryDirectory() as tmp:
-        rows = {"train": global_batch * max(steps, quality_steps), "val": global_batch * VAL_BATCHES}
+        rows = {
+            "train": global_batch * max(steps, quality_steps),
+            "val": global_batch * VAL_BATCHES,
+        }
         data = write_bench_data(Path(tmp) / "data", rows, MODELS[model][0])
         out = Path(tmp) / "result.json"
-        args = [str(data), str(out), model, str(steps), str(rounds), str(quality_steps), str(threads), device]
+        args = [
+            str(data),
+            str(out),
+            model,
+            str(steps),
+            str(rounds),
+            str(quality_steps),
+            str(threads),
+            device,
+        ]
         env = rank_environment(nproc) | {"OMP_NUM_THREADS": str(threads)}
         proc = subprocess.run(
             torchrun_command(args, nproc, module="shardrec.tools.bench.train.train_bench"),
@@ -190,7 +236,9 @@ def run_bench(
             env=env,
         )
         if proc.returncode != 0:
-            raise RuntimeError(f"benchmark ranks failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+            raise RuntimeError(
+                f"benchmark ranks failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
+            )
         return summarise(json.loads(out.read_text()), model, nproc, threads, steps, rounds, device)
 
 
@@ -203,8 +251,12 @@ def check_device(device: str, nproc: int) -> None:
     if device == "cuda":
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if nproc > gpus:
-            raise ValueError(f"--device cuda --nproc {nproc}: this machine has {gpus} CUDA device(s); one rank per GPU")
+            raise ValueError(
+                f"--device cuda --nproc {nproc}: this machine has {gpus} CUDA device(s); one rank per GPU"
+            )
 
 
 if __name__ == "__main__":
-    rank_main(sys.argv[1], sys.argv[2], sys.argv[3], *(int(a) for a in sys.argv[4:8]), device=sys.argv[8])
+    rank_main(
+        sys.argv[1], sys.argv[2], sys.argv[3], *(int(a) for a in sys.argv[4:8]), device=sys.argv[8]
+    )

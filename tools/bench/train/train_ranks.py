@@ -117,7 +117,9 @@ def build_ours(config: JobConfig, env: DistEnv, run_dir: Path, total_steps: int)
     return Ours(job, reporter)
 
 
-def stock_spec(config: JobConfig, feature_rows: list[tuple[str, int]], num_dense: int) -> tuple[StockModel, StockOptim]:
+def stock_spec(
+    config: JobConfig, feature_rows: list[tuple[str, int]], num_dense: int
+) -> tuple[StockModel, StockOptim]:
     """The baseline's model and optimizers, taken from ours' config: same shape, kinds and rates."""
     m, o = config.model, config.optim
     spec = StockModel(
@@ -163,7 +165,12 @@ def run_rounds(variants: dict[str, Callable[[], float]], rounds: int) -> dict[st
 
 
 def bench_rank(
-    env: DistEnv, configs: dict[str, JobConfig], run_root: Path, steps: int, rounds: int, quality_steps: int
+    env: DistEnv,
+    configs: dict[str, JobConfig],
+    run_root: Path,
+    steps: int,
+    rounds: int,
+    quality_steps: int,
 ) -> dict[str, Any]:
     """Both phases on this rank; returns the figures (every rank gets the same)."""
     from shardrec.dataloader.format.manifest import Manifest
@@ -173,11 +180,18 @@ def bench_rank(
     fp32 = ours["fp32"]
     manifest = Manifest.load(Path(configs["fp32"].data.path))
     spec, optim = stock_spec(
-        configs["fp32"], [(f.name, f.cardinality) for f in manifest.sparse_features], len(manifest.dense_features)
+        configs["fp32"],
+        [(f.name, f.cardinality) for f in manifest.sparse_features],
+        len(manifest.dense_features),
     )
     local_batch = configs["fp32"].train.global_batch_size // env.world_size
     stock = StockTrainer(
-        spec, optim, local_batch, env.local_world_size, seed=configs["fp32"].train.seed, device=env.device
+        spec,
+        optim,
+        local_batch,
+        env.local_world_size,
+        seed=configs["fp32"].train.seed,
+        device=env.device,
     )
     # The same data for the baseline: ours' stream, materialised (no timing runs meanwhile).
     stream = iter(fp32.job.train_loader)

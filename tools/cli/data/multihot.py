@@ -17,7 +17,11 @@ from shardrec.dataloader.format.manifest import DatasetError, Manifest
 from shardrec.dataloader.multihot.multihot_tables import DISTRIBUTIONS, default_cache_dir
 from shardrec.tools.cli.common import fail, print_json
 from shardrec.tools.console import console
-from shardrec.tools.preprocess.derived.multihot_dataset import check_out, materialize_multihot, prepare_multihot
+from shardrec.tools.preprocess.derived.multihot_dataset import (
+    check_out,
+    materialize_multihot,
+    prepare_multihot,
+)
 
 CRITEO_1TB_ROWS = 4_373_472_329
 """What the printed projection is for: MLPerf DLRMv2 materialises Criteo 1TB's days."""
@@ -43,13 +47,25 @@ def _int_list(value: str, option: str) -> list[int]:
 
 
 def multihot(
-    src: Annotated[Path, typer.Argument(help="One-hot dataset directory (from `shardrec preprocess`).")],
+    src: Annotated[
+        Path, typer.Argument(help="One-hot dataset directory (from `shardrec preprocess`).")
+    ],
     out: Annotated[Path, typer.Option(help="New dataset directory (must not exist, or be empty).")],
-    sizes: Annotated[str, typer.Option(help="Ids per sample of each sparse feature, in manifest order: 3,2,1,...")],
-    dist: Annotated[str, typer.Option(help="How the extra ids are drawn: uniform or pareto.")] = "uniform",
-    seed: Annotated[int, typer.Option(help="Seed of numpy's legacy generator (MLPerf's reference uses 0).")] = 0,
+    sizes: Annotated[
+        str,
+        typer.Option(help="Ids per sample of each sparse feature, in manifest order: 3,2,1,..."),
+    ],
+    dist: Annotated[
+        str, typer.Option(help="How the extra ids are drawn: uniform or pareto.")
+    ] = "uniform",
+    seed: Annotated[
+        int, typer.Option(help="Seed of numpy's legacy generator (MLPerf's reference uses 0).")
+    ] = 0,
     rows: Annotated[
-        str | None, typer.Option(help="Table rows per feature: N1,N2,... (default: each feature's cardinality).")
+        str | None,
+        typer.Option(
+            help="Table rows per feature: N1,N2,... (default: each feature's cardinality)."
+        ),
     ] = None,
     cache: Annotated[
         Path | None,
@@ -61,7 +77,11 @@ def multihot(
         ),
     ] = None,
     workers: Annotated[
-        int, typer.Option(min=1, help="Parts converted at once, on threads (the output is the same for any count).")
+        int,
+        typer.Option(
+            min=1,
+            help="Parts converted at once, on threads (the output is the same for any count).",
+        ),
     ] = 1,
     compare_workers: Annotated[
         bool,
@@ -84,14 +104,21 @@ def multihot(
     if dist not in DISTRIBUTIONS:
         fail(f"--dist {dist!r} must be one of {', '.join(DISTRIBUTIONS)}")
     if compare_workers and workers < 2:
-        fail(f"--compare-workers needs --workers of at least 2 to compare with one worker, got {workers}")
+        fail(
+            f"--compare-workers needs --workers of at least 2 to compare with one worker, got {workers}"
+        )
     size_list = _int_list(sizes, "--sizes")
     row_list = _int_list(rows, "--rows") if rows is not None else None
     try:
         total = sum(s.rows for s in Manifest.load(src).splits.values())
     except DatasetError as e:
         fail(str(e))
-    kwargs = dict(rows=row_list, dist=dist, seed=seed, cache_dir=cache if cache is not None else default_cache_dir())
+    kwargs = dict(
+        rows=row_list,
+        dist=dist,
+        seed=seed,
+        cache_dir=cache if cache is not None else default_cache_dir(),
+    )
     setup = time.perf_counter()
     try:
         check_out(src, out)
@@ -104,18 +131,30 @@ def multihot(
         _read_through(src)  # both runs read the source from the page cache, not the first from disk
     setup = time.perf_counter() - setup
     load_before = os.getloadavg()
-    one_worker = _one_worker(src, out, size_list, total, json_out, kwargs) if compare_workers else None
+    one_worker = (
+        _one_worker(src, out, size_list, total, json_out, kwargs) if compare_workers else None
+    )
     run = _timed(src, out, size_list, total, workers, json_out, kwargs)
-    if one_worker is not None and (one_worker.manifest.splits, one_worker.manifest.sparse_features) != (
+    if one_worker is not None and (
+        one_worker.manifest.splits,
+        one_worker.manifest.sparse_features,
+    ) != (
         run.manifest.splits,
         run.manifest.sparse_features,
     ):
-        fail(f"{out}: {workers} workers wrote other bytes than one worker (checksums or statistics differ)")
-    machine = {"cores": len(os.sched_getaffinity(0)), "load_average": {"before": load_before, "after": os.getloadavg()}}
+        fail(
+            f"{out}: {workers} workers wrote other bytes than one worker (checksums or statistics differ)"
+        )
+    machine = {
+        "cores": len(os.sched_getaffinity(0)),
+        "load_average": {"before": load_before, "after": os.getloadavg()},
+    }
     _report(total, run, workers, one_worker, setup, machine, out, json_out)
 
 
-def _one_worker(src: Path, out: Path, sizes: list[int], total: int, quiet: bool, kwargs: dict) -> _Run:
+def _one_worker(
+    src: Path, out: Path, sizes: list[int], total: int, quiet: bool, kwargs: dict
+) -> _Run:
     """The comparison's one-worker run, into a scratch copy beside `out` deleted before the
     second run starts: one copy of the output on disk at a time."""
     scratch = out.with_name(f".{out.name}.one-worker-{os.getpid()}")
@@ -133,7 +172,9 @@ def _read_through(src: Path) -> None:
                 pass
 
 
-def _timed(src: Path, out: Path, sizes: list[int], total: int, workers: int, quiet: bool, kwargs: dict) -> _Run:
+def _timed(
+    src: Path, out: Path, sizes: list[int], total: int, workers: int, quiet: bool, kwargs: dict
+) -> _Run:
     """One materialisation with its progress bar."""
     start, cpu = time.perf_counter(), time.process_time()
     columns = (
@@ -144,19 +185,27 @@ def _timed(src: Path, out: Path, sizes: list[int], total: int, workers: int, qui
     )
     try:
         with Progress(*columns, console=console, disable=quiet) as progress:
-            task = progress.add_task(f"multi-hot, {workers} worker(s)", total=max(total, 1), rate="")
+            task = progress.add_task(
+                f"multi-hot, {workers} worker(s)", total=max(total, 1), rate=""
+            )
 
             waits: dict[int, float] = {}
 
             def advance(n: int) -> None:
                 waits.update(_run_queue_waits())  # after each part, while the workers still live
                 done = progress.tasks[0].completed + n
-                progress.update(task, advance=n, rate=f"{done / max(time.perf_counter() - start, 1e-9):,.0f}/s")
+                progress.update(
+                    task, advance=n, rate=f"{done / max(time.perf_counter() - start, 1e-9):,.0f}/s"
+                )
 
-            manifest = materialize_multihot(src, out, sizes, on_rows=advance, workers=workers, **kwargs)
+            manifest = materialize_multihot(
+                src, out, sizes, on_rows=advance, workers=workers, **kwargs
+            )
     except (ValueError, DatasetError) as e:
         fail(str(e))
-    return _Run(manifest, time.perf_counter() - start, time.process_time() - cpu, sum(waits.values()))
+    return _Run(
+        manifest, time.perf_counter() - start, time.process_time() - cpu, sum(waits.values())
+    )
 
 
 def _run_queue_waits() -> dict[int, float]:
@@ -174,7 +223,14 @@ def _run_queue_waits() -> dict[int, float]:
 
 
 def _report(
-    total: int, run: _Run, workers: int, one_worker: _Run | None, setup: float, machine: dict, out: Path, json_out: bool
+    total: int,
+    run: _Run,
+    workers: int,
+    one_worker: _Run | None,
+    setup: float,
+    machine: dict,
+    out: Path,
+    json_out: bool,
 ) -> None:
     seconds, manifest, spec = run.seconds, run.manifest, run.manifest.options["multihot"]
     rate = total / max(seconds, 1e-9)
@@ -182,7 +238,12 @@ def _report(
     hours = CRITEO_1TB_ROWS / rate / 3600
     # The bytes written per row say whether the disk or the CPU bounds the rate (each row is
     # written once and synced: a disk of D MB/s caps it at D / bytes-a-row).
-    written = sum(f.bytes for split in manifest.splits.values() for part in split.parts for f in part.files.values())
+    written = sum(
+        f.bytes
+        for split in manifest.splits.values()
+        for part in split.parts
+        for f in part.files.values()
+    )
     per_row = written / max(total, 1)
     result = {"out": str(out), "samples": total, "seconds": round(seconds, 3), "workers": workers,
               "rows_per_s": round(rate, 1), "criteo_1tb_hours": round(hours, 2),
@@ -210,7 +271,9 @@ def _report(
         f"{hours:,.1f} h (a projection; {CRITEO_1TB_ROWS * per_row / 1e12:,.1f} TB to write)",
         highlight=False,
     )
-    load = " / ".join(" ".join(f"{v:.2f}" for v in machine["load_average"][k]) for k in ("before", "after"))
+    load = " / ".join(
+        " ".join(f"{v:.2f}" for v in machine["load_average"][k]) for k in ("before", "after")
+    )
     per_cpu = f"{result['rows_per_cpu_s']:,.0f}"
     cpu = f"rows per CPU-second: {per_cpu} on {workers} worker(s)"
     waited = f"{run.cpu_wait:.1f} thread-s on {workers} worker(s)"
@@ -221,7 +284,9 @@ def _report(
             f"Criteo 1TB {w['criteo_1tb_hours']:,.1f} h), same bytes",
             highlight=False,
         )
-        cpu = f"rows per CPU-second: {w['rows_per_cpu_s']:,.0f} on one worker, {per_cpu} on {workers}"
+        cpu = (
+            f"rows per CPU-second: {w['rows_per_cpu_s']:,.0f} on one worker, {per_cpu} on {workers}"
+        )
         waited = f"{one_worker.cpu_wait:.1f} thread-s on one worker, {waited}"
     console.print(cpu, highlight=False)
     console.print(

@@ -20,7 +20,9 @@ def _table(title: str, records: list[dict]) -> Table:
     if not records:
         return table
     for col in records[0]:
-        table.add_column(str(col), justify="left" if col in ("split", "feature", "dtype") else "right")
+        table.add_column(
+            str(col), justify="left" if col in ("split", "feature", "dtype") else "right"
+        )
     for r in records:
         table.add_row(
             *(
@@ -36,8 +38,12 @@ def _table(title: str, records: list[dict]) -> Table:
 
 
 def stats(
-    directory: Annotated[Path, typer.Argument(help="Dataset directory (from `shardrec preprocess`).")],
-    plot: Annotated[Path | None, typer.Option(help="Also write per-feature id-frequency curves to this PNG.")] = None,
+    directory: Annotated[
+        Path, typer.Argument(help="Dataset directory (from `shardrec preprocess`).")
+    ],
+    plot: Annotated[
+        Path | None, typer.Option(help="Also write per-feature id-frequency curves to this PNG.")
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Rows per split, rows skipped by reason, per-feature statistics."""
@@ -48,10 +54,15 @@ def stats(
     except DatasetError as e:
         fail(str(e))
     if json_out:
-        print_json({k: v for k, v in result.items() if k != "options"} | ({"plot": str(plot)} if plot else {}))
+        print_json(
+            {k: v for k, v in result.items() if k != "options"}
+            | ({"plot": str(plot)} if plot else {})
+        )
         return
     console.print(_table("splits", result["splits"]))
-    console.print(_table("rows skipped", [{"reason": k, "rows": v} for k, v in result["skipped"].items()]))
+    console.print(
+        _table("rows skipped", [{"reason": k, "rows": v} for k, v in result["skipped"].items()])
+    )
     # "table rows": embedding rows (the cardinality), not data rows; shares as percentages, one way.
     short = {"feature": "feature", "cardinality": "table rows", "dtype": "dtype", "mean_ids_per_sample": "mean ids",
              "p95_ids_per_sample": "p95 ids", "distinct_ids": "distinct ids", "top1_share": "top 1% share",
@@ -62,7 +73,11 @@ def stats(
             "sparse features",
             [
                 {
-                    v: (f"{f[k]:.1%}" if k in shares and isinstance(f.get(k), (int, float)) else f.get(k, ""))
+                    v: (
+                        f"{f[k]:.1%}"
+                        if k in shares and isinstance(f.get(k), (int, float))
+                        else f.get(k, "")
+                    )
                     for k, v in short.items()
                 }
                 for f in result["features"]
@@ -75,7 +90,9 @@ def stats(
 
 
 def head(
-    directory: Annotated[Path, typer.Argument(help="Dataset directory (from `shardrec preprocess`).")],
+    directory: Annotated[
+        Path, typer.Argument(help="Dataset directory (from `shardrec preprocess`).")
+    ],
     n: Annotated[int, typer.Option("--rows", "-n", help="Rows to show.")] = 5,
     split: Annotated[str, typer.Option(help="Split to read.")] = "train",
     json_out: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
@@ -97,18 +114,26 @@ def head(
     for i in range(len(rows)):
         table.add_column(str(i), justify="right")
     for key, shown in head_fields(manifest, directory):
-        table.add_row(shown, *(f"{r[key]:.4f}" if isinstance(r[key], float) else str(r[key]) for r in rows))
+        table.add_row(
+            shown, *(f"{r[key]:.4f}" if isinstance(r[key], float) else str(r[key]) for r in rows)
+        )
     console.print(table)
 
 
 def import_npy(
-    src: Annotated[Path, typer.Argument(help="Directory of torchrec's day_N_{dense,sparse,labels}.npy files.")],
+    src: Annotated[
+        Path, typer.Argument(help="Directory of torchrec's day_N_{dense,sparse,labels}.npy files.")
+    ],
     out: Annotated[Path, typer.Option(help="Output dataset directory.")],
     max_ids: Annotated[
-        str | None, typer.Option(help="torchrec's hashes: N or N1,N2,... (ids = value % N); default max id + 1.")
+        str | None,
+        typer.Option(
+            help="torchrec's hashes: N or N1,N2,... (ids = value % N); default max id + 1."
+        ),
     ] = None,
     val_half: Annotated[
-        str, typer.Option(help="Which half of the last day is validation: first (torchrec) or second.")
+        str,
+        typer.Option(help="Which half of the last day is validation: first (torchrec) or second."),
     ] = "first",
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
@@ -132,13 +157,26 @@ def import_npy(
 
 def reference_npy(
     days: Annotated[
-        list[Path], typer.Argument(help="Criteo 1TB day files in order, day_0 .. day_23 (the last: val + test).")
+        list[Path],
+        typer.Argument(
+            help="Criteo 1TB day files in order, day_0 .. day_23 (the last: val + test)."
+        ),
     ],
-    out: Annotated[Path, typer.Option(help="Directory for day_N_{dense,sparse,labels}.npy (then `data import-npy`).")],
+    out: Annotated[
+        Path,
+        typer.Option(
+            help="Directory for day_N_{dense,sparse,labels}.npy (then `data import-npy`)."
+        ),
+    ],
     dense: Annotated[
-        str, typer.Option(help="log3: log(x+3), the published arrays' (torchrec 0.3.2); log-min2: today's torchrec.")
+        str,
+        typer.Option(
+            help="log3: log(x+3), the published arrays' (torchrec 0.3.2); log-min2: today's torchrec."
+        ),
     ] = "log3",
-    seed: Annotated[int, typer.Option(help="Seed of the one-time per-sample shuffle of the training days.")] = 0,
+    seed: Annotated[
+        int, typer.Option(help="Seed of the one-time per-sample shuffle of the training days.")
+    ] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Preprocess as the MLPerf DLRMv2 reference does (torchrec's Criteo scripts), in bounded memory.
@@ -159,11 +197,15 @@ def reference_npy(
     if json_out:
         print_json({"rows": rows})
     else:
-        console.print(f"wrote {len(rows)} day file(s), {sum(rows):,} rows, to {out}", highlight=False)
+        console.print(
+            f"wrote {len(rows)} day file(s), {sum(rows):,} rows, to {out}", highlight=False
+        )
 
 
 def export_npy(
-    directory: Annotated[Path, typer.Argument(help="Dataset directory (from `shardrec preprocess`).")],
+    directory: Annotated[
+        Path, typer.Argument(help="Dataset directory (from `shardrec preprocess`).")
+    ],
     out: Annotated[Path, typer.Option(help="Directory for day_N_{dense,sparse,labels}.npy.")],
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
@@ -175,7 +217,9 @@ def export_npy(
     if json_out:
         print_json(written)
     else:
-        console.print(f"wrote {len(written)} day file(s) to {out}: {_rows_text(written)}", highlight=False)
+        console.print(
+            f"wrote {len(written)} day file(s) to {out}: {_rows_text(written)}", highlight=False
+        )
 
 
 def _rows_text(rows: dict[str, int]) -> str:

@@ -17,15 +17,23 @@ from shardrec.tools.console import console, err_console
 
 
 def digest(
-    directory: Annotated[Path, typer.Argument(help="Dataset directory (shardrec format or torchrec day_N_*.npy).")],
+    directory: Annotated[
+        Path, typer.Argument(help="Dataset directory (shardrec format or torchrec day_N_*.npy).")
+    ],
     seed: Annotated[int, typer.Option(help="Shuffle seed.")] = 0,
-    global_batch: Annotated[int, typer.Option("--global-batch", help="Samples per global batch (all ranks).")] = 8192,
-    world_size: Annotated[int, typer.Option("--world-size", help="Ranks whose slices are concatenated.")] = 1,
+    global_batch: Annotated[
+        int, typer.Option("--global-batch", help="Samples per global batch (all ranks).")
+    ] = 8192,
+    world_size: Annotated[
+        int, typer.Option("--world-size", help="Ranks whose slices are concatenated.")
+    ] = 1,
     batches: Annotated[int, typer.Option(help="Global batches to digest.")] = 10,
     start_batch: Annotated[int, typer.Option("--start-batch", help="First global batch.")] = 0,
     split: Annotated[str, typer.Option(help="Split to read.")] = "train",
     epoch: Annotated[int, typer.Option(help="Epoch (the shuffle differs per epoch).")] = 0,
-    shuffle: Annotated[bool, typer.Option("--shuffle/--no-shuffle", help="Shuffle, or keep file order.")] = True,
+    shuffle: Annotated[
+        bool, typer.Option("--shuffle/--no-shuffle", help="Shuffle, or keep file order.")
+    ] = True,
     tail: Annotated[str, typer.Option(help="Last partial global batch: drop or pad.")] = "drop",
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
@@ -34,14 +42,19 @@ def digest(
     The digests do not depend on --world-size: equal digests prove two runs, machines or
     cluster sizes see the same data in the same order.
     """
-    from shardrec.dataloader.loader import ShuffleSpec, build_loader  # torchrec is slow to import: only here
+    from shardrec.dataloader.loader import (
+        ShuffleSpec,
+        build_loader,
+    )  # torchrec is slow to import: only here
 
     if batches <= 0 or start_batch < 0 or world_size <= 0:
         fail(
             "--batches and --world-size must be positive and --start-batch not negative, "
             f"got {batches}, {world_size}, {start_batch}"
         )
-    if global_batch <= 0 or global_batch % world_size:  # said with the flags, before the loader says it with its names
+    if (
+        global_batch <= 0 or global_batch % world_size
+    ):  # said with the flags, before the loader says it with its names
         fail(
             f"--global-batch {global_batch} does not divide by --world-size {world_size}"
             if global_batch > 0
@@ -68,7 +81,10 @@ def digest(
         fail(f"--start-batch {start_batch} is past the end: the epoch has {total} global batches")
     count = min(batches, total - start_batch)
     with Progress(
-        *Progress.get_default_columns(), TextColumn("{task.fields[rate]}"), console=err_console, transient=True
+        *Progress.get_default_columns(),
+        TextColumn("{task.fields[rate]}"),
+        console=err_console,
+        transient=True,
     ) as bar:
         task = bar.add_task("digesting", total=count, rate="")
         rows, started = [], time.perf_counter()

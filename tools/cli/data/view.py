@@ -13,7 +13,9 @@ from shardrec.dataloader.format.manifest import DatasetError, Manifest, open_spl
 from shardrec.tools.cli.common import save_figure
 from shardrec.tools.preprocess.parts.feature_stats import frequency_curves
 
-if TYPE_CHECKING:  # pandas is imported where used: every CLI start (preprocess too) would pay ~0.3 s
+if (
+    TYPE_CHECKING
+):  # pandas is imported where used: every CLI start (preprocess too) would pay ~0.3 s
     import pandas as pd
 
 
@@ -25,7 +27,10 @@ def split_table(manifest: Manifest) -> pd.DataFrame:
     import pandas as pd
 
     return pd.DataFrame(
-        [{"split": s, "rows": info.rows, "parts": len(info.parts)} for s, info in manifest.splits.items()]
+        [
+            {"split": s, "rows": info.rows, "parts": len(info.parts)}
+            for s, info in manifest.splits.items()
+        ]
     ).set_index("split")
 
 
@@ -34,13 +39,21 @@ def feature_table(manifest: Manifest) -> pd.DataFrame:
     import pandas as pd
 
     rows = [
-        {"feature": f.name, "cardinality": f.cardinality, "dtype": f.dtype, "multi_hot": f.multi_hot, **f.stats}
+        {
+            "feature": f.name,
+            "cardinality": f.cardinality,
+            "dtype": f.dtype,
+            "multi_hot": f.multi_hot,
+            **f.stats,
+        }
         for f in manifest.sparse_features
     ]
     return pd.DataFrame(rows).set_index("feature")
 
 
-def dense_table(directory: Path, manifest: Manifest, split: str = "train", max_rows: int = 1_000_000) -> pd.DataFrame:
+def dense_table(
+    directory: Path, manifest: Manifest, split: str = "train", max_rows: int = 1_000_000
+) -> pd.DataFrame:
     """Mean / std / min / max of each transformed dense feature over up to max_rows rows."""
     import pandas as pd
 
@@ -52,7 +65,11 @@ def dense_table(directory: Path, manifest: Manifest, split: str = "train", max_r
         taken.append(np.asarray(p.dense[:left], dtype=np.float64))
         left -= len(taken[-1])
     values = np.concatenate(taken) if taken else np.zeros((0, len(manifest.dense_features)))
-    return pd.DataFrame(values, columns=manifest.dense_features).describe().T[["mean", "std", "min", "max"]]
+    return (
+        pd.DataFrame(values, columns=manifest.dense_features)
+        .describe()
+        .T[["mean", "std", "min", "max"]]
+    )
 
 
 def dataset_stats(directory: Path) -> dict[str, Any]:
@@ -62,7 +79,9 @@ def dataset_stats(directory: Path) -> dict[str, Any]:
         "splits": split_table(manifest).reset_index().to_dict(orient="records"),
         "skipped": dict(manifest.skipped),
         "features": feature_table(manifest).reset_index().to_dict(orient="records"),
-        "dense": dense_table(directory, manifest).reset_index(names="feature").to_dict(orient="records"),
+        "dense": dense_table(directory, manifest)
+        .reset_index(names="feature")
+        .to_dict(orient="records"),
         "options": manifest.options,
     }
 
@@ -82,7 +101,9 @@ def head_rows(directory: Path, n: int = 5, split: str = "train") -> list[dict[st
                 else:
                     row[feat.name] = int(part.sparse[feat.name][r])
                 ids = row[feat.name] if feat.multi_hot else [row[feat.name]]
-                if any(i >= feat.cardinality for i in ids):  # shown as it is, it would pass for a real id
+                if any(
+                    i >= feat.cardinality for i in ids
+                ):  # shown as it is, it would pass for a real id
                     raise DatasetError(id_out_of_range(part, feat.name, r, max(ids)))
             out.append(row)
         if len(out) >= n:
@@ -105,7 +126,13 @@ def head_fields(manifest: Manifest, directory: Path) -> list[tuple[str, str]]:
     out = []
     for c in spec.columns:
         if isinstance(c, LabelColumn):
-            rule = f" >= {c.threshold:g}" if c.threshold is not None else " (mapped)" if c.mapping else ""
+            rule = (
+                f" >= {c.threshold:g}"
+                if c.threshold is not None
+                else " (mapped)"
+                if c.mapping
+                else ""
+            )
             out.append(("label", f"label: {c.name}{rule}"))
         elif isinstance(c, ListColumn):
             out.append((c.name, f"{c.name} (list, {c.pooling})"))
@@ -126,7 +153,9 @@ def plot_frequencies(directory: Path, out_png: Path, split: str = "train") -> No
     try:
         curves = frequency_curves(directory, manifest, split)
     except ValueError as e:  # an id outside its table: `data verify` names the file and row
-        raise DatasetError(f"{directory}: {e}; `shardrec data verify {directory}` names the file and row") from None
+        raise DatasetError(
+            f"{directory}: {e}; `shardrec data verify {directory}` names the file and row"
+        ) from None
     fig, ax = plt.subplots(figsize=(9, 6))
     for name, counts in curves.items():
         if len(counts):

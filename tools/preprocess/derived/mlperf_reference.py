@@ -78,8 +78,12 @@ def parse_day(path: Path, work: Path, day: int) -> None:
     if (work / f"day_{day}_labels.npy").exists():
         return
     rows = sum(text.count(b"\n") for text in _chunks(path))
-    dense = np.lib.format.open_memmap(work / f"day_{day}_dense_raw.npy.tmp", "w+", np.int32, (rows, 13))
-    sparse = np.lib.format.open_memmap(work / f"day_{day}_sparse_raw.npy.tmp", "w+", np.int64, (rows, 26))
+    dense = np.lib.format.open_memmap(
+        work / f"day_{day}_dense_raw.npy.tmp", "w+", np.int32, (rows, 13)
+    )
+    sparse = np.lib.format.open_memmap(
+        work / f"day_{day}_sparse_raw.npy.tmp", "w+", np.int64, (rows, 26)
+    )
     labels = np.empty((rows, 1), dtype=np.int32)
     at, line = 0, 1
     for text in _chunks(path):
@@ -87,7 +91,9 @@ def parse_day(path: Path, work: Path, day: int) -> None:
         bad = np.flatnonzero(chunk.reason >= 0)
         if bad.size:
             reason, shown = describe_bad_row(text, chunk, int(bad[0]), SCHEMA)
-            raise ValueError(f"{path}:{line + int(bad[0])}: {reason}: {shown}; the reference parses every row")
+            raise ValueError(
+                f"{path}:{line + int(bad[0])}: {reason}: {shown}; the reference parses every row"
+            )
         n = len(chunk.labels)
         labels[at : at + n, 0] = chunk.labels
         dense[at : at + n] = chunk.dense  # 0 where missing, as torchrec's int(x or "0")
@@ -135,7 +141,8 @@ def contiguous_ids(work: Path, num_days: int) -> None:
         return
     raw = [np.load(work / f"day_{d}_sparse_raw.npy", mmap_mode="r") for d in range(num_days)]
     outs = [
-        np.lib.format.open_memmap(work / f"day_{d}_ids.npy.tmp", "w+", np.int64, raw[d].shape) for d in range(num_days)
+        np.lib.format.open_memmap(work / f"day_{d}_ids.npy.tmp", "w+", np.int64, raw[d].shape)
+        for d in range(num_days)
     ]
     for col in range(raw[0].shape[1]):
         values, firsts = _first_occurrences(raw, col)
@@ -152,7 +159,9 @@ def contiguous_ids(work: Path, num_days: int) -> None:
 
 def _day_min(work: Path, day: int) -> int:
     raw = np.load(work / f"day_{day}_dense_raw.npy", mmap_mode="r")
-    return min((int(raw[s : s + CHUNK_ROWS].min()) for s in range(0, len(raw), CHUNK_ROWS)), default=0)
+    return min(
+        (int(raw[s : s + CHUNK_ROWS].min()) for s in range(0, len(raw), CHUNK_ROWS)), default=0
+    )
 
 
 @dataclass(frozen=True)
@@ -184,7 +193,11 @@ def write_days(work: Path, out: Path, num_days: int, dense: str, seed: int) -> N
     parsed = _Parsed.load(work, num_days, dense)
     last = num_days - 1
     sizes = [len(a) for a in parsed.ids]
-    _write_day(out / f"day_{last}", sizes[last], lambda rows: parsed.rows(last, np.arange(rows.start, rows.stop)))
+    _write_day(
+        out / f"day_{last}",
+        sizes[last],
+        lambda rows: parsed.rows(last, np.arange(rows.start, rows.stop)),
+    )
     if all((out / f"day_{d}_labels.npy").exists() for d in range(last)):
         return
     starts = np.cumsum([0, *sizes[:last]])
@@ -201,12 +214,18 @@ def write_days(work: Path, out: Path, num_days: int, dense: str, seed: int) -> N
             order = np.argsort(local)  # each day's rows read in file order
             dense[at[order]], ids[at[order]], labels[at[order]] = parsed.rows(d, local[order])
         # torchrec shuffles one float32 matrix and casts ids and labels back to int32.
-        return dense, ids.astype(np.float32).astype(np.int32), labels.astype(np.float32).astype(np.int32)
+        return (
+            dense,
+            ids.astype(np.float32).astype(np.int32),
+            labels.astype(np.float32).astype(np.int32),
+        )
 
     for d in range(last):
         base = int(starts[d])
         _write_day(
-            out / f"day_{d}", sizes[d], lambda rows, base=base: shuffled(slice(base + rows.start, base + rows.stop))
+            out / f"day_{d}",
+            sizes[d],
+            lambda rows, base=base: shuffled(slice(base + rows.start, base + rows.stop)),
         )
 
 
@@ -218,7 +237,8 @@ def _write_day(prefix: Path, rows: int, source: Callable[[slice], tuple[np.ndarr
     files = [Path(f"{prefix}_{kind}.npy") for kind in ("dense", "sparse", "labels")]
     tmps = [f.with_name(f.name + ".tmp") for f in files]
     outs = [
-        np.lib.format.open_memmap(t, mode="w+", dtype=a.dtype, shape=(rows, a.shape[1])) for t, a in zip(tmps, first)
+        np.lib.format.open_memmap(t, mode="w+", dtype=a.dtype, shape=(rows, a.shape[1]))
+        for t, a in zip(tmps, first)
     ]
     for start in range(0, rows, CHUNK_ROWS):
         piece = slice(start, min(rows, start + CHUNK_ROWS))
@@ -226,15 +246,21 @@ def _write_day(prefix: Path, rows: int, source: Callable[[slice], tuple[np.ndarr
             target[piece] = part
     for target, tmp, final in zip(outs, tmps, files):
         target.flush()
-        os.replace(tmp, final)  # labels last: a rerun skips the day only when all three are in place
+        os.replace(
+            tmp, final
+        )  # labels last: a rerun skips the day only when all three are in place
 
 
-def reference_preprocess(days: list[Path], out: Path, dense: str = "log3", seed: int = 0) -> list[int]:
+def reference_preprocess(
+    days: list[Path], out: Path, dense: str = "log3", seed: int = 0
+) -> list[int]:
     """The reference's arrays of `days` (in order; the last is val + test) in `out`; returns rows per day."""
     if dense not in DENSE_TRANSFORMS:
         raise ValueError(f"dense transform {dense!r} is not one of {', '.join(DENSE_TRANSFORMS)}")
     if len(days) < 2:
-        raise ValueError(f"{len(days)} day file(s): the reference needs training days and a last day (val + test)")
+        raise ValueError(
+            f"{len(days)} day file(s): the reference needs training days and a last day (val + test)"
+        )
     work = out / ".work"
     work.mkdir(parents=True, exist_ok=True)
     for d, path in enumerate(days):

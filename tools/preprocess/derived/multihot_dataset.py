@@ -67,11 +67,19 @@ class _NpyWriter:
         self.path, self.dtype, self.length, self.written = path, np.dtype(dtype), length, 0
         self.hash = hashlib.sha256()
         self.file: BinaryIO = open(path, "wb")
-        header = {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": (length,)}
+        header = {
+            "descr": np.lib.format.dtype_to_descr(self.dtype),
+            "fortran_order": False,
+            "shape": (length,),
+        }
         np.lib.format.write_array_header_1_0(self, header)  # the header np.save writes first
 
     def write(self, data: bytes | np.ndarray) -> None:
-        raw = data if isinstance(data, bytes) else np.ascontiguousarray(data, self.dtype).view(np.uint8).reshape(-1)
+        raw = (
+            data
+            if isinstance(data, bytes)
+            else np.ascontiguousarray(data, self.dtype).view(np.uint8).reshape(-1)
+        )
         if not isinstance(data, bytes):
             self.written += len(data)
         self.hash.update(raw)
@@ -79,7 +87,9 @@ class _NpyWriter:
 
     def close(self) -> FileInfo:
         """Close the file (synced later, with its part: _sync_part)."""
-        assert self.written == self.length, f"{self.path}: wrote {self.written} of {self.length} values"
+        assert self.written == self.length, (
+            f"{self.path}: wrote {self.written} of {self.length} values"
+        )
         size = self.file.tell()
         self.file.close()
         return FileInfo(bytes=size, sha256=self.hash.hexdigest())
@@ -93,7 +103,9 @@ def _copy_checked(src: Path, dst: Path, expected: FileInfo) -> FileInfo:
             h.update(block)
             fout.write(block)
     if h.hexdigest() != expected.sha256:
-        raise DatasetError(f"{src}: checksum differs from its manifest (corrupted?); check with `shardrec data verify`")
+        raise DatasetError(
+            f"{src}: checksum differs from its manifest (corrupted?); check with `shardrec data verify`"
+        )
     return FileInfo(bytes=expected.bytes, sha256=expected.sha256)
 
 
@@ -109,7 +121,9 @@ def _write_feature(
         offsets.write(np.zeros(1, np.int64))
     for a in range(0, n, chunk_rows):
         b = min(n, a + chunk_rows)
-        values.write(tables.expand(t, ids[a:b], dtype=dtype).reshape(-1))  # no cast pass on the way out
+        values.write(
+            tables.expand(t, ids[a:b], dtype=dtype).reshape(-1)
+        )  # no cast pass on the way out
         if offsets is not None:
             offsets.write(np.arange(a + 1, b + 1, dtype=np.int64) * size)
     files = {f"{name}.npy": values.close()}
@@ -131,12 +145,17 @@ def _convert_part(
     part = open_part(src, split, info, manifest)
     out_dir = out / split / info.name
     out_dir.mkdir(parents=True)
-    files = {f: _copy_checked(part.path / f, out_dir / f, info.files[f]) for f in ("label.npy", "dense.npy")}
+    files = {
+        f: _copy_checked(part.path / f, out_dir / f, info.files[f])
+        for f in ("label.npy", "dense.npy")
+    }
     for t, feat in enumerate(manifest.sparse_features):
         ids = part.sparse[feat.name]
         files.update(_write_feature(out_dir, feat.name, ids, tables, t, chunk_rows))
         if counts is not None and split == "train":
-            counts.add(t, ids)  # just read for the expansion: one more pass over 1 id a sample, not `size`
+            counts.add(
+                t, ids
+            )  # just read for the expansion: one more pass over 1 id a sample, not `size`
     return PartInfo(name=info.name, rows=info.rows, files=files)
 
 
@@ -158,7 +177,9 @@ def _feature_stats(
     rest = [f for t, f in enumerate(manifest.sparse_features) if t not in counts.counted]
     if rest:
         stats.update(
-            compute_feature_stats(directory, dataclasses.replace(manifest, sparse_features=rest), "train", workers)
+            compute_feature_stats(
+                directory, dataclasses.replace(manifest, sparse_features=rest), "train", workers
+            )
         )
     return stats
 
@@ -186,7 +207,9 @@ def prepare_multihot(
     manifest = Manifest.load(src)
     spec = multihot_spec(manifest, sizes, rows, dist, seed)
     tables = open_index_tables(cache_dir if cache_dir is not None else default_cache_dir(), spec)
-    for t, feat in enumerate(manifest.sparse_features):  # one signature per (id dtype, column dtype)
+    for t, feat in enumerate(
+        manifest.sparse_features
+    ):  # one signature per (id dtype, column dtype)
         tables.expand(t, np.zeros(1, feat.dtype), dtype=smallest_uint(spec.rows[t] - 1))
     OneHotCounts(manifest, tables).warm()
     return tables
@@ -226,7 +249,9 @@ def materialize_multihot(
         raise ValueError(f"chunk_rows and workers must be positive, got {chunk_rows} and {workers}")
     check_out(src, out)
     if tables is None:
-        tables = open_index_tables(cache_dir if cache_dir is not None else default_cache_dir(), spec)
+        tables = open_index_tables(
+            cache_dir if cache_dir is not None else default_cache_dir(), spec
+        )
     elif tables.spec != spec:
         raise ValueError(f"index tables of {tables.spec} given for a materialisation of {spec}")
     counts = OneHotCounts(manifest, tables) if "train" in manifest.splits else None
@@ -254,14 +279,18 @@ def materialize_multihot(
             for f in synced:
                 f.result()  # every part on disk before the manifest names it
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)  # parts not started are dropped on an error
+            pool.shutdown(
+                wait=True, cancel_futures=True
+            )  # parts not started are dropped on an error
             syncer.shutdown(wait=True, cancel_futures=True)
         features = [
             SparseFeature(f.name, r, str(smallest_uint(r - 1)), multi_hot=k > 1)
             for f, k, r in zip(manifest.sparse_features, spec.sizes, spec.rows)
         ]
         options = {**manifest.options, "multihot": {**spec.to_dict(), "source": str(src)}}
-        result = dataclasses.replace(manifest, sparse_features=features, splits=splits, options=options)
+        result = dataclasses.replace(
+            manifest, sparse_features=features, splits=splits, options=options
+        )
         stats = _feature_stats(tmp, result, counts, workers)
         for f in features:
             f.stats = stats.get(f.name, {})

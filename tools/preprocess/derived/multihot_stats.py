@@ -57,8 +57,12 @@ class OneHotCounts:
             if f.cardinality <= MAX_EXACT_ROWS and rows[t] <= MAX_EXACT_ROWS
         ]
         train = manifest.splits["train"].rows if "train" in manifest.splits else 0
-        dtype = np.uint32 if train <= np.iinfo(np.uint32).max else np.int64  # a count never passes `train`
-        self.counts = {t: np.zeros(manifest.sparse_features[t].cardinality, dtype) for t in self.counted}
+        dtype = (
+            np.uint32 if train <= np.iinfo(np.uint32).max else np.int64
+        )  # a count never passes `train`
+        self.counts = {
+            t: np.zeros(manifest.sparse_features[t].cardinality, dtype) for t in self.counted
+        }
         self._locks = {t: threading.Lock() for t in self.counted}
 
     def add(self, t: int, ids: np.ndarray) -> None:
@@ -74,10 +78,17 @@ class OneHotCounts:
                 top = int(ids.max()) if ids.size else -1
                 bad = top if top >= len(counts) else -1
                 if bad < 0:
-                    np.add(counts, np.bincount(ids, minlength=len(counts)), out=counts, casting="unsafe")
+                    np.add(
+                        counts,
+                        np.bincount(ids, minlength=len(counts)),
+                        out=counts,
+                        casting="unsafe",
+                    )
         if bad >= 0:
             name = self.manifest.sparse_features[t].name
-            raise ValueError(f"{name}: one-hot id {bad} outside its {len(counts)} rows (corrupted source?)")
+            raise ValueError(
+                f"{name}: one-hot id {bad} outside its {len(counts)} rows (corrupted source?)"
+            )
 
     def multihot_counts(self, t: int) -> np.ndarray:
         """Lookup count of every multi-hot id of feature t (in id order, zeros included)."""
@@ -86,7 +97,9 @@ class OneHotCounts:
         touched = np.flatnonzero(src)
         for a in range(0, len(touched), EXPAND_IDS):
             ids = touched[a : a + EXPAND_IDS]
-            rows = self.tables.expand(t, ids)  # folds ids past the table's rows, as the conversion does
+            rows = self.tables.expand(
+                t, ids
+            )  # folds ids past the table's rows, as the conversion does
             weights = src[ids].astype(np.int64)
             if AVAILABLE:
                 _add_weighted(rows, weights, counts)

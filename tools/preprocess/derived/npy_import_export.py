@@ -50,7 +50,9 @@ def find_days(src: Path) -> list[int]:
     for d in days:
         for kind in ("sparse", "labels"):
             if not npy.day_file(src, d, kind).is_file():
-                raise ValueError(f"{npy.day_file(src, d, kind)}: missing (day_{d}_dense.npy exists)")
+                raise ValueError(
+                    f"{npy.day_file(src, d, kind)}: missing (day_{d}_dense.npy exists)"
+                )
     return days
 
 
@@ -84,7 +86,9 @@ def import_npy(src: Path, out: Path, hashes: list[int] | None, val_half: str = "
                 stop = min(hi, start + ROWS_PER_PART)
                 block = np.asarray(sparse[start:stop])
                 if (block < 0).any():
-                    raise ValueError(f"{npy.day_file(src, d, 'sparse')}: negative values (rows {start}-{stop})")
+                    raise ValueError(
+                        f"{npy.day_file(src, d, 'sparse')}: negative values (rows {start}-{stop})"
+                    )
                 ids = {
                     n: (block[:, f].astype(np.uint64) % np.uint64(hashes[f])).astype(dtypes[f])
                     for f, n in enumerate(names)
@@ -104,7 +108,11 @@ def import_npy(src: Path, out: Path, hashes: list[int] | None, val_half: str = "
             "days": days,
             "hashes": hashes,
             "ids": "value % hashes[feature], as torchrec",
-            "splits": {"train_days": "all days but the last", "halved_day": days[-1], "val_half": val_half},
+            "splits": {
+                "train_days": "all days but the last",
+                "halved_day": days[-1],
+                "val_half": val_half,
+            },
         },  # fmt: skip
     )
     for name, stats in compute_feature_stats(out, manifest).items():
@@ -120,7 +128,9 @@ def _export_day(parts, out: Path, day: int, names: list[str]) -> int:
     with ExitStack() as stack:
         tmp = {k: stack.enter_context(atomic_path(npy.day_file(out, day, k))) for k in npy.KINDS}
         arrays = {
-            k: np.lib.format.open_memmap(tmp[k], mode="w+", dtype=npy.WRITE_DTYPES[k], shape=shapes[k])
+            k: np.lib.format.open_memmap(
+                tmp[k], mode="w+", dtype=npy.WRITE_DTYPES[k], shape=shapes[k]
+            )
             for k in npy.KINDS
         }
         at = 0
@@ -158,7 +168,11 @@ def export_npy(directory: Path, out: Path) -> dict[str, int]:
     if first_rows != npy.val_rows(total):
         # torchrec cuts the last day at ceil(rows/2); skipped rows can make our halves differ.
         logger.warning(
-            "%s has %d of %d last-day rows; torchrec will cut at %d", halves[0], first_rows, total, npy.val_rows(total)
+            "%s has %d of %d last-day rows; torchrec will cut at %d",
+            halves[0],
+            first_rows,
+            total,
+            npy.val_rows(total),
         )
     written[f"day_{len(train)}"] = _export_day(last, out, len(train), names)
     _mark_export_complete(directory, out, written)

@@ -105,7 +105,9 @@ def _compressed_position(path: str | Path, reader: BinaryIO | None) -> str:
 
 # GZIDX (indexed_gzip's format, rapidgzip's default export), version 1: a header, then one record
 # per seek point, then a window for every point whose data flag is set, in point order.
-_HEADER = struct.Struct("<5sBBQQIII")  # magic, version, flags, compressed, uncompressed, spacing, window, points
+_HEADER = struct.Struct(
+    "<5sBBQQIII"
+)  # magic, version, flags, compressed, uncompressed, spacing, window, points
 _POINT = struct.Struct("<QQBB")  # compressed offset, uncompressed offset, bits, has window
 INDEX_CHUNK = 4 << 20  # text between seek points: a seek decodes at most this much before its range
 
@@ -188,7 +190,9 @@ def open_range(path: str | Path, start: int, end: int, index_path: str = "") -> 
         while left > 0:
             n = reader.readinto(memoryview(buf)[: min(left, len(buf))])
             if n == 0:
-                raise EOFError(f"the text ends at byte {start - left:,}, before the range's start {start:,}")
+                raise EOFError(
+                    f"the text ends at byte {start - left:,}, before the range's start {start:,}"
+                )
             left -= n
     except BaseException:
         reader.close()

@@ -74,7 +74,11 @@ class _Cutter:
             at, self.begin = nl + 1, self.pos + nl + 1
             self.target = self.begin + self.chunk
         while at < n:
-            cut = data.find(b"\n", max(at, self.target - self.pos), n) if self.target - self.pos < n else -1
+            cut = (
+                data.find(b"\n", max(at, self.target - self.pos), n)
+                if self.target - self.pos < n
+                else -1
+            )
             stop = cut + 1 if cut >= 0 else n
             self.lines += data.count(b"\n", at, stop)
             self.crc = gz.crc32(block[at:stop], self.crc)
@@ -119,9 +123,14 @@ def _scan(path: Path, chunk_bytes: int, header: bool, index: Path | None) -> Gzi
                 if gz.trailer_size_matches(path, total):
                     gz.export_index(reader, index)
                     return GzipScan(*cutter.finish(), index=str(index))
-            logger.info("%s: the trailer's size differs from the text read: rescanned without a seek index", path)
+            logger.info(
+                "%s: the trailer's size differs from the text read: rescanned without a seek index",
+                path,
+            )
         except gz.RAPIDGZIP_ERRORS as e:  # the sequential decoder below names the damage as usual
-            logger.info("%s: rapidgzip could not read it (%s): rescanned without a seek index", path, e)
+            logger.info(
+                "%s: rapidgzip could not read it (%s): rescanned without a seek index", path, e
+            )
     cutter = _Cutter(chunk_bytes, header)
     try:
         f = gz.open_gzip(path)
@@ -135,7 +144,9 @@ def _scan(path: Path, chunk_bytes: int, header: bool, index: Path | None) -> Gzi
     return GzipScan(*cutter.finish(), index="")
 
 
-def scan_gzip(path: Path, number: int, chunk_bytes: int, header: bool, work_dir: Path | None) -> GzipScan:
+def scan_gzip(
+    path: Path, number: int, chunk_bytes: int, header: bool, work_dir: Path | None
+) -> GzipScan:
     """The cut of input file `number` (its position among the inputs), from work_dir when a run
     already scanned this very file (name, size, mtime) with these options, else by a pass."""
     if work_dir is None:
@@ -169,7 +180,9 @@ def _record(work_dir: Path, number: int, path: Path) -> Path:
     return stem.with_suffix(stem.suffix + ".json")
 
 
-def load_scan(path: Path, number: int, chunk_bytes: int, header: bool, work_dir: Path) -> GzipScan | None:
+def load_scan(
+    path: Path, number: int, chunk_bytes: int, header: bool, work_dir: Path
+) -> GzipScan | None:
     """The cut a run saved for this very file (name, size, mtime) and options, or None."""
     try:
         saved = json.loads(_record(work_dir, number, path).read_bytes())
@@ -178,14 +191,22 @@ def load_scan(path: Path, number: int, chunk_bytes: int, header: bool, work_dir:
         ):
             scan = saved["scan"]
             return GzipScan(
-                [tuple(b) for b in scan["bounds"]], scan["counts"], scan["crcs"], scan["total_lines"], scan["index"]
+                [tuple(b) for b in scan["bounds"]],
+                scan["counts"],
+                scan["crcs"],
+                scan["total_lines"],
+                scan["index"],
             )
     except (OSError, ValueError, KeyError, TypeError):
         pass  # none yet, torn, or from another file: scanned again
     return None
 
 
-def save_scan(path: Path, number: int, chunk_bytes: int, header: bool, work_dir: Path, scan: GzipScan) -> None:
+def save_scan(
+    path: Path, number: int, chunk_bytes: int, header: bool, work_dir: Path, scan: GzipScan
+) -> None:
     record = _record(work_dir, number, path)
     record.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(record, json.dumps({"key": _key(path, chunk_bytes, header), "scan": asdict(scan)}).encode())
+    atomic_write_bytes(
+        record, json.dumps({"key": _key(path, chunk_bytes, header), "scan": asdict(scan)}).encode()
+    )

@@ -19,7 +19,9 @@ import numpy as np
 
 MISSING_ID = 0
 OOV_ID = 1
-BUCKET_VALUES = 32  # kept values per bucket of the compiled lookup's index, on average: 1/8 byte per value
+BUCKET_VALUES = (
+    32  # kept values per bucket of the compiled lookup's index, on average: 1/8 byte per value
+)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 
@@ -55,7 +57,9 @@ def hash_bytes(data: bytes) -> int:
 def hash_ids(values: np.ndarray, missing: np.ndarray, cardinality: int) -> np.ndarray:
     """uint64 ids in [0, cardinality): 0 for missing, 1 + hash mod (cardinality - 1) otherwise."""
     if cardinality < 2:
-        raise ValueError(f"hashing needs a cardinality of at least 2 (id 0 is the missing value), got {cardinality}")
+        raise ValueError(
+            f"hashing needs a cardinality of at least 2 (id 0 is the missing value), got {cardinality}"
+        )
     ids = mix64(values) % np.uint64(cardinality - 1) + np.uint64(1)
     ids[missing] = MISSING_ID
     return ids

@@ -30,7 +30,13 @@ from pathlib import Path
 
 import numpy as np
 
-from shardrec.dataloader.util.files import atomic_open, atomic_path, atomic_write_bytes, fsync_dir, fsync_path
+from shardrec.dataloader.util.files import (
+    atomic_open,
+    atomic_path,
+    atomic_write_bytes,
+    fsync_dir,
+    fsync_path,
+)
 from shardrec.tools.preprocess.ids.id_maps import Vocabulary, merge_counts
 
 ENTRY_BYTES = 64
@@ -44,7 +50,13 @@ def budget_entries(memory_bytes: int) -> int:
 
 
 def _npy_header(dtype: np.dtype, n: int) -> bytes:
-    d = repr({"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": (n,)})
+    d = repr(
+        {
+            "descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+            "fortran_order": False,
+            "shape": (n,),
+        }
+    )
     body = d.encode("latin1").ljust(_NPY_HEADER - 10 - 1) + b"\n"
     return b"\x93NUMPY\x01\x00" + (len(body)).to_bytes(2, "little") + body
 
@@ -66,7 +78,9 @@ class _Appender:
         self.f.seek(0)
         self.f.write(_npy_header(self.dtype, self.n))
         self.f.close()
-        self._ctx.__exit__(None, None, None)  # fsync, then rename into place (the folder: later, once)
+        self._ctx.__exit__(
+            None, None, None
+        )  # fsync, then rename into place (the folder: later, once)
 
 
 def count_marker(work: Path, index: int) -> Path:
@@ -77,7 +91,11 @@ class CountRuns:
     """One counting task's sorted (value, count) runs, spilled to disk as the budget fills."""
 
     def __init__(self, work: Path, index: int, names: list[str], memory_bytes: int) -> None:
-        self.dir, self.names, self.limit = work / f"count-{index:05d}", names, budget_entries(memory_bytes)
+        self.dir, self.names, self.limit = (
+            work / f"count-{index:05d}",
+            names,
+            budget_entries(memory_bytes),
+        )
         self.index, self.work = index, work
         self.pieces: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in names]
         self.held, self.runs, self.entries = 0, 0, 0
@@ -109,7 +127,9 @@ class CountRuns:
             self._spill()
         fsync_path(self.dir)
         marker = count_marker(self.work, self.index)
-        atomic_write_bytes(marker, json.dumps({"runs": self.runs, "entries": self.entries}).encode())
+        atomic_write_bytes(
+            marker, json.dumps({"runs": self.runs, "entries": self.entries}).encode()
+        )
         return marker
 
 
@@ -147,7 +167,11 @@ def merge_runs(runs: list[tuple[np.ndarray, np.ndarray]], limit: int):
         bound = _range_end(runs, pos, limit)
         pieces = []
         for i, (v, c) in enumerate(runs):
-            end = len(v) if bound is None else pos[i] + int(np.searchsorted(v[pos[i] :], np.uint64(bound)))
+            end = (
+                len(v)
+                if bound is None
+                else pos[i] + int(np.searchsorted(v[pos[i] :], np.uint64(bound)))
+            )
             if end > pos[i]:
                 pieces.append((np.asarray(v[pos[i] : end]), np.asarray(c[pos[i] : end])))
             pos[i] = end
@@ -158,12 +182,16 @@ def _assign_ids(counts_path: Path, ids: _Appender, hist: dict[int, int], limit: 
     """ids of the kept values (in value order) from their counts: decreasing count, ties by value."""
     distinct = np.array(sorted(hist, reverse=True), dtype=np.int64)
     sizes = np.array([hist[int(c)] for c in distinct], dtype=np.int64)
-    start = 2 + np.concatenate([[0], np.cumsum(sizes)[:-1]])  # first id of each count, largest count first
+    start = 2 + np.concatenate(
+        [[0], np.cumsum(sizes)[:-1]]
+    )  # first id of each count, largest count first
     seen = np.zeros(len(distinct), dtype=np.int64)
     counts = np.load(counts_path, mmap_mode="r")
     for a in range(0, len(counts), limit):
         c = np.asarray(counts[a : a + limit])
-        k = len(distinct) - 1 - np.searchsorted(distinct[::-1], c)  # index of each count in `distinct`
+        k = (
+            len(distinct) - 1 - np.searchsorted(distinct[::-1], c)
+        )  # index of each count in `distinct`
         order = np.argsort(k, kind="stable")  # value order kept within a count
         ks = k[order]
         first = np.searchsorted(ks, ks, side="left")
@@ -177,14 +205,19 @@ def _narrowest(largest: int) -> np.dtype:
     return np.dtype(np.uint32) if largest <= np.iinfo(np.uint32).max else np.dtype(np.uint64)
 
 
-def build_feature(runs: list[Path], name: str, min_count: int, memory_bytes: int, vocab_dir: Path) -> tuple[int, int]:
+def build_feature(
+    runs: list[Path], name: str, min_count: int, memory_bytes: int, vocab_dir: Path
+) -> tuple[int, int]:
     """Merge one feature's runs into `{name}.values.npy` / `.ids.npy`; returns (kept values, ranges).
 
     Both files are uint32 where their largest entry fits (Criteo's 32-bit hex values, fewer than
     4 G ids): every worker maps them whole, and on 52 M distinct values they were 832 MB of uint64."""
     limit = budget_entries(memory_bytes)
     mapped = [
-        (np.load(r / f"{name}.values.npy", mmap_mode="r"), np.load(r / f"{name}.counts.npy", mmap_mode="r"))
+        (
+            np.load(r / f"{name}.values.npy", mmap_mode="r"),
+            np.load(r / f"{name}.counts.npy", mmap_mode="r"),
+        )
         for r in runs
     ]
     largest = max((int(v[-1]) for v, _ in mapped if len(v)), default=0)  # runs are sorted
@@ -210,7 +243,9 @@ def build_feature(runs: list[Path], name: str, min_count: int, memory_bytes: int
     return values.n, ranges
 
 
-def build_vocabularies(runs: list[Path], names: list[str], min_count: int, memory_bytes: int, vocab_dir: Path) -> dict:
+def build_vocabularies(
+    runs: list[Path], names: list[str], min_count: int, memory_bytes: int, vocab_dir: Path
+) -> dict:
     """Every feature's vocabulary files, then `vocab.json` (cardinalities, ranges) written last."""
     vocab_dir.mkdir(parents=True, exist_ok=True)
     cards, ranges = [], []
@@ -244,7 +279,8 @@ def load_vocabularies(vocab_dir: Path, names: list[str]) -> list[Vocabulary]:
     """Each feature's vocabulary, memory-mapped (read-only; shared by every worker's page cache)."""
     return [
         Vocabulary(
-            np.load(vocab_dir / f"{n}.values.npy", mmap_mode="r"), np.load(vocab_dir / f"{n}.ids.npy", mmap_mode="r")
+            np.load(vocab_dir / f"{n}.values.npy", mmap_mode="r"),
+            np.load(vocab_dir / f"{n}.ids.npy", mmap_mode="r"),
         )
         for n in names
     ]

@@ -32,7 +32,9 @@ class HashTables:
 
     slots: np.ndarray  # uint64: every table, one after another
     starts: np.ndarray  # int64 [features]: the first slot of each feature's table
-    bits: np.ndarray  # int64 [features]: each table has 2**bits slots; 0: no table (searched instead)
+    bits: (
+        np.ndarray
+    )  # int64 [features]: each table has 2**bits slots; 0: no table (searched instead)
 
 
 def build_tables(vocabs: list[Vocabulary]) -> HashTables:
@@ -90,7 +92,9 @@ def _hash_rows_into(values, missing, rows, features, slots, starts, bits, out, o
                 continue
             v = values[r, f]
             found = np.uint64(OOV_ID)
-            if v >> np.uint64(32) == 0:  # kept values are 32-bit: a wider one is never a match of its low bits
+            if (
+                v >> np.uint64(32) == 0
+            ):  # kept values are 32-bit: a wider one is never a match of its low bits
                 key, base = v << np.uint64(32), np.uint64(starts[f])
                 mask, s = np.uint64((1 << b) - 1), (v * _GOLDEN) >> np.uint64(64 - b)
                 while slots[base + s] != _EMPTY:
@@ -113,7 +117,9 @@ def lookup_features_into(
     """out[j, offset + k] = the id of values[rows[k], features[j]] in vocabs[features[j]], in out's dtype
     (Vocabulary.lookup's): by the hash tables in one pass, then the vocabularies without one by search."""
     tables = tables_for(vocabs)
-    _hash_rows_into(values, missing, rows, features, tables.slots, tables.starts, tables.bits, out, offset)
+    _hash_rows_into(
+        values, missing, rows, features, tables.slots, tables.starts, tables.bits, out, offset
+    )
     for j, f in enumerate(features):
         if not tables.bits[f]:
             lookup_rows_into(vocabs[f], values, missing, rows, int(f), out[j], offset)
@@ -147,9 +153,18 @@ def _lookup_into(values, missing, rows, f, table, ids, starts, shift, out, offse
 
 
 def lookup_rows_into(
-    vocab: Vocabulary, values: np.ndarray, missing: np.ndarray, rows: np.ndarray, f: int, out: np.ndarray, offset: int
+    vocab: Vocabulary,
+    values: np.ndarray,
+    missing: np.ndarray,
+    rows: np.ndarray,
+    f: int,
+    out: np.ndarray,
+    offset: int,
 ) -> None:
     """out[offset + k] = the id of values[rows[k], f] (Vocabulary.lookup's), in out's dtype."""
     starts, shift = vocab.bucket_starts
-    table, ids = np.asarray(vocab.sorted_values), np.asarray(vocab.ids)  # a memmap as a plain (read-only) array
+    table, ids = (
+        np.asarray(vocab.sorted_values),
+        np.asarray(vocab.ids),
+    )  # a memmap as a plain (read-only) array
     _lookup_into(values, missing, rows, f, table, ids, starts, np.uint64(shift), out, offset)

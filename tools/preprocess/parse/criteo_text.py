@@ -33,7 +33,12 @@ from typing import Literal
 import numpy as np
 
 from shardrec.tools.preprocess.parse import parse_kernel
-from shardrec.tools.preprocess.parse.parse_fields import decode_hex, decode_int, padded, strip_point_zero
+from shardrec.tools.preprocess.parse.parse_fields import (
+    decode_hex,
+    decode_int,
+    padded,
+    strip_point_zero,
+)
 
 NEWLINE = 10
 CR = 13
@@ -67,13 +72,21 @@ class Schema:
 
     def __post_init__(self) -> None:
         if len(self.delimiter.encode()) != 1 or self.delimiter in "\r\n.-0123456789abcdefABCDEF":
-            raise ValueError(f"delimiter {self.delimiter!r} must be one byte that cannot occur in a value")
+            raise ValueError(
+                f"delimiter {self.delimiter!r} must be one byte that cannot occur in a value"
+            )
         if self.num_dense < 0 or self.num_sparse < 0:
-            raise ValueError(f"num_dense={self.num_dense}, num_sparse={self.num_sparse} must be >= 0")
-        if self.min_fields is None:  # resolved here, so fingerprints and manifests record the number
+            raise ValueError(
+                f"num_dense={self.num_dense}, num_sparse={self.num_sparse} must be >= 0"
+            )
+        if (
+            self.min_fields is None
+        ):  # resolved here, so fingerprints and manifests record the number
             object.__setattr__(self, "min_fields", max(1, self.num_fields - MAX_STRIPPED_FIELDS))
         if not 1 <= self.min_fields <= self.num_fields:
-            raise ValueError(f"min_fields={self.min_fields} must be between 1 and the row's {self.num_fields} fields")
+            raise ValueError(
+                f"min_fields={self.min_fields} must be between 1 and the row's {self.num_fields} fields"
+            )
 
     @property
     def num_fields(self) -> int:
@@ -133,7 +146,9 @@ def _separator_positions(buf: np.ndarray, delim: int) -> np.ndarray:
     return np.flatnonzero((buf == delim) | (buf == NEWLINE))
 
 
-def _field_ranges(buf: np.ndarray, delim: int, nfields: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _field_ranges(
+    buf: np.ndarray, delim: int, nfields: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """[rows, nfields] start/end byte offsets, fields counted per row, row byte lengths."""
     pos = _separator_positions(buf, delim)
     nl_idx = np.flatnonzero(buf[pos] == NEWLINE)  # index into pos of each row's newline
@@ -152,10 +167,17 @@ def _field_ranges(buf: np.ndarray, delim: int, nfields: int) -> tuple[np.ndarray
     start[1:, 0] = nl_pos[:-1] + 1
     np.minimum(end[:, :-1] + 1, end[:, 1:], out=start[:, 1:])
     # A '\r' before the newline belongs to no field (files written on Windows).
-    if buf[nl_pos[0] - 1 if nl_pos[0] > 0 else 0] == CR or (buf[np.maximum(nl_pos - 1, 0)] == CR).any():
+    if (
+        buf[nl_pos[0] - 1 if nl_pos[0] > 0 else 0] == CR
+        or (buf[np.maximum(nl_pos - 1, 0)] == CR).any()
+    ):
         last = np.minimum(counted, nfields) - 1
         r = np.arange(rows)
-        cr = (end[r, last] > start[r, last]) & (buf[np.maximum(end[r, last] - 1, 0)] == CR) & (end[r, last] == nl_pos)
+        cr = (
+            (end[r, last] > start[r, last])
+            & (buf[np.maximum(end[r, last] - 1, 0)] == CR)
+            & (end[r, last] == nl_pos)
+        )
         end[r[cr], last[cr]] -= 1
     return start, end, counted, nl_pos - start[:, 0]
 
@@ -168,14 +190,20 @@ def _first_true(mask: np.ndarray) -> np.ndarray:
 
 
 def parse_chunk(
-    data: bytes | np.ndarray, schema: Schema = Schema(), engine: Literal["auto", "compiled", "numpy"] = "auto"
+    data: bytes | np.ndarray,
+    schema: Schema = Schema(),
+    engine: Literal["auto", "compiled", "numpy"] = "auto",
 ) -> ParsedChunk:
     """Parse whole lines of text. `data` must be empty or end with a newline.
 
     engine: "compiled" (numba, one pass), "numpy" (vectorized passes), or "auto" (compiled
     when numba is installed). Both give the same result.
     """
-    buf = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray, memoryview)) else data
+    buf = (
+        np.frombuffer(data, dtype=np.uint8)
+        if isinstance(data, (bytes, bytearray, memoryview))
+        else data
+    )
     if len(buf) and buf[-1] != NEWLINE:
         raise ValueError("parse_chunk needs text that ends with a newline")
     if len(buf) == 0:
@@ -210,7 +238,9 @@ def _parse_numpy(buf: np.ndarray, schema: Schema) -> ParsedChunk:
     rows = len(counted)
     label_end = strip_point_zero(buf, start[:, 0], end[:, 0])
     label_byte = buf[np.minimum(start[:, 0], len(buf) - 1)]
-    bad_label = (label_end - start[:, 0] != 1) | ((label_byte != ord("0")) & (label_byte != ord("1")))
+    bad_label = (label_end - start[:, 0] != 1) | (
+        (label_byte != ord("0")) & (label_byte != ord("1"))
+    )
     pad = padded(buf)
     dense, bad_int = decode_int(buf, start[:, 1 : 1 + nd], end[:, 1 : 1 + nd], pad)
     sparse, bad_hex = decode_hex(buf, start[:, 1 + nd :], end[:, 1 + nd :], pad)
@@ -286,7 +316,10 @@ def describe_bad_row(data: bytes, chunk: ParsedChunk, row: int, schema: Schema) 
     if REASONS[code] == "too_few_fields":
         csv = len(fields) == 1 and b"," in line and schema.delimiter != ","
         hint = " (commas in the row: a CSV file? preprocess it with --csv)" if csv else ""
-        return "row", f"{len(fields)} fields, schema needs at least {schema.min_fields} of {schema.num_fields}{hint}"
+        return (
+            "row",
+            f"{len(fields)} fields, schema needs at least {schema.min_fields} of {schema.num_fields}{hint}",
+        )
     value = fields[fidx] if fidx < len(fields) else b""
     return schema.field_names[fidx], show_value(value)
 
@@ -294,7 +327,9 @@ def describe_bad_row(data: bytes, chunk: ParsedChunk, row: int, schema: Schema) 
 DENSE_TRANSFORMS = ("log1p", "signed-log1p", "shift-log1p", "none")
 
 
-def transform_dense(values: np.ndarray, missing: np.ndarray, how: str = "log1p", dtype: str = "float32") -> np.ndarray:
+def transform_dense(
+    values: np.ndarray, missing: np.ndarray, how: str = "log1p", dtype: str = "float32"
+) -> np.ndarray:
     """Dense integers -> model inputs; defined for every int64 value, never NaN or -inf.
 
     - log1p (default, as the DLRM reference): missing -> 0; negatives clamped to 0; log(1 + x).

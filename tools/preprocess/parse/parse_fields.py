@@ -39,7 +39,9 @@ def strip_point_zero(buf: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.
     return np.where(has, end - 2, end)
 
 
-def decode_int_generic(buf: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def decode_int_generic(
+    buf: np.ndarray, start: np.ndarray, end: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Signed decimal fields -> (int64 values, bad mask); empty fields give 0 and are not bad."""
     length = end - start
     neg = (length > 0) & (buf[np.minimum(start, len(buf) - 1)] == ord("-"))
@@ -57,7 +59,9 @@ def decode_int_generic(buf: np.ndarray, start: np.ndarray, end: np.ndarray) -> t
     return value, bad
 
 
-def decode_hex_generic(buf: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def decode_hex_generic(
+    buf: np.ndarray, start: np.ndarray, end: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Hex fields -> (uint64 values, bad mask); empty fields give 0 and are not bad."""
     length = end - start
     bad = length > MAX_HEX_DIGITS
@@ -104,7 +108,9 @@ def _in_range(xh: np.ndarray, lo: int, hi: int) -> np.ndarray:
 def _hex8(w: np.ndarray, ascii_only: bool) -> tuple[np.ndarray, np.ndarray]:
     """8 hex characters (first at the low byte) -> (uint64 value, ok)."""
     # Setting bit 5 folds 'A'-'F' onto 'a'-'f' and leaves '0'-'9' as they are.
-    ok = (_in_range(w | _H, 0x30, 0x39) | _in_range(w | np.uint64(0xA0A0A0A0A0A0A0A0), 0x61, 0x66)) == _H
+    ok = (
+        _in_range(w | _H, 0x30, 0x39) | _in_range(w | np.uint64(0xA0A0A0A0A0A0A0A0), 0x61, 0x66)
+    ) == _H
     if not ascii_only:
         ok &= (w & _H) == 0
     n = (w & np.uint64(0x0F0F0F0F0F0F0F0F)) + ((w >> np.uint64(6)) & _L) * np.uint64(9)
@@ -126,7 +132,8 @@ def _dec8(w: np.ndarray, digits: np.ndarray, ascii_only: bool) -> tuple[np.ndarr
     v = v * np.uint64(10) + (v >> _U8)
     m = np.uint64(0x000000FF000000FF)
     v = (
-        (v & m) * np.uint64(100 + (1000000 << 32)) + ((v >> np.uint64(16)) & m) * np.uint64(1 + (10000 << 32))
+        (v & m) * np.uint64(100 + (1000000 << 32))
+        + ((v >> np.uint64(16)) & m) * np.uint64(1 + (10000 << 32))
     ) >> np.uint64(32)
     return v.astype(np.int64), ok
 

@@ -143,7 +143,15 @@ _NIB = np.uint64(0x0F0F0F0F0F0F0F0F)
 _M16 = np.uint64(0x00FF00FF00FF00FF)
 _M32 = np.uint64(0x0000FFFF0000FFFF)
 _M64 = np.uint64(0xFFFFFFFF)
-_U = (np.uint64(0), np.uint64(4), np.uint64(6), np.uint64(8), np.uint64(16), np.uint64(32), np.uint64(9))
+_U = (
+    np.uint64(0),
+    np.uint64(4),
+    np.uint64(6),
+    np.uint64(8),
+    np.uint64(16),
+    np.uint64(32),
+    np.uint64(9),
+)
 
 
 @njit(cache=True, nogil=True, boundscheck=False, inline="always")
@@ -191,7 +199,21 @@ def _int_swar(buf, s):
 
 @njit(cache=True, nogil=True, boundscheck=False)
 def parse_rows(
-    buf, dec, hexv, nd, ns, nmin, labels, dense, dmiss, sparse, smiss, reason, bad_field, row_start, row_end
+    buf,
+    dec,
+    hexv,
+    nd,
+    ns,
+    nmin,
+    labels,
+    dense,
+    dmiss,
+    sparse,
+    smiss,
+    reason,
+    bad_field,
+    row_start,
+    row_end,
 ):
     """Fill the per-row arrays (sized to the number of newlines in buf); returns rows parsed.
 
@@ -247,7 +269,9 @@ def parse_rows(
         row_end[row] = j
         empty = j == i or (j - i == 1 and buf[i] == 13)
         # f counts the row's fields when it has fewer than nf (the loop stopped at its newline).
-        reason[row], bad_field[row] = _row_reason(empty, too_many, f < nmin, f, label_bad, first_int, first_hex, nf)
+        reason[row], bad_field[row] = _row_reason(
+            empty, too_many, f < nmin, f, label_bad, first_int, first_hex, nf
+        )
         row += 1
         i = j + 1
     return row

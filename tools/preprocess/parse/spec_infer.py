@@ -66,7 +66,9 @@ def parse_label(text: str) -> tuple[str, float | None]:
     try:
         return name.strip(), float(threshold)
     except ValueError:
-        raise ValueError(f"--label {text!r}: the threshold after >= must be a number, e.g. rating>=4") from None
+        raise ValueError(
+            f"--label {text!r}: the threshold after >= must be a number, e.g. rating>=4"
+        ) from None
 
 
 def _sample_lines(path: Path, rows: int) -> list[str]:
@@ -105,7 +107,12 @@ def _has_header(rows: list[list[str]]) -> bool:
     first, rest = rows[0], rows[1:]
     for i, value in enumerate(first):
         below = [r[i] for r in rest if i < len(r) and r[i]]
-        if value and below and not _is_number(value) and sum(map(_is_number, below)) >= 0.9 * len(below):
+        if (
+            value
+            and below
+            and not _is_number(value)
+            and sum(map(_is_number, below)) >= 0.9 * len(below)
+        ):
             return True
     if any(_is_number(v) for v in first):
         return False
@@ -120,7 +127,10 @@ def _hash_size(values: list[str]) -> tuple[int, str]:
     estimate = len(counts) + f1 * (f1 - 1) / (2 * (f2 + 1))
     size = int(min(max(16, 2 * estimate), MAX_HASH_SIZE))
     size = int(float(f"{size:.2g}")) if size > 100 else size  # two significant digits read better
-    return size, f"{len(counts):,} distinct among {len(values):,} values (~{math.ceil(estimate):,} estimated)"
+    return (
+        size,
+        f"{len(counts):,} distinct among {len(values):,} values (~{math.ceil(estimate):,} estimated)",
+    )
 
 
 def _list_separator(values: list[str], delimiter: str) -> str | None:
@@ -167,20 +177,28 @@ def _column(name: str, values: list[str], rows: int, delimiter: str) -> tuple[Co
         longest = max(len([i for i in v.split(sep) if i]) for v in values)
         size, seen = _hash_size(items)
         note = f"values cut by {sep!r}, up to {longest} in a row; {seen}; pooling: sum or mean"
-        return ListColumn(name, hash_size=size, separator=sep, max_length=max(1, min(longest, 64))), note
+        return ListColumn(
+            name, hash_size=size, separator=sep, max_length=max(1, min(longest, 64))
+        ), note
     ints = all(_INT.match(v) for v in values)
     widths = {len(v) for v in values}
     # Codes, not quantities: leading zeros (a zip), an id's name, or one width of 4+ digits (1005, 14102100).
-    coded = any(len(v) > 1 and v[0] == "0" for v in values) or bool(_ID_NAME.search(name) or _CATEGORY_NAME.match(name))
+    coded = any(len(v) > 1 and v[0] == "0" for v in values) or bool(
+        _ID_NAME.search(name) or _CATEGORY_NAME.match(name)
+    )
     coded = coded or (ints and len(widths) == 1 and min(widths) >= 4)
     if numeric and not coded:
         low = min(float(v) for v in values)
         transform = "log1p" if low >= 0 else "signed-log1p"
         kind = "int" if ints else "float"
-        return DenseColumn(name, type=kind, transform=transform), f"{'integers' if ints else 'numbers'}, min {low:g}"
+        return DenseColumn(
+            name, type=kind, transform=transform
+        ), f"{'integers' if ints else 'numbers'}, min {low:g}"
     size, seen = _hash_size(values)
     if len(widths) == 1 and min(widths) >= 8 and all(_HEX.match(v) for v in values) and not ints:
-        return CategoricalColumn(name, kind="hex", hash_size=size), f"{min(widths)}-character hex; {seen}"
+        return CategoricalColumn(
+            name, kind="hex", hash_size=size
+        ), f"{min(widths)}-character hex; {seen}"
     why = "codes (leading zeros, an id's or a C<n> name, or one width)" if numeric else "strings"
     return CategoricalColumn(name, kind="string", hash_size=size), f"{why}; {seen}"
 
@@ -192,7 +210,9 @@ def _placed(column: Column, i: int, names: list[str]) -> Column:
     if name and name not in ("label", "dense") and not re.search(r"[/\\\0]|^\.|\.offsets$", name):
         if names.count(name) == 1:
             return column
-    return dataclasses.replace(column, name=f"{re.sub(r'[^A-Za-z0-9_-]', '_', name) or 'c'}_{i}", position=i)
+    return dataclasses.replace(
+        column, name=f"{re.sub(r'[^A-Za-z0-9_-]', '_', name) or 'c'}_{i}", position=i
+    )
 
 
 def infer_spec(path: Path, label: str, rows: int = 10_000) -> tuple[FeatureSpec, dict[str, str]]:
@@ -214,7 +234,9 @@ def infer_spec(path: Path, label: str, rows: int = 10_000) -> tuple[FeatureSpec,
     if label_name not in names and label_name.isdigit() and int(label_name) < len(names):
         label_name = names[int(label_name)]
     if label_name not in names:
-        raise ValueError(f"{path}: no column {label_name!r} for the label (columns: {', '.join(names[:20])})")
+        raise ValueError(
+            f"{path}: no column {label_name!r} for the label (columns: {', '.join(names[:20])})"
+        )
     columns, notes = [], {}
     for i, name in enumerate(names):
         values = [r[i] for r in body if i < len(r) and r[i] != ""]
@@ -226,7 +248,9 @@ def infer_spec(path: Path, label: str, rows: int = 10_000) -> tuple[FeatureSpec,
                     f"give a threshold, e.g. --label '{name}>=4'"
                 )
             columns.append(LabelColumn(name, threshold=threshold))
-            notes[name] = "the label" + (f": 1 where {name} >= {threshold:g}" if threshold is not None else "")
+            notes[name] = "the label" + (
+                f": 1 where {name} >= {threshold:g}" if threshold is not None else ""
+            )
             continue
         column, notes[name] = _column(name, values, len(body), delimiter)
         columns.append(_placed(column, i, names))

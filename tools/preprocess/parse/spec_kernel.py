@@ -20,7 +20,13 @@ from __future__ import annotations
 import numpy as np
 
 from shardrec.dataloader.util.jit import njit
-from shardrec.tools.preprocess.parse.parse_kernel import _decode_hex, _decode_int, _hex8_swar, _int_swar, trailing_zeros
+from shardrec.tools.preprocess.parse.parse_kernel import (
+    _decode_hex,
+    _decode_int,
+    _hex8_swar,
+    _int_swar,
+    trailing_zeros,
+)
 from shardrec.tools.preprocess.parse.spec_values import decode_float, hash_string, mix64
 
 # Roles per field, and decoders (kind) per field.
@@ -29,7 +35,16 @@ HEX, INTEGER, STRING = 0, 1, 2  # categorical and list kinds
 INT, FLOAT = 0, 1  # dense kinds
 BINARY, THRESHOLD, MAPPING = 0, 1, 2  # label modes
 # Reason codes as in parse.REASONS (the Criteo parser's six, then the spec parser's own).
-EMPTY_ROW, TOO_MANY_FIELDS, TOO_FEW_FIELDS, BAD_LABEL, BAD_INTEGER, BAD_HEX, BAD_FLOAT, BAD_QUOTE = range(8)
+(
+    EMPTY_ROW,
+    TOO_MANY_FIELDS,
+    TOO_FEW_FIELDS,
+    BAD_LABEL,
+    BAD_INTEGER,
+    BAD_HEX,
+    BAD_FLOAT,
+    BAD_QUOTE,
+) = range(8)
 
 
 @njit(cache=True, nogil=True, boundscheck=False, inline="always")
@@ -173,7 +188,10 @@ def parse_spec_rows(
     """
     n, nf, row, i, pos = len(buf), len(role), 0, 0, 0
     ints, hexes = _fields_of(role, kind, DENSE, INT), _fields_of(role, kind, CATEGORICAL, HEX)
-    int_ids, strings = _fields_of(role, kind, CATEGORICAL, INTEGER), _fields_of(role, kind, CATEGORICAL, STRING)
+    int_ids, strings = (
+        _fields_of(role, kind, CATEGORICAL, INTEGER),
+        _fields_of(role, kind, CATEGORICAL, STRING),
+    )
     floats, lists = _fields_of(role, kind, DENSE, FLOAT), _fields_of(role, kind, LIST, -1)
     others = np.sort(np.concatenate((np.array([label_field]), floats, lists)))
     fs, fe, fx = np.zeros(nf, np.int64), np.zeros(nf, np.int64), np.zeros(nf, np.bool_)
@@ -196,10 +214,18 @@ def parse_spec_rows(
         label_ok, first_bad, code = False, nf, -1
         for t in range(len(others)):
             g = others[t]
-            s, e, r, k, bad = fs[g], fe[g], role[g], np.uint64(slot[g]), -1  # unsigned: no negative-index fix-ups
+            s, e, r, k, bad = (
+                fs[g],
+                fe[g],
+                role[g],
+                np.uint64(slot[g]),
+                -1,
+            )  # unsigned: no negative-index fix-ups
             if r == LABEL:
                 if e > s:
-                    labels[row], label_ok = _label(buf, s, e, fx[g], label_mode, threshold, keys, values)
+                    labels[row], label_ok = _label(
+                        buf, s, e, fx[g], label_mode, threshold, keys, values
+                    )
             elif r == DENSE:
                 dmiss[ur, k] = e == s
                 x, ok = (0.0, True) if e == s else decode_float(buf, s, e)
@@ -242,11 +268,23 @@ def parse_spec_rows(
         for t in range(len(strings)):
             g = strings[t]
             s, e, k = fs[g], fe[g], np.uint64(slot[g])
-            sparse[ur, k], smiss[ur, k] = (hash_string(buf, s, e, fx[g]) if e > s else np.uint64(0)), e == s
+            sparse[ur, k], smiss[ur, k] = (
+                (hash_string(buf, s, e, fx[g]) if e > s else np.uint64(0)),
+                e == s,
+            )
         row_end[row] = j
         empty = j == i or (j - i == 1 and buf[i] == 13)
         reason[row], bad_field[row] = _row_reason(
-            empty, quote_bad, f > nf, f < nmin, f, label_ok, label_field, first_bad if code >= 0 else -1, code, nf
+            empty,
+            quote_bad,
+            f > nf,
+            f < nmin,
+            f,
+            label_ok,
+            label_field,
+            first_bad if code >= 0 else -1,
+            code,
+            nf,
         )
         if reason[row] >= 0:
             labels[row] = 0
@@ -262,7 +300,9 @@ def _int_as_float(buf, s, e):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _row_reason(empty, quote_bad, too_many, too_few, fields, label_ok, label_field, first_bad, code, nf):
+def _row_reason(
+    empty, quote_bad, too_many, too_few, fields, label_ok, label_field, first_bad, code, nf
+):
     """(reason, first bad field) of a row, (-1, -1) for a good one; the order of parse.REASONS but
     for a quote, which comes first (the fields after it cannot be counted)."""
     if empty:

@@ -31,7 +31,12 @@ from shardrec.tools.preprocess.parse import parse_kernel
 from shardrec.tools.preprocess.parse import spec_kernel as k
 from shardrec.tools.preprocess.parse.criteo_text import REASONS, ChunkRows, Schema, show_value
 
-_ROLE = {LabelColumn: k.LABEL, DenseColumn: k.DENSE, CategoricalColumn: k.CATEGORICAL, ListColumn: k.LIST}
+_ROLE = {
+    LabelColumn: k.LABEL,
+    DenseColumn: k.DENSE,
+    CategoricalColumn: k.CATEGORICAL,
+    ListColumn: k.LIST,
+}
 _KIND = {"hex": k.HEX, "integer": k.INTEGER, "string": k.STRING, "int": k.INT, "float": k.FLOAT}
 
 
@@ -84,7 +89,9 @@ def read_header(path: Path, spec: FeatureSpec) -> list[str]:
     return next(csv.reader(io.StringIO(text), delimiter=spec.format.delimiter, quoting=quoting), [])
 
 
-def _positions(spec: FeatureSpec, header: list[str] | None, where: str, spec_name: str) -> list[int]:
+def _positions(
+    spec: FeatureSpec, header: list[str] | None, where: str, spec_name: str
+) -> list[int]:
     """The field index of each spec column."""
     out = []
     for i, c in enumerate(spec.columns):
@@ -94,7 +101,9 @@ def _positions(spec: FeatureSpec, header: list[str] | None, where: str, spec_nam
             out.append(i)
         elif c.name in header:
             out.append(header.index(c.name))
-        elif len(header) == 1 and len(spec.columns) > 1:  # another format: a TSV (Criteo's rows) read as CSV, ...
+        elif (
+            len(header) == 1 and len(spec.columns) > 1
+        ):  # another format: a TSV (Criteo's rows) read as CSV, ...
             kind = f"{spec.format.kind.upper()} ({spec.format.delimiter!r} between fields)"
             names = ", ".join(col.name for col in spec.columns[:4])
             raise SpecError(
@@ -104,11 +113,15 @@ def _positions(spec: FeatureSpec, header: list[str] | None, where: str, spec_nam
         else:
             near = difflib.get_close_matches(c.name, header, n=1)
             hint = f"; did you mean {near[0]}?" if near else f" (it has {', '.join(header[:12])})"
-            raise SpecError(f"{where}: the header has no column {c.name!r} that {spec_name} names{hint}")
+            raise SpecError(
+                f"{where}: the header has no column {c.name!r} that {spec_name} names{hint}"
+            )
     return out
 
 
-def resolve_program(spec: FeatureSpec, header: list[str] | None, where: str, spec_name: str = "the spec") -> Program:
+def resolve_program(
+    spec: FeatureSpec, header: list[str] | None, where: str, spec_name: str = "the spec"
+) -> Program:
     """Each field's role for the kernel. header: the file's column names (when the format has one).
 
     where: the data file, first in every message; spec_name: the spec file, named in them too.
@@ -118,11 +131,17 @@ def resolve_program(spec: FeatureSpec, header: list[str] | None, where: str, spe
     owner: dict[int, str] = {}
     for c, f in zip(spec.columns, fields):
         if f in owner:
-            raise SpecError(f"{where}: field {f} is both {owner[f]!r} and {c.name!r} in {spec_name}")
+            raise SpecError(
+                f"{where}: field {f} is both {owner[f]!r} and {c.name!r} in {spec_name}"
+            )
         owner[f] = c.name
     lost = [f for f in range(nf) if f not in owner]
     if lost:
-        what = repr(header[lost[0]]) if header and lost[0] < len(header) else f"field {lost[0]} (0 is the first)"
+        what = (
+            repr(header[lost[0]])
+            if header and lost[0] < len(header)
+            else f"field {lost[0]} (0 is the first)"
+        )
         raise SpecError(
             f'{where}: column {what} is in no [[columns]] of {spec_name}; add it with role = "ignore" to skip it'
         )
@@ -170,7 +189,11 @@ def criteo_schema(program: Program) -> tuple[Schema, str] | None:
 
 
 def text_options(
-    spec: FeatureSpec | None, spec_file: str, schema: Schema, dense_transform: str, files: list[Path]
+    spec: FeatureSpec | None,
+    spec_file: str,
+    schema: Schema,
+    dense_transform: str,
+    files: list[Path],
 ) -> dict:
     """How a run's tasks read its text (TaskOptions' schema, dense_transform, program, column_names).
 
@@ -180,12 +203,19 @@ def text_options(
     if spec is None:
         return {"schema": schema, "dense_transform": dense_transform}
     programs = [
-        resolve_program(spec, read_header(f, spec) if spec.format.header else None, str(f), spec_file or "the spec")
+        resolve_program(
+            spec,
+            read_header(f, spec) if spec.format.header else None,
+            str(f),
+            spec_file or "the spec",
+        )
         for f in (files if spec.format.header else files[:1])
     ]
     for f, other in zip(files[1:], programs[1:]):
         if other.names != programs[0].names:
-            raise SpecError(f"{f}: its header orders the columns otherwise than {files[0]}'s; give each its own run")
+            raise SpecError(
+                f"{f}: its header orders the columns otherwise than {files[0]}'s; give each its own run"
+            )
     program = programs[0]
     criteo = criteo_schema(program)
     if criteo is not None:
@@ -203,7 +233,9 @@ class SpecChunk(ChunkRows):
     sparse: np.ndarray  # uint64 [rows, one-hot columns] (the values ids are made from)
     sparse_missing: np.ndarray  # bool
     list_values: np.ndarray  # uint64, every list value of the piece
-    list_start: np.ndarray  # int64 [rows, list columns]: first value of the row's list in list_values
+    list_start: (
+        np.ndarray
+    )  # int64 [rows, list columns]: first value of the row's list in list_values
     list_len: np.ndarray  # int32 [rows, list columns]
     reason: np.ndarray  # int8 [rows]
     bad_field: np.ndarray  # int16 [rows]: field index of the first bad field
@@ -229,7 +261,9 @@ def parse_spec_chunk(data: bytes | memoryview | np.ndarray, program: Program) ->
         buf = buf.view()
         buf.flags.writeable = False
     rows = int(parse_kernel.count_newlines(buf)) if len(buf) else 0
-    nd, ns, nl = (int(np.count_nonzero(program.role == r)) for r in (k.DENSE, k.CATEGORICAL, k.LIST))
+    nd, ns, nl = (
+        int(np.count_nonzero(program.role == r)) for r in (k.DENSE, k.CATEGORICAL, k.LIST)
+    )
     bound = _list_bound(buf, rows, program)
     out = SpecChunk(
         np.zeros(rows, np.uint8), np.empty((rows, nd), np.float64), np.empty((rows, nd), bool),
@@ -252,7 +286,9 @@ def parse_spec_chunk(data: bytes | memoryview | np.ndarray, program: Program) ->
     return out
 
 
-def describe_bad_spec_row(data: bytes, chunk: SpecChunk, row: int, program: Program) -> tuple[str, str]:
+def describe_bad_spec_row(
+    data: bytes, chunk: SpecChunk, row: int, program: Program
+) -> tuple[str, str]:
     """(column name, offending value) of a malformed row, for `file:line: column: value` messages."""
     code, fidx = int(chunk.reason[row]), int(chunk.bad_field[row])
     line = bytes(data[int(chunk.row_start[row]) : int(chunk.row_end[row])]).removesuffix(b"\r")
@@ -268,6 +304,9 @@ def describe_bad_spec_row(data: bytes, chunk: SpecChunk, row: int, program: Prog
     if reason == "too_many_fields":
         return "row", f"{len(fields)} fields, the spec has {program.num_fields}"
     if reason == "too_few_fields":
-        return "row", f"{len(fields)} fields, the spec needs at least {program.min_fields} of {program.num_fields}"
+        return (
+            "row",
+            f"{len(fields)} fields, the spec needs at least {program.min_fields} of {program.num_fields}",
+        )
     value = fields[fidx] if fidx < len(fields) else ""
     return program.names[fidx], show_value(value.encode())

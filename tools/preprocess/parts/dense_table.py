@@ -71,7 +71,12 @@ def log1p_table(dense_dtype: str) -> tuple[np.ndarray, np.unsignedinteger]:
 
 
 def append_dense(
-    out: np.ndarray, values: np.ndarray, missing: np.ndarray, rows: np.ndarray, transforms: list[str], dense_dtype: str
+    out: np.ndarray,
+    values: np.ndarray,
+    missing: np.ndarray,
+    rows: np.ndarray,
+    transforms: list[str],
+    dense_dtype: str,
 ) -> None:
     """out[k, d] = transform_dense of values[rows[k], d] (missing[rows[k], d]) by transforms[d],
     cast to dense_dtype (out's dtype): looked up where the log1p input is a small integer, by
@@ -85,7 +90,11 @@ def append_dense(
     table, sign = log1p_table(dense_dtype)
     how = np.array([DENSE_TRANSFORMS.index(t) for t in transforms], np.int8)
     misses = np.empty((len(transforms), len(rows)), np.int64)
-    counts = dense_from_table(values, missing, rows, how, table, sign, out.view(table.dtype), misses)
+    counts = dense_from_table(
+        values, missing, rows, how, table, sign, out.view(table.dtype), misses
+    )
     for d in np.flatnonzero(counts):
         r = rows[misses[d, : counts[d]]]
-        out[misses[d, : counts[d]], d] = transform_dense(values[r, d], missing[r, d], transforms[d], dense_dtype)
+        out[misses[d, : counts[d]], d] = transform_dense(
+            values[r, d], missing[r, d], transforms[d], dense_dtype
+        )

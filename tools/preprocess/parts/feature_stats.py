@@ -46,7 +46,9 @@ def id_counts(columns: Iterable[np.ndarray], cardinality: int) -> tuple[np.ndarr
         seen += len(take)
         if seen >= SAMPLE_IDS:
             break
-    _, counts = np.unique(np.concatenate(taken) if taken else np.zeros(0, np.int64), return_counts=True)
+    _, counts = np.unique(
+        np.concatenate(taken) if taken else np.zeros(0, np.int64), return_counts=True
+    )
     return counts, True
 
 
@@ -110,15 +112,22 @@ def compute_feature_stats(
     features at once, on threads (reading and counting release the GIL)."""
 
     def one(feat: SparseFeature) -> dict[str, float]:
-        freqs, sampled = id_counts(_columns(directory, manifest, split, feat.name), feat.cardinality)
+        freqs, sampled = id_counts(
+            _columns(directory, manifest, split, feat.name), feat.cardinality
+        )
         lengths = _lengths(directory, manifest, split, feat.name) if feat.multi_hot else None
         return feature_stats(freqs, feat.cardinality, lengths, sampled)
 
     with ThreadPoolExecutor(workers, thread_name_prefix="shardrec-stats") as pool:
-        return {f.name: s for f, s in zip(manifest.sparse_features, pool.map(one, manifest.sparse_features))}
+        return {
+            f.name: s
+            for f, s in zip(manifest.sparse_features, pool.map(one, manifest.sparse_features))
+        }
 
 
-def frequency_curves(directory: Path, manifest: Manifest, split: str = "train") -> dict[str, np.ndarray]:
+def frequency_curves(
+    directory: Path, manifest: Manifest, split: str = "train"
+) -> dict[str, np.ndarray]:
     """Per feature, lookup counts by id rank (hottest first): the data of `data stats --plot`."""
     return {
         f.name: id_frequencies(_columns(directory, manifest, split, f.name), f.cardinality)[0]

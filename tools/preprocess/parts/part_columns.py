@@ -25,16 +25,27 @@ from shardrec.tools.preprocess.parts.dense_table import append_dense, log1p_tabl
 
 
 def map_ids(
-    chunk: ParsedChunk, names: list[str], cardinalities: tuple[int, ...], vocabs: list[Vocabulary] | None
+    chunk: ParsedChunk,
+    names: list[str],
+    cardinalities: tuple[int, ...],
+    vocabs: list[Vocabulary] | None,
 ) -> dict[str, np.ndarray]:
     """Every row's ids per feature, in its column's dtype: hashed, or looked up in vocabularies."""
     if vocabs is None and parse_kernel.AVAILABLE:
-        ids = parse_kernel.hash_matrix(chunk.sparse, chunk.sparse_missing, np.asarray(cardinalities, dtype=np.int64))
-        return {n: ids[:, f].astype(smallest_uint(cardinalities[f] - 1)) for f, n in enumerate(names)}
+        ids = parse_kernel.hash_matrix(
+            chunk.sparse, chunk.sparse_missing, np.asarray(cardinalities, dtype=np.int64)
+        )
+        return {
+            n: ids[:, f].astype(smallest_uint(cardinalities[f] - 1)) for f, n in enumerate(names)
+        }
     out = {}
     for f, name in enumerate(names):
         values, missing = chunk.sparse[:, f], chunk.sparse_missing[:, f]
-        ids = vocabs[f].lookup(values, missing) if vocabs else hash_ids(values, missing, cardinalities[f])
+        ids = (
+            vocabs[f].lookup(values, missing)
+            if vocabs
+            else hash_ids(values, missing, cardinalities[f])
+        )
         out[name] = ids.astype(smallest_uint(cardinalities[f] - 1))
     return out
 
@@ -89,13 +100,17 @@ class PartColumns:
         self.labels = _grown(self.labels, self.capacity, self.rows, 0)
         self.dense = _grown(self.dense, self.capacity, self.rows, 0)
         self.ids = [_grown(a, self.capacity, self.rows, 1) for a in self.ids]
-        self.list_offsets = [_grown(a, self.capacity + 1, self.rows + 1, 0) for a in self.list_offsets]
+        self.list_offsets = [
+            _grown(a, self.capacity + 1, self.rows + 1, 0) for a in self.list_offsets
+        ]
 
     def reserve_list(self, c: int, n: int) -> None:
         """Room for n more ids of list feature c."""
         used = int(self.list_offsets[c][self.rows])
         if used + n > len(self.list_ids[c]):
-            self.list_ids[c] = _grown(self.list_ids[c], max(used + n, len(self.list_ids[c]) * 3 // 2), used, 0)
+            self.list_ids[c] = _grown(
+                self.list_ids[c], max(used + n, len(self.list_ids[c]) * 3 // 2), used, 0
+            )
 
     def columns(self, names: list[str]) -> dict[str, np.ndarray]:
         by_feature = {}
@@ -105,7 +120,12 @@ class PartColumns:
         return {names[f]: by_feature[f] for f in range(len(names))}
 
     def write(
-        self, part_dir: Path, names: list[str], fsync: bool, list_names: Sequence[str] = (), order: Sequence[str] = ()
+        self,
+        part_dir: Path,
+        names: list[str],
+        fsync: bool,
+        list_names: Sequence[str] = (),
+        order: Sequence[str] = (),
     ) -> PartInfo:
         """names: the one-hot features in id-column order; list_names: the list features; order: the
         files' order (the manifest's features; default: one-hot, then lists)."""
@@ -115,7 +135,14 @@ class PartColumns:
             offsets[name] = off[: self.rows + 1]
             sparse[name] = ids[: int(off[self.rows])]
         sparse = {n: sparse[n] for n in order} if order else sparse
-        return write_part(part_dir, self.labels[: self.rows], self.dense[: self.rows], sparse, offsets, fsync=fsync)
+        return write_part(
+            part_dir,
+            self.labels[: self.rows],
+            self.dense[: self.rows],
+            sparse,
+            offsets,
+            fsync=fsync,
+        )
 
 
 _PAST: list[np.ndarray] = []
@@ -162,10 +189,14 @@ def append_rows(
         if vocabs is None and parse_kernel.AVAILABLE:
             cards = np.asarray(cardinalities, dtype=np.int64)
             for (_, feats), ids in zip(cols.groups, cols.ids):
-                parse_kernel.hash_rows_into(chunk.sparse, chunk.sparse_missing, rows, feats, cards, ids, n)
+                parse_kernel.hash_rows_into(
+                    chunk.sparse, chunk.sparse_missing, rows, feats, cards, ids, n
+                )
         elif parse_kernel.AVAILABLE:
             for (_, feats), ids in zip(cols.groups, cols.ids):
-                lookup_features_into(vocabs, chunk.sparse, chunk.sparse_missing, rows, feats, ids, n)
+                lookup_features_into(
+                    vocabs, chunk.sparse, chunk.sparse_missing, rows, feats, ids, n
+                )
         else:
             mapped = map_ids(chunk, names, cardinalities, vocabs)
             for (_, feats), ids in zip(cols.groups, cols.ids):
@@ -192,13 +223,17 @@ def append_spec_rows(
     cols.reserve(k)
     cols.labels[n : n + k] = chunk.labels[rows]
     transforms = [c.transform for c in program.spec.dense]
-    append_dense(cols.dense[n : n + k], chunk.dense, chunk.dense_missing, rows, transforms, dense_dtype)
+    append_dense(
+        cols.dense[n : n + k], chunk.dense, chunk.dense_missing, rows, transforms, dense_dtype
+    )
     features = program.features
     one_hot = [f for f, (_, is_list, _) in enumerate(features) if not is_list]
     if vocabs is None:
         cards = np.asarray([cardinalities[f] for f in one_hot], dtype=np.int64)
         for (_, feats), ids in zip(cols.groups, cols.ids):
-            parse_kernel.hash_rows_into(chunk.sparse, chunk.sparse_missing, rows, feats, cards, ids, n)
+            parse_kernel.hash_rows_into(
+                chunk.sparse, chunk.sparse_missing, rows, feats, cards, ids, n
+            )
     else:
         for (_, feats), ids in zip(cols.groups, cols.ids):
             for j, slot in enumerate(feats):
@@ -213,11 +248,22 @@ def append_spec_rows(
         at = int(offsets[n])
         if vocabs is None:
             spec_kernel.hash_lists_into(
-                chunk.list_values, chunk.list_start, chunk.list_len, c, rows, cardinalities[f], out, offsets, n, at
+                chunk.list_values,
+                chunk.list_start,
+                chunk.list_len,
+                c,
+                rows,
+                cardinalities[f],
+                out,
+                offsets,
+                n,
+                at,
             )
         else:
             values = np.empty(count, np.uint64)
-            spec_kernel.gather_lists(chunk.list_values, chunk.list_start, chunk.list_len, c, rows, values)
+            spec_kernel.gather_lists(
+                chunk.list_values, chunk.list_start, chunk.list_len, c, rows, values
+            )
             out[at : at + count] = vocabs[f].lookup(values, np.zeros(count, bool))
             offsets[n + 1 : n + k + 1] = at + np.cumsum(chunk.list_len[rows, c])
     cols.rows += k
@@ -227,5 +273,7 @@ def list_groups(program: Program, cardinalities: tuple[int, ...]) -> tuple[list,
     """(id groups of the one-hot features, id dtype of each list feature) of a spec's features."""
     features = program.features
     one_hot = tuple(cardinalities[f] for f, (_, is_list, _) in enumerate(features) if not is_list)
-    lists = [smallest_uint(cardinalities[f] - 1) for f, (_, is_list, _) in enumerate(features) if is_list]
+    lists = [
+        smallest_uint(cardinalities[f] - 1) for f, (_, is_list, _) in enumerate(features) if is_list
+    ]
     return id_groups(one_hot), lists

@@ -350,7 +350,8 @@ def build_loader(
         tail: "drop" or "pad" the last partial global batch.
         hashes: torchrec npy layout only: per-feature (or one) hash size to fold raw ids into.
         delivery: workers, prefetch depth, pinning, device, gather size, compiled kernels.
-        multihot: make multi-hot ids from this one-hot split at batch time (dataloader/multihot/multihot_tables.py).
+        multihot: make multi-hot ids from this one-hot split at batch time
+            (dataloader/multihot/multihot_tables.py).
     """
     if world_size <= 0 or not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")

@@ -171,7 +171,8 @@ class EpochOrder:
         self._part_starts = part_starts
 
     def group_at(self, pos: int) -> int:
-        """The shuffle group of stream position `pos` (0 with shuffle off: the file order has none)."""
+        """The shuffle group of stream position `pos` (0 with shuffle off: the file order has
+        none)."""
         if not self.spec.shuffle.enabled:
             return 0
         return int(np.searchsorted(self._group_starts, pos, side="right")) - 1

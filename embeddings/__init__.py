@@ -1,4 +1,5 @@
-"""shardrec.embeddings: which embedding tables exist and how they are built, initialised and optimised.
+"""shardrec.embeddings: which embedding tables exist and how they are built, initialised and
+optimised.
 
 Owns the table specs read from the dataset manifest (one table per sparse feature, its rows
 and its width: the one `model.dims` check), the EmbeddingBagCollection on the meta device, the

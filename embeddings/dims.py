@@ -1,4 +1,5 @@
-"""The tables of a dataset as plain values (name, feature, rows, width), the width checked against it.
+"""The tables of a dataset as plain values (name, feature, rows, width), the width checked against
+it.
 
 Kept free of torch and torchrec: the trainer's start-up checks and `shardrec export` call it,
 where importing torchrec would cost seconds (tables.py makes torchrec's configs of them).
@@ -17,7 +18,8 @@ def table_name(feature: str) -> str:
 
 @dataclass(frozen=True)
 class TableSpec:
-    """One table of one sparse feature; `pooling` is the feature's ("sum", or "mean" for a spec's list column)."""
+    """One table of one sparse feature; `pooling` is the feature's ("sum", or "mean" for a spec's
+    list column)."""
 
     name: str
     feature: str
@@ -29,7 +31,8 @@ class TableSpec:
 def table_dims(
     manifest: Manifest, embedding_dim: int, dims: dict[str, int] | None = None
 ) -> dict[str, int]:
-    """Embedding width of each sparse feature's table: `dims` where it names the feature, else `embedding_dim`.
+    """Embedding width of each sparse feature's table: `dims` where it names the feature, else
+    `embedding_dim`.
 
     Args:
         manifest: the dataset's manifest.

@@ -30,7 +30,8 @@ def _block_seed(seed: int, table_index: int, block: int) -> int:
 def _fill_rows(
     out: torch.Tensor, row0: int, col0: int, table_index: int, table: EmbeddingBagConfig, seed: int
 ) -> None:
-    """Write rows [row0, row0 + len(out)) x cols [col0, col0 + width) of the table's initial weights."""
+    """Write rows [row0, row0 + len(out)) x cols [col0, col0 + width) of the table's initial
+    weights."""
     bound = math.sqrt(1.0 / table.num_embeddings)
     rows, cols = out.shape
     first, last = row0 // INIT_BLOCK_ROWS, (row0 + rows - 1) // INIT_BLOCK_ROWS
@@ -38,7 +39,8 @@ def _fill_rows(
         start = block * INIT_BLOCK_ROWS
         size = min(INIT_BLOCK_ROWS, table.num_embeddings - start)
         gen = torch.Generator(device=out.device).manual_seed(_block_seed(seed, table_index, block))
-        # The whole block, every column, whatever part of it is needed: its values depend on its size.
+        # The whole block, every column, whatever part of it is needed: its values depend on its
+        # size.
         values = torch.empty(size, table.embedding_dim, device=out.device).uniform_(
             -bound, bound, generator=gen
         )

@@ -1,9 +1,10 @@
-"""The sparse (embedding) optimizer as torch runs it: the algorithms, their settings, and how tables get them.
+"""The sparse (embedding) optimizer as torch runs it: the algorithms, their settings, and how tables
+get them.
 
 Tables on the fused kernel get the optimizer fused into the embedding kernel's backward: it is
-marked on the unsharded weights and torchrec's sharders pick it up. Data-parallel tables get a
-plain torch optimizer of the same algorithm, stepped after backward with the dense layers'.
-What is known of each optimizer without torch (names, state sizes, devices) is sparse_optimizers.py's.
+marked on the unsharded weights and torchrec's sharders pick it up. Data-parallel tables get a plain
+torch optimizer of the same algorithm, stepped after backward with the dense layers'. What is known
+of each optimizer without torch (names, state sizes, devices) is sparse_optimizers.py's.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ TORCH_OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
     "rowwise_adagrad": RowWiseAdagrad,
     "adam": torch.optim.Adam,
     "sgd": torch.optim.SGD,
-    # torchrec maps torch's Adagrad to fbgemm's EXACT_ADAGRAD on fused tables, and it steps data-parallel
-    # ones itself (torchrec.optim.Adagrad, the class MLPerf's rules name, is a placeholder that cannot).
+    # torchrec maps torch's Adagrad to fbgemm's EXACT_ADAGRAD on fused tables, and it steps
+    # data-parallel ones itself (torchrec.optim.Adagrad, the class MLPerf's rules name, is a
+    # placeholder that cannot).
     "adagrad": torch.optim.Adagrad,
 }
 
@@ -62,7 +64,8 @@ def attach_fused_optimizer(
 def replicated_table_params(
     model: torch.nn.Module, tables: list[EmbeddingBagConfig], ebc_path: str
 ) -> dict[str, tuple[str, torch.nn.Parameter]]:
-    """The table weights no fused optimizer updates (the data-parallel tables): FQN -> (table, weight).
+    """The table weights no fused optimizer updates (the data-parallel tables): FQN -> (table,
+    weight).
 
     Args:
         model: the sharded model; its `named_parameters()` order is kept.

@@ -25,7 +25,8 @@ def rowwise_state_key(table: str) -> str:
 def convert_rowwise_momentum(
     old: torch.Tensor, rows: int, old_widths: list[int], new_widths: list[int]
 ) -> torch.Tensor:
-    """[len(old_widths) * rows] accumulators -> [len(new_widths) * rows] (see the module docstring)."""
+    """[len(old_widths) * rows] accumulators -> [len(new_widths) * rows] (see the module
+    docstring)."""
     per_column = torch.cat(
         [old[j * rows : (j + 1) * rows, None].expand(rows, w) for j, w in enumerate(old_widths)],
         dim=1,

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 ROW_STATE_BYTES = 4
-"""Bytes of one Adagrad accumulator (row-wise or per weight): fbgemm keeps it in fp32 whatever the weights' dtype."""
+"""Bytes of one Adagrad accumulator (row-wise or per weight): fbgemm keeps it in fp32 whatever the
+weights' dtype."""
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,8 @@ class SparseOptimizer:
     element_state: int
     """State values per weight, of the weights' dtype (Adam: 2, its two moments)."""
     element_state_fp32: int
-    """State values per weight kept in fp32 whatever the weights' dtype (full Adagrad: 1, its sum)."""
+    """State values per weight kept in fp32 whatever the weights' dtype (full Adagrad: 1, its
+    sum)."""
     devices: tuple[str, ...]
     """Device kinds whose fbgemm kernels fuse it into the embedding backward."""
 
@@ -54,7 +56,8 @@ SPARSE_OPTIMIZERS: dict[str, SparseOptimizer] = {
             element_state_fp32=0,
             devices=("cpu", "cuda"),
         ),
-        # fbgemm's EXACT_ADAGRAD (MLPerf DLRMv2's): one fp32 sum per weight (`momentum1`, the weights' shape).
+        # fbgemm's EXACT_ADAGRAD (MLPerf DLRMv2's): one fp32 sum per weight (`momentum1`, the
+        # weights' shape).
         SparseOptimizer(
             "adagrad",
             "Adagrad",

@@ -1,4 +1,5 @@
-"""Which embedding tables exist: one table per sparse feature of a dataset, and their weights' names."""
+"""Which embedding tables exist: one table per sparse feature of a dataset, and their weights'
+names."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from shardrec.embeddings.dims import table_name, table_specs
 __all__ = ["POOLING_TYPES", "build_ebc", "build_table_configs", "table_name", "table_weight_fqn"]
 
 POOLING_TYPES = {"sum": PoolingType.SUM, "mean": PoolingType.MEAN}
-"""A sparse feature's pooling (the manifest's word, a spec's list column) -> its table's torchrec pooling."""
+"""A sparse feature's pooling (the manifest's word, a spec's list column) -> its table's torchrec
+pooling."""
 
 
 def build_table_configs(
@@ -43,13 +45,15 @@ def build_table_configs(
 def build_ebc(
     tables: list[EmbeddingBagConfig], device: str | torch.device = "meta"
 ) -> EmbeddingBagCollection:
-    """An EmbeddingBagCollection; on the meta device, so sharding allocates only each rank's shards."""
+    """An EmbeddingBagCollection; on the meta device, so sharding allocates only each rank's
+    shards."""
     return EmbeddingBagCollection(tables=tables, device=torch.device(device))
 
 
 def table_weight_fqn(ebc_path: str, table: str) -> str:
-    """Name of a table's weight in a model whose EmbeddingBagCollection sits at `ebc_path` ("" for the
-    collection itself): `<ebc_path>.embedding_bags.<table>.weight`, the name torchrec's collection
-    gives it in the state dict (sharded or not) and in `named_parameters()` (unsharded or data-parallel)."""
+    """Name of a table's weight in a model whose EmbeddingBagCollection sits at `ebc_path` ("" for
+    the collection itself): `<ebc_path>.embedding_bags.<table>.weight`, the name torchrec's
+    collection gives it in the state dict (sharded or not) and in `named_parameters()` (unsharded or
+    data-parallel)."""
     name = f"embedding_bags.{table}.weight"
     return f"{ebc_path}.{name}" if ebc_path else name

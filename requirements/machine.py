@@ -2,7 +2,8 @@
 
 The device kind is one of
 - `cpu`: no GPU that nvidia-smi lists (or a driver too old for any CUDA build of the pinned torch);
-- `cuda`: a driver of 580 or newer, which torch's CUDA 13 builds (PyPI's) need: requirements/cuda.txt;
+- `cuda`: a driver of 580 or newer, which torch's CUDA 13 builds (PyPI's) need:
+  requirements/cuda.txt;
 - `cuda126`: an older driver (525 or newer): PyTorch's CUDA 12.6 builds, requirements/cuda126.txt.
 
 `make setup` keeps one stamp per kind, so a `.venv` made on a CPU node (a shared home directory)
@@ -84,7 +85,8 @@ def torch_kind(version: str, requires: list[str]) -> str:
 
 
 def stale_packages(kind: str, installed: dict[str, tuple[str, list[str]]]) -> list[str]:
-    """What to uninstall before installing `kind`'s build; `installed`: name -> (version, requires)."""
+    """What to uninstall before installing `kind`'s build; `installed`: name -> (version,
+    requires)."""
     stale = []
     if "torch" in installed and torch_kind(*installed["torch"]) != kind:
         stale.append("torch")
@@ -100,7 +102,8 @@ def stale_packages(kind: str, installed: dict[str, tuple[str, list[str]]]) -> li
 
 
 def installed_stack() -> dict[str, tuple[str, list[str]]]:
-    """torch and fbgemm-gpu(-cpu) as installed in the running Python: name -> (version, requires)."""
+    """torch and fbgemm-gpu(-cpu) as installed in the running Python: name -> (version,
+    requires)."""
     found = {}
     for name in ("torch", "fbgemm-gpu", "fbgemm-gpu-cpu"):
         try:

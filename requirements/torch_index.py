@@ -57,7 +57,8 @@ def resolve(requirement: str, extra: list[str]) -> dict | None:
 
 
 def is_cpu_build(item: dict) -> bool:
-    """A torch wheel built without CUDA: a `+cpu` local version, or no NVIDIA runtime dependencies."""
+    """A torch wheel built without CUDA: a `+cpu` local version, or no NVIDIA runtime
+    dependencies."""
     meta = item["metadata"]
     if meta["version"].endswith("+cpu"):
         return True

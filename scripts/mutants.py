@@ -58,7 +58,8 @@ MODULES: dict[str, tuple[str, list[str]]] = {
 
 
 def kill_rates(cache: Path) -> dict[str, tuple[int, int]]:
-    """File -> (killed, tested) from mutmut's cache; a timeout counts as killed, as mutmut's does."""
+    """File -> (killed, tested) from mutmut's cache; a timeout counts as killed, as mutmut's
+    does."""
     out: dict[str, tuple[int, int]] = {}
     query = (
         "select f.filename, m.status from Mutant m "

@@ -43,7 +43,8 @@ SEARCHES = ("shardrec", "torchrec")
 DEFAULT_COST_MODEL = {"cpu": "shardrec", "cuda": "shardrec"}
 """The step-time model shardrec's search optimises where no calibration profile names the better
 one (`bench plan-reality --profile-out`): shardrec's own, the one today's plans were made with."""
-# The manifest statistic (tools/preprocess/parts/feature_stats.py writes it) that gives a feature's pooling.
+# The manifest statistic (tools/preprocess/parts/feature_stats.py writes it) that gives a feature's
+# pooling.
 POOLING_STAT_KEY = "mean_ids_per_sample"
 
 
@@ -68,7 +69,8 @@ def pooling_factors(
 
 
 def _describe_shortfall(cost: PlanCost, device_kind: str, hint: str = "") -> str:
-    """Each short rank's need and gap per memory tier: HBM (CPU: memory) and host memory for UVM tables."""
+    """Each short rank's need and gap per memory tier: HBM (CPU: memory) and host memory for UVM
+    tables."""
     tier = "HBM" if device_kind == "cuda" else "memory"
     short, host_short = cost.shortfall(), cost.host_shortfall()
     host = np.broadcast_to(np.asarray(cost.host_bytes, dtype=np.float64), cost.step_s.shape)
@@ -209,9 +211,10 @@ def _evaluate(table_plans: list[TablePlan], request: SearchRequest) -> PlanCost:
 def _plan_past_device_memory(
     request: SearchRequest, statistics: DatasetStatistics, cost: PlanCost
 ) -> tuple[list[TablePlan], PlanCost]:
-    """Tables that do not fit in HBM: kernels and caches chosen from the data's id frequencies under a
-    shrinking HBM budget (cached_tables.py) until the search places them within every rank's HBM and host
-    memory; else the placement needing the least HBM, for the refusal to show each rank's gaps."""
+    """Tables that do not fit in HBM: kernels and caches chosen from the data's id frequencies under
+    a shrinking HBM budget (cached_tables.py) until the search places them within every rank's HBM
+    and host memory; else the placement needing the least HBM, for the refusal to show each rank's
+    gaps."""
     from shardrec.sharding.search.shardrec_search import search_plan
 
     if not statistics.frequencies:
@@ -268,7 +271,8 @@ def priced_by(request: SearchRequest, cost_model: str) -> Problem:
 
 
 def cost_model_of(topo: ClusterTopology) -> str:
-    """The step-time model to search with on this topology: its profile's verdict, else the default."""
+    """The step-time model to search with on this topology: its profile's verdict, else the
+    default."""
     return topo.cost_model or DEFAULT_COST_MODEL[topo.device_kind]
 
 

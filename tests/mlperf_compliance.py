@@ -25,7 +25,8 @@ ZERO = (
 
 
 def read_log(path: Path) -> list[dict[str, Any]]:
-    """The parser's reading (ruleset_600.py): the JSON after ':::MLLOG ' on each line; any other line fails."""
+    """The parser's reading (ruleset_600.py): the JSON after ':::MLLOG ' on each line; any other
+    line fails."""
     records = []
     for number, line in enumerate(path.read_text().splitlines(), 1):
         head, sep, body = line.partition(":::MLLOG ")

@@ -68,7 +68,8 @@ def _file_problem(directory: Path, path: Path, finfo: FileInfo) -> str | None:
 
 def changed_since_written(directory: str | Path) -> list[str]:
     """Part files missing, of another size than the manifest says, or modified after it was written
-    (another job rewriting the dataset): found with stat alone, so a failed run can name its cause."""
+    (another job rewriting the dataset): found with stat alone, so a failed run can name its
+    cause."""
     directory = Path(directory)
     try:
         manifest, written = Manifest.load(directory), (directory / MANIFEST).stat().st_mtime
@@ -133,7 +134,8 @@ def bad_id_error(
 def bad_jagged_id_error(
     parts: list[Part], groups: list[tuple[int, np.ndarray]], feature: str
 ) -> DatasetError:
-    """`bad_id_error` for a multi-hot feature: groups are (part, local rows) pairs that were read."""
+    """`bad_id_error` for a multi-hot feature: groups are (part, local rows) pairs that were
+    read."""
     limit = parts[0].limits[feature]
     for p, local in groups:
         ids, off = parts[p].sparse[feature], parts[p].offsets[feature]

@@ -47,12 +47,16 @@ SPLITS = ("train", "val", "test")
 
 
 def _why_no_manifest(directory: Path) -> str:
-    """Why DIR has no manifest: preprocessing is writing it, stopped before its end, or never ran there."""
+    """Why DIR has no manifest: preprocessing is writing it, stopped before its end, or never ran
+    there."""
     if not (directory / locks.WORK_DIR).is_dir():
         return f"{directory}: not a shardrec dataset (no {MANIFEST}); create one with `shardrec preprocess`"
     writer = locks.dataset_writer(directory)
     if writer is not None:
-        return f"{directory}: being written by {locks.describe_writer(writer)} (no {MANIFEST} yet); wait for it to finish"
+        return (
+            f"{directory}: being written by {locks.describe_writer(writer)} (no {MANIFEST} yet); "
+            "wait for it to finish"
+        )
     return (
         f"{directory}: preprocessing did not finish (no {MANIFEST}; {locks.WORK_DIR}/ holds its finished "
         "tasks); rerun the same `shardrec preprocess` command to complete it"
@@ -443,7 +447,8 @@ def check_part_files(directory: Path, split: str, info: PartInfo) -> None:
 
 
 def _map_column(directory: Path, path: str, finfo: FileInfo, plain_dir: bool) -> np.ndarray:
-    """Memory-map one column after checking it exists inside the dataset and has the manifest's size."""
+    """Memory-map one column after checking it exists inside the dataset and has the manifest's
+    size."""
     check_file(directory, path, finfo, plain_dir)
     try:
         return map_npy(path)  # no file descriptor stays open: thousands of parts fit any ulimit

@@ -62,7 +62,8 @@ def _libc() -> ctypes.CDLL | None:
 _LIBC = _libc()
 
 
-# The header np.save writes for a plain dtype, e.g. {'descr': '<u2', 'fortran_order': False, 'shape': (450000,), }
+# The header np.save writes for a plain dtype, e.g. {'descr': '<u2', 'fortran_order': False,
+# 'shape': (450000,), }
 _PLAIN_HEADER = re.compile(
     r"\{'descr': '([<>|=][a-z]\d+)', 'fortran_order': (True|False), 'shape': \(([\d, ]*)\), \} *\n?"
 )

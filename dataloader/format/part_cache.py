@@ -102,7 +102,8 @@ _IDS = itertools.count()
 
 
 class PartSet(Sequence[Part]):
-    """A split's parts by index (`parts[i]` maps part i if it is not mapped), rows known without mapping."""
+    """A split's parts by index (`parts[i]` maps part i if it is not mapped), rows known without
+    mapping."""
 
     def __init__(
         self, directory: str | Path, split: str, manifest: Manifest, capacity: int | None = None
@@ -133,7 +134,8 @@ class PartSet(Sequence[Part]):
         """Parts this set opened and mapped so far, first opening included (a measure of
         eviction churn; a part another set had mapped is not counted)."""
         self.warm_cpu_s = 0.0
-        """CPU seconds the warmer threads (`warm`) spent so far: the stream's cost off its own thread."""
+        """CPU seconds the warmer threads (`warm`) spent so far: the stream's cost off its own
+        thread."""
         self._warm_lock = threading.Lock()
         # Every part's files are checked now (exist inside the dataset, manifest's sizes), the
         # first part is mapped (its layout is the gathers' reference), the others when first read

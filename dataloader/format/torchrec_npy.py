@@ -7,8 +7,8 @@ halved, its first ceil(rows/2) rows "val" and the rest "test"; a single day is "
 Raw (unhashed) ids are folded into tables with `hashes` (id % hash, per feature).
 
 The loader reads this layout in place (dataloader/format/source.py); `shardrec data import-npy` /
-`export-npy` convert it (tools/preprocess/derived/npy_import_export.py). Both name, find and open the
-files through this module.
+`export-npy` convert it (tools/preprocess/derived/npy_import_export.py). Both name, find and open
+the files through this module.
 """
 
 from __future__ import annotations

@@ -1,15 +1,14 @@
 """Turn global row indices into a torchrec `Batch`: compiled or numpy gathers, no per-row Python.
 
-Per batch the work is one gather per column (memory-mapped, so only the rows asked for are
-read), written straight into a preallocated int64 values array for all sparse features,
-and one `torch.from_numpy` per tensor. The gathers are the numba kernels of
-gather_kernels.py (one pass: read, cast, write in place; rows of several parts in one
-in-order pass per column); without numba, or with `compiled=False`, numpy's `np.take` per
-part plus casting copies do the same (the unit tests hold both to identical batches).
-Consecutive rows (no shuffle) are copied as slices either way. Rows of many parts are located
-and their ids read by many_parts.py; the numpy paths go part by part (row_groups.py). One-hot features share a
-cached all-ones lengths tensor, as torchrec's own Criteo pipe does, so the
-KeyedJaggedTensor needs no sync.
+Per batch the work is one gather per column (memory-mapped, so only the rows asked for are read),
+written straight into a preallocated int64 values array for all sparse features, and one
+`torch.from_numpy` per tensor. The gathers are the numba kernels of gather_kernels.py (one pass:
+read, cast, write in place; rows of several parts in one in-order pass per column); without numba,
+or with `compiled=False`, numpy's `np.take` per part plus casting copies do the same (the unit tests
+hold both to identical batches). Consecutive rows (no shuffle) are copied as slices either way. Rows
+of many parts are located and their ids read by many_parts.py; the numpy paths go part by part
+(row_groups.py). One-hot features share a cached all-ones lengths tensor, as torchrec's own Criteo
+pipe does, so the KeyedJaggedTensor needs no sync.
 """
 
 from __future__ import annotations
@@ -47,7 +46,8 @@ class BatchGatherer:
         index_tables: IndexTables | None = None,
     ) -> None:
         """`compiled`: use the numba kernels (default: when numba imports); False: numpy only.
-        `index_tables`: multi-hot index tables that turn every one-hot id into its multi-hot ids at batch time.
+        `index_tables`: multi-hot index tables that turn every one-hot id into its multi-hot ids at
+            batch time.
         `parts`: a PartSet (maps parts as they are used, a bounded number at a time) or a list."""
         if not len(parts):
             raise ValueError("a split needs at least one part")

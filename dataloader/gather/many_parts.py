@@ -40,7 +40,8 @@ class PartLocator:
     """Each global row's part and row inside it, for the parts of one split."""
 
     def __init__(self, part_starts: np.ndarray, rows: Sequence[int]) -> None:
-        """part_starts: [parts + 1] first global row of each part, then the total; rows: per part."""
+        """part_starts: [parts + 1] first global row of each part, then the total; rows: per
+        part."""
         self.part_starts = part_starts
         self.parts = len(rows)
         self.index = part_index(part_starts, rows)

@@ -378,7 +378,8 @@ class MultiHotOption:
     sizes: tuple[int, ...]
     """Ids per sample of each sparse feature, in the dataset's feature order."""
     rows: tuple[int, ...] | None = None
-    """Table rows per feature (None: the manifest's cardinalities, or the torchrec layout's hashes)."""
+    """Table rows per feature (None: the manifest's cardinalities, or the torchrec layout's
+    hashes)."""
     dist: str = "uniform"
     """uniform or pareto."""
     seed: int = 0

@@ -48,8 +48,8 @@ class TextFormat:
     header: bool = False
     """Each file starts with a line of column names (columns are then found by name)."""
     quoting: bool | None = None
-    """RFC 4180 double quotes: a field in quotes ("a, b") may hold the delimiter, and "" inside it is one
-    quote; not a newline. Default: on for csv, off for tsv."""
+    """RFC 4180 double quotes: a field in quotes ("a, b") may hold the delimiter, and "" inside it
+    is one quote; not a newline. Default: on for csv, off for tsv."""
     min_fields: int | None = None
     """Fewest fields a row may have, its missing trailing fields empty (default: every column)."""
 
@@ -71,7 +71,8 @@ class _Column:
 
     name: str
     position: int | None = None
-    """Field index, 0 for the first (default: found by name in the header, else the column's place in the spec)."""
+    """Field index, 0 for the first (default: found by name in the header, else the column's place
+    in the spec)."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,8 @@ class DenseColumn(_Column):
     """A number fed to the dense layers after a transform; an empty field is 0."""
 
     type: str = "int"
-    """int (an optional '-' and up to 18 digits, `260.0` accepted) or float (decimal, exponent allowed)."""
+    """int (an optional '-' and up to 18 digits, `260.0` accepted) or float (decimal, exponent
+    allowed)."""
     transform: str = "log1p"
     """log1p (negatives clamped to 0), signed-log1p, shift-log1p (log(4 + max(x, -3))) or none."""
     role = "dense"
@@ -113,10 +115,12 @@ class DenseColumn(_Column):
 
 @dataclass(frozen=True)
 class CategoricalColumn(_Column):
-    """One id per row: the value hashed into the table (or looked up in a vocabulary); empty is id 0."""
+    """One id per row: the value hashed into the table (or looked up in a vocabulary); empty is id
+    0."""
 
     kind: str = "string"
-    """hex (up to 16 hex digits), integer (decimal, '-' allowed) or string (any bytes, hashed as written)."""
+    """hex (up to 16 hex digits), integer (decimal, '-' allowed) or string (any bytes, hashed as
+    written)."""
     hash_size: int | None = None
     """Table rows in hashing mode (default: preprocess --max-ids); id 0 is the empty value."""
     role = "categorical"
@@ -220,7 +224,8 @@ class FeatureSpec:
         return [c for c in self.columns if isinstance(c, ListColumn)]
 
     def to_dict(self) -> dict:
-        """Plain data (what the manifest records and spec_file writes as TOML); defaults left out."""
+        """Plain data (what the manifest records and spec_file writes as TOML); defaults left
+        out."""
         return {
             "format": _changed(self.format),
             "columns": [{"role": c.role, **_changed(c)} for c in self.columns],

@@ -175,7 +175,8 @@ def _toml_value(value: Any) -> str:
 def spec_to_toml(spec: FeatureSpec, notes: dict[str, str] | None = None, preamble: str = "") -> str:
     """The spec as a TOML file that load_spec reads back equal; every key written but unset ones.
 
-    notes: column name -> a comment written above its table (what infer saw); preamble: comment lines first.
+    notes: column name -> a comment written above its table (what infer saw); preamble: comment
+        lines first.
     """
     lines = [f"# {line}" if line else "#" for line in preamble.splitlines()]
     lines += ["[format]"]
@@ -202,8 +203,8 @@ def spec_to_toml(spec: FeatureSpec, notes: dict[str, str] | None = None, preambl
 def manifest_spec(manifest: Manifest, directory: str | Path = "") -> FeatureSpec | None:
     """The spec a dataset was made with: the one its manifest records (preprocess --spec), or the
     built-in Criteo spec of a run without one (from its schema and dense transform options); None
-    for a dataset that `shardrec preprocess` did not write (torchrec's layout). A multi-hot copy keeps
-    its source's spec: raw rows are read by it, then expanded.
+    for a dataset that `shardrec preprocess` did not write (torchrec's layout). A multi-hot copy
+    keeps its source's spec: raw rows are read by it, then expanded.
     """
     options = manifest.options
     if "spec" in options:

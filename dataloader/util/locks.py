@@ -21,7 +21,8 @@ DATASET_LOCK = "lock"
 
 
 class Locked(Exception):
-    """Another process holds the lock; `holder` is what it wrote in the file ({} before it wrote)."""
+    """Another process holds the lock; `holder` is what it wrote in the file ({} before it
+    wrote)."""
 
     def __init__(self, path: Path, holder: dict[str, Any]) -> None:
         super().__init__(f"{path} is held by {holder or 'another process'}")
@@ -36,7 +37,8 @@ def me(**what: Any) -> dict[str, Any]:
 
 def hold(path: Path, holder: dict[str, Any]) -> int:
     """Lock `path` (created) for this process and write `holder` into it; returns the descriptor,
-    whose closing (or this process's death) releases the lock. Locked when another process holds it."""
+    whose closing (or this process's death) releases the lock. Locked when another process holds
+    it."""
     import fcntl
 
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -55,7 +57,8 @@ def hold(path: Path, holder: dict[str, Any]) -> int:
 
 
 def holder_of(path: Path) -> dict[str, Any] | None:
-    """What the process holding `path`'s lock wrote in it ({} before it wrote); None: nobody holds it."""
+    """What the process holding `path`'s lock wrote in it ({} before it wrote); None: nobody holds
+    it."""
     import fcntl
 
     try:

@@ -74,7 +74,8 @@ def _zeros(world_size: int) -> dict[str, np.ndarray]:
 
 
 def _input_bytes(w: Workload, pooling: float, share: float) -> float:
-    """Bytes one rank sends to one shard holder: every sample's length, plus the ids that shard owns."""
+    """Bytes one rank sends to one shard holder: every sample's length, plus the ids that shard
+    owns."""
     return w.local_batch * (w.length_bytes + pooling * w.id_bytes * share)
 
 

@@ -40,7 +40,8 @@ class PlanCost:
     memory_capacity: int
     """Bytes per rank the plan may fill (the device's memory less the reserve)."""
     fixed_bytes: float = 0.0
-    """Bytes every rank holds whatever the placement (memory.fixed_bytes: dense layers, framework)."""
+    """Bytes every rank holds whatever the placement (memory.fixed_bytes: dense layers,
+    framework)."""
     device_memory: int = 0
     """The device's memory per rank, before the reserve."""
     cache_bytes: np.ndarray | float = 0.0
@@ -116,7 +117,8 @@ class PlanCost:
 
 
 def comm_seconds(sent: dict[str, np.ndarray], topo: ClusterTopology) -> np.ndarray:
-    """Seconds each rank spends sending; traffic to other ranks splits between links by how many peers sit on each."""
+    """Seconds each rank spends sending; traffic to other ranks splits between links by how many
+    peers sit on each."""
     W, H = topo.world_size, topo.local_world_size
     if W == 1:
         return np.zeros(1)
@@ -183,7 +185,8 @@ def _uvm_shard(
         )
         return
     slots = cache.rows[index]
-    # fbgemm: cached rows, cache_index_table_map (4 B per row), lxu_cache_state + lru_state (16 B per slot).
+    # fbgemm: cached rows, cache_index_table_map (4 B per row), lxu_cache_state + lru_state (16 B
+    # per slot).
     arrays.cache[rank] += slots * shard.cols * elem + shard.rows * 4 + slots * 16
     # Each missed unique row is fetched, and (updated in training) written back when evicted.
     fetched = cache.fetched_rows[index] if cache.fetched_rows else 0.0

@@ -60,9 +60,10 @@ class FrequencyCurve:
         return sum(self.lookups) / self.batches if self.batches else 0.0
 
     def block(self, offset: int, rows: int, ids_by_frequency: bool) -> FrequencyCurve:
-        """The curve of rows [offset, offset + rows) (a row-wise shard). Ids numbered by frequency: the
-        same rows of the hottest-first order. Hashed ids: the head rows whose ids fall in the block,
-        and of every other group the rows that do on average (same count, a share of the rows)."""
+        """The curve of rows [offset, offset + rows) (a row-wise shard). Ids numbered by frequency:
+        the same rows of the hottest-first order. Hashed ids: the head rows whose ids fall in the
+        block, and of every other group the rows that do on average (same count, a share of the
+        rows)."""
         if rows >= self.table_rows:
             return self
         if ids_by_frequency:
@@ -140,7 +141,8 @@ class HitRate:
 
 
 def slots(rows: int, load_factor: float) -> int:
-    """Rows fbgemm allocates for a cache of `load_factor` of `rows`: whole 32-row sets, at least one."""
+    """Rows fbgemm allocates for a cache of `load_factor` of `rows`: whole 32-row sets, at least
+    one."""
     return max(1, math.ceil(rows * load_factor / ASSOCIATIVITY)) * ASSOCIATIVITY
 
 
@@ -156,9 +158,9 @@ def _presence(curve: FrequencyCurve) -> tuple[np.ndarray, np.ndarray, np.ndarray
 
 
 def _window_hit(others: np.ndarray, window: float, batches: float) -> np.ndarray:
-    """Chance that one of a row's `others` other batches falls in the `window` batches before a random one
-    of the stream's `batches` (its occurrences placed at random: the loader shuffles), the window
-    cut short at the start of the stream."""
+    """Chance that one of a row's `others` other batches falls in the `window` batches before a
+    random one of the stream's `batches` (its occurrences placed at random: the loader shuffles),
+    the window cut short at the start of the stream."""
     x = min(window / batches, 1.0)
     m = np.maximum(others, 0.0)
     early = x - (1 - (1 - x) ** (m + 1)) / (m + 1)  # requests in the first `window` batches
@@ -167,9 +169,9 @@ def _window_hit(others: np.ndarray, window: float, batches: float) -> np.ndarray
 
 
 def lru_hit_rate(curve: FrequencyCurve, capacity_rows: int) -> HitRate:
-    """An LRU cache of `capacity_rows` over the curve's stream (module docstring): it holds the rows of the
-    last T batches, T from sum_i 1 - (1 - q_i)^T = C; a row's request hits when another of its batches
-    lies in the T before (so a row's first batch always misses)."""
+    """An LRU cache of `capacity_rows` over the curve's stream (module docstring): it holds the rows
+    of the last T batches, T from sum_i 1 - (1 - q_i)^T = C; a row's request hits when another of
+    its batches lies in the T before (so a row's first batch always misses)."""
     n, c, q, b = _presence(curve)
     live = q > 0
     log_miss = np.log1p(-np.minimum(q, 1 - 1e-15))
@@ -192,8 +194,8 @@ def lru_hit_rate(curve: FrequencyCurve, capacity_rows: int) -> HitRate:
 
 
 def _at_least(threshold: np.ndarray, trials: np.ndarray, share: float) -> np.ndarray:
-    """P(k >= threshold) for k ~ Binomial(trials, share), per group (non-integer `trials`: the group's
-    average; `threshold` whole numbers)."""
+    """P(k >= threshold) for k ~ Binomial(trials, share), per group (non-integer `trials`: the
+    group's average; `threshold` whole numbers)."""
     t = np.maximum(np.asarray(threshold, dtype=np.int64), 0)
     if share >= 1.0:
         return (trials >= t).astype(np.float64)
@@ -206,11 +208,11 @@ def _at_least(threshold: np.ndarray, trials: np.ndarray, share: float) -> np.nda
 
 
 def lfu_hit_rate(curve: FrequencyCurve, capacity_rows: int, points: int = 48) -> HitRate:
-    """An LFU cache of `capacity_rows` with counts since the start (fbgemm's): at a point u of the stream
-    it holds the rows counted most often so far: every row counted at least theta(u) times (theta the
-    least count whose expected rows fit) and, in the slots left, a share of those a step below. A
-    row is counted batch by batch (its lookups per batch times the batches it was in), and a request
-    hits when the row's earlier batches put it there (its first batch misses)."""
+    """An LFU cache of `capacity_rows` with counts since the start (fbgemm's): at a point u of the
+    stream it holds the rows counted most often so far: every row counted at least theta(u) times
+    (theta the least count whose expected rows fit) and, in the slots left, a share of those a step
+    below. A row is counted batch by batch (its lookups per batch times the batches it was in), and
+    a request hits when the row's earlier batches put it there (its first batch misses)."""
     n, c, q, b = _presence(curve)
     per_batch = np.where(b > 0, c / np.maximum(b, 1e-12), 1.0)
     hit = np.zeros_like(n)
@@ -248,8 +250,8 @@ def _rates(curve: FrequencyCurve, n, c, q, b, hit) -> HitRate:
 
 
 def min_cache_rows(curve: FrequencyCurve) -> int:
-    """The smallest cache the prediction holds for: four batches' unique rows. Near one batch's, fbgemm
-    cannot insert a batch's misses (conflict misses); up to ~3, Che's approximation overestimates
-    LRU hits by up to ~3 points (against exact caches replaying Zipf streams)."""
+    """The smallest cache the prediction holds for: four batches' unique rows. Near one batch's,
+    fbgemm cannot insert a batch's misses (conflict misses); up to ~3, Che's approximation
+    overestimates LRU hits by up to ~3 points (against exact caches replaying Zipf streams)."""
     n, _, q, _ = _presence(curve)
     return int(math.ceil(4 * (n * q).sum()))

@@ -71,7 +71,8 @@ def data_parallel(config: EmbeddingBagConfig, world_size: int) -> TablePlan:
 
 
 def column_splits(dim: int, min_partition: int, max_shards: int) -> list[int]:
-    """Shard counts k > 1 that split `dim` into equal blocks of >= min_partition columns, a multiple of 4."""
+    """Shard counts k > 1 that split `dim` into equal blocks of >= min_partition columns, a multiple
+    of 4."""
     floor = max(min_partition, 4)
     return [
         k

@@ -36,7 +36,8 @@ class SimRow:
     table_wise_max_bytes: float
     """Bytes per step of the busiest rank, all tables table-wise."""
     twod_bytes: float
-    """Bytes per rank per step of 2D: row-wise within groups of `group_size` plus the replica all-reduce."""
+    """Bytes per rank per step of 2D: row-wise within groups of `group_size` plus the replica
+    all-reduce."""
     group_size: int
     twod_sync_bytes: float
     """Of which the replica all-reduce of the weights."""
@@ -103,7 +104,8 @@ def simulate(
     group_sizes: tuple[int, ...] = GROUP_SIZES,
     sync_every: int = 1,
 ) -> list[SimRow]:
-    """Bytes per step for each world size; 2D takes the group size (of group_sizes) that sends least."""
+    """Bytes per step for each world size; 2D takes the group size (of group_sizes) that sends
+    least."""
     rows = []
     for W in world_sizes:
         w = Workload(per_rank_batch * W, W)

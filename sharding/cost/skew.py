@@ -47,7 +47,8 @@ def curves_from_stats(
     stats: dict[str, dict[str, Any]] | None,
     ids_by_frequency: bool,
 ) -> dict[str, LookupCurve]:
-    """Per table, the curve of its (first) feature when ids are frequency-ordered; none otherwise."""
+    """Per table, the curve of its (first) feature when ids are frequency-ordered; none
+    otherwise."""
     if not ids_by_frequency or not stats:
         return {}
     out = {}

@@ -49,7 +49,8 @@ def query_cuda_devices() -> list[DeviceMemory]:
 
 def cuda_device_memory(index: int) -> DeviceMemory:
     """One CUDA device as this process can use it: its free memory plus what this process's caching
-    allocator already holds (the dense layers, built before the check, are in the plan's estimate too)."""
+    allocator already holds (the dense layers, built before the check, are in the plan's estimate
+    too)."""
     import torch
 
     free, total = torch.cuda.mem_get_info(index)

@@ -99,7 +99,8 @@ def need(path: Path, obj: dict, key: str, kind: str, where: str = "", required: 
 
 
 def _kind_of(hint: Any) -> tuple[str, bool]:
-    """(_KINDS key, optional) of a dataclass field's type: int, float, str, dict[...], list[...], X | None."""
+    """(_KINDS key, optional) of a dataclass field's type: int, float, str, dict[...], list[...], X
+    | None."""
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         return _kind_of(args[0])[0], True

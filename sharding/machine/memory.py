@@ -42,7 +42,8 @@ class MemoryModel:
     replicated_copies: float = 3.0
     """A data-parallel table's weights at the peak: weights, backward's gradient, DDP's bucket."""
     io_copies: float = 1.0
-    """Copies of a shard's per-step input ids and pooled outputs (forward and gradient) alive at once."""
+    """Copies of a shard's per-step input ids and pooled outputs (forward and gradient) alive at
+    once."""
     dense_copies: float = 0.0
     """The dense parameters at the peak, optimizer state included; 0: counted from the optimizer
     (parameters, gradients, DDP buckets: 3, plus DENSE_OPTIMIZER_STATE)."""
@@ -114,7 +115,8 @@ def fixed_bytes(
     ids_per_sample: float,
     id_bytes: int = 8,
 ) -> float:
-    """Bytes every rank holds whatever the placement: dense layers, activations, inputs, framework."""
+    """Bytes every rank holds whatever the placement: dense layers, activations, inputs,
+    framework."""
     return (
         model.framework_bytes
         + dense.param_bytes * model.dense_multiplier(dense.optimizer)

@@ -49,7 +49,8 @@ class ClusterTopology:
     device_kind: str
     """cpu or cuda."""
     memory_bytes: int
-    """Memory of one rank's device (CPU: host memory per rank); the plan fills `usable_bytes` of it."""
+    """Memory of one rank's device (CPU: host memory per rank); the plan fills `usable_bytes` of
+    it."""
     intra_host_bw: float
     """Bytes/s one rank sends to another on the same host."""
     inter_host_bw: float
@@ -61,18 +62,21 @@ class ClusterTopology:
     collective_latency_s: float = 20e-6
     """Fixed cost of starting one collective."""
     host_link_bw: float = 32e9
-    """Bytes/s between host memory and the device (PCIe): UVM caches' fetches (torchrec's figure)."""
+    """Bytes/s between host memory and the device (PCIe): UVM caches' fetches (torchrec's
+    figure)."""
     reserve_fraction: float = 0.15
     """Share of `memory_bytes` the plan leaves free (torchrec's default heuristical reservation)."""
     host_memory_bytes: int = 0
     """CUDA: host memory per rank that UVM tables may use (0: none; CPU topologies: unused)."""
     memory_source: str = "preset"
-    """Where memory_bytes came from: preset, user (--memory-gib) or device (free memory at plan time)."""
+    """Where memory_bytes came from: preset, user (--memory-gib) or device (free memory at plan
+    time)."""
     memory_model: MemoryModel | None = None
     """Constants of the memory estimate (memory.py); None: the device kind's defaults."""
     cost_model: str = ""
-    """The step-time model the search optimises: shardrec or torchrec (whichever `bench plan-reality`
-    found to predict measured step times better on this machine); "": the device kind's default."""
+    """The step-time model the search optimises: shardrec or torchrec (whichever `bench
+    plan-reality` found to predict measured step times better on this machine); "": the device
+    kind's default."""
 
     def __post_init__(self) -> None:
         if self.world_size <= 0:
@@ -130,7 +134,8 @@ class ClusterTopology:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> ClusterTopology:
-        """The topology a plan file records (to_dict's output; older files lack the newer fields)."""
+        """The topology a plan file records (to_dict's output; older files lack the newer
+        fields)."""
         memory = raw.get("memory_model")
         return cls(**{**raw, "memory_model": MemoryModel(**memory) if memory else None})
 

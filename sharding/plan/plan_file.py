@@ -161,7 +161,8 @@ def _describe_table_diff(
 
 
 def check_plan(plan: PlanFile, fingerprint: PlanFingerprint) -> None:
-    """Raise StalePlanError listing every difference between the plan's fingerprint and the job's."""
+    """Raise StalePlanError listing every difference between the plan's fingerprint and the
+    job's."""
     planned = plan.fingerprint
     if planned.digest == fingerprint.digest:
         return

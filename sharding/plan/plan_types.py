@@ -29,7 +29,8 @@ SHARDING_TYPES = (
     "table_column_wise",
     DATA_PARALLEL,
 )
-"""torchrec's ShardingType values that a plan file may name (tests/unit/test_plan_io.py checks them)."""
+"""torchrec's ShardingType values that a plan file may name (tests/unit/test_plan_io.py checks
+them)."""
 
 
 class StalePlanError(ValueError):
@@ -74,7 +75,8 @@ class RankEstimate:
     optimizer_bytes: int
     buffer_bytes: int
     fixed_bytes: int = 0
-    """What every rank holds whatever its tables: dense layers, framework (sharding/machine/memory.py)."""
+    """What every rank holds whatever its tables: dense layers, framework
+    (sharding/machine/memory.py)."""
     cache_bytes: int = 0
     """Device memory of UVM caches on this rank."""
     host_bytes: int = 0
@@ -95,7 +97,8 @@ class PlanEstimate:
     memory_capacity_bytes: int
     ranks: list[RankEstimate]
     device_memory_bytes: int = 0
-    """Memory of one rank's device before the reserve (0 in plans written before it was recorded)."""
+    """Memory of one rank's device before the reserve (0 in plans written before it was
+    recorded)."""
     host_capacity_bytes: int = 0
     """Host memory per rank that UVM tables may use."""
     cost_model: str = ""
@@ -145,7 +148,8 @@ class CachePlan:
     rows: list[int]
     """Rows (slots) fbgemm allocates for each shard's cache, in shard order."""
     hit_rates: list[float]
-    """Predicted share of each shard's unique rows per batch found in the cache (sharding/cost/hit_rates.py)."""
+    """Predicted share of each shard's unique rows per batch found in the cache
+    (sharding/cost/hit_rates.py)."""
     fetched_rows: list[float] = dataclasses.field(default_factory=list)
     """Predicted rows each shard fetches from host memory per batch (its unique misses)."""
     algorithm: str = "lru"
@@ -174,9 +178,11 @@ class PlanFile:
     planner: str = "shardrec"
     """Which search produced the plan (shardrec or torchrec)."""
     topology: ClusterTopology | None = None
-    """The topology it was planned on (preset, ranks per host, memory, bandwidths); None: not recorded."""
+    """The topology it was planned on (preset, ranks per host, memory, bandwidths); None: not
+    recorded."""
     estimate: PlanEstimate | None = None
-    """The cost model's per-rank figures at plan time (memory, compute, bytes moved); None: not recorded."""
+    """The cost model's per-rank figures at plan time (memory, compute, bytes moved); None: not
+    recorded."""
     sharding_group_size: int = 0
     """0: tables sharded over all ranks. G: 2D, shards on ranks 0..G-1 of each sharding group
     of G ranks, replicated world_size / G times (torchrec's DMPCollection, CUDA only)."""
@@ -189,7 +195,8 @@ class PlanFile:
         raise KeyError(name)
 
     def to_dict(self) -> dict[str, Any]:
-        """The plan as its file holds it (a topology or estimate not recorded is an empty object)."""
+        """The plan as its file holds it (a topology or estimate not recorded is an empty
+        object)."""
         out = dataclasses.asdict(self)
         out["topology"] = self.topology.to_dict() if self.topology is not None else {}
         out["estimate"] = self.estimate.to_dict() if self.estimate is not None else {}

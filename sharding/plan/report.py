@@ -19,7 +19,8 @@ def _ranks_text(ranks: list[int]) -> str:
 
 
 def idle_ranks(plan: PlanFile) -> list[int]:
-    """Ranks that hold no shard of any table (of a 2D plan: group ranks); they run the dense part only."""
+    """Ranks that hold no shard of any table (of a 2D plan: group ranks); they run the dense part
+    only."""
     world = plan.sharding_group_size or plan.fingerprint.world_size
     used = {r for tp in plan.tables for r in tp.ranks}
     return [r for r in range(world) if r not in used]
@@ -38,7 +39,8 @@ def idle_ranks_warning(plan: PlanFile) -> str:
 
 
 def _cache_text(tp) -> tuple[str, str]:
-    """(cache rows, predicted hit rate) of a cached table; rows summed and the rate weighted over shards."""
+    """(cache rows, predicted hit rate) of a cached table; rows summed and the rate weighted over
+    shards."""
     if tp.cache is None:
         return "", ""
     rows = sum(tp.cache.rows)

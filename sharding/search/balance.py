@@ -69,7 +69,8 @@ def place_spreads(
 
 
 def assign(problem: Problem, choice: list[Option]) -> Assignment:
-    """LPT: spreads first, then pieces from the costliest, each on the least-loaded rank with room."""
+    """LPT: spreads first, then pieces from the costliest, each on the least-loaded rank with
+    room."""
     world_size, host_size = problem.topo.world_size, problem.topo.local_world_size
     capacity = problem.capacity
     step, mem = np.zeros(world_size), np.zeros(world_size)

@@ -6,8 +6,8 @@ weights in host memory: fused_uvm_caching keeps its hottest rows in an HBM cache
 writes evicted rows back), fused_uvm reads every row over the link (for a table whose ids are
 spread so evenly that a cache would hit only its own share of rows).
 
-Each table's options (fused, a cache at each load factor of CLF_GRID, no cache) cost HBM and
-step time (cost_model.py, with hit rates from the data's id-frequency curve, hit_rates.py). Choosing one
+Each table's options (fused, a cache at each load factor of CLF_GRID, no cache) cost HBM and step
+time (cost_model.py, with hit rates from the data's id-frequency curve, hit_rates.py). Choosing one
 option per table to minimise the added time under an HBM budget is a multiple-choice knapsack:
 on every table's lower convex hull of (HBM, time) the greedy that buys the steepest time saving
 per byte first is optimal for the relaxation, and within one hull step of optimal here. The
@@ -85,7 +85,8 @@ def table_options(
     cost_args: dict,
     allowed: tuple[str, ...],
 ) -> list[_Option]:
-    """The table's kernels and caches, each priced table-wise on one rank (HBM, step seconds, host)."""
+    """The table's kernels and caches, each priced table-wise on one rank (HBM, step seconds,
+    host)."""
     kernels = []
     if "fused" in allowed:
         kernels.append(TableKernel("fused"))
@@ -110,7 +111,8 @@ def table_options(
 
 
 def _hull(options: list[_Option]) -> list[_Option]:
-    """The lower convex hull of (HBM, seconds), from the least HBM: the options worth buying in turn."""
+    """The lower convex hull of (HBM, seconds), from the least HBM: the options worth buying in
+    turn."""
     points = sorted(options, key=lambda o: (o.hbm, o.seconds))
     hull: list[_Option] = []
     for o in points:
@@ -188,7 +190,8 @@ def kernel_hulls(
 
 
 def table_budget(request) -> float:
-    """HBM all ranks together may give the tables: usable memory less what every rank holds anyway."""
+    """HBM all ranks together may give the tables: usable memory less what every rank holds
+    anyway."""
     topo = request.topology
     fixed = rank_fixed_bytes(
         topo,

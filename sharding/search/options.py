@@ -64,12 +64,14 @@ class Problem:
         self._spread: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = {}
         self.options = [self._options(index) for index in range(len(self.configs))]
         self.latency_per_type_s = self.topo.collective_latency_s
-        """Start-up cost of one collective (comms.collectives_per_step counts them per type group)."""
+        """Start-up cost of one collective (comms.collectives_per_step counts them per type
+        group)."""
         workload = Workload(self.batch, self.topo.world_size)
         self.capacity: float = self.topo.usable_bytes - rank_fixed_bytes(
             self.topo, workload, self.configs, self.pooling, request.dense
         )
-        """Bytes per rank the tables may fill: the usable memory less what every rank holds anyway."""
+        """Bytes per rank the tables may fill: the usable memory less what every rank holds
+        anyway."""
 
     def allowed_ranks(self, index: int) -> list[int]:
         return list(self.cons[index].ranks) or list(range(self.topo.world_size))

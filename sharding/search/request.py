@@ -44,7 +44,8 @@ class SearchRequest:
     dense: DenseFootprint = field(default_factory=DenseFootprint)
     """The dense layers, which every rank holds beside its tables (memory.py)."""
     kernels: dict[str, TableKernel] = field(default_factory=dict)
-    """Table name -> kernel past device memory (cached_tables.py); a missing table uses `compute_kernel`."""
+    """Table name -> kernel past device memory (cached_tables.py); a missing table uses
+    `compute_kernel`."""
     frequencies: dict[str, FrequencyCurve] = field(default_factory=dict)
     """Table name -> id-frequency curve (hit_rates.py), for cached tables' hit rates."""
     ids_by_frequency: bool = False
@@ -61,7 +62,8 @@ class DatasetStatistics:
     """Ids are numbered hottest first, so row-wise blocks are skewed (skew.py)."""
     frequencies: dict[str, FrequencyCurve] = field(default_factory=dict)
     """Table name -> its ids' frequency curve measured on the data (hit_rates.py); what the planner
-    sizes UVM caches by on CUDA topologies whose HBM cannot hold every table. Empty: not measured."""
+    sizes UVM caches by on CUDA topologies whose HBM cannot hold every table. Empty: not
+    measured."""
 
     @classmethod
     def from_manifest(cls, manifest: Manifest) -> DatasetStatistics:
@@ -83,14 +85,17 @@ class PlanRequest:
     device_kind: str
     """cpu or cuda; it picks the default topology and goes into the plan's fingerprint."""
     constraints: dict[str, dict[str, Any]] | None = None
-    """Table name -> ParameterConstraints fields (plus `ranks`), as the job file's [sharding.constraints]."""
+    """Table name -> ParameterConstraints fields (plus `ranks`), as the job file's
+    [sharding.constraints]."""
     statistics: DatasetStatistics = field(default_factory=DatasetStatistics)
-    """What the dataset says: per-feature mean ids per sample and lookup skew (DatasetStatistics.from_manifest)."""
+    """What the dataset says: per-feature mean ids per sample and lookup skew
+    (DatasetStatistics.from_manifest)."""
     topology: ClusterTopology | None = None
     """The machines; None: the cpu-gloo or h100 preset for `device_kind`."""
     compute_kernel: str = "fused"
     optimizer: str = "rowwise_adagrad"
-    """The sparse optimizer, whose state the memory estimate counts (shardrec.embeddings.sparse_optimizers)."""
+    """The sparse optimizer, whose state the memory estimate counts
+    (shardrec.embeddings.sparse_optimizers)."""
     dense: DenseFootprint = field(default_factory=DenseFootprint)
     """The dense layers: parameters, activations and optimizer, which the memory estimate
     counts on every rank (memory.dense_footprint of the model; none by default)."""

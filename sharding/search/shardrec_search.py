@@ -36,7 +36,8 @@ def _initial(problem: Problem, prefer: str) -> list[Option]:
 
 
 def _candidates(problem: Problem, current: Assignment, limit: int) -> list[int]:
-    """Tables worth moving: the infeasible one, else the biggest contributors to the critical rank."""
+    """Tables worth moving: the infeasible one, else the biggest contributors to the critical
+    rank."""
     if current.infeasible >= 0:
         return [current.infeasible]
     critical = int(np.argmax(current.step))
@@ -56,7 +57,8 @@ def _candidates(problem: Problem, current: Assignment, limit: int) -> list[int]:
 
 
 def _improve(problem: Problem, current: Assignment, max_rounds: int, width: int) -> Assignment:
-    """Local search over sharding types: switch one critical table at a time while the score drops."""
+    """Local search over sharding types: switch one critical table at a time while the score
+    drops."""
     assert current.infeasible < 0, "local search starts from a complete placement"
     for _ in range(max_rounds):
         best = current
@@ -78,7 +80,8 @@ def _improve(problem: Problem, current: Assignment, max_rounds: int, width: int)
 
 
 def _to_table_plans(problem: Problem, chosen: Assignment, compute_kernel: str) -> list[TablePlan]:
-    """The chosen options and ranks as one TablePlan per table (a table's constraint may pin its kernel)."""
+    """The chosen options and ranks as one TablePlan per table (a table's constraint may pin its
+    kernel)."""
     out = []
     world_size, host_size = problem.topo.world_size, problem.topo.local_world_size
     for index, (config, option) in enumerate(zip(problem.configs, chosen.choice)):
@@ -126,7 +129,8 @@ def _peak(problem: Problem, index: int, option: Option) -> float:
 
 
 def _targeted(problem: Problem, target: float, types: tuple[str, ...]) -> list[Option]:
-    """Per table, the least-work option (among `types` where the table allows any) whose peak stays under target."""
+    """Per table, the least-work option (among `types` where the table allows any) whose peak stays
+    under target."""
     out = []
     for index, options in enumerate(problem.options):
         pool = [option for option in options if option.sharding_type in types] or options

@@ -43,11 +43,11 @@ def check_kernels_run_on(plan: PlanFile, device_kind: str) -> None:
 
 
 def needs_one_tbe_per_table(plan: PlanFile) -> bool:
-    """Whether two cached tables share a rank. torchrec groups such tables into one fbgemm TBE, whose
-    one cache is sized by the tables' average load factor and shared by their rows; the planner
-    sized and priced one cache per table, which torchrec's use_one_tbe_per_table keeps (for every
-    table of the plan: the switch is the sharder's, not a table's; a lone cached table needs none,
-    its cache settings already keep it out of the other tables' TBE)."""
+    """Whether two cached tables share a rank. torchrec groups such tables into one fbgemm TBE,
+    whose one cache is sized by the tables' average load factor and shared by their rows; the
+    planner sized and priced one cache per table, which torchrec's use_one_tbe_per_table keeps (for
+    every table of the plan: the switch is the sharder's, not a table's; a lone cached table needs
+    none, its cache settings already keep it out of the other tables' TBE)."""
     cached: dict[int, set[str]] = {}
     for t in plan.tables:
         if t.compute_kernel == "fused_uvm_caching":
@@ -58,7 +58,8 @@ def needs_one_tbe_per_table(plan: PlanFile) -> bool:
 
 def plan_fused_params(plan: PlanFile, fused_params: dict[str, Any] | None = None) -> dict[str, Any]:
     """`fused_params` with what `plan` needs of the sharders (use_one_tbe_per_table where cached
-    tables would share a TBE); each table's cache itself comes with its ParameterSharding's CacheParams."""
+    tables would share a TBE); each table's cache itself comes with its ParameterSharding's
+    CacheParams."""
     out = dict(fused_params or {})
     if needs_one_tbe_per_table(plan):
         out[USE_ONE_TBE_PER_TABLE] = True

@@ -27,7 +27,8 @@ from shardrec.sharding.torchrec.torchrec_planner import (
 
 
 class TorchrecProblem(Problem):
-    """Options and per-rank costs as torchrec estimates them (no per-type latency: torchrec has none)."""
+    """Options and per-rank costs as torchrec estimates them (no per-type latency: torchrec has
+    none)."""
 
     def __init__(self, request: SearchRequest) -> None:
         # torchrec's estimators do not model skew: the options are priced without curves.

@@ -36,7 +36,8 @@ def to_torchrec_topology(topo: ClusterTopology) -> Topology:
         cap = {"hbm_cap": topo.memory_bytes, "hbm_mem_bw": topo.lookup_bw / 1e3}
     else:
         cap = {"ddr_cap": topo.usable_bytes, "ddr_mem_bw": topo.lookup_bw / 1e3}
-    # torchrec warns that it prefers its TopologyFactory; the direct constructor is public and exact.
+    # torchrec warns that it prefers its TopologyFactory; the direct constructor is public and
+    # exact.
     with quiet_torchrec(logging.ERROR):
         return Topology(
             world_size=topo.world_size,
@@ -66,7 +67,8 @@ def to_parameter_constraints(
     pooling: dict[str, float],
     compute_kernel: str,
 ) -> dict[str, ParameterConstraints]:
-    """torchrec constraints for every table (ranks constraints have no torchrec equivalent and are dropped)."""
+    """torchrec constraints for every table (ranks constraints have no torchrec equivalent and are
+    dropped)."""
     out = {}
     for config in configs:
         constraint = constraints.get(config.name, TableConstraint())
@@ -85,7 +87,8 @@ def to_parameter_constraints(
 def torchrec_plan(
     request: SearchRequest, storage_reservation: StorageReservation | None = None
 ) -> list[TablePlan]:
-    """Placement chosen by torchrec's EmbeddingShardingPlanner (its default proposers and partitioner).
+    """Placement chosen by torchrec's EmbeddingShardingPlanner (its default proposers and
+    partitioner).
 
     The request's skew curves are not used: torchrec's estimators do not model them.
     `storage_reservation` None keeps torchrec's default (HeuristicalStorageReservation) with

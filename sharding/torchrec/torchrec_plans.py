@@ -134,7 +134,8 @@ def to_sharding_plan(
 def from_sharding_plan(
     module_plan: dict[str, ParameterSharding], configs: list[EmbeddingBagConfig], world_size: int
 ) -> list[TablePlan]:
-    """Our per-table entries from a torchrec module plan (e.g. the one torchrec's planner made), in `configs` order."""
+    """Our per-table entries from a torchrec module plan (e.g. the one torchrec's planner made), in
+    `configs` order."""
     out = []
     for config in configs:
         ps = module_plan[config.name]

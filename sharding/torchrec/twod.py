@@ -21,7 +21,8 @@ from shardrec.sharding.machine.topology import ClusterTopology
 
 
 def group_topology(topo: ClusterTopology, group_size: int) -> ClusterTopology:
-    """The topology one sharding group sees: G ranks, as many per host as DMPCollection's layout puts there."""
+    """The topology one sharding group sees: G ranks, as many per host as DMPCollection's layout
+    puts there."""
     W = topo.world_size
     if group_size <= 0 or W % group_size:
         raise ValueError(
@@ -48,7 +49,8 @@ def group_sizes(topo: ClusterTopology) -> list[int]:
 def add_replica_sync(
     cost: PlanCost, topo: ClusterTopology, group_size: int, sync_every: int
 ) -> PlanCost:
-    """The group's per-rank cost plus the replicas' all-reduce of weights and optimizer state (ring)."""
+    """The group's per-rank cost plus the replicas' all-reduce of weights and optimizer state
+    (ring)."""
     replicas = topo.world_size // group_size
     if replicas <= 1:
         return cost

@@ -45,7 +45,8 @@ def _tables(world_size: int):
 
 
 def _local_kjt(tables, rank: int, world_size: int):
-    """POOLING ids per sample; over a rank's samples, ids cycle through the row-wise blocks evenly."""
+    """POOLING ids per sample; over a rank's samples, ids cycle through the row-wise blocks
+    evenly."""
     from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
     values = []
@@ -167,7 +168,8 @@ def _measure(env, sharding_type: str, local_world_size: int) -> dict:
     counter = _Counter()
 
     def hook(state, bucket):
-        # DDP's own all-reduce runs in C++; routing it through torch.distributed lets the counter see it.
+        # DDP's own all-reduce runs in C++; routing it through torch.distributed lets the counter
+        # see it.
         fut = dist.all_reduce(bucket.buffer(), async_op=True).get_future()
         return fut.then(lambda f: f.value()[0])
 

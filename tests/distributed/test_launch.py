@@ -1,4 +1,5 @@
-"""The local-rank harness (trainer.distributed.launch.run_local_ranks) that tests, calibration and benchmarks share."""
+"""The local-rank harness (trainer.distributed.launch.run_local_ranks) that tests, calibration and
+benchmarks share."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""`bench plan-reality` measures each rank's memory (the process's peak resident set, not tensor sizes)
-and holds the memory estimate against it; it judges both cost models on 12+ plans."""
+"""`bench plan-reality` measures each rank's memory (the process's peak resident set, not tensor
+sizes) and holds the memory estimate against it; it judges both cost models on 12+ plans."""
 
 from __future__ import annotations
 
@@ -62,10 +62,12 @@ def test_measured_memory_is_each_rank_process_peak() -> None:
     )
     for m in (first, second):
         assert len(m.memory_bytes) == len(m.held_bytes) == 2
-        # A process that built what it holds grew by more than the tensors' bytes (batches, buffers, gloo).
+        # A process that built what it holds grew by more than the tensors' bytes (batches, buffers,
+        # gloo).
         assert all(grown > held for grown, held in zip(m.memory_bytes, m.held_bytes))
         assert [list(p) for p in m.phase_bytes] == [["built", "first_step", "steps"]] * 2
-    # All tables on rank 0: weights + row-wise Adagrad state there, only the small dense layers on rank 1.
+    # All tables on rank 0: weights + row-wise Adagrad state there, only the small dense layers on
+    # rank 1.
     assert first.held_bytes[1] < 2**20 and first.held_bytes[0] >= TABLES * TABLE_BYTES
     assert first.memory_bytes[0] - first.memory_bytes[1] >= 0.8 * TABLES * TABLE_BYTES
     # Row-wise halves rank 0's tables, and its measured peak drops with them.
@@ -74,8 +76,9 @@ def test_measured_memory_is_each_rank_process_peak() -> None:
 
 @pytest.mark.slow
 def test_memory_estimate_is_within_10_percent_where_tables_dominate() -> None:
-    """Ranks holding 0.3-1.1 GiB of tables, data-parallel ones too: the estimate is within 10% of the peak.
-    (Below a few hundred MiB the allocator's reuse of an earlier plan's pages, +-40 MiB, dominates.)"""
+    """Ranks holding 0.3-1.1 GiB of tables, data-parallel ones too: the estimate is within 10% of
+    the peak. (Below a few hundred MiB the allocator's reuse of an earlier plan's pages, +-40 MiB,
+    dominates.)"""
     rows, dim, batch = 1_200_000, 32, 512
     configs = [suites.table_config(i, rows, dim) for i in range(4)]
     small = [suites.table_config(4 + i, 600_000, dim) for i in range(2)]

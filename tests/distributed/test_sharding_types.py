@@ -183,9 +183,10 @@ def _check_type(env, sharding_type: str) -> dict[str, float]:
         ref_grad = dict(reference.named_parameters())[name].grad
         # The reference loss sums over every rank's rows; each table gets the mean over ranks.
         grad = ref_w - after[name]
-        # Relative to the gradient's scale where it exceeds 1: with a mean-pooled table, torchrec's row-wise
-        # path divides every pooled bag by its length after the all-to-all (its mean-pooling callback), which
-        # reorders fp32 sums: gradients near 4 then differ by a few units in the last place (~2e-6).
+        # Relative to the gradient's scale where it exceeds 1: with a mean-pooled table, torchrec's
+        # row-wise path divides every pooled bag by its length after the all-to-all (its
+        # mean-pooling callback), which reorders fp32 sums: gradients near 4 then differ by a few
+        # units in the last place (~2e-6).
         scale = max(1.0, float(ref_grad.abs().max()))
         grad_err = max(grad_err, float((grad - ref_grad / env.world_size).abs().max()) / scale)
     return {"out_err": out_err, "grad_err": grad_err}

@@ -72,9 +72,11 @@ INVARIANCE = {
     ],
 }
 RESUME_LAYOUT = {1: "table_wise", 4: "mixed_rows"}
-# The column-wise checkpoint is loaded under whole-row tables: sharded (1 rank) and replicated (4 ranks).
+# The column-wise checkpoint is loaded under whole-row tables: sharded (1 rank) and replicated (4
+# ranks).
 CW_LAYOUT = {1: "table_wise", 4: "data_parallel"}
-# Full Adagrad's column-wise checkpoint resumed under whole-row tables: its state reshards like the weights.
+# Full Adagrad's column-wise checkpoint resumed under whole-row tables: its state reshards like the
+# weights.
 FULL_CW, FULL_RESUME = "full-w2-column_wise-sparse_dist", {1: "table_wise", 4: "data_parallel"}
 BF16 = ('train.precision="bf16"',)
 BF16_REL_NORM, BF16_AUC = 0.1, 0.01
@@ -106,7 +108,8 @@ def build(
     pipeline: str = "sparse_dist",
     extra: tuple = (),
 ):
-    """A job on `data` whose plan puts every table as `layout` (tests/distributed/train_plans.py)."""
+    """A job on `data` whose plan puts every table as `layout`
+    (tests/distributed/train_plans.py)."""
     import torch.distributed as dist
     from train_plans import make_plan
 
@@ -226,7 +229,8 @@ def bf16_work(env, data: str, root: Path) -> dict:
 
 
 def _copy_resume_points(root: Path) -> None:
-    """The 2-rank runs' step-8 checkpoints, as if they had been stopped there, for the 1- and 4-rank resumes."""
+    """The 2-rank runs' step-8 checkpoints, as if they had been stopped there, for the 1- and 4-rank
+    resumes."""
     for world in (1, 4):
         shutil.copytree(
             root / "ref",
@@ -265,7 +269,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     write_tiny_dataset(root / "data")
     write_tiny_dataset(root / "multi_hot", multi_hot=("f1", "f3"))
     args = (str(root / "data"), str(root / "multi_hot"), str(root))
-    # ~23 jobs in this launch (the bf16 ones too): a machine loaded to 15 can take it past the default 300 s.
+    # ~23 jobs in this launch (the bf16 ones too): a machine loaded to 15 can take it past the
+    # default 300 s.
     results = run_local_ranks(two_then_one_rank, 2, *args, timeout_s=900)[0]
     results["w4"] = run_local_ranks(rank_work, 4, *args, timeout_s=900)[0]
     one_rank = results.pop("w1")
@@ -326,7 +331,8 @@ def test_resume_reshards_to_one_and_four_ranks(runs) -> None:
                 new[name], convert_rowwise_momentum(value, rows, [4, 4], [8])
             )
             assert new[name].abs().sum() > 0
-        # Full Adagrad, column-wise -> table-wise (1 rank) / data-parallel (4 ranks): ends as the run that went on.
+        # Full Adagrad, column-wise -> table-wise (1 rank) / data-parallel (4 ranks): ends as the
+        # run that went on.
         assert resumed["resumed_full_from"] == CKPT
         assert_same_model(root / f"full-resume-w{world}", root / FULL_CW)
         saved, went_on = (
@@ -384,6 +390,7 @@ def test_bf16_plans_and_world_sizes_agree_within_the_bf16_tolerance(runs) -> Non
             results["w1-table_wise"]["auc"], abs=BF16_AUC
         ), name
     assert results["w1-table_wise"]["auc"] > 0.7  # it learned under bf16
-    # bf16 really changed the arithmetic: the fp32 model (the same row-wise job) lies outside fp32's own tolerance.
+    # bf16 really changed the arithmetic: the fp32 model (the same row-wise job) lies outside fp32's
+    # own tolerance.
     fp32 = final_weights(fp32_root / "ref")
     assert any(not torch.allclose(fp32[k], row_wise[k], atol=ATOL, rtol=RTOL) for k in fp32)

@@ -1,5 +1,6 @@
-"""`shardrec bench hitrate`: the planner's UVM cache hit rates against exact LRU and LFU caches replaying
-a Criteo-skewed synthetic dataset's own id stream (and its DLRMv2-style multi-hot expansion)."""
+"""`shardrec bench hitrate`: the planner's UVM cache hit rates against exact LRU and LFU caches
+replaying a Criteo-skewed synthetic dataset's own id stream (and its DLRMv2-style multi-hot
+expansion)."""
 
 from __future__ import annotations
 

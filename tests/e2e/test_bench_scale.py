@@ -1,7 +1,7 @@
 """`shardrec bench scale` at the smallest fraction (192 rows), on 1 worker and 1 rank, training included:
-every stage reports figures that are the arithmetic of what it measured, the rows add up and the projection
-is the arithmetic it prints. The arithmetic itself on known figures (several ranks, the projection) is
-tests/unit/test_bench_scale_arithmetic.py."""
+every stage reports figures that are the arithmetic of what it measured, the rows add up and the
+projection is the arithmetic it prints. The arithmetic itself on known figures (several ranks, the
+projection) is tests/unit/test_bench_scale_arithmetic.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """`shardrec bench train`: ours (fp32, bf16, from disk and in memory) against stock torchrec, with
-AUCs for the same steps; a tiny run checks the report, not the speed (benchmarks are not timed tests)."""
+AUCs for the same steps; a tiny run checks the report, not the speed (benchmarks are not timed
+tests)."""
 
 from __future__ import annotations
 

@@ -57,7 +57,8 @@ def test_plan_show_reprints_a_saved_plan_and_plan_runs_alone(
         t["name"] for t in saved["tables"]
     ]
     text = _run("plan", "show", str(plan))
-    # Whitespace aside: the console wraps a long temporary path (pytest-xdist's are longer) anywhere.
+    # Whitespace aside: the console wraps a long temporary path (pytest-xdist's are longer)
+    # anywhere.
     squeezed = "".join(text.stdout.split())
     assert "".join(f"{plan}: 4 tables for 2 ranks, global batch 2,048".split()) in squeezed
     missing = _run("plan", "show", str(tmp_path / "nope.json"))

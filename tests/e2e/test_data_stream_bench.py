@@ -57,8 +57,24 @@ def test_bench_loader_reports_rates_and_ratios_against_same_run_baselines(tmp_pa
 
 @pytest.mark.slow
 def test_bench_loader_multihot_reports_samples_per_rank_against_the_one_hot_loader(tmp_path: Path):
-    args = ["bench", "loader", "--multihot", "--rows", "4096", "--global-batch", "512", "--rounds", "1",
-            "--max-batches", "2", "--table-rows", "64,100", "--cache", str(tmp_path / "cache")]  # fmt: skip
+    args = [
+        "bench",
+        "loader",
+        "--multihot",
+        "--rows",
+        "4096",
+        "--global-batch",
+        "512",
+        "--rounds",
+        "1",
+        # fmt: skip
+        "--max-batches",
+        "2",
+        "--table-rows",
+        "64,100",
+        "--cache",
+        str(tmp_path / "cache"),
+    ]
     result = CliRunner().invoke(app, [*args, "--work-dir", str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output
     r = json.loads(result.stdout)

@@ -89,7 +89,8 @@ def ok(done: subprocess.CompletedProcess | Result) -> subprocess.CompletedProces
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A preprocessed dataset (day_0: train, day_1: val + test) and a run that stopped at the target."""
+    """A preprocessed dataset (day_0: train, day_1: val + test) and a run that stopped at the
+    target."""
     root = tmp_path_factory.mktemp("after_training")
     ok(in_process("synth", "raw", "--rows", "4000", "--days", "2", "--max-vocab", "500", cwd=root))
     ok(
@@ -425,7 +426,8 @@ def test_export_refuses_a_table_larger_than_memory_before_writing(
 ) -> None:
     from shardrec.trainer.inference.export import export_model
 
-    # Trained with --data data from `trained`: config.toml keeps the path absolute, dataset.json as typed too.
+    # Trained with --data data from `trained`: config.toml keeps the path absolute, dataset.json as
+    # typed too.
     assert (
         f'path = "{(trained / "data").resolve()}"' in (trained / "run" / "config.toml").read_text()
     )

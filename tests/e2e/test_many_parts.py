@@ -76,7 +76,8 @@ def test_data_commands_and_the_many_part_bench_under_ulimit_256(datasets):
         ["data", "digest", str(many), *digest],
         ["data", "verify", str(many), "--json"],
         ["data", "head", str(many), "--rows", "3", "--json"],
-        # The loader at Criteo 1TB's part count, in miniature: 300 parts of one part's hard-linked files.
+        # The loader at Criteo 1TB's part count, in miniature: 300 parts of one part's hard-linked
+        # files.
         ["bench", "loader", "--parts", "300", "--part-rows", "64", "--global-batch", "64", "--rounds", "1",
          "--max-batches", "40", "--work-dir", str(many.parent), "--json"],
     )  # fmt: skip

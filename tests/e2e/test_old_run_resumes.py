@@ -39,7 +39,8 @@ def test_a_run_killed_under_the_previous_layout_resumes_and_ends_where_it_would_
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(result.stdout)
     assert (summary["resumed_from_step"], summary["steps"]) == (4, 8)
-    # The uninterrupted run of the previous code: bitwise equal on the machine that made the fixture.
+    # The uninterrupted run of the previous code: bitwise equal on the machine that made the
+    # fixture.
     expected = json.loads((FIXTURES / "run-killed-at-step-6.expected.json").read_text())["eval"][
         "val"
     ]

@@ -1,4 +1,5 @@
-"""`shardrec bench preprocess`: the polars baseline does shardrec's work (same column bytes), and the report says so."""
+"""`shardrec bench preprocess`: the polars baseline does shardrec's work (same column bytes), and
+the report says so."""
 
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ def test_bench_preprocess_against_polars_on_the_same_columns(tmp_path: Path):
     ):
         assert report[key] > 0, key
     assert report["polars"]["version"] and report["pandas_parse_only"]["engine"] == "c"
-    # Where shardrec's CPU went, measured in the same run: the stages and the rest add up to its CPU time.
+    # Where shardrec's CPU went, measured in the same run: the stages and the rest add up to its CPU
+    # time.
     stages = report["cpu_s_by_stage"]
     assert (
         stages["parse kernel"] > 0

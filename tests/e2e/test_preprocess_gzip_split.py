@@ -252,8 +252,9 @@ def test_bench_gzip_reports_its_ratios_over_the_same_rows(tmp_path: Path):
 def test_bench_gzip_does_not_judge_workers_on_a_gz_too_small_to_split(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ):
-    # bench preprocess --gzip at its defaults (1 GB of text, --chunk-mb 128) makes a ~362 MB .gz: one task,
-    # nothing for a second worker; its ~1.0x said "NOT met" of a design the run did not use.
+    # bench preprocess --gzip at its defaults (1 GB of text, --chunk-mb 128) makes a ~362 MB .gz:
+    # one task, nothing for a second worker; its ~1.0x said "NOT met" of a design the run did not
+    # use.
     one = {"mb_s": 60.0, "mb_per_cpu_s": 65.0, "wall_s": 15.0, "cpu_s": 14.0, "peak_rss_mb": 350.0}
     r = {"text_mb": 1005.5, "gzip_mb": 361.8, "workers": 2, "chunk_mb": 128.0, "split": False,
          "runs": {"plain_1": one, "gzip_1": one, "gzip_2": one}, "gzip_vs_plain_per_cpu_s": 0.58,

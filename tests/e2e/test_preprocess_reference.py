@@ -1,6 +1,7 @@
-"""The MLPerf DLRMv2 reference's preprocessing (tools/preprocess/derived/mlperf_reference.py) against torchrec's
-own Criteo scripts, run here on 24 tiny synthetic days: every array byte for byte; `shardrec data
-reference-npy` with the published arrays' dense transform, a rerun, and a malformed row."""
+"""The MLPerf DLRMv2 reference's preprocessing (tools/preprocess/derived/mlperf_reference.py)
+against torchrec's own Criteo scripts, run here on 24 tiny synthetic days: every array byte for
+byte; `shardrec data reference-npy` with the published arrays' dense transform, a rerun, and a
+malformed row."""
 
 from __future__ import annotations
 
@@ -105,7 +106,8 @@ def test_log3_is_the_published_arrays_transform_and_a_rerun_keeps_the_files(
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"rows": [3 + d % 4 for d in range(DAYS)]}
-    # torchrec 0.3.2 (the published arrays): int32 values + 3, then np.log to float32; missing -> 0 -> log(3).
+    # torchrec 0.3.2 (the published arrays): int32 values + 3, then np.log to float32; missing -> 0
+    # -> log(3).
     raw = [[line.split("\t") for line in p.read_text().splitlines()] for p in paths]
     log3 = [
         np.log(

@@ -47,7 +47,8 @@ def _id(text: str, column: CategoricalColumn, rows: int) -> int:
 
 
 def _reference(log: Path, spec_path: Path, manifest: Manifest) -> list[tuple]:
-    """(label, dense values, {feature: ids}) of every row, read by the csv module and hashed in Python."""
+    """(label, dense values, {feature: ids}) of every row, read by the csv module and hashed in
+    Python."""
     spec = load_spec(spec_path)
     cards = {f.name: f.cardinality for f in manifest.sparse_features}
     out = []
@@ -138,8 +139,8 @@ def test_an_inferred_spec_preprocesses_the_log_as_python_reads_it(
 # Digests of the datasets preprocess writes from the `logs` fixture's files (hashing, several pieces
 # of text), taken from the spec parser as it was before its fused fast paths: a change that moves
 # any byte of a spec dataset (labels, dense values, ids, list offsets) fails here. (MovieLens' was
-# taken again when spec infer began to leave its timestamp out, Avazu's when it began to make C14-C21
-# string categoricals: the old parser, 22d167a^, gives the same.)
+# taken again when spec infer began to leave its timestamp out, Avazu's when it began to make
+# C14-C21 string categoricals: the old parser, 22d167a^, gives the same.)
 PINNED_FILES = {
     "movielens": "ca0c4e106e3cf74ee061b861810e23f3aa566f5f387832cbd2858a33e5527c07",
     "avazu": "e923a142c6979d6fd411ef87590679f3a17f8d85f8aa11bea4ee6f398be1edd7",
@@ -326,8 +327,8 @@ def test_raw_rows_without_a_spec_or_schema_to_read_them_by_are_refused_in_one_li
 
 
 def test_a_rerun_after_fixing_the_spec_writes_into_the_same_out(logs, tmp_path: Path) -> None:
-    """A spec refused against the header leaves no run record behind: the user fixes it and reruns the
-    same command, and is not told that the directory holds a run made with another spec."""
+    """A spec refused against the header leaves no run record behind: the user fixes it and reruns
+    the same command, and is not told that the directory holds a run made with another spec."""
     log, spec = logs["movielens"]
     edited = tmp_path / "movielens.toml"
     edited.write_text(spec.read_text().replace('name = "zip"', 'name = "zipcode"'))

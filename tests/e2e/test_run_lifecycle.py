@@ -1,7 +1,7 @@
-"""A run directory's life through `shardrec train` (README, "A run directory has a life"): a rerun of a
-finished run writes nothing and says how to continue; changed settings are shown and refused
-unless allowed, by `shardrec train` and by the ranks themselves (a direct torchrun); changed data
-is always refused, and `shardrec eval` refuses it too unless --data asks for other data;
+"""A run directory's life through `shardrec train` (README, "A run directory has a life"): a rerun
+of a finished run writes nothing and says how to continue; changed settings are shown and refused
+unless allowed, by `shardrec train` and by the ranks themselves (a direct torchrun); changed data is
+always refused, and `shardrec eval` refuses it too unless --data asks for other data;
 --restart moves the old run aside.
 
 One 10-step run of the module (one launch) starts both tours: each copies it and goes on from
@@ -276,8 +276,8 @@ def test_the_readme_run_directory_examples_as_written_past_an_epoch_and_onto_mor
 def test_a_resume_that_shortens_the_run_is_a_change_to_accept(
     tiny_dataset: Path, tmp_path: Path
 ) -> None:
-    """Started with train.epochs = 3, stopped at step 5, rerun without it: epochs 3 -> 1 ends the run
-    earlier, which the rerun must not do quietly (checked without training)."""
+    """Started with train.epochs = 3, stopped at step 5, rerun without it: epochs 3 -> 1 ends the
+    run earlier, which the rerun must not do quietly (checked without training)."""
     from shardrec.dataloader.format.manifest import Manifest
     from shardrec.trainer.job.config import load_job_config
     from shardrec.trainer.rundir import lifecycle

@@ -81,7 +81,8 @@ def flow(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 def _test_rows(root: Path) -> int:
-    """The test split's rows: the raw file's last lines (kaggle layout: the last seventh, halved)."""
+    """The test split's rows: the raw file's last lines (kaggle layout: the last seventh,
+    halved)."""
     return Manifest.load(root / "ml").splits["test"].rows
 
 
@@ -97,7 +98,8 @@ def test_readme_flow_trains_a_mean_pooled_list_and_records_the_spec(flow: dict[s
     for plan in (root / "plan.json", root / "runs" / "ml" / "plan.json"):
         tables = {t["name"]: t for t in json.loads(plan.read_text())["fingerprint"]["tables"]}
         assert tables["t_genres"]["pooling"] == "MEAN" and tables["t_zip"]["pooling"] == "SUM"
-    # Its cost was estimated with genres' measured ids per sample, which the plan records and prints.
+    # Its cost was estimated with genres' measured ids per sample, which the plan records and
+    # prints.
     measured = round(manifest.feature("genres").stats["mean_ids_per_sample"], 4)
     assert json.loads((root / "plan.json").read_text())["estimate"]["ids_per_sample"] == {
         "t_genres": measured

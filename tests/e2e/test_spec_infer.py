@@ -42,7 +42,8 @@ def test_the_proposed_spec_of_a_plain_click_log_preprocesses_it_as_it_is(tmp_pat
     log, spec = tmp_path / "clicks.tsv", tmp_path / "clicks.toml"
     _ctr_log(log)
     out = cli("spec", "infer", log, "--label", "click", "--out", spec).stdout
-    # Whitespace aside: the console wraps a long temporary path (pytest-xdist's are longer) anywhere.
+    # Whitespace aside: the console wraps a long temporary path (pytest-xdist's are longer)
+    # anywhere.
     expected = f"wrote {spec}: 8 columns (3 dense, 2 categorical, 1 list, 1 ignore)"
     assert "".join(out.split()) == "".join(expected.split())
     proposed = load_spec(spec)
@@ -132,8 +133,8 @@ def test_unix_times_are_left_out_and_ids_kept(tmp_path: Path) -> None:
 
 
 def test_avazus_anonymised_integer_columns_are_categoricals(tmp_path: Path) -> None:
-    """Avazu's C14-C21 are categoricals written as integers (C20 mostly -1): by their C<n> names infer
-    makes them string categoricals, saying why, not log1p'd quantities."""
+    """Avazu's C14-C21 are categoricals written as integers (C20 mostly -1): by their C<n> names
+    infer makes them string categoricals, saying why, not log1p'd quantities."""
     cli("synth", tmp_path / "raw", "--like", "avazu", "--rows", "500")
     spec = tmp_path / "av.toml"
     cli("spec", "infer", tmp_path / "raw" / "train.csv", "--label", "click", "--out", spec)

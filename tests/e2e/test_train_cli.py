@@ -114,7 +114,8 @@ def test_sigkill_resume_is_bitwise_and_two_nodes_match(tiny_dataset: Path, tmp_p
         subprocess.Popen(
             torchrun_command(args, 1, nnodes=2, rdzv_endpoint=endpoint),
             # One thread per rank, as `shardrec train` gives two ranks on this host (launch.py):
-            # torchrun leaves a node of one rank all the cores, and two such ranks spin on each other's.
+            # torchrun leaves a node of one rank all the cores, and two such ranks spin on each
+            # other's.
             env={**os.environ, "OMP_NUM_THREADS": "1"},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -196,7 +197,8 @@ def test_bad_input_is_one_clear_line(tiny_dataset: Path, tmp_path: Path) -> None
 def test_failed_ranks_end_in_one_line_not_torchruns_traceback() -> None:
     from shardrec.trainer.distributed.launch import torchrun_command
 
-    # A "rank" that fails at once (json.tool on a missing file, exit code 2) stands in for the trainer.
+    # A "rank" that fails at once (json.tool on a missing file, exit code 2) stands in for the
+    # trainer.
     result = subprocess.run(
         torchrun_command(["/nonexistent.json"], 1, module="json.tool"),
         capture_output=True,

@@ -1,12 +1,12 @@
 """The trainer on CUDA: what `make gpu-check` runs (`pytest -m gpu`), skipped without CUDA.
 
-One dataset (synth + preprocess: Criteo's format) and one 1-GPU run (planned at start for this
-GPU) are made once and shared: kill-and-resume must end bit for bit on that run's weights, with
-its plan and with that plan's tables moved to host memory (UVM caches), eval at another world
-size (CPU ranks reading the GPU checkpoint), export and predict use it. bf16, on-the-fly multi-hot and
-sparse Adam across a changed column cut train runs of their own. What needs 2 GPUs (NCCL
-between ranks) skips on 1 with the reason "needs 2 GPUs", which the check's summary shows as
-"not run: needs 2 GPUs", never as passed.
+One dataset (synth + preprocess: Criteo's format) and one 1-GPU run (planned at start for this GPU)
+are made once and shared: kill-and-resume must end bit for bit on that run's weights, with its plan
+and with that plan's tables moved to host memory (UVM caches), eval at another world size (CPU ranks
+reading the GPU checkpoint), export and predict use it. bf16, on-the-fly multi-hot and sparse Adam
+across a changed column cut train runs of their own. What needs 2 GPUs (NCCL between ranks) skips on
+1 with the reason "needs 2 GPUs", which the check's summary shows as "not run: needs 2 GPUs", never
+as passed.
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ def ok(done: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
 def train(
     root: Path, out_dir: str, *extra: str, ranks: int = 1, steps: str = STEPS, fault: str = ""
 ) -> dict:
-    """`shardrec train` of JOB on `ranks` GPUs; its summary, with the run's stderr under "stderr"."""
+    """`shardrec train` of JOB on `ranks` GPUs; its summary, with the run's stderr under
+    "stderr"."""
     args = [
         "train",
         "--data",
@@ -117,7 +118,8 @@ def test_trains_on_one_gpu_with_the_pipeline(gpu_run: tuple[Path, dict]) -> None
     assert summary["steps"] == 16 and summary["eval"]["val"]["auc"] > 0.55
     plan = json.loads((root / "run" / "plan.json").read_text())
     assert plan["fingerprint"]["device_kind"] == "cuda"
-    # Planned at start for this GPU: its model's preset, its free memory (not the h100 preset's 80 GiB).
+    # Planned at start for this GPU: its model's preset, its free memory (not the h100 preset's 80
+    # GiB).
     topology = plan["topology"]
     assert (topology["name"], topology["memory_source"]) == (
         preset_for(torch.cuda.get_device_name(0)),

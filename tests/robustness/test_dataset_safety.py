@@ -1,7 +1,7 @@
 """Hostile dataset files (README, Failures and trust: Datasets): a column that disagrees with the
-manifest, ids outside their table, and part names that lead out of the dataset directory. Each file is made
-hostile with its manifest checksum updated to match, as a careless tool or a hostile user would,
-so only the checks themselves can catch it."""
+manifest, ids outside their table, and part names that lead out of the dataset directory. Each file
+is made hostile with its manifest checksum updated to match, as a careless tool or a hostile user
+would, so only the checks themselves can catch it."""
 
 from __future__ import annotations
 

@@ -19,7 +19,8 @@ ARGS = ["--max-ids", "5000", "--chunk-mb", "0.1", "--workers", "2"]
 
 
 def _workers(parent: int) -> list[int]:
-    """Pids of the pool's worker processes: children of `parent` started by multiprocessing spawn."""
+    """Pids of the pool's worker processes: children of `parent` started by multiprocessing
+    spawn."""
     return [
         p.pid
         for p in processes()

@@ -106,7 +106,8 @@ def test_preprocessed_ids_are_the_known_answers(tmp_path: Path):
 
 
 def test_tests_are_named_and_documented_by_behaviour_not_by_tracker_number() -> None:
-    """A reader cannot look up a number in a tracker they may not see: a test says what it checks."""
+    """A reader cannot look up a number in a tracker they may not see: a test says what it
+    checks."""
     import ast
     import re
 

@@ -84,7 +84,8 @@ def test_deleted_part_whose_marker_survives_is_rebuilt(raw: Path, reference, tmp
 
 
 def _limit_file_size() -> None:
-    # Writes past 15 KB fail with EFBIG (Python ignores SIGXFSZ): a write error on the 1st dense.npy.
+    # Writes past 15 KB fail with EFBIG (Python ignores SIGXFSZ): a write error on the 1st
+    # dense.npy.
     resource.setrlimit(resource.RLIMIT_FSIZE, (15_000, 15_000))
 
 

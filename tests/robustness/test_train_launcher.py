@@ -59,7 +59,8 @@ def test_ranks_die_with_their_launcher_and_a_run_dir_in_use_is_refused(
     tiny_dataset: Path, tmp_path: Path
 ) -> None:
     run_dir = tmp_path / "run"
-    # A long job (thousands of steps, no checkpoint) in a process group of its own, as a shell would start it.
+    # A long job (thousands of steps, no checkpoint) in a process group of its own, as a shell would
+    # start it.
     first = subprocess.Popen(
         _command(tiny_dataset, run_dir, "--set", "train.epochs=10000"),
         start_new_session=True,
@@ -119,7 +120,10 @@ def test_ranks_die_with_their_launcher_and_a_run_dir_in_use_is_refused(
     assert not trainer_ranks(run_dir)
 
 
-_REPORTS = "from shardrec.trainer.distributed.rank_process import report_failure\nreport_failure({!r})\nraise SystemExit(1)\n"
+_REPORTS = (
+    "from shardrec.trainer.distributed.rank_process import report_failure\n"
+    "report_failure({!r})\nraise SystemExit(1)\n"
+)
 _DIES = "import os, signal\nos.kill(os.getpid(), signal.SIGBUS)\n"
 
 
@@ -165,7 +169,8 @@ def test_a_dataset_changed_under_a_running_training_is_named_last(
     assert _wait_for(lambda: metrics.is_file() and '"step": 2' in metrics.read_text(), 180), (
         job.stderr
     )
-    # The tiny split is read in one gather per epoch: the second epoch (step 16) reads the part again.
+    # The tiny split is read in one gather per epoch: the second epoch (step 16) reads the part
+    # again.
     dense = tiny_dataset / "train" / "part-00001" / "dense.npy"
     dense.write_bytes(dense.read_bytes()[:100])
     _, stderr = job.communicate(timeout=180)

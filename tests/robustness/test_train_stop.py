@@ -59,7 +59,8 @@ def _train(data: Path, run_dir: Path) -> subprocess.CompletedProcess:
 
 
 def _start_slow(data: Path, run_dir: Path) -> subprocess.Popen:
-    """A training in a process group of its own, as a shell starts a job, slowed after every step."""
+    """A training in a process group of its own, as a shell starts a job, slowed after every
+    step."""
     return subprocess.Popen(
         _command(data, run_dir) + ["--nproc-per-node", "2", *JOB],
         start_new_session=True,

@@ -178,7 +178,8 @@ def test_run_directory_file_names_are_spelled_in_one_module():
 
 
 def test_every_shardrec_command_is_defined_under_tools_cli():
-    """The benchmarks expose functions; tools/cli registers the commands (rank programs are trainer's)."""
+    """The benchmarks expose functions; tools/cli registers the commands (rank programs are
+    trainer's)."""
     outside = []
     for path in (ROOT / "tools").rglob("*.py"):
         if "cli" not in path.relative_to(ROOT / "tools").parts[:1]:
@@ -199,9 +200,9 @@ def test_every_shardrec_command_is_defined_under_tools_cli():
 
 
 def test_one_module_name_means_one_thing_across_the_library():
-    """dataloader/format/torchrec_npy.py reads torchrec's layout, tools/preprocess/derived/npy_import_export.py
-    converts it: a module name names one concept. The CLI's and the benchmarks' modules are named
-    after their commands, so they are left out."""
+    """dataloader/format/torchrec_npy.py reads torchrec's layout,
+    tools/preprocess/derived/npy_import_export.py converts it: a module name names one concept. The
+    CLI's and the benchmarks' modules are named after their commands, so they are left out."""
     seen: dict[str, list[str]] = {}
     for pkg in ("dataloader", "embeddings", "sharding", "trainer", "tools/preprocess"):
         for path in (ROOT / pkg).rglob("*.py"):

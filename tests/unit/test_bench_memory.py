@@ -1,4 +1,5 @@
-"""The benchmarks' memory figure of a process tree: PSS counts a page its processes share once, RSS once per process."""
+"""The benchmarks' memory figure of a process tree: PSS counts a page its processes share once, RSS
+once per process."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""bench scale's arithmetic on known figures: ranks run side by side, and the 1TB projection on 16 cores;
-its work directory: a rerun replaces its own stage folders, a directory it did not make is refused."""
+"""bench scale's arithmetic on known figures: ranks run side by side, and the 1TB projection on 16
+cores; its work directory: a rerun replaces its own stage folders, a directory it did not make is
+refused."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The stock-torchrec baseline of `shardrec bench train` runs no shardrec code but its timing harness."""
+"""The stock-torchrec baseline of `shardrec bench train` runs no shardrec code but its timing
+harness."""
 
 from __future__ import annotations
 

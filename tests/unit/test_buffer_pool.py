@@ -1,4 +1,5 @@
-"""Batch memory recycled by the loader (dataloader/util/buffer_pool.py): never while anything holds it."""
+"""Batch memory recycled by the loader (dataloader/util/buffer_pool.py): never while anything holds
+it."""
 
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ def test_a_lease_freed_by_a_garbage_collection_inside_take_gives_its_memory_back
     real_empty = np.empty
 
     def collecting_empty(*args, **kwargs):
-        gc.collect()  # as an allocation may trigger: the lease's finalizer runs while take() holds the lock
+        # as an allocation may trigger: the lease's finalizer runs while take() holds the lock
+        gc.collect()
         return real_empty(*args, **kwargs)
 
     monkeypatch.setattr(np, "empty", collecting_empty)

@@ -114,7 +114,8 @@ def test_a_checkpoint_saved_on_a_gpu_resumes_on_a_cpu_host(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Files written by a CUDA run record their tensors' device (cuda:0 for rank 0): a CPU host
-    loads them onto the CPU instead of failing with "Attempting to deserialize object on a CUDA device"."""
+    loads them onto the CPU instead of failing with "Attempting to deserialize object on a CUDA
+    device"."""
     torch.manual_seed(0)
     saved_state = TensorState()
     saved_state.value = torch.tensor([1.0, 2.0, 3.0])

@@ -75,14 +75,14 @@ def test_table_row_wise_across_hosts(hosts: int) -> None:
     got = table_comm_bytes(
         layouts.table_row_wise(t0, 0, 2, "fused"), 24, 8, 3.0, Workload(4 * world, world), 2
     )
-    # Input: each rank sends each holder but itself its 4 lengths (4 B) and half its ids (4 x 1.5 x 8 B): 64 B.
-    # Pooled sums: a rank of another host gets its 4 samples' sums from the holder of its local
-    # index and sends their gradients back (4 x 8 x 4 B = 128 B); a holder sends those sums to its
-    # counterpart on each other host ((hosts - 1) x 128 B) and gets no gradients.
+    # Input: each rank sends each holder but itself its 4 lengths (4 B) and half its ids (4 x 1.5 x
+    # 8 B): 64 B. Pooled sums: a rank of another host gets its 4 samples' sums from the holder of
+    # its local index and sends their gradients back (4 x 8 x 4 B = 128 B); a holder sends those
+    # sums to its counterpart on each other host ((hosts - 1) x 128 B) and gets no gradients.
     holder = 64 + (hosts - 1) * 128
     assert list(got["all_to_all"]) == [holder, holder] + [2 * 64 + 128] * (world - 2)
-    # Inside the holder host, each holder reduce-scatters to the other the partial sums of the
-    # half of the global batch it hands on: (2 - 1) x (global batch / 2) x 8 x 4 B; backward all-gathers.
+    # Inside the holder host, each holder reduce-scatters to the other the partial sums of the half
+    # of the global batch it hands on: (2 - 1) x (global batch / 2) x 8 x 4 B; backward all-gathers.
     assert list(got["reduce_scatter"]) == [4 * world / 2 * 8 * 4] * 2 + [0] * (world - 2)
     assert list(got["all_gather"]) == list(got["reduce_scatter"])
     assert got["all_reduce"].sum() == 0

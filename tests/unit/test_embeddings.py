@@ -87,8 +87,8 @@ def test_initial_weights_are_pinned_and_do_not_depend_on_the_cut() -> None:
     table = _table()
     whole = torch.empty(table.num_embeddings, table.embedding_dim)
     _fill_rows(whole, 0, 0, 1, table, seed=7)
-    # Values of the first implementation (trainer/model/build.py): a checkpoint-free resume or an old run
-    # compared against a new one relies on them staying bit-identical.
+    # Values of the first implementation (trainer/model/build.py): a checkpoint-free resume or an
+    # old run compared against a new one relies on them staying bit-identical.
     assert whole[0].tolist() == [
         -0.004842731636017561,
         -0.0006000682478770614,
@@ -101,7 +101,8 @@ def test_initial_weights_are_pinned_and_do_not_depend_on_the_cut() -> None:
         0.0059361751191318035,
         0.004212789703160524,
     ]
-    # A shard straddling a block boundary, cut by columns too, holds exactly the whole table's values.
+    # A shard straddling a block boundary, cut by columns too, holds exactly the whole table's
+    # values.
     shard = torch.empty(300, 2)
     _fill_rows(shard, INIT_BLOCK_ROWS - 100, 1, 1, table, seed=7)
     assert torch.equal(shard, whole[INIT_BLOCK_ROWS - 100 : INIT_BLOCK_ROWS + 200, 1:3])

@@ -1,4 +1,5 @@
-"""Evaluation schedule, target tracking and the new job settings (MLPerf-style evaluation, on-the-fly multi-hot)."""
+"""Evaluation schedule, target tracking and the new job settings (MLPerf-style evaluation,
+on-the-fly multi-hot)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ def test_epoch_fraction_evaluates_from_each_epochs_first_step() -> None:
 
 def test_epoch_fraction_counts_steps_from_the_training_rows_as_mlperf_does() -> None:
     # MLPerf DLRMv2: every FLOOR(4195197692 / (GLOBAL_BATCH_SIZE * 20)) steps. From the epoch's step
-    # count instead (26,220 steps of 160,000, the last partial) it would be 1311 at that RCP batch size.
+    # count instead (26,220 steps of 160,000, the last partial) it would be 1311 at that RCP batch
+    # size.
     rows = 4195197692
     for batch, every in [(32768, 6401), (65536, 3200), (135168, 1551), (160000, 1310)]:
         assert EvalSchedule.of(0, 0.05, rows, batch).epoch_steps == every == rows // (batch * 20)

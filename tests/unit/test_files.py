@@ -53,5 +53,6 @@ def test_the_file_is_synced_before_its_rename_and_the_directory_after(tmp_path: 
     events.clear()
     with atomic_open(target, sync_dir=False) as f:
         f.write(b"fourth")
-    # The file before its rename; the directory once, by the caller, after its last file (vocabulary runs).
+    # The file before its rename; the directory once, by the caller, after its last file (vocabulary
+    # runs).
     assert events == [f"fsync .out.bin.tmp-{os.getpid()}", "replace out.bin"]

@@ -1,5 +1,6 @@
 """The GPU check (scripts/gpu_check.sh, `make gpu-check`): without CUDA it says so in one line and
-exits 3; its summary ends in one verdict; `bench train --device cuda` refuses a machine without GPUs."""
+exits 3; its summary ends in one verdict; `bench train --device cuda` refuses a machine without
+GPUs."""
 
 from __future__ import annotations
 
@@ -147,7 +148,8 @@ def test_the_script_admits_no_other_stack_by_itself() -> None:
 
 @pytest.mark.slow
 def test_gpu_tests_that_all_skip_do_not_pass() -> None:
-    """Read through pytest's own report: here (no CUDA) every GPU test skips, which must not pass."""
+    """Read through pytest's own report: here (no CUDA) every GPU test skips, which must not
+    pass."""
     if torch.cuda.is_available():
         pytest.skip("checks the machine without CUDA")
     rows = gpu_check.gpu_tests()

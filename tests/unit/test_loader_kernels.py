@@ -1,4 +1,5 @@
-"""The compiled gathers (dataloader/gather/gather_kernels.py) give exactly the numpy path's batches."""
+"""The compiled gathers (dataloader/gather/gather_kernels.py) give exactly the numpy path's
+batches."""
 
 from pathlib import Path
 

@@ -229,9 +229,32 @@ def test_fast_decoders_agree_with_generic_ones():
 
 
 def _fuzz_text(rng: np.random.Generator, rows: int, schema: Schema) -> bytes:
-    pieces = [b"0", b"1", b"", b"-3", b"260.0", b"12", b"0000abcd", b"ffffffff", b"x", b"-", b"1.5",
-              b"123456789012345678901", b"0123456789abcdef0", b"\r", b"AbCd", b".0", b"2",
-              b"0000zbcd", b"ABCDEF01", b"\xe90000000", b"1234567-", b"@0000000", b"0000000G"]  # fmt: skip
+    pieces = [
+        b"0",
+        b"1",
+        b"",
+        b"-3",
+        b"260.0",
+        b"12",
+        b"0000abcd",
+        b"ffffffff",
+        b"x",
+        b"-",
+        b"1.5",
+        b"123456789012345678901",
+        b"0123456789abcdef0",
+        b"\r",
+        b"AbCd",
+        b".0",
+        b"2",
+        # fmt: skip
+        b"0000zbcd",
+        b"ABCDEF01",
+        b"\xe90000000",
+        b"1234567-",
+        b"@0000000",
+        b"0000000G",
+    ]
     lines = []
     for _ in range(rows):
         n = int(rng.integers(0, schema.num_fields + 3))
@@ -272,9 +295,18 @@ def test_uncompiled_kernel_gives_the_same_rows():
     kernel = getattr(parse_kernel.parse_rows, "py_func", parse_kernel.parse_rows)
     buf = np.frombuffer(text, np.uint8)
     rows = expected.rows
-    out = [np.empty(rows, np.uint8), np.empty((rows, 3), np.int64), np.empty((rows, 3), bool),
-           np.empty((rows, 4), np.uint64), np.empty((rows, 4), bool), np.empty(rows, np.int8),
-           np.empty(rows, np.int16), np.empty(rows, np.int64), np.empty(rows, np.int64)]  # fmt: skip
+    out = [
+        np.empty(rows, np.uint8),
+        np.empty((rows, 3), np.int64),
+        np.empty((rows, 3), bool),
+        np.empty((rows, 4), np.uint64),
+        np.empty((rows, 4), bool),
+        np.empty(rows, np.int8),
+        # fmt: skip
+        np.empty(rows, np.int16),
+        np.empty(rows, np.int64),
+        np.empty(rows, np.int64),
+    ]
     assert kernel(buf, *parse_kernel.value_tables("\t"), 3, 4, schema.min_fields, *out) == rows
     np.testing.assert_array_equal(out[5], expected.reason)
     ok = expected.ok

@@ -65,12 +65,14 @@ def test_predicted_hit_rates_match_exact_caches_within_two_points(a: float) -> N
                 type(cache).__name__,
                 load_factor,
             )
-    # A cache of a tenth of the rows hits far more than a tenth of a skewed table's rows (torchrec's assumption).
+    # A cache of a tenth of the rows hits far more than a tenth of a skewed table's rows (torchrec's
+    # assumption).
     assert lru_hit_rate(curve, slots(rows, 0.1)).unique_hit_rate > 0.3
 
 
 def _past_hbm(memory_gib: float, host_gib: float = 192.0):
-    """Criteo's 26 tables (capped at 2 M rows, 16 wide: 0.8 GiB with Adagrad) on one GPU of `memory_gib`."""
+    """Criteo's 26 tables (capped at 2 M rows, 16 wide: 0.8 GiB with Adagrad) on one GPU of
+    `memory_gib`."""
     configs = [
         suites.table_config(i, min(r, 2_000_000), 16) for i, r in enumerate(suites.DLRMV2_ROWS)
     ]

@@ -1,4 +1,5 @@
-"""`shardrec plan` on a tiny dataset: writes a plan the trainer can check, and refuses bad input clearly."""
+"""`shardrec plan` on a tiny dataset: writes a plan the trainer can check, and refuses bad input
+clearly."""
 
 from __future__ import annotations
 
@@ -108,7 +109,8 @@ def test_bench_plan_runs_one_case() -> None:
         0 < case["ratio_shardrec_model"] <= 1.0
         and case["ratio_default_plan_torchrec_estimators"] > 0
     )
-    # The headline: the plan `shardrec plan` writes (shardrec's cost model on CUDA by default) vs torchrec's, under it.
+    # The headline: the plan `shardrec plan` writes (shardrec's cost model on CUDA by default) vs
+    # torchrec's, under it.
     assert (
         case["cost_model"] == "shardrec" and case["ratio_headline"] == case["ratio_shardrec_model"]
     )
@@ -116,8 +118,8 @@ def test_bench_plan_runs_one_case() -> None:
     assert (
         out["reserve"] == 0.15 and "FixedPercentageStorageReservation(0.15)" in out["reservation"]
     )
-    # One text run also takes --reserve 0 (each run plans the case again): the reservation it prints is
-    # the JSON's "reservation", made from the reserve it ran with.
+    # One text run also takes --reserve 0 (each run plans the case again): the reservation it prints
+    # is the JSON's "reservation", made from the reserve it ran with.
     res = runner.invoke(app, ["bench", "plan", "--only", "random40", "--reserve", "0"])
     assert res.exit_code == 0, res.output
     assert (

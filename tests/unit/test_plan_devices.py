@@ -35,7 +35,8 @@ def test_auto_topology_is_the_machine_s_gpus(monkeypatch) -> None:
     )
     assert topo.memory_bytes == H200.free_bytes and topo.memory_source == "device"
     assert topo.usable_bytes == int(H200.free_bytes * 0.85)  # torchrec's 15% kept free
-    # One GPU of another model: a100's bandwidths, the device's own memory, as many ranks per host as GPUs.
+    # One GPU of another model: a100's bandwidths, the device's own memory, as many ranks per host
+    # as GPUs.
     l4 = DeviceMemory("NVIDIA L4", 24 * GiB, 22 * GiB)
     monkeypatch.setattr(hardware, "query_cuda_devices", lambda: [l4])
     topo = detect_topology(2)
@@ -55,7 +56,8 @@ def test_plan_defaults_to_this_machine(tiny_dataset: Path, tmp_path: Path, monke
     plan = load_plan(out)
     assert plan.fingerprint.device_kind == "cuda"
     assert plan.topology.memory_bytes == H200.free_bytes and plan.topology.memory_source == "device"
-    # A job that trains on CPU (train.device = "cpu", as the demo's) plans for CPU on a GPU host too.
+    # A job that trains on CPU (train.device = "cpu", as the demo's) plans for CPU on a GPU host
+    # too.
     res = CliRunner().invoke(
         app, ["plan", "--data", str(tiny_dataset), "--out", str(out), "--set", "train.device=cpu"]
     )
@@ -109,8 +111,8 @@ def test_start_refuses_a_plan_larger_than_a_device_s_free_memory(
 
 
 def _start_on_a_fake_gpu(dataset: Path, monkeypatch, free_bytes: int, plan=None):
-    """build_sharded_model on one CUDA rank of `free_bytes` free, faked: the dense layers stay on the
-    CPU and sharding (which would allocate the tables) returns "sharded" instead of running."""
+    """build_sharded_model on one CUDA rank of `free_bytes` free, faked: the dense layers stay on
+    the CPU and sharding (which would allocate the tables) returns "sharded" instead of running."""
     import torch
 
     from shardrec.dataloader.format.manifest import Manifest

@@ -219,7 +219,8 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 def test_plan_files_written_before_typed_fields_load_and_write_back_byte_for_byte(
     name: str,
 ) -> None:
-    """The fingerprint, topology and estimate are dataclasses now; the file they make is unchanged."""
+    """The fingerprint, topology and estimate are dataclasses now; the file they make is
+    unchanged."""
     path = FIXTURES / "plans" / name
     plan = load_plan(path)
     assert plan.to_json() == path.read_text()
@@ -233,7 +234,8 @@ def test_plan_files_written_before_typed_fields_load_and_write_back_byte_for_byt
 
 def test_the_plan_fingerprint_digest_is_pinned_and_covers_every_field(tiny_dataset: Path) -> None:
     """The digest of the tables, world size, global batch and device kind: the run fixture's plan
-    (written by the previous code for this dataset at dim 8) has this one, and any field changes it."""
+    (written by the previous code for this dataset at dim 8) has this one, and any field changes
+    it."""
     import dataclasses
 
     from shardrec.dataloader.format.manifest import Manifest

@@ -25,7 +25,8 @@ def _cost(optimizer: str):
 @pytest.mark.parametrize(
     "optimizer, state",
     [
-        # One fp32 accumulator per row of each shard: rank 0 holds 6 rows of t1, rank 1 24 of t0 and 6 of t1.
+        # One fp32 accumulator per row of each shard: rank 0 holds 6 rows of t1, rank 1 24 of t0 and
+        # 6 of t1.
         ("rowwise_adagrad", [6 * 4, (24 + 6) * 4]),
         # Two fp32 moments per weight.
         ("adam", [2 * 6 * 16 * 4, 2 * (24 * 8 + 6 * 16) * 4]),

@@ -30,7 +30,8 @@ def _table_set(spec: str) -> suites.TableSet:
     return suites.random_tasks(int(seed), int(count), *(float(a) for a in max_rows))
 
 
-# case -> sha256[:16] of the placement (name, sharding type, kernel, shards) as planned on main 4a31334.
+# case -> sha256[:16] of the placement (name, sharding type, kernel, shards) as planned on main
+# 4a31334.
 PINNED = {
     ("criteo26", "h100", 8, 65536): "36441fafcdc18f1e",
     ("criteo26", "a100", 16, 65536): "b83bd61c515fc4a1",

@@ -1,4 +1,5 @@
-"""shardrec's search: deterministic, within memory and constraints, never worse than simple placements."""
+"""shardrec's search: deterministic, within memory and constraints, never worse than simple
+placements."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ def _request(ts: suites.TableSet, topo, batch: int, constraints=None) -> SearchR
 
 
 def _lpt_table_wise(tables, pooling, topo, batch):
-    """A simple baseline: every table whole, largest lookup volume first on the least-loaded rank."""
+    """A simple baseline: every table whole, largest lookup volume first on the least-loaded
+    rank."""
     load = [0.0] * topo.world_size
     out = []
     for t in sorted(tables, key=lambda t: -t.embedding_dim * pooling[t.name]):
@@ -120,8 +122,8 @@ def test_constraints_are_honoured() -> None:
 
 
 def test_a_replicated_table_that_overflows_is_not_taken_for_a_fit() -> None:
-    """Data-parallel would be fastest but its three copies overflow a rank: the search shards the table
-    instead of returning a placement the planner then refuses."""
+    """Data-parallel would be fastest but its three copies overflow a rank: the search shards the
+    table instead of returning a placement the planner then refuses."""
     configs = [suites.table_config(0, 30_000, 16)]
     request = PlanRequest(
         configs=configs,

@@ -111,7 +111,8 @@ def test_each_cached_table_gets_its_own_cache_with_the_plan_s_load_factor(
         (["t_f2"], None),
         (["t_f3"], None),
     ]
-    # One cached table keeps its own TBE anyway (its cache settings differ); the others stay grouped.
+    # One cached table keeps its own TBE anyway (its cache settings differ); the others stay
+    # grouped.
     one, tables = _uvm_plan(tiny_dataset, {"t_f1": ("fused_uvm_caching", 0.5)})
     assert "use_one_tbe_per_table" not in build.trainer_sharders(None, one)[0].fused_params
     assert sorted(_tbes(one, tables)) == [(["t_f0", "t_f2", "t_f3"], None), (["t_f1"], 0.5)]

@@ -1,4 +1,5 @@
-"""train.precision: bf16 autocast over the dense layers and the interaction, fp32 everywhere else."""
+"""train.precision: bf16 autocast over the dense layers and the interaction, fp32 everywhere
+else."""
 
 from __future__ import annotations
 

@@ -49,5 +49,6 @@ def test_a_run_reports_its_stages_within_its_cpu_time(tmp_path: Path):
         )  # each stage was entered (1,500 rows: some take under a millisecond)
     assert stages[cpu_stages.PARSE] + stages[cpu_stages.WRITE] + stages[cpu_stages.STATS] > 0
     assert list(stages) == [s for s in cpu_stages.STAGES if s in stages]  # pipeline order
-    # Counted once: the stages of this run (start-up aside: this process started long before) fit in its CPU time.
+    # Counted once: the stages of this run (start-up aside: this process started long before) fit in
+    # its CPU time.
     assert sum(v for k, v in stages.items() if k != cpu_stages.STARTUP) <= cpu + 0.01

@@ -114,7 +114,8 @@ def test_word_at_a_time_integers_agree_with_the_numpy_parser(delimiter):
     # byte loop for everything else; both must give the numpy parser's rows.
     from shardrec.tools.preprocess.parse.criteo_text import Schema, parse_chunk
 
-    # min_fields=1: rows of any length are right-padded, so short rows keep integers in the text's last bytes.
+    # min_fields=1: rows of any length are right-padded, so short rows keep integers in the text's
+    # last bytes.
     schema = Schema(num_dense=5, num_sparse=1, delimiter=delimiter, min_fields=1)
     values = ["", "0", "7", "00", "0000005", "1234567", "12345678", "123456789", "99999999", "-1", "-0", "260.0",
               "5.0", "1a", "a1", "9" * 18, "9" * 19, "\x80", "5\x00", "4/", "3:", "12 ", " 1",

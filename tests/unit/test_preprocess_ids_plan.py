@@ -258,7 +258,8 @@ def test_count_and_vocabulary_files_are_synced_before_they_appear(tmp_path: Path
     replaces = [e for e in events if e.startswith("replace")]
     assert replaces[-1] == "replace vocab.json" and synced_before_renamed(events) == []
     assert "replace C1.ids.npy" in replaces and "replace C1.values.npy" in replaces
-    # The vocabulary folder: once after every feature's files, before vocab.json; then once for vocab.json.
+    # The vocabulary folder: once after every feature's files, before vocab.json; then once for
+    # vocab.json.
     vocab_syncs = [i for i, e in enumerate(events) if e == "fsync vocab"]
     last_file = max(i for i, e in enumerate(events) if e.startswith("replace C1."))
     assert len(vocab_syncs) == 2

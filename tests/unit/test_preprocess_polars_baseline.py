@@ -1,4 +1,5 @@
-"""The polars baseline hashes exactly as shardrec does, and the column comparison catches a difference."""
+"""The polars baseline hashes exactly as shardrec does, and the column comparison catches a
+difference."""
 
 from __future__ import annotations
 

@@ -65,7 +65,8 @@ def test_dataset_bytes_equal_the_in_memory_implementation(
 
 @pytest.mark.parametrize("largest", [1, 1000, 2**32, 2**64 - 1])
 def test_counting_gives_np_uniques_values_and_counts(largest: int):
-    """32-bit values are sorted narrow, wider ones as they are; empty and all-missing columns too."""
+    """32-bit values are sorted narrow, wider ones as they are; empty and all-missing columns
+    too."""
     rng = np.random.default_rng(largest % 1000)
     values = rng.integers(0, largest, 3000, dtype=np.uint64, endpoint=True)
     for missing in (np.zeros(3000, bool), rng.random(3000) < 0.3, np.ones(3000, bool)):
@@ -75,7 +76,8 @@ def test_counting_gives_np_uniques_values_and_counts(largest: int):
 
 def test_compiled_column_counts_give_np_uniques_values_and_counts():
     """Each column of a [rows, features] piece over a subset of its rows: columns of 32-bit values
-    (the compiled path), a column with one wider value (counted in 64 bits), an all-missing one; no rows."""
+    (the compiled path), a column with one wider value (counted in 64 bits), an all-missing one; no
+    rows."""
     rng = np.random.default_rng(7)
     values = rng.integers(0, 50, (2000, 4), dtype=np.uint64)
     values[:, 1] = rng.integers(0, 2**32, 2000, dtype=np.uint64)
@@ -89,7 +91,8 @@ def test_compiled_column_counts_give_np_uniques_values_and_counts():
 
 
 def test_two_workers_count_and_map_in_one_pool_with_the_same_bytes(tmp_path: Path, monkeypatch):
-    """The counting and preprocessing passes share one pool: each worker starts (imports, kernels) once."""
+    """The counting and preprocessing passes share one pool: each worker starts (imports, kernels)
+    once."""
     from shardrec.tools.preprocess import pool
 
     made = []
@@ -172,7 +175,8 @@ def test_counting_spills_runs_and_a_rerun_reuses_them(tmp_path: Path):
 
 
 def test_32_bit_values_are_mapped_at_half_the_width_with_the_same_ids(tmp_path: Path):
-    # Every worker maps the vocabularies whole: on 52 M distinct Criteo values uint64 files were 832 MB.
+    # Every worker maps the vocabularies whole: on 52 M distinct Criteo values uint64 files were 832
+    # MB.
     rng = np.random.default_rng(3)
     small = np.unique(rng.integers(0, 2**32, 500, dtype=np.uint64))
     wide = np.append(
@@ -239,7 +243,8 @@ print(before, anonymous_kb())
     not Path("/proc/self/smaps_rollup").is_file(), reason="no smaps_rollup (Linux only)"
 )
 def test_the_merge_gives_its_memory_back_before_the_workers_map(tmp_path: Path):
-    # The merging process lives on while the workers map the vocabularies: what it freed must not stay held.
+    # The merging process lives on while the workers map the vocabularies: what it freed must not
+    # stay held.
     res = subprocess.run(
         [sys.executable, "-c", _MERGE_IN_A_FRESH_PROCESS, str(tmp_path)],
         capture_output=True,

@@ -212,8 +212,8 @@ def _wheel(directory: Path, name: str, version: str) -> None:
 
 
 def _pip_report(tmp_path: Path, requirements: str, *extra: str) -> dict[str, str]:
-    """What pip would install for `requirements` in this venv, offline: a folder of wheels stands for
-    PyPI and PyTorch's CUDA 12.6 index (releases with and without the +cu126 label)."""
+    """What pip would install for `requirements` in this venv, offline: a folder of wheels stands
+    for PyPI and PyTorch's CUDA 12.6 index (releases with and without the +cu126 label)."""
     index = tmp_path / "index"
     index.mkdir(exist_ok=True)
     for name, version in (

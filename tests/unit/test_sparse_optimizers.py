@@ -1,5 +1,6 @@
-"""What shardrec knows of each sparse optimizer is said once (shardrec.embeddings.sparse_optimizers),
-without torch, and the config, the pre-start check, the planner and the torch side agree with it."""
+"""What shardrec knows of each sparse optimizer is said once
+(shardrec.embeddings.sparse_optimizers), without torch, and the config, the pre-start check, the
+planner and the torch side agree with it."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ from shardrec.embeddings.sparse_optimizers import NAMES, check_device, state_byt
 
 
 def test_the_facts_and_the_config_that_reads_them_load_without_torch() -> None:
-    code = "import sys, shardrec.embeddings.sparse_optimizers, shardrec.trainer.job.config; print('torch' in sys.modules)"
+    code = (
+        "import sys, shardrec.embeddings.sparse_optimizers, shardrec.trainer.job.config; "
+        "print('torch' in sys.modules)"
+    )
     assert (
         subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, check=True
@@ -48,7 +52,8 @@ def test_state_per_row_and_per_weight() -> None:
     assert state_bytes("adam", 1000, 16) == 2 * 1000 * 16 * 4
     assert state_bytes("adam", 1000, 16, elem_bytes=2) == 2 * 1000 * 16 * 2
     assert state_bytes("sgd", 1000, 16) == 0
-    # Full Adagrad: one fp32 sum per weight, whatever the weights' dtype (fbgemm's EXACT_ADAGRAD momentum1).
+    # Full Adagrad: one fp32 sum per weight, whatever the weights' dtype (fbgemm's EXACT_ADAGRAD
+    # momentum1).
     assert state_bytes("adagrad", 1000, 16) == 1000 * 16 * 4
     assert state_bytes("adagrad", 1000, 16, elem_bytes=2) == 1000 * 16 * 4
     with pytest.raises(

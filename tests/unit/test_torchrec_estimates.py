@@ -1,6 +1,6 @@
-"""torchrec's estimators as shardrec feeds them: the sparse optimizer's state is in their storage figures
-(torchrec prices none for a weight not marked with its optimizer, a class of bug torchrec fixed in its
-storage estimator)."""
+"""torchrec's estimators as shardrec feeds them: the sparse optimizer's state is in their storage
+figures (torchrec prices none for a weight not marked with its optimizer, a class of bug torchrec
+fixed in its storage estimator)."""
 
 from __future__ import annotations
 
@@ -38,8 +38,8 @@ def test_torchrec_storage_counts_the_sparse_optimizer_state() -> None:
 
 
 def test_torchrec_plan_refuses_what_fits_only_without_optimizer_state() -> None:
-    # 4.5 MB usable per rank: table 0 is 3.35 MB with its IO under SGD, 9.75 MB with Adam's two moments
-    # (4.9 MB per rank even row-wise). Priced without the optimizer, Adam would fit too.
+    # 4.5 MB usable per rank: table 0 is 3.35 MB with its IO under SGD, 9.75 MB with Adam's two
+    # moments (4.9 MB per rank even row-wise). Priced without the optimizer, Adam would fit too.
     memory = int(4.5e6 / 0.85)
     assert torchrec_plan(_request("sgd", memory_bytes=memory))
     with pytest.raises(Exception, match="(?i)storage"):

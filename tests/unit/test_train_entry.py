@@ -112,8 +112,8 @@ def test_the_ranks_read_back_the_job_the_launcher_resolved(tmp_path: Path) -> No
 
 def test_the_rank_entry_takes_every_train_flag_and_eval_ranks_use_its_public_helpers() -> None:
     """The rank program parses --allow-change (it checks the run directory itself), and both rank
-    programs (training's and eval's) share one logging set-up and exit (trainer.distributed.rank_process)
-    through public names, not private ones."""
+    programs (training's and eval's) share one logging set-up and exit
+    (trainer.distributed.rank_process) through public names, not private ones."""
     import inspect
 
     from shardrec.trainer.inference import eval_entry

@@ -47,7 +47,8 @@ def test_faults_fire_only_where_asked(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _cut_plans(rows: int):
-    """The checkpoint's plan (table t_a in 2 column shards of 4) and the job's (t_a whole, table-wise)."""
+    """The checkpoint's plan (table t_a in 2 column shards of 4) and the job's (t_a whole,
+    table-wise)."""
     from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
     from shardrec.sharding.plan.plan_file import plan_fingerprint

@@ -35,7 +35,8 @@ OTHER_STACK = 5
 TEST_LIMIT_S = int(os.environ.get("GPU_CHECK_TEST_S", "270"))
 BENCH_LIMIT_S = int(os.environ.get("GPU_CHECK_BENCH_S", "150"))
 NEEDS_GPUS = re.compile(r"needs (\d+) GPUs")
-"""The skip reason of a GPU test that this machine has too few GPUs for (tests/e2e/test_train_gpu.py)."""
+"""The skip reason of a GPU test that this machine has too few GPUs for
+(tests/e2e/test_train_gpu.py)."""
 Runner = Callable[[list[str], int], tuple[int | None, str, str, float]]
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -52,8 +52,8 @@ def _pss_bytes(pid: int) -> int:
 
 
 def tree_memory_bytes(pid: int, pss: bool = True) -> tuple[int, int]:
-    """(RSS, PSS) in bytes of pid and every descendant, summed, right now ((0, 0) once it has exited);
-    PSS is 0 unless `pss` (it costs far more to read)."""
+    """(RSS, PSS) in bytes of pid and every descendant, summed, right now ((0, 0) once it has
+    exited); PSS is 0 unless `pss` (it costs far more to read)."""
     rss = total_pss = 0
     todo, seen = [pid], set()
     while todo:

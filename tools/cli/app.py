@@ -60,7 +60,8 @@ _type_in_help = typer.core.TyperOption.display_type_rich
 
 
 def _flag_without_type(option: typer.core.TyperOption, ctx: typer.Context) -> str | None:
-    """typer shows `<bool>` beside every flag in --help, though a flag takes no value: shown blank."""
+    """typer shows `<bool>` beside every flag in --help, though a flag takes no value: shown
+    blank."""
     return None if option.is_flag else _type_in_help(option, ctx)
 
 

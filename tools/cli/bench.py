@@ -98,7 +98,8 @@ def loader(
     ] = None,
     json_out: JsonFlag = False,
 ) -> None:
-    """Loader rows/s as torchrec Batches on one thread, vs the memcpy roofline and torchrec's pipe."""
+    """Loader rows/s as torchrec Batches on one thread, vs the memcpy roofline and torchrec's
+    pipe."""
     if rows < 2 * global_batch or global_batch <= 0 or rounds <= 0 or max_batches <= 0:
         fail(
             "need --rows >= 2 x --global-batch and positive --rounds/--max-batches, "
@@ -166,7 +167,8 @@ def preprocess(
     ] = False,
     json_out: JsonFlag = False,
 ) -> None:
-    """Preprocess MB/s and peak RSS against a polars pipeline doing the same work (1 and all threads), same file."""
+    """Preprocess MB/s and peak RSS against a polars pipeline doing the same work (1 and all
+    threads), same file."""
     from shardrec.tools.bench.preprocess.polars_pipeline import INSTALL_HINT
     from shardrec.tools.bench.preprocess.spec_bench import print_like_report, run_like_bench
 
@@ -219,8 +221,9 @@ def plan(
     ] = True,
     json_out: JsonFlag = False,
 ) -> None:
-    """The plan `shardrec plan` writes vs torchrec's default planner's, priced by the better predictor
-    (ratio < 1: shardrec faster), both keeping the same memory free; CPU cases trained too."""
+    """The plan `shardrec plan` writes vs torchrec's default planner's, priced by the better
+    predictor (ratio < 1: shardrec faster), both keeping the same memory free; CPU cases trained
+    too."""
     cases = [c for c in bench_plan.CASES if only is None or only in c.name]
     if not cases:
         fail(
@@ -277,8 +280,9 @@ def plan_reality(
     ] = 0.0,
     json_out: JsonFlag = False,
 ) -> None:
-    """Train 12+ plans (both planners', simple and bad ones) on local CPU ranks: which cost model orders them
-    like the clock (Kendall tau, median error), and how close is each rank's memory estimate to its peak?"""
+    """Train 12+ plans (both planners', simple and bad ones) on local CPU ranks: which cost model
+    orders them like the clock (Kendall tau, median error), and how close is each rank's memory
+    estimate to its peak?"""
     from shardrec.tools.bench.plan import reality_bench as bench_reality
 
     if world_size < 2 or global_batch_size % world_size:
@@ -329,7 +333,8 @@ def hitrate(
     ] = 0,
     json_out: JsonFlag = False,
 ) -> None:
-    """Predicted UVM cache hit rates against exact LRU and LFU caches replaying the data's id stream."""
+    """Predicted UVM cache hit rates against exact LRU and LFU caches replaying the data's id
+    stream."""
     from shardrec.tools.bench.plan import hitrate_bench as bench_hitrate
 
     try:
@@ -375,7 +380,8 @@ def train(
     threads: Annotated[int, typer.Option(help="Torch threads per rank (both sides).")] = 1,
     json_out: JsonFlag = False,
 ) -> None:
-    """Training samples/s: `shardrec train`'s path (fp32, bf16) vs stock torchrec, real loader vs in-memory batches."""
+    """Training samples/s: `shardrec train`'s path (fp32, bf16) vs stock torchrec, real loader vs
+    in-memory batches."""
     if model not in bench_train.MODELS:
         fail(f"--model {model!r} is not one of {', '.join(bench_train.MODELS)}")
     steps = steps or bench_train.MODELS[model][5]
@@ -434,7 +440,8 @@ def scale(
     ] = bench_scale.TRAIN_RANKS,
     json_out: JsonFlag = False,
 ) -> None:
-    """Make, preprocess (hashing and vocabulary), stream and train a Criteo-1TB-shaped dataset at a fraction."""
+    """Make, preprocess (hashing and vocabulary), stream and train a Criteo-1TB-shaped dataset at a
+    fraction."""
     if not 0 < fraction <= 1:
         fail(f"--fraction {fraction} must be in (0, 1]")
     work = work_dir or Path(tempfile.mkdtemp(prefix="shardrec-scale-"))

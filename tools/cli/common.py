@@ -63,7 +63,8 @@ def configure_logging(verbose: bool = False) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
-    # On the root logger itself: fbgemm's records are made there (logging.info), so this filter sees them.
+    # On the root logger itself: fbgemm's records are made there (logging.info), so this filter sees
+    # them.
     logging.getLogger().addFilter(_not_library_chatter)
     logging.getLogger("shardrec").setLevel(logging.DEBUG if verbose else logging.WARNING)
     for name in _QUIET_WITHOUT_V:

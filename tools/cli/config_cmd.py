@@ -15,7 +15,8 @@ config_app = typer.Typer(
 
 @config_app.command("show")
 def show(config: ConfigFlag = None, set_: SetFlag = None) -> None:
-    """Print the resolved job file: defaults, then --config, then each --set (what `train` would run with)."""
+    """Print the resolved job file: defaults, then --config, then each --set (what `train` would run
+    with)."""
     from shardrec.trainer.job.config import load_job_config
 
     try:

@@ -40,7 +40,8 @@ def eval_run(
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the metrics as JSON.")] = False,
 ) -> None:
-    """Evaluate a checkpoint: at the run's world size the AUC equals the run's own evaluation bit for bit."""
+    """Evaluate a checkpoint: at the run's world size the AUC equals the run's own evaluation bit
+    for bit."""
     from shardrec.trainer.distributed.launch import launch
     from shardrec.trainer.inference.eval_request import (
         EvalRequest,

@@ -51,7 +51,8 @@ def _load_job(config: Path | None, data: Path | None, overrides: list[str]):
 
 
 def _dense(job, configs, manifest):
-    """The dense layers of the job's model, counted on the meta device (what every rank holds besides tables)."""
+    """The dense layers of the job's model, counted on the meta device (what every rank holds
+    besides tables)."""
     from shardrec.embeddings.tables import build_ebc
     from shardrec.sharding.machine.memory import dense_footprint
     from shardrec.trainer.model.models import build_model
@@ -177,7 +178,8 @@ def plan(
         except PlanDoesNotFitError:
             if topo.device_kind != "cuda" or search != "shardrec":
                 raise
-            # Past HBM: UVM caches are sized by the data's id frequencies, counted only now they are needed.
+            # Past HBM: UVM caches are sized by the data's id frequencies, counted only now they are
+            # needed.
             measured = _with_frequencies(
                 statistics, directory, job, configs, frequency_batches, json_out
             )
@@ -196,7 +198,8 @@ def plan(
 
 
 def _with_frequencies(statistics, directory: Path, job, configs, batches: int, quiet: bool):
-    """The statistics with each table's id-frequency curve, counted on the job's own loader stream."""
+    """The statistics with each table's id-frequency curve, counted on the job's own loader
+    stream."""
     from shardrec.tools.measure.id_stream import measure_curves
 
     status = console.status("tables past HBM: counting id frequencies", spinner="dots")
@@ -214,7 +217,8 @@ def _topology(
     job_device: str,
 ):
     """The topology `--topology` names; auto: where the job will train, train.device (a job set to
-    cpu plans for cpu-gloo; else this machine's CUDA devices if any, sharding.hardware.detect_topology)."""
+    cpu plans for cpu-gloo; else this machine's CUDA devices if any,
+    sharding.hardware.detect_topology)."""
     from dataclasses import replace
 
     from shardrec.sharding.machine.hardware import detect_topology
@@ -259,8 +263,8 @@ def _print_plan(
 
 
 def _placed(result) -> dict:
-    """--json's per table placement (sharding type, ranks, kernel and, for cached tables, the cache: rows,
-    hit rates) and per-rank estimate of a plan."""
+    """--json's per table placement (sharding type, ranks, kernel and, for cached tables, the cache:
+    rows, hit rates) and per-rank estimate of a plan."""
     import dataclasses
 
     tables = [

@@ -83,8 +83,8 @@ def predict(
 ) -> None:
     """Score a preprocessed split or raw rows with an exported model, in one process (no torchrun).
 
-    Raw rows are read by the model's feature spec (or Criteo's schema) and get its data's own transform
-    (its hashing or vocabulary and dense transform)."""
+    Raw rows are read by the model's feature spec (or Criteo's schema) and get its data's own
+    transform (its hashing or vocabulary and dense transform)."""
     # The flags and paths before torch is imported.
     if json_out and out is None:
         fail("--json prints a summary: give --out for the probabilities")

@@ -75,7 +75,8 @@ def _parse_max_ids(values: str) -> list[int]:
 
 
 def _help(name: str) -> str:
-    """The help of an option: its setting's docstring (PreprocessConfig's or Schema's), on one line."""
+    """The help of an option: its setting's docstring (PreprocessConfig's or Schema's), on one
+    line."""
     return " ".join(_HELPS[name].split())
 
 
@@ -87,7 +88,8 @@ def _defaults(cls: type) -> dict[str, Any]:
     }
 
 
-# One home for the help and defaults of the options that stand for a setting: the settings' dataclasses.
+# One home for the help and defaults of the options that stand for a setting: the settings'
+# dataclasses.
 _HELPS = {**field_help(Schema), **field_help(PreprocessConfig)}
 _DEFAULTS = {**_defaults(Schema), **_defaults(PreprocessConfig)}
 
@@ -164,8 +166,8 @@ def preprocess(
     part: Annotated[str | None, typer.Option(help=_help("part"))] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
-    """Turn click logs into a sharded-training dataset (parts + manifest.json): Criteo's rows, or any
-    CSV/TSV a feature spec (--spec) describes."""
+    """Turn click logs into a sharded-training dataset (parts + manifest.json): Criteo's rows, or
+    any CSV/TSV a feature spec (--spec) describes."""
     from shardrec.dataloader.format.manifest import DatasetError
     from shardrec.dataloader.util.locks import dataset_lock
     from shardrec.tools.preprocess.pipeline import run_preprocess

@@ -26,7 +26,8 @@ def _series(
 
 def read_records(run_dir: Path) -> list[dict[str, Any]]:
     """RUN/metrics.jsonl's records. A torn last line (a run killed while appending it) is skipped
-    with a warning on stderr; a bad line before the last is corruption: ValueError names file:line."""
+    with a warning on stderr; a bad line before the last is corruption: ValueError names
+    file:line."""
     log = load_metrics(run_dir, torn="last")
     for line in log.skipped:
         err_console.print(

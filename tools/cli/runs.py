@@ -18,7 +18,8 @@ def runs(
     ] = Path("runs"),
     json_out: Annotated[bool, typer.Option("--json", help="Print the runs as JSON.")] = False,
 ) -> None:
-    """List runs: step of the newest checkpoint, status (complete/running/stopped/failed), best val AUC."""
+    """List runs: step of the newest checkpoint, status (complete/running/stopped/failed), best val
+    AUC."""
     from shardrec.trainer.rundir import lifecycle
 
     if not root.is_dir():

@@ -35,7 +35,8 @@ def infer(
 ) -> None:
     """Propose a spec from the first rows: format, each column's role, list separators, hash sizes.
 
-    Each choice is a comment beside its column: check them, edit, then `shardrec preprocess FILE --spec SPEC`.
+    Each choice is a comment beside its column: check them, edit, then `shardrec preprocess FILE
+    --spec SPEC`.
     """
     from shardrec.dataloader.spec.spec_file import spec_to_toml
     from shardrec.tools.preprocess.parse.spec_infer import infer_spec
@@ -74,7 +75,8 @@ def show(
         Path, typer.Argument(help="A preprocessed dataset directory (with manifest.json).")
     ],
 ) -> None:
-    """Print the spec a dataset was preprocessed with (the built-in Criteo spec where none was given)."""
+    """Print the spec a dataset was preprocessed with (the built-in Criteo spec where none was
+    given)."""
     from shardrec.dataloader.spec.feature_spec import SpecError
     from shardrec.dataloader.spec.spec_file import manifest_spec, spec_to_toml
 

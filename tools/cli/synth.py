@@ -37,8 +37,8 @@ def synth(
     ] = "criteo",
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
-    """Write synthetic click logs whose labels follow a hidden model of the features: Criteo's format,
-    or Avazu's or MovieLens-1M's shape (--like) for trying a feature spec."""
+    """Write synthetic click logs whose labels follow a hidden model of the features: Criteo's
+    format, or Avazu's or MovieLens-1M's shape (--like) for trying a feature spec."""
     if rows <= 0:
         fail(f"--rows must be positive, got {rows}")
     if max_vocab < 4:

@@ -131,7 +131,8 @@ def train(
                 notify=lambda line: err_console.print(line, highlight=False, soft_wrap=True),
             )
     finally:
-        # Every way out (a refusal, a finished run) drops the lock: an in-process caller may train again.
+        # Every way out (a refusal, a finished run) drops the lock: an in-process caller may train
+        # again.
         for lock in locks:
             if lock is not None:
                 lock.release()
@@ -218,7 +219,8 @@ def _prepare_run_dir(
     from shardrec.trainer.rundir import lifecycle
 
     try:
-        # Flags, settings and the dataset first: a bad value is one line before torch is imported (preflight).
+        # Flags, settings and the dataset first: a bad value is one line before torch is imported
+        # (preflight).
         lifecycle.check_allow_keys(allow)
         job = flags.job_from_flags(config, data, plan, steps, overrides)
         manifest = Manifest.load(job.data.path) if job.data.path else None

@@ -136,7 +136,8 @@ def _collective_worker(env: DistEnv, big: int, repeats: int) -> tuple[float, flo
 def measure_collectives(
     world_size: int = 2, device_kind: str = "cpu", mib_per_peer: int = 8, repeats: int = 5
 ) -> dict[str, float]:
-    """Per-rank send bandwidth of an all-to-all between local processes, and its start-up latency."""
+    """Per-rank send bandwidth of an all-to-all between local processes, and its start-up
+    latency."""
     big = mib_per_peer * 2**20 // 4
     try:
         results = run_local_ranks(

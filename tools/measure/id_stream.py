@@ -18,13 +18,15 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 from shardrec.sharding.cost.hit_rates import FrequencyCurve, curve_from_counts
 
 FLUSH_IDS = 1 << 23
-"""Ids of one table buffered before they are counted (a bincount over the table's rows each time)."""
+"""Ids of one table buffered before they are counted (a bincount over the table's rows each
+time)."""
 
 
 def table_batches(
     data_dir: Path, job, configs: list[EmbeddingBagConfig], max_batches: int = 0
 ) -> Iterator[dict[str, np.ndarray]]:
-    """Per global batch of the train split, table name -> its ids (int64), at most `max_batches` (0: all)."""
+    """Per global batch of the train split, table name -> its ids (int64), at most `max_batches` (0:
+    all)."""
     from shardrec.dataloader.loader import Delivery, ShuffleSpec, build_loader
     from shardrec.trainer.job.data_options import multihot_option
 

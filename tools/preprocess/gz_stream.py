@@ -61,7 +61,8 @@ _SLACK = 1 << 20  # room past chunk_bytes in a slot before it must grow (a line 
 
 
 class _Decoder:
-    """The text of one .gz file, decoded once and cut into ranges as chunk_bounds cuts plain text."""
+    """The text of one .gz file, decoded once and cut into ranges as chunk_bounds cuts plain
+    text."""
 
     def __init__(self, path: Path, chunk_bytes: int, header: bool, count: bool) -> None:
         """count: count each range's lines here (--strict: a worker's error names its absolute line;
@@ -233,8 +234,8 @@ def _run_stream(
 
     try:
         with decoder.f:
-            # A worker returns once its parts are written; the main process fsyncs them and writes the
-            # staged marker on its sync thread while the worker parses its next range.
+            # A worker returns once its parts are written; the main process fsyncs them and writes
+            # the staged marker on its sync thread while the worker parses its next range.
             run = partial(_run_counted, background_sync=not early, mark=not early)
             for task, (res, cpu) in map_stream(
                 run, produce, opts, workers, len(slots.shm), process_setup
@@ -270,7 +271,8 @@ def _run_stream(
 def _run_counted(
     task: Task, opts: TaskOptions, background_sync: bool, mark: bool
 ) -> tuple[TaskResult, dict[str, float]]:
-    """run_task, and what it cost per stage (a pool worker's own counts go back with it; cpu_stages)."""
+    """run_task, and what it cost per stage (a pool worker's own counts go back with it;
+    cpu_stages)."""
     return run_task(task, opts, background_sync, mark), cpu_stages.take()
 
 

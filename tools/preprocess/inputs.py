@@ -47,7 +47,8 @@ class SplitRange:
 
 @dataclass(frozen=True)
 class Task:
-    """One unit of work: a byte range of a plain file, a range of a gzip file's text, or a whole gzip file."""
+    """One unit of work: a byte range of a plain file, a range of a gzip file's text, or a whole
+    gzip file."""
 
     index: int
     path: str

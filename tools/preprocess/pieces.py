@@ -1,9 +1,9 @@
 """What a task does with one piece of text, whichever parser reads it: parse, describe a bad row,
 append the kept rows to a part (vocab_count.py counts values for the vocabularies).
 
-Two parsers: Criteo's (criteo_text.py, its kernels: label, integers, hex; the built-in spec and any spec
-of that shape, spec_parse.criteo_schema) and the feature-spec parser (spec_parse.py: any columns,
-quoting, strings, lists). `TaskOptions.program` says which: None for Criteo's.
+Two parsers: Criteo's (criteo_text.py, its kernels: label, integers, hex; the built-in spec and any
+spec of that shape, spec_parse.criteo_schema) and the feature-spec parser (spec_parse.py: any
+columns, quoting, strings, lists). `TaskOptions.program` says which: None for Criteo's.
 """
 
 from __future__ import annotations
@@ -57,7 +57,8 @@ class TaskOptions:
     program: Program | None = None
     """A feature spec's program (spec_parse); None: Criteo's parser reads `schema`."""
     column_names: tuple[str, ...] = ()
-    """Criteo's parser: each field's name where a spec of its shape names them (default: label, I1.., C1..)."""
+    """Criteo's parser: each field's name where a spec of its shape names them (default: label,
+    I1.., C1..)."""
 
     @property
     def names(self) -> list[str]:

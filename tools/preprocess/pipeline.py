@@ -326,7 +326,8 @@ def _count(
 
 def _count_measured(task: Task, opts: TaskOptions) -> tuple[Path, dict[str, float]]:
     marker = count_task(task, opts)
-    release_freed_memory()  # a kept worker goes on to map the vocabularies: no counting heap held meanwhile
+    # a kept worker goes on to map the vocabularies: no counting heap held meanwhile
+    release_freed_memory()
     return marker, cpu_stages.take()
 
 

@@ -20,12 +20,14 @@ from shardrec.tools.preprocess.pieces import TaskOptions
 
 
 class WorkerDied(RuntimeError):
-    """A worker process ended without finishing its task (killed by a signal, e.g. out of memory)."""
+    """A worker process ended without finishing its task (killed by a signal, e.g. out of
+    memory)."""
 
 
 class Pool:
     """Worker processes kept over several map_tasks passes (vocabulary mode counts, then preprocesses):
-    each worker's start-up (spawn, imports, loading the compiled kernels: ~1.5 CPU-s) is paid once."""
+    each worker's start-up (spawn, imports, loading the compiled kernels: ~1.5 CPU-s) is paid
+    once."""
 
     def __init__(self, workers: int, tasks: int) -> None:
         ctx = mp.get_context("spawn")  # no fork: the CLI's progress thread must not be copied
@@ -39,7 +41,8 @@ class Pool:
 
 @contextmanager
 def shared_pool(workers: int, tasks: int) -> Iterator[Pool | None]:
-    """A Pool for passes of at most `tasks` tasks each; None where map_tasks runs in-process anyway."""
+    """A Pool for passes of at most `tasks` tasks each; None where map_tasks runs in-process
+    anyway."""
     if workers == 1 or tasks <= 1:
         yield None
         return
@@ -57,8 +60,8 @@ def map_tasks(
     workers: int,
     pool: Pool | None = None,
 ) -> Iterator[tuple[Task, Any]]:
-    """Run fn over tasks in worker processes (pool's, or a pool of this pass's); yields (task, result)
-    in task order.
+    """Run fn over tasks in worker processes (pool's, or a pool of this pass's); yields (task,
+    result) in task order.
 
     Raises WorkerDied (after the other workers are stopped) if a worker process dies.
     """

@@ -32,7 +32,8 @@ from shardrec.tools.preprocess.pieces import PartLayout, TaskOptions, describe_b
 CHUNK_BYTES = 16 << 20
 """Text parsed at a time: bounds memory whatever the file's size."""
 RawBatch = tuple[np.ndarray, dict[str, tuple[np.ndarray, np.ndarray]]]
-"""(dense [rows, num_dense] float32, feature -> (ids, lengths)), what trainer.inference.predict.rows_batch takes."""
+"""(dense [rows, num_dense] float32, feature -> (ids, lengths)), what
+trainer.inference.predict.rows_batch takes."""
 
 
 class RawRows:
@@ -87,7 +88,8 @@ class RawRows:
         self, data: bytes, path: Path, first_line: int, opts: TaskOptions, labeled: bool = True
     ) -> tuple[RawBatch, np.ndarray | None]:
         """Inputs and labels (None: `labeled` off) of the rows in `data` (whole lines); ValueError
-        names a malformed row's line. Rows without a label column are parsed with a 0 put in front."""
+        names a malformed row's line. Rows without a label column are parsed with a 0 put in
+        front."""
         data = _with_label_column(data, path, first_line, opts) if not labeled else data
         if labeled and opts.program is None and first_line <= 2:
             _check_label_column(data, path, opts.schema)
@@ -161,7 +163,8 @@ class RawRows:
 
 def _with_label_column(data: bytes, path: Path, first_line: int, opts: TaskOptions) -> bytes:
     """Rows without a label column, a 0 label put in front of each: Criteo's layout only (its label
-    is the first field); a feature spec's label column may sit anywhere, so such rows are refused."""
+    is the first field); a feature spec's label column may sit anywhere, so such rows are
+    refused."""
     if opts.program is not None:
         raise ValueError(
             f"{path}:{first_line}: --no-label reads rows of Criteo's layout (label first); this model's feature "

@@ -20,7 +20,8 @@ class PreprocessConfig:
     """Every option of a preprocessing run (the CLI fills it; defaults live here)."""
 
     inputs: list[Path]
-    """Click logs: Kaggle train.txt, 1TB day files (.gz too), directories of them, or the CSV/TSV a spec describes."""
+    """Click logs: Kaggle train.txt, 1TB day files (.gz too), directories of them, or the CSV/TSV a
+    spec describes."""
     out: Path
     """Output dataset directory."""
     max_ids: list[int] = field(default_factory=lambda: [10_000_000])
@@ -48,16 +49,18 @@ class PreprocessConfig:
     """Stop at the first malformed row (exit 1) instead of skipping it."""
     max_skipped_fraction: float = 0.01
     """Most malformed rows to skip, as a share of all lines (0.01: 1%); more, or no row kept, is an
-    error and no manifest is written. Finished tasks are kept: rerun with a higher value to accept."""
+    error and no manifest is written. Finished tasks are kept: rerun with a higher value to
+    accept."""
     spec: FeatureSpec | None = None
     """A feature spec (a TOML file): the text's format and each column's role; `shardrec spec infer`
-    proposes one. Default: Criteo's rows, as the schema options (num_dense, delimiter, ...) describe them."""
+    proposes one. Default: Criteo's rows, as the schema options (num_dense, delimiter, ...) describe
+    them."""
     spec_file: str = ""
     """The spec's file, named in messages."""
     part: tuple[int, int] | None = None
-    """i/n: this machine's share (tasks i, i+n, ...), e.g. $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT,
-    into a shared --out; then one run without it writes the manifest. Vocabulary mode: run every part
-    twice (count, then map)."""
+    """i/n: this machine's share (tasks i, i+n, ...), e.g.
+    $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT, into a shared --out; then one run without it
+    writes the manifest. Vocabulary mode: run every part twice (count, then map)."""
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
@@ -102,7 +105,8 @@ class PreprocessConfig:
         return self.spec.format.header if self.spec else self.schema.header
 
     def cardinalities(self) -> tuple[int, ...]:
-        """Hashing mode: table rows per sparse feature (a spec column's hash_size, else --max-ids)."""
+        """Hashing mode: table rows per sparse feature (a spec column's hash_size, else
+        --max-ids)."""
         default = self.max_ids * self.num_sparse if len(self.max_ids) == 1 else self.max_ids
         if self.spec is None:
             return tuple(default)

@@ -380,7 +380,8 @@ def run_task(
     if not mark:
         return result
     if background_sync:
-        wait_for_writes()  # at most one task in flight: its files stay bounded, errors surface early
+        # at most one task in flight: its files stay bounded, errors surface early
+        wait_for_writes()
         sync_and_mark(out, result, kind)
         return result
     with cpu_stages.stage(cpu_stages.SYNC):

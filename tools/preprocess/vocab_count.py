@@ -1,4 +1,5 @@
-"""Vocabulary pass 1: per-feature (value, count) pairs of a task's training rows (vocab.py keeps them).
+"""Vocabulary pass 1: per-feature (value, count) pairs of a task's training rows (vocab.py keeps
+them).
 
 numpy's way to count a piece's columns (ids.count_values: the kept rows transposed into
 contiguous columns, missing values masked out, a copy cast to 32 bits, sorted, compared with its

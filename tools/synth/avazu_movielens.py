@@ -29,8 +29,27 @@ from shardrec.tools.synth.criteo import _int_bytes, _open_out
 
 _PAD = 0
 LIKE = ("criteo", "avazu", "movielens")
-_GENRES = ["Action", "Adventure", "Animation", "Children's", "Comedy", "Crime", "Documentary", "Drama", "Fantasy",
-           "Film-Noir", "Horror", "Musical", "Mystery", "Romance", "Sci-Fi", "Thriller", "War", "Western"]  # fmt: skip
+_GENRES = [
+    "Action",
+    "Adventure",
+    "Animation",
+    "Children's",
+    "Comedy",
+    "Crime",
+    "Documentary",
+    "Drama",
+    "Fantasy",
+    # fmt: skip
+    "Film-Noir",
+    "Horror",
+    "Musical",
+    "Mystery",
+    "Romance",
+    "Sci-Fi",
+    "Thriller",
+    "War",
+    "Western",
+]
 _WORDS = [
     "Story",
     "Night",
@@ -221,7 +240,8 @@ _CHUNK_ROWS = 1 << 16
 
 
 def write_like(path: Path, like: str, rows: int, seed: int, gzip_level: int | None = None) -> int:
-    """Write `rows` rows shaped like `like` (avazu or movielens) with a header; returns the text bytes.
+    """Write `rows` rows shaped like `like` (avazu or movielens) with a header; returns the text
+    bytes.
 
     The file appears only when complete (written under a temporary name, then renamed).
     """

@@ -47,7 +47,8 @@ class SynthSpec:
     def from_seed(
         cls, seed: int, max_vocab: int = 100_000, vocab: list[int] | None = None
     ) -> SynthSpec:
-        """vocab: distinct values per categorical (e.g. Criteo 1TB's shape); drawn from the seed if None."""
+        """vocab: distinct values per categorical (e.g. Criteo 1TB's shape); drawn from the seed if
+        None."""
         rng = np.random.default_rng([seed, 0x5EED])
         drawn = np.minimum(
             np.round(np.exp(rng.uniform(np.log(4), np.log(max_vocab), NUM_SPARSE))), max_vocab

@@ -7,8 +7,8 @@ CUDA 13 builds need driver 580 or newer; PyTorch's CUDA 12.6 index serves the wa
 `make setup` picks for such a driver). CUDA_VISIBLE_DEVICES set to hide every GPU is a choice,
 not a fault: auto is then the CPU, silently.
 
-torch is imported where a device is looked at: a job on "cpu" is checked without it (`shardrec eval`'s
-request checks run before any heavy import).
+torch is imported where a device is looked at: a job on "cpu" is checked without it (`shardrec
+eval`'s request checks run before any heavy import).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import subprocess
 
 DEVICE_KINDS = ("auto", "cpu", "cuda")
 MIN_DRIVER = {13: 580, 12: 525, 11: 450}
-"""CUDA major version -> the oldest driver (major) that runs it (NVIDIA's minor-version compatibility)."""
+"""CUDA major version -> the oldest driver (major) that runs it (NVIDIA's minor-version
+compatibility)."""
 CPU_INSTEAD = 'or set train.device = "cpu" to train on the CPU'
 
 
@@ -55,7 +56,8 @@ def _gpus_hidden() -> bool:
 
 
 def cuda_unusable_reason() -> str | None:
-    """Why torch cannot use the GPUs nvidia-smi lists, in one line (None: it can, or there are none)."""
+    """Why torch cannot use the GPUs nvidia-smi lists, in one line (None: it can, or there are
+    none)."""
     import torch
 
     if torch.cuda.is_available() or _gpus_hidden():

@@ -42,10 +42,11 @@ def launched_rank() -> int:
 def init_local_rank(
     rank: int, world_size: int, port: int, *, device_kind: str = "cpu", timeout_s: int = 120
 ) -> DistEnv:
-    """Join a group of `world_size` processes on this host as `rank`, rendezvous at 127.0.0.1:`port`.
+    """Join a group of `world_size` processes on this host as `rank`, rendezvous at
+    127.0.0.1:`port`.
 
-    For the processes `trainer.distributed.launch.run_local_ranks` starts (not torchrun's): the variables
-    torchrun would set are set here, since torchrec reads LOCAL_WORLD_SIZE itself.
+    For the processes `trainer.distributed.launch.run_local_ranks` starts (not torchrun's): the
+    variables torchrun would set are set here, since torchrec reads LOCAL_WORLD_SIZE itself.
     """
     os.environ.update(
         RANK=str(rank),
@@ -119,7 +120,8 @@ class RankMissing(RuntimeError):
 def monitored_barrier(
     group: dist.ProcessGroup, timeout_s: float, what: str, setting: str = "dist.timeout_s"
 ) -> None:
-    """A barrier over `group` (gloo) that fails after `timeout_s`, naming the ranks that did not arrive.
+    """A barrier over `group` (gloo) that fails after `timeout_s`, naming the ranks that did not
+    arrive.
 
     Rank 0 waits for all the others and raises RankMissing naming every absent rank; the ranks
     that arrived raise RankMissing too, pointing at rank 0's message. `setting` is the config

@@ -1,7 +1,8 @@
 """Start ranks: the per-rank trainer under torchrun (torch.distributed.run, the elastic
 launcher), or a function on N local processes (`run_local_ranks`: tests, calibration, benchmarks).
 
-`python -m shardrec.trainer.distributed.launch TORCHRUN_ARGS` is torchrun itself, minus its failure traceback.
+`python -m shardrec.trainer.distributed.launch TORCHRUN_ARGS` is torchrun itself, minus its failure
+traceback.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from typing import Any
 
 LOOPBACK = "127.0.0.1"
 JOB_ID_ENV = "SHARDREC_JOB_ID"
-"""Where the launcher passes its job id down to the ranks (rank 0 names it in the run directory's lock)."""
+"""Where the launcher passes its job id down to the ranks (rank 0 names it in the run directory's
+lock)."""
 LAUNCHER_DIR_ENV = "SHARDREC_LAUNCHER_DIR"
 """A directory of `launch`'s that torchrun's agent and the ranks share with it: the stop file
 (STOP_FILE, created when the launcher is asked to stop) and the failures they report."""
@@ -142,11 +144,11 @@ def torchrun_command(
 ) -> list[str]:
     """The torchrun command line that starts `python -m MODULE ENTRY_ARGS` on every rank.
 
-    One node without an endpoint rendezvous through `trainer.distributed.rendezvous` (a store on 127.0.0.1,
-    on a port the kernel picks and the store keeps); several nodes need the same
-    `rdzv_endpoint` (HOST:PORT of node 0) and `rdzv_id` on each. Without `rdzv_id` a
-    single-node command gets a fresh one, a multi-node one an id derived from the endpoint
-    (the same on every node).
+    One node without an endpoint rendezvous through `trainer.distributed.rendezvous` (a store on
+    127.0.0.1, on a port the kernel picks and the store keeps); several nodes need the same
+    `rdzv_endpoint` (HOST:PORT of node 0) and `rdzv_id` on each. Without `rdzv_id` a single-node
+    command gets a fresh one, a multi-node one an id derived from the endpoint (the same on every
+    node).
     """
     if nproc_per_node < 1:
         raise ValueError(f"--nproc-per-node must be at least 1, got {nproc_per_node}")
@@ -223,9 +225,11 @@ class LaunchResult:
     signal: str | None = None
     """The first SIGTERM/SIGINT this launcher got while the job ran (None: none)."""
     forced: str = ""
-    """Why this launcher ended the job itself, without waiting for its checkpoint ("": it did not)."""
+    """Why this launcher ended the job itself, without waiting for its checkpoint ("": it did
+    not)."""
     reasons: dict[int, str] = field(default_factory=dict)
-    """rank -> the one line that rank left when it failed (trainer.distributed.rank_process.report_failure)."""
+    """rank -> the one line that rank left when it failed
+    (trainer.distributed.rank_process.report_failure)."""
     failed_first: dict[str, Any] = field(default_factory=dict)
     """The agent's FAILED_FIRST record ({}: no rank failed, or the agent could not say)."""
 
@@ -298,7 +302,8 @@ def _reports(shared: Path) -> dict[str, Any]:
 def _supervise(
     proc: subprocess.Popen, stop_file: Path, grace_s: float, notify: Callable[[str], None]
 ) -> LaunchResult:
-    """Wait for `proc`, turning the first SIGTERM/SIGINT into `stop_file` and a second into a kill."""
+    """Wait for `proc`, turning the first SIGTERM/SIGINT into `stop_file` and a second into a
+    kill."""
     received: list[int] = []
     previous = {}
     if threading.current_thread() is threading.main_thread():
@@ -332,7 +337,8 @@ def _supervise(
 
 
 def torchrun_main(argv: list[str]) -> int:
-    """torchrun with its arguments `argv`, ending in one line instead of a traceback when ranks fail.
+    """torchrun with its arguments `argv`, ending in one line instead of a traceback when ranks
+    fail.
 
     The ranks print their own errors; torchrun's ChildFailedError traceback would only bury them.
     """
@@ -344,7 +350,8 @@ def torchrun_main(argv: list[str]) -> int:
     from shardrec.trainer.distributed import rendezvous
     from shardrec.trainer.distributed.lifeline import die_with_parent
 
-    die_with_parent()  # and the ranks die with this agent (each asks the same in trainer.loop.train_entry)
+    # and the ranks die with this agent (each asks the same in trainer.loop.train_entry)
+    die_with_parent()
     if os.environ.get(LAUNCHER_DIR_ENV):
         # `launch` turns SIGTERM/SIGINT into a stop request the ranks act on, and ends this agent
         # itself on a second one. torchrun's own handling would forward the signal to the ranks and

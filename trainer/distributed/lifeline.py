@@ -27,7 +27,8 @@ WATCHDOG_INTERVAL_S = 0.5
 
 
 def _set_parent_death_signal(sig: int) -> bool:
-    """Ask Linux to send `sig` to this process when its parent thread exits; False where it cannot."""
+    """Ask Linux to send `sig` to this process when its parent thread exits; False where it
+    cannot."""
     if not sys.platform.startswith("linux"):
         return False
     try:
@@ -63,7 +64,8 @@ def die_with_parent() -> None:
 
 
 def child_environment(env: dict[str, str] | None = None) -> dict[str, str]:
-    """`env` (default: this process's) naming this process as the parent its children must outlive."""
+    """`env` (default: this process's) naming this process as the parent its children must
+    outlive."""
     out = dict(os.environ if env is None else env)
     out[PARENT_PID_ENV] = str(os.getpid())
     return out

@@ -1,5 +1,5 @@
-"""What every rank program (`python -m shardrec.trainer`, `shardrec eval`'s ranks) does first
-and last: its logging and warning filters, the one line it leaves when it fails, and a clean exit."""
+"""What every rank program (`python -m shardrec.trainer`, `shardrec eval`'s ranks) does first and
+last: its logging and warning filters, the one line it leaves when it fails, and a clean exit."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ KNOWN_HARMLESS_WARNINGS = (
     # torchrec shards tables as ShardedTensors; DCP and their .size() warn on every resume.
     r"Please use DTensor instead and we are deprecating ShardedTensor",
     # torchrec's row- and column-wise collectives (torchrec.distributed.comm_ops) call the
-    # torch.distributed names that torch 2.13 renamed: one warning per rank and name, train and eval.
+    # torch.distributed names that torch 2.13 renamed: one warning per rank and name, train and
+    # eval.
     r"`torch.distributed.reduce_scatter_tensor` is deprecated",
     r"`torch.distributed.all_gather_into_tensor` is deprecated",
 )

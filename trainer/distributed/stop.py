@@ -84,7 +84,8 @@ class StopAgreement:
 
     def until_stopped(self, batches: Iterator[T]) -> Iterator[T]:
         """`batches`, ending early once the ranks agreed to stop. The check comes before a batch is
-        taken: a loader counts a batch as consumed when it hands it over (its checkpointed position)."""
+        taken: a loader counts a batch as consumed when it hands it over (its checkpointed
+            position)."""
         while not self.stopped:
             try:
                 batch = next(batches)

@@ -32,9 +32,11 @@ class EvalRequest:
     split: str = "test"
     """The dataset split to evaluate."""
     data: Path | None = None
-    """Another dataset of the run's schema to evaluate on (None: the run's own, unchanged since training)."""
+    """Another dataset of the run's schema to evaluate on (None: the run's own, unchanged since
+    training)."""
     device: str = "auto"
-    """The device kind to evaluate on: auto, cpu or cuda (`shardrec eval` gives the run's train.device)."""
+    """The device kind to evaluate on: auto, cpu or cuda (`shardrec eval` gives the run's
+    train.device)."""
 
     def to_json(self) -> str:
         fields = dataclasses.asdict(self)
@@ -63,8 +65,8 @@ def run_config(run_dir: Path) -> JobConfig:
 
 
 def run_dataset(run_dir: Path, config: JobConfig, data: Path | None = None) -> Manifest:
-    """The manifest of the data to score the run's model on; ValueError (one line) when it is not found
-    from here, or when it is not the data the run trained on, unless `data` names other data
+    """The manifest of the data to score the run's model on; ValueError (one line) when it is not
+    found from here, or when it is not the data the run trained on, unless `data` names other data
     explicitly, which must then have the run's features and cardinalities (its schema)."""
     if data is not None:
         if not Path(data).is_dir():
@@ -84,7 +86,8 @@ def run_dataset(run_dir: Path, config: JobConfig, data: Path | None = None) -> M
     manifest = Manifest.load(config.data.path)
     record = lifecycle.read_dataset_record(run_dir) or {}
     fingerprint = lifecycle.dataset_fingerprint(manifest)
-    # The same check as a resume's: a run scored on changed data would report a figure of other data.
+    # The same check as a resume's: a run scored on changed data would report a figure of other
+    # data.
     if record.get("fingerprint") and record["fingerprint"] != fingerprint:
         raise ValueError(
             f"{run_dir} was trained on other data than {config.data.path} now holds (fingerprint "
@@ -145,7 +148,8 @@ def trained_world_size(run_dir: Path) -> int:
 
 
 def find_checkpoint(run_dir: Path, step: int | None) -> tuple[int, Path]:
-    """(step, path) of the run's checkpoint at `step` (None: the newest); ValueError names what exists."""
+    """(step, path) of the run's checkpoint at `step` (None: the newest); ValueError names what
+    exists."""
     directory = Path(run_dir) / names.CHECKPOINTS
     done = complete_checkpoints(directory)
     if not done:

@@ -38,7 +38,8 @@ logger = logging.getLogger(__name__)
 
 
 def eval_loader(config: JobConfig, split: str, env: DistEnv) -> BatchLoader:
-    """The loader training evaluated `split` with (trainer.loop.train_job.build_job's eval loaders)."""
+    """The loader training evaluated `split` with (trainer.loop.train_job.build_job's eval
+    loaders)."""
     return build_loader(
         config.data.path,
         split,

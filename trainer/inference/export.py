@@ -56,7 +56,8 @@ _SAFETENSORS_DTYPES = {
 }
 TRANSFORM_KEYS = (*lifecycle.PREPROCESSING_KEYS, "schema", "spec")
 """Manifest options that say how raw rows became the dataset's ids and dense values: the settings a
-model is checked against, and the text layout predict reads raw rows by (the header is written with sorted keys)."""
+model is checked against, and the text layout predict reads raw rows by (the header is written with
+sorted keys)."""
 
 
 def available_memory_bytes() -> int | None:
@@ -145,8 +146,9 @@ def model_header(run_dir: Path, step: int) -> dict[str, Any]:
 
 
 def describe_model(config: JobConfig, raw: Manifest) -> dict[str, Any]:
-    """The header of a model of this job on this dataset (raw: its manifest as preprocessing wrote it),
-    less the run it came from: format, model config, tables and their features, the feature transform."""
+    """The header of a model of this job on this dataset (raw: its manifest as preprocessing wrote
+    it), less the run it came from: format, model config, tables and their features, the feature
+    transform."""
     seen = data_options.model_manifest(raw, config.data)
     tables = table_specs(seen, config.model.embedding_dim, config.model.dims)
     return {
@@ -156,7 +158,8 @@ def describe_model(config: JobConfig, raw: Manifest) -> dict[str, Any]:
         "precision": config.train.precision,
         "tables": [
             {"name": t.name, "features": [t.feature], "rows": t.rows, "dim": t.dim}
-            # pooling only where it is not sum, as the manifest writes it: other models keep their bytes
+            # pooling only where it is not sum, as the manifest writes it: other models keep their
+            # bytes
             | ({} if t.pooling == "sum" else {"pooling": t.pooling})
             for t in tables
         ],

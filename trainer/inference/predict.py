@@ -1,4 +1,5 @@
-"""Scoring with an exported model (trainer.inference.export) in one process: no torchrun, no process group.
+"""Scoring with an exported model (trainer.inference.export) in one process: no torchrun, no process
+group.
 
 The model is rebuilt unsharded from the file's header (the same build_model as training) and
 its weights loaded from the file; inputs are a preprocessed split (read with the loader, as
@@ -94,7 +95,8 @@ def load_exported(path: Path) -> ExportedModel:
 
 @torch.no_grad()
 def score_batches(model: RecModel, batches: Iterator[Batch]) -> tuple[np.ndarray, np.ndarray]:
-    """(probabilities, labels) of every real row of `batches` (padding rows, label < 0, left out)."""
+    """(probabilities, labels) of every real row of `batches` (padding rows, label < 0, left
+    out)."""
     probs, labels = [], []
     for batch in batches:
         logits = model(batch.dense_features, batch.sparse_features)

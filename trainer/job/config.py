@@ -37,7 +37,8 @@ def _check_counts(section: str, config: Any, *names: str) -> None:
 
 
 def _check_elements(key: str, value: list | dict, kind: type) -> None:
-    """Element types of a list (or a dict's keys: str, values: `kind`); the loader only checks the container."""
+    """Element types of a list (or a dict's keys: str, values: `kind`); the loader only checks the
+    container."""
     items = value.items() if isinstance(value, dict) else enumerate(value)
     for k, v in items:
         if isinstance(value, dict) and not isinstance(k, str):
@@ -57,7 +58,8 @@ _TYPE_WORDS = {
 
 
 def type_words(kind: Any) -> str:
-    """What a value of type `kind` is called in an error message: "an integer", not <class 'int'>."""
+    """What a value of type `kind` is called in an error message: "an integer", not <class
+    'int'>."""
     return _TYPE_WORDS.get(get_origin(kind) or kind, getattr(kind, "__name__", str(kind)))
 
 
@@ -73,26 +75,29 @@ class DataConfig:
     train_split: str = "train"
     """Split to train on."""
     eval_splits: list[str] = field(default_factory=lambda: ["val", "test"])
-    """Splits evaluated at intervals and at the end (each must exist in the dataset; empty ones are skipped)."""
+    """Splits evaluated at intervals and at the end (each must exist in the dataset; empty ones are
+    skipped)."""
     shuffle: bool = True
     """Shuffle the training stream (seeded; block-level plus a bounded buffer)."""
     num_workers: int = 1
-    """Loader prefetch threads per rank (0: batches are made in the training loop; 1 overlaps them with
-    communication waits)."""
+    """Loader prefetch threads per rank (0: batches are made in the training loop; 1 overlaps them
+    with communication waits)."""
     tail: str = "drop"
     """What happens to the last partial global batch of an epoch: drop or pad."""
     multihot_sizes: list[int] = field(default_factory=list)
-    """Multi-hot ids made from a one-hot dataset at batch time: ids per sample of each sparse feature
-    (empty: ids as stored)."""
+    """Multi-hot ids made from a one-hot dataset at batch time: ids per sample of each sparse
+    feature (empty: ids as stored)."""
     multihot_rows: list[int] = field(default_factory=list)
-    """Table rows per feature for multihot_sizes, which also size the embedding tables (empty: the dataset's
-    cardinalities)."""
+    """Table rows per feature for multihot_sizes, which also size the embedding tables (empty: the
+    dataset's cardinalities)."""
     multihot_dist: str = "uniform"
-    """How multihot_sizes' extra ids are drawn: uniform or pareto (MLPerf DLRMv2's reference algorithm)."""
+    """How multihot_sizes' extra ids are drawn: uniform or pareto (MLPerf DLRMv2's reference
+    algorithm)."""
     multihot_seed: int = 0
     """Seed of the multi-hot index tables (numpy's legacy generator; the reference uses 0)."""
     multihot_cache: str = ""
-    """Folder the index tables are drawn into once and shared by ranks (empty: ~/.cache/shardrec/multihot)."""
+    """Folder the index tables are drawn into once and shared by ranks (empty:
+    ~/.cache/shardrec/multihot)."""
 
     def __post_init__(self) -> None:
         _check_choice("data.tail", self.tail, ("drop", "pad"))
@@ -172,11 +177,13 @@ class ShardingConfig:
     plan: str = ""
     """Plan file from `shardrec plan`; empty: plan at start-up with shardrec's planner."""
     compute_kernel: str = "fused"
-    """Embedding kernel: fused (the sparse optimizer applied in backward; the one kernel the trainer runs)."""
+    """Embedding kernel: fused (the sparse optimizer applied in backward; the one kernel the trainer
+    runs)."""
     qcomm: str = ""
     """Quantized embedding all-to-all: fp16, bf16, or empty for fp32."""
     constraints: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Per table: allowed sharding_types, compute_kernels, min_partition, ... (torchrec ParameterConstraints)."""
+    """Per table: allowed sharding_types, compute_kernels, min_partition, ... (torchrec
+    ParameterConstraints)."""
 
     def __post_init__(self) -> None:
         _check_choice("sharding.compute_kernel", self.compute_kernel, ("fused",))
@@ -191,8 +198,9 @@ class ShardingConfig:
 @dataclass
 class OptimConfig:
     sparse: str = "rowwise_adagrad"
-    """Embedding optimizer (fused into the tables' backward): rowwise_adagrad, adam, sgd, or adagrad (full,
-    element-wise: fbgemm's EXACT_ADAGRAD, MLPerf DLRMv2's; one fp32 value of state per weight)."""
+    """Embedding optimizer (fused into the tables' backward): rowwise_adagrad, adam, sgd, or adagrad
+    (full, element-wise: fbgemm's EXACT_ADAGRAD, MLPerf DLRMv2's; one fp32 value of state per
+    weight)."""
     sparse_lr: float = 0.05
     """Embedding learning rate."""
     dense: str = "adagrad"
@@ -202,7 +210,8 @@ class OptimConfig:
     eps: float = 1e-8
     """Epsilon of Adagrad/Adam."""
     warmup_steps: int = 0
-    """Linear warm-up of the dense learning rate (DLRMv2 schedule; the tables' too with schedule_tables)."""
+    """Linear warm-up of the dense learning rate (DLRMv2 schedule; the tables' too with
+    schedule_tables)."""
     decay_start: int = 0
     """Step at which the polynomial decay starts (0: no decay)."""
     decay_steps: int = 0
@@ -231,26 +240,29 @@ class TrainConfig:
     seed: int = 0
     """Seed of the model's initial weights and the data order."""
     pipeline: str = "auto"
-    """sparse_dist (torchrec TrainPipelineSparseDist), plain, or auto: sparse_dist on CUDA, plain on CPU
-    (where it measured slower)."""
+    """sparse_dist (torchrec TrainPipelineSparseDist), plain, or auto: sparse_dist on CUDA, plain on
+    CPU (where it measured slower)."""
     device: str = "auto"
     """auto, cpu or cuda."""
     log_interval: int = 20
     """Steps between progress log lines."""
     precision: str = "fp32"
-    """fp32, or bf16: dense layers and interaction under autocast; embeddings, optimizer state, loss, metrics
-    and checkpoints stay fp32."""
+    """fp32, or bf16: dense layers and interaction under autocast; embeddings, optimizer state,
+    loss, metrics and checkpoints stay fp32."""
     target_auc: float = 0.0
-    """Stop once the first evaluation split's AUC reaches this (MLPerf DLRMv2: 0.80275 on val; 0: run every step)."""
+    """Stop once the first evaluation split's AUC reaches this (MLPerf DLRMv2: 0.80275 on val; 0:
+    run every step)."""
     mlperf_log: bool = False
-    """Write MLPerf's events (`:::MLLOG {json}` lines, the dlrm_dcnv2 keys) to RUN/mllog.jsonl, and warn before
-    the start about every setting that breaks MLPerf DLRMv2's rules."""
+    """Write MLPerf's events (`:::MLLOG {json}` lines, the dlrm_dcnv2 keys) to RUN/mllog.jsonl, and
+    warn before the start about every setting that breaks MLPerf DLRMv2's rules."""
     mlperf_submission: dict[str, str] = field(default_factory=dict)
-    """The submission_* values of the MLPerf log: org (default "shardrec"), platform (default "<ranks>x<device>"),
-    division (closed or open; default closed) and status (onprem, cloud or research; default onprem)."""
+    """The submission_* values of the MLPerf log: org (default "shardrec"), platform (default
+    "<ranks>x<device>"), division (closed or open; default closed) and status (onprem, cloud or
+    research; default onprem)."""
 
     def total_steps(self, steps_per_epoch: int) -> int:
-        """The step a run of these settings ends at: train.steps, or train.epochs epochs when it is 0."""
+        """The step a run of these settings ends at: train.steps, or train.epochs epochs when it is
+        0."""
         return self.steps or self.epochs * steps_per_epoch
 
     def __post_init__(self) -> None:
@@ -286,11 +298,11 @@ class EvalConfig:
     batch_size: int = 0
     """Global evaluation batch (0: the training global batch)."""
     every_epoch_fraction: float = 0.0
-    """Evaluate every floor(fraction * training rows / global batch) steps, as MLPerf does (0.05: 20 times per
-    epoch; 0: off)."""
+    """Evaluate every floor(fraction * training rows / global batch) steps, as MLPerf does (0.05: 20
+    times per epoch; 0: off)."""
     during_training: list[str] = field(default_factory=list)
-    """The splits evaluated during training (MLPerf DLRMv2: ["val"]); every data.eval_splits split is evaluated
-    at the end. Empty: all of them, every time."""
+    """The splits evaluated during training (MLPerf DLRMv2: ["val"]); every data.eval_splits split
+    is evaluated at the end. Empty: all of them, every time."""
 
     def __post_init__(self) -> None:
         _check_positive("eval.interval_steps", self.interval_steps, allow_zero=True)
@@ -309,10 +321,11 @@ class CheckpointConfig:
     keep: int = 2
     """Checkpoints kept; older ones are deleted after a newer one is complete."""
     timeout_s: int = 1800
-    """Seconds a checkpoint save or load may wait for the slowest rank (large saves to shared storage are slow)."""
+    """Seconds a checkpoint save or load may wait for the slowest rank (large saves to shared
+    storage are slow)."""
     stop_grace_s: int = 60
-    """Seconds `shardrec train` gives its ranks, after SIGTERM or SIGINT, to finish the step and write a
-    checkpoint before it ends them."""
+    """Seconds `shardrec train` gives its ranks, after SIGTERM or SIGINT, to finish the step and
+    write a checkpoint before it ends them."""
 
     def __post_init__(self) -> None:
         _check_positive("checkpoint.keep", self.keep)
@@ -324,7 +337,8 @@ class CheckpointConfig:
 @dataclass
 class DistConfig:
     timeout_s: int = 600
-    """Seconds a collective may wait for the other ranks before the job fails (a lost rank is then named)."""
+    """Seconds a collective may wait for the other ranks before the job fails (a lost rank is then
+    named)."""
 
     def __post_init__(self) -> None:
         _check_positive("dist.timeout_s", self.timeout_s)
@@ -375,7 +389,8 @@ def toml_value(value: Any) -> str:
         return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
     if isinstance(value, str):
         # JSON's escapes are TOML's, but for characters outside the BMP (JSON writes surrogate
-        # pairs, which TOML refuses): keep those as they are, and escape DEL, which TOML refuses raw.
+        # pairs, which TOML refuses): keep those as they are, and escape DEL, which TOML refuses
+        # raw.
         return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
     return json.dumps(value)
 
@@ -391,7 +406,8 @@ def _parse_override(item: str, hint: Any) -> Any:
 
 
 def _build_section(cls: type, key: str, raw: dict[str, Any], origin: dict[str, str]) -> Any:
-    """origin: key -> where its value came from ("FILE: " or "--set 'ITEM': "), prefixed to errors."""
+    """origin: key -> where its value came from ("FILE: " or "--set 'ITEM': "), prefixed to
+    errors."""
     hints = get_type_hints(cls)
     known = {f.name for f in fields(cls)}
     unknown = sorted(set(raw) - known)
@@ -411,7 +427,8 @@ def _build_section(cls: type, key: str, raw: dict[str, Any], origin: dict[str, s
     try:
         return cls(**raw)
     except ValueError as e:
-        # __post_init__ names the key; the file (or --set) it came from is added when one key is to blame.
+        # __post_init__ names the key; the file (or --set) it came from is added when one key is to
+        # blame.
         sources = {origin[n] for n in raw if n in origin and f"{key}.{n} " in f"{e} "}
         raise ValueError(f"{sources.pop() if len(sources) == 1 else ''}{e}") from None
 
@@ -419,7 +436,8 @@ def _build_section(cls: type, key: str, raw: dict[str, Any], origin: dict[str, s
 def load_job_config(
     path: str | Path | None = None, overrides: Sequence[str | tuple[str, str]] | None = None
 ) -> JobConfig:
-    """Build a JobConfig: defaults, then the TOML file at `path`, then `section.key=value` overrides.
+    """Build a JobConfig: defaults, then the TOML file at `path`, then `section.key=value`
+    overrides.
 
     An override given as (ITEM, FLAG) stands for a flag (`--steps 5` is train.steps=5): an error
     about its value names FLAG, as the user typed it, not a --set they never typed."""

@@ -1,8 +1,9 @@
 """What the job's data settings mean for the loaders and the tables: how batches are handed
 over, the on-the-fly multi-hot option (data.multihot_*) and the dataset as the model sees it.
 
-Shared by training (trainer.loop.train_job) and `shardrec eval` / `export` (trainer.inference.evaluate,
-trainer.inference.export), so that the three build the same tables and read the same ids.
+Shared by training (trainer.loop.train_job) and `shardrec eval` / `export`
+(trainer.inference.evaluate, trainer.inference.export), so that the three build the same tables and
+read the same ids.
 """
 
 from __future__ import annotations

@@ -137,7 +137,8 @@ def rank_job(
 
 
 def rank_args(job: Path, out_dir: Path, allow_change: Sequence[str] = ()) -> list[str]:
-    """The arguments of every rank's `python -m shardrec.trainer` for the resolved job in the file `job`."""
+    """The arguments of every rank's `python -m shardrec.trainer` for the resolved job in the file
+    `job`."""
     args = ["--job", str(job), "--out-dir", str(out_dir)]
     # The ranks check the run directory again (a direct torchrun has no `shardrec train` before it).
     for key in allow_change:

@@ -27,8 +27,9 @@ def plan_request(
     sync_every: int = 1,
 ) -> PlanRequest:
     """The PlanRequest of a job's tables for `world_size` ranks: its global batch, constraints,
-    compute kernel and sparse optimizer, and the dense layers' footprint (sharding.memory.dense_footprint)
-    that every rank holds; the rest (topology, 2D) is the planner's own choice."""
+    compute kernel and sparse optimizer, and the dense layers' footprint
+    (sharding.memory.dense_footprint) that every rank holds; the rest (topology, 2D) is the
+    planner's own choice."""
     return PlanRequest(
         configs=configs,
         world_size=world_size,

@@ -1,4 +1,5 @@
-"""Checks run before any rank starts, so that bad input ends with one clear line, not N tracebacks."""
+"""Checks run before any rank starts, so that bad input ends with one clear line, not N
+tracebacks."""
 
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ def preflight(job: JobConfig, world_size: int) -> None:
         )
     check_ranks_fit(kind, world_size)
     check_device(job.optim.sparse, kind)
-    # The dataset as the model sees it (on-the-fly multi-hot ids resized): what the ranks will build.
+    # The dataset as the model sees it (on-the-fly multi-hot ids resized): what the ranks will
+    # build.
     manifest = data_options.model_manifest(Manifest.load(job.data.path), job.data)
     check_against_dataset(job, manifest, world_size)
     if job.sharding.plan:
@@ -104,7 +106,8 @@ def _check_plan_file(job: JobConfig, manifest: Manifest, world_size: int, kind: 
 
 
 def check_trainable(plan_file: PlanFile) -> None:
-    """Refuse what the trainer cannot run: 2D plans (torchrec's DMPCollection, CUDA only, not wired in)."""
+    """Refuse what the trainer cannot run: 2D plans (torchrec's DMPCollection, CUDA only, not wired
+    in)."""
     if plan_file.sharding_group_size:
         raise ValueError(
             f"a 2D plan (sharding_group_size = {plan_file.sharding_group_size}): the trainer runs "

@@ -13,7 +13,8 @@ KNOWN_GOOD: tuple[tuple[str, str, str], ...] = (("2.13.0", "1.8.0", "1.8.0"),)
 FIX = "run `make setup` (it installs the pinned stack into .venv), or see requirements/*.txt"
 ALLOW_ENV = "SHARDREC_ALLOW_STACK"
 """TORCH/FBGEMM/TORCHREC: let exactly this one other triple start, for a check on a machine that
-cannot install the pinned stack (scripts/gpu_check.sh sets it); any other triple is still refused."""
+cannot install the pinned stack (scripts/gpu_check.sh sets it); any other triple is still
+refused."""
 GPU_CHECK_STACK = ("2.11.0", "1.6.0", "1.6.1")
 """The lent GPU machine's triple: torch 2.11 (cu130) is installed there, fbgemm-gpu 1.6.0 and
 torchrec 1.6.1 are the releases built for it (the device tool's GPU-CHECK notes)."""

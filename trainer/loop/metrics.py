@@ -34,8 +34,8 @@ def auc(scores: torch.Tensor | np.ndarray, labels: torch.Tensor | np.ndarray) ->
 
 
 def binary_metrics(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
-    """AUC, log loss and normalized entropy of logits against 0/1 labels (rows with label < 0 ignored),
-    computed on the tensors' device."""
+    """AUC, log loss and normalized entropy of logits against 0/1 labels (rows with label < 0
+    ignored), computed on the tensors' device."""
     keep = labels >= 0
     scores = logits[keep]  # AUC needs only their order: as given, they sort and tie as in float64
     logits, labels = scores.double(), labels[keep].double()

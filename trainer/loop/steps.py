@@ -120,7 +120,8 @@ class StepRunner:
             )  # type: ignore[arg-type]
 
     def run(self, batches: Iterator[Batch]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """Train on every batch of `batches`; yields (loss_sum, real samples) of this rank per step."""
+        """Train on every batch of `batches`; yields (loss_sum, real samples) of this rank per
+        step."""
         self.model.train()
         if self.pipeline is not None:
             while True:

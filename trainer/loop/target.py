@@ -32,9 +32,11 @@ class EvalSchedule:
         train_rows: int,
         global_batch_size: int,
     ) -> EvalSchedule:
-        """The schedule for eval.interval_steps and eval.every_epoch_fraction over a training split of
-        `train_rows`: every floor(fraction * rows / global batch) steps, MLPerf's FLOOR(TOTAL_TRAINING_SAMPLES /
-        (GLOBAL_BATCH_SIZE * NUM_EVAL)), exact (0.05 is 1/20, not the float just above it)."""
+        """The schedule for eval.interval_steps and eval.every_epoch_fraction over a training split
+        of
+        `train_rows`: every floor(fraction * rows / global batch) steps, MLPerf's
+        FLOOR(TOTAL_TRAINING_SAMPLES / (GLOBAL_BATCH_SIZE * NUM_EVAL)), exact (0.05 is 1/20, not the
+        float just above it)."""
         if every_epoch_fraction <= 0:
             return cls(interval_steps, 0)
         share = Fraction(repr(every_epoch_fraction)) * train_rows / global_batch_size

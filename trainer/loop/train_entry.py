@@ -32,7 +32,8 @@ def rank_main(
     from shardrec.trainer.distributed.lifeline import die_with_parent
     from shardrec.trainer.distributed.stop import StopRequest
 
-    die_with_parent()  # a killed launcher must not leave ranks training on (trainer.distributed.lifeline)
+    # a killed launcher must not leave ranks training on (trainer.distributed.lifeline)
+    die_with_parent()
     stop = StopRequest().install()  # first: a signal during start-up must not kill the rank either
     configure_rank_logging()
     from shardrec.trainer.distributed.dist import (

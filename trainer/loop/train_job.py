@@ -71,8 +71,8 @@ OPTIMIZER_KEYS = ("sparse", "dense")
 def checkpoint_signature(
     model: ModelConfig, optim: OptimConfig, tables: list[EmbeddingBagConfig], dataset: str = ""
 ) -> dict[str, Any]:
-    """What must match for a checkpoint to load: the model, its tables, the optimizers' kinds and the
-    dataset's fingerprint (trainer.rundir.lifecycle; "" skips that check), not the plan."""
+    """What must match for a checkpoint to load: the model, its tables, the optimizers' kinds and
+    the dataset's fingerprint (trainer.rundir.lifecycle; "" skips that check), not the plan."""
     return {
         "model": asdict(model),
         "optim": {k: getattr(optim, k) for k in OPTIMIZER_KEYS},

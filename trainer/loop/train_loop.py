@@ -40,8 +40,8 @@ def _evaluate_all(
     splits: list[str] | None = None,
     mlperf: str = "",
 ) -> dict[str, dict[str, Any]]:
-    """Evaluate `splits` (default: every evaluation split) and report each; the split `mlperf` (MLPerf's
-    scheduled evaluation of it) also goes to the MLPerf log."""
+    """Evaluate `splits` (default: every evaluation split) and report each; the split `mlperf`
+    (MLPerf's scheduled evaluation of it) also goes to the MLPerf log."""
     model = job.runner.eval_mode()
     results = {}
     epoch_num = {"epoch_num": step / len(job.train_loader)}
@@ -76,7 +76,8 @@ def _evaluate_all(
 
 
 def _mlperf_stop(job: Job, tracker: TargetTracker) -> None:
-    """run_stop (success at the target's evaluation, else aborted) and epoch_stop, in the reference's order."""
+    """run_stop (success at the target's evaluation, else aborted) and epoch_stop, in the
+    reference's order."""
     if not job.mllog.enabled:
         return
     if tracker.reached:
@@ -235,8 +236,9 @@ def _final_evaluation(
 ) -> dict[str, dict[str, Any]]:
     """The final evaluation of every split; where the run just evaluated this step (a target stop),
     those results are recorded as final instead of evaluating the same weights twice, and only the
-    splits not evaluated during training (eval.during_training) run now. Only a `scheduled` evaluation
-    (this step is one of the schedule's) goes to the MLPerf log, as the reference evaluates no more."""
+    splits not evaluated during training (eval.during_training) run now. Only a `scheduled`
+    evaluation (this step is one of the schedule's) goes to the MLPerf log, as the reference
+    evaluates no more."""
     step = job.progress.step
     if tracker.last is not None and tracker.last[0] == step:
         done = tracker.last[1]
@@ -274,7 +276,8 @@ def run_job(job: Job) -> dict[str, Any]:
     resumed = job.checkpoints.load_latest()
     finished = lifecycle.read_run_dir(job.run_dir)
     if resumed is not None and finished.step == resumed and finished.complete_for(cfg, total):
-        # A rerun of a finished run (or of one stopped at its target AUC): its record stays as it was.
+        # A rerun of a finished run (or of one stopped at its target AUC): its record stays as it
+        # was.
         if job.env.is_main:
             logger.info("%s", lifecycle.complete_message(job.run_dir, cfg, finished))
         return dict(finished.summary or {})

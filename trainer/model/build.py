@@ -66,7 +66,8 @@ def build_train_module(
     precision: str = "fp32",
 ) -> TrainModule:
     """The unsharded model (embeddings on the meta device, dense layers on `env.device`) wrapped
-    with its loss; `seed` seeds the dense layers' initial weights; `precision` is train.precision."""
+    with its loss; `seed` seeds the dense layers' initial weights; `precision` is
+    train.precision."""
     note = bf16_support_note(env.device.type) if precision == "bf16" else None
     if note and env.is_main:
         logger.warning(note)
@@ -138,7 +139,8 @@ def gather_devices(env: DistEnv) -> list[DeviceMemory] | None:
 
 
 def check_plan_fits(plan: PlanFile, devices: list[DeviceMemory] | None, env: DistEnv) -> None:
-    """Refuse a plan whose estimate for a rank exceeds its device's free memory (CUDA; a no-op on CPU)."""
+    """Refuse a plan whose estimate for a rank exceeds its device's free memory (CUDA; a no-op on
+    CPU)."""
     if not devices:
         return
     lws = env.local_world_size
@@ -185,7 +187,8 @@ def shard_model(
     plan_file: PlanFile | None = None,
 ) -> DistributedModelParallel:
     """Shard the embeddings by `plan`, fusing the sparse optimizer into every fused-kernel table
-    (fused, and on CUDA the UVM kernels); `plan_file` is the plan's file, for its sharders' needs."""
+    (fused, and on CUDA the UVM kernels); `plan_file` is the plan's file, for its sharders'
+    needs."""
     # trainer.model.objective's loss scaling relies on torchrec averaging sharded gradients.
     assert comm_ops.get_gradient_division(), "torchrec gradient division was turned off"
     module_plan = plan.plan[TRAIN_EBC_PATH]
@@ -196,7 +199,8 @@ def shard_model(
         if sharding.compute_kernel in FUSED_KERNELS:
             fused.append(name)
         elif sharding.sharding_type != ShardingType.DATA_PARALLEL.value:
-            # Their gradients arrive summed, not through DDP; TrainOptimizer only handles the latter.
+            # Their gradients arrive summed, not through DDP; TrainOptimizer only handles the
+            # latter.
             raise ValueError(
                 f"table {name}: compute_kernel {sharding.compute_kernel!r} is supported "
                 f"for data_parallel tables only; use one of {', '.join(FUSED_KERNELS)}"
@@ -222,8 +226,8 @@ def build_sharded_model(
     plan: PlanFile | None = None,
 ) -> tuple[DistributedModelParallel, list[EmbeddingBagConfig], PlanFile]:
     """The tables, the train module, its plan (planned at start when none is given, else checked
-    against this job) and the sharded model; training and evaluation build it alike. The
-    embedding weights are not initialised here (a checkpoint or init_embedding_weights fills them)."""
+    against this job) and the sharded model; training and evaluation build it alike. The embedding
+    weights are not initialised here (a checkpoint or init_embedding_weights fills them)."""
     tables = build_table_configs(manifest, model_config.embedding_dim, model_config.dims)
     module = build_train_module(
         model_config,
@@ -257,8 +261,8 @@ def build_sharded_model(
 def build_optimizer(
     model: DistributedModelParallel, tables: list[EmbeddingBagConfig], optim: OptimConfig
 ) -> TrainOptimizer:
-    """The after-backward optimizer: dense layers (scheduled) and data-parallel tables, if any (scheduled
-    with the fused tables when `optim.schedule_tables`).
+    """The after-backward optimizer: dense layers (scheduled) and data-parallel tables, if any
+    (scheduled with the fused tables when `optim.schedule_tables`).
 
     Parameters with a fused optimizer (the sharded tables) are left out; of the rest, the
     tables' weights are found by name (shardrec.embeddings.optim), everything else is dense.

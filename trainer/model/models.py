@@ -28,7 +28,8 @@ PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat1
 
 
 def bf16_support_note(device_type: str) -> str | None:
-    """Why bf16 autocast would run slowly on this machine, or None where it has fast bf16 matmuls."""
+    """Why bf16 autocast would run slowly on this machine, or None where it has fast bf16
+    matmuls."""
     if device_type == "cuda":
         # Emulation does not count: a pre-Ampere GPU (V100, T4) makes bf16 tensors, but slowly.
         return (
@@ -37,7 +38,8 @@ def bf16_support_note(device_type: str) -> str | None:
             else 'this GPU has no native bf16 (compute capability below 8.0): train.precision = "bf16" '
             "is emulated and slow"
         )
-    # AVX512-BF16 or AMX give native bf16 dot products; oneDNN emulates bf16 elsewhere (slower than fp32).
+    # AVX512-BF16 or AMX give native bf16 dot products; oneDNN emulates bf16 elsewhere (slower than
+    # fp32).
     if torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported():
         return None
     return (

@@ -1,6 +1,7 @@
 """The after-backward optimizer (dense layers and data-parallel tables) and the LR schedule.
 
-The sparse optimizer (its settings, fused into the tables in backward) is shardrec.embeddings.optim's.
+The sparse optimizer (its settings, fused into the tables in backward) is
+shardrec.embeddings.optim's.
 """
 
 from __future__ import annotations
@@ -108,8 +109,9 @@ class TrainOptimizer:
         return isinstance(self.replicated_tables, (RowWiseAdagrad, torch.optim.Adagrad))
 
     def replicated_state(self) -> dict[str, dict[str, torch.Tensor]]:
-        """{param FQN: {"<table>.momentum1": accumulators}} (views) for Adagrad, keyed as fbgemm keys a
-        fused table's (optim_layouts.rowwise_state_key): [rows] row-wise, [rows, dim] full (the weights')."""
+        """{param FQN: {"<table>.momentum1": accumulators}} (views) for Adagrad, keyed as fbgemm
+        keys a fused table's (optim_layouts.rowwise_state_key): [rows] row-wise, [rows, dim] full
+        (the weights')."""
         if not self._state_by_name():
             return {}
         state = self.replicated_tables.state  # type: ignore[union-attr]

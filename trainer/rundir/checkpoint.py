@@ -77,7 +77,8 @@ def restore_on(device: torch.device) -> Callable[[Any, str], Any]:
 
 
 def load_file(path: Path, device: torch.device) -> Any:
-    """A checkpoint file of tensors and plain values (weights_only), its CUDA tensors on `device`."""
+    """A checkpoint file of tensors and plain values (weights_only), its CUDA tensors on
+    `device`."""
     return torch.load(path, weights_only=True, map_location=restore_on(device))
 
 
@@ -116,7 +117,8 @@ class ShardedPart(Protocol):
         ...
 
     def load_target(self, saved: SavedCheckpoint) -> dict[str, Any]:
-        """The state DCP fills in place (empty: nothing to read); may read parts of `saved` itself."""
+        """The state DCP fills in place (empty: nothing to read); may read parts of `saved`
+        itself."""
         ...
 
     def finish_load(self, saved: SavedCheckpoint) -> None:
@@ -319,7 +321,8 @@ class CheckpointManager:
             shutil.rmtree(path, ignore_errors=True)
 
     def load_latest(self) -> int | None:
-        """Load the newest complete checkpoint into the parts; returns its step, or None if there is none."""
+        """Load the newest complete checkpoint into the parts; returns its step, or None if there is
+        none."""
         complete = self.complete() if self.env.is_main else []
         found = [str(complete[-1][1]) if complete else None]
         if self.group is not None:
@@ -348,8 +351,8 @@ class CheckpointManager:
             raise UntrustedCheckpoint(first)
 
     def load(self, path: Path) -> None:
-        """Load the checkpoint at `path` into the parts; ValueError if its files fail their digests or
-        its signature differs."""
+        """Load the checkpoint at `path` into the parts; ValueError if its files fail their digests
+        or its signature differs."""
         parts = self.parts
         self.verify(path)  # before anything is read: DCP unpickles .metadata
         train_state = load_file(path / names.TRAIN_STATE, self.env.device)

@@ -48,7 +48,8 @@ def complete_checkpoints(directory: Path) -> list[tuple[int, Path]]:
 
 
 class UntrustedCheckpoint(ValueError):
-    """A checkpoint whose files do not match its digests, or that someone else could have changed."""
+    """A checkpoint whose files do not match its digests, or that someone else could have
+    changed."""
 
 
 def _files(directory: Path) -> list[str]:
@@ -68,7 +69,8 @@ def _private(mode: int) -> int:
 
 def write_digests(directory: Path) -> None:
     """Hash every file of the checkpoint in `directory` into its digests.json (rank 0, after every
-    rank wrote; the last file of a save), and make the directory and digests writable by this user only."""
+    rank wrote; the last file of a save), and make the directory and digests writable by this user
+    only."""
     directory = Path(directory)
     digests = {rel: file_sha256(directory / rel) for rel in _files(directory)}
     record = {"version": DIGESTS_VERSION, "algorithm": "sha256", "files": digests}
@@ -132,7 +134,10 @@ def verify_files(
         if not path.is_file():
             return f"{path}: listed in {names.DIGESTS} but missing; refusing the checkpoint"
         if file_sha256(path) != digests[rel]:
-            return f"{path}: contents differ from the digest written at save time (changed since); refusing the checkpoint"
+            return (
+                f"{path}: contents differ from the digest written at save time (changed since); "
+                "refusing the checkpoint"
+            )
     return ""
 
 

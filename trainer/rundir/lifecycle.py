@@ -38,7 +38,8 @@ fingerprint decides, not the path); a checkpoint reshards onto any plan (at any 
 
 
 def dataset_fingerprint(manifest: Manifest) -> str:
-    """sha256 over what the model sees of a dataset: features, cardinalities, every file's checksum."""
+    """sha256 over what the model sees of a dataset: features, cardinalities, every file's
+    checksum."""
     content = {
         "dense": manifest.dense_features,
         "sparse": [(f.name, f.cardinality, f.multi_hot) for f in manifest.sparse_features],
@@ -54,7 +55,8 @@ def dataset_fingerprint(manifest: Manifest) -> str:
 
 
 def dataset_schema(manifest: Manifest) -> dict[str, Any]:
-    """What a model trained on a dataset needs of another to score it: its features and cardinalities."""
+    """What a model trained on a dataset needs of another to score it: its features and
+    cardinalities."""
     return {
         "dense": list(manifest.dense_features),
         "sparse": [[f.name, f.cardinality, f.multi_hot] for f in manifest.sparse_features],
@@ -78,8 +80,9 @@ says which column is which)."""
 
 
 def preprocessing(manifest: Manifest) -> dict[str, Any]:
-    """A dataset's preprocessing settings: its table sizes, hashing or vocabulary and dense transform.
-    A model scores only data preprocessed as its training data was (see preprocessing_differences)."""
+    """A dataset's preprocessing settings: its table sizes, hashing or vocabulary and dense
+    transform. A model scores only data preprocessed as its training data was (see
+    preprocessing_differences)."""
     options = manifest.options
     return {
         "cardinalities": [f.cardinality for f in manifest.sparse_features],
@@ -188,7 +191,8 @@ class RunDir:
     """Step of the newest complete checkpoint (None: none)."""
     summary: dict[str, Any] | None
     target: dict[str, Any] | None = None
-    """The metrics.jsonl record of the train.target_auc stop that ended the run at `step` (None: none)."""
+    """The metrics.jsonl record of the train.target_auc stop that ended the run at `step` (None:
+    none)."""
     stop: dict[str, Any] | None = None
     """The metrics.jsonl record of a stop on request (SIGTERM / SIGINT) at `step` (None: none)."""
 
@@ -202,8 +206,9 @@ class RunDir:
         )
 
     def complete_for(self, config: JobConfig, total: int) -> bool:
-        """Whether a job of `config`, which runs to step `total`, has nothing left to do here: the run
-        finished at `total`, or it stopped at a target AUC that `config`'s target still accepts."""
+        """Whether a job of `config`, which runs to step `total`, has nothing left to do here: the
+        run finished at `total`, or it stopped at a target AUC that `config`'s target still
+        accepts."""
         if not self.complete:
             return False
         if self.step == total:
@@ -243,7 +248,8 @@ def _newest_record(
     run_dir: Path, kinds: tuple[str, ...], step: int | None
 ) -> dict[str, Any] | None:
     """The newest record of one of `kinds` in RUN/metrics.jsonl, if it is of `step`: a `target`
-    record (trainer.loop.target) with its AUC, a `stop` or `resume` record (trainer.loop.train_loop)."""
+    record (trainer.loop.target) with its AUC, a `stop` or `resume` record
+    (trainer.loop.train_loop)."""
     found = None
     for record in _metrics_records(run_dir):
         if record.get("kind") in kinds and (
@@ -261,7 +267,8 @@ def _metrics_records(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def check_run_dir(run_dir: Path, config: JobConfig, manifest: Manifest, allow: list[str]) -> str:
-    """ "new", "resume" or "complete" for this job in `run_dir`; ValueError (one line) if it cannot run there."""
+    """ "new", "resume" or "complete" for this job in `run_dir`; ValueError (one line) if it cannot
+    run there."""
     run = read_run_dir(run_dir)
     if run.step is None:
         return "new"
@@ -398,7 +405,8 @@ def find_runs(root: Path) -> list[Path]:
 
 
 def best_auc(run_dir: Path, split: str = "val") -> float | None:
-    """The best AUC of `split` in RUN/metrics.jsonl (None: no evaluation yet); torn lines skipped."""
+    """The best AUC of `split` in RUN/metrics.jsonl (None: no evaluation yet); torn lines
+    skipped."""
     best = None
     for record in _metrics_records(run_dir):
         if (

@@ -1,4 +1,5 @@
-"""The run's metrics.jsonl: appended by rank 0 while it trains, read by report, runs and the lifecycle."""
+"""The run's metrics.jsonl: appended by rank 0 while it trains, read by report, runs and the
+lifecycle."""
 
 from __future__ import annotations
 

@@ -106,9 +106,11 @@ def log_init(
     log.event("seed", seed)
     both_adagrad = optim.sparse == optim.dense == "adagrad"
     log.event("opt_name", "adagrad" if both_adagrad else f"{optim.sparse}+{optim.dense}")
-    # MLPerf has one base rate for the tables and the dense layers; the rule check warns when they differ.
+    # MLPerf has one base rate for the tables and the dense layers; the rule check warns when they
+    # differ.
     log.event("opt_base_learning_rate", optim.sparse_lr)
-    # torch's and fbgemm's Adagrad as shardrec builds them: no LR decay, weight decay or initial sum.
+    # torch's and fbgemm's Adagrad as shardrec builds them: no LR decay, weight decay or initial
+    # sum.
     log.event("opt_adagrad_learning_rate_decay", 0.0)
     log.event("opt_weight_decay", 0.0)
     log.event("opt_adagrad_initial_accumulator_value", 0.0)

@@ -1,4 +1,5 @@
-"""The embedding tables' optimizer state as one checkpoint part (trainer.rundir.checkpoint.ShardedPart).
+"""The embedding tables' optimizer state as one checkpoint part
+(trainer.rundir.checkpoint.ShardedPart).
 
 DCP reshards rows freely, but row-wise Adagrad keeps one accumulator per row of each column
 shard, so a resume that cuts a table into other column shards converts that state
@@ -62,7 +63,8 @@ def adapt_fused_state(
     moments, Adagrad's) has the weights' shape and DCP reshards it as it does the weights: it is
     left alone. Where any cut changed, every rank calls the one DCP load, on `group` (the
     checkpoint's gloo group and timeout), holding such a table or not: DCP's load is a collective.
-    Returns the converted entries, {param key: {state name: tensor}}, to put back after DCP loaded the rest.
+    Returns the converted entries, {param key: {state name: tensor}}, to put back after DCP loaded
+    the rest.
     """
     cuts = changed_cuts(saved_plan_json, plan)
     if not cuts:
@@ -103,7 +105,8 @@ def adapt_fused_state(
 
 
 def _fill(value: torch.Tensor, full: torch.Tensor) -> None:
-    """Copy this rank's part of the whole state `full` into `value` (a ShardedTensor or a replica)."""
+    """Copy this rank's part of the whole state `full` into `value` (a ShardedTensor or a
+    replica)."""
     if not isinstance(value, ShardedTensor):
         value.copy_(full.view_as(value))
         return

@@ -4,10 +4,10 @@ On bench loader's Criteo-shaped rows (one part, in the page cache), global batch
 (so samples/s are per rank), in the same run: the one-hot loader, and the loader with
 `build_loader(multihot=...)` expanding every sample to DLRMv2's 26 pooling sizes (214 ids per
 sample) through index tables of each `--table-rows` size, with 0 and 2 prefetch threads (each
-configuration interleaved over `rounds`, the best round counts). The tables are read once before
-the runs, as the rows are: the runs time lookups in the page cache, not the disk. At MLPerf's table sizes every
-lookup misses the CPU caches, so the table rows matter: 1 M rows is ~0.86 GB of index tables,
-10 M ~8.6 GB (drawn once into the multi-hot cache directory, then reused).
+configuration interleaved over `rounds`, the best round counts). The tables are read once before the
+runs, as the rows are: the runs time lookups in the page cache, not the disk. At MLPerf's table
+sizes every lookup misses the CPU caches, so the table rows matter: 1 M rows is ~0.86 GB of index
+tables, 10 M ~8.6 GB (drawn once into the multi-hot cache directory, then reused).
 
 How the tables are mapped matters as much: a lookup that misses the TLB walks the page tables
 too. A kernel that keeps the tables' page cache in large folios maps them with 2 MB pages
@@ -47,7 +47,8 @@ def run_multihot_bench(
     work_dir: Path | None,
     cache_dir: Path | None,
 ) -> dict[str, Any]:
-    """Samples/s per rank of the one-hot loader and of on-the-fly multi-hot at each table size and worker count."""
+    """Samples/s per rank of the one-hot loader and of on-the-fly multi-hot at each table size and
+    worker count."""
     from shardrec.dataloader.loader import Delivery, build_loader
     from shardrec.dataloader.multihot.multihot_tables import (
         MultiHotOption,
@@ -68,8 +69,16 @@ def run_multihot_bench(
         warm_page_cache(data)
 
         def loader(multihot: MultiHotOption | None = None, workers: int = 0):
-            return build_loader(data, "train", global_batch_size=global_batch, rank=0, world_size=1,
-                                delivery=Delivery(num_workers=workers), multihot=multihot)  # fmt: skip
+            return build_loader(
+                data,
+                "train",
+                global_batch_size=global_batch,
+                rank=0,
+                world_size=1,
+                # fmt: skip
+                delivery=Delivery(num_workers=workers),
+                multihot=multihot,
+            )
 
         runs = {"one_hot": loader()}
         for n in table_rows:

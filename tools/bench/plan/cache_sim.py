@@ -31,7 +31,8 @@ class BatchLRU:
         )  # (batch, its unique rows): eviction order
 
     def _evict(self, count: int) -> int:
-        """Uncache up to `count` rows last used before this batch, oldest first; returns how many."""
+        """Uncache up to `count` rows last used before this batch, oldest first; returns how
+        many."""
         evicted = 0
         while evicted < count and self.used and self.used[0][0] < self.time:
             when, rows = self.used.popleft()

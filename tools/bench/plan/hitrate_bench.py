@@ -38,7 +38,8 @@ def _job(data: Path, config: Path | None, sets: list[str]):
 
 
 def _plan_past_hbm(job, configs, curves, world_size: int, hbm_share: float):
-    """The job planned for h100 ranks whose HBM holds `hbm_share` of the tables and their optimizer state."""
+    """The job planned for h100 ranks whose HBM holds `hbm_share` of the tables and their optimizer
+    state."""
     from shardrec.sharding.cost.comms import Workload
     from shardrec.sharding.cost.cost_model import optimizer_bytes, rank_fixed_bytes
     from shardrec.sharding.machine.topology import build_topology
@@ -53,7 +54,8 @@ def _plan_past_hbm(job, configs, curves, world_size: int, hbm_share: float):
     topo = build_topology("h100", world_size)
     batch = job.train.global_batch_size
     pooling = {name: curve.lookups_per_batch / batch for name, curve in curves.items()}
-    # The ranks' HBM: the tables' share plus what every rank holds anyway (inputs), before the reserve.
+    # The ranks' HBM: the tables' share plus what every rank holds anyway (inputs), before the
+    # reserve.
     fixed = rank_fixed_bytes(topo, Workload(batch, world_size), configs, pooling, None)
     memory = int((hbm_share * tables / world_size + fixed) / (1 - topo.reserve_fraction))
     topo = dataclasses.replace(topo, memory_bytes=memory, memory_source="user")
@@ -72,8 +74,8 @@ def _plan_past_hbm(job, configs, curves, world_size: int, hbm_share: float):
 
 
 def replay(data: Path, job, configs, plan, curves, batches: int) -> list[dict[str, Any]]:
-    """Every cached shard of `plan` through exact LRU and LFU caches of its planned size; per shard the
-    predicted and simulated hit rates."""
+    """Every cached shard of `plan` through exact LRU and LFU caches of its planned size; per shard
+    the predicted and simulated hit rates."""
     import numpy as np
 
     from shardrec.sharding.cost.hit_rates import lfu_hit_rate, lru_hit_rate
@@ -179,8 +181,9 @@ def run_hitrate(
     hbm_share: float,
     batches: int,
 ) -> dict[str, Any]:
-    """Replay the data's id stream through exact LRU and LFU caches of the plan's sizes (without `plan`: a
-    plan past HBM for `world_size` CUDA ranks holding `hbm_share` of the tables); ValueError says what is wrong."""
+    """Replay the data's id stream through exact LRU and LFU caches of the plan's sizes (without
+    `plan`: a plan past HBM for `world_size` CUDA ranks holding `hbm_share` of the tables);
+    ValueError says what is wrong."""
     from shardrec.sharding.plan.plan_file import load_plan
     from shardrec.tools.measure.id_stream import count_batches, measure_curves
 

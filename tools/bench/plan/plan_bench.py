@@ -1,4 +1,5 @@
-"""`shardrec bench plan`: shardrec's search against torchrec's default planner, same run, same memory.
+"""`shardrec bench plan`: shardrec's search against torchrec's default planner, same run, same
+memory.
 
 Every case plans one table set on one topology with torchrec's EmbeddingShardingPlanner and with
 shardrec's search, both keeping the same share of each rank's memory free (15% by default,
@@ -88,9 +89,10 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 def run_case(
     case: Case, reserve: float = RESERVE, cost_model: str = "", measure: bool = True
 ) -> dict:
-    """Plan one case with both planners (each keeping `reserve` of every rank's memory free) and price both
-    plans; the headline prices the plan `shardrec plan` writes (searched on `cost_model`, "": the device
-    kind's default) and torchrec's with that model; CPU cases also train both (`measure`)."""
+    """Plan one case with both planners (each keeping `reserve` of every rank's memory free) and
+    price both plans; the headline prices the plan `shardrec plan` writes (searched on `cost_model`,
+    "": the device kind's default) and torchrec's with that model; CPU cases also train both
+    (`measure`)."""
     from dataclasses import replace
 
     from shardrec.sharding.cost.cost_model import evaluate
@@ -146,8 +148,8 @@ def run_case(
     row["ratio_torchrec_estimators"] = _ratio(ours_tr, theirs_tr)
     # Secondary: the plan shardrec's own cost model searches as torchrec's estimators rate it.
     row["ratio_default_plan_torchrec_estimators"] = _ratio(default_tr, theirs_tr)
-    # Headline: the plan `shardrec plan` writes (searched on the better predictor) against torchrec's,
-    # both priced by that predictor.
+    # Headline: the plan `shardrec plan` writes (searched on the better predictor) against
+    # torchrec's, both priced by that predictor.
     row["cost_model"] = cost_model = cost_model or DEFAULT_COST_MODEL[topo.device_kind]
     written = ours if cost_model == "shardrec" else ours_on_tr
     row["ratio_headline"] = (
@@ -266,7 +268,8 @@ def print_plan_table(result: dict) -> None:
 
 
 def profile_verdict(profile: Path | None) -> tuple[str, str]:
-    """(device kind, cost model) a calibration profile's `cost_model` verdict is for ("", "" without one)."""
+    """(device kind, cost model) a calibration profile's `cost_model` verdict is for ("", "" without
+    one)."""
     from shardrec.sharding.machine.json_checks import read_strict_json
     from shardrec.sharding.machine.topology import load_profile
 
@@ -284,8 +287,8 @@ def run_plan_bench(
     measure: bool,
     show_progress: bool = True,
 ) -> dict:
-    """Plan every case with both planners, keeping `reserve` of each rank's memory free, each case priced
-    by the better predictor (`profile`'s verdict for its kind of machine); the summary."""
+    """Plan every case with both planners, keeping `reserve` of each rank's memory free, each case
+    priced by the better predictor (`profile`'s verdict for its kind of machine); the summary."""
     from rich.progress import Progress
 
     kind, winner = profile_verdict(profile)

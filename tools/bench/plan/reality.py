@@ -49,8 +49,8 @@ NUM_DENSE = 13
 
 @dataclass(frozen=True)
 class RealityModel:
-    """The model every plan trains: DLRM's dense and over arch around the tables (DCNv2 for tables of
-    several widths)."""
+    """The model every plan trains: DLRM's dense and over arch around the tables (DCNv2 for tables
+    of several widths)."""
 
     dense_arch: tuple[int, ...] = (64,)
     """Hidden widths of the dense arch (its last layer is the embedding width)."""
@@ -64,7 +64,8 @@ class Measured:
     step_s: float
     """Mean step time of the slowest rank."""
     memory_bytes: list[int]
-    """Per rank: growth of the process's peak resident set while the plan was built, sharded and stepped."""
+    """Per rank: growth of the process's peak resident set while the plan was built, sharded and
+    stepped."""
     held_bytes: list[int]
     """Per rank: bytes of local weights and optimizer state (the state dicts' tensors)."""
     phase_bytes: list[dict[str, int]] = field(default_factory=list)
@@ -79,7 +80,8 @@ def _status_bytes(name: str) -> int:
 
 
 def start_peak_window() -> int:
-    """Free what the process holds and can give back, restart its peak; returns the resident bytes now."""
+    """Free what the process holds and can give back, restart its peak; returns the resident bytes
+    now."""
     gc.collect()
     try:  # glibc keeps freed heap pages; hand them back so the next plan cannot reuse them unseen
         ctypes.CDLL("libc.so.6").malloc_trim(0)
@@ -97,7 +99,8 @@ def start_peak_window() -> int:
 
 
 def peak_growth(start_rss: int) -> int:
-    """Peak resident bytes since `start_peak_window` beyond what the process held when it was called."""
+    """Peak resident bytes since `start_peak_window` beyond what the process held when it was
+    called."""
     return max(0, _status_bytes("VmHWM") - start_rss)
 
 
@@ -108,7 +111,8 @@ def _batches(
     seed: int,
     pooling: dict[str, float] | None,
 ) -> list:
-    """Random batches with `pooling` ids per sample of each table (rounded, at least 1; none: one-hot)."""
+    """Random batches with `pooling` ids per sample of each table (rounded, at least 1; none:
+    one-hot)."""
 
     g = torch.Generator().manual_seed(seed)
     per_sample = [max(1, round((pooling or {}).get(t.name, 1.0))) for t in tables]
@@ -148,7 +152,8 @@ def _local_bytes(obj: Any) -> int:
 def _build(
     env: DistEnv, tables: list[EmbeddingBagConfig], plan_json: str, model: RealityModel, batch: int
 ):
-    """The sharded DLRM of the plan and its after-backward optimizer, built as the trainer builds them."""
+    """The sharded DLRM of the plan and its after-backward optimizer, built as the trainer builds
+    them."""
 
     dim = tables[0].embedding_dim
     # DLRM's dot interaction needs one width; tables of several widths get DCNv2's cross layers.
@@ -192,7 +197,8 @@ def _run_plan(
 ) -> tuple[float, int, int, dict[str, int]]:
     import torch.distributed as dist
 
-    dist.barrier()  # the previous plan's model is gone on every rank before any rank starts counting
+    # the previous plan's model is gone on every rank before any rank starts counting
+    dist.barrier()
     start_rss = start_peak_window()
     model, optimizer = _build(env, tables, plan_json, model_spec, local_batch * env.world_size)
     phases = {"built": peak_growth(start_rss)}
@@ -266,8 +272,8 @@ def measure_plans(
     model: RealityModel = RealityModel(),
     pooling: dict[str, float] | None = None,
 ) -> list[Measured]:
-    """Train `steps` steps of each plan (JSON texts) on `world_size` local gloo ranks, `rounds` times, on
-    random batches of `pooling` ids per sample per table (none: one-hot)."""
+    """Train `steps` steps of each plan (JSON texts) on `world_size` local gloo ranks, `rounds`
+    times, on random batches of `pooling` ids per sample per table (none: one-hot)."""
     try:
         results = run_local_ranks(
             _worker,

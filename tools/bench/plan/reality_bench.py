@@ -294,7 +294,8 @@ def print_reality(result: dict[str, Any]) -> None:
 
 
 def write_profile(result: dict[str, Any], path: Path) -> None:
-    """A calibration profile: this run's measured figures, the winning cost model and the fitted memory figure."""
+    """A calibration profile: this run's measured figures, the winning cost model and the fitted
+    memory figure."""
     from shardrec.tools.measure.calibrate import PROFILE_FORMAT, save_profile
 
     measured = {

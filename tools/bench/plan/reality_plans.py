@@ -1,4 +1,5 @@
-"""The spread of plans `bench plan-reality` trains: both planners' plans and deliberately different ones.
+"""The spread of plans `bench plan-reality` trains: both planners' plans and deliberately different
+ones.
 
 At least 12 distinct placements of one table set: shardrec's plan (its search on its own cost
 model and on torchrec's estimators), torchrec's planner's, every sharding type alone, mixes, a

@@ -1,4 +1,5 @@
-"""`shardrec bench preprocess --gzip`: one gzip file against the same rows as plain text, and over N workers.
+"""`shardrec bench preprocess --gzip`: one gzip file against the same rows as plain text, and over N
+workers.
 
 In one run, on one generated Criteo-shaped file written twice (synth's writer, same seed: the same
 rows as TSV and as .gz, ISA-L level 1), each `shardrec preprocess` a child measured as a tree
@@ -96,8 +97,8 @@ def run_gzip_bench(size_gb: float, workers: int, work_dir: Path, chunk_mb: float
         "same_bytes": digests["gzip_1"] == digests[f"gzip_{workers}"],
         "goals": {
             f"gzip_{GOAL_GZIP_VS_PLAIN}x_plain_per_cpu_s": gzip_vs_plain >= GOAL_GZIP_VS_PLAIN,
-            # An unsplit .gz is one task: its workers have nothing to share, and a ratio of ~1.0 would
-            # judge the split design by a run that did not use it (None: not measured).
+            # An unsplit .gz is one task: its workers have nothing to share, and a ratio of ~1.0
+            # would judge the split design by a run that did not use it (None: not measured).
             f"gzip_{GOAL_WORKERS_SPEEDUP}x_on_{workers}_workers": speedup >= GOAL_WORKERS_SPEEDUP
             if split
             else None,
@@ -106,8 +107,11 @@ def run_gzip_bench(size_gb: float, workers: int, work_dir: Path, chunk_mb: float
 
 
 def print_gzip_report(r: dict[str, Any]) -> None:
-    lines = [f"{r['text_mb']:,.0f} MB of text, {r['gzip_mb']:,.0f} MB gzip, --chunk-mb {r['chunk_mb']:g}: "
-             f"{'split into ranges' if r['split'] else 'NOT split (too small for the chunk size)'}"]  # fmt: skip
+    lines = [
+        f"{r['text_mb']:,.0f} MB of text, {r['gzip_mb']:,.0f} MB gzip, --chunk-mb {r['chunk_mb']:g}: "
+        # fmt: skip
+        f"{'split into ranges' if r['split'] else 'NOT split (too small for the chunk size)'}"
+    ]
     for name, s in r["runs"].items():
         lines.append(
             f"{name.replace('_', ' on '):>12} worker(s): {s['mb_s']:8.1f} MB/s wall {s['mb_per_cpu_s']:8.1f} MB/CPU-s"

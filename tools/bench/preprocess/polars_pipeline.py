@@ -8,8 +8,9 @@ It keeps no splits or parts: the columns hold every row in file order, which is 
 shardrec's train, val and test parts hold one after the other for a Kaggle-layout file, so the
 two outputs can be compared byte for byte (compare_with_dataset).
 
-Run as `python -m shardrec.tools.bench.preprocess.polars_pipeline FILE OUT MAX_IDS` in a child process, so
-that POLARS_MAX_THREADS (read once, when polars is imported) and the peak RSS are its own.
+Run as `python -m shardrec.tools.bench.preprocess.polars_pipeline FILE OUT MAX_IDS` in a child
+process, so that POLARS_MAX_THREADS (read once, when polars is imported) and the peak RSS are its
+own.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The baseline of `shardrec bench preprocess --like movielens|avazu`: a feature spec's preprocessing
-written as a polars pipeline, doing shardrec's work so that the columns come out byte for byte equal.
+"""The baseline of `shardrec bench preprocess --like movielens|avazu`: a feature spec's
+preprocessing written as a polars pipeline, doing shardrec's work so that the columns come out byte
+for byte equal.
 
 What a user would write with polars: `read_csv` (its RFC 4180 quoting) with every column read as
 text, then per role: the label (0/1, or a threshold); dense values cast to numbers, missing -> 0,
@@ -97,7 +98,8 @@ def _dense(column: DenseColumn):
 
 
 def polars_spec_preprocess(path: Path, spec: FeatureSpec, out: Path) -> int:
-    """Preprocess `path` by `spec` with polars into `out` (one .npy per column, offsets for lists)."""
+    """Preprocess `path` by `spec` with polars into `out` (one .npy per column, offsets for
+    lists)."""
     import polars as pl
 
     fmt = spec.format

@@ -1,4 +1,5 @@
-"""`shardrec bench preprocess`: end-to-end preprocessing speed against a polars pipeline doing the same work.
+"""`shardrec bench preprocess`: end-to-end preprocessing speed against a polars pipeline doing the
+same work.
 
 `--like movielens|avazu` measures the feature-spec parser instead (spec_bench.py). By default,
 on one generated Criteo-shaped TSV (synth's vectorized writer), in the same run:
@@ -46,7 +47,8 @@ def generate(path: Path, size_gb: float, seed: int = 0) -> int:
 
 
 def run_preprocess_child(path: Path, out: Path, workers: int, chunk_mb: float) -> dict[str, float]:
-    """Run the CLI in a child; returns wall seconds, CPU seconds of it and its workers, peak RSS of the tree."""
+    """Run the CLI in a child; returns wall seconds, CPU seconds of it and its workers, peak RSS of
+    the tree."""
     return run_preprocess_staged(path, out, workers, chunk_mb)[0]
 
 
@@ -55,8 +57,23 @@ def run_preprocess_staged(
 ) -> tuple[dict[str, float], dict]:
     """run_preprocess_child's figures, and the CPU-seconds by stage the child measured (its --json's
     cpu_seconds_by_stage)."""
-    cmd = [sys.executable, "-m", "shardrec.tools.cli", "preprocess", str(path), "--out", str(out),
-           "--max-ids", str(MAX_IDS), "--workers", str(workers), "--chunk-mb", str(chunk_mb), "--json"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "shardrec.tools.cli",
+        "preprocess",
+        str(path),
+        "--out",
+        str(out),
+        # fmt: skip
+        "--max-ids",
+        str(MAX_IDS),
+        "--workers",
+        str(workers),
+        "--chunk-mb",
+        str(chunk_mb),
+        "--json",
+    ]
     res = run_measured(cmd)
     if res["returncode"] != 0:
         raise RuntimeError(f"preprocess failed: {res['stderr'].strip()[-2000:]}")
@@ -66,7 +83,8 @@ def run_preprocess_staged(
 
 def cpu_breakdown(stages: dict[str, float], cpu_s: float) -> dict[str, float]:
     """The run's CPU-seconds by stage, and the rest: the tree's CPU time (what the rates divide by)
-    less every stage (what no timer covers: the interpreter's exit, finding inputs, task markers)."""
+    less every stage (what no timer covers: the interpreter's exit, finding inputs, task
+    markers)."""
     return {**stages, "rest (not timed)": round(cpu_s - sum(stages.values()), 3)}
 
 

@@ -1,4 +1,5 @@
-"""`shardrec bench preprocess --like movielens|avazu`: a feature spec's preprocessing against polars.
+"""`shardrec bench preprocess --like movielens|avazu`: a feature spec's preprocessing against
+polars.
 
 On one generated file (synth --like: MovieLens-1M joined, with string categoricals, quoted titles
 and a genre list; or Avazu's 24 columns), with the spec `spec infer` proposes for it, in the same
@@ -71,8 +72,25 @@ def run_like_bench(
     out, polars_out = work_dir / "out", work_dir / "polars-out"
     shutil.rmtree(out, ignore_errors=True)
     err_console.print(f"timing shardrec preprocess --spec ({like}) end to end ...")
-    cmd = [sys.executable, "-m", "shardrec.tools.cli", "preprocess", str(path), "--spec", str(spec), "--out", str(out),
-           "--layout", "kaggle", "--workers", str(workers), "--chunk-mb", str(chunk_mb), "--json"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "shardrec.tools.cli",
+        "preprocess",
+        str(path),
+        "--spec",
+        str(spec),
+        "--out",
+        str(out),
+        # fmt: skip
+        "--layout",
+        "kaggle",
+        "--workers",
+        str(workers),
+        "--chunk-mb",
+        str(chunk_mb),
+        "--json",
+    ]
     ours = rates(mb, measured(cmd, "preprocess"))
     runs, differ = {}, set()
     try:
@@ -113,7 +131,8 @@ def polars_env(threads: int | None) -> dict[str, str]:
 def report_head(
     mb: float, workers: int, ours: dict, pl1: dict, pln: dict, differ: list[str]
 ) -> dict[str, Any]:
-    """What both reports start with: the file, the runs, whether polars did the same work, the ratios."""
+    """What both reports start with: the file, the runs, whether polars did the same work, the
+    ratios."""
     return {
         "file_mb": round(mb, 1),
         "workers": workers,

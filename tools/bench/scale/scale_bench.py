@@ -143,7 +143,8 @@ def _preprocess(
 def _stream(
     data: Path, work: Path, batch: int, ranks: int, dataset_bytes: int, train_rows: int
 ) -> dict[str, Any]:
-    """Every train part on `ranks` rank processes, then bench loader's one warm part (scale_stream.py)."""
+    """Every train part on `ranks` rank processes, then bench loader's one warm part
+    (scale_stream.py)."""
     from shardrec.tools.bench.scale.scale_stream import BASELINE_ROWS, write_baseline
 
     baseline = write_baseline(work / "baseline", min(BASELINE_ROWS, max(train_rows, 2 * batch)))
@@ -161,7 +162,8 @@ def _stream(
     stream, one_part = measured["stream"], measured["one_part"]
     st.update(stream)
     st.update(ranks=ranks, global_batch=batch, one_part=one_part)
-    # The loop alone: the children's start (imports, opening every part) and the baseline are in wall_s.
+    # The loop alone: the children's start (imports, opening every part) and the baseline are in
+    # wall_s.
     st["rows_per_s_wall"] = stream["rows_per_s"]
     st["mb_per_s_wall"] = dataset_bytes / 1e6 / max(stream["loop_s"], 1e-9)
     st["mb_per_cpu_s"] = dataset_bytes / 1e6 / max(stream["cpu_s"], 1e-9)
@@ -206,8 +208,8 @@ def run_scale(
     workers: int | None = None,
     ranks: int = TRAIN_RANKS,
 ) -> dict[str, Any]:
-    """Every stage in order at `fraction`; `workers` synthesise and preprocess (default: every core),
-    `ranks` rank processes stream and train."""
+    """Every stage in order at `fraction`; `workers` synthesise and preprocess (default: every
+    core), `ranks` rank processes stream and train."""
     workers = workers or os.cpu_count() or 1
     raw = work / "raw"
     t0, c0 = time.perf_counter(), _cpu()

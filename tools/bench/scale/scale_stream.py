@@ -1,4 +1,5 @@
-"""The stream stage of `shardrec bench scale`: every train part through the loader, as training reads it.
+"""The stream stage of `shardrec bench scale`: every train part through the loader, as training
+reads it.
 
 `ranks` processes run at once, each rank r of `ranks` with the training's global batch and
 shuffle (the same loader the trainer builds), so the disk, the page cache and the cores are
@@ -31,7 +32,8 @@ BASELINE_ROWS = 2_000_000
 
 
 def write_baseline(directory: Path, rows: int) -> Path:
-    """One part of bench loader's Criteo-shaped rows in directory/one-part, read once (page cache)."""
+    """One part of bench loader's Criteo-shaped rows in directory/one-part, read once (page
+    cache)."""
     from shardrec.tools.bench.loader.loader_bench import warm_page_cache, write_bench_data
 
     ours, theirs = write_bench_data(directory, rows, parts=1, name="one-part")
@@ -79,7 +81,8 @@ def _loop(
 
 
 def rank_child(data: Path, baseline: Path, batch: int, rank: int, ranks: int) -> None:
-    """In a rank's process: the stream, then the baseline over as many batches; prints one JSON line."""
+    """In a rank's process: the stream, then the baseline over as many batches; prints one JSON
+    line."""
     stream = _loop(data, batch, rank, ranks)
     one_part = _loop(baseline, batch, rank, ranks, batches=int(stream["batches"]))
     print(json.dumps({"stream": stream, "one_part": one_part}))

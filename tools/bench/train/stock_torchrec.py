@@ -197,7 +197,8 @@ class StockTrainer:
         self.model.eval()
         logits, labels = [], []
         for batch in batches:
-            # DDP moves tensor inputs to the device, not a Batch: the pipeline moved the training ones.
+            # DDP moves tensor inputs to the device, not a Batch: the pipeline moved the training
+            # ones.
             _, (_, batch_logits, batch_labels) = self.model(
                 batch.to(self.device, non_blocking=True)
             )

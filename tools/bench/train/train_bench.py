@@ -1,7 +1,8 @@
 """`shardrec bench train`: training samples/s of `shardrec train`'s path against stock torchrec.
 
-Ranks (torchrun; CPU: gloo, `--threads` threads each; `--device cuda`: NCCL, one GPU each) train a DLRM
-on demo-style synthetic rows (Zipf-like ids, labels from a hidden linear model) written to disk in
+Ranks (torchrun; CPU: gloo, `--threads` threads each; `--device cuda`: NCCL, one GPU each) train a
+DLRM on demo-style synthetic rows (Zipf-like ids, labels from a hidden linear model) written to disk
+in
 shardrec's format:
 
 - stock fp32: what a torchrec user writes from torchrec's examples (tools/bench/train/stock_torchrec.py:
@@ -35,7 +36,8 @@ from shardrec.tools.console import console
 
 NUM_TABLES, NUM_DENSE = 26, 13
 AUC_TOLERANCE = 0.002
-# name: (table rows, embedding dim, dense arch, over arch, samples per rank, default steps per window)
+# name: (table rows, embedding dim, dense arch, over arch, samples per rank, default steps per
+# window)
 MODELS: dict[str, tuple[int, int, list[int], list[int], int, int]] = {
     "reference": (100_000, 64, [512, 256, 64], [1024, 1024, 512, 256, 1], 1024, 64),
     # Its steps are ~7x shorter: longer windows keep a window's loader start-up (one gather of
@@ -88,7 +90,8 @@ def job_configs(model: str, data: str, nproc: int, device: str = "cpu") -> dict[
         f"model.over_arch={over_arch}",
         f"train.global_batch_size={per_rank * nproc}",
     ]
-    # Only the demo's [optim]: its pinned sharding types and eval/checkpoint intervals are about the demo's run.
+    # Only the demo's [optim]: its pinned sharding types and eval/checkpoint intervals are about the
+    # demo's run.
     return {
         p: load_job_config(
             None,

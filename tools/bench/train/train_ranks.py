@@ -1,10 +1,10 @@
 """The rank program of `shardrec bench train`: shardrec's training path next to the stock-torchrec
 baseline, in one process group.
 
-Ours is what `shardrec train` runs on a rank: `build_job` (shardrec's planner, sharding,
-optimizers, the real loader over the dataset on disk) and `train_segment` reporting to the real
-TrainReporter (metrics.jsonl on rank 0). The baseline is tools/bench/train/stock_torchrec.py, fed the
-same batches (the first ones of ours' shuffled stream, materialised before any timing).
+Ours is what `shardrec train` runs on a rank: `build_job` (shardrec's planner, sharding, optimizers,
+the real loader over the dataset on disk) and `train_segment` reporting to the real TrainReporter
+(metrics.jsonl on rank 0). The baseline is tools/bench/train/stock_torchrec.py, fed the same batches
+(the first ones of ours' shuffled stream, materialised before any timing).
 
 Phases, every rank together:
 1. Quality: fresh models train the same first `quality_steps` batches (ours fp32, ours bf16,
@@ -52,7 +52,8 @@ class Ours:
     step: int = 0
 
     def train(self, batches: Iterator[Any], steps: int) -> int:
-        """Steps exactly as `shardrec train` runs a segment (fault hooks, reports every log_interval)."""
+        """Steps exactly as `shardrec train` runs a segment (fault hooks, reports every
+        log_interval)."""
         env, cfg = self.job.env, self.job.config
 
         def on_step(step: int) -> None:

@@ -97,8 +97,8 @@ def head(
     split: Annotated[str, typer.Option(help="Split to read.")] = "train",
     json_out: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
 ) -> None:
-    """The first rows of a split, decoded: label, transformed dense values, sparse ids, named and ordered as
-    the text's columns (the dataset's spec)."""
+    """The first rows of a split, decoded: label, transformed dense values, sparse ids, named and
+    ordered as the text's columns (the dataset's spec)."""
     if n < 0:
         fail(f"--rows must be >= 0, got {n}")
     try:
@@ -179,7 +179,8 @@ def reference_npy(
     ] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
-    """Preprocess as the MLPerf DLRMv2 reference does (torchrec's Criteo scripts), in bounded memory.
+    """Preprocess as the MLPerf DLRMv2 reference does (torchrec's Criteo scripts), in bounded
+    memory.
 
     Dense transform, contiguous ids by first occurrence (frequency threshold 0), the per-sample
     shuffle of the training days: the same arrays, byte for byte. Restartable: a rerun keeps every

@@ -112,8 +112,9 @@ def head_rows(directory: Path, n: int = 5, split: str = "train") -> list[dict[st
 
 
 def head_fields(manifest: Manifest, directory: Path) -> list[tuple[str, str]]:
-    """(key in head_rows' rows, name shown) of each field, in the order of the text's columns where the
-    dataset's spec is known: the label as its column and rule (`label: rating >= 4`), lists with their pooling."""
+    """(key in head_rows' rows, name shown) of each field, in the order of the text's columns where
+    the dataset's spec is known: the label as its column and rule (`label: rating >= 4`), lists with
+    their pooling."""
     from shardrec.dataloader.spec.feature_spec import LabelColumn, ListColumn, SpecError
     from shardrec.dataloader.spec.spec_file import manifest_spec
 

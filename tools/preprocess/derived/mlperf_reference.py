@@ -112,7 +112,8 @@ def transform_dense(raw: np.ndarray, how: str, day_min: int) -> np.ndarray:
 
 
 def _first_occurrences(days: list[np.ndarray], col: int) -> tuple[np.ndarray, np.ndarray]:
-    """Column `col`'s distinct values, sorted, with the global row of each one's first occurrence."""
+    """Column `col`'s distinct values, sorted, with the global row of each one's first
+    occurrence."""
     values, firsts, offset = [], [], 0
     for sparse in days:
         day_v, day_f = [], []
@@ -230,7 +231,8 @@ def write_days(work: Path, out: Path, num_days: int, dense: str, seed: int) -> N
 
 
 def _write_day(prefix: Path, rows: int, source: Callable[[slice], tuple[np.ndarray, ...]]) -> None:
-    """PREFIX_{dense,sparse,labels}.npy, CHUNK_ROWS rows at a time from `source` (skipped if written)."""
+    """PREFIX_{dense,sparse,labels}.npy, CHUNK_ROWS rows at a time from `source` (skipped if
+    written)."""
     if Path(f"{prefix}_labels.npy").exists():
         return
     first = source(slice(0, 0))
@@ -254,7 +256,8 @@ def _write_day(prefix: Path, rows: int, source: Callable[[slice], tuple[np.ndarr
 def reference_preprocess(
     days: list[Path], out: Path, dense: str = "log3", seed: int = 0
 ) -> list[int]:
-    """The reference's arrays of `days` (in order; the last is val + test) in `out`; returns rows per day."""
+    """The reference's arrays of `days` (in order; the last is val + test) in `out`; returns rows
+    per day."""
     if dense not in DENSE_TRANSFORMS:
         raise ValueError(f"dense transform {dense!r} is not one of {', '.join(DENSE_TRANSFORMS)}")
     if len(days) < 2:

@@ -1,11 +1,11 @@
 """Materialise a multi-hot dataset from a one-hot one (`shardrec data multihot`).
 
-Each one-hot id becomes its row of the feature's index table (dataloader/multihot/multihot_tables.py, the
-MLPerf DLRMv2 reference's tables); labels and dense values are copied byte for byte (their
-checksums checked on the way). A feature of size 1 stays one-hot. Columns are written chunk
-by chunk and hashed as they are written, so memory stays a few chunks whatever the part
-size; the whole dataset is built in a temporary folder beside the output and renamed into
-place at the end, so a reader never sees half a dataset.
+Each one-hot id becomes its row of the feature's index table
+(dataloader/multihot/multihot_tables.py, the MLPerf DLRMv2 reference's tables); labels and dense
+values are copied byte for byte (their checksums checked on the way). A feature of size 1 stays
+one-hot. Columns are written chunk by chunk and hashed as they are written, so memory stays a few
+chunks whatever the part size; the whole dataset is built in a temporary folder beside the output
+and renamed into place at the end, so a reader never sees half a dataset.
 
 Parts are converted in parallel on `workers` threads, not processes: the work is numpy's take
 from the memory-mapped tables, the cast to the column's dtype, SHA-256 and file writes, which
@@ -270,7 +270,8 @@ def materialize_multihot(
         syncer = ThreadPoolExecutor(workers, thread_name_prefix="shardrec-multihot-sync")
         synced: list[Future] = []
         try:
-            # map yields in part order; an error ends the run (the temporary folder is removed below).
+            # map yields in part order; an error ends the run (the temporary folder is removed
+            # below).
             for (split, _), done in zip(jobs, pool.map(convert, jobs)):
                 splits[split].parts.append(done)
                 synced.append(syncer.submit(_sync_part, tmp / split / done.name, list(done.files)))

@@ -57,7 +57,8 @@ def find_days(src: Path) -> list[int]:
 
 
 def import_npy(src: Path, out: Path, hashes: list[int] | None, val_half: str = "first") -> Manifest:
-    """torchrec day files -> a shardrec dataset. hashes: per-feature table rows (None: max id + 1)."""
+    """torchrec day files -> a shardrec dataset. hashes: per-feature table rows (None: max id +
+    1)."""
     days = find_days(src)
     first = npy.open_day(src, days[0])
     num_sparse, num_dense = first.sparse.shape[1], first.dense.shape[1]

@@ -113,7 +113,8 @@ INDEX_CHUNK = 4 << 20  # text between seek points: a seek decodes at most this m
 
 
 def can_index() -> bool:
-    """Whether planning builds seek indexes (rapidgzip installed, fast decoders not switched off)."""
+    """Whether planning builds seek indexes (rapidgzip installed, fast decoders not switched
+    off)."""
     return _rapidgzip is not None and backend() != "python"
 
 
@@ -130,7 +131,8 @@ RAPIDGZIP_ERRORS: tuple[type[BaseException], ...] = (RuntimeError, ValueError, O
 
 def trailer_size_matches(path: str | Path, text_bytes: int) -> bool:
     """The last member's ISIZE (its text size mod 2^32) against all text read: true for a complete
-    one-member file (a cut file matches by chance with odds 2^-32); a multi-member file can differ."""
+    one-member file (a cut file matches by chance with odds 2^-32); a multi-member file can
+    differ."""
     with open(path, "rb") as f:
         f.seek(-4, os.SEEK_END)
         return struct.unpack("<I", f.read(4))[0] == text_bytes & 0xFFFFFFFF

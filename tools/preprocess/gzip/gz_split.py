@@ -38,7 +38,8 @@ _BLOCK = 16 << 20
 
 @dataclass(frozen=True)
 class GzipScan:
-    """Where a .gz file's text is cut: ranges [start, end) of text bytes, their lines and CRC-32s."""
+    """Where a .gz file's text is cut: ranges [start, end) of text bytes, their lines and
+    CRC-32s."""
 
     bounds: list[tuple[int, int]]
     counts: list[int]
@@ -52,7 +53,8 @@ def should_split(path: Path, chunk_bytes: int) -> bool:
 
 
 class _Cutter:
-    """Consumes the text block by block and closes a range at the first newline at or past its target."""
+    """Consumes the text block by block and closes a range at the first newline at or past its
+    target."""
 
     def __init__(self, chunk_bytes: int, header: bool) -> None:
         self.chunk, self.pos, self.begin = chunk_bytes, 0, -1 if header else 0

@@ -39,8 +39,8 @@ def mix64(values: np.ndarray) -> np.ndarray:
 
 def hash_bytes(data: bytes) -> int:
     """The 64-bit value of a string categorical (spec_values.hash_string, in Python): its bytes in
-    big-endian words of 8 (the last one shorter), h = mix64(h ^ word) from 0, then mix64(h ^ length).
-    Ids come from it as from a hex value: hash_ids."""
+    big-endian words of 8 (the last one shorter), h = mix64(h ^ word) from 0, then mix64(h ^
+    length). Ids come from it as from a hex value: hash_ids."""
     mask = (1 << 64) - 1
 
     def mix(z: int) -> int:
@@ -66,8 +66,9 @@ def hash_ids(values: np.ndarray, missing: np.ndarray, cardinality: int) -> np.nd
 
 
 def count_values(values: np.ndarray, missing: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct present values of one column and how often each occurs (sorted by value): np.unique's
-    result, but sorted in place, in 32 bits where the values fit (Criteo's hex): the faster sort."""
+    """Distinct present values of one column and how often each occurs (sorted by value):
+    np.unique's result, but sorted in place, in 32 bits where the values fit (Criteo's hex): the
+    faster sort."""
     present = values[~missing]  # a copy: sorted in place
     if not len(present):
         return present.astype(np.uint64), np.zeros(0, np.int64)
@@ -101,9 +102,9 @@ class Vocabulary:
 
     @cached_property
     def bucket_starts(self) -> tuple[np.ndarray, int]:
-        """(starts, shift): the values v with v >> shift == b are sorted_values[starts[b]:starts[b + 1]],
-        about BUCKET_VALUES of them (the compiled lookup's index, per worker: 52 M kept values, the worst case,
-        take ~6.5 MB)."""
+        """(starts, shift): the values v with v >> shift == b are sorted_values[starts[b]:starts[b +
+        1]], about BUCKET_VALUES of them (the compiled lookup's index, per worker: 52 M kept values,
+        the worst case, take ~6.5 MB)."""
         n = len(self.sorted_values)
         top = int(self.sorted_values[-1]) if n else 0
         bits = max(0, (n // BUCKET_VALUES).bit_length())

@@ -1,4 +1,5 @@
-"""Vocabulary mode in bounded memory: sorted count runs on disk, an external merge, mapped vocabularies.
+"""Vocabulary mode in bounded memory: sorted count runs on disk, an external merge, mapped
+vocabularies.
 
 1. Counting (vocab_count.count_task, one per task that holds training lines): per-feature
    (value, count) pairs of the training rows, sorted by value, spilled to a *run* on disk
@@ -161,7 +162,8 @@ def _range_end(runs: list[tuple[np.ndarray, np.ndarray]], pos: list[int], limit:
 
 
 def merge_runs(runs: list[tuple[np.ndarray, np.ndarray]], limit: int):
-    """Yield the summed (values, counts) of sorted runs in ascending value ranges of <= limit pairs."""
+    """Yield the summed (values, counts) of sorted runs in ascending value ranges of <= limit
+    pairs."""
     pos = [0] * len(runs)
     while any(p < len(v) for p, (v, _) in zip(pos, runs)):
         bound = _range_end(runs, pos, limit)
@@ -179,7 +181,8 @@ def merge_runs(runs: list[tuple[np.ndarray, np.ndarray]], limit: int):
 
 
 def _assign_ids(counts_path: Path, ids: _Appender, hist: dict[int, int], limit: int) -> None:
-    """ids of the kept values (in value order) from their counts: decreasing count, ties by value."""
+    """ids of the kept values (in value order) from their counts: decreasing count, ties by
+    value."""
     distinct = np.array(sorted(hist, reverse=True), dtype=np.int64)
     sizes = np.array([hist[int(c)] for c in distinct], dtype=np.int64)
     start = 2 + np.concatenate(
@@ -208,10 +211,11 @@ def _narrowest(largest: int) -> np.dtype:
 def build_feature(
     runs: list[Path], name: str, min_count: int, memory_bytes: int, vocab_dir: Path
 ) -> tuple[int, int]:
-    """Merge one feature's runs into `{name}.values.npy` / `.ids.npy`; returns (kept values, ranges).
+    """Merge one feature's runs into `{name}.values.npy` / `.ids.npy`; returns (kept values,
+    ranges).
 
-    Both files are uint32 where their largest entry fits (Criteo's 32-bit hex values, fewer than
-    4 G ids): every worker maps them whole, and on 52 M distinct values they were 832 MB of uint64."""
+    Both files are uint32 where their largest entry fits (Criteo's 32-bit hex values, fewer than 4 G
+    ids): every worker maps them whole, and on 52 M distinct values they were 832 MB of uint64."""
     limit = budget_entries(memory_bytes)
     mapped = [
         (
@@ -267,8 +271,9 @@ def build_vocabularies(
 
 
 def release_freed_memory() -> None:
-    # glibc keeps the merge's freed arrays in this process's heap (~100 MB on 52 M pairs), held
-    # for nothing while the workers map the vocabularies; malloc_trim gives them back. Elsewhere: nothing.
+    # glibc keeps the merge's freed arrays in this process's heap (~100 MB on 52 M pairs), held for
+    # nothing while the workers map the vocabularies; malloc_trim gives them back. Elsewhere:
+    # nothing.
     try:
         ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim(0)
     except (OSError, AttributeError, TypeError):

@@ -1,4 +1,5 @@
-"""Compiled (numba) vocabulary lookups: each row's value found in one pass, straight into the part's column.
+"""Compiled (numba) vocabulary lookups: each row's value found in one pass, straight into the part's
+column.
 
 Vocabulary.lookup (numpy) takes ~10 passes over a column (a binary search over the whole table per
 value, clamps, gathers, casts); here, with the same ids as the result, each value costs either
@@ -8,7 +9,8 @@ value, clamps, gathers, casts); here, with the same ids as the result, each valu
   vocabularies of at most HASH_MAX_VALUES values get a table, in feature order while the tables
   stay within HASH_BUDGET_BYTES: Criteo's columns but its largest; or
 - a bucket bound and a binary search within its bucket (Vocabulary.bucket_starts: ~BUCKET_VALUES
-  values, two cache lines, but ~5 mispredicted branches), which needs no memory beyond the mapped files.
+  values, two cache lines, but ~5 mispredicted branches), which needs no memory beyond the mapped
+  files.
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ def build_tables(vocabs: list[Vocabulary]) -> HashTables:
     for f, vocab in enumerate(vocabs):
         n = len(vocab.sorted_values)
         b = max(1, (2 * n - 1).bit_length())  # 2**b >= 2n: at most half full
-        # ids are 2 .. n + 1, 32-bit whenever n is this small; the values are sorted: the last is the largest.
+        # ids are 2 .. n + 1, 32-bit whenever n is this small; the values are sorted: the last is
+        # the largest.
         if 0 < n <= HASH_MAX_VALUES and 8 * (total + (1 << b)) <= HASH_BUDGET_BYTES:
             if not int(vocab.sorted_values[-1]) >> 32:
                 bits[f], starts[f], total = b, total, total + (1 << b)
@@ -114,8 +117,9 @@ def lookup_features_into(
     out: np.ndarray,
     offset: int,
 ) -> None:
-    """out[j, offset + k] = the id of values[rows[k], features[j]] in vocabs[features[j]], in out's dtype
-    (Vocabulary.lookup's): by the hash tables in one pass, then the vocabularies without one by search."""
+    """out[j, offset + k] = the id of values[rows[k], features[j]] in vocabs[features[j]], in out's
+    dtype (Vocabulary.lookup's): by the hash tables in one pass, then the vocabularies without one
+    by search."""
     tables = tables_for(vocabs)
     _hash_rows_into(
         values, missing, rows, features, tables.slots, tables.starts, tables.bits, out, offset

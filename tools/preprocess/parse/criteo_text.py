@@ -66,9 +66,9 @@ class Schema:
     header: bool = False
     """Each file starts with a header line to skip."""
     min_fields: int | None = None
-    """Fewest fields a row may have; its missing trailing fields are empty. Shorter rows are malformed
-    (too_few_fields: skipped, or --strict stops). Default: all fields but 3 (37 for Criteo, whose
-    writer strips up to 3 trailing empty fields)."""
+    """Fewest fields a row may have; its missing trailing fields are empty. Shorter rows are
+    malformed (too_few_fields: skipped, or --strict stops). Default: all fields but 3 (37 for
+    Criteo, whose writer strips up to 3 trailing empty fields)."""
 
     def __post_init__(self) -> None:
         if len(self.delimiter.encode()) != 1 or self.delimiter in "\r\n.-0123456789abcdefABCDEF":

@@ -90,7 +90,8 @@ def padded(buf: np.ndarray) -> np.ndarray:
 
 
 def _words(pad: np.ndarray, offset: int) -> np.ndarray:
-    """word[i] = pad[offset + i : offset + i + 8] as a little-endian uint64 (unaligned, overlapping).
+    """word[i] = pad[offset + i : offset + i + 8] as a little-endian uint64 (unaligned,
+    overlapping).
 
     With offset 0, word[e] holds the 8 text bytes *ending* at e; with offset PAD, word[s]
     holds the 8 bytes *starting* at s.

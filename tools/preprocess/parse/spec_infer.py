@@ -8,13 +8,13 @@ the data path):
   column that is numeric below a first value that is not);
 - each column's role: the label as given (`click`, or `rating>=4` for a threshold); a column empty
   in every row, or with a different long value in every row (a row id), is ignored; values cut by
-  `|` or `;` (or `,` in a TSV) in many rows make a list; Unix times (seconds or milliseconds
-  since 1970, dated 2000-2100, under a time-like name or nearly all distinct) are ignored: a
-  category of times would meet only new values in later data; integers make a dense column (log1p, or
+  `|` or `;` (or `,` in a TSV) in many rows make a list; Unix times (seconds or milliseconds since
+  1970, dated 2000-2100, under a time-like name or nearly all distinct) are ignored: a category of
+  times would meet only new values in later data; integers make a dense column (log1p, or
   signed-log1p when negative), but for id-like names (`..._id`), the anonymised categoricals' `C<n>`
-  names (Criteo's, Avazu's C14-C21) and codes with leading zeros;
-  decimals a float dense column; fixed-width hex with letters (Criteo's, Avazu's ids) a hex
-  categorical; anything else a string categorical;
+  names (Criteo's, Avazu's C14-C21) and codes with leading zeros; decimals a float dense column;
+  fixed-width hex with letters (Criteo's, Avazu's ids) a hex categorical; anything else a string
+  categorical;
 - hash sizes: twice an estimate of each categorical's distinct values (Chao1: the sample's
   distinct values plus the unseen ones its singletons suggest), within [16, 10,000,000].
 
@@ -51,7 +51,8 @@ _INT = re.compile(r"^-?\d{1,18}$")
 _FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 _HEX = re.compile(r"^[0-9a-fA-F]+$")
 _ID_NAME = re.compile(r"(^|_)id$|Id$|ID$")
-# Anonymised categoricals are named C1, C2, ... by convention (Criteo's C1-C26, Avazu's C1 and C14-C21).
+# Anonymised categoricals are named C1, C2, ... by convention (Criteo's C1-C26, Avazu's C1 and
+# C14-C21).
 _CATEGORY_NAME = re.compile(r"^C\d+$")
 _TIME_NAME = re.compile(r"time|date|(^|_)ts$", re.IGNORECASE)
 # Unix seconds from 2000-01-01 to 2100-01-01: a code of 9-10 digits in this range is a time.
@@ -182,7 +183,8 @@ def _column(name: str, values: list[str], rows: int, delimiter: str) -> tuple[Co
         ), note
     ints = all(_INT.match(v) for v in values)
     widths = {len(v) for v in values}
-    # Codes, not quantities: leading zeros (a zip), an id's name, or one width of 4+ digits (1005, 14102100).
+    # Codes, not quantities: leading zeros (a zip), an id's name, or one width of 4+ digits (1005,
+    # 14102100).
     coded = any(len(v) > 1 and v[0] == "0" for v in values) or bool(
         _ID_NAME.search(name) or _CATEGORY_NAME.match(name)
     )

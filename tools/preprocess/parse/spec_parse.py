@@ -56,7 +56,8 @@ class Program:
     label_field: int
     min_fields: int
     keys: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
-    """Label mapping: hashes of the written values (ids.hash_bytes), and their labels beside them."""
+    """Label mapping: hashes of the written values (ids.hash_bytes), and their labels beside
+    them."""
     values: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
 
     @property
@@ -69,7 +70,8 @@ class Program:
 
     @property
     def features(self) -> list[tuple[str, bool, int]]:
-        """(name, is a list, slot among its kind) of every sparse feature, in spec (manifest) order."""
+        """(name, is a list, slot among its kind) of every sparse feature, in spec (manifest)
+        order."""
         out, counts = [], [0, 0]
         for c in self.spec.sparse:
             is_list = isinstance(c, ListColumn)
@@ -167,7 +169,8 @@ def resolve_program(
 
 def criteo_schema(program: Program) -> tuple[Schema, str] | None:
     """(Schema, dense transform) when the resolved spec is Criteo's shape, read by Criteo's kernels:
-    unquoted; label first (0/1 as written); then integers, one transform for all; then hex categoricals."""
+    unquoted; label first (0/1 as written); then integers, one transform for all; then hex
+    categoricals."""
     spec, fmt = program.spec, program.spec.format
     dense, sparse = spec.dense, spec.sparse
     shape = [spec.label, *dense, *sparse]
@@ -195,10 +198,12 @@ def text_options(
     dense_transform: str,
     files: list[Path],
 ) -> dict:
-    """How a run's tasks read its text (TaskOptions' schema, dense_transform, program, column_names).
+    """How a run's tasks read its text (TaskOptions' schema, dense_transform, program,
+    column_names).
 
     No spec: Criteo's parser with the schema. A spec is resolved against each file's header (every
-    file must resolve the same); one of Criteo's shape still goes to Criteo's parser, its names kept.
+    file must resolve the same); one of Criteo's shape still goes to Criteo's parser, its names
+    kept.
     """
     if spec is None:
         return {"schema": schema, "dense_transform": dense_transform}
@@ -225,7 +230,8 @@ def text_options(
 
 @dataclass
 class SpecChunk(ChunkRows):
-    """Every row of a piece of text parsed by a spec; rows with reason >= 0 are malformed (REASONS)."""
+    """Every row of a piece of text parsed by a spec; rows with reason >= 0 are malformed
+    (REASONS)."""
 
     labels: np.ndarray  # uint8 [rows]
     dense: np.ndarray  # float64 [rows, dense columns], 0 where missing
@@ -244,7 +250,8 @@ class SpecChunk(ChunkRows):
 
 
 def _list_bound(buf: np.ndarray, rows: int, program: Program) -> int:
-    """Most list values the piece can hold: per list field, a value per separator byte plus one per row."""
+    """Most list values the piece can hold: per list field, a value per separator byte plus one per
+    row."""
     bound = 0
     for f in np.flatnonzero(program.role == k.LIST):
         seps = int(np.count_nonzero(buf == program.seps[f]))
@@ -289,7 +296,8 @@ def parse_spec_chunk(data: bytes | memoryview | np.ndarray, program: Program) ->
 def describe_bad_spec_row(
     data: bytes, chunk: SpecChunk, row: int, program: Program
 ) -> tuple[str, str]:
-    """(column name, offending value) of a malformed row, for `file:line: column: value` messages."""
+    """(column name, offending value) of a malformed row, for `file:line: column: value`
+    messages."""
     code, fidx = int(chunk.reason[row]), int(chunk.bad_field[row])
     line = bytes(data[int(chunk.row_start[row]) : int(chunk.row_end[row])]).removesuffix(b"\r")
     reason = REASONS[code]

@@ -25,7 +25,8 @@ def mix64(z):
 
 @njit(cache=True, nogil=True, boundscheck=False)
 def hash_string(buf, s, e, escaped):
-    """The value of bytes buf[s:e]; with `escaped`, each `""` counts as one `"` (a quoted CSV field)."""
+    """The value of bytes buf[s:e]; with `escaped`, each `""` counts as one `"` (a quoted CSV
+    field)."""
     if escaped:
         return _hash_escaped(buf, s, e)
     h, k = np.uint64(0), s
@@ -65,8 +66,9 @@ def _hash_escaped(buf, s, e):
 
 @njit(cache=True, nogil=True, boundscheck=False)
 def decode_float(buf, s, e):
-    """(value, ok) of a decimal number: sign, digits, '.', digits, exponent. Correctly rounded for up
-    to 15 significant digits and exponents within +-22 (Clinger's fast path); else within an ulp."""
+    """(value, ok) of a decimal number: sign, digits, '.', digits, exponent. Correctly rounded for
+    up to 15 significant digits and exponents within +-22 (Clinger's fast path); else within an
+    ulp."""
     i, neg = s, False
     if i < e and (buf[i] == 45 or buf[i] == 43):
         neg, i = buf[i] == 45, i + 1

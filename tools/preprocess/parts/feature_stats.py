@@ -5,10 +5,10 @@
 - top1_share / top10_share: share of lookups that hit the hottest 1% / 10% of the table's
   rows (k = ceil(cardinality * p)), which is what a cache or a row-wise split sees.
 
-Counts come from one compiled counting pass (np.bincount without numba) over the written id
-columns, one feature at a time, so memory is one int64 per table row; the top-k shares take
-a partition of the counts, not a sort. Tables above `MAX_EXACT_ROWS` rows are measured on their first
-`SAMPLE_IDS` ids instead, and the stats say so (`sampled: 1`).
+Counts come from one compiled counting pass (np.bincount without numba) over the written id columns,
+one feature at a time, so memory is one int64 per table row; the top-k shares take a partition of
+the counts, not a sort. Tables above `MAX_EXACT_ROWS` rows are measured on their first `SAMPLE_IDS`
+ids instead, and the stats say so (`sampled: 1`).
 """
 
 from __future__ import annotations

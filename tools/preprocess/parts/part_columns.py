@@ -149,8 +149,8 @@ _PAST: list[np.ndarray] = []
 
 
 def _log1p_into(out: np.ndarray, chunk: ParsedChunk, rows: np.ndarray) -> None:
-    """out[k] = log1p(max(dense[rows[k]], 0)) in out's dtype: looked up in dense_table's log1p_table (one pass,
-    ~27 M values per GB of text), computed with np.log1p for the values past it."""
+    """out[k] = log1p(max(dense[rows[k]], 0)) in out's dtype: looked up in dense_table's log1p_table
+    (one pass, ~27 M values per GB of text), computed with np.log1p for the values past it."""
     table, _ = log1p_table(out.dtype.name)  # bits of the dense dtype's values
     if not _PAST or _PAST[0].size < out.size:  # reused across pieces: no fresh pages to fault in
         _PAST[:] = [np.empty(out.size, np.int64)]

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from shardrec.tools.cli.app import app
-from shardrec.tools.preprocess.gzip import gz
+from shardrec.tools.preprocess.text import gz
 from shardrec.tools.synth.criteo import write_dataset
 
 runner = CliRunner()

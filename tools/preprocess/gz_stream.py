@@ -37,8 +37,6 @@ import numpy as np
 from shardrec.dataloader.format.manifest import PartInfo, write_part
 from shardrec.dataloader.util.files import atomic_write_bytes, fsync_dir
 from shardrec.tools.preprocess import cpu_stages
-from shardrec.tools.preprocess.gzip import gz
-from shardrec.tools.preprocess.gzip.gz_split import GzipScan, load_scan, save_scan
 from shardrec.tools.preprocess.inputs import STAGED, SplitRange, Task
 from shardrec.tools.preprocess.parse import parse_kernel
 from shardrec.tools.preprocess.pieces import TaskOptions
@@ -53,6 +51,8 @@ from shardrec.tools.preprocess.task import (
     sync_and_mark,
     wait_for_writes,
 )
+from shardrec.tools.preprocess.text import gz
+from shardrec.tools.preprocess.text.gz_split import GzipScan, load_scan, save_scan
 from shardrec.tools.preprocess.text_slots import Slots
 
 logger = logging.getLogger(__name__)

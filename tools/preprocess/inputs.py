@@ -25,9 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from shardrec.tools.preprocess.gzip.gz import READ_ERRORS, describe_error, open_text
-from shardrec.tools.preprocess.gzip.gz_split import GzipScan, scan_gzip, should_split
 from shardrec.tools.preprocess.parse import parse_kernel
+from shardrec.tools.preprocess.text.gz import READ_ERRORS, describe_error, open_text
+from shardrec.tools.preprocess.text.gz_split import GzipScan, scan_gzip, should_split
 
 logger = logging.getLogger(__name__)
 KAGGLE_DAYS = 7

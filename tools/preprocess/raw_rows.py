@@ -23,11 +23,11 @@ from shardrec.dataloader.multihot.multihot_tables import (
     open_index_tables,
 )
 from shardrec.dataloader.spec.spec_file import spec_from_dict
-from shardrec.tools.preprocess.gzip.gz import open_text
 from shardrec.tools.preprocess.ids.vocab import load_vocabularies
 from shardrec.tools.preprocess.parse.criteo_text import REASONS, Schema
 from shardrec.tools.preprocess.parse.spec_parse import text_options
 from shardrec.tools.preprocess.pieces import PartLayout, TaskOptions, describe_bad, parse_piece
+from shardrec.tools.preprocess.text.gz import open_text
 
 CHUNK_BYTES = 16 << 20
 """Text parsed at a time: bounds memory whatever the file's size."""

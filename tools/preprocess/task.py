@@ -28,14 +28,6 @@ import numpy as np
 
 from shardrec.dataloader.util.files import atomic_write_bytes, fsync_path
 from shardrec.tools.preprocess import cpu_stages
-from shardrec.tools.preprocess.gzip.gz import (
-    RAPIDGZIP_ERRORS,
-    READ_ERRORS,
-    crc32,
-    describe_error,
-    open_range,
-    open_text,
-)
 from shardrec.tools.preprocess.ids.id_maps import Vocabulary
 from shardrec.tools.preprocess.ids.vocab import cached_vocabularies
 from shardrec.tools.preprocess.inputs import STAGED, Task, count_range_lines, header_end
@@ -48,6 +40,14 @@ from shardrec.tools.preprocess.pieces import (
     TaskOptions,
     describe_bad,
     parse_piece,
+)
+from shardrec.tools.preprocess.text.gz import (
+    RAPIDGZIP_ERRORS,
+    READ_ERRORS,
+    crc32,
+    describe_error,
+    open_range,
+    open_text,
 )
 from shardrec.tools.preprocess.text_slots import slot_pieces
 

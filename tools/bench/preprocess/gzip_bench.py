@@ -25,7 +25,7 @@ from typing import Any
 from shardrec.tools.bench.preprocess.preprocess_bench import _BYTES_PER_ROW, run_preprocess_child
 from shardrec.tools.bench.preprocess.spec_bench import rates
 from shardrec.tools.console import console, err_console
-from shardrec.tools.preprocess.gzip.gz_split import SPLIT_MIN_CHUNKS, should_split
+from shardrec.tools.preprocess.text.gz_split import SPLIT_MIN_CHUNKS, should_split
 
 GOAL_GZIP_VS_PLAIN = 0.8
 GOAL_WORKERS_SPEEDUP = 1.6

@@ -3,5 +3,5 @@ compiled kernels (parse_kernel.py) and vectorized field decoding (parse_fields.p
 spec resolved against a file's fields and its text parsed by it (spec_parse.py, spec_kernel.py,
 spec_values.py); and a proposed spec from a log's first rows (spec_infer.py).
 
-May import: shardrec.tools.preprocess.gzip, shardrec.tools.preprocess.ids.
+May import: shardrec.tools.preprocess.text, shardrec.tools.preprocess.ids.
 """

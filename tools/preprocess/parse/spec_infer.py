@@ -42,7 +42,7 @@ from shardrec.dataloader.spec.feature_spec import (
     ListColumn,
     TextFormat,
 )
-from shardrec.tools.preprocess.gzip.gz import open_text
+from shardrec.tools.preprocess.text.gz import open_text
 
 DELIMITERS = ("\t", ",", ";", "|")
 LIST_SEPARATORS = ("|", ";", ",")

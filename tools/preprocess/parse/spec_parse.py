@@ -82,7 +82,7 @@ class Program:
 
 def read_header(path: Path, spec: FeatureSpec) -> list[str]:
     """The column names of a file's first line (quotes read as the spec's format reads them)."""
-    from shardrec.tools.preprocess.gzip.gz import open_text
+    from shardrec.tools.preprocess.text.gz import open_text
 
     with open_text(path) as f:
         line = f.readline()

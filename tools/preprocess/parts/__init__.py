@@ -2,6 +2,6 @@
 a spec's dense columns written by their transforms (dense_table.py), and the per-feature
 statistics the planner reads, counted on the training split (feature_stats.py).
 
-May import: shardrec.tools.preprocess.gzip, shardrec.tools.preprocess.ids,
+May import: shardrec.tools.preprocess.text, shardrec.tools.preprocess.ids,
 shardrec.tools.preprocess.parse.
 """

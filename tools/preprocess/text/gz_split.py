@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from shardrec.dataloader.util.files import atomic_write_bytes
-from shardrec.tools.preprocess.gzip import gz
+from shardrec.tools.preprocess.text import gz
 
 logger = logging.getLogger(__name__)
 SPLIT_MIN_CHUNKS = 4

@@ -16,14 +16,13 @@ from shardrec.tools.preprocess.ids.id_maps import (
 )
 from shardrec.tools.preprocess.inputs import (
     SplitRange,
-    chunk_bounds,
-    count_lines,
     discover_inputs,
     halve,
     plan_tasks,
     resolve_layout,
     split_ranges,
 )
+from shardrec.tools.preprocess.text.lines import chunk_bounds, count_lines
 
 # Known answers: a change to the mixing or the mod would remap every id of every dataset and
 # silently invalidate every checkpoint trained on one. Computed once with the code as released.

@@ -53,6 +53,7 @@ from shardrec.tools.preprocess.task import (
 )
 from shardrec.tools.preprocess.text import gz
 from shardrec.tools.preprocess.text.gz_split import GzipScan, load_scan, save_scan
+from shardrec.tools.preprocess.text.lines import count_newlines
 from shardrec.tools.preprocess.text_slots import Slots
 
 logger = logging.getLogger(__name__)
@@ -126,9 +127,7 @@ class _Decoder:
             self.firsts.append(self.lines)
             text = arr[:closed]
             self.lines += int(
-                parse_kernel.count_newlines(text)
-                if parse_kernel.AVAILABLE
-                else np.count_nonzero(text == 10)
+                count_newlines(text) if parse_kernel.AVAILABLE else np.count_nonzero(text == 10)
             )
         del arr
         start = self.pos

@@ -15,7 +15,6 @@ Lines are physical lines (malformed rows included), so a split never depends on 
 from __future__ import annotations
 
 import logging
-import mmap
 import os
 import re
 from collections.abc import Callable
@@ -23,11 +22,14 @@ from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 
-import numpy as np
-
-from shardrec.tools.preprocess.parse import parse_kernel
-from shardrec.tools.preprocess.text.gz import READ_ERRORS, describe_error, open_text
 from shardrec.tools.preprocess.text.gz_split import GzipScan, scan_gzip, should_split
+from shardrec.tools.preprocess.text.lines import (
+    chunk_bounds,
+    count_lines,
+    count_range_lines,
+    header_end,
+    last_byte,
+)
 
 logger = logging.getLogger(__name__)
 KAGGLE_DAYS = 7
@@ -143,73 +145,6 @@ def discover_inputs(inputs: list[Path]) -> list[Path]:
     return files
 
 
-def count_lines(path: Path, skip_header: bool, block: int = 1 << 24) -> int:
-    """Physical lines (a last line without a newline counts) after any header."""
-    lines, last = 0, b"\n"
-    try:
-        f = open_text(path)
-    except READ_ERRORS as e:
-        raise ValueError(describe_error(path, e)) from e
-    with f:
-        try:
-            while b := f.read(block):
-                lines += b.count(b"\n")
-                last = b[-1:]
-        except READ_ERRORS as e:  # described while open: the message says how far the decoder got
-            raise ValueError(describe_error(path, e, f)) from e
-    lines += last != b"\n"
-    return max(lines - (1 if skip_header else 0), 0)
-
-
-def header_end(path: Path) -> int:
-    with open(path, "rb") as f:
-        line = f.readline()
-    return len(line)
-
-
-def chunk_bounds(path: Path, chunk_bytes: int, begin: int) -> list[tuple[int, int]]:
-    """Byte ranges of about `chunk_bytes`, each cut just after a newline."""
-    size = path.stat().st_size
-    bounds, start = [], begin
-    with open(path, "rb") as f:
-        while start < size:
-            cut = start + chunk_bytes
-            if cut >= size:
-                bounds.append((start, size))
-                break
-            f.seek(cut)
-            while True:
-                block = f.read(1 << 16)
-                if not block:
-                    cut = size
-                    break
-                nl = block.find(b"\n")
-                if nl >= 0:
-                    cut += nl + 1
-                    break
-                cut += len(block)
-            bounds.append((start, cut))
-            start = cut
-    return bounds
-
-
-def count_range_lines(path: Path, start: int, end: int, block: int = 1 << 24) -> int:
-    """Newlines in bytes [start, end) of a plain file (memory-mapped: no copies)."""
-    if end <= start:
-        return 0
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        data = np.frombuffer(mm, dtype=np.uint8)
-        if parse_kernel.AVAILABLE:  # one compiled pass, no [block] bool temporary
-            n = int(parse_kernel.count_newlines(data[start:end]))
-        else:
-            n = sum(
-                int(np.count_nonzero(data[a : min(a + block, end)] == 10))
-                for a in range(start, end, block)
-            )
-        del data  # the mapping cannot close while a view of it is alive
-    return n
-
-
 def halve(first: int, total: int, val_half: str) -> tuple[SplitRange, SplitRange]:
     """Lines [first, total) cut in two; the first half is val unless val_half='second'.
 
@@ -308,14 +243,8 @@ def plan_tasks(
         if needs_lines:
             counts = [count_range_lines(path, s, e) for s, e in bounds]
             firsts = [sum(counts[:i]) for i in range(len(counts))]
-            total = sum(counts) + (_last_byte(path) != b"\n")
+            total = sum(counts) + (last_byte(path) != b"\n")
             ranges = split_ranges(layout, is_last, total, val_half)
         for (start, end), first in zip(bounds, firsts):
             tasks.append(Task(len(tasks), str(path), start, end, first, ranges, "train", header))
     return tasks
-
-
-def _last_byte(path: Path) -> bytes:
-    with open(path, "rb") as f:
-        f.seek(-1, os.SEEK_END)
-        return f.read(1)

@@ -30,7 +30,7 @@ from shardrec.dataloader.util.files import atomic_write_bytes, fsync_path
 from shardrec.tools.preprocess import cpu_stages
 from shardrec.tools.preprocess.ids.id_maps import Vocabulary
 from shardrec.tools.preprocess.ids.vocab import cached_vocabularies
-from shardrec.tools.preprocess.inputs import STAGED, Task, count_range_lines, header_end
+from shardrec.tools.preprocess.inputs import STAGED, Task
 from shardrec.tools.preprocess.parse import parse_kernel
 from shardrec.tools.preprocess.parse.criteo_text import REASONS
 from shardrec.tools.preprocess.parts.part_columns import PartColumns
@@ -49,6 +49,7 @@ from shardrec.tools.preprocess.text.gz import (
     open_range,
     open_text,
 )
+from shardrec.tools.preprocess.text.lines import count_range_lines, header_end
 from shardrec.tools.preprocess.text_slots import slot_pieces
 
 logger = logging.getLogger(__name__)

@@ -39,6 +39,7 @@ from shardrec.tools.preprocess.parse.parse_fields import (
     padded,
     strip_point_zero,
 )
+from shardrec.tools.preprocess.text.lines import count_newlines
 
 NEWLINE = 10
 CR = 13
@@ -217,7 +218,7 @@ def _parse_compiled(buf: np.ndarray, schema: Schema) -> ParsedChunk:
     if buf.flags.writeable:  # one compiled signature for bytes and bytearray input
         buf = buf.view()
         buf.flags.writeable = False
-    rows = int(parse_kernel.count_newlines(buf))
+    rows = int(count_newlines(buf))
     nd, ns = schema.num_dense, schema.num_sparse
     out = ParsedChunk(
         np.empty(rows, np.uint8), np.empty((rows, nd), np.int64), np.empty((rows, nd), bool),

@@ -1,10 +1,10 @@
 """Compiled (numba) kernels of preprocessing's hot loops: the row parser, id hashing into
-the part's columns, newline and id counting.
+the part's columns, id counting (newlines: text/lines.py).
 
 The row parser is one pass over the bytes, with the same rules as the numpy parser.
 
 numpy needs ~40 passes over each chunk's field matrices; a compiled loop touches each byte
-once, which is what it takes to parse at disk speed on one core. parse.parse_chunk uses this
+once, which is what it takes to parse at disk speed on one core. criteo_text.parse_chunk uses this
 kernel when numba imports and falls back to its numpy path otherwise; the unit tests hold
 the two to identical results on random and malformed rows.
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from shardrec.dataloader.util.jit import AVAILABLE, njit
+from shardrec.tools.preprocess.text.lines import count_newlines
 
 if AVAILABLE:
     from numba.cpython.unsafe.numbers import trailing_zeros
@@ -326,15 +327,6 @@ def warm_up() -> None:
         buf = np.zeros(1, np.uint8)
         buf.flags.writeable = False  # the signature the parser and the planner call it with
         count_newlines(buf)
-
-
-@njit(cache=True, nogil=True, boundscheck=False)
-def count_newlines(buf):
-    """Rows in a piece: one pass, no temporary array (numpy's `buf == 10` allocates one)."""
-    n = 0
-    for i in range(len(buf)):
-        n += buf[i] == 10
-    return n
 
 
 @njit(cache=True, nogil=True, boundscheck=False)

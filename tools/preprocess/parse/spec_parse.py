@@ -27,9 +27,9 @@ from shardrec.dataloader.spec.feature_spec import (
     SpecError,
 )
 from shardrec.tools.preprocess.ids.id_maps import hash_bytes
-from shardrec.tools.preprocess.parse import parse_kernel
 from shardrec.tools.preprocess.parse import spec_kernel as k
 from shardrec.tools.preprocess.parse.criteo_text import REASONS, ChunkRows, Schema, show_value
+from shardrec.tools.preprocess.text.lines import count_newlines
 
 _ROLE = {
     LabelColumn: k.LABEL,
@@ -267,7 +267,7 @@ def parse_spec_chunk(data: bytes | memoryview | np.ndarray, program: Program) ->
     if buf.flags.writeable:  # one compiled signature for bytes and bytearray input
         buf = buf.view()
         buf.flags.writeable = False
-    rows = int(parse_kernel.count_newlines(buf)) if len(buf) else 0
+    rows = int(count_newlines(buf)) if len(buf) else 0
     nd, ns, nl = (
         int(np.count_nonzero(program.role == r)) for r in (k.DENSE, k.CATEGORICAL, k.LIST)
     )

@@ -1,5 +1,6 @@
-"""gzip inputs: opening them through ISA-L where it is installed (gz.py), one large .gz split
-into line-aligned ranges across workers (gz_split.py).
+"""Input text: opening it, plain or gzip (gz.py, through ISA-L where it is installed), counting
+its lines and cutting a plain file into line-aligned byte ranges (lines.py), and one large .gz
+split into line-aligned ranges across workers (gz_split.py).
 
 May import: nothing of shardrec.tools.preprocess.
 """

@@ -1,0 +1,95 @@
+"""Lines of an input's text: counted (a whole file, a byte range of a plain file), a header's end,
+and byte ranges of a plain file cut just after a newline."""
+
+from __future__ import annotations
+
+import mmap
+import os
+from pathlib import Path
+
+import numpy as np
+
+from shardrec.dataloader.util.jit import AVAILABLE, njit
+from shardrec.tools.preprocess.text.gz import READ_ERRORS, describe_error, open_text
+
+
+def count_lines(path: Path, skip_header: bool, block: int = 1 << 24) -> int:
+    """Physical lines (a last line without a newline counts) after any header."""
+    lines, last = 0, b"\n"
+    try:
+        f = open_text(path)
+    except READ_ERRORS as e:
+        raise ValueError(describe_error(path, e)) from e
+    with f:
+        try:
+            while b := f.read(block):
+                lines += b.count(b"\n")
+                last = b[-1:]
+        except READ_ERRORS as e:  # described while open: the message says how far the decoder got
+            raise ValueError(describe_error(path, e, f)) from e
+    lines += last != b"\n"
+    return max(lines - (1 if skip_header else 0), 0)
+
+
+def header_end(path: Path) -> int:
+    with open(path, "rb") as f:
+        line = f.readline()
+    return len(line)
+
+
+def chunk_bounds(path: Path, chunk_bytes: int, begin: int) -> list[tuple[int, int]]:
+    """Byte ranges of about `chunk_bytes`, each cut just after a newline."""
+    size = path.stat().st_size
+    bounds, start = [], begin
+    with open(path, "rb") as f:
+        while start < size:
+            cut = start + chunk_bytes
+            if cut >= size:
+                bounds.append((start, size))
+                break
+            f.seek(cut)
+            while True:
+                block = f.read(1 << 16)
+                if not block:
+                    cut = size
+                    break
+                nl = block.find(b"\n")
+                if nl >= 0:
+                    cut += nl + 1
+                    break
+                cut += len(block)
+            bounds.append((start, cut))
+            start = cut
+    return bounds
+
+
+def count_range_lines(path: Path, start: int, end: int, block: int = 1 << 24) -> int:
+    """Newlines in bytes [start, end) of a plain file (memory-mapped: no copies)."""
+    if end <= start:
+        return 0
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        data = np.frombuffer(mm, dtype=np.uint8)
+        if AVAILABLE:  # one compiled pass, no [block] bool temporary
+            n = int(count_newlines(data[start:end]))
+        else:
+            n = sum(
+                int(np.count_nonzero(data[a : min(a + block, end)] == 10))
+                for a in range(start, end, block)
+            )
+        del data  # the mapping cannot close while a view of it is alive
+    return n
+
+
+def last_byte(path: Path) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1)
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def count_newlines(buf):
+    """Rows in a piece: one pass, no temporary array (numpy's `buf == 10` allocates one)."""
+    n = 0
+    for i in range(len(buf)):
+        n += buf[i] == 10
+    return n

@@ -5,7 +5,7 @@ construction, dense transforms, statistics) and `derived` (datasets made from da
 `.npy` layout, multi-hot copies, the MLPerf reference's arrays).
 
 At the top: the run's settings (settings.py), input discovery and byte-range tasks (inputs.py),
-one task from text to parts (task.py, pieces.py, text_slots.py), the worker pool (pool.py), one
+one task from text to parts (task.py, pieces.py, task_text.py), the worker pool (pool.py), one
 large .gz decoded once while its tasks' text is handed out (gz_stream.py), vocabulary mode's
 counting pass (vocab_count.py), the whole run (pipeline.py), where its CPU goes (cpu_stages.py)
 and raw rows read for `shardrec predict` (raw_rows.py).

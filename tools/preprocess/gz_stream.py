@@ -51,10 +51,10 @@ from shardrec.tools.preprocess.task import (
     sync_and_mark,
     wait_for_writes,
 )
+from shardrec.tools.preprocess.task_text import Slots
 from shardrec.tools.preprocess.text import gz
 from shardrec.tools.preprocess.text.gz_split import GzipScan, load_scan, save_scan
 from shardrec.tools.preprocess.text.lines import count_newlines
-from shardrec.tools.preprocess.text_slots import Slots
 
 logger = logging.getLogger(__name__)
 _READ_AHEAD = 64 << 10  # decoded past a range's target to find its newline (lines are short)

@@ -41,6 +41,7 @@ from shardrec.tools.preprocess.pieces import (
     describe_bad,
     parse_piece,
 )
+from shardrec.tools.preprocess.task_text import slot_pieces
 from shardrec.tools.preprocess.text.gz import (
     RAPIDGZIP_ERRORS,
     READ_ERRORS,
@@ -50,7 +51,6 @@ from shardrec.tools.preprocess.text.gz import (
     open_text,
 )
 from shardrec.tools.preprocess.text.lines import count_range_lines, header_end
-from shardrec.tools.preprocess.text_slots import slot_pieces
 
 logger = logging.getLogger(__name__)
 MAX_REPORTED = 5

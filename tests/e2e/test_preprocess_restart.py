@@ -158,12 +158,12 @@ def test_output_is_the_same_when_part_columns_must_grow(
 def test_failed_background_fsync_fails_the_run_without_marking_the_task(
     raw: Path, tmp_path: Path, monkeypatch
 ):
-    from shardrec.tools.preprocess import task as preprocess_task
+    from shardrec.tools.preprocess import task_markers
 
     def no_space(files, marker, payload):  # what the sync thread meets on a full disk
         raise OSError(28, "No space left on device", str(files[0]))
 
-    monkeypatch.setattr(preprocess_task, "_sync_then_mark", no_space)
+    monkeypatch.setattr(task_markers, "_sync_then_mark", no_space)
     out = tmp_path / "data"
     result = runner.invoke(app, ["preprocess", str(raw), "--out", str(out), *ARGS])
     assert_one_line_error(result, re.escape("No space left on device"))

@@ -15,13 +15,13 @@ from shardrec.tools.preprocess.ids.id_maps import (
     merge_counts,
 )
 from shardrec.tools.preprocess.inputs import (
-    SplitRange,
     discover_inputs,
     halve,
     plan_tasks,
     resolve_layout,
     split_ranges,
 )
+from shardrec.tools.preprocess.task import SplitRange
 from shardrec.tools.preprocess.text.lines import chunk_bounds, count_lines
 
 # Known answers: a change to the mixing or the mod would remap every id of every dataset and
@@ -188,8 +188,8 @@ def test_compiled_hashing_equals_hash_ids():
 def test_read_pieces_cut_at_newlines_and_keep_every_byte(tmp_path: Path, gz: bool):
     import gzip
 
-    from shardrec.tools.preprocess.inputs import Task
-    from shardrec.tools.preprocess.task import read_pieces
+    from shardrec.tools.preprocess.task import Task
+    from shardrec.tools.preprocess.task_text import read_pieces
 
     text = (
         b"".join(b"x" * (i % 50) + b"\n" for i in range(400))
@@ -201,7 +201,7 @@ def test_read_pieces_cut_at_newlines_and_keep_every_byte(tmp_path: Path, gz: boo
     path.write_bytes(gzip.compress(text) if gz else text)
     task = Task(0, str(path), 0, -1 if gz else len(text), 0, (), "train", False)
     pieces = [
-        bytes(p) for p in read_pieces(task, piece_bytes=64)
+        bytes(p) for p in read_pieces(task.text, piece_bytes=64)
     ]  # lines up to 300 bytes: the buffer grows
     assert all(p.endswith(b"\n") for p in pieces) and len(pieces) > 10
     assert b"".join(pieces) == text + b"\n"
@@ -214,9 +214,9 @@ def test_count_and_vocabulary_files_are_synced_before_they_appear(tmp_path: Path
     from helpers import record_syncs_and_renames
 
     from shardrec.tools.preprocess.ids.vocab import build_vocabularies, run_dirs
-    from shardrec.tools.preprocess.inputs import Task
     from shardrec.tools.preprocess.parse.criteo_text import Schema
-    from shardrec.tools.preprocess.pieces import TaskOptions
+    from shardrec.tools.preprocess.parse.text_parser import TextParser
+    from shardrec.tools.preprocess.task import Task, TaskOptions
     from shardrec.tools.preprocess.vocab_count import count_task
 
     def synced_before_renamed(events: list[str]) -> list[str]:
@@ -236,9 +236,9 @@ def test_count_and_vocabulary_files_are_synced_before_they_appear(tmp_path: Path
     task = Task(0, str(tmp_path / "in.txt"), 0, len(text), 0, (), "train", False)
     # Once in another folder first: on a fresh checkout numba compiles the counting kernels here
     # and renames their cache files into __pycache__, which are not the files under test.
-    count_task(task, TaskOptions(str(tmp_path / "warm"), schema, 1 << 20, (10,)))
+    count_task(task, TaskOptions(str(tmp_path / "warm"), TextParser(schema), 1 << 20, (10,)))
     events = record_syncs_and_renames(monkeypatch)
-    marker = count_task(task, TaskOptions(str(tmp_path), schema, 1 << 20, (10,)))
+    marker = count_task(task, TaskOptions(str(tmp_path), TextParser(schema), 1 << 20, (10,)))
     replaces = [e for e in events if e.startswith("replace")]
     assert replaces == ["replace C1.values.npy", "replace C1.counts.npy", f"replace {marker.name}"]
     assert synced_before_renamed(events) == [] and marker.exists()

@@ -172,7 +172,8 @@ def preprocess(
     from shardrec.dataloader.util.locks import dataset_lock
     from shardrec.tools.preprocess.pipeline import run_preprocess
     from shardrec.tools.preprocess.pool import WorkerDied
-    from shardrec.tools.preprocess.task import InputError, MalformedRowError
+    from shardrec.tools.preprocess.task import MalformedRowError
+    from shardrec.tools.preprocess.task_text import InputError
 
     feature_spec = _spec(ctx, spec)
     try:

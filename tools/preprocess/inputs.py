@@ -18,10 +18,10 @@ import logging
 import os
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 
+from shardrec.tools.preprocess.task import SplitRange, Task
 from shardrec.tools.preprocess.text.gz_split import GzipScan, scan_gzip, should_split
 from shardrec.tools.preprocess.text.lines import (
     chunk_bounds,
@@ -34,63 +34,6 @@ from shardrec.tools.preprocess.text.lines import (
 logger = logging.getLogger(__name__)
 KAGGLE_DAYS = 7
 LAYOUTS = ("auto", "kaggle", "days")
-# Where a task puts its parts while its file's line count, hence its split, is unknown (gz_stream).
-STAGED = ".work/staged"
-
-
-@dataclass(frozen=True)
-class SplitRange:
-    """Lines [begin, end) of one file go to `split`."""
-
-    split: str
-    begin: int
-    end: int
-
-
-@dataclass(frozen=True)
-class Task:
-    """One unit of work: a byte range of a plain file, a range of a gzip file's text, or a whole
-    gzip file."""
-
-    index: int
-    path: str
-    start: int
-    end: int  # -1: to the end (gzip files)
-    first_line: (
-        int  # line number (0-based, after any header) of the range's first line; -1 if unknown
-    )
-    splits: tuple[
-        SplitRange, ...
-    ]  # by line number within the file; empty: the whole file is `default_split`
-    default_split: str
-    header: bool  # the file starts with a header line (plain ranges already start past it)
-    gz_index: str = ""  # a range of a gzip file's text: its seek index (gz_split), "" for none
-    crc: int = -1  # a range of a gzip file's text: CRC-32 of its bytes, from the planning pass
-    text_slot: str = (
-        ""  # a range of a gzip file's text already decoded: its shared memory (gz_stream)
-    )
-
-    @property
-    def gz(self) -> bool:
-        return self.path.endswith(".gz")
-
-    @property
-    def holds_train_lines(self) -> bool:
-        """Whether any of the task's lines may be a training line (a task of the last day, or of
-        Kaggle's seventh, holds none: the vocabulary pass does not read it)."""
-        if not self.splits:
-            return self.default_split == "train"
-        first = max(self.first_line, 0)  # lines only grow from the task's first one
-        return any(r.split == "train" and r.end > first for r in self.splits)
-
-    def split_of(self, line: int) -> str:
-        for r in self.splits:
-            if r.begin <= line < r.end:
-                return r.split
-        return self.default_split
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def _natural_key(path: Path) -> tuple:

@@ -33,6 +33,7 @@ from shardrec.dataloader.format.manifest import (
 )
 from shardrec.dataloader.spec.feature_spec import ListColumn
 from shardrec.dataloader.util.files import atomic_write_bytes
+from shardrec.dataloader.util.locks import WORK_DIR
 from shardrec.tools.preprocess import cpu_stages
 from shardrec.tools.preprocess.gz_stream import stream_gzip
 from shardrec.tools.preprocess.ids.id_maps import MISSING_ID, OOV_ID
@@ -42,21 +43,19 @@ from shardrec.tools.preprocess.ids.vocab import (
     release_freed_memory,
     run_dirs,
 )
-from shardrec.tools.preprocess.inputs import Task, discover_inputs, plan_tasks, resolve_layout
-from shardrec.tools.preprocess.parse.spec_parse import text_options
+from shardrec.tools.preprocess.inputs import discover_inputs, plan_tasks, resolve_layout
+from shardrec.tools.preprocess.parse.text_parser import choose_parser
 from shardrec.tools.preprocess.parts.feature_stats import compute_feature_stats
-from shardrec.tools.preprocess.pieces import TaskOptions
 from shardrec.tools.preprocess.pool import Pool, map_tasks, shared_pool
 from shardrec.tools.preprocess.settings import PreprocessConfig
 from shardrec.tools.preprocess.task import (
-    WORK_DIR,
-    InputError,
-    TaskResult,
+    Task,
+    TaskOptions,
     process_setup,
-    read_marker,
-    run_task,
-    wait_for_writes,
+    run_task_safely,
 )
+from shardrec.tools.preprocess.task_markers import TaskResult, read_marker, wait_for_writes
+from shardrec.tools.preprocess.task_text import InputError
 from shardrec.tools.preprocess.vocab_count import count_task
 
 logger = logging.getLogger(__name__)
@@ -166,7 +165,9 @@ def _run(cfg: PreprocessConfig, progress: Progress | None) -> PreprocessResult:
     layout = resolve_layout(cfg.layout, files)
     # The spec is checked against the inputs' header before the run is recorded in --out: a spec
     # refused here and then fixed must not find the directory holding a run "with another spec".
-    text = text_options(cfg.spec, cfg.spec_file, cfg.schema, cfg.dense_transform, files)
+    parser, dense_transform = choose_parser(
+        cfg.spec, cfg.spec_file, cfg.schema, cfg.dense_transform, files
+    )
     cfg.out.mkdir(parents=True, exist_ok=True)
     _check_fingerprint(cfg.out, cfg.fingerprint(files, with_mtime=True))
     if cfg.part is None:
@@ -174,12 +175,13 @@ def _run(cfg: PreprocessConfig, progress: Progress | None) -> PreprocessResult:
         _remove_temporaries(cfg.out)
     opts = TaskOptions(
         str(cfg.out),
+        parser,
         chunk_bytes=int(cfg.chunk_mb * (1 << 20)),
         cardinalities=cfg.cardinalities(),
+        dense_transform=dense_transform,
         dense_dtype=cfg.dense_dtype,
         strict=cfg.strict,
         vocab_memory_bytes=int(cfg.vocab_memory_mb * (1 << 20)),
-        **text,
     )
     # A large .gz file is decoded once, its tasks run as it goes; not in vocabulary mode (ids need
     # the vocabularies first) nor under --part (each machine runs its own share of a planned cut).
@@ -234,7 +236,7 @@ def _run_tasks(
         progress.start(sum(_disk_bytes(t) for t in todo), "preprocess")
     # In one process, a task's fsyncs overlap the next task's parsing (see run_task).
     in_process = cfg.workers == 1 or len(todo) <= 1
-    run = partial(_run_task_safely, background_sync=in_process)
+    run = partial(run_task_safely, background_sync=in_process)
     try:
         for t, (res, cpu) in map_tasks(run, todo, opts, cfg.workers, pool):
             cpu_stages.add(cpu)
@@ -278,18 +280,6 @@ def _check_rows_kept(cfg: PreprocessConfig, tasks: list[Task], results: list[Tas
         f"{where}: {bad:,} of {lines:,} lines malformed ({bad / lines:.2%}: {reasons}), more than the "
         f"{cfg.max_skipped_fraction:g} allowed (--max-skipped-fraction){first}"
     )
-
-
-def _run_task_safely(
-    task: Task, opts: TaskOptions, background_sync: bool = False
-) -> tuple[TaskResult | str, dict[str, float]]:
-    # An unreadable input fails its own task only; malformed rows under --strict stop the run.
-    # What the task cost per stage goes back with it (a pool worker's own counts; cpu_stages).
-    try:
-        res: TaskResult | str = run_task(task, opts, background_sync)
-    except InputError as e:
-        res = str(e)
-    return res, cpu_stages.take()
 
 
 def _disk_bytes(task: Task) -> int:

@@ -15,8 +15,7 @@ from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
-from shardrec.tools.preprocess.inputs import Task
-from shardrec.tools.preprocess.pieces import TaskOptions
+from shardrec.tools.preprocess.task import Task, TaskOptions
 
 
 class WorkerDied(RuntimeError):

@@ -25,8 +25,8 @@ from shardrec.dataloader.multihot.multihot_tables import (
 from shardrec.dataloader.spec.spec_file import spec_from_dict
 from shardrec.tools.preprocess.ids.vocab import load_vocabularies
 from shardrec.tools.preprocess.parse.criteo_text import REASONS, Schema
-from shardrec.tools.preprocess.parse.spec_parse import text_options
-from shardrec.tools.preprocess.pieces import PartLayout, TaskOptions, describe_bad, parse_piece
+from shardrec.tools.preprocess.parse.text_parser import choose_parser
+from shardrec.tools.preprocess.task import TaskOptions
 from shardrec.tools.preprocess.text.gz import open_text
 
 CHUNK_BYTES = 16 << 20
@@ -73,15 +73,16 @@ class RawRows:
 
     def options(self, path: Path) -> TaskOptions:
         """How this file's rows are read (a spec is matched to the file's own header)."""
-        text = text_options(
+        parser, dense_transform = choose_parser(
             self.spec, "the model's spec", self.schema, self.dense_transform, [path]
         )
         return TaskOptions(
             "",
+            parser,
             chunk_bytes=0,
             cardinalities=self.cardinalities,
+            dense_transform=dense_transform,
             dense_dtype=self.dense_dtype,
-            **text,
         )
 
     def convert(
@@ -91,13 +92,13 @@ class RawRows:
         names a malformed row's line. Rows without a label column are parsed with a 0 put in
         front."""
         data = _with_label_column(data, path, first_line, opts) if not labeled else data
-        if labeled and opts.program is None and first_line <= 2:
-            _check_label_column(data, path, opts.schema)
-        chunk = parse_piece(data, opts)
+        if labeled and opts.parser.program is None and first_line <= 2:
+            _check_label_column(data, path, opts.parser.schema)
+        chunk = opts.parser.parse(data)
         bad = np.flatnonzero(~chunk.ok)
         if bad.size:
             row = int(bad[0])
-            field, value = describe_bad(data, chunk, row, opts)
+            field, value = opts.parser.describe_bad(data, chunk, row)
             reason = REASONS[int(chunk.reason[row])]
             hint = ""
             if reason == "bad_label":
@@ -105,7 +106,7 @@ class RawRows:
             elif reason == "too_many_fields" and not labeled:
                 hint = " (with --no-label: the rows have a label column; leave --no-label out)"
             raise ValueError(f"{path}:{first_line + row}: {reason}: {field}: {value}{hint}")
-        layout = PartLayout(opts)
+        layout = opts.part_layout()
         cols = layout.new_part(chunk.rows)
         layout.append(cols, chunk, np.arange(chunk.rows), self.vocabs)
         one_hot = cols.columns(layout.one_hot)
@@ -165,12 +166,12 @@ def _with_label_column(data: bytes, path: Path, first_line: int, opts: TaskOptio
     """Rows without a label column, a 0 label put in front of each: Criteo's layout only (its label
     is the first field); a feature spec's label column may sit anywhere, so such rows are
     refused."""
-    if opts.program is not None:
+    if opts.parser.program is not None:
         raise ValueError(
             f"{path}:{first_line}: --no-label reads rows of Criteo's layout (label first); this model's feature "
             "spec places its label column elsewhere: give the rows a label column (any 0 or 1) and leave --no-label out"
         )
-    return re.sub(rb"(?m)^(?=[^\n])", b"0" + opts.schema.delimiter.encode(), data)
+    return re.sub(rb"(?m)^(?=[^\n])", b"0" + opts.parser.schema.delimiter.encode(), data)
 
 
 def _check_label_column(data: bytes, path: Path, schema: Schema) -> None:

@@ -19,13 +19,14 @@ from pathlib import Path
 import numpy as np
 
 from shardrec.dataloader.util.jit import AVAILABLE, njit
+from shardrec.dataloader.util.locks import WORK_DIR
 from shardrec.tools.preprocess import cpu_stages
 from shardrec.tools.preprocess.ids.id_maps import count_values
 from shardrec.tools.preprocess.ids.vocab import CountRuns
-from shardrec.tools.preprocess.inputs import Task
 from shardrec.tools.preprocess.parse import spec_kernel
-from shardrec.tools.preprocess.pieces import Chunk, TaskOptions, parse_piece
-from shardrec.tools.preprocess.task import WORK_DIR, process_setup, read_pieces, split_rows
+from shardrec.tools.preprocess.parse.text_parser import Chunk
+from shardrec.tools.preprocess.task import Task, TaskOptions, process_setup, split_rows
+from shardrec.tools.preprocess.task_text import read_pieces
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
@@ -85,10 +86,10 @@ def piece_counts(
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """(distinct values, counts) of every sparse feature over the rows where `rows` is True."""
     idx = np.flatnonzero(rows)
-    if not opts.program:
+    if not opts.parser.program:
         return count_columns(chunk.sparse, chunk.sparse_missing, idx)
     out = []
-    for _, is_list, slot in opts.program.features:
+    for _, is_list, slot in opts.parser.program.features:
         if not is_list:
             out.append(count_values(chunk.sparse[idx, slot], chunk.sparse_missing[idx, slot]))
             continue
@@ -106,9 +107,9 @@ def count_task(task: Task, opts: TaskOptions) -> Path:
     process_setup()
     runs = CountRuns(Path(opts.out) / WORK_DIR, task.index, opts.names, opts.vocab_memory_bytes)
     line0 = 0
-    for data in read_pieces(task):
+    for data in read_pieces(task.text):
         with cpu_stages.stage(cpu_stages.PARSE):
-            chunk = parse_piece(data, opts)
+            chunk = opts.parser.parse(data)
         with cpu_stages.stage(cpu_stages.COUNT):
             for split, mask in split_rows(task, line0, chunk.rows):
                 if split != "train":

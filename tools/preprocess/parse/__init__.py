@@ -1,7 +1,8 @@
 """Parsing click-log text with no per-row Python: Criteo's parser (criteo_text.py) with its
 compiled kernels (parse_kernel.py) and vectorized field decoding (parse_fields.py); a feature
 spec resolved against a file's fields and its text parsed by it (spec_parse.py, spec_kernel.py,
-spec_values.py); and a proposed spec from a log's first rows (spec_infer.py).
+spec_values.py); the parser a run chooses, either of them (text_parser.py); and a proposed spec
+from a log's first rows (spec_infer.py).
 
 May import: shardrec.tools.preprocess.text, shardrec.tools.preprocess.ids.
 """

@@ -191,43 +191,6 @@ def criteo_schema(program: Program) -> tuple[Schema, str] | None:
     return schema, dense[0].transform if dense else "log1p"
 
 
-def text_options(
-    spec: FeatureSpec | None,
-    spec_file: str,
-    schema: Schema,
-    dense_transform: str,
-    files: list[Path],
-) -> dict:
-    """How a run's tasks read its text (TaskOptions' schema, dense_transform, program,
-    column_names).
-
-    No spec: Criteo's parser with the schema. A spec is resolved against each file's header (every
-    file must resolve the same); one of Criteo's shape still goes to Criteo's parser, its names
-    kept.
-    """
-    if spec is None:
-        return {"schema": schema, "dense_transform": dense_transform}
-    programs = [
-        resolve_program(
-            spec,
-            read_header(f, spec) if spec.format.header else None,
-            str(f),
-            spec_file or "the spec",
-        )
-        for f in (files if spec.format.header else files[:1])
-    ]
-    for f, other in zip(files[1:], programs[1:]):
-        if other.names != programs[0].names:
-            raise SpecError(
-                f"{f}: its header orders the columns otherwise than {files[0]}'s; give each its own run"
-            )
-    program = programs[0]
-    criteo = criteo_schema(program)
-    if criteo is not None:
-        return {"schema": criteo[0], "dense_transform": criteo[1], "column_names": program.names}
-    return {"schema": Schema(), "program": program}
-
-
 @dataclass
 class SpecChunk(ChunkRows):
     """Every row of a piece of text parsed by a spec; rows with reason >= 0 are malformed

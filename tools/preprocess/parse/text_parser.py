@@ -1,0 +1,105 @@
+"""The parser a run reads its text with: Criteo's (criteo_text.py, its compiled kernels: label,
+integers, hex; the built-in spec and any spec of that shape, spec_parse.criteo_schema) or a
+feature spec's (spec_parse.py: any columns, quoting, strings, lists), chosen once per run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from shardrec.dataloader.spec.feature_spec import (
+    FeatureSpec,
+    SpecError,
+)
+from shardrec.tools.preprocess.parse.criteo_text import (
+    ParsedChunk,
+    Schema,
+    describe_bad_row,
+    parse_chunk,
+)
+from shardrec.tools.preprocess.parse.spec_parse import (
+    Program,
+    SpecChunk,
+    criteo_schema,
+    describe_bad_spec_row,
+    parse_spec_chunk,
+    read_header,
+    resolve_program,
+)
+
+Chunk = ParsedChunk | SpecChunk
+
+
+@dataclass(frozen=True)
+class TextParser:
+    """Parses pieces of whole lines and names what is wrong with a malformed row (picklable)."""
+
+    schema: Schema
+    program: Program | None = None
+    """A feature spec's program (spec_parse); None: Criteo's parser reads `schema`."""
+    column_names: tuple[str, ...] = ()
+    """Criteo's parser: each field's name where a spec of its shape names them (default: label,
+    I1.., C1..)."""
+
+    @property
+    def sparse_names(self) -> list[str]:
+        """Every sparse feature, in manifest order."""
+        if self.program:
+            return [c.name for c in self.program.spec.sparse]
+        return list(self.column_names[1 + self.schema.num_dense :] or self.schema.sparse_names)
+
+    @property
+    def num_dense(self) -> int:
+        return len(self.program.spec.dense) if self.program else self.schema.num_dense
+
+    def parse(self, data: memoryview) -> Chunk:
+        if self.program:
+            return parse_spec_chunk(data, self.program)
+        return parse_chunk(data, self.schema)
+
+    def describe_bad(self, data: memoryview, chunk: Chunk, row: int) -> tuple[str, str]:
+        """(column name, offending value) of a malformed row."""
+        if self.program:
+            return describe_bad_spec_row(data, chunk, row, self.program)
+        name, value = describe_bad_row(data, chunk, row, self.schema)
+        if self.column_names and name in self.schema.field_names:
+            name = self.column_names[self.schema.field_names.index(name)]
+        return name, value
+
+
+def choose_parser(
+    spec: FeatureSpec | None,
+    spec_file: str,
+    schema: Schema,
+    dense_transform: str,
+    files: list[Path],
+) -> tuple[TextParser, str]:
+    """How a run's tasks read its text: the parser, and the dense transform of Criteo's parser
+    (a spec's own columns carry theirs).
+
+    No spec: Criteo's parser with the schema. A spec is resolved against each file's header (every
+    file must resolve the same); one of Criteo's shape still goes to Criteo's parser, its names
+    kept.
+    """
+    if spec is None:
+        return TextParser(schema), dense_transform
+    programs = [
+        resolve_program(
+            spec,
+            read_header(f, spec) if spec.format.header else None,
+            str(f),
+            spec_file or "the spec",
+        )
+        for f in (files if spec.format.header else files[:1])
+    ]
+    for f, other in zip(files[1:], programs[1:]):
+        if other.names != programs[0].names:
+            raise SpecError(
+                f"{f}: its header orders the columns otherwise than {files[0]}'s; give each its own run"
+            )
+    program = programs[0]
+    criteo = criteo_schema(program)
+    if criteo is not None:
+        return TextParser(criteo[0], column_names=program.names), criteo[1]
+    return TextParser(Schema(), program), "log1p"

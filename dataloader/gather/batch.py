@@ -25,7 +25,7 @@ from shardrec.dataloader.format.manifest import Part
 from shardrec.dataloader.format.part_cache import PartSet, part_rows
 from shardrec.dataloader.gather import gather_kernels as kernels
 from shardrec.dataloader.gather.addresses import AddressCache
-from shardrec.dataloader.gather.many_parts import PartLocator, take_ids
+from shardrec.dataloader.gather.many_parts import PartLocator, take_ids_of_parts
 from shardrec.dataloader.gather.row_groups import Groups, group_located, group_rows
 from shardrec.dataloader.multihot.multihot_tables import IndexTables
 
@@ -302,7 +302,7 @@ class BatchGatherer:
         names = self.feature_names
         compiled = [f for f in range(len(names)) if same[f + 2]]
         if compiled:
-            highest = take_ids(
+            highest = take_ids_of_parts(
                 [self._addresses.like[f + 2] for f in compiled],
                 addresses[[f + 2 for f in compiled]],
                 strides[[f + 2 for f in compiled]],

@@ -3,7 +3,7 @@
 A shuffle window mixes blocks of ~160-250 parts at Criteo 1TB's part size (~450 K rows).
 `PartLocator` finds each row's part and its row inside it (gather_kernels.locate, or through
 a coarse index past INDEXED_PARTS parts) and renumbers the parts over those the gather uses;
-`take_ids` then reads every one-hot feature of one id dtype in one kernel call, from each
+`take_ids_of_parts` then reads every one-hot feature of one id dtype in one kernel call, from each
 part's map by data address (addresses.py), straight into the batch's int64 ids. batch.py
 owns the rest of the gather (labels, dense, the numpy fallbacks).
 """
@@ -62,7 +62,7 @@ class PartLocator:
         return part_of, local, used[: compact_parts(part_of, self.parts, used)]
 
 
-def take_ids(
+def take_ids_of_parts(
     like: list[np.ndarray],
     addresses: np.ndarray,
     strides: np.ndarray,

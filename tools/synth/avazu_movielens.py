@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shardrec.tools.synth.criteo import _int_bytes, _open_out
+from shardrec.tools.synth.criteo import int_bytes, open_out
 
 _PAD = 0
 LIKE = ("criteo", "avazu", "movielens")
@@ -100,7 +100,7 @@ def _rows(columns: list[np.ndarray], delimiter: str = ",") -> bytes:
 
 
 def _ints(values: np.ndarray) -> np.ndarray:
-    return _int_bytes(values.astype(np.int64), np.zeros(len(values), bool), False)
+    return int_bytes(values.astype(np.int64), np.zeros(len(values), bool), False)
 
 
 def _hex_vocab(rng: np.random.Generator, size: int) -> list[str]:
@@ -254,7 +254,7 @@ def write_like(path: Path, like: str, rows: int, seed: int, gzip_level: int | No
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     written = 0
-    with _open_out(tmp, path.suffix == ".gz", gzip_level) as out:
+    with open_out(tmp, path.suffix == ".gz", gzip_level) as out:
         written += out.write(f"{header}\n".encode())
         for start in range(0, rows, _CHUNK_ROWS):
             written += out.write(chunk(rng, state, min(_CHUNK_ROWS, rows - start), start))

@@ -102,7 +102,7 @@ def draw_rows(
     return labels, dense, dense_missing, values, sparse_missing
 
 
-def _int_bytes(values: np.ndarray, missing: np.ndarray, float_suffix: bool) -> np.ndarray:
+def int_bytes(values: np.ndarray, missing: np.ndarray, float_suffix: bool) -> np.ndarray:
     """Decimal text of each value as a [n, width] byte matrix, _PAD where no character."""
     absval = np.abs(values)
     ndigits = np.maximum(1, np.floor(np.log10(np.maximum(absval, 1))).astype(np.int64) + 1)
@@ -142,7 +142,7 @@ def format_rows(
     sep = np.full((n, 1), ord(delimiter), dtype=np.uint8)
     cols = [np.full((n, 1), ord("0"), dtype=np.uint8) + labels[:, None].astype(np.uint8)]
     for j in range(NUM_DENSE):
-        cols += [sep, _int_bytes(dense[:, j], dense_missing[:, j], float_ints)]
+        cols += [sep, int_bytes(dense[:, j], dense_missing[:, j], float_ints)]
     sep_positions = []
     for f in range(NUM_SPARSE):
         sep_positions.append(sum(c.shape[1] for c in cols))
@@ -182,7 +182,7 @@ def write_file(
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     written = 0
-    with _open_out(tmp, path.suffix == ".gz", gzip_level) as out:
+    with open_out(tmp, path.suffix == ".gz", gzip_level) as out:
         if csv:
             written += out.write(header(","))
         for start in range(0, rows, _CHUNK_ROWS):
@@ -204,7 +204,7 @@ def write_file(
     return written
 
 
-def _open_out(path: Path, gz: bool, level: int | None):
+def open_out(path: Path, gz: bool, level: int | None):
     if not gz:
         return open(path, "wb")
     if level is None:

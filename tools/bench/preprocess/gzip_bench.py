@@ -22,7 +22,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from shardrec.tools.bench.preprocess.preprocess_bench import _BYTES_PER_ROW, run_preprocess_child
+from shardrec.tools.bench.preprocess.preprocess_bench import BYTES_PER_ROW, run_preprocess_child
 from shardrec.tools.bench.preprocess.spec_bench import rates
 from shardrec.tools.console import console, err_console
 from shardrec.tools.preprocess.text.gz_split import SPLIT_MIN_CHUNKS, should_split
@@ -44,7 +44,7 @@ def _generate(work_dir: Path, size_gb: float) -> tuple[Path, Path]:
     from shardrec.tools.synth.criteo import SynthSpec, write_file
 
     plain, packed = work_dir / "plain" / "train.txt", work_dir / "gz" / "train.txt.gz"
-    rows = max(1000, int(size_gb * 1e9 / _BYTES_PER_ROW))
+    rows = max(1000, int(size_gb * 1e9 / BYTES_PER_ROW))
     if (
         not plain.is_file()
         or abs(plain.stat().st_size - size_gb * 1e9) > 0.2 * size_gb * 1e9

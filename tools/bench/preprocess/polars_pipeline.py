@@ -27,7 +27,7 @@ INSTALL_HINT = "polars is not installed: pip install 'shardrec[bench]' (or pip i
 _M1, _M2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 
 
-def _mix64(z):
+def polars_mix64(z):
     """splitmix64's finalizer in polars expressions (UInt64 multiply wraps, as in ids.mix64)."""
     z = z ^ (z // (1 << 30))  # an unsigned floor division is the logical shift right
     z = z * _M1
@@ -60,7 +60,7 @@ def polars_preprocess(
 
     def hashed(c: str):
         v = pl.col(c).str.to_integer(base=16, dtype=pl.UInt64, strict=False)
-        ids = _mix64(v) % (max_ids - 1) + 1
+        ids = polars_mix64(v) % (max_ids - 1) + 1
         return pl.when(v.is_null()).then(0).otherwise(ids).cast(id_type).alias(c)
 
     frame = (

@@ -32,7 +32,7 @@ from shardrec.dataloader.spec.feature_spec import (
     ListColumn,
 )
 from shardrec.dataloader.spec.spec_file import load_spec
-from shardrec.tools.bench.preprocess.polars_pipeline import _mix64, child_main
+from shardrec.tools.bench.preprocess.polars_pipeline import child_main, polars_mix64
 
 
 def _string_values(strings, max_bytes: int):
@@ -54,9 +54,11 @@ def _string_values(strings, max_bytes: int):
             .str.to_integer(base=16, dtype=pl.UInt64, strict=False)
         )
         frame = frame.with_columns(
-            h=pl.when(pl.col("n") > 8 * k).then(_mix64(pl.col("h") ^ word)).otherwise(pl.col("h"))
+            h=pl.when(pl.col("n") > 8 * k)
+            .then(polars_mix64(pl.col("h") ^ word))
+            .otherwise(pl.col("h"))
         )
-    return frame.select(_mix64(pl.col("h") ^ pl.col("n")).alias("h"))["h"]
+    return frame.select(polars_mix64(pl.col("h") ^ pl.col("n")).alias("h"))["h"]
 
 
 def _ids(strings, column: CategoricalColumn):
@@ -76,7 +78,7 @@ def _ids(strings, column: CategoricalColumn):
         smallest_uint(column.hash_size - 1).itemsize
     ]
     frame = pl.DataFrame({"v": values, "s": strings})
-    ids = _mix64(pl.col("v")) % (column.hash_size - 1) + 1
+    ids = polars_mix64(pl.col("v")) % (column.hash_size - 1) + 1
     missing = pl.col("s").is_null() | (pl.col("s") == "")
     return frame.select(pl.when(missing).then(0).otherwise(ids).cast(dtype).alias("v"))[
         "v"

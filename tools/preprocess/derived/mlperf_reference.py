@@ -105,7 +105,7 @@ def parse_day(path: Path, work: Path, day: int) -> None:
     _save(work / f"day_{day}_labels.npy", labels)
 
 
-def transform_dense(raw: np.ndarray, how: str, day_min: int) -> np.ndarray:
+def reference_dense(raw: np.ndarray, how: str, day_min: int) -> np.ndarray:
     """torchrec's dense transform of int32 values, in its int32-then-float32 arithmetic."""
     shifted = raw + np.int32(3) if how == "log3" else raw - np.int32(day_min - 2)
     return np.log(shifted.astype(np.int32, copy=False), dtype=np.float32)
@@ -185,7 +185,7 @@ class _Parsed:
 
     def rows(self, day: int, picked: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Dense (transformed), ids and labels of rows `picked` (ascending) of `day`."""
-        dense = transform_dense(np.asarray(self.dense_raw[day][picked]), self.dense, self.mins[day])
+        dense = reference_dense(np.asarray(self.dense_raw[day][picked]), self.dense, self.mins[day])
         return dense, np.asarray(self.ids[day][picked]), np.asarray(self.labels[day][picked])
 
 

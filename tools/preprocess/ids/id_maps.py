@@ -17,24 +17,36 @@ from functools import cached_property
 
 import numpy as np
 
+from shardrec.dataloader.util.jit import njit
+
 MISSING_ID = 0
 OOV_ID = 1
 BUCKET_VALUES = (
     32  # kept values per bucket of the compiled lookup's index, on average: 1/8 byte per value
 )
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
+# splitmix64's finalizer, the one hash of every id: its multipliers and shifts, written once.
+MIX_M1 = np.uint64(0xBF58476D1CE4E5B9)
+MIX_M2 = np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
 
 
 def mix64(values: np.ndarray) -> np.ndarray:
-    """splitmix64 finalizer over uint64 (wrapping multiply is intended)."""
+    """splitmix64's finalizer over a uint64 array (wrapping multiply is intended)."""
     z = values.astype(np.uint64, copy=True)
-    z ^= z >> np.uint64(30)
-    z *= _M1
-    z ^= z >> np.uint64(27)
-    z *= _M2
-    z ^= z >> np.uint64(31)
+    z ^= z >> _S30
+    z *= MIX_M1
+    z ^= z >> _S27
+    z *= MIX_M2
+    z ^= z >> _S31
     return z
+
+
+@njit(cache=True, nogil=True, inline="always")
+def mix64_scalar(z):
+    """splitmix64's finalizer of one uint64, for compiled kernels (mix64's arithmetic)."""
+    z = (z ^ (z >> _S30)) * MIX_M1
+    z = (z ^ (z >> _S27)) * MIX_M2
+    return z ^ (z >> _S31)
 
 
 def hash_bytes(data: bytes) -> int:
@@ -44,8 +56,8 @@ def hash_bytes(data: bytes) -> int:
     mask = (1 << 64) - 1
 
     def mix(z: int) -> int:
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+        z = ((z ^ (z >> 30)) * int(MIX_M1)) & mask
+        z = ((z ^ (z >> 27)) * int(MIX_M2)) & mask
         return z ^ (z >> 31)
 
     h = 0

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from shardrec.dataloader.util.jit import AVAILABLE, njit
+from shardrec.tools.preprocess.ids.id_maps import MIX_M1, MIX_M2
 from shardrec.tools.preprocess.text.lines import count_newlines
 
 if AVAILABLE:
@@ -34,7 +35,7 @@ EMPTY_ROW, TOO_MANY_FIELDS, TOO_FEW_FIELDS, BAD_LABEL, BAD_INTEGER, BAD_HEX = 0,
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
-def _decode_int(buf, s, e):
+def decode_int(buf, s, e):
     """(value, ok) of buf[s:e], a non-empty field."""
     if e - s >= 3 and buf[e - 1] == 48 and buf[e - 2] == 46:  # trailing ".0"
         e -= 2
@@ -53,7 +54,7 @@ def _decode_int(buf, s, e):
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
-def _decode_hex(buf, s, e):
+def decode_hex(buf, s, e):
     if e - s > 16:
         return np.uint64(0), False
     v = np.uint64(0)
@@ -115,7 +116,7 @@ def _scan_int(buf, s, dec):
     # Rare: '.0' suffix, a '\r' before the newline, bad or too many digits.
     e = _field_end(buf, j, dec)
     end = e - 1 if (buf[e] == 10 and e > s and buf[e - 1] == 13) else e
-    v, ok = _decode_int(buf, s, end)
+    v, ok = decode_int(buf, s, end)
     return v, ok, e
 
 
@@ -133,7 +134,7 @@ def _scan_hex(buf, s, hexv):
         return v, True, j
     e = _field_end(buf, j, hexv)
     end = e - 1 if (buf[e] == 10 and e > s and buf[e - 1] == 13) else e
-    v, ok = _decode_hex(buf, s, end)
+    v, ok = decode_hex(buf, s, end)
     return v, ok, e
 
 
@@ -156,7 +157,7 @@ _U = (
 
 
 @njit(cache=True, nogil=True, boundscheck=False, inline="always")
-def _hex8_swar(buf, s):
+def hex8_swar(buf, s):
     """(value, ok) of the 8 hex characters at buf[s:s+8], decoded as one 64-bit word."""
     w = np.uint64(0)
     p = np.uint64(s)  # an unsigned index has no negative-index fix-up, so LLVM can fold
@@ -174,12 +175,12 @@ def _hex8_swar(buf, s):
 
 
 @njit(cache=True, nogil=True, boundscheck=False, inline="always")
-def _int_swar(buf, s):
+def int_swar(buf, s):
     """(value, digits) of the decimal digits that start the 8 bytes at buf[s:s+8], decoded as one
     64-bit word; digits is 8 when all eight are digits (the caller then takes the scan loop)."""
     w = np.uint64(0)
     p = np.uint64(s)
-    for k in range(8):  # one unaligned load (see _hex8_swar)
+    for k in range(8):  # one unaligned load (see hex8_swar)
         w |= np.uint64(buf[p + np.uint64(k)]) << np.uint64(8 * k)
     xh = w | _H
     digit = (xh - np.uint64(0x30) * _L) & ~(xh - np.uint64(0x3A) * _L) & ~w & _H
@@ -236,7 +237,7 @@ def parse_rows(
                 if dec[buf[s]] == END or (buf[s] == 13 and buf[s + 1] == 10):
                     dense[ur, c], dmiss[ur, c], j = 0, True, _field_end(buf, s, dec)
                 else:
-                    v, m = _int_swar(buf, s) if s + 8 <= n else (0, 0)
+                    v, m = int_swar(buf, s) if s + 8 <= n else (0, 0)
                     if 0 < m < 8 and dec[buf[s + m]] == END:  # 1-7 digits, then the field's end
                         ok, j = True, s + m
                     else:  # a sign, 8+ digits, '.0', '\r', a bad byte, or the buffer's last bytes
@@ -251,7 +252,7 @@ def parse_rows(
                 else:
                     ok = False
                     if s + 8 < n and hexv[buf[s + 8]] == END:  # Criteo's 8-character ids
-                        h, ok = _hex8_swar(buf, s)
+                        h, ok = hex8_swar(buf, s)
                         j = s + 8
                     if not ok:
                         h, ok, j = _scan_hex(buf, s, hexv)
@@ -304,7 +305,7 @@ def hash_matrix(values, missing, cardinalities):
     """
     rows, cols = values.shape
     out = np.empty((rows, cols), dtype=np.uint64)
-    m1, m2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+    m1, m2 = MIX_M1, MIX_M2
     s30, s27, s31 = np.uint64(30), np.uint64(27), np.uint64(31)
     for r in range(rows):
         for f in range(cols):
@@ -337,7 +338,7 @@ def hash_rows_into(values, missing, rows, features, cardinalities, out, offset):
     feature, already in the column's dtype): no [rows, features] uint64 temporary, no
     per-column astype, no row gather.
     """
-    m1, m2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+    m1, m2 = MIX_M1, MIX_M2
     s30, s27, s31 = np.uint64(30), np.uint64(27), np.uint64(31)
     one = np.uint64(1)
     mods = np.empty(len(features), dtype=np.uint64)

@@ -20,14 +20,15 @@ from __future__ import annotations
 import numpy as np
 
 from shardrec.dataloader.util.jit import njit
+from shardrec.tools.preprocess.ids.id_maps import mix64_scalar
 from shardrec.tools.preprocess.parse.parse_kernel import (
-    _decode_hex,
-    _decode_int,
-    _hex8_swar,
-    _int_swar,
+    decode_hex,
+    decode_int,
+    hex8_swar,
+    int_swar,
     trailing_zeros,
 )
-from shardrec.tools.preprocess.parse.spec_values import decode_float, hash_string, mix64
+from shardrec.tools.preprocess.parse.spec_values import decode_float, hash_string
 
 # Roles per field, and decoders (kind) per field.
 IGNORE, LABEL, DENSE, CATEGORICAL, LIST = 0, 1, 2, 3, 4
@@ -90,7 +91,7 @@ def _field_end(buf, i, delim):
     while j + 8 <= n:
         w = np.uint64(0)
         p = np.uint64(j)
-        for t in range(8):  # one unaligned load (see parse_kernel._hex8_swar)
+        for t in range(8):  # one unaligned load (see parse_kernel.hex8_swar)
             w |= np.uint64(buf[p + np.uint64(t)]) << np.uint64(8 * t)
         x, y = w ^ d, w ^ _NEWLINES
         hit = ((x - _L) & ~x & _H) | ((y - _L) & ~y & _H)
@@ -108,9 +109,9 @@ def _categorical(buf, s, e, kind, escaped):
     if kind == STRING:
         return hash_string(buf, s, e, escaped), -1
     if kind == HEX:
-        v, ok = _decode_hex(buf, s, e)
+        v, ok = decode_hex(buf, s, e)
         return v, (-1 if ok else BAD_HEX)
-    v, ok = _decode_int(buf, s, e)
+    v, ok = decode_int(buf, s, e)
     return np.uint64(v), (-1 if ok else BAD_INTEGER)
 
 
@@ -118,7 +119,7 @@ def _categorical(buf, s, e, kind, escaped):
 def _label(buf, s, e, escaped, mode, threshold, keys, values):
     """(label, ok) of a non-empty label field."""
     if mode == BINARY:
-        v, ok = _decode_int(buf, s, e)
+        v, ok = decode_int(buf, s, e)
         return np.uint8(v), ok and (v == 0 or v == 1)
     if mode == THRESHOLD:
         x, ok = decode_float(buf, s, e)
@@ -162,15 +163,15 @@ def _fields_of(role, kind, r, kd):
 
 @njit(cache=True, nogil=True, boundscheck=False, inline="always")
 def _short_int(buf, s, e):
-    """(value, ok) of the integer buf[s:e] (non-empty), as parse_kernel._decode_int reads it; 1-7
-    digits decoded as one 64-bit word (_int_swar), anything else by _decode_int."""
+    """(value, ok) of the integer buf[s:e] (non-empty), as parse_kernel.decode_int reads it; 1-7
+    digits decoded as one 64-bit word (int_swar), anything else by decode_int."""
     neg = buf[s] == 45
     d = s + 1 if neg else s
     if 0 < e - d < 8 and d + 8 <= len(buf):
-        v, m = _int_swar(buf, d)
+        v, m = int_swar(buf, d)
         if m == e - d:
             return (-v if neg else v), True
-    return _decode_int(buf, s, e)
+    return decode_int(buf, s, e)
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
@@ -252,9 +253,9 @@ def parse_spec_rows(
             s, e, k = fs[g], fe[g], np.uint64(slot[g])
             h, ok = np.uint64(0), True
             if e - s == 8:  # the usual width: one 64-bit word (ends at or before the newline)
-                h, ok = _hex8_swar(buf, s)
+                h, ok = hex8_swar(buf, s)
             if e > s and (e - s != 8 or not ok):
-                h, ok = _decode_hex(buf, s, e)
+                h, ok = decode_hex(buf, s, e)
             sparse[ur, k], smiss[ur, k] = h, e == s
             if not ok and g < first_bad:
                 first_bad, code = g, BAD_HEX
@@ -295,7 +296,7 @@ def parse_spec_rows(
 
 @njit(cache=True, nogil=True, inline="always")
 def _int_as_float(buf, s, e):
-    v, ok = _decode_int(buf, s, e)
+    v, ok = decode_int(buf, s, e)
     return float(v), ok
 
 
@@ -330,7 +331,7 @@ def hash_lists_into(lvalues, lstart, llen, c, rows, cardinality, out, offsets, b
         r = rows[k]
         s = lstart[r, c]
         for t in range(llen[r, c]):
-            out[at] = one + mix64(lvalues[s + t]) % mod
+            out[at] = one + mix64_scalar(lvalues[s + t]) % mod
             at += 1
         offsets[base + k + 1] = at
     return at

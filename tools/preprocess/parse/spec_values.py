@@ -1,8 +1,9 @@
 """Field values of feature-spec text, compiled (numba): a string's 64-bit hash and a decimal number.
 
-String hashing, `hash_string` (ids.hash_bytes is the same function in Python): the bytes in words
-of 8 (big-endian, the last one shorter), h = mix64(h ^ word) from h = 0, then mix64(h ^ length);
-ids then come from that value exactly as from a hex one (1 + mix64(value) mod (rows - 1)).
+String hashing, `hash_string` (id_maps.hash_bytes is the same function in Python): the bytes in
+words of 8 (big-endian, the last one shorter), h = mix64(h ^ word) from h = 0, then
+mix64(h ^ length), mix64 being ids/id_maps.py's splitmix64 finalizer; ids then come from that
+value exactly as from a hex one (1 + mix64(value) mod (rows - 1)).
 """
 
 from __future__ import annotations
@@ -10,17 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 from shardrec.dataloader.util.jit import njit
+from shardrec.tools.preprocess.ids.id_maps import mix64_scalar
 
-_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
-_S30, _S27, _S31, _S8 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(8)
+_S8 = np.uint64(8)
 _POW10 = np.array([10.0**k for k in range(23)])
-
-
-@njit(cache=True, nogil=True, inline="always")
-def mix64(z):
-    z = (z ^ (z >> _S30)) * _M1
-    z = (z ^ (z >> _S27)) * _M2
-    return z ^ (z >> _S31)
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
@@ -35,13 +29,13 @@ def hash_string(buf, s, e, escaped):
         p = np.uint64(k)  # unsigned: no negative-index fix-ups between the loads
         for t in range(8):
             w = (w << _S8) | np.uint64(buf[p + np.uint64(t)])
-        h, k = mix64(h ^ w), k + 8
+        h, k = mix64_scalar(h ^ w), k + 8
     if k < e:
         w = np.uint64(0)
         while k < e:
             w, k = (w << _S8) | np.uint64(buf[k]), k + 1
-        h = mix64(h ^ w)
-    return mix64(h ^ np.uint64(e - s))
+        h = mix64_scalar(h ^ w)
+    return mix64_scalar(h ^ np.uint64(e - s))
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
@@ -58,10 +52,10 @@ def _hash_escaped(buf, s, e):
         nb += 1
         total += 1
         if nb == 8:
-            h, w, nb = mix64(h ^ w), np.uint64(0), 0
+            h, w, nb = mix64_scalar(h ^ w), np.uint64(0), 0
     if nb:
-        h = mix64(h ^ w)
-    return mix64(h ^ np.uint64(total))
+        h = mix64_scalar(h ^ w)
+    return mix64_scalar(h ^ np.uint64(total))
 
 
 @njit(cache=True, nogil=True, boundscheck=False)

@@ -1,5 +1,5 @@
 """A spec's dense columns written into a part, each by its transform, with the bytes that
-parse.transform_dense gives, in one compiled pass.
+criteo_text.transform_dense gives, in one compiled pass.
 
 log1p is most of a dense column's cost, and the counts and codes of click logs (Avazu's,
 MovieLens's) are small integers: transform_dense's own log1p of 0, 1, .. LOG1P_TABLE_SIZE - 1 is

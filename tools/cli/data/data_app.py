@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from shardrec.tools.cli.data import multihot as cli_data_multihot
-from shardrec.tools.cli.data import stats as cli_data_inspect
-from shardrec.tools.cli.data import stream as cli_data_stream
+from shardrec.tools.cli.data import multihot, npy, stats, stream
 
 data_app = typer.Typer(
     help=(
@@ -19,7 +17,8 @@ data_app = typer.Typer(
 
 def register(app: typer.Typer) -> None:
     # Each module below adds its commands to data_app.
-    cli_data_stream.register(data_app)
-    cli_data_inspect.register(data_app)
-    cli_data_multihot.register(data_app)
+    stream.register(data_app)
+    stats.register(data_app)
+    npy.register(data_app)
+    multihot.register(data_app)
     app.add_typer(data_app, name="data")

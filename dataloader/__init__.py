@@ -3,8 +3,8 @@ order (each `__init__` says what it owns):
 
 - `util`: the project's low-level utilities (atomic files, locks, compiled-kernel set-up), here
   because dataloader is the lowest package;
-- `spec`: feature specs, what each column of a click log is;
 - `format`: the dataset on disk, its manifest and parts, torchrec's `.npy` layout, opening a split;
+- `spec`: feature specs, what each column of a click log is (the manifest keeps one as data);
 - `multihot`: multi-hot ids made from one-hot ids, as MLPerf DLRMv2 makes them;
 - `gather`: rows to torchrec batches through compiled gathers.
 

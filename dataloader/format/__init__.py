@@ -3,5 +3,5 @@ read-only memory maps of `.npy` files (mapping.py), checks beyond what opening c
 (integrity.py), the parts of a split mapped on first use (part_cache.py), torchrec's
 `day_N_*.npy` layout (torchrec_npy.py) and opening a split whichever layout holds it (source.py).
 
-May import: shardrec.dataloader.util, shardrec.dataloader.spec.
+May import: shardrec.dataloader.util.
 """

@@ -2,5 +2,5 @@
 (feature_spec.py), read from and written to TOML and the manifest (spec_file.py, the one reader
 of spec keys).
 
-May import: shardrec.dataloader.util.
+May import: shardrec.dataloader.util, shardrec.dataloader.format.
 """

@@ -4,6 +4,8 @@ loaders, polars) measured in the same run, one subpackage per command family: `p
 command's whole process tree (proctree.py) and the CUDA check (gpu_check.py).
 
 Each benchmark is a function that returns its figures, and one that prints them; the `shardrec
-bench` commands that call them are tools/cli/bench.py's. May import every shardrec package but
-the CLI (tools.console for printing).
+bench` commands that call them are tools/cli/bench.py's.
+
+May import: shardrec.tools.console, shardrec.tools.synth, shardrec.tools.preprocess,
+shardrec.tools.measure (and every package below tools); never the CLI.
 """

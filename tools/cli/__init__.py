@@ -2,6 +2,8 @@
 helpers.
 
 Every `shardrec` command is defined here (the benchmarks' too: tools/bench exposes functions).
-May import every other shardrec package. Outside it, only the benchmarks import `tools.cli.common`
-(its consoles, for progress and results); nothing else imports the CLI.
+
+May import: shardrec.tools.console, shardrec.tools.synth, shardrec.tools.preprocess,
+shardrec.tools.measure, shardrec.tools.bench (and every package below tools); nothing imports the
+CLI.
 """

@@ -2,5 +2,5 @@
 (preprocess_bench.py, the baseline polars_pipeline.py), gzip inputs and workers (gzip_bench.py),
 and a feature spec's preprocessing against polars (spec_bench.py, its baseline polars_spec.py).
 
-May import: nothing of shardrec.tools.bench.
+May import: shardrec.tools.bench.proctree.
 """

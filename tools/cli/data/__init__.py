@@ -2,5 +2,5 @@
 displayed by view.py), torchrec's `.npy` layout in and out, stream digests and verification
 (stream.py), multi-hot copies (multihot.py).
 
-May import: every shardrec package but the CLI's other command modules (tools.cli.common only).
+May import: shardrec.tools.cli.common (not the CLI's other command modules).
 """

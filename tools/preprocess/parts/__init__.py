@@ -3,6 +3,6 @@ run's parts hold their columns and take a piece's rows (part_layout.py), a spec'
 written by their transforms (dense_table.py), and the per-feature statistics the planner reads,
 counted on the training split (feature_stats.py).
 
-May import: shardrec.tools.preprocess.text, shardrec.tools.preprocess.ids,
-shardrec.tools.preprocess.parse.
+May import: shardrec.tools.preprocess.cpu_stages, shardrec.tools.preprocess.text,
+shardrec.tools.preprocess.ids, shardrec.tools.preprocess.parse.
 """

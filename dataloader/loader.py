@@ -217,9 +217,9 @@ class BatchLoader:
         self, parts: PartSet, group: tuple[int, int], spans: list[tuple[int, int, int]]
     ) -> None:
         """Map the next shuffle group's parts and read its rows ahead on a background thread while
-        this group streams: at Criteo 1TB's part size a group reads ~250 parts it must open (~2 ms
-        each, 28 maps), and opening them inside the gathers was most of what made the stream
-        ~0.45-0.5x one part."""
+        this group streams: at Criteo 1TB's part size a group reads ~250 parts it must open, and
+        opening them inside the gathers was most of what made the stream slower than one part
+        (`shardrec bench scale` measures it)."""
 
         # Only while the stream is still in `group` (a warmer that fell behind would map parts the
         # stream has released again) and the process is not exiting (it would wait for the read).

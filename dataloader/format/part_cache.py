@@ -176,7 +176,7 @@ class PartSet(Sequence[Part]):
     def hold(self, indices: Sequence[int]) -> list[Part]:
         """Parts `indices` (`[self[i] for i in indices]`), the mapped ones looked up under one
         lock: a gather of a shuffle window holds ~250 parts at Criteo 1TB's part size, and a
-        lock per part was ~8% of its time."""
+        lock per part was a visible share of its time."""
         held: list[Part | None] = []
         with _BUDGET.lock:
             for i in indices:
@@ -200,8 +200,8 @@ class PartSet(Sequence[Part]):
     ) -> None:
         """Map the parts of `spans` (part, first row, rows) and read those rows of their columns
         ahead (mapping.read_ahead), while `wanted()`: run on a background thread for the next
-        shuffle group, it takes the opening (~2 ms a Criteo part) out of the gathers, and a
-        dataset on disk is read before they need it."""
+        shuffle group, it takes the opening of parts out of the gathers, and a dataset on disk
+        is read before they need it."""
         cpu = time.thread_time()
         try:
             for i, start, rows in spans:

@@ -3,16 +3,16 @@
 numpy's version of a shuffled column gather is `np.take` into a temporary in the column's
 own dtype, then a second pass that casts it into the batch's int64 (or float32) array. The
 kernels here read each row once and write the cast value straight to its final place: for
-the sparse ids, the bulk of a Criteo-shaped batch, that is 1.2-1.3x numpy's two passes
-(measured on 64 K-row windows, one core). Dense rows of one part stay with
-`np.take(axis=0)`, whose per-row copies were 2x faster than a compiled loop over 13 values.
+the sparse ids, the bulk of a Criteo-shaped batch, that is faster than numpy's two passes.
+Dense rows of one part stay with `np.take(axis=0)`, whose per-row copies were faster than a
+compiled loop over 13 values.
 
 Rows of several parts (a shuffle window mixes blocks of every part) are where numpy does
 worst: it groups the rows by part, gathers each group, then scatters it into place, one
 pass per part and column. `locate` finds each row's part once, and the `*_parts` kernels
 read every column in one in-order pass, from each part's map by data address and stride
-(8 parts: 1.6-1.7x numpy; one part stays ~1.5x faster still, as each row's part is read
-back for every column).
+(one part stays faster still, as each row's part is read back for every column; `shardrec
+bench loader` measures both).
 
 `take_values`/`take_rows` with `where` and `group_by_part` serve what still goes part by
 part (multi-hot features): `where` None means output position k gets row idx[k], else
@@ -47,7 +47,7 @@ else:
 def _load(typingctx, address, like):
     """The value of like's dtype at a raw address: one column spread over several parts' maps.
 
-    numba has no fast container of arrays (a typed List costs ~20x per element), so the
+    numba has no fast container of arrays (a typed List costs far more per element), so the
     kernels for rows of several parts take each part's data address and stride instead.
     The caller keeps the arrays alive and the indices valid.
     """
@@ -119,8 +119,8 @@ def copy_ids(src, start, out, feature):
     """Ids of consecutive rows src[start:] into out[batch, feature, row] as int64 (no shuffle);
     returns the largest, in src's dtype, for the caller's bounds check.
 
-    Written over 1-d slices, LLVM vectorizes the cast copy and the max together: 2x numpy's
-    casting assignment alone (32 K uint16 ids: 2.2 against 5.3 us), so the check costs nothing.
+    Written over 1-d slices, LLVM vectorizes the cast copy and the max together, faster than
+    numpy's casting assignment alone, so the check costs nothing.
     """
     b = out.shape[2]
     hi = src.dtype.type(0)
@@ -243,8 +243,8 @@ def copy_rows_parts(addresses, strides, part_of, local, out):
     """`take_rows_parts` for rows stored contiguously (every part's row is out's row, byte for
     byte).
 
-    One memcpy per row, as `np.take(axis=0)` does for one part: 2x the value-by-value loop on
-    Criteo's 13 float32 dense columns (64 K rows of 24 parts, 0.35 against 0.70 ms, one core).
+    One memcpy per row, as `np.take(axis=0)` does for one part: faster than the value-by-value
+    loop on Criteo's 13 float32 dense columns.
     """
     row = out.shape[1] * out.itemsize
     base = out.ctypes.data
@@ -263,9 +263,8 @@ def take_ids_columns_parts(
     by modulos[c] if > 0; highest[c] gets its largest id read, as `take_ids` returns it.
 
     Column by column inside the call, as separate calls would go: each column's slice of the
-    window stays in cache while it is read (a row-by-row pass over all columns was ~3x slower).
-    What one call saves is 26 dispatches a gather and the per-call setup; 10,000 hard-linked
-    parts, 64 K rows: ~10-20% of the ids' time (noisy, loaded machine)."""
+    window stays in cache while it is read (a row-by-row pass over all columns was slower).
+    What one call saves is 26 dispatches a gather and the per-call setup."""
     b = out.shape[2]
     for c in range(features.shape[0]):
         hi = np.uint64(0)

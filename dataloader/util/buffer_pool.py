@@ -2,8 +2,8 @@
 
 A multi-hot batch of DLRMv2's sizes holds ~14 MB of int64 ids (214 per sample, 8192 samples).
 A fresh array per batch costs the kernel's page faults and the zeroing of every page on first
-touch: 20-38% of the loader's CPU time was system time (1 M-row tables, loaded machine). The
-pool keeps the memory of batches the consumer has released and writes the next batch there.
+touch, a large share of the loader's CPU time as system time. The pool keeps the memory of
+batches the consumer has released and writes the next batch there.
 
 Released means provably released: a lease is an array that does not own its memory (a view,
 through a memoryview, of an array the pool keeps), so every numpy view of it names it as its

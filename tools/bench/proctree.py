@@ -10,11 +10,11 @@ child and all its descendants, two measures taken at the same instant:
   page tables, so it costs more than statm; where the kernel has no smaps_rollup it reads 0.
 A process that lives shorter than one interval may be missed.
 
-smaps_rollup of a process that has imported torch costs ~5-18 ms of CPU (500+ mappings); read for
-every process of a 3-process tree at every 20 ms sample, the sampler took a whole core of the 2
-it shares with what it measures. So PSS is read at most PSS_CPU_SHARE of one core (every ~0.3-1 s
-for such a tree) while RSS is still sampled every `interval`: a PSS peak shorter than that gap
-may be missed, which the stages of a benchmark, lasting seconds to minutes, are not.
+smaps_rollup of a process that has imported torch is costly to read (500+ mappings); read for
+every process of a tree at every sample, the sampler took a whole core of the 2 it shares with
+what it measures. So PSS is read at most PSS_CPU_SHARE of one core while RSS is still sampled
+every `interval`: a PSS peak shorter than that gap may be missed, which the stages of a
+benchmark, lasting seconds to minutes, are not.
 """
 
 from __future__ import annotations

@@ -25,8 +25,7 @@ class WorkerDied(RuntimeError):
 
 class Pool:
     """Worker processes kept over several map_tasks passes (vocabulary mode counts, then preprocesses):
-    each worker's start-up (spawn, imports, loading the compiled kernels: ~1.5 CPU-s) is paid
-    once."""
+    each worker's start-up (spawn, imports, loading the compiled kernels) is paid once."""
 
     def __init__(self, workers: int, tasks: int) -> None:
         ctx = mp.get_context("spawn")  # no fork: the CLI's progress thread must not be copied

@@ -9,11 +9,11 @@ to temporary names first and are renamed, and the marker only once the parts are
 unfinished tasks. The parser and the part layout are built once per task from the options and
 passed down; the pieces of text come from task_text.py.
 
-Where the CPU goes (hashing mode, numba, one worker): the row parser is about 35-40%; the rest is
-hashing ids straight into the part's id columns, the log1p of dense values, the SHA-256 of
-every file (taken from memory while it is written) and the copy into the page cache. Pieces
-append their rows into the part's final arrays (part_columns.py), so nothing is
-concatenated or cast twice.
+Where the CPU goes (hashing mode, numba, one worker; `shardrec bench preprocess` prints it by
+stage): the row parser, then hashing ids straight into the part's id columns, the log1p of dense
+values, the SHA-256 of every file (taken from memory while it is written) and the copy into the
+page cache. Pieces append their rows into the part's final arrays (part_columns.py), so nothing
+is concatenated or cast twice.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ contiguous columns, missing values masked out, a copy cast to 32 bits, sorted, c
 neighbours, run lengths taken) made ~8 passes over every value, the sort being the cheapest of
 them. Here one compiled pass over the rows, in the order they lie in memory, writes each column's
 present values as 32 bits (Criteo's hex values fit); numpy sorts each column in place (its SIMD
-sort of 32-bit keys: numba's sorts took 3-15x longer on 60 k values); a compiled pass takes the
+sort of 32-bit keys: numba's sorts took several times longer); a compiled pass takes the
 runs. A column with a value wider than 32 bits (a string's 64-bit hash, a feature spec's lists)
 is counted by ids.count_values. The result is np.unique(values, return_counts=True)'s, as uint64
 values and int64 counts.

@@ -174,7 +174,7 @@ def write_file(
 ) -> int:
     """Write `rows` rows to `path` (gzip if it ends in .gz); returns bytes of text written.
 
-    gzip_level: compress through ISA-L (when installed) at this level (0-3), ~10x faster than
+    gzip_level: compress through ISA-L (when installed) at this level (0-3), much faster than
     Python's gzip at its default level 9 (None), which makes other bytes of the same text.
     The file appears only when complete: it is written under a temporary name and renamed.
     """

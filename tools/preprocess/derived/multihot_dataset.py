@@ -14,9 +14,8 @@ Each part is written on its own, so the bytes do not depend on the worker count.
 
 A part's files are synced to disk on other threads while the workers convert the next parts,
 and all of them before the manifest is written and the dataset renamed into place. Synced
-inline, a worker waited for the disk after every column: on a ~130 MB/s disk, 400 k rows of
-DLRMv2's sizes spent 2.3 of 6.2 s in fsync on one worker, where the conversion itself needs
-~1.8 CPU-s (loaded machine).
+inline, a worker waited for the disk after every column: on a slow disk more of its time went to
+fsync than to the conversion itself.
 
 The planner's statistics are counted by the workers on the way (multihot_stats.py), not read
 back from the written columns after the last part.

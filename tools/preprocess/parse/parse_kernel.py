@@ -322,8 +322,8 @@ def hash_matrix(values, missing, cardinalities):
 
 def warm_up() -> None:
     """Load a kernel from numba's cache: the first load of a process sets up numba's code generator
-    (~0.2-0.4 CPU-s), which cpu_stages then counts as start-up rather than as the stage that calls
-    a kernel first."""
+    (a fraction of a CPU-second), which cpu_stages then counts as start-up rather than as the stage
+    that calls a kernel first."""
     if AVAILABLE:
         buf = np.zeros(1, np.uint8)
         buf.flags.writeable = False  # the signature the parser and the planner call it with

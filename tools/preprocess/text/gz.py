@@ -1,20 +1,19 @@
 """Reading inputs, plain or gzip: ISA-L (python-isal) when it is installed, Python's gzip otherwise.
 
-Decompression dominates a gzip day: on a 116 MB synthetic day (362 MB of text) Python's gzip
-inflates 262-274 MB/s, zlib-ng's gzip_ng 681-695 MB/s and isal's igzip 885-1,003 MB/s (readinto
-of 16 MiB, one core). Both decoders give the same bytes (the output is byte-identical whichever
-ran), so the faster one is used when it imports; `SHARDREC_GZIP=python` forces the fallback.
+Decompression dominates a gzip day, and ISA-L's igzip inflates several times faster than
+Python's gzip (`shardrec bench preprocess --gzip` measures it). Both decoders give the same bytes
+(the output is byte-identical whichever ran), so the faster one is used when it imports;
+`SHARDREC_GZIP=python` forces the fallback.
 
 A read error is one line naming the file and what went wrong: a stream that ends early
 (truncated file) or a dead stream mid-file (corrupt deflate data or a failed CRC).
 
 Seeking (one large .gz file split across workers, gz_split.py): rapidgzip, read on one thread,
-builds a seek index (GZIDX, one 32 KiB window about every 4 MiB of text) during the planning pass
-at 588-694 MB per CPU-second here, and with an index inflates through ISA-L (924 MB per
-CPU-second). Its parallel mode decodes speculatively and cost ~3x the CPU (208-225 MB per
-CPU-second on 2 threads), so it is not used. indexed_gzip seeks through zlib (347 MB per
-CPU-second). A worker imports only the windows of its own range (mini_index): the whole index of a
-50 GB day would be ~400 MB.
+builds a seek index (GZIDX, one 32 KiB window about every 4 MiB of text) during the planning pass,
+and with an index inflates through ISA-L. Its parallel mode decodes speculatively, at several
+times the CPU per byte, so it is not used; indexed_gzip seeks through zlib, slower than ISA-L. A
+worker imports only the windows of its own range (mini_index): the whole index of a 50 GB day
+would be ~400 MB.
 """
 
 from __future__ import annotations

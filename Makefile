@@ -12,7 +12,7 @@ DEMO := runs/demo
 # fixtures are built once): the multi-process tests leave a core idle while a rank imports torch.
 TEST_WORKERS ?= 2
 
-.PHONY: setup demo test mutants gpu-check clean
+.PHONY: setup demo check test mutants gpu-check clean
 
 setup: $(STAMP)
 
@@ -42,7 +42,13 @@ demo: setup
 		--out $(DEMO)/plan.json
 	$(BIN)/shardrec train --config configs/demo.toml --data $(DEMO)/data --plan $(DEMO)/plan.json --out-dir $(DEMO)/run --nproc-per-node 2
 
-# Format and lint (ruff, pinned in the test extra), then the tests.
+# The edit-test loop: format, lint and the one-process unit tests (well under 2 minutes on 2 cores).
+check: setup
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) tests/unit
+
+# Format and lint (ruff, pinned in the test extra), then the whole suite (what CI runs).
 test: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .

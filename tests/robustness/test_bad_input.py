@@ -224,9 +224,13 @@ def test_a_spec_reads_a_directory_by_its_files_pattern(tmp_path: Path):
     write_like(raw / "part-0.csv", "movielens", 400, seed=1)
     write_like(raw / "part-1.csv", "movielens", 400, seed=2)
     spec = tmp_path / "ml.toml"
-    assert runner.invoke(
-        app, ["spec", "infer", str(raw / "part-0.csv"), "--label", "rating>=4", "--out", str(spec)]
-    ).exit_code == 0
+    assert (
+        runner.invoke(
+            app,
+            ["spec", "infer", str(raw / "part-0.csv"), "--label", "rating>=4", "--out", str(spec)],
+        ).exit_code
+        == 0
+    )
     args = ["preprocess", str(raw), "--spec", str(spec), "--out", str(tmp_path / "data"), "--json"]
     assert_one_line_error(
         runner.invoke(app, args),
@@ -242,3 +246,27 @@ def test_a_spec_reads_a_directory_by_its_files_pattern(tmp_path: Path):
         "part-1.csv",
     ]
     assert json.loads(res.stdout)["rows_kept"] == {"train": 400, "val": 200, "test": 200}
+
+
+def test_a_dense_value_its_dtype_cannot_hold_is_one_line_and_both_fixes_it_names_work(
+    tmp_path: Path,
+):
+    raw = write_dataset(tmp_path / "raw", rows=400, seed=2, max_vocab=300)[0]
+    lines = raw.read_bytes().splitlines(keepends=True)
+    fields = lines[10].split(b"\t")
+    fields[3] = b"70000"  # I3: past float16's 65,504
+    lines[10] = b"\t".join(fields)
+    raw.write_bytes(b"".join(lines))
+    args = ["--dense-transform", "none", "--float16"]
+    assert_one_line_error(
+        preprocess(raw, "--out", tmp_path / "a", *args),
+        rf"^error: {re.escape(str(raw))}:11: I3: 70000 is past what float16 holds with transform "
+        r"none: it would train as infinity; drop --float16, or preprocess with --dense-transform "
+        r"signed-log1p$",
+    )
+    assert not (tmp_path / "a" / "manifest.json").exists()
+    assert preprocess(raw, "--out", tmp_path / "b", "--dense-transform", "none").exit_code == 0
+    fixed = preprocess(
+        raw, "--out", tmp_path / "c", "--dense-transform", "signed-log1p", "--float16"
+    )
+    assert fixed.exit_code == 0, fixed.output

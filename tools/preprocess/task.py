@@ -28,7 +28,12 @@ from pathlib import Path
 
 import numpy as np
 
-from shardrec.dataloader.util.files import atomic_write_bytes
+from shardrec.dataloader.util.files import (
+    PERMISSION_ERRNOS,
+    SPACE_ERRNOS,
+    atomic_write_bytes,
+    write_error,
+)
 from shardrec.dataloader.util.locks import WORK_DIR
 from shardrec.tools.preprocess import cpu_stages
 from shardrec.tools.preprocess.ids.id_maps import Vocabulary
@@ -255,10 +260,11 @@ def _flush(
             with cpu_stages.stage(cpu_stages.WRITE):
                 info = layout.write(buffers[split], part_dir, fsync)
         except OSError as e:
-            if e.filename:
+            if e.filename and e.errno not in SPACE_ERRNOS | PERMISSION_ERRNOS:
                 raise
-            # A failed write() names no file (ENOSPC, EFBIG): name the part being written.
-            raise OSError(e.errno, e.strerror, str(part_dir)) from e
+            # A failed write() names no file (ENOSPC, EFBIG): name the part being written, and the
+            # bytes it needs.
+            raise write_error(OSError(e.errno, e.strerror), part_dir, buffers[split].nbytes) from e
         result.parts.append({"split": split, "part": dataclasses.asdict(info)})
         result.kept[split] = result.kept.get(split, 0) + info.rows
     buffers.clear()

@@ -117,6 +117,17 @@ class PartColumns:
         self.list_ids = [np.empty(self.capacity, dtype) for dtype in lists]
         self.list_offsets = [np.zeros(self.capacity + 1, np.int64) for _ in lists]
 
+    @property
+    def nbytes(self) -> int:
+        """About the bytes its files take: its rows of every column (headers aside)."""
+        n = self.rows
+        per_row = self.labels.itemsize + self.dense.itemsize * self.dense.shape[1]
+        per_row += sum(a.itemsize * a.shape[0] for a in self.ids)
+        lists = sum(
+            int(o[n]) * a.itemsize + 8 * (n + 1) for a, o in zip(self.list_ids, self.list_offsets)
+        )
+        return n * per_row + lists
+
     def reserve(self, n: int) -> None:
         if self.rows + n <= self.capacity:
             return

@@ -277,3 +277,31 @@ def test_a_spec_model_refuses_criteos_rows_in_one_line(tagged: Path, tmp_path: P
         r"fields\) with a header \(y, n, tags, \.\.\.\); this file is in another format$",
     )
     assert not (tmp_path / "p.txt").exists()
+
+
+def test_a_column_the_spec_model_does_not_read_is_left_out_by_its_header_name(
+    tagged: Path, tmp_path: Path, caplog
+) -> None:
+    """The model's spec finds its columns by header name, and it cannot be edited: a column it
+    does not know (here between two of its own) is read past with a warning, and every row scores
+    as without it."""
+    import logging
+
+    write_untrained_model(tagged, tmp_path / "m.safetensors")
+    lines = (tmp_path / "log.csv").read_text().splitlines()
+    wider = [f"{a},{'note' if i == 0 else f'x{i}'},{b}" for i, (a, b) in
+             enumerate(line.split(",", 1) for line in lines)]  # fmt: skip
+    (tmp_path / "wider.csv").write_text("\n".join(wider) + "\n")
+    with caplog.at_level(logging.WARNING, logger="shardrec"):
+        cli(
+            "predict",
+            tmp_path / "m.safetensors",
+            tmp_path / "wider.csv",
+            "--out",
+            tmp_path / "w.txt",
+        )
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        f"{tmp_path / 'wider.csv'}: 1 column(s) the model does not read, left out: note"
+    ]
+    cli("predict", tmp_path / "m.safetensors", tmp_path / "log.csv", "--out", tmp_path / "p.txt")
+    np.testing.assert_array_equal(np.loadtxt(tmp_path / "w.txt"), np.loadtxt(tmp_path / "p.txt"))

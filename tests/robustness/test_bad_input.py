@@ -270,3 +270,32 @@ def test_a_dense_value_its_dtype_cannot_hold_is_one_line_and_both_fixes_it_names
         raw, "--out", tmp_path / "c", "--dense-transform", "signed-log1p", "--float16"
     )
     assert fixed.exit_code == 0, fixed.output
+
+
+def test_a_csv_of_other_columns_is_sent_to_spec_infer_and_that_command_works(tmp_path: Path):
+    from shardrec.tools.synth.avazu_movielens import write_like
+
+    csv = tmp_path / "train.csv"
+    write_like(csv, "movielens", 300, seed=1)
+    line = assert_one_line_error(
+        preprocess(csv, "--out", tmp_path / "data"),
+        rf"\(commas in the row: a CSV of 10 fields, not Criteo's 40\? `shardrec spec infer "
+        rf"{re.escape(str(csv))} --label COLUMN --out spec.toml` describes it; then preprocess "
+        r"--spec spec.toml\) \(too_few_fields\)$",
+    )
+    infer = line.split("`")[1].split()[1:]  # spec infer FILE --label COLUMN --out spec.toml
+    infer[infer.index("COLUMN")] = "rating>=4"
+    infer[-1] = str(tmp_path / "spec.toml")
+    assert runner.invoke(app, infer).exit_code == 0
+    res = runner.invoke(
+        app,
+        [
+            "preprocess",
+            str(csv),
+            "--spec",
+            str(tmp_path / "spec.toml"),
+            "--out",
+            str(tmp_path / "d"),
+        ],
+    )
+    assert res.exit_code == 0, res.output

@@ -33,15 +33,13 @@ from shardrec.dataloader.format.manifest import Manifest
 from shardrec.dataloader.util.files import atomic_open
 from shardrec.embeddings.dims import table_specs
 from shardrec.trainer.inference.eval_request import find_checkpoint, run_config, run_dataset
+from shardrec.trainer.inference.model_file import FORMAT, FORMAT_VERSION, META_KEY
 from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import JobConfig
 from shardrec.trainer.rundir import lifecycle
 
 logger = logging.getLogger(__name__)
 
-FORMAT = "shardrec-model"
-FORMAT_VERSION = 1
-META_KEY = "shardrec"
 # The checkpoint's DCP keys of the model: part "model", then the TrainModule's "model." wrapper.
 CHECKPOINT_PREFIX = "model.model."
 _SAFETENSORS_DTYPES = {

@@ -163,3 +163,20 @@ def test_help_imports_no_command_module_and_data_stats_no_kernels(tiny_dataset) 
     assert imported == [] and "reference-npy" in listed
     imported, shown = _imported(["data", "stats", str(tiny_dataset)], ("numba", "pandas", "torch"))
     assert imported == [] and "dense features" in shown
+
+
+def test_runs_lists_a_job_in_its_first_seconds_by_its_lock(tmp_path: Path) -> None:
+    """`shardrec train` takes RUN/.lock before the ranks start; rank 0 writes config.toml seconds
+    later: meanwhile the run is listed as running."""
+    from shardrec.trainer.rundir.lock import acquire_run_lock
+
+    (tmp_path / "new").mkdir()
+    lock = acquire_run_lock(tmp_path / "new", "job1")
+    try:
+        listed = CliRunner().invoke(app, ["runs", str(tmp_path), "--json"])
+    finally:
+        lock.release()
+    assert json.loads(listed.stdout) == [
+        {"run": str(tmp_path / "new"), "step": None, "status": "running", "best_val_auc": None}
+    ]
+    assert json.loads(CliRunner().invoke(app, ["runs", str(tmp_path), "--json"]).stdout) == []

@@ -59,6 +59,11 @@ def load_command(module_name: str, name: str) -> Any:
     return typer.main.get_group(holder).commands[name]
 
 
+def counted(n: int, noun: str) -> str:
+    """`1 rank`, `2 ranks`, `1,000 rows`: a count with its noun in the right number."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def fail(message: str) -> NoReturn:
     """End a command on bad user input: one clear line on stderr, exit code 1."""
     # The message is text, not markup: "[trian]" in it must print as written.

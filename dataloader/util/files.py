@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 # The failures of a write that the user fixes where the file goes: space, quota, permission.
-SPACE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+SPACE_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
 PERMISSION_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS}
 
 

@@ -62,8 +62,7 @@ def test_a_csv_read_as_tsv_is_told_to_add_csv(tmp_path: Path):
         + ","
         + ",".join(f"C{i}" for i in range(1, 27))
     )
-    # 10 rows: every split gets some (7 pseudo-days, the last halved).
-    csv.write_text(header + "\n" + ("1," + ",".join(["5"] * 13 + ["a1b2"] * 26) + "\n") * 10)
+    csv.write_text(header + "\n" + ("1," + ",".join(["5"] * 13 + ["a1b2"] * 26) + "\n") * 5)
     res = preprocess(csv, "--out", tmp_path / "data")
     assert_one_line_error(
         res,
@@ -103,13 +102,13 @@ def test_more_malformed_rows_than_allowed_is_an_error_and_a_higher_limit_accepts
 ):
     raw = write_dataset(tmp_path / "raw", rows=1000, seed=2, max_vocab=300)[0]
     text = raw.read_bytes()
-    raw.write_bytes(text + b"oops\n" * 30)  # 30 of 1,030 lines: 2.9%, above the 0.1% default
+    raw.write_bytes(text + b"oops\n" * 30)  # 30 of 1,030 lines: 2.9%, above the 0.3% default
     out = tmp_path / "data"
     res = preprocess(raw, "--out", out)
     assert_one_line_error(
         res,
         rf"^error: {re.escape(str(raw))}: 30 of 1,030 lines malformed \(2\.91%: too_few_fields 30\), "
-        rf"more than the 0\.001 allowed .*; first: {re.escape(str(raw))}:1001: row: ",
+        rf"more than the 0\.003 allowed .*; first: {re.escape(str(raw))}:1001: row: ",
     )
     assert not (out / "manifest.json").exists()
     again = runner.invoke(
@@ -189,29 +188,46 @@ def test_a_file_of_few_malformed_rows_among_many_is_refused_with_its_own_share(t
     raw = tmp_path / "raw"
     write_dataset(raw, rows=4000, seed=4, max_vocab=300, days=2)
     day0 = raw / "day_0"
-    day0.write_bytes(day0.read_bytes() + b"oops\n" * 3)  # 3 of ~2,000 lines: over 0.1%
+    day0.write_bytes(day0.read_bytes() + b"oops\n" * 8)  # 8 of ~2,000 lines: over 0.3%
     res = preprocess(raw, "--out", tmp_path / "data")
     assert_one_line_error(
         res,
-        rf"^error: {re.escape(str(day0))}: 3 of 2,003 lines malformed \(0\.15%: too_few_fields 3\), "
-        r"more than the 0\.001 allowed \(--max-skipped-fraction\); first: .*day_0:2001: row: ",
+        rf"^error: {re.escape(str(day0))}: 8 of 2,008 lines malformed \(0\.40%: too_few_fields 8\), "
+        r"more than the 0\.003 allowed \(--max-skipped-fraction\); first: .*day_0:2001: row: ",
     )
-    again = preprocess(raw, "--out", tmp_path / "data", "--max-skipped-fraction", "0.002", "--json")
+    again = preprocess(raw, "--out", tmp_path / "data", "--max-skipped-fraction", "0.005", "--json")
     assert again.exit_code == 0, again.output
-    assert json.loads(again.stdout)["rows_skipped"] == {"too_few_fields": 3}
+    assert json.loads(again.stdout)["rows_skipped"] == {"too_few_fields": 8}
 
 
-def test_a_split_left_without_rows_is_an_error_with_the_counts(tmp_path: Path):
-    raw = tmp_path / "train.txt"
-    write_dataset(tmp_path, rows=7, seed=4, max_vocab=300)
-    res = preprocess(raw, "--out", tmp_path / "data")
+def test_a_split_whose_lines_were_all_skipped_is_an_error_with_the_counts(tmp_path: Path, caplog):
+    """With every malformed row allowed, a CSV named before Criteo's train.txt is the training day
+    and leaves train empty: refused with the counts. A file of 7 rows leaves test empty by the
+    layout alone: a warning with the counts."""
+    from shardrec.tools.synth.avazu_movielens import write_like
+
+    raw = tmp_path / "raw"
+    write_dataset(raw, rows=2000, seed=4, max_vocab=300)
+    write_like(raw / "train.csv", "movielens", 300, seed=1)
+    res = preprocess(
+        raw / "train.csv", raw / "train.txt", "--out", tmp_path / "d", "--max-skipped-fraction", "1"
+    )
     assert_one_line_error(
         res,
-        rf"^error: {re.escape(str(raw))}: split test would hold no rows \(rows kept: train 6, val 1, "
-        r"test 0\); one file \(train\.txt\) is cut into 7 pseudo-days, days 0-5 train and day 6 "
-        r"halved into val and test: it needs at least 8 lines$",
+        r"split train would hold no rows: its lines were all skipped as malformed \(301 lines of "
+        r"train; rows kept: train 0, val 1,000, test 1,000; 301 skipped\); 2 files \(train\.csv, "
+        r"train\.txt\): every file but the last \(train\.txt\) is a training day, the last is "
+        r"halved into val and test; name the input files on the command line in day order$",
     )
-    assert not (tmp_path / "data" / "manifest.json").exists()
+    assert not (tmp_path / "d" / "manifest.json").exists()
+    seven = write_dataset(tmp_path / "seven", rows=7, seed=4, max_vocab=300)[0]
+    with caplog.at_level(logging.WARNING, logger="shardrec"):
+        assert preprocess(seven, "--out", tmp_path / "s").exit_code == 0
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        f"{seven}: split test holds no rows, the input has too few lines (rows kept: train 6, val "
+        "1, test 0); one file (train.txt) is cut into 7 pseudo-days, days 0-5 train and day 6 "
+        "halved into val and test: it needs at least 8 lines"
+    ]
 
 
 def test_a_spec_reads_a_directory_by_its_files_pattern(tmp_path: Path):

@@ -1,5 +1,6 @@
 """What a run kept, checked before its manifest is written: no dataset is made from input that is
-mostly not rows, from a file that is not rows of this format, or with an empty split.
+mostly not rows, from a file that is not rows of this format, or with a split whose lines were all
+skipped; a split an input of a few rows leaves empty is a warning.
 
 The usual way such a dataset came about: a directory or a list of inputs holding a file of
 another format (a CSV beside Criteo's train.txt), taken as a day, its rows all skipped as
@@ -9,12 +10,15 @@ share of skipped rows allowed.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from shardrec.dataloader.format.manifest import SPLITS
 from shardrec.tools.preprocess.settings import PreprocessConfig
 from shardrec.tools.preprocess.task import Task
 from shardrec.tools.preprocess.task_markers import TaskResult
+
+logger = logging.getLogger(__name__)
 
 
 def _skipped_share(
@@ -77,6 +81,21 @@ def check_rows_kept(
     _check_splits(cfg, layout, tasks, results, skipped)
 
 
+def _lines_per_split(tasks: list[Task], results: list[TaskResult]) -> dict[str, int]:
+    """The input lines each split's layout gives it (skipped ones included): a file cut by line
+    number gives each range its lines, a training day all of its own."""
+    lines: dict[str, int] = {}
+    cut: set[str] = set()
+    for t, r in zip(tasks, results):
+        if not t.splits:
+            lines[t.default_split] = lines.get(t.default_split, 0) + r.lines
+        elif t.path not in cut:  # a file's ranges are the same on each of its tasks
+            cut.add(t.path)
+            for rng in t.splits:
+                lines[rng.split] = lines.get(rng.split, 0) + max(0, rng.end - rng.begin)
+    return lines
+
+
 def _check_splits(
     cfg: PreprocessConfig,
     layout: str,
@@ -84,12 +103,15 @@ def _check_splits(
     results: list[TaskResult],
     skipped: dict[str, int],
 ) -> None:
+    """A split whose lines were all skipped (a day of another format) is an error; one that the
+    layout gives no line (an input of a few rows) a warning: both with the counts."""
     kept: dict[str, int] = {}
     for r in results:
         _add(kept, r.kept)
     empty = [s for s in SPLITS if not kept.get(s)]
     if not empty:
         return
+    lines = _lines_per_split(tasks, results)
     counts = ", ".join(f"{s} {kept.get(s, 0):,}" for s in SPLITS)
     bad = sum(skipped.values())
     names = [Path(p).name for p in dict.fromkeys(t.path for t in tasks)]
@@ -104,7 +126,18 @@ def _check_splits(
             f"file but the last ({names[-1]}) is a training day, the last is halved into val and "
             "test; name the input files on the command line in day order"
         )
-    raise ValueError(
-        f"{', '.join(str(p) for p in cfg.inputs)}: split {' and '.join(empty)} would hold no rows "
-        f"(rows kept: {counts}{f'; {bad:,} skipped' if bad else ''}); {how}"
+    where = ", ".join(str(p) for p in cfg.inputs)
+    skipped_all = [s for s in empty if lines.get(s, 0) > 0]
+    if skipped_all:
+        all_lines = ", ".join(f"{lines[s]:,} lines of {s}" for s in skipped_all)
+        raise ValueError(
+            f"{where}: split {' and '.join(skipped_all)} would hold no rows: its lines were all "
+            f"skipped as malformed ({all_lines}; rows kept: {counts}; {bad:,} skipped); {how}"
+        )
+    logger.warning(
+        "%s: split %s holds no rows, the input has too few lines (rows kept: %s); %s",
+        where,
+        " and ".join(empty),
+        counts,
+        how,
     )

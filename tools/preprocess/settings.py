@@ -47,8 +47,8 @@ class PreprocessConfig:
     """MiB of text per task and per output part; bounds memory per worker."""
     strict: bool = False
     """Stop at the first malformed row (exit 1) instead of skipping it."""
-    max_skipped_fraction: float = 0.001
-    """Most malformed rows to skip, as a share of all lines and of each input file's (0.001: 0.1%;
+    max_skipped_fraction: float = 0.003
+    """Most malformed rows to skip, as a share of all lines and of each input file's (0.003: 0.3%;
     Criteo's logs have next to none); more, no row kept, or a split left without rows is an error
     and no manifest is written. Finished tasks are kept: rerun with a higher value to accept."""
     spec: FeatureSpec | None = None

@@ -264,7 +264,9 @@ def _flush(
                 raise
             # A failed write() names no file (ENOSPC, EFBIG): name the part being written, and the
             # bytes it needs.
-            raise write_error(OSError(e.errno, e.strerror), part_dir, buffers[split].nbytes) from e
+            raise write_error(
+                OSError(e.errno, e.strerror, str(part_dir)), part_dir, buffers[split].nbytes
+            ) from e
         result.parts.append({"split": split, "part": dataclasses.asdict(info)})
         result.kept[split] = result.kept.get(split, 0) + info.rows
     buffers.clear()

@@ -1,10 +1,39 @@
 """The consoles every command prints through: results to stdout (`console`), errors and progress
 to stderr (`err_console`). The CLI and the benchmarks both print here, so neither imports the
-other for it."""
+other for it.
+
+On a terminal they are as wide as the terminal. Output that is not a terminal (a pipe, a log
+file, a test's capture) has no width to fit: rich would take 80 columns and cut a table's cells
+(`1,000,…`); here tables keep their natural width and lines are not wrapped, so every number in a
+log is whole.
+"""
 
 from __future__ import annotations
 
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 
-console = Console()
-err_console = Console(stderr=True)
+NOT_A_TERMINAL_WIDTH = 100_000
+"""Columns of output that is not a terminal: wider than any table or line printed, so none is cut
+or wrapped (tables are drawn at their natural width, not stretched to it)."""
+
+
+class _Console(Console):
+    """rich's Console, unlimited in width where its output is not a terminal (decided at each
+    print: sys.stdout may be replaced, as typer's CliRunner does). COLUMNS, which rich takes as
+    the width of any output, counts for a terminal only: a log file cut at 80 columns is a log
+    of cut numbers."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        size = super().size
+        if not self.is_terminal:
+            return ConsoleDimensions(NOT_A_TERMINAL_WIDTH, size.height)
+        return size
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        self._width, self._height = new_size
+
+
+console = _Console()
+err_console = _Console(stderr=True)

@@ -52,6 +52,12 @@ class TextFormat:
     is one quote; not a newline. Default: on for csv, off for tsv."""
     min_fields: int | None = None
     """Fewest fields a row may have, its missing trailing fields empty (default: every column)."""
+    decimal: str | None = None
+    """The decimal point of float columns and a label threshold's numbers: "," where numbers are
+    written 13,44 (then the delimiter is not a comma; default ".")."""
+    files: str | None = None
+    """Which files of a directory input are read: a glob pattern such as `part-*.csv.gz` (default:
+    Criteo's names, day_N, train and dac_sample, bare or with the format's extension)."""
 
     def __post_init__(self) -> None:
         if self.kind not in FORMAT_KINDS:
@@ -63,6 +69,12 @@ class TextFormat:
         _one_byte(self.delimiter, "delimiter")
         if self.min_fields is not None and self.min_fields < 1:
             raise ValueError(f"min_fields {self.min_fields} must be at least 1")
+        if self.decimal not in (None, ".", ","):
+            raise ValueError(f"decimal {self.decimal!r} must be '.' or ','")
+        if self.decimal == "," and self.delimiter == ",":
+            raise ValueError("decimal ',' needs another delimiter than ',' (such as ';')")
+        if self.files is not None and (not self.files or "/" in self.files):
+            raise ValueError(f"files {self.files!r} must be a file-name pattern such as '*.csv'")
 
 
 @dataclass(frozen=True)

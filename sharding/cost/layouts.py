@@ -68,14 +68,3 @@ def data_parallel(config: EmbeddingBagConfig, world_size: int) -> TablePlan:
         Shard(r, 0, 0, config.num_embeddings, config.embedding_dim) for r in range(world_size)
     ]
     return TablePlan(config.name, "data_parallel", "dense", shards)
-
-
-def column_splits(dim: int, min_partition: int, max_shards: int) -> list[int]:
-    """Shard counts k > 1 that split `dim` into equal blocks of >= min_partition columns, a multiple
-    of 4."""
-    floor = max(min_partition, 4)
-    return [
-        k
-        for k in range(2, min(dim, max_shards) + 1)
-        if dim % k == 0 and dim // k >= floor and (dim // k) % 4 == 0
-    ]

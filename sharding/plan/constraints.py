@@ -7,11 +7,14 @@ Keys follow torchrec's ParameterConstraints (`sharding_types`, `compute_kernels`
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-from torchrec.modules.embedding_configs import EmbeddingBagConfig
+from typing import TYPE_CHECKING, Any
 
 from shardrec.sharding.plan.plan_types import SHARDING_TYPES
+
+if TYPE_CHECKING:  # torch-free: `shardrec train` checks constraints before torch is imported
+    from torchrec.modules.embedding_configs import EmbeddingBagConfig
+
+    from shardrec.embeddings.dims import TableSpec
 
 COMPUTE_KERNELS = ("fused", "dense")
 KEYS = ("sharding_types", "compute_kernels", "min_partition", "pooling_factors", "ranks")
@@ -43,9 +46,12 @@ def _list_of(table: str, key: str, value: Any, kind: type) -> tuple:
 
 
 def parse_constraints(
-    raw: dict[str, dict[str, Any]] | None, configs: list[EmbeddingBagConfig], world_size: int
+    raw: dict[str, dict[str, Any]] | None,
+    configs: list[EmbeddingBagConfig] | list[TableSpec],
+    world_size: int,
 ) -> dict[str, TableConstraint]:
-    """Validate the job's constraints against the tables; ValueError names the table and key."""
+    """Validate the job's constraints against the tables (by name); ValueError names the table and
+    key."""
     by_name = {config.name: config for config in configs}
     out: dict[str, TableConstraint] = {}
     for name, fields in (raw or {}).items():
@@ -111,3 +117,54 @@ def parse_constraints(
             kw["ranks"] = tuple(sorted(set(ranks)))
         out[name] = TableConstraint(**kw)
     return out
+
+
+def column_splits(dim: int, min_partition: int, max_shards: int) -> list[int]:
+    """Shard counts k > 1 that split `dim` into equal blocks of >= min_partition columns, a multiple
+    of 4."""
+    floor = max(min_partition, 4)
+    return [
+        k
+        for k in range(2, min(dim, max_shards) + 1)
+        if dim % k == 0 and dim // k >= floor and (dim // k) % 4 == 0
+    ]
+
+
+def sharding_options(
+    constraint: TableConstraint, dim: int, world_size: int, local_world_size: int
+) -> list[tuple[str, int]]:
+    """(sharding type, column shards: 1 where it cuts no columns) of every way the constraint
+    allows a table of `dim` columns on `world_size` ranks, `local_world_size` a host: column-wise
+    types cut into equal blocks of at least min_partition columns on distinct ranks; row-wise and
+    data-parallel need every rank allowed, the table-wise-within-a-host types a whole host."""
+    allowed = set(constraint.ranks) or set(range(world_size))
+    hosts = [
+        host
+        for host in range(max(1, world_size // local_world_size))
+        if all(host * local_world_size + local in allowed for local in range(local_world_size))
+    ]
+    out: list[tuple[str, int]] = []
+    for sharding_type in constraint.sharding_types:
+        if sharding_type == "table_wise":
+            out.append((sharding_type, 1))
+        elif sharding_type in ("column_wise", "table_column_wise"):
+            if sharding_type == "table_column_wise" and not hosts:
+                continue
+            limit = len(allowed) if sharding_type == "column_wise" else local_world_size
+            out += [(sharding_type, k) for k in column_splits(dim, constraint.min_partition, limit)]
+        elif sharding_type in ("row_wise", "data_parallel") and len(allowed) == world_size:
+            out.append((sharding_type, 1))
+        elif sharding_type == "table_row_wise" and hosts:
+            out.append((sharding_type, 1))
+    return out
+
+
+def unsatisfiable(name: str, constraint: TableConstraint, dim: int, world_size: int) -> str:
+    """The line for a table whose constraint no sharding type satisfies, with what to do."""
+    return (
+        f"sharding.constraints.{name}: no sharding type satisfies the constraint "
+        f"(sharding_types {list(constraint.sharding_types)}, ranks {list(constraint.ranks) or 'all'}, "
+        f"min_partition {constraint.min_partition}, embedding_dim {dim}, world size {world_size}); "
+        "change or drop it for this world size (--set 'sharding.constraints={}' drops them all; "
+        "a run resumes under any constraints)"
+    )

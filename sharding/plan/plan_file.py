@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from shardrec.dataloader.format.manifest import shown
 from shardrec.dataloader.util.files import atomic_write_bytes
+from shardrec.embeddings.dims import TableSpec
 from shardrec.sharding.machine.json_checks import (
     check_fields,
     check_plan_fields,
@@ -38,7 +39,15 @@ if (
     from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 
-def _table_fingerprint(config: EmbeddingBagConfig) -> dict[str, Any]:
+def _table_fingerprint(config: EmbeddingBagConfig | TableSpec) -> dict[str, Any]:
+    if isinstance(config, TableSpec):  # the same table without torchrec (the checks before ranks)
+        return {
+            "name": config.name,
+            "rows": int(config.rows),
+            "dim": int(config.dim),
+            "features": [config.feature],
+            "pooling": config.pooling.upper(),
+        }
     return {
         "name": config.name,
         "rows": int(config.num_embeddings),
@@ -49,7 +58,10 @@ def _table_fingerprint(config: EmbeddingBagConfig) -> dict[str, Any]:
 
 
 def plan_fingerprint(
-    configs: list[EmbeddingBagConfig], world_size: int, global_batch_size: int, device_kind: str
+    configs: list[EmbeddingBagConfig] | list[TableSpec],
+    world_size: int,
+    global_batch_size: int,
+    device_kind: str,
 ) -> PlanFingerprint:
     """What a plan depends on; two jobs with equal fingerprints can share a plan."""
     if device_kind not in DEVICE_KINDS:
@@ -184,3 +196,14 @@ def check_plan(plan: PlanFile, fingerprint: PlanFingerprint) -> None:
             "devices (`--topology cpu-gloo`, `a100`, `h100`, `h200`)"
         )
     raise StalePlanError("the plan was made for another job: " + "; ".join(diffs) + f" ({rerun})")
+
+
+def check_kernels_run_on(plan: PlanFile, device_kind: str) -> None:
+    """ValueError, in one line, for a table whose compute kernel cannot run on `device_kind`."""
+    for t in plan.tables:
+        if t.compute_kernel in UVM_KERNELS and device_kind != "cuda":
+            raise ValueError(
+                f"table {t.name}: compute_kernel {t.compute_kernel} keeps its weights in host memory for a GPU "
+                f"to read (UVM) and needs CUDA, but this job trains on {device_kind}: train on a CUDA host, or "
+                "re-plan for this machine with `shardrec plan --topology auto`"
+            )

@@ -19,7 +19,7 @@ from shardrec.sharding.cost.comms import Workload
 from shardrec.sharding.cost.cost_model import rank_fixed_bytes, table_cost
 from shardrec.sharding.cost.skew import LookupCurve
 from shardrec.sharding.machine.topology import ClusterTopology
-from shardrec.sharding.plan.constraints import TableConstraint
+from shardrec.sharding.plan.constraints import TableConstraint, sharding_options, unsatisfiable
 from shardrec.sharding.search.cached_tables import with_kernel
 from shardrec.sharding.search.request import SearchRequest
 
@@ -78,33 +78,14 @@ class Problem:
 
     def _options(self, index: int) -> list[Option]:
         constraint, config, topo = self.cons[index], self.configs[index], self.topo
-        allowed = set(self.allowed_ranks(index))
-        all_ranks = len(allowed) == topo.world_size
-        hosts = self.hosts_allowed(index)
-        out = []
-        for sharding_type in constraint.sharding_types:
-            if sharding_type == "table_wise":
-                out.append(Option(sharding_type))
-            elif sharding_type in ("column_wise", "table_column_wise"):
-                limit = len(allowed) if sharding_type == "column_wise" else topo.local_world_size
-                if sharding_type == "table_column_wise" and not hosts:
-                    continue
-                splits = layouts.column_splits(
-                    config.embedding_dim, constraint.min_partition, limit
-                )
-                out += [Option(sharding_type, shards) for shards in splits]
-            elif sharding_type in ("row_wise", "data_parallel") and all_ranks:
-                out.append(Option(sharding_type))
-            elif sharding_type == "table_row_wise" and hosts:
-                out.append(Option(sharding_type))
-        if not out:
+        allowed = sharding_options(
+            constraint, config.embedding_dim, topo.world_size, topo.local_world_size
+        )
+        if not allowed:
             raise ValueError(
-                f"sharding.constraints.{config.name}: no sharding type satisfies the constraint "
-                f"(sharding_types {list(constraint.sharding_types)}, ranks {list(constraint.ranks) or 'all'}, "
-                f"min_partition {constraint.min_partition}, embedding_dim {config.embedding_dim}, "
-                f"world size {topo.world_size})"
+                unsatisfiable(config.name, constraint, config.embedding_dim, topo.world_size)
             )
-        return out
+        return [Option(t, k) for t, k in allowed]
 
     def hosts_allowed(self, index: int) -> list[int]:
         """Hosts all of whose ranks the table may use."""

@@ -31,17 +31,6 @@ FUSED_KERNELS: tuple[str, ...] = ("fused", *UVM_KERNELS)
 in host memory (fused_uvm), in host memory behind an HBM cache (fused_uvm_caching)."""
 
 
-def check_kernels_run_on(plan: PlanFile, device_kind: str) -> None:
-    """ValueError, in one line, for a table whose compute kernel cannot run on `device_kind`."""
-    for t in plan.tables:
-        if t.compute_kernel in UVM_KERNELS and device_kind != "cuda":
-            raise ValueError(
-                f"table {t.name}: compute_kernel {t.compute_kernel} keeps its weights in host memory for a GPU "
-                f"to read (UVM) and needs CUDA, but this job trains on {device_kind}: train on a CUDA host, or "
-                "re-plan for this machine with `shardrec plan --topology auto`"
-            )
-
-
 def needs_one_tbe_per_table(plan: PlanFile) -> bool:
     """Whether two cached tables share a rank. torchrec groups such tables into one fbgemm TBE,
     whose one cache is sized by the tables' average load factor and shared by their rows; the

@@ -350,6 +350,8 @@ def test_resume_reshards_to_one_and_four_ranks(runs) -> None:
 def test_failures_stop_cleanly_and_dcnv2_learns(runs) -> None:
     root, results = runs
     assert "step 11" in results["nan_error"] and "NaN" in results["nan_error"]
+    # The fault poisons the over arch's weights: the line says the NaN began there.
+    assert "first in the over arch (over_arch), from finite inputs" in results["nan_error"]
     assert sorted(p.name for p in (root / "nan" / "checkpoints").iterdir()) == ["step-00000008"]
     assert "model.over_arch" in results["mismatch_error"]
     # The refused resume left the run directory describing its checkpoints, not the refused job.

@@ -4,6 +4,7 @@ units; one rate that means one thing; an idle-rank warning from the planner."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -113,3 +114,36 @@ def test_planner_warns_about_idle_ranks(tiny_dataset: Path, tmp_path: Path, capl
     caplog.clear()
     CliRunner().invoke(app, ["plan", "--data", str(tiny_dataset), "--world-size", "2"])
     assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+
+
+def test_output_into_a_pipe_keeps_every_number_and_header_whole(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
+    """A log file or a pipe has no width: tables keep their natural width (rich would cut them at
+    80 columns, `1,000,…`), even where COLUMNS says 80; --json is JSON as before. Two commands that
+    need no torch, each in a process of its own, their stdout a pipe."""
+    plan = tmp_path / "p.json"
+    planned = CliRunner().invoke(
+        app, ["plan", "--data", str(tiny_dataset), "--world-size", "2", "--out", str(plan)]
+    )
+    assert planned.exit_code == 0, planned.output
+    env = {**os.environ, "COLUMNS": "80"}
+    printed = {}
+    for args in (["data", "stats", str(tiny_dataset)], ["plan", "show", str(plan)]):
+        done = subprocess.run(
+            [sys.executable, "-m", "shardrec.tools.cli", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "…" not in done.stdout, done.stdout
+        assert max(map(len, done.stdout.splitlines())) > 80, done.stdout  # not wrapped to fit 80
+        printed[args[0]] = done.stdout
+    header = next(
+        line for line in printed["data"].splitlines() if "feature" in line and "dtype" in line
+    )
+    assert "distinct ids" in header and "top 10% share" in header, header
+    as_json = CliRunner().invoke(app, ["data", "stats", str(tiny_dataset), "--json"])
+    assert json.loads(as_json.stdout)["splits"][0] == {"split": "train", "rows": 1000, "parts": 2}

@@ -1,7 +1,9 @@
 """Start-up: the commands that need no torch do not import it (`plan show`, `runs`, `config`,
 `data stats / head / verify`), and a bad flag value is one line before any heavy import (`train`,
-`plan`, `eval`, `export`, `predict`); `-v` works after the command too; `--help` shows no type
-beside a flag.
+`plan`, `eval`, `export`, `predict`), as are a stale plan and constraints that cannot hold (on a
+host without GPUs: `train.device = "auto"` asks torch where one is); `-v` works after the command
+too; `--help` shows no type beside a flag; `--help` and `data --help` import no command module, and
+`data stats` neither numba nor pandas.
 
 One fresh interpreter runs every command in turn (lightest first: a module once imported stays)
 and reports, after each, its exit code, last stderr line and whether torch or torchrec are loaded.
@@ -29,6 +31,13 @@ for args in json.loads(sys.argv[1]):
 """
 
 
+PINNED = 'sharding.constraints={t_f3={sharding_types=["column_wise"], min_partition=8}}'
+"""Two 8-wide column shards of the 16-wide t_f3: a constraint that cannot hold on 1 rank."""
+
+
+BATCH = ["--set", "train.global_batch_size=64"]
+
+
 def _fake_run(run: Path, data: Path | None = None, plan: Path | None = None) -> None:
     """A run directory as `runs` and `eval` read it: config, plan, one complete checkpoint, its
     unheld lock, metrics (stopped at step 4)."""
@@ -52,7 +61,7 @@ def test_light_commands_never_import_torch_and_bad_flags_are_caught_first(
 ) -> None:
     plan = tmp_path / "plan.json"
     planned = CliRunner().invoke(
-        app, ["plan", "--data", str(tiny_dataset), "--world-size", "2", "--out", str(plan)]
+        app, ["plan", "--data", str(tiny_dataset), "--world-size", "2", "--out", str(plan), *BATCH]
     )
     assert planned.exit_code == 0, planned.output
     run = tmp_path / "runs" / "a"
@@ -74,6 +83,8 @@ def test_light_commands_never_import_torch_and_bad_flags_are_caught_first(
         ["eval", str(run), "--split", "nope"],
         ["export", str(run), "--out", str(tmp_path)],
         ["predict", str(run), data],
+        ["train", "--data", data, "--plan", str(plan), "--nproc-per-node", "4", *BATCH],
+        ["train", "--data", data, "--nproc-per-node", "1", "--set", PINNED, *BATCH],
     ]
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT, json.dumps(commands)],
@@ -86,7 +97,7 @@ def test_light_commands_never_import_torch_and_bad_flags_are_caught_first(
     assert len(results) == len(commands), done.stdout
     for (command, code, last, heavy), expected in zip(
         results,
-        [0] * 8 + [1] * 7,
+        [0] * 8 + [1] * 9,
     ):
         assert (code, heavy) == (expected, []), f"{command}: exit {code}, imported {heavy}: {last}"
     lines = [last for _, _, last, _ in results[8:]]
@@ -99,6 +110,12 @@ def test_light_commands_never_import_torch_and_bad_flags_are_caught_first(
         f"error: --out {tmp_path}: is a directory; give a file name such as {tmp_path / 'model.safetensors'}",
         f"error: {run}: a run directory, not a model file; export it first: "
         f"`shardrec export {run} --out model.safetensors`",
+        f"error: {plan}: the plan was made for another job: world size: plan 2, job 4 (re-run "
+        "`shardrec plan`)",
+        "error: sharding.constraints.t_f3: no sharding type satisfies the constraint (sharding_types "
+        "['column_wise'], ranks all, min_partition 8, embedding_dim 16, world size 1); change or "
+        "drop it for this world size (--set 'sharding.constraints={}' drops them all; a run "
+        "resumes under any constraints)",
     ]
 
 
@@ -121,3 +138,45 @@ def test_runs_lists_a_stopped_run_and_help_shows_no_flag_types(tmp_path: Path) -
         shown = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
         assert shown.exit_code == 0 and "--help" in shown.stdout
         assert "<bool>" not in shown.stdout, f"{args}:\n{shown.stdout}"
+
+
+def _imported(args: list[str], modules: tuple[str, ...]) -> tuple[list[str], str]:
+    """Which of `modules` `shardrec ARGS` imported, run in a fresh interpreter, and its stdout."""
+    script = (
+        "import sys, json\n"
+        "from shardrec.tools.cli.app import main\n"
+        f"sys.argv = ['shardrec', *{args!r}]\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        f"print(json.dumps([m for m in {modules!r} if m in sys.modules]), file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    return json.loads(done.stderr.strip().splitlines()[-1]), done.stdout
+
+
+def test_help_imports_no_command_module_and_data_stats_no_kernels(tiny_dataset) -> None:
+    heavy = ("numpy", "numba", "torch", "shardrec.tools.cli.preprocess")
+    imported, listed = _imported(["--help"], heavy)
+    assert imported == [] and "preprocess" in listed
+    imported, listed = _imported(["data", "--help"], heavy)
+    assert imported == [] and "reference-npy" in listed
+    imported, shown = _imported(["data", "stats", str(tiny_dataset)], ("numba", "pandas", "torch"))
+    assert imported == [] and "dense features" in shown
+
+
+def test_runs_lists_a_job_in_its_first_seconds_by_its_lock(tmp_path: Path) -> None:
+    """`shardrec train` takes RUN/.lock before the ranks start; rank 0 writes config.toml seconds
+    later: meanwhile the run is listed as running."""
+    from shardrec.trainer.rundir.lock import acquire_run_lock
+
+    (tmp_path / "new").mkdir()
+    lock = acquire_run_lock(tmp_path / "new", "job1")
+    try:
+        listed = CliRunner().invoke(app, ["runs", str(tmp_path), "--json"])
+    finally:
+        lock.release()
+    assert json.loads(listed.stdout) == [
+        {"run": str(tmp_path / "new"), "step": None, "status": "running", "best_val_auc": None}
+    ]
+    assert json.loads(CliRunner().invoke(app, ["runs", str(tmp_path), "--json"]).stdout) == []

@@ -276,6 +276,74 @@ def test_export_then_predict_matches_eval_on_a_split_and_on_raw_rows(trained: Pa
     np.testing.assert_array_equal(np.loadtxt(trained / "nl.txt"), raw)
 
 
+PREDICT_WITHOUT_TORCH = """
+import sys
+from typer.testing import CliRunner
+from shardrec.tools.cli.app import app
+result = CliRunner().invoke(app, sys.argv[1:])
+print(result.exit_code, "torch" in sys.modules, (result.stderr.strip().splitlines() or [""])[-1])
+"""
+
+
+@pytest.mark.slow
+def test_raw_rows_of_another_shape_are_refused_before_torch_with_a_hint_that_works(
+    trained: Path,
+) -> None:
+    """Rows the model cannot read: a CSV (its hint: the spec infer that starts a model for them),
+    an extra field (its hint: the cut that drops it), labeled rows with --no-label (the counts of
+    the user's rows); each hint's command is run here and works."""
+    if not (trained / "model.safetensors").is_file():
+        ok(in_process("export", "run", "--out", "model.safetensors", cwd=trained))
+    ok(in_process("synth", "ml", "--like", "movielens", "--rows", "300", cwd=trained))
+    # Refused by the model's header and the file's first rows alone: torch is never imported.
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            PREDICT_WITHOUT_TORCH,
+            "predict",
+            "model.safetensors",
+            "ml/train.csv",
+        ],
+        cwd=trained,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    code, torch_loaded, line = done.stdout.strip().split(" ", 2)
+    assert (code, torch_loaded) == ("1", "False"), done.stdout + done.stderr[-2000:]
+    assert line == (
+        "error: ml/train.csv:1: too_few_fields: row: 1 fields, schema needs at least 37 of 40 (a "
+        "CSV row: this model reads Criteo's tab-separated rows of 40 fields, as it was trained on, "
+        "and cannot score these; a model for them starts with `shardrec spec infer ml/train.csv "
+        "--label COLUMN`)"
+    )
+    ok(
+        in_process(
+            "spec", "infer", "ml/train.csv", "--label", "rating>=4", "--out", "ml.toml", cwd=trained
+        )
+    )
+
+    lines = (trained / "raw" / "day_1").read_bytes().splitlines(keepends=True)[-50:]
+    (trained / "extra.tsv").write_bytes(b"".join(line.rstrip(b"\n") + b"\tx\n" for line in lines))
+    line = assert_one_line_error(
+        in_process("predict", "model.safetensors", "extra.tsv", cwd=trained),
+        r"^error: extra.tsv:1: too_many_fields: row: 41 fields, schema has 40 \(the model reads rows "
+        r"of 40 fields, as its training data had; if the extra ones are the last: `cut -f1-40 "
+        r"extra.tsv > rows.txt` keeps the first 40\)$",
+    )
+    cut = line.split("`")[1]
+    subprocess.run(cut, shell=True, cwd=trained, check=True)
+    ok(in_process("predict", "model.safetensors", "rows.txt", "--out", "cut.txt", cwd=trained))
+    assert len(np.loadtxt(trained / "cut.txt")) == 50
+
+    assert_one_line_error(
+        in_process("predict", "model.safetensors", "rows.txt", "--no-label", cwd=trained),
+        r"^error: rows.txt:1: too_many_fields: row: 40 fields, a row without its label has 39 "
+        r"\(with --no-label: the rows have a label column; leave --no-label out\)$",
+    )
+
+
 @pytest.mark.slow
 def test_data_preprocessed_otherwise_is_refused_by_predict_and_eval(trained: Path) -> None:
     """The same rows preprocessed with other table sizes or another dense transform give other

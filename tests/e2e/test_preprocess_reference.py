@@ -83,10 +83,25 @@ def test_arrays_equal_torchrecs_scripts_byte_for_byte(
         assert (tmp_path / "out" / name).read_bytes() == (ref / name).read_bytes(), name
 
 
+def _without_minus_three(paths: list[Path], into: Path) -> list[Path]:
+    """The days with each dense -3 written as -2: log3 (log(x + 3)) of -3 is -inf, which
+    reference-npy refuses (the next test); ids and labels stay as they were."""
+    into.mkdir()
+    out = []
+    for path in paths:
+        rows = [line.split("\t") for line in path.read_text().splitlines()]
+        for r in rows:
+            r[1:14] = ["-2" if v == "-3" else v for v in r[1:14]]
+        out.append(into / path.name)
+        out[-1].write_text("".join("\t".join(r) + "\n" for r in rows))
+    return out
+
+
 def test_log3_is_the_published_arrays_transform_and_a_rerun_keeps_the_files(
     days, tmp_path: Path
 ) -> None:
     paths, ref = days
+    paths = _without_minus_three(paths, tmp_path / "raw")
     out = tmp_path / "out"
     done = subprocess.run(
         [
@@ -143,3 +158,45 @@ def test_a_malformed_row_is_one_line_naming_file_and_line(tmp_path: Path) -> Non
         ValueError, match=rf"^{tmp_path}/day_1:2: .*the reference parses every row$"
     ):
         reference_preprocess([tmp_path / "day_0", tmp_path / "day_1"], tmp_path / "out")
+
+
+def test_a_non_finite_dense_value_is_refused_where_it_enters_and_the_hint_makes_finite_arrays(
+    tmp_path: Path,
+) -> None:
+    """log(x + 3) of Criteo's I2 = -3 is -inf (torchrec's old transform, fixed in its scripts by
+    log(x - min + 2)): reference-npy refuses it naming file, line and column, import-npy refuses
+    arrays holding such a value naming file, row and column, and the command both name writes
+    finite arrays that import."""
+    from helpers import assert_one_line_error, cli
+
+    good = "\t".join(["1", *["1"] * 13, *["0000000a"] * 26])
+    low = "\t".join(["0", "5", "-3", *["1"] * 11, *["0000000b"] * 26])
+    days = [tmp_path / "day_0", tmp_path / "day_1"]
+    days[0].write_text(f"{good}\n{low}\n{good}\n")
+    days[1].write_text(f"{good}\n{good}\n")
+    refused = cli("data", "reference-npy", *days, "--out", tmp_path / "ref", ok=False)
+    assert_one_line_error(
+        refused,
+        rf"^error: {days[0]}:2: I2: -3: log\(-3 \+ 3\) is -inf \(the reference's log3 has no "
+        r"finite value for integers below -2\); rerun with --dense log-min2, ",
+    )
+    # Arrays made by the old transform elsewhere: -inf in I2 of day 0's second row.
+    old = tmp_path / "old"
+    old.mkdir()
+    for d, rows in enumerate(([good, low, good], [good, good])):
+        fields = [r.split("\t") for r in rows]
+        dense = np.array([[int(v) for v in f[1:14]] for f in fields], np.int32)
+        with np.errstate(divide="ignore"):
+            np.save(old / f"day_{d}_dense.npy", np.log(dense + 3, dtype=np.float32))
+        np.save(old / f"day_{d}_sparse.npy", np.full((len(rows), 26), 3, np.int32))
+        np.save(old / f"day_{d}_labels.npy", np.array([[int(f[0])] for f in fields], np.int32))
+    assert_one_line_error(
+        cli("data", "import-npy", old, "--out", tmp_path / "imported", ok=False),
+        rf"^error: {old / 'day_0_dense.npy'}: row 1, column 1 \(I2\): -inf is not a number a "
+        r"model can train on \(1 such value in rows 0-2\); remake the arrays with finite values "
+        r"\(`shardrec data reference-npy DAYS --out DIR --dense log-min2` ",
+    )
+    # The hint: today's torchrec transform, every value finite; the arrays import.
+    cli("data", "reference-npy", *days, "--out", tmp_path / "ref", "--dense", "log-min2")
+    assert all(np.isfinite(np.load(tmp_path / "ref" / f"day_{d}_dense.npy")).all() for d in (0, 1))
+    cli("data", "import-npy", tmp_path / "ref", "--out", tmp_path / "imported")

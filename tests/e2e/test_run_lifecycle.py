@@ -272,6 +272,24 @@ def test_the_readme_run_directory_examples_as_written_past_an_epoch_and_onto_mor
         r"with --allow-change optim\.dense_lr, or start over with --restart$",
     )
 
+    # Back to 1 rank under a constraint that needs 2 (two 4-wide column shards on distinct ranks):
+    # refused before any rank starts, naming the way on, which works.
+    metrics = (run / "metrics.jsonl").read_bytes()
+    pinned = 'sharding.constraints={t_f3={sharding_types=["column_wise"], min_partition=4}}'
+    narrower = _train(tiny_dataset, run, "--steps", "26", "--set", pinned)
+    line = assert_one_line_error(
+        narrower,
+        r"^error: sharding\.constraints\.t_f3: no sharding type satisfies the constraint "
+        r"\(sharding_types \['column_wise'\], ranks all, min_partition 4, embedding_dim 8, world "
+        r"size 1\); change or drop it for this world size \(--set 'sharding\.constraints=\{\}' drops "
+        r"them all; a run resumes under any constraints\)$",
+    )
+    assert (run / "metrics.jsonl").read_bytes() == metrics  # no rank started
+    hint = line.split("(--set '")[1].split("'")[0]
+    on_one = _train(tiny_dataset, run, "--steps", "26", "--set", pinned, "--set", hint)
+    assert on_one.exit_code == 0, on_one.output
+    assert json.loads(on_one.stdout)["world_size"] == 1
+
 
 def test_a_resume_that_shortens_the_run_is_a_change_to_accept(
     tiny_dataset: Path, tmp_path: Path

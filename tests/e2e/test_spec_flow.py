@@ -1,8 +1,11 @@
-"""Your own data, end to end: README's "Your own data" commands run as written (on fewer rows) on a
-MovieLens-shaped log, synth -> spec infer -> edit -> preprocess -> plan -> 2-rank train -> eval ->
-export -> predict on the raw file; the model pools genres by mean as its spec says, and predict on
-the raw test rows gives eval's AUC and, row by row, the probabilities of the preprocessed split.
-An Avazu-shaped log goes the same way (its 2-rank run's own final evaluation standing for eval).
+"""The README's tours as written, from an empty directory: "The flow" (on fewer rows, smaller
+tables and 2 ranks: synth -> preprocess -> data stats -> config defaults > job.toml -> plan ->
+train), then, in the same directory, "Your own data" (on fewer rows) on a MovieLens-shaped log,
+synth -> spec infer -> edit -> preprocess -> plan -> 2-rank train -> eval -> export -> predict on
+the raw file; the model pools genres by mean as its spec says, and predict on the raw test rows
+gives eval's AUC and, row by row, the probabilities of the preprocessed split. Neither tour undoes
+the other (the second's CSV lands beside the first's train.txt; each keeps its own plan). An
+Avazu-shaped log goes the same way (its 2-rank run's own final evaluation standing for eval).
 
 One run of the README's commands (module fixture) serves every assertion.
 """
@@ -25,15 +28,18 @@ from shardrec.dataloader.format.manifest import Manifest
 
 REPO = Path(__file__).resolve().parents[2]
 ROWS = 20_000
-"""Rows of the synthetic log instead of the README's million: 8 training steps of its batch."""
+"""Rows of the synthetic logs instead of the README's million: 8 training steps of its batch."""
+SCALED = {"--rows": str(ROWS), "--max-ids": "1000", "--world-size": "2", "--nproc-per-node": "2"}
+"""What the test runs smaller than the README writes: rows, table rows (26 tables of a million
+rows are 1.7 GB of weights), ranks (8 CPU ranks on a 2-core machine)."""
 # Commands that start ranks (torchrun) run as the user runs them; the rest in this process.
 SUBPROCESS = ("train", "eval")
 
 
-def readme_commands() -> list[list[str]]:
-    """The command lines of the README's "Your own data" block, comments dropped."""
-    section = (REPO / "README.md").read_text().split("### Your own data", 1)[1]
-    block = section.split("```sh\n", 1)[1].split("```", 1)[0]
+def readme_commands(section: str = "Your own data") -> list[list[str]]:
+    """The command lines of the first block of the README's section, comments dropped."""
+    text = (REPO / "README.md").read_text().split(f"### {section}\n", 1)[1]
+    block = text.split("```sh\n", 1)[1].split("```", 1)[0]
     return [shlex.split(line, comments=True) for line in block.splitlines() if line.strip()]
 
 
@@ -48,7 +54,12 @@ def edit_spec(path: Path) -> None:
 
 
 def run(args: list[str], cwd: Path) -> str:
-    """One README command in `cwd`; its stdout and stderr."""
+    """One README command in `cwd` (its `> FILE` too); its stdout and stderr."""
+    if ">" in args:
+        at = args.index(">")
+        printed = run(args[:at], cwd)
+        (cwd / args[at + 1]).write_text(printed)
+        return printed
     if args[1] in SUBPROCESS:
         done = subprocess.run(
             [sys.executable, "-m", "shardrec.tools.cli", *args[1:]],
@@ -65,19 +76,34 @@ def run(args: list[str], cwd: Path) -> str:
 
 @pytest.fixture(scope="module")
 def flow(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """The README's commands run in one folder: command name -> what it printed."""
+    """The README's two tours run in one empty folder: command name -> what it printed ("flow "
+    before the first tour's)."""
     root = tmp_path_factory.mktemp("own_data")
     printed = {}
-    for args in readme_commands():
-        if args[0] == "$EDITOR":
-            edit_spec(root / args[1])
-            continue
-        assert args[0] == "shardrec", args
-        if "--rows" in args:
-            args[args.index("--rows") + 1] = str(ROWS)
-        printed[args[1]] = run(args, root)
+    for section, prefix in (("The flow", "flow "), ("Your own data", "")):
+        for args in readme_commands(section):
+            if args[0] == "$EDITOR":
+                edit_spec(root / args[1])
+                continue
+            assert args[0] == "shardrec", args
+            for flag, value in SCALED.items():
+                if flag in args:
+                    args[args.index(flag) + 1] = value
+            printed[prefix + args[1]] = run(args, root)
     printed["root"] = str(root)
     return printed
+
+
+@pytest.mark.slow
+def test_the_flow_tour_trains_and_the_own_data_tour_leaves_it_be(flow: dict[str, str]) -> None:
+    root = Path(flow["root"])
+    assert "dense features" in flow["flow data"]
+    summary = json.loads((root / "runs" / "a" / "summary.json").read_text())
+    assert (summary["steps"], summary["world_size"]) == (ROWS * 6 // 7 // 2048, 2)
+    # The first tour's plan is its own: 26 Criteo tables for 2 ranks, not the second's.
+    tables = json.loads((root / "plan.json").read_text())["fingerprint"]["tables"]
+    assert [t["name"] for t in tables] == [f"t_C{i}" for i in range(1, 27)]
+    assert sorted(p.name for p in (root / "raw").iterdir()) == ["train.csv", "train.txt"]
 
 
 def _test_rows(root: Path) -> int:
@@ -95,13 +121,13 @@ def test_readme_flow_trains_a_mean_pooled_list_and_records_the_spec(flow: dict[s
     )
     assert 1.5 < manifest.feature("genres").stats["mean_ids_per_sample"] < 2.5
     # The plan and the run's copy of it were made for a mean-pooled genres table.
-    for plan in (root / "plan.json", root / "runs" / "ml" / "plan.json"):
+    for plan in (root / "ml-plan.json", root / "runs" / "ml" / "plan.json"):
         tables = {t["name"]: t for t in json.loads(plan.read_text())["fingerprint"]["tables"]}
         assert tables["t_genres"]["pooling"] == "MEAN" and tables["t_zip"]["pooling"] == "SUM"
     # Its cost was estimated with genres' measured ids per sample, which the plan records and
     # prints.
     measured = round(manifest.feature("genres").stats["mean_ids_per_sample"], 4)
-    assert json.loads((root / "plan.json").read_text())["estimate"]["ids_per_sample"] == {
+    assert json.loads((root / "ml-plan.json").read_text())["estimate"]["ids_per_sample"] == {
         "t_genres": measured
     }
     (row,) = [line for line in flow["plan"].splitlines() if "t_genres" in line]
@@ -277,3 +303,31 @@ def test_a_spec_model_refuses_criteos_rows_in_one_line(tagged: Path, tmp_path: P
         r"fields\) with a header \(y, n, tags, \.\.\.\); this file is in another format$",
     )
     assert not (tmp_path / "p.txt").exists()
+
+
+def test_a_column_the_spec_model_does_not_read_is_left_out_by_its_header_name(
+    tagged: Path, tmp_path: Path, caplog
+) -> None:
+    """The model's spec finds its columns by header name, and it cannot be edited: a column it
+    does not know (here between two of its own) is read past with a warning, and every row scores
+    as without it."""
+    import logging
+
+    write_untrained_model(tagged, tmp_path / "m.safetensors")
+    lines = (tmp_path / "log.csv").read_text().splitlines()
+    wider = [f"{a},{'note' if i == 0 else f'x{i}'},{b}" for i, (a, b) in
+             enumerate(line.split(",", 1) for line in lines)]  # fmt: skip
+    (tmp_path / "wider.csv").write_text("\n".join(wider) + "\n")
+    with caplog.at_level(logging.WARNING, logger="shardrec"):
+        cli(
+            "predict",
+            tmp_path / "m.safetensors",
+            tmp_path / "wider.csv",
+            "--out",
+            tmp_path / "w.txt",
+        )
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        f"{tmp_path / 'wider.csv'}: 1 column(s) the model does not read, left out: note"
+    ]
+    cli("predict", tmp_path / "m.safetensors", tmp_path / "log.csv", "--out", tmp_path / "p.txt")
+    np.testing.assert_array_equal(np.loadtxt(tmp_path / "w.txt"), np.loadtxt(tmp_path / "p.txt"))

@@ -96,6 +96,11 @@ def test_a_headerless_criteo_log_gets_a_spec_by_position(tmp_path: Path) -> None
             r"label column 'rating' holds values other than 0 and 1 .*; give a threshold, e.g. --label 'rating>=4'",
         ),
         ("ratng>=4", r"no column 'ratng' for the label"),
+        (
+            "rating>4",
+            r"^error: --label 'rating>4': a threshold is written NAME>=NUMBER \(label 1 where the "
+            r"value is >= it\); use --label 'rating>=5' \(the same for whole numbers\)$",
+        ),
         ("rating>=four", r"--label 'rating>=four': the threshold after >= must be a number"),
     ],
 )
@@ -145,3 +150,48 @@ def test_avazus_anonymised_integer_columns_are_categoricals(tmp_path: Path) -> N
         )
     assert "# codes (leading zeros, an id's or a C<n> name, or one width); " in spec.read_text()
     assert proposed["id"] == IgnoredColumn("id") and isinstance(proposed["banner_pos"], DenseColumn)
+
+
+def test_the_label_hints_name_a_label_that_works(tmp_path: Path) -> None:
+    cli("synth", tmp_path / "raw", "--like", "movielens", "--rows", "200")
+    for label in ("rating>=4", "rating>=5"):  # the first hint's, and the >= of 'rating>4'
+        cli("spec", "infer", tmp_path / "raw" / "train.csv", "--label", label)
+
+
+def test_a_two_valued_text_label_gets_a_mapping_and_a_decimal_comma_csv_its_format(
+    tmp_path: Path,
+) -> None:
+    """A semicolon CSV from a spreadsheet: decimal commas, a yes/no label. The proposed spec reads
+    it as it is, and states the rows it read."""
+    rng = np.random.default_rng(3)
+    lines = ["clicked;price;visits;country"]
+    for _ in range(200):
+        lines.append(
+            f"{rng.choice(['yes', 'no', 'no'])};{rng.integers(0, 99)},{rng.integers(0, 99):02d};"
+            f"{rng.integers(0, 40)};{rng.choice(['de', 'at', 'ch'])}"
+        )
+    log, spec = tmp_path / "eu.csv", tmp_path / "eu.toml"
+    log.write_text("\n".join(lines) + "\n")
+    cli("spec", "infer", log, "--label", "clicked", "--out", spec)
+    text = spec.read_text()
+    assert text.startswith(
+        "# Feature spec proposed by `shardrec spec infer eu.csv --label 'clicked'` from its 200 rows "
+        "(the whole file).\n"
+    )
+    proposed = load_spec(spec)
+    fmt = proposed.format
+    assert (fmt.kind, fmt.delimiter, fmt.decimal, fmt.header) == ("csv", ";", ",", True)
+    assert proposed.columns[0] == LabelColumn("clicked", mapping={"yes": 1, "no": 0})
+    assert "# the label: 1 where clicked is 'yes', 0 where 'no' (by their words)" in text
+    assert proposed.columns[1] == DenseColumn("price", type="float", transform="log1p")
+    res = json.loads(
+        cli("preprocess", log, "--spec", spec, "--out", tmp_path / "d", "--json").stdout
+    )
+    assert res["rows_skipped"] == {}
+    (first,) = json.loads(cli("data", "head", tmp_path / "d", "--rows", "1", "--json").stdout)
+    price = float(lines[1].split(";")[1].replace(",", "."))
+    assert first["price"] == pytest.approx(np.log1p(price), rel=1e-6)
+    assert first["label"] == int(lines[1].startswith("yes"))
+    # The first 10 rows of a longer file: the preamble says so.
+    cli("spec", "infer", log, "--label", "clicked", "--rows", "10", "--out", spec)
+    assert "from its first 10 rows.\n" in spec.read_text().splitlines(keepends=True)[0]

@@ -102,13 +102,13 @@ def test_more_malformed_rows_than_allowed_is_an_error_and_a_higher_limit_accepts
 ):
     raw = write_dataset(tmp_path / "raw", rows=1000, seed=2, max_vocab=300)[0]
     text = raw.read_bytes()
-    raw.write_bytes(text + b"oops\n" * 30)  # 30 of 1,030 lines: 2.9%, above the 1% default
+    raw.write_bytes(text + b"oops\n" * 30)  # 30 of 1,030 lines: 2.9%, above the 0.3% default
     out = tmp_path / "data"
     res = preprocess(raw, "--out", out)
     assert_one_line_error(
         res,
         rf"^error: {re.escape(str(raw))}: 30 of 1,030 lines malformed \(2\.91%: too_few_fields 30\), "
-        rf"more than the 0\.01 allowed .*; first: {re.escape(str(raw))}:1001: row: ",
+        rf"more than the 0\.003 allowed .*; first: {re.escape(str(raw))}:1001: row: ",
     )
     assert not (out / "manifest.json").exists()
     again = runner.invoke(
@@ -154,3 +154,164 @@ def test_directory_input_takes_only_day_files_and_names_what_it_ignored(tmp_path
         f"{raw}: ignored 2 file(s) not named day_N[.gz], train.txt[.gz] or dac_sample.txt: README, day_2.md5"
     ]
     assert json.loads(res.stdout)["rows_skipped"] == {}
+
+
+def test_a_csv_beside_criteos_train_txt_is_never_a_day_of_it(tmp_path: Path, caplog):
+    """The README's two tours write raw/train.txt and raw/train.csv side by side: the directory is
+    Criteo's train.txt alone, and both files named are refused with the CSV's counts, never a
+    dataset whose train split is empty."""
+    from shardrec.tools.synth.avazu_movielens import write_like
+
+    raw = tmp_path / "raw"
+    write_dataset(raw, rows=2000, seed=4, max_vocab=300)
+    write_like(raw / "train.csv", "movielens", 300, seed=1)
+    with caplog.at_level(logging.WARNING, logger="shardrec"):
+        res = preprocess(raw, "--out", tmp_path / "data", "--json")
+    assert res.exit_code == 0, res.output
+    assert [f["name"] for f in Manifest.load(tmp_path / "data").options["inputs"]] == ["train.txt"]
+    assert json.loads(res.stdout)["rows_kept"] == {"train": 1714, "val": 143, "test": 143}
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        f"{raw}: ignored 1 file(s) not named day_N[.gz], train.txt[.gz] or dac_sample.txt: train.csv"
+    ]
+    # Named on the command line, the CSV is a day of its own: refused with its counts (its 301
+    # lines are 13% of the whole, and each of them is malformed).
+    both = preprocess(raw / "train.txt", raw / "train.csv", "--out", tmp_path / "both")
+    assert_one_line_error(
+        both,
+        rf"^error: {re.escape(str(raw / 'train.csv'))}: no rows kept, all 301 lines are malformed "
+        r"\(too_few_fields 301\); first: .*train\.csv:1: row: 1 fields",
+    )
+    assert not (tmp_path / "both" / "manifest.json").exists()
+
+
+def test_a_file_of_few_malformed_rows_among_many_is_refused_with_its_own_share(tmp_path: Path):
+    raw = tmp_path / "raw"
+    write_dataset(raw, rows=4000, seed=4, max_vocab=300, days=2)
+    day0 = raw / "day_0"
+    day0.write_bytes(day0.read_bytes() + b"oops\n" * 8)  # 8 of ~2,000 lines: over 0.3%
+    res = preprocess(raw, "--out", tmp_path / "data")
+    assert_one_line_error(
+        res,
+        rf"^error: {re.escape(str(day0))}: 8 of 2,008 lines malformed \(0\.40%: too_few_fields 8\), "
+        r"more than the 0\.003 allowed \(--max-skipped-fraction\); first: .*day_0:2001: row: ",
+    )
+    again = preprocess(raw, "--out", tmp_path / "data", "--max-skipped-fraction", "0.005", "--json")
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout)["rows_skipped"] == {"too_few_fields": 8}
+
+
+def test_a_split_whose_lines_were_all_skipped_is_an_error_with_the_counts(tmp_path: Path, caplog):
+    """With every malformed row allowed, a CSV named before Criteo's train.txt is the training day
+    and leaves train empty: refused with the counts. A file of 7 rows leaves test empty by the
+    layout alone: a warning with the counts."""
+    from shardrec.tools.synth.avazu_movielens import write_like
+
+    raw = tmp_path / "raw"
+    write_dataset(raw, rows=2000, seed=4, max_vocab=300)
+    write_like(raw / "train.csv", "movielens", 300, seed=1)
+    res = preprocess(
+        raw / "train.csv", raw / "train.txt", "--out", tmp_path / "d", "--max-skipped-fraction", "1"
+    )
+    assert_one_line_error(
+        res,
+        r"split train would hold no rows: its lines were all skipped as malformed \(301 lines of "
+        r"train; rows kept: train 0, val 1,000, test 1,000; 301 skipped\); 2 files \(train\.csv, "
+        r"train\.txt\): every file but the last \(train\.txt\) is a training day, the last is "
+        r"halved into val and test; name the input files on the command line in day order$",
+    )
+    assert not (tmp_path / "d" / "manifest.json").exists()
+    seven = write_dataset(tmp_path / "seven", rows=7, seed=4, max_vocab=300)[0]
+    with caplog.at_level(logging.WARNING, logger="shardrec"):
+        assert preprocess(seven, "--out", tmp_path / "s").exit_code == 0
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        f"{seven}: split test holds no rows, the input has too few lines (rows kept: train 6, val "
+        "1, test 0); one file (train.txt) is cut into 7 pseudo-days, days 0-5 train and day 6 "
+        "halved into val and test: it needs at least 8 lines"
+    ]
+
+
+def test_a_spec_reads_a_directory_by_its_files_pattern(tmp_path: Path):
+    """A directory of a spec's own file names: refused naming them and the pattern to give; with
+    `[format] files`, its files are the days."""
+    from shardrec.tools.synth.avazu_movielens import write_like
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    write_like(raw / "part-0.csv", "movielens", 400, seed=1)
+    write_like(raw / "part-1.csv", "movielens", 400, seed=2)
+    spec = tmp_path / "ml.toml"
+    assert (
+        runner.invoke(
+            app,
+            ["spec", "infer", str(raw / "part-0.csv"), "--label", "rating>=4", "--out", str(spec)],
+        ).exit_code
+        == 0
+    )
+    args = ["preprocess", str(raw), "--spec", str(spec), "--out", str(tmp_path / "data"), "--json"]
+    assert_one_line_error(
+        runner.invoke(app, args),
+        rf"^error: {re.escape(str(raw))}: directory holds no input files named day_N\[\.csv\]\[\.gz\], "
+        r"train\.csv\[\.gz\] or dac_sample\.csv \(found part-0\.csv, part-1\.csv; name input files on "
+        r"the command line to take them, or give a spec a \[format\] files pattern\)$",
+    )
+    spec.write_text(spec.read_text().replace("[format]\n", '[format]\nfiles = "part-*.csv"\n'))
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert [f["name"] for f in Manifest.load(tmp_path / "data").options["inputs"]] == [
+        "part-0.csv",
+        "part-1.csv",
+    ]
+    assert json.loads(res.stdout)["rows_kept"] == {"train": 400, "val": 200, "test": 200}
+
+
+def test_a_dense_value_its_dtype_cannot_hold_is_one_line_and_both_fixes_it_names_work(
+    tmp_path: Path,
+):
+    raw = write_dataset(tmp_path / "raw", rows=400, seed=2, max_vocab=300)[0]
+    lines = raw.read_bytes().splitlines(keepends=True)
+    fields = lines[10].split(b"\t")
+    fields[3] = b"70000"  # I3: past float16's 65,504
+    lines[10] = b"\t".join(fields)
+    raw.write_bytes(b"".join(lines))
+    args = ["--dense-transform", "none", "--float16"]
+    assert_one_line_error(
+        preprocess(raw, "--out", tmp_path / "a", *args),
+        rf"^error: {re.escape(str(raw))}:11: I3: 70000 is past what float16 holds with transform "
+        r"none: it would train as infinity; drop --float16, or preprocess with --dense-transform "
+        r"signed-log1p$",
+    )
+    assert not (tmp_path / "a" / "manifest.json").exists()
+    assert preprocess(raw, "--out", tmp_path / "b", "--dense-transform", "none").exit_code == 0
+    fixed = preprocess(
+        raw, "--out", tmp_path / "c", "--dense-transform", "signed-log1p", "--float16"
+    )
+    assert fixed.exit_code == 0, fixed.output
+
+
+def test_a_csv_of_other_columns_is_sent_to_spec_infer_and_that_command_works(tmp_path: Path):
+    from shardrec.tools.synth.avazu_movielens import write_like
+
+    csv = tmp_path / "train.csv"
+    write_like(csv, "movielens", 300, seed=1)
+    line = assert_one_line_error(
+        preprocess(csv, "--out", tmp_path / "data"),
+        rf"\(commas in the row: a CSV of 10 fields, not Criteo's 40\? `shardrec spec infer "
+        rf"{re.escape(str(csv))} --label COLUMN --out spec.toml` describes it; then preprocess "
+        r"--spec spec.toml\) \(too_few_fields\)$",
+    )
+    infer = line.split("`")[1].split()[1:]  # spec infer FILE --label COLUMN --out spec.toml
+    infer[infer.index("COLUMN")] = "rating>=4"
+    infer[-1] = str(tmp_path / "spec.toml")
+    assert runner.invoke(app, infer).exit_code == 0
+    res = runner.invoke(
+        app,
+        [
+            "preprocess",
+            str(csv),
+            "--spec",
+            str(tmp_path / "spec.toml"),
+            "--out",
+            str(tmp_path / "d"),
+        ],
+    )
+    assert res.exit_code == 0, res.output

@@ -37,3 +37,14 @@ def test_job_file_mistakes_name_the_file_and_suggest(tmp_path: Path) -> None:
         load_job_config(None, ["train.sed=1"])
     with pytest.raises(ValueError, match=r"^--set 'train.seed=-1': train.seed = -1 must be >= 0$"):
         load_job_config(None, ["train.seed=-1"])
+
+
+def test_a_list_set_without_brackets_is_told_the_brackets_that_work() -> None:
+    with pytest.raises(ValueError) as e:
+        load_job_config(None, ["model.dense_arch=64,16"])
+    assert str(e.value) == (
+        "--set 'model.dense_arch=64,16': cannot parse '64,16' as a value; a list is written in "
+        "brackets: --set 'model.dense_arch=[64, 16]'"
+    )
+    hinted = str(e.value).split("--set '")[-1].rstrip("'")
+    assert load_job_config(None, [hinted]).model.dense_arch == [64, 16]

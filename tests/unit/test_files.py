@@ -56,3 +56,28 @@ def test_the_file_is_synced_before_its_rename_and_the_directory_after(tmp_path: 
     # The file before its rename; the directory once, by the caller, after its last file (vocabulary
     # runs).
     assert events == [f"fsync .out.bin.tmp-{os.getpid()}", "replace out.bin"]
+
+
+def test_a_write_without_space_is_one_line_naming_the_path_and_the_bytes(
+    tmp_path: Path, monkeypatch
+):
+    import errno
+
+    from shardrec.dataloader.util import files
+
+    def full(path):  # what a full disk gives when the file's pages are flushed
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(files, "fsync_path", full)
+    target = tmp_path / "plan.json"
+    with pytest.raises(files.WriteError) as e:
+        atomic_write_bytes(target, b"x" * 2500)
+    assert str(e.value).startswith(
+        f"{target}: No space left on device: it needs 2,500 bytes, "
+    ) and str(e.value).endswith(" free there; free space or write elsewhere")
+    assert isinstance(e.value, ValueError)  # the commands print it as their one line
+    assert list(tmp_path.iterdir()) == []  # no temporary left behind
+    # An error of another file, read inside the block, is that file's, not the target's.
+    with pytest.raises(FileNotFoundError):
+        with atomic_open(tmp_path / "out.bin") as f:
+            f.write(open(tmp_path / "missing").read().encode())  # noqa: SIM115

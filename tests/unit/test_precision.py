@@ -59,7 +59,7 @@ def _matmul_dtypes(module: TrainModule) -> dict[str, torch.dtype]:
         for name, m in module.named_modules()
         if isinstance(m, torch.nn.Linear)
     ]
-    loss, (loss_sum, logits, _) = module(_batch())
+    loss, (loss_sum, logits, _, _) = module(_batch())
     loss.backward()
     for h in hooks:
         h.remove()

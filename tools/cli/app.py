@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import functools
-import importlib
 from typing import Annotated, Any
 
 import typer
 import typer.core
 import typer.main
 
-from shardrec.tools.cli.common import configure_logging
+from shardrec.tools.cli.common import LazyGroup, configure_logging, load_command
 
 # The commands in the order a user meets them (`shardrec --help` lists them so), each with the
 # module under shardrec.tools.cli whose `register(app)` adds it. A module is imported only when
@@ -31,14 +29,37 @@ COMMANDS = {
     "bench": "bench",
 }
 VERBOSE = ("-v", "--verbose")
+# What `shardrec --help` lists for each command: the first paragraph of its own help, kept here so
+# that the listing imports no command module (preprocess's imports numba, synth's numpy: a second
+# of start-up). tests/unit/test_cli_help.py holds each to the command's own help.
+SUMMARIES = {
+    "synth": "Write synthetic click logs whose labels follow a hidden model of the features: "
+    "Criteo's format, or Avazu's or MovieLens-1M's shape (--like) for trying a feature spec.",
+    "spec": "Feature specs (TOML): which column is the label, which are dense, categorical or "
+    "lists, and the text's format. `preprocess --spec FILE` reads one.",
+    "preprocess": "Turn click logs into a sharded-training dataset (parts + manifest.json): "
+    "Criteo's rows, or any CSV/TSV a feature spec (--spec) describes.",
+    "data": "Inspect, check and convert a preprocessed dataset: statistics, rows, checksums, "
+    "stream digests, torchrec's .npy layout, multi-hot copies.",
+    "plan": "Plan how embedding tables are sharded; writes a plan file `shardrec train --plan` uses.",
+    "train": "Train a DLRM/DCNv2 on N local ranks (torchrun); resumes if OUT_DIR holds "
+    "checkpoints.",
+    "eval": "Evaluate a checkpoint: at the run's world size the AUC equals the run's own "
+    "evaluation bit for bit.",
+    "export": "Write a run's checkpoint as one unsharded safetensors file.",
+    "predict": "Score a preprocessed split or raw rows with an exported model, in one process (no "
+    "torchrun).",
+    "runs": "List runs: step of the newest checkpoint, status (complete/running/stopped/failed), "
+    "best val AUC.",
+    "report": "Draw a run's loss, AUC and throughput curves (metrics.jsonl) into a PNG.",
+    "config": "Show the effective job settings (defaults < job file < --set) or the defaults.",
+    "bench": "Benchmarks; each but `scale` prints its ratio against a baseline measured in the "
+    "same run.",
+}
 
 
-class _LazyCommands(typer.core.TyperGroup):
-    def list_commands(self, ctx: typer.Context) -> list[str]:
-        return list(COMMANDS)
-
-    def get_command(self, ctx: typer.Context, cmd_name: str) -> Any:
-        return _load_command(cmd_name) if cmd_name in COMMANDS else None
+class _LazyCommands(LazyGroup):
+    package, modules, summaries = "shardrec.tools.cli", COMMANDS, SUMMARIES
 
     def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
         # -v after the command too (no command has a -v of its own): moved before it.
@@ -48,12 +69,9 @@ class _LazyCommands(typer.core.TyperGroup):
         return super().parse_args(ctx, [*verbose, *rest, *args[cut:]])
 
 
-@functools.cache
 def _load_command(name: str) -> Any:
-    module = importlib.import_module(f"shardrec.tools.cli.{COMMANDS[name]}")
-    holder = typer.Typer(pretty_exceptions_enable=False, add_completion=False)
-    module.register(holder)
-    return typer.main.get_group(holder).commands[name]
+    """The top-level command `name` (its module imported now)."""
+    return load_command(f"shardrec.tools.cli.{COMMANDS[name]}", name)
 
 
 _type_in_help = typer.core.TyperOption.display_type_rich

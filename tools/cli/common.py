@@ -1,7 +1,10 @@
-"""What every CLI command shares: one way to fail, print JSON and configure logging."""
+"""What every CLI command shares: one way to fail, print JSON and configure logging, and command
+groups whose modules are imported only when one of their commands runs."""
 
 from __future__ import annotations
 
+import functools
+import importlib
 import json
 import logging
 import sys
@@ -9,10 +12,56 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import typer
+import typer.core
+import typer.main
 from rich.markup import escape
 
 from shardrec.dataloader.util.files import atomic_open
 from shardrec.tools.console import err_console
+
+
+class LazyGroup(typer.core.TyperGroup):
+    """A command group that imports a command's module (`package`.`modules[name]`, whose
+    `register(app)` adds it) only when the command runs or shows its own help: `shardrec runs`
+    must not pay for torch, nor `data stats` for numba. Its own --help lists `summaries` (each
+    command's first paragraph of help: tests/unit/test_cli_help.py holds them to the commands')
+    without importing any."""
+
+    package = ""
+    modules: dict[str, str] = {}
+    summaries: dict[str, str] = {}
+    _listing = False
+
+    def list_commands(self, ctx: typer.Context) -> list[str]:
+        return list(self.modules)
+
+    def get_command(self, ctx: typer.Context, cmd_name: str) -> Any:
+        if cmd_name not in self.modules:
+            return None
+        if self._listing:
+            return typer.core.TyperCommand(cmd_name, help=self.summaries[cmd_name])
+        return load_command(f"{self.package}.{self.modules[cmd_name]}", cmd_name)
+
+    def format_help(self, ctx: typer.Context, formatter: Any) -> None:
+        self._listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self._listing = False
+
+
+@functools.cache
+def load_command(module_name: str, name: str) -> Any:
+    """The click command `name` that the module's register(app) adds."""
+    module = importlib.import_module(module_name)
+    holder = typer.Typer(pretty_exceptions_enable=False, add_completion=False)
+    module.register(holder)
+    return typer.main.get_group(holder).commands[name]
+
+
+def counted(n: int, noun: str) -> str:
+    """`1 rank`, `2 ranks`, `1,000 rows`: a count with its noun in the right number."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def fail(message: str) -> NoReturn:

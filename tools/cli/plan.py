@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from shardrec.tools.cli.common import fail, print_json
+from shardrec.tools.cli.common import counted, fail, print_json
 from shardrec.tools.console import console
 
 plan_app = typer.Typer(
@@ -258,7 +258,7 @@ def _print_plan(
         )
     where = f", wrote {out}" if out else ""
     console.print(
-        f"planned {len(result.tables)} tables for {world_size} ranks ({topology}) in {seconds:.2f} s{where}"
+        f"planned {len(result.tables)} tables for {counted(world_size, 'rank')} ({topology}) in {seconds:.2f} s{where}"
     )
 
 
@@ -410,7 +410,7 @@ def show_cmd(
     console.print(ranks_table(result))
     fp = result.fingerprint
     console.print(
-        f"{plan_file}: {len(result.tables)} tables for {fp.world_size} ranks, global batch "
+        f"{plan_file}: {len(result.tables)} tables for {counted(fp.world_size, 'rank')}, global batch "
         f"{fp.global_batch_size:,}, planner {result.planner}",
         highlight=False,
     )

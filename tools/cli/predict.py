@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import io
+import itertools
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import numpy as np
 import typer
@@ -30,14 +32,20 @@ def _write(probs: np.ndarray, out: Path | None) -> None:
         f.write(buffer.getvalue())
 
 
-def _score_text(exported, path: Path, labeled: bool) -> tuple[np.ndarray, np.ndarray | None]:
+def _first_and_rest(chunks: Iterator[Any]) -> Iterator[Any]:
+    """`chunks` with its first item read now: the file's format is checked before torch loads."""
+    first = next(chunks, None)
+    return chunks if first is None else itertools.chain([first], chunks)
+
+
+def _score_text(
+    exported, chunks: Iterator[Any], labeled: bool
+) -> tuple[np.ndarray, np.ndarray | None]:
     """Probabilities and labels (None: rows without a label column) of raw text rows."""
-    from shardrec.tools.preprocess.raw_rows import RawRows
     from shardrec.trainer.inference.predict import rows_batch, score_batches
 
-    rows = RawRows(exported.header)
     probs, labels = [], []
-    for (dense, ids), chunk_labels in rows.read(path, labeled=labeled):
+    for (dense, ids), chunk_labels in chunks:
         p, _ = score_batches(exported.model, iter([rows_batch(dense, ids, exported.feature_names)]))
         probs.append(p)
         labels.append(chunk_labels)
@@ -105,17 +113,27 @@ def predict(
     if not input_path.exists():
         fail(f"{input_path}: no such file or dataset directory")
     from shardrec.dataloader.format.manifest import DatasetError
-    from shardrec.trainer.inference.predict import load_exported, score_split
-    from shardrec.trainer.loop.metrics import auc
+    from shardrec.trainer.inference.model_file import read_header
 
     try:
+        # The model's header and the file's first rows are read before torch is imported: a file
+        # in another format is refused in a second.
+        header = read_header(model)
+        if not input_path.is_dir():
+            from shardrec.tools.preprocess.raw_rows import RawRows
+
+            chunks = _first_and_rest(RawRows(header).read(input_path, labeled=not no_label))
+        from shardrec.trainer.inference.predict import load_exported, score_split
+
         exported = load_exported(model)
         if input_path.is_dir():
             probs, labels = score_split(exported, input_path, split, batch_size)
         else:
-            probs, labels = _score_text(exported, input_path, labeled=not no_label)
+            probs, labels = _score_text(exported, chunks, labeled=not no_label)
     except (ValueError, DatasetError) as e:
         fail(str(e))
+    from shardrec.trainer.loop.metrics import auc
+
     try:
         _write(probs, out)
     except OSError as e:

@@ -39,16 +39,19 @@ def infer(
     --spec SPEC`.
     """
     from shardrec.dataloader.spec.spec_file import spec_to_toml
-    from shardrec.tools.preprocess.parse.spec_infer import infer_spec
+    from shardrec.tools.preprocess.parse.spec_infer import infer_spec, sample_lines
 
     if not file.is_file():
         fail(f"{file}: no such file")
     try:
         spec, notes = infer_spec(file, label, rows)
+        lines, whole = sample_lines(file, rows)
     except (ValueError, OSError) as e:
         fail(str(e))
+    read = len(lines) - int(spec.format.header)
+    sample = f"its {read:,} rows (the whole file)" if whole else f"its first {read:,} rows"
     preamble = (
-        f"Feature spec proposed by `shardrec spec infer {file.name} --label '{label}'` from its first {rows:,} rows.\n"
+        f"Feature spec proposed by `shardrec spec infer {file.name} --label '{label}'` from {sample}.\n"
         "Check each column's role (label, dense, categorical, list, ignore) and keys; the README's\n"
         '"Feature spec reference" lists them all. Then: shardrec preprocess FILE --spec THIS --out DIR'
     )

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from shardrec.tools.cli.common import fail, print_json
+from shardrec.tools.cli.common import counted, fail, print_json
 from shardrec.tools.console import console, err_console
 from shardrec.trainer.job import flags
 from shardrec.trainer.rundir import names
@@ -32,7 +32,8 @@ RestartFlag = Annotated[
 
 def _print_summary(summary: dict, run_dir: Path) -> None:
     table = Table(
-        title=f"{run_dir}: {summary['steps']} steps on {summary['world_size']} ranks, "
+        title=f"{run_dir}: {counted(summary['steps'], 'step')} on "
+        f"{counted(summary['world_size'], 'rank')}, "
         f"global batch {summary['global_batch_size']}"
     )
     for col in ("split", "AUC", "log loss", "NE", "samples"):

@@ -8,7 +8,8 @@ arrays).
 At the top: the run's settings (settings.py), input discovery and byte-range tasks (inputs.py),
 a task and running it from text to parts (task.py, its text in task_text.py, its marker in
 task_markers.py), the worker pool (pool.py), one large .gz decoded once while its tasks' text is
-handed out (gz_stream.py), vocabulary mode's counting pass (vocab_count.py), the whole run
+handed out (gz_stream.py), vocabulary mode's counting pass (vocab_count.py), the checks of what a
+run kept before its manifest (kept_rows.py: skipped shares, empty splits), the whole run
 (pipeline.py), where its CPU goes (cpu_stages.py) and raw rows read for `shardrec predict`
 (raw_rows.py).
 

@@ -14,10 +14,12 @@ Lines are physical lines (malformed rows included), so a split never depends on 
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 import os
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -40,42 +42,68 @@ def _natural_key(path: Path) -> tuple:
     return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path.name))
 
 
-# What a directory input takes: Criteo's day files (1TB: day_0 .. day_23, gzipped or not) and
-# Kaggle's train.txt, optionally .txt/.tsv/.csv and .gz. Anything else beside them (a README,
-# checksums, a half-downloaded day_23.gz.part) would otherwise become the last day.
-INPUT_NAME = re.compile(r"^(day_\d+|train|dac_sample)(\.(txt|tsv|csv))?(\.gz)?$")
-_INPUT_NAMES = "day_N[.gz], train.txt[.gz] or dac_sample.txt"
+# What a directory input takes: Criteo's day files (1TB: day_0 .. day_23), Kaggle's train.txt and
+# dac_sample.txt, gzipped or not, bare or with the extension of the rows' format (.txt/.tsv for
+# tab-separated rows, .csv for comma-separated ones), or the files a spec's `[format] files`
+# pattern names. Anything else beside them (a README, checksums, a half-downloaded
+# day_23.gz.part, a CSV beside Kaggle's train.txt) would otherwise become a day of its own.
+_NAMES = r"(day_\d+|train|dac_sample)"
+INPUT_NAME = re.compile(rf"^{_NAMES}(\.(txt|tsv))?(\.gz)?$")
+CSV_INPUT_NAME = re.compile(rf"^{_NAMES}(\.csv)?(\.gz)?$")
 
 
-def _directory_inputs(directory: Path) -> list[Path]:
+@dataclass(frozen=True)
+class InputNames:
+    """Which files of a directory are inputs: Criteo's names in the rows' format (csv: .csv), or
+    a glob pattern (a spec's `[format] files`)."""
+
+    csv: bool = False
+    pattern: str = ""
+
+    def match(self, name: str) -> bool:
+        if self.pattern:
+            return fnmatch.fnmatchcase(name, self.pattern)
+        return bool((CSV_INPUT_NAME if self.csv else INPUT_NAME).match(name))
+
+    def __str__(self) -> str:
+        if self.pattern:
+            return f"{self.pattern!r} (the spec's [format] files)"
+        if self.csv:
+            return "day_N[.csv][.gz], train.csv[.gz] or dac_sample.csv"
+        return "day_N[.gz], train.txt[.gz] or dac_sample.txt"
+
+
+def _directory_inputs(directory: Path, names: InputNames) -> list[Path]:
     """The input files of a directory in day order; logs one line naming the files it ignored."""
     files = [c for c in directory.iterdir() if c.is_file() and not c.name.startswith(".")]
-    taken = sorted((c for c in files if INPUT_NAME.match(c.name)), key=_natural_key)
-    ignored = sorted(c.name for c in files if not INPUT_NAME.match(c.name))
+    taken = sorted((c for c in files if names.match(c.name)), key=_natural_key)
+    ignored = sorted(c.name for c in files if not names.match(c.name))
     listed = ", ".join(ignored[:8]) + (f" and {len(ignored) - 8} more" if len(ignored) > 8 else "")
     if not taken:
         raise ValueError(
-            f"{directory}: directory holds no input files named {_INPUT_NAMES}"
+            f"{directory}: directory holds no input files named {names}"
             + (
-                f" (found {listed}; name input files on the command line to take them)"
+                f" (found {listed}; name input files on the command line to take them"
+                + ("" if names.pattern else ", or give a spec a [format] files pattern")
+                + ")"
                 if ignored
                 else ""
             )
         )
     if ignored:
         logger.warning(
-            "%s: ignored %d file(s) not named %s: %s", directory, len(ignored), _INPUT_NAMES, listed
+            "%s: ignored %d file(s) not named %s: %s", directory, len(ignored), names, listed
         )
     return taken
 
 
-def discover_inputs(inputs: list[Path]) -> list[Path]:
+def discover_inputs(inputs: list[Path], names: InputNames = InputNames()) -> list[Path]:
     """Files named on the command line (taken whatever their name), and directories expanded to
-    their input files (see INPUT_NAME) in day order."""
+    their input files (`names`) in day order."""
     files: list[Path] = []
     for p in inputs:
         if p.is_dir():
-            files.extend(_directory_inputs(p))
+            files.extend(_directory_inputs(p, names))
         elif p.is_file():
             files.append(p)
         else:

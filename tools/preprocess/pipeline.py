@@ -44,6 +44,7 @@ from shardrec.tools.preprocess.ids.vocab import (
     run_dirs,
 )
 from shardrec.tools.preprocess.inputs import discover_inputs, plan_tasks, resolve_layout
+from shardrec.tools.preprocess.kept_rows import check_rows_kept
 from shardrec.tools.preprocess.parse.text_parser import choose_parser
 from shardrec.tools.preprocess.parts.feature_stats import compute_feature_stats
 from shardrec.tools.preprocess.pool import Pool, map_tasks, shared_pool
@@ -161,13 +162,14 @@ def run_preprocess(cfg: PreprocessConfig, progress: Progress | None = None) -> P
 
 
 def _run(cfg: PreprocessConfig, progress: Progress | None) -> PreprocessResult:
-    files = discover_inputs(cfg.inputs)
+    files = discover_inputs(cfg.inputs, cfg.input_names)
     layout = resolve_layout(cfg.layout, files)
     # The spec is checked against the inputs' header before the run is recorded in --out: a spec
     # refused here and then fixed must not find the directory holding a run "with another spec".
     parser, dense_transform = choose_parser(
         cfg.spec, cfg.spec_file, cfg.schema, cfg.dense_transform, files
     )
+    parser.warm_up()  # before any progress bar: its rate is parsing's, not the kernel's compile
     cfg.out.mkdir(parents=True, exist_ok=True)
     _check_fingerprint(cfg.out, cfg.fingerprint(files, with_mtime=True))
     if cfg.part is None:
@@ -218,7 +220,7 @@ def _run(cfg: PreprocessConfig, progress: Progress | None) -> PreprocessResult:
     results = [done.get(t.index) or read_marker(cfg.out, t.index) for t in tasks]
     if any(r is None for r in results):
         return _partial(cfg.out, tasks, len(todo) + len(streamed))
-    _check_rows_kept(cfg, tasks, results)
+    check_rows_kept(cfg, layout, tasks, results, _summarize(None, tasks, results, 0).errors)
     with cpu_stages.stage(cpu_stages.STATS):
         manifest = _finalize(cfg, layout, tasks, results, opts)
     return _summarize(manifest, tasks, results, len(todo) + len(streamed))
@@ -250,36 +252,6 @@ def _run_tasks(
         raise InputError(
             "; ".join(failures) + " (output of the other files is kept; rerun to finish)"
         )
-
-
-def _check_rows_kept(cfg: PreprocessConfig, tasks: list[Task], results: list[TaskResult]) -> None:
-    """No dataset is written from input that is mostly not rows: nothing kept (binary garbage,
-    a header-only CSV, the wrong --delimiter), or a skipped share above cfg.max_skipped_fraction."""
-    lines = sum(r.lines for r in results)
-    skipped: dict[str, int] = {}
-    for r in results:
-        for k, v in r.skipped.items():
-            skipped[k] = skipped.get(k, 0) + v
-    bad = sum(skipped.values())
-    kept = lines - bad
-    if kept > 0 and bad <= cfg.max_skipped_fraction * lines:
-        return
-    where = ", ".join(str(p) for p in cfg.inputs)
-    if lines == 0:
-        raise ValueError(
-            f"{where}: no rows: the input holds no data lines{' after its header' if cfg.header else ''}"
-        )
-    errors = _summarize(None, tasks, results, 0).errors
-    first = f"; first: {errors[0]}" if errors else ""
-    reasons = ", ".join(f"{k} {v:,}" for k, v in skipped.items())
-    if kept <= 0:
-        raise ValueError(
-            f"{where}: no rows kept, all {lines:,} lines are malformed ({reasons}){first}"
-        )
-    raise ValueError(
-        f"{where}: {bad:,} of {lines:,} lines malformed ({bad / lines:.2%}: {reasons}), more than the "
-        f"{cfg.max_skipped_fraction:g} allowed (--max-skipped-fraction){first}"
-    )
 
 
 def _disk_bytes(task: Task) -> int:

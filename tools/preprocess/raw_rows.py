@@ -10,6 +10,8 @@ their index-table rows.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,13 +24,17 @@ from shardrec.dataloader.multihot.multihot_tables import (
     default_cache_dir,
     open_index_tables,
 )
+from shardrec.dataloader.spec.feature_spec import FeatureSpec, IgnoredColumn
 from shardrec.dataloader.spec.spec_file import spec_from_dict
 from shardrec.tools.preprocess.ids.vocab import load_vocabularies
 from shardrec.tools.preprocess.parse.criteo_text import REASONS, Schema
+from shardrec.tools.preprocess.parse.spec_parse import read_header
 from shardrec.tools.preprocess.parse.text_parser import choose_parser
-from shardrec.tools.preprocess.task import TaskOptions
+from shardrec.tools.preprocess.parts.part_columns import NonFiniteDense
+from shardrec.tools.preprocess.task import TaskOptions, non_finite_error
 from shardrec.tools.preprocess.text.gz import open_text
 
+logger = logging.getLogger(__name__)
 CHUNK_BYTES = 16 << 20
 """Text parsed at a time: bounds memory whatever the file's size."""
 RawBatch = tuple[np.ndarray, dict[str, tuple[np.ndarray, np.ndarray]]]
@@ -72,9 +78,13 @@ class RawRows:
             self.tables = open_index_tables(m.get("cache_dir") or default_cache_dir(), spec)
 
     def options(self, path: Path) -> TaskOptions:
-        """How this file's rows are read (a spec is matched to the file's own header)."""
+        """How this file's rows are read (a spec is matched to the file's own header; columns the
+        header has beside the model's are read past, with a warning naming them)."""
+        spec = self.spec
+        if spec is not None and spec.format.header:
+            spec = _ignoring_other_columns(spec, read_header(path, spec), path)
         parser, dense_transform = choose_parser(
-            self.spec, "the model's spec", self.schema, self.dense_transform, [path]
+            spec, "the model's spec", self.schema, self.dense_transform, [path], editable=False
         )
         return TaskOptions(
             "",
@@ -97,18 +107,13 @@ class RawRows:
         chunk = opts.parser.parse(data)
         bad = np.flatnonzero(~chunk.ok)
         if bad.size:
-            row = int(bad[0])
-            field, value = opts.parser.describe_bad(data, chunk, row)
-            reason = REASONS[int(chunk.reason[row])]
-            hint = ""
-            if reason == "bad_label":
-                hint = " (rows without a label column, as Criteo's test.txt? score them with --no-label)"
-            elif reason == "too_many_fields" and not labeled:
-                hint = " (with --no-label: the rows have a label column; leave --no-label out)"
-            raise ValueError(f"{path}:{first_line + row}: {reason}: {field}: {value}{hint}")
+            raise ValueError(_bad_row(data, chunk, int(bad[0]), path, first_line, opts, labeled))
         layout = opts.part_layout()
         cols = layout.new_part(chunk.rows)
-        layout.append(cols, chunk, np.arange(chunk.rows), self.vocabs)
+        try:
+            layout.append(cols, chunk, np.arange(chunk.rows), self.vocabs)
+        except NonFiniteDense as e:
+            raise non_finite_error(str(path), first_line + e.row, e, opts, scoring=True) from None
         one_hot = cols.columns(layout.one_hot)
         lists = dict(
             zip(
@@ -160,6 +165,72 @@ class RawRows:
                 data, rest = data[:cut], data[cut:]
                 yield self.convert(data, path, line, opts, labeled)
                 line += data.count(b"\n")
+
+
+def _ignoring_other_columns(spec: FeatureSpec, header: list[str], path: Path) -> FeatureSpec:
+    """`spec` with an ignored column for each header name it does not read: the model's columns
+    are found by name, so a file's other columns cannot shift them."""
+    names = {c.name for c in spec.columns}
+    placed = {c.position for c in spec.columns if c.position is not None}
+    # A header of one field is another format: resolve_program names it.
+    other = [
+        (i, h)
+        for i, h in enumerate(header)
+        if h not in names and i not in placed and len(header) > 1
+    ]
+    if not other:
+        return spec
+    logger.warning(
+        "%s: %d column(s) the model does not read, left out: %s",
+        path,
+        len(other),
+        ", ".join(h for _, h in other[:8]) + (" ..." if len(other) > 8 else ""),
+    )
+    ignored = tuple(IgnoredColumn(f"{h} (field {i})", position=i) for i, h in other)
+    return dataclasses.replace(spec, columns=spec.columns + ignored)
+
+
+def _bad_row(
+    data: bytes,
+    chunk: Any,
+    row: int,
+    path: Path,
+    first_line: int,
+    opts: TaskOptions,
+    labeled: bool,
+) -> str:
+    """One line for a malformed raw row: file, line, reason, field, value, and what would score
+    it (the model's rows are fixed: no preprocessing flag applies)."""
+    parser = opts.parser
+    field, value = parser.describe_bad(data, chunk, row, hint=False)
+    reason = REASONS[int(chunk.reason[row])]
+    text = bytes(data[int(chunk.row_start[row]) : int(chunk.row_end[row])]).removesuffix(b"\r")
+    fmt = parser.program.spec.format if parser.program else None
+    delimiter = fmt.delimiter if fmt else parser.schema.delimiter
+    width = parser.program.num_fields if parser.program else parser.schema.num_fields
+    hint = ""
+    if reason == "bad_label":
+        hint = " (rows without a label column, as Criteo's test.txt? score them with --no-label)"
+    elif reason == "too_many_fields" and not labeled:
+        # The 0 put in front of each row is no field of the user's.
+        fields = len(text.split(delimiter.encode())) - 1
+        value = f"{fields} fields, a row without its label has {width - 1}"
+        hint = " (with --no-label: the rows have a label column; leave --no-label out)"
+    elif reason in ("too_few_fields", "too_many_fields") and fmt is None and b"," in text:
+        hint = (
+            f" (a CSV row: this model reads Criteo's tab-separated rows of {width} fields, as it "
+            "was trained on, and cannot score these; a model for them starts with "
+            f"`shardrec spec infer {path} --label COLUMN`)"
+        )
+    elif reason == "too_many_fields" and not (fmt and fmt.quoting):
+        d = "" if delimiter == "\t" else f"-d'{delimiter}' "
+        read = f"zcat {path} | cut" if path.name.endswith(".gz") else "cut"
+        source = "" if path.name.endswith(".gz") else f" {path}"
+        hint = (
+            f" (the model reads rows of {width} fields, as its training data had; if the extra "
+            f"ones are the last: `{read} {d}-f1-{width}{source} > rows.txt` keeps the first {width})"
+        )
+    return f"{path}:{first_line + row}: {reason}: {field}: {value}{hint}"
 
 
 def _with_label_column(data: bytes, path: Path, first_line: int, opts: TaskOptions) -> bytes:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from shardrec.tools.preprocess.ids.vocab import DEFAULT_MEMORY_MB
-from shardrec.tools.preprocess.inputs import LAYOUTS
+from shardrec.tools.preprocess.inputs import LAYOUTS, InputNames
 from shardrec.tools.preprocess.parse.criteo_text import DENSE_TRANSFORMS, Schema
 
 if TYPE_CHECKING:
@@ -47,10 +47,10 @@ class PreprocessConfig:
     """MiB of text per task and per output part; bounds memory per worker."""
     strict: bool = False
     """Stop at the first malformed row (exit 1) instead of skipping it."""
-    max_skipped_fraction: float = 0.01
-    """Most malformed rows to skip, as a share of all lines (0.01: 1%); more, or no row kept, is an
-    error and no manifest is written. Finished tasks are kept: rerun with a higher value to
-    accept."""
+    max_skipped_fraction: float = 0.003
+    """Most malformed rows to skip, as a share of all lines and of each input file's (0.003: 0.3%;
+    Criteo's logs have next to none); more, no row kept, or a split left without rows is an error
+    and no manifest is written. Finished tasks are kept: rerun with a higher value to accept."""
     spec: FeatureSpec | None = None
     """A feature spec (a TOML file): the text's format and each column's role; `shardrec spec infer`
     proposes one. Default: Criteo's rows, as the schema options (num_dense, delimiter, ...) describe
@@ -99,6 +99,14 @@ class PreprocessConfig:
     @property
     def num_sparse(self) -> int:
         return len(self.spec.sparse) if self.spec else self.schema.num_sparse
+
+    @property
+    def input_names(self) -> InputNames:
+        """Which files of a directory input are read: the spec's pattern, or Criteo's names in
+        the rows' format."""
+        if self.spec:
+            return InputNames(self.spec.format.kind == "csv", self.spec.format.files or "")
+        return InputNames(self.schema.delimiter == ",")
 
     @property
     def header(self) -> bool:

@@ -28,7 +28,12 @@ from pathlib import Path
 
 import numpy as np
 
-from shardrec.dataloader.util.files import atomic_write_bytes
+from shardrec.dataloader.util.files import (
+    PERMISSION_ERRNOS,
+    SPACE_ERRNOS,
+    atomic_write_bytes,
+    write_error,
+)
 from shardrec.dataloader.util.locks import WORK_DIR
 from shardrec.tools.preprocess import cpu_stages
 from shardrec.tools.preprocess.ids.id_maps import Vocabulary
@@ -39,7 +44,7 @@ from shardrec.tools.preprocess.ids.vocab import (
 from shardrec.tools.preprocess.parse import parse_kernel
 from shardrec.tools.preprocess.parse.criteo_text import REASONS
 from shardrec.tools.preprocess.parse.text_parser import Chunk, TextParser
-from shardrec.tools.preprocess.parts.part_columns import PartColumns
+from shardrec.tools.preprocess.parts.part_columns import NonFiniteDense, PartColumns
 from shardrec.tools.preprocess.parts.part_layout import PartLayout
 from shardrec.tools.preprocess.task_markers import (
     TaskResult,
@@ -194,12 +199,36 @@ def _note_bad_rows(
     if task.default_split == STAGED:
         result.bad_lines.extend((line0 + bad).tolist())
     for row in bad[: max(0, MAX_REPORTED - len(result.errors))]:
-        name, value = parser.describe_bad(data, chunk, int(row))
+        name, value = parser.describe_bad(data, chunk, int(row), path=task.path)
         result.errors.append([line0 + int(row), name, value, REASONS[chunk.reason[row]]])
     if strict:
         local, name, value, reason = result.errors[0]
         line = _absolute_line(task, local)
         raise MalformedRowError(f"{task.path}:{line}: {name}: {value} ({reason})")
+
+
+def non_finite_error(
+    path: str, line: int, e: NonFiniteDense, opts: TaskOptions, scoring: bool = False
+) -> ValueError:
+    """The one line for a dense value its part cannot hold: file, line, column, value, and the
+    fix (preprocessing); `scoring`: rows scored by a model, whose transform is fixed."""
+    name = opts.parser.dense_names[e.column]
+    if scoring:
+        return ValueError(
+            f"{path}:{line}: {name}: {e.value:g} is past what {opts.dense_dtype} holds with "
+            "transform none, as the model's data was stored: the model would score infinity"
+        )
+    log = (
+        f'give {name} transform = "signed-log1p" in the spec'
+        if opts.parser.program
+        else "preprocess with --dense-transform signed-log1p"
+    )
+    fits_float32 = abs(e.value) <= np.finfo(np.float32).max
+    fix = f"drop --float16, or {log}" if opts.dense_dtype == "float16" and fits_float32 else log
+    return ValueError(
+        f"{path}:{line}: {name}: {e.value:g} is past what {opts.dense_dtype} holds with "
+        f"transform none: it would train as infinity; {fix}"
+    )
 
 
 def split_rows(task: Task, line0: int, n: int) -> list[tuple[str, np.ndarray]]:
@@ -231,10 +260,13 @@ def _flush(
             with cpu_stages.stage(cpu_stages.WRITE):
                 info = layout.write(buffers[split], part_dir, fsync)
         except OSError as e:
-            if e.filename:
+            if e.filename and e.errno not in SPACE_ERRNOS | PERMISSION_ERRNOS:
                 raise
-            # A failed write() names no file (ENOSPC, EFBIG): name the part being written.
-            raise OSError(e.errno, e.strerror, str(part_dir)) from e
+            # A failed write() names no file (ENOSPC, EFBIG): name the part being written, and the
+            # bytes it needs.
+            raise write_error(
+                OSError(e.errno, e.strerror, str(part_dir)), part_dir, buffers[split].nbytes
+            ) from e
         result.parts.append({"split": split, "part": dataclasses.asdict(info)})
         result.kept[split] = result.kept.get(split, 0) + info.rows
     buffers.clear()
@@ -274,7 +306,11 @@ def _take_piece(
             if split not in buffers:
                 cap = _capacity(task, opts, chunk.rows, len(data), result.bytes)
                 buffers[split] = layout.new_part(cap)
-            layout.append(buffers[split], chunk, idx, vocabs)
+            try:
+                layout.append(buffers[split], chunk, idx, vocabs)
+            except NonFiniteDense as e:
+                line = _absolute_line(task, line0 + e.row)
+                raise non_finite_error(task.path, line, e, opts) from None
     result.bytes += len(data)
     return chunk.rows
 

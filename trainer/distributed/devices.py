@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 
 DEVICE_KINDS = ("auto", "cpu", "cuda")
 MIN_DRIVER = {13: 580, 12: 525, 11: 450}
@@ -122,3 +123,18 @@ def check_ranks_fit(
             f"{asked or f'--nproc-per-node {ranks}'}: this machine has {gpus} CUDA device{'s' if gpus != 1 else ''} "
             f"and each CUDA rank needs one of its own; start at most {gpus} rank{'s' if gpus != 1 else ''} here{remedy}"
         )
+
+
+def no_gpu_device() -> bool:
+    """This Linux host has no NVIDIA GPU device (no /dev/nvidia<N>, no WSL's /dev/dxg) or hides
+    them all (CUDA_VISIBLE_DEVICES): train.device = "auto" is then the CPU, decided without
+    importing torch (seconds), so a job's checks before its ranks stay quick. False wherever it
+    cannot tell (another OS) or torch is loaded already (it costs nothing more): torch decides."""
+    if "torch" in sys.modules:
+        return False
+    if _gpus_hidden():
+        return True
+    if not os.path.isdir("/proc/driver") or not os.path.isdir("/dev"):
+        return False
+    names = os.listdir("/dev")
+    return "dxg" not in names and not any(n.startswith("nvidia") and n[6:].isdigit() for n in names)

@@ -2,7 +2,7 @@
 
 Owns `shardrec eval`'s request and its checks, torch-free for the CLI (eval_request.py), its work
 and its rank program (evaluate.py, eval_entry.py), the exported
-model file (export.py) and scoring with it in one process (predict.py).
+model file (export.py; its header read torch-free by model_file.py) and scoring with it in one process (predict.py).
 
 May import: shardrec.trainer.distributed, shardrec.trainer.job, shardrec.trainer.model,
 shardrec.trainer.rundir, shardrec.trainer.loop.

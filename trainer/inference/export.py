@@ -30,18 +30,16 @@ from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
 
 from shardrec.dataloader.format.manifest import Manifest
-from shardrec.dataloader.util.files import atomic_open
+from shardrec.dataloader.util.files import WriteError, atomic_open, write_error
 from shardrec.embeddings.dims import table_specs
 from shardrec.trainer.inference.eval_request import find_checkpoint, run_config, run_dataset
+from shardrec.trainer.inference.model_file import FORMAT, FORMAT_VERSION, META_KEY
 from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import JobConfig
 from shardrec.trainer.rundir import lifecycle
 
 logger = logging.getLogger(__name__)
 
-FORMAT = "shardrec-model"
-FORMAT_VERSION = 1
-META_KEY = "shardrec"
 # The checkpoint's DCP keys of the model: part "model", then the TrainModule's "model." wrapper.
 CHECKPOINT_PREFIX = "model.model."
 _SAFETENSORS_DTYPES = {
@@ -214,18 +212,24 @@ def export_model(
             f"{limit / 2**30:.2f} GiB of memory available here: export on a host with more memory"
         )
     total = sum(_nbytes(m) for m in entries.values())
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_open(out) as f:
-        f.write(_safetensors_header(entries, header))
-        for tensor_name, meta in entries.items():
-            tensor = _read_tensor(checkpoint, tensor_name)
-            if tuple(tensor.shape) != tuple(meta.size) or tensor.dtype != meta.properties.dtype:
-                raise ValueError(
-                    f"{checkpoint}: {tensor_name} read as {tuple(tensor.shape)} {tensor.dtype}, "
-                    f"its metadata says {tuple(meta.size)} {meta.properties.dtype}"
-                )
-            _write_tensor(f, tensor)
-            del tensor
+    layout = _safetensors_header(entries, header)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_open(out) as f:
+            f.write(layout)
+            for tensor_name, meta in entries.items():
+                tensor = _read_tensor(checkpoint, tensor_name)
+                if tuple(tensor.shape) != tuple(meta.size) or tensor.dtype != meta.properties.dtype:
+                    raise ValueError(
+                        f"{checkpoint}: {tensor_name} read as {tuple(tensor.shape)} {tensor.dtype}, "
+                        f"its metadata says {tuple(meta.size)} {meta.properties.dtype}"
+                    )
+                _write_tensor(f, tensor)
+                del tensor
+    except OSError as e:  # a full disk or no permission: one line with the bytes it needs
+        if isinstance(e, WriteError) or e.filename is None:
+            raise write_error(e, out, len(layout) + total) from e
+        raise  # another file's (the checkpoint's)
     logger.info(
         "exported %d tensors (%.1f MiB) of step %d to %s",
         len(entries),

@@ -9,7 +9,6 @@ with the header's transform (tools/preprocess/raw_rows.py).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,8 @@ from shardrec.dataloader.format.manifest import Manifest
 from shardrec.dataloader.loader import NO_SHUFFLE, Delivery, build_loader
 from shardrec.dataloader.multihot.multihot_tables import MultiHotOption
 from shardrec.embeddings.tables import POOLING_TYPES, build_ebc
-from shardrec.trainer.inference.export import FORMAT, FORMAT_VERSION, META_KEY, header_preprocessing
+from shardrec.trainer.inference.export import header_preprocessing
+from shardrec.trainer.inference.model_file import read_header
 from shardrec.trainer.job.config import ModelConfig
 from shardrec.trainer.model.models import RecModel, build_model
 from shardrec.trainer.rundir import lifecycle
@@ -41,28 +41,6 @@ class ExportedModel:
     @property
     def feature_names(self) -> list[str]:
         return list(self.header["feature_names"])
-
-
-def read_header(path: Path) -> dict[str, Any]:
-    """The shardrec header of a model file; ValueError if it is not one."""
-    from safetensors import safe_open
-
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            meta = f.metadata() or {}
-    except Exception as e:  # safetensors raises its own error type for a foreign file
-        raise ValueError(f"{path}: not a safetensors model file ({e})") from None
-    if META_KEY not in meta:
-        raise ValueError(
-            f"{path}: a safetensors file without a shardrec header (not made by `shardrec export`)"
-        )
-    header = json.loads(meta[META_KEY])
-    if header.get("format") != FORMAT or header.get("format_version") != FORMAT_VERSION:
-        raise ValueError(
-            f"{path}: format {header.get('format')!r} version {header.get('format_version')!r}, "
-            f"this shardrec reads {FORMAT!r} version {FORMAT_VERSION}"
-        )
-    return header
 
 
 def load_exported(path: Path) -> ExportedModel:

@@ -395,14 +395,29 @@ def toml_value(value: Any) -> str:
     return json.dumps(value)
 
 
-def _parse_override(item: str, hint: Any) -> Any:
-    """Parse a --set value as TOML when it is one, else as a bare string."""
+def _parse_override(item: str, hint: Any, dotted: str = "KEY") -> Any:
+    """Parse a --set value as TOML when it is one, else as a bare string; ValueError says how a
+    value of the key's type is written."""
     try:
         return tomllib.loads(f"v = {item}")["v"]
     except tomllib.TOMLDecodeError:
         if hint is str:
             return item
-        raise ValueError(f"cannot parse {item!r} as a value") from None
+        kind = get_origin(hint) or hint
+        if kind is list:
+            bare = ", ".join(v.strip() for v in item.strip("[]()").split(",") if v.strip())
+            example = f"--set '{dotted}=[{bare}]'"
+            raise ValueError(
+                f"cannot parse {item!r} as a value; a list is written in brackets: {example}"
+            ) from None
+        if kind is dict:
+            raise ValueError(
+                f"cannot parse {item!r} as a value; a table is written in braces, as TOML's inline "
+                f"tables: --set '{dotted}={{ ... }}'"
+            ) from None
+        raise ValueError(
+            f"cannot parse {item!r} as a value; write it as in a TOML file (a string in quotes)"
+        ) from None
 
 
 def _build_section(cls: type, key: str, raw: dict[str, Any], origin: dict[str, str]) -> Any:
@@ -490,7 +505,7 @@ def _apply_override(
             f"--set {item!r}: unknown key {section}.{key}{_did_you_mean(f'{section}.{key}', dotted_keys)}"
         )
     try:
-        parsed = _parse_override(value.strip(), hints[key])
+        parsed = _parse_override(value.strip(), hints[key], f"{section}.{key}")
     except ValueError as e:
         raise ValueError(f"--set {item!r}: {e}") from None
     raw.setdefault(section, {})[key] = parsed

@@ -6,11 +6,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from shardrec.dataloader.format.manifest import Manifest
-from shardrec.embeddings.dims import table_dims
+from shardrec.embeddings.dims import table_dims, table_specs
 from shardrec.embeddings.sparse_optimizers import check_device
 from shardrec.trainer.distributed.devices import (
     check_ranks_fit,
     cuda_unusable_reason,
+    no_gpu_device,
     resolve_device_kind,
 )
 from shardrec.trainer.job import data_options
@@ -27,7 +28,9 @@ def preflight(job: JobConfig, world_size: int) -> None:
     if not job.data.path:
         raise ValueError("no dataset: pass --data DIR or set data.path in the job file")
     check_batches(job, world_size)
-    kind = resolve_device_kind(job.train.device)
+    # auto on a host without a GPU device is the CPU: no torch import to learn it.
+    auto_cpu = job.train.device == "auto" and no_gpu_device()
+    kind = "cpu" if auto_cpu else resolve_device_kind(job.train.device)
     if kind == "cuda" and not _cuda_available():
         reason = cuda_unusable_reason()
         raise ValueError(
@@ -42,6 +45,8 @@ def preflight(job: JobConfig, world_size: int) -> None:
     check_against_dataset(job, manifest, world_size)
     if job.sharding.plan:
         _check_plan_file(job, manifest, world_size, kind)
+    else:  # the ranks plan at start under the constraints: each must hold at this world size
+        check_constraints(job, manifest, world_size)
 
 
 def _cuda_available() -> bool:
@@ -88,12 +93,16 @@ def check_against_dataset(job: JobConfig, manifest: Manifest, world_size: int) -
 
 
 def _check_plan_file(job: JobConfig, manifest: Manifest, world_size: int, kind: str) -> None:
-    # Imported here: torchrec takes seconds to import, and only the plan check needs it.
-    from shardrec.embeddings.tables import build_table_configs
-    from shardrec.sharding.plan.plan_file import check_plan, load_plan, plan_fingerprint
-    from shardrec.sharding.torchrec.sharders import check_kernels_run_on
+    # The tables as plain values (embeddings.dims): no torchrec import, so a stale plan is refused
+    # in a second, not after torchrec's seconds of import.
+    from shardrec.sharding.plan.plan_file import (
+        check_kernels_run_on,
+        check_plan,
+        load_plan,
+        plan_fingerprint,
+    )
 
-    tables = build_table_configs(manifest, job.model.embedding_dim, job.model.dims)
+    tables = table_specs(manifest, job.model.embedding_dim, job.model.dims)
     plan_file = load_plan(job.sharding.plan)
     try:
         check_kernels_run_on(plan_file, kind)  # before the fingerprint: it says why and what to do
@@ -103,6 +112,23 @@ def _check_plan_file(job: JobConfig, manifest: Manifest, world_size: int, kind: 
         check_trainable(plan_file)
     except ValueError as e:
         raise ValueError(f"{job.sharding.plan}: {e}") from None
+
+
+def check_constraints(job: JobConfig, manifest: Manifest, world_size: int) -> None:
+    """Every table's sharding.constraints can hold on `world_size` local ranks (one host): the
+    ranks plan at start under them, and a run resumed at another world size keeps its job's
+    constraints. ValueError names the table and what to do."""
+    from shardrec.sharding.plan.constraints import (
+        parse_constraints,
+        sharding_options,
+        unsatisfiable,
+    )
+
+    tables = table_specs(manifest, job.model.embedding_dim, job.model.dims)
+    dims = {t.name: t.dim for t in tables}
+    for name, constraint in parse_constraints(job.sharding.constraints, tables, world_size).items():
+        if not sharding_options(constraint, dims[name], world_size, world_size):
+            raise ValueError(unsatisfiable(name, constraint, dims[name], world_size))
 
 
 def check_trainable(plan_file: PlanFile) -> None:

@@ -38,6 +38,22 @@ class StepStats:
     """Some rank was asked to stop (trainer.distributed.stop): every rank gets the same answer."""
 
 
+def non_finite_cause(stage: str) -> tuple[str, str]:
+    """(where a NaN loss that began at `stage` began, what to do); stage: one of
+    models.finite_stages, "" when unknown."""
+    if stage.startswith("the dense input"):
+        return (
+            f"first in {stage}: the data holds NaN or infinity",
+            "remake the dataset from finite values (`shardrec data stats DATA` shows each dense "
+            "column's range)",
+        )
+    if stage.startswith("the embeddings"):
+        return f"first in {stage}, from finite inputs", "lower optim.sparse_lr?"
+    if stage:
+        return f"first in {stage}, from finite inputs", "lower optim.dense_lr?"
+    return "", "lower the learning rates?"
+
+
 class LossWindow:
     """Per-rank sums since the last report; reduced over ranks only at reports, because a
     collective every step costs a sync point per step (measured ~8% of a demo step on CPU)."""
@@ -45,8 +61,11 @@ class LossWindow:
     first_step: int
     losses: list[torch.Tensor]
     samples: list[torch.Tensor]
+    finite: list[torch.Tensor | None]
 
-    def __init__(self, first_step: int) -> None:
+    def __init__(self, first_step: int, stages: list[str] | None = None) -> None:
+        self.stages = list(stages or [])
+        """What each step's `finite` flags are about (models.finite_stages)."""
         self.reset(first_step)
 
     def reset(self, first_step: int) -> None:
@@ -54,15 +73,27 @@ class LossWindow:
         self.first_step = first_step
         self.losses = []
         self.samples = []
+        self.finite = []
 
     @property
     def steps(self) -> int:
         return len(self.losses)
 
-    def add(self, loss_sum: torch.Tensor, samples: torch.Tensor) -> None:
+    def add(
+        self, loss_sum: torch.Tensor, samples: torch.Tensor, finite: torch.Tensor | None = None
+    ) -> None:
         # Only references here: no per-step arithmetic, and no .item() (a sync per step on CUDA).
         self.losses.append(loss_sum)
         self.samples.append(samples)
+        self.finite.append(finite)
+
+    def _first_bad_stage(self, step_index: int) -> int:
+        """Index into `stages` of the first stage that was not finite at that step (-1: none)."""
+        flags = self.finite[step_index]
+        if flags is None or len(flags) != len(self.stages):
+            return -1
+        bad = (~flags.bool()).nonzero()
+        return int(bad[0, 0]) if bad.numel() else -1
 
     def report(self, step: int, stop_requested: bool = False) -> StepStats:
         """All ranks together: raise NonFiniteLossError if any rank saw NaN/inf, else the stats,
@@ -70,12 +101,14 @@ class LossWindow:
         losses = torch.stack(self.losses).double()
         bad = (~torch.isfinite(losses)).nonzero()
         first_bad = float(self.first_step + 1 + bad[0, 0]) if bad.numel() else 0.0
+        stage = float(self._first_bad_stage(int(bad[0, 0]))) if bad.numel() else -1.0
         mine = torch.stack(
             [
                 losses.nan_to_num(0.0, 0.0, 0.0).sum(),
                 torch.stack(self.samples).double().sum(),
                 torch.tensor(first_bad, dtype=torch.float64, device=losses.device),
                 torch.tensor(float(stop_requested), dtype=torch.float64, device=losses.device),
+                torch.tensor(stage, dtype=torch.float64, device=losses.device),
             ]
         )
         rows = [mine]
@@ -87,9 +120,15 @@ class LossWindow:
         table = torch.stack(rows).cpu()
         bad_steps = table[:, 2][table[:, 2] > 0]
         if bad_steps.numel():
+            # The earliest bad step's rank (the lowest of those) says where it began.
+            ranks = ((table[:, 2] > 0) & (table[:, 2] == bad_steps.min())).nonzero()
+            stage = int(table[int(ranks[0, 0]), 4])
+            where = self.stages[stage] if 0 <= stage < len(self.stages) else ""
+            cause, todo = non_finite_cause(where)
             raise NonFiniteLossError(
-                f"step {int(bad_steps.min())}: the loss is NaN or infinite on {bad_steps.numel()} rank(s); stopped "
-                "without saving (the last checkpoint is the last good state); lower the learning rates?"
+                f"step {int(bad_steps.min())}: the loss is NaN or infinite on {bad_steps.numel()} "
+                f"rank(s){f', {cause}' if cause else ''}; stopped without saving (the last "
+                f"checkpoint is the last good state); {todo}"
             )
         loss, samples = float(table[:, 0].sum()), float(table[:, 1].sum())
         stats = StepStats(
@@ -104,9 +143,16 @@ class StepRunner:
     compute) or a plain forward/backward/step loop; the arithmetic is the same."""
 
     def __init__(
-        self, model: torch.nn.Module, optimizer: TrainOptimizer, device: torch.device, pipeline: str
+        self,
+        model: torch.nn.Module,
+        optimizer: TrainOptimizer,
+        device: torch.device,
+        pipeline: str,
+        stages: list[str] | None = None,
     ) -> None:
         self.model = model
+        self.stages = list(stages or [])
+        """What each step's finite flags are about (models.finite_stages), for LossWindow."""
         self.optimizer = optimizer
         self.device = device
         self.pipeline = None
@@ -119,26 +165,28 @@ class StepRunner:
                 model, optimizer, device, execute_all_batches=True
             )  # type: ignore[arg-type]
 
-    def run(self, batches: Iterator[Batch]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """Train on every batch of `batches`; yields (loss_sum, real samples) of this rank per
-        step."""
+    def run(
+        self, batches: Iterator[Batch]
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """Train on every batch of `batches`; yields (loss_sum, real samples, finite flags of
+        each stage: models.finite_stages) of this rank per step."""
         self.model.train()
         if self.pipeline is not None:
             while True:
                 try:
-                    loss_sum, _, labels = self.pipeline.progress(batches)
+                    loss_sum, _, labels, finite = self.pipeline.progress(batches)
                 except StopIteration:
                     return
-                yield loss_sum, (labels >= 0).sum()
+                yield loss_sum, (labels >= 0).sum(), finite
         else:
             for batch in batches:
                 if self.device.type != "cpu":
                     batch = batch.to(self.device, non_blocking=True)
                 self.optimizer.zero_grad()
-                loss, (loss_sum, _, labels) = self.model(batch)
+                loss, (loss_sum, _, labels, finite) = self.model(batch)
                 loss.backward()
                 self.optimizer.step()
-                yield loss_sum, (labels >= 0).sum()
+                yield loss_sum, (labels >= 0).sum(), finite
 
     def eval_mode(self) -> torch.nn.Module:
         """The model with its original (unpipelined) forward, for evaluation between segments."""
@@ -162,7 +210,7 @@ def evaluate_batches(
     for i, batch in enumerate(batches):
         if max_batches and i >= max_batches:
             break
-        _, (_, batch_logits, batch_labels) = model(batch.to(device))
+        _, (_, batch_logits, batch_labels, _) = model(batch.to(device))
         # Kept on the device: gathered there (NCCL) and scored there, with no sync per batch.
         logits.append(batch_logits.float())
         labels.append(batch_labels.float())

@@ -27,6 +27,7 @@ from shardrec.trainer.job.config import JobConfig, ModelConfig, OptimConfig
 from shardrec.trainer.job.preflight import check_against_dataset
 from shardrec.trainer.loop.steps import StepRunner
 from shardrec.trainer.model import build
+from shardrec.trainer.model.models import finite_stages
 from shardrec.trainer.model.objective import TRAIN_EBC_PATH
 from shardrec.trainer.rundir import lifecycle, names
 from shardrec.trainer.rundir.checkpoint import (
@@ -172,7 +173,9 @@ def build_job(
         for split in config.data.eval_splits
         if split in manifest.splits and manifest.splits[split].rows > 0
     }
-    runner = StepRunner(model, optimizer, env.device, t.pipeline)
+    # What each step's finite flags are about, in the model's forward order (a NaN loss names it).
+    stages = finite_stages(seen.dense_features, [n for t in tables for n in t.feature_names])
+    runner = StepRunner(model, optimizer, env.device, t.pipeline, stages)
     progress = TrainProgress()
     parts = checkpoint_parts(
         plan=plan,

@@ -117,7 +117,7 @@ def train_segment(
     so they report the same global loss, stop together on a bad loss before a bad state can be
     saved, and agree to stop.
     """
-    done, window = 0, LossWindow(first_step)
+    done, window = 0, LossWindow(first_step, runner.stages)
 
     def report(step: int) -> None:
         stats = window.report(step, stop is not None and stop.request.requested)
@@ -125,10 +125,10 @@ def train_segment(
             stop.stopped = True
         on_report(stats)
 
-    for loss_sum, samples in runner.run(itertools.islice(batches, num_steps)):
+    for loss_sum, samples, finite in runner.run(itertools.islice(batches, num_steps)):
         done += 1
         step = first_step + done
-        window.add(loss_sum, samples)
+        window.add(loss_sum, samples, finite)
         on_step(step)
         if step % report_every == 0 or (stop is not None and step % STOP_CHECK_STEPS == 0):
             report(step)

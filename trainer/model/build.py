@@ -29,14 +29,13 @@ from shardrec.embeddings.tables import build_ebc, build_table_configs
 from shardrec.sharding.machine.hardware import DeviceMemory, cuda_device_memory, detect_topology
 from shardrec.sharding.machine.memory import DenseFootprint, dense_footprint
 from shardrec.sharding.plan.device_fit import check_plan_fits_devices
-from shardrec.sharding.plan.plan_file import check_plan, plan_fingerprint
+from shardrec.sharding.plan.plan_file import check_kernels_run_on, check_plan, plan_fingerprint
 from shardrec.sharding.plan.plan_types import PlanFile
 from shardrec.sharding.planner import plan_tables
 from shardrec.sharding.search.request import DatasetStatistics
 from shardrec.sharding.torchrec.sharders import (
     FUSED_KERNELS,
     build_sharders,
-    check_kernels_run_on,
     plan_fused_params,
 )
 from shardrec.sharding.torchrec.torchrec_plans import to_sharding_plan

@@ -125,16 +125,38 @@ class RecModel(nn.Module):
         return torch.autocast(self.device_type, dtype=self.autocast_dtype)
 
     def forward(
-        self, dense_features: torch.Tensor, sparse_features: KeyedJaggedTensor
+        self,
+        dense_features: torch.Tensor,
+        sparse_features: KeyedJaggedTensor,
+        finite: list[torch.Tensor] | None = None,
     ) -> torch.Tensor:
+        """The logits; with a `finite` list, also appends whether each stage's values are finite,
+        in the order of `finite_stages` (a few reductions on the device, no sync)."""
         with self._dense_precision():
             dense = self.dense_arch(dense_features)
         sparse = self.sparse_arch(
             sparse_features
         )  # outside autocast: lookups and all-to-all in fp32
         with self._dense_precision():
-            logits = self.over_arch(self.interaction(dense, sparse)).squeeze(-1)
+            interaction = self.interaction(dense, sparse)
+            logits = self.over_arch(interaction).squeeze(-1)
+        if finite is not None:
+            finite.append(torch.isfinite(dense_features).all(dim=0))
+            outputs = [dense, *sparse, interaction, logits]
+            finite.append(torch.stack([torch.isfinite(t).all() for t in outputs]))
         return logits.float()  # the loss and the metrics in fp32 (a no-op under fp32)
+
+
+def finite_stages(dense_names: list[str], feature_names: list[str]) -> list[str]:
+    """What each of RecModel.forward's `finite` flags is about, in forward order: each dense
+    input, the dense layers, each feature's pooled embeddings, the interaction, the over arch."""
+    return [
+        *(f"the dense input {n}" for n in dense_names),
+        "the dense layers (dense_arch)",
+        *(f"the embeddings of {f} (its table's weights)" for f in feature_names),
+        "the interaction",
+        "the over arch (over_arch)",
+    ]
 
 
 def _mlp(in_size: int, sizes: list[int], device: torch.device) -> nn.Module:

@@ -50,9 +50,12 @@ class TrainModule(nn.Module):
     def forward(
         self, batch: Batch
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-        logits = self.model(batch.dense_features, batch.sparse_features)
+        finite: list[torch.Tensor] = []
+        logits = self.model(batch.dense_features, batch.sparse_features, finite)
         labels = batch.labels.to(logits.dtype)
         mask = (labels >= 0).to(logits.dtype)
         losses = F.binary_cross_entropy_with_logits(logits, labels.clamp(min=0), reduction="none")
         loss_sum = (losses * mask).sum()
-        return loss_sum * self.loss_scale, (loss_sum.detach(), logits.detach(), labels)
+        # Whether each stage was finite (models.finite_stages): a NaN loss names where it began.
+        flags = torch.cat(finite)
+        return loss_sum * self.loss_scale, (loss_sum.detach(), logits.detach(), labels, flags)

@@ -40,6 +40,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.stateful import Stateful
 from torch.serialization import default_restore_location
 
@@ -47,6 +48,11 @@ from shardrec.dataloader.util.files import atomic_open, fsync_dir
 from shardrec.trainer.distributed import faults
 from shardrec.trainer.distributed.dist import DistEnv, monitored_barrier
 from shardrec.trainer.rundir import names
+from shardrec.trainer.rundir.checkpoint_failure import (
+    checkpoint_bytes,
+    checkpoint_write_error,
+    describe_failure,
+)
 from shardrec.trainer.rundir.checkpoint_trust import (
     UntrustedCheckpoint,
     complete_checkpoints,
@@ -266,42 +272,78 @@ class CheckpointManager:
             monitored_barrier(self.group, self.timeout_s, what, setting="checkpoint.timeout_s")
 
     def save(self) -> Path:
-        """Write a checkpoint of the parts at the current step; returns its directory."""
+        """Write a checkpoint of the parts at the current step; returns its directory.
+
+        A write that fails on any rank (a full disk, no permission) fails the save on every rank
+        alike, as one WriteError naming the directory and the bytes the checkpoint needs; the
+        temporary directory is removed, the newest complete checkpoint kept."""
         parts, step = self.parts, self.parts.progress.step
         final = self.directory / names.checkpoint_name(step)
         tmp = self.directory / f".{final.name}.tmp"
+        failed: BaseException | None = None
         if self.env.is_main:
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
+            try:
+                shutil.rmtree(tmp, ignore_errors=True)
+                tmp.mkdir(parents=True)
+            except OSError as e:
+                failed = e
         self._barrier(f"checkpoint of step {step}: start")
-        dcp.save(
-            {name: part.state_dict() for name, part in parts.sharded.items()},
-            checkpoint_id=str(tmp),
-            process_group=self.group,
-        )
-        for name, part in parts.per_rank.items():
-            _save_file(tmp / f"{name}-{self.env.rank}.pt", part.state_dict())
-        if self.env.is_main:
-            _save_file(
-                tmp / names.TRAIN_STATE,
-                {
-                    "format_version": FORMAT_VERSION,
-                    "progress": parts.progress.state_dict(),
-                    **{name: part.state_dict() for name, part in parts.main.items()},
-                    "plan": parts.layout,
-                    "world_size": self.env.world_size,
-                    "signature": parts.signature,
-                },
+        self._agree(failed, step, tmp)
+        try:
+            # DCP gathers every rank's write results: a failure anywhere raises on every rank.
+            dcp.save(
+                {name: part.state_dict() for name, part in parts.sharded.items()},
+                checkpoint_id=str(tmp),
+                process_group=self.group,
             )
+            for name, part in parts.per_rank.items():
+                _save_file(tmp / f"{name}-{self.env.rank}.pt", part.state_dict())
+            if self.env.is_main:
+                _save_file(
+                    tmp / names.TRAIN_STATE,
+                    {
+                        "format_version": FORMAT_VERSION,
+                        "progress": parts.progress.state_dict(),
+                        **{name: part.state_dict() for name, part in parts.main.items()},
+                        "plan": parts.layout,
+                        "world_size": self.env.world_size,
+                        "signature": parts.signature,
+                    },
+                )
+        # torch's writers raise a RuntimeError for a full disk (no errno); DCP raises its
+        # CheckpointException, a BaseException, on every rank when any rank's writes failed.
+        except (Exception, CheckpointException) as e:
+            failed = e
         faults.maybe_kill("kill_in_save", step, self.env.rank)
         self._barrier(f"checkpoint of step {step}: every rank's files written")
+        self._agree(failed, step, tmp)
         if self.env.is_main:
-            write_digests(tmp)
-            self._put_in_place(tmp, final)
-            self._prune()
-            logger.info("step %d: checkpoint %s", step, final)
+            try:
+                write_digests(tmp)
+                self._put_in_place(tmp, final)
+                self._prune()
+                logger.info("step %d: checkpoint %s", step, final)
+            except OSError as e:
+                failed = e
         self._barrier(f"checkpoint of step {step}: in place")
+        self._agree(failed, step, tmp)
         return final
+
+    def _agree(self, failed: BaseException | None, step: int, tmp: Path) -> None:
+        """Every rank learns whether any rank's writes failed; if one did, the temporary directory
+        goes and every rank raises the same line (the first failed rank's)."""
+        problem = "" if failed is None else describe_failure(failed)
+        problems = [problem]
+        if self.group is not None:
+            problems = [""] * self.env.world_size
+            dist.all_gather_object(problems, problem, group=self.group)
+        if not any(problems):
+            return
+        if self.env.is_main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        needed = checkpoint_bytes(self.parts, self.env.is_main, self.group)
+        rank = next(r for r, p in enumerate(problems) if p)
+        raise checkpoint_write_error(problems[rank], rank, step, self.directory, needed)
 
     def _put_in_place(self, tmp: Path, final: Path) -> None:
         # A re-save of a step (a re-run) keeps the old copy until the new one is in place.

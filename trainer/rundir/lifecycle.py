@@ -397,10 +397,12 @@ def stopped_message(step: int) -> str:
 
 
 def find_runs(root: Path) -> list[Path]:
-    """Run directories (a config.toml or checkpoints/ inside) at or under `root`, sorted."""
+    """Run directories (a config.toml or checkpoints/ inside, or a job holding its lock: a run in
+    its first seconds, before its rank 0 writes anything) at or under `root`, sorted."""
     root = Path(root)
     found = {p.parent for p in root.rglob(names.CONFIG)}
     found |= {p.parent for p in root.rglob(names.CHECKPOINTS) if p.is_dir()}
+    found |= {p.parent for p in root.rglob(names.LOCK) if locks.holder_of(p) is not None}
     return sorted(p for p in found if names.CHECKPOINTS not in p.relative_to(root).parts)
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from shardrec.dataloader.util.files import write_error
 from shardrec.trainer.rundir import names
 
 
@@ -32,9 +33,13 @@ class MetricsWriter:
                 self._tb = SummaryWriter(str(run_dir / names.TENSORBOARD))
 
     def write(self, record: dict[str, Any]) -> None:
-        self._file.write(json.dumps(record, sort_keys=True) + "\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        line = json.dumps(record, sort_keys=True) + "\n"
+        try:
+            self._file.write(line)
+            self._file.flush()
+            os.fsync(self._file.fileno())
+        except OSError as e:  # a full disk: one line naming the file, not a traceback
+            raise write_error(e, self.path, len(line.encode())) from e
         if self._tb is not None and "step" in record:
             prefix = record.get("kind", "train")
             for key, value in record.items():

@@ -4,40 +4,29 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from shardrec.dataloader.format.integrity import id_out_of_range
 from shardrec.dataloader.format.manifest import DatasetError, Manifest, open_split
 from shardrec.tools.cli.common import save_figure
-from shardrec.tools.preprocess.parts.feature_stats import frequency_curves
-
-if (
-    TYPE_CHECKING
-):  # pandas is imported where used: every CLI start (preprocess too) would pay ~0.3 s
-    import pandas as pd
-
 
 logger = logging.getLogger(__name__)
 
 
-def split_table(manifest: Manifest) -> pd.DataFrame:
+def split_table(manifest: Manifest) -> list[dict[str, Any]]:
     """Rows and parts per split."""
-    import pandas as pd
-
-    return pd.DataFrame(
-        [
-            {"split": s, "rows": info.rows, "parts": len(info.parts)}
-            for s, info in manifest.splits.items()
-        ]
-    ).set_index("split")
+    return [
+        {"split": s, "rows": info.rows, "parts": len(info.parts)}
+        for s, info in manifest.splits.items()
+    ]
 
 
-def feature_table(manifest: Manifest) -> pd.DataFrame:
-    """One row per sparse feature: cardinality, dtype and the planner statistics."""
-    import pandas as pd
-
+def feature_table(manifest: Manifest) -> list[dict[str, Any]]:
+    """One record per sparse feature: cardinality, dtype and the planner statistics; a statistic
+    one feature lacks is NaN there (and the column's integers floats), as the table of records
+    `data stats --json` has always printed."""
     rows = [
         {
             "feature": f.name,
@@ -48,15 +37,24 @@ def feature_table(manifest: Manifest) -> pd.DataFrame:
         }
         for f in manifest.sparse_features
     ]
-    return pd.DataFrame(rows).set_index("feature")
+    keys = list(dict.fromkeys(k for row in rows for k in row))
+    for key in keys:
+        if all(key in row for row in rows):
+            continue
+        whole = all(
+            isinstance(r[key], int) and not isinstance(r[key], bool) for r in rows if key in r
+        )
+        for row in rows:
+            row[key] = float(row[key]) if key in row and whole else row.get(key, float("nan"))
+    return [{k: row[k] for k in keys} for row in rows]
 
 
 def dense_table(
     directory: Path, manifest: Manifest, split: str = "train", max_rows: int = 1_000_000
-) -> pd.DataFrame:
-    """Mean / std / min / max of each transformed dense feature over up to max_rows rows."""
-    import pandas as pd
-
+) -> list[dict[str, Any]]:
+    """Mean / std (n - 1) / min / max of each transformed dense feature over up to max_rows rows:
+    the sums of numpy's pairwise summation over each column, as pandas' describe() computed them
+    (no pandas: its import alone took most of `data stats`' second)."""
     parts = open_split(directory, split, manifest) if split in manifest.splits else []
     taken, left = [], max_rows
     for p in parts:
@@ -65,23 +63,28 @@ def dense_table(
         taken.append(np.asarray(p.dense[:left], dtype=np.float64))
         left -= len(taken[-1])
     values = np.concatenate(taken) if taken else np.zeros((0, len(manifest.dense_features)))
-    return (
-        pd.DataFrame(values, columns=manifest.dense_features)
-        .describe()
-        .T[["mean", "std", "min", "max"]]
-    )
+    out = []
+    n = len(values)
+    for j, name in enumerate(manifest.dense_features):
+        column = np.ascontiguousarray(values[:, j])
+        mean = column.sum() / n if n else float("nan")
+        std = np.sqrt(((column - mean) ** 2).sum() / (n - 1)) if n > 1 else float("nan")
+        low, high = (column.min(), column.max()) if n else (float("nan"), float("nan"))
+        out.append(
+            {"feature": name, "mean": float(mean), "std": float(std), "min": float(low),
+             "max": float(high)}
+        )  # fmt: skip
+    return out
 
 
 def dataset_stats(directory: Path) -> dict[str, Any]:
     """Everything `data stats` shows, as plain data."""
     manifest = Manifest.load(directory)
     return {
-        "splits": split_table(manifest).reset_index().to_dict(orient="records"),
+        "splits": split_table(manifest),
         "skipped": dict(manifest.skipped),
-        "features": feature_table(manifest).reset_index().to_dict(orient="records"),
-        "dense": dense_table(directory, manifest)
-        .reset_index(names="feature")
-        .to_dict(orient="records"),
+        "features": feature_table(manifest),
+        "dense": dense_table(directory, manifest),
         "options": manifest.options,
     }
 
@@ -148,6 +151,9 @@ def plot_frequencies(directory: Path, out_png: Path, split: str = "train") -> No
 
     matplotlib.use("Agg")  # files only; no display on training machines
     import matplotlib.pyplot as plt
+
+    # Compiled kernels: imported here, so `data stats` without --plot loads no numba.
+    from shardrec.tools.preprocess.parts.feature_stats import frequency_curves
 
     manifest = Manifest.load(directory)
     open_split(directory, split, manifest)  # the columns' layout checked before they are read

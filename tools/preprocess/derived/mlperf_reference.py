@@ -73,8 +73,24 @@ def _chunks(path: Path) -> Iterator[bytes]:
         yield rest + b"\n"
 
 
-def parse_day(path: Path, work: Path, day: int) -> None:
-    """Step 1 for one day file: work/day_N_{dense_raw,sparse_raw,labels}.npy."""
+def _check_log3(path: Path, line: int, dense: np.ndarray) -> None:
+    """The reference's log3 of an integer below -2 is -inf or NaN (torchrec fixed it with
+    log-min2, whose values are all finite): refused, naming the first such value."""
+    bad = np.argwhere(dense < -2)
+    if len(bad):
+        row, col = (int(v) for v in bad[0])
+        value = int(dense[row, col])
+        raise ValueError(
+            f"{path}:{line + row}: I{col + 1}: {value}: log({value} + 3) is "
+            f"{'-inf' if value == -3 else 'NaN'} (the reference's log3 has no finite value for "
+            "integers below -2); rerun with --dense log-min2, today's torchrec transform "
+            "log(x - day minimum + 2)"
+        )
+
+
+def parse_day(path: Path, work: Path, day: int, dense_transform: str = "log3") -> None:
+    """Step 1 for one day file: work/day_N_{dense_raw,sparse_raw,labels}.npy. ValueError names
+    the first malformed row, or under log3 the first value whose log would not be finite."""
     if (work / f"day_{day}_labels.npy").exists():
         return
     rows = sum(text.count(b"\n") for text in _chunks(path))
@@ -94,6 +110,8 @@ def parse_day(path: Path, work: Path, day: int) -> None:
             raise ValueError(
                 f"{path}:{line + int(bad[0])}: {reason}: {shown}; the reference parses every row"
             )
+        if dense_transform == "log3":
+            _check_log3(path, line, chunk.dense)
         n = len(chunk.labels)
         labels[at : at + n, 0] = chunk.labels
         dense[at : at + n] = chunk.dense  # 0 where missing, as torchrec's int(x or "0")
@@ -268,7 +286,7 @@ def reference_preprocess(
     work.mkdir(parents=True, exist_ok=True)
     for d, path in enumerate(days):
         logger.info("parsing %s", path)
-        parse_day(path, work, d)
+        parse_day(path, work, d, dense)
     logger.info("contiguous ids")
     contiguous_ids(work, len(days))
     logger.info("shuffling the training days (seed %d) and writing", seed)

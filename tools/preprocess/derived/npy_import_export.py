@@ -56,6 +56,21 @@ def find_days(src: Path) -> list[int]:
     return days
 
 
+def _check_finite(path: Path, start: int, values: np.ndarray) -> None:
+    """A dense value that is NaN or infinite (the arrays of torchrec's old log(x + 3) of a -3)
+    would train the model on it: refused, naming the file, row and column."""
+    bad = np.argwhere(~np.isfinite(values))
+    if len(bad):
+        row, col = (int(v) for v in bad[0])
+        count = int((~np.isfinite(values)).sum())
+        raise ValueError(
+            f"{path}: row {start + row:,}, column {col} (I{col + 1}): {values[row, col]} is not a "
+            f"number a model can train on ({count:,} such value{'s' * (count != 1)} in rows {start:,}-"
+            f"{start + len(values) - 1:,}); remake the arrays with finite values (`shardrec data "
+            "reference-npy DAYS --out DIR --dense log-min2` writes log(x - day minimum + 2))"
+        )
+
+
 def import_npy(src: Path, out: Path, hashes: list[int] | None, val_half: str = "first") -> Manifest:
     """torchrec day files -> a shardrec dataset. hashes: per-feature table rows (None: max id +
     1)."""
@@ -94,9 +109,10 @@ def import_npy(src: Path, out: Path, hashes: list[int] | None, val_half: str = "
                     n: (block[:, f].astype(np.uint64) % np.uint64(hashes[f])).astype(dtypes[f])
                     for f, n in enumerate(names)
                 }
+                values = np.asarray(dense[start:stop], dtype=np.float32)
+                _check_finite(npy.day_file(src, d, "dense"), start, values)
                 info = write_part(out / split / f"part-{d:05d}-{start // ROWS_PER_PART:04d}",
-                                  np.asarray(labels[start:stop]).astype(np.uint8),
-                                  np.asarray(dense[start:stop], dtype=np.float32), ids)  # fmt: skip
+                                  np.asarray(labels[start:stop]).astype(np.uint8), values, ids)  # fmt: skip
                 splits[split].parts.append(info)
                 splits[split].rows += info.rows
     manifest = Manifest(

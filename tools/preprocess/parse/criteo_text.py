@@ -304,8 +304,26 @@ def show_value(value: bytes, limit: int = SHOWN_CHARS) -> str:
     return f"{value[:limit].decode('utf-8', 'replace')!r}... ({len(value):,} bytes)"
 
 
-def describe_bad_row(data: bytes, chunk: ParsedChunk, row: int, schema: Schema) -> tuple[str, str]:
-    """(field name, offending text) of a malformed row, for `file:line: field: value` messages."""
+def csv_hint(line: bytes, schema: Schema, path: str = "FILE") -> str:
+    """What preprocessing a row of commas read as Criteo's TSV needs: --csv where the commas cut it
+    into Criteo's fields, else a spec of its own ("" where the row has no comma)."""
+    if b"," not in line or schema.delimiter == ",":
+        return ""
+    fields = len(line.split(b","))
+    if schema.min_fields <= fields <= schema.num_fields:
+        return " (commas in the row: a CSV file? preprocess it with --csv)"
+    return (
+        f" (commas in the row: a CSV of {fields} fields, not Criteo's {schema.num_fields}? "
+        f"`shardrec spec infer {path} --label COLUMN --out spec.toml` describes it; then "
+        "preprocess --spec spec.toml)"
+    )
+
+
+def describe_bad_row(
+    data: bytes, chunk: ParsedChunk, row: int, schema: Schema, hint: bool = True, path: str = "FILE"
+) -> tuple[str, str]:
+    """(field name, offending text) of a malformed row, for `file:line: field: value` messages;
+    `hint`: with what preprocessing `path` needs (a CSV read as TSV: csv_hint)."""
     code, fidx = int(chunk.reason[row]), int(chunk.bad_field[row])
     line = bytes(data[int(chunk.row_start[row]) : int(chunk.row_end[row])])
     line = line[:-1] if line.endswith(b"\r") else line
@@ -315,11 +333,10 @@ def describe_bad_row(data: bytes, chunk: ParsedChunk, row: int, schema: Schema) 
     if REASONS[code] == "too_many_fields":
         return "row", f"{len(fields)} fields, schema has {schema.num_fields}"
     if REASONS[code] == "too_few_fields":
-        csv = len(fields) == 1 and b"," in line and schema.delimiter != ","
-        hint = " (commas in the row: a CSV file? preprocess it with --csv)" if csv else ""
+        shown = csv_hint(line, schema, path) if hint and len(fields) == 1 else ""
         return (
             "row",
-            f"{len(fields)} fields, schema needs at least {schema.min_fields} of {schema.num_fields}{hint}",
+            f"{len(fields)} fields, schema needs at least {schema.min_fields} of {schema.num_fields}{shown}",
         )
     value = fields[fidx] if fidx < len(fields) else b""
     return schema.field_names[fidx], show_value(value)
@@ -349,4 +366,5 @@ def transform_dense(
         out = x
     else:
         raise ValueError(f"dense transform {how!r} is not one of {', '.join(DENSE_TRANSFORMS)}")
-    return out.astype(dtype)
+    with np.errstate(over="ignore"):  # a value past the dtype's range: the caller names it
+        return out.astype(dtype)

@@ -50,6 +50,10 @@ MAX_HASH_SIZE = 10_000_000
 _INT = re.compile(r"^-?\d{1,18}$")
 _FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 _HEX = re.compile(r"^[0-9a-fA-F]+$")
+_COMMA_FLOAT = re.compile(r"^[+-]?(\d+(,\d*)?|,\d+)([eE][+-]?\d+)?$")
+# Words for the two values of a label column: which one is the click.
+POSITIVE_WORDS = {"yes", "y", "true", "t", "click", "clicked", "positive", "pos", "1"}
+NEGATIVE_WORDS = {"no", "n", "false", "f", "noclick", "no_click", "negative", "neg", "0"}
 _ID_NAME = re.compile(r"(^|_)id$|Id$|ID$")
 # Anonymised categoricals are named C1, C2, ... by convention (Criteo's C1-C26, Avazu's C1 and
 # C14-C21).
@@ -60,9 +64,13 @@ _UNIX_SECONDS = (946_684_800, 4_102_444_800)
 
 
 def parse_label(text: str) -> tuple[str, float | None]:
-    """`click` -> ("click", None); `rating>=4` -> ("rating", 4.0)."""
+    """`click` -> ("click", None); `rating>=4` -> ("rating", 4.0). Another comparison (`rating>4`)
+    is refused with the >= that means it."""
     name, sep, threshold = text.partition(">=")
     if not sep:
+        other = re.fullmatch(r"\s*(.+?)\s*(>|<=|<|==|=)\s*(-?[\d.]+)\s*", text)
+        if other:
+            _comparison(text, *other.groups())
         return text.strip(), None
     try:
         return name.strip(), float(threshold)
@@ -72,16 +80,34 @@ def parse_label(text: str) -> tuple[str, float | None]:
         ) from None
 
 
-def _sample_lines(path: Path, rows: int) -> list[str]:
-    lines = []
+def _comparison(text: str, name: str, op: str, number: str) -> None:
+    """ValueError for a label rule other than >=, with the >= rule that means it."""
+    value = float(number)
+    if op == ">" and value.is_integer():
+        same = f"--label '{name}>={int(value) + 1}' (the same for whole numbers)"
+    elif op in ("==", "="):
+        same = 'a spec\'s label mapping (role = "label", mapping = { ... }) for one value'
+    else:
+        same = f"--label '{name}>={number}' (label 1 where {name} >= {number})"
+    raise ValueError(
+        f"--label {text!r}: a threshold is written NAME>=NUMBER (label 1 where the value is >= it); "
+        f"use {same}"
+    )
+
+
+def sample_lines(path: Path, rows: int) -> tuple[list[str], bool]:
+    """The first `rows` + 1 non-empty lines of the file (the header's too), and whether that was
+    the whole file."""
+    lines, whole = [], True
     with open_text(path) as f:
         for raw in f:
-            lines.append(raw.decode("utf-8", "replace").rstrip("\r\n"))
             if len(lines) > rows:
+                whole = False
                 break
+            lines.append(raw.decode("utf-8", "replace").rstrip("\r\n"))
     if lines:
         lines[0] = lines[0].lstrip("\ufeff")
-    return [line for line in lines if line]
+    return [line for line in lines if line], whole
 
 
 def _split(lines: list[str], delimiter: str) -> list[list[str]]:
@@ -185,7 +211,7 @@ def _column(name: str, values: list[str], rows: int, delimiter: str) -> tuple[Co
     widths = {len(v) for v in values}
     # Codes, not quantities: leading zeros (a zip), an id's name, or one width of 4+ digits (1005,
     # 14102100).
-    coded = any(len(v) > 1 and v[0] == "0" for v in values) or bool(
+    coded = any(len(v) > 1 and v[0] == "0" and v[1].isdigit() for v in values) or bool(
         _ID_NAME.search(name) or _CATEGORY_NAME.match(name)
     )
     coded = coded or (ints and len(widths) == 1 and min(widths) >= 4)
@@ -217,13 +243,55 @@ def _placed(column: Column, i: int, names: list[str]) -> Column:
     )
 
 
+def _label_column(name: str, values: list[str], threshold: float | None, path: Path) -> tuple:
+    """(the label column, its note) for the label's values: 0/1 as written, a threshold over
+    numbers, or a mapping of two written values (the known words for a click, else the rarer
+    value as 1: clicks are the rarer outcome of a click log)."""
+    seen = Counter(values)
+    shown = sorted(seen)[:5]
+    if threshold is not None:
+        return LabelColumn(name, threshold=threshold), f"the label: 1 where {name} >= {threshold:g}"
+    if set(seen) <= {"0", "1"}:
+        return LabelColumn(name), "the label"
+    if all(map(_is_number, seen)):
+        raise ValueError(
+            f"{path}: label column {name!r} holds values other than 0 and 1 (e.g. {shown}); "
+            f"give a threshold, e.g. --label '{name}>=4'"
+        )
+    if len(seen) != 2:
+        raise ValueError(
+            f"{path}: label column {name!r} holds {len(seen):,} distinct values (e.g. {shown}), "
+            "not two: give the column that says whether a row is a click"
+        )
+    a, b = sorted(seen, key=lambda v: (seen[v], v))  # a: the rarer
+    known = [v for v in (a, b) if v.strip().lower() in POSITIVE_WORDS]
+    negative = [v for v in (a, b) if v.strip().lower() in NEGATIVE_WORDS]
+    if len(known) == 1 and len(negative) == 1 and known != negative:
+        one, zero, why = known[0], negative[0], "by their words"
+    else:
+        one, zero, why = a, b, f"the rarer value as 1 ({seen[a]:,} of {len(values):,}): check it"
+    return (
+        LabelColumn(name, mapping={one: 1, zero: 0}),
+        f"the label: 1 where {name} is {one!r}, 0 where {zero!r} ({why})",
+    )
+
+
+def _decimal_commas(columns: list[list[str]]) -> bool:
+    """Numbers written with decimal commas (13,44): some column is all numbers that way, at least
+    one with a comma (a semicolon CSV from a spreadsheet in many locales)."""
+    for values in columns:
+        if values and any("," in v for v in values) and all(_COMMA_FLOAT.match(v) for v in values):
+            return True
+    return False
+
+
 def infer_spec(path: Path, label: str, rows: int = 10_000) -> tuple[FeatureSpec, dict[str, str]]:
     """A spec for the file from its first `rows` rows, and a note per column saying why.
 
     label: the label column's header name or field index (0 for the first), with an optional
     `>=` threshold (`rating>=4`). ValueError names what does not fit.
     """
-    lines = _sample_lines(path, rows)
+    lines, _ = sample_lines(path, rows)
     if len(lines) < 2:
         raise ValueError(f"{path}: {len(lines)} line(s): too few to infer a spec from")
     delimiter = _delimiter(lines)
@@ -239,29 +307,28 @@ def infer_spec(path: Path, label: str, rows: int = 10_000) -> tuple[FeatureSpec,
         raise ValueError(
             f"{path}: no column {label_name!r} for the label (columns: {', '.join(names[:20])})"
         )
+    values_of = [[r[i] for r in body if i < len(r) and r[i] != ""] for i in range(len(names))]
+    decimal = delimiter != "," and _decimal_commas(values_of)
     columns, notes = [], {}
     for i, name in enumerate(names):
-        values = [r[i] for r in body if i < len(r) and r[i] != ""]
+        values = values_of[i]
+        if decimal and values and all(_COMMA_FLOAT.match(v) for v in values):
+            values = [v.replace(",", ".") for v in values]
         if name == label_name:
-            shown = sorted(set(values))[:5]
-            if threshold is None and not set(values) <= {"0", "1"}:
-                raise ValueError(
-                    f"{path}: label column {name!r} holds values other than 0 and 1 (e.g. {shown}); "
-                    f"give a threshold, e.g. --label '{name}>=4'"
-                )
-            columns.append(LabelColumn(name, threshold=threshold))
-            notes[name] = "the label" + (
-                f": 1 where {name} >= {threshold:g}" if threshold is not None else ""
-            )
+            column, notes[name] = _label_column(name, values, threshold, path)
+            columns.append(column)
             continue
         column, notes[name] = _column(name, values, len(body), delimiter)
+        if decimal and isinstance(column, DenseColumn) and column.type == "float":
+            notes[name] += " (decimal commas: 13,44 is 13.44)"
         columns.append(_placed(column, i, names))
     counts = [len(r) for r in body]
     fmt = TextFormat(
-        "csv" if delimiter == "," else "tsv",
+        "tsv" if delimiter == "\t" else "csv",
         delimiter,
         header,
         delimiter == "," or any('"' in line for line in lines[:200]),
         min(counts) if min(counts) < width else None,
+        "," if decimal else None,
     )
     return FeatureSpec(fmt, tuple(columns)), notes

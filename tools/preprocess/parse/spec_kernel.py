@@ -116,13 +116,13 @@ def _categorical(buf, s, e, kind, escaped):
 
 
 @njit(cache=True, nogil=True, boundscheck=False, inline="always")
-def _label(buf, s, e, escaped, mode, threshold, keys, values):
+def _label(buf, s, e, escaped, mode, threshold, keys, values, point):
     """(label, ok) of a non-empty label field."""
     if mode == BINARY:
         v, ok = decode_int(buf, s, e)
         return np.uint8(v), ok and (v == 0 or v == 1)
     if mode == THRESHOLD:
-        x, ok = decode_float(buf, s, e)
+        x, ok = decode_float(buf, s, e, point)
         return np.uint8(x >= threshold), ok
     h = hash_string(buf, s, e, escaped)
     for k in range(len(keys)):
@@ -176,8 +176,8 @@ def _short_int(buf, s, e):
 
 @njit(cache=True, nogil=True, boundscheck=False)
 def parse_spec_rows(
-    buf, delim, quoting, nmin, role, slot, kind, seps, max_lengths, label_field, label_mode, threshold, keys, values,
-    labels, dense, dmiss, sparse, smiss, lvalues, lstart, llen, reason, bad_field, row_start, row_end,
+    buf, delim, quoting, point, nmin, role, slot, kind, seps, max_lengths, label_field, label_mode, threshold,
+    keys, values, labels, dense, dmiss, sparse, smiss, lvalues, lstart, llen, reason, bad_field, row_start, row_end,
 ):  # fmt: skip
     """Fill the per-row arrays (sized to the newlines in buf) and the flat list values; returns
     (rows, list values written). role/slot/kind/seps/max_lengths hold one entry per field index.
@@ -225,11 +225,11 @@ def parse_spec_rows(
             if r == LABEL:
                 if e > s:
                     labels[row], label_ok = _label(
-                        buf, s, e, fx[g], label_mode, threshold, keys, values
+                        buf, s, e, fx[g], label_mode, threshold, keys, values, point
                     )
             elif r == DENSE:
                 dmiss[ur, k] = e == s
-                x, ok = (0.0, True) if e == s else decode_float(buf, s, e)
+                x, ok = (0.0, True) if e == s else decode_float(buf, s, e, point)
                 dense[ur, k] = x
                 bad = -1 if ok else BAD_FLOAT
             else:

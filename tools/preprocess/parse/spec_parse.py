@@ -122,11 +122,16 @@ def _positions(
 
 
 def resolve_program(
-    spec: FeatureSpec, header: list[str] | None, where: str, spec_name: str = "the spec"
+    spec: FeatureSpec,
+    header: list[str] | None,
+    where: str,
+    spec_name: str = "the spec",
+    editable: bool = True,
 ) -> Program:
     """Each field's role for the kernel. header: the file's column names (when the format has one).
 
-    where: the data file, first in every message; spec_name: the spec file, named in them too.
+    where: the data file, first in every message; spec_name: the spec file, named in them too;
+    editable: the user can add a column to the spec (not to a model's).
     """
     fields = _positions(spec, header, where, spec_name)
     nf = max(max(fields) + 1, len(header or []))
@@ -144,8 +149,18 @@ def resolve_program(
             if header and lost[0] < len(header)
             else f"field {lost[0]} (0 is the first)"
         )
+        if editable:
+            raise SpecError(
+                f'{where}: column {what} is in no [[columns]] of {spec_name}; add it with role = "ignore" to skip it'
+            )
+        width = len(spec.columns)
+        cut = ""
+        if not spec.format.quoting and min(lost) >= width:
+            d = "" if spec.format.delimiter == "\t" else f"-d'{spec.format.delimiter}' "
+            cut = f"; if the extra ones are the last: `cut {d}-f1-{width} {where} > rows.txt`"
         raise SpecError(
-            f'{where}: column {what} is in no [[columns]] of {spec_name}; add it with role = "ignore" to skip it'
+            f"{where}: column {what} is in none of the {width} columns {spec_name} reads, as its "
+            f"training data had{cut}"
         )
     role, slot, kind = np.zeros(nf, np.int8), np.zeros(nf, np.int32), np.zeros(nf, np.int8)
     seps, max_lengths = np.full(nf, 10, np.uint8), np.zeros(nf, np.int32)
@@ -247,9 +262,10 @@ def parse_spec_chunk(data: bytes | memoryview | np.ndarray, program: Program) ->
     mode = k.MAPPING if label.mapping else k.THRESHOLD if label.threshold is not None else k.BINARY
     fmt = program.spec.format
     done, used = k.parse_spec_rows(
-        buf, ord(fmt.delimiter), fmt.quoting, program.min_fields, program.role, program.slot, program.kind,
-        program.seps, program.max_lengths, program.label_field, mode, float(label.threshold or 0.0), program.keys,
-        program.values, out.labels, out.dense, out.dense_missing, out.sparse, out.sparse_missing, out.list_values,
+        buf, ord(fmt.delimiter), fmt.quoting, ord(fmt.decimal or "."), program.min_fields, program.role,
+        program.slot, program.kind, program.seps, program.max_lengths, program.label_field, mode,
+        float(label.threshold or 0.0), program.keys, program.values, out.labels, out.dense, out.dense_missing,
+        out.sparse, out.sparse_missing, out.list_values,
         out.list_start, out.list_len, out.reason, out.bad_field, out.row_start, out.row_end,
     )  # fmt: skip
     assert done == rows and used >= 0, "the list bound covers every value"

@@ -59,10 +59,10 @@ def _hash_escaped(buf, s, e):
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
-def decode_float(buf, s, e):
-    """(value, ok) of a decimal number: sign, digits, '.', digits, exponent. Correctly rounded for
-    up to 15 significant digits and exponents within +-22 (Clinger's fast path); else within an
-    ulp."""
+def decode_float(buf, s, e, point):
+    """(value, ok) of a decimal number: sign, digits, the decimal point (the byte `point`: '.', or
+    ',' for a spec's `decimal = ","`), digits, exponent. Correctly rounded for up to 15
+    significant digits and exponents within +-22 (Clinger's fast path); else within an ulp."""
     i, neg = s, False
     if i < e and (buf[i] == 45 or buf[i] == 43):
         neg, i = buf[i] == 45, i + 1
@@ -74,7 +74,7 @@ def decode_float(buf, s, e):
         else:
             exp10 += 1
         seen, i = True, i + 1
-    if i < e and buf[i] == 46:
+    if i < e and buf[i] == point:
         i += 1
         while i < e and 48 <= buf[i] <= 57:
             if digits < 18:

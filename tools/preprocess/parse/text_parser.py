@@ -50,19 +50,35 @@ class TextParser:
         return list(self.column_names[1 + self.schema.num_dense :] or self.schema.sparse_names)
 
     @property
+    def dense_names(self) -> list[str]:
+        """Every dense column, in manifest order."""
+        if self.program:
+            return [c.name for c in self.program.spec.dense]
+        named = self.column_names[1 : 1 + self.schema.num_dense]
+        return list(named or self.schema.dense_names)
+
+    @property
     def num_dense(self) -> int:
         return len(self.program.spec.dense) if self.program else self.schema.num_dense
+
+    def warm_up(self) -> None:
+        """Parse one empty line: the parser's kernel is loaded from numba's cache (compiled, the
+        first time ever) before a timed pass, so a one-time compile is no part of a parse rate."""
+        self.parse(memoryview(b"\n"))
 
     def parse(self, data: memoryview) -> Chunk:
         if self.program:
             return parse_spec_chunk(data, self.program)
         return parse_chunk(data, self.schema)
 
-    def describe_bad(self, data: memoryview, chunk: Chunk, row: int) -> tuple[str, str]:
-        """(column name, offending value) of a malformed row."""
+    def describe_bad(
+        self, data: memoryview, chunk: Chunk, row: int, hint: bool = True, path: str = "FILE"
+    ) -> tuple[str, str]:
+        """(column name, offending value) of a malformed row; `hint`: with what preprocessing
+        `path` needs, where that is known (a CSV read as Criteo's TSV)."""
         if self.program:
             return describe_bad_spec_row(data, chunk, row, self.program)
-        name, value = describe_bad_row(data, chunk, row, self.schema)
+        name, value = describe_bad_row(data, chunk, row, self.schema, hint, path)
         if self.column_names and name in self.schema.field_names:
             name = self.column_names[self.schema.field_names.index(name)]
         return name, value
@@ -74,13 +90,14 @@ def choose_parser(
     schema: Schema,
     dense_transform: str,
     files: list[Path],
+    editable: bool = True,
 ) -> tuple[TextParser, str]:
     """How a run's tasks read its text: the parser, and the dense transform of Criteo's parser
     (a spec's own columns carry theirs).
 
     No spec: Criteo's parser with the schema. A spec is resolved against each file's header (every
     file must resolve the same); one of Criteo's shape still goes to Criteo's parser, its names
-    kept.
+    kept. editable: the user can add a column to the spec (not to a model's).
     """
     if spec is None:
         return TextParser(schema), dense_transform
@@ -90,6 +107,7 @@ def choose_parser(
             read_header(f, spec) if spec.format.header else None,
             str(f),
             spec_file or "the spec",
+            editable,
         )
         for f in (files if spec.format.header else files[:1])
     ]

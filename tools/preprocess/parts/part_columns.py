@@ -24,6 +24,31 @@ from shardrec.tools.preprocess.parse.spec_parse import Program, SpecChunk
 from shardrec.tools.preprocess.parts.dense_table import append_dense, log1p_table
 
 
+class NonFiniteDense(ValueError):
+    """A dense value that its part's dtype cannot hold: a `none` transform's value past the range
+    of float16 (65,504) or float32; the model would train on infinity."""
+
+    def __init__(self, row: int, column: int, value: float) -> None:
+        super().__init__(f"row {row}: dense column {column}: {value!r} is not finite when stored")
+        self.row, self.column, self.value = row, column, value
+
+
+def check_finite(block: np.ndarray, values: np.ndarray, rows: np.ndarray, transforms: list[str]):
+    """NonFiniteDense for the first row of `block` (the dense values of `rows`, transformed) that
+    holds a non-finite value. Only `none` columns are looked at: a log transform's largest value
+    (log1p of float64's largest, ~710) fits every dtype."""
+    first = None
+    for d, how in enumerate(transforms):
+        if how != "none":
+            continue
+        bad = np.flatnonzero(~np.isfinite(block[:, d]))
+        if len(bad) and (first is None or bad[0] < first[0]):
+            first = (int(bad[0]), d)
+    if first is not None:
+        k, d = first
+        raise NonFiniteDense(int(rows[k]), d, float(values[rows[k], d]))
+
+
 def map_ids(
     chunk: ParsedChunk,
     names: list[str],
@@ -91,6 +116,17 @@ class PartColumns:
         self.ids = [np.empty((len(feats), self.capacity), dtype) for dtype, feats in groups]
         self.list_ids = [np.empty(self.capacity, dtype) for dtype in lists]
         self.list_offsets = [np.zeros(self.capacity + 1, np.int64) for _ in lists]
+
+    @property
+    def nbytes(self) -> int:
+        """About the bytes its files take: its rows of every column (headers aside)."""
+        n = self.rows
+        per_row = self.labels.itemsize + self.dense.itemsize * self.dense.shape[1]
+        per_row += sum(a.itemsize * a.shape[0] for a in self.ids)
+        lists = sum(
+            int(o[n]) * a.itemsize + 8 * (n + 1) for a, o in zip(self.list_ids, self.list_offsets)
+        )
+        return n * per_row + lists
 
     def reserve(self, n: int) -> None:
         if self.rows + n <= self.capacity:
@@ -185,6 +221,13 @@ def append_rows(
             cols.dense[n : n + k] = transform_dense(
                 chunk.dense[rows], chunk.dense_missing[rows], dense_transform, dense_dtype
             )
+            if dense_transform == "none":
+                check_finite(
+                    cols.dense[n : n + k],
+                    chunk.dense,
+                    rows,
+                    [dense_transform] * chunk.dense.shape[1],
+                )
     with cpu_stages.stage(cpu_stages.IDS):
         if vocabs is None and parse_kernel.AVAILABLE:
             cards = np.asarray(cardinalities, dtype=np.int64)

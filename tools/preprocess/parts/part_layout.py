@@ -17,6 +17,7 @@ from shardrec.tools.preprocess.parts.part_columns import (
     PartColumns,
     append_rows,
     append_spec_rows,
+    check_finite,
     id_groups,
     list_groups,
 )
@@ -53,7 +54,23 @@ class PartLayout:
     def new_part(self, capacity: int) -> PartColumns:
         return PartColumns(capacity, self.num_dense, self.dense_dtype, self.groups, self.lists)
 
+    @property
+    def dense_transforms(self) -> list[str]:
+        """Each dense column's transform."""
+        if self.program:
+            return [c.transform for c in self.program.spec.dense]
+        return [self.dense_transform] * self.num_dense
+
     def append(
+        self, cols: PartColumns, chunk: Chunk, rows: np.ndarray, vocabs: list[Vocabulary] | None
+    ) -> None:
+        """Append `rows` of the piece; NonFiniteDense for a dense value the part's dtype cannot
+        hold (the caller names its file and line)."""
+        first = cols.rows
+        self._append(cols, chunk, rows, vocabs)
+        check_finite(cols.dense[first : cols.rows], chunk.dense, rows, self.dense_transforms)
+
+    def _append(
         self, cols: PartColumns, chunk: Chunk, rows: np.ndarray, vocabs: list[Vocabulary] | None
     ) -> None:
         if self.program:

@@ -1,0 +1,27 @@
+"""`shardrec --help` lists every command (and `data --help` every data command) with the first
+paragraph of its own help, held here to the command's own; the listing imports no command module
+(tests/e2e/test_cli_startup.py checks that in a fresh interpreter)."""
+
+from __future__ import annotations
+
+import inspect
+
+from typer.testing import CliRunner
+
+from shardrec.tools.cli.app import COMMANDS, SUMMARIES, _LazyCommands, app
+from shardrec.tools.cli.data.data_app import DataCommands
+
+
+def test_the_listing_says_what_each_command_says_of_itself() -> None:
+    for group in (_LazyCommands(), DataCommands()):
+        assert list(group.summaries) == list(group.modules)
+        for name in group.modules:
+            own = group.get_command(None, name)  # type: ignore[arg-type]
+            first = inspect.cleandoc(own.short_help or own.help or "").split("\n\n")[0]
+            assert " ".join(first.split()) == group.summaries[name], name
+    assert list(SUMMARIES) == list(COMMANDS)
+    listed = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "300"})
+    assert listed.exit_code == 0
+    for name, summary in SUMMARIES.items():
+        assert any(line.split("│")[1].split() == [name, *summary.split()]
+                   for line in listed.stdout.splitlines() if line.count("│") == 2), name  # fmt: skip

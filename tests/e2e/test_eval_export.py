@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -169,6 +170,18 @@ def test_a_run_stopped_at_its_target_is_complete_until_the_target_changes(traine
     )
 
 
+def _as_if_trained_on_cuda(run: Path, copy: Path) -> Path:
+    """A copy of `run` whose config and plan say it trained on CUDA, as a GPU run's do."""
+    shutil.copytree(run, copy, dirs_exist_ok=True)
+    config = copy / "config.toml"
+    config.write_text(config.read_text().replace('device = "cpu"', 'device = "cuda"', 1))
+    assert 'device = "cuda"' in config.read_text()
+    plan = json.loads((copy / "plan.json").read_text())
+    plan["fingerprint"]["device_kind"] = "cuda"
+    (copy / "plan.json").write_text(json.dumps(plan))
+    return copy
+
+
 @pytest.mark.slow
 def test_eval_equals_the_runs_final_evaluation_bitwise_and_reshards(trained: Path) -> None:
     final = _final(trained / "run", "val")
@@ -184,17 +197,22 @@ def test_eval_equals_the_runs_final_evaluation_bitwise_and_reshards(trained: Pat
     )
     # From another directory: the run's config.toml holds its data.path ("data" as typed) absolute.
     # On 1 rank, where the run's column-wise constraint cannot hold, the planner places t_C3 freely.
+    # The copy evaluated says it trained on CUDA (its config and plan): --device cpu evaluates it
+    # on CPU ranks all the same, on this host without a GPU.
     elsewhere = trained / "elsewhere"
     elsewhere.mkdir(exist_ok=True)
+    gpu_run = _as_if_trained_on_cuda(trained / "run", elsewhere / "gpu-run")
     other = json.loads(
         ok(
             shardrec(
                 "eval",
-                str(trained / "run"),
+                str(gpu_run),
                 "--split",
                 "val",
                 "--nproc-per-node",
                 "1",
+                "--device",
+                "cpu",
                 "--json",
                 cwd=elsewhere,
             )

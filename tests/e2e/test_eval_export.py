@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import TINY_MODEL, assert_one_line_error, settings
+from helpers import TINY_MODEL, assert_one_line_error, final_step_counters, settings
 from mlperf_compliance import compliance_errors, read_log
 from typer.testing import CliRunner, Result
 
@@ -133,6 +133,10 @@ def test_target_auc_stops_the_run_and_records_time_and_samples(trained: Path) ->
     assert target["samples_to_target"] == summary["samples_to_target"] == first_hit["step"] * BATCH
     assert summary["target_reached"] is True and summary["time_to_target_s"] > 0
     assert (trained / "run" / "checkpoints" / f"step-{summary['steps']:08d}").is_dir()
+    # fbgemm's step counters (Adam's bias correction) count the optimizer steps, not the
+    # evaluation batches between them.
+    counters = final_step_counters(trained / "run")
+    assert counters and set(counters.values()) == {summary["steps"]}, counters
 
 
 @pytest.mark.slow

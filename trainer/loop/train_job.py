@@ -36,7 +36,7 @@ from shardrec.trainer.rundir.checkpoint import (
     TrainProgress,
 )
 from shardrec.trainer.rundir.mllog import MlperfLog, log_init
-from shardrec.trainer.rundir.optim_state import SparseOptimizerState
+from shardrec.trainer.rundir.optim_state import PART, SparseOptimizerState
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ def checkpoint_parts(
         progress=progress,
         sharded={
             "model": ModuleState(model),
-            "fused_optim": SparseOptimizerState(model.fused_optimizer, runner.optimizer, plan),
+            PART: SparseOptimizerState(model.fused_optimizer, runner.optimizer, plan),
         },
         main={"optimizer": runner.optimizer, "loader": train_loader},
         signature=signature,

@@ -17,7 +17,7 @@ from shardrec.trainer.job.preflight import check_trainable, preflight
     "override, message",
     [
         ("train.log_interval=0", "train.log_interval = 0"),
-        ("train.seed=-1", "train.seed = -1"),
+        ("train.seed=-2", "train.seed = -2 must be >= 0"),
         ("eval.interval_steps=-1", "eval.interval_steps = -1"),
         ("eval.batch_size=-64", "eval.batch_size = -64"),
         ("eval.max_batches=-1", "eval.max_batches = -1"),

@@ -6,12 +6,15 @@ Called by `python -m shardrec.trainer` (the torchrun entry) on every rank.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 from shardrec.dataloader.format.manifest import Manifest
@@ -23,7 +26,7 @@ from shardrec.sharding.plan.plan_types import PlanFile
 from shardrec.trainer.distributed.dist import DistEnv
 from shardrec.trainer.distributed.stop import StopAgreement, StopRequest
 from shardrec.trainer.job import data_options
-from shardrec.trainer.job.config import JobConfig, ModelConfig, OptimConfig
+from shardrec.trainer.job.config import SEED_UNSET, JobConfig, ModelConfig, OptimConfig
 from shardrec.trainer.job.preflight import check_against_dataset
 from shardrec.trainer.loop.steps import StepRunner
 from shardrec.trainer.model import build
@@ -106,6 +109,29 @@ def checkpoint_parts(
     )
 
 
+def with_run_seed(config: JobConfig, env: DistEnv, run_dir: Path) -> JobConfig:
+    """The job with the seed this run uses: the job's; or, unset, the run's own on a resume
+    (config.toml, which every rank reads before rank 0 can rewrite it), else 0, or where
+    train.mlperf_log one drawn from the OS by rank 0 and shared with every rank (MLPerf seeds each
+    run from the clock or the OS)."""
+    t = config.train
+    if t.seed != SEED_UNSET:
+        return config
+    recorded = lifecycle.recorded_seed(run_dir)
+    if recorded is not None and recorded != SEED_UNSET:
+        seed, how = recorded, "the run's"
+    elif t.mlperf_log:
+        drawn = [int.from_bytes(os.urandom(4), "little") >> 1 if env.rank == 0 else 0]
+        if dist.is_initialized() and env.world_size > 1:
+            dist.broadcast_object_list(drawn, src=0)
+        seed, how = drawn[0], "drawn from the OS"
+    else:
+        seed, how = 0, "the default"
+    if env.is_main and t.mlperf_log:
+        logger.info("train.seed = %d (%s)", seed, how)
+    return dataclasses.replace(config, train=dataclasses.replace(t, seed=int(seed)))
+
+
 def build_job(
     config: JobConfig,
     env: DistEnv,
@@ -115,6 +141,7 @@ def build_job(
 ) -> Job:
     """Model, plan, sharding, optimizers, loaders and checkpoints for this rank; `stop` is this
     rank's stop request (default: the launcher's stop file only, no signal handlers)."""
+    config = with_run_seed(config, env, run_dir)
     t, o = config.train, config.optim
     mllog = MlperfLog(t.mlperf_log and env.is_main)
     platform = f"{env.world_size}x{env.device.type}"
@@ -144,6 +171,10 @@ def build_job(
     )
     init_embedding_weights(model, tables, t.seed, ebc_path=TRAIN_EBC_PATH)
     optimizer = build.build_optimizer(model, tables, o)
+    # MLPerf's clock starts before anything reads the dataset beyond its manifest (README, DLRMv2):
+    # the loaders below open its files.
+    mllog.end("init_stop")
+    mllog.start("run_start")
     train_loader = build_loader(
         data_dir,
         config.data.train_split,

@@ -310,8 +310,6 @@ def run_job(job: Job) -> dict[str, Any]:
         reporter.write({"kind": "resume", "step": job.progress.step, "epoch": job.progress.epoch})
     if job.env.is_main:
         job.mllog.open(job.run_dir / names.MLLOG)
-    job.mllog.end("init_stop")
-    job.mllog.start("run_start")
     job.mllog.event("train_samples", len(job.train_loader) * cfg.train.global_batch_size)
     job.mllog.start("epoch_start", metadata={"epoch_num": 0})
     try:

@@ -62,6 +62,18 @@ def _tables(tbe: SplitTableBatchedEmbeddingBagsCodegen) -> list[str]:
     return list(dict.fromkeys(tbe.table_names or []))
 
 
+def host_placement(tbe: SplitTableBatchedEmbeddingBagsCodegen) -> str | None:
+    """Where a TBE that keeps weights in host memory (fbgemm's UVM buffer, torchrec's fused_uvm
+    and fused_uvm_caching kernels) holds them, read from its own buffers, in words; None for one
+    whose weights are all in HBM (or on the CPU)."""
+    if tbe.weights_uvm.numel() == 0:
+        return None
+    rows = sum(int(spec[0]) for spec in tbe.embedding_specs)
+    cache_rows = int(tbe.lxu_cache_weights.shape[0]) if tbe.lxu_cache_weights.numel() else 0
+    cache = f"an HBM cache of {cache_rows:,} rows" if cache_rows else "no cache"
+    return f"table batch {', '.join(_tables(tbe))}: {rows:,} rows in host memory (UVM), {cache}"
+
+
 def read_step_counters(
     batches: list[SplitTableBatchedEmbeddingBagsCodegen],
 ) -> dict[str, torch.Tensor]:

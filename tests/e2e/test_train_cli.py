@@ -93,7 +93,10 @@ def test_sigkill_resume_is_bitwise_and_two_nodes_match(tiny_dataset: Path, tmp_p
         tiny_dataset, tmp_path / "killed", "--max-restarts", "1", fault="kill_in_save:16::0"
     )
     assert faulty.returncode == 0, faulty.stderr[-3000:]
-    assert json.loads(faulty.stdout)["resumed_from_step"] == 12
+    summary = json.loads(faulty.stdout)
+    # Steps 13-30 of the attempt that finished, all through torchrec's pipeline.
+    assert summary["resumed_from_step"] == 12
+    assert summary["pipeline"] == {"TrainPipelineSparseDist": 18}
     resumes = [
         json.loads(line)
         for line in (tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()

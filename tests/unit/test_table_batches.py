@@ -17,6 +17,7 @@ from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
 )
 
 from shardrec.embeddings.table_batches import (
+    host_placement,
     kept,
     read_step_counters,
     restore_step_counters,
@@ -87,3 +88,8 @@ def test_forwards_inside_kept_leave_the_counts_as_they_were() -> None:
         _forward(tbe, 4)  # an evaluation
     _forward(tbe, 1)
     assert int(tbe.iter.item()) == 4 and int(tbe.iter_cpu.item()) == 4
+
+
+def test_a_table_batch_without_uvm_weights_is_not_in_host_memory() -> None:
+    # fbgemm's CPU kernels keep weights in their host buffer, never in UVM (CUDA managed memory).
+    assert host_placement(_tbe("a", "b")) is None

@@ -118,6 +118,8 @@ class StepRunner:
             self.pipeline = TrainPipelineSparseDist(
                 model, optimizer, device, execute_all_batches=True
             )  # type: ignore[arg-type]
+        self.steps_by: dict[str, int] = {}
+        """Steps taken, by what took them: the pipeline's class name, or "plain"."""
 
     def run(self, batches: Iterator[Batch]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Train on every batch of `batches`; yields (loss_sum, real samples) of this rank per
@@ -129,6 +131,8 @@ class StepRunner:
                     loss_sum, _, labels = self.pipeline.progress(batches)
                 except StopIteration:
                     return
+                name = type(self.pipeline).__name__
+                self.steps_by[name] = self.steps_by.get(name, 0) + 1
                 yield loss_sum, (labels >= 0).sum()
         else:
             for batch in batches:
@@ -138,6 +142,7 @@ class StepRunner:
                 loss, (loss_sum, _, labels) = self.model(batch)
                 loss.backward()
                 self.optimizer.step()
+                self.steps_by["plain"] = self.steps_by.get("plain", 0) + 1
                 yield loss_sum, (labels >= 0).sum()
 
     def eval_mode(self) -> torch.nn.Module:

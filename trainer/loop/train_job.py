@@ -21,6 +21,7 @@ from shardrec.dataloader.format.manifest import Manifest
 from shardrec.dataloader.loader import NO_SHUFFLE, BatchLoader, ShuffleSpec, build_loader
 from shardrec.dataloader.util.files import atomic_write_bytes
 from shardrec.embeddings.init import init_embedding_weights
+from shardrec.embeddings.table_batches import host_placement, table_batches
 from shardrec.sharding.plan.plan_file import load_plan, save_plan
 from shardrec.sharding.plan.plan_types import PlanFile
 from shardrec.trainer.distributed.dist import DistEnv
@@ -169,6 +170,11 @@ def build_job(
         sharding=config.sharding,
         plan=load_plan(plan_path) if plan_path else None,
     )
+    if env.is_main:  # where the kernels keep what the plan put in host memory
+        for tbe in table_batches(model.fused_optimizer):
+            placed = host_placement(tbe)
+            if placed:
+                logger.info("rank 0: %s", placed)
     init_embedding_weights(model, tables, t.seed, ebc_path=TRAIN_EBC_PATH)
     optimizer = build.build_optimizer(model, tables, o)
     # MLPerf's clock starts before anything reads the dataset beyond its manifest (README, DLRMv2):

@@ -342,6 +342,8 @@ def run_job(job: Job) -> dict[str, Any]:
             "train_samples_per_s": samples / seconds if seconds else None,
             "train_seconds": round(seconds, 3),
             "resumed_from_step": resumed,
+            # What took this invocation's steps: torchrec's pipeline class, or "plain".
+            "pipeline": dict(job.runner.steps_by),
             **tracker.summary(),
         }
         reporter.write({"kind": "summary", "step": job.progress.step, **summary})

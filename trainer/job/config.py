@@ -266,6 +266,12 @@ class TrainConfig:
     "<ranks>x<device>"), division (closed or open; default closed) and status (onprem, cloud or
     research; default onprem)."""
 
+    @property
+    def fixed_seed(self) -> int:
+        """The seed where no run draws one (planning's id counts, benchmarks, tests): unset is 0,
+        the seed a run without train.mlperf_log takes (trainer.loop.train_job.with_run_seed)."""
+        return 0 if self.seed == SEED_UNSET else self.seed
+
     def total_steps(self, steps_per_epoch: int) -> int:
         """The step a run of these settings ends at: train.steps, or train.epochs epochs when it is
         0."""

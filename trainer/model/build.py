@@ -236,7 +236,7 @@ def build_sharded_model(
         tables,
         env,
         global_batch_size=train.global_batch_size,
-        seed=train.seed,
+        seed=train.fixed_seed,
         precision=train.precision,
     )
     devices = gather_devices(env)

@@ -150,7 +150,7 @@ def test_ids_past_2_to_the_24_round_through_float32_as_torchrecs_shuffle_rounds_
     so step 3 is fed step 2's arrays directly). The last day's ids pass unrounded."""
     from torchrec.datasets.criteo import BinaryCriteoUtils
 
-    from shardrec.tools.preprocess.derived.mlperf_reference import transform_dense, write_days
+    from shardrec.tools.preprocess.derived.mlperf_reference import reference_dense, write_days
 
     rng = np.random.RandomState(3)
     work, s1, s2, ref, out = (tmp_path / n for n in ("work", "s1", "s2", "ref", "out"))
@@ -168,7 +168,7 @@ def test_ids_past_2_to_the_24_round_through_float32_as_torchrecs_shuffle_rounds_
         np.save(work / f"day_{day}_labels.npy", labels)
         # torchrec's inputs: steps 1-2's outputs (today's dense transform).
         np.save(
-            s1 / f"day_{day}_dense.npy", transform_dense(dense_raw, "log-min2", dense_raw.min())
+            s1 / f"day_{day}_dense.npy", reference_dense(dense_raw, "log-min2", dense_raw.min())
         )
         np.save(s1 / f"day_{day}_labels.npy", labels)
         np.save(s2 / f"day_{day}_sparse.npy", ids)

@@ -5,33 +5,51 @@ BIN := $(VENV)/bin
 # This machine's device kind (requirements/machine.py): cpu, cuda (driver 580+: CUDA 13 builds) or
 # cuda126 (an older driver: PyTorch's CUDA 12.6 builds). One stamp per kind: a .venv made on a CPU
 # node of a shared home directory is rebuilt with CUDA wheels on a GPU node, and back.
-KIND := $(shell $(PYTHON) requirements/machine.py kind)
+# A node whose Python already holds a CUDA torch of a supported release (a GPU cluster's image)
+# keeps it: .venv sees it (--system-site-packages) and gets only its fbgemm-gpu and torchrec.
+SYSTEM_TORCH := $(shell $(PYTHON) requirements/machine.py system-torch)
+KIND := $(or $(SYSTEM_TORCH),$(shell $(PYTHON) requirements/machine.py kind))
 STAMP := $(VENV)/.shardrec-setup-$(KIND)
+# Offline (a node without network): WHEELS, or SHARDREC_WHEELS, names a folder of wheels that
+# `make wheels KIND=... WHEELS=...` (requirements/download_wheels.py) filled on a machine with
+# network; pip then reads that folder only.
+WHEELS ?= $(SHARDREC_WHEELS)
+PIP_SOURCE := $(if $(WHEELS),--no-index --find-links $(abspath $(WHEELS)))
+INSTALL_ARGS := install-args $(KIND) $(if $(SYSTEM_TORCH),system) $(if $(WHEELS),offline)
 DEMO := runs/demo
 # Test files run on this many pytest-xdist workers (one file stays on one worker, so its module
 # fixtures are built once): the multi-process tests leave a core idle while a rank imports torch.
 TEST_WORKERS ?= 2
 
-.PHONY: setup demo check test mutants gpu-check clean
+.PHONY: setup wheels demo check test mutants gpu-check clean
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml requirements/machine.py requirements/torch_index.py requirements/$(KIND).txt requirements/torchrec.txt requirements/torchrec-deps.txt
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	test -x $(BIN)/python $(if $(SYSTEM_TORCH),&& grep -q 'system-site-packages = true' $(VENV)/pyvenv.cfg) \
+		|| $(PYTHON) -m venv $(if $(SYSTEM_TORCH),--system-site-packages) $(VENV)
 	rm -f $(VENV)/.shardrec-setup*
-	$(BIN)/python -m pip install -q --upgrade pip
+	$(if $(WHEELS),,$(BIN)/python -m pip install -q --upgrade pip)
 	# Another kind's torch and fbgemm-gpu(-cpu) go first: torch==X is satisfied by X+cpu, and
 	# fbgemm-gpu must never land on top of fbgemm-gpu-cpu (one fbgemm_gpu folder for both).
 	stale="$$($(BIN)/python requirements/machine.py stale $(KIND))"; \
 		if [ -n "$$stale" ]; then $(BIN)/pip uninstall -y -q $$stale; fi
 	# torch and torchrec's real dependencies in one resolve, then torchrec itself without its
 	# CUDA fbgemm-gpu pin (installed last, so pip never sees a half-installed torchrec).
-	$(BIN)/pip install -q $$($(BIN)/python requirements/machine.py index $(KIND)) \
-		-r requirements/$(KIND).txt -r requirements/torchrec-deps.txt
-	$(BIN)/pip install -q --no-deps -r requirements/torchrec.txt
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q $(PIP_SOURCE) $$($(BIN)/python requirements/machine.py $(INSTALL_ARGS)) \
+		-r requirements/torchrec-deps.txt
+	$(BIN)/pip install -q $(PIP_SOURCE) --no-deps -r requirements/torchrec.txt
+	$(BIN)/pip install -q $(PIP_SOURCE) -e '.[test]'
 	$(BIN)/python requirements/machine.py check $(KIND)
 	touch $(STAMP)
+
+# The wheels `make setup WHEELS=DIR` installs on a node without network, downloaded here for
+# KIND (cpu, cuda or cuda126; default: this machine's) and, with PYTHON_VERSION / PLATFORM, for a
+# node of another Python or platform (requirements/download_wheels.py).
+wheels:
+	test -n "$(WHEELS)" || { echo "make wheels: name the folder: make wheels WHEELS=DIR [KIND=cuda]"; exit 2; }
+	$(PYTHON) requirements/download_wheels.py $(KIND) $(WHEELS) \
+		$(if $(PYTHON_VERSION),--python-version $(PYTHON_VERSION)) $(if $(PLATFORM),--platform $(PLATFORM))
 
 # synth -> preprocess -> plan -> train (2 CPU ranks via torchrun, on any machine) -> evaluate.
 demo: setup

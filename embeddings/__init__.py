@@ -6,8 +6,10 @@ and its width: the one `model.dims` check), the EmbeddingBagCollection on the me
 names of table weights inside a model, the plan-independent initial weights, and the sparse
 optimizer: what is known of each without torch (sparse_optimizers.py: names, state per row and
 per weight, the devices that run it; the planner and the config read it), the algorithms and
-their settings, fusing them into tables, the optimizer of data-parallel tables (optim.py), and
-its row-wise state between table layouts (optim_layouts.py).
+their settings, fusing them into tables, the optimizer of data-parallel tables (optim.py),
+its row-wise state between table layouts (optim_layouts.py), and fbgemm's table batches of a
+sharded model with the step counters their optimizers keep outside any state dict
+(table_batches.py).
 
 May import: shardrec.dataloader only (for the manifest).
 """

@@ -11,10 +11,20 @@ is rebuilt on a GPU node and back. A build of another kind is uninstalled first:
 is satisfied by `2.13.0+cpu`, and fbgemm-gpu must never land on top of fbgemm-gpu-cpu (both
 install the `fbgemm_gpu` package into the same folder).
 
+A node whose Python already holds a CUDA build of a supported torch release (SUPPORTED: the
+triples the test suite runs on, on their CPU builds) keeps it: `.venv` sees it through
+--system-site-packages and only that release's fbgemm-gpu and torchrec are installed. Its kind is
+the build's CUDA (PyPI's and `+cu130` builds: cuda; `+cu126`: cuda126). Any other torch there is
+left alone and the pinned one installed into `.venv`, with one line saying so.
+
 Usage (KIND as above):
   python requirements/machine.py kind          -> this machine's kind
+  python requirements/machine.py system-torch  -> the kind of this Python's own CUDA torch where
+                                                  .venv should use it, else nothing
   python requirements/machine.py stale KIND    -> installed packages of another kind's build (uninstall them first)
-  python requirements/machine.py index KIND    -> extra pip arguments for requirements/KIND.txt
+  python requirements/machine.py install-args KIND [system] [offline]
+                                               -> pip arguments for KIND's stack (system: without
+                                                  torch; offline: no index is asked)
   python requirements/machine.py check KIND    -> exit 1 with one line unless KIND's build is installed
 """
 
@@ -35,6 +45,11 @@ CUDA12_DRIVER = 525
 """The oldest driver that runs CUDA 12.x builds (minor-version compatibility)."""
 FBGEMM = {"cpu": "fbgemm-gpu-cpu", "cuda": "fbgemm-gpu", "cuda126": "fbgemm-gpu"}
 REQUIREMENTS = Path(__file__).resolve().parent
+SUPPORTED: dict[str, tuple[str, str]] = {"2.13.0": ("1.8.0", "1.8.0")}
+"""torch release -> (fbgemm-gpu, torchrec) releases: the triples shardrec supports, each tested by
+`make test` on its CPU build (trainer/job/versions.py's KNOWN_GOOD holds the same)."""
+SYSTEM_TORCH_LABELS = {"": "cuda", "+cu130": "cuda", "+cu126": "cuda126"}
+"""A CUDA torch's local version label -> the kind whose fbgemm-gpu build matches its CUDA."""
 
 
 def driver_version() -> str | None:
@@ -114,6 +129,42 @@ def installed_stack() -> dict[str, tuple[str, list[str]]]:
     return found
 
 
+def system_torch_kind(version: str | None, requires: list[str]) -> tuple[str, str]:
+    """(kind, "") where this Python's torch `version` is a CUDA build of a supported release that
+    .venv can use, else ("", why not: one line, or "" where there is no torch)."""
+    if version is None:
+        return "", ""
+    release, _, label = version.partition("+")
+    label = f"+{label}" if label else ""
+    if not label.startswith("+cu") and torch_kind(version, requires) == "cpu":
+        return "", ""  # a CPU build: .venv gets the kind the driver asks for
+    if release not in SUPPORTED or label not in SYSTEM_TORCH_LABELS:
+        known = ", ".join(
+            f"torch {t} + fbgemm-gpu {f} + torchrec {r}" for t, (f, r) in SUPPORTED.items()
+        )
+        return "", (
+            f"make setup: this Python's torch {version} is no CUDA build of a supported triple "
+            f"({known}; CUDA 13 or 12.6 builds): installing the pinned torch into .venv"
+        )
+    return SYSTEM_TORCH_LABELS[label], ""
+
+
+def install_args(kind: str, system: bool = False, offline: bool = False) -> list[str]:
+    """pip's arguments for `kind`'s stack: requirements/KIND.txt, with PyTorch's CPU index where the
+    configured indexes give a CUDA torch (not offline); for a system torch, its pins but torch's."""
+    path = REQUIREMENTS / f"{kind}.txt"
+    extra = [] if offline else index_args(kind)
+    if not system:
+        return [*extra, "-r", str(path.relative_to(REQUIREMENTS.parent))]
+    args = []
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line or line.replace(" ", "").startswith("torch=="):
+            continue
+        args += line.split()
+    return [*extra, *args]
+
+
 def index_args(kind: str) -> list[str]:
     """Extra pip arguments for requirements/KIND.txt: PyTorch's CPU index where the configured
     indexes give a CUDA torch (torch_index); the CUDA files name their own index."""
@@ -139,9 +190,18 @@ def main(argv: list[str]) -> int:
     if command == "kind":
         print(kind_for_driver(driver_version()))
         return 0
-    if kind not in KINDS or command not in ("stale", "index", "check"):
+    if command == "system-torch":
+        torch = installed_stack().get("torch", (None, []))
+        found, why = system_torch_kind(*torch)
+        if why:
+            print(why, file=sys.stderr)
+        print(found)
+        return 0
+    commands = ("stale", "index", "install-args", "check")
+    if kind not in KINDS or command not in commands:
         print(
-            f"usage: machine.py kind | stale KIND | index KIND | check KIND (KIND: {', '.join(KINDS)})",
+            "usage: machine.py kind | system-torch | stale KIND | index KIND | "
+            f"install-args KIND [system] [offline] | check KIND (KIND: {', '.join(KINDS)})",
             file=sys.stderr,
         )
         return 2
@@ -149,6 +209,8 @@ def main(argv: list[str]) -> int:
         print(" ".join(stale_packages(kind, installed_stack())))
     elif command == "index":
         print(" ".join(index_args(kind)))
+    elif command == "install-args":
+        print(" ".join(install_args(kind, "system" in argv[2:], "offline" in argv[2:])))
     else:
         problem = check(kind)
         if problem:

@@ -210,3 +210,12 @@ def final_weights(run_dir: Path, part: str = "model") -> dict:
             name: value for entries in state["state"].values() for name, value in entries.items()
         }
     return state
+
+
+def final_step_counters(run_dir: Path) -> dict[str, int]:
+    """The fbgemm step counters (per table) of the run's last checkpoint; {} where it has none."""
+    import torch
+
+    final_weights(run_dir)  # writes final.pt, the whole checkpoint
+    state = torch.load(run_dir / "final.pt", weights_only=False)["fused_optim"]
+    return {t: int(c.item()) for t, c in state.get("step_counters", {}).items()}

@@ -4,12 +4,15 @@ at start that a plan's estimate fits each rank's device is sharding/plan/device_
 `shardrec plan --topology auto` (the default) plans for what this machine has: its CUDA
 devices (count, model, free memory from torch.cuda.mem_get_info), else the cpu-gloo preset.
 A GPU is matched to the preset of its model for bandwidths (a100, h100, h200; another model
-gets the a100 figures and says so); its memory is what the device has free at plan time.
+gets the a100 figures and says so); its memory is what the device has free at plan time, and
+the host memory its UVM tables may use is this host's available memory (MemAvailable), shared
+out among its local ranks, of which the plan fills 85% as it does of HBM.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -26,6 +29,24 @@ MODEL_PRESETS = (
 )
 """Substring of torch.cuda.get_device_name -> the preset whose bandwidths it has."""
 FALLBACK_PRESET = "a100"
+HOST_USABLE_FRACTION = 0.85
+"""The share of the host's available memory a plan gives UVM tables (HBM's, torchrec's 15% kept
+free: the ranks' own memory, the loaders and the page cache grow while training)."""
+
+
+def available_memory_bytes() -> int | None:
+    """This host's available memory: MemAvailable of /proc/meminfo, else the free physical pages
+    (os.sysconf); None where neither says."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -36,6 +57,9 @@ class DeviceMemory:
     """torch.cuda.get_device_name, e.g. "NVIDIA H200"."""
     total_bytes: int
     free_bytes: int
+    host_available_bytes: int = 0
+    """Available memory of the device's host when it was asked (available_memory_bytes; 0:
+    unknown), which every local rank's UVM tables share."""
 
 
 def query_cuda_devices() -> list[DeviceMemory]:
@@ -55,7 +79,8 @@ def cuda_device_memory(index: int) -> DeviceMemory:
 
     free, total = torch.cuda.mem_get_info(index)
     held = torch.cuda.memory_reserved(index)
-    return DeviceMemory(torch.cuda.get_device_name(index), int(total), int(free) + int(held))
+    host = available_memory_bytes() or 0
+    return DeviceMemory(torch.cuda.get_device_name(index), int(total), int(free) + int(held), host)
 
 
 def preset_for(device_name: str) -> str:
@@ -82,7 +107,8 @@ def detect_topology(
             each rank's own, gathered, so that no rank opens a context on another's device.
     """
     if devices is None:
-        devices = query_cuda_devices()
+        host = available_memory_bytes() or 0
+        devices = [replace(d, host_available_bytes=host) for d in query_cuda_devices()]
         used = devices[: local_world_size or min(len(devices), world_size)]
     else:
         used = devices
@@ -99,4 +125,20 @@ def detect_topology(
     # One memory figure for every rank: the smallest free, so that the plan fits each of them.
     free = min(d.free_bytes for d in used)
     topo = build_topology(preset, world_size, lws, free, profile)
-    return replace(topo, memory_source="device")
+    return replace(topo, memory_source="device", host_memory_bytes=host_share(used, lws, topo))
+
+
+def host_share(devices: list[DeviceMemory], local_world_size: int, topo: ClusterTopology) -> int:
+    """Host memory per rank for UVM tables: the least available memory the devices' hosts
+    reported, shared out among the local ranks (HOST_USABLE_FRACTION of it); the preset's figure,
+    with a warning, where no host said."""
+    known = [d.host_available_bytes for d in devices if d.host_available_bytes > 0]
+    if not known:
+        logger.warning(
+            "this host's available memory is unknown: UVM tables are planned with the %s preset's "
+            "%.0f GiB of host memory per rank",
+            topo.name,
+            topo.host_memory_bytes / 2**30,
+        )
+        return topo.host_memory_bytes
+    return int(min(known) * HOST_USABLE_FRACTION) // max(1, local_world_size)

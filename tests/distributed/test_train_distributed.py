@@ -39,7 +39,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import final_weights
+from helpers import final_step_counters, final_weights
 
 from shardrec.trainer.distributed.launch import run_local_ranks
 
@@ -314,10 +314,18 @@ def test_resume_reshards_to_one_and_four_ranks(runs) -> None:
     from shardrec.embeddings.optim_layouts import convert_rowwise_momentum
 
     root, results = runs
+    # fbgemm's step counters (Adam's bias correction reads them; row-wise Adagrad's kernel does not,
+    # but counts alike): one per table, the optimizer steps taken.
+    counted = final_step_counters(root / "ref")
+    assert counted == {f"t_f{i}": STEPS for i in range(4)}, counted
     for world in (1, 4):
         resumed = results if world == 1 else results["w4"]
         assert resumed["resume"]["from"] == CKPT
         assert_same_model(root / f"resume-w{world}", root / "ref")
+        # Restored at step 8 under another plan and world size, counted on from there (data-parallel
+        # tables have no TBE, hence no counter).
+        counters = final_step_counters(root / f"resume-w{world}")
+        assert counters and counters == {t: counted[t] for t in counters}, (world, counters)
         assert resumed["resume"]["val"]["auc"] == pytest.approx(
             results["reference"]["auc"], abs=1e-4
         )

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import TINY_MODEL, assert_one_line_error, settings
+from helpers import TINY_MODEL, assert_one_line_error, final_step_counters, settings
 from mlperf_compliance import compliance_errors, read_log
 from typer.testing import CliRunner, Result
 
@@ -132,6 +133,10 @@ def test_target_auc_stops_the_run_and_records_time_and_samples(trained: Path) ->
     assert target["samples_to_target"] == summary["samples_to_target"] == first_hit["step"] * BATCH
     assert summary["target_reached"] is True and summary["time_to_target_s"] > 0
     assert (trained / "run" / "checkpoints" / f"step-{summary['steps']:08d}").is_dir()
+    # fbgemm's step counters (Adam's bias correction) count the optimizer steps, not the
+    # evaluation batches between them.
+    counters = final_step_counters(trained / "run")
+    assert counters and set(counters.values()) == {summary["steps"]}, counters
 
 
 @pytest.mark.slow
@@ -169,6 +174,18 @@ def test_a_run_stopped_at_its_target_is_complete_until_the_target_changes(traine
     )
 
 
+def _as_if_trained_on_cuda(run: Path, copy: Path) -> Path:
+    """A copy of `run` whose config and plan say it trained on CUDA, as a GPU run's do."""
+    shutil.copytree(run, copy, dirs_exist_ok=True)
+    config = copy / "config.toml"
+    config.write_text(config.read_text().replace('device = "cpu"', 'device = "cuda"', 1))
+    assert 'device = "cuda"' in config.read_text()
+    plan = json.loads((copy / "plan.json").read_text())
+    plan["fingerprint"]["device_kind"] = "cuda"
+    (copy / "plan.json").write_text(json.dumps(plan))
+    return copy
+
+
 @pytest.mark.slow
 def test_eval_equals_the_runs_final_evaluation_bitwise_and_reshards(trained: Path) -> None:
     final = _final(trained / "run", "val")
@@ -184,17 +201,22 @@ def test_eval_equals_the_runs_final_evaluation_bitwise_and_reshards(trained: Pat
     )
     # From another directory: the run's config.toml holds its data.path ("data" as typed) absolute.
     # On 1 rank, where the run's column-wise constraint cannot hold, the planner places t_C3 freely.
+    # The copy evaluated says it trained on CUDA (its config and plan): --device cpu evaluates it
+    # on CPU ranks all the same, on this host without a GPU.
     elsewhere = trained / "elsewhere"
     elsewhere.mkdir(exist_ok=True)
+    gpu_run = _as_if_trained_on_cuda(trained / "run", elsewhere / "gpu-run")
     other = json.loads(
         ok(
             shardrec(
                 "eval",
-                str(trained / "run"),
+                str(gpu_run),
                 "--split",
                 "val",
                 "--nproc-per-node",
                 "1",
+                "--device",
+                "cpu",
                 "--json",
                 cwd=elsewhere,
             )
@@ -422,7 +444,22 @@ def test_dlrmv2_config_scaled_down_runs_end_to_end(trained: Path) -> None:
     # test once at the end.
     evals = [(r["step"], r["split"]) for r in _records(trained / "dlrmv2") if r["kind"] == "eval"]
     assert evals == [(1, "val"), (2, "val"), (3, "val"), (4, "val"), (4, "test")]
-    assert "MLPerf DLRMv2 rule broken" not in done.stderr
+    # Scaled down, it is no closed-division run, and each setting that says so is warned about.
+    rule = "warning: MLPerf DLRMv2 rule broken: "
+    broken = [
+        line.removeprefix(rule).split(" = ")[0]
+        for line in done.stderr.splitlines()
+        if line.startswith(rule)
+    ]
+    assert broken == [
+        "train.steps",
+        "model.embedding_dim",
+        "model.dense_arch",
+        "model.over_arch",
+        "model.dcn_low_rank",
+        "data.multihot_rows",
+        "train.global_batch_size",
+    ], done.stderr[-3000:]
     # Its MLPerf log, event by event, as the compliance checker reads a closed dlrm_dcnv2 log.
     log = read_log(trained / "dlrmv2" / "mllog.jsonl")
     val_aucs = [
@@ -462,6 +499,11 @@ def test_dlrmv2_config_scaled_down_runs_end_to_end(trained: Path) -> None:
         15 * 128,
     )
     assert values["submission_platform"] == "2xcpu" and values["submission_org"] == "shardrec"
+    # No seed set: one drawn from the OS for this run, logged, and kept for a resume.
+    from shardrec.trainer.job.config import load_job_config
+
+    seed = load_job_config(trained / "dlrmv2" / "config.toml").train.seed
+    assert values["seed"] == seed >= 0 and f"train.seed = {seed} (drawn from the OS)" in done.stderr
     # The clock: run_start after init_stop, every event after it in order.
     times = [r["time_ms"] for r in log]
     assert times == sorted(times)

@@ -138,16 +138,67 @@ def test_log3_is_the_published_arrays_transform_and_a_rerun_keeps_the_files(
         assert got.tobytes() == shuffled[at : at + len(got)].tobytes()
         at += len(got)
     assert np.load(out / f"day_{DAYS - 1}_dense.npy").tobytes() == log3[-1].tobytes()
-    # Ids and labels do not depend on the dense transform.
+    # Ids and labels do not depend on the dense transform; the last day's ids keep the dtype
+    # torchrec 0.3.2 parsed them into, int32 (today's torchrec: int64), as its md5sums need.
     for d in range(DAYS):
         for kind in ("sparse", "labels"):
+            if (d, kind) == (DAYS - 1, "sparse"):
+                continue
             assert (out / f"day_{d}_{kind}.npy").read_bytes() == (
                 ref / f"day_{d}_{kind}.npy"
             ).read_bytes()
+    last, today = (np.load(p / f"day_{DAYS - 1}_sparse.npy") for p in (out, ref))
+    assert (last.dtype, today.dtype) == (np.int32, np.int64)
+    assert np.array_equal(last, today)
     # A rerun finds every file in place and rewrites none.
     stamps = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
     reference_preprocess(paths, out, dense="log3", seed=0)
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == stamps
+
+
+def test_ids_past_2_to_the_24_round_through_float32_as_torchrecs_shuffle_rounds_them(
+    tmp_path: Path,
+) -> None:
+    """Criteo 1TB's largest columns number ids past 2^24, where torchrec's one float32 matrix
+    rounds them (to even, 2 apart up to 2^25, ...): step 3 against torchrec's own shuffle on ids
+    from 2^24 - 2 to 2^31 - 1 (contiguous ids that large need tens of millions of distinct values,
+    so step 3 is fed step 2's arrays directly). The last day's ids pass unrounded."""
+    from torchrec.datasets.criteo import BinaryCriteoUtils
+
+    from shardrec.tools.preprocess.derived.mlperf_reference import reference_dense, write_days
+
+    rng = np.random.RandomState(3)
+    work, s1, s2, ref, out = (tmp_path / n for n in ("work", "s1", "s2", "ref", "out"))
+    for d in (work, s1, s2, ref, out):
+        d.mkdir()
+    large = np.array([2**24 - 2, 2**24 - 1, 2**24, 2**24 + 1, 2**24 + 3, 2**25 + 5, 2**31 - 1])
+    rows = {0: 5, 1: 4, 2: 6}
+    for day, n in rows.items():
+        dense_raw = rng.randint(-3, 100, (n, 13)).astype(np.int32)
+        ids = rng.choice(np.concatenate([large, np.arange(2, 40)]), (n, 26)).astype(np.int64)
+        ids[0, : len(large)] = large  # every large id on every day
+        labels = rng.randint(0, 2, (n, 1)).astype(np.int32)
+        np.save(work / f"day_{day}_dense_raw.npy", dense_raw)
+        np.save(work / f"day_{day}_ids.npy", ids)
+        np.save(work / f"day_{day}_labels.npy", labels)
+        # torchrec's inputs: steps 1-2's outputs (today's dense transform).
+        np.save(
+            s1 / f"day_{day}_dense.npy", reference_dense(dense_raw, "log-min2", dense_raw.min())
+        )
+        np.save(s1 / f"day_{day}_labels.npy", labels)
+        np.save(s2 / f"day_{day}_sparse.npy", ids)
+    training = {day: n for day, n in rows.items() if day < 2}  # as the reference's script gives it
+    BinaryCriteoUtils.shuffle(str(s1), str(s2), str(ref), training, days=3, random_seed=0)
+    write_days(work, out, 3, "log-min2", seed=0)
+    names = sorted(p.name for p in ref.iterdir())
+    assert sorted(p.name for p in out.iterdir()) == names and len(names) == 9
+    for name in names:
+        assert (out / name).read_bytes() == (ref / name).read_bytes(), name
+    shuffled = np.concatenate([np.load(out / f"day_{d}_sparse.npy") for d in (0, 1)])
+    # Rounded as torchrec rounds them (2^24 + 1 -> 2^24, 2^25 + 5 -> 2^25 + 4); the last day not.
+    assert not np.isin([2**24 + 1, 2**24 + 3, 2**25 + 5], shuffled).any()
+    assert np.isin([2**24, 2**24 + 4, 2**25 + 4], shuffled).all()
+    assert np.isin(large, np.load(out / "day_2_sparse.npy")).all()
 
 
 def test_a_malformed_row_is_one_line_naming_file_and_line(tmp_path: Path) -> None:

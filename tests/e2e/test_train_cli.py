@@ -1,7 +1,7 @@
-"""`shardrec train` end to end on 2 CPU ranks through torchrun: bitwise-exact resume after
-SIGKILL mid-epoch and during a save (torchrun restarting the group, --max-restarts), checked
-against an uninterrupted run over the two-node loopback rendezvous, and one-line errors for bad
-input."""
+"""`shardrec train` end to end on 2 CPU ranks through torchrun: a rank SIGKILLed mid-epoch named
+in the last line, then bitwise-exact resume after it and after a SIGKILL during a save (torchrun
+restarting the group, --max-restarts), checked against an uninterrupted run over the two-node
+loopback rendezvous, and one-line errors for bad input."""
 
 from __future__ import annotations
 
@@ -75,18 +75,28 @@ def _final_eval(run_dir: Path) -> list[dict]:
 
 @pytest.mark.slow
 def test_sigkill_resume_is_bitwise_and_two_nodes_match(tiny_dataset: Path, tmp_path: Path) -> None:
-    # Attempt 0: rank 1 SIGKILLed after step 10; torchrun restarts both ranks, which resume
-    # from step 8. Attempt 1: SIGKILL while saving step 16, after the shards are written and
-    # before the rename: attempt 2 must ignore that half-made checkpoint and resume from 12.
+    # Rank 1 SIGKILLed after step 10: the last line names it and how it died (rank 0, whose
+    # collective then fails, is no suspect), and the rerun resumes from step 8. That rerun is
+    # SIGKILLed while saving step 16, after the shards are written and before the rename: torchrun
+    # restarts the group (--max-restarts), which must ignore that half-made checkpoint and resume
+    # from 12.
+    killed = _train(tiny_dataset, tmp_path / "killed", fault="kill:10:1:0")
+    assert killed.returncode == 1
+    step8 = tmp_path / "killed" / "checkpoints" / "step-00000008"
+    assert killed.stderr.strip().splitlines()[-1] == (
+        "error: training failed: rank 1 was killed by SIGKILL (signal 9); the kernel's OOM killer "
+        f"does this when memory runs out; the newest complete checkpoint, {step8} (step 8), is "
+        "kept and a re-run resumes from it"
+    ), killed.stderr[-3000:]
+    assert "Traceback" not in killed.stderr, killed.stderr[-3000:]
     faulty = _train(
-        tiny_dataset,
-        tmp_path / "killed",
-        "--max-restarts",
-        "2",
-        fault="kill:10:1:0,kill_in_save:16::1",
+        tiny_dataset, tmp_path / "killed", "--max-restarts", "1", fault="kill_in_save:16::0"
     )
     assert faulty.returncode == 0, faulty.stderr[-3000:]
-    assert json.loads(faulty.stdout)["resumed_from_step"] == 12
+    summary = json.loads(faulty.stdout)
+    # Steps 13-30 of the attempt that finished, all through torchrec's pipeline.
+    assert summary["resumed_from_step"] == 12
+    assert summary["pipeline"] == {"TrainPipelineSparseDist": 18}
     resumes = [
         json.loads(line)
         for line in (tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()

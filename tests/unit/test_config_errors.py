@@ -35,8 +35,10 @@ def test_job_file_mistakes_name_the_file_and_suggest(tmp_path: Path) -> None:
         ValueError, match=r"^--set 'train.sed=1': unknown key train.sed; did you mean train.seed\?$"
     ):
         load_job_config(None, ["train.sed=1"])
-    with pytest.raises(ValueError, match=r"^--set 'train.seed=-1': train.seed = -1 must be >= 0$"):
-        load_job_config(None, ["train.seed=-1"])
+    with pytest.raises(
+        ValueError, match=r"^--set 'train.seed=-2': train.seed = -2 must be >= 0 \(or -1: unset\)$"
+    ):
+        load_job_config(None, ["train.seed=-2"])
 
 
 def test_a_list_set_without_brackets_is_told_the_brackets_that_work() -> None:

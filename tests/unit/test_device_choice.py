@@ -121,7 +121,8 @@ def test_eval_of_a_run_with_more_ranks_than_gpus_names_where_the_count_came_from
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     tail = (
         r": this machine has 1 CUDA device and each CUDA rank needs one of its own; start at most 1 rank here "
-        r"\(--nproc-per-node: the checkpoint is resharded to any rank count\)$"
+        r"\(--nproc-per-node: the checkpoint is resharded to any rank count\), or evaluate on CPU ranks "
+        r"with --device cpu$"
     )
     result = CliRunner().invoke(app, ["eval", str(run), "--data", str(tmp_path / "data")])
     assert_one_line_error(
@@ -131,3 +132,47 @@ def test_eval_of_a_run_with_more_ranks_than_gpus_names_where_the_count_came_from
         app, ["eval", str(run), "--data", str(tmp_path / "data"), "--nproc-per-node", "2"]
     )
     assert_one_line_error(result, r"^error: --nproc-per-node 2" + tail)
+
+
+def _run_trained_on_cuda(tmp_path: Path) -> tuple[Path, Path]:
+    """The fixture run (2 ranks) as a CUDA run records itself: train.device = "cuda"."""
+    write_tiny_dataset(tmp_path / "data")
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "run-killed-at-step-6", run)
+    config = run / "config.toml"
+    config.write_text(config.read_text().replace('device = "auto"', 'device = "cuda"', 1))
+    return run, tmp_path / "data"
+
+
+def test_eval_of_a_cuda_run_on_cpu_ranks_is_checked_against_the_cpu_not_train_device(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A run trained on CUDA, evaluated on 2 CPU ranks of a 1-GPU host: the rank check is the
+    eval device's (CPU ranks need no GPU), not the run's train.device."""
+    from shardrec.trainer.inference.eval_request import EvalRequest, check_request
+
+    run, data = _run_trained_on_cuda(tmp_path)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    config, _ = check_request(EvalRequest(run, data=data, device="cpu"), 2)
+    assert config.train.device == "cuda"
+    with pytest.raises(ValueError, match=r"^--nproc-per-node 2: this machine has 1 CUDA device"):
+        check_request(EvalRequest(run, data=data, device="cuda"), 2)
+    with pytest.raises(ValueError, match=r"^--nproc-per-node 2: this machine has 1 CUDA device"):
+        check_request(EvalRequest(run, data=data, device="auto"), 2)  # auto: this host's, CUDA
+    result = CliRunner().invoke(app, ["eval", str(run), "--data", str(data), "--device", "gpu"])
+    assert_one_line_error(result, r"^error: --device 'gpu' is not one of auto, cpu, cuda$")
+
+
+def test_eval_on_cuda_where_torch_has_none_says_so_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    run, data = _run_trained_on_cuda(tmp_path)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("PATH", "/nonexistent")  # no nvidia-smi: no GPU at all
+    result = CliRunner().invoke(app, ["eval", str(run), "--data", str(data), "--device", "cuda"])
+    assert_one_line_error(
+        result,
+        r"^error: --device cuda: torch \S+ sees no CUDA device here, or evaluate on the CPU with "
+        r"--device cpu$",
+    )

@@ -4,8 +4,11 @@ GPUs."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -60,28 +63,42 @@ def test_summary_ends_in_one_verdict() -> None:
     assert gpu_check.summary_table(rows[:1], "x").splitlines()[-1].split() == ["overall", "PASS"]
 
 
-# pytest's junit report of `pytest -m gpu` on a machine with one GPU.
-ONE_GPU_REPORT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" tests="5">
-<testcase classname="tests.e2e.test_train_gpu" name="test_kill_and_resume_on_a_gpu_is_bitwise" time="31.2"/>
-<testcase classname="tests.e2e.test_train_gpu" name="test_two_ranks_train_over_nccl_and_eval_reshards" time="0.0">
-<skipped type="pytest.skip" message="needs 2 GPUs">tests/e2e/test_train_gpu.py:200: needs 2 GPUs</skipped></testcase>
-<testcase classname="tests.distributed.test_sharding_types"
- name="test_every_sharding_type_equals_unsharded_over_nccl_on_two_gpus" time="0.0">
-<skipped type="pytest.skip" message="needs 2 GPUs">needs 2 GPUs</skipped></testcase>
-<testcase classname="tests.e2e.test_train_gpu" name="test_bf16_trains_on_a_gpu_near_fp32" time="12.5">
-<failure message="AssertionError: assert 0.61 == 0.70 &#177; 2.0e-02&#10;more">trace</failure></testcase>
-<testcase classname="tests.unit.test_loader" name="test_cuda_batches_are_pinned" time="0.1">
-<skipped type="pytest.skip" message="needs CUDA">needs CUDA</skipped></testcase>
-</testsuite></testsuites>"""
+# What the plugin (tools/bench/gpu_report.py) writes for `pytest -m gpu` on a machine with one GPU.
+ONE_GPU_EVENTS = [
+    {
+        "event": "collected",
+        "tests": [
+            "tests/e2e/test_train_gpu.py::test_kill_and_resume_on_a_gpu_is_bitwise",
+            "tests/e2e/test_train_gpu.py::test_two_ranks_train_over_nccl_and_eval_reshards",
+            "tests/distributed/test_sharding_types.py::"
+            "test_every_sharding_type_equals_unsharded_over_nccl_on_two_gpus",
+            "tests/e2e/test_train_gpu.py::test_bf16_trains_on_a_gpu_near_fp32",
+            "tests/unit/test_loader.py::test_cuda_batches_are_pinned",
+        ],
+    },
+    *[
+        {"event": "result", "test": t, "outcome": o, "message": m, "seconds": s}
+        for t, o, m, s in [
+            ("tests/e2e/test_train_gpu.py::test_kill_and_resume_on_a_gpu_is_bitwise", "passed", "", 31.2),
+            ("tests/e2e/test_train_gpu.py::test_two_ranks_train_over_nccl_and_eval_reshards", "skipped",
+             "needs 2 GPUs", 0.0),
+            ("tests/distributed/test_sharding_types.py::"
+             "test_every_sharding_type_equals_unsharded_over_nccl_on_two_gpus", "skipped", "needs 2 GPUs", 0.0),
+            ("tests/e2e/test_train_gpu.py::test_bf16_trains_on_a_gpu_near_fp32", "failed",
+             "AssertionError: assert 0.61 == 0.70 ± 2.0e-02", 12.5),
+            ("tests/unit/test_loader.py::test_cuda_batches_are_pinned", "skipped", "needs CUDA", 0.1),
+        ]
+    ],
+]  # fmt: skip
 
 
-def _fake_pytest(report: str, code: int = 1):
-    """A runner that answers `pytest -m gpu` with `report` as its junit file, without running it."""
+def _fake_pytest(events: list[dict], code: int | None = 1, stopped: str = ""):
+    """A runner that answers `pytest -m gpu` with the plugin's `events`, without running it."""
 
-    def run(cmd: list[str], limit_s: int) -> tuple[int | None, str, str, float]:
-        path = next(arg.split("=", 1)[1] for arg in cmd if arg.startswith("--junitxml="))
-        Path(path).write_text(report)
-        return code, "", "", 44.0
+    def run(cmd, env, report: Path, budget) -> gpu_check.Outcome:
+        assert "shardrec.tools.bench.gpu_report" in cmd and env["GPU_CHECK_REPORT"] == str(report)
+        report.write_text("".join(json.dumps(e) + "\n" for e in events))
+        return gpu_check.Outcome(code, "", 44.0, stopped)
 
     return run
 
@@ -89,7 +106,7 @@ def _fake_pytest(report: str, code: int = 1):
 def test_a_check_one_gpu_cannot_run_is_not_run_never_passed(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    rows = gpu_check.gpu_tests(_fake_pytest(ONE_GPU_REPORT))
+    rows, _, _ = gpu_check.gpu_tests(_fake_pytest(ONE_GPU_EVENTS), times={})
     by_name = {r.check: r for r in rows}
     assert [r.status for r in rows] == ["pass", "not run", "not run", "fail", "fail"]
     nccl = by_name["test_two_ranks_train_over_nccl_and_eval_reshards"]
@@ -109,15 +126,93 @@ def test_a_check_one_gpu_cannot_run_is_not_run_never_passed(
     assert gpu_check.verdict([r for r in rows if r.status == "not run"]) == "FAIL"  # nothing passed
 
 
-def test_no_report_or_no_test_is_a_failure() -> None:
-    (row,) = gpu_check.gpu_tests(lambda cmd, limit_s: (4, "", "ERROR: usage", 1.0))
-    assert (row.status, row.detail) == ("fail", "exit 4, no report: ERROR: usage")
-    (row,) = gpu_check.gpu_tests(
-        _fake_pytest('<testsuites><testsuite tests="0"/></testsuites>', code=5)
+def test_a_check_stopped_at_its_budget_keeps_every_result_before_it() -> None:
+    """The table after a timeout: what finished, the test cut short and those never reached."""
+    tests = [f"tests/t.py::test_{i}" for i in range(3)]
+    events = [
+        {"event": "collected", "tests": tests},
+        {"event": "start", "test": tests[0]},
+        {"event": "result", "test": tests[0], "outcome": "passed", "message": "", "seconds": 40.0},
+        {"event": "start", "test": tests[1]},
+    ]
+    why = "the time budget ran out (420 s)"
+    rows, _, stopped = gpu_check.gpu_tests(_fake_pytest(events, None, why), times={})
+    assert stopped == why
+    assert [(r.check, r.status, r.detail) for r in rows] == [
+        ("test_0", "pass", ""),
+        ("test_1", "fail", f"stopped while it ran: {why}"),
+        ("test_2", "fail", f"not reached: {why}"),
+    ]
+    assert gpu_check.verdict(rows) == "FAIL"
+
+
+def test_no_collection_is_a_failure() -> None:
+    (row,) = gpu_check.gpu_tests(_fake_pytest([], code=4), times={})[0]
+    assert (row.status, row.detail) == ("fail", "exit 4: no GPU test collected")
+    (row,) = gpu_check.gpu_tests(_fake_pytest([{"event": "collected", "tests": []}], 5), times={})[
+        0
+    ]
+    assert row.detail == "exit 5: no GPU test collected"
+
+
+def test_the_budget_is_the_tests_measured_times_with_headroom(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("GPU_CHECK_TEST_S", raising=False)
+    times = {"a": 10.0, "b": 20.0}
+    assert gpu_check.budget_s(["a", "b", "c"], times) == (
+        gpu_check.HEADROOM * (10 + 20 + gpu_check.UNKNOWN_TEST_S) + gpu_check.STARTUP_S
     )
-    assert (row.status, row.detail) == ("fail", "exit 5: no GPU test ran")
-    (row,) = gpu_check.gpu_tests(lambda cmd, limit_s: (None, "", "", 270.0))
-    assert row.detail == f"timed out after {gpu_check.TEST_LIMIT_S} s"
+    monkeypatch.setenv("GPU_CHECK_TEST_S", "99")
+    assert gpu_check.budget_s(["a"], times) == 99.0
+    # A run that ended by itself writes what it measured, naming the device, for the next budget.
+    path = tmp_path / "times.json"
+    path.write_text(
+        json.dumps({"about": "x", "tests": {"a": {"seconds": 10, "measured_on": "estimate"}}})
+    )
+    events = [
+        {"event": "result", "test": "a", "outcome": "passed", "seconds": 12.34},
+        {"event": "result", "test": "s", "outcome": "skipped", "seconds": 0.0},
+    ]
+    gpu_check.record_times(events, "1 x NVIDIA H200", path)
+    assert json.loads(path.read_text())["tests"] == {
+        "a": {"seconds": 12.3, "measured_on": "1 x NVIDIA H200"}
+    }
+    assert gpu_check.read_times(path) == {"a": 12.3}
+
+
+_TESTS = """
+import time, pytest
+def test_passes(): pass
+def test_fails(): assert 1 == 2, "one is not two"
+@pytest.mark.skip(reason="needs 2 GPUs")
+def test_skips(): pass
+def test_hangs(): time.sleep(60)
+def test_never_reached(): pass
+"""
+
+
+def test_each_result_is_written_as_its_test_ends_and_survives_the_kill(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real plugin under a real pytest, ended by the check at a 2-second budget."""
+    (tmp_path / "test_cases.py").write_text(_TESTS)
+    report = tmp_path / "report.jsonl"
+    monkeypatch.setattr(gpu_check, "STARTUP_S", 3.0)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p"]
+    cmd += ["shardrec.tools.bench.gpu_report", str(tmp_path), "--rootdir", str(tmp_path)]
+    env = {**os.environ, "GPU_CHECK_REPORT": str(report)}
+    outcome = gpu_check._run_watched(cmd, env, report, lambda tests: 2.0)
+    assert outcome.code is None and outcome.stopped == "the time budget ran out (5 s)"
+    rows = gpu_check.rows_from_events(gpu_check.read_report(report), outcome.stopped)
+    assert [(r.check, r.status, r.detail) for r in rows] == [
+        ("test_passes", "pass", ""),
+        ("test_fails", "fail", "AssertionError: one is not two"),
+        ("test_skips", "not run", "not run: needs 2 GPUs"),
+        ("test_hangs", "fail", "stopped while it ran: the time budget ran out (5 s)"),
+        ("test_never_reached", "fail", "not reached: the time budget ran out (5 s)"),
+    ]
+    assert outcome.seconds < 20
 
 
 def test_only_the_pinned_stack_runs_unless_another_is_named(
@@ -148,12 +243,15 @@ def test_the_script_admits_no_other_stack_by_itself() -> None:
 
 @pytest.mark.slow
 def test_gpu_tests_that_all_skip_do_not_pass() -> None:
-    """Read through pytest's own report: here (no CUDA) every GPU test skips, which must not
-    pass."""
+    """Read through the real plugin: here (no CUDA) every GPU test skips, which must not pass; and
+    every GPU test has a time in the budget's file."""
     if torch.cuda.is_available():
         pytest.skip("checks the machine without CUDA")
-    rows = gpu_check.gpu_tests()
+    rows, events, stopped = gpu_check.gpu_tests()
+    assert not stopped
     assert rows and all(r.status == "fail" and r.detail == "skipped: needs CUDA" for r in rows)
+    collected = next(e["tests"] for e in events if e["event"] == "collected")
+    assert sorted(collected) == sorted(gpu_check.read_times())
 
 
 @no_cuda

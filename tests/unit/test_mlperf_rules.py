@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shardrec.trainer.job.config import load_job_config
-from shardrec.trainer.job.mlperf_rules import rule_breaks
+from shardrec.trainer.job.config import SEED_UNSET, load_job_config
+from shardrec.trainer.job.mlperf_rules import REFERENCE_MULTIHOT, rule_breaks
 
 DLRMV2 = Path(__file__).resolve().parents[2] / "configs" / "dlrmv2.toml"
 
@@ -23,6 +23,7 @@ def test_the_dlrmv2_job_file_keeps_every_rule() -> None:
         True,
     )
     assert (job.data.shuffle, e.during_training, job.train.mlperf_log) == (False, ["val"], True)
+    assert job.train.seed == SEED_UNSET  # drawn from the OS for each run (trainer.loop.train_job)
 
 
 def test_each_broken_rule_is_one_warning_naming_the_setting() -> None:
@@ -59,4 +60,54 @@ def test_each_broken_rule_is_one_warning_naming_the_setting() -> None:
     # Jobs that do not log for MLPerf are not its business.
     assert (
         rule_breaks(load_job_config(DLRMV2, ["train.mlperf_log=false", "data.shuffle=true"])) == []
+    )
+
+
+def test_every_closed_division_setting_the_rules_fix_is_warned_about() -> None:
+    """The model's widths and depths, the multi-hot sizes and table rows, the batch outside the
+    RCPs, a step cap and a set seed: a shrunk or capped run is not a closed-division run."""
+    scaled = load_job_config(
+        DLRMV2,
+        [
+            "model.embedding_dim=16",
+            "model.dense_arch=[64, 16]",
+            "model.dcn_layers=2",
+            "data.multihot_rows=[]",
+            "train.global_batch_size=512",
+            "train.steps=20",
+            "train.seed=0",
+        ],
+    )
+    prefix = "MLPerf DLRMv2 rule broken: "
+    assert [line.removeprefix(prefix) for line in rule_breaks(scaled)] == [
+        "train.steps = 20: a run trains until the target or one epoch's end (0)",
+        "model.embedding_dim = 16: the reference's is 128",
+        "model.dense_arch = [64, 16]: the reference's is [512, 256, 128]",
+        "model.dcn_layers = 2: the reference's is 3",
+        f"data.multihot_rows = []: the reference's (they define the multi-hot dataset) is "
+        f"{REFERENCE_MULTIHOT['rows']!r}",
+        "train.global_batch_size = 512: the RCPs cover 32,768 to 160,000; the RCP checker has no "
+        "reference convergence point for it",
+        "train.seed = 0 is set: the rules seed each run from the clock or the OS (runs that log one "
+        "seed on one line fail the seed check); leave it unset (-1)",
+    ]
+    # The open division may change all of them but the step cap.
+    open_division = load_job_config(
+        DLRMV2, ['train.mlperf_submission={division = "open"}', "model.embedding_dim=16"]
+    )
+    assert rule_breaks(open_division) == []
+
+
+def test_a_materialised_multihot_dataset_is_checked_by_its_manifest() -> None:
+    job = load_job_config(DLRMV2, ["data.multihot_sizes=[]", "data.multihot_rows=[]"])
+    assert rule_breaks(job, dict(REFERENCE_MULTIHOT)) == []
+    other = {**REFERENCE_MULTIHOT, "sizes": [1] * 26}
+    assert rule_breaks(job, other) == [
+        f"MLPerf DLRMv2 rule broken: the dataset's multi-hot sizes = {[1] * 26!r}: the "
+        "reference's (they define the multi-hot dataset) is "
+        f"{REFERENCE_MULTIHOT['sizes']!r}"
+    ]
+    (line,) = rule_breaks(job, None)
+    assert line.endswith(
+        "is no `shardrec data multihot` copy: DLRMv2 trains on the reference's multi-hot ids"
     )

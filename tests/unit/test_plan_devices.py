@@ -45,6 +45,29 @@ def test_auto_topology_is_the_machine_s_gpus(monkeypatch) -> None:
     assert detect_topology(2).name == "cpu-gloo"
 
 
+def test_uvm_tables_are_planned_for_this_host_s_available_memory(monkeypatch) -> None:
+    """Not the preset's 192 GiB per GPU: the host's MemAvailable, shared out among its local ranks
+    (85% of it, as of HBM)."""
+    monkeypatch.setattr(hardware, "query_cuda_devices", lambda: [H200] * 8)
+    monkeypatch.setattr(hardware, "available_memory_bytes", lambda: 100 * GiB)
+    assert detect_topology(16).host_memory_bytes == int(100 * GiB * 0.85) // 8
+    assert detect_topology(2).host_memory_bytes == int(100 * GiB * 0.85) // 2  # 2 local ranks
+    # Each rank's own report at start (gather_devices): the least of the hosts counts.
+    ranks = [dataclasses.replace(H200, host_available_bytes=b) for b in (64 * GiB, 32 * GiB)]
+    assert detect_topology(2, 1, devices=ranks).host_memory_bytes == int(32 * GiB * 0.85)
+    monkeypatch.setattr(hardware, "available_memory_bytes", lambda: None)
+    assert detect_topology(16).host_memory_bytes == 192 * GiB  # unknown: the preset, with a warning
+
+
+def test_available_memory_is_read_from_meminfo_or_sysconf() -> None:
+    meminfo = Path("/proc/meminfo")
+    if meminfo.is_file():
+        line = next(x for x in meminfo.read_text().splitlines() if x.startswith("MemAvailable:"))
+        expected = int(line.split()[1]) * 1024
+        assert abs(hardware.available_memory_bytes() - expected) < 2 * GiB  # it moves meanwhile
+    assert hardware.available_memory_bytes() > 0
+
+
 def test_plan_defaults_to_this_machine(tiny_dataset: Path, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(hardware, "query_cuda_devices", lambda: [H200] * 2)
     out = tmp_path / "plan.json"
@@ -110,7 +133,9 @@ def test_start_refuses_a_plan_larger_than_a_device_s_free_memory(
     assert "rank 0" not in str(e.value)
 
 
-def _start_on_a_fake_gpu(dataset: Path, monkeypatch, free_bytes: int, plan=None):
+def _start_on_a_fake_gpu(
+    dataset: Path, monkeypatch, free_bytes: int, plan=None, host_bytes: int = 500 * GiB
+):
     """build_sharded_model on one CUDA rank of `free_bytes` free, faked: the dense layers stay on
     the CPU and sharding (which would allocate the tables) returns "sharded" instead of running."""
     import torch
@@ -123,6 +148,7 @@ def _start_on_a_fake_gpu(dataset: Path, monkeypatch, free_bytes: int, plan=None)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda index: (free_bytes, H200.total_bytes))
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda index: 0)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index: H200.name)
+    monkeypatch.setattr(hardware, "available_memory_bytes", lambda: host_bytes)
     monkeypatch.setattr(
         hardware, "query_cuda_devices", lambda: pytest.fail("a rank asked for every device")
     )
@@ -155,6 +181,25 @@ def test_a_plan_made_at_start_on_a_gpu_is_for_that_gpu_s_model_and_free_memory(
         "device",
     )
     assert plan.fingerprint.device_kind == "cuda"
+    assert plan.topology.host_memory_bytes == int(500 * GiB * 0.85)  # this host's, one rank
+
+
+def test_start_refuses_a_plan_whose_uvm_tables_exceed_the_host_s_memory_before_sharding(
+    tiny_dataset: Path, monkeypatch
+):
+    plan = _cuda_plan(tiny_dataset)
+    ranks = [dataclasses.replace(r, host_bytes=300 * GiB) for r in plan.estimate.ranks]
+    uvm = dataclasses.replace(plan, estimate=dataclasses.replace(plan.estimate, ranks=ranks))
+    start = _start_on_a_fake_gpu(tiny_dataset, monkeypatch, 100 * GiB, uvm, host_bytes=300 * GiB)
+    assert start()[0] == "sharded"  # exactly enough
+    with pytest.raises(PlanDoesNotFitError) as e:
+        _start_on_a_fake_gpu(tiny_dataset, monkeypatch, 100 * GiB, uvm, host_bytes=250 * GiB)()
+    assert str(e.value) == (
+        "the plan does not fit host memory: host 0 (rank 0) would keep 300.00 GiB of UVM tables in "
+        "its memory by the plan's estimate, it has 250.00 GiB available: 50.00 GiB short (managed "
+        "memory beyond the host's can hang the GPU; free host memory, or re-plan on this machine "
+        "with `shardrec plan --topology auto`, which plans UVM tables for its available memory)"
+    )
 
 
 def test_start_on_a_gpu_refuses_a_plan_larger_than_its_free_memory_before_sharding(

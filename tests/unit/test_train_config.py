@@ -17,7 +17,7 @@ from shardrec.trainer.job.preflight import check_trainable, preflight
     "override, message",
     [
         ("train.log_interval=0", "train.log_interval = 0"),
-        ("train.seed=-1", "train.seed = -1"),
+        ("train.seed=-2", "train.seed = -2 must be >= 0"),
         ("eval.interval_steps=-1", "eval.interval_steps = -1"),
         ("eval.batch_size=-64", "eval.batch_size = -64"),
         ("eval.max_batches=-1", "eval.max_batches = -1"),
@@ -169,7 +169,10 @@ def test_train_cli_refuses_zero_ranks_and_mentions_resume_only_with_a_checkpoint
         result.stderr.replace("│", " ").split()
     )
     failed = LaunchResult(1, failed_first={"rank": 1, "exitcode": -9, "signal": "SIGKILL"})
-    assert _failure_message(failed, tmp_path, "") == "training failed: rank 1 was killed by SIGKILL"
+    assert _failure_message(failed, tmp_path, "") == (
+        "training failed: rank 1 was killed by SIGKILL (signal 9); the kernel's OOM killer does "
+        "this when memory runs out"
+    )
     ckpt = tmp_path / "checkpoints" / "step-00000004"
     ckpt.mkdir(parents=True)
     (ckpt / "train_state.pt").touch()
@@ -178,3 +181,69 @@ def test_train_cli_refuses_zero_ranks_and_mentions_resume_only_with_a_checkpoint
     assert _failure_message(failed, tmp_path, "").endswith(
         "step-00000004 (step 4), is kept and a re-run resumes from it"
     )
+
+
+GLOO_RESET = (
+    "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error "
+    "[127.0.0.1]:1413: Connection reset by peer"
+)
+
+
+def test_the_rank_killed_first_is_blamed_not_the_survivor_whose_collective_failed() -> None:
+    from shardrec.trainer.distributed.launch import LaunchResult
+
+    killed = {"rank": 1, "exitcode": -9, "signal": "SIGKILL"}
+    oom = "rank 1 was killed by SIGKILL (signal 9); the kernel's OOM killer does this when memory runs out"
+    # Rank 0's collective failed when rank 1 died: a consequence, not the cause.
+    assert LaunchResult(1, failed_first=killed, peers_gone={0: GLOO_RESET}).cause == oom
+    # The agent saw both within its clock's second and took rank 0 as first: still rank 1.
+    tie = {
+        "rank": 0,
+        "exitcode": 1,
+        "signal": "",
+        "failures": {
+            "0": {"exitcode": 1, "signal": ""},
+            "1": {"exitcode": -9, "signal": "SIGKILL"},
+        },
+    }
+    assert LaunchResult(1, failed_first=tie, peers_gone={0: GLOO_RESET}).cause == oom
+    # A rank's own reason is the cause; a lost peer alone is named when nothing else is known.
+    own = LaunchResult(1, failed_first=tie, reasons={1: "data/x.npy: 12 bytes"})
+    assert own.cause == "rank 1: data/x.npy: 12 bytes"
+    assert LaunchResult(1, peers_gone={1: GLOO_RESET}).cause == f"rank 1: {GLOO_RESET}"
+    segv = LaunchResult(1, failed_first={"rank": 0, "exitcode": -11, "signal": "SIGSEGV"})
+    assert segv.cause == "rank 0 was killed by SIGSEGV (signal 11); a crash in native code"
+
+
+class _Failure:
+    """torchrun's ProcessFailure, as far as its line reads it."""
+
+    def __init__(self, exitcode: int, timestamp: int) -> None:
+        self.exitcode, self.timestamp = exitcode, timestamp
+
+    def signal_name(self) -> str:
+        return "SIGKILL"
+
+
+def test_torchruns_own_line_names_a_killed_rank_before_one_that_exited() -> None:
+    from shardrec.trainer.distributed.launch import failures_line
+
+    survivor, killed = _Failure(1, 100), _Failure(-9, 100)  # the same second: a tie
+    assert failures_line(0, survivor, {0: survivor, 1: killed}) == (
+        "ranks failed: rank 1 was killed by SIGKILL (signal 9), rank 0 exited with code 1"
+    )
+    assert failures_line(0, _Failure(2, 5), {0: _Failure(2, 5)}) == (
+        "rank 0 failed first (exit code 2)"
+    )
+
+
+def test_a_collective_that_lost_its_peer_is_told_from_a_bug() -> None:
+    import torch.distributed as dist
+
+    from shardrec.trainer.distributed.rank_process import peer_gone
+
+    assert peer_gone(RuntimeError(GLOO_RESET))
+    assert peer_gone(RuntimeError("[pair.cc:598] Connection closed by peer [127.0.0.1]:4026"))
+    assert peer_gone(dist.DistNetworkError("failed to recv, got 0 bytes"))
+    assert not peer_gone(RuntimeError("mat1 and mat2 shapes cannot be multiplied (64x8 and 16x8)"))
+    assert not peer_gone(ValueError("bad id"))

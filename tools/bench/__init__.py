@@ -1,7 +1,8 @@
 """Benchmarks: each compares shardrec with someone else's code (torchrec's planner, models and
 loaders, polars) measured in the same run, one subpackage per command family: `preprocess`,
 `loader`, `plan` (with plan-reality and hitrate), `train` and `scale`. At the top: measuring a
-command's whole process tree (proctree.py) and the CUDA check (gpu_check.py).
+command's whole process tree (proctree.py) and the CUDA check (gpu_check.py, with its pytest
+plugin gpu_report.py).
 
 Each benchmark is a function that returns its figures, and one that prints them; the `shardrec
 bench` commands that call them are tools/cli/bench.py's.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import tempfile
 from pathlib import Path
@@ -12,6 +11,7 @@ import typer
 
 from shardrec.tools.cli.common import fail, print_json
 from shardrec.tools.console import console
+from shardrec.trainer.distributed.devices import DEVICE_KINDS
 
 
 def eval_run(
@@ -38,6 +38,14 @@ def eval_run(
             "without it, data that changed since training is refused.",
         ),
     ] = None,
+    device: Annotated[
+        str,
+        typer.Option(
+            "--device",
+            help="Evaluate on cpu or cuda ranks, whatever the run trained on; auto: CUDA where "
+            "torch can use it here, else the CPU.",
+        ),
+    ] = "auto",
     json_out: Annotated[bool, typer.Option("--json", help="Print the metrics as JSON.")] = False,
 ) -> None:
     """Evaluate a checkpoint: at the run's world size the AUC equals the run's own evaluation bit
@@ -51,17 +59,19 @@ def eval_run(
 
     if nproc_per_node is not None and nproc_per_node < 1:
         fail(f"--nproc-per-node must be at least 1, got {nproc_per_node}")
-    request = EvalRequest(run_dir, checkpoint, split, data)
+    if device not in DEVICE_KINDS:
+        fail(f"--device {device!r} is not one of {', '.join(DEVICE_KINDS)}")
+    request = EvalRequest(run_dir, checkpoint, split, data, device)
     try:
         defaulted = nproc_per_node is None
         nproc_per_node = nproc_per_node or trained_world_size(run_dir)
-        config, _ = check_request(request, nproc_per_node, defaulted)
+        check_request(request, nproc_per_node, defaulted)
     except ValueError as e:
         fail(str(e))
     with tempfile.TemporaryDirectory(prefix="shardrec-eval-") as tmp:
-        # The ranks take the request as one file, evaluated on the device the run trained on.
+        # The ranks take the request as one file.
         request_file, result = Path(tmp) / "request.json", Path(tmp) / "result.json"
-        request_file.write_text(dataclasses.replace(request, device=config.train.device).to_json())
+        request_file.write_text(request.to_json())
         args = ["--request", str(request_file), "--result", str(result)]
         # The rank program by name: importing it here would import torch in this process. Nothing
         # to checkpoint, so a signal ends the ranks at once (no grace).

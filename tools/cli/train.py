@@ -228,7 +228,8 @@ def _prepare_run_dir(
         from shardrec.trainer.job.preflight import preflight
 
         preflight(job, world_size=world_size)
-        for line in rule_breaks(job):
+        materialised = manifest.options.get("multihot") if manifest is not None else None
+        for line in rule_breaks(job, materialised):
             err_console.print(f"warning: {line}", highlight=False, soft_wrap=True)
         manifest = manifest or Manifest.load(job.data.path)
         state = "new" if restart else lifecycle.check_run_dir(out_dir, job, manifest, allow)

@@ -36,7 +36,7 @@ def table_batches(
         global_batch_size=job.train.global_batch_size,
         rank=0,
         world_size=1,
-        shuffle=ShuffleSpec(enabled=job.data.shuffle, seed=job.train.seed),
+        shuffle=ShuffleSpec(enabled=job.data.shuffle, seed=job.train.fixed_seed),
         tail=job.data.tail,
         delivery=Delivery(num_workers=0, pin_memory=False),
         multihot=multihot_option(job.data),

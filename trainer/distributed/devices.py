@@ -56,9 +56,9 @@ def _gpus_hidden() -> bool:
     return visible is not None and visible.strip() in ("", "-1")
 
 
-def cuda_unusable_reason() -> str | None:
-    """Why torch cannot use the GPUs nvidia-smi lists, in one line (None: it can, or there are
-    none)."""
+def cuda_unusable_reason(instead: str = CPU_INSTEAD) -> str | None:
+    """Why torch cannot use the GPUs nvidia-smi lists, in one line ending with `instead`, the way
+    to the CPU (None: it can, or there are none)."""
     import torch
 
     if torch.cuda.is_available() or _gpus_hidden():
@@ -70,7 +70,7 @@ def cuda_unusable_reason() -> str | None:
     if torch.version.cuda is None:
         return (
             f"this machine has {gpus} (nvidia-smi) but torch {torch.__version__} is a CPU build: "
-            f"run `make setup` on this machine (it installs the CUDA build), {CPU_INSTEAD}"
+            f"run `make setup` on this machine (it installs the CUDA build), {instead}"
         )
     cuda_major = _major(torch.version.cuda)
     need = MIN_DRIVER.get(cuda_major) if cuda_major is not None else None
@@ -79,18 +79,23 @@ def cuda_unusable_reason() -> str | None:
         return (
             f"this machine has {gpus} but NVIDIA driver {driver} is too old for torch {torch.__version__} "
             f"(CUDA {torch.version.cuda} needs driver {need} or newer): run `make setup` (it installs the "
-            f"CUDA 12.6 build for this driver) or update the driver, {CPU_INSTEAD}"
+            f"CUDA 12.6 build for this driver) or update the driver, {instead}"
         )
     return (
         f"this machine has {gpus} (driver {driver}) but torch {torch.__version__} (CUDA {torch.version.cuda}) "
         f"cannot use them (torch.cuda.is_available() is False): check the driver and CUDA_VISIBLE_DEVICES, "
-        f"{CPU_INSTEAD}"
+        f"{instead}"
     )
 
 
-def resolve_device_kind(device: str) -> str:
+def resolve_device_kind(
+    device: str, setting: str = "train.device = 'auto'", instead: str = CPU_INSTEAD
+) -> str:
     """ "cpu" or "cuda" for a device setting of auto, cpu or cuda: auto is cuda where torch can use
-    it; ValueError (one line) on a GPU host where it cannot, rather than the CPU without a word."""
+    it; ValueError (one line) on a GPU host where it cannot, rather than the CPU without a word.
+
+    setting: how the line names the setting that asked for auto (eval names its --device);
+    instead: how the line ends, the way to the CPU."""
     if device not in DEVICE_KINDS:
         raise ValueError(f"device kind {device!r} is not one of {', '.join(DEVICE_KINDS)}")
     if device != "auto":
@@ -99,9 +104,9 @@ def resolve_device_kind(device: str) -> str:
 
     if torch.cuda.is_available():
         return "cuda"
-    reason = cuda_unusable_reason()
+    reason = cuda_unusable_reason(instead)
     if reason is not None:
-        raise ValueError(f"train.device = 'auto': {reason}")
+        raise ValueError(f"{setting}: {reason}")
     return "cpu"
 
 

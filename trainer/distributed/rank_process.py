@@ -51,22 +51,80 @@ def ignore_known_warnings() -> None:
         warnings.filterwarnings("ignore", message=message, category=FutureWarning)
 
 
-def report_failure(reason: str) -> None:
+# What a collective or the rendezvous store says when a peer process is gone (killed, crashed,
+# exited): gloo's TCP pair, NCCL's remote error, the store's socket. A rank that fails so is a
+# consequence, not a cause.
+PEER_GONE = (
+    "connection reset by peer",
+    "connection closed by peer",
+    "broken pipe",
+    "connection refused",
+    "remote process exited",
+    "ncclremoteerror",
+    "socket closed",
+)
+
+
+def peer_gone(error: BaseException) -> bool:
+    """Whether `error` says another rank's process went away (its death is the cause, not this
+    rank): torch's DistNetworkError (the store), or a collective's message naming a lost peer."""
+    import torch.distributed as dist
+
+    if isinstance(error, dist.DistNetworkError):
+        return True
+    text = str(error).lower()
+    return any(phrase in text for phrase in PEER_GONE)
+
+
+def one_line(text: str, limit: int = 500) -> str:
+    """`text` on one line, cut at `limit` characters."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def report_failure(reason: str, *, consequence: bool = False) -> None:
     """Leave this rank's one-line reason for failing where `shardrec train` reads it for its last
-    line (trainer.distributed.launch); nothing under a plain torchrun."""
+    line (trainer.distributed.launch); nothing under a plain torchrun.
+
+    consequence: the reason is the loss of another rank (the launcher names the rank that failed
+    first instead)."""
     from shardrec.trainer.distributed.dist import launched_rank
-    from shardrec.trainer.distributed.launch import launcher_directory
+    from shardrec.trainer.distributed.launch import (
+        PEER_GONE_SUFFIX,
+        REASON_SUFFIX,
+        launcher_directory,
+    )
 
     shared = launcher_directory()
     if shared is None:
         return
+    suffix = PEER_GONE_SUFFIX if consequence else REASON_SUFFIX
     try:
-        line = " ".join(reason.split())
-        (shared / f"rank-{launched_rank()}.error").write_text(
-            (line if len(line) <= 500 else line[:497] + "...") + "\n"
-        )
+        (shared / f"rank-{launched_rank()}{suffix}").write_text(one_line(reason) + "\n")
     except OSError:
         pass  # the launcher's directory is gone: it is ending the job anyway
+
+
+def exit_after_peer_loss(error: BaseException) -> NoReturn:
+    """End a rank whose collective failed because another rank went away, in one line: its
+    traceback would only point at the collective, and the launcher names the rank that died
+    first. Exits directly (a process group whose peer is gone may hang in its teardown)."""
+    from shardrec.trainer.distributed.dist import launched_rank
+
+    text = one_line(str(error), 1000)
+    # Up to the words that say what happened: gloo adds a paragraph of advice to them.
+    ends = [text.lower().find(p) + len(p) for p in PEER_GONE if p in text.lower()]
+    reason = f"{type(error).__name__}: {one_line(text[: min(ends)] if ends else text, 300)}"
+    report_failure(reason, consequence=True)
+    print(
+        f"error: rank {launched_rank()} lost another rank ({reason}); the rank that failed first "
+        "is named last",
+        file=sys.stderr,
+    )
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
 
 
 def exit_cleanly() -> None:

@@ -26,7 +26,9 @@ def rank_main(
     from shardrec.trainer.distributed.rank_process import (
         configure_rank_logging,
         exit_after_cuda_failure,
+        exit_after_peer_loss,
         exit_cleanly,
+        peer_gone,
     )
 
     configure_rank_logging()
@@ -47,7 +49,9 @@ def rank_main(
             print(f"error: {e}", file=sys.stderr)
         shutdown()
         raise typer.Exit(1) from None
-    except Exception:
+    except Exception as e:
+        if peer_gone(e):  # another rank died first: one line here, the launcher names that rank
+            exit_after_peer_loss(e)
         if env.device.type == "cuda":
             exit_after_cuda_failure()
         raise

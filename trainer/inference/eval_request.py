@@ -14,7 +14,11 @@ from typing import Any
 
 from shardrec.dataloader.format.manifest import Manifest
 from shardrec.sharding.plan.plan_file import load_plan
-from shardrec.trainer.distributed.devices import check_ranks_fit, resolve_device_kind
+from shardrec.trainer.distributed.devices import (
+    check_ranks_fit,
+    cuda_unusable_reason,
+    resolve_device_kind,
+)
 from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import JobConfig, load_job_config
 from shardrec.trainer.rundir import lifecycle, names
@@ -35,8 +39,8 @@ class EvalRequest:
     """Another dataset of the run's schema to evaluate on (None: the run's own, unchanged since
     training)."""
     device: str = "auto"
-    """The device kind to evaluate on: auto, cpu or cuda (`shardrec eval` gives the run's
-    train.device)."""
+    """The device kind to evaluate on: auto (this host's: CUDA where torch can use it), cpu or
+    cuda, whatever the run trained on (its checkpoint loads onto either)."""
 
     def to_json(self) -> str:
         fields = dataclasses.asdict(self)
@@ -189,13 +193,36 @@ def check_request(
             f"the run's evaluation batch {batch} does not divide by {world_size} ranks "
             "(eval.batch_size, else train.global_batch_size)"
         )
-    # The ranks evaluate on the run's device (no CPU fallback to offer); any rank count reshards.
+    # The ranks evaluate on the request's device, not the run's train.device: a checkpoint
+    # written on CUDA loads onto CPU ranks and the other way round, at any rank count.
+    kind = eval_device_kind(request.device)
     asked = (
         f"the run's world size, {world_size} ranks (eval's default --nproc-per-node)"
         if defaulted
         else None
     )
-    gpus_remedy = " (--nproc-per-node: the checkpoint is resharded to any rank count)"
-    check_ranks_fit(resolve_device_kind(config.train.device), world_size, asked, gpus_remedy)
+    gpus_remedy = (
+        " (--nproc-per-node: the checkpoint is resharded to any rank count), "
+        "or evaluate on CPU ranks with --device cpu"
+    )
+    check_ranks_fit(kind, world_size, asked, gpus_remedy)
     data_options.model_manifest(manifest, config.data)
     return config, manifest
+
+
+EVAL_ON_CPU = "or evaluate on the CPU with --device cpu"
+
+
+def eval_device_kind(device: str) -> str:
+    """ "cpu" or "cuda" for eval's --device (auto: this host's); ValueError (one line) for cuda
+    where torch cannot use CUDA here."""
+    kind = resolve_device_kind(device, setting="--device auto", instead=EVAL_ON_CPU)
+    if kind == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            reason = cuda_unusable_reason(EVAL_ON_CPU) or (
+                f"torch {torch.__version__} sees no CUDA device here, {EVAL_ON_CPU}"
+            )
+            raise ValueError(f"--device cuda: {reason}")
+    return kind

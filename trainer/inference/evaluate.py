@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from shardrec.dataloader.loader import NO_SHUFFLE, BatchLoader, build_loader
+from shardrec.embeddings.sparse_optimizers import sparse_optimizer
 from shardrec.sharding.plan.plan_file import load_plan
 from shardrec.trainer.distributed.dist import DistEnv
 from shardrec.trainer.inference.eval_request import EvalRequest, check_request, find_checkpoint
 from shardrec.trainer.job import data_options
-from shardrec.trainer.job.config import JobConfig
+from shardrec.trainer.job.config import JobConfig, OptimConfig
 from shardrec.trainer.loop.progress import eval_progress
 from shardrec.trainer.loop.steps import evaluate_batches
 from shardrec.trainer.loop.train_job import checkpoint_signature
@@ -53,6 +54,16 @@ def eval_loader(config: JobConfig, split: str, env: DistEnv) -> BatchLoader:
     )
 
 
+def _lookup_optim(config: JobConfig, device_kind: str) -> OptimConfig:
+    """The optimizer settings to build the evaluated model with: the run's, unless fbgemm has no
+    kernel for its sparse optimizer on this device (Adam, trained on CUDA, evaluated on the CPU):
+    evaluation steps no optimizer, and a table's lookup does not depend on it."""
+    if device_kind in sparse_optimizer(config.optim.sparse).devices:
+        return config.optim
+    logger.debug("%s has no %s kernel: tables built with sgd", config.optim.sparse, device_kind)
+    return dataclasses.replace(config.optim, sparse="sgd")
+
+
 def evaluate_checkpoint(request: EvalRequest, env: DistEnv) -> dict[str, Any]:
     """Load the checkpoint's weights (resharded onto this world size) and evaluate the split;
     returns its metrics with the step, split and world sizes (every rank returns the same)."""
@@ -74,7 +85,7 @@ def evaluate_checkpoint(request: EvalRequest, env: DistEnv) -> dict[str, Any]:
         env,
         model_config=config.model,
         train=config.train,
-        optim=config.optim,
+        optim=_lookup_optim(config, env.device.type),
         sharding=sharding,
         plan=saved_plan if fits else None,
     )

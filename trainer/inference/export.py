@@ -32,6 +32,7 @@ from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from
 from shardrec.dataloader.format.manifest import Manifest
 from shardrec.dataloader.util.files import WriteError, atomic_open, write_error
 from shardrec.embeddings.dims import table_specs
+from shardrec.sharding.machine.hardware import available_memory_bytes
 from shardrec.trainer.inference.eval_request import find_checkpoint, run_config, run_dataset
 from shardrec.trainer.inference.model_file import FORMAT, FORMAT_VERSION, META_KEY
 from shardrec.trainer.job import data_options
@@ -56,17 +57,6 @@ TRANSFORM_KEYS = (*lifecycle.PREPROCESSING_KEYS, "schema", "spec")
 """Manifest options that say how raw rows became the dataset's ids and dense values: the settings a
 model is checked against, and the text layout predict reads raw rows by (the header is written with
 sorted keys)."""
-
-
-def available_memory_bytes() -> int | None:
-    """MemAvailable of /proc/meminfo (None where there is none)."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 def _tensor_entries(checkpoint: Path) -> dict[str, TensorStorageMetadata]:

@@ -229,6 +229,10 @@ class OptimConfig:
         _check_counts("optim", self, "warmup_steps", "decay_start", "decay_steps")
 
 
+SEED_UNSET = -1
+"""train.seed when the job does not set it (TrainConfig.seed)."""
+
+
 @dataclass
 class TrainConfig:
     global_batch_size: int = 2048
@@ -237,8 +241,10 @@ class TrainConfig:
     """Passes over the training split (when train.steps is 0)."""
     steps: int = 0
     """Steps to train, past an epoch's end into the next epoch (0: train.epochs epochs)."""
-    seed: int = 0
-    """Seed of the model's initial weights and the data order."""
+    seed: int = -1
+    """Seed of the model's initial weights and the data order; -1 (unset): 0, or, where
+    train.mlperf_log, one drawn from the OS for the run (MLPerf's rules), kept in the run's
+    config.toml so that a resume continues with it."""
     pipeline: str = "auto"
     """sparse_dist (torchrec TrainPipelineSparseDist), plain, or auto: sparse_dist on CUDA, plain on
     CPU (where it measured slower)."""
@@ -260,6 +266,12 @@ class TrainConfig:
     "<ranks>x<device>"), division (closed or open; default closed) and status (onprem, cloud or
     research; default onprem)."""
 
+    @property
+    def fixed_seed(self) -> int:
+        """The seed where no run draws one (planning's id counts, benchmarks, tests): unset is 0,
+        the seed a run without train.mlperf_log takes (trainer.loop.train_job.with_run_seed)."""
+        return 0 if self.seed == SEED_UNSET else self.seed
+
     def total_steps(self, steps_per_epoch: int) -> int:
         """The step a run of these settings ends at: train.steps, or train.epochs epochs when it is
         0."""
@@ -272,7 +284,8 @@ class TrainConfig:
         _check_positive("train.global_batch_size", self.global_batch_size)
         _check_positive("train.epochs", self.epochs)
         _check_positive("train.steps", self.steps, allow_zero=True)
-        _check_positive("train.seed", self.seed, allow_zero=True)
+        if self.seed < 0 and self.seed != SEED_UNSET:
+            raise ValueError(f"train.seed = {self.seed!r} must be >= 0 (or {SEED_UNSET}: unset)")
         _check_positive("train.log_interval", self.log_interval)
         _check_choice("train.pipeline", self.pipeline, ("auto", "sparse_dist", "plain"))
         _check_choice("train.device", self.device, ("auto", "cpu", "cuda"))

@@ -164,6 +164,8 @@ class StepRunner:
             self.pipeline = TrainPipelineSparseDist(
                 model, optimizer, device, execute_all_batches=True
             )  # type: ignore[arg-type]
+        self.steps_by: dict[str, int] = {}
+        """Steps taken, by what took them: the pipeline's class name, or "plain"."""
 
     def run(
         self, batches: Iterator[Batch]
@@ -177,6 +179,8 @@ class StepRunner:
                     loss_sum, _, labels, finite = self.pipeline.progress(batches)
                 except StopIteration:
                     return
+                name = type(self.pipeline).__name__
+                self.steps_by[name] = self.steps_by.get(name, 0) + 1
                 yield loss_sum, (labels >= 0).sum(), finite
         else:
             for batch in batches:
@@ -186,6 +190,7 @@ class StepRunner:
                 loss, (loss_sum, _, labels, finite) = self.model(batch)
                 loss.backward()
                 self.optimizer.step()
+                self.steps_by["plain"] = self.steps_by.get("plain", 0) + 1
                 yield loss_sum, (labels >= 0).sum(), finite
 
     def eval_mode(self) -> torch.nn.Module:

@@ -10,7 +10,9 @@ import typer
 from shardrec.trainer.distributed.rank_process import (
     configure_rank_logging,
     exit_after_cuda_failure,
+    exit_after_peer_loss,
     exit_cleanly,
+    peer_gone,
     report_failure,
 )
 from shardrec.trainer.job import flags
@@ -76,14 +78,16 @@ def rank_main(
             build_job(job_config, env, out_dir, job_config.sharding.plan or None, stop)
         )
     except (ValueError, NonFiniteLossError, RankMissing) as e:
-        report_failure(str(e))
+        # A barrier that failed because a rank died names that death only as a consequence.
+        report_failure(str(e), consequence=isinstance(e, RankMissing) and peer_gone(e))
         if env.is_main or isinstance(e, RankMissing):
             print(f"error: {e}", file=sys.stderr)
         shutdown()
         raise typer.Exit(1) from None
-    except (
-        Exception
-    ) as e:  # a bug or a failed collective: its traceback follows, its line goes to the launcher
+    except Exception as e:  # a bug or a failed collective
+        if peer_gone(e):  # another rank died first: one line here, the launcher names that rank
+            exit_after_peer_loss(e)
+        # Its traceback follows; its line goes to the launcher.
         report_failure(f"{type(e).__name__}: {e}")
         if env.device.type == "cuda":
             exit_after_cuda_failure()

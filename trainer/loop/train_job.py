@@ -6,24 +6,28 @@ Called by `python -m shardrec.trainer` (the torchrun entry) on every rank.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 from shardrec.dataloader.format.manifest import Manifest
 from shardrec.dataloader.loader import NO_SHUFFLE, BatchLoader, ShuffleSpec, build_loader
 from shardrec.dataloader.util.files import atomic_write_bytes
 from shardrec.embeddings.init import init_embedding_weights
+from shardrec.embeddings.table_batches import host_placement, table_batches
 from shardrec.sharding.plan.plan_file import load_plan, save_plan
 from shardrec.sharding.plan.plan_types import PlanFile
 from shardrec.trainer.distributed.dist import DistEnv
 from shardrec.trainer.distributed.stop import StopAgreement, StopRequest
 from shardrec.trainer.job import data_options
-from shardrec.trainer.job.config import JobConfig, ModelConfig, OptimConfig
+from shardrec.trainer.job.config import SEED_UNSET, JobConfig, ModelConfig, OptimConfig
 from shardrec.trainer.job.preflight import check_against_dataset
 from shardrec.trainer.loop.steps import StepRunner
 from shardrec.trainer.model import build
@@ -37,7 +41,7 @@ from shardrec.trainer.rundir.checkpoint import (
     TrainProgress,
 )
 from shardrec.trainer.rundir.mllog import MlperfLog, log_init
-from shardrec.trainer.rundir.optim_state import SparseOptimizerState
+from shardrec.trainer.rundir.optim_state import PART, SparseOptimizerState
 
 logger = logging.getLogger(__name__)
 
@@ -99,12 +103,35 @@ def checkpoint_parts(
         progress=progress,
         sharded={
             "model": ModuleState(model),
-            "fused_optim": SparseOptimizerState(model.fused_optimizer, runner.optimizer, plan),
+            PART: SparseOptimizerState(model.fused_optimizer, runner.optimizer, plan),
         },
         main={"optimizer": runner.optimizer, "loader": train_loader},
         signature=signature,
         layout=plan.to_json(),
     )
+
+
+def with_run_seed(config: JobConfig, env: DistEnv, run_dir: Path) -> JobConfig:
+    """The job with the seed this run uses: the job's; or, unset, the run's own on a resume
+    (config.toml, which every rank reads before rank 0 can rewrite it), else 0, or where
+    train.mlperf_log one drawn from the OS by rank 0 and shared with every rank (MLPerf seeds each
+    run from the clock or the OS)."""
+    t = config.train
+    if t.seed != SEED_UNSET:
+        return config
+    recorded = lifecycle.recorded_seed(run_dir)
+    if recorded is not None and recorded != SEED_UNSET:
+        seed, how = recorded, "the run's"
+    elif t.mlperf_log:
+        drawn = [int.from_bytes(os.urandom(4), "little") >> 1 if env.rank == 0 else 0]
+        if dist.is_initialized() and env.world_size > 1:
+            dist.broadcast_object_list(drawn, src=0)
+        seed, how = drawn[0], "drawn from the OS"
+    else:
+        seed, how = 0, "the default"
+    if env.is_main and t.mlperf_log:
+        logger.info("train.seed = %d (%s)", seed, how)
+    return dataclasses.replace(config, train=dataclasses.replace(t, seed=int(seed)))
 
 
 def build_job(
@@ -116,6 +143,7 @@ def build_job(
 ) -> Job:
     """Model, plan, sharding, optimizers, loaders and checkpoints for this rank; `stop` is this
     rank's stop request (default: the launcher's stop file only, no signal handlers)."""
+    config = with_run_seed(config, env, run_dir)
     t, o = config.train, config.optim
     mllog = MlperfLog(t.mlperf_log and env.is_main)
     platform = f"{env.world_size}x{env.device.type}"
@@ -143,8 +171,17 @@ def build_job(
         sharding=config.sharding,
         plan=load_plan(plan_path) if plan_path else None,
     )
+    if env.is_main:  # where the kernels keep what the plan put in host memory
+        for tbe in table_batches(model.fused_optimizer):
+            placed = host_placement(tbe)
+            if placed:
+                logger.info("rank 0: %s", placed)
     init_embedding_weights(model, tables, t.seed, ebc_path=TRAIN_EBC_PATH)
     optimizer = build.build_optimizer(model, tables, o)
+    # MLPerf's clock starts before anything reads the dataset beyond its manifest (README, DLRMv2):
+    # the loaders below open its files.
+    mllog.end("init_stop")
+    mllog.start("run_start")
     train_loader = build_loader(
         data_dir,
         config.data.train_split,

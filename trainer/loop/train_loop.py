@@ -19,6 +19,7 @@ from typing import Any
 from torchrec.datasets.utils import Batch
 
 from shardrec.dataloader.util.files import atomic_write_bytes
+from shardrec.embeddings import table_batches
 from shardrec.trainer.distributed import faults
 from shardrec.trainer.distributed.launch import STOP_CHECK_STEPS
 from shardrec.trainer.distributed.stop import StopAgreement
@@ -43,6 +44,20 @@ def _evaluate_all(
     """Evaluate `splits` (default: every evaluation split) and report each; the split `mlperf`
     (MLPerf's scheduled evaluation of it) also goes to the MLPerf log."""
     model = job.runner.eval_mode()
+    # Evaluation batches are no optimizer steps: fbgemm's step counters must not count them.
+    with table_batches.kept(table_batches.table_batches(job.model.fused_optimizer)):
+        return _evaluate_splits(job, model, step, reporter, final, splits, mlperf)
+
+
+def _evaluate_splits(
+    job: Job,
+    model: Any,
+    step: int,
+    reporter: TrainReporter,
+    final: bool,
+    splits: list[str] | None,
+    mlperf: str,
+) -> dict[str, dict[str, Any]]:
     results = {}
     epoch_num = {"epoch_num": step / len(job.train_loader)}
     if mlperf:
@@ -295,8 +310,6 @@ def run_job(job: Job) -> dict[str, Any]:
         reporter.write({"kind": "resume", "step": job.progress.step, "epoch": job.progress.epoch})
     if job.env.is_main:
         job.mllog.open(job.run_dir / names.MLLOG)
-    job.mllog.end("init_stop")
-    job.mllog.start("run_start")
     job.mllog.event("train_samples", len(job.train_loader) * cfg.train.global_batch_size)
     job.mllog.start("epoch_start", metadata={"epoch_num": 0})
     try:
@@ -329,6 +342,8 @@ def run_job(job: Job) -> dict[str, Any]:
             "train_samples_per_s": samples / seconds if seconds else None,
             "train_seconds": round(seconds, 3),
             "resumed_from_step": resumed,
+            # What took this invocation's steps: torchrec's pipeline class, or "plain".
+            "pipeline": dict(job.runner.steps_by),
             **tracker.summary(),
         }
         reporter.write({"kind": "summary", "step": job.progress.step, **summary})

@@ -28,7 +28,7 @@ from shardrec.embeddings.optim import (
 from shardrec.embeddings.tables import build_ebc, build_table_configs
 from shardrec.sharding.machine.hardware import DeviceMemory, cuda_device_memory, detect_topology
 from shardrec.sharding.machine.memory import DenseFootprint, dense_footprint
-from shardrec.sharding.plan.device_fit import check_plan_fits_devices
+from shardrec.sharding.plan.device_fit import check_plan_fits_devices, check_plan_fits_host
 from shardrec.sharding.plan.plan_file import check_kernels_run_on, check_plan, plan_fingerprint
 from shardrec.sharding.plan.plan_types import PlanFile
 from shardrec.sharding.planner import plan_tables
@@ -138,13 +138,14 @@ def gather_devices(env: DistEnv) -> list[DeviceMemory] | None:
 
 
 def check_plan_fits(plan: PlanFile, devices: list[DeviceMemory] | None, env: DistEnv) -> None:
-    """Refuse a plan whose estimate for a rank exceeds its device's free memory (CUDA; a no-op on
-    CPU)."""
+    """Refuse a plan whose estimate for a rank exceeds its device's free memory, or whose UVM
+    tables exceed their host's available memory (CUDA; a no-op on CPU)."""
     if not devices:
         return
     lws = env.local_world_size
     names = [f"cuda:{rank % lws}, {d.name}" for rank, d in enumerate(devices)]
     check_plan_fits_devices(plan, [d.free_bytes for d in devices], env.device.type, names)
+    check_plan_fits_host(plan, [d.host_available_bytes for d in devices], lws)
 
 
 def build_sharding_plan(
@@ -234,7 +235,7 @@ def build_sharded_model(
         tables,
         env,
         global_batch_size=train.global_batch_size,
-        seed=train.seed,
+        seed=train.fixed_seed,
         precision=train.precision,
     )
     devices = gather_devices(env)

@@ -21,7 +21,7 @@ from typing import Any
 
 from shardrec.dataloader.format.manifest import Manifest
 from shardrec.dataloader.util import locks
-from shardrec.trainer.job.config import JobConfig, load_job_config
+from shardrec.trainer.job.config import SEED_UNSET, JobConfig, load_job_config
 from shardrec.trainer.rundir import names
 from shardrec.trainer.rundir.checkpoint_trust import complete_checkpoints
 from shardrec.trainer.rundir.metrics_log import load_metrics
@@ -157,9 +157,20 @@ def setting_changes(saved: JobConfig, current: JobConfig) -> dict[str, tuple[Any
     """section.key -> (old, new) for every setting that differs.
 
     data.path is compared resolved, as config.toml saves it: a rerun of the same command with a
-    relative --data is the same dataset, not a change to announce."""
+    relative --data is the same dataset, not a change to announce. An unset train.seed is the
+    run's (config.toml keeps the seed a run drew or was given)."""
+    if current.train.seed == SEED_UNSET:
+        current = dataclasses.replace(
+            current, train=dataclasses.replace(current.train, seed=saved.train.seed)
+        )
     old, new = flat_settings(saved), flat_settings(with_absolute_data_path(current))
     return {key: (old[key], new[key]) for key in old if old[key] != new[key]}
+
+
+def recorded_seed(run_dir: Path) -> int | None:
+    """The train.seed a run directory's config.toml keeps (None: no run there yet)."""
+    path = Path(run_dir) / names.CONFIG
+    return load_job_config(path).train.seed if path.is_file() else None
 
 
 def check_allow_keys(keys: list[str]) -> None:

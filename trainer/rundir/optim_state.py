@@ -5,7 +5,9 @@ DCP reshards rows freely, but row-wise Adagrad keeps one accumulator per row of 
 shard, so a resume that cuts a table into other column shards converts that state
 (shardrec.embeddings.optim_layouts) from the checkpoint's plan into this job's. Element-wise
 state (Adam's moments, plain Adagrad's sum) has the weights' [rows, dim] shape and DCP reshards
-it as it does the weights, so it is never converted.
+it as it does the weights, so it is never converted. fbgemm's step counters (Adam's bias
+correction: shardrec.embeddings.table_batches) are kept per table beside the state, under
+`step_counters`, as plain tensors every rank reads whole.
 """
 
 from __future__ import annotations
@@ -20,6 +22,11 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed._shard.sharded_tensor import ShardedTensor
 
 from shardrec.embeddings.optim_layouts import convert_rowwise_momentum, rowwise_state_key
+from shardrec.embeddings.table_batches import (
+    read_step_counters,
+    restore_step_counters,
+    table_batches,
+)
 from shardrec.sharding.plan.plan_types import PlanFile, TablePlan
 
 if TYPE_CHECKING:
@@ -27,6 +34,10 @@ if TYPE_CHECKING:
     from shardrec.trainer.rundir.checkpoint import SavedCheckpoint
 
 logger = logging.getLogger(__name__)
+
+PART = "fused_optim"
+"""The part's key in a checkpoint's DCP files (trainer.loop.train_job names the parts)."""
+STEP_COUNTERS = "step_counters"
 
 
 def column_widths(table: TablePlan) -> list[int]:
@@ -84,10 +95,10 @@ def adapt_fused_state(
             if value.dim() != 1 or value.size(0) != len(new_w) * rows:
                 continue  # element-wise: [rows, dim] like the weights
             wanted.setdefault(key, {})[name] = torch.empty(len(old_w) * rows)
-    full = {"fused_optim": {"state": wanted}}
+    full = {PART: {"state": wanted}}
     dcp.load(full, checkpoint_id=str(path), process_group=group)
     converted: dict[str, dict[str, Any]] = {}
-    for key, names in full["fused_optim"]["state"].items():
+    for key, names in full[PART]["state"].items():
         for name, old in names.items():
             table = name.rsplit(".", 1)[0]
             (old_w, new_w), rows = cuts[table], rows_of[table]
@@ -115,10 +126,19 @@ def _fill(value: torch.Tensor, full: torch.Tensor) -> None:
         shard.tensor.copy_(full[start : start + shard.tensor.numel()].view_as(shard.tensor))
 
 
+def saved_step_counter_tables(path: Path) -> list[str]:
+    """The tables whose step counters the checkpoint at `path` holds ([] for one written before
+    shardrec kept them). Reads DCP's metadata: call it after the checkpoint's digests were
+    verified."""
+    prefix = f"{PART}.{STEP_COUNTERS}."
+    keys = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
+    return sorted(k[len(prefix) :] for k in keys if k.startswith(prefix))
+
+
 class SparseOptimizerState:
     """The embedding tables' optimizer state as one sharded checkpoint part: the fused optimizers'
     state plus the data-parallel tables' row-wise Adagrad state, all keyed by parameter FQN and
-    fbgemm's state names, so either reshards into the other.
+    fbgemm's state names, so either reshards into the other, and fbgemm's step counters by table.
 
     Args:
         fused: the sharded model's `fused_optimizer` (torchrec's KeyedOptimizer).
@@ -126,27 +146,42 @@ class SparseOptimizerState:
         plan: the plan this job runs; a checkpoint of another column cut is converted into it.
     """
 
-    def __init__(self, fused: Any, optimizer: TrainOptimizer, plan: PlanFile) -> None:
+    def __init__(
+        self,
+        fused: Any,
+        optimizer: TrainOptimizer,
+        plan: PlanFile,
+    ) -> None:
         self.fused = fused
         self.optimizer = optimizer
         self.plan = plan
+        self.batches = table_batches(fused)
         self._target: dict[str, Any] = {}
         self._converted: dict[str, dict[str, Any]] = {}
 
     def state_dict(self) -> dict[str, Any]:
         state = self.fused.state_dict()
-        return {**state, "state": {**state["state"], **self.optimizer.replicated_state()}}
+        out = {**state, "state": {**state["state"], **self.optimizer.replicated_state()}}
+        counters = read_step_counters(self.batches)
+        return {**out, STEP_COUNTERS: counters} if counters else out
 
     def load_target(self, saved: SavedCheckpoint) -> dict[str, Any]:
         self._target = self.state_dict()
+        self._target.pop(STEP_COUNTERS, None)
+        # Every table's count, not only this rank's: a table with none of its own takes the
+        # largest (shardrec.embeddings.table_batches).
+        tables = saved_step_counter_tables(saved.path) if self.batches else []
+        if tables:
+            self._target[STEP_COUNTERS] = {t: torch.zeros(1, dtype=torch.int64) for t in tables}
         self._converted = adapt_fused_state(
             saved.path, self._target, saved.layout, self.plan, saved.group
         )
-        # Without any state (sgd) there is nothing for DCP to read.
-        return self._target if self._target["state"] else {}
+        # Without any state (sgd, no fused table) there is nothing for DCP to read.
+        return self._target if self._target["state"] or tables else {}
 
     def finish_load(self, saved: SavedCheckpoint) -> None:
         state = self._target
+        counters = state.pop(STEP_COUNTERS, None)
         for key, entries in self._converted.items():
             state["state"].setdefault(key, {}).update(entries)
         replicated = self.optimizer.replicated_state()
@@ -156,4 +191,16 @@ class SparseOptimizerState:
         fused = {k: v for k, v in state["state"].items() if k not in replicated}
         self.fused.load_state_dict({**state, "state": fused})
         self.optimizer.set_replicated_steps(saved.step)
+        self._restore_counters(counters, saved.step)
         self._target, self._converted = {}, {}
+
+    def _restore_counters(self, counters: dict[str, torch.Tensor] | None, step: int) -> None:
+        if not self.batches:
+            return
+        if counters:
+            restore_step_counters(self.batches, {t: int(c.item()) for t, c in counters.items()})
+            return
+        # A checkpoint from before shardrec kept the counters: the trainer keeps them at the
+        # number of optimizer steps, which is the checkpoint's step.
+        logger.info("checkpoint of step %d holds no step counters: set to %d", step, step)
+        restore_step_counters(self.batches, {"": step})

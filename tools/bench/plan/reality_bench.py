@@ -152,7 +152,7 @@ def judge_memory(rows: list[dict], framework_bytes: float) -> dict[str, Any]:
 def _runnable(rows: list[dict], limit_bytes: float) -> None:
     """Mark plans whose estimate (all ranks run on this host) exceeds `limit_bytes`, 0: 80% of the
     memory available now."""
-    from shardrec.trainer.inference.export import available_memory_bytes
+    from shardrec.sharding.machine.hardware import available_memory_bytes
 
     limit = limit_bytes or (available_memory_bytes() or 0) * 0.8
     for r in rows:

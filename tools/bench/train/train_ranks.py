@@ -191,7 +191,7 @@ def bench_rank(
         optim,
         local_batch,
         env.local_world_size,
-        seed=configs["fp32"].train.seed,
+        seed=fp32.job.config.train.seed,  # as the job resolved it
         device=env.device,
     )
     # The same data for the baseline: ours' stream, materialised (no timing runs meanwhile).

@@ -21,7 +21,9 @@ matrix, ~670 GB):
    through float32 to int32 as torchrec's matrix makes them (ids above 2**24 are rounded there).
    The permutation itself is held in memory: 8 bytes per training row (34 GB for Criteo 1TB's
    4.2 B rows), the one cost that grows with the data; the rows are gathered chunk by chunk from
-   memory-mapped arrays. The last day is written unshuffled (torchrec copies it).
+   memory-mapped arrays. The last day is written unshuffled (torchrec copies it), its ids in the
+   dtype step 2 gave them: int32 with torchrec 0.3.2's scripts (the reference's, `log3`), int64
+   with today's (`log-min2`); its ids never pass through float32.
 
 Restartable: every file is written under a temporary name and renamed, and a rerun skips each
 file already in place (intermediate files live in OUT/.work, removed at the end).
@@ -47,6 +49,10 @@ logger = logging.getLogger(__name__)
 DENSE_TRANSFORMS = ("log3", "log-min2")
 """log3: log(x + 3) (torchrec 0.3.2, which made the reference's published arrays); log-min2:
 log(x - min + 2), min over the whole day file (today's torchrec scripts)."""
+LAST_DAY_IDS = {"log3": np.int32, "log-min2": np.int64}
+"""The dtype of the last day's ids, which the shuffle copies as step 2 wrote them: torchrec
+0.3.2 (the reference's requirements.txt; its md5sums) parses ids into int32 and keeps them so,
+today's torchrec into int64. The shuffled days are int32 in both."""
 CHUNK_BYTES = 64 << 20
 CHUNK_ROWS = 1 << 20
 SCHEMA = Schema()
@@ -212,11 +218,13 @@ def write_days(work: Path, out: Path, num_days: int, dense: str, seed: int) -> N
     parsed = _Parsed.load(work, num_days, dense)
     last = num_days - 1
     sizes = [len(a) for a in parsed.ids]
-    _write_day(
-        out / f"day_{last}",
-        sizes[last],
-        lambda rows: parsed.rows(last, np.arange(rows.start, rows.stop)),
-    )
+    ids_dtype = LAST_DAY_IDS[dense]
+
+    def last_day(rows: slice) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        dense_values, ids, labels = parsed.rows(last, np.arange(rows.start, rows.stop))
+        return dense_values, ids.astype(ids_dtype, copy=False), labels
+
+    _write_day(out / f"day_{last}", sizes[last], last_day)
     if all((out / f"day_{d}_labels.npy").exists() for d in range(last)):
         return
     starts = np.cumsum([0, *sizes[:last]])

@@ -70,12 +70,18 @@ def _local_rank_entry(
     args: tuple,
     queue: Any,
 ) -> None:
+    import torch.distributed
+
     from shardrec.trainer.distributed.dist import init_local_rank, shutdown
 
     try:
         env = init_local_rank(
             rank, world_size, port, device_kind=device_kind, timeout_s=collective_timeout_s
         )
+        # Every rank has joined before any runs fn: a rank done early must not tear the group
+        # down while another still connects (gloo: "connectFullMesh failed ... closed by peer",
+        # reported instead of the other rank's own error).
+        torch.distributed.barrier()
         queue.put((rank, "ok", fn(env, *args)))
     except BaseException:  # report any failure to the parent instead of hanging it
         queue.put((rank, "error", traceback.format_exc()))

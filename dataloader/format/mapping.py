@@ -1,4 +1,5 @@
-"""Memory-map a `.npy` file read-only without keeping its file descriptor open.
+"""Memory-map a file read-only without keeping its file descriptor open: a part file
+(`map_open_file`) or an old layout's `.npy` column (`map_npy`).
 
 `np.load(mmap_mode="r")` maps through Python's `mmap` module, which (before Python 3.13's
 `trackfd=False`) keeps a duplicate descriptor open for as long as the map lives: a loader
@@ -166,6 +167,26 @@ def map_npy(path: str | Path) -> np.ndarray:
     weakref.finalize(buffer, _LIBC.munmap, address, offset + nbytes)
     array = np.ndarray(shape, dtype, buffer=buffer, offset=offset, order="F" if fortran else "C")
     return _read_only(array)
+
+
+def map_open_file(fd: int, size: int, path: str | Path) -> np.ndarray:
+    """A read-only uint8 array over the first `size` bytes of the open file `fd`, memory-mapped.
+    The map does not need `fd`: close it at once (it goes when the last view of the array does).
+
+    Raises:
+        OSError: the map failed (errno ENOMEM: the map limit, vm.max_map_count).
+    """
+    if size == 0:
+        return _read_only(np.empty(0, np.uint8))
+    if _LIBC is None:
+        return np.asarray(np.memmap(path, np.uint8, "r", shape=(size,)))
+    address = _LIBC.mmap(None, size, _PROT_READ, _MAP_SHARED, fd, 0)
+    if address is None or address == _MAP_FAILED:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), str(path))
+    buffer = (ctypes.c_uint8 * size).from_address(address)
+    weakref.finalize(buffer, _LIBC.munmap, address, size)
+    return _read_only(np.frombuffer(buffer, np.uint8))
 
 
 _MADV_WILLNEED = getattr(mmap, "MADV_WILLNEED", 3)

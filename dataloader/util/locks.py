@@ -83,14 +83,16 @@ def _read(fd: int) -> dict[str, Any]:
         return {}
 
 
-def dataset_lock(directory: Path, part: tuple[int, int] | None = None) -> int:
+def dataset_lock(
+    directory: Path, part: tuple[int, int] | None = None, command: str = "shardrec preprocess"
+) -> int:
     """Hold the lock of a dataset that this process writes (its WORK_DIR is created); one line
-    naming the holder (ValueError) when another `shardrec preprocess` writes the same one."""
+    naming the holder (ValueError) when another process (`command`) writes the same one."""
     work = Path(directory) / WORK_DIR
     work.mkdir(parents=True, exist_ok=True)
     path = work / (DATASET_LOCK if part is None else f"{DATASET_LOCK}-part-{part[0]}")
     try:
-        return hold(path, me(command="shardrec preprocess"))
+        return hold(path, me(command=command))
     except Locked as e:
         raise ValueError(
             f"{directory} is being written by {describe_writer(e.holder)} (lock file {path}); "

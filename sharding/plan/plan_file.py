@@ -45,7 +45,7 @@ def _table_fingerprint(config: EmbeddingBagConfig | TableSpec) -> dict[str, Any]
             "name": config.name,
             "rows": int(config.rows),
             "dim": int(config.dim),
-            "features": [config.feature],
+            "features": config.features,
             "pooling": config.pooling.upper(),
         }
     return {

@@ -19,7 +19,7 @@ from shardrec.sharding.search.options import PIECE_TYPES, Option, Piece, Problem
 from shardrec.sharding.search.request import SearchRequest
 from shardrec.sharding.torchrec.sharders import build_sharders
 from shardrec.sharding.torchrec.torchrec_planner import (
-    planning_ebc,
+    planning_module,
     quiet_torchrec,
     to_parameter_constraints,
     to_torchrec_topology,
@@ -51,7 +51,7 @@ class TorchrecProblem(Problem):
                 constraints=params,
             )
             enumerated = enumerator.enumerate(
-                planning_ebc(configs, request.optimizer), build_sharders()
+                planning_module(configs, request.optimizer), build_sharders()
             )
         index = {config.name: i for i, config in enumerate(configs)}
         cuda = topo.device_kind == "cuda"

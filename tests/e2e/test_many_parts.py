@@ -1,6 +1,6 @@
-"""The data commands on more parts than a low open-file limit allows descriptors for: 300 parts of
-6 column files each (1,800 files; np.load's maps held one descriptor each) under `ulimit -n 256`,
-and `bench loader --part-rows` over 300 parts of one part's hard-linked files (8,400 files)."""
+"""The data commands on more parts than a low open-file limit allows descriptors for: 300 part
+files under `ulimit -n 256` (np.load's maps held one descriptor each; a part's file is closed once
+mapped), and `bench loader --part-rows` over 300 parts of one part's hard-linked file."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def test_data_commands_and_the_many_part_bench_under_ulimit_256(datasets):
         ["data", "verify", str(many), "--json"],
         ["data", "head", str(many), "--rows", "3", "--json"],
         # The loader at Criteo 1TB's part count, in miniature: 300 parts of one part's hard-linked
-        # files.
+        # file.
         ["bench", "loader", "--parts", "300", "--part-rows", "64", "--global-batch", "64", "--rounds", "1",
          "--max-batches", "40", "--work-dir", str(many.parent), "--json"],
     )  # fmt: skip

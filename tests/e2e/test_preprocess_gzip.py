@@ -44,7 +44,7 @@ def test_isal_and_python_gzip_give_the_same_dataset(
     slow = _preprocess(tmp_path / "raw", tmp_path / "slow", *mode)
     assert fast.exit_code == 0 and slow.exit_code == 0, fast.output + slow.output
     a, b = _tree(tmp_path / "fast"), _tree(tmp_path / "slow")
-    assert "manifest.json" in a and len(a) > 10
+    assert "manifest.json" in a and len(a) > 3  # the manifest and the parts of 3 days
     assert a == b  # every part file and the manifest (with every file's SHA-256), byte for byte
 
 

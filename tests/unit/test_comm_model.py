@@ -8,8 +8,14 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 from shardrec.sharding import suites
 from shardrec.sharding.cost import layouts
-from shardrec.sharding.cost.comms import Workload, step_comm_bytes, table_comm_bytes
+from shardrec.sharding.cost.comms import (
+    Workload,
+    collectives_per_step,
+    step_comm_bytes,
+    table_comm_bytes,
+)
 from shardrec.sharding.cost.simulate import row_wise_bytes, simulate
+from shardrec.sharding.plan.plan_types import TablePlan
 
 
 def _tables():
@@ -86,3 +92,65 @@ def test_table_row_wise_across_hosts(hosts: int) -> None:
     assert list(got["reduce_scatter"]) == [4 * world / 2 * 8 * 4] * 2 + [0] * (world - 2)
     assert list(got["all_gather"]) == list(got["reduce_scatter"])
     assert got["all_reduce"].sum() == 0
+
+
+@pytest.mark.parametrize("sharding_type", ["column_wise", "table_column_wise"])
+def test_column_shards_on_two_ranks(sharding_type: str) -> None:
+    """t0's 8 columns as two 4-column shards, one per rank: each rank sends the other holder its
+    4 lengths and 12 ids (16 + 96 B), its shard's pooled columns for the other rank's 4 samples
+    (4 x 4 x 4 B), the gradients of its own samples' other-rank columns back (64 B), and 3 int64
+    split sizes."""
+    t0, _ = _tables()
+    got = _bytes([layouts.column_wise(t0, [0, 1], "fused", sharding_type)])
+    assert list(got["all_to_all"]) == [16 + 96 + 64 + 64 + 24] * 2
+    assert got["reduce_scatter"].sum() == got["all_gather"].sum() == got["all_reduce"].sum() == 0
+
+
+def test_a_table_without_pooling_figures_sends_one_id_per_sample() -> None:
+    t0, _ = _tables()
+    got = step_comm_bytes(
+        [layouts.table_wise(t0, 1, "fused")], {"t0": 24}, {"t0": 8}, {}, Workload(8, 2), 2
+    )
+    # Rank 0: 4 lengths and 4 ids (16 + 32 B) to rank 1, 4 x 8 x 4 B of gradients back, splits.
+    assert list(got["all_to_all"]) == [16 + 32 + 128 + 24, 128 + 24]
+
+
+def test_data_parallel_on_one_rank_moves_nothing() -> None:
+    t0, _ = _tables()
+    got = table_comm_bytes(layouts.data_parallel(t0, 1), 24, 8, 3.0, Workload(4, 1), 1)
+    assert all(volume.tolist() == [0.0] for volume in got.values())
+
+
+def test_an_unknown_sharding_type_is_refused_naming_the_table() -> None:
+    t0, _ = _tables()
+    plan = TablePlan("t0", "grid_wise", "fused", layouts.table_wise(t0, 0, "fused").shards)
+    with pytest.raises(ValueError, match=r"^table t0: unknown sharding_type 'grid_wise'$"):
+        table_comm_bytes(plan, 24, 8, 3.0, Workload(8, 2), 2)
+
+
+def test_collectives_per_step_count_each_sharding_type_group() -> None:
+    """As tests/distributed/test_comm_volume.py counts them on gloo: 5 per group with an input
+    all-to-all, 7 for table-row-wise across hosts, 1 for data-parallel's gradient all-reduce."""
+    assert collectives_per_step(set()) == 0
+    assert collectives_per_step({"table_wise"}) == 5
+    assert collectives_per_step({"table_wise", "row_wise", "column_wise"}) == 15
+    assert collectives_per_step({"data_parallel"}) == 1
+    assert collectives_per_step({"table_row_wise"}) == 5
+    assert collectives_per_step({"table_row_wise", "data_parallel"}, num_hosts=2) == 8
+
+
+def test_data_parallel_ring_all_reduce_on_four_ranks() -> None:
+    """A ring all-reduce sends 2 (W - 1) / W of the gradient per rank: 1.5 x t0's 768 B."""
+    t0, _ = _tables()
+    got = table_comm_bytes(layouts.data_parallel(t0, 4), 24, 8, 3.0, Workload(16, 4), 4)
+    assert list(got["all_reduce"]) == [1152.0] * 4
+
+
+def test_two_table_row_wise_tables_on_one_host_add_up() -> None:
+    """t0 and t1 table-row-wise on host 0 of two 2-rank hosts: each holder reduce-scatters half
+    the global batch's (8 samples) partial sums of both tables: 8 x (8 + 16) x 4 B."""
+    got = _bytes(
+        [layouts.table_row_wise(t, 0, 2, "fused") for t in _tables()], world_size=4, local=2
+    )
+    assert list(got["reduce_scatter"]) == [8 * (8 + 16) * 4] * 2 + [0, 0]
+    assert list(got["all_gather"]) == list(got["reduce_scatter"])

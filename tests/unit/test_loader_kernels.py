@@ -125,21 +125,16 @@ def test_group_by_part_matches_a_stable_sort(num_parts: int):
 
 
 def test_parts_the_kernels_cannot_read_as_one_column_fall_back_exactly(monkeypatch, tmp_path: Path):
-    from shardrec.dataloader.format.manifest import Manifest, SparseFeature, SplitInfo, write_part
+    from helpers import write_dataset
 
     rng = np.random.default_rng(4)
     # float16 dense (numba cannot convert it) over several parts.
     parts = [
-        write_part(tmp_path / "f16" / "train" / f"part-{i:05d}", rng.integers(0, 2, n).astype(np.uint8),
-                   rng.normal(size=(n, 3)).astype(np.float16), {"a": rng.integers(0, 200, n).astype(np.uint8)})
-        for i, n in enumerate((90, 70, 60))
+        (rng.integers(0, 2, n).astype(np.uint8), rng.normal(size=(n, 3)).astype(np.float16),
+         {"a": rng.integers(0, 200, n).astype(np.uint8)})
+        for n in (90, 70, 60)
     ]  # fmt: skip
-    Manifest(
-        ["x", "y", "z"],
-        [SparseFeature("a", 200, "uint8")],
-        {"train": SplitInfo(220, parts)},
-        dense_dtype="float16",
-    ).save(tmp_path / "f16")
+    write_dataset(tmp_path / "f16", ["x", "y", "z"], {"a": 200}, {"train": parts}, "float16")
     compiled, plain = _both(monkeypatch, tmp_path / "f16", 2, global_batch_size=32)
     _assert_same(compiled, plain, ["a"])
     # torchrec days whose sparse dtypes differ (int32, then int64).

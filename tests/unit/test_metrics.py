@@ -84,3 +84,29 @@ def test_tensorboard_events_are_written(tmp_path) -> None:
     writer.write({"kind": "eval", "split": "val", "step": 3, "auc": 0.7})
     writer.close()
     assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+
+
+@pytest.mark.parametrize("label", [0.0, 1.0])
+def test_an_eval_split_of_one_class_has_a_log_loss_but_no_auc_or_ne(label: float) -> None:
+    """A split whose rows are all clicks (or all non-clicks) has no ranking to score and no base
+    rate entropy to normalize by: AUC and NE are NaN, the log loss is still the mean loss."""
+    logits = torch.tensor([0.5, -2.0, 1.0, 3.0])
+    labels = torch.full((4,), label)
+    m = binary_metrics(logits, labels)
+    expected = float(
+        torch.nn.functional.binary_cross_entropy_with_logits(logits.double(), labels.double())
+    )
+    assert m["samples"] == 4 and m["logloss"] == pytest.approx(expected)
+    assert math.isnan(m["auc"]) and math.isnan(m["ne"])
+
+
+def test_an_eval_of_only_padding_rows_reports_no_samples() -> None:
+    m = binary_metrics(torch.tensor([0.3, -0.3]), torch.tensor([-1.0, -1.0]))
+    assert sorted(m) == ["auc", "logloss", "ne", "samples"] and m["samples"] == 0
+    assert all(math.isnan(m[k]) for k in ("auc", "logloss", "ne"))
+
+
+def test_a_one_row_eval_counts_its_row_and_its_loss() -> None:
+    m = binary_metrics(torch.tensor([2.0, 0.0]), torch.tensor([1.0, -1.0]))
+    assert m["samples"] == 1 and m["logloss"] == pytest.approx(math.log1p(math.exp(-2.0)))
+    assert math.isnan(m["auc"]) and math.isnan(m["ne"])

@@ -161,3 +161,88 @@ def test_the_order_of_segments_changes_with_the_epoch():
     assert all(max(rows) - min(rows) == 199 for rows in first)  # one segment: 200 consecutive rows
     assert len(set(first)) > 1
     assert first[1] == frozenset(EpochOrder(spec, 1).rows(0, 200).tolist())
+
+
+def test_the_default_shuffle_is_seed_0_and_the_same_every_run():
+    """A job that sets no seed gets one fixed order (seed 0), so two runs of it read the same
+    batches."""
+    spec = OrderSpec((1000, 37, 500), global_batch_size=64)
+    rows = EpochOrder(spec, 0).rows(0, spec.num_samples)
+    assert sorted(rows.tolist()) == list(range(spec.num_samples))
+    seeded = OrderSpec((1000, 37, 500), global_batch_size=64, shuffle=ShuffleSpec(seed=0))
+    assert np.array_equal(rows, EpochOrder(seeded, 0).rows(0, spec.num_samples))
+
+
+def test_a_global_batch_of_one_sample_is_a_batch_per_row():
+    spec = OrderSpec((3, 2), global_batch_size=1, shuffle=NO_SHUFFLE)
+    order = EpochOrder(spec, 0)
+    assert spec.num_batches == 5
+    assert [order.batch(k)[0].tolist() for k in range(5)] == [[0], [1], [2], [3], [4]]
+
+
+def test_each_bad_value_is_refused_in_one_whole_line():
+    with pytest.raises(ValueError, match=r"^tail must be one of drop, pad, got 'wrap'$"):
+        _spec(tail="wrap")
+    with pytest.raises(TypeError, match=r"^shuffle must be a ShuffleSpec, got False$"):
+        OrderSpec((10,), global_batch_size=2, shuffle=False)
+    with pytest.raises(ValueError, match=r"^part_rows must not be negative, got \(10, -1\)$"):
+        OrderSpec((10, -1), global_batch_size=2)
+    with pytest.raises(ValueError, match=r"^epoch must not be negative, got -1$"):
+        EpochOrder(_spec(), -1)
+    with pytest.raises(ValueError, match=r"^global_batch_size must be positive, got 0$"):
+        OrderSpec((10,), global_batch_size=0)
+    for name in ("block_rows", "window_blocks", "segment_blocks", "group_segments"):
+        with pytest.raises(ValueError, match=rf"^{name} must be positive, got -2$"):
+            ShuffleSpec(**{name: -2})
+
+
+@pytest.mark.parametrize(
+    "levels",
+    [{"segment_blocks": 2, "group_segments": 3}, {"segment_blocks": 1, "group_segments": 2}],
+)
+def test_each_group_names_the_parts_and_spans_that_hold_its_rows(levels):
+    """The loader opens a group's parts (group_parts) and reads ahead its spans (group_spans)
+    before the group's batches come: every row of the group's stream positions must lie in them,
+    and together the groups cover the epoch once."""
+    spec = _spec(**levels)
+    order = EpochOrder(spec, 0)
+    part_starts = np.array([0, 1000, 1037])
+    segment_rows = 100 * levels["segment_blocks"]
+    segments = sum(-(-rows // segment_rows) for rows in spec.part_rows)
+    assert order.num_groups == -(-segments // levels["group_segments"]) > 1
+    stream = order.rows(0, spec.num_samples)
+    groups = np.array([order.group_at(pos) for pos in range(spec.num_samples)])
+    assert sorted(set(groups.tolist())) == list(range(order.num_groups))
+    for g in range(order.num_groups):
+        rows = stream[groups == g]
+        parts = np.searchsorted(part_starts, rows, side="right") - 1
+        assert order.group_parts(g).tolist() == sorted(set(parts.tolist()))
+        span_parts, firsts, lens = order.group_spans(g)
+        in_spans = np.zeros(spec.num_samples, bool)
+        for part, first, length in zip(span_parts, firsts, lens):
+            in_spans[part_starts[part] + first : part_starts[part] + first + length] = True
+        assert in_spans[rows].all() and in_spans.sum() == len(rows)
+    assert EpochOrder(_spec(shuffle=False), 0).num_groups == 1
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_an_empty_range_of_positions_holds_no_rows(shuffle: bool):
+    """A rank whose share of a batch is empty asks for rows(k, k)."""
+    order = EpochOrder(_spec(shuffle=shuffle), 0)
+    for k in (0, 700, 1537):
+        assert order.rows(k, k).tolist() == []
+
+
+def test_shuffle_quality_needs_two_batches_and_one_label_per_row():
+    spec = OrderSpec((256,), global_batch_size=128, shuffle=ShuffleSpec(block_rows=8))
+    labels = (np.arange(256) < 128).astype(np.uint8)  # file order: one batch of 1s, one of 0s
+    q = shuffle_quality(labels, spec)
+    assert q["file_order_std"] == 0.5 and q["shuffle_std"] < 0.5
+    with pytest.raises(ValueError, match=r"^255 labels for 256 samples$"):
+        shuffle_quality(labels[:255], spec)
+    one_batch = OrderSpec((256,), global_batch_size=256)
+    with pytest.raises(
+        ValueError,
+        match=r"^need at least 2 global batches of 256 to measure spread, have 256 rows$",
+    ):
+        shuffle_quality(labels, one_batch)

@@ -2,70 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-from shardrec.dataloader.format.manifest import write_part
 from shardrec.tools.preprocess.ids.id_maps import hash_ids
 from shardrec.tools.preprocess.parse import parse_kernel
 from shardrec.tools.preprocess.parts.feature_stats import feature_stats, id_counts, id_frequencies
-
-
-def _numpy_save(path: Path, array: np.ndarray) -> bytes:
-    with open(path, "wb") as f:
-        np.lib.format.write_array(f, np.ascontiguousarray(array), allow_pickle=False)
-    return path.read_bytes()
-
-
-@pytest.mark.parametrize("fsync", [True, False])
-def test_write_part_bytes_and_checksums_are_numpys(tmp_path: Path, fsync: bool):
-    rng = np.random.default_rng(0)
-    rows = 1000
-    labels = rng.integers(0, 2, rows).astype(np.uint8)
-    dense = rng.random((rows, 13)).astype(np.float16)
-    sparse = {
-        "a": rng.integers(0, 200, rows).astype(np.uint8),
-        "b": rng.integers(0, 2**40, rows).astype(np.uint64)[::1],
-        "c": np.arange(3 * rows, dtype=np.uint32)[::3],  # not contiguous
-        "m": rng.integers(0, 9, 2 * rows).astype(np.uint16),
-    }
-    offsets = {"m": np.arange(0, 2 * rows + 1, 2, dtype=np.int32)}
-    info = write_part(tmp_path / "p", labels, dense, sparse, offsets, fsync=fsync)
-    expected = {
-        "label.npy": labels,
-        "dense.npy": dense,
-        **{f"{k}.npy": v for k, v in sparse.items()},
-        "m.offsets.npy": offsets["m"].astype(np.int64),
-    }
-    assert set(info.files) == set(expected)
-    for name, array in expected.items():
-        want = _numpy_save(tmp_path / f"ref-{name}", array)
-        got = (tmp_path / "p" / name).read_bytes()
-        assert got == want, name
-        assert (
-            info.files[name].bytes == len(want)
-            and info.files[name].sha256 == hashlib.sha256(want).hexdigest()
-        ), name
-    assert not list((tmp_path / "p").glob(".*tmp*"))
-
-
-def test_empty_and_zero_dim_columns_match_numpy(tmp_path: Path):
-    info = write_part(
-        tmp_path / "p",
-        np.zeros(0, np.uint8),
-        np.zeros((0, 13), np.float32),
-        {"a": np.zeros(0, np.uint32)},
-    )
-    for name, array in (
-        ("label.npy", np.zeros(0, np.uint8)),
-        ("dense.npy", np.zeros((0, 13), np.float32)),
-    ):
-        want = _numpy_save(tmp_path / name, array)
-        assert (tmp_path / "p" / name).read_bytes() == want
-        assert info.files[name].sha256 == hashlib.sha256(want).hexdigest()
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.uint64])

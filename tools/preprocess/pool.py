@@ -78,11 +78,8 @@ def map_tasks(
                 except BrokenProcessPool:
                     lost = [
                         tasks[j] for j, f in enumerate(futures) if started[j] and not _succeeded(f)
-                    ] or [t]
-                    raise WorkerDied(
-                        f"a worker process died (killed by a signal, e.g. out of memory) while running "
-                        f"{'; '.join(_describe(x) for x in lost)}; finished tasks are kept: rerun to finish"
-                    ) from None
+                    ]
+                    raise _worker_died(lost or [t]) from None
                 yield t, res
         finally:
             # Tasks not started are dropped, running ones finish (their markers stay valid).
@@ -127,7 +124,10 @@ def map_stream(
                 if task is None:
                     ended = True
                     break
-                running[pool.submit(_run_in_slot, fn, slot, task, opts)] = (task, slot)
+                try:
+                    running[pool.submit(_run_in_slot, fn, slot, task, opts)] = (task, slot)
+                except BrokenProcessPool:  # a worker died since the last wait
+                    raise _worker_died(_lost(running, started) or [task]) from None
             if not running:
                 return
             done, _ = wait(running, return_when=FIRST_COMPLETED)
@@ -135,21 +135,24 @@ def map_stream(
                 try:
                     res = fut.result()
                 except BrokenProcessPool:
-                    lost = [
-                        t
-                        for f, (t, s) in running.items()
-                        if started[s] == t.index + 1 and not _succeeded(f)
-                    ]
-                    task = running[fut][0]
-                    raise WorkerDied(
-                        f"a worker process died (killed by a signal, e.g. out of memory) while running "
-                        f"{'; '.join(_describe(x) for x in lost or [task])}; finished tasks are kept: rerun to finish"
-                    ) from None
+                    raise _worker_died(_lost(running, started) or [running[fut][0]]) from None
                 task, slot = running.pop(fut)
                 free.append(slot)
                 yield task, res
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _lost(running: dict[Future, tuple[Task, int]], started: Any) -> list[Task]:
+    """The tasks a worker was running (its slot's flag names them) that did not finish."""
+    return [t for f, (t, s) in running.items() if started[s] == t.index + 1 and not _succeeded(f)]
+
+
+def _worker_died(lost: list[Task]) -> WorkerDied:
+    return WorkerDied(
+        f"a worker process died (killed by a signal, e.g. out of memory) while running "
+        f"{'; '.join(_describe(x) for x in lost)}; finished tasks are kept: rerun to finish"
+    )
 
 
 _STARTED: list[Any] = []  # in a worker: the shared flags of _map's run

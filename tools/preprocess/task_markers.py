@@ -25,23 +25,23 @@ def marker_path(out: Path, index: int, kind: str = "task") -> Path:
 def read_marker(out: Path, index: int, kind: str = "task") -> TaskResult | None:
     """The finished task's record, or None when the task must be (re)done: no marker; a marker
     that does not parse (torn by a crash or a full disk on a file system that does not order
-    writes); or one whose part files are gone or have another size than it records.
+    writes); or one whose part files are gone or have another size than it records (a marker of
+    the old layout, a folder of files per part, is one that records none: redone).
     kind "staged": the record of a task whose parts wait for their split (gz_stream)."""
     path = marker_path(out, index, kind)
     try:
         result = TaskResult(**json.loads(path.read_bytes()))
         for p in result.parts:
-            for name, info in p["part"]["files"].items():
-                file = out / p["split"] / p["part"]["name"] / name
-                size = file.stat().st_size if file.is_file() else None
-                if size != info["bytes"]:
-                    found = (
-                        "missing"
-                        if size is None
-                        else f"{size} bytes, the marker records {info['bytes']}"
-                    )
-                    logger.warning("%s: %s; task %d is redone", file, found, index)
-                    return None
+            file = out / p["split"] / p["part"]["name"]
+            size = file.stat().st_size if file.is_file() else None
+            if size != p["part"]["bytes"]:
+                found = (
+                    "missing"
+                    if size is None
+                    else f"{size} bytes, the marker records {p['part']['bytes']}"
+                )
+                logger.warning("%s: %s; task %d is redone", file, found, index)
+                return None
     except FileNotFoundError:
         return None
     except (
@@ -59,9 +59,7 @@ def read_marker(out: Path, index: int, kind: str = "task") -> TaskResult | None:
 def sync_and_mark(out: Path, result: TaskResult, kind: str = "task") -> None:
     """On the background thread: fsync the result's part files, then write its marker (call
     wait_for_writes() before reading markers)."""
-    files = [
-        out / p["split"] / p["part"]["name"] / f for p in result.parts for f in p["part"]["files"]
-    ]
+    files = [out / p["split"] / p["part"]["name"] for p in result.parts]
     marker = json.dumps(dataclasses.asdict(result)).encode()
     _PENDING.append(
         _sync_pool().submit(_sync_then_mark, files, marker_path(out, result.index, kind), marker)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shardrec.dataloader.format.manifest import Manifest
+from shardrec.dataloader.format.manifest import Manifest, dataset_fingerprint
 from shardrec.sharding.plan.plan_file import load_plan
 from shardrec.trainer.distributed.devices import (
     check_ranks_fit,
@@ -89,7 +89,7 @@ def run_dataset(run_dir: Path, config: JobConfig, data: Path | None = None) -> M
         )
     manifest = Manifest.load(config.data.path)
     record = lifecycle.read_dataset_record(run_dir) or {}
-    fingerprint = lifecycle.dataset_fingerprint(manifest)
+    fingerprint = dataset_fingerprint(manifest)
     # The same check as a resume's: a run scored on changed data would report a figure of other
     # data.
     if record.get("fingerprint") and record["fingerprint"] != fingerprint:

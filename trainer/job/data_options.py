@@ -13,12 +13,19 @@ from typing import TYPE_CHECKING
 
 from shardrec.dataloader.format.manifest import Manifest
 from shardrec.dataloader.multihot.multihot_tables import MultiHotOption
-from shardrec.trainer.job.config import DataConfig
+from shardrec.trainer.job.config import DataConfig, TrainConfig
 
 if (
     TYPE_CHECKING
 ):  # the loader imports torch; checking a job's data (`shardrec eval`'s request) needs none
     from shardrec.dataloader.loader import Delivery
+
+
+def train_steps(manifest: Manifest, data: DataConfig, train: TrainConfig) -> int:
+    """The steps a job trains on this data: train.steps, or its epochs over the train split."""
+    rows, batch = manifest.splits[data.train_split].rows, train.global_batch_size
+    per_epoch = rows // batch if data.tail == "drop" else -(-rows // batch)
+    return train.total_steps(per_epoch)
 
 
 def delivery(data: DataConfig, device_kind: str) -> Delivery:

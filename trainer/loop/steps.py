@@ -168,22 +168,30 @@ class StepRunner:
         """Steps taken, by what took them: the pipeline's class name, or "plain"."""
 
     def run(
-        self, batches: Iterator[Batch]
+        self, batches: Iterator[Batch], before_step: Callable[[int], None] | None = None
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         """Train on every batch of `batches`; yields (loss_sum, real samples, finite flags of
-        each stage: models.finite_stages) of this rank per step."""
+        each stage: models.finite_stages) of this rank per step. `before_step(i)` runs before the
+        i-th step's forward (0-based), after every earlier step's backward and optimizer step: the
+        pipeline may have pulled step i's batch earlier."""
         self.model.train()
         if self.pipeline is not None:
+            i = 0
             while True:
+                if before_step is not None:
+                    before_step(i)
                 try:
                     loss_sum, _, labels, finite = self.pipeline.progress(batches)
                 except StopIteration:
                     return
+                i += 1
                 name = type(self.pipeline).__name__
                 self.steps_by[name] = self.steps_by.get(name, 0) + 1
                 yield loss_sum, (labels >= 0).sum(), finite
         else:
-            for batch in batches:
+            for i, batch in enumerate(batches):
+                if before_step is not None:
+                    before_step(i)
                 if self.device.type != "cpu":
                     batch = batch.to(self.device, non_blocking=True)
                 self.optimizer.zero_grad()

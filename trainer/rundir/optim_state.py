@@ -176,8 +176,12 @@ class SparseOptimizerState:
         self._converted = adapt_fused_state(
             saved.path, self._target, saved.layout, self.plan, saved.group
         )
-        # Without any state (sgd, no fused table) there is nothing for DCP to read.
-        return self._target if self._target["state"] or tables else {}
+        # Without any state (sgd: each table's entry is empty; no fused table) DCP saved none of
+        # it, and a target holding its empty entries asks for a key that was never written: then
+        # only the step counters (if any) are read.
+        if any(entries for entries in self._target["state"].values()):
+            return self._target
+        return {STEP_COUNTERS: self._target[STEP_COUNTERS]} if tables else {}
 
     def finish_load(self, saved: SavedCheckpoint) -> None:
         state = self._target

@@ -33,7 +33,7 @@ from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
 from torchrec.optim.optimizers import in_backward_optimizer_filter
 
-from shardrec.tools.bench.train.timing import timed_rate
+from shardrec.tools.bench.train.timing import timed_window
 
 # The sparse optimizer by shardrec's name -> fbgemm's fused kind (what the sharder's fused
 # parameters take); the deterministic ("exact") variants, as torchrec's examples use.
@@ -183,9 +183,9 @@ class StockTrainer:
                 return done
             done += 1
 
-    def timed(self, batches: Iterable[Batch], steps: int) -> float:
-        """Samples/s of all ranks together over `steps` batches per rank."""
-        return timed_rate(
+    def timed(self, batches: Iterable[Batch], steps: int) -> tuple[float, float, float]:
+        """(samples, wall seconds, CPU seconds of every rank) of `steps` batches per rank."""
+        return timed_window(
             lambda: self.train(batches, steps),
             steps * self.local_batch_size * dist.get_world_size(),
         )

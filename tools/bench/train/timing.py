@@ -10,13 +10,19 @@ import torch
 import torch.distributed as dist
 
 
-def timed_rate(fn: Callable[[], object], samples: int) -> float:
-    """`samples` / seconds that `fn` took, every rank starting and stopping together (barriers)."""
+def timed_window(fn: Callable[[], object], samples: int) -> tuple[float, float, float]:
+    """(samples, wall seconds, CPU seconds) of `fn`: every rank starts and stops together
+    (barriers); the CPU seconds are every rank's process (all its threads), summed."""
     _settle()
-    start = time.perf_counter()
+    wall, cpu = time.perf_counter(), time.process_time()
     fn()
     _settle()
-    return samples / (time.perf_counter() - start)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        total = torch.tensor([cpu], dtype=torch.float64)
+        dist.all_reduce(total)
+        cpu = float(total.item())
+    return float(samples), wall, cpu
 
 
 def _settle() -> None:

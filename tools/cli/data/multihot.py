@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from shardrec.dataloader.format.manifest import DatasetError, Manifest
+from shardrec.dataloader.format.manifest import PART_SUFFIX, DatasetError, Manifest
 from shardrec.dataloader.multihot.multihot_tables import DISTRIBUTIONS, default_cache_dir
 from shardrec.tools.cli.common import fail, print_json
 from shardrec.tools.console import console
@@ -165,8 +165,8 @@ def _one_worker(
 
 
 def _read_through(src: Path) -> None:
-    """Read every file of the dataset once, so that it sits in the page cache (if it fits)."""
-    for path in sorted(src.rglob("*.npy")):
+    """Read every part of the dataset once, so that it sits in the page cache (if it fits)."""
+    for path in sorted(src.rglob(f"*{PART_SUFFIX}")):
         with open(path, "rb") as f:
             while f.read(_READ_BLOCK):
                 pass
@@ -238,12 +238,7 @@ def _report(
     hours = CRITEO_1TB_ROWS / rate / 3600
     # The bytes written per row say whether the disk or the CPU bounds the rate (each row is
     # written once and synced: a disk of D MB/s caps it at D / bytes-a-row).
-    written = sum(
-        f.bytes
-        for split in manifest.splits.values()
-        for part in split.parts
-        for f in part.files.values()
-    )
+    written = sum(part.bytes for split in manifest.splits.values() for part in split.parts)
     per_row = written / max(total, 1)
     result = {"out": str(out), "samples": total, "seconds": round(seconds, 3), "workers": workers,
               "rows_per_s": round(rate, 1), "criteo_1tb_hours": round(hours, 2),

@@ -48,6 +48,7 @@ CR = 13
 # The last two come from the feature-spec parser only (spec_kernel): a float column, CSV quotes.
 REASONS = (
     "empty_row", "too_many_fields", "too_few_fields", "bad_label", "bad_integer", "bad_hex", "bad_float", "bad_quote",
+    "side_length",
 )  # fmt: skip
 
 # Trailing empty fields that real Criteo rows have stripped at most (37 of 40 fields).

@@ -1,9 +1,10 @@
 """Integrity checks of a dataset beyond what opening it costs: `data verify` and the message for
 an out-of-range id that the loader shares.
 
-Opening a part (format.open_part) checks only what is cheap: sizes, dtypes, shapes. `verify`
+Opening a part (part_file.open_part) checks only what is cheap: its size and metadata. `verify`
 reads everything: every file's SHA-256 against the manifest, then every id against its table's
-rows, since a checksum proves the bytes are the recorded ones, not that they make a valid part.
+rows and every list's offsets, since a checksum proves the bytes are the recorded ones, not that
+they make a valid part.
 """
 
 from __future__ import annotations
@@ -15,19 +16,18 @@ import numpy as np
 from shardrec.dataloader.format.manifest import (
     MANIFEST,
     DatasetError,
-    FileInfo,
     Manifest,
-    Part,
+    PartInfo,
     file_sha256,
     inside_dataset,
-    open_part,
 )
+from shardrec.dataloader.format.part_file import Part, manifest_layout, open_part
 
 
 def id_out_of_range(part: Part, feature: str, row: int, value: int) -> str:
     """The message for an id at or beyond its table's rows (loader and `data verify` alike)."""
     return (
-        f"{part.path / (feature + '.npy')}: row {row} has id {value}, "
+        f"{part.path}: column {feature}, row {row} has id {value}, "
         f"outside table {feature} of {part.limits[feature]} rows "
         f"(the file disagrees with its manifest: rebuild it with `shardrec preprocess`)"
     )
@@ -37,6 +37,8 @@ def check_ids(part: Part, chunk: int = 1 << 22) -> list[str]:
     """Read every id of the part: one message per feature with an id outside its table."""
     problems = []
     for name, limit in part.limits.items():
+        if not limit:  # raw ids (format.raw_ids): any 64-bit value is an id
+            continue
         ids = part.sparse[name]
         for a in range(0, len(ids), chunk):
             block = np.asarray(ids[a : a + chunk])
@@ -52,16 +54,30 @@ def check_ids(part: Part, chunk: int = 1 << 22) -> list[str]:
     return problems
 
 
-def _file_problem(directory: Path, path: Path, finfo: FileInfo) -> str | None:
+def check_offsets(part: Part) -> list[str]:
+    """Every list's offsets never decrease (opening checked their ends): one message per list."""
+    problems = []
+    for name, off in part.offsets.items():
+        steps = np.diff(np.asarray(off))
+        if len(steps) and int(steps.min()) < 0:
+            row = int(np.argmax(steps < 0))
+            problems.append(
+                f"{part.path}: column {name}: offsets decrease at row {row} "
+                f"({int(off[row])} then {int(off[row + 1])})"
+            )
+    return problems
+
+
+def _file_problem(directory: Path, path: Path, info: PartInfo) -> str | None:
     if not path.is_file():
         return f"{path}: missing"
     try:
         inside_dataset(directory, path)
     except DatasetError as e:
         return str(e)
-    if path.stat().st_size != finfo.bytes:
-        return f"{path}: {path.stat().st_size} bytes, manifest says {finfo.bytes}"
-    if file_sha256(path) != finfo.sha256:
+    if path.stat().st_size != info.bytes:
+        return f"{path}: {path.stat().st_size} bytes, manifest says {info.bytes}"
+    if file_sha256(path) != info.sha256:
         return f"{path}: checksum differs from the manifest"
     return None
 
@@ -78,41 +94,40 @@ def changed_since_written(directory: str | Path) -> list[str]:
     problems = []
     for split, info in manifest.splits.items():
         for part in info.parts:
-            for name, finfo in part.files.items():
-                path = directory / split / part.name / name
-                try:
-                    found = path.stat()
-                except OSError:
-                    problems.append(f"{path}: missing")
-                    continue
-                if found.st_size != finfo.bytes:
-                    problems.append(f"{path}: {found.st_size} bytes, manifest says {finfo.bytes}")
-                elif found.st_mtime > written:
-                    problems.append(f"{path}: modified after the manifest was written")
+            path = directory / split / part.name
+            try:
+                found = path.stat()
+            except OSError:
+                problems.append(f"{path}: missing")
+                continue
+            if found.st_size != part.bytes:
+                problems.append(f"{path}: {found.st_size} bytes, manifest says {part.bytes}")
+            elif found.st_mtime > written:
+                problems.append(f"{path}: modified after the manifest was written")
     return problems
 
 
 def verify(directory: str | Path) -> list[str]:
-    """Check every part against the manifest: each file's size and SHA-256; then, as the loader
-    would open it, each column's dtype, shape and order, and every id below its table's rows
+    """Check every part against the manifest: its file's size and SHA-256; then, as the loader
+    would open it, its metadata, every id below its table's rows and every list's offsets in order
     (a checksum proves the bytes are the ones recorded, not that they make a valid part).
     Returns one message per problem."""
     directory = Path(directory)
     manifest = Manifest.load(directory)
+    layout = manifest_layout(manifest, directory)
     problems = []
     for split, info in manifest.splits.items():
         for part in info.parts:
-            found = [
-                _file_problem(directory, directory / split / part.name / f, finfo)
-                for f, finfo in part.files.items()
-            ]
-            problems += [p for p in found if p]
-            if any(found):
+            found = _file_problem(directory, directory / split / part.name, part)
+            if found:
+                problems.append(found)
                 continue
             try:
-                problems += check_ids(open_part(directory, split, part, manifest))
+                opened = open_part(directory, split, part, manifest, layout)
             except DatasetError as e:
                 problems.append(str(e))
+                continue
+            problems += check_ids(opened) + check_offsets(opened)
     return problems
 
 

@@ -1,12 +1,13 @@
 """The parts of one split, mapped on first use and at most `capacity` of them at a time.
 
-A Criteo-1TB-sized dataset has ~10,000 parts of 28 column files each: 280 K maps, past the
-kernel's per-process limit (vm.max_map_count, 65,530 by default). The loader never needs
-them all at once: the shuffle (order.py) reads one group of 256 segments at a time, so a
-gather touches at most ~256 parts, and without shuffle parts are read one after another.
-`PartSet` keeps the most recently used parts mapped and maps the others again when they come
-back: all sets of the process together keep their maps under half the kernel's limit (32 K
-maps: ~1,170 Criteo parts over all loaders), and a set may be bounded further (`capacity`).
+A part is one file, mapped whole (part_file.py). A Criteo-1TB-sized dataset has ~10,000 parts:
+10,000 maps, under the kernel's per-process limit (vm.max_map_count, 65,530 by default), but
+maps are not free and the loader never needs them all at once: the shuffle (order.py) reads one
+group of 256 segments at a time, so a gather touches at most ~256 parts, and without shuffle
+parts are read one after another. `PartSet` keeps the most recently used parts mapped and maps
+the others again when they come back: all sets of the process together keep their maps under
+half the kernel's limit (32 K maps), a set may be bounded further (`capacity`), and the shuffle
+unmaps a group's parts when the stream leaves it (`release`).
 
 An evicted part is unmapped only once nothing uses it: its arrays own their maps
 (mapping.py), so a gather still holding a part or one of its columns keeps it valid, on
@@ -24,14 +25,14 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 
-from shardrec.dataloader.format.manifest import (
-    DatasetError,
-    Manifest,
+from shardrec.dataloader.format.manifest import DatasetError, Manifest
+from shardrec.dataloader.format.mapping import read_ahead
+from shardrec.dataloader.format.part_file import (
     Part,
-    check_part_files,
+    check_part_file,
+    manifest_layout,
     open_part,
 )
-from shardrec.dataloader.format.mapping import read_ahead
 
 DEFAULT_MAX_MAP_COUNT = 65530
 MAP_SHARE = 2
@@ -54,9 +55,9 @@ class _Budget:
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
-        # (set id, part index) -> (part key, its files), least recently used first; a part that
-        # several sets share counts once (refs: entries per part key).
-        self.order: OrderedDict[tuple[int, int], tuple[tuple, int]] = OrderedDict()
+        # (set id, part index) -> part key, least recently used first; a part that several sets
+        # share counts once (refs: entries per part key). A part is one map.
+        self.order: OrderedDict[tuple[int, int], tuple] = OrderedDict()
         self.refs: dict[tuple, int] = {}
         self.sets: weakref.WeakValueDictionary[int, PartSet] = weakref.WeakValueDictionary()
         self.parts: weakref.WeakValueDictionary[tuple, Part] = weakref.WeakValueDictionary()
@@ -67,11 +68,11 @@ class _Budget:
         self.maps = 0
         self.limit = max_map_count() // MAP_SHARE
 
-    def add(self, entry: tuple[int, int], key: tuple, files: int) -> None:
-        self.order[entry] = (key, files)
+    def add(self, entry: tuple[int, int], key: tuple) -> None:
+        self.order[entry] = key
         count = self.refs.get(key, 0)
         self.refs[key] = count + 1
-        self.maps += files if count == 0 else 0
+        self.maps += count == 0
         while self.maps > self.limit and len(self.order) > 1:
             oldest = next(iter(self.order))
             owner = self.sets.get(oldest[0])
@@ -81,14 +82,13 @@ class _Budget:
                 owner._evict(oldest[1])
 
     def drop(self, entry: tuple[int, int]) -> None:
-        item = self.order.pop(entry, None)
-        if item is None:
+        key = self.order.pop(entry, None)
+        if key is None:
             return
-        key, files = item
         self.refs[key] -= 1
         if self.refs[key] == 0:
             del self.refs[key]
-            self.maps -= files
+            self.maps -= 1
 
     def forget(self, set_id: int) -> None:
         """A PartSet is gone: its maps go with its parts."""
@@ -108,7 +108,7 @@ class PartSet(Sequence[Part]):
     def __init__(
         self, directory: str | Path, split: str, manifest: Manifest, capacity: int | None = None
     ) -> None:
-        """Check every part's files now (inside the dataset, sizes; DatasetError names the first
+        """Check every part's file now (inside the dataset, sizes; DatasetError names the first
         bad one), and each part's dtypes and shapes when it is first mapped. `capacity`: parts this
         set keeps mapped at most (None: only the process-wide map budget bounds it)."""
         self.directory = Path(directory)
@@ -123,10 +123,9 @@ class PartSet(Sequence[Part]):
         self.rows: tuple[int, ...] = tuple(int(p.rows) for p in self._infos)
         self._mapped: OrderedDict[int, Part] = OrderedDict()
         root = str(self.directory.resolve())
-        self._keys = [
-            (root, split, p.name, tuple(sorted((f, i.sha256) for f, i in p.files.items())))
-            for p in self._infos
-        ]
+        self._keys = [(root, split, p.name, p.sha256) for p in self._infos]
+        self.layout = manifest_layout(manifest, self.directory)
+        """The file layout every part of the split must have (checked as each is opened)."""
         self._id = next(_IDS)
         _BUDGET.sets[self._id] = self
         weakref.finalize(self, _BUDGET.forget, self._id)
@@ -137,12 +136,11 @@ class PartSet(Sequence[Part]):
         """CPU seconds the warmer threads (`warm`) spent so far: the stream's cost off its own
         thread."""
         self._warm_lock = threading.Lock()
-        # Every part's files are checked now (exist inside the dataset, manifest's sizes), the
+        # Every part's file is checked now (exists inside the dataset, manifest's size), the
         # first part is mapped (its layout is the gathers' reference), the others when first read
-        # (their dtypes and shapes checked then): mapping all ~10,000 parts of Criteo 1TB here,
-        # and unmapping them again past the map budget, took minutes before the first batch.
+        # (their metadata checked then).
         for info in self._infos:
-            check_part_files(self.directory, split, info)
+            check_part_file(self.directory, split, info)
         if self._infos:
             self[0]
 
@@ -162,9 +160,9 @@ class PartSet(Sequence[Part]):
             part = _BUDGET.parts.get(self._keys[i])
             if part is not None:
                 return self._insert(i, part)
-        # Opened outside the lock (28 maps, ~2 ms): the gathers' lookups of mapped parts, on other
-        # threads, need not wait while a part of the next shuffle group is opened (warm).
-        opened = open_part(self.directory, self.split, self._infos[i], self.manifest)
+        # Opened outside the lock: the gathers' lookups of mapped parts, on other threads, need not
+        # wait while a part of the next shuffle group is opened (warm).
+        opened = open_part(self.directory, self.split, self._infos[i], self.manifest, self.layout)
         with _BUDGET.lock:
             part = self._mapped.get(i)
             part = _BUDGET.parts.get(self._keys[i]) if part is None else part
@@ -192,7 +190,7 @@ class PartSet(Sequence[Part]):
         self._mapped[i] = part
         if self.capacity is not None and len(self._mapped) > self.capacity:
             self._evict(next(iter(self._mapped)))
-        _BUDGET.add((self._id, i), self._keys[i], len(self._infos[i].files))
+        _BUDGET.add((self._id, i), self._keys[i])
         return part
 
     def warm(
@@ -207,9 +205,8 @@ class PartSet(Sequence[Part]):
             for i, start, rows in spans:
                 if not wanted():
                     return
-                time.sleep(
-                    0
-                )  # let the gathers' thread take the GIL between parts (opening one holds it ~1 ms)
+                # let the gathers' thread take the GIL between parts
+                time.sleep(0)
                 part = self[i]
                 for column in (
                     part.labels,
@@ -233,8 +230,7 @@ class PartSet(Sequence[Part]):
         stream enters a new group, whose parts are `keep` (in file order: the parts from the
         current one on). A mapped part keeps the pages it was
         read through resident in the process (file-backed, counted in its RSS) until it is
-        unmapped: with only the map budget to evict them, the ~1,170 Criteo parts it allows
-        grew the RSS by ~2 GB a group (615 -> 7,524 MB over three 16 M-row rounds, loaded)."""
+        unmapped: with only the map budget to evict them, the RSS grew by ~2 GB a group."""
         keep = keep if isinstance(keep, range) else set(keep)
         with _BUDGET.lock:
             for i in [i for i in self._mapped if i not in keep]:

@@ -1,7 +1,8 @@
 """Open a split for reading, whichever on-disk layout holds it.
 
 Two layouts are read, both memory-mapped (resident memory does not grow with dataset size):
-shardrec's own format (dataloader/format/manifest.py; a directory with manifest.json) and torchrec's
+shardrec's own format (dataloader/format/manifest.py and part_file.py; a directory with
+manifest.json) and torchrec's
 `day_N_{dense,sparse,labels}.npy` layout (dataloader/format/torchrec_npy.py describes it), read in
 place with torchrec's splits.
 """
@@ -14,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shardrec.dataloader.format import torchrec_npy as npy
-from shardrec.dataloader.format.manifest import MANIFEST, DatasetError, Manifest, Part
+from shardrec.dataloader.format.manifest import MANIFEST, DatasetError, Manifest, split_fingerprint
 from shardrec.dataloader.format.part_cache import PartSet, part_rows
+from shardrec.dataloader.format.part_file import Part
 
 
 @dataclass
@@ -64,18 +66,13 @@ def open_source(
             return source
     manifest = Manifest.load(directory)
     parts = PartSet(directory, split, manifest, max_mapped_parts)
-    h = hashlib.sha256()
-    for info in manifest.splits[split].parts:
-        h.update(f"{info.name}:{info.rows}:".encode())
-        for fname, finfo in sorted(info.files.items()):
-            h.update(f"{fname}:{finfo.bytes}:{finfo.sha256};".encode())
     source = SplitSource(
         directory=directory,
         split=split,
         parts=parts,
         feature_names=manifest.feature_names,
         multi_hot={f.name for f in manifest.sparse_features if f.multi_hot},
-        fingerprint=h.hexdigest(),
+        fingerprint=split_fingerprint(manifest, split),
     )
     _check_not_empty(source)
     return source

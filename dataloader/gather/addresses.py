@@ -12,7 +12,7 @@ import weakref
 
 import numpy as np
 
-from shardrec.dataloader.format.manifest import Part
+from shardrec.dataloader.format.part_file import Part
 from shardrec.dataloader.util.jit import njit
 
 

@@ -21,8 +21,8 @@ from torchrec.datasets.utils import Batch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from shardrec.dataloader.format.integrity import bad_id_error, bad_jagged_id_error
-from shardrec.dataloader.format.manifest import Part
 from shardrec.dataloader.format.part_cache import PartSet, part_rows
+from shardrec.dataloader.format.part_file import Part
 from shardrec.dataloader.gather import gather_kernels as kernels
 from shardrec.dataloader.gather.addresses import AddressCache
 from shardrec.dataloader.gather.many_parts import PartLocator, take_ids_of_parts

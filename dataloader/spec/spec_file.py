@@ -27,6 +27,7 @@ from shardrec.dataloader.spec.feature_spec import (
     FORMAT_KINDS,
     POOLINGS,
     ROLES,
+    SEQUENCE_VALUES,
     FeatureSpec,
     SpecError,
     TextFormat,
@@ -39,6 +40,7 @@ _CHOICES = {
     "type": DENSE_TYPES,
     "transform": DENSE_TRANSFORMS,
     "pooling": POOLINGS,
+    "values": SEQUENCE_VALUES,
 }
 
 
@@ -180,8 +182,11 @@ def spec_to_toml(spec: FeatureSpec, notes: dict[str, str] | None = None, preambl
     """
     lines = [f"# {line}" if line else "#" for line in preamble.splitlines()]
     lines += ["[format]"]
+    parquet = spec.format.kind == "parquet"  # columns by name: no text keys
     lines += [
-        f"{f.name} = {_toml_value(getattr(spec.format, f.name))}" for f in fields(spec.format)
+        f"{f.name} = {_toml_value(getattr(spec.format, f.name))}"
+        for f in fields(spec.format)
+        if not parquet or f.name == "kind"
     ]
     lines = [line for line in lines if not line.endswith("= None")]
     for column in spec.columns:
@@ -195,6 +200,8 @@ def spec_to_toml(spec: FeatureSpec, notes: dict[str, str] | None = None, preambl
         ]
         for f in fields(column):
             value = getattr(column, f.name)
+            if parquet and f.name == "separator":  # a Parquet list column holds its values apart
+                continue
             if f.name != "name" and value is not None and value != {}:
                 lines.append(f"{f.name} = {_toml_value(value)}")
     return "\n".join(lines) + "\n"

@@ -44,6 +44,18 @@ def test_config_defaults_are_a_commented_job_file() -> None:
     assert tomllib.loads(result.stdout)["train"]["global_batch_size"] == 2048
 
 
+def test_config_defaults_written_to_a_file_load_as_a_job(tmp_path: Path) -> None:
+    """`shardrec config defaults > job.toml` (the README's flow): a managed table's keys are shown
+    commented out, and the file loads with no table named."""
+    from shardrec.trainer.job.config import load_job_config
+
+    result = _run("config", "defaults")
+    assert "# [tables.FEATURE]\n" in result.stdout and '\n# policy = "lru"\n' in result.stdout
+    job = tmp_path / "job.toml"
+    job.write_text(result.stdout)
+    assert load_job_config(job).tables == {}
+
+
 def test_plan_show_reprints_a_saved_plan_and_plan_runs_alone(
     tiny_dataset: Path, tmp_path: Path
 ) -> None:
@@ -120,6 +132,6 @@ def test_help_keeps_bracketed_defaults_and_one_paragraph_summaries() -> None:
     assert "export Write a run's checkpoint as one unsharded safetensors file. predict" in listed
     data = " ".join(_run("data", "--help").stdout.replace("│", " ").split())
     assert (
-        "multihot Write a multi-hot copy of the one-hot dataset SRC, as MLPerf DLRMv2 does. ╰"
-        in data
+        "multihot Write a multi-hot copy of the one-hot dataset SRC, as MLPerf DLRMv2 does. "
+        "upgrade Rewrite a dataset of the old layout in place as one file per part. ╰" in data
     )

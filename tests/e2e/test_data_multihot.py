@@ -12,12 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import write_tiny_dataset
-from helpers import assert_one_line_error
+from helpers import assert_one_line_error, change_part_byte, file_offset
 from multihot_reference import reference_multihot, reference_tables
 from typer.testing import CliRunner
 
 from shardrec.dataloader.format.integrity import verify
-from shardrec.dataloader.format.manifest import Manifest, open_split
+from shardrec.dataloader.format.manifest import Manifest
+from shardrec.dataloader.format.part_file import open_split
 from shardrec.tools.cli.app import app
 
 runner = CliRunner()
@@ -67,7 +68,7 @@ def test_materialised_ids_are_the_reference_ids(
     assert shown.pop("criteo_1tb_hours") == pytest.approx(
         4_373_472_329 / shown.pop("rows_per_s") / 3600, rel=0.01
     )
-    written = sum(p.stat().st_size for p in (tmp_path / "mh").rglob("part-*/*.npy"))
+    written = sum(p.stat().st_size for p in (tmp_path / "mh").rglob("part-*.arrow"))
     assert shown.pop("bytes_written") == written and shown.pop("mb_per_s_written") >= 0
     assert (
         shown.pop("cpu_seconds") > 0
@@ -223,16 +224,15 @@ def test_bad_input_is_one_clear_line(one_hot: Path, tmp_path: Path):
     assert not list(tmp_path.glob(".o.tmp-*")) and not (tmp_path / "o").exists()
 
 
-def test_a_corrupted_source_column_is_named_and_nothing_is_written(one_hot: Path, tmp_path: Path):
-    victim = one_hot / "train" / "part-00001" / "dense.npy"
-    raw = bytearray(victim.read_bytes())
-    raw[-1] ^= 0xFF
-    victim.write_bytes(bytes(raw))
+def test_a_corrupted_source_part_is_named_and_nothing_is_written(one_hot: Path, tmp_path: Path):
+    dense = open_split(one_hot, "train")[1].dense
+    at = file_offset(dense) + dense.nbytes - 1  # the last dense value: its metadata is intact
+    change_part_byte(one_hot, "train", 1, at, record=False)
     line = assert_one_line_error(
         _multihot(one_hot, tmp_path / "mh", "--sizes", "3,1,2,1"),
         r"checksum differs from its manifest",
     )
-    assert "part-00001/dense.npy" in line
+    assert "train/part-00001.arrow" in line
     assert not (tmp_path / "mh").exists() and not list(tmp_path.glob(".mh.tmp-*"))
 
 
@@ -247,7 +247,7 @@ def test_files_reach_the_disk_before_the_manifest_while_the_workers_go_on(
         real_fsync(fd)
 
     def save(manifest: Manifest, directory: Path) -> None:
-        files = list(Path(directory).rglob("*.npy"))
+        files = list(Path(directory).rglob("*.arrow"))
         assert files and all(str(p) in synced for p in files), (
             "the manifest was written before every file was synced"
         )
@@ -258,6 +258,6 @@ def test_files_reach_the_disk_before_the_manifest_while_the_workers_go_on(
     result = _multihot(one_hot, tmp_path / "mh", "--sizes", "2,4,1,3", "--workers", "2")
     assert result.exit_code == 0, result.output
     # Workers (shardrec-multihot_N) convert the next parts while the written ones are synced.
-    threads = {thread for name, thread in synced.items() if name.endswith(".npy")}
+    threads = {thread for name, thread in synced.items() if name.endswith(".arrow")}
     assert threads and not any(t.startswith("shardrec-multihot_") for t in threads), threads
     assert verify(tmp_path / "mh") == []

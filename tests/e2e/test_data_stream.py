@@ -2,9 +2,10 @@ import json
 import re
 from pathlib import Path
 
-from helpers import assert_one_line_error
+from helpers import assert_one_line_error, change_part_byte, file_offset
 from typer.testing import CliRunner
 
+from shardrec.dataloader.format.part_file import open_split
 from shardrec.tools.cli.app import app
 
 runner = CliRunner()
@@ -59,10 +60,10 @@ def test_digest_bad_input_is_one_clear_error(tiny_dataset: Path):
         app, ["data", "digest", str(tiny_dataset), "--global-batch", "64", "--world-size", "3"]
     )
     assert_one_line_error(result, re.escape("--global-batch 64 does not divide by --world-size 3"))
-    victim = tiny_dataset / "train" / "part-00000" / "f1.npy"
+    victim = tiny_dataset / "train" / "part-00000.arrow"
     victim.write_bytes(victim.read_bytes()[:-5])
     result = runner.invoke(app, ["data", "digest", str(tiny_dataset), "--global-batch", "64"])
-    assert_one_line_error(result, re.escape("part-00000/f1.npy"))
+    assert_one_line_error(result, re.escape("train/part-00000.arrow"))
 
 
 def test_verify_passes_then_names_the_corrupted_file(tiny_dataset: Path):
@@ -72,12 +73,12 @@ def test_verify_passes_then_names_the_corrupted_file(tiny_dataset: Path):
         "ok": True,
         "problems": [],
     }
-    victim = tiny_dataset / "val" / "part-00000" / "dense.npy"
-    raw = bytearray(victim.read_bytes())
-    raw[-1] ^= 0xFF  # same size, different content: only the checksum can tell
-    victim.write_bytes(bytes(raw))
+    dense = open_split(tiny_dataset, "val")[0].dense
+    # same size, different content (a dense value; the metadata intact): only the checksum can tell
+    change_part_byte(tiny_dataset, "val", 0, file_offset(dense) + 5, record=False)
+    assert open_split(tiny_dataset, "val")[0].rows == 256  # opening does not read the values
     bad = runner.invoke(app, ["data", "verify", str(tiny_dataset)])
     # verify reports every problem on stdout (a report, not one input error), then exits 1.
-    assert bad.exit_code == 1 and "val/part-00000/dense.npy: checksum differs" in bad.stdout
+    assert bad.exit_code == 1 and "val/part-00000.arrow: checksum differs" in bad.stdout
     missing = runner.invoke(app, ["data", "verify", str(tiny_dataset / "nope")])
     assert_one_line_error(missing, re.escape("nope: does not exist"))

@@ -1,7 +1,9 @@
 """A run directory written by the code before the trainer regroup still resumes: the on-disk
 formats (config.toml, plan.json, dataset.json, metrics.jsonl, the checkpoint's files) did not
 change. tests/fixtures/run-killed-at-step-6 is such a run: 2 ranks, killed after step 6, its
-newest checkpoint of step 4 (tests/fixtures/README.md says how it was made)."""
+newest checkpoint of step 4 (tests/fixtures/README.md says how it was made). Its dataset was of
+the layout before one file per part: the run refuses it in one line naming `shardrec data
+upgrade`, and resumes on it once upgraded (the upgraded dataset keeps its fingerprint)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import write_tiny_dataset
-from helpers import TINY_MODEL, settings, train_command
+from helpers import TINY_MODEL, cli, settings, train_command, write_old_layout
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 # The settings the fixture was trained with; a resume refuses any other.
@@ -30,11 +32,21 @@ JOB = settings(
 def test_a_run_killed_under_the_previous_layout_resumes_and_ends_where_it_would_have(
     tmp_path: Path,
 ) -> None:
-    write_tiny_dataset(tmp_path / "data")  # the fixture's dataset: same bytes, same fingerprint
+    write_tiny_dataset(tmp_path / "new")
+    data = tmp_path / "data"  # the fixture's dataset: same bytes, same fingerprint
+    write_old_layout(tmp_path / "new", data)
     run = tmp_path / "run"
     shutil.copytree(FIXTURES / "run-killed-at-step-6", run)
+    refused = subprocess.run(
+        train_command(data, run, *JOB), capture_output=True, text=True, timeout=300
+    )
+    assert refused.returncode == 1 and f"`shardrec data upgrade {data}`" in refused.stderr, (
+        refused.stderr[-3000:]
+    )
+    upgraded = json.loads(cli("data", "upgrade", data, "--json").stdout)
+    assert upgraded["from_version"] == 1 and upgraded["parts"] == 4
     result = subprocess.run(
-        train_command(tmp_path / "data", run, *JOB), capture_output=True, text=True, timeout=300
+        train_command(data, run, *JOB), capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(result.stdout)

@@ -13,7 +13,8 @@ from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
 from shardrec.dataloader.format.integrity import verify
-from shardrec.dataloader.format.manifest import Manifest, open_split
+from shardrec.dataloader.format.manifest import Manifest
+from shardrec.dataloader.format.part_file import open_split
 from shardrec.tools.cli.app import app
 from shardrec.tools.preprocess.ids.id_maps import hash_ids
 from shardrec.tools.preprocess.parse.criteo_text import transform_dense

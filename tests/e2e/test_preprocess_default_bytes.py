@@ -2,7 +2,12 @@
 manifest (less the versions of the software that wrote it) and the batch stream, pinned by digest.
 
 The digests were taken from the code before feature specs existed; a change that moves any byte
-of a default (Criteo-shaped) dataset fails here.
+of a default (Criteo-shaped) dataset fails here. "files" was taken over the `.npy` files of the
+layout before one file per part; since, it is taken over each column as that layout held it
+(helpers.old_layout_files): the same digests, so the same rows, ids and dense values, and the same
+stream. "parts" (the part files) and "manifest" were taken once when parts became one Arrow IPC
+file each; they depend on shardrec's code only, not on the pyarrow installed (the files are
+written byte for byte by dataloader/format/arrow_ipc.py).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import old_layout_files
 from typer.testing import CliRunner
 
 from shardrec.tools.cli.app import app
@@ -43,19 +49,22 @@ PINNED = {
     "tsv-hash": {
         "text": "5845afb711756bca730c0733e74d59802de640e13088621ea5cd5702a4be54ff",
         "files": "a337c4a5267768ed6b3d424829a58e0412a96654261821ca906cc46a4ffa9e7d",
-        "manifest": "87c68d369e898ffe6091cda71a30e92024ea48cfeac79524b030d2ef7e941875",
+        "manifest": "0931b31b22f8c04caa332da15e18fb767ddaa25d665d94c092d16349f1bbf7b2",
+        "parts": "a0566f1b37f1609ed2bb8deb8b3db03bcce87579a40e70ae914b5895c3065fff",
         "stream": "3635e8b8707470454ac4fb53532c7d9673922f4c9f2ea73b6b160737776be9f2",
     },
     "csv-vocab-float16": {
         "text": "5f543ab329d355c665d1f4290fce44b5c77e42f38effe402b39a8df949cd42ee",
         "files": "8edc3c10cc07215d57ddf46ec1ac6bd76937a9efb9d3978c2dcddb47cda4f3ec",
-        "manifest": "be3fd60e6b6926978e43c42eab19bfc99d8154d19cfdb7c3c4972fcf05d1268e",
+        "manifest": "ec2ca7d10e36671bf6873fbe944d918beb4a5545d9df66785e09ff61da06f797",
+        "parts": "623f67cd2c5f997f6427227461a7d20539b16886ed5fae5fcad420ec9be1d67e",
         "stream": "7b4d49fcbef473d0109a5f40d4ba535137413008e692b650ebe24df5141e80bd",
     },
     "days-per-feature-ids": {
         "text": "22e68a3cbb4e243d8139039ea5533457e567d8a890d0fa45b58aea0c9cbf46b2",
         "files": "8b82c4323fe10ddaf3748df72c0b1ab372325df7ab9b27cf22283046b33a69a5",
-        "manifest": "fcccd0c5179cf4f364c512763bb1d924c556e356ce10ee04f20a5505c63d5543",
+        "manifest": "e58137e89b726fde629b69b836cfa3ef77f18f47e9ee64137257165dd9869467",
+        "parts": "a4b2bad182accbc4c4fef20d8250cf4e0446608ea3cc63e6620cb3f1e595e725",
         "stream": "a35e167631653c8f5cc31da32078bcb789fde2037de3c09cf3596d1156fd5858",
     },
 }
@@ -77,8 +86,9 @@ def digests(tmp: Path, synth_flags: list[str], preprocess_flags: list[str]) -> d
     text = b"".join(p.read_bytes() for p in sorted(raw.iterdir()))
     _cli("preprocess", raw, "--out", out, *preprocess_flags)
     manifest = json.loads((out / "manifest.json").read_text())
-    files = sorted(
-        p.relative_to(out).as_posix() for p in out.rglob("*.npy") if ".work" not in p.parts
+    columns = old_layout_files(out)
+    parts = sorted(
+        p.relative_to(out).as_posix() for p in out.rglob("*.arrow") if ".work" not in p.parts
     )
     stream = json.loads(
         _cli("data", "digest", out, "--global-batch", "256", "--batches", "3", "--json")
@@ -86,7 +96,8 @@ def digests(tmp: Path, synth_flags: list[str], preprocess_flags: list[str]) -> d
     del manifest["versions"]
     return {
         "text": _sha(text),
-        "files": _sha("".join(f"{f}:{_sha((out / f).read_bytes())}\n" for f in files).encode()),
+        "files": _sha("".join(f"{f}:{_sha(columns[f])}\n" for f in sorted(columns)).encode()),
+        "parts": _sha("".join(f"{f}:{_sha((out / f).read_bytes())}\n" for f in parts).encode()),
         "manifest": _sha(json.dumps(manifest, sort_keys=True).encode()),
         "stream": _sha(json.dumps(stream["digests"]).encode()),
     }

@@ -103,7 +103,7 @@ def test_rerun_after_lost_task_redoes_only_that_task(raw: Path, reference, tmp_p
     # What a kill mid-task leaves: no marker for the task, a half-written temporary file.
     (out / ".work" / "task-00003.json").unlink()
     (out / "manifest.json").unlink()
-    (out / "train" / "part-00003-0000" / ".C1.npy.tmp-999").write_bytes(b"partial")
+    (out / "train" / ".part-00003-0000.arrow.tmp-999").write_bytes(b"partial")
     res = cli("preprocess", raw, "--out", out, *ARGS)
     assert res["tasks_run"] == 1
     assert outputs(out) == reference
@@ -167,7 +167,7 @@ def test_failed_background_fsync_fails_the_run_without_marking_the_task(
     out = tmp_path / "data"
     result = runner.invoke(app, ["preprocess", str(raw), "--out", str(out), *ARGS])
     assert_one_line_error(result, re.escape("No space left on device"))
-    assert list((out / "train").glob("part-*/C1.npy"))  # parts were written, then their sync failed
+    assert list((out / "train").glob("part-*.arrow"))  # parts were written, then their sync failed
     assert not list((out / ".work").glob("task-*.json"))  # so no task is recorded as finished
     monkeypatch.undo()
     assert cli("preprocess", raw, "--out", out, *ARGS)["complete"]

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import assert_one_line_error, cli
+from helpers import assert_one_line_error, cli, old_layout_files
 
 from shardrec.dataloader.format.integrity import verify
-from shardrec.dataloader.format.manifest import Manifest, open_split
+from shardrec.dataloader.format.manifest import Manifest
+from shardrec.dataloader.format.part_file import open_split
 from shardrec.dataloader.spec.feature_spec import CategoricalColumn, DenseColumn, ListColumn
 from shardrec.dataloader.spec.spec_file import load_spec
 from shardrec.embeddings.tables import build_table_configs
@@ -118,7 +119,7 @@ def test_an_inferred_spec_preprocesses_the_log_as_python_reads_it(
         if "│" in line
     ]
     if like == "movielens":
-        assert manifest.schema_version == 2 and manifest.feature("genres").multi_hot
+        assert manifest.schema_version == 3 and manifest.feature("genres").multi_hot
         assert 1.5 < manifest.feature("genres").stats["mean_ids_per_sample"] < 2.5
         assert "title" in names and "rating" not in names
         assert head == [
@@ -131,7 +132,7 @@ def test_an_inferred_spec_preprocesses_the_log_as_python_reads_it(
         assert pooling["t_genres"] == manifest.feature("genres").stats["mean_ids_per_sample"]
         assert pooling["t_title"] == 1.0
     else:
-        assert manifest.schema_version == 1 and "id" not in names and "click" not in names
+        assert manifest.schema_version == 3 and "id" not in names and "click" not in names
         assert {"site_id", "C20", "hour"} <= set(names)
         assert head[:4] == ["label: click", "hour", "C1", "banner_pos"]
 
@@ -140,10 +141,16 @@ def test_an_inferred_spec_preprocesses_the_log_as_python_reads_it(
 # of text), taken from the spec parser as it was before its fused fast paths: a change that moves
 # any byte of a spec dataset (labels, dense values, ids, list offsets) fails here. (MovieLens' was
 # taken again when spec infer began to leave its timestamp out, Avazu's when it began to make
-# C14-C21 string categoricals: the old parser, 22d167a^, gives the same.)
+# C14-C21 string categoricals: the old parser, 22d167a^, gives the same.) Taken over the `.npy` files
+# of the layout before one file per part; since, over each column as that layout held it
+# (helpers.old_layout_files): the same digests, the same rows. PINNED_PARTS: the part files.
 PINNED_FILES = {
     "movielens": "ca0c4e106e3cf74ee061b861810e23f3aa566f5f387832cbd2858a33e5527c07",
     "avazu": "e923a142c6979d6fd411ef87590679f3a17f8d85f8aa11bea4ee6f398be1edd7",
+}
+PINNED_PARTS = {
+    "movielens": "0c865bbdd68d99a86d37adcd6d62414e1ca0224a1f0f93d72cf696f43a485aef",
+    "avazu": "3de93a5c08b99a3a275b9f44bb7494398baf2462b1b2fa3bc54343ae82061412",
 }
 
 
@@ -151,11 +158,14 @@ PINNED_FILES = {
 def test_a_spec_dataset_keeps_its_bytes(logs, like: str, tmp_path: Path) -> None:
     log, spec = logs[like]
     cli("preprocess", log, "--spec", spec, "--out", tmp_path / "d", "--chunk-mb", "0.05")
-    files = sorted(
-        p.relative_to(tmp_path / "d").as_posix() for p in (tmp_path / "d").rglob("*.npy")
-    )
-    sha = [f"{f}:{hashlib.sha256((tmp_path / 'd' / f).read_bytes()).hexdigest()}\n" for f in files]
+    columns = old_layout_files(tmp_path / "d")
+    sha = [f"{f}:{hashlib.sha256(columns[f]).hexdigest()}\n" for f in sorted(columns)]
     assert hashlib.sha256("".join(sha).encode()).hexdigest() == PINNED_FILES[like]
+    parts = sorted(
+        p.relative_to(tmp_path / "d").as_posix() for p in (tmp_path / "d").rglob("*.arrow")
+    )
+    sha = [f"{f}:{hashlib.sha256((tmp_path / 'd' / f).read_bytes()).hexdigest()}\n" for f in parts]
+    assert hashlib.sha256("".join(sha).encode()).hexdigest() == PINNED_PARTS[like]
 
 
 def test_criteos_shape_as_a_spec_file_writes_the_default_columns(tmp_path: Path) -> None:
@@ -177,8 +187,8 @@ def test_criteos_shape_as_a_spec_file_writes_the_default_columns(tmp_path: Path)
     )
     default, from_spec = Manifest.load(tmp_path / "default"), Manifest.load(tmp_path / "spec")
     for split in ("train", "val", "test"):
-        assert [p.files for p in default.splits[split].parts] == [
-            p.files for p in from_spec.splits[split].parts
+        assert [(p.bytes, p.sha256) for p in default.splits[split].parts] == [
+            (p.bytes, p.sha256) for p in from_spec.splits[split].parts
         ]
     assert (
         "spec" not in default.options
@@ -258,7 +268,7 @@ def test_list_features_arrive_as_jagged_batches_with_their_lengths(tmp_path: Pat
     )
     cli("preprocess", tmp_path / "log.tsv", "--spec", tmp_path / "s.toml", "--out", tmp_path / "d")
     manifest = Manifest.load(tmp_path / "d")
-    assert manifest.feature("tags").pooling == "mean" and manifest.schema_version == 2
+    assert manifest.feature("tags").pooling == "mean" and manifest.schema_version == 3
     (loader,) = [
         build_loader(
             tmp_path / "d", "train", global_batch_size=60, rank=0, world_size=1, shuffle=NO_SHUFFLE

@@ -1,10 +1,12 @@
-"""Hostile dataset files (README, Failures and trust: Datasets): a column that disagrees with the
-manifest, ids outside their table, and part names that lead out of the dataset directory. Each file
-is made hostile with its manifest checksum updated to match, as a careless tool or a hostile user
-would, so only the checks themselves can catch it."""
+"""Hostile dataset files (README, Failures and trust: Datasets): a part file that disagrees with
+the manifest (other columns, a moved buffer, truncated, other rows), a tampered data byte, ids
+outside their table, and part names that lead out of the dataset directory. Each file is made
+hostile with its manifest size and checksum updated to match, as a careless tool or a hostile
+user would, so only the checks themselves can catch it."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -12,10 +14,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import loader_kwargs, write_tiny_dataset
-from helpers import assert_one_line_error
+from helpers import assert_one_line_error, change_part_byte, file_offset
 from typer.testing import CliRunner
 
-from shardrec.dataloader.format.manifest import DatasetError, file_sha256, shown
+from shardrec.dataloader.format.manifest import DatasetError, Manifest, file_sha256, shown
+from shardrec.dataloader.format.part_file import (
+    file_layout,
+    manifest_layout,
+    open_split,
+    write_part,
+)
 from shardrec.dataloader.loader import build_loader
 from shardrec.tools.cli.app import app
 
@@ -29,18 +37,40 @@ def _edit_manifest(directory: Path, edit) -> None:
     path.write_text(json.dumps(raw))
 
 
-def _replace_column(
-    directory: Path, part: str, fname: str, array: np.ndarray, split: str = "train"
-) -> Path:
-    """Write `array` as one column, and record its size and checksum in the manifest."""
-    path = directory / split / part / fname
-    np.save(path, array)
-    index = int(part.split("-")[1])
-    entry = {"bytes": path.stat().st_size, "sha256": file_sha256(path)}
-    _edit_manifest(
-        directory, lambda raw: raw["splits"][split]["parts"][index]["files"][fname].update(entry)
-    )
+def _replace_part(directory: Path, index: int, data: bytes, split: str = "train") -> Path:
+    """Write `data` as a part's file, and record its size and checksum in the manifest."""
+    path = directory / split / f"part-{index:05d}.arrow"
+    path.write_bytes(data)
+    entry = {"bytes": len(data), "sha256": file_sha256(path)}
+    _edit_manifest(directory, lambda raw: raw["splits"][split]["parts"][index].update(entry))
     return path
+
+
+def _rewritten(directory: Path, index: int, edit) -> bytes:
+    """Part `index` of train written again by shardrec's writer with `edit` applied to its columns
+    and layout (dense, sparse, offsets, features): a well-formed file of other columns."""
+    manifest = Manifest.load(directory)
+    part = open_split(directory, "train", manifest)[index]
+    dense, sparse, offsets = np.asarray(part.dense), dict(part.sparse), dict(part.offsets)
+    features = [dataclasses.replace(f) for f in manifest.sparse_features]
+    dense, sparse, features = edit(dense, sparse, features)
+    layout = file_layout([f"d{i}" for i in range(dense.shape[1])], dense.dtype.name, features)
+    out = directory.parent / "rewritten.arrow"
+    write_part(out, layout, part.labels, dense, sparse, offsets)
+    return out.read_bytes()
+
+
+def _moved_buffer(directory: Path, index: int) -> bytes:
+    """Part `index` with one buffer's offset moved in its metadata (the file otherwise valid)."""
+    manifest = Manifest.load(directory)
+    layout = manifest_layout(manifest)
+    data = bytearray(
+        (directory / "train" / manifest.splits["train"].parts[index].name).read_bytes()
+    )
+    at = layout.marks["buffers"] + 16 * layout.values_buffer[-1]  # the last column's ids
+    offset = int(np.frombuffer(bytes(data[at : at + 8]), "<i8")[0])
+    data[at : at + 8] = np.int64(offset - 8).tobytes()
+    return bytes(data)
 
 
 def _cli(*args: str):
@@ -66,64 +96,97 @@ def _assert_every_reader_refuses(data: Path, pattern: str) -> None:
     assert_one_line_error(_cli("data", "head", data, "-n", "1000"), pattern)
 
 
+def _wider_dense(dense, sparse, features):
+    return np.concatenate([dense, dense], axis=1), sparse, features
+
+
+def _float64_dense(dense, sparse, features):
+    return dense.astype(np.float64), sparse, features
+
+
+def _uint32_ids(dense, sparse, features):
+    features[3].dtype = "uint32"
+    return dense, {**sparse, "f3": sparse["f3"].astype(np.uint32)}, features
+
+
+def _fewer_columns(dense, sparse, features):
+    return dense, {k: v for k, v in sparse.items() if k != "f2"}, features[:2] + features[3:]
+
+
+COLUMNS = r"not the part the manifest describes: its columns \(names, types\) or their metadata"
+
+
 @pytest.mark.parametrize(
-    "column, array, message",
+    "hostile, message",
     [
+        (lambda d: _rewritten(d, 0, _wider_dense), COLUMNS),
+        (lambda d: _rewritten(d, 0, _float64_dense), COLUMNS),
+        (lambda d: _rewritten(d, 0, _uint32_ids), COLUMNS),
+        (lambda d: _rewritten(d, 0, _fewer_columns), COLUMNS),
         (
-            "dense.npy",
-            lambda a: np.concatenate([a, a], axis=1),
-            r"shape \(600, 8\), manifest says \(600, 4\)",
+            lambda d: _moved_buffer(d, 0),
+            r"its buffers are not where shardrec writes them for 600 rows",
         ),
-        ("dense.npy", lambda a: a[:, :2].copy(), r"shape \(600, 2\), manifest says \(600, 4\)"),
-        ("dense.npy", lambda a: a.astype(np.float64)[:, :2], r"dtype <f8, manifest says <f4"),
-        ("dense.npy", lambda a: np.asfortranarray(a), r"stored in Fortran order"),
-        ("f3.npy", lambda a: a.astype(np.uint32), r"dtype <u4, manifest says <u2"),
-        ("f3.npy", lambda a: np.stack([a, a], axis=1), r"shape \(600, 2\), manifest says \(600,\)"),
-        ("label.npy", lambda a: a.astype(np.float32), r"dtype <f4, manifest says \|u1"),
+        (
+            lambda d: (d / "train" / "part-00000.arrow").read_bytes()[:-100],
+            r"its footer is not the one shardrec writes",
+        ),
+        (
+            lambda d: (d / "train" / "part-00001.arrow").read_bytes(),
+            r"holds 400 rows, manifest says 600",
+        ),
     ],
     ids=[
         "wider-dense",
-        "narrower-dense",
         "float64-dense",
-        "fortran-dense",
         "uint32-ids",
-        "2d-ids",
-        "float-labels",
+        "a-column-less",
+        "moved-buffer",
+        "truncated",
+        "other-rows",
     ],
 )
-def test_a_column_that_disagrees_with_the_manifest_is_refused_naming_the_file(
-    tmp_path: Path, column, array, message
+def test_a_part_that_disagrees_with_the_manifest_is_refused_naming_the_file(
+    tmp_path: Path, hostile, message
 ):
     data = tmp_path / "data"
     write_tiny_dataset(data, rows={"train": [600, 400]})
-    path = data / "train" / "part-00000" / column
-    _replace_column(data, "part-00000", column, array(np.load(path)))
-    pattern = re.escape(str(path)) + ": " + message
+    path = _replace_part(data, 0, hostile(data))
+    pattern = re.escape(str(path)) + ": .*" + message
     _assert_every_reader_refuses(data, pattern)
     for compiled in (True, False):
         with pytest.raises(DatasetError, match=pattern):
             _read_everything(data, compiled=compiled)
 
 
+def test_a_tampered_data_byte_is_named_by_verify_and_an_id_it_breaks_by_every_reader(
+    tmp_path: Path,
+):
+    """A changed byte inside a column keeps the file's layout: opening cannot see it. `verify`
+    names the file by its checksum; an id it pushes past its table is refused as it is read."""
+    data = tmp_path / "data"
+    write_tiny_dataset(data, rows={"train": [600, 400]})
+    dense = open_split(data, "train")[1].dense
+    path = change_part_byte(data, "train", 1, file_offset(dense) + 3, record=False)
+    verify = _cli("data", "verify", data)
+    assert verify.exit_code == 1 and f"{path}: checksum differs from the manifest" in verify.stdout
+    _read_everything(data)  # a dense value: only the checksum tells
+
+
 @pytest.mark.parametrize("multi_hot", [False, True], ids=["one-hot", "multi-hot"])
 def test_an_id_beyond_its_table_is_refused_naming_file_row_and_id(tmp_path: Path, multi_hot: bool):
     data = tmp_path / "data"
     write_tiny_dataset(data, rows={"train": [600, 400]}, multi_hot=("f3",) if multi_hot else ())
-    path = data / "train" / "part-00001" / "f3.npy"  # table f3 has 1,000 rows; its ids are uint16
-    ids = np.load(path)
-    ids[123] = 65_132  # one changed byte's worth: the README's example id
-    _replace_column(data, "part-00001", "f3.npy", ids)
-    row = (
-        123
-        if not multi_hot
-        else int(
-            np.searchsorted(
-                np.load(data / "train" / "part-00001" / "f3.offsets.npy"), 123, side="right"
-            )
-        )
-        - 1
-    )
-    pattern = re.escape(f"{path}: row {row} has id 65132, outside table f3 of 1000 rows")
+    part = open_split(data, "train")[1]
+    ids = part.sparse["f3"]  # table f3 has 1,000 rows; its ids are uint16
+    # one changed id (its bytes rewritten in place, the checksum recorded): the README's example
+    at = file_offset(ids) + 2 * 123
+    raw = bytearray((data / "train" / "part-00001.arrow").read_bytes())
+    raw[at : at + 2] = np.uint16(65_132).tobytes()
+    path = _replace_part(data, 1, bytes(raw))
+    row = 123 if not multi_hot else int(np.searchsorted(part.offsets["f3"], 123, side="right")) - 1
+    del part, ids
+    pattern = re.escape(f"{path}: column f3, row {row} has id 65132, outside table f3 of 1000 rows")
     _assert_every_reader_refuses(data, pattern)
     plot = _cli(
         "data", "stats", data, "--plot", tmp_path / "ids.png"
@@ -142,8 +205,8 @@ def test_an_id_beyond_its_table_is_refused_naming_file_row_and_id(tmp_path: Path
     ):
         with pytest.raises(DatasetError, match=pattern):
             _read_everything(data, **kw)
-    ids[123] = 999  # the last row of the table is a valid id
-    _replace_column(data, "part-00001", "f3.npy", ids)
+    raw[at : at + 2] = np.uint16(999).tobytes()  # the last row of the table is a valid id
+    _replace_part(data, 1, bytes(raw))
     assert _cli("data", "verify", data).exit_code == 0
     _read_everything(data)
 
@@ -154,12 +217,14 @@ def test_an_id_equal_to_its_tables_rows_is_the_first_refused(tmp_path: Path, mul
     gather path of the loader, as 999 is read."""
     data = tmp_path / "data"
     write_tiny_dataset(data, rows={"train": [600, 400]}, multi_hot=("f3",) if multi_hot else ())
-    path = data / "train" / "part-00000" / "f3.npy"
-    ids = np.load(path)
+    ids = open_split(data, "train")[0].sparse["f3"]
+    at, count = file_offset(ids), len(ids)
+    raw = bytearray((data / "train" / "part-00000.arrow").read_bytes())
     for bad, refused in ((1000, True), (999, False)):
-        ids[:] = np.minimum(ids, 998)
-        ids[7] = bad
-        _replace_column(data, "part-00000", "f3.npy", ids)
+        column = np.minimum(np.frombuffer(bytes(raw[at : at + 2 * count]), np.uint16), 998)
+        column[7] = bad
+        raw[at : at + 2 * count] = column.tobytes()
+        _replace_part(data, 0, bytes(raw))
         for kw in (
             {},
             {"compiled": False},
@@ -175,31 +240,32 @@ def test_an_id_equal_to_its_tables_rows_is_the_first_refused(tmp_path: Path, mul
                 _read_everything(data, **kw)
 
 
-def _outside_part(tmp_path: Path, data: Path) -> None:
-    """A copy of train part 0 outside the dataset directory."""
+def _outside_part(tmp_path: Path, data: Path) -> Path:
+    """Train part 0's file moved outside the dataset directory."""
     (tmp_path / "elsewhere").mkdir()
-    (data / "train" / "part-00000").rename(tmp_path / "elsewhere" / "part-00000")
+    outside = tmp_path / "elsewhere" / "part-00000.arrow"
+    (data / "train" / "part-00000.arrow").rename(outside)
+    return outside
 
 
 @pytest.mark.parametrize(
-    "how", ["dotdot", "absolute", "symlinked-part", "symlinked-file", "dotdot-file"]
+    "how", ["dotdot", "absolute", "not-a-part-file", "symlinked-part", "symlinked-split"]
 )
 def test_part_names_that_lead_out_of_the_dataset_are_refused(tmp_path: Path, how: str):
     data = tmp_path / "data"
     write_tiny_dataset(data, rows={"train": [600, 400]})
-    _outside_part(tmp_path, data)
-    outside = tmp_path / "elsewhere" / "part-00000"
+    outside = _outside_part(tmp_path, data)
     manifest = re.escape(str(data / "manifest.json"))
     if how == "dotdot":
         _edit_manifest(
             data,
             lambda raw: raw["splits"]["train"]["parts"][0].update(
-                name="../../elsewhere/part-00000"
+                name="../../elsewhere/part-00000.arrow"
             ),
         )
         pattern = (
             manifest
-            + r": part '\.\./\.\./elsewhere/part-00000' of split 'train' is not a plain name"
+            + r": part '\.\./\.\./elsewhere/part-00000\.arrow' of split 'train' is not a plain name"
         )
     elif how == "absolute":
         _edit_manifest(
@@ -212,32 +278,22 @@ def test_part_names_that_lead_out_of_the_dataset_are_refused(tmp_path: Path, how
             + re.escape(shown(str(outside)))
             + " of split 'train' is not a plain name"
         )
-    elif how == "dotdot-file":
-        (data / "train" / "part-00000").mkdir()
+    elif how == "not-a-part-file":
         _edit_manifest(
-            data,
-            lambda raw: raw["splits"]["train"]["parts"][0]["files"].update(
-                {"../../../elsewhere/part-00000/f0.npy": {"bytes": 1, "sha256": ""}}
-            ),
+            data, lambda raw: raw["splits"]["train"]["parts"][0].update(name="manifest.json")
         )
-        pattern = (
-            manifest
-            + r": part train/part-00000 lists file '\.\./\.\./\.\./elsewhere/part-00000/f0\.npy', not a plain name"
-        )
+        pattern = manifest + r": part 'manifest\.json' of split 'train' is not a \.arrow file"
     elif how == "symlinked-part":
-        (data / "train" / "part-00000").symlink_to(outside)
+        (data / "train" / "part-00000.arrow").symlink_to(outside)
         pattern = (
-            re.escape(str(data / "train" / "part-00000"))
-            + r"/\S+\.npy: leads out of the dataset directory"
+            re.escape(str(data / "train" / "part-00000.arrow"))
+            + r": leads out of the dataset directory"
         )
     else:
-        (data / "train" / "part-00000").mkdir()
-        for f in outside.iterdir():
-            (data / "train" / "part-00000" / f.name).symlink_to(f)
-        pattern = (
-            re.escape(str(data / "train" / "part-00000"))
-            + r"/\S+\.npy: leads out of the dataset directory"
-        )
+        (data / "train").rename(tmp_path / "elsewhere" / "train")
+        outside.rename(tmp_path / "elsewhere" / "train" / "part-00000.arrow")
+        (data / "train").symlink_to(tmp_path / "elsewhere" / "train")
+        pattern = re.escape(str(data / "train")) + r"/part-0000\d\.arrow: leads out of the dataset"
     for result in (
         _cli("data", "digest", data, "--global-batch", "64"),
         _cli("data", "head", data),
@@ -248,9 +304,9 @@ def test_part_names_that_lead_out_of_the_dataset_are_refused(tmp_path: Path, how
     assert re.search(pattern, verify.stdout + verify.stderr), verify.output
     # a symlink that stays inside the dataset directory is fine
     if how == "symlinked-part":
-        (data / "train" / "part-00000").unlink()
-        outside.rename(data / "train" / "real-part-00000")
-        (data / "train" / "part-00000").symlink_to(data / "train" / "real-part-00000")
+        (data / "train" / "part-00000.arrow").unlink()
+        outside.rename(data / "train" / "real-part-00000.arrow")
+        (data / "train" / "part-00000.arrow").symlink_to(data / "train" / "real-part-00000.arrow")
         _read_everything(data)
 
 

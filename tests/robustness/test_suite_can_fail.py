@@ -14,7 +14,7 @@ import typer
 from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
-from shardrec.dataloader.format.manifest import open_split
+from shardrec.dataloader.format.part_file import open_split
 from shardrec.dataloader.gather import gather_kernels
 from shardrec.tools.cli.app import app
 from shardrec.tools.cli.common import fail

@@ -76,7 +76,7 @@ def test_torn_run_record_is_named(raw: Path, tmp_path: Path):
 def test_deleted_part_whose_marker_survives_is_rebuilt(raw: Path, reference, tmp_path: Path):
     out = tmp_path / "data"
     assert preprocess(raw, out).exit_code == 0
-    (out / "train" / "part-00002-0000" / "C3.npy").unlink()
+    (out / "train" / "part-00002-0000.arrow").unlink()
     res = preprocess(raw, out)
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["tasks_run"] == 1
@@ -85,7 +85,7 @@ def test_deleted_part_whose_marker_survives_is_rebuilt(raw: Path, reference, tmp
 
 def _limit_file_size() -> None:
     # Writes past 15 KB fail with EFBIG (Python ignores SIGXFSZ): a write error on the 1st
-    # dense.npy.
+    # part file.
     resource.setrlimit(resource.RLIMIT_FSIZE, (15_000, 15_000))
 
 
@@ -107,7 +107,7 @@ def test_write_error_leaves_no_temporary_and_the_rerun_recovers(
         cmd, capture_output=True, text=True, timeout=120, preexec_fn=_limit_file_size
     )
     assert_one_line_error(
-        failed, rf"^error: {re.escape(str(out))}/train/part-00000-0000: File too large$"
+        failed, rf"^error: {re.escape(str(out))}/train/part-00000-0000.arrow: File too large$"
     )
     assert not list(out.rglob(".*.tmp*"))
     assert preprocess(raw, out).exit_code == 0

@@ -134,15 +134,14 @@ def test_the_launcher_says_why_a_rank_failed(
     from shardrec.trainer.distributed.launch import launch
 
     (tmp_path / "reports.py").write_text(
-        _REPORTS.format("data/train/part-00001/dense.npy: 12 bytes, manifest says 4 KB")
+        _REPORTS.format("data/train/part-00001.arrow: 12 bytes, manifest says 4 KB")
     )
     (tmp_path / "dies.py").write_text(_DIES)
     monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     reported = launch([], 1, module="reports")
     assert (
         reported.code == 1
-        and reported.cause
-        == "rank 0: data/train/part-00001/dense.npy: 12 bytes, manifest says 4 KB"
+        and reported.cause == "rank 0: data/train/part-00001.arrow: 12 bytes, manifest says 4 KB"
     )
     died = launch([], 1, module="dies")
     assert died.code == 1 and died.cause.startswith("rank 0 was killed by SIGBUS (signal 7); ")
@@ -171,7 +170,7 @@ def test_a_dataset_changed_under_a_running_training_is_named_last(
     )
     # The tiny split is read in one gather per epoch: the second epoch (step 16) reads the part
     # again.
-    dense = tiny_dataset / "train" / "part-00001" / "dense.npy"
+    dense = tiny_dataset / "train" / "part-00001.arrow"
     dense.write_bytes(dense.read_bytes()[:100])
     _, stderr = job.communicate(timeout=180)
     assert job.returncode == 1

@@ -1,4 +1,6 @@
+import hashlib
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -6,7 +8,8 @@ import pytest
 from conftest import write_tiny_dataset
 
 from shardrec.dataloader.format.integrity import verify
-from shardrec.dataloader.format.manifest import DatasetError, Manifest, open_split, smallest_uint
+from shardrec.dataloader.format.manifest import DatasetError, Manifest, SparseFeature, smallest_uint
+from shardrec.dataloader.format.part_file import manifest_layout, open_split
 
 
 def test_smallest_uint_picks_the_narrowest_type():
@@ -32,33 +35,30 @@ def test_not_a_dataset_names_the_directory(tmp_path: Path):
         Manifest.load(tmp_path)
 
 
-def test_truncated_column_is_caught_at_open(tmp_path: Path):
+def test_truncated_part_file_is_caught_at_open_and_by_verify(tmp_path: Path):
     write_tiny_dataset(tmp_path)
-    victim = tmp_path / "train" / "part-00001" / "dense.npy"
+    victim = tmp_path / "train" / "part-00001.arrow"
     victim.write_bytes(victim.read_bytes()[:-16])
-    with pytest.raises(DatasetError, match="part-00001/dense.npy: .* bytes on disk, manifest says"):
+    with pytest.raises(DatasetError, match="part-00001.arrow: .* bytes on disk, manifest says"):
         open_split(tmp_path, "train")
-    assert any("part-00001/dense.npy" in p for p in verify(tmp_path))
+    assert any("part-00001.arrow" in p for p in verify(tmp_path))
 
 
 def _edit_manifest(directory: Path, edit) -> None:
-    import json
-
     path = directory / "manifest.json"
     raw = json.loads(path.read_text())
     edit(raw)
     path.write_text(json.dumps(raw))
 
 
-def test_part_without_a_feature_column_names_the_part_and_column(tmp_path: Path):
+def test_a_part_of_other_columns_than_the_manifests_is_refused_naming_the_file(tmp_path: Path):
     write_tiny_dataset(tmp_path)
-    _edit_manifest(tmp_path, lambda raw: raw["splits"]["train"]["parts"][1]["files"].pop("f2.npy"))
-    with pytest.raises(DatasetError, match=r"manifest.json: part train/part-00001 lists no f2.npy"):
-        open_split(tmp_path, "train")
-    _edit_manifest(
-        tmp_path, lambda raw: raw["splits"]["train"]["parts"][0]["files"].pop("label.npy")
-    )
-    with pytest.raises(DatasetError, match=r"part train/part-00000 lists no label.npy"):
+    _edit_manifest(tmp_path, lambda raw: raw["sparse_features"].pop(2))
+    with pytest.raises(
+        DatasetError,
+        match=r"train/part-00000.arrow: not the part the manifest describes: its columns "
+        r"\(names, types\) or their metadata are not the manifest's",
+    ):
         open_split(tmp_path, "train")
 
 
@@ -78,8 +78,12 @@ def test_part_without_a_feature_column_names_the_part_and_column(tmp_path: Path)
             r"malformed manifest: splits.test.parts is \{\}, expected a list",
         ),
         (
-            lambda raw: raw["splits"]["train"]["parts"][1].update(files=[]),
-            r"splits.train.parts\[1\].files is \[\], expected an object",
+            lambda raw: raw["splits"]["train"]["parts"][1].update(rows="10"),
+            r"splits.train.parts\[1\].rows is '10', expected an integer >= 0",
+        ),
+        (
+            lambda raw: raw["splits"]["train"]["parts"][1].update(files={}),
+            r"splits.train.parts\[1\] lists files \(the layout of schema versions 1 and 2\)",
         ),
     ],
 )
@@ -90,48 +94,65 @@ def test_malformed_splits_are_dataset_errors(tmp_path: Path, edit, message):
         Manifest.load(tmp_path)
 
 
-def test_multi_hot_offsets_are_checked_against_rows_and_ids(tmp_path: Path):
+def _offsets_at(directory: Path, feature: str) -> int:
+    """Where feature's offsets lie in train part 0's file."""
+    manifest = Manifest.load(directory)
+    layout = manifest_layout(manifest)
+    info = manifest.splits["train"].parts[0]
+    column = [c.name for c in layout.columns].index(feature)
+    sizes = layout.sizes(info.rows, [int(open_split(directory, "train")[0].offsets[feature][-1])])
+    return layout.body_at + sizes.buffers[layout.offsets_buffer[column]][0]
+
+
+def test_list_offsets_are_checked_against_rows_and_ids(tmp_path: Path):
     write_tiny_dataset(tmp_path, rows={"train": [30]}, multi_hot=("f1",))
-    path = tmp_path / "train" / "part-00000" / "f1.offsets.npy"
-    good = np.load(path)
-    ids = int(good[-1])
-    for bad, message in (
-        (good + 1, f"offsets run from 1 to {ids + 1}, expected 0 to {ids}"),
-        (np.minimum(good, ids - 1), f"offsets run from 0 to {ids - 1}, expected 0 to {ids}"),
+    path = tmp_path / "train" / "part-00000.arrow"
+    ids = int(open_split(tmp_path, "train")[0].offsets["f1"][-1])
+    at = _offsets_at(tmp_path, "f1")
+    good = path.read_bytes()
+    for where, value, message in (
+        (0, 1, f"offsets run from 1 to {ids}, expected 0 to {ids}"),
+        (30, ids - 1, f"offsets run from 0 to {ids - 1}, expected 0 to {ids}"),
     ):
-        np.save(path, bad)  # same size: only the values are wrong
-        with pytest.raises(DatasetError, match=f"f1.offsets.npy: {message}"):
+        bad = bytearray(good)  # same size: only the values are wrong
+        bad[at + 8 * where : at + 8 * where + 8] = np.int64(value).tobytes()
+        path.write_bytes(bytes(bad))
+        with pytest.raises(DatasetError, match=f"part-00000.arrow: column f1: {message}"):
             open_split(tmp_path, "train")
-    np.save(path, good[:-1])
-    _edit_manifest(
-        tmp_path,
-        lambda raw: raw["splits"]["train"]["parts"][0]["files"]["f1.offsets.npy"].update(
-            bytes=path.stat().st_size
-        ),
-    )
-    with pytest.raises(
-        DatasetError, match=r"f1.offsets.npy: \(30,\) offsets, expected 31 \(rows \+ 1\)"
-    ):
-        open_split(tmp_path, "train")
+    bad = bytearray(good)
+    bad[at + 8 * 10 : at + 8 * 11] = np.int64(ids).tobytes()  # a row's end past the next row's
+    path.write_bytes(bytes(bad))
+    sha = hashlib.sha256(bytes(bad)).hexdigest()  # as a careless tool would record it
+    _edit_manifest(tmp_path, lambda raw: raw["splits"]["train"]["parts"][0].update(sha256=sha))
+    open_split(tmp_path, "train")  # opening checks the ends only; verify reads them all
+    assert any("column f1: offsets decrease at row 10" in p for p in verify(tmp_path))
 
 
-def test_list_features_record_their_pooling_under_version_2_and_others_keep_version_1_bytes(
+def test_the_old_layout_is_refused_naming_the_upgrade_and_other_versions_are_refused(
     tmp_path: Path,
 ):
     manifest = write_tiny_dataset(tmp_path, multi_hot=("f1",))
     plain = json.loads(manifest.to_json())
-    assert plain["schema_version"] == 1 and all(
+    assert plain["schema_version"] == 3 and all(
         "pooling" not in f for f in plain["sparse_features"]
     )
     manifest.sparse_features[1].pooling = "mean"
-    manifest.schema_version = 2
     manifest.save(tmp_path)
     written = json.loads((tmp_path / "manifest.json").read_text())
-    assert written["schema_version"] == 2 and written["sparse_features"][1]["pooling"] == "mean"
+    assert written["sparse_features"][1]["pooling"] == "mean"
     assert Manifest.load(tmp_path) == manifest
-    (tmp_path / "manifest.json").write_text(json.dumps({**written, "schema_version": 3}))
+    for old in (1, 2):
+        (tmp_path / "manifest.json").write_text(json.dumps({**written, "schema_version": old}))
+        with pytest.raises(
+            DatasetError,
+            match=f"schema_version {old}, the layout of a folder of .npy files per part, .*"
+            f"`shardrec data upgrade {tmp_path}`",
+        ):
+            Manifest.load(tmp_path)
+    (tmp_path / "manifest.json").write_text(json.dumps({**written, "schema_version": 4}))
     with pytest.raises(
-        DatasetError, match="schema_version 3 is not supported .this shardrec reads 1 and 2."
+        DatasetError,
+        match="schema_version 4 is not supported .this shardrec reads 3, and upgrades 1 and 2.",
     ):
         Manifest.load(tmp_path)
     written["sparse_features"][1]["pooling"] = "max"
@@ -140,3 +161,155 @@ def test_list_features_record_their_pooling_under_version_2_and_others_keep_vers
         DatasetError, match=r"sparse_features\[1\].pooling is 'max', expected sum or mean"
     ):
         Manifest.load(tmp_path)
+
+
+def _load_refusal(directory: Path) -> str:
+    with pytest.raises(DatasetError) as caught:
+        Manifest.load(directory)
+    return str(caught.value)
+
+
+def test_a_folder_without_a_manifest_says_why_in_one_line(tmp_path: Path):
+    """Not a dataset, a dataset preprocessing is writing now, or one whose preprocessing stopped:
+    each says what to do."""
+    from shardrec.dataloader.util import locks
+
+    assert _load_refusal(tmp_path) == (
+        f"{tmp_path}: not a shardrec dataset (no manifest.json); create one with "
+        "`shardrec preprocess`"
+    )
+    (tmp_path / ".work").mkdir()
+    assert _load_refusal(tmp_path) == (
+        f"{tmp_path}: preprocessing did not finish (no manifest.json; .work/ holds its finished "
+        "tasks); rerun the same `shardrec preprocess` command to complete it"
+    )
+    fd = locks.hold(
+        tmp_path / ".work" / "lock", {"command": "shardrec preprocess", "host": "h", "pid": 7}
+    )
+    try:
+        assert _load_refusal(tmp_path) == (
+            f"{tmp_path}: being written by shardrec preprocess on host h, pid 7 (no "
+            "manifest.json yet); wait for it to finish"
+        )
+    finally:
+        os.close(fd)
+    assert _load_refusal(tmp_path / "nowhere") == f"{tmp_path / 'nowhere'}: does not exist"
+    (tmp_path / "file").write_text("")
+    assert _load_refusal(tmp_path / "file") == f"{tmp_path / 'file'}: not a directory"
+
+
+def test_a_manifest_of_another_format_or_unreadable_is_refused_naming_it(tmp_path: Path):
+    write_tiny_dataset(tmp_path, rows={"train": [10]})
+    path = tmp_path / "manifest.json"
+    assert json.loads(path.read_text())["format"] == "shardrec-dataset"
+    _edit_manifest(tmp_path, lambda raw: raw.update(format="other"))
+    assert _load_refusal(tmp_path) == (f"{path}: format is 'other', expected 'shardrec-dataset'")
+    path.write_text("{")
+    assert _load_refusal(tmp_path).startswith(f"{path}: unreadable manifest: ")
+
+
+def test_a_split_counts_the_rows_of_its_parts(tmp_path: Path):
+    manifest = write_tiny_dataset(tmp_path, rows={"train": [600, 400], "val": [256]})
+    loaded = Manifest.load(tmp_path)
+    assert loaded.splits["train"].rows == 1000 and loaded.splits["val"].rows == 256
+    assert loaded.feature_names == ["f0", "f1", "f2", "f3"] == manifest.feature_names
+
+
+def _open_refusal(directory: Path, split: str = "train") -> str:
+    with pytest.raises(DatasetError) as caught:
+        open_split(directory, split)
+    return str(caught.value)
+
+
+def test_a_missing_part_file_and_one_that_leads_out_of_the_dataset_are_refused(tmp_path: Path):
+    data = tmp_path / "data"
+    write_tiny_dataset(data, rows={"train": [10]})
+    part = data / "train" / "part-00000.arrow"
+    outside = tmp_path / "elsewhere.arrow"
+    outside.write_bytes(part.read_bytes())
+    part.unlink()
+    assert _open_refusal(data) == f"{part}: missing (named by {data / 'manifest.json'})"
+    part.symlink_to(outside)  # same bytes, outside the dataset
+    assert _open_refusal(data) == (
+        f"{part}: leads out of the dataset directory {data.resolve()} (a symlink to "
+        f"{outside.resolve()}); named by {data / 'manifest.json'}"
+    )
+
+
+def test_the_cheap_check_of_a_part_finds_a_truncated_or_missing_file(tmp_path: Path):
+    """What the loader checks of every part when it opens a split, before mapping any."""
+    from shardrec.dataloader.format.part_file import check_part_file
+
+    manifest = write_tiny_dataset(tmp_path, rows={"train": [10]})
+    info = manifest.splits["train"].parts[0]
+    check_part_file(tmp_path, "train", info)
+    part = tmp_path / "train" / "part-00000.arrow"
+    part.write_bytes(part.read_bytes()[:-4])
+    with pytest.raises(DatasetError) as caught:
+        check_part_file(tmp_path, "train", info)
+    assert str(caught.value) == (
+        f"{part}: {info.bytes - 4} bytes on disk, manifest says {info.bytes} (truncated or "
+        "replaced?)"
+    )
+    part.unlink()
+    with pytest.raises(DatasetError, match=r"part-00000.arrow: missing \(named by"):
+        check_part_file(tmp_path, "train", info)
+
+
+def test_a_part_entry_without_its_checksum_or_with_the_old_files_says_so(tmp_path: Path):
+    write_tiny_dataset(tmp_path, rows={"train": [10]})
+    _edit_manifest(tmp_path, lambda raw: raw["splits"]["train"]["parts"][0].pop("sha256"))
+    assert _load_refusal(tmp_path) == (
+        f"{tmp_path / 'manifest.json'}: malformed manifest: splits.train.parts[0].sha256 is None, "
+        "expected a string"
+    )
+    _edit_manifest(
+        tmp_path, lambda raw: raw["splits"]["train"]["parts"][0].update(sha256="0", files={})
+    )
+    assert _load_refusal(tmp_path) == (
+        f"{tmp_path / 'manifest.json'}: malformed manifest: splits.train.parts[0] lists files "
+        "(the layout of schema versions 1 and 2)"
+    )
+
+
+def test_a_part_name_that_leads_out_of_the_dataset_is_refused_in_one_line(tmp_path: Path):
+    write_tiny_dataset(tmp_path, rows={"train": [10]})
+    _edit_manifest(tmp_path, lambda raw: raw["splits"]["train"]["parts"][0].update(name="../x"))
+    assert _load_refusal(tmp_path) == (
+        f"{tmp_path / 'manifest.json'}: part '../x' of split 'train' is not a plain name inside "
+        "the dataset directory"
+    )
+
+
+def test_writing_a_part_again_replaces_it_and_mismatched_columns_are_refused(tmp_path: Path):
+    """A rerun of a preprocessing task writes its part over the one a killed run left."""
+    import pyarrow as pa
+
+    from shardrec.dataloader.format.part_file import file_layout, write_part
+
+    layout = file_layout(["d0", "d1"], "float32", [SparseFeature("f0", 10, "uint8")])
+    part = tmp_path / "train" / "part-00000.arrow"
+    ids = {"f0": np.arange(4, dtype=np.uint8)}
+    write_part(part, layout, np.zeros(4, np.uint8), np.zeros((4, 2), np.float32), ids)
+    info = write_part(part, layout, np.ones(4, np.uint8), np.ones((4, 2), np.float32), ids)
+    table = pa.ipc.open_file(str(part)).read_all()
+    assert table.column("label").to_pylist() == [1, 1, 1, 1] and info.rows == 4
+    assert sorted(p.name for p in part.parent.iterdir()) == ["part-00000.arrow"]
+    with pytest.raises(ValueError, match=r"^dense has 3 rows, labels 4$"):
+        write_part(part, layout, np.ones(4, np.uint8), np.ones((3, 2), np.float32), ids)
+    assert pa.ipc.open_file(str(part)).read_all().equals(table)  # the refusal wrote nothing
+
+
+def test_multi_hot_offsets_refusals_are_whole_lines(tmp_path: Path):
+    write_tiny_dataset(tmp_path, rows={"train": [30]}, multi_hot=("f1",))
+    path = tmp_path / "train" / "part-00000.arrow"
+    ids = int(open_split(tmp_path, "train")[0].offsets["f1"][-1])
+    at = _offsets_at(tmp_path, "f1")
+    bad = bytearray(path.read_bytes())
+    bad[at : at + 8] = np.int64(1).tobytes()
+    path.write_bytes(bytes(bad))
+    assert _open_refusal(tmp_path) == (
+        f"{path}: column f1: offsets run from 1 to {ids}, expected 0 to {ids} (the column's ids)"
+    )
+    _edit_manifest(tmp_path, lambda raw: raw["splits"]["train"]["parts"][0].update(rows=31))
+    assert _open_refusal(tmp_path) == f"{path}: holds 30 rows, manifest says 31"

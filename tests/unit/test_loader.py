@@ -6,7 +6,8 @@ import torch
 from conftest import loader_kwargs, write_tiny_dataset
 
 from shardrec.dataloader.digest import batch_digest, stream_digests
-from shardrec.dataloader.format.manifest import DatasetError, open_split
+from shardrec.dataloader.format.manifest import DatasetError
+from shardrec.dataloader.format.part_file import open_split
 from shardrec.dataloader.loader import NO_SHUFFLE, PAD_LABEL, build_loader
 
 
@@ -232,12 +233,12 @@ def test_bad_arguments_and_small_splits_are_clear_errors(tmp_path: Path, data: P
 
 def test_missing_and_truncated_files_are_named_at_build(tmp_path: Path):
     write_tiny_dataset(tmp_path)
-    (tmp_path / "train" / "part-00000" / "f2.npy").unlink()
-    with pytest.raises(DatasetError, match="part-00000/f2.npy: missing"):
+    (tmp_path / "train" / "part-00001.arrow").unlink()
+    with pytest.raises(DatasetError, match="train/part-00001.arrow: missing"):
         build_loader(tmp_path, "train", global_batch_size=8, rank=0, world_size=1)
-    victim = tmp_path / "val" / "part-00000" / "label.npy"
+    victim = tmp_path / "val" / "part-00000.arrow"
     victim.write_bytes(victim.read_bytes()[:-3])
-    with pytest.raises(DatasetError, match="part-00000/label.npy: .* bytes on disk, manifest says"):
+    with pytest.raises(DatasetError, match="val/part-00000.arrow: .* bytes on disk, manifest says"):
         build_loader(tmp_path, "val", global_batch_size=8, rank=0, world_size=1)
 
 
@@ -300,22 +301,12 @@ def test_set_epoch_during_iteration_ends_the_stale_iterator(data: Path):
 
 
 def test_float16_dense_columns_arrive_as_float32(tmp_path: Path):
-    from shardrec.dataloader.format.manifest import Manifest, SparseFeature, SplitInfo, write_part
+    from helpers import write_dataset
 
     rng = np.random.default_rng(0)
     dense = rng.normal(size=(32, 3)).astype(np.float16)
-    part = write_part(
-        tmp_path / "train" / "part-00000",
-        np.zeros(32, np.uint8),
-        dense,
-        {"a": np.arange(32, dtype=np.uint8)},
-    )
-    Manifest(
-        ["x", "y", "z"],
-        [SparseFeature("a", 32, "uint8")],
-        {"train": SplitInfo(32, [part])},
-        dense_dtype="float16",
-    ).save(tmp_path)
+    part = (np.zeros(32, np.uint8), dense, {"a": np.arange(32, dtype=np.uint8)})
+    write_dataset(tmp_path, ["x", "y", "z"], {"a": 32}, {"train": [part]}, "float16")
     batch = build_loader(
         tmp_path, "train", global_batch_size=8, rank=1, world_size=2, shuffle=NO_SHUFFLE
     ).batch(1)

@@ -117,7 +117,7 @@ def test_parts_are_unmapped_beyond_the_bound(datasets):
     del source
     assert parts.mapped <= 5 and parts.opens > 5  # parts were evicted as the stream came to others
     maps = sum(1 for line in Path("/proc/self/maps").read_text().splitlines() if str(many) in line)
-    assert maps <= 5 * len(Manifest.load(many).splits["train"].parts[0].files)
+    assert maps <= 5  # one map per part
 
 
 def _stream_mapped(directory: Path, shuffle: ShuffleSpec) -> tuple[list[str], list[int]]:
@@ -196,8 +196,11 @@ def test_map_npy_is_np_load_read_only(tmp_path):
             map_npy(tmp_path / "a.npy")
 
 
-def test_an_exhausted_open_file_limit_is_one_clear_line(datasets):
-    _, many = datasets
+def test_an_exhausted_open_file_limit_is_one_clear_line(datasets, tmp_path: Path):
+    # A copy of its own: a part of the shared dataset may still be mapped by an earlier test's
+    # loader (the process-wide map cache serves it without opening its file).
+    many = tmp_path / "many"
+    resplit(datasets[0], many, 20)
     manifest = Manifest.load(many)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     lowest_free = os.open(os.devnull, os.O_RDONLY)
@@ -211,15 +214,14 @@ def test_an_exhausted_open_file_limit_is_one_clear_line(datasets):
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     message = str(raised.value)
     assert "\n" not in message and f"the open-file limit is reached (ulimit -n {limit})" in message
-    assert "part-00000/label.npy: cannot map" in message
+    assert "part-00000.arrow: cannot open" in message
 
 
 def test_all_part_sets_of_the_process_share_one_map_budget(datasets, monkeypatch):
     from shardrec.dataloader.format import part_cache
 
     _, many = datasets
-    files = len(Manifest.load(many).splits["train"].parts[0].files)
-    monkeypatch.setattr(part_cache._BUDGET, "limit", part_cache._BUDGET.maps + 20 * files)
+    monkeypatch.setattr(part_cache._BUDGET, "limit", part_cache._BUDGET.maps + 20)  # a map a part
     sets = [open_source(many, "train").parts for _ in range(3)]
     [list(s) for s in sets]  # every part read through each set in turn (no name left holding one)
     assert (
@@ -231,9 +233,7 @@ def test_all_part_sets_of_the_process_share_one_map_budget(datasets, monkeypatch
     del sets
     gc.collect()
     assert not {k[0] for k in part_cache._BUDGET.order} & ids  # dropped sets' maps left the budget
-    assert part_cache._BUDGET.maps == sum(
-        files for key, files in {k: f for k, f in part_cache._BUDGET.order.values()}.items()
-    )
+    assert part_cache._BUDGET.maps == len(set(part_cache._BUDGET.order.values()))
 
 
 def test_loaders_of_one_split_share_its_maps(datasets):

@@ -11,9 +11,10 @@ from conftest import loader_kwargs, write_tiny_dataset
 from multihot_reference import reference_multihot, reference_tables
 
 from shardrec.dataloader.digest import stream_digests
-from shardrec.dataloader.format.manifest import open_split
+from shardrec.dataloader.format.part_file import open_split
+from shardrec.dataloader.format.source import open_source
 from shardrec.dataloader.loader import build_loader
-from shardrec.dataloader.multihot.multihot_tables import MultiHotOption
+from shardrec.dataloader.multihot.multihot_tables import MultiHotOption, multihot_source
 from shardrec.tools.preprocess.derived.multihot_dataset import materialize_multihot
 
 SIZES = (3, 1, 2, 6)
@@ -132,3 +133,12 @@ def test_bad_on_the_fly_options_are_one_clear_error(datasets, tmp_path: Path):
         _loaders(one, 1, MultiHotOption((3, 1, 2), cache_dir=cache))
     with pytest.raises(ValueError, match="feature f0 is already multi-hot"):
         _loaders(mat, 1, _option(cache))
+
+
+def test_the_rows_given_for_on_the_fly_tables_are_the_rows_drawn(datasets):
+    one, _, cache = datasets
+    rows = (7, 5, 3, 11)
+    option = MultiHotOption(SIZES, rows=rows, cache_dir=cache)
+    _, tables = multihot_source(open_source(one, "train"), option)
+    assert tables.spec.rows == rows
+    assert [len(t) for t in tables.tables] == list(rows)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from conftest import write_tiny_dataset
 
-from shardrec.dataloader.format.manifest import open_split
+from shardrec.dataloader.format.part_file import open_split
 from shardrec.tools.preprocess.parts.feature_stats import compute_feature_stats
 
 

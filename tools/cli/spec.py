@@ -20,7 +20,9 @@ spec_app = typer.Typer(
 
 
 def infer(
-    file: Annotated[Path, typer.Argument(help="A click log (CSV or TSV, .gz too).")],
+    file: Annotated[
+        Path, typer.Argument(help="A click log (CSV or TSV, .gz too, or a Parquet file).")
+    ],
     label: Annotated[
         str,
         typer.Option(
@@ -39,16 +41,26 @@ def infer(
     --spec SPEC`.
     """
     from shardrec.dataloader.spec.spec_file import spec_to_toml
-    from shardrec.tools.preprocess.parse.spec_infer import infer_spec, sample_lines
+    from shardrec.tools.preprocess.parse.parquet_rows import file_rows, is_parquet
+    from shardrec.tools.preprocess.parse.spec_infer import (
+        infer_parquet_spec,
+        infer_spec,
+        sample_lines,
+    )
 
     if not file.is_file():
         fail(f"{file}: no such file")
     try:
-        spec, notes = infer_spec(file, label, rows)
-        lines, whole = sample_lines(file, rows)
+        if is_parquet(file):
+            spec, notes = infer_parquet_spec(file, label, rows)
+            total = file_rows(file)
+            read, whole = min(rows, total), rows >= total
+        else:
+            spec, notes = infer_spec(file, label, rows)
+            lines, whole = sample_lines(file, rows)
+            read = len(lines) - int(spec.format.header)
     except (ValueError, OSError) as e:
         fail(str(e))
-    read = len(lines) - int(spec.format.header)
     sample = f"its {read:,} rows (the whole file)" if whole else f"its first {read:,} rows"
     preamble = (
         f"Feature spec proposed by `shardrec spec infer {file.name} --label '{label}'` from {sample}.\n"

@@ -1,9 +1,10 @@
 """Preprocessing: raw click logs -> a shardrec dataset, in subpackages by concept, each importing
 only those before it in this order: `text` (input text, plain or gzip, and its lines), `ids`
 (hashing and vocabularies), `parse` (Criteo's parser, feature-spec parsing, spec inference),
-`parts` (a part's columns under construction, dense transforms, statistics) and `derived`
+`parts` (a part's columns under construction, dense transforms, statistics), `derived`
 (datasets made from datasets: torchrec's `.npy` layout, multi-hot copies, the MLPerf reference's
-arrays).
+arrays, the old layout upgraded) and `events` (event logs -> event-log datasets, apart from the
+text pipeline).
 
 At the top: the run's settings (settings.py), input discovery and byte-range tasks (inputs.py),
 a task and running it from text to parts (task.py, its text in task_text.py, its marker in

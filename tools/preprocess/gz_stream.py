@@ -14,7 +14,7 @@ Which split a line belongs to depends on the file's line count, known only at th
 task's parts are staged under .work/staged (inputs.STAGED) with a staged marker that also lists
 its malformed lines; once the count is known, a task inside one split has its part directories
 renamed into place, and the one or two tasks that straddle a split boundary have their staged
-parts cut by row (the same bytes as parts written from the text: a part's files depend only on
+parts cut by row (the same bytes as parts written from the text: a part's file depends only on
 its rows). On several workers the producer counts the lines, so this starts once the text is
 decoded, while the workers parse the last ranges. Then the task's marker is written, so a rerun
 finds finished tasks as usual; a run killed mid-stream decodes the file again and parses only
@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from functools import partial
@@ -34,7 +33,9 @@ from pathlib import Path
 
 import numpy as np
 
-from shardrec.dataloader.format.manifest import PartInfo, write_part
+from shardrec.dataloader.format.arrow_ipc import FileLayout
+from shardrec.dataloader.format.manifest import PartInfo
+from shardrec.dataloader.format.part_file import map_part, write_part
 from shardrec.dataloader.util.files import atomic_write_bytes, fsync_dir
 from shardrec.tools.preprocess import cpu_stages
 from shardrec.tools.preprocess.parse import parse_kernel
@@ -165,7 +166,7 @@ def stream_gzip(
         save_scan(path, number, chunk_bytes, header, work, scan)
     firsts = np.cumsum([0, *scan.counts[:-1]]).tolist()
     tasks = _tasks(path, first_index, header, scan.bounds, firsts, splits(scan.total_lines))
-    finalize_staged(Path(opts.out), tasks)
+    finalize_staged(Path(opts.out), tasks, opts.part_layout().file)
     if (work / "staged").is_dir() and not any((work / "staged").iterdir()):
         (work / "staged").rmdir()
     return scan
@@ -254,7 +255,9 @@ def _run_stream(
                         path, first_index, header, decoder.bounds, decoder.firsts, ranges
                     )
                     wait_for_writes()  # the staged markers of the tasks placed
-                    finalize_staged(out, [tasks[i - first_index] for i in placing])
+                    finalize_staged(
+                        out, [tasks[i - first_index] for i in placing], opts.part_layout().file
+                    )
                     placing.clear()
                 if progress:
                     done = _compressed_position(decoder)
@@ -285,13 +288,14 @@ def _compressed_position(decoder: _Decoder) -> int:
         return 0
 
 
-def finalize_staged(out: Path, tasks: list[Task]) -> None:
-    """Move staged tasks' parts into their splits and write their markers (not staged: nothing)."""
+def finalize_staged(out: Path, tasks: list[Task], layout: FileLayout) -> None:
+    """Move staged tasks' parts into their splits and write their markers (not staged: nothing).
+    layout: the run's part file layout (a part cut in two is read and written with it)."""
     placed = []
     for task in tasks:
         staged = read_marker(out, task.index, "staged")
         if staged is not None:
-            placed.append((task, _place_parts(out, task, staged)))
+            placed.append((task, _place_parts(out, task, staged, layout)))
     for split in {p["split"] for _, result in placed for p in result.parts}:
         fsync_dir(out / split)  # the parts are where they belong before a marker says so
     for task, result in placed:
@@ -299,7 +303,7 @@ def finalize_staged(out: Path, tasks: list[Task]) -> None:
         marker_path(out, task.index, "staged").unlink()
 
 
-def _place_parts(out: Path, task: Task, staged: TaskResult) -> TaskResult:
+def _place_parts(out: Path, task: Task, staged: TaskResult, layout: FileLayout) -> TaskResult:
     result = replace(staged, parts=[], kept={}, bad_lines=[])
     split = task.split_of(task.first_line)
     if split == task.split_of(task.first_line + staged.lines - 1):  # splits are ranges of lines
@@ -314,13 +318,12 @@ def _place_parts(out: Path, task: Task, staged: TaskResult) -> TaskResult:
     for p in staged.parts:
         src, rows = out / STAGED / p["part"]["name"], p["part"]["rows"]
         for split, a, b in sorted(_by_split(task, lines[row : row + rows])):
+            info = PartInfo(**p["part"])
             _record(
-                result,
-                split,
-                asdict(_write_rows(src, out / split / src.name, p["part"]["files"], a, b)),
+                result, split, asdict(_write_rows(src, out / split / src.name, info, a, b, layout))
             )
         row += rows
-        shutil.rmtree(src)
+        src.unlink()
     return result
 
 
@@ -340,29 +343,23 @@ def _record(result: TaskResult, split: str, part: dict) -> None:
 
 
 def _move(src: Path, dest: Path) -> None:
-    if not src.is_dir() and dest.is_dir():
+    if not src.is_file() and dest.is_file():
         return  # moved by a run killed before it wrote the marker
     dest.parent.mkdir(parents=True, exist_ok=True)
-    if dest.exists():
-        shutil.rmtree(dest)
     os.replace(src, dest)
 
 
-def _write_rows(src: Path, dest: Path, files: dict, a: int, b: int) -> PartInfo:
+def _write_rows(
+    src: Path, dest: Path, info: PartInfo, a: int, b: int, layout: FileLayout
+) -> PartInfo:
     """Rows [a, b) of a staged part written as a part of their own (write_part: the same bytes)."""
-    arrays = {name: np.load(src / name, mmap_mode="r") for name in files}
+    part = map_part(str(src), info, layout)
     sparse, offsets = {}, {}
-    for name in files:
-        if name in ("label.npy", "dense.npy") or name.endswith(".offsets.npy"):
-            continue
-        feature = name.removesuffix(".npy")
-        ids = arrays[name]
-        off = arrays.get(f"{feature}.offsets.npy")
+    for name, ids in part.sparse.items():
+        off = part.offsets.get(name)
         if off is None:
-            sparse[feature] = ids[a:b]
+            sparse[name] = ids[a:b]
         else:
-            offsets[feature] = off[a : b + 1] - off[a]
-            sparse[feature] = ids[off[a] : off[b]]
-    return write_part(
-        dest, arrays["label.npy"][a:b], arrays["dense.npy"][a:b], sparse, offsets, fsync=True
-    )
+            offsets[name] = off[a : b + 1] - off[a]
+            sparse[name] = ids[off[a] : off[b]]
+    return write_part(dest, layout, part.labels[a:b], part.dense[a:b], sparse, offsets)

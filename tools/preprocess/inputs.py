@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+from shardrec.tools.preprocess.parse.parquet_rows import file_rows, is_parquet, plan_row_groups
 from shardrec.tools.preprocess.task import SplitRange, Task
 from shardrec.tools.preprocess.text.gz_split import GzipScan, scan_gzip, should_split
 from shardrec.tools.preprocess.text.lines import (
@@ -59,15 +60,21 @@ class InputNames:
 
     csv: bool = False
     pattern: str = ""
+    parquet: bool = False
+    """Parquet inputs: a directory gives its `*.parquet` files (natural order) unless `pattern`."""
 
     def match(self, name: str) -> bool:
         if self.pattern:
             return fnmatch.fnmatchcase(name, self.pattern)
+        if self.parquet:
+            return name.endswith(".parquet")
         return bool((CSV_INPUT_NAME if self.csv else INPUT_NAME).match(name))
 
     def __str__(self) -> str:
         if self.pattern:
             return f"{self.pattern!r} (the spec's [format] files)"
+        if self.parquet:
+            return "*.parquet"
         if self.csv:
             return "day_N[.csv][.gz], train.csv[.gz] or dac_sample.csv"
         return "day_N[.gz], train.txt[.gz] or dac_sample.txt"
@@ -113,6 +120,8 @@ def discover_inputs(inputs: list[Path], names: InputNames = InputNames()) -> lis
             raise ValueError(f"{f}: not readable")
         if f.stat().st_size == 0:
             raise ValueError(f"{f}: empty file")
+        if names.parquet and not is_parquet(f):
+            raise ValueError(f'{f}: not a Parquet file (the spec reads Parquet: kind = "parquet")')
     return files
 
 
@@ -162,8 +171,10 @@ def plan_tasks(
     header: bool,
     work_dir: Path | None = None,
     stream: GzipStream | None = None,
+    parquet: bool = False,
 ) -> list[Task]:
-    """Cut the inputs into tasks. Files that are split by line number get their lines counted.
+    """Cut the inputs into tasks. Files that are split by line number get their lines counted;
+    Parquet files (`parquet`) are cut into runs of row groups, their rows read from their metadata.
 
     work_dir: where the cut of a large gzip file and its seek index are kept for a rerun (gz_split).
     stream: runs a large .gz file's tasks as it decodes it (the planning pass is their producer);
@@ -173,6 +184,12 @@ def plan_tasks(
     for fi, path in enumerate(files):
         is_last = fi == len(files) - 1
         needs_lines = layout == "kaggle" or is_last
+        if parquet:  # rows from its metadata; tasks are runs of its row groups
+            ranges = split_ranges(layout, is_last, file_rows(path), val_half) if needs_lines else ()
+            for g in plan_row_groups(path, chunk_bytes):
+                tasks.append(Task(len(tasks), str(path), g.first, g.last, g.first_row, ranges,
+                                  "train", False, parquet_bytes=g.bytes))  # fmt: skip
+            continue
         # Only a file whose lines are counted anyway (kaggle's one file, the last day) is split: its
         # planning pass replaces the count; a training day among others stays one task (gz_split).
         if str(path).endswith(".gz") and needs_lines and should_split(path, chunk_bytes):

@@ -22,16 +22,22 @@ logger = logging.getLogger(__name__)
 
 
 def _skipped_share(
-    where: str, lines: int, skipped: dict[str, int], allowed: float, errors: list[str]
+    where: str,
+    lines: int,
+    skipped: dict[str, int],
+    allowed: float,
+    errors: list[str],
+    unit: str = "lines",
 ) -> str:
-    """One line: the malformed lines of `where` against the share allowed, with the first one."""
+    """One line: the malformed lines (a Parquet file's: rows) of `where` against the share
+    allowed, with the first one."""
     bad = sum(skipped.values())
     reasons = ", ".join(f"{k} {v:,}" for k, v in skipped.items())
     first = f"; first: {errors[0]}" if errors else ""
     if bad >= lines:
-        return f"{where}: no rows kept, all {lines:,} lines are malformed ({reasons}){first}"
+        return f"{where}: no rows kept, all {lines:,} {unit} are malformed ({reasons}){first}"
     return (
-        f"{where}: {bad:,} of {lines:,} lines malformed ({bad / lines:.2%}: {reasons}), more than "
+        f"{where}: {bad:,} of {lines:,} {unit} malformed ({bad / lines:.2%}: {reasons}), more than "
         f"the {allowed:g} allowed (--max-skipped-fraction){first}"
     )
 
@@ -54,6 +60,7 @@ def check_rows_kept(
     errors: the first malformed rows as `file:line: field: value (reason)`.
     """
     lines = sum(r.lines for r in results)
+    unit = "rows" if cfg.parquet else "lines"
     skipped: dict[str, int] = {}
     for r in results:
         _add(skipped, r.skipped)
@@ -73,11 +80,13 @@ def check_rows_kept(
         if len(files) > 1 and file_lines and file_bad > cfg.max_skipped_fraction * file_lines:
             mine = [e for e in errors if e.startswith(f"{path}:")]
             raise ValueError(
-                _skipped_share(path, file_lines, file_skipped, cfg.max_skipped_fraction, mine)
+                _skipped_share(path, file_lines, file_skipped, cfg.max_skipped_fraction, mine, unit)
             )
     bad = sum(skipped.values())
     if bad >= lines or bad > cfg.max_skipped_fraction * lines:
-        raise ValueError(_skipped_share(where, lines, skipped, cfg.max_skipped_fraction, errors))
+        raise ValueError(
+            _skipped_share(where, lines, skipped, cfg.max_skipped_fraction, errors, unit)
+        )
     _check_splits(cfg, layout, tasks, results, skipped)
 
 

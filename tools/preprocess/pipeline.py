@@ -21,17 +21,7 @@ from typing import Protocol
 
 import numpy as np
 
-from shardrec.dataloader.format.manifest import (
-    LISTS_SCHEMA_VERSION,
-    SPLITS,
-    FileInfo,
-    Manifest,
-    PartInfo,
-    SparseFeature,
-    SplitInfo,
-    smallest_uint,
-)
-from shardrec.dataloader.spec.feature_spec import ListColumn
+from shardrec.dataloader.format.manifest import SPLITS, Manifest, PartInfo, SplitInfo
 from shardrec.dataloader.util.files import atomic_write_bytes
 from shardrec.dataloader.util.locks import WORK_DIR
 from shardrec.tools.preprocess import cpu_stages
@@ -169,7 +159,8 @@ def _run(cfg: PreprocessConfig, progress: Progress | None) -> PreprocessResult:
     parser, dense_transform = choose_parser(
         cfg.spec, cfg.spec_file, cfg.schema, cfg.dense_transform, files
     )
-    parser.warm_up()  # before any progress bar: its rate is parsing's, not the kernel's compile
+    if not cfg.parquet:  # Parquet's columns are not parsed as text
+        parser.warm_up()  # before any progress bar: its rate is parsing's, not the kernel's compile
     cfg.out.mkdir(parents=True, exist_ok=True)
     _check_fingerprint(cfg.out, cfg.fingerprint(files, with_mtime=True))
     if cfg.part is None:
@@ -179,7 +170,7 @@ def _run(cfg: PreprocessConfig, progress: Progress | None) -> PreprocessResult:
         str(cfg.out),
         parser,
         chunk_bytes=int(cfg.chunk_mb * (1 << 20)),
-        cardinalities=cfg.cardinalities(),
+        cardinalities=cfg.cardinalities(parser.sparse_names),
         dense_transform=dense_transform,
         dense_dtype=cfg.dense_dtype,
         strict=cfg.strict,
@@ -198,8 +189,9 @@ def _run(cfg: PreprocessConfig, progress: Progress | None) -> PreprocessResult:
         cpu_stages.PLAN
     ):  # a streamed .gz file's tasks run inside: their stages pause this one
         tasks = plan_tasks(
-            files, layout, cfg.val_half, opts.chunk_bytes, cfg.header, cfg.out / WORK_DIR, stream
-        )
+            files, layout, cfg.val_half, opts.chunk_bytes, cfg.header, cfg.out / WORK_DIR, stream,
+            cfg.parquet,
+        )  # fmt: skip
     mine = [t for t in tasks if cfg.part is None or t.index % cfg.part[1] == cfg.part[0]]
     # Vocabulary mode's two passes (count, then preprocess) share one pool of workers.
     with shared_pool(cfg.workers, len(tasks)) if cfg.min_count > 0 else nullcontext() as pool:
@@ -255,6 +247,8 @@ def _run_tasks(
 
 
 def _disk_bytes(task: Task) -> int:
+    if task.parquet:
+        return task.parquet_bytes
     return Path(task.path).stat().st_size if task.end < 0 else task.end - task.start
 
 
@@ -309,24 +303,14 @@ def _finalize(
     skipped: dict[str, int] = {}
     for r in results:
         for p in r.parts:
-            info = PartInfo(
-                p["part"]["name"],
-                p["part"]["rows"],
-                {k: FileInfo(**v) for k, v in p["part"]["files"].items()},
-            )
+            info = PartInfo(**p["part"])
             s = splits.setdefault(p["split"], SplitInfo())
             s.parts.append(info)
             s.rows += info.rows
         for k, v in r.skipped.items():
             skipped[k] = skipped.get(k, 0) + v
     splits = {s: splits.get(s, SplitInfo()) for s in SPLITS}
-    features = [
-        SparseFeature(n, c, str(smallest_uint(c - 1)))
-        for n, c in zip(opts.names, opts.cardinalities)
-    ]
-    for f, column in zip(features, cfg.spec.sparse if cfg.spec else []):
-        if isinstance(column, ListColumn):
-            f.multi_hot, f.pooling = True, column.pooling
+    features = opts.features()
     options = {
         **cfg.fingerprint([Path(t.path) for t in {t.path: t for t in tasks}.values()]),
         "layout": layout,
@@ -335,12 +319,8 @@ def _finalize(
         "oov_id": OOV_ID if cfg.min_count > 0 else None,
         "hash": "1 + splitmix64(value) mod (cardinality - 1)" if cfg.min_count <= 0 else None,
     }
-    dense = [c.name for c in cfg.spec.dense] if cfg.spec else cfg.schema.dense_names
+    dense = opts.parser.dense_names
     manifest = Manifest(dense, features, splits, cfg.dense_dtype, options, _versions(), skipped)
-    if any(
-        f.multi_hot for f in features
-    ):  # list columns: readers of version 1 cannot pool them by mean
-        manifest.schema_version = LISTS_SCHEMA_VERSION
     for name, stats in compute_feature_stats(cfg.out, manifest).items():
         manifest.feature(name).stats = stats
     manifest.save(cfg.out)
@@ -372,9 +352,12 @@ def _summarize(
         before = t.first_line if t.first_line >= 0 else lines_before.get(t.path, 0)
         for local, name, value, reason in r.errors:
             if len(errors) < 10:
-                errors.append(
-                    f"{t.path}:{before + local + 1 + int(t.header)}: {name}: {value} ({reason})"
+                where = (
+                    f"{t.path}: row {before + local + 1}"  # rows of a Parquet file, from 1
+                    if t.parquet
+                    else f"{t.path}:{before + local + 1 + int(t.header)}"
                 )
+                errors.append(f"{where}: {name}: {value} ({reason})")
         lines_before[t.path] = before + r.lines
     return PreprocessResult(
         manifest,

@@ -1,4 +1,5 @@
-"""Raw text rows -> model inputs, with the transform an exported model records.
+"""Raw text rows (or a Parquet file's) -> model inputs, with the transform an exported model
+records.
 
 `shardrec predict MODEL rows.tsv` scores text that never went through `shardrec preprocess`:
 the rows are read by the dataset's own parser (its feature spec's, or Criteo's with the recorded
@@ -13,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -108,12 +109,18 @@ class RawRows:
         bad = np.flatnonzero(~chunk.ok)
         if bad.size:
             raise ValueError(_bad_row(data, chunk, int(bad[0]), path, first_line, opts, labeled))
+        inputs = self._inputs(chunk, opts, lambda r: f"{path}:{first_line + r}")
+        return inputs, chunk.labels if labeled else None
+
+    def _inputs(self, chunk, opts: TaskOptions, where: Callable[[int], str]) -> RawBatch:
+        """The model inputs of a parsed chunk's rows (all of them good); where(row): the file and
+        line (or row) a refusal names."""
         layout = opts.part_layout()
         cols = layout.new_part(chunk.rows)
         try:
             layout.append(cols, chunk, np.arange(chunk.rows), self.vocabs)
         except NonFiniteDense as e:
-            raise non_finite_error(str(path), first_line + e.row, e, opts, scoring=True) from None
+            raise non_finite_error(where(e.row), e, opts, scoring=True) from None
         one_hot = cols.columns(layout.one_hot)
         lists = dict(
             zip(
@@ -131,7 +138,35 @@ class RawRows:
                 ids[name] = (multi.reshape(-1), np.full(chunk.rows, multi.shape[1], np.int32))
             else:
                 ids[name] = (one_hot[name], np.ones(chunk.rows, np.int32))
-        return (cols.dense[: chunk.rows].astype(np.float32), ids), chunk.labels if labeled else None
+        return cols.dense[: chunk.rows].astype(np.float32), ids
+
+    def _read_parquet(
+        self, path: Path, opts: TaskOptions, labeled: bool
+    ) -> Iterator[tuple[RawBatch, np.ndarray | None]]:
+        """A Parquet file's rows, a row group at a time, read as preprocessing reads them."""
+        from shardrec.tools.preprocess.parse.parquet_rows import (
+            describe_bad_row,
+            read_row_groups,
+            table_chunk,
+        )
+
+        if not labeled:
+            raise ValueError(
+                f"{path}: --no-label reads text rows; a Parquet file is read with its spec's "
+                f"label column ({self.spec.label.name})"
+            )
+        pp, row = opts.parser.parquet, 1
+        for table, _ in read_row_groups(path, 0, _row_groups(path), pp):
+            chunk = table_chunk(table, pp)
+            bad = np.flatnonzero(~chunk.ok)
+            if bad.size:
+                field, value = describe_bad_row(table, chunk, int(bad[0]), pp)
+                reason = REASONS[int(chunk.reason[int(bad[0])])]
+                raise ValueError(f"{path}: row {row + int(bad[0])}: {reason}: {field}: {value}")
+            # a copy: the chunk's arrays serve the next row group (parquet_rows._scratch)
+            inputs = self._inputs(chunk, opts, lambda r, first=row: f"{path}: row {first + r}")
+            yield inputs, chunk.labels.copy()
+            row += chunk.rows
 
     def read(
         self, path: Path, chunk_bytes: int = CHUNK_BYTES, labeled: bool = True
@@ -139,6 +174,9 @@ class RawRows:
         """The file's rows, a chunk of whole lines at a time (gzip inputs too); `labeled` off: rows
         without the label column (labels None)."""
         opts = self.options(path)
+        if opts.parser.parquet is not None:
+            yield from self._read_parquet(path, opts, labeled)
+            return
         header = self.spec.format.header if self.spec else self.schema.header
         line, rest = 1, b""
         with open_text(path) as f:
@@ -165,6 +203,12 @@ class RawRows:
                 data, rest = data[:cut], data[cut:]
                 yield self.convert(data, path, line, opts, labeled)
                 line += data.count(b"\n")
+
+
+def _row_groups(path: Path) -> int:
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path).metadata.num_row_groups
 
 
 def _ignoring_other_columns(spec: FeatureSpec, header: list[str], path: Path) -> FeatureSpec:

@@ -23,11 +23,16 @@ import dataclasses
 import gc
 import json
 import logging
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
+from shardrec.dataloader.format.manifest import PART_SUFFIX, SparseFeature, smallest_uint
+from shardrec.dataloader.format.part_file import file_layout
+from shardrec.dataloader.format.raw_ids import RAW
+from shardrec.dataloader.spec.feature_spec import ListColumn, SequenceColumn
 from shardrec.dataloader.util.files import (
     PERMISSION_ERRNOS,
     SPACE_ERRNOS,
@@ -43,8 +48,17 @@ from shardrec.tools.preprocess.ids.vocab import (
 )
 from shardrec.tools.preprocess.parse import parse_kernel
 from shardrec.tools.preprocess.parse.criteo_text import REASONS
+from shardrec.tools.preprocess.parse.parquet_rows import (
+    describe_bad_row,
+    read_row_groups,
+    table_chunk,
+)
 from shardrec.tools.preprocess.parse.text_parser import Chunk, TextParser
-from shardrec.tools.preprocess.parts.part_columns import NonFiniteDense, PartColumns
+from shardrec.tools.preprocess.parts.part_columns import (
+    NonFiniteDense,
+    PartColumns,
+    ReservedRawIdError,
+)
 from shardrec.tools.preprocess.parts.part_layout import PartLayout
 from shardrec.tools.preprocess.task_markers import (
     TaskResult,
@@ -102,10 +116,17 @@ class Task:
     """A range of a gzip file's text: CRC-32 of its bytes, from the planning pass."""
     text_slot: str = ""
     """A range of a gzip file's text already decoded: its shared memory (gz_stream)."""
+    parquet_bytes: int = -1
+    """A Parquet file's row groups [start, end) (their uncompressed bytes; parquet_rows.py), not
+    a byte range of text; -1: text."""
 
     @property
     def gz(self) -> bool:
         return self.path.endswith(".gz")
+
+    @property
+    def parquet(self) -> bool:
+        return self.parquet_bytes >= 0
 
     @property
     def holds_train_lines(self) -> bool:
@@ -155,6 +176,25 @@ class TaskOptions:
         """Every sparse feature, in manifest order."""
         return self.parser.sparse_names
 
+    def features(self) -> list[SparseFeature]:
+        """Every sparse feature as the manifest records it (less its statistics): name, table rows,
+        id dtype, and for a spec's list columns their pooling."""
+        features = [
+            SparseFeature(n, c, str(smallest_uint(c - 1)))
+            if c
+            else SparseFeature(n, 0, "uint64", ids=RAW)
+            for n, c in zip(self.names, self.cardinalities)
+        ]
+        columns = self.parser.program.spec.sparse if self.parser.program else []
+        for f, column in zip(features, columns):
+            if isinstance(column, ListColumn):
+                f.multi_hot, f.pooling = True, column.pooling
+            f.table = column.table
+            if isinstance(column, SequenceColumn):
+                f.sequence, f.side_of = True, column.side_of
+                f.values = column.values
+        return features
+
     def part_layout(self) -> PartLayout:
         """The columns of the parts a task writes, from the run's table sizes and transforms."""
         p = self.parser
@@ -165,6 +205,7 @@ class TaskOptions:
             self.cardinalities,
             self.dense_transform,
             self.dense_dtype,
+            file_layout(p.dense_names, self.dense_dtype, self.features()),
         )
 
 
@@ -173,7 +214,8 @@ class MalformedRowError(ValueError):
 
 
 def _absolute_line(task: Task, local: int) -> int:
-    """1-based physical line number in the file (a header counts as line 1)."""
+    """1-based physical line number in the file (a header counts as line 1); a Parquet file's
+    row number, from 1."""
     first = task.first_line
     if first < 0:
         begin = header_end(Path(task.path)) if task.header else 0
@@ -183,13 +225,14 @@ def _absolute_line(task: Task, local: int) -> int:
 
 def _note_bad_rows(
     task: Task,
-    data: bytes,
+    describe: Callable[[int], tuple[str, str]],
     chunk: Chunk,
     line0: int,
     result: TaskResult,
-    parser: TextParser,
     strict: bool,
 ) -> None:
+    """Count a piece's malformed rows by reason and keep the first ones as (line, field, value,
+    reason); describe(row): the field and value of a malformed row of the piece."""
     bad = np.flatnonzero(~chunk.ok)
     if not len(bad):
         return
@@ -199,23 +242,29 @@ def _note_bad_rows(
     if task.default_split == STAGED:
         result.bad_lines.extend((line0 + bad).tolist())
     for row in bad[: max(0, MAX_REPORTED - len(result.errors))]:
-        name, value = parser.describe_bad(data, chunk, int(row), path=task.path)
+        name, value = describe(int(row))
         result.errors.append([line0 + int(row), name, value, REASONS[chunk.reason[row]]])
     if strict:
         local, name, value, reason = result.errors[0]
-        line = _absolute_line(task, local)
-        raise MalformedRowError(f"{task.path}:{line}: {name}: {value} ({reason})")
+        raise MalformedRowError(f"{_where(task, local)}: {name}: {value} ({reason})")
+
+
+def _where(task: Task, local: int) -> str:
+    """`file:line` of a task's line (a Parquet file's: `file: row N`)."""
+    line = _absolute_line(task, local)
+    return f"{task.path}: row {line}" if task.parquet else f"{task.path}:{line}"
 
 
 def non_finite_error(
-    path: str, line: int, e: NonFiniteDense, opts: TaskOptions, scoring: bool = False
+    where: str, e: NonFiniteDense, opts: TaskOptions, scoring: bool = False
 ) -> ValueError:
-    """The one line for a dense value its part cannot hold: file, line, column, value, and the
-    fix (preprocessing); `scoring`: rows scored by a model, whose transform is fixed."""
+    """The one line for a dense value its part cannot hold: `where` (file and line or row), column,
+    value, and the fix (preprocessing); `scoring`: rows scored by a model, whose transform is
+    fixed."""
     name = opts.parser.dense_names[e.column]
     if scoring:
         return ValueError(
-            f"{path}:{line}: {name}: {e.value:g} is past what {opts.dense_dtype} holds with "
+            f"{where}: {name}: {e.value:g} is past what {opts.dense_dtype} holds with "
             "transform none, as the model's data was stored: the model would score infinity"
         )
     log = (
@@ -226,7 +275,7 @@ def non_finite_error(
     fits_float32 = abs(e.value) <= np.finfo(np.float32).max
     fix = f"drop --float16, or {log}" if opts.dense_dtype == "float16" and fits_float32 else log
     return ValueError(
-        f"{path}:{line}: {name}: {e.value:g} is past what {opts.dense_dtype} holds with "
+        f"{where}: {name}: {e.value:g} is past what {opts.dense_dtype} holds with "
         f"transform none: it would train as infinity; {fix}"
     )
 
@@ -254,18 +303,18 @@ def _flush(
     fsync: bool,
 ) -> None:
     for split in sorted(buffers):
-        part_dir = out / split / f"part-{task.index:05d}-{number:04d}"
+        path = out / split / f"part-{task.index:05d}-{number:04d}{PART_SUFFIX}"
         try:
-            # The write, and the fsyncs when they are not left to the marker's thread.
+            # The write, and the fsync when it is not left to the marker's thread.
             with cpu_stages.stage(cpu_stages.WRITE):
-                info = layout.write(buffers[split], part_dir, fsync)
+                info = layout.write(buffers[split], path, fsync)
         except OSError as e:
             if e.filename and e.errno not in SPACE_ERRNOS | PERMISSION_ERRNOS:
                 raise
             # A failed write() names no file (ENOSPC, EFBIG): name the part being written, and the
             # bytes it needs.
             raise write_error(
-                OSError(e.errno, e.strerror, str(part_dir)), part_dir, buffers[split].nbytes
+                OSError(e.errno, e.strerror, str(path)), path, buffers[split].nbytes
             ) from e
         result.parts.append({"split": split, "part": dataclasses.asdict(info)})
         result.kept[split] = result.kept.get(split, 0) + info.rows
@@ -278,7 +327,9 @@ def _capacity(
     """Rows to reserve for a new part: the rows per byte of this piece times the text the part
     can still receive (a part closes after chunk_bytes of text, plus the piece that crosses it)."""
     left = opts.chunk_bytes + PIECE_BYTES
-    if not task.gz:
+    if task.parquet:  # one part per task: its row groups' bytes
+        left = task.parquet_bytes - done_bytes
+    elif not task.gz:
         left = min(left, task.end - task.start - done_bytes)
     return int(piece_rows * max(left, piece_bytes) / max(piece_bytes, 1) * 1.02) + 1024
 
@@ -296,23 +347,44 @@ def _take_piece(
     """Parse whole lines and append their kept rows to each split's part; returns the lines."""
     with cpu_stages.stage(cpu_stages.PARSE):
         chunk = opts.parser.parse(data)
+
+    def describe(row: int) -> tuple[str, str]:
+        return opts.parser.describe_bad(data, chunk, row, path=task.path)
+
+    _take_chunk(task, chunk, describe, len(data), line0, opts, vocabs, layout, buffers, result)
+    return chunk.rows
+
+
+def _take_chunk(
+    task: Task,
+    chunk: Chunk,
+    describe: Callable[[int], tuple[str, str]],
+    size: int,
+    line0: int,
+    opts: TaskOptions,
+    vocabs: list[Vocabulary] | None,
+    layout: PartLayout,
+    buffers: dict[str, PartColumns],
+    result: TaskResult,
+) -> None:
+    """Append a parsed piece's kept rows (`size` bytes of input) to each split's part."""
     with cpu_stages.stage(cpu_stages.APPEND):
-        _note_bad_rows(task, data, chunk, line0, result, opts.parser, opts.strict)
+        _note_bad_rows(task, describe, chunk, line0, result, opts.strict)
         for split, mask in split_rows(task, line0, chunk.rows):
             rows = mask & chunk.ok
             idx = np.arange(chunk.rows) if rows.all() else np.flatnonzero(rows)
             if not len(idx):
                 continue
             if split not in buffers:
-                cap = _capacity(task, opts, chunk.rows, len(data), result.bytes)
+                cap = _capacity(task, opts, chunk.rows, size, result.bytes)
                 buffers[split] = layout.new_part(cap)
             try:
                 layout.append(buffers[split], chunk, idx, vocabs)
+            except ReservedRawIdError as e:
+                raise ValueError(f"{_where(task, line0 + int(idx[e.k]))}: {e}") from None
             except NonFiniteDense as e:
-                line = _absolute_line(task, line0 + e.row)
-                raise non_finite_error(task.path, line, e, opts) from None
-    result.bytes += len(data)
-    return chunk.rows
+                raise non_finite_error(_where(task, line0 + e.row), e, opts) from None
+    result.bytes += size
 
 
 def run_task(
@@ -339,7 +411,11 @@ def run_task(
     buffers: dict[str, PartColumns] = {}
     line0, parts_written, since_flush = 0, 0, 0
     fsync = mark and not background_sync
-    for piece in read_pieces(task.text):
+    hashing = vocabs is None  # one part per split of a task
+    for chunk, describe, size in parquet_chunks(task, opts, hashing):
+        _take_chunk(task, chunk, describe, size, line0, opts, vocabs, layout, buffers, result)
+        line0 += chunk.rows
+    for piece in read_pieces(task.text) if not task.parquet else ():
         seen = list(result.skipped)
         for data in parse_pieces(piece, PARSE_BYTES if parse_kernel.AVAILABLE else len(piece)):
             line0 += _take_piece(task, data, line0, opts, vocabs, layout, buffers, result)
@@ -367,6 +443,30 @@ def run_task(
             marker_path(out, task.index, kind), json.dumps(dataclasses.asdict(result)).encode()
         )
     return result
+
+
+def parquet_chunks(
+    task: Task, opts: TaskOptions, hashing: bool = False
+) -> Iterator[tuple[Chunk, Callable[[int], tuple[str, str]], int]]:
+    """A Parquet task's row groups, each decoded (parquet_rows.table_chunk), with what names a
+    malformed row and its uncompressed bytes; nothing for a task of text. hashing: the chunks are
+    hashed into ids (not counted, not looked up in vocabularies)."""
+    if not task.parquet:
+        return
+    pp = opts.parser.parquet
+    groups = read_row_groups(Path(task.path), task.start, task.end, pp)
+    while True:
+        with cpu_stages.stage(cpu_stages.READ):
+            table, size = next(groups, (None, 0))
+        if table is None:
+            return
+        with cpu_stages.stage(cpu_stages.PARSE):
+            chunk = table_chunk(table, pp, hashing=hashing)
+
+        def describe(row: int, table=table, chunk=chunk) -> tuple[str, str]:
+            return describe_bad_row(table, chunk, row, pp)
+
+        yield chunk, describe, size
 
 
 def process_setup() -> None:

@@ -14,6 +14,7 @@ values and int64 counts.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,13 @@ from shardrec.tools.preprocess.ids.id_maps import count_values
 from shardrec.tools.preprocess.ids.vocab import CountRuns
 from shardrec.tools.preprocess.parse import spec_kernel
 from shardrec.tools.preprocess.parse.text_parser import Chunk
-from shardrec.tools.preprocess.task import Task, TaskOptions, process_setup, split_rows
+from shardrec.tools.preprocess.task import (
+    Task,
+    TaskOptions,
+    parquet_chunks,
+    process_setup,
+    split_rows,
+)
 from shardrec.tools.preprocess.task_text import read_pieces
 
 
@@ -101,15 +108,23 @@ def piece_counts(
     return out
 
 
+def _chunks(task: Task, opts: TaskOptions) -> Iterator[Chunk]:
+    """The task's pieces, parsed (text) or decoded (Parquet row groups)."""
+    for chunk, _, _ in parquet_chunks(task, opts):
+        yield chunk
+    for data in read_pieces(task.text) if not task.parquet else ():
+        with cpu_stages.stage(cpu_stages.PARSE):
+            chunk = opts.parser.parse(data)
+        yield chunk
+
+
 def count_task(task: Task, opts: TaskOptions) -> Path:
     """Per-feature value counts of the task's training rows, as sorted runs on disk (vocab.CountRuns:
     spilled whenever opts.vocab_memory_bytes of pairs are held)."""
     process_setup()
     runs = CountRuns(Path(opts.out) / WORK_DIR, task.index, opts.names, opts.vocab_memory_bytes)
     line0 = 0
-    for data in read_pieces(task.text):
-        with cpu_stages.stage(cpu_stages.PARSE):
-            chunk = opts.parser.parse(data)
+    for chunk in _chunks(task, opts):
         with cpu_stages.stage(cpu_stages.COUNT):
             for split, mask in split_rows(task, line0, chunk.rows):
                 if split != "train":

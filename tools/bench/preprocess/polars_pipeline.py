@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from shardrec.dataloader.format.manifest import Manifest, smallest_uint
+from shardrec.dataloader.format.part_file import open_split
 
 INSTALL_HINT = "polars is not installed: pip install 'shardrec[bench]' (or pip install polars)"
 _M1, _M2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
@@ -96,17 +97,14 @@ def compare_with_dataset(dataset: Path, polars_out: Path) -> list[str]:
     the polars output; [] when every column is identical (dtype, shape and bytes)."""
     manifest = Manifest.load(dataset)
     names = ["label", "dense", *(f.name for f in manifest.sparse_features)]
-    parts = [
-        dataset / split / p.name
-        for split in ("train", "val", "test")
-        for p in manifest.splits[split].parts
-    ]
+    parts = [p for split in ("train", "val", "test") for p in open_split(dataset, split, manifest)]
     differ = []
     for name in names:
         theirs = np.load(polars_out / f"{name}.npy", mmap_mode="r")
         row, same = 0, True
         for part in parts:
-            ours = np.load(part / f"{name}.npy", mmap_mode="r")
+            ours = {"label": part.labels, "dense": part.dense}.get(name)
+            ours = part.sparse[name] if ours is None else ours
             if (
                 ours.dtype != theirs.dtype
                 or ours.shape[1:] != theirs.shape[1:]

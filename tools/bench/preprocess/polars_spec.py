@@ -12,6 +12,10 @@ way, and stored as values + row offsets. String hashing runs one polars expressi
 word of the longest value (hex-encoded words parsed as integers): polars has no loop over a
 string's bytes, and its own hash is not stable across versions.
 
+A spec of Parquet files (`kind = "parquet"`) is read with `scan_parquet`, its columns typed as
+stored: numbers cast, integer categoricals taken as they are, native list columns as lists (null
+and empty elements dropped), the rest as above.
+
 Run as `python -m shardrec.tools.bench.preprocess.polars_spec FILE SPEC OUT` in a child process (as
 polars_pipeline.py: its own POLARS_MAX_THREADS and peak RSS). The spec must give every sparse
 column a hash_size (`spec infer` does).
@@ -25,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from shardrec.dataloader.format.manifest import Manifest, smallest_uint
+from shardrec.dataloader.format.part_file import open_split
 from shardrec.dataloader.spec.feature_spec import (
     CategoricalColumn,
     DenseColumn,
@@ -65,6 +70,17 @@ def _ids(strings, column: CategoricalColumn):
     """Ids of a Series of raw values (null or empty: 0), as shardrec's hashing gives them."""
     import polars as pl
 
+    if strings.dtype.is_integer():  # a Parquet integer column: the integer itself
+        values = strings.cast(pl.Int64).reinterpret(signed=False)
+        frame = pl.DataFrame({"v": values, "s": strings})
+        dtype = {1: pl.UInt8, 2: pl.UInt16, 4: pl.UInt32, 8: pl.UInt64}[
+            smallest_uint(column.hash_size - 1).itemsize
+        ]
+        ids = polars_mix64(pl.col("v")) % (column.hash_size - 1) + 1
+        missing = pl.col("s").is_null()
+        return frame.select(pl.when(missing).then(0).otherwise(ids).cast(dtype).alias("v"))[
+            "v"
+        ].to_numpy()
     if column.kind == "string":
         width = int(strings.str.len_bytes().max() or 0)
         values = _string_values(strings.fill_null(""), width)
@@ -105,20 +121,29 @@ def polars_spec_preprocess(path: Path, spec: FeatureSpec, out: Path) -> int:
     import polars as pl
 
     fmt = spec.format
-    frame = pl.scan_csv(
-        path,
-        separator=fmt.delimiter,
-        has_header=fmt.header,
-        new_columns=None if fmt.header else [c.name for c in spec.columns],
-        quote_char='"' if fmt.quoting else None,
-        infer_schema=False,
-    )
+    if fmt.kind == "parquet":
+        frame = pl.scan_parquet(path)
+    else:
+        frame = pl.scan_csv(
+            path,
+            separator=fmt.delimiter,
+            has_header=fmt.header,
+            new_columns=None if fmt.header else [c.name for c in spec.columns],
+            quote_char='"' if fmt.quoting else None,
+            infer_schema=False,
+        )
     label = spec.label
     y = pl.col(label.name)
     y = (y.cast(pl.Float64) >= label.threshold) if label.threshold is not None else y.cast(pl.Int64)
     columns = [y.cast(pl.UInt8).alias("label"), *(_dense(d) for d in spec.dense)]
     for c in spec.sparse:
-        if isinstance(c, ListColumn):
+        if isinstance(c, ListColumn) and fmt.kind == "parquet":
+            kept = pl.element().is_not_null()
+            if c.kind != "integer":
+                kept = kept & (pl.element() != "")
+            items = pl.col(c.name).fill_null([]).list.eval(pl.element().filter(kept))
+            columns.append(items.list.head(c.max_length).alias(c.name))
+        elif isinstance(c, ListColumn):
             items = (
                 pl.col(c.name)
                 .fill_null("")
@@ -152,16 +177,18 @@ def compare_jagged(dataset: Path, polars_out: Path) -> list[str]:
     """Columns whose values differ between a shardrec dataset (train, val, test in order) and the
     polars output, lists compared as values and row lengths; [] when all are equal."""
     manifest = Manifest.load(dataset)
-    parts = [
-        dataset / s / p.name for s in ("train", "val", "test") for p in manifest.splits[s].parts
-    ]
+    parts = [p for s in ("train", "val", "test") for p in open_split(dataset, s, manifest)]
+
+    def column(part, name):
+        return {"label": part.labels, "dense": part.dense}.get(name, part.sparse.get(name))
+
     differ = []
     for name in ["label", "dense", *manifest.feature_names]:
-        ours = np.concatenate([np.load(p / f"{name}.npy") for p in parts])
+        ours = np.concatenate([column(p, name) for p in parts])
         theirs = np.load(polars_out / f"{name}.npy")
         same = ours.dtype == theirs.dtype and np.array_equal(ours, theirs)
         if (polars_out / f"{name}.offsets.npy").is_file():
-            lengths = np.concatenate([np.diff(np.load(p / f"{name}.offsets.npy")) for p in parts])
+            lengths = np.concatenate([np.diff(p.offsets[name]) for p in parts])
             same = same and np.array_equal(
                 lengths, np.diff(np.load(polars_out / f"{name}.offsets.npy"))
             )

@@ -21,6 +21,7 @@ MODULES = {
     "export-npy": "npy",
     "reference-npy": "npy",
     "multihot": "multihot",
+    "upgrade": "upgrade",
 }
 SUMMARIES = {
     "digest": "Print one SHA-256 per global batch, over the ranks' slices concatenated in rank "
@@ -35,6 +36,7 @@ SUMMARIES = {
     "reference-npy": "Preprocess as the MLPerf DLRMv2 reference does (torchrec's Criteo scripts), "
     "in bounded memory.",
     "multihot": "Write a multi-hot copy of the one-hot dataset SRC, as MLPerf DLRMv2 does.",
+    "upgrade": "Rewrite a dataset of the old layout in place as one file per part.",
 }
 
 
@@ -46,7 +48,7 @@ data_app = typer.Typer(
     cls=DataCommands,
     help=(
         "Inspect, check and convert a preprocessed dataset: statistics, rows, checksums, stream digests, "
-        "torchrec's .npy layout, multi-hot copies."
+        "torchrec's .npy layout, multi-hot copies, upgrades of the old layout."
     ),
     no_args_is_help=True,
 )

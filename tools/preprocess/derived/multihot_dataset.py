@@ -2,17 +2,18 @@
 
 Each one-hot id becomes its row of the feature's index table
 (dataloader/multihot/multihot_tables.py, the MLPerf DLRMv2 reference's tables); labels and dense
-values are copied byte for byte (their checksums checked on the way). A feature of size 1 stays
-one-hot. Columns are written chunk by chunk and hashed as they are written, so memory stays a few
-chunks whatever the part size; the whole dataset is built in a temporary folder beside the output
-and renamed into place at the end, so a reader never sees half a dataset.
+values are copied byte for byte (the source part's checksum checked first). A feature of size 1
+stays one-hot. A part's file is written column by column, each multi-hot column chunk by chunk
+as it is expanded, and hashed as it is written (arrow_ipc's streamed buffers), so memory stays a
+few chunks whatever the part size; the whole dataset is built in a temporary folder beside the
+output and renamed into place at the end, so a reader never sees half a dataset.
 
 Parts are converted in parallel on `workers` threads, not processes: the work is numpy's take
 from the memory-mapped tables, the cast to the column's dtype, SHA-256 and file writes, which
 all release the GIL on blocks this size, and threads share the tables' maps and page cache.
 Each part is written on its own, so the bytes do not depend on the worker count.
 
-A part's files are synced to disk on other threads while the workers convert the next parts,
+A part's file is synced to disk on other threads while the workers convert the next parts,
 and all of them before the manifest is written and the dataset renamed into place. Synced
 inline, a worker waited for the disk after every column: on a slow disk more of its time went to
 fsync than to the conversion itself.
@@ -24,26 +25,25 @@ back from the written columns after the last part.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import shutil
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import BinaryIO
 
 import numpy as np
 
+from shardrec.dataloader.format.arrow_ipc import FileLayout, Streamed
 from shardrec.dataloader.format.manifest import (
     DatasetError,
-    FileInfo,
     Manifest,
     PartInfo,
     SparseFeature,
     SplitInfo,
-    open_part,
+    file_sha256,
     smallest_uint,
 )
+from shardrec.dataloader.format.part_file import file_layout, open_part, write_part
 from shardrec.dataloader.multihot.multihot_tables import (
     IndexTables,
     default_cache_dir,
@@ -56,79 +56,30 @@ from shardrec.tools.preprocess.parts.feature_stats import compute_feature_stats
 
 CHUNK_ROWS = 1 << 16
 """Rows converted per step (a 100-hot feature: 6.5 M ids, ~50 MB)."""
-_COPY_BLOCK = 1 << 24
 
 
-class _NpyWriter:
-    """Writes a 1-d `.npy` block by block, hashing the bytes as they go (one pass, no re-read)."""
+def _expanded(
+    ids: np.ndarray, tables: IndexTables, t: int, dtype: np.dtype, chunk_rows: int
+) -> Streamed:
+    """Feature t's multi-hot ids of the one-hot `ids`, made chunk by chunk as they are written."""
 
-    def __init__(self, path: Path, dtype: np.dtype, length: int) -> None:
-        self.path, self.dtype, self.length, self.written = path, np.dtype(dtype), length, 0
-        self.hash = hashlib.sha256()
-        self.file: BinaryIO = open(path, "wb")
-        header = {
-            "descr": np.lib.format.dtype_to_descr(self.dtype),
-            "fortran_order": False,
-            "shape": (length,),
-        }
-        np.lib.format.write_array_header_1_0(self, header)  # the header np.save writes first
+    def chunks():
+        for a in range(0, len(ids), chunk_rows):
+            # in the column's dtype: no cast pass on the way out
+            yield tables.expand(t, ids[a : a + chunk_rows], dtype=dtype).reshape(-1)
 
-    def write(self, data: bytes | np.ndarray) -> None:
-        raw = (
-            data
-            if isinstance(data, bytes)
-            else np.ascontiguousarray(data, self.dtype).view(np.uint8).reshape(-1)
-        )
-        if not isinstance(data, bytes):
-            self.written += len(data)
-        self.hash.update(raw)
-        self.file.write(raw)
-
-    def close(self) -> FileInfo:
-        """Close the file (synced later, with its part: _sync_part)."""
-        assert self.written == self.length, (
-            f"{self.path}: wrote {self.written} of {self.length} values"
-        )
-        size = self.file.tell()
-        self.file.close()
-        return FileInfo(bytes=size, sha256=self.hash.hexdigest())
+    return Streamed(np.dtype(dtype), len(ids) * tables.spec.sizes[t], chunks)
 
 
-def _copy_checked(src: Path, dst: Path, expected: FileInfo) -> FileInfo:
-    """Copy a column unchanged; a checksum that disagrees with the source manifest is an error."""
-    h = hashlib.sha256()
-    with open(src, "rb") as fin, open(dst, "wb") as fout:
-        while block := fin.read(_COPY_BLOCK):
-            h.update(block)
-            fout.write(block)
-    if h.hexdigest() != expected.sha256:
-        raise DatasetError(
-            f"{src}: checksum differs from its manifest (corrupted?); check with `shardrec data verify`"
-        )
-    return FileInfo(bytes=expected.bytes, sha256=expected.sha256)
+def _offsets(rows: int, size: int, chunk_rows: int) -> Streamed:
+    """Row offsets of a list of `size` ids in every row, made chunk by chunk."""
 
+    def chunks():
+        yield np.zeros(1, np.int64)
+        for a in range(0, rows, chunk_rows):
+            yield np.arange(a + 1, min(rows, a + chunk_rows) + 1, dtype=np.int64) * size
 
-def _write_feature(
-    out_dir: Path, name: str, ids: np.ndarray, tables: IndexTables, t: int, chunk_rows: int
-) -> dict[str, FileInfo]:
-    """One feature's ids through its index table: a one-hot column (size 1) or ids + offsets."""
-    n, size = len(ids), tables.spec.sizes[t]
-    dtype = smallest_uint(tables.spec.rows[t] - 1)
-    values = _NpyWriter(out_dir / f"{name}.npy", dtype, n * size)
-    offsets = _NpyWriter(out_dir / f"{name}.offsets.npy", np.int64, n + 1) if size > 1 else None
-    if offsets is not None:
-        offsets.write(np.zeros(1, np.int64))
-    for a in range(0, n, chunk_rows):
-        b = min(n, a + chunk_rows)
-        values.write(
-            tables.expand(t, ids[a:b], dtype=dtype).reshape(-1)
-        )  # no cast pass on the way out
-        if offsets is not None:
-            offsets.write(np.arange(a + 1, b + 1, dtype=np.int64) * size)
-    files = {f"{name}.npy": values.close()}
-    if offsets is not None:
-        files[f"{name}.offsets.npy"] = offsets.close()
-    return files
+    return Streamed(np.dtype(np.int64), rows + 1, chunks)
 
 
 def _convert_part(
@@ -137,32 +88,38 @@ def _convert_part(
     split: str,
     info: PartInfo,
     manifest: Manifest,
+    layout: FileLayout,
     tables: IndexTables,
     chunk_rows: int,
     counts: OneHotCounts | None,
 ) -> PartInfo:
     part = open_part(src, split, info, manifest)
-    out_dir = out / split / info.name
-    out_dir.mkdir(parents=True)
-    files = {
-        f: _copy_checked(part.path / f, out_dir / f, info.files[f])
-        for f in ("label.npy", "dense.npy")
-    }
+    # Labels and dense values are copied as they are: the source file must be the one its
+    # manifest records (the ids are bounds-checked as they are expanded).
+    if file_sha256(part.path) != info.sha256:
+        raise DatasetError(
+            f"{part.path}: checksum differs from its manifest (corrupted?); check with `shardrec data verify`"
+        )
+    sparse, offsets = {}, {}
     for t, feat in enumerate(manifest.sparse_features):
-        ids = part.sparse[feat.name]
-        files.update(_write_feature(out_dir, feat.name, ids, tables, t, chunk_rows))
-        if counts is not None and split == "train":
-            counts.add(
-                t, ids
-            )  # just read for the expansion: one more pass over 1 id a sample, not `size`
-    return PartInfo(name=info.name, rows=info.rows, files=files)
+        ids, size = part.sparse[feat.name], tables.spec.sizes[t]
+        dtype = smallest_uint(tables.spec.rows[t] - 1)
+        sparse[feat.name] = _expanded(ids, tables, t, dtype, chunk_rows)
+        if size > 1:
+            offsets[feat.name] = _offsets(len(ids), size, chunk_rows)
+    done = write_part(
+        out / split / info.name, layout, part.labels, part.dense, sparse, offsets, fsync=False
+    )
+    if counts is not None and split == "train":
+        for t, feat in enumerate(manifest.sparse_features):
+            counts.add(t, part.sparse[feat.name])  # one more pass over 1 id a sample
+    return done
 
 
-def _sync_part(out_dir: Path, names: list[str]) -> None:
-    """A converted part's files and their directory entries, on disk."""
-    for name in names:
-        fsync_path(out_dir / name)
-    fsync_dir(out_dir)
+def _sync_part(path: Path) -> None:
+    """A converted part's file and its directory entry, on disk."""
+    fsync_path(path)
+    fsync_dir(path.parent)
 
 
 def _feature_stats(
@@ -175,11 +132,7 @@ def _feature_stats(
     stats = counts.feature_stats(manifest.splits["train"].rows)
     rest = [f for t, f in enumerate(manifest.sparse_features) if t not in counts.counted]
     if rest:
-        stats.update(
-            compute_feature_stats(
-                directory, dataclasses.replace(manifest, sparse_features=rest), "train", workers
-            )
-        )
+        stats.update(compute_feature_stats(directory, manifest, "train", workers, rest))
     return stats
 
 
@@ -262,8 +215,16 @@ def materialize_multihot(
         for split in splits:
             (tmp / split).mkdir(parents=True)
 
+        features = [
+            SparseFeature(f.name, r, str(smallest_uint(r - 1)), multi_hot=k > 1)
+            for f, k, r in zip(manifest.sparse_features, spec.sizes, spec.rows)
+        ]
+        layout = file_layout(manifest.dense_features, manifest.dense_dtype, features)
+
         def convert(job: tuple[str, PartInfo]) -> PartInfo:
-            return _convert_part(src, tmp, job[0], job[1], manifest, tables, chunk_rows, counts)
+            return _convert_part(
+                src, tmp, job[0], job[1], manifest, layout, tables, chunk_rows, counts
+            )
 
         pool = ThreadPoolExecutor(workers, thread_name_prefix="shardrec-multihot")
         syncer = ThreadPoolExecutor(workers, thread_name_prefix="shardrec-multihot-sync")
@@ -273,7 +234,7 @@ def materialize_multihot(
             # below).
             for (split, _), done in zip(jobs, pool.map(convert, jobs)):
                 splits[split].parts.append(done)
-                synced.append(syncer.submit(_sync_part, tmp / split / done.name, list(done.files)))
+                synced.append(syncer.submit(_sync_part, tmp / split / done.name))
                 if on_rows is not None:
                     on_rows(done.rows)
             for f in synced:
@@ -283,13 +244,9 @@ def materialize_multihot(
                 wait=True, cancel_futures=True
             )  # parts not started are dropped on an error
             syncer.shutdown(wait=True, cancel_futures=True)
-        features = [
-            SparseFeature(f.name, r, str(smallest_uint(r - 1)), multi_hot=k > 1)
-            for f, k, r in zip(manifest.sparse_features, spec.sizes, spec.rows)
-        ]
         options = {**manifest.options, "multihot": {**spec.to_dict(), "source": str(src)}}
         result = dataclasses.replace(
-            manifest, sparse_features=features, splits=splits, options=options
+            manifest, sparse_features=features, splits=splits, options=options, upgraded_from={}
         )
         stats = _feature_stats(tmp, result, counts, workers)
         for f in features:

@@ -22,14 +22,14 @@ import numpy as np
 
 from shardrec.dataloader.format import torchrec_npy as npy
 from shardrec.dataloader.format.manifest import (
+    PART_SUFFIX,
     SPLITS,
     Manifest,
     SparseFeature,
     SplitInfo,
-    open_split,
     smallest_uint,
-    write_part,
 )
+from shardrec.dataloader.format.part_file import file_layout, open_split, write_part
 from shardrec.dataloader.util.files import atomic_path, atomic_write_bytes
 from shardrec.tools.preprocess.parts.feature_stats import compute_feature_stats
 
@@ -88,6 +88,9 @@ def import_npy(src: Path, out: Path, hashes: list[int] | None, val_half: str = "
         raise ValueError(f"{len(hashes)} hashes for {num_sparse} sparse features")
     names = [f"C{i}" for i in range(1, num_sparse + 1)]
     dtypes = [smallest_uint(h - 1) for h in hashes]
+    features = [SparseFeature(n, h, str(dt)) for n, h, dt in zip(names, hashes, dtypes)]
+    dense_names = [f"I{i}" for i in range(1, num_dense + 1)]
+    layout = file_layout(dense_names, "float32", features)
     splits = {s: SplitInfo() for s in SPLITS}
     for d in days:
         day = npy.open_day(src, d)
@@ -111,13 +114,14 @@ def import_npy(src: Path, out: Path, hashes: list[int] | None, val_half: str = "
                 }
                 values = np.asarray(dense[start:stop], dtype=np.float32)
                 _check_finite(npy.day_file(src, d, "dense"), start, values)
-                info = write_part(out / split / f"part-{d:05d}-{start // ROWS_PER_PART:04d}",
+                name = f"part-{d:05d}-{start // ROWS_PER_PART:04d}{PART_SUFFIX}"
+                info = write_part(out / split / name, layout,
                                   np.asarray(labels[start:stop]).astype(np.uint8), values, ids)  # fmt: skip
                 splits[split].parts.append(info)
                 splits[split].rows += info.rows
     manifest = Manifest(
-        [f"I{i}" for i in range(1, num_dense + 1)],
-        [SparseFeature(n, h, str(dt)) for n, h, dt in zip(names, hashes, dtypes)],
+        dense_names,
+        features,
         splits,
         "float32",
         {

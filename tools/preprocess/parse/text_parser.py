@@ -18,6 +18,7 @@ from shardrec.tools.preprocess.parse.criteo_text import (
     describe_bad_row,
     parse_chunk,
 )
+from shardrec.tools.preprocess.parse.parquet_rows import ParquetProgram, resolve_parquet
 from shardrec.tools.preprocess.parse.spec_parse import (
     Program,
     SpecChunk,
@@ -41,6 +42,8 @@ class TextParser:
     column_names: tuple[str, ...] = ()
     """Criteo's parser: each field's name where a spec of its shape names them (default: label,
     I1.., C1..)."""
+    parquet: ParquetProgram | None = None
+    """A spec of Parquet files: their row groups are read (parquet_rows.py), not text."""
 
     @property
     def sparse_names(self) -> list[str]:
@@ -63,8 +66,10 @@ class TextParser:
 
     def warm_up(self) -> None:
         """Parse one empty line: the parser's kernel is loaded from numba's cache (compiled, the
-        first time ever) before a timed pass, so a one-time compile is no part of a parse rate."""
-        self.parse(memoryview(b"\n"))
+        first time ever) before a timed pass, so a one-time compile is no part of a parse rate.
+        Parquet row groups are decoded by parquet_kernel.py's kernels, never by this parser."""
+        if self.parquet is None:
+            self.parse(memoryview(b"\n"))
 
     def parse(self, data: memoryview) -> Chunk:
         if self.program:
@@ -101,6 +106,14 @@ def choose_parser(
     """
     if spec is None:
         return TextParser(schema), dense_transform
+    if spec.format.kind == "parquet":
+        resolved = [resolve_parquet(spec, f, spec_file or "the spec") for f in files]
+        for f, other in zip(files[1:], resolved[1:]):
+            if other.program.names != resolved[0].program.names or other.kinds != resolved[0].kinds:
+                raise SpecError(
+                    f"{f}: its columns or their types differ from {files[0]}'s; give each its own run"
+                )
+        return TextParser(Schema(), resolved[0].program, parquet=resolved[0]), "log1p"
     programs = [
         resolve_program(
             spec,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from shardrec.dataloader.format.arrow_ipc import FileLayout
 from shardrec.dataloader.format.manifest import PartInfo
 from shardrec.tools.preprocess.ids.id_maps import Vocabulary
 from shardrec.tools.preprocess.parse.spec_parse import Program
@@ -34,12 +35,15 @@ class PartLayout:
         cardinalities: tuple[int, ...],
         dense_transform: str,
         dense_dtype: str,
+        file: FileLayout,
     ) -> None:
         """Args:
         program: a feature spec's program; None: Criteo's layout (every feature one-hot).
         names: every sparse feature, in manifest order.
         cardinalities: rows of each feature's table (hashing mode) or its vocabulary's.
+        file: the part files' layout (part_file.file_layout of the run's features).
         """
+        self.file = file
         self.program, self.names, self.num_dense = program, names, num_dense
         self.cardinalities = cardinalities
         self.dense_transform, self.dense_dtype = dense_transform, dense_dtype
@@ -89,6 +93,5 @@ class PartLayout:
                 vocabs,
             )
 
-    def write(self, cols: PartColumns, part_dir: Path, fsync: bool) -> PartInfo:
-        order = self.names if self.lists else ()
-        return cols.write(part_dir, self.one_hot, fsync, self.list_names, order)
+    def write(self, cols: PartColumns, path: Path, fsync: bool) -> PartInfo:
+        return cols.write(path, self.file, self.one_hot, fsync, self.list_names)

@@ -1,0 +1,328 @@
+"""One part of a dataset: one Arrow IPC file (Feather v2) that any Arrow reader opens as it is.
+
+    DIR/<split>/part-00000.arrow
+
+Its columns, in this order, one row per sample (arrow_ipc.py has the byte layout of each kind):
+
+- `label` (value): `uint8`, labels [rows].
+- `dense` (block): `fixed_size_list<item: float not null>[D]` (`halffloat` for float16), the
+  dense values [rows, D] row-major; omitted when the dataset has no dense feature (D = 0).
+- each one-hot feature (value): the smallest unsigned integer that holds its table's rows, one
+  id per row (`uint64` raw ids for a feature kept raw: format.raw_ids).
+- each list feature (list): `large_list<item: uintN not null>`, int64 offsets [rows + 1] and
+  the ids back to back.
+
+Features come in the manifest's order; nothing is nullable (a missing value has already become id
+0 or dense 0). The schema's metadata holds one entry, `shardrec`: sorted JSON naming the format
+and schema version, the dense features and each feature's table rows and pooling, so that a file
+says what its columns are on its own.
+
+The columns are generic (arrow_ipc.Column: a value per row, a fixed-width block per row, a list
+per row, of any numeric dtype), so that other kinds of part (raw 64-bit ids, per-user event
+sequences) are other column lists of the same three kinds, written and checked by the same code.
+
+Opening a part (`open_part`) is cheap and strict: one lstat, one open, two preads (the file's
+metadata, before any of it is mapped) checked to be exactly the bytes shardrec writes for the
+manifest's columns and the rows and list lengths they state, the ends of each list's offsets, then
+one map of the whole file (its descriptor closed at once) whose buffers become numpy views; no
+column byte is read. A file of another size, layout or row count than the manifest says is one
+DatasetError naming the file. What opening cannot see (a changed data byte) is caught by the ids'
+bounds checks as they are read and by `data verify` (the manifest's SHA-256 of each file).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from shardrec.dataloader.format import arrow_ipc
+from shardrec.dataloader.format.arrow_ipc import BLOCK, LIST, VALUE, Column, FileLayout, Streamed
+from shardrec.dataloader.format.manifest import (
+    MANIFEST,
+    SCHEMA_VERSION,
+    DatasetError,
+    Manifest,
+    PartInfo,
+    SparseFeature,
+    inside_dataset,
+    shown,
+)
+from shardrec.dataloader.format.mapping import limit_message, map_open_file
+from shardrec.dataloader.util.files import atomic_open
+
+METADATA_KEY = "shardrec"
+PART_FORMAT = "shardrec-part"
+LABEL, DENSE = "label", "dense"
+RESERVED = (LABEL, DENSE)
+"""Column names a feature cannot take."""
+
+
+@dataclass
+class Part:
+    """One part's columns, memory-mapped: nothing is read until it is indexed."""
+
+    path: Path
+    rows: int
+    labels: np.ndarray
+    dense: np.ndarray
+    sparse: dict[str, np.ndarray]
+    offsets: dict[str, np.ndarray]
+    limits: dict[str, int] = field(default_factory=dict)
+    """Feature name -> table rows: every id of the feature must be below it (the loader checks
+    the ids it reads; empty where the layout gives no bound)."""
+
+
+def _id_dtype(feature: SparseFeature) -> np.dtype:
+    """A feature's id dtype, which must be unsigned (ids are row numbers)."""
+    try:
+        dtype = np.dtype(feature.dtype)
+    except TypeError:
+        dtype = None
+    if dtype is None or dtype.kind != "u":
+        raise DatasetError(
+            f"feature {feature.name} has dtype {shown(feature.dtype)}, expected an unsigned integer type"
+        )
+    return dtype
+
+
+@functools.lru_cache(maxsize=32)
+def _layout(dense: tuple[str, ...], dense_dtype: str, features: tuple[tuple, ...]) -> FileLayout:
+    columns = [Column(LABEL, np.uint8)]
+    if dense:
+        columns.append(Column(DENSE, np.dtype(dense_dtype), BLOCK, len(dense)))
+    for name, dtype, multi_hot, _, _, _ in features:
+        if name in RESERVED:
+            raise DatasetError(f"feature {name!r}: the name of a part's {name} column; rename it")
+        columns.append(Column(name, dtype, LIST if multi_hot else VALUE))
+    metadata = {
+        "format": PART_FORMAT,
+        "schema_version": SCHEMA_VERSION,
+        "dense": list(dense),
+        "features": {name: {"table_rows": card, "pooling": pooling, "list": multi_hot}
+                     | ({"ids": ids} if ids else {})
+                     for name, _, multi_hot, card, pooling, ids in features},
+    }  # fmt: skip
+    return FileLayout(columns, METADATA_KEY, json.dumps(metadata, sort_keys=True))
+
+
+def file_layout(
+    dense_features: Sequence[str], dense_dtype: str, features: Sequence[SparseFeature]
+) -> FileLayout:
+    """The file layout of a dataset's parts: its dense features, their dtype and its features
+    (names, id dtypes, lists or not, table rows and pooling)."""
+    try:
+        dense = np.dtype(dense_dtype)
+    except TypeError:
+        dense = None
+    if dense is None or dense.kind != "f":
+        raise DatasetError(f"dense dtype {shown(dense_dtype)} is not a float type")
+    key = tuple(
+        (f.name, _id_dtype(f).str, bool(f.multi_hot), int(f.cardinality), f.pooling, f.ids)
+        for f in features
+    )
+    return _layout(tuple(dense_features), dense.str, key)
+
+
+def manifest_layout(manifest: Manifest, directory: Path | None = None) -> FileLayout:
+    """The file layout of `manifest`'s parts (a DatasetError names DIR/manifest.json)."""
+    try:
+        return file_layout(manifest.dense_features, manifest.dense_dtype, manifest.sparse_features)
+    except DatasetError as e:
+        raise DatasetError(f"{Path(directory or '.') / MANIFEST}: {e}") from None
+
+
+def write_part(
+    path: Path,
+    layout: FileLayout,
+    labels: np.ndarray,
+    dense: np.ndarray | Streamed,
+    sparse: dict[str, np.ndarray | Streamed],
+    offsets: dict[str, np.ndarray | Streamed] | None = None,
+    *,
+    fsync: bool = True,
+) -> PartInfo:
+    """Write one part file (a temporary name, then renamed), hashing it as it is written; returns
+    what the manifest records of it.
+
+    Args:
+        path: DIR/<split>/<name>.arrow.
+        labels: [rows] 0/1 labels.
+        dense: [rows, num_dense] transformed dense values.
+        sparse: feature name -> ids (one per row, or back to back for list features).
+        offsets: feature name -> int64 [rows + 1] row offsets, for list features only.
+        fsync: flush the file to disk before renaming it. A caller that records the part as
+            finished later (preprocess's task marker) may pass False and fsync it itself before
+            that record, off its critical path.
+    """
+    rows = len(labels)
+    offsets = offsets or {}
+    names = [c.name for c in layout.columns if c.name not in RESERVED]
+    if sorted(sparse) != sorted(names) or sorted(offsets) != sorted(
+        c.name for c in layout.columns if c.kind == LIST
+    ):
+        raise ValueError(
+            f"{path}: features {sorted(sparse)} (lists {sorted(offsets)}) are not the layout's "
+            f"{names}"
+        )
+    data: dict = {LABEL: np.asarray(labels).astype(np.uint8, copy=False)}
+    for c in layout.columns[1:]:
+        if c.name == DENSE:
+            data[DENSE] = dense
+            if not isinstance(dense, Streamed) and dense.shape[0] != rows:
+                raise ValueError(f"dense has {dense.shape[0]} rows, labels {rows}")
+        elif c.kind == LIST:
+            off = offsets[c.name]
+            off = off if isinstance(off, Streamed) else np.asarray(off).astype(np.int64, copy=False)
+            ids = sparse[c.name]
+            if not isinstance(off, Streamed) and (
+                len(off) != rows + 1 or int(off[0]) != 0 or int(off[-1]) != arrow_ipc.length(ids)
+            ):
+                raise ValueError(
+                    f"{c.name}: offsets do not match {rows} rows and {arrow_ipc.length(ids)} ids"
+                )
+            data[c.name] = (off, ids)
+        else:
+            if arrow_ipc.length(sparse[c.name]) != rows:
+                raise ValueError(
+                    f"{c.name}: {arrow_ipc.length(sparse[c.name])} ids for {rows} rows (one-hot "
+                    "features hold one id per row)"
+                )
+            data[c.name] = sparse[c.name]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_open(path, fsync=fsync) as f:
+        size, sha256 = arrow_ipc.write_file(f, layout, rows, data)
+    return PartInfo(name=path.name, rows=rows, bytes=size, sha256=sha256)
+
+
+def check_part_file(directory: Path, split: str, info: PartInfo) -> None:
+    """Cheap check of a part without opening it: its file exists inside the dataset directory with
+    the manifest's size (one lstat for a regular file in a plain folder)."""
+    path = f"{directory}{os.sep}{split}{os.sep}{info.name}"
+    try:
+        st = os.lstat(path)
+    except OSError:
+        st = None
+    if st is None or not stat.S_ISREG(st.st_mode) or os.path.islink(os.path.dirname(path)):
+        # a symlink (the file, or its split's folder): followed only inside the dataset
+        st = os.stat(path) if os.path.isfile(path) else None
+        if st is not None:
+            inside_dataset(directory, Path(path))
+    if st is None or not stat.S_ISREG(st.st_mode):
+        raise DatasetError(f"{path}: missing (named by {directory / MANIFEST})")
+    if st.st_size != info.bytes:
+        raise DatasetError(
+            f"{path}: {st.st_size} bytes on disk, manifest says {info.bytes} (truncated or replaced?)"
+        )
+
+
+def open_part(
+    directory: Path,
+    split: str,
+    info: PartInfo,
+    manifest: Manifest,
+    layout: FileLayout | None = None,
+) -> Part:
+    """Memory-map one part after checking it (module doc): DatasetError names the file and what
+    differs. The ids are not read here: the loader checks those it reads against `Part.limits`."""
+    layout = layout or manifest_layout(manifest, directory)
+    check_part_file(directory, split, info)
+    limits = {f.name: int(f.cardinality) for f in manifest.sparse_features}
+    path = f"{directory}{os.sep}{split}{os.sep}{info.name}"
+    return map_part(path, info, layout, limits, manifest.dense_dtype)
+
+
+def map_part(
+    path: str,
+    info: PartInfo,
+    layout: FileLayout,
+    limits: dict[str, int] | None = None,
+    dense_dtype: str = "float32",
+) -> Part:
+    """Memory-map the part file at `path` after checking its metadata against `layout` and `info`
+    (open_part, less the checks of where the file lies)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise DatasetError(f"{path}: cannot open: {limit_message(e) or e.strerror}") from None
+    try:
+        size = os.fstat(fd).st_size
+        if size != info.bytes:  # replaced since the manifest was written (or since the lstat)
+            raise DatasetError(f"{path}: {size} bytes on disk, manifest says {info.bytes}")
+        head = os.pread(fd, len(layout.head), 0)
+        foot = os.pread(fd, len(layout.foot), max(size - len(layout.foot), 0))
+        sizes = layout.check(head, foot, size)
+        if isinstance(sizes, str):
+            raise DatasetError(f"{path}: not the part the manifest describes: {sizes}")
+        if sizes.rows != info.rows:
+            raise DatasetError(f"{path}: holds {sizes.rows} rows, manifest says {info.rows}")
+        for i, c in enumerate(layout.columns):
+            if c.kind == LIST:
+                _check_offsets(fd, path, c.name, layout, sizes, i)
+        try:
+            memory = map_open_file(fd, size, path)
+        except OSError as e:
+            raise DatasetError(f"{path}: cannot map: {limit_message(e) or e.strerror}") from None
+    finally:
+        os.close(fd)
+    return _views(Path(path), memory, layout, sizes, limits or {}, dense_dtype)
+
+
+def _check_offsets(
+    fd: int, path: str, name: str, layout: FileLayout, sizes: arrow_ipc.Sizes, column: int
+) -> None:
+    """A list's offsets run from 0 to its values' length (their ends only: a monotonicity pass
+    would read the whole buffer at every open; `data verify` does it)."""
+    at = layout.body_at + sizes.buffers[layout.offsets_buffer[column]][0]
+    first = int(np.frombuffer(os.pread(fd, 8, at), "<i8")[0])
+    last = int(np.frombuffer(os.pread(fd, 8, at + 8 * sizes.rows), "<i8")[0])
+    values = sizes.list_lengths[layout.lists.index(column)]
+    if first != 0 or last != values:
+        raise DatasetError(
+            f"{path}: column {name}: offsets run from {first} to {last}, expected 0 to {values} "
+            "(the column's ids)"
+        )
+
+
+def _views(
+    path: Path,
+    memory: np.ndarray,
+    layout: FileLayout,
+    sizes: arrow_ipc.Sizes,
+    limits: dict[str, int],
+    dense_dtype: str,
+) -> Part:
+    body, buffers, rows = layout.body_at, sizes.buffers, sizes.rows
+    columns: dict[str, np.ndarray] = {}
+    offsets: dict[str, np.ndarray] = {}
+    for i, c in enumerate(layout.columns):
+        at, length = buffers[layout.values_buffer[i]]
+        values = memory[body + at : body + at + length].view(c.dtype)
+        columns[c.name] = values.reshape(rows, c.width) if c.kind == BLOCK else values
+        if c.kind == LIST:
+            at, length = buffers[layout.offsets_buffer[i]]
+            offsets[c.name] = memory[body + at : body + at + length].view(np.int64)
+    labels = columns.pop(LABEL)
+    dense = columns.pop(DENSE, None)
+    if dense is None:
+        dense = np.empty((rows, 0), dense_dtype)
+        dense.flags.writeable = False
+    return Part(path, rows, labels, dense, columns, offsets, limits)
+
+
+def open_split(directory: str | Path, split: str, manifest: Manifest | None = None) -> list[Part]:
+    """Memory-map every part of one split, checking each against the manifest."""
+    directory = Path(directory)
+    manifest = manifest or Manifest.load(directory)
+    if split not in manifest.splits:
+        raise DatasetError(
+            f"{directory}: no split {split!r} (has {', '.join(manifest.splits) or 'none'})"
+        )
+    layout = manifest_layout(manifest, directory)
+    return [open_part(directory, split, p, manifest, layout) for p in manifest.splits[split].parts]

@@ -1,0 +1,205 @@
+"""The compiled (numba) kernels that turn a Parquet row group's Arrow columns into the values a
+feature spec's text parser would have produced from the same rows (spec_kernel.py), reading
+Arrow's raw buffers: validity bitmaps (bit `offset + i`), int32 or int64 offsets, the bytes of
+strings, the values of integers, a list's offsets and its child's.
+
+The decoders are the text parser's own (spec_values.hash_string, parse_kernel.decode_hex and
+decode_int), so a string, a hex string or an integer gives the same 64-bit value, hence the same
+id, read from Parquet as read from CSV. A null or empty value is missing (id 0), as an empty field
+is; a list's null or empty elements are skipped, as a list field's empty values are.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shardrec.dataloader.util.jit import njit
+from shardrec.tools.preprocess.parse.parse_kernel import decode_hex, decode_int
+from shardrec.tools.preprocess.parse.spec_kernel import BAD_HEX, BAD_INTEGER, BAD_LABEL, HEX, STRING
+from shardrec.tools.preprocess.parse.spec_values import hash_string
+
+
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _valid(bitmap, i):
+    """Bit i of an Arrow validity bitmap (an empty bitmap: every value is valid)."""
+    return len(bitmap) == 0 or ((bitmap[i >> 3] >> (i & 7)) & 1) == 1
+
+
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _decode(data, s, e, kind):
+    """(value, reason) of a non-empty string value by the column's kind; reason -1: decoded."""
+    if kind == STRING:
+        return hash_string(data, s, e, False), -1
+    if kind == HEX:
+        v, ok = decode_hex(data, s, e)
+        return v, (-1 if ok else BAD_HEX)
+    v, ok = decode_int(data, s, e)
+    return np.uint64(v), (-1 if ok else BAD_INTEGER)
+
+
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _bad(reason, bad_field, r, code, field):
+    if reason[r] < 0:  # the first bad field of a row is the one reported
+        reason[r], bad_field[r] = code, field
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def strings_into(
+    offsets, data, bitmap, at, n, kind, out, missing, col, r0, reason, bad_field, field
+):
+    """Rows r0 .. r0 + n of one-hot column `col` from n string values (Arrow index at + i)."""
+    for i in range(n):
+        r, j = r0 + i, at + i
+        s, e = np.int64(offsets[j]), np.int64(offsets[j + 1])
+        if not _valid(bitmap, j) or s == e:
+            out[r, col], missing[r, col] = np.uint64(0), True
+            continue
+        v, code = _decode(data, s, e, kind)
+        out[r, col], missing[r, col] = v, False
+        if code >= 0:
+            _bad(reason, bad_field, r, code, field)
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def dictionary_into(
+    indices, bitmap, at, n, values, absent, codes, out, missing, col, r0, reason, bad_field, field
+):  # fmt: skip
+    """Rows r0 .. r0 + n of one-hot column `col` from n dictionary indices: the dictionary's
+    entries were decoded once (values, absent: null or empty, codes: a reason or -1), each row
+    takes its entry's."""
+    for i in range(n):
+        r, j = r0 + i, at + i
+        if not _valid(bitmap, j):
+            out[r, col], missing[r, col] = np.uint64(0), True
+            continue
+        d = indices[j]
+        out[r, col], missing[r, col] = values[d, 0], absent[d, 0]
+        if codes[d] >= 0:
+            _bad(reason, bad_field, r, codes[d], field)
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def mark_bad_entries(indices, bitmap, at, n, codes, r0, reason, bad_field, field):
+    """Rows r0 .. r0 + n whose dictionary entry did not decode (codes[entry] >= 0) are malformed."""
+    for i in range(n):
+        j = at + i
+        if _valid(bitmap, j) and codes[indices[j]] >= 0:
+            _bad(reason, bad_field, r0 + i, codes[indices[j]], field)
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def gather_entry_ids(entry_ids, indices, bitmap, at, rows, out, j, offset):
+    """out[j, offset + k] = entry_ids[indices[at + rows[k]]], 0 for a null row: a dictionary
+    column's ids, each distinct value hashed once."""
+    for k in range(len(rows)):
+        i = at + rows[k]
+        out[j, offset + k] = entry_ids[indices[i]] if _valid(bitmap, i) else 0
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def numbers_into(values, bitmap, at, n, out, missing, col, r0):
+    """Rows r0 .. r0 + n of dense column `col` from n numbers, as float64 (a null: 0.0, missing):
+    one pass over Arrow's buffers, as the text parser writes a dense field."""
+    for i in range(n):
+        r, j = r0 + i, at + i
+        if _valid(bitmap, j):
+            out[r, col], missing[r, col] = np.float64(values[j]), False
+        else:
+            out[r, col], missing[r, col] = 0.0, True
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def integers_into(values, bitmap, at, n, out, missing, col, r0):
+    """Rows r0 .. r0 + n of one-hot column `col` from n integers: the value's 64 bits (a negative
+    one in two's complement, as the text parser stores `-5`)."""
+    for i in range(n):
+        r, j = r0 + i, at + i
+        if _valid(bitmap, j):
+            out[r, col], missing[r, col] = np.uint64(np.int64(values[j])), False
+        else:
+            out[r, col], missing[r, col] = np.uint64(0), True
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def string_lists_into(
+    list_offsets, list_bitmap, at, n, offsets, data, bitmap, child_at, kind, max_length,
+    out, pos, start, length, col, r0, reason, bad_field, field,
+):  # fmt: skip
+    """Rows r0 .. r0 + n of list column `col` from n lists of strings: each row's first
+    max_length non-empty values appended to out[pos:]; returns the next free position."""
+    for i in range(n):
+        r, j = r0 + i, at + i
+        start[r, col], count = pos, 0
+        if _valid(list_bitmap, j):
+            for k in range(np.int64(list_offsets[j]), np.int64(list_offsets[j + 1])):
+                c = child_at + k
+                s, e = np.int64(offsets[c]), np.int64(offsets[c + 1])
+                if count == max_length or not _valid(bitmap, c) or s == e:
+                    continue
+                v, code = _decode(data, s, e, kind)
+                if code >= 0:
+                    _bad(reason, bad_field, r, code, field)
+                out[pos] = v
+                pos, count = pos + 1, count + 1
+        length[r, col] = count
+    return pos
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def integer_lists_into(
+    list_offsets, list_bitmap, at, n, values, bitmap, child_at, max_length,
+    out, pos, start, length, col, r0,
+):  # fmt: skip
+    """string_lists_into for lists of integers (null elements skipped)."""
+    for i in range(n):
+        r, j = r0 + i, at + i
+        start[r, col], count = pos, 0
+        if _valid(list_bitmap, j):
+            for k in range(np.int64(list_offsets[j]), np.int64(list_offsets[j + 1])):
+                c = child_at + k
+                if count == max_length or not _valid(bitmap, c):
+                    continue
+                out[pos] = np.uint64(np.int64(values[c]))
+                pos, count = pos + 1, count + 1
+        length[r, col] = count
+    return pos
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def number_labels_into(
+    values, bitmap, at, n, threshold, use_threshold, labels, r0, reason, bad_field, field
+):  # fmt: skip
+    """Labels of n numbers: 1 where >= threshold (use_threshold), else the value, which must be
+    0 or 1; a null or another value makes its row malformed."""
+    for i in range(n):
+        r, j = r0 + i, at + i
+        v = np.float64(values[j])
+        if use_threshold:
+            labels[r] = 1 if v >= threshold else 0
+        else:
+            labels[r] = 1 if v == 1.0 else 0
+        if not _valid(bitmap, j) or (not use_threshold and v != 0.0 and v != 1.0):
+            labels[r] = 0
+            _bad(reason, bad_field, r, BAD_LABEL, field)
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def mapped_labels_into(
+    offsets, data, bitmap, at, n, keys, values, labels, r0, reason, bad_field, field
+):
+    """Labels of n string values looked up (by their string hash) in a spec's label mapping; a
+    null or unlisted value makes its row malformed."""
+    for i in range(n):
+        r, j = r0 + i, at + i
+        labels[r] = 0
+        if not _valid(bitmap, j):
+            _bad(reason, bad_field, r, BAD_LABEL, field)
+            continue
+        h = hash_string(data, np.int64(offsets[j]), np.int64(offsets[j + 1]), False)
+        found = False
+        for k in range(len(keys)):
+            if keys[k] == h:
+                labels[r], found = values[k], True
+                break
+        if not found:
+            _bad(reason, bad_field, r, BAD_LABEL, field)

@@ -9,7 +9,8 @@ per weight, the devices that run it; the planner and the config read it), the al
 their settings, fusing them into tables, the optimizer of data-parallel tables (optim.py),
 its row-wise state between table layouts (optim_layouts.py), and fbgemm's table batches of a
 sharded model with the step counters their optimizers keep outside any state dict
-(table_batches.py).
+(table_batches.py). The `managed` subpackage holds the tables of raw-id features whose rows an
+id map hands out while training runs.
 
 May import: shardrec.dataloader only (for the manifest).
 """

@@ -9,12 +9,14 @@ import numpy as np
 import pytest
 
 from shardrec.dataloader.format.manifest import (
+    PART_SUFFIX,
     Manifest,
     SparseFeature,
     SplitInfo,
     smallest_uint,
-    write_part,
 )
+from shardrec.dataloader.format.part_file import file_layout, write_part
+from shardrec.dataloader.format.raw_ids import MISSING_KEY, RAW
 
 
 def write_tiny_dataset(
@@ -24,17 +26,30 @@ def write_tiny_dataset(
     cardinalities: tuple[int, ...] = (50, 300, 7, 1000),
     multi_hot: tuple[str, ...] = (),
     seed: int = 0,
+    raw: tuple[str, ...] = (),
+    day: int = 0,
 ) -> Manifest:
     """Write a dataset whose labels depend on the features (so models can learn it).
 
     Args:
         rows: split name -> rows of each part, e.g. {"train": [500, 300], "val": [200]}.
         multi_hot: names of features (f0, f1, ...) stored as jagged lists of 0-3 ids per row.
+        raw: names of one-hot features stored as raw 64-bit ids (format.raw_ids): Zipf-drawn items
+            whose ranks shift by `day` * cardinality / 4 (new items each day), about 5% missing;
+            the item's effect on the label is fixed for its life.
     """
     rows = rows or {"train": [600, 400], "val": [256], "test": [256]}
     rng = np.random.default_rng(seed)
     names = [f"f{i}" for i in range(len(cardinalities))]
     weights = [rng.normal(0, 1.5, c) for c in cardinalities]
+    features = [
+        SparseFeature(name, card, str(smallest_uint(card - 1)), multi_hot=name in multi_hot)
+        if name not in raw
+        else SparseFeature(name, 0, "uint64", ids=RAW)
+        for name, card in zip(names, cardinalities)
+    ]
+    dense_names = [f"d{i}" for i in range(num_dense)]
+    layout = file_layout(dense_names, "float32", features)
     splits = {}
     for split, part_rows in rows.items():
         info = SplitInfo()
@@ -48,22 +63,24 @@ def write_tiny_dataset(
                     off = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
                     ids = rng.integers(0, card, int(off[-1])).astype(dtype)
                     sparse[name], offsets[name] = ids, off
+                elif name in raw:
+                    item = rng.zipf(1.3, n).astype(np.int64) + day * (card // 4)
+                    keys = (item.astype(np.uint64) + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
+                    keys[rng.random(n) < 0.05] = np.uint64(MISSING_KEY)
+                    sparse[name] = keys
+                    logit += w[item % card]
                 else:
                     ids = rng.integers(0, card, n).astype(dtype)
                     sparse[name] = ids
                     logit += w[ids.astype(np.int64)]
             labels = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(np.uint8)
-            info.parts.append(
-                write_part(directory / split / f"part-{i:05d}", labels, dense, sparse, offsets)
-            )
+            path = directory / split / f"part-{i:05d}{PART_SUFFIX}"
+            info.parts.append(write_part(path, layout, labels, dense, sparse, offsets))
             info.rows += n
         splits[split] = info
     manifest = Manifest(
-        dense_features=[f"d{i}" for i in range(num_dense)],
-        sparse_features=[
-            SparseFeature(name, card, str(smallest_uint(card - 1)), multi_hot=name in multi_hot)
-            for name, card in zip(names, cardinalities)
-        ],
+        dense_features=dense_names,
+        sparse_features=features,
         splits=splits,
         options={"source": "tests/conftest.py"},
     )

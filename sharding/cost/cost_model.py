@@ -23,7 +23,7 @@ from shardrec.sharding.cost.comms import (
 from shardrec.sharding.cost.skew import LookupCurve, row_share
 from shardrec.sharding.machine.memory import DenseFootprint, fixed_bytes
 from shardrec.sharding.machine.topology import ClusterTopology
-from shardrec.sharding.plan.plan_types import UVM_KERNELS, TablePlan
+from shardrec.sharding.plan.plan_types import UNPOOLED, UVM_KERNELS, TablePlan
 
 
 @dataclass
@@ -50,6 +50,9 @@ class PlanCost:
     """Host memory per rank of UVM tables' weights (CUDA only)."""
     host_capacity: int = 0
     """Host memory per rank UVM tables may use."""
+    id_map_bytes: float = 0.0
+    """The managed tables' id maps on every rank (map_memory): part of `fixed_bytes` on CPU, host
+    memory beside the device on CUDA."""
 
     @property
     def memory_bytes(self) -> np.ndarray:
@@ -98,6 +101,7 @@ class PlanCost:
                     "optimizer_bytes": int(self.optimizer_bytes[r]),
                     "buffer_bytes": int(self.buffer_bytes[r]),
                     "fixed_bytes": int(self.fixed_bytes),
+                    "id_map_bytes": int(self.id_map_bytes),
                     "cache_bytes": int(np.broadcast_to(self.cache_bytes, self.step_s.shape)[r]),
                     "host_bytes": int(np.broadcast_to(self.host_bytes, self.step_s.shape)[r]),
                     "lookup_ms": round(float(self.lookup_s[r]) * 1e3, 6),
@@ -206,6 +210,9 @@ def _table_arrays(
     world_size, elem_bytes, memory = topo.world_size, workload.elem_bytes, topo.memory
     zeros = [np.zeros(world_size) for _ in range(7)]
     arrays = _TableArrays(*zeros, sent={})
+    # A sequence model's table returns a row per id (unpooled), not one per sample.
+    unpooled = config.pooling.name == UNPOOLED
+    rows_out = pooling if unpooled else 1.0
     for index, shard in enumerate(table_plan.shards):
         table_bytes = shard.rows * shard.cols * elem_bytes
         arrays.weights[shard.rank] += table_bytes
@@ -219,10 +226,13 @@ def _table_arrays(
         share = row_share(curve, shard.row_offset, shard.rows, config.num_embeddings)
         read = workload.global_batch_size * pooling * share * shard.cols * elem_bytes
         arrays.lookup[shard.rank] += read
+        out_rows = (
+            pooling * share if unpooled and table_plan.sharding_type == "row_wise" else rows_out
+        )
         arrays.buffers[shard.rank] += (
             memory.io_copies
             * workload.global_batch_size
-            * (pooling * share * workload.id_bytes + 2 * shard.cols * elem_bytes)
+            * (pooling * share * workload.id_bytes + 2 * out_rows * shard.cols * elem_bytes)
         )
         if table_plan.compute_kernel in UVM_KERNELS:
             _uvm_shard(arrays, table_plan, index, optimizer, topo, read)
@@ -234,6 +244,7 @@ def _table_arrays(
         workload,
         topo.local_world_size,
         curve,
+        unpooled,
     )
     return arrays
 
@@ -310,6 +321,7 @@ def evaluate(
         cache_bytes=total.cache,
         host_bytes=total.host,
         host_capacity=topo.host_memory_bytes,
+        id_map_bytes=dense.id_map_bytes if dense is not None else 0,
     )
 
 
@@ -320,11 +332,14 @@ def rank_fixed_bytes(
     pooling: dict[str, float],
     dense: DenseFootprint | None,
 ) -> float:
-    """What every rank holds besides its tables (memory.fixed_bytes) for this job."""
+    """What every rank holds besides its tables (memory.fixed_bytes) for this job; on CPU the
+    managed tables' id maps too (one memory)."""
     ids_per_sample = sum(pooling.get(config.name, 1.0) for config in configs)
-    return fixed_bytes(
+    dense = dense or DenseFootprint()
+    maps = dense.id_map_bytes if topo.device_kind != "cuda" else 0
+    return maps + fixed_bytes(
         topo.memory,
-        dense or DenseFootprint(),
+        dense,
         workload.local_batch,
         ids_per_sample,
         workload.id_bytes,

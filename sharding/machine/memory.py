@@ -7,8 +7,9 @@ A rank's estimate (cost.PlanCost.memory_bytes) is the sum of
   gradient backward writes, DDP's bucket) plus its optimizer state;
 - per rank, the same on every rank (`fixed_bytes` here): the dense layers' parameters with
   their gradients, DDP buckets and optimizer state; their activations for the local batch;
-  the input KeyedJaggedTensor's copies that torchrec reserves on CUDA; and `framework_bytes`
-  (process group and its buffers, autograd, thread pools, what the allocator keeps).
+  the input KeyedJaggedTensor's copies that torchrec reserves on CUDA; `framework_bytes`
+  (process group and its buffers, autograd, thread pools, what the allocator keeps); and on CPU
+  the managed tables' id maps (on CUDA they are host memory: cost_model.evaluate).
 
 The copies and the framework figure are MemoryModel constants: on CPU measured with
 `shardrec bench plan-reality` (each rank's peak resident set while a plan is built, sharded
@@ -86,26 +87,36 @@ class DenseFootprint:
     """Outputs of the dense layers for one sample (what backward keeps)."""
     optimizer: str = "adagrad"
     """The dense optimizer (trainer.optim.DENSE_OPTIMIZERS)."""
+    id_map_bytes: int = 0
+    """The managed tables' id maps, a replica on every rank (embeddings.managed.map_memory): in
+    the rank's memory on CPU, in host memory on CUDA."""
 
 
 def dense_footprint(model: torch.nn.Module, optimizer: str = "adagrad") -> DenseFootprint:
     """Parameters and per-sample activations of a model's layers outside its embedding tables.
 
     Works on a model built on the meta device (nothing allocated): parameters are counted by
-    shape, activations as the output width of every linear layer.
+    shape, activations as the output width of every linear layer, plus what a module says of its
+    own (`activation_bytes_per_sample`: a sequence model's attention, which grows with the square
+    of its length).
     """
     import torch
-    from torchrec.modules.embedding_modules import EmbeddingBagCollection
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection
 
     tables = {
         id(p)
         for m in model.modules()
-        if isinstance(m, EmbeddingBagCollection)
+        if isinstance(m, (EmbeddingBagCollection, EmbeddingCollection))
         for p in m.parameters()
     }
     params = sum(p.numel() * p.element_size() for p in model.parameters() if id(p) not in tables)
     widths = sum(m.out_features for m in model.modules() if isinstance(m, torch.nn.Linear))
-    return DenseFootprint(int(params), int(widths * 4), optimizer)
+    declared = sum(
+        int(m.activation_bytes_per_sample())
+        for m in model.modules()
+        if callable(getattr(m, "activation_bytes_per_sample", None))
+    )
+    return DenseFootprint(int(params), int(widths * 4) + declared, optimizer)
 
 
 def fixed_bytes(

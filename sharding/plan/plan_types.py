@@ -31,6 +31,11 @@ SHARDING_TYPES = (
 )
 """torchrec's ShardingType values that a plan file may name (tests/unit/test_plan_io.py checks
 them)."""
+SEQUENCE_SHARDING_TYPES = ("data_parallel", "table_wise", "column_wise", "row_wise")
+"""The types torchrec's EmbeddingCollection sharder builds: a sequence model's unpooled tables
+(pooling NONE in the fingerprint) take only these."""
+UNPOOLED = "NONE"
+"""A table's pooling in a plan's fingerprint when a sequence model looks it up unpooled."""
 
 
 class StalePlanError(ValueError):
@@ -81,6 +86,8 @@ class RankEstimate:
     """Device memory of UVM caches on this rank."""
     host_bytes: int = 0
     """Host memory of UVM tables' weights on this rank."""
+    id_map_bytes: int = 0
+    """The managed tables' id maps on this rank (in `fixed_bytes` on CPU; host memory on CUDA)."""
     lookup_ms: float = 0.0
     comm_ms: float = 0.0
     step_ms: float = 0.0
@@ -118,7 +125,7 @@ class PlanEstimate:
             if not out[key]:
                 del out[key]
         for rank in out["ranks"]:
-            for key in ("fixed_bytes", "cache_bytes", "host_bytes"):
+            for key in ("fixed_bytes", "cache_bytes", "host_bytes", "id_map_bytes"):
                 if not rank[key]:
                     del rank[key]
         return out

@@ -6,7 +6,7 @@ from collections import Counter
 
 from rich.table import Table
 
-from shardrec.sharding.plan.plan_types import PlanFile
+from shardrec.sharding.plan.plan_types import UNPOOLED, PlanFile
 
 MiB = 2**20
 
@@ -53,8 +53,12 @@ def tables_table(plan: PlanFile, limit: int = 60) -> Table:
     t = Table(title=f"tables ({len(plan.tables)}; planner {plan.planner})")
     cached = any(tp.cache is not None for tp in plan.tables)
     pooled = plan.estimate.ids_per_sample if plan.estimate is not None else {}
-    columns = ["table", "sharding type", "kernel", "shards", "ranks"] + (
-        ["ids/sample"] if pooled else []
+    unpooled = {f.name for f in plan.fingerprint.tables if f.pooling == UNPOOLED}
+    columns = (
+        ["table"]
+        + (["lookup"] if unpooled else [])
+        + ["sharding type", "kernel", "shards", "ranks"]
+        + (["ids/sample"] if pooled else [])
     )
     for col in columns + (["cache rows", "hit rate"] if cached else []):
         t.add_column(col, justify="right" if col == "ids/sample" else "left")
@@ -62,6 +66,11 @@ def tables_table(plan: PlanFile, limit: int = 60) -> Table:
         "ids/sample: the mean ids a sample looks up in the table (the data's statistics, or pooling_factors)"
     ]
     captions = captions if pooled else []
+    if unpooled:
+        captions.append(
+            "lookup: bag (pooled, one vector a sample) or seq (a sequence model's table, unpooled: "
+            "one vector per id, torchrec's EmbeddingCollection)"
+        )
     if cached:
         captions.append(
             "cache rows: HBM cache of a fused_uvm_caching table (its load factor); hit rate: predicted share "
@@ -71,6 +80,7 @@ def tables_table(plan: PlanFile, limit: int = 60) -> Table:
     for tp in plan.tables[:limit]:
         row = [
             tp.name,
+            *([("seq" if tp.name in unpooled else "bag")] if unpooled else []),
             tp.sharding_type,
             tp.compute_kernel,
             str(len(tp.shards)),
@@ -104,6 +114,10 @@ def ranks_table(plan: PlanFile, limit: int = 32) -> Table:
     host = any(r.host_bytes for r in ranks)
     if host:
         t.caption += "; cache: HBM of UVM caches, host: UVM tables' weights in host memory (MiB)"
+    maps = max((r.id_map_bytes for r in ranks), default=0)
+    if maps:
+        where = "in fix" if plan.fingerprint.device_kind == "cpu" else "host memory"
+        t.caption += f"; the managed tables' id maps: {maps / MiB:,.1f} MiB on every rank ({where})"
     # Short headers keep the table whole on an 80-column terminal.
     columns = ["rank", "MiB", "wts", "opt", "buf", "fix"] + (["cache", "host"] if host else [])
     for col in columns + ["lkp ms", "comm ms", "a2a", "rs+ag", "allred"]:

@@ -42,3 +42,38 @@ def test_per_rank_weights_and_optimizer_state(optimizer: str, state: list[int]) 
     assert list(cost.memory_bytes) == list(
         cost.weights_bytes + cost.optimizer_bytes + cost.buffer_bytes + cost.fixed_bytes
     )
+
+
+def test_every_rank_holds_the_managed_tables_id_maps_at_their_largest() -> None:
+    """The id maps are replicas: their bytes join every rank's fixed memory on CPU (host memory on
+    CUDA, reported beside it), as large as a map filled to its budget with a full window of misses
+    gets."""
+    import numpy as np
+
+    from shardrec.embeddings.managed.id_map import combine
+    from shardrec.embeddings.managed.map_memory import id_map_bytes
+    from shardrec.embeddings.managed.maps import build_maps
+    from shardrec.embeddings.managed.table_kinds import TableSettings
+    from shardrec.sharding.machine.memory import DenseFootprint
+
+    settings = TableSettings(kind="managed", rows=1000, admit_after=1, evict_every=4)
+    window = 64 * 4  # a local batch of 64 one-hot ids, 4 steps between updates
+    estimate = id_map_bytes(settings, window, 2)
+    placed = [layouts.table_wise(T0, 1, "fused"), layouts.row_wise(T1, 2, "fused")]
+    args = ([T0, T1], {"t0": 1.0, "t1": 1.0}, build_topology("cpu-gloo", 2), 8, "sgd")
+    plain = evaluate(placed, *args, dense=DenseFootprint())
+    managed = evaluate(placed, *args, dense=DenseFootprint(id_map_bytes=estimate))
+    assert managed.fixed_bytes - plain.fixed_bytes == estimate
+    assert managed.to_dict()["ranks"][1]["id_map_bytes"] == estimate
+    maps = build_maps({"f": ("t_f", settings)})
+    maps.begin_stretch(0, 100)
+    rng = np.random.default_rng(0)
+    peak = 0
+    for step in range(40):  # new ids every step: the map fills and the misses pile up
+        for table in maps.due(step):
+            maps.update(table, combine([table.idmap.pending()]), step)
+        keys = rng.integers(1, 2**62, 64).astype(np.uint64)
+        maps.rows("f", keys, np.ones(64, bool), step)
+        peak = max(peak, maps.tables["f"].idmap.host_bytes())
+    assert maps.tables["f"].idmap.used == 1000
+    assert peak <= estimate

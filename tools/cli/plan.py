@@ -22,9 +22,10 @@ plan_app = typer.Typer(
 
 def _load_job(config: Path | None, data: Path | None, overrides: list[str]):
     from shardrec.dataloader.format.manifest import DatasetError, Manifest
+    from shardrec.embeddings.dims import job_tables
     from shardrec.embeddings.tables import build_table_configs
     from shardrec.trainer.job.config import load_job_config
-    from shardrec.trainer.job.data_options import model_manifest
+    from shardrec.trainer.job.data_options import model_manifest, train_steps
 
     try:
         job = load_job_config(config, overrides)
@@ -36,7 +37,15 @@ def _load_job(config: Path | None, data: Path | None, overrides: list[str]):
     try:
         # The tables as training sees them (on-the-fly multi-hot ids have their index tables' rows).
         manifest = model_manifest(Manifest.load(directory), job.data)
-        configs = build_table_configs(manifest, job.model.embedding_dim, job.model.dims)
+        configs = build_table_configs(
+            manifest,
+            job.model.embedding_dim,
+            job.model.dims,
+            job.tables,
+            unpooled_sequences=job.model.arch == "hstu",
+        )
+        steps = train_steps(manifest, job.data, job.train)
+        tables = job_tables(manifest, job.tables)
     except (DatasetError, ValueError) as e:
         fail(str(e))
     from shardrec.sharding.search.request import DatasetStatistics
@@ -47,21 +56,37 @@ def _load_job(config: Path | None, data: Path | None, overrides: list[str]):
         configs,
         DatasetStatistics.from_manifest(manifest),
         _dense(job, configs, manifest),
+        steps,
+        tables,
     )
 
 
 def _dense(job, configs, manifest):
     """The dense layers of the job's model, counted on the meta device (what every rank holds
     besides tables)."""
+    import torch
+
     from shardrec.embeddings.tables import build_ebc
     from shardrec.sharding.machine.memory import dense_footprint
     from shardrec.trainer.model.models import build_model
 
     names = [name for config in configs for name in config.feature_names]
     try:
-        model = build_model(
-            job.model, build_ebc(configs), names, len(manifest.dense_features), dense_device="meta"
-        )
+        if job.model.arch == "hstu":
+            from shardrec.trainer.model.hstu_model import build_hstu_model
+
+            with torch.device("meta"):
+                model = build_hstu_model(
+                    job.model, configs, manifest.sparse_features, len(manifest.dense_features)
+                )
+        else:
+            model = build_model(
+                job.model,
+                build_ebc(configs),
+                names,
+                len(manifest.dense_features),
+                dense_device="meta",
+            )
     except ValueError as e:
         fail(str(e))
     return dense_footprint(model, job.optim.dense)
@@ -140,7 +165,7 @@ def plan(
     from shardrec.sharding.plan.plan_file import save_plan
     from shardrec.sharding.plan.plan_types import PlanDoesNotFitError
     from shardrec.sharding.planner import SEARCHES, plan_tables
-    from shardrec.trainer.job.planning import plan_request
+    from shardrec.trainer.job.planning import plan_request, propose_row_budgets
 
     if world_size <= 0:
         raise typer.BadParameter(f"must be positive, got {world_size}", param_hint="'--world-size'")
@@ -148,7 +173,7 @@ def plan(
         raise typer.BadParameter(
             f"{search!r} is not one of {', '.join(SEARCHES)}", param_hint="'--search'"
         )
-    job, directory, configs, statistics, dense = _load_job(config, data, set_ or [])
+    job, directory, configs, statistics, dense, steps, tables = _load_job(config, data, set_ or [])
     if simulate:
         if sync_every <= 0:
             fail(f"--sync-every must be positive, got {sync_every}")
@@ -171,6 +196,8 @@ def plan(
             dense=dense,
             sharding_group_size=group_size,
             sync_every=sync_every,
+            tables=tables,
+            stretch_steps=steps,
         )
         start = time.perf_counter()
         try:
@@ -194,7 +221,8 @@ def plan(
         if topology == topo.name
         else f"{topology}: {topo.name}, memory from the {topo.memory_source}"
     )
-    _print_plan(result, shown, sync_every, seconds, out, json_out)
+    budgets = propose_row_budgets(result, configs, statistics, tables, job.optim.sparse)
+    _print_plan(result, shown, sync_every, seconds, out, json_out, budgets)
 
 
 def _with_frequencies(statistics, directory: Path, job, configs, batches: int, quiet: bool):
@@ -234,7 +262,13 @@ def _topology(
 
 
 def _print_plan(
-    result, topology: str, sync_every: int, seconds: float, out: Path | None, json_out: bool
+    result,
+    topology: str,
+    sync_every: int,
+    seconds: float,
+    out: Path | None,
+    json_out: bool,
+    budgets: list | None = None,
 ) -> None:
     from shardrec.sharding.plan.report import ranks_table, summary, tables_table
 
@@ -246,11 +280,14 @@ def _print_plan(
                 "seconds": round(seconds, 3),
                 "out": str(out) if out else None,
                 **_placed(result),
+                **({"row_budgets": [dataclasses.asdict(b) for b in budgets]} if budgets else {}),
             }
         )
         return
     console.print(tables_table(result))
     console.print(ranks_table(result))
+    if budgets:
+        _print_budgets(budgets)
     if result.sharding_group_size:
         console.print(
             f"2D: sharding groups of {result.sharding_group_size} ranks, {world_size // result.sharding_group_size} "
@@ -259,6 +296,36 @@ def _print_plan(
     where = f", wrote {out}" if out else ""
     console.print(
         f"planned {len(result.tables)} tables for {counted(world_size, 'rank')} ({topology}) in {seconds:.2f} s{where}"
+    )
+
+
+def _print_budgets(budgets: list) -> None:
+    """The managed tables' proposed row budgets, and the job file lines that set them."""
+    from rich.table import Table
+
+    t = Table(
+        title="managed tables: row budgets from the data's distinct-id curve",
+        caption="wanted: rows that hold 99% of the lookups of ids seen admit_after times or more, "
+        "+10%; proposed: within the memory this plan leaves (equal lookups per byte where short); "
+        "kept: the proposed rows' share of all the feature's lookups",
+    )
+    for col in ("table", "distinct ids", "wanted", "proposed", "kept", "B/row (all ranks)"):
+        t.add_column(col, justify="right")
+    for b in budgets:
+        t.add_row(
+            b.feature,
+            f"{b.distinct:,}",
+            f"{b.wanted:,}",
+            f"{b.rows:,}",
+            f"{b.kept:.1%}",
+            f"{b.bytes_per_row:,.0f}",
+        )
+    console.print(t)
+    console.print(
+        "in the job file: " + "; ".join(f"[tables.{b.feature}] rows = {b.rows}" for b in budgets),
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
     )
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.table import Table
 
 from shardrec.tools.cli.common import fail, print_json
 from shardrec.tools.console import console
@@ -31,8 +33,12 @@ def synth(
     like: Annotated[
         str,
         typer.Option(
-            help="criteo (TSV, or --csv), avazu (train.csv: Avazu's 24 columns) or movielens (train.csv: "
-            "MovieLens-1M's ratings joined with users and movies: quoted titles, genre lists, 1-5 ratings)."
+            help="criteo (TSV, or --csv), avazu (train.csv: Avazu's 24 columns), movielens (train.csv: "
+            "MovieLens-1M's ratings joined with users and movies: quoted titles, genre lists, 1-5 ratings), "
+            "drift (day_0 .. day_{N-1} of --days, default 6, in Criteo's TSV with 64-bit hex ids: "
+            "new ids appear and old ones fade each day; for managed tables) or yambda "
+            "(events.parquet, or --csv, and two item maps: a listening log of about --rows "
+            "listens whose label depends on the order of each user's history)."
         ),
     ] = "criteo",
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
@@ -47,12 +53,24 @@ def synth(
         fail(f"{out}: exists and is not a directory")
     from shardrec.tools.synth.avazu_movielens import LIKE, write_like
 
-    if like not in LIKE:
-        fail(f"--like {like!r} is not one of {', '.join(LIKE)}")
-    if like != "criteo" and (days or csv):
+    likes = (*LIKE, "drift", "yambda")
+    if like not in likes:
+        fail(f"--like {like!r} is not one of {', '.join(likes)}")
+    if like == "drift" and (csv or gz):
+        fail("--like drift writes plain TSV day files: --csv and --gz are for criteo")
+    if like == "yambda" and (days or gz):
+        fail("--like yambda writes Parquet (or --csv) files: --days and --gz are for text logs")
+    if like not in ("criteo", "drift", "yambda") and (days or csv):
         fail(f"--like {like} writes one CSV file: --days and --csv are for criteo")
     start = time.perf_counter()
-    if like == "criteo":
+    if like == "drift":
+        _synth_drift(out, rows, seed, days or 6, max_vocab, json_out, start)
+        return
+    if like == "yambda":
+        from shardrec.tools.synth.yambda import write_yambda_like
+
+        paths = write_yambda_like(out, rows, seed, csv=csv)
+    elif like == "criteo":
         paths = write_dataset(out, rows, seed, days=days, csv=csv, gz=gz, max_vocab=max_vocab)
     else:
         paths = [out / f"train.csv{'.gz' if gz else ''}"]
@@ -63,6 +81,43 @@ def synth(
         print_json(result)
     else:
         console.print(f"wrote {rows:,} rows to {len(paths)} file(s) in {out} ({seconds:.1f} s)")
+
+
+def _synth_drift(
+    out: Path, rows: int, seed: int, days: int, max_vocab: int, json_out: bool, start: float
+) -> None:
+    """The drifting log, and what each day brought (over the tables whose ids churn)."""
+    from shardrec.tools.synth.drift import write_drift
+
+    paths, stats = write_drift(out, rows, seed, days, max_vocab)
+    seconds = time.perf_counter() - start
+    if json_out:
+        print_json(
+            {
+                "files": [str(p) for p in paths],
+                "rows": rows,
+                "seconds": round(seconds, 3),
+                "days": [asdict(s) for s in stats],
+            }
+        )
+        return
+    table = Table(title=f"{out}: {rows:,} rows in {days} days ({seconds:.1f} s)")
+    for name in ("day", "rows", "distinct ids", "new ids", "new ids' lookups", "seen once"):
+        table.add_column(name, justify="right")
+    for s in stats:
+        table.add_row(
+            str(s.day),
+            f"{s.rows:,}",
+            f"{s.distinct:,}",
+            f"{s.new_distinct_share:.1%}",
+            f"{s.new_traffic_share:.1%}",
+            f"{s.singleton_share:.1%}",
+        )
+    console.print(table)
+    console.print(
+        "ids of the tables whose ids churn; new: never seen on an earlier day (--json: per table, "
+        "with the rows that hold 99% of the lookups of ids seen at least once and twice)"
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -88,6 +88,7 @@ def train(
     steps: flags.StepsFlag = None,
     set_: flags.SetFlag = None,
     allow_change: flags.AllowChangeFlag = None,
+    continue_on: flags.ContinueOnFlag = None,
     restart: RestartFlag = False,
     max_restarts: Annotated[
         int,
@@ -98,15 +99,35 @@ def train(
     ] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
-    """Train a DLRM/DCNv2 on N local ranks (torchrun); resumes if OUT_DIR holds checkpoints."""
+    """Train a DLRM/DCNv2 on N local ranks (torchrun); resumes if OUT_DIR holds checkpoints;
+    --continue-on DATA goes on training the run on the next data."""
     from shardrec.trainer.distributed.launch import launch, new_job_id
 
     overrides, allow = list(set_ or []), list(allow_change or [])
+    if continue_on is not None:
+        if restart:
+            fail(
+                "--continue-on goes on with the run in --out-dir; --restart starts it over: not both"
+            )
+        if data is not None and data != continue_on:
+            fail(f"--data {data} and --continue-on {continue_on}: the run goes on with one dataset")
+        data = continue_on
+        if config is None and (out_dir / names.CONFIG).is_file():
+            config = out_dir / names.CONFIG  # the run's own settings, its data replaced
     job_id = new_job_id()
     locks = [_lock_run_dir(out_dir, job_id, create=False)]  # before anything looks at or moves it
     try:
         job = _prepare_run_dir(
-            config, data, plan, steps, overrides, nproc_per_node, out_dir, allow, restart
+            config,
+            data,
+            plan,
+            steps,
+            overrides,
+            nproc_per_node,
+            out_dir,
+            allow,
+            restart,
+            continue_on is not None,
         )
         if job is None:
             _show_results(out_dir, json_out)  # a finished run: its own results, nothing written
@@ -116,15 +137,16 @@ def train(
         ):  # a new directory, or the old one (and its lock file) moved aside
             locks.append(_lock_run_dir(out_dir, job_id, create=True))
         _check_resume_checkpoint(out_dir)
-        _say_changed_settings(
-            out_dir, job
-        )  # after the checkpoint check: a refused resume is one line
+        if continue_on is None:  # after the checkpoint check: a refused resume is one line
+            _say_changed_settings(out_dir, job)
         # The ranks take the job resolved here as one file, not the flags to resolve it again.
         with tempfile.TemporaryDirectory(prefix="shardrec-train-") as tmp:
             job_file = Path(tmp) / "job.toml"
             job_file.write_text(job.to_toml())
             result = launch(
-                flags.rank_args(job_file, out_dir, allow),
+                flags.rank_args(
+                    job_file, out_dir, allow, Path(job.data.path) if continue_on else None
+                ),
                 nproc_per_node,
                 max_restarts,
                 job_id=job_id,
@@ -212,12 +234,14 @@ def _prepare_run_dir(
     out_dir: Path,
     allow: list[str],
     restart: bool,
+    continuing: bool = False,
 ) -> JobConfig | None:
     """Resolve and check the job and what OUT_DIR holds before any rank starts; returns the job,
-    or None if the run is already complete."""
+    or None if the run (with `continuing`: its stretch on this data) is already complete."""
     from shardrec.dataloader.format.manifest import Manifest
     from shardrec.trainer.job.mlperf_rules import rule_breaks
     from shardrec.trainer.rundir import lifecycle
+    from shardrec.trainer.rundir.continuation import check_continue, complete_stretch_message
 
     try:
         # Flags, settings and the dataset first: a bad value is one line before torch is imported
@@ -225,6 +249,8 @@ def _prepare_run_dir(
         lifecycle.check_allow_keys(allow)
         job = flags.job_from_flags(config, data, plan, steps, overrides)
         manifest = Manifest.load(job.data.path) if job.data.path else None
+        if continuing and manifest is not None:  # whether the run may go on with it, first
+            state = check_continue(out_dir, job, manifest, allow)
         from shardrec.trainer.job.preflight import preflight
 
         preflight(job, world_size=world_size)
@@ -232,7 +258,8 @@ def _prepare_run_dir(
         for line in rule_breaks(job, materialised):
             err_console.print(f"warning: {line}", highlight=False, soft_wrap=True)
         manifest = manifest or Manifest.load(job.data.path)
-        state = "new" if restart else lifecycle.check_run_dir(out_dir, job, manifest, allow)
+        if not continuing:
+            state = "new" if restart else lifecycle.check_run_dir(out_dir, job, manifest, allow)
     except ValueError as e:
         fail(str(e))
     if restart:
@@ -242,7 +269,11 @@ def _prepare_run_dir(
                 f"moved the earlier run {out_dir} to {moved}", highlight=False, soft_wrap=True
             )
     if state == "complete":
-        message = lifecycle.complete_message(out_dir, job, lifecycle.read_run_dir(out_dir))
+        message = (
+            complete_stretch_message(out_dir, job)
+            if continuing
+            else lifecycle.complete_message(out_dir, job, lifecycle.read_run_dir(out_dir))
+        )
         err_console.print(message, highlight=False, soft_wrap=True)
         return None
     return job

@@ -15,6 +15,10 @@ if TYPE_CHECKING:
     from shardrec.dataloader.spec.feature_spec import FeatureSpec
 
 
+RAW_VALUES = 2**63
+"""The bound of a sequence's integers kept as written (timestamps, action codes): uint64 ids."""
+
+
 @dataclass
 class PreprocessConfig:
     """Every option of a preprocessing run (the CLI fills it; defaults live here)."""
@@ -28,6 +32,10 @@ class PreprocessConfig:
     """Hashing mode: table rows per feature (N, or N1,N2,... one per feature)."""
     min_count: int = 0
     """Vocabulary mode when > 0: keep values seen at least K times in training days."""
+    raw_ids: list[str] = field(default_factory=list)
+    """Features kept as raw 64-bit ids, no modulo (names, e.g. C3,C12, or all), for managed tables:
+    integers as they are, hex as decoded, strings by the spec path's 64-bit hash (hashing mode
+    only)."""
     vocab_memory_mb: float = DEFAULT_MEMORY_MB
     """Vocabulary mode: MiB of (value, count) pairs one process holds while counting (per worker) or
     merging; more is spilled to sorted runs on disk and merged in value ranges."""
@@ -83,6 +91,11 @@ class PreprocessConfig:
             raise ValueError(
                 f"max_ids has {len(self.max_ids)} values; give 1 or one per sparse feature ({self.num_sparse})"
             )
+        if self.raw_ids and self.min_count > 0:
+            raise ValueError(
+                "--raw-ids keeps ids as they are; --min-count numbers them by a vocabulary: "
+                "give one or the other"
+            )
         if self.min_count <= 0 and any(n < 2 for n in self.max_ids):
             raise ValueError(f"max_ids {self.max_ids} must all be >= 2 (id 0 is the missing value)")
         if self.vocab_memory_mb <= 0:
@@ -93,6 +106,19 @@ class PreprocessConfig:
             )
         if not 0 <= self.max_skipped_fraction <= 1:
             raise ValueError(f"max_skipped_fraction {self.max_skipped_fraction} must be in [0, 1]")
+        sequences = [c for c in (self.spec.sparse if self.spec else []) if c.role == "sequence"]
+        if sequences and self.parquet:
+            raise ValueError(
+                f"{self.spec_file}: column {sequences[0].name!r}: sequence columns are read from "
+                "CSV or TSV click logs; an event log in Parquet goes through `shardrec preprocess "
+                '--events SPEC` (README, "Event logs")'
+            )
+        raw = [c for c in sequences if c.raw]
+        if raw and self.min_count > 0:
+            raise ValueError(
+                f"--min-count: column {raw[0].name!r} keeps integers as written (values = "
+                f'"{raw[0].values}"): vocabulary mode is for ids; preprocess without --min-count'
+            )
         if self.part is not None and not (self.part[1] >= 1 and 0 <= self.part[0] < self.part[1]):
             raise ValueError(f"part {self.part[0]}/{self.part[1]} must satisfy 0 <= i < n")
 
@@ -101,24 +127,46 @@ class PreprocessConfig:
         return len(self.spec.sparse) if self.spec else self.schema.num_sparse
 
     @property
+    def parquet(self) -> bool:
+        """The inputs are Parquet files (the spec's format says so)."""
+        return self.spec is not None and self.spec.format.kind == "parquet"
+
+    @property
     def input_names(self) -> InputNames:
-        """Which files of a directory input are read: the spec's pattern, or Criteo's names in
-        the rows' format."""
+        """Which files of a directory input are read: the spec's pattern, its Parquet files, or
+        Criteo's names in the rows' format."""
         if self.spec:
-            return InputNames(self.spec.format.kind == "csv", self.spec.format.files or "")
+            kind = self.spec.format.kind
+            return InputNames(kind == "csv", self.spec.format.files or "", kind == "parquet")
         return InputNames(self.schema.delimiter == ",")
 
     @property
     def header(self) -> bool:
         return self.spec.format.header if self.spec else self.schema.header
 
-    def cardinalities(self) -> tuple[int, ...]:
+    def cardinalities(self, names: list[str] | None = None) -> tuple[int, ...]:
         """Hashing mode: table rows per sparse feature (a spec column's hash_size, else
-        --max-ids)."""
+        --max-ids); 0 for the features of `names` (every sparse feature, in order) that --raw-ids
+        keeps raw. ValueError naming --raw-ids for a feature that is not there."""
         default = self.max_ids * self.num_sparse if len(self.max_ids) == 1 else self.max_ids
-        if self.spec is None:
+        if self.spec is not None:
+            # A sequence of integers kept as written has no table: any value below 2^63.
+            default = [
+                RAW_VALUES if getattr(c, "raw", False) else c.hash_size or d
+                for c, d in zip(self.spec.sparse, default)
+            ]
+        raw = set(self.raw_ids)
+        if names is None or not raw:
             return tuple(default)
-        return tuple(c.hash_size or d for c, d in zip(self.spec.sparse, default))
+        if "all" in raw:  # of the features of ids (not a sequence's integers kept as written)
+            raw = {n for n, c in zip(names, default) if c != RAW_VALUES}
+        unknown = sorted(raw - set(names))
+        if unknown:
+            raise ValueError(
+                f"--raw-ids {','.join(self.raw_ids)}: no sparse feature {unknown[0]!r} "
+                f"(the features: {', '.join(names[:6])}{', ...' if len(names) > 6 else ''})"
+            )
+        return tuple(0 if n in raw else c for n, c in zip(names, default))
 
     def fingerprint(self, files: list[Path], with_mtime: bool = False) -> dict:
         """What fixes the output; a rerun into the same directory must match it.
@@ -142,6 +190,8 @@ class PreprocessConfig:
             "mode": "vocab" if self.min_count > 0 else "hash",
             "max_ids": list(self.cardinalities()) if self.min_count <= 0 else None,
             "min_count": self.min_count if self.min_count > 0 else None,
+            # Only when given: the datasets of today keep their manifests' bytes.
+            **({"raw_ids": list(self.raw_ids)} if self.raw_ids else {}),
             "layout": self.layout,
             "val_half": self.val_half,
             **(

@@ -15,18 +15,22 @@ import time
 from pathlib import Path
 from typing import Any
 
+from shardrec.dataloader.format.manifest import dataset_fingerprint
 from shardrec.dataloader.loader import NO_SHUFFLE, BatchLoader, build_loader
+from shardrec.embeddings.dims import job_tables
 from shardrec.embeddings.sparse_optimizers import sparse_optimizer
 from shardrec.sharding.plan.plan_file import load_plan
 from shardrec.trainer.distributed.dist import DistEnv
 from shardrec.trainer.inference.eval_request import EvalRequest, check_request, find_checkpoint
 from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import JobConfig, OptimConfig
+from shardrec.trainer.loop.managed_ids import build_managed_ids
 from shardrec.trainer.loop.progress import eval_progress
 from shardrec.trainer.loop.steps import evaluate_batches
 from shardrec.trainer.loop.train_job import checkpoint_signature
 from shardrec.trainer.model import build
-from shardrec.trainer.rundir import lifecycle, names
+from shardrec.trainer.model.objective import TRAIN_EBC_PATH, TRAIN_EC_PATH
+from shardrec.trainer.rundir import names
 from shardrec.trainer.rundir.checkpoint import (
     CheckpointManager,
     CheckpointParts,
@@ -34,6 +38,7 @@ from shardrec.trainer.rundir.checkpoint import (
     TrainProgress,
     load_file,
 )
+from shardrec.trainer.rundir.id_map_state import IdMapsState
 
 logger = logging.getLogger(__name__)
 
@@ -88,13 +93,26 @@ def evaluate_checkpoint(request: EvalRequest, env: DistEnv) -> dict[str, Any]:
         optim=_lookup_optim(config, env.device.type),
         sharding=sharding,
         plan=saved_plan if fits else None,
+        table_settings=config.tables,
+    )
+    # Raw ids become rows through the checkpoint's id maps, read only (nothing is admitted).
+    managed = build_managed_ids(
+        job_tables(manifest, config.tables),
+        tables,
+        model,
+        None,
+        ebc_path=TRAIN_EBC_PATH,
+        ec_path=TRAIN_EC_PATH,
+        seed=config.train.seed,
+        stretch_steps=0,
+        timeout_s=config.dist.timeout_s,
     )
     # The checkpoint checks the dataset's fingerprint too, unless other data was asked for.
-    fingerprint = "" if request.data is not None else lifecycle.dataset_fingerprint(raw)
+    fingerprint = "" if request.data is not None else dataset_fingerprint(raw)
     parts = CheckpointParts(
         progress=TrainProgress(),
         sharded={"model": ModuleState(model)},
-        main={},
+        main={"id_maps": IdMapsState(managed.maps, None, False)} if managed is not None else {},
         signature=checkpoint_signature(config.model, config.optim, tables, fingerprint),
         layout=plan.to_json(),
         per_rank={},
@@ -104,7 +122,8 @@ def evaluate_checkpoint(request: EvalRequest, env: DistEnv) -> dict[str, Any]:
     model.eval()
     loader, cap = eval_loader(config, request.split, env), config.eval.max_batches
     with eval_progress(min(len(loader), cap) if cap else len(loader), env.is_main) as advance:
-        metrics = evaluate_batches(model, iter(loader), env.device, cap, on_batch=advance)
+        batches = iter(loader) if managed is None else managed.eval_batches(iter(loader))
+        metrics = evaluate_batches(model, batches, env.device, cap, on_batch=advance)
     metrics["seconds"] = round(time.perf_counter() - start, 3)
     train_world = load_file(path / names.TRAIN_STATE, env.device)["world_size"]
     return {

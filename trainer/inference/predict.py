@@ -20,23 +20,33 @@ from torchrec.datasets.utils import Batch
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from shardrec.dataloader.format.manifest import Manifest
+from shardrec.dataloader.format.manifest import Manifest, SparseFeature
 from shardrec.dataloader.loader import NO_SHUFFLE, Delivery, build_loader
 from shardrec.dataloader.multihot.multihot_tables import MultiHotOption
+from shardrec.embeddings.managed.maps import ManagedMaps, build_maps
+from shardrec.embeddings.managed.table_kinds import TableSettings
 from shardrec.embeddings.tables import POOLING_TYPES, build_ebc
-from shardrec.trainer.inference.export import header_preprocessing
+from shardrec.trainer.inference.export import ID_MAP_PREFIX, ITEM_MAPS, header_preprocessing
 from shardrec.trainer.inference.model_file import read_header
 from shardrec.trainer.job.config import ModelConfig
+from shardrec.trainer.job.precision import resolve_precision
+from shardrec.trainer.loop.managed_ids import remap_batch
+from shardrec.trainer.model.hstu_model import HSTUModel, build_hstu_model
 from shardrec.trainer.model.models import RecModel, build_model
 from shardrec.trainer.rundir import lifecycle
 
 
 @dataclass
 class ExportedModel:
-    """An exported model, ready to score: the unsharded RecModel and the file's header."""
+    """An exported model, ready to score: the unsharded RecModel (or HSTUModel) and the file's
+    header; an event-log model also carries its item maps (artist, album of each item)."""
 
-    model: RecModel
+    model: RecModel | HSTUModel
     header: dict[str, Any]
+    item_maps: tuple[np.ndarray, np.ndarray] | None = None
+    maps: ManagedMaps | None = None
+    """Its raw-id tables' id maps (None: it has none), read only: an id without a slot scores
+    through the shared row, a missing one through row 0."""
 
     @property
     def feature_names(self) -> list[str]:
@@ -58,25 +68,69 @@ def load_exported(path: Path) -> ExportedModel:
         )
         for t in header["tables"]
     ]
-    model = build_model(
-        ModelConfig(**header["model"]),
-        build_ebc(tables, "cpu"),
-        header["feature_names"],
-        len(header["dense_features"]),
-        dense_device="cpu",
-        precision=header["precision"],
+    config = ModelConfig(**header["model"])
+    if config.arch == "hstu":
+        features = [SparseFeature(**f) for f in header["sparse_features"]]
+        model: RecModel | HSTUModel = build_hstu_model(
+            config, tables, features, len(header["dense_features"]), device="cpu"
+        )
+    else:
+        model = build_model(
+            config,
+            build_ebc(tables, "cpu"),
+            header["feature_names"],
+            len(header["dense_features"]),
+            dense_device="cpu",
+            precision=resolve_precision(header["precision"], "cpu"),
+        )
+    tensors = load_file(str(path))
+    items = {
+        k[len(ITEM_MAPS) :]: tensors.pop(k).numpy()
+        for k in list(tensors)
+        if k.startswith(ITEM_MAPS)
+    }
+    maps = _id_maps(header, tensors, path)
+    model.load_state_dict(
+        {k: v for k, v in tensors.items() if not k.startswith(ID_MAP_PREFIX)}, strict=True
     )
-    model.load_state_dict(load_file(str(path)), strict=True)
     model.eval()
-    return ExportedModel(model, header)
+    item_maps = (items["artist"], items["album"]) if items else None
+    return ExportedModel(model, header, item_maps=item_maps, maps=maps)
+
+
+def _id_maps(header: dict[str, Any], tensors: dict[str, torch.Tensor], path: Path):
+    """The raw-id tables of a model file as read-only maps (None: it has none)."""
+    raw = {
+        t["features"][0]: (t["name"], TableSettings(kind=t["kind"], rows=t["slots"]))
+        for t in header["tables"]
+        if t.get("kind", "static") != "static"
+    }
+    if not raw:
+        return None
+    maps = build_maps(raw)
+    for feature, table in maps.tables.items():
+        if table.idmap is None:
+            continue
+        keys = tensors.get(ID_MAP_PREFIX + feature)
+        if keys is None or keys.numel() != table.idmap.rows:
+            raise ValueError(
+                f"{path}: no id map of {table.idmap.rows} slots for the managed table of {feature}"
+            )
+        table.idmap.slot_key[:] = keys.numpy().view(np.uint64)
+        table.idmap.rebuild_index()
+    return maps
 
 
 @torch.no_grad()
-def score_batches(model: RecModel, batches: Iterator[Batch]) -> tuple[np.ndarray, np.ndarray]:
+def score_batches(
+    model: RecModel, batches: Iterator[Batch], maps: ManagedMaps | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """(probabilities, labels) of every real row of `batches` (padding rows, label < 0, left
-    out)."""
+    out); `maps` turn raw ids into rows first (read only)."""
     probs, labels = [], []
     for batch in batches:
+        if maps is not None:
+            batch = remap_batch(maps, batch, None)
         logits = model(batch.dense_features, batch.sparse_features)
         keep = batch.labels >= 0
         probs.append(torch.sigmoid(logits[keep].double()).numpy())
@@ -122,7 +176,7 @@ def score_split(
             f"{dataset}: no feature {missing[0]} that the model reads (has {', '.join(loader.feature_names[:4])}, ...)"
         )
     check_preprocessing(exported.header, Manifest.load(dataset), dataset)
-    return score_batches(exported.model, iter(loader))
+    return score_batches(exported.model, iter(loader), exported.maps)
 
 
 def check_preprocessing(header: dict[str, Any], manifest: Manifest, dataset: Path) -> None:

@@ -77,6 +77,17 @@ AllowChangeFlag = Annotated[
     ),
 ]
 
+ContinueOnFlag = Annotated[
+    Path | None,
+    typer.Option(
+        "--continue-on",
+        metavar="DATA",
+        help="Go on training the run in --out-dir on this data (the next day's), as a new stretch: "
+        "the model, optimizers and id maps as the run left them, the new data from its start; "
+        "evaluated on it first (progressive validation). Without --config, the run's own settings.",
+    ),
+]
+
 
 def entry_overrides(
     data: Path | None, plan: Path | None, steps: int | None
@@ -112,11 +123,17 @@ def rank_job(
     plan: Path | None,
     steps: int | None,
     overrides: Sequence[str],
+    continue_on: Path | None = None,
 ) -> JobConfig:
     """A rank's job: the resolved one its launcher wrote (`job`), or, started by torchrun
-    directly, the one its own flags describe. ValueError when both are given."""
+    directly, the one its own flags describe (`continue_on` is then its data). ValueError when
+    both are given."""
     if job is None:
-        return job_from_flags(config, data, plan, steps, overrides)
+        if continue_on is not None and data is not None and data != continue_on:
+            raise ValueError(
+                f"--data {data} and --continue-on {continue_on}: the run goes on with one dataset"
+            )
+        return job_from_flags(config, continue_on or data, plan, steps, overrides)
     given = [
         flag
         for flag, value in (
@@ -136,10 +153,14 @@ def rank_job(
     return load_job_config(job)
 
 
-def rank_args(job: Path, out_dir: Path, allow_change: Sequence[str] = ()) -> list[str]:
+def rank_args(
+    job: Path, out_dir: Path, allow_change: Sequence[str] = (), continue_on: Path | None = None
+) -> list[str]:
     """The arguments of every rank's `python -m shardrec.trainer` for the resolved job in the file
-    `job`."""
+    `job` (whose data.path is `continue_on`'s when the run goes on)."""
     args = ["--job", str(job), "--out-dir", str(out_dir)]
+    if continue_on is not None:
+        args += ["--continue-on", str(continue_on)]
     # The ranks check the run directory again (a direct torchrun has no `shardrec train` before it).
     for key in allow_change:
         args += ["--allow-change", key]

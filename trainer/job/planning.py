@@ -1,12 +1,22 @@
 """The one conversion of a job into the planner's request: what `shardrec plan` plans and what
-training plans at start-up when it is given no plan file, so that both make the same plan."""
+training plans at start-up when it is given no plan file, so that both make the same plan; and the
+row budgets `shardrec plan` proposes for managed tables within the memory the plan leaves."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
+
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
+from shardrec.embeddings.managed.map_memory import id_map_bytes
+from shardrec.embeddings.managed.row_budget import CountCurve, Proposal, propose_rows
+from shardrec.embeddings.managed.table_kinds import TableSettings
+from shardrec.embeddings.sparse_optimizers import state_bytes
 from shardrec.sharding.machine.memory import DenseFootprint
 from shardrec.sharding.machine.topology import ClusterTopology
+from shardrec.sharding.plan.plan_types import PlanFile
+from shardrec.sharding.planner import POOLING_STAT_KEY
 from shardrec.sharding.search.request import DatasetStatistics, PlanRequest
 from shardrec.trainer.job.config import OptimConfig, ShardingConfig, TrainConfig
 
@@ -25,11 +35,21 @@ def plan_request(
     dense: DenseFootprint | None = None,
     sharding_group_size: int = 0,
     sync_every: int = 1,
+    tables: Mapping[str, TableSettings] | None = None,
+    stretch_steps: int = 0,
 ) -> PlanRequest:
     """The PlanRequest of a job's tables for `world_size` ranks: its global batch, constraints,
     compute kernel and sparse optimizer, and the dense layers' footprint
     (sharding.memory.dense_footprint) that every rank holds; the rest (topology, 2D) is the
-    planner's own choice."""
+    planner's own choice. `tables` (the job's `[tables.FEATURE]`) add the managed tables' id
+    maps to every rank's memory, sized for updates every `evict_every` steps (or 1/50 of
+    `stretch_steps`, the steps of the data trained on)."""
+    maps = 0
+    for feature, settings in (tables or {}).items():
+        pooling = float(statistics.stats.get(feature, {}).get(POOLING_STAT_KEY, 1.0))
+        window = train.global_batch_size / world_size * pooling * settings.cadence(stretch_steps)
+        maps += id_map_bytes(settings, window, world_size)
+    dense = dataclasses.replace(dense or DenseFootprint(), id_map_bytes=maps)
     return PlanRequest(
         configs=configs,
         world_size=world_size,
@@ -41,7 +61,44 @@ def plan_request(
         topology=topology,
         compute_kernel=sharding.compute_kernel,
         optimizer=optim.sparse,
-        dense=dense or DenseFootprint(),
+        dense=dense,
         sharding_group_size=sharding_group_size,
         sync_every=sync_every,
     )
+
+
+def propose_row_budgets(
+    plan: PlanFile,
+    configs: list[EmbeddingBagConfig],
+    statistics: DatasetStatistics,
+    tables: Mapping[str, TableSettings],
+    optimizer: str,
+) -> list[Proposal]:
+    """Each managed table's row budget from the data's distinct-id curve (row_budget.py), within
+    the memory `plan` leaves free on its ranks plus what the tables' current budgets take; the
+    curves are the manifest's count-of-counts of each raw-id feature (none: no proposal)."""
+    world = plan.fingerprint.world_size
+    by_feature = {c.feature_names[0]: c for c in configs}
+    curves, admit, per_row, current = {}, {}, {}, 0.0
+    for feature, settings in tables.items():
+        counts = statistics.stats.get(feature, {}).get("count_of_counts")
+        if settings.kind != "managed" or not counts or feature not in by_feature:
+            continue
+        dim = by_feature[feature].embedding_dim
+        device = dim * 4 + state_bytes(optimizer, 1, dim)
+        # On CPU the maps share the ranks' one memory; on CUDA they are host memory, not HBM.
+        maps = id_map_bytes(settings, 0, world) / settings.rows
+        on_device = maps * world if plan.fingerprint.device_kind == "cpu" else 0.0
+        curves[feature] = CountCurve.from_stats(counts)
+        admit[feature] = settings.admit
+        per_row[feature] = device + on_device
+        current += settings.rows * per_row[feature]
+    if not curves:
+        return []
+    est = plan.estimate
+    free = (
+        sum(max(0, est.memory_capacity_bytes - r.memory_bytes) for r in est.ranks)
+        if est is not None
+        else 0
+    )
+    return propose_rows(curves, admit, per_row, free + current)

@@ -2,8 +2,9 @@
 
 Owns the rank program torchrun starts (train_entry.py), wiring a job's parts (train_job.py), the
 whole epoch-segment-step loop and its run (train_loop.py), how one step runs and its loss is
-reduced (steps.py), the evaluation schedule and target AUC (target.py), rank 0's progress reports
-(progress.py) and the evaluation metrics (metrics.py).
+reduced (steps.py), the raw-id tables' id maps over a rank's batches (managed_ids.py), the
+evaluation schedule and target AUC (target.py), rank 0's progress reports (progress.py) and the
+evaluation metrics (metrics.py).
 
 May import: shardrec.trainer.distributed, shardrec.trainer.job, shardrec.trainer.model,
 shardrec.trainer.rundir.

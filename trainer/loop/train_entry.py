@@ -29,6 +29,7 @@ def rank_main(
     set_: flags.SetFlag = None,
     allow_change: flags.AllowChangeFlag = None,
     job: flags.JobFlag = None,
+    continue_on: flags.ContinueOnFlag = None,
 ) -> None:
     """Train on this rank (started by torchrun; see `shardrec train`)."""
     from shardrec.trainer.distributed.lifeline import die_with_parent
@@ -49,20 +50,27 @@ def rank_main(
     from shardrec.trainer.loop.train_job import build_job
     from shardrec.trainer.loop.train_loop import run_job
     from shardrec.trainer.rundir import lifecycle
+    from shardrec.trainer.rundir.continuation import check_continuing_job
     from shardrec.trainer.rundir.lock import acquire_run_lock
 
     is_main = launched_rank() == 0
     try:
-        job_config = flags.rank_job(job, config, data, plan, steps, list(set_ or []))
+        job_config = flags.rank_job(job, config, data, plan, steps, list(set_ or []), continue_on)
         # Every rank reads the run directory before any joins the group: all see the same files
         # (it is on a shared filesystem), so all refuse, or stop at a complete run, together,
         # and rank 0 cannot have written this invocation's config.toml yet.
-        complete = lifecycle.check_job(out_dir, job_config, list(allow_change or []))
+        continuing = False
+        if continue_on is not None:
+            complete, continuing = check_continuing_job(
+                out_dir, job_config, list(allow_change or [])
+            )
+        else:
+            complete = lifecycle.check_job(out_dir, job_config, list(allow_change or []))
         if complete is not None:
             if is_main:
                 print(complete, file=sys.stderr)
             return
-        notice = lifecycle.resume_notice(out_dir, job_config)
+        notice = None if continuing else lifecycle.resume_notice(out_dir, job_config)
         if notice and is_main and launcher_directory() is None:  # `shardrec train` said it already
             print(notice, file=sys.stderr)
         env = init_distributed(job_config.train.device, job_config.dist.timeout_s)
@@ -75,7 +83,14 @@ def rank_main(
         # Held by rank 0 until this process ends, however it ends (see trainer.rundir.lock).
         lock = acquire_run_lock(out_dir, launcher_job_id()) if env.is_main else None  # noqa: F841
         summary = run_job(
-            build_job(job_config, env, out_dir, job_config.sharding.plan or None, stop)
+            build_job(
+                job_config,
+                env,
+                out_dir,
+                job_config.sharding.plan or None,
+                stop,
+                continuing=continuing,
+            )
         )
     except (ValueError, NonFiniteLossError, RankMissing) as e:
         # A barrier that failed because a rank died names that death only as a consequence.

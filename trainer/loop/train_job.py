@@ -17,9 +17,10 @@ import torch
 import torch.distributed as dist
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
-from shardrec.dataloader.format.manifest import Manifest
+from shardrec.dataloader.format.manifest import Manifest, dataset_fingerprint
 from shardrec.dataloader.loader import NO_SHUFFLE, BatchLoader, ShuffleSpec, build_loader
 from shardrec.dataloader.util.files import atomic_write_bytes
+from shardrec.embeddings.dims import job_tables
 from shardrec.embeddings.init import init_embedding_weights
 from shardrec.embeddings.table_batches import host_placement, table_batches
 from shardrec.sharding.plan.plan_file import load_plan, save_plan
@@ -29,10 +30,16 @@ from shardrec.trainer.distributed.stop import StopAgreement, StopRequest
 from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import SEED_UNSET, JobConfig, ModelConfig, OptimConfig
 from shardrec.trainer.job.preflight import check_against_dataset
+from shardrec.trainer.loop.managed_ids import (
+    ManagedIds,
+    build_managed_ids,
+    check_managed_kernels,
+)
 from shardrec.trainer.loop.steps import StepRunner
 from shardrec.trainer.model import build
+from shardrec.trainer.model.hstu_model import HSTUModel
 from shardrec.trainer.model.models import finite_stages
-from shardrec.trainer.model.objective import TRAIN_EBC_PATH
+from shardrec.trainer.model.objective import TRAIN_EBC_PATH, TRAIN_EC_PATH
 from shardrec.trainer.rundir import lifecycle, names
 from shardrec.trainer.rundir.checkpoint import (
     CheckpointManager,
@@ -40,8 +47,10 @@ from shardrec.trainer.rundir.checkpoint import (
     ModuleState,
     TrainProgress,
 )
-from shardrec.trainer.rundir.mllog import MlperfLog, log_init
+from shardrec.trainer.rundir.id_map_state import IdMapsState
+from shardrec.trainer.rundir.mllog import MlperfLog, benchmark_of, log_init
 from shardrec.trainer.rundir.optim_state import PART, SparseOptimizerState
+from shardrec.trainer.rundir.stretches import read_stretches
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +76,11 @@ class Job:
     """The dataset's manifest (its fingerprint goes into RUN/dataset.json)."""
     mllog: MlperfLog = field(default_factory=lambda: MlperfLog(False))
     """MLPerf's events (train.mlperf_log, rank 0), its init phase logged while the job was built."""
+    managed: ManagedIds | None = None
+    """The raw-id tables' id maps (None: the job has none)."""
+    continuing: bool = False
+    """The job starts a new stretch of its run on other data (`--continue-on`): it loads the run's
+    last checkpoint but its loader position, and evaluates the new data before training on it."""
 
 
 # Optimizer settings that decide what state a checkpoint holds: a change would drop or misread it.
@@ -97,15 +111,21 @@ def checkpoint_parts(
     train_loader: BatchLoader,
     progress: TrainProgress,
     signature: dict[str, Any],
+    managed: ManagedIds | None = None,
+    is_main: bool = True,
 ) -> CheckpointParts:
-    """What a checkpoint of this job holds, under the names train_state.pt and the DCP files use."""
+    """What a checkpoint of this job holds, under the names train_state.pt and the DCP files use
+    (the managed tables' id maps under "id_maps", only in a job that has them)."""
+    main: dict[str, Any] = {"optimizer": runner.optimizer, "loader": train_loader}
+    if managed is not None:
+        main["id_maps"] = IdMapsState(managed.maps, managed.group, is_main, managed.counts)
     return CheckpointParts(
         progress=progress,
         sharded={
             "model": ModuleState(model),
             PART: SparseOptimizerState(model.fused_optimizer, runner.optimizer, plan),
         },
-        main={"optimizer": runner.optimizer, "loader": train_loader},
+        main=main,
         signature=signature,
         layout=plan.to_json(),
     )
@@ -140,12 +160,15 @@ def build_job(
     run_dir: Path,
     plan_path: str | None,
     stop: StopRequest | None = None,
+    continuing: bool = False,
 ) -> Job:
     """Model, plan, sharding, optimizers, loaders and checkpoints for this rank; `stop` is this
-    rank's stop request (default: the launcher's stop file only, no signal handlers)."""
+    rank's stop request (default: the launcher's stop file only, no signal handlers);
+    `continuing`: the job starts a new stretch of the run in `run_dir` on its data
+    (trainer.rundir.continuation)."""
     config = with_run_seed(config, env, run_dir)
     t, o = config.train, config.optim
-    mllog = MlperfLog(t.mlperf_log and env.is_main)
+    mllog = MlperfLog(t.mlperf_log and env.is_main, benchmark_of(config.model))
     platform = f"{env.world_size}x{env.device.type}"
     log_init(
         mllog,
@@ -154,6 +177,8 @@ def build_job(
         global_batch_size=t.global_batch_size,
         seed=t.seed,
         optim=o,
+        model=config.model,
+        evaluation=config.eval,
     )
     data_dir = Path(config.data.path)
     manifest = Manifest.load(data_dir)
@@ -170,13 +195,15 @@ def build_job(
         optim=o,
         sharding=config.sharding,
         plan=load_plan(plan_path) if plan_path else None,
+        table_settings=config.tables,
+        stretch_steps=data_options.train_steps(manifest, config.data, t),
     )
     if env.is_main:  # where the kernels keep what the plan put in host memory
         for tbe in table_batches(model.fused_optimizer):
             placed = host_placement(tbe)
             if placed:
                 logger.info("rank 0: %s", placed)
-    init_embedding_weights(model, tables, t.seed, ebc_path=TRAIN_EBC_PATH)
+    init_embedding_weights(model, tables, t.seed, ebc_path=TRAIN_EBC_PATH, ec_path=TRAIN_EC_PATH)
     optimizer = build.build_optimizer(model, tables, o)
     # MLPerf's clock starts before anything reads the dataset beyond its manifest (README, DLRMv2):
     # the loaders below open its files.
@@ -211,23 +238,50 @@ def build_job(
         if split in manifest.splits and manifest.splits[split].rows > 0
     }
     # What each step's finite flags are about, in the model's forward order (a NaN loss names it).
-    stages = finite_stages(seen.dense_features, [n for t in tables for n in t.feature_names])
+    hstu = next((m for m in model.modules() if isinstance(m, HSTUModel)), None)
+    if hstu is not None:
+        stages = hstu.finite_stages(seen.dense_features)
+    else:
+        stages = finite_stages(seen.dense_features, [n for t in tables for n in t.feature_names])
     runner = StepRunner(model, optimizer, env.device, t.pipeline, stages)
     progress = TrainProgress()
+    check_managed_kernels(
+        job_tables(manifest, config.tables), {t.name: t.compute_kernel for t in plan.tables}
+    )
+    managed = build_managed_ids(
+        job_tables(manifest, config.tables),
+        tables,
+        model,
+        optimizer,
+        ebc_path=TRAIN_EBC_PATH,
+        ec_path=TRAIN_EC_PATH,
+        seed=t.seed,
+        stretch_steps=t.total_steps(len(train_loader)),
+        timeout_s=config.dist.timeout_s,
+    )
+    signature = checkpoint_signature(
+        config.model, config.optim, tables, dataset_fingerprint(manifest)
+    )
+    if continuing:  # the last checkpoint is of the previous stretch's data
+        signature["continues_from"] = (lifecycle.read_dataset_record(run_dir) or {}).get(
+            "fingerprint", ""
+        )
     parts = checkpoint_parts(
         plan=plan,
         model=model,
         runner=runner,
         train_loader=train_loader,
         progress=progress,
-        signature=checkpoint_signature(
-            config.model, config.optim, tables, lifecycle.dataset_fingerprint(manifest)
-        ),
+        signature=signature,
+        managed=managed,
+        is_main=env.is_main,
     )
     keep, timeout_s = config.checkpoint.keep, config.checkpoint.timeout_s
     checkpoints = CheckpointManager(
         run_dir / names.CHECKPOINTS, env, keep=keep, parts=parts, timeout_s=timeout_s
     )
+    # Each stretch's last checkpoint stays: a run that goes on keeps one per day.
+    checkpoints.kept_steps = {s.last_step for s in read_stretches(run_dir) if s.last_step}
     return Job(
         config=config,
         env=env,
@@ -242,6 +296,8 @@ def build_job(
         stop=StopAgreement(stop or StopRequest()),
         manifest=manifest,
         mllog=mllog,
+        managed=managed,
+        continuing=continuing,
     )
 
 

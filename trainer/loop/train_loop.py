@@ -25,10 +25,16 @@ from shardrec.trainer.distributed.launch import STOP_CHECK_STEPS
 from shardrec.trainer.distributed.stop import StopAgreement
 from shardrec.trainer.loop.progress import TrainReporter
 from shardrec.trainer.loop.steps import LossWindow, StepRunner, StepStats, evaluate_batches
+from shardrec.trainer.loop.stretch_run import (
+    begin_stretch,
+    end_stretch_records,
+    start_stretch_records,
+)
 from shardrec.trainer.loop.target import EvalSchedule, TargetTracker
 from shardrec.trainer.loop.train_job import Job, write_run_files
 from shardrec.trainer.rundir import lifecycle, names
 from shardrec.trainer.rundir.metrics_log import MetricsWriter
+from shardrec.trainer.rundir.mllog import DLRMV4, progress
 
 logger = logging.getLogger(__name__)
 
@@ -59,14 +65,22 @@ def _evaluate_splits(
     mlperf: str,
 ) -> dict[str, dict[str, Any]]:
     results = {}
-    epoch_num = {"epoch_num": step / len(job.train_loader)}
+    epoch_num: dict[str, float] = {"epoch_num": step / len(job.train_loader)}
+    v4 = job.mllog.benchmark == DLRMV4
+    if v4:  # DLRMv4: samples trained, and epochs of the train windows' anchors
+        epoch_num = progress(
+            step * job.config.train.global_batch_size, job.train_loader.num_samples
+        )
     if mlperf:
+        job.mllog.block(False, int(epoch_num.get("samples_count", 0)), job.train_loader.num_samples)
         job.mllog.start("eval_start", metadata=epoch_num)
     for split, loader in job.eval_loaders.items():
         if splits is not None and split not in splits:
             continue
         start = time.perf_counter()
-        metrics = evaluate_batches(model, iter(loader), job.env.device, job.config.eval.max_batches)
+        metrics = evaluate_batches(
+            model, eval_stream(job, iter(loader)), job.env.device, job.config.eval.max_batches
+        )
         metrics["seconds"] = round(time.perf_counter() - start, 3)
         results[split] = metrics
         reporter.write({"kind": "eval", "split": split, "step": step, "final": final, **metrics})
@@ -81,7 +95,9 @@ def _evaluate_splits(
     if mlperf in results:
         job.mllog.event("eval_accuracy", results[mlperf]["auc"], metadata=epoch_num)
         job.mllog.end("eval_stop", metadata=epoch_num)
-        if not job.mllog.logged_eval_samples:
+        if v4 and not final:
+            job.mllog.block(True, int(epoch_num["samples_count"]), job.train_loader.num_samples)
+        if not job.mllog.logged_eval_samples and not v4:
             # The reference logs it at the first evaluation only (the checker wants exactly one).
             job.mllog.event(
                 "eval_samples", job.eval_loaders[mlperf].num_samples, metadata=epoch_num
@@ -94,6 +110,14 @@ def _mlperf_stop(job: Job, tracker: TargetTracker) -> None:
     """run_stop (success at the target's evaluation, else aborted) and epoch_stop, in the
     reference's order."""
     if not job.mllog.enabled:
+        return
+    if job.mllog.benchmark == DLRMV4:  # blocks, no epochs
+        step = tracker.reached["step"] if tracker.reached else job.progress.step
+        done = progress(step * job.config.train.global_batch_size, job.train_loader.num_samples)
+        job.mllog.block(False, int(done["samples_count"]), job.train_loader.num_samples)
+        status = "success" if tracker.reached else "aborted"
+        job.mllog.end("run_stop", metadata={"status": status, **done})
+        job.mllog.close()
         return
     if tracker.reached:
         epoch_num = tracker.reached["step"] / len(job.train_loader)
@@ -113,6 +137,11 @@ def _next_boundary(step: int, end: int, *intervals: int) -> int:
     return min(c for c in candidates if c > step)
 
 
+def eval_stream(job: Job, batches: Iterator[Batch]) -> Iterator[Batch]:
+    """Evaluation batches as the model reads them: raw ids remapped by the maps, read only."""
+    return job.managed.eval_batches(batches) if job.managed is not None else batches
+
+
 def train_segment(
     runner: StepRunner,
     batches: Iterator[Batch],
@@ -123,6 +152,7 @@ def train_segment(
     on_step: Callable[[int], None],
     on_report: Callable[[StepStats], None],
     stop: StopAgreement | None = None,
+    before_step: Callable[[int], None] | None = None,
 ) -> int:
     """Run up to `num_steps` steps from `batches`; returns how many ran (fewer if they ran out,
     or when the ranks agree to `stop`: `batches` must then come from its until_stopped).
@@ -140,7 +170,8 @@ def train_segment(
             stop.stopped = True
         on_report(stats)
 
-    for loss_sum, samples, finite in runner.run(itertools.islice(batches, num_steps)):
+    hook = (lambda i: before_step(first_step + i)) if before_step is not None else None
+    for loss_sum, samples, finite in runner.run(itertools.islice(batches, num_steps), hook):
         done += 1
         step = first_step + done
         window.add(loss_sum, samples, finite)
@@ -155,7 +186,14 @@ def train_segment(
 def _eval_schedule(job: Job) -> EvalSchedule:
     e = job.config.eval
     rows, batch = job.train_loader.num_samples, job.config.train.global_batch_size
-    return EvalSchedule.of(e.interval_steps, e.every_epoch_fraction, rows, batch)
+    return EvalSchedule.of(
+        e.interval_steps,
+        e.every_epoch_fraction,
+        rows,
+        batch,
+        rounding=e.fraction_rounding,
+        skip_until_fraction=e.skip_until_fraction,
+    )
 
 
 def _train(
@@ -175,12 +213,16 @@ def _train(
         faults.maybe_poison(job.model, step, job.env.rank)
         faults.maybe_slow(step, job.env.rank)
 
+    # A run that goes on counts the epochs of its current stretch's data from the stretch's start.
+    base = progress.stretch_start
     while progress.step < total:
         job.train_loader.set_epoch(progress.epoch)
         batches = job.stop.until_stopped(iter(job.train_loader))
+        if job.managed is not None:
+            batches = job.managed.train_batches(batches, progress.step)
         epoch_start, epoch_end = (
-            progress.epoch * steps_per_epoch,
-            min(total, (progress.epoch + 1) * steps_per_epoch),
+            base + progress.epoch * steps_per_epoch,
+            min(total, base + (progress.epoch + 1) * steps_per_epoch),
         )
         while progress.step < epoch_end:
             boundary = _next_boundary(progress.step, epoch_end, cfg.checkpoint.interval_steps)
@@ -196,6 +238,7 @@ def _train(
                 on_step=on_step,
                 on_report=lambda stats: reporter.on_report(stats, progress.epoch),
                 stop=job.stop,
+                before_step=job.managed.before_step if job.managed is not None else None,
             )
             seconds += time.perf_counter() - start
             samples += done * cfg.train.global_batch_size
@@ -208,7 +251,7 @@ def _train(
                 raise RuntimeError(
                     f"step {progress.step}: the train loader ended before the epoch's {steps_per_epoch} steps"
                 )
-            if progress.step == steps_per_epoch * (progress.epoch + 1):
+            if progress.step == base + steps_per_epoch * (progress.epoch + 1):
                 progress.epoch += 1
             reached = None
             if schedule.due(progress.step, epoch_start) and progress.step < total:
@@ -287,10 +330,19 @@ def run_job(job: Job) -> dict[str, Any]:
     """Train (resuming from the newest checkpoint in the run directory if there is one),
     evaluate, checkpoint; returns the summary (meaningful on rank 0)."""
     cfg = job.config
-    total = cfg.train.total_steps(len(job.train_loader))
-    resumed = job.checkpoints.load_latest()
+    previous = lifecycle.read_dataset_record(job.run_dir)
+    # A new stretch takes the run's state but the loader's: its data starts afresh.
+    resumed = job.checkpoints.load_latest(skip=("loader",) if job.continuing else ())
+    if job.continuing:
+        begin_stretch(job)
+    total = job.progress.stretch_start + cfg.train.total_steps(len(job.train_loader))
     finished = lifecycle.read_run_dir(job.run_dir)
-    if resumed is not None and finished.step == resumed and finished.complete_for(cfg, total):
+    if (
+        not job.continuing
+        and resumed is not None
+        and finished.step == resumed
+        and finished.complete_for(cfg, total)
+    ):
         # A rerun of a finished run (or of one stopped at its target AUC): its record stays as it
         # was.
         if job.env.is_main:
@@ -306,12 +358,23 @@ def run_job(job: Job) -> dict[str, Any]:
         log_interval=cfg.train.log_interval,
         lr=lambda: job.runner.optimizer.param_groups[0]["lr"],
     )
-    if resumed is not None:
+    if job.continuing:
+        start_stretch_records(job, reporter, previous)
+    elif resumed is not None:
         reporter.write({"kind": "resume", "step": job.progress.step, "epoch": job.progress.epoch})
+    if job.managed is not None or job.continuing:
+        job.checkpoints.kept_steps.add(total)  # the stretch's last checkpoint stays
     if job.env.is_main:
         job.mllog.open(job.run_dir / names.MLLOG)
-    job.mllog.event("train_samples", len(job.train_loader) * cfg.train.global_batch_size)
-    job.mllog.start("epoch_start", metadata={"epoch_num": 0})
+    if job.mllog.benchmark == DLRMV4:  # the train windows' anchors and the held-out ones
+        job.mllog.event("train_samples", job.train_loader.num_samples)
+        held_out = job.eval_loaders.get("val") or next(iter(job.eval_loaders.values()), None)
+        job.mllog.event("eval_samples", held_out.num_samples if held_out is not None else 0)
+        start = job.progress.step * cfg.train.global_batch_size
+        job.mllog.block(True, start, job.train_loader.num_samples)
+    else:
+        job.mllog.event("train_samples", len(job.train_loader) * cfg.train.global_batch_size)
+        job.mllog.start("epoch_start", metadata={"epoch_num": 0})
     try:
         during = [
             s
@@ -330,8 +393,9 @@ def run_job(job: Job) -> dict[str, Any]:
         if job.stop.stopped:
             return _record_stop(job, reporter)
         step, steps_per_epoch = job.progress.step, len(job.train_loader)
-        scheduled = step > 0 and _eval_schedule(job).due(
-            step, (step - 1) // steps_per_epoch * steps_per_epoch
+        base = job.progress.stretch_start
+        scheduled = step > base and _eval_schedule(job).due(
+            step, base + (step - base - 1) // steps_per_epoch * steps_per_epoch
         )
         final = _final_evaluation(job, reporter, tracker, seconds, scheduled)
         summary = {
@@ -346,7 +410,11 @@ def run_job(job: Job) -> dict[str, Any]:
             "pipeline": dict(job.runner.steps_by),
             **tracker.summary(),
         }
+        if job.managed is not None:
+            summary["id_maps"] = job.managed.counts.summary()
+            reporter.write({"kind": "id_maps", "step": job.progress.step, **summary["id_maps"]})
         reporter.write({"kind": "summary", "step": job.progress.step, **summary})
+        end_stretch_records(job, final, summary.get("id_maps", {}))
         if job.mllog.enabled:  # not stopped at the target during training
             _mlperf_stop(job, tracker)
     finally:

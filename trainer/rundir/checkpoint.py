@@ -5,9 +5,10 @@ and a signature; it does not know what the parts are. `trainer.loop.train_job` n
 
 - sharded parts (the model, the embedding optimizer state): DCP files that every rank writes
   its own shards into; loading them under another plan or world size reshards them;
-- main parts (dense optimizer + LR schedule, loader position) and the progress: train_state.pt,
-  written by rank 0 together with the layout (the plan the shards were written under) and the
-  signature (what the model was, to refuse a foreign checkpoint);
+- main parts (dense optimizer + LR schedule, loader position, the managed tables' id maps) and the
+  progress: train_state.pt, written by rank 0 together with the layout (the plan the shards were
+  written under) and the signature (what the model was, to refuse a foreign checkpoint); every
+  rank computes their state (it may be collective), rank 0 writes it;
 - per-rank parts (the RNG states): `<name>-<rank>.pt`;
 - `digests.json`, written last by rank 0: the sha256 of every other file.
 
@@ -93,13 +94,21 @@ class TrainProgress:
     step: int = 0
     """Optimizer steps taken."""
     epoch: int = 0
-    """The epoch the next step belongs to."""
+    """The epoch the next step belongs to (of the current stretch's data)."""
+    stretch: int = 0
+    """The stretch of a run that goes on (`--continue-on`): 0, then one more per new dataset."""
+    stretch_start: int = 0
+    """The step the current stretch started at: its epochs count from there."""
 
     def state_dict(self) -> dict[str, int]:
-        return asdict(self)
+        # The first stretch (every run that never went on) saves what checkpoints always held.
+        return asdict(self) if self.stretch else {"step": self.step, "epoch": self.epoch}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.step, self.epoch = state["step"], state["epoch"]
+        # Checkpoints of a first stretch, or from before stretches, hold no stretch.
+        self.stretch = int(state.get("stretch", 0))
+        self.stretch_start = int(state.get("stretch_start", 0))
 
 
 @dataclass(frozen=True)
@@ -217,8 +226,13 @@ def describe_mismatch(saved: dict[str, Any], current: dict[str, Any]) -> str:
                 diffs.append(
                     f"{section}.{key}: checkpoint {value!r}, job {current[section].get(key)!r}"
                 )
-    # A checkpoint from before dataset fingerprints, or a job that gives none, skips this check.
-    if saved.get("dataset") and current.get("dataset") and saved["dataset"] != current["dataset"]:
+    # A checkpoint from before dataset fingerprints, or a job that gives none, skips this check; a
+    # run that goes on loads the last checkpoint of its previous stretch's data.
+    if (
+        saved.get("dataset")
+        and current.get("dataset")
+        and saved["dataset"] not in (current["dataset"], current.get("continues_from"))
+    ):
         diffs.append(
             f"dataset: checkpoint trained on fingerprint {saved['dataset'][:12]}, "
             f"job's data is {current['dataset'][:12]}"
@@ -256,6 +270,8 @@ class CheckpointManager:
         self.keep = keep
         self.parts = parts
         self.timeout_s = timeout_s
+        self.kept_steps: set[int] = set()
+        """Steps whose checkpoints pruning keeps (the ends of a run's stretches: one per day)."""
         # Every rank constructs the manager, so every rank joins this group (a collective call).
         self.group = (
             dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
@@ -290,6 +306,10 @@ class CheckpointManager:
         self._barrier(f"checkpoint of step {step}: start")
         self._agree(failed, step, tmp)
         try:
+            # Every rank asks the main parts for their state before any write can fail on one
+            # rank alone (a part may combine the ranks' state in a collective: the id maps'
+            # statistics); rank 0 writes it.
+            main = {name: part.state_dict() for name, part in parts.main.items()}
             # DCP gathers every rank's write results: a failure anywhere raises on every rank.
             dcp.save(
                 {name: part.state_dict() for name, part in parts.sharded.items()},
@@ -304,7 +324,7 @@ class CheckpointManager:
                     {
                         "format_version": FORMAT_VERSION,
                         "progress": parts.progress.state_dict(),
-                        **{name: part.state_dict() for name, part in parts.main.items()},
+                        **main,
                         "plan": parts.layout,
                         "world_size": self.env.world_size,
                         "signature": parts.signature,
@@ -357,14 +377,16 @@ class CheckpointManager:
 
     def _prune(self) -> None:
         done = self.complete()
-        for _, path in done[: max(0, len(done) - self.keep)]:
-            shutil.rmtree(path, ignore_errors=True)
+        for step, path in done[: max(0, len(done) - self.keep)]:
+            if step not in self.kept_steps:
+                shutil.rmtree(path, ignore_errors=True)
         for path in self.directory.glob(".step-*.tmp"):
             shutil.rmtree(path, ignore_errors=True)
 
-    def load_latest(self) -> int | None:
-        """Load the newest complete checkpoint into the parts; returns its step, or None if there is
-        none."""
+    def load_latest(self, skip: tuple[str, ...] = ()) -> int | None:
+        """Load the newest complete checkpoint into the parts (but the main parts named in `skip`:
+        a run that goes on starts its new data's loader afresh); returns its step, or None if there
+        is none."""
         complete = self.complete() if self.env.is_main else []
         found = [str(complete[-1][1]) if complete else None]
         if self.group is not None:
@@ -373,7 +395,7 @@ class CheckpointManager:
             )  # every rank loads the one rank 0 chose
         if found[0] is None:
             return None
-        self.load(Path(found[0]))
+        self.load(Path(found[0]), skip)
         return self.parts.progress.step
 
     def verify(self, path: Path) -> None:
@@ -392,9 +414,9 @@ class CheckpointManager:
         if first:
             raise UntrustedCheckpoint(first)
 
-    def load(self, path: Path) -> None:
-        """Load the checkpoint at `path` into the parts; ValueError if its files fail their digests
-        or its signature differs."""
+    def load(self, path: Path, skip: tuple[str, ...] = ()) -> None:
+        """Load the checkpoint at `path` into the parts (but the main parts named in `skip`);
+        ValueError if its files fail their digests or its signature differs."""
         parts = self.parts
         self.verify(path)  # before anything is read: DCP unpickles .metadata
         train_state = load_file(path / names.TRAIN_STATE, self.env.device)
@@ -413,7 +435,8 @@ class CheckpointManager:
         for part in parts.sharded.values():
             part.finish_load(saved)
         for name, part in parts.main.items():
-            part.load_state_dict(train_state[name])
+            if name not in skip:
+                part.load_state_dict(train_state[name])
         parts.progress.load_state_dict(train_state["progress"])
         for name, part in parts.per_rank.items():
             # More ranks than saved it: the new ones start from rank 0's state.

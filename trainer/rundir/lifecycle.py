@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import hashlib
 import json
 import os
 import time
@@ -19,12 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shardrec.dataloader.format.manifest import Manifest
+from shardrec.dataloader.format.manifest import Manifest, dataset_fingerprint
 from shardrec.dataloader.util import locks
+from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import SEED_UNSET, JobConfig, load_job_config
 from shardrec.trainer.rundir import names
 from shardrec.trainer.rundir.checkpoint_trust import complete_checkpoints
 from shardrec.trainer.rundir.metrics_log import load_metrics
+from shardrec.trainer.rundir.stretches import current_start
 
 STOPPED_EXIT_CODE = 75
 """`shardrec train`'s exit code after a stop on request with its checkpoint written (EX_TEMPFAIL:
@@ -35,23 +36,6 @@ is how a run continues (shortening it is a change like any other)."""
 FREE_KEYS = ("data.path", "sharding.plan", "sharding.constraints")
 """Keys a resume may always change: data.path may move as long as the data is the same (the
 fingerprint decides, not the path); a checkpoint reshards onto any plan (at any world size)."""
-
-
-def dataset_fingerprint(manifest: Manifest) -> str:
-    """sha256 over what the model sees of a dataset: features, cardinalities, every file's
-    checksum."""
-    content = {
-        "dense": manifest.dense_features,
-        "sparse": [(f.name, f.cardinality, f.multi_hot) for f in manifest.sparse_features],
-        "splits": {
-            name: [
-                (p.name, p.rows, sorted((k, v.sha256) for k, v in p.files.items()))
-                for p in split.parts
-            ]
-            for name, split in sorted(manifest.splits.items())
-        },
-    }
-    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
 
 
 def dataset_schema(manifest: Manifest) -> dict[str, Any]:
@@ -73,6 +57,7 @@ PREPROCESSING_KEYS = (
     "dense_transform",
     "dense_dtype",
     "spec_sha256",
+    "raw_ids",
 )
 """The manifest options that decide which id and which dense value a raw field becomes (not Criteo's
 text layout: the same rows as TSV or CSV give the same dataset; a feature spec, whose hash is here,
@@ -139,9 +124,7 @@ def with_absolute_data_path(config: JobConfig) -> JobConfig:
 
 def planned_steps(config: JobConfig, manifest: Manifest) -> int:
     """The step a job ends at: train.steps, or its epochs over the train split."""
-    rows, batch = manifest.splits[config.data.train_split].rows, config.train.global_batch_size
-    per_epoch = rows // batch if config.data.tail == "drop" else -(-rows // batch)
-    return config.train.total_steps(per_epoch)
+    return data_options.train_steps(manifest, config.data, config.train)
 
 
 def flat_settings(config: JobConfig) -> dict[str, Any]:
@@ -184,7 +167,7 @@ def check_allow_keys(keys: list[str]) -> None:
             raise ValueError(f"--allow-change {key}: no such setting{hint}")
 
 
-def _allowed(key: str, allow: list[str], continues: bool) -> bool:
+def allowed(key: str, allow: list[str], continues: bool) -> bool:
     """Whether a resume may change `key`; `continues`: the run ends no earlier for the change."""
     return (
         (key in CONTINUATION_KEYS and continues)
@@ -284,7 +267,9 @@ def check_run_dir(run_dir: Path, config: JobConfig, manifest: Manifest, allow: l
     if run.step is None:
         return "new"
     _check_dataset(run_dir, manifest)
-    total = planned_steps(config, manifest)
+    # A run that goes on counts this stretch's steps from the step it started at.
+    base = current_start(run_dir)
+    total = base + planned_steps(config, manifest)
     if run.step > total:
         raise ValueError(
             f"{run_dir} has trained {run.step:,} steps, more than the {total:,} this job runs to "
@@ -294,8 +279,8 @@ def check_run_dir(run_dir: Path, config: JobConfig, manifest: Manifest, allow: l
     if saved_path.is_file():
         saved = load_job_config(saved_path)
         changes = setting_changes(saved, config)
-        continues = total >= planned_steps(saved, manifest)
-        refused = {k: v for k, v in changes.items() if not _allowed(k, allow, continues)}
+        continues = total >= base + planned_steps(saved, manifest)
+        refused = {k: v for k, v in changes.items() if not allowed(k, allow, continues)}
         if refused:
             shown = ", ".join(
                 f"{k}: {_show(old)} -> {_show(new)}" for k, (old, new) in refused.items()

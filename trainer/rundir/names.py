@@ -3,7 +3,9 @@ strands every run written before):
 
     RUN/config.toml      the resolved settings of the last invocation (data.path absolute)
     RUN/plan.json        the plan it ran with
-    RUN/dataset.json     the dataset's path, fingerprint and schema
+    RUN/dataset.json     the dataset's path, fingerprint and schema (of the current stretch's data)
+    RUN/stretches.json   a run that goes on (`shardrec train --continue-on DATA`): which data each
+                         stretch trained on, its steps, its progressive validation
     RUN/metrics.jsonl    one JSON record per line; RUN/tensorboard/ the same as TensorBoard events
     RUN/mllog.jsonl      MLPerf's `:::MLLOG {json}` events of the last invocation (train.mlperf_log)
     RUN/summary.json     the final results: the run is complete when they are of the newest checkpoint
@@ -19,6 +21,7 @@ import re
 CONFIG = "config.toml"
 PLAN = "plan.json"
 DATASET_RECORD = "dataset.json"
+STRETCHES = "stretches.json"
 METRICS = "metrics.jsonl"
 TENSORBOARD = "tensorboard"
 SUMMARY = "summary.json"

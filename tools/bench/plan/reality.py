@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch.distributed._shard.sharded_tensor import ShardedTensor
 from torchrec.datasets.utils import Batch
@@ -31,6 +32,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 # Imported here, not where a plan is built: a rank imports them when it starts, outside any plan's
 # peak window (in a fresh virtual environment, compiling them read as +150 MiB on the first plan).
+from shardrec.embeddings.managed.table_kinds import TableSettings
 from shardrec.embeddings.tables import build_ebc
 from shardrec.sharding.plan.plan_types import PlanFile
 from shardrec.sharding.torchrec.torchrec_plans import to_sharding_plan
@@ -70,6 +72,8 @@ class Measured:
     """Per rank: bytes of local weights and optimizer state (the state dicts' tensors)."""
     phase_bytes: list[dict[str, int]] = field(default_factory=list)
     """Per rank: the peak growth at the end of each of PHASES."""
+    round_step_s: list[float] = field(default_factory=list)
+    """Per round, in round order: the slowest rank's mean step time (step_s is the lowest)."""
 
 
 def _status_bytes(name: str) -> int:
@@ -184,6 +188,55 @@ def _held_bytes(model, optimizer) -> int:
     return held + sum(_local_bytes(o.state_dict().get("state", {})) for o in optimizer.optimizers)
 
 
+def _managed_ids(env, tables, model, optimizer, managed: dict[str, TableSettings], seed: int):
+    """The managed tables' id maps of a plan, as a long run leaves them: every slot held and hit,
+    the waiting ids at their capacity (a day of ids seen once fills it), so the steps that follow,
+    each bringing new ids, grow its misses and updates from there."""
+    import numpy as np
+
+    from shardrec.trainer.loop.managed_ids import build_managed_ids
+
+    ids = build_managed_ids(
+        managed, tables, model, optimizer, ebc_path=TRAIN_EBC_PATH, seed=seed,
+        stretch_steps=0, timeout_s=600,
+    )  # fmt: skip
+    rng = np.random.default_rng(seed)
+    for table in ids.maps.mapped:
+        m, capacity = table.idmap, table.rule.capacity
+        m.slot_key[:] = np.unique(rng.integers(2**62, 2**63, m.rows + 64).astype(np.uint64))[
+            : m.rows
+        ]
+        m.slot_count[:], m.slot_last[:], m.slot_born[:] = 1, 0, 0
+        m.hits[:], m.lasts[:] = 0, -1  # written: their pages are resident, as after a day of hits
+        m.rebuild_index()
+        m.cand_key = np.unique(rng.integers(1, 2**62, capacity).astype(np.uint64))
+        m.cand_count = np.ones(len(m.cand_key), np.int64)
+        m.cand_last = np.zeros(len(m.cand_key), np.int64)
+    return ids
+
+
+def _fresh_raw_ids(batch: Batch, managed: set[str], salt: int) -> Batch:
+    """The batch with its managed features' ids made raw ids never seen before (a new salt per
+    step): every lookup a miss, the maps' worst case."""
+    from shardrec.dataloader.util.splitmix import mix64
+
+    kjt = batch.sparse_features
+    values = kjt.values().numpy().astype(np.uint64)
+    offsets = kjt.offset_per_key()
+    for i, key in enumerate(kjt.keys()):
+        if key in managed:
+            lo, hi = offsets[i], offsets[i + 1]
+            values[lo:hi] = mix64(values[lo:hi] + np.uint64(salt << 32))
+    raw = KeyedJaggedTensor(
+        keys=kjt.keys(),
+        values=torch.from_numpy(values.view(np.int64)),
+        lengths=kjt.lengths(),
+        offset_per_key=offsets,
+        length_per_key=kjt.length_per_key(),
+    )
+    return Batch(dense_features=batch.dense_features, sparse_features=raw, labels=batch.labels)
+
+
 def _run_plan(
     env: DistEnv,
     tables: list[EmbeddingBagConfig],
@@ -194,6 +247,7 @@ def _run_plan(
     steps: int,
     seed: int,
     pooling: dict[str, float] | None,
+    managed: dict[str, TableSettings] | None = None,
 ) -> tuple[float, int, int, dict[str, int]]:
     import torch.distributed as dist
 
@@ -201,12 +255,17 @@ def _run_plan(
     dist.barrier()
     start_rss = start_peak_window()
     model, optimizer = _build(env, tables, plan_json, model_spec, local_batch * env.world_size)
+    ids = _managed_ids(env, tables, model, optimizer, managed, seed) if managed else None
     phases = {"built": peak_growth(start_rss)}
     batches = _batches(tables, local_batch, 4, seed + env.rank, pooling)
 
     def step(i: int) -> None:
+        batch = batches[i % len(batches)]
+        if ids is not None:
+            batch = next(ids.train_batches(iter([_fresh_raw_ids(batch, set(managed), i)]), i))
+            ids.before_step(i)
         optimizer.zero_grad()
-        loss, _ = model(batches[i % len(batches)])
+        loss, _ = model(batch)
         loss.backward()
         optimizer.step()
 
@@ -234,29 +293,32 @@ def _worker(
     seed: int,
     rounds: int,
     pooling: dict[str, float] | None,
+    managed: dict[str, TableSettings] | None = None,
 ) -> list[tuple[float, int, int, dict[str, int]]]:
     # Rounds over all plans, keeping each plan's lowest time and lowest peak: the first plan of a
     # fresh process otherwise pays one-off costs (kernel selection, thread pools, gloo buffers).
-    runs = [
-        [
-            _run_plan(
-                env,
-                tables,
-                p,
-                model_spec,
-                local_batch=local_batch,
-                steps=steps,
-                seed=seed,
-                pooling=pooling,
+    # The order rotates from round to round, so that no plan always runs first.
+    runs: list[list[Any]] = [[] for _ in plans]
+    for r in range(rounds):
+        for i in [*range(r % len(plans), len(plans)), *range(r % len(plans))]:
+            runs[i].append(
+                _run_plan(
+                    env,
+                    tables,
+                    plans[i],
+                    model_spec,
+                    local_batch=local_batch,
+                    steps=steps,
+                    seed=seed,
+                    pooling=pooling,
+                    managed=managed,
+                )
             )
-            for p in plans
-        ]
-        for _ in range(rounds)
-    ]
     out = []
-    for per_round in zip(*runs):
+    for per_round in runs:
         best = min(per_round, key=lambda run: run[1])
-        out.append((min(run[0] for run in per_round), best[1], best[2], best[3]))
+        times = [run[0] for run in per_round]
+        out.append((min(times), best[1], best[2], best[3], times))
     return out
 
 
@@ -271,9 +333,11 @@ def measure_plans(
     rounds: int = 2,
     model: RealityModel = RealityModel(),
     pooling: dict[str, float] | None = None,
+    managed: dict[str, TableSettings] | None = None,
 ) -> list[Measured]:
     """Train `steps` steps of each plan (JSON texts) on `world_size` local gloo ranks, `rounds`
-    times, on random batches of `pooling` ids per sample per table (none: one-hot)."""
+    times, on random batches of `pooling` ids per sample per table (none: one-hot); `managed`
+    features' tables run their id maps on new raw ids every step (_managed_ids)."""
     try:
         results = run_local_ranks(
             _worker,
@@ -286,6 +350,7 @@ def measure_plans(
             seed,
             rounds,
             pooling,
+            managed,
             timeout_s=3600,
             collective_timeout_s=600,
         )
@@ -297,6 +362,7 @@ def measure_plans(
             [results[r][i][1] for r in range(world_size)],
             [results[r][i][2] for r in range(world_size)],
             [results[r][i][3] for r in range(world_size)],
+            [max(results[r][i][4][k] for r in range(world_size)) for k in range(rounds)],
         )
         for i in range(len(plans))
     ]

@@ -14,10 +14,13 @@ reads. Plans whose estimate does not fit this host's available memory are not ru
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from pathlib import Path
 from typing import Any
 
+from shardrec.embeddings.managed.map_memory import id_map_bytes
+from shardrec.embeddings.managed.table_kinds import TableSettings
 from shardrec.tools.console import console
 
 GiB = 2**30
@@ -71,6 +74,20 @@ def _setup(
         dense_device="meta",
     )
     return topo, configs, dense_footprint(model, spec.dense_optimizer), measured
+
+
+MANAGED = TableSettings(kind="managed", rows=1, evict_every=4)
+"""The managed tables of `--managed N`: lru, admission after 2 sightings, an update every 4 steps
+(each step brings new ids: the maps' waiting ids stay full, their misses as many as a window
+holds)."""
+
+
+def managed_settings(configs, count: int) -> dict[str, TableSettings]:
+    """The `count` largest tables as managed tables of their rows (slots = rows - 2)."""
+    largest = sorted(configs, key=lambda c: (-c.num_embeddings, c.name))[:count]
+    return {
+        c.feature_names[0]: dataclasses.replace(MANAGED, rows=c.num_embeddings - 2) for c in largest
+    }
 
 
 def _estimates(name, source, placed, request, batch: int) -> dict[str, Any]:
@@ -174,8 +191,11 @@ def run_reality(
     rounds: int,
     profile: Path | None = None,
     memory_limit_bytes: float = 0,
+    managed_tables: int = 0,
 ) -> dict[str, Any]:
-    """Plan, price, train and judge (see the module docstring); the result as a dict."""
+    """Plan, price, train and judge (see the module docstring); the result as a dict.
+    `managed_tables`: the N largest tables are managed tables of the same rows (their id maps on
+    every rank, in the estimate and in the measurement: MANAGED)."""
     from shardrec.sharding.plan.plan_file import plan_fingerprint
     from shardrec.sharding.plan.plan_types import PLAN_SCHEMA_VERSION, PlanFile
     from shardrec.sharding.search.request import SearchRequest
@@ -186,6 +206,11 @@ def run_reality(
         world_size, max_rows, dim, num_tables, global_batch_size, profile
     )
     pooling = {c.name: 1.0 for c in configs}  # one-hot batches, as the demo's data
+    managed = managed_settings(configs, managed_tables)
+    if managed:
+        window = global_batch_size // world_size * MANAGED.evict_every
+        maps = sum(id_map_bytes(s, window, world_size) for s in managed.values())
+        dense = dataclasses.replace(dense, id_map_bytes=maps)
     request = SearchRequest(
         configs=configs,
         topology=topo,
@@ -204,7 +229,13 @@ def run_reality(
     texts = [PlanFile(PLAN_SCHEMA_VERSION, fp, plans[r["plan"]][1]).to_json() for r in run]
     local_batch = global_batch_size // world_size
     measured_plans = measure_plans(
-        configs, texts, world_size=world_size, local_batch=local_batch, steps=steps, rounds=rounds
+        configs,
+        texts,
+        world_size=world_size,
+        local_batch=local_batch,
+        steps=steps,
+        rounds=rounds,
+        managed=managed or None,
     )
     for r, m in zip(run, measured_plans):
         r.update(
@@ -217,9 +248,14 @@ def run_reality(
             phase_bytes=m.phase_bytes,
         )
     table_bytes = sum(c.num_embeddings * c.embedding_dim * 4 for c in configs)
+    maps = (
+        f", {len(managed)} managed ({dense.id_map_bytes / GiB:.2f} GiB of id maps per rank)"
+        if managed
+        else ""
+    )
     return {
-        "case": f"{len(configs)} tables x {dim} (<= {max_rows:,} rows, {table_bytes / GiB:.2f} GiB), "
-        f"{world_size} CPU ranks, batch {global_batch_size}",
+        "case": f"{len(configs)} tables x {dim} (<= {max_rows:,} rows, {table_bytes / GiB:.2f} GiB"
+        f"{maps}), {world_size} CPU ranks, batch {global_batch_size}",
         "profile": measured,
         "cost_models": judge_models(run),
         "memory": judge_memory(run, topo.memory.framework_bytes),

@@ -4,7 +4,7 @@ Id 0 is reserved for a missing value in both modes, so an empty field never shar
 with the real value `00000000`.
 
 - Hashing (`--max-ids N`): id = 1 + mix64(value) mod (N - 1); one pass, no state. mix64 is
-  splitmix64's finalizer, so neighbouring raw values spread over the table.
+  splitmix64's finalizer (dataloader.util.splitmix), so neighbouring raw values spread over the table.
 - Vocabulary (`--min-count K`): values seen at least K times in the training days get ids
   2, 3, ... in order of decreasing count (ties by value), so hot rows sit together; id 1 is
   the out-of-vocabulary id for values unseen or seen fewer than K times.
@@ -17,36 +17,14 @@ from functools import cached_property
 
 import numpy as np
 
-from shardrec.dataloader.util.jit import njit
+from shardrec.dataloader.format.raw_ids import MISSING_KEY
+from shardrec.dataloader.util.splitmix import MIX_M1, MIX_M2, mix64
 
 MISSING_ID = 0
 OOV_ID = 1
 BUCKET_VALUES = (
     32  # kept values per bucket of the compiled lookup's index, on average: 1/8 byte per value
 )
-# splitmix64's finalizer, the one hash of every id: its multipliers and shifts, written once.
-MIX_M1 = np.uint64(0xBF58476D1CE4E5B9)
-MIX_M2 = np.uint64(0x94D049BB133111EB)
-_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
-
-
-def mix64(values: np.ndarray) -> np.ndarray:
-    """splitmix64's finalizer over a uint64 array (wrapping multiply is intended)."""
-    z = values.astype(np.uint64, copy=True)
-    z ^= z >> _S30
-    z *= MIX_M1
-    z ^= z >> _S27
-    z *= MIX_M2
-    z ^= z >> _S31
-    return z
-
-
-@njit(cache=True, nogil=True, inline="always")
-def mix64_scalar(z):
-    """splitmix64's finalizer of one uint64, for compiled kernels (mix64's arithmetic)."""
-    z = (z ^ (z >> _S30)) * MIX_M1
-    z = (z ^ (z >> _S27)) * MIX_M2
-    return z ^ (z >> _S31)
 
 
 def hash_bytes(data: bytes) -> int:
@@ -67,7 +45,12 @@ def hash_bytes(data: bytes) -> int:
 
 
 def hash_ids(values: np.ndarray, missing: np.ndarray, cardinality: int) -> np.ndarray:
-    """uint64 ids in [0, cardinality): 0 for missing, 1 + hash mod (cardinality - 1) otherwise."""
+    """uint64 ids in [0, cardinality): 0 for missing, 1 + hash mod (cardinality - 1) otherwise; a
+    raw-id feature (cardinality 0) keeps its values, MISSING_KEY for missing (format.raw_ids)."""
+    if cardinality == 0:
+        ids = values.astype(np.uint64, copy=True)
+        ids[missing] = np.uint64(MISSING_KEY)
+        return ids
     if cardinality < 2:
         raise ValueError(
             f"hashing needs a cardinality of at least 2 (id 0 is the missing value), got {cardinality}"

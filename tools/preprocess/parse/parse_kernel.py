@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from shardrec.dataloader.format.raw_ids import MISSING_KEY
 from shardrec.dataloader.util.jit import AVAILABLE, njit
-from shardrec.tools.preprocess.ids.id_maps import MIX_M1, MIX_M2
+from shardrec.dataloader.util.splitmix import MIX_M1, MIX_M2
 from shardrec.tools.preprocess.text.lines import count_newlines
 
 if AVAILABLE:
@@ -30,6 +31,7 @@ else:
         return (int(x) & -int(x)).bit_length() - 1
 
 
+RAW_MISSING = np.uint64(MISSING_KEY)
 # Codes as in parse.REASONS.
 EMPTY_ROW, TOO_MANY_FIELDS, TOO_FEW_FIELDS, BAD_LABEL, BAD_INTEGER, BAD_HEX = 0, 1, 2, 3, 4, 5
 
@@ -299,7 +301,8 @@ def _row_reason(empty, too_many, too_few, fields, label_bad, first_int, first_he
 
 @njit(cache=True, nogil=True, boundscheck=False)
 def hash_matrix(values, missing, cardinalities):
-    """ids[r, f] = 0 if missing else 1 + splitmix64(values[r, f]) % (cardinalities[f] - 1).
+    """ids[r, f] = 0 if missing else 1 + splitmix64(values[r, f]) % (cardinalities[f] - 1); a raw-id
+    feature (cardinality 0) keeps its value, MISSING_KEY where missing.
 
     The same function as ids.hash_ids, over all columns in one pass.
     """
@@ -309,6 +312,9 @@ def hash_matrix(values, missing, cardinalities):
     s30, s27, s31 = np.uint64(30), np.uint64(27), np.uint64(31)
     for r in range(rows):
         for f in range(cols):
+            if cardinalities[f] == 0:
+                out[r, f] = RAW_MISSING if missing[r, f] else values[r, f]
+                continue
             if missing[r, f]:
                 out[r, f] = 0
                 continue
@@ -332,7 +338,9 @@ def warm_up() -> None:
 
 @njit(cache=True, nogil=True, boundscheck=False)
 def hash_rows_into(values, missing, rows, features, cardinalities, out, offset):
-    """out[j, offset + k] = hash of values[rows[k], features[j]], as in hash_matrix.
+    """out[j, offset + k] = hash of values[rows[k], features[j]], as in hash_matrix (a raw-id
+    feature, cardinality 0, keeps its value). Returns k * len(features) + j for the first k, j whose
+    raw id is RAW_MISSING itself (a value no raw id may be: format.raw_ids), or -1.
 
     Writes the kept rows of a piece straight into a part's id columns (one row of `out` per
     feature, already in the column's dtype): no [rows, features] uint64 temporary, no
@@ -341,13 +349,22 @@ def hash_rows_into(values, missing, rows, features, cardinalities, out, offset):
     m1, m2 = MIX_M1, MIX_M2
     s30, s27, s31 = np.uint64(30), np.uint64(27), np.uint64(31)
     one = np.uint64(1)
+    bad = -1
     mods = np.empty(len(features), dtype=np.uint64)
     for j in range(len(features)):
-        mods[j] = np.uint64(cardinalities[features[j]] - 1)
+        mods[j] = np.uint64(max(cardinalities[features[j]] - 1, 0))
     for k in range(len(rows)):
         r = rows[k]
         for j in range(len(features)):
             f = features[j]
+            if cardinalities[f] == 0:
+                if missing[r, f]:
+                    out[j, offset + k] = RAW_MISSING
+                else:
+                    out[j, offset + k] = values[r, f]
+                    if values[r, f] == RAW_MISSING and bad < 0:
+                        bad = k * len(features) + j
+                continue
             if missing[r, f]:
                 out[j, offset + k] = 0
                 continue
@@ -356,6 +373,7 @@ def hash_rows_into(values, missing, rows, features, cardinalities, out, offset):
             z = (z ^ (z >> s27)) * m2
             z = z ^ (z >> s31)
             out[j, offset + k] = one + z % mods[j]
+    return bad
 
 
 @njit(cache=True, nogil=True, boundscheck=False)

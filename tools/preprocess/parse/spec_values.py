@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from shardrec.dataloader.util.jit import njit
-from shardrec.tools.preprocess.ids.id_maps import mix64_scalar
+from shardrec.dataloader.util.splitmix import mix64_scalar
 
 _S8 = np.uint64(8)
 _POW10 = np.array([10.0**k for k in range(23)])

@@ -17,10 +17,14 @@ import math
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from shardrec.dataloader.format.manifest import Manifest, SparseFeature
+from shardrec.dataloader.format.part_file import manifest_layout, open_part
+from shardrec.dataloader.format.raw_ids import MISSING_KEY
+from shardrec.tools.preprocess.ids.id_maps import count_values, merge_counts
 from shardrec.tools.preprocess.parse import parse_kernel
 
 MAX_EXACT_ROWS = 1 << 27
@@ -92,26 +96,80 @@ def feature_stats(
     }
 
 
-def _columns(directory: Path, manifest: Manifest, split: str, name: str) -> Iterator[np.ndarray]:
-    """One feature's id column of each part, read one part at a time (not memory-mapped, so the
-    process's RSS stays one column, not the whole split)."""
-    for part in manifest.splits[split].parts if split in manifest.splits else []:
-        yield np.load(directory / split / part.name / f"{name}.npy", allow_pickle=False)
+EXACT_COUNTS = 64
+"""Count-of-counts of raw ids: exact up to this count, then in bins that double."""
+
+
+def raw_id_counts(columns: Iterable[np.ndarray]) -> np.ndarray:
+    """Lookup count of every distinct raw id (missing values left out; 16 B per distinct id)."""
+    pairs = [
+        count_values(np.asarray(col), np.asarray(col) == np.uint64(MISSING_KEY)) for col in columns
+    ]
+    return merge_counts(pairs)[1]
+
+
+def count_of_counts(counts: np.ndarray) -> list[list[int]]:
+    """[count_lo, count_hi, ids, lookups] per count up to EXACT_COUNTS, then per doubling bin:
+    how many ids were seen how often, and their lookups; the distinct-id curve (rows that hold a
+    share of the lookups of ids seen at least K times) follows from it."""
+    out = []
+    if not len(counts):
+        return out
+    small = counts[counts <= EXACT_COUNTS]
+    ids = np.bincount(small, minlength=EXACT_COUNTS + 1)
+    for c in np.flatnonzero(ids):
+        out.append([int(c), int(c), int(ids[c]), int(c * ids[c])])
+    lo = EXACT_COUNTS + 1
+    top = int(counts.max())
+    while lo <= top:
+        hi = 2 * lo - 1
+        inside = counts[(counts >= lo) & (counts <= hi)]
+        if len(inside):
+            out.append([lo, hi, int(len(inside)), int(inside.sum())])
+        lo = hi + 1
+    return out
+
+
+def raw_feature_stats(columns: Iterable[np.ndarray], lengths: np.ndarray | None) -> dict[str, Any]:
+    """Planner statistics of a raw-id feature: feature_stats over its distinct ids (the top shares
+    of its distinct ids, not of a table's rows), with its count-of-counts."""
+    counts = raw_id_counts(columns)
+    stats: dict[str, Any] = feature_stats(counts, max(1, len(counts)), lengths, False)
+    stats["count_of_counts"] = count_of_counts(counts)
+    return stats
+
+
+def _columns(
+    directory: Path, manifest: Manifest, split: str, name: str, offsets: bool = False
+) -> Iterator[np.ndarray]:
+    """One feature's id column (or its offsets) of each part, one part mapped at a time: each is
+    unmapped once the next is read, so the process's RSS stays one column, not the whole split."""
+    layout = manifest_layout(manifest, directory)
+    for info in manifest.splits[split].parts if split in manifest.splits else []:
+        part = open_part(directory, split, info, manifest, layout)
+        yield part.offsets[name] if offsets else part.sparse[name]
 
 
 def _lengths(directory: Path, manifest: Manifest, split: str, name: str) -> np.ndarray:
-    parts = manifest.splits[split].parts if split in manifest.splits else []
-    diffs = [np.diff(np.load(directory / split / p.name / f"{name}.offsets.npy")) for p in parts]
+    diffs = [np.diff(off) for off in _columns(directory, manifest, split, name, offsets=True)]
     return np.concatenate(diffs) if diffs else np.zeros(0, np.int64)
 
 
 def compute_feature_stats(
-    directory: Path, manifest: Manifest, split: str = "train", workers: int = 1
+    directory: Path,
+    manifest: Manifest,
+    split: str = "train",
+    workers: int = 1,
+    features: list[SparseFeature] | None = None,
 ) -> dict[str, dict[str, float]]:
-    """Statistics of every sparse feature over one split of a written dataset; `workers`
-    features at once, on threads (reading and counting release the GIL)."""
+    """Statistics of every sparse feature (or of `features`) over one split of a written dataset;
+    `workers` features at once, on threads (reading and counting release the GIL)."""
+    features = manifest.sparse_features if features is None else features
 
     def one(feat: SparseFeature) -> dict[str, float]:
+        if feat.raw:
+            lengths = _lengths(directory, manifest, split, feat.name) if feat.multi_hot else None
+            return raw_feature_stats(_columns(directory, manifest, split, feat.name), lengths)
         freqs, sampled = id_counts(
             _columns(directory, manifest, split, feat.name), feat.cardinality
         )
@@ -119,10 +177,7 @@ def compute_feature_stats(
         return feature_stats(freqs, feat.cardinality, lengths, sampled)
 
     with ThreadPoolExecutor(workers, thread_name_prefix="shardrec-stats") as pool:
-        return {
-            f.name: s
-            for f, s in zip(manifest.sparse_features, pool.map(one, manifest.sparse_features))
-        }
+        return {f.name: s for f, s in zip(features, pool.map(one, features))}
 
 
 def frequency_curves(
@@ -130,6 +185,8 @@ def frequency_curves(
 ) -> dict[str, np.ndarray]:
     """Per feature, lookup counts by id rank (hottest first): the data of `data stats --plot`."""
     return {
-        f.name: id_frequencies(_columns(directory, manifest, split, f.name), f.cardinality)[0]
+        f.name: np.sort(raw_id_counts(_columns(directory, manifest, split, f.name)))[::-1]
+        if f.raw
+        else id_frequencies(_columns(directory, manifest, split, f.name), f.cardinality)[0]
         for f in manifest.sparse_features
     }

@@ -14,12 +14,16 @@ from pathlib import Path
 
 import numpy as np
 
-from shardrec.dataloader.format.manifest import PartInfo, smallest_uint, write_part
+from shardrec.dataloader.format.arrow_ipc import FileLayout
+from shardrec.dataloader.format.manifest import PartInfo, smallest_uint
+from shardrec.dataloader.format.part_file import write_part
+from shardrec.dataloader.format.raw_ids import MISSING_KEY
 from shardrec.tools.preprocess import cpu_stages
 from shardrec.tools.preprocess.ids.id_maps import Vocabulary, hash_ids
 from shardrec.tools.preprocess.ids.vocab_kernel import lookup_features_into
 from shardrec.tools.preprocess.parse import parse_kernel, spec_kernel
 from shardrec.tools.preprocess.parse.criteo_text import ParsedChunk, transform_dense
+from shardrec.tools.preprocess.parse.parquet_kernel import gather_entry_ids
 from shardrec.tools.preprocess.parse.spec_parse import Program, SpecChunk
 from shardrec.tools.preprocess.parts.dense_table import append_dense, log1p_table
 
@@ -60,9 +64,7 @@ def map_ids(
         ids = parse_kernel.hash_matrix(
             chunk.sparse, chunk.sparse_missing, np.asarray(cardinalities, dtype=np.int64)
         )
-        return {
-            n: ids[:, f].astype(smallest_uint(cardinalities[f] - 1)) for f, n in enumerate(names)
-        }
+        return {n: ids[:, f].astype(id_dtype(cardinalities[f])) for f, n in enumerate(names)}
     out = {}
     for f, name in enumerate(names):
         values, missing = chunk.sparse[:, f], chunk.sparse_missing[:, f]
@@ -71,24 +73,74 @@ def map_ids(
             if vocabs
             else hash_ids(values, missing, cardinalities[f])
         )
-        out[name] = ids.astype(smallest_uint(cardinalities[f] - 1))
+        out[name] = ids.astype(id_dtype(cardinalities[f]))
     return out
+
+
+def id_dtype(cardinality: int) -> np.dtype:
+    """A feature's id column dtype: the smallest that holds its table's rows; uint64 for raw ids
+    (cardinality 0)."""
+    return np.dtype(np.uint64) if cardinality == 0 else smallest_uint(cardinality - 1)
+
+
+class ReservedRawIdError(ValueError):
+    """A raw id that is the empty field's own value (format.raw_ids), at appended row `k`."""
+
+    def __init__(self, k: int, features: str) -> None:
+        self.k, self.features = k, features
+        super().__init__(
+            f"{features}: {MISSING_KEY:016x} (this raw id marks an empty field in a dataset of raw "
+            "ids; no id may be it: rewrite it in the input)"
+        )
+
+
+def check_raw_ids(bad: int, chunk_names: list[str], features: np.ndarray) -> None:
+    """Refuse a raw id that is the empty field's own value (hash_rows_into found one: `bad`)."""
+    if bad >= 0:
+        k, j = divmod(bad, len(features))
+        raise ReservedRawIdError(k, chunk_names[int(features[j])])
 
 
 def id_groups(cardinalities: tuple[int, ...]) -> list[tuple[np.dtype, np.ndarray]]:
     """Features grouped by the dtype of their id column (one group when all share --max-ids)."""
     groups: dict[np.dtype, list[int]] = {}
     for f, c in enumerate(cardinalities):
-        groups.setdefault(smallest_uint(c - 1), []).append(f)
+        groups.setdefault(id_dtype(c), []).append(f)
     return [(dtype, np.asarray(feats, dtype=np.int64)) for dtype, feats in groups.items()]
+
+
+_SPARE: list[np.ndarray] = []
+"""The memory of parts already written (flat uint8 buffers), for the next parts' columns: fresh
+pages are zeroed by the kernel as they are first written (numpy asks for huge pages past 4 MB),
+which was ~13% of a Parquet run's CPU (perf, 4 M Criteo-shaped rows), all of it again per part."""
+
+
+def _array(shape: tuple[int, ...] | list[int], dtype) -> np.ndarray:
+    """An uninitialised C-order array, in a spare buffer that is large enough where there is one."""
+    size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    fits = [i for i, b in enumerate(_SPARE) if b.nbytes >= size]
+    if not fits:
+        return np.empty(shape, dtype)
+    buffer = _SPARE.pop(min(fits, key=lambda i: _SPARE[i].nbytes))  # the smallest that fits
+    return buffer[:size].view(dtype).reshape(shape)
+
+
+def _spare(*arrays: np.ndarray) -> None:
+    """Keep the memory of arrays no longer used (a written part's) for later ones."""
+    for a in arrays:
+        while isinstance(a.base, np.ndarray):
+            a = a.base
+        if a.flags.c_contiguous and len(_SPARE) < 64:
+            _SPARE.append(a.reshape(-1).view(np.uint8))
 
 
 def _grown(a: np.ndarray, capacity: int, rows: int, axis: int) -> np.ndarray:
     shape = list(a.shape)
     shape[axis] = capacity
-    b = np.empty(shape, a.dtype)
+    b = _array(shape, a.dtype)
     index = (slice(None),) * axis + (slice(0, rows),)
     b[index] = a[index]
+    _spare(a)
     return b
 
 
@@ -111,11 +163,13 @@ class PartColumns:
         """lists: the id dtype of each list feature (a spec's list columns), stored jagged: its ids
         back to back, grown as rows arrive, and rows + 1 offsets."""
         self.rows, self.capacity, self.groups = 0, max(capacity, 1), groups
-        self.labels = np.empty(self.capacity, np.uint8)
-        self.dense = np.empty((self.capacity, num_dense), dense_dtype)
-        self.ids = [np.empty((len(feats), self.capacity), dtype) for dtype, feats in groups]
-        self.list_ids = [np.empty(self.capacity, dtype) for dtype in lists]
-        self.list_offsets = [np.zeros(self.capacity + 1, np.int64) for _ in lists]
+        self.labels = _array((self.capacity,), np.uint8)
+        self.dense = _array((self.capacity, num_dense), dense_dtype)
+        self.ids = [_array((len(feats), self.capacity), dtype) for dtype, feats in groups]
+        self.list_ids = [_array((self.capacity,), dtype) for dtype in lists]
+        self.list_offsets = [_array((self.capacity + 1,), np.int64) for _ in lists]
+        for offsets in self.list_offsets:
+            offsets[0] = 0
 
     @property
     def nbytes(self) -> int:
@@ -157,28 +211,31 @@ class PartColumns:
 
     def write(
         self,
-        part_dir: Path,
+        path: Path,
+        layout: FileLayout,
         names: list[str],
         fsync: bool,
         list_names: Sequence[str] = (),
-        order: Sequence[str] = (),
     ) -> PartInfo:
-        """names: the one-hot features in id-column order; list_names: the list features; order: the
-        files' order (the manifest's features; default: one-hot, then lists)."""
+        """Write the part file at `path` (its columns in the layout's order). names: the one-hot
+        features in id-column order; list_names: the list features."""
         sparse = self.columns(names)
         offsets = {}
         for name, ids, off in zip(list_names, self.list_ids, self.list_offsets):
             offsets[name] = off[: self.rows + 1]
             sparse[name] = ids[: int(off[self.rows])]
-        sparse = {n: sparse[n] for n in order} if order else sparse
-        return write_part(
-            part_dir,
+        info = write_part(
+            path,
+            layout,
             self.labels[: self.rows],
             self.dense[: self.rows],
             sparse,
             offsets,
             fsync=fsync,
         )
+        # written (copied to the file): the columns' memory serves the next parts
+        _spare(self.labels, self.dense, *self.ids, *self.list_ids, *self.list_offsets)
+        return info
 
 
 _PAST: list[np.ndarray] = []
@@ -232,9 +289,10 @@ def append_rows(
         if vocabs is None and parse_kernel.AVAILABLE:
             cards = np.asarray(cardinalities, dtype=np.int64)
             for (_, feats), ids in zip(cols.groups, cols.ids):
-                parse_kernel.hash_rows_into(
+                bad = parse_kernel.hash_rows_into(
                     chunk.sparse, chunk.sparse_missing, rows, feats, cards, ids, n
                 )
+                check_raw_ids(bad, names, feats)
         elif parse_kernel.AVAILABLE:
             for (_, feats), ids in zip(cols.groups, cols.ids):
                 lookup_features_into(
@@ -271,12 +329,15 @@ def append_spec_rows(
     )
     features = program.features
     one_hot = [f for f, (_, is_list, _) in enumerate(features) if not is_list]
-    if vocabs is None:
+    if vocabs is None and chunk.dictionaries:
+        _hash_dictionaries(cols, chunk, rows, [cardinalities[f] for f in one_hot])
+    elif vocabs is None:
         cards = np.asarray([cardinalities[f] for f in one_hot], dtype=np.int64)
         for (_, feats), ids in zip(cols.groups, cols.ids):
-            parse_kernel.hash_rows_into(
+            bad = parse_kernel.hash_rows_into(
                 chunk.sparse, chunk.sparse_missing, rows, feats, cards, ids, n
             )
+            check_raw_ids(bad, [features[f][0] for f in one_hot], feats)
     else:
         for (_, feats), ids in zip(cols.groups, cols.ids):
             for j, slot in enumerate(feats):
@@ -289,7 +350,12 @@ def append_spec_rows(
         cols.reserve_list(c, count)
         out, offsets = cols.list_ids[c], cols.list_offsets[c]
         at = int(offsets[n])
-        if vocabs is None:
+        if getattr(program.spec.sparse[f], "raw", False):  # a sequence of integers: as written
+            spec_kernel.gather_lists(
+                chunk.list_values, chunk.list_start, chunk.list_len, c, rows, out[at : at + count]
+            )
+            offsets[n + 1 : n + k + 1] = at + np.cumsum(chunk.list_len[rows, c])
+        elif vocabs is None:
             spec_kernel.hash_lists_into(
                 chunk.list_values,
                 chunk.list_start,
@@ -312,11 +378,31 @@ def append_spec_rows(
     cols.rows += k
 
 
+def _hash_dictionaries(
+    cols: PartColumns, chunk: SpecChunk, rows: np.ndarray, cardinalities: list[int]
+) -> None:
+    """The one-hot ids of a chunk some of whose columns are dictionaries (a Parquet row group):
+    those hashed once per distinct value, then taken by each row's index; the others as
+    hash_rows_into hashes them, one column at a time (the same ids)."""
+    cards = np.asarray(cardinalities, dtype=np.int64)
+    rows = rows.astype(np.int64, copy=False)
+    for (_, feats), ids in zip(cols.groups, cols.ids):
+        for j, slot in enumerate(feats.tolist()):
+            column = chunk.dictionaries.get(slot)
+            if column is None:
+                parse_kernel.hash_rows_into(chunk.sparse, chunk.sparse_missing, rows,
+                                            feats[j : j + 1], cards, ids[j : j + 1], cols.rows)  # fmt: skip
+                continue
+            entry_ids = hash_ids(column.values, column.absent, cardinalities[slot]).astype(
+                ids.dtype
+            )
+            gather_entry_ids(entry_ids, column.indices, column.valid, column.at, rows, ids, j,
+                             cols.rows)  # fmt: skip
+
+
 def list_groups(program: Program, cardinalities: tuple[int, ...]) -> tuple[list, list[np.dtype]]:
     """(id groups of the one-hot features, id dtype of each list feature) of a spec's features."""
     features = program.features
     one_hot = tuple(cardinalities[f] for f, (_, is_list, _) in enumerate(features) if not is_list)
-    lists = [
-        smallest_uint(cardinalities[f] - 1) for f, (_, is_list, _) in enumerate(features) if is_list
-    ]
+    lists = [id_dtype(cardinalities[f]) for f, (_, is_list, _) in enumerate(features) if is_list]
     return id_groups(one_hot), lists

@@ -1,0 +1,158 @@
+"""Growing ids, end to end: README's "Growing ids" commands run as written (on fewer rows, with the
+README's job file): a drifting log of 3 days, raw ids, a plan that proposes row budgets, day 0
+trained, days 1 and 2 continued with progressive validation, eval, export and predict on raw rows.
+Then what a run that goes on must hold beside it: a kill in the middle of a day resumes bit for
+bit, and what cannot go on is refused in one line before any rank starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from helpers import assert_one_line_error, cli, final_weights
+
+from shardrec.dataloader.format.manifest import Manifest
+
+REPO = Path(__file__).resolve().parents[2]
+ROWS = 9_000
+"""Rows of the 3 days instead of the README's 600,000: a few steps of its batch a day."""
+SUBPROCESS = ("train", "eval")
+
+
+def _section() -> str:
+    return (REPO / "README.md").read_text().split("### Growing ids", 1)[1].split("\n### ", 1)[0]
+
+
+def readme_commands() -> list[list[str]]:
+    block = _section().split("```sh\n", 1)[1].split("```", 1)[0]
+    return [shlex.split(line, comments=True) for line in block.splitlines() if line.strip()]
+
+
+def readme_job_file() -> str:
+    return _section().split("```toml\n", 1)[1].split("```", 1)[0]
+
+
+def run(args: list[str], cwd: Path, env: dict[str, str] | None = None, ok: bool = True):
+    """One command in `cwd`: ranks (train, eval) as the user starts them, the rest in-process."""
+    if args[1] in SUBPROCESS:
+        done = subprocess.run(
+            [sys.executable, "-m", "shardrec.tools.cli", *args[1:]],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
+        if ok:
+            assert done.returncode == 0, f"{args}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+        return done
+    with contextlib.chdir(cwd):
+        return cli(*args[1:], ok=ok)
+
+
+def _small(args: list[str]) -> list[str]:
+    """The README's command on fewer rows and a smaller batch (the job file's batch as is)."""
+    if "--rows" in args:
+        args[args.index("--rows") + 1] = str(ROWS)
+    return args
+
+
+@pytest.fixture(scope="module")
+def flow(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    root = tmp_path_factory.mktemp("growing")
+    job = readme_job_file().replace("global_batch_size = 1024", "global_batch_size = 256")
+    (root / "growing.toml").write_text(job)
+    printed = {}
+    for args in readme_commands():
+        assert args[0] == "shardrec", args
+        done = run(_small(args), root)
+        printed[f"{args[1]} {' '.join(args[2:4])}"] = done.stdout + done.stderr
+        if "days/1" in args and "--continue-on" in args:  # the run as day 1 left it, for later
+            shutil.copytree(root / "runs" / "g", root / "day1", ignore=_lock)
+    return {"root": root, "printed": printed}
+
+
+def _lock(directory: str, names: list[str]) -> list[str]:
+    return [n for n in names if n == ".lock"]
+
+
+@pytest.mark.slow
+def test_readme_growing_ids_flow_goes_on_day_by_day(flow: dict) -> None:
+    root, printed = flow["root"], flow["printed"]
+    manifest = Manifest.load(root / "days" / "1")
+    assert all(f.raw and f.cardinality == 0 for f in manifest.sparse_features)
+    plan_out = printed["plan --data days/0"]
+    assert "row budgets" in plan_out and "[tables.C" in plan_out
+    stretches = json.loads((root / "runs" / "g" / "stretches.json").read_text())["stretches"]
+    assert [Path(s["data"]).name for s in stretches] == ["0", "1", "2"]
+    assert [s["first_step"] for s in stretches][0] == 0
+    assert all(a["last_step"] == b["first_step"] for a, b in zip(stretches, stretches[1:]))
+    assert all(0.5 < s["pv"]["auc"] <= 1 for s in stretches[1:])  # evaluated before training
+    assert all(s["id_maps"]["admitted"] > 0 for s in stretches)
+    assert stretches[2]["id_maps"]["evicted"] > 0  # max_age = "1 days": day 0's ids aged out
+    records = [
+        json.loads(line)
+        for line in (root / "runs" / "g" / "metrics.jsonl").read_text().splitlines()
+    ]
+    pv = [r for r in records if r["kind"] == "pv"]
+    assert [r["stretch"] for r in pv] == [1, 2]
+    assert [r["step"] for r in pv] == [s["first_step"] for s in stretches[1:]]
+    # eval = export + predict: the day-2 test split scored by the exported model.
+    (printed_auc,) = re.findall(r"AUC (\d\.\d{6})", printed["eval runs/g --split"])
+    with contextlib.chdir(root):
+        split = json.loads(
+            cli(
+                "predict", "g.safetensors", "days/2", "--split", "test", "--out", "s.npy", "--json"
+            ).stdout
+        )
+    assert split["auc"] == pytest.approx(float(printed_auc), abs=1e-6)
+    scores = np.loadtxt(root / "p.txt")
+    test_rows = Manifest.load(root / "days" / "2").splits["test"].rows
+    np.testing.assert_allclose(scores[-test_rows:], np.load(root / "s.npy"), rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_day_killed_midway_resumes_bit_for_bit_and_bad_continuations_are_refused(
+    flow: dict,
+) -> None:
+    root = flow["root"]
+    base = root / "runs" / "g"
+    # Two copies of the run as day 1 left it: one goes on with day 2 whole, one is killed midway.
+    for name in ("whole", "killed"):
+        shutil.copytree(root / "day1", root / name)
+    stretches = json.loads((base / "stretches.json").read_text())["stretches"]
+    first, last = stretches[2]["first_step"], stretches[2]["last_step"]
+    assert last - first >= 4
+    go_on = ["shardrec", "train", "--continue-on", "days/2", "--nproc-per-node", "2"]
+    every = ["--set", f"checkpoint.interval_steps={first + 2}"]
+    every += ["--allow-change", "checkpoint.interval_steps"]
+    run([*go_on, "--out-dir", "whole", *every], root)
+    kill = {"SHARDREC_FAULT": f"kill:{first + 3}"}
+    killed = [*go_on, "--out-dir", "killed", *every]
+    assert run(killed, root, kill, ok=False).returncode != 0
+    run(killed, root)
+    whole, again = final_weights(root / "whole"), final_weights(root / "killed")
+    assert [k for k in whole if not torch.equal(whole[k], again[k])] == []
+    # What cannot go on, refused before any rank starts.
+    two = ("--nproc-per-node", "2")
+    with contextlib.chdir(root):
+        assert_one_line_error(
+            cli("train", "--out-dir", "killed", "--continue-on", "days/1", *two, ok=False),
+            r"already trained on this data \(stretch 1",
+        )
+        cli("synth", "other", "--rows", "2000", "--seed", "3")
+        cli("preprocess", "other/train.txt", "--out", "other-data", "--max-ids", "1000")
+        assert_one_line_error(
+            cli("train", "--out-dir", "killed", "--continue-on", "other-data", *two, ok=False),
+            r"feature C1: 1,000 rows here, raw ids in the data killed trained on",
+        )

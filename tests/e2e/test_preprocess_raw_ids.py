@@ -1,0 +1,79 @@
+"""`shardrec preprocess --raw-ids`: chosen categoricals kept as the 64-bit ids they are written
+as (no modulo), the others hashed as they always were, statistics for the row-budget proposal."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+from helpers import assert_one_line_error
+from test_preprocess_cli import all_rows, cli, reference_rows
+
+from shardrec.dataloader.format.manifest import Manifest
+from shardrec.dataloader.format.part_file import open_split
+from shardrec.dataloader.format.raw_ids import MISSING_KEY
+from shardrec.tools.synth.drift import write_drift
+
+
+def _hex_values(path: Path, column: int) -> list[int]:
+    """The column's values as written (hex), MISSING_KEY where empty."""
+    out = []
+    for line in path.read_text().splitlines():
+        fields = line.split("\t") + [""] * 40
+        out.append(int(fields[column], 16) if fields[column] else MISSING_KEY)
+    return out
+
+
+def test_raw_ids_keep_the_values_as_written_and_the_rest_as_hashed(tmp_path: Path) -> None:
+    days, _ = write_drift(tmp_path / "raw", 1400, seed=2, days=1, max_vocab=2000)
+    raw, hashed = tmp_path / "raw-ids", tmp_path / "hashed"
+    cli("preprocess", days[0], "--out", raw, "--max-ids", "500", "--raw-ids", "C2,C7")
+    cli("preprocess", days[0], "--out", hashed, "--max-ids", "500")
+    manifest = Manifest.load(raw)
+    kinds = {f.name: (f.ids, f.cardinality, f.dtype) for f in manifest.sparse_features}
+    assert kinds["C2"] == ("raw", 0, "uint64") and kinds["C7"] == ("raw", 0, "uint64")
+    assert kinds["C1"] == ("", 500, "uint16")
+    assert manifest.options["raw_ids"] == ["C2", "C7"]
+    written = {c: _hex_values(days[0], 13 + int(c[1:])) for c in ("C2", "C7")}
+    rows = sum(p.rows for p in manifest.splits["train"].parts)
+    for name, values in written.items():
+        kept = np.concatenate([p.sparse[name] for p in open_split(raw, "train")])
+        assert kept.tolist() == values[:rows]
+    assert written["C2"].count(MISSING_KEY) > 0 or written["C7"].count(MISSING_KEY) > 0
+    # The other features: the bytes hashing mode always gave them.
+    expected = np.stack([r[2] for r in reference_rows(days[0], 500)])[:rows]
+    _, _, sparse = all_rows(hashed, "train")
+    np.testing.assert_array_equal(sparse, expected)
+    for f in range(26):
+        if f not in (1, 6):
+            got = np.concatenate([p.sparse[f"C{f + 1}"] for p in open_split(raw, "train")])
+            np.testing.assert_array_equal(got, expected[:, f])
+    stats = manifest.feature("C2").stats
+    counts = stats["count_of_counts"]
+    assert sum(ids for _, _, ids, _ in counts) == stats["distinct_ids"]
+    assert sum(lookups for _, _, _, lookups in counts) == stats["lookups"]
+    head = json.loads(cli("data", "head", raw, "-n", "1", "--json").stdout)
+    assert head[0]["C2"] in (written["C2"][0], None)
+    assert cli("data", "verify", raw).exit_code == 0
+
+
+def test_a_raw_id_setting_that_cannot_be_is_one_line(tmp_path: Path) -> None:
+    days, _ = write_drift(tmp_path / "raw", 300, seed=2, days=1, max_vocab=200)
+    result = cli("preprocess", days[0], "--out", tmp_path / "a", "--raw-ids", "C2,X9", ok=False)
+    assert_one_line_error(result, "--raw-ids C2,X9: no sparse feature 'X9'")
+    result = cli(
+        "preprocess", days[0], "--out", tmp_path / "b", "--raw-ids", "C2", "--min-count", "2",
+        ok=False,
+    )  # fmt: skip
+    assert_one_line_error(result, "--raw-ids keeps ids as they are")
+    reserved = tmp_path / "reserved.txt"
+    line = days[0].read_text().splitlines()[0].split("\t")
+    line[14] = "8000000000000000"
+    reserved.write_text("\t".join(line) + "\n")
+    result = cli("preprocess", reserved, "--out", tmp_path / "c", "--raw-ids", "C1", ok=False)
+    assert_one_line_error(
+        result,
+        rf"^error: {re.escape(str(reserved))}:1: C1: 8000000000000000 \(this raw id marks an empty field",
+    )

@@ -1,0 +1,125 @@
+"""Whether a run may go on with other data (`shardrec train --continue-on DATA`), checked before
+any rank starts (torch-free), so that a refusal is one line:
+- a new stretch needs the run's current stretch to be complete and the new data to be made as the
+  run's (the same features, static tables' rows, id modes, hashing and dense transform); data
+  the run already trained on is refused;
+- the current stretch's data again is that stretch: a rerun after a kill resumes it bit for bit,
+  a rerun of a complete stretch says so and writes nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from shardrec.dataloader.format.manifest import Manifest, dataset_fingerprint
+from shardrec.trainer.job.config import JobConfig, load_job_config
+from shardrec.trainer.rundir import lifecycle, names
+from shardrec.trainer.rundir.stretches import read_stretches
+
+
+def check_continue(run_dir: Path, config: JobConfig, manifest: Manifest, allow: list[str]) -> str:
+    """What `--continue-on` with this job's data means for `run_dir`: "continue" (a new stretch),
+    "resume" (the current stretch's data again, not finished) or "complete" (finished); ValueError
+    (one line) when it cannot go on."""
+    run = lifecycle.read_run_dir(run_dir)
+    if run.step is None:
+        raise ValueError(
+            f"{run_dir}: no checkpoint to continue from; train it first (without --continue-on)"
+        )
+    record = lifecycle.read_dataset_record(run_dir) or {}
+    new = dataset_fingerprint(manifest)
+    if record.get("fingerprint") == new:
+        return lifecycle.check_run_dir(run_dir, config, manifest, allow)
+    stretches = read_stretches(run_dir)
+    earlier = next((s for s in stretches if s.fingerprint == new), None)
+    if earlier is not None:
+        raise ValueError(
+            f"{run_dir} already trained on this data (stretch {earlier.index}, {earlier.data}); "
+            "a run goes on with data it has not seen"
+        )
+    if not run.complete:
+        current = record.get("given") or record.get("path", "its data")
+        raise ValueError(
+            f"{run_dir}: its current stretch (on {current}) is not complete (step {run.step:,}); "
+            f"finish it first: rerun with --continue-on {current}"
+        )
+    _check_same_making(run_dir, record, manifest)
+    _check_settings(run_dir, config, allow)
+    return "continue"
+
+
+def _check_same_making(run_dir: Path, record: dict[str, Any], manifest: Manifest) -> None:
+    """The new data has the run's features, static table rows and preprocessing."""
+    schema = lifecycle.dataset_schema(manifest)
+    trained = record.get("schema", schema)
+    if trained["dense"] != schema["dense"]:
+        raise ValueError(
+            f"dense features {schema['dense'][:4]}...: {run_dir} trained on "
+            f"{trained['dense'][:4]}...; a run goes on with data of its features"
+        )
+    old = {f[0]: f for f in trained["sparse"]}
+    for name, cardinality, multi_hot in schema["sparse"]:
+        if name not in old:
+            raise ValueError(
+                f"feature {name}: not in the data {run_dir} trained on; a run goes on with data "
+                "of its features"
+            )
+        if [cardinality, multi_hot] != list(old[name][1:]):
+            here, there = (f"{c:,} rows" if c else "raw ids" for c in (cardinality, old[name][1]))
+            raise ValueError(
+                f"feature {name}: {here} here, {there} in the data {run_dir} trained on: "
+                "preprocess the new data as the old (the same --max-ids and --raw-ids)"
+            )
+    differs = lifecycle.preprocessing_differences(
+        record.get("preprocessing", {}), lifecycle.preprocessing(manifest)
+    )
+    if differs:
+        raise ValueError(
+            f"the new data was preprocessed otherwise than the data {run_dir} trained on: {differs}"
+        )
+
+
+def _check_settings(run_dir: Path, config: JobConfig, allow: list[str]) -> None:
+    """Settings as a resume allows them; train.steps and train.epochs count per stretch, so they
+    may change freely."""
+    saved_path = Path(run_dir) / names.CONFIG
+    if not saved_path.is_file():
+        return
+    changes = lifecycle.setting_changes(load_job_config(saved_path), config)
+    refused = {
+        k: v
+        for k, v in changes.items()
+        if k not in lifecycle.CONTINUATION_KEYS and not lifecycle.allowed(k, allow, True)
+    }
+    if refused:
+        shown = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in refused.items())
+        flags = " ".join(f"--allow-change {k}" for k in refused)
+        raise ValueError(
+            f"{run_dir}: going on with changed settings ({shown}); accept them with {flags}"
+        )
+
+
+def check_continuing_job(
+    run_dir: Path, config: JobConfig, allow: list[str]
+) -> tuple[str | None, bool]:
+    """lifecycle.check_job for `--continue-on`: (the line a rerun of a complete stretch prints, or
+    None to train; whether the job starts a new stretch). ValueError (one line) when the run cannot
+    go on with this job's data."""
+    lifecycle.check_allow_keys(allow)
+    if not config.data.path:
+        raise ValueError("--continue-on needs the data to go on with")
+    manifest = Manifest.load(config.data.path)
+    state = check_continue(run_dir, config, manifest, allow)
+    if state == "complete":
+        return complete_stretch_message(run_dir, config), False
+    return None, state == "continue"
+
+
+def complete_stretch_message(run_dir: Path, config: JobConfig) -> str:
+    """What `--continue-on` with the data of the run's finished current stretch says."""
+    step = lifecycle.read_run_dir(run_dir).step or 0
+    return (
+        f"{run_dir} has trained on {config.data.path} (to step {step:,}); nothing to do. Go on "
+        "with other data (--continue-on DATA), or raise --steps to train longer on this one"
+    )

@@ -1,0 +1,62 @@
+"""The stretches of a run that goes on (`shardrec train --continue-on DATA`: the next day's data
+trained as a new stretch of the same run), as RUN/stretches.json records: the data each stretch
+trained on (path and fingerprint), its first and last step, its progressive validation (the
+model evaluated on the stretch's data before training on it) and what its id maps did.
+RUN/dataset.json and config.toml are always of the current stretch. A run never continued has
+no such file: it is one stretch, from step 0.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shardrec.dataloader.util.files import atomic_write_bytes
+from shardrec.trainer.rundir import names
+
+
+@dataclass
+class Stretch:
+    """One stretch of a run: the data it trained on and what came of it."""
+
+    index: int
+    data: str
+    """The data's absolute path."""
+    fingerprint: str
+    first_step: int
+    last_step: int | None = None
+    """The step it ended at (None: not finished)."""
+    pv: dict[str, Any] = field(default_factory=dict)
+    """Progressive validation: the model of `first_step` on this data, before training on it."""
+    id_maps: dict[str, Any] = field(default_factory=dict)
+    """What the managed tables' id maps did in it (admitted, evicted, shared-row share)."""
+
+
+def read_stretches(run_dir: Path) -> list[Stretch]:
+    """RUN/stretches.json (empty: a run never continued, or one from before stretches)."""
+    path = Path(run_dir) / names.STRETCHES
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: unreadable ({e}); it lists the run's stretches") from None
+    try:
+        return [Stretch(**r) for r in raw["stretches"]]
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"{path}: malformed ({e}); it lists the run's stretches") from None
+
+
+def write_stretches(run_dir: Path, stretches: list[Stretch]) -> None:
+    record = {"stretches": [asdict(s) for s in stretches]}
+    atomic_write_bytes(
+        Path(run_dir) / names.STRETCHES, (json.dumps(record, indent=2) + "\n").encode()
+    )
+
+
+def current_start(run_dir: Path) -> int:
+    """The first step of the run's current stretch (0 for a run never continued)."""
+    stretches = read_stretches(run_dir)
+    return stretches[-1].first_step if stretches else 0

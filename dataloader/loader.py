@@ -37,7 +37,9 @@ import numpy as np
 import torch
 from torchrec.datasets.utils import Batch
 
-from shardrec.dataloader.format.manifest import DatasetError
+from shardrec.dataloader.event_loader import EventLoader, build_event_loader
+from shardrec.dataloader.events.event_files import EVENTS_DIR
+from shardrec.dataloader.format.manifest import MANIFEST, DatasetError, Manifest
 from shardrec.dataloader.format.part_cache import PartSet
 from shardrec.dataloader.format.source import SplitSource, open_source
 from shardrec.dataloader.gather.batch import PAD_LABEL, BatchGatherer
@@ -338,8 +340,9 @@ def build_loader(
     hashes: list[int] | None = None,
     delivery: Delivery = Delivery(),
     multihot: MultiHotOption | None = None,
-) -> BatchLoader:
-    """Open `split` of the dataset in `directory` and return this rank's loader.
+) -> BatchLoader | EventLoader:
+    """Open `split` of the dataset in `directory` and return this rank's loader (an event-log
+    dataset's: the temporal loader, dataloader/event_loader.py).
 
     Cheap checks run here, before training starts: files exist and have the manifest's
     sizes, the split has rows, and (tail="drop") at least one global batch.
@@ -358,6 +361,31 @@ def build_loader(
     if global_batch_size <= 0 or global_batch_size % world_size:
         raise ValueError(
             f"global_batch_size {global_batch_size} does not divide by world_size {world_size}"
+        )
+    manifest = None
+    # An event-log dataset has an events/ folder beside its manifest (cheaper to see than the
+    # manifest of 10,000 parts is to read twice).
+    if (Path(directory) / EVENTS_DIR).is_dir() and (Path(directory) / MANIFEST).is_file():
+        manifest = Manifest.load(directory)
+    if manifest is not None and manifest.kind == "events":
+        if multihot is not None or hashes is not None:
+            raise DatasetError(
+                f"{directory}: an event-log dataset: on-the-fly multi-hot ids and hash sizes are "
+                "for row datasets"
+            )
+        return build_event_loader(
+            directory,
+            split,
+            global_batch_size=global_batch_size,
+            rank=rank,
+            world_size=world_size,
+            shuffle=shuffle.enabled,
+            seed=shuffle.seed,
+            tail=tail,
+            epoch=epoch,
+            num_workers=delivery.num_workers,
+            device=delivery.device,
+            manifest=manifest,
         )
     source = open_source(
         directory, split, hashes=hashes, max_mapped_parts=delivery.max_mapped_parts

@@ -18,7 +18,7 @@ import torch
 from torch.distributed._shard.sharded_tensor import ShardedTensor
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
-from shardrec.embeddings.tables import table_weight_fqn
+from shardrec.embeddings.tables import is_unpooled, table_weight_fqn
 
 INIT_BLOCK_ROWS = 8192
 
@@ -50,7 +50,12 @@ def _fill_rows(
 
 @torch.no_grad()
 def init_embedding_weights(
-    model: torch.nn.Module, tables: list[EmbeddingBagConfig], seed: int, *, ebc_path: str
+    model: torch.nn.Module,
+    tables: list[EmbeddingBagConfig],
+    seed: int,
+    *,
+    ebc_path: str,
+    ec_path: str = "",
 ) -> None:
     """Give every table the same initial weights whatever the plan: each rank fills its shards.
 
@@ -59,10 +64,12 @@ def init_embedding_weights(
         tables: its tables, in the order that numbers their random streams.
         seed: the job's seed.
         ebc_path: where the EmbeddingBagCollection sits in `model` ("" for the collection itself).
+        ec_path: where a sequence model's EmbeddingCollection (its unpooled tables) sits.
     """
     state = model.state_dict()
     for index, table in enumerate(tables):
-        weight = state[table_weight_fqn(ebc_path, table.name)]
+        unpooled = is_unpooled(table)
+        weight = state[table_weight_fqn(ec_path if unpooled else ebc_path, table.name, unpooled)]
         if isinstance(weight, ShardedTensor):
             for shard in weight.local_shards():
                 row0, col0 = shard.metadata.shard_offsets

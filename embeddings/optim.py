@@ -15,11 +15,11 @@ from typing import Any
 import torch
 from torch.distributed.optim import _apply_optimizer_in_backward
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
-from torchrec.modules.embedding_modules import EmbeddingBagCollection
+from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection
 from torchrec.optim.optimizers import in_backward_optimizer_filter
 from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 
-from shardrec.embeddings.tables import table_weight_fqn
+from shardrec.embeddings.tables import is_unpooled, table_weight_fqn
 
 TORCH_OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
     "rowwise_adagrad": RowWiseAdagrad,
@@ -38,15 +38,16 @@ def optimizer_kwargs(optimizer: str, lr: float, eps: float) -> dict[str, Any]:
 
 
 def attach_fused_optimizer(
-    ebc: EmbeddingBagCollection,
+    ebc: EmbeddingBagCollection | EmbeddingCollection,
     table_names: Iterable[str],
     *,
     optimizer: str,
     lr: float,
     eps: float,
 ) -> None:
-    """Mark the named tables of an unsharded EmbeddingBagCollection (on the meta device, before
-    sharding) so that sharding fuses `optimizer` into their embedding kernel's backward.
+    """Mark the named tables of an unsharded EmbeddingBagCollection (or a sequence model's
+    EmbeddingCollection; on the meta device, before sharding) so that sharding fuses `optimizer`
+    into their embedding kernel's backward.
 
     Args:
         ebc: the collection, before sharding.
@@ -54,7 +55,8 @@ def attach_fused_optimizer(
         optimizer: a name of sparse_optimizers.NAMES.
         lr, eps: its learning rate and epsilon.
     """
-    weights = [ebc.embedding_bags[name].weight for name in table_names]
+    modules = ebc.embeddings if isinstance(ebc, EmbeddingCollection) else ebc.embedding_bags
+    weights = [modules[name].weight for name in table_names]
     if weights:
         _apply_optimizer_in_backward(
             TORCH_OPTIMIZERS[optimizer], weights, optimizer_kwargs(optimizer, lr, eps)
@@ -62,17 +64,21 @@ def attach_fused_optimizer(
 
 
 def replicated_table_params(
-    model: torch.nn.Module, tables: list[EmbeddingBagConfig], ebc_path: str
+    model: torch.nn.Module, tables: list[EmbeddingBagConfig], ebc_path: str, ec_path: str = ""
 ) -> dict[str, tuple[str, torch.nn.Parameter]]:
     """The table weights no fused optimizer updates (the data-parallel tables): FQN -> (table,
     weight).
 
     Args:
         model: the sharded model; its `named_parameters()` order is kept.
-        tables: the tables of its EmbeddingBagCollection.
+        tables: the tables of its EmbeddingBagCollection (and EmbeddingCollection).
         ebc_path: where that collection sits in `model`.
+        ec_path: where a sequence model's EmbeddingCollection sits (its unpooled tables).
     """
-    by_fqn = {table_weight_fqn(ebc_path, t.name): t.name for t in tables}
+    by_fqn = {
+        table_weight_fqn(ec_path if is_unpooled(t) else ebc_path, t.name, is_unpooled(t)): t.name
+        for t in tables
+    }
     after_backward = in_backward_optimizer_filter(model.named_parameters(), include=False)
     return {fqn: (by_fqn[fqn], param) for fqn, param in after_backward if fqn in by_fqn}
 

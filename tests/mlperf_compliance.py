@@ -93,3 +93,94 @@ def compliance_errors(records: list[dict[str, Any]], eval_samples: int, target: 
             (all("epoch_num" in r["metadata"] for r in by_key[key]), f"{key} without epoch_num")
         )
     return [why for ok, why in checks if not ok]
+
+
+DLRMV4_EXACTLY_ONE = (
+    "submission_org submission_platform submission_division submission_benchmark init_stop run_start "
+    "run_stop train_samples eval_samples gradient_accumulation_steps global_batch_size "
+    "max_sequence_length opt_name opt_base_learning_rate opt_adam_beta_1 opt_adam_beta_2 "
+    "opt_adam_epsilon opt_weight_decay opt_gradient_clip_norm opt_sparse_name "
+    "opt_sparse_base_learning_rate opt_learning_rate_warmup_steps opt_learning_rate_warmup_start_lr "
+    "eval_every_data_pct"
+).split()
+DLRMV4_AT_LEAST_ONE = (
+    "cache_clear init_start block_start block_stop eval_start eval_stop eval_accuracy".split()
+)
+
+
+def dlrmv4_compliance_errors(
+    records: list[dict[str, Any]],
+    *,
+    train_samples: int,
+    eval_samples: int,
+    interval_samples: int,
+    first_eval_samples: int,
+    target: float,
+) -> list[str]:
+    """What the checker would report for a closed dlrmv4 log (ruleset training_6.1.0 of
+    mlcommons/logging PR #470: common.yaml, closed_common.yaml, closed_dlrmv4.yaml), with the
+    dataset's figures as arguments (the rules': 2290835423 train and 2058204 eval samples, the
+    interval ROUND(0.001 x FLOOR(train / GBS)) x GBS, the first evaluation at the interval's first
+    multiple past FLOOR((4480 GBS + 135331840) / 3), target 0.75) and the values the rules fix
+    checked as written; [] when it passes."""
+    errors: list[str] = []
+    by_key: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        assert list(r) == ["namespace", "time_ms", "event_type", "key", "value", "metadata"], r
+        by_key.setdefault(r["key"], []).append(r)
+    for key in DLRMV4_EXACTLY_ONE:
+        if len(by_key.get(key, [])) != 1:
+            errors.append(f"{key}: {len(by_key.get(key, []))} lines, not exactly one")
+    for key in DLRMV4_AT_LEAST_ONE:
+        if not by_key.get(key):
+            errors.append(f"{key}: missing")
+    if errors:
+        return errors
+    one = {k: by_key[k][0]["value"] for k in DLRMV4_EXACTLY_ONE}
+    keys = [r["key"] for r in records]
+    accuracy = by_key["eval_accuracy"]
+    checks = [
+        (one["submission_benchmark"] == "dlrmv4", "submission_benchmark not dlrmv4"),
+        (one["submission_division"] == "closed", "submission_division not closed"),
+        (one["train_samples"] == train_samples, f"train_samples {one['train_samples']}"),
+        (one["eval_samples"] == eval_samples, f"eval_samples {one['eval_samples']}"),
+        (one["opt_name"] == "Adam", "opt_name not Adam"),
+        (one["opt_adam_beta_1"] == 0.95 and one["opt_adam_beta_2"] == 0.999, "Adam betas"),
+        (one["opt_adam_epsilon"] == 1e-8, "opt_adam_epsilon not 1e-8"),
+        (one["opt_weight_decay"] == 0.0, "opt_weight_decay not 0"),
+        (one["opt_gradient_clip_norm"] == 1.0, "opt_gradient_clip_norm not 1.0"),
+        (one["opt_sparse_name"] == "RowWiseAdagrad", "opt_sparse_name not RowWiseAdagrad"),
+        (
+            one["opt_sparse_base_learning_rate"] == one["opt_base_learning_rate"],
+            "opt_sparse_base_learning_rate differs from opt_base_learning_rate",
+        ),
+        (one["opt_learning_rate_warmup_start_lr"] == 0.0, "warm-up does not start at 0"),
+        (
+            keys.index("init_start") < keys.index("init_stop") < keys.index("run_start"),
+            "init / run order",
+        ),
+        ("status" in by_key["run_stop"][0]["metadata"], "run_stop without a status"),
+        (
+            all("samples_count" in r["metadata"] for r in accuracy),
+            "eval_accuracy without samples_count",
+        ),
+        (
+            all(r["metadata"]["samples_count"] % interval_samples == 0 for r in accuracy),
+            "an eval_accuracy off the evaluation grid",
+        ),
+        (
+            accuracy[0]["metadata"]["samples_count"] == first_eval_samples,
+            f"first eval_accuracy at {accuracy[0]['metadata']['samples_count']}, not {first_eval_samples}",
+        ),
+        (all(0.0 <= r["value"] <= 1.0 for r in accuracy), "an eval_accuracy outside [0, 1]"),
+        (any(r["value"] >= target for r in accuracy), f"no eval_accuracy >= {target}"),
+        (not by_key.get("epoch_start") and not by_key.get("epoch_stop"), "epoch events"),
+    ]
+    for key in ("block_start", "block_stop", "eval_start", "eval_stop"):
+        checks.append(
+            (
+                all("samples_count" in r["metadata"] for r in by_key[key]),
+                f"{key} without samples_count",
+            )
+        )
+    return [why for ok, why in checks if not ok]

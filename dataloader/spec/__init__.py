@@ -1,6 +1,7 @@
 """Feature specs: what each column of a click log is and how it becomes model inputs
 (feature_spec.py), read from and written to TOML and the manifest (spec_file.py, the one reader
-of spec keys).
+of spec keys); event specs: an event log's columns and how its samples are made
+(event_spec.py).
 
 May import: shardrec.dataloader.util, shardrec.dataloader.format.
 """

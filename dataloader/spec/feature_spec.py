@@ -17,13 +17,16 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field, fields
 
-FORMAT_KINDS = ("tsv", "csv")
+FORMAT_KINDS = ("tsv", "csv", "parquet")
 DENSE_TYPES = ("int", "float")
 DENSE_TRANSFORMS = ("log1p", "signed-log1p", "shift-log1p", "none")
 CATEGORICAL_KINDS = ("hex", "integer", "string")
 POOLINGS = ("sum", "mean")
-ROLES = ("label", "dense", "categorical", "list", "ignore")
+ROLES = ("label", "dense", "categorical", "list", "sequence", "ignore")
 DEFAULT_MAX_LENGTH = 32
+SEQUENCE_VALUES = ("ids", "timestamps", "integers")
+"""What a sequence's values are: ids hashed into a table, or integers kept as written (seconds,
+action codes) that no table holds."""
 
 
 class SpecError(ValueError):
@@ -39,10 +42,11 @@ def _one_byte(value: str, what: str, forbidden: str = '\r\n"') -> None:
 
 @dataclass(frozen=True)
 class TextFormat:
-    """How rows are written: fields, quoting, a header line."""
+    """How rows are written: fields, quoting, a header line; or Parquet files (columns by name)."""
 
     kind: str = "tsv"
-    """tsv or csv; sets the delimiter and quoting defaults."""
+    """tsv, csv or parquet; sets the delimiter and quoting defaults (parquet has neither: its
+    columns are found by name)."""
     delimiter: str = ""
     """Field separator, one byte (default: a tab for tsv, a comma for csv)."""
     header: bool = False
@@ -62,6 +66,14 @@ class TextFormat:
     def __post_init__(self) -> None:
         if self.kind not in FORMAT_KINDS:
             raise ValueError(f"kind {self.kind!r} is not one of {', '.join(FORMAT_KINDS)}")
+        if self.kind == "parquet":
+            given = [k for k, v in (("delimiter", self.delimiter), ("header", self.header),
+                     ("quoting", self.quoting), ("min_fields", self.min_fields)) if v]  # fmt: skip
+            if given:
+                raise ValueError(
+                    f"{given[0]} is for text formats: a Parquet file's columns are found by name"
+                )
+            return
         if not self.delimiter:
             object.__setattr__(self, "delimiter", "\t" if self.kind == "tsv" else ",")
         if self.quoting is None:
@@ -135,6 +147,9 @@ class CategoricalColumn(_Column):
     written)."""
     hash_size: int | None = None
     """Table rows in hashing mode (default: preprocess --max-ids); id 0 is the empty value."""
+    table: str = ""
+    """Another column whose table this one reads (its hash_size), e.g. a candidate item on its
+    history sequence's table; empty: a table of its own."""
     role = "categorical"
 
     def __post_init__(self) -> None:
@@ -168,18 +183,48 @@ class ListColumn(CategoricalColumn):
 
 
 @dataclass(frozen=True)
+class SequenceColumn(ListColumn):
+    """An ordered run of values per row, most recent last (a user's history): stored like a list,
+    but `max_length` keeps the LAST values, and a sequence model (model.arch = "hstu") reads it in
+    order; other models pool it. A side sequence (`side_of`) goes with a primary one: the same
+    number of values in every row (its events' times, actions, other ids)."""
+
+    pooling: str = "mean"
+    """How a pooled model (DLRM, DCNv2) pools it: sum or mean."""
+    side_of: str = ""
+    """The primary sequence this one goes with (same length, row by row); empty: a primary."""
+    values: str = "ids"
+    """ids (hashed into a table as a list's), timestamps (integer seconds) or integers (kept as
+    written, >= 0: action codes); the last two need kind = "integer" and have no table."""
+    role = "sequence"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.values not in SEQUENCE_VALUES:
+            raise ValueError(f"values {self.values!r} is not one of {', '.join(SEQUENCE_VALUES)}")
+        if self.values != "ids" and self.kind != "integer":
+            raise ValueError(f'values = "{self.values}" needs kind = "integer"')
+
+    @property
+    def raw(self) -> bool:
+        """Its values are kept as written, not hashed into a table."""
+        return self.values != "ids"
+
+
+@dataclass(frozen=True)
 class IgnoredColumn(_Column):
     """A field that is read past and never used (a row id, a free-text note)."""
 
     role = "ignore"
 
 
-Column = LabelColumn | DenseColumn | CategoricalColumn | ListColumn | IgnoredColumn
+Column = LabelColumn | DenseColumn | CategoricalColumn | ListColumn | SequenceColumn | IgnoredColumn
 COLUMN_TYPES: dict[str, type] = {
     "label": LabelColumn,
     "dense": DenseColumn,
     "categorical": CategoricalColumn,
     "list": ListColumn,
+    "sequence": SequenceColumn,
     "ignore": IgnoredColumn,
 }
 
@@ -213,6 +258,7 @@ class FeatureSpec:
                     f"column {c.name!r} names a feature's file: it must be a plain file name, not label or dense, "
                     "not starting with '.' nor ending in .offsets"
                 )
+        _check_sequences(self.sparse)
         if self.format.min_fields is not None and self.format.min_fields > len(self.columns):
             raise ValueError(
                 f"min_fields {self.format.min_fields} is more than the spec's {len(self.columns)} columns"
@@ -246,6 +292,29 @@ class FeatureSpec:
     def sha256(self) -> str:
         """Identifies the spec: its plain data, canonical JSON."""
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
+
+
+def _check_sequences(sparse: list[CategoricalColumn]) -> None:
+    """Sides name a primary sequence; `table` names another column of ids, of the same rows."""
+    by_name = {c.name: c for c in sparse}
+    for c in sparse:
+        if isinstance(c, SequenceColumn) and c.side_of:
+            primary = by_name.get(c.side_of)
+            if not isinstance(primary, SequenceColumn) or primary.side_of:
+                raise ValueError(
+                    f"column {c.name!r}: side_of = {c.side_of!r} names no primary sequence column"
+                )
+        if c.table:
+            other = by_name.get(c.table)
+            if other is None or other is c or (isinstance(other, SequenceColumn) and other.raw):
+                raise ValueError(
+                    f"column {c.name!r}: table = {c.table!r} names no other column of ids"
+                )
+            if other.hash_size != c.hash_size:
+                raise ValueError(
+                    f"column {c.name!r} reads the table of {c.table!r}: give both one hash_size "
+                    f"({c.hash_size} and {other.hash_size})"
+                )
 
 
 def _file_name(name: str) -> bool:

@@ -15,6 +15,9 @@ Conventions (those of torchrec's pooled-embedding sharding, fp32 embeddings):
   (ring: 2 (W-1)/W of the table per rank).
 - Each sharding type group (tables sharded the same way travel together) first exchanges
   split sizes (SPLITS_BYTES to every other rank) before its input all-to-all.
+- A sequence model's unpooled table (torchrec's EmbeddingCollection) returns one row per id, not
+  one per sample: its output blocks are `pooling` times larger, and a row-wise shard sends the rows
+  of the ids it holds back by all-to-all instead of reduce-scattering partial sums.
 
 Only bytes sent to *other* ranks count: what a rank "sends" to itself never leaves it.
 Each function returns `{kind: per-rank bytes (numpy, length world_size)}` for one table.
@@ -87,12 +90,15 @@ def table_comm_bytes(
     w: Workload,
     local_world_size: int,
     curve: LookupCurve | None = None,
+    unpooled: bool = False,
 ) -> dict[str, np.ndarray]:
     """Bytes each rank sends for one table per step (forward + backward), by collective kind.
 
     `curve`: how lookups spread over rows (skew.py) when ids are frequency-ordered; None: evenly.
+    `unpooled`: a sequence model's table, one output row per id.
     """
     W, b, e = w.world_size, w.local_batch, w.elem_bytes
+    rows_out = pooling if unpooled else 1.0  # output rows per sample
     out = _zeros(W)
     a2a = out["all_to_all"]
     st = t.sharding_type
@@ -105,9 +111,20 @@ def table_comm_bytes(
             a2a += _input_bytes(w, pooling, 1.0)
             a2a[s.rank] -= _input_bytes(w, pooling, 1.0)
             # Output: the holder sends each other rank its pooled block; backward: gradients back.
-            a2a[s.rank] += (W - 1) * b * s.cols * e
-            a2a += b * s.cols * e
-            a2a[s.rank] -= b * s.cols * e
+            a2a[s.rank] += (W - 1) * b * rows_out * s.cols * e
+            a2a += b * rows_out * s.cols * e
+            a2a[s.rank] -= b * rows_out * s.cols * e
+        return out
+    if st == "row_wise" and unpooled:
+        for s in t.shards:
+            share = row_share(curve, s.row_offset, s.rows, rows)
+            a2a += _input_bytes(w, pooling, share)
+            a2a[s.rank] -= _input_bytes(w, pooling, share)
+            # The holder returns the rows of every other rank's ids in its block; backward, each
+            # rank sends their gradients back to it.
+            a2a[s.rank] += (W - 1) * b * pooling * share * dim * e
+            a2a += b * pooling * share * dim * e
+            a2a[s.rank] -= b * pooling * share * dim * e
         return out
     if st == "row_wise":
         for s in t.shards:
@@ -149,8 +166,10 @@ def step_comm_bytes(
     w: Workload,
     local_world_size: int,
     curves: dict[str, LookupCurve] | None = None,
+    unpooled: frozenset[str] = frozenset(),
 ) -> dict[str, np.ndarray]:
-    """Per-rank bytes per collective kind for a whole placement, split-size exchanges included."""
+    """Per-rank bytes per collective kind for a whole placement, split-size exchanges included;
+    `unpooled`: the names of a sequence model's tables."""
     total = _zeros(w.world_size)
     curves = curves or {}
     for table_plan in table_plans:
@@ -163,6 +182,7 @@ def step_comm_bytes(
             w,
             local_world_size,
             curves.get(name),
+            name in unpooled,
         )
         for kind, volume in sent.items():
             total[kind] += volume

@@ -1,7 +1,9 @@
 """Per-table planning constraints from the job file's `[sharding.constraints]`.
 
 Keys follow torchrec's ParameterConstraints (`sharding_types`, `compute_kernels`,
-`min_partition`, `pooling_factors`) plus `ranks`: the ranks a table's shards may use.
+`min_partition`, `pooling_factors`) plus `ranks`: the ranks a table's shards may use. A sequence
+model's unpooled tables (pooling NONE) are limited to the types torchrec's EmbeddingCollection
+builds, with or without a constraint.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from shardrec.sharding.plan.plan_types import SHARDING_TYPES
+from shardrec.sharding.plan.plan_types import SEQUENCE_SHARDING_TYPES, SHARDING_TYPES, UNPOOLED
 
 if TYPE_CHECKING:  # torch-free: `shardrec train` checks constraints before torch is imported
     from torchrec.modules.embedding_configs import EmbeddingBagConfig
@@ -53,7 +55,15 @@ def parse_constraints(
     """Validate the job's constraints against the tables (by name); ValueError names the table and
     key."""
     by_name = {config.name: config for config in configs}
-    out: dict[str, TableConstraint] = {}
+    # A TableSpec's pooling is the manifest's word ("none"), a torchrec config's a PoolingType.
+    unpooled = {
+        c.name
+        for c in configs
+        if (c.pooling if isinstance(c.pooling, str) else c.pooling.name).upper() == UNPOOLED
+    }
+    out: dict[str, TableConstraint] = {
+        name: TableConstraint(sharding_types=SEQUENCE_SHARDING_TYPES) for name in unpooled
+    }
     for name, fields in (raw or {}).items():
         if name not in by_name:
             close = [
@@ -80,6 +90,15 @@ def parse_constraints(
                 raise ValueError(
                     f"sharding.constraints.{name}.sharding_types: {bad[0]!r} is not one of {', '.join(SHARDING_TYPES)}"
                 )
+            bad = [s for s in kw["sharding_types"] if s not in SEQUENCE_SHARDING_TYPES]
+            if name in unpooled and bad:
+                raise ValueError(
+                    f"sharding.constraints.{name}.sharding_types: {bad[0]!r} is not built for a "
+                    f"sequence model's table (torchrec's EmbeddingCollection builds "
+                    f"{', '.join(SEQUENCE_SHARDING_TYPES)})"
+                )
+        elif name in unpooled:
+            kw["sharding_types"] = SEQUENCE_SHARDING_TYPES
         if "compute_kernels" in fields:
             kw["compute_kernels"] = _list_of(
                 name, "compute_kernels", fields["compute_kernels"], str

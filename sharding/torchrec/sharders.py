@@ -4,6 +4,11 @@ torchrec offers row-wise and table-row-wise sharding only on CUDA, by policy; on
 gloo they run and match the unsharded module exactly (tests/distributed), so shardrec's
 sharders return all six types everywhere and let the plan choose. The UVM kernels (weights in
 host memory, read by the GPU over the host link, with or without an HBM cache) exist on CUDA only.
+
+A sequence model's unpooled tables live in an EmbeddingCollection, whose sharder builds four
+types (data-parallel, table-, column- and row-wise; table-row-wise and table-column-wise fail in
+torchrec's `create_embedding_sharding`): the same on every device. Its data-parallel tables need
+the CPU correction of unpooled_cpu.py, installed with the sharder.
 """
 
 from __future__ import annotations
@@ -11,11 +16,13 @@ from __future__ import annotations
 from typing import Any
 
 import torch.nn as nn
+from torchrec.distributed.embedding import EmbeddingCollectionSharder
 from torchrec.distributed.embedding_sharding import USE_ONE_TBE_PER_TABLE
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 from torchrec.distributed.types import ModuleSharder, ShardingType
 
-from shardrec.sharding.plan.plan_types import UVM_KERNELS, PlanFile
+from shardrec.sharding.plan.plan_types import SEQUENCE_SHARDING_TYPES, UVM_KERNELS, PlanFile
+from shardrec.sharding.torchrec import unpooled_cpu
 
 ALL_SHARDING_TYPES: tuple[str, ...] = (
     ShardingType.TABLE_WISE.value,
@@ -62,10 +69,22 @@ class AnyDeviceEmbeddingBagCollectionSharder(EmbeddingBagCollectionSharder):
         return list(ALL_SHARDING_TYPES)
 
 
+class AnyDeviceEmbeddingCollectionSharder(EmbeddingCollectionSharder):
+    """EmbeddingCollectionSharder with the four types torchrec can build, on every device."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        unpooled_cpu.install()
+
+    def sharding_types(self, compute_device_type: str) -> list[str]:
+        return list(SEQUENCE_SHARDING_TYPES)
+
+
 def build_sharders(
     fused_params: dict[str, Any] | None = None, qcomm_precision: str | None = None
 ) -> list[ModuleSharder[nn.Module]]:
-    """The sharders shardrec plans and trains with.
+    """The sharders shardrec plans and trains with: pooled tables' and a sequence model's unpooled
+    ones.
 
     Args:
         fused_params: the fused embedding optimizer applied in backward (fbgemm's
@@ -89,5 +108,8 @@ def build_sharders(
     return [
         AnyDeviceEmbeddingBagCollectionSharder(
             fused_params=fused_params, qcomm_codecs_registry=qcomm_codecs_registry
-        )
+        ),
+        AnyDeviceEmbeddingCollectionSharder(
+            fused_params=fused_params, qcomm_codecs_registry=qcomm_codecs_registry
+        ),
     ]

@@ -9,6 +9,7 @@ import logging
 import warnings
 from contextlib import contextmanager
 
+import torch.nn as nn
 from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
 from torchrec.distributed.planner.storage_reservations import (
     HeuristicalStorageReservation,
@@ -17,7 +18,7 @@ from torchrec.distributed.planner.storage_reservations import (
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 from shardrec.embeddings.optim import attach_fused_optimizer
-from shardrec.embeddings.tables import build_ebc
+from shardrec.embeddings.tables import build_ebc, build_ec, is_unpooled
 from shardrec.sharding.machine.topology import ClusterTopology
 from shardrec.sharding.plan.constraints import TableConstraint
 from shardrec.sharding.plan.plan_types import TablePlan
@@ -61,6 +62,23 @@ def planning_ebc(configs: list[EmbeddingBagConfig], optimizer: str):
     return ebc
 
 
+def planning_module(configs: list[EmbeddingBagConfig], optimizer: str) -> nn.Module:
+    """planning_ebc's module for torchrec's planner; with a sequence model's unpooled tables, a
+    module holding both collections (`ebc`, `ec`), each marked with the optimizer."""
+    unpooled = [c for c in configs if is_unpooled(c)]
+    if not unpooled:
+        return planning_ebc(configs, optimizer)
+    module = nn.Module()
+    pooled = [c for c in configs if not is_unpooled(c)]
+    if pooled:
+        module.ebc = planning_ebc(pooled, optimizer)
+    module.ec = build_ec(unpooled)
+    attach_fused_optimizer(
+        module.ec, [c.name for c in unpooled], optimizer=optimizer, lr=0.01, eps=1e-8
+    )
+    return module
+
+
 def to_parameter_constraints(
     configs: list[EmbeddingBagConfig],
     constraints: dict[str, TableConstraint],
@@ -78,7 +96,8 @@ def to_parameter_constraints(
         out[config.name] = ParameterConstraints(
             sharding_types=list(constraint.sharding_types),
             compute_kernels=list(constraint.compute_kernels) or [compute_kernel, "dense"],
-            pooling_factors=[pooling.get(config.name, 1.0)] * len(config.feature_names),
+            pooling_factors=[pooling.get(config.name, 1.0) / len(config.feature_names)]
+            * len(config.feature_names),
             **kw,
         )
     return out
@@ -108,8 +127,9 @@ def torchrec_plan(
             or HeuristicalStorageReservation(percentage=request.topology.reserve_fraction),
             debug=False,
         )
-        plan = planner.plan(planning_ebc(request.configs, request.optimizer), build_sharders())
-    return from_sharding_plan(plan.plan[""], request.configs, world_size)
+        plan = planner.plan(planning_module(request.configs, request.optimizer), build_sharders())
+    merged = {name: ps for module in plan.plan.values() for name, ps in module.items()}
+    return from_sharding_plan(merged, request.configs, world_size)
 
 
 @contextmanager

@@ -7,7 +7,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from shardrec.sharding.plan.plan_types import DATA_PARALLEL, PlanFile, Shard, TablePlan
+from shardrec.sharding.plan.plan_types import (
+    DATA_PARALLEL,
+    SEQUENCE_SHARDING_TYPES,
+    UNPOOLED,
+    PlanFile,
+    Shard,
+    TablePlan,
+)
 
 if (
     TYPE_CHECKING
@@ -100,13 +107,16 @@ def to_sharding_plan(
     world_size: int,
     local_world_size: int,
     device_kind: str,
+    unpooled_path: str = "",
 ) -> ShardingPlan:
     """The torchrec ShardingPlan for the EmbeddingBagCollection at `module_path`
-    (e.g. "sparse_arch.embedding_bag_collection").
+    (e.g. "sparse_arch.embedding_bag_collection") and, for a sequence model, the
+    EmbeddingCollection of its unpooled tables (pooling NONE) at `unpooled_path`.
 
     For a 2D plan (sharding_group_size > 0) this is the plan of one sharding group, as
     DMPCollection(sharding_group_size=...) takes it. Raises ValueError if the plan does not
-    place exactly the given tables within the ranks.
+    place exactly the given tables within the ranks, or gives an unpooled table a type torchrec's
+    EmbeddingCollection cannot build.
     """
     from torchrec.distributed.types import EmbeddingModuleShardingPlan, ShardingPlan
 
@@ -123,12 +133,22 @@ def to_sharding_plan(
             f"plan does not match the model's tables (missing: {', '.join(missing) or 'none'}; "
             f"unknown: {', '.join(extra) or 'none'})"
         )
-    module_plan = EmbeddingModuleShardingPlan()
+    module_plans: dict[str, EmbeddingModuleShardingPlan] = {}
     for config in configs:
         table_plan = by_name[config.name]
         check_shards(table_plan, config, world_size)
-        module_plan[config.name] = to_parameter_sharding(table_plan, device_kind, local_world_size)
-    return ShardingPlan({module_path: module_plan})
+        unpooled = config.pooling.name == UNPOOLED
+        if unpooled and table_plan.sharding_type not in SEQUENCE_SHARDING_TYPES:
+            raise ValueError(
+                f"table {config.name}: {table_plan.sharding_type} is not a type torchrec's "
+                f"EmbeddingCollection builds for a sequence model's table (it builds "
+                f"{', '.join(SEQUENCE_SHARDING_TYPES)}); re-plan"
+            )
+        path = unpooled_path if unpooled else module_path
+        module_plans.setdefault(path, EmbeddingModuleShardingPlan())[config.name] = (
+            to_parameter_sharding(table_plan, device_kind, local_world_size)
+        )
+    return ShardingPlan(module_plans)
 
 
 def from_sharding_plan(

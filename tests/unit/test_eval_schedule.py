@@ -111,3 +111,19 @@ def test_model_manifest_sizes_tables_by_the_index_tables_rows() -> None:
         ValueError, match=r"data.multihot_sizes has 1 values for 2 sparse features of D"
     ):
         model_manifest(_manifest(), wrong.data)
+
+
+def test_dlrmv4_evaluates_on_its_grid_from_the_skip_point_its_rules_derive_from_the_batch() -> None:
+    """ROUND(0.001 x FLOOR(2290835423 / GBS)) steps apart, the first at or after CEIL(skip x
+    samples / GBS): the first evaluations the closed rules require, 57,344,000 samples at a global
+    batch of 8192, 71,106,560 at 16384, 94,044,160 at 32768 (the 25th, 31st and 41st evaluation)."""
+    samples = 2290835423
+    for batch, skip, interval, first in [
+        (8192, 0.025, 280, 57_344_000),
+        (16384, 0.0303, 140, 71_106_560),
+        (32768, 0.041, 70, 94_044_160),
+    ]:
+        schedule = EvalSchedule.of(0, 0.001, samples, batch, "round", skip)
+        assert schedule.epoch_steps == interval
+        assert schedule.next_after(0, 0) * batch == first
+        assert not schedule.due(first // batch - interval, 0) and schedule.due(first // batch, 0)

@@ -81,3 +81,23 @@ def test_a_write_without_space_is_one_line_naming_the_path_and_the_bytes(
     with pytest.raises(FileNotFoundError):
         with atomic_open(tmp_path / "out.bin") as f:
             f.write(open(tmp_path / "missing").read().encode())  # noqa: SIM115
+
+
+def test_a_writer_that_fails_before_writing_gets_its_own_error(tmp_path: Path):
+    """A writer that raises before it created the temporary (a bad array refused by np.save, a
+    figure that fails to render) sees its own error, not a FileNotFoundError from the clean-up."""
+    target = tmp_path / "out.npy"
+    with pytest.raises(ValueError, match="bad row 3"):
+        with atomic_path(target):
+            raise ValueError("bad row 3")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_atomic_path_makes_the_rename_durable_by_default(tmp_path: Path, monkeypatch):
+    """Writers that take a file name (np.save, savefig) get the same durability as atomic_open:
+    the directory is synced after the rename unless the caller says it syncs it itself."""
+    target = tmp_path / "arrays" / "out.npy"
+    events = record_syncs_and_renames(monkeypatch)
+    with atomic_path(target) as tmp:
+        tmp.write_bytes(b"x")
+    assert events == [f"fsync .out.npy.tmp-{os.getpid()}", "replace out.npy", "fsync arrays"]

@@ -63,6 +63,39 @@ def test_each_broken_rule_is_one_warning_naming_the_setting() -> None:
     )
 
 
+DLRMV4 = Path(__file__).resolve().parents[2] / "configs" / "dlrmv4.toml"
+DLRMV4_RECIPE = [
+    # The README's closed-division settings over configs/dlrmv4.toml, at a global batch of 8192.
+    "train.mlperf_log=true",
+    "train.global_batch_size=8192",
+    "train.target_auc=0.75",
+    "model.hstu_max_seq_len=4096",
+    "optim.warmup_steps=24000",
+    "optim.sparse_lr=1e-6",
+    "optim.dense_lr=1e-6",
+    "eval.every_epoch_fraction=0.001",
+    "eval.skip_until_fraction=0.025032",
+]
+
+
+def test_the_dlrmv4_recipe_keeps_every_closed_rule_and_the_scaled_file_says_where_it_differs() -> (
+    None
+):
+    assert rule_breaks(load_job_config(DLRMV4, DLRMV4_RECIPE)) == []
+    scaled = rule_breaks(load_job_config(DLRMV4, ["train.mlperf_log=true"]))
+    assert [line.split(": ", 1)[1].split(" ")[0] for line in scaled] == [
+        "optim.warmup_steps",
+        "model.hstu_max_seq_len",
+        "eval.every_epoch_fraction",
+        "eval.skip_until_fraction",
+        "train.target_auc",
+    ]
+    assert scaled[3].endswith(
+        "at a global batch of 256 the first evaluation is at FLOOR((4480 x GBS + 135331840) / 3) "
+        "= 45,492,906 samples (0.0198587)"
+    )
+
+
 def test_every_closed_division_setting_the_rules_fix_is_warned_about() -> None:
     """The model's widths and depths, the multi-hot sizes and table rows, the batch outside the
     RCPs, a step cap and a set seed: a shrunk or capped run is not a closed-division run."""

@@ -46,12 +46,30 @@ def _score_text(
 
     probs, labels = [], []
     for (dense, ids), chunk_labels in chunks:
-        p, _ = score_batches(exported.model, iter([rows_batch(dense, ids, exported.feature_names)]))
+        p, _ = score_batches(
+            exported.model,
+            iter([rows_batch(dense, ids, exported.feature_names)]),
+            exported.maps,
+        )
         probs.append(p)
         labels.append(chunk_labels)
     if not probs:
         return np.zeros(0), np.zeros(0) if labeled else None
     return np.concatenate(probs), np.concatenate(labels) if labeled else None
+
+
+def _score_events(exported, path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """An event-log model on raw event rows: one probability per row (NaN for a row that is not a
+    sample) and the samples' labels (NaN elsewhere)."""
+    from shardrec.tools.preprocess.events.raw_events import event_row_batches
+    from shardrec.trainer.inference.predict import score_batches
+
+    rows, batches = event_row_batches(exported.header, exported.item_maps, path)
+    probs, labels = np.full(rows, np.nan), np.full(rows, np.nan)
+    for batch, where in batches:
+        p, y = score_batches(exported.model, iter([batch]))
+        probs[where], labels[where] = p, y
+    return probs, labels
 
 
 def predict(
@@ -61,7 +79,8 @@ def predict(
         typer.Argument(
             metavar="INPUT",
             help="A dataset directory (with --split), or raw rows as the model's data was written (.gz too): "
-            "by its feature spec (CSV with a header, quoted fields, lists, string categoricals) or Criteo's rows.",
+            "by its feature spec (CSV with a header, quoted fields, lists, string categoricals) or Criteo's rows; "
+            "for an event-log model, an event log (its listens with enough earlier events of their user are scored).",
         ),
     ],
     split: Annotated[
@@ -119,7 +138,8 @@ def predict(
         # The model's header and the file's first rows are read before torch is imported: a file
         # in another format is refused in a second.
         header = read_header(model)
-        if not input_path.is_dir():
+        events = bool(header.get("transform", {}).get("events_spec"))  # an event-log model
+        if not input_path.is_dir() and not events:
             from shardrec.tools.preprocess.raw_rows import RawRows
 
             chunks = _first_and_rest(RawRows(header).read(input_path, labeled=not no_label))
@@ -128,6 +148,8 @@ def predict(
         exported = load_exported(model)
         if input_path.is_dir():
             probs, labels = score_split(exported, input_path, split, batch_size)
+        elif exported.item_maps is not None:
+            probs, labels = _score_events(exported, input_path)
         else:
             probs, labels = _score_text(exported, chunks, labeled=not no_label)
     except (ValueError, DatasetError) as e:
@@ -138,11 +160,18 @@ def predict(
         _write(probs, out)
     except OSError as e:
         fail(f"{out}: cannot write the probabilities ({e.strerror or e})")
+    sample = ~np.isnan(probs)  # an event log's rows that are not samples have no probability
     result = {
         "rows": int(len(probs)),
-        "auc": None if labels is None else auc(probs, labels) if len(probs) else float("nan"),
+        "auc": None
+        if labels is None
+        else auc(probs[sample], labels[sample])
+        if sample.any()
+        else float("nan"),
         "out": str(out) if out else None,
     }
+    if not sample.all():
+        result["samples"] = int(sample.sum())
     if json_out:
         print_json(result)
     elif out is not None:
@@ -151,8 +180,13 @@ def predict(
             if labels is None
             else f"AUC against the input's labels {result['auc']:.6f}"
         )
+        samples = (
+            f", {result['samples']:,} of them samples: the rest are nan"
+            if "samples" in result
+            else ""
+        )
         err_console.print(
-            f"wrote {result['rows']:,} probabilities to {out} ({scored})", highlight=False
+            f"wrote {result['rows']:,} probabilities to {out} ({scored}{samples})", highlight=False
         )
 
 

@@ -130,10 +130,22 @@ def preprocess(
     inputs: Annotated[list[Path], typer.Argument(help=_help("inputs"))],
     out: Annotated[Path, typer.Option(help=_help("out"))],
     spec: Annotated[Path | None, typer.Option(metavar="FILE", help=_help("spec"))] = None,
+    events: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="An event spec (TOML): the inputs are an event log (Parquet, CSV or TSV with a "
+            "header; one row per event of a user), whose listens with enough history become the "
+            'samples of wall-clock windows (README, "Event logs").',
+        ),
+    ] = None,
     max_ids: Annotated[str, typer.Option(help=_help("max_ids"))] = ",".join(
         map(str, _DEFAULTS["max_ids"])
     ),
     min_count: Annotated[int, typer.Option(help=_help("min_count"))] = _DEFAULTS["min_count"],
+    raw_ids: Annotated[
+        str, typer.Option(metavar="NAMES", help=_help("raw_ids"), show_default=False)
+    ] = "",
     vocab_memory_mb: Annotated[float, typer.Option(help=_help("vocab_memory_mb"))] = _DEFAULTS[
         "vocab_memory_mb"
     ],
@@ -175,6 +187,9 @@ def preprocess(
     from shardrec.tools.preprocess.task import MalformedRowError
     from shardrec.tools.preprocess.task_text import InputError
 
+    if events is not None:
+        _preprocess_events(ctx, inputs, out, events, json_out)
+        return
     feature_spec = _spec(ctx, spec)
     try:
         schema = Schema(
@@ -186,6 +201,7 @@ def preprocess(
         )
         cfg = PreprocessConfig(
             inputs=inputs, out=out, max_ids=_parse_max_ids(max_ids), min_count=min_count,
+            raw_ids=[n.strip() for n in raw_ids.split(",") if n.strip()],
             vocab_memory_mb=vocab_memory_mb, layout=layout, val_half=val_half, schema=schema,
             dense_transform=dense_transform, dense_dtype="float16" if float16 else "float32",
             workers=workers, chunk_mb=chunk_mb,
@@ -222,6 +238,51 @@ def preprocess(
         print_json(_as_json(result, seconds))
     else:
         _print_tables(result, seconds, bar)
+
+
+def _preprocess_events(
+    ctx: typer.Context, inputs: list[Path], out: Path, events: Path, json_out: bool
+) -> None:
+    """`--events SPEC`: an event log -> an event-log dataset; the text options do not apply."""
+    from shardrec.dataloader.format.manifest import DatasetError
+    from shardrec.dataloader.spec.event_spec import load_event_spec
+    from shardrec.dataloader.spec.feature_spec import SpecError
+    from shardrec.tools.preprocess.events.event_dataset import build_event_dataset, describe
+
+    given = [
+        name
+        for name in ctx.params
+        if name not in ("inputs", "out", "events", "json_out")
+        and ctx.get_parameter_source(name).name != "DEFAULT"
+    ]
+    if given:
+        fail(
+            f"--{given[0].replace('_', '-')}: not for an event log ({events} describes it; "
+            "the options of click logs do not apply)"
+        )
+    start = time.perf_counter()
+    try:
+        spec = load_event_spec(events)
+        manifest = build_event_dataset(inputs, spec, events, out)
+    except (SpecError, DatasetError, ValueError) as e:
+        fail(str(e))
+    except OSError as e:
+        fail(f"{e.filename or out}: {e.strerror or e}")
+    summary = {**describe(manifest), "seconds": round(time.perf_counter() - start, 3)}
+    if json_out:
+        print_json(summary)
+        return
+    console.print(
+        f"{out}: {summary['users']:,} users, {summary['events']:,} events in "
+        f"{summary['parts']} part(s), {summary['seconds']:.1f} s"
+    )
+    for split, s in summary["splits"].items():
+        rate = summary["positive_rate"].get(split, 0.0)
+        console.print(
+            f"  {split}: {s['anchors']:,} samples in {s['windows']} window(s), "
+            f"{rate:.1%} listen-plus"
+        )
+    console.print(f"  history: {summary['history_length_mean']:.1f} events kept on average")
 
 
 def _as_json(result: PreprocessResult, seconds: float) -> dict:

@@ -26,17 +26,18 @@ from typing import Any, BinaryIO
 
 import torch
 from torch.distributed.checkpoint import FileSystemReader
-from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+from torch.distributed.checkpoint.metadata import TensorProperties, TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
 
 from shardrec.dataloader.format.manifest import Manifest
 from shardrec.dataloader.util.files import WriteError, atomic_open, write_error
-from shardrec.embeddings.dims import table_specs
+from shardrec.embeddings.dims import job_tables, table_specs
 from shardrec.sharding.machine.hardware import available_memory_bytes
 from shardrec.trainer.inference.eval_request import find_checkpoint, run_config, run_dataset
 from shardrec.trainer.inference.model_file import FORMAT, FORMAT_VERSION, META_KEY
 from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import JobConfig
+from shardrec.trainer.job.precision import resolve_precision
 from shardrec.trainer.rundir import lifecycle
 
 logger = logging.getLogger(__name__)
@@ -53,6 +54,9 @@ _SAFETENSORS_DTYPES = {
     torch.uint8: "U8",
     torch.bool: "BOOL",
 }
+ITEM_MAPS = "events.items."
+"""Prefix of an event-log model's item maps in the file (`events.items.artist`, `...album`):
+int32 per item, what `predict` reads raw event rows by."""
 TRANSFORM_KEYS = (*lifecycle.PREPROCESSING_KEYS, "schema", "spec")
 """Manifest options that say how raw rows became the dataset's ids and dense values: the settings a
 model is checked against, and the text layout predict reads raw rows by (the header is written with
@@ -138,17 +142,26 @@ def describe_model(config: JobConfig, raw: Manifest) -> dict[str, Any]:
     it), less the run it came from: format, model config, tables and their features, the feature
     transform."""
     seen = data_options.model_manifest(raw, config.data)
-    tables = table_specs(seen, config.model.embedding_dim, config.model.dims)
-    return {
+    tables = table_specs(
+        seen,
+        config.model.embedding_dim,
+        config.model.dims,
+        config.tables,
+        unpooled_sequences=config.model.arch == "hstu",
+    )
+    settings = job_tables(seen, config.tables)
+    header = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "model": dataclasses.asdict(config.model),
-        "precision": config.train.precision,
+        # What the model computed in (auto resolved on this machine's CPU): what scoring uses.
+        "precision": resolve_precision(config.train.precision, "cpu"),
         "tables": [
-            {"name": t.name, "features": [t.feature], "rows": t.rows, "dim": t.dim}
-            # pooling only where it is not sum, as the manifest writes it: other models keep their
-            # bytes
+            {"name": t.name, "features": t.features, "rows": t.rows, "dim": t.dim}
+            # pooling only where it is not sum, as the manifest writes it, and the kind of a raw-id
+            # feature's table only: other models keep their bytes
             | ({} if t.pooling == "sum" else {"pooling": t.pooling})
+            | ({} if t.kind == "static" else {"kind": t.kind, "slots": settings[t.feature].rows})
             for t in tables
         ],
         "feature_names": seen.feature_names,
@@ -156,16 +169,64 @@ def describe_model(config: JobConfig, raw: Manifest) -> dict[str, Any]:
         "dense_features": list(seen.dense_features),
         "transform": feature_transform(raw, Path(config.data.path), config.data),
     }
+    described = [f.to_dict() for f in seen.sparse_features]
+    if raw.kind == "events" or any(f.sequence or f.table for f in seen.sparse_features):
+        # What each feature is to a sequence model (its roles), and how events become samples.
+        header["sparse_features"] = described
+    if raw.kind == "events":
+        header["transform"]["events_spec"] = raw.events["spec"]
+    return header
 
 
-def _safetensors_header(entries: dict[str, TensorStorageMetadata], header: dict[str, Any]) -> bytes:
+def item_maps(config: JobConfig) -> dict[str, torch.Tensor]:
+    """An event-log model's item -> artist and album maps, from its dataset (empty otherwise)."""
+    from shardrec.dataloader.events.event_files import EventsInfo, open_items
+
+    manifest = Manifest.load(config.data.path)
+    if manifest.kind != "events":
+        return {}
+    artist, album = open_items(Path(config.data.path), EventsInfo.from_dict(manifest.events).items)
+    return {
+        f"{ITEM_MAPS}artist": torch.from_numpy(artist.astype("int32")),
+        f"{ITEM_MAPS}album": torch.from_numpy(album.astype("int32")),
+    }
+
+
+ID_MAP_PREFIX = "id_maps."
+"""A managed table's id map in the model file: `id_maps.<feature>`, int64 [slots], each slot's raw
+id as a bit pattern (MISSING_KEY where free); scoring looks raw ids up in it, read only."""
+
+
+def id_map_tensors(checkpoint: Path) -> dict[str, torch.Tensor]:
+    """The managed tables' id maps of a checkpoint (its train_state.pt's id_maps part), by their
+    names in the model file (none for a model without managed tables)."""
+    from shardrec.trainer.rundir import names
+    from shardrec.trainer.rundir.checkpoint import load_file
+
+    state = load_file(checkpoint / names.TRAIN_STATE, torch.device("cpu")).get("id_maps")
+    tables = (state or {}).get("tables", {})
+    return {ID_MAP_PREFIX + feature: t["slot_key"].contiguous() for feature, t in tables.items()}
+
+
+def _safetensors_header(
+    entries: dict[str, TensorStorageMetadata],
+    header: dict[str, Any],
+    extra: dict[str, torch.Tensor] | None = None,
+) -> bytes:
     layout: dict[str, Any] = {"__metadata__": {META_KEY: json.dumps(header, sort_keys=True)}}
     offset = 0
-    for name, meta in entries.items():
-        size = _nbytes(meta)
+    shapes = [
+        (name, meta.properties.dtype, list(meta.size), _nbytes(meta))
+        for name, meta in entries.items()
+    ]
+    shapes += [
+        (name, t.dtype, list(t.shape), t.numel() * t.element_size())
+        for name, t in (extra or {}).items()
+    ]
+    for name, dtype, shape, size in shapes:
         layout[name] = {
-            "dtype": _SAFETENSORS_DTYPES[meta.properties.dtype],
-            "shape": list(meta.size),
+            "dtype": _SAFETENSORS_DTYPES[dtype],
+            "shape": shape,
             "data_offsets": [offset, offset + size],
         }
         offset += size
@@ -190,6 +251,11 @@ def export_model(
     found_step, checkpoint = find_checkpoint(run_dir, step)
     header = model_header(run_dir, found_step)
     entries = _tensor_entries(checkpoint)
+    extras = item_maps(run_config(run_dir))
+    for name, tensor in extras.items():
+        entries[name] = TensorStorageMetadata(
+            TensorProperties(dtype=tensor.dtype), tensor.shape, []
+        )
     if not entries:
         raise ValueError(
             f"{checkpoint}: no model tensors under {CHECKPOINT_PREFIX!r} (not a shardrec checkpoint?)"
@@ -201,14 +267,18 @@ def export_model(
             f"{checkpoint}: tensor {name} takes {largest / 2**30:.2f} GiB, more than the "
             f"{limit / 2**30:.2f} GiB of memory available here: export on a host with more memory"
         )
+    maps = id_map_tensors(checkpoint)
     total = sum(_nbytes(m) for m in entries.values())
-    layout = _safetensors_header(entries, header)
+    layout = _safetensors_header(entries, header, maps)
+    total += sum(t.numel() * t.element_size() for t in maps.values())
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         with atomic_open(out) as f:
             f.write(layout)
             for tensor_name, meta in entries.items():
-                tensor = _read_tensor(checkpoint, tensor_name)
+                tensor = extras.get(tensor_name)
+                if tensor is None:
+                    tensor = _read_tensor(checkpoint, tensor_name)
                 if tuple(tensor.shape) != tuple(meta.size) or tensor.dtype != meta.properties.dtype:
                     raise ValueError(
                         f"{checkpoint}: {tensor_name} read as {tuple(tensor.shape)} {tensor.dtype}, "
@@ -216,6 +286,8 @@ def export_model(
                     )
                 _write_tensor(f, tensor)
                 del tensor
+            for tensor in maps.values():
+                _write_tensor(f, tensor)
     except OSError as e:  # a full disk or no permission: one line with the bytes it needs
         if isinstance(e, WriteError) or e.filename is None:
             raise write_error(e, out, len(layout) + total) from e

@@ -11,6 +11,7 @@ import dataclasses
 import difflib
 import json
 import math
+import re
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any, get_origin, get_type_hints
 
 from shardrec.embeddings import sparse_optimizers
+from shardrec.embeddings.managed.table_kinds import TableSettings
 
 
 def _check_choice(key: str, value: str, choices: tuple[str, ...]) -> None:
@@ -122,12 +124,18 @@ class DataConfig:
         _check_positive("data.num_workers", self.num_workers, allow_zero=True)
 
 
+MODEL_ARCHS = ("dlrm", "dcnv2", "hstu")
+HSTU_BIASES = ("input", "pairwise", "both")
+
+
 @dataclass
 class ModelConfig:
     arch: str = "dlrm"
-    """dlrm (dot interaction) or dcnv2 (the DLRMv2 model)."""
+    """dlrm (dot interaction), dcnv2 (the DLRMv2 model) or hstu (DLRMv4's sequence model, for
+    datasets with a sequence feature: an event log's history)."""
     embedding_dim: int = 16
-    """Width of every embedding table (DLRM needs it equal to the bottom MLP's last layer)."""
+    """Width of every embedding table (DLRM needs it equal to the bottom MLP's last layer; HSTU's
+    token width, that of every table a sequence reads)."""
     dims: dict[str, int] = field(default_factory=dict)
     """Per-feature embedding widths that differ from embedding_dim (dcnv2 only)."""
     dense_arch: list[int] = field(default_factory=lambda: [64, 16])
@@ -138,9 +146,57 @@ class ModelConfig:
     """Cross layers of DCNv2."""
     dcn_low_rank: int = 32
     """Low-rank dimension of DCNv2's cross layers."""
+    hstu_layers: int = 2
+    """STU layers of HSTU (DLRMv4: 3)."""
+    hstu_heads: int = 2
+    """Attention heads of each STU layer (DLRMv4: 4)."""
+    hstu_qk_dim: int = 32
+    """Query and key width per head (DLRMv4: 128)."""
+    hstu_v_dim: int = 32
+    """Value width per head (DLRMv4: 128)."""
+    hstu_hidden: int = 64
+    """Hidden width of the MLPs that make a token from its ids and actions (DLRMv4: 256)."""
+    hstu_max_seq_len: int = 256
+    """Tokens per sample the attention is sized for: contextual ones, the history (its most recent
+    kept) and the candidate (DLRMv4: 4,096)."""
+    hstu_time_buckets: int = 2048
+    """Buckets of the time since the sequence's last event, sqrt of minutes (DLRMv4: 2,048)."""
+    hstu_bias: str = "input"
+    """Relative position and time: input (DLRMv4: position and time embeddings added to the tokens),
+    pairwise (the research model: a learnt bias per distance and time gap inside attention) or
+    both."""
+    hstu_attn_scale: str = "max_seq_len"
+    """Divisor of the attention: max_seq_len (fixed: a sample scores the same in any batch) or
+    batch_max (the reference's: the rank's longest sequence in the batch)."""
+    hstu_action_bits: int = 3
+    """Bits of the action side sequence, each a learnt vector in a token (DLRMv4: listen-plus,
+    like, skip)."""
+    hstu_action_dim: int = 8
+    """Width of each action bit's vector."""
+    hstu_input_dropout: float = 0.2
+    """Dropout of the tokens after the position and time embeddings."""
+    hstu_dropout: float = 0.1
+    """Dropout inside each STU layer (before its output projection)."""
 
     def __post_init__(self) -> None:
-        _check_choice("model.arch", self.arch, ("dlrm", "dcnv2"))
+        _check_choice("model.arch", self.arch, MODEL_ARCHS)
+        _check_choice("model.hstu_bias", self.hstu_bias, HSTU_BIASES)
+        _check_choice("model.hstu_attn_scale", self.hstu_attn_scale, ("max_seq_len", "batch_max"))
+        for name in (
+            "hstu_layers",
+            "hstu_heads",
+            "hstu_qk_dim",
+            "hstu_v_dim",
+            "hstu_hidden",
+            "hstu_max_seq_len",
+            "hstu_time_buckets",
+            "hstu_action_bits",
+            "hstu_action_dim",
+        ):
+            _check_positive(f"model.{name}", getattr(self, name))
+        for name in ("hstu_input_dropout", "hstu_dropout"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"model.{name} = {getattr(self, name)!r} must lie in [0, 1)")
         _check_positive("model.embedding_dim", self.embedding_dim)
         _check_elements("model.dims", self.dims, int)
         _check_elements("model.dense_arch", self.dense_arch, int)
@@ -184,6 +240,9 @@ class ShardingConfig:
     constraints: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per table: allowed sharding_types, compute_kernels, min_partition, ... (torchrec
     ParameterConstraints)."""
+    sequence_dedup: bool = True
+    """A sequence model sends each table's distinct ids of a batch through the all-to-all once,
+    not once per occurrence (the same rows and updates, fewer bytes)."""
 
     def __post_init__(self) -> None:
         _check_choice("sharding.compute_kernel", self.compute_kernel, ("fused",))
@@ -219,6 +278,19 @@ class OptimConfig:
     schedule_tables: bool = False
     """Apply the schedule (warm-up, decay) to the embedding tables' learning rate too, as the DLRMv2
     reference does; false: the dense layers' only."""
+    warmup_from_zero: bool = False
+    """Warm-up's rate at step s is lr * s / warmup_steps, the first step at 0 (DLRMv4's reference);
+    false: lr * (s + 1) / warmup_steps (DLRMv2's)."""
+    adam_beta1: float = 0.9
+    """Adam's first-moment decay, dense layers (DLRMv4: 0.95)."""
+    adam_beta2: float = 0.999
+    """Adam's second-moment decay, dense layers."""
+    clip_grad_norm: float = 0.0
+    """Clip the dense layers' gradient to this global norm before their step (DLRMv4: 1.0; 0: no
+    clipping)."""
+    loss_weight: float = 1.0
+    """The loss is scaled by this before backward (DLRMv4's reference: 0.2); the reported loss is
+    not."""
 
     def __post_init__(self) -> None:
         _check_choice("optim.sparse", self.sparse, sparse_optimizers.NAMES)
@@ -227,6 +299,11 @@ class OptimConfig:
         _check_positive("optim.dense_lr", self.dense_lr)
         _check_positive("optim.eps", self.eps)
         _check_counts("optim", self, "warmup_steps", "decay_start", "decay_steps")
+        for name in ("adam_beta1", "adam_beta2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"optim.{name} = {getattr(self, name)!r} must lie in [0, 1)")
+        _check_positive("optim.clip_grad_norm", self.clip_grad_norm, allow_zero=True)
+        _check_positive("optim.loss_weight", self.loss_weight)
 
 
 SEED_UNSET = -1
@@ -253,8 +330,16 @@ class TrainConfig:
     log_interval: int = 20
     """Steps between progress log lines."""
     precision: str = "fp32"
-    """fp32, or bf16: dense layers and interaction under autocast; embeddings, optimizer state,
-    loss, metrics and checkpoints stay fp32."""
+    """fp32, bf16 (dense layers and interaction under autocast; embeddings, optimizer state, loss,
+    metrics and checkpoints stay fp32) or auto: bf16 where the device has native bf16 (a CPU with
+    AVX512-BF16 or AMX, a GPU of compute capability 8.0+), fp32 elsewhere."""
+    allow_emulated_bf16: bool = False
+    """Train bf16 even where the device only emulates it (measured at start: often many times
+    slower than fp32); without it such a run is refused, saying the slowdown."""
+    compile: str = "auto"
+    """torch.compile of the dense layers and the interaction in training: on, off, or auto: on for
+    CPU training of dense layers of >= 1 M parameters with a C++ compiler present (the compile
+    takes ~1 min at start), off otherwise."""
     target_auc: float = 0.0
     """Stop once the first evaluation split's AUC reaches this (MLPerf DLRMv2: 0.80275 on val; 0:
     run every step)."""
@@ -278,7 +363,8 @@ class TrainConfig:
         return self.steps or self.epochs * steps_per_epoch
 
     def __post_init__(self) -> None:
-        _check_choice("train.precision", self.precision, ("fp32", "bf16"))
+        _check_choice("train.precision", self.precision, ("fp32", "bf16", "auto"))
+        _check_choice("train.compile", self.compile, ("auto", "on", "off"))
         if not 0 <= self.target_auc <= 1:
             raise ValueError(f"train.target_auc = {self.target_auc!r} must lie in [0, 1]")
         _check_positive("train.global_batch_size", self.global_batch_size)
@@ -316,8 +402,20 @@ class EvalConfig:
     during_training: list[str] = field(default_factory=list)
     """The splits evaluated during training (MLPerf DLRMv2: ["val"]); every data.eval_splits split
     is evaluated at the end. Empty: all of them, every time."""
+    fraction_rounding: str = "floor"
+    """How every_epoch_fraction becomes steps: floor (DLRMv2: FLOOR(fraction x rows / global batch))
+    or round (DLRMv4: ROUND(fraction x FLOOR(rows / global batch)))."""
+    skip_until_fraction: float = 0.0
+    """Evaluations during training wait until this share of the epoch is trained (DLRMv4's
+    skip_eval_epoch_pct, FLOOR((4480 x global batch + 135331840) / 3) / 2290835423 in its rules);
+    the final evaluation always runs."""
 
     def __post_init__(self) -> None:
+        _check_choice("eval.fraction_rounding", self.fraction_rounding, ("floor", "round"))
+        if not 0 <= self.skip_until_fraction <= 1:
+            raise ValueError(
+                f"eval.skip_until_fraction = {self.skip_until_fraction!r} must lie in [0, 1]"
+            )
         _check_positive("eval.interval_steps", self.interval_steps, allow_zero=True)
         if not 0 <= self.every_epoch_fraction <= 1:
             raise ValueError(
@@ -357,6 +455,11 @@ class DistConfig:
         _check_positive("dist.timeout_s", self.timeout_s)
 
 
+TABLES = "tables"
+"""The section of per-table settings: `[tables.FEATURE]`, one TableSettings each (a table's kind,
+and a managed table's row budget and id map)."""
+
+
 @dataclass
 class JobConfig:
     data: DataConfig = field(default_factory=DataConfig)
@@ -367,15 +470,21 @@ class JobConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     dist: DistConfig = field(default_factory=DistConfig)
+    tables: dict[str, TableSettings] = field(default_factory=dict)
+    """Per sparse feature (`[tables.FEATURE]`): its table's kind and, for a raw-id feature, its row
+    budget and id map (embeddings.managed.table_kinds). A feature not named has a static table."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     def to_toml(self, comments: bool = False) -> str:
         """The resolved config, as a job file (kept in every run directory); with `comments`, each
-        key's docstring above it (`shardrec config defaults`)."""
+        key's docstring above it (`shardrec config defaults`, which also shows a `[tables.FEATURE]`
+        section's keys)."""
         lines = []
         for section, values in self.to_dict().items():
+            if section == TABLES:
+                continue
             helps = field_help(type(getattr(self, section))) if comments else {}
             lines.append(f"[{section}]")
             for key, value in values.items():
@@ -383,7 +492,31 @@ class JobConfig:
                     lines.append(f"# {' '.join(helps[key].split())}")
                 lines.append(f"{key} = {toml_value(value)}")
             lines.append("")
+        tables = dict(self.to_dict()[TABLES])
+        # With no table named, `config defaults` shows a table's keys commented out: its output
+        # stays a job file that loads (FEATURE names no feature of any dataset).
+        example = comments and not tables
+        if example:
+            tables = {"FEATURE": dataclasses.asdict(TableSettings())}
+            lines.append(
+                "# Per raw-id feature (preprocess --raw-ids), its table: one section each,"
+            )
+            lines.append('# FEATURE its name, or "*" for every raw-id feature not named.')
+        mark = "# " if example else ""
+        helps = field_help(TableSettings) if comments else {}
+        for feature, values in tables.items():
+            lines.append(f"{mark}[{TABLES}.{toml_key(feature)}]")
+            for key, value in values.items():
+                if key in helps:
+                    lines.append(f"# {' '.join(helps[key].split())}")
+                lines.append(f"{mark}{key} = {toml_value(value)}")
+            lines.append("")
         return "\n".join(lines)
+
+
+def toml_key(name: str) -> str:
+    """A TOML key: bare where it may be, else quoted."""
+    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else toml_value(name)
 
 
 def toml_value(value: Any) -> str:
@@ -479,7 +612,7 @@ def load_job_config(
         except tomllib.TOMLDecodeError as e:
             raise ValueError(f"{path}: not valid TOML: {e}") from None
     sections = {f.name: f.type for f in fields(JobConfig)}
-    section_types = get_type_hints(JobConfig)
+    section_types = {k: v for k, v in get_type_hints(JobConfig).items() if k != TABLES}
     for name in raw:
         if name not in sections:
             raise ValueError(f"{path}: unknown section [{name}]{_did_you_mean(name, sections)}")
@@ -490,11 +623,34 @@ def load_job_config(
         item, shown = given if isinstance(given, tuple) else (given, f"--set {given!r}")
         section, key, value = _apply_override(item, raw, sections, section_types)
         origin[(section, key)] = f"{shown}: "
-    built = {}
+    built: dict[str, Any] = {}
     for name, cls in section_types.items():
         where = {k: v for (s, k), v in origin.items() if s == name}
         built[name] = _build_section(cls, name, dict(raw.get(name, {})), where)
+    built[TABLES] = _build_tables(raw.get(TABLES, {}), origin)
     return JobConfig(**built)
+
+
+def _build_tables(
+    raw: dict[str, Any], origin: dict[tuple[str, str], str]
+) -> dict[str, TableSettings]:
+    """`[tables.FEATURE]` sections -> TableSettings, each checked (errors name tables.FEATURE.key)."""
+    out = {}
+    for feature, values in raw.items():
+        key = f"{TABLES}.{feature}"
+        where = origin.get((TABLES, feature), "")
+        if not isinstance(values, dict):
+            raise ValueError(
+                f"{where}{key} = {values!r} should be a table of settings ([{key}] with kind, "
+                "rows, ...)"
+            )
+        settings = _build_section(TableSettings, key, dict(values), dict.fromkeys(values, where))
+        try:
+            settings.check(key)
+        except ValueError as e:
+            raise ValueError(f"{where}{e}") from None
+        out[feature] = settings
+    return out
 
 
 def _apply_override(
@@ -507,6 +663,8 @@ def _apply_override(
         raise ValueError(
             f"--set {item!r}: expected KEY=VALUE with KEY as section.key (e.g. train.seed=1)"
         )
+    if section == TABLES:
+        return _apply_table_override(item, key, value, raw)
     if section not in sections:
         raise ValueError(
             f"--set {item!r}: unknown section {section!r}{_did_you_mean(section, sections)}"
@@ -523,6 +681,35 @@ def _apply_override(
         raise ValueError(f"--set {item!r}: {e}") from None
     raw.setdefault(section, {})[key] = parsed
     return section, key, parsed
+
+
+def _apply_table_override(
+    item: str, key: str, value: str, raw: dict[str, dict[str, Any]]
+) -> tuple[str, str, Any]:
+    """--set tables.FEATURE.KEY=VALUE (one setting) or tables.FEATURE={...} (the whole table)."""
+    feature, _, name = key.rpartition(".")
+    hints = get_type_hints(TableSettings)
+    if not feature:
+        feature, name = name, ""
+    feature = feature.strip('"')  # tables."*".rows: the defaults of every raw-id feature
+    if name and name not in hints:
+        dotted = [f"{TABLES}.{feature}.{k}" for k in hints]
+        raise ValueError(
+            f"--set {item!r}: unknown key {TABLES}.{key}{_did_you_mean(f'{TABLES}.{key}', dotted)}"
+        )
+    try:
+        parsed = _parse_override(value.strip(), hints[name] if name else dict)
+    except ValueError as e:
+        raise ValueError(f"--set {item!r}: {e}") from None
+    tables = raw.setdefault(TABLES, {})
+    if name:
+        current = tables.setdefault(feature, {})
+        if not isinstance(current, dict):
+            raise ValueError(f"--set {item!r}: {TABLES}.{feature} is not a table of settings")
+        current[name] = parsed
+    else:
+        tables[feature] = parsed
+    return TABLES, feature, parsed
 
 
 def field_help(cls: type) -> dict[str, str]:

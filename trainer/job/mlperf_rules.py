@@ -1,14 +1,17 @@
-"""MLPerf Training's rules for DLRMv2 (DCNv2) that a job file can break, checked before the start.
+"""MLPerf Training's rules for DLRMv2 (DCNv2) and DLRMv4 (HSTU) that a job file can break, checked
+before the start.
 
-Read from mlcommons/training_policies training_rules.adoc (Dec 2025, DLRMv2 at v6.0: the closed
-division uses the reference's preprocessing, model, training method and quality target; seeds
-come from the clock or the OS; only the global batch and the one learning rate are tunable),
+DLRMv2: read from mlcommons/training_policies training_rules.adoc (Dec 2025, DLRMv2 at v6.0: the
+closed division uses the reference's preprocessing, model, training method and quality target;
+seeds come from the clock or the OS; only the global batch and the one learning rate are tunable),
 mlcommons/logging's training_6.0.0 dlrm_dcnv2 compliance rules and RCPs (global batches 32,768 to
 160,000), and the reference (mlcommons/training recommendation_v2/torchrec_dlrm: its model, its
-multi-hot sizes and table rows). A run that logs for MLPerf (train.mlperf_log) and breaks one
-still runs: each broken rule is one warning naming the setting, its value and the rule, because an
-open-division or exploratory run may break them on purpose. Torch-free: the CLI calls it before
-any rank starts.
+multi-hot sizes and table rows). DLRMv4: the closed division's rules as mlcommons/logging PR #470
+(training_6.1.0 closed_dlrmv4.yaml) checks them, and the reference's recipe (mlcommons/training
+PR #889, recommendation_v4 README and yambda_5b.gin). A run that logs for MLPerf
+(train.mlperf_log) and breaks one still runs: each broken rule is one warning naming the setting,
+its value and the rule, because an open-division or exploratory run may break them on purpose.
+Torch-free: the CLI calls it before any rank starts.
 """
 
 from __future__ import annotations
@@ -47,6 +50,25 @@ REFERENCE_MULTIHOT = {
 """The reference's multi-hot ids (--multi_hot_sizes, --num_embeddings_per_feature,
 --multi_hot_distribution_type; index tables from numpy's legacy generator, seed 0), which define
 the Criteo multi-hot dataset: as data.multihot_* or a `shardrec data multihot` copy's manifest."""
+
+
+DLRMV4_TARGET_AUC = 0.75
+DLRMV4_TRAIN_SAMPLES = 2_290_835_423
+"""Anchors of Yambda-5b's 299 training days (the rules' train_samples)."""
+DLRMV4_WARMUP_STEPS = 24_000
+DLRMV4_MAX_SEQ_LEN = 4096
+DLRMV4_EVAL_EVERY = 0.001
+
+
+def dlrmv4_first_eval_samples(global_batch_size: int) -> int:
+    """Where DLRMv4's evaluations start, by the rules' fit through the reference's convergence
+    points less two evaluation blocks: FLOOR((4480 x GBS + 135,331,840) / 3) samples."""
+    return (4480 * global_batch_size + 135_331_840) // 3
+
+
+def dlrmv4_skip_fraction(global_batch_size: int) -> float:
+    """eval.skip_until_fraction (the reference's skip_eval_epoch_pct) for a global batch."""
+    return dlrmv4_first_eval_samples(global_batch_size) / DLRMV4_TRAIN_SAMPLES
 
 
 def _differs(key: str, value: Any, reference: Any, what: str) -> tuple[bool, str]:
@@ -96,12 +118,15 @@ def _multihot_checks(job: JobConfig, manifest_multihot: dict[str, Any] | None) -
 
 
 def rule_breaks(job: JobConfig, manifest_multihot: dict[str, Any] | None = None) -> list[str]:
-    """One line per MLPerf DLRMv2 rule the job breaks (none unless train.mlperf_log).
+    """One line per MLPerf rule the job breaks (none unless train.mlperf_log): DLRMv4's for an
+    HSTU model, DLRMv2's otherwise.
 
     manifest_multihot: the dataset manifest's `multihot` record (a `shardrec data multihot` copy),
     checked where data.multihot_sizes is empty; None: the dataset is none (or was not read)."""
     if not job.train.mlperf_log:
         return []
+    if job.model.arch == "hstu":
+        return dlrmv4_rule_breaks(job)
     o, t, e, d = job.optim, job.train, job.eval, job.data
     closed = job.train.mlperf_submission.get("division", "closed") == "closed"
     checks = [
@@ -180,3 +205,67 @@ def rule_breaks(job: JobConfig, manifest_multihot: dict[str, Any] | None = None)
             )
         )
     return [f"MLPerf DLRMv2 rule broken: {why}" for ok, why in checks if not ok]
+
+
+def dlrmv4_rule_breaks(job: JobConfig) -> list[str]:
+    """One line per closed-division DLRMv4 rule the job breaks: only the global batch and the one
+    learning rate may be tuned."""
+    o, t, e, d, m = job.optim, job.train, job.eval, job.data, job.model
+    skip = dlrmv4_skip_fraction(t.global_batch_size)
+    checks = [
+        (o.dense == "adam", f"optim.dense = {o.dense!r}: the dense optimizer is Adam ('adam')"),
+        (
+            (o.adam_beta1, o.adam_beta2) == (0.95, 0.999),
+            f"optim.adam_beta1, adam_beta2 = {o.adam_beta1}, {o.adam_beta2}: the rules fix 0.95, 0.999",
+        ),
+        (o.eps == ADAGRAD_EPS, f"optim.eps = {o.eps}: opt_adam_epsilon must be 1e-08"),
+        (o.clip_grad_norm == 1.0, f"optim.clip_grad_norm = {o.clip_grad_norm}: the rules fix 1.0"),
+        (
+            o.sparse == "rowwise_adagrad",
+            f"optim.sparse = {o.sparse!r}: the tables' optimizer is row-wise Adagrad",
+        ),
+        (
+            o.sparse_lr == o.dense_lr,
+            f"optim.sparse_lr = {o.sparse_lr} and optim.dense_lr = {o.dense_lr} differ: one rate for both",
+        ),
+        (
+            o.warmup_steps == DLRMV4_WARMUP_STEPS and o.warmup_from_zero and o.schedule_tables,
+            f"optim.warmup_steps = {o.warmup_steps}, warmup_from_zero = {o.warmup_from_zero}, "
+            f"schedule_tables = {o.schedule_tables}: the rules warm both rates up from 0 over "
+            f"{DLRMV4_WARMUP_STEPS} steps",
+        ),
+        (
+            not (o.decay_start or o.decay_steps),
+            f"optim.decay_start / decay_steps = {o.decay_start} / {o.decay_steps}: no decay",
+        ),
+        (
+            m.hstu_max_seq_len == DLRMV4_MAX_SEQ_LEN,
+            f"model.hstu_max_seq_len = {m.hstu_max_seq_len}: max_sequence_length must be {DLRMV4_MAX_SEQ_LEN}",
+        ),
+        (
+            e.every_epoch_fraction == DLRMV4_EVAL_EVERY
+            and e.fraction_rounding == "round"
+            and not e.interval_steps,
+            f"eval.every_epoch_fraction = {e.every_epoch_fraction}, fraction_rounding = "
+            f"{e.fraction_rounding!r}, interval_steps = {e.interval_steps}: the rules evaluate every "
+            "ROUND(0.001 x FLOOR(train samples / global batch)) steps (0.001, round, 0)",
+        ),
+        (
+            abs(e.skip_until_fraction - skip) <= 1e-4 * skip,
+            f"eval.skip_until_fraction = {e.skip_until_fraction}: at a global batch of "
+            f"{t.global_batch_size} the first evaluation is at FLOOR((4480 x GBS + 135331840) / 3) "
+            f"= {dlrmv4_first_eval_samples(t.global_batch_size):,} samples ({skip:.6g})",
+        ),
+        (
+            e.during_training == ["val"] and not e.max_batches,
+            f"eval.during_training = {e.during_training!r}, max_batches = {e.max_batches}: the "
+            "whole held-out window (val) is evaluated",
+        ),
+        (
+            t.target_auc == DLRMV4_TARGET_AUC,
+            f"train.target_auc = {t.target_auc}: the target is {DLRMV4_TARGET_AUC}",
+        ),
+        (not d.shuffle, "data.shuffle = true: the reference trains each day in its users' order"),
+        (t.epochs == 1, f"train.epochs = {t.epochs}: DLRMv4 trains at most one pass"),
+    ]
+    return [f"MLPerf DLRMv4 rule broken: {why}" for ok, why in checks if not ok]

@@ -31,21 +31,26 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torchrec.datasets.utils import Batch
 
-from shardrec.trainer.model.models import EBC_PATH
+from shardrec.trainer.model.models import EBC_PATH, EC_PATH
 
 # Path of the EmbeddingBagCollection from the module DistributedModelParallel wraps.
 TRAIN_EBC_PATH = f"model.{EBC_PATH}"
+# Path of a sequence model's EmbeddingCollection (its unpooled tables).
+TRAIN_EC_PATH = f"model.{EC_PATH}"
 
 
 class TrainModule(nn.Module):
-    """Wraps a model so that `module(batch)` returns (loss, (loss_sum, logits, labels)),
+    """Wraps a model so that `module(batch)` returns (loss, (loss_sum, logits, labels, finite flags)),
     the contract of torchrec's train pipelines."""
 
-    def __init__(self, model: nn.Module, global_batch_size: int, world_size: int) -> None:
+    def __init__(
+        self, model: nn.Module, global_batch_size: int, world_size: int, loss_weight: float = 1.0
+    ) -> None:
         super().__init__()
         self.model = model
-        # W / global batch: the ranks' average gradient is then that of the global mean loss.
-        self.loss_scale = world_size / global_batch_size
+        # W / global batch: the ranks' average gradient is then that of the global mean loss
+        # (times optim.loss_weight, DLRMv4's 0.2; the reported loss_sum is unweighted).
+        self.loss_scale = world_size / global_batch_size * loss_weight
 
     def forward(
         self, batch: Batch

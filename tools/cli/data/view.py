@@ -9,10 +9,14 @@ from typing import Any
 import numpy as np
 
 from shardrec.dataloader.format.integrity import id_out_of_range
-from shardrec.dataloader.format.manifest import DatasetError, Manifest, open_split
+from shardrec.dataloader.format.manifest import DatasetError, Manifest
+from shardrec.dataloader.format.part_file import open_split
+from shardrec.dataloader.format.raw_ids import MISSING_KEY
 from shardrec.tools.cli.common import save_figure
 
 logger = logging.getLogger(__name__)
+EVENT_ROWS = 65536
+"""Anchors of an event-log dataset whose dense features `data stats` describes."""
 
 
 def split_table(manifest: Manifest) -> list[dict[str, Any]]:
@@ -52,17 +56,14 @@ def feature_table(manifest: Manifest) -> list[dict[str, Any]]:
 def dense_table(
     directory: Path, manifest: Manifest, split: str = "train", max_rows: int = 1_000_000
 ) -> list[dict[str, Any]]:
-    """Mean / std (n - 1) / min / max of each transformed dense feature over up to max_rows rows:
+    """Mean / std (n - 1) / min / max of each transformed dense feature over up to max_rows rows
+    (an event-log dataset: of its first anchors, EVENT_ROWS at most, as the loader makes them):
     the sums of numpy's pairwise summation over each column, as pandas' describe() computed them
     (no pandas: its import alone took most of `data stats`' second)."""
-    parts = open_split(directory, split, manifest) if split in manifest.splits else []
-    taken, left = [], max_rows
-    for p in parts:
-        if left <= 0:
-            break
-        taken.append(np.asarray(p.dense[:left], dtype=np.float64))
-        left -= len(taken[-1])
-    values = np.concatenate(taken) if taken else np.zeros((0, len(manifest.dense_features)))
+    if manifest.kind == "events":
+        values = _event_dense(directory, manifest, split, max_rows)
+    else:
+        values = _stored_dense(directory, manifest, split, max_rows)
     out = []
     n = len(values)
     for j, name in enumerate(manifest.dense_features):
@@ -75,6 +76,25 @@ def dense_table(
              "max": float(high)}
         )  # fmt: skip
     return out
+
+
+def _stored_dense(directory: Path, manifest: Manifest, split: str, max_rows: int) -> np.ndarray:
+    parts = open_split(directory, split, manifest) if split in manifest.splits else []
+    taken, left = [], max_rows
+    for p in parts:
+        if left <= 0:
+            break
+        taken.append(np.asarray(p.dense[:left], dtype=np.float64))
+        left -= len(taken[-1])
+    return np.concatenate(taken) if taken else np.zeros((0, len(manifest.dense_features)))
+
+
+def _event_dense(directory: Path, manifest: Manifest, split: str, max_rows: int) -> np.ndarray:
+    from shardrec.dataloader.events.event_batches import EventBatcher, EventSource
+
+    source = EventSource(directory, split, manifest)
+    first = tuple(column[: min(max_rows, EVENT_ROWS)] for column in source.timeline)
+    return EventBatcher.of(source).make(first).dense_features.numpy().astype(np.float64)
 
 
 def dataset_stats(directory: Path) -> dict[str, Any]:
@@ -90,8 +110,11 @@ def dataset_stats(directory: Path) -> dict[str, Any]:
 
 
 def head_rows(directory: Path, n: int = 5, split: str = "train") -> list[dict[str, Any]]:
-    """The first n rows of a split, decoded: label, transformed dense values, sparse ids."""
+    """The first n rows of a split, decoded: label, transformed dense values, sparse ids (of an
+    event-log dataset: its first anchors in the loader's order, their history gathered)."""
     manifest = Manifest.load(directory)
+    if manifest.kind == "events":
+        return _event_rows(directory, manifest, n, split)
     out: list[dict[str, Any]] = []
     for part in open_split(directory, split, manifest):
         for r in range(min(n - len(out), part.rows)):
@@ -104,6 +127,10 @@ def head_rows(directory: Path, n: int = 5, split: str = "train") -> list[dict[st
                 else:
                     row[feat.name] = int(part.sparse[feat.name][r])
                 ids = row[feat.name] if feat.multi_hot else [row[feat.name]]
+                if feat.raw:  # 64-bit ids as they are; the empty field's value shown empty
+                    if not feat.multi_hot and row[feat.name] == MISSING_KEY:
+                        row[feat.name] = None
+                    continue
                 if any(
                     i >= feat.cardinality for i in ids
                 ):  # shown as it is, it would pass for a real id
@@ -111,6 +138,27 @@ def head_rows(directory: Path, n: int = 5, split: str = "train") -> list[dict[st
             out.append(row)
         if len(out) >= n:
             break
+    return out
+
+
+def _event_rows(directory: Path, manifest: Manifest, n: int, split: str) -> list[dict[str, Any]]:
+    from shardrec.dataloader.events.event_batches import EventBatcher, EventSource
+
+    source = EventSource(directory, split, manifest)
+    rows = min(n, len(source.timeline[0]))
+    if not rows:
+        return []
+    batch = EventBatcher.of(source).make(tuple(column[:rows] for column in source.timeline))
+    jt = batch.sparse_features.to_dict()
+    out = []
+    for r in range(rows):
+        row: dict[str, Any] = {"label": int(batch.labels[r])}
+        row.update(zip(manifest.dense_features, map(float, batch.dense_features[r])))
+        for name, values in jt.items():
+            start = int(values.lengths()[:r].sum())
+            kept = values.values()[start : start + int(values.lengths()[r])].tolist()
+            row[name] = kept if manifest.feature(name).multi_hot else kept[0]
+        out.append(row)
     return out
 
 

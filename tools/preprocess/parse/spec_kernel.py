@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from shardrec.dataloader.util.jit import njit
-from shardrec.tools.preprocess.ids.id_maps import mix64_scalar
+from shardrec.dataloader.util.splitmix import mix64_scalar
 from shardrec.tools.preprocess.parse.parse_kernel import (
     decode_hex,
     decode_int,
@@ -45,7 +45,9 @@ BINARY, THRESHOLD, MAPPING = 0, 1, 2  # label modes
     BAD_HEX,
     BAD_FLOAT,
     BAD_QUOTE,
-) = range(8)
+    SIDE_LENGTH,
+) = range(9)
+KEEP_LAST, RAW = 1, 2  # list field flags: a sequence keeps its last values; integers as written
 
 
 @njit(cache=True, nogil=True, boundscheck=False, inline="always")
@@ -132,23 +134,43 @@ def _label(buf, s, e, escaped, mode, threshold, keys, values, point):
 
 
 @njit(cache=True, nogil=True, boundscheck=False, inline="always")
-def _list(buf, s, e, kind, sep, max_length, escaped, out, pos):
-    """Append a list field's first max_length non-empty values to out[pos:]; (count, reason)."""
-    count, reason, a = 0, -1, s
+def _list(buf, s, e, kind, sep, max_length, escaped, out, pos, keep_last, raw):
+    """Append a list field's first (keep_last: last) max_length non-empty values to out[pos:];
+    (count, reason, values in the field). raw: integers kept as written (a negative one is
+    bad_integer)."""
+    skip, total = 0, 0
+    if keep_last:
+        a = s
+        while a <= e:
+            b = a
+            while b < e and buf[b] != sep:
+                b += 1
+            if b > a:
+                total += 1
+            a = b + 1
+        skip = max(0, total - max_length)
+    count, reason, a, seen = 0, -1, s, 0
     while a <= e:
         b = a
         while b < e and buf[b] != sep:
             b += 1
-        if b > a and count < max_length:
-            if pos + count >= len(out):  # the caller's bound fell short
-                return count, -2
-            v, r = _categorical(buf, a, b, kind, escaped)
-            out[pos + count] = v
-            count += 1
-            if r >= 0 and reason < 0:
-                reason = r
+        if b > a:
+            if seen >= skip and count < max_length:
+                if pos + count >= len(out):  # the caller's bound fell short
+                    return count, -2, seen
+                if raw:
+                    w, ok = decode_int(buf, a, b)
+                    v = np.uint64(w) if ok and w >= 0 else np.uint64(0)
+                    r = -1 if ok and w >= 0 else BAD_INTEGER
+                else:
+                    v, r = _categorical(buf, a, b, kind, escaped)
+                out[pos + count] = v
+                count += 1
+                if r >= 0 and reason < 0:
+                    reason = r
+            seen += 1
         a = b + 1
-    return count, reason
+    return count, reason, seen
 
 
 @njit(cache=True, nogil=True)
@@ -178,9 +200,12 @@ def _short_int(buf, s, e):
 def parse_spec_rows(
     buf, delim, quoting, point, nmin, role, slot, kind, seps, max_lengths, label_field, label_mode, threshold,
     keys, values, labels, dense, dmiss, sparse, smiss, lvalues, lstart, llen, reason, bad_field, row_start, row_end,
+    flags, primary,
 ):  # fmt: skip
     """Fill the per-row arrays (sized to the newlines in buf) and the flat list values; returns
-    (rows, list values written). role/slot/kind/seps/max_lengths hold one entry per field index.
+    (rows, list values written). role/slot/kind/seps/max_lengths hold one entry per field index,
+    and so do flags (KEEP_LAST: a sequence keeps its last values; RAW: integers kept as written)
+    and primary (a side sequence's primary field, -1 for others: both hold as many values).
 
     Each row is cut into its fields first (start, end, escaped: a few entries that stay in L1),
     then decoded one kind of column at a time: a loop over the integer columns, one over the hex,
@@ -196,6 +221,7 @@ def parse_spec_rows(
     floats, lists = _fields_of(role, kind, DENSE, FLOAT), _fields_of(role, kind, LIST, -1)
     others = np.sort(np.concatenate((np.array([label_field]), floats, lists)))
     fs, fe, fx = np.zeros(nf, np.int64), np.zeros(nf, np.int64), np.zeros(nf, np.bool_)
+    totals = np.zeros(nf, np.int64)
     while i < n:
         row_start[row] = i
         ur = np.uint64(row)
@@ -234,13 +260,20 @@ def parse_spec_rows(
                 bad = -1 if ok else BAD_FLOAT
             else:
                 lstart[ur, k] = pos
-                cnt, bad = _list(buf, s, e, kind[g], seps[g], max_lengths[g], fx[g], lvalues, pos)
+                cnt, bad, totals[g] = _list(
+                    buf, s, e, kind[g], seps[g], max_lengths[g], fx[g], lvalues, pos,
+                    flags[g] & KEEP_LAST, flags[g] & RAW,
+                )  # fmt: skip
                 if bad == -2:
                     return row, -1
                 llen[ur, k] = cnt
                 pos += cnt
             if bad >= 0 and g < first_bad:
                 first_bad, code = g, bad
+        for t in range(len(others)):  # a side sequence holds as many values as its primary
+            g = others[t]
+            if primary[g] >= 0 and totals[g] != totals[primary[g]] and g < first_bad:
+                first_bad, code = g, SIDE_LENGTH
         for t in range(len(ints)):
             g = ints[t]
             s, e, k = fs[g], fe[g], np.uint64(slot[g])
@@ -324,14 +357,16 @@ def _row_reason(
 @njit(cache=True, nogil=True, boundscheck=False)
 def hash_lists_into(lvalues, lstart, llen, c, rows, cardinality, out, offsets, base, at):
     """Hash list column c's values of the kept `rows` onto out[at:], and their row offsets onto
-    offsets[base + 1 :]; returns the new end of out. Ids as parse_kernel.hash_rows_into's."""
-    mod = np.uint64(cardinality - 1)
+    offsets[base + 1 :]; returns the new end of out. Ids as parse_kernel.hash_rows_into's (a
+    raw-id column, cardinality 0, keeps its values)."""
+    mod = np.uint64(max(cardinality - 1, 1))
     one = np.uint64(1)
     for k in range(len(rows)):
         r = rows[k]
         s = lstart[r, c]
         for t in range(llen[r, c]):
-            out[at] = one + mix64_scalar(lvalues[s + t]) % mod
+            v = lvalues[s + t]
+            out[at] = v if cardinality == 0 else one + mix64_scalar(v) % mod
             at += 1
         offsets[base + k + 1] = at
     return at

@@ -24,6 +24,7 @@ from shardrec.dataloader.spec.feature_spec import (
     FeatureSpec,
     LabelColumn,
     ListColumn,
+    SequenceColumn,
     SpecError,
 )
 from shardrec.tools.preprocess.ids.id_maps import hash_bytes
@@ -36,6 +37,7 @@ _ROLE = {
     DenseColumn: k.DENSE,
     CategoricalColumn: k.CATEGORICAL,
     ListColumn: k.LIST,
+    SequenceColumn: k.LIST,
 }
 _KIND = {"hex": k.HEX, "integer": k.INTEGER, "string": k.STRING, "int": k.INT, "float": k.FLOAT}
 
@@ -55,6 +57,10 @@ class Program:
     max_lengths: np.ndarray
     label_field: int
     min_fields: int
+    flags: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
+    """List fields: spec_kernel.KEEP_LAST (a sequence) and RAW (integers kept as written)."""
+    primary: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    """A side sequence's primary field (-1 for every other field)."""
     keys: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
     """Label mapping: hashes of the written values (ids.hash_bytes), and their labels beside
     them."""
@@ -165,21 +171,30 @@ def resolve_program(
     role, slot, kind = np.zeros(nf, np.int8), np.zeros(nf, np.int32), np.zeros(nf, np.int8)
     seps, max_lengths = np.full(nf, 10, np.uint8), np.zeros(nf, np.int32)
     counts = {k.DENSE: 0, k.CATEGORICAL: 0, k.LIST: 0}
+    flags, primary = np.zeros(nf, np.int8), np.full(nf, -1, np.int32)
+    field_of = {c.name: f for c, f in zip(spec.columns, fields)}
     for c, f in zip(spec.columns, fields):
         role[f] = _ROLE.get(type(c), k.IGNORE)
+        if isinstance(c, SequenceColumn):
+            flags[f] = k.KEEP_LAST | (k.RAW if c.raw else 0)
+            if c.side_of:
+                primary[f] = field_of[c.side_of]
         if role[f] in counts:
             slot[f], counts[role[f]] = counts[role[f]], counts[role[f]] + 1
         if isinstance(c, (DenseColumn, CategoricalColumn)):
             kind[f] = _KIND[c.type if isinstance(c, DenseColumn) else c.kind]
         if isinstance(c, ListColumn):
             seps[f], max_lengths[f] = ord(c.separator), c.max_length
+    for f in fields:  # a side keeps as many values as its primary
+        if primary[f] >= 0:
+            max_lengths[f] = max_lengths[primary[f]]
     label = spec.label
     keys = np.array([hash_bytes(v.encode()) for v in label.mapping], np.uint64)
     values = np.array(list(label.mapping.values()), np.uint8)
     names = tuple(owner[f] for f in range(nf))
     min_fields = spec.format.min_fields or nf
     return Program(spec, names, role, slot, kind, seps, max_lengths, fields[spec.columns.index(label)], min_fields,
-                   keys, values)  # fmt: skip
+                   flags, primary, keys, values)  # fmt: skip
 
 
 def criteo_schema(program: Program) -> tuple[Schema, str] | None:
@@ -225,6 +240,23 @@ class SpecChunk(ChunkRows):
     bad_field: np.ndarray  # int16 [rows]: field index of the first bad field
     row_start: np.ndarray  # int64 [rows]
     row_end: np.ndarray  # int64 [rows]: offset of the row's newline
+    dictionaries: dict[int, DictionaryValues] = field(default_factory=dict)
+    """One-hot columns (by slot) given as a dictionary of values and each row's index into it,
+    not in `sparse` (a Parquet column read as a dictionary, in hashing mode: each distinct value
+    is hashed once)."""
+
+
+@dataclass
+class DictionaryValues:
+    """A column as distinct values and each row's index: values[indices[at + r]] is row r's value
+    unless bit at + r of `valid` is clear (a null; an empty bitmap: no nulls) or the entry is
+    absent (an empty value)."""
+
+    values: np.ndarray  # uint64 [entries]
+    absent: np.ndarray  # bool [entries]
+    indices: np.ndarray  # int8/16/32/64 [at + rows]
+    valid: np.ndarray  # uint8 validity bitmap, or empty
+    at: int
 
 
 def _list_bound(buf: np.ndarray, rows: int, program: Program) -> int:
@@ -266,7 +298,8 @@ def parse_spec_chunk(data: bytes | memoryview | np.ndarray, program: Program) ->
         program.slot, program.kind, program.seps, program.max_lengths, program.label_field, mode,
         float(label.threshold or 0.0), program.keys, program.values, out.labels, out.dense, out.dense_missing,
         out.sparse, out.sparse_missing, out.list_values,
-        out.list_start, out.list_len, out.reason, out.bad_field, out.row_start, out.row_end,
+        out.list_start, out.list_len, out.reason, out.bad_field, out.row_start, out.row_end, program.flags,
+        program.primary,
     )  # fmt: skip
     assert done == rows and used >= 0, "the list bound covers every value"
     return out

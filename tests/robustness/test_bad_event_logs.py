@@ -1,0 +1,123 @@
+"""A malformed event log is refused in one line naming the file, the row (Parquet) or line (CSV),
+the column and the value, and no dataset is written."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
+import pytest
+from helpers import assert_one_line_error, cli
+
+from shardrec.tools.synth.yambda import write_yambda_like
+
+SPEC = """
+[format]
+kind = "{kind}"
+
+[items.artist]
+file = "artist_item_mapping.parquet"
+value = "artist_id"
+
+[history]
+length = 12
+min_history = 4
+"""
+
+
+@pytest.fixture(scope="module")
+def log(tmp_path_factory) -> pa.Table:
+    raw = tmp_path_factory.mktemp("raw")
+    write_yambda_like(raw, 3_000, seed=1)
+    table = pq.read_table(raw / "events.parquet")
+    return table.set_column(4, "event_type", table["event_type"].cast(pa.string()))
+
+
+def _write(tmp_path: Path, table: pa.Table, kind: str) -> tuple[Path, Path]:
+    from shardrec.tools.synth.yambda import yambda_like
+
+    maps = yambda_like(3_000, seed=1)["artist"]
+    pq.write_table(pa.table(maps), tmp_path / "artist_item_mapping.parquet")
+    spec = tmp_path / "spec.toml"
+    spec.write_text(SPEC.format(kind=kind))
+    path = tmp_path / f"events.{kind}"
+    if kind == "parquet":
+        pq.write_table(table, path)
+    else:
+        pcsv.write_csv(table, path)
+    return path, spec
+
+
+def _preprocess(path: Path, spec: Path, out: Path):
+    return cli("preprocess", path, "--events", spec, "--out", out, ok=False)
+
+
+def test_a_good_log_makes_a_dataset_that_verifies_until_a_byte_changes(tmp_path, log):
+    path, spec = _write(tmp_path, log, "csv")
+    out = tmp_path / "out"
+    result = cli("preprocess", path, "--events", spec, "--out", out)
+    assert "samples in" in result.output and (out / "manifest.json").is_file()
+    verified = json.loads(cli("data", "verify", out, "--json").stdout)
+    assert verified["ok"] and verified["problems"] == []
+    head = json.loads(cli("data", "head", out, "--rows", "2", "--json").stdout)
+    assert len(head) == 2 and len(head[0]["hist_item"]) == len(head[0]["hist_ts"]) > 0
+    part = out / "events" / "part-00000.arrow"
+    data = bytearray(part.read_bytes())
+    data[len(data) // 2] ^= 1
+    part.write_bytes(bytes(data))
+    result = cli("data", "verify", out, "--json", ok=False)
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["problems"] == [f"{part}: sha256 differs from the manifest's"]
+
+
+def test_a_timestamp_before_its_users_previous_event_is_refused(tmp_path, log):
+    ts = log["timestamp"].to_pylist()
+    ts[5], ts[6] = ts[6] + 100, ts[5]  # user 0's 6th event now comes after its 7th
+    path, spec = _write(
+        tmp_path, log.set_column(2, "timestamp", pa.array(ts, pa.uint32())), "parquet"
+    )
+    result = _preprocess(path, spec, tmp_path / "out")
+    assert_one_line_error(
+        result,
+        rf"^error: {re.escape(str(path))}: row 6: timestamp: {ts[6]} is before {ts[5]}, the "
+        r"previous event of user 0; events must be in time order within each user",
+    )
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_a_missing_column_is_refused_with_the_columns_there_are(tmp_path, log):
+    path, spec = _write(tmp_path, log.drop_columns(["played_ratio_pct"]), "csv")
+    result = _preprocess(path, spec, tmp_path / "out")
+    assert_one_line_error(
+        result,
+        rf"^error: {re.escape(str(path))}: column 'played_ratio_pct' not found \(columns: uid, "
+        rf"item_id, timestamp, .*\); set events.played_ratio in {re.escape(str(spec))}$",
+    )
+
+
+def test_an_item_outside_the_item_map_is_refused(tmp_path, log):
+    items = log["item_id"].to_pylist()
+    items[17] = 10_000_000
+    path, spec = _write(tmp_path, log.set_column(1, "item_id", pa.array(items, pa.uint32())), "csv")
+    result = _preprocess(path, spec, tmp_path / "out")
+    assert_one_line_error(
+        result,
+        rf"^error: {re.escape(str(path))}: line 19: item_id: 10000000 is not an item of "
+        rf"{re.escape(str(tmp_path / 'artist_item_mapping.parquet'))} \([\d,]+ items\)$",
+    )
+
+
+def test_an_unknown_event_type_is_refused_with_the_known_ones(tmp_path, log):
+    kinds = log["event_type"].to_pylist()
+    kinds[3] = "skip"
+    path, spec = _write(tmp_path, log.set_column(4, "event_type", pa.array(kinds)), "parquet")
+    result = _preprocess(path, spec, tmp_path / "out")
+    assert_one_line_error(
+        result,
+        rf"^error: {re.escape(str(path))}: row 3: event_type: 'skip' is not one of listen, like, "
+        r"dislike, unlike, undislike \(\[events.types\] in .*spec.toml\)$",
+    )

@@ -1,0 +1,294 @@
+"""An event log read whole and checked: its columns by the event spec, grouped by user in time
+order, with each event's action bit (listen-plus, like, skip).
+
+Bad input stops here in one line naming the file, the row (Parquet: its index from 0; CSV/TSV:
+the line, the header being line 1), the column and the value, and what to do:
+
+    events.parquet: row 1234: timestamp: 1700 is before 1705, the previous event of user 17;
+    events must be in time order within each user
+    events.parquet: column 'played_ratio_pct' not found (columns: uid, item_id, ...); set
+    events.played_ratio in spec.toml
+    events.parquet: row 9: item_id: 9400000 is not an item of artist_item_mapping.parquet
+    (9,390,624 items)
+
+Memory: the columns it reads (user, item and time as int64, type, played ratio, organic) for the
+whole log, about 34 bytes an event while it is grouped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from shardrec.dataloader.events.history_kernels import LIKE, LISTEN_PLUS, SKIP
+from shardrec.dataloader.spec.event_spec import MEANINGS, EventSpec, ItemMap
+
+
+class EventLogError(ValueError):
+    """An event log, or an item map, that cannot make a dataset; the message names the place."""
+
+
+@dataclass
+class EventLog:
+    """Events grouped by user (users ascending), each user's in time order (ties in file order)."""
+
+    user: np.ndarray
+    """[U] user ids, ascending."""
+    offsets: np.ndarray
+    """[U + 1] where each user's events start."""
+    item: np.ndarray
+    ts: np.ndarray
+    action: np.ndarray
+    """LISTEN_PLUS, LIKE, SKIP or 0 (in no pool: dislikes, unlikes, undislikes)."""
+    listen: np.ndarray
+    """The event is a listen (a sample where it has enough history)."""
+    organic: np.ndarray
+    artist: np.ndarray
+    """Of each item (0: no map or not in it)."""
+    album: np.ndarray
+    rows: int
+    """Events read."""
+    row: np.ndarray
+    """Each event's row in the input (the files in order, from 0)."""
+
+
+@dataclass
+class _Source:
+    """Where each read row came from, for messages."""
+
+    files: list[Path]
+    ends: np.ndarray
+    """Rows read up to and including each file."""
+    csv: bool
+
+    def where(self, row: int) -> str:
+        f = int(np.searchsorted(self.ends, row, side="right"))
+        local = row - (int(self.ends[f - 1]) if f else 0)
+        return f"{self.files[f]}: " + (f"line {local + 2}" if self.csv else f"row {local}")
+
+
+def _read_table(path: Path, kind: str, wanted: dict[str, str], spec_path: Path):
+    """The table of the columns `wanted` (spec key -> column name) of one file."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+
+    try:
+        if kind == "parquet":
+            names = pq.ParquetFile(path).schema_arrow.names
+        else:
+            delimiter = "\t" if kind == "tsv" else ","
+            options = pcsv.ParseOptions(delimiter=delimiter)
+            with pcsv.open_csv(path, parse_options=options) as reader:
+                names = reader.schema.names
+    except (OSError, pa.ArrowException) as e:
+        raise EventLogError(f"{path}: cannot read it as {kind}: {e}") from None
+    for key, column in wanted.items():
+        if column not in names:
+            shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
+            raise EventLogError(
+                f"{path}: column {column!r} not found (columns: {shown}); set {key} in {spec_path}"
+            )
+    columns = list(dict.fromkeys(wanted.values()))
+    try:
+        if kind == "parquet":
+            return pq.read_table(path, columns=columns)
+        strings = {c: pa.string() for c in columns}
+        return pcsv.read_csv(
+            path,
+            parse_options=pcsv.ParseOptions(delimiter="\t" if kind == "tsv" else ","),
+            convert_options=pcsv.ConvertOptions(include_columns=columns, column_types=strings),
+        )
+    except pa.ArrowException as e:
+        raise EventLogError(f"{path}: cannot read it as {kind}: {e}") from None
+
+
+def _integers(values, name: str, source: _Source, offset: int) -> np.ndarray:
+    """A column as int64; the first null, non-integer or negative value is refused."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+        try:
+            values = pc.cast(values, pa.int64())
+        except pa.ArrowInvalid:
+            for i, v in enumerate(values.to_pylist()):
+                if v == "":
+                    raise EventLogError(
+                        f"{source.where(offset + i)}: {name}: empty (every event needs one)"
+                    ) from None
+                try:
+                    int(v)
+                except (TypeError, ValueError):
+                    raise EventLogError(
+                        f"{source.where(offset + i)}: {name}: {v!r} is not an integer"
+                    ) from None
+            raise
+    if values.null_count:
+        i = int(np.argmax(~np.asarray(pc.is_valid(values))))
+        raise EventLogError(f"{source.where(offset + i)}: {name}: empty (every event needs one)")
+    if not pa.types.is_integer(values.type):
+        raise EventLogError(
+            f"{source.files[0]}: {name} holds {values.type}, not integers (ids and seconds)"
+        )
+    out = np.asarray(values.cast(pa.int64()), dtype=np.int64)
+    negative = np.flatnonzero(out < 0)
+    if len(negative):
+        i = int(negative[0])
+        raise EventLogError(f"{source.where(offset + i)}: {name}: {out[i]} is negative")
+    return out
+
+
+def _item_map(spec_path: Path, name: str, entry: ItemMap) -> tuple[np.ndarray, np.ndarray, str]:
+    """(items, their value) of one map file, and its path as shown."""
+    path = Path(entry.file)
+    path = path if path.is_absolute() else spec_path.parent / path
+    kind = "parquet" if path.suffix == ".parquet" else ("tsv" if path.suffix == ".tsv" else "csv")
+    table = _read_table(
+        path,
+        kind,
+        {f"items.{name}.item": entry.item, f"items.{name}.value": entry.value},
+        spec_path,
+    )
+    source = _Source([path], np.array([table.num_rows]), kind != "parquet")
+    items = _integers(table.column(entry.item).combine_chunks(), entry.item, source, 0)
+    values = _integers(table.column(entry.value).combine_chunks(), entry.value, source, 0)
+    order = np.argsort(items, kind="stable")
+    twice = np.flatnonzero(np.diff(items[order]) == 0)
+    if len(twice):
+        i = int(order[twice[0] + 1])
+        raise EventLogError(
+            f"{source.where(i)}: {entry.item}: item {items[i]} is mapped twice; keep one row per item"
+        )
+    return items, values, str(path)
+
+
+def read_event_log(
+    paths: list[Path],
+    spec: EventSpec,
+    spec_path: Path,
+    maps: tuple[np.ndarray, np.ndarray] | None = None,
+) -> EventLog:
+    """Read and check the log's files (in this order) and the spec's item maps (or `maps`, each
+    item's artist and album, as a model file holds them)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    cols = spec.events
+    wanted = {
+        "events.user": cols.user,
+        "events.item": cols.item,
+        "events.timestamp": cols.timestamp,
+        "events.type": cols.type,
+        "events.played_ratio": cols.played_ratio,
+    }
+    if cols.organic:
+        wanted["events.organic"] = cols.organic
+    tables = [_read_table(p, spec.format, wanted, spec_path) for p in paths]
+    ends = np.cumsum([t.num_rows for t in tables])
+    source = _Source(list(paths), ends, spec.format != "parquet")
+    parts: dict[str, list[np.ndarray]] = {
+        k: [] for k in ("user", "item", "ts", "type", "played", "organic")
+    }
+    meanings = list(cols.types)
+    written = pa.array([cols.types[m] for m in meanings])
+    for table, first in zip(tables, [0, *ends[:-1].tolist()]):
+        table = table.combine_chunks()
+        parts["user"].append(_integers(table.column(cols.user), cols.user, source, first))
+        parts["item"].append(_integers(table.column(cols.item), cols.item, source, first))
+        parts["ts"].append(_integers(table.column(cols.timestamp), cols.timestamp, source, first))
+        kinds = pc.cast(table.column(cols.type), pa.string())
+        index = pc.index_in(kinds, value_set=written)
+        if index.null_count:
+            i = int(np.argmax(~np.asarray(pc.is_valid(index))))
+            raise EventLogError(
+                f"{source.where(first + i)}: {cols.type}: {kinds[i].as_py()!r} is not one of "
+                f"{', '.join(cols.types.values())} ([events.types] in {spec_path})"
+            )
+        code = np.array([MEANINGS.index(m) for m in meanings], np.uint8)
+        parts["type"].append(code[np.asarray(index, dtype=np.int64)])
+        played = table.column(cols.played_ratio)
+        if pa.types.is_string(played.type):
+            played = pc.cast(pc.if_else(pc.equal(played, ""), None, played), pa.float64())
+        parts["played"].append(np.asarray(pc.fill_null(played.cast(pa.float64()), np.nan)))
+        if cols.organic:
+            organic = _integers(table.column(cols.organic), cols.organic, source, first)
+            parts["organic"].append(np.minimum(organic, 1).astype(np.uint8))
+        else:
+            parts["organic"].append(np.zeros(table.num_rows, np.uint8))
+    col = {k: np.concatenate(v) if v else np.zeros(0) for k, v in parts.items()}
+    rows = len(col["user"])
+    if rows == 0:
+        raise EventLogError(f"{paths[0]}: no events")
+    if maps is None:
+        artist, album = _maps(spec, spec_path, col["item"], source)
+    else:
+        artist, album = maps
+        outside = np.flatnonzero(col["item"] >= len(artist))
+        if len(outside):
+            i = int(outside[0])
+            raise EventLogError(
+                f"{source.where(i)}: {cols.item}: {col['item'][i]} is not an item the model knows "
+                f"({len(artist):,} items)"
+            )
+    # Users ascending, each user's events in file order: a stable sort.
+    order = np.argsort(col["user"], kind="stable")
+    user, ts = col["user"][order], col["ts"][order]
+    back = np.flatnonzero((np.diff(ts) < 0) & (np.diff(user) == 0))
+    if len(back):
+        i = int(back[0])
+        raise EventLogError(
+            f"{source.where(int(order[i + 1]))}: {cols.timestamp}: {ts[i + 1]} is before "
+            f"{ts[i]}, the previous event of user {user[i]}; events must be in time order within "
+            "each user (sort the log by user and time)"
+        )
+    kind, played = col["type"][order], col["played"][order]
+    listen = kind == MEANINGS.index("listen")
+    plus = listen & (played >= spec.played_ratio_min)
+    action = np.where(plus, LISTEN_PLUS, np.where(listen, SKIP, 0)).astype(np.uint8)
+    action[kind == MEANINGS.index("like")] = LIKE
+    users, starts = np.unique(user, return_index=True)
+    return EventLog(
+        user=users,
+        offsets=np.append(starts, rows).astype(np.int64),
+        item=col["item"][order],
+        ts=ts,
+        action=action,
+        listen=listen,
+        organic=col["organic"][order],
+        artist=artist,
+        album=album,
+        rows=rows,
+        row=order,
+    )
+
+
+def _maps(
+    spec: EventSpec, spec_path: Path, item: np.ndarray, source: _Source
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each item's artist and album (zeros without a map); an event's item outside a map is
+    refused."""
+    count = int(item.max()) + 1
+    found = {}
+    for name in ("artist", "album"):
+        if name not in spec.items:
+            continue
+        items, values, shown = _item_map(spec_path, name, spec.items[name])
+        size = int(items.max()) + 1 if len(items) else 0
+        outside = np.flatnonzero(item >= size)
+        if len(outside):
+            i = int(outside[0])
+            raise EventLogError(
+                f"{source.where(i)}: {spec.events.item}: {item[i]} is not an item of {shown} "
+                f"({size:,} items)"
+            )
+        mapped = np.zeros(size, np.int64)
+        mapped[items] = values
+        found[name] = mapped
+        count = max(count, size)
+    return tuple(  # type: ignore[return-value]
+        np.pad(found[n], (0, count - len(found[n]))) if n in found else np.zeros(count, np.int64)
+        for n in ("artist", "album")
+    )

@@ -1,0 +1,54 @@
+"""Raw event rows -> batches for `shardrec predict MODEL events.parquet`, by the model's own event
+spec and item maps.
+
+The file is read and checked as preprocessing reads a log (event_log.py); each listen with at
+least `min_history` earlier events of its user in the file is a sample, its history gathered from
+those earlier rows exactly as the loader gathers it. A row that is not a sample (another event
+type, too little history) gets no probability.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from torchrec.datasets.utils import Batch
+
+from shardrec.dataloader.events.event_batches import EventBatcher
+from shardrec.dataloader.events.event_files import EventPart
+from shardrec.dataloader.spec.event_spec import event_spec_from_dict
+from shardrec.tools.preprocess.events.event_log import EventLogError, read_event_log
+
+
+def event_row_batches(
+    header: dict[str, Any],
+    maps: tuple[np.ndarray, np.ndarray],
+    path: Path,
+    batch_size: int = 4096,
+) -> tuple[int, Iterator[tuple[Batch, np.ndarray]]]:
+    """(rows in the file, batches of its samples with each sample's row in the file)."""
+    spec = event_spec_from_dict(header["transform"]["events_spec"], f"{path}: the model's spec")
+    log = read_event_log([path], spec, path, maps=maps)
+    users = {t["name"]: t["rows"] for t in header["tables"]}.get("t_uid")
+    if users is not None and int(log.user.max()) >= users:
+        where = int(np.argmax(log.user >= users))
+        raise EventLogError(
+            f"{path}: {spec.events.user}: user {int(log.user[where])} is beyond the model's "
+            f"{users:,} users"
+        )
+    lengths = np.diff(log.offsets)
+    user_of = np.repeat(np.arange(len(lengths)), lengths)
+    place = np.arange(log.rows) - log.offsets[user_of]
+    chosen = np.flatnonzero(log.listen & (place >= spec.history.min_history))
+    part = EventPart(log.user, log.offsets, log.item, log.ts, log.action, log.organic)
+    batcher = EventBatcher(spec, header["feature_names"], [part], log.artist, log.album)
+
+    def batches() -> Iterator[tuple[Batch, np.ndarray]]:
+        for lo in range(0, len(chosen), batch_size):
+            mine = chosen[lo : lo + batch_size]
+            anchors = (np.zeros(len(mine), np.int64), user_of[mine], place[mine])
+            yield batcher.make(anchors), log.row[mine]
+
+    return log.rows, batches()

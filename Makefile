@@ -21,7 +21,7 @@ DEMO := runs/demo
 # fixtures are built once): the multi-process tests leave a core idle while a rank imports torch.
 TEST_WORKERS ?= 2
 
-.PHONY: setup wheels demo check test mutants gpu-check clean
+.PHONY: setup wheels demo check test bench-check mutants gpu-check clean
 
 setup: $(STAMP)
 
@@ -72,8 +72,14 @@ test: setup
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
+# The quick benchmarks, each ratio against its floor for this machine class (configs/bench-floors.toml;
+# tools/bench/check.py): minutes, not in CI. Run it on a quiet machine; exit 1 below a floor.
+bench-check: setup
+	$(BIN)/shardrec bench check
+
 # Mutation testing of the core modules (scripts/mutants.py; slow, not part of `make test` or CI):
-# prints each module's kill rate. MUTANTS="order files" runs only those.
+# prints each module's kill rate. MUTANTS="order files" runs only those; MUTANTS="--sample 4 format"
+# tests one mutant in 4 of format.py.
 mutants: setup
 	$(BIN)/pip install -q -e '.[test,mutants]'
 	$(BIN)/python scripts/mutants.py $(MUTANTS)

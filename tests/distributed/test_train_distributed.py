@@ -78,7 +78,8 @@ CW_LAYOUT = {1: "table_wise", 4: "data_parallel"}
 # Full Adagrad's column-wise checkpoint resumed under whole-row tables: its state reshards like the
 # weights.
 FULL_CW, FULL_RESUME = "full-w2-column_wise-sparse_dist", {1: "table_wise", 4: "data_parallel"}
-BF16 = ('train.precision="bf16"',)
+# allow_emulated_bf16: these runs check bf16's arithmetic, which an emulating CPU computes too.
+BF16 = ('train.precision="bf16"', "train.allow_emulated_bf16=true")
 BF16_REL_NORM, BF16_AUC = 0.1, 0.01
 
 

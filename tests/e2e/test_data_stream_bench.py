@@ -32,8 +32,9 @@ def test_bench_loader_reports_rates_and_ratios_against_same_run_baselines(tmp_pa
         "shardrec_shuffle", "shardrec_shuffle_many_parts", "shardrec_shuffle_numpy", "shardrec_no_shuffle",
         "shardrec_no_shuffle_many_parts", "torchrec_shuffle", "torchrec_no_shuffle", "torchrec_global_shuffle",
     }  # fmt: skip
-    many = r["rows_per_s"]["shardrec_shuffle_many_parts"] / r["rows_per_s"]["shardrec_shuffle"]
-    assert abs(r["ratios"]["many_parts_vs_one_part_shuffle"] - many) < 0.01
+    assert all(v > 0 for v in r["rows_per_s"].values())
+    assert all(v > 0 for v in r["rows_per_cpu_s"].values())
+    assert set(r["batches_per_run"].values()) == {4} and r["rounds"] == 1
     assert (
         r["torchrec_global_shuffle_build_s"] > 0
         and 0
@@ -41,16 +42,20 @@ def test_bench_loader_reports_rates_and_ratios_against_same_run_baselines(tmp_pa
         < r["rows_per_s"]["torchrec_global_shuffle"]
     )
     assert r["parts"] == 3
-    assert all(v > 0 for v in r["rows_per_s"].values())
-    ratio = r["rows_per_s"]["shardrec_shuffle"] / r["rows_per_s"]["torchrec_shuffle"]
-    assert abs(r["ratios"]["shardrec_vs_torchrec_shuffle"] - ratio) < 0.01
-    kernels = r["rows_per_s"]["shardrec_shuffle"] / r["rows_per_s"]["shardrec_shuffle_numpy"]
-    assert abs(r["ratios"]["shardrec_compiled_vs_numpy_shuffle"] - kernels) < 0.01
+    # 20,000 rows fit in the CPU's caches: no ratio is printed, each says why.
+    assert r["ratios"]["shardrec_vs_torchrec_shuffle"] == {
+        "too_small": "20,000 rows fit in the CPU's caches; use --rows >= 1,000,000",
+        "rounds": 1,
+    }
+    assert all("too_small" in v for v in r["ratios"].values())
     assert r["bytes_per_row"] > 100 and r["roofline_rows_per_s"] > 0
     assert 0.5 < r["shuffle_quality_drifting_labels"]["ratio"] < 3
     assert list(tmp_path.iterdir()) == []  # the generated data is removed
     bad = CliRunner().invoke(app, ["bench", "loader", "--rows", "100", "--global-batch", "1024"])
     assert_one_line_error(bad, re.escape("--rows >= 2 x --global-batch"))
+    text = CliRunner().invoke(app, [*args, "--work-dir", str(tmp_path)], env={"COLUMNS": "200"})
+    assert text.exit_code == 0, text.output
+    assert "shardrec vs torchrec shuffle: too small to measure (20,000 rows fit" in text.stdout
     bad = CliRunner().invoke(app, ["bench", "loader", "--parts", "0"])
     assert_one_line_error(bad, re.escape("--parts must be in [1, --rows], got 0"))
 
@@ -81,8 +86,10 @@ def test_bench_loader_multihot_reports_samples_per_rank_against_the_one_hot_load
     rates = r["samples_per_s_per_rank"]
     runs = [f"multihot_{n}_rows_{w}_workers" for n in (64, 100) for w in (0, 2)]
     assert set(rates) == {"one_hot", *runs} and r["ids_per_sample"] == 214
-    assert all(
-        r["vs_one_hot"][k] == pytest.approx(rates[k] / rates["one_hot"], abs=1e-3) for k in runs
+    assert all(rates[k] > 0 for k in rates) and r["rounds"] == 1
+    assert set(r["vs_one_hot"]) == set(runs) and all(
+        r["vs_one_hot"][k]["too_small"].startswith("4,096 rows fit in the CPU's caches")
+        for k in runs
     )
     assert r["vs_gpu_rate"]["one_hot"] == pytest.approx(rates["one_hot"] / 1.8e6, abs=1e-3)
     assert set(r["cpu_ns_per_sample"]) == set(rates) and all(

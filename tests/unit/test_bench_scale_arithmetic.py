@@ -16,7 +16,7 @@ from shardrec.tools.bench.scale.scale_bench import (
     prepare_work_dir,
     project,
 )
-from shardrec.tools.bench.scale.scale_stream import combine_ranks
+from shardrec.tools.bench.scale.scale_stream import combine_ranks, stream_ratio
 
 
 def test_ranks_side_by_side_count_every_row_over_the_slowest_loop():
@@ -89,3 +89,19 @@ def test_a_work_dir_the_bench_did_not_make_is_refused_before_anything_is_written
         sorted(p.name for p in tmp_path.iterdir()) == ["hash"]
         and (tmp_path / "hash" / "keep.npy").read_bytes() == b"x"
     )
+
+
+def test_the_stream_ratio_is_the_median_of_same_round_ratios_of_all_ranks_together():
+    def rnd(rows: int, loop_s: float, cpu_s: float) -> dict:
+        return {"rows": rows, "loop_s": loop_s, "cpu_s": cpu_s}
+
+    # Rounds of rows over the slowest rank's loop: stream 100, 90, 50 rows/s; one part 100 each.
+    measured = {
+        "stream": [rnd(100, 1.0, 1.0), rnd(90, 1.0, 0.5), rnd(50, 1.0, 1.0)],
+        "one_part": [rnd(100, 1.0, 1.0)] * 3,
+    }
+    r = stream_ratio(measured).to_dict()
+    assert (r["median"], r["low"], r["high"], r["rounds"]) == (0.9, 0.5, 1.0, 3)
+    assert r["per_cpu_s"]["median"] == 1.0  # 1.0, 1.8, 0.5 per CPU-second
+    short = {"stream": [rnd(100, 0.01, 0.01)] * 3, "one_part": [rnd(100, 0.01, 0.01)] * 3}
+    assert "too_small" in stream_ratio(short).to_dict()

@@ -9,6 +9,7 @@ from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from shardrec.trainer.job.config import ModelConfig
+from shardrec.trainer.model import models
 from shardrec.trainer.model.models import build_model
 
 
@@ -57,3 +58,51 @@ def test_dcnv2_takes_mixed_widths_and_dlrm_refuses_them() -> None:
         build_model(DLRM, _ebc((4, 8, 2)), ["f0", "f1", "f2"], 3)
     with pytest.raises(ValueError, match="no embedding table serves feature"):
         build_model(DLRM, _ebc(), ["f0", "f1", "f9"], 3)
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_the_dot_interaction_is_autograds_own_arithmetic_bit_for_bit(autocast: bool) -> None:
+    """PairwiseDots: the same forward and gradient bits as bmm(X, X^T)[:, rows, cols] under
+    autograd, in fp32 and under bf16 autocast (a change of rounding would move every run)."""
+    torch.manual_seed(0)
+    width = 27
+    rows, cols = torch.triu_indices(width, width, offset=1)
+    x = torch.randn(64, width, 16, requires_grad=True)
+    grad = torch.randn(64, len(rows))
+
+    def run(fn):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            out = fn(x * 1.0)  # a non-leaf, as the stacked embeddings are
+        (dx,) = torch.autograd.grad(out, x, grad.to(out.dtype))
+        return out, dx
+
+    ours = run(lambda t: models.PairwiseDots.apply(t, rows * width + cols))
+    autograds = run(lambda t: torch.bmm(t, t.transpose(1, 2))[:, rows, cols])
+    assert torch.equal(ours[0], autograds[0]) and torch.equal(ours[1], autograds[1])
+    x64 = torch.randn(3, 5, 4, dtype=torch.float64, requires_grad=True)
+    r5, c5 = torch.triu_indices(5, 5, offset=1)
+    assert torch.autograd.gradcheck(lambda t: models.PairwiseDots.apply(t, r5 * 5 + c5), (x64,))
+
+
+def test_auto_compiles_large_dense_layers_on_cpu_only() -> None:
+    big = models.COMPILE_MIN_DENSE_PARAMS
+    has_cxx = models.cpp_compiler() is not None
+    assert models.resolve_compile("auto", "cpu", big) is has_cxx
+    assert not models.resolve_compile("auto", "cpu", big - 1)  # the demo's 30 k: eager
+    assert not models.resolve_compile("auto", "cuda", big)  # not yet tested there
+    assert models.resolve_compile("on", "cuda", 1) and not models.resolve_compile("off", "cpu", big)
+
+
+def test_compiled_layers_run_in_training_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch.manual_seed(0)
+    model = build_model(DLRM, _ebc(), ["f0", "f1", "f2"], 3)
+    calls: list[str] = []
+    model._compiled = (
+        lambda x: calls.append("dense") or model._dense(x),
+        lambda d, s: calls.append("head") or model._head(d, s),
+    )
+    dense, kjt = torch.randn(5, 3), _kjt(["f0", "f1", "f2"])
+    trained = model(dense, kjt)
+    assert calls == ["dense", "head"] and model.compiled
+    model.eval()
+    assert torch.equal(model(dense, kjt), trained) and calls == ["dense", "head"]

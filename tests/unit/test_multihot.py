@@ -153,3 +153,51 @@ def test_spec_from_a_manifest_takes_its_cardinalities(tmp_path: Path):
     jagged = write_tiny_dataset(tmp_path / "j", rows={"train": [10]}, multi_hot=("f1",))
     with pytest.raises(ValueError, match="feature f1 is already multi-hot"):
         multihot_spec(jagged, [3, 1, 2, 4])
+
+
+def test_index_tables_are_cached_under_xdg_cache_home_or_home(tmp_path, monkeypatch):
+    """Where `shardrec data multihot` and the loader draw the tables once (README)."""
+    from shardrec.dataloader.multihot.multihot_tables import default_cache_dir
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_dir() == tmp_path / "xdg" / "shardrec" / "multihot"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert default_cache_dir() == tmp_path / "home" / ".cache" / "shardrec" / "multihot"
+
+
+def test_a_batch_expands_to_the_same_values_and_lengths_with_or_without_the_compiler(
+    tmp_path: Path,
+):
+    """A host without numba gets the batch the compiled path gives: the features' values one after
+    another, feature-major, each id's row in turn, and the lengths of every sample."""
+    tables = open_index_tables(tmp_path, MultiHotSpec((2, 1, 4), (10, 5, 300)))
+    ids = np.array([[0, 9, 12], [1, 4, 2], [299, 7, 300]], np.int64)  # [features, batch]
+    plain_values, plain_lengths = tables.expand_batch(ids, compiled=False)
+    plain_values = plain_values.copy()  # the pool may hand this memory to the next batch
+    values, lengths = tables.expand_batch(ids, compiled=True)
+    expected = np.concatenate([tables.expand(f, ids[f], compiled=False).ravel() for f in range(3)])
+    np.testing.assert_array_equal(plain_values, expected)
+    np.testing.assert_array_equal(values, expected)
+    np.testing.assert_array_equal(plain_lengths, [2, 2, 2, 1, 1, 1, 4, 4, 4])
+    np.testing.assert_array_equal(lengths, plain_lengths)
+
+
+def test_a_spec_from_a_manifest_draws_the_references_tables_by_default(tmp_path: Path):
+    """Unless told a seed, the tables are the ones the reference draws (numpy seeded with 0)."""
+    manifest = write_tiny_dataset(tmp_path / "d", rows={"train": [10]})
+    spec = multihot_spec(manifest, [3, 1, 2, 4])
+    tables = open_index_tables(tmp_path / "cache", spec)
+    for got, want in zip(tables.tables, reference_tables([3, 1, 2, 4], list(spec.rows), "uniform")):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_specs_that_differ_keep_their_own_tables_in_one_cache(tmp_path: Path):
+    """Two runs with other table rows share a cache directory without redrawing each other's."""
+    small, large = MultiHotSpec((3, 2), (10, 20)), MultiHotSpec((3, 2), (10, 21))
+    first = open_index_tables(tmp_path, small).directory
+    assert open_index_tables(tmp_path, large).directory != first
+    stamps = sorted((p.name, p.stat().st_mtime_ns) for p in first.iterdir())
+    again = open_index_tables(tmp_path, small)
+    assert again.directory == first
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in first.iterdir()) == stamps

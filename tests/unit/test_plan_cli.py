@@ -206,6 +206,51 @@ def test_bench_plan_trains_both_plans_of_a_cpu_case() -> None:
     row = run_case(Case("small/cpu-gloo x2", "random:4:6:1e4", "cpu-gloo", 2, 512))
     assert row["cost_model"] == "shardrec" and row["ratio_headline"] == row["ratio_shardrec_model"]
     assert row["measured_shardrec_ms"] > 0 and row["measured_torchrec_ms"] > 0
-    assert row["ratio_measured"] == pytest.approx(
-        row["measured_shardrec_ms"] / row["measured_torchrec_ms"]
-    )
+    # Through the rounds harness: a median with its spread, or why there is no figure.
+    measured = row["measured"]
+    assert measured["rounds"] == 3
+    if "too_small" in measured:
+        assert row["ratio_measured"] is None
+    else:
+        assert measured["low"] <= measured["median"] <= measured["high"]
+        assert row["ratio_measured"] == pytest.approx(measured["median"], abs=5e-4)
+
+
+def test_the_trained_plan_ratio_is_the_median_of_same_round_ratios_after_a_warm_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from shardrec.tools.bench.plan import plan_bench, reality
+
+    seen: dict = {}
+
+    def measure_plans(configs, texts, **kw):
+        seen.update(kw)
+        # Round 0 is the warm-up (a fresh process's one-off costs): it must not count.
+        ours = reality.Measured(0.05, [], [], [], [9.0, 0.050, 0.060, 0.045])
+        theirs = reality.Measured(0.1, [], [], [], [0.1, 0.100, 0.100, 0.090])
+        return ours, theirs
+
+    monkeypatch.setattr(reality, "measure_plans", measure_plans)
+    case = plan_bench.Case("small/cpu-gloo x2", "random:4:6:1e4", "cpu-gloo", 2, 512)
+    row = plan_bench.run_case(case)
+    assert seen["rounds"] == plan_bench.MEASURE_ROUNDS + 1 == 4
+    # Same-round ratios 0.5, 0.6, 0.5: the median and the spread; step times as medians.
+    assert row["measured"] == {
+        "median": 0.5, "low": 0.5, "high": 0.6, "spread": 0.2, "rounds": 3
+    }  # fmt: skip
+    assert row["ratio_measured"] == 0.5
+    assert (row["measured_shardrec_ms"], row["measured_torchrec_ms"]) == (50.0, 100.0)
+    plan_bench.print_plan_table(plan_bench._summary([row], 0.15))
+
+
+def test_a_trained_plan_ratio_of_short_runs_is_too_small_to_measure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from shardrec.tools.bench.plan import plan_bench, reality
+
+    short = reality.Measured(0.001, [], [], [], [0.001] * 4)  # 8 steps of 1 ms: 8 ms a run
+    monkeypatch.setattr(reality, "measure_plans", lambda configs, texts, **kw: (short, short))
+    case = plan_bench.Case("small/cpu-gloo x2", "random:4:6:1e4", "cpu-gloo", 2, 512)
+    row = plan_bench.run_case(case)
+    assert row["ratio_measured"] is None and "under 0.2 s" in row["measured"]["too_small"]
+    assert plan_bench._summary([row], 0.15)["cases_ratio_measured"] == 0

@@ -1,17 +1,24 @@
 """train.precision: bf16 autocast over the dense layers and the interaction, fp32 everywhere
-else."""
+else; `auto` picks bf16 only where it is native, an explicit bf16 where it is emulated is measured
+and refused unless insisted on."""
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import pytest
 import torch
+from helpers import assert_one_line_error
 from torchrec.datasets.utils import Batch
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+from typer.testing import CliRunner
 
+from shardrec.tools.cli.app import app
+from shardrec.trainer.job import precision
 from shardrec.trainer.job.config import ModelConfig, load_job_config
-from shardrec.trainer.model import models
 from shardrec.trainer.model.models import build_model
 from shardrec.trainer.model.objective import TrainModule
 
@@ -95,25 +102,103 @@ def test_fp32_runs_no_bf16_and_bf16_changes_the_logits() -> None:
 
 def test_precision_is_validated() -> None:
     assert load_job_config(None, ['train.precision="bf16"']).train.precision == "bf16"
-    with pytest.raises(ValueError, match=r"train.precision = 'fp16' is not one of fp32, bf16$"):
+    assert load_job_config(None, []).train.precision == "fp32"  # the demo's, on every machine
+    with pytest.raises(
+        ValueError, match=r"train.precision = 'fp16' is not one of fp32, bf16, auto$"
+    ):
         load_job_config(None, ['train.precision="fp16"'])
 
 
-def test_a_cpu_without_bf16_instructions_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
-    note = models.bf16_support_note("cpu")
-    assert note is not None and "no AVX512-BF16 or AMX" in note and "slower than fp32" in note
-    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
-    assert models.bf16_support_note("cpu") is None
+def _cpu_bf16(monkeypatch: pytest.MonkeyPatch, avx512_bf16: bool, amx: bool) -> None:
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
 
 
-def test_a_gpu_that_only_emulates_bf16_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("avx512_bf16, amx", [(True, False), (False, True), (False, False)])
+def test_auto_picks_bf16_only_on_a_cpu_with_native_bf16(
+    monkeypatch: pytest.MonkeyPatch, avx512_bf16: bool, amx: bool
+) -> None:
+    _cpu_bf16(monkeypatch, avx512_bf16, amx)
+    native = avx512_bf16 or amx
+    assert precision.resolve_precision("auto", "cpu") == ("bf16" if native else "fp32")
+    assert precision.resolve_precision("fp32", "cpu") == "fp32"
+    assert precision.resolve_precision("bf16", "cpu") == "bf16"  # explicit: checked, not changed
+
+
+def test_auto_picks_bf16_only_on_a_gpu_with_native_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
     """torch.cuda.is_bf16_supported() counts emulation by default (True on a V100 or T4)."""
     monkeypatch.setattr(
         torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation
     )
-    note = models.bf16_support_note("cuda")
+    assert precision.resolve_precision("auto", "cuda") == "fp32"
+    note = precision.bf16_support_note("cuda")
     assert note is not None and "no native bf16" in note and "emulated and slow" in note
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
-    assert models.bf16_support_note("cuda") is None
+    assert precision.resolve_precision("auto", "cuda") == "bf16"
+    assert precision.bf16_support_note("cuda") is None
+
+
+def test_explicit_bf16_on_an_emulating_cpu_is_measured_and_refused_unless_insisted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _cpu_bf16(monkeypatch, False, False)
+    monkeypatch.setattr(precision, "bf16_slowdown", lambda device="cpu": 14.2)
+    with pytest.raises(ValueError) as refused:
+        precision.check_precision("bf16", "cpu", allow_emulated=False)
+    assert str(refused.value) == (
+        "train.precision = 'bf16': bf16 matmuls run 14.2x slower than fp32 on this CPU (this CPU "
+        'has no AVX512-BF16 or AMX instructions: under train.precision = "bf16" its matmuls are '
+        "emulated and likely slower than fp32); train in fp32 (or 'auto', bf16 only where it is "
+        "native), or set train.allow_emulated_bf16 = true to insist"
+    )
+    note = precision.check_precision("bf16", "cpu", allow_emulated=True)
+    assert note is not None and note.startswith("bf16 matmuls run 14.2x slower than fp32")
+    assert note.endswith("training in bf16 anyway (train.allow_emulated_bf16 = true)")
+    # Nothing to measure or refuse: fp32, or bf16 where it is native.
+    assert precision.check_precision("fp32", "cpu", allow_emulated=False) is None
+    _cpu_bf16(monkeypatch, False, True)
+    assert precision.check_precision("bf16", "cpu", allow_emulated=False) is None
+
+
+def test_the_bf16_probe_times_real_matmuls_in_well_under_a_second() -> None:
+    start = time.perf_counter()
+    slowdown = precision.bf16_slowdown("cpu")
+    assert 0 < slowdown < 1000 and time.perf_counter() - start < 1.5
+
+
+def test_train_refuses_bf16_on_an_emulating_cpu_in_one_line_with_the_measured_slowdown(
+    monkeypatch: pytest.MonkeyPatch, tiny_dataset: Path
+) -> None:
+    """What the user sees, before any rank starts: one line with the probe's figure. The CPU's
+    flags and the probe's figure are injected, whatever this machine has."""
+    _cpu_bf16(monkeypatch, False, False)
+    monkeypatch.setattr(precision, "bf16_slowdown", lambda device="cpu": 14.2)
+    job = ["--data", str(tiny_dataset), "--set", "train.global_batch_size=64"]
+    result = CliRunner().invoke(app, ["train", *job, "--set", 'train.precision="bf16"'])
+    assert_one_line_error(
+        result,
+        r"^error: train.precision = 'bf16': bf16 matmuls run 14\.2x slower than fp32 on this CPU "
+        r"\(this CPU has no AVX512-BF16 or AMX instructions: .*\); train in fp32 .*"
+        r"or set train.allow_emulated_bf16 = true to insist$",
+    )
+
+
+@pytest.mark.parametrize(
+    "slowdown, refused", [(14.2, True), (1.01, True), (1.0, False), (0.4, False)]
+)
+def test_only_a_measured_slowdown_refuses_bf16(
+    monkeypatch: pytest.MonkeyPatch, slowdown: float, refused: bool
+) -> None:
+    """A CPU that reports no native bf16 but whose bf16 matmuls are no slower trains in bf16,
+    saying so: the refusal is about speed, and a wrong 'slower' would be a wrong answer."""
+    _cpu_bf16(monkeypatch, False, False)
+    monkeypatch.setattr(precision, "bf16_slowdown", lambda device="cpu": slowdown)
+    if refused:
+        with pytest.raises(ValueError, match=rf"run {slowdown:.1f}x slower than fp32 on this CPU"):
+            precision.check_precision("bf16", "cpu", allow_emulated=False)
+    else:
+        note = precision.check_precision("bf16", "cpu", allow_emulated=False)
+        assert note == (
+            f"bf16 matmuls run {1 / slowdown:.1f}x faster than fp32 on this CPU though it "
+            "reports no native bf16: training in bf16"
+        )

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shardrec.tools.bench.rounds import ratio_text
+
 NO_CUDA = 3
 OTHER_STACK = 5
 BENCH_LIMIT_S = int(os.environ.get("GPU_CHECK_BENCH_S", "150"))
@@ -298,14 +300,14 @@ def bench_train(gpus: int) -> tuple[list[Row], dict | None]:
     fp32 = Row(
         f"{name} fp32",
         "pass" if auc["ours_fp32"] >= FP32_MIN_AUC else "fail",
-        f"{rates['ours_fp32']:,.0f} samples/s, {result['ours_fp32_vs_stock_fp32']:.3f}x stock fp32 "
+        f"{rates['ours_fp32']:,.0f} samples/s, {ratio_text(result['ours_fp32_vs_stock_fp32'])} stock fp32 "
         f"({rates['stock_fp32']:,.0f}/s), AUC {auc['ours_fp32']:.4f} (stock {auc['stock_fp32']:.4f})",
         seconds,
     )
     bf16 = Row(
         f"{name} bf16",
         "pass" if result["bf16_auc_within_tolerance"] else "fail",
-        f"{rates['ours_bf16']:,.0f} samples/s, {result['ours_bf16_vs_stock_fp32']:.3f}x stock fp32, "
+        f"{rates['ours_bf16']:,.0f} samples/s, {ratio_text(result['ours_bf16_vs_stock_fp32'])} stock fp32, "
         f"AUC {auc['ours_bf16']:.4f} ({'within' if result['bf16_auc_within_tolerance'] else 'NOT within'} 0.002)",
         0.0,
     )

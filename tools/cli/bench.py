@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 
+from shardrec.tools.bench import check as bench_check
 from shardrec.tools.bench.loader import loader_bench as bench_loader
 from shardrec.tools.bench.loader import multihot_bench as loader_multihot
 from shardrec.tools.bench.loader import parts_bench as loader_parts
@@ -46,11 +47,19 @@ def loader(
         int, typer.Option("--global-batch", help="Samples per global batch.")
     ] = 8192,
     rounds: Annotated[
-        int, typer.Option(help="Interleaved rounds per configuration; the best counts.")
-    ] = 5,
+        int,
+        typer.Option(
+            help="Interleaved rounds after a warm-up; ratios are medians of same-round ones."
+        ),
+    ] = 7,
     max_batches: Annotated[
-        int, typer.Option("--max-batches", help="Batches timed per run (at most one epoch).")
-    ] = 200,
+        int,
+        typer.Option(
+            "--max-batches",
+            help="Batches per timed run (0: as many as take ~0.5 s, sized by each configuration's "
+            "warm-up).",
+        ),
+    ] = 0,
     work_dir: Annotated[
         Path | None,
         typer.Option(
@@ -100,9 +109,9 @@ def loader(
 ) -> None:
     """Loader rows/s as torchrec Batches on one thread, vs the memcpy roofline and torchrec's
     pipe."""
-    if rows < 2 * global_batch or global_batch <= 0 or rounds <= 0 or max_batches <= 0:
+    if rows < 2 * global_batch or global_batch <= 0 or rounds <= 0 or max_batches < 0:
         fail(
-            "need --rows >= 2 x --global-batch and positive --rounds/--max-batches, "
+            "need --rows >= 2 x --global-batch, positive --rounds and --max-batches >= 0, "
             f"got {rows}, {global_batch}, {rounds}, {max_batches}"
         )
     if work_dir is not None and not work_dir.is_dir():
@@ -113,7 +122,12 @@ def loader(
                 f"--part-rows must be at least --global-batch and --parts positive, got {part_rows}, {parts}"
             )
         result = loader_parts.run_parts_bench(
-            part_rows, parts, global_batch, rounds, max_batches, work_dir
+            part_rows,
+            parts,
+            global_batch,
+            rounds,
+            max_batches or loader_parts.RUN_BATCHES,
+            work_dir,
         )
         _show(result, json_out, loader_parts.print_result)
         return
@@ -165,6 +179,20 @@ def preprocess(
             "--workers against 1 (wall), no polars.",
         ),
     ] = False,
+    parquet: Annotated[
+        bool,
+        typer.Option(
+            "--parquet",
+            help="Instead: the --like rows as a Parquet file with its inferred spec, rows per CPU-second "
+            "against polars reading the same file (goal 1.5x).",
+        ),
+    ] = False,
+    rounds: Annotated[
+        int,
+        typer.Option(
+            help="Interleaved rounds after a warm-up; ratios are medians of same-round ones."
+        ),
+    ] = 3,
     json_out: JsonFlag = False,
 ) -> None:
     """Preprocess MB/s and peak RSS against a polars pipeline doing the same work (1 and all
@@ -172,10 +200,14 @@ def preprocess(
     from shardrec.tools.bench.preprocess.polars_pipeline import INSTALL_HINT
     from shardrec.tools.bench.preprocess.spec_bench import print_like_report, run_like_bench
 
-    if size_gb <= 0 or workers < 1:
-        fail(f"--size-gb ({size_gb}) and --workers ({workers}) must be positive")
+    if size_gb <= 0 or workers < 1 or rounds < 1:
+        fail(
+            f"--size-gb ({size_gb}), --workers ({workers}) and --rounds ({rounds}) must be positive"
+        )
+    if parquet and gzip:
+        fail("--parquet and --gzip are two different benchmarks: give one")
     if gzip:
-        _gzip_bench(size_gb, workers, work_dir, chunk_mb, json_out)
+        _gzip_bench(size_gb, workers, work_dir, chunk_mb, rounds, json_out)
         return
     if like not in ("criteo", "movielens", "avazu"):
         fail(f"--like {like!r} is not one of criteo, movielens, avazu")
@@ -187,16 +219,25 @@ def preprocess(
         work_dir = Path(tmp.name)
     work_dir.mkdir(parents=True, exist_ok=True)
     try:
-        if like == "criteo":
-            result = bench_preprocess.run_bench(size_gb, workers, work_dir, chunk_mb)
+        if parquet:
+            from shardrec.tools.bench.preprocess.parquet_bench import (
+                print_parquet_report,
+                run_parquet_bench,
+            )
+
+            result = run_parquet_bench(like, size_gb, workers, work_dir, chunk_mb, rounds)
+        elif like == "criteo":
+            result = bench_preprocess.run_bench(size_gb, workers, work_dir, chunk_mb, rounds)
         else:
-            result = run_like_bench(like, size_gb, workers, work_dir, chunk_mb)
+            result = run_like_bench(like, size_gb, workers, work_dir, chunk_mb, rounds)
     except RuntimeError as e:
         fail(str(e))
     finally:
         if tmp is not None:
             tmp.cleanup()
-    if like == "criteo":
+    if parquet:
+        _show(result, json_out, lambda r: print_parquet_report(r, console))
+    elif like == "criteo":
         _show(result, json_out, bench_preprocess.print_report)
     else:
         _show(result, json_out, lambda r: print_like_report(r, console))
@@ -278,6 +319,14 @@ def plan_reality(
             help="Run only plans whose estimate for all ranks is below this (0: 80% of available)."
         ),
     ] = 0.0,
+    managed: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Make the N largest tables managed tables of their rows: their id maps, on every "
+            "rank, in the estimates and the measurement (new ids every step: the maps' worst case).",
+        ),
+    ] = 0,
     json_out: JsonFlag = False,
 ) -> None:
     """Train 12+ plans (both planners', simple and bad ones) on local CPU ranks: which cost model
@@ -302,6 +351,7 @@ def plan_reality(
             rounds=rounds,
             profile=profile,
             memory_limit_bytes=memory_limit_gib * bench_reality.GiB,
+            managed_tables=managed,
         )
     except ValueError as e:
         fail(str(e))
@@ -350,8 +400,14 @@ def hitrate(
 def train(
     model: Annotated[
         str,
-        typer.Option(help="reference (the DLRM reference's shape) or demo (configs/demo.toml's)."),
+        typer.Option(
+            help="reference (the DLRM reference's shape), demo (configs/demo.toml's) or hstu "
+            "(configs/dlrmv4.toml's HSTU on a synthetic event log, against a plain PyTorch layer)."
+        ),
     ] = "reference",
+    rows: Annotated[
+        int, typer.Option(help="hstu: listens of the synthetic Yambda-like log it trains on.")
+    ] = 200_000,
     steps: Annotated[
         int,
         typer.Option(
@@ -359,7 +415,10 @@ def train(
         ),
     ] = 0,
     rounds: Annotated[
-        int, typer.Option(help="Interleaved rounds; ratios are medians of same-round ratios.")
+        int,
+        typer.Option(
+            help="Interleaved rounds after a warm-up; ratios are medians of same-round ones."
+        ),
     ] = 5,
     quality_steps: Annotated[
         int,
@@ -378,25 +437,139 @@ def train(
         str, typer.Option(help="cpu (gloo ranks) or cuda (NCCL, one GPU per rank).")
     ] = "cpu",
     threads: Annotated[int, typer.Option(help="Torch threads per rank (both sides).")] = 1,
+    managed: Annotated[
+        bool,
+        typer.Option(
+            "--managed",
+            help="Instead: managed tables (raw ids, id maps) against static tables of the same "
+            "rows, the same model and draws (CPU).",
+        ),
+    ] = False,
+    breakdown: Annotated[
+        bool,
+        typer.Option(
+            "--breakdown",
+            help="Also profile a few steps of each side: where a step's time goes, by category.",
+        ),
+    ] = False,
+    reference: Annotated[
+        Path | None,
+        typer.Option(
+            help="A checkout of facebookresearch/dlrm: measure against its torchrec_dlrm/dlrm_main.py "
+            "itself (each side in its own processes, CPU) instead of stock torchrec. With --model "
+            "hstu: a meta-recsys/generative-recommenders checkout (its root); its PyTorch attention "
+            "(pytorch_hstu_mha) in the plain layer is a second baseline.",
+        ),
+    ] = None,
     json_out: JsonFlag = False,
 ) -> None:
-    """Training samples/s: `shardrec train`'s path (fp32, bf16) vs stock torchrec, real loader vs
-    in-memory batches."""
+    """Training samples/s: `shardrec train`'s path (fp32, bf16) vs stock torchrec (or the DLRM
+    reference), real loader vs in-memory batches; --managed: managed tables vs static ones of the
+    same rows; --model hstu: HSTU against a plain PyTorch version of its layer (and the
+    reference's attention, --reference), and the shares of a step in attention, lookups and
+    all-to-alls."""
+    from shardrec.tools.bench.train import train_report
+
+    if model == "hstu":
+        if managed or breakdown:
+            fail("--managed and --breakdown are for the DLRM models (--model reference or demo)")
+        _hstu_train(rows, steps or 8, rounds, nproc, device, threads, reference, json_out)
+        return
     if model not in bench_train.MODELS:
-        fail(f"--model {model!r} is not one of {', '.join(bench_train.MODELS)}")
+        fail(f"--model {model!r} is not one of {', '.join([*bench_train.MODELS, 'hstu'])}")
     steps = steps or bench_train.MODELS[model][5]
     if steps < 2 or rounds < 1 or nproc < 1 or threads < 1 or quality_steps < 1:
         fail("--steps must be >= 2, --rounds, --nproc-per-node, --threads and --quality-steps >= 1")
+    if managed:
+        if device != "cpu":
+            fail("--managed measures on CPU ranks (--device cpu)")
+        from shardrec.tools.bench.train.managed_bench import print_managed, run_managed_bench
+
+        try:
+            result = run_managed_bench(model, steps, rounds, nproc, threads)
+        except (ValueError, RuntimeError) as e:
+            fail(str(e))
+        _show(result, json_out, print_managed)
+        return
+    breakdown_steps = BREAKDOWN_STEPS if breakdown else 0
     try:
         bench_train.check_device(device, nproc)
-        result = bench_train.run_bench(model, steps, rounds, quality_steps, nproc, device, threads)
+        if reference is not None:
+            if device != "cpu":
+                fail("--reference runs on CPU ranks only (--device cpu)")
+            from shardrec.tools.bench.train.reference_bench import run_reference_bench
+
+            raw = run_reference_bench(
+                reference, model, steps, rounds, nproc, threads, breakdown_steps
+            )
+            result = train_report.summarise_reference(raw, model, nproc, threads, steps, rounds)
+            _show(result, json_out, train_report.print_reference)
+            return
+        result = bench_train.run_bench(
+            model, steps, rounds, quality_steps, nproc, device, threads, breakdown_steps
+        )
     except (ValueError, RuntimeError) as e:
         fail(str(e))
-    _show(result, json_out, bench_train.print_result)
+    _show(result, json_out, train_report.print_result)
+
+
+BREAKDOWN_STEPS = 8
+"""Steps each side runs under the profiler for --breakdown."""
+
+
+def _hstu_train(
+    rows: int,
+    steps: int,
+    rounds: int,
+    nproc: int,
+    device: str,
+    threads: int,
+    reference: Path | None,
+    json_out: bool,
+) -> None:
+    from shardrec.tools.bench.sequence import hstu_bench
+
+    if device != "cpu":
+        fail("--model hstu: measured on CPU ranks (--device cpu)")
+    if rows < 1000 or steps < 2 or rounds < 1 or nproc < 1 or threads < 1:
+        fail("--rows must be >= 1000, --steps >= 2, --rounds, --nproc-per-node, --threads >= 1")
+    try:
+        result = hstu_bench.run_bench(rows, steps, rounds, nproc, threads, reference)
+    except (ValueError, RuntimeError) as e:
+        fail(str(e))
+    _show(result, json_out, hstu_bench.print_result)
+
+
+@bench_app.command("sequence")
+def sequence(
+    rows: Annotated[
+        int, typer.Option(help="Listens of the synthetic Yambda-like log both models train on.")
+    ] = 200_000,
+    seeds: Annotated[int, typer.Option(help="Runs of each model, one seed each.")] = 3,
+    steps: Annotated[int, typer.Option(help="Steps of each run (0: one epoch).")] = 0,
+    nproc: Annotated[int, typer.Option("--nproc-per-node", help="CPU ranks of each run.")] = 2,
+    json_out: JsonFlag = False,
+) -> None:
+    """Held-out AUC of HSTU (configs/dlrmv4.toml) against a DLRM that pools the same history, on a
+    synthetic log whose label depends on the order of each user's events; several seeds each."""
+    from shardrec.tools.bench.sequence import sequence_quality
+
+    if rows < 1000 or seeds < 2 or steps < 0 or nproc < 1:
+        fail("--rows must be >= 1000, --seeds >= 2 (a spread), --steps >= 0, --nproc-per-node >= 1")
+    try:
+        result = sequence_quality.run_quality(rows, seeds, steps, nproc)
+    except (ValueError, RuntimeError) as e:
+        fail(str(e))
+    _show(result, json_out, sequence_quality.print_result)
 
 
 def _gzip_bench(
-    size_gb: float, workers: int, work_dir: Path | None, chunk_mb: float, json_out: bool
+    size_gb: float,
+    workers: int,
+    work_dir: Path | None,
+    chunk_mb: float,
+    rounds: int,
+    json_out: bool,
 ) -> None:
     from shardrec.tools.bench.preprocess.gzip_bench import print_gzip_report, run_gzip_bench
 
@@ -404,10 +577,49 @@ def _gzip_bench(
         work = work_dir or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         try:
-            result = run_gzip_bench(size_gb, workers, work, chunk_mb)
+            result = run_gzip_bench(size_gb, workers, work, chunk_mb, rounds)
         except RuntimeError as e:
             fail(str(e))
     _show(result, json_out, print_gzip_report)
+
+
+@bench_app.command("quality")
+def quality(
+    days: Annotated[int, typer.Option(min=2, help="Days of the drifting log.")] = 6,
+    rows_per_day: Annotated[int, typer.Option(min=1000, help="Rows of each day.")] = 60_000,
+    seeds: Annotated[
+        str, typer.Option(help="Model seeds, comma-separated: one run per arm and seed.")
+    ] = "1,2,3",
+    max_vocab: Annotated[
+        int, typer.Option(min=4, help="Largest initial population of a table (synth's).")
+    ] = 100_000,
+    batch: Annotated[int, typer.Option(min=2, help="Global batch size.")] = 512,
+    nproc: Annotated[
+        int, typer.Option("--nproc-per-node", min=1, help="CPU ranks of every run.")
+    ] = 2,
+    work: Annotated[
+        Path | None,
+        typer.Option(
+            help="Keep the data and runs here (a rerun reuses them); default: a temp dir."
+        ),
+    ] = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """Managed tables (1/4 of the distinct ids) vs hashing into the same rows vs an unbounded
+    vocabulary, on a drifting log trained day by day with progressive validation."""
+    from shardrec.tools.bench.train.quality_bench import print_quality, run_quality
+
+    try:
+        chosen = [int(s) for s in seeds.split(",") if s.strip()]
+    except ValueError:
+        fail(f"--seeds {seeds!r}: expected integers separated by commas")
+    if not chosen:
+        fail("--seeds: give at least one")
+    try:
+        result = run_quality(work, days, rows_per_day, chosen, nproc, batch, max_vocab)
+    except (ValueError, RuntimeError) as e:
+        fail(str(e))
+    _show(result, json_out, print_quality)
 
 
 @bench_app.command("scale")
@@ -454,6 +666,41 @@ def scale(
         if work_dir is None:
             shutil.rmtree(work, ignore_errors=True)
     _show(result, json_out, bench_scale.print_result)
+
+
+@bench_app.command("check")
+def check(
+    only: Annotated[
+        str | None,
+        typer.Option(
+            help="Run only the benchmarks whose name contains this (loader, preprocess, train)."
+        ),
+    ] = None,
+    record: Annotated[
+        bool,
+        typer.Option(
+            "--record", help="Write this run's medians as the floors of this machine's class."
+        ),
+    ] = False,
+    note: Annotated[
+        str, typer.Option(help="With --record: a note kept beside the floors (provisional, why).")
+    ] = "",
+    floors: Annotated[Path, typer.Option(help="The floors file.")] = bench_check.FLOORS,
+    json_out: JsonFlag = False,
+) -> None:
+    """The quick benchmarks, each ratio against the floor recorded for this machine class (make
+    bench-check); exit 1 when one is below its floor or too small to measure."""
+    try:
+        result = bench_check.run_check(only, floors)
+    except (ValueError, RuntimeError) as e:
+        fail(str(e))
+    if record:
+        bench_check.record(result, floors, note)
+    _show(result, json_out, bench_check.print_check)
+    if record and not json_out:
+        console.print(f"recorded the floors of {result['machine_class']} in {floors}")
+    if not record and bench_check.failed(result):
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:

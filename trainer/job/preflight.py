@@ -39,6 +39,11 @@ def preflight(job: JobConfig, world_size: int) -> None:
         )
     check_ranks_fit(kind, world_size)
     check_device(job.optim.sparse, kind)
+    if job.train.precision == "bf16":
+        # torch only for an explicit bf16: the ranks would measure and refuse it too, N times.
+        from shardrec.trainer.job.precision import check_precision
+
+        check_precision("bf16", kind, job.train.allow_emulated_bf16)
     # The dataset as the model sees it (on-the-fly multi-hot ids resized): what the ranks will
     # build.
     manifest = data_options.model_manifest(Manifest.load(job.data.path), job.data)
@@ -90,6 +95,8 @@ def check_against_dataset(job: JobConfig, manifest: Manifest, world_size: int) -
         table_dims(manifest, job.model.embedding_dim, job.model.dims)
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from None
+    # A raw-id feature's table needs a raw-id kind and its rows; the job names no other feature.
+    table_specs(manifest, job.model.embedding_dim, job.model.dims, job.tables)
 
 
 def _check_plan_file(job: JobConfig, manifest: Manifest, world_size: int, kind: str) -> None:
@@ -102,7 +109,13 @@ def _check_plan_file(job: JobConfig, manifest: Manifest, world_size: int, kind: 
         plan_fingerprint,
     )
 
-    tables = table_specs(manifest, job.model.embedding_dim, job.model.dims)
+    tables = table_specs(
+        manifest,
+        job.model.embedding_dim,
+        job.model.dims,
+        job.tables,
+        unpooled_sequences=job.model.arch == "hstu",
+    )
     plan_file = load_plan(job.sharding.plan)
     try:
         check_kernels_run_on(plan_file, kind)  # before the fingerprint: it says why and what to do
@@ -124,7 +137,13 @@ def check_constraints(job: JobConfig, manifest: Manifest, world_size: int) -> No
         unsatisfiable,
     )
 
-    tables = table_specs(manifest, job.model.embedding_dim, job.model.dims)
+    tables = table_specs(
+        manifest,
+        job.model.embedding_dim,
+        job.model.dims,
+        job.tables,
+        unpooled_sequences=job.model.arch == "hstu",
+    )
     dims = {t.name: t.dim for t in tables}
     for name, constraint in parse_constraints(job.sharding.constraints, tables, world_size).items():
         if not sharding_options(constraint, dims[name], world_size, world_size):

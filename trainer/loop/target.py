@@ -2,10 +2,12 @@
 
 MLPerf DLRMv2 evaluates every fixed fraction of an epoch (0.05: 20 times) and ends the run
 once validation AUC reaches the target (0.80275); its figures are the time and the samples
-it took to get there. `EvalSchedule` says at which steps training evaluates (every
-eval.interval_steps, and every eval.every_epoch_fraction of an epoch counted from the
-epoch's first step); `TargetTracker` watches the evaluations and records the first that
-reaches train.target_auc.
+it took to get there. DLRMv4 evaluates every ROUND(0.001 x FLOOR(train samples / global
+batch)) steps, and skips the evaluations before a share of the epoch that depends on the global
+batch (eval.skip_until_fraction). `EvalSchedule` says at which steps training evaluates (every
+eval.interval_steps, and every eval.every_epoch_fraction of an epoch counted from the epoch's
+first step, from the skip point on); `TargetTracker` watches the evaluations and records the
+first that reaches train.target_auc.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ class EvalSchedule:
     """Every N global steps (0: off)."""
     epoch_steps: int
     """Every N steps counted from each epoch's first step (0: off)."""
+    skip_until_step: int = 0
+    """Scheduled evaluations before this global step are skipped (DLRMv4's skip_eval_epoch_pct)."""
 
     @classmethod
     def of(
@@ -31,19 +35,28 @@ class EvalSchedule:
         every_epoch_fraction: float,
         train_rows: int,
         global_batch_size: int,
+        rounding: str = "floor",
+        skip_until_fraction: float = 0.0,
     ) -> EvalSchedule:
         """The schedule for eval.interval_steps and eval.every_epoch_fraction over a training split
-        of
-        `train_rows`: every floor(fraction * rows / global batch) steps, MLPerf's
+        of `train_rows`: every floor(fraction * rows / global batch) steps, MLPerf DLRMv2's
         FLOOR(TOTAL_TRAINING_SAMPLES / (GLOBAL_BATCH_SIZE * NUM_EVAL)), exact (0.05 is 1/20, not the
-        float just above it)."""
+        float just above it); with `rounding` "round", DLRMv4's ROUND(fraction * FLOOR(rows /
+        global batch)). Evaluations wait until CEIL(skip_until_fraction * rows / global batch)."""
+        skip = math.ceil(Fraction(repr(skip_until_fraction)) * train_rows / global_batch_size)
         if every_epoch_fraction <= 0:
-            return cls(interval_steps, 0)
-        share = Fraction(repr(every_epoch_fraction)) * train_rows / global_batch_size
-        return cls(interval_steps, max(1, math.floor(share)))
+            return cls(interval_steps, 0, skip)
+        fraction = Fraction(repr(every_epoch_fraction))
+        if rounding == "round":
+            steps = round(fraction * (train_rows // global_batch_size))
+        else:
+            steps = math.floor(fraction * train_rows / global_batch_size)
+        return cls(interval_steps, max(1, steps), skip)
 
     def due(self, step: int, epoch_start: int) -> bool:
         """Whether training evaluates after `step` (of the epoch that began at `epoch_start`)."""
+        if step < self.skip_until_step:
+            return False
         return bool(
             (self.interval_steps and step % self.interval_steps == 0)
             or (self.epoch_steps and (step - epoch_start) % self.epoch_steps == 0)
@@ -51,6 +64,7 @@ class EvalSchedule:
 
     def next_after(self, step: int, epoch_start: int) -> int | None:
         """The first evaluation step after `step` (None when the schedule is empty)."""
+        step = max(step, self.skip_until_step - 1)
         candidates = []
         if self.interval_steps:
             candidates.append((step // self.interval_steps + 1) * self.interval_steps)

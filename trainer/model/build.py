@@ -10,6 +10,7 @@ plan-independent by construction: shardrec.embeddings.init).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 import torch
 import torch.distributed as dist
@@ -20,6 +21,8 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 from torchrec.optim.optimizers import in_backward_optimizer_filter
 
 from shardrec.dataloader.format.manifest import Manifest
+from shardrec.embeddings.dims import job_tables
+from shardrec.embeddings.managed.table_kinds import TableSettings
 from shardrec.embeddings.optim import (
     attach_fused_optimizer,
     replicated_table_optimizer,
@@ -42,9 +45,11 @@ from shardrec.sharding.torchrec.torchrec_plans import to_sharding_plan
 from shardrec.trainer.distributed.dist import DistEnv
 from shardrec.trainer.job.config import ModelConfig, OptimConfig, ShardingConfig, TrainConfig
 from shardrec.trainer.job.planning import plan_request
+from shardrec.trainer.job.precision import check_precision, resolve_precision
 from shardrec.trainer.job.preflight import check_trainable
-from shardrec.trainer.model.models import bf16_support_note, build_model
-from shardrec.trainer.model.objective import TRAIN_EBC_PATH, TrainModule
+from shardrec.trainer.model.hstu_model import build_hstu_model
+from shardrec.trainer.model.models import build_model, dense_parameters, resolve_compile
+from shardrec.trainer.model.objective import TRAIN_EBC_PATH, TRAIN_EC_PATH, TrainModule
 from shardrec.trainer.model.train_optimizer import (
     TrainOptimizer,
     build_dense_optimizer,
@@ -63,13 +68,36 @@ def build_train_module(
     global_batch_size: int,
     seed: int,
     precision: str = "fp32",
+    allow_emulated_bf16: bool = False,
+    compile_setting: str = "off",
+    sequence_dedup: bool = False,
+    loss_weight: float = 1.0,
 ) -> TrainModule:
     """The unsharded model (embeddings on the meta device, dense layers on `env.device`) wrapped
-    with its loss; `seed` seeds the dense layers' initial weights; `precision` is
-    train.precision."""
-    note = bf16_support_note(env.device.type) if precision == "bf16" else None
-    if note and env.is_main:
+    with its loss; `seed` seeds the dense layers' initial weights; `precision`, `compile_setting`
+    and `allow_emulated_bf16` are train.precision, train.compile and train.allow_emulated_bf16;
+    `sequence_dedup` (HSTU) sends each table's distinct ids only. ValueError for bf16 on a device
+    that only emulates it, unless allowed (the slowdown is measured and said)."""
+    if model_config.arch == "hstu":
+        return _hstu_train_module(
+            model_config,
+            manifest,
+            tables,
+            env,
+            global_batch_size=global_batch_size,
+            seed=seed,
+            precision=precision,
+            compile_setting=compile_setting,
+            sequence_dedup=sequence_dedup,
+            loss_weight=loss_weight,
+        )
+    device_type = env.device.type
+    resolved = resolve_precision(precision, device_type)
+    note = check_precision(resolved, device_type, allow_emulated_bf16)
+    if env.is_main and note:
         logger.warning(note)
+    if env.is_main and precision == "auto":
+        logger.info("train.precision = auto: %s on this %s", resolved, device_type)
     torch.manual_seed(seed)
     model = build_model(
         model_config,
@@ -77,9 +105,45 @@ def build_train_module(
         [name for t in tables for name in t.feature_names],
         len(manifest.dense_features),
         dense_device=env.device,
-        precision=precision,
+        precision=resolved,
     )
-    return TrainModule(model, global_batch_size, env.world_size)
+    if resolve_compile(compile_setting, device_type, dense_parameters(model)):
+        if env.is_main:
+            logger.info("compiling the dense layers and the interaction (train.compile)")
+        model.compile_dense(fall_back=compile_setting == "auto")
+    return TrainModule(model, global_batch_size, env.world_size, loss_weight)
+
+
+def _hstu_train_module(
+    model_config: ModelConfig,
+    manifest: Manifest,
+    tables: list[EmbeddingBagConfig],
+    env: DistEnv,
+    *,
+    global_batch_size: int,
+    seed: int,
+    precision: str,
+    compile_setting: str,
+    sequence_dedup: bool,
+    loss_weight: float,
+) -> TrainModule:
+    """HSTU's train module: fp32 (train.precision auto means fp32 here), not compiled."""
+    if precision not in ("fp32", "auto"):
+        raise ValueError(f'train.precision = "{precision}": HSTU trains in fp32 here (use "fp32")')
+    if compile_setting == "on":
+        raise ValueError(
+            'train.compile = "on": HSTU\'s layers are not compiled (use "auto" or "off")'
+        )
+    torch.manual_seed(seed)
+    with torch.device(env.device):  # the dense layers; the tables stay on the meta device
+        hstu = build_hstu_model(
+            model_config,
+            tables,
+            manifest.sparse_features,
+            len(manifest.dense_features),
+            dedup=sequence_dedup,
+        )
+    return TrainModule(hstu, global_batch_size, env.world_size, loss_weight)
 
 
 def plan_at_start(
@@ -92,6 +156,8 @@ def plan_at_start(
     optim: OptimConfig,
     dense: DenseFootprint | None = None,
     devices: list[DeviceMemory] | None = None,
+    table_settings: Mapping[str, TableSettings] | None = None,
+    stretch_steps: int = 0,
 ) -> PlanFile:
     """Plan with shardrec's planner when no plan file is given, with the request `shardrec plan`
     makes of this job (trainer.job.planning): rank 0 plans, every rank gets it. On CUDA,
@@ -114,6 +180,8 @@ def plan_at_start(
             device_kind=env.device.type,
             topology=topology,
             dense=dense,
+            tables=table_settings,
+            stretch_steps=stretch_steps,
         )
         holder[0] = plan_tables(request)
     if dist.is_initialized() and env.world_size > 1:
@@ -158,7 +226,13 @@ def build_sharding_plan(
     check_plan(plan, plan_fingerprint(tables, env.world_size, global_batch_size, env.device.type))
     check_trainable(plan)
     return to_sharding_plan(
-        plan, tables, TRAIN_EBC_PATH, env.world_size, env.local_world_size, env.device.type
+        plan,
+        tables,
+        TRAIN_EBC_PATH,
+        env.world_size,
+        env.local_world_size,
+        env.device.type,
+        unpooled_path=TRAIN_EC_PATH,
     )
 
 
@@ -191,21 +265,30 @@ def shard_model(
     needs."""
     # trainer.model.objective's loss scaling relies on torchrec averaging sharded gradients.
     assert comm_ops.get_gradient_division(), "torchrec gradient division was turned off"
-    module_plan = plan.plan[TRAIN_EBC_PATH]
-    ebc = module.model.sparse_arch.embedding_bag_collection
-    fused = []
-    for name in ebc.embedding_bags:
-        sharding = module_plan[name]  # type: ignore[index]
-        if sharding.compute_kernel in FUSED_KERNELS:
-            fused.append(name)
-        elif sharding.sharding_type != ShardingType.DATA_PARALLEL.value:
-            # Their gradients arrive summed, not through DDP; TrainOptimizer only handles the
-            # latter.
-            raise ValueError(
-                f"table {name}: compute_kernel {sharding.compute_kernel!r} is supported "
-                f"for data_parallel tables only; use one of {', '.join(FUSED_KERNELS)}"
-            )
-    attach_fused_optimizer(ebc, fused, optimizer=optim.sparse, lr=optim.sparse_lr, eps=optim.eps)
+    arch = module.model.sparse_arch
+    for path, collection in (
+        (TRAIN_EBC_PATH, arch.embedding_bag_collection),
+        (TRAIN_EC_PATH, getattr(arch, "embedding_collection", None)),
+    ):
+        if collection is None:
+            continue
+        module_plan = plan.plan[path]
+        tables = collection.embedding_bags if path == TRAIN_EBC_PATH else collection.embeddings
+        fused = []
+        for name in tables:
+            sharding = module_plan[name]  # type: ignore[index]
+            if sharding.compute_kernel in FUSED_KERNELS:
+                fused.append(name)
+            elif sharding.sharding_type != ShardingType.DATA_PARALLEL.value:
+                # Their gradients arrive summed, not through DDP; TrainOptimizer only handles the
+                # latter.
+                raise ValueError(
+                    f"table {name}: compute_kernel {sharding.compute_kernel!r} is supported "
+                    f"for data_parallel tables only; use one of {', '.join(FUSED_KERNELS)}"
+                )
+        attach_fused_optimizer(
+            collection, fused, optimizer=optim.sparse, lr=optim.sparse_lr, eps=optim.eps
+        )
     return DistributedModelParallel(
         module,
         env=ShardingEnv.from_process_group(dist.GroupMember.WORLD),
@@ -224,11 +307,21 @@ def build_sharded_model(
     optim: OptimConfig,
     sharding: ShardingConfig,
     plan: PlanFile | None = None,
+    table_settings: Mapping[str, TableSettings] | None = None,
+    stretch_steps: int = 0,
 ) -> tuple[DistributedModelParallel, list[EmbeddingBagConfig], PlanFile]:
     """The tables, the train module, its plan (planned at start when none is given, else checked
     against this job) and the sharded model; training and evaluation build it alike. The embedding
-    weights are not initialised here (a checkpoint or init_embedding_weights fills them)."""
-    tables = build_table_configs(manifest, model_config.embedding_dim, model_config.dims)
+    weights are not initialised here (a checkpoint or init_embedding_weights fills them).
+    `table_settings` are the job's `[tables.FEATURE]` (a raw-id feature's kind and rows)."""
+    table_settings = job_tables(manifest, table_settings)
+    tables = build_table_configs(
+        manifest,
+        model_config.embedding_dim,
+        model_config.dims,
+        table_settings,
+        unpooled_sequences=model_config.arch == "hstu",
+    )
     module = build_train_module(
         model_config,
         manifest,
@@ -237,6 +330,10 @@ def build_sharded_model(
         global_batch_size=train.global_batch_size,
         seed=train.fixed_seed,
         precision=train.precision,
+        allow_emulated_bf16=train.allow_emulated_bf16,
+        compile_setting=train.compile,
+        sequence_dedup=sharding.sequence_dedup,
+        loss_weight=optim.loss_weight,
     )
     devices = gather_devices(env)
     if plan is None:
@@ -249,6 +346,8 @@ def build_sharded_model(
             optim=optim,
             dense=dense_footprint(module, optim.dense),
             devices=devices,
+            table_settings=table_settings,
+            stretch_steps=stretch_steps,
         )
     sharding_plan = build_sharding_plan(plan, tables, env, train.global_batch_size)
     check_plan_fits(plan, devices, env)  # before sharding allocates any table
@@ -267,11 +366,15 @@ def build_optimizer(
     Parameters with a fused optimizer (the sharded tables) are left out; of the rest, the
     tables' weights are found by name (shardrec.embeddings.optim), everything else is dense.
     """
-    replicated = replicated_table_params(model, tables, TRAIN_EBC_PATH)
+    replicated = replicated_table_params(model, tables, TRAIN_EBC_PATH, TRAIN_EC_PATH)
     after_backward = in_backward_optimizer_filter(model.named_parameters(), include=False)
     dense = [p for fqn, p in after_backward if fqn not in replicated]
     dense_opt = build_dense_optimizer(
-        dense, optimizer=optim.dense, lr=optim.dense_lr, eps=optim.eps
+        dense,
+        optimizer=optim.dense,
+        lr=optim.dense_lr,
+        eps=optim.eps,
+        betas=(optim.adam_beta1, optim.adam_beta2),
     )
     table_opt = None
     if replicated:
@@ -279,6 +382,8 @@ def build_optimizer(
         table_opt = replicated_table_optimizer(
             params, optimizer=optim.sparse, lr=optim.sparse_lr, eps=optim.eps
         )
-    schedule = dlrm_schedule(optim.warmup_steps, optim.decay_start, optim.decay_steps)
+    schedule = dlrm_schedule(
+        optim.warmup_steps, optim.decay_start, optim.decay_steps, optim.warmup_from_zero
+    )
     fused = model.fused_optimizer if optim.schedule_tables else None
-    return TrainOptimizer(dense_opt, table_opt, replicated, schedule, fused)
+    return TrainOptimizer(dense_opt, table_opt, replicated, schedule, fused, optim.clip_grad_norm)

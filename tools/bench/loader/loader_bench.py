@@ -18,24 +18,37 @@ file in the page cache, global batch 8192, world size 1:
   when the pipe is built (the same order every epoch), then read in order. Its rows/s are
   reported for the reads alone and for an epoch that pays the shuffle once.
 
-Each configuration runs `rounds` times, interleaved, and the best round counts: other
-processes on a shared machine only ever slow a round down. Also reported: anonymous (non
+Each configuration runs once untimed (its warm-up, which also sizes its runs to about RUN_S
+seconds), then once per round over `rounds` interleaved rounds (tools/bench/rounds.py): each
+ratio is the median of the same-round ratios with its spread, per wall and per CPU-second.
+Fewer than MIN_ROWS rows fit in the CPU's caches and print "too small to measure". Also reported: anonymous (non
 file-backed) memory growth over the shardrec epoch, which must stay flat however large the
 dataset, and the shuffle quality of the default order on labels that drift along the file.
 """
 
 from __future__ import annotations
 
+import math
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from shardrec.dataloader.format import torchrec_npy as npy
+from shardrec.tools.bench.rounds import (
+    Ratio,
+    Run,
+    load_average,
+    ratio,
+    ratio_text,
+    run_rounds,
+    summarize,
+    timed,
+)
 from shardrec.tools.console import console
 
 KAGGLE_CARDINALITIES = (
@@ -55,12 +68,13 @@ def write_bench_data(
     """Write the same random Criteo-shaped rows as a shardrec dataset (`parts` parts, in
     directory/name) and in torchrec's layout (one day, in directory/torchrec)."""
     from shardrec.dataloader.format.manifest import (
+        PART_SUFFIX,
         Manifest,
         SparseFeature,
         SplitInfo,
         smallest_uint,
-        write_part,
     )
+    from shardrec.dataloader.format.part_file import file_layout, write_part
 
     rng = np.random.default_rng(seed)
     labels = (rng.random(rows) < 0.25).astype(np.uint8)
@@ -74,10 +88,16 @@ def write_bench_data(
         n: ids[:, i].astype(smallest_uint(c - 1))
         for i, (n, c) in enumerate(zip(names, KAGGLE_CARDINALITIES))
     }
+    features = [
+        SparseFeature(n, c, str(smallest_uint(c - 1))) for n, c in zip(names, KAGGLE_CARDINALITIES)
+    ]
+    dense_names = [f"I{i + 1}" for i in range(NUM_DENSE)]
+    layout = file_layout(dense_names, "float32", features)
     bounds = [rows * k // parts for k in range(parts + 1)]
     written = [
         write_part(
-            ours / "train" / f"part-{k:05d}",
+            ours / "train" / f"part-{k:05d}{PART_SUFFIX}",
+            layout,
             labels[a:b],
             dense[a:b],
             {n: v[a:b] for n, v in sparse.items()},
@@ -85,12 +105,7 @@ def write_bench_data(
         )
         for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))
     ]
-    features = [
-        SparseFeature(n, c, str(smallest_uint(c - 1))) for n, c in zip(names, KAGGLE_CARDINALITIES)
-    ]
-    Manifest(
-        [f"I{i + 1}" for i in range(NUM_DENSE)], features, {"train": SplitInfo(rows, written)}
-    ).save(ours)
+    Manifest(dense_names, features, {"train": SplitInfo(rows, written)}).save(ours)
     if npy.day_file(theirs, 0, "labels").is_file():
         return ours, theirs
     theirs.mkdir(parents=True, exist_ok=True)
@@ -103,7 +118,7 @@ def write_bench_data(
 def warm_page_cache(directory: Path) -> int:
     """Read every file once so the runs measure page-cache reads; returns bytes read."""
     total = 0
-    for path in directory.rglob("*.npy"):
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
         with open(path, "rb") as f:
             while block := f.read(1 << 24):
                 total += len(block)
@@ -123,12 +138,27 @@ def memcpy_gbps(nbytes: int = 1 << 28, repeats: int = 5) -> float:
 
 
 def rows_per_second(batches: Iterable[Any], max_batches: int) -> float:
-    rows, start = 0, time.perf_counter()
-    for i, batch in enumerate(batches):
-        rows += len(batch.labels)
-        if i + 1 >= max_batches:
-            break
+    """Rows/s of the first `max_batches` batches of one pass over `batches`."""
+    start = time.perf_counter()
+    rows = stream_rows(batches, max_batches)
     return rows / (time.perf_counter() - start)
+
+
+def stream_rows(loader: Iterable[Any], batches: int) -> int:
+    """Rows of `batches` batches, epoch after epoch (each epoch a fresh iterator, whose start-up
+    counts as it does in training)."""
+    rows, left = 0, batches
+    while left > 0:
+        done = 0
+        for batch in loader:
+            rows += len(batch.labels)
+            done += 1
+            if done >= left:
+                break
+        if done == 0:
+            break
+        left -= done
+    return rows
 
 
 def _anon_kb() -> int:
@@ -172,57 +202,67 @@ def _resume_seconds(directory: Path, global_batch: int) -> dict[str, float]:
     }
 
 
-def _interleaved_best(
-    runs: dict[str, Callable[[], float]], rounds: int, watch: str
-) -> tuple[dict[str, float], int]:
-    """Best rows/s of each run over interleaved rounds, and the anonymous-memory growth (KB)
-    seen after the `watch` run."""
-    best = {k: 0.0 for k in runs}
-    anon_before, anon_growth = _anon_kb(), 0
-    for _ in range(rounds):
-        for name, run in runs.items():
-            best[name] = max(best[name], run())
-            if name == watch:
-                anon_growth = max(anon_growth, _anon_kb() - anon_before)
-    return best, anon_growth
+RUN_S = 0.5
+"""Wall seconds a timed run lasts (its batch count is sized by the configuration's warm-up)."""
+MIN_ROWS = 1_000_000
+"""Fewer rows fit in the CPU's caches: rates then measure the caches, not the loader."""
+PROBE_BATCHES = 16
+MAX_BATCHES = 1 << 14
+# (ratio name, ours, baseline): each a median of same-round ratios.
+RATIOS = (
+    ("shardrec_vs_torchrec_shuffle", "shardrec_shuffle", "torchrec_shuffle"),
+    ("shardrec_vs_torchrec_no_shuffle", "shardrec_no_shuffle", "torchrec_no_shuffle"),
+    ("shardrec_vs_torchrec_global_shuffle", "shardrec_shuffle", "torchrec_global_shuffle"),
+    ("shardrec_many_parts_vs_torchrec_shuffle", "shardrec_shuffle_many_parts", "torchrec_shuffle"),
+    ("many_parts_vs_one_part_shuffle", "shardrec_shuffle_many_parts", "shardrec_shuffle"),
+    ("many_parts_vs_one_part_no_shuffle", "shardrec_no_shuffle_many_parts", "shardrec_no_shuffle"),
+    ("shardrec_compiled_vs_numpy_shuffle", "shardrec_shuffle", "shardrec_shuffle_numpy"),
+    ("shardrec_shuffle_vs_torchrec_no_shuffle", "shardrec_shuffle", "torchrec_no_shuffle"),
+)
 
 
-def _ratios(
-    best: dict[str, float], roofline: float, global_shuffle_epoch: float
-) -> dict[str, float]:
-    return {
-        "shardrec_vs_torchrec_global_shuffle": round(
-            best["shardrec_shuffle"] / best["torchrec_global_shuffle"], 2
-        ),
-        "shardrec_vs_torchrec_global_shuffle_epoch": round(
-            best["shardrec_shuffle"] / global_shuffle_epoch, 2
-        ),
-        "many_parts_vs_one_part_shuffle": round(
-            best["shardrec_shuffle_many_parts"] / best["shardrec_shuffle"], 2
-        ),
-        "many_parts_vs_one_part_no_shuffle": round(
-            best["shardrec_no_shuffle_many_parts"] / best["shardrec_no_shuffle"], 2
-        ),
-        "shardrec_many_parts_vs_torchrec_shuffle": round(
-            best["shardrec_shuffle_many_parts"] / best["torchrec_shuffle"], 2
-        ),
-        "shardrec_vs_torchrec_shuffle": round(
-            best["shardrec_shuffle"] / best["torchrec_shuffle"], 2
-        ),
-        "shardrec_vs_torchrec_no_shuffle": round(
-            best["shardrec_no_shuffle"] / best["torchrec_no_shuffle"], 2
-        ),
-        "shardrec_compiled_vs_numpy_shuffle": round(
-            best["shardrec_shuffle"] / best["shardrec_shuffle_numpy"], 2
-        ),
-        "shardrec_shuffle_vs_torchrec_no_shuffle": round(
-            best["shardrec_shuffle"] / best["torchrec_no_shuffle"], 2
-        ),
-        "shardrec_shuffle_fraction_of_roofline": round(best["shardrec_shuffle"] / roofline, 3),
-        "shardrec_no_shuffle_fraction_of_roofline": round(
-            best["shardrec_no_shuffle"] / roofline, 3
-        ),
+def run_lengths(loaders: dict[str, Iterable[Any]], max_batches: int) -> dict[str, int]:
+    """Batches per timed run of each configuration: `max_batches` if set, else as many as last
+    about RUN_S at the fastest rate of its untimed warm-up (after a first run that loads kernels
+    and maps files, runs of 16, 64, ... batches until one lasts RUN_S / 4: a run's start-up, one
+    gather ahead, must not set the rate; that length once more, the faster of the two counting:
+    on a loaded machine a probe slowed down would make every run too short)."""
+    lengths = {}
+    for name, loader in loaders.items():
+        stream_rows(loader, PROBE_BATCHES)  # the warm-up proper: compiled kernels, first maps
+        n = PROBE_BATCHES
+        while True:
+            probe = timed(lambda loader=loader, n=n: stream_rows(loader, n))
+            if max_batches or probe.wall_s >= RUN_S / 4 or n >= MAX_BATCHES:
+                break
+            n *= 4
+        if not max_batches:
+            again = timed(lambda loader=loader, n=n: stream_rows(loader, n))
+            wall = min(probe.wall_s, again.wall_s)
+        lengths[name] = max_batches or min(MAX_BATCHES, math.ceil(n * RUN_S / wall))
+    return lengths
+
+
+def measure_rounds(
+    loaders: dict[str, Iterable[Any]], lengths: dict[str, int], rounds: int, watch: str
+) -> tuple[dict[str, list[Run]], int]:
+    """Each configuration's runs over interleaved rounds, and the anonymous-memory growth (KB)
+    seen after the `watch` configuration's runs."""
+    anon_before, growth = _anon_kb(), [0]
+
+    def on_run(name: str, _round: int, _run: Run) -> None:
+        if name == watch:
+            growth[0] = max(growth[0], _anon_kb() - anon_before)
+
+    variants = {
+        name: (lambda loader=loader, n=lengths[name]: timed(lambda: stream_rows(loader, n)))
+        for name, loader in loaders.items()
     }
+    return run_rounds(variants, rounds, warmup=False, on_run=on_run), growth[0]
+
+
+def loader_ratios(runs: dict[str, list[Run]], too_small: str) -> dict[str, Ratio]:
+    return {name: ratio(runs[a], runs[b], too_small=too_small) for name, a, b in RATIOS}
 
 
 def _torchrec_pipes(theirs: Path, global_batch: int) -> tuple[dict[str, Any], float, float]:
@@ -273,19 +313,18 @@ def run_bench(
             one, theirs = write_bench_data(tmp, rows)
             many, _ = write_bench_data(tmp, rows, parts=parts, name="shardrec-parts")
             warm_page_cache(tmp)
-        bytes_per_row = sum(p.stat().st_size for p in one.rglob("*.npy")) / rows
+        bytes_per_row = sum(p.stat().st_size for p in one.rglob("*.arrow")) / rows
         gbps = memcpy_gbps()
         pipes, torchrec_load_s, global_shuffle_s = _torchrec_pipes(theirs, global_batch)
 
         def loader(directory: Path, shuffle: bool = True, compiled: bool | None = None):
-            spec = ShuffleSpec(enabled=shuffle)
             return build_loader(
                 directory,
                 "train",
                 global_batch_size=global_batch,
                 rank=0,
                 world_size=1,
-                shuffle=spec,
+                shuffle=ShuffleSpec(enabled=shuffle),
                 delivery=Delivery(compiled=compiled),
             )
 
@@ -295,40 +334,74 @@ def run_bench(
             "shardrec_shuffle_numpy": loader(one, compiled=False),
             "shardrec_no_shuffle": loader(one, shuffle=False),
             "shardrec_no_shuffle_many_parts": loader(many, shuffle=False),
+            **pipes,
         }
-        runs: dict[str, Callable[[], float]] = {
-            name: (lambda it=it: rows_per_second(it, max_batches))
-            for name, it in {**loaders, **pipes}.items()
-        }
-        best, anon_growth = _interleaved_best(runs, rounds, watch="shardrec_shuffle_many_parts")
+        with console.status(f"{rounds} interleaved rounds of {len(loaders)} configurations"):
+            lengths = run_lengths(loaders, max_batches)
+            runs, anon_growth = measure_rounds(
+                loaders, lengths, rounds, watch="shardrec_shuffle_many_parts"
+            )
         quality = _drift_quality(rows, global_batch)
         resume = _resume_seconds(many, global_batch)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    roofline = gbps * 1e9 / bytes_per_row
-    # An epoch of torchrec's global shuffle: its one shuffle into RAM, then the in-order reads.
+    return _report(rows, parts, global_batch, rounds, bytes_per_row, gbps, runs, lengths) | {
+        "torchrec_load_into_ram_s": round(torchrec_load_s, 4),
+        "torchrec_global_shuffle_build_s": round(global_shuffle_s, 4),
+        "torchrec_global_shuffle_epoch_rows_per_s": round(
+            _global_shuffle_epoch(rows, global_batch, global_shuffle_s, runs)
+        ),
+        "shardrec_anon_memory_growth_mb": round(anon_growth / 1024, 1),
+        "resume": resume,
+        "shuffle_quality_drifting_labels": {k: round(v, 5) for k, v in quality.items()},
+    }
+
+
+def _global_shuffle_epoch(
+    rows: int, global_batch: int, build_s: float, runs: dict[str, list[Run]]
+) -> float:
+    """Rows/s of an epoch of torchrec's global shuffle: its one shuffle into RAM, then the
+    in-order reads at their median rate."""
     epoch_rows = rows // global_batch * global_batch
-    global_shuffle_epoch = epoch_rows / (
-        global_shuffle_s + epoch_rows / best["torchrec_global_shuffle"]
+    return epoch_rows / (build_s + epoch_rows / summarize(runs["torchrec_global_shuffle"]).rate)
+
+
+def _report(
+    rows: int,
+    parts: int,
+    global_batch: int,
+    rounds: int,
+    bytes_per_row: float,
+    gbps: float,
+    runs: dict[str, list[Run]],
+    lengths: dict[str, int],
+) -> dict[str, Any]:
+    too_small = (
+        f"{rows:,} rows fit in the CPU's caches; use --rows >= {MIN_ROWS:,}"
+        if rows < MIN_ROWS
+        else ""
     )
+    summaries = {k: summarize(v) for k, v in runs.items()}
+    roofline = gbps * 1e9 / bytes_per_row
     return {
         "rows": rows,
         "parts": parts,
         "global_batch": global_batch,
         "threads": 1,
+        "rounds": rounds,
+        "batches_per_run": lengths,
+        "load_average": load_average(),
         "bytes_per_row": round(bytes_per_row, 1),
         "memcpy_gb_per_s": round(gbps, 2),
         "roofline_rows_per_s": round(roofline),
-        "rows_per_s": {k: round(v) for k, v in best.items()},
-        "torchrec_global_shuffle_epoch_rows_per_s": round(global_shuffle_epoch),
-        "ratios": _ratios(best, roofline, global_shuffle_epoch),
-        "torchrec_load_into_ram_s": round(torchrec_load_s, 4),
-        "torchrec_global_shuffle_build_s": round(global_shuffle_s, 4),
-        "shardrec_anon_memory_growth_mb": round(anon_growth / 1024, 1),
-        "resume": resume,
-        "shuffle_quality_drifting_labels": {k: round(v, 5) for k, v in quality.items()},
-        "rounds": rounds,
-        "batches_per_run": max_batches,
+        "rows_per_s": {k: round(v.rate) for k, v in summaries.items()},
+        "rows_per_cpu_s": {k: round(v.cpu_rate) for k, v in summaries.items()},
+        "runs": {k: v.to_dict() for k, v in summaries.items()},
+        "ratios": {k: v.to_dict() for k, v in loader_ratios(runs, too_small).items()},
+        "fraction_of_roofline": {
+            k: round(summaries[k].rate / roofline, 3)
+            for k in ("shardrec_shuffle", "shardrec_no_shuffle")
+        },
     }
 
 
@@ -337,14 +410,21 @@ def print_result(r: dict[str, Any]) -> None:
 
     table = Table(
         title=(
-            f"loader, {r['rows']:,} rows in 1 part and in {r['parts']} parts, global batch {r['global_batch']}, "
-            f"1 thread (best of {r['rounds']})"
+            f"loader, {r['rows']:,} rows in 1 part and in {r['parts']} parts, global batch "
+            f"{r['global_batch']}, 1 thread, median of {r['rounds']} interleaved rounds "
+            f"(load average {r['load_average'][0]})"
         )
     )
-    table.add_column("configuration")
-    table.add_column("M rows/s", justify="right")
-    for name, value in r["rows_per_s"].items():
-        table.add_row(name.replace("_", " "), f"{value / 1e6:.2f}")
+    for column in ("configuration", "M rows/s", "lowest-highest", "M rows/CPU-s", "run s"):
+        table.add_column(column, justify="left" if column == "configuration" else "right")
+    for name, s in r["runs"].items():
+        table.add_row(
+            name.replace("_", " "),
+            f"{s['rate'] / 1e6:.2f}",
+            f"{s['low'] / 1e6:.2f}-{s['high'] / 1e6:.2f}",
+            f"{s['cpu_rate'] / 1e6:.2f}",
+            f"{s['run_s']:.2f}",
+        )
     table.add_row(
         "torchrec global shuffle, epoch with its shuffle",
         f"{r['torchrec_global_shuffle_epoch_rows_per_s'] / 1e6:.2f}",
@@ -352,15 +432,19 @@ def print_result(r: dict[str, Any]) -> None:
     table.add_row("roofline (memcpy / bytes per row)", f"{r['roofline_rows_per_s'] / 1e6:.2f}")
     console.print(table)
     for name, value in r["ratios"].items():
-        console.print(f"{name.replace('_', ' ')}: {value}")
+        console.print(f"{name.replace('_', ' ')}: {ratio_text(value)}", highlight=False)
     q, resume = r["shuffle_quality_drifting_labels"], r["resume"]
+    roof = r["fraction_of_roofline"]
     console.print(
+        f"fraction of the roofline: shuffle {roof['shardrec_shuffle']}, no shuffle "
+        f"{roof['shardrec_no_shuffle']}; "
         f"memcpy {r['memcpy_gb_per_s']} GB/s, {r['bytes_per_row']} bytes/row; "
         f"torchrec load into RAM {r['torchrec_load_into_ram_s']} s, "
         f"global shuffle into RAM {r['torchrec_global_shuffle_build_s']} s; "
         f"anon memory growth over the epoch {r['shardrec_anon_memory_growth_mb']} MB; "
         "shuffle quality (batch label-mean std vs "
-        f"full permutation): {q['ratio']:.3f} (file order {q['file_order_std'] / q['full_permutation_std']:.1f}); "
-        f"resume at another world size {resume['resume_other_world_size_s']} s; order set-up deep in a 4.2 B-row epoch "
-        f"{resume['order_deep_in_4_2b_rows_s']} s"
+        f"full permutation): {q['ratio']:.3f} (file order "
+        f"{q['file_order_std'] / q['full_permutation_std']:.1f}); "
+        f"resume at another world size {resume['resume_other_world_size_s']} s; order set-up "
+        f"deep in a 4.2 B-row epoch {resume['order_deep_in_4_2b_rows_s']} s"
     )

@@ -4,7 +4,8 @@ On bench loader's Criteo-shaped rows (one part, in the page cache), global batch
 (so samples/s are per rank), in the same run: the one-hot loader, and the loader with
 `build_loader(multihot=...)` expanding every sample to DLRMv2's 26 pooling sizes (214 ids per
 sample) through index tables of each `--table-rows` size, with 0 and 2 prefetch threads (each
-configuration interleaved over `rounds`, the best round counts). The tables are read once before the
+configuration warmed up untimed, then interleaved over `rounds` rounds: rates are medians, ratios
+medians of same-round ratios, tools/bench/rounds.py). The tables are read once before the
 runs, as the rows are: the runs time lookups in the page cache, not the disk. At MLPerf's table
 sizes every lookup misses the CPU caches, so the table rows matter: 1 M rows is ~0.86 GB of index
 tables, 10 M ~8.6 GB (drawn once into the multi-hot cache directory, then reused).
@@ -15,7 +16,7 @@ too. A kernel that keeps the tables' page cache in large folios maps them with 2
 page of its own; the result gives the share of the tables' resident memory mapped with 2 MB
 pages (`huge_mapped`, from /proc/self/smaps' FilePmdMapped) for each size.
 
-Each configuration also gives its lowest CPU time per sample over the rounds (the process's, all
+Each configuration also gives its median CPU time per sample over the rounds (the process's, all
 threads): unlike samples/s it means something on a loaded machine, and 2 cores at C CPU-ns a
 sample can deliver at most 2e9 / C samples/s.
 
@@ -27,10 +28,10 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
+from shardrec.tools.bench.rounds import load_average, ratio, ratio_text, summarize
 from shardrec.tools.console import console
 
 GPU_SAMPLES_PER_S = 1_800_000
@@ -57,7 +58,9 @@ def run_multihot_bench(
     )
     from shardrec.sharding.suites import DLRMV2_POOLING
     from shardrec.tools.bench.loader.loader_bench import (
-        rows_per_second,
+        MIN_ROWS,
+        measure_rounds,
+        run_lengths,
         warm_page_cache,
         write_bench_data,
     )
@@ -91,30 +94,36 @@ def run_multihot_bench(
         keys = {n: MultiHotSpec(DLRMV2_POOLING, (n,) * len(DLRMV2_POOLING)).key for n in table_rows}
         for key in keys.values():  # tables drawn in an earlier run may have left the page cache
             warm_page_cache(Path(cache) / key)
-        for ld in runs.values():  # the first batches compile the gather kernels: not timed
-            rows_per_second(ld, 2)
-        best = {name: 0.0 for name in runs}
-        cpu = {name: float("inf") for name in runs}
-        for _ in range(rounds):
-            for name, ld in runs.items():
-                start = time.process_time()  # every thread of the process: the workers' share too
-                best[name] = max(best[name], rows_per_second(ld, max_batches))
-                samples = min(max_batches, len(ld)) * global_batch
-                cpu[name] = min(cpu[name], (time.process_time() - start) / samples * 1e9)
+        lengths = run_lengths(runs, max_batches)  # the warm-up: compiles the gather kernels
+        measured, _ = measure_rounds(runs, lengths, rounds, watch="")
         huge = {
             str(n): huge_mapped_share(Path(cache) / key) for n, key in keys.items()
         }  # while still mapped
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    small = (
+        f"{rows:,} rows fit in the CPU's caches; use --rows >= {MIN_ROWS:,}"
+        if rows < MIN_ROWS
+        else ""
+    )
+    summaries = {k: summarize(v) for k, v in measured.items()}
     return {
         "rows": rows,
         "global_batch": global_batch,
+        "rounds": rounds,
+        "load_average": load_average(),
         "ids_per_sample": sum(DLRMV2_POOLING),
         "table_rows": table_rows,
-        "samples_per_s_per_rank": {k: round(v, 1) for k, v in best.items()},
-        "vs_one_hot": {k: round(v / best["one_hot"], 3) for k, v in best.items() if k != "one_hot"},
-        "vs_gpu_rate": {k: round(v / GPU_SAMPLES_PER_S, 3) for k, v in best.items()},
-        "cpu_ns_per_sample": {k: round(v) for k, v in cpu.items()},
+        "samples_per_s_per_rank": {k: round(v.rate, 1) for k, v in summaries.items()},
+        "runs": {k: v.to_dict() for k, v in summaries.items()},
+        "vs_one_hot": {
+            k: ratio(v, measured["one_hot"], too_small=small).to_dict()
+            for k, v in measured.items()
+            if k != "one_hot"
+        },
+        "vs_gpu_rate": {k: round(v.rate / GPU_SAMPLES_PER_S, 3) for k, v in summaries.items()},
+        # Every thread of the process: the prefetch workers' share too.
+        "cpu_ns_per_sample": {k: round(1e9 / v.cpu_rate) for k, v in summaries.items()},
         "huge_mapped": huge,
     }
 
@@ -144,7 +153,8 @@ def print_result(r: dict[str, Any]) -> None:
     rates = r["samples_per_s_per_rank"]
     console.print(
         f"loader, multi-hot on the fly ({r['ids_per_sample']} ids per sample, DLRMv2's sizes), {r['rows']:,} rows, "
-        f"global batch {r['global_batch']}, samples/s per rank (goal: >= {GPU_SAMPLES_PER_S / 1e6:.1f} M, one H200):",
+        f"global batch {r['global_batch']}, median samples/s per rank over {r['rounds']} rounds (load average "
+        f"{r['load_average'][0]}; goal: >= {GPU_SAMPLES_PER_S / 1e6:.1f} M, one H200):",
         highlight=False,
         soft_wrap=True,
     )
@@ -153,10 +163,10 @@ def print_result(r: dict[str, Any]) -> None:
         f"  {'one-hot':>36}: {rates['one_hot']:>12,.0f}  ({cpu['one_hot']:,} CPU-ns a sample)",
         highlight=False,
     )
-    for name, ratio in r["vs_one_hot"].items():
+    for name, vs in r["vs_one_hot"].items():
         console.print(
-            f"  {name:>36}: {rates[name]:>12,.0f}  {ratio:.3f}x one-hot, {r['vs_gpu_rate'][name]:.2f}x the GPU's rate "
-            f"({cpu[name]:,} CPU-ns a sample)",
+            f"  {name:>36}: {rates[name]:>12,.0f}  {r['vs_gpu_rate'][name]:.2f}x the GPU's rate "
+            f"({cpu[name]:,} CPU-ns a sample); vs one-hot {ratio_text(vs)}",
             highlight=False,
             soft_wrap=True,
         )

@@ -2,7 +2,7 @@
 
 Criteo 1TB preprocessed is ~10,000 parts of ~450 K rows. Writing 4.5 B rows to measure the
 loader would take hours and ~560 GB, so the dataset here is one part of bench loader's
-Criteo-shaped rows whose files are hard-linked under N part names, with a manifest that lists
+Criteo-shaped rows whose file is hard-linked under N part names, with a manifest that lists
 all N (the same checksums, as the preprocess would write for N identical parts): every check the
 loader runs on a real dataset runs on it, its parts are mapped, evicted and mapped again as real
 ones are, and all of them read one part's pages from the page cache (what is measured is the
@@ -16,7 +16,8 @@ reaches new groups of segments), against the one part alone at the same global b
 shuffle; and the resident memory of the process (all of it, and anonymous only) after every
 round: flat is the goal, however many parts the stream has crossed.
 
-Rates are given per wall second (best round) and per CPU-second (all rounds): the stream's CPU
+Rates are medians over the interleaved rounds (tools/bench/rounds.py), per wall second and per
+CPU-second; the ratio is the median of same-round ratios with its spread. The stream's CPU
 is its thread's plus what the thread warming the next shuffle group spent (opening parts off
 the stream's thread is still the stream's cost), the one part's its thread's. On a loaded
 machine the wall ratio also measures which loop got a core; the load average is printed with it.
@@ -33,27 +34,31 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from shardrec.tools.bench.rounds import Run, ratio, ratio_text, run_rounds, summarize
 from shardrec.tools.console import console
 
+GOAL_PER_CPU_S = 0.9
+"""The many-part stream's rows per CPU-second against the one part's (issue goal)."""
 OPEN_FILES = 1024
 """The open-file limit the run holds itself to (a user's usual `ulimit -n`)."""
 FIRST_BATCH_GOAL_S = 10.0
+RUN_BATCHES = 800
+"""Batches per round without --max-batches (~0.5 s of the shuffled stream at 8192 a batch)."""
 
 
 def link_parts(one: Path, out: Path, parts: int) -> Path:
     """A dataset in `out` of `parts` parts, each one the single train part of `one` hard-linked."""
-    from shardrec.dataloader.format.manifest import Manifest, PartInfo, SplitInfo
+    from shardrec.dataloader.format.manifest import PART_SUFFIX, Manifest, PartInfo, SplitInfo
 
     manifest = Manifest.load(one)
     (info,) = manifest.splits["train"].parts
     source = one / "train" / info.name
+    (out / "train").mkdir(parents=True)
     infos = []
     for k in range(parts):
-        name = f"part-{k:05d}"
-        (out / "train" / name).mkdir(parents=True)
-        for fname in info.files:
-            os.link(source / fname, out / "train" / name / fname)
-        infos.append(PartInfo(name, info.rows, dict(info.files)))
+        name = f"part-{k:05d}{PART_SUFFIX}"
+        os.link(source, out / "train" / name)
+        infos.append(PartInfo(name, info.rows, info.bytes, info.sha256))
     manifest.splits = {"train": SplitInfo(info.rows * parts, infos)}
     manifest.save(out)
     return out
@@ -75,12 +80,12 @@ def _endless(loader) -> Iterator[Any]:
         yield from loader
 
 
-def _rate(batches: Iterator[Any], count: int) -> tuple[float, int, float]:
-    """(rows/s, rows, CPU seconds of this thread) over `count` batches."""
+def _run(batches: Iterator[Any], count: int) -> Run:
+    """`count` batches: their rows, wall seconds and this thread's CPU seconds."""
     rows, start, cpu = 0, time.perf_counter(), time.thread_time()
     for _ in range(count):
         rows += len(next(batches).labels)
-    return rows / (time.perf_counter() - start), rows, time.thread_time() - cpu
+    return Run(rows, time.perf_counter() - start, time.thread_time() - cpu)
 
 
 def _lower_open_files(limit: int) -> tuple[int, int]:
@@ -123,32 +128,39 @@ def run_parts_bench(
             )
 
         baseline = _endless(loader(one))
-        _rate(baseline, 2)  # the kernels load before anything is timed
+        _run(baseline, 2)  # the kernels load before anything is timed
         memory = [_memory_mb()]
         start = time.perf_counter()
         many_loader = loader(many)
         stream = _endless(many_loader)
         next(stream)
         first_batch_s = time.perf_counter() - start
-        best = {"one_part": 0.0, "many_parts": 0.0}
-        rows = {"one_part": 0, "many_parts": 0}
-        cpu = {"one_part": 0.0, "many_parts": 0.0}
-        warm_cpu = many_loader.source.parts.warm_cpu_s
-        for _ in range(rounds):
-            for name, batches in (("one_part", baseline), ("many_parts", stream)):
-                rate, count, seconds = _rate(batches, max_batches)
-                best[name] = max(best[name], rate)
-                rows[name] += count
-                cpu[name] += seconds
-            memory.append(_memory_mb())
-        warm_cpu = many_loader.source.parts.warm_cpu_s - warm_cpu
-        cpu["many_parts"] += warm_cpu
+        parts_cache = many_loader.source.parts
+
+        def one_part() -> Run:
+            return _run(baseline, max_batches)
+
+        def many_parts() -> Run:
+            # Opening the next parts on the warming thread is the stream's cost too.
+            warm = parts_cache.warm_cpu_s
+            run = _run(stream, max_batches)
+            return Run(run.work, run.wall_s, run.cpu_s + parts_cache.warm_cpu_s - warm)
+
+        runs = run_rounds(
+            {"one_part": one_part, "many_parts": many_parts},
+            rounds,
+            warmup=False,  # the kernels loaded and the stream's first batch came above
+            on_run=lambda name, _r, _run: (
+                memory.append(_memory_mb()) if name == "many_parts" else None
+            ),
+        )
         load = os.getloadavg()
     finally:
         if old_limit is not None:
             resource.setrlimit(resource.RLIMIT_NOFILE, old_limit)
         shutil.rmtree(tmp, ignore_errors=True)
     rss, anon = [m[0] for m in memory], [m[1] for m in memory]
+    summaries = {k: summarize(v) for k, v in runs.items()}
     return {
         "part_rows": part_rows,
         "parts": parts,
@@ -158,14 +170,10 @@ def run_parts_bench(
         "link_s": round(link_s, 2),
         "first_batch_s": round(first_batch_s, 3),
         "first_batch_goal_s": FIRST_BATCH_GOAL_S,
-        "rows_per_s": {k: round(v) for k, v in best.items()},
-        "many_parts_vs_one_part": round(best["many_parts"] / best["one_part"], 3),
-        "rows_per_cpu_s": {k: round(rows[k] / max(cpu[k], 1e-9)) for k in rows},
-        "many_parts_vs_one_part_per_cpu_s": round(
-            rows["many_parts"] * cpu["one_part"] / max(rows["one_part"] * cpu["many_parts"], 1e-9),
-            3,
-        ),
-        "warm_cpu_s": round(warm_cpu, 3),
+        "rows_per_s": {k: round(v.rate) for k, v in summaries.items()},
+        "rows_per_cpu_s": {k: round(v.cpu_rate) for k, v in summaries.items()},
+        "many_parts_vs_one_part": ratio(runs["many_parts"], runs["one_part"]).to_dict(),
+        "goal_per_cpu_s": GOAL_PER_CPU_S,
         "load_average": [round(v, 2) for v in load],
         "rows_streamed": rounds * max_batches * global_batch,
         "rss_mb_per_round": [round(v, 1) for v in rss],
@@ -179,9 +187,10 @@ def run_parts_bench(
 def print_result(r: dict[str, Any]) -> None:
     rates = r["rows_per_s"]
     console.print(
-        f"loader over {r['parts']:,} parts of {r['part_rows']:,} rows ({r['rows']:,} rows; one part's files "
+        f"loader over {r['parts']:,} parts of {r['part_rows']:,} rows ({r['rows']:,} rows; one part's file "
         f"hard-linked, linked in {r['link_s']} s), global batch {r['global_batch']}, shuffled, 1 thread, "
-        f"ulimit -n {r['open_file_limit']}, best of {r['rounds']} rounds of {r['batches_per_round']} batches "
+        f"ulimit -n {r['open_file_limit']}, medians of {r['rounds']} interleaved rounds of "
+        f"{r['batches_per_round']} batches "
         f"(one stream, {r['rows_streamed']:,} rows):",
         highlight=False,
         soft_wrap=True,
@@ -193,13 +202,13 @@ def print_result(r: dict[str, Any]) -> None:
     )
     console.print(
         f"  {r['parts']:,} parts: {rates['many_parts'] / 1e6:8.2f} M rows/s, "
-        f"{per_cpu['many_parts'] / 1e6:.2f} M rows per CPU-second (warming the next groups: {r['warm_cpu_s']:.2f} s)",
+        f"{per_cpu['many_parts'] / 1e6:.2f} M rows per CPU-second (warming the next groups included)",
         highlight=False,
     )
     console.print(
-        f"  {r['parts']:,} parts vs one part: {r['many_parts_vs_one_part']:.3f}x wall, "
-        f"{r['many_parts_vs_one_part_per_cpu_s']:.3f}x per CPU-second "
-        f"(load average {', '.join(f'{v:.2f}' for v in r['load_average'])} on {os.cpu_count()} CPUs)",
+        f"  {r['parts']:,} parts vs one part: {ratio_text(r['many_parts_vs_one_part'], per='cpu')} "
+        f"(goal >= {r['goal_per_cpu_s']}x per CPU-second; load average "
+        f"{', '.join(f'{v:.2f}' for v in r['load_average'])} on {os.cpu_count()} CPUs)",
         highlight=False,
     )
     console.print(

@@ -4,5 +4,5 @@ plans trained for real against both cost models (reality_bench.py, reality.py, t
 plans in reality_plans.py), and predicted UVM cache hit rates against exact caches
 (hitrate_bench.py, cache_sim.py).
 
-May import: nothing of shardrec.tools.bench.
+May import: shardrec.tools.bench.rounds (the harness of repeated, interleaved rounds).
 """

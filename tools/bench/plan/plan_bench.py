@@ -9,8 +9,9 @@ the slowest rank (below 1: shardrec's plan is faster). The headline is the plan 
 writes against torchrec's, both priced by the cost model that predicts measured step times better
 on the case's kind of machine (`bench plan-reality` decides; `--profile` with its verdict, else
 planner.DEFAULT_COST_MODEL) and the one `shardrec plan` searched with; CPU cases also train both
-plans on local ranks and give the measured ratio. Secondary lines: both searches under each
-model (the two models disagree, and each search wins on its own). torchrec's planner takes
+plans on local ranks and give the measured ratio (interleaved rounds after a warm-up round, the
+median of same-round ratios with its spread: tools/bench/rounds.py). Secondary lines: both
+searches under each model (the two models disagree, and each search wins on its own). torchrec's planner takes
 minutes beyond ~100 tables x 16 ranks on 2 cores, so its side of the suite stays below that;
 the 1,000-table x 1,024-rank case runs shardrec only, to measure planning time at scale.
 """
@@ -19,10 +20,12 @@ from __future__ import annotations
 
 import math
 import resource
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from shardrec.tools.bench.rounds import Run, ratio, ratio_text
 from shardrec.tools.console import console
 
 
@@ -62,6 +65,10 @@ def _table_set(spec: str):
     return full if int(args[0]) == 1000 else suites.subset(full, int(args[0]))
 
 
+MEASURE_STEPS = 8
+"""Timed steps of each plan per round in the CPU cases (after one untimed step)."""
+MEASURE_ROUNDS = 3
+"""Interleaved rounds of the two plans, after one more as the warm-up."""
 RESERVE = 0.15
 """Share of each rank's memory both planners keep free: torchrec's default planner margin."""
 
@@ -175,11 +182,25 @@ def _measure_both(row: dict, ts, written, theirs, case: Case) -> None:
         texts,
         world_size=case.world_size,
         local_batch=case.global_batch_size // case.world_size,
-        steps=4,
+        steps=MEASURE_STEPS,
+        rounds=MEASURE_ROUNDS + 1,
         pooling=ts.pooling,
     )
-    row.update(measured_shardrec_ms=ours_m.step_s * 1e3, measured_torchrec_ms=theirs_m.step_s * 1e3)
-    row["ratio_measured"] = ours_m.step_s / theirs_m.step_s
+    # The first round is the warm-up (a fresh process's one-off costs), the rest are the rounds.
+    ours_s, theirs_s = ours_m.round_step_s[1:], theirs_m.round_step_s[1:]
+    row.update(
+        measured_shardrec_ms=statistics.median(ours_s) * 1e3,
+        measured_torchrec_ms=statistics.median(theirs_s) * 1e3,
+    )
+    # torchrec's rate over ours is our step time over theirs: below 1, shardrec's plan is faster.
+    measured = ratio(_runs(theirs_s), _runs(ours_s), cpu=False)
+    row["measured"] = measured.to_dict()
+    row["ratio_measured"] = measured.median
+
+
+def _runs(step_s: list[float]) -> list[Run]:
+    """Each round's mean step as a run of MEASURE_STEPS steps (the ranks' CPU time not kept)."""
+    return [Run(MEASURE_STEPS, s * MEASURE_STEPS, 0.0) for s in step_s]
 
 
 def _geomean(values: list[float]) -> float | None:
@@ -233,7 +254,7 @@ def print_plan_table(result: dict) -> None:
             r["case"],
             r.get("cost_model", "-"),
             fmt(r.get("ratio_headline")),
-            fmt(r.get("ratio_measured")),
+            "small" if "too_small" in r.get("measured", {}) else fmt(r.get("ratio_measured")),
             fmt(r.get("ratio_torchrec_estimators")),
             fmt(r.get("ratio_shardrec_model")),
             fmt(r["shardrec_s"], "{:.2f}"),
@@ -241,6 +262,12 @@ def print_plan_table(result: dict) -> None:
             "yes" if r["shardrec_fits"] and r.get("torchrec_fits", True) else "NO",
         )
     console.print(t)
+    for r in result["cases"]:
+        if "measured" in r:  # the trained ratio with its spread (rounds.py)
+            console.print(
+                f"{r['case']} trained, shardrec's step / torchrec's: {ratio_text(r['measured'])}",
+                highlight=False,
+            )
     g = lambda k: fmt(result[f"geomean_ratio_{k}"])  # noqa: E731
     w = lambda k: fmt(result[f"worst_ratio_{k}"])  # noqa: E731
     n = lambda k: result[f"cases_ratio_{k}"]  # noqa: E731

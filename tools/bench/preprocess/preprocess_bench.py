@@ -10,6 +10,8 @@ on one generated Criteo-shaped TSV (synth's vectorized writer), in the same run:
    for byte against shardrec's (so the baseline provably does the same work);
 3. secondary references: our parser alone, and `pandas.read_csv` (C engine, default dtypes,
    parse only, in chunks), in this process.
+Each runs once untimed, then once per round over `rounds` interleaved rounds (child_runs.py,
+tools/bench/rounds.py): rates are medians, ratios medians of same-round ratios with their spread.
 Every child's peak RSS is summed over its whole process tree (workers included: proctree.py).
 Wall-clock and CPU-time rates are both reported: on a shared machine CPU time is the steadier
 measure, and the ratios are what to compare across machines. CPU seconds include every thread.
@@ -24,15 +26,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from shardrec.tools.bench.preprocess.polars_pipeline import compare_with_dataset
-from shardrec.tools.bench.preprocess.spec_bench import (
-    measured,
+from shardrec.tools.bench.preprocess.child_runs import (
+    Child,
+    goal_text,
+    per_cpu_median,
     polars_env,
     rate_lines,
-    rates,
     report_head,
+    rounds_of,
+    too_small,
 )
+from shardrec.tools.bench.preprocess.polars_pipeline import compare_with_dataset
 from shardrec.tools.bench.proctree import run_measured
+from shardrec.tools.bench.rounds import Run, ratio, ratio_text, summarize
 from shardrec.tools.console import console, err_console
 
 BYTES_PER_ROW = 240  # synth's Criteo-shaped rows, measured; only sizes the generated file
@@ -46,39 +52,20 @@ def generate(path: Path, size_gb: float, seed: int = 0) -> int:
     return write_file(path, rows, SynthSpec.from_seed(seed), stream_seed=0)
 
 
+def preprocess_command(path: Path, out: Path, workers: int, chunk_mb: float) -> list[str]:
+    """`shardrec preprocess` of `path` in hashing mode, its figures as JSON on stdout."""
+    return [sys.executable, "-m", "shardrec.tools.cli", "preprocess", str(path), "--out",
+            str(out), "--max-ids", str(MAX_IDS), "--workers", str(workers), "--chunk-mb",
+            str(chunk_mb), "--json"]  # fmt: skip
+
+
 def run_preprocess_child(path: Path, out: Path, workers: int, chunk_mb: float) -> dict[str, float]:
     """Run the CLI in a child; returns wall seconds, CPU seconds of it and its workers, peak RSS of
     the tree."""
-    return run_preprocess_staged(path, out, workers, chunk_mb)[0]
-
-
-def run_preprocess_staged(
-    path: Path, out: Path, workers: int, chunk_mb: float
-) -> tuple[dict[str, float], dict]:
-    """run_preprocess_child's figures, and the CPU-seconds by stage the child measured (its --json's
-    cpu_seconds_by_stage)."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "shardrec.tools.cli",
-        "preprocess",
-        str(path),
-        "--out",
-        str(out),
-        # fmt: skip
-        "--max-ids",
-        str(MAX_IDS),
-        "--workers",
-        str(workers),
-        "--chunk-mb",
-        str(chunk_mb),
-        "--json",
-    ]
-    res = run_measured(cmd)
+    res = run_measured(preprocess_command(path, out, workers, chunk_mb))
     if res["returncode"] != 0:
         raise RuntimeError(f"preprocess failed: {res['stderr'].strip()[-2000:]}")
-    run = {k: res[k] for k in ("wall_s", "cpu_s", "peak_rss_mb")}
-    return run, json.loads(res["stdout"])["cpu_seconds_by_stage"]
+    return {k: res[k] for k in ("wall_s", "cpu_s", "peak_rss_mb")}
 
 
 def cpu_breakdown(stages: dict[str, float], cpu_s: float) -> dict[str, float]:
@@ -88,18 +75,10 @@ def cpu_breakdown(stages: dict[str, float], cpu_s: float) -> dict[str, float]:
     return {**stages, "rest (not timed)": round(cpu_s - sum(stages.values()), 3)}
 
 
-def run_polars_child(path: Path, out: Path, threads: int | None) -> dict[str, float]:
-    """The polars pipeline in a child on `threads` threads (None: polars' default, all cores)."""
-    env = polars_env(threads)
-    cmd = [
-        sys.executable,
-        "-m",
-        "shardrec.tools.bench.preprocess.polars_pipeline",
-        str(path),
-        str(out),
-        str(MAX_IDS),
-    ]
-    return measured(cmd, f"polars pipeline ({threads or 'all'} threads)", env)
+def polars_command(path: Path, out: Path) -> list[str]:
+    """The polars pipeline as a child (its threads set by polars_env)."""
+    return [sys.executable, "-m", "shardrec.tools.bench.preprocess.polars_pipeline", str(path),
+            str(out), str(MAX_IDS)]  # fmt: skip
 
 
 def polars_version() -> str | None:
@@ -142,19 +121,9 @@ def pandas_parse(path: Path, chunk_rows: int = 500_000) -> dict[str, Any]:
     return {"wall_s": wall, "cpu_s": cpu, "setup": setup}
 
 
-def _run_polars_both(path: Path, out: Path, shardrec_out: Path) -> tuple[dict, dict, list[str]]:
-    """The polars pipeline on one thread, then on all; each output compared with shardrec's."""
-    runs, differ = {}, set()
-    for label, threads in (("one_thread", 1), ("all_threads", None)):
-        shutil.rmtree(out, ignore_errors=True)
-        err_console.print(f"timing the polars pipeline ({label.replace('_', ' ')}) ...")
-        runs[label] = run_polars_child(path, out, threads)
-        differ.update(compare_with_dataset(shardrec_out, out))
-    shutil.rmtree(out, ignore_errors=True)
-    return runs["one_thread"], runs["all_threads"], sorted(differ)
-
-
-def run_bench(size_gb: float, workers: int, work_dir: Path, chunk_mb: float) -> dict[str, Any]:
+def run_bench(
+    size_gb: float, workers: int, work_dir: Path, chunk_mb: float, rounds: int = 3
+) -> dict[str, Any]:
     path = work_dir / "bench.tsv"
     if not path.is_file() or abs(path.stat().st_size - size_gb * 1e9) > 0.2 * size_gb * 1e9:
         err_console.print(
@@ -163,38 +132,70 @@ def run_bench(size_gb: float, workers: int, work_dir: Path, chunk_mb: float) -> 
         generate(path, size_gb)
     mb = path.stat().st_size / 1e6
     out = work_dir / "out"
-    shutil.rmtree(out, ignore_errors=True)
-    err_console.print("timing shardrec preprocess end to end ...")
-    run, stages = run_preprocess_staged(path, out, workers, chunk_mb)
-    ours = rates(mb, run)
+    command = preprocess_command(path, out, workers, chunk_mb)
+    children = {"shardrec": Child(command, "shardrec preprocess", mb, out)}
+    for name, threads in (("polars_one_thread", 1), ("polars_all_threads", None)):
+        polars_out = work_dir / f"polars-out-{threads or 'all'}"
+        what = f"the polars pipeline ({threads or 'all'} thread(s))"
+        children[name] = Child(
+            polars_command(path, polars_out), what, mb, polars_out, polars_env(threads)
+        )
+    pandas_setup: dict[str, Any] = {}
+
+    def parse() -> Run:
+        err_console.print("timing the parser alone ...")
+        figures = parse_only(path)
+        return Run(mb, figures["wall_s"], figures["cpu_s"])
+
+    def pandas() -> Run:
+        err_console.print("timing pandas.read_csv (C engine, parse only) ...")
+        figures = pandas_parse(path)
+        pandas_setup.update(figures["setup"])
+        return Run(mb, figures["wall_s"], figures["cpu_s"])
+
+    differ: set[str] = set()
     try:
-        pl1, pln, differ = _run_polars_both(path, work_dir / "polars-out", out)
-        pl1, pln = rates(mb, pl1), rates(mb, pln)
+        runs = rounds_of({**children, "parse_only": parse, "pandas_parse_only": pandas}, rounds, mb)
+        for name in ("polars_one_thread", "polars_all_threads"):
+            differ.update(compare_with_dataset(out, children[name].out))
     finally:
-        shutil.rmtree(out, ignore_errors=True)
-    err_console.print("timing the parser alone ...")
-    parse = parse_only(path)
-    err_console.print("timing pandas.read_csv (C engine, parse only) ...")
-    pd_ = pandas_parse(path)
-    pandas_cpu = mb / pd_["cpu_s"]
+        for child in children.values():
+            shutil.rmtree(child.out, ignore_errors=True)
+    return _report(mb, workers, runs, children, sorted(differ), pandas_setup)
+
+
+def _report(
+    mb: float,
+    workers: int,
+    runs: dict[str, list[Run]],
+    children: dict[str, Child],
+    differ: list[str],
+    pandas_setup: dict[str, Any],
+) -> dict[str, Any]:
+    stages = json.loads(children["shardrec"].stdout)["cpu_seconds_by_stage"]
+    head = report_head(mb, workers, runs, children, differ)
+    ours, vs_polars = head["shardrec"], per_cpu_median(head["ratios"]["vs_polars_one_thread"])
+    parse, pandas = summarize(runs["parse_only"]), summarize(runs["pandas_parse_only"])
+    vs_pandas = ratio(runs["shardrec"], runs["pandas_parse_only"], too_small=too_small(mb))
     return {
-        **report_head(mb, workers, ours, pl1, pln, differ),
+        **head,
         "polars": {"version": polars_version(), "max_ids": MAX_IDS},
         "ratio_rss_vs_polars_all_threads": round(
-            ours["peak_rss_mb"] / max(pln["peak_rss_mb"], 1e-9), 2
+            ours["peak_rss_mb"] / max(head["polars_all_threads"]["peak_rss_mb"], 1e-9), 2
         ),
-        "cpu_s_by_stage": cpu_breakdown(stages, run["cpu_s"]),
-        "parse_only_mb_s": round(mb / parse["wall_s"], 1),
-        "parse_only_mb_per_cpu_s": round(mb / parse["cpu_s"], 1),
+        # The stages of shardrec's last run, against that run's CPU time.
+        "cpu_s_by_stage": cpu_breakdown(stages, runs["shardrec"][-1].cpu_s),
+        "parse_only_mb_s": round(parse.rate, 1),
+        "parse_only_mb_per_cpu_s": round(parse.cpu_rate, 1),
         "pandas_parse_only": {
-            "mb_s": round(mb / pd_["wall_s"], 1),
-            "mb_per_cpu_s": round(pandas_cpu, 1),
-            **pd_["setup"],
+            "mb_s": round(pandas.rate, 1),
+            "mb_per_cpu_s": round(pandas.cpu_rate, 1),
+            **pandas_setup,
         },
-        "ratio_vs_pandas_parse_only_cpu": round(ours["mb_per_cpu_s"] / pandas_cpu, 2),
+        "ratios": {**head["ratios"], "vs_pandas_parse_only": vs_pandas.to_dict()},
         # The issue's goals, per CPU-second: what one core spends, whatever the machine load.
         "goals": {
-            "end_to_end_3x_polars_per_cpu_s": ours["mb_per_cpu_s"] >= 3 * pl1["mb_per_cpu_s"],
+            "end_to_end_3x_polars_per_cpu_s": None if vs_polars is None else vs_polars >= 3,
             "peak_rss_under_1_gb_per_worker": ours["peak_rss_mb"] <= 1024 * workers,
             "moonshot_800_mb_per_cpu_s": ours["mb_per_cpu_s"] >= 800,
         },
@@ -203,22 +204,27 @@ def run_bench(size_gb: float, workers: int, work_dir: Path, chunk_mb: float) -> 
 
 def breakdown_lines(stages: dict[str, float], cpu_s: float) -> str:
     """Where shardrec's CPU-seconds went, stage by stage, as shares of the run's."""
-    head = f"where shardrec's {cpu_s:.2f} CPU-s went (timers around each stage, CPU time):\n"
+    head = (
+        f"where the {cpu_s:.2f} CPU-s of shardrec's last run went (timers around each stage, "
+        "CPU time):\n"
+    )
     return head + "".join(
         f"  {k:<28} {v:6.2f} s {v / max(cpu_s, 1e-9):6.1%}\n" for k, v in stages.items()
     )
 
 
 def print_report(r: dict[str, Any]) -> None:
+    stages = r["cpu_s_by_stage"]
     console.print(
         rate_lines(r, "TSV, same file")
         + f"polars {r['polars']['version']} columns equal shardrec's byte for byte: "
         + ("yes" if r["polars_columns_equal"] else f"NO ({', '.join(r['polars_columns_differ'])})")
         + "\n"
-        + breakdown_lines(r["cpu_s_by_stage"], r["shardrec"]["cpu_s"])
+        + breakdown_lines(stages, sum(stages.values()))
         + f"secondary: parser alone {r['parse_only_mb_per_cpu_s']:.1f} MB/CPU-s;\n"
         f"  pandas {r['pandas_parse_only']['version']} read_csv parse only "
-        f"{r['pandas_parse_only']['mb_per_cpu_s']:.1f} MB per CPU-s ({r['ratio_vs_pandas_parse_only_cpu']:.2f}x)\n"
-        + "\n".join(f"goal {k}: {'met' if v else 'NOT met'}" for k, v in r["goals"].items()),
+        f"{r['pandas_parse_only']['mb_per_cpu_s']:.1f} MB per CPU-s; shardrec / pandas: "
+        f"{ratio_text(r['ratios']['vs_pandas_parse_only'], 'cpu')}\n"
+        + "\n".join(f"goal {k}: {goal_text(v)}" for k, v in r["goals"].items()),
         highlight=False,
     )

@@ -14,6 +14,11 @@ is cached, through a loader of the same global batch, shuffle and rank; one unti
 its pages into the process (as bench loader's interleaved rounds have), then it is timed over
 as many batches as the stream yielded (epoch after epoch), so both loops are as long and the
 ratio of the two rates is what the real parts cost over one warm part, not a cold start's.
+
+The stream's first pass gives the stage's figures (rates, faults, waiting) and is the warm-up of
+the ratio: after it, STREAM_ROUNDS rounds of the stream and the one part, the order alternating,
+give the ratio as the rounds harness does (tools/bench/rounds.py: the median of same-round
+ratios with its spread, per wall and per CPU-second, or "too small to measure").
 """
 
 from __future__ import annotations
@@ -27,8 +32,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from shardrec.tools.bench.rounds import Ratio, Run, ratio
+
 BASELINE_ROWS = 2_000_000
 """`bench loader`'s default rows (fewer when the stream's split is smaller)."""
+STREAM_ROUNDS = 3
+"""Rounds of the stream and the one warm part after the stream's first pass (the warm-up)."""
 
 
 def write_baseline(directory: Path, rows: int) -> Path:
@@ -80,16 +89,28 @@ def _loop(
             "major_faults": maj1 - maj0, "minor_faults": min1 - min0}  # fmt: skip
 
 
-def rank_child(data: Path, baseline: Path, batch: int, rank: int, ranks: int) -> None:
-    """In a rank's process: the stream, then the baseline over as many batches; prints one JSON
-    line."""
-    stream = _loop(data, batch, rank, ranks)
-    one_part = _loop(baseline, batch, rank, ranks, batches=int(stream["batches"]))
-    print(json.dumps({"stream": stream, "one_part": one_part}))
+def rank_child(data: Path, baseline: Path, batch: int, rank: int, ranks: int, rounds: int) -> None:
+    """In a rank's process: the stream's first pass (the stage's figures, and the rounds' warm-up),
+    then `rounds` rounds of the stream and the baseline over as many batches, the order
+    alternating; prints one JSON line."""
+    first = _loop(data, batch, rank, ranks)
+    runs: dict[str, list[dict[str, float]]] = {"stream": [], "one_part": []}
+    for r in range(rounds):
+        for name in ("one_part", "stream") if r % 2 == 0 else ("stream", "one_part"):
+            runs[name].append(
+                _loop(data, batch, rank, ranks)
+                if name == "stream"
+                else _loop(baseline, batch, rank, ranks, batches=int(first["batches"]))
+            )
+    print(json.dumps({"first": first, **runs}))
 
 
-def run_ranks(data: Path, baseline: Path, batch: int, ranks: int) -> dict[str, Any]:
-    """Start `ranks` rank processes at once, wait for all; their figures, summed over ranks."""
+def run_ranks(
+    data: Path, baseline: Path, batch: int, ranks: int, rounds: int = STREAM_ROUNDS
+) -> dict[str, Any]:
+    """Start `ranks` rank processes at once, wait for all; their figures, summed over ranks: the
+    first pass (`first`), and each round's stream and baseline (`stream`, `one_part`: lists in
+    round order)."""
     cmd = [
         sys.executable,
         "-m",
@@ -100,7 +121,10 @@ def run_ranks(data: Path, baseline: Path, batch: int, ranks: int) -> dict[str, A
     ]
     procs = [
         subprocess.Popen(
-            [*cmd, str(r), str(ranks)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            [*cmd, str(r), str(ranks), str(rounds)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for r in range(ranks)
     ]
@@ -109,7 +133,23 @@ def run_ranks(data: Path, baseline: Path, batch: int, ranks: int) -> dict[str, A
         if p.returncode != 0:
             raise RuntimeError(f"stream rank failed: {err.strip()[-1500:]}")
     per_rank = [json.loads(out) for out, _ in outs]
-    return {name: combine_ranks([r[name] for r in per_rank]) for name in ("stream", "one_part")}
+    return {
+        "first": combine_ranks([r["first"] for r in per_rank]),
+        **{
+            name: [combine_ranks([r[name][k] for r in per_rank]) for k in range(rounds)]
+            for name in ("stream", "one_part")
+        },
+    }
+
+
+def stream_ratio(measured: dict[str, Any]) -> Ratio:
+    """The stream's rate over the one warm part's, through the rounds harness (run_ranks'
+    rounds, all ranks together: rows over the slowest rank's loop, CPU seconds summed)."""
+
+    def runs(name: str) -> list[Run]:
+        return [Run(r["rows"], r["loop_s"], r["cpu_s"]) for r in measured[name]]
+
+    return ratio(runs("stream"), runs("one_part"))
 
 
 def combine_ranks(ranks: list[dict[str, float]]) -> dict[str, Any]:
@@ -135,5 +175,10 @@ def combine_ranks(ranks: list[dict[str, float]]) -> dict[str, Any]:
 
 if __name__ == "__main__":
     rank_child(
-        Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+        Path(sys.argv[1]),
+        Path(sys.argv[2]),
+        int(sys.argv[3]),
+        int(sys.argv[4]),
+        int(sys.argv[5]),
+        int(sys.argv[6]),
     )

@@ -1,24 +1,28 @@
 """`shardrec bench train`: training samples/s of `shardrec train`'s path against stock torchrec.
 
 Ranks (torchrun; CPU: gloo, `--threads` threads each; `--device cuda`: NCCL, one GPU each) train a
-DLRM on demo-style synthetic rows (Zipf-like ids, labels from a hidden linear model) written to disk
-in
-shardrec's format:
+DLRM on demo-style synthetic rows (Zipf-like ids, labels from a hidden linear model) written to
+disk in shardrec's format:
 
-- stock fp32: what a torchrec user writes from torchrec's examples (tools/bench/train/stock_torchrec.py:
-  torchrec's DLRM, stock sharder with the fused optimizer, its planner, TrainPipelineSparseDist),
-  over the same batches held in memory;
+- stock fp32: what a torchrec user writes from torchrec's examples
+  (tools/bench/train/stock_torchrec.py: torchrec's DLRM, stock sharder with the fused optimizer,
+  its planner, TrainPipelineSparseDist), over the same batches held in memory;
 - ours fp32 / ours bf16: `shardrec train`'s job builder and step loop with the real reporter,
-  reading from disk through the real loader (train.precision = fp32 / bf16);
+  reading from disk through the real loader (train.precision = fp32 / bf16; train.compile at its
+  default, so the reference model's dense layers run compiled on CPU);
 - ours fp32 in memory: the same loop over the in-memory batches (for the loader ratio).
 
 Same data, optimizer kinds, learning rates and threads on both sides. Models: `reference`
 (26 tables x 100k rows x 64, dense 512-256-64, over 1024-1024-512-256-1, 1024 samples per
 rank: the DLRM reference's shape) or `demo` (configs/demo.toml's: 26 x 50k x 16, 64-16, 64-32-1).
-Each ratio is the median over rounds of the ratio of two variants timed in the same round (load
-from other processes drifts over seconds). Quality: every side first trains the same
-`--quality-steps` batches from fresh weights and reports validation AUC; bf16's speed counts
-only if its AUC is within 0.002 of ours fp32.
+Every variant trains WARMUP_STEPS untimed steps, then one window of `steps` steps per round over
+interleaved rounds (tools/bench/rounds.py): each ratio is the median of the same-round ratios,
+with its spread, per wall second and per CPU-second (every rank's process); a window shorter than
+MIN_STEPS steps or MIN_RUN_S seconds is too small to measure. Quality: every side first trains
+the same `--quality-steps` batches from fresh weights and reports validation AUC; bf16's speed
+counts only if its AUC is within 0.002 of ours fp32. `--breakdown` profiles a few more steps of
+stock and ours (breakdown.py); `--reference DIR` measures against the DLRM reference itself
+instead (reference_bench.py).
 """
 
 from __future__ import annotations
@@ -32,10 +36,12 @@ from typing import Any
 
 import numpy as np
 
-from shardrec.tools.console import console
+from shardrec.tools.bench.rounds import MIN_RUN_S, Run, load_average, ratio, summarize
 
 NUM_TABLES, NUM_DENSE = 26, 13
 AUC_TOLERANCE = 0.002
+MIN_STEPS = 16
+"""Fewer steps in a window measure its start and end (a loader's first gather, barriers)."""
 # name: (table rows, embedding dim, dense arch, over arch, samples per rank, default steps per
 # window)
 MODELS: dict[str, tuple[int, int, list[int], list[int], int, int]] = {
@@ -45,39 +51,95 @@ MODELS: dict[str, tuple[int, int, list[int], list[int], int, int]] = {
     "demo": (50_000, 16, [64, 16], [64, 32, 1], 1024, 256),
 }
 VAL_BATCHES = 8
+LEARNING_RATES = {"reference": 0.005}
+"""Both optimizers' rate where the demo's (0.05) does not fit the model: the reference model's
+1024-wide layers take Adagrad's first step (every weight moved by the rate) as a jump of ~50 in
+each activation at 0.05 (loss ~3e5 at step 2), after which runs that differ only in rounding
+(compiled or eager, ours or the reference) end at AUCs apart by chance; MLPerf DLRMv2's 0.005
+trains it stably."""
+# (ratio, ours, baseline)
+RATIOS = (
+    ("ours_fp32_vs_stock_fp32", "ours_fp32", "stock_fp32"),
+    ("ours_bf16_vs_stock_fp32", "ours_bf16", "stock_fp32"),
+    ("ours_bf16_vs_ours_fp32", "ours_bf16", "ours_fp32"),
+    ("loader_vs_in_memory", "ours_fp32", "ours_fp32_in_memory"),
+)
 
 
-def write_bench_data(directory: Path, rows: dict[str, int], table_rows: int, seed: int = 0) -> Path:
-    """Demo-style rows (Zipf-like ids, labels from a hidden linear model) as a shardrec dataset."""
+def bench_rows(n: int, table_rows: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Demo-style rows: Zipf-like ids, labels from a hidden linear model (label, dense, C1..)."""
+    from shardrec.dataloader.format.manifest import smallest_uint
+
+    dtype = smallest_uint(table_rows - 1)
+    dense = rng.standard_normal((n, NUM_DENSE), dtype=np.float32)
+    sparse = {
+        f"C{i + 1}": np.minimum(rng.zipf(1.2, n) - 1, table_rows - 1).astype(dtype)
+        for i in range(NUM_TABLES)
+    }
+    logit = dense[:, 0] + sum(np.where(ids % 7 == 0, 0.3, -0.05) for ids in sparse.values())
+    labels = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(np.uint8)
+    return {"labels": labels, "dense": dense, **sparse}
+
+
+def save_dataset(
+    directory: Path, splits: dict[str, dict[str, np.ndarray]], table_rows: int
+) -> Path:
+    """bench_rows' splits as a shardrec dataset (one part per split)."""
     from shardrec.dataloader.format.manifest import (
+        PART_SUFFIX,
         Manifest,
         SparseFeature,
         SplitInfo,
         smallest_uint,
-        write_part,
     )
+    from shardrec.dataloader.format.part_file import file_layout, write_part
 
-    rng = np.random.default_rng(seed)
-    dtype = smallest_uint(table_rows - 1)
-    splits = {}
-    for split, n in rows.items():
-        dense = rng.standard_normal((n, NUM_DENSE), dtype=np.float32)
-        sparse = {
-            f"C{i + 1}": np.minimum(rng.zipf(1.2, n) - 1, table_rows - 1).astype(dtype)
-            for i in range(NUM_TABLES)
-        }
-        logit = dense[:, 0] + sum(np.where(ids % 7 == 0, 0.3, -0.05) for ids in sparse.values())
-        labels = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(np.uint8)
-        splits[split] = SplitInfo(
-            n, [write_part(directory / split / "part-00000", labels, dense, sparse)]
+    names = [f"C{i + 1}" for i in range(NUM_TABLES)]
+    dense_names = [f"I{i + 1}" for i in range(NUM_DENSE)]
+    dtype = str(smallest_uint(table_rows - 1))
+    features = [SparseFeature(n, table_rows, dtype) for n in names]
+    layout = file_layout(dense_names, "float32", features)
+    infos = {}
+    for split, rows in splits.items():
+        sparse = {n: rows[n] for n in names}
+        path = directory / split / f"part-00000{PART_SUFFIX}"
+        infos[split] = SplitInfo(
+            len(rows["labels"]), [write_part(path, layout, rows["labels"], rows["dense"], sparse)]
         )
-    features = [SparseFeature(f"C{i + 1}", table_rows, str(dtype)) for i in range(NUM_TABLES)]
-    Manifest([f"I{i + 1}" for i in range(NUM_DENSE)], features, splits).save(directory)
+    Manifest(dense_names, features, infos).save(directory)
     return directory
 
 
-def job_configs(model: str, data: str, nproc: int, device: str = "cpu") -> dict[str, Any]:
-    """Ours' job configs (fp32 and bf16): the demo's optimizers and rates, `model`'s shape."""
+def launch_ranks(module: str, args: list[str], nproc: int, threads: int) -> None:
+    """A benchmark's rank program (`python -m module ARGS`) on `nproc` CPU ranks through torchrun,
+    `threads` intra-op threads each; RuntimeError with the end of the ranks' stderr if they fail."""
+    from shardrec.trainer.distributed.launch import rank_environment, torchrun_command
+
+    proc = subprocess.run(
+        torchrun_command(args, nproc, module=module),
+        capture_output=True,
+        text=True,
+        env=rank_environment(nproc) | {"OMP_NUM_THREADS": str(threads)},
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"benchmark ranks failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
+        )
+
+
+def write_bench_data(directory: Path, rows: dict[str, int], table_rows: int, seed: int = 0) -> Path:
+    """Demo-style rows (Zipf-like ids, labels from a hidden linear model) as a shardrec dataset."""
+    rng = np.random.default_rng(seed)
+    return save_dataset(
+        directory, {s: bench_rows(n, table_rows, rng) for s, n in rows.items()}, table_rows
+    )
+
+
+def job_configs(
+    model: str, data: str, nproc: int, device: str = "cpu", extra: list[str] | None = None
+) -> dict[str, Any]:
+    """Ours' job configs (fp32 and bf16): the demo's optimizers and rates (LEARNING_RATES' where
+    given), `model`'s shape; `extra` settings (`section.key=value`) last."""
     from shardrec.trainer.job.config import load_job_config
 
     _, dim, dense_arch, over_arch, per_rank, _ = MODELS[model]
@@ -89,14 +151,17 @@ def job_configs(model: str, data: str, nproc: int, device: str = "cpu") -> dict[
         f"model.dense_arch={dense_arch}",
         f"model.over_arch={over_arch}",
         f"train.global_batch_size={per_rank * nproc}",
+        f'train.device="{device}"',
+        # bf16 measured even where it is emulated: the bench says how slow that is.
+        "train.allow_emulated_bf16=true",
     ]
     # Only the demo's [optim]: its pinned sharding types and eval/checkpoint intervals are about the
     # demo's run.
+    rate = LEARNING_RATES.get(model)
+    rates = [f"optim.{k}_lr={rate}" for k in ("sparse", "dense")] if rate else []
+    overrides = _demo_optim(demo) + rates + (extra or [])
     return {
-        p: load_job_config(
-            None,
-            common + _demo_optim(demo) + [f'train.precision="{p}"', f'train.device="{device}"'],
-        )
+        p: load_job_config(None, common + [f'train.precision="{p}"'] + overrides)
         for p in ("fp32", "bf16")
     }
 
@@ -116,6 +181,7 @@ def rank_main(
     rounds: int,
     quality_steps: int,
     threads: int,
+    breakdown_steps: int = 0,
     device: str = "cpu",
 ) -> None:
     """One rank of the benchmark (started by torchrun); rank 0 writes the figures to `out`."""
@@ -128,10 +194,16 @@ def rank_main(
     env = init_distributed(device)
     configs = job_configs(model, data, env.world_size, device)
     with tempfile.TemporaryDirectory() as run_root:
-        result = bench_rank(env, configs, Path(run_root), steps, rounds, quality_steps)
+        result = bench_rank(
+            env, configs, Path(run_root), steps, rounds, quality_steps, breakdown_steps
+        )
     if env.is_main:
         Path(out).write_text(json.dumps(result))
     shutdown()
+
+
+def too_small(steps: int) -> str:
+    return f"{steps} steps a window, under {MIN_STEPS}" if steps < MIN_STEPS else ""
 
 
 def summarise(
@@ -143,12 +215,10 @@ def summarise(
     rounds: int,
     device: str = "cpu",
 ) -> dict[str, Any]:
-    rates, auc = raw["rates"], raw["auc"]
-
-    def paired(a: str, b: str) -> float:
-        # Median over rounds of the ratio within a round: both sides ran back to back.
-        return round(float(np.median([x / y for x, y in zip(rates[a], rates[b])])), 3)
-
+    runs = {k: [Run(**r) for r in v] for k, v in raw["runs"].items()}
+    auc = raw["auc"]
+    summaries = {k: summarize(v) for k, v in runs.items()}
+    small = too_small(steps)
     bf16_ok = abs(auc["ours_bf16"] - auc["ours_fp32"]) <= AUC_TOLERANCE
     return {
         "model": model,
@@ -158,90 +228,49 @@ def summarise(
         "samples_per_rank": MODELS[model][4],
         "steps": steps,
         "rounds": rounds,
-        "median_samples_per_s": {k: round(float(np.median(v)), 1) for k, v in rates.items()},
-        "ours_fp32_vs_stock_fp32": paired("ours_fp32", "stock_fp32"),
-        "ours_bf16_vs_stock_fp32": paired("ours_bf16", "stock_fp32"),
-        "ours_bf16_vs_ours_fp32": paired("ours_bf16", "ours_fp32"),
-        "loader_vs_in_memory": paired("ours_fp32", "ours_fp32_in_memory"),
+        "load_average": load_average(),
+        "ours_compiled": raw.get("ours_compiled", False),
+        "median_samples_per_s": {k: round(v.rate, 1) for k, v in summaries.items()},
+        "samples_per_cpu_s": {k: round(v.cpu_rate, 1) for k, v in summaries.items()},
+        "window_s": {k: round(v.run_s, 3) for k, v in summaries.items()},
+        **{
+            name: ratio(runs[a], runs[b], too_small=small, min_run_s=MIN_RUN_S).to_dict()
+            for name, a, b in RATIOS
+        },
         "val_auc": {k: round(v, 4) for k, v in auc.items()},
         "bf16_auc_within_tolerance": bf16_ok,
         "sharding_types": {
             "stock": raw["stock_sharding_types"],
             "ours": raw["ours_sharding_types"],
         },
+        **({"breakdown": raw["breakdown"]} if "breakdown" in raw else {}),
     }
 
 
-def print_result(result: dict[str, Any]) -> None:
-    console.print(
-        f"{result['ranks']} {result['device'].upper()} ranks x {result['threads_per_rank']} thread(s), "
-        f"{result['model']} DLRM, {result['samples_per_rank']} samples per rank, "
-        f"{result['rounds']} interleaved rounds x {result['steps']} steps; "
-        "ratios: median over rounds of same-round ratios"
-    )
-    for name, rate in result["median_samples_per_s"].items():
-        console.print(f"  {name:20s} {rate:>10,.0f} samples/s")
-    console.print(
-        f"ours fp32 / stock torchrec fp32: {result['ours_fp32_vs_stock_fp32']:.3f}x (target >= 1.0)"
-    )
-    verdict = (
-        "counts"
-        if result["bf16_auc_within_tolerance"]
-        else f"does NOT count: AUC differs by more than {AUC_TOLERANCE}"
-    )
-    console.print(
-        f"ours bf16 / stock torchrec fp32: {result['ours_bf16_vs_stock_fp32']:.3f}x (target >= 1.5); {verdict}"
-    )
-    console.print(
-        f"real loader / in-memory batches: {result['loader_vs_in_memory']:.3f}x (target >= 0.97)"
-    )
-    auc = result["val_auc"]
-    console.print(
-        f"val AUC after the same steps: stock fp32 {auc['stock_fp32']:.4f}, ours fp32 {auc['ours_fp32']:.4f}, "
-        f"ours bf16 {auc['ours_bf16']:.4f}"
-    )
-    console.print(
-        f"sharding types: stock {', '.join(result['sharding_types']['stock'])}; "
-        f"ours {', '.join(result['sharding_types']['ours'])}"
-    )
-
-
 def run_bench(
-    model: str, steps: int, rounds: int, quality_steps: int, nproc: int, device: str, threads: int
+    model: str,
+    steps: int,
+    rounds: int,
+    quality_steps: int,
+    nproc: int,
+    device: str,
+    threads: int,
+    breakdown_steps: int = 0,
 ) -> dict[str, Any]:
     """Run the benchmark's ranks through torchrun on generated data; returns the summary.
     RuntimeError with the ranks' stderr when they fail."""
-    from shardrec.trainer.distributed.launch import rank_environment, torchrun_command
 
     global_batch = MODELS[model][4] * nproc
     with tempfile.TemporaryDirectory() as tmp:
         rows = {
-            "train": global_batch * max(steps, quality_steps),
+            "train": global_batch * max(steps, quality_steps, breakdown_steps),
             "val": global_batch * VAL_BATCHES,
         }
         data = write_bench_data(Path(tmp) / "data", rows, MODELS[model][0])
         out = Path(tmp) / "result.json"
-        args = [
-            str(data),
-            str(out),
-            model,
-            str(steps),
-            str(rounds),
-            str(quality_steps),
-            str(threads),
-            device,
-        ]
-        env = rank_environment(nproc) | {"OMP_NUM_THREADS": str(threads)}
-        proc = subprocess.run(
-            torchrun_command(args, nproc, module="shardrec.tools.bench.train.train_bench"),
-            capture_output=True,
-            text=True,
-            env=env,
-        )
-        if proc.returncode != 0:
-            raise RuntimeError(
-                f"benchmark ranks failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
-            )
+        args = [str(data), str(out), model]
+        args += [str(v) for v in (steps, rounds, quality_steps, threads, breakdown_steps)]
+        launch_ranks("shardrec.tools.bench.train.train_bench", [*args, device], nproc, threads)
         return summarise(json.loads(out.read_text()), model, nproc, threads, steps, rounds, device)
 
 
@@ -261,5 +290,5 @@ def check_device(device: str, nproc: int) -> None:
 
 if __name__ == "__main__":
     rank_main(
-        sys.argv[1], sys.argv[2], sys.argv[3], *(int(a) for a in sys.argv[4:8]), device=sys.argv[8]
+        sys.argv[1], sys.argv[2], sys.argv[3], *(int(a) for a in sys.argv[4:9]), device=sys.argv[9]
     )

@@ -21,15 +21,22 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from shardrec.tools.bench.rounds import Run, run_rounds
+from shardrec.tools.bench.train.breakdown import (
+    gather_breakdown,
+    labeled_batches,
+    profile_steps,
+    scope_modules,
+)
 from shardrec.tools.bench.train.stock_torchrec import StockModel, StockOptim, StockTrainer
-from shardrec.tools.bench.train.timing import timed_rate
+from shardrec.tools.bench.train.timing import timed_window
 from shardrec.trainer.distributed import faults
 from shardrec.trainer.distributed.dist import DistEnv
 from shardrec.trainer.job.config import JobConfig
@@ -41,6 +48,8 @@ from shardrec.trainer.loop.train_loop import train_segment
 from shardrec.trainer.rundir.metrics_log import MetricsWriter
 
 LOADER_THREAD_PREFIX = "shardrec-loader"  # dataloader/prefetch.py's thread names
+WARMUP_STEPS = 3
+"""Untimed steps of every variant before the rounds (compiled layers compile in the first two)."""
 
 
 @dataclass
@@ -61,6 +70,9 @@ class Ours:
             faults.maybe_poison(self.job.model, step, env.rank)
 
         self.reporter.start_segment()
+        managed = self.job.managed
+        if managed is not None:  # raw ids through the id maps, as `shardrec train` runs them
+            batches = managed.train_batches(batches, self.step)
         done = train_segment(
             self.job.runner,
             batches,
@@ -69,6 +81,7 @@ class Ours:
             report_every=cfg.train.log_interval,
             on_step=on_step,
             on_report=lambda stats: self.reporter.on_report(stats, 0),
+            before_step=managed.before_step if managed is not None else None,
         )
         self.step += done
         return done
@@ -146,23 +159,13 @@ def gathered_auc(logits: torch.Tensor, labels: torch.Tensor) -> float:
     return float(binary_metrics(local[0], local[1])["auc"])
 
 
-def from_disk(side: Ours, steps: int, samples: int) -> float:
-    """Samples/s of one window read from disk. A gather the prefetch thread started ahead of
-    the window's end runs on inside it (as it would in training); it is joined after the clock
-    stops (that look-ahead is only wasted because the window ends)."""
-    rate = timed_rate(lambda: side.train_from_disk(steps), samples)
+def from_disk(side: Ours, steps: int, samples: int) -> Run:
+    """One window read from disk. A gather the prefetch thread started ahead of the window's end
+    runs on inside it (as it would in training); it is joined after the clock stops (that
+    look-ahead is only wasted because the window ends)."""
+    run = Run(*timed_window(lambda: side.train_from_disk(steps), samples))
     join_loader_threads()
-    return rate
-
-
-def run_rounds(variants: dict[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
-    """Samples/s per variant per round; the order rotates so that no variant always runs first."""
-    rates: dict[str, list[float]] = {name: [] for name in variants}
-    names = list(variants)
-    for r in range(rounds):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            rates[name].append(variants[name]())
-    return rates
+    return run
 
 
 def bench_rank(
@@ -172,11 +175,13 @@ def bench_rank(
     steps: int,
     rounds: int,
     quality_steps: int,
+    breakdown_steps: int = 0,
 ) -> dict[str, Any]:
-    """Both phases on this rank; returns the figures (every rank gets the same)."""
+    """Both phases on this rank (and the breakdown's profiled steps); returns the figures (every
+    rank gets the same)."""
     from shardrec.dataloader.format.manifest import Manifest
 
-    total = quality_steps + (rounds + 1) * steps * 2 + 1
+    total = quality_steps + (rounds + 1) * steps * 2 + breakdown_steps + WARMUP_STEPS + 1
     ours = {name: build_ours(cfg, env, run_root / name, total) for name, cfg in configs.items()}
     fp32 = ours["fp32"]
     manifest = Manifest.load(Path(configs["fp32"].data.path))
@@ -196,7 +201,7 @@ def bench_rank(
     )
     # The same data for the baseline: ours' stream, materialised (no timing runs meanwhile).
     stream = iter(fp32.job.train_loader)
-    batches = list(itertools.islice(stream, max(quality_steps, steps)))
+    batches = list(itertools.islice(stream, max(quality_steps, steps, breakdown_steps)))
     close_loader(stream)
     val_stream = iter(fp32.job.eval_loaders["val"])
     val_batches = list(val_stream)
@@ -212,25 +217,55 @@ def bench_rank(
 
     samples = steps * configs["fp32"].train.global_batch_size
     memory = batches[:steps]
-    variants = {
-        "stock_fp32": lambda: stock.timed(memory, steps),
+    variants: dict[str, Callable[[], Run]] = {
+        "stock_fp32": lambda: Run(*stock.timed(memory, steps)),
         "ours_fp32": lambda: from_disk(fp32, steps, samples),
-        "ours_fp32_in_memory": lambda: timed_rate(lambda: fp32.train(iter(memory), steps), samples),
+        "ours_fp32_in_memory": lambda: Run(
+            *timed_window(lambda: fp32.train(iter(memory), steps), samples)
+        ),
     }
     if "bf16" in ours:
         variants["ours_bf16"] = lambda: from_disk(ours["bf16"], steps, samples)
-    for side in ours.values():  # warm-up: first-step allocations, outside the figures
-        side.train_from_disk(2)
-        join_loader_threads()
-    stock.train(memory, 2)
-    start = time.perf_counter()
-    rates = run_rounds(variants, rounds)
+    # Warm-up, untimed: first-step allocations, and the compile of compiled dense layers (its
+    # first steps compile the forward and backward graphs).
     for side in ours.values():
-        side.reporter.close()
-    return {
-        "rates": rates,
+        side.train_from_disk(WARMUP_STEPS)
+        join_loader_threads()
+    stock.train(memory, WARMUP_STEPS)
+    start = time.perf_counter()
+    runs = run_rounds(variants, rounds, warmup=False)
+    result: dict[str, Any] = {
+        "runs": {name: [asdict(r) for r in side_runs] for name, side_runs in runs.items()},
         "auc": auc,
         "seconds": round(time.perf_counter() - start, 1),
         "stock_sharding_types": sorted(set(stock.sharding_types().values())),
         "ours_sharding_types": sorted({t.sharding_type for t in fp32.job.plan.tables}),
+        "ours_compiled": is_compiled(fp32.job.model),
     }
+    if breakdown_steps:
+        result["breakdown"] = breakdown(stock, fp32, batches[:breakdown_steps], breakdown_steps)
+    for side in ours.values():
+        side.reporter.close()
+    return result
+
+
+def is_compiled(model: torch.nn.Module) -> bool:
+    """Whether ours' dense layers run compiled (train.compile)."""
+    return any(getattr(m, "compiled", False) is True for m in model.modules())
+
+
+def breakdown(stock: StockTrainer, ours: Ours, memory: list[Any], steps: int) -> dict[str, Any]:
+    """Where a step's time goes, stock torchrec's (in-memory batches) beside ours (the real
+    loader), each rank's profile averaged over the ranks."""
+    stock_scopes = scope_modules(stock.model)
+    ours_scopes = [] if is_compiled(ours.job.model) else scope_modules(ours.job.model)
+    try:
+        stock_ms = profile_steps(lambda n: stock.train(labeled_batches(memory), n), steps)
+        ours_ms = profile_steps(
+            lambda n: ours.train(labeled_batches(iter(ours.job.train_loader)), n), steps
+        )
+    finally:
+        for handle in stock_scopes + ours_scopes:
+            handle.remove()
+    join_loader_threads()
+    return {"stock_fp32": gather_breakdown(stock_ms), "ours_fp32": gather_breakdown(ours_ms)}

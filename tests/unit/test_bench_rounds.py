@@ -1,0 +1,63 @@
+"""The benchmarks' harness of repeated rounds: untimed warm-up, rotating order, ratios as medians of
+same-round ratios with their spread, and no figure where a run is too short to measure."""
+
+from __future__ import annotations
+
+import pytest
+
+from shardrec.tools.bench.rounds import Run, ratio, ratio_text, run_rounds, summarize, timed
+
+
+def test_each_variant_warms_up_once_untimed_then_runs_once_a_round_in_rotating_order():
+    calls: list[str] = []
+
+    def variant(name: str):
+        def run() -> Run:
+            calls.append(name)
+            return Run(1.0, 1.0, 1.0)
+
+        return run
+
+    runs = run_rounds({n: variant(n) for n in "abc"}, 3)
+    assert calls == list("abc") + list("abc") + list("bca") + list("cab")
+    assert {n: len(r) for n, r in runs.items()} == {"a": 3, "b": 3, "c": 3}
+    calls.clear()
+    run_rounds({n: variant(n) for n in "ab"}, 1, warmup=False)
+    assert calls == ["a", "b"]
+
+
+def test_a_ratio_is_the_median_of_same_round_ratios_with_its_spread():
+    # Round 2 was slow for both sides (another process): the same-round ratio hardly moves, while
+    # a ratio of the sides' own medians or bests would mix rounds.
+    ours = [Run(100, 1.0, 0.5), Run(100, 2.0, 1.0), Run(100, 1.1, 0.5)]
+    base = [Run(100, 2.0, 1.0), Run(100, 4.4, 2.0), Run(100, 2.0, 1.1)]
+    r = ratio(ours, base)
+    assert r.median == pytest.approx(2.0)
+    assert (r.wall.low, r.wall.high) == pytest.approx((2.0 / 1.1, 2.2))
+    assert r.cpu.median == pytest.approx(2.0) and r.rounds == 3
+    d = r.to_dict()
+    assert d["spread"] == pytest.approx((2.2 - 2.0 / 1.1) / 2.0, abs=1e-3)
+    assert ratio_text(d).startswith("2.00x (1.82-2.20 over 3 rounds, spread 19%); per CPU-s 2.00x")
+    assert ratio_text(d, "cpu") == (
+        "2.00x (2.00-2.20 over 3 rounds, spread 10%) per CPU-s; wall 2.00x (1.82-2.20)"
+    )
+
+
+def test_runs_too_short_to_measure_give_a_reason_instead_of_a_ratio():
+    ours, base = [Run(10, 0.01, 0.01)] * 3, [Run(10, 0.02, 0.02)] * 3
+    r = ratio(ours, base, min_run_s=0.2)
+    assert r.median is None and "0.010 s, under 0.2 s" in r.too_small
+    assert ratio_text(r.to_dict()) == f"too small to measure ({r.too_small})"
+    # A size the benchmark knows is too small is refused even with long runs.
+    long = [Run(10, 1.0, 1.0)] * 3
+    assert ratio(long, long, too_small="fits in cache").to_dict() == {
+        "too_small": "fits in cache",
+        "rounds": 3,
+    }
+
+
+def test_summary_and_timed_runs():
+    s = summarize([Run(10, 1.0, 2.0), Run(10, 2.0, 2.0), Run(10, 4.0, 5.0)])
+    assert (s.rate, s.low, s.high, s.cpu_rate, s.run_s) == (5.0, 2.5, 10.0, 5.0, 2.0)
+    run = timed(lambda: sum(range(100_000)) * 0 + 7)
+    assert run.work == 7 and run.wall_s > 0 and run.cpu_s >= 0

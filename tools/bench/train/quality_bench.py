@@ -1,0 +1,286 @@
+"""`shardrec bench quality`: managed tables against hashing into the same rows and against an
+unbounded vocabulary of every id, on a drifting log trained day by day, each day evaluated before
+training on it (progressive validation).
+
+The log is `shardrec synth --like drift`'s (its parameters fixed in tools/synth/drift.py, not tuned
+here), each day preprocessed on its own: every table with at least MIN_DISTINCT distinct ids over
+the days keeps raw ids (`--raw-ids`), the others are hashed into 4x their distinct ids (static,
+the same in every arm). Three arms differ only in the kind of the raw-id tables:
+- managed: rows = 1/4 of the table's distinct ids over the days; lru, ids unseen for a day evicted,
+  admitted after 2 sightings, updates every 1/50 of a day (the defaults);
+- hashed: the same rows, row 2 + mix64(id) mod rows;
+- unbounded: a row for every id (rows = its distinct ids), admitted at the first sighting.
+Each arm and model seed is one run: day 0 trained, then `--continue-on` each next day (in-process,
+through the job builder and the continuation checks `shardrec train` uses), whose progressive
+validation is recorded in the run's stretches.json. Headline: the mean PV AUC of days 1.. per
+run; per arm, its mean over seeds and spread (max - min). Also: hashing's collision rate (the
+share of a day's lookups whose row holds another id seen that day, and seen any day so far) and
+managed's share of lookups on the shared row, admissions and evictions per day.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shardrec.tools.console import console
+
+MIN_DISTINCT = 1000
+STATIC_FACTOR = 4
+BUDGET_SHARE = 0.25
+ARMS = ("managed", "hashed", "unbounded")
+GOAL_VS_UNBOUNDED = 0.002
+
+
+@dataclasses.dataclass(frozen=True)
+class QualityData:
+    days: list[str]
+    """The preprocessed days, in order."""
+    raw: dict[str, int]
+    """Raw-id table -> its distinct ids over every day."""
+
+
+def prepare(work: Path, days: int, rows_per_day: int, seed: int, max_vocab: int) -> QualityData:
+    """Write the drifting log and preprocess each day (raw ids for the large tables)."""
+    from shardrec.tools.preprocess.pipeline import run_preprocess
+    from shardrec.tools.preprocess.settings import PreprocessConfig
+    from shardrec.tools.synth.drift import write_drift
+
+    paths, stats = write_drift(work / "raw", rows_per_day * days, seed, days, max_vocab)
+    distinct = {name: int(t["distinct_so_far"]) for name, t in stats[-1].tables.items()}
+    raw = {n: d for n, d in distinct.items() if d >= MIN_DISTINCT}
+    names = [f"C{i + 1}" for i in range(len(distinct))]
+    max_ids = [max(2, STATIC_FACTOR * distinct[n]) for n in names]
+    out = []
+    for path in paths:
+        day = work / "data" / path.name
+        if not (day / "manifest.json").is_file():
+            run_preprocess(
+                PreprocessConfig(inputs=[path], out=day, max_ids=max_ids, raw_ids=sorted(raw))
+            )
+        out.append(str(day))
+    return QualityData(out, raw)
+
+
+def arm_tables(arm: str, raw: dict[str, int]) -> list[str]:
+    """The --set items of an arm's raw-id tables."""
+    items = []
+    for name, distinct in raw.items():
+        budget = max(1, int(distinct * BUDGET_SHARE))
+        if arm == "managed":
+            table = f'{{kind="managed", rows={budget}, max_age="1 days"}}'
+        elif arm == "hashed":
+            table = f'{{kind="hashed", rows={budget}}}'
+        else:
+            table = f'{{kind="unbounded", rows={distinct}}}'
+        items.append(f"tables.{name}={table}")
+    return items
+
+
+def job_config(data: str, arm: str, raw: dict[str, int], seed: int, batch: int):
+    from shardrec.trainer.job.config import load_job_config
+
+    return load_job_config(
+        None,
+        [
+            f'data.path="{data}"',
+            "data.eval_splits=[]",
+            'train.device="cpu"',
+            f"train.global_batch_size={batch}",
+            f"train.seed={seed}",
+            "train.log_interval=1000",
+            "model.embedding_dim=16",
+            "model.dense_arch=[64, 16]",
+            "model.over_arch=[64, 32, 1]",
+            *arm_tables(arm, raw),
+        ],
+    )
+
+
+def rank_main(spec_file: str, out: str) -> None:
+    """Every run, day by day, on this rank (started by torchrun); rank 0 writes the PV AUCs."""
+    import torch
+
+    from shardrec.trainer.distributed.dist import init_distributed, shutdown
+    from shardrec.trainer.loop.train_job import build_job
+    from shardrec.trainer.loop.train_loop import run_job
+    from shardrec.trainer.rundir import lifecycle
+    from shardrec.trainer.rundir.continuation import check_continuing_job
+    from shardrec.trainer.rundir.stretches import read_stretches
+
+    spec = json.loads(Path(spec_file).read_text())
+    torch.set_num_threads(1)
+    env = init_distributed("cpu")
+    results: dict[str, Any] = {}
+    for arm in spec["arms"]:
+        for seed in spec["seeds"]:
+            run_dir = Path(spec["work"]) / "runs" / f"{arm}-seed{seed}"
+            for d, data in enumerate(spec["days"]):
+                config = job_config(data, arm, spec["raw"], seed, spec["batch"])
+                if d == 0:
+                    if lifecycle.check_job(run_dir, config, []) is not None:
+                        continue  # done in an earlier invocation
+                    continuing = False
+                else:
+                    done, continuing = check_continuing_job(run_dir, config, [])
+                    if done is not None:
+                        continue
+                run_job(build_job(config, env, run_dir, None, continuing=continuing))
+                # Rank 0 writes the run's records last: every rank reads them for the next day.
+                torch.distributed.barrier()
+            if env.is_main:
+                results[f"{arm}-seed{seed}"] = [
+                    dataclasses.asdict(s) for s in read_stretches(run_dir)
+                ]
+    if env.is_main:
+        Path(out).write_text(json.dumps(results))
+    shutdown()
+
+
+def hashed_collisions(days: list[str], raw: dict[str, int]) -> list[dict[str, float]]:
+    """Per day, over the raw-id tables: the share of the day's lookups whose hashed row holds
+    another id seen that day, and seen any day so far."""
+    from shardrec.dataloader.format.manifest import Manifest
+    from shardrec.dataloader.format.part_file import open_split
+    from shardrec.dataloader.format.raw_ids import MISSING_KEY
+    from shardrec.dataloader.util.splitmix import mix64
+
+    seen: dict[str, np.ndarray] = {n: np.zeros(0, np.uint64) for n in raw}
+    out = []
+    for day in days:
+        manifest = Manifest.load(day)
+        parts = open_split(day, "train", manifest)
+        lookups = same_day = ever = 0
+        for name, distinct in raw.items():
+            budget = np.uint64(max(1, int(distinct * BUDGET_SHARE)))
+            keys = np.concatenate([np.asarray(p.sparse[name]) for p in parts])
+            keys = keys[keys != np.uint64(MISSING_KEY)]
+            ids, counts = np.unique(keys, return_counts=True)
+            seen[name] = np.union1d(seen[name], ids)
+            rows_today = mix64(ids) % budget
+            rows_ever = mix64(seen[name]) % budget
+            lookups += int(counts.sum())
+            same_day += int(counts[np.bincount(rows_today.astype(np.int64))[rows_today] > 1].sum())
+            shared = np.bincount(rows_ever.astype(np.int64), minlength=int(budget))
+            ever += int(counts[shared[rows_today.astype(np.int64)] > 1].sum())
+        out.append(
+            {
+                "same_day": round(same_day / lookups, 4) if lookups else 0.0,
+                "any_day_so_far": round(ever / lookups, 4) if lookups else 0.0,
+            }
+        )
+    return out
+
+
+def run_quality(
+    work: Path | None,
+    days: int,
+    rows_per_day: int,
+    seeds: list[int],
+    nproc: int,
+    batch: int,
+    max_vocab: int,
+    data_seed: int = 0,
+) -> dict[str, Any]:
+    """Prepare the data, run every arm and seed through torchrun, summarise."""
+    from shardrec.tools.bench.train.train_bench import launch_ranks
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(work) if work is not None else Path(tmp)
+        data = prepare(root, days, rows_per_day, data_seed, max_vocab)
+        spec = {
+            "work": str(root),
+            "days": data.days,
+            "raw": data.raw,
+            "arms": list(ARMS),
+            "seeds": seeds,
+            "batch": batch,
+        }
+        spec_file, out = root / "quality.json", root / "quality-result.json"
+        spec_file.write_text(json.dumps(spec))
+        module = "shardrec.tools.bench.train.quality_bench"
+        launch_ranks(module, [str(spec_file), str(out)], nproc, 1)
+        runs = json.loads(out.read_text())
+        collisions = hashed_collisions(data.days, data.raw)
+    return summarise(runs, collisions, data, rows_per_day, seeds, nproc)
+
+
+def summarise(runs, collisions, data: QualityData, rows_per_day: int, seeds, nproc) -> dict:
+    per_run = {name: [s["pv"]["auc"] for s in stretches[1:]] for name, stretches in runs.items()}
+    arms = {}
+    for arm in ARMS:
+        means = [float(np.mean(per_run[f"{arm}-seed{s}"])) for s in seeds]
+        arms[arm] = {
+            "mean_pv_auc": round(float(np.mean(means)), 5),
+            "spread": round(max(means) - min(means), 5),
+            "per_seed": [round(m, 5) for m in means],
+            "per_day": [
+                round(float(np.mean([per_run[f"{arm}-seed{s}"][d] for s in seeds])), 5)
+                for d in range(len(data.days) - 1)
+            ],
+        }
+    managed = [runs[f"managed-seed{s}"] for s in seeds]
+    maps = [
+        {
+            k: float(np.mean([m[d]["id_maps"].get(k, 0) for m in managed]))
+            for k in ("shared_row_share", "admitted", "evicted")
+        }
+        for d in range(len(data.days))
+    ]
+    spread = max(a["spread"] for a in arms.values())
+    vs_hashed = arms["managed"]["mean_pv_auc"] - arms["hashed"]["mean_pv_auc"]
+    vs_unbounded = arms["unbounded"]["mean_pv_auc"] - arms["managed"]["mean_pv_auc"]
+    return {
+        "days": len(data.days),
+        "rows_per_day": rows_per_day,
+        "seeds": seeds,
+        "ranks": nproc,
+        "raw_tables": data.raw,
+        "arms": arms,
+        "managed_minus_hashed": round(vs_hashed, 5),
+        "unbounded_minus_managed": round(vs_unbounded, 5),
+        "largest_spread": round(spread, 5),
+        "managed_beats_hashed": vs_hashed > spread,
+        "managed_near_unbounded": vs_unbounded <= GOAL_VS_UNBOUNDED,
+        "hashed_collisions": collisions,
+        "managed_maps_per_day": maps,
+    }
+
+
+def print_quality(result: dict[str, Any]) -> None:
+    raw = result["raw_tables"]
+    console.print(
+        f"{result['days']} days x {result['rows_per_day']:,} rows of a drifting log; "
+        f"{len(raw)} raw-id tables ({min(raw.values()):,}-{max(raw.values()):,} distinct ids), "
+        f"budget 1/4 of them; {result['ranks']} ranks; model seeds {result['seeds']}; "
+        "PV: each day evaluated before training on it"
+    )
+    for arm, a in result["arms"].items():
+        days = " ".join(f"{x:.4f}" for x in a["per_day"])
+        console.print(
+            f"  {arm:10s} mean PV AUC {a['mean_pv_auc']:.4f} (spread {a['spread']:.4f}); "
+            f"by day: {days}"
+        )
+    console.print(
+        f"managed - hashed: {result['managed_minus_hashed']:+.4f} (goal: above the largest spread, "
+        f"{result['largest_spread']:.4f}: {'met' if result['managed_beats_hashed'] else 'NOT met'}); "
+        f"unbounded - managed: {result['unbounded_minus_managed']:+.4f} (goal <= "
+        f"{GOAL_VS_UNBOUNDED}: {'met' if result['managed_near_unbounded'] else 'NOT met'})"
+    )
+    same = " ".join(f"{c['same_day']:.1%}" for c in result["hashed_collisions"])
+    ever = " ".join(f"{c['any_day_so_far']:.1%}" for c in result["hashed_collisions"])
+    console.print(f"hashing's collisions by day: with an id of the same day {same}; "
+                  f"with an id of any day so far {ever}")  # fmt: skip
+    shared = " ".join(f"{m['shared_row_share']:.1%}" for m in result["managed_maps_per_day"])
+    console.print(f"managed: lookups on the shared row by day {shared}")
+
+
+if __name__ == "__main__":
+    import sys
+
+    rank_main(sys.argv[1], sys.argv[2])

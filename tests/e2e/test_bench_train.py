@@ -85,5 +85,8 @@ def test_bench_train_of_hstu_times_ours_against_the_plain_layer_on_two_ranks() -
     report = json.loads(result.stdout)
     assert set(report["median_samples_per_s"]) == {"ours", "plain_layer", "ours_from_disk"}
     assert all(rate > 0 for rate in report["median_samples_per_s"].values())
-    assert report["max_logit_difference"] == {"plain_layer": 0.0}
+    # The same layer summed in another order: 0.0 on a Xeon with AMX, 3.9e-7 on an AMD EPYC (fp32
+    # rounding); a layer computing something else differs by orders of magnitude more.
+    assert set(report["max_logit_difference"]) == {"plain_layer"}
+    assert report["max_logit_difference"]["plain_layer"] < 1e-5
     assert report["ours_vs_plain_layer"] > 0

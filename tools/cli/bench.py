@@ -603,6 +603,13 @@ def quality(
             help="Keep the data and runs here (a rerun reuses them); default: a temp dir."
         ),
     ] = None,
+    managed: Annotated[
+        str,
+        typer.Option(
+            help="The managed arm's settings beside kind and rows, as a [tables.X] inline table's "
+            'items, e.g. \'policy="lfu", admit_after=1\' ("": the defaults).'
+        ),
+    ] = 'max_age="1 days"',
     json_out: JsonFlag = False,
 ) -> None:
     """Managed tables (1/4 of the distinct ids) vs hashing into the same rows vs an unbounded
@@ -616,7 +623,9 @@ def quality(
     if not chosen:
         fail("--seeds: give at least one")
     try:
-        result = run_quality(work, days, rows_per_day, chosen, nproc, batch, max_vocab)
+        result = run_quality(
+            work, days, rows_per_day, chosen, nproc, batch, max_vocab, managed=managed
+        )
     except (ValueError, RuntimeError) as e:
         fail(str(e))
     _show(result, json_out, print_quality)

@@ -7,7 +7,7 @@ here), each day preprocessed on its own: every table with at least MIN_DISTINCT 
 the days keeps raw ids (`--raw-ids`), the others are hashed into 4x their distinct ids (static,
 the same in every arm). Three arms differ only in the kind of the raw-id tables:
 - managed: rows = 1/4 of the table's distinct ids over the days; lru, ids unseen for a day evicted,
-  admitted after 2 sightings, updates every 1/50 of a day (the defaults);
+  admitted after 2 sightings, updates every 1/50 of a day (the defaults; `--managed` sets others);
 - hashed: the same rows, row 2 + mix64(id) mod rows;
 - unbounded: a row for every id (rows = its distinct ids), admitted at the first sighting.
 Each arm and model seed is one run: day 0 trained, then `--continue-on` each next day (in-process,
@@ -21,6 +21,7 @@ managed's share of lookups on the shared row, admissions and evictions per day.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import tempfile
 from pathlib import Path
@@ -35,6 +36,8 @@ STATIC_FACTOR = 4
 BUDGET_SHARE = 0.25
 ARMS = ("managed", "hashed", "unbounded")
 GOAL_VS_UNBOUNDED = 0.002
+MANAGED = 'max_age="1 days"'
+"""The managed arm's settings beside its kind and rows (`--managed`): TOML inline-table items."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,13 +70,13 @@ def prepare(work: Path, days: int, rows_per_day: int, seed: int, max_vocab: int)
     return QualityData(out, raw)
 
 
-def arm_tables(arm: str, raw: dict[str, int]) -> list[str]:
-    """The --set items of an arm's raw-id tables."""
+def arm_tables(arm: str, raw: dict[str, int], managed: str = MANAGED) -> list[str]:
+    """The --set items of an arm's raw-id tables (`managed`: the managed arm's other settings)."""
     items = []
     for name, distinct in raw.items():
         budget = max(1, int(distinct * BUDGET_SHARE))
         if arm == "managed":
-            table = f'{{kind="managed", rows={budget}, max_age="1 days"}}'
+            table = f'{{kind="managed", rows={budget}{", " if managed else ""}{managed}}}'
         elif arm == "hashed":
             table = f'{{kind="hashed", rows={budget}}}'
         else:
@@ -82,7 +85,9 @@ def arm_tables(arm: str, raw: dict[str, int]) -> list[str]:
     return items
 
 
-def job_config(data: str, arm: str, raw: dict[str, int], seed: int, batch: int):
+def job_config(
+    data: str, arm: str, raw: dict[str, int], seed: int, batch: int, managed: str = MANAGED
+):
     from shardrec.trainer.job.config import load_job_config
 
     return load_job_config(
@@ -97,7 +102,7 @@ def job_config(data: str, arm: str, raw: dict[str, int], seed: int, batch: int):
             "model.embedding_dim=16",
             "model.dense_arch=[64, 16]",
             "model.over_arch=[64, 32, 1]",
-            *arm_tables(arm, raw),
+            *arm_tables(arm, raw, managed),
         ],
     )
 
@@ -119,9 +124,9 @@ def rank_main(spec_file: str, out: str) -> None:
     results: dict[str, Any] = {}
     for arm in spec["arms"]:
         for seed in spec["seeds"]:
-            run_dir = Path(spec["work"]) / "runs" / f"{arm}-seed{seed}"
+            run_dir = Path(spec["work"]) / "runs" / run_name(arm, seed, spec["managed"])
             for d, data in enumerate(spec["days"]):
-                config = job_config(data, arm, spec["raw"], seed, spec["batch"])
+                config = job_config(data, arm, spec["raw"], seed, spec["batch"], spec["managed"])
                 if d == 0:
                     if lifecycle.check_job(run_dir, config, []) is not None:
                         continue  # done in an earlier invocation
@@ -140,6 +145,25 @@ def rank_main(spec_file: str, out: str) -> None:
     if env.is_main:
         Path(out).write_text(json.dumps(results))
     shutdown()
+
+
+def run_name(arm: str, seed: int, managed: str) -> str:
+    """A run's directory under --work: the managed arm's names its settings' digest, so that a
+    rerun with other `--managed` settings trains anew instead of reusing the earlier runs."""
+    if arm != "managed" or managed == MANAGED:
+        return f"{arm}-seed{seed}"
+    return f"{arm}-{hashlib.sha256(managed.encode()).hexdigest()[:8]}-seed{seed}"
+
+
+def check_managed(managed: str) -> None:
+    """ValueError in one line for `--managed` settings a managed table would refuse."""
+    from shardrec.trainer.job.config import load_job_config
+
+    item = arm_tables("managed", {"C1": 4 * MIN_DISTINCT}, managed)[0]
+    try:
+        load_job_config(None, [item])
+    except ValueError as e:
+        raise ValueError(f"--managed {managed!r}: {e}") from None
 
 
 def hashed_collisions(days: list[str], raw: dict[str, int]) -> list[dict[str, float]]:
@@ -186,10 +210,12 @@ def run_quality(
     batch: int,
     max_vocab: int,
     data_seed: int = 0,
+    managed: str = MANAGED,
 ) -> dict[str, Any]:
     """Prepare the data, run every arm and seed through torchrun, summarise."""
     from shardrec.tools.bench.train.train_bench import launch_ranks
 
+    check_managed(managed)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(work) if work is not None else Path(tmp)
         data = prepare(root, days, rows_per_day, data_seed, max_vocab)
@@ -200,6 +226,7 @@ def run_quality(
             "arms": list(ARMS),
             "seeds": seeds,
             "batch": batch,
+            "managed": managed,
         }
         spec_file, out = root / "quality.json", root / "quality-result.json"
         spec_file.write_text(json.dumps(spec))
@@ -207,10 +234,12 @@ def run_quality(
         launch_ranks(module, [str(spec_file), str(out)], nproc, 1)
         runs = json.loads(out.read_text())
         collisions = hashed_collisions(data.days, data.raw)
-    return summarise(runs, collisions, data, rows_per_day, seeds, nproc)
+    return summarise(runs, collisions, data, rows_per_day, seeds, nproc, settings=managed)
 
 
-def summarise(runs, collisions, data: QualityData, rows_per_day: int, seeds, nproc) -> dict:
+def summarise(
+    runs, collisions, data: QualityData, rows_per_day: int, seeds, nproc, settings: str = MANAGED
+) -> dict:
     per_run = {name: [s["pv"]["auc"] for s in stretches[1:]] for name, stretches in runs.items()}
     arms = {}
     for arm in ARMS:
@@ -241,6 +270,7 @@ def summarise(runs, collisions, data: QualityData, rows_per_day: int, seeds, npr
         "seeds": seeds,
         "ranks": nproc,
         "raw_tables": data.raw,
+        "managed_settings": settings,
         "arms": arms,
         "managed_minus_hashed": round(vs_hashed, 5),
         "unbounded_minus_managed": round(vs_unbounded, 5),
@@ -260,6 +290,7 @@ def print_quality(result: dict[str, Any]) -> None:
         f"budget 1/4 of them; {result['ranks']} ranks; model seeds {result['seeds']}; "
         "PV: each day evaluated before training on it"
     )
+    console.print(f"managed: {result['managed_settings'] or 'the defaults'}")
     for arm, a in result["arms"].items():
         days = " ".join(f"{x:.4f}" for x in a["per_day"])
         console.print(

@@ -18,18 +18,19 @@ def test_bench_quality_trains_every_arm_day_by_day_with_the_managed_settings_giv
     managed arm ran with, and its runs kept apart from the default settings' under --work."""
     args = ["bench", "quality", "--days", "2", "--rows-per-day", "4000", "--seeds", "1"]
     args += ["--nproc-per-node", "1", "--work", str(tmp_path), "--json"]
-    result = CliRunner().invoke(app, [*args, "--managed", 'policy="lfu"'])
+    lru = 'policy="lru", max_age="1 days"'
+    result = CliRunner().invoke(app, [*args, "--managed", lru])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
-    assert report["managed_settings"] == 'policy="lfu"'
+    assert report["managed_settings"] == lru
     assert set(report["arms"]) == {"managed", "hashed", "unbounded"}
     for arm in report["arms"].values():
         assert len(arm["per_day"]) == 1 and 0.5 < arm["mean_pv_auc"] < 1
     # The shared row takes the ids without a slot: a share of the lookups, never all of them.
     assert all(0 < day["shared_row_share"] < 1 for day in report["managed_maps_per_day"])
     runs = {p.name for p in (tmp_path / "runs").iterdir()}
-    assert runs == {"hashed-seed1", "unbounded-seed1", run_name("managed", 1, 'policy="lfu"')}
-    assert run_name("managed", 1, 'policy="lfu"') != run_name("managed", 1, MANAGED)
+    assert runs == {"hashed-seed1", "unbounded-seed1", run_name("managed", 1, lru)}
+    assert run_name("managed", 1, lru) != run_name("managed", 1, MANAGED)
 
 
 def test_a_managed_setting_a_table_would_refuse_is_one_line_before_any_data(tmp_path):

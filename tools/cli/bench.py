@@ -604,12 +604,13 @@ def quality(
         ),
     ] = None,
     managed: Annotated[
-        str,
+        str | None,
         typer.Option(
-            help="The managed arm's settings beside kind and rows, as a [tables.X] inline table's "
-            'items, e.g. \'policy="lfu", admit_after=1\' ("": the defaults).'
+            help="The managed arm's settings beside kind and rows, as the items of a tables.X "
+            'inline table, e.g. \'policy="lru", max_age="1 days"\' ("": a table\'s defaults); '
+            "default: 'policy=\"lfu\"'."
         ),
-    ] = 'max_age="1 days"',
+    ] = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Managed tables (1/4 of the distinct ids) vs hashing into the same rows vs an unbounded
@@ -623,9 +624,8 @@ def quality(
     if not chosen:
         fail("--seeds: give at least one")
     try:
-        result = run_quality(
-            work, days, rows_per_day, chosen, nproc, batch, max_vocab, managed=managed
-        )
+        settings = {} if managed is None else {"managed": managed}
+        result = run_quality(work, days, rows_per_day, chosen, nproc, batch, max_vocab, **settings)
     except (ValueError, RuntimeError) as e:
         fail(str(e))
     _show(result, json_out, print_quality)

@@ -6,8 +6,10 @@ The log is `shardrec synth --like drift`'s (its parameters fixed in tools/synth/
 here), each day preprocessed on its own: every table with at least MIN_DISTINCT distinct ids over
 the days keeps raw ids (`--raw-ids`), the others are hashed into 4x their distinct ids (static,
 the same in every arm). Three arms differ only in the kind of the raw-id tables:
-- managed: rows = 1/4 of the table's distinct ids over the days; lru, ids unseen for a day evicted,
-  admitted after 2 sightings, updates every 1/50 of a day (the defaults; `--managed` sets others);
+- managed: rows = 1/4 of the table's distinct ids over the days; lfu (the least often seen id gives
+  its slot to one seen more often), admitted after 2 sightings, updates every 1/50 of a day
+  (`--managed` sets others: lfu kept the log's fading items' traffic on rows of their own better
+  than lru with ids unseen for a day evicted, 0.8190 against 0.8152 PV AUC over 3 seeds);
 - hashed: the same rows, row 2 + mix64(id) mod rows;
 - unbounded: a row for every id (rows = its distinct ids), admitted at the first sighting.
 Each arm and model seed is one run: day 0 trained, then `--continue-on` each next day (in-process,
@@ -36,7 +38,7 @@ STATIC_FACTOR = 4
 BUDGET_SHARE = 0.25
 ARMS = ("managed", "hashed", "unbounded")
 GOAL_VS_UNBOUNDED = 0.002
-MANAGED = 'max_age="1 days"'
+MANAGED = 'policy="lfu"'
 """The managed arm's settings beside its kind and rows (`--managed`): TOML inline-table items."""
 
 
@@ -150,7 +152,7 @@ def rank_main(spec_file: str, out: str) -> None:
 def run_name(arm: str, seed: int, managed: str) -> str:
     """A run's directory under --work: the managed arm's names its settings' digest, so that a
     rerun with other `--managed` settings trains anew instead of reusing the earlier runs."""
-    if arm != "managed" or managed == MANAGED:
+    if arm != "managed":
         return f"{arm}-seed{seed}"
     return f"{arm}-{hashlib.sha256(managed.encode()).hexdigest()[:8]}-seed{seed}"
 

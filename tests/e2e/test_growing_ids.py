@@ -127,8 +127,9 @@ def test_a_day_killed_midway_resumes_bit_for_bit_and_bad_continuations_are_refus
 ) -> None:
     root = flow["root"]
     base = root / "runs" / "g"
-    # Two copies of the run as day 1 left it: one goes on with day 2 whole, one is killed midway.
-    for name in ("whole", "killed"):
+    # Copies of the run as day 1 left it: one goes on with day 2 whole, one is killed midway, one
+    # killed before the new stretch's first checkpoint (the run directory already names day 2).
+    for name in ("whole", "killed", "early"):
         shutil.copytree(root / "day1", root / name)
     stretches = json.loads((base / "stretches.json").read_text())["stretches"]
     first, last = stretches[2]["first_step"], stretches[2]["last_step"]
@@ -143,6 +144,17 @@ def test_a_day_killed_midway_resumes_bit_for_bit_and_bad_continuations_are_refus
     run(killed, root)
     whole, again = final_weights(root / "whole"), final_weights(root / "killed")
     assert [k for k in whole if not torch.equal(whole[k], again[k])] == []
+    early = [*go_on, "--out-dir", "early", *every]
+    assert run(early, root, {"SHARDREC_FAULT": f"kill:{first + 1}"}, ok=False).returncode != 0
+    run(early, root)
+    again = final_weights(root / "early")
+    assert [k for k in whole if not torch.equal(whole[k], again[k])] == []
+
+    def stretches_of(name: str) -> list[tuple]:
+        listed = json.loads((root / name / "stretches.json").read_text())["stretches"]
+        return [(s["first_step"], s["last_step"], s["pv"].get("auc"), s["id_maps"]) for s in listed]
+
+    assert stretches_of("early") == stretches_of("whole")  # stretch 2 listed once, as it ran
     # What cannot go on, refused before any rank starts.
     two = ("--nproc-per-node", "2")
     with contextlib.chdir(root):

@@ -18,7 +18,12 @@ from shardrec.trainer.loop.progress import TrainReporter
 from shardrec.trainer.loop.steps import evaluate_batches
 from shardrec.trainer.loop.train_job import Job
 from shardrec.trainer.rundir import lifecycle
-from shardrec.trainer.rundir.stretches import Stretch, read_stretches, write_stretches
+from shardrec.trainer.rundir.stretches import (
+    Stretch,
+    read_stretches,
+    unsaved_stretch,
+    write_stretches,
+)
 
 
 def begin_stretch(job: Job) -> None:
@@ -79,18 +84,21 @@ def start_stretch_records(
     )
     if not job.env.is_main:
         return
+    assert job.manifest is not None
+    fingerprint = dataset_fingerprint(job.manifest)
     stretches = read_stretches(job.run_dir)
+    if unsaved_stretch(stretches, fingerprint, p.step) is not None:
+        stretches.pop()  # begun before, stopped before its first checkpoint: listed once, anew
     if not stretches:  # the run's first continuation: its first stretch, from its dataset record
         prev = previous or {}
         stretches = [Stretch(0, prev.get("path", ""), prev.get("fingerprint", ""), 0)]
     if stretches[-1].last_step is None:
         stretches[-1].last_step = p.step
-    assert job.manifest is not None
     stretches.append(
         Stretch(
             p.stretch,
             str(lifecycle.with_absolute_data_path(cfg).data.path),
-            dataset_fingerprint(job.manifest),
+            fingerprint,
             p.step,
             pv=pv,
         )

@@ -259,13 +259,13 @@ def build_job(
         stretch_steps=t.total_steps(len(train_loader)),
         timeout_s=config.dist.timeout_s,
     )
-    signature = checkpoint_signature(
-        config.model, config.optim, tables, dataset_fingerprint(manifest)
-    )
+    fingerprint = dataset_fingerprint(manifest)
+    signature = checkpoint_signature(config.model, config.optim, tables, fingerprint)
     if continuing:  # the last checkpoint is of the previous stretch's data
-        signature["continues_from"] = (lifecycle.read_dataset_record(run_dir) or {}).get(
-            "fingerprint", ""
-        )
+        previous = (lifecycle.read_dataset_record(run_dir) or {}).get("fingerprint", "")
+        if previous == fingerprint:  # this stretch began before, stopped before its checkpoint
+            previous = read_stretches(run_dir)[-2].fingerprint
+        signature["continues_from"] = previous
     parts = checkpoint_parts(
         plan=plan,
         model=model,

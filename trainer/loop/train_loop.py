@@ -348,8 +348,9 @@ def run_job(job: Job) -> dict[str, Any]:
         if job.env.is_main:
             logger.info("%s", lifecycle.complete_message(job.run_dir, cfg, finished))
         return dict(finished.summary or {})
-    # Only now: a refused resume must leave the run directory describing its checkpoints.
-    write_run_files(job)
+    if not job.continuing:
+        # Only now: a refused resume must leave the run directory describing its checkpoints.
+        write_run_files(job)
     writer = MetricsWriter(job.run_dir) if job.env.is_main else None
     reporter = TrainReporter(
         writer,
@@ -360,6 +361,10 @@ def run_job(job: Job) -> dict[str, Any]:
     )
     if job.continuing:
         start_stretch_records(job, reporter, previous)
+        # The run directory names the new data once stretches.json lists its stretch: a stop
+        # before then leaves the run as the previous stretch left it, after it the stretch is
+        # begun again until its first checkpoint (stretches.unsaved_stretch).
+        write_run_files(job)
     elif resumed is not None:
         reporter.write({"kind": "resume", "step": job.progress.step, "epoch": job.progress.epoch})
     if job.managed is not None or job.continuing:

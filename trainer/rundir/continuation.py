@@ -3,8 +3,9 @@ any rank starts (torch-free), so that a refusal is one line:
 - a new stretch needs the run's current stretch to be complete and the new data to be made as the
   run's (the same features, static tables' rows, id modes, hashing and dense transform); data
   the run already trained on is refused;
-- the current stretch's data again is that stretch: a rerun after a kill resumes it bit for bit,
-  a rerun of a complete stretch says so and writes nothing.
+- the current stretch's data again is that stretch: a rerun after a kill resumes it bit for bit
+  (killed before its first checkpoint: it begins again), a rerun of a complete stretch says so and
+  writes nothing.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 from shardrec.dataloader.format.manifest import Manifest, dataset_fingerprint
 from shardrec.trainer.job.config import JobConfig, load_job_config
 from shardrec.trainer.rundir import lifecycle, names
-from shardrec.trainer.rundir.stretches import read_stretches
+from shardrec.trainer.rundir.stretches import read_stretches, unsaved_stretch
 
 
 def check_continue(run_dir: Path, config: JobConfig, manifest: Manifest, allow: list[str]) -> str:
@@ -29,10 +30,11 @@ def check_continue(run_dir: Path, config: JobConfig, manifest: Manifest, allow: 
         )
     record = lifecycle.read_dataset_record(run_dir) or {}
     new = dataset_fingerprint(manifest)
-    if record.get("fingerprint") == new:
-        return lifecycle.check_run_dir(run_dir, config, manifest, allow)
     stretches = read_stretches(run_dir)
-    earlier = next((s for s in stretches if s.fingerprint == new), None)
+    unsaved = unsaved_stretch(stretches, new, run.step)
+    if record.get("fingerprint") == new and unsaved is None:
+        return lifecycle.check_run_dir(run_dir, config, manifest, allow)
+    earlier = next((s for s in stretches if s.fingerprint == new and s is not unsaved), None)
     if earlier is not None:
         raise ValueError(
             f"{run_dir} already trained on this data (stretch {earlier.index}, {earlier.data}); "

@@ -60,3 +60,13 @@ def current_start(run_dir: Path) -> int:
     """The first step of the run's current stretch (0 for a run never continued)."""
     stretches = read_stretches(run_dir)
     return stretches[-1].first_step if stretches else 0
+
+
+def unsaved_stretch(stretches: list[Stretch], fingerprint: str, step: int | None) -> Stretch | None:
+    """The run's last stretch if it began on this data and was stopped before its first checkpoint
+    (the run's newest checkpoint is still the previous stretch's last): going on with that data
+    again begins the stretch again, as if it had never started."""
+    last = stretches[-1] if stretches else None
+    if last is None or last.fingerprint != fingerprint or last.last_step is not None:
+        return None
+    return last if step == last.first_step else None

@@ -6,7 +6,8 @@ One 2-rank group, then its rank 0 alone (a 1-rank group), trains a dataset of tw
 (managed: lru, and lfu with a max age; both update every 3 steps) and two static ones:
 - plan invariance: row-wise + column-wise + data-parallel + table-wise tables (the "mixed" plan)
   and all tables table-wise, on 2 ranks, and table-wise on 1 rank, end with the same model
-  (atol 1e-5 + rtol 1e-4, sgd) and identical id maps;
+  (atol 1e-5 + rtol 1e-4, sgd) and identical id maps; so does the mixed plan through torchrec's
+  pipeline (train.pipeline = "sparse_dist", CUDA's default) in segments that begin at updates;
 - resume: the mixed run checkpoints at step 8 (mid-window: the maps updated at 6, next at 9) and
   runs on to 15; a copy resumed at step 8 on the same plan ends bitwise equal, maps included; a
   copy resumed at step 8 by 1 rank under the table-wise plan ends with identical maps and the same
@@ -35,7 +36,7 @@ TABLES = (
 )
 
 
-def _build(env, data: str, run_dir: Path, layout: str, checkpoint: bool = True):
+def _build(env, data: str, run_dir: Path, layout: str, checkpoint: bool = True, extra=()):
     import torch.distributed as dist
     from train_plans import make_plan
 
@@ -58,6 +59,7 @@ def _build(env, data: str, run_dir: Path, layout: str, checkpoint: bool = True):
             'data.eval_splits=["val"]',
             *TABLES,
             *((f"checkpoint.interval_steps={CKPT}", "checkpoint.keep=5") if checkpoint else ()),
+            *extra,
         ],
     )
     tables = build_table_configs(Manifest.load(data), 8, None, config.tables)
@@ -78,6 +80,12 @@ def _work(env, data: str, root: str) -> dict:
         out["mixed"] = run_job(job)["eval"]["val"]
         out["admitted"] = job.managed.counts.summary()
         out["tw"] = run_job(_build(env, data, root_p / "tw", "table_wise", False))["eval"]["val"]
+        # torchrec's pipeline pulls a segment's first batches inside its first step; segments of
+        # 6 steps begin at map updates (every 3 steps), whose row resets must still come first.
+        pipe = ('train.pipeline="sparse_dist"', "checkpoint.interval_steps=6")
+        out["pipe"] = run_job(_build(env, data, root_p / "pipe", "mixed", False, pipe))["eval"][
+            "val"
+        ]
         if env.is_main:
             _copy_at_step_8(root_p / "mixed", root_p / "resumed")
         import torch.distributed as dist
@@ -149,7 +157,7 @@ def _assert_close(run: Path, reference: Path) -> None:
 def test_managed_tables_give_the_same_maps_and_model_under_every_plan_and_world_size(runs) -> None:
     root, results = runs
     assert results["admitted"]["admitted"] >= 40 and results["admitted"]["evicted"] > 0
-    for other in ("tw", "w1"):
+    for other in ("tw", "w1", "pipe"):
         assert _same_maps(_maps(root / other), _maps(root / "mixed")), other
         _assert_close(root / other, root / "mixed")
         assert results[other]["auc"] == pytest.approx(results["mixed"]["auc"], abs=1e-4)

@@ -6,6 +6,7 @@ The loop that decides how many steps run between evaluations and checkpoints is 
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -176,6 +177,13 @@ class StepRunner:
         pipeline may have pulled step i's batch earlier."""
         self.model.train()
         if self.pipeline is not None:
+            # The pipeline pulls the first batches inside its first step: pull the first here, so
+            # that whatever pulling it does for step 0 (an id map update's row resets) is done
+            # before before_step(0), as for every later step.
+            first = next(batches, None)
+            if first is None:
+                return
+            batches = itertools.chain((first,), batches)
             i = 0
             while True:
                 if before_step is not None:

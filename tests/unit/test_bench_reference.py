@@ -71,6 +71,31 @@ def test_the_wrapper_times_training_steps_and_keeps_the_references_auc(
     monkeypatch.delitem(sys.modules, "dlrm_main", raising=False)
 
 
+def test_figures_written_at_the_val_auc_survive_a_failed_test_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real reference's ranks now and then abort in the test pass after the measured steps:
+    the figures are on disk from its val AUC on, and the round reads whole."""
+    checkout = tmp_path / "dlrm"
+    (checkout / "torchrec_dlrm").mkdir(parents=True)
+    failing = STAND_IN.replace(
+        '    return {"val": 0.75, "test": 0.7}[stage]',
+        '    if stage == "test":\n        raise SystemExit(134)\n    return 0.75',
+    )
+    assert failing != STAND_IN
+    (checkout / "torchrec_dlrm" / "dlrm_main.py").write_text(failing)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "dlrm_main", raising=False)
+    monkeypatch.setenv("RANK", "1")
+    args = ["--limit_train_batches", "7"]
+    with pytest.raises(SystemExit):
+        reference_dlrm.rank_main(str(checkout), str(tmp_path), "2,4,0", args)
+    assert [p.name for p in tmp_path.glob("rank-*.json")] == ["rank-1.json"]
+    got = reference_dlrm.read_reference_round(tmp_path, warmup=2, steps=4, global_batch=64)
+    assert got["run"][0] == 4 * 64 and got["auc"] == 0.75
+    monkeypatch.delitem(sys.modules, "dlrm_main", raising=False)
+
+
 def test_a_folder_that_is_not_a_checkout_is_refused_in_one_line(tmp_path: Path) -> None:
     with pytest.raises(ValueError) as refused:
         reference_dlrm.check_reference(tmp_path)

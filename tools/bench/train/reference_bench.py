@@ -117,7 +117,19 @@ def run_reference_bench(
             for old in out.glob("*.json"):
                 old.unlink()
             err_console.print(f"launching {name} ({train_steps} steps, {steps} timed) ...")
-            _launch(module, [*args[:1], str(out), *args[1:]], nproc, threads)
+            try:
+                _launch(module, [*args[:1], str(out), *args[1:]], nproc, threads)
+            except RuntimeError as failed:
+                # The reference's processes have aborted in its test pass, after its timed steps
+                # and val AUC ("terminate called without an active exception", 1 of 11 launches
+                # on 2 gloo ranks one day): every rank's figures written by then keep the round.
+                if name != "reference" or len(list(out.glob("rank-*.json"))) < nproc:
+                    raise
+                err_console.print(
+                    f"the reference failed after writing its figures (its timed steps and val "
+                    f"AUC), the round is kept: {str(failed).splitlines()[0]}",
+                    highlight=False,
+                )
             if name == "reference":
                 got = read_reference_round(out, warmup, steps, global_batch)
             else:

@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from shardrec.dataloader.util.files import atomic_write_bytes
+
 REFERENCE_SUBDIR = "torchrec_dlrm"
 
 
@@ -102,14 +104,21 @@ def rank_main(reference: str, out: str, window: str, argv: list[str]) -> None:
             _stop_profile(seen, len(seen["wall"]) - warmup - steps, categorize)
         auc = evaluate(limit, pipeline, loader, stage)
         seen["auc"][stage] = auc
+        if stage == "val":  # the round's figures are complete: kept if the test pass fails
+            _write_figures(out, seen)
         return auc
 
     dlrm_main.TrainPipelineSparseDist = Timed
     dlrm_main._evaluate = evaluated
     dlrm_main.main(argv)
+    _write_figures(out, seen)
+
+
+def _write_figures(out: str, seen: dict[str, Any]) -> None:
     rank = int(os.environ.get("RANK", "0"))
-    Path(out, f"rank-{rank}.json").write_text(
-        json.dumps({k: seen[k] for k in seen if k != "profile"})
+    atomic_write_bytes(
+        Path(out, f"rank-{rank}.json"),
+        json.dumps({k: seen[k] for k in seen if k != "profile"}).encode(),
     )
 
 
@@ -156,6 +165,8 @@ def read_reference_round(out: Path, warmup: int, steps: int, global_batch: int) 
         raise RuntimeError(
             f"the reference trained {got} steps, fewer than the {last + 1} timed: more data needed"
         )
+    if ranks[0]["auc"].get("val") is None:
+        raise RuntimeError(f"the reference wrote no val AUC into {out}")
     wall = max(r["wall"][last] - r["wall"][first] for r in ranks)
     cpu = sum(r["cpu"][last] - r["cpu"][first] for r in ranks)
     profiles = [r["breakdown"] for r in ranks if "breakdown" in r]

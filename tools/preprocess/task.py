@@ -496,21 +496,14 @@ def parquet_chunks(
 
 def process_setup() -> None:
     """Once per process that preprocesses (the CLI's, each pool worker): its start-up and the
-    kernels' loading are counted as such (cpu_stages), what they made is frozen, and its exit
-    skips the last collection."""
-    first = not _SET_UP
-    if first:
+    kernels' loading are counted as such (cpu_stages), and its exit skips the last collection."""
+    if not _SET_UP:
         _SET_UP.append(True)
         # At exit the interpreter collects garbage over every object numba's registries made,
         # ~0.3 CPU-s per process, to free memory the process gives back anyway; frozen objects
         # are not scanned. Registered now, it runs only as the process ends (pytest's too).
         atexit.register(gc.freeze)
     cpu_stages.process_started(parse_kernel.warm_up)
-    if first:
-        # What the imports and the kernels' loading made lives as long as the process: frozen
-        # once, the collections that the tasks' allocations trigger no longer walk it (~0.1 of a
-        # Parquet run's 4 CPU-s).
-        gc.freeze()
 
 
 _SET_UP: list[bool] = []

@@ -5,6 +5,7 @@ calls) takes the reference's place: the suite cannot fetch the real one."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -93,6 +94,12 @@ def test_figures_written_at_the_val_auc_survive_a_failed_test_pass(
     assert [p.name for p in tmp_path.glob("rank-*.json")] == ["rank-1.json"]
     got = reference_dlrm.read_reference_round(tmp_path, warmup=2, steps=4, global_batch=64)
     assert got["run"][0] == 4 * 64 and got["auc"] == 0.75
+    # A rank that failed before its val AUC leaves no round to keep.
+    figures = json.loads((tmp_path / "rank-1.json").read_text())
+    figures["auc"] = {}
+    (tmp_path / "rank-1.json").write_text(json.dumps(figures))
+    with pytest.raises(RuntimeError, match="the reference wrote no val AUC into"):
+        reference_dlrm.read_reference_round(tmp_path, warmup=2, steps=4, global_batch=64)
     monkeypatch.delitem(sys.modules, "dlrm_main", raising=False)
 
 

@@ -120,9 +120,9 @@ def run_reference_bench(
             try:
                 _launch(module, [*args[:1], str(out), *args[1:]], nproc, threads)
             except RuntimeError as failed:
-                # The reference's processes have aborted in its test pass, after its timed steps
-                # and val AUC ("terminate called without an active exception", 1 of 11 launches
-                # on 2 gloo ranks one day): every rank's figures written by then keep the round.
+                # The reference's ranks now and then abort in its test pass, after its timed
+                # steps and val AUC ("terminate called without an active exception": 1 of 11
+                # launches on 2 gloo ranks): the figures every rank wrote by then keep the round.
                 if name != "reference" or len(list(out.glob("rank-*.json"))) < nproc:
                     raise
                 err_console.print(

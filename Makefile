@@ -40,6 +40,9 @@ $(STAMP): pyproject.toml requirements/machine.py requirements/torch_index.py req
 		-r requirements/torchrec-deps.txt
 	$(BIN)/pip install -q $(PIP_SOURCE) --no-deps -r requirements/torchrec.txt
 	$(BIN)/pip install -q $(PIP_SOURCE) -e '.[test]'
+	# Bytecode for our modules, as pip writes it for an installed package: an editable install
+	# under PYTHONDONTWRITEBYTECODE would compile them again in every process it starts.
+	$(BIN)/python -m compileall -q embeddings sharding dataloader trainer tools
 	$(BIN)/python requirements/machine.py check $(KIND)
 	touch $(STAMP)
 

@@ -3,6 +3,8 @@ same-round ratios with their spread, and no figure where a run is too short to m
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from shardrec.tools.bench.rounds import Run, ratio, ratio_text, run_rounds, summarize, timed
@@ -61,3 +63,17 @@ def test_summary_and_timed_runs():
     assert (s.rate, s.low, s.high, s.cpu_rate, s.run_s) == (5.0, 2.5, 10.0, 5.0, 2.0)
     run = timed(lambda: sum(range(100_000)) * 0 + 7)
     assert run.work == 7 and run.wall_s > 0 and run.cpu_s >= 0
+
+
+def test_the_preprocess_bench_gives_its_children_our_modules_bytecode():
+    import importlib.util
+
+    from shardrec.tools.bench.preprocess import child_runs
+
+    source = child_runs.__file__
+    cached = importlib.util.cache_from_source(source)
+    Path(cached).unlink(missing_ok=True)
+    child_runs.compile_bytecode()
+    assert Path(cached).is_file()
+    with open(cached, "rb") as f:  # its header's source size: this file's, a current bytecode
+        assert int.from_bytes(f.read(16)[12:16], "little") == Path(source).stat().st_size

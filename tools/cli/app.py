@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Annotated, Any
 
 import typer
@@ -123,6 +124,10 @@ def _root(
 
 
 def main() -> None:
+    # No command uses numpy's BLAS (torch brings its own), and with more than one thread its import
+    # starts threads that spin idle for ~0.1 CPU-s in every process (a preprocess worker's too).
+    # Set before any command module imports numpy; a user's own setting stands.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     app()
 
 

@@ -375,3 +375,31 @@ def test_raw_parquet_rows_get_the_inputs_their_preprocessed_rows_have(logs: Path
     assert np.array_equal(labels, _columns(tmp_path / "d")["train"][0])
     with pytest.raises(ValueError, match="--no-label reads text rows"):
         list(RawRows(header).read(logs / "log.parquet", labeled=False))
+
+
+def test_columns_are_read_as_dictionaries_by_their_first_dictionary_page(tmp_path: Path):
+    """A string column repeats when its first row group's dictionary page holds under a quarter of
+    its rows; one written without a dictionary page is read plain, however it repeats."""
+    from shardrec.tools.preprocess.parse.parquet_rows import _repeating
+
+    rng = np.random.default_rng(0)
+    rows = 8000  # a row group several times the probe's rows
+    site = [f"s{x}" for x in rng.integers(0, 50, rows)]
+    table = pa.table({
+        "click": rng.integers(0, 2, rows),
+        "site": site,
+        "ad": [f"{x:012x}" for x in rng.integers(0, 2**48, rows)],
+        "plain_site": site,
+        "few_then_many": [f"v{x % 10}" for x in range(1500)] + [f"w{x}" for x in range(rows - 1500)],
+    })  # fmt: skip
+    path = tmp_path / "log.parquet"
+    dictionary = ["site", "ad", "few_then_many"]
+    pq.write_table(table, path, row_group_size=rows, use_dictionary=dictionary)
+    (tmp_path / "s.toml").write_text(
+        '[format]\nkind = "parquet"\n\n[[columns]]\nname = "click"\nrole = "label"\n'
+        + "".join(
+            f'\n[[columns]]\nname = "{n}"\nrole = "categorical"\nhash_size = 100\n'
+            for n in ("site", "ad", "plain_site", "few_then_many")
+        )
+    )
+    assert _repeating(path, load_spec(tmp_path / "s.toml")) == ("site",)

@@ -33,6 +33,12 @@ PAD_LABEL = -1.0
 """Label of padding rows (tail="pad"): the trainer masks label < 0 out of loss and metrics."""
 
 
+def consecutive(rows: np.ndarray) -> bool:
+    """Whether rows are r, r + 1, r + 2, ... (a slice of the stream without shuffle)."""
+    n = len(rows)
+    return n > 0 and int(rows[-1]) - int(rows[0]) == n - 1 and bool(np.all(np.diff(rows) == 1))
+
+
 class BatchGatherer:
     """Reads rows of a split (a list of memory-mapped parts) into torchrec Batches."""
 
@@ -180,12 +186,15 @@ class BatchGatherer:
         assert all(len(r) == b for r, _ in slices), "slices must have equal sizes"
         rows = slices[0][0] if count == 1 else np.concatenate([r for r, _ in slices])
         n = count * b
-        if self.compiled and not self.multi_hot and len(set(self._part_range(rows))) > 1:
+        first_last = self._part_range(rows)
+        if self.compiled and not self.multi_hot and first_last[0] != first_last[1]:
+            if consecutive(rows):
+                return self._batches(slices, *self._gather_consecutive(rows, first_last, count, b))
             part_of, local, used = self._locator.locate(rows)
             return self._batches(
                 slices, *self._gather_located((part_of, local), used, count, b, rows)
             )
-        groups = group_rows(rows, self._part_starts, self._part_range(rows), self.compiled)
+        groups = group_rows(rows, self._part_starts, first_last, self.compiled)
         labels = self._column(groups, n, lambda p: p.labels, np.empty(n, np.float32))
         dense = self._column(
             groups, n, lambda p: p.dense, np.empty((n, self.num_dense), np.float32)
@@ -214,7 +223,7 @@ class BatchGatherer:
                             column, groups.local[0], values, f, self.modulo.get(name, 0)
                         )
                     else:
-                        hi = kernels.copy_ids(column, span[0], values, f)
+                        hi = kernels.copy_ids(column, span[0], values, f, 0, n)
                     self._check_ids(name, values[:, f, :], rows, hi)
                     continue
                 taken = self._take(groups, n, lambda p, name=name: p.sparse[name])
@@ -245,6 +254,40 @@ class BatchGatherer:
             )
             for i in range(len(slices))
         ]
+
+    def _gather_consecutive(
+        self, rows: np.ndarray, first_last: tuple[int, int], count: int, b: int
+    ):
+        """Labels, dense and one-hot ids of consecutive rows over several parts (no shuffle): each
+        part's run copied as slices, its ids by copy_ids, as for rows of one part."""
+        n = count * b
+        first, last = first_last
+        held = (
+            self.parts.hold(range(first, last + 1))
+            if isinstance(self.parts, PartSet)
+            else [self.parts[p] for p in range(first, last + 1)]
+        )
+        labels = np.empty(n, np.float32)
+        dense = np.empty((n, self.num_dense), np.float32)
+        values = np.empty((count, len(self.feature_names), b), np.int64)
+        highest = np.zeros(len(self.feature_names), np.uint64)
+        pos = 0
+        for p, part in zip(range(first, last + 1), held):
+            start = max(int(rows[0]) - int(self._part_starts[p]), 0)
+            m = min(part.rows - start, n - pos)
+            labels[pos : pos + m] = part.labels[start : start + m]
+            dense[pos : pos + m] = part.dense[start : start + m]
+            for f, name in enumerate(self.feature_names):
+                hi = kernels.copy_ids(part.sparse[name], start, values, f, pos, m)
+                highest[f] = max(int(highest[f]), int(hi))
+            pos += m
+        for f, name in enumerate(self.feature_names):
+            if name in self.modulo:
+                np.remainder(values[:, f, :], self.modulo[name], out=values[:, f, :])
+            else:
+                self._check_ids(name, values[:, f, :], rows, int(highest[f]))
+        del held  # the parts may be unmapped from here on
+        return labels, dense, self._one_hot_kjts(values, b)
 
     def _gather_located(
         self,

@@ -18,9 +18,9 @@ bench loader` measures both).
 part (multi-hot features): `where` None means output position k gets row idx[k], else
 position where[k] does; numba compiles the two cases apart.
 
-Consecutive rows (no shuffle) are slice copies, except the ids: `copy_ids` casts them to
-int64 and takes their max for the bounds check in one vectorized pass, faster than numpy's
-cast alone. Every id kernel returns the largest id it read: a running max beside the memory
+Consecutive rows (no shuffle) are slice copies, one per part they lie in, except the ids:
+`copy_ids` casts them to int64 and takes their max for the bounds check in one vectorized pass,
+faster than numpy's cast alone. Every id kernel returns the largest id it read: a running max beside the memory
 traffic, so the loader's bounds check (batch.py) costs nothing measurable.
 
 batch.py uses these kernels when numba imports and its numpy path otherwise; the unit tests
@@ -115,24 +115,32 @@ def take_ids(src, idx, out, feature, modulo):
 
 
 @njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")
-def copy_ids(src, start, out, feature):
-    """Ids of consecutive rows src[start:] into out[batch, feature, row] as int64 (no shuffle);
-    returns the largest, in src's dtype, for the caller's bounds check.
+def copy_ids(src, start, out, feature, pos, n):
+    """Ids of n consecutive rows src[start:] into gather positions pos .. pos + n of
+    out[batch, feature, row] (position p: row p % batch_size of batch p // batch_size) as int64
+    (no shuffle: one part's run of a slice); returns the largest as uint64 (a negative id counts
+    as huge, as `take_ids` returns it) for the caller's bounds check.
 
-    Written over 1-d slices, LLVM vectorizes the cast copy and the max together, faster than
-    numpy's casting assignment alone, so the check costs nothing.
+    Written over 1-d slices, LLVM vectorizes the cast copy and the max (and, for a signed dtype,
+    the min) together, faster than numpy's casting assignment alone, so the check costs nothing.
     """
     b = out.shape[2]
-    hi = src.dtype.type(0)
-    for i in range(out.shape[0]):
-        ids = src[start + i * b : start + (i + 1) * b]
-        row = out[i, feature]
-        for j in range(ids.shape[0]):
+    hi = lo = src.dtype.type(0)
+    done = 0
+    while done < n:
+        i, j0 = (pos + done) // b, (pos + done) % b
+        m = min(b - j0, n - done)
+        ids = src[start + done : start + done + m]
+        row = out[i, feature, j0 : j0 + m]
+        for j in range(m):
             v = ids[j]
             row[j] = v
             if v > hi:
                 hi = v
-    return hi
+            if v < lo:
+                lo = v
+        done += m
+    return np.uint64(np.int64(lo)) if lo < 0 else np.uint64(hi)
 
 
 @njit(inline="always", nogil=True, boundscheck=False)

@@ -91,7 +91,8 @@ def test_compiled_gathers_equal_numpy_with_multi_hot_features(monkeypatch, jagge
     _assert_same(compiled, plain, ["f0", "f1", "f2", "f3"])
 
 
-def test_compiled_modulo_folds_raw_ids_like_numpy(monkeypatch, tmp_path: Path):
+@pytest.mark.parametrize("shuffle", [True, False])  # gathered, or copied part by part
+def test_compiled_modulo_folds_raw_ids_like_numpy(monkeypatch, tmp_path: Path, shuffle: bool):
     rng = np.random.default_rng(2)
     for d, n in enumerate((70, 90, 40)):
         # Raw int32 ids, some negative: the fold must be numpy's (non-negative for a positive size).
@@ -102,7 +103,7 @@ def test_compiled_modulo_folds_raw_ids_like_numpy(monkeypatch, tmp_path: Path):
         np.save(tmp_path / f"day_{d}_dense.npy", rng.normal(size=(n, 13)).astype(np.float32))
         np.save(tmp_path / f"day_{d}_labels.npy", rng.integers(0, 2, (n, 1)).astype(np.int32))
     compiled, plain = _both(
-        monkeypatch, tmp_path, 2, global_batch_size=32, hashes=[1000, 7, 123456]
+        monkeypatch, tmp_path, 2, global_batch_size=32, hashes=[1000, 7, 123456], shuffle=shuffle
     )
     _assert_same(compiled, plain, ["cat_0", "cat_1", "cat_2"])
     values = torch.cat([b.sparse_features["cat_1"].values() for batch in compiled for b in batch])

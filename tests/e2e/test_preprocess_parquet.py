@@ -403,3 +403,27 @@ def test_columns_are_read_as_dictionaries_by_their_first_dictionary_page(tmp_pat
         )
     )
     assert _repeating(path, load_spec(tmp_path / "s.toml")) == ("site",)
+
+
+def test_a_dictionary_page_that_filled_up_is_counted_over_its_row_group(tmp_path: Path):
+    """400,000 near-unique strings in one row group: the writer's dictionary page fills (~88 k of
+    them) and the rest is written plain; the column is counted whole, and read plain."""
+    from shardrec.tools.preprocess.parse.parquet_rows import _repeating
+
+    rows = 400_000
+    rng = np.random.default_rng(1)
+    table = pa.table({
+        "click": np.zeros(rows, np.int8),
+        "ad": pa.array(np.char.mod("%08x", rng.integers(0, 2**32, rows)).astype(object)),
+        "site": pa.array(np.char.mod("s%d", rng.integers(0, 500, rows)).astype(object)),
+    })  # fmt: skip
+    path = tmp_path / "log.parquet"
+    pq.write_table(table, path, row_group_size=rows)
+    (tmp_path / "s.toml").write_text(
+        '[format]\nkind = "parquet"\n\n[[columns]]\nname = "click"\nrole = "label"\n'
+        + "".join(
+            f'\n[[columns]]\nname = "{n}"\nrole = "categorical"\nhash_size = 100\n'
+            for n in ("ad", "site")
+        )
+    )
+    assert _repeating(path, load_spec(tmp_path / "s.toml")) == ("site",)

@@ -157,15 +157,15 @@ def resolve_parquet(spec: FeatureSpec, path: Path, spec_name: str = "the spec") 
 
 
 def _repeating(path: Path, spec: FeatureSpec) -> tuple[str, ...]:
-    """The string categoricals whose dictionary page in the file's first row group holds under a
-    quarter of its rows (read as dictionaries: module doc). A column chunk without one (written
-    plain) is read plain.
+    """The string categoricals whose dictionary in the file's first row group holds under a
+    quarter of its rows (read as dictionaries: module doc). A column chunk without a dictionary
+    page (written plain) is read plain.
 
-    Only the first rows are decoded: read as a dictionary, a batch carries its chunk's whole
-    dictionary page (~0.01 CPU-s, where decoding the row group took ~0.17 on a Criteo-shaped file).
-    A chunk whose dictionary outgrew its writer's page limit falls back to plain pages, whose
-    values the page does not count; such a page holds ~1 MB of values (87 k of Criteo's), so the
-    choice is the same for all but long strings, and never changes the output."""
+    Only the first rows are decoded where that settles it: read as a dictionary, a batch carries
+    its chunk's whole dictionary page (~0.01 CPU-s, where decoding the row group took ~0.17 on a
+    Criteo-shaped file). A page near its writer's size limit (1 MB in pyarrow and parquet-mr) may
+    have filled up, after which the writer wrote the rest plain, values the page does not hold:
+    those columns' dictionaries are counted over the whole row group, as pyarrow builds them."""
     import pyarrow.parquet as pq
 
     names = [c.name for c in spec.sparse if not isinstance(c, ListColumn) and c.kind != "integer"]
@@ -179,11 +179,24 @@ def _repeating(path: Path, spec: FeatureSpec) -> tuple[str, ...]:
     if not names or group.num_rows == 0:
         return ()
     batch = next(f.iter_batches(DICTIONARY_PROBE_ROWS, [0], names, use_threads=False))
-    return tuple(n for n in names if len(batch.column(n).dictionary) * 4 < group.num_rows)
+    sizes = {n: batch.column(n).dictionary for n in names}
+    full = [n for n, d in sizes.items() if d.nbytes >= FULL_PAGE_BYTES]
+    if full:
+        table = f.read_row_group(0, columns=full, use_threads=False)
+        for n in full:
+            sizes[n] = [a.dictionary for a in table.column(n).chunks]
+    return tuple(n for n in names if _entries(sizes[n]) * 4 < group.num_rows)
+
+
+def _entries(dictionary) -> int:
+    """Entries of a dictionary, or of a column's chunks' dictionaries."""
+    return sum(map(len, dictionary)) if isinstance(dictionary, list) else len(dictionary)
 
 
 DICTIONARY_PROBE_ROWS = 1024
 """The rows _repeating decodes of a file's first row group."""
+FULL_PAGE_BYTES = 1 << 19
+"""A dictionary page of this many bytes or more may have filled up (_repeating)."""
 
 
 @dataclass(frozen=True)

@@ -262,18 +262,20 @@ class BatchGatherer:
         part's run copied as slices, its ids by copy_ids, as for rows of one part."""
         n = count * b
         first, last = first_last
+        starts = self._part_starts
+        numbers = [p for p in range(first, last + 1) if starts[p + 1] > starts[p]]  # not empty
         held = (
-            self.parts.hold(range(first, last + 1))
+            self.parts.hold(numbers)
             if isinstance(self.parts, PartSet)
-            else [self.parts[p] for p in range(first, last + 1)]
+            else [self.parts[p] for p in numbers]
         )
         labels = np.empty(n, np.float32)
         dense = np.empty((n, self.num_dense), np.float32)
         values = np.empty((count, len(self.feature_names), b), np.int64)
         highest = np.zeros(len(self.feature_names), np.uint64)
         pos = 0
-        for p, part in zip(range(first, last + 1), held):
-            start = max(int(rows[0]) - int(self._part_starts[p]), 0)
+        for p, part in zip(numbers, held):
+            start = max(int(rows[0]) - int(starts[p]), 0)
             m = min(part.rows - start, n - pos)
             labels[pos : pos + m] = part.labels[start : start + m]
             dense[pos : pos + m] = part.dense[start : start + m]

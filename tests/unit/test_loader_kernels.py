@@ -178,3 +178,17 @@ def test_rows_located_through_the_coarse_index_are_where_the_search_puts_them(si
     assert (
         searched[0].tolist() == indexed[0].tolist() and searched[1].tolist() == indexed[1].tolist()
     )
+
+
+def test_copy_ids_writes_runs_at_an_offset_and_counts_a_negative_id_as_huge():
+    """copy_ids copies n consecutive ids into gather positions pos.. (across batch rows) and
+    returns their largest as uint64, a negative id of a signed column as huge (as take_ids does),
+    so the loader's bounds check refuses it in an unshuffled stream too."""
+    out = np.full((3, 2, 4), -7, np.int64)  # 3 batches of 4 rows, 2 features
+    src = np.array([5, 6, -2, 8, 9, 1], np.int32)
+    hi = gather_kernels.copy_ids(src, 1, out, 1, 3, 5)  # src[1:6] to positions 3..7
+    assert out[:, 1, :].reshape(-1).tolist() == [-7, -7, -7, 6, -2, 8, 9, 1, -7, -7, -7, -7]
+    assert (out[:, 0, :] == -7).all()
+    assert hi == np.uint64(2**64 - 2)
+    assert gather_kernels.copy_ids(src, 3, out, 0, 0, 2) == 9
+    assert gather_kernels.copy_ids(src.astype(np.uint16), 0, out, 0, 0, 0) == 0

@@ -59,8 +59,20 @@ SUMMARIES = {
 }
 
 
+# Commands whose processes never use numpy's BLAS: its threads are one, unless the user set them.
+# With more, numpy's import starts threads that spin idle for ~0.1 CPU-s in every process (each
+# preprocess worker's too). Not for `train` and the rest: on aarch64 torch's own GEMMs are
+# OpenBLAS's, and its ranks inherit the setting.
+SINGLE_THREADED_BLAS = ("preprocess",)
+
+
 class _LazyCommands(LazyGroup):
     package, modules, summaries = "shardrec.tools.cli", COMMANDS, SUMMARIES
+
+    def get_command(self, ctx: typer.Context, cmd_name: str) -> Any:
+        if cmd_name in SINGLE_THREADED_BLAS and not self._listing:
+            os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before its module imports numpy
+        return super().get_command(ctx, cmd_name)
 
     def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
         # -v after the command too (no command has a -v of its own): moved before it.
@@ -124,10 +136,6 @@ def _root(
 
 
 def main() -> None:
-    # No command uses numpy's BLAS (torch brings its own), and with more than one thread its import
-    # starts threads that spin idle for ~0.1 CPU-s in every process (a preprocess worker's too).
-    # Set before any command module imports numpy; a user's own setting stands.
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     app()
 
 

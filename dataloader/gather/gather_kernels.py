@@ -20,8 +20,8 @@ position where[k] does; numba compiles the two cases apart.
 
 Consecutive rows (no shuffle) are slice copies, one per part they lie in, except the ids:
 `copy_ids` casts them to int64 and takes their max for the bounds check in one vectorized pass,
-faster than numpy's cast alone. Every id kernel returns the largest id it read: a running max beside the memory
-traffic, so the loader's bounds check (batch.py) costs nothing measurable.
+faster than numpy's cast alone. Every id kernel returns the largest id it read: a running max
+beside the memory traffic, so the loader's bounds check (batch.py) costs nothing measurable.
 
 batch.py uses these kernels when numba imports and its numpy path otherwise; the unit tests
 hold the two to identical batches.

@@ -79,42 +79,54 @@ def _mask(bound):
     return mask
 
 
-@njit(cache=True, nogil=True, boundscheck=False)
-def shuffle_pcg64(x, hi, lo, inc_hi, inc_lo, bounds):
-    """Shuffle 1-d x in place as numpy's Generator.shuffle does from a fresh PCG64 of state
-    (hi, lo) and increment (inc_hi, inc_lo). `bounds`: None; or an array of the draws' bounds to
-    fill with the draws instead of swapping (a test's handle on the 64-bit path)."""
-    has32 = False
-    spare = np.uint64(0)
+@njit(inline="always", nogil=True)
+def _interval(bound, hi, lo, inc_hi, inc_lo, has32, spare):
+    """numpy's random_interval(bound): (the draw, then the generator's state hi, lo, has32,
+    spare). Under 2**32 a 32-bit draw (a 64-bit output's low half, its high half kept for the
+    next); else a 64-bit one, which leaves the kept half alone."""
+    mask = _mask(bound)
     low32 = np.uint64(0xFFFFFFFF)
-    n = len(x) if bounds is None else len(bounds)
-    for k in range(n - 1, 0, -1) if bounds is None else range(n):
-        bound = np.uint64(k) if bounds is None else np.uint64(bounds[k])
-        mask = _mask(bound)
-        if bound <= low32:
-            while True:
-                if has32:
-                    value, has32 = spare, False
-                else:
-                    hi, lo = _step(hi, lo, inc_hi, inc_lo)
-                    out = _output(hi, lo)
-                    value, spare, has32 = out & low32, out >> np.uint64(32), True
-                value &= mask
-                if value <= bound:
-                    break
-        else:
-            while True:  # a 64-bit draw leaves the 32-bit spare as it was
+    if bound <= low32:
+        while True:
+            if has32:
+                value, has32 = spare, False
+            else:
                 hi, lo = _step(hi, lo, inc_hi, inc_lo)
-                value = _output(hi, lo) & mask
-                if value <= bound:
-                    break
-        if bounds is not None:
-            bounds[k] = value
-            continue
+                out = _output(hi, lo)
+                value, spare, has32 = out & low32, out >> np.uint64(32), True
+            value &= mask
+            if value <= bound:
+                return value, hi, lo, has32, spare
+    while True:
+        hi, lo = _step(hi, lo, inc_hi, inc_lo)
+        value = _output(hi, lo) & mask
+        if value <= bound:
+            return value, hi, lo, has32, spare
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def shuffle_pcg64(x, hi, lo, inc_hi, inc_lo):
+    """Shuffle 1-d x in place as numpy's Generator.shuffle does from a fresh PCG64 of state
+    (hi, lo) and increment (inc_hi, inc_lo)."""
+    has32, spare = False, np.uint64(0)
+    for k in range(len(x) - 1, 0, -1):
+        value, hi, lo, has32, spare = _interval(np.uint64(k), hi, lo, inc_hi, inc_lo, has32, spare)
         j = np.intp(value)
         held = x[j]
         x[j] = x[k]
         x[k] = held
+
+
+@njit(cache=True, nogil=True)
+def interval_draws(bounds, hi, lo, inc_hi, inc_lo):
+    """bounds[k] replaced by numpy's random_interval(bounds[k]), in order, from a fresh PCG64 of
+    that state: the draws shuffle_pcg64 makes, for bounds of any size."""
+    has32, spare = False, np.uint64(0)
+    for k in range(len(bounds)):
+        value, hi, lo, has32, spare = _interval(
+            np.uint64(bounds[k]), hi, lo, inc_hi, inc_lo, has32, spare
+        )
+        bounds[k] = value
 
 
 def pcg64_state(seed: Sequence[int]) -> tuple[int, int, int, int]:
@@ -130,4 +142,4 @@ def shuffle(x: np.ndarray, seed: Sequence[int]) -> None:
     if not AVAILABLE or x.ndim != 1 or not len(x):
         np.random.default_rng(seed).shuffle(x)
         return
-    shuffle_pcg64(x, *(np.uint64(v) for v in pcg64_state(seed)), None)
+    shuffle_pcg64(x, *(np.uint64(v) for v in pcg64_state(seed)))

@@ -41,7 +41,7 @@ def test_draws_past_32_bits_are_numpys():
     expected = numpys(np.random.default_rng(seed), bounds.copy())
     ours = bounds.copy()
     state = (np.uint64(v) for v in pcg_shuffle.pcg64_state(seed))
-    pcg_shuffle.shuffle_pcg64(np.zeros(0, np.int64), *state, ours)
+    pcg_shuffle.interval_draws(ours, *state)
     assert np.array_equal(ours, expected)
 
 
@@ -52,6 +52,6 @@ def test_a_full_64_bit_bound_takes_the_raw_draw():
     seed = [8, 9]
     ours = np.array([2**64 - 1] * 3, np.uint64)
     state = (np.uint64(v) for v in pcg_shuffle.pcg64_state(seed))
-    pcg_shuffle.shuffle_pcg64(np.zeros(0, np.int64), *state, ours)
+    pcg_shuffle.interval_draws(ours, *state)
     raw = np.random.default_rng(seed).integers(0, 2**64, 3, dtype=np.uint64)
     assert np.array_equal(ours, raw)

@@ -179,18 +179,13 @@ def _repeating(path: Path, spec: FeatureSpec) -> tuple[str, ...]:
     if not names or group.num_rows == 0:
         return ()
     batch = next(f.iter_batches(DICTIONARY_PROBE_ROWS, [0], names, use_threads=False))
-    sizes = {n: batch.column(n).dictionary for n in names}
-    full = [n for n, d in sizes.items() if d.nbytes >= FULL_PAGE_BYTES]
+    pages = {n: batch.column(n).dictionary for n in names}
+    entries = {n: len(page) for n, page in pages.items()}
+    full = [n for n, page in pages.items() if page.nbytes >= FULL_PAGE_BYTES]
     if full:
         table = f.read_row_group(0, columns=full, use_threads=False)
-        for n in full:
-            sizes[n] = [a.dictionary for a in table.column(n).chunks]
-    return tuple(n for n in names if _entries(sizes[n]) * 4 < group.num_rows)
-
-
-def _entries(dictionary) -> int:
-    """Entries of a dictionary, or of a column's chunks' dictionaries."""
-    return sum(map(len, dictionary)) if isinstance(dictionary, list) else len(dictionary)
+        entries.update({n: sum(len(a.dictionary) for a in table.column(n).chunks) for n in full})
+    return tuple(n for n in names if entries[n] * 4 < group.num_rows)
 
 
 DICTIONARY_PROBE_ROWS = 1024

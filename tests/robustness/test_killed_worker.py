@@ -54,8 +54,11 @@ def _finished(out: Path) -> int:
 def test_sigkilled_worker_ends_the_run_naming_the_task_and_the_rerun_finishes(
     tmp_path: Path, gz: bool
 ):
-    # ~10 MB of text, ~95 tasks; the .gz is one file decoded once, its ranges parsed by the workers
-    raw = write_dataset(tmp_path / "raw", rows=40_000, seed=5, max_vocab=3000, gz=gz)[0]
+    # ~25 MB of text, ~240 tasks; the .gz is one file decoded once, its ranges parsed by the
+    # workers. The worker is killed once a first task is done: the run must still be far from its
+    # end then, even with the suite's other processes slowing this one (at 40,000 rows a kill once
+    # landed after the last task, and the run rightly finished).
+    raw = write_dataset(tmp_path / "raw", rows=100_000, seed=5, max_vocab=3000, gz=gz)[0]
     out = tmp_path / "data"
     proc = subprocess.Popen(
         _preprocess(raw, out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True

@@ -13,7 +13,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from shardrec.trainer.job.config import ModelConfig
 from shardrec.trainer.loop.steps import LossWindow, NonFiniteLossError
-from shardrec.trainer.model.models import build_model, finite_stages
+from shardrec.trainer.model.models import all_finite, build_model, finite_stages
 from shardrec.trainer.model.objective import TrainModule
 
 FEATURES, DENSE = ["f0", "f1"], ["I1", "I2", "I3"]
@@ -77,3 +77,16 @@ def test_a_nan_loss_names_the_first_layer_whose_output_was_not_finite() -> None:
     line = _report(module, [batch])
     assert "first in the over arch (over_arch), from finite inputs" in line, line
     assert line.endswith("lower optim.dense_lr?"), line
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_one_pass_finite_flag_equals_isfinite_all(dtype: torch.dtype) -> None:
+    generator = torch.Generator().manual_seed(0)
+    for bad in [None, float("nan"), float("inf"), float("-inf")]:
+        for shape in [(7, 5), (1, 3), (0, 3), (4, 0), (9,)]:
+            values = torch.randn(shape, generator=generator).to(dtype)
+            if bad is not None and values.numel():
+                values.view(-1)[values.numel() // 2] = bad
+            assert torch.equal(all_finite(values), torch.isfinite(values).all())
+            if len(shape) == 2:
+                assert torch.equal(all_finite(values, dim=0), torch.isfinite(values).all(dim=0))

@@ -38,6 +38,7 @@ from shardrec.trainer.model.hstu import (
     STULayer,
     attention_weights_mask,
 )
+from shardrec.trainer.model.models import all_finite
 from shardrec.trainer.model.sequence_arch import Jagged, SequenceSparseArch
 
 LOOKUPS_SCOPE = "shardrec.hstu.lookups"
@@ -347,7 +348,7 @@ class HSTUModel(nn.Module):
         item = self.item_tower(torch.cat(item_in, dim=1))
         logits = self.head(user * item).squeeze(-1)
         if finite is not None:
-            finite.append(torch.isfinite(dense_features).all(dim=0))
+            finite.append(all_finite(dense_features, dim=0))
             looked_up = [
                 *(pooled[n] for n in roles.contextual),
                 history[roles.primary].values,
@@ -355,7 +356,7 @@ class HSTUModel(nn.Module):
                 *(unpooled[c].values for c in roles.candidates.values()),
             ]
             outputs = [*looked_up, *states, logits]
-            finite.append(torch.stack([torch.isfinite(t).all() for t in outputs]))
+            finite.append(torch.stack([all_finite(t) for t in outputs]))
         return logits
 
 

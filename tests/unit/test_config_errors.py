@@ -50,3 +50,18 @@ def test_a_list_set_without_brackets_is_told_the_brackets_that_work() -> None:
     )
     hinted = str(e.value).split("--set '")[-1].rstrip("'")
     assert load_job_config(None, [hinted]).model.dense_arch == [64, 16]
+
+
+def test_a_recency_prior_without_a_relative_bias_is_refused_naming_both_keys() -> None:
+    """model.hstu_recency shapes the pairwise bias; with the input encoding alone it would do
+    nothing, silently."""
+    with pytest.raises(ValueError) as e:
+        load_job_config(None, ['model.arch="hstu"', "model.hstu_recency=0.3"])
+    assert str(e.value) == (
+        "--set 'model.hstu_recency=0.3': model.hstu_recency = 0.3 shapes the relative bias, which "
+        'model.hstu_bias = "input" does not have: set it to "pairwise" or "both"'
+    )
+    with pytest.raises(ValueError, match=r"model.hstu_recency = -1.0 must be >= 0$"):
+        load_job_config(None, ['model.hstu_bias="pairwise"', "model.hstu_recency=-1.0"])
+    both = ['model.hstu_bias="both"', "model.hstu_recency=0.3"]
+    assert load_job_config(None, both).model.hstu_recency == 0.3

@@ -17,6 +17,7 @@ import torch
 
 from shardrec.trainer.model.hstu import (
     PositionTimeEncoder,
+    RelativeBias,
     STULayer,
     attention_mask,
     hstu_attention,
@@ -166,3 +167,16 @@ def test_a_sequence_scores_alike_alone_or_beside_longer_ones():
     by_batch = hstu_attention(q, k, v, _offsets([3, 6]), alpha=0.5, attn_len=None)
     alone_by_batch = hstu_attention(q[:3], k[:3], v[:3], _offsets([3]), alpha=0.5, attn_len=None)
     assert not torch.allclose(by_batch[:3], alone_by_batch)
+
+
+def test_a_recency_slope_starts_each_earlier_token_lower_by_its_distance():
+    """RelativeBias(recency=s) starts as the plain one (same draws) minus s x (i - j) for every key j
+    at or before query i; later keys (masked by causality) are untouched."""
+    stamps, offsets = torch.tensor([0, 7, 60, 61, 900]), _offsets([2, 3])
+    torch.manual_seed(3)
+    plain = RelativeBias(4, time_buckets=16)(stamps, offsets)
+    torch.manual_seed(3)
+    prior = RelativeBias(4, time_buckets=16, recency=0.5)(stamps, offsets)
+    i, j = torch.meshgrid(torch.arange(3), torch.arange(3), indexing="ij")
+    expected = torch.where(j <= i, -0.5 * (i - j), 0.0).float()
+    assert torch.allclose(prior - plain, expected.expand(2, 3, 3))

@@ -165,6 +165,11 @@ class ModelConfig:
     """Relative position and time: input (DLRMv4: position and time embeddings added to the tokens),
     pairwise (the research model: a learnt bias per distance and time gap inside attention) or
     both."""
+    hstu_recency: float = 0.0
+    """The initial slope of the relative bias against distance: a token d places back starts
+    d x slope lower (ALiBi's linear recency prior, Press et al. 2022), so the candidate reads the
+    latest events from the first step; 0: the research model's N(0, 0.02) only. With hstu_bias
+    pairwise or both."""
     hstu_attn_scale: str = "max_seq_len"
     """Divisor of the attention: max_seq_len (fixed: a sample scores the same in any batch) or
     batch_max (the reference's: the rank's longest sequence in the batch)."""
@@ -181,6 +186,12 @@ class ModelConfig:
     def __post_init__(self) -> None:
         _check_choice("model.arch", self.arch, MODEL_ARCHS)
         _check_choice("model.hstu_bias", self.hstu_bias, HSTU_BIASES)
+        _check_positive("model.hstu_recency", self.hstu_recency, allow_zero=True)
+        if self.hstu_recency and self.hstu_bias == "input":
+            raise ValueError(
+                f"model.hstu_recency = {self.hstu_recency!r} shapes the relative bias, which "
+                'model.hstu_bias = "input" does not have: set it to "pairwise" or "both"'
+            )
         _check_choice("model.hstu_attn_scale", self.hstu_attn_scale, ("max_seq_len", "batch_max"))
         for name in (
             "hstu_layers",

@@ -161,13 +161,20 @@ def time_gap_bucket(gap: torch.Tensor, buckets: int) -> torch.Tensor:
 
 class RelativeBias(nn.Module):
     """The research model's relative attention bias, shared by heads: w_pos[j - i] + w_time[bucket
-    of t_(i+1) - t_j] (the next token's time, the last token's own), over a fixed length."""
+    of t_(i+1) - t_j] (the next token's time, the last token's own), over a fixed length. Both
+    start N(0, 0.02); with a `recency` slope, w_pos of a token d places back starts d x slope lower
+    too (a linear recency prior, as ALiBi's)."""
 
-    def __init__(self, max_len: int, time_buckets: int = 128) -> None:
+    def __init__(self, max_len: int, time_buckets: int = 128, recency: float = 0.0) -> None:
         super().__init__()
         self.max_len, self.time_buckets = max_len, time_buckets
         self.position = nn.Parameter(torch.empty(2 * max_len - 1).normal_(0, 0.02))
         self.time = nn.Parameter(torch.empty(time_buckets + 1).normal_(0, 0.02))
+        if recency:
+            # w_pos[max_len - 1 - d] is the bias of a key d places back (rel in forward).
+            back = torch.arange(max_len - 1, -1, -1, dtype=torch.float32)
+            with torch.no_grad():
+                self.position[:max_len] -= recency * back
 
     def forward(self, timestamps: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
         """[B, n, n] from the tokens' timestamps [L] (seconds)."""

@@ -214,7 +214,10 @@ class HSTUModel(nn.Module):
             for _ in range(config.hstu_layers)
         )
         self.biases = (
-            nn.ModuleList(RelativeBias(self.max_seq_len) for _ in range(config.hstu_layers))
+            nn.ModuleList(
+                RelativeBias(self.max_seq_len, recency=config.hstu_recency)
+                for _ in range(config.hstu_layers)
+            )
             if config.hstu_bias in ("pairwise", "both")
             else None
         )

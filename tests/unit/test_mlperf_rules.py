@@ -3,6 +3,7 @@ rule by rule, where it breaks one (shardrec.trainer.job.mlperf_rules)."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from shardrec.trainer.job.config import SEED_UNSET, load_job_config
@@ -64,35 +65,43 @@ def test_each_broken_rule_is_one_warning_naming_the_setting() -> None:
 
 
 DLRMV4 = Path(__file__).resolve().parents[2] / "configs" / "dlrmv4.toml"
-DLRMV4_RECIPE = [
-    # The README's closed-division settings over configs/dlrmv4.toml, at a global batch of 8192.
-    "train.mlperf_log=true",
-    "train.global_batch_size=8192",
-    "train.target_auc=0.75",
-    "model.hstu_max_seq_len=4096",
-    "optim.warmup_steps=24000",
-    "optim.sparse_lr=1e-6",
-    "optim.dense_lr=1e-6",
-    "eval.every_epoch_fraction=0.001",
-    "eval.skip_until_fraction=0.025032",
-]
+
+
+def readme_dlrmv4_recipe() -> list[str]:
+    """The --set settings of the README's full DLRMv4 recipe (its command that trains
+    configs/dlrmv4.toml for MLPerf's log)."""
+    readme = (DLRMV4.parents[1] / "README.md").read_text()
+    block = next(
+        b.split("```")[0]
+        for b in readme.split("```sh")[1:]
+        if "--config configs/dlrmv4.toml" in b and "train.mlperf_log=true" in b.split("```")[0]
+    )
+    words = shlex.split(block.replace("\\\n", " "))
+    return [words[i + 1] for i, w in enumerate(words) if w == "--set"]
 
 
 def test_the_dlrmv4_recipe_keeps_every_closed_rule_and_the_scaled_file_says_where_it_differs() -> (
     None
 ):
-    assert rule_breaks(load_job_config(DLRMV4, DLRMV4_RECIPE)) == []
+    recipe = readme_dlrmv4_recipe()
+    assert "train.mlperf_log=true" in recipe and "model.hstu_max_seq_len=4096" in recipe
+    assert rule_breaks(load_job_config(DLRMV4, recipe)) == []
     scaled = rule_breaks(load_job_config(DLRMV4, ["train.mlperf_log=true"]))
     assert [line.split(": ", 1)[1].split(" ")[0] for line in scaled] == [
         "optim.warmup_steps",
         "model.hstu_max_seq_len",
+        "model.hstu_bias",
         "eval.every_epoch_fraction",
         "eval.skip_until_fraction",
         "train.target_auc",
     ]
-    assert scaled[3].endswith(
+    assert scaled[4].endswith(
         "at a global batch of 256 the first evaluation is at FLOOR((4480 x GBS + 135331840) / 3) "
         "= 45,492,906 samples (0.0198587)"
+    )
+    assert scaled[2].endswith(
+        "model.hstu_bias = 'pairwise': the reference encodes position and time at the input "
+        "('input', hstu_recency = 0)"
     )
 
 

@@ -243,6 +243,11 @@ def dlrmv4_rule_breaks(job: JobConfig) -> list[str]:
             f"model.hstu_max_seq_len = {m.hstu_max_seq_len}: max_sequence_length must be {DLRMV4_MAX_SEQ_LEN}",
         ),
         (
+            m.hstu_bias == "input",
+            f"model.hstu_bias = {m.hstu_bias!r}: the reference encodes position and time at the "
+            "input ('input', hstu_recency = 0)",
+        ),
+        (
             e.every_epoch_fraction == DLRMV4_EVAL_EVERY
             and e.fraction_rounding == "round"
             and not e.interval_steps,

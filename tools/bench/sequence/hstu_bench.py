@@ -2,8 +2,9 @@
 PyTorch version of the same layer, and where a step's time goes.
 
 Data: `shardrec synth --like yambda` rows preprocessed with configs/yambda_events.toml; model and
-optimizers: configs/dlrmv4.toml. The ranks (torchrun, gloo) build two models with the same weights
-and the same sharding plan, shardrec's (`build_job`, as `shardrec train` builds it) and one whose
+optimizers: configs/dlrmv4.toml with the reference's input encoding of position and time
+(REFERENCE_ENCODING). The ranks (torchrun, gloo) build two models with the same weights and the
+same sharding plan, shardrec's (`build_job`, as `shardrec train` builds it) and one whose
 STU layers are plain_stu.py's, check that they give the same logits on a batch, then time them in
 interleaved rounds over the same batches held in memory (and shardrec's from disk through the
 temporal loader). With --reference DIR (a meta-recsys/generative-recommenders checkout), a third
@@ -36,6 +37,13 @@ BASELINES = {
     "plain_layer": "the plain PyTorch layer",
     "reference_attention": "the plain layer with the reference's pytorch_hstu_mha",
 }
+REFERENCE_ENCODING = [
+    "train.log_interval=1000000",
+    'model.hstu_bias="input"',
+    "model.hstu_recency=0",
+]
+"""Over configs/dlrmv4.toml: position and time at the input, as the reference encodes them (the
+file's relative bias is not in the reference's attention, nor in the plain layer)."""
 SAME_LOGITS = 1e-4
 """The most the two models' logits may differ on a batch (fp32) for their times to compare."""
 COMM_PREFIXES = (
@@ -167,7 +175,7 @@ def bench_rank(data: str, out: str, steps: int, rounds: int, threads: int, refer
 
     torch.set_num_threads(threads)
     env = init_distributed("cpu")
-    config = load_job_config(CONFIG, [f'data.path="{data}"', "train.log_interval=1000000"])
+    config = load_job_config(CONFIG, [f'data.path="{data}"', *REFERENCE_ENCODING])
     with tempfile.TemporaryDirectory() as run_root:
         ours = build_ours(config, env, Path(run_root) / "ours", (rounds + 3) * steps * 3)
         plain = _plain_runner(ours.job, env)

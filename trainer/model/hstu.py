@@ -171,13 +171,17 @@ class RelativeBias(nn.Module):
         self.position = nn.Parameter(torch.empty(2 * max_len - 1).normal_(0, 0.02))
         self.time = nn.Parameter(torch.empty(time_buckets + 1).normal_(0, 0.02))
         if recency:
-            # w_pos[max_len - 1 - d] is the bias of a key d places back (rel in forward).
+            # w_pos[max_len - 1 - d] is the bias of a key d places back (rel in indices).
             back = torch.arange(max_len - 1, -1, -1, dtype=torch.float32)
             with torch.no_grad():
                 self.position[:max_len] -= recency * back
 
-    def forward(self, timestamps: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-        """[B, n, n] from the tokens' timestamps [L] (seconds)."""
+    def indices(
+        self, timestamps: torch.Tensor, offsets: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The row of w_pos [n, n] and of w_time [B, n, n] of every (query, key) pair of a batch,
+        from the tokens' timestamps [L] (seconds): the same for every layer, so a model makes
+        them once per batch."""
         lengths = offsets[1:] - offsets[:-1]
         n = int(lengths.max()) if lengths.numel() else 0
         if n > self.max_len:
@@ -188,7 +192,17 @@ class RelativeBias(nn.Module):
         ahead = torch.arange(n, device=t.device)
         rel = self.max_len - 1 + ahead.view(1, n) - ahead.view(n, 1)  # [i, j] -> j - i
         gaps = following.unsqueeze(2) - t.unsqueeze(1)
-        return self.position[rel].unsqueeze(0) + self.time[time_gap_bucket(gaps, self.time_buckets)]
+        return rel, time_gap_bucket(gaps, self.time_buckets)
+
+    def forward(
+        self,
+        timestamps: torch.Tensor,
+        offsets: torch.Tensor,
+        indices: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """[B, n, n] from the tokens' timestamps [L] (seconds), or from their `indices`."""
+        rel, buckets = indices if indices is not None else self.indices(timestamps, offsets)
+        return self.position[rel].unsqueeze(0) + self.time[buckets]
 
 
 class STULayer(nn.Module):

@@ -180,3 +180,14 @@ def test_a_recency_slope_starts_each_earlier_token_lower_by_its_distance():
     i, j = torch.meshgrid(torch.arange(3), torch.arange(3), indexing="ij")
     expected = torch.where(j <= i, -0.5 * (i - j), 0.0).float()
     assert torch.allclose(prior - plain, expected.expand(2, 3, 3))
+
+
+def test_a_sequence_gets_the_same_relative_bias_alone_or_beside_a_longer_one():
+    """The last token's time gap is to its own time, not to the padding after it: a sample's bias
+    (and so its score) does not depend on the batch, nor on the world size eval runs at."""
+    torch.manual_seed(0)
+    bias = RelativeBias(8, time_buckets=32, recency=0.3)
+    stamps = torch.tensor([100, 160, 400, 0, 50, 90, 2000, 2600, 9000])
+    together = bias(stamps, _offsets([3, 6]))  # [2, 6, 6]
+    alone = bias(stamps[:3], _offsets([3]))  # [1, 3, 3]
+    assert torch.equal(together[0, :3, :3], alone[0])

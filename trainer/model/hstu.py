@@ -187,9 +187,13 @@ class RelativeBias(nn.Module):
         if n > self.max_len:
             raise ValueError(f"a sequence of {n} tokens is longer than the bias's {self.max_len}")
         t = to_padded(timestamps, offsets, n)  # [B, n]
-        last = t.gather(1, (lengths - 1).clamp(min=0).view(-1, 1))
-        following = torch.cat([t[:, 1:], last], dim=1)
+        end = (lengths - 1).clamp(min=0).view(-1, 1)
         ahead = torch.arange(n, device=t.device)
+        # The next token's time; the last token's own at each sequence's end, not the padding
+        # after it (which would make a sample's bias depend on the longest sequence of its batch).
+        following = torch.where(
+            ahead.view(1, n) == end, t.gather(1, end), torch.cat([t[:, 1:], t[:, -1:]], dim=1)
+        )
         rel = self.max_len - 1 + ahead.view(1, n) - ahead.view(n, 1)  # [i, j] -> j - i
         gaps = following.unsqueeze(2) - t.unsqueeze(1)
         return rel, time_gap_bucket(gaps, self.time_buckets)

@@ -49,6 +49,9 @@ JOB = settings(
     "model.hstu_v_dim=16",
     "model.hstu_hidden=32",
     "model.hstu_max_seq_len=32",
+    # configs/dlrmv4.toml's relative bias with its recency prior.
+    'model.hstu_bias="pairwise"',
+    "model.hstu_recency=0.3",
     'optim.dense="adam"',
     "optim.dense_lr=0.01",
     "optim.sparse_lr=0.01",

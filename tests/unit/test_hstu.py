@@ -174,9 +174,11 @@ def test_a_recency_slope_starts_each_earlier_token_lower_by_its_distance():
     at or before query i; later keys (masked by causality) are untouched."""
     stamps, offsets = torch.tensor([0, 7, 60, 61, 900]), _offsets([2, 3])
     torch.manual_seed(3)
-    plain = RelativeBias(4, time_buckets=16)(stamps, offsets)
+    plain = RelativeBias(4, time_buckets=16)
+    plain = plain(plain.indices(stamps, offsets))
     torch.manual_seed(3)
-    prior = RelativeBias(4, time_buckets=16, recency=0.5)(stamps, offsets)
+    prior = RelativeBias(4, time_buckets=16, recency=0.5)
+    prior = prior(prior.indices(stamps, offsets))
     i, j = torch.meshgrid(torch.arange(3), torch.arange(3), indexing="ij")
     expected = torch.where(j <= i, -0.5 * (i - j), 0.0).float()
     assert torch.allclose(prior - plain, expected.expand(2, 3, 3))
@@ -188,6 +190,6 @@ def test_a_sequence_gets_the_same_relative_bias_alone_or_beside_a_longer_one():
     torch.manual_seed(0)
     bias = RelativeBias(8, time_buckets=32, recency=0.3)
     stamps = torch.tensor([100, 160, 400, 0, 50, 90, 2000, 2600, 9000])
-    together = bias(stamps, _offsets([3, 6]))  # [2, 6, 6]
-    alone = bias(stamps[:3], _offsets([3]))  # [1, 3, 3]
+    together = bias(bias.indices(stamps, _offsets([3, 6])))  # [2, 6, 6]
+    alone = bias(bias.indices(stamps[:3], _offsets([3])))  # [1, 3, 3]
     assert torch.equal(together[0, :3, :3], alone[0])

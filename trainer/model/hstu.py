@@ -198,14 +198,9 @@ class RelativeBias(nn.Module):
         gaps = following.unsqueeze(2) - t.unsqueeze(1)
         return rel, time_gap_bucket(gaps, self.time_buckets)
 
-    def forward(
-        self,
-        timestamps: torch.Tensor,
-        offsets: torch.Tensor,
-        indices: tuple[torch.Tensor, torch.Tensor] | None = None,
-    ) -> torch.Tensor:
-        """[B, n, n] from the tokens' timestamps [L] (seconds), or from their `indices`."""
-        rel, buckets = indices if indices is not None else self.indices(timestamps, offsets)
+    def forward(self, indices: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """[B, n, n] from a batch's `indices`."""
+        rel, buckets = indices
         return self.position[rel].unsqueeze(0) + self.time[buckets]
 
 

@@ -342,7 +342,7 @@ class HSTUModel(nn.Module):
         states = []
         pairs = self.biases[0].indices(times, offsets) if self.biases is not None else None
         for i, layer in enumerate(self.layers):
-            bias = self.biases[i](times, offsets, pairs) if self.biases is not None else None
+            bias = self.biases[i](pairs) if self.biases is not None else None
             x = layer(x, offsets, attn_len=attn_len, targets=targets, bias=bias, weights_mask=mask)
             states.append(x)
         # The candidate's last state with its time of day and week, against the candidate's item.

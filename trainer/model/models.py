@@ -176,6 +176,15 @@ class RecModel(nn.Module):
         if fall_back:
             # torch's one switch for it is process-wide; the rank compiles nothing else.
             torch._dynamo.config.suppress_errors = True
+        if self.device_type == "cpu":
+            # Process-wide too. DDP's graph splitting (one compiled graph per gradient bucket, so
+            # that a bucket's all-reduce overlaps the rest of the backward) cuts the over MLP at
+            # its first bucket (1 MB of parameters). A ReLU whose output leaves a graph then
+            # saves a bool mask for the backward, and inductor's C++ code stores bool masks
+            # element by element: on the reference model that one [1024, 1024] mask took 7.3 ms
+            # a step in fp32 (3.0 in bf16), where eager computes it in 0.6. The all-reduce it
+            # would overlap takes ~0.2 ms a step on CPU ranks (bench train --breakdown).
+            torch._dynamo.config.optimize_ddp = False
         self._compiled = (torch.compile(self._dense), torch.compile(self._head))
 
     @property

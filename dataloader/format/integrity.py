@@ -33,6 +33,37 @@ def id_out_of_range(part: Part, feature: str, row: int, value: int) -> str:
     )
 
 
+def label_not_binary(part: Part, row: int, value: int) -> str:
+    """The message for a label other than 0 and 1 (loader, `data head` and `data verify`)."""
+    return (
+        f"{part.path}: column label, row {row} has label {value}, not 0 or 1 "
+        f"(the file disagrees with its manifest: rebuild it with `shardrec preprocess`)"
+    )
+
+
+def check_labels(part: Part, chunk: int = 1 << 24) -> list[str]:
+    """Read every label of the part: a message for the first that is not 0 or 1."""
+    for a in range(0, part.rows, chunk):
+        block = np.asarray(part.labels[a : a + chunk])
+        if len(block) and int(block.max()) > 1:
+            k = int(np.argmax(block > 1))
+            return [label_not_binary(part, a + k, int(block[k]))]
+    return []
+
+
+def bad_label_error(parts: list[Part], part_starts: np.ndarray, rows: np.ndarray) -> DatasetError:
+    """The loader's error for a batch of global rows `rows` one of whose labels is not 0 or 1:
+    the first such row, by file and row. Only called once the check has failed, so it may be
+    slow."""
+    for r in rows.tolist():
+        p = int(np.searchsorted(part_starts, r, side="right")) - 1
+        local = r - int(part_starts[p])
+        value = int(parts[p].labels[local])
+        if value > 1:
+            return DatasetError(label_not_binary(parts[p], local, value))
+    raise AssertionError("bad_label_error called for rows whose labels are all 0 or 1")
+
+
 def check_ids(part: Part, chunk: int = 1 << 22) -> list[str]:
     """Read every id of the part: one message per feature with an id outside its table."""
     problems = []
@@ -127,7 +158,7 @@ def verify(directory: str | Path) -> list[str]:
             except DatasetError as e:
                 problems.append(str(e))
                 continue
-            problems += check_ids(opened) + check_offsets(opened)
+            problems += check_labels(opened) + check_ids(opened) + check_offsets(opened)
     return problems
 
 

@@ -20,7 +20,11 @@ import torch
 from torchrec.datasets.utils import Batch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from shardrec.dataloader.format.integrity import bad_id_error, bad_jagged_id_error
+from shardrec.dataloader.format.integrity import (
+    bad_id_error,
+    bad_jagged_id_error,
+    bad_label_error,
+)
 from shardrec.dataloader.format.part_cache import PartSet, part_rows
 from shardrec.dataloader.format.part_file import Part
 from shardrec.dataloader.gather import gather_kernels as kernels
@@ -258,8 +262,14 @@ class BatchGatherer:
         dense: np.ndarray,
         kjts: list[KeyedJaggedTensor],
     ) -> list[Batch]:
-        """Cut the gathered columns into one Batch per slice; padding rows get PAD_LABEL."""
+        """Cut the gathered columns into one Batch per slice; padding rows get PAD_LABEL.
+
+        A label other than 0 and 1 (a part file changed since preprocessing wrote it) is refused
+        here, as an id outside its table is: trained on, it would pass silently."""
         b = len(slices[0][0])
+        if len(labels) and labels.max() > 1:
+            rows = np.concatenate([r for r, _ in slices])
+            raise bad_label_error(self.parts, self._part_starts, rows)
         for i, (_, real) in enumerate(slices):
             if real < b:
                 labels[i * b + real : (i + 1) * b] = PAD_LABEL

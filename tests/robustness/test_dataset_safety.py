@@ -173,6 +173,32 @@ def test_a_tampered_data_byte_is_named_by_verify_and_an_id_it_breaks_by_every_re
     _read_everything(data)  # a dense value: only the checksum tells
 
 
+def test_a_label_other_than_0_or_1_is_refused_naming_file_and_row(tmp_path: Path):
+    """A changed byte in the label column (its checksum recorded) would train as a label of 7:
+    every reader refuses it as it refuses an id outside its table, on every gather path."""
+    data = tmp_path / "data"
+    write_tiny_dataset(data, rows={"train": [600, 400]})
+    at = file_offset(open_split(data, "train")[1].labels) + 77
+    raw = bytearray((data / "train" / "part-00001.arrow").read_bytes())
+    raw[at] = 7
+    path = _replace_part(data, 1, bytes(raw))
+    pattern = re.escape(f"{path}: column label, row 77 has label 7, not 0 or 1")
+    _assert_every_reader_refuses(data, pattern)
+    for kw in (
+        {},
+        {"compiled": False},
+        {"shuffle": False},
+        {"shuffle": False, "compiled": False},
+        {"window_blocks": 1, "block_rows": 4},
+    ):
+        with pytest.raises(DatasetError, match=pattern):
+            _read_everything(data, **kw)
+    raw[at] = 1
+    _replace_part(data, 1, bytes(raw))
+    assert _cli("data", "verify", data).exit_code == 0
+    _read_everything(data)
+
+
 @pytest.mark.parametrize("multi_hot", [False, True], ids=["one-hot", "multi-hot"])
 def test_an_id_beyond_its_table_is_refused_naming_file_row_and_id(tmp_path: Path, multi_hot: bool):
     data = tmp_path / "data"

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from shardrec.dataloader.format.integrity import id_out_of_range
+from shardrec.dataloader.format.integrity import id_out_of_range, label_not_binary
 from shardrec.dataloader.format.manifest import DatasetError, Manifest
 from shardrec.dataloader.format.part_file import open_split
 from shardrec.dataloader.format.raw_ids import MISSING_KEY
@@ -119,6 +119,8 @@ def head_rows(directory: Path, n: int = 5, split: str = "train") -> list[dict[st
     for part in open_split(directory, split, manifest):
         for r in range(min(n - len(out), part.rows)):
             row: dict[str, Any] = {"label": int(part.labels[r])}
+            if row["label"] > 1:  # shown as it is, it would pass for a label
+                raise DatasetError(label_not_binary(part, r, row["label"]))
             row.update({name: float(v) for name, v in zip(manifest.dense_features, part.dense[r])})
             for feat in manifest.sparse_features:
                 if feat.multi_hot:

@@ -73,6 +73,21 @@ def test_torn_run_record_is_named(raw: Path, tmp_path: Path):
     )
 
 
+def test_a_dataset_without_its_run_record_is_not_overwritten(raw: Path, tmp_path: Path):
+    """A finished dataset whose .work/ is gone (cleaned up, copied without it): its settings are
+    unknown, so a run with other settings is refused instead of replacing its files."""
+    out = tmp_path / "data"
+    assert preprocess(raw, out).exit_code == 0
+    (out / ".work" / "run.json").unlink()
+    before = outputs(out)
+    assert_one_line_error(
+        preprocess(raw, out, "--max-ids", "7000"),
+        rf"^error: {re.escape(str(out))}: holds a dataset \(manifest.json\) but no record of the "
+        r"run that wrote it \(.work/run.json\); remove the directory or choose another --out",
+    )
+    assert outputs(out) == before
+
+
 def test_deleted_part_whose_marker_survives_is_rebuilt(raw: Path, reference, tmp_path: Path):
     out = tmp_path / "data"
     assert preprocess(raw, out).exit_code == 0

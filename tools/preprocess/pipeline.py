@@ -21,7 +21,7 @@ from typing import Protocol
 
 import numpy as np
 
-from shardrec.dataloader.format.manifest import SPLITS, Manifest, PartInfo, SplitInfo
+from shardrec.dataloader.format.manifest import MANIFEST, SPLITS, Manifest, PartInfo, SplitInfo
 from shardrec.dataloader.util.files import atomic_write_bytes
 from shardrec.dataloader.util.locks import WORK_DIR
 from shardrec.tools.preprocess import cpu_stages
@@ -104,6 +104,14 @@ def _check_fingerprint(out: Path, fp: dict) -> None:
                 f"{out}: holds a run with different {', '.join(diff)}; remove the directory or choose another --out"
             )
     else:
+        # No record, but a dataset (or its parts) is there: its settings are unknown, and this run
+        # would replace its files one by one.
+        found = [out / MANIFEST] if (out / MANIFEST).is_file() else sorted(out.glob("*/part-*"))
+        if found:
+            raise ValueError(
+                f"{out}: holds a dataset ({found[0].relative_to(out)}) but no record of the run "
+                f"that wrote it ({WORK_DIR}/run.json); remove the directory or choose another --out"
+            )
         atomic_write_bytes(path, json.dumps(fp, indent=1).encode())
 
 

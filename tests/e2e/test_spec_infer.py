@@ -93,7 +93,14 @@ def test_a_headerless_criteo_log_gets_a_spec_by_position(tmp_path: Path) -> None
     [
         (
             "rating",
-            r"label column 'rating' holds values other than 0 and 1 .*; give a threshold, e.g. --label 'rating>=4'",
+            r"label column 'rating' holds values other than 0 and 1 \(e.g. \['1', '2', '3', '4', "
+            r"'5'\]; they run 1 to 5, median \d\); give the threshold at which a row counts as 1, "
+            r"e.g. --label 'rating>=\d'$",
+        ),
+        (
+            "genres>=4",
+            r"label column 'genres' holds values that are not numbers \(e.g. \[.*\]\); a "
+            r"threshold compares numbers: give the label column without one$",
         ),
         ("ratng>=4", r"no column 'ratng' for the label"),
         (
@@ -108,6 +115,51 @@ def test_a_label_infer_cannot_use_is_one_line(tmp_path: Path, label: str, messag
     cli("synth", tmp_path / "raw", "--like", "movielens", "--rows", "200")
     assert_one_line_error(
         cli("spec", "infer", tmp_path / "raw" / "train.csv", "--label", label, ok=False), message
+    )
+
+
+def test_a_label_written_as_0_0_and_1_0_is_read_as_0_and_1(tmp_path: Path) -> None:
+    """Labels written as floats (`0.0`, `1.0`, as pandas writes a float column) are 0/1 labels:
+    the spec reads them so, and the parts hold the same labels as the log."""
+    log, spec = tmp_path / "flab.csv", tmp_path / "f.toml"
+    labels = [float(i % 3 == 0) for i in range(300)]
+    log.write_text(
+        "label,shop,price\n" + "".join(f"{y},s{i % 7},{i % 50}\n" for i, y in enumerate(labels))
+    )
+    cli("spec", "infer", log, "--label", "label", "--out", spec)
+    assert load_spec(spec).columns[0] == LabelColumn("label", threshold=1.0)
+    cli("preprocess", log, "--spec", spec, "--out", tmp_path / "d")
+    data = tmp_path / "d"
+    splits = Manifest.load(data).splits  # the log's rows in order: train, then val, then test
+    got = [_labels(data / split / p.name) for split in splits for p in splits[split].parts]
+    assert np.concatenate(got).tolist() == [int(y) for y in labels]
+
+
+def _labels(path: Path) -> np.ndarray:
+    import pyarrow.ipc
+
+    with pyarrow.ipc.open_file(path) as f:
+        return f.read_all().column("label").to_numpy()
+
+
+def test_infer_keeps_an_existing_spec_and_names_a_directorys_file(tmp_path: Path) -> None:
+    """The README's flow is infer, edit, preprocess: a second infer must not replace the edited
+    spec unless asked; a directory (preprocess reads one) names one of its files."""
+    log, spec = tmp_path / "logs" / "clicks.tsv", tmp_path / "clicks.toml"
+    log.parent.mkdir()
+    _ctr_log(log, rows=200)
+    spec.write_text("# edited by hand\n")
+    assert_one_line_error(
+        cli("spec", "infer", log, "--label", "click", "--out", spec, ok=False),
+        rf"^error: {spec}: exists \(edits made to it would be lost\); pass --force to replace it$",
+    )
+    assert spec.read_text() == "# edited by hand\n"
+    cli("spec", "infer", log, "--label", "click", "--out", spec, "--force")
+    assert load_spec(spec).columns[0] == LabelColumn("click")
+    assert_one_line_error(
+        cli("spec", "infer", log.parent, "--label", "click", ok=False),
+        rf"^error: {log.parent}: a directory; spec infer reads one file: name one of its files "
+        rf"\(e.g. {log}\)$",
     )
 
 
@@ -130,6 +182,7 @@ def test_unix_times_are_left_out_and_ids_kept(tmp_path: Path) -> None:
             f"{i % 2}\t{1_000_000_000 + i % 20}\t{1_600_000_000_123 + i}\n" for i in range(60)
         )
     )
+    spec = tmp_path / "ids.toml"
     cli("spec", "infer", log, "--label", "click", "--out", spec)
     proposed = {c.name: c for c in load_spec(spec).columns}
     assert isinstance(proposed["user_id"], CategoricalColumn)
@@ -193,5 +246,5 @@ def test_a_two_valued_text_label_gets_a_mapping_and_a_decimal_comma_csv_its_form
     assert first["price"] == pytest.approx(np.log1p(price), rel=1e-6)
     assert first["label"] == int(lines[1].startswith("yes"))
     # The first 10 rows of a longer file: the preamble says so.
-    cli("spec", "infer", log, "--label", "clicked", "--rows", "10", "--out", spec)
+    cli("spec", "infer", log, "--label", "clicked", "--rows", "10", "--out", spec, "--force")
     assert "from its first 10 rows.\n" in spec.read_text().splitlines(keepends=True)[0]

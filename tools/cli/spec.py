@@ -34,6 +34,9 @@ def infer(
         Path | None, typer.Option(help="Write the spec here (default: print it).")
     ] = None,
     rows: Annotated[int, typer.Option(min=2, help="Lines read to decide.")] = 10_000,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace --out if it exists (an edited spec is lost).")
+    ] = False,
 ) -> None:
     """Propose a spec from the first rows: format, each column's role, list separators, hash sizes.
 
@@ -48,8 +51,14 @@ def infer(
         sample_lines,
     )
 
+    if file.is_dir():
+        files = sorted(p.name for p in file.iterdir() if p.is_file() and not p.name.startswith("."))
+        example = f" (e.g. {file / files[0]})" if files else ""
+        fail(f"{file}: a directory; spec infer reads one file: name one of its files{example}")
     if not file.is_file():
         fail(f"{file}: no such file")
+    if out is not None and out.exists() and not force:
+        fail(f"{out}: exists (edits made to it would be lost); pass --force to replace it")
     try:
         if is_parquet(file):
             spec, notes = infer_parquet_spec(file, label, rows)

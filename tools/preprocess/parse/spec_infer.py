@@ -36,6 +36,7 @@ import datetime
 import io
 import math
 import re
+import statistics
 from collections import Counter
 from pathlib import Path
 
@@ -322,10 +323,7 @@ def infer_parquet_spec(
                     "number (0/1, or any number with a threshold)"
                 )
             if threshold is None and not {float(v) for v in values} <= {0.0, 1.0}:
-                raise ValueError(
-                    f"{path}: label column {name!r} holds values other than 0 and 1 (e.g. {shown}); "
-                    f"give a threshold, e.g. --label '{name}>=4'"
-                )
+                raise ValueError(_threshold_wanted(path, name, [float(v) for v in values], shown))
             columns.append(LabelColumn(name, threshold=threshold))
             notes[name] = "the label" + (
                 f": 1 where {name} >= {threshold:g}" if threshold is not None else ""
@@ -353,21 +351,38 @@ def _placed(column: Column, i: int, names: list[str]) -> Column:
     )
 
 
+def _threshold_wanted(path: Path, name: str, values: list[float], shown: list[str]) -> str:
+    """The refusal of a numeric label that is not 0/1, with a threshold taken from its values (the
+    median: about half the rows would be 1; a click log's positives are usually fewer)."""
+    median = float(statistics.median(values))
+    return (
+        f"{path}: label column {name!r} holds values other than 0 and 1 (e.g. {shown}; they run "
+        f"{min(values):g} to {max(values):g}, median {median:g}); give the threshold at which a row "
+        f"counts as 1, e.g. --label '{name}>={median:g}'"
+    )
+
+
 def _label_column(name: str, values: list[str], threshold: float | None, path: Path) -> tuple:
     """(the label column, its note) for the label's values: 0/1 as written, a threshold over
     numbers, or a mapping of two written values (the known words for a click, else the rarer
     value as 1: clicks are the rarer outcome of a click log)."""
     seen = Counter(values)
     shown = sorted(seen)[:5]
+    numbers = all(map(_is_number, seen))
     if threshold is not None:
+        if not numbers:
+            words = sorted(v for v in seen if not _is_number(v))[:5]
+            raise ValueError(
+                f"{path}: label column {name!r} holds values that are not numbers (e.g. {words}); "
+                "a threshold compares numbers: give the label column without one"
+            )
         return LabelColumn(name, threshold=threshold), f"the label: 1 where {name} >= {threshold:g}"
     if set(seen) <= {"0", "1"}:
         return LabelColumn(name), "the label"
-    if all(map(_is_number, seen)):
-        raise ValueError(
-            f"{path}: label column {name!r} holds values other than 0 and 1 (e.g. {shown}); "
-            f"give a threshold, e.g. --label '{name}>=4'"
-        )
+    if numbers and {float(v) for v in seen} <= {0.0, 1.0}:  # 0/1 written as 0.0/1.0
+        return LabelColumn(name, threshold=1.0), f"the label (written {', '.join(shown)})"
+    if numbers:
+        raise ValueError(_threshold_wanted(path, name, [float(v) for v in values], shown))
     if len(seen) != 2:
         raise ValueError(
             f"{path}: label column {name!r} holds {len(seen):,} distinct values (e.g. {shown}), "

@@ -97,6 +97,33 @@ def test_sigkill_then_rerun_redoes_only_unfinished_tasks(raw: Path, reference, t
     assert not [p for p in out.rglob(".*.tmp*")]
 
 
+@pytest.mark.slow
+def test_ctrl_c_says_what_is_kept_and_the_rerun_finishes(raw: Path, tmp_path: Path):
+    """Ctrl-C (SIGINT to the foreground process group) mid-run: exit 130 with one line saying
+    the finished tasks are kept, and the same command then finishes the same bytes."""
+    out = tmp_path / "data"
+    args = [str(raw), "--out", str(out), *ARGS, "--chunk-mb", "0.1"]
+    cmd = [sys.executable, "-m", "shardrec.tools.cli", "preprocess", *args]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    markers = out / ".work"
+    deadline = time.time() + 60
+    while time.time() < deadline and len(list(markers.glob("task-*.json"))) < 3:
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert not (out / "manifest.json").exists(), "the run finished first; make the input larger"
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == (
+        f"interrupted: {out}: finished tasks are kept; rerun the same command to finish"
+    )
+    assert cli("preprocess", *args)["complete"]
+    clean = tmp_path / "clean"
+    cli("preprocess", raw, "--out", clean, *ARGS, "--chunk-mb", "0.1")
+    assert outputs(out) == outputs(clean)
+
+
 def test_rerun_after_lost_task_redoes_only_that_task(raw: Path, reference, tmp_path: Path):
     out = tmp_path / "data"
     cli("preprocess", raw, "--out", out, *ARGS)

@@ -71,6 +71,13 @@ def fail(message: str) -> NoReturn:
     raise typer.Exit(1)
 
 
+def interrupted(what: str) -> NoReturn:
+    """End a command stopped by Ctrl-C (SIGINT): one line saying what is kept and how to go on,
+    exit code 130 as a shell gives (typer's own handling prints nothing)."""
+    err_console.print(f"[bold red]interrupted:[/] {escape(what)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(130)
+
+
 def save_figure(fig: Any, path: Path, dpi: int = 100) -> None:
     """Write a matplotlib figure to `path` (a PNG) atomically (dataloader/util/files.py); close it.
 

@@ -12,7 +12,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from shardrec.tools.cli.common import fail, print_json
+from shardrec.tools.cli.common import fail, interrupted, print_json
 from shardrec.tools.console import console
 from shardrec.tools.preprocess.parse.criteo_text import Schema
 from shardrec.tools.preprocess.settings import PreprocessConfig
@@ -233,6 +233,8 @@ def preprocess(
         fail(str(e))
     except OSError as e:  # e.g. no space or no permission under --out
         fail(f"{e.filename or out}: {e.strerror or e}")
+    except KeyboardInterrupt:
+        interrupted(f"{out}: finished tasks are kept; rerun the same command to finish")
     seconds = time.perf_counter() - start
     if json_out:
         print_json(_as_json(result, seconds))

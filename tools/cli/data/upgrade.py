@@ -11,7 +11,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from shardrec.dataloader.format.manifest import DatasetError
-from shardrec.tools.cli.common import fail, print_json
+from shardrec.tools.cli.common import fail, interrupted, print_json
 from shardrec.tools.console import console, err_console
 from shardrec.tools.preprocess.derived.dataset_upgrade import upgrade_dataset
 from shardrec.tools.preprocess.derived.old_layout import load_old
@@ -42,6 +42,11 @@ def upgrade(
             result = upgrade_dataset(directory, on_part=lambda n: bar.update(task, advance=n))
     except (DatasetError, ValueError, OSError) as e:
         fail(str(e))
+    except KeyboardInterrupt:
+        interrupted(
+            f"{directory}: stays readable (in the old layout until the new manifest is written); "
+            "rerun the same command to finish"
+        )
     seconds = time.perf_counter() - start
     if json_out:
         print_json({**vars(result), "seconds": round(seconds, 3)})

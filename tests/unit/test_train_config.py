@@ -86,6 +86,23 @@ def test_preflight_refuses_what_the_ranks_cannot_run(tiny_dataset: Path) -> None
     }
 
 
+def test_train_refuses_a_missing_eval_part_before_any_rank_starts(tiny_dataset: Path) -> None:
+    """A val part gone before the run: named at the start in one line (exit 1), not after the
+    first training steps as "the dataset changed under the training"."""
+    from shardrec.dataloader.format.manifest import Manifest
+    from shardrec.tools.cli.app import app
+
+    part = tiny_dataset / "val" / Manifest.load(tiny_dataset).splits["val"].parts[0].name
+    part.unlink()
+    with pytest.raises(ValueError, match=rf"^{part}: missing \(named by {tiny_dataset}/manifest"):
+        _preflight(tiny_dataset)
+    result = CliRunner().invoke(app, ["train", "--data", str(tiny_dataset), "--steps", "1"])
+    assert result.exit_code == 1
+    assert (
+        result.stderr.strip() == f"error: {part}: missing (named by {tiny_dataset}/manifest.json)"
+    )
+
+
 def test_device_auto_is_resolved_by_one_function_for_preflight_and_ranks() -> None:
     import torch
 

@@ -3,9 +3,11 @@ tracebacks."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from shardrec.dataloader.format.manifest import Manifest
+from shardrec.dataloader.format.part_file import check_part_file
 from shardrec.embeddings.dims import table_dims, table_specs
 from shardrec.embeddings.sparse_optimizers import check_device
 from shardrec.trainer.distributed.devices import (
@@ -46,12 +48,23 @@ def preflight(job: JobConfig, world_size: int) -> None:
         check_precision("bf16", kind, job.train.allow_emulated_bf16)
     # The dataset as the model sees it (on-the-fly multi-hot ids resized): what the ranks will
     # build.
-    manifest = data_options.model_manifest(Manifest.load(job.data.path), job.data)
+    loaded = Manifest.load(job.data.path)
+    check_files(Path(job.data.path), loaded)
+    manifest = data_options.model_manifest(loaded, job.data)
     check_against_dataset(job, manifest, world_size)
     if job.sharding.plan:
         _check_plan_file(job, manifest, world_size, kind)
     else:  # the ranks plan at start under the constraints: each must hold at this world size
         check_constraints(job, manifest, world_size)
+
+
+def check_files(directory: Path, manifest: Manifest) -> None:
+    """Every part file of every split is there with its manifest size (one lstat each): a split
+    read only at the first evaluation must not fail the run after its first training steps, as
+    if the dataset had changed under it."""
+    for split, info in manifest.splits.items():
+        for part in info.parts:
+            check_part_file(directory, split, part)
 
 
 def _cuda_available() -> bool:

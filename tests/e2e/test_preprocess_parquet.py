@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -139,9 +140,16 @@ def logs(tmp_path_factory) -> Path:
 
 
 def test_a_parquet_log_gives_the_rows_a_csv_of_the_same_log_gives(logs: Path, tmp_path: Path):
+    last = {}
     for kind in ("pq", "csv"):
         source = logs / ("log.parquet" if kind == "pq" else "log.csv")
-        cli("preprocess", source, "--spec", logs / f"{kind}.toml", "--out", tmp_path / kind)
+        out = cli("preprocess", source, "--spec", logs / f"{kind}.toml", "--out", tmp_path / kind)
+        last[kind] = out.stdout.strip().splitlines()[-1]
+    # The summary says what was read: Parquet's columns are not text.
+    assert re.match(
+        rf"{ROWS:,} rows, [\d.]+ MB of Parquet columns \(uncompressed\); read at ", last["pq"]
+    )
+    assert re.match(rf"{ROWS:,} lines, [\d.]+ MB of text; parsed at ", last["csv"])
     ours, theirs = _columns(tmp_path / "pq"), _columns(tmp_path / "csv")
     assert list(ours) == list(theirs) == ["train", "val", "test"]
     for split in ours:

@@ -239,7 +239,7 @@ def preprocess(
     if json_out:
         print_json(_as_json(result, seconds))
     else:
-        _print_tables(result, seconds, bar)
+        _print_tables(result, seconds, bar, cfg.parquet)
 
 
 def _preprocess_events(
@@ -304,7 +304,7 @@ def _as_json(result: PreprocessResult, seconds: float) -> dict:
     }
 
 
-def _print_tables(result: PreprocessResult, seconds: float, bar: _Bar) -> None:
+def _print_tables(result: PreprocessResult, seconds: float, bar: _Bar, parquet: bool) -> None:
     rows = Table(title="rows")
     rows.add_column("split / reason")
     rows.add_column("rows", justify="right")
@@ -332,20 +332,26 @@ def _print_tables(result: PreprocessResult, seconds: float, bar: _Bar) -> None:
             f"{f.stats.get('top1_share', 0):.3f}",
         )
     console.print(feats)
-    console.print(_rate_line(result, seconds, bar), highlight=False)
+    console.print(_rate_line(result, seconds, bar, parquet), highlight=False)
 
 
-def _rate_line(result: PreprocessResult, seconds: float, bar: _Bar) -> str:
+def _rate_line(result: PreprocessResult, seconds: float, bar: _Bar, parquet: bool) -> str:
     """The last line: the parse rate the bar showed (same bytes, same seconds), or no rate at all
-    when every task was already done."""
+    when every task was already done. Parquet's bytes are its columns' uncompressed size (its
+    metadata's), read, not parsed."""
+    read = (
+        f"{result.lines:,} rows, {result.bytes / 1e6:,.1f} MB of Parquet columns (uncompressed)"
+        if parquet
+        else f"{result.lines:,} lines, {result.bytes / 1e6:,.1f} MB of text"
+    )
     if result.tasks_run == 0:
         return (
-            f"nothing to do: all {result.tasks_total} task(s) were already done; {result.lines:,} lines, "
-            f"{result.bytes / 1e6:,.1f} MB of text ({seconds:.1f} s)"
+            f"nothing to do: all {result.tasks_total} task(s) were already done; {read} "
+            f"({seconds:.1f} s)"
         )
     mbps = bar.parsed_text / max(bar.parse_seconds, 1e-9) / 1e6
     return (
-        f"{result.lines:,} lines, {result.bytes / 1e6:,.1f} MB of text; parsed at {mbps:,.1f} MB/s "
+        f"{read}; {'read' if parquet else 'parsed'} at {mbps:,.1f} MB/s "
         f"({bar.parsed_text / 1e6:,.1f} MB in {bar.parse_seconds:.1f} s); {seconds:.1f} s in all"
     )
 

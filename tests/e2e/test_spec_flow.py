@@ -13,6 +13,7 @@ One run of the README's commands (module fixture) serves every assertion.
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
 import re
 import shlex
@@ -164,6 +165,27 @@ def test_predict_on_raw_rows_equals_eval_and_the_preprocessed_split(flow: dict[s
         )
     assert raw["rows"] == split["rows"] == test_rows
     np.testing.assert_allclose(np.load(root / "raw.npy"), np.load(root / "s.npy"), rtol=1e-6)
+    # New rows come without the label: --no-label scores them (the file's rating column dropped,
+    # or kept and read past) with the very probabilities of the labeled rows, and no AUC.
+    with (root / "test.csv").open(newline="") as f:
+        table = list(csv.reader(f))
+    drop = table[0].index("rating")
+    with (root / "unlabeled.csv").open("w", newline="") as f:
+        csv.writer(f).writerows([r[:drop] + r[drop + 1 :] for r in table])
+    with contextlib.chdir(root):
+        assert_one_line_error(
+            cli("predict", "ml.safetensors", "unlabeled.csv", ok=False),
+            r"^error: unlabeled.csv: the header has no label column 'rating'; rows without labels\? "
+            r"score them with --no-label$",
+        )
+        for name in ("unlabeled.csv", "test.csv"):
+            scored = json.loads(
+                cli(
+                    "predict", "ml.safetensors", name, "--no-label", "--out", "u.npy", "--json"
+                ).stdout
+            )
+            assert scored["rows"] == test_rows and scored.get("auc") is None
+            np.testing.assert_allclose(np.load("u.npy"), np.load("raw.npy"), rtol=1e-6)
     np.testing.assert_allclose(whole[-test_rows:], np.load(root / "raw.npy"), rtol=1e-6)
     # eval printed its AUC with 6 decimals; the run's own final evaluation has it whole.
     (printed,) = re.findall(r"AUC (\d\.\d{6})", flow["eval"])

@@ -25,7 +25,7 @@ from shardrec.dataloader.multihot.multihot_tables import (
     default_cache_dir,
     open_index_tables,
 )
-from shardrec.dataloader.spec.feature_spec import FeatureSpec, IgnoredColumn
+from shardrec.dataloader.spec.feature_spec import FeatureSpec, IgnoredColumn, LabelColumn
 from shardrec.dataloader.spec.spec_file import spec_from_dict
 from shardrec.tools.preprocess.ids.vocab import load_vocabularies
 from shardrec.tools.preprocess.parse.criteo_text import REASONS, Schema
@@ -78,12 +78,22 @@ class RawRows:
             )
             self.tables = open_index_tables(m.get("cache_dir") or default_cache_dir(), spec)
 
-    def options(self, path: Path) -> TaskOptions:
+    def options(self, path: Path, labeled: bool = True) -> TaskOptions:
         """How this file's rows are read (a spec is matched to the file's own header; columns the
-        header has beside the model's are read past, with a warning naming them)."""
+        header has beside the model's are read past, with a warning naming them). `labeled` off,
+        with a spec whose text has a header: the label is read from a 0 put after each row's last
+        field (convert), and the spec's own label column, if the file has one, is read past."""
         spec = self.spec
         if spec is not None and spec.format.header:
-            spec = _ignoring_other_columns(spec, read_header(path, spec), path)
+            header = read_header(path, spec)
+            if not labeled:
+                spec = _label_after_the_last_field(spec, header)
+            elif spec.label.position is None and spec.label.name not in header and len(header) > 1:
+                raise ValueError(
+                    f"{path}: the header has no label column {spec.label.name!r}; rows without "
+                    "labels? score them with --no-label"
+                )
+            spec = _ignoring_other_columns(spec, header, path)
         parser, dense_transform = choose_parser(
             spec, "the model's spec", self.schema, self.dense_transform, [path], editable=False
         )
@@ -102,7 +112,8 @@ class RawRows:
         """Inputs and labels (None: `labeled` off) of the rows in `data` (whole lines); ValueError
         names a malformed row's line. Rows without a label column are parsed with a 0 put in
         front."""
-        data = _with_label_column(data, path, first_line, opts) if not labeled else data
+        if not labeled:
+            data = _with_label_column(data, path, first_line, opts)
         if labeled and opts.parser.program is None and first_line <= 2:
             _check_label_column(data, path, opts.parser.schema)
         chunk = opts.parser.parse(data)
@@ -173,7 +184,7 @@ class RawRows:
     ) -> Iterator[tuple[RawBatch, np.ndarray | None]]:
         """The file's rows, a chunk of whole lines at a time (gzip inputs too); `labeled` off: rows
         without the label column (labels None)."""
-        opts = self.options(path)
+        opts = self.options(path, labeled)
         if opts.parser.parquet is not None:
             yield from self._read_parquet(path, opts, labeled)
             return
@@ -277,16 +288,40 @@ def _bad_row(
     return f"{path}:{first_line + row}: {reason}: {field}: {value}{hint}"
 
 
+NO_LABEL = "(no label: --no-label)"
+"""The label column of rows read without one: a 0 after each row's last field."""
+
+
+def _label_after_the_last_field(spec: FeatureSpec, header: list[str]) -> FeatureSpec:
+    """`spec` reading its label from one field past the header's (convert puts a 0 there), the
+    file's own label column, if it has one, read past."""
+    label = spec.label
+    columns = [
+        IgnoredColumn(c.name, position=c.position) if c is label else c
+        for c in spec.columns
+        if c is not label or c.name in header or c.position is not None
+    ]
+    return dataclasses.replace(
+        spec, columns=(*columns, LabelColumn(NO_LABEL, position=len(header)))
+    )
+
+
 def _with_label_column(data: bytes, path: Path, first_line: int, opts: TaskOptions) -> bytes:
-    """Rows without a label column, a 0 label put in front of each: Criteo's layout only (its label
-    is the first field); a feature spec's label column may sit anywhere, so such rows are
-    refused."""
-    if opts.parser.program is not None:
-        raise ValueError(
-            f"{path}:{first_line}: --no-label reads rows of Criteo's layout (label first); this model's feature "
-            "spec places its label column elsewhere: give the rows a label column (any 0 or 1) and leave --no-label out"
-        )
-    return re.sub(rb"(?m)^(?=[^\n])", b"0" + opts.parser.schema.delimiter.encode(), data)
+    """Rows without a label column, a 0 label put in each: in front in Criteo's layout (its label
+    is the first field), after the last field for a feature spec whose text has a header
+    (`_label_after_the_last_field`). A spec without a header finds its columns by position, with
+    the label's among them: such rows are refused."""
+    program = opts.parser.program
+    if program is None:
+        return re.sub(rb"(?m)^(?=[^\n])", b"0" + opts.parser.schema.delimiter.encode(), data)
+    if program.spec.format.header and program.spec.label.name == NO_LABEL:
+        end = program.spec.format.delimiter.encode() + b"0"
+        return re.sub(rb"(?m)^(?!\r?$)([^\r\n]*)(\r?)$", lambda m: m[1] + end + m[2], data)
+    raise ValueError(
+        f"{path}:{first_line}: --no-label reads rows of Criteo's layout (label first) or with a "
+        "header; this model's feature spec finds its columns by position, the label's among them: "
+        "give the rows a label column (any 0 or 1) and leave --no-label out"
+    )
 
 
 def _check_label_column(data: bytes, path: Path, schema: Schema) -> None:

@@ -177,8 +177,14 @@ def test_dense_columns_get_transform_denses_bytes(dtype: str) -> None:
 @pytest.mark.parametrize(
     ("line", "reason", "column", "value"),
     [
-        ('1,4,7,0000000a,1,2.5,"unclosed,a|b,1', "bad_quote", "title", "'1,4,7,0000000a"),
-        ('1,4,7,0000000a,1,2.5,"t"x,a|b,1', "bad_quote", "title", "'1,4,7"),
+        (
+            '1,4,7,0000000a,1,2.5,"unclosed,a|b,1',
+            "bad_quote",
+            "title",
+            "'\"unclosed,a|b,1' (its quote is not closed on the line: a line break inside quotes "
+            "is not read)",
+        ),
+        ('1,4,7,0000000a,1,2.5,"t"x,a|b,1', "bad_quote", "title", """'"t"x,a|b,1'"""),
         ("1,four,7,0000000a,1,2.5,t,a|b,1", "bad_label", "rating", "'four'"),
         (
             ",4,7,0000000a,1,2.5,t,a|b,1,extra",

@@ -305,6 +305,27 @@ def parse_spec_chunk(data: bytes | memoryview | np.ndarray, program: Program) ->
     return out
 
 
+def _quoted_field(line: bytes, fidx: int, delimiter: bytes) -> str:
+    """The text of a line's field `fidx` (a bad quote in it) to the line's end, and, for a quote
+    still open there, why: a line break inside quotes (a multi-line field) ends the row."""
+    start, inside = 0, False
+    for i in range(len(line)):
+        c = line[i : i + 1]
+        if c == b'"':
+            inside = not inside
+        elif c == delimiter and not inside:
+            fidx -= 1
+            if fidx < 0:
+                break
+            start = i + 1
+    if fidx > 0:  # fewer fields than the index: the whole line
+        start = 0
+    value = show_value(line[start:])
+    if line.count(b'"') % 2:
+        value += " (its quote is not closed on the line: a line break inside quotes is not read)"
+    return value
+
+
 def describe_bad_spec_row(
     data: bytes, chunk: SpecChunk, row: int, program: Program
 ) -> tuple[str, str]:
@@ -318,7 +339,8 @@ def describe_bad_spec_row(
     fmt = program.spec.format
     text = line.decode("utf-8", "replace")
     if reason == "bad_quote":
-        return program.names[fidx] if fidx < program.num_fields else "row", show_value(line)
+        name = program.names[fidx] if fidx < program.num_fields else "row"
+        return name, _quoted_field(line, fidx, fmt.delimiter.encode())
     quoting = csv.QUOTE_MINIMAL if fmt.quoting else csv.QUOTE_NONE
     fields = next(csv.reader(io.StringIO(text), delimiter=fmt.delimiter, quoting=quoting), [])
     if reason == "too_many_fields":

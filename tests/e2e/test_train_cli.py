@@ -24,6 +24,7 @@ JOB = settings(
     "train.global_batch_size=64",
     "train.epochs=2",
     "checkpoint.interval_steps=4",
+    "train.log_interval=5",  # log lines between checkpoints: a resume continues a line's loss
     "eval.interval_steps=10",
     "checkpoint.keep=3",
     'data.eval_splits=["val"]',
@@ -147,6 +148,17 @@ def test_sigkill_resume_is_bitwise_and_two_nodes_match(tiny_dataset: Path, tmp_p
         "run killed twice against two nodes",
     )
     assert _final_eval(tmp_path / "killed") == _final_eval(tmp_path / "nodes")
+    # Every logged training loss, the killed attempts' lines included: those of resumed steps are
+    # written again, with the uninterrupted run's values bit for bit.
+    nodes = {r["step"]: r["loss"] for r in _train_losses(tmp_path / "nodes")}
+    killed = _train_losses(tmp_path / "killed")
+    assert sorted(nodes) == list(range(5, 31, 5))
+    assert len(killed) > len(nodes) and all(r["loss"] == nodes[r["step"]] for r in killed)
+
+
+def _train_losses(run_dir: Path) -> list[dict]:
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in records if r["kind"] == "train"]
 
 
 runner = CliRunner()

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from shardrec.trainer.loop.steps import StepStats
+from shardrec.trainer.rundir.checkpoint import TrainProgress
 from shardrec.trainer.rundir.metrics_log import MetricsWriter
 
 logger = logging.getLogger(__name__)
@@ -30,7 +31,10 @@ class TrainReporter:
         first_step: int,
         log_interval: int,
         lr: Callable[[], float],
+        unlogged: TrainProgress | None = None,
     ) -> None:
+        """`unlogged`: the run's progress, whose loss since the last log line (restored from a
+        checkpoint) the next line continues, and which keeps it for the next checkpoint."""
         self.writer = writer
         self.total = total_steps
         self.log_interval = log_interval
@@ -40,8 +44,9 @@ class TrainReporter:
         self._segment_start = time.perf_counter()
         self._seconds = 0.0
         self._samples = 0
-        self._loss = 0.0
-        self._steps = 0
+        self._unlogged = unlogged if unlogged is not None else TrainProgress()
+        self._loss = self._unlogged.unlogged_loss
+        self._steps = self._unlogged.unlogged_steps
         self._bar: Any = None
         self._logs: list[tuple[logging.StreamHandler, Any]] = []
         if writer is not None and sys.stderr.isatty():
@@ -84,6 +89,7 @@ class TrainReporter:
         self._loss += stats.loss * stats.steps
         self._steps += stats.steps
         if stats.step % self.log_interval and stats.step != self.total:
+            self._unlogged.unlogged_loss, self._unlogged.unlogged_steps = self._loss, self._steps
             return
         rate = self._samples / max(self._seconds, 1e-9)
         loss = self._loss / max(self._steps, 1)
@@ -104,6 +110,7 @@ class TrainReporter:
         else:
             self.say("step %d/%d loss %.5f %.0f samples/s", stats.step, self.total, loss, rate)
         self._seconds, self._samples, self._loss, self._steps = 0.0, 0, 0.0, 0
+        self._unlogged.unlogged_loss, self._unlogged.unlogged_steps = 0.0, 0
 
     def close(self) -> None:
         if self._bar is not None:

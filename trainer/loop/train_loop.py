@@ -358,6 +358,7 @@ def run_job(job: Job) -> dict[str, Any]:
         first_step=job.progress.step,
         log_interval=cfg.train.log_interval,
         lr=lambda: job.runner.optimizer.param_groups[0]["lr"],
+        unlogged=job.progress,
     )
     if job.continuing:
         start_stretch_records(job, reporter, previous)

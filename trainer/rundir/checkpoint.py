@@ -99,16 +99,32 @@ class TrainProgress:
     """The stretch of a run that goes on (`--continue-on`): 0, then one more per new dataset."""
     stretch_start: int = 0
     """The step the current stretch started at: its epochs count from there."""
+    unlogged_loss: float = 0.0
+    """The training loss summed over the steps since the last log line (train.log_interval):
+    a checkpoint between two log lines keeps it, so that a resumed run logs the next line's loss
+    as the uninterrupted run does, bit for bit."""
+    unlogged_steps: int = 0
+    """The steps `unlogged_loss` sums."""
 
-    def state_dict(self) -> dict[str, int]:
-        # The first stretch (every run that never went on) saves what checkpoints always held.
-        return asdict(self) if self.stretch else {"step": self.step, "epoch": self.epoch}
+    def state_dict(self) -> dict[str, int | float]:
+        # The first stretch (every run that never went on) saves what checkpoints always held,
+        # and the loss since the last log line only where there is one.
+        state: dict[str, int | float] = (
+            {k: v for k, v in asdict(self).items() if not k.startswith("unlogged")}
+            if self.stretch
+            else {"step": self.step, "epoch": self.epoch}
+        )
+        if self.unlogged_steps:
+            state.update(unlogged_loss=self.unlogged_loss, unlogged_steps=self.unlogged_steps)
+        return state
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.step, self.epoch = state["step"], state["epoch"]
+    def load_state_dict(self, state: dict[str, int | float]) -> None:
+        self.step, self.epoch = int(state["step"]), int(state["epoch"])
         # Checkpoints of a first stretch, or from before stretches, hold no stretch.
         self.stretch = int(state.get("stretch", 0))
         self.stretch_start = int(state.get("stretch_start", 0))
+        self.unlogged_loss = float(state.get("unlogged_loss", 0.0))
+        self.unlogged_steps = int(state.get("unlogged_steps", 0))
 
 
 @dataclass(frozen=True)

@@ -326,3 +326,36 @@ def test_a_resume_that_shortens_the_run_is_a_change_to_accept(
     )
     assert lifecycle.check_run_dir(run, longer, manifest, []) == "resume"
     assert lifecycle.planned_steps(longer, manifest) == 60
+
+
+def test_a_run_stopped_before_its_first_checkpoint_is_not_rerun_with_other_settings(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
+    """Killed before its first checkpoint, a run starts again from step 0 and appends to its
+    metrics.jsonl: with the same settings it logs the same lines again, with other settings the
+    file would mix two runs' lines, so that is refused (checked without training)."""
+    from shardrec.dataloader.format.manifest import Manifest
+    from shardrec.trainer.job.config import load_job_config
+    from shardrec.trainer.rundir import lifecycle
+
+    run = tmp_path / "run"
+    run.mkdir()
+    saved = load_job_config(None, [f'data.path="{tiny_dataset}"', "train.global_batch_size=64"])
+    (run / "config.toml").write_text(saved.to_toml())
+    (run / "metrics.jsonl").write_text(
+        json.dumps({"kind": "train", "step": 20, "loss": 0.5}) + "\n"
+    )
+    manifest = Manifest.load(tiny_dataset)
+    assert lifecycle.check_run_dir(run, saved, manifest, []) == "new"
+    faster = load_job_config(
+        None, [f'data.path="{tiny_dataset}"', "train.global_batch_size=64", "optim.dense_lr=0.5"]
+    )
+    with pytest.raises(ValueError) as refused:
+        lifecycle.check_run_dir(run, faster, manifest, ["optim.dense_lr"])
+    assert str(refused.value) == (
+        f"{run}: holds a run that stopped before its first checkpoint (step 20 logged) with other "
+        "settings (optim.dense_lr: 0.05 -> 0.5); start over with --restart, or rerun with its "
+        "settings"
+    )
+    (run / "metrics.jsonl").write_text("")  # set up, never trained: nothing to mix
+    assert lifecycle.check_run_dir(run, faster, manifest, []) == "new"

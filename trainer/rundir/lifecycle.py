@@ -265,6 +265,7 @@ def check_run_dir(run_dir: Path, config: JobConfig, manifest: Manifest, allow: l
     run there."""
     run = read_run_dir(run_dir)
     if run.step is None:
+        _check_attempt(run_dir, config)
         return "new"
     _check_dataset(run_dir, manifest)
     # A run that goes on counts this stretch's steps from the step it started at.
@@ -291,6 +292,23 @@ def check_run_dir(run_dir: Path, config: JobConfig, manifest: Manifest, allow: l
                 f"accept them with {flags}, or start over with --restart"
             )
     return "complete" if run.complete_for(config, total) else "resume"
+
+
+def _check_attempt(run_dir: Path, config: JobConfig) -> None:
+    """A run stopped before its first checkpoint starts again from step 0, appending to its
+    metrics.jsonl: with other settings, the file would mix two runs' lines unannounced."""
+    saved_path = Path(run_dir) / names.CONFIG
+    if not saved_path.is_file():
+        return
+    trained = [r for r in _metrics_records(run_dir) if r.get("kind") == "train"]
+    changes = setting_changes(load_job_config(saved_path), config) if trained else {}
+    if changes:
+        shown = ", ".join(f"{k}: {_show(old)} -> {_show(new)}" for k, (old, new) in changes.items())
+        raise ValueError(
+            f"{run_dir}: holds a run that stopped before its first checkpoint (step "
+            f"{max(r.get('step', 0) for r in trained):,} logged) with other settings ({shown}); "
+            "start over with --restart, or rerun with its settings"
+        )
 
 
 def resume_notice(run_dir: Path, config: JobConfig) -> str | None:

@@ -11,6 +11,7 @@ meets them (README, Failures and trust: Training), on one real 2-rank run direct
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import re
@@ -113,11 +114,26 @@ def test_ranks_die_with_their_launcher_and_a_run_dir_in_use_is_refused(
         text=True,
         timeout=300,
     )
-    assert_one_line_error(
+    # A rerun would resume from the same checkpoint: the line names the one before it and how.
+    before = run_dir / "checkpoints" / "step-00000002"
+    line = assert_one_line_error(
         tampered, re.escape(str(checkpoint / ".metadata")) + ": contents differ from the digest"
     )
+    assert line.endswith(
+        f"; a re-run resumes from that checkpoint again; to resume from the one before it, {before} "
+        f"(step 2), move {checkpoint} out of {checkpoint.parent}, or start over with --restart"
+    ), line
     assert not marker.exists(), "the planted pickle ran"
     assert not trainer_ranks(run_dir)
+    checkpoint.rename(tmp_path / "refused")
+    moved = subprocess.run(
+        _command(tiny_dataset, run_dir, "--steps", "6", "--set", "checkpoint.interval_steps=2"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert moved.returncode == 0, moved.stderr[-3000:]
+    assert json.loads(moved.stdout)["resumed_from_step"] == 2
 
 
 _REPORTS = (

@@ -198,6 +198,23 @@ def test_train_cli_refuses_zero_ranks_and_mentions_resume_only_with_a_checkpoint
     assert _failure_message(failed, tmp_path, "").endswith(
         "step-00000004 (step 4), is kept and a re-run resumes from it"
     )
+    # A shard that fails its digest (the ranks check the .distcp files): a rerun would resume
+    # from that checkpoint again, so the line names the one before it, or --restart.
+    shard = ckpt / "__1_0.distcp"
+    refused = LaunchResult(
+        1, reasons={1: f"{shard}: contents differ from the digest written at save time (changed "
+        "since); refusing the checkpoint"}
+    )  # fmt: skip
+    assert _failure_message(refused, tmp_path, "").endswith(
+        "refusing the checkpoint; no earlier checkpoint: start over with --restart"
+    )
+    before = tmp_path / "checkpoints" / "step-00000002"
+    before.mkdir()
+    (before / "digests.json").touch()
+    assert _failure_message(refused, tmp_path, "").endswith(
+        f"; to resume from the one before it, {before} (step 2), move {ckpt} out of "
+        f"{ckpt.parent}, or start over with --restart"
+    )
 
 
 GLOO_RESET = (

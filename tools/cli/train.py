@@ -64,7 +64,8 @@ def _failure_message(result: LaunchResult, out_dir: Path, data: str) -> str:
     if changed:
         more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
         parts.append(f"the dataset changed under the training: {changed[0]}{more}")
-    kept = _kept_checkpoint(out_dir)
+    refused = bool(result.cause) and "refusing the checkpoint" in result.cause
+    kept = _refused_checkpoint(out_dir) if refused else _kept_checkpoint(out_dir)
     return "; ".join(parts + ([kept] if kept else []))
 
 
@@ -77,6 +78,22 @@ def _kept_checkpoint(out_dir: Path) -> str:
         return ""
     step, path = done[-1]
     return f"the newest complete checkpoint, {path} (step {step}), is kept and a re-run resumes from it"
+
+
+def _refused_checkpoint(out_dir: Path) -> str:
+    """What to do when the newest checkpoint failed its digests: a rerun would resume from it
+    and fail again; the one before it is a choice for the user (shardrec never drops a
+    checkpoint on its own)."""
+    from shardrec.trainer.rundir.checkpoint_trust import complete_checkpoints
+
+    done = complete_checkpoints(out_dir / names.CHECKPOINTS)
+    if len(done) < 2:
+        return "no earlier checkpoint: start over with --restart"
+    (step, path), newest = done[-2], done[-1][1]
+    return (
+        f"a re-run resumes from that checkpoint again; to resume from the one before it, {path} "
+        f"(step {step}), move {newest} out of {newest.parent}, or start over with --restart"
+    )
 
 
 def train(
@@ -212,7 +229,7 @@ def _check_resume_checkpoint(out_dir: Path) -> None:
         try:
             verify_checkpoint(done[-1][1], skip_suffix=".distcp")
         except UntrustedCheckpoint as e:
-            fail(str(e))
+            fail(f"{e}; {_refused_checkpoint(out_dir)}")
 
 
 def _say_changed_settings(out_dir: Path, job: JobConfig) -> None:

@@ -8,17 +8,8 @@ from __future__ import annotations
 
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
+from shardrec.sharding.plan.plan_layout import row_blocks
 from shardrec.sharding.plan.plan_types import Shard, TablePlan
-
-
-def row_blocks(rows: int, ranks: list[int]) -> list[tuple[int, int]]:
-    """(offset, size) of each rank's block: ceil-sized blocks, trailing ranks possibly empty."""
-    block = -(-rows // len(ranks))
-    out = []
-    for i in range(len(ranks)):
-        start = min(i * block, rows)
-        out.append((start, min(block, rows - start)))
-    return out
 
 
 def table_wise(config: EmbeddingBagConfig, rank: int, kernel: str) -> TablePlan:
@@ -34,7 +25,7 @@ def row_wise(config: EmbeddingBagConfig, world_size: int, kernel: str) -> TableP
     ranks = list(range(world_size))
     shards = [
         Shard(r, off, 0, n, config.embedding_dim)
-        for r, (off, n) in zip(ranks, row_blocks(config.num_embeddings, ranks))
+        for r, (off, n) in zip(ranks, row_blocks(config.num_embeddings, len(ranks)))
     ]
     return TablePlan(config.name, "row_wise", kernel, shards)
 
@@ -45,7 +36,7 @@ def table_row_wise(
     ranks = [host * local_world_size + i for i in range(local_world_size)]
     shards = [
         Shard(r, off, 0, n, config.embedding_dim)
-        for r, (off, n) in zip(ranks, row_blocks(config.num_embeddings, ranks))
+        for r, (off, n) in zip(ranks, row_blocks(config.num_embeddings, len(ranks)))
     ]
     return TablePlan(config.name, "table_row_wise", kernel, shards)
 

@@ -277,3 +277,60 @@ def test_the_sharding_types_a_plan_may_name_are_torchrecs() -> None:
         "grid_shard"
     }
     assert DATA_PARALLEL == ShardingType.DATA_PARALLEL.value
+
+
+def test_plans_both_planners_make_pass_the_layout_check_and_edited_ones_are_named() -> None:
+    """What `shardrec train` checks before any rank starts (trainer/job/preflight.py): a plan's
+    shards must be its sharding type's layout of the job's tables, or the ranks would fail in
+    torchrec (a row-wise table with one shard: IndexError) or bucket ids to the wrong rank."""
+    import dataclasses
+
+    from shardrec.embeddings.dims import TableSpec
+    from shardrec.sharding.plan.plan_layout import check_layout
+    from shardrec.sharding.plan.plan_types import Shard
+
+    tables = _tables()
+    specs = [
+        TableSpec(t.name, t.feature_names[0], t.num_embeddings, t.embedding_dim) for t in tables
+    ]
+    kinds = ("row_wise", "column_wise", "table_row_wise", "table_column_wise", "data_parallel")
+    for i, kind in enumerate(kinds):
+        for planner in ("shardrec", "torchrec"):
+            cons = {
+                t.name: {"sharding_types": [kind if j == i % 4 else "table_wise"]}
+                for j, t in enumerate(tables)
+            }
+            cons[tables[i % 4].name].update({"min_partition": 8} if "column" in kind else {})
+            check_layout(_searched(tables, cons, planner), specs, 2)
+    plan = _plan(tables, constraints={"t_f0": {"sharding_types": ["row_wise"]}})
+
+    def edited(name: str, shards: list[Shard], kind: str | None = None):
+        t = plan.table(name)
+        t = dataclasses.replace(t, shards=shards, sharding_type=kind or t.sharding_type)
+        return dataclasses.replace(plan, tables=[t if p.name == name else p for p in plan.tables])
+
+    with pytest.raises(ValueError, match=r"^table t_f0: its shards \(rank 0: rows 0\.\.100, columns "
+                       r"0\.\.16\) are not a row_wise layout of its 100 x 16 weights on 2 ranks \(was "
+                       r"the plan edited\? re-run `shardrec plan`\)$"):  # fmt: skip
+        check_layout(edited("t_f0", [Shard(0, 0, 0, 100, 16)]), specs, 2)
+    with pytest.raises(ValueError, match=r"^table t_f1: shard on rank 5, world size is 2$"):
+        check_layout(edited("t_f1", [Shard(5, 0, 0, 200, 16)], "table_wise"), specs, 2)
+    with pytest.raises(ValueError, match=r"^table t_f1: its shards \(rank 1: rows 0\.\.100, "):
+        check_layout(edited("t_f1", [Shard(1, 0, 0, 100, 16)], "table_wise"), specs, 2)
+    gone = dataclasses.replace(plan, tables=[t for t in plan.tables if t.name != "t_f3"])
+    with pytest.raises(
+        ValueError, match=r"^table t_f3: not in the plan \(re-run `shardrec plan`\)$"
+    ):
+        check_layout(gone, specs, 2)
+
+
+def _searched(configs, constraints, search: str):
+    request = PlanRequest(
+        configs=configs,
+        world_size=2,
+        local_world_size=2,
+        global_batch_size=64,
+        device_kind="cpu",
+        constraints=constraints,
+    )
+    return plan_tables(request, search=search)

@@ -121,6 +121,7 @@ def _check_plan_file(job: JobConfig, manifest: Manifest, world_size: int, kind: 
         load_plan,
         plan_fingerprint,
     )
+    from shardrec.sharding.plan.plan_layout import check_layout
 
     tables = table_specs(
         manifest,
@@ -136,6 +137,7 @@ def _check_plan_file(job: JobConfig, manifest: Manifest, world_size: int, kind: 
             plan_file, plan_fingerprint(tables, world_size, job.train.global_batch_size, kind)
         )
         check_trainable(plan_file)
+        check_layout(plan_file, tables, world_size)
     except ValueError as e:
         raise ValueError(f"{job.sharding.plan}: {e}") from None
 

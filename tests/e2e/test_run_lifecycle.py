@@ -359,3 +359,33 @@ def test_a_run_stopped_before_its_first_checkpoint_is_not_rerun_with_other_setti
     )
     (run / "metrics.jsonl").write_text("")  # set up, never trained: nothing to mix
     assert lifecycle.check_run_dir(run, faster, manifest, []) == "new"
+
+
+def test_a_run_directory_apart_from_the_dataset_and_restart_only_moves_runs(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
+    """--out-dir the dataset's directory (or inside it, or around it) is refused before anything
+    is written: --restart would move the dataset aside with the run. --restart moves only a run."""
+    for out, where in ((tiny_dataset, "is"), (tiny_dataset / "run", "is inside")):
+        refused = _train(tiny_dataset, out, "--steps", "2", "--restart")
+        assert_one_line_error(
+            refused,
+            rf"^error: --out-dir {out} {where} the dataset directory {tiny_dataset}; give the run "
+            "a directory of its own$",
+        )
+    assert (tiny_dataset / "manifest.json").is_file() and not (tiny_dataset / "run").exists()
+    assert not (tiny_dataset / ".lock").exists()  # refused before the run directory's lock
+    holder = tiny_dataset.parent
+    assert_one_line_error(
+        _train(tiny_dataset, holder, "--steps", "2"),
+        rf"^error: --out-dir {holder} holds the dataset directory {tiny_dataset}",
+    )
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "todo.txt").write_text("mine")
+    assert_one_line_error(
+        _train(tiny_dataset, notes, "--steps", "2", "--restart"),
+        rf"^error: --restart: {notes} holds files but no run \(no config.toml, metrics.jsonl or "
+        r"checkpoints/\) and would be moved aside whole; give the run a directory of its own$",
+    )
+    assert (notes / "todo.txt").read_text() == "mine" and not (tmp_path / "notes.1").exists()

@@ -132,6 +132,11 @@ def train(
         if config is None and (out_dir / names.CONFIG).is_file():
             config = out_dir / names.CONFIG  # the run's own settings, its data replaced
     job_id = new_job_id()
+    if data is not None:  # before the lock file lands in the dataset's directory
+        try:
+            _check_apart(out_dir, data)
+        except ValueError as e:
+            fail(str(e))
     locks = [_lock_run_dir(out_dir, job_id, create=False)]  # before anything looks at or moves it
     try:
         job = _prepare_run_dir(
@@ -232,6 +237,19 @@ def _check_resume_checkpoint(out_dir: Path) -> None:
             fail(f"{e}; {_refused_checkpoint(out_dir)}")
 
 
+def _check_apart(out_dir: Path, data: Path) -> None:
+    """ValueError for a run directory that is the dataset's, inside it or around it: the run's
+    files would land among the parts, and --restart moves the run directory (and so the dataset)
+    aside."""
+    run, dataset = out_dir.resolve(), data.resolve()
+    if run == dataset or dataset in run.parents or run in dataset.parents:
+        where = "is" if run == dataset else "is inside" if dataset in run.parents else "holds"
+        raise ValueError(
+            f"--out-dir {out_dir} {where} the dataset directory {data}; give the run a directory "
+            "of its own"
+        )
+
+
 def _say_changed_settings(out_dir: Path, job: JobConfig) -> None:
     """The line of a resume whose settings differ from the run's (nothing for a new run)."""
     from shardrec.trainer.rundir import lifecycle
@@ -265,6 +283,8 @@ def _prepare_run_dir(
         # (preflight).
         lifecycle.check_allow_keys(allow)
         job = flags.job_from_flags(config, data, plan, steps, overrides)
+        if job.data.path:
+            _check_apart(out_dir, Path(job.data.path))
         manifest = Manifest.load(job.data.path) if job.data.path else None
         if continuing and manifest is not None:  # whether the run may go on with it, first
             state = check_continue(out_dir, job, manifest, allow)
@@ -280,6 +300,11 @@ def _prepare_run_dir(
     except ValueError as e:
         fail(str(e))
     if restart:
+        if out_dir.is_dir() and not lifecycle.looks_like_run(out_dir):
+            fail(
+                f"--restart: {out_dir} holds files but no run (no config.toml, metrics.jsonl or "
+                "checkpoints/) and would be moved aside whole; give the run a directory of its own"
+            )
         moved = lifecycle.move_aside(out_dir)
         if moved is not None:
             err_console.print(

@@ -375,6 +375,15 @@ def complete_message(run_dir: Path, config: JobConfig, run: RunDir) -> str:
     )
 
 
+def looks_like_run(directory: Path) -> bool:
+    """Whether `directory` is empty or holds a run's files (what `--restart` may move aside): a
+    directory of other files is not a run to start over."""
+    directory = Path(directory)
+    entries = {p.name for p in directory.iterdir()} - {names.LOCK}  # this job's, maybe
+    marks = {names.CONFIG, names.METRICS, names.CHECKPOINTS, names.PLAN}
+    return not entries or bool(entries & marks)
+
+
 def move_aside(run_dir: Path) -> Path | None:
     """Rename a non-empty `run_dir` to the first free `NAME.1`, `NAME.2`, ...; returns the new path
     (None: nothing to move). Nothing is deleted: starting over must not lose a run."""

@@ -152,7 +152,7 @@ def test_uvm_tables_on_cpu_are_refused_in_one_line(tiny_dataset: Path, tmp_path:
         "--plan",
         str(tmp_path / "plan.json"),
         "--out-dir",
-        str(tmp_path),
+        str(tmp_path / "run"),
     ]
     result = CliRunner().invoke(
         app,

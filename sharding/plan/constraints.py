@@ -8,6 +8,7 @@ builds, with or without a constraint.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -125,6 +126,11 @@ def parse_constraints(
                 else fields["pooling_factors"],
                 float,
             )
+            if any(not math.isfinite(v) or v <= 0 for v in pf):
+                raise ValueError(
+                    f"sharding.constraints.{name}.pooling_factors = {list(pf)!r}: each must be a "
+                    "positive number (ids a sample looks up in the table)"
+                )
             kw["pooling_factors"] = pf
         if "ranks" in fields:
             ranks = _list_of(name, "ranks", fields["ranks"], int)
@@ -134,6 +140,13 @@ def parse_constraints(
                     f"sharding.constraints.{name}.ranks: rank {bad[0]} is outside world size {world_size}"
                 )
             kw["ranks"] = tuple(sorted(set(ranks)))
+        kernels, types = kw.get("compute_kernels", ()), kw.get("sharding_types", ())
+        if kernels and set(kernels) == {"dense"} and set(types) != {"data_parallel"}:
+            raise ValueError(
+                f"sharding.constraints.{name}.compute_kernels: 'dense' is the kernel of "
+                'data-parallel tables only; add sharding_types = ["data_parallel"], or use '
+                "'fused' for a sharded table"
+            )
         out[name] = TableConstraint(**kw)
     return out
 

@@ -126,11 +126,26 @@ def test_plan_for_other_tables_is_refused_by_to_sharding_plan() -> None:
             {"t_f1": {"sharding_types": ["row_wise"], "ranks": [1]}},
             "t_f1: no sharding type satisfies",
         ),
+        (
+            {"t_f1": {"pooling_factors": [-3.0]}},
+            r"^sharding.constraints.t_f1.pooling_factors = \[-3.0\]: each must be a positive",
+        ),
+        (
+            {"t_f1": {"compute_kernels": ["dense"]}},
+            r"^sharding.constraints.t_f1.compute_kernels: 'dense' is the kernel of data-parallel "
+            r'tables only; add sharding_types = \["data_parallel"\], or use \'fused\'',
+        ),
     ],
 )
 def test_bad_constraints(constraints, message) -> None:
     with pytest.raises(ValueError, match=message):
         _plan(_tables(), constraints=constraints)
+
+
+def test_a_dense_kernel_constraint_plans_a_data_parallel_table() -> None:
+    cons = {"t_f1": {"compute_kernels": ["dense"], "sharding_types": ["data_parallel"]}}
+    table = _plan(_tables(), constraints=cons).table("t_f1")
+    assert (table.sharding_type, table.compute_kernel) == ("data_parallel", "dense")
 
 
 def test_zero_memory_topology_and_shortfall() -> None:

@@ -553,3 +553,31 @@ def test_export_refuses_a_table_larger_than_memory_before_writing(
     ):
         export_model(trained / "run", out, memory_bytes=1000)
     assert not out.exists() and not list(trained.glob(".too_big*"))
+
+
+@pytest.mark.slow
+def test_export_of_a_run_whose_dataset_moved_takes_its_new_place(trained: Path) -> None:
+    """The refusal names --data, and export has it: the same model file as from the old place."""
+    if not (trained / "model.safetensors").is_file():
+        ok(in_process("export", "run", "--out", "model.safetensors", cwd=trained))
+    (trained / "data").rename(trained / "moved")
+    try:
+        assert_one_line_error(
+            in_process("export", "run", "--out", "m.safetensors", cwd=trained),
+            r"data.path = '.*/data' is not a directory here \(a relative path is taken from where "
+            r"the command runs; pass --data DIR\)$",
+        )
+        ok(in_process("export", "run", "--out", "m.safetensors", "--data", "moved", cwd=trained))
+    finally:
+        (trained / "moved").rename(trained / "data")
+    from safetensors import safe_open
+
+    with (
+        safe_open(str(trained / "m.safetensors"), framework="pt") as moved,
+        safe_open(str(trained / "model.safetensors"), framework="pt") as before,
+    ):
+        assert sorted(moved.keys()) == sorted(before.keys())
+        for key in before.keys():
+            assert moved.get_tensor(key).equal(before.get_tensor(key)), key
+        header, old = (json.loads(f.metadata()["shardrec"]) for f in (moved, before))
+    assert header["model"] == old["model"] and header["tables"] == old["tables"]

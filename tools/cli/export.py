@@ -21,6 +21,14 @@ def export(
         int | None,
         typer.Option("--checkpoint", help="Step of the checkpoint (default: the newest)."),
     ] = None,
+    data: Annotated[
+        Path | None,
+        typer.Option(
+            "--data",
+            help="The run's dataset where it is now, if it moved (default: the run's data.path); "
+            "checked as `eval --data` checks it.",
+        ),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Write a run's checkpoint as one unsharded safetensors file.
@@ -34,7 +42,7 @@ def export(
     from shardrec.trainer.inference.export import export_model
 
     try:
-        result = export_model(run_dir, out, checkpoint)
+        result = export_model(run_dir, out, checkpoint, data=data)
     except (ValueError, DatasetError) as e:
         fail(str(e))
     except OSError as e:

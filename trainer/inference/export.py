@@ -130,10 +130,11 @@ def header_preprocessing(header: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def model_header(run_dir: Path, step: int) -> dict[str, Any]:
-    """What the model file says about itself (its `__metadata__["shardrec"]`)."""
+def model_header(run_dir: Path, step: int, data: Path | None = None) -> dict[str, Any]:
+    """What the model file says about itself (its `__metadata__["shardrec"]`); `data`: the run's
+    dataset where it is now, when it moved (checked as `eval --data` checks it)."""
     config = run_config(run_dir)
-    header = describe_model(config, run_dataset(run_dir, config))
+    header = describe_model(config, run_dataset(run_dir, config, data))
     return {**header, "source": {"run_dir": str(Path(run_dir).resolve()), "step": step}}
 
 
@@ -178,14 +179,16 @@ def describe_model(config: JobConfig, raw: Manifest) -> dict[str, Any]:
     return header
 
 
-def item_maps(config: JobConfig) -> dict[str, torch.Tensor]:
-    """An event-log model's item -> artist and album maps, from its dataset (empty otherwise)."""
+def item_maps(config: JobConfig, data: Path | None = None) -> dict[str, torch.Tensor]:
+    """An event-log model's item -> artist and album maps, from its dataset (`data`, else the
+    run's data.path; empty for other datasets)."""
     from shardrec.dataloader.events.event_files import EventsInfo, open_items
 
-    manifest = Manifest.load(config.data.path)
+    directory = Path(data) if data is not None else Path(config.data.path)
+    manifest = Manifest.load(directory)
     if manifest.kind != "events":
         return {}
-    artist, album = open_items(Path(config.data.path), EventsInfo.from_dict(manifest.events).items)
+    artist, album = open_items(directory, EventsInfo.from_dict(manifest.events).items)
     return {
         f"{ITEM_MAPS}artist": torch.from_numpy(artist.astype("int32")),
         f"{ITEM_MAPS}album": torch.from_numpy(album.astype("int32")),
@@ -241,17 +244,22 @@ def _write_tensor(f: BinaryIO, tensor: torch.Tensor) -> None:
 
 
 def export_model(
-    run_dir: Path, out: Path, step: int | None = None, memory_bytes: int | None = None
+    run_dir: Path,
+    out: Path,
+    step: int | None = None,
+    memory_bytes: int | None = None,
+    data: Path | None = None,
 ) -> dict[str, Any]:
-    """Write the unsharded model of the run's checkpoint at `step` (None: the newest) to `out`.
+    """Write the unsharded model of the run's checkpoint at `step` (None: the newest) to `out`;
+    `data`: the run's dataset where it is now (None: the run's data.path).
 
     Returns a summary (tensors, bytes, step). ValueError (one line) for a run or checkpoint
     that is not there, or a table larger than `memory_bytes` (default: the memory available).
     """
     found_step, checkpoint = find_checkpoint(run_dir, step)
-    header = model_header(run_dir, found_step)
+    header = model_header(run_dir, found_step, data)
     entries = _tensor_entries(checkpoint)
-    extras = item_maps(run_config(run_dir))
+    extras = item_maps(run_config(run_dir), data)
     for name, tensor in extras.items():
         entries[name] = TensorStorageMetadata(
             TensorProperties(dtype=tensor.dtype), tensor.shape, []

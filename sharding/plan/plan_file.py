@@ -17,7 +17,7 @@ from shardrec.sharding.machine.json_checks import (
     expect,
     read_strict_json,
 )
-from shardrec.sharding.machine.topology import ClusterTopology
+from shardrec.sharding.machine.topology import PRESETS, ClusterTopology
 from shardrec.sharding.plan.plan_types import (
     DEVICE_KINDS,
     PLAN_FORMAT,
@@ -191,9 +191,12 @@ def check_plan(plan: PlanFile, fingerprint: PlanFingerprint) -> None:
     if planned.device_kind != fingerprint.device_kind:
         # The same command gives the same plan unless the topology changes with the machine.
         kind = fingerprint.device_kind
+        presets = [name for name, p in PRESETS.items() if p.get("device_kind") == kind]
         rerun += (
-            f" with `--topology auto` on the machine that trains, or the preset of its {kind} "
-            "devices (`--topology cpu-gloo`, `a100`, `h100`, `h200`)"
+            f" with `--topology auto` on the machine that trains, or a preset of its {kind} "
+            f"devices (`--topology {presets[0]}`"
+            + "".join(f", `{name}`" for name in presets[1:])
+            + ")"
         )
     raise StalePlanError("the plan was made for another job: " + "; ".join(diffs) + f" ({rerun})")
 

@@ -107,9 +107,16 @@ def test_plan_for_another_device_kind_names_topology(tiny_dataset: Path, tmp_pat
         check_plan(plan, fp)
     assert str(e.value) == (
         "the plan was made for another job: device kind: plan cpu, job cuda (re-run `shardrec plan` with "
-        "`--topology auto` on the machine that trains, or the preset of its cuda devices (`--topology cpu-gloo`, "
-        "`a100`, `h100`, `h200`))"
+        "`--topology auto` on the machine that trains, or a preset of its cuda devices (`--topology a100`, "
+        "`h100`, `h200`))"
     )
+    cpu = dataclasses.replace(plan.fingerprint, digest="other", world_size=3)
+    plan = dataclasses.replace(
+        plan, fingerprint=dataclasses.replace(plan.fingerprint, device_kind="cuda")
+    )
+    with pytest.raises(StalePlanError) as e:
+        check_plan(plan, cpu)
+    assert str(e.value).endswith("or a preset of its cpu devices (`--topology cpu-gloo`))")
 
 
 def test_start_refuses_a_plan_larger_than_a_device_s_free_memory(

@@ -77,6 +77,15 @@ def test_plan_bad_input_exits_with_one_line(tiny_dataset: Path, tmp_path: Path) 
 
     res = runner.invoke(app, ["plan", "--data", str(tmp_path / "missing"), "--config", str(job)])
     assert_one_line_error(res, re.escape("missing: does not exist"))
+    # A bad flag value is typer's usage error (exit 2) naming the flag as typed.
+    for flag, value in (
+        ("--memory-gib", "-1"),
+        ("--local-world-size", "-1"),
+        ("--group-size", "-2"),
+        ("--sync-every", "0"),
+    ):
+        res = runner.invoke(app, ["plan", "--data", str(tiny_dataset), flag, value])
+        assert res.exit_code == 2 and f"Invalid value for '{flag}'" in res.stderr, res.output
 
 
 def test_plan_simulate_json(tiny_dataset: Path, tmp_path: Path) -> None:

@@ -108,9 +108,11 @@ def plan(
             "or a preset: cpu-gloo, a100, h100, h200."
         ),
     ] = "auto",
-    local_world_size: Annotated[int, typer.Option(help="Ranks per host (0: the preset's).")] = 0,
+    local_world_size: Annotated[
+        int, typer.Option(min=0, help="Ranks per host (0: the preset's).")
+    ] = 0,
     memory_gib: Annotated[
-        float, typer.Option(help="Memory per rank in GiB (0: the preset's).")
+        float, typer.Option(min=0.0, help="Memory per rank in GiB (0: the preset's).")
     ] = 0.0,
     profile: Annotated[
         Path | None, typer.Option(help="Calibration profile from `shardrec plan calibrate`.")
@@ -128,11 +130,12 @@ def plan(
     group_size: Annotated[
         int,
         typer.Option(
-            help="2D sharding group size (torchrec DMPCollection, CUDA): 0 none, -1 pick the fastest."
+            min=-1,
+            help="2D sharding group size (torchrec DMPCollection, CUDA): 0 none, -1 pick the fastest.",
         ),
     ] = 0,
     sync_every: Annotated[
-        int, typer.Option(help="2D: steps between the replicas' weight all-reduce.")
+        int, typer.Option(min=1, help="2D: steps between the replicas' weight all-reduce.")
     ] = 1,
     frequency_batches: Annotated[
         int,
@@ -175,8 +178,6 @@ def plan(
         )
     job, directory, configs, statistics, dense, steps, tables = _load_job(config, data, set_ or [])
     if simulate:
-        if sync_every <= 0:
-            fail(f"--sync-every must be positive, got {sync_every}")
         _simulate(configs, statistics.stats, job, world_size, sync_every, json_out)
         return
     try:

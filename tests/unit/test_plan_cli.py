@@ -85,7 +85,8 @@ def test_plan_bad_input_exits_with_one_line(tiny_dataset: Path, tmp_path: Path) 
         ("--sync-every", "0"),
     ):
         res = runner.invoke(app, ["plan", "--data", str(tiny_dataset), flag, value])
-        assert res.exit_code == 2 and f"Invalid value for '{flag}'" in res.stderr, res.output
+        shown = " ".join(res.stderr.replace("│", " ").split())  # rich's panel may wrap it
+        assert res.exit_code == 2 and f"Invalid value for '{flag}'" in shown, res.output
 
 
 def test_plan_simulate_json(tiny_dataset: Path, tmp_path: Path) -> None:

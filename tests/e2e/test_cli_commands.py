@@ -105,7 +105,7 @@ def test_errors_name_the_file_the_flag_and_a_near_miss(tiny_dataset: Path, tmp_p
     )  # not eaten as markup
     job.write_text("[train]\nseed = 'x'\n")
     assert_one_line_error(
-        _run("config", "show", "--config", str(job)), r"train\.seed = 'x' should be an integer$"
+        _run("config", "show", "--config", str(job)), r'train\.seed = "x" should be an integer$'
     )
     missing = _run("train", "--data", str(tmp_path / "nodata"))
     assert_one_line_error(missing, r"nodata: does not exist$")

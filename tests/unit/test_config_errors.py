@@ -28,7 +28,7 @@ def test_job_file_mistakes_name_the_file_and_suggest(tmp_path: Path) -> None:
         load_job_config(job)
     job.write_text("[train]\nseed = 'x'\n")
     with pytest.raises(
-        ValueError, match=rf"^{re.escape(str(job))}: train.seed = 'x' should be an integer$"
+        ValueError, match=rf'^{re.escape(str(job))}: train.seed = "x" should be an integer$'
     ):
         load_job_config(job)
     with pytest.raises(
@@ -39,6 +39,16 @@ def test_job_file_mistakes_name_the_file_and_suggest(tmp_path: Path) -> None:
         ValueError, match=r"^--set 'train.seed=-2': train.seed = -2 must be >= 0 \(or -1: unset\)$"
     ):
         load_job_config(None, ["train.seed=-2"])
+    # Values are shown as the file writes them; a word where a number belongs is told so.
+    job.write_text("[train]\nseed = true\n")
+    with pytest.raises(ValueError, match=r"train.seed = true should be an integer$"):
+        load_job_config(job)
+    with pytest.raises(
+        ValueError,
+        match=r"^--set 'optim.dense_lr=fast': cannot parse 'fast' as a value; optim.dense_lr is a "
+        r"number$",
+    ):
+        load_job_config(None, ["optim.dense_lr=fast"])
 
 
 def test_a_list_set_without_brackets_is_told_the_brackets_that_work() -> None:

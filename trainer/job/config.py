@@ -572,6 +572,10 @@ def _parse_override(item: str, hint: Any, dotted: str = "KEY") -> Any:
                 f"cannot parse {item!r} as a value; a table is written in braces, as TOML's inline "
                 f"tables: --set '{dotted}={{ ... }}'"
             ) from None
+        if kind in (int, float):
+            raise ValueError(
+                f"cannot parse {item!r} as a value; {dotted} is {type_words(hint)}"
+            ) from None
         raise ValueError(
             f"cannot parse {item!r} as a value; write it as in a TOML file (a string in quotes)"
         ) from None
@@ -594,7 +598,8 @@ def _build_section(cls: type, key: str, raw: dict[str, Any], origin: dict[str, s
             raw[name] = float(value)
         elif not isinstance(raw[name], expected) or (expected is int and isinstance(value, bool)):
             raise ValueError(
-                f"{origin.get(name, '')}{key}.{name} = {value!r} should be {type_words(hints[name])}"
+                f"{origin.get(name, '')}{key}.{name} = {toml_value(value)} should be "
+                f"{type_words(hints[name])}"
             )
     try:
         return cls(**raw)

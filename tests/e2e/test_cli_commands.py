@@ -109,6 +109,10 @@ def test_errors_name_the_file_the_flag_and_a_near_miss(tiny_dataset: Path, tmp_p
     )
     missing = _run("train", "--data", str(tmp_path / "nodata"))
     assert_one_line_error(missing, r"nodata: does not exist$")
+    nowhere = tmp_path / "runs" / "nonexist"
+    for args in (["eval", str(nowhere)], ["export", str(nowhere), "--out", str(tmp_path / "m")]):
+        assert_one_line_error(_run(*args), rf"^error: {nowhere}: does not exist$")
+    assert_one_line_error(_run("report", str(nowhere)), rf"^error: {nowhere}: does not exist$")
     digest = _run("data", "digest", str(tiny_dataset), "--world-size", "3")
     assert_one_line_error(digest, r"^error: --global-batch 8192 does not divide by --world-size 3$")
     for args, flag in (

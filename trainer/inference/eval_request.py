@@ -64,7 +64,11 @@ def run_config(run_dir: Path) -> JobConfig:
     """The resolved config a run kept (RUN/config.toml); ValueError if there is none."""
     path = Path(run_dir) / names.CONFIG
     if not path.is_file():
-        raise ValueError(f"{run_dir}: no {names.CONFIG} (not a shardrec run directory?)")
+        raise ValueError(
+            f"{run_dir}: does not exist"
+            if not Path(run_dir).exists()
+            else f"{run_dir}: no {names.CONFIG} (not a shardrec run directory?)"
+        )
     return load_job_config(path)
 
 
@@ -147,7 +151,11 @@ def trained_world_size(run_dir: Path) -> int:
     """The world size the run trained on (its plan's); ValueError when the run has no plan file."""
     path = Path(run_dir) / names.PLAN
     if not path.is_file():
-        raise ValueError(f"{run_dir}: no {names.PLAN} (not a shardrec run directory?)")
+        raise ValueError(
+            f"{run_dir}: does not exist"
+            if not Path(run_dir).exists()
+            else f"{run_dir}: no {names.PLAN} (not a shardrec run directory?)"
+        )
     return load_plan(path).fingerprint.world_size
 
 
@@ -155,6 +163,8 @@ def find_checkpoint(run_dir: Path, step: int | None) -> tuple[int, Path]:
     """(step, path) of the run's checkpoint at `step` (None: the newest); ValueError names what
     exists."""
     directory = Path(run_dir) / names.CHECKPOINTS
+    if not Path(run_dir).exists():
+        raise ValueError(f"{run_dir}: does not exist")
     done = complete_checkpoints(directory)
     if not done:
         raise ValueError(f"{run_dir}: no complete checkpoint in {directory}")

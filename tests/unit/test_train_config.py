@@ -103,6 +103,15 @@ def test_train_refuses_a_missing_eval_part_before_any_rank_starts(tiny_dataset: 
     )
 
 
+def test_preflight_refuses_a_dlrm_without_a_bottom_mlp_whose_widths_differ(
+    tiny_dataset: Path,
+) -> None:
+    """The ranks would fail at build ("DLRM needs every embedding width equal to the dense
+    output"): refused before any starts, naming the key."""
+    with pytest.raises(ValueError, match=r"^model.dense_arch = \[\]: DLRM's dot interaction needs"):
+        _preflight(tiny_dataset, "model.dense_arch=[]")
+
+
 def test_device_auto_is_resolved_by_one_function_for_preflight_and_ranks() -> None:
     import torch
 

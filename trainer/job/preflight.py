@@ -108,6 +108,14 @@ def check_against_dataset(job: JobConfig, manifest: Manifest, world_size: int) -
         table_dims(manifest, job.model.embedding_dim, job.model.dims)
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from None
+    model, dense = job.model, len(manifest.dense_features)
+    if model.arch == "dlrm" and dense and not model.dense_arch and dense != model.embedding_dim:
+        # Without a bottom MLP the dense features meet the embeddings as they are.
+        raise ValueError(
+            f"model.dense_arch = []: DLRM's dot interaction needs the dense features' width "
+            f"({dense} in {path}) equal to model.embedding_dim = {model.embedding_dim}; give the "
+            f"bottom MLP layers ending with {model.embedding_dim}"
+        )
     # A raw-id feature's table needs a raw-id kind and its rows; the job names no other feature.
     table_specs(manifest, job.model.embedding_dim, job.model.dims, job.tables)
 

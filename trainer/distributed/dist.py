@@ -139,7 +139,9 @@ def monitored_barrier(
                 f"did not arrive within {timeout_s:g} s ({setting})"
             ) from None
         raise RankMissing(
-            f"{what}: the barrier failed on rank {dist.get_rank()} ({reason}); rank 0 names the missing ranks"
+            f"{what}: the barrier failed on rank {dist.get_rank()} ({reason}); rank 0 names the "
+            "ranks that did not arrive, unless it is the one lost (the launcher's last line names "
+            "the rank that failed first)"
         ) from None
 
 

@@ -85,6 +85,8 @@ def test_rerun_resume_changes_data_and_restart(trained: tuple[Path, Path], tmp_p
     assert plan_at < auc_at and lines[-1].split()[:2] == ["plan:", str(run / "plan.json")], (
         text.stdout
     )
+    # No job trained now: no rate or resume line, which read as if it had.
+    assert not [line for line in lines if line.startswith(("training:", "resumed from"))]
 
     # 2: a changed setting is shown and refused; a misspelt --allow-change gets a suggestion.
     changed = _train(

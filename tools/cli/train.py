@@ -30,7 +30,9 @@ RestartFlag = Annotated[
 ]
 
 
-def _print_summary(summary: dict, run_dir: Path) -> None:
+def _print_summary(summary: dict, run_dir: Path, earlier: bool = False) -> None:
+    """The results table, then how this job trained (`earlier`: a finished run's results shown
+    again: no job trained now, so no rate and no resume line)."""
     table = Table(
         title=f"{run_dir}: {counted(summary['steps'], 'step')} on "
         f"{counted(summary['world_size'], 'rank')}, "
@@ -43,6 +45,8 @@ def _print_summary(summary: dict, run_dir: Path) -> None:
             split, f"{m['auc']:.4f}", f"{m['logloss']:.4f}", f"{m['ne']:.4f}", f"{m['samples']:,}"
         )
     console.print(table)
+    if earlier:
+        return
     rate = summary.get("train_samples_per_s")
     if rate:
         console.print(f"training: {rate:,.0f} samples/s over {summary['train_seconds']:.1f} s")
@@ -152,7 +156,7 @@ def train(
             continue_on is not None,
         )
         if job is None:
-            _show_results(out_dir, json_out)  # a finished run: its own results, nothing written
+            _show_results(out_dir, json_out, earlier=True)  # a finished run's, nothing written
             return
         if (
             locks[0] is None or restart
@@ -321,8 +325,9 @@ def _prepare_run_dir(
     return job
 
 
-def _show_results(out_dir: Path, json_out: bool) -> None:
-    """The plan first and the results last, so that they stay on screen."""
+def _show_results(out_dir: Path, json_out: bool, earlier: bool = False) -> None:
+    """The plan first and the results last, so that they stay on screen (`earlier`: those of a
+    run that was already complete)."""
     summary = json.loads((out_dir / names.SUMMARY).read_text())
     if json_out:
         print_json(summary)
@@ -332,7 +337,7 @@ def _show_results(out_dir: Path, json_out: bool) -> None:
 
     plan, metrics = out_dir / names.PLAN, out_dir / names.METRICS
     console.print(tables_table(load_plan(plan)))
-    _print_summary(summary, out_dir)
+    _print_summary(summary, out_dir, earlier)
     console.print(
         f"plan: {plan} (`shardrec plan show {plan}`); metrics: {metrics} (`shardrec report {out_dir}`)",
         highlight=False,

@@ -57,6 +57,12 @@ def test_raw_ids_keep_the_values_as_written_and_the_rest_as_hashed(tmp_path: Pat
     head = json.loads(cli("data", "head", raw, "-n", "1", "--json").stdout)
     assert head[0]["C2"] in (written["C2"][0], None)
     assert cli("data", "verify", raw).exit_code == 0
+    # The tables people read say what a raw-id feature's size is: none, the table decides.
+    again = tmp_path / "again"
+    printed = cli("preprocess", days[0], "--out", again, "--max-ids", "500", "--raw-ids", "C2,C7")
+    for text in (printed.stdout, cli("data", "stats", raw).stdout):
+        (row,) = [line for line in text.splitlines() if re.search(r"\bC2\b", line)]
+        assert "raw ids" in row, text
 
 
 def test_a_raw_id_setting_that_cannot_be_is_one_line(tmp_path: Path) -> None:

@@ -326,7 +326,7 @@ def _print_tables(result: PreprocessResult, seconds: float, bar: _Bar, parquet: 
     for f in result.manifest.sparse_features:
         feats.add_row(
             f.name,
-            f"{f.cardinality:,}",
+            f"{f.cardinality:,}" if f.cardinality else "raw ids",  # 64-bit ids, no table size
             f.dtype,
             f"{int(f.stats.get('distinct_ids', 0)):,}",
             f"{f.stats.get('top1_share', 0):.3f}",

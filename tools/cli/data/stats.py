@@ -75,6 +75,9 @@ def stats(
                     v: (
                         f"{f[k]:.1%}"
                         if k in shares and isinstance(f.get(k), (int, float))
+                        # raw 64-bit ids (preprocess --raw-ids): the table, not the data, sizes them
+                        else "raw ids"
+                        if k == "cardinality" and f.get(k) == 0
                         else f.get(k, "")
                     )
                     for k, v in short.items()

@@ -45,4 +45,7 @@ def test_report_draws_a_png_and_names_a_bad_record(tmp_path: Path) -> None:
     result = runner.invoke(app, ["report", str(tmp_path)])
     assert result.exit_code == 1 and "metrics.jsonl:1" in result.output
     result = runner.invoke(app, ["report", str(tmp_path / "missing")])
+    assert result.exit_code == 1 and f"{tmp_path / 'missing'}: does not exist" in result.output
+    (tmp_path / "empty").mkdir()
+    result = runner.invoke(app, ["report", str(tmp_path / "empty")])
     assert result.exit_code == 1 and "no metrics.jsonl" in result.output

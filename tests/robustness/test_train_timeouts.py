@@ -23,7 +23,7 @@ def test_timeouts_have_defaults_are_settable_and_validated() -> None:
     for item, message in (
         ("dist.timeout_s=0", "dist.timeout_s = 0 must be > 0"),
         ("checkpoint.timeout_s=-5", "checkpoint.timeout_s = -5 must be > 0"),
-        ('dist.timeout_s="long"', "dist.timeout_s = 'long'"),
+        ('dist.timeout_s="long"', 'dist.timeout_s = "long"'),
     ):
         with pytest.raises(ValueError, match=re.escape(message)):
             load_job_config(None, [item])

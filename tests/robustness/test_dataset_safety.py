@@ -96,6 +96,19 @@ def _assert_every_reader_refuses(data: Path, pattern: str) -> None:
     assert_one_line_error(_cli("data", "head", data, "-n", "1000"), pattern)
 
 
+def _every_gather_path_refuses(data: Path, pattern: str) -> None:
+    """Compiled and numpy, shuffled (rows of both parts) and in file order, and single rows."""
+    for kw in (
+        {},
+        {"compiled": False},
+        {"shuffle": False},
+        {"shuffle": False, "compiled": False},
+        {"window_blocks": 1, "block_rows": 4},
+    ):
+        with pytest.raises(DatasetError, match=pattern):
+            _read_everything(data, **kw)
+
+
 def _wider_dense(dense, sparse, features):
     return np.concatenate([dense, dense], axis=1), sparse, features
 
@@ -184,15 +197,7 @@ def test_a_label_other_than_0_or_1_is_refused_naming_file_and_row(tmp_path: Path
     path = _replace_part(data, 1, bytes(raw))
     pattern = re.escape(f"{path}: column label, row 77 has label 7, not 0 or 1")
     _assert_every_reader_refuses(data, pattern)
-    for kw in (
-        {},
-        {"compiled": False},
-        {"shuffle": False},
-        {"shuffle": False, "compiled": False},
-        {"window_blocks": 1, "block_rows": 4},
-    ):
-        with pytest.raises(DatasetError, match=pattern):
-            _read_everything(data, **kw)
+    _every_gather_path_refuses(data, pattern)
     raw[at] = 1
     _replace_part(data, 1, bytes(raw))
     assert _cli("data", "verify", data).exit_code == 0
@@ -221,16 +226,7 @@ def test_an_id_beyond_its_table_is_refused_naming_file_row_and_id(tmp_path: Path
         plot,
         re.escape(f"{data}: id 65132 is outside the table of 1000 rows; `shardrec data verify"),
     )
-    # every gather path: compiled and numpy, shuffled (rows of both parts) and in file order
-    for kw in (
-        {},
-        {"compiled": False},
-        {"shuffle": False},
-        {"shuffle": False, "compiled": False},
-        {"window_blocks": 1, "block_rows": 4},
-    ):
-        with pytest.raises(DatasetError, match=pattern):
-            _read_everything(data, **kw)
+    _every_gather_path_refuses(data, pattern)
     raw[at : at + 2] = np.uint16(999).tobytes()  # the last row of the table is a valid id
     _replace_part(data, 1, bytes(raw))
     assert _cli("data", "verify", data).exit_code == 0

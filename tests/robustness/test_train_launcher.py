@@ -37,6 +37,12 @@ def _command(data: Path, run_dir: Path, *extra: str, ranks: int = 2) -> list[str
     return train_command(data, run_dir, *JOB, *extra, nproc=ranks)
 
 
+def _steps(data: Path, run_dir: Path, steps: int) -> subprocess.CompletedProcess:
+    """Train to `steps` with a checkpoint every 2 steps; the finished process."""
+    command = _command(data, run_dir, "--steps", str(steps), "--set", "checkpoint.interval_steps=2")
+    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+
 def _wait_for(condition, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -96,24 +102,14 @@ def test_ranks_die_with_their_launcher_and_a_run_dir_in_use_is_refused(
             os.kill(pid, signal.SIGKILL)
         first.wait(timeout=30)
 
-    rerun = subprocess.run(
-        _command(tiny_dataset, run_dir, "--steps", "4", "--set", "checkpoint.interval_steps=2"),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    rerun = _steps(tiny_dataset, run_dir, 4)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     checkpoint = run_dir / "checkpoints" / "step-00000004"
     assert (checkpoint / "digests.json").is_file()
 
     marker = tmp_path / "pwned"
     (checkpoint / ".metadata").write_bytes(pickle.dumps(PlantedCode(marker)))
-    tampered = subprocess.run(
-        _command(tiny_dataset, run_dir, "--steps", "6", "--set", "checkpoint.interval_steps=2"),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    tampered = _steps(tiny_dataset, run_dir, 6)
     # A rerun would resume from the same checkpoint: the line names the one before it and how.
     before = run_dir / "checkpoints" / "step-00000002"
     line = assert_one_line_error(
@@ -126,12 +122,7 @@ def test_ranks_die_with_their_launcher_and_a_run_dir_in_use_is_refused(
     assert not marker.exists(), "the planted pickle ran"
     assert not trainer_ranks(run_dir)
     checkpoint.rename(tmp_path / "refused")
-    moved = subprocess.run(
-        _command(tiny_dataset, run_dir, "--steps", "6", "--set", "checkpoint.interval_steps=2"),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    moved = _steps(tiny_dataset, run_dir, 6)
     assert moved.returncode == 0, moved.stderr[-3000:]
     assert json.loads(moved.stdout)["resumed_from_step"] == 2
 

@@ -30,7 +30,7 @@ def _tables(n: int = 4, dim: int = 16) -> list[EmbeddingBagConfig]:
     ]
 
 
-def _plan(configs, world_size=2, batch=64, constraints=None, **kw):
+def _plan(configs, world_size=2, batch=64, constraints=None, search="shardrec", **kw):
     return plan_tables(
         PlanRequest(
             configs=configs,
@@ -40,7 +40,8 @@ def _plan(configs, world_size=2, batch=64, constraints=None, **kw):
             device_kind="cpu",
             constraints=constraints,
             **kw,
-        )
+        ),
+        search=search,
     )
 
 
@@ -316,7 +317,7 @@ def test_plans_both_planners_make_pass_the_layout_check_and_edited_ones_are_name
                 for j, t in enumerate(tables)
             }
             cons[tables[i % 4].name].update({"min_partition": 8} if "column" in kind else {})
-            check_layout(_searched(tables, cons, planner), specs, 2)
+            check_layout(_plan(tables, constraints=cons, search=planner), specs, 2)
     plan = _plan(tables, constraints={"t_f0": {"sharding_types": ["row_wise"]}})
 
     def edited(name: str, shards: list[Shard], kind: str | None = None):
@@ -337,15 +338,3 @@ def test_plans_both_planners_make_pass_the_layout_check_and_edited_ones_are_name
         ValueError, match=r"^table t_f3: not in the plan \(re-run `shardrec plan`\)$"
     ):
         check_layout(gone, specs, 2)
-
-
-def _searched(configs, constraints, search: str):
-    request = PlanRequest(
-        configs=configs,
-        world_size=2,
-        local_world_size=2,
-        global_batch_size=64,
-        device_kind="cpu",
-        constraints=constraints,
-    )
-    return plan_tables(request, search=search)

@@ -194,3 +194,40 @@ def test_an_unreadable_plan_file_is_named(tmp_path: Path, text: str):
         runner.invoke(app, ["plan", "show", str(path)]),
         "^error: " + re.escape(str(path)) + ": not a JSON plan file",
     )
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            lambda raw: raw["tables"][0]["shards"][0].update(rows=10),
+            r"table t_f0: its shards \(rank 0: rows 0\.\.10, columns 0\.\.16\) are not a "
+            r"table_wise layout of its \d+ x 16 weights on 1 ranks \(was the plan edited\? re-run "
+            r"`shardrec plan`\)",
+        ),
+        (
+            lambda raw: raw["tables"][1]["shards"][0].update(rank=5),
+            r"table t_f1: shard on rank 5, world size is 1",
+        ),
+        (
+            lambda raw: raw["tables"].pop(2),
+            r"table t_f2: not in the plan \(re-run `shardrec plan`\)",
+        ),
+    ],
+    ids=["part-of-a-table", "rank-past-world", "table-gone"],
+)
+def test_a_hand_edited_plan_is_refused_naming_the_plan_and_table(
+    tiny_dataset: Path, tmp_path: Path, edit, message: str
+):
+    """Fields of the right types, but shards that are no layout of their sharding type (the
+    fingerprint does not cover them): one line before any rank starts, not torchrec's traceback."""
+    path = tmp_path / "plan.json"
+    raw = _valid_plan(tiny_dataset, path)
+    edit(raw)
+    path.write_text(json.dumps(raw))
+    result = runner.invoke(
+        app,
+        ["train", "--data", str(tiny_dataset), "--plan", str(path), "--out-dir", str(tmp_path / "run"),
+         "--nproc-per-node", "1", *JOB],
+    )  # fmt: skip
+    assert_one_line_error(result, "^error: " + re.escape(str(path)) + ": " + message + "$")

@@ -58,6 +58,7 @@ def _failure_message(result: LaunchResult, out_dir: Path, data: str) -> str:
     """The last line after a failed run: the cause as the ranks and torchrun's agent reported it,
     the dataset's files that changed under it, and what a rerun resumes from (when anything)."""
     from shardrec.dataloader.format.integrity import changed_since_written
+    from shardrec.trainer.rundir.checkpoint_trust import REFUSED
 
     parts = [
         f"training failed: {result.cause}"
@@ -68,7 +69,7 @@ def _failure_message(result: LaunchResult, out_dir: Path, data: str) -> str:
     if changed:
         more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
         parts.append(f"the dataset changed under the training: {changed[0]}{more}")
-    refused = bool(result.cause) and "refusing the checkpoint" in result.cause
+    refused = bool(result.cause) and REFUSED in result.cause
     kept = _refused_checkpoint(out_dir) if refused else _kept_checkpoint(out_dir)
     return "; ".join(parts + ([kept] if kept else []))
 

@@ -64,11 +64,7 @@ def run_config(run_dir: Path) -> JobConfig:
     """The resolved config a run kept (RUN/config.toml); ValueError if there is none."""
     path = Path(run_dir) / names.CONFIG
     if not path.is_file():
-        raise ValueError(
-            f"{run_dir}: does not exist"
-            if not Path(run_dir).exists()
-            else f"{run_dir}: no {names.CONFIG} (not a shardrec run directory?)"
-        )
+        raise ValueError(names.no_run_file(run_dir, names.CONFIG))
     return load_job_config(path)
 
 
@@ -151,11 +147,7 @@ def trained_world_size(run_dir: Path) -> int:
     """The world size the run trained on (its plan's); ValueError when the run has no plan file."""
     path = Path(run_dir) / names.PLAN
     if not path.is_file():
-        raise ValueError(
-            f"{run_dir}: does not exist"
-            if not Path(run_dir).exists()
-            else f"{run_dir}: no {names.PLAN} (not a shardrec run directory?)"
-        )
+        raise ValueError(names.no_run_file(run_dir, names.PLAN))
     return load_plan(path).fingerprint.world_size
 
 
@@ -164,7 +156,7 @@ def find_checkpoint(run_dir: Path, step: int | None) -> tuple[int, Path]:
     exists."""
     directory = Path(run_dir) / names.CHECKPOINTS
     if not Path(run_dir).exists():
-        raise ValueError(f"{run_dir}: does not exist")
+        raise ValueError(names.no_run_file(run_dir, names.CHECKPOINTS))
     done = complete_checkpoints(directory)
     if not done:
         raise ValueError(f"{run_dir}: no complete checkpoint in {directory}")

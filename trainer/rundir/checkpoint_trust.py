@@ -31,6 +31,8 @@ from shardrec.dataloader.util.files import atomic_open
 from shardrec.trainer.rundir import names
 
 DIGESTS_VERSION = 1
+REFUSED = "refusing the checkpoint"
+"""How every refusal of a checkpoint's files ends: `shardrec train` tells a failed run by it."""
 
 
 def complete_checkpoints(directory: Path) -> list[tuple[int, Path]]:
@@ -128,15 +130,15 @@ def verify_files(
         extra = sorted(set(_files(directory)) - set(digests))
         if extra:
             added = directory / extra[0]
-            return f"{added}: not listed in {names.DIGESTS} (added after the save); refusing the checkpoint"
+            return f"{added}: not listed in {names.DIGESTS} (added after the save); {REFUSED}"
     for rel in wanted[rank::world_size]:
         path = directory / rel
         if not path.is_file():
-            return f"{path}: listed in {names.DIGESTS} but missing; refusing the checkpoint"
+            return f"{path}: listed in {names.DIGESTS} but missing; {REFUSED}"
         if file_sha256(path) != digests[rel]:
             return (
                 f"{path}: contents differ from the digest written at save time (changed since); "
-                "refusing the checkpoint"
+                f"{REFUSED}"
             )
     return ""
 

@@ -74,11 +74,7 @@ def load_metrics(run_dir: Path, *, torn: Literal["error", "last", "any"] = "erro
     """
     path = Path(run_dir) / names.METRICS
     if not path.is_file():
-        raise ValueError(
-            f"{run_dir}: does not exist"
-            if not Path(run_dir).exists()
-            else f"{run_dir}: no {names.METRICS} (not a shardrec run directory?)"
-        )
+        raise ValueError(names.no_run_file(run_dir, names.METRICS))
     lines = path.read_bytes().split(b"\n")
     last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
     records, skipped = [], []

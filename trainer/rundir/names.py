@@ -17,6 +17,7 @@ strands every run written before):
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 CONFIG = "config.toml"
 PLAN = "plan.json"
@@ -36,3 +37,10 @@ CHECKPOINT_RE = re.compile(r"^step-(\d{8})$")
 def checkpoint_name(step: int) -> str:
     """The directory name of the checkpoint of `step` (CHECKPOINT_RE reads it back)."""
     return f"step-{step:08d}"
+
+
+def no_run_file(run_dir: Path, name: str) -> str:
+    """The refusal of a run directory that lacks file `name`: one that does not exist says so."""
+    if not Path(run_dir).exists():
+        return f"{run_dir}: does not exist"
+    return f"{run_dir}: no {name} (not a shardrec run directory?)"

@@ -381,8 +381,31 @@ def test_raw_parquet_rows_get_the_inputs_their_preprocessed_rows_have(logs: Path
         assert np.array_equal(ids, np.concatenate([p.sparse[name] for p in parts])), name
     labels = np.concatenate([b[1] for b in batches])[:train]
     assert np.array_equal(labels, _columns(tmp_path / "d")["train"][0])
-    with pytest.raises(ValueError, match="--no-label reads text rows"):
-        list(RawRows(header).read(logs / "log.parquet", labeled=False))
+
+    # Rows without labels (--no-label): the label column gone from the file, or read past, and a
+    # column the model does not read left out; the same inputs, no labels.
+    table = pq.read_table(logs / "log.parquet")
+    unlabeled = table.drop_columns(["click"]).append_column("extra", pa.array(["x"] * ROWS))
+    pq.write_table(unlabeled, tmp_path / "new.parquet", row_group_size=1000)
+    for source in (tmp_path / "new.parquet", logs / "log.parquet"):
+        scored = list(RawRows(header).read(source, labeled=False))
+        assert all(labels is None for _, labels in scored)
+        assert np.array_equal(np.concatenate([b[0][0] for b in scored]), dense)
+        for name in manifest.feature_names:
+            got = np.concatenate([b[0][1][name][0] for b in scored])
+            assert np.array_equal(got, np.concatenate([b[0][1][name][0] for b in batches])), name
+    with pytest.raises(ValueError, match="no label column 'click'.*score them with --no-label"):
+        list(RawRows(header).read(tmp_path / "new.parquet"))
+    # A null label: the row is refused, and rows without labels are pointed at --no-label.
+    labels = table.column("click").to_pylist()
+    labels[5] = None
+    nulls = table.set_column(table.schema.get_field_index("click"), "click", pa.array(labels))
+    pq.write_table(nulls, tmp_path / "null.parquet")
+    with pytest.raises(
+        ValueError,
+        match=r"null.parquet: row 6: bad_label: click: null \(rows without labels\? score them with --no-label\)",
+    ):
+        list(RawRows(header).read(tmp_path / "null.parquet"))
 
 
 def test_columns_are_read_as_dictionaries_by_their_first_dictionary_page(tmp_path: Path):

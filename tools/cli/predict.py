@@ -98,9 +98,9 @@ def predict(
         bool,
         typer.Option(
             "--no-label",
-            help="Text rows without labels, scored without an AUC: Criteo's rows without their "
-            "label column (as its test.txt), or a spec model's rows with a header, whose label "
-            "column may be missing or is read past.",
+            help="Rows without labels, scored without an AUC: Criteo's rows without their "
+            "label column (as its test.txt), or a spec model's rows with a header or in Parquet, "
+            "whose label column may be missing or is read past.",
         ),
     ] = False,
     json_out: Annotated[

@@ -30,7 +30,7 @@ from shardrec.dataloader.spec.spec_file import spec_from_dict
 from shardrec.tools.preprocess.ids.vocab import load_vocabularies
 from shardrec.tools.preprocess.parse.criteo_text import REASONS, Schema
 from shardrec.tools.preprocess.parse.spec_parse import read_header
-from shardrec.tools.preprocess.parse.text_parser import choose_parser
+from shardrec.tools.preprocess.parse.text_parser import TextParser, choose_parser
 from shardrec.tools.preprocess.parts.part_columns import NonFiniteDense
 from shardrec.tools.preprocess.task import TaskOptions, non_finite_error
 from shardrec.tools.preprocess.text.gz import open_text
@@ -84,6 +84,8 @@ class RawRows:
         with a spec whose text has a header: the label is read from a 0 put after each row's last
         field (convert), and the spec's own label column, if the file has one, is read past."""
         spec = self.spec
+        if spec is not None and spec.format.kind == "parquet":
+            return self._parquet_options(spec, path, labeled)
         if spec is not None and spec.format.header:
             header = read_header(path, spec)
             if not labeled:
@@ -103,6 +105,48 @@ class RawRows:
             chunk_bytes=0,
             cardinalities=self.cardinalities,
             dense_transform=dense_transform,
+            dense_dtype=self.dense_dtype,
+        )
+
+    def _parquet_options(self, spec: FeatureSpec, path: Path, labeled: bool) -> TaskOptions:
+        """A Parquet file read by the model's spec: its columns found by name, the others left out
+        (with a warning naming them); `labeled` off: the label is a 0 column of the reader's
+        (_read_parquet), the file's own label column, if it has one, left out."""
+        import pyarrow as pa
+
+        from shardrec.tools.preprocess.parse.parquet_rows import (
+            read_parquet_schema,
+            resolve_parquet,
+        )
+
+        schema = read_parquet_schema(path)
+        label = spec.label.name
+        if labeled and label not in schema.names:
+            raise ValueError(
+                f"{path}: the Parquet file has no label column {label!r}; rows without labels? "
+                "score them with --no-label"
+            )
+        if not labeled:
+            spec = dataclasses.replace(
+                spec,
+                columns=tuple(
+                    LabelColumn(NO_LABEL) if c is spec.label else c for c in spec.columns
+                ),
+            )
+        wanted = {c.name for c in spec.columns}
+        other = [n for n in schema.names if n not in wanted and n != label]
+        if other:
+            _warn_left_out(path, other)
+        fields = [schema.field(n) for n in schema.names if n in wanted]
+        if not labeled:
+            fields.append(pa.field(NO_LABEL, pa.uint8()))
+        pp = resolve_parquet(spec, path, "the model's spec", schema=pa.schema(fields))
+        return TaskOptions(
+            "",
+            TextParser(Schema(), pp.program, parquet=pp),
+            chunk_bytes=0,
+            cardinalities=self.cardinalities,
+            dense_transform="log1p",
             dense_dtype=self.dense_dtype,
         )
 
@@ -155,28 +199,35 @@ class RawRows:
         self, path: Path, opts: TaskOptions, labeled: bool
     ) -> Iterator[tuple[RawBatch, np.ndarray | None]]:
         """A Parquet file's rows, a row group at a time, read as preprocessing reads them."""
+        import pyarrow as pa
+
         from shardrec.tools.preprocess.parse.parquet_rows import (
             describe_bad_row,
             read_row_groups,
             table_chunk,
         )
 
-        if not labeled:
-            raise ValueError(
-                f"{path}: --no-label reads text rows; a Parquet file is read with its spec's "
-                f"label column ({self.spec.label.name})"
-            )
         pp, row = opts.parser.parquet, 1
-        for table, _ in read_row_groups(path, 0, _row_groups(path), pp):
+        columns = [c for c in pp.columns if c != NO_LABEL]
+        for table, _ in read_row_groups(path, 0, _row_groups(path), pp, columns):
+            if not labeled:
+                table = table.append_column(NO_LABEL, pa.array(np.zeros(table.num_rows, np.uint8)))
             chunk = table_chunk(table, pp)
             bad = np.flatnonzero(~chunk.ok)
             if bad.size:
                 field, value = describe_bad_row(table, chunk, int(bad[0]), pp)
                 reason = REASONS[int(chunk.reason[int(bad[0])])]
-                raise ValueError(f"{path}: row {row + int(bad[0])}: {reason}: {field}: {value}")
+                hint = (
+                    " (rows without labels? score them with --no-label)"
+                    if reason == "bad_label" and value == "null"
+                    else ""
+                )
+                raise ValueError(
+                    f"{path}: row {row + int(bad[0])}: {reason}: {field}: {value}{hint}"
+                )
             # a copy: the chunk's arrays serve the next row group (parquet_rows._scratch)
             inputs = self._inputs(chunk, opts, lambda r, first=row: f"{path}: row {first + r}")
-            yield inputs, chunk.labels.copy()
+            yield inputs, chunk.labels.copy() if labeled else None
             row += chunk.rows
 
     def read(
@@ -235,14 +286,18 @@ def _ignoring_other_columns(spec: FeatureSpec, header: list[str], path: Path) ->
     ]
     if not other:
         return spec
+    _warn_left_out(path, [h for _, h in other])
+    ignored = tuple(IgnoredColumn(f"{h} (field {i})", position=i) for i, h in other)
+    return dataclasses.replace(spec, columns=spec.columns + ignored)
+
+
+def _warn_left_out(path: Path, names: list[str]) -> None:
     logger.warning(
         "%s: %d column(s) the model does not read, left out: %s",
         path,
-        len(other),
-        ", ".join(h for _, h in other[:8]) + (" ..." if len(other) > 8 else ""),
+        len(names),
+        ", ".join(names[:8]) + (" ..." if len(names) > 8 else ""),
     )
-    ignored = tuple(IgnoredColumn(f"{h} (field {i})", position=i) for i, h in other)
-    return dataclasses.replace(spec, columns=spec.columns + ignored)
 
 
 def _bad_row(

@@ -129,15 +129,24 @@ class ParquetProgram:
         return [n for n, r in zip(self.program.names, self.program.role) if r != k.IGNORE]
 
 
-def resolve_parquet(spec: FeatureSpec, path: Path, spec_name: str = "the spec") -> ParquetProgram:
-    """Each spec column's field in the file, checked against its Arrow type (SpecError names the
-    file, the column, its type and what the spec needs)."""
+def read_parquet_schema(path: Path):
+    """The file's Arrow schema (SpecError: not a Parquet file pyarrow can read)."""
     import pyarrow.parquet as pq
 
     try:
-        schema = pq.read_schema(path)
+        return pq.read_schema(path)
     except Exception as e:  # pyarrow's ArrowInvalid and OSError: not a Parquet file it can read
         raise SpecError(f"{path}: not a readable Parquet file ({e})") from None
+
+
+def resolve_parquet(
+    spec: FeatureSpec, path: Path, spec_name: str = "the spec", schema=None
+) -> ParquetProgram:
+    """Each spec column's field in the file, checked against its Arrow type (SpecError names the
+    file, the column, its type and what the spec needs). schema: the columns to resolve against
+    (default: the file's own)."""
+    if schema is None:
+        schema = read_parquet_schema(path)
     names = list(schema.names)
     if any(c.position is not None for c in spec.columns):
         raise SpecError(f"{spec_name}: a Parquet file's columns are found by name; remove position")
@@ -241,9 +250,11 @@ def _reusing_pool() -> None:
         pa.set_memory_pool(pa.system_memory_pool())
 
 
-def read_row_groups(path: Path, first: int, last: int, pp: ParquetProgram):
-    """Row groups [first, last) of a file, each as (its used columns as a pyarrow Table, its
-    uncompressed bytes as the metadata says), read one at a time on this thread."""
+def read_row_groups(
+    path: Path, first: int, last: int, pp: ParquetProgram, columns: list[str] | None = None
+):
+    """Row groups [first, last) of a file, each as (its used columns, or `columns`, as a pyarrow
+    Table, its uncompressed bytes as the metadata says), read one at a time on this thread."""
     import pyarrow.parquet as pq
 
     _reusing_pool()
@@ -251,7 +262,7 @@ def read_row_groups(path: Path, first: int, last: int, pp: ParquetProgram):
     # 200 MB file more)
     f = pq.ParquetFile(path, read_dictionary=list(pp.dictionary) or None, memory_map=True)
     for g in range(first, last):
-        table = f.read_row_group(g, columns=pp.columns, use_threads=False)
+        table = f.read_row_group(g, columns=columns or pp.columns, use_threads=False)
         yield table, f.metadata.row_group(g).total_byte_size
 
 

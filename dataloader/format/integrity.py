@@ -51,6 +51,20 @@ def check_labels(part: Part, chunk: int = 1 << 24) -> list[str]:
     return []
 
 
+def one_label(parts: list[Part], chunk: int = 1 << 24) -> int | None:
+    """The label every row of `parts` has, or None where both 0 and 1 occur (or there are no
+    rows). Reads until it has seen both: a split of both classes costs its first labels."""
+    seen = set()
+    for part in parts:
+        for a in range(0, part.rows, chunk):
+            block = np.asarray(part.labels[a : a + chunk])
+            if len(block):
+                seen.update({int(block.min()), int(block.max())})
+            if len(seen) > 1:
+                return None
+    return seen.pop() if seen else None
+
+
 def bad_label_error(parts: list[Part], part_starts: np.ndarray, rows: np.ndarray) -> DatasetError:
     """The loader's error for a batch of global rows `rows` one of whose labels is not 0 or 1:
     the first such row, by file and row. Only called once the check has failed, so it may be

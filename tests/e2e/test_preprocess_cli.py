@@ -100,6 +100,23 @@ def test_round_trip_matches_python_reference_exactly(kaggle: Path, tmp_path: Pat
     assert head[1]["I2"] == float(expected["val"][1][1][1])
 
 
+def test_a_split_whose_labels_are_all_one_class_is_warned_of(kaggle: Path, tmp_path: Path):
+    """val and test (the last seventh of the rows) all labeled 0: preprocessing finishes, with a
+    warning for each on stderr, none for train; a log of both classes gets none."""
+    lines = kaggle.read_text().splitlines(keepends=True)
+    first_eval = 6 * len(lines) // 7
+    tail = ["0" + line[line.index("\t") :] for line in lines[first_eval:]]
+    (tmp_path / "day.txt").write_text("".join(lines[:first_eval] + tail))
+    result = cli("preprocess", tmp_path / "day.txt", "--out", tmp_path / "d", "--max-ids", "100")
+    warned = re.findall(r"warning: .*", result.stderr)
+    assert warned == [
+        f"warning: {tmp_path / 'd'}: every label of split {s} is 0: an AUC needs both 0 and 1"
+        for s in ("val", "test")
+    ]
+    both = cli("preprocess", kaggle, "--out", tmp_path / "k", "--max-ids", "100")
+    assert "warning" not in both.stderr
+
+
 def test_val_half_second_swaps_the_halves(kaggle: Path, tmp_path: Path):
     cli("preprocess", kaggle, "--out", tmp_path / "a", "--max-ids", "100")
     cli("preprocess", kaggle, "--out", tmp_path / "b", "--max-ids", "100", "--val-half", "second")

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from rich.table import Table
 
 from shardrec.tools.cli.common import fail, interrupted, print_json
-from shardrec.tools.console import console
+from shardrec.tools.console import console, err_console
 from shardrec.tools.preprocess.parse.criteo_text import Schema
 from shardrec.tools.preprocess.settings import PreprocessConfig
 from shardrec.trainer.job.config import field_help
@@ -240,6 +240,28 @@ def preprocess(
         print_json(_as_json(result, seconds))
     else:
         _print_tables(result, seconds, bar, cfg.parquet)
+    if result.manifest is not None:
+        _warn_one_class(out, result.manifest)
+
+
+def _warn_one_class(out: Path, manifest) -> None:
+    """A warning (stderr) for each split whose labels are all one class: its AUC cannot be
+    measured, and a train split of one class teaches nothing; most often a label column or rule
+    that does not say what the user meant."""
+    from shardrec.dataloader.format.integrity import one_label
+    from shardrec.dataloader.format.part_file import open_split
+
+    for split in manifest.splits:
+        label = one_label(open_split(out, split, manifest))
+        if label is not None:
+            spec = manifest.options.get("spec")
+            rule = " (check the spec's label column and its threshold or mapping)" if spec else ""
+            err_console.print(
+                f"warning: {out}: every label of split {split} is {label}: an AUC needs both "
+                f"0 and 1{rule}",
+                highlight=False,
+                soft_wrap=True,
+            )
 
 
 def _preprocess_events(

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from shardrec.trainer.loop.metrics import auc, binary_metrics
-from shardrec.trainer.rundir.metrics_log import MetricsWriter, read_metrics
+from shardrec.trainer.rundir.metrics_log import MetricsWriter, auc_text, read_metrics
 
 
 def _pairwise_auc(scores: np.ndarray, labels: np.ndarray) -> float:
@@ -110,3 +110,13 @@ def test_a_one_row_eval_counts_its_row_and_its_loss() -> None:
     m = binary_metrics(torch.tensor([2.0, 0.0]), torch.tensor([1.0, -1.0]))
     assert m["samples"] == 1 and m["logloss"] == pytest.approx(math.log1p(math.exp(-2.0)))
     assert math.isnan(m["auc"]) and math.isnan(m["ne"])
+
+
+def test_an_auc_without_a_value_says_why():
+    """A split of one class (or none) has no AUC: the printed line says which, not 'nan'."""
+    one_class = binary_metrics(torch.tensor([0.3, -1.0, 2.0]), torch.tensor([0.0, 0.0, 0.0]))
+    assert auc_text(one_class) == "n/a (labels of one class)"
+    empty = binary_metrics(torch.zeros(0), torch.zeros(0))
+    assert auc_text(empty) == "n/a (no samples)"
+    both = binary_metrics(torch.tensor([0.3, -1.0, 2.0]), torch.tensor([1.0, 0.0, 1.0]))
+    assert auc_text(both) == "1.0000" and auc_text(both, 6) == "1.000000"

@@ -12,6 +12,7 @@ import typer
 from shardrec.tools.cli.common import fail, print_json
 from shardrec.tools.console import console
 from shardrec.trainer.distributed.devices import DEVICE_KINDS
+from shardrec.trainer.rundir.metrics_log import auc_text
 
 
 def eval_run(
@@ -91,7 +92,7 @@ def eval_run(
     on = f"{metrics['split']} of {data}" if data is not None else metrics["split"]
     console.print(
         f"{run_dir} step {metrics['step']} on {on} ({metrics['world_size']} ranks, trained on "
-        f"{metrics['trained_world_size']}): AUC {metrics['auc']:.6f}  log loss {metrics['logloss']:.6f}  "
+        f"{metrics['trained_world_size']}): AUC {auc_text(metrics, 6)}  log loss {metrics['logloss']:.6f}  "
         f"NE {metrics['ne']:.6f}  {metrics['samples']:,} samples in {metrics['seconds']:.1f} s",
         highlight=False,
     )

@@ -16,6 +16,7 @@ from shardrec.tools.console import console, err_console
 from shardrec.trainer.job import flags
 from shardrec.trainer.rundir import names
 from shardrec.trainer.rundir.lock import RunLock
+from shardrec.trainer.rundir.metrics_log import auc_text
 
 if TYPE_CHECKING:
     from shardrec.trainer.distributed.launch import LaunchResult
@@ -42,7 +43,7 @@ def _print_summary(summary: dict, run_dir: Path, earlier: bool = False) -> None:
         table.add_column(col, justify="right")
     for split, m in summary["eval"].items():
         table.add_row(
-            split, f"{m['auc']:.4f}", f"{m['logloss']:.4f}", f"{m['ne']:.4f}", f"{m['samples']:,}"
+            split, auc_text(m), f"{m['logloss']:.4f}", f"{m['ne']:.4f}", f"{m['samples']:,}"
         )
     console.print(table)
     if earlier:

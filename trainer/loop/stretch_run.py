@@ -18,6 +18,7 @@ from shardrec.trainer.loop.progress import TrainReporter
 from shardrec.trainer.loop.steps import evaluate_batches
 from shardrec.trainer.loop.train_job import Job
 from shardrec.trainer.rundir import lifecycle
+from shardrec.trainer.rundir.metrics_log import auc_text
 from shardrec.trainer.rundir.stretches import (
     Stretch,
     read_stretches,
@@ -72,10 +73,10 @@ def start_stretch_records(
         {"kind": "pv", "stretch": p.stretch, "step": p.step, "split": cfg.data.train_split, **pv}
     )
     reporter.say(
-        "stretch %d (%s) before training on it: auc %.4f logloss %.4f ne %.4f",
+        "stretch %d (%s) before training on it: auc %s logloss %.4f ne %.4f",
         p.stretch,
         cfg.data.path,
-        pv["auc"],
+        auc_text(pv),
         pv["logloss"],
         pv["ne"],
     )

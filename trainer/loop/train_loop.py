@@ -33,7 +33,7 @@ from shardrec.trainer.loop.stretch_run import (
 from shardrec.trainer.loop.target import EvalSchedule, TargetTracker
 from shardrec.trainer.loop.train_job import Job, write_run_files
 from shardrec.trainer.rundir import lifecycle, names
-from shardrec.trainer.rundir.metrics_log import MetricsWriter
+from shardrec.trainer.rundir.metrics_log import MetricsWriter, auc_text
 from shardrec.trainer.rundir.mllog import DLRMV4, progress
 
 logger = logging.getLogger(__name__)
@@ -85,10 +85,10 @@ def _evaluate_splits(
         results[split] = metrics
         reporter.write({"kind": "eval", "split": split, "step": step, "final": final, **metrics})
         reporter.say(
-            "step %d %s: auc %.4f logloss %.4f ne %.4f",
+            "step %d %s: auc %s logloss %.4f ne %.4f",
             step,
             split,
-            metrics["auc"],
+            auc_text(metrics),
             metrics["logloss"],
             metrics["ne"],
         )

@@ -98,3 +98,12 @@ def load_metrics(run_dir: Path, *, torn: Literal["error", "last", "any"] = "erro
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     """The records of RUN/metrics.jsonl; ValueError names the file and line of a bad one."""
     return load_metrics(run_dir).records
+
+
+def auc_text(metrics: dict[str, Any], digits: int = 4) -> str:
+    """An evaluation's AUC as printed: its value, or why it has none (a split without rows, or
+    whose labels are all one class: the rank statistic needs both)."""
+    value = metrics["auc"]
+    if value == value:
+        return f"{value:.{digits}f}"
+    return "n/a (no samples)" if not metrics.get("samples") else "n/a (labels of one class)"

@@ -56,6 +56,15 @@ def test_raw_ids_keep_the_values_as_written_and_the_rest_as_hashed(tmp_path: Pat
     assert sum(lookups for _, _, _, lookups in counts) == stats["lookups"]
     head = json.loads(cli("data", "head", raw, "-n", "1", "--json").stdout)
     assert head[0]["C2"] in (written["C2"][0], None)
+    # The table shows a hex raw id as the log wrote it (JSON keeps the integer).
+    fields = days[0].read_text().splitlines()[0].split("\t") + [""] * 40
+    for name, column in (("C2", 15), ("C7", 20)):
+        (row,) = [
+            line
+            for line in cli("data", "head", raw, "-n", "1").stdout.splitlines()
+            if f"{name} (raw, hex)" in line
+        ]
+        assert row.split()[-2] == (fields[column] or "None"), row
     assert cli("data", "verify", raw).exit_code == 0
     # The tables people read say what a raw-id feature's size is: none, the table decides.
     again = tmp_path / "again"

@@ -10,7 +10,14 @@ from rich.table import Table
 
 from shardrec.dataloader.format.manifest import DatasetError, Manifest
 from shardrec.tools.cli.common import fail, print_json
-from shardrec.tools.cli.data.view import dataset_stats, head_fields, head_rows, plot_frequencies
+from shardrec.tools.cli.data.view import (
+    dataset_stats,
+    head_fields,
+    head_rows,
+    plot_frequencies,
+    raw_hex_widths,
+    shown_value,
+)
 from shardrec.tools.console import console
 
 
@@ -115,9 +122,12 @@ def head(
     table.add_column("field")
     for i in range(len(rows)):
         table.add_column(str(i), justify="right")
+    hex_widths = raw_hex_widths(manifest, directory)
     for key, shown in head_fields(manifest, directory):
+        width = hex_widths.get(key)
         table.add_row(
-            shown, *(f"{r[key]:.4f}" if isinstance(r[key], float) else str(r[key]) for r in rows)
+            shown + (" (raw, hex)" if width is not None else ""),
+            *(shown_value(r[key], width) for r in rows),
         )
     console.print(table)
 

@@ -195,6 +195,38 @@ def head_fields(manifest: Manifest, directory: Path) -> list[tuple[str, str]]:
     return out
 
 
+def raw_hex_widths(manifest: Manifest, directory: Path) -> dict[str, int]:
+    """Raw-id features read from hex text (Criteo's categoricals, a spec's `kind = "hex"`) -> the
+    digits to show their ids with, as the log wrote them: 8 for Criteo's, as many as needed for a
+    spec's. Other features keep their integers."""
+    from shardrec.dataloader.spec.feature_spec import SpecError
+    from shardrec.dataloader.spec.spec_file import manifest_spec
+
+    try:
+        spec = manifest_spec(manifest, directory)
+    except SpecError:
+        return {}
+    if spec is None:
+        return {}
+    width = 0 if "spec" in manifest.options else 8
+    raw = {f.name for f in manifest.sparse_features if f.raw}
+    return {
+        c.name: width for c in spec.columns if getattr(c, "kind", "") == "hex" and c.name in raw
+    }
+
+
+def shown_value(value: Any, hex_width: int | None) -> str:
+    """A head row's value as the table shows it: 4 decimals for a dense value, a raw hex id in hex
+    (hex_width: its digits; None: not one), an empty field as None."""
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    if hex_width is None or value is None:
+        return str(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(f"{v:0{hex_width}x}" for v in value) + "]"
+    return f"{value:0{hex_width}x}"
+
+
 def plot_frequencies(directory: Path, out_png: Path, split: str = "train") -> None:
     """Log-log curves of lookups per id against id rank, one line per feature."""
     import matplotlib

@@ -268,7 +268,7 @@ def test_export_then_predict_matches_eval_on_a_split_and_on_raw_rows(trained: Pa
     bad.write_bytes(lines[-1] + b"1\tnot-a-row\n")
     assert_one_line_error(
         in_process("predict", "model.safetensors", "bad.tsv", cwd=trained),
-        r"bad.tsv:2: too_few_fields",
+        r"bad.tsv:2: row: 2 fields, .* \(too_few_fields\)",
     )
     assert_one_line_error(
         in_process("predict", "test.tsv", "data", cwd=trained),
@@ -335,7 +335,7 @@ def test_raw_rows_of_another_shape_are_refused_before_torch_with_a_hint_that_wor
     code, torch_loaded, line = done.stdout.strip().split(" ", 2)
     assert (code, torch_loaded) == ("1", "False"), done.stdout + done.stderr[-2000:]
     assert line == (
-        "error: ml/train.csv:1: too_few_fields: row: 1 fields, schema needs at least 37 of 40 (a "
+        "error: ml/train.csv:1: row: 1 fields, schema needs at least 37 of 40 (too_few_fields) (a "
         "CSV row: this model reads Criteo's tab-separated rows of 40 fields, as it was trained on, "
         "and cannot score these; a model for them starts with `shardrec spec infer ml/train.csv "
         "--label COLUMN`)"
@@ -350,7 +350,7 @@ def test_raw_rows_of_another_shape_are_refused_before_torch_with_a_hint_that_wor
     (trained / "extra.tsv").write_bytes(b"".join(line.rstrip(b"\n") + b"\tx\n" for line in lines))
     line = assert_one_line_error(
         in_process("predict", "model.safetensors", "extra.tsv", cwd=trained),
-        r"^error: extra.tsv:1: too_many_fields: row: 41 fields, schema has 40 \(the model reads rows "
+        r"^error: extra.tsv:1: row: 41 fields, schema has 40 \(too_many_fields\) \(the model reads rows "
         r"of 40 fields, as its training data had; if the extra ones are the last: `cut -f1-40 "
         r"extra.tsv > rows.txt` keeps the first 40\)$",
     )
@@ -361,7 +361,7 @@ def test_raw_rows_of_another_shape_are_refused_before_torch_with_a_hint_that_wor
 
     assert_one_line_error(
         in_process("predict", "model.safetensors", "rows.txt", "--no-label", cwd=trained),
-        r"^error: rows.txt:1: too_many_fields: row: 40 fields, a row without its label has 39 "
+        r"^error: rows.txt:1: row: 40 fields, a row without its label has 39 \(too_many_fields\) "
         r"\(with --no-label: the rows have a label column; leave --no-label out\)$",
     )
 

@@ -403,7 +403,7 @@ def test_raw_parquet_rows_get_the_inputs_their_preprocessed_rows_have(logs: Path
     pq.write_table(nulls, tmp_path / "null.parquet")
     with pytest.raises(
         ValueError,
-        match=r"null.parquet: row 6: bad_label: click: null \(rows without labels\? score them with --no-label\)",
+        match=r"null.parquet: row 6: click: null \(bad_label\) \(rows without labels\? score them with --no-label\)",
     ):
         list(RawRows(header).read(tmp_path / "null.parquet"))
 

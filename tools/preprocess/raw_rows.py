@@ -223,7 +223,7 @@ class RawRows:
                     else ""
                 )
                 raise ValueError(
-                    f"{path}: row {row + int(bad[0])}: {reason}: {field}: {value}{hint}"
+                    f"{path}: row {row + int(bad[0])}: {field}: {value} ({reason}){hint}"
                 )
             # a copy: the chunk's arrays serve the next row group (parquet_rows._scratch)
             inputs = self._inputs(chunk, opts, lambda r, first=row: f"{path}: row {first + r}")
@@ -309,8 +309,8 @@ def _bad_row(
     opts: TaskOptions,
     labeled: bool,
 ) -> str:
-    """One line for a malformed raw row: file, line, reason, field, value, and what would score
-    it (the model's rows are fixed: no preprocessing flag applies)."""
+    """One line for a malformed raw row: file, line, field, value and reason (preprocessing's
+    words), and what would score it (the model's rows are fixed: no preprocessing flag applies)."""
     parser = opts.parser
     field, value = parser.describe_bad(data, chunk, row, hint=False)
     reason = REASONS[int(chunk.reason[row])]
@@ -340,7 +340,7 @@ def _bad_row(
             f" (the model reads rows of {width} fields, as its training data had; if the extra "
             f"ones are the last: `{read} {d}-f1-{width}{source} > rows.txt` keeps the first {width})"
         )
-    return f"{path}:{first_line + row}: {reason}: {field}: {value}{hint}"
+    return f"{path}:{first_line + row}: {field}: {value} ({reason}){hint}"
 
 
 NO_LABEL = "(no label: --no-label)"

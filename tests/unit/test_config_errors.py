@@ -23,12 +23,12 @@ def test_job_file_mistakes_name_the_file_and_suggest(tmp_path: Path) -> None:
     job.write_text("[train]\nsed = 3\n")
     with pytest.raises(
         ValueError,
-        match=rf"^{re.escape(str(job))}: unknown key 'sed' in \[train\]; did you mean seed\?$",
+        match=rf"^{re.escape(str(job))}:2: unknown key 'sed' in \[train\]; did you mean seed\?$",
     ):
         load_job_config(job)
     job.write_text("[train]\nseed = 'x'\n")
     with pytest.raises(
-        ValueError, match=rf'^{re.escape(str(job))}: train.seed = "x" should be an integer$'
+        ValueError, match=rf'^{re.escape(str(job))}:2: train.seed = "x" should be an integer$'
     ):
         load_job_config(job)
     with pytest.raises(
@@ -49,6 +49,34 @@ def test_job_file_mistakes_name_the_file_and_suggest(tmp_path: Path) -> None:
         r"number$",
     ):
         load_job_config(None, ["optim.dense_lr=fast"])
+
+
+def test_a_setting_is_named_with_its_line_and_a_later_check_finds_it(tmp_path: Path) -> None:
+    """A wrong value names the line that sets it (a dotted key, a [section] key, a table's inline
+    value); a check made later, against the dataset's tables (sharding constraints), finds the line
+    by the key its message starts with; --set names itself."""
+    job = tmp_path / "job.toml"
+    job.write_text(
+        "# a job\n[model]\narch = 'dlrm'\n\n[optim]\nsparse_lr = 0.1\ndense_lr = 'fast'\n"
+    )
+    with pytest.raises(ValueError, match=rf'^{re.escape(str(job))}:7: optim.dense_lr = "fast"'):
+        load_job_config(job)
+    job.write_text("train.seed = 1\noptim.sparse_lr = -1\n")
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(job))}:2: optim.sparse_lr = -1"):
+        load_job_config(job)
+    job.write_text(
+        "[sharding]\nqcomm = ''\n\n[sharding.constraints]\n"
+        "t_a = { sharding_types = ['row_wise'] }\nt_b = { sharding_types = ['colum_wise'] }\n"
+    )
+    config = load_job_config(job)
+    message = "sharding.constraints.t_b.sharding_types: 'colum_wise' is not one of ..."
+    assert config.located(message) == f"{job}:6: {message}"
+    unknown = "sharding.constraints names unknown table 't_a' (tables: t_c)"
+    assert config.located(unknown) == f"{job}:5: {unknown}"
+    assert config.located("data: no such dataset") == "data: no such dataset"
+    overridden = load_job_config(job, ["sharding.constraints={}"])
+    assert overridden.located(message) == f"--set 'sharding.constraints={{}}': {message}"
+    assert "key_origins" not in overridden.to_dict()
 
 
 def test_a_list_set_without_brackets_is_told_the_brackets_that_work() -> None:

@@ -47,7 +47,7 @@ def _load_job(config: Path | None, data: Path | None, overrides: list[str]):
         steps = train_steps(manifest, job.data, job.train)
         tables = job_tables(manifest, job.tables)
     except (DatasetError, ValueError) as e:
-        fail(str(e))
+        fail(job.located(str(e)))
     from shardrec.sharding.search.request import DatasetStatistics
 
     return (
@@ -214,7 +214,7 @@ def plan(
             result = plan_tables(dataclasses.replace(request, statistics=measured), search=search)
         seconds = time.perf_counter() - start
     except ValueError as e:
-        fail(str(e))
+        fail(job.located(str(e)))
     if out is not None:
         save_plan(result, out)
     shown = (
@@ -368,7 +368,7 @@ def _simulate(configs, stats, job, world_size: int, sync_every: int, json_out: b
             configs, stats, parse_constraints(job.sharding.constraints, configs, world_size)
         )
     except ValueError as e:
-        fail(str(e))
+        fail(job.located(str(e)))
     per_rank = max(1, job.train.global_batch_size // world_size)
     rows = simulate(configs, pooling, per_rank, [2**k for k in range(3, 13)], sync_every=sync_every)
     if json_out:

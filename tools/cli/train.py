@@ -284,6 +284,7 @@ def _prepare_run_dir(
     from shardrec.trainer.rundir import lifecycle
     from shardrec.trainer.rundir.continuation import check_continue, complete_stretch_message
 
+    job = None
     try:
         # Flags, settings and the dataset first: a bad value is one line before torch is imported
         # (preflight).
@@ -304,7 +305,7 @@ def _prepare_run_dir(
         if not continuing:
             state = "new" if restart else lifecycle.check_run_dir(out_dir, job, manifest, allow)
     except ValueError as e:
-        fail(str(e))
+        fail(str(e) if job is None else job.located(str(e)))  # a setting's error: its line
     if restart:
         if out_dir.is_dir() and not lifecycle.looks_like_run(out_dir):
             fail(

@@ -16,7 +16,7 @@ import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, get_origin, get_type_hints
+from typing import Any, ClassVar, get_origin, get_type_hints
 
 from shardrec.embeddings import sparse_optimizers
 from shardrec.embeddings.managed.table_kinds import TableSettings
@@ -484,6 +484,26 @@ class JobConfig:
     tables: dict[str, TableSettings] = field(default_factory=dict)
     """Per sparse feature (`[tables.FEATURE]`): its table's kind and, for a raw-id feature, its row
     budget and id map (embeddings.managed.table_kinds). A feature not named has a static table."""
+    key_origins: ClassVar[dict[tuple[str, ...], str]] = {}
+    """Where each key was set (`job.toml:12: `, `--set '...': `), by its dotted path; not a
+    setting (no part of to_dict or a fingerprint). Set by load_job_config."""
+
+    def located(self, message: str) -> str:
+        """`message`, about a setting it starts with (`sharding.constraints.t_C3.sharding_types:
+        ...`, `sharding.constraints names unknown table 't_X'`), prefixed with where that setting
+        was given, the nearest enclosing key's place; unchanged where none is known."""
+        head = re.match(r"[A-Za-z_][\w-]*(?:\.[\w-]+)*", message)
+        if head is None:
+            return message
+        path = head[0].split(".")
+        named = re.match(r"([\w.]+) names unknown table '([^']+)'", message)
+        if named:
+            path = [*named[1].split("."), named[2]]
+        for n in range(len(path), 0, -1):
+            where = self.key_origins.get(tuple(path[:n]))
+            if where:
+                return where + message
+        return message
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -619,32 +639,74 @@ def load_job_config(
     An override given as (ITEM, FLAG) stands for a flag (`--steps 5` is train.steps=5): an error
     about its value names FLAG, as the user typed it, not a --set they never typed."""
     raw: dict[str, dict[str, Any]] = {}
+    lines: dict[tuple[str, ...], int] = {}
     if path is not None:
         path = Path(path)
         try:
-            raw = tomllib.loads(path.read_text())
+            text = path.read_text()
+            raw = tomllib.loads(text)
         except OSError as e:
             raise ValueError(f"{path}: cannot read job file: {e.strerror}") from None
         except tomllib.TOMLDecodeError as e:
             raise ValueError(f"{path}: not valid TOML: {e}") from None
+        lines = key_lines(text)
+
+    def at(*keys: str) -> str:
+        """`path:LINE: ` of the nearest line that sets `keys` (or a table holding them)."""
+        for n in range(len(keys), 0, -1):
+            if keys[:n] in lines:
+                return f"{path}:{lines[keys[:n]]}: "
+        return f"{path}: "
+
     sections = {f.name: f.type for f in fields(JobConfig)}
-    section_types = {k: v for k, v in get_type_hints(JobConfig).items() if k != TABLES}
+    section_types = {
+        k: v for k, v in get_type_hints(JobConfig).items() if k in sections and k != TABLES
+    }
     for name in raw:
         if name not in sections:
             raise ValueError(f"{path}: unknown section [{name}]{_did_you_mean(name, sections)}")
         if not isinstance(raw[name], dict):
             raise ValueError(f"{path}: {name} must be a [{name}] table")
-    origin = {(s, k): f"{path}: " for s, values in raw.items() for k in values}
+    origin = {(s, k): at(s, k) for s, values in raw.items() for k in values}
+    located = {keys: f"{path}:{line}: " for keys, line in lines.items()}
     for given in overrides or []:
         item, shown = given if isinstance(given, tuple) else (given, f"--set {given!r}")
         section, key, value = _apply_override(item, raw, sections, section_types)
         origin[(section, key)] = f"{shown}: "
+        dotted = tuple(item.split("=", 1)[0].strip().split("."))
+        located = {k: v for k, v in located.items() if k[: len(dotted)] != dotted}
+        located[dotted] = f"{shown}: "
     built: dict[str, Any] = {}
     for name, cls in section_types.items():
         where = {k: v for (s, k), v in origin.items() if s == name}
         built[name] = _build_section(cls, name, dict(raw.get(name, {})), where)
     built[TABLES] = _build_tables(raw.get(TABLES, {}), origin)
-    return JobConfig(**built)
+    config = JobConfig(**built)
+    config.key_origins = located
+    return config
+
+
+_TOML_HEADER = re.compile(r"\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$")
+_TOML_KEY = re.compile(r"\s*([A-Za-z0-9_-]+(?:\s*\.\s*[A-Za-z0-9_-]+)*)\s*=")
+
+
+def key_lines(text: str) -> dict[tuple[str, ...], int]:
+    """The 1-based line that sets each key of a job file (tables' headers too), by its dotted
+    path: `[sharding.constraints]` then `t_C3 = {...}` is ("sharding", "constraints", "t_C3").
+    Bare keys only (a job file's); a line inside a multi-line array or string that looks like a
+    key is harmless (errors only read it for a line number)."""
+    out: dict[tuple[str, ...], int] = {}
+    table: tuple[str, ...] = ()
+    for number, line in enumerate(text.splitlines(), 1):
+        header = _TOML_HEADER.match(line)
+        if header:
+            table = tuple(p.strip() for p in header[1].split("."))
+            out.setdefault(table, number)
+            continue
+        key = _TOML_KEY.match(line)
+        if key:
+            out.setdefault((*table, *(p.strip() for p in key[1].split("."))), number)
+    return out
 
 
 def _build_tables(

@@ -9,6 +9,7 @@ they make a valid part.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -51,9 +52,10 @@ def check_labels(part: Part, chunk: int = 1 << 24) -> list[str]:
     return []
 
 
-def one_label(parts: list[Part], chunk: int = 1 << 24) -> int | None:
+def one_label(parts: Iterable[Part], chunk: int = 1 << 24) -> int | None:
     """The label every row of `parts` has, or None where both 0 and 1 occur (or there are no
-    rows). Reads until it has seen both: a split of both classes costs its first labels."""
+    rows). Reads until it has seen both: a split of both classes costs its first labels (and,
+    given a generator, opens only the parts it reads)."""
     seen = set()
     for part in parts:
         for a in range(0, part.rows, chunk):

@@ -249,10 +249,11 @@ def _warn_one_class(out: Path, manifest) -> None:
     measured, and a train split of one class teaches nothing; most often a label column or rule
     that does not say what the user meant."""
     from shardrec.dataloader.format.integrity import one_label
-    from shardrec.dataloader.format.part_file import open_split
+    from shardrec.dataloader.format.part_file import manifest_layout, open_part
 
-    for split in manifest.splits:
-        label = one_label(open_split(out, split, manifest))
+    layout = manifest_layout(manifest, out)
+    for split, info in manifest.splits.items():
+        label = one_label(open_part(out, split, p, manifest, layout) for p in info.parts)
         if label is not None:
             spec = manifest.options.get("spec")
             rule = " (check the spec's label column and its threshold or mapping)" if spec else ""

@@ -382,10 +382,10 @@ def test_raw_parquet_rows_get_the_inputs_their_preprocessed_rows_have(logs: Path
     labels = np.concatenate([b[1] for b in batches])[:train]
     assert np.array_equal(labels, _columns(tmp_path / "d")["train"][0])
 
-    # Rows without labels (--no-label): the label column gone from the file, or read past, and a
-    # column the model does not read left out; the same inputs, no labels.
+    # Rows without labels (--no-label): the label column gone from the file, or read past, a
+    # column the model does not read left out, one it skipped gone; the same inputs, no labels.
     table = pq.read_table(logs / "log.parquet")
-    unlabeled = table.drop_columns(["click"]).append_column("extra", pa.array(["x"] * ROWS))
+    unlabeled = table.drop_columns(["click", "note"]).append_column("extra", pa.array(["x"] * ROWS))
     pq.write_table(unlabeled, tmp_path / "new.parquet", row_group_size=1000)
     for source in (tmp_path / "new.parquet", logs / "log.parquet"):
         scored = list(RawRows(header).read(source, labeled=False))

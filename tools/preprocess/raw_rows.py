@@ -133,6 +133,11 @@ class RawRows:
                     LabelColumn(NO_LABEL) if c is spec.label else c for c in spec.columns
                 ),
             )
+        # Columns the model skipped need not be there.
+        kept = tuple(
+            c for c in spec.columns if not isinstance(c, IgnoredColumn) or c.name in schema.names
+        )
+        spec = dataclasses.replace(spec, columns=kept)
         wanted = {c.name for c in spec.columns}
         other = [n for n in schema.names if n not in wanted and n != label]
         if other:

@@ -166,12 +166,13 @@ def test_predict_on_raw_rows_equals_eval_and_the_preprocessed_split(flow: dict[s
     assert raw["rows"] == split["rows"] == test_rows
     np.testing.assert_allclose(np.load(root / "raw.npy"), np.load(root / "s.npy"), rtol=1e-6)
     # New rows come without the label: --no-label scores them (the file's rating column dropped,
-    # or kept and read past) with the very probabilities of the labeled rows, and no AUC.
+    # and the timestamp the spec skips, or both kept and read past) with the very probabilities
+    # of the labeled rows, and no AUC.
     with (root / "test.csv").open(newline="") as f:
         table = list(csv.reader(f))
-    drop = table[0].index("rating")
+    drop = {table[0].index("rating"), table[0].index("timestamp")}
     with (root / "unlabeled.csv").open("w", newline="") as f:
-        csv.writer(f).writerows([r[:drop] + r[drop + 1 :] for r in table])
+        csv.writer(f).writerows([[v for i, v in enumerate(r) if i not in drop] for r in table])
     with contextlib.chdir(root):
         assert_one_line_error(
             cli("predict", "ml.safetensors", "unlabeled.csv", ok=False),

@@ -95,6 +95,8 @@ class RawRows:
                     f"{path}: the header has no label column {spec.label.name!r}; rows without "
                     "labels? score them with --no-label"
                 )
+            if len(header) > 1:  # a header of one field is another format: resolve_program says
+                spec = _without_absent_skipped(spec, header)
             spec = _ignoring_other_columns(spec, header, path)
         parser, dense_transform = choose_parser(
             spec, "the model's spec", self.schema, self.dense_transform, [path], editable=False
@@ -133,11 +135,7 @@ class RawRows:
                     LabelColumn(NO_LABEL) if c is spec.label else c for c in spec.columns
                 ),
             )
-        # Columns the model skipped need not be there.
-        kept = tuple(
-            c for c in spec.columns if not isinstance(c, IgnoredColumn) or c.name in schema.names
-        )
-        spec = dataclasses.replace(spec, columns=kept)
+        spec = _without_absent_skipped(spec, schema.names)
         wanted = {c.name for c in spec.columns}
         other = [n for n in schema.names if n not in wanted and n != label]
         if other:
@@ -276,6 +274,17 @@ def _row_groups(path: Path) -> int:
     import pyarrow.parquet as pq
 
     return pq.ParquetFile(path).metadata.num_row_groups
+
+
+def _without_absent_skipped(spec: FeatureSpec, names: list[str]) -> FeatureSpec:
+    """`spec` without the columns it skips (role = "ignore", found by name) that a file to score
+    does not have: the model never read them."""
+    kept = tuple(
+        c
+        for c in spec.columns
+        if not isinstance(c, IgnoredColumn) or c.position is not None or c.name in names
+    )
+    return dataclasses.replace(spec, columns=kept)
 
 
 def _ignoring_other_columns(spec: FeatureSpec, header: list[str], path: Path) -> FeatureSpec:

@@ -581,3 +581,37 @@ def test_export_of_a_run_whose_dataset_moved_takes_its_new_place(trained: Path) 
             assert moved.get_tensor(key).equal(before.get_tensor(key)), key
         header, old = (json.loads(f.metadata()["shardrec"]) for f in (moved, before))
     assert header["model"] == old["model"] and header["tables"] == old["tables"]
+
+
+@pytest.mark.slow
+def test_a_model_of_materialised_multi_hot_ids_scores_raw_rows_as_its_split(trained: Path) -> None:
+    """Trained on a `data multihot` copy: raw rows are hashed as its one-hot source was and
+    expanded by the same index tables (the split's probabilities), and the one-hot source itself
+    is refused, not scored as if its ids were the model's."""
+    sizes = "3,2,1,2,6,1,1,1,1,7,3,8,1,6,9,5,1,1,1,12,100,27,10,3,1,1"
+    ok(in_process("data", "multihot", "data", "--out", "mh", "--sizes", sizes, "--cache",
+                  "cache", cwd=trained))  # fmt: skip
+    ok(
+        shardrec(
+            "train", "--config", str(REPO / "configs" / "dlrmv2.toml"), "--data", "mh",
+            "--out-dir", "mat", "--nproc-per-node", "2", "--steps", "3",
+            "--set", 'train.device="cpu"', "--set", "train.global_batch_size=128",
+            "--set", "data.multihot_sizes=[]", "--set", "data.multihot_rows=[]",
+            "--set", "model.embedding_dim=8", "--set", "model.dense_arch=[16, 8]",
+            "--set", "model.over_arch=[32, 16, 1]", "--set", "model.dcn_low_rank=8",
+            "--set", "train.mlperf_log=false", cwd=trained,
+        )
+    )  # fmt: skip
+    ok(in_process("export", "mat", "--out", "mat.safetensors", cwd=trained))
+    ok(in_process("predict", "mat.safetensors", "mh", "--out", "mh.npy", cwd=trained))
+    lines = (trained / "raw" / "day_1").read_bytes().splitlines(keepends=True)
+    (trained / "mat_rows.tsv").write_bytes(b"".join(lines[-1000:]))
+    ok(in_process("predict", "mat.safetensors", "mat_rows.tsv", "--out", "mr.txt", cwd=trained))
+    np.testing.assert_allclose(
+        np.loadtxt(trained / "mr.txt"), np.load(trained / "mh.npy"), rtol=0, atol=1e-6
+    )
+    assert_one_line_error(
+        in_process("predict", "mat.safetensors", "data", cwd=trained),
+        r"^error: data: one-hot ids, the model was trained on multi-hot ids \(sizes \[3, 2, 1\]\.\.\., "
+        r"seed 0\); score data made as its training data was, or raw rows$",
+    )

@@ -71,8 +71,19 @@ class RawRows:
                 )
             self.vocabs = load_vocabularies(Path(t["vocab_dir"]), self.names)
         self.tables = None
-        if t.get("multihot"):
-            m = t["multihot"]
+        materialised = t.get("materialised_multihot")
+        if materialised:
+            # Trained on a `data multihot` copy: raw rows are hashed as its one-hot source's were,
+            # then expanded by the same index tables.
+            if not materialised.get("one_hot_cardinalities"):
+                raise ValueError(
+                    f"the model was trained on multi-hot ids made from {materialised['source']}, "
+                    "which was gone at export: raw rows cannot be hashed as its were; score a "
+                    "multi-hot split instead"
+                )
+            self.cardinalities = tuple(materialised["one_hot_cardinalities"])
+        m = t.get("multihot") or materialised
+        if m:
             spec = MultiHotSpec(
                 tuple(m["sizes"]), tuple(m.get("rows") or self.cardinalities), m["dist"], m["seed"]
             )

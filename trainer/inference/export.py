@@ -105,9 +105,11 @@ def feature_transform(manifest: Manifest, dataset: Path, data: Any) -> dict[str,
     """How raw rows become this model's inputs: the dataset's preprocessing options, the
     per-feature id ranges, the vocabulary folder (vocabulary mode) and the multi-hot option."""
     options = manifest.options
-    vocab = Path(dataset) / ".work" / "vocab"
+    materialised = options.get("multihot")  # a `data multihot` dataset: its spec and source
+    one_hot = Path(materialised["source"]) if materialised else Path(dataset)
+    vocab = one_hot / ".work" / "vocab"
     option = data_options.multihot_option(data)
-    return {
+    transform = {
         **{k: options.get(k) for k in TRANSFORM_KEYS if k in options},
         "cardinalities": [f.cardinality for f in manifest.sparse_features],
         "vocab_dir": str(vocab.resolve())
@@ -117,6 +119,25 @@ def feature_transform(manifest: Manifest, dataset: Path, data: Any) -> dict[str,
         if option is None
         else {**dataclasses.asdict(option), "cache_dir": str(option.cache_dir or "")},
         "dataset": str(Path(dataset).resolve()),
+    }
+    if materialised:
+        transform["materialised_multihot"] = _materialised(materialised)
+    return transform
+
+
+def _materialised(spec: dict[str, Any]) -> dict[str, Any]:
+    """A materialised multi-hot dataset's expansion, as predict repeats it on raw rows: the spec
+    (sizes, rows, dist, seed) and the one-hot table sizes its source's ids were hashed into (None
+    when the source dataset is gone: raw rows then cannot be scored)."""
+    source = Path(spec["source"])
+    try:
+        cardinalities = [f.cardinality for f in Manifest.load(source).sparse_features]
+    except (OSError, ValueError):  # gone or unreadable: predict says so for raw rows only
+        cardinalities = None
+    return {
+        **{k: spec[k] for k in ("sizes", "rows", "dist", "seed")},
+        "source": str(source.resolve()),
+        "one_hot_cardinalities": cardinalities,
     }
 
 

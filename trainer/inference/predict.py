@@ -189,6 +189,25 @@ def check_preprocessing(header: dict[str, Any], manifest: Manifest, dataset: Pat
             f"{dataset}: dense features {', '.join(here[:3])}, ... ({len(here)}), "
             f"the model reads {', '.join(trained[:3])}, ... ({len(trained)})"
         )
+    trained_on = header["transform"].get("materialised_multihot")
+    spec = manifest.options.get("multihot")
+    here_on = {k: spec[k] for k in ("sizes", "rows", "dist", "seed")} if spec else None
+    if (trained_on and {k: trained_on[k] for k in here_on or trained_on}) != here_on:
+        raise ValueError(
+            f"{dataset}: "
+            + (
+                f"multi-hot ids (sizes {here_on['sizes'][:3]}..., seed {here_on['seed']})"
+                if here_on
+                else "one-hot ids"
+            )
+            + ", the model was trained on "
+            + (
+                f"multi-hot ids (sizes {trained_on['sizes'][:3]}..., seed {trained_on['seed']})"
+                if trained_on
+                else "one-hot ids"
+            )
+            + "; score data made as its training data was, or raw rows"
+        )
     differs = lifecycle.preprocessing_differences(
         header_preprocessing(header), lifecycle.preprocessing(manifest)
     )

@@ -20,6 +20,7 @@ and epoch_num. Only rank 0 writes; other ranks hold a logger that writes nothing
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -68,9 +69,16 @@ class MlperfLog:
         self.block_open = start
 
     def open(self, path: Path) -> None:
-        """Write the held events to `path` (replacing an earlier invocation's), then stream."""
+        """Write the held events to `path`, then stream. An earlier invocation's log there (a
+        resumed run's first part) is kept beside it as `mllog.N.jsonl`, N = 1, 2, ... in order:
+        each invocation's log is one the compliance checker reads whole."""
         if self._held is None:
             return
+        if path.is_file() and path.stat().st_size:
+            k = 1
+            while path.with_name(f"{path.stem}.{k}{path.suffix}").exists():
+                k += 1
+            os.replace(path, path.with_name(f"{path.stem}.{k}{path.suffix}"))
         self._file = path.open("w", encoding="utf-8")
         self._file.writelines(self._held)
         self._file.flush()

@@ -8,6 +8,7 @@ strands every run written before):
                          stretch trained on, its steps, its progressive validation
     RUN/metrics.jsonl    one JSON record per line; RUN/tensorboard/ the same as TensorBoard events
     RUN/mllog.jsonl      MLPerf's `:::MLLOG {json}` events of the last invocation (train.mlperf_log)
+    RUN/mllog.N.jsonl    the earlier invocations' (N = 1, 2, ... in order; a resumed run's parts)
     RUN/summary.json     the final results: the run is complete when they are of the newest checkpoint
     RUN/.lock            the one-job-at-a-time flock (lock.py)
     RUN/checkpoints/step-NNNNNNNN/   a complete checkpoint (checkpoint.py): train_state.pt,

@@ -181,7 +181,8 @@ def test_the_materialised_dataset_loads_into_batches(one_hot: Path, tmp_path: Pa
 def test_bad_input_is_one_clear_line(one_hot: Path, tmp_path: Path):
     assert_one_line_error(
         _multihot(one_hot, tmp_path / "o", "--sizes", "3,1,2"),
-        r"3 multi-hot sizes for 4 sparse features \(f0, f1, f2, f3\)",
+        r"^error: --sizes 3,1,2: 3 values for 4 sparse features \(f0, f1, f2, f3\): give one per "
+        r"feature, in this order$",
     )
     assert_one_line_error(
         _multihot(one_hot, tmp_path / "o", "--sizes", "3,x,2,1"),
@@ -189,7 +190,7 @@ def test_bad_input_is_one_clear_line(one_hot: Path, tmp_path: Path):
     )
     assert_one_line_error(
         _multihot(one_hot, tmp_path / "o", "--sizes", "3,0,2,1"),
-        r"multi-hot size 0 of feature 1 must be at least 1",
+        r"^error: --sizes 3,0,2,1: 0 for f1 must be at least 1$",
     )
     assert_one_line_error(
         _multihot(one_hot, tmp_path / "o", "--sizes", "3,1,2,1", "--dist", "zipf"),
@@ -197,7 +198,11 @@ def test_bad_input_is_one_clear_line(one_hot: Path, tmp_path: Path):
     )
     assert_one_line_error(
         _multihot(one_hot, tmp_path / "o", "--sizes", "3,1,2,1", "--rows", "4,5"),
-        r"2 table rows for 4 sparse features",
+        r"^error: --rows 4,5: 2 values for 4 sparse features",
+    )
+    assert_one_line_error(
+        _multihot(one_hot, tmp_path / "o", "--sizes", "3,1,2,1", "--rows", "4,5,0,6"),
+        r"^error: --rows 4,5,0,6: 0 for f2 must be in \[1, 2\^31\)$",
     )
     assert_one_line_error(
         _multihot(tmp_path / "nope", tmp_path / "o", "--sizes", "1"), r"nope: does not exist"

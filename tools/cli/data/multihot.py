@@ -39,6 +39,23 @@ class _Run:
     """Thread-seconds the workers were ready to run but waited for a CPU (others' load)."""
 
 
+def _check_per_feature(
+    flag: str, given: str, values: list[int], names: list[str], low: int, high: int | None
+) -> None:
+    """One value per sparse feature, each in [low, high): else one line naming the flag as typed,
+    and the feature by name."""
+    if len(values) != len(names):
+        shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+        fail(
+            f"{flag} {given}: {len(values)} values for {len(names)} sparse features ({shown}): "
+            "give one per feature, in this order"
+        )
+    for name, v in zip(names, values):
+        if v < low or (high is not None and v >= high):
+            bound = f"at least {low}" if high is None else f"in [{low}, 2^31)"
+            fail(f"{flag} {given}: {v} for {name} must be {bound}")
+
+
 def _int_list(value: str, option: str) -> list[int]:
     try:
         return [int(v) for v in value.split(",")]
@@ -110,9 +127,13 @@ def multihot(
     size_list = _int_list(sizes, "--sizes")
     row_list = _int_list(rows, "--rows") if rows is not None else None
     try:
-        total = sum(s.rows for s in Manifest.load(src).splits.values())
+        manifest = Manifest.load(src)
     except DatasetError as e:
         fail(str(e))
+    total = sum(s.rows for s in manifest.splits.values())
+    _check_per_feature("--sizes", sizes, size_list, manifest.feature_names, 1, None)
+    if row_list is not None:
+        _check_per_feature("--rows", rows, row_list, manifest.feature_names, 1, 2**31)
     kwargs = dict(
         rows=row_list,
         dist=dist,

@@ -4,8 +4,8 @@
 #
 # Exit: 0 every check that could run passed (one GPU: "not run: needs 2 GPUs" rows); 1 a check
 # failed; 3 no CUDA device was found (one line, nothing run or installed); 4 the carried wheels
-# could not be joined, verified or installed; 5 the stack is not the pinned one and
-# SHARDREC_ALLOW_STACK does not name it (one line).
+# could not be joined, verified or installed; 5 torch cannot be imported (and no wheels are
+# carried), or the stack is not the pinned one and SHARDREC_ALLOW_STACK does not name it (one line).
 #
 # Python: $PYTHON, else .venv/bin/python, else python3. On a machine without the pinned stack,
 # GPU_CHECK_WHEELS names a folder of carried wheels (whole, or in pieces NAME.whl.part-NN with a
@@ -16,9 +16,19 @@ cd "$(dirname "$0")/.."
 
 if [ -n "${PYTHON:-}" ]; then PY=$PYTHON; elif [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=python3; fi
 
-if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() and torch.cuda.device_count() else 1)' 2>/dev/null; then
-    echo "gpu check: no CUDA device was found (torch.cuda.is_available() is False for $PY); nothing was run"
-    exit 3
+cuda_or_exit() {
+    if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() and torch.cuda.device_count() else 1)' 2>/dev/null; then
+        echo "gpu check: no CUDA device was found (torch.cuda.is_available() is False for $PY); nothing was run"
+        exit 3
+    fi
+}
+
+# Without torch there is no telling whether a device is there: said as such, not as "no CUDA".
+if "$PY" -c 'import torch' 2>/dev/null; then
+    cuda_or_exit
+elif [ -z "${GPU_CHECK_WHEELS:-}" ]; then
+    echo "gpu check: $PY cannot import torch: run make setup first (or name carried wheels in GPU_CHECK_WHEELS); nothing was run"
+    exit 5
 fi
 
 if [ -n "${GPU_CHECK_WHEELS:-}" ]; then
@@ -39,6 +49,7 @@ if [ -n "${GPU_CHECK_WHEELS:-}" ]; then
     "$PY" -m pip install -q --no-deps --no-build-isolation --upgrade --target "$site" . \
         || { echo "gpu check: installing shardrec into $site failed"; exit 4; }
     export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+    cuda_or_exit
 fi
 
 # The pinned stack only, unless the caller names one other triple in SHARDREC_ALLOW_STACK (the

@@ -36,6 +36,25 @@ def test_script_without_cuda_prints_one_line_and_exits_3() -> None:
     assert result.stderr == ""
 
 
+def test_script_without_torch_says_so_and_exits_5(tmp_path: Path) -> None:
+    """A Python that cannot import torch (no `make setup` yet) is told as such, not 'no CUDA'."""
+    bare = tmp_path / "python"
+    bare.write_text(f'#!/bin/sh\nexec {sys.executable} -S -I "$@"\n')  # no site-packages
+    bare.chmod(0o755)
+    result = subprocess.run(
+        [str(ROOT / "scripts" / "gpu_check.sh")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHON": str(bare)},
+    )
+    assert result.returncode == 5, result.stdout + result.stderr
+    assert result.stdout == (
+        f"gpu check: {bare} cannot import torch: run make setup first (or name carried wheels in "
+        "GPU_CHECK_WHEELS); nothing was run\n"
+    )
+
+
 @no_cuda
 def test_module_without_cuda_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
     assert gpu_check.main() == 3

@@ -173,6 +173,22 @@ def test_eval_on_cuda_where_torch_has_none_says_so_in_one_line(
     result = CliRunner().invoke(app, ["eval", str(run), "--data", str(data), "--device", "cuda"])
     assert_one_line_error(
         result,
-        r"^error: --device cuda: torch \S+ sees no CUDA device here, or evaluate on the CPU with "
+        r"^error: --device cuda: torch \S+ sees no CUDA device here; evaluate on the CPU with "
         r"--device cpu$",
+    )
+
+
+def test_train_on_cuda_where_there_is_none_says_how_to_train_on_the_cpu(
+    tiny_dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("PATH", "/nonexistent")  # no nvidia-smi: no GPU at all
+    result = CliRunner().invoke(
+        app, ["train", "--data", str(tiny_dataset), *JOB, "--set", 'train.device="cuda"']
+    )
+    assert_one_line_error(
+        result,
+        r"^error: --set 'train.device=\"cuda\"': train.device = 'cuda' but CUDA is not available "
+        r"here; train on the CPU with "
+        r'train.device = "cpu" \(or "auto"\)$',
     )

@@ -224,7 +224,8 @@ def eval_device_kind(device: str) -> str:
 
         if not torch.cuda.is_available():
             reason = cuda_unusable_reason(EVAL_ON_CPU) or (
-                f"torch {torch.__version__} sees no CUDA device here, {EVAL_ON_CPU}"
+                f"torch {torch.__version__} sees no CUDA device here; evaluate on the CPU "
+                "with --device cpu"
             )
             raise ValueError(f"--device cuda: {reason}")
     return kind

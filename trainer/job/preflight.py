@@ -37,7 +37,11 @@ def preflight(job: JobConfig, world_size: int) -> None:
         reason = cuda_unusable_reason()
         raise ValueError(
             "train.device = 'cuda' but CUDA is not available here"
-            + (f": {reason}" if reason else "")
+            + (
+                f": {reason}"
+                if reason
+                else '; train on the CPU with train.device = "cpu" (or "auto")'
+            )
         )
     check_ranks_fit(kind, world_size)
     check_device(job.optim.sparse, kind)

@@ -175,9 +175,10 @@ def test_a_second_signal_or_the_grace_period_ends_the_job_at_once(
     assert time.monotonic() - start < 20
     assert result.code == -signal.SIGKILL and result.signal == "SIGTERM"
     assert result.forced == (
-        "a second signal (SIGINT)"
+        "stopped at once by a second signal (SIGINT)"
         if second_signal
-        else "no checkpoint within 2 s (checkpoint.stop_grace_s)"
+        else "stopped at once: no checkpoint within 2 s (checkpoint.stop_grace_s; raise it where a "
+        "step and a checkpoint take longer)"
     )
     assert (tmp_path / "stop").exists() and lines == [
         f"SIGTERM: the ranks stop within 10 steps and write a checkpoint (within {30 if second_signal else 2} s, "

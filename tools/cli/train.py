@@ -197,9 +197,7 @@ def _end_of_job(result: LaunchResult, out_dir: Path, data: str) -> None:
 
     if result.forced:
         kept = _kept_checkpoint(out_dir) or "no checkpoint was written"
-        err_console.print(
-            f"stopped at once by {result.forced}; {kept}", highlight=False, soft_wrap=True
-        )
+        err_console.print(f"{result.forced}; {kept}", highlight=False, soft_wrap=True)
         raise typer.Exit(128 + signal.Signals[result.signal or "SIGTERM"].value)
     if result.code != 0:
         fail(_failure_message(result, out_dir, data))

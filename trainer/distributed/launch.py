@@ -254,8 +254,8 @@ class LaunchResult:
     signal: str | None = None
     """The first SIGTERM/SIGINT this launcher got while the job ran (None: none)."""
     forced: str = ""
-    """Why this launcher ended the job itself, without waiting for its checkpoint ("": it did
-    not)."""
+    """How and why this launcher ended the job itself, without waiting for its checkpoint, as the
+    CLI's last line starts ("": it did not)."""
     reasons: dict[int, str] = field(default_factory=dict)
     """rank -> the one line that rank left when it failed
     (trainer.distributed.rank_process.report_failure)."""
@@ -390,9 +390,12 @@ def _supervise(
                     f"(within {grace_s:g} s, checkpoint.stop_grace_s); a second signal stops at once"
                 )
             if len(received) > 1:
-                forced = f"a second signal ({signal.Signals(received[1]).name})"
+                forced = f"stopped at once by a second signal ({signal.Signals(received[1]).name})"
             elif first is not None and time.monotonic() > deadline:
-                forced = f"no checkpoint within {grace_s:g} s (checkpoint.stop_grace_s)"
+                forced = (
+                    f"stopped at once: no checkpoint within {grace_s:g} s (checkpoint.stop_grace_s; "
+                    "raise it where a step and a checkpoint take longer)"
+                )
             if forced and proc.poll() is None:
                 proc.kill()  # the agent; the ranks die with it (lifeline)
     finally:

@@ -266,3 +266,22 @@ def test_files_reach_the_disk_before_the_manifest_while_the_workers_go_on(
     threads = {thread for name, thread in synced.items() if name.endswith(".arrow")}
     assert threads and not any(t.startswith("shardrec-multihot_") for t in threads), threads
     assert verify(tmp_path / "mh") == []
+
+
+def test_ctrl_c_ends_in_one_line_and_leaves_no_output(
+    one_hot: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Ctrl-C mid-conversion: exit 130 and the `interrupted:` line, not the run's summary."""
+    import shardrec.tools.cli.data.multihot as command
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(command, "materialize_multihot", interrupt)
+    result = _multihot(one_hot, tmp_path / "mh", "--sizes", "3,1,2,6")
+    assert result.exit_code == 130
+    assert result.output.splitlines()[-1:] == [  # after the progress bar as it stood
+        f"interrupted: {tmp_path / 'mh'}: nothing written (parts are converted in a temporary "
+        "folder, now removed); the index tables drawn are kept; rerun the same command"
+    ]
+    assert "wrote" not in result.output and not (tmp_path / "mh").exists()

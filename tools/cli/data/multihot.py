@@ -15,7 +15,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from shardrec.dataloader.format.manifest import PART_SUFFIX, DatasetError, Manifest
 from shardrec.dataloader.multihot.multihot_tables import DISTRIBUTIONS, default_cache_dir
-from shardrec.tools.cli.common import fail, print_json
+from shardrec.tools.cli.common import fail, interrupted, print_json
 from shardrec.tools.console import console
 from shardrec.tools.preprocess.derived.multihot_dataset import (
     check_out,
@@ -224,6 +224,11 @@ def _timed(
             )
     except (ValueError, DatasetError) as e:
         fail(str(e))
+    except KeyboardInterrupt:
+        interrupted(
+            f"{out}: nothing written (parts are converted in a temporary folder, now removed); the "
+            "index tables drawn are kept; rerun the same command"
+        )
     return _Run(
         manifest, time.perf_counter() - start, time.process_time() - cpu, sum(waits.values())
     )

@@ -70,6 +70,7 @@ def synth(
         from shardrec.tools.synth.yambda import write_yambda_like
 
         paths = write_yambda_like(out, rows, seed, csv=csv)
+        asked, rows = rows, _rows_written(paths[0])
     elif like == "criteo":
         paths = write_dataset(out, rows, seed, days=days, csv=csv, gz=gz, max_vocab=max_vocab)
     else:
@@ -79,8 +80,23 @@ def synth(
     result = {"files": [str(p) for p in paths], "rows": rows, "seconds": round(seconds, 3)}
     if json_out:
         print_json(result)
+    elif like == "yambda":
+        console.print(
+            f"wrote {rows:,} events to {len(paths)} file(s) in {out} ({seconds:.1f} s; of "
+            f"{asked:,} asked, the listens users would make after the log's last day are cut)"
+        )
     else:
         console.print(f"wrote {rows:,} rows to {len(paths)} file(s) in {out} ({seconds:.1f} s)")
+
+
+def _rows_written(path: Path) -> int:
+    """Rows of a written Parquet or CSV (with a header) file."""
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return pq.ParquetFile(path).metadata.num_rows
+    with path.open("rb") as f:
+        return sum(1 for _ in f) - 1
 
 
 def _synth_drift(

@@ -87,8 +87,11 @@ class EventBatcher:
         parts: list[event_files.EventPart],
         artist: np.ndarray,
         album: np.ndarray,
+        where: str = "the event-log dataset",
     ) -> None:
         self.feature_names, self.parts = list(feature_names), parts
+        self.where = where
+        """The dataset, as a refusal names it."""
         self.artist, self.album = artist, album
         h = spec.history
         self.last_n = h.length if h.strategy == "last_n" else 0
@@ -100,7 +103,28 @@ class EventBatcher:
 
     @classmethod
     def of(cls, source: EventSource) -> EventBatcher:
-        return cls(source.spec, source.feature_names, source.parts, source.artist, source.album)
+        return cls(
+            source.spec,
+            source.feature_names,
+            source.parts,
+            source.artist,
+            source.album,
+            f"{source.directory} ({source.split})",
+        )
+
+    def _check_anchors(self, part_ids: np.ndarray, users: np.ndarray, places: np.ndarray) -> None:
+        """DatasetError (one line) for an anchor outside its part's users or its user's events:
+        a timeline or part file that disagrees with its manifest, read before it indexes anything."""
+        for k in range(len(part_ids)):
+            p, u, e = int(part_ids[k]), int(users[k]), int(places[k])
+            if 0 <= p < len(self.parts):
+                offsets = self.parts[p].offsets
+                if 0 <= u < len(offsets) - 1 and 0 <= e < int(offsets[u + 1] - offsets[u]):
+                    continue
+            raise DatasetError(
+                f"{self.where}: a timeline anchor (part {p}, user {u}, event {e}) lies outside the "
+                "users' events: a file disagrees with its manifest; `shardrec data verify` names it"
+            )
 
     def make(
         self, anchors: tuple[np.ndarray, np.ndarray, np.ndarray], real: int | None = None
@@ -109,6 +133,19 @@ class EventBatcher:
         (label -1)."""
         part_ids, users, places = (np.asarray(a).astype(np.int64) for a in anchors)
         n = len(part_ids)
+        bad = part_ids.size and (part_ids.min() < 0 or part_ids.max() >= len(self.parts))
+        for p in np.unique(part_ids) if not bad else ():
+            mine = part_ids == p
+            offsets = self.parts[int(p)].offsets
+            u, e = users[mine], places[mine]
+            if u.min() < 0 or u.max() >= len(offsets) - 1:
+                bad = True
+                break
+            bad = bool((e < 0).any() or (e >= offsets[u + 1] - offsets[u]).any())
+            if bad:
+                break
+        if bad:
+            self._check_anchors(part_ids, users, places)
         anchor = np.empty(n, np.int64)
         uid = np.empty(n, np.int64)
         pos = np.zeros((n, self.width), np.int64)

@@ -207,3 +207,25 @@ def test_the_held_out_last_window_is_the_val_split_and_pads_its_tail(events):
     assert (labels >= 0).sum() == val.num_samples and (labels < 0).sum() == len(
         labels
     ) - val.num_samples
+
+
+def test_an_anchor_outside_its_users_events_is_one_line_not_an_index_error(events):
+    """A timeline that disagrees with its parts (a changed byte) is refused naming the dataset
+    and the anchor, before anything is indexed by it."""
+    from shardrec.dataloader.events.event_batches import EventBatcher, EventSource
+    from shardrec.dataloader.format.manifest import DatasetError
+
+    source = EventSource(events, "train")
+    batcher = EventBatcher.of(source)
+    good = tuple(np.asarray(c[:4]) for c in source.timeline)
+    assert batcher.make(good).labels.shape == (4,)
+    users = len(source.parts[0].offsets) - 1
+    for part, user, event in ((0, users + 7, 0), (0, 0, 10**9), (len(source.parts), 0, 0)):
+        bad = tuple(np.array([*g[:3], v]) for g, v in zip(good, (part, user, event)))
+        with pytest.raises(DatasetError) as e:
+            batcher.make(bad)
+        assert str(e.value) == (
+            f"{events} (train): a timeline anchor (part {part}, user {user}, event {event}) lies "
+            "outside the users' events: a file disagrees with its manifest; `shardrec data "
+            "verify` names it"
+        )

@@ -80,7 +80,8 @@ class DataConfig:
     """Splits evaluated at intervals and at the end (each must exist in the dataset; empty ones are
     skipped)."""
     shuffle: bool = True
-    """Shuffle the training stream (seeded; block-level plus a bounded buffer)."""
+    """Shuffle the training stream (seeded): a click log's blocks of rows and a bounded window of
+    them; an event log's samples within each time window (their windows stay in time order)."""
     num_workers: int = 1
     """Loader prefetch threads per rank (0: batches are made in the training loop; 1 overlaps them
     with communication waits)."""
@@ -355,8 +356,9 @@ class TrainConfig:
     """Stop once the first evaluation split's AUC reaches this (MLPerf DLRMv2: 0.80275 on val; 0:
     run every step)."""
     mlperf_log: bool = False
-    """Write MLPerf's events (`:::MLLOG {json}` lines, the dlrm_dcnv2 keys) to RUN/mllog.jsonl, and
-    warn before the start about every setting that breaks MLPerf DLRMv2's rules."""
+    """Write MLPerf's events (`:::MLLOG {json}` lines) to RUN/mllog.jsonl, and warn before the start
+    about every setting that breaks the benchmark's rules: DLRMv2's (dlrm_dcnv2) for DLRM,
+    DLRMv4's for HSTU (model.arch = "hstu")."""
     mlperf_submission: dict[str, str] = field(default_factory=dict)
     """The submission_* values of the MLPerf log: org (default "shardrec"), platform (default
     "<ranks>x<device>"), division (closed or open; default closed) and status (onprem, cloud or

@@ -18,7 +18,7 @@ def import_npy(
     src: Annotated[
         Path, typer.Argument(help="Directory of torchrec's day_N_{dense,sparse,labels}.npy files.")
     ],
-    out: Annotated[Path, typer.Option(help="Output dataset directory.")],
+    out: Annotated[Path, typer.Option(help="Output dataset directory: new, or an empty one.")],
     max_ids: Annotated[
         str | None,
         typer.Option(
@@ -42,6 +42,8 @@ def import_npy(
         manifest = npy_import_export.import_npy(src, out, hashes, val_half)
     except (ValueError, DatasetError) as e:
         fail(str(e))
+    except OSError as e:  # e.g. no space or no permission beside --out
+        fail(f"{e.filename or out}: {e.strerror or e}")
     rows = {s: info.rows for s, info in manifest.splits.items()}
     if json_out:
         print_json({"rows": rows})

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import shutil
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -71,10 +73,41 @@ def _check_finite(path: Path, start: int, values: np.ndarray) -> None:
         )
 
 
+def check_out(out: Path) -> None:
+    """Refuse an output that is not new (or an empty directory): an import never replaces a
+    dataset (or anything else) already there."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ValueError(f"{out}: exists and is not an empty directory; choose a new --out")
+
+
 def import_npy(src: Path, out: Path, hashes: list[int] | None, val_half: str = "first") -> Manifest:
     """torchrec day files -> a shardrec dataset. hashes: per-feature table rows (None: max id +
-    1)."""
+    1).
+
+    The dataset is written into a temporary folder beside `out` and renamed to `out` only when
+    whole: a refused or interrupted import leaves `out` as it was (new or empty)."""
     days = find_days(src)
+    check_out(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.import-npy-{os.getpid()}.tmp"
+    try:
+        manifest = _write_dataset(src, tmp, days, hashes, val_half)
+        # rename(2) replaces an empty directory; one that filled up meanwhile is refused.
+        try:
+            os.replace(tmp, out)
+        except OSError as e:
+            raise ValueError(
+                f"{out}: cannot put the imported dataset there ({e.strerror or e}); "
+                "choose a new --out"
+            ) from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return manifest
+
+
+def _write_dataset(
+    src: Path, out: Path, days: list[int], hashes: list[int] | None, val_half: str
+) -> Manifest:
     first = npy.open_day(src, days[0])
     num_sparse, num_dense = first.sparse.shape[1], first.dense.shape[1]
     if hashes is None:

@@ -1,0 +1,65 @@
+"""`shardrec data import-npy` on arrays it must not import, and into an --out it must not
+overwrite: one line naming the file, row, column and value (or the flag as typed), exit 1, and
+nothing under --out that looks like a dataset."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import assert_one_line_error, cli
+
+from shardrec.dataloader.format.manifest import Manifest
+
+ROWS = (120, 90)
+
+
+@pytest.fixture
+def src(tmp_path: Path) -> Path:
+    """Two small days in torchrec's layout: int32 ids below 50, labels 0 or 1."""
+    src = tmp_path / "npy"
+    src.mkdir()
+    rng = np.random.default_rng(0)
+    for day, rows in enumerate(ROWS):
+        np.save(src / f"day_{day}_dense.npy", rng.random((rows, 13), dtype=np.float32))
+        np.save(src / f"day_{day}_sparse.npy", rng.integers(0, 50, (rows, 26)).astype(np.int32))
+        np.save(src / f"day_{day}_labels.npy", rng.integers(0, 2, (rows, 1)).astype(np.int32))
+    return src
+
+
+def _change(path: Path, edit) -> None:
+    array = np.load(path)
+    edit(array)
+    np.save(path, array)
+
+
+def _refused(src: Path, out: Path, pattern: str, *flags: str) -> None:
+    """import-npy SRC --out OUT FLAGS fails with one line matching `pattern`, leaving OUT new or
+    empty and no temporary folder beside it."""
+    assert_one_line_error(cli("data", "import-npy", src, "--out", out, *flags, ok=False), pattern)
+    assert not out.exists() or not any(out.iterdir()), sorted(out.rglob("*"))
+    assert not list(out.parent.glob(f".{out.name}*")), "a temporary folder was left beside --out"
+
+
+def _file(src: Path, name: str) -> str:
+    return re.escape(str(src / name))
+
+
+def test_an_out_holding_a_dataset_is_refused_and_left_as_it_was(src: Path, tmp_path: Path):
+    out = tmp_path / "data"
+    cli("data", "import-npy", src, "--out", out, "--max-ids", "97")
+    before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    refused = cli("data", "import-npy", src, "--out", out, "--max-ids", "7", ok=False)
+    assert_one_line_error(
+        refused, rf"^error: {re.escape(str(out))}: exists and is not an empty directory; "
+        "choose a new --out$"
+    )  # fmt: skip
+    assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before
+    assert Manifest.load(out).sparse_features[0].cardinality == 97
+    assert not list(tmp_path.glob(".data*"))
+    # An empty directory (made ready by the user) is a new output.
+    (tmp_path / "empty").mkdir()
+    cli("data", "import-npy", src, "--out", tmp_path / "empty", "--max-ids", "7")
+    assert Manifest.load(tmp_path / "empty").splits["train"].rows == ROWS[0]

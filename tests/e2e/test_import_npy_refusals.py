@@ -47,6 +47,15 @@ def _file(src: Path, name: str) -> str:
     return re.escape(str(src / name))
 
 
+def test_a_label_other_than_0_or_1_is_refused_naming_file_row_and_value(src: Path, tmp_path: Path):
+    _change(src / "day_0_labels.npy", lambda a: a.__setitem__((100, 0), 2))
+    _refused(
+        src,
+        tmp_path / "out",
+        rf"^error: {_file(src, 'day_0_labels.npy')}: row 100: label 2; labels must be 0 or 1$",
+    )
+
+
 def test_an_out_holding_a_dataset_is_refused_and_left_as_it_was(src: Path, tmp_path: Path):
     out = tmp_path / "data"
     cli("data", "import-npy", src, "--out", out, "--max-ids", "97")

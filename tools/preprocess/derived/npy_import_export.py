@@ -73,6 +73,15 @@ def _check_finite(path: Path, start: int, values: np.ndarray) -> None:
         )
 
 
+def _check_labels(path: Path, start: int, labels: np.ndarray) -> None:
+    """A label other than 0 or 1 would be stored as a byte (256 as 0) and trained on as a click:
+    refused, naming the file, row and value."""
+    bad = np.flatnonzero((labels != 0) & (labels != 1))
+    if len(bad):
+        row = int(bad[0])
+        raise ValueError(f"{path}: row {start + row}: label {labels[row]}; labels must be 0 or 1")
+
+
 def check_out(out: Path) -> None:
     """Refuse an output that is not new (or an empty directory): an import never replaces a
     dataset (or anything else) already there."""
@@ -148,8 +157,9 @@ def _write_dataset(
                 values = np.asarray(dense[start:stop], dtype=np.float32)
                 _check_finite(npy.day_file(src, d, "dense"), start, values)
                 name = f"part-{d:05d}-{start // ROWS_PER_PART:04d}{PART_SUFFIX}"
-                info = write_part(out / split / name, layout,
-                                  np.asarray(labels[start:stop]).astype(np.uint8), values, ids)  # fmt: skip
+                clicks = np.asarray(labels[start:stop])
+                _check_labels(npy.day_file(src, d, "labels"), start, clicks)
+                info = write_part(out / split / name, layout, clicks.astype(np.uint8), values, ids)
                 splits[split].parts.append(info)
                 splits[split].rows += info.rows
     manifest = Manifest(

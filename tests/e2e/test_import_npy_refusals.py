@@ -72,3 +72,39 @@ def test_an_out_holding_a_dataset_is_refused_and_left_as_it_was(src: Path, tmp_p
     (tmp_path / "empty").mkdir()
     cli("data", "import-npy", src, "--out", tmp_path / "empty", "--max-ids", "7")
     assert Manifest.load(tmp_path / "empty").splits["train"].rows == ROWS[0]
+
+
+def test_a_day_with_other_columns_is_refused_naming_the_file_and_both_shapes(
+    src: Path, tmp_path: Path
+):
+    np.save(src / "day_1_dense.npy", np.load(src / "day_1_dense.npy")[:, :12])  # one column short
+    _refused(
+        src,
+        tmp_path / "out",
+        rf"^error: {_file(src, 'day_1_dense.npy')}: shape \(90, 12\), expected \(90, 13\) "
+        r"\(day_0_dense\.npy has 13 columns; every day needs the same columns\)$",
+    )
+
+
+def test_a_negative_id_is_refused_naming_file_row_column_and_value(src: Path, tmp_path: Path):
+    _change(src / "day_1_sparse.npy", lambda a: a.__setitem__((7, 3), -5))
+    _refused(
+        src,
+        tmp_path / "out",
+        rf"^error: {_file(src, 'day_1_sparse.npy')}: row 7, column 3 \(C4\): id -5 is negative; ",
+    )
+
+
+@pytest.mark.parametrize(
+    "flag, says",
+    [
+        ("0", "table rows must be positive, got 0"),
+        ("10,-1", "table rows must be positive, got -1"),
+        ("10,20", "2 values for 26 sparse features; give one for all or one per feature"),
+        ("10,x", "expected an integer or a comma-separated list of integers"),
+    ],
+)
+def test_a_bad_max_ids_names_the_flag_as_typed(src: Path, tmp_path: Path, flag: str, says: str):
+    _refused(
+        src, tmp_path / "out", rf"^error: --max-ids {flag}: {re.escape(says)}$", "--max-ids", flag
+    )

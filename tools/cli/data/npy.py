@@ -37,9 +37,11 @@ def import_npy(
     try:
         hashes = [int(v) for v in max_ids.split(",")] if max_ids else None
     except ValueError:
-        fail(f"--max-ids {max_ids!r}: expected an integer or a comma-separated list of integers")
+        fail(f"--max-ids {max_ids}: expected an integer or a comma-separated list of integers")
     try:
         manifest = npy_import_export.import_npy(src, out, hashes, val_half)
+    except npy_import_export.MaxIdsError as e:
+        fail(f"--max-ids {max_ids}: {e}")
     except (ValueError, DatasetError) as e:
         fail(str(e))
     except OSError as e:  # e.g. no space or no permission beside --out

@@ -73,6 +73,60 @@ def _check_finite(path: Path, start: int, values: np.ndarray) -> None:
         )
 
 
+class MaxIdsError(ValueError):
+    """Table rows (`--max-ids`) that cannot be the tables': the CLI names the flag as typed."""
+
+
+def _table_rows(src: Path, days: list[int], hashes: list[int] | None, num_sparse: int) -> list[int]:
+    """Rows of each feature's table: `hashes` (one for all, or one per feature), or max id + 1."""
+    if hashes is None:
+        return [
+            1 + int(max(np.asarray(npy.open_day(src, d).sparse[:, f]).max(initial=0) for d in days))
+            for f in range(num_sparse)
+        ]
+    bad = [h for h in hashes if h <= 0]
+    if bad:
+        raise MaxIdsError(f"table rows must be positive, got {bad[0]}")
+    if len(hashes) == 1:
+        return hashes * num_sparse
+    if len(hashes) != num_sparse:
+        raise MaxIdsError(
+            f"{len(hashes)} values for {num_sparse} sparse features; give one for all or one per "
+            "feature"
+        )
+    return hashes
+
+
+def _check_columns(src: Path, days: list[int]) -> npy.Day:
+    """Every day's dense and sparse columns as the first day's (before anything is written);
+    returns the first day."""
+    first = npy.open_day(src, days[0])
+    for d in days[1:]:
+        day = npy.open_day(src, d)
+        for kind in ("dense", "sparse"):
+            got, want = getattr(day, kind).shape, getattr(first, kind).shape
+            if got[1] != want[1]:
+                raise ValueError(
+                    f"{npy.day_file(src, d, kind)}: shape {got}, expected {(got[0], want[1])} "
+                    f"({npy.day_file(src, days[0], kind).name} has {want[1]} columns; every day "
+                    "needs the same columns)"
+                )
+    return first
+
+
+def _check_ids(path: Path, start: int, block: np.ndarray) -> None:
+    """A negative id has no row in torchrec's `value % hashes` tables: refused, naming the file,
+    row, column and value."""
+    bad = np.argwhere(block < 0)
+    if len(bad):
+        row, col = (int(v) for v in bad[0])
+        raise ValueError(
+            f"{path}: row {start + row}, column {col} (C{col + 1}): id {block[row, col]} is "
+            "negative; torchrec's ids are raw values >= 0 (taken % --max-ids): remake the arrays "
+            "without negative ids"
+        )
+
+
 def _check_labels(path: Path, start: int, labels: np.ndarray) -> None:
     """A label other than 0 or 1 would be stored as a byte (256 as 0) and trained on as a click:
     refused, naming the file, row and value."""
@@ -117,17 +171,9 @@ def import_npy(src: Path, out: Path, hashes: list[int] | None, val_half: str = "
 def _write_dataset(
     src: Path, out: Path, days: list[int], hashes: list[int] | None, val_half: str
 ) -> Manifest:
-    first = npy.open_day(src, days[0])
+    first = _check_columns(src, days)
     num_sparse, num_dense = first.sparse.shape[1], first.dense.shape[1]
-    if hashes is None:
-        hashes = [
-            1 + int(max(np.asarray(npy.open_day(src, d).sparse[:, f]).max(initial=0) for d in days))
-            for f in range(num_sparse)
-        ]
-    elif len(hashes) == 1:
-        hashes = hashes * num_sparse
-    if len(hashes) != num_sparse:
-        raise ValueError(f"{len(hashes)} hashes for {num_sparse} sparse features")
+    hashes = _table_rows(src, days, hashes, num_sparse)
     names = [f"C{i}" for i in range(1, num_sparse + 1)]
     dtypes = [smallest_uint(h - 1) for h in hashes]
     features = [SparseFeature(n, h, str(dt)) for n, h, dt in zip(names, hashes, dtypes)]
@@ -146,10 +192,7 @@ def _write_dataset(
             for start in range(lo, hi, ROWS_PER_PART):
                 stop = min(hi, start + ROWS_PER_PART)
                 block = np.asarray(sparse[start:stop])
-                if (block < 0).any():
-                    raise ValueError(
-                        f"{npy.day_file(src, d, 'sparse')}: negative values (rows {start}-{stop})"
-                    )
+                _check_ids(npy.day_file(src, d, "sparse"), start, block)
                 ids = {
                     n: (block[:, f].astype(np.uint64) % np.uint64(hashes[f])).astype(dtypes[f])
                     for f, n in enumerate(names)

@@ -81,9 +81,11 @@ def reference_npy(
     memory.
 
     Dense transform, contiguous ids by first occurrence (frequency threshold 0), the per-sample
-    shuffle of the training days: the same arrays, byte for byte. Restartable: a rerun keeps every
-    file already written. Memory: 8 bytes per training row for the shuffle's permutation (34 GB for
-    Criteo 1TB), 16 bytes per (id, day) pair of the largest column for the ids."""
+    shuffle of the training days: the same arrays, byte for byte. Restartable: a rerun of the same
+    command keeps every file already written; one with other inputs, --seed or --dense is refused
+    (OUT/reference-npy.json records what made the arrays). Memory: 8 bytes per training row for
+    the shuffle's permutation (34 GB for Criteo 1TB), 16 bytes per (id, day) pair of the largest
+    column for the ids."""
     from shardrec.tools.preprocess.derived.mlperf_reference import reference_preprocess
 
     missing = [str(d) for d in days if not d.is_file()]

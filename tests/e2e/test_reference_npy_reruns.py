@@ -1,0 +1,60 @@
+"""`shardrec data reference-npy` run again into the same --out, on day files given out of order,
+on gzipped day files, and stopped by Ctrl-C: what the user sees (exit code, the one line) and the
+bytes left under --out."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from helpers import assert_one_line_error, cli
+
+from shardrec.tools.synth.criteo import write_dataset
+
+
+def _days(directory: Path, rows: int, days: int = 3) -> list[Path]:
+    return write_dataset(directory, rows=rows, seed=1, days=days, max_vocab=50)
+
+
+def _files(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.glob("day_*.npy"))}
+
+
+def _reference(days: list[Path], out: Path, *flags: str, ok: bool = True):
+    return cli("data", "reference-npy", *days, "--out", out, *flags, ok=ok)
+
+
+def test_a_rerun_with_other_inputs_or_settings_is_refused_naming_what_differs(tmp_path: Path):
+    days, out = _days(tmp_path / "raw", 300), tmp_path / "ref"
+    done = _reference(days, out, "--dense", "log-min2")
+    assert "wrote 3 day file(s), 300 rows" in done.stdout
+    written = _files(out)
+    assert len(written) == 9
+    # The same command again: nothing to do, the same answer.
+    assert "wrote 3 day file(s), 300 rows" in _reference(days, out, "--dense", "log-min2").stdout
+    where = re.escape(str(out))
+    hint = "; choose a new --out or remove the old one$"
+    refused = _reference(days, out, "--dense", "log-min2", "--seed", "1", ok=False)
+    assert_one_line_error(
+        refused, rf"^error: {where}: holds arrays made with another seed \(0, now 1\){hint}"
+    )
+    refused = _reference(days, out, "--dense", "log3", ok=False)
+    assert_one_line_error(
+        refused,
+        rf"^error: {where}: holds arrays made with another dense \(log-min2, now log3\){hint}",
+    )
+    # Day files of the same names with ten times the rows, in another folder.
+    more = _days(tmp_path / "more", 3000)
+    refused = _reference(more, out, "--dense", "log-min2", ok=False)
+    assert_one_line_error(
+        refused,
+        rf"^error: {where}: holds arrays made with other inputs \(day_0: [\d,]+ bytes, now [\d,]+\){hint}",
+    )
+    assert _files(out) == written
+    # Arrays whose making is not recorded (an older shardrec's): their settings are unknown.
+    (out / "reference-npy.json").unlink()
+    refused = _reference(days, out, "--dense", "log-min2", ok=False)
+    assert_one_line_error(
+        refused, rf"^error: {where}: holds day files \(day_0_dense\.npy\) but no record "
+    )
+    assert _files(out) == written

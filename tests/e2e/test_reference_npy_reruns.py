@@ -11,6 +11,8 @@ from helpers import assert_one_line_error, cli
 
 from shardrec.tools.synth.criteo import write_dataset
 
+MIN2 = ("--dense", "log-min2")  # synthetic I2 holds -3, which log3 refuses
+
 
 def _days(directory: Path, rows: int, days: int = 3) -> list[Path]:
     return write_dataset(directory, rows=rows, seed=1, days=days, max_vocab=50)
@@ -58,3 +60,20 @@ def test_a_rerun_with_other_inputs_or_settings_is_refused_naming_what_differs(tm
         refused, rf"^error: {where}: holds day files \(day_0_dense\.npy\) but no record "
     )
     assert _files(out) == written
+
+
+def test_day_files_out_of_order_are_refused_naming_the_first_and_the_order(tmp_path: Path):
+    days, out = _days(tmp_path / "raw", 330, days=11), tmp_path / "ref"
+    shell_order = sorted(days, key=lambda p: p.name)  # what `raw/day_*` expands to
+    raw = re.escape(str(tmp_path / "raw"))
+    refused = _reference(shell_order, out, *MIN2, ok=False)
+    assert_one_line_error(
+        refused,
+        rf"^error: {raw}/day_10: given after day_1; give the day files in order, e.g. "
+        rf"{raw}/day_\{{0\.\.10\}}$",
+    )
+    gap = _reference([days[0], days[1], days[3]], out, *MIN2, ok=False)
+    assert_one_line_error(gap, rf"^error: {raw}/day_3: given after day_1 \(day_2 is missing\); ")
+    assert not out.exists()
+    _reference(days, out, *MIN2)  # in order
+    assert len(_files(out)) == 33

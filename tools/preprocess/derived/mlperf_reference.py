@@ -44,7 +44,12 @@ from pathlib import Path
 
 import numpy as np
 
-from shardrec.tools.preprocess.derived.reference_run import WORK, check_record, run_record
+from shardrec.tools.preprocess.derived.reference_run import (
+    WORK,
+    check_day_order,
+    check_record,
+    run_record,
+)
 from shardrec.tools.preprocess.parse.criteo_text import Schema, describe_bad_row, parse_chunk
 
 logger = logging.getLogger(__name__)
@@ -293,6 +298,7 @@ def reference_preprocess(
         raise ValueError(
             f"{len(days)} day file(s): the reference needs training days and a last day (val + test)"
         )
+    check_day_order(days)
     check_record(out, run_record(days, dense, seed))
     work = out / WORK
     work.mkdir(parents=True, exist_ok=True)

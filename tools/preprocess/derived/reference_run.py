@@ -10,6 +10,7 @@ in place, so a rerun with other settings would silently keep the old arrays.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from shardrec.dataloader.util.files import atomic_write_bytes
@@ -17,6 +18,25 @@ from shardrec.dataloader.util.files import atomic_write_bytes
 RECORD = "reference-npy.json"
 WORK = ".work"
 _AGAIN = "choose a new --out or remove the old one"
+_DAY_NAME = re.compile(r"^day_(\d+)(\..+)?$")  # day_7, day_7.gz
+
+
+def check_day_order(days: list[Path]) -> None:
+    """Day files named day_N (day_N.gz, ...) must come as day_0, day_1, ... without gaps: the
+    order given is the order trained on, and the last is val + test. A shell's `day_*` sorts
+    day_10 before day_2; ValueError names the first file out of place."""
+    found = [_DAY_NAME.match(p.name) for p in days]
+    if not all(found):
+        return  # other names: their order is the user's to give
+    numbers = [int(m.group(1)) for m in found]
+    for prev, num, path in zip(numbers, numbers[1:], days[1:]):
+        if num != prev + 1:
+            gap = f" (day_{prev + 1} is missing)" if prev + 1 not in numbers else ""
+            hint = f"{days[0].parent / f'day_{{{min(numbers)}..{max(numbers)}}}'}"
+            raise ValueError(
+                f"{path}: given after day_{prev}{gap}; give the day files in order, e.g. "
+                f"{hint}{found[0].group(2) or ''}"
+            )
 
 
 def run_record(days: list[Path], dense: str, seed: int) -> dict:

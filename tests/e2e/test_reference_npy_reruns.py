@@ -4,6 +4,7 @@ bytes left under --out."""
 
 from __future__ import annotations
 
+import gzip
 import re
 from pathlib import Path
 
@@ -77,3 +78,19 @@ def test_day_files_out_of_order_are_refused_naming_the_first_and_the_order(tmp_p
     assert not out.exists()
     _reference(days, out, *MIN2)  # in order
     assert len(_files(out)) == 33
+
+
+def test_gzipped_day_files_give_the_arrays_of_the_plain_ones(tmp_path: Path):
+    days = _days(tmp_path / "raw", 300)
+    zipped = []
+    for path in days:
+        zipped.append(tmp_path / "gz" / f"{path.name}.gz")
+        zipped[-1].parent.mkdir(exist_ok=True)
+        zipped[-1].write_bytes(gzip.compress(path.read_bytes()))
+    _reference(days, tmp_path / "plain", *MIN2)
+    assert "wrote 3 day file(s), 300 rows" in _reference(zipped, tmp_path / "zipped", *MIN2).stdout
+    assert _files(tmp_path / "zipped") == _files(tmp_path / "plain")
+    # A .gz file cut short is one line naming it.
+    zipped[1].write_bytes(zipped[1].read_bytes()[:-200])
+    cut = _reference(zipped, tmp_path / "cut", *MIN2, ok=False)
+    assert_one_line_error(cut, rf"^error: {re.escape(str(zipped[1]))}: unreadable or truncated")

@@ -57,7 +57,7 @@ def reference_npy(
     days: Annotated[
         list[Path],
         typer.Argument(
-            help="Criteo 1TB day files in order, day_0 .. day_23 (the last: val + test)."
+            help="Criteo 1TB day files in order, day_0 .. day_23 (the last: val + test), plain or .gz."
         ),
     ],
     out: Annotated[

@@ -51,6 +51,7 @@ from shardrec.tools.preprocess.derived.reference_run import (
     run_record,
 )
 from shardrec.tools.preprocess.parse.criteo_text import Schema, describe_bad_row, parse_chunk
+from shardrec.tools.preprocess.text.gz import READ_ERRORS, describe_error, open_text
 
 logger = logging.getLogger(__name__)
 
@@ -75,10 +76,17 @@ def _save(path: Path, array: np.ndarray) -> None:
 
 
 def _chunks(path: Path) -> Iterator[bytes]:
-    """The file's text in pieces that end at a newline."""
+    """The file's text (decompressed where the name ends in .gz, as `shardrec preprocess` reads
+    it) in pieces that end at a newline. ValueError names an unreadable or truncated file."""
     rest = b""
-    with path.open("rb") as f:
-        while block := f.read(CHUNK_BYTES):
+    with open_text(path) as f:
+        while True:
+            try:
+                block = f.read(CHUNK_BYTES)
+            except READ_ERRORS as e:
+                raise ValueError(describe_error(path, e, f)) from None
+            if not block:
+                break
             cut = (rest + block).rfind(b"\n") + 1
             text, rest = (rest + block)[:cut], (rest + block)[cut:]
             if text:

@@ -8,6 +8,7 @@ import gzip
 import re
 from pathlib import Path
 
+import pytest
 from helpers import assert_one_line_error, cli
 
 from shardrec.tools.synth.criteo import write_dataset
@@ -94,3 +95,26 @@ def test_gzipped_day_files_give_the_arrays_of_the_plain_ones(tmp_path: Path):
     zipped[1].write_bytes(zipped[1].read_bytes()[:-200])
     cut = _reference(zipped, tmp_path / "cut", *MIN2, ok=False)
     assert_one_line_error(cut, rf"^error: {re.escape(str(zipped[1]))}: unreadable or truncated")
+
+
+def test_ctrl_c_says_what_is_kept_and_the_same_command_finishes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from shardrec.tools.preprocess.derived import mlperf_reference
+
+    days, out = _days(tmp_path / "raw", 300), tmp_path / "ref"
+    real = mlperf_reference.write_days
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt  # Ctrl-C once every day is parsed
+
+    monkeypatch.setattr(mlperf_reference, "write_days", stopped)
+    result = _reference(days, out, *MIN2, ok=False)
+    assert result.exit_code == 130, result.output
+    assert result.stderr.strip().splitlines() == [
+        f"interrupted: {out}: the files written so far are kept; rerun the same command to finish"
+    ]
+    monkeypatch.setattr(mlperf_reference, "write_days", real)
+    _reference(days, out, *MIN2)
+    _reference(days, tmp_path / "clean", *MIN2)
+    assert _files(out) == _files(tmp_path / "clean")

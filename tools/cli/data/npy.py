@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from shardrec.dataloader.format.manifest import DatasetError
-from shardrec.tools.cli.common import fail, print_json
+from shardrec.tools.cli.common import fail, interrupted, print_json
 from shardrec.tools.console import console
 from shardrec.tools.preprocess.derived import npy_import_export
 
@@ -95,6 +95,10 @@ def reference_npy(
         rows = reference_preprocess(days, out, dense=dense, seed=seed)
     except ValueError as e:
         fail(str(e))
+    except OSError as e:  # e.g. no space or no permission under --out
+        fail(f"{e.filename or out}: {e.strerror or e}")
+    except KeyboardInterrupt:
+        interrupted(f"{out}: the files written so far are kept; rerun the same command to finish")
     if json_out:
         print_json({"rows": rows})
     else:

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from shardrec.dataloader.format.manifest import DatasetError
-from shardrec.tools.cli.common import fail, print_json
+from shardrec.tools.cli.common import fail, interrupted, print_json
 from shardrec.tools.console import console
 from shardrec.tools.preprocess.derived import npy_import_export
 
@@ -18,7 +18,7 @@ def import_npy(
     src: Annotated[
         Path, typer.Argument(help="Directory of torchrec's day_N_{dense,sparse,labels}.npy files.")
     ],
-    out: Annotated[Path, typer.Option(help="Output dataset directory.")],
+    out: Annotated[Path, typer.Option(help="Output dataset directory: new, or an empty one.")],
     max_ids: Annotated[
         str | None,
         typer.Option(
@@ -37,11 +37,15 @@ def import_npy(
     try:
         hashes = [int(v) for v in max_ids.split(",")] if max_ids else None
     except ValueError:
-        fail(f"--max-ids {max_ids!r}: expected an integer or a comma-separated list of integers")
+        fail(f"--max-ids {max_ids}: expected an integer or a comma-separated list of integers")
     try:
         manifest = npy_import_export.import_npy(src, out, hashes, val_half)
+    except npy_import_export.MaxIdsError as e:
+        fail(f"--max-ids {max_ids}: {e}")
     except (ValueError, DatasetError) as e:
         fail(str(e))
+    except OSError as e:  # e.g. no space or no permission beside --out
+        fail(f"{e.filename or out}: {e.strerror or e}")
     rows = {s: info.rows for s, info in manifest.splits.items()}
     if json_out:
         print_json({"rows": rows})
@@ -53,7 +57,7 @@ def reference_npy(
     days: Annotated[
         list[Path],
         typer.Argument(
-            help="Criteo 1TB day files in order, day_0 .. day_23 (the last: val + test)."
+            help="Criteo 1TB day files in order, day_0 .. day_23 (the last: val + test), plain or .gz."
         ),
     ],
     out: Annotated[
@@ -77,9 +81,11 @@ def reference_npy(
     memory.
 
     Dense transform, contiguous ids by first occurrence (frequency threshold 0), the per-sample
-    shuffle of the training days: the same arrays, byte for byte. Restartable: a rerun keeps every
-    file already written. Memory: 8 bytes per training row for the shuffle's permutation (34 GB for
-    Criteo 1TB), 16 bytes per (id, day) pair of the largest column for the ids."""
+    shuffle of the training days: the same arrays, byte for byte. Restartable: a rerun of the same
+    command keeps every file already written; one with other inputs, --seed or --dense is refused
+    (OUT/reference-npy.json records what made the arrays). Memory: 8 bytes per training row for
+    the shuffle's permutation (34 GB for Criteo 1TB), 16 bytes per (id, day) pair of the largest
+    column for the ids."""
     from shardrec.tools.preprocess.derived.mlperf_reference import reference_preprocess
 
     missing = [str(d) for d in days if not d.is_file()]
@@ -89,6 +95,10 @@ def reference_npy(
         rows = reference_preprocess(days, out, dense=dense, seed=seed)
     except ValueError as e:
         fail(str(e))
+    except OSError as e:  # e.g. no space or no permission under --out
+        fail(f"{e.filename or out}: {e.strerror or e}")
+    except KeyboardInterrupt:
+        interrupted(f"{out}: the files written so far are kept; rerun the same command to finish")
     if json_out:
         print_json({"rows": rows})
     else:

@@ -26,7 +26,9 @@ matrix, ~670 GB):
    with today's (`log-min2`); its ids never pass through float32.
 
 Restartable: every file is written under a temporary name and renamed, and a rerun skips each
-file already in place (intermediate files live in OUT/.work, removed at the end).
+file already in place (intermediate files live in OUT/.work, removed at the end). What made the
+arrays is recorded in OUT/reference-npy.json (reference_run.py): a rerun with other inputs, seed or
+dense transform is refused rather than given the old arrays.
 The reference's `% num_embeddings_per_feature` is the loader's (data.multihot_rows) or
 `shardrec data import-npy --max-ids`.
 """
@@ -42,7 +44,14 @@ from pathlib import Path
 
 import numpy as np
 
+from shardrec.tools.preprocess.derived.reference_run import (
+    WORK,
+    check_day_order,
+    check_record,
+    run_record,
+)
 from shardrec.tools.preprocess.parse.criteo_text import Schema, describe_bad_row, parse_chunk
+from shardrec.tools.preprocess.text.gz import READ_ERRORS, describe_error, open_text
 
 logger = logging.getLogger(__name__)
 
@@ -67,10 +76,17 @@ def _save(path: Path, array: np.ndarray) -> None:
 
 
 def _chunks(path: Path) -> Iterator[bytes]:
-    """The file's text in pieces that end at a newline."""
+    """The file's text (decompressed where the name ends in .gz, as `shardrec preprocess` reads
+    it) in pieces that end at a newline. ValueError names an unreadable or truncated file."""
     rest = b""
-    with path.open("rb") as f:
-        while block := f.read(CHUNK_BYTES):
+    with open_text(path) as f:
+        while True:
+            try:
+                block = f.read(CHUNK_BYTES)
+            except READ_ERRORS as e:
+                raise ValueError(describe_error(path, e, f)) from None
+            if not block:
+                break
             cut = (rest + block).rfind(b"\n") + 1
             text, rest = (rest + block)[:cut], (rest + block)[cut:]
             if text:
@@ -290,7 +306,9 @@ def reference_preprocess(
         raise ValueError(
             f"{len(days)} day file(s): the reference needs training days and a last day (val + test)"
         )
-    work = out / ".work"
+    check_day_order(days)
+    check_record(out, run_record(days, dense, seed))
+    work = out / WORK
     work.mkdir(parents=True, exist_ok=True)
     for d, path in enumerate(days):
         logger.info("parsing %s", path)

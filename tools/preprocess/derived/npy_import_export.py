@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import shutil
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -71,21 +73,107 @@ def _check_finite(path: Path, start: int, values: np.ndarray) -> None:
         )
 
 
-def import_npy(src: Path, out: Path, hashes: list[int] | None, val_half: str = "first") -> Manifest:
-    """torchrec day files -> a shardrec dataset. hashes: per-feature table rows (None: max id +
-    1)."""
-    days = find_days(src)
-    first = npy.open_day(src, days[0])
-    num_sparse, num_dense = first.sparse.shape[1], first.dense.shape[1]
+class MaxIdsError(ValueError):
+    """Table rows (`--max-ids`) that cannot be the tables': the CLI names the flag as typed."""
+
+
+def _table_rows(src: Path, days: list[int], hashes: list[int] | None, num_sparse: int) -> list[int]:
+    """Rows of each feature's table: `hashes` (one for all, or one per feature), or max id + 1."""
     if hashes is None:
-        hashes = [
+        return [
             1 + int(max(np.asarray(npy.open_day(src, d).sparse[:, f]).max(initial=0) for d in days))
             for f in range(num_sparse)
         ]
-    elif len(hashes) == 1:
-        hashes = hashes * num_sparse
+    bad = [h for h in hashes if h <= 0]
+    if bad:
+        raise MaxIdsError(f"table rows must be positive, got {bad[0]}")
+    if len(hashes) == 1:
+        return hashes * num_sparse
     if len(hashes) != num_sparse:
-        raise ValueError(f"{len(hashes)} hashes for {num_sparse} sparse features")
+        raise MaxIdsError(
+            f"{len(hashes)} values for {num_sparse} sparse features; give one for all or one per "
+            "feature"
+        )
+    return hashes
+
+
+def _check_columns(src: Path, days: list[int]) -> npy.Day:
+    """Every day's dense and sparse columns as the first day's (before anything is written);
+    returns the first day."""
+    first = npy.open_day(src, days[0])
+    for d in days[1:]:
+        day = npy.open_day(src, d)
+        for kind in ("dense", "sparse"):
+            got, want = getattr(day, kind).shape, getattr(first, kind).shape
+            if got[1] != want[1]:
+                raise ValueError(
+                    f"{npy.day_file(src, d, kind)}: shape {got}, expected {(got[0], want[1])} "
+                    f"({npy.day_file(src, days[0], kind).name} has {want[1]} columns; every day "
+                    "needs the same columns)"
+                )
+    return first
+
+
+def _check_ids(path: Path, start: int, block: np.ndarray) -> None:
+    """A negative id has no row in torchrec's `value % hashes` tables: refused, naming the file,
+    row, column and value."""
+    bad = np.argwhere(block < 0)
+    if len(bad):
+        row, col = (int(v) for v in bad[0])
+        raise ValueError(
+            f"{path}: row {start + row}, column {col} (C{col + 1}): id {block[row, col]} is "
+            "negative; torchrec's ids are raw values >= 0 (taken % --max-ids): remake the arrays "
+            "without negative ids"
+        )
+
+
+def _check_labels(path: Path, start: int, labels: np.ndarray) -> None:
+    """A label other than 0 or 1 would be stored as a byte (256 as 0) and trained on as a click:
+    refused, naming the file, row and value."""
+    bad = np.flatnonzero((labels != 0) & (labels != 1))
+    if len(bad):
+        row = int(bad[0])
+        raise ValueError(f"{path}: row {start + row}: label {labels[row]}; labels must be 0 or 1")
+
+
+def check_out(out: Path) -> None:
+    """Refuse an output that is not new (or an empty directory): an import never replaces a
+    dataset (or anything else) already there."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ValueError(f"{out}: exists and is not an empty directory; choose a new --out")
+
+
+def import_npy(src: Path, out: Path, hashes: list[int] | None, val_half: str = "first") -> Manifest:
+    """torchrec day files -> a shardrec dataset. hashes: per-feature table rows (None: max id +
+    1).
+
+    The dataset is written into a temporary folder beside `out` and renamed to `out` only when
+    whole: a refused or interrupted import leaves `out` as it was (new or empty)."""
+    days = find_days(src)
+    check_out(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.import-npy-{os.getpid()}.tmp"
+    try:
+        manifest = _write_dataset(src, tmp, days, hashes, val_half)
+        # rename(2) replaces an empty directory; one that filled up meanwhile is refused.
+        try:
+            os.replace(tmp, out)
+        except OSError as e:
+            raise ValueError(
+                f"{out}: cannot put the imported dataset there ({e.strerror or e}); "
+                "choose a new --out"
+            ) from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return manifest
+
+
+def _write_dataset(
+    src: Path, out: Path, days: list[int], hashes: list[int] | None, val_half: str
+) -> Manifest:
+    first = _check_columns(src, days)
+    num_sparse, num_dense = first.sparse.shape[1], first.dense.shape[1]
+    hashes = _table_rows(src, days, hashes, num_sparse)
     names = [f"C{i}" for i in range(1, num_sparse + 1)]
     dtypes = [smallest_uint(h - 1) for h in hashes]
     features = [SparseFeature(n, h, str(dt)) for n, h, dt in zip(names, hashes, dtypes)]
@@ -104,10 +192,7 @@ def import_npy(src: Path, out: Path, hashes: list[int] | None, val_half: str = "
             for start in range(lo, hi, ROWS_PER_PART):
                 stop = min(hi, start + ROWS_PER_PART)
                 block = np.asarray(sparse[start:stop])
-                if (block < 0).any():
-                    raise ValueError(
-                        f"{npy.day_file(src, d, 'sparse')}: negative values (rows {start}-{stop})"
-                    )
+                _check_ids(npy.day_file(src, d, "sparse"), start, block)
                 ids = {
                     n: (block[:, f].astype(np.uint64) % np.uint64(hashes[f])).astype(dtypes[f])
                     for f, n in enumerate(names)
@@ -115,8 +200,9 @@ def import_npy(src: Path, out: Path, hashes: list[int] | None, val_half: str = "
                 values = np.asarray(dense[start:stop], dtype=np.float32)
                 _check_finite(npy.day_file(src, d, "dense"), start, values)
                 name = f"part-{d:05d}-{start // ROWS_PER_PART:04d}{PART_SUFFIX}"
-                info = write_part(out / split / name, layout,
-                                  np.asarray(labels[start:stop]).astype(np.uint8), values, ids)  # fmt: skip
+                clicks = np.asarray(labels[start:stop])
+                _check_labels(npy.day_file(src, d, "labels"), start, clicks)
+                info = write_part(out / split / name, layout, clicks.astype(np.uint8), values, ids)
                 splits[split].parts.append(info)
                 splits[split].rows += info.rows
     manifest = Manifest(

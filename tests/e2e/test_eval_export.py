@@ -581,3 +581,31 @@ def test_export_of_a_run_whose_dataset_moved_takes_its_new_place(trained: Path) 
             assert moved.get_tensor(key).equal(before.get_tensor(key)), key
         header, old = (json.loads(f.metadata()["shardrec"]) for f in (moved, before))
     assert header["model"] == old["model"] and header["tables"] == old["tables"]
+
+
+def _data500(trained: Path) -> Path:
+    """The same rows preprocessed into tables of 500 rows (the run's have 1000)."""
+    if not (trained / "data500").is_dir():
+        flags = ["--out", "data500", "--max-ids", "500"]
+        ok(in_process("preprocess", "raw/day_0", "raw/day_1", *flags, cwd=trained))
+    return trained / "data500"
+
+
+@pytest.mark.slow
+def test_export_refuses_a_checkpoint_of_another_model_in_the_line_eval_does(trained: Path) -> None:
+    """A checkpoint of run (tables of 1000 rows) put among the checkpoints of a run on data500
+    (500 rows): eval refuses it, and export refuses it in the same line, writing nothing."""
+    _data500(trained)
+    small = settings('train.device="cpu"', *TINY_MODEL, f"train.global_batch_size={BATCH}")
+    one_rank = ("--nproc-per-node", "1", "--steps", "2", *small)
+    ok(shardrec("train", "--data", "data500", "--out-dir", "run500", *one_rank, cwd=trained))
+    newest = sorted((trained / "run" / "checkpoints").glob("step-*"))[-1]
+    shutil.copytree(newest, trained / "run500" / "checkpoints" / "step-00000999")
+    line = assert_one_line_error(
+        in_process("export", "run500", "--out", "foreign.safetensors", cwd=trained),
+        r"^error: run500/checkpoints/step-00000999: checkpoint of another model or optimizer: .*"
+        r"table t_C1 \[rows, dim\]: checkpoint \[1000, 8\], job \[500, 8\]",
+    )
+    assert not (trained / "foreign.safetensors").exists()
+    evaluated = shardrec("eval", "run500", "--device", "cpu", "--nproc-per-node", "1", cwd=trained)
+    assert evaluated.returncode == 1 and line in evaluated.stderr.splitlines(), evaluated.stderr

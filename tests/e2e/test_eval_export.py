@@ -583,12 +583,30 @@ def test_export_of_a_run_whose_dataset_moved_takes_its_new_place(trained: Path) 
     assert header["model"] == old["model"] and header["tables"] == old["tables"]
 
 
+def _model_file(trained: Path) -> Path:
+    if not (trained / "model.safetensors").is_file():
+        ok(in_process("export", "run", "--out", "model.safetensors", cwd=trained))
+    return trained / "model.safetensors"
+
+
 def _data500(trained: Path) -> Path:
     """The same rows preprocessed into tables of 500 rows (the run's have 1000)."""
     if not (trained / "data500").is_dir():
         flags = ["--out", "data500", "--max-ids", "500"]
         ok(in_process("preprocess", "raw/day_0", "raw/day_1", *flags, cwd=trained))
     return trained / "data500"
+
+
+def _rewrite_header(model: Path, out: Path, edit) -> None:
+    """`model`'s tensors under its header as `edit` changes it, written to `out`."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    with safe_open(str(model), framework="pt") as f:
+        header = json.loads(f.metadata()["shardrec"])
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    edit(header)
+    save_file(tensors, str(out), metadata={"shardrec": json.dumps(header, sort_keys=True)})
 
 
 @pytest.mark.slow
@@ -609,3 +627,17 @@ def test_export_refuses_a_checkpoint_of_another_model_in_the_line_eval_does(trai
     assert not (trained / "foreign.safetensors").exists()
     evaluated = shardrec("eval", "run500", "--device", "cpu", "--nproc-per-node", "1", cwd=trained)
     assert evaluated.returncode == 1 and line in evaluated.stderr.splitlines(), evaluated.stderr
+
+
+@pytest.mark.slow
+def test_predict_refuses_a_model_file_whose_tensors_disagree_with_its_header(trained: Path) -> None:
+    def fewer_rows(header: dict) -> None:
+        (t_c1,) = [t for t in header["tables"] if t["name"] == "t_C1"]
+        t_c1["rows"] = 500
+
+    _rewrite_header(_model_file(trained), trained / "lying.safetensors", fewer_rows)
+    assert_one_line_error(
+        in_process("predict", "lying.safetensors", "data", cwd=trained),
+        r"^error: lying.safetensors: tensor sparse_arch\.embedding_bag_collection\.embedding_bags\."
+        r"t_C1\.weight is \[1000, 8\], its header's model needs \[500, 8\]; ",
+    )

@@ -90,12 +90,32 @@ def load_exported(path: Path) -> ExportedModel:
         if k.startswith(ITEM_MAPS)
     }
     maps = _id_maps(header, tensors, path)
-    model.load_state_dict(
-        {k: v for k, v in tensors.items() if not k.startswith(ID_MAP_PREFIX)}, strict=True
-    )
+    weights = {k: v for k, v in tensors.items() if not k.startswith(ID_MAP_PREFIX)}
+    _check_weights(path, weights, model.state_dict())
+    model.load_state_dict(weights, strict=True)
     model.eval()
     item_maps = (items["artist"], items["album"]) if items else None
     return ExportedModel(model, header, item_maps=item_maps, maps=maps)
+
+
+def _check_weights(
+    path: Path, weights: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]
+) -> None:
+    """ValueError (one line, naming the tensor) unless the file's tensors are the ones its header's
+    model has, shape for shape: a file whose weights and header disagree is not scored."""
+    redo = "the file's header does not describe its weights: export the run again"
+    for name, want in expected.items():
+        got = weights.get(name)
+        if got is None:
+            raise ValueError(f"{path}: no tensor {name}, which its header's model has; {redo}")
+        if tuple(got.shape) != tuple(want.shape):
+            raise ValueError(
+                f"{path}: tensor {name} is {list(got.shape)}, its header's model needs "
+                f"{list(want.shape)}; {redo}"
+            )
+    extra = sorted(set(weights) - set(expected))
+    if extra:
+        raise ValueError(f"{path}: tensor {extra[0]} is not in its header's model; {redo}")
 
 
 def _id_maps(header: dict[str, Any], tensors: dict[str, torch.Tensor], path: Path):

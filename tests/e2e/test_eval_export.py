@@ -641,3 +641,29 @@ def test_predict_refuses_a_model_file_whose_tensors_disagree_with_its_header(tra
         r"^error: lying.safetensors: tensor sparse_arch\.embedding_bag_collection\.embedding_bags\."
         r"t_C1\.weight is \[1000, 8\], its header's model needs \[500, 8\]; ",
     )
+
+
+@pytest.mark.slow
+def test_export_and_predict_replace_only_their_own_earlier_output(trained: Path) -> None:
+    """--out over a file of the user's is refused and the file kept; over the command's own
+    earlier output (a rerun) it is replaced."""
+    _model_file(trained)
+    notes = trained / "notes.txt"
+    notes.write_text("notes\n")
+    assert_one_line_error(
+        in_process("export", "run", "--out", "notes.txt", cwd=trained),
+        r"^error: --out notes.txt: exists and is not a model file of `shardrec export`, so it is "
+        r"kept; give another file name, or remove it first$",
+    )
+    np.save(trained / "ints.npy", np.arange(3))
+    for theirs in ("notes.txt", "ints.npy"):
+        assert_one_line_error(
+            in_process("predict", "model.safetensors", "data", "--out", theirs, cwd=trained),
+            rf"^error: --out {theirs}: exists and is not a file of probabilities `shardrec "
+            r"predict` wrote, so it is kept; give another file name, or remove it first$",
+        )
+    assert notes.read_text() == "notes\n" and np.load(trained / "ints.npy").tolist() == [0, 1, 2]
+    ok(in_process("export", "run", "--out", "model.safetensors", cwd=trained))
+    for ours in ("again.npy", "again.txt"):
+        for _ in range(2):
+            ok(in_process("predict", "model.safetensors", "data", "--out", ours, cwd=trained))

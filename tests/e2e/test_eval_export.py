@@ -667,3 +667,22 @@ def test_export_and_predict_replace_only_their_own_earlier_output(trained: Path)
     for ours in ("again.npy", "again.txt"):
         for _ in range(2):
             ok(in_process("predict", "model.safetensors", "data", "--out", ours, cwd=trained))
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_export_ends_in_one_line_and_writes_nothing(
+    trained: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torch.distributed.checkpoint.filesystem import FileSystemReader
+
+    def pressed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    # Raised inside DCP's read, which wraps whatever its reads raise.
+    monkeypatch.setattr(FileSystemReader, "read_data", pressed)
+    done = in_process("export", "run", "--out", "stopped.safetensors", cwd=trained)
+    assert done.exit_code == 130, (done.output, done.exception)
+    assert done.stderr.strip() == (
+        "interrupted: stopped.safetensors: nothing written; rerun the same command to export"
+    )
+    assert not list(trained.glob("*stopped.safetensors*"))

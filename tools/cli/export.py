@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from shardrec.tools.cli.common import fail, print_json
+from shardrec.tools.cli.common import fail, interrupted, print_json
 from shardrec.tools.console import console
 
 
@@ -57,6 +57,9 @@ def export(
         fail(str(e))
     except OSError as e:
         fail(f"{out}: cannot write the model ({e.strerror or e})")
+    except KeyboardInterrupt:
+        kept = "the file there before is kept" if out.exists() else "nothing written"
+        interrupted(f"{out}: {kept}; rerun the same command to export")
     if json_out:
         print_json(result)
     else:

@@ -26,6 +26,7 @@ from typing import Any, BinaryIO
 
 import torch
 from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import TensorProperties, TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
 
@@ -92,9 +93,15 @@ def _read_tensor(checkpoint: Path, name: str) -> torch.Tensor:
         warnings.filterwarnings(
             "ignore", message="torch.distributed is unavailable or uninitialized"
         )
-        loaded: Any = _load_state_dict_from_keys(
-            {CHECKPOINT_PREFIX + name}, checkpoint_id=str(checkpoint)
-        )
+        try:
+            loaded: Any = _load_state_dict_from_keys(
+                {CHECKPOINT_PREFIX + name}, checkpoint_id=str(checkpoint)
+            )
+        except CheckpointException as e:
+            # DCP wraps whatever its reads raise, Ctrl-C too: a Ctrl-C stays one.
+            if any(isinstance(exc, KeyboardInterrupt) for exc, _ in e.failures.values()):
+                raise KeyboardInterrupt from None
+            raise
     while isinstance(
         loaded, dict
     ):  # DCP nests by the first dot: {"model": {"model.<name>": tensor}}

@@ -9,6 +9,7 @@ test but the DLRMv2 one; its rerun, complete at the target, writes nothing.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import shutil
 import subprocess
@@ -686,3 +687,19 @@ def test_ctrl_c_during_export_ends_in_one_line_and_writes_nothing(
         "interrupted: stopped.safetensors: nothing written; rerun the same command to export"
     )
     assert not list(trained.glob("*stopped.safetensors*"))
+
+
+@pytest.mark.slow
+def test_predict_refuses_input_without_rows(trained: Path) -> None:
+    _model_file(trained)
+    (trained / "empty.tsv").write_bytes(b"")
+    with (trained / "empty.tsv.gz").open("wb") as f:
+        f.write(gzip.compress(b""))
+    for name, line in (
+        ("empty.tsv", r"^error: empty.tsv: empty \(no rows\): nothing to score$"),
+        ("empty.tsv.gz", r"^error: empty.tsv.gz: no rows: nothing to score$"),
+    ):
+        assert_one_line_error(
+            in_process("predict", "model.safetensors", name, "--out", "o.txt", cwd=trained), line
+        )
+    assert not (trained / "o.txt").exists()

@@ -164,6 +164,8 @@ def predict(
         )
     if not input_path.exists():
         fail(f"{input_path}: no such file or dataset directory")
+    if input_path.is_file() and input_path.stat().st_size == 0:
+        fail(f"{input_path}: empty (no rows): nothing to score")
     from shardrec.dataloader.format.manifest import DatasetError
     from shardrec.trainer.inference.model_file import read_header
 
@@ -187,6 +189,9 @@ def predict(
             probs, labels = _score_text(exported, chunks, labeled=not no_label)
     except (ValueError, DatasetError) as e:
         fail(str(e))
+    if not len(probs):  # a compressed file of nothing, a header alone, an empty split
+        where = f"split {split!r} of {input_path}" if input_path.is_dir() else str(input_path)
+        fail(f"{where}: no rows: nothing to score")
     from shardrec.trainer.loop.metrics import auc
 
     try:

@@ -703,3 +703,27 @@ def test_predict_refuses_input_without_rows(trained: Path) -> None:
             in_process("predict", "model.safetensors", name, "--out", "o.txt", cwd=trained), line
         )
     assert not (trained / "o.txt").exists()
+
+
+@pytest.mark.slow
+def test_a_model_that_cannot_read_raw_rows_says_so_by_its_file_name(trained: Path) -> None:
+    """A model of data without a text schema (as `data import-npy` makes): raw rows are refused
+    naming the model file and what to score instead, and no refusal offers raw rows."""
+
+    def imported(header: dict) -> None:
+        del header["transform"]["schema"]
+
+    _rewrite_header(_model_file(trained), trained / "npy.safetensors", imported)
+    lines = (trained / "raw" / "day_1").read_bytes().splitlines(keepends=True)[-5:]
+    (trained / "five.tsv").write_bytes(b"".join(lines))
+    assert_one_line_error(
+        in_process("predict", "npy.safetensors", "five.tsv", cwd=trained),
+        r"^error: npy.safetensors: cannot read raw rows: .* score a preprocessed split of such "
+        r"data instead: `shardrec predict npy.safetensors DATASET_DIR --split test`$",
+    )
+    _data500(trained)
+    assert_one_line_error(
+        in_process("predict", "npy.safetensors", "data500", cwd=trained),
+        r"^error: data500: preprocessed with other settings .*; preprocess it with the training "
+        r"data's settings$",
+    )

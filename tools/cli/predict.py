@@ -177,7 +177,7 @@ def predict(
         if not input_path.is_dir() and not events:
             from shardrec.tools.preprocess.raw_rows import RawRows
 
-            chunks = _first_and_rest(RawRows(header).read(input_path, labeled=not no_label))
+            chunks = _first_and_rest(RawRows(header, model).read(input_path, labeled=not no_label))
         from shardrec.trainer.inference.predict import load_exported, score_split
 
         exported = load_exported(model)

@@ -27,7 +27,7 @@ from shardrec.embeddings.managed.maps import ManagedMaps, build_maps
 from shardrec.embeddings.managed.table_kinds import TableSettings
 from shardrec.embeddings.tables import POOLING_TYPES, build_ebc
 from shardrec.trainer.inference.export import ID_MAP_PREFIX, ITEM_MAPS, header_preprocessing
-from shardrec.trainer.inference.model_file import read_header
+from shardrec.trainer.inference.model_file import read_header, reads_raw_rows
 from shardrec.trainer.job.config import ModelConfig
 from shardrec.trainer.job.precision import resolve_precision
 from shardrec.trainer.loop.managed_ids import remap_batch
@@ -213,9 +213,11 @@ def check_preprocessing(header: dict[str, Any], manifest: Manifest, dataset: Pat
         header_preprocessing(header), lifecycle.preprocessing(manifest)
     )
     if differs:
+        # Raw rows only where the model can read them (not a model of imported arrays).
+        raw = ", or score its raw rows (the model applies them)" if reads_raw_rows(header) else ""
         raise ValueError(
             f"{dataset}: preprocessed with other settings than the model's training data ({differs}); "
-            "preprocess it with the training data's settings, or score its raw rows (the model applies them)"
+            f"preprocess it with the training data's settings{raw}"
         )
 
 

@@ -727,3 +727,12 @@ def test_a_model_that_cannot_read_raw_rows_says_so_by_its_file_name(trained: Pat
         r"^error: data500: preprocessed with other settings .*; preprocess it with the training "
         r"data's settings$",
     )
+
+
+@pytest.mark.slow
+def test_eval_on_a_rank_count_the_batch_does_not_divide_names_those_it_does(trained: Path) -> None:
+    assert_one_line_error(
+        in_process("eval", "run", "--nproc-per-node", "3", "--device", "cpu", cwd=trained),
+        rf"^error: the run's evaluation batch {BATCH} does not divide by 3 ranks \(eval.batch_size, "
+        r"else train.global_batch_size\): use --nproc-per-node 1, 2, 4 or 8$",
+    )

@@ -9,6 +9,7 @@ test but the DLRMv2 one; its rerun, complete at the target, writes nothing.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import shutil
 import subprocess
@@ -614,4 +615,158 @@ def test_a_model_of_materialised_multi_hot_ids_scores_raw_rows_as_its_split(trai
         in_process("predict", "mat.safetensors", "data", cwd=trained),
         r"^error: data: one-hot ids, the model was trained on multi-hot ids \(sizes \[3, 2, 1\]\.\.\., "
         r"seed 0\); score data made as its training data was, or raw rows$",
+    )
+
+
+def _model_file(trained: Path) -> Path:
+    if not (trained / "model.safetensors").is_file():
+        ok(in_process("export", "run", "--out", "model.safetensors", cwd=trained))
+    return trained / "model.safetensors"
+
+
+def _data500(trained: Path) -> Path:
+    """The same rows preprocessed into tables of 500 rows (the run's have 1000)."""
+    if not (trained / "data500").is_dir():
+        flags = ["--out", "data500", "--max-ids", "500"]
+        ok(in_process("preprocess", "raw/day_0", "raw/day_1", *flags, cwd=trained))
+    return trained / "data500"
+
+
+def _rewrite_header(model: Path, out: Path, edit) -> None:
+    """`model`'s tensors under its header as `edit` changes it, written to `out`."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    with safe_open(str(model), framework="pt") as f:
+        header = json.loads(f.metadata()["shardrec"])
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    edit(header)
+    save_file(tensors, str(out), metadata={"shardrec": json.dumps(header, sort_keys=True)})
+
+
+@pytest.mark.slow
+def test_export_refuses_a_checkpoint_of_another_model_in_the_line_eval_does(trained: Path) -> None:
+    """A checkpoint of run (tables of 1000 rows) put among the checkpoints of a run on data500
+    (500 rows): eval refuses it, and export refuses it in the same line, writing nothing."""
+    _data500(trained)
+    small = settings('train.device="cpu"', *TINY_MODEL, f"train.global_batch_size={BATCH}")
+    one_rank = ("--nproc-per-node", "1", "--steps", "2", *small)
+    ok(shardrec("train", "--data", "data500", "--out-dir", "run500", *one_rank, cwd=trained))
+    newest = sorted((trained / "run" / "checkpoints").glob("step-*"))[-1]
+    shutil.copytree(newest, trained / "run500" / "checkpoints" / "step-00000999")
+    line = assert_one_line_error(
+        in_process("export", "run500", "--out", "foreign.safetensors", cwd=trained),
+        r"^error: run500/checkpoints/step-00000999: checkpoint of another model or optimizer: .*"
+        r"table t_C1 \[rows, dim\]: checkpoint \[1000, 8\], job \[500, 8\]",
+    )
+    assert not (trained / "foreign.safetensors").exists()
+    evaluated = shardrec("eval", "run500", "--device", "cpu", "--nproc-per-node", "1", cwd=trained)
+    assert evaluated.returncode == 1 and line in evaluated.stderr.splitlines(), evaluated.stderr
+
+
+@pytest.mark.slow
+def test_predict_refuses_a_model_file_whose_tensors_disagree_with_its_header(trained: Path) -> None:
+    def fewer_rows(header: dict) -> None:
+        (t_c1,) = [t for t in header["tables"] if t["name"] == "t_C1"]
+        t_c1["rows"] = 500
+
+    _rewrite_header(_model_file(trained), trained / "lying.safetensors", fewer_rows)
+    assert_one_line_error(
+        in_process("predict", "lying.safetensors", "data", cwd=trained),
+        r"^error: lying.safetensors: tensor sparse_arch\.embedding_bag_collection\.embedding_bags\."
+        r"t_C1\.weight is \[1000, 8\], its header's model needs \[500, 8\]; ",
+    )
+
+
+@pytest.mark.slow
+def test_export_and_predict_replace_only_their_own_earlier_output(trained: Path) -> None:
+    """--out over a file of the user's is refused and the file kept; over the command's own
+    earlier output (a rerun) it is replaced."""
+    _model_file(trained)
+    notes = trained / "notes.txt"
+    notes.write_text("notes\n")
+    assert_one_line_error(
+        in_process("export", "run", "--out", "notes.txt", cwd=trained),
+        r"^error: --out notes.txt: exists and is not a model file of `shardrec export`, so it is "
+        r"kept; give another file name, or remove it first$",
+    )
+    np.save(trained / "ints.npy", np.arange(3))
+    for theirs in ("notes.txt", "ints.npy"):
+        assert_one_line_error(
+            in_process("predict", "model.safetensors", "data", "--out", theirs, cwd=trained),
+            rf"^error: --out {theirs}: exists and is not a file of probabilities `shardrec "
+            r"predict` wrote, so it is kept; give another file name, or remove it first$",
+        )
+    assert notes.read_text() == "notes\n" and np.load(trained / "ints.npy").tolist() == [0, 1, 2]
+    ok(in_process("export", "run", "--out", "model.safetensors", cwd=trained))
+    for ours in ("again.npy", "again.txt"):
+        for _ in range(2):
+            ok(in_process("predict", "model.safetensors", "data", "--out", ours, cwd=trained))
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_export_ends_in_one_line_and_writes_nothing(
+    trained: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torch.distributed.checkpoint.filesystem import FileSystemReader
+
+    def pressed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    # Raised inside DCP's read, which wraps whatever its reads raise.
+    monkeypatch.setattr(FileSystemReader, "read_data", pressed)
+    done = in_process("export", "run", "--out", "stopped.safetensors", cwd=trained)
+    assert done.exit_code == 130, (done.output, done.exception)
+    assert done.stderr.strip() == (
+        "interrupted: stopped.safetensors: nothing written; rerun the same command to export"
+    )
+    assert not list(trained.glob("*stopped.safetensors*"))
+
+
+@pytest.mark.slow
+def test_predict_refuses_input_without_rows(trained: Path) -> None:
+    _model_file(trained)
+    (trained / "empty.tsv").write_bytes(b"")
+    with (trained / "empty.tsv.gz").open("wb") as f:
+        f.write(gzip.compress(b""))
+    for name, line in (
+        ("empty.tsv", r"^error: empty.tsv: empty \(no rows\): nothing to score$"),
+        ("empty.tsv.gz", r"^error: empty.tsv.gz: no rows: nothing to score$"),
+    ):
+        assert_one_line_error(
+            in_process("predict", "model.safetensors", name, "--out", "o.txt", cwd=trained), line
+        )
+    assert not (trained / "o.txt").exists()
+
+
+@pytest.mark.slow
+def test_a_model_that_cannot_read_raw_rows_says_so_by_its_file_name(trained: Path) -> None:
+    """A model of data without a text schema (as `data import-npy` makes): raw rows are refused
+    naming the model file and what to score instead, and no refusal offers raw rows."""
+
+    def imported(header: dict) -> None:
+        del header["transform"]["schema"]
+
+    _rewrite_header(_model_file(trained), trained / "npy.safetensors", imported)
+    lines = (trained / "raw" / "day_1").read_bytes().splitlines(keepends=True)[-5:]
+    (trained / "five.tsv").write_bytes(b"".join(lines))
+    assert_one_line_error(
+        in_process("predict", "npy.safetensors", "five.tsv", cwd=trained),
+        r"^error: npy.safetensors: cannot read raw rows: .* score a preprocessed split of such "
+        r"data instead: `shardrec predict npy.safetensors DATASET_DIR --split test`$",
+    )
+    _data500(trained)
+    assert_one_line_error(
+        in_process("predict", "npy.safetensors", "data500", cwd=trained),
+        r"^error: data500: preprocessed with other settings .*; preprocess it with the training "
+        r"data's settings$",
+    )
+
+
+@pytest.mark.slow
+def test_eval_on_a_rank_count_the_batch_does_not_divide_names_those_it_does(trained: Path) -> None:
+    assert_one_line_error(
+        in_process("eval", "run", "--nproc-per-node", "3", "--device", "cpu", cwd=trained),
+        rf"^error: the run's evaluation batch {BATCH} does not divide by 3 ranks \(eval.batch_size, "
+        r"else train.global_batch_size\): use --nproc-per-node 1, 2, 4 or 8$",
     )

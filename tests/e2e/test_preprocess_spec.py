@@ -331,7 +331,9 @@ def test_raw_rows_without_a_spec_or_schema_to_read_them_by_are_refused_in_one_li
 
     transform = {"mode": "hash", "dataset": "/data/ml", "cardinalities": [10]}
     with pytest.raises(
-        ValueError, match=r"^the model of /data/ml records neither a feature spec nor Criteo's text"
+        ValueError,
+        match=r"^the model of /data/ml: cannot read raw rows: its training data records neither a "
+        r"feature spec nor Criteo's text schema .*; score a preprocessed split of such data instead",
     ):
         RawRows({"transform": transform, "feature_names": ["genres"]})
 

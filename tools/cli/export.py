@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from shardrec.tools.cli.common import fail, print_json
+from shardrec.tools.cli.common import fail, interrupted, print_json
 from shardrec.tools.console import console
 
 
@@ -38,6 +38,16 @@ def export(
     reader) loads without torchrun."""
     if out.is_dir():  # before torch is imported
         fail(f"--out {out}: is a directory; give a file name such as {out / 'model.safetensors'}")
+    if out.is_file() and out.stat().st_size:
+        from shardrec.trainer.inference.model_file import read_header
+
+        try:  # an earlier export is replaced (a rerun); any other file is the user's
+            read_header(out)
+        except ValueError:
+            fail(
+                f"--out {out}: exists and is not a model file of `shardrec export`, so it is kept; "
+                "give another file name, or remove it first"
+            )
     from shardrec.dataloader.format.manifest import DatasetError
     from shardrec.trainer.inference.export import export_model
 
@@ -47,6 +57,9 @@ def export(
         fail(str(e))
     except OSError as e:
         fail(f"{out}: cannot write the model ({e.strerror or e})")
+    except KeyboardInterrupt:
+        kept = "the file there before is kept" if out.exists() else "nothing written"
+        interrupted(f"{out}: {kept}; rerun the same command to export")
     if json_out:
         print_json(result)
     else:

@@ -32,6 +32,32 @@ def _write(probs: np.ndarray, out: Path | None) -> None:
         f.write(buffer.getvalue())
 
 
+def _holds_predictions(path: Path) -> bool:
+    """Whether `path` is what _write writes (a .npy of a 1-D float32 array, or text whose first
+    line is a number), read by its header or first line only: --out replaces such a file (a
+    rerun), never another."""
+    fmt = np.lib.format
+    try:
+        with path.open("rb") as f:
+            if f.read(6) == fmt.MAGIC_PREFIX:
+                f.seek(0)
+                try:
+                    read = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}
+                    shape, _, dtype = read[fmt.read_magic(f)](f)
+                except (ValueError, KeyError):
+                    return False
+                return len(shape) == 1 and dtype == np.float32
+            f.seek(0)
+            line = f.readline(100)
+    except OSError:
+        return True  # unreadable: the write itself names the problem
+    try:
+        float(line)
+    except ValueError:
+        return False
+    return True
+
+
 def _first_and_rest(chunks: Iterator[Any]) -> Iterator[Any]:
     """`chunks` with its first item read now: the file's format is checked before torch loads."""
     first = next(chunks, None)
@@ -119,6 +145,11 @@ def predict(
         fail("--json prints a summary: give --out for the probabilities")
     if batch_size < 1:
         fail(f"--batch-size must be at least 1, got {batch_size}")
+    if out is not None and out.is_file() and out.stat().st_size and not _holds_predictions(out):
+        fail(
+            f"--out {out}: exists and is not a file of probabilities `shardrec predict` wrote, so "
+            "it is kept; give another file name, or remove it first"
+        )
     if model.is_dir():
         from shardrec.trainer.rundir import names
 
@@ -133,6 +164,8 @@ def predict(
         )
     if not input_path.exists():
         fail(f"{input_path}: no such file or dataset directory")
+    if input_path.is_file() and input_path.stat().st_size == 0:
+        fail(f"{input_path}: empty (no rows): nothing to score")
     from shardrec.dataloader.format.manifest import DatasetError
     from shardrec.trainer.inference.model_file import read_header
 
@@ -144,7 +177,7 @@ def predict(
         if not input_path.is_dir() and not events:
             from shardrec.tools.preprocess.raw_rows import RawRows
 
-            chunks = _first_and_rest(RawRows(header).read(input_path, labeled=not no_label))
+            chunks = _first_and_rest(RawRows(header, model).read(input_path, labeled=not no_label))
         from shardrec.trainer.inference.predict import load_exported, score_split
 
         exported = load_exported(model)
@@ -156,6 +189,9 @@ def predict(
             probs, labels = _score_text(exported, chunks, labeled=not no_label)
     except (ValueError, DatasetError) as e:
         fail(str(e))
+    if not len(probs):  # a compressed file of nothing, a header alone, an empty split
+        where = f"split {split!r} of {input_path}" if input_path.is_dir() else str(input_path)
+        fail(f"{where}: no rows: nothing to score")
     from shardrec.trainer.loop.metrics import auc
 
     try:

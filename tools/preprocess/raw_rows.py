@@ -34,6 +34,7 @@ from shardrec.tools.preprocess.parse.text_parser import TextParser, choose_parse
 from shardrec.tools.preprocess.parts.part_columns import NonFiniteDense
 from shardrec.tools.preprocess.task import TaskOptions, non_finite_error
 from shardrec.tools.preprocess.text.gz import open_text
+from shardrec.trainer.inference.model_file import reads_raw_rows
 
 logger = logging.getLogger(__name__)
 CHUNK_BYTES = 16 << 20
@@ -46,16 +47,20 @@ trainer.inference.predict.rows_batch takes."""
 class RawRows:
     """Turns text rows into model inputs with one model's transform (its header's "transform")."""
 
-    def __init__(self, header: dict[str, Any]) -> None:
+    def __init__(self, header: dict[str, Any], model: Path | None = None) -> None:
+        """`model`: the model file the header is of, named when its rows cannot be read."""
         t = header["transform"]
+        if not reads_raw_rows(header):
+            who = model if model is not None else f"the model of {t.get('dataset')}"
+            how = f": `shardrec predict {model} DATASET_DIR --split test`" if model else ""
+            raise ValueError(
+                f"{who}: cannot read raw rows: its training data records neither a feature spec nor "
+                "Criteo's text schema and dense transform (as data from `shardrec data import-npy`); "
+                f"score a preprocessed split of such data instead{how}"
+            )
         self.spec = (
             spec_from_dict(t["spec"], "the model's transform: spec") if t.get("spec") else None
         )
-        if self.spec is None and ("schema" not in t or t.get("dense_transform") is None):
-            raise ValueError(
-                f"the model of {t.get('dataset')} records neither a feature spec nor Criteo's text schema and dense "
-                "transform to read raw rows with; score a preprocessed split instead"
-            )
         self.schema = Schema(**t["schema"]) if self.spec is None else Schema()
         self.dense_transform, self.dense_dtype = (
             t.get("dense_transform") or "log1p",
@@ -78,7 +83,7 @@ class RawRows:
             if not materialised.get("one_hot_cardinalities"):
                 raise ValueError(
                     f"the model was trained on multi-hot ids made from {materialised['source']}, "
-                    "which was gone at export: raw rows cannot be hashed as its were; score a "
+                    "which was gone at export: raw rows cannot be hashed as its training rows were; score a "
                     "multi-hot split instead"
                 )
             self.cardinalities = tuple(materialised["one_hot_cardinalities"])

@@ -191,9 +191,12 @@ def check_request(
         )
     batch = config.eval.batch_size or config.train.global_batch_size
     if batch % world_size:
+        # eval takes no --set: the rank count is the user's one way out, so name the ones that work.
+        fits = [n for n in range(1, max(8, 2 * world_size) + 1) if batch % n == 0]
+        ranks = ", ".join(map(str, fits[:-1])) + (" or " if len(fits) > 1 else "") + str(fits[-1])
         raise ValueError(
             f"the run's evaluation batch {batch} does not divide by {world_size} ranks "
-            "(eval.batch_size, else train.global_batch_size)"
+            f"(eval.batch_size, else train.global_batch_size): use --nproc-per-node {ranks}"
         )
     # The ranks evaluate on the request's device, not the run's train.device: a checkpoint
     # written on CUDA loads onto CPU ranks and the other way round, at any rank count.

@@ -26,10 +26,11 @@ from typing import Any, BinaryIO
 
 import torch
 from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import TensorProperties, TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
 
-from shardrec.dataloader.format.manifest import Manifest
+from shardrec.dataloader.format.manifest import Manifest, dataset_fingerprint
 from shardrec.dataloader.util.files import WriteError, atomic_open, write_error
 from shardrec.embeddings.dims import job_tables, table_specs
 from shardrec.sharding.machine.hardware import available_memory_bytes
@@ -38,7 +39,8 @@ from shardrec.trainer.inference.model_file import FORMAT, FORMAT_VERSION, META_K
 from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import JobConfig
 from shardrec.trainer.job.precision import resolve_precision
-from shardrec.trainer.rundir import lifecycle
+from shardrec.trainer.rundir import lifecycle, names
+from shardrec.trainer.rundir.checkpoint import check_signature, checkpoint_signature, load_file
 
 logger = logging.getLogger(__name__)
 
@@ -91,9 +93,15 @@ def _read_tensor(checkpoint: Path, name: str) -> torch.Tensor:
         warnings.filterwarnings(
             "ignore", message="torch.distributed is unavailable or uninitialized"
         )
-        loaded: Any = _load_state_dict_from_keys(
-            {CHECKPOINT_PREFIX + name}, checkpoint_id=str(checkpoint)
-        )
+        try:
+            loaded: Any = _load_state_dict_from_keys(
+                {CHECKPOINT_PREFIX + name}, checkpoint_id=str(checkpoint)
+            )
+        except CheckpointException as e:
+            # DCP wraps whatever its reads raise, Ctrl-C too: a Ctrl-C stays one.
+            if any(isinstance(exc, KeyboardInterrupt) for exc, _ in e.failures.values()):
+                raise KeyboardInterrupt from None
+            raise
     while isinstance(
         loaded, dict
     ):  # DCP nests by the first dot: {"model": {"model.<name>": tensor}}
@@ -157,6 +165,23 @@ def model_header(run_dir: Path, step: int, data: Path | None = None) -> dict[str
     config = run_config(run_dir)
     header = describe_model(config, run_dataset(run_dir, config, data))
     return {**header, "source": {"run_dir": str(Path(run_dir).resolve()), "step": step}}
+
+
+def check_checkpoint(
+    checkpoint: Path, run_dir: Path, header: dict[str, Any], data: Path | None = None
+) -> None:
+    """The check `eval` makes before it reads a checkpoint's weights (CheckpointManager.load):
+    ValueError (one line) unless the checkpoint is of the run's model, tables and optimizers (and,
+    without `data`, its dataset). A checkpoint of another model, put in the run's checkpoints,
+    would otherwise be written under a header that does not describe its tensors."""
+    config = run_config(run_dir)
+    # As eval: the dataset's fingerprint, unless other data was asked for.
+    fingerprint = "" if data is not None else dataset_fingerprint(Manifest.load(config.data.path))
+    shapes = [(t["name"], t["rows"], t["dim"]) for t in header["tables"]]
+    saved = load_file(checkpoint / names.TRAIN_STATE, torch.device("cpu"))["signature"]
+    check_signature(
+        checkpoint, saved, checkpoint_signature(config.model, config.optim, shapes, fingerprint)
+    )
 
 
 def describe_model(config: JobConfig, raw: Manifest) -> dict[str, Any]:
@@ -279,7 +304,8 @@ def export_model(
     """
     found_step, checkpoint = find_checkpoint(run_dir, step)
     header = model_header(run_dir, found_step, data)
-    entries = _tensor_entries(checkpoint)
+    entries = _tensor_entries(checkpoint)  # verifies the checkpoint's files first
+    check_checkpoint(checkpoint, run_dir, header, data)
     extras = item_maps(run_config(run_dir), data)
     for name, tensor in extras.items():
         entries[name] = TensorStorageMetadata(

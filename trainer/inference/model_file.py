@@ -71,3 +71,13 @@ def read_header(path: Path) -> dict[str, Any]:
             f"version {FORMAT_VERSION}"
         )
     return header
+
+
+def reads_raw_rows(header: dict[str, Any]) -> bool:
+    """Whether the model of this header can read raw rows: its data recorded a feature spec, or
+    Criteo's text schema and dense transform (data from `shardrec data import-npy` has neither,
+    only arrays of ids)."""
+    transform = header.get("transform") or {}
+    return bool(transform.get("spec")) or (
+        "schema" in transform and transform.get("dense_transform") is not None
+    )

@@ -27,7 +27,7 @@ from shardrec.embeddings.managed.maps import ManagedMaps, build_maps
 from shardrec.embeddings.managed.table_kinds import TableSettings
 from shardrec.embeddings.tables import POOLING_TYPES, build_ebc
 from shardrec.trainer.inference.export import ID_MAP_PREFIX, ITEM_MAPS, header_preprocessing
-from shardrec.trainer.inference.model_file import read_header
+from shardrec.trainer.inference.model_file import read_header, reads_raw_rows
 from shardrec.trainer.job.config import ModelConfig
 from shardrec.trainer.job.precision import resolve_precision
 from shardrec.trainer.loop.managed_ids import remap_batch
@@ -90,12 +90,32 @@ def load_exported(path: Path) -> ExportedModel:
         if k.startswith(ITEM_MAPS)
     }
     maps = _id_maps(header, tensors, path)
-    model.load_state_dict(
-        {k: v for k, v in tensors.items() if not k.startswith(ID_MAP_PREFIX)}, strict=True
-    )
+    weights = {k: v for k, v in tensors.items() if not k.startswith(ID_MAP_PREFIX)}
+    _check_weights(path, weights, model.state_dict())
+    model.load_state_dict(weights, strict=True)
     model.eval()
     item_maps = (items["artist"], items["album"]) if items else None
     return ExportedModel(model, header, item_maps=item_maps, maps=maps)
+
+
+def _check_weights(
+    path: Path, weights: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]
+) -> None:
+    """ValueError (one line, naming the tensor) unless the file's tensors are the ones its header's
+    model has, shape for shape: a file whose weights and header disagree is not scored."""
+    redo = "the file's header does not describe its weights: export the run again"
+    for name, want in expected.items():
+        got = weights.get(name)
+        if got is None:
+            raise ValueError(f"{path}: no tensor {name}, which its header's model has; {redo}")
+        if tuple(got.shape) != tuple(want.shape):
+            raise ValueError(
+                f"{path}: tensor {name} is {list(got.shape)}, its header's model needs "
+                f"{list(want.shape)}; {redo}"
+            )
+    extra = sorted(set(weights) - set(expected))
+    if extra:
+        raise ValueError(f"{path}: tensor {extra[0]} is not in its header's model; {redo}")
 
 
 def _id_maps(header: dict[str, Any], tensors: dict[str, torch.Tensor], path: Path):
@@ -212,9 +232,11 @@ def check_preprocessing(header: dict[str, Any], manifest: Manifest, dataset: Pat
         header_preprocessing(header), lifecycle.preprocessing(manifest)
     )
     if differs:
+        # Raw rows only where the model can read them (not a model of imported arrays).
+        raw = ", or score its raw rows (the model applies them)" if reads_raw_rows(header) else ""
         raise ValueError(
             f"{dataset}: preprocessed with other settings than the model's training data ({differs}); "
-            "preprocess it with the training data's settings, or score its raw rows (the model applies them)"
+            f"preprocess it with the training data's settings{raw}"
         )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ from shardrec.trainer.rundir.checkpoint import (
     ModuleState,
     TrainProgress,
 )
+from shardrec.trainer.rundir.checkpoint import checkpoint_signature as signature_of
 from shardrec.trainer.rundir.id_map_state import IdMapsState
 from shardrec.trainer.rundir.mllog import MlperfLog, benchmark_of, log_init
 from shardrec.trainer.rundir.optim_state import PART, SparseOptimizerState
@@ -83,24 +84,12 @@ class Job:
     last checkpoint but its loader position, and evaluates the new data before training on it."""
 
 
-# Optimizer settings that decide what state a checkpoint holds: a change would drop or misread it.
-OPTIMIZER_KEYS = ("sparse", "dense")
-
-
 def checkpoint_signature(
     model: ModelConfig, optim: OptimConfig, tables: list[EmbeddingBagConfig], dataset: str = ""
 ) -> dict[str, Any]:
-    """What must match for a checkpoint to load: the model, its tables, the optimizers' kinds and
-    the dataset's fingerprint (trainer.rundir.lifecycle; "" skips that check), not the plan."""
-    return {
-        "model": asdict(model),
-        "optim": {k: getattr(optim, k) for k in OPTIMIZER_KEYS},
-        "tables": [
-            {"name": t.name, "rows": int(t.num_embeddings), "dim": int(t.embedding_dim)}
-            for t in tables
-        ],
-        "dataset": dataset,
-    }
+    """The signature (trainer.rundir.checkpoint.checkpoint_signature) of a job of these tables."""
+    shapes = [(t.name, t.num_embeddings, t.embedding_dim) for t in tables]
+    return signature_of(model, optim, shapes, dataset)
 
 
 def checkpoint_parts(

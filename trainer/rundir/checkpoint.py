@@ -48,6 +48,7 @@ from torch.serialization import default_restore_location
 from shardrec.dataloader.util.files import atomic_open, fsync_dir
 from shardrec.trainer.distributed import faults
 from shardrec.trainer.distributed.dist import DistEnv, monitored_barrier
+from shardrec.trainer.job.config import ModelConfig, OptimConfig
 from shardrec.trainer.rundir import names
 from shardrec.trainer.rundir.checkpoint_failure import (
     checkpoint_bytes,
@@ -231,6 +232,38 @@ class CheckpointParts:
     """The plan (JSON) the sharded parts are laid out by."""
     per_rank: Mapping[str, Stateful] = field(default_factory=lambda: {"rng": RngState()})
     """File name prefixes -> parts each rank saves into `<name>-<rank>.pt`."""
+
+
+# Optimizer settings that decide what state a checkpoint holds: a change would drop or misread it.
+OPTIMIZER_KEYS = ("sparse", "dense")
+
+
+def checkpoint_signature(
+    model: ModelConfig,
+    optim: OptimConfig,
+    tables: list[tuple[str, int, int]],
+    dataset: str = "",
+) -> dict[str, Any]:
+    """What must match for a checkpoint to load: the model, its tables (name, rows, dim), the
+    optimizers' kinds and the dataset's fingerprint (trainer.rundir.lifecycle; "" skips that
+    check), not the plan."""
+    return {
+        "model": asdict(model),
+        "optim": {k: getattr(optim, k) for k in OPTIMIZER_KEYS},
+        "tables": [
+            {"name": name, "rows": int(rows), "dim": int(dim)} for name, rows, dim in tables
+        ],
+        "dataset": dataset,
+    }
+
+
+def check_signature(path: Path, saved: dict[str, Any], current: dict[str, Any]) -> None:
+    """ValueError (one line) unless the checkpoint at `path`, whose train_state.pt holds the
+    signature `saved`, is of the job whose signature is `current`: what every reader of a
+    checkpoint's weights checks (a resume, `eval`, `export`)."""
+    mismatch = describe_mismatch(saved, current)
+    if mismatch:
+        raise ValueError(f"{path}: checkpoint of another model or optimizer: {mismatch}")
 
 
 def describe_mismatch(saved: dict[str, Any], current: dict[str, Any]) -> str:
@@ -436,9 +469,7 @@ class CheckpointManager:
         parts = self.parts
         self.verify(path)  # before anything is read: DCP unpickles .metadata
         train_state = load_file(path / names.TRAIN_STATE, self.env.device)
-        mismatch = describe_mismatch(train_state["signature"], parts.signature)
-        if mismatch:
-            raise ValueError(f"{path}: checkpoint of another model or optimizer: {mismatch}")
+        check_signature(path, train_state["signature"], parts.signature)
         saved = SavedCheckpoint(
             path, train_state["progress"]["step"], train_state["plan"], self.group
         )

@@ -215,6 +215,16 @@ class EventSpec:
             if "organic" in cross.keys and not self.events.organic:
                 raise ValueError(f"crosses ({cross.name}): organic needs events.organic")
 
+    def sample_settings(self) -> dict[str, Any]:
+        """What decides the samples a log makes (their labels, histories, crosses and splits),
+        named as the spec file names them: a model scores only samples made as its own were. The
+        column names are not here: another log may call its columns otherwise."""
+        out: dict[str, Any] = {"[label] played_ratio_min": self.played_ratio_min}
+        out |= {f"[history] {k}": v for k, v in asdict(self.history).items()}
+        out["[[crosses]]"] = [asdict(c) for c in self.crosses]
+        out |= {f"[split] {k}": v for k, v in asdict(self.split).items()}
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         """Plain data (the manifest keeps it)."""
         out = asdict(self)

@@ -75,10 +75,12 @@ def _run(tmp_path: Path, trained: Path, complete: bool = True) -> Path:
 @pytest.mark.parametrize("recorded", ["now", "before"])
 def test_a_later_period_of_the_same_log_is_evaluated_and_continued_on(data, tmp_path, recorded):
     run = _run(tmp_path, data["trained"])
-    if recorded == "before":  # a run's record kept the largest timestamp + 1 as a table size
+    if recorded == "before":  # its largest timestamp + 1 as a table size, no event settings
         record = json.loads((run / "dataset.json").read_text())
         cards = [f.cardinality for f in Manifest.load(data["trained"]).sparse_features]
-        record["preprocessing"]["cardinalities"] = cards
+        record["preprocessing"] = {
+            k: v for k, v in record["preprocessing"].items() if not k.startswith("[")
+        } | {"cardinalities": cards}
         for entry, card in zip(record["schema"]["sparse"], cards):
             entry[1] = card
         (run / "dataset.json").write_text(json.dumps(record))
@@ -112,4 +114,16 @@ def test_a_log_of_more_users_is_refused_as_other_tables(data, tmp_path):
         f"{run} trained on: an event log's tables have a row for each id up to its largest "
         "(users, items, artists, albums), and a run's tables keep their rows; go on with a log of "
         "the same ids"
+    )
+
+
+def test_data_an_other_event_spec_made_is_refused_naming_the_setting(data, tmp_path):
+    run = _run(tmp_path, data["trained"])
+    config = load_job_config(run / "config.toml")
+    with pytest.raises(ValueError) as caught:
+        run_dataset(run, config, data["label60"])
+    assert str(caught.value) == (
+        f"--data {data['label60']}: preprocessed with other settings than the data {run} trained "
+        "on ([label] played_ratio_min: 50.0 in training, 60.0 here); preprocess it with the "
+        "training data's settings"
     )

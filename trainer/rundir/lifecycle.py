@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from shardrec.dataloader.format.manifest import Manifest, SparseFeature, dataset_fingerprint
+from shardrec.dataloader.spec.event_spec import event_spec_from_dict
 from shardrec.dataloader.util import locks
 from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import SEED_UNSET, JobConfig, load_job_config
@@ -87,7 +88,14 @@ def preprocessing(manifest: Manifest) -> dict[str, Any]:
     return {
         "cardinalities": [table_rows(f) for f in manifest.sparse_features],
         **{key: options.get(key) for key in PREPROCESSING_KEYS},
+        **(event_sample_settings(manifest.events["spec"]) if manifest.kind == "events" else {}),
     }
+
+
+def event_sample_settings(spec: dict[str, Any]) -> dict[str, Any]:
+    """The sample settings (EventSpec.sample_settings) of an event spec as a manifest or a model
+    file keeps it."""
+    return event_spec_from_dict(spec, "the dataset's event spec").sample_settings()
 
 
 def preprocessing_differences(trained: dict[str, Any], here: dict[str, Any]) -> str:
@@ -98,6 +106,8 @@ def preprocessing_differences(trained: dict[str, Any], here: dict[str, Any]) -> 
         a, b = trained.get(key), here.get(key)
         if key == "cardinalities" and isinstance(a, list) and isinstance(b, list):
             a, b = _tables_only(a, b)
+        if key.startswith("[") and key not in trained:
+            continue  # an event spec's setting that a record from before them does not keep
         if a == b:
             continue
         if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):

@@ -121,3 +121,28 @@ def test_an_unknown_event_type_is_refused_with_the_known_ones(tmp_path, log):
         rf"^error: {re.escape(str(path))}: row 3: event_type: 'skip' is not one of listen, like, "
         r"dislike, unlike, undislike \(\[events.types\] in .*spec.toml\)$",
     )
+
+
+def test_an_out_holding_a_dataset_of_another_spec_is_kept_and_the_same_rerun_allowed(tmp_path, log):
+    path, spec = _write(tmp_path, log, "parquet")
+    out = tmp_path / "out"
+    cli("preprocess", path, "--events", spec, "--out", out)
+    cli("preprocess", path, "--events", spec, "--out", out)  # the same command again: rewritten
+    before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    other = tmp_path / "other.toml"
+    other.write_text(spec.read_text() + "\n[label]\nplayed_ratio_min = 60\n")
+    assert_one_line_error(
+        _preprocess(path, other, out),
+        rf"^error: {re.escape(str(out))}: holds a dataset made with another event spec "
+        rf"\(label.played_ratio_min = 50.0 there, 60.0 in {re.escape(str(other))}\); remove the "
+        "directory or choose another --out$",
+    )
+    later = tmp_path / "later.parquet"
+    pq.write_table(log, later)
+    assert_one_line_error(
+        _preprocess(later, spec, out),
+        rf"^error: {re.escape(str(out))}: holds a dataset of other inputs "
+        rf"\({re.escape(str(path))}, not {re.escape(str(later))}\); remove the directory or "
+        "choose another --out$",
+    )
+    assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before

@@ -14,9 +14,11 @@ sample of anchors, as the loader will.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,15 @@ import numpy as np
 from shardrec.dataloader.events import event_files
 from shardrec.dataloader.events.event_files import EVENTS_KIND, EventsInfo
 from shardrec.dataloader.events.history_kernels import LISTEN_PLUS, gather_histories
-from shardrec.dataloader.format.manifest import Manifest, SparseFeature, SplitInfo, smallest_uint
+from shardrec.dataloader.format.manifest import (
+    MANIFEST,
+    DatasetError,
+    Manifest,
+    SparseFeature,
+    SplitInfo,
+    read_raw,
+    smallest_uint,
+)
 from shardrec.dataloader.spec.event_spec import EventSpec
 from shardrec.dataloader.util import locks
 from shardrec.tools.preprocess.events.event_log import EventLog, EventLogError, read_event_log
@@ -159,9 +169,53 @@ def build_event_dataset(
     out.mkdir(parents=True, exist_ok=True)
     lock = locks.dataset_lock(out)  # one writer at a time; the kernel frees it if this one dies
     try:
+        check_out(out, spec, paths, spec_path)
         return _build(paths, spec, spec_path, out, seed)
     finally:
         os.close(lock)
+
+
+def check_out(out: Path, spec: EventSpec, paths: list[Path], spec_path: Path) -> None:
+    """EventLogError unless `out` is new, or holds what this command makes: the dataset of the
+    same inputs and the same event spec (a rerun rewrites it), or an event-log dataset cut short
+    before its manifest. Another dataset there would be replaced without a word."""
+    remedy = "remove the directory or choose another --out"
+    if (out / locks.WORK_DIR / "run.json").is_file():
+        raise EventLogError(f"{out}: holds a run of click-log preprocessing; {remedy}")
+    if not (out / MANIFEST).is_file():
+        return
+    try:
+        raw, _ = read_raw(out)
+    except DatasetError as e:
+        raise EventLogError(f"{e}; {remedy}") from None
+    if raw.get("kind") != EVENTS_KIND:
+        raise EventLogError(f"{out}: holds a dataset of click logs (not an event log's); {remedy}")
+    old = dict(_flat(raw.get("events", {}).get("spec", {})))
+    new = dict(_flat(json.loads(json.dumps(spec.to_dict()))))
+    differs = [k for k in dict.fromkeys([*old, *new]) if old.get(k) != new.get(k)]
+    if differs:
+        k = differs[0]
+        raise EventLogError(
+            f"{out}: holds a dataset made with another event spec ({k} = "
+            f"{json.dumps(old.get(k))} there, {json.dumps(new.get(k))} in {spec_path}); {remedy}"
+        )
+    inputs = [str(p) for p in paths]
+    if raw.get("options", {}).get("inputs") != inputs:
+        there = ", ".join(map(str, raw.get("options", {}).get("inputs") or [])) or "none"
+        raise EventLogError(
+            f"{out}: holds a dataset of other inputs ({there}, not {', '.join(inputs)}); {remedy}"
+        )
+
+
+def _flat(spec: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(key, value) of an event spec's plain data, named as its file names them
+    (label.played_ratio_min, history.length, crosses)."""
+    for key, value in spec.items():
+        name = {"played_ratio_min": "label.played_ratio_min", "format": "format.kind"}.get(key, key)
+        if isinstance(value, dict) and value:
+            yield from _flat(value, f"{prefix}{name}.")
+        else:
+            yield f"{prefix}{name}", value
 
 
 def _build(paths: list[Path], spec: EventSpec, spec_path: Path, out: Path, seed: int) -> Manifest:

@@ -146,3 +146,29 @@ def test_an_out_holding_a_dataset_of_another_spec_is_kept_and_the_same_rerun_all
         "choose another --out$",
     )
     assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before
+
+
+def test_ctrl_c_leaves_no_manifest_says_so_in_one_line_and_the_rerun_finishes(
+    tmp_path, log, monkeypatch
+):
+    from shardrec.dataloader.events import event_files
+
+    path, spec = _write(tmp_path, log, "parquet")
+    out = tmp_path / "out"
+    cli("preprocess", path, "--events", spec, "--out", out)
+    write_items = event_files.write_items
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(event_files, "write_items", stopped)
+    result = _preprocess(path, spec, out)
+    assert result.exit_code == 130 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"interrupted: {out}: the event-log dataset is not finished (no manifest, so nothing there "
+        "is read as data); rerun the same command to make it"
+    ]
+    assert not (out / "manifest.json").exists()
+    monkeypatch.setattr(event_files, "write_items", write_items)
+    cli("preprocess", path, "--events", spec, "--out", out)
+    assert json.loads(cli("data", "verify", out, "--json").stdout)["ok"]

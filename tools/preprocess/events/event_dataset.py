@@ -227,6 +227,8 @@ def _build(paths: list[Path], spec: EventSpec, spec_path: Path, out: Path, seed:
             "lower [history] min_history"
         )
     timelines, windows, window_ids, t_min = _splits(log, spec, users, places)
+    # A rerun rewrites the files: until its own manifest, none may say they are a dataset.
+    (out / MANIFEST).unlink(missing_ok=True)
     part_of = _part_of_users(log)
     parts = []
     for p in range(int(part_of.max()) + 1):

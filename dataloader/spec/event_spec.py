@@ -277,14 +277,25 @@ def event_spec_from_dict(raw: Any, source: str) -> EventSpec:
     if not isinstance(fmt, dict) or set(fmt) - {"kind"}:
         raise SpecError(f"{source}: [format] holds one key, kind ({', '.join(EVENT_FORMATS)})")
     events = dict(raw.get("events", {}))
-    if "types" in events and isinstance(events["types"], dict):
-        events["types"] = {k: str(v) for k, v in events["types"].items()}
+    types = events.get("types")
+    for meaning, value in types.items() if isinstance(types, dict) else ():
+        if not isinstance(value, str):
+            raise SpecError(
+                f"{source}: [events.types] {meaning} = {value!r} should be a string, the value "
+                f'written in the type column as text (e.g. {meaning} = "{value}")'
+            )
     items = raw.get("items", {})
     if not isinstance(items, dict):
         raise SpecError(f"{source}: [items] should hold [items.artist] and/or [items.album]")
     label = raw.get("label", {})
     if not isinstance(label, dict) or set(label) - {"played_ratio_min"}:
         raise SpecError(f"{source}: [label] holds one key, played_ratio_min")
+    ratio = label.get("played_ratio_min", 50.0)
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio <= 100:
+        raise SpecError(
+            f"{source}: [label] played_ratio_min = {ratio!r} should be a number from 0 to 100 "
+            "(the percent a listen is played to be a listen-plus)"
+        )
     crosses = raw.get("crosses", [])
     if not isinstance(crosses, list):
         raise SpecError(f"{source}: crosses should be [[crosses]] tables")
@@ -293,7 +304,7 @@ def event_spec_from_dict(raw: Any, source: str) -> EventSpec:
             format=fmt.get("kind", "parquet"),
             events=_build(EventColumns, events, f"{source}: [events]"),
             items={k: _build(ItemMap, v, f"{source}: [items.{k}]") for k, v in items.items()},
-            played_ratio_min=float(label.get("played_ratio_min", 50.0)),
+            played_ratio_min=float(ratio),
             history=_build(HistorySpec, raw.get("history", {}), f"{source}: [history]"),
             crosses=tuple(
                 _build(CrossSpec, c, f"{source}: crosses[{i}]") for i, c in enumerate(crosses)

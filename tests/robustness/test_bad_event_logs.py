@@ -172,3 +172,40 @@ def test_ctrl_c_leaves_no_manifest_says_so_in_one_line_and_the_rerun_finishes(
     monkeypatch.setattr(event_files, "write_items", write_items)
     cli("preprocess", path, "--events", spec, "--out", out)
     assert json.loads(cli("data", "verify", out, "--json").stdout)["ok"]
+
+
+@pytest.mark.parametrize("value", ['"fifty"', "true", "-1", "500"])
+def test_a_label_threshold_not_a_percent_is_refused_naming_the_key(tmp_path, log, value):
+    path, spec = _write(tmp_path, log, "parquet")
+    spec.write_text(spec.read_text() + f"\n[label]\nplayed_ratio_min = {value}\n")
+    shown = {"true": "True", '"fifty"': "'fifty'"}.get(value, value)
+    assert_one_line_error(
+        _preprocess(path, spec, tmp_path / "out"),
+        rf"^error: {re.escape(str(spec))}: \[label\] played_ratio_min = {re.escape(shown)} should "
+        r"be a number from 0 to 100 \(the percent a listen is played to be a listen-plus\)$",
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_event_type_written_as_a_number_is_refused_in_the_spec(tmp_path, log):
+    path, spec = _write(tmp_path, log, "parquet")
+    spec.write_text(spec.read_text() + '\n[events.types]\nlisten = 1\nlike = "like"\n')
+    assert_one_line_error(
+        _preprocess(path, spec, tmp_path / "out"),
+        rf"^error: {re.escape(str(spec))}: \[events.types\] listen = 1 should be a string, the "
+        r'value written in the type column as text \(e.g. listen = "1"\)$',
+    )
+
+
+def test_holding_out_every_window_of_the_log_is_refused_with_its_window_count(tmp_path, log):
+    path, spec = _write(tmp_path, log, "parquet")
+    spec.write_text(spec.read_text() + "\n[split]\nholdout_windows = 400\n")
+    line = assert_one_line_error(
+        _preprocess(path, spec, tmp_path / "out"),
+        rf"^error: {re.escape(str(spec))}: \[split\] holdout_windows = 400 holds out all of the "
+        r"log's (\d+) window\(s\) of window_seconds = 86400, leaving none to train on; hold out at "
+        r"most (\d+)$",
+    )
+    windows, most = map(int, re.search(r"log's (\d+) .* at most (\d+)$", line).groups())
+    assert most == windows - 1 > 0
+    assert not (tmp_path / "out" / "manifest.json").exists()

@@ -121,7 +121,7 @@ def _history_lengths(log: EventLog, spec: EventSpec, users, places, rng) -> np.n
 
 
 def _splits(
-    log: EventLog, spec: EventSpec, users: np.ndarray, places: np.ndarray
+    log: EventLog, spec: EventSpec, spec_path: Path, users: np.ndarray, places: np.ndarray
 ) -> tuple[dict[str, np.ndarray], dict[str, list[int]], dict[str, list[int]], int]:
     """Per split, the anchors (indexes into users/places) in timeline order, its windows' offsets
     and numbers; and t_min."""
@@ -142,6 +142,14 @@ def _splits(
     t_min = int(ts[early].min())
     window = (ts - t_min) // w.window_seconds
     last = int(window[early].max())
+    if w.holdout_windows > last:
+        before = " before the test window" if w.test_seconds else ""
+        raise EventLogError(
+            f"{spec_path}: [split] holdout_windows = {w.holdout_windows} holds out all of the "
+            f"log's {last + 1} window(s) of window_seconds = {w.window_seconds}{before}, leaving "
+            f"none to train on; hold out at most {last}"
+            + ("" if last else " (a shorter window_seconds makes more windows)")
+        )
     holdout = max(0, last + 1 - w.holdout_windows)
     chosen["train"] = early[window[early] < holdout]
     if w.holdout_windows:
@@ -226,7 +234,7 @@ def _build(paths: list[Path], spec: EventSpec, spec_path: Path, out: Path, seed:
             f"{paths[0]}: no listen has {spec.history.min_history} earlier events of its user: "
             "lower [history] min_history"
         )
-    timelines, windows, window_ids, t_min = _splits(log, spec, users, places)
+    timelines, windows, window_ids, t_min = _splits(log, spec, spec_path, users, places)
     # A rerun rewrites the files: until its own manifest, none may say they are a dataset.
     (out / MANIFEST).unlink(missing_ok=True)
     part_of = _part_of_users(log)

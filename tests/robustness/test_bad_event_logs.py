@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
@@ -209,3 +210,20 @@ def test_holding_out_every_window_of_the_log_is_refused_with_its_window_count(tm
     windows, most = map(int, re.search(r"log's (\d+) .* at most (\d+)$", line).groups())
     assert most == windows - 1 > 0
     assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_a_log_without_a_column_the_models_spec_reads_names_the_models_spec(tmp_path, log):
+    from shardrec.dataloader.spec.event_spec import load_event_spec
+    from shardrec.tools.preprocess.events.event_log import EventLogError
+    from shardrec.tools.preprocess.events.raw_events import event_row_batches
+
+    path, spec = _write(tmp_path, log.drop_columns(["played_ratio_pct"]), "parquet")
+    header = {"transform": {"events_spec": load_event_spec(spec).to_dict()}}
+    with pytest.raises(EventLogError) as caught:
+        event_row_batches(header, (np.zeros(1, np.int64), np.zeros(1, np.int64)), path)
+    assert re.fullmatch(
+        rf"{re.escape(str(path))}: column 'played_ratio_pct' not found \(columns: uid, item_id, "
+        r"timestamp, .*\); the model's event spec reads events.played_ratio from it: score a log "
+        "with the columns of the log the model was trained on",
+        str(caught.value),
+    )

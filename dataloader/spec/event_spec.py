@@ -215,6 +215,16 @@ class EventSpec:
             if "organic" in cross.keys and not self.events.organic:
                 raise ValueError(f"crosses ({cross.name}): organic needs events.organic")
 
+    def sample_settings(self) -> dict[str, Any]:
+        """What decides the samples a log makes (their labels, histories, crosses and splits),
+        named as the spec file names them: a model scores only samples made as its own were. The
+        column names are not here: another log may call its columns otherwise."""
+        out: dict[str, Any] = {"[label] played_ratio_min": self.played_ratio_min}
+        out |= {f"[history] {k}": v for k, v in asdict(self.history).items()}
+        out["[[crosses]]"] = [asdict(c) for c in self.crosses]
+        out |= {f"[split] {k}": v for k, v in asdict(self.split).items()}
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         """Plain data (the manifest keeps it)."""
         out = asdict(self)
@@ -267,14 +277,25 @@ def event_spec_from_dict(raw: Any, source: str) -> EventSpec:
     if not isinstance(fmt, dict) or set(fmt) - {"kind"}:
         raise SpecError(f"{source}: [format] holds one key, kind ({', '.join(EVENT_FORMATS)})")
     events = dict(raw.get("events", {}))
-    if "types" in events and isinstance(events["types"], dict):
-        events["types"] = {k: str(v) for k, v in events["types"].items()}
+    types = events.get("types")
+    for meaning, value in types.items() if isinstance(types, dict) else ():
+        if not isinstance(value, str):
+            raise SpecError(
+                f"{source}: [events.types] {meaning} = {value!r} should be a string, the value "
+                f'written in the type column as text (e.g. {meaning} = "{value}")'
+            )
     items = raw.get("items", {})
     if not isinstance(items, dict):
         raise SpecError(f"{source}: [items] should hold [items.artist] and/or [items.album]")
     label = raw.get("label", {})
     if not isinstance(label, dict) or set(label) - {"played_ratio_min"}:
         raise SpecError(f"{source}: [label] holds one key, played_ratio_min")
+    ratio = label.get("played_ratio_min", 50.0)
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio <= 100:
+        raise SpecError(
+            f"{source}: [label] played_ratio_min = {ratio!r} should be a number from 0 to 100 "
+            "(the percent a listen is played to be a listen-plus)"
+        )
     crosses = raw.get("crosses", [])
     if not isinstance(crosses, list):
         raise SpecError(f"{source}: crosses should be [[crosses]] tables")
@@ -283,7 +304,7 @@ def event_spec_from_dict(raw: Any, source: str) -> EventSpec:
             format=fmt.get("kind", "parquet"),
             events=_build(EventColumns, events, f"{source}: [events]"),
             items={k: _build(ItemMap, v, f"{source}: [items.{k}]") for k, v in items.items()},
-            played_ratio_min=float(label.get("played_ratio_min", 50.0)),
+            played_ratio_min=float(ratio),
             history=_build(HistorySpec, raw.get("history", {}), f"{source}: [history]"),
             crosses=tuple(
                 _build(CrossSpec, c, f"{source}: crosses[{i}]") for i, c in enumerate(crosses)

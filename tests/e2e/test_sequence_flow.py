@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import cli, settings, train_command
+from helpers import assert_one_line_error, cli, settings, train_command
 from mlperf_compliance import dlrmv4_compliance_errors, read_log
 
 SPEC = """
@@ -184,6 +184,20 @@ def test_hstu_on_an_event_log_trains_resumes_evaluates_exports_and_predicts(tmp_
     cli("predict", model, data, "--split", "val", "--out", tmp_path / "split.txt")
     cli("predict", model, tmp_path / "raw" / "events.parquet", "--out", tmp_path / "raw.txt")
     on_split, on_raw = np.loadtxt(tmp_path / "split.txt"), np.loadtxt(tmp_path / "raw.txt")
+    # --no-label: the same probabilities, no AUC.
+    raw = tmp_path / "raw" / "events.parquet"
+    unlabeled = cli("predict", model, raw, "--no-label", "--out", tmp_path / "nl.txt", "--json")
+    assert json.loads(unlabeled.stdout)["auc"] is None
+    assert (tmp_path / "nl.txt").read_bytes() == (tmp_path / "raw.txt").read_bytes()
+    import pyarrow.parquet as pq
+
+    pq.write_table(pq.read_table(raw).drop_columns(["played_ratio_pct"]), tmp_path / "nr.parquet")
+    assert_one_line_error(
+        cli("predict", model, tmp_path / "nr.parquet", ok=False),
+        r"column 'played_ratio_pct' not found \(columns: .*\); the model's event spec reads "
+        "events.played_ratio from it: score a log with the columns of the log the model was "
+        "trained on$",
+    )
     from shardrec.dataloader.events.event_batches import EventSource
     from shardrec.dataloader.spec.event_spec import load_event_spec
     from shardrec.tools.preprocess.events.event_log import read_event_log

@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
@@ -120,4 +121,109 @@ def test_an_unknown_event_type_is_refused_with_the_known_ones(tmp_path, log):
         result,
         rf"^error: {re.escape(str(path))}: row 3: event_type: 'skip' is not one of listen, like, "
         r"dislike, unlike, undislike \(\[events.types\] in .*spec.toml\)$",
+    )
+
+
+def test_an_out_holding_a_dataset_of_another_spec_is_kept_and_the_same_rerun_allowed(tmp_path, log):
+    path, spec = _write(tmp_path, log, "parquet")
+    out = tmp_path / "out"
+    cli("preprocess", path, "--events", spec, "--out", out)
+    cli("preprocess", path, "--events", spec, "--out", out)  # the same command again: rewritten
+    before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    other = tmp_path / "other.toml"
+    other.write_text(spec.read_text() + "\n[label]\nplayed_ratio_min = 60\n")
+    assert_one_line_error(
+        _preprocess(path, other, out),
+        rf"^error: {re.escape(str(out))}: holds a dataset made with another event spec "
+        rf"\(label.played_ratio_min = 50.0 there, 60.0 in {re.escape(str(other))}\); remove the "
+        "directory or choose another --out$",
+    )
+    later = tmp_path / "later.parquet"
+    pq.write_table(log, later)
+    assert_one_line_error(
+        _preprocess(later, spec, out),
+        rf"^error: {re.escape(str(out))}: holds a dataset of other inputs "
+        rf"\({re.escape(str(path))}, not {re.escape(str(later))}\); remove the directory or "
+        "choose another --out$",
+    )
+    assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before
+
+
+def test_ctrl_c_leaves_no_manifest_says_so_in_one_line_and_the_rerun_finishes(
+    tmp_path, log, monkeypatch
+):
+    from shardrec.dataloader.events import event_files
+
+    path, spec = _write(tmp_path, log, "parquet")
+    out = tmp_path / "out"
+    cli("preprocess", path, "--events", spec, "--out", out)
+    write_items = event_files.write_items
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(event_files, "write_items", stopped)
+    result = _preprocess(path, spec, out)
+    assert result.exit_code == 130 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"interrupted: {out}: the event-log dataset is not finished (no manifest, so nothing there "
+        "is read as data); rerun the same command to make it"
+    ]
+    assert not (out / "manifest.json").exists()
+    monkeypatch.setattr(event_files, "write_items", write_items)
+    cli("preprocess", path, "--events", spec, "--out", out)
+    assert json.loads(cli("data", "verify", out, "--json").stdout)["ok"]
+
+
+@pytest.mark.parametrize("value", ['"fifty"', "true", "-1", "500"])
+def test_a_label_threshold_not_a_percent_is_refused_naming_the_key(tmp_path, log, value):
+    path, spec = _write(tmp_path, log, "parquet")
+    spec.write_text(spec.read_text() + f"\n[label]\nplayed_ratio_min = {value}\n")
+    shown = {"true": "True", '"fifty"': "'fifty'"}.get(value, value)
+    assert_one_line_error(
+        _preprocess(path, spec, tmp_path / "out"),
+        rf"^error: {re.escape(str(spec))}: \[label\] played_ratio_min = {re.escape(shown)} should "
+        r"be a number from 0 to 100 \(the percent a listen is played to be a listen-plus\)$",
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_event_type_written_as_a_number_is_refused_in_the_spec(tmp_path, log):
+    path, spec = _write(tmp_path, log, "parquet")
+    spec.write_text(spec.read_text() + '\n[events.types]\nlisten = 1\nlike = "like"\n')
+    assert_one_line_error(
+        _preprocess(path, spec, tmp_path / "out"),
+        rf"^error: {re.escape(str(spec))}: \[events.types\] listen = 1 should be a string, the "
+        r'value written in the type column as text \(e.g. listen = "1"\)$',
+    )
+
+
+def test_holding_out_every_window_of_the_log_is_refused_with_its_window_count(tmp_path, log):
+    path, spec = _write(tmp_path, log, "parquet")
+    spec.write_text(spec.read_text() + "\n[split]\nholdout_windows = 400\n")
+    line = assert_one_line_error(
+        _preprocess(path, spec, tmp_path / "out"),
+        rf"^error: {re.escape(str(spec))}: \[split\] holdout_windows = 400 holds out all of the "
+        r"log's (\d+) window\(s\) of window_seconds = 86400, leaving none to train on; hold out at "
+        r"most (\d+)$",
+    )
+    windows, most = map(int, re.search(r"log's (\d+) .* at most (\d+)$", line).groups())
+    assert most == windows - 1 > 0
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_a_log_without_a_column_the_models_spec_reads_names_the_models_spec(tmp_path, log):
+    from shardrec.dataloader.spec.event_spec import load_event_spec
+    from shardrec.tools.preprocess.events.event_log import EventLogError
+    from shardrec.tools.preprocess.events.raw_events import event_row_batches
+
+    path, spec = _write(tmp_path, log.drop_columns(["played_ratio_pct"]), "parquet")
+    header = {"transform": {"events_spec": load_event_spec(spec).to_dict()}}
+    with pytest.raises(EventLogError) as caught:
+        event_row_batches(header, (np.zeros(1, np.int64), np.zeros(1, np.int64)), path)
+    assert re.fullmatch(
+        rf"{re.escape(str(path))}: column 'played_ratio_pct' not found \(columns: uid, item_id, "
+        r"timestamp, .*\); the model's event spec reads events.played_ratio from it: score a log "
+        "with the columns of the log the model was trained on",
+        str(caught.value),
     )

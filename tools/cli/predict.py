@@ -126,7 +126,8 @@ def predict(
             "--no-label",
             help="Rows without labels, scored without an AUC: Criteo's rows without their "
             "label column (as its test.txt), or a spec model's rows with a header or in Parquet, "
-            "whose label column may be missing or is read past.",
+            "whose label column may be missing or is read past; an event log is scored without "
+            "an AUC (its played ratios are still read: earlier listens make the history).",
         ),
     ] = False,
     json_out: Annotated[
@@ -184,7 +185,11 @@ def predict(
         if input_path.is_dir():
             probs, labels = score_split(exported, input_path, split, batch_size)
         elif exported.item_maps is not None:
+            # An event log's labels are its listens' own played ratios, which the log must hold
+            # (the history's listen-plus and skips come from them); --no-label scores the log
+            # without an AUC all the same, as it does other rows (a log of listens still to come).
             probs, labels = _score_events(exported, input_path)
+            labels = None if no_label else labels
         else:
             probs, labels = _score_text(exported, chunks, labeled=not no_label)
     except (ValueError, DatasetError) as e:

@@ -293,6 +293,11 @@ def _preprocess_events(
         fail(str(e))
     except OSError as e:
         fail(f"{e.filename or out}: {e.strerror or e}")
+    except KeyboardInterrupt:
+        interrupted(
+            f"{out}: the event-log dataset is not finished (no manifest, so nothing there is read "
+            "as data); rerun the same command to make it"
+        )
     summary = {**describe(manifest), "seconds": round(time.perf_counter() - start, 3)}
     if json_out:
         print_json(summary)

@@ -126,13 +126,14 @@ def _check_features(run_dir: Path, data: Path, manifest: Manifest, saved: dict[s
         ("dense", "dense features"),
         ("sparse", "sparse features (name, cardinality, multi-hot)"),
     ):
-        if saved[key] != mine[key]:
-            theirs = [tuple(x) if isinstance(x, list) else x for x in saved[key]]
-            ours = [tuple(x) if isinstance(x, list) else x for x in mine[key]]
-            first = next(
-                (i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b),
-                min(len(theirs), len(ours)),
-            )
+        same = lifecycle.same_feature if key == "sparse" else (lambda a, b: a == b)
+        theirs = [tuple(x) if isinstance(x, list) else x for x in saved[key]]
+        ours = [tuple(x) if isinstance(x, list) else x for x in mine[key]]
+        first = next(
+            (i for i, (a, b) in enumerate(zip(theirs, ours)) if not same(a, b)),
+            None if len(theirs) == len(ours) else min(len(theirs), len(ours)),
+        )
+        if first is not None:
             raise ValueError(
                 f"--data {data}: not the schema {run_dir} trained on: its {what} differ at #{first} "
                 f"({_at(ours, first)} here, {_at(theirs, first)} in training)"

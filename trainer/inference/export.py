@@ -153,9 +153,11 @@ def header_preprocessing(header: dict[str, Any]) -> dict[str, Any]:
     """The preprocessing settings of a model file's training data (lifecycle.preprocessing's shape),
     read back from its feature transform."""
     transform = header["transform"]
+    events = transform.get("events_spec")
     return {
         "cardinalities": transform["cardinalities"],
         **{key: transform.get(key) for key in lifecycle.PREPROCESSING_KEYS},
+        **(lifecycle.event_sample_settings(events) if events else {}),
     }
 
 

@@ -67,11 +67,17 @@ def _check_same_making(run_dir: Path, record: dict[str, Any], manifest: Manifest
                 f"feature {name}: not in the data {run_dir} trained on; a run goes on with data "
                 "of its features"
             )
-        if [cardinality, multi_hot] != list(old[name][1:]):
+        if not lifecycle.same_feature(old[name], [name, cardinality, multi_hot]):
             here, there = (f"{c:,} rows" if c else "raw ids" for c in (cardinality, old[name][1]))
+            remedy = (
+                "an event log's tables have a row for each id up to its largest (users, items, "
+                "artists, albums), and a run's tables keep their rows; go on with a log of the "
+                "same ids"
+                if manifest.kind == "events"
+                else "preprocess the new data as the old (the same --max-ids and --raw-ids)"
+            )
             raise ValueError(
-                f"feature {name}: {here} here, {there} in the data {run_dir} trained on: "
-                "preprocess the new data as the old (the same --max-ids and --raw-ids)"
+                f"feature {name}: {here} here, {there} in the data {run_dir} trained on: {remedy}"
             )
     differs = lifecycle.preprocessing_differences(
         record.get("preprocessing", {}), lifecycle.preprocessing(manifest)

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shardrec.dataloader.format.manifest import Manifest, dataset_fingerprint
+from shardrec.dataloader.format.manifest import Manifest, SparseFeature, dataset_fingerprint
+from shardrec.dataloader.spec.event_spec import event_spec_from_dict
 from shardrec.dataloader.util import locks
 from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import SEED_UNSET, JobConfig, load_job_config
@@ -38,13 +39,28 @@ FREE_KEYS = ("data.path", "sharding.plan", "sharding.constraints")
 fingerprint decides, not the path); a checkpoint reshards onto any plan (at any world size)."""
 
 
+def table_rows(feature: SparseFeature) -> int | None:
+    """The rows of a feature's table; None for values no table holds (an event log's timestamps
+    and action bits): their largest value is no size a model depends on, and a later period of
+    the same log has larger timestamps."""
+    return feature.cardinality if feature.values == "ids" else None
+
+
 def dataset_schema(manifest: Manifest) -> dict[str, Any]:
     """What a model trained on a dataset needs of another to score it: its features and
-    cardinalities."""
+    cardinalities (None: no table, see table_rows)."""
     return {
         "dense": list(manifest.dense_features),
-        "sparse": [[f.name, f.cardinality, f.multi_hot] for f in manifest.sparse_features],
+        "sparse": [[f.name, table_rows(f), f.multi_hot] for f in manifest.sparse_features],
     }
+
+
+def same_feature(trained: list[Any], here: list[Any]) -> bool:
+    """Whether two [name, cardinality, multi-hot] entries of dataset_schema agree; a cardinality
+    of None on either side (no table; a record from before table_rows kept the largest value)
+    is not compared."""
+    (name, rows, multi), (name2, rows2, multi2) = trained, here
+    return (name, multi) == (name2, multi2) and (rows is None or rows2 is None or rows == rows2)
 
 
 PREPROCESSING_KEYS = (
@@ -70,17 +86,28 @@ def preprocessing(manifest: Manifest) -> dict[str, Any]:
     preprocessing_differences)."""
     options = manifest.options
     return {
-        "cardinalities": [f.cardinality for f in manifest.sparse_features],
+        "cardinalities": [table_rows(f) for f in manifest.sparse_features],
         **{key: options.get(key) for key in PREPROCESSING_KEYS},
+        **(event_sample_settings(manifest.events["spec"]) if manifest.kind == "events" else {}),
     }
+
+
+def event_sample_settings(spec: dict[str, Any]) -> dict[str, Any]:
+    """The sample settings (EventSpec.sample_settings) of an event spec as a manifest or a model
+    file keeps it."""
+    return event_spec_from_dict(spec, "the dataset's event spec").sample_settings()
 
 
 def preprocessing_differences(trained: dict[str, Any], here: dict[str, Any]) -> str:
     """The settings that differ, "key: A in training, B here, ..." ("" when none): of a list, its
-    first differing element."""
+    first differing element. A cardinality of None (no table) is not compared."""
     diffs = []
     for key in dict.fromkeys([*trained, *here]):
         a, b = trained.get(key), here.get(key)
+        if key == "cardinalities" and isinstance(a, list) and isinstance(b, list):
+            a, b = _tables_only(a, b)
+        if key.startswith("[") and key not in trained:
+            continue  # an event spec's setting that a record from before them does not keep
         if a == b:
             continue
         if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
@@ -88,6 +115,14 @@ def preprocessing_differences(trained: dict[str, Any], here: dict[str, Any]) -> 
             key, a, b = f"{key}[{i}]", a[i], b[i]
         diffs.append(f"{key}: {_show(a)} in training, {_show(b)} here")
     return ", ".join(diffs)
+
+
+def _tables_only(a: list[Any], b: list[Any]) -> tuple[list[Any], list[Any]]:
+    """Two lists of cardinalities with None where either has none (a feature without a table)."""
+    if len(a) != len(b):
+        return a, b
+    keep = [x is not None and y is not None for x, y in zip(a, b)]
+    return [x if k else None for x, k in zip(a, keep)], [y if k else None for y, k in zip(b, keep)]
 
 
 def dataset_record(path: str, manifest: Manifest, given: str | None = None) -> bytes:

@@ -14,9 +14,11 @@ sample of anchors, as the loader will.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,15 @@ import numpy as np
 from shardrec.dataloader.events import event_files
 from shardrec.dataloader.events.event_files import EVENTS_KIND, EventsInfo
 from shardrec.dataloader.events.history_kernels import LISTEN_PLUS, gather_histories
-from shardrec.dataloader.format.manifest import Manifest, SparseFeature, SplitInfo, smallest_uint
+from shardrec.dataloader.format.manifest import (
+    MANIFEST,
+    DatasetError,
+    Manifest,
+    SparseFeature,
+    SplitInfo,
+    read_raw,
+    smallest_uint,
+)
 from shardrec.dataloader.spec.event_spec import EventSpec
 from shardrec.dataloader.util import locks
 from shardrec.tools.preprocess.events.event_log import EventLog, EventLogError, read_event_log
@@ -111,7 +121,7 @@ def _history_lengths(log: EventLog, spec: EventSpec, users, places, rng) -> np.n
 
 
 def _splits(
-    log: EventLog, spec: EventSpec, users: np.ndarray, places: np.ndarray
+    log: EventLog, spec: EventSpec, spec_path: Path, users: np.ndarray, places: np.ndarray
 ) -> tuple[dict[str, np.ndarray], dict[str, list[int]], dict[str, list[int]], int]:
     """Per split, the anchors (indexes into users/places) in timeline order, its windows' offsets
     and numbers; and t_min."""
@@ -132,6 +142,14 @@ def _splits(
     t_min = int(ts[early].min())
     window = (ts - t_min) // w.window_seconds
     last = int(window[early].max())
+    if w.holdout_windows > last:
+        before = " before the test window" if w.test_seconds else ""
+        raise EventLogError(
+            f"{spec_path}: [split] holdout_windows = {w.holdout_windows} holds out all of the "
+            f"log's {last + 1} window(s) of window_seconds = {w.window_seconds}{before}, leaving "
+            f"none to train on; hold out at most {last}"
+            + ("" if last else " (a shorter window_seconds makes more windows)")
+        )
     holdout = max(0, last + 1 - w.holdout_windows)
     chosen["train"] = early[window[early] < holdout]
     if w.holdout_windows:
@@ -159,9 +177,53 @@ def build_event_dataset(
     out.mkdir(parents=True, exist_ok=True)
     lock = locks.dataset_lock(out)  # one writer at a time; the kernel frees it if this one dies
     try:
+        check_out(out, spec, paths, spec_path)
         return _build(paths, spec, spec_path, out, seed)
     finally:
         os.close(lock)
+
+
+def check_out(out: Path, spec: EventSpec, paths: list[Path], spec_path: Path) -> None:
+    """EventLogError unless `out` is new, or holds what this command makes: the dataset of the
+    same inputs and the same event spec (a rerun rewrites it), or an event-log dataset cut short
+    before its manifest. Another dataset there would be replaced without a word."""
+    remedy = "remove the directory or choose another --out"
+    if (out / locks.WORK_DIR / "run.json").is_file():
+        raise EventLogError(f"{out}: holds a run of click-log preprocessing; {remedy}")
+    if not (out / MANIFEST).is_file():
+        return
+    try:
+        raw, _ = read_raw(out)
+    except DatasetError as e:
+        raise EventLogError(f"{e}; {remedy}") from None
+    if raw.get("kind") != EVENTS_KIND:
+        raise EventLogError(f"{out}: holds a dataset of click logs (not an event log's); {remedy}")
+    old = dict(_flat(raw.get("events", {}).get("spec", {})))
+    new = dict(_flat(json.loads(json.dumps(spec.to_dict()))))
+    differs = [k for k in dict.fromkeys([*old, *new]) if old.get(k) != new.get(k)]
+    if differs:
+        k = differs[0]
+        raise EventLogError(
+            f"{out}: holds a dataset made with another event spec ({k} = "
+            f"{json.dumps(old.get(k))} there, {json.dumps(new.get(k))} in {spec_path}); {remedy}"
+        )
+    inputs = [str(p) for p in paths]
+    if raw.get("options", {}).get("inputs") != inputs:
+        there = ", ".join(map(str, raw.get("options", {}).get("inputs") or [])) or "none"
+        raise EventLogError(
+            f"{out}: holds a dataset of other inputs ({there}, not {', '.join(inputs)}); {remedy}"
+        )
+
+
+def _flat(spec: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(key, value) of an event spec's plain data, named as its file names them
+    (label.played_ratio_min, history.length, crosses)."""
+    for key, value in spec.items():
+        name = {"played_ratio_min": "label.played_ratio_min", "format": "format.kind"}.get(key, key)
+        if isinstance(value, dict) and value:
+            yield from _flat(value, f"{prefix}{name}.")
+        else:
+            yield f"{prefix}{name}", value
 
 
 def _build(paths: list[Path], spec: EventSpec, spec_path: Path, out: Path, seed: int) -> Manifest:
@@ -172,7 +234,9 @@ def _build(paths: list[Path], spec: EventSpec, spec_path: Path, out: Path, seed:
             f"{paths[0]}: no listen has {spec.history.min_history} earlier events of its user: "
             "lower [history] min_history"
         )
-    timelines, windows, window_ids, t_min = _splits(log, spec, users, places)
+    timelines, windows, window_ids, t_min = _splits(log, spec, spec_path, users, places)
+    # A rerun rewrites the files: until its own manifest, none may say they are a dataset.
+    (out / MANIFEST).unlink(missing_ok=True)
     part_of = _part_of_users(log)
     parts = []
     for p in range(int(part_of.max()) + 1):

@@ -69,8 +69,9 @@ class _Source:
         return f"{self.files[f]}: " + (f"line {local + 2}" if self.csv else f"row {local}")
 
 
-def _read_table(path: Path, kind: str, wanted: dict[str, str], spec_path: Path):
-    """The table of the columns `wanted` (spec key -> column name) of one file."""
+def _read_table(path: Path, kind: str, wanted: dict[str, str], spec_path: Path | None):
+    """The table of the columns `wanted` (spec key -> column name) of one file; `spec_path` None:
+    the spec is a model's, which no one edits."""
     import pyarrow as pa
     import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
@@ -88,9 +89,13 @@ def _read_table(path: Path, kind: str, wanted: dict[str, str], spec_path: Path):
     for key, column in wanted.items():
         if column not in names:
             shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
-            raise EventLogError(
-                f"{path}: column {column!r} not found (columns: {shown}); set {key} in {spec_path}"
+            remedy = (
+                f"set {key} in {spec_path}"
+                if spec_path is not None
+                else f"the model's event spec reads {key} from it: score a log with the columns "
+                "of the log the model was trained on"
             )
+            raise EventLogError(f"{path}: column {column!r} not found (columns: {shown}); {remedy}")
     columns = list(dict.fromkeys(wanted.values()))
     try:
         if kind == "parquet":
@@ -168,11 +173,12 @@ def _item_map(spec_path: Path, name: str, entry: ItemMap) -> tuple[np.ndarray, n
 def read_event_log(
     paths: list[Path],
     spec: EventSpec,
-    spec_path: Path,
+    spec_path: Path | None,
     maps: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> EventLog:
     """Read and check the log's files (in this order) and the spec's item maps (or `maps`, each
-    item's artist and album, as a model file holds them)."""
+    item's artist and album, as a model file holds them). `spec_path`: the spec's file, which
+    messages tell the user to edit; None for a model's spec (with its `maps`)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -193,6 +199,7 @@ def read_event_log(
         k: [] for k in ("user", "item", "ts", "type", "played", "organic")
     }
     meanings = list(cols.types)
+    spec_shown = spec_path if spec_path is not None else "the model's event spec"
     written = pa.array([cols.types[m] for m in meanings])
     for table, first in zip(tables, [0, *ends[:-1].tolist()]):
         table = table.combine_chunks()
@@ -205,7 +212,7 @@ def read_event_log(
             i = int(np.argmax(~np.asarray(pc.is_valid(index))))
             raise EventLogError(
                 f"{source.where(first + i)}: {cols.type}: {kinds[i].as_py()!r} is not one of "
-                f"{', '.join(cols.types.values())} ([events.types] in {spec_path})"
+                f"{', '.join(cols.types.values())} ([events.types] in {spec_shown})"
             )
         code = np.array([MEANINGS.index(m) for m in meanings], np.uint8)
         parts["type"].append(code[np.asarray(index, dtype=np.int64)])
@@ -223,6 +230,7 @@ def read_event_log(
     if rows == 0:
         raise EventLogError(f"{paths[0]}: no events")
     if maps is None:
+        assert spec_path is not None, "a model's spec comes with its maps"
         artist, album = _maps(spec, spec_path, col["item"], source)
     else:
         artist, album = maps

@@ -30,7 +30,7 @@ def event_row_batches(
 ) -> tuple[int, Iterator[tuple[Batch, np.ndarray]]]:
     """(rows in the file, batches of its samples with each sample's row in the file)."""
     spec = event_spec_from_dict(header["transform"]["events_spec"], f"{path}: the model's spec")
-    log = read_event_log([path], spec, path, maps=maps)
+    log = read_event_log([path], spec, None, maps=maps)
     users = {t["name"]: t["rows"] for t in header["tables"]}.get("t_uid")
     if users is not None and int(log.user.max()) >= users:
         where = int(np.argmax(log.user >= users))

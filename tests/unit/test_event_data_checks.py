@@ -1,0 +1,129 @@
+"""Whether other event-log data is the data a run or a model may score or go on with
+(trainer/rundir, trainer/inference/eval_request.py): a later period of the same log is; data whose
+tables differ, or whose samples an other event spec made, is refused in one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from shardrec.dataloader.format.manifest import Manifest
+from shardrec.dataloader.spec.event_spec import load_event_spec
+from shardrec.tools.preprocess.events.event_dataset import build_event_dataset
+from shardrec.tools.synth.yambda import write_yambda_like
+from shardrec.trainer.inference.eval_request import run_dataset
+from shardrec.trainer.job.config import load_job_config
+from shardrec.trainer.rundir import continuation
+from shardrec.trainer.rundir.lifecycle import dataset_record
+
+SPEC = """
+[items.artist]
+file = "artist_item_mapping.parquet"
+value = "artist_id"
+
+[history]
+length = 12
+min_history = 4
+{extra}
+"""
+DAY = 86400
+
+
+def _dataset(raw: Path, log: Path, out: Path, extra: str = "") -> Path:
+    spec = raw / f"spec-{out.name}.toml"
+    spec.write_text(SPEC.format(extra=extra))
+    build_event_dataset([log], load_event_spec(spec), spec, out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> dict[str, Path]:
+    """The dataset of a log, of the same log a day later, and of it with another event spec."""
+    raw = tmp_path_factory.mktemp("raw")
+    write_yambda_like(raw, 3_000, seed=1)
+    log = raw / "events.parquet"
+    table = pq.read_table(log)
+    later = raw / "later.parquet"
+    column = table.schema.get_field_index("timestamp")
+    shifted = pc.add(table["timestamp"], pa.scalar(DAY, table["timestamp"].type))
+    pq.write_table(table.set_column(column, "timestamp", shifted), later)
+    return {
+        "trained": _dataset(raw, log, raw / "trained"),
+        "later": _dataset(raw, later, raw / "later"),
+        "label60": _dataset(raw, log, raw / "label60", "[label]\nplayed_ratio_min = 60"),
+    }
+
+
+def _run(tmp_path: Path, trained: Path, complete: bool = True) -> Path:
+    """A run directory trained on `trained`, its stretch complete at step 4."""
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step-00000004").mkdir(parents=True)
+    (run / "checkpoints" / "step-00000004" / "digests.json").write_text("{}")
+    config = load_job_config(None, [f'data.path="{trained}"', "train.steps=4"])
+    (run / "config.toml").write_text(config.to_toml())
+    if complete:
+        (run / "summary.json").write_text(json.dumps({"steps": 4}))
+    (run / "dataset.json").write_bytes(dataset_record(str(trained), Manifest.load(trained)))
+    return run
+
+
+@pytest.mark.parametrize("recorded", ["now", "before"])
+def test_a_later_period_of_the_same_log_is_evaluated_and_continued_on(data, tmp_path, recorded):
+    run = _run(tmp_path, data["trained"])
+    if recorded == "before":  # its largest timestamp + 1 as a table size, no event settings
+        record = json.loads((run / "dataset.json").read_text())
+        cards = [f.cardinality for f in Manifest.load(data["trained"]).sparse_features]
+        record["preprocessing"] = {
+            k: v for k, v in record["preprocessing"].items() if not k.startswith("[")
+        } | {"cardinalities": cards}
+        for entry, card in zip(record["schema"]["sparse"], cards):
+            entry[1] = card
+        (run / "dataset.json").write_text(json.dumps(record))
+    config = load_job_config(run / "config.toml")
+    assert run_dataset(run, config, data["later"]).splits.keys() == {"train", "val"}
+    later = load_job_config(None, [f'data.path="{data["later"]}"', "train.steps=4"])
+    assert continuation.check_continue(run, later, Manifest.load(data["later"]), []) == "continue"
+
+
+def test_a_log_of_more_users_is_refused_as_other_tables(data, tmp_path):
+    run = _run(tmp_path, data["trained"])
+    manifest = Manifest.load(data["later"])
+    uid = manifest.feature("uid")
+    uid.cardinality += 1
+    more = tmp_path / "more"
+    more.mkdir()
+    manifest.save(more)
+    config = load_job_config(run / "config.toml")
+    with pytest.raises(ValueError) as caught:
+        run_dataset(run, config, more)
+    assert str(caught.value) == (
+        f"--data {more}: not the schema {run} trained on: its sparse features (name, cardinality, "
+        f"multi-hot) differ at #0 (('uid', {uid.cardinality}, False) here, "
+        f"('uid', {uid.cardinality - 1}, False) in training)"
+    )
+    later = load_job_config(None, [f'data.path="{more}"', "train.steps=4"])
+    with pytest.raises(ValueError) as caught:
+        continuation.check_continue(run, later, manifest, [])
+    assert str(caught.value) == (
+        f"feature uid: {uid.cardinality:,} rows here, {uid.cardinality - 1:,} rows in the data "
+        f"{run} trained on: an event log's tables have a row for each id up to its largest "
+        "(users, items, artists, albums), and a run's tables keep their rows; go on with a log of "
+        "the same ids"
+    )
+
+
+def test_data_an_other_event_spec_made_is_refused_naming_the_setting(data, tmp_path):
+    run = _run(tmp_path, data["trained"])
+    config = load_job_config(run / "config.toml")
+    with pytest.raises(ValueError) as caught:
+        run_dataset(run, config, data["label60"])
+    assert str(caught.value) == (
+        f"--data {data['label60']}: preprocessed with other settings than the data {run} trained "
+        "on ([label] played_ratio_min: 50.0 in training, 60.0 here); preprocess it with the "
+        "training data's settings"
+    )

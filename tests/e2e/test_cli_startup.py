@@ -112,7 +112,8 @@ def test_light_commands_never_import_torch_and_bad_flags_are_caught_first(
         f"`shardrec export {run} --out model.safetensors`",
         f"error: {plan}: the plan was made for another job: world size: plan 2, job 4 (re-run "
         "`shardrec plan`)",
-        "error: sharding.constraints.t_f3: no sharding type satisfies the constraint (sharding_types "
+        f"error: --set {PINNED!r}: sharding.constraints.t_f3: no sharding type satisfies the "
+        "constraint (sharding_types "
         "['column_wise'], ranks all, min_partition 8, embedding_dim 16, world size 1); change or "
         "drop it for this world size (--set 'sharding.constraints={}' drops them all; a run "
         "resumes under any constraints)",

@@ -281,7 +281,8 @@ def test_the_readme_run_directory_examples_as_written_past_an_epoch_and_onto_mor
     narrower = _train(tiny_dataset, run, "--steps", "26", "--set", pinned)
     line = assert_one_line_error(
         narrower,
-        r"^error: sharding\.constraints\.t_f3: no sharding type satisfies the constraint "
+        r"^error: --set '.*': sharding\.constraints\.t_f3: no sharding type satisfies the "
+        r"constraint "
         r"\(sharding_types \['column_wise'\], ranks all, min_partition 4, embedding_dim 8, world "
         r"size 1\); change or drop it for this world size \(--set 'sharding\.constraints=\{\}' drops "
         r"them all; a run resumes under any constraints\)$",

@@ -307,8 +307,9 @@ def test_multihot_sizes_on_a_dataset_with_lists_is_refused_before_any_rank_start
     )
     assert_one_line_error(
         result,
-        rf"^error: data.multihot_sizes: feature tags of {re.escape(str(tagged))} is a list column of its feature "
-        r"spec, with each row's own ids: .* leave data.multihot_sizes empty",
+        rf"^error: --set .*: data.multihot_sizes: feature tags of {re.escape(str(tagged))} is a "
+        r"list column of its feature spec, with each row's own ids: .* leave data.multihot_sizes "
+        r"empty",
     )
     assert not (tagged.parent / "run").exists()
 

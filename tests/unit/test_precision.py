@@ -177,7 +177,7 @@ def test_train_refuses_bf16_on_an_emulating_cpu_in_one_line_with_the_measured_sl
     result = CliRunner().invoke(app, ["train", *job, "--set", 'train.precision="bf16"'])
     assert_one_line_error(
         result,
-        r"^error: train.precision = 'bf16': bf16 matmuls run 14\.2x slower than fp32 on this CPU "
+        r"^error: --set '.*': train.precision = 'bf16': bf16 matmuls run 14\.2x slower than fp32 on this CPU "
         r"\(this CPU has no AVX512-BF16 or AMX instructions: .*\); train in fp32 .*"
         r"or set train.allow_emulated_bf16 = true to insist$",
     )

@@ -27,7 +27,8 @@ def eval_run(
     nproc_per_node: Annotated[
         int | None,
         typer.Option(
-            help="Ranks to start on this machine (any number; the checkpoint is resharded). "
+            help="Ranks to start on this machine (any number that divides the evaluation batch; the "
+            "checkpoint is resharded). "
             "Default: the run's own world size, whose AUC equals the run's own evaluation bit for bit."
         ),
     ] = None,

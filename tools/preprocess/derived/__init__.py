@@ -4,5 +4,6 @@ multihot_stats.py), the MLPerf DLRMv2 reference's arrays made from Criteo 1TB da
 (mlperf_reference.py), and datasets of the old layout (a folder of `.npy` files per part,
 old_layout.py) rewritten in place as one file per part (dataset_upgrade.py).
 
-May import: shardrec.tools.preprocess.parse, shardrec.tools.preprocess.parts.
+May import: shardrec.tools.preprocess.parse, shardrec.tools.preprocess.parts,
+shardrec.tools.preprocess.text (day files plain or gzip).
 """

@@ -75,7 +75,7 @@ def parse_constraints(
                 if close
                 else f" (tables: {', '.join(sorted(by_name)[:8])}{', ...' if len(by_name) > 8 else ''})"
             )
-            raise ValueError(f"sharding.constraints names unknown table {name!r}{hint}")
+            raise ValueError(f"sharding.constraints.{name}: unknown table {name!r}{hint}")
         if not isinstance(fields, dict):
             raise ValueError(f"sharding.constraints.{name} = {fields!r} must be a table of keys")
         unknown = sorted(set(fields) - set(KEYS))

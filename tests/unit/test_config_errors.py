@@ -71,7 +71,7 @@ def test_a_setting_is_named_with_its_line_and_a_later_check_finds_it(tmp_path: P
     config = load_job_config(job)
     message = "sharding.constraints.t_b.sharding_types: 'colum_wise' is not one of ..."
     assert config.located(message) == f"{job}:6: {message}"
-    unknown = "sharding.constraints names unknown table 't_a' (tables: t_c)"
+    unknown = "sharding.constraints.t_a: unknown table 't_a' (tables: t_c)"
     assert config.located(unknown) == f"{job}:5: {unknown}"
     assert config.located("data: no such dataset") == "data: no such dataset"
     overridden = load_job_config(job, ["sharding.constraints={}"])

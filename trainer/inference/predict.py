@@ -209,24 +209,12 @@ def check_preprocessing(header: dict[str, Any], manifest: Manifest, dataset: Pat
             f"{dataset}: dense features {', '.join(here[:3])}, ... ({len(here)}), "
             f"the model reads {', '.join(trained[:3])}, ... ({len(trained)})"
         )
-    trained_on = header["transform"].get("materialised_multihot")
-    spec = manifest.options.get("multihot")
-    here_on = {k: spec[k] for k in ("sizes", "rows", "dist", "seed")} if spec else None
-    if (trained_on and {k: trained_on[k] for k in here_on or trained_on}) != here_on:
+    trained_on = _expansion(header["transform"].get("materialised_multihot"))
+    here_on = _expansion(manifest.options.get("multihot"))
+    if trained_on != here_on:
         raise ValueError(
-            f"{dataset}: "
-            + (
-                f"multi-hot ids (sizes {here_on['sizes'][:3]}..., seed {here_on['seed']})"
-                if here_on
-                else "one-hot ids"
-            )
-            + ", the model was trained on "
-            + (
-                f"multi-hot ids (sizes {trained_on['sizes'][:3]}..., seed {trained_on['seed']})"
-                if trained_on
-                else "one-hot ids"
-            )
-            + "; score data made as its training data was, or raw rows"
+            f"{dataset}: {_ids_words(here_on)}, the model was trained on "
+            f"{_ids_words(trained_on)}; score data made as its training data was, or raw rows"
         )
     differs = lifecycle.preprocessing_differences(
         header_preprocessing(header), lifecycle.preprocessing(manifest)
@@ -238,6 +226,17 @@ def check_preprocessing(header: dict[str, Any], manifest: Manifest, dataset: Pat
             f"{dataset}: preprocessed with other settings than the model's training data ({differs}); "
             f"preprocess it with the training data's settings{raw}"
         )
+
+
+def _expansion(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A materialised multi-hot expansion's settings (sizes, rows, dist, seed); None: one-hot."""
+    return {k: spec[k] for k in ("sizes", "rows", "dist", "seed")} if spec else None
+
+
+def _ids_words(expansion: dict[str, Any] | None) -> str:
+    if expansion is None:
+        return "one-hot ids"
+    return f"multi-hot ids (sizes {expansion['sizes'][:3]}..., seed {expansion['seed']})"
 
 
 def rows_batch(

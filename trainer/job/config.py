@@ -491,16 +491,13 @@ class JobConfig:
     setting (no part of to_dict or a fingerprint). Set by load_job_config."""
 
     def located(self, message: str) -> str:
-        """`message`, about a setting it starts with (`sharding.constraints.t_C3.sharding_types:
-        ...`, `sharding.constraints names unknown table 't_X'`), prefixed with where that setting
-        was given, the nearest enclosing key's place; unchanged where none is known."""
+        """`message`, about the setting it starts with (`sharding.constraints.t_C3.sharding_types:
+        ...`), prefixed with where that setting was given, the nearest enclosing key's place;
+        unchanged where none is known."""
         head = re.match(r"[A-Za-z_][\w-]*(?:\.[\w-]+)*", message)
         if head is None:
             return message
         path = head[0].split(".")
-        named = re.match(r"([\w.]+) names unknown table '([^']+)'", message)
-        if named:
-            path = [*named[1].split("."), named[2]]
         for n in range(len(path), 0, -1):
             where = self.key_origins.get(tuple(path[:n]))
             if where:

@@ -272,3 +272,16 @@ def test_an_item_map_in_parquet_under_a_csv_name_is_refused_naming_its_extension
         rf"{re.escape(str(spec))}\)$",
     )
     assert line.isprintable()
+
+
+def test_a_missing_item_map_file_is_refused_naming_its_spec_key(tmp_path, log):
+    path, spec = _write(tmp_path, log, "parquet")
+    spec.write_text(spec.read_text().replace("artist_item_mapping.parquet", "maps/artists.parquet"))
+    missing = tmp_path / "maps" / "artists.parquet"
+    assert_one_line_error(
+        _preprocess(path, spec, tmp_path / "out"),
+        rf"^error: {re.escape(str(spec))}: items\.artist\.file = 'maps/artists\.parquet': "
+        rf"{re.escape(str(missing))} does not exist \(a relative path is read from the spec's "
+        r"folder\); fix the path$",
+    )
+    assert not (tmp_path / "out" / "manifest.json").exists()

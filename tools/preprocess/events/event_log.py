@@ -170,10 +170,21 @@ def _integers(values, name: str, source: _Source, offset: int) -> np.ndarray:
     return out
 
 
-def _item_map(spec_path: Path, name: str, entry: ItemMap) -> tuple[np.ndarray, np.ndarray, str]:
-    """(items, their value) of one map file, and its path as shown."""
+def _map_path(spec_path: Path, name: str, entry: ItemMap) -> Path:
+    """Where the spec's map `name` is; refused, naming its key, where there is no such file."""
     path = Path(entry.file)
     path = path if path.is_absolute() else spec_path.parent / path
+    if not path.exists():
+        raise EventLogError(
+            f"{spec_path}: items.{name}.file = {entry.file!r}: {path} does not exist (a relative "
+            "path is read from the spec's folder); fix the path"
+        )
+    return path
+
+
+def _item_map(spec_path: Path, name: str, entry: ItemMap) -> tuple[np.ndarray, np.ndarray, str]:
+    """(items, their value) of one map file, and its path as shown."""
+    path = _map_path(spec_path, name, entry)
     kind = "parquet" if path.suffix == ".parquet" else ("tsv" if path.suffix == ".tsv" else "csv")
     table = _read_table(
         path,
@@ -220,6 +231,10 @@ def read_event_log(
     }
     if cols.organic:
         wanted["events.organic"] = cols.organic
+    if maps is None:  # a missing map before the log is read, not after
+        assert spec_path is not None, "a model's spec comes with its maps"
+        for name, entry in spec.items.items():
+            _map_path(spec_path, name, entry)
     told = (
         (f'[format] kind = "{spec.format}" in {spec_path}', 'set kind = "parquet" there')
         if spec_path is not None
@@ -266,7 +281,7 @@ def read_event_log(
     if rows == 0:
         raise EventLogError(f"{paths[0]}: no events")
     if maps is None:
-        assert spec_path is not None, "a model's spec comes with its maps"
+        assert spec_path is not None
         artist, album = _maps(spec, spec_path, col["item"], source)
     else:
         artist, album = maps

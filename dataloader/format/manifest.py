@@ -293,8 +293,12 @@ def read_raw(directory: str | Path) -> tuple[dict[str, Any], Path]:
     return raw, path
 
 
-def _content_fingerprint(manifest: Manifest) -> str:
-    content = {
+EVENT_SAMPLE_KEYS = ("played_ratio_min", "history", "crosses", "split")
+"""The keys of an event spec's plain data (the manifest's copy) that decide its samples."""
+
+
+def _content_fingerprint(manifest: Manifest, event_spec: bool = True) -> str:
+    content: dict[str, Any] = {
         "dense": manifest.dense_features,
         "sparse": [(f.name, f.cardinality, f.multi_hot) for f in manifest.sparse_features],
         "splits": {
@@ -302,6 +306,12 @@ def _content_fingerprint(manifest: Manifest) -> str:
             for name, split in sorted(manifest.splits.items())
         },
     }
+    if event_spec and manifest.kind == "events":
+        # An event log's samples are made when the batch is: the same features and sizes under
+        # another spec are other samples. These are EventSpec.sample_settings' values, as the
+        # manifest keeps the spec (EventSpec.to_dict: every key written).
+        spec = manifest.events.get("spec", {})
+        content["event_spec"] = {k: spec.get(k) for k in EVENT_SAMPLE_KEYS}
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
 
 
@@ -314,7 +324,8 @@ def _split_content_fingerprint(manifest: Manifest, split: str) -> str:
 
 def dataset_fingerprint(manifest: Manifest) -> str:
     """sha256 over what the model sees of a dataset: features, cardinalities, every part's rows and
-    checksum (what a run records: it resumes only on the same data). An upgraded dataset whose
+    checksum, and an event log's sample settings (its event spec's label, history, crosses and
+    split; what a run records: it resumes only on the same data). An upgraded dataset whose
     parts are still the ones the upgrade wrote keeps the fingerprint of the layout it came from."""
     own = _content_fingerprint(manifest)
     old = manifest.upgraded_from
@@ -325,6 +336,13 @@ def dataset_fingerprint(manifest: Manifest) -> str:
     ):
         return old["fingerprint"]
     return own
+
+
+def older_fingerprints(manifest: Manifest) -> tuple[str, ...]:
+    """The forms of `dataset_fingerprint` a run may have recorded of this dataset before: an
+    event log's without its event spec (before the fingerprint covered it); none for a click
+    log's."""
+    return (_content_fingerprint(manifest, event_spec=False),) if manifest.kind == "events" else ()
 
 
 def split_fingerprint(manifest: Manifest, split: str) -> str:

@@ -230,3 +230,48 @@ def test_failed_ranks_end_in_one_line_not_torchruns_traceback() -> None:
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == "torchrun: rank 0 failed first (exit code 2)"
     assert "Traceback" not in result.stderr and "ChildFailedError" not in result.stderr
+
+
+def test_a_global_batch_larger_than_every_event_window_is_refused_before_the_ranks_start(
+    tmp_path: Path,
+) -> None:
+    from helpers import cli
+
+    from shardrec.dataloader.format.manifest import Manifest
+    from shardrec.dataloader.spec.event_spec import load_event_spec
+    from shardrec.tools.preprocess.events.event_dataset import build_event_dataset
+    from shardrec.tools.synth.yambda import write_yambda_like
+
+    write_yambda_like(tmp_path, 3_000, seed=1)
+    spec = tmp_path / "spec.toml"
+    spec.write_text(
+        '[items.artist]\nfile = "artist_item_mapping.parquet"\nvalue = "artist_id"\n'
+        "[history]\nlength = 12\nmin_history = 4\n[split]\nwindow_seconds = 3600\n"
+    )
+    data = tmp_path / "ev"
+    build_event_dataset([tmp_path / "events.parquet"], load_event_spec(spec), spec, data)
+    events = Manifest.load(data).events
+    offsets = events["windows"]["train"]
+    largest = max(b - a for a, b in zip(offsets, offsets[1:]))
+    batch = 2 * (largest + 1)  # more than any window, fewer than the split's samples
+    assert batch < offsets[-1]
+    args = ["train", "--data", data, "--out-dir", tmp_path / "run", "--nproc-per-node", "2"]
+    args += ["--set", 'train.device="cpu"', "--set", 'model.arch="hstu"']
+    args += ["--set", 'data.eval_splits=["val"]']
+    result = cli(*args, "--set", f"train.global_batch_size={batch}", ok=False)
+    assert_one_line_error(
+        result,
+        rf"^error: --set 'train.global_batch_size={batch}': train.global_batch_size = {batch} is "
+        rf"more samples than any window of {re.escape(str(data))}'s split 'train' has \(the "
+        rf"largest has {largest}; {offsets[-1]:,} in {len(offsets) - 1} windows\), so no step "
+        rf"trains with data.tail = 'drop': set it to at most {largest}, data.tail = \"pad\", or "
+        r"longer windows \(\[split\] window_seconds of the event spec\)$",
+    )
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+    # Padded, each window gives a batch: the same job is accepted (checked, not trained).
+    from shardrec.trainer.job.flags import job_from_flags
+    from shardrec.trainer.job.preflight import preflight
+
+    settings_ = [f"train.global_batch_size={batch}", 'model.arch="hstu"', 'train.device="cpu"']
+    settings_ += ['data.eval_splits=["val"]', 'data.tail="pad"']
+    preflight(job_from_flags(None, data, None, None, settings_), 2)

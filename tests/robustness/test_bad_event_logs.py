@@ -227,3 +227,61 @@ def test_a_log_without_a_column_the_models_spec_reads_names_the_models_spec(tmp_
         "with the columns of the log the model was trained on",
         str(caught.value),
     )
+
+
+@pytest.mark.parametrize("kind", ["csv", "tsv"])
+def test_a_text_line_with_a_wrong_field_count_is_refused_with_its_line(tmp_path, log, kind):
+    path, spec = _write(tmp_path, log, "csv")
+    lines = path.read_text().splitlines()
+    if kind == "tsv":
+        lines = [line.replace(",", "\t") for line in lines]
+        path = path.rename(tmp_path / "events.tsv")
+        spec.write_text(spec.read_text().replace('kind = "csv"', 'kind = "tsv"'))
+    sep = "\t" if kind == "tsv" else ","
+    lines[40] += f"{sep}9"  # line 41 (the header is line 1): one field too many
+    path.write_text("\n".join(lines) + "\n")
+    assert_one_line_error(
+        _preprocess(path, spec, tmp_path / "out"),
+        rf"^error: {re.escape(str(path))}:41: expected 7 fields, got 8 \(as many as the header's "
+        rf"columns, line 1; quote a value that holds a {'tab' if kind == 'tsv' else 'comma'}\)$",
+    )
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_a_parquet_file_read_as_csv_is_refused_naming_the_format_setting(tmp_path, log):
+    _, spec = _write(tmp_path, log, "csv")
+    path = tmp_path / "events.csv"
+    pq.write_table(log, path)  # a Parquet file under a .csv name, the spec's kind csv
+    line = assert_one_line_error(
+        _preprocess(path, spec, tmp_path / "out"),
+        rf"^error: {re.escape(str(path))}: a Parquet file, not csv text \(\[format\] kind = "
+        rf'"csv" in {re.escape(str(spec))}\); set kind = "parquet" there$',
+    )
+    assert line.isprintable()
+
+
+def test_an_item_map_in_parquet_under_a_csv_name_is_refused_naming_its_extension(tmp_path, log):
+    path, spec = _write(tmp_path, log, "parquet")
+    (tmp_path / "artist_item_mapping.parquet").rename(tmp_path / "artists.csv")
+    spec.write_text(spec.read_text().replace("artist_item_mapping.parquet", "artists.csv"))
+    map_path = tmp_path / "artists.csv"
+    line = assert_one_line_error(
+        _preprocess(path, spec, tmp_path / "out"),
+        rf"^error: {re.escape(str(map_path))}: a Parquet file, not csv text \(an item map is read "
+        r"by its extension\); name it \.parquet \(items\.artist\.file in "
+        rf"{re.escape(str(spec))}\)$",
+    )
+    assert line.isprintable()
+
+
+def test_a_missing_item_map_file_is_refused_naming_its_spec_key(tmp_path, log):
+    path, spec = _write(tmp_path, log, "parquet")
+    spec.write_text(spec.read_text().replace("artist_item_mapping.parquet", "maps/artists.parquet"))
+    missing = tmp_path / "maps" / "artists.parquet"
+    assert_one_line_error(
+        _preprocess(path, spec, tmp_path / "out"),
+        rf"^error: {re.escape(str(spec))}: items\.artist\.file = 'maps/artists\.parquet': "
+        rf"{re.escape(str(missing))} does not exist \(a relative path is read from the spec's "
+        r"folder\); fix the path$",
+    )
+    assert not (tmp_path / "out" / "manifest.json").exists()

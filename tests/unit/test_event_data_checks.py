@@ -4,7 +4,9 @@ tables differ, or whose samples an other event spec made, is refused in one line
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import pyarrow as pa
@@ -12,13 +14,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from shardrec.dataloader.format.manifest import Manifest
+from shardrec.dataloader.format.manifest import Manifest, dataset_fingerprint, older_fingerprints
 from shardrec.dataloader.spec.event_spec import load_event_spec
 from shardrec.tools.preprocess.events.event_dataset import build_event_dataset
 from shardrec.tools.synth.yambda import write_yambda_like
 from shardrec.trainer.inference.eval_request import run_dataset
 from shardrec.trainer.job.config import load_job_config
-from shardrec.trainer.rundir import continuation
+from shardrec.trainer.rundir import continuation, lifecycle
+from shardrec.trainer.rundir.checkpoint import checkpoint_signature, describe_mismatch
 from shardrec.trainer.rundir.lifecycle import dataset_record
 
 SPEC = """
@@ -127,3 +130,90 @@ def test_data_an_other_event_spec_made_is_refused_naming_the_setting(data, tmp_p
         "on ([label] played_ratio_min: 50.0 in training, 60.0 here); preprocess it with the "
         "training data's settings"
     )
+
+
+def _old_fingerprint(directory: Path) -> str:
+    """The fingerprint a run recorded of an event-log dataset before it covered the event spec:
+    features, cardinalities and split rows only (as a click log's still is)."""
+    m = Manifest.load(directory)
+    content = {
+        "dense": m.dense_features,
+        "sparse": [(f.name, f.cardinality, f.multi_hot) for f in m.sparse_features],
+        "splits": {
+            name: [(p.name, p.rows, p.sha256) for p in split.parts]
+            for name, split in sorted(m.splits.items())
+        },
+    }
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
+
+
+def _remade(tmp_path: Path, data: dict[str, Path], recorded: str = "now") -> tuple[Path, Path]:
+    """A run trained on `trained` at DIR, then DIR remade by another spec (label60): the same
+    features, sizes and samples, other labels. `recorded`: the run's dataset.json as written now,
+    or "before" the fingerprint covered the spec (with the spec's settings, as 3634e01 wrote it)."""
+    path = tmp_path / "ev"
+    shutil.copytree(data["trained"], path)
+    run = _run(tmp_path, path)
+    if recorded == "before":
+        record = json.loads((run / "dataset.json").read_text())
+        record["fingerprint"] = _old_fingerprint(path)
+        (run / "dataset.json").write_text(json.dumps(record))
+    shutil.rmtree(path)
+    shutil.copytree(data["label60"], path)
+    return run, path
+
+
+@pytest.mark.parametrize("recorded", ["now", "before"])
+def test_resuming_or_evaluating_on_data_remade_by_another_spec_is_refused_naming_it(
+    data, tmp_path, recorded
+):
+    run, path = _remade(tmp_path, data, recorded)
+    config = load_job_config(run / "config.toml")
+    with pytest.raises(ValueError) as caught:
+        lifecycle.check_run_dir(run, config, Manifest.load(path), [])
+    assert str(caught.value) == (
+        f"{run} was trained on data of another event spec than {path} now holds ([label] "
+        "played_ratio_min: 50.0 in training, 60.0 here): a run cannot resume on a changed "
+        f"dataset; preprocess the log into {path} again with the run's spec, start over with "
+        "--restart or use another --out-dir"
+    )
+    # What `shardrec eval RUN` checks before it reads a checkpoint (its one line).
+    with pytest.raises(ValueError) as caught:
+        run_dataset(run, config, None)
+    assert str(caught.value) == (
+        f"{run} was trained on data of another event spec than {path} now holds ([label] "
+        f"played_ratio_min: 50.0 in training, 60.0 here): preprocess the log into {path} again "
+        "with the run's spec to evaluate the run"
+    )
+
+
+@pytest.mark.parametrize("spec_settings", [True, False])
+def test_a_run_recorded_before_fingerprints_covered_the_spec_still_resumes_and_evaluates(
+    data, tmp_path, spec_settings
+):
+    trained = data["trained"]
+    run = _run(tmp_path, trained)
+    old = _old_fingerprint(trained)
+    assert old != dataset_fingerprint(Manifest.load(trained))
+    record = json.loads((run / "dataset.json").read_text())
+    record["fingerprint"] = old
+    if not spec_settings:  # recorded before 3634e01 too: no event-spec settings at all
+        record["preprocessing"] = {
+            k: v for k, v in record["preprocessing"].items() if not k.startswith("[")
+        }
+    (run / "dataset.json").write_text(json.dumps(record))
+    config = load_job_config(run / "config.toml")
+    assert lifecycle.check_run_dir(run, config, Manifest.load(trained), []) == "complete"
+    assert run_dataset(run, config, None).kind == "events"
+    # Its checkpoints' signatures hold the old fingerprint: the ranks and eval accept them.
+    saved = checkpoint_signature(config.model, config.optim, [], old)
+    m = Manifest.load(trained)
+    now = checkpoint_signature(
+        config.model, config.optim, [], dataset_fingerprint(m), older_fingerprints(m)
+    )
+    assert describe_mismatch(saved, now) == ""
+
+
+def test_a_click_logs_fingerprint_is_unchanged(tiny_dataset):
+    # Only an event log's fingerprint covers its spec: a click log's is what it was.
+    assert dataset_fingerprint(Manifest.load(tiny_dataset)) == _old_fingerprint(tiny_dataset)

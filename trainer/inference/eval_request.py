@@ -92,7 +92,14 @@ def run_dataset(run_dir: Path, config: JobConfig, data: Path | None = None) -> M
     fingerprint = dataset_fingerprint(manifest)
     # The same check as a resume's: a run scored on changed data would report a figure of other
     # data.
-    if record.get("fingerprint") and record["fingerprint"] != fingerprint:
+    if record.get("fingerprint") and not lifecycle.recorded_data(record, manifest):
+        differs = lifecycle.spec_differences(record, manifest)
+        if differs:  # --data would refuse it too: other samples, not a later period
+            raise ValueError(
+                f"{run_dir} was trained on data of another event spec than {config.data.path} now "
+                f"holds ({differs}): preprocess the log into {config.data.path} again with the "
+                "run's spec to evaluate the run"
+            )
         raise ValueError(
             f"{run_dir} was trained on other data than {config.data.path} now holds (fingerprint "
             f"{str(record['fingerprint'])[:12]}; the data there is {fingerprint[:12]}): to evaluate "

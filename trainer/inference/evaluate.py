@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from shardrec.dataloader.format.manifest import dataset_fingerprint
+from shardrec.dataloader.format.manifest import dataset_fingerprint, older_fingerprints
 from shardrec.dataloader.loader import NO_SHUFFLE, BatchLoader, build_loader
 from shardrec.embeddings.dims import job_tables
 from shardrec.embeddings.sparse_optimizers import sparse_optimizer
@@ -109,11 +109,12 @@ def evaluate_checkpoint(request: EvalRequest, env: DistEnv) -> dict[str, Any]:
     )
     # The checkpoint checks the dataset's fingerprint too, unless other data was asked for.
     fingerprint = "" if request.data is not None else dataset_fingerprint(raw)
+    older = () if request.data is not None else older_fingerprints(raw)
     parts = CheckpointParts(
         progress=TrainProgress(),
         sharded={"model": ModuleState(model)},
         main={"id_maps": IdMapsState(managed.maps, None, False)} if managed is not None else {},
-        signature=checkpoint_signature(config.model, config.optim, tables, fingerprint),
+        signature=checkpoint_signature(config.model, config.optim, tables, fingerprint, older),
         layout=plan.to_json(),
         per_rank={},
     )

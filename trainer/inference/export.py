@@ -30,7 +30,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import TensorProperties, TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
 
-from shardrec.dataloader.format.manifest import Manifest, dataset_fingerprint
+from shardrec.dataloader.format.manifest import Manifest, dataset_fingerprint, older_fingerprints
 from shardrec.dataloader.util.files import WriteError, atomic_open, write_error
 from shardrec.embeddings.dims import job_tables, table_specs
 from shardrec.sharding.machine.hardware import available_memory_bytes
@@ -178,11 +178,15 @@ def check_checkpoint(
     would otherwise be written under a header that does not describe its tensors."""
     config = run_config(run_dir)
     # As eval: the dataset's fingerprint, unless other data was asked for.
-    fingerprint = "" if data is not None else dataset_fingerprint(Manifest.load(config.data.path))
+    raw = Manifest.load(config.data.path) if data is None else None
+    fingerprint = dataset_fingerprint(raw) if raw is not None else ""
+    older = older_fingerprints(raw) if raw is not None else ()
     shapes = [(t["name"], t["rows"], t["dim"]) for t in header["tables"]]
     saved = load_file(checkpoint / names.TRAIN_STATE, torch.device("cpu"))["signature"]
     check_signature(
-        checkpoint, saved, checkpoint_signature(config.model, config.optim, shapes, fingerprint)
+        checkpoint,
+        saved,
+        checkpoint_signature(config.model, config.optim, shapes, fingerprint, older),
     )
 
 

@@ -108,6 +108,8 @@ def check_against_dataset(job: JobConfig, manifest: Manifest, world_size: int) -
             f"{path}: split {job.data.train_split!r} has {rows:,} rows, fewer than one global batch "
             f"(train.global_batch_size = {batch}) with data.tail = 'drop': no step to train"
         )
+    if manifest.kind == "events" and job.data.tail == "drop":
+        check_event_windows(path, manifest, job.data.train_split, batch)
     try:
         table_dims(manifest, job.model.embedding_dim, job.model.dims)
     except ValueError as e:
@@ -122,6 +124,22 @@ def check_against_dataset(job: JobConfig, manifest: Manifest, world_size: int) -
         )
     # A raw-id feature's table needs a raw-id kind and its rows; the job names no other feature.
     table_specs(manifest, job.model.embedding_dim, job.model.dims, job.tables)
+
+
+def check_event_windows(path: str, manifest: Manifest, split: str, batch: int) -> None:
+    """An event log's global batch is of one window (the loader's TemporalOrder): with tail
+    "drop", at least one window of the train split must hold a batch, or the ranks start to find
+    no step to take."""
+    offsets = manifest.events["windows"][split]
+    sizes = [b - a for a, b in zip(offsets, offsets[1:])]
+    largest = max(sizes, default=0)
+    if largest < batch:
+        raise ValueError(
+            f"train.global_batch_size = {batch} is more samples than any window of {path}'s split "
+            f"{split!r} has (the largest has {largest}; {offsets[-1]:,} in {len(sizes)} windows), "
+            f"so no step trains with data.tail = 'drop': set it to at most {largest}, "
+            'data.tail = "pad", or longer windows ([split] window_seconds of the event spec)'
+        )
 
 
 def _check_plan_file(job: JobConfig, manifest: Manifest, world_size: int, kind: str) -> None:

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
-from shardrec.dataloader.format.manifest import Manifest, dataset_fingerprint
+from shardrec.dataloader.format.manifest import Manifest, dataset_fingerprint, older_fingerprints
 from shardrec.dataloader.loader import NO_SHUFFLE, BatchLoader, ShuffleSpec, build_loader
 from shardrec.dataloader.util.files import atomic_write_bytes
 from shardrec.embeddings.dims import job_tables
@@ -85,11 +85,15 @@ class Job:
 
 
 def checkpoint_signature(
-    model: ModelConfig, optim: OptimConfig, tables: list[EmbeddingBagConfig], dataset: str = ""
+    model: ModelConfig,
+    optim: OptimConfig,
+    tables: list[EmbeddingBagConfig],
+    dataset: str = "",
+    older_datasets: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The signature (trainer.rundir.checkpoint.checkpoint_signature) of a job of these tables."""
     shapes = [(t.name, t.num_embeddings, t.embedding_dim) for t in tables]
-    return signature_of(model, optim, shapes, dataset)
+    return signature_of(model, optim, shapes, dataset, older_datasets)
 
 
 def checkpoint_parts(
@@ -249,10 +253,15 @@ def build_job(
         timeout_s=config.dist.timeout_s,
     )
     fingerprint = dataset_fingerprint(manifest)
-    signature = checkpoint_signature(config.model, config.optim, tables, fingerprint)
+    signature = checkpoint_signature(
+        config.model, config.optim, tables, fingerprint, older_fingerprints(manifest)
+    )
     if continuing:  # the last checkpoint is of the previous stretch's data
         previous = (lifecycle.read_dataset_record(run_dir) or {}).get("fingerprint", "")
-        if previous == fingerprint:  # this stretch began before, stopped before its checkpoint
+        if previous in (
+            fingerprint,
+            *older_fingerprints(manifest),
+        ):  # this stretch began before, stopped before its checkpoint
             previous = read_stretches(run_dir)[-2].fingerprint
         signature["continues_from"] = previous
     parts = checkpoint_parts(

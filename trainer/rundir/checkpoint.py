@@ -243,11 +243,13 @@ def checkpoint_signature(
     optim: OptimConfig,
     tables: list[tuple[str, int, int]],
     dataset: str = "",
+    older_datasets: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """What must match for a checkpoint to load: the model, its tables (name, rows, dim), the
     optimizers' kinds and the dataset's fingerprint (trainer.rundir.lifecycle; "" skips that
-    check), not the plan."""
-    return {
+    check), not the plan. `older_datasets`: the dataset's fingerprint as runs recorded it before
+    (manifest.older_fingerprints), which their checkpoints hold."""
+    signature = {
         "model": asdict(model),
         "optim": {k: getattr(optim, k) for k in OPTIMIZER_KEYS},
         "tables": [
@@ -255,6 +257,9 @@ def checkpoint_signature(
         ],
         "dataset": dataset,
     }
+    if dataset and older_datasets:  # a click log's signature stays as it was
+        signature["older_datasets"] = list(older_datasets)
+    return signature
 
 
 def check_signature(path: Path, saved: dict[str, Any], current: dict[str, Any]) -> None:
@@ -280,7 +285,12 @@ def describe_mismatch(saved: dict[str, Any], current: dict[str, Any]) -> str:
     if (
         saved.get("dataset")
         and current.get("dataset")
-        and saved["dataset"] not in (current["dataset"], current.get("continues_from"))
+        and saved["dataset"]
+        not in (
+            current["dataset"],
+            current.get("continues_from"),
+            *current.get("older_datasets", ()),
+        )
     ):
         diffs.append(
             f"dataset: checkpoint trained on fingerprint {saved['dataset'][:12]}, "

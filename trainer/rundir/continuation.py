@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from shardrec.dataloader.format.manifest import Manifest, dataset_fingerprint
+from shardrec.dataloader.format.manifest import Manifest, dataset_fingerprint, older_fingerprints
 from shardrec.trainer.job.config import JobConfig, load_job_config
 from shardrec.trainer.rundir import lifecycle, names
 from shardrec.trainer.rundir.stretches import read_stretches, unsaved_stretch
@@ -32,9 +32,10 @@ def check_continue(run_dir: Path, config: JobConfig, manifest: Manifest, allow: 
     new = dataset_fingerprint(manifest)
     stretches = read_stretches(run_dir)
     unsaved = unsaved_stretch(stretches, new, run.step)
-    if record.get("fingerprint") == new and unsaved is None:
+    if lifecycle.recorded_data(record, manifest) and unsaved is None:
         return lifecycle.check_run_dir(run_dir, config, manifest, allow)
-    earlier = next((s for s in stretches if s.fingerprint == new and s is not unsaved), None)
+    forms = (new, *older_fingerprints(manifest))  # a stretch recorded before keeps an older form
+    earlier = next((s for s in stretches if s.fingerprint in forms and s is not unsaved), None)
     if earlier is not None:
         raise ValueError(
             f"{run_dir} already trained on this data (stretch {earlier.index}, {earlier.data}); "

@@ -18,7 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shardrec.dataloader.format.manifest import Manifest, SparseFeature, dataset_fingerprint
+from shardrec.dataloader.format.manifest import (
+    Manifest,
+    SparseFeature,
+    dataset_fingerprint,
+    older_fingerprints,
+)
 from shardrec.dataloader.spec.event_spec import event_spec_from_dict
 from shardrec.dataloader.util import locks
 from shardrec.trainer.job import data_options
@@ -115,6 +120,27 @@ def preprocessing_differences(trained: dict[str, Any], here: dict[str, Any]) -> 
             key, a, b = f"{key}[{i}]", a[i], b[i]
         diffs.append(f"{key}: {_show(a)} in training, {_show(b)} here")
     return ", ".join(diffs)
+
+
+def spec_differences(record: dict[str, Any], manifest: Manifest) -> str:
+    """The event-spec settings (EventSpec.sample_settings) in which `manifest`'s samples differ
+    from those of the data a run recorded (RUN/dataset.json), preprocessing_differences' way; ""
+    when none differ, for a click log, or for a record that keeps none."""
+    if manifest.kind != "events":
+        return ""
+    trained = {k: v for k, v in record.get("preprocessing", {}).items() if k.startswith("[")}
+    here = {k: v for k, v in preprocessing(manifest).items() if k.startswith("[")}
+    return preprocessing_differences(trained, here) if trained else ""
+
+
+def recorded_data(record: dict[str, Any], manifest: Manifest) -> bool:
+    """Whether `manifest` is the dataset a run recorded: its fingerprint, or the form recorded
+    before an event log's covered its spec (then the spec settings the record keeps, if any, must
+    be the dataset's: a record from before them cannot tell, and is taken at its word)."""
+    recorded = record.get("fingerprint")
+    if recorded == dataset_fingerprint(manifest):
+        return True
+    return recorded in older_fingerprints(manifest) and not spec_differences(record, manifest)
 
 
 def _tables_only(a: list[Any], b: list[Any]) -> tuple[list[Any], list[Any]]:
@@ -302,7 +328,7 @@ def check_run_dir(run_dir: Path, config: JobConfig, manifest: Manifest, allow: l
     if run.step is None:
         _check_attempt(run_dir, config)
         return "new"
-    _check_dataset(run_dir, manifest)
+    _check_dataset(run_dir, manifest, config.data.path)
     # A run that goes on counts this stretch's steps from the step it started at.
     base = current_start(run_dir)
     total = base + planned_steps(config, manifest)
@@ -376,16 +402,24 @@ def _show(value: Any) -> str:
     return json.dumps(value) if not isinstance(value, str) else repr(value)
 
 
-def _check_dataset(run_dir: Path, manifest: Manifest) -> None:
+def _check_dataset(run_dir: Path, manifest: Manifest, path: str) -> None:
     record = read_dataset_record(run_dir)
     if record is None:
         return  # a run from before dataset records: nothing to compare
-    if record.get("fingerprint") != dataset_fingerprint(manifest):
+    if recorded_data(record, manifest):
+        return
+    differs = spec_differences(record, manifest)
+    if differs:
         raise ValueError(
-            f"{run_dir} was trained on other data ({record.get('path')}, fingerprint "
-            f"{str(record.get('fingerprint'))[:12]}; this dataset's is {dataset_fingerprint(manifest)[:12]}): "
-            "a run cannot resume on a changed dataset; start over with --restart or use another --out-dir"
+            f"{run_dir} was trained on data of another event spec than {path} now holds "
+            f"({differs}): a run cannot resume on a changed dataset; preprocess the log into "
+            f"{path} again with the run's spec, start over with --restart or use another --out-dir"
         )
+    raise ValueError(
+        f"{run_dir} was trained on other data ({record.get('path')}, fingerprint "
+        f"{str(record.get('fingerprint'))[:12]}; this dataset's is {dataset_fingerprint(manifest)[:12]}): "
+        "a run cannot resume on a changed dataset; start over with --restart or use another --out-dir"
+    )
 
 
 def complete_message(run_dir: Path, config: JobConfig, run: RunDir) -> str:

@@ -10,6 +10,8 @@ the line, the header being line 1), the column and the value, and what to do:
     events.played_ratio in spec.toml
     events.parquet: row 9: item_id: 9400000 is not an item of artist_item_mapping.parquet
     (9,390,624 items)
+    events.csv:41: expected 7 fields, got 8 (as many as the header's columns, line 1; quote a
+    value that holds a comma)
 
 Memory: the columns it reads (user, item and time as int64, type, played ratio, organic) for the
 whole log, about 34 bytes an event while it is grouped.
@@ -24,6 +26,11 @@ import numpy as np
 
 from shardrec.dataloader.events.history_kernels import LIKE, LISTEN_PLUS, SKIP
 from shardrec.dataloader.spec.event_spec import MEANINGS, EventSpec, ItemMap
+from shardrec.tools.preprocess.events.log_text import (
+    arrow_message,
+    binary_content,
+    field_count_line,
+)
 
 
 class EventLogError(ValueError):
@@ -69,13 +76,24 @@ class _Source:
         return f"{self.files[f]}: " + (f"line {local + 2}" if self.csv else f"row {local}")
 
 
-def _read_table(path: Path, kind: str, wanted: dict[str, str], spec_path: Path | None):
+def _read_table(
+    path: Path, kind: str, wanted: dict[str, str], spec_path: Path | None, told: tuple[str, str]
+):
     """The table of the columns `wanted` (spec key -> column name) of one file; `spec_path` None:
-    the spec is a model's, which no one edits."""
+    the spec is a model's, which no one edits. `told`: where `kind` came from, and what to do when
+    the file is Parquet after all (for a refusal)."""
     import pyarrow as pa
     import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
 
+    if kind != "parquet":
+        content = binary_content(path)
+        if content is not None:
+            why, parquet_fix = told
+            fix = (
+                parquet_fix if content == "a Parquet file" else f"give a {kind} file with a header"
+            )
+            raise EventLogError(f"{path}: {content}, not {kind} text ({why}); {fix}")
     try:
         if kind == "parquet":
             names = pq.ParquetFile(path).schema_arrow.names
@@ -85,7 +103,7 @@ def _read_table(path: Path, kind: str, wanted: dict[str, str], spec_path: Path |
             with pcsv.open_csv(path, parse_options=options) as reader:
                 names = reader.schema.names
     except (OSError, pa.ArrowException) as e:
-        raise EventLogError(f"{path}: cannot read it as {kind}: {e}") from None
+        raise _unreadable(path, kind, e) from None
     for key, column in wanted.items():
         if column not in names:
             shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
@@ -107,7 +125,13 @@ def _read_table(path: Path, kind: str, wanted: dict[str, str], spec_path: Path |
             convert_options=pcsv.ConvertOptions(include_columns=columns, column_types=strings),
         )
     except pa.ArrowException as e:
-        raise EventLogError(f"{path}: cannot read it as {kind}: {e}") from None
+        raise _unreadable(path, kind, e) from None
+
+
+def _unreadable(path: Path, kind: str, error: Exception) -> EventLogError:
+    """The refusal of a file pyarrow cannot read: a text line's field count names its line."""
+    line = field_count_line(path, kind, error) if kind != "parquet" else None
+    return EventLogError(line or f"{path}: cannot read it as {kind}: {arrow_message(error)}")
 
 
 def _integers(values, name: str, source: _Source, offset: int) -> np.ndarray:
@@ -146,16 +170,31 @@ def _integers(values, name: str, source: _Source, offset: int) -> np.ndarray:
     return out
 
 
-def _item_map(spec_path: Path, name: str, entry: ItemMap) -> tuple[np.ndarray, np.ndarray, str]:
-    """(items, their value) of one map file, and its path as shown."""
+def _map_path(spec_path: Path, name: str, entry: ItemMap) -> Path:
+    """Where the spec's map `name` is; refused, naming its key, where there is no such file."""
     path = Path(entry.file)
     path = path if path.is_absolute() else spec_path.parent / path
+    if not path.exists():
+        raise EventLogError(
+            f"{spec_path}: items.{name}.file = {entry.file!r}: {path} does not exist (a relative "
+            "path is read from the spec's folder); fix the path"
+        )
+    return path
+
+
+def _item_map(spec_path: Path, name: str, entry: ItemMap) -> tuple[np.ndarray, np.ndarray, str]:
+    """(items, their value) of one map file, and its path as shown."""
+    path = _map_path(spec_path, name, entry)
     kind = "parquet" if path.suffix == ".parquet" else ("tsv" if path.suffix == ".tsv" else "csv")
     table = _read_table(
         path,
         kind,
         {f"items.{name}.item": entry.item, f"items.{name}.value": entry.value},
         spec_path,
+        (
+            "an item map is read by its extension",
+            f"name it .parquet (items.{name}.file in {spec_path})",
+        ),
     )
     source = _Source([path], np.array([table.num_rows]), kind != "parquet")
     items = _integers(table.column(entry.item).combine_chunks(), entry.item, source, 0)
@@ -192,7 +231,19 @@ def read_event_log(
     }
     if cols.organic:
         wanted["events.organic"] = cols.organic
-    tables = [_read_table(p, spec.format, wanted, spec_path) for p in paths]
+    if maps is None:  # a missing map before the log is read, not after
+        assert spec_path is not None, "a model's spec comes with its maps"
+        for name, entry in spec.items.items():
+            _map_path(spec_path, name, entry)
+    told = (
+        (f'[format] kind = "{spec.format}" in {spec_path}', 'set kind = "parquet" there')
+        if spec_path is not None
+        else (
+            f"the model's event spec reads {spec.format}",
+            "score a log in the format of the log the model was trained on",
+        )
+    )
+    tables = [_read_table(p, spec.format, wanted, spec_path, told) for p in paths]
     ends = np.cumsum([t.num_rows for t in tables])
     source = _Source(list(paths), ends, spec.format != "parquet")
     parts: dict[str, list[np.ndarray]] = {
@@ -230,7 +281,7 @@ def read_event_log(
     if rows == 0:
         raise EventLogError(f"{paths[0]}: no events")
     if maps is None:
-        assert spec_path is not None, "a model's spec comes with its maps"
+        assert spec_path is not None
         artist, album = _maps(spec, spec_path, col["item"], source)
     else:
         artist, album = maps

@@ -1,0 +1,72 @@
+"""What a CSV/TSV file of an event log (or an item map) holds when pyarrow cannot read it, said in
+one line: a binary file (Parquet, most often) given as text, or the line whose field count is not
+the header's. pyarrow's own message has no line number and echoes the line's bytes; these read the
+file again, on the error path only.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from pathlib import Path
+
+HEAD_BYTES = 1 << 16
+"""Bytes looked at for a NUL byte: text logs have none."""
+_FIELD_COUNT = re.compile(r"Expected (\d+) columns, got (\d+)")
+
+
+def _stream(path: Path):
+    import pyarrow as pa
+
+    # As pyarrow's CSV reader opens a path: a .gz (.bz2, ...) name is read decompressed.
+    return pa.input_stream(str(path), compression="detect")
+
+
+def binary_content(path: Path) -> str | None:
+    """ "a Parquet file" or "binary data (a NUL byte at byte N)" when `path` is no text file; None
+    for text (or a file that cannot be read: the reader says why)."""
+    import pyarrow as pa
+
+    try:
+        with _stream(path) as stream:
+            head = stream.read(HEAD_BYTES)
+    except (OSError, pa.ArrowException):
+        return None
+    if head.startswith(b"PAR1"):
+        return "a Parquet file"
+    nul = head.find(b"\0")
+    return None if nul < 0 else f"binary data (a NUL byte at byte {nul})"
+
+
+def field_count_line(path: Path, kind: str, error: Exception) -> str | None:
+    """`FILE:LINE: expected N fields, got M (...)` for pyarrow's "Expected N columns, got M" error,
+    the line found by reading the file again as pyarrow reads it (one row a line, quotes kept
+    within it, empty lines skipped); None for any other error."""
+    found = _FIELD_COUNT.search(str(error))
+    if found is None:
+        return None
+    expected = int(found[1])
+    delimiter = "\t" if kind == "tsv" else ","
+    with _stream(path) as stream:
+        text = io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline="")
+        for number, line in enumerate(text, start=1):
+            line = line.rstrip("\r\n")
+            if number == 1 or not line:
+                continue
+            if line.count(delimiter) + 1 == expected and '"' not in line:
+                continue  # the common line, without csv's parsing
+            got = len(next(csv.reader([line], delimiter=delimiter)))
+            if got != expected:
+                what = "tab" if kind == "tsv" else "comma"
+                return (
+                    f"{path}:{number}: expected {expected} fields, got {got} (as many as the "
+                    f"header's columns, line 1; quote a value that holds a {what})"
+                )
+    return None
+
+
+def arrow_message(error: Exception, limit: int = 200) -> str:
+    """pyarrow's message, shown on one line: no control bytes, at most `limit` characters."""
+    text = "".join(c if c.isprintable() else "?" for c in " ".join(str(error).split()))
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -217,3 +217,21 @@ def test_a_run_recorded_before_fingerprints_covered_the_spec_still_resumes_and_e
 def test_a_click_logs_fingerprint_is_unchanged(tiny_dataset):
     # Only an event log's fingerprint covers its spec: a click log's is what it was.
     assert dataset_fingerprint(Manifest.load(tiny_dataset)) == _old_fingerprint(tiny_dataset)
+
+
+def test_the_fingerprints_event_keys_are_the_ones_that_decide_samples(tmp_path):
+    # manifest.py cannot import the spec (dataloader/format sits below dataloader/spec), so it
+    # names the spec's sample keys itself: a key added to EventSpec.sample_settings and not there
+    # would let data of another spec resume a run.
+    from shardrec.dataloader.format.manifest import EVENT_SAMPLE_KEYS
+
+    spec_file = tmp_path / "spec.toml"
+    spec_file.write_text(SPEC.format(extra=""))
+    spec = load_event_spec(spec_file)
+    sections = {"[label]": "played_ratio_min", "[history]": "history", "[split]": "split"}
+    used = {
+        "crosses" if key == "[[crosses]]" else sections[key.split()[0]]
+        for key in spec.sample_settings()
+    }
+    assert used == set(EVENT_SAMPLE_KEYS)
+    assert set(EVENT_SAMPLE_KEYS) <= set(spec.to_dict())

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -770,3 +771,35 @@ def test_eval_on_a_rank_count_the_batch_does_not_divide_names_those_it_does(trai
         rf"^error: the run's evaluation batch {BATCH} does not divide by 3 ranks \(eval.batch_size, "
         r"else train.global_batch_size\): use --nproc-per-node 1, 2, 4 or 8$",
     )
+
+
+@pytest.mark.slow
+def test_a_truncated_checkpoint_file_is_one_line_naming_it_in_export_and_eval(
+    trained: Path,
+) -> None:
+    """A data file cut short before its digests were written (they match it): export and eval
+    say which checkpoint cannot be read and what to do, not torch's CheckpointException; export
+    leaves no file at --out."""
+    from shardrec.trainer.rundir.checkpoint_trust import write_digests
+
+    shutil.copytree(trained / "run", trained / "cut")
+    newest = sorted((trained / "cut" / "checkpoints").glob("step-*"))[-1]
+    data = newest / "__0_0.distcp"
+    with open(data, "r+b") as f:
+        f.truncate(data.stat().st_size // 2)
+    write_digests(newest)
+    cut = (
+        rf"^error: cut/checkpoints/{newest.name}: a file of this checkpoint is truncated or "
+        r"unreadable \(RuntimeError: [^)]*\), "
+    )
+    line = assert_one_line_error(
+        in_process("export", "cut", "--out", "cut.safetensors", cwd=trained),
+        cut + r".*; export another checkpoint with --checkpoint STEP \(this run",
+    )
+    assert not list(trained.glob("*cut.safetensors*")), line
+    evaluated = shardrec("eval", "cut", "--device", "cpu", "--nproc-per-node", "1", cwd=trained)
+    assert evaluated.returncode == 1 and "Traceback" not in evaluated.stderr, evaluated.stderr
+    assert any(
+        re.search(cut + r".*; evaluate or export another checkpoint with --checkpoint STEP", x)
+        for x in evaluated.stderr.splitlines()
+    ), evaluated.stderr

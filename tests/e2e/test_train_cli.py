@@ -9,6 +9,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -275,3 +276,51 @@ def test_a_global_batch_larger_than_every_event_window_is_refused_before_the_ran
     settings_ = [f"train.global_batch_size={batch}", 'model.arch="hstu"', 'train.device="cpu"']
     settings_ += ['data.eval_splits=["val"]', 'data.tail="pad"']
     preflight(job_from_flags(None, data, None, None, settings_), 2)
+
+
+@pytest.mark.slow
+def test_a_data_parallel_table_trains_without_torchs_autograd_warning(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
+    """fbgemm's dense (data-parallel) lookup makes torch warn that backprop through it "may lead
+    to silently incorrect behavior"; its gradients are right (tests/distributed/
+    test_train_distributed.py: data-parallel tables end as table-wise ones), so the user sees no
+    such line, and the table still learns."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    run = tmp_path / "run"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "shardrec.tools.cli",
+            "train",
+            "--data",
+            str(tiny_dataset),
+            "--out-dir",
+            str(run),
+            "--steps",
+            "4",
+            *settings(
+                'train.device="cpu"',
+                *TINY_MODEL,
+                "train.global_batch_size=64",
+                "checkpoint.interval_steps=2",
+                'sharding.constraints={t_f0={sharding_types=["data_parallel"]}}',
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "silently incorrect" not in done.stderr and "Warning" not in done.stderr, done.stderr
+    plan = json.loads((run / "plan.json").read_text())
+    assert "data_parallel" in json.dumps(plan), "t_f0 was not data-parallel"
+    tables = []
+    for step in (2, 4):
+        dcp_to_torch_save(run / "checkpoints" / f"step-{step:08d}", tmp_path / f"{step}.pt")
+        model = torch.load(tmp_path / f"{step}.pt", weights_only=False)["model"]
+        (key,) = [k for k in model if "t_f0" in k and k.endswith("weight")]
+        tables.append(model[key])
+    assert not torch.equal(tables[0], tables[1]), "the data-parallel table did not change"

@@ -49,3 +49,36 @@ def test_report_draws_a_png_and_names_a_bad_record(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     result = runner.invoke(app, ["report", str(tmp_path / "empty")])
     assert result.exit_code == 1 and "no metrics.jsonl" in result.output
+
+
+def test_a_run_stopped_before_its_first_loss_record_says_so_in_the_loss_panel(
+    tmp_path: Path,
+) -> None:
+    """A run that reached train.target_auc at step 10, before the first train record (every
+    train.log_interval = 25 steps): the loss panel is there and says no loss was recorded; a
+    run with one train record draws its one point."""
+    evals = [
+        {"kind": "eval", "split": "val", "step": 10, "auc": 0.70, "logloss": 0.63, "final": f}
+        for f in (False, True)
+    ]
+    target = {"kind": "target", "step": 10, "split": "val", "auc": 0.70, "target_auc": 0.5}
+    (tmp_path / "metrics.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in [evals[0], target, evals[1]])
+    )
+    shown = runner.invoke(app, ["report", str(tmp_path)])
+    assert shown.exit_code == 0, shown.output
+    assert shown.stdout.strip() == (
+        f"wrote {tmp_path / 'curves.png'} (train loss: none recorded before the run ended at "
+        "step 10 (it is logged every train.log_interval steps), AUC, log loss; 3 records)"
+    )
+    out = json.loads(runner.invoke(app, ["report", str(tmp_path), "--json"]).stdout)
+    assert out["panels"] == ["train loss", "AUC", "log loss"]
+    assert out["empty_panels"] == ["train loss"]
+
+    one = {"kind": "train", "step": 10, "loss": 0.65, "samples_per_s": 1000.0}
+    (tmp_path / "metrics.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in [one, evals[0], target, evals[1]])
+    )
+    out = json.loads(runner.invoke(app, ["report", str(tmp_path), "--json"]).stdout)
+    assert out["panels"] == ["train loss", "AUC", "log loss", "samples/s"]
+    assert out["empty_panels"] == []

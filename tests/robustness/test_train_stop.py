@@ -208,3 +208,37 @@ def test_a_rank_stops_at_once_on_a_second_signal_but_not_on_a_repeat_of_the_firs
     done = subprocess.run([sys.executable, "-c", _RANK], capture_output=True, text=True, timeout=60)
     assert done.returncode == -signal.SIGINT, done.stderr[-3000:]
     assert done.stdout == "True SIGTERM\n"
+
+
+@pytest.mark.slow
+def test_a_run_stopped_at_once_before_its_first_checkpoint_is_listed_as_stopped(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    job = subprocess.Popen(
+        _command(tiny_dataset, run) + ["--nproc-per-node", "1", *JOB],
+        start_new_session=True,
+        env={**os.environ, "SHARDREC_FAULT": "slow:1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not (run / "config.toml").is_file() and time.monotonic() < deadline:
+        time.sleep(0.05)  # rank 0 has started the run: it is one `shardrec runs` lists
+    # Ctrl-C twice, as an impatient user presses it: the job ends at once, before step 10's
+    # checkpoint.
+    os.killpg(job.pid, signal.SIGINT)
+    time.sleep(0.2)
+    os.killpg(job.pid, signal.SIGINT)
+    _, stderr = job.communicate(timeout=120)
+    assert job.returncode == 128 + signal.SIGINT, stderr[-3000:]
+    assert stderr.strip().splitlines()[-1] == (
+        "stopped at once by a second signal (SIGINT); no checkpoint was written"
+    )
+    assert not (run / "checkpoints").is_dir() or not any((run / "checkpoints").iterdir())
+    listed = CliRunner().invoke(app, ["runs", str(tmp_path), "--json"])
+    assert listed.exit_code == 0, listed.output
+    assert [(r["step"], r["status"]) for r in json.loads(listed.stdout)] == [(None, "stopped")]
+    table = CliRunner().invoke(app, ["runs", str(tmp_path)])
+    assert "stopped" in table.stdout and "failed" not in table.stdout, table.stdout

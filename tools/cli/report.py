@@ -38,10 +38,19 @@ def read_records(run_dir: Path) -> list[dict[str, Any]]:
     return log.records
 
 
+def no_loss_note(records: list[dict[str, Any]]) -> str:
+    """What the train loss panel says in place of a curve when the run has no train record: a run
+    stopped (by train.target_auc, say) before its first train.log_interval steps logs none."""
+    steps = [int(r["step"]) for r in records if isinstance(r.get("step"), int)]
+    end = f" at step {max(steps):,}" if steps else ""
+    return f"none recorded before the run ended{end} (it is logged every train.log_interval steps)"
+
+
 def plot_run(records: list[dict[str, Any]], out: Path, title: str) -> list[str]:
     """Draw train loss, eval AUC / log loss and samples/s against the step into `out` (PNG).
 
-    Returns the panels drawn (those the run has data for).
+    Returns the panels drawn: those the run has data for, and the train loss panel always (with
+    no_loss_note in place of a curve where the run logged no loss).
     """
     import matplotlib
 
@@ -56,8 +65,8 @@ def plot_run(records: list[dict[str, Any]], out: Path, title: str) -> list[str]:
         ("samples/s", [("train", *_series(records, "train", "samples_per_s"))]),
     ]
     panels = [(name, [c for c in curves if c[1]]) for name, curves in panels]
-    panels = [(name, curves) for name, curves in panels if curves]
-    if not panels:
+    panels = [(name, curves) for name, curves in panels if curves or name == "train loss"]
+    if not any(curves for _, curves in panels):
         raise ValueError("the run has no train or eval records to plot")
     fig, axes = plt.subplots(
         len(panels), 1, figsize=(8, 2.6 * len(panels)), sharex=True, squeeze=False
@@ -66,6 +75,12 @@ def plot_run(records: list[dict[str, Any]], out: Path, title: str) -> list[str]:
         for label, steps, values in curves:
             ax.plot(steps, values, marker="o" if len(steps) < 30 else None, label=label)
         ax.set_ylabel(name)
+        if not curves:
+            note = no_loss_note(records)
+            text = note.replace(" (", "\n(", 1)  # two lines: the panel is narrower than the note
+            ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes)
+            ax.set_yticks([])
+            continue
         ax.grid(alpha=0.3)
         if len(curves) > 1 or name != "train loss":
             ax.legend(loc="best", fontsize="small")
@@ -95,11 +110,23 @@ def report(
         for r in records
         if r.get("kind") == "eval" and r.get("final")
     }
-    result = {"png": str(target), "panels": panels, "records": len(records), "final_auc": final}
+    empty = [] if _series(records, "train", "loss")[0] else ["train loss"]
+    result = {
+        "png": str(target),
+        "panels": panels,
+        "empty_panels": empty,
+        "records": len(records),
+        "final_auc": final,
+    }
     if json_out:
         print_json(result)
     else:
-        console.print(f"wrote {target} ({', '.join(panels)}; {len(records)} records)")
+        shown = [f"{p}: {no_loss_note(records)}" if p in empty else p for p in panels]
+        console.print(
+            f"wrote {target} ({', '.join(shown)}; {len(records)} records)",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def register(app: typer.Typer) -> None:

@@ -181,6 +181,10 @@ def train(
                 stop_grace_s=job.checkpoint.stop_grace_s,
                 notify=lambda line: err_console.print(line, highlight=False, soft_wrap=True),
             )
+        if result.forced:  # while the lock is held: no other job is writing metrics.jsonl
+            from shardrec.trainer.rundir import lifecycle
+
+            lifecycle.record_stop_at_once(out_dir, result.forced)
     finally:
         # Every way out (a refusal, a finished run) drops the lock: an in-process caller may train
         # again.
@@ -202,7 +206,8 @@ def _end_of_job(result: LaunchResult, out_dir: Path, data: str) -> None:
     if result.code != 0:
         fail(_failure_message(result, out_dir, data))
     run = lifecycle.read_run_dir(out_dir)
-    if run.stop is not None:  # asked to stop (here, or by a signal to the ranks themselves)
+    if run.stop is not None and run.stop.get("step") is not None:
+        # asked to stop (here, or by a signal to the ranks themselves)
         err_console.print(
             lifecycle.stopped_message(run.stop["step"]), highlight=False, soft_wrap=True
         )

@@ -41,6 +41,7 @@ from shardrec.trainer.job.config import JobConfig
 from shardrec.trainer.job.precision import resolve_precision
 from shardrec.trainer.rundir import lifecycle, names
 from shardrec.trainer.rundir.checkpoint import check_signature, checkpoint_signature, load_file
+from shardrec.trainer.rundir.checkpoint_trust import unreadable_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -98,10 +99,11 @@ def _read_tensor(checkpoint: Path, name: str) -> torch.Tensor:
                 {CHECKPOINT_PREFIX + name}, checkpoint_id=str(checkpoint)
             )
         except CheckpointException as e:
-            # DCP wraps whatever its reads raise, Ctrl-C too: a Ctrl-C stays one.
-            if any(isinstance(exc, KeyboardInterrupt) for exc, _ in e.failures.values()):
-                raise KeyboardInterrupt from None
-            raise
+            # DCP wraps whatever its reads raise, Ctrl-C too: a Ctrl-C stays one, a truncated
+            # file is one line.
+            raise unreadable_checkpoint(
+                checkpoint, e, "export another checkpoint with --checkpoint STEP"
+            ) from None
     while isinstance(
         loaded, dict
     ):  # DCP nests by the first dot: {"model": {"model.<name>": tensor}}

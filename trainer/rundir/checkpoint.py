@@ -59,6 +59,7 @@ from shardrec.trainer.rundir.checkpoint_trust import (
     UntrustedCheckpoint,
     complete_checkpoints,
     read_digests,
+    unreadable_checkpoint,
     verify_files,
     write_digests,
 )
@@ -484,11 +485,19 @@ class CheckpointManager:
             path, train_state["progress"]["step"], train_state["plan"], self.group
         )
         targets = {name: part.load_target(saved) for name, part in parts.sharded.items()}
-        dcp.load(
-            {name: target for name, target in targets.items() if target},
-            checkpoint_id=str(path),
-            process_group=self.group,
-        )
+        try:
+            dcp.load(
+                {name: target for name, target in targets.items() if target},
+                checkpoint_id=str(path),
+                process_group=self.group,
+            )
+        except CheckpointException as e:
+            raise unreadable_checkpoint(
+                path,
+                e,
+                "evaluate or export another checkpoint with --checkpoint STEP; to resume "
+                "training from an earlier one, move this folder aside",
+            ) from None
         for part in parts.sharded.values():
             part.finish_load(saved)
         for name, part in parts.main.items():

@@ -150,3 +150,34 @@ def verify_checkpoint(directory: Path, skip_suffix: str = "") -> None:
     problem = verify_files(directory, read_digests(directory), skip_suffix=skip_suffix)
     if problem:
         raise UntrustedCheckpoint(problem)
+
+
+class UnreadableCheckpoint(ValueError):
+    """A checkpoint whose files match their digests but cannot be read: written truncated or
+    corrupt (the digests vouch only for what was there at save time)."""
+
+
+def unreadable_checkpoint(directory: Path, error: BaseException, advice: str) -> BaseException:
+    """What a failed read of the checkpoint in `directory` raises instead of torch's DCP
+    CheckpointException (`error`, which wraps each rank's failure, a Ctrl-C's too): a Ctrl-C stays
+    a KeyboardInterrupt; anything else is one line naming the folder, the first failure and what
+    to do (`advice`), with the run's other complete checkpoints."""
+    failures = getattr(error, "failures", None) or {}
+    causes = [f[0] if isinstance(f, tuple) else f for f in failures.values()]
+    if any(isinstance(c, KeyboardInterrupt) for c in causes):
+        return KeyboardInterrupt()
+    cause = causes[0] if causes else error
+    # torch's messages run on ("This is an internal miniz error. If you are seeing ..."): the
+    # first sentence says what failed.
+    said = str(cause).strip().split(". ")[0].splitlines()[0] if str(cause).strip() else ""
+    others = [step for step, path in complete_checkpoints(directory.parent) if path != directory]
+    kept = (
+        f"this run's other checkpoints: steps {', '.join(str(s) for s in others)}"
+        if others
+        else "this run has no other checkpoint"
+    )
+    return UnreadableCheckpoint(
+        f"{directory}: a file of this checkpoint is truncated or unreadable "
+        f"({type(cause).__name__}: {said}), though it matches its digests (it was saved that way); "
+        f"{advice} ({kept})"
+    )

@@ -30,7 +30,7 @@ from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import SEED_UNSET, JobConfig, load_job_config
 from shardrec.trainer.rundir import names
 from shardrec.trainer.rundir.checkpoint_trust import complete_checkpoints
-from shardrec.trainer.rundir.metrics_log import load_metrics
+from shardrec.trainer.rundir.metrics_log import append_record, load_metrics
 from shardrec.trainer.rundir.stretches import current_start
 
 STOPPED_EXIT_CODE = 75
@@ -288,14 +288,15 @@ def read_run_dir(path: Path) -> RunDir:
         if finished and summary.get("target_reached")
         else None
     )
-    # A stop counts until a later invocation resumes (which may then have failed).
-    stop = (
-        _newest_record(Path(path), ("stop", "resume"), step)
-        if step is not None and not finished
-        else None
-    )
+    # A stop counts until a later invocation resumes (which may then have failed); before the
+    # first checkpoint, until a later invocation writes anything.
+    stop = None
+    if step is not None and not finished:
+        stop = _newest_record(Path(path), ("stop", "resume"), step)
+    elif step is None:
+        stop = next(iter(_metrics_records(Path(path))[-1:]), None)
     return RunDir(
-        Path(path), step, summary, target, stop if stop and stop["kind"] == "stop" else None
+        Path(path), step, summary, target, stop if stop and stop.get("kind") == "stop" else None
     )
 
 
@@ -470,7 +471,8 @@ def move_aside(run_dir: Path) -> Path | None:
 def run_status(run: RunDir, active_seconds: float = 120.0) -> str:
     """complete, running, stopped or failed. Running: a job holds RUN/.lock (trainer.rundir.lock's
     flock), or, in a run without a lock file, metrics were written in the last `active_seconds`.
-    Stopped: its last job stopped on request after a checkpoint (a rerun resumes)."""
+    Stopped: its last job stopped on request (a rerun resumes from its newest checkpoint, or
+    starts over where it had none): after a checkpoint, or at once (record_stop_at_once)."""
     if run.complete:
         return "complete"
     lock, metrics = run.path / names.LOCK, run.path / names.METRICS
@@ -481,6 +483,19 @@ def run_status(run: RunDir, active_seconds: float = 120.0) -> str:
     if running:
         return "running"
     return "stopped" if run.stop is not None else "failed"
+
+
+def record_stop_at_once(run_dir: Path, reason: str) -> None:
+    """Record in RUN/metrics.jsonl that the launcher ended the job at once (a second signal, or no
+    checkpoint within checkpoint.stop_grace_s): the run was stopped, not failed, and a rerun
+    resumes from its newest complete checkpoint (step None: starts over). Nothing is written where
+    rank 0 had not started the run (no config.toml): there is no run to list."""
+    run_dir = Path(run_dir)
+    if not (run_dir / names.CONFIG).is_file():
+        return
+    done = complete_checkpoints(run_dir / names.CHECKPOINTS)
+    step = done[-1][0] if done else None
+    append_record(run_dir, {"kind": "stop", "step": step, "reason": reason, "at_once": True})
 
 
 def stopped_message(step: int) -> str:

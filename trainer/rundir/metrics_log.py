@@ -56,6 +56,25 @@ class MetricsWriter:
             self._tb.close()
 
 
+def append_record(run_dir: Path, record: dict[str, Any]) -> None:
+    """Append one record to RUN/metrics.jsonl from outside the ranks (the launcher, after they
+    ended): on a line of its own even where a killed rank 0 left a torn last line."""
+    path = Path(run_dir) / names.METRICS
+    line = json.dumps(record, sort_keys=True) + "\n"
+    try:
+        with open(path, "ab+") as f:
+            f.seek(0, os.SEEK_END)
+            if f.tell():
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) != b"\n":
+                    line = "\n" + line
+            f.write(line.encode())
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        raise write_error(e, path, len(line.encode())) from e
+
+
 @dataclass(frozen=True)
 class MetricsLog:
     """RUN/metrics.jsonl as read: its records and the line numbers of torn lines skipped."""

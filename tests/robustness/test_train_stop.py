@@ -158,7 +158,6 @@ def test_a_second_signal_or_the_grace_period_ends_the_job_at_once(
 ) -> None:
     from shardrec.trainer.distributed.launch import _supervise
 
-    child = subprocess.Popen([sys.executable, "-c", _IGNORES_SIGTERM])
     lines: list[str] = []
     # Signals arrive while the launcher waits: from a helper process, as from outside.
     sender = subprocess.Popen(
@@ -170,7 +169,12 @@ def test_a_second_signal_or_the_grace_period_ends_the_job_at_once(
         ]
     )
     start = time.monotonic()
-    result = _supervise(child, tmp_path / "stop", 30.0 if second_signal else 2.0, lines.append)
+    result = _supervise(
+        lambda: subprocess.Popen([sys.executable, "-c", _IGNORES_SIGTERM]),
+        tmp_path / "stop",
+        30.0 if second_signal else 2.0,
+        lines.append,
+    )
     sender.wait()
     assert time.monotonic() - start < 20
     assert result.code == -signal.SIGKILL and result.signal == "SIGTERM"
@@ -242,3 +246,50 @@ def test_a_run_stopped_at_once_before_its_first_checkpoint_is_listed_as_stopped(
     assert [(r["step"], r["status"]) for r in json.loads(listed.stdout)] == [(None, "stopped")]
     table = CliRunner().invoke(app, ["runs", str(tmp_path)])
     assert "stopped" in table.stdout and "failed" not in table.stdout, table.stdout
+
+
+def _agent_started(job: subprocess.Popen) -> bool:
+    """Whether the launcher has started torchrun's agent (a child running the launch module)."""
+    try:
+        children = Path(f"/proc/{job.pid}/task/{job.pid}/children").read_text().split()
+    except OSError:
+        return False
+    for child in children:
+        try:
+            if (
+                b"shardrec.trainer.distributed.launch"
+                in Path(f"/proc/{child}/cmdline").read_bytes()
+            ):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc (Linux)")
+def test_ctrl_c_while_torchrun_starts_stops_like_a_later_one(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
+    # The agent is still importing torch: before, it died there in a KeyboardInterrupt traceback
+    # and the launcher said "training failed (torchrun exit code -2)".
+    run = tmp_path / "run"
+    job = subprocess.Popen(
+        _command(tiny_dataset, run) + ["--nproc-per-node", "1", *JOB],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not _agent_started(job) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    os.killpg(job.pid, signal.SIGINT)
+    _, stderr = job.communicate(timeout=180)
+    assert job.returncode == STOPPED, stderr[-3000:]
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr[-3000:]
+    assert (
+        stderr.strip()
+        .splitlines()[-1]
+        .endswith("checkpoint written; rerun the same command to resume")
+    ), stderr[-3000:]

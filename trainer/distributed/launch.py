@@ -332,7 +332,10 @@ def launch(
         env = rank_environment(nproc_per_node, job_id)
         env[LAUNCHER_DIR_ENV] = shared
         result = _supervise(
-            subprocess.Popen(command, env=env), Path(shared) / STOP_FILE, stop_grace_s, notify
+            lambda: subprocess.Popen(command, env=env),
+            Path(shared) / STOP_FILE,
+            stop_grace_s,
+            notify,
         )
         return dataclasses.replace(result, **_reports(Path(shared)))
 
@@ -364,10 +367,13 @@ def _reports(shared: Path) -> dict[str, Any]:
 
 
 def _supervise(
-    proc: subprocess.Popen, stop_file: Path, grace_s: float, notify: Callable[[str], None]
+    start: Callable[[], subprocess.Popen],
+    stop_file: Path,
+    grace_s: float,
+    notify: Callable[[str], None],
 ) -> LaunchResult:
-    """Wait for `proc`, turning the first SIGTERM/SIGINT into `stop_file` and a second into a
-    kill."""
+    """Start the agent (`start`) and wait for it, turning the first SIGTERM/SIGINT into
+    `stop_file` and a second into a kill."""
     received: list[int] = []
     previous = {}
     if threading.current_thread() is threading.main_thread():
@@ -375,6 +381,17 @@ def _supervise(
             sig: signal.signal(sig, lambda signum, frame: received.append(signum))
             for sig in STOP_SIGNALS
         }
+        # The agent starts with both ignored (an ignored signal stays so through exec): a Ctrl-C
+        # reaches it too (same process group), and in the seconds before torchrun_main ignores
+        # them itself, Python's default would end it in a KeyboardInterrupt traceback from
+        # wherever its imports were. This process takes the signal either way.
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+    try:
+        proc = start()
+    finally:
+        for sig in previous:
+            signal.signal(sig, lambda signum, frame: received.append(signum))
     first, deadline, forced = None, 0.0, ""
     try:
         while True:

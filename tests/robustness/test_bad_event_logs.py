@@ -107,7 +107,7 @@ def test_an_item_outside_the_item_map_is_refused(tmp_path, log):
     result = _preprocess(path, spec, tmp_path / "out")
     assert_one_line_error(
         result,
-        rf"^error: {re.escape(str(path))}: line 19: item_id: 10000000 is not an item of "
+        rf"^error: {re.escape(str(path))}:19: item_id: 10000000 is not an item of "
         rf"{re.escape(str(tmp_path / 'artist_item_mapping.parquet'))} \([\d,]+ items\)$",
     )
 

@@ -73,7 +73,9 @@ class _Source:
     def where(self, row: int) -> str:
         f = int(np.searchsorted(self.ends, row, side="right"))
         local = row - (int(self.ends[f - 1]) if f else 0)
-        return f"{self.files[f]}: " + (f"line {local + 2}" if self.csv else f"row {local}")
+        # Text as the click-log reader says it (file:line, the header being line 1); Parquet has
+        # rows, not lines.
+        return f"{self.files[f]}:{local + 2}" if self.csv else f"{self.files[f]}: row {local}"
 
 
 def _read_table(

@@ -155,6 +155,7 @@ def test_a_day_killed_midway_resumes_bit_for_bit_and_bad_continuations_are_refus
         return [(s["first_step"], s["last_step"], s["pv"].get("auc"), s["id_maps"]) for s in listed]
 
     assert stretches_of("early") == stretches_of("whole")  # stretch 2 listed once, as it ran
+    assert stretches_of("killed") == stretches_of("whole")  # its maps' figures too
     # What cannot go on, refused before any rank starts.
     two = ("--nproc-per-node", "2")
     with contextlib.chdir(root):

@@ -155,7 +155,7 @@ def rank_main(
             {name: (lambda s=side: from_disk(s, steps, samples)) for name, side in sides.items()},
             rounds,
         )
-        counts = sides["managed"].job.managed.counts.summary()
+        counts = sides["managed"].job.managed.stretch_figures()
         for side in sides.values():
             side.reporter.close()
     if env.is_main:

@@ -209,6 +209,10 @@ class IdMap:
         """This rank's statistics since the last update."""
         return Pending(self.hits.copy(), self.lasts.copy(), *self.misses.entries())
 
+    def pending_misses(self) -> int:
+        """Lookups this rank counted on the shared row since the last update."""
+        return int(self.misses.counts[self.misses.keys != EMPTY].sum())
+
     def clear_pending(self) -> None:
         self.hits[:] = 0
         self.lasts[:] = NEVER

@@ -92,7 +92,7 @@ def test_readme_growing_ids_flow_goes_on_day_by_day(flow: dict) -> None:
     manifest = Manifest.load(root / "days" / "1")
     assert all(f.raw and f.cardinality == 0 for f in manifest.sparse_features)
     plan_out = printed["plan --data days/0"]
-    assert "row budgets" in plan_out and "[tables.C" in plan_out
+    assert "row budgets" in plan_out and '\n[tables]\nC1 = { kind = "managed", rows = ' in plan_out
     stretches = json.loads((root / "runs" / "g" / "stretches.json").read_text())["stretches"]
     assert [Path(s["data"]).name for s in stretches] == ["0", "1", "2"]
     assert [s["first_step"] for s in stretches][0] == 0
@@ -155,6 +155,7 @@ def test_a_day_killed_midway_resumes_bit_for_bit_and_bad_continuations_are_refus
         return [(s["first_step"], s["last_step"], s["pv"].get("auc"), s["id_maps"]) for s in listed]
 
     assert stretches_of("early") == stretches_of("whole")  # stretch 2 listed once, as it ran
+    assert stretches_of("killed") == stretches_of("whole")  # its maps' figures too
     # What cannot go on, refused before any rank starts.
     two = ("--nproc-per-node", "2")
     with contextlib.chdir(root):

@@ -92,3 +92,18 @@ def test_a_raw_id_setting_that_cannot_be_is_one_line(tmp_path: Path) -> None:
         result,
         rf"^error: {re.escape(str(reserved))}:1: C1: 8000000000000000 \(this raw id marks an empty field",
     )
+
+
+def test_data_head_shows_a_16_digit_hex_id_with_its_leading_zeros(tmp_path: Path) -> None:
+    days, _ = write_drift(tmp_path / "raw", 300, seed=2, days=1, max_vocab=200)
+    lines = days[0].read_text().splitlines()
+    fields = lines[0].split("\t")
+    fields[13 + 4] = "05d7928af8558719"  # C4, as 16 digits, a leading zero
+    days[0].write_text("\n".join(["\t".join(fields), *lines[1:]]) + "\n")
+    cli("preprocess", days[0], "--out", tmp_path / "d", "--raw-ids", "all")
+    (row,) = [
+        line
+        for line in cli("data", "head", tmp_path / "d", "-n", "1").stdout.splitlines()
+        if "C4 (raw, hex)" in line
+    ]
+    assert row.split()[-2] == "05d7928af8558719", row

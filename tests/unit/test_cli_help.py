@@ -25,3 +25,11 @@ def test_the_listing_says_what_each_command_says_of_itself() -> None:
     for name, summary in SUMMARIES.items():
         assert any(line.split("│")[1].split() == [name, *summary.split()]
                    for line in listed.stdout.splitlines() if line.count("│") == 2), name  # fmt: skip
+
+
+def test_train_help_says_what_steps_count_in_a_run_that_goes_on() -> None:
+    shown = CliRunner().invoke(app, ["train", "--help"], env={"COLUMNS": "300"})
+    assert shown.exit_code == 0
+    text = " ".join(shown.stdout.replace("│", " ").split())
+    steps = text.split("--steps <int>", 1)[1][:300]
+    assert "with --continue-on, the steps of the new stretch, counted from its first" in steps

@@ -3,6 +3,8 @@ each rank holds under a placement (sharding.cost.evaluate), as test_comm_model w
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
@@ -77,3 +79,19 @@ def test_every_rank_holds_the_managed_tables_id_maps_at_their_largest() -> None:
         peak = max(peak, maps.tables["f"].idmap.host_bytes())
     assert maps.tables["f"].idmap.used == 1000
     assert peak <= estimate
+
+
+def test_the_readme_says_the_bytes_a_slot_the_planner_counts() -> None:
+    import re
+
+    from shardrec.embeddings.managed.map_memory import id_map_bytes
+    from shardrec.embeddings.managed.table_kinds import TableSettings
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    (low, high), *_ = re.findall(r"(\d+)-(\d+) bytes a slot", " ".join(readme.split()))
+    # The index's power of two holds 2 to 4 cells a slot: the two ends of the range.
+    per_slot = [
+        id_map_bytes(TableSettings(kind="managed", rows=rows), 0, 2) / rows
+        for rows in (1 << 20, (1 << 20) + 1, 82, 20_000, 3_000_000)
+    ]
+    assert round(min(per_slot)) == int(low) and round(max(per_slot)) == int(high)

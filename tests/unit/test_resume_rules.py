@@ -5,13 +5,21 @@ with the same letters."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
+from conftest import write_tiny_dataset
 
 from shardrec.dataloader.format.manifest import Manifest
 from shardrec.trainer.job.config import load_job_config
-from shardrec.trainer.rundir.lifecycle import check_run_dir, resume_notice
+from shardrec.trainer.rundir import continuation
+from shardrec.trainer.rundir.lifecycle import (
+    check_allow_keys,
+    check_run_dir,
+    dataset_record,
+    resume_notice,
+)
 
 
 def _run_with_a_checkpoint(tmp_path: Path, config_toml: str) -> Path:
@@ -60,3 +68,81 @@ def test_a_rerun_with_the_same_data_given_relative_announces_no_change(
         f"{run}: resuming from step 4 with changed settings: data.path: "
         f"{str(tiny_dataset.resolve())!r} -> {str(tiny_dataset.parent.resolve() / 'elsewhere')!r}"
     )
+
+
+_GROWING = ('tables."*"={kind="managed", rows=100, admit_after=2}', "train.global_batch_size=64")
+
+
+def test_a_changed_table_setting_is_named_by_its_key_and_accepted_by_it(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
+    saved = load_job_config(None, [f'data.path="{tiny_dataset}"', *_GROWING])
+    run = _run_with_a_checkpoint(tmp_path, saved.to_toml())
+    manifest = Manifest.load(tiny_dataset)
+    lfu = load_job_config(
+        None, [f'data.path="{tiny_dataset}"', *_GROWING, 'tables."*".policy="lfu"']
+    )
+    with pytest.raises(ValueError) as caught:
+        check_run_dir(run, lfu, manifest, [])
+    assert str(caught.value) == (
+        f"{run}: resuming with changed settings (tables.\"*\".policy: 'lru' -> 'lfu'); accept "
+        "them with --allow-change 'tables.\"*\".policy', or start over with --restart"
+    )
+    for key in ('tables."*".policy', "tables.*.policy", 'tables."*"', "tables"):
+        check_allow_keys([key])
+        assert check_run_dir(run, lfu, manifest, [key]) == "resume", key
+    with pytest.raises(ValueError, match=r"tables.\"\*\".policy"):
+        check_run_dir(run, lfu, manifest, ["tables.C1", "tables.*.admit_after"])
+    with pytest.raises(ValueError) as caught:
+        check_allow_keys(['tables."*".polcy'])
+    assert str(caught.value) == (
+        '--allow-change tables."*".polcy: no such setting; did you mean tables."*".policy?'
+    )
+
+
+def test_a_changed_table_size_or_kind_is_refused_outright(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
+    saved = load_job_config(None, [f'data.path="{tiny_dataset}"', *_GROWING])
+    run = _run_with_a_checkpoint(tmp_path, saved.to_toml())
+    manifest = Manifest.load(tiny_dataset)
+    bigger = load_job_config(
+        None, [f'data.path="{tiny_dataset}"', *_GROWING, 'tables."*".rows=200']
+    )
+    with pytest.raises(ValueError) as caught:
+        check_run_dir(run, bigger, manifest, ["tables"])
+    assert str(caught.value) == (
+        f"{run}: tables.\"*\".rows: 100 -> 200: a table's kind and rows are the run's for good "
+        "(its checkpoints hold the table and its id map); set it back, or start a new run "
+        "(--restart, or another --out-dir)"
+    )
+
+
+def test_going_on_with_a_changed_table_policy_names_the_key_that_accepts_it(
+    tmp_path: Path,
+) -> None:
+    days = [tmp_path / f"day{d}" for d in (0, 1)]
+    for d, day in enumerate(days):
+        write_tiny_dataset(day, raw=("f1", "f3"), day=d)
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step-00000004").mkdir(parents=True)
+    (run / "checkpoints" / "step-00000004" / "digests.json").write_text("{}")
+    saved = load_job_config(None, [f'data.path="{days[0]}"', "train.steps=4", *_GROWING])
+    (run / "config.toml").write_text(saved.to_toml())
+    (run / "summary.json").write_text(json.dumps({"steps": 4}))
+    (run / "dataset.json").write_bytes(dataset_record(str(days[0]), Manifest.load(days[0])))
+    lfu = load_job_config(
+        None, [f'data.path="{days[1]}"', "train.steps=4", *_GROWING, 'tables."*".policy="lfu"']
+    )
+    with pytest.raises(ValueError) as caught:
+        continuation.check_continuing_job(run, lfu, [])
+    assert str(caught.value) == (
+        f"{run}: going on with changed settings (tables.\"*\".policy: 'lru' -> 'lfu'); accept "
+        "them with --allow-change 'tables.\"*\".policy'"
+    )
+    assert continuation.check_continuing_job(run, lfu, ['tables."*".policy']) == (None, True)
+    fewer = load_job_config(
+        None, [f'data.path="{days[1]}"', "train.steps=4", *_GROWING, 'tables."*".rows=50']
+    )
+    with pytest.raises(ValueError, match=r'tables."\*".rows: 100 -> 50: a table\'s kind and rows'):
+        continuation.check_continuing_job(run, fewer, ["tables"])

@@ -48,9 +48,10 @@ def test_flags_that_set_a_job_setting_show_its_docstring() -> None:
 
     option = typing.get_args(flags.StepsFlag)[1]
     assert option.help == f"{field_help(TrainConfig)['steps'].rstrip('.')}; sets train.steps."
-    assert (
-        field_help(TrainConfig)["steps"]
-        == "Steps to train, past an epoch's end into the next epoch (0: train.epochs epochs)."
+    assert " ".join(field_help(TrainConfig)["steps"].split()) == (
+        "Steps to train, past an epoch's end into the next epoch (0: train.epochs epochs); with "
+        "--continue-on, the steps of the new stretch, counted from its first (a run at step 2 "
+        "that goes on for 5 steps ends at step 7)."
     )
 
 

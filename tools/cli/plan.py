@@ -223,7 +223,7 @@ def plan(
         else f"{topology}: {topo.name}, memory from the {topo.memory_source}"
     )
     budgets = propose_row_budgets(result, configs, statistics, tables, job.optim.sparse)
-    _print_plan(result, shown, sync_every, seconds, out, json_out, budgets)
+    _print_plan(result, shown, sync_every, seconds, out, json_out, budgets, tables)
 
 
 def _with_frequencies(statistics, directory: Path, job, configs, batches: int, quiet: bool):
@@ -270,6 +270,7 @@ def _print_plan(
     out: Path | None,
     json_out: bool,
     budgets: list | None = None,
+    tables: dict | None = None,
 ) -> None:
     from shardrec.sharding.plan.report import ranks_table, summary, tables_table
 
@@ -288,7 +289,7 @@ def _print_plan(
     console.print(tables_table(result))
     console.print(ranks_table(result))
     if budgets:
-        _print_budgets(budgets)
+        _print_budgets(budgets, tables or {})
     if result.sharding_group_size:
         console.print(
             f"2D: sharding groups of {result.sharding_group_size} ranks, {world_size // result.sharding_group_size} "
@@ -300,7 +301,7 @@ def _print_plan(
     )
 
 
-def _print_budgets(budgets: list) -> None:
+def _print_budgets(budgets: list, tables: dict) -> None:
     """The managed tables' proposed row budgets, and the job file lines that set them."""
     from rich.table import Table
 
@@ -323,11 +324,28 @@ def _print_budgets(budgets: list) -> None:
         )
     console.print(t)
     console.print(
-        "in the job file: " + "; ".join(f"[tables.{b.feature}] rows = {b.rows}" for b in budgets),
+        'in the job file (a named table takes nothing from [tables."*"]: each line is its whole '
+        "settings, the proposed rows in them):\n" + budget_lines(budgets, tables),
         highlight=False,
         markup=False,
         soft_wrap=True,
     )
+
+
+def budget_lines(budgets: list, tables: dict) -> str:
+    """A `[tables]` section of one inline table per managed table: its settings as the job gives
+    them (what differs from the defaults, kind and rows always), the proposed rows in place."""
+    from shardrec.embeddings.managed.table_kinds import TableSettings
+    from shardrec.trainer.job.config import toml_key, toml_value
+
+    defaults = dataclasses.asdict(TableSettings())
+    lines = ["[tables]"]
+    for b in budgets:
+        settings = dataclasses.asdict(dataclasses.replace(tables[b.feature], rows=b.rows))
+        shown = {k: v for k, v in settings.items() if k in ("kind", "rows") or v != defaults[k]}
+        items = ", ".join(f"{k} = {toml_value(v)}" for k, v in shown.items())
+        lines.append(f"{toml_key(b.feature)} = {{ {items} }}")
+    return "\n".join(lines)
 
 
 def _placed(result) -> dict:

@@ -5,7 +5,8 @@ training run and the one flags -> JobConfig conversion (flags.py; torch-free, th
 them), the pre-start checks against the dataset and the plan (preflight.py), the precision a job
 computes in on this machine and the refusal of emulated bf16 (precision.py), the one job ->
 PlanRequest conversion (planning.py), what the data settings mean for loaders and tables
-(data_options.py) and the known-good torch / fbgemm-gpu / torchrec versions (versions.py).
+(data_options.py), the known-good torch / fbgemm-gpu / torchrec versions (versions.py) and the
+`[tables.FEATURE]` settings as a resume compares them, key by key (table_changes.py).
 
 May import: shardrec.trainer.distributed.
 """

@@ -327,9 +327,12 @@ class TrainConfig:
     global_batch_size: int = 2048
     """Samples per step over all ranks; each rank takes global_batch_size / world_size."""
     epochs: int = 1
-    """Passes over the training split (when train.steps is 0)."""
+    """Passes over the training split (when train.steps is 0); with --continue-on, over the new
+    stretch's data."""
     steps: int = 0
-    """Steps to train, past an epoch's end into the next epoch (0: train.epochs epochs)."""
+    """Steps to train, past an epoch's end into the next epoch (0: train.epochs epochs); with
+    --continue-on, the steps of the new stretch, counted from its first (a run at step 2 that
+    goes on for 5 steps ends at step 7)."""
     seed: int = -1
     """Seed of the model's initial weights and the data order; -1 (unset): 0, or, where
     train.mlperf_log, one drawn from the OS for the run (MLPerf's rules), kept in the run's

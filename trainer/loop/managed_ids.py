@@ -49,8 +49,11 @@ class StretchCounts:
     admitted: dict[str, int] = field(default_factory=dict)
     evicted: dict[str, int] = field(default_factory=dict)
 
-    def add(self, feature: str, result: UpdateResult) -> None:
-        for name in ("hits", "misses", "admitted", "evicted"):
+    def add(self, feature: str, result: UpdateResult, lookups: bool = True) -> None:
+        """Count an update; `lookups` False: not its window's lookups (counted before)."""
+        for name in (
+            ("hits", "misses", "admitted", "evicted") if lookups else ("admitted", "evicted")
+        ):
             counts = getattr(self, name)
             counts[feature] = counts.get(feature, 0) + int(getattr(result, name))
 
@@ -66,9 +69,10 @@ class StretchCounts:
     def clear(self) -> None:
         self.load_state_dict({})
 
-    def summary(self) -> dict[str, Any]:
-        """Totals over the features and the shared row's share of the lookups counted."""
-        hits, misses = sum(self.hits.values()), sum(self.misses.values())
+    def summary(self, hits: int = 0, misses: int = 0) -> dict[str, Any]:
+        """Totals over the features and the shared row's share of the lookups counted, with
+        `hits` and `misses` not yet counted (those since the last update)."""
+        hits, misses = hits + sum(self.hits.values()), misses + sum(self.misses.values())
         return {
             "admitted": sum(self.admitted.values()),
             "evicted": sum(self.evicted.values()),
@@ -173,10 +177,13 @@ class ManagedIds:
         rows are reset before that step's forward."""
         due = self.maps.due(step)
         combined = combine_over_ranks([t.idmap.pending() for t in due], self.group)  # type: ignore[union-attr]
+        # A stretch's first update applies the lookups of the stretch before's last steps: they
+        # are that stretch's, counted at its end (stretch_figures).
+        own_window = step != self.maps.stretches.start
         resets = []
         for table, pending in zip(due, combined):
             result = self.maps.update(table, pending, step)
-            self.counts.add(table.feature, result)
+            self.counts.add(table.feature, result, lookups=own_window)
             if len(result.reassigned):
                 index, config = self._tables[table.feature]
                 rows = result.reassigned + (config.num_embeddings - table.settings.rows)
@@ -191,6 +198,22 @@ class ManagedIds:
                 )
         if resets:
             self._resets[step] = resets
+
+    def stretch_figures(self) -> dict[str, Any]:
+        """What the maps did in the current stretch so far (StretchCounts.summary), its lookups
+        since the last update included. Collective: every rank calls it (each counted its own
+        lookups; a resumed rank 0 holds the checkpoint's)."""
+        totals = torch.tensor(
+            [
+                [int(t.idmap.hits.sum()), int(t.idmap.pending_misses())]  # type: ignore[union-attr]
+                for t in self.maps.mapped
+            ],
+            dtype=torch.int64,
+        ).reshape(-1, 2)
+        if self.group is not None and dist.get_world_size(self.group) > 1:
+            dist.all_reduce(totals, op=dist.ReduceOp.SUM, group=self.group)
+        hits, misses = (int(v) for v in totals.sum(dim=0))
+        return self.counts.summary(hits, misses)
 
     def weight_fqn(self, config: EmbeddingBagConfig) -> str:
         """The weight of a table of the model: in its EmbeddingCollection where it is unpooled."""

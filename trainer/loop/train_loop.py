@@ -417,7 +417,7 @@ def run_job(job: Job) -> dict[str, Any]:
             **tracker.summary(),
         }
         if job.managed is not None:
-            summary["id_maps"] = job.managed.counts.summary()
+            summary["id_maps"] = job.managed.stretch_figures()
             reporter.write({"kind": "id_maps", "step": job.progress.step, **summary["id_maps"]})
         reporter.write({"kind": "summary", "step": job.progress.step, **summary})
         end_stretch_records(job, final, summary.get("id_maps", {}))

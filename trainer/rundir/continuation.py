@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from shardrec.dataloader.format.manifest import Manifest, dataset_fingerprint, older_fingerprints
+from shardrec.trainer.job import table_changes
 from shardrec.trainer.job.config import JobConfig, load_job_config
 from shardrec.trainer.rundir import lifecycle, names
 from shardrec.trainer.rundir.stretches import read_stretches, unsaved_stretch
@@ -96,16 +97,16 @@ def _check_settings(run_dir: Path, config: JobConfig, allow: list[str]) -> None:
     if not saved_path.is_file():
         return
     changes = lifecycle.setting_changes(load_job_config(saved_path), config)
+    table_changes.check_fixed(run_dir, changes, lifecycle.show_value)
     refused = {
         k: v
         for k, v in changes.items()
         if k not in lifecycle.CONTINUATION_KEYS and not lifecycle.allowed(k, allow, True)
     }
     if refused:
-        shown = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in refused.items())
-        flags = " ".join(f"--allow-change {k}" for k in refused)
         raise ValueError(
-            f"{run_dir}: going on with changed settings ({shown}); accept them with {flags}"
+            f"{run_dir}: going on with changed settings ({lifecycle.changes_text(refused)}); "
+            f"accept them with {lifecycle.allow_flags(refused)}"
         )
 
 

@@ -13,6 +13,7 @@ import dataclasses
 import difflib
 import json
 import os
+import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +27,8 @@ from shardrec.dataloader.format.manifest import (
 )
 from shardrec.dataloader.spec.event_spec import event_spec_from_dict
 from shardrec.dataloader.util import locks
-from shardrec.trainer.job import data_options
-from shardrec.trainer.job.config import SEED_UNSET, JobConfig, load_job_config
+from shardrec.trainer.job import data_options, table_changes
+from shardrec.trainer.job.config import SEED_UNSET, TABLES, JobConfig, load_job_config
 from shardrec.trainer.rundir import names
 from shardrec.trainer.rundir.checkpoint_trust import complete_checkpoints
 from shardrec.trainer.rundir.metrics_log import append_record, load_metrics
@@ -118,7 +119,7 @@ def preprocessing_differences(trained: dict[str, Any], here: dict[str, Any]) -> 
         if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
             i = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
             key, a, b = f"{key}[{i}]", a[i], b[i]
-        diffs.append(f"{key}: {_show(a)} in training, {_show(b)} here")
+        diffs.append(f"{key}: {show_value(a)} in training, {show_value(b)} here")
     return ", ".join(diffs)
 
 
@@ -189,11 +190,15 @@ def planned_steps(config: JobConfig, manifest: Manifest) -> int:
 
 
 def flat_settings(config: JobConfig) -> dict[str, Any]:
-    """section.key -> value of every setting."""
+    """section.key -> value of every setting; tables.FEATURE.key for a table's (table_changes)."""
     return {
-        f"{section}.{key}": value
-        for section, values in config.to_dict().items()
-        for key, value in values.items()
+        **{
+            f"{section}.{key}": value
+            for section, values in config.to_dict().items()
+            if section != TABLES
+            for key, value in values.items()
+        },
+        **table_changes.flat_tables(config.tables),
     }
 
 
@@ -208,7 +213,12 @@ def setting_changes(saved: JobConfig, current: JobConfig) -> dict[str, tuple[Any
             current, train=dataclasses.replace(current.train, seed=saved.train.seed)
         )
     old, new = flat_settings(saved), flat_settings(with_absolute_data_path(current))
-    return {key: (old[key], new[key]) for key in old if old[key] != new[key]}
+    changes = {
+        key: (old[key], new[key])
+        for key in old
+        if not key.startswith(f"{TABLES}.") and old[key] != new[key]
+    }
+    return {**changes, **table_changes.table_changes(saved.tables, current.tables)}
 
 
 def recorded_seed(run_dir: Path) -> int | None:
@@ -218,18 +228,22 @@ def recorded_seed(run_dir: Path) -> int | None:
 
 
 def check_allow_keys(keys: list[str]) -> None:
-    """Every --allow-change KEY names a setting (section.key) or a whole section."""
+    """Every --allow-change KEY names a setting (section.key) or a whole section; a table's
+    setting is tables.FEATURE.key (table_changes)."""
     known = flat_settings(JobConfig())
-    sections = {key.partition(".")[0] for key in known}
+    sections = {key.partition(".")[0] for key in known} | {TABLES}
     for key in keys:
-        if key not in known and key not in sections:
-            near = difflib.get_close_matches(key, [*known, *sections], n=1)
+        if key not in known and key not in sections and not table_changes.is_table_key(key):
+            feature = key.split(".")[1] if key.startswith(f"{TABLES}.") else "FEATURE"
+            tables = [f"{TABLES}.{feature}.{k}" for k in table_changes.SETTINGS]
+            near = difflib.get_close_matches(key, [*known, *sections, *tables], n=1)
             hint = f"; did you mean {near[0]}?" if near else " (see `shardrec config defaults`)"
             raise ValueError(f"--allow-change {key}: no such setting{hint}")
 
 
 def allowed(key: str, allow: list[str], continues: bool) -> bool:
     """Whether a resume may change `key`; `continues`: the run ends no earlier for the change."""
+    key, allow = table_changes.plain(key), [table_changes.plain(a) for a in allow]
     return (
         (key in CONTINUATION_KEYS and continues)
         or key in FREE_KEYS
@@ -342,16 +356,13 @@ def check_run_dir(run_dir: Path, config: JobConfig, manifest: Manifest, allow: l
     if saved_path.is_file():
         saved = load_job_config(saved_path)
         changes = setting_changes(saved, config)
+        table_changes.check_fixed(run_dir, changes, show_value)
         continues = total >= base + planned_steps(saved, manifest)
         refused = {k: v for k, v in changes.items() if not allowed(k, allow, continues)}
         if refused:
-            shown = ", ".join(
-                f"{k}: {_show(old)} -> {_show(new)}" for k, (old, new) in refused.items()
-            )
-            flags = " ".join(f"--allow-change {k}" for k in refused)
             raise ValueError(
-                f"{run_dir}: resuming with changed settings ({shown}); "
-                f"accept them with {flags}, or start over with --restart"
+                f"{run_dir}: resuming with changed settings ({changes_text(refused)}); "
+                f"accept them with {allow_flags(refused)}, or start over with --restart"
             )
     return "complete" if run.complete_for(config, total) else "resume"
 
@@ -365,7 +376,7 @@ def _check_attempt(run_dir: Path, config: JobConfig) -> None:
     trained = [r for r in _metrics_records(run_dir) if r.get("kind") == "train"]
     changes = setting_changes(load_job_config(saved_path), config) if trained else {}
     if changes:
-        shown = ", ".join(f"{k}: {_show(old)} -> {_show(new)}" for k, (old, new) in changes.items())
+        shown = changes_text(changes)
         raise ValueError(
             f"{run_dir}: holds a run that stopped before its first checkpoint (step "
             f"{max(r.get('step', 0) for r in trained):,} logged) with other settings ({shown}); "
@@ -382,7 +393,7 @@ def resume_notice(run_dir: Path, config: JobConfig) -> str | None:
     changes = setting_changes(load_job_config(saved_path), config)
     if not changes:
         return None
-    shown = ", ".join(f"{k}: {_show(old)} -> {_show(new)}" for k, (old, new) in changes.items())
+    shown = changes_text(changes)
     return f"{run_dir}: resuming from step {run.step:,} with changed settings: {shown}"
 
 
@@ -399,8 +410,21 @@ def check_job(run_dir: Path, config: JobConfig, allow: list[str]) -> str | None:
     return complete_message(run_dir, config, read_run_dir(run_dir))
 
 
-def _show(value: Any) -> str:
+def show_value(value: Any) -> str:
+    """A setting's value in a message: strings quoted, the rest as JSON."""
     return json.dumps(value) if not isinstance(value, str) else repr(value)
+
+
+def changes_text(changes: dict[str, tuple[Any, Any]]) -> str:
+    """`key: old -> new, ...` of changed settings."""
+    return ", ".join(
+        f"{k}: {show_value(old)} -> {show_value(new)}" for k, (old, new) in changes.items()
+    )
+
+
+def allow_flags(keys: Any) -> str:
+    """The --allow-change flags that accept `keys`, quoted for a shell (`tables."*".policy`)."""
+    return " ".join(f"--allow-change {shlex.quote(k)}" for k in keys)
 
 
 def _check_dataset(run_dir: Path, manifest: Manifest, path: str) -> None:

@@ -32,6 +32,7 @@ from shardrec.tools.bench.train.train_bench import (
     NUM_TABLES,
     job_configs,
     launch_ranks,
+    too_small,
 )
 from shardrec.tools.console import console
 
@@ -155,7 +156,7 @@ def rank_main(
             {name: (lambda s=side: from_disk(s, steps, samples)) for name, side in sides.items()},
             rounds,
         )
-        counts = sides["managed"].job.managed.counts.summary()
+        counts = sides["managed"].job.managed.stretch_figures()
         for side in sides.values():
             side.reporter.close()
     if env.is_main:
@@ -183,13 +184,32 @@ def run_managed_bench(
     return summarise_managed(raw, model, nproc, threads, steps, evict_every)
 
 
+def no_update(steps: int, rounds: int, evict_every: int) -> str:
+    """Why the ratio says nothing of the maps' updates ("": it does): a timed window without one
+    times the remap only. The warm-up trains steps 0 .. steps-1, round r the `steps` steps from
+    (r + 1) * steps; the maps update at every multiple of `evict_every` after step 0."""
+    empty = sum(
+        ((r + 2) * steps - 1) // evict_every == ((r + 1) * steps - 1) // evict_every
+        for r in range(rounds)
+    )
+    if not empty:
+        return ""
+    return (
+        f"{empty} of {rounds} timed windows of {steps} steps hold no update of the maps, every "
+        f"{evict_every} steps: give --steps {evict_every} or more"
+    )
+
+
 def summarise_managed(
     raw: dict[str, Any], model: str, nproc: int, threads: int, steps: int, evict_every: int
 ) -> dict[str, Any]:
     """The report of rank 0's figures (its runs per side, in round order, and the maps' counts):
-    managed / static as the median of same-round ratios, with its spread."""
+    managed / static as the median of same-round ratios, with its spread ("too small to measure"
+    where a window is under MIN_STEPS steps or holds no update of the maps)."""
     runs = {name: [Run(**r) for r in side] for name, side in raw["runs"].items()}
-    vs = ratio(runs["managed"], runs["static"])
+    rounds = len(runs["managed"])
+    small = too_small(steps) or no_update(steps, rounds, evict_every)
+    vs = ratio(runs["managed"], runs["static"], too_small=small)
     return {
         "model": model,
         "ranks": nproc,
@@ -197,7 +217,7 @@ def summarise_managed(
         "samples_per_rank": MODELS[model][4],
         "table_rows": MODELS[model][0] // ROWS_DIVISOR,
         "steps": steps,
-        "rounds": len(runs["managed"]),
+        "rounds": rounds,
         "evict_every": evict_every,
         "median_samples_per_s": {k: round(summarize(v).rate, 1) for k, v in runs.items()},
         "managed_vs_static": vs.to_dict(),

@@ -11,6 +11,7 @@ from rich.table import Table
 from shardrec.dataloader.format.manifest import DatasetError, Manifest
 from shardrec.tools.cli.common import fail, print_json
 from shardrec.tools.cli.data.view import (
+    column_hex_width,
     dataset_stats,
     head_fields,
     head_rows,
@@ -125,6 +126,8 @@ def head(
     hex_widths = raw_hex_widths(manifest, directory)
     for key, shown in head_fields(manifest, directory):
         width = hex_widths.get(key)
+        if width is not None:
+            width = column_hex_width(width, [r[key] for r in rows])
         table.add_row(
             shown + (" (raw, hex)" if width is not None else ""),
             *(shown_value(r[key], width) for r in rows),

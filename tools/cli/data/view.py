@@ -198,7 +198,8 @@ def head_fields(manifest: Manifest, directory: Path) -> list[tuple[str, str]]:
 def raw_hex_widths(manifest: Manifest, directory: Path) -> dict[str, int]:
     """Raw-id features read from hex text (Criteo's categoricals, a spec's `kind = "hex"`) -> the
     digits to show their ids with, as the log wrote them: 8 for Criteo's, as many as needed for a
-    spec's. Other features keep their integers."""
+    spec's (16 for a column of 64-bit ids: column_hex_width). Other features keep their
+    integers."""
     from shardrec.dataloader.spec.feature_spec import SpecError
     from shardrec.dataloader.spec.spec_file import manifest_spec
 
@@ -213,6 +214,14 @@ def raw_hex_widths(manifest: Manifest, directory: Path) -> dict[str, int]:
     return {
         c.name: width for c in spec.columns if getattr(c, "kind", "") == "hex" and c.name in raw
     }
+
+
+def column_hex_width(width: int, values: list[Any]) -> int:
+    """The digits a raw hex id column is shown with: 16 where one of its ids needs more than 32
+    bits (a 64-bit id written in hex is 16 digits, its leading zeros included: the width is not
+    kept, and an id of 15 digits would match nothing in the log), else `width`."""
+    ids = [v for x in values if x is not None for v in (x if isinstance(x, list) else [x])]
+    return 16 if any(v >= 1 << 32 for v in ids) else width
 
 
 def shown_value(value: Any, hex_width: int | None) -> str:

@@ -1,0 +1,47 @@
+"""`shardrec plan`'s proposed row budgets for managed tables: the job-file lines it prints work as
+pasted. A named `[tables.FEATURE]` takes nothing from `[tables."*"]` (README, "Table kinds"), so
+each printed table carries its whole settings, the proposed rows in place of the old."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from helpers import cli
+
+from shardrec.trainer.job.config import load_job_config
+
+JOB = """[train]
+device = "cpu"
+global_batch_size = 256
+
+[tables."*"]
+kind = "managed"
+rows = 20000
+admit_after = 2
+max_age = "1 days"
+"""
+
+
+def _job_lines(printed: str) -> str:
+    """What the plan prints after 'in the job file', up to its last line ('planned ...')."""
+    after = printed.split("in the job file", 1)[1].split("\n", 1)[1]
+    return after.split("\nplanned ", 1)[0] + "\n"
+
+
+def test_the_printed_row_budgets_pasted_into_the_job_file_plan(tmp_path: Path) -> None:
+    with contextlib.chdir(tmp_path):
+        cli("synth", "raw", "--like", "drift", "--days", "1", "--rows", "3000")
+        cli("preprocess", "raw/day_0", "--out", "day0", "--raw-ids", "all")
+        (tmp_path / "job.toml").write_text(JOB)
+        first = cli("plan", "--data", "day0", "--config", "job.toml", "--world-size", "2")
+        pasted = _job_lines(first.stdout)
+        assert pasted.startswith("[tables]\nC1 = { kind = ")
+        (tmp_path / "job.toml").write_text(JOB + "\n" + pasted)
+        cli("plan", "--data", "day0", "--config", "job.toml", "--world-size", "2")
+    tables = load_job_config(tmp_path / "job.toml").tables
+    assert len(tables) == 27  # "*" and the 26 features, each named
+    proposed = [line for line in pasted.splitlines() if line.startswith("C1 = ")][0]
+    c1 = tables["C1"]
+    assert f"rows = {c1.rows}," in proposed and c1.rows < 20000
+    assert (c1.kind, c1.admit_after, c1.max_age, c1.policy) == ("managed", 2, "1 days", "lru")

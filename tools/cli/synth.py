@@ -62,9 +62,18 @@ def synth(
         fail("--like yambda writes Parquet (or --csv) files: --days and --gz are for text logs")
     if like not in ("criteo", "drift", "yambda") and (days or csv):
         fail(f"--like {like} writes one CSV file: --days and --csv are for criteo")
+    if like == "drift":
+        days = days or 6
+    from shardrec.tools.synth.record import check_and_record, synth_paths
+
+    settings = _settings(like, rows, seed, days, csv, gz, max_vocab)
+    try:
+        check_and_record(out, synth_paths(out, like, days, csv, gz), settings)
+    except ValueError as e:
+        fail(str(e))
     start = time.perf_counter()
     if like == "drift":
-        _synth_drift(out, rows, seed, days or 6, max_vocab, json_out, start)
+        _synth_drift(out, rows, seed, days, max_vocab, json_out, start)
         return
     if like == "yambda":
         from shardrec.tools.synth.yambda import write_yambda_like
@@ -87,6 +96,19 @@ def synth(
         )
     else:
         console.print(f"wrote {rows:,} rows to {len(paths)} file(s) in {out} ({seconds:.1f} s)")
+
+
+def _settings(
+    like: str, rows: int, seed: int, days: int, csv: bool, gz: bool, max_vocab: int
+) -> dict:
+    """The settings that fix what `synth --like like` writes (a rerun with others is refused)."""
+    used = {
+        "criteo": ("days", "csv", "gz", "max_vocab"),
+        "drift": ("days", "max_vocab"),
+        "yambda": ("csv",),
+    }.get(like, ("gz",))
+    given = {"days": days, "csv": csv, "gz": gz, "max_vocab": max_vocab}
+    return {"like": like, "rows": rows, "seed": seed, **{k: given[k] for k in used}}
 
 
 def _rows_written(path: Path) -> int:

@@ -48,3 +48,39 @@ def test_a_rerun_of_the_same_command_replaces_its_own_output(kind: str, tmp_path
     written = files(tmp_path / "raw")
     cli("synth", tmp_path / "raw", *args)
     assert files(tmp_path / "raw") == written
+
+
+def test_fewer_days_over_an_earlier_run_are_refused_naming_the_setting(tmp_path: Path) -> None:
+    """6 days, then 2 into the same folder would leave day_2 .. day_5 of the first log beside the
+    second's: refused, naming what differs, and the first log is left whole."""
+    raw = tmp_path / "rawd"
+    cli("synth", raw, "--like", "drift", "--rows", "600")
+    first = files(raw)
+    assert sorted(first) == [f"day_{d}" for d in range(6)]
+    result = cli("synth", raw, "--like", "drift", "--rows", "600", "--days", "2", ok=False)
+    assert_one_line_error(
+        result,
+        rf"^error: {re.escape(str(raw))}: holds synth output of other settings \(days 6 in the "
+        r"folder, 2 now\): day_0, day_1, day_2 and 3 more; remove those files or write into "
+        r"another folder$",
+    )
+    assert files(raw) == first
+    other = cli("synth", raw, "--like", "drift", "--rows", "300", "--seed", "1", ok=False)
+    assert_one_line_error(
+        other, r"\(rows 600 in the folder, 300 now; seed 0 in the folder, 1 now\)"
+    )
+
+
+def test_the_readme_tours_write_beside_each_other(tmp_path: Path) -> None:
+    """Output of other settings under other names is left alone: train.txt, then train.csv, then
+    the drifting days, then the event log, all in raw/."""
+    raw = tmp_path / "raw"
+    for args in (KINDS["criteo"][0], KINDS["movielens"][0], KINDS["drift"][0], KINDS["yambda"][0]):
+        cli("synth", raw, *args)
+    assert sorted(files(raw)) == [
+        "album_item_mapping.parquet", "artist_item_mapping.parquet", "day_0", "day_1",
+        "events.parquet", "train.csv", "train.txt",
+    ]  # fmt: skip
+    # Another like into the same file is other settings too.
+    result = cli("synth", raw, *KINDS["avazu"][0], ok=False)
+    assert_one_line_error(result, r"\(like movielens in the folder, avazu now\): train.csv;")

@@ -4,7 +4,12 @@ the new one; a rerun of the same command into its own folder works."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -84,3 +89,43 @@ def test_the_readme_tours_write_beside_each_other(tmp_path: Path) -> None:
     # Another like into the same file is other settings too.
     result = cli("synth", raw, *KINDS["avazu"][0], ok=False)
     assert_one_line_error(result, r"\(like movielens in the folder, avazu now\): train.csv;")
+
+
+def _ctrl_c_once_writing(
+    out: Path, name: str, *args: str, ignored: bool = False
+) -> tuple[int, str, float]:
+    """synth in a process group of its own (a shell's job), SIGINT to the group once file `name`
+    is being written; returns its exit code, stderr and seconds from the signal to its end.
+    ignored: started with SIGINT ignored, as `cmd &` in a script starts it."""
+    job = subprocess.Popen(
+        [sys.executable, "-m", "shardrec.tools.cli", "synth", str(out), *args],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignored else None,
+    )
+    deadline = time.monotonic() + 60
+    while not (out.is_dir() and any(p.name.startswith(f".{name}.tmp-") for p in out.iterdir())):
+        assert job.poll() is None and time.monotonic() < deadline, job.communicate()[1][-3000:]
+        time.sleep(0.02)
+    sent = time.monotonic()
+    os.killpg(job.pid, signal.SIGINT)
+    _, stderr = job.communicate(timeout=60)
+    return job.returncode, stderr, time.monotonic() - sent
+
+
+@pytest.mark.parametrize("ignored", [False, True], ids=["ctrl-c", "started-with-sigint-ignored"])
+def test_ctrl_c_stops_synth_at_once_leaving_no_half_file(ignored: bool, tmp_path: Path) -> None:
+    out = tmp_path / "synbig"
+    code, stderr, seconds = _ctrl_c_once_writing(
+        out, "train.txt", "--rows", "600000", ignored=ignored
+    )
+    assert code == 130 and seconds < 3, (code, seconds, stderr[-3000:])
+    assert stderr.strip() == (
+        f"interrupted: {out}: the files written so far are kept, none half-written; rerun the "
+        "same command to finish"
+    )
+    assert sorted(p.name for p in out.iterdir()) == [".synth.json"]  # no temporary left
+    cli("synth", out, "--rows", "2000")  # the rerun finishes it
+    assert sorted(files(out)) == ["train.txt"]

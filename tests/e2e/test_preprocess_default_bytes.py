@@ -83,7 +83,7 @@ def _cli(*args) -> str:
 def digests(tmp: Path, synth_flags: list[str], preprocess_flags: list[str]) -> dict[str, str]:
     raw, out = tmp / "raw", tmp / "data"
     _cli("synth", raw, *synth_flags)
-    text = b"".join(p.read_bytes() for p in sorted(raw.iterdir()))
+    text = b"".join(p.read_bytes() for p in sorted(raw.iterdir()) if not p.name.startswith("."))
     _cli("preprocess", raw, "--out", out, *preprocess_flags)
     manifest = json.loads((out / "manifest.json").read_text())
     columns = old_layout_files(out)

@@ -107,3 +107,23 @@ def test_data_head_shows_a_16_digit_hex_id_with_its_leading_zeros(tmp_path: Path
         if "C4 (raw, hex)" in line
     ]
     assert row.split()[-2] == "05d7928af8558719", row
+
+
+def test_a_folder_made_with_raw_ids_names_them_when_a_rerun_has_none(tmp_path: Path) -> None:
+    """The setting only one of the two runs has is the one that differs: it is named, with what
+    each side holds, and the folder is left as it was."""
+    days, _ = write_drift(tmp_path / "raw", 600, seed=2, days=1, max_vocab=2000)
+    out = tmp_path / "days"
+    cli("preprocess", days[0], "--out", out, "--raw-ids", "all")
+    manifest = (out / "manifest.json").read_bytes()
+    result = cli("preprocess", days[0], "--out", out, ok=False)
+    assert_one_line_error(
+        result,
+        rf"^error: {re.escape(str(out))}: holds a run with different raw_ids \(all in the folder, "
+        r"not given now\); remove the directory or choose another --out$",
+    )
+    assert (out / "manifest.json").read_bytes() == manifest
+    plain = tmp_path / "plain"
+    cli("preprocess", days[0], "--out", plain)
+    result = cli("preprocess", days[0], "--out", plain, "--raw-ids", "C2", ok=False)
+    assert_one_line_error(result, r"different raw_ids \(not in the folder's run, C2 now\)")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import resource
+import signal
 import subprocess
 import threading
 import time
@@ -71,6 +72,21 @@ def tree_memory_bytes(pid: int, pss: bool = True) -> tuple[int, int]:
     return rss, total_pss
 
 
+def _end(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+    """Wait for a child that got the terminal's Ctrl-C too; kill it where it did not end."""
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def interrupted_by_ctrl_c(returncode: int, stderr: str) -> bool:
+    """Whether a child ended on SIGINT: killed by it, exit code 130, or a KeyboardInterrupt it
+    printed (polars' threads report one so)."""
+    return returncode in (130, -signal.SIGINT) or "KeyboardInterrupt" in stderr
+
+
 def run_measured(cmd: list[str], env: dict[str, str] | None = None, interval: float = 0.02) -> dict:
     """Run cmd to the end; returns wall_s, cpu_s (user + system of the whole tree), peak_rss_mb and
     peak_pss_mb (MiB, the tree's sums), returncode, stdout and stderr. CPU time counts descendants
@@ -93,10 +109,16 @@ def run_measured(cmd: list[str], env: dict[str, str] | None = None, interval: fl
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    stdout, stderr = proc.communicate()
+    try:
+        stdout, stderr = proc.communicate()
+    except BaseException:
+        # Ctrl-C: the child is gone before the caller removes the folders it writes into.
+        _end(proc)
+        raise
+    finally:
+        done.set()
+        sampler.join()
     wall = time.perf_counter() - t0
-    done.set()
-    sampler.join()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {

@@ -22,7 +22,7 @@ from shardrec.tools.bench.plan import plan_bench as bench_plan
 from shardrec.tools.bench.preprocess import preprocess_bench as bench_preprocess
 from shardrec.tools.bench.scale import scale_bench as bench_scale
 from shardrec.tools.bench.train import train_bench as bench_train
-from shardrec.tools.cli.common import fail, print_json
+from shardrec.tools.cli.common import fail, honour_ctrl_c, interrupted, print_json
 from shardrec.tools.console import console
 
 bench_app = typer.Typer(
@@ -197,6 +197,26 @@ def preprocess(
 ) -> None:
     """Preprocess MB/s and peak RSS against a polars pipeline doing the same work (1 and all
     threads), same file."""
+    honour_ctrl_c()
+    try:
+        _preprocess_bench(
+            size_gb, workers, chunk_mb, work_dir, like, gzip, parquet, rounds, json_out
+        )
+    except KeyboardInterrupt:  # its temporary folder is removed on the way out
+        interrupted("nothing measured")
+
+
+def _preprocess_bench(
+    size_gb: float,
+    workers: int,
+    chunk_mb: float,
+    work_dir: Path | None,
+    like: str,
+    gzip: bool,
+    parquet: bool,
+    rounds: int,
+    json_out: bool,
+) -> None:
     from shardrec.tools.bench.preprocess.polars_pipeline import INSTALL_HINT
     from shardrec.tools.bench.preprocess.spec_bench import print_like_report, run_like_bench
 

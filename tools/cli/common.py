@@ -7,6 +7,7 @@ import functools
 import importlib
 import json
 import logging
+import signal
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -76,6 +77,15 @@ def interrupted(what: str) -> NoReturn:
     exit code 130 as a shell gives (typer's own handling prints nothing)."""
     err_console.print(f"[bold red]interrupted:[/] {escape(what)}", highlight=False, soft_wrap=True)
     raise typer.Exit(130)
+
+
+def honour_ctrl_c() -> None:
+    """Have SIGINT raise KeyboardInterrupt in this command even where it started with SIGINT
+    ignored: a script's `cmd &` starts its job so, and a `kill -INT` then did nothing (the command
+    ran to its end and said it had finished). Not for what starts the torchrun agent, which
+    relies on inheriting it ignored (trainer/distributed/launch.py)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def save_figure(fig: Any, path: Path, dpi: int = 100) -> None:

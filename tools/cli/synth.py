@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from shardrec.tools.cli.common import fail, print_json
+from shardrec.tools.cli.common import fail, honour_ctrl_c, interrupted, print_json
 from shardrec.tools.console import console
 from shardrec.tools.synth.criteo import write_dataset
 
@@ -45,13 +45,14 @@ def synth(
 ) -> None:
     """Write synthetic click logs whose labels follow a hidden model of the features: Criteo's
     format, or Avazu's or MovieLens-1M's shape (--like) for trying a feature spec."""
+    honour_ctrl_c()
     if rows <= 0:
         fail(f"--rows must be positive, got {rows}")
     if max_vocab < 4:
         fail(f"--max-vocab must be at least 4, got {max_vocab}")
     if out.exists() and not out.is_dir():
         fail(f"{out}: exists and is not a directory")
-    from shardrec.tools.synth.avazu_movielens import LIKE, write_like
+    from shardrec.tools.synth.avazu_movielens import LIKE
 
     likes = (*LIKE, "drift", "yambda")
     if like not in likes:
@@ -62,31 +63,73 @@ def synth(
         fail("--like yambda writes Parquet (or --csv) files: --days and --gz are for text logs")
     if like not in ("criteo", "drift", "yambda") and (days or csv):
         fail(f"--like {like} writes one CSV file: --days and --csv are for criteo")
-    start = time.perf_counter()
     if like == "drift":
-        _synth_drift(out, rows, seed, days or 6, max_vocab, json_out, start)
-        return
-    if like == "yambda":
-        from shardrec.tools.synth.yambda import write_yambda_like
+        days = days or 6
+    from shardrec.tools.synth.record import check_and_record, synth_paths
 
-        paths = write_yambda_like(out, rows, seed, csv=csv)
-        asked, rows = rows, _rows_written(paths[0])
-    elif like == "criteo":
-        paths = write_dataset(out, rows, seed, days=days, csv=csv, gz=gz, max_vocab=max_vocab)
-    else:
-        paths = [out / f"train.csv{'.gz' if gz else ''}"]
-        write_like(paths[0], like, rows, seed)
+    settings = _settings(like, rows, seed, days, csv, gz, max_vocab)
+    start = time.perf_counter()
+    try:
+        check_and_record(out, synth_paths(out, like, days, csv, gz), settings)
+        paths, written, days_stats = _write(out, like, rows, seed, days, csv, gz, max_vocab)
+    except KeyboardInterrupt:
+        interrupted(
+            f"{out}: the files written so far are kept, none half-written; rerun the same command "
+            "to finish"
+        )
+    except ValueError as e:  # a refusal, or a WriteError (no space or permission, one line)
+        fail(str(e))
     seconds = time.perf_counter() - start
-    result = {"files": [str(p) for p in paths], "rows": rows, "seconds": round(seconds, 3)}
+    if days_stats is not None:
+        _show_drift(out, paths, rows, days, days_stats, seconds, json_out)
+        return
+    result = {"files": [str(p) for p in paths], "rows": written, "seconds": round(seconds, 3)}
     if json_out:
         print_json(result)
     elif like == "yambda":
         console.print(
-            f"wrote {rows:,} events to {len(paths)} file(s) in {out} ({seconds:.1f} s; of "
-            f"{asked:,} asked, the listens users would make after the log's last day are cut)"
+            f"wrote {written:,} events to {len(paths)} file(s) in {out} ({seconds:.1f} s; of "
+            f"{rows:,} asked, the listens users would make after the log's last day are cut)"
         )
     else:
         console.print(f"wrote {rows:,} rows to {len(paths)} file(s) in {out} ({seconds:.1f} s)")
+
+
+def _write(
+    out: Path, like: str, rows: int, seed: int, days: int, csv: bool, gz: bool, max_vocab: int
+) -> tuple[list[Path], int, list | None]:
+    """Write the files; returns them, the rows they hold and (drift) what each day brought."""
+    if like == "drift":
+        from shardrec.tools.synth.drift import write_drift
+
+        paths, stats = write_drift(out, rows, seed, days, max_vocab)
+        return paths, rows, stats
+    if like == "yambda":
+        from shardrec.tools.synth.yambda import write_yambda_like
+
+        paths = write_yambda_like(out, rows, seed, csv=csv)
+        return paths, _rows_written(paths[0]), None
+    if like == "criteo":
+        paths = write_dataset(out, rows, seed, days=days, csv=csv, gz=gz, max_vocab=max_vocab)
+        return paths, rows, None
+    from shardrec.tools.synth.avazu_movielens import write_like
+
+    paths = [out / f"train.csv{'.gz' if gz else ''}"]
+    write_like(paths[0], like, rows, seed)
+    return paths, rows, None
+
+
+def _settings(
+    like: str, rows: int, seed: int, days: int, csv: bool, gz: bool, max_vocab: int
+) -> dict:
+    """The settings that fix what `synth --like like` writes (a rerun with others is refused)."""
+    used = {
+        "criteo": ("days", "csv", "gz", "max_vocab"),
+        "drift": ("days", "max_vocab"),
+        "yambda": ("csv",),
+    }.get(like, ("gz",))
+    given = {"days": days, "csv": csv, "gz": gz, "max_vocab": max_vocab}
+    return {"like": like, "rows": rows, "seed": seed, **{k: given[k] for k in used}}
 
 
 def _rows_written(path: Path) -> int:
@@ -99,14 +142,10 @@ def _rows_written(path: Path) -> int:
         return sum(1 for _ in f) - 1
 
 
-def _synth_drift(
-    out: Path, rows: int, seed: int, days: int, max_vocab: int, json_out: bool, start: float
+def _show_drift(
+    out: Path, paths: list[Path], rows: int, days: int, stats: list, seconds: float, json_out: bool
 ) -> None:
     """The drifting log, and what each day brought (over the tables whose ids churn)."""
-    from shardrec.tools.synth.drift import write_drift
-
-    paths, stats = write_drift(out, rows, seed, days, max_vocab)
-    seconds = time.perf_counter() - start
     if json_out:
         print_json(
             {

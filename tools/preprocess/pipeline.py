@@ -98,10 +98,10 @@ def _check_fingerprint(out: Path, fp: dict) -> None:
                 f"{path}: unreadable run record ({e}); remove the directory or choose another --out"
             ) from None
         if not isinstance(old, dict) or old != fp:
-            old = old if isinstance(old, dict) else {}
-            diff = sorted(k for k in fp if fp.get(k) != old.get(k))
+            diff = _settings_diff(old if isinstance(old, dict) else {}, fp)
             raise ValueError(
-                f"{out}: holds a run with different {', '.join(diff)}; remove the directory or choose another --out"
+                f"{out}: holds a run with different {diff}; remove the directory or choose "
+                "another --out"
             )
     else:
         # No record, but a dataset (or its parts) is there: its settings are unknown, and this run
@@ -113,6 +113,33 @@ def _check_fingerprint(out: Path, fp: dict) -> None:
                 f"that wrote it ({WORK_DIR}/run.json); remove the directory or choose another --out"
             )
         atomic_write_bytes(path, json.dumps(fp, indent=1).encode())
+
+
+def _settings_diff(old: dict, new: dict) -> str:
+    """The settings that differ between the folder's run record and this run, every key of
+    either side: `raw_ids (all in the folder, not given now)`, a short value shown, a long one
+    (inputs, max_ids) named only."""
+    shown = []
+    for key in sorted(old.keys() | new.keys()):
+        if key in old and key in new:
+            if old[key] == new[key]:
+                continue
+            a, b = _setting_text(old[key]), _setting_text(new[key])
+            short = len(a) + len(b) <= 40
+            shown.append(f"{key} ({a} in the folder, {b} now)" if short else key)
+        elif key in old:
+            shown.append(f"{key} ({_setting_text(old[key])} in the folder, not given now)")
+        else:
+            shown.append(f"{key} (not in the folder's run, {_setting_text(new[key])} now)")
+    return ", ".join(shown) or "settings"
+
+
+def _setting_text(value: object) -> str:
+    if value is None:
+        return "not given"
+    if isinstance(value, list) and all(isinstance(v, str | int | float) for v in value):
+        return ",".join(str(v) for v in value)
+    return str(value)
 
 
 def _remove_temporaries(out: Path) -> None:

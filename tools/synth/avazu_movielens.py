@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 from pathlib import Path
 
 import numpy as np
 
+from shardrec.dataloader.util.files import atomic_path
 from shardrec.tools.synth.criteo import int_bytes, open_out
 
 _PAD = 0
@@ -251,12 +251,12 @@ def write_like(path: Path, like: str, rows: int, seed: int, gzip_level: int | No
     }[like]
     state = world(seed)
     rng = np.random.default_rng([seed, 1])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     written = 0
-    with open_out(tmp, path.suffix == ".gz", gzip_level) as out:
+    with (
+        atomic_path(path, fsync=False) as tmp,
+        open_out(tmp, path.suffix == ".gz", gzip_level) as out,
+    ):
         written += out.write(f"{header}\n".encode())
         for start in range(0, rows, _CHUNK_ROWS):
             written += out.write(chunk(rng, state, min(_CHUNK_ROWS, rows - start), start))
-    os.replace(tmp, path)
     return written

@@ -13,11 +13,12 @@ written for benchmarks.
 from __future__ import annotations
 
 import gzip
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from shardrec.dataloader.util.files import atomic_path
 
 NUM_DENSE = 13
 NUM_SPARSE = 26
@@ -176,13 +177,16 @@ def write_file(
 
     gzip_level: compress through ISA-L (when installed) at this level (0-3), much faster than
     Python's gzip at its default level 9 (None), which makes other bytes of the same text.
-    The file appears only when complete: it is written under a temporary name and renamed.
+    The file appears only when complete: it is written under a temporary name and renamed; an
+    error or a Ctrl-C removes the temporary.
     """
     rng = np.random.default_rng([spec.seed, stream_seed])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     written = 0
-    with open_out(tmp, path.suffix == ".gz", gzip_level) as out:
+    # Not synced (a benchmark's gigabytes): the rename alone keeps a half file from its name.
+    with (
+        atomic_path(path, fsync=False) as tmp,
+        open_out(tmp, path.suffix == ".gz", gzip_level) as out,
+    ):
         if csv:
             written += out.write(header(","))
         for start in range(0, rows, _CHUNK_ROWS):
@@ -200,7 +204,6 @@ def write_file(
                 strip_trailing=strip,
             )
             written += out.write(text)
-    os.replace(tmp, path)
     return written
 
 

@@ -23,12 +23,12 @@ Text is assembled as byte matrices (criteo.py's approach): no per-row Python.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from shardrec.dataloader.util.files import atomic_path
 from shardrec.dataloader.util.splitmix import mix64
 from shardrec.tools.synth.criteo import NUM_DENSE, NUM_SPARSE, int_bytes, open_out
 
@@ -233,9 +233,8 @@ def write_drift(
         n = rows // days + (1 if day < rows % days else 0)
         rng = np.random.default_rng([spec.seed, 0xDA7, day])
         path = out_dir / f"day_{day}"
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
         drawn = {f: [] for f in range(NUM_SPARSE)}
-        with open_out(tmp, False, None) as out:
+        with atomic_path(path, fsync=False) as tmp, open_out(tmp, False, None) as out:
             for start in range(0, n, _CHUNK_ROWS):
                 m = min(_CHUNK_ROWS, n - start)
                 # Each chunk is a slice of the day's time: chunks follow one another in time.
@@ -243,7 +242,6 @@ def write_drift(
                 out.write(format_day_rows(labels, dense, dmiss, values, smiss))
                 for f in range(NUM_SPARSE):
                     drawn[f].append(values[~smiss[:, f], f])
-        os.replace(tmp, path)
         paths.append(path)
         stats.append(_day_stats(day, n, drawn, seen, set(churning)))
     return paths, stats

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shardrec.tools.bench.proctree import run_measured
+from shardrec.tools.bench.proctree import interrupted_by_ctrl_c, run_measured
 from shardrec.tools.bench.rounds import Run, load_average, ratio, ratio_text, run_rounds
 from shardrec.tools.console import err_console
 
@@ -29,6 +29,8 @@ def measured(cmd: list[str], what: str, env: dict[str, str] | None = None) -> di
     """Wall and CPU seconds, peak RSS and stdout of a child process tree; RuntimeError if it
     fails."""
     res = run_measured(cmd, env)
+    if interrupted_by_ctrl_c(res["returncode"], res["stderr"]):
+        raise KeyboardInterrupt  # its error is no error of the child's: nothing was measured
     if res["returncode"] != 0:
         raise RuntimeError(f"{what} failed: {res['stderr'].strip()[-2000:]}")
     return {k: res[k] for k in ("wall_s", "cpu_s", "peak_rss_mb", "stdout")}

@@ -1,0 +1,131 @@
+"""What `shardrec synth` does to the folder it writes into (README, Failures and trust: Synthetic
+data): it never replaces a file it did not write, nor leaves its output of other settings beside
+the new one; a rerun of the same command into its own folder works."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import assert_one_line_error, cli
+
+# Each --like, tiny, and the first file it writes.
+KINDS = {
+    "criteo": (["--rows", "50"], "train.txt"),
+    "criteo days": (["--rows", "50", "--days", "2"], "day_0"),
+    "drift": (["--like", "drift", "--rows", "600", "--days", "2"], "day_0"),
+    "yambda": (["--like", "yambda", "--rows", "400"], "events.parquet"),
+    "avazu": (["--like", "avazu", "--rows", "50"], "train.csv"),
+    "movielens": (["--like", "movielens", "--rows", "50"], "train.csv"),
+}
+
+
+def files(folder: Path) -> dict[str, bytes]:
+    """What `ls` shows of the folder and what each file holds."""
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if not p.name.startswith(".")}
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_a_file_synth_did_not_write_is_never_replaced(kind: str, tmp_path: Path) -> None:
+    args, first = KINDS[kind]
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / first).write_text("my precious log\n")
+    result = cli("synth", mine, *args, ok=False)
+    assert_one_line_error(
+        result,
+        rf"^error: {re.escape(str(mine / first))}: exists and synth did not write it; write into "
+        r"another folder or remove it$",
+    )
+    assert files(mine) == {first: b"my precious log\n"}
+
+
+@pytest.mark.parametrize("kind", ["criteo days", "yambda", "movielens"])
+def test_a_rerun_of_the_same_command_replaces_its_own_output(kind: str, tmp_path: Path) -> None:
+    args, _ = KINDS[kind]
+    cli("synth", tmp_path / "raw", *args)
+    written = files(tmp_path / "raw")
+    cli("synth", tmp_path / "raw", *args)
+    assert files(tmp_path / "raw") == written
+
+
+def test_fewer_days_over_an_earlier_run_are_refused_naming_the_setting(tmp_path: Path) -> None:
+    """6 days, then 2 into the same folder would leave day_2 .. day_5 of the first log beside the
+    second's: refused, naming what differs, and the first log is left whole."""
+    raw = tmp_path / "rawd"
+    cli("synth", raw, "--like", "drift", "--rows", "600")
+    first = files(raw)
+    assert sorted(first) == [f"day_{d}" for d in range(6)]
+    result = cli("synth", raw, "--like", "drift", "--rows", "600", "--days", "2", ok=False)
+    assert_one_line_error(
+        result,
+        rf"^error: {re.escape(str(raw))}: holds synth output of other settings \(days 6 in the "
+        r"folder, 2 now\): day_0, day_1, day_2 and 3 more; remove those files or write into "
+        r"another folder$",
+    )
+    assert files(raw) == first
+    other = cli("synth", raw, "--like", "drift", "--rows", "300", "--seed", "1", ok=False)
+    assert_one_line_error(
+        other, r"\(rows 600 in the folder, 300 now; seed 0 in the folder, 1 now\)"
+    )
+
+
+def test_the_readme_tours_write_beside_each_other(tmp_path: Path) -> None:
+    """Output of other settings under other names is left alone: train.txt, then train.csv, then
+    the drifting days, then the event log, all in raw/."""
+    raw = tmp_path / "raw"
+    for args in (KINDS["criteo"][0], KINDS["movielens"][0], KINDS["drift"][0], KINDS["yambda"][0]):
+        cli("synth", raw, *args)
+    assert sorted(files(raw)) == [
+        "album_item_mapping.parquet", "artist_item_mapping.parquet", "day_0", "day_1",
+        "events.parquet", "train.csv", "train.txt",
+    ]  # fmt: skip
+    # Another like into the same file is other settings too.
+    result = cli("synth", raw, *KINDS["avazu"][0], ok=False)
+    assert_one_line_error(result, r"\(like movielens in the folder, avazu now\): train.csv;")
+
+
+def _ctrl_c_once_writing(
+    out: Path, name: str, *args: str, ignored: bool = False
+) -> tuple[int, str, float]:
+    """synth in a process group of its own (a shell's job), SIGINT to the group once file `name`
+    is being written; returns its exit code, stderr and seconds from the signal to its end.
+    ignored: started with SIGINT ignored, as `cmd &` in a script starts it."""
+    job = subprocess.Popen(
+        [sys.executable, "-m", "shardrec.tools.cli", "synth", str(out), *args],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignored else None,
+    )
+    deadline = time.monotonic() + 60
+    while not (out.is_dir() and any(p.name.startswith(f".{name}.tmp-") for p in out.iterdir())):
+        assert job.poll() is None and time.monotonic() < deadline, job.communicate()[1][-3000:]
+        time.sleep(0.02)
+    sent = time.monotonic()
+    os.killpg(job.pid, signal.SIGINT)
+    _, stderr = job.communicate(timeout=60)
+    return job.returncode, stderr, time.monotonic() - sent
+
+
+@pytest.mark.parametrize("ignored", [False, True], ids=["ctrl-c", "started-with-sigint-ignored"])
+def test_ctrl_c_stops_synth_at_once_leaving_no_half_file(ignored: bool, tmp_path: Path) -> None:
+    out = tmp_path / "synbig"
+    code, stderr, seconds = _ctrl_c_once_writing(
+        out, "train.txt", "--rows", "600000", ignored=ignored
+    )
+    assert code == 130 and seconds < 3, (code, seconds, stderr[-3000:])
+    assert stderr.strip() == (
+        f"interrupted: {out}: the files written so far are kept, none half-written; rerun the "
+        "same command to finish"
+    )
+    assert sorted(p.name for p in out.iterdir()) == [".synth.json"]  # no temporary left
+    cli("synth", out, "--rows", "2000")  # the rerun finishes it
+    assert sorted(files(out)) == ["train.txt"]

@@ -37,7 +37,6 @@ from shardrec.tools.bench.preprocess.child_runs import (
     too_small,
 )
 from shardrec.tools.bench.preprocess.polars_pipeline import compare_with_dataset
-from shardrec.tools.bench.proctree import run_measured
 from shardrec.tools.bench.rounds import Run, ratio, ratio_text, summarize
 from shardrec.tools.console import console, err_console
 
@@ -57,15 +56,6 @@ def preprocess_command(path: Path, out: Path, workers: int, chunk_mb: float) -> 
     return [sys.executable, "-m", "shardrec.tools.cli", "preprocess", str(path), "--out",
             str(out), "--max-ids", str(MAX_IDS), "--workers", str(workers), "--chunk-mb",
             str(chunk_mb), "--json"]  # fmt: skip
-
-
-def run_preprocess_child(path: Path, out: Path, workers: int, chunk_mb: float) -> dict[str, float]:
-    """Run the CLI in a child; returns wall seconds, CPU seconds of it and its workers, peak RSS of
-    the tree."""
-    res = run_measured(preprocess_command(path, out, workers, chunk_mb))
-    if res["returncode"] != 0:
-        raise RuntimeError(f"preprocess failed: {res['stderr'].strip()[-2000:]}")
-    return {k: res[k] for k in ("wall_s", "cpu_s", "peak_rss_mb")}
 
 
 def cpu_breakdown(stages: dict[str, float], cpu_s: float) -> dict[str, float]:

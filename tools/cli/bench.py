@@ -588,7 +588,11 @@ def quality(
     days: Annotated[int, typer.Option(min=2, help="Days of the drifting log.")] = 6,
     rows_per_day: Annotated[int, typer.Option(min=1000, help="Rows of each day.")] = 60_000,
     seeds: Annotated[
-        str, typer.Option(help="Model seeds, comma-separated: one run per arm and seed.")
+        str,
+        typer.Option(
+            help="Model seeds, comma-separated: one run per arm and seed (the goal against the "
+            "seeds' spread needs >= 2)."
+        ),
     ] = "1,2,3",
     max_vocab: Annotated[
         int, typer.Option(min=4, help="Largest initial population of a table (synth's).")

@@ -38,6 +38,8 @@ STATIC_FACTOR = 4
 BUDGET_SHARE = 0.25
 ARMS = ("managed", "hashed", "unbounded")
 GOAL_VS_UNBOUNDED = 0.002
+MIN_SEEDS_FOR_SPREAD = 2
+"""Seeds a spread needs: with one, every arm's spread is 0 and "above the spread" says nothing."""
 MANAGED = 'policy="lfu"'
 """The managed arm's settings beside its kind and rows (`--managed`): TOML inline-table items."""
 
@@ -264,6 +266,7 @@ def summarise(
         for d in range(len(data.days))
     ]
     spread = max(a["spread"] for a in arms.values())
+    spread_measured = len(seeds) >= MIN_SEEDS_FOR_SPREAD
     vs_hashed = arms["managed"]["mean_pv_auc"] - arms["hashed"]["mean_pv_auc"]
     vs_unbounded = arms["unbounded"]["mean_pv_auc"] - arms["managed"]["mean_pv_auc"]
     return {
@@ -277,7 +280,8 @@ def summarise(
         "managed_minus_hashed": round(vs_hashed, 5),
         "unbounded_minus_managed": round(vs_unbounded, 5),
         "largest_spread": round(spread, 5),
-        "managed_beats_hashed": vs_hashed > spread,
+        # None: not measured (one seed has no spread to beat); print_quality says why.
+        "managed_beats_hashed": vs_hashed > spread if spread_measured else None,
         "managed_near_unbounded": vs_unbounded <= GOAL_VS_UNBOUNDED,
         "hashed_collisions": collisions,
         "managed_maps_per_day": maps,
@@ -299,9 +303,14 @@ def print_quality(result: dict[str, Any]) -> None:
             f"  {arm:10s} mean PV AUC {a['mean_pv_auc']:.4f} (spread {a['spread']:.4f}); "
             f"by day: {days}"
         )
+    beats = result["managed_beats_hashed"]
+    if beats is None:
+        vs_spread = f"not measured (needs >= {MIN_SEEDS_FOR_SPREAD} seeds)"
+    else:
+        vs_spread = f"{result['largest_spread']:.4f}: {'met' if beats else 'NOT met'}"
     console.print(
-        f"managed - hashed: {result['managed_minus_hashed']:+.4f} (goal: above the largest spread, "
-        f"{result['largest_spread']:.4f}: {'met' if result['managed_beats_hashed'] else 'NOT met'}); "
+        f"managed - hashed: {result['managed_minus_hashed']:+.4f} (goal: above the largest spread"
+        f"{': ' if beats is None else ', '}{vs_spread}); "
         f"unbounded - managed: {result['unbounded_minus_managed']:+.4f} (goal <= "
         f"{GOAL_VS_UNBOUNDED}: {'met' if result['managed_near_unbounded'] else 'NOT met'})"
     )

@@ -40,3 +40,25 @@ def test_a_managed_setting_a_table_would_refuse_is_one_line_before_any_data(tmp_
         result, r"^error: --managed 'policy=\"mru\"': .*policy = 'mru' is not one of lru, lfu, age$"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_too_few_rows_a_day_for_any_raw_id_table_is_one_line_before_any_data(tmp_path):
+    """Under 1,000 distinct ids no table keeps raw ids: the three arms would be one static model."""
+    args = ["bench", "quality", "--days", "2", "--rows-per-day", "1000", "--seeds", "1"]
+    result = CliRunner().invoke(app, [*args, "--work", str(tmp_path)])
+    assert_one_line_error(
+        result,
+        r"^error: --rows-per-day 1000: bench quality needs >= 1,500 rows a day, .*1,000 distinct ids",
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_log_whose_tables_stay_under_1000_distinct_ids_is_one_line_before_training(tmp_path):
+    args = ["bench", "quality", "--days", "2", "--rows-per-day", "1500", "--max-vocab", "50"]
+    result = CliRunner().invoke(app, [*args, "--seeds", "1", "--work", str(tmp_path)])
+    assert_one_line_error(
+        result,
+        r"^error: no table of the drifting log has 1,000 distinct ids over 2 days of 1,500 rows "
+        r"\(the most: \d+\): .* give more --rows-per-day or --days, or a larger --max-vocab$",
+    )
+    assert not (tmp_path / "runs").exists()

@@ -586,7 +586,13 @@ def _gzip_bench(
 @bench_app.command("quality")
 def quality(
     days: Annotated[int, typer.Option(min=2, help="Days of the drifting log.")] = 6,
-    rows_per_day: Annotated[int, typer.Option(min=1000, help="Rows of each day.")] = 60_000,
+    rows_per_day: Annotated[
+        int,
+        typer.Option(
+            help="Rows of each day (>= 1,500: fewer leave no table with the 1,000 distinct ids "
+            "of a raw-id table, the tables the arms differ in)."
+        ),
+    ] = 60_000,
     seeds: Annotated[
         str,
         typer.Option(
@@ -619,8 +625,19 @@ def quality(
 ) -> None:
     """Managed tables (1/4 of the distinct ids) vs hashing into the same rows vs an unbounded
     vocabulary, on a drifting log trained day by day with progressive validation."""
-    from shardrec.tools.bench.train.quality_bench import print_quality, run_quality
+    from shardrec.tools.bench.train.quality_bench import (
+        MIN_DISTINCT,
+        MIN_ROWS_PER_DAY,
+        print_quality,
+        run_quality,
+    )
 
+    if rows_per_day < MIN_ROWS_PER_DAY:
+        fail(
+            f"--rows-per-day {rows_per_day}: bench quality needs >= {MIN_ROWS_PER_DAY:,} rows a "
+            f"day, for tables of {MIN_DISTINCT:,} distinct ids (raw-id tables, the ones the "
+            "arms differ in)"
+        )
     try:
         chosen = [int(s) for s in seeds.split(",") if s.strip()]
     except ValueError:

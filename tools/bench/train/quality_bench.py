@@ -34,6 +34,10 @@ import numpy as np
 from shardrec.tools.console import console
 
 MIN_DISTINCT = 1000
+MIN_ROWS_PER_DAY = 1500
+"""Fewest rows a day that give the drifting log (2 days, the default --max-vocab) a table of
+MIN_DISTINCT ids: at 1,000 rows its largest has 879, so no table keeps raw ids and the three arms
+are one static model."""
 STATIC_FACTOR = 4
 BUDGET_SHARE = 0.25
 ARMS = ("managed", "hashed", "unbounded")
@@ -61,6 +65,12 @@ def prepare(work: Path, days: int, rows_per_day: int, seed: int, max_vocab: int)
     paths, stats = write_drift(work / "raw", rows_per_day * days, seed, days, max_vocab)
     distinct = {name: int(t["distinct_so_far"]) for name, t in stats[-1].tables.items()}
     raw = {n: d for n, d in distinct.items() if d >= MIN_DISTINCT}
+    if not raw:
+        raise ValueError(
+            f"no table of the drifting log has {MIN_DISTINCT:,} distinct ids over {days} days of "
+            f"{rows_per_day:,} rows (the most: {max(distinct.values()):,}): no raw-id table for "
+            "the arms to differ in; give more --rows-per-day or --days, or a larger --max-vocab"
+        )
     names = [f"C{i + 1}" for i in range(len(distinct))]
     max_ids = [max(2, STATIC_FACTOR * distinct[n]) for n in names]
     out = []

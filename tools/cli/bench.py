@@ -610,7 +610,9 @@ def quality(
     work: Annotated[
         Path | None,
         typer.Option(
-            help="Keep the data and runs here (a rerun reuses them); default: a temp dir."
+            help="Keep the data and runs here: a rerun reuses the days made of the same log and "
+            "the runs trained on them with the same settings, and trains the others anew; "
+            "default: a temp dir."
         ),
     ] = None,
     managed: Annotated[

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,13 @@ def prepare(work: Path, days: int, rows_per_day: int, seed: int, max_vocab: int)
         )
     names = [f"C{i + 1}" for i in range(len(distinct))]
     max_ids = [max(2, STATIC_FACTOR * distinct[n]) for n in names]
+    # The days preprocessed by an earlier invocation are reused only if made of the same log.
+    made = {"days": days, "rows_per_day": rows_per_day, "seed": seed, "max_vocab": max_vocab}
+    stamp = work / "data" / "made.json"
+    if (work / "data").exists() and (not stamp.is_file() or json.loads(stamp.read_text()) != made):
+        shutil.rmtree(work / "data")
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(json.dumps(made))
     out = []
     for path in paths:
         day = work / "data" / path.name
@@ -139,19 +147,28 @@ def rank_main(spec_file: str, out: str) -> None:
     for arm in spec["arms"]:
         for seed in spec["seeds"]:
             run_dir = Path(spec["work"]) / "runs" / run_name(arm, seed, spec["managed"])
-            for d, data in enumerate(spec["days"]):
-                config = job_config(data, arm, spec["raw"], seed, spec["batch"], spec["managed"])
-                if d == 0:
-                    if lifecycle.check_job(run_dir, config, []) is not None:
-                        continue  # done in an earlier invocation
-                    continuing = False
-                else:
-                    done, continuing = check_continuing_job(run_dir, config, [])
-                    if done is not None:
-                        continue
-                run_job(build_job(config, env, run_dir, None, continuing=continuing))
-                # Rank 0 writes the run's records last: every rank reads them for the next day.
+            configs = [
+                job_config(data, arm, spec["raw"], seed, spec["batch"], spec["managed"])
+                for data in spec["days"]
+            ]
+            # Every rank decides before rank 0 removes anything.
+            reuse = finished_run(run_dir, spec["days"], configs[-1])
+            torch.distributed.barrier()
+            if not reuse:
+                # Anything else under the run's name (another batch or data, a run cut short) is
+                # trained anew: bench quality has no --restart to ask for.
+                if env.is_main and run_dir.exists():
+                    shutil.rmtree(run_dir)
                 torch.distributed.barrier()
+                for d, config in enumerate(configs):
+                    continuing = False
+                    if d == 0:
+                        lifecycle.check_job(run_dir, config, [])
+                    else:
+                        _, continuing = check_continuing_job(run_dir, config, [])
+                    run_job(build_job(config, env, run_dir, None, continuing=continuing))
+                    # Rank 0 writes the run's records last: every rank reads them for the next day.
+                    torch.distributed.barrier()
             if env.is_main:
                 results[f"{arm}-seed{seed}"] = [
                     dataclasses.asdict(s) for s in read_stretches(run_dir)
@@ -159,6 +176,26 @@ def rank_main(spec_file: str, out: str) -> None:
     if env.is_main:
         Path(out).write_text(json.dumps(results))
     shutdown()
+
+
+def finished_run(run_dir: Path, days: list[str], last: Any) -> bool:
+    """Whether an earlier invocation left `run_dir` trained on every one of `days`, in order and as
+    they are now, with the job of the last day (`last`, a JobConfig): its figures are read back."""
+    from shardrec.dataloader.format.manifest import Manifest, dataset_fingerprint
+    from shardrec.trainer.rundir.continuation import check_continuing_job
+    from shardrec.trainer.rundir.stretches import read_stretches
+
+    try:
+        stretches = read_stretches(run_dir)
+        if [s.data for s in stretches] != days or any(s.last_step is None for s in stretches):
+            return False
+        made = [dataset_fingerprint(Manifest.load(day)) for day in days]
+        if [s.fingerprint for s in stretches] != made:
+            return False
+        done, _ = check_continuing_job(run_dir, last, [])
+    except ValueError:  # other settings or data: not this job's run
+        return False
+    return done is not None
 
 
 def run_name(arm: str, seed: int, managed: str) -> str:

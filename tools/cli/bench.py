@@ -721,9 +721,11 @@ def check(
     json_out: JsonFlag = False,
 ) -> None:
     """The quick benchmarks, each ratio against the floor recorded for this machine class (make
-    bench-check); exit 1 when one is below its floor or too small to measure."""
+    bench-check); exit 1 when one is below its floor, too small to measure or has no floor."""
+    if note and not record:
+        fail(f"--note {note!r} is kept beside recorded floors: give it with --record")
     try:
-        result = bench_check.run_check(only, floors)
+        result = bench_check.run_check(only, floors, recording=record)
     except (ValueError, RuntimeError) as e:
         fail(str(e))
     if record:

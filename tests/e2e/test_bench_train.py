@@ -5,6 +5,7 @@ tests)."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from helpers import assert_one_line_error
@@ -91,3 +92,42 @@ def test_bench_train_of_hstu_times_ours_against_the_plain_layer_on_two_ranks() -
     assert set(report["max_logit_difference"]) == {"plain_layer"}
     assert report["max_logit_difference"]["plain_layer"] < 1e-5
     assert report["ours_vs_plain_layer"] > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--managed", "--breakdown"], "--breakdown does nothing with --managed"),
+        (["--managed", "--reference", "."], "--reference does nothing with --managed"),
+        (["--managed", "--quality-steps", "10"], "--quality-steps does nothing with --managed"),
+        (["--rows", "5000"], "--rows does nothing without --model hstu"),
+        (
+            ["--reference", ".", "--quality-steps", "9"],
+            "--quality-steps does nothing with --reference",
+        ),
+        (
+            ["--model", "hstu", "--quality-steps", "10"],
+            "--quality-steps does nothing with --model hstu",
+        ),
+    ],
+)
+def test_bench_train_refuses_a_flag_that_would_do_nothing(args: list[str], error: str) -> None:
+    result = CliRunner().invoke(app, ["bench", "train", *args])
+    assert_one_line_error(result, rf"^error: {re.escape(error)}")
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--nproc", "0"], "--nproc-per-node 0: must be >= 1"),
+        (["--steps", "1"], "--steps 1: must be >= 2"),
+        (["--rounds", "0"], "--rounds 0: must be >= 1"),
+        (["--threads", "0"], "--threads 0: must be >= 1"),
+        (["--quality-steps", "0"], "--quality-steps 0: must be >= 1"),
+        (["--model", "hstu", "--rows", "10"], "--rows 10: must be >= 1000"),
+        (["--model", "hstu", "--nproc", "0"], "--nproc-per-node 0: must be >= 1"),
+    ],
+)
+def test_bench_train_names_the_one_bad_option(args: list[str], error: str) -> None:
+    result = CliRunner().invoke(app, ["bench", "train", *args])
+    assert_one_line_error(result, rf"^error: {re.escape(error)}$")

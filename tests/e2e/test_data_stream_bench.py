@@ -52,7 +52,7 @@ def test_bench_loader_reports_rates_and_ratios_against_same_run_baselines(tmp_pa
     assert 0.5 < r["shuffle_quality_drifting_labels"]["ratio"] < 3
     assert list(tmp_path.iterdir()) == []  # the generated data is removed
     bad = CliRunner().invoke(app, ["bench", "loader", "--rows", "100", "--global-batch", "1024"])
-    assert_one_line_error(bad, re.escape("--rows >= 2 x --global-batch"))
+    assert_one_line_error(bad, re.escape("--rows 100: must be >= 2 x --global-batch (2,048)"))
     text = CliRunner().invoke(app, [*args, "--work-dir", str(tmp_path)], env={"COLUMNS": "200"})
     assert text.exit_code == 0, text.output
     assert "shardrec vs torchrec shuffle: too small to measure (20,000 rows fit" in text.stdout
@@ -101,3 +101,29 @@ def test_bench_loader_multihot_reports_samples_per_rank_against_the_one_hot_load
     )
     bad = CliRunner().invoke(app, ["bench", "loader", "--multihot", "--table-rows", "10,x"])
     assert_one_line_error(bad, re.escape("--table-rows '10,x': expected comma-separated integers"))
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--global-batch", "0"], "--global-batch 0: must be >= 1"),
+        (["--rounds", "0"], "--rounds 0: must be >= 1"),
+        (["--max-batches", "-1"], "--max-batches -1: must be >= 0 (0: sized by the warm-up)"),
+        (
+            ["--rows", "100", "--global-batch", "1024"],
+            "--rows 100: must be >= 2 x --global-batch (2,048)",
+        ),
+    ],
+)
+def test_bench_loader_names_the_one_bad_option(args: list[str], error: str) -> None:
+    result = CliRunner().invoke(app, ["bench", "loader", *args])
+    assert_one_line_error(result, rf"^error: {re.escape(error)}$")
+
+
+def test_bench_loader_says_a_work_dir_that_does_not_exist_does_not_exist(tmp_path: Path) -> None:
+    missing, a_file = tmp_path / "missing", tmp_path / "a-file"
+    a_file.write_text("")
+    result = CliRunner().invoke(app, ["bench", "loader", "--work-dir", str(missing)])
+    assert_one_line_error(result, rf"^error: --work-dir {re.escape(str(missing))}: does not exist$")
+    result = CliRunner().invoke(app, ["bench", "loader", "--work-dir", str(a_file)])
+    assert_one_line_error(result, rf"^error: --work-dir {re.escape(str(a_file))}: not a directory$")

@@ -46,7 +46,7 @@ def test_bench_preprocess_against_polars_on_the_same_columns(tmp_path: Path):
     )
     assert all(v >= 0 for k, v in stages.items() if k != "rest (not timed)")
     assert "where shardrec's" not in result.stdout  # --json prints JSON only
-    assert report["goals"]["end_to_end_3x_polars_per_cpu_s"] is None  # not measured: too small
+    assert set(report["goals"].values()) == {None}  # not measured: too small
     assert set(report["goals"]) == {
         "end_to_end_3x_polars_per_cpu_s",
         "peak_rss_under_1_gb_per_worker",

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
 from shardrec.tools.bench import check
@@ -41,9 +42,8 @@ def test_ratios_pass_above_90_percent_of_their_floor_and_fail_below(
     fake_runs: dict[str, float], tmp_path: Path
 ) -> None:
     floors = tmp_path / "floors.toml"
-    result = check.run_check(floors_path=floors)
+    result = check.run_check(floors_path=floors, recording=True)
     assert [r["verdict"] for r in result["rows"]] == ["no floor"] * 3
-    assert not check.failed(result)  # nothing recorded for this class: nothing to fail
     check.record(result, floors, "provisional: a loaded machine")
     text = floors.read_text()
     assert '[classes."x86_64-AVX2-2cpu"]' in text and "provisional: a loaded machine" in text
@@ -99,10 +99,64 @@ def test_a_benchmark_that_fails_fails_its_rows_and_the_others_still_run(
         raise RuntimeError("benchmark ranks failed (exit 1):\nKeyError: 'demo'")
 
     monkeypatch.setitem(check.RUNS, "loader", broken)
-    result = check.run_check(floors_path=tmp_path / "floors.toml")
+    result = check.run_check(floors_path=tmp_path / "floors.toml", recording=True)
     assert [(r["ratio"], r["verdict"]) for r in result["rows"]] == [
         ("loader.shardrec_vs_torchrec_shuffle", "FAILED"),
         ("loader.many_parts_vs_one_part_shuffle", "FAILED"),
         ("preprocess.vs_polars_one_thread", "no floor"),
     ]
     assert result["rows"][0]["failed"] == "KeyError: 'demo'" and check.failed(result)
+
+
+def _floors_of(path: Path, cls: str, floors: dict[str, float]) -> Path:
+    lines = [f'[classes."{cls}"]', 'recorded = "a test"', f'[classes."{cls}".floors]']
+    path.write_text("\n".join(lines + [f'"{k}" = {v}' for k, v in floors.items()]) + "\n")
+    return path
+
+
+def test_a_floors_file_that_does_not_exist_is_one_line_before_any_benchmark(
+    fake_runs: dict[str, float], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    ran: list[str] = []
+    monkeypatch.setitem(check.RUNS, "loader", lambda: ran.append("loader") or {})
+    typo = tmp_path / "typo.toml"
+    res = CliRunner().invoke(app, ["bench", "check", "--only", "loader", "--floors", str(typo)])
+    assert_one_line_error(res, rf"^error: --floors {re.escape(str(typo))}: no such file; ")
+    assert ran == []
+
+
+def test_a_machine_class_without_floors_is_one_line_saying_nothing_was_checked(
+    fake_runs: dict[str, float], tmp_path: Path
+) -> None:
+    floors = _floors_of(tmp_path / "floors.toml", "x86_64-AVX512-amx-2cpu", {"loader.x": 1.0})
+    res = CliRunner().invoke(app, ["bench", "check", "--only", "loader", "--floors", str(floors)])
+    assert_one_line_error(
+        res,
+        r"^error: no floors are recorded for machine class x86_64-AVX2-2cpu in .*floors\.toml "
+        r"\(classes with floors: x86_64-AVX512-amx-2cpu\): nothing to check against; record them "
+        r"on a known-good tree with `shardrec bench check --record`$",
+    )
+
+
+def test_a_ratio_without_its_floor_is_not_checked_and_does_not_pass(
+    fake_runs: dict[str, float], tmp_path: Path
+) -> None:
+    floors = _floors_of(
+        tmp_path / "floors.toml",
+        "x86_64-AVX2-2cpu",
+        {"loader.shardrec_vs_torchrec_shuffle": 2.2, "loader.many_parts_vs_one_part_shuffle": 0.8},
+    )
+    res = CliRunner().invoke(app, ["bench", "check", "--floors", str(floors)])
+    assert res.exit_code == 1, res.output
+    words = " ".join(res.stdout.replace("│", " ").split())
+    assert (
+        "not checked: preprocess.vs_polars_one_thread has no floor recorded for machine class "
+        "x86_64-AVX2-2cpu" in words
+    )
+
+
+def test_a_note_without_record_is_one_line(tmp_path: Path) -> None:
+    res = CliRunner().invoke(app, ["bench", "check", "--note", "provisional"])
+    assert_one_line_error(
+        res, r"^error: --note 'provisional' is kept beside recorded floors: give it with --record$"
+    )

@@ -77,3 +77,40 @@ def test_the_preprocess_bench_gives_its_children_our_modules_bytecode():
     assert Path(cached).is_file()
     with open(cached, "rb") as f:  # its header's source size: this file's, a current bytecode
         assert int.from_bytes(f.read(16)[12:16], "little") == Path(source).stat().st_size
+
+
+def _preprocess_report(mb: float, peak_mb: float, mb_per_cpu_s: float) -> dict:
+    """bench preprocess's report of one round on an `mb` MB file: shardrec at `mb_per_cpu_s` and
+    `peak_mb`, polars and the parsers at half its rate."""
+    import json
+
+    from shardrec.tools.bench.preprocess.child_runs import Child
+    from shardrec.tools.bench.preprocess.preprocess_bench import _report
+
+    ours = Run(mb, mb / mb_per_cpu_s, mb / mb_per_cpu_s)
+    half = Run(mb, 2 * mb / mb_per_cpu_s, 2 * mb / mb_per_cpu_s)
+    names = ("shardrec", "polars_one_thread", "polars_all_threads")
+    children = {n: Child([], n, mb, peaks=[peak_mb]) for n in names}
+    children["shardrec"].stdout = json.dumps({"cpu_seconds_by_stage": {"parse kernel": 0.1}})
+    runs = {n: [ours if n == "shardrec" else half] for n in (*names, "parse_only")}
+    return _report(mb, 1, {**runs, "pandas_parse_only": [half]}, children, [], {"version": "x"})
+
+
+def test_a_preprocess_run_too_small_to_measure_measures_none_of_its_goals(capsys):
+    from shardrec.tools.bench.preprocess.preprocess_bench import print_report
+
+    report = _preprocess_report(20.0, 300.0, 400.0)
+    assert set(report["goals"].values()) == {None}
+    print_report(report)
+    goals = [line for line in capsys.readouterr().out.splitlines() if line.startswith("goal ")]
+    assert len(goals) == 3
+    assert all(line.endswith(": not measured (too small)") for line in goals), goals
+
+
+def test_a_preprocess_run_large_enough_holds_every_goal():
+    report = _preprocess_report(600.0, 300.0, 900.0)
+    assert report["goals"] == {
+        "end_to_end_3x_polars_per_cpu_s": False,
+        "peak_rss_under_1_gb_per_worker": True,
+        "moonshot_800_mb_per_cpu_s": True,
+    }

@@ -102,6 +102,22 @@ def load_floors(path: Path, cls: str) -> dict[str, float]:
     return {k: float(v) for k, v in section.get("floors", {}).items()}
 
 
+def _check_floors_file(path: Path, cls: str) -> None:
+    if not path.is_file():
+        raise ValueError(
+            f"--floors {path}: no such file; give the floors file (default {FLOORS}), or write "
+            "one with --record"
+        )
+    if not load_floors(path, cls):
+        classes = tomllib.loads(path.read_text()).get("classes", {})
+        recorded = ", ".join(sorted(c for c, v in classes.items() if v.get("floors"))) or "none"
+        raise ValueError(
+            f"no floors are recorded for machine class {cls} in {path} (classes with floors: "
+            f"{recorded}): nothing to check against; record them on a known-good tree with "
+            "`shardrec bench check --record`"
+        )
+
+
 def _figure(result: dict[str, Any], check: Check) -> dict[str, Any]:
     r: Any = result
     for key in check.path:
@@ -111,14 +127,20 @@ def _figure(result: dict[str, Any], check: Check) -> dict[str, Any]:
     return r["per_cpu_s"] if check.per == "cpu" else r
 
 
-def run_check(only: str | None = None, floors_path: Path = FLOORS) -> dict[str, Any]:
+def run_check(
+    only: str | None = None, floors_path: Path = FLOORS, recording: bool = False
+) -> dict[str, Any]:
     """Run the quick benchmarks (those whose run name contains `only`); each ratio's median,
-    spread and verdict against this machine class's floor."""
+    spread and verdict against this machine class's floor. Unless `recording` (--record), a
+    floors file that is missing or holds no floors for this class is a ValueError before any
+    benchmark runs: there would be nothing to check against."""
     cls = machine_class()
-    floors = load_floors(floors_path, cls)
     runs = [name for name in RUNS if only is None or only in name]
     if not runs:
         raise ValueError(f"--only {only!r} matches none of {', '.join(RUNS)}")
+    if not recording:
+        _check_floors_file(floors_path, cls)
+    floors = load_floors(floors_path, cls)
     rows = []
     for name in runs:
         err_console.print(f"bench check: {name} ...")
@@ -149,7 +171,10 @@ def verdict(figure: dict[str, Any], floor: float | None) -> str:
 
 
 def failed(result: dict[str, Any]) -> bool:
-    return any(r["verdict"] in ("BELOW FLOOR", "too small", "FAILED") for r in result["rows"])
+    """Whether the check did not pass: a ratio below its floor, too small to measure, failed, or
+    with no floor to hold it against (not checked is not passed)."""
+    verdicts = ("BELOW FLOOR", "too small", "FAILED", "no floor")
+    return any(r["verdict"] in verdicts for r in result["rows"])
 
 
 def record(result: dict[str, Any], path: Path = FLOORS, note: str = "") -> None:
@@ -206,3 +231,11 @@ def print_check(result: dict[str, Any]) -> None:
         floor = "-" if r["floor"] is None else f"{r['floor']:.2f}"
         table.add_row(r["ratio"] + per, floor, measured, r["verdict"])
     console.print(table)
+    unchecked = [r["ratio"] for r in result["rows"] if r["verdict"] == "no floor"]
+    if unchecked:
+        console.print(
+            f"not checked: {', '.join(unchecked)} {'has' if len(unchecked) == 1 else 'have'} no "
+            f"floor recorded for machine class {result['machine_class']}; record "
+            f"{'it' if len(unchecked) == 1 else 'them'} on a known-good tree with --record",
+            highlight=False,
+        )

@@ -40,6 +40,24 @@ def _show(result: dict, json_out: bool, printer: Callable[[dict], None]) -> None
         printer(result)
 
 
+def _at_least(option: str, value: int, minimum: int, why: str = "") -> None:
+    """One line naming `option` if `value` is under `minimum` (`why`: what the minimum means)."""
+    if value < minimum:
+        fail(f"{option} {value}: must be >= {minimum}{f' ({why})' if why else ''}")
+
+
+def _given(ctx: typer.Context, *names: str) -> list[str]:
+    """The options among `names` (parameter names) given on the command line, as flags."""
+    given = [n for n in names if ctx.get_parameter_source(n).name != "DEFAULT"]
+    return ["--" + n.replace("_", "-") for n in given]
+
+
+def _refuse_unused(ctx: typer.Context, names: tuple[str, ...], context: str) -> None:
+    """One line naming the first option given that does nothing in `context`."""
+    for flag in _given(ctx, *names):
+        fail(f"{flag} does nothing {context}: leave it out")
+
+
 @bench_app.command("loader")
 def loader(
     rows: Annotated[int, typer.Option(help="Rows of generated Criteo-shaped data.")] = 2_000_000,
@@ -109,11 +127,13 @@ def loader(
 ) -> None:
     """Loader rows/s as torchrec Batches on one thread, vs the memcpy roofline and torchrec's
     pipe."""
-    if rows < 2 * global_batch or global_batch <= 0 or rounds <= 0 or max_batches < 0:
-        fail(
-            "need --rows >= 2 x --global-batch, positive --rounds and --max-batches >= 0, "
-            f"got {rows}, {global_batch}, {rounds}, {max_batches}"
-        )
+    _at_least("--global-batch", global_batch, 1)
+    _at_least("--rounds", rounds, 1)
+    _at_least("--max-batches", max_batches, 0, "0: sized by the warm-up")
+    if rows < 2 * global_batch:
+        fail(f"--rows {rows}: must be >= 2 x --global-batch ({2 * global_batch:,})")
+    if work_dir is not None and not work_dir.exists():
+        fail(f"--work-dir {work_dir}: does not exist")
     if work_dir is not None and not work_dir.is_dir():
         fail(f"--work-dir {work_dir}: not a directory")
     if part_rows:
@@ -418,6 +438,7 @@ def hitrate(
 
 @bench_app.command("train")
 def train(
+    ctx: typer.Context,
     model: Annotated[
         str,
         typer.Option(
@@ -493,13 +514,19 @@ def train(
     if model == "hstu":
         if managed or breakdown:
             fail("--managed and --breakdown are for the DLRM models (--model reference or demo)")
+        _refuse_unused(ctx, ("quality_steps",), "with --model hstu")
         _hstu_train(rows, steps or 8, rounds, nproc, device, threads, reference, json_out)
         return
     if model not in bench_train.MODELS:
         fail(f"--model {model!r} is not one of {', '.join([*bench_train.MODELS, 'hstu'])}")
+    _refuse_unused(ctx, ("rows",), "without --model hstu")
+    if managed:
+        _refuse_unused(ctx, ("breakdown", "reference", "quality_steps"), "with --managed")
+    if reference is not None:  # the reference's sides evaluate after the timed steps
+        _refuse_unused(ctx, ("quality_steps",), "with --reference")
     steps = steps or bench_train.MODELS[model][5]
-    if steps < 2 or rounds < 1 or nproc < 1 or threads < 1 or quality_steps < 1:
-        fail("--steps must be >= 2, --rounds, --nproc-per-node, --threads and --quality-steps >= 1")
+    _check_train_counts(steps, rounds, nproc, threads)
+    _at_least("--quality-steps", quality_steps, 1)
     if managed:
         if device != "cpu":
             fail("--managed measures on CPU ranks (--device cpu)")
@@ -537,6 +564,13 @@ BREAKDOWN_STEPS = 8
 """Steps each side runs under the profiler for --breakdown."""
 
 
+def _check_train_counts(steps: int, rounds: int, nproc: int, threads: int) -> None:
+    _at_least("--steps", steps, 2)
+    _at_least("--rounds", rounds, 1)
+    _at_least("--nproc-per-node", nproc, 1)
+    _at_least("--threads", threads, 1)
+
+
 def _hstu_train(
     rows: int,
     steps: int,
@@ -551,8 +585,8 @@ def _hstu_train(
 
     if device != "cpu":
         fail("--model hstu: measured on CPU ranks (--device cpu)")
-    if rows < 1000 or steps < 2 or rounds < 1 or nproc < 1 or threads < 1:
-        fail("--rows must be >= 1000, --steps >= 2, --rounds, --nproc-per-node, --threads >= 1")
+    _at_least("--rows", rows, 1000)
+    _check_train_counts(steps, rounds, nproc, threads)
     try:
         result = hstu_bench.run_bench(rows, steps, rounds, nproc, threads, reference)
     except (ValueError, RuntimeError) as e:
@@ -606,9 +640,19 @@ def _gzip_bench(
 @bench_app.command("quality")
 def quality(
     days: Annotated[int, typer.Option(min=2, help="Days of the drifting log.")] = 6,
-    rows_per_day: Annotated[int, typer.Option(min=1000, help="Rows of each day.")] = 60_000,
+    rows_per_day: Annotated[
+        int,
+        typer.Option(
+            help="Rows of each day (>= 1,500: fewer leave no table with the 1,000 distinct ids "
+            "of a raw-id table, the tables the arms differ in)."
+        ),
+    ] = 60_000,
     seeds: Annotated[
-        str, typer.Option(help="Model seeds, comma-separated: one run per arm and seed.")
+        str,
+        typer.Option(
+            help="Model seeds, comma-separated: one run per arm and seed (the goal against the "
+            "seeds' spread needs >= 2)."
+        ),
     ] = "1,2,3",
     max_vocab: Annotated[
         int, typer.Option(min=4, help="Largest initial population of a table (synth's).")
@@ -620,7 +664,9 @@ def quality(
     work: Annotated[
         Path | None,
         typer.Option(
-            help="Keep the data and runs here (a rerun reuses them); default: a temp dir."
+            help="Keep the data and runs here: a rerun reuses the days made of the same log and "
+            "the runs trained on them with the same settings, and trains the others anew; "
+            "default: a temp dir."
         ),
     ] = None,
     managed: Annotated[
@@ -635,8 +681,19 @@ def quality(
 ) -> None:
     """Managed tables (1/4 of the distinct ids) vs hashing into the same rows vs an unbounded
     vocabulary, on a drifting log trained day by day with progressive validation."""
-    from shardrec.tools.bench.train.quality_bench import print_quality, run_quality
+    from shardrec.tools.bench.train.quality_bench import (
+        MIN_DISTINCT,
+        MIN_ROWS_PER_DAY,
+        print_quality,
+        run_quality,
+    )
 
+    if rows_per_day < MIN_ROWS_PER_DAY:
+        fail(
+            f"--rows-per-day {rows_per_day}: bench quality needs >= {MIN_ROWS_PER_DAY:,} rows a "
+            f"day, for tables of {MIN_DISTINCT:,} distinct ids (raw-id tables, the ones the "
+            "arms differ in)"
+        )
     try:
         chosen = [int(s) for s in seeds.split(",") if s.strip()]
     except ValueError:
@@ -718,9 +775,11 @@ def check(
     json_out: JsonFlag = False,
 ) -> None:
     """The quick benchmarks, each ratio against the floor recorded for this machine class (make
-    bench-check); exit 1 when one is below its floor or too small to measure."""
+    bench-check); exit 1 when one is below its floor, too small to measure or has no floor."""
+    if note and not record:
+        fail(f"--note {note!r} is kept beside recorded floors: give it with --record")
     try:
-        result = bench_check.run_check(only, floors)
+        result = bench_check.run_check(only, floors, recording=record)
     except (ValueError, RuntimeError) as e:
         fail(str(e))
     if record:

@@ -16,7 +16,9 @@ file in the page cache, global batch 8192, world size 1:
   rows inside each batch of consecutive file rows), and its real global shuffle,
   shuffle_training_set=True: one permutation of the whole training set, materialised in RAM
   when the pipe is built (the same order every epoch), then read in order. Its rows/s are
-  reported for the reads alone and for an epoch that pays the shuffle once.
+  reported for the reads alone (its shuffle untimed: not like for like with a shuffled epoch of
+  ours) and for an epoch that pays the shuffle once (its build, timed once, added to each
+  round's reads: the like-for-like ratio).
 
 Each configuration runs once untimed (its warm-up, which also sizes its runs to about RUN_S
 seconds), then once per round over `rounds` interleaved rounds (tools/bench/rounds.py): each
@@ -212,7 +214,9 @@ MAX_BATCHES = 1 << 14
 RATIOS = (
     ("shardrec_vs_torchrec_shuffle", "shardrec_shuffle", "torchrec_shuffle"),
     ("shardrec_vs_torchrec_no_shuffle", "shardrec_no_shuffle", "torchrec_no_shuffle"),
-    ("shardrec_vs_torchrec_global_shuffle", "shardrec_shuffle", "torchrec_global_shuffle"),
+    # Its reads alone: the shuffle was done, untimed, when the pipe was built.
+    ("shardrec_vs_torchrec_global_shuffle_reads", "shardrec_shuffle", "torchrec_global_shuffle"),
+    ("shardrec_vs_torchrec_global_shuffle_epoch", "shardrec_shuffle", "torchrec_global_epoch"),
     ("shardrec_many_parts_vs_torchrec_shuffle", "shardrec_shuffle_many_parts", "torchrec_shuffle"),
     ("many_parts_vs_one_part_shuffle", "shardrec_shuffle_many_parts", "shardrec_shuffle"),
     ("many_parts_vs_one_part_no_shuffle", "shardrec_no_shuffle_many_parts", "shardrec_no_shuffle"),
@@ -265,9 +269,12 @@ def loader_ratios(runs: dict[str, list[Run]], too_small: str) -> dict[str, Ratio
     return {name: ratio(runs[a], runs[b], too_small=too_small) for name, a, b in RATIOS}
 
 
-def _torchrec_pipes(theirs: Path, global_batch: int) -> tuple[dict[str, Any], float, float]:
+def _torchrec_pipes(
+    theirs: Path, global_batch: int
+) -> tuple[dict[str, Any], float, tuple[float, float]]:
     """torchrec's pipes over the day in `theirs`: shuffle_batches on/off and the global shuffle;
-    the seconds a plain load into RAM takes, and those the global shuffle's build takes."""
+    the seconds a plain load into RAM takes, and the wall and CPU seconds of the global
+    shuffle's build."""
     from torchrec.datasets.criteo import InMemoryBinaryCriteoIterDataPipe
 
     paths = [[str(npy.day_file(theirs, 0, k))] for k in ("dense", "sparse", "labels")]
@@ -279,7 +286,7 @@ def _torchrec_pipes(theirs: Path, global_batch: int) -> tuple[dict[str, Any], fl
         for s in (True, False)
     }
     load_s = (time.perf_counter() - start) / 2
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     pipes["torchrec_global_shuffle"] = InMemoryBinaryCriteoIterDataPipe(
         "train",
         *paths,
@@ -289,7 +296,7 @@ def _torchrec_pipes(theirs: Path, global_batch: int) -> tuple[dict[str, Any], fl
         shuffle_training_set=True,
         shuffle_training_set_random_seed=0,
     )
-    return pipes, load_s, time.perf_counter() - start
+    return pipes, load_s, (time.perf_counter() - start, time.process_time() - cpu)
 
 
 def run_bench(
@@ -315,7 +322,7 @@ def run_bench(
             warm_page_cache(tmp)
         bytes_per_row = sum(p.stat().st_size for p in one.rglob("*.arrow")) / rows
         gbps = memcpy_gbps()
-        pipes, torchrec_load_s, global_shuffle_s = _torchrec_pipes(theirs, global_batch)
+        pipes, torchrec_load_s, global_shuffle = _torchrec_pipes(theirs, global_batch)
 
         def loader(directory: Path, shuffle: bool = True, compiled: bool | None = None):
             return build_loader(
@@ -345,25 +352,31 @@ def run_bench(
         resume = _resume_seconds(many, global_batch)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return _report(rows, parts, global_batch, rounds, bytes_per_row, gbps, runs, lengths) | {
+    report = _report(
+        rows, parts, global_batch, rounds, bytes_per_row, gbps, runs, lengths, global_shuffle
+    )
+    return report | {
         "torchrec_load_into_ram_s": round(torchrec_load_s, 4),
-        "torchrec_global_shuffle_build_s": round(global_shuffle_s, 4),
-        "torchrec_global_shuffle_epoch_rows_per_s": round(
-            _global_shuffle_epoch(rows, global_batch, global_shuffle_s, runs)
-        ),
         "shardrec_anon_memory_growth_mb": round(anon_growth / 1024, 1),
         "resume": resume,
         "shuffle_quality_drifting_labels": {k: round(v, 5) for k, v in quality.items()},
     }
 
 
-def _global_shuffle_epoch(
-    rows: int, global_batch: int, build_s: float, runs: dict[str, list[Run]]
-) -> float:
-    """Rows/s of an epoch of torchrec's global shuffle: its one shuffle into RAM, then the
-    in-order reads at their median rate."""
+def _global_shuffle_epochs(
+    rows: int, global_batch: int, build: tuple[float, float], reads: list[Run]
+) -> list[Run]:
+    """Per round, an epoch of torchrec's global shuffle: its one shuffle into RAM (`build`: wall
+    and CPU seconds, timed once), then the epoch's rows read in order at that round's rate."""
     epoch_rows = rows // global_batch * global_batch
-    return epoch_rows / (build_s + epoch_rows / summarize(runs["torchrec_global_shuffle"]).rate)
+    return [
+        Run(
+            epoch_rows,
+            build[0] + epoch_rows * r.wall_s / r.work,
+            build[1] + epoch_rows * r.cpu_s / r.work,
+        )
+        for r in reads
+    ]
 
 
 def _report(
@@ -375,14 +388,24 @@ def _report(
     gbps: float,
     runs: dict[str, list[Run]],
     lengths: dict[str, int],
+    global_shuffle_build: tuple[float, float],
 ) -> dict[str, Any]:
+    """The report of the timed runs; `global_shuffle_build`: the wall and CPU seconds of torchrec's
+    global shuffle at its pipe's build."""
     too_small = (
         f"{rows:,} rows fit in the CPU's caches; use --rows >= {MIN_ROWS:,}"
         if rows < MIN_ROWS
         else ""
     )
+    epochs = _global_shuffle_epochs(
+        rows, global_batch, global_shuffle_build, runs["torchrec_global_shuffle"]
+    )
     summaries = {k: summarize(v) for k, v in runs.items()}
     roofline = gbps * 1e9 / bytes_per_row
+    fraction: dict[str, Any] = {
+        k: round(summaries[k].rate / roofline, 3)
+        for k in ("shardrec_shuffle", "shardrec_no_shuffle")
+    }
     return {
         "rows": rows,
         "parts": parts,
@@ -397,12 +420,27 @@ def _report(
         "rows_per_s": {k: round(v.rate) for k, v in summaries.items()},
         "rows_per_cpu_s": {k: round(v.cpu_rate) for k, v in summaries.items()},
         "runs": {k: v.to_dict() for k, v in summaries.items()},
-        "ratios": {k: v.to_dict() for k, v in loader_ratios(runs, too_small).items()},
-        "fraction_of_roofline": {
-            k: round(summaries[k].rate / roofline, 3)
-            for k in ("shardrec_shuffle", "shardrec_no_shuffle")
+        "ratios": {
+            k: v.to_dict()
+            for k, v in loader_ratios({**runs, "torchrec_global_epoch": epochs}, too_small).items()
         },
+        "torchrec_global_shuffle_build_s": round(global_shuffle_build[0], 4),
+        "torchrec_global_shuffle_epoch_rows_per_s": round(summarize(epochs).rate),
+        # Like a ratio, a share of the roofline from rows that fit in the caches measures them.
+        "fraction_of_roofline": {"too_small": too_small} if too_small else fraction,
     }
+
+
+RATIO_LABELS = {
+    "shardrec_vs_torchrec_global_shuffle_reads": "shardrec vs torchrec global shuffle's in-order "
+    "reads, its shuffle untimed",
+    "shardrec_vs_torchrec_global_shuffle_epoch": "shardrec vs torchrec global shuffle's epoch, "
+    "its shuffle timed",
+}
+"""What a ratio compares, where its name does not say it."""
+ROW_LABELS = {
+    "torchrec_global_shuffle": "torchrec global shuffle, in-order reads (shuffle untimed)"
+}
 
 
 def print_result(r: dict[str, Any]) -> None:
@@ -419,7 +457,7 @@ def print_result(r: dict[str, Any]) -> None:
         table.add_column(column, justify="left" if column == "configuration" else "right")
     for name, s in r["runs"].items():
         table.add_row(
-            name.replace("_", " "),
+            ROW_LABELS.get(name, name.replace("_", " ")),
             f"{s['rate'] / 1e6:.2f}",
             f"{s['low'] / 1e6:.2f}-{s['high'] / 1e6:.2f}",
             f"{s['cpu_rate'] / 1e6:.2f}",
@@ -432,12 +470,16 @@ def print_result(r: dict[str, Any]) -> None:
     table.add_row("roofline (memcpy / bytes per row)", f"{r['roofline_rows_per_s'] / 1e6:.2f}")
     console.print(table)
     for name, value in r["ratios"].items():
-        console.print(f"{name.replace('_', ' ')}: {ratio_text(value)}", highlight=False)
+        label = RATIO_LABELS.get(name, name.replace("_", " "))
+        console.print(f"{label}: {ratio_text(value)}", highlight=False)
     q, resume = r["shuffle_quality_drifting_labels"], r["resume"]
     roof = r["fraction_of_roofline"]
+    if "too_small" in roof:
+        roof_text = f"too small to measure ({roof['too_small']})"
+    else:
+        roof_text = f"shuffle {roof['shardrec_shuffle']}, no shuffle {roof['shardrec_no_shuffle']}"
     console.print(
-        f"fraction of the roofline: shuffle {roof['shardrec_shuffle']}, no shuffle "
-        f"{roof['shardrec_no_shuffle']}; "
+        f"fraction of the roofline: {roof_text}; "
         f"memcpy {r['memcpy_gb_per_s']} GB/s, {r['bytes_per_row']} bytes/row; "
         f"torchrec load into RAM {r['torchrec_load_into_ram_s']} s, "
         f"global shuffle into RAM {r['torchrec_global_shuffle_build_s']} s; "

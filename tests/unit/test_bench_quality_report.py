@@ -1,0 +1,45 @@
+"""bench quality's report from the runs' progressive validation: what it says of its goals."""
+
+from __future__ import annotations
+
+from shardrec.tools.bench.train.quality_bench import QualityData, print_quality, summarise
+
+
+def _runs(aucs: dict[str, list[float]], seeds: list[int]) -> dict:
+    """Runs of two days per arm and seed: day 1's PV AUC given per arm, one per seed."""
+    maps = {"shared_row_share": 0.1, "admitted": 10, "evicted": 2}
+    return {
+        f"{arm}-seed{s}": [
+            {"pv": {"auc": 0.5}, "id_maps": maps},
+            {"pv": {"auc": auc}, "id_maps": maps},
+        ]
+        for arm, per_seed in aucs.items()
+        for s, auc in zip(seeds, per_seed)
+    }
+
+
+def _report(aucs: dict[str, list[float]], seeds: list[int]) -> dict:
+    data = QualityData(["day_0", "day_1"], {"C1": 4000, "C2": 2000})
+    collisions = [{"same_day": 0.1, "any_day_so_far": 0.2}] * 2
+    return summarise(_runs(aucs, seeds), collisions, data, 5000, seeds, 1)
+
+
+def test_one_seed_has_no_spread_to_beat_so_the_goal_is_not_measured(capsys):
+    report = _report({"managed": [0.80], "hashed": [0.78], "unbounded": [0.801]}, [1])
+    assert report["managed_beats_hashed"] is None
+    print_quality(report)
+    out = " ".join(capsys.readouterr().out.split())
+    assert (
+        "managed - hashed: +0.0200 (goal: above the largest spread: not measured (needs >= 2 seeds))"
+        in out
+    )
+    assert "met" not in out.split("managed - hashed:")[1].split(";")[0]
+
+
+def test_two_seeds_hold_the_difference_against_the_largest_spread(capsys):
+    aucs = {"managed": [0.80, 0.81], "hashed": [0.78, 0.785], "unbounded": [0.801, 0.811]}
+    report = _report(aucs, [1, 2])
+    assert report["managed_beats_hashed"] is True
+    print_quality(report)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "(goal: above the largest spread, 0.0100: met)" in out

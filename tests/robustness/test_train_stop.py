@@ -58,13 +58,13 @@ def _train(data: Path, run_dir: Path) -> subprocess.CompletedProcess:
     )
 
 
-def _start_slow(data: Path, run_dir: Path) -> subprocess.Popen:
+def _start(data: Path, run_dir: Path, nproc: int = 2, slow: bool = True) -> subprocess.Popen:
     """A training in a process group of its own, as a shell starts a job, slowed after every
-    step."""
+    step (`slow`)."""
     return subprocess.Popen(
-        _command(data, run_dir) + ["--nproc-per-node", "2", *JOB],
+        _command(data, run_dir) + ["--nproc-per-node", str(nproc), *JOB],
         start_new_session=True,
-        env={**os.environ, "SHARDREC_FAULT": "slow:1"},
+        env={**os.environ, "SHARDREC_FAULT": "slow:1"} if slow else None,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -116,7 +116,7 @@ def test_sigterm_and_ctrl_c_stop_after_a_checkpoint_and_the_rerun_is_bit_exact(
 
     # SIGTERM to the launcher alone (Kubernetes, `kill PID`).
     run = tmp_path / "sigterm"
-    job = _start_slow(tiny_dataset, run)
+    job = _start(tiny_dataset, run)
     _wait_for_step(job, run, 3)
     os.kill(job.pid, signal.SIGTERM)
     _stopped_line(job, run)
@@ -136,7 +136,7 @@ def test_sigterm_and_ctrl_c_stop_after_a_checkpoint_and_the_rerun_is_bit_exact(
 
     # SIGINT to the launcher's process group (a terminal's Ctrl-C) and to every rank (Slurm).
     run = tmp_path / "sigint"
-    job = _start_slow(tiny_dataset, run)
+    job = _start(tiny_dataset, run)
     _wait_for_step(job, run, 3)
     ranks = trainer_ranks(run)
     assert len(ranks) == 2
@@ -219,14 +219,7 @@ def test_a_run_stopped_at_once_before_its_first_checkpoint_is_listed_as_stopped(
     tiny_dataset: Path, tmp_path: Path
 ) -> None:
     run = tmp_path / "run"
-    job = subprocess.Popen(
-        _command(tiny_dataset, run) + ["--nproc-per-node", "1", *JOB],
-        start_new_session=True,
-        env={**os.environ, "SHARDREC_FAULT": "slow:1"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    job = _start(tiny_dataset, run, nproc=1)
     deadline = time.monotonic() + 120
     while not (run / "config.toml").is_file() and time.monotonic() < deadline:
         time.sleep(0.05)  # rank 0 has started the run: it is one `shardrec runs` lists
@@ -274,13 +267,7 @@ def test_ctrl_c_while_torchrun_starts_stops_like_a_later_one(
     # The agent is still importing torch: before, it died there in a KeyboardInterrupt traceback
     # and the launcher said "training failed (torchrun exit code -2)".
     run = tmp_path / "run"
-    job = subprocess.Popen(
-        _command(tiny_dataset, run) + ["--nproc-per-node", "1", *JOB],
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    job = _start(tiny_dataset, run, nproc=1, slow=False)
     deadline = time.monotonic() + 120
     while not _agent_started(job) and time.monotonic() < deadline:
         time.sleep(0.005)

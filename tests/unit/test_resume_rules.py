@@ -12,7 +12,7 @@ import pytest
 from conftest import write_tiny_dataset
 
 from shardrec.dataloader.format.manifest import Manifest
-from shardrec.trainer.job.config import load_job_config
+from shardrec.trainer.job.config import JobConfig, load_job_config
 from shardrec.trainer.rundir import continuation
 from shardrec.trainer.rundir.lifecycle import (
     check_allow_keys,
@@ -73,15 +73,20 @@ def test_a_rerun_with_the_same_data_given_relative_announces_no_change(
 _GROWING = ('tables."*"={kind="managed", rows=100, admit_after=2}', "train.global_batch_size=64")
 
 
+def _growing_run(
+    tiny_dataset: Path, tmp_path: Path, change: str
+) -> tuple[Path, Manifest, JobConfig]:
+    """A run of managed tables with a checkpoint, its dataset, and its config with `change`."""
+    saved = load_job_config(None, [f'data.path="{tiny_dataset}"', *_GROWING])
+    run = _run_with_a_checkpoint(tmp_path, saved.to_toml())
+    changed = load_job_config(None, [f'data.path="{tiny_dataset}"', *_GROWING, change])
+    return run, Manifest.load(tiny_dataset), changed
+
+
 def test_a_changed_table_setting_is_named_by_its_key_and_accepted_by_it(
     tiny_dataset: Path, tmp_path: Path
 ) -> None:
-    saved = load_job_config(None, [f'data.path="{tiny_dataset}"', *_GROWING])
-    run = _run_with_a_checkpoint(tmp_path, saved.to_toml())
-    manifest = Manifest.load(tiny_dataset)
-    lfu = load_job_config(
-        None, [f'data.path="{tiny_dataset}"', *_GROWING, 'tables."*".policy="lfu"']
-    )
+    run, manifest, lfu = _growing_run(tiny_dataset, tmp_path, 'tables."*".policy="lfu"')
     with pytest.raises(ValueError) as caught:
         check_run_dir(run, lfu, manifest, [])
     assert str(caught.value) == (
@@ -103,12 +108,7 @@ def test_a_changed_table_setting_is_named_by_its_key_and_accepted_by_it(
 def test_a_changed_table_size_or_kind_is_refused_outright(
     tiny_dataset: Path, tmp_path: Path
 ) -> None:
-    saved = load_job_config(None, [f'data.path="{tiny_dataset}"', *_GROWING])
-    run = _run_with_a_checkpoint(tmp_path, saved.to_toml())
-    manifest = Manifest.load(tiny_dataset)
-    bigger = load_job_config(
-        None, [f'data.path="{tiny_dataset}"', *_GROWING, 'tables."*".rows=200']
-    )
+    run, manifest, bigger = _growing_run(tiny_dataset, tmp_path, 'tables."*".rows=200')
     with pytest.raises(ValueError) as caught:
         check_run_dir(run, bigger, manifest, ["tables"])
     assert str(caught.value) == (

@@ -33,3 +33,16 @@ def test_train_help_says_what_steps_count_in_a_run_that_goes_on() -> None:
     text = " ".join(shown.stdout.replace("│", " ").split())
     steps = text.split("--steps <int>", 1)[1][:300]
     assert "with --continue-on, the steps of the new stretch, counted from its first" in steps
+
+
+def test_a_groups_listing_shows_each_commands_summary_unbroken() -> None:
+    # On a wide terminal each summary is one row: the docstrings' line breaks used to cut them
+    # mid-sentence ("vs the memcpy roofline and torchrec's" / "pipe.").
+    for group, command, summary in (
+        ("bench", "loader", "vs the memcpy roofline and torchrec's pipe."),
+        ("spec", "show", "(the built-in Criteo spec where none was given)."),
+    ):
+        shown = CliRunner().invoke(app, [group, "--help"], env={"COLUMNS": "300"})
+        assert shown.exit_code == 0, shown.output
+        (row,) = [line for line in shown.stdout.splitlines() if f"│ {command} " in line]
+        assert summary in row, shown.stdout

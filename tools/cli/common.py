@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import json
 import logging
 import signal
@@ -57,7 +58,19 @@ def load_command(module_name: str, name: str) -> Any:
     module = importlib.import_module(module_name)
     holder = typer.Typer(pretty_exceptions_enable=False, add_completion=False)
     module.register(holder)
-    return typer.main.get_group(holder).commands[name]
+    command = typer.main.get_group(holder).commands[name]
+    _one_line_summaries(command)
+    return command
+
+
+def _one_line_summaries(command: Any) -> None:
+    """A group's listing (`shardrec bench --help`) shows each command's first paragraph with its
+    docstring's line breaks, which broke sentences mid-line ("... and torchrec's / pipe."): give
+    each the paragraph as one line (its short help), for the panel to wrap."""
+    for sub in getattr(command, "commands", {}).values():
+        if sub.short_help is None and sub.help:
+            sub.short_help = " ".join(inspect.cleandoc(sub.help).split("\n\n")[0].split())
+        _one_line_summaries(sub)
 
 
 def counted(n: int, noun: str) -> str:

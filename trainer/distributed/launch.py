@@ -332,7 +332,10 @@ def launch(
         env = rank_environment(nproc_per_node, job_id)
         env[LAUNCHER_DIR_ENV] = shared
         result = _supervise(
-            lambda: subprocess.Popen(command, env=env),
+            # A session of its own, as torchrun gives each rank: a terminal's Ctrl-C reaches this
+            # process alone (the stop file carries it on). In the agent's seconds of imports before
+            # torchrun_main ignores it, it ended the agent in a KeyboardInterrupt traceback.
+            lambda: subprocess.Popen(command, env=env, start_new_session=True),
             Path(shared) / STOP_FILE,
             stop_grace_s,
             notify,
@@ -381,19 +384,9 @@ def _supervise(
             sig: signal.signal(sig, lambda signum, frame: received.append(signum))
             for sig in STOP_SIGNALS
         }
-        # The agent starts with both ignored (an ignored signal stays so through exec): a Ctrl-C
-        # reaches it too (same process group), and in the seconds before torchrun_main ignores
-        # them itself, Python's default would end it in a KeyboardInterrupt traceback from
-        # wherever its imports were. This process takes the signal either way.
-        for sig in STOP_SIGNALS:
-            signal.signal(sig, signal.SIG_IGN)
-    try:
-        proc = start()
-    finally:
-        for sig in previous:
-            signal.signal(sig, lambda signum, frame: received.append(signum))
     first, deadline, forced = None, 0.0, ""
     try:
+        proc = start()  # after the handlers: a signal while it starts is a stop request too
         while True:
             try:
                 return LaunchResult(proc.wait(timeout=0.2), first, forced)
@@ -439,7 +432,8 @@ def torchrun_main(argv: list[str]) -> int:
     if os.environ.get(LAUNCHER_DIR_ENV):
         # `launch` turns SIGTERM/SIGINT into a stop request the ranks act on, and ends this agent
         # itself on a second one. torchrun's own handling would forward the signal to the ranks and
-        # kill them 30 s later; a terminal's Ctrl-C reaches this agent too (same process group).
+        # kill them 30 s later; a signal to every process of the job (Slurm's) reaches this agent
+        # too.
         argv = ["--signals-to-handle=SIGHUP,SIGQUIT", *argv]
         for sig in STOP_SIGNALS:
             signal.signal(sig, signal.SIG_IGN)

@@ -256,6 +256,19 @@ def record_syncs_and_renames(monkeypatch) -> list[str]:
     return events
 
 
+EVENT_SPEC = """
+[items.artist]
+file = "artist_item_mapping.parquet"
+value = "artist_id"
+
+[history]
+length = 12
+min_history = 4
+"""
+"""The event spec the event-log tests share (a Yambda-like log: `write_yambda_like`): the artist
+item map and a 12-event history."""
+
+
 TINY_MODEL = ("model.embedding_dim=8", "model.dense_arch=[16, 8]", "model.over_arch=[16, 1]")
 """A model small enough for end-to-end training runs of seconds (8-wide tables, 16-unit layers)."""
 

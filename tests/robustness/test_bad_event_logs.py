@@ -12,22 +12,9 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
-from helpers import assert_one_line_error, cli
+from helpers import EVENT_SPEC, assert_one_line_error, cli
 
 from shardrec.tools.synth.yambda import write_yambda_like
-
-SPEC = """
-[format]
-kind = "{kind}"
-
-[items.artist]
-file = "artist_item_mapping.parquet"
-value = "artist_id"
-
-[history]
-length = 12
-min_history = 4
-"""
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +31,7 @@ def _write(tmp_path: Path, table: pa.Table, kind: str) -> tuple[Path, Path]:
     maps = yambda_like(3_000, seed=1)["artist"]
     pq.write_table(pa.table(maps), tmp_path / "artist_item_mapping.parquet")
     spec = tmp_path / "spec.toml"
-    spec.write_text(SPEC.format(kind=kind))
+    spec.write_text(f'[format]\nkind = "{kind}"\n' + EVENT_SPEC)
     path = tmp_path / f"events.{kind}"
     if kind == "parquet":
         pq.write_table(table, path)

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from helpers import EVENT_SPEC
 
 from shardrec.dataloader.format.manifest import Manifest, dataset_fingerprint, older_fingerprints
 from shardrec.dataloader.spec.event_spec import load_event_spec
@@ -24,22 +25,12 @@ from shardrec.trainer.rundir import continuation, lifecycle
 from shardrec.trainer.rundir.checkpoint import checkpoint_signature, describe_mismatch
 from shardrec.trainer.rundir.lifecycle import dataset_record
 
-SPEC = """
-[items.artist]
-file = "artist_item_mapping.parquet"
-value = "artist_id"
-
-[history]
-length = 12
-min_history = 4
-{extra}
-"""
 DAY = 86400
 
 
 def _dataset(raw: Path, log: Path, out: Path, extra: str = "") -> Path:
     spec = raw / f"spec-{out.name}.toml"
-    spec.write_text(SPEC.format(extra=extra))
+    spec.write_text(EVENT_SPEC + extra)
     build_event_dataset([log], load_event_spec(spec), spec, out)
     return out
 
@@ -226,7 +217,7 @@ def test_the_fingerprints_event_keys_are_the_ones_that_decide_samples(tmp_path):
     from shardrec.dataloader.format.manifest import EVENT_SAMPLE_KEYS
 
     spec_file = tmp_path / "spec.toml"
-    spec_file.write_text(SPEC.format(extra=""))
+    spec_file.write_text(EVENT_SPEC)
     spec = load_event_spec(spec_file)
     sections = {"[label]": "played_ratio_min", "[history]": "history", "[split]": "split"}
     used = {

@@ -110,3 +110,24 @@ def _hstu_train_module(
             dedup=sequence_dedup,
         )
     return TrainModule(hstu, global_batch_size, env.world_size, loss_weight)
+
+
+def build_meta_model(
+    model_config: ModelConfig, configs: list[EmbeddingBagConfig], manifest: Manifest
+) -> torch.nn.Module:
+    """The job's model with its dense layers on the meta device, for counting what every rank holds
+    besides tables (`shardrec plan`'s dense footprint). ValueError for a model config that cannot
+    be built."""
+    names = [name for config in configs for name in config.feature_names]
+    if model_config.arch == "hstu":
+        with torch.device("meta"):
+            return build_hstu_model(
+                model_config, configs, manifest.sparse_features, len(manifest.dense_features)
+            )
+    return build_model(
+        model_config,
+        build_ebc(configs),
+        names,
+        len(manifest.dense_features),
+        dense_device="meta",
+    )

@@ -20,6 +20,7 @@ import heapq
 from dataclasses import dataclass
 
 import numpy as np
+from rich.table import Table
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 from shardrec.sharding.cost.comms import SPLITS_BYTES, Workload, table_comm_bytes
@@ -128,3 +129,34 @@ def simulate(
             )
         )
     return rows
+
+
+def _mib(n: float) -> str:
+    """Bytes as MiB with separators and one number of decimals for the column: 13,724.95."""
+    return f"{n / 2**20:,.2f}"
+
+
+def simulation_table(rows: list[SimRow], tables: int, per_rank: int) -> Table:
+    """`shardrec plan --simulate`'s table: MiB each rank sends per step, by ranks and placement."""
+    t = Table(
+        title=f"MiB sent per rank per step, {tables} tables, {per_rank:,} samples per rank (weak scaling)"
+    )
+    for col in (
+        "ranks",
+        "row-wise MiB",
+        "table-wise busiest MiB",
+        "2D MiB",
+        "2D group",
+        "2D of which sync MiB",
+    ):
+        t.add_column(col, justify="right")
+    for r in rows:
+        t.add_row(
+            f"{r.world_size:,}",
+            _mib(r.row_wise_bytes),
+            _mib(r.table_wise_max_bytes),
+            _mib(r.twod_bytes),
+            f"{r.group_size:,}",
+            _mib(r.twod_sync_bytes),
+        )
+    return t

@@ -1,11 +1,14 @@
-"""A readable report of a plan: per table where it lives, per rank what it costs."""
+"""A readable report of a plan: per table where it lives, per rank what it costs, the managed
+tables' proposed row budgets; and its placements for machines (`--json`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 from rich.table import Table
 
+from shardrec.embeddings.managed.row_budget import Proposal
 from shardrec.sharding.plan.plan_types import UNPOOLED, PlanFile
 
 MiB = 2**20
@@ -144,6 +147,28 @@ def ranks_table(plan: PlanFile, limit: int = 32) -> Table:
     return t
 
 
+def budgets_table(budgets: list[Proposal]) -> Table:
+    """The managed tables' proposed row budgets (trainer.job.planning.propose_row_budgets)."""
+    t = Table(
+        title="managed tables: row budgets from the data's distinct-id curve",
+        caption="wanted: rows that hold 99% of the lookups of ids seen admit_after times or more, "
+        "+10%; proposed: within the memory this plan leaves (equal lookups per byte where short); "
+        "kept: the proposed rows' share of all the feature's lookups",
+    )
+    for col in ("table", "distinct ids", "wanted", "proposed", "kept", "B/row (all ranks)"):
+        t.add_column(col, justify="right")
+    for b in budgets:
+        t.add_row(
+            b.feature,
+            f"{b.distinct:,}",
+            f"{b.wanted:,}",
+            f"{b.rows:,}",
+            f"{b.kept:.1%}",
+            f"{b.bytes_per_row:,.0f}",
+        )
+    return t
+
+
 def summary(plan: PlanFile) -> dict:
     """A short machine-readable summary (counts by sharding type, critical path)."""
     return {
@@ -155,6 +180,25 @@ def summary(plan: PlanFile) -> dict:
         "critical_rank": plan.estimate.critical_rank if plan.estimate is not None else None,
         "fingerprint": plan.fingerprint.digest,
         "sharding_group_size": plan.sharding_group_size,
+    }
+
+
+def placements(plan: PlanFile) -> dict:
+    """--json's per table placement (sharding type, ranks, kernel and, for cached tables, the cache:
+    rows, hit rates) and per-rank estimate of a plan."""
+    tables = [
+        {
+            "name": t.name,
+            "sharding_type": t.sharding_type,
+            "ranks": t.ranks,
+            "compute_kernel": t.compute_kernel,
+            **({"cache": dataclasses.asdict(t.cache)} if t.cache is not None else {}),
+        }
+        for t in plan.tables
+    ]
+    return {
+        "tables_plan": tables,
+        "estimate": plan.estimate.to_dict() if plan.estimate is not None else {},
     }
 
 

@@ -160,7 +160,8 @@ def test_plan_at_start_writes_the_plan_shardrec_plan_writes(
     from shardrec.sharding.machine.memory import dense_footprint
     from shardrec.trainer.distributed.dist import DistEnv
     from shardrec.trainer.job.config import load_job_config
-    from shardrec.trainer.model.build import build_train_module, plan_at_start
+    from shardrec.trainer.model.run_plan import plan_at_start
+    from shardrec.trainer.model.train_module import build_train_module
 
     job_path = _job(tmp_path, 't_f1 = { sharding_types = ["column_wise"], min_partition = 8 }')
     out = tmp_path / "plan.json"

@@ -30,7 +30,7 @@ from shardrec.sharding.torchrec.torchrec_plans import to_sharding_plan
 from shardrec.tools.cli.app import app
 from shardrec.trainer.distributed.dist import DistEnv
 from shardrec.trainer.job.config import JobConfig
-from shardrec.trainer.model import build
+from shardrec.trainer.model import build, run_plan, train_module
 from shardrec.trainer.model.objective import TRAIN_EBC_PATH
 
 BATCH = 64
@@ -124,7 +124,7 @@ def test_uvm_tables_are_sharded_on_cuda_with_the_fused_optimizer(
     plan, tables = _uvm_plan(tiny_dataset)
     job = JobConfig()
     cpu = DistEnv(0, 0, 1, 1, torch.device("cpu"), "gloo")
-    module = build.build_train_module(
+    module = train_module.build_train_module(
         job.model, Manifest.load(tiny_dataset), tables, cpu, global_batch_size=BATCH, seed=0
     )
     sharding = to_sharding_plan(plan, tables, TRAIN_EBC_PATH, 1, 1, "cuda")
@@ -179,6 +179,6 @@ def test_uvm_tables_on_cpu_are_refused_in_one_line(tiny_dataset: Path, tmp_path:
     with pytest.raises(
         ValueError, match="^table t_f0: compute_kernel fused_uvm_caching keeps its weights"
     ):
-        build.build_sharding_plan(
+        run_plan.build_sharding_plan(
             plan, tables, DistEnv(0, 0, 1, 1, torch.device("cpu"), "gloo"), BATCH
         )

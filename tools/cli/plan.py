@@ -64,29 +64,11 @@ def _load_job(config: Path | None, data: Path | None, overrides: list[str]):
 def _dense(job, configs, manifest):
     """The dense layers of the job's model, counted on the meta device (what every rank holds
     besides tables)."""
-    import torch
-
-    from shardrec.embeddings.tables import build_ebc
     from shardrec.sharding.machine.memory import dense_footprint
-    from shardrec.trainer.model.models import build_model
+    from shardrec.trainer.model.train_module import build_meta_model
 
-    names = [name for config in configs for name in config.feature_names]
     try:
-        if job.model.arch == "hstu":
-            from shardrec.trainer.model.hstu_model import build_hstu_model
-
-            with torch.device("meta"):
-                model = build_hstu_model(
-                    job.model, configs, manifest.sparse_features, len(manifest.dense_features)
-                )
-        else:
-            model = build_model(
-                job.model,
-                build_ebc(configs),
-                names,
-                len(manifest.dense_features),
-                dense_device="meta",
-            )
+        model = build_meta_model(job.model, configs, manifest)
     except ValueError as e:
         fail(str(e))
     return dense_footprint(model, job.optim.dense)
@@ -168,7 +150,7 @@ def plan(
     from shardrec.sharding.plan.plan_file import save_plan
     from shardrec.sharding.plan.plan_types import PlanDoesNotFitError
     from shardrec.sharding.planner import SEARCHES, plan_tables
-    from shardrec.trainer.job.planning import plan_request, propose_row_budgets
+    from shardrec.trainer.job.planning import plan_request, plan_topology, propose_row_budgets
 
     if world_size <= 0:
         raise typer.BadParameter(f"must be positive, got {world_size}", param_hint="'--world-size'")
@@ -181,7 +163,7 @@ def plan(
         _simulate(configs, statistics.stats, job, world_size, sync_every, json_out)
         return
     try:
-        topo = _topology(
+        topo = plan_topology(
             topology, world_size, local_world_size, memory_gib, profile, job.train.device
         )
         request = plan_request(
@@ -237,31 +219,6 @@ def _with_frequencies(statistics, directory: Path, job, configs, batches: int, q
     return dataclasses.replace(statistics, frequencies=curves)
 
 
-def _topology(
-    name: str,
-    world_size: int,
-    local_world_size: int,
-    memory_gib: float,
-    profile: Path | None,
-    job_device: str,
-):
-    """The topology `--topology` names; auto: where the job will train, train.device (a job set to
-    cpu plans for cpu-gloo; else this machine's CUDA devices if any,
-    sharding.hardware.detect_topology)."""
-    from dataclasses import replace
-
-    from shardrec.sharding.machine.hardware import detect_topology
-    from shardrec.sharding.machine.topology import build_topology
-
-    memory = int(memory_gib * 2**30) if memory_gib else None
-    if name == "auto" and job_device == "cpu":
-        name = "cpu-gloo"
-    if name != "auto":
-        return build_topology(name, world_size, local_world_size or None, memory, profile)
-    topo = detect_topology(world_size, local_world_size or None, profile)
-    return replace(topo, memory_bytes=memory, memory_source="user") if memory else topo
-
-
 def _print_plan(
     result,
     topology: str,
@@ -272,7 +229,7 @@ def _print_plan(
     budgets: list | None = None,
     tables: dict | None = None,
 ) -> None:
-    from shardrec.sharding.plan.report import ranks_table, summary, tables_table
+    from shardrec.sharding.plan.report import placements, ranks_table, summary, tables_table
 
     world_size = result.fingerprint.world_size
     if json_out:
@@ -281,7 +238,7 @@ def _print_plan(
                 **summary(result),
                 "seconds": round(seconds, 3),
                 "out": str(out) if out else None,
-                **_placed(result),
+                **placements(result),
                 **({"row_budgets": [dataclasses.asdict(b) for b in budgets]} if budgets else {}),
             }
         )
@@ -303,26 +260,10 @@ def _print_plan(
 
 def _print_budgets(budgets: list, tables: dict) -> None:
     """The managed tables' proposed row budgets, and the job file lines that set them."""
-    from rich.table import Table
+    from shardrec.sharding.plan.report import budgets_table
+    from shardrec.trainer.job.planning import budget_lines
 
-    t = Table(
-        title="managed tables: row budgets from the data's distinct-id curve",
-        caption="wanted: rows that hold 99% of the lookups of ids seen admit_after times or more, "
-        "+10%; proposed: within the memory this plan leaves (equal lookups per byte where short); "
-        "kept: the proposed rows' share of all the feature's lookups",
-    )
-    for col in ("table", "distinct ids", "wanted", "proposed", "kept", "B/row (all ranks)"):
-        t.add_column(col, justify="right")
-    for b in budgets:
-        t.add_row(
-            b.feature,
-            f"{b.distinct:,}",
-            f"{b.wanted:,}",
-            f"{b.rows:,}",
-            f"{b.kept:.1%}",
-            f"{b.bytes_per_row:,.0f}",
-        )
-    console.print(t)
+    console.print(budgets_table(budgets))
     console.print(
         'in the job file (a named table takes nothing from [tables."*"]: each line is its whole '
         "settings, the proposed rows in them):\n" + budget_lines(budgets, tables),
@@ -332,52 +273,8 @@ def _print_budgets(budgets: list, tables: dict) -> None:
     )
 
 
-def budget_lines(budgets: list, tables: dict) -> str:
-    """A `[tables]` section of one inline table per managed table: its settings as the job gives
-    them (what differs from the defaults, kind and rows always), the proposed rows in place."""
-    from shardrec.embeddings.managed.table_kinds import TableSettings
-    from shardrec.trainer.job.config import toml_key, toml_value
-
-    defaults = dataclasses.asdict(TableSettings())
-    lines = ["[tables]"]
-    for b in budgets:
-        settings = dataclasses.asdict(dataclasses.replace(tables[b.feature], rows=b.rows))
-        shown = {k: v for k, v in settings.items() if k in ("kind", "rows") or v != defaults[k]}
-        items = ", ".join(f"{k} = {toml_value(v)}" for k, v in shown.items())
-        lines.append(f"{toml_key(b.feature)} = {{ {items} }}")
-    return "\n".join(lines)
-
-
-def _placed(result) -> dict:
-    """--json's per table placement (sharding type, ranks, kernel and, for cached tables, the cache:
-    rows, hit rates) and per-rank estimate of a plan."""
-    import dataclasses
-
-    tables = [
-        {
-            "name": t.name,
-            "sharding_type": t.sharding_type,
-            "ranks": t.ranks,
-            "compute_kernel": t.compute_kernel,
-            **({"cache": dataclasses.asdict(t.cache)} if t.cache is not None else {}),
-        }
-        for t in result.tables
-    ]
-    return {
-        "tables_plan": tables,
-        "estimate": result.estimate.to_dict() if result.estimate is not None else {},
-    }
-
-
-def _mib(n: float) -> str:
-    """Bytes as MiB with separators and one number of decimals for the column: 13,724.95."""
-    return f"{n / 2**20:,.2f}"
-
-
 def _simulate(configs, stats, job, world_size: int, sync_every: int, json_out: bool) -> None:
-    from rich.table import Table
-
-    from shardrec.sharding.cost.simulate import simulate
+    from shardrec.sharding.cost.simulate import simulate, simulation_table
     from shardrec.sharding.plan.constraints import parse_constraints
     from shardrec.sharding.planner import pooling_factors
 
@@ -398,28 +295,7 @@ def _simulate(configs, stats, job, world_size: int, sync_every: int, json_out: b
             }
         )
         return
-    t = Table(
-        title=f"MiB sent per rank per step, {len(configs)} tables, {per_rank:,} samples per rank (weak scaling)"
-    )
-    for col in (
-        "ranks",
-        "row-wise MiB",
-        "table-wise busiest MiB",
-        "2D MiB",
-        "2D group",
-        "2D of which sync MiB",
-    ):
-        t.add_column(col, justify="right")
-    for r in rows:
-        t.add_row(
-            f"{r.world_size:,}",
-            _mib(r.row_wise_bytes),
-            _mib(r.table_wise_max_bytes),
-            _mib(r.twod_bytes),
-            f"{r.group_size:,}",
-            _mib(r.twod_sync_bytes),
-        )
-    console.print(t)
+    console.print(simulation_table(rows, len(configs), per_rank))
     console.print(
         f"2D: row-wise inside each group, replicas all-reduce their weights every {sync_every} step(s)"
     )
@@ -481,7 +357,7 @@ def show_cmd(
 ) -> None:
     """Reprint a saved plan file's report: the tables, the ranks and the estimate."""
     from shardrec.sharding.plan.plan_file import load_plan
-    from shardrec.sharding.plan.report import ranks_table, summary, tables_table
+    from shardrec.sharding.plan.report import placements, ranks_table, summary, tables_table
 
     if not plan_file.exists():
         fail(f"{plan_file}: does not exist")
@@ -490,7 +366,7 @@ def show_cmd(
     except ValueError as e:
         fail(str(e))
     if json_out:
-        print_json({**summary(result), **_placed(result)})
+        print_json({**summary(result), **placements(result)})
         return
     console.print(tables_table(result))
     console.print(ranks_table(result))

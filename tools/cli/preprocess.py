@@ -22,7 +22,7 @@ if (
     TYPE_CHECKING
 ):  # the pipeline and the spec parser are imported by the command, not by every CLI start
     from shardrec.dataloader.spec.feature_spec import FeatureSpec
-    from shardrec.tools.preprocess.pipeline import PreprocessResult
+    from shardrec.tools.preprocess.kept_rows import PreprocessResult
 
 
 class _Bar:

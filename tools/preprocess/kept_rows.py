@@ -1,6 +1,7 @@
-"""What a run kept, checked before its manifest is written: no dataset is made from input that is
-mostly not rows, from a file that is not rows of this format, or with a split whose lines were all
-skipped; a split an input of a few rows leaves empty is a warning.
+"""What a run kept: its manifest (write_manifest) and its summary (PreprocessResult), and the
+checks made before the manifest is written: no dataset is made from input that is mostly not
+rows, from a file that is not rows of this format, or with a split whose lines were all skipped;
+a split an input of a few rows leaves empty is a warning.
 
 The usual way such a dataset came about: a directory or a list of inputs holding a file of
 another format (a CSV beside Criteo's train.txt), taken as a day, its rows all skipped as
@@ -11,12 +12,19 @@ share of skipped rows allowed.
 from __future__ import annotations
 
 import logging
+import platform
+from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 
-from shardrec.dataloader.format.manifest import SPLITS
+import numpy as np
+
+from shardrec.dataloader.format.manifest import SPLITS, Manifest, PartInfo, SplitInfo
+from shardrec.tools.preprocess.ids.id_maps import MISSING_ID, OOV_ID
+from shardrec.tools.preprocess.parts.feature_stats import compute_feature_stats
 from shardrec.tools.preprocess.settings import PreprocessConfig
-from shardrec.tools.preprocess.task import Task
-from shardrec.tools.preprocess.task_markers import TaskResult
+from shardrec.tools.preprocess.task import Task, TaskOptions
+from shardrec.tools.preprocess.task_markers import TaskResult, read_marker
 
 logger = logging.getLogger(__name__)
 
@@ -149,4 +157,112 @@ def _check_splits(
         " and ".join(empty),
         counts,
         how,
+    )
+
+
+@dataclass
+class PreprocessResult:
+    manifest: Manifest | None  # None after a --part run that left tasks for others
+    lines: int
+    bytes: int
+    kept: dict[str, int]
+    skipped: dict[str, int]
+    errors: list[str]  # first malformed rows as `file:line: field: value (reason)`
+    tasks_run: int
+    tasks_total: int
+    cpu_s_by_stage: dict[str, float] = field(
+        default_factory=dict
+    )  # this process and its workers (cpu_stages)
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version(), "numpy": np.__version__}
+    try:
+        out["shardrec"] = metadata.version("shardrec")
+    except metadata.PackageNotFoundError:
+        pass
+    return out
+
+
+def partial_result(out: Path, tasks: list[Task], ran: int) -> PreprocessResult:
+    results = [r for r in (read_marker(out, t.index) for t in tasks) if r is not None]
+    return summarize(None, tasks, results, ran)
+
+
+def write_manifest(
+    cfg: PreprocessConfig,
+    layout: str,
+    tasks: list[Task],
+    results: list[TaskResult],
+    opts: TaskOptions,
+) -> Manifest:
+    splits: dict[str, SplitInfo] = {}
+    skipped: dict[str, int] = {}
+    for r in results:
+        for p in r.parts:
+            info = PartInfo(**p["part"])
+            s = splits.setdefault(p["split"], SplitInfo())
+            s.parts.append(info)
+            s.rows += info.rows
+        for k, v in r.skipped.items():
+            skipped[k] = skipped.get(k, 0) + v
+    splits = {s: splits.get(s, SplitInfo()) for s in SPLITS}
+    features = opts.features()
+    options = {
+        **cfg.fingerprint([Path(t.path) for t in {t.path: t for t in tasks}.values()]),
+        "layout": layout,
+        "splits": _split_note(layout, cfg.val_half),
+        "missing_id": MISSING_ID,
+        "oov_id": OOV_ID if cfg.min_count > 0 else None,
+        "hash": "1 + splitmix64(value) mod (cardinality - 1)" if cfg.min_count <= 0 else None,
+    }
+    dense = opts.parser.dense_names
+    manifest = Manifest(dense, features, splits, cfg.dense_dtype, options, _versions(), skipped)
+    for name, stats in compute_feature_stats(cfg.out, manifest).items():
+        manifest.feature(name).stats = stats
+    manifest.save(cfg.out)
+    return manifest
+
+
+def _split_note(layout: str, val_half: str) -> dict:
+    if layout == "kaggle":
+        return {"days": 7, "train_days": "0-5", "halved_day": 6, "val_half": val_half}
+    return {"train_days": "all files but the last", "halved_day": "last file", "val_half": val_half}
+
+
+def summarize(
+    manifest: Manifest | None, tasks: list[Task], results: list[TaskResult], ran: int
+) -> PreprocessResult:
+    kept: dict[str, int] = {}
+    skipped: dict[str, int] = {}
+    errors = []
+    by_index = {r.index: r for r in results}
+    lines_before: dict[str, int] = {}
+    for t in tasks:
+        r = by_index.get(t.index)
+        if r is None:
+            continue
+        for k, v in r.kept.items():
+            kept[k] = kept.get(k, 0) + v
+        for k, v in r.skipped.items():
+            skipped[k] = skipped.get(k, 0) + v
+        before = t.first_line if t.first_line >= 0 else lines_before.get(t.path, 0)
+        for local, name, value, reason in r.errors:
+            if len(errors) < 10:
+                where = (
+                    f"{t.path}: row {before + local + 1}"  # rows of a Parquet file, from 1
+                    if t.parquet
+                    else f"{t.path}:{before + local + 1 + int(t.header)}"
+                )
+                errors.append(f"{where}: {name}: {value} ({reason})")
+        lines_before[t.path] = before + r.lines
+    return PreprocessResult(
+        manifest,
+        sum(r.lines for r in results),
+        sum(r.bytes for r in results),
+        {s: kept[s] for s in SPLITS if s in kept},
+        skipped,
+        errors,
+        ran,
+        len(tasks),
     )

@@ -11,22 +11,15 @@ from __future__ import annotations
 
 import json
 import logging
-import platform
 from contextlib import nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import partial
-from importlib import metadata
 from pathlib import Path
 from typing import Protocol
 
-import numpy as np
-
-from shardrec.dataloader.format.manifest import MANIFEST, SPLITS, Manifest, PartInfo, SplitInfo
-from shardrec.dataloader.util.files import atomic_write_bytes
 from shardrec.dataloader.util.locks import WORK_DIR
 from shardrec.tools.preprocess import cpu_stages
 from shardrec.tools.preprocess.gz_stream import stream_gzip
-from shardrec.tools.preprocess.ids.id_maps import MISSING_ID, OOV_ID
 from shardrec.tools.preprocess.ids.vocab import (
     build_vocabularies,
     count_marker,
@@ -34,18 +27,27 @@ from shardrec.tools.preprocess.ids.vocab import (
     run_dirs,
 )
 from shardrec.tools.preprocess.inputs import discover_inputs, plan_tasks, resolve_layout
-from shardrec.tools.preprocess.kept_rows import check_rows_kept
+from shardrec.tools.preprocess.kept_rows import (
+    PreprocessResult,
+    check_rows_kept,
+    partial_result,
+    summarize,
+    write_manifest,
+)
 from shardrec.tools.preprocess.parse.text_parser import choose_parser
-from shardrec.tools.preprocess.parts.feature_stats import compute_feature_stats
 from shardrec.tools.preprocess.pool import Pool, map_tasks, shared_pool
-from shardrec.tools.preprocess.settings import PreprocessConfig
+from shardrec.tools.preprocess.settings import (
+    PreprocessConfig,
+    check_fingerprint,
+    remove_temporaries,
+)
 from shardrec.tools.preprocess.task import (
     Task,
     TaskOptions,
     process_setup,
     run_task_safely,
 )
-from shardrec.tools.preprocess.task_markers import TaskResult, read_marker, wait_for_writes
+from shardrec.tools.preprocess.task_markers import read_marker, wait_for_writes
 from shardrec.tools.preprocess.task_text import InputError
 from shardrec.tools.preprocess.vocab_count import count_task
 
@@ -60,93 +62,6 @@ class Progress(Protocol):
 
     def advance(self, disk_bytes: int, text_bytes: int, lines: int) -> None:
         """One task finished: its input bytes on disk, text bytes and lines."""
-
-
-@dataclass
-class PreprocessResult:
-    manifest: Manifest | None  # None after a --part run that left tasks for others
-    lines: int
-    bytes: int
-    kept: dict[str, int]
-    skipped: dict[str, int]
-    errors: list[str]  # first malformed rows as `file:line: field: value (reason)`
-    tasks_run: int
-    tasks_total: int
-    cpu_s_by_stage: dict[str, float] = field(
-        default_factory=dict
-    )  # this process and its workers (cpu_stages)
-
-
-def _versions() -> dict[str, str]:
-    out = {"python": platform.python_version(), "numpy": np.__version__}
-    try:
-        out["shardrec"] = metadata.version("shardrec")
-    except metadata.PackageNotFoundError:
-        pass
-    return out
-
-
-def _check_fingerprint(out: Path, fp: dict) -> None:
-    path = out / WORK_DIR / "run.json"
-    if path.is_file():
-        try:
-            old = json.loads(path.read_bytes())
-        except (
-            ValueError
-        ) as e:  # torn or not JSON: the outputs beside it cannot be matched to a run
-            raise ValueError(
-                f"{path}: unreadable run record ({e}); remove the directory or choose another --out"
-            ) from None
-        if not isinstance(old, dict) or old != fp:
-            diff = _settings_diff(old if isinstance(old, dict) else {}, fp)
-            raise ValueError(
-                f"{out}: holds a run with different {diff}; remove the directory or choose "
-                "another --out"
-            )
-    else:
-        # No record, but a dataset (or its parts) is there: its settings are unknown, and this run
-        # would replace its files one by one.
-        found = [out / MANIFEST] if (out / MANIFEST).is_file() else sorted(out.glob("*/part-*"))
-        if found:
-            raise ValueError(
-                f"{out}: holds a dataset ({found[0].relative_to(out)}) but no record of the run "
-                f"that wrote it ({WORK_DIR}/run.json); remove the directory or choose another --out"
-            )
-        atomic_write_bytes(path, json.dumps(fp, indent=1).encode())
-
-
-def _settings_diff(old: dict, new: dict) -> str:
-    """The settings that differ between the folder's run record and this run, every key of
-    either side: `raw_ids (all in the folder, not given now)`, a short value shown, a long one
-    (inputs, max_ids) named only."""
-    shown = []
-    for key in sorted(old.keys() | new.keys()):
-        if key in old and key in new:
-            if old[key] == new[key]:
-                continue
-            a, b = _setting_text(old[key]), _setting_text(new[key])
-            short = len(a) + len(b) <= 40
-            shown.append(f"{key} ({a} in the folder, {b} now)" if short else key)
-        elif key in old:
-            shown.append(f"{key} ({_setting_text(old[key])} in the folder, not given now)")
-        else:
-            shown.append(f"{key} (not in the folder's run, {_setting_text(new[key])} now)")
-    return ", ".join(shown) or "settings"
-
-
-def _setting_text(value: object) -> str:
-    if value is None:
-        return "not given"
-    if isinstance(value, list) and all(isinstance(v, str | int | float) for v in value):
-        return ",".join(str(v) for v in value)
-    return str(value)
-
-
-def _remove_temporaries(out: Path) -> None:
-    # Files a killed run left under temporary names; finished files are never named like this.
-    for p in out.rglob(".*.tmp*"):
-        if p.is_file():
-            p.unlink()
 
 
 def _build_vocab(
@@ -197,10 +112,10 @@ def _run(cfg: PreprocessConfig, progress: Progress | None) -> PreprocessResult:
     if not cfg.parquet:  # Parquet's columns are not parsed as text
         parser.warm_up()  # before any progress bar: its rate is parsing's, not the kernel's compile
     cfg.out.mkdir(parents=True, exist_ok=True)
-    _check_fingerprint(cfg.out, cfg.fingerprint(files, with_mtime=True))
+    check_fingerprint(cfg.out, cfg.fingerprint(files, with_mtime=True))
     if cfg.part is None:
         # With --part, other machines may be writing into the same directory right now.
-        _remove_temporaries(cfg.out)
+        remove_temporaries(cfg.out)
     opts = TaskOptions(
         str(cfg.out),
         parser,
@@ -234,7 +149,7 @@ def _run(cfg: PreprocessConfig, progress: Progress | None) -> PreprocessResult:
             if cfg.part is not None and not _all_counted(cfg.out, tasks):
                 _count(cfg, mine, opts, progress, pool)
                 if not _all_counted(cfg.out, tasks):
-                    return _partial(cfg.out, tasks, 0)
+                    return partial_result(cfg.out, tasks, 0)
             opts = _build_vocab(cfg, tasks, opts, progress, pool)
         done = {
             t.index: read_marker(cfg.out, t.index) for t in mine
@@ -246,11 +161,11 @@ def _run(cfg: PreprocessConfig, progress: Progress | None) -> PreprocessResult:
         _run_tasks(cfg, todo, opts, progress, pool)
     results = [done.get(t.index) or read_marker(cfg.out, t.index) for t in tasks]
     if any(r is None for r in results):
-        return _partial(cfg.out, tasks, len(todo) + len(streamed))
-    check_rows_kept(cfg, layout, tasks, results, _summarize(None, tasks, results, 0).errors)
+        return partial_result(cfg.out, tasks, len(todo) + len(streamed))
+    check_rows_kept(cfg, layout, tasks, results, summarize(None, tasks, results, 0).errors)
     with cpu_stages.stage(cpu_stages.STATS):
-        manifest = _finalize(cfg, layout, tasks, results, opts)
-    return _summarize(manifest, tasks, results, len(todo) + len(streamed))
+        manifest = write_manifest(cfg, layout, tasks, results, opts)
+    return summarize(manifest, tasks, results, len(todo) + len(streamed))
 
 
 def _run_tasks(
@@ -320,87 +235,3 @@ def _count_measured(task: Task, opts: TaskOptions) -> tuple[Path, dict[str, floa
     # a kept worker goes on to map the vocabularies: no counting heap held meanwhile
     release_freed_memory()
     return marker, cpu_stages.take()
-
-
-def _partial(out: Path, tasks: list[Task], ran: int) -> PreprocessResult:
-    results = [r for r in (read_marker(out, t.index) for t in tasks) if r is not None]
-    return _summarize(None, tasks, results, ran)
-
-
-def _finalize(
-    cfg: PreprocessConfig,
-    layout: str,
-    tasks: list[Task],
-    results: list[TaskResult],
-    opts: TaskOptions,
-) -> Manifest:
-    splits: dict[str, SplitInfo] = {}
-    skipped: dict[str, int] = {}
-    for r in results:
-        for p in r.parts:
-            info = PartInfo(**p["part"])
-            s = splits.setdefault(p["split"], SplitInfo())
-            s.parts.append(info)
-            s.rows += info.rows
-        for k, v in r.skipped.items():
-            skipped[k] = skipped.get(k, 0) + v
-    splits = {s: splits.get(s, SplitInfo()) for s in SPLITS}
-    features = opts.features()
-    options = {
-        **cfg.fingerprint([Path(t.path) for t in {t.path: t for t in tasks}.values()]),
-        "layout": layout,
-        "splits": _split_note(layout, cfg.val_half),
-        "missing_id": MISSING_ID,
-        "oov_id": OOV_ID if cfg.min_count > 0 else None,
-        "hash": "1 + splitmix64(value) mod (cardinality - 1)" if cfg.min_count <= 0 else None,
-    }
-    dense = opts.parser.dense_names
-    manifest = Manifest(dense, features, splits, cfg.dense_dtype, options, _versions(), skipped)
-    for name, stats in compute_feature_stats(cfg.out, manifest).items():
-        manifest.feature(name).stats = stats
-    manifest.save(cfg.out)
-    return manifest
-
-
-def _split_note(layout: str, val_half: str) -> dict:
-    if layout == "kaggle":
-        return {"days": 7, "train_days": "0-5", "halved_day": 6, "val_half": val_half}
-    return {"train_days": "all files but the last", "halved_day": "last file", "val_half": val_half}
-
-
-def _summarize(
-    manifest: Manifest | None, tasks: list[Task], results: list[TaskResult], ran: int
-) -> PreprocessResult:
-    kept: dict[str, int] = {}
-    skipped: dict[str, int] = {}
-    errors = []
-    by_index = {r.index: r for r in results}
-    lines_before: dict[str, int] = {}
-    for t in tasks:
-        r = by_index.get(t.index)
-        if r is None:
-            continue
-        for k, v in r.kept.items():
-            kept[k] = kept.get(k, 0) + v
-        for k, v in r.skipped.items():
-            skipped[k] = skipped.get(k, 0) + v
-        before = t.first_line if t.first_line >= 0 else lines_before.get(t.path, 0)
-        for local, name, value, reason in r.errors:
-            if len(errors) < 10:
-                where = (
-                    f"{t.path}: row {before + local + 1}"  # rows of a Parquet file, from 1
-                    if t.parquet
-                    else f"{t.path}:{before + local + 1 + int(t.header)}"
-                )
-                errors.append(f"{where}: {name}: {value} ({reason})")
-        lines_before[t.path] = before + r.lines
-    return PreprocessResult(
-        manifest,
-        sum(r.lines for r in results),
-        sum(r.bytes for r in results),
-        {s: kept[s] for s in SPLITS if s in kept},
-        skipped,
-        errors,
-        ran,
-        len(tasks),
-    )

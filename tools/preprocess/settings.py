@@ -1,12 +1,18 @@
 """The settings of one preprocessing run (`PreprocessConfig`): the one home of their defaults and
-help (`shardrec preprocess --help` shows each field's docstring), and what a rerun must match."""
+help (`shardrec preprocess --help` shows each field's docstring), and what a rerun must match: the
+record of the run in --out (check_fingerprint), and the files a killed run left
+(remove_temporaries)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from shardrec.dataloader.format.manifest import MANIFEST
+from shardrec.dataloader.util.files import atomic_write_bytes
+from shardrec.dataloader.util.locks import WORK_DIR
 from shardrec.tools.preprocess.ids.vocab import DEFAULT_MEMORY_MB
 from shardrec.tools.preprocess.inputs import LAYOUTS, InputNames
 from shardrec.tools.preprocess.parse.criteo_text import DENSE_TRANSFORMS, Schema
@@ -202,3 +208,66 @@ class PreprocessConfig:
             "dense_dtype": self.dense_dtype,
             "chunk_mb": self.chunk_mb,
         }
+
+
+def check_fingerprint(out: Path, fp: dict) -> None:
+    path = out / WORK_DIR / "run.json"
+    if path.is_file():
+        try:
+            old = json.loads(path.read_bytes())
+        except (
+            ValueError
+        ) as e:  # torn or not JSON: the outputs beside it cannot be matched to a run
+            raise ValueError(
+                f"{path}: unreadable run record ({e}); remove the directory or choose another --out"
+            ) from None
+        if not isinstance(old, dict) or old != fp:
+            diff = _settings_diff(old if isinstance(old, dict) else {}, fp)
+            raise ValueError(
+                f"{out}: holds a run with different {diff}; remove the directory or choose "
+                "another --out"
+            )
+    else:
+        # No record, but a dataset (or its parts) is there: its settings are unknown, and this run
+        # would replace its files one by one.
+        found = [out / MANIFEST] if (out / MANIFEST).is_file() else sorted(out.glob("*/part-*"))
+        if found:
+            raise ValueError(
+                f"{out}: holds a dataset ({found[0].relative_to(out)}) but no record of the run "
+                f"that wrote it ({WORK_DIR}/run.json); remove the directory or choose another --out"
+            )
+        atomic_write_bytes(path, json.dumps(fp, indent=1).encode())
+
+
+def _settings_diff(old: dict, new: dict) -> str:
+    """The settings that differ between the folder's run record and this run, every key of
+    either side: `raw_ids (all in the folder, not given now)`, a short value shown, a long one
+    (inputs, max_ids) named only."""
+    shown = []
+    for key in sorted(old.keys() | new.keys()):
+        if key in old and key in new:
+            if old[key] == new[key]:
+                continue
+            a, b = _setting_text(old[key]), _setting_text(new[key])
+            short = len(a) + len(b) <= 40
+            shown.append(f"{key} ({a} in the folder, {b} now)" if short else key)
+        elif key in old:
+            shown.append(f"{key} ({_setting_text(old[key])} in the folder, not given now)")
+        else:
+            shown.append(f"{key} (not in the folder's run, {_setting_text(new[key])} now)")
+    return ", ".join(shown) or "settings"
+
+
+def _setting_text(value: object) -> str:
+    if value is None:
+        return "not given"
+    if isinstance(value, list) and all(isinstance(v, str | int | float) for v in value):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def remove_temporaries(out: Path) -> None:
+    # Files a killed run left under temporary names; finished files are never named like this.
+    for p in out.rglob(".*.tmp*"):
+        if p.is_file():
+            p.unlink()

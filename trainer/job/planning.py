@@ -1,11 +1,13 @@
 """The one conversion of a job into the planner's request: what `shardrec plan` plans and what
-training plans at start-up when it is given no plan file, so that both make the same plan; and the
-row budgets `shardrec plan` proposes for managed tables within the memory the plan leaves."""
+training plans at start-up when it is given no plan file, so that both make the same plan; the
+topology `shardrec plan --topology` names for the job; and the row budgets `shardrec plan` proposes
+for managed tables within the memory the plan leaves, with the job file lines that set them."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from pathlib import Path
 
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
@@ -13,12 +15,19 @@ from shardrec.embeddings.managed.map_memory import id_map_bytes
 from shardrec.embeddings.managed.row_budget import CountCurve, Proposal, propose_rows
 from shardrec.embeddings.managed.table_kinds import TableSettings
 from shardrec.embeddings.sparse_optimizers import state_bytes
+from shardrec.sharding.machine.hardware import detect_topology
 from shardrec.sharding.machine.memory import DenseFootprint
-from shardrec.sharding.machine.topology import ClusterTopology
+from shardrec.sharding.machine.topology import ClusterTopology, build_topology
 from shardrec.sharding.plan.plan_types import PlanFile
 from shardrec.sharding.planner import POOLING_STAT_KEY
 from shardrec.sharding.search.request import DatasetStatistics, PlanRequest
-from shardrec.trainer.job.config import OptimConfig, ShardingConfig, TrainConfig
+from shardrec.trainer.job.config import (
+    OptimConfig,
+    ShardingConfig,
+    TrainConfig,
+    toml_key,
+    toml_value,
+)
 
 
 def plan_request(
@@ -67,6 +76,26 @@ def plan_request(
     )
 
 
+def plan_topology(
+    name: str,
+    world_size: int,
+    local_world_size: int,
+    memory_gib: float,
+    profile: Path | None,
+    job_device: str,
+) -> ClusterTopology:
+    """The topology `--topology` names; auto: where the job will train, train.device (a job set to
+    cpu plans for cpu-gloo; else this machine's CUDA devices if any,
+    sharding.hardware.detect_topology)."""
+    memory = int(memory_gib * 2**30) if memory_gib else None
+    if name == "auto" and job_device == "cpu":
+        name = "cpu-gloo"
+    if name != "auto":
+        return build_topology(name, world_size, local_world_size or None, memory, profile)
+    topo = detect_topology(world_size, local_world_size or None, profile)
+    return dataclasses.replace(topo, memory_bytes=memory, memory_source="user") if memory else topo
+
+
 def propose_row_budgets(
     plan: PlanFile,
     configs: list[EmbeddingBagConfig],
@@ -102,3 +131,16 @@ def propose_row_budgets(
         else 0
     )
     return propose_rows(curves, admit, per_row, free + current)
+
+
+def budget_lines(budgets: list[Proposal], tables: Mapping[str, TableSettings]) -> str:
+    """A `[tables]` section of one inline table per managed table: its settings as the job gives
+    them (what differs from the defaults, kind and rows always), the proposed rows in place."""
+    defaults = dataclasses.asdict(TableSettings())
+    lines = ["[tables]"]
+    for b in budgets:
+        settings = dataclasses.asdict(dataclasses.replace(tables[b.feature], rows=b.rows))
+        shown = {k: v for k, v in settings.items() if k in ("kind", "rows") or v != defaults[k]}
+        items = ", ".join(f"{k} = {toml_value(v)}" for k, v in shown.items())
+        lines.append(f"{toml_key(b.feature)} = {{ {items} }}")
+    return "\n".join(lines)

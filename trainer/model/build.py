@@ -1,19 +1,13 @@
-"""build_* functions of the trainer: the model with its loss, the sharding plan, the sharded model
-and its after-backward optimizer. The tables themselves, their initial weights and the sparse
-optimizer are shardrec.embeddings'.
-
-The dense layers' initial weights are drawn here, before sharding, from a seeded global RNG, so
-that two runs that differ only in their plan or world size start equal (the tables' weights are
-plan-independent by construction: shardrec.embeddings.init).
+"""build_* functions of the trainer: the sharded model and its after-backward optimizer, from the
+train module (train_module.py) and the plan (run_plan.py). The tables themselves, their initial
+weights and the sparse optimizer are shardrec.embeddings'.
 """
 
 from __future__ import annotations
 
-import logging
 import warnings
 from collections.abc import Mapping
 
-import torch
 import torch.distributed as dist
 from torchrec.distributed import comm_ops
 from torchrec.distributed.model_parallel import DistributedModelParallel
@@ -29,212 +23,29 @@ from shardrec.embeddings.optim import (
     replicated_table_optimizer,
     replicated_table_params,
 )
-from shardrec.embeddings.tables import build_ebc, build_table_configs
-from shardrec.sharding.machine.hardware import DeviceMemory, cuda_device_memory, detect_topology
-from shardrec.sharding.machine.memory import DenseFootprint, dense_footprint
-from shardrec.sharding.plan.device_fit import check_plan_fits_devices, check_plan_fits_host
-from shardrec.sharding.plan.plan_file import check_kernels_run_on, check_plan, plan_fingerprint
+from shardrec.embeddings.tables import build_table_configs
+from shardrec.sharding.machine.memory import dense_footprint
 from shardrec.sharding.plan.plan_types import PlanFile
-from shardrec.sharding.planner import plan_tables
-from shardrec.sharding.search.request import DatasetStatistics
 from shardrec.sharding.torchrec.sharders import (
     FUSED_KERNELS,
     build_sharders,
     plan_fused_params,
 )
-from shardrec.sharding.torchrec.torchrec_plans import to_sharding_plan
 from shardrec.trainer.distributed.dist import DistEnv
 from shardrec.trainer.job.config import ModelConfig, OptimConfig, ShardingConfig, TrainConfig
-from shardrec.trainer.job.planning import plan_request
-from shardrec.trainer.job.precision import check_precision, resolve_precision
-from shardrec.trainer.job.preflight import check_trainable
-from shardrec.trainer.model.hstu_model import build_hstu_model
-from shardrec.trainer.model.models import build_model, dense_parameters, resolve_compile
 from shardrec.trainer.model.objective import TRAIN_EBC_PATH, TRAIN_EC_PATH, TrainModule
+from shardrec.trainer.model.run_plan import (
+    build_sharding_plan,
+    check_plan_fits,
+    gather_devices,
+    plan_at_start,
+)
+from shardrec.trainer.model.train_module import build_train_module
 from shardrec.trainer.model.train_optimizer import (
     TrainOptimizer,
     build_dense_optimizer,
     dlrm_schedule,
 )
-
-logger = logging.getLogger(__name__)
-
-
-def build_train_module(
-    model_config: ModelConfig,
-    manifest: Manifest,
-    tables: list[EmbeddingBagConfig],
-    env: DistEnv,
-    *,
-    global_batch_size: int,
-    seed: int,
-    precision: str = "fp32",
-    allow_emulated_bf16: bool = False,
-    compile_setting: str = "off",
-    sequence_dedup: bool = False,
-    loss_weight: float = 1.0,
-) -> TrainModule:
-    """The unsharded model (embeddings on the meta device, dense layers on `env.device`) wrapped
-    with its loss; `seed` seeds the dense layers' initial weights; `precision`, `compile_setting`
-    and `allow_emulated_bf16` are train.precision, train.compile and train.allow_emulated_bf16;
-    `sequence_dedup` (HSTU) sends each table's distinct ids only. ValueError for bf16 on a device
-    that only emulates it, unless allowed (the slowdown is measured and said)."""
-    if model_config.arch == "hstu":
-        return _hstu_train_module(
-            model_config,
-            manifest,
-            tables,
-            env,
-            global_batch_size=global_batch_size,
-            seed=seed,
-            precision=precision,
-            compile_setting=compile_setting,
-            sequence_dedup=sequence_dedup,
-            loss_weight=loss_weight,
-        )
-    device_type = env.device.type
-    resolved = resolve_precision(precision, device_type)
-    note = check_precision(resolved, device_type, allow_emulated_bf16)
-    if env.is_main and note:
-        logger.warning(note)
-    if env.is_main and precision == "auto":
-        logger.info("train.precision = auto: %s on this %s", resolved, device_type)
-    torch.manual_seed(seed)
-    model = build_model(
-        model_config,
-        build_ebc(tables, "meta"),
-        [name for t in tables for name in t.feature_names],
-        len(manifest.dense_features),
-        dense_device=env.device,
-        precision=resolved,
-    )
-    if resolve_compile(compile_setting, device_type, dense_parameters(model)):
-        if env.is_main:
-            logger.info("compiling the dense layers and the interaction (train.compile)")
-        model.compile_dense(fall_back=compile_setting == "auto")
-    return TrainModule(model, global_batch_size, env.world_size, loss_weight)
-
-
-def _hstu_train_module(
-    model_config: ModelConfig,
-    manifest: Manifest,
-    tables: list[EmbeddingBagConfig],
-    env: DistEnv,
-    *,
-    global_batch_size: int,
-    seed: int,
-    precision: str,
-    compile_setting: str,
-    sequence_dedup: bool,
-    loss_weight: float,
-) -> TrainModule:
-    """HSTU's train module: fp32 (train.precision auto means fp32 here), not compiled."""
-    if precision not in ("fp32", "auto"):
-        raise ValueError(f'train.precision = "{precision}": HSTU trains in fp32 here (use "fp32")')
-    if compile_setting == "on":
-        raise ValueError(
-            'train.compile = "on": HSTU\'s layers are not compiled (use "auto" or "off")'
-        )
-    torch.manual_seed(seed)
-    with torch.device(env.device):  # the dense layers; the tables stay on the meta device
-        hstu = build_hstu_model(
-            model_config,
-            tables,
-            manifest.sparse_features,
-            len(manifest.dense_features),
-            dedup=sequence_dedup,
-        )
-    return TrainModule(hstu, global_batch_size, env.world_size, loss_weight)
-
-
-def plan_at_start(
-    tables: list[EmbeddingBagConfig],
-    manifest: Manifest,
-    env: DistEnv,
-    *,
-    train: TrainConfig,
-    sharding: ShardingConfig,
-    optim: OptimConfig,
-    dense: DenseFootprint | None = None,
-    devices: list[DeviceMemory] | None = None,
-    table_settings: Mapping[str, TableSettings] | None = None,
-    stretch_steps: int = 0,
-) -> PlanFile:
-    """Plan with shardrec's planner when no plan file is given, with the request `shardrec plan`
-    makes of this job (trainer.job.planning): rank 0 plans, every rank gets it. On CUDA,
-    `devices` (every rank's, gather_devices) make the topology: their model and free memory."""
-    holder: list[PlanFile | None] = [None]
-    if env.rank == 0:
-        topology = (
-            detect_topology(env.world_size, env.local_world_size, devices=devices)
-            if devices
-            else None
-        )
-        request = plan_request(
-            tables,
-            DatasetStatistics.from_manifest(manifest),
-            train=train,
-            sharding=sharding,
-            optim=optim,
-            world_size=env.world_size,
-            local_world_size=env.local_world_size,
-            device_kind=env.device.type,
-            topology=topology,
-            dense=dense,
-            tables=table_settings,
-            stretch_steps=stretch_steps,
-        )
-        holder[0] = plan_tables(request)
-    if dist.is_initialized() and env.world_size > 1:
-        dist.broadcast_object_list(holder, src=0)
-    assert holder[0] is not None
-    return holder[0]
-
-
-def gather_devices(env: DistEnv) -> list[DeviceMemory] | None:
-    """Every rank's CUDA device with its free memory, in rank order (one all_gather_object: each
-    rank asks only its own device, opening no context on another's); None on CPU."""
-    if env.device.type != "cuda":
-        return None
-    own = cuda_device_memory(
-        env.device.index if env.device.index is not None else torch.cuda.current_device()
-    )
-    if not (dist.is_initialized() and env.world_size > 1):
-        return [own]
-    gathered: list[DeviceMemory | None] = [None] * env.world_size
-    dist.all_gather_object(gathered, own)
-    return [d for d in gathered if d is not None]
-
-
-def check_plan_fits(plan: PlanFile, devices: list[DeviceMemory] | None, env: DistEnv) -> None:
-    """Refuse a plan whose estimate for a rank exceeds its device's free memory, or whose UVM
-    tables exceed their host's available memory (CUDA; a no-op on CPU)."""
-    if not devices:
-        return
-    lws = env.local_world_size
-    names = [f"cuda:{rank % lws}, {d.name}" for rank, d in enumerate(devices)]
-    check_plan_fits_devices(plan, [d.free_bytes for d in devices], env.device.type, names)
-    check_plan_fits_host(plan, [d.host_available_bytes for d in devices], lws)
-
-
-def build_sharding_plan(
-    plan: PlanFile, tables: list[EmbeddingBagConfig], env: DistEnv, global_batch_size: int
-) -> ShardingPlan:
-    """Check a plan file against this job (StalePlanError says what differs) and convert it."""
-    check_kernels_run_on(
-        plan, env.device.type
-    )  # before the fingerprint: it says why and what to do
-    check_plan(plan, plan_fingerprint(tables, env.world_size, global_batch_size, env.device.type))
-    check_trainable(plan)
-    return to_sharding_plan(
-        plan,
-        tables,
-        TRAIN_EBC_PATH,
-        env.world_size,
-        env.local_world_size,
-        env.device.type,
-        unpooled_path=TRAIN_EC_PATH,
-    )
 
 
 def trainer_sharders(qcomm: str | None, plan: PlanFile | None = None) -> list:

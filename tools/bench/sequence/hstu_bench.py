@@ -82,7 +82,7 @@ def _plain_runner(job, env, mha=None):
     from shardrec.embeddings.tables import build_table_configs
     from shardrec.tools.bench.sequence.plain_stu import PlainSTULayer
     from shardrec.trainer.loop.steps import StepRunner
-    from shardrec.trainer.model import build
+    from shardrec.trainer.model import build, run_plan, train_module
     from shardrec.trainer.model.objective import TRAIN_EBC_PATH, TRAIN_EC_PATH
 
     cfg = job.config
@@ -90,7 +90,7 @@ def _plain_runner(job, env, mha=None):
     tables = build_table_configs(
         manifest, cfg.model.embedding_dim, cfg.model.dims, unpooled_sequences=True
     )
-    module = build.build_train_module(
+    module = train_module.build_train_module(
         cfg.model,
         manifest,
         tables,
@@ -103,7 +103,7 @@ def _plain_runner(job, env, mha=None):
     module.model.layers = nn.ModuleList(
         PlainSTULayer.like(layer, cfg.model.hstu_max_seq_len, mha) for layer in module.model.layers
     )
-    plan = build.build_sharding_plan(job.plan, tables, env, cfg.train.global_batch_size)
+    plan = run_plan.build_sharding_plan(job.plan, tables, env, cfg.train.global_batch_size)
     model = build.shard_model(module, plan, env, cfg.optim, qcomm=None, plan_file=job.plan)
     init_embedding_weights(
         model, tables, cfg.train.seed, ebc_path=TRAIN_EBC_PATH, ec_path=TRAIN_EC_PATH

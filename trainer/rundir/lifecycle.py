@@ -135,9 +135,10 @@ def spec_differences(record: dict[str, Any], manifest: Manifest) -> str:
 
 
 def recorded_data(record: dict[str, Any], manifest: Manifest) -> bool:
-    """Whether `manifest` is the dataset a run recorded: its fingerprint, or the form recorded
-    before an event log's covered its spec (then the spec settings the record keeps, if any, must
-    be the dataset's: a record from before them cannot tell, and is taken at its word)."""
+    """Whether `manifest` is the dataset a run recorded: its fingerprint, or a form recorded
+    before an event log's covered its files or its spec (manifest.older_fingerprints; then the
+    spec settings the record keeps, if any, must be the dataset's: a record from before them
+    cannot tell, and is taken at its word, as it was then)."""
     recorded = record.get("fingerprint")
     if recorded == dataset_fingerprint(manifest):
         return True

@@ -24,6 +24,12 @@ from shardrec.trainer.job.config import load_job_config
 from shardrec.trainer.rundir import continuation, lifecycle
 from shardrec.trainer.rundir.checkpoint import checkpoint_signature, describe_mismatch
 from shardrec.trainer.rundir.lifecycle import dataset_record
+from shardrec.trainer.rundir.stretches import (
+    Stretch,
+    read_stretches,
+    unsaved_stretch,
+    write_stretches,
+)
 
 DAY = 86400
 
@@ -251,6 +257,33 @@ def test_a_run_recorded_before_fingerprints_covered_the_events_still_resumes_and
         config.model, config.optim, [], dataset_fingerprint(m), older_fingerprints(m)
     )
     assert describe_mismatch(saved, now) == ""
+
+
+@pytest.mark.parametrize("covered", ["spec", "nothing"])
+def test_a_stretch_begun_before_and_stopped_before_its_checkpoint_begins_again(
+    data, tmp_path, covered
+):
+    """A stretch on `later` begun by a shardrec whose fingerprint did not cover the event files
+    (or the spec), stopped before its first checkpoint: going on with `later` again begins it
+    again as a new stretch, not a resume of a stretch that saved nothing."""
+    trained, later = data["trained"], data["later"]
+    run = _run(tmp_path, trained)
+    here = Manifest.load(later)
+    old = _old_fingerprint(later, spec=covered == "spec")
+    first = Stretch(0, str(trained), dataset_fingerprint(Manifest.load(trained)), 0, 4)
+    write_stretches(run, [first, Stretch(1, str(later), old, 4)])
+    # What rank 0 wrote once stretches.json listed the stretch: the run names its data.
+    record = json.loads(dataset_record(str(later), here))
+    (run / "dataset.json").write_text(json.dumps(record | {"fingerprint": old}))
+    config = load_job_config(None, [f'data.path="{later}"', "train.steps=4"])
+    (run / "config.toml").write_text(config.to_toml())
+    # (None: train; True: as a new stretch), what `shardrec train` and the ranks act on; before,
+    # (None, False): a resume, as if the stretch had a checkpoint of its own.
+    assert continuation.check_continuing_job(run, config, []) == (None, True)
+    stretches = read_stretches(run)
+    new, older = dataset_fingerprint(here), older_fingerprints(here)
+    assert unsaved_stretch(stretches, new, 4, older) == stretches[1]
+    assert unsaved_stretch(stretches, new, 5, older) is None  # it saved step 5: not begun again
 
 
 def test_a_click_logs_fingerprint_is_unchanged(tiny_dataset):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from shardrec.dataloader.format.manifest import dataset_fingerprint
+from shardrec.dataloader.format.manifest import dataset_fingerprint, older_fingerprints
 from shardrec.dataloader.loader import NO_SHUFFLE, build_loader
 from shardrec.trainer.job import data_options
 from shardrec.trainer.loop.progress import TrainReporter
@@ -86,9 +86,9 @@ def start_stretch_records(
     if not job.env.is_main:
         return
     assert job.manifest is not None
-    fingerprint = dataset_fingerprint(job.manifest)
+    fingerprint, older = dataset_fingerprint(job.manifest), older_fingerprints(job.manifest)
     stretches = read_stretches(job.run_dir)
-    if unsaved_stretch(stretches, fingerprint, p.step) is not None:
+    if unsaved_stretch(stretches, fingerprint, p.step, older) is not None:
         stretches.pop()  # begun before, stopped before its first checkpoint: listed once, anew
     if not stretches:  # the run's first continuation: its first stretch, from its dataset record
         prev = previous or {}

@@ -30,12 +30,13 @@ def check_continue(run_dir: Path, config: JobConfig, manifest: Manifest, allow: 
             f"{run_dir}: no checkpoint to continue from; train it first (without --continue-on)"
         )
     record = lifecycle.read_dataset_record(run_dir) or {}
-    new = dataset_fingerprint(manifest)
+    # A stretch recorded by an earlier shardrec keeps an older form of its data's fingerprint.
+    new, older = dataset_fingerprint(manifest), older_fingerprints(manifest)
     stretches = read_stretches(run_dir)
-    unsaved = unsaved_stretch(stretches, new, run.step)
+    unsaved = unsaved_stretch(stretches, new, run.step, older)
     if lifecycle.recorded_data(record, manifest) and unsaved is None:
         return lifecycle.check_run_dir(run_dir, config, manifest, allow)
-    forms = (new, *older_fingerprints(manifest))  # a stretch recorded before keeps an older form
+    forms = (new, *older)
     earlier = next((s for s in stretches if s.fingerprint in forms and s is not unsaved), None)
     if earlier is not None:
         raise ValueError(

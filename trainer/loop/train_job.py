@@ -214,7 +214,7 @@ def build_job(
         multihot=multihot,
     )
     eval_batch = config.eval.batch_size or t.global_batch_size
-    check_against_dataset(config, seen, env.world_size)
+    check_against_dataset(config, seen)
     eval_loaders = {
         split: build_loader(
             data_dir,

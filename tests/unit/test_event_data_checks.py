@@ -21,15 +21,15 @@ from shardrec.tools.preprocess.events.event_dataset import build_event_dataset
 from shardrec.tools.synth.yambda import write_yambda_like
 from shardrec.trainer.inference.eval_request import run_dataset
 from shardrec.trainer.job.config import load_job_config
-from shardrec.trainer.rundir import continuation, lifecycle
 from shardrec.trainer.rundir.checkpoint import checkpoint_signature, describe_mismatch
-from shardrec.trainer.rundir.lifecycle import dataset_record
-from shardrec.trainer.rundir.stretches import (
+from shardrec.trainer.rundir.life import continuation, lifecycle, trained_data
+from shardrec.trainer.rundir.life.stretches import (
     Stretch,
     read_stretches,
     unsaved_stretch,
     write_stretches,
 )
+from shardrec.trainer.rundir.life.trained_data import dataset_record
 
 DAY = 86400
 
@@ -206,7 +206,7 @@ def test_resuming_or_evaluating_on_other_events_of_the_same_spec_and_sizes_is_re
     run, path = _remade(tmp_path, data, by="replayed")
     trained, here = Manifest.load(data["trained"]), Manifest.load(path)
     # Alike in all that the fingerprint covered before it covered the event files.
-    assert lifecycle.preprocessing(here) == lifecycle.preprocessing(trained)
+    assert trained_data.preprocessing(here) == trained_data.preprocessing(trained)
     assert here.splits == trained.splits
     assert here.events["parts"] != trained.events["parts"]
     was, now = dataset_fingerprint(trained)[:12], dataset_fingerprint(here)[:12]

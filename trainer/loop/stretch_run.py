@@ -17,14 +17,14 @@ from shardrec.trainer.job import data_options
 from shardrec.trainer.loop.progress import TrainReporter
 from shardrec.trainer.loop.steps import evaluate_batches
 from shardrec.trainer.loop.train_job import Job
-from shardrec.trainer.rundir import lifecycle
-from shardrec.trainer.rundir.metrics_log import auc_text
-from shardrec.trainer.rundir.stretches import (
+from shardrec.trainer.rundir.life import resume_settings
+from shardrec.trainer.rundir.life.stretches import (
     Stretch,
     read_stretches,
     unsaved_stretch,
     write_stretches,
 )
+from shardrec.trainer.rundir.metrics_log import auc_text
 
 
 def begin_stretch(job: Job) -> None:
@@ -98,7 +98,7 @@ def start_stretch_records(
     stretches.append(
         Stretch(
             p.stretch,
-            str(lifecycle.with_absolute_data_path(cfg).data.path),
+            str(resume_settings.with_absolute_data_path(cfg).data.path),
             fingerprint,
             p.step,
             pv=pv,
@@ -117,7 +117,7 @@ def end_stretch_records(job: Job, final: dict[str, Any], id_maps: dict[str, Any]
         if job.managed is None:
             return
         assert job.manifest is not None
-        path = lifecycle.with_absolute_data_path(job.config).data.path
+        path = resume_settings.with_absolute_data_path(job.config).data.path
         stretches = [Stretch(0, str(path), dataset_fingerprint(job.manifest), 0)]
     stretches[-1].last_step = job.progress.step
     stretches[-1].id_maps = id_maps

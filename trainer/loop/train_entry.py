@@ -50,8 +50,8 @@ def rank_main(
     from shardrec.trainer.loop.steps import NonFiniteLossError
     from shardrec.trainer.loop.train_job import build_job
     from shardrec.trainer.loop.train_loop import run_job
-    from shardrec.trainer.rundir import lifecycle
-    from shardrec.trainer.rundir.continuation import check_continuing_job
+    from shardrec.trainer.rundir.life import lifecycle, run_state
+    from shardrec.trainer.rundir.life.continuation import check_continuing_job
     from shardrec.trainer.rundir.lock import acquire_run_lock
 
     is_main = launched_rank() == 0
@@ -116,7 +116,7 @@ def rank_main(
         raise
     if "stopped" in summary and env.is_main and launcher_directory() is None:
         # Under `shardrec train` the launcher says this line; under a plain torchrun, rank 0 does.
-        print(lifecycle.stopped_message(summary["steps"]), file=sys.stderr)
+        print(run_state.stopped_message(summary["steps"]), file=sys.stderr)
     exit_cleanly()
 
 

@@ -62,14 +62,18 @@ MODULES: dict[str, tuple[str, list[str]]] = {
             "tests/unit/test_checkpoint.py",
         ],
     ),
-    "lifecycle": (
-        "trainer/rundir/lifecycle.py",
-        [
-            "tests/unit/test_run_lifecycle_rules.py",
-            "tests/unit/test_resume_rules.py",
-            "tests/unit/test_train_config.py",
-        ],
-    ),
+    **{
+        name: (
+            f"trainer/rundir/life/{name}.py",
+            [
+                "tests/unit/test_run_lifecycle_rules.py",
+                "tests/unit/test_resume_rules.py",
+                "tests/unit/test_train_config.py",
+            ],
+        )
+        # lifecycle.py until it was split by concept: the same tests
+        for name in ("lifecycle", "resume_settings", "run_state", "trained_data")
+    },
     "cost": (
         "sharding/cost/cost_model.py",
         [

@@ -12,9 +12,10 @@ how the rows were preprocessed. Schema version 3 is the one-file-per-part layout
 which rewrites such a dataset in place (tools/preprocess/derived/upgrade.py).
 
 The dataset's fingerprints (what a run records to refuse resuming on other data) are computed here
-too: over every part's name, rows and checksum. A dataset rewritten by `data upgrade` keeps the
-fingerprints of the dataset it was (its rows, ids and dense values are the same, checked on the
-way), so runs trained on the old layout resume on the new one.
+too: over every part's name, rows and checksum (an event log's: every file's, and its event spec's
+sample settings). A dataset rewritten by `data upgrade` keeps the fingerprints of the dataset it
+was (its rows, ids and dense values are the same, checked on the way), so runs trained on the old
+layout resume on the new one.
 """
 
 from __future__ import annotations
@@ -297,7 +298,22 @@ EVENT_SAMPLE_KEYS = ("played_ratio_min", "history", "crosses", "split")
 """The keys of an event spec's plain data (the manifest's copy) that decide its samples."""
 
 
-def _content_fingerprint(manifest: Manifest, event_spec: bool = True) -> str:
+def _event_files(events: dict[str, Any]) -> list[Any]:
+    """(name, rows, sha256) of every file an event-log dataset's manifest lists (its parts, item
+    maps and timelines: EventsInfo.files' order, timelines by split), as plain data; an entry
+    that is no object as it is (the loader refuses such a manifest in its own words)."""
+    timelines = events.get("timelines")
+    timelines = [timelines[k] for k in sorted(timelines)] if isinstance(timelines, dict) else []
+    entries = [*(events.get("parts") or []), events.get("items"), *timelines]
+    return [
+        [e.get("name"), e.get("rows"), e.get("sha256")] if isinstance(e, dict) else e
+        for e in entries
+    ]
+
+
+def _content_fingerprint(
+    manifest: Manifest, event_spec: bool = True, event_files: bool = True
+) -> str:
     content: dict[str, Any] = {
         "dense": manifest.dense_features,
         "sparse": [(f.name, f.cardinality, f.multi_hot) for f in manifest.sparse_features],
@@ -312,6 +328,10 @@ def _content_fingerprint(manifest: Manifest, event_spec: bool = True) -> str:
         # manifest keeps the spec (EventSpec.to_dict: every key written).
         spec = manifest.events.get("spec", {})
         content["event_spec"] = {k: spec.get(k) for k in EVENT_SAMPLE_KEYS}
+    if event_files and manifest.kind == "events":
+        # Its events are in its own files, not in the splits' parts (it has none): the same spec
+        # and sizes over other events are other samples.
+        content["event_files"] = _event_files(manifest.events)
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
 
 
@@ -325,7 +345,8 @@ def _split_content_fingerprint(manifest: Manifest, split: str) -> str:
 def dataset_fingerprint(manifest: Manifest) -> str:
     """sha256 over what the model sees of a dataset: features, cardinalities, every part's rows and
     checksum, and an event log's sample settings (its event spec's label, history, crosses and
-    split; what a run records: it resumes only on the same data). An upgraded dataset whose
+    split) and every file's rows and checksum (what a run records: it resumes only on the same
+    data). An upgraded dataset whose
     parts are still the ones the upgrade wrote keeps the fingerprint of the layout it came from."""
     own = _content_fingerprint(manifest)
     old = manifest.upgraded_from
@@ -339,10 +360,16 @@ def dataset_fingerprint(manifest: Manifest) -> str:
 
 
 def older_fingerprints(manifest: Manifest) -> tuple[str, ...]:
-    """The forms of `dataset_fingerprint` a run may have recorded of this dataset before: an
-    event log's without its event spec (before the fingerprint covered it); none for a click
-    log's."""
-    return (_content_fingerprint(manifest, event_spec=False),) if manifest.kind == "events" else ()
+    """The forms of `dataset_fingerprint` a run may have recorded of this dataset before, newest
+    first: an event log's without its files' checksums (before the fingerprint covered them), and
+    without its event spec either (before it covered that); none for a click log's. A form is the
+    check of its time: a run that recorded one cannot tell the events it trained on."""
+    if manifest.kind != "events":
+        return ()
+    return (
+        _content_fingerprint(manifest, event_files=False),
+        _content_fingerprint(manifest, event_spec=False, event_files=False),
+    )
 
 
 def split_fingerprint(manifest: Manifest, split: str) -> str:

@@ -160,7 +160,7 @@ def test_a_run_stopped_at_its_target_is_complete_until_the_target_changes(traine
     # A raised or cleared target continues the run, once allowed (checked without training).
     from shardrec.dataloader.format.manifest import Manifest
     from shardrec.trainer.job.config import load_job_config
-    from shardrec.trainer.rundir import lifecycle
+    from shardrec.trainer.rundir.life import lifecycle
 
     manifest = Manifest.load(trained / "data")
     for target_auc in (0.0, 0.99):

@@ -301,7 +301,7 @@ def test_a_resume_that_shortens_the_run_is_a_change_to_accept(
     run earlier, which the rerun must not do quietly (checked without training)."""
     from shardrec.dataloader.format.manifest import Manifest
     from shardrec.trainer.job.config import load_job_config
-    from shardrec.trainer.rundir import lifecycle
+    from shardrec.trainer.rundir.life import lifecycle
 
     run = tmp_path / "run"
     (run / "checkpoints" / "step-00000005").mkdir(parents=True)
@@ -339,7 +339,7 @@ def test_a_run_stopped_before_its_first_checkpoint_is_not_rerun_with_other_setti
     file would mix two runs' lines, so that is refused (checked without training)."""
     from shardrec.dataloader.format.manifest import Manifest
     from shardrec.trainer.job.config import load_job_config
-    from shardrec.trainer.rundir import lifecycle
+    from shardrec.trainer.rundir.life import lifecycle
 
     run = tmp_path / "run"
     run.mkdir()

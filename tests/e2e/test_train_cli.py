@@ -256,11 +256,11 @@ def test_a_global_batch_larger_than_every_event_window_is_refused_before_the_ran
     largest = max(b - a for a, b in zip(offsets, offsets[1:]))
     batch = 2 * (largest + 1)  # more than any window, fewer than the split's samples
     assert batch < offsets[-1]
-    args = ["train", "--data", data, "--out-dir", tmp_path / "run", "--nproc-per-node", "2"]
-    args += ["--set", 'train.device="cpu"', "--set", 'model.arch="hstu"']
-    args += ["--set", 'data.eval_splits=["val"]']
-    result = cli(*args, "--set", f"train.global_batch_size={batch}", ok=False)
-    assert_one_line_error(
+    job = ["--data", data, "--out-dir", tmp_path / "run"]
+    job += ["--set", 'train.device="cpu"', "--set", 'model.arch="hstu"']
+    job += ["--set", 'data.eval_splits=["val"]', "--set", f"train.global_batch_size={batch}"]
+    result = cli("train", *job, "--nproc-per-node", "2", ok=False)
+    line = assert_one_line_error(
         result,
         rf"^error: --set 'train.global_batch_size={batch}': train.global_batch_size = {batch} is "
         rf"more samples than any window of {re.escape(str(data))}'s split 'train' has \(the "
@@ -268,6 +268,24 @@ def test_a_global_batch_larger_than_every_event_window_is_refused_before_the_ran
         rf"trains with data.tail = 'drop': set it to at most {largest}, data.tail = \"pad\", or "
         r"longer windows \(\[split\] window_seconds of the event spec\)$",
     )
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+    # The rank program torchrun starts on every node (the README's multi-node path), with no
+    # `shardrec train` before it: the same line, before the rank joins any group.
+    from shardrec.trainer.distributed.launch import free_port
+
+    rank_env = {
+        **os.environ,
+        **{"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"},
+        **{"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())},
+    }
+    direct = subprocess.run(
+        [sys.executable, "-m", "shardrec.trainer", *map(str, job)],
+        env=rank_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert assert_one_line_error(direct, "^error: ") == line
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
     # Padded, each window gives a batch: the same job is accepted (checked, not trained).
     from shardrec.trainer.job.flags import job_from_flags

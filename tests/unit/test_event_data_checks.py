@@ -21,9 +21,15 @@ from shardrec.tools.preprocess.events.event_dataset import build_event_dataset
 from shardrec.tools.synth.yambda import write_yambda_like
 from shardrec.trainer.inference.eval_request import run_dataset
 from shardrec.trainer.job.config import load_job_config
-from shardrec.trainer.rundir import continuation, lifecycle
 from shardrec.trainer.rundir.checkpoint import checkpoint_signature, describe_mismatch
-from shardrec.trainer.rundir.lifecycle import dataset_record
+from shardrec.trainer.rundir.life import continuation, lifecycle, trained_data
+from shardrec.trainer.rundir.life.stretches import (
+    Stretch,
+    read_stretches,
+    unsaved_stretch,
+    write_stretches,
+)
+from shardrec.trainer.rundir.life.trained_data import dataset_record
 
 DAY = 86400
 
@@ -37,7 +43,8 @@ def _dataset(raw: Path, log: Path, out: Path, extra: str = "") -> Path:
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> dict[str, Path]:
-    """The dataset of a log, of the same log a day later, and of it with another event spec."""
+    """The dataset of a log, of the same log a day later, of it with another event spec, and of
+    other events with the same spec and sizes."""
     raw = tmp_path_factory.mktemp("raw")
     write_yambda_like(raw, 3_000, seed=1)
     log = raw / "events.parquet"
@@ -46,10 +53,18 @@ def data(tmp_path_factory) -> dict[str, Path]:
     column = table.schema.get_field_index("timestamp")
     shifted = pc.add(table["timestamp"], pa.scalar(DAY, table["timestamp"].type))
     pq.write_table(table.set_column(column, "timestamp", shifted), later)
+    # Other plays of the same listens: a listen-plus becomes a skip and back, so the same
+    # users, items, anchors and spec make other events, of the same sizes.
+    replayed = raw / "replayed.parquet"
+    column = table.schema.get_field_index("played_ratio_pct")
+    flipped = pc.subtract(pa.scalar(100, pa.int32()), table["played_ratio_pct"].cast(pa.int32()))
+    flipped = flipped.cast(table["played_ratio_pct"].type)
+    pq.write_table(table.set_column(column, "played_ratio_pct", flipped), replayed)
     return {
         "trained": _dataset(raw, log, raw / "trained"),
         "later": _dataset(raw, later, raw / "later"),
         "label60": _dataset(raw, log, raw / "label60", "[label]\nplayed_ratio_min = 60"),
+        "replayed": _dataset(raw, replayed, raw / "replayed"),
     }
 
 
@@ -123,9 +138,10 @@ def test_data_an_other_event_spec_made_is_refused_naming_the_setting(data, tmp_p
     )
 
 
-def _old_fingerprint(directory: Path) -> str:
+def _old_fingerprint(directory: Path, spec: bool = False) -> str:
     """The fingerprint a run recorded of an event-log dataset before it covered the event spec:
-    features, cardinalities and split rows only (as a click log's still is)."""
+    features, cardinalities and split rows only (as a click log's still is); with `spec`, the one
+    recorded before it covered the event files (8221d76): that and the spec's sample settings."""
     m = Manifest.load(directory)
     content = {
         "dense": m.dense_features,
@@ -135,13 +151,19 @@ def _old_fingerprint(directory: Path) -> str:
             for name, split in sorted(m.splits.items())
         },
     }
+    if spec:
+        keys = ("played_ratio_min", "history", "crosses", "split")
+        content["event_spec"] = {k: m.events["spec"].get(k) for k in keys}
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
 
 
-def _remade(tmp_path: Path, data: dict[str, Path], recorded: str = "now") -> tuple[Path, Path]:
-    """A run trained on `trained` at DIR, then DIR remade by another spec (label60): the same
-    features, sizes and samples, other labels. `recorded`: the run's dataset.json as written now,
-    or "before" the fingerprint covered the spec (with the spec's settings, as 3634e01 wrote it)."""
+def _remade(
+    tmp_path: Path, data: dict[str, Path], recorded: str = "now", by: str = "label60"
+) -> tuple[Path, Path]:
+    """A run trained on `trained` at DIR, then DIR remade as `by` (label60: by another spec, the
+    same features, sizes and samples, other labels). `recorded`: the run's dataset.json as written
+    now, or "before" the fingerprint covered the spec (with the spec's settings, as 3634e01 wrote
+    it)."""
     path = tmp_path / "ev"
     shutil.copytree(data["trained"], path)
     run = _run(tmp_path, path)
@@ -150,7 +172,7 @@ def _remade(tmp_path: Path, data: dict[str, Path], recorded: str = "now") -> tup
         record["fingerprint"] = _old_fingerprint(path)
         (run / "dataset.json").write_text(json.dumps(record))
     shutil.rmtree(path)
-    shutil.copytree(data["label60"], path)
+    shutil.copytree(data[by], path)
     return run, path
 
 
@@ -178,13 +200,45 @@ def test_resuming_or_evaluating_on_data_remade_by_another_spec_is_refused_naming
     )
 
 
-@pytest.mark.parametrize("spec_settings", [True, False])
-def test_a_run_recorded_before_fingerprints_covered_the_spec_still_resumes_and_evaluates(
-    data, tmp_path, spec_settings
+def test_resuming_or_evaluating_on_other_events_of_the_same_spec_and_sizes_is_refused(
+    data, tmp_path
 ):
+    run, path = _remade(tmp_path, data, by="replayed")
+    trained, here = Manifest.load(data["trained"]), Manifest.load(path)
+    # Alike in all that the fingerprint covered before it covered the event files.
+    assert trained_data.preprocessing(here) == trained_data.preprocessing(trained)
+    assert here.splits == trained.splits
+    assert here.events["parts"] != trained.events["parts"]
+    was, now = dataset_fingerprint(trained)[:12], dataset_fingerprint(here)[:12]
+    config = load_job_config(run / "config.toml")
+    with pytest.raises(ValueError) as caught:
+        lifecycle.check_run_dir(run, config, here, [])
+    assert str(caught.value) == (
+        f"{run} was trained on other data ({path}, fingerprint {was}; this dataset's is {now}): "
+        "a run cannot resume on a changed dataset; start over with --restart or use another "
+        "--out-dir"
+    )
+    with pytest.raises(ValueError) as caught:
+        run_dataset(run, config, None)
+    assert str(caught.value) == (
+        f"{run} was trained on other data than {path} now holds (fingerprint {was}; the data "
+        f"there is {now}): to evaluate on this data all the same, pass --data {path}"
+    )
+    # Data the run has not seen: --continue-on goes on with it (it said "nothing to do").
+    assert continuation.check_continue(run, config, here, []) == "continue"
+
+
+@pytest.mark.parametrize(
+    "covered, spec_settings", [("spec", True), ("nothing", True), ("nothing", False)]
+)
+def test_a_run_recorded_before_fingerprints_covered_the_events_still_resumes_and_evaluates(
+    data, tmp_path, covered, spec_settings
+):
+    """Recorded before the fingerprint covered the event files (covering the spec), or before it
+    covered the spec too."""
     trained = data["trained"]
     run = _run(tmp_path, trained)
-    old = _old_fingerprint(trained)
+    old = _old_fingerprint(trained, spec=covered == "spec")
     assert old != dataset_fingerprint(Manifest.load(trained))
     record = json.loads((run / "dataset.json").read_text())
     record["fingerprint"] = old
@@ -203,6 +257,33 @@ def test_a_run_recorded_before_fingerprints_covered_the_spec_still_resumes_and_e
         config.model, config.optim, [], dataset_fingerprint(m), older_fingerprints(m)
     )
     assert describe_mismatch(saved, now) == ""
+
+
+@pytest.mark.parametrize("covered", ["spec", "nothing"])
+def test_a_stretch_begun_before_and_stopped_before_its_checkpoint_begins_again(
+    data, tmp_path, covered
+):
+    """A stretch on `later` begun by a shardrec whose fingerprint did not cover the event files
+    (or the spec), stopped before its first checkpoint: going on with `later` again begins it
+    again as a new stretch, not a resume of a stretch that saved nothing."""
+    trained, later = data["trained"], data["later"]
+    run = _run(tmp_path, trained)
+    here = Manifest.load(later)
+    old = _old_fingerprint(later, spec=covered == "spec")
+    first = Stretch(0, str(trained), dataset_fingerprint(Manifest.load(trained)), 0, 4)
+    write_stretches(run, [first, Stretch(1, str(later), old, 4)])
+    # What rank 0 wrote once stretches.json listed the stretch: the run names its data.
+    record = json.loads(dataset_record(str(later), here))
+    (run / "dataset.json").write_text(json.dumps(record | {"fingerprint": old}))
+    config = load_job_config(None, [f'data.path="{later}"', "train.steps=4"])
+    (run / "config.toml").write_text(config.to_toml())
+    # (None: train; True: as a new stretch), what `shardrec train` and the ranks act on; before,
+    # (None, False): a resume, as if the stretch had a checkpoint of its own.
+    assert continuation.check_continuing_job(run, config, []) == (None, True)
+    stretches = read_stretches(run)
+    new, older = dataset_fingerprint(here), older_fingerprints(here)
+    assert unsaved_stretch(stretches, new, 4, older) == stretches[1]
+    assert unsaved_stretch(stretches, new, 5, older) is None  # it saved step 5: not begun again
 
 
 def test_a_click_logs_fingerprint_is_unchanged(tiny_dataset):

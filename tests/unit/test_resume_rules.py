@@ -13,13 +13,10 @@ from conftest import write_tiny_dataset
 
 from shardrec.dataloader.format.manifest import Manifest
 from shardrec.trainer.job.config import JobConfig, load_job_config
-from shardrec.trainer.rundir import continuation
-from shardrec.trainer.rundir.lifecycle import (
-    check_allow_keys,
-    check_run_dir,
-    dataset_record,
-    resume_notice,
-)
+from shardrec.trainer.rundir.life import continuation
+from shardrec.trainer.rundir.life.lifecycle import check_run_dir, resume_notice
+from shardrec.trainer.rundir.life.resume_settings import check_allow_keys
+from shardrec.trainer.rundir.life.trained_data import dataset_record
 
 
 def _run_with_a_checkpoint(tmp_path: Path, config_toml: str) -> Path:

@@ -1,7 +1,7 @@
-"""A run directory's life without torch (trainer/rundir/lifecycle.py): whether a job is new,
-resumes or has nothing left to do, the one line of each refusal and of a finished run, and the
-status `shardrec runs` shows. The trainer's side (checkpoints written by real runs):
-tests/e2e/test_run_lifecycle.py."""
+"""A run directory's life without torch (trainer/rundir/life/: lifecycle.py, resume_settings.py,
+run_state.py, trained_data.py): whether a job is new, resumes or has nothing left to do, the one
+line of each refusal and of a finished run, and the status `shardrec runs` shows. The trainer's
+side (checkpoints written by real runs): tests/e2e/test_run_lifecycle.py."""
 
 from __future__ import annotations
 
@@ -15,25 +15,28 @@ from pathlib import Path
 import pytest
 from conftest import write_tiny_dataset
 
-from shardrec.dataloader.format.manifest import Manifest
+from shardrec.dataloader.format.manifest import Manifest, dataset_fingerprint
 from shardrec.trainer.job.config import JobConfig, load_job_config
-from shardrec.trainer.rundir.lifecycle import (
-    best_auc,
-    check_allow_keys,
+from shardrec.trainer.rundir.life.lifecycle import (
     check_job,
     check_run_dir,
-    dataset_fingerprint,
-    dataset_record,
-    find_runs,
     move_aside,
     planned_steps,
+    resume_notice,
+)
+from shardrec.trainer.rundir.life.resume_settings import check_allow_keys
+from shardrec.trainer.rundir.life.run_state import (
+    best_auc,
+    find_runs,
+    read_run_dir,
+    run_status,
+    stopped_message,
+)
+from shardrec.trainer.rundir.life.trained_data import (
+    dataset_record,
     preprocessing,
     preprocessing_differences,
     read_dataset_record,
-    read_run_dir,
-    resume_notice,
-    run_status,
-    stopped_message,
 )
 
 FIXTURE_RUN = Path(__file__).resolve().parents[1] / "fixtures" / "run-killed-at-step-6"

@@ -20,19 +20,19 @@ def runs(
 ) -> None:
     """List runs: step of the newest checkpoint, status (complete/running/stopped/failed), best val
     AUC."""
-    from shardrec.trainer.rundir import lifecycle
+    from shardrec.trainer.rundir.life import run_state
 
     if not root.is_dir():
         fail(f"{root}: does not exist" if not root.exists() else f"{root}: not a directory")
     rows = []
-    for path in lifecycle.find_runs(root):
-        run = lifecycle.read_run_dir(path)
+    for path in run_state.find_runs(root):
+        run = run_state.read_run_dir(path)
         rows.append(
             {
                 "run": str(path),
                 "step": run.step,
-                "status": lifecycle.run_status(run),
-                "best_val_auc": lifecycle.best_auc(path),
+                "status": run_state.run_status(run),
+                "best_val_auc": run_state.best_auc(path),
             }
         )
     if json_out:

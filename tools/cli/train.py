@@ -182,9 +182,9 @@ def train(
                 notify=lambda line: err_console.print(line, highlight=False, soft_wrap=True),
             )
         if result.forced:  # while the lock is held: no other job is writing metrics.jsonl
-            from shardrec.trainer.rundir import lifecycle
+            from shardrec.trainer.rundir.life import run_state
 
-            lifecycle.record_stop_at_once(out_dir, result.forced)
+            run_state.record_stop_at_once(out_dir, result.forced)
     finally:
         # Every way out (a refusal, a finished run) drops the lock: an in-process caller may train
         # again.
@@ -197,7 +197,7 @@ def train(
 
 def _end_of_job(result: LaunchResult, out_dir: Path, data: str) -> None:
     """Say how a job that did not complete ended, in one line, and exit with its code."""
-    from shardrec.trainer.rundir import lifecycle
+    from shardrec.trainer.rundir.life import run_state
 
     if result.forced:
         kept = _kept_checkpoint(out_dir) or "no checkpoint was written"
@@ -205,13 +205,13 @@ def _end_of_job(result: LaunchResult, out_dir: Path, data: str) -> None:
         raise typer.Exit(128 + signal.Signals[result.signal or "SIGTERM"].value)
     if result.code != 0:
         fail(_failure_message(result, out_dir, data))
-    run = lifecycle.read_run_dir(out_dir)
+    run = run_state.read_run_dir(out_dir)
     if run.stop is not None and run.stop.get("step") is not None:
         # asked to stop (here, or by a signal to the ranks themselves)
         err_console.print(
-            lifecycle.stopped_message(run.stop["step"]), highlight=False, soft_wrap=True
+            run_state.stopped_message(run.stop["step"]), highlight=False, soft_wrap=True
         )
-        raise typer.Exit(lifecycle.STOPPED_EXIT_CODE)
+        raise typer.Exit(run_state.STOPPED_EXIT_CODE)
 
 
 def _lock_run_dir(out_dir: Path, job_id: str, create: bool) -> RunLock | None:
@@ -261,7 +261,7 @@ def _check_apart(out_dir: Path, data: Path) -> None:
 
 def _say_changed_settings(out_dir: Path, job: JobConfig) -> None:
     """The line of a resume whose settings differ from the run's (nothing for a new run)."""
-    from shardrec.trainer.rundir import lifecycle
+    from shardrec.trainer.rundir.life import lifecycle
 
     notice = lifecycle.resume_notice(out_dir, job)
     if notice:
@@ -284,14 +284,14 @@ def _prepare_run_dir(
     or None if the run (with `continuing`: its stretch on this data) is already complete."""
     from shardrec.dataloader.format.manifest import Manifest
     from shardrec.trainer.job.mlperf_rules import rule_breaks
-    from shardrec.trainer.rundir import lifecycle
-    from shardrec.trainer.rundir.continuation import check_continue, complete_stretch_message
+    from shardrec.trainer.rundir.life import lifecycle, resume_settings, run_state
+    from shardrec.trainer.rundir.life.continuation import check_continue, complete_stretch_message
 
     job = None
     try:
         # Flags, settings and the dataset first: a bad value is one line before torch is imported
         # (preflight).
-        lifecycle.check_allow_keys(allow)
+        resume_settings.check_allow_keys(allow)
         job = flags.job_from_flags(config, data, plan, steps, overrides)
         if job.data.path:
             _check_apart(out_dir, Path(job.data.path))
@@ -324,7 +324,7 @@ def _prepare_run_dir(
         message = (
             complete_stretch_message(out_dir, job)
             if continuing
-            else lifecycle.complete_message(out_dir, job, lifecycle.read_run_dir(out_dir))
+            else lifecycle.complete_message(out_dir, job, run_state.read_run_dir(out_dir))
         )
         err_console.print(message, highlight=False, soft_wrap=True)
         return None

@@ -21,8 +21,9 @@ from shardrec.trainer.distributed.devices import (
 )
 from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import JobConfig, load_job_config
-from shardrec.trainer.rundir import lifecycle, names
+from shardrec.trainer.rundir import names
 from shardrec.trainer.rundir.checkpoint_trust import complete_checkpoints
+from shardrec.trainer.rundir.life import trained_data
 
 
 @dataclass(frozen=True)
@@ -88,12 +89,12 @@ def run_dataset(run_dir: Path, config: JobConfig, data: Path | None = None) -> M
             "(a relative path is taken from where the command runs; pass --data DIR)"
         )
     manifest = Manifest.load(config.data.path)
-    record = lifecycle.read_dataset_record(run_dir) or {}
+    record = trained_data.read_dataset_record(run_dir) or {}
     fingerprint = dataset_fingerprint(manifest)
     # The same check as a resume's: a run scored on changed data would report a figure of other
     # data.
-    if record.get("fingerprint") and not lifecycle.recorded_data(record, manifest):
-        differs = lifecycle.spec_differences(record, manifest)
+    if record.get("fingerprint") and not trained_data.recorded_data(record, manifest):
+        differs = trained_data.spec_differences(record, manifest)
         if differs:  # --data would refuse it too: other samples, not a later period
             raise ValueError(
                 f"{run_dir} was trained on data of another event spec than {config.data.path} now "
@@ -111,14 +112,14 @@ def run_dataset(run_dir: Path, config: JobConfig, data: Path | None = None) -> M
 def _check_schema(run_dir: Path, data: Path, manifest: Manifest) -> None:
     """`data` has the features and cardinalities the run trained with (RUN/dataset.json's schema),
     and was preprocessed as the run's data was (same hashing or vocabulary, dense transform)."""
-    record = lifecycle.read_dataset_record(run_dir) or {}
+    record = trained_data.read_dataset_record(run_dir) or {}
     saved = record.get("schema")
     if saved is None:
         return  # a run from before schema records: the checkpoint's table check still applies
     _check_features(run_dir, data, manifest, saved)
     if "preprocessing" in record:  # a run from before preprocessing records has none to compare
-        differs = lifecycle.preprocessing_differences(
-            record["preprocessing"], lifecycle.preprocessing(manifest)
+        differs = trained_data.preprocessing_differences(
+            record["preprocessing"], trained_data.preprocessing(manifest)
         )
         if differs:
             raise ValueError(
@@ -128,12 +129,12 @@ def _check_schema(run_dir: Path, data: Path, manifest: Manifest) -> None:
 
 
 def _check_features(run_dir: Path, data: Path, manifest: Manifest, saved: dict[str, Any]) -> None:
-    mine = lifecycle.dataset_schema(manifest)
+    mine = trained_data.dataset_schema(manifest)
     for key, what in (
         ("dense", "dense features"),
         ("sparse", "sparse features (name, cardinality, multi-hot)"),
     ):
-        same = lifecycle.same_feature if key == "sparse" else (lambda a, b: a == b)
+        same = trained_data.same_feature if key == "sparse" else (lambda a, b: a == b)
         theirs = [tuple(x) if isinstance(x, list) else x for x in saved[key]]
         ours = [tuple(x) if isinstance(x, list) else x for x in mine[key]]
         first = next(

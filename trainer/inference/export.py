@@ -39,9 +39,10 @@ from shardrec.trainer.inference.model_file import FORMAT, FORMAT_VERSION, META_K
 from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import JobConfig
 from shardrec.trainer.job.precision import resolve_precision
-from shardrec.trainer.rundir import lifecycle, names
+from shardrec.trainer.rundir import names
 from shardrec.trainer.rundir.checkpoint import check_signature, checkpoint_signature, load_file
 from shardrec.trainer.rundir.checkpoint_trust import unreadable_checkpoint
+from shardrec.trainer.rundir.life import trained_data
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ _SAFETENSORS_DTYPES = {
 ITEM_MAPS = "events.items."
 """Prefix of an event-log model's item maps in the file (`events.items.artist`, `...album`):
 int32 per item, what `predict` reads raw event rows by."""
-TRANSFORM_KEYS = (*lifecycle.PREPROCESSING_KEYS, "schema", "spec")
+TRANSFORM_KEYS = (*trained_data.PREPROCESSING_KEYS, "schema", "spec")
 """Manifest options that say how raw rows became the dataset's ids and dense values: the settings a
 model is checked against, and the text layout predict reads raw rows by (the header is written with
 sorted keys)."""
@@ -152,14 +153,14 @@ def _materialised(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def header_preprocessing(header: dict[str, Any]) -> dict[str, Any]:
-    """The preprocessing settings of a model file's training data (lifecycle.preprocessing's shape),
+    """The preprocessing settings of a model file's training data (trained_data.preprocessing's shape),
     read back from its feature transform."""
     transform = header["transform"]
     events = transform.get("events_spec")
     return {
         "cardinalities": transform["cardinalities"],
-        **{key: transform.get(key) for key in lifecycle.PREPROCESSING_KEYS},
-        **(lifecycle.event_sample_settings(events) if events else {}),
+        **{key: transform.get(key) for key in trained_data.PREPROCESSING_KEYS},
+        **(trained_data.event_sample_settings(events) if events else {}),
     }
 
 

@@ -33,7 +33,7 @@ from shardrec.trainer.job.precision import resolve_precision
 from shardrec.trainer.loop.managed_ids import remap_batch
 from shardrec.trainer.model.hstu_model import HSTUModel, build_hstu_model
 from shardrec.trainer.model.models import RecModel, build_model
-from shardrec.trainer.rundir import lifecycle
+from shardrec.trainer.rundir.life import trained_data
 
 
 @dataclass
@@ -216,8 +216,8 @@ def check_preprocessing(header: dict[str, Any], manifest: Manifest, dataset: Pat
             f"{dataset}: {_ids_words(here_on)}, the model was trained on "
             f"{_ids_words(trained_on)}; score data made as its training data was, or raw rows"
         )
-    differs = lifecycle.preprocessing_differences(
-        header_preprocessing(header), lifecycle.preprocessing(manifest)
+    differs = trained_data.preprocessing_differences(
+        header_preprocessing(header), trained_data.preprocessing(manifest)
     )
     if differs:
         # Raw rows only where the model can read them (not a model of imported arrays).

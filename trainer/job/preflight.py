@@ -55,7 +55,7 @@ def preflight(job: JobConfig, world_size: int) -> None:
     loaded = Manifest.load(job.data.path)
     check_files(Path(job.data.path), loaded)
     manifest = data_options.model_manifest(loaded, job.data)
-    check_against_dataset(job, manifest, world_size)
+    check_against_dataset(job, manifest)
     if job.sharding.plan:
         _check_plan_file(job, manifest, world_size, kind)
     else:  # the ranks plan at start under the constraints: each must hold at this world size
@@ -90,7 +90,14 @@ def check_batches(job: JobConfig, world_size: int) -> None:
         )
 
 
-def check_against_dataset(job: JobConfig, manifest: Manifest, world_size: int) -> None:
+def check_rank_job(job: JobConfig) -> None:
+    """check_against_dataset for a rank that torchrun started directly (`torchrun ... -m
+    shardrec.trainer`), before it joins the group: no `shardrec train` checked its job, and the
+    loader would refuse some of these jobs only later, in its own words and naming no setting."""
+    check_against_dataset(job, data_options.model_manifest(Manifest.load(job.data.path), job.data))
+
+
+def check_against_dataset(job: JobConfig, manifest: Manifest) -> None:
     """Splits and features the job names exist, and the train split has a step to take."""
     path, splits = job.data.path, manifest.splits
     if job.data.train_split not in splits:

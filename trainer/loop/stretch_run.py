@@ -11,20 +11,20 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from shardrec.dataloader.format.manifest import dataset_fingerprint
+from shardrec.dataloader.format.manifest import dataset_fingerprint, older_fingerprints
 from shardrec.dataloader.loader import NO_SHUFFLE, build_loader
 from shardrec.trainer.job import data_options
 from shardrec.trainer.loop.progress import TrainReporter
 from shardrec.trainer.loop.steps import evaluate_batches
 from shardrec.trainer.loop.train_job import Job
-from shardrec.trainer.rundir import lifecycle
-from shardrec.trainer.rundir.metrics_log import auc_text
-from shardrec.trainer.rundir.stretches import (
+from shardrec.trainer.rundir.life import resume_settings
+from shardrec.trainer.rundir.life.stretches import (
     Stretch,
     read_stretches,
     unsaved_stretch,
     write_stretches,
 )
+from shardrec.trainer.rundir.metrics_log import auc_text
 
 
 def begin_stretch(job: Job) -> None:
@@ -86,9 +86,9 @@ def start_stretch_records(
     if not job.env.is_main:
         return
     assert job.manifest is not None
-    fingerprint = dataset_fingerprint(job.manifest)
+    fingerprint, older = dataset_fingerprint(job.manifest), older_fingerprints(job.manifest)
     stretches = read_stretches(job.run_dir)
-    if unsaved_stretch(stretches, fingerprint, p.step) is not None:
+    if unsaved_stretch(stretches, fingerprint, p.step, older) is not None:
         stretches.pop()  # begun before, stopped before its first checkpoint: listed once, anew
     if not stretches:  # the run's first continuation: its first stretch, from its dataset record
         prev = previous or {}
@@ -98,7 +98,7 @@ def start_stretch_records(
     stretches.append(
         Stretch(
             p.stretch,
-            str(lifecycle.with_absolute_data_path(cfg).data.path),
+            str(resume_settings.with_absolute_data_path(cfg).data.path),
             fingerprint,
             p.step,
             pv=pv,
@@ -117,7 +117,7 @@ def end_stretch_records(job: Job, final: dict[str, Any], id_maps: dict[str, Any]
         if job.managed is None:
             return
         assert job.manifest is not None
-        path = lifecycle.with_absolute_data_path(job.config).data.path
+        path = resume_settings.with_absolute_data_path(job.config).data.path
         stretches = [Stretch(0, str(path), dataset_fingerprint(job.manifest), 0)]
     stretches[-1].last_step = job.progress.step
     stretches[-1].id_maps = id_maps

@@ -46,14 +46,16 @@ def rank_main(
         shutdown,
     )
     from shardrec.trainer.distributed.launch import launcher_directory, launcher_job_id
+    from shardrec.trainer.job.preflight import check_rank_job
     from shardrec.trainer.loop.steps import NonFiniteLossError
     from shardrec.trainer.loop.train_job import build_job
     from shardrec.trainer.loop.train_loop import run_job
-    from shardrec.trainer.rundir import lifecycle
-    from shardrec.trainer.rundir.continuation import check_continuing_job
+    from shardrec.trainer.rundir.life import lifecycle, run_state
+    from shardrec.trainer.rundir.life.continuation import check_continuing_job
     from shardrec.trainer.rundir.lock import acquire_run_lock
 
     is_main = launched_rank() == 0
+    job_config = None
     try:
         job_config = flags.rank_job(job, config, data, plan, steps, list(set_ or []), continue_on)
         # Every rank reads the run directory before any joins the group: all see the same files
@@ -66,6 +68,8 @@ def rank_main(
             )
         else:
             complete = lifecycle.check_job(out_dir, job_config, list(allow_change or []))
+        if job is None:  # a direct torchrun: no `shardrec train` checked the job against its data
+            check_rank_job(job_config)
         if complete is not None:
             if is_main:
                 print(complete, file=sys.stderr)
@@ -75,9 +79,12 @@ def rank_main(
             print(notice, file=sys.stderr)
         env = init_distributed(job_config.train.device, job_config.dist.timeout_s)
     except ValueError as e:
-        report_failure(str(e))
+        # A direct launch's own flags say where a setting was given, as `shardrec train` says it
+        # (a launcher's resolved job file is no file the user wrote).
+        line = job_config.located(str(e)) if job is None and job_config is not None else str(e)
+        report_failure(line)
         if is_main:
-            print(f"error: {e}", file=sys.stderr)
+            print(f"error: {line}", file=sys.stderr)
         raise typer.Exit(1) from None
     try:
         # Held by rank 0 until this process ends, however it ends (see trainer.rundir.lock).
@@ -109,7 +116,7 @@ def rank_main(
         raise
     if "stopped" in summary and env.is_main and launcher_directory() is None:
         # Under `shardrec train` the launcher says this line; under a plain torchrun, rank 0 does.
-        print(lifecycle.stopped_message(summary["steps"]), file=sys.stderr)
+        print(run_state.stopped_message(summary["steps"]), file=sys.stderr)
     exit_cleanly()
 
 

@@ -40,7 +40,7 @@ from shardrec.trainer.model import build
 from shardrec.trainer.model.hstu_model import HSTUModel
 from shardrec.trainer.model.models import finite_stages
 from shardrec.trainer.model.objective import TRAIN_EBC_PATH, TRAIN_EC_PATH
-from shardrec.trainer.rundir import lifecycle, names
+from shardrec.trainer.rundir import names
 from shardrec.trainer.rundir.checkpoint import (
     CheckpointManager,
     CheckpointParts,
@@ -49,9 +49,10 @@ from shardrec.trainer.rundir.checkpoint import (
 )
 from shardrec.trainer.rundir.checkpoint import checkpoint_signature as signature_of
 from shardrec.trainer.rundir.id_map_state import IdMapsState
+from shardrec.trainer.rundir.life import resume_settings, trained_data
+from shardrec.trainer.rundir.life.stretches import read_stretches
 from shardrec.trainer.rundir.mllog import MlperfLog, benchmark_of, log_init
 from shardrec.trainer.rundir.optim_state import PART, SparseOptimizerState
-from shardrec.trainer.rundir.stretches import read_stretches
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +133,7 @@ def with_run_seed(config: JobConfig, env: DistEnv, run_dir: Path) -> JobConfig:
     t = config.train
     if t.seed != SEED_UNSET:
         return config
-    recorded = lifecycle.recorded_seed(run_dir)
+    recorded = resume_settings.recorded_seed(run_dir)
     if recorded is not None and recorded != SEED_UNSET:
         seed, how = recorded, "the run's"
     elif t.mlperf_log:
@@ -158,7 +159,7 @@ def build_job(
     """Model, plan, sharding, optimizers, loaders and checkpoints for this rank; `stop` is this
     rank's stop request (default: the launcher's stop file only, no signal handlers);
     `continuing`: the job starts a new stretch of the run in `run_dir` on its data
-    (trainer.rundir.continuation)."""
+    (trainer.rundir.life.continuation)."""
     config = with_run_seed(config, env, run_dir)
     t, o = config.train, config.optim
     mllog = MlperfLog(t.mlperf_log and env.is_main, benchmark_of(config.model))
@@ -214,7 +215,7 @@ def build_job(
         multihot=multihot,
     )
     eval_batch = config.eval.batch_size or t.global_batch_size
-    check_against_dataset(config, seen, env.world_size)
+    check_against_dataset(config, seen)
     eval_loaders = {
         split: build_loader(
             data_dir,
@@ -257,7 +258,7 @@ def build_job(
         config.model, config.optim, tables, fingerprint, older_fingerprints(manifest)
     )
     if continuing:  # the last checkpoint is of the previous stretch's data
-        previous = (lifecycle.read_dataset_record(run_dir) or {}).get("fingerprint", "")
+        previous = (trained_data.read_dataset_record(run_dir) or {}).get("fingerprint", "")
         if previous in (
             fingerprint,
             *older_fingerprints(manifest),
@@ -306,9 +307,11 @@ def write_run_files(job: Job) -> None:
     job.run_dir.mkdir(parents=True, exist_ok=True)
     # data.path as an absolute path, so that eval and export find the data from any directory;
     # dataset.json keeps the path as given too.
-    saved = lifecycle.with_absolute_data_path(job.config)
+    saved = resume_settings.with_absolute_data_path(job.config)
     atomic_write_bytes(job.run_dir / names.CONFIG, saved.to_toml().encode())
     if job.manifest is not None:
-        record = lifecycle.dataset_record(saved.data.path, job.manifest, given=job.config.data.path)
+        record = trained_data.dataset_record(
+            saved.data.path, job.manifest, given=job.config.data.path
+        )
         atomic_write_bytes(job.run_dir / names.DATASET_RECORD, record)
     save_plan(job.plan, job.run_dir / names.PLAN)

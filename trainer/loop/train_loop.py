@@ -32,7 +32,8 @@ from shardrec.trainer.loop.stretch_run import (
 )
 from shardrec.trainer.loop.target import EvalSchedule, TargetTracker
 from shardrec.trainer.loop.train_job import Job, write_run_files
-from shardrec.trainer.rundir import lifecycle, names
+from shardrec.trainer.rundir import names
+from shardrec.trainer.rundir.life import lifecycle, run_state, trained_data
 from shardrec.trainer.rundir.metrics_log import MetricsWriter, auc_text
 from shardrec.trainer.rundir.mllog import DLRMV4, progress
 
@@ -330,13 +331,13 @@ def run_job(job: Job) -> dict[str, Any]:
     """Train (resuming from the newest checkpoint in the run directory if there is one),
     evaluate, checkpoint; returns the summary (meaningful on rank 0)."""
     cfg = job.config
-    previous = lifecycle.read_dataset_record(job.run_dir)
+    previous = trained_data.read_dataset_record(job.run_dir)
     # A new stretch takes the run's state but the loader's: its data starts afresh.
     resumed = job.checkpoints.load_latest(skip=("loader",) if job.continuing else ())
     if job.continuing:
         begin_stretch(job)
     total = job.progress.stretch_start + cfg.train.total_steps(len(job.train_loader))
-    finished = lifecycle.read_run_dir(job.run_dir)
+    finished = run_state.read_run_dir(job.run_dir)
     if (
         not job.continuing
         and resumed is not None

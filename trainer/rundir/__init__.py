@@ -3,9 +3,10 @@
 Owns the names of the run directory's files (names.py, spelled nowhere else), sharded checkpoints
 (checkpoint.py), a save that failed (checkpoint_failure.py: one line on every rank) and why one
 may be loaded (checkpoint_trust.py), the sparse optimizer state as a checkpoint part
-(optim_state.py), the managed tables' id maps as one (id_map_state.py), new / resumed / complete
-runs and what may change between them (lifecycle.py), the one-job-at-a-time lock (lock.py) and
-the run's metrics.jsonl (metrics_log.py).
+(optim_state.py), the managed tables' id maps as one (id_map_state.py), the run's life between
+invocations (life/: new / resumed / complete runs, what may change between them, the data a run
+trained on, its stretches), the one-job-at-a-time lock (lock.py) and the run's metrics.jsonl
+(metrics_log.py).
 
 May import: shardrec.trainer.distributed, shardrec.trainer.job, shardrec.trainer.model.
 """

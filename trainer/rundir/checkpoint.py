@@ -247,8 +247,8 @@ def checkpoint_signature(
     older_datasets: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """What must match for a checkpoint to load: the model, its tables (name, rows, dim), the
-    optimizers' kinds and the dataset's fingerprint (trainer.rundir.lifecycle; "" skips that
-    check), not the plan. `older_datasets`: the dataset's fingerprint as runs recorded it before
+    optimizers' kinds and the dataset's fingerprint (trainer.rundir.life.trained_data; "" skips
+    that check), not the plan. `older_datasets`: the dataset's fingerprint as runs recorded it before
     (manifest.older_fingerprints), which their checkpoints hold."""
     signature = {
         "model": asdict(model),

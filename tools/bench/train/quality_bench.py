@@ -136,9 +136,9 @@ def rank_main(spec_file: str, out: str) -> None:
     from shardrec.trainer.distributed.dist import init_distributed, shutdown
     from shardrec.trainer.loop.train_job import build_job
     from shardrec.trainer.loop.train_loop import run_job
-    from shardrec.trainer.rundir import lifecycle
-    from shardrec.trainer.rundir.continuation import check_continuing_job
-    from shardrec.trainer.rundir.stretches import read_stretches
+    from shardrec.trainer.rundir.life import lifecycle
+    from shardrec.trainer.rundir.life.continuation import check_continuing_job
+    from shardrec.trainer.rundir.life.stretches import read_stretches
 
     spec = json.loads(Path(spec_file).read_text())
     torch.set_num_threads(1)
@@ -182,8 +182,8 @@ def finished_run(run_dir: Path, days: list[str], last: Any) -> bool:
     """Whether an earlier invocation left `run_dir` trained on every one of `days`, in order and as
     they are now, with the job of the last day (`last`, a JobConfig): its figures are read back."""
     from shardrec.dataloader.format.manifest import Manifest, dataset_fingerprint
-    from shardrec.trainer.rundir.continuation import check_continuing_job
-    from shardrec.trainer.rundir.stretches import read_stretches
+    from shardrec.trainer.rundir.life.continuation import check_continuing_job
+    from shardrec.trainer.rundir.life.stretches import read_stretches
 
     try:
         stretches = read_stretches(run_dir)

@@ -62,11 +62,14 @@ def current_start(run_dir: Path) -> int:
     return stretches[-1].first_step if stretches else 0
 
 
-def unsaved_stretch(stretches: list[Stretch], fingerprint: str, step: int | None) -> Stretch | None:
+def unsaved_stretch(
+    stretches: list[Stretch], fingerprint: str, step: int | None, older: tuple[str, ...] = ()
+) -> Stretch | None:
     """The run's last stretch if it began on this data and was stopped before its first checkpoint
     (the run's newest checkpoint is still the previous stretch's last): going on with that data
-    again begins the stretch again, as if it had never started."""
+    again begins the stretch again, as if it had never started. `older`: the data's fingerprint
+    in the forms an earlier shardrec recorded (manifest.older_fingerprints)."""
     last = stretches[-1] if stretches else None
-    if last is None or last.fingerprint != fingerprint or last.last_step is not None:
+    if last is None or last.fingerprint not in (fingerprint, *older) or last.last_step is not None:
         return None
     return last if step == last.first_step else None

@@ -16,26 +16,28 @@ from typing import Any
 from shardrec.dataloader.format.manifest import Manifest, dataset_fingerprint, older_fingerprints
 from shardrec.trainer.job import table_changes
 from shardrec.trainer.job.config import JobConfig, load_job_config
-from shardrec.trainer.rundir import lifecycle, names
-from shardrec.trainer.rundir.stretches import read_stretches, unsaved_stretch
+from shardrec.trainer.rundir import names
+from shardrec.trainer.rundir.life import lifecycle, resume_settings, run_state, trained_data
+from shardrec.trainer.rundir.life.stretches import read_stretches, unsaved_stretch
 
 
 def check_continue(run_dir: Path, config: JobConfig, manifest: Manifest, allow: list[str]) -> str:
     """What `--continue-on` with this job's data means for `run_dir`: "continue" (a new stretch),
     "resume" (the current stretch's data again, not finished) or "complete" (finished); ValueError
     (one line) when it cannot go on."""
-    run = lifecycle.read_run_dir(run_dir)
+    run = run_state.read_run_dir(run_dir)
     if run.step is None:
         raise ValueError(
             f"{run_dir}: no checkpoint to continue from; train it first (without --continue-on)"
         )
-    record = lifecycle.read_dataset_record(run_dir) or {}
-    new = dataset_fingerprint(manifest)
+    record = trained_data.read_dataset_record(run_dir) or {}
+    # A stretch recorded by an earlier shardrec keeps an older form of its data's fingerprint.
+    new, older = dataset_fingerprint(manifest), older_fingerprints(manifest)
     stretches = read_stretches(run_dir)
-    unsaved = unsaved_stretch(stretches, new, run.step)
-    if lifecycle.recorded_data(record, manifest) and unsaved is None:
+    unsaved = unsaved_stretch(stretches, new, run.step, older)
+    if trained_data.recorded_data(record, manifest) and unsaved is None:
         return lifecycle.check_run_dir(run_dir, config, manifest, allow)
-    forms = (new, *older_fingerprints(manifest))  # a stretch recorded before keeps an older form
+    forms = (new, *older)
     earlier = next((s for s in stretches if s.fingerprint in forms and s is not unsaved), None)
     if earlier is not None:
         raise ValueError(
@@ -55,7 +57,7 @@ def check_continue(run_dir: Path, config: JobConfig, manifest: Manifest, allow: 
 
 def _check_same_making(run_dir: Path, record: dict[str, Any], manifest: Manifest) -> None:
     """The new data has the run's features, static table rows and preprocessing."""
-    schema = lifecycle.dataset_schema(manifest)
+    schema = trained_data.dataset_schema(manifest)
     trained = record.get("schema", schema)
     if trained["dense"] != schema["dense"]:
         raise ValueError(
@@ -69,7 +71,7 @@ def _check_same_making(run_dir: Path, record: dict[str, Any], manifest: Manifest
                 f"feature {name}: not in the data {run_dir} trained on; a run goes on with data "
                 "of its features"
             )
-        if not lifecycle.same_feature(old[name], [name, cardinality, multi_hot]):
+        if not trained_data.same_feature(old[name], [name, cardinality, multi_hot]):
             here, there = (f"{c:,} rows" if c else "raw ids" for c in (cardinality, old[name][1]))
             remedy = (
                 "an event log's tables have a row for each id up to its largest (users, items, "
@@ -81,8 +83,8 @@ def _check_same_making(run_dir: Path, record: dict[str, Any], manifest: Manifest
             raise ValueError(
                 f"feature {name}: {here} here, {there} in the data {run_dir} trained on: {remedy}"
             )
-    differs = lifecycle.preprocessing_differences(
-        record.get("preprocessing", {}), lifecycle.preprocessing(manifest)
+    differs = trained_data.preprocessing_differences(
+        record.get("preprocessing", {}), trained_data.preprocessing(manifest)
     )
     if differs:
         raise ValueError(
@@ -96,17 +98,18 @@ def _check_settings(run_dir: Path, config: JobConfig, allow: list[str]) -> None:
     saved_path = Path(run_dir) / names.CONFIG
     if not saved_path.is_file():
         return
-    changes = lifecycle.setting_changes(load_job_config(saved_path), config)
-    table_changes.check_fixed(run_dir, changes, lifecycle.show_value)
+    changes = resume_settings.setting_changes(load_job_config(saved_path), config)
+    table_changes.check_fixed(run_dir, changes, resume_settings.show_value)
     refused = {
         k: v
         for k, v in changes.items()
-        if k not in lifecycle.CONTINUATION_KEYS and not lifecycle.allowed(k, allow, True)
+        if k not in resume_settings.CONTINUATION_KEYS
+        and not resume_settings.allowed(k, allow, True)
     }
     if refused:
         raise ValueError(
-            f"{run_dir}: going on with changed settings ({lifecycle.changes_text(refused)}); "
-            f"accept them with {lifecycle.allow_flags(refused)}"
+            f"{run_dir}: going on with changed settings ({resume_settings.changes_text(refused)}); "
+            f"accept them with {resume_settings.allow_flags(refused)}"
         )
 
 
@@ -116,7 +119,7 @@ def check_continuing_job(
     """lifecycle.check_job for `--continue-on`: (the line a rerun of a complete stretch prints, or
     None to train; whether the job starts a new stretch). ValueError (one line) when the run cannot
     go on with this job's data."""
-    lifecycle.check_allow_keys(allow)
+    resume_settings.check_allow_keys(allow)
     if not config.data.path:
         raise ValueError("--continue-on needs the data to go on with")
     manifest = Manifest.load(config.data.path)
@@ -128,7 +131,7 @@ def check_continuing_job(
 
 def complete_stretch_message(run_dir: Path, config: JobConfig) -> str:
     """What `--continue-on` with the data of the run's finished current stretch says."""
-    step = lifecycle.read_run_dir(run_dir).step or 0
+    step = run_state.read_run_dir(run_dir).step or 0
     return (
         f"{run_dir} has trained on {config.data.path} (to step {step:,}); nothing to do. Go on "
         "with other data (--continue-on DATA), or raise --steps to train longer on this one"

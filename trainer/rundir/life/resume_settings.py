@@ -1,0 +1,115 @@
+"""Which settings a resume or a continuation may change, and how a change is said: the job's
+settings as section.key (a table's as tables.FEATURE.key), those that differ from the run's
+config.toml, and the --allow-change keys that accept them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+from shardrec.trainer.job import table_changes
+from shardrec.trainer.job.config import SEED_UNSET, TABLES, JobConfig, load_job_config
+from shardrec.trainer.rundir import names
+
+CONTINUATION_KEYS = ("train.steps", "train.epochs")
+"""Keys a resume may change without --allow-change when the run ends no earlier for it: raising them
+is how a run continues (shortening it is a change like any other)."""
+
+
+FREE_KEYS = ("data.path", "sharding.plan", "sharding.constraints")
+"""Keys a resume may always change: data.path may move as long as the data is the same (the
+fingerprint decides, not the path); a checkpoint reshards onto any plan (at any world size)."""
+
+
+def with_absolute_data_path(config: JobConfig) -> JobConfig:
+    """`config` with data.path resolved from this directory: a run's config.toml must find its
+    data from wherever eval or export run later."""
+    if not config.data.path:
+        return config
+    return dataclasses.replace(
+        config, data=dataclasses.replace(config.data, path=str(Path(config.data.path).resolve()))
+    )
+
+
+def flat_settings(config: JobConfig) -> dict[str, Any]:
+    """section.key -> value of every setting; tables.FEATURE.key for a table's (table_changes)."""
+    return {
+        **{
+            f"{section}.{key}": value
+            for section, values in config.to_dict().items()
+            if section != TABLES
+            for key, value in values.items()
+        },
+        **table_changes.flat_tables(config.tables),
+    }
+
+
+def setting_changes(saved: JobConfig, current: JobConfig) -> dict[str, tuple[Any, Any]]:
+    """section.key -> (old, new) for every setting that differs.
+
+    data.path is compared resolved, as config.toml saves it: a rerun of the same command with a
+    relative --data is the same dataset, not a change to announce. An unset train.seed is the
+    run's (config.toml keeps the seed a run drew or was given)."""
+    if current.train.seed == SEED_UNSET:
+        current = dataclasses.replace(
+            current, train=dataclasses.replace(current.train, seed=saved.train.seed)
+        )
+    old, new = flat_settings(saved), flat_settings(with_absolute_data_path(current))
+    changes = {
+        key: (old[key], new[key])
+        for key in old
+        if not key.startswith(f"{TABLES}.") and old[key] != new[key]
+    }
+    return {**changes, **table_changes.table_changes(saved.tables, current.tables)}
+
+
+def recorded_seed(run_dir: Path) -> int | None:
+    """The train.seed a run directory's config.toml keeps (None: no run there yet)."""
+    path = Path(run_dir) / names.CONFIG
+    return load_job_config(path).train.seed if path.is_file() else None
+
+
+def check_allow_keys(keys: list[str]) -> None:
+    """Every --allow-change KEY names a setting (section.key) or a whole section; a table's
+    setting is tables.FEATURE.key (table_changes)."""
+    known = flat_settings(JobConfig())
+    sections = {key.partition(".")[0] for key in known} | {TABLES}
+    for key in keys:
+        if key not in known and key not in sections and not table_changes.is_table_key(key):
+            feature = key.split(".")[1] if key.startswith(f"{TABLES}.") else "FEATURE"
+            tables = [f"{TABLES}.{feature}.{k}" for k in table_changes.SETTINGS]
+            near = difflib.get_close_matches(key, [*known, *sections, *tables], n=1)
+            hint = f"; did you mean {near[0]}?" if near else " (see `shardrec config defaults`)"
+            raise ValueError(f"--allow-change {key}: no such setting{hint}")
+
+
+def allowed(key: str, allow: list[str], continues: bool) -> bool:
+    """Whether a resume may change `key`; `continues`: the run ends no earlier for the change."""
+    key, allow = table_changes.plain(key), [table_changes.plain(a) for a in allow]
+    return (
+        (key in CONTINUATION_KEYS and continues)
+        or key in FREE_KEYS
+        or any(key == a or key.startswith(a + ".") for a in allow)
+    )
+
+
+def show_value(value: Any) -> str:
+    """A setting's value in a message: strings quoted, the rest as JSON."""
+    return json.dumps(value) if not isinstance(value, str) else repr(value)
+
+
+def changes_text(changes: dict[str, tuple[Any, Any]]) -> str:
+    """`key: old -> new, ...` of changed settings."""
+    return ", ".join(
+        f"{k}: {show_value(old)} -> {show_value(new)}" for k, (old, new) in changes.items()
+    )
+
+
+def allow_flags(keys: Any) -> str:
+    """The --allow-change flags that accept `keys`, quoted for a shell (`tables."*".policy`)."""
+    return " ".join(f"--allow-change {shlex.quote(k)}" for k in keys)

@@ -1,0 +1,166 @@
+"""What a run directory holds, read without torch (RunDir: its newest complete checkpoint, its
+summary, the target or stop record that ended it), its status as `shardrec runs` lists it
+(complete, running, stopped, failed), a stop's record and line, and the runs under a folder.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from shardrec.dataloader.util import locks
+from shardrec.trainer.job.config import JobConfig
+from shardrec.trainer.rundir import names
+from shardrec.trainer.rundir.checkpoint_trust import complete_checkpoints
+from shardrec.trainer.rundir.metrics_log import append_record, load_metrics
+
+STOPPED_EXIT_CODE = 75
+"""`shardrec train`'s exit code after a stop on request with its checkpoint written (EX_TEMPFAIL:
+rerun to resume)."""
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """What a run directory holds, read without torch."""
+
+    path: Path
+    step: int | None
+    """Step of the newest complete checkpoint (None: none)."""
+    summary: dict[str, Any] | None
+    target: dict[str, Any] | None = None
+    """The metrics.jsonl record of the train.target_auc stop that ended the run at `step` (None:
+    none)."""
+    stop: dict[str, Any] | None = None
+    """The metrics.jsonl record of a stop on request (SIGTERM / SIGINT) at `step` (None: none)."""
+
+    @property
+    def complete(self) -> bool:
+        """The last invocation finished: its summary is of the newest checkpoint's step."""
+        return (
+            self.summary is not None
+            and self.step is not None
+            and self.summary.get("steps") == self.step
+        )
+
+    def complete_for(self, config: JobConfig, total: int) -> bool:
+        """Whether a job of `config`, which runs to step `total`, has nothing left to do here: the
+        run finished at `total`, or it stopped at a target AUC that `config`'s target still
+        accepts."""
+        if not self.complete:
+            return False
+        if self.step == total:
+            return True
+        target = config.train.target_auc
+        # A raised or cleared target (--allow-change train.target_auc) continues the run.
+        return self.target is not None and bool(target) and self.target["auc"] >= target
+
+
+def read_run_dir(path: Path) -> RunDir:
+    done = complete_checkpoints(Path(path) / names.CHECKPOINTS)
+    summary = None
+    try:
+        summary = json.loads((Path(path) / names.SUMMARY).read_text())
+    except (OSError, ValueError):
+        pass  # no summary, or a torn one: the run did not finish
+    summary = summary if isinstance(summary, dict) else None
+    step = done[-1][0] if done else None
+    finished = summary is not None and summary.get("steps") == step
+    target = (
+        _newest_record(Path(path), ("target",), step)
+        if finished and summary.get("target_reached")
+        else None
+    )
+    # A stop counts until a later invocation resumes (which may then have failed); before the
+    # first checkpoint, until a later invocation writes anything.
+    stop = None
+    if step is not None and not finished:
+        stop = _newest_record(Path(path), ("stop", "resume"), step)
+    elif step is None:
+        stop = next(iter(metrics_records(Path(path))[-1:]), None)
+    return RunDir(
+        Path(path), step, summary, target, stop if stop and stop.get("kind") == "stop" else None
+    )
+
+
+def _newest_record(
+    run_dir: Path, kinds: tuple[str, ...], step: int | None
+) -> dict[str, Any] | None:
+    """The newest record of one of `kinds` in RUN/metrics.jsonl, if it is of `step`: a `target`
+    record (trainer.loop.target) with its AUC, a `stop` or `resume` record
+    (trainer.loop.train_loop)."""
+    found = None
+    for record in metrics_records(run_dir):
+        if record.get("kind") in kinds and (
+            record["kind"] != "target" or isinstance(record.get("auc"), (int, float))
+        ):
+            found = record
+    return found if found is not None and found.get("step") == step else None
+
+
+def metrics_records(run_dir: Path) -> list[dict[str, Any]]:
+    """RUN/metrics.jsonl's records (none without the file); torn lines skipped."""
+    if not (Path(run_dir) / names.METRICS).is_file():
+        return []
+    return load_metrics(run_dir, torn="any").records
+
+
+def run_status(run: RunDir, active_seconds: float = 120.0) -> str:
+    """complete, running, stopped or failed. Running: a job holds RUN/.lock (trainer.rundir.lock's
+    flock), or, in a run without a lock file, metrics were written in the last `active_seconds`.
+    Stopped: its last job stopped on request (a rerun resumes from its newest checkpoint, or
+    starts over where it had none): after a checkpoint, or at once (record_stop_at_once)."""
+    if run.complete:
+        return "complete"
+    lock, metrics = run.path / names.LOCK, run.path / names.METRICS
+    if lock.is_file():
+        running = locks.holder_of(lock) is not None
+    else:
+        running = metrics.is_file() and time.time() - metrics.stat().st_mtime < active_seconds
+    if running:
+        return "running"
+    return "stopped" if run.stop is not None else "failed"
+
+
+def record_stop_at_once(run_dir: Path, reason: str) -> None:
+    """Record in RUN/metrics.jsonl that the launcher ended the job at once (a second signal, or no
+    checkpoint within checkpoint.stop_grace_s): the run was stopped, not failed, and a rerun
+    resumes from its newest complete checkpoint (step None: starts over). Nothing is written where
+    rank 0 had not started the run (no config.toml): there is no run to list."""
+    run_dir = Path(run_dir)
+    if not (run_dir / names.CONFIG).is_file():
+        return
+    done = complete_checkpoints(run_dir / names.CHECKPOINTS)
+    step = done[-1][0] if done else None
+    append_record(run_dir, {"kind": "stop", "step": step, "reason": reason, "at_once": True})
+
+
+def stopped_message(step: int) -> str:
+    """What a job stopped by SIGTERM / SIGINT says last."""
+    return f"stopped at step {step:,}; checkpoint written; rerun the same command to resume"
+
+
+def find_runs(root: Path) -> list[Path]:
+    """Run directories (a config.toml or checkpoints/ inside, or a job holding its lock: a run in
+    its first seconds, before its rank 0 writes anything) at or under `root`, sorted."""
+    root = Path(root)
+    found = {p.parent for p in root.rglob(names.CONFIG)}
+    found |= {p.parent for p in root.rglob(names.CHECKPOINTS) if p.is_dir()}
+    found |= {p.parent for p in root.rglob(names.LOCK) if locks.holder_of(p) is not None}
+    return sorted(p for p in found if names.CHECKPOINTS not in p.relative_to(root).parts)
+
+
+def best_auc(run_dir: Path, split: str = "val") -> float | None:
+    """The best AUC of `split` in RUN/metrics.jsonl (None: no evaluation yet); torn lines
+    skipped."""
+    best = None
+    for record in metrics_records(run_dir):
+        if (
+            record.get("kind") == "eval"
+            and record.get("split") == split
+            and isinstance(record.get("auc"), (int, float))
+        ):
+            best = record["auc"] if best is None else max(best, record["auc"])
+    return best

@@ -1,0 +1,150 @@
+"""The data a run trained on, as RUN/dataset.json records it (its path, fingerprint, features and
+preprocessing settings), and whether other data is that data (a resume, `eval RUN`) or was made as
+it was (`eval --data`, `predict`, `--continue-on`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from shardrec.dataloader.format.manifest import (
+    Manifest,
+    SparseFeature,
+    dataset_fingerprint,
+    older_fingerprints,
+)
+from shardrec.dataloader.spec.event_spec import event_spec_from_dict
+from shardrec.trainer.rundir import names
+from shardrec.trainer.rundir.life.resume_settings import show_value
+
+
+def table_rows(feature: SparseFeature) -> int | None:
+    """The rows of a feature's table; None for values no table holds (an event log's timestamps
+    and action bits): their largest value is no size a model depends on, and a later period of
+    the same log has larger timestamps."""
+    return feature.cardinality if feature.values == "ids" else None
+
+
+def dataset_schema(manifest: Manifest) -> dict[str, Any]:
+    """What a model trained on a dataset needs of another to score it: its features and
+    cardinalities (None: no table, see table_rows)."""
+    return {
+        "dense": list(manifest.dense_features),
+        "sparse": [[f.name, table_rows(f), f.multi_hot] for f in manifest.sparse_features],
+    }
+
+
+def same_feature(trained: list[Any], here: list[Any]) -> bool:
+    """Whether two [name, cardinality, multi-hot] entries of dataset_schema agree; a cardinality
+    of None on either side (no table; a record from before table_rows kept the largest value)
+    is not compared."""
+    (name, rows, multi), (name2, rows2, multi2) = trained, here
+    return (name, multi) == (name2, multi2) and (rows is None or rows2 is None or rows == rows2)
+
+
+PREPROCESSING_KEYS = (
+    "mode",
+    "max_ids",
+    "min_count",
+    "hash",
+    "missing_id",
+    "oov_id",
+    "dense_transform",
+    "dense_dtype",
+    "spec_sha256",
+    "raw_ids",
+)
+"""The manifest options that decide which id and which dense value a raw field becomes (not Criteo's
+text layout: the same rows as TSV or CSV give the same dataset; a feature spec, whose hash is here,
+says which column is which)."""
+
+
+def preprocessing(manifest: Manifest) -> dict[str, Any]:
+    """A dataset's preprocessing settings: its table sizes, hashing or vocabulary and dense
+    transform. A model scores only data preprocessed as its training data was (see
+    preprocessing_differences)."""
+    options = manifest.options
+    return {
+        "cardinalities": [table_rows(f) for f in manifest.sparse_features],
+        **{key: options.get(key) for key in PREPROCESSING_KEYS},
+        **(event_sample_settings(manifest.events["spec"]) if manifest.kind == "events" else {}),
+    }
+
+
+def event_sample_settings(spec: dict[str, Any]) -> dict[str, Any]:
+    """The sample settings (EventSpec.sample_settings) of an event spec as a manifest or a model
+    file keeps it."""
+    return event_spec_from_dict(spec, "the dataset's event spec").sample_settings()
+
+
+def preprocessing_differences(trained: dict[str, Any], here: dict[str, Any]) -> str:
+    """The settings that differ, "key: A in training, B here, ..." ("" when none): of a list, its
+    first differing element. A cardinality of None (no table) is not compared."""
+    diffs = []
+    for key in dict.fromkeys([*trained, *here]):
+        a, b = trained.get(key), here.get(key)
+        if key == "cardinalities" and isinstance(a, list) and isinstance(b, list):
+            a, b = _tables_only(a, b)
+        if key.startswith("[") and key not in trained:
+            continue  # an event spec's setting that a record from before them does not keep
+        if a == b:
+            continue
+        if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+            i = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+            key, a, b = f"{key}[{i}]", a[i], b[i]
+        diffs.append(f"{key}: {show_value(a)} in training, {show_value(b)} here")
+    return ", ".join(diffs)
+
+
+def spec_differences(record: dict[str, Any], manifest: Manifest) -> str:
+    """The event-spec settings (EventSpec.sample_settings) in which `manifest`'s samples differ
+    from those of the data a run recorded (RUN/dataset.json), preprocessing_differences' way; ""
+    when none differ, for a click log, or for a record that keeps none."""
+    if manifest.kind != "events":
+        return ""
+    trained = {k: v for k, v in record.get("preprocessing", {}).items() if k.startswith("[")}
+    here = {k: v for k, v in preprocessing(manifest).items() if k.startswith("[")}
+    return preprocessing_differences(trained, here) if trained else ""
+
+
+def recorded_data(record: dict[str, Any], manifest: Manifest) -> bool:
+    """Whether `manifest` is the dataset a run recorded: its fingerprint, or a form recorded
+    before an event log's covered its files or its spec (manifest.older_fingerprints; then the
+    spec settings the record keeps, if any, must be the dataset's: a record from before them
+    cannot tell, and is taken at its word, as it was then)."""
+    recorded = record.get("fingerprint")
+    if recorded == dataset_fingerprint(manifest):
+        return True
+    return recorded in older_fingerprints(manifest) and not spec_differences(record, manifest)
+
+
+def _tables_only(a: list[Any], b: list[Any]) -> tuple[list[Any], list[Any]]:
+    """Two lists of cardinalities with None where either has none (a feature without a table)."""
+    if len(a) != len(b):
+        return a, b
+    keep = [x is not None and y is not None for x, y in zip(a, b)]
+    return [x if k else None for x, k in zip(a, keep)], [y if k else None for y, k in zip(b, keep)]
+
+
+def dataset_record(path: str, manifest: Manifest, given: str | None = None) -> bytes:
+    """The bytes of RUN/dataset.json for this dataset: its absolute `path`, the path as the user
+    typed it (`given`), its fingerprint, schema and preprocessing settings."""
+    record = {
+        "path": path,
+        "given": given if given is not None else path,
+        "fingerprint": dataset_fingerprint(manifest),
+        "schema": dataset_schema(manifest),
+        "preprocessing": preprocessing(manifest),
+    }
+    return (json.dumps(record, indent=2) + "\n").encode()
+
+
+def read_dataset_record(run_dir: Path) -> dict[str, Any] | None:
+    """RUN/dataset.json (None: a run from before dataset records, or a torn file)."""
+    try:
+        record = json.loads((Path(run_dir) / names.DATASET_RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None

@@ -16,7 +16,7 @@ from shardrec.tools.cli.common import fail, interrupted, print_json
 from shardrec.tools.console import console, err_console
 from shardrec.tools.preprocess.parse.criteo_text import Schema
 from shardrec.tools.preprocess.settings import PreprocessConfig
-from shardrec.trainer.job.config import field_help
+from shardrec.trainer.job.toml_values import field_help
 
 if (
     TYPE_CHECKING

@@ -44,7 +44,8 @@ def infer(
     --spec SPEC`.
     """
     from shardrec.dataloader.spec.spec_file import spec_to_toml
-    from shardrec.tools.preprocess.parse.parquet_rows import file_rows, is_parquet
+    from shardrec.tools.preprocess.parse.parquet_rows import file_rows
+    from shardrec.tools.preprocess.parse.parquet_schema import is_parquet
     from shardrec.tools.preprocess.parse.spec_infer import (
         infer_parquet_spec,
         infer_spec,

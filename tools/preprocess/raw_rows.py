@@ -133,7 +133,7 @@ class RawRows:
         (_read_parquet), the file's own label column, if it has one, left out."""
         import pyarrow as pa
 
-        from shardrec.tools.preprocess.parse.parquet_rows import (
+        from shardrec.tools.preprocess.parse.parquet_schema import (
             read_parquet_schema,
             resolve_parquet,
         )

@@ -240,7 +240,7 @@ def _column(name: str, values: list[str], rows: int, delimiter: str) -> tuple[Co
 
 
 def _parquet_column(name: str, kind: str, values: list, rows: int) -> tuple[Column, str]:
-    """The proposed column for a Parquet column of Arrow kind `kind` (parquet_rows.kind_of) and
+    """The proposed column for a Parquet column of Arrow kind `kind` (parquet_schema.kind_of) and
     its sample's non-null values, and why."""
     if kind.startswith("list-"):
         items = [x for v in values for x in v if x is not None and x != ""]
@@ -293,7 +293,7 @@ def infer_parquet_spec(
     saying why (module doc). ValueError names what does not fit."""
     import pyarrow.parquet as pq
 
-    from shardrec.tools.preprocess.parse.parquet_rows import kind_of
+    from shardrec.tools.preprocess.parse.parquet_schema import kind_of
 
     try:
         f = pq.ParquetFile(path)

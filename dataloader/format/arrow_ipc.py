@@ -1,5 +1,6 @@
-"""The Arrow IPC file format (Feather v2), written byte for byte here, for the three kinds of
-column a part holds; read back by checking the bytes against what would have been written.
+"""The Arrow IPC file format (Feather v2), laid out byte for byte here (its flatbuffers in
+flatbuffer.py; a file written, buffers streamed and hashed, by arrow_ipc_write.py), for the three
+kinds of column a part holds; read back by checking the bytes against what would have been written.
 
 Why not pyarrow's writer: a column must be written as it is produced (a multi-hot copy expands a
 part's ids chunk by chunk; its whole columns would be hundreds of MB per worker), hashed while it
@@ -34,21 +35,17 @@ Columns (`Column.kind`), their Arrow types and buffers in file order:
 No nulls anywhere (every field is `not null`, validity buffers are empty). The schema carries one
 custom metadata entry (key and value given by the caller). Buffers are 8-byte aligned in the file
 (the IPC minimum, what pyarrow writes: numpy views of a map are aligned for every dtype here).
-
-Flatbuffers are laid out forward (a table's vtable just before it, every child after the field
-that points to it: flatbuffers' offsets only point forward), each scalar aligned to its size from
-the start of its flatbuffer, which starts 8-aligned in the file.
 """
 
 from __future__ import annotations
 
-import hashlib
 import struct
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import BinaryIO
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
+
+from shardrec.dataloader.format.flatbuffer import Image, Table, Var, Vector
 
 VALUE, BLOCK, LIST = "value", "block", "list"
 KINDS = (VALUE, BLOCK, LIST)
@@ -92,167 +89,54 @@ class Column:
         return {VALUE: 2, BLOCK: 3, LIST: 4}[self.kind]
 
 
-# -- flatbuffers, laid out forward ------------------------------------------------------------
+# -- Arrow's messages, as flatbuffers (flatbuffer.py) -------------------------------------------
 
 
-class _Var:
-    """An int64 whose value differs per file (a row count, a buffer's place): written as 0 in the
-    template, its position recorded under `name`."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-
-@dataclass
-class _Table:
-    # slot -> (struct format, value): "b"/"B"/"h"/"i"/"q" scalars (value int or _Var), "o" offset
-    # (value a _Table, _Vector or bytes: a string)
-    fields: dict[int, tuple[str, object]] = field(default_factory=dict)
-
-
-@dataclass
-class _Vector:
-    items: list  # "o": _Table/bytes each; a struct format: tuples of values
-    fmt: str = "o"
-    mark: str = ""
-    """A struct vector whose items are all per-file values: its elements' position is recorded
-    under this name (they are filled as one block)."""
-
-
-_SIZE = {"b": 1, "B": 1, "h": 2, "i": 4, "q": 8, "o": 4}
-
-
-class _Image:
-    """One flatbuffer being laid out: bytes, and where the per-file values go."""
-
-    def __init__(self) -> None:
-        self.out = bytearray()
-        self.marks: dict[str, int] = {}
-
-    def align(self, boundary: int, then: int = 0) -> None:
-        """Pad so that the next byte written is `then` past a multiple of `boundary`."""
-        while (len(self.out) - then) % boundary:
-            self.out.append(0)
-
-    def root(self, table: _Table) -> bytes:
-        self.out += b"\0\0\0\0"
-        self._patch(0, self.table(table))
-        self.align(8)
-        return bytes(self.out)
-
-    def _patch(self, at: int, target: int) -> None:
-        struct.pack_into("<I", self.out, at, target - at)
-
-    def table(self, t: _Table) -> int:
-        # Inline layout: the soffset to the vtable, then fields by size, largest first, each
-        # aligned to its size (the table starts 8-aligned).
-        slots = sorted(t.fields, key=lambda s: (-_SIZE[t.fields[s][0]], s))
-        where, at = {}, 4
-        for s in slots:
-            size = _SIZE[t.fields[s][0]]
-            at = (at + size - 1) // size * size
-            where[s] = at
-            at += size
-        inline = at
-        count = max(t.fields) + 1 if t.fields else 0
-        vtable = struct.pack(
-            f"<HH{count}H", 4 + 2 * count, inline, *(where.get(s, 0) for s in range(count))
-        )
-        self.align(2)
-        vt_at = len(self.out)
-        self.out += vtable
-        self.align(8)
-        start = len(self.out)
-        self.out += bytes(inline)
-        struct.pack_into("<i", self.out, start, start - vt_at)
-        children = []
-        for s in slots:
-            fmt, value = t.fields[s]
-            if fmt == "o":
-                children.append((start + where[s], value))
-            elif isinstance(value, _Var):
-                self.marks[value.name] = start + where[s]
-            else:
-                struct.pack_into("<" + fmt, self.out, start + where[s], value)
-        for at, child in children:
-            self._patch(at, self.child(child))
-        return start
-
-    def child(self, value: object) -> int:
-        if isinstance(value, _Table):
-            return self.table(value)
-        if isinstance(value, bytes):  # a string: length, bytes, NUL
-            self.align(4)
-            at = len(self.out)
-            self.out += struct.pack("<I", len(value)) + value + b"\0"
-            return at
-        assert isinstance(value, _Vector)
-        if value.fmt == "o":
-            self.align(4)
-            at = len(self.out)
-            self.out += struct.pack("<I", len(value.items)) + bytes(4 * len(value.items))
-            for k, item in enumerate(value.items):
-                self._patch(at + 4 + 4 * k, self.child(item))
-            return at
-        self.align(8, then=4)  # elements of 8-byte structs start 8-aligned
-        at = len(self.out)
-        self.out += struct.pack("<I", len(value.items))
-        if value.mark:
-            self.marks[value.mark] = len(self.out)
-        for item in value.items:
-            self.out += struct.pack(
-                "<" + value.fmt, *(0 if isinstance(v, _Var) else v for v in item)
-            )
-        return at
-
-
-def _type(column: Column) -> tuple[int, _Table]:
+def _type(column: Column) -> tuple[int, Table]:
     d = column.dtype
     if d.kind == "f":
-        return _TYPE_FLOAT, _Table({0: ("h", _PRECISION[d.itemsize])})
-    return _TYPE_INT, _Table({0: ("i", 8 * d.itemsize), 1: ("B", int(d.kind == "i"))})
+        return _TYPE_FLOAT, Table({0: ("h", _PRECISION[d.itemsize])})
+    return _TYPE_INT, Table({0: ("i", 8 * d.itemsize), 1: ("B", int(d.kind == "i"))})
 
 
-def _field(name: str, type_id: int, type_table: _Table, children: list[_Table]) -> _Table:
+def _field(name: str, type_id: int, type_table: Table, children: list[Table]) -> Table:
     # name, nullable (false), type_type, type, children; no dictionary, no custom metadata
-    return _Table(
+    return Table(
         {
             0: ("o", name.encode()),
             1: ("B", 0),
             2: ("B", type_id),
             3: ("o", type_table),
-            5: ("o", _Vector(children)),
+            5: ("o", Vector(children)),
         }
     )
 
 
-def _column_field(column: Column) -> _Table:
+def _column_field(column: Column) -> Table:
     type_id, table = _type(column)
     if column.kind == VALUE:
         return _field(column.name, type_id, table, [])
     item = _field("item", type_id, table, [])
     if column.kind == BLOCK:
-        return _field(column.name, _TYPE_FIXED_SIZE_LIST, _Table({0: ("i", column.width)}), [item])
-    return _field(column.name, _TYPE_LARGE_LIST, _Table(), [item])
+        return _field(column.name, _TYPE_FIXED_SIZE_LIST, Table({0: ("i", column.width)}), [item])
+    return _field(column.name, _TYPE_LARGE_LIST, Table(), [item])
 
 
-def _schema(columns: Sequence[Column], key: str, value: str) -> _Table:
-    meta = _Table({0: ("o", key.encode()), 1: ("o", value.encode())})
+def _schema(columns: Sequence[Column], key: str, value: str) -> Table:
+    meta = Table({0: ("o", key.encode()), 1: ("o", value.encode())})
     # endianness (little: the default), fields, custom_metadata
-    return _Table(
+    return Table(
         {
             0: ("h", 0),
-            1: ("o", _Vector([_column_field(c) for c in columns])),
-            2: ("o", _Vector([meta])),
+            1: ("o", Vector([_column_field(c) for c in columns])),
+            2: ("o", Vector([meta])),
         }
     )
 
 
-def _message(header_type: int, header: _Table, body: int | _Var) -> tuple[bytes, dict[str, int]]:
-    image = _Image()
-    fb = image.root(
-        _Table({0: ("h", _V5), 1: ("B", header_type), 2: ("o", header), 3: ("q", body)})
-    )
+def _message(header_type: int, header: Table, body: int | Var) -> tuple[bytes, dict[str, int]]:
+    image = Image()
+    fb = image.root(Table({0: ("h", _V5), 1: ("B", header_type), 2: ("o", header), 3: ("q", body)}))
     return fb, image.marks
 
 
@@ -286,14 +170,14 @@ class FileLayout:
         self.lists = [i for i, c in enumerate(self.columns) if c.kind == LIST]
         nodes = sum(1 if c.kind == VALUE else 2 for c in self.columns)
         buffers = sum(c.buffers for c in self.columns)
-        batch = _Table(
+        batch = Table(
             {
-                0: ("q", _Var("rows")),
-                1: ("o", _Vector([(0, 0)] * nodes, "qq", mark="nodes")),
-                2: ("o", _Vector([(0, 0)] * buffers, "qq", mark="buffers")),
+                0: ("q", Var("rows")),
+                1: ("o", Vector([(0, 0)] * nodes, "qq", mark="nodes")),
+                2: ("o", Vector([(0, 0)] * buffers, "qq", mark="buffers")),
             }
         )
-        batch_fb, marks = _message(_HEADER_RECORD_BATCH, batch, _Var("body"))
+        batch_fb, marks = _message(_HEADER_RECORD_BATCH, batch, Var("body"))
         schema_at = 8
         batch_at = schema_at + 8 + len(schema_fb)
         self.batch_at = batch_at
@@ -305,14 +189,14 @@ class FileLayout:
             + CONTINUATION + struct.pack("<i", len(batch_fb)) + batch_fb
         )  # fmt: skip
         self.marks = {k: batch_at + 8 + v for k, v in marks.items()}
-        footer = _Image()
+        footer = Image()
         footer_fb = footer.root(
-            _Table(
+            Table(
                 {
                     0: ("h", _V5),
                     1: ("o", _schema(self.columns, key, value)),
-                    2: ("o", _Vector([], "qi4xq")),
-                    3: ("o", _Vector([(batch_at, 8 + len(batch_fb), 0)], "qi4xq", mark="block")),
+                    2: ("o", Vector([], "qi4xq")),
+                    3: ("o", Vector([(batch_at, 8 + len(batch_fb), 0)], "qi4xq", mark="block")),
                 }
             )
         )
@@ -410,92 +294,3 @@ class FileLayout:
         if file_size != sizes.file:
             return f"{file_size} bytes, its metadata says {sizes.file}"
         return sizes
-
-
-# -- writing ----------------------------------------------------------------------------------
-
-
-Chunks = Callable[[], Iterable[np.ndarray]]
-"""A buffer written as it is produced: a function returning its pieces in order."""
-
-
-@dataclass
-class Streamed:
-    """A buffer not held in memory: `length` values of `dtype`, in pieces from `chunks()`."""
-
-    dtype: np.dtype
-    length: int
-    chunks: Chunks
-
-
-Buffer = np.ndarray | Streamed
-
-
-def _pieces(buffer: Buffer) -> Iterator[np.ndarray]:
-    if isinstance(buffer, Streamed):
-        yield from buffer.chunks()
-    else:
-        yield buffer
-
-
-def write_file(
-    f: BinaryIO,
-    layout: FileLayout,
-    rows: int,
-    data: dict[str, Buffer | tuple[Buffer, Buffer]],
-) -> tuple[int, str]:
-    """Write one file to the open binary file `f`, hashing as it goes; (bytes, SHA-256).
-
-    data: column name -> its values (a `value` column: [rows]; a `block`: [rows, width] or its
-    rows' values flat; a `list`: (offsets [rows + 1], values)); arrays or `Streamed` buffers.
-    ValueError when a column's length disagrees with `rows` (nothing is written then)."""
-    plan, lists = [], []
-    for c in layout.columns:
-        given = data[c.name]
-        if c.kind == LIST:
-            offsets, values = given
-            lists.append(length(values))
-            plan.append((c, [(offsets, np.dtype(np.int64), rows + 1), (values, c.dtype, None)]))
-        else:
-            plan.append((c, [(given, c.dtype, rows * c.width)]))
-    sizes = layout.sizes(rows, lists)
-    for c, bufs in plan:
-        for buf, dtype, want in bufs:
-            if want is not None and length(buf) != want:
-                raise ValueError(f"column {c.name}: {length(buf)} values, expected {want}")
-            if dtype_of(buf) != dtype:
-                raise ValueError(f"column {c.name}: dtype {dtype_of(buf)}, expected {dtype}")
-    head, foot = layout.image(sizes)
-    h = hashlib.sha256()
-
-    def put(data: bytes | memoryview) -> None:
-        h.update(data)
-        f.write(data)
-
-    put(head)
-    for c, bufs in plan:
-        for buf, dtype, _ in bufs:
-            written = 0
-            for piece in _pieces(buf):
-                raw = np.ascontiguousarray(piece, dtype).reshape(-1).view(np.uint8)
-                if len(raw):
-                    put(memoryview(raw))
-                written += len(raw)
-            if written != length(buf) * dtype.itemsize:
-                raise ValueError(
-                    f"column {c.name}: wrote {written} bytes of {length(buf) * dtype.itemsize}"
-                )
-            if written % 8:
-                put(bytes(8 - written % 8))
-    put(foot)
-    return sizes.file, h.hexdigest()
-
-
-def length(buffer: Buffer) -> int:
-    """Values in a buffer (an array's size, a streamed buffer's length)."""
-    return buffer.length if isinstance(buffer, Streamed) else int(np.asarray(buffer).size)
-
-
-def dtype_of(buffer: Buffer) -> np.dtype:
-    """A buffer's dtype."""
-    return np.dtype(buffer.dtype)

@@ -43,7 +43,8 @@ from pathlib import Path
 import numpy as np
 
 from shardrec.dataloader.format import arrow_ipc
-from shardrec.dataloader.format.arrow_ipc import BLOCK, LIST, VALUE, Column, FileLayout, Streamed
+from shardrec.dataloader.format.arrow_ipc import BLOCK, LIST, VALUE, Column, FileLayout
+from shardrec.dataloader.format.arrow_ipc_write import Streamed, length, write_file
 from shardrec.dataloader.format.manifest import (
     MANIFEST,
     SCHEMA_VERSION,
@@ -182,22 +183,22 @@ def write_part(
             off = off if isinstance(off, Streamed) else np.asarray(off).astype(np.int64, copy=False)
             ids = sparse[c.name]
             if not isinstance(off, Streamed) and (
-                len(off) != rows + 1 or int(off[0]) != 0 or int(off[-1]) != arrow_ipc.length(ids)
+                len(off) != rows + 1 or int(off[0]) != 0 or int(off[-1]) != length(ids)
             ):
                 raise ValueError(
-                    f"{c.name}: offsets do not match {rows} rows and {arrow_ipc.length(ids)} ids"
+                    f"{c.name}: offsets do not match {rows} rows and {length(ids)} ids"
                 )
             data[c.name] = (off, ids)
         else:
-            if arrow_ipc.length(sparse[c.name]) != rows:
+            if length(sparse[c.name]) != rows:
                 raise ValueError(
-                    f"{c.name}: {arrow_ipc.length(sparse[c.name])} ids for {rows} rows (one-hot "
+                    f"{c.name}: {length(sparse[c.name])} ids for {rows} rows (one-hot "
                     "features hold one id per row)"
                 )
             data[c.name] = sparse[c.name]
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_open(path, fsync=fsync) as f:
-        size, sha256 = arrow_ipc.write_file(f, layout, rows, data)
+        size, sha256 = write_file(f, layout, rows, data)
     return PartInfo(name=path.name, rows=rows, bytes=size, sha256=sha256)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 WORK_DIR = ".work"
-"""Where preprocessing keeps its progress inside a dataset (tools/preprocess/task.py writes it)."""
+"""Where preprocessing keeps its progress inside a dataset (tools/preprocess/tasks/ writes it)."""
 DATASET_LOCK = "lock"
 """The lock file of a dataset being written, in its WORK_DIR (`lock-part-K` for `--part K/N`)."""
 

@@ -15,10 +15,10 @@ from typer.testing import CliRunner
 
 from shardrec.tools.bench.preprocess.gzip_bench import print_gzip_report
 from shardrec.tools.cli.app import app
-from shardrec.tools.preprocess import task_text as task_module
 from shardrec.tools.preprocess.inputs import plan_tasks
 from shardrec.tools.preprocess.pool import map_stream
-from shardrec.tools.preprocess.task import Task
+from shardrec.tools.preprocess.tasks import task_text as task_module
+from shardrec.tools.preprocess.tasks.task import Task
 from shardrec.tools.preprocess.text import gz
 from shardrec.tools.preprocess.text.gz_split import SPLIT_MIN_CHUNKS, should_split
 from shardrec.tools.synth.criteo import SynthSpec, write_file

@@ -411,7 +411,7 @@ def test_raw_parquet_rows_get_the_inputs_their_preprocessed_rows_have(logs: Path
 def test_columns_are_read_as_dictionaries_by_their_first_dictionary_page(tmp_path: Path):
     """A string column repeats when its first row group's dictionary page holds under a quarter of
     its rows; one written without a dictionary page is read plain, however it repeats."""
-    from shardrec.tools.preprocess.parse.parquet_rows import _repeating
+    from shardrec.tools.preprocess.parse.parquet_schema import _repeating
 
     rng = np.random.default_rng(0)
     rows = 8000  # a row group several times the probe's rows
@@ -439,7 +439,7 @@ def test_columns_are_read_as_dictionaries_by_their_first_dictionary_page(tmp_pat
 def test_a_dictionary_page_that_filled_up_is_counted_over_its_row_group(tmp_path: Path):
     """400,000 near-unique strings in one row group: the writer's dictionary page fills (~88 k of
     them) and the rest is written plain; the column is counted whole, and read plain."""
-    from shardrec.tools.preprocess.parse.parquet_rows import _repeating
+    from shardrec.tools.preprocess.parse.parquet_schema import _repeating
 
     rows = 400_000
     rng = np.random.default_rng(1)

@@ -174,7 +174,7 @@ def test_output_is_the_same_without_the_compiled_kernels(
 def test_output_is_the_same_when_part_columns_must_grow(
     raw: Path, reference, tmp_path: Path, monkeypatch
 ):
-    from shardrec.tools.preprocess import task as preprocess_task
+    from shardrec.tools.preprocess.tasks import task_run as preprocess_task
 
     # A row estimate that always falls short: every piece grows the part's columns.
     monkeypatch.setattr(preprocess_task, "_capacity", lambda *args: 1)
@@ -185,7 +185,7 @@ def test_output_is_the_same_when_part_columns_must_grow(
 def test_failed_background_fsync_fails_the_run_without_marking_the_task(
     raw: Path, tmp_path: Path, monkeypatch
 ):
-    from shardrec.tools.preprocess import task_markers
+    from shardrec.tools.preprocess.tasks import task_markers
 
     def no_space(files, marker, payload):  # what the sync thread meets on a full disk
         raise OSError(28, "No space left on device", str(files[0]))
@@ -201,7 +201,7 @@ def test_failed_background_fsync_fails_the_run_without_marking_the_task(
 
 
 def test_output_does_not_depend_on_the_parse_piece_size(tmp_path: Path, monkeypatch):
-    from shardrec.tools.preprocess import task as preprocess_task
+    from shardrec.tools.preprocess.tasks import task_run as preprocess_task
 
     lines = (
         write_dataset(tmp_path / "raw", rows=3000, seed=12, max_vocab=500)[0]

@@ -1,6 +1,7 @@
-"""The part container (dataloader/format/arrow_ipc.py): files of every column kind and dtype read
-back equal with pyarrow (its full validation) and polars; streamed buffers give the same bytes as
-arrays; the bytes depend on the columns and lengths only; a file is checked by its own layout."""
+"""The part container (dataloader/format/arrow_ipc.py, arrow_ipc_write.py): files of every column
+kind and dtype read back equal with pyarrow (its full validation) and polars; streamed buffers give
+the same bytes as arrays; the bytes depend on the columns and lengths only; a file is checked by
+its own layout."""
 
 from __future__ import annotations
 
@@ -11,14 +12,8 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from shardrec.dataloader.format.arrow_ipc import (
-    BLOCK,
-    LIST,
-    Column,
-    FileLayout,
-    Streamed,
-    write_file,
-)
+from shardrec.dataloader.format.arrow_ipc import BLOCK, LIST, Column, FileLayout
+from shardrec.dataloader.format.arrow_ipc_write import Streamed, write_file
 
 COLUMNS = [
     Column("label", np.uint8),

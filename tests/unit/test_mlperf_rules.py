@@ -6,8 +6,9 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from shardrec.trainer.job.config import SEED_UNSET, load_job_config
+from shardrec.trainer.job.config import load_job_config
 from shardrec.trainer.job.mlperf_rules import REFERENCE_MULTIHOT, rule_breaks
+from shardrec.trainer.job.sections import SEED_UNSET
 
 DLRMV2 = Path(__file__).resolve().parents[2] / "configs" / "dlrmv2.toml"
 

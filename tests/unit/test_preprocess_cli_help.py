@@ -11,7 +11,7 @@ import typer
 from shardrec.tools.cli.app import app
 from shardrec.tools.preprocess.parse.criteo_text import Schema
 from shardrec.tools.preprocess.settings import PreprocessConfig
-from shardrec.trainer.job.config import field_help
+from shardrec.trainer.job.toml_values import field_help
 
 
 def _params() -> dict[str, object]:

@@ -148,7 +148,7 @@ def test_hashing_tasks_run_without_numpys_huge_page_hint(monkeypatch, vocab_path
     it runs (~1/6 of a Parquet run's CPU), on again after; vocabulary mode keeps it."""
     from numpy._core.multiarray import _set_madvise_hugepage
 
-    from shardrec.tools.preprocess import task as task_mod
+    from shardrec.tools.preprocess.tasks import task_run as task_mod
 
     def hint_now() -> bool:
         now = _set_madvise_hugepage(True)

@@ -21,7 +21,7 @@ from shardrec.tools.preprocess.inputs import (
     resolve_layout,
     split_ranges,
 )
-from shardrec.tools.preprocess.task import SplitRange
+from shardrec.tools.preprocess.tasks.task import SplitRange
 from shardrec.tools.preprocess.text.lines import chunk_bounds, count_lines
 
 # Known answers: a change to the mixing or the mod would remap every id of every dataset and
@@ -188,8 +188,8 @@ def test_compiled_hashing_equals_hash_ids():
 def test_read_pieces_cut_at_newlines_and_keep_every_byte(tmp_path: Path, gz: bool):
     import gzip
 
-    from shardrec.tools.preprocess.task import Task
-    from shardrec.tools.preprocess.task_text import read_pieces
+    from shardrec.tools.preprocess.tasks.task import Task
+    from shardrec.tools.preprocess.tasks.task_text import read_pieces
 
     text = (
         b"".join(b"x" * (i % 50) + b"\n" for i in range(400))
@@ -216,7 +216,7 @@ def test_count_and_vocabulary_files_are_synced_before_they_appear(tmp_path: Path
     from shardrec.tools.preprocess.ids.vocab import build_vocabularies, run_dirs
     from shardrec.tools.preprocess.parse.criteo_text import Schema
     from shardrec.tools.preprocess.parse.text_parser import TextParser
-    from shardrec.tools.preprocess.task import Task, TaskOptions
+    from shardrec.tools.preprocess.tasks.task import Task, TaskOptions
     from shardrec.tools.preprocess.vocab_count import count_task
 
     def synced_before_renamed(events: list[str]) -> list[str]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from shardrec.tools.preprocess.pool import WorkerDied, map_stream
-from shardrec.tools.preprocess.task import Task
+from shardrec.tools.preprocess.tasks.task import Task
 
 
 def _die(task: Task, marker: str) -> None:

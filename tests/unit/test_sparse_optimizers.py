@@ -27,7 +27,7 @@ def test_the_facts_and_the_config_that_reads_them_load_without_torch() -> None:
 
 def test_every_name_has_a_torch_optimizer_and_the_config_takes_exactly_these() -> None:
     from shardrec.embeddings.optim import TORCH_OPTIMIZERS
-    from shardrec.trainer.job.config import OptimConfig
+    from shardrec.trainer.job.sections import OptimConfig
 
     assert NAMES == ("rowwise_adagrad", "adam", "sgd", "adagrad") and set(TORCH_OPTIMIZERS) == set(
         NAMES

@@ -44,7 +44,8 @@ def test_only_the_known_harmless_warnings_are_hidden() -> None:
 
 def test_flags_that_set_a_job_setting_show_its_docstring() -> None:
     from shardrec.trainer.job import flags
-    from shardrec.trainer.job.config import TrainConfig, field_help
+    from shardrec.trainer.job.sections import TrainConfig
+    from shardrec.trainer.job.toml_values import field_help
 
     option = typing.get_args(flags.StepsFlag)[1]
     assert option.help == f"{field_help(TrainConfig)['steps'].rstrip('.')}; sets train.steps."

@@ -16,7 +16,7 @@ from shardrec.tools.cli.common import fail, interrupted, print_json
 from shardrec.tools.console import console, err_console
 from shardrec.tools.preprocess.parse.criteo_text import Schema
 from shardrec.tools.preprocess.settings import PreprocessConfig
-from shardrec.trainer.job.config import field_help
+from shardrec.trainer.job.toml_values import field_help
 
 if (
     TYPE_CHECKING
@@ -184,8 +184,8 @@ def preprocess(
     from shardrec.dataloader.util.locks import dataset_lock
     from shardrec.tools.preprocess.pipeline import run_preprocess
     from shardrec.tools.preprocess.pool import WorkerDied
-    from shardrec.tools.preprocess.task import MalformedRowError
-    from shardrec.tools.preprocess.task_text import InputError
+    from shardrec.tools.preprocess.tasks.bad_rows import MalformedRowError
+    from shardrec.tools.preprocess.tasks.task_text import InputError
 
     if events is not None:
         _preprocess_events(ctx, inputs, out, events, json_out)

@@ -40,22 +40,16 @@ from shardrec.dataloader.util.files import atomic_write_bytes, fsync_dir
 from shardrec.tools.preprocess import cpu_stages
 from shardrec.tools.preprocess.parse import parse_kernel
 from shardrec.tools.preprocess.pool import map_stream
-from shardrec.tools.preprocess.task import (
-    STAGED,
-    SplitRange,
-    Task,
-    TaskOptions,
-    process_setup,
-    run_task,
-)
-from shardrec.tools.preprocess.task_markers import (
+from shardrec.tools.preprocess.tasks.task import STAGED, SplitRange, Task, TaskOptions
+from shardrec.tools.preprocess.tasks.task_markers import (
     TaskResult,
     marker_path,
     read_marker,
     sync_and_mark,
     wait_for_writes,
 )
-from shardrec.tools.preprocess.task_text import InputError, Slots
+from shardrec.tools.preprocess.tasks.task_run import process_setup, run_task
+from shardrec.tools.preprocess.tasks.task_text import InputError, Slots
 from shardrec.tools.preprocess.text import gz
 from shardrec.tools.preprocess.text.gz_split import GzipScan, load_scan, save_scan
 from shardrec.tools.preprocess.text.lines import count_newlines

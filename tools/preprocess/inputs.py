@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from shardrec.tools.preprocess.parse.parquet_rows import file_rows, is_parquet, plan_row_groups
-from shardrec.tools.preprocess.task import SplitRange, Task
+from shardrec.tools.preprocess.parse.parquet_rows import file_rows, plan_row_groups
+from shardrec.tools.preprocess.parse.parquet_schema import is_parquet
+from shardrec.tools.preprocess.tasks.task import SplitRange, Task
 from shardrec.tools.preprocess.text.gz_split import GzipScan, scan_gzip, should_split
 from shardrec.tools.preprocess.text.lines import (
     chunk_bounds,

@@ -23,8 +23,8 @@ from shardrec.dataloader.format.manifest import SPLITS, Manifest, PartInfo, Spli
 from shardrec.tools.preprocess.ids.id_maps import MISSING_ID, OOV_ID
 from shardrec.tools.preprocess.parts.feature_stats import compute_feature_stats
 from shardrec.tools.preprocess.settings import PreprocessConfig
-from shardrec.tools.preprocess.task import Task, TaskOptions
-from shardrec.tools.preprocess.task_markers import TaskResult, read_marker
+from shardrec.tools.preprocess.tasks.task import Task, TaskOptions
+from shardrec.tools.preprocess.tasks.task_markers import TaskResult, read_marker
 
 logger = logging.getLogger(__name__)
 

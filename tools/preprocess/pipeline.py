@@ -1,7 +1,7 @@
 """`shardrec preprocess`: raw Criteo-shaped click logs -> a shardrec dataset directory.
 
 The run is planned (inputs.plan_tasks), executed task by task in worker processes
-(task.run_task), then finalized: task markers are gathered in task order, per-feature
+(tasks.task_run.run_task), then finalized: task markers are gathered in task order, per-feature
 statistics computed on the training split, and the manifest written last. Because the plan
 never depends on `--workers` and the manifest holds no timings, the output is byte-identical
 whatever the worker count, after a restart, and after `--part i/n` runs plus a final run.
@@ -41,14 +41,10 @@ from shardrec.tools.preprocess.settings import (
     check_fingerprint,
     remove_temporaries,
 )
-from shardrec.tools.preprocess.task import (
-    Task,
-    TaskOptions,
-    process_setup,
-    run_task_safely,
-)
-from shardrec.tools.preprocess.task_markers import read_marker, wait_for_writes
-from shardrec.tools.preprocess.task_text import InputError
+from shardrec.tools.preprocess.tasks.task import Task, TaskOptions
+from shardrec.tools.preprocess.tasks.task_markers import read_marker, wait_for_writes
+from shardrec.tools.preprocess.tasks.task_run import process_setup, run_task_safely
+from shardrec.tools.preprocess.tasks.task_text import InputError
 from shardrec.tools.preprocess.vocab_count import count_task
 
 logger = logging.getLogger(__name__)

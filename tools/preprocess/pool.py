@@ -15,7 +15,7 @@ from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
-from shardrec.tools.preprocess.task import Task, TaskOptions
+from shardrec.tools.preprocess.tasks.task import Task, TaskOptions
 
 
 class WorkerDied(RuntimeError):

@@ -32,7 +32,8 @@ from shardrec.tools.preprocess.parse.criteo_text import REASONS, Schema
 from shardrec.tools.preprocess.parse.spec_parse import read_header
 from shardrec.tools.preprocess.parse.text_parser import TextParser, choose_parser
 from shardrec.tools.preprocess.parts.part_columns import NonFiniteDense
-from shardrec.tools.preprocess.task import TaskOptions, non_finite_error
+from shardrec.tools.preprocess.tasks.bad_rows import non_finite_error
+from shardrec.tools.preprocess.tasks.task import TaskOptions
 from shardrec.tools.preprocess.text.gz import open_text
 from shardrec.trainer.inference.model_file import reads_raw_rows
 
@@ -132,7 +133,7 @@ class RawRows:
         (_read_parquet), the file's own label column, if it has one, left out."""
         import pyarrow as pa
 
-        from shardrec.tools.preprocess.parse.parquet_rows import (
+        from shardrec.tools.preprocess.parse.parquet_schema import (
             read_parquet_schema,
             resolve_parquet,
         )

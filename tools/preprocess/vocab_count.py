@@ -26,14 +26,9 @@ from shardrec.tools.preprocess.ids.id_maps import count_values
 from shardrec.tools.preprocess.ids.vocab import CountRuns
 from shardrec.tools.preprocess.parse import spec_kernel
 from shardrec.tools.preprocess.parse.text_parser import Chunk
-from shardrec.tools.preprocess.task import (
-    Task,
-    TaskOptions,
-    parquet_chunks,
-    process_setup,
-    split_rows,
-)
-from shardrec.tools.preprocess.task_text import read_pieces
+from shardrec.tools.preprocess.tasks.task import Task, TaskOptions, split_rows
+from shardrec.tools.preprocess.tasks.task_run import parquet_chunks, process_setup
+from shardrec.tools.preprocess.tasks.task_text import read_pieces
 
 
 @njit(cache=True, nogil=True, boundscheck=False)

@@ -23,7 +23,8 @@ from shardrec.sharding.plan.plan_file import load_plan
 from shardrec.trainer.distributed.dist import DistEnv
 from shardrec.trainer.inference.eval_request import EvalRequest, check_request, find_checkpoint
 from shardrec.trainer.job import data_options
-from shardrec.trainer.job.config import JobConfig, OptimConfig
+from shardrec.trainer.job.config import JobConfig
+from shardrec.trainer.job.sections import OptimConfig
 from shardrec.trainer.loop.managed_ids import build_managed_ids
 from shardrec.trainer.loop.progress import eval_progress
 from shardrec.trainer.loop.steps import evaluate_batches

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from shardrec.dataloader.format.manifest import Manifest
 from shardrec.dataloader.multihot.multihot_tables import MultiHotOption
-from shardrec.trainer.job.config import DataConfig, TrainConfig
+from shardrec.trainer.job.sections import DataConfig, TrainConfig
 
 if (
     TYPE_CHECKING

@@ -17,15 +17,9 @@ from typing import Annotated
 
 import typer
 
-from shardrec.trainer.job.config import (
-    DataConfig,
-    JobConfig,
-    ShardingConfig,
-    TrainConfig,
-    field_help,
-    load_job_config,
-    toml_value,
-)
+from shardrec.trainer.job.config import JobConfig, load_job_config
+from shardrec.trainer.job.sections import DataConfig, ShardingConfig, TrainConfig
+from shardrec.trainer.job.toml_values import field_help, toml_value
 
 
 def _setting_help(cls: type, key: str, dotted: str) -> str:

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardrec.trainer.job.config import SEED_UNSET, JobConfig
+from shardrec.trainer.job.config import JobConfig
+from shardrec.trainer.job.sections import SEED_UNSET
 
 TARGET_AUC = 0.80275
 """The quality target: validation AUC within one epoch."""

@@ -21,13 +21,8 @@ from shardrec.sharding.machine.topology import ClusterTopology, build_topology
 from shardrec.sharding.plan.plan_types import PlanFile
 from shardrec.sharding.planner import POOLING_STAT_KEY
 from shardrec.sharding.search.request import DatasetStatistics, PlanRequest
-from shardrec.trainer.job.config import (
-    OptimConfig,
-    ShardingConfig,
-    TrainConfig,
-    toml_key,
-    toml_value,
-)
+from shardrec.trainer.job.sections import OptimConfig, ShardingConfig, TrainConfig
+from shardrec.trainer.job.toml_values import toml_key, toml_value
 
 
 def plan_request(

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from shardrec.embeddings.managed.table_kinds import TableSettings
-from shardrec.trainer.job.config import TABLES, toml_key
+from shardrec.trainer.job.config import TABLES
+from shardrec.trainer.job.toml_values import toml_key
 
 FIXED = ("kind", "rows")
 """Table settings a run keeps for good."""

@@ -32,7 +32,7 @@ from shardrec.sharding.torchrec.sharders import (
     plan_fused_params,
 )
 from shardrec.trainer.distributed.dist import DistEnv
-from shardrec.trainer.job.config import ModelConfig, OptimConfig, ShardingConfig, TrainConfig
+from shardrec.trainer.job.sections import ModelConfig, OptimConfig, ShardingConfig, TrainConfig
 from shardrec.trainer.model.objective import TRAIN_EBC_PATH, TRAIN_EC_PATH, TrainModule
 from shardrec.trainer.model.run_plan import (
     build_sharding_plan,

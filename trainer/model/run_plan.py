@@ -22,9 +22,9 @@ from shardrec.sharding.planner import plan_tables
 from shardrec.sharding.search.request import DatasetStatistics
 from shardrec.sharding.torchrec.torchrec_plans import to_sharding_plan
 from shardrec.trainer.distributed.dist import DistEnv
-from shardrec.trainer.job.config import OptimConfig, ShardingConfig, TrainConfig
 from shardrec.trainer.job.planning import plan_request
 from shardrec.trainer.job.preflight import check_trainable
+from shardrec.trainer.job.sections import OptimConfig, ShardingConfig, TrainConfig
 from shardrec.trainer.model.objective import TRAIN_EBC_PATH, TRAIN_EC_PATH
 
 

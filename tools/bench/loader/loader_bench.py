@@ -20,111 +20,39 @@ file in the page cache, global batch 8192, world size 1:
   ours) and for an epoch that pays the shuffle once (its build, timed once, added to each
   round's reads: the like-for-like ratio).
 
-Each configuration runs once untimed (its warm-up, which also sizes its runs to about RUN_S
-seconds), then once per round over `rounds` interleaved rounds (tools/bench/rounds.py): each
-ratio is the median of the same-round ratios with its spread, per wall and per CPU-second.
-Fewer than MIN_ROWS rows fit in the CPU's caches and print "too small to measure". Also reported: anonymous (non
-file-backed) memory growth over the shardrec epoch, which must stay flat however large the
-dataset, and the shuffle quality of the default order on labels that drift along the file.
+Each configuration runs once untimed (its warm-up, which also sizes its runs to about RUN_S seconds;
+stream_runs.py), then once per round over `rounds` interleaved rounds (tools/bench/rounds.py): each
+ratio is the median of the same-round ratios with its spread, per wall and per CPU-second. Fewer
+than MIN_ROWS rows fit in the CPU's caches and print "too small to measure". Also reported:
+anonymous (non file-backed) memory growth over the shardrec epoch, which must stay flat however
+large the dataset, and the shuffle quality of the default order on labels that drift along the file.
 """
 
 from __future__ import annotations
 
-import math
 import shutil
 import tempfile
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from shardrec.dataloader.format import torchrec_npy as npy
+from shardrec.tools.bench.loader.criteo_rows import warm_page_cache, write_bench_data
+from shardrec.tools.bench.loader.stream_runs import MIN_ROWS, measure_rounds, run_lengths
 from shardrec.tools.bench.rounds import (
     Ratio,
     Run,
     load_average,
     ratio,
     ratio_text,
-    run_rounds,
     summarize,
-    timed,
 )
 from shardrec.tools.console import console
 
-KAGGLE_CARDINALITIES = (
-    1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194,
-    27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572,
-)  # fmt: skip
-NUM_DENSE = 13
-
-
 DEFAULT_PARTS = 120
 """Parts of a 1/100 Criteo-1TB-shaped dataset at preprocess's default chunk (24 days x 5)."""
-
-
-def write_bench_data(
-    directory: Path, rows: int, seed: int = 0, parts: int = 1, name: str = "shardrec"
-) -> tuple[Path, Path]:
-    """Write the same random Criteo-shaped rows as a shardrec dataset (`parts` parts, in
-    directory/name) and in torchrec's layout (one day, in directory/torchrec)."""
-    from shardrec.dataloader.format.manifest import (
-        PART_SUFFIX,
-        Manifest,
-        SparseFeature,
-        SplitInfo,
-        smallest_uint,
-    )
-    from shardrec.dataloader.format.part_file import file_layout, write_part
-
-    rng = np.random.default_rng(seed)
-    labels = (rng.random(rows) < 0.25).astype(np.uint8)
-    dense = rng.random((rows, NUM_DENSE), dtype=np.float32)
-    ids = np.stack([rng.integers(0, c, rows) for c in KAGGLE_CARDINALITIES], axis=1).astype(
-        np.int32
-    )
-    names = [f"C{i + 1}" for i in range(len(KAGGLE_CARDINALITIES))]
-    ours, theirs = directory / name, directory / "torchrec"
-    sparse = {
-        n: ids[:, i].astype(smallest_uint(c - 1))
-        for i, (n, c) in enumerate(zip(names, KAGGLE_CARDINALITIES))
-    }
-    features = [
-        SparseFeature(n, c, str(smallest_uint(c - 1))) for n, c in zip(names, KAGGLE_CARDINALITIES)
-    ]
-    dense_names = [f"I{i + 1}" for i in range(NUM_DENSE)]
-    layout = file_layout(dense_names, "float32", features)
-    bounds = [rows * k // parts for k in range(parts + 1)]
-    written = [
-        write_part(
-            ours / "train" / f"part-{k:05d}{PART_SUFFIX}",
-            layout,
-            labels[a:b],
-            dense[a:b],
-            {n: v[a:b] for n, v in sparse.items()},
-            fsync=False,
-        )
-        for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))
-    ]
-    Manifest(dense_names, features, {"train": SplitInfo(rows, written)}).save(ours)
-    if npy.day_file(theirs, 0, "labels").is_file():
-        return ours, theirs
-    theirs.mkdir(parents=True, exist_ok=True)
-    np.save(npy.day_file(theirs, 0, "dense"), dense)
-    np.save(npy.day_file(theirs, 0, "sparse"), ids)
-    np.save(npy.day_file(theirs, 0, "labels"), labels.astype(np.int32).reshape(-1, 1))
-    return ours, theirs
-
-
-def warm_page_cache(directory: Path) -> int:
-    """Read every file once so the runs measure page-cache reads; returns bytes read."""
-    total = 0
-    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
-        with open(path, "rb") as f:
-            while block := f.read(1 << 24):
-                total += len(block)
-    return total
 
 
 def memcpy_gbps(nbytes: int = 1 << 28, repeats: int = 5) -> float:
@@ -137,38 +65,6 @@ def memcpy_gbps(nbytes: int = 1 << 28, repeats: int = 5) -> float:
         np.copyto(dst, src)
         best = min(best, time.perf_counter() - t)
     return nbytes / best / 1e9
-
-
-def rows_per_second(batches: Iterable[Any], max_batches: int) -> float:
-    """Rows/s of the first `max_batches` batches of one pass over `batches`."""
-    start = time.perf_counter()
-    rows = stream_rows(batches, max_batches)
-    return rows / (time.perf_counter() - start)
-
-
-def stream_rows(loader: Iterable[Any], batches: int) -> int:
-    """Rows of `batches` batches, epoch after epoch (each epoch a fresh iterator, whose start-up
-    counts as it does in training)."""
-    rows, left = 0, batches
-    while left > 0:
-        done = 0
-        for batch in loader:
-            rows += len(batch.labels)
-            done += 1
-            if done >= left:
-                break
-        if done == 0:
-            break
-        left -= done
-    return rows
-
-
-def _anon_kb() -> int:
-    """Anonymous resident memory of this process (file-backed map pages excluded)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("RssAnon:"):
-            return int(line.split()[1])
-    return -1
 
 
 def _drift_quality(rows: int, global_batch: int) -> dict[str, float]:
@@ -204,12 +100,6 @@ def _resume_seconds(directory: Path, global_batch: int) -> dict[str, float]:
     }
 
 
-RUN_S = 0.5
-"""Wall seconds a timed run lasts (its batch count is sized by the configuration's warm-up)."""
-MIN_ROWS = 1_000_000
-"""Fewer rows fit in the CPU's caches: rates then measure the caches, not the loader."""
-PROBE_BATCHES = 16
-MAX_BATCHES = 1 << 14
 # (ratio name, ours, baseline): each a median of same-round ratios.
 RATIOS = (
     ("shardrec_vs_torchrec_shuffle", "shardrec_shuffle", "torchrec_shuffle"),
@@ -223,46 +113,6 @@ RATIOS = (
     ("shardrec_compiled_vs_numpy_shuffle", "shardrec_shuffle", "shardrec_shuffle_numpy"),
     ("shardrec_shuffle_vs_torchrec_no_shuffle", "shardrec_shuffle", "torchrec_no_shuffle"),
 )
-
-
-def run_lengths(loaders: dict[str, Iterable[Any]], max_batches: int) -> dict[str, int]:
-    """Batches per timed run of each configuration: `max_batches` if set, else as many as last
-    about RUN_S at the fastest rate of its untimed warm-up (after a first run that loads kernels
-    and maps files, runs of 16, 64, ... batches until one lasts RUN_S / 4: a run's start-up, one
-    gather ahead, must not set the rate; that length once more, the faster of the two counting:
-    on a loaded machine a probe slowed down would make every run too short)."""
-    lengths = {}
-    for name, loader in loaders.items():
-        stream_rows(loader, PROBE_BATCHES)  # the warm-up proper: compiled kernels, first maps
-        n = PROBE_BATCHES
-        while True:
-            probe = timed(lambda loader=loader, n=n: stream_rows(loader, n))
-            if max_batches or probe.wall_s >= RUN_S / 4 or n >= MAX_BATCHES:
-                break
-            n *= 4
-        if not max_batches:
-            again = timed(lambda loader=loader, n=n: stream_rows(loader, n))
-            wall = min(probe.wall_s, again.wall_s)
-        lengths[name] = max_batches or min(MAX_BATCHES, math.ceil(n * RUN_S / wall))
-    return lengths
-
-
-def measure_rounds(
-    loaders: dict[str, Iterable[Any]], lengths: dict[str, int], rounds: int, watch: str
-) -> tuple[dict[str, list[Run]], int]:
-    """Each configuration's runs over interleaved rounds, and the anonymous-memory growth (KB)
-    seen after the `watch` configuration's runs."""
-    anon_before, growth = _anon_kb(), [0]
-
-    def on_run(name: str, _round: int, _run: Run) -> None:
-        if name == watch:
-            growth[0] = max(growth[0], _anon_kb() - anon_before)
-
-    variants = {
-        name: (lambda loader=loader, n=lengths[name]: timed(lambda: stream_rows(loader, n)))
-        for name, loader in loaders.items()
-    }
-    return run_rounds(variants, rounds, warmup=False, on_run=on_run), growth[0]
 
 
 def loader_ratios(runs: dict[str, list[Run]], too_small: str) -> dict[str, Ratio]:

@@ -57,13 +57,8 @@ def run_multihot_bench(
         default_cache_dir,
     )
     from shardrec.sharding.suites import DLRMV2_POOLING
-    from shardrec.tools.bench.loader.loader_bench import (
-        MIN_ROWS,
-        measure_rounds,
-        run_lengths,
-        warm_page_cache,
-        write_bench_data,
-    )
+    from shardrec.tools.bench.loader.criteo_rows import warm_page_cache, write_bench_data
+    from shardrec.tools.bench.loader.stream_runs import MIN_ROWS, measure_rounds, run_lengths
 
     tmp = Path(tempfile.mkdtemp(prefix="shardrec-bench-mh-", dir=work_dir))
     try:

@@ -107,7 +107,7 @@ def run_parts_bench(
     import torch
 
     from shardrec.dataloader.loader import build_loader
-    from shardrec.tools.bench.loader.loader_bench import warm_page_cache, write_bench_data
+    from shardrec.tools.bench.loader.criteo_rows import warm_page_cache, write_bench_data
 
     torch.set_num_threads(1)
     tmp = Path(tempfile.mkdtemp(prefix="shardrec-bench-parts-", dir=work_dir))

@@ -82,8 +82,8 @@ def polars_version() -> str | None:
 def parse_only(path: Path) -> dict[str, float]:
     """Our parser alone over the file, in the pipeline's piece size."""
     from shardrec.tools.preprocess.parse.criteo_text import parse_chunk
-    from shardrec.tools.preprocess.task import Task
-    from shardrec.tools.preprocess.task_text import read_pieces
+    from shardrec.tools.preprocess.tasks.task import Task
+    from shardrec.tools.preprocess.tasks.task_text import read_pieces
 
     task = Task(0, str(path), 0, path.stat().st_size, 0, (), "train", False)
     parse_chunk(b"0\n")  # load the compiled kernel first, as pandas is imported before its clock

@@ -43,7 +43,7 @@ STREAM_ROUNDS = 3
 def write_baseline(directory: Path, rows: int) -> Path:
     """One part of bench loader's Criteo-shaped rows in directory/one-part, read once (page
     cache)."""
-    from shardrec.tools.bench.loader.loader_bench import warm_page_cache, write_bench_data
+    from shardrec.tools.bench.loader.criteo_rows import warm_page_cache, write_bench_data
 
     ours, theirs = write_bench_data(directory, rows, parts=1, name="one-part")
     warm_page_cache(ours)

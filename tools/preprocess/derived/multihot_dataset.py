@@ -4,8 +4,8 @@ Each one-hot id becomes its row of the feature's index table
 (dataloader/multihot/multihot_tables.py, the MLPerf DLRMv2 reference's tables); labels and dense
 values are copied byte for byte (the source part's checksum checked first). A feature of size 1
 stays one-hot. A part's file is written column by column, each multi-hot column chunk by chunk
-as it is expanded, and hashed as it is written (arrow_ipc's streamed buffers), so memory stays a
-few chunks whatever the part size; the whole dataset is built in a temporary folder beside the
+as it is expanded, and hashed as it is written (arrow_ipc_write's streamed buffers), so memory stays
+a few chunks whatever the part size; the whole dataset is built in a temporary folder beside the
 output and renamed into place at the end, so a reader never sees half a dataset.
 
 Parts are converted in parallel on `workers` threads, not processes: the work is numpy's take
@@ -33,7 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from shardrec.dataloader.format.arrow_ipc import FileLayout, Streamed
+from shardrec.dataloader.format.arrow_ipc import FileLayout
+from shardrec.dataloader.format.arrow_ipc_write import Streamed
 from shardrec.dataloader.format.manifest import (
     DatasetError,
     Manifest,

@@ -1,7 +1,7 @@
-"""Parquet click logs read by a feature spec (`[format] kind = "parquet"`): a file's columns
-checked against the spec, its row groups planned into tasks, and each row group decoded into the
-same SpecChunk the text parser makes (spec_parse.py), so the rest of preprocessing (ids, dense
-transforms, parts, vocabularies, splits, markers) is the text path's.
+"""Parquet click logs read by a feature spec (`[format] kind = "parquet"`): a file's columns checked
+against the spec (parquet_schema.py), its row groups planned into tasks, and each row group decoded
+into the same SpecChunk the text parser makes (spec_parse.py), so the rest of preprocessing (ids,
+dense transforms, parts, vocabularies, splits, markers) is the text path's.
 
 Columns are found by name; every column of the file belongs to one spec column (`role =
 "ignore"` for the unwanted), as every field of a text row does. What each role takes:
@@ -34,173 +34,20 @@ from pathlib import Path
 
 import numpy as np
 
-from shardrec.dataloader.spec.feature_spec import (
-    CategoricalColumn,
-    DenseColumn,
-    FeatureSpec,
-    LabelColumn,
-    ListColumn,
-    SpecError,
-)
+from shardrec.dataloader.spec.feature_spec import CategoricalColumn, LabelColumn, ListColumn
 from shardrec.tools.preprocess.parse import parquet_kernel as pk
 from shardrec.tools.preprocess.parse import spec_kernel as k
 from shardrec.tools.preprocess.parse.criteo_text import REASONS, show_value
-from shardrec.tools.preprocess.parse.spec_parse import (
-    DictionaryValues,
-    Program,
-    SpecChunk,
-    resolve_program,
-)
+from shardrec.tools.preprocess.parse.parquet_schema import ParquetProgram
+from shardrec.tools.preprocess.parse.spec_parse import DictionaryValues, SpecChunk
 
 logger = logging.getLogger(__name__)
-PARQUET_MAGIC = b"PAR1"
 
 
 def _pa():
     import pyarrow as pa
 
     return pa
-
-
-def is_parquet(path: Path) -> bool:
-    """Whether the file starts with Parquet's magic bytes."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(4) == PARQUET_MAGIC
-    except OSError:
-        return False
-
-
-def kind_of(t) -> str:
-    """integer, float, bool, string, list-string, list-integer, or the type's own name."""
-    pa = _pa()
-    if pa.types.is_dictionary(t):
-        t = t.value_type
-    if pa.types.is_integer(t):
-        return "integer"
-    if pa.types.is_floating(t):
-        return "float"
-    if pa.types.is_boolean(t):
-        return "bool"
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t):
-        return "string"
-    if pa.types.is_large_binary(t) or getattr(pa.types, "is_string_view", lambda _: False)(t):
-        return "string"
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        inner = kind_of(t.value_type)
-        return f"list-{inner}" if inner in ("string", "integer") else f"list of {t.value_type}"
-    return str(t)
-
-
-def _allowed(c) -> tuple[set[str], str]:
-    """(Arrow kinds a spec column takes, in words)."""
-    if isinstance(c, LabelColumn):
-        if c.mapping:
-            return {"string"}, "a string column (its values are the mapping's keys)"
-        if c.threshold is not None:
-            return {"integer", "float", "bool"}, "a number"
-        return {"integer", "float", "bool"}, "0/1 as integers, booleans or floats"
-    if isinstance(c, DenseColumn):
-        return {"integer", "float", "bool"}, "a number"
-    if isinstance(c, ListColumn):
-        if c.kind == "integer":
-            return {"list-integer"}, "a list of integers"
-        return {"list-string"}, "a list of strings"
-    if isinstance(c, CategoricalColumn):
-        if c.kind == "integer":
-            return {"integer"}, 'an integer column (kind = "string" hashes text)'
-        return {"string"}, "a string column" + (" of hex digits" if c.kind == "hex" else "")
-    return set(), ""
-
-
-@dataclass(frozen=True, eq=False)
-class ParquetProgram:
-    """A spec resolved against a Parquet file's columns (picklable: sent to workers)."""
-
-    program: Program
-    kinds: tuple[str, ...]
-    """Each field's Arrow kind (kind_of)."""
-    dictionary: tuple[str, ...] = ()
-    """String categoricals read as dictionaries (module doc)."""
-
-    @property
-    def columns(self) -> list[str]:
-        """The file's columns the spec uses (ignored ones are not read)."""
-        return [n for n, r in zip(self.program.names, self.program.role) if r != k.IGNORE]
-
-
-def read_parquet_schema(path: Path):
-    """The file's Arrow schema (SpecError: not a Parquet file pyarrow can read)."""
-    import pyarrow.parquet as pq
-
-    try:
-        return pq.read_schema(path)
-    except Exception as e:  # pyarrow's ArrowInvalid and OSError: not a Parquet file it can read
-        raise SpecError(f"{path}: not a readable Parquet file ({e})") from None
-
-
-def resolve_parquet(
-    spec: FeatureSpec, path: Path, spec_name: str = "the spec", schema=None
-) -> ParquetProgram:
-    """Each spec column's field in the file, checked against its Arrow type (SpecError names the
-    file, the column, its type and what the spec needs). schema: the columns to resolve against
-    (default: the file's own)."""
-    if schema is None:
-        schema = read_parquet_schema(path)
-    names = list(schema.names)
-    if any(c.position is not None for c in spec.columns):
-        raise SpecError(f"{spec_name}: a Parquet file's columns are found by name; remove position")
-    program = resolve_program(spec, names, str(path), spec_name)
-    kinds = tuple(kind_of(schema.field(n).type) for n in program.names)
-    for c in spec.columns:
-        f = program.names.index(c.name)
-        want, words = _allowed(c)
-        if want and kinds[f] not in want:
-            raise SpecError(
-                f"{path}: column {c.name!r} is {schema.field(c.name).type} in the Parquet file; "
-                f"{spec_name} makes it a {c.role}"
-                + (f" of kind {c.kind}" if isinstance(c, CategoricalColumn) else "")
-                + f", which needs {words}"
-            )
-    return ParquetProgram(program, kinds, _repeating(path, spec))
-
-
-def _repeating(path: Path, spec: FeatureSpec) -> tuple[str, ...]:
-    """The string categoricals whose dictionary in the file's first row group holds under a
-    quarter of its rows (read as dictionaries: module doc). A column chunk without a dictionary
-    page (written plain) is read plain.
-
-    Only the first rows are decoded where that settles it: read as a dictionary, a batch carries
-    its chunk's whole dictionary page (~0.01 CPU-s, where decoding the row group took ~0.17 on a
-    Criteo-shaped file). A page near its writer's size limit (1 MB in pyarrow and parquet-mr) may
-    have filled up, after which the writer wrote the rest plain, values the page does not hold:
-    those columns' dictionaries are counted over the whole row group, as pyarrow builds them."""
-    import pyarrow.parquet as pq
-
-    names = [c.name for c in spec.sparse if not isinstance(c, ListColumn) and c.kind != "integer"]
-    f = pq.ParquetFile(path, read_dictionary=names)
-    if not names or f.metadata.num_row_groups == 0:
-        return ()
-    group = f.metadata.row_group(0)
-    paged = {group.column(i).path_in_schema for i in range(group.num_columns)
-             if group.column(i).has_dictionary_page}  # fmt: skip
-    names = [n for n in names if n in paged]
-    if not names or group.num_rows == 0:
-        return ()
-    batch = next(f.iter_batches(DICTIONARY_PROBE_ROWS, [0], names, use_threads=False))
-    pages = {n: batch.column(n).dictionary for n in names}
-    entries = {n: len(page) for n, page in pages.items()}
-    full = [n for n, page in pages.items() if page.nbytes >= FULL_PAGE_BYTES]
-    if full:
-        table = f.read_row_group(0, columns=full, use_threads=False)
-        entries.update({n: sum(len(a.dictionary) for a in table.column(n).chunks) for n in full})
-    return tuple(n for n in names if entries[n] * 4 < group.num_rows)
-
-
-DICTIONARY_PROBE_ROWS = 1024
-"""The rows _repeating decodes of a file's first row group."""
-FULL_PAGE_BYTES = 1 << 19
-"""A dictionary page of this many bytes or more may have filled up (_repeating)."""
 
 
 @dataclass(frozen=True)

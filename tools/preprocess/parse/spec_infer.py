@@ -18,12 +18,7 @@ the data path):
 - hash sizes: twice an estimate of each categorical's distinct values (Chao1: the sample's
   distinct values plus the unseen ones its singletons suggest), within [16, 10,000,000].
 
-A Parquet file (`infer_parquet_spec`) has its columns' names and types in its schema: the label
-as given; a list of strings or integers makes a list (the longest list in the sample its
-max_length); integers are read as text's integers are (dense, or an integer categorical where the
-text would make a code: an id's or a C<n> name, one width of 4+ digits; Unix times ignored);
-floats and booleans dense; strings hex or string categoricals (or ignored: row ids, empty); other
-types (timestamps, dates, structs) are ignored, with the type said. Nulls are missing values.
+A Parquet file's spec is parquet_infer.py's, from its schema and these column rules.
 
 Every choice is written beside its column as a comment, for the user to check and edit.
 """
@@ -57,7 +52,7 @@ LIST_SEPARATORS = ("|", ";", ",")
 MAX_HASH_SIZE = 10_000_000
 _INT = re.compile(r"^-?\d{1,18}$")
 _FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
-_HEX = re.compile(r"^[0-9a-fA-F]+$")
+HEX = re.compile(r"^[0-9a-fA-F]+$")
 _COMMA_FLOAT = re.compile(r"^[+-]?(\d+(,\d*)?|,\d+)([eE][+-]?\d+)?$")
 # Words for the two values of a label column: which one is the click.
 POSITIVE_WORDS = {"yes", "y", "true", "t", "click", "clicked", "positive", "pos", "1"}
@@ -155,7 +150,7 @@ def _has_header(rows: list[list[str]]) -> bool:
     return all(sum(1 for r in rest if i < len(r) and r[i] == v) == 0 for i, v in enumerate(first))
 
 
-def _hash_size(values: list[str]) -> tuple[int, str]:
+def hash_size(values: list[str]) -> tuple[int, str]:
     counts = Counter(values)
     f1 = sum(1 for c in counts.values() if c == 1)
     f2 = sum(1 for c in counts.values() if c == 2)
@@ -192,7 +187,7 @@ def _unix_times(name: str, values: list[str]) -> str | None:
     return f"{first:%Y-%m-%d} .. {last:%Y-%m-%d}"
 
 
-def _column(name: str, values: list[str], rows: int, delimiter: str) -> tuple[Column, str]:
+def propose_column(name: str, values: list[str], rows: int, delimiter: str) -> tuple[Column, str]:
     """The proposed column for the non-empty values of one column, and why."""
     if not values:
         return IgnoredColumn(name), f"empty in all {rows:,} rows"
@@ -210,7 +205,7 @@ def _column(name: str, values: list[str], rows: int, delimiter: str) -> tuple[Co
     if sep is not None:
         items = [i for v in values for i in v.split(sep) if i]
         longest = max(len([i for i in v.split(sep) if i]) for v in values)
-        size, seen = _hash_size(items)
+        size, seen = hash_size(items)
         note = f"values cut by {sep!r}, up to {longest} in a row; {seen}; pooling: sum or mean"
         return ListColumn(
             name, hash_size=size, separator=sep, max_length=max(1, min(longest, 64))
@@ -230,113 +225,13 @@ def _column(name: str, values: list[str], rows: int, delimiter: str) -> tuple[Co
         return DenseColumn(
             name, type=kind, transform=transform
         ), f"{'integers' if ints else 'numbers'}, min {low:g}"
-    size, seen = _hash_size(values)
-    if len(widths) == 1 and min(widths) >= 8 and all(_HEX.match(v) for v in values) and not ints:
+    size, seen = hash_size(values)
+    if len(widths) == 1 and min(widths) >= 8 and all(HEX.match(v) for v in values) and not ints:
         return CategoricalColumn(
             name, kind="hex", hash_size=size
         ), f"{min(widths)}-character hex; {seen}"
     why = "codes (leading zeros, an id's or a C<n> name, or one width)" if numeric else "strings"
     return CategoricalColumn(name, kind="string", hash_size=size), f"{why}; {seen}"
-
-
-def _parquet_column(name: str, kind: str, values: list, rows: int) -> tuple[Column, str]:
-    """The proposed column for a Parquet column of Arrow kind `kind` (parquet_rows.kind_of) and
-    its sample's non-null values, and why."""
-    if kind.startswith("list-"):
-        items = [x for v in values for x in v if x is not None and x != ""]
-        if not items:
-            return IgnoredColumn(name), f"lists empty in all {rows:,} rows"
-        longest = max(len(v) for v in values)
-        texts = [
-            str(x) if not isinstance(x, bytes) else x.decode("utf-8", "replace") for x in items
-        ]
-        size, seen = _hash_size(texts)
-        element = "integer" if kind == "list-integer" else "string"
-        if element == "string" and all(_HEX.match(t) for t in texts) and min(map(len, texts)) >= 8:
-            element = "hex"
-        note = f"a list of {kind[5:]}s, up to {longest} in a row; {seen}; pooling: sum or mean"
-        column = ListColumn(name, kind=element, hash_size=size, max_length=max(1, min(longest, 64)))
-        return column, note
-    if kind == "float":  # quantities: a float is no code
-        if not values:
-            return IgnoredColumn(name), f"null in all {rows:,} rows"
-        low = min(values)
-        return DenseColumn(
-            name, type="float", transform="log1p" if low >= 0 else "signed-log1p"
-        ), f"floats, min {low:g}"
-    if kind == "bool":
-        values = [int(v) for v in values]
-        kind = "integer"
-    if kind in ("integer", "float", "string"):
-        texts = [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in values]
-        texts = [t for t in texts if t != ""]
-        column, note = _column(name, texts, rows, "\t")
-        if kind == "string" and isinstance(column, (DenseColumn, ListColumn)):
-            # a Parquet reader takes numbers from number columns and lists from list columns
-            size, seen = _hash_size(texts)
-            what = "numbers" if isinstance(column, DenseColumn) else "values with separators"
-            return CategoricalColumn(
-                name, kind="string", hash_size=size
-            ), f"{what} stored as strings; {seen}"
-        if kind == "integer" and isinstance(column, CategoricalColumn):
-            column = dataclasses.replace(column, kind="integer")
-        return column, note
-    return IgnoredColumn(
-        name
-    ), f"{kind}: not a feature as it is (derive one, e.g. an hour or a day)"
-
-
-def infer_parquet_spec(
-    path: Path, label: str, rows: int = 10_000
-) -> tuple[FeatureSpec, dict[str, str]]:
-    """A spec for a Parquet file from its schema and first `rows` rows, and a note per column
-    saying why (module doc). ValueError names what does not fit."""
-    import pyarrow.parquet as pq
-
-    from shardrec.tools.preprocess.parse.parquet_rows import kind_of
-
-    try:
-        f = pq.ParquetFile(path)
-    except Exception as e:  # pyarrow's ArrowInvalid, OSError: not a Parquet file it reads
-        raise ValueError(f"{path}: not a readable Parquet file ({e})") from None
-    schema = f.schema_arrow
-    names = list(schema.names)
-    batch = next(f.iter_batches(batch_size=rows, use_threads=False), None)
-    sample = batch.to_pydict() if batch is not None else {n: [] for n in names}
-    count = batch.num_rows if batch is not None else 0
-    label_name, threshold = parse_label(label)
-    if label_name not in names and label_name.isdigit() and int(label_name) < len(names):
-        label_name = names[int(label_name)]
-    if label_name not in names:
-        raise ValueError(
-            f"{path}: no column {label_name!r} for the label (columns: {', '.join(names[:20])})"
-        )
-    columns, notes = [], {}
-    for name in names:
-        kind = kind_of(schema.field(name).type)
-        values = [v for v in sample[name] if v is not None]
-        if name == label_name:
-            shown = sorted({str(v) for v in values})[:5]
-            if kind not in ("integer", "float", "bool"):
-                raise ValueError(
-                    f"{path}: label column {name!r} is {schema.field(name).type}; a label is a "
-                    "number (0/1, or any number with a threshold)"
-                )
-            if threshold is None and not {float(v) for v in values} <= {0.0, 1.0}:
-                raise ValueError(_threshold_wanted(path, name, [float(v) for v in values], shown))
-            columns.append(LabelColumn(name, threshold=threshold))
-            notes[name] = "the label" + (
-                f": 1 where {name} >= {threshold:g}" if threshold is not None else ""
-            )
-            continue
-        column, notes[name] = _parquet_column(name, kind, values, count)
-        if name in ("label", "dense"):  # a feature cannot take a part's own column names
-            column, notes[name] = (
-                IgnoredColumn(name),
-                "named like a part's own column; rename it to use it",
-            )
-        columns.append(column)
-    return FeatureSpec(TextFormat("parquet"), tuple(columns)), notes
 
 
 def _placed(column: Column, i: int, names: list[str]) -> Column:
@@ -351,7 +246,7 @@ def _placed(column: Column, i: int, names: list[str]) -> Column:
     )
 
 
-def _threshold_wanted(path: Path, name: str, values: list[float], shown: list[str]) -> str:
+def threshold_wanted(path: Path, name: str, values: list[float], shown: list[str]) -> str:
     """The refusal of a numeric label that is not 0/1, with a threshold taken from its values (the
     median: about half the rows would be 1; a click log's positives are usually fewer)."""
     median = float(statistics.median(values))
@@ -382,7 +277,7 @@ def _label_column(name: str, values: list[str], threshold: float | None, path: P
     if numbers and {float(v) for v in seen} <= {0.0, 1.0}:  # 0/1 written as 0.0/1.0
         return LabelColumn(name, threshold=1.0), f"the label (written {', '.join(shown)})"
     if numbers:
-        raise ValueError(_threshold_wanted(path, name, [float(v) for v in values], shown))
+        raise ValueError(threshold_wanted(path, name, [float(v) for v in values], shown))
     if len(seen) != 2:
         raise ValueError(
             f"{path}: label column {name!r} holds {len(seen):,} distinct values (e.g. {shown}), "
@@ -443,7 +338,7 @@ def infer_spec(path: Path, label: str, rows: int = 10_000) -> tuple[FeatureSpec,
             column, notes[name] = _label_column(name, values, threshold, path)
             columns.append(column)
             continue
-        column, notes[name] = _column(name, values, len(body), delimiter)
+        column, notes[name] = propose_column(name, values, len(body), delimiter)
         if decimal and isinstance(column, DenseColumn) and column.type == "float":
             notes[name] += " (decimal commas: 13,44 is 13.44)"
         columns.append(_placed(column, i, names))

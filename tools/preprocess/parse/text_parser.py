@@ -18,7 +18,7 @@ from shardrec.tools.preprocess.parse.criteo_text import (
     describe_bad_row,
     parse_chunk,
 )
-from shardrec.tools.preprocess.parse.parquet_rows import ParquetProgram, resolve_parquet
+from shardrec.tools.preprocess.parse.parquet_schema import ParquetProgram, resolve_parquet
 from shardrec.tools.preprocess.parse.spec_parse import (
     Program,
     SpecChunk,

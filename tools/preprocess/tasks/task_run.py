@@ -1,6 +1,4 @@
-"""A preprocessing task: what it is (`Task`, a byte range of a plain file, a range of a gzip
-file's text or a whole gzip file, with the split of each line), what every task of a run shares
-(`TaskOptions`: the parser, table sizes, transforms), and running one (`run_task`): read its
+"""Running one preprocessing task (`run_task`; the task and its options are task.py): read its
 text, parse, map ids, write parts.
 
 A task writes its parts, then a marker file (task_markers.py) recording what it wrote; both go
@@ -25,28 +23,20 @@ import json
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
-from shardrec.dataloader.format.manifest import PART_SUFFIX, SparseFeature, smallest_uint
-from shardrec.dataloader.format.part_file import file_layout
-from shardrec.dataloader.format.raw_ids import RAW
-from shardrec.dataloader.spec.feature_spec import ListColumn, SequenceColumn
+from shardrec.dataloader.format.manifest import PART_SUFFIX
 from shardrec.dataloader.util.files import (
     PERMISSION_ERRNOS,
     SPACE_ERRNOS,
     atomic_write_bytes,
     write_error,
 )
-from shardrec.dataloader.util.locks import WORK_DIR
 from shardrec.tools.preprocess import cpu_stages
 from shardrec.tools.preprocess.ids.id_maps import Vocabulary
-from shardrec.tools.preprocess.ids.vocab import (
-    DEFAULT_MEMORY_MB,
-    cached_vocabularies,
-)
+from shardrec.tools.preprocess.ids.vocab import cached_vocabularies
 from shardrec.tools.preprocess.parse import parse_kernel
 from shardrec.tools.preprocess.parse.criteo_text import REASONS
 from shardrec.tools.preprocess.parse.parquet_rows import (
@@ -54,244 +44,30 @@ from shardrec.tools.preprocess.parse.parquet_rows import (
     read_row_groups,
     table_chunk,
 )
-from shardrec.tools.preprocess.parse.text_parser import Chunk, TextParser
+from shardrec.tools.preprocess.parse.text_parser import Chunk
 from shardrec.tools.preprocess.parts.part_columns import (
     NonFiniteDense,
     PartColumns,
     ReservedRawIdError,
 )
 from shardrec.tools.preprocess.parts.part_layout import PartLayout
-from shardrec.tools.preprocess.task_markers import (
+from shardrec.tools.preprocess.tasks.bad_rows import non_finite_error, note_bad_rows, place_of
+from shardrec.tools.preprocess.tasks.task import STAGED, Task, TaskOptions, split_rows
+from shardrec.tools.preprocess.tasks.task_markers import (
     TaskResult,
     marker_path,
     sync_and_mark,
     wait_for_writes,
 )
-from shardrec.tools.preprocess.task_text import (
+from shardrec.tools.preprocess.tasks.task_text import (
     PARSE_BYTES,
     PIECE_BYTES,
     InputError,
-    TextRange,
     parse_pieces,
     read_pieces,
 )
-from shardrec.tools.preprocess.text.lines import count_range_lines, header_end
 
 logger = logging.getLogger(__name__)
-MAX_REPORTED = 5
-
-
-# Where a task puts its parts while its file's line count, hence its split, is unknown (gz_stream).
-STAGED = f"{WORK_DIR}/staged"
-
-
-@dataclass(frozen=True)
-class SplitRange:
-    """Lines [begin, end) of one file go to `split`."""
-
-    split: str
-    begin: int
-    end: int
-
-
-@dataclass(frozen=True)
-class Task:
-    """One unit of work: a byte range of a plain file, a range of a gzip file's text, or a whole
-    gzip file."""
-
-    index: int
-    path: str
-    start: int
-    end: int
-    """-1: to the end (gzip files)."""
-    first_line: int
-    """Line number (0-based, after any header) of the range's first line; -1 if unknown."""
-    splits: tuple[SplitRange, ...]
-    """By line number within the file; empty: the whole file is `default_split`."""
-    default_split: str
-    header: bool
-    """The file starts with a header line (plain ranges already start past it)."""
-    gz_index: str = ""
-    """A range of a gzip file's text: its seek index (gz_split), "" for none."""
-    crc: int = -1
-    """A range of a gzip file's text: CRC-32 of its bytes, from the planning pass."""
-    text_slot: str = ""
-    """A range of a gzip file's text already decoded: its shared memory (gz_stream)."""
-    parquet_bytes: int = -1
-    """A Parquet file's row groups [start, end) (their uncompressed bytes; parquet_rows.py), not
-    a byte range of text; -1: text."""
-
-    @property
-    def gz(self) -> bool:
-        return self.path.endswith(".gz")
-
-    @property
-    def parquet(self) -> bool:
-        return self.parquet_bytes >= 0
-
-    @property
-    def holds_train_lines(self) -> bool:
-        """Whether any of the task's lines may be a training line (a task of the last day, or of
-        Kaggle's seventh, holds none: the vocabulary pass does not read it)."""
-        if not self.splits:
-            return self.default_split == "train"
-        first = max(self.first_line, 0)  # lines only grow from the task's first one
-        return any(r.split == "train" and r.end > first for r in self.splits)
-
-    def split_of(self, line: int) -> str:
-        for r in self.splits:
-            if r.begin <= line < r.end:
-                return r.split
-        return self.default_split
-
-    @property
-    def text(self) -> TextRange:
-        """Where the task's text is, as reading it needs."""
-        return TextRange(
-            self.path, self.start, self.end, self.header, self.gz_index, self.crc, self.text_slot
-        )
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class TaskOptions:
-    """What every task of one run shares (picklable, sent to worker processes)."""
-
-    out: str
-    parser: TextParser
-    chunk_bytes: int
-    cardinalities: tuple[int, ...]
-    """Hashing mode: one per sparse feature; vocabulary mode: from the vocabularies."""
-    vocab_path: str = ""
-    """Vocabulary mode: the directory of memory-mapped vocabularies (vocab.py)."""
-    dense_transform: str = "log1p"
-    dense_dtype: str = "float32"
-    strict: bool = False
-    vocab_memory_bytes: int = DEFAULT_MEMORY_MB << 20
-    """Vocabulary mode: pairs a counting task holds before it spills."""
-
-    @property
-    def names(self) -> list[str]:
-        """Every sparse feature, in manifest order."""
-        return self.parser.sparse_names
-
-    def features(self) -> list[SparseFeature]:
-        """Every sparse feature as the manifest records it (less its statistics): name, table rows,
-        id dtype, and for a spec's list columns their pooling."""
-        features = [
-            SparseFeature(n, c, str(smallest_uint(c - 1)))
-            if c
-            else SparseFeature(n, 0, "uint64", ids=RAW)
-            for n, c in zip(self.names, self.cardinalities)
-        ]
-        columns = self.parser.program.spec.sparse if self.parser.program else []
-        for f, column in zip(features, columns):
-            if isinstance(column, ListColumn):
-                f.multi_hot, f.pooling = True, column.pooling
-            f.table = column.table
-            if isinstance(column, SequenceColumn):
-                f.sequence, f.side_of = True, column.side_of
-                f.values = column.values
-        return features
-
-    def part_layout(self) -> PartLayout:
-        """The columns of the parts a task writes, from the run's table sizes and transforms."""
-        p = self.parser
-        return PartLayout(
-            p.program,
-            p.sparse_names,
-            p.num_dense,
-            self.cardinalities,
-            self.dense_transform,
-            self.dense_dtype,
-            file_layout(p.dense_names, self.dense_dtype, self.features()),
-        )
-
-
-class MalformedRowError(ValueError):
-    """A malformed row under --strict; the message is `file:line: field: value (reason)`."""
-
-
-def _absolute_line(task: Task, local: int) -> int:
-    """1-based physical line number in the file (a header counts as line 1); a Parquet file's
-    row number, from 1."""
-    first = task.first_line
-    if first < 0:
-        begin = header_end(Path(task.path)) if task.header else 0
-        first = count_range_lines(Path(task.path), begin, task.start)
-    return first + local + 1 + int(task.header)
-
-
-def _note_bad_rows(
-    task: Task,
-    describe: Callable[[int], tuple[str, str]],
-    chunk: Chunk,
-    line0: int,
-    result: TaskResult,
-    strict: bool,
-) -> None:
-    """Count a piece's malformed rows by reason and keep the first ones as (line, field, value,
-    reason); describe(row): the field and value of a malformed row of the piece."""
-    bad = np.flatnonzero(~chunk.ok)
-    if not len(bad):
-        return
-    codes, counts = np.unique(chunk.reason[bad], return_counts=True)
-    for c, n in zip(codes, counts):
-        result.skipped[REASONS[c]] = result.skipped.get(REASONS[c], 0) + int(n)
-    if task.default_split == STAGED:
-        result.bad_lines.extend((line0 + bad).tolist())
-    for row in bad[: max(0, MAX_REPORTED - len(result.errors))]:
-        name, value = describe(int(row))
-        result.errors.append([line0 + int(row), name, value, REASONS[chunk.reason[row]]])
-    if strict:
-        local, name, value, reason = result.errors[0]
-        raise MalformedRowError(f"{_where(task, local)}: {name}: {value} ({reason})")
-
-
-def _where(task: Task, local: int) -> str:
-    """`file:line` of a task's line (a Parquet file's: `file: row N`)."""
-    line = _absolute_line(task, local)
-    return f"{task.path}: row {line}" if task.parquet else f"{task.path}:{line}"
-
-
-def non_finite_error(
-    where: str, e: NonFiniteDense, opts: TaskOptions, scoring: bool = False
-) -> ValueError:
-    """The one line for a dense value its part cannot hold: `where` (file and line or row), column,
-    value, and the fix (preprocessing); `scoring`: rows scored by a model, whose transform is
-    fixed."""
-    name = opts.parser.dense_names[e.column]
-    if scoring:
-        return ValueError(
-            f"{where}: {name}: {e.value:g} is past what {opts.dense_dtype} holds with "
-            "transform none, as the model's data was stored: the model would score infinity"
-        )
-    log = (
-        f'give {name} transform = "signed-log1p" in the spec'
-        if opts.parser.program
-        else "preprocess with --dense-transform signed-log1p"
-    )
-    fits_float32 = abs(e.value) <= np.finfo(np.float32).max
-    fix = f"drop --float16, or {log}" if opts.dense_dtype == "float16" and fits_float32 else log
-    return ValueError(
-        f"{where}: {name}: {e.value:g} is past what {opts.dense_dtype} holds with "
-        f"transform none: it would train as infinity; {fix}"
-    )
-
-
-def split_rows(task: Task, line0: int, n: int) -> list[tuple[str, np.ndarray]]:
-    """(split, row mask) for each split present in lines [line0, line0 + n) of the task."""
-    if not task.splits:
-        return [(task.default_split, np.ones(n, dtype=bool))]
-    lines = task.first_line + line0 + np.arange(n) if task.first_line >= 0 else line0 + np.arange(n)
-    out = []
-    for r in task.splits:
-        mask = (lines >= r.begin) & (lines < r.end)
-        if mask.any():
-            out.append((r.split, mask))
-    return out
 
 
 def _flush(
@@ -370,7 +146,7 @@ def _take_chunk(
 ) -> None:
     """Append a parsed piece's kept rows (`size` bytes of input) to each split's part."""
     with cpu_stages.stage(cpu_stages.APPEND):
-        _note_bad_rows(task, describe, chunk, line0, result, opts.strict)
+        note_bad_rows(task, describe, chunk, line0, result, opts.strict)
         for split, mask in split_rows(task, line0, chunk.rows):
             rows = mask & chunk.ok
             idx = np.arange(chunk.rows) if rows.all() else np.flatnonzero(rows)
@@ -382,9 +158,9 @@ def _take_chunk(
             try:
                 layout.append(buffers[split], chunk, idx, vocabs)
             except ReservedRawIdError as e:
-                raise ValueError(f"{_where(task, line0 + int(idx[e.k]))}: {e}") from None
+                raise ValueError(f"{place_of(task, line0 + int(idx[e.k]))}: {e}") from None
             except NonFiniteDense as e:
-                raise non_finite_error(_where(task, line0 + e.row), e, opts) from None
+                raise non_finite_error(place_of(task, line0 + e.row), e, opts) from None
     result.bytes += size
 
 

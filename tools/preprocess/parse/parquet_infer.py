@@ -1,0 +1,135 @@
+"""A proposed feature spec for a Parquet file (`shardrec spec infer` on one; the text's rules are
+spec_infer.py's).
+
+A Parquet file (`infer_parquet_spec`) has its columns' names and types in its schema: the label
+as given; a list of strings or integers makes a list (the longest list in the sample its
+max_length); integers are read as text's integers are (dense, or an integer categorical where the
+text would make a code: an id's or a C<n> name, one width of 4+ digits; Unix times ignored);
+floats and booleans dense; strings hex or string categoricals (or ignored: row ids, empty); other
+types (timestamps, dates, structs) are ignored, with the type said. Nulls are missing values.
+
+Every choice is written beside its column as a comment, for the user to check and edit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from shardrec.dataloader.spec.feature_spec import (
+    CategoricalColumn,
+    Column,
+    DenseColumn,
+    FeatureSpec,
+    IgnoredColumn,
+    LabelColumn,
+    ListColumn,
+    TextFormat,
+)
+from shardrec.tools.preprocess.parse.spec_infer import (
+    HEX,
+    hash_size,
+    parse_label,
+    propose_column,
+    threshold_wanted,
+)
+
+
+def _parquet_column(name: str, kind: str, values: list, rows: int) -> tuple[Column, str]:
+    """The proposed column for a Parquet column of Arrow kind `kind` (parquet_schema.kind_of) and
+    its sample's non-null values, and why."""
+    if kind.startswith("list-"):
+        items = [x for v in values for x in v if x is not None and x != ""]
+        if not items:
+            return IgnoredColumn(name), f"lists empty in all {rows:,} rows"
+        longest = max(len(v) for v in values)
+        texts = [
+            str(x) if not isinstance(x, bytes) else x.decode("utf-8", "replace") for x in items
+        ]
+        size, seen = hash_size(texts)
+        element = "integer" if kind == "list-integer" else "string"
+        if element == "string" and all(HEX.match(t) for t in texts) and min(map(len, texts)) >= 8:
+            element = "hex"
+        note = f"a list of {kind[5:]}s, up to {longest} in a row; {seen}; pooling: sum or mean"
+        column = ListColumn(name, kind=element, hash_size=size, max_length=max(1, min(longest, 64)))
+        return column, note
+    if kind == "float":  # quantities: a float is no code
+        if not values:
+            return IgnoredColumn(name), f"null in all {rows:,} rows"
+        low = min(values)
+        return DenseColumn(
+            name, type="float", transform="log1p" if low >= 0 else "signed-log1p"
+        ), f"floats, min {low:g}"
+    if kind == "bool":
+        values = [int(v) for v in values]
+        kind = "integer"
+    if kind in ("integer", "float", "string"):
+        texts = [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in values]
+        texts = [t for t in texts if t != ""]
+        column, note = propose_column(name, texts, rows, "\t")
+        if kind == "string" and isinstance(column, (DenseColumn, ListColumn)):
+            # a Parquet reader takes numbers from number columns and lists from list columns
+            size, seen = hash_size(texts)
+            what = "numbers" if isinstance(column, DenseColumn) else "values with separators"
+            return CategoricalColumn(
+                name, kind="string", hash_size=size
+            ), f"{what} stored as strings; {seen}"
+        if kind == "integer" and isinstance(column, CategoricalColumn):
+            column = dataclasses.replace(column, kind="integer")
+        return column, note
+    return IgnoredColumn(
+        name
+    ), f"{kind}: not a feature as it is (derive one, e.g. an hour or a day)"
+
+
+def infer_parquet_spec(
+    path: Path, label: str, rows: int = 10_000
+) -> tuple[FeatureSpec, dict[str, str]]:
+    """A spec for a Parquet file from its schema and first `rows` rows, and a note per column
+    saying why (module doc). ValueError names what does not fit."""
+    import pyarrow.parquet as pq
+
+    from shardrec.tools.preprocess.parse.parquet_schema import kind_of
+
+    try:
+        f = pq.ParquetFile(path)
+    except Exception as e:  # pyarrow's ArrowInvalid, OSError: not a Parquet file it reads
+        raise ValueError(f"{path}: not a readable Parquet file ({e})") from None
+    schema = f.schema_arrow
+    names = list(schema.names)
+    batch = next(f.iter_batches(batch_size=rows, use_threads=False), None)
+    sample = batch.to_pydict() if batch is not None else {n: [] for n in names}
+    count = batch.num_rows if batch is not None else 0
+    label_name, threshold = parse_label(label)
+    if label_name not in names and label_name.isdigit() and int(label_name) < len(names):
+        label_name = names[int(label_name)]
+    if label_name not in names:
+        raise ValueError(
+            f"{path}: no column {label_name!r} for the label (columns: {', '.join(names[:20])})"
+        )
+    columns, notes = [], {}
+    for name in names:
+        kind = kind_of(schema.field(name).type)
+        values = [v for v in sample[name] if v is not None]
+        if name == label_name:
+            shown = sorted({str(v) for v in values})[:5]
+            if kind not in ("integer", "float", "bool"):
+                raise ValueError(
+                    f"{path}: label column {name!r} is {schema.field(name).type}; a label is a "
+                    "number (0/1, or any number with a threshold)"
+                )
+            if threshold is None and not {float(v) for v in values} <= {0.0, 1.0}:
+                raise ValueError(threshold_wanted(path, name, [float(v) for v in values], shown))
+            columns.append(LabelColumn(name, threshold=threshold))
+            notes[name] = "the label" + (
+                f": 1 where {name} >= {threshold:g}" if threshold is not None else ""
+            )
+            continue
+        column, notes[name] = _parquet_column(name, kind, values, count)
+        if name in ("label", "dense"):  # a feature cannot take a part's own column names
+            column, notes[name] = (
+                IgnoredColumn(name),
+                "named like a part's own column; rename it to use it",
+            )
+        columns.append(column)
+    return FeatureSpec(TextFormat("parquet"), tuple(columns)), notes

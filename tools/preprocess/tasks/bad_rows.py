@@ -1,0 +1,90 @@
+"""A task's malformed rows, counted by reason with the first ones kept (line, field, value,
+reason), and the one-line errors that stop a run: a malformed row under --strict, a value its part
+cannot store; each names the file and line (a Parquet file's row)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from shardrec.tools.preprocess.parse.criteo_text import REASONS
+from shardrec.tools.preprocess.parse.text_parser import Chunk
+from shardrec.tools.preprocess.parts.part_columns import NonFiniteDense
+from shardrec.tools.preprocess.tasks.task import STAGED, Task, TaskOptions
+from shardrec.tools.preprocess.tasks.task_markers import TaskResult
+from shardrec.tools.preprocess.text.lines import count_range_lines, header_end
+
+MAX_REPORTED = 5
+
+
+class MalformedRowError(ValueError):
+    """A malformed row under --strict; the message is `file:line: field: value (reason)`."""
+
+
+def _absolute_line(task: Task, local: int) -> int:
+    """1-based physical line number in the file (a header counts as line 1); a Parquet file's
+    row number, from 1."""
+    first = task.first_line
+    if first < 0:
+        begin = header_end(Path(task.path)) if task.header else 0
+        first = count_range_lines(Path(task.path), begin, task.start)
+    return first + local + 1 + int(task.header)
+
+
+def note_bad_rows(
+    task: Task,
+    describe: Callable[[int], tuple[str, str]],
+    chunk: Chunk,
+    line0: int,
+    result: TaskResult,
+    strict: bool,
+) -> None:
+    """Count a piece's malformed rows by reason and keep the first ones as (line, field, value,
+    reason); describe(row): the field and value of a malformed row of the piece."""
+    bad = np.flatnonzero(~chunk.ok)
+    if not len(bad):
+        return
+    codes, counts = np.unique(chunk.reason[bad], return_counts=True)
+    for c, n in zip(codes, counts):
+        result.skipped[REASONS[c]] = result.skipped.get(REASONS[c], 0) + int(n)
+    if task.default_split == STAGED:
+        result.bad_lines.extend((line0 + bad).tolist())
+    for row in bad[: max(0, MAX_REPORTED - len(result.errors))]:
+        name, value = describe(int(row))
+        result.errors.append([line0 + int(row), name, value, REASONS[chunk.reason[row]]])
+    if strict:
+        local, name, value, reason = result.errors[0]
+        raise MalformedRowError(f"{place_of(task, local)}: {name}: {value} ({reason})")
+
+
+def place_of(task: Task, local: int) -> str:
+    """`file:line` of a task's line (a Parquet file's: `file: row N`)."""
+    line = _absolute_line(task, local)
+    return f"{task.path}: row {line}" if task.parquet else f"{task.path}:{line}"
+
+
+def non_finite_error(
+    where: str, e: NonFiniteDense, opts: TaskOptions, scoring: bool = False
+) -> ValueError:
+    """The one line for a dense value its part cannot hold: `where` (file and line or row), column,
+    value, and the fix (preprocessing); `scoring`: rows scored by a model, whose transform is
+    fixed."""
+    name = opts.parser.dense_names[e.column]
+    if scoring:
+        return ValueError(
+            f"{where}: {name}: {e.value:g} is past what {opts.dense_dtype} holds with "
+            "transform none, as the model's data was stored: the model would score infinity"
+        )
+    log = (
+        f'give {name} transform = "signed-log1p" in the spec'
+        if opts.parser.program
+        else "preprocess with --dense-transform signed-log1p"
+    )
+    fits_float32 = abs(e.value) <= np.finfo(np.float32).max
+    fix = f"drop --float16, or {log}" if opts.dense_dtype == "float16" and fits_float32 else log
+    return ValueError(
+        f"{where}: {name}: {e.value:g} is past what {opts.dense_dtype} holds with "
+        f"transform none: it would train as infinity; {fix}"
+    )

@@ -264,3 +264,44 @@ def test_a_trained_plan_ratio_of_short_runs_is_too_small_to_measure(
     row = plan_bench.run_case(case)
     assert row["ratio_measured"] is None and "under 0.2 s" in row["measured"]["too_small"]
     assert plan_bench._summary([row], 0.15)["cases_ratio_measured"] == 0
+
+
+def test_a_plan_or_profile_that_cannot_be_written_is_one_line(
+    tiny_dataset: Path, tmp_path: Path, monkeypatch
+) -> None:
+    import errno
+    import os
+
+    from shardrec.dataloader.util import files
+    from shardrec.tools.measure import calibrate
+
+    job = _job(tmp_path, "")
+    plan = ["plan", "--data", str(tiny_dataset), "--config", str(job), "--out"]
+    res = runner.invoke(app, [*plan, str(tmp_path)])
+    assert_one_line_error(
+        res, re.escape(f"--out {tmp_path}: is a directory; give a file name such as ")
+    )
+    (tmp_path / "file").write_text("")
+    res = runner.invoke(app, [*plan, str(tmp_path / "file" / "plan.json")])
+    assert_one_line_error(
+        res,
+        re.escape(
+            f"{tmp_path / 'file' / 'plan.json'}: cannot write the plan: {tmp_path / 'file'} is a "
+            "file, not a folder"
+        ),
+    )
+
+    def full(path):  # what a full disk gives when the file's pages are flushed
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(files, "fsync_path", full)
+    res = runner.invoke(app, [*plan, str(tmp_path / "plan.json")])
+    assert_one_line_error(
+        res, re.escape(f"{tmp_path / 'plan.json'}: No space left on device: it needs ")
+    )
+    monkeypatch.setattr(calibrate, "calibrate", lambda device, world_size: {"measured": {}})
+    res = runner.invoke(app, ["plan", "calibrate", "--out", str(tmp_path / "c.json"), "--json"])
+    assert_one_line_error(
+        res, re.escape(f"{tmp_path / 'c.json'}: No space left on device: it needs ")
+    )
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -351,5 +353,19 @@ def _show_results(out_dir: Path, json_out: bool, earlier: bool = False) -> None:
     )
 
 
+def _taking_stop_requests(command: Callable[..., None]) -> Callable[..., None]:
+    """`command`, with SIGTERM/SIGINT a stop request from its first line to its last
+    (trainer.distributed.launch.stop_requests)."""
+
+    @functools.wraps(command)
+    def wrapped(*args: Any, **kwargs: Any) -> None:
+        from shardrec.trainer.distributed.launch import stop_requests
+
+        with stop_requests():
+            command(*args, **kwargs)
+
+    return wrapped
+
+
 def register(app: typer.Typer) -> None:
-    app.command()(train)
+    app.command(name="train")(_taking_stop_requests(train))

@@ -163,12 +163,21 @@ def _describe_table_diff(
         out.append(f"tables not in the plan: {', '.join(missing)}")
     if extra:
         out.append(f"tables in the plan but not in the job: {', '.join(extra)}")
+    # One entry per difference: data preprocessed again changes every table's rows alike.
+    differ: dict[tuple[str, str, str], list[str]] = {}
     for name in sorted(set(old) & set(new)):
         for key in ("rows", "dim", "features", "pooling"):
-            if getattr(old[name], key) != getattr(new[name], key):
-                out.append(
-                    f"table {name} {key}: plan {getattr(old[name], key)}, job {getattr(new[name], key)}"
-                )
+            a, b = getattr(old[name], key), getattr(new[name], key)
+            if a != b:
+                differ.setdefault((key, str(a), str(b)), []).append(name)
+    for (key, a, b), names in differ.items():
+        shown = (
+            f"table {names[0]}"
+            if len(names) == 1
+            else f"{len(names)} tables ({', '.join(names[:3])}"
+            + (f" and {len(names) - 3} more)" if len(names) > 3 else ")")
+        )
+        out.append(f"{shown} {key}: plan {a}, job {b}")
     return out
 
 

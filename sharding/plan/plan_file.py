@@ -115,6 +115,10 @@ def load_plan(path: str | Path) -> PlanFile:
         raise ValueError(f"{path}: malformed plan file: {e!r}") from None
     except ValueError as e:  # a topology whose figures cannot be (ClusterTopology's own checks)
         raise ValueError(f"{path}: {e}") from None
+    names = [t.name for t in plan.tables]
+    twice = next((name for name in names if names.count(name) > 1), None)
+    if twice is not None:  # the trainer would take one, `plan show` shows both
+        raise ValueError(f"{path}: table {twice}: listed twice (re-run `shardrec plan`)")
     for t in plan.tables:
         if t.sharding_type not in SHARDING_TYPES:
             raise ValueError(f"{path}: table {t.name}: unknown sharding_type {t.sharding_type!r}")

@@ -213,8 +213,12 @@ def test_an_unreadable_plan_file_is_named(tmp_path: Path, text: str):
             lambda raw: raw["tables"].pop(2),
             r"table t_f2: not in the plan \(re-run `shardrec plan`\)",
         ),
+        (  # trained on one of the two, shown both by `plan show`
+            lambda raw: raw["tables"].append(dict(raw["tables"][1])),
+            r"table t_f1: listed twice \(re-run `shardrec plan`\)",
+        ),
     ],
-    ids=["part-of-a-table", "rank-past-world", "table-gone"],
+    ids=["part-of-a-table", "rank-past-world", "table-gone", "table-twice"],
 )
 def test_a_hand_edited_plan_is_refused_naming_the_plan_and_table(
     tiny_dataset: Path, tmp_path: Path, edit, message: str

@@ -165,7 +165,7 @@ def plan(
         topology != "auto" and topology not in PRESETS
     ):  # before the planner's imports (torchrec: seconds)
         fail(f"--topology {topology}: not one of auto, {', '.join(PRESETS)}")
-    check_out_file(out, "plan.json")
+    check_out_file(out, f"plan{world_size}.json")
     from shardrec.sharding.plan.plan_file import save_plan
     from shardrec.sharding.plan.plan_types import PlanDoesNotFitError
     from shardrec.sharding.planner import SEARCHES, plan_tables

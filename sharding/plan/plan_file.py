@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from shardrec.dataloader.format.manifest import shown
 from shardrec.dataloader.util.files import atomic_write_bytes
 from shardrec.embeddings.dims import TableSpec
+from shardrec.embeddings.sparse_optimizers import state_bytes
 from shardrec.sharding.machine.json_checks import (
     check_fields,
     check_plan_fields,
@@ -222,4 +223,33 @@ def check_kernels_run_on(plan: PlanFile, device_kind: str) -> None:
                 f"table {t.name}: compute_kernel {t.compute_kernel} keeps its weights in host memory for a GPU "
                 f"to read (UVM) and needs CUDA, but this job trains on {device_kind}: train on a CUDA host, or "
                 "re-plan for this machine with `shardrec plan --topology auto`"
+            )
+
+
+def check_estimate_optimizer(plan: PlanFile, optimizer: str) -> None:
+    """ValueError, in one line, for a plan whose memory estimate counts another sparse optimizer's
+    state than `optimizer` (the fingerprint does not hold it): that figure is the run's plan.json
+    and, on CUDA, what the fit check at start compares with each device's free memory. Plans whose
+    estimate moves state elsewhere (UVM kernels, 2D replicas) or that record none are taken as
+    they are."""
+    if (
+        plan.estimate is None
+        or plan.sharding_group_size
+        or any(t.compute_kernel in UVM_KERNELS for t in plan.tables)
+    ):
+        return
+    needed: dict[int, float] = {}
+    for t in plan.tables:
+        for s in t.shards:
+            needed[s.rank] = needed.get(s.rank, 0.0) + state_bytes(optimizer, s.rows, s.cols)
+    from shardrec.sharding.plan.report import fmt_bytes
+
+    for r in plan.estimate.ranks:
+        need = needed.get(r.rank, 0.0)
+        if abs(need - r.optimizer_bytes) > max(1.0, 0.01 * need):
+            raise ValueError(
+                "the plan's memory estimate counts another sparse optimizer's state: rank "
+                f"{r.rank} holds {fmt_bytes(r.optimizer_bytes)} of it by the plan, optim.sparse = "
+                f"{optimizer!r} needs {fmt_bytes(need)} (re-run `shardrec plan` with this "
+                "job's settings)"
             )

@@ -146,6 +146,7 @@ def _check_plan_file(job: JobConfig, manifest: Manifest, world_size: int, kind: 
     # The tables as plain values (embeddings.dims): no torchrec import, so a stale plan is refused
     # in a second, not after torchrec's seconds of import.
     from shardrec.sharding.plan.plan_file import (
+        check_estimate_optimizer,
         check_kernels_run_on,
         check_plan,
         load_plan,
@@ -168,6 +169,7 @@ def _check_plan_file(job: JobConfig, manifest: Manifest, world_size: int, kind: 
         )
         check_trainable(plan_file)
         check_layout(plan_file, tables, world_size)
+        check_estimate_optimizer(plan_file, job.optim.sparse)
     except ValueError as e:
         raise ValueError(f"{job.sharding.plan}: {e}") from None
 

@@ -77,6 +77,13 @@ def test_plan_bad_input_exits_with_one_line(tiny_dataset: Path, tmp_path: Path) 
 
     res = runner.invoke(app, ["plan", "--data", str(tmp_path / "missing"), "--config", str(job)])
     assert_one_line_error(res, re.escape("missing: does not exist"))
+    # Named by the flags as typed, not the topology's field (`local_world_size = 3 must ...`).
+    res = runner.invoke(
+        app, ["plan", "--data", str(tiny_dataset), "--config", str(job), "--local-world-size", "3"]
+    )
+    assert_one_line_error(
+        res, re.escape("error: --local-world-size 3 does not divide --world-size 2") + "$"
+    )
     # A bad flag value is typer's usage error (exit 2) naming the flag as typed.
     for flag, value in (
         ("--memory-gib", "-1"),

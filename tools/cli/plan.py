@@ -166,6 +166,8 @@ def plan(
     ):  # before the planner's imports (torchrec: seconds)
         fail(f"--topology {topology}: not one of auto, {', '.join(PRESETS)}")
     check_out_file(out, f"plan{world_size}.json")
+    if local_world_size and world_size % local_world_size:
+        fail(f"--local-world-size {local_world_size} does not divide --world-size {world_size}")
     from shardrec.sharding.plan.plan_file import save_plan
     from shardrec.sharding.plan.plan_types import PlanDoesNotFitError
     from shardrec.sharding.planner import SEARCHES, plan_tables

@@ -312,3 +312,27 @@ def test_a_plan_or_profile_that_cannot_be_written_is_one_line(
         res, re.escape(f"{tmp_path / 'c.json'}: No space left on device: it needs ")
     )
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left
+
+
+def test_a_profile_measured_on_another_device_kind_is_refused(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
+    # `plan calibrate` on a CPU host, then a plan for H100s: the CPU's 13.8 GB/s of lookups and
+    # 1.2 GB/s all-to-all replaced the H100's 2.7 TB/s and 360 GB/s without a word (the estimated
+    # step 6.6x the preset's, the placement searched on those figures).
+    profile = tmp_path / "cal.json"
+    measured = {"lookup_bw": 1.38e10, "intra_host_bw": 1.18e9, "collective_latency_s": 1.2e-4}
+    profile.write_text(json.dumps({"device_kind": "cpu", "measured": measured}))
+    job = _job(tmp_path, "")
+    plan = ["plan", "--data", str(tiny_dataset), "--config", str(job), "--profile", str(profile)]
+    assert_one_line_error(
+        runner.invoke(app, [*plan, "--topology", "h100"]),
+        re.escape(
+            f"error: {profile}: measured on cpu devices, and the h100 topology is of cuda devices: "
+            "measure those (`shardrec plan calibrate --device cuda` on their machine) or plan "
+            "without --profile"
+        )
+        + "$",
+    )
+    res = runner.invoke(app, [*plan, "--topology", "cpu-gloo", "--json"])
+    assert res.exit_code == 0, res.output

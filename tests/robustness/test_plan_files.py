@@ -265,3 +265,29 @@ def test_a_plan_estimated_for_another_sparse_optimizer_is_refused(
         + "$",
     )
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_a_plan_that_breaks_the_jobs_constraints_is_said_when_training_starts(
+    tiny_dataset: Path, tmp_path: Path, caplog
+):
+    """The job pins t_f0 row-wise; the plan, made without its constraints, has it table-wise: the
+    plan wins (a plan may change freely), but the run's config.toml says row-wise, so it is said."""
+    path = tmp_path / "plan.json"
+    free = ["--set", "sharding.constraints={}"]
+    planned = runner.invoke(
+        app,
+        ["plan", "--data", str(tiny_dataset), "--world-size", "1", "--out", str(path), *JOB, *free],
+    )
+    assert planned.exit_code == 0, planned.output
+    pinned = ["--set", 'sharding.constraints={t_f0={sharding_types=["row_wise"]}}']
+    result = runner.invoke(
+        app,
+        ["train", "--data", str(tiny_dataset), "--plan", str(path), "--out-dir", str(tmp_path / "run"),
+         "--nproc-per-node", "1", "--steps", "1", *JOB, *pinned],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert (
+        f"{path}: table t_f0 is table_wise in the plan, not as the job's "
+        "sharding.constraints.t_f0 asks (sharding_types ['row_wise']): the plan is followed; "
+        "re-run `shardrec plan` with this job's settings to follow them"
+    ) in caplog.text, caplog.text[-3000:]

@@ -206,7 +206,7 @@ def build_topology(
         raise ValueError(f"topology preset {preset!r} is not one of {', '.join(PRESETS)}")
     values = dict(PRESETS[preset])
     if profile is not None:
-        loaded = load_profile(profile)
+        loaded = load_profile(profile, device_kind=values["device_kind"], preset=preset)
         memory = loaded.pop("memory_model", None)
         values.update(loaded)
         if memory:
@@ -232,12 +232,23 @@ PROFILE_KEYS = (
 COST_MODELS = ("shardrec", "torchrec")
 
 
-def load_profile(path: str | Path) -> dict[str, Any]:
+def load_profile(
+    path: str | Path, device_kind: str | None = None, preset: str = ""
+) -> dict[str, Any]:
     """What a calibration profile sets, as ClusterTopology fields: the measured figures
     (PROFILE_KEYS), the better `cost_model` and the `memory_model` constants (a dict) where
-    `bench plan-reality --profile-out` wrote them. ValueError naming the file on bad input."""
+    `bench plan-reality --profile-out` wrote them. ValueError naming the file on bad input, or on a
+    profile measured on other devices than `device_kind` (those of topology `preset`)."""
     path = Path(path)
     raw = read_strict_json(path, "calibration profile")  # NaN and Infinity refused, naming the key
+    measured_on = raw.get("device_kind") if isinstance(raw, dict) else None
+    if device_kind is not None and measured_on is not None and measured_on != device_kind:
+        # A CPU's lookup and all-to-all figures would price a GPU's plan (and its search).
+        raise ValueError(
+            f"{path}: measured on {measured_on} devices, and the {preset} topology is of "
+            f"{device_kind} devices: measure those (`shardrec plan calibrate --device "
+            f"{device_kind}` on their machine) or plan without --profile"
+        )
     measured = raw.get("measured") if isinstance(raw, dict) else None
     if not isinstance(measured, dict):
         raise ValueError(

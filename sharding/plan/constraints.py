@@ -200,3 +200,35 @@ def unsatisfiable(name: str, constraint: TableConstraint, dim: int, world_size: 
         "change or drop it for this world size (--set 'sharding.constraints={}' drops them all; "
         "a run resumes under any constraints)"
     )
+
+
+def broken_constraints(plan_tables: list[Any], raw: dict[str, dict[str, Any]] | None) -> list[str]:
+    """What a plan's tables (plan_types.TablePlan) do against the job's own constraints (`raw`,
+    sharding.constraints), one phrase per broken table: "t_f0 is table_wise ... (sharding_types
+    ['row_wise'])"; a table the plan lacks is check_layout's to refuse."""
+    broken = []
+    tables = {t.name: t for t in plan_tables}
+    for name, fields in (raw or {}).items():
+        t = tables.get(name)
+        if t is None or not isinstance(fields, dict):
+            continue
+        types = fields.get("sharding_types") or list(SHARDING_TYPES)
+        kernels = fields.get("compute_kernels") or []
+        ranks = fields.get("ranks") or []
+        narrowest = min((s.cols for s in t.shards), default=0)
+        why = []
+        if t.sharding_type not in types:
+            why.append(("sharding_types", types, t.sharding_type))
+        if kernels and t.compute_kernel not in kernels:
+            why.append(("compute_kernels", kernels, t.compute_kernel))
+        if ranks and any(s.rank not in ranks for s in t.shards):
+            why.append(("ranks", ranks, "on ranks " + ",".join(str(s.rank) for s in t.shards)))
+        minimum = fields.get("min_partition") or 0
+        if "column" in t.sharding_type and minimum and narrowest < minimum:
+            why.append(("min_partition", minimum, f"cut into {narrowest}-column shards"))
+        for key, wanted, got in why[:1]:
+            broken.append(
+                f"table {name} is {got} in the plan, not as the job's sharding.constraints.{name} "
+                f"asks ({key} {wanted})"
+            )
+    return broken

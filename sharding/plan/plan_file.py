@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from shardrec.dataloader.format.manifest import shown
 from shardrec.dataloader.util.files import atomic_write_bytes
 from shardrec.embeddings.dims import TableSpec
+from shardrec.embeddings.sparse_optimizers import state_bytes
 from shardrec.sharding.machine.json_checks import (
     check_fields,
     check_plan_fields,
@@ -115,6 +116,10 @@ def load_plan(path: str | Path) -> PlanFile:
         raise ValueError(f"{path}: malformed plan file: {e!r}") from None
     except ValueError as e:  # a topology whose figures cannot be (ClusterTopology's own checks)
         raise ValueError(f"{path}: {e}") from None
+    names = [t.name for t in plan.tables]
+    twice = next((name for name in names if names.count(name) > 1), None)
+    if twice is not None:  # the trainer would take one, `plan show` shows both
+        raise ValueError(f"{path}: table {twice}: listed twice (re-run `shardrec plan`)")
     for t in plan.tables:
         if t.sharding_type not in SHARDING_TYPES:
             raise ValueError(f"{path}: table {t.name}: unknown sharding_type {t.sharding_type!r}")
@@ -163,12 +168,21 @@ def _describe_table_diff(
         out.append(f"tables not in the plan: {', '.join(missing)}")
     if extra:
         out.append(f"tables in the plan but not in the job: {', '.join(extra)}")
+    # One entry per difference: data preprocessed again changes every table's rows alike.
+    differ: dict[tuple[str, str, str], list[str]] = {}
     for name in sorted(set(old) & set(new)):
         for key in ("rows", "dim", "features", "pooling"):
-            if getattr(old[name], key) != getattr(new[name], key):
-                out.append(
-                    f"table {name} {key}: plan {getattr(old[name], key)}, job {getattr(new[name], key)}"
-                )
+            a, b = getattr(old[name], key), getattr(new[name], key)
+            if a != b:
+                differ.setdefault((key, str(a), str(b)), []).append(name)
+    for (key, a, b), names in differ.items():
+        shown = (
+            f"table {names[0]}"
+            if len(names) == 1
+            else f"{len(names)} tables ({', '.join(names[:3])}"
+            + (f" and {len(names) - 3} more)" if len(names) > 3 else ")")
+        )
+        out.append(f"{shown} {key}: plan {a}, job {b}")
     return out
 
 
@@ -209,4 +223,33 @@ def check_kernels_run_on(plan: PlanFile, device_kind: str) -> None:
                 f"table {t.name}: compute_kernel {t.compute_kernel} keeps its weights in host memory for a GPU "
                 f"to read (UVM) and needs CUDA, but this job trains on {device_kind}: train on a CUDA host, or "
                 "re-plan for this machine with `shardrec plan --topology auto`"
+            )
+
+
+def check_estimate_optimizer(plan: PlanFile, optimizer: str) -> None:
+    """ValueError, in one line, for a plan whose memory estimate counts another sparse optimizer's
+    state than `optimizer` (the fingerprint does not hold it): that figure is the run's plan.json
+    and, on CUDA, what the fit check at start compares with each device's free memory. Plans whose
+    estimate moves state elsewhere (UVM kernels, 2D replicas) or that record none are taken as
+    they are."""
+    if (
+        plan.estimate is None
+        or plan.sharding_group_size
+        or any(t.compute_kernel in UVM_KERNELS for t in plan.tables)
+    ):
+        return
+    needed: dict[int, float] = {}
+    for t in plan.tables:
+        for s in t.shards:
+            needed[s.rank] = needed.get(s.rank, 0.0) + state_bytes(optimizer, s.rows, s.cols)
+    from shardrec.sharding.plan.report import fmt_bytes
+
+    for r in plan.estimate.ranks:
+        need = needed.get(r.rank, 0.0)
+        if abs(need - r.optimizer_bytes) > max(1.0, 0.01 * need):
+            raise ValueError(
+                "the plan's memory estimate counts another sparse optimizer's state: rank "
+                f"{r.rank} holds {fmt_bytes(r.optimizer_bytes)} of it by the plan, optim.sparse = "
+                f"{optimizer!r} needs {fmt_bytes(need)} (re-run `shardrec plan` with this "
+                "job's settings)"
             )

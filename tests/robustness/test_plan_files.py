@@ -213,8 +213,12 @@ def test_an_unreadable_plan_file_is_named(tmp_path: Path, text: str):
             lambda raw: raw["tables"].pop(2),
             r"table t_f2: not in the plan \(re-run `shardrec plan`\)",
         ),
+        (  # trained on one of the two, shown both by `plan show`
+            lambda raw: raw["tables"].append(dict(raw["tables"][1])),
+            r"table t_f1: listed twice \(re-run `shardrec plan`\)",
+        ),
     ],
-    ids=["part-of-a-table", "rank-past-world", "table-gone"],
+    ids=["part-of-a-table", "rank-past-world", "table-gone", "table-twice"],
 )
 def test_a_hand_edited_plan_is_refused_naming_the_plan_and_table(
     tiny_dataset: Path, tmp_path: Path, edit, message: str
@@ -231,3 +235,59 @@ def test_a_hand_edited_plan_is_refused_naming_the_plan_and_table(
          "--nproc-per-node", "1", *JOB],
     )  # fmt: skip
     assert_one_line_error(result, "^error: " + re.escape(str(path)) + ": " + message + "$")
+
+
+def test_a_plan_estimated_for_another_sparse_optimizer_is_refused(
+    tiny_dataset: Path, tmp_path: Path
+):
+    """The fingerprint holds tables, ranks, batch and device, not the optimizer whose state the
+    memory estimate counts: trained with Adagrad (4 B a weight; Adam on CUDA: 8 B) on a row-wise
+    Adagrad plan (4 B a row), the run's plan.json understated each rank's memory, and on CUDA the
+    fit check at start compared that figure with the free memory."""
+    path = tmp_path / "plan.json"
+    planned = runner.invoke(
+        app, ["plan", "--data", str(tiny_dataset), "--world-size", "1", "--out", str(path), *JOB]
+    )
+    assert planned.exit_code == 0, planned.output
+    result = runner.invoke(
+        app,
+        ["train", "--data", str(tiny_dataset), "--plan", str(path), "--out-dir", str(tmp_path / "run"),
+         "--nproc-per-node", "1", *JOB, "--set", 'optim.sparse="adagrad"'],
+    )  # fmt: skip
+    assert_one_line_error(
+        result,
+        "^error: "
+        + re.escape(
+            f"{path}: the plan's memory estimate counts another sparse optimizer's state: rank 0 "
+            "holds 5.30 KiB of it by the plan, optim.sparse = 'adagrad' needs 84.81 KiB (re-run "
+            "`shardrec plan` with this job's settings)"
+        )
+        + "$",
+    )
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_a_plan_that_breaks_the_jobs_constraints_is_said_when_training_starts(
+    tiny_dataset: Path, tmp_path: Path, caplog
+):
+    """The job pins t_f0 row-wise; the plan, made without its constraints, has it table-wise: the
+    plan wins (a plan may change freely), but the run's config.toml says row-wise, so it is said."""
+    path = tmp_path / "plan.json"
+    free = ["--set", "sharding.constraints={}"]
+    planned = runner.invoke(
+        app,
+        ["plan", "--data", str(tiny_dataset), "--world-size", "1", "--out", str(path), *JOB, *free],
+    )
+    assert planned.exit_code == 0, planned.output
+    pinned = ["--set", 'sharding.constraints={t_f0={sharding_types=["row_wise"]}}']
+    result = runner.invoke(
+        app,
+        ["train", "--data", str(tiny_dataset), "--plan", str(path), "--out-dir", str(tmp_path / "run"),
+         "--nproc-per-node", "1", "--steps", "1", *JOB, *pinned],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert (
+        f"{path}: table t_f0 is table_wise in the plan, not as the job's "
+        "sharding.constraints.t_f0 asks (sharding_types ['row_wise']): the plan is followed; "
+        "re-run `shardrec plan` with this job's settings to follow them"
+    ) in caplog.text, caplog.text[-3000:]

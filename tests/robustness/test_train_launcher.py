@@ -18,6 +18,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -186,3 +187,61 @@ def test_a_dataset_changed_under_a_running_training_is_named_last(
     assert f"; the dataset changed under the training: {dense}: 100 bytes, manifest says" in last, (
         last
     )
+
+
+@pytest.mark.slow
+def test_eval_of_a_refused_checkpoint_names_the_file_last(tiny_dataset: Path, tmp_path: Path):
+    # Before: the rank's line went by and the last one said only "evaluation failed: rank 0
+    # exited with code 1".
+    run_dir = tmp_path / "run"
+    trained = subprocess.run(
+        _command(tiny_dataset, run_dir, "--steps", "2", ranks=1),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    checkpoint = run_dir / "checkpoints" / "step-00000002"
+    state = checkpoint / "train_state.pt"
+    state.write_bytes(state.read_bytes()[:-1])
+    done = subprocess.run(
+        [sys.executable, "-m", "shardrec.tools.cli", "eval", str(run_dir), "--device", "cpu"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"error: evaluation failed: rank 0: {state}: contents differ from the digest written at "
+        "save time (changed since); refusing the checkpoint"
+    ), done.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_a_checkpoint_that_lost_its_digests_is_refused_not_skipped(
+    tiny_dataset: Path, tmp_path: Path
+):
+    # A save cannot leave one (it renames the folder into place after digests.json): a copy or a
+    # clean-up that did. Before: the run went back to step 2 without a word, and the re-save of
+    # step 4 then replaced the folder.
+    run_dir = tmp_path / "run"
+    command = _command(tiny_dataset, run_dir, "--set", "checkpoint.interval_steps=2", ranks=1)
+    trained = subprocess.run(
+        command + ["--steps", "4"], capture_output=True, text=True, timeout=300
+    )
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    checkpoint = run_dir / "checkpoints" / "step-00000004"
+    (checkpoint / "digests.json").unlink()
+    rerun = subprocess.run(command + ["--steps", "6"], capture_output=True, text=True, timeout=300)
+    assert_one_line_error(
+        rerun,
+        "^error: "
+        + re.escape(
+            f"{checkpoint}: no digests.json: not a complete checkpoint (a save writes it last and "
+            "renames the folder into place after it: a copy or a clean-up left this one); to "
+            f"resume from {run_dir / 'checkpoints' / 'step-00000002'} (step 2), move {checkpoint} "
+            f"out of {checkpoint.parent}, or start over with --restart"
+        )
+        + "$",
+    )
+    assert (checkpoint / "train_state.pt").is_file()

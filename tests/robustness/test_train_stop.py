@@ -280,3 +280,57 @@ def test_ctrl_c_while_torchrun_starts_stops_like_a_later_one(
         .splitlines()[-1]
         .endswith("checkpoint written; rerun the same command to resume")
     ), stderr[-3000:]
+
+
+_SIGNALS_AROUND_THE_LAUNCH = """
+import os, signal, sys
+from typer.testing import CliRunner
+from shardrec.tools.cli import train as train_cli
+from shardrec.tools.cli.app import app
+from shardrec.trainer.distributed import launch as launch_module
+
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a script's `shardrec train ... &` starts
+check = train_cli._check_resume_checkpoint
+
+
+def early(out_dir):  # a `kill -INT` in the seconds before the ranks start
+    os.kill(os.getpid(), signal.SIGINT)
+    return check(out_dir)
+
+
+real = launch_module.launch
+
+
+def late(*args, **kwargs):  # a second `kill` (Slurm's repeat) landing just after the ranks left
+    result = real(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGTERM)
+    return result
+
+
+train_cli._check_resume_checkpoint, launch_module.launch = early, late
+result = CliRunner().invoke(app, sys.argv[1:])
+sys.stderr.write(result.stderr)
+sys.exit(result.exit_code)
+"""
+
+
+@pytest.mark.slow
+def test_a_signal_before_the_ranks_start_or_after_they_left_is_the_stop_it_says(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
+    # Before: the SIGINT, ignored as `&` leaves it until the launcher's handler came, was lost and
+    # the run trained to its end (exit 0); the late SIGTERM killed the launcher (exit 143) after
+    # its last line said "stopped at step N; checkpoint written".
+    run = tmp_path / "run"
+    args = ["train", "--data", str(tiny_dataset), "--out-dir", str(run), *JOB]
+    done = subprocess.run(
+        [sys.executable, "-c", _SIGNALS_AROUND_THE_LAUNCH, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == STOPPED, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("stopped at step ") and last.endswith(
+        "checkpoint written; rerun the same command to resume"
+    ), done.stderr[-3000:]

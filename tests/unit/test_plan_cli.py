@@ -77,6 +77,13 @@ def test_plan_bad_input_exits_with_one_line(tiny_dataset: Path, tmp_path: Path) 
 
     res = runner.invoke(app, ["plan", "--data", str(tmp_path / "missing"), "--config", str(job)])
     assert_one_line_error(res, re.escape("missing: does not exist"))
+    # Named by the flags as typed, not the topology's field (`local_world_size = 3 must ...`).
+    res = runner.invoke(
+        app, ["plan", "--data", str(tiny_dataset), "--config", str(job), "--local-world-size", "3"]
+    )
+    assert_one_line_error(
+        res, re.escape("error: --local-world-size 3 does not divide --world-size 2") + "$"
+    )
     # A bad flag value is typer's usage error (exit 2) naming the flag as typed.
     for flag, value in (
         ("--memory-gib", "-1"),
@@ -265,3 +272,68 @@ def test_a_trained_plan_ratio_of_short_runs_is_too_small_to_measure(
     row = plan_bench.run_case(case)
     assert row["ratio_measured"] is None and "under 0.2 s" in row["measured"]["too_small"]
     assert plan_bench._summary([row], 0.15)["cases_ratio_measured"] == 0
+
+
+def test_a_plan_or_profile_that_cannot_be_written_is_one_line(
+    tiny_dataset: Path, tmp_path: Path, monkeypatch
+) -> None:
+    import errno
+    import os
+
+    from shardrec.dataloader.util import files
+    from shardrec.tools.measure import calibrate
+
+    job = _job(tmp_path, "")
+    plan = ["plan", "--data", str(tiny_dataset), "--config", str(job), "--out"]
+    res = runner.invoke(app, [*plan, str(tmp_path)])
+    assert_one_line_error(
+        res, re.escape(f"--out {tmp_path}: is a directory; give a file name such as ")
+    )
+    (tmp_path / "file").write_text("")
+    res = runner.invoke(app, [*plan, str(tmp_path / "file" / "plan.json")])
+    assert_one_line_error(
+        res,
+        re.escape(
+            f"{tmp_path / 'file' / 'plan.json'}: cannot write the plan: {tmp_path / 'file'} is a "
+            "file, not a folder"
+        ),
+    )
+
+    def full(path):  # what a full disk gives when the file's pages are flushed
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(files, "fsync_path", full)
+    res = runner.invoke(app, [*plan, str(tmp_path / "plan.json")])
+    assert_one_line_error(
+        res, re.escape(f"{tmp_path / 'plan.json'}: No space left on device: it needs ")
+    )
+    monkeypatch.setattr(calibrate, "calibrate", lambda device, world_size: {"measured": {}})
+    res = runner.invoke(app, ["plan", "calibrate", "--out", str(tmp_path / "c.json"), "--json"])
+    assert_one_line_error(
+        res, re.escape(f"{tmp_path / 'c.json'}: No space left on device: it needs ")
+    )
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left
+
+
+def test_a_profile_measured_on_another_device_kind_is_refused(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
+    # `plan calibrate` on a CPU host, then a plan for H100s: the CPU's 13.8 GB/s of lookups and
+    # 1.2 GB/s all-to-all replaced the H100's 2.7 TB/s and 360 GB/s without a word (the estimated
+    # step 6.6x the preset's, the placement searched on those figures).
+    profile = tmp_path / "cal.json"
+    measured = {"lookup_bw": 1.38e10, "intra_host_bw": 1.18e9, "collective_latency_s": 1.2e-4}
+    profile.write_text(json.dumps({"device_kind": "cpu", "measured": measured}))
+    job = _job(tmp_path, "")
+    plan = ["plan", "--data", str(tiny_dataset), "--config", str(job), "--profile", str(profile)]
+    assert_one_line_error(
+        runner.invoke(app, [*plan, "--topology", "h100"]),
+        re.escape(
+            f"error: {profile}: measured on cpu devices, and the h100 topology is of cuda devices: "
+            "measure those (`shardrec plan calibrate --device cuda` on their machine) or plan "
+            "without --profile"
+        )
+        + "$",
+    )
+    res = runner.invoke(app, [*plan, "--topology", "cpu-gloo", "--json"])
+    assert res.exit_code == 0, res.output

@@ -88,6 +88,22 @@ def test_stale_plan_says_what_differs() -> None:
     assert "tables not in the plan: t_new" in msg
 
 
+def test_a_stale_plan_names_a_difference_shared_by_many_tables_once() -> None:
+    # Data preprocessed again with another --max-ids: every table's rows differ. The line listed
+    # "table t_fN rows: plan 2000, job 3000" for each of them (26 for Criteo: 1,900 characters).
+    plan = _plan(_tables(26, dim=8), batch=64)
+    other = _tables(26, dim=16)
+    other[3] = EmbeddingBagConfig(
+        name="t_f3", embedding_dim=16, num_embeddings=7, feature_names=["f3"]
+    )
+    with pytest.raises(StalePlanError) as e:
+        check_plan(plan, plan_fingerprint(other, 2, 64, "cpu"))
+    assert str(e.value) == (
+        "the plan was made for another job: 26 tables (t_f0, t_f1, t_f10 and 23 more) dim: plan 8, "
+        "job 16; table t_f3 rows: plan 400, job 7 (re-run `shardrec plan`)"
+    )
+
+
 def test_bad_plan_files_name_the_path(tmp_path: Path) -> None:
     p = tmp_path / "x.json"
     with pytest.raises(ValueError, match="cannot read plan file"):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import write_tiny_dataset
+from helpers import cli
 
 from shardrec.dataloader.format.manifest import Manifest, dataset_fingerprint
 from shardrec.trainer.job.config import JobConfig, load_job_config
@@ -309,6 +310,33 @@ def test_the_status_of_a_run(tiny_dataset: Path, tmp_path: Path) -> None:
     assert stopped_message(1234) == (
         "stopped at step 1,234; checkpoint written; rerun the same command to resume"
     )
+
+
+def test_runs_best_auc_leaves_out_evaluations_a_rerun_went_back_past(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
+    # Killed after its evaluation of step 30 and before the checkpoint of step 40: a rerun resumes
+    # from step 20 (here with another learning rate), so step 30's model exists no more.
+    killed = [
+        {"kind": "eval", "split": "val", "step": 20, "auc": 0.7465},
+        {"kind": "eval", "split": "val", "step": 30, "auc": 0.7985},
+    ]
+    run = _run(tmp_path, _config(tiny_dataset), 20, None, killed)
+    old = time.time() - 600
+    os.utime(run / "metrics.jsonl", (old, old))
+    # Failed at step 20: a rerun goes on from the checkpoint of step 20 and its AUC.
+    assert json.loads(cli("runs", run, "--json").stdout)[0]["best_val_auc"] == 0.7465
+    rerun = [
+        {"kind": "resume", "step": 20},
+        {"kind": "eval", "split": "val", "step": 30, "auc": 0.7630},
+        {"kind": "eval", "split": "val", "step": 40, "auc": 0.7718},
+    ]
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rerun))
+    assert best_auc(run) == 0.7718
+    shutil.move(run / "checkpoints" / "step-00000020", run / "checkpoints" / "step-00000040")
+    (run / "summary.json").write_text(json.dumps({"steps": 40}))
+    assert json.loads(cli("runs", run, "--json").stdout)[0]["best_val_auc"] == 0.7718
 
 
 def test_runs_are_found_under_a_folder_but_not_inside_checkpoints(tmp_path: Path) -> None:

@@ -232,3 +232,43 @@ def test_a_failed_cuda_rank_ends_at_once_with_its_traceback_and_no_teardown() ->
     assert done.returncode == 1
     assert "RuntimeError: CUDA error: device-side assert triggered" in done.stderr
     assert "teardown ran" not in done.stdout
+
+
+_RANK_THAT_LOST_A_PEER = """
+from shardrec.trainer.distributed.rank_process import exit_after_peer_loss
+exit_after_peer_loss(RuntimeError("[pair.cc:537] Read error: Connection reset by peer"))
+"""
+
+
+@pytest.mark.parametrize("restart", [0, 1])
+def test_a_rank_that_lost_a_peer_says_whether_torchrun_restarts_the_ranks(restart: int) -> None:
+    """With --max-restarts 1, the first attempt's surviving rank said the failed rank "is named
+    last", and then the restarted run finished: no line named it, nothing said it was restarted."""
+    import os
+    import subprocess
+    import sys
+
+    env = {
+        **os.environ,
+        "RANK": "0",
+        "TORCHELASTIC_MAX_RESTARTS": "1",
+        "TORCHELASTIC_RESTART_COUNT": str(restart),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", _RANK_THAT_LOST_A_PEER],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    lost = "error: rank 0 lost another rank (RuntimeError: [pair.cc:537] Read error: Connection "
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        lost
+        + (
+            "reset by peer); torchrun restarts the ranks (restart 1 of --max-restarts 1), which "
+            "resume from the newest checkpoint"
+            if restart == 0
+            else "reset by peer); the rank that failed first is named last"
+        )
+    ]

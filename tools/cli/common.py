@@ -85,6 +85,27 @@ def fail(message: str) -> NoReturn:
     raise typer.Exit(1)
 
 
+def check_out_file(out: Path | None, example: str) -> None:
+    """Refuse an --out that names a folder, before any work (`example`: a file name to suggest)."""
+    if out is not None and out.is_dir():
+        fail(f"--out {out}: is a directory; give a file name such as {out / example}")
+
+
+def write_out(out: Path, what: str, write: Any) -> None:
+    """Call `write()`, which writes `out`; a failed write (no space or permission, a file where a
+    folder should be) ends the command in one line naming the path, not a traceback."""
+    from shardrec.dataloader.util.files import WriteError
+
+    try:
+        write()
+    except OSError as e:
+        if isinstance(e, WriteError):
+            fail(str(e))
+        if e.filename and str(e.filename) != str(out) and Path(e.filename).is_file():
+            fail(f"{out}: cannot write the {what}: {e.filename} is a file, not a folder")
+        fail(f"{out}: cannot write the {what} ({e.strerror or e})")
+
+
 def interrupted(what: str) -> NoReturn:
     """End a command stopped by Ctrl-C (SIGINT): one line saying what is kept and how to go on,
     exit code 130 as a shell gives (typer's own handling prints nothing)."""

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from shardrec.tools.cli.common import counted, fail, print_json
+from shardrec.tools.cli.common import check_out_file, counted, fail, print_json, write_out
 from shardrec.tools.console import console
 
 plan_app = typer.Typer(
@@ -147,6 +147,9 @@ def plan(
         topology != "auto" and topology not in PRESETS
     ):  # before the planner's imports (torchrec: seconds)
         fail(f"--topology {topology}: not one of auto, {', '.join(PRESETS)}")
+    check_out_file(out, f"plan{world_size}.json")
+    if local_world_size and world_size % local_world_size:
+        fail(f"--local-world-size {local_world_size} does not divide --world-size {world_size}")
     from shardrec.sharding.plan.plan_file import save_plan
     from shardrec.sharding.plan.plan_types import PlanDoesNotFitError
     from shardrec.sharding.planner import SEARCHES, plan_tables
@@ -198,7 +201,7 @@ def plan(
     except ValueError as e:
         fail(job.located(str(e)))
     if out is not None:
-        save_plan(result, out)
+        write_out(out, "plan", lambda: save_plan(result, out))
     shown = (
         topo.name
         if topology == topo.name
@@ -319,6 +322,7 @@ def calibrate_cmd(
 
     if device not in ("cpu", "cuda"):
         fail(f"--device must be cpu or cuda, got {device!r}")
+    check_out_file(out, "calibration.json")
     if device == "cuda" and not torch.cuda.is_available():
         fail("--device cuda: CUDA is not available on this machine")
     if world_size < 2:
@@ -331,7 +335,7 @@ def calibrate_cmd(
         else _nullcontext()
     ):
         profile = calibrate(device, world_size)
-    save_profile(profile, out)
+    write_out(out, "profile", lambda: save_profile(profile, out))
     if json_out:
         print_json(profile)
         return

@@ -27,12 +27,18 @@ def runs(
     rows = []
     for path in run_state.find_runs(root):
         run = run_state.read_run_dir(path)
+        status = run_state.run_status(run)
+        # A run that ended before its end resumes from its newest checkpoint: a later evaluation
+        # was of a model that is gone.
+        upto = -1 if run.step is None else run.step
         rows.append(
             {
                 "run": str(path),
                 "step": run.step,
-                "status": run_state.run_status(run),
-                "best_val_auc": run_state.best_auc(path),
+                "status": status,
+                "best_val_auc": run_state.best_auc(
+                    path, upto=upto if status in ("failed", "stopped") else None
+                ),
             }
         )
     if json_out:

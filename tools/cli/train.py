@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -239,11 +241,35 @@ def _check_resume_checkpoint(out_dir: Path) -> None:
     )
 
     done = complete_checkpoints(out_dir / names.CHECKPOINTS)
+    _check_no_torn_checkpoint(out_dir, done[-1] if done else None)
     if done:
         try:
             verify_checkpoint(done[-1][1], skip_suffix=".distcp")
         except UntrustedCheckpoint as e:
             fail(f"{e}; {_refused_checkpoint(out_dir)}")
+
+
+def _check_no_torn_checkpoint(out_dir: Path, newest: tuple[int, Path] | None) -> None:
+    """Refuse a checkpoint folder newer than the newest complete one (`newest`) that has no
+    digests.json: a save renames its folder into place only after writing them, so a copy or a
+    clean-up left it. Resuming from an older one without a word, and replacing it at its step,
+    would drop it."""
+    directory = out_dir / names.CHECKPOINTS
+    after = newest[0] if newest else -1
+    torn = sorted(
+        (int(m.group(1)), path)
+        for path in (directory.iterdir() if directory.is_dir() else [])
+        if (m := names.CHECKPOINT_RE.match(path.name)) and int(m.group(1)) > after
+    )
+    if not torn:
+        return
+    path = torn[-1][1]
+    instead = f"to resume from {newest[1]} (step {after})" if newest else "to start from step 0"
+    fail(
+        f"{path}: no {names.DIGESTS}: not a complete checkpoint (a save writes it last and "
+        "renames the folder into place after it: a copy or a clean-up left this one); "
+        f"{instead}, move {path} out of {directory}, or start over with --restart"
+    )
 
 
 def _check_apart(out_dir: Path, data: Path) -> None:
@@ -351,5 +377,19 @@ def _show_results(out_dir: Path, json_out: bool, earlier: bool = False) -> None:
     )
 
 
+def _taking_stop_requests(command: Callable[..., None]) -> Callable[..., None]:
+    """`command`, with SIGTERM/SIGINT a stop request from its first line to its last
+    (trainer.distributed.launch.stop_requests)."""
+
+    @functools.wraps(command)
+    def wrapped(*args: Any, **kwargs: Any) -> None:
+        from shardrec.trainer.distributed.launch import stop_requests
+
+        with stop_requests():
+            command(*args, **kwargs)
+
+    return wrapped
+
+
 def register(app: typer.Typer) -> None:
-    app.command()(train)
+    app.command(name="train")(_taking_stop_requests(train))

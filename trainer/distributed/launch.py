@@ -19,7 +19,8 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,8 @@ LAUNCHER_DIR_ENV = "SHARDREC_LAUNCHER_DIR"
 STOP_FILE = "stop"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 STOP_CHECK_STEPS = 10
+_early_signals: list[int] | None = None
+"""The stop signals received since `stop_requests()` began (None: outside it)."""
 """The most steps between two agreements of the ranks to stop (trainer.distributed.stop): how many
 steps a stop may take."""
 
@@ -369,6 +372,30 @@ def _reports(shared: Path) -> dict[str, Any]:
     }
 
 
+@contextmanager
+def stop_requests() -> Iterator[None]:
+    """Record SIGTERM/SIGINT from now until the end of the block, whose `launch` takes them as stop
+    requests: a signal in the seconds before the ranks start (SIGINT ignored until then, as a
+    script's `cmd &` leaves it, was lost and the run trained to its end) stops them as a later one
+    does, and one after they left (a repeat of Slurm's) no longer kills the finished command."""
+    global _early_signals
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _early_signals = []
+    received = _early_signals
+    previous = {
+        sig: signal.signal(sig, lambda signum, frame: received.append(signum))
+        for sig in STOP_SIGNALS
+    }
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        _early_signals = None
+
+
 def _supervise(
     start: Callable[[], subprocess.Popen],
     stop_file: Path,
@@ -377,7 +404,8 @@ def _supervise(
 ) -> LaunchResult:
     """Start the agent (`start`) and wait for it, turning the first SIGTERM/SIGINT into
     `stop_file` and a second into a kill."""
-    received: list[int] = []
+    # Those received before the start (stop_requests) are requests too.
+    received: list[int] = _early_signals if _early_signals is not None else []
     previous = {}
     if threading.current_thread() is threading.main_thread():
         previous = {

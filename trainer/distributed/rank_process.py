@@ -116,11 +116,16 @@ def exit_after_peer_loss(error: BaseException) -> NoReturn:
     ends = [text.lower().find(p) + len(p) for p in PEER_GONE if p in text.lower()]
     reason = f"{type(error).__name__}: {one_line(text[: min(ends)] if ends else text, 300)}"
     report_failure(reason, consequence=True)
-    print(
-        f"error: rank {launched_rank()} lost another rank ({reason}); the rank that failed first "
-        "is named last",
-        file=sys.stderr,
+    # With restarts left, torchrun restarts the group and no last line follows if it then finishes.
+    restarts = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0)
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+    then = (
+        f"torchrun restarts the ranks (restart {attempt + 1} of --max-restarts {restarts}), which "
+        "resume from the newest checkpoint"
+        if attempt < restarts
+        else "the rank that failed first is named last"
     )
+    print(f"error: rank {launched_rank()} lost another rank ({reason}); {then}", file=sys.stderr)
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -29,6 +29,7 @@ def rank_main(
         exit_after_peer_loss,
         exit_cleanly,
         peer_gone,
+        report_failure,
     )
 
     configure_rank_logging()
@@ -40,11 +41,13 @@ def rank_main(
         wanted = EvalRequest.from_json(request.read_text())
         env = init_distributed(wanted.device)
     except ValueError as e:
+        report_failure(str(e))  # for `shardrec eval`'s last line
         print(f"error: {e}", file=sys.stderr)
         raise typer.Exit(1) from None
     try:
         metrics = evaluate_checkpoint(wanted, env)
     except ValueError as e:
+        report_failure(str(e))
         if env.is_main:
             print(f"error: {e}", file=sys.stderr)
         shutdown()

@@ -3,6 +3,7 @@ tracebacks."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,8 @@ from shardrec.trainer.job.config import JobConfig
 
 if TYPE_CHECKING:
     from shardrec.sharding.plan.plan_types import PlanFile
+
+logger = logging.getLogger(__name__)
 
 
 def preflight(job: JobConfig, world_size: int) -> None:
@@ -152,7 +155,9 @@ def check_event_windows(path: str, manifest: Manifest, split: str, batch: int) -
 def _check_plan_file(job: JobConfig, manifest: Manifest, world_size: int, kind: str) -> None:
     # The tables as plain values (embeddings.dims): no torchrec import, so a stale plan is refused
     # in a second, not after torchrec's seconds of import.
+    from shardrec.sharding.plan.constraints import broken_constraints
     from shardrec.sharding.plan.plan_file import (
+        check_estimate_optimizer,
         check_kernels_run_on,
         check_plan,
         load_plan,
@@ -175,8 +180,20 @@ def _check_plan_file(job: JobConfig, manifest: Manifest, world_size: int, kind: 
         )
         check_trainable(plan_file)
         check_layout(plan_file, tables, world_size)
+        check_estimate_optimizer(plan_file, job.optim.sparse)
+        broken = broken_constraints(plan_file.tables, job.sharding.constraints)
     except ValueError as e:
         raise ValueError(f"{job.sharding.plan}: {e}") from None
+    if broken:  # a plan may change freely (a run resumes on any), but the run's config says these
+        others = len(broken) - 1
+        more = f" (and {others} more table{'s' if others > 1 else ''})" if others else ""
+        logger.warning(
+            "%s: %s%s: the plan is followed; re-run `shardrec plan` with this job's settings to "
+            "follow them",
+            job.sharding.plan,
+            broken[0],
+            more,
+        )
 
 
 def check_constraints(job: JobConfig, manifest: Manifest, world_size: int) -> None:

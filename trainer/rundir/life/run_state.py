@@ -152,15 +152,21 @@ def find_runs(root: Path) -> list[Path]:
     return sorted(p for p in found if names.CHECKPOINTS not in p.relative_to(root).parts)
 
 
-def best_auc(run_dir: Path, split: str = "val") -> float | None:
+def best_auc(run_dir: Path, split: str = "val", upto: int | None = None) -> float | None:
     """The best AUC of `split` in RUN/metrics.jsonl (None: no evaluation yet); torn lines
-    skipped."""
-    best = None
+    skipped. Only evaluations of the models the run still holds: those past the step a later
+    invocation resumed from, and past `upto` (the step a rerun resumes from), are left out."""
+    kept: list[tuple[int, float]] = []
     for record in metrics_records(run_dir):
-        if (
+        step = record.get("step")
+        if record.get("kind") == "resume" and isinstance(step, int):
+            kept = [(s, auc) for s, auc in kept if s <= step]
+        elif (
             record.get("kind") == "eval"
             and record.get("split") == split
             and isinstance(record.get("auc"), (int, float))
+            and isinstance(step, int)
         ):
-            best = record["auc"] if best is None else max(best, record["auc"])
-    return best
+            kept.append((step, record["auc"]))
+    aucs = [auc for s, auc in kept if upto is None or s <= upto]
+    return max(aucs) if aucs else None

@@ -27,6 +27,12 @@ def at_least(option: str, value: int, minimum: int, why: str = "") -> None:
         fail(f"{option} {value}: must be >= {minimum}{f' ({why})' if why else ''}")
 
 
+def positive(option: str, value: float) -> None:
+    """One line naming `option` if `value` (a size, a share) is not above 0."""
+    if value <= 0:
+        fail(f"{option} {value:g}: must be > 0")
+
+
 def given(ctx: typer.Context, *names: str) -> list[str]:
     """The options among `names` (parameter names) given on the command line, as flags."""
     given = [n for n in names if ctx.get_parameter_source(n).name != "DEFAULT"]

@@ -8,12 +8,13 @@ from typing import Annotated
 
 import typer
 
-from shardrec.tools.cli.bench.options import JsonFlag, show
+from shardrec.tools.cli.bench.options import JsonFlag, at_least, refuse_unused, show
 from shardrec.tools.cli.common import fail
 from shardrec.tools.console import console
 
 
 def plan_reality(
+    ctx: typer.Context,
     world_size: Annotated[int, typer.Option(help="Local gloo ranks.")] = 2,
     max_rows: Annotated[
         int, typer.Option(help="Rows per table, at most (the demo caps ids at 50,000).")
@@ -65,12 +66,11 @@ def plan_reality(
     estimate to its peak?"""
     from shardrec.tools.bench.plan import reality_bench as bench_reality
 
-    if world_size < 2 or global_batch_size % world_size:
-        fail(
-            f"--world-size must be >= 2 and divide --global-batch-size ({world_size}, {global_batch_size})"
-        )
-    if min(steps, rounds, tables, max_rows, dim) < 1:
-        fail("--steps, --rounds, --tables, --max-rows and --dim must be positive")
+    _check_options(world_size, global_batch_size, steps, rounds, tables, max_rows, dim)
+    if memory_limit_gib < 0:
+        fail(f"--memory-limit-gib {memory_limit_gib:g}: must be >= 0 (0: 80% of available)")
+    if large:  # its tables' rows and width are fixed
+        refuse_unused(ctx, ("max_rows", "dim"), "with --large")
     try:
         result = bench_reality.run_reality(
             world_size=world_size,
@@ -91,6 +91,27 @@ def plan_reality(
     show(result, json_out, bench_reality.print_reality)
     if profile_out is not None and not json_out:
         console.print(f"wrote {profile_out}; use it with `shardrec plan --profile {profile_out}`")
+
+
+def _check_options(
+    world_size: int, batch: int, steps: int, rounds: int, tables: int, max_rows: int, dim: int
+) -> None:
+    """One line naming the first bad count."""
+    at_least("--world-size", world_size, 2)
+    at_least("--global-batch-size", batch, world_size, "a sample per rank of --world-size")
+    if batch % world_size:
+        fail(
+            f"--global-batch-size {batch}: must be a multiple of --world-size ({world_size}), "
+            f"e.g. {batch // world_size * world_size}"
+        )
+    for option, value in (
+        ("--steps", steps),
+        ("--rounds", rounds),
+        ("--tables", tables),
+        ("--max-rows", max_rows),
+        ("--dim", dim),
+    ):
+        at_least(option, value, 1)
 
 
 def register(bench_app: typer.Typer) -> None:

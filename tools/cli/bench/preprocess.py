@@ -10,12 +10,15 @@ from typing import Annotated
 import typer
 
 from shardrec.tools.bench.preprocess import preprocess_bench as bench_preprocess
-from shardrec.tools.cli.bench.options import JsonFlag, show
+from shardrec.tools.cli.bench.options import JsonFlag, at_least, positive, refuse_unused, show
 from shardrec.tools.cli.common import fail, honour_ctrl_c, interrupted
 from shardrec.tools.console import console
 
+LIKES = ("criteo", "movielens", "avazu")
+
 
 def preprocess(
+    ctx: typer.Context,
     size_gb: Annotated[
         float, typer.Option(help="Size of the generated TSV in GB (the goal is measured at >= 1).")
     ] = 1.0,
@@ -60,6 +63,7 @@ def preprocess(
 ) -> None:
     """Preprocess MB/s and peak RSS against a polars pipeline doing the same work (1 and all
     threads), same file."""
+    _check_options(ctx, size_gb, workers, chunk_mb, rounds, like, gzip, parquet)
     honour_ctrl_c()
     try:
         _preprocess_bench(
@@ -67,6 +71,29 @@ def preprocess(
         )
     except KeyboardInterrupt:  # its temporary folder is removed on the way out
         interrupted("nothing measured")
+
+
+def _check_options(
+    ctx: typer.Context,
+    size_gb: float,
+    workers: int,
+    chunk_mb: float,
+    rounds: int,
+    like: str,
+    gzip: bool,
+    parquet: bool,
+) -> None:
+    """One line naming the first bad option, before any data is generated."""
+    positive("--size-gb", size_gb)
+    at_least("--workers", workers, 1)
+    positive("--chunk-mb", chunk_mb)
+    at_least("--rounds", rounds, 1)
+    if parquet and gzip:
+        fail("--parquet and --gzip are two different benchmarks: give one")
+    if gzip:  # its rows are Criteo's
+        refuse_unused(ctx, ("like",), "with --gzip")
+    if like not in LIKES:
+        fail(f"--like {like!r} is not one of {', '.join(LIKES)}")
 
 
 def _preprocess_bench(
@@ -83,17 +110,9 @@ def _preprocess_bench(
     from shardrec.tools.bench.preprocess.polars_pipeline import INSTALL_HINT
     from shardrec.tools.bench.preprocess.spec_bench import print_like_report, run_like_bench
 
-    if size_gb <= 0 or workers < 1 or rounds < 1:
-        fail(
-            f"--size-gb ({size_gb}), --workers ({workers}) and --rounds ({rounds}) must be positive"
-        )
-    if parquet and gzip:
-        fail("--parquet and --gzip are two different benchmarks: give one")
     if gzip:
         _gzip_bench(size_gb, workers, work_dir, chunk_mb, rounds, json_out)
         return
-    if like not in ("criteo", "movielens", "avazu"):
-        fail(f"--like {like!r} is not one of criteo, movielens, avazu")
     if bench_preprocess.polars_version() is None:
         fail(INSTALL_HINT)  # fail() prints text, not markup: the hint's [bench] stays
     tmp = None

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from shardrec.tools.cli.bench.options import JsonFlag, show
+from shardrec.tools.cli.bench.options import JsonFlag, at_least, show
 from shardrec.tools.cli.common import fail
 
 
@@ -23,8 +23,10 @@ def sequence(
     synthetic log whose label depends on the order of each user's events; several seeds each."""
     from shardrec.tools.bench.sequence import sequence_quality
 
-    if rows < 1000 or seeds < 2 or steps < 0 or nproc < 1:
-        fail("--rows must be >= 1000, --seeds >= 2 (a spread), --steps >= 0, --nproc-per-node >= 1")
+    at_least("--rows", rows, 1000)
+    at_least("--seeds", seeds, 2, "the AUCs' spread needs two runs of each model")
+    at_least("--steps", steps, 0, "0: one epoch")
+    at_least("--nproc-per-node", nproc, 1)
     try:
         result = sequence_quality.run_quality(rows, seeds, steps, nproc)
     except (ValueError, RuntimeError) as e:

@@ -129,3 +129,31 @@ def test_ctrl_c_stops_synth_at_once_leaving_no_half_file(ignored: bool, tmp_path
     assert sorted(p.name for p in out.iterdir()) == [".synth.json"]  # no temporary left
     cli("synth", out, "--rows", "2000")  # the rerun finishes it
     assert sorted(files(out)) == ["train.txt"]
+
+
+_CTRL_C_WHILE_LOADING = """
+import os, signal, sys
+
+class CtrlC:  # a real SIGINT, sent as synth's modules load (before the command starts)
+    def find_spec(self, name, path=None, target=None):
+        if name == "shardrec.tools.synth.criteo":
+            os.kill(os.getpid(), signal.SIGINT)
+
+sys.meta_path.insert(0, CtrlC())
+from shardrec.tools.cli.app import main
+sys.argv = ["shardrec", "synth", sys.argv[1]]
+main()
+"""
+
+
+def test_ctrl_c_while_synths_modules_load_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "syn"
+    done = subprocess.run(
+        [sys.executable, "-c", _CTRL_C_WHILE_LOADING, str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout) == (130, ""), done.stderr[-3000:]
+    assert done.stderr == "interrupted: synth had not started: nothing written\n"
+    assert not out.exists()

@@ -55,7 +55,10 @@ class LazyGroup(typer.core.TyperGroup):
 @functools.cache
 def load_command(module_name: str, name: str) -> Any:
     """The click command `name` that the module's register(app) adds."""
-    module = importlib.import_module(module_name)
+    try:
+        module = importlib.import_module(module_name)
+    except KeyboardInterrupt:  # typer's own handling ends in exit 130 and says nothing
+        interrupted(f"{name} had not started: nothing written")
     holder = typer.Typer(pretty_exceptions_enable=False, add_completion=False)
     module.register(holder)
     command = typer.main.get_group(holder).commands[name]

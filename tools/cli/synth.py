@@ -12,7 +12,9 @@ from rich.table import Table
 
 from shardrec.tools.cli.common import fail, honour_ctrl_c, interrupted, print_json
 from shardrec.tools.console import console
+from shardrec.tools.synth.avazu_movielens import LIKE
 from shardrec.tools.synth.criteo import write_dataset
+from shardrec.tools.synth.record import check_and_record, synth_paths
 
 
 def synth(
@@ -52,8 +54,6 @@ def synth(
         fail(f"--max-vocab must be at least 4, got {max_vocab}")
     if out.exists() and not out.is_dir():
         fail(f"{out}: exists and is not a directory")
-    from shardrec.tools.synth.avazu_movielens import LIKE
-
     likes = (*LIKE, "drift", "yambda")
     if like not in likes:
         fail(f"--like {like!r} is not one of {', '.join(likes)}")
@@ -65,8 +65,6 @@ def synth(
         fail(f"--like {like} writes one CSV file: --days and --csv are for criteo")
     if like == "drift":
         days = days or 6
-    from shardrec.tools.synth.record import check_and_record, synth_paths
-
     settings = _settings(like, rows, seed, days, csv, gz, max_vocab)
     start = time.perf_counter()
     try:

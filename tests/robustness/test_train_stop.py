@@ -193,6 +193,36 @@ def test_a_second_signal_or_the_grace_period_ends_the_job_at_once(
     )  # the launcher's handlers are gone again
 
 
+_SUPERVISE_WITH_SIGINT_IGNORED = """
+import os, signal, subprocess, sys
+from pathlib import Path
+from shardrec.trainer.distributed.launch import _supervise
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a script's `shardrec train ... &` starts
+sender = subprocess.Popen(
+    [sys.executable, "-c", f"import os, signal, time; time.sleep(1); os.kill({os.getpid()}, 2)"]
+)
+stop = Path(sys.argv[1])
+result = _supervise(
+    lambda: subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3)"]),
+    stop, 30.0, print,
+)
+sender.wait()
+print(result.code, result.signal, stop.exists(), signal.getsignal(signal.SIGINT) is signal.SIG_IGN)
+"""
+
+
+def test_a_launcher_started_with_sigint_ignored_keeps_ignoring_it(tmp_path: Path) -> None:
+    # A Ctrl-C meant for a script's foreground command reaches its `shardrec train ... &` too
+    # (one process group, SIGINT ignored, POSIX): the job trains on; SIGTERM still stops it.
+    done = subprocess.run(
+        [sys.executable, "-c", _SUPERVISE_WITH_SIGINT_IGNORED, str(tmp_path / "stop")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout == "0 None False True\n", done.stderr[-3000:]
+
+
 _RANK = """
 import os, signal, sys, time
 from shardrec.trainer.distributed.stop import StopRequest

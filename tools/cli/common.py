@@ -8,7 +8,6 @@ import importlib
 import inspect
 import json
 import logging
-import signal
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -90,18 +89,14 @@ def fail(message: str) -> NoReturn:
 
 def interrupted(what: str) -> NoReturn:
     """End a command stopped by Ctrl-C (SIGINT): one line saying what is kept and how to go on,
-    exit code 130 as a shell gives (typer's own handling prints nothing)."""
+    exit code 130 as a shell gives (typer's own handling prints nothing).
+
+    A command started with SIGINT ignored keeps ignoring it, as Python leaves it: a script's
+    `cmd &` (a shell without job control) starts its job so, that a Ctrl-C meant for the script's
+    foreground command does not stop it too (POSIX). No command turns it back on.
+    """
     err_console.print(f"[bold red]interrupted:[/] {escape(what)}", highlight=False, soft_wrap=True)
     raise typer.Exit(130)
-
-
-def honour_ctrl_c() -> None:
-    """Have SIGINT raise KeyboardInterrupt in this command even where it started with SIGINT
-    ignored: a script's `cmd &` starts its job so, and a `kill -INT` then did nothing (the command
-    ran to its end and said it had finished). Not for what starts the torchrun agent, which
-    relies on inheriting it ignored (trainer/distributed/launch.py)."""
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def save_figure(fig: Any, path: Path, dpi: int = 100) -> None:

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from shardrec.tools.cli.common import fail, honour_ctrl_c, interrupted, print_json
+from shardrec.tools.cli.common import fail, interrupted, print_json
 from shardrec.tools.console import console
 from shardrec.tools.synth.avazu_movielens import LIKE
 from shardrec.tools.synth.criteo import write_dataset
@@ -47,7 +47,6 @@ def synth(
 ) -> None:
     """Write synthetic click logs whose labels follow a hidden model of the features: Criteo's
     format, or Avazu's or MovieLens-1M's shape (--like) for trying a feature spec."""
-    honour_ctrl_c()
     if rows <= 0:
         fail(f"--rows must be positive, got {rows}")
     if max_vocab < 4:

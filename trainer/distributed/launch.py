@@ -322,7 +322,8 @@ def launch(
     torchrun, and through it the ranks, die with this process (`trainer.distributed.lifeline`).
     SIGTERM or SIGINT asks the ranks to stop within a few steps, write a checkpoint and leave
     (`trainer.distributed.stop`); `notify` gets a line saying so. A second signal, or
-    `stop_grace_s` seconds without an end, ends them at once.
+    `stop_grace_s` seconds without an end, ends them at once. A signal this process started with
+    ignored (SIGINT, in a script's `cmd &`) stays ignored.
     """
     job_id = job_id or new_job_id()
     command = torchrun_command(
@@ -380,9 +381,13 @@ def _supervise(
     received: list[int] = []
     previous = {}
     if threading.current_thread() is threading.main_thread():
+        # A signal this launcher started with ignored stays ignored: a script's `cmd &` (a shell
+        # without job control) starts its job with SIGINT ignored, so that a Ctrl-C meant for the
+        # script's foreground command does not stop it (POSIX; Python keeps it ignored too).
         previous = {
             sig: signal.signal(sig, lambda signum, frame: received.append(signum))
             for sig in STOP_SIGNALS
+            if signal.getsignal(sig) is not signal.SIG_IGN
         }
     first, deadline, forced = None, 0.0, ""
     try:

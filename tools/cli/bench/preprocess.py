@@ -11,7 +11,7 @@ import typer
 
 from shardrec.tools.bench.preprocess import preprocess_bench as bench_preprocess
 from shardrec.tools.cli.bench.options import JsonFlag, at_least, positive, refuse_unused, show
-from shardrec.tools.cli.common import fail, honour_ctrl_c, interrupted
+from shardrec.tools.cli.common import fail, interrupted
 from shardrec.tools.console import console
 
 LIKES = ("criteo", "movielens", "avazu")
@@ -64,7 +64,6 @@ def preprocess(
     """Preprocess MB/s and peak RSS against a polars pipeline doing the same work (1 and all
     threads), same file."""
     _check_options(ctx, size_gb, workers, chunk_mb, rounds, like, gzip, parquet)
-    honour_ctrl_c()
     try:
         _preprocess_bench(
             size_gb, workers, chunk_mb, work_dir, like, gzip, parquet, rounds, json_out

@@ -92,11 +92,11 @@ def test_the_readme_tours_write_beside_each_other(tmp_path: Path) -> None:
 
 
 def _ctrl_c_once_writing(
-    out: Path, name: str, *args: str, ignored: bool = False
+    out: Path, name: str, *args: str, ignored: bool = False, sig: int = signal.SIGINT
 ) -> tuple[int, str, float]:
-    """synth in a process group of its own (a shell's job), SIGINT to the group once file `name`
-    is being written; returns its exit code, stderr and seconds from the signal to its end.
-    ignored: started with SIGINT ignored, as `cmd &` in a script starts it."""
+    """synth in a process group of its own (a shell's job), SIGINT (or `sig`) to the group once
+    file `name` is being written; returns its exit code, stderr and seconds from the signal to its
+    end. ignored: started with SIGINT ignored, as `cmd &` in a script starts it."""
     job = subprocess.Popen(
         [sys.executable, "-m", "shardrec.tools.cli", "synth", str(out), *args],
         start_new_session=True,
@@ -110,7 +110,7 @@ def _ctrl_c_once_writing(
         assert job.poll() is None and time.monotonic() < deadline, job.communicate()[1][-3000:]
         time.sleep(0.02)
     sent = time.monotonic()
-    os.killpg(job.pid, signal.SIGINT)
+    os.killpg(job.pid, sig)
     _, stderr = job.communicate(timeout=60)
     return job.returncode, stderr, time.monotonic() - sent
 
@@ -136,6 +136,20 @@ def test_synth_started_with_sigint_ignored_keeps_ignoring_it(tmp_path: Path) -> 
     assert (code, stderr) == (0, ""), stderr[-3000:]
     assert sorted(p.name for p in out.iterdir()) == [".synth.json", "train.txt"]
     assert (out / "train.txt").read_bytes().count(b"\n") == 300_000
+
+
+def test_a_kill_stops_synth_as_ctrl_c_does_leaving_no_half_file(tmp_path: Path) -> None:
+    # SIGTERM, how a job started with `&` is stopped, since it ignores Ctrl-C.
+    out = tmp_path / "synkill"
+    code, stderr, seconds = _ctrl_c_once_writing(
+        out, "train.txt", "--rows", "600000", ignored=True, sig=signal.SIGTERM
+    )
+    assert code == 143 and seconds < 3, (code, seconds, stderr[-3000:])
+    assert stderr.strip() == (
+        f"interrupted: {out}: the files written so far are kept, none half-written; rerun the "
+        "same command to finish"
+    )
+    assert sorted(p.name for p in out.iterdir()) == [".synth.json"]  # no temporary left
 
 
 _CTRL_C_WHILE_LOADING = """

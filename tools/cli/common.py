@@ -3,12 +3,16 @@ groups whose modules are imported only when one of their commands runs."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import inspect
 import json
 import logging
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -87,16 +91,46 @@ def fail(message: str) -> NoReturn:
     raise typer.Exit(1)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C raises KeyboardInterrupt (sigterm_as_ctrl_c), so that the
+    command's `except KeyboardInterrupt` stops it the same way."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> NoReturn:
+    raise Terminated
+
+
+@contextlib.contextmanager
+def sigterm_as_ctrl_c() -> Iterator[None]:
+    """Within it, SIGTERM (a plain `kill`: how a job a script started with `&`, which ignores
+    Ctrl-C, is stopped) raises Terminated, which the command's `except KeyboardInterrupt` turns
+    into interrupted()'s line: by default the command died at once, leaving the file it was
+    writing under its temporary name. One started with SIGTERM ignored keeps it so."""
+    take = (
+        signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        and threading.current_thread() is threading.main_thread()
+    )
+    if take:
+        signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        if take:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def interrupted(what: str) -> NoReturn:
     """End a command stopped by Ctrl-C (SIGINT): one line saying what is kept and how to go on,
-    exit code 130 as a shell gives (typer's own handling prints nothing).
+    exit code 130 as a shell gives (typer's own handling prints nothing); 143 where SIGTERM
+    stopped it (sigterm_as_ctrl_c).
 
     A command started with SIGINT ignored keeps ignoring it, as Python leaves it: a script's
     `cmd &` (a shell without job control) starts its job so, that a Ctrl-C meant for the script's
     foreground command does not stop it too (POSIX). No command turns it back on.
     """
+    code = 143 if isinstance(sys.exc_info()[1], Terminated) else 130
     err_console.print(f"[bold red]interrupted:[/] {escape(what)}", highlight=False, soft_wrap=True)
-    raise typer.Exit(130)
+    raise typer.Exit(code)
 
 
 def save_figure(fig: Any, path: Path, dpi: int = 100) -> None:

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from shardrec.tools.cli.common import fail, interrupted, print_json
+from shardrec.tools.cli.common import fail, interrupted, print_json, sigterm_as_ctrl_c
 from shardrec.tools.console import console
 from shardrec.tools.synth.avazu_movielens import LIKE
 from shardrec.tools.synth.criteo import write_dataset
@@ -67,9 +67,10 @@ def synth(
     settings = _settings(like, rows, seed, days, csv, gz, max_vocab)
     start = time.perf_counter()
     try:
-        check_and_record(out, synth_paths(out, like, days, csv, gz), settings)
-        paths, written, days_stats = _write(out, like, rows, seed, days, csv, gz, max_vocab)
-    except KeyboardInterrupt:
+        with sigterm_as_ctrl_c():
+            check_and_record(out, synth_paths(out, like, days, csv, gz), settings)
+            paths, written, days_stats = _write(out, like, rows, seed, days, csv, gz, max_vocab)
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM
         interrupted(
             f"{out}: the files written so far are kept, none half-written; rerun the same command "
             "to finish"

@@ -89,11 +89,8 @@ def report_failure(reason: str, *, consequence: bool = False) -> None:
     consequence: the reason is the loss of another rank (the launcher names the rank that failed
     first instead)."""
     from shardrec.trainer.distributed.dist import launched_rank
-    from shardrec.trainer.distributed.launch import (
-        PEER_GONE_SUFFIX,
-        REASON_SUFFIX,
-        launcher_directory,
-    )
+    from shardrec.trainer.distributed.failures import PEER_GONE_SUFFIX, REASON_SUFFIX
+    from shardrec.trainer.distributed.launch import launcher_directory
 
     shared = launcher_directory()
     if shared is None:

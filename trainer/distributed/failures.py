@@ -18,6 +18,9 @@ REASON_SUFFIX = ".error"
 """`rank-N.error`: rank N's own one-line reason for failing (trainer.distributed.rank_process)."""
 PEER_GONE_SUFFIX = ".peer-gone"
 """`rank-N.peer-gone`: rank N failed because another rank went away (a consequence)."""
+REFUSAL_SUFFIX = ".refusal"
+"""`rank-N.refusal`: rank N refused the job (bad input or state) in this one line, which says
+what to do (rank_process.refuse). A job that ended in refusals alone shows that line alone."""
 SIGNAL_HINTS = {
     "SIGKILL": "the kernel's OOM killer does this when memory runs out",
     "SIGSEGV": "a crash in native code",
@@ -56,6 +59,17 @@ class LaunchResult:
     """The agent's FAILED_FIRST record ({}: no rank failed, or the agent could not say)."""
     peers_gone: dict[int, str] = field(default_factory=dict)
     """rank -> its line, for ranks that failed because another rank went away (consequences)."""
+    refusals: dict[int, str] = field(default_factory=dict)
+    """rank -> its refusal, for ranks that refused the job (in `reasons` too)."""
+
+    @property
+    def refusal(self) -> str:
+        """The one line to show where the job ended in refusals alone, as torchrun's agent judged
+        it (refused_only; it then said nothing itself); "" otherwise: a crash, a kill or a rank
+        that left no line keeps every rank's and torchrun's own output."""
+        if self.code == 0 or self.forced or not self.failed_first.get("refused"):
+            return ""
+        return self.refusals[min(self.refusals)] if self.refusals else ""
 
     def _killed(self) -> dict[int, str]:
         """rank -> signal name, for the ranks the agent saw killed by a signal."""
@@ -113,7 +127,8 @@ def _rank_lines(shared: Path, suffix: str) -> dict[int, str]:
 
 def read_reports(shared: Path) -> dict[str, Any]:
     """What the ranks and the agent left in `shared` when they failed (LaunchResult's fields)."""
-    reasons = _rank_lines(shared, REASON_SUFFIX)
+    refusals = _rank_lines(shared, REFUSAL_SUFFIX)
+    reasons = {**_rank_lines(shared, REASON_SUFFIX), **refusals}
     try:
         failed_first = json.loads((shared / FAILED_FIRST).read_text())
     except (OSError, ValueError):
@@ -122,7 +137,18 @@ def read_reports(shared: Path) -> dict[str, Any]:
         "reasons": reasons,
         "failed_first": failed_first if isinstance(failed_first, dict) else {},
         "peers_gone": _rank_lines(shared, PEER_GONE_SUFFIX),
+        "refusals": refusals,
     }
+
+
+def refused_only(shared: Path | None, failures: dict[int, Any]) -> bool:
+    """Whether every rank torchrun's agent saw fail (its ProcessFailures by rank) exited after
+    refusing the job, or after losing a peer, at least one refusing and none killed by a signal:
+    its refusal, one line, is all the user needs (no "rank 0 failed first" beside it)."""
+    if shared is None or not failures or any(f.exitcode < 0 for f in failures.values()):
+        return False
+    refused = set(_rank_lines(shared, REFUSAL_SUFFIX))
+    return bool(refused) and set(failures) <= refused | set(_rank_lines(shared, PEER_GONE_SUFFIX))
 
 
 def failures_line(first: int, failure: Any, failures: dict[int, Any]) -> str:

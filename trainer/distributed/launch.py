@@ -29,6 +29,7 @@ from shardrec.trainer.distributed.failures import (
     failure_record,
     failures_line,
     read_reports,
+    refused_only,
 )
 
 LOOPBACK = "127.0.0.1"
@@ -342,13 +343,16 @@ def torchrun_main(argv: list[str]) -> int:
         main(argv)
     except ChildFailedError as e:
         rank, failure = e.get_first_failure()
-        print(f"torchrun: {failures_line(rank, failure, e.failures)}", file=sys.stderr)
         shared = launcher_directory()
+        refused = refused_only(shared, e.failures)
+        if not refused:  # a refusal is the launcher's one line; a crash keeps this one too
+            print(f"torchrun: {failures_line(rank, failure, e.failures)}", file=sys.stderr)
         if shared is not None:  # for `shardrec train`'s last line
             record = {
                 **failure_record(failure),
                 "rank": rank,
                 "failures": {str(r): failure_record(f) for r, f in e.failures.items()},
+                "refused": refused,
             }
             (shared / FAILED_FIRST).write_text(json.dumps(record))
         return 1

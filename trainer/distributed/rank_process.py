@@ -101,7 +101,9 @@ def report_failure(reason: str, *, consequence: bool = False, refusal: bool = Fa
         return
     suffix = PEER_GONE_SUFFIX if consequence else REFUSAL_SUFFIX if refusal else REASON_SUFFIX
     try:
-        (shared / f"rank-{launched_rank()}{suffix}").write_text(one_line(reason) + "\n")
+        # A refusal is the job's one line, whole; another reason is cut into the launcher's.
+        line = " ".join(reason.split()) if refusal else one_line(reason)
+        (shared / f"rank-{launched_rank()}{suffix}").write_text(line + "\n")
     except OSError:
         pass  # the launcher's directory is gone: it is ending the job anyway
 

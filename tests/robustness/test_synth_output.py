@@ -92,11 +92,11 @@ def test_the_readme_tours_write_beside_each_other(tmp_path: Path) -> None:
 
 
 def _ctrl_c_once_writing(
-    out: Path, name: str, *args: str, ignored: bool = False
+    out: Path, name: str, *args: str, ignored: bool = False, sig: int = signal.SIGINT
 ) -> tuple[int, str, float]:
-    """synth in a process group of its own (a shell's job), SIGINT to the group once file `name`
-    is being written; returns its exit code, stderr and seconds from the signal to its end.
-    ignored: started with SIGINT ignored, as `cmd &` in a script starts it."""
+    """synth in a process group of its own (a shell's job), SIGINT (or `sig`) to the group once
+    file `name` is being written; returns its exit code, stderr and seconds from the signal to its
+    end. ignored: started with SIGINT ignored, as `cmd &` in a script starts it."""
     job = subprocess.Popen(
         [sys.executable, "-m", "shardrec.tools.cli", "synth", str(out), *args],
         start_new_session=True,
@@ -110,17 +110,14 @@ def _ctrl_c_once_writing(
         assert job.poll() is None and time.monotonic() < deadline, job.communicate()[1][-3000:]
         time.sleep(0.02)
     sent = time.monotonic()
-    os.killpg(job.pid, signal.SIGINT)
+    os.killpg(job.pid, sig)
     _, stderr = job.communicate(timeout=60)
     return job.returncode, stderr, time.monotonic() - sent
 
 
-@pytest.mark.parametrize("ignored", [False, True], ids=["ctrl-c", "started-with-sigint-ignored"])
-def test_ctrl_c_stops_synth_at_once_leaving_no_half_file(ignored: bool, tmp_path: Path) -> None:
+def test_ctrl_c_stops_synth_at_once_leaving_no_half_file(tmp_path: Path) -> None:
     out = tmp_path / "synbig"
-    code, stderr, seconds = _ctrl_c_once_writing(
-        out, "train.txt", "--rows", "600000", ignored=ignored
-    )
+    code, stderr, seconds = _ctrl_c_once_writing(out, "train.txt", "--rows", "600000")
     assert code == 130 and seconds < 3, (code, seconds, stderr[-3000:])
     assert stderr.strip() == (
         f"interrupted: {out}: the files written so far are kept, none half-written; rerun the "
@@ -129,3 +126,55 @@ def test_ctrl_c_stops_synth_at_once_leaving_no_half_file(ignored: bool, tmp_path
     assert sorted(p.name for p in out.iterdir()) == [".synth.json"]  # no temporary left
     cli("synth", out, "--rows", "2000")  # the rerun finishes it
     assert sorted(files(out)) == ["train.txt"]
+
+
+def test_synth_started_with_sigint_ignored_keeps_ignoring_it(tmp_path: Path) -> None:
+    # A script's `synth ... &` starts so: a Ctrl-C meant for the script's foreground command
+    # reaches the job too (one process group), and must not stop it (POSIX); `kill` stops it.
+    out = tmp_path / "synbg"
+    code, stderr, _ = _ctrl_c_once_writing(out, "train.txt", "--rows", "300000", ignored=True)
+    assert (code, stderr) == (0, ""), stderr[-3000:]
+    assert sorted(p.name for p in out.iterdir()) == [".synth.json", "train.txt"]
+    assert (out / "train.txt").read_bytes().count(b"\n") == 300_000
+
+
+def test_a_kill_stops_synth_as_ctrl_c_does_leaving_no_half_file(tmp_path: Path) -> None:
+    # SIGTERM, how a job started with `&` is stopped, since it ignores Ctrl-C.
+    out = tmp_path / "synkill"
+    code, stderr, seconds = _ctrl_c_once_writing(
+        out, "train.txt", "--rows", "600000", ignored=True, sig=signal.SIGTERM
+    )
+    assert code == 143 and seconds < 3, (code, seconds, stderr[-3000:])
+    assert stderr.strip() == (
+        f"interrupted: {out}: the files written so far are kept, none half-written; rerun the "
+        "same command to finish"
+    )
+    assert sorted(p.name for p in out.iterdir()) == [".synth.json"]  # no temporary left
+
+
+_CTRL_C_WHILE_LOADING = """
+import os, signal, sys
+
+class CtrlC:  # a real SIGINT, sent as synth's modules load (before the command starts)
+    def find_spec(self, name, path=None, target=None):
+        if name == "shardrec.tools.synth.criteo":
+            os.kill(os.getpid(), signal.SIGINT)
+
+sys.meta_path.insert(0, CtrlC())
+from shardrec.tools.cli.app import main
+sys.argv = ["shardrec", "synth", sys.argv[1]]
+main()
+"""
+
+
+def test_ctrl_c_while_synths_modules_load_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "syn"
+    done = subprocess.run(
+        [sys.executable, "-c", _CTRL_C_WHILE_LOADING, str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout) == (130, ""), done.stderr[-3000:]
+    assert done.stderr == "interrupted: synth had not started: nothing written\n"
+    assert not out.exists()

@@ -133,6 +133,9 @@ _REPORTS = (
     "report_failure({!r})\nraise SystemExit(1)\n"
 )
 _DIES = "import os, signal\nos.kill(os.getpid(), signal.SIGBUS)\n"
+_REFUSES = (
+    "from shardrec.trainer.distributed.rank_process import exit_refused\nexit_refused({!r}, True)\n"
+)
 
 
 def test_the_launcher_says_why_a_rank_failed(
@@ -211,10 +214,15 @@ def test_eval_of_a_refused_checkpoint_names_the_file_last(tiny_dataset: Path, tm
         timeout=300,
     )
     assert done.returncode == 1, done.stderr[-3000:]
-    assert done.stderr.strip().splitlines()[-1] == (
-        f"error: evaluation failed: rank 0: {state}: contents differ from the digest written at "
-        "save time (changed since); refusing the checkpoint"
+    # The rank's refusal is the one error line (db0c3b8): no launcher line after it.
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1] == (
+        f"error: {state}: contents differ from the digest written at save time (changed since); "
+        "refusing the checkpoint"
     ), done.stderr[-3000:]
+    assert [line for line in lines if line.startswith(("error:", "torchrun:"))] == lines[-1:], (
+        done.stderr[-3000:]
+    )
 
 
 @pytest.mark.slow
@@ -245,3 +253,25 @@ def test_a_checkpoint_that_lost_its_digests_is_refused_not_skipped(
         + "$",
     )
     assert (checkpoint / "train_state.pt").is_file()
+
+
+def test_a_rank_that_refuses_gives_the_one_line_and_a_crash_keeps_torchruns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A refusal (bad input, said in one line) is all the launcher shows, and torchrun's agent
+    adds nothing; a crash keeps its traceback and the agent's line."""
+    from shardrec.trainer.distributed.launch import launch
+
+    refusal = "data: no split named val; preprocess with a validation day"
+    (tmp_path / "refuses.py").write_text(_REFUSES.format(refusal))
+    (tmp_path / "crashes.py").write_text("raise RuntimeError('a bug')\n")
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    refused = launch([], 1, module="refuses")
+    assert (refused.code, refused.refusal, refused.cause) == (1, refusal, f"rank 0: {refusal}")
+    assert capfd.readouterr().err == ""  # no rank's line, no torchrun's: the launcher says it
+    crashed = launch([], 1, module="crashes")
+    assert crashed.code == 1 and crashed.refusal == ""
+    err = capfd.readouterr().err
+    assert "RuntimeError: a bug" in err and err.strip().splitlines()[-1] == (
+        "torchrun: rank 0 failed first (exit code 1)"
+    ), err

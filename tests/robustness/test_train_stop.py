@@ -193,6 +193,36 @@ def test_a_second_signal_or_the_grace_period_ends_the_job_at_once(
     )  # the launcher's handlers are gone again
 
 
+_SUPERVISE_WITH_SIGINT_IGNORED = """
+import os, signal, subprocess, sys
+from pathlib import Path
+from shardrec.trainer.distributed.launch import _supervise
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a script's `shardrec train ... &` starts
+sender = subprocess.Popen(
+    [sys.executable, "-c", f"import os, signal, time; time.sleep(1); os.kill({os.getpid()}, 2)"]
+)
+stop = Path(sys.argv[1])
+result = _supervise(
+    lambda: subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3)"]),
+    stop, 30.0, print,
+)
+sender.wait()
+print(result.code, result.signal, stop.exists(), signal.getsignal(signal.SIGINT) is signal.SIG_IGN)
+"""
+
+
+def test_a_launcher_started_with_sigint_ignored_keeps_ignoring_it(tmp_path: Path) -> None:
+    # A Ctrl-C meant for a script's foreground command reaches its `shardrec train ... &` too
+    # (one process group, SIGINT ignored, POSIX): the job trains on; SIGTERM still stops it.
+    done = subprocess.run(
+        [sys.executable, "-c", _SUPERVISE_WITH_SIGINT_IGNORED, str(tmp_path / "stop")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout == "0 None False True\n", done.stderr[-3000:]
+
+
 _RANK = """
 import os, signal, sys, time
 from shardrec.trainer.distributed.stop import StopRequest
@@ -293,8 +323,8 @@ signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a script's `shardrec train ..
 check = train_cli._check_resume_checkpoint
 
 
-def early(out_dir):  # a `kill -INT` in the seconds before the ranks start
-    os.kill(os.getpid(), signal.SIGINT)
+def early(out_dir):  # a `kill` in the seconds before the ranks start
+    os.kill(os.getpid(), signal.SIGTERM)
     return check(out_dir)
 
 
@@ -318,9 +348,9 @@ sys.exit(result.exit_code)
 def test_a_signal_before_the_ranks_start_or_after_they_left_is_the_stop_it_says(
     tiny_dataset: Path, tmp_path: Path
 ) -> None:
-    # Before: the SIGINT, ignored as `&` leaves it until the launcher's handler came, was lost and
-    # the run trained to its end (exit 0); the late SIGTERM killed the launcher (exit 143) after
-    # its last line said "stopped at step N; checkpoint written".
+    # Before: the early SIGTERM killed the launcher before it started the ranks (exit 143, no
+    # line); the late one killed it after its last line said "stopped at step N; checkpoint
+    # written" (exit 143). SIGINT stays ignored, as `&` leaves it (POSIX).
     run = tmp_path / "run"
     args = ["train", "--data", str(tiny_dataset), "--out-dir", str(run), *JOB]
     done = subprocess.run(

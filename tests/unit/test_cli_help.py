@@ -1,6 +1,6 @@
-"""`shardrec --help` lists every command (and `data --help` every data command) with the first
-paragraph of its own help, held here to the command's own; the listing imports no command module
-(tests/e2e/test_cli_startup.py checks that in a fresh interpreter)."""
+"""`shardrec --help` lists every command (and `data --help` and `bench --help` every command of
+theirs) with the first paragraph of its own help, held here to the command's own; the listing
+imports no command module (tests/e2e/test_cli_startup.py checks that in a fresh interpreter)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ import inspect
 from typer.testing import CliRunner
 
 from shardrec.tools.cli.app import COMMANDS, SUMMARIES, _LazyCommands, app
+from shardrec.tools.cli.bench.bench_app import BenchCommands
 from shardrec.tools.cli.data.data_app import DataCommands
 
 
 def test_the_listing_says_what_each_command_says_of_itself() -> None:
-    for group in (_LazyCommands(), DataCommands()):
+    for group in (_LazyCommands(), DataCommands(), BenchCommands()):
         assert list(group.summaries) == list(group.modules)
         for name in group.modules:
             own = group.get_command(None, name)  # type: ignore[arg-type]

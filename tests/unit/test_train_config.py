@@ -186,7 +186,7 @@ def test_train_cli_refuses_zero_ranks_and_mentions_resume_only_with_a_checkpoint
 ) -> None:
     from shardrec.tools.cli.app import app
     from shardrec.tools.cli.train import _failure_message
-    from shardrec.trainer.distributed.launch import LaunchResult
+    from shardrec.trainer.distributed.failures import LaunchResult
 
     result = CliRunner().invoke(app, ["train", "--nproc-per-node", "0"])
     # A usage error: typer's convention, exit 2 and its own message naming the flag.
@@ -233,7 +233,7 @@ GLOO_RESET = (
 
 
 def test_the_rank_killed_first_is_blamed_not_the_survivor_whose_collective_failed() -> None:
-    from shardrec.trainer.distributed.launch import LaunchResult
+    from shardrec.trainer.distributed.failures import LaunchResult
 
     killed = {"rank": 1, "exitcode": -9, "signal": "SIGKILL"}
     oom = "rank 1 was killed by SIGKILL (signal 9); the kernel's OOM killer does this when memory runs out"
@@ -269,7 +269,7 @@ class _Failure:
 
 
 def test_torchruns_own_line_names_a_killed_rank_before_one_that_exited() -> None:
-    from shardrec.trainer.distributed.launch import failures_line
+    from shardrec.trainer.distributed.failures import failures_line
 
     survivor, killed = _Failure(1, 100), _Failure(-9, 100)  # the same second: a tie
     assert failures_line(0, survivor, {0: survivor, 1: killed}) == (

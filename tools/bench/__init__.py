@@ -7,7 +7,7 @@ measuring a command's whole process tree (proctree.py) and the CUDA check (gpu_c
 pytest plugin gpu_report.py).
 
 Each benchmark is a function that returns its figures, and one that prints them; the `shardrec
-bench` commands that call them are tools/cli/bench.py's.
+bench` commands that call them are tools/cli/bench/'s.
 
 May import: shardrec.tools.console, shardrec.tools.synth, shardrec.tools.preprocess,
 shardrec.tools.measure (and every package below tools); never the CLI.

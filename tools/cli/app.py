@@ -27,7 +27,7 @@ COMMANDS = {
     "runs": "runs",
     "report": "report",
     "config": "config_cmd",
-    "bench": "bench",
+    "bench": "bench.bench_app",
 }
 VERBOSE = ("-v", "--verbose")
 # What `shardrec --help` lists for each command: the first paragraph of its own help, kept here so

@@ -3,6 +3,7 @@ groups whose modules are imported only when one of their commands runs."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import inspect
@@ -10,6 +11,8 @@ import json
 import logging
 import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -55,7 +58,10 @@ class LazyGroup(typer.core.TyperGroup):
 @functools.cache
 def load_command(module_name: str, name: str) -> Any:
     """The click command `name` that the module's register(app) adds."""
-    module = importlib.import_module(module_name)
+    try:
+        module = importlib.import_module(module_name)
+    except KeyboardInterrupt:  # typer's own handling ends in exit 130 and says nothing
+        interrupted(f"{name} had not started: nothing written")
     holder = typer.Typer(pretty_exceptions_enable=False, add_completion=False)
     module.register(holder)
     command = typer.main.get_group(holder).commands[name]
@@ -106,20 +112,46 @@ def write_out(out: Path, what: str, write: Any) -> None:
         fail(f"{out}: cannot write the {what} ({e.strerror or e})")
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C raises KeyboardInterrupt (sigterm_as_ctrl_c), so that the
+    command's `except KeyboardInterrupt` stops it the same way."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> NoReturn:
+    raise Terminated
+
+
+@contextlib.contextmanager
+def sigterm_as_ctrl_c() -> Iterator[None]:
+    """Within it, SIGTERM (a plain `kill`: how a job a script started with `&`, which ignores
+    Ctrl-C, is stopped) raises Terminated, which the command's `except KeyboardInterrupt` turns
+    into interrupted()'s line: by default the command died at once, leaving the file it was
+    writing under its temporary name. One started with SIGTERM ignored keeps it so."""
+    take = (
+        signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        and threading.current_thread() is threading.main_thread()
+    )
+    if take:
+        signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        if take:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def interrupted(what: str) -> NoReturn:
     """End a command stopped by Ctrl-C (SIGINT): one line saying what is kept and how to go on,
-    exit code 130 as a shell gives (typer's own handling prints nothing)."""
+    exit code 130 as a shell gives (typer's own handling prints nothing); 143 where SIGTERM
+    stopped it (sigterm_as_ctrl_c).
+
+    A command started with SIGINT ignored keeps ignoring it, as Python leaves it: a script's
+    `cmd &` (a shell without job control) starts its job so, that a Ctrl-C meant for the script's
+    foreground command does not stop it too (POSIX). No command turns it back on.
+    """
+    code = 143 if isinstance(sys.exc_info()[1], Terminated) else 130
     err_console.print(f"[bold red]interrupted:[/] {escape(what)}", highlight=False, soft_wrap=True)
-    raise typer.Exit(130)
-
-
-def honour_ctrl_c() -> None:
-    """Have SIGINT raise KeyboardInterrupt in this command even where it started with SIGINT
-    ignored: a script's `cmd &` starts its job so, and a `kill -INT` then did nothing (the command
-    ran to its end and said it had finished). Not for what starts the torchrun agent, which
-    relies on inheriting it ignored (trainer/distributed/launch.py)."""
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    raise typer.Exit(code)
 
 
 def save_figure(fig: Any, path: Path, dpi: int = 100) -> None:

@@ -80,6 +80,8 @@ def eval_run(
         ended = launch(
             args, nproc_per_node, module="shardrec.trainer.inference.eval_entry", stop_grace_s=0
         )
+        if ended.refusal:  # the ranks' own line (torchrun's agent said nothing beside it)
+            fail(ended.refusal)
         if ended.code != 0 or not result.is_file():
             fail(
                 f"evaluation failed: {ended.cause}"

@@ -10,9 +10,11 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from shardrec.tools.cli.common import fail, honour_ctrl_c, interrupted, print_json
+from shardrec.tools.cli.common import fail, interrupted, print_json, sigterm_as_ctrl_c
 from shardrec.tools.console import console
+from shardrec.tools.synth.avazu_movielens import LIKE
 from shardrec.tools.synth.criteo import write_dataset
+from shardrec.tools.synth.record import check_and_record, synth_paths
 
 
 def synth(
@@ -45,15 +47,12 @@ def synth(
 ) -> None:
     """Write synthetic click logs whose labels follow a hidden model of the features: Criteo's
     format, or Avazu's or MovieLens-1M's shape (--like) for trying a feature spec."""
-    honour_ctrl_c()
     if rows <= 0:
         fail(f"--rows must be positive, got {rows}")
     if max_vocab < 4:
         fail(f"--max-vocab must be at least 4, got {max_vocab}")
     if out.exists() and not out.is_dir():
         fail(f"{out}: exists and is not a directory")
-    from shardrec.tools.synth.avazu_movielens import LIKE
-
     likes = (*LIKE, "drift", "yambda")
     if like not in likes:
         fail(f"--like {like!r} is not one of {', '.join(likes)}")
@@ -65,14 +64,13 @@ def synth(
         fail(f"--like {like} writes one CSV file: --days and --csv are for criteo")
     if like == "drift":
         days = days or 6
-    from shardrec.tools.synth.record import check_and_record, synth_paths
-
     settings = _settings(like, rows, seed, days, csv, gz, max_vocab)
     start = time.perf_counter()
     try:
-        check_and_record(out, synth_paths(out, like, days, csv, gz), settings)
-        paths, written, days_stats = _write(out, like, rows, seed, days, csv, gz, max_vocab)
-    except KeyboardInterrupt:
+        with sigterm_as_ctrl_c():
+            check_and_record(out, synth_paths(out, like, days, csv, gz), settings)
+            paths, written, days_stats = _write(out, like, rows, seed, days, csv, gz, max_vocab)
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM
         interrupted(
             f"{out}: the files written so far are kept, none half-written; rerun the same command "
             "to finish"

@@ -21,7 +21,7 @@ from shardrec.trainer.rundir.lock import RunLock
 from shardrec.trainer.rundir.metrics_log import auc_text
 
 if TYPE_CHECKING:
-    from shardrec.trainer.distributed.launch import LaunchResult
+    from shardrec.trainer.distributed.failures import LaunchResult
     from shardrec.trainer.job.config import JobConfig
 
 RestartFlag = Annotated[

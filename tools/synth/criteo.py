@@ -18,6 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
+# With this module, not at the first draw: a Ctrl-C landing in numpy.random's first import is
+# lost (its Cython modules swallow the KeyboardInterrupt as they register with abc), and synth and
+# bench preprocess ran on to their end.
+import numpy.random  # noqa: F401
+
 from shardrec.dataloader.util.files import atomic_path
 
 NUM_DENSE = 13

@@ -21,9 +21,17 @@ import traceback
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from shardrec.trainer.distributed.failures import (
+    FAILED_FIRST,
+    LaunchResult,
+    failure_record,
+    failures_line,
+    read_reports,
+    refused_only,
+)
 
 LOOPBACK = "127.0.0.1"
 JOB_ID_ENV = "SHARDREC_JOB_ID"
@@ -221,94 +229,6 @@ def rank_environment(nproc_per_node: int, job_id: str | None = None) -> dict[str
     return env
 
 
-FAILED_FIRST = "failed-first.json"
-"""torchrun's agent's word on the failed ranks: {"rank", "exitcode", "signal"} of the one that failed
-first, and "failures": {rank: {"exitcode", "signal"}} of every rank it saw fail."""
-REASON_SUFFIX = ".error"
-"""`rank-N.error`: rank N's own one-line reason for failing (trainer.distributed.rank_process)."""
-PEER_GONE_SUFFIX = ".peer-gone"
-"""`rank-N.peer-gone`: rank N failed because another rank went away (a consequence)."""
-SIGNAL_HINTS = {
-    "SIGKILL": "the kernel's OOM killer does this when memory runs out",
-    "SIGSEGV": "a crash in native code",
-    "SIGBUS": "a memory-mapped file changed or shrank under it, or a bad memory access",
-    "SIGABRT": "an abort in native code (NCCL's watchdog aborts a rank whose collective failed)",
-}
-
-
-def describe_signal(name: str, exitcode: int | None = None, hint: bool = True) -> str:
-    """ "SIGKILL (signal 9); the kernel's OOM killer ..." for how a rank was killed (without what
-    the signal suggests, unless `hint`)."""
-    try:
-        number = int(signal.Signals[name])
-    except KeyError:
-        number = -exitcode if exitcode is not None and exitcode < 0 else None
-    said = f"{name} (signal {number})" if number is not None else name
-    suggests = SIGNAL_HINTS.get(name) if hint else None
-    return f"{said}; {suggests}" if suggests else said
-
-
-@dataclass(frozen=True)
-class LaunchResult:
-    """How a launched job ended."""
-
-    code: int
-    """torchrun's exit code (negative: the signal that ended it)."""
-    signal: str | None = None
-    """The first SIGTERM/SIGINT this launcher got while the job ran (None: none)."""
-    forced: str = ""
-    """How and why this launcher ended the job itself, without waiting for its checkpoint, as the
-    CLI's last line starts ("": it did not)."""
-    reasons: dict[int, str] = field(default_factory=dict)
-    """rank -> the one line that rank left when it failed
-    (trainer.distributed.rank_process.report_failure)."""
-    failed_first: dict[str, Any] = field(default_factory=dict)
-    """The agent's FAILED_FIRST record ({}: no rank failed, or the agent could not say)."""
-    peers_gone: dict[int, str] = field(default_factory=dict)
-    """rank -> its line, for ranks that failed because another rank went away (consequences)."""
-
-    def _killed(self) -> dict[int, str]:
-        """rank -> signal name, for the ranks the agent saw killed by a signal."""
-        failures = dict(self.failed_first.get("failures") or {})
-        first = self.failed_first.get("rank")
-        if first is not None and self.failed_first.get("signal"):
-            failures.setdefault(str(first), self.failed_first)
-        return {
-            int(rank): str(f["signal"])
-            for rank, f in failures.items()
-            if isinstance(f, dict) and f.get("signal")
-        }
-
-    def _describe(self, rank: int) -> str:
-        if rank in self.reasons:
-            return f"rank {rank}: {self.reasons[rank]}"
-        failures = dict(self.failed_first.get("failures") or {})
-        exitcode = (failures.get(str(rank)) or {}).get("exitcode")
-        if exitcode is None and rank == self.failed_first.get("rank"):
-            exitcode = self.failed_first.get("exitcode")
-        return f"rank {rank} was killed by {describe_signal(self._killed()[rank], exitcode)}"
-
-    @property
-    def cause(self) -> str:
-        """Why the job failed, in words: the rank that failed first, by its own reason or the
-        signal that killed it; a rank that only lost another (a collective's "connection reset by
-        peer") is named only when nothing else is known ("" when nothing says)."""
-        first = self.failed_first.get("rank")
-        causes = set(self.reasons) | set(self._killed())
-        if first in causes:
-            return self._describe(first)
-        if causes:
-            # The agent saw another rank fail first (one that lost its peer); prefer a death.
-            killed = sorted(self._killed())
-            return self._describe(killed[0] if killed else min(causes))
-        if first is not None:
-            return f"rank {first} exited with code {self.failed_first.get('exitcode')}"
-        if self.peers_gone:
-            rank = min(self.peers_gone)
-            return f"rank {rank}: {self.peers_gone[rank]}"
-        return ""
-
-
 def launch(
     entry_args: list[str],
     nproc_per_node: int,
@@ -325,7 +245,8 @@ def launch(
     torchrun, and through it the ranks, die with this process (`trainer.distributed.lifeline`).
     SIGTERM or SIGINT asks the ranks to stop within a few steps, write a checkpoint and leave
     (`trainer.distributed.stop`); `notify` gets a line saying so. A second signal, or
-    `stop_grace_s` seconds without an end, ends them at once.
+    `stop_grace_s` seconds without an end, ends them at once. A signal this process started with
+    ignored (SIGINT, in a script's `cmd &`) stays ignored.
     """
     job_id = job_id or new_job_id()
     command = torchrun_command(
@@ -343,41 +264,15 @@ def launch(
             stop_grace_s,
             notify,
         )
-        return dataclasses.replace(result, **_reports(Path(shared)))
-
-
-def _rank_lines(shared: Path, suffix: str) -> dict[int, str]:
-    lines = {}
-    for path in shared.glob(f"rank-*{suffix}"):
-        try:
-            lines[int(path.name.removeprefix("rank-").removesuffix(suffix))] = (
-                path.read_text().strip()
-            )
-        except (OSError, ValueError):
-            continue
-    return lines
-
-
-def _reports(shared: Path) -> dict[str, Any]:
-    """What the ranks and the agent left in `shared` when they failed (LaunchResult's fields)."""
-    reasons = _rank_lines(shared, REASON_SUFFIX)
-    try:
-        failed_first = json.loads((shared / FAILED_FIRST).read_text())
-    except (OSError, ValueError):
-        failed_first = {}
-    return {
-        "reasons": reasons,
-        "failed_first": failed_first if isinstance(failed_first, dict) else {},
-        "peers_gone": _rank_lines(shared, PEER_GONE_SUFFIX),
-    }
+        return dataclasses.replace(result, **read_reports(Path(shared)))
 
 
 @contextmanager
 def stop_requests() -> Iterator[None]:
     """Record SIGTERM/SIGINT from now until the end of the block, whose `launch` takes them as stop
-    requests: a signal in the seconds before the ranks start (SIGINT ignored until then, as a
-    script's `cmd &` leaves it, was lost and the run trained to its end) stops them as a later one
-    does, and one after they left (a repeat of Slurm's) no longer kills the finished command."""
+    requests: a signal in the seconds before the ranks start stops them as a later one does, and
+    one after they left (a repeat of Slurm's) no longer kills the finished command. A signal the
+    command started with ignored (SIGINT, for a script's `cmd &`) stays ignored."""
     global _early_signals
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -387,6 +282,7 @@ def stop_requests() -> Iterator[None]:
     previous = {
         sig: signal.signal(sig, lambda signum, frame: received.append(signum))
         for sig in STOP_SIGNALS
+        if signal.getsignal(sig) is not signal.SIG_IGN  # kept ignored, as _supervise keeps it
     }
     try:
         yield
@@ -408,9 +304,13 @@ def _supervise(
     received: list[int] = _early_signals if _early_signals is not None else []
     previous = {}
     if threading.current_thread() is threading.main_thread():
+        # A signal this launcher started with ignored stays ignored: a script's `cmd &` (a shell
+        # without job control) starts its job with SIGINT ignored, so that a Ctrl-C meant for the
+        # script's foreground command does not stop it (POSIX; Python keeps it ignored too).
         previous = {
             sig: signal.signal(sig, lambda signum, frame: received.append(signum))
             for sig in STOP_SIGNALS
+            if signal.getsignal(sig) is not signal.SIG_IGN
         }
     first, deadline, forced = None, 0.0, ""
     try:
@@ -472,42 +372,20 @@ def torchrun_main(argv: list[str]) -> int:
         main(argv)
     except ChildFailedError as e:
         rank, failure = e.get_first_failure()
-        print(f"torchrun: {failures_line(rank, failure, e.failures)}", file=sys.stderr)
         shared = launcher_directory()
+        refused = refused_only(shared, e.failures)
+        if not refused:  # a refusal is the launcher's one line; a crash keeps this one too
+            print(f"torchrun: {failures_line(rank, failure, e.failures)}", file=sys.stderr)
         if shared is not None:  # for `shardrec train`'s last line
             record = {
-                **_failure_record(failure),
+                **failure_record(failure),
                 "rank": rank,
-                "failures": {str(r): _failure_record(f) for r, f in e.failures.items()},
+                "failures": {str(r): failure_record(f) for r, f in e.failures.items()},
+                "refused": refused,
             }
             (shared / FAILED_FIRST).write_text(json.dumps(record))
         return 1
     return 0
-
-
-def failures_line(first: int, failure: Any, failures: dict[int, Any]) -> str:
-    """torchrun's failures in one line. Its "first" is the earliest by the second: a rank whose
-    collective failed when its peer was killed often ties with it, so a rank killed by a signal is
-    named first."""
-    if len(failures) <= 1:
-        return f"rank {first} failed first (exit code {failure.exitcode})"
-
-    def said(rank: int, f: Any) -> str:
-        if f.exitcode < 0:
-            signal_name = f.signal_name()
-            return f"rank {rank} was killed by {describe_signal(signal_name, f.exitcode, False)}"
-        return f"rank {rank} exited with code {f.exitcode}"
-
-    order = sorted(failures, key=lambda r: (failures[r].exitcode >= 0, failures[r].timestamp, r))
-    return "ranks failed: " + ", ".join(said(r, failures[r]) for r in order)
-
-
-def _failure_record(failure: Any) -> dict[str, Any]:
-    """torchrun's ProcessFailure as {"exitcode", "signal"} ("" when it exited)."""
-    return {
-        "exitcode": failure.exitcode,
-        "signal": failure.signal_name() if failure.exitcode < 0 else "",
-    }
 
 
 if __name__ == "__main__":

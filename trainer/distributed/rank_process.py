@@ -82,27 +82,50 @@ def one_line(text: str, limit: int = 500) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def report_failure(reason: str, *, consequence: bool = False) -> None:
+def report_failure(reason: str, *, consequence: bool = False, refusal: bool = False) -> None:
     """Leave this rank's one-line reason for failing where `shardrec train` reads it for its last
     line (trainer.distributed.launch); nothing under a plain torchrun.
 
     consequence: the reason is the loss of another rank (the launcher names the rank that failed
-    first instead)."""
+    first instead). refusal: a refusal of the job (refuse)."""
     from shardrec.trainer.distributed.dist import launched_rank
-    from shardrec.trainer.distributed.launch import (
+    from shardrec.trainer.distributed.failures import (
         PEER_GONE_SUFFIX,
         REASON_SUFFIX,
-        launcher_directory,
+        REFUSAL_SUFFIX,
     )
+    from shardrec.trainer.distributed.launch import launcher_directory
 
     shared = launcher_directory()
     if shared is None:
         return
-    suffix = PEER_GONE_SUFFIX if consequence else REASON_SUFFIX
+    suffix = PEER_GONE_SUFFIX if consequence else REFUSAL_SUFFIX if refusal else REASON_SUFFIX
     try:
-        (shared / f"rank-{launched_rank()}{suffix}").write_text(one_line(reason) + "\n")
+        # A refusal is the job's one line, whole; another reason is cut into the launcher's.
+        line = " ".join(reason.split()) if refusal else one_line(reason)
+        (shared / f"rank-{launched_rank()}{suffix}").write_text(line + "\n")
     except OSError:
         pass  # the launcher's directory is gone: it is ending the job anyway
+
+
+def exit_refused(reason: str, is_main: bool) -> NoReturn:
+    """End a rank that refused the job (bad input or state: a ValueError whose message says what
+    to do), exit code 1. Under `shardrec train` or `eval` the launcher shows the refusal as the
+    job's one line and torchrun's agent adds none; under a plain torchrun, rank 0 (`is_main`)
+    prints it. Exits directly, as exit_cleanly does: an interpreter teardown with gloo's threads
+    alive now and then aborted ("terminate called without an active exception", SIGABRT), and
+    the refusal was then reported as a killed rank."""
+    from shardrec.trainer.distributed.dist import shutdown
+    from shardrec.trainer.distributed.launch import launcher_directory
+
+    report_failure(reason, refusal=True)
+    if is_main and launcher_directory() is None:
+        print(f"error: {reason}", file=sys.stderr)
+    shutdown()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
 
 
 def exit_after_peer_loss(error: BaseException) -> NoReturn:

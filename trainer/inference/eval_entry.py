@@ -4,7 +4,6 @@ checkpoint (trainer.inference.evaluate), and rank 0 writes the result where the 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -28,12 +27,12 @@ def rank_main(
         exit_after_cuda_failure,
         exit_after_peer_loss,
         exit_cleanly,
+        exit_refused,
         peer_gone,
-        report_failure,
     )
 
     configure_rank_logging()
-    from shardrec.trainer.distributed.dist import init_distributed, shutdown
+    from shardrec.trainer.distributed.dist import init_distributed, launched_rank
     from shardrec.trainer.inference.eval_request import EvalRequest
     from shardrec.trainer.inference.evaluate import evaluate_checkpoint
 
@@ -41,17 +40,11 @@ def rank_main(
         wanted = EvalRequest.from_json(request.read_text())
         env = init_distributed(wanted.device)
     except ValueError as e:
-        report_failure(str(e))  # for `shardrec eval`'s last line
-        print(f"error: {e}", file=sys.stderr)
-        raise typer.Exit(1) from None
+        exit_refused(str(e), launched_rank() == 0)
     try:
         metrics = evaluate_checkpoint(wanted, env)
-    except ValueError as e:
-        report_failure(str(e))
-        if env.is_main:
-            print(f"error: {e}", file=sys.stderr)
-        shutdown()
-        raise typer.Exit(1) from None
+    except ValueError as e:  # the launcher shows it as the one line
+        exit_refused(str(e), env.is_main)
     except Exception as e:
         if peer_gone(e):  # another rank died first: one line here, the launcher names that rank
             exit_after_peer_loss(e)

@@ -12,6 +12,7 @@ from shardrec.trainer.distributed.rank_process import (
     exit_after_cuda_failure,
     exit_after_peer_loss,
     exit_cleanly,
+    exit_refused,
     peer_gone,
     report_failure,
 )
@@ -82,10 +83,7 @@ def rank_main(
         # A direct launch's own flags say where a setting was given, as `shardrec train` says it
         # (a launcher's resolved job file is no file the user wrote).
         line = job_config.located(str(e)) if job is None and job_config is not None else str(e)
-        report_failure(line)
-        if is_main:
-            print(f"error: {line}", file=sys.stderr)
-        raise typer.Exit(1) from None
+        exit_refused(line, is_main)
     try:
         # Held by rank 0 until this process ends, however it ends (see trainer.rundir.lock).
         lock = acquire_run_lock(out_dir, launcher_job_id()) if env.is_main else None  # noqa: F841
@@ -99,11 +97,12 @@ def rank_main(
                 continuing=continuing,
             )
         )
-    except (ValueError, NonFiniteLossError, RankMissing) as e:
+    except (ValueError, NonFiniteLossError) as e:  # the launcher shows it as the one line
+        exit_refused(str(e), env.is_main)
+    except RankMissing as e:
         # A barrier that failed because a rank died names that death only as a consequence.
-        report_failure(str(e), consequence=isinstance(e, RankMissing) and peer_gone(e))
-        if env.is_main or isinstance(e, RankMissing):
-            print(f"error: {e}", file=sys.stderr)
+        report_failure(str(e), consequence=peer_gone(e))
+        print(f"error: {e}", file=sys.stderr)
         shutdown()
         raise typer.Exit(1) from None
     except Exception as e:  # a bug or a failed collective

@@ -39,14 +39,13 @@ from shardrec.tools.bench.preprocess.child_runs import (
 from shardrec.tools.bench.preprocess.polars_pipeline import compare_with_dataset
 from shardrec.tools.bench.rounds import Run, ratio, ratio_text, summarize
 from shardrec.tools.console import console, err_console
+from shardrec.tools.synth.criteo import SynthSpec, write_file
 
 BYTES_PER_ROW = 240  # synth's Criteo-shaped rows, measured; only sizes the generated file
 MAX_IDS = 1_000_000
 
 
 def generate(path: Path, size_gb: float, seed: int = 0) -> int:
-    from shardrec.tools.synth.criteo import SynthSpec, write_file
-
     rows = max(1000, int(size_gb * 1e9 / BYTES_PER_ROW))
     return write_file(path, rows, SynthSpec.from_seed(seed), stream_seed=0)
 

@@ -1,0 +1,82 @@
+"""What `shardrec eval` shows when its ranks fail: a refusal made in the ranks (a checkpoint file
+cut short before its digests were written) is one line and exit code 1, with no word of
+torchrun's and no second line of the launcher's; a crash (a bug's exception) keeps its traceback
+and torchrun's word on the failed ranks, so that a real failure stays visible."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import write_tiny_dataset
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "run-killed-at-step-6"
+"""A run of 2 ranks with one checkpoint, step 4."""
+
+_CRASH_IN_THE_RANKS = """
+import os
+
+if "LOCAL_RANK" in os.environ:  # eval's ranks, not the launcher nor torchrun's agent
+    from shardrec.trainer.inference import evaluate
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("a bug in the evaluation (planted by the test)")
+
+    evaluate.evaluate_checkpoint = crash
+"""
+
+
+def _eval(tmp_path: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`shardrec eval` of a copy of the fixture's run on 2 CPU ranks, as a user runs it."""
+    run, data = tmp_path / "run", tmp_path / "data"
+    if not run.exists():
+        shutil.copytree(FIXTURE, run)
+        write_tiny_dataset(data)
+    return subprocess.run(
+        [sys.executable, "-m", "shardrec.tools.cli", "eval", str(run), "--data", str(data),
+         "--split", "val", "--device", "cpu", "--nproc-per-node", "2"],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_refusal_in_the_ranks_is_the_one_line_eval_prints(tmp_path: Path) -> None:
+    from shardrec.trainer.rundir.checkpoint_trust import write_digests
+
+    checkpoint = tmp_path / "run" / "checkpoints" / "step-00000004"
+    shutil.copytree(FIXTURE, tmp_path / "run")
+    write_tiny_dataset(tmp_path / "data")
+    data = checkpoint / "__0_0.distcp"
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    write_digests(checkpoint)  # they match the short file: only reading it finds it out
+    done = _eval(tmp_path)
+    assert (done.returncode, done.stdout) == (1, ""), done.stderr[-3000:]
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    (line,) = lines
+    assert re.match(
+        rf"error: {re.escape(str(checkpoint))}: a file of this checkpoint is truncated or "
+        r"unreadable \(RuntimeError: .*\), though it matches its digests \(it was saved that way\); "
+        r"evaluate or export another checkpoint with --checkpoint STEP; ",
+        line,
+    ), done.stderr
+
+
+@pytest.mark.slow
+def test_a_crash_in_the_ranks_keeps_its_traceback_and_torchruns_word(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_CRASH_IN_THE_RANKS)
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    done = _eval(tmp_path, {**os.environ, "PYTHONPATH": path})
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "Traceback" in done.stderr, done.stderr[-3000:]
+    assert "RuntimeError: a bug in the evaluation (planted by the test)" in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert any(x.startswith("torchrun: ") for x in lines), done.stderr[-3000:]
+    assert lines[-1].startswith("error: evaluation failed: rank"), lines[-1]

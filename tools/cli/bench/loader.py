@@ -1,0 +1,131 @@
+"""`shardrec bench loader`: loader rows/s against the memcpy roofline and torchrec's pipe; many
+parts (--part-rows) and multi-hot ids made on the fly (--multihot) instead."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from shardrec.tools.bench.loader import loader_bench as bench_loader
+from shardrec.tools.bench.loader import multihot_bench as loader_multihot
+from shardrec.tools.bench.loader import parts_bench as loader_parts
+from shardrec.tools.cli.bench.options import JsonFlag, at_least, show
+from shardrec.tools.cli.common import fail
+
+
+def loader(
+    rows: Annotated[int, typer.Option(help="Rows of generated Criteo-shaped data.")] = 2_000_000,
+    global_batch: Annotated[
+        int, typer.Option("--global-batch", help="Samples per global batch.")
+    ] = 8192,
+    rounds: Annotated[
+        int,
+        typer.Option(
+            help="Interleaved rounds after a warm-up; ratios are medians of same-round ones."
+        ),
+    ] = 7,
+    max_batches: Annotated[
+        int,
+        typer.Option(
+            "--max-batches",
+            help="Batches per timed run (0: as many as take ~0.5 s, sized by each configuration's "
+            "warm-up).",
+        ),
+    ] = 0,
+    work_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--work-dir", help="Where to write the temporary data (default: system temp)."
+        ),
+    ] = None,
+    parts: Annotated[
+        int,
+        typer.Option(
+            help=(
+                "Parts of the many-part run (default: a 1/100 Criteo-1TB-shaped dataset's, 24 days x 5 "
+                "at the default 128 MiB chunk); one part is always run too."
+            )
+        ),
+    ] = bench_loader.DEFAULT_PARTS,
+    part_rows: Annotated[
+        int,
+        typer.Option(
+            "--part-rows",
+            help=(
+                "Instead: --parts parts of this many rows (one part's files hard-linked; Criteo 1TB: "
+                "--parts 10000 --part-rows 450000), shuffled rows/s vs the one part, time to the first batch, "
+                "memory, under ulimit -n 1024."
+            ),
+        ),
+    ] = 0,
+    multihot: Annotated[
+        bool,
+        typer.Option(
+            "--multihot",
+            help="Instead: samples/s per rank of DLRMv2's multi-hot ids made on the fly, against the one-hot loader.",
+        ),
+    ] = False,
+    table_rows: Annotated[
+        str,
+        typer.Option(
+            "--table-rows", help="With --multihot: index table rows to run, comma-separated."
+        ),
+    ] = "1000000,10000000",
+    cache: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --multihot: folder of the index tables (default: the multi-hot cache)."
+        ),
+    ] = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """Loader rows/s as torchrec Batches on one thread, vs the memcpy roofline and torchrec's
+    pipe."""
+    at_least("--global-batch", global_batch, 1)
+    at_least("--rounds", rounds, 1)
+    at_least("--max-batches", max_batches, 0, "0: sized by the warm-up")
+    if rows < 2 * global_batch:
+        fail(f"--rows {rows}: must be >= 2 x --global-batch ({2 * global_batch:,})")
+    if work_dir is not None and not work_dir.exists():
+        fail(f"--work-dir {work_dir}: does not exist")
+    if work_dir is not None and not work_dir.is_dir():
+        fail(f"--work-dir {work_dir}: not a directory")
+    if part_rows:
+        if part_rows < global_batch or parts < 1:
+            fail(
+                f"--part-rows must be at least --global-batch and --parts positive, got {part_rows}, {parts}"
+            )
+        result = loader_parts.run_parts_bench(
+            part_rows,
+            parts,
+            global_batch,
+            rounds,
+            max_batches or loader_parts.RUN_BATCHES,
+            work_dir,
+        )
+        show(result, json_out, loader_parts.print_result)
+        return
+    if not 1 <= parts <= rows:
+        fail(f"--parts must be in [1, --rows], got {parts}")
+    if multihot:
+        try:
+            sizes = [int(v) for v in table_rows.split(",")]
+        except ValueError:
+            fail(
+                f"--table-rows {table_rows!r}: expected comma-separated integers, e.g. 1000000,10000000"
+            )
+        if min(sizes) < 1:
+            fail(f"--table-rows {table_rows!r}: every table needs at least 1 row")
+        result = loader_multihot.run_multihot_bench(
+            rows, global_batch, sizes, rounds, max_batches, work_dir, cache
+        )
+        show(result, json_out, loader_multihot.print_result)
+        return
+    result = bench_loader.run_bench(rows, global_batch, rounds, max_batches, work_dir, parts)
+    show(result, json_out, bench_loader.print_result)
+
+
+def register(bench_app: typer.Typer) -> None:
+    bench_app.command("loader")(loader)

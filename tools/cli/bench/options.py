@@ -1,0 +1,45 @@
+"""What the bench commands share: the --json flag, one way to show a result, and one line per
+bad or unused option."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated
+
+import typer
+
+from shardrec.tools.cli.common import fail, print_json
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
+
+
+def show(result: dict, json_out: bool, printer: Callable[[dict], None]) -> None:
+    """The benchmark's figures as JSON (--json) or as its own table."""
+    if json_out:
+        print_json(result)
+    else:
+        printer(result)
+
+
+def at_least(option: str, value: int, minimum: int, why: str = "") -> None:
+    """One line naming `option` if `value` is under `minimum` (`why`: what the minimum means)."""
+    if value < minimum:
+        fail(f"{option} {value}: must be >= {minimum}{f' ({why})' if why else ''}")
+
+
+def positive(option: str, value: float) -> None:
+    """One line naming `option` if `value` (a size, a share) is not above 0."""
+    if value <= 0:
+        fail(f"{option} {value:g}: must be > 0")
+
+
+def given(ctx: typer.Context, *names: str) -> list[str]:
+    """The options among `names` (parameter names) given on the command line, as flags."""
+    given = [n for n in names if ctx.get_parameter_source(n).name != "DEFAULT"]
+    return ["--" + n.replace("_", "-") for n in given]
+
+
+def refuse_unused(ctx: typer.Context, names: tuple[str, ...], context: str) -> None:
+    """One line naming the first option given that does nothing in `context`."""
+    for flag in given(ctx, *names):
+        fail(f"{flag} does nothing {context}: leave it out")

@@ -103,7 +103,7 @@ def test_light_commands_never_import_torch_and_bad_flags_are_caught_first(
     lines = [last for _, _, last, _ in results[8:]]
     assert lines == [
         "error: --steps -5: train.steps = -5 must be >= 0",
-        f"error: {tmp_path / 'missing'}: does not exist",
+        f"error: --data {tmp_path / 'missing'}: does not exist",
         "error: --topology nope: not one of auto, cpu-gloo, a100, h100, h200",
         "error: --nproc-per-node must be at least 1, got 0",
         f"error: {tiny_dataset.resolve()}: no rows in split 'nope' to evaluate (has train, val, test)",

@@ -165,6 +165,25 @@ def _train_losses(run_dir: Path) -> list[dict]:
 runner = CliRunner()
 
 
+def test_train_data_errors_name_the_flag_as_typed(tiny_dataset: Path, tmp_path: Path) -> None:
+    # Before: 'nowhere: does not exist', as if of no flag.
+    missing, file = tmp_path / "nowhere", tiny_dataset / "manifest.json"
+    out = ["--out-dir", str(tmp_path / "run")]
+    for flag, data, said in (
+        ("--data", missing, "does not exist"),
+        ("--data", file, "not a directory"),
+        ("--continue-on", missing, "does not exist"),
+    ):
+        result = runner.invoke(app, ["train", flag, str(data), *out])
+        assert_one_line_error(result, "^" + re.escape(f"error: {flag} {data}: {said}") + "$")
+    job = tmp_path / "job.toml"
+    job.write_text(f"[data]\npath = '{missing}'\n")
+    result = runner.invoke(app, ["train", "--config", str(job), *out])
+    assert_one_line_error(
+        result, "^" + re.escape(f"error: {job}:2: data.path = '{missing}': does not exist") + "$"
+    )
+
+
 def test_bad_input_is_one_clear_line(tiny_dataset: Path, tmp_path: Path) -> None:
     result = runner.invoke(app, ["train", "--data", str(tiny_dataset), "--set", "train.bogus=1"])
     assert_one_line_error(result, re.escape("unknown key train.bogus"))
@@ -182,7 +201,15 @@ def test_bad_input_is_one_clear_line(tiny_dataset: Path, tmp_path: Path) -> None
             "train.global_batch_size=64",
         ],
     )
-    assert_one_line_error(result, re.escape("does not divide by 3 ranks"))
+    assert_one_line_error(
+        result,
+        "^"
+        + re.escape(
+            "error: --set 'train.global_batch_size=64': train.global_batch_size = 64 does not "
+            "divide by --nproc-per-node 3"
+        )
+        + "$",
+    )
 
     # A plan made for 2 ranks, used with 1: the message names what differs.
     from shardrec.dataloader.format.manifest import Manifest

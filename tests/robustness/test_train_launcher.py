@@ -275,3 +275,41 @@ def test_a_rank_that_refuses_gives_the_one_line_and_a_crash_keeps_torchruns(
     assert "RuntimeError: a bug" in err and err.strip().splitlines()[-1] == (
         "torchrun: rank 0 failed first (exit code 1)"
     ), err
+
+
+@pytest.mark.slow
+def test_a_checkpoint_that_cannot_be_read_is_refused_with_the_way_out_not_kept(
+    tiny_dataset: Path, tmp_path: Path
+):
+    # A shard cut short before its digests were written (they match it): the rank cannot read it.
+    # Before: the line ended 'the newest complete checkpoint, ... (step 4), is kept and a re-run
+    # resumes from it', a rerun that fails the same way, after the rank's advice for eval.
+    from shardrec.trainer.rundir.checkpoint_trust import write_digests
+
+    run_dir = tmp_path / "run"
+    command = _command(tiny_dataset, run_dir, "--set", "checkpoint.interval_steps=2", ranks=1)
+    trained = subprocess.run(
+        command + ["--steps", "4"], capture_output=True, text=True, timeout=300
+    )
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    checkpoint, before = (run_dir / "checkpoints" / f"step-0000000{s}" for s in (4, 2))
+    shard = checkpoint / "__0_0.distcp"
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    write_digests(checkpoint)
+    rerun = subprocess.run(command + ["--steps", "6"], capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 1 and "Traceback" not in rerun.stderr, rerun.stderr[-3000:]
+    last = rerun.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(
+        re.escape(
+            f"error: training failed: rank 0: {checkpoint}: a file of this checkpoint is truncated "
+            "or unreadable ("
+        )
+        + r"[^)]*"
+        + re.escape(
+            "), though it matches its digests (it was saved that way); refusing the checkpoint "
+            "(this run's other checkpoints: steps 2); a re-run resumes from that checkpoint "
+            f"again; to resume from the one before it, {before} (step 2), move {checkpoint} out "
+            f"of {checkpoint.parent}, or start over with --restart"
+        ),
+        last,
+    ), last

@@ -96,6 +96,46 @@ def test_plan_bad_input_exits_with_one_line(tiny_dataset: Path, tmp_path: Path) 
         assert res.exit_code == 2 and f"Invalid value for '{flag}'" in shown, res.output
 
 
+def test_plan_data_and_batch_errors_name_the_flag_or_key_as_given(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
+    # Before: 'missing: does not exist', 'global batch size 256 is not divisible by world size 3'.
+    job, missing, file = _job(tmp_path, ""), tmp_path / "missing", tiny_dataset / "manifest.json"
+    for data, said in ((missing, "does not exist"), (file, "not a directory")):
+        res = runner.invoke(app, ["plan", "--data", str(data), "--config", str(job)])
+        assert_one_line_error(res, "^" + re.escape(f"error: --data {data}: {said}") + "$")
+    job.write_text(f"[data]\npath = '{missing}'\n")
+    res = runner.invoke(app, ["plan", "--config", str(job)])
+    assert_one_line_error(
+        res, "^" + re.escape(f"error: {job}:2: data.path = '{missing}': does not exist") + "$"
+    )
+    job = _job(tmp_path, "")
+    res = runner.invoke(
+        app, ["plan", "--data", str(tiny_dataset), "--config", str(job), "--world-size", "3"]
+    )
+    assert_one_line_error(
+        res,
+        "^"
+        + re.escape(
+            f"error: {job}:2: train.global_batch_size = 256 does not divide by --world-size 3"
+        )
+        + "$",
+    )
+    res = runner.invoke(
+        app,
+        ["plan", "--data", str(tiny_dataset), "--set", "train.global_batch_size=63"],
+    )
+    assert_one_line_error(
+        res,
+        "^"
+        + re.escape(
+            "error: --set 'train.global_batch_size=63': train.global_batch_size = 63 does not "
+            "divide by --world-size 2"
+        )
+        + "$",
+    )
+
+
 def test_plan_simulate_json(tiny_dataset: Path, tmp_path: Path) -> None:
     job = _job(tmp_path, "")
     res = runner.invoke(

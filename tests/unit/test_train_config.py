@@ -62,7 +62,9 @@ def test_preflight_refuses_what_the_ranks_cannot_run(tiny_dataset: Path) -> None
         _preflight(tiny_dataset, world_size=0)
     with pytest.raises(ValueError, match="optim.sparse = 'adam' runs on CUDA only"):
         _preflight(tiny_dataset, 'optim.sparse="adam"')
-    with pytest.raises(ValueError, match="eval.batch_size = 33 does not divide by 2 ranks"):
+    with pytest.raises(
+        ValueError, match="^eval.batch_size = 33 does not divide by --nproc-per-node 2$"
+    ):
         _preflight(tiny_dataset, "eval.batch_size=33")
     with pytest.raises(ValueError, match="data.eval_splits names 'valid', which .* does not have"):
         _preflight(tiny_dataset, 'data.eval_splits=["valid"]')

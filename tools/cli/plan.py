@@ -24,16 +24,16 @@ def _load_job(config: Path | None, data: Path | None, overrides: list[str]):
     from shardrec.dataloader.format.manifest import DatasetError, Manifest
     from shardrec.embeddings.dims import job_tables
     from shardrec.embeddings.tables import build_table_configs
-    from shardrec.trainer.job.config import load_job_config
     from shardrec.trainer.job.data_options import model_manifest, train_steps
+    from shardrec.trainer.job.flags import dataset_error, job_from_flags
 
     try:
-        job = load_job_config(config, overrides)
+        job = job_from_flags(config, data, None, None, overrides)  # --data: as train takes it
     except ValueError as e:
         fail(str(e))
-    directory = data or (Path(job.data.path) if job.data.path else None)
-    if directory is None:
+    if not job.data.path:
         fail("no dataset: pass --data DIR or set data.path in the job file")
+    directory = Path(job.data.path)
     try:
         # The tables as training sees them (on-the-fly multi-hot ids have their index tables' rows).
         manifest = model_manifest(Manifest.load(directory), job.data)
@@ -47,7 +47,7 @@ def _load_job(config: Path | None, data: Path | None, overrides: list[str]):
         steps = train_steps(manifest, job.data, job.train)
         tables = job_tables(manifest, job.tables)
     except (DatasetError, ValueError) as e:
-        fail(job.located(str(e)))
+        fail(dataset_error(job, str(e), "--data" if data else None))
     from shardrec.sharding.search.request import DatasetStatistics
 
     return (
@@ -165,6 +165,13 @@ def plan(
     if simulate:
         _simulate(configs, statistics.stats, job, world_size, sync_every, json_out)
         return
+    batch = job.train.global_batch_size
+    if batch % world_size:  # said by the key and the flag as given, not the planner's words
+        fail(
+            job.located(
+                f"train.global_batch_size = {batch} does not divide by --world-size {world_size}"
+            )
+        )
     try:
         topo = plan_topology(
             topology, world_size, local_world_size, memory_gib, profile, job.train.device

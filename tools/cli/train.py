@@ -251,24 +251,19 @@ def _check_resume_checkpoint(out_dir: Path) -> None:
 
 def _check_no_torn_checkpoint(out_dir: Path, newest: tuple[int, Path] | None) -> None:
     """Refuse a checkpoint folder newer than the newest complete one (`newest`) that has no
-    digests.json: a save renames its folder into place only after writing them, so a copy or a
-    clean-up left it. Resuming from an older one without a word, and replacing it at its step,
-    would drop it."""
+    digests.json (checkpoint_trust.torn_checkpoint): resuming from an older one without a word,
+    and replacing it at its step, would drop it."""
+    from shardrec.trainer.rundir.checkpoint_trust import torn_checkpoint, torn_checkpoint_message
+
     directory = out_dir / names.CHECKPOINTS
-    after = newest[0] if newest else -1
-    torn = sorted(
-        (int(m.group(1)), path)
-        for path in (directory.iterdir() if directory.is_dir() else [])
-        if (m := names.CHECKPOINT_RE.match(path.name)) and int(m.group(1)) > after
-    )
-    if not torn:
+    path = torn_checkpoint(directory)
+    if path is None:
         return
-    path = torn[-1][1]
-    instead = f"to resume from {newest[1]} (step {after})" if newest else "to start from step 0"
+    instead = f"to resume from {newest[1]} (step {newest[0]})" if newest else "to start from step 0"
     fail(
-        f"{path}: no {names.DIGESTS}: not a complete checkpoint (a save writes it last and "
-        "renames the folder into place after it: a copy or a clean-up left this one); "
-        f"{instead}, move {path} out of {directory}, or start over with --restart"
+        torn_checkpoint_message(
+            path, f"{instead}, move {path} out of {directory}, or start over with --restart"
+        )
     )
 
 
@@ -333,8 +328,9 @@ def _prepare_run_dir(
         manifest = manifest or Manifest.load(job.data.path)
         if not continuing:
             state = "new" if restart else lifecycle.check_run_dir(out_dir, job, manifest, allow)
-    except ValueError as e:
-        fail(str(e) if job is None else job.located(str(e)))  # a setting's error: its line
+    except ValueError as e:  # a setting's error: its line; the dataset's: its flag's or key's
+        typed = None if data is None else "--continue-on" if continuing else "--data"
+        fail(str(e) if job is None else flags.dataset_error(job, str(e), typed))
     if restart:
         if out_dir.is_dir() and not lifecycle.looks_like_run(out_dir):
             fail(

@@ -22,7 +22,11 @@ from shardrec.trainer.distributed.devices import (
 from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import JobConfig, load_job_config
 from shardrec.trainer.rundir import names
-from shardrec.trainer.rundir.checkpoint_trust import complete_checkpoints
+from shardrec.trainer.rundir.checkpoint_trust import (
+    complete_checkpoints,
+    torn_checkpoint,
+    torn_checkpoint_message,
+)
 from shardrec.trainer.rundir.life import trained_data
 
 
@@ -167,6 +171,16 @@ def find_checkpoint(run_dir: Path, step: int | None) -> tuple[int, Path]:
     if not Path(run_dir).exists():
         raise ValueError(names.no_run_file(run_dir, names.CHECKPOINTS))
     done = complete_checkpoints(directory)
+    torn = torn_checkpoint(directory) if step is None else None
+    if torn is not None:  # the user's newest step: not the one before it without a word
+        instead = (
+            f"evaluate or export the one before it, {done[-1][1]}, with --checkpoint {done[-1][0]}"
+            if done
+            else "there is no complete checkpoint before it"
+        )
+        raise ValueError(
+            torn_checkpoint_message(torn, f"{instead}; or move {torn} out of {directory}")
+        )
     if not done:
         raise ValueError(f"{run_dir}: no complete checkpoint in {directory}")
     if step is None:

@@ -159,3 +159,15 @@ def rank_args(
     for key in allow_change:
         args += ["--allow-change", key]
     return args
+
+
+def dataset_error(job: JobConfig, message: str, flag: str | None = None) -> str:
+    """`message` of a check of `job`, located (JobConfig.located); one about the dataset
+    directory itself ('DIR: does not exist', 'DIR: not a directory', ...) is said of what named
+    it: `flag` as typed ('--data DIR: does not exist'), else data.path where it was set
+    ('job.toml:2: data.path = 'DIR': does not exist')."""
+    path = job.data.path
+    if not path or not message.startswith(f"{path}: "):
+        return job.located(message)
+    rest = message[len(path) + 2 :]
+    return f"{flag} {path}: {rest}" if flag else job.located(f"data.path = {path!r}: {rest}")

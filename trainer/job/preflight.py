@@ -82,15 +82,14 @@ def _cuda_available() -> bool:
 
 
 def check_batches(job: JobConfig, world_size: int) -> None:
-    """The training and evaluation global batches split evenly over the ranks."""
-    if job.train.global_batch_size % world_size:
-        raise ValueError(
-            f"train.global_batch_size = {job.train.global_batch_size} does not divide by {world_size} ranks"
-        )
-    if job.eval.batch_size % world_size:
-        raise ValueError(
-            f"eval.batch_size = {job.eval.batch_size} does not divide by {world_size} ranks"
-        )
+    """The training and evaluation global batches split evenly over the ranks (`shardrec train`'s
+    --nproc-per-node)."""
+    for key, batch in (
+        ("train.global_batch_size", job.train.global_batch_size),
+        ("eval.batch_size", job.eval.batch_size),
+    ):
+        if batch % world_size:
+            raise ValueError(f"{key} = {batch} does not divide by --nproc-per-node {world_size}")
 
 
 def check_rank_job(job: JobConfig) -> None:

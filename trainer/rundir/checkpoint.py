@@ -56,6 +56,7 @@ from shardrec.trainer.rundir.checkpoint_failure import (
     describe_failure,
 )
 from shardrec.trainer.rundir.checkpoint_trust import (
+    REFUSED,
     UntrustedCheckpoint,
     complete_checkpoints,
     read_digests,
@@ -67,6 +68,11 @@ from shardrec.trainer.rundir.checkpoint_trust import (
 logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
+READ_ANOTHER = (
+    "evaluate or export another checkpoint with --checkpoint STEP; to resume training from an "
+    "earlier one, move this folder aside"
+)
+"""What to do about a checkpoint that cannot be read, where eval and export read it."""
 
 
 def restore_on(device: torch.device) -> Callable[[Any, str], Any]:
@@ -455,7 +461,8 @@ class CheckpointManager:
             )  # every rank loads the one rank 0 chose
         if found[0] is None:
             return None
-        self.load(Path(found[0]), skip)
+        # A rerun would resume from this one again: the launcher names the one before it.
+        self.load(Path(found[0]), skip, advice=REFUSED)
         return self.parts.progress.step
 
     def verify(self, path: Path) -> None:
@@ -474,9 +481,10 @@ class CheckpointManager:
         if first:
             raise UntrustedCheckpoint(first)
 
-    def load(self, path: Path, skip: tuple[str, ...] = ()) -> None:
+    def load(self, path: Path, skip: tuple[str, ...] = (), advice: str = READ_ANOTHER) -> None:
         """Load the checkpoint at `path` into the parts (but the main parts named in `skip`);
-        ValueError if its files fail their digests or its signature differs."""
+        ValueError if its files fail their digests or its signature differs, or (ending in
+        `advice`, what to do) if a file that matches its digest cannot be read."""
         parts = self.parts
         self.verify(path)  # before anything is read: DCP unpickles .metadata
         train_state = load_file(path / names.TRAIN_STATE, self.env.device)
@@ -492,12 +500,7 @@ class CheckpointManager:
                 process_group=self.group,
             )
         except CheckpointException as e:
-            raise unreadable_checkpoint(
-                path,
-                e,
-                "evaluate or export another checkpoint with --checkpoint STEP; to resume "
-                "training from an earlier one, move this folder aside",
-            ) from None
+            raise unreadable_checkpoint(path, e, advice) from None
         for part in parts.sharded.values():
             part.finish_load(saved)
         for name, part in parts.main.items():

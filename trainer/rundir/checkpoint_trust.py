@@ -49,6 +49,30 @@ def complete_checkpoints(directory: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def torn_checkpoint(directory: Path) -> Path | None:
+    """The newest checkpoint folder in `directory` that has no digests.json and is newer than the
+    newest complete one (None: there is none). A save renames its folder into place only after
+    writing them, so a copy or a clean-up left it; taking the one before it without a word would
+    use (and a re-save replace) another step than the user's newest."""
+    directory = Path(directory)
+    done = complete_checkpoints(directory)
+    after = done[-1][0] if done else -1
+    torn = sorted(
+        (int(m.group(1)), path)
+        for path in (directory.iterdir() if directory.is_dir() else [])
+        if (m := names.CHECKPOINT_RE.match(path.name)) and int(m.group(1)) > after
+    )
+    return torn[-1][1] if torn else None
+
+
+def torn_checkpoint_message(path: Path, instead: str) -> str:
+    """The one line refusing `path`, a folder torn_checkpoint found; `instead`: what to do."""
+    return (
+        f"{path}: no {names.DIGESTS}: not a complete checkpoint (a save writes it last and "
+        f"renames the folder into place after it: a copy or a clean-up left this one); {instead}"
+    )
+
+
 class UntrustedCheckpoint(ValueError):
     """A checkpoint whose files do not match its digests, or that someone else could have
     changed."""

@@ -1,0 +1,73 @@
+"""Which checkpoint `shardrec eval` and `shardrec export` read when the user names none: the
+newest, never the one before it without a word; a newer folder that lost its digests.json (a copy
+or a clean-up; a save cannot leave one) is refused in one line naming it, before any rank starts,
+as `shardrec train` refuses it."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from conftest import write_tiny_dataset
+from helpers import assert_one_line_error
+from typer.testing import CliRunner
+
+from shardrec.tools.cli.app import app
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "run-killed-at-step-6"
+"""A run of 2 ranks with one checkpoint, step 4 (tests/fixtures/README.md)."""
+
+
+def _run_whose_newest_lost_its_digests(tmp_path: Path) -> tuple[Path, Path]:
+    """The fixture run with a step-6 folder (a copy of step 4's files) without digests.json; the
+    run and its dataset."""
+    write_tiny_dataset(tmp_path / "data")
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURE, run)
+    checkpoints = run / "checkpoints"
+    shutil.copytree(checkpoints / "step-00000004", checkpoints / "step-00000006")
+    (checkpoints / "step-00000006" / "digests.json").unlink()
+    return run, tmp_path / "data"
+
+
+def test_eval_and_export_refuse_a_newest_checkpoint_without_digests(tmp_path: Path) -> None:
+    # Before: eval evaluated step 4 (its line said "step 4", nothing about step 6).
+    run, data = _run_whose_newest_lost_its_digests(tmp_path)
+    checkpoints = run / "checkpoints"
+    torn, before = checkpoints / "step-00000006", checkpoints / "step-00000004"
+    line = re.escape(
+        f"error: {torn}: no digests.json: not a complete checkpoint (a save writes it last and "
+        "renames the folder into place after it: a copy or a clean-up left this one); evaluate "
+        f"or export the one before it, {before}, with --checkpoint 4; or move {torn} out of "
+        f"{checkpoints}"
+    )
+    evaluated = CliRunner().invoke(
+        app, ["eval", str(run), "--data", str(data), "--device", "cpu", "--nproc-per-node", "1"]
+    )
+    assert_one_line_error(evaluated, f"^{line}$")
+    out = tmp_path / "model.safetensors"
+    exported = CliRunner().invoke(app, ["export", str(run), "--out", str(out), "--data", str(data)])
+    assert_one_line_error(exported, f"^{line}$")
+    assert not out.exists()
+    assert sorted(p.name for p in torn.iterdir()) == sorted(
+        p.name for p in before.iterdir() if p.name != "digests.json"
+    )
+
+
+def test_a_torn_newest_folder_with_no_complete_one_before_it_says_so(tmp_path: Path) -> None:
+    run, data = _run_whose_newest_lost_its_digests(tmp_path)
+    checkpoints = run / "checkpoints"
+    shutil.rmtree(checkpoints / "step-00000004")
+    torn = checkpoints / "step-00000006"
+    evaluated = CliRunner().invoke(
+        app, ["eval", str(run), "--data", str(data), "--device", "cpu", "--nproc-per-node", "1"]
+    )
+    assert_one_line_error(
+        evaluated,
+        re.escape(
+            "a copy or a clean-up left this one); there is no complete checkpoint before it; or "
+            f"move {torn} out of {checkpoints}"
+        )
+        + "$",
+    )

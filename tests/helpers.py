@@ -298,6 +298,28 @@ def train_command(data: Path | str, run_dir: Path | str, *args: str, nproc: int 
     ]
 
 
+def run_direct_rank(*args: str) -> subprocess.CompletedProcess:
+    """`python -m shardrec.trainer ARGS` as torchrun starts it on each node (the README's
+    multi-node path), as the one rank of a one-rank group, with no `shardrec train` before it."""
+    import os
+    import sys
+
+    from shardrec.trainer.distributed.launch import free_port
+
+    rank_env = {
+        **os.environ,
+        **{"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"},
+        **{"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())},
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "shardrec.trainer", *args],
+        env=rank_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
 def fake_nvidia_smi(directory: Path, driver: str | None = "580.65.06", gpus: int = 1) -> Path:
     """Write an executable `nvidia-smi` into `directory` (put it first on PATH) that lists `gpus`
     GPUs of driver `driver`, or that fails as it does without a loaded driver (`driver=None`)."""

@@ -12,15 +12,12 @@ changes the module's dataset: the tours change only data of their own."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from conftest import write_tiny_dataset
-from helpers import TINY_MODEL, assert_one_line_error, settings
+from helpers import TINY_MODEL, assert_one_line_error, run_direct_rank, settings
 from typer.testing import CliRunner
 
 from shardrec.tools.cli.app import app
@@ -117,36 +114,16 @@ def test_rerun_resume_changes_data_and_restart(trained: tuple[Path, Path], tmp_p
 
     # The ranks refuse it themselves, in the same line: `python -m shardrec.trainer` as torchrun
     # starts it on every node (the README's multi-node path), with no `shardrec train` before it.
-    from shardrec.trainer.distributed.launch import free_port
-
-    rank_env = {
-        **os.environ,
-        "RANK": "0",
-        "LOCAL_RANK": "0",
-        "WORLD_SIZE": "1",
-        "LOCAL_WORLD_SIZE": "1",
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(free_port()),
-    }
-    direct = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "shardrec.trainer",
-            "--data",
-            str(tiny_dataset),
-            "--out-dir",
-            str(run),
-            *JOB,
-            "--steps",
-            "12",
-            "--set",
-            "optim.dense_lr=0.1",
-        ],
-        env=rank_env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    direct = run_direct_rank(
+        "--data",
+        str(tiny_dataset),
+        "--out-dir",
+        str(run),
+        *JOB,
+        "--steps",
+        "12",
+        "--set",
+        "optim.dense_lr=0.1",
     )
     assert_one_line_error(
         direct,

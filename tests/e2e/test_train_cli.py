@@ -14,7 +14,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import TINY_MODEL, assert_one_line_error, settings, train_command
+from helpers import (
+    TINY_MODEL,
+    assert_one_line_error,
+    run_direct_rank,
+    settings,
+    train_command,
+)
 from typer.testing import CliRunner
 
 from shardrec.tools.cli.app import app
@@ -298,20 +304,7 @@ def test_a_global_batch_larger_than_every_event_window_is_refused_before_the_ran
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
     # The rank program torchrun starts on every node (the README's multi-node path), with no
     # `shardrec train` before it: the same line, before the rank joins any group.
-    from shardrec.trainer.distributed.launch import free_port
-
-    rank_env = {
-        **os.environ,
-        **{"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"},
-        **{"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())},
-    }
-    direct = subprocess.run(
-        [sys.executable, "-m", "shardrec.trainer", *map(str, job)],
-        env=rank_env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    direct = run_direct_rank(*map(str, job))
     assert assert_one_line_error(direct, "^error: ") == line
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
     # Padded, each window gives a batch: the same job is accepted (checked, not trained).

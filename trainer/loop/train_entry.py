@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -17,6 +19,11 @@ from shardrec.trainer.distributed.rank_process import (
     report_failure,
 )
 from shardrec.trainer.job import flags
+
+if TYPE_CHECKING:
+    from shardrec.trainer.distributed.dist import DistEnv
+    from shardrec.trainer.distributed.stop import StopRequest
+    from shardrec.trainer.job.config import JobConfig
 
 logger = logging.getLogger(__name__)
 
@@ -40,41 +47,51 @@ def rank_main(
     die_with_parent()
     stop = StopRequest().install()  # first: a signal during start-up must not kill the rank either
     configure_rank_logging()
-    from shardrec.trainer.distributed.dist import (
-        RankMissing,
-        init_distributed,
-        launched_rank,
-        shutdown,
-    )
-    from shardrec.trainer.distributed.launch import launcher_directory, launcher_job_id
-    from shardrec.trainer.job.preflight import check_rank_job
-    from shardrec.trainer.loop.steps import NonFiniteLossError
-    from shardrec.trainer.loop.train_job import build_job
-    from shardrec.trainer.loop.train_loop import run_job
-    from shardrec.trainer.rundir.life import lifecycle, run_state
-    from shardrec.trainer.rundir.life.continuation import check_continuing_job
-    from shardrec.trainer.rundir.lock import acquire_run_lock
+    from shardrec.trainer.distributed.launch import launcher_directory
+    from shardrec.trainer.rundir.life import run_state
 
+    rank_flags = (job, config, data, plan, steps, list(set_ or []), continue_on)
+    joined = _join(rank_flags, out_dir, list(allow_change or []))
+    if joined is None:
+        return
+    job_config, continuing, env = joined
+    summary = _train(job_config, env, out_dir, stop, continuing)
+    if "stopped" in summary and env.is_main and launcher_directory() is None:
+        # Under `shardrec train` the launcher says this line; under a plain torchrun, rank 0 does.
+        print(run_state.stopped_message(summary["steps"]), file=sys.stderr)
+    exit_cleanly()
+
+
+def _join(
+    rank_flags: tuple, out_dir: Path, allow_change: list[str]
+) -> tuple[JobConfig, bool, DistEnv] | None:
+    """The job this rank runs, checked against the run directory, and the group it joined;
+    None where the run is already complete (rank 0 said so). A refusal exits in one line."""
+    from shardrec.trainer.distributed.dist import init_distributed, launched_rank
+    from shardrec.trainer.distributed.launch import launcher_directory
+    from shardrec.trainer.job.preflight import check_rank_job
+    from shardrec.trainer.rundir.life import lifecycle
+    from shardrec.trainer.rundir.life.continuation import check_continuing_job
+
+    job, continue_on = rank_flags[0], rank_flags[-1]
     is_main = launched_rank() == 0
     job_config = None
     try:
-        job_config = flags.rank_job(job, config, data, plan, steps, list(set_ or []), continue_on)
+        job_config = flags.rank_job(*rank_flags)
         # Every rank reads the run directory before any joins the group: all see the same files
         # (it is on a shared filesystem), so all refuse, or stop at a complete run, together,
         # and rank 0 cannot have written this invocation's config.toml yet.
         continuing = False
         if continue_on is not None:
-            complete, continuing = check_continuing_job(
-                out_dir, job_config, list(allow_change or [])
-            )
+            complete, continuing = check_continuing_job(out_dir, job_config, allow_change)
         else:
-            complete = lifecycle.check_job(out_dir, job_config, list(allow_change or []))
+            complete = lifecycle.check_job(out_dir, job_config, allow_change)
         if job is None:  # a direct torchrun: no `shardrec train` checked the job against its data
             check_rank_job(job_config)
         if complete is not None:
             if is_main:
                 print(complete, file=sys.stderr)
-            return
+            return None
         notice = None if continuing else lifecycle.resume_notice(out_dir, job_config)
         if notice and is_main and launcher_directory() is None:  # `shardrec train` said it already
             print(notice, file=sys.stderr)
@@ -84,19 +101,26 @@ def rank_main(
         # (a launcher's resolved job file is no file the user wrote).
         line = job_config.located(str(e)) if job is None and job_config is not None else str(e)
         exit_refused(line, is_main)
+    return job_config, continuing, env
+
+
+def _train(
+    job_config: JobConfig, env: DistEnv, out_dir: Path, stop: StopRequest, continuing: bool
+) -> dict:
+    """Train the job in the joined group and return its summary; a failure exits the way the
+    launcher reads it (a refusal's one line, a lost peer, a bug's traceback)."""
+    from shardrec.trainer.distributed.dist import RankMissing, shutdown
+    from shardrec.trainer.distributed.launch import launcher_job_id
+    from shardrec.trainer.loop.steps import NonFiniteLossError
+    from shardrec.trainer.loop.train_job import build_job
+    from shardrec.trainer.loop.train_loop import run_job
+    from shardrec.trainer.rundir.lock import acquire_run_lock
+
     try:
         # Held by rank 0 until this process ends, however it ends (see trainer.rundir.lock).
         lock = acquire_run_lock(out_dir, launcher_job_id()) if env.is_main else None  # noqa: F841
-        summary = run_job(
-            build_job(
-                job_config,
-                env,
-                out_dir,
-                job_config.sharding.plan or None,
-                stop,
-                continuing=continuing,
-            )
-        )
+        plan = job_config.sharding.plan or None
+        return run_job(build_job(job_config, env, out_dir, plan, stop, continuing=continuing))
     except (ValueError, NonFiniteLossError) as e:  # the launcher shows it as the one line
         exit_refused(str(e), env.is_main)
     except RankMissing as e:
@@ -113,10 +137,6 @@ def rank_main(
         if env.device.type == "cuda":
             exit_after_cuda_failure()
         raise
-    if "stopped" in summary and env.is_main and launcher_directory() is None:
-        # Under `shardrec train` the launcher says this line; under a plain torchrun, rank 0 does.
-        print(run_state.stopped_message(summary["steps"]), file=sys.stderr)
-    exit_cleanly()
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ import pytest
 from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
-from shardrec.tools.bench.train.quality_bench import MANAGED, run_name
+from shardrec.tools.bench.train.quality_arms import MANAGED, run_name
 from shardrec.tools.cli.app import app
 
 

@@ -57,7 +57,7 @@ def test_bench_loader_reports_rates_and_ratios_against_same_run_baselines(tmp_pa
     assert text.exit_code == 0, text.output
     assert "shardrec vs torchrec shuffle: too small to measure (20,000 rows fit" in text.stdout
     bad = CliRunner().invoke(app, ["bench", "loader", "--parts", "0"])
-    assert_one_line_error(bad, re.escape("--parts must be in [1, --rows], got 0"))
+    assert_one_line_error(bad, re.escape("--parts 0: must be >= 1"))
 
 
 @pytest.mark.slow
@@ -113,11 +113,19 @@ def test_bench_loader_multihot_reports_samples_per_rank_against_the_one_hot_load
             ["--rows", "100", "--global-batch", "1024"],
             "--rows 100: must be >= 2 x --global-batch (2,048)",
         ),
+        (["--parts", "0"], "--parts 0: must be >= 1"),
+        (["--rows", "20000", "--parts", "30000"], "--parts 30000: must be <= --rows (20,000)"),
+        (["--part-rows", "100"], "--part-rows 100: must be >= --global-batch (8,192)"),
+        (["--part-rows", "-3"], "--part-rows -3: must be >= 0 (0: off)"),
+        (["--part-rows", "100000", "--parts", "0"], "--parts 0: must be >= 1"),
+        (["--part-rows", "100000", "--parts", "-2"], "--parts -2: must be >= 1"),
     ],
 )
-def test_bench_loader_names_the_one_bad_option(args: list[str], error: str) -> None:
-    result = CliRunner().invoke(app, ["bench", "loader", *args])
+def test_bench_loader_names_the_one_bad_option(args: list[str], error: str, tmp_path: Path) -> None:
+    command = ["bench", "loader", "--work-dir", str(tmp_path), *args]
+    result = CliRunner().invoke(app, command)
     assert_one_line_error(result, rf"^error: {re.escape(error)}$")
+    assert list(tmp_path.iterdir()) == []  # nothing written
 
 
 def test_bench_loader_says_a_work_dir_that_does_not_exist_does_not_exist(tmp_path: Path) -> None:

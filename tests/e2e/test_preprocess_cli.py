@@ -18,6 +18,7 @@ from shardrec.dataloader.format.part_file import open_split
 from shardrec.tools.cli.app import app
 from shardrec.tools.preprocess.ids.id_maps import hash_ids
 from shardrec.tools.preprocess.parse.criteo_text import transform_dense
+from shardrec.tools.preprocess.settings import PreprocessConfig
 from shardrec.tools.synth.criteo import write_dataset
 
 runner = CliRunner()
@@ -318,3 +319,30 @@ def test_custom_schema_float16_and_per_feature_max_ids(tmp_path: Path):
     assert (part.sparse["C3"] == 0).all()  # always missing
     bad = cli("preprocess", path, "--out", tmp_path / "bad", "--max-ids", "10,20", ok=False)
     assert_one_line_error(bad, re.escape("give 1 or one per sparse feature (26)"))
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--workers", "0"], "--workers 0: must be >= 1"),
+        (["--chunk-mb", "0"], "--chunk-mb 0: must be > 0"),
+        (["--workers", "2", "--chunk-mb", "-0.5"], "--chunk-mb -0.5: must be > 0"),
+        (["--vocab-memory-mb", "0"], "--vocab-memory-mb 0: must be > 0"),
+        (["--max-skipped-fraction", "2"], "--max-skipped-fraction 2: must be in [0, 1]"),
+    ],
+)
+def test_a_bad_amount_is_named_by_its_flag_before_any_input_is_read(
+    kaggle: Path, tmp_path: Path, args: list[str], error: str
+):
+    res = cli("preprocess", kaggle, "--out", tmp_path / "data", *args, ok=False)
+    assert_one_line_error(res, rf"^error: {re.escape(error)}$")
+    assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "error"),
+    [("workers", 0, "workers 0: must be >= 1"), ("chunk_mb", 0.0, "chunk_mb 0: must be > 0")],
+)
+def test_the_settings_name_the_one_bad_key(tmp_path: Path, key: str, value: float, error: str):
+    with pytest.raises(ValueError, match=rf"^{re.escape(error)}$"):
+        PreprocessConfig(inputs=[], out=tmp_path / "data", **{key: value})

@@ -1,6 +1,7 @@
 """Ctrl-C during `shardrec bench preprocess` (README, Failures and trust: Benchmarks): whichever
 step it lands in (generating the file, the child preprocess, the polars pipeline), the benchmark
-ends with one line and exit code 130, no child's error, and its temporary folder removed."""
+ends with one line and exit code 130, no child's error, and its temporary folder removed. A kill
+(SIGTERM) of the benchmark alone ends it and its children the same way, exit code 143."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -79,3 +81,63 @@ def test_a_benchmark_started_with_sigint_ignored_keeps_ignoring_it(tmp_path: Pat
     finally:
         os.killpg(job.pid, signal.SIGKILL)
         job.wait(timeout=60)
+
+
+def _session(sid: int) -> list[str]:
+    """The command lines of the processes of session `sid` still running (zombies left out)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except OSError:  # ended meanwhile
+            continue
+        state, _, _, session = text.rsplit(")", 1)[1].split()[:4]
+        if int(session) == sid and state != "Z":
+            found.append(cmdline.replace(b"\0", b" ").decode(errors="replace"))
+    return found
+
+
+@pytest.mark.parametrize(
+    "step",
+    ["generating", "timing shardrec preprocess", "timing the polars pipeline (1 thread(s))"],
+    ids=["generating", "child-preprocess", "polars"],
+)
+def test_a_kill_of_the_benchmark_alone_ends_its_children_in_one_line(
+    step: str, tmp_path: Path
+) -> None:
+    # A script's `shardrec bench preprocess &` ignores Ctrl-C and is stopped by `kill PID`: the
+    # signal reaches the benchmark alone, not its child runs.
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    job = _start(tmp, ignored=True)
+    try:
+        lines = []
+        for line in job.stderr:
+            lines.append(line.rstrip("\n"))
+            if line.startswith(step):
+                break
+        else:
+            raise AssertionError(f"never reached {step!r}: " + "\n".join(lines[-40:]))
+        deadline = time.monotonic() + 30
+        while step != "generating" and len(_session(job.pid)) < 2:  # its child runs
+            assert time.monotonic() < deadline, "no child started: " + "\n".join(lines[-40:])
+            time.sleep(0.05)
+        os.kill(job.pid, signal.SIGTERM)
+        lines += job.stderr.read().splitlines()
+        job.wait(timeout=60)
+        time.sleep(0.2)  # what the benchmark signalled last has had time to go
+        assert _session(job.pid) == [], "its children survive the kill"
+    finally:
+        for pid in [int(p.parent.name) for p in Path("/proc").glob("[0-9]*/stat")]:
+            try:
+                if os.getsid(pid) == job.pid:
+                    os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        job.wait(timeout=60)
+    lines = [line for line in lines if line.strip()]
+    assert job.returncode == 143, "\n".join(lines[-40:])
+    assert lines[-1] == "interrupted: nothing measured", "\n".join(lines[-40:])
+    assert all(line.startswith(("generating ", "timing ")) for line in lines[:-1]), lines
+    assert list(tmp.iterdir()) == [], "its temporary folder is left"

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from shardrec.tools.bench.train.quality_bench import QualityData, print_quality, summarise
+from shardrec.tools.bench.train.quality_arms import QualityData
+from shardrec.tools.bench.train.quality_report import print_quality, summarise
 
 
 def _runs(aucs: dict[str, list[float]], seeds: list[int]) -> dict:

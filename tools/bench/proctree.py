@@ -19,6 +19,7 @@ benchmark, lasting seconds to minutes, are not.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import signal
@@ -30,6 +31,8 @@ from pathlib import Path
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 PSS_CPU_SHARE = 0.05
 """The most of one core the sampler spends reading smaps_rollup."""
+END_GRACE_S = 5.0
+"""How long a child stopped by Ctrl-C is given to end on it before it is killed."""
 
 
 def _children(pid: int) -> list[int]:
@@ -56,29 +59,62 @@ def tree_memory_bytes(pid: int, pss: bool = True) -> tuple[int, int]:
     """(RSS, PSS) in bytes of pid and every descendant, summed, right now ((0, 0) once it has
     exited); PSS is 0 unless `pss` (it costs far more to read)."""
     rss = total_pss = 0
-    todo, seen = [pid], set()
-    while todo:
-        p = todo.pop()
-        if p in seen:
-            continue
-        seen.add(p)
+    for p in _tree(pid):
         try:
             rss += int(Path(f"/proc/{p}/statm").read_text().split()[1]) * _PAGE
         except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
             continue
         if pss:
             total_pss += _pss_bytes(p)
-        todo.extend(_children(p))
     return rss, total_pss
 
 
-def _end(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
-    """Wait for a child that got the terminal's Ctrl-C too; kill it where it did not end."""
+def _tree(pid: int) -> list[int]:
+    """pid and every descendant of it, right now (pid first)."""
+    todo, seen = [pid], []
+    while todo:
+        p = todo.pop()
+        if p not in seen:
+            seen.append(p)
+            todo.extend(_children(p))
+    return seen
+
+
+def _running(pid: int) -> bool:
+    """Whether pid is a process that has not exited (an exited child not yet waited for has)."""
     try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+def _signal(pids: list[int], signum: int) -> None:
+    for p in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(p, signum)
+
+
+def _end(started: list[int], proc: subprocess.Popen | None, ctrl_c: bool) -> None:
+    """End the children of a stopped run (`started`: `proc`'s pid, or, where the stop came while
+    Popen started it, the children that appeared since), with every process of their trees.
+
+    ctrl_c: the terminal's Ctrl-C stopped it, which reached the children too (one process group):
+    they are given END_GRACE_S to stop on it. Any other stop (a SIGTERM of this process alone, an
+    error here) reached none: their trees are sent SIGTERM first. What is left then is killed;
+    the trees are listed before, since a child's workers are not its once it is gone."""
+    tree = [p for pid in started for p in _tree(pid)]
+    if not ctrl_c:
+        _signal(tree, signal.SIGTERM)
+    deadline = time.monotonic() + END_GRACE_S
+    while any(_running(p) for p in started) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    _signal(tree, signal.SIGKILL)  # an exited child's pid stays its own until it is waited for
+    for pid in started:
+        if proc is not None and pid == proc.pid:
+            proc.wait()
+        else:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
 
 
 def interrupted_by_ctrl_c(returncode: int, stderr: str) -> bool:
@@ -93,31 +129,39 @@ def run_measured(cmd: list[str], env: dict[str, str] | None = None, interval: fl
     that were waited for (pool workers)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    others = set(_children(os.getpid()))
+    proc: subprocess.Popen | None = None
     peak, done = [0, 0], threading.Event()
 
-    def sample() -> None:
+    def sample(pid: int) -> None:
         next_pss = 0.0
         while not done.is_set():
             now, cpu = time.perf_counter(), time.thread_time()
             read_pss = now >= next_pss
-            rss, pss = tree_memory_bytes(proc.pid, pss=read_pss)
+            rss, pss = tree_memory_bytes(pid, pss=read_pss)
             if read_pss:
                 next_pss = now + (time.thread_time() - cpu) / PSS_CPU_SHARE
             peak[0], peak[1] = max(peak[0], rss), max(peak[1], pss)
             done.wait(interval)
 
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
+    sampler = None
     try:
+        proc = subprocess.Popen(
+            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        sampler = threading.Thread(target=sample, args=(proc.pid,), daemon=True)
+        sampler.start()
         stdout, stderr = proc.communicate()
-    except BaseException:
-        # Ctrl-C: the child is gone before the caller removes the folders it writes into.
-        _end(proc)
+    except BaseException as e:
+        # The child is gone before the caller removes the folders it writes into. Only a plain
+        # KeyboardInterrupt is the terminal's Ctrl-C (a SIGTERM raises a subclass of it).
+        started = [proc.pid] if proc else sorted(set(_children(os.getpid())) - others)
+        _end(started, proc, ctrl_c=type(e) is KeyboardInterrupt)
         raise
     finally:
         done.set()
-        sampler.join()
+        if sampler is not None:
+            sampler.join()
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)

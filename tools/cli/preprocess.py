@@ -125,6 +125,20 @@ def _spec(ctx: typer.Context, path: Path | None) -> FeatureSpec | None:
         fail(str(e))
 
 
+def _check_amounts(
+    workers: int, chunk_mb: float, vocab_memory_mb: float, max_skipped_fraction: float
+) -> None:
+    """One line naming the first bad amount by its flag, before any input is read."""
+    if workers < 1:
+        fail(f"--workers {workers}: must be >= 1")
+    if chunk_mb <= 0:
+        fail(f"--chunk-mb {chunk_mb:g}: must be > 0")
+    if vocab_memory_mb <= 0:
+        fail(f"--vocab-memory-mb {vocab_memory_mb:g}: must be > 0")
+    if not 0 <= max_skipped_fraction <= 1:
+        fail(f"--max-skipped-fraction {max_skipped_fraction:g}: must be in [0, 1]")
+
+
 def preprocess(
     ctx: typer.Context,
     inputs: Annotated[list[Path], typer.Argument(help=_help("inputs"))],
@@ -190,6 +204,7 @@ def preprocess(
     if events is not None:
         _preprocess_events(ctx, inputs, out, events, json_out)
         return
+    _check_amounts(workers, chunk_mb, vocab_memory_mb, max_skipped_fraction)
     feature_spec = _spec(ctx, spec)
     try:
         schema = Schema(

@@ -106,10 +106,10 @@ class PreprocessConfig:
             raise ValueError(f"max_ids {self.max_ids} must all be >= 2 (id 0 is the missing value)")
         if self.vocab_memory_mb <= 0:
             raise ValueError(f"vocab_memory_mb {self.vocab_memory_mb} must be positive")
-        if self.workers < 1 or self.chunk_mb <= 0:
-            raise ValueError(
-                f"workers={self.workers} and chunk_mb={self.chunk_mb} must be positive"
-            )
+        if self.workers < 1:
+            raise ValueError(f"workers {self.workers}: must be >= 1")
+        if self.chunk_mb <= 0:
+            raise ValueError(f"chunk_mb {self.chunk_mb:g}: must be > 0")
         if not 0 <= self.max_skipped_fraction <= 1:
             raise ValueError(f"max_skipped_fraction {self.max_skipped_fraction} must be in [0, 1]")
         sequences = [c for c in (self.spec.sparse if self.spec else []) if c.role == "sequence"]

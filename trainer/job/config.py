@@ -17,9 +17,6 @@ from pathlib import Path
 from typing import Any, ClassVar, get_origin, get_type_hints
 
 from shardrec.embeddings.managed.table_kinds import TableSettings
-
-# trainer.rundir and trainer.loop import SEED_UNSET (and sections) from here, as before the split.
-from shardrec.trainer.job.sections import SEED_UNSET as SEED_UNSET
 from shardrec.trainer.job.sections import (
     CheckpointConfig,
     DataConfig,

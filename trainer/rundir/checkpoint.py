@@ -48,7 +48,7 @@ from torch.serialization import default_restore_location
 from shardrec.dataloader.util.files import atomic_open, fsync_dir
 from shardrec.trainer.distributed import faults
 from shardrec.trainer.distributed.dist import DistEnv, monitored_barrier
-from shardrec.trainer.job.config import ModelConfig, OptimConfig
+from shardrec.trainer.job.sections import ModelConfig, OptimConfig
 from shardrec.trainer.rundir import names
 from shardrec.trainer.rundir.checkpoint_failure import (
     checkpoint_bytes,

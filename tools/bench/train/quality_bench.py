@@ -17,13 +17,13 @@ through the job builder and the continuation checks `shardrec train` uses), whos
 validation is recorded in the run's stretches.json. Headline: the mean PV AUC of days 1.. per
 run; per arm, its mean over seeds and spread (max - min). Also: hashing's collision rate (the
 share of a day's lookups whose row holds another id seen that day, and seen any day so far) and
-managed's share of lookups on the shared row, admissions and evictions per day.
+managed's share of lookups on the shared row, admissions and evictions per day. The arms' tables
+and jobs: quality_arms.py; what the report says of its goals: quality_report.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import shutil
 import tempfile
@@ -32,7 +32,16 @@ from typing import Any
 
 import numpy as np
 
-from shardrec.tools.console import console
+from shardrec.tools.bench.train.quality_arms import (
+    ARMS,
+    BUDGET_SHARE,
+    MANAGED,
+    QualityData,
+    arm_tables,
+    job_config,
+    run_name,
+)
+from shardrec.tools.bench.train.quality_report import summarise
 
 MIN_DISTINCT = 1000
 MIN_ROWS_PER_DAY = 1500
@@ -40,21 +49,6 @@ MIN_ROWS_PER_DAY = 1500
 MIN_DISTINCT ids: at 1,000 rows its largest has 879, so no table keeps raw ids and the three arms
 are one static model."""
 STATIC_FACTOR = 4
-BUDGET_SHARE = 0.25
-ARMS = ("managed", "hashed", "unbounded")
-GOAL_VS_UNBOUNDED = 0.002
-MIN_SEEDS_FOR_SPREAD = 2
-"""Seeds a spread needs: with one, every arm's spread is 0 and "above the spread" says nothing."""
-MANAGED = 'policy="lfu"'
-"""The managed arm's settings beside its kind and rows (`--managed`): TOML inline-table items."""
-
-
-@dataclasses.dataclass(frozen=True)
-class QualityData:
-    days: list[str]
-    """The preprocessed days, in order."""
-    raw: dict[str, int]
-    """Raw-id table -> its distinct ids over every day."""
 
 
 def prepare(work: Path, days: int, rows_per_day: int, seed: int, max_vocab: int) -> QualityData:
@@ -90,43 +84,6 @@ def prepare(work: Path, days: int, rows_per_day: int, seed: int, max_vocab: int)
             )
         out.append(str(day))
     return QualityData(out, raw)
-
-
-def arm_tables(arm: str, raw: dict[str, int], managed: str = MANAGED) -> list[str]:
-    """The --set items of an arm's raw-id tables (`managed`: the managed arm's other settings)."""
-    items = []
-    for name, distinct in raw.items():
-        budget = max(1, int(distinct * BUDGET_SHARE))
-        if arm == "managed":
-            table = f'{{kind="managed", rows={budget}{", " if managed else ""}{managed}}}'
-        elif arm == "hashed":
-            table = f'{{kind="hashed", rows={budget}}}'
-        else:
-            table = f'{{kind="unbounded", rows={distinct}}}'
-        items.append(f"tables.{name}={table}")
-    return items
-
-
-def job_config(
-    data: str, arm: str, raw: dict[str, int], seed: int, batch: int, managed: str = MANAGED
-):
-    from shardrec.trainer.job.config import load_job_config
-
-    return load_job_config(
-        None,
-        [
-            f'data.path="{data}"',
-            "data.eval_splits=[]",
-            'train.device="cpu"',
-            f"train.global_batch_size={batch}",
-            f"train.seed={seed}",
-            "train.log_interval=1000",
-            "model.embedding_dim=16",
-            "model.dense_arch=[64, 16]",
-            "model.over_arch=[64, 32, 1]",
-            *arm_tables(arm, raw, managed),
-        ],
-    )
 
 
 def rank_main(spec_file: str, out: str) -> None:
@@ -196,14 +153,6 @@ def finished_run(run_dir: Path, days: list[str], last: Any) -> bool:
     except ValueError:  # other settings or data: not this job's run
         return False
     return done is not None
-
-
-def run_name(arm: str, seed: int, managed: str) -> str:
-    """A run's directory under --work: the managed arm's names its settings' digest, so that a
-    rerun with other `--managed` settings trains anew instead of reusing the earlier runs."""
-    if arm != "managed":
-        return f"{arm}-seed{seed}"
-    return f"{arm}-{hashlib.sha256(managed.encode()).hexdigest()[:8]}-seed{seed}"
 
 
 def check_managed(managed: str) -> None:
@@ -286,113 +235,6 @@ def run_quality(
         runs = json.loads(out.read_text())
         collisions = hashed_collisions(data.days, data.raw)
     return summarise(runs, collisions, data, rows_per_day, seeds, nproc, settings=managed)
-
-
-def summarise(
-    runs, collisions, data: QualityData, rows_per_day: int, seeds, nproc, settings: str = MANAGED
-) -> dict:
-    per_run = {name: [s["pv"]["auc"] for s in stretches[1:]] for name, stretches in runs.items()}
-    arms = {}
-    for arm in ARMS:
-        means = [float(np.mean(per_run[f"{arm}-seed{s}"])) for s in seeds]
-        arms[arm] = {
-            "mean_pv_auc": round(float(np.mean(means)), 5),
-            "spread": round(max(means) - min(means), 5),
-            "per_seed": [round(m, 5) for m in means],
-            "per_day": [
-                round(float(np.mean([per_run[f"{arm}-seed{s}"][d] for s in seeds])), 5)
-                for d in range(len(data.days) - 1)
-            ],
-        }
-    managed = [runs[f"managed-seed{s}"] for s in seeds]
-    maps = [
-        {
-            k: float(np.mean([m[d]["id_maps"].get(k, 0) for m in managed]))
-            for k in ("shared_row_share", "admitted", "evicted")
-        }
-        for d in range(len(data.days))
-    ]
-    spread = max(a["spread"] for a in arms.values())
-    spread_measured = len(seeds) >= MIN_SEEDS_FOR_SPREAD
-    vs_hashed = arms["managed"]["mean_pv_auc"] - arms["hashed"]["mean_pv_auc"]
-    vs_unbounded = arms["unbounded"]["mean_pv_auc"] - arms["managed"]["mean_pv_auc"]
-    return {
-        "days": len(data.days),
-        "rows_per_day": rows_per_day,
-        "seeds": seeds,
-        "ranks": nproc,
-        "raw_tables": data.raw,
-        "managed_settings": settings,
-        "arms": arms,
-        "managed_minus_hashed": round(vs_hashed, 5),
-        "unbounded_minus_managed": round(vs_unbounded, 5),
-        "largest_spread": round(spread, 5),
-        # None: not measured (one seed has no spread to beat); print_quality says why.
-        "managed_beats_hashed": vs_hashed > spread if spread_measured else None,
-        # None: not decided (the goal lies within the spread of the gap); see near_unbounded.
-        "managed_near_unbounded": near_unbounded(vs_unbounded, spread, spread_measured),
-        "near_unbounded_judged": "spread" if spread_measured else "one seed",
-        "hashed_collisions": collisions,
-        "managed_maps_per_day": maps,
-    }
-
-
-def near_unbounded(gap: float, spread: float, spread_measured: bool) -> bool | None:
-    """Whether unbounded - managed (`gap`, of the arms' means) is within GOAL_VS_UNBOUNDED, judged
-    as managed - hashed is, against the run-to-run spread: met where the gap plus the largest
-    spread is within the goal, NOT met where the gap less it is still above, None (not decided)
-    where the goal lies within the spread of the gap. One seed has no spread: the gap alone."""
-    if not spread_measured:
-        return gap <= GOAL_VS_UNBOUNDED
-    if gap + spread <= GOAL_VS_UNBOUNDED:
-        return True
-    return False if gap - spread > GOAL_VS_UNBOUNDED else None
-
-
-def _near_unbounded_text(result: dict[str, Any]) -> str:
-    """The goal's verdict and how it was judged: against the spread, or on one seed."""
-    near, spread = result["managed_near_unbounded"], f"{result['largest_spread']:.4f}"
-    if result["near_unbounded_judged"] == "one seed":
-        return f"{'met' if near else 'NOT met'} on one seed, no spread to judge it against"
-    if near is None:
-        return f"not decided, the goal is within the largest spread, {spread}, of the gap"
-    if near:
-        return f"met, with the largest spread, {spread}, added"
-    return f"NOT met, with the largest spread, {spread}, taken off"
-
-
-def print_quality(result: dict[str, Any]) -> None:
-    raw = result["raw_tables"]
-    console.print(
-        f"{result['days']} days x {result['rows_per_day']:,} rows of a drifting log; "
-        f"{len(raw)} raw-id tables ({min(raw.values()):,}-{max(raw.values()):,} distinct ids), "
-        f"budget 1/4 of them; {result['ranks']} ranks; model seeds {result['seeds']}; "
-        "PV: each day evaluated before training on it"
-    )
-    console.print(f"managed: {result['managed_settings'] or 'the defaults'}")
-    for arm, a in result["arms"].items():
-        days = " ".join(f"{x:.4f}" for x in a["per_day"])
-        console.print(
-            f"  {arm:10s} mean PV AUC {a['mean_pv_auc']:.4f} (spread {a['spread']:.4f}); "
-            f"by day: {days}"
-        )
-    beats = result["managed_beats_hashed"]
-    if beats is None:
-        vs_spread = f"not measured (needs >= {MIN_SEEDS_FOR_SPREAD} seeds)"
-    else:
-        vs_spread = f"{result['largest_spread']:.4f}: {'met' if beats else 'NOT met'}"
-    console.print(
-        f"managed - hashed: {result['managed_minus_hashed']:+.4f} (goal: above the largest spread"
-        f"{': ' if beats is None else ', '}{vs_spread}); "
-        f"unbounded - managed: {result['unbounded_minus_managed']:+.4f} (goal <= "
-        f"{GOAL_VS_UNBOUNDED}: {_near_unbounded_text(result)})"
-    )
-    same = " ".join(f"{c['same_day']:.1%}" for c in result["hashed_collisions"])
-    ever = " ".join(f"{c['any_day_so_far']:.1%}" for c in result["hashed_collisions"])
-    console.print(f"hashing's collisions by day: with an id of the same day {same}; "
-                  f"with an id of any day so far {ever}")  # fmt: skip
-    shared = " ".join(f"{m['shared_row_share']:.1%}" for m in result["managed_maps_per_day"])
-    console.print(f"managed: lookups on the shared row by day {shared}")
 
 
 if __name__ == "__main__":

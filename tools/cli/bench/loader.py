@@ -83,20 +83,8 @@ def loader(
 ) -> None:
     """Loader rows/s as torchrec Batches on one thread, vs the memcpy roofline and torchrec's
     pipe."""
-    at_least("--global-batch", global_batch, 1)
-    at_least("--rounds", rounds, 1)
-    at_least("--max-batches", max_batches, 0, "0: sized by the warm-up")
-    if rows < 2 * global_batch:
-        fail(f"--rows {rows}: must be >= 2 x --global-batch ({2 * global_batch:,})")
-    if work_dir is not None and not work_dir.exists():
-        fail(f"--work-dir {work_dir}: does not exist")
-    if work_dir is not None and not work_dir.is_dir():
-        fail(f"--work-dir {work_dir}: not a directory")
+    _check_options(rows, global_batch, rounds, max_batches, work_dir, parts, part_rows)
     if part_rows:
-        if part_rows < global_batch or parts < 1:
-            fail(
-                f"--part-rows must be at least --global-batch and --parts positive, got {part_rows}, {parts}"
-            )
         result = loader_parts.run_parts_bench(
             part_rows,
             parts,
@@ -107,8 +95,6 @@ def loader(
         )
         show(result, json_out, loader_parts.print_result)
         return
-    if not 1 <= parts <= rows:
-        fail(f"--parts must be in [1, --rows], got {parts}")
     if multihot:
         try:
             sizes = [int(v) for v in table_rows.split(",")]
@@ -125,6 +111,33 @@ def loader(
         return
     result = bench_loader.run_bench(rows, global_batch, rounds, max_batches, work_dir, parts)
     show(result, json_out, bench_loader.print_result)
+
+
+def _check_options(
+    rows: int,
+    global_batch: int,
+    rounds: int,
+    max_batches: int,
+    work_dir: Path | None,
+    parts: int,
+    part_rows: int,
+) -> None:
+    """One line naming the first bad option, before any data is written."""
+    at_least("--global-batch", global_batch, 1)
+    at_least("--rounds", rounds, 1)
+    at_least("--max-batches", max_batches, 0, "0: sized by the warm-up")
+    if rows < 2 * global_batch:
+        fail(f"--rows {rows}: must be >= 2 x --global-batch ({2 * global_batch:,})")
+    if work_dir is not None and not work_dir.exists():
+        fail(f"--work-dir {work_dir}: does not exist")
+    if work_dir is not None and not work_dir.is_dir():
+        fail(f"--work-dir {work_dir}: not a directory")
+    at_least("--part-rows", part_rows, 0, "0: off")
+    if 0 < part_rows < global_batch:
+        fail(f"--part-rows {part_rows}: must be >= --global-batch ({global_batch:,})")
+    at_least("--parts", parts, 1)
+    if not part_rows and parts > rows:  # each part holds rows of --rows
+        fail(f"--parts {parts}: must be <= --rows ({rows:,})")
 
 
 def register(bench_app: typer.Typer) -> None:

@@ -11,7 +11,7 @@ import typer
 
 from shardrec.tools.bench.preprocess import preprocess_bench as bench_preprocess
 from shardrec.tools.cli.bench.options import JsonFlag, at_least, positive, refuse_unused, show
-from shardrec.tools.cli.common import fail, interrupted
+from shardrec.tools.cli.common import fail, interrupted, sigterm_as_ctrl_c
 from shardrec.tools.console import console
 
 LIKES = ("criteo", "movielens", "avazu")
@@ -65,9 +65,10 @@ def preprocess(
     threads), same file."""
     _check_options(ctx, size_gb, workers, chunk_mb, rounds, like, gzip, parquet)
     try:
-        _preprocess_bench(
-            size_gb, workers, chunk_mb, work_dir, like, gzip, parquet, rounds, json_out
-        )
+        with sigterm_as_ctrl_c():  # a kill ends its child runs too (proctree.py), as Ctrl-C does
+            _preprocess_bench(
+                size_gb, workers, chunk_mb, work_dir, like, gzip, parquet, rounds, json_out
+            )
     except KeyboardInterrupt:  # its temporary folder is removed on the way out
         interrupted("nothing measured")
 

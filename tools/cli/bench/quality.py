@@ -58,9 +58,9 @@ def quality(
     from shardrec.tools.bench.train.quality_bench import (
         MIN_DISTINCT,
         MIN_ROWS_PER_DAY,
-        print_quality,
         run_quality,
     )
+    from shardrec.tools.bench.train.quality_report import print_quality
 
     if rows_per_day < MIN_ROWS_PER_DAY:
         fail(

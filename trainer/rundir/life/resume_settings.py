@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from shardrec.trainer.job import table_changes
-from shardrec.trainer.job.config import SEED_UNSET, TABLES, JobConfig, load_job_config
+from shardrec.trainer.job.config import TABLES, JobConfig, load_job_config
+from shardrec.trainer.job.sections import SEED_UNSET
 from shardrec.trainer.rundir import names
 
 CONTINUATION_KEYS = ("train.steps", "train.epochs")

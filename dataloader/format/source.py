@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shardrec.dataloader.format import torchrec_npy as npy
-from shardrec.dataloader.format.manifest import MANIFEST, DatasetError, Manifest, split_fingerprint
+from shardrec.dataloader.format.fingerprints import split_fingerprint
+from shardrec.dataloader.format.manifest import MANIFEST, DatasetError, Manifest
 from shardrec.dataloader.format.part_cache import PartSet, part_rows
 from shardrec.dataloader.format.part_file import Part
 

@@ -12,11 +12,8 @@ import pytest
 from conftest import write_tiny_dataset
 from helpers import assert_one_line_error, cli, write_old_layout
 
-from shardrec.dataloader.format.manifest import (
-    Manifest,
-    dataset_fingerprint,
-    split_fingerprint,
-)
+from shardrec.dataloader.format.fingerprints import dataset_fingerprint, split_fingerprint
+from shardrec.dataloader.format.manifest import Manifest
 from shardrec.tools.preprocess.derived import dataset_upgrade
 from shardrec.tools.preprocess.derived.old_layout import (
     load_old,

@@ -15,7 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 from helpers import EVENT_SPEC
 
-from shardrec.dataloader.format.manifest import Manifest, dataset_fingerprint, older_fingerprints
+from shardrec.dataloader.format.fingerprints import dataset_fingerprint, older_fingerprints
+from shardrec.dataloader.format.manifest import Manifest
 from shardrec.dataloader.spec.event_spec import load_event_spec
 from shardrec.tools.preprocess.events.event_dataset import build_event_dataset
 from shardrec.tools.synth.yambda import write_yambda_like
@@ -295,7 +296,7 @@ def test_the_fingerprints_event_keys_are_the_ones_that_decide_samples(tmp_path):
     # manifest.py cannot import the spec (dataloader/format sits below dataloader/spec), so it
     # names the spec's sample keys itself: a key added to EventSpec.sample_settings and not there
     # would let data of another spec resume a run.
-    from shardrec.dataloader.format.manifest import EVENT_SAMPLE_KEYS
+    from shardrec.dataloader.format.fingerprints import EVENT_SAMPLE_KEYS
 
     spec_file = tmp_path / "spec.toml"
     spec_file.write_text(EVENT_SPEC)

@@ -16,7 +16,8 @@ import pytest
 from conftest import write_tiny_dataset
 from helpers import cli
 
-from shardrec.dataloader.format.manifest import Manifest, dataset_fingerprint
+from shardrec.dataloader.format.fingerprints import dataset_fingerprint
+from shardrec.dataloader.format.manifest import Manifest
 from shardrec.trainer.job.config import JobConfig, load_job_config
 from shardrec.trainer.rundir.life.lifecycle import (
     check_job,

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shardrec.dataloader.format.manifest import Manifest, dataset_fingerprint
+from shardrec.dataloader.format.fingerprints import dataset_fingerprint
+from shardrec.dataloader.format.manifest import Manifest
 from shardrec.sharding.plan.plan_file import load_plan
 from shardrec.trainer.distributed.devices import (
     check_ranks_fit,

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from shardrec.dataloader.format.manifest import dataset_fingerprint, older_fingerprints
+from shardrec.dataloader.format.fingerprints import dataset_fingerprint, older_fingerprints
 from shardrec.dataloader.loader import NO_SHUFFLE, BatchLoader, build_loader
 from shardrec.embeddings.dims import job_tables
 from shardrec.embeddings.sparse_optimizers import sparse_optimizer

@@ -30,7 +30,8 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import TensorProperties, TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
 
-from shardrec.dataloader.format.manifest import Manifest, dataset_fingerprint, older_fingerprints
+from shardrec.dataloader.format.fingerprints import dataset_fingerprint, older_fingerprints
+from shardrec.dataloader.format.manifest import Manifest
 from shardrec.dataloader.util.files import WriteError, atomic_open, write_error
 from shardrec.embeddings.dims import job_tables, table_specs
 from shardrec.sharding.machine.hardware import available_memory_bytes

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from shardrec.dataloader.format.manifest import dataset_fingerprint, older_fingerprints
+from shardrec.dataloader.format.fingerprints import dataset_fingerprint, older_fingerprints
 from shardrec.dataloader.loader import NO_SHUFFLE, build_loader
 from shardrec.trainer.job import data_options
 from shardrec.trainer.loop.progress import TrainReporter

@@ -17,7 +17,8 @@ import torch
 import torch.distributed as dist
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
-from shardrec.dataloader.format.manifest import Manifest, dataset_fingerprint, older_fingerprints
+from shardrec.dataloader.format.fingerprints import dataset_fingerprint, older_fingerprints
+from shardrec.dataloader.format.manifest import Manifest
 from shardrec.dataloader.loader import NO_SHUFFLE, BatchLoader, ShuffleSpec, build_loader
 from shardrec.dataloader.util.files import atomic_write_bytes
 from shardrec.embeddings.dims import job_tables

@@ -138,7 +138,8 @@ def rank_main(spec_file: str, out: str) -> None:
 def finished_run(run_dir: Path, days: list[str], last: Any) -> bool:
     """Whether an earlier invocation left `run_dir` trained on every one of `days`, in order and as
     they are now, with the job of the last day (`last`, a JobConfig): its figures are read back."""
-    from shardrec.dataloader.format.manifest import Manifest, dataset_fingerprint
+    from shardrec.dataloader.format.fingerprints import dataset_fingerprint
+    from shardrec.dataloader.format.manifest import Manifest
     from shardrec.trainer.rundir.life.continuation import check_continuing_job
     from shardrec.trainer.rundir.life.stretches import read_stretches
 

@@ -10,7 +10,7 @@ interrupted at any point (Ctrl-C, a kill, a full disk) is finished by running th
 which skips the parts already written and removes what the interrupted run left.
 
 The rows are the same, so the upgraded manifest keeps the old layout's fingerprints
-(manifest.upgrade_record): runs trained on the old layout resume on the upgraded dataset, and
+(fingerprints.upgrade_record): runs trained on the old layout resume on the upgraded dataset, and
 `data digest` prints the same batches.
 """
 
@@ -24,13 +24,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from shardrec.dataloader.format.fingerprints import upgrade_record
 from shardrec.dataloader.format.manifest import (
     MANIFEST,
     PART_SUFFIX,
     SCHEMA_VERSION,
     PartInfo,
     SplitInfo,
-    upgrade_record,
 )
 from shardrec.dataloader.format.part_file import manifest_layout, open_part, write_part
 from shardrec.dataloader.util import locks

@@ -11,7 +11,7 @@ Version 2 was version 1 with list features. Reading a part here checks what the 
 layout checked (files inside the dataset, their sizes, dtypes, shapes and order, the ends of list
 offsets) and every file's SHA-256 against the manifest: the upgrade copies only bytes that are the
 ones recorded. The fingerprints of that layout are computed here as its code computed them, so an
-upgraded dataset can keep them (manifest.upgrade_record).
+upgraded dataset can keep them (fingerprints.upgrade_record).
 """
 
 from __future__ import annotations

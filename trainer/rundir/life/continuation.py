@@ -13,7 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from shardrec.dataloader.format.manifest import Manifest, dataset_fingerprint, older_fingerprints
+from shardrec.dataloader.format.fingerprints import dataset_fingerprint, older_fingerprints
+from shardrec.dataloader.format.manifest import Manifest
 from shardrec.trainer.job import table_changes
 from shardrec.trainer.job.config import JobConfig, load_job_config
 from shardrec.trainer.rundir import names

@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from shardrec.dataloader.format.manifest import Manifest, dataset_fingerprint
+from shardrec.dataloader.format.fingerprints import dataset_fingerprint
+from shardrec.dataloader.format.manifest import Manifest
 from shardrec.trainer.job import data_options, table_changes
 from shardrec.trainer.job.config import JobConfig, load_job_config
 from shardrec.trainer.rundir import names

@@ -9,12 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from shardrec.dataloader.format.manifest import (
-    Manifest,
-    SparseFeature,
-    dataset_fingerprint,
-    older_fingerprints,
-)
+from shardrec.dataloader.format.fingerprints import dataset_fingerprint, older_fingerprints
+from shardrec.dataloader.format.manifest import Manifest, SparseFeature
 from shardrec.dataloader.spec.event_spec import event_spec_from_dict
 from shardrec.trainer.rundir import names
 from shardrec.trainer.rundir.life.resume_settings import show_value
@@ -111,7 +107,7 @@ def spec_differences(record: dict[str, Any], manifest: Manifest) -> str:
 
 def recorded_data(record: dict[str, Any], manifest: Manifest) -> bool:
     """Whether `manifest` is the dataset a run recorded: its fingerprint, or a form recorded
-    before an event log's covered its files or its spec (manifest.older_fingerprints; then the
+    before an event log's covered its files or its spec (fingerprints.older_fingerprints; then the
     spec settings the record keeps, if any, must be the dataset's: a record from before them
     cannot tell, and is taken at its word, as it was then)."""
     recorded = record.get("fingerprint")

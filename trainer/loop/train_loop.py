@@ -19,12 +19,12 @@ from typing import Any
 from torchrec.datasets.utils import Batch
 
 from shardrec.dataloader.util.files import atomic_write_bytes
-from shardrec.embeddings import table_batches
 from shardrec.trainer.distributed import faults
 from shardrec.trainer.distributed.launch import STOP_CHECK_STEPS
 from shardrec.trainer.distributed.stop import StopAgreement
+from shardrec.trainer.loop.evaluation import evaluate_all, mlperf_stop
 from shardrec.trainer.loop.progress import TrainReporter
-from shardrec.trainer.loop.steps import LossWindow, StepRunner, StepStats, evaluate_batches
+from shardrec.trainer.loop.steps import LossWindow, StepRunner, StepStats
 from shardrec.trainer.loop.stretch_run import (
     begin_stretch,
     end_stretch_records,
@@ -34,113 +34,15 @@ from shardrec.trainer.loop.target import EvalSchedule, TargetTracker
 from shardrec.trainer.loop.train_job import Job, write_run_files
 from shardrec.trainer.rundir import names
 from shardrec.trainer.rundir.life import lifecycle, run_state, trained_data
-from shardrec.trainer.rundir.metrics_log import MetricsWriter, auc_text
-from shardrec.trainer.rundir.mllog import DLRMV4, progress
+from shardrec.trainer.rundir.metrics_log import MetricsWriter
+from shardrec.trainer.rundir.mllog import DLRMV4
 
 logger = logging.getLogger(__name__)
-
-
-def _evaluate_all(
-    job: Job,
-    step: int,
-    reporter: TrainReporter,
-    final: bool,
-    splits: list[str] | None = None,
-    mlperf: str = "",
-) -> dict[str, dict[str, Any]]:
-    """Evaluate `splits` (default: every evaluation split) and report each; the split `mlperf`
-    (MLPerf's scheduled evaluation of it) also goes to the MLPerf log."""
-    model = job.runner.eval_mode()
-    # Evaluation batches are no optimizer steps: fbgemm's step counters must not count them.
-    with table_batches.kept(table_batches.table_batches(job.model.fused_optimizer)):
-        return _evaluate_splits(job, model, step, reporter, final, splits, mlperf)
-
-
-def _evaluate_splits(
-    job: Job,
-    model: Any,
-    step: int,
-    reporter: TrainReporter,
-    final: bool,
-    splits: list[str] | None,
-    mlperf: str,
-) -> dict[str, dict[str, Any]]:
-    results = {}
-    epoch_num: dict[str, float] = {"epoch_num": step / len(job.train_loader)}
-    v4 = job.mllog.benchmark == DLRMV4
-    if v4:  # DLRMv4: samples trained, and epochs of the train windows' anchors
-        epoch_num = progress(
-            step * job.config.train.global_batch_size, job.train_loader.num_samples
-        )
-    if mlperf:
-        job.mllog.block(False, int(epoch_num.get("samples_count", 0)), job.train_loader.num_samples)
-        job.mllog.start("eval_start", metadata=epoch_num)
-    for split, loader in job.eval_loaders.items():
-        if splits is not None and split not in splits:
-            continue
-        start = time.perf_counter()
-        metrics = evaluate_batches(
-            model, eval_stream(job, iter(loader)), job.env.device, job.config.eval.max_batches
-        )
-        metrics["seconds"] = round(time.perf_counter() - start, 3)
-        results[split] = metrics
-        reporter.write({"kind": "eval", "split": split, "step": step, "final": final, **metrics})
-        reporter.say(
-            "step %d %s: auc %s logloss %.4f ne %.4f",
-            step,
-            split,
-            auc_text(metrics),
-            metrics["logloss"],
-            metrics["ne"],
-        )
-    if mlperf in results:
-        job.mllog.event("eval_accuracy", results[mlperf]["auc"], metadata=epoch_num)
-        job.mllog.end("eval_stop", metadata=epoch_num)
-        if v4 and not final:
-            job.mllog.block(True, int(epoch_num["samples_count"]), job.train_loader.num_samples)
-        if not job.mllog.logged_eval_samples and not v4:
-            # The reference logs it at the first evaluation only (the checker wants exactly one).
-            job.mllog.event(
-                "eval_samples", job.eval_loaders[mlperf].num_samples, metadata=epoch_num
-            )
-            job.mllog.logged_eval_samples = True
-    return results
-
-
-def _mlperf_stop(job: Job, tracker: TargetTracker) -> None:
-    """run_stop (success at the target's evaluation, else aborted) and epoch_stop, in the
-    reference's order."""
-    if not job.mllog.enabled:
-        return
-    if job.mllog.benchmark == DLRMV4:  # blocks, no epochs
-        step = tracker.reached["step"] if tracker.reached else job.progress.step
-        done = progress(step * job.config.train.global_batch_size, job.train_loader.num_samples)
-        job.mllog.block(False, int(done["samples_count"]), job.train_loader.num_samples)
-        status = "success" if tracker.reached else "aborted"
-        job.mllog.end("run_stop", metadata={"status": status, **done})
-        job.mllog.close()
-        return
-    if tracker.reached:
-        epoch_num = tracker.reached["step"] / len(job.train_loader)
-        job.mllog.end("run_stop", metadata={"status": "success", "epoch_num": epoch_num})
-        job.mllog.end("epoch_stop", metadata={"epoch_num": 0})
-    else:
-        job.mllog.end("epoch_stop", metadata={"epoch_num": 0})
-        job.mllog.end(
-            "run_stop",
-            metadata={"status": "aborted", "epoch_num": job.progress.step / len(job.train_loader)},
-        )
-    job.mllog.close()
 
 
 def _next_boundary(step: int, end: int, *intervals: int) -> int:
     candidates = [end] + [(step // k + 1) * k for k in intervals if k > 0]
     return min(c for c in candidates if c > step)
-
-
-def eval_stream(job: Job, batches: Iterator[Batch]) -> Iterator[Batch]:
-    """Evaluation batches as the model reads them: raw ids remapped by the maps, read only."""
-    return job.managed.eval_batches(batches) if job.managed is not None else batches
 
 
 def train_segment(
@@ -256,12 +158,12 @@ def _train(
                 progress.epoch += 1
             reached = None
             if schedule.due(progress.step, epoch_start) and progress.step < total:
-                results = _evaluate_all(
+                results = evaluate_all(
                     job, progress.step, reporter, False, during, mlperf=tracker.split or ""
                 )
                 reached = tracker.check(progress.step, results, seconds)
                 if reached:
-                    _mlperf_stop(job, tracker)  # MLPerf's clock stops here, before the checkpoint
+                    mlperf_stop(job, tracker)  # MLPerf's clock stops here, before the checkpoint
             if (
                 progress.step == total
                 or reached
@@ -306,9 +208,9 @@ def _final_evaluation(
         rest = [split for split in job.eval_loaders if split not in done]
         return {
             **done,
-            **(_evaluate_all(job, step, reporter, final=True, splits=rest) if rest else {}),
+            **(evaluate_all(job, step, reporter, final=True, splits=rest) if rest else {}),
         }
-    final = _evaluate_all(
+    final = evaluate_all(
         job, step, reporter, True, mlperf=(tracker.split or "") if scheduled else ""
     )
     reached = tracker.check(step, final, seconds)
@@ -423,7 +325,7 @@ def run_job(job: Job) -> dict[str, Any]:
         reporter.write({"kind": "summary", "step": job.progress.step, **summary})
         end_stretch_records(job, final, summary.get("id_maps", {}))
         if job.mllog.enabled:  # not stopped at the target during training
-            _mlperf_stop(job, tracker)
+            mlperf_stop(job, tracker)
     finally:
         reporter.close()
         job.mllog.close()

@@ -43,10 +43,10 @@ LAUNCHER_DIR_ENV = "SHARDREC_LAUNCHER_DIR"
 STOP_FILE = "stop"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 STOP_CHECK_STEPS = 10
-_early_signals: list[int] | None = None
-"""The stop signals received since `stop_requests()` began (None: outside it)."""
 """The most steps between two agreements of the ranks to stop (trainer.distributed.stop): how many
 steps a stop may take."""
+_early_signals: list[int] | None = None
+"""The stop signals received since `stop_requests()` began (None: outside it)."""
 
 
 def free_port() -> int:

@@ -54,6 +54,14 @@ MODULES: dict[str, tuple[str, list[str]]] = {
         ["tests/unit/test_loader.py", "tests/unit/test_loader_many_parts.py"],
     ),
     "format": ("dataloader/format/manifest.py", ["tests/unit/test_format.py"]),
+    "fingerprints": (
+        "dataloader/format/fingerprints.py",
+        [
+            "tests/unit/test_run_lifecycle_rules.py",
+            "tests/unit/test_event_data_checks.py",
+            "tests/e2e/test_data_upgrade.py",
+        ],
+    ),
     "checkpoint_trust": (
         "trainer/rundir/checkpoint_trust.py",
         [

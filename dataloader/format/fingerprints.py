@@ -68,8 +68,8 @@ def dataset_fingerprint(manifest: Manifest) -> str:
     """sha256 over what the model sees of a dataset: features, cardinalities, every part's rows and
     checksum, and an event log's sample settings (its event spec's label, history, crosses and
     split) and every file's rows and checksum (what a run records: it resumes only on the same
-    data). An upgraded dataset whose
-    parts are still the ones the upgrade wrote keeps the fingerprint of the layout it came from."""
+    data). An upgraded dataset whose parts are still the ones the upgrade wrote keeps the
+    fingerprint of the layout it came from."""
     own = _content_fingerprint(manifest)
     old = manifest.upgraded_from
     if (

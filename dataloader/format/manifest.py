@@ -9,7 +9,7 @@ The manifest lists every split's parts with their rows, size and SHA-256, the fe
 table rows, id dtype, list or not, pooling, the planner's statistics), the dense features and
 how the rows were preprocessed. Schema version 3 is the one-file-per-part layout; versions 1 and 2
 (a folder of 28 `.npy` files per part) are refused in one line naming `shardrec data upgrade DIR`,
-which rewrites such a dataset in place (tools/preprocess/derived/upgrade.py).
+which rewrites such a dataset in place (tools/preprocess/derived/dataset_upgrade.py).
 
 The dataset's fingerprints (what a run records to refuse resuming on other data) are computed from
 a manifest in fingerprints.py.
@@ -196,8 +196,9 @@ class Manifest:
     (dataloader.events.event_files.EventsInfo); empty for rows."""
     upgraded_from: dict[str, Any] = field(default_factory=dict)
     """Written by `shardrec data upgrade`: the old layout's schema version and fingerprints, and
-    this dataset's own as the upgrade wrote it (`fingerprints.dataset_fingerprint` returns the old ones while
-    the parts are the ones the upgrade wrote). Empty for a dataset written in this layout."""
+    this dataset's own as the upgrade wrote it (`fingerprints.dataset_fingerprint` returns the old
+    ones while the parts are the ones the upgrade wrote). Empty for a dataset written in this
+    layout."""
 
     @property
     def feature_names(self) -> list[str]:

@@ -1,5 +1,5 @@
 """`shardrec preprocess --help` shows each setting's docstring and default: the settings'
-dataclasses (PreprocessConfig, Schema) are the one home of both, as trainer/job/config.py is for
+dataclasses (PreprocessConfig, Schema) are the one home of both, as trainer/job/sections.py is for
 train."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The `shardrec` command line: the typer app (`app`), one module per command group, display
-helpers.
+"""The `shardrec` command line: the typer app (`app`), one module per command group (the `data` and
+`bench` groups in their own folders, a module per command), display helpers.
 
 Every `shardrec` command is defined here (the benchmarks' too: tools/bench exposes functions).
 

@@ -11,7 +11,8 @@ byte-range tasks (inputs.py), the worker pool (pool.py), one large .gz decoded o
 text is handed out (gz_stream.py), vocabulary mode's counting pass (vocab_count.py), what a run kept
 (kept_rows.py: the checks before its manifest, skipped shares and empty splits; the manifest; the
 run's summary), the whole run (pipeline.py), where its CPU goes (cpu_stages.py) and raw rows read
-for `shardrec predict` (raw_rows.py).
+for `shardrec predict` (raw_rows.py; their label column and the line for a malformed row in
+raw_labels.py).
 
 May import: shardrec.dataloader (the dataset format it writes), shardrec.tools.synth; not the
 CLI or the benchmarks.

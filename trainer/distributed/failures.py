@@ -13,7 +13,8 @@ from typing import Any
 
 FAILED_FIRST = "failed-first.json"
 """torchrun's agent's word on the failed ranks: {"rank", "exitcode", "signal"} of the one that failed
-first, and "failures": {rank: {"exitcode", "signal"}} of every rank it saw fail."""
+first, "failures": {rank: {"exitcode", "signal"}} of every rank it saw fail, and "refused": whether
+every failed rank refused the job (rank_process.exit_refused; then torchrun printed no line)."""
 REASON_SUFFIX = ".error"
 """`rank-N.error`: rank N's own one-line reason for failing (trainer.distributed.rank_process)."""
 PEER_GONE_SUFFIX = ".peer-gone"

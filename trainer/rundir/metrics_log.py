@@ -1,5 +1,5 @@
 """The run's metrics.jsonl: appended by rank 0 while it trains, read by report, runs and the
-run's state (run_state.py)."""
+run's state (life/run_state.py)."""
 
 from __future__ import annotations
 

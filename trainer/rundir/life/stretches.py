@@ -68,7 +68,7 @@ def unsaved_stretch(
     """The run's last stretch if it began on this data and was stopped before its first checkpoint
     (the run's newest checkpoint is still the previous stretch's last): going on with that data
     again begins the stretch again, as if it had never started. `older`: the data's fingerprint
-    in the forms an earlier shardrec recorded (manifest.older_fingerprints)."""
+    in the forms an earlier shardrec recorded (dataloader.format.fingerprints.older_fingerprints)."""
     last = stretches[-1] if stretches else None
     if last is None or last.fingerprint not in (fingerprint, *older) or last.last_step is not None:
         return None

@@ -88,10 +88,16 @@ def test_plan_bad_input_exits_with_one_line(tiny_dataset: Path, tmp_path: Path) 
     for flag, value in (
         ("--memory-gib", "-1"),
         ("--local-world-size", "-1"),
+        ("--world-size", "0"),
         ("--group-size", "-2"),
         ("--sync-every", "0"),
     ):
-        res = runner.invoke(app, ["plan", "--data", str(tiny_dataset), flag, value])
+        # --world-size 0 with --local-world-size 3 and --out DIR: before, 'does not divide' (or
+        # 'DIR/plan0.json' suggested) ahead of the world size's own check.
+        extra = (
+            ["--local-world-size", "3", "--out", str(tmp_path)] if flag == "--world-size" else []
+        )
+        res = runner.invoke(app, ["plan", "--data", str(tiny_dataset), flag, value, *extra])
         shown = " ".join(res.stderr.replace("│", " ").split())  # rich's panel may wrap it
         assert res.exit_code == 2 and f"Invalid value for '{flag}'" in shown, res.output
 

@@ -81,7 +81,7 @@ def plan(
         Path | None, typer.Option(help="Dataset directory (default: data.path of the job file).")
     ] = None,
     config: Annotated[Path | None, typer.Option(help="Job file (TOML).")] = None,
-    world_size: Annotated[int, typer.Option(help="Ranks to plan for.")] = 2,
+    world_size: Annotated[int, typer.Option(min=1, help="Ranks to plan for.")] = 2,
     out: Annotated[Path | None, typer.Option(help="Plan file to write.")] = None,
     topology: Annotated[
         str,
@@ -155,8 +155,6 @@ def plan(
     from shardrec.sharding.planner import SEARCHES, plan_tables
     from shardrec.trainer.job.planning import plan_request, plan_topology, propose_row_budgets
 
-    if world_size <= 0:
-        raise typer.BadParameter(f"must be positive, got {world_size}", param_hint="'--world-size'")
     if search not in SEARCHES:  # a usage error (exit 2), said with the flag as typed
         raise typer.BadParameter(
             f"{search!r} is not one of {', '.join(SEARCHES)}", param_hint="'--search'"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -50,8 +51,13 @@ def rank_main(
     from shardrec.trainer.distributed.launch import launcher_directory
     from shardrec.trainer.rundir.life import run_state
 
-    rank_flags = (job, config, data, plan, steps, list(set_ or []), continue_on)
-    joined = _join(rank_flags, out_dir, list(allow_change or []))
+    joined = _join(
+        lambda: flags.rank_job(job, config, data, plan, steps, list(set_ or []), continue_on),
+        direct=job is None,
+        continue_on=continue_on,
+        out_dir=out_dir,
+        allow_change=list(allow_change or []),
+    )
     if joined is None:
         return
     job_config, continuing, env = joined
@@ -63,21 +69,25 @@ def rank_main(
 
 
 def _join(
-    rank_flags: tuple, out_dir: Path, allow_change: list[str]
+    resolve: Callable[[], JobConfig],
+    direct: bool,
+    continue_on: Path | None,
+    out_dir: Path,
+    allow_change: list[str],
 ) -> tuple[JobConfig, bool, DistEnv] | None:
-    """The job this rank runs, checked against the run directory, and the group it joined;
-    None where the run is already complete (rank 0 said so). A refusal exits in one line."""
+    """The job this rank runs (`resolve`d from its flags; `direct`: torchrun started the rank,
+    not `shardrec train`), checked against the run directory, and the group it joined; None where
+    the run is already complete (rank 0 said so). A refusal exits in one line."""
     from shardrec.trainer.distributed.dist import init_distributed, launched_rank
     from shardrec.trainer.distributed.launch import launcher_directory
     from shardrec.trainer.job.preflight import check_rank_job
     from shardrec.trainer.rundir.life import lifecycle
     from shardrec.trainer.rundir.life.continuation import check_continuing_job
 
-    job, continue_on = rank_flags[0], rank_flags[-1]
     is_main = launched_rank() == 0
     job_config = None
     try:
-        job_config = flags.rank_job(*rank_flags)
+        job_config = resolve()
         # Every rank reads the run directory before any joins the group: all see the same files
         # (it is on a shared filesystem), so all refuse, or stop at a complete run, together,
         # and rank 0 cannot have written this invocation's config.toml yet.
@@ -86,7 +96,7 @@ def _join(
             complete, continuing = check_continuing_job(out_dir, job_config, allow_change)
         else:
             complete = lifecycle.check_job(out_dir, job_config, allow_change)
-        if job is None:  # a direct torchrun: no `shardrec train` checked the job against its data
+        if direct:  # a direct torchrun: no `shardrec train` checked the job against its data
             check_rank_job(job_config)
         if complete is not None:
             if is_main:
@@ -99,7 +109,7 @@ def _join(
     except ValueError as e:
         # A direct launch's own flags say where a setting was given, as `shardrec train` says it
         # (a launcher's resolved job file is no file the user wrote).
-        line = job_config.located(str(e)) if job is None and job_config is not None else str(e)
+        line = job_config.located(str(e)) if direct and job_config is not None else str(e)
         exit_refused(line, is_main)
     return job_config, continuing, env
 

@@ -155,26 +155,41 @@ def test_a_kill_stops_synth_as_ctrl_c_does_leaving_no_half_file(tmp_path: Path) 
 _CTRL_C_WHILE_LOADING = """
 import os, signal, sys
 
-class CtrlC:  # a real SIGINT, sent as synth's modules load (before the command starts)
+TRIP = sys.argv[1]
+
+class CtrlC:  # a real SIGINT, sent as the command's modules load (before the command starts)
     def find_spec(self, name, path=None, target=None):
-        if name == "shardrec.tools.synth.criteo":
+        if name == TRIP:
             os.kill(os.getpid(), signal.SIGINT)
 
 sys.meta_path.insert(0, CtrlC())
 from shardrec.tools.cli.app import main
-sys.argv = ["shardrec", "synth", sys.argv[1]]
+sys.argv = ["shardrec", *sys.argv[2:]]
 main()
 """
 
 
-def test_ctrl_c_while_synths_modules_load_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "command, module",
+    [
+        # A group's command is named as typed: before, 'preprocess had not started', which reads
+        # as `shardrec preprocess`.
+        (["synth"], "shardrec.tools.synth.criteo"),
+        (["bench", "preprocess"], "shardrec.tools.cli.bench.preprocess"),
+    ],
+)
+def test_ctrl_c_while_a_commands_modules_load_is_one_line_and_writes_nothing(
+    tmp_path: Path, command: list[str], module: str
+) -> None:
     out = tmp_path / "syn"
+    args = [*command, str(out)] if command == ["synth"] else [*command, "--work-dir", str(out)]
     done = subprocess.run(
-        [sys.executable, "-c", _CTRL_C_WHILE_LOADING, str(out)],
+        [sys.executable, "-c", _CTRL_C_WHILE_LOADING, module, *args],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert (done.returncode, done.stdout) == (130, ""), done.stderr[-3000:]
-    assert done.stderr == "interrupted: synth had not started: nothing written\n"
+    said = " ".join(command)
+    assert done.stderr == f"interrupted: {said} had not started: nothing written\n"
     assert not out.exists()

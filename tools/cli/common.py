@@ -45,7 +45,9 @@ class LazyGroup(typer.core.TyperGroup):
             return None
         if self._listing:
             return typer.core.TyperCommand(cmd_name, help=self.summaries[cmd_name])
-        return load_command(f"{self.package}.{self.modules[cmd_name]}", cmd_name)
+        module = f"{self.package}.{self.modules[cmd_name]}"
+        groups = ctx.command_path.split()[1:]  # below the program's own name
+        return load_command(module, cmd_name, " ".join([*groups, cmd_name]))
 
     def format_help(self, ctx: typer.Context, formatter: Any) -> None:
         self._listing = True
@@ -56,12 +58,13 @@ class LazyGroup(typer.core.TyperGroup):
 
 
 @functools.cache
-def load_command(module_name: str, name: str) -> Any:
-    """The click command `name` that the module's register(app) adds."""
+def load_command(module_name: str, name: str, said: str = "") -> Any:
+    """The click command `name` that the module's register(app) adds; `said`: the command as the
+    user typed it (a group's: `bench preprocess`), if not `name`."""
     try:
         module = importlib.import_module(module_name)
     except KeyboardInterrupt:  # typer's own handling ends in exit 130 and says nothing
-        interrupted(f"{name} had not started: nothing written")
+        interrupted(f"{said or name} had not started: nothing written")
     holder = typer.Typer(pretty_exceptions_enable=False, add_completion=False)
     module.register(holder)
     command = typer.main.get_group(holder).commands[name]

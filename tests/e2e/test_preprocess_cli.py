@@ -341,7 +341,12 @@ def test_a_bad_amount_is_named_by_its_flag_before_any_input_is_read(
 
 @pytest.mark.parametrize(
     ("key", "value", "error"),
-    [("workers", 0, "workers 0: must be >= 1"), ("chunk_mb", 0.0, "chunk_mb 0: must be > 0")],
+    [
+        ("workers", 0, "workers 0: must be >= 1"),
+        ("chunk_mb", 0.0, "chunk_mb 0: must be > 0"),
+        ("vocab_memory_mb", 0.0, "vocab_memory_mb 0: must be > 0"),
+        ("max_skipped_fraction", 2.0, "max_skipped_fraction 2: must be in [0, 1]"),
+    ],
 )
 def test_the_settings_name_the_one_bad_key(tmp_path: Path, key: str, value: float, error: str):
     with pytest.raises(ValueError, match=rf"^{re.escape(error)}$"):

@@ -128,7 +128,8 @@ def _spec(ctx: typer.Context, path: Path | None) -> FeatureSpec | None:
 def _check_amounts(
     workers: int, chunk_mb: float, vocab_memory_mb: float, max_skipped_fraction: float
 ) -> None:
-    """One line naming the first bad amount by its flag, before any input is read."""
+    """One line naming the first bad amount by its flag, before any input is read or the spec
+    loaded (PreprocessConfig checks the same for library callers, by its keys)."""
     if workers < 1:
         fail(f"--workers {workers}: must be >= 1")
     if chunk_mb <= 0:

@@ -105,13 +105,15 @@ class PreprocessConfig:
         if self.min_count <= 0 and any(n < 2 for n in self.max_ids):
             raise ValueError(f"max_ids {self.max_ids} must all be >= 2 (id 0 is the missing value)")
         if self.vocab_memory_mb <= 0:
-            raise ValueError(f"vocab_memory_mb {self.vocab_memory_mb} must be positive")
+            raise ValueError(f"vocab_memory_mb {self.vocab_memory_mb:g}: must be > 0")
         if self.workers < 1:
             raise ValueError(f"workers {self.workers}: must be >= 1")
         if self.chunk_mb <= 0:
             raise ValueError(f"chunk_mb {self.chunk_mb:g}: must be > 0")
         if not 0 <= self.max_skipped_fraction <= 1:
-            raise ValueError(f"max_skipped_fraction {self.max_skipped_fraction} must be in [0, 1]")
+            raise ValueError(
+                f"max_skipped_fraction {self.max_skipped_fraction:g}: must be in [0, 1]"
+            )
         sequences = [c for c in (self.spec.sparse if self.spec else []) if c.role == "sequence"]
         if sequences and self.parquet:
             raise ValueError(

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import write_tiny_dataset
+from helpers import assert_one_line_error, cli
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "run-killed-at-step-6"
 """A run of 2 ranks with one checkpoint, step 4."""
@@ -44,16 +45,23 @@ def _eval(tmp_path: Path, env: dict[str, str] | None = None) -> subprocess.Compl
     )  # fmt: skip
 
 
-@pytest.mark.slow
-def test_a_refusal_in_the_ranks_is_the_one_line_eval_prints(tmp_path: Path) -> None:
+def _cut(tmp_path: Path, name: str) -> Path:
+    """A copy of the fixture's run whose checkpoint file `name` was cut short before its digests
+    were written (they match it: only reading it finds it out); the checkpoint's folder."""
     from shardrec.trainer.rundir.checkpoint_trust import write_digests
 
     checkpoint = tmp_path / "run" / "checkpoints" / "step-00000004"
     shutil.copytree(FIXTURE, tmp_path / "run")
     write_tiny_dataset(tmp_path / "data")
-    data = checkpoint / "__0_0.distcp"
-    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
-    write_digests(checkpoint)  # they match the short file: only reading it finds it out
+    cut = checkpoint / name
+    cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])
+    write_digests(checkpoint)
+    return checkpoint
+
+
+@pytest.mark.slow
+def test_a_refusal_in_the_ranks_is_the_one_line_eval_prints(tmp_path: Path) -> None:
+    checkpoint = _cut(tmp_path, "__0_0.distcp")
     done = _eval(tmp_path)
     assert (done.returncode, done.stdout) == (1, ""), done.stderr[-3000:]
     lines = done.stderr.splitlines()
@@ -65,6 +73,43 @@ def test_a_refusal_in_the_ranks_is_the_one_line_eval_prints(tmp_path: Path) -> N
         r"evaluate or export another checkpoint with --checkpoint STEP; ",
         line,
     ), done.stderr
+
+
+@pytest.mark.slow
+def test_a_cut_train_state_is_the_one_unreadable_line_of_eval_and_export(tmp_path: Path) -> None:
+    # Before: eval gave the rank's traceback ('OSError: [Errno 22] Invalid argument') and
+    # 'error: evaluation failed: rank 0 exited with code 1'; export said
+    # '...safetensors: cannot write the model (Invalid argument)'.
+    checkpoint = _cut(tmp_path, "train_state.pt")
+    unreadable = (
+        re.escape(f"error: {checkpoint}: a file of this checkpoint is truncated or unreadable (")
+        + r"train_state\.pt: \w+: [^)]+"
+        + re.escape("), though it matches its digests (it was saved that way); ")
+    )
+    others = re.escape(" (this run has no other checkpoint)")
+    evaluated = _eval(tmp_path)
+    assert_one_line_error(
+        evaluated,
+        "^"
+        + unreadable
+        + re.escape(
+            "evaluate or export another checkpoint with --checkpoint STEP; to resume training "
+            "from an earlier one, move this folder aside"
+        )
+        + others
+        + "$",
+    )
+    out = tmp_path / "model.safetensors"
+    exported = cli("export", tmp_path / "run", "--data", tmp_path / "data", "--out", out, ok=False)
+    assert_one_line_error(
+        exported,
+        "^"
+        + unreadable
+        + re.escape("export another checkpoint with --checkpoint STEP")
+        + others
+        + "$",
+    )
+    assert not out.exists()
 
 
 @pytest.mark.slow

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import random
 import shutil
 from collections.abc import Callable, Mapping
@@ -95,6 +96,20 @@ def load_file(path: Path, device: torch.device) -> Any:
     """A checkpoint file of tensors and plain values (weights_only), its CUDA tensors on
     `device`."""
     return torch.load(path, weights_only=True, map_location=restore_on(device))
+
+
+READ_ERRORS = (OSError, RuntimeError, EOFError, pickle.UnpicklingError)
+"""What torch.load raises for a file cut short or corrupt: an OSError (errno 22) or its zip
+reader's RuntimeError for a cut zip, EOFError for an empty file, UnpicklingError."""
+
+
+def read_file(checkpoint: Path, name: str, device: torch.device, advice: str) -> Any:
+    """load_file of the file `name` of the checkpoint at `checkpoint`, whose digests were checked;
+    UnreadableCheckpoint (one line ending in `advice`, what to do) where it cannot be read."""
+    try:
+        return load_file(checkpoint / name, device)
+    except READ_ERRORS as e:
+        raise unreadable_checkpoint(checkpoint, e, advice, name) from None
 
 
 @dataclass
@@ -487,7 +502,7 @@ class CheckpointManager:
         `advice`, what to do) if a file that matches its digest cannot be read."""
         parts = self.parts
         self.verify(path)  # before anything is read: DCP unpickles .metadata
-        train_state = load_file(path / names.TRAIN_STATE, self.env.device)
+        train_state = read_file(path, names.TRAIN_STATE, self.env.device, advice)
         check_signature(path, train_state["signature"], parts.signature)
         saved = SavedCheckpoint(
             path, train_state["progress"]["step"], train_state["plan"], self.group
@@ -509,10 +524,9 @@ class CheckpointManager:
         parts.progress.load_state_dict(train_state["progress"])
         for name, part in parts.per_rank.items():
             # More ranks than saved it: the new ones start from rank 0's state.
-            own = path / f"{name}-{self.env.rank}.pt"
-            part.load_state_dict(
-                load_file(own if own.is_file() else path / f"{name}-0.pt", self.env.device)
-            )
+            own = f"{name}-{self.env.rank}.pt"
+            own = own if (path / own).is_file() else f"{name}-0.pt"
+            part.load_state_dict(read_file(path, own, self.env.device, advice))
         if self.env.is_main:
             logger.info(
                 "resumed from %s (step %d, saved by %d ranks, now %d)",

@@ -112,6 +112,25 @@ def test_a_cut_train_state_is_the_one_unreadable_line_of_eval_and_export(tmp_pat
     assert not out.exists()
 
 
+def test_a_cut_metadata_is_the_one_unreadable_line_of_export(tmp_path: Path) -> None:
+    # Before: export gave the traceback of 'UnpicklingError: pickle data was truncated'.
+    checkpoint = _cut(tmp_path, ".metadata")
+    out = tmp_path / "model.safetensors"
+    exported = cli("export", tmp_path / "run", "--data", tmp_path / "data", "--out", out, ok=False)
+    assert_one_line_error(
+        exported,
+        "^"
+        + re.escape(
+            f"error: {checkpoint}: a file of this checkpoint is truncated or unreadable "
+            "(.metadata: UnpicklingError: pickle data was truncated), though it matches its "
+            "digests (it was saved that way); export another checkpoint with --checkpoint STEP "
+            "(this run has no other checkpoint)"
+        )
+        + "$",
+    )
+    assert not out.exists()
+
+
 @pytest.mark.slow
 def test_a_crash_in_the_ranks_keeps_its_traceback_and_torchruns_word(tmp_path: Path) -> None:
     site = tmp_path / "site"

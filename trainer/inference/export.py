@@ -40,7 +40,12 @@ from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import JobConfig
 from shardrec.trainer.job.precision import resolve_precision
 from shardrec.trainer.rundir import names
-from shardrec.trainer.rundir.checkpoint import check_signature, checkpoint_signature, read_file
+from shardrec.trainer.rundir.checkpoint import (
+    DCP_READ_ERRORS,
+    check_signature,
+    checkpoint_signature,
+    read_file,
+)
 from shardrec.trainer.rundir.checkpoint_trust import unreadable_checkpoint
 from shardrec.trainer.rundir.life import trained_data
 
@@ -74,7 +79,10 @@ def _tensor_entries(checkpoint: Path) -> dict[str, TensorStorageMetadata]:
     from shardrec.trainer.rundir.checkpoint_trust import verify_checkpoint
 
     verify_checkpoint(checkpoint)  # DCP unpickles .metadata: only once its digests vouch for it
-    metadata = FileSystemReader(str(checkpoint)).read_metadata()
+    try:
+        metadata = FileSystemReader(str(checkpoint)).read_metadata()
+    except DCP_READ_ERRORS as e:
+        raise unreadable_checkpoint(checkpoint, e, READ_ANOTHER, ".metadata") from None
     return {
         key[len(CHECKPOINT_PREFIX) :]: meta
         for key, meta in sorted(metadata.state_dict_metadata.items())

@@ -103,6 +103,12 @@ READ_ERRORS = (OSError, RuntimeError, EOFError, pickle.UnpicklingError)
 reader's RuntimeError for a cut zip, EOFError for an empty file, UnpicklingError."""
 
 
+DCP_READ_ERRORS = (CheckpointException, OSError, EOFError, pickle.UnpicklingError)
+"""What reading a checkpoint's DCP files raises for one cut short or corrupt: DCP's load wraps each
+rank's failure in a CheckpointException, its metadata reader (read_metadata, which a sharded part
+may call itself) raises the unpickler's own."""
+
+
 def read_file(checkpoint: Path, name: str, device: torch.device, advice: str) -> Any:
     """load_file of the file `name` of the checkpoint at `checkpoint`, whose digests were checked;
     UnreadableCheckpoint (one line ending in `advice`, what to do) where it cannot be read."""
@@ -507,14 +513,14 @@ class CheckpointManager:
         saved = SavedCheckpoint(
             path, train_state["progress"]["step"], train_state["plan"], self.group
         )
-        targets = {name: part.load_target(saved) for name, part in parts.sharded.items()}
         try:
+            targets = {name: part.load_target(saved) for name, part in parts.sharded.items()}
             dcp.load(
                 {name: target for name, target in targets.items() if target},
                 checkpoint_id=str(path),
                 process_group=self.group,
             )
-        except CheckpointException as e:
+        except DCP_READ_ERRORS as e:
             raise unreadable_checkpoint(path, e, advice) from None
         for part in parts.sharded.values():
             part.finish_load(saved)

@@ -45,16 +45,17 @@ def _eval(tmp_path: Path, env: dict[str, str] | None = None) -> subprocess.Compl
     )  # fmt: skip
 
 
-def _cut(tmp_path: Path, name: str) -> Path:
-    """A copy of the fixture's run whose checkpoint file `name` was cut short before its digests
-    were written (they match it: only reading it finds it out); the checkpoint's folder."""
+def _cut(tmp_path: Path, name: str, empty: bool = False) -> Path:
+    """A copy of the fixture's run whose checkpoint file `name` was cut short (to half, or to
+    nothing where `empty`) before its digests were written (they match it: only reading it finds
+    it out); the checkpoint's folder."""
     from shardrec.trainer.rundir.checkpoint_trust import write_digests
 
     checkpoint = tmp_path / "run" / "checkpoints" / "step-00000004"
     shutil.copytree(FIXTURE, tmp_path / "run")
     write_tiny_dataset(tmp_path / "data")
     cut = checkpoint / name
-    cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])
+    cut.write_bytes(b"" if empty else cut.read_bytes()[: cut.stat().st_size // 2])
     write_digests(checkpoint)
     return checkpoint
 
@@ -129,6 +130,24 @@ def test_a_cut_metadata_is_the_one_unreadable_line_of_export(tmp_path: Path) -> 
         + "$",
     )
     assert not out.exists()
+
+
+def test_a_failure_without_a_message_is_named_by_its_type(tmp_path: Path) -> None:
+    # A shard cut to nothing: torch raises EOFError with no message. Before: '(EOFError: )'.
+    checkpoint = _cut(tmp_path, "__0_0.distcp", empty=True)
+    exported = cli(
+        "export", tmp_path / "run", "--data", tmp_path / "data", "--out", tmp_path / "m", ok=False
+    )
+    assert_one_line_error(
+        exported,
+        "^"
+        + re.escape(
+            f"error: {checkpoint}: a file of this checkpoint is truncated or unreadable "
+            "(EOFError), though it matches its digests (it was saved that way); export another "
+            "checkpoint with --checkpoint STEP (this run has no other checkpoint)"
+        )
+        + "$",
+    )
 
 
 @pytest.mark.slow

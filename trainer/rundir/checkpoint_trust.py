@@ -203,9 +203,11 @@ def unreadable_checkpoint(
         if others
         else "this run has no other checkpoint"
     )
+    # An exception without a message (EOFError of a file cut to nothing) is named by its type.
+    failure = f"{type(cause).__name__}: {said}" if said else type(cause).__name__
     where = f"{file}: " if file else ""
     return UnreadableCheckpoint(
         f"{directory}: a file of this checkpoint is truncated or unreadable "
-        f"({where}{type(cause).__name__}: {said}), though it matches its digests "
+        f"({where}{failure}), though it matches its digests "
         f"(it was saved that way); {advice} ({kept})"
     )

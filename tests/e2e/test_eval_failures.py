@@ -113,6 +113,25 @@ def test_a_cut_train_state_is_the_one_unreadable_line_of_eval_and_export(tmp_pat
     assert not out.exists()
 
 
+@pytest.mark.slow
+def test_a_cut_metadata_is_the_one_unreadable_line_of_eval(tmp_path: Path) -> None:
+    # Before: two of torch's 'WARNING root: ... metadata is not found' with their tracebacks came
+    # first, from each rank.
+    checkpoint = _cut(tmp_path, ".metadata")
+    assert_one_line_error(
+        _eval(tmp_path),
+        "^"
+        + re.escape(f"error: {checkpoint}: a file of this checkpoint is truncated or unreadable (")
+        + r"[^;]+; global metadata read failed: pickle data was truncated; .*"
+        + re.escape(
+            "), though it matches its digests (it was saved that way); evaluate or export "
+            "another checkpoint with --checkpoint STEP; to resume training from an earlier one, "
+            "move this folder aside (this run has no other checkpoint)"
+        )
+        + "$",
+    )
+
+
 def test_a_cut_metadata_is_the_one_unreadable_line_of_export(tmp_path: Path) -> None:
     # Before: export gave the traceback of 'UnpicklingError: pickle data was truncated'.
     checkpoint = _cut(tmp_path, ".metadata")

@@ -32,7 +32,8 @@ import os
 import pickle
 import random
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -107,6 +108,34 @@ DCP_READ_ERRORS = (CheckpointException, OSError, EOFError, pickle.UnpicklingErro
 """What reading a checkpoint's DCP files raises for one cut short or corrupt: DCP's load wraps each
 rank's failure in a CheckpointException, its metadata reader (read_metadata, which a sharded part
 may call itself) raises the unpickler's own."""
+
+
+METADATA_FALLBACK = (
+    "Global metadata is not found. Falling back to rank local metadata.",
+    "Rank local metadata is not found.",
+)
+"""What DCP's load logs, with the traceback, when it cannot read `.metadata` (and, as shardrec
+writes none, no per-rank metadata either): the error it then raises says it again."""
+
+
+class _MetadataFallback(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (
+            record.getMessage() in METADATA_FALLBACK
+            and "torch/distributed/checkpoint" in Path(record.pathname).as_posix()
+        )
+
+
+@contextmanager
+def quiet_metadata_fallback() -> Iterator[None]:
+    """Drop DCP's METADATA_FALLBACK warnings while loading (it logs them to the root logger): a
+    checkpoint that cannot be read is one line (unreadable_checkpoint). Other warnings pass."""
+    root, quiet = logging.getLogger(), _MetadataFallback()
+    root.addFilter(quiet)
+    try:
+        yield
+    finally:
+        root.removeFilter(quiet)
 
 
 def read_file(checkpoint: Path, name: str, device: torch.device, advice: str) -> Any:
@@ -514,12 +543,13 @@ class CheckpointManager:
             path, train_state["progress"]["step"], train_state["plan"], self.group
         )
         try:
-            targets = {name: part.load_target(saved) for name, part in parts.sharded.items()}
-            dcp.load(
-                {name: target for name, target in targets.items() if target},
-                checkpoint_id=str(path),
-                process_group=self.group,
-            )
+            with quiet_metadata_fallback():
+                targets = {n: part.load_target(saved) for n, part in parts.sharded.items()}
+                dcp.load(
+                    {name: target for name, target in targets.items() if target},
+                    checkpoint_id=str(path),
+                    process_group=self.group,
+                )
         except DCP_READ_ERRORS as e:
             raise unreadable_checkpoint(path, e, advice) from None
         for part in parts.sharded.values():

@@ -11,13 +11,9 @@ import pytest
 import torch
 
 from shardrec.trainer.distributed.dist import DistEnv
-from shardrec.trainer.rundir.checkpoint import (
-    CheckpointManager,
-    CheckpointParts,
-    ModuleState,
-    TrainProgress,
-    load_file,
-)
+from shardrec.trainer.rundir.checkpoint import CheckpointManager
+from shardrec.trainer.rundir.checkpoint_files import load_file
+from shardrec.trainer.rundir.checkpoint_parts import CheckpointParts, ModuleState, TrainProgress
 
 ENV = DistEnv(
     rank=0,

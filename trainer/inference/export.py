@@ -40,12 +40,8 @@ from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import JobConfig
 from shardrec.trainer.job.precision import resolve_precision
 from shardrec.trainer.rundir import names
-from shardrec.trainer.rundir.checkpoint import (
-    DCP_READ_ERRORS,
-    check_signature,
-    checkpoint_signature,
-    read_file,
-)
+from shardrec.trainer.rundir.checkpoint_files import DCP_READ_ERRORS, read_file
+from shardrec.trainer.rundir.checkpoint_signature import check_signature, checkpoint_signature
 from shardrec.trainer.rundir.checkpoint_trust import unreadable_checkpoint
 from shardrec.trainer.rundir.life import trained_data
 

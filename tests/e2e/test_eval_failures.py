@@ -1,7 +1,8 @@
 """What `shardrec eval` shows when its ranks fail: a refusal made in the ranks (a checkpoint file
 cut short before its digests were written) is one line and exit code 1, with no word of
 torchrun's and no second line of the launcher's; a crash (a bug's exception) keeps its traceback
-and torchrun's word on the failed ranks, so that a real failure stays visible."""
+and torchrun's word on the failed ranks, so that a real failure stays visible. A good checkpoint
+is said to be evaluated, not resumed from."""
 
 from __future__ import annotations
 
@@ -74,6 +75,17 @@ def test_a_refusal_in_the_ranks_is_the_one_line_eval_prints(tmp_path: Path) -> N
         r"evaluate or export another checkpoint with --checkpoint STEP; ",
         line,
     ), done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.slow
+def test_eval_says_it_evaluates_the_checkpoint_not_that_it_resumed(tmp_path: Path) -> None:
+    # Before: rank 0 logged 'resumed from .../step-00000004 (step 4, saved by 2 ranks, now 2)'.
+    done = _eval(tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    checkpoint = tmp_path / "run" / "checkpoints" / "step-00000004"
+    said = [line.split(": ", 1)[1] for line in done.stderr.splitlines() if "INFO" in line]
+    assert said == [f"evaluating {checkpoint} (step 4, saved by 2 ranks, now 2) on val"], said
 
 
 @pytest.mark.slow

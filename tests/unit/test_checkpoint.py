@@ -56,7 +56,9 @@ def _manager(
     return CheckpointManager(directory, ENV, keep=2, parts=parts), module, counter
 
 
-def test_parts_round_trip_and_the_newest_two_are_kept(tmp_path: Path) -> None:
+def test_parts_round_trip_and_the_newest_two_are_kept(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     manager, module, counter = _manager(tmp_path)
     for step in (1, 2, 3):
         manager.parts.progress.step, counter.value = step, 10 * step
@@ -77,7 +79,10 @@ def test_parts_round_trip_and_the_newest_two_are_kept(tmp_path: Path) -> None:
     assert (tmp_path / "step-00000003" / "rng-0.pt").is_file()
 
     fresh, fresh_module, fresh_counter = _manager(tmp_path)
-    assert fresh.load_latest() == 3
+    with caplog.at_level(logging.INFO, logger="shardrec"):
+        assert fresh.load_latest() == 3
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("shardrec")]
+    assert said == [f"resumed from {tmp_path / 'step-00000003'} (step 3, saved by 1 ranks, now 1)"]
     assert fresh_counter.value == 30 and fresh.parts.progress.step == 3
     assert torch.equal(fresh_module.weight, torch.full((2, 2), 3.0))
 

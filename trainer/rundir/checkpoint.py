@@ -220,7 +220,15 @@ class CheckpointManager:
         if found[0] is None:
             return None
         # A rerun would resume from this one again: the launcher names the one before it.
-        self.load(Path(found[0]), skip, advice=REFUSED)
+        saved_by = self.load(Path(found[0]), skip, advice=REFUSED)
+        if self.env.is_main:
+            logger.info(
+                "resumed from %s (step %d, saved by %d ranks, now %d)",
+                found[0],
+                self.parts.progress.step,
+                saved_by,
+                self.env.world_size,
+            )
         return self.parts.progress.step
 
     def verify(self, path: Path) -> None:
@@ -239,10 +247,11 @@ class CheckpointManager:
         if first:
             raise UntrustedCheckpoint(first)
 
-    def load(self, path: Path, skip: tuple[str, ...] = (), advice: str = READ_ANOTHER) -> None:
+    def load(self, path: Path, skip: tuple[str, ...] = (), advice: str = READ_ANOTHER) -> int:
         """Load the checkpoint at `path` into the parts (but the main parts named in `skip`);
-        ValueError if its files fail their digests or its signature differs, or (ending in
-        `advice`, what to do) if a file that matches its digest cannot be read."""
+        returns the world size that saved it. ValueError if its files fail their digests or its
+        signature differs, or (ending in `advice`, what to do) if a file that matches its digest
+        cannot be read."""
         parts = self.parts
         self.verify(path)  # before anything is read: DCP unpickles .metadata
         train_state = read_file(path, names.TRAIN_STATE, self.env.device, advice)
@@ -271,11 +280,4 @@ class CheckpointManager:
             own = f"{name}-{self.env.rank}.pt"
             own = own if (path / own).is_file() else f"{name}-0.pt"
             part.load_state_dict(read_file(path, own, self.env.device, advice))
-        if self.env.is_main:
-            logger.info(
-                "resumed from %s (step %d, saved by %d ranks, now %d)",
-                path,
-                parts.progress.step,
-                train_state["world_size"],
-                self.env.world_size,
-            )
+        return int(train_state["world_size"])

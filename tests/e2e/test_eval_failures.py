@@ -1,7 +1,8 @@
 """What `shardrec eval` shows when its ranks fail: a refusal made in the ranks (a checkpoint file
 cut short before its digests were written) is one line and exit code 1, with no word of
 torchrun's and no second line of the launcher's; a crash (a bug's exception) keeps its traceback
-and torchrun's word on the failed ranks, so that a real failure stays visible."""
+and torchrun's word on the failed ranks, so that a real failure stays visible. A good checkpoint
+is said to be evaluated, not resumed from."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import write_tiny_dataset
+from helpers import assert_one_line_error, cli
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "run-killed-at-step-6"
 """A run of 2 ranks with one checkpoint, step 4."""
@@ -44,16 +46,24 @@ def _eval(tmp_path: Path, env: dict[str, str] | None = None) -> subprocess.Compl
     )  # fmt: skip
 
 
-@pytest.mark.slow
-def test_a_refusal_in_the_ranks_is_the_one_line_eval_prints(tmp_path: Path) -> None:
+def _cut(tmp_path: Path, name: str, empty: bool = False) -> Path:
+    """A copy of the fixture's run whose checkpoint file `name` was cut short (to half, or to
+    nothing where `empty`) before its digests were written (they match it: only reading it finds
+    it out); the checkpoint's folder."""
     from shardrec.trainer.rundir.checkpoint_trust import write_digests
 
     checkpoint = tmp_path / "run" / "checkpoints" / "step-00000004"
     shutil.copytree(FIXTURE, tmp_path / "run")
     write_tiny_dataset(tmp_path / "data")
-    data = checkpoint / "__0_0.distcp"
-    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
-    write_digests(checkpoint)  # they match the short file: only reading it finds it out
+    cut = checkpoint / name
+    cut.write_bytes(b"" if empty else cut.read_bytes()[: cut.stat().st_size // 2])
+    write_digests(checkpoint)
+    return checkpoint
+
+
+@pytest.mark.slow
+def test_a_refusal_in_the_ranks_is_the_one_line_eval_prints(tmp_path: Path) -> None:
+    checkpoint = _cut(tmp_path, "__0_0.distcp")
     done = _eval(tmp_path)
     assert (done.returncode, done.stdout) == (1, ""), done.stderr[-3000:]
     lines = done.stderr.splitlines()
@@ -65,6 +75,110 @@ def test_a_refusal_in_the_ranks_is_the_one_line_eval_prints(tmp_path: Path) -> N
         r"evaluate or export another checkpoint with --checkpoint STEP; ",
         line,
     ), done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.slow
+def test_eval_says_it_evaluates_the_checkpoint_not_that_it_resumed(tmp_path: Path) -> None:
+    # Before: rank 0 logged 'resumed from .../step-00000004 (step 4, saved by 2 ranks, now 2)'.
+    done = _eval(tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    checkpoint = tmp_path / "run" / "checkpoints" / "step-00000004"
+    said = [line.split(": ", 1)[1] for line in done.stderr.splitlines() if "INFO" in line]
+    assert said == [f"evaluating {checkpoint} (step 4, saved by 2 ranks, now 2) on val"], said
+
+
+@pytest.mark.slow
+def test_a_cut_train_state_is_the_one_unreadable_line_of_eval_and_export(tmp_path: Path) -> None:
+    # Before: eval gave the rank's traceback ('OSError: [Errno 22] Invalid argument') and
+    # 'error: evaluation failed: rank 0 exited with code 1'; export said
+    # '...safetensors: cannot write the model (Invalid argument)'.
+    checkpoint = _cut(tmp_path, "train_state.pt")
+    unreadable = (
+        re.escape(f"error: {checkpoint}: a file of this checkpoint is truncated or unreadable (")
+        + r"train_state\.pt: \w+: [^)]+"
+        + re.escape("), though it matches its digests (it was saved that way); ")
+    )
+    others = re.escape(" (this run has no other checkpoint)")
+    evaluated = _eval(tmp_path)
+    assert_one_line_error(
+        evaluated,
+        "^"
+        + unreadable
+        + re.escape(
+            "evaluate or export another checkpoint with --checkpoint STEP; to resume training "
+            "from an earlier one, move this folder aside"
+        )
+        + others
+        + "$",
+    )
+    out = tmp_path / "model.safetensors"
+    exported = cli("export", tmp_path / "run", "--data", tmp_path / "data", "--out", out, ok=False)
+    assert_one_line_error(
+        exported,
+        "^"
+        + unreadable
+        + re.escape("export another checkpoint with --checkpoint STEP")
+        + others
+        + "$",
+    )
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_a_cut_metadata_is_the_one_unreadable_line_of_eval(tmp_path: Path) -> None:
+    # Before: two of torch's 'WARNING root: ... metadata is not found' with their tracebacks came
+    # first, from each rank.
+    checkpoint = _cut(tmp_path, ".metadata")
+    assert_one_line_error(
+        _eval(tmp_path),
+        "^"
+        + re.escape(f"error: {checkpoint}: a file of this checkpoint is truncated or unreadable (")
+        + r"[^;]+; global metadata read failed: pickle data was truncated; .*"
+        + re.escape(
+            "), though it matches its digests (it was saved that way); evaluate or export "
+            "another checkpoint with --checkpoint STEP; to resume training from an earlier one, "
+            "move this folder aside (this run has no other checkpoint)"
+        )
+        + "$",
+    )
+
+
+def test_a_cut_metadata_is_the_one_unreadable_line_of_export(tmp_path: Path) -> None:
+    # Before: export gave the traceback of 'UnpicklingError: pickle data was truncated'.
+    checkpoint = _cut(tmp_path, ".metadata")
+    out = tmp_path / "model.safetensors"
+    exported = cli("export", tmp_path / "run", "--data", tmp_path / "data", "--out", out, ok=False)
+    assert_one_line_error(
+        exported,
+        "^"
+        + re.escape(
+            f"error: {checkpoint}: a file of this checkpoint is truncated or unreadable "
+            "(.metadata: UnpicklingError: pickle data was truncated), though it matches its "
+            "digests (it was saved that way); export another checkpoint with --checkpoint STEP "
+            "(this run has no other checkpoint)"
+        )
+        + "$",
+    )
+    assert not out.exists()
+
+
+def test_a_failure_without_a_message_is_named_by_its_type(tmp_path: Path) -> None:
+    # A shard cut to nothing: torch raises EOFError with no message. Before: '(EOFError: )'.
+    checkpoint = _cut(tmp_path, "__0_0.distcp", empty=True)
+    exported = cli(
+        "export", tmp_path / "run", "--data", tmp_path / "data", "--out", tmp_path / "m", ok=False
+    )
+    assert_one_line_error(
+        exported,
+        "^"
+        + re.escape(
+            f"error: {checkpoint}: a file of this checkpoint is truncated or unreadable "
+            "(EOFError), though it matches its digests (it was saved that way); export another "
+            "checkpoint with --checkpoint STEP (this run has no other checkpoint)"
+        )
+        + "$",
+    )
 
 
 @pytest.mark.slow

@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from shardrec.trainer.distributed.dist import DistEnv
-from shardrec.trainer.rundir.checkpoint import (
-    CheckpointManager,
+from shardrec.trainer.rundir.checkpoint import CheckpointManager
+from shardrec.trainer.rundir.checkpoint_parts import (
     CheckpointParts,
     ModuleState,
     RngState,

@@ -278,12 +278,23 @@ def test_a_rank_that_refuses_gives_the_one_line_and_a_crash_keeps_torchruns(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    "cut, cause",
+    [
+        ("__0_0.distcp", r"[^)]*"),
+        ("train_state.pt", r"train_state\.pt: \w+: [^)]+"),
+        (".metadata", r"UnpicklingError: [^)]+"),
+    ],
+    ids=["shard", "train_state", "metadata"],
+)
 def test_a_checkpoint_that_cannot_be_read_is_refused_with_the_way_out_not_kept(
-    tiny_dataset: Path, tmp_path: Path
+    tiny_dataset: Path, tmp_path: Path, cut: str, cause: str
 ):
-    # A shard cut short before its digests were written (they match it): the rank cannot read it.
+    # A file cut short before its digests were written (they match it): the rank cannot read it.
     # Before: the line ended 'the newest complete checkpoint, ... (step 4), is kept and a re-run
-    # resumes from it', a rerun that fails the same way, after the rank's advice for eval.
+    # resumes from it', a rerun that fails the same way, after the rank's advice for eval; a cut
+    # train_state.pt gave torch's traceback and 'rank 0: OSError: [Errno 22] Invalid argument', a
+    # cut .metadata 'rank 0: UnpicklingError: pickle data was truncated'.
     from shardrec.trainer.rundir.checkpoint_trust import write_digests
 
     run_dir = tmp_path / "run"
@@ -293,7 +304,7 @@ def test_a_checkpoint_that_cannot_be_read_is_refused_with_the_way_out_not_kept(
     )
     assert trained.returncode == 0, trained.stderr[-3000:]
     checkpoint, before = (run_dir / "checkpoints" / f"step-0000000{s}" for s in (4, 2))
-    shard = checkpoint / "__0_0.distcp"
+    shard = checkpoint / cut
     shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
     write_digests(checkpoint)
     rerun = subprocess.run(command + ["--steps", "6"], capture_output=True, text=True, timeout=300)
@@ -304,7 +315,7 @@ def test_a_checkpoint_that_cannot_be_read_is_refused_with_the_way_out_not_kept(
             f"error: training failed: rank 0: {checkpoint}: a file of this checkpoint is truncated "
             "or unreadable ("
         )
-        + r"[^)]*"
+        + cause
         + re.escape(
             "), though it matches its digests (it was saved that way); refusing the checkpoint "
             "(this run's other checkpoints: steps 2); a re-run resumes from that checkpoint "

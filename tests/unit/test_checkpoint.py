@@ -1,21 +1,19 @@
 """CheckpointManager on one process: named parts round-trip, the newest K are kept, the on-disk
-layout is train_state.pt + DCP files + rng-<rank>.pt, and a foreign signature is refused."""
+layout is train_state.pt + DCP files + rng-<rank>.pt, a foreign signature is refused, and a cut
+.metadata is refused without DCP's warnings."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
 import torch
 
 from shardrec.trainer.distributed.dist import DistEnv
-from shardrec.trainer.rundir.checkpoint import (
-    CheckpointManager,
-    CheckpointParts,
-    ModuleState,
-    TrainProgress,
-    load_file,
-)
+from shardrec.trainer.rundir.checkpoint import CheckpointManager
+from shardrec.trainer.rundir.checkpoint_files import load_file
+from shardrec.trainer.rundir.checkpoint_parts import CheckpointParts, ModuleState, TrainProgress
 
 ENV = DistEnv(
     rank=0,
@@ -58,7 +56,9 @@ def _manager(
     return CheckpointManager(directory, ENV, keep=2, parts=parts), module, counter
 
 
-def test_parts_round_trip_and_the_newest_two_are_kept(tmp_path: Path) -> None:
+def test_parts_round_trip_and_the_newest_two_are_kept(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     manager, module, counter = _manager(tmp_path)
     for step in (1, 2, 3):
         manager.parts.progress.step, counter.value = step, 10 * step
@@ -79,7 +79,10 @@ def test_parts_round_trip_and_the_newest_two_are_kept(tmp_path: Path) -> None:
     assert (tmp_path / "step-00000003" / "rng-0.pt").is_file()
 
     fresh, fresh_module, fresh_counter = _manager(tmp_path)
-    assert fresh.load_latest() == 3
+    with caplog.at_level(logging.INFO, logger="shardrec"):
+        assert fresh.load_latest() == 3
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("shardrec")]
+    assert said == [f"resumed from {tmp_path / 'step-00000003'} (step 3, saved by 1 ranks, now 1)"]
     assert fresh_counter.value == 30 and fresh.parts.progress.step == 3
     assert torch.equal(fresh_module.weight, torch.full((2, 2), 3.0))
 
@@ -159,3 +162,37 @@ def test_tensors_saved_on_a_gpu_load_onto_this_ranks_device_and_cpu_ones_stay(
         torch.save({"on_gpu": torch.ones(2), "rng": torch.get_rng_state()}, path)
     loaded = load_file(path, torch.device("meta"))
     assert loaded["on_gpu"].device.type == "meta" and loaded["rng"].device.type == "cpu"
+
+
+class NoisyModule(ModuleState):
+    """A sharded part that logs a warning of its own to the root logger while it is loaded."""
+
+    def load_target(self, saved):
+        logging.getLogger().warning("a warning of the job's own")
+        return super().load_target(saved)
+
+
+def test_a_cut_metadata_is_refused_without_dcps_warnings_and_other_warnings_pass(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from shardrec.trainer.rundir.checkpoint_trust import UnreadableCheckpoint, write_digests
+
+    manager, module, _ = _manager(tmp_path)
+    path = manager.save()
+    metadata = path / ".metadata"
+    metadata.write_bytes(metadata.read_bytes()[: metadata.stat().st_size // 2])
+    write_digests(path)
+    noisy = CheckpointParts(
+        progress=TrainProgress(),
+        sharded={"model": NoisyModule(module)},
+        main={},
+        signature=SIGNATURE,
+        layout='{"tables": []}',
+        per_rank={},
+    )
+    with caplog.at_level(logging.WARNING), pytest.raises(UnreadableCheckpoint):
+        CheckpointManager(tmp_path, ENV, keep=2, parts=noisy).load(path)
+    # Before: DCP's 'Global metadata is not found. ...' and 'Rank local metadata is not found.',
+    # each with a traceback, came before the one line.
+    warned = [r.getMessage() for r in caplog.records if r.name == "root"]
+    assert warned == ["a warning of the job's own"], warned

@@ -32,13 +32,8 @@ from shardrec.trainer.loop.train_job import checkpoint_signature
 from shardrec.trainer.model import build
 from shardrec.trainer.model.objective import TRAIN_EBC_PATH, TRAIN_EC_PATH
 from shardrec.trainer.rundir import names
-from shardrec.trainer.rundir.checkpoint import (
-    CheckpointManager,
-    CheckpointParts,
-    ModuleState,
-    TrainProgress,
-    load_file,
-)
+from shardrec.trainer.rundir.checkpoint import CheckpointManager
+from shardrec.trainer.rundir.checkpoint_parts import CheckpointParts, ModuleState, TrainProgress
 from shardrec.trainer.rundir.id_map_state import IdMapsState
 
 logger = logging.getLogger(__name__)
@@ -119,7 +114,16 @@ def evaluate_checkpoint(request: EvalRequest, env: DistEnv) -> dict[str, Any]:
         layout=plan.to_json(),
         per_rank={},
     )
-    CheckpointManager(path.parent, env, keep=1, parts=parts).load(path)
+    train_world = CheckpointManager(path.parent, env, keep=1, parts=parts).load(path)
+    if env.is_main:
+        logger.info(
+            "evaluating %s (step %d, saved by %d ranks, now %d) on %s",
+            path,
+            step,
+            train_world,
+            env.world_size,
+            request.split,
+        )
     start = time.perf_counter()
     model.eval()
     loader, cap = eval_loader(config, request.split, env), config.eval.max_batches
@@ -127,7 +131,6 @@ def evaluate_checkpoint(request: EvalRequest, env: DistEnv) -> dict[str, Any]:
         batches = iter(loader) if managed is None else managed.eval_batches(iter(loader))
         metrics = evaluate_batches(model, batches, env.device, cap, on_batch=advance)
     metrics["seconds"] = round(time.perf_counter() - start, 3)
-    train_world = load_file(path / names.TRAIN_STATE, env.device)["world_size"]
     return {
         "run_dir": str(request.run_dir),
         "step": step,

@@ -41,7 +41,8 @@ from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import JobConfig
 from shardrec.trainer.job.precision import resolve_precision
 from shardrec.trainer.rundir import names
-from shardrec.trainer.rundir.checkpoint import check_signature, checkpoint_signature, load_file
+from shardrec.trainer.rundir.checkpoint_files import DCP_READ_ERRORS, read_file
+from shardrec.trainer.rundir.checkpoint_signature import check_signature, checkpoint_signature
 from shardrec.trainer.rundir.checkpoint_trust import unreadable_checkpoint
 from shardrec.trainer.rundir.life import trained_data
 
@@ -62,6 +63,8 @@ _SAFETENSORS_DTYPES = {
 ITEM_MAPS = "events.items."
 """Prefix of an event-log model's item maps in the file (`events.items.artist`, `...album`):
 int32 per item, what `predict` reads raw event rows by."""
+READ_ANOTHER = "export another checkpoint with --checkpoint STEP"
+"""What to do about a checkpoint that cannot be read."""
 TRANSFORM_KEYS = (*trained_data.PREPROCESSING_KEYS, "schema", "spec")
 """Manifest options that say how raw rows became the dataset's ids and dense values: the settings a
 model is checked against, and the text layout predict reads raw rows by (the header is written with
@@ -73,7 +76,10 @@ def _tensor_entries(checkpoint: Path) -> dict[str, TensorStorageMetadata]:
     from shardrec.trainer.rundir.checkpoint_trust import verify_checkpoint
 
     verify_checkpoint(checkpoint)  # DCP unpickles .metadata: only once its digests vouch for it
-    metadata = FileSystemReader(str(checkpoint)).read_metadata()
+    try:
+        metadata = FileSystemReader(str(checkpoint)).read_metadata()
+    except DCP_READ_ERRORS as e:
+        raise unreadable_checkpoint(checkpoint, e, READ_ANOTHER, ".metadata") from None
     return {
         key[len(CHECKPOINT_PREFIX) :]: meta
         for key, meta in sorted(metadata.state_dict_metadata.items())
@@ -103,9 +109,7 @@ def _read_tensor(checkpoint: Path, name: str) -> torch.Tensor:
         except CheckpointException as e:
             # DCP wraps whatever its reads raise, Ctrl-C too: a Ctrl-C stays one, a truncated
             # file is one line.
-            raise unreadable_checkpoint(
-                checkpoint, e, "export another checkpoint with --checkpoint STEP"
-            ) from None
+            raise unreadable_checkpoint(checkpoint, e, READ_ANOTHER) from None
     while isinstance(
         loaded, dict
     ):  # DCP nests by the first dot: {"model": {"model.<name>": tensor}}
@@ -186,10 +190,10 @@ def check_checkpoint(
     fingerprint = dataset_fingerprint(raw) if raw is not None else ""
     older = older_fingerprints(raw) if raw is not None else ()
     shapes = [(t["name"], t["rows"], t["dim"]) for t in header["tables"]]
-    saved = load_file(checkpoint / names.TRAIN_STATE, torch.device("cpu"))["signature"]
+    state = read_file(checkpoint, names.TRAIN_STATE, torch.device("cpu"), READ_ANOTHER)
     check_signature(
         checkpoint,
-        saved,
+        state["signature"],
         checkpoint_signature(config.model, config.optim, shapes, fingerprint, older),
     )
 
@@ -259,11 +263,8 @@ id as a bit pattern (MISSING_KEY where free); scoring looks raw ids up in it, re
 def id_map_tensors(checkpoint: Path) -> dict[str, torch.Tensor]:
     """The managed tables' id maps of a checkpoint (its train_state.pt's id_maps part), by their
     names in the model file (none for a model without managed tables)."""
-    from shardrec.trainer.rundir import names
-    from shardrec.trainer.rundir.checkpoint import load_file
-
-    state = load_file(checkpoint / names.TRAIN_STATE, torch.device("cpu")).get("id_maps")
-    tables = (state or {}).get("tables", {})
+    state = read_file(checkpoint, names.TRAIN_STATE, torch.device("cpu"), READ_ANOTHER)
+    tables = (state.get("id_maps") or {}).get("tables", {})
     return {ID_MAP_PREFIX + feature: t["slot_key"].contiguous() for feature, t in tables.items()}
 
 

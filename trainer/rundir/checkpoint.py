@@ -23,38 +23,40 @@ the digests (owned by this user, writable by nobody else) vouch for it: see
 `trainer.rundir.checkpoint_trust` for the threat model. The checkpoint barriers and DCP's own
 collectives run in a gloo group of their own with `checkpoint.timeout_s`, not the training
 collectives' timeout; a rank that does not arrive is named.
+
+What the parts are: `checkpoint_parts`; what must match to load: `checkpoint_signature`; a file
+read or written by torch: `checkpoint_files`.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import random
 import shutil
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Protocol
 
-import numpy as np
-import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.stateful import Stateful
-from torch.serialization import default_restore_location
 
-from shardrec.dataloader.util.files import atomic_open, fsync_dir
+from shardrec.dataloader.util.files import fsync_dir
 from shardrec.trainer.distributed import faults
 from shardrec.trainer.distributed.dist import DistEnv, monitored_barrier
-from shardrec.trainer.job.sections import ModelConfig, OptimConfig
 from shardrec.trainer.rundir import names
 from shardrec.trainer.rundir.checkpoint_failure import (
     checkpoint_bytes,
     checkpoint_write_error,
     describe_failure,
 )
+from shardrec.trainer.rundir.checkpoint_files import (
+    DCP_READ_ERRORS,
+    quiet_metadata_fallback,
+    read_file,
+    save_file,
+)
+from shardrec.trainer.rundir.checkpoint_parts import CheckpointParts, SavedCheckpoint
+from shardrec.trainer.rundir.checkpoint_signature import check_signature
 from shardrec.trainer.rundir.checkpoint_trust import (
     REFUSED,
     UntrustedCheckpoint,
@@ -73,250 +75,6 @@ READ_ANOTHER = (
     "earlier one, move this folder aside"
 )
 """What to do about a checkpoint that cannot be read, where eval and export read it."""
-
-
-def restore_on(device: torch.device) -> Callable[[Any, str], Any]:
-    """torch.load's map_location for files saved on any device: a tensor saved on a CUDA device
-    comes back on `device` (this rank's own GPU; the CPU on a CPU host), one saved on the CPU
-    stays there (RNG states must). Without it every rank would load onto the GPU the file was
-    saved from (cuda:0 for rank 0's train_state.pt), and a CPU host could not load it at all."""
-
-    def restore(storage: Any, location: str) -> Any:
-        return (
-            default_restore_location(storage, str(device))
-            if location.startswith("cuda")
-            else storage
-        )
-
-    return restore
-
-
-def load_file(path: Path, device: torch.device) -> Any:
-    """A checkpoint file of tensors and plain values (weights_only), its CUDA tensors on
-    `device`."""
-    return torch.load(path, weights_only=True, map_location=restore_on(device))
-
-
-@dataclass
-class TrainProgress:
-    step: int = 0
-    """Optimizer steps taken."""
-    epoch: int = 0
-    """The epoch the next step belongs to (of the current stretch's data)."""
-    stretch: int = 0
-    """The stretch of a run that goes on (`--continue-on`): 0, then one more per new dataset."""
-    stretch_start: int = 0
-    """The step the current stretch started at: its epochs count from there."""
-    unlogged_loss: float = 0.0
-    """The training loss summed over the steps since the last log line (train.log_interval):
-    a checkpoint between two log lines keeps it, so that a resumed run logs the next line's loss
-    as the uninterrupted run does, bit for bit."""
-    unlogged_steps: int = 0
-    """The steps `unlogged_loss` sums."""
-
-    def state_dict(self) -> dict[str, int | float]:
-        # The first stretch (every run that never went on) saves what checkpoints always held,
-        # and the loss since the last log line only where there is one.
-        state: dict[str, int | float] = (
-            {k: v for k, v in asdict(self).items() if not k.startswith("unlogged")}
-            if self.stretch
-            else {"step": self.step, "epoch": self.epoch}
-        )
-        if self.unlogged_steps:
-            state.update(unlogged_loss=self.unlogged_loss, unlogged_steps=self.unlogged_steps)
-        return state
-
-    def load_state_dict(self, state: dict[str, int | float]) -> None:
-        self.step, self.epoch = int(state["step"]), int(state["epoch"])
-        # Checkpoints of a first stretch, or from before stretches, hold no stretch.
-        self.stretch = int(state.get("stretch", 0))
-        self.stretch_start = int(state.get("stretch_start", 0))
-        self.unlogged_loss = float(state.get("unlogged_loss", 0.0))
-        self.unlogged_steps = int(state.get("unlogged_steps", 0))
-
-
-@dataclass(frozen=True)
-class SavedCheckpoint:
-    """What a sharded part may need to know of the checkpoint it is loaded from."""
-
-    path: Path
-    step: int
-    layout: str
-    """The plan (JSON) the shards were written under."""
-    group: dist.ProcessGroup | None = None
-    """The checkpoint's gloo group (checkpoint.timeout_s): a part that reads more of the
-    checkpoint itself loads over it, on every rank."""
-
-
-class ShardedPart(Protocol):
-    """A part every rank saves its shards of with DCP, and loads resharded to the current layout."""
-
-    def state_dict(self) -> dict[str, Any]:
-        """The state to save."""
-        ...
-
-    def load_target(self, saved: SavedCheckpoint) -> dict[str, Any]:
-        """The state DCP fills in place (empty: nothing to read); may read parts of `saved`
-        itself."""
-        ...
-
-    def finish_load(self, saved: SavedCheckpoint) -> None:
-        """Take in the target DCP filled."""
-        ...
-
-
-class ModuleState:
-    """A module (sharded by DistributedModelParallel) as a sharded part."""
-
-    def __init__(self, module: torch.nn.Module) -> None:
-        self.module = module
-        self._target: dict[str, Any] = {}
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.module.state_dict()
-
-    def load_target(self, saved: SavedCheckpoint) -> dict[str, Any]:
-        self._target = self.module.state_dict()
-        return self._target
-
-    def finish_load(self, saved: SavedCheckpoint) -> None:
-        self.module.load_state_dict(self._target)
-
-
-class RngState:
-    """This process's torch, numpy and Python RNG states (a per-rank part), as tensors and plain
-    values only, so that they load with weights_only=True."""
-
-    def state_dict(self) -> dict[str, Any]:
-        kind, keys, pos, has_gauss, gauss = np.random.get_state()
-        version, words, py_gauss = random.getstate()
-        return {
-            "torch": torch.get_rng_state(),
-            "numpy": {
-                "kind": str(kind),
-                "keys": torch.from_numpy(keys.astype(np.int64)),
-                "pos": int(pos),
-                "has_gauss": int(has_gauss),
-                "cached_gaussian": float(gauss),
-            },
-            # Mersenne Twister words are < 2^32: exact in int64.
-            "python": {
-                "version": int(version),
-                "words": torch.tensor(words, dtype=torch.int64),
-                "gauss": py_gauss,
-            },
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        torch.set_rng_state(state["torch"])
-        n = state["numpy"]
-        np.random.set_state(
-            (
-                n["kind"],
-                n["keys"].numpy().astype(np.uint32),
-                n["pos"],
-                n["has_gauss"],
-                n["cached_gaussian"],
-            )
-        )
-        py = state["python"]
-        random.setstate((py["version"], tuple(int(w) for w in py["words"].tolist()), py["gauss"]))
-
-
-@dataclass(frozen=True)
-class CheckpointParts:
-    """Everything a checkpoint saves and restores, by name (the names are the on-disk keys)."""
-
-    progress: TrainProgress
-    """The step (it names the checkpoint) and epoch; train_state.pt["progress"]."""
-    sharded: Mapping[str, ShardedPart]
-    """DCP state keys -> parts, loaded in this order."""
-    main: Mapping[str, Stateful]
-    """train_state.pt keys -> parts saved whole by rank 0, loaded in this order."""
-    signature: dict[str, Any]
-    """What must match for a checkpoint to load (see describe_mismatch)."""
-    layout: str
-    """The plan (JSON) the sharded parts are laid out by."""
-    per_rank: Mapping[str, Stateful] = field(default_factory=lambda: {"rng": RngState()})
-    """File name prefixes -> parts each rank saves into `<name>-<rank>.pt`."""
-
-
-# Optimizer settings that decide what state a checkpoint holds: a change would drop or misread it.
-OPTIMIZER_KEYS = ("sparse", "dense")
-
-
-def checkpoint_signature(
-    model: ModelConfig,
-    optim: OptimConfig,
-    tables: list[tuple[str, int, int]],
-    dataset: str = "",
-    older_datasets: tuple[str, ...] = (),
-) -> dict[str, Any]:
-    """What must match for a checkpoint to load: the model, its tables (name, rows, dim), the
-    optimizers' kinds and the dataset's fingerprint (trainer.rundir.life.trained_data; "" skips
-    that check), not the plan. `older_datasets`: the dataset's fingerprint as runs recorded it before
-    (manifest.older_fingerprints), which their checkpoints hold."""
-    signature = {
-        "model": asdict(model),
-        "optim": {k: getattr(optim, k) for k in OPTIMIZER_KEYS},
-        "tables": [
-            {"name": name, "rows": int(rows), "dim": int(dim)} for name, rows, dim in tables
-        ],
-        "dataset": dataset,
-    }
-    if dataset and older_datasets:  # a click log's signature stays as it was
-        signature["older_datasets"] = list(older_datasets)
-    return signature
-
-
-def check_signature(path: Path, saved: dict[str, Any], current: dict[str, Any]) -> None:
-    """ValueError (one line) unless the checkpoint at `path`, whose train_state.pt holds the
-    signature `saved`, is of the job whose signature is `current`: what every reader of a
-    checkpoint's weights checks (a resume, `eval`, `export`)."""
-    mismatch = describe_mismatch(saved, current)
-    if mismatch:
-        raise ValueError(f"{path}: checkpoint of another model or optimizer: {mismatch}")
-
-
-def describe_mismatch(saved: dict[str, Any], current: dict[str, Any]) -> str:
-    """What differs between a checkpoint's signature and the job's ("" when nothing does)."""
-    diffs = []
-    for section in ("model", "optim"):
-        for key, value in saved.get(section, {}).items():
-            if current[section].get(key) != value:
-                diffs.append(
-                    f"{section}.{key}: checkpoint {value!r}, job {current[section].get(key)!r}"
-                )
-    # A checkpoint from before dataset fingerprints, or a job that gives none, skips this check; a
-    # run that goes on loads the last checkpoint of its previous stretch's data.
-    if (
-        saved.get("dataset")
-        and current.get("dataset")
-        and saved["dataset"]
-        not in (
-            current["dataset"],
-            current.get("continues_from"),
-            *current.get("older_datasets", ()),
-        )
-    ):
-        diffs.append(
-            f"dataset: checkpoint trained on fingerprint {saved['dataset'][:12]}, "
-            f"job's data is {current['dataset'][:12]}"
-        )
-    old = {t["name"]: (t["rows"], t["dim"]) for t in saved["tables"]}
-    new = {t["name"]: (t["rows"], t["dim"]) for t in current["tables"]}
-    if set(old) != set(new):
-        diffs.append(
-            f"tables: checkpoint has {len(old)} ({', '.join(sorted(set(old) - set(new))[:3]) or '-'} not in the job), "
-            f"job has {len(new)} ({', '.join(sorted(set(new) - set(old))[:3]) or '-'} not in the checkpoint)"
-        )
-    else:
-        diffs += [
-            f"table {n} [rows, dim]: checkpoint {list(old[n])}, job {list(new[n])}"
-            for n in sorted(old)
-            if old[n] != new[n]
-        ]
-    return "; ".join(diffs)
 
 
 class CheckpointManager:
@@ -383,9 +141,9 @@ class CheckpointManager:
                 process_group=self.group,
             )
             for name, part in parts.per_rank.items():
-                _save_file(tmp / f"{name}-{self.env.rank}.pt", part.state_dict())
+                save_file(tmp / f"{name}-{self.env.rank}.pt", part.state_dict())
             if self.env.is_main:
-                _save_file(
+                save_file(
                     tmp / names.TRAIN_STATE,
                     {
                         "format_version": FORMAT_VERSION,
@@ -462,7 +220,15 @@ class CheckpointManager:
         if found[0] is None:
             return None
         # A rerun would resume from this one again: the launcher names the one before it.
-        self.load(Path(found[0]), skip, advice=REFUSED)
+        saved_by = self.load(Path(found[0]), skip, advice=REFUSED)
+        if self.env.is_main:
+            logger.info(
+                "resumed from %s (step %d, saved by %d ranks, now %d)",
+                found[0],
+                self.parts.progress.step,
+                saved_by,
+                self.env.world_size,
+            )
         return self.parts.progress.step
 
     def verify(self, path: Path) -> None:
@@ -481,25 +247,27 @@ class CheckpointManager:
         if first:
             raise UntrustedCheckpoint(first)
 
-    def load(self, path: Path, skip: tuple[str, ...] = (), advice: str = READ_ANOTHER) -> None:
+    def load(self, path: Path, skip: tuple[str, ...] = (), advice: str = READ_ANOTHER) -> int:
         """Load the checkpoint at `path` into the parts (but the main parts named in `skip`);
-        ValueError if its files fail their digests or its signature differs, or (ending in
-        `advice`, what to do) if a file that matches its digest cannot be read."""
+        returns the world size that saved it. ValueError if its files fail their digests or its
+        signature differs, or (ending in `advice`, what to do) if a file that matches its digest
+        cannot be read."""
         parts = self.parts
         self.verify(path)  # before anything is read: DCP unpickles .metadata
-        train_state = load_file(path / names.TRAIN_STATE, self.env.device)
+        train_state = read_file(path, names.TRAIN_STATE, self.env.device, advice)
         check_signature(path, train_state["signature"], parts.signature)
         saved = SavedCheckpoint(
             path, train_state["progress"]["step"], train_state["plan"], self.group
         )
-        targets = {name: part.load_target(saved) for name, part in parts.sharded.items()}
         try:
-            dcp.load(
-                {name: target for name, target in targets.items() if target},
-                checkpoint_id=str(path),
-                process_group=self.group,
-            )
-        except CheckpointException as e:
+            with quiet_metadata_fallback():
+                targets = {n: part.load_target(saved) for n, part in parts.sharded.items()}
+                dcp.load(
+                    {name: target for name, target in targets.items() if target},
+                    checkpoint_id=str(path),
+                    process_group=self.group,
+                )
+        except DCP_READ_ERRORS as e:
             raise unreadable_checkpoint(path, e, advice) from None
         for part in parts.sharded.values():
             part.finish_load(saved)
@@ -509,20 +277,7 @@ class CheckpointManager:
         parts.progress.load_state_dict(train_state["progress"])
         for name, part in parts.per_rank.items():
             # More ranks than saved it: the new ones start from rank 0's state.
-            own = path / f"{name}-{self.env.rank}.pt"
-            part.load_state_dict(
-                load_file(own if own.is_file() else path / f"{name}-0.pt", self.env.device)
-            )
-        if self.env.is_main:
-            logger.info(
-                "resumed from %s (step %d, saved by %d ranks, now %d)",
-                path,
-                parts.progress.step,
-                train_state["world_size"],
-                self.env.world_size,
-            )
-
-
-def _save_file(path: Path, obj: Any) -> None:
-    with atomic_open(path) as f:
-        torch.save(obj, f)
+            own = f"{name}-{self.env.rank}.pt"
+            own = own if (path / own).is_file() else f"{name}-0.pt"
+            part.load_state_dict(read_file(path, own, self.env.device, advice))
+        return int(train_state["world_size"])

@@ -181,11 +181,14 @@ class UnreadableCheckpoint(ValueError):
     corrupt (the digests vouch only for what was there at save time)."""
 
 
-def unreadable_checkpoint(directory: Path, error: BaseException, advice: str) -> BaseException:
-    """What a failed read of the checkpoint in `directory` raises instead of torch's DCP
-    CheckpointException (`error`, which wraps each rank's failure, a Ctrl-C's too): a Ctrl-C stays
-    a KeyboardInterrupt; anything else is one line naming the folder, the first failure and what
-    to do (`advice`), with the run's other complete checkpoints."""
+def unreadable_checkpoint(
+    directory: Path, error: BaseException, advice: str, file: str = ""
+) -> BaseException:
+    """What a failed read of the checkpoint in `directory` raises instead of what torch raised
+    (`error`: DCP's CheckpointException, which wraps each rank's failure, a Ctrl-C's too, or
+    torch.load's error reading its `file`): a Ctrl-C stays a KeyboardInterrupt; anything else is
+    one line naming the folder (and the file, where known), the first failure and what to do
+    (`advice`), with the run's other complete checkpoints."""
     failures = getattr(error, "failures", None) or {}
     causes = [f[0] if isinstance(f, tuple) else f for f in failures.values()]
     if any(isinstance(c, KeyboardInterrupt) for c in causes):
@@ -200,8 +203,11 @@ def unreadable_checkpoint(directory: Path, error: BaseException, advice: str) ->
         if others
         else "this run has no other checkpoint"
     )
+    # An exception without a message (EOFError of a file cut to nothing) is named by its type.
+    failure = f"{type(cause).__name__}: {said}" if said else type(cause).__name__
+    where = f"{file}: " if file else ""
     return UnreadableCheckpoint(
         f"{directory}: a file of this checkpoint is truncated or unreadable "
-        f"({type(cause).__name__}: {said}), though it matches its digests (it was saved that way); "
-        f"{advice} ({kept})"
+        f"({where}{failure}), though it matches its digests "
+        f"(it was saved that way); {advice} ({kept})"
     )

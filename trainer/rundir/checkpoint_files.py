@@ -1,0 +1,95 @@
+"""A checkpoint's files as torch reads and writes them: tensors onto this rank's device, and a
+file (or DCP's metadata) that cannot be read as the one unreadable-checkpoint line
+(checkpoint_trust.unreadable_checkpoint), not torch's traceback."""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.serialization import default_restore_location
+
+from shardrec.dataloader.util.files import atomic_open
+from shardrec.trainer.rundir.checkpoint_trust import unreadable_checkpoint
+
+
+def restore_on(device: torch.device) -> Callable[[Any, str], Any]:
+    """torch.load's map_location for files saved on any device: a tensor saved on a CUDA device
+    comes back on `device` (this rank's own GPU; the CPU on a CPU host), one saved on the CPU
+    stays there (RNG states must). Without it every rank would load onto the GPU the file was
+    saved from (cuda:0 for rank 0's train_state.pt), and a CPU host could not load it at all."""
+
+    def restore(storage: Any, location: str) -> Any:
+        return (
+            default_restore_location(storage, str(device))
+            if location.startswith("cuda")
+            else storage
+        )
+
+    return restore
+
+
+def load_file(path: Path, device: torch.device) -> Any:
+    """A checkpoint file of tensors and plain values (weights_only), its CUDA tensors on
+    `device`."""
+    return torch.load(path, weights_only=True, map_location=restore_on(device))
+
+
+READ_ERRORS = (OSError, RuntimeError, EOFError, pickle.UnpicklingError)
+"""What torch.load raises for a file cut short or corrupt: an OSError (errno 22) or its zip
+reader's RuntimeError for a cut zip, EOFError for an empty file, UnpicklingError."""
+
+
+DCP_READ_ERRORS = (CheckpointException, OSError, EOFError, pickle.UnpicklingError)
+"""What reading a checkpoint's DCP files raises for one cut short or corrupt: DCP's load wraps each
+rank's failure in a CheckpointException, its metadata reader (read_metadata, which a sharded part
+may call itself) raises the unpickler's own."""
+
+
+METADATA_FALLBACK = (
+    "Global metadata is not found. Falling back to rank local metadata.",
+    "Rank local metadata is not found.",
+)
+"""What DCP's load logs, with the traceback, when it cannot read `.metadata` (and, as shardrec
+writes none, no per-rank metadata either): the error it then raises says it again."""
+
+
+class _MetadataFallback(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (
+            record.getMessage() in METADATA_FALLBACK
+            and "torch/distributed/checkpoint" in Path(record.pathname).as_posix()
+        )
+
+
+@contextmanager
+def quiet_metadata_fallback() -> Iterator[None]:
+    """Drop DCP's METADATA_FALLBACK warnings while loading (it logs them to the root logger): a
+    checkpoint that cannot be read is one line (unreadable_checkpoint). Other warnings pass."""
+    root, quiet = logging.getLogger(), _MetadataFallback()
+    root.addFilter(quiet)
+    try:
+        yield
+    finally:
+        root.removeFilter(quiet)
+
+
+def read_file(checkpoint: Path, name: str, device: torch.device, advice: str) -> Any:
+    """load_file of the file `name` of the checkpoint at `checkpoint`, whose digests were checked;
+    UnreadableCheckpoint (one line ending in `advice`, what to do) where it cannot be read."""
+    try:
+        return load_file(checkpoint / name, device)
+    except READ_ERRORS as e:
+        raise unreadable_checkpoint(checkpoint, e, advice, name) from None
+
+
+def save_file(path: Path, obj: Any) -> None:
+    """Write `obj` to `path` with torch.save, whole or not at all."""
+    with atomic_open(path) as f:
+        torch.save(obj, f)

@@ -46,7 +46,8 @@ class LazyGroup(typer.core.TyperGroup):
         if self._listing:
             return typer.core.TyperCommand(cmd_name, help=self.summaries[cmd_name])
         module = f"{self.package}.{self.modules[cmd_name]}"
-        groups = ctx.command_path.split()[1:]  # below the program's own name
+        # The groups below the program's own name (none where no context is given).
+        groups = ctx.command_path.split()[1:] if ctx is not None else []
         return load_command(module, cmd_name, " ".join([*groups, cmd_name]))
 
     def format_help(self, ctx: typer.Context, formatter: Any) -> None:

@@ -107,7 +107,7 @@ def start_stretch_records(
     write_stretches(job.run_dir, stretches)
 
 
-def end_stretch_records(job: Job, final: dict[str, Any], id_maps: dict[str, Any]) -> None:
+def end_stretch_records(job: Job, id_maps: dict[str, Any]) -> None:
     """The stretch's last step, and what its id maps did, in RUN/stretches.json (rank 0; a run that
     never went on and has no managed tables keeps no such file)."""
     if not job.env.is_main:

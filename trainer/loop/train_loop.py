@@ -323,7 +323,7 @@ def run_job(job: Job) -> dict[str, Any]:
             summary["id_maps"] = job.managed.stretch_figures()
             reporter.write({"kind": "id_maps", "step": job.progress.step, **summary["id_maps"]})
         reporter.write({"kind": "summary", "step": job.progress.step, **summary})
-        end_stretch_records(job, final, summary.get("id_maps", {}))
+        end_stretch_records(job, summary.get("id_maps", {}))
         if job.mllog.enabled:  # not stopped at the target during training
             mlperf_stop(job, tracker)
     finally:

@@ -3,6 +3,7 @@ without the preprocessing pipeline, so loader/planner/trainer tests do not depen
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,14 @@ from shardrec.dataloader.format.manifest import (
 )
 from shardrec.dataloader.format.part_file import file_layout, write_part
 from shardrec.dataloader.format.raw_ids import MISSING_KEY, RAW
+
+# Every command keeps SIGINT ignored where it started so (POSIX: a script's `cmd &`, 184da26), and
+# a test run started that way (CI in the background, `make test &`) hands SIG_IGN to each worker
+# and each command the tests start. The tests that send a Ctrl-C test a command started from a
+# terminal, so the run gives its workers (and through them their commands) what a terminal gives;
+# the tests of a job started with SIGINT ignored ignore it in their own child.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def write_tiny_dataset(

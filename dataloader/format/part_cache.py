@@ -136,6 +136,9 @@ class PartSet(Sequence[Part]):
         """CPU seconds the warmer threads (`warm`) spent so far: the stream's cost off its own
         thread."""
         self._warm_lock = threading.Lock()
+        self.generation = 0
+        """Counts the evictions so far: a gatherer that holds parts between gathers
+        (addresses.HeldParts) lets them go when it changes, so the set's bounds hold."""
         # Every part's file is checked now (exists inside the dataset, manifest's size), the
         # first part is mapped (its layout is the gathers' reference), the others when first read
         # (their metadata checked then).
@@ -222,7 +225,8 @@ class PartSet(Sequence[Part]):
 
     def _evict(self, i: int) -> None:
         """Drop part i's maps (unmapped once no gather holds the part). Under the budget's lock."""
-        self._mapped.pop(i, None)
+        if self._mapped.pop(i, None) is not None:
+            self.generation += 1
         _BUDGET.drop((self._id, i))
 
     def release(self, keep: Collection[int]) -> None:

@@ -1,14 +1,15 @@
-"""Per-part column addresses for the kernels that read rows of several parts in one pass.
+"""Held parts and their column addresses, for the kernels that read rows of several parts in one
+pass.
 
 gather_kernels.py's `*_parts` kernels read each row from its part's map by data address and
-row stride. Parts may be unmapped and mapped again (part_cache.py), so the tables are built
-per gather for the parts that gather holds, from a per-part cache of addresses that is
-refreshed whenever a part comes back as a new mapping.
+row stride, the part named by its slot among the parts the gathering thread holds
+(`HeldParts`), packed with the row inside it into one key per row (`pack_keys`). Parts may be
+unmapped and mapped again (part_cache.py): a thread holds the Part objects whose addresses its
+tables have, so they stay mapped while it reads them, and starts again when the PartSet
+unmapped any part.
 """
 
 from __future__ import annotations
-
-import weakref
 
 import numpy as np
 
@@ -29,22 +30,16 @@ def index_dtype(count: int) -> type:
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
-def compact_parts(part_of, parts, used):
-    """Renumber part indices (as gather_kernels.locate wrote them) over the parts they use, in
-    place: afterwards part_of[i] indexes `used`, which gets those parts' own indices in order.
-    Returns how many parts are used. Two byte-sized passes, a few % of locate's search."""
-    number = np.full(parts, -1, np.int64)
-    for i in range(part_of.shape[0]):
-        number[part_of[i]] = 0
-    count = 0
-    for p in range(parts):
-        if number[p] == 0:
-            number[p] = count
-            used[count] = p
-            count += 1
-    for i in range(part_of.shape[0]):
-        part_of[i] = number[part_of[i]]
-    return count
+def pack_keys(part_of, local, slot_of, shift, keys):
+    """keys[k] = (slot_of[part_of[k]] << shift) | local[k]: row k's slot among the held parts and
+    its row inside the part, in one integer the kernels read once per value. Returns how many
+    rows lie in parts without a slot (slot_of -1); their keys are then meaningless."""
+    missing = 0
+    for k in range(keys.shape[0]):
+        slot = slot_of[part_of[k]]
+        missing += slot < 0
+        keys[k] = (np.int64(slot) << shift) | np.int64(local[k])
+    return missing
 
 
 def _columns(part: Part, feature_names: list[str]) -> list[np.ndarray]:
@@ -52,52 +47,76 @@ def _columns(part: Part, feature_names: list[str]) -> list[np.ndarray]:
     return [part.labels, part.dense, *(part.sparse[n] for n in feature_names)]
 
 
-class AddressCache:
-    """Data address and row stride of every column of every part seen, by part index.
+class HeldParts:
+    """The parts one thread's gathers hold, by slot, with each column's data address per slot.
 
-    Kept in [columns, parts] arrays, so a gather's tables are one fancy index over the parts it
-    uses: at Criteo 1TB's part size a 64 K-row gather reads ~160-250 parts, and stacking a small
-    array per part for each was a visible share of the gather."""
+    A shuffle window at Criteo 1TB's part size reads ~160-250 parts, and a group's windows read
+    the same ones: holding them (and reading their addresses) once per group, not once per
+    gather, took the per-part Python out of the windows (it was ~10% of the stream at 10,000
+    parts). The set starts again whenever the PartSet unmapped a part (`PartSet.generation`:
+    the stream left a group, or a bound evicted), so it keeps alive no more than the set
+    itself maps, plus the parts of the gathers in flight."""
 
-    def __init__(self, feature_names: list[str], reference: Part, parts: int) -> None:
+    def __init__(self, feature_names: list[str], reference: Part, parts: int, rows: int) -> None:
+        """reference: the part whose column layout the kernels take; parts: the split's; rows: the
+        largest part's rows (they size the row field of a key)."""
         self.feature_names = list(feature_names)
         cols = _columns(reference, self.feature_names)
-        # The 1-d columns' kernels take one row stride for all parts: a part whose stride differs
+        # The kernels take one row stride per column for all parts: a part whose layout differs
         # goes part by part (numpy), as one of another dtype does.
         self._layout = [(c.dtype, c.strides) for c in cols]
         self.like = [np.empty(0, c.dtype) for c in cols]
         """Per column, an empty array of its dtype (the kernels' type argument)."""
+        self.strides = np.array([c.strides[0] for c in cols], np.int64)
+        """Per column, the row stride every usable part has."""
         # numba cannot convert float16; such a column goes part by part with numpy.
         self._kernel_ok = np.array([c.dtype != np.float16 for c in cols], bool)
-        self._addresses = np.zeros((len(cols), parts), np.int64)
-        self._strides = np.zeros((len(cols), parts), np.int64)
-        self._usable = np.zeros((len(cols), parts), bool)
-        # The part each index's entries were read from: a part unmapped and mapped again is a
-        # new object whose columns lie elsewhere (a weak reference: the cache keeps no map alive).
-        self._refs: list[weakref.ref | None] = [None] * parts
+        self.shift = max(int(rows) - 1, 1).bit_length()
+        self.slot_of = np.full(parts, -1, np.int32)
+        self.held: list[Part] = []
+        self.addresses = np.zeros((len(cols), 256), np.int64)
+        self.same = self._kernel_ok.copy()
+        """Per column, whether the kernels may read it from every held part."""
+        self._indices: list[int] = []
+        self.generation = -1
 
-    def _fill(self, index: int, part: Part) -> None:
-        cols = _columns(part, self.feature_names)
-        self._addresses[:, index] = [c.ctypes.data for c in cols]
-        self._strides[:, index] = [c.strides[0] for c in cols]
-        self._usable[:, index] = [(c.dtype, c.strides) == lay for c, lay in zip(cols, self._layout)]
-        self._usable[:, index] &= self._kernel_ok
-        self._refs[index] = weakref.ref(part)
+    def start_again(self, generation: int) -> None:
+        """Hold nothing from here on (the parts may be unmapped once no gather in flight holds
+        them); `generation`: the PartSet's, now."""
+        self.slot_of[self._indices] = -1
+        self.held, self._indices = [], []
+        self.same = self._kernel_ok.copy()
+        self.generation = generation
 
-    def tables(
-        self, indices: np.ndarray, held: list[Part]
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(addresses, strides) [columns, parts] of the held parts (indices[k] is held[k]'s
-        part index), and per column whether the kernels may read it from all of them.
+    def add(self, indices: list[int], parts: list[Part]) -> None:
+        """Hold parts `indices` (`parts`, their mapped objects), each in the next slot."""
+        n = len(self.held)
+        if n + len(parts) > self.addresses.shape[1]:
+            grown = np.zeros((len(self._layout), 2 * (n + len(parts))), np.int64)
+            grown[:, :n] = self.addresses[:, :n]
+            self.addresses = grown
+        for k, (i, part) in enumerate(zip(indices, parts), start=n):
+            cols = _columns(part, self.feature_names)
+            self.addresses[:, k] = [c.ctypes.data for c in cols]
+            self.same &= [(c.dtype, c.strides) == lay for c, lay in zip(cols, self._layout)]
+            self.slot_of[i] = k
+        self.held.extend(parts)
+        self._indices.extend(indices)
 
-        The caller keeps `held` alive while the kernels use the addresses."""
-        refs = self._refs
-        for i, part in zip(indices.tolist(), held):
-            ref = refs[i]
-            if ref is None or ref() is not part:
-                self._fill(i, part)
-        return (
-            self._addresses[:, indices],
-            self._strides[:, indices],
-            self._usable[:, indices].all(axis=1),
-        )
+    def keys(self, part_of: np.ndarray, local: np.ndarray, hold) -> tuple[np.ndarray, int]:
+        """Packed keys of located rows (pack_keys) and their shift, holding the parts not held yet
+        through `hold(indices) -> parts`."""
+        slots = len(self.held)
+        keys = np.empty(len(part_of), self._key_dtype(slots))
+        if pack_keys(part_of, local, self.slot_of, self.shift, keys):
+            missing = np.unique(part_of[self.slot_of[part_of] < 0]).tolist()
+            self.add(missing, hold(missing))
+            if self._key_dtype(len(self.held)) != keys.dtype:
+                keys = np.empty(len(part_of), self._key_dtype(len(self.held)))
+            pack_keys(part_of, local, self.slot_of, self.shift, keys)
+        return keys, self.shift
+
+    def _key_dtype(self, slots: int) -> type:
+        # 4 bytes a row where slot and row fit (10,000 parts of 450 K rows: 19 bits of row and a
+        # group's ~256 slots); the kernels read a key once per value.
+        return np.uint32 if self.shift + max(slots - 1, 1).bit_length() <= 32 else np.int64

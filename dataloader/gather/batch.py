@@ -13,6 +13,7 @@ pipe does, so the KeyedJaggedTensor needs no sync.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -28,7 +29,7 @@ from shardrec.dataloader.format.integrity import (
 from shardrec.dataloader.format.part_cache import PartSet, part_rows
 from shardrec.dataloader.format.part_file import Part
 from shardrec.dataloader.gather import gather_kernels as kernels
-from shardrec.dataloader.gather.addresses import AddressCache
+from shardrec.dataloader.gather.addresses import HeldParts
 from shardrec.dataloader.gather.many_parts import PartLocator, take_ids_of_parts
 from shardrec.dataloader.gather.row_groups import Groups, group_located, group_rows
 from shardrec.dataloader.multihot.multihot_tables import IndexTables
@@ -95,8 +96,22 @@ class BatchGatherer:
         self.compiled = kernels.AVAILABLE if compiled is None else compiled
         if self.compiled and not kernels.AVAILABLE:
             raise ValueError("compiled gathers need numba, which does not import here")
-        # Per part, its columns' data addresses for the kernels that read rows of several parts.
-        self._addresses = AddressCache(self.feature_names, self.parts[0], len(self.parts))
+        # Per gathering thread (prefetch workers gather at once), the parts its gathers hold and
+        # their columns' data addresses, for the kernels that read rows of several parts.
+        self._held = threading.local()
+        self._max_rows = max(rows)
+
+    def _held_parts(self) -> HeldParts:
+        """This thread's held parts, started again if the PartSet unmapped any part since."""
+        held = getattr(self._held, "parts", None)
+        if held is None:
+            held = self._held.parts = HeldParts(
+                self.feature_names, self.parts[0], len(self.parts), self._max_rows
+            )
+        generation = self.parts.generation if isinstance(self.parts, PartSet) else 0
+        if held.generation != generation:
+            held.start_again(generation)
+        return held
 
     def _part_range(self, rows: np.ndarray) -> tuple[int, int]:
         """First and last part holding any of the rows (parts are consecutive row ranges)."""
@@ -211,9 +226,8 @@ class BatchGatherer:
         if self.compiled and not self.multi_hot and first_last[0] != first_last[1]:
             if consecutive(rows):
                 return self._batches(slices, *self._gather_consecutive(rows, first_last, count, b))
-            part_of, local, used = self._locator.locate(rows)
             return self._batches(
-                slices, *self._gather_located((part_of, local), used, count, b, rows)
+                slices, *self._gather_located(self._locator.locate(rows), count, b, rows)
             )
         groups = group_rows(rows, self._part_starts, first_last, self.compiled)
         labels = self._column(groups, n, lambda p: p.labels, np.empty(n, np.float32))
@@ -291,11 +305,7 @@ class BatchGatherer:
         first, last = first_last
         starts = self._part_starts
         numbers = [p for p in range(first, last + 1) if starts[p + 1] > starts[p]]  # not empty
-        held = (
-            self.parts.hold(numbers)
-            if isinstance(self.parts, PartSet)
-            else [self.parts[p] for p in numbers]
-        )
+        held = self._hold(numbers)
         labels = np.empty(n, np.float32)
         dense = np.empty((n, self.num_dense), np.float32)
         values = np.empty((count, len(self.feature_names), b), np.int64)
@@ -319,51 +329,38 @@ class BatchGatherer:
         return labels, dense, self._one_hot_kjts(values, b)
 
     def _gather_located(
-        self,
-        located: tuple[np.ndarray, np.ndarray],
-        used: np.ndarray,
-        count: int,
-        b: int,
-        rows: np.ndarray,
+        self, located: tuple[np.ndarray, np.ndarray], count: int, b: int, rows: np.ndarray
     ):
         """Labels, dense and one-hot ids of rows spread over several parts, each written once,
-        in order (no grouping by part, no scattered writes). located: (part_of, local), part_of
-        indexing `used`, the parts' own indices (compact_parts)."""
+        in order (no grouping by part, no scattered writes). located: (part_of, local)."""
         n = count * b
         part_of, local = located
-        # The parts used, held (mapped) until the kernels are done with their raw addresses:
-        # each column's table has one entry per part used.
-        numbers = used.tolist()
-        held = (
-            self.parts.hold(numbers)
-            if isinstance(self.parts, PartSet)
-            else [self.parts[p] for p in numbers]
-        )
-        addresses, strides, same = self._addresses.tables(used, held)
+        # The parts used, held (mapped) by this thread while the kernels read their raw
+        # addresses; a shuffle group's windows use the same parts, held once.
+        held = self._held_parts()
+        keys = held.keys(part_of, local, self._hold)
+        addresses, strides, same = held.addresses, held.strides, held.same
 
         def fallback() -> Groups:  # numpy, part by part (layouts differ, or float16)
-            return group_located(part_of, local, used)
+            return group_located(part_of, local)
 
         labels = np.empty(n, np.float32)
         if same[0]:
-            kernels.take_values_parts(
-                self._addresses.like[0], addresses[0], int(strides[0, 0]), part_of, local, labels
-            )
+            kernels.take_values_parts(held.like[0], addresses[0], int(strides[0]), *keys, labels)
         else:
             self._column(fallback(), n, lambda p: p.labels, labels)
         dense = np.empty((n, self.num_dense), np.float32)
         if same[1]:
-            item_stride = held[0].dense.strides[1]
-            if whole_rows(held[0].dense, dense):
-                kernels.copy_rows_parts(addresses[1], strides[1], part_of, local, dense)
+            reference = held.held[0].dense  # the layout every usable part has
+            if whole_rows(reference, dense):
+                kernels.copy_rows_parts(addresses[1], int(strides[1]), *keys, dense)
             else:
                 kernels.take_rows_parts(
-                    self._addresses.like[1],
+                    held.like[1],
                     addresses[1],
-                    strides[1],
-                    item_stride,
-                    part_of,
-                    local,
+                    int(strides[1]),
+                    reference.strides[1],
+                    *keys,
                     dense,
                 )
         else:
@@ -373,13 +370,7 @@ class BatchGatherer:
         compiled = [f for f in range(len(names)) if same[f + 2]]
         if compiled:
             highest = take_ids_of_parts(
-                [self._addresses.like[f + 2] for f in compiled],
-                addresses[[f + 2 for f in compiled]],
-                strides[[f + 2 for f in compiled]],
-                compiled,
-                [self.modulo.get(names[f], 0) for f in compiled],
-                located,
-                values,
+                held, compiled, [self.modulo.get(names[f], 0) for f in compiled], keys, values
             )
             for f, hi in zip(compiled, highest.tolist()):
                 self._check_ids(names[f], values[:, f, :], rows, hi)
@@ -390,8 +381,14 @@ class BatchGatherer:
             self._check_ids(name, values[:, f, :], rows, source=taken)
             if name in self.modulo:
                 np.remainder(values[:, f, :], self.modulo[name], out=values[:, f, :])
-        del held  # the parts may be unmapped from here on
+        self._held_parts()  # parts unmapped meanwhile (a bound, the stream left a group): let go
         return labels, dense, self._one_hot_kjts(values, b)
+
+    def _hold(self, numbers: list[int]) -> list[Part]:
+        """Parts `numbers`, mapped (a PartSet's under one lock)."""
+        if isinstance(self.parts, PartSet):
+            return self.parts.hold(numbers)
+        return [self.parts[p] for p in numbers]
 
     def _jagged(self, groups: Groups, n: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Values and lengths ([features * n], feature-major) when some features are multi-hot."""

@@ -2,10 +2,10 @@
 
 A shuffle window mixes blocks of ~160-250 parts at Criteo 1TB's part size (~450 K rows).
 `PartLocator` finds each row's part and its row inside it (gather_kernels.locate, or through
-a coarse index past INDEXED_PARTS parts) and renumbers the parts over those the gather uses;
-`take_ids_of_parts` then reads every one-hot feature of one id dtype in one kernel call, from each
-part's map by data address (addresses.py), straight into the batch's int64 ids. batch.py
-owns the rest of the gather (labels, dense, the numpy fallbacks).
+a coarse index past INDEXED_PARTS parts); the gathering thread's held parts (addresses.py) pack
+the two into one key per row; `take_ids_of_parts` then reads every one-hot feature of one id
+dtype in one kernel call, from each part's map by data address, straight into the batch's int64
+ids. batch.py owns the rest of the gather (labels, dense, the numpy fallbacks).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from shardrec.dataloader.gather import gather_kernels as kernels
-from shardrec.dataloader.gather.addresses import compact_parts, index_dtype
+from shardrec.dataloader.gather.addresses import HeldParts, index_dtype
 
 INDEXED_PARTS = 32
 """Past this many parts, rows are located through a coarse index (gather_kernels.locate_indexed)."""
@@ -45,48 +45,46 @@ class PartLocator:
         self.part_starts = part_starts
         self.parts = len(rows)
         self.index = part_index(part_starts, rows)
-        # The kernels read part_of and local again for every column: the narrowest dtypes.
+        # Packed into keys once a gather: the narrowest dtypes all the same.
         self.part_dtype = index_dtype(self.parts)
         self.local_dtype = np.int32 if max(rows) <= 1 << 31 else np.int64
 
-    def locate(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(part_of, local, used): part_of[k] indexes `used`, the parts' own indices in order,
-        and local[k] is row k's index inside its part."""
+    def locate(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(part_of, local): row k's part and its index inside that part."""
         n = len(rows)
         part_of, local = np.empty(n, self.part_dtype), np.empty(n, self.local_dtype)
         if self.index is None:
             kernels.locate(rows, self.part_starts, part_of, local)
         else:
             kernels.locate_indexed(rows, self.part_starts, *self.index, part_of, local)
-        used = np.empty(min(self.parts, n), np.int64)
-        return part_of, local, used[: compact_parts(part_of, self.parts, used)]
+        return part_of, local
 
 
 def take_ids_of_parts(
-    like: list[np.ndarray],
-    addresses: np.ndarray,
-    strides: np.ndarray,
+    held: HeldParts,
     features: list[int],
     modulos: list[int],
-    located: tuple[np.ndarray, np.ndarray],
+    keys: tuple[np.ndarray, int],
     values: np.ndarray,
 ) -> np.ndarray:
-    """Ids of the one-hot features `features` (their columns' rows of `addresses`/`strides`,
-    dtypes `like`) into values[:, f, :], one kernel call per id dtype; the largest id read per
-    feature (uint64, unfolded), for the bounds check."""
+    """Ids of the one-hot features `features` (their columns: held's columns 2 + f) into
+    values[:, f, :], one kernel call per id dtype, from the rows of packed `keys` (keys, shift);
+    the largest id read per feature (uint64, unfolded), for the bounds check."""
     highest = np.zeros(len(features), np.uint64)
     by_dtype: dict[np.dtype, list[int]] = {}
-    for k, column in enumerate(like):
-        by_dtype.setdefault(column.dtype, []).append(k)
+    for k, f in enumerate(features):
+        by_dtype.setdefault(held.like[f + 2].dtype, []).append(k)
     for ks in by_dtype.values():
+        columns = np.array([features[k] + 2 for k in ks], np.int64)
         out = np.empty(len(ks), np.uint64)
         kernels.take_ids_columns_parts(
-            like[ks[0]],
-            addresses[ks],
-            np.ascontiguousarray(strides[ks, 0]),
+            held.like[columns[0]],
+            held.addresses,
+            columns,
+            held.strides[columns],
             np.array([features[k] for k in ks], np.int64),
             np.array([modulos[k] for k in ks], np.int64),
-            *located,
+            *keys,
             values,
             out,
         )

@@ -69,10 +69,10 @@ def group_rows(
     return Groups(parts, local, wheres)
 
 
-def group_located(part_of: np.ndarray, local: np.ndarray, numbers: np.ndarray) -> Groups:
-    """Located rows grouped by part; part_of[k] indexes `numbers`, the parts' own indices."""
+def group_located(part_of: np.ndarray, local: np.ndarray) -> Groups:
+    """Located rows (part_of[k]: row k's part, local[k]: its row there) grouped by part."""
     order = np.argsort(part_of, kind="stable")
     used = np.unique(part_of)
     bounds = np.searchsorted(part_of[order], np.concatenate([used, [used[-1] + 1]]))
     wheres = [order[a:z] for a, z in zip(bounds[:-1], bounds[1:])]
-    return Groups([int(numbers[p]) for p in used], [local[w] for w in wheres], wheres)
+    return Groups(used.tolist(), [local[w] for w in wheres], wheres)

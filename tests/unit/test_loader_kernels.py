@@ -149,16 +149,27 @@ def test_parts_the_kernels_cannot_read_as_one_column_fall_back_exactly(monkeypat
     _assert_same(compiled, plain, ["cat_0", "cat_1"])
 
 
-def test_whole_rows_of_several_parts_are_copied_exactly():
+@pytest.mark.parametrize("key_dtype", [np.uint32, np.int64])
+def test_whole_rows_of_several_parts_are_copied_exactly(key_dtype):
+    """Rows named by packed keys (slot among the held parts, row inside the part; 4 or 8 bytes)
+    are the parts' rows, with the parts held in another order than their indices."""
+    from shardrec.dataloader.gather.addresses import pack_keys
+
     rng = np.random.default_rng(5)
     parts = [rng.normal(size=(n, 13)).astype(np.float32) for n in (40, 7, 25)]
-    part_of = rng.integers(0, 3, 300).astype(np.uint8)
+    part_of = rng.integers(0, 3, 300).astype(np.uint16)
     local = np.array([rng.integers(0, len(parts[p])) for p in part_of], np.int32)
-    addresses = np.array([p.ctypes.data for p in parts], np.int64)
-    strides = np.array([p.strides[0] for p in parts], np.int64)
+    slot_of = np.array([2, 0, 1], np.int32)  # part p is held in slot slot_of[p]
+    addresses = np.zeros(3, np.int64)
+    addresses[slot_of] = [p.ctypes.data for p in parts]
+    keys = np.empty(300, key_dtype)
+    assert pack_keys(part_of, local, slot_of, 6, keys) == 0
     out = np.empty((300, 13), np.float32)
-    gather_kernels.copy_rows_parts(addresses, strides, part_of, local, out)
+    gather_kernels.copy_rows_parts(addresses, parts[0].strides[0], keys, 6, out)
     assert np.array_equal(out, np.stack([parts[p][r] for p, r in zip(part_of, local)]))
+    assert pack_keys(part_of, local, np.array([2, -1, 1], np.int32), 6, keys) == np.sum(
+        part_of == 1
+    )  # rows of a part not held are counted
 
 
 def test_whole_rows_of_one_part_are_copied_exactly():

@@ -70,7 +70,7 @@ def test_past_256_parts_batches_are_the_one_part_rows(datasets, compiled: bool):
     starts = np.cumsum([0, *loader.source.part_rows])
     # Some batch holds rows of parts 255 and 256 (where a part index leaves uint8) and many more.
     assert any(k * 40 < starts[256] <= (k + 1) * 40 - 1 for k in range(len(loader)))
-    assert index_dtype(PARTS) == np.uint16  # the whole-epoch gather below renumbers over 300 parts
+    assert index_dtype(PARTS) == np.uint16  # the whole-epoch gather below holds 300 parts
     off = ShuffleSpec(enabled=False)
     assert _digests(many, off, Delivery(compiled=compiled)) == _digests(
         one, off, Delivery(compiled=compiled)

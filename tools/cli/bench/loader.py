@@ -83,7 +83,7 @@ def loader(
 ) -> None:
     """Loader rows/s as torchrec Batches on one thread, vs the memcpy roofline and torchrec's
     pipe."""
-    _check_options(rows, global_batch, rounds, max_batches, work_dir, parts, part_rows)
+    _check_options(rows, global_batch, rounds, max_batches, work_dir, parts, part_rows, multihot)
     if part_rows:
         result = loader_parts.run_parts_bench(
             part_rows,
@@ -121,12 +121,14 @@ def _check_options(
     work_dir: Path | None,
     parts: int,
     part_rows: int,
+    multihot: bool,
 ) -> None:
-    """One line naming the first bad option, before any data is written."""
+    """One line naming the first bad option, before any data is written; an option the chosen
+    benchmark does not read is not checked (--part-rows makes its own rows, --multihot one part)."""
     at_least("--global-batch", global_batch, 1)
     at_least("--rounds", rounds, 1)
     at_least("--max-batches", max_batches, 0, "0: sized by the warm-up")
-    if rows < 2 * global_batch:
+    if not part_rows and rows < 2 * global_batch:
         fail(f"--rows {rows}: must be >= 2 x --global-batch ({2 * global_batch:,})")
     if work_dir is not None and not work_dir.exists():
         fail(f"--work-dir {work_dir}: does not exist")
@@ -135,8 +137,9 @@ def _check_options(
     at_least("--part-rows", part_rows, 0, "0: off")
     if 0 < part_rows < global_batch:
         fail(f"--part-rows {part_rows}: must be >= --global-batch ({global_batch:,})")
-    at_least("--parts", parts, 1)
-    if not part_rows and parts > rows:  # each part holds rows of --rows
+    if part_rows or not multihot:
+        at_least("--parts", parts, 1)
+    if not part_rows and not multihot and parts > rows:  # each part holds rows of --rows
         fail(f"--parts {parts}: must be <= --rows ({rows:,})")
 
 

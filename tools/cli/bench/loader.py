@@ -11,11 +11,12 @@ import typer
 from shardrec.tools.bench.loader import loader_bench as bench_loader
 from shardrec.tools.bench.loader import multihot_bench as loader_multihot
 from shardrec.tools.bench.loader import parts_bench as loader_parts
-from shardrec.tools.cli.bench.options import JsonFlag, at_least, show
+from shardrec.tools.cli.bench.options import JsonFlag, at_least, refuse_unused, show
 from shardrec.tools.cli.common import fail
 
 
 def loader(
+    ctx: typer.Context,
     rows: Annotated[int, typer.Option(help="Rows of generated Criteo-shaped data.")] = 2_000_000,
     global_batch: Annotated[
         int, typer.Option("--global-batch", help="Samples per global batch.")
@@ -83,6 +84,7 @@ def loader(
 ) -> None:
     """Loader rows/s as torchrec Batches on one thread, vs the memcpy roofline and torchrec's
     pipe."""
+    _refuse_unused(ctx, multihot, part_rows)
     _check_options(rows, global_batch, rounds, max_batches, work_dir, parts, part_rows, multihot)
     if part_rows:
         result = loader_parts.run_parts_bench(
@@ -111,6 +113,18 @@ def loader(
         return
     result = bench_loader.run_bench(rows, global_batch, rounds, max_batches, work_dir, parts)
     show(result, json_out, bench_loader.print_result)
+
+
+def _refuse_unused(ctx: typer.Context, multihot: bool, part_rows: int) -> None:
+    """One line naming an option given that the chosen benchmark would ignore."""
+    if multihot and part_rows:
+        fail("--multihot and --part-rows are two different benchmarks: give one")
+    if part_rows:  # its rows are --parts x --part-rows
+        refuse_unused(ctx, ("rows",), "with --part-rows")
+    if multihot:  # its data is one part
+        refuse_unused(ctx, ("parts",), "with --multihot")
+    else:
+        refuse_unused(ctx, ("table_rows", "cache"), "without --multihot")
 
 
 def _check_options(

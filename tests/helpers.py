@@ -8,7 +8,10 @@ deliberate `typer.Exit(1)` (a SystemExit) and that stderr holds exactly that one
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import signal
 import subprocess
 import traceback
 from dataclasses import dataclass
@@ -217,6 +220,11 @@ class Proc:
     ppid: int
     state: str
     argv: list[bytes]
+    session: int
+
+    @property
+    def command(self) -> str:
+        return b" ".join(self.argv).decode(errors="replace").strip()
 
 
 def processes() -> list[Proc]:
@@ -230,8 +238,21 @@ def processes() -> list[Proc]:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:  # ended while we looked
             continue
-        found.append(Proc(int(entry.name), int(fields[1]), fields[0], argv))
+        found.append(Proc(int(entry.name), int(fields[1]), fields[0], argv, int(fields[3])))
     return found
+
+
+def session_processes(sid: int) -> list[Proc]:
+    """The running processes (zombies left out) of session `sid`: a command started with
+    start_new_session=True and every process under it, whichever parent they have now."""
+    return [p for p in processes() if p.session == sid and p.state != "Z"]
+
+
+def kill_session(sid: int) -> None:
+    """SIGKILL to every process of session `sid`: a test's clean-up, whatever it left."""
+    for p in session_processes(sid):
+        with contextlib.suppress(OSError):
+            os.kill(p.pid, signal.SIGKILL)
 
 
 def record_syncs_and_renames(monkeypatch) -> list[str]:

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 
-from shardrec.embeddings.managed.row_budget import Proposal
 from shardrec.sharding.plan.plan_types import UNPOOLED, PlanFile
+
+if TYPE_CHECKING:  # an annotation only: a report need not load the row budgets module
+    from shardrec.embeddings.managed.row_budget import Proposal
 
 MiB = 2**20
 

@@ -1,11 +1,13 @@
 import json
 import re
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
+from shardrec.tools.bench.loader import loader_bench, multihot_bench, parts_bench
 from shardrec.tools.cli.app import app
 
 
@@ -125,6 +127,64 @@ def test_bench_loader_names_the_one_bad_option(args: list[str], error: str, tmp_
     command = ["bench", "loader", "--work-dir", str(tmp_path), *args]
     result = CliRunner().invoke(app, command)
     assert_one_line_error(result, rf"^error: {re.escape(error)}$")
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+@pytest.mark.parametrize(
+    ("args", "bench", "run"),
+    [
+        # --rows is not read with --part-rows: its default, 2,000,000, is under 2 x this batch.
+        (
+            ["--part-rows", "1000001", "--parts", "2", "--global-batch", "1000001"],
+            parts_bench,
+            "run_parts_bench",
+        ),
+        # --parts is not read with --multihot: its default, 120, is over these rows.
+        (
+            ["--multihot", "--rows", "100", "--global-batch", "8"],
+            multihot_bench,
+            "run_multihot_bench",
+        ),
+    ],
+)
+def test_bench_loader_checks_only_the_options_its_benchmark_reads(
+    args: list[str], bench: ModuleType, run: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bench, run, lambda *given: {"ran": run})
+    command = ["bench", "loader", "--work-dir", str(tmp_path), *args, "--json"]
+    result = CliRunner().invoke(app, command)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {"ran": run}
+
+
+_RUNS = [
+    (loader_bench, "run_bench"),
+    (parts_bench, "run_parts_bench"),
+    (multihot_bench, "run_multihot_bench"),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (
+            ["--multihot", "--part-rows", "100000"],
+            "--multihot and --part-rows are two different benchmarks: give one",
+        ),
+        (["--part-rows", "100000", "--rows", "300000"], "--rows does nothing with --part-rows"),
+        (["--multihot", "--parts", "3"], "--parts does nothing with --multihot"),
+        (["--table-rows", "64"], "--table-rows does nothing without --multihot"),
+        (["--part-rows", "100000", "--cache", "c"], "--cache does nothing without --multihot"),
+    ],
+)
+def test_bench_loader_refuses_an_option_its_benchmark_would_ignore(
+    args: list[str], error: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for bench, run in _RUNS:  # a run, refused or not, must not measure here
+        monkeypatch.setattr(bench, run, lambda *given, run=run: {"ran": run})
+    command = ["bench", "loader", "--work-dir", str(tmp_path), *args, "--json"]
+    result = CliRunner().invoke(app, command)
+    assert_one_line_error(result, rf"^error: {re.escape(error)}(: leave it out)?$")
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 

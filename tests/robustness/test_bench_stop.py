@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import kill_session, session_processes
 
 pytest.importorskip("polars")
 
@@ -83,21 +84,6 @@ def test_a_benchmark_started_with_sigint_ignored_keeps_ignoring_it(tmp_path: Pat
         job.wait(timeout=60)
 
 
-def _session(sid: int) -> list[str]:
-    """The command lines of the processes of session `sid` still running (zombies left out)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-            cmdline = (stat.parent / "cmdline").read_bytes()
-        except OSError:  # ended meanwhile
-            continue
-        state, _, _, session = text.rsplit(")", 1)[1].split()[:4]
-        if int(session) == sid and state != "Z":
-            found.append(cmdline.replace(b"\0", b" ").decode(errors="replace"))
-    return found
-
-
 @pytest.mark.parametrize(
     "step",
     ["generating", "timing shardrec preprocess", "timing the polars pipeline (1 thread(s))"],
@@ -120,21 +106,17 @@ def test_a_kill_of_the_benchmark_alone_ends_its_children_in_one_line(
         else:
             raise AssertionError(f"never reached {step!r}: " + "\n".join(lines[-40:]))
         deadline = time.monotonic() + 30
-        while step != "generating" and len(_session(job.pid)) < 2:  # its child runs
+        while step != "generating" and len(session_processes(job.pid)) < 2:  # its child runs
             assert time.monotonic() < deadline, "no child started: " + "\n".join(lines[-40:])
             time.sleep(0.05)
         os.kill(job.pid, signal.SIGTERM)
         lines += job.stderr.read().splitlines()
         job.wait(timeout=60)
         time.sleep(0.2)  # what the benchmark signalled last has had time to go
-        assert _session(job.pid) == [], "its children survive the kill"
+        left = [p.command for p in session_processes(job.pid)]
+        assert left == [], "its children survive the kill"
     finally:
-        for pid in [int(p.parent.name) for p in Path("/proc").glob("[0-9]*/stat")]:
-            try:
-                if os.getsid(pid) == job.pid:
-                    os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        kill_session(job.pid)
         job.wait(timeout=60)
     lines = [line for line in lines if line.strip()]
     assert job.returncode == 143, "\n".join(lines[-40:])

@@ -11,11 +11,12 @@ import typer
 from shardrec.tools.bench.loader import loader_bench as bench_loader
 from shardrec.tools.bench.loader import multihot_bench as loader_multihot
 from shardrec.tools.bench.loader import parts_bench as loader_parts
-from shardrec.tools.cli.bench.options import JsonFlag, at_least, show
+from shardrec.tools.cli.bench.options import JsonFlag, at_least, refuse_unused, show
 from shardrec.tools.cli.common import fail
 
 
 def loader(
+    ctx: typer.Context,
     rows: Annotated[int, typer.Option(help="Rows of generated Criteo-shaped data.")] = 2_000_000,
     global_batch: Annotated[
         int, typer.Option("--global-batch", help="Samples per global batch.")
@@ -83,7 +84,8 @@ def loader(
 ) -> None:
     """Loader rows/s as torchrec Batches on one thread, vs the memcpy roofline and torchrec's
     pipe."""
-    _check_options(rows, global_batch, rounds, max_batches, work_dir, parts, part_rows)
+    _refuse_unused(ctx, multihot, part_rows)
+    _check_options(rows, global_batch, rounds, max_batches, work_dir, parts, part_rows, multihot)
     if part_rows:
         result = loader_parts.run_parts_bench(
             part_rows,
@@ -113,6 +115,18 @@ def loader(
     show(result, json_out, bench_loader.print_result)
 
 
+def _refuse_unused(ctx: typer.Context, multihot: bool, part_rows: int) -> None:
+    """One line naming an option given that the chosen benchmark would ignore."""
+    if multihot and part_rows:
+        fail("--multihot and --part-rows are two different benchmarks: give one")
+    if part_rows:  # its rows are --parts x --part-rows
+        refuse_unused(ctx, ("rows",), "with --part-rows")
+    if multihot:  # its data is one part
+        refuse_unused(ctx, ("parts",), "with --multihot")
+    else:
+        refuse_unused(ctx, ("table_rows", "cache"), "without --multihot")
+
+
 def _check_options(
     rows: int,
     global_batch: int,
@@ -121,12 +135,14 @@ def _check_options(
     work_dir: Path | None,
     parts: int,
     part_rows: int,
+    multihot: bool,
 ) -> None:
-    """One line naming the first bad option, before any data is written."""
+    """One line naming the first bad option, before any data is written; an option the chosen
+    benchmark does not read is not checked (--part-rows makes its own rows, --multihot one part)."""
     at_least("--global-batch", global_batch, 1)
     at_least("--rounds", rounds, 1)
     at_least("--max-batches", max_batches, 0, "0: sized by the warm-up")
-    if rows < 2 * global_batch:
+    if not part_rows and rows < 2 * global_batch:
         fail(f"--rows {rows}: must be >= 2 x --global-batch ({2 * global_batch:,})")
     if work_dir is not None and not work_dir.exists():
         fail(f"--work-dir {work_dir}: does not exist")
@@ -135,8 +151,9 @@ def _check_options(
     at_least("--part-rows", part_rows, 0, "0: off")
     if 0 < part_rows < global_batch:
         fail(f"--part-rows {part_rows}: must be >= --global-batch ({global_batch:,})")
-    at_least("--parts", parts, 1)
-    if not part_rows and parts > rows:  # each part holds rows of --rows
+    if part_rows or not multihot:
+        at_least("--parts", parts, 1)
+    if not part_rows and not multihot and parts > rows:  # each part holds rows of --rows
         fail(f"--parts {parts}: must be <= --rows ({rows:,})")
 
 

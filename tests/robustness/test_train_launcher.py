@@ -283,7 +283,7 @@ def test_a_rank_that_refuses_gives_the_one_line_and_a_crash_keeps_torchruns(
     [
         ("__0_0.distcp", r"[^)]*"),
         ("train_state.pt", r"train_state\.pt: \w+: [^)]+"),
-        (".metadata", r"UnpicklingError: [^)]+"),
+        (".metadata", r"\.metadata: UnpicklingError: [^)]+"),
     ],
     ids=["shard", "train_state", "metadata"],
 )
@@ -294,7 +294,8 @@ def test_a_checkpoint_that_cannot_be_read_is_refused_with_the_way_out_not_kept(
     # Before: the line ended 'the newest complete checkpoint, ... (step 4), is kept and a re-run
     # resumes from it', a rerun that fails the same way, after the rank's advice for eval; a cut
     # train_state.pt gave torch's traceback and 'rank 0: OSError: [Errno 22] Invalid argument', a
-    # cut .metadata 'rank 0: UnpicklingError: pickle data was truncated'.
+    # cut .metadata 'rank 0: UnpicklingError: pickle data was truncated', then that cause without
+    # the file's name.
     from shardrec.trainer.rundir.checkpoint_trust import write_digests
 
     run_dir = tmp_path / "run"

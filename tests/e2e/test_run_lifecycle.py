@@ -209,22 +209,24 @@ def test_rerun_resume_changes_data_and_restart(trained: tuple[Path, Path], tmp_p
 
 
 def test_the_readme_run_directory_examples_as_written_past_an_epoch_and_onto_more_ranks(
-    trained: tuple[Path, Path], tmp_path: Path
+    trained: tuple[Path, Path], tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """README's tour, scaled to the tiny dataset (15 steps an epoch): --steps 10 (the module's run),
     the same command, --steps 20 (into the second epoch), a new world size with a plan made for it,
-    a changed setting."""
+    a changed setting. Rank 0 says a resume's changed settings (on this process's stderr: the
+    ranks write there, not to the runner's)."""
     tiny_dataset, run = _copy_run(trained, tmp_path)
     again = _train(tiny_dataset, run, "--steps", "10")
     assert again.exit_code == 0 and again.stderr.strip() == (
         f"{run} is complete: 10 steps (train.steps = 10); nothing to do. "
         "To continue it, raise --steps (or train.epochs); to start over, add --restart"
     )
+    capfd.readouterr()
     further = _train(tiny_dataset, run, "--steps", "20")
     assert further.exit_code == 0, further.output
     assert (
         f"{run}: resuming from step 10 with changed settings: train.steps: 10 -> 20"
-        in further.stderr
+        in capfd.readouterr().err
     )
     summary = json.loads(further.stdout)
     assert (summary["steps"], summary["epochs"], summary["resumed_from_step"]) == (20, 1, 10)
@@ -239,7 +241,7 @@ def test_the_readme_run_directory_examples_as_written_past_an_epoch_and_onto_mor
     assert wider.exit_code == 0, wider.output
     assert (
         f"{run}: resuming from step 20 with changed settings: sharding.plan: '' -> '{plan}', train.steps: 20 -> 25"
-        in wider.stderr
+        in capfd.readouterr().err
     )
     summary = json.loads(wider.stdout)
     assert (summary["steps"], summary["world_size"], summary["resumed_from_step"]) == (25, 2, 20)

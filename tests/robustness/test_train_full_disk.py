@@ -1,13 +1,15 @@
 """A run directory on a full filesystem: the checkpoint's writes fail on every rank, and the job
 ends in one line naming the directory and the bytes the checkpoint needs (the ranks refuse alike,
 and the launcher says it once), with no temporary directory left on the full disk (README, Failures
-and trust: Training).
+and trust: Training). A save that fails with an exception that says nothing is named by its type
+and what failed, never an empty cause.
 
 The filesystem is a 128 KiB tmpfs mounted in a mount namespace of the job's own (`unshare -Urm`:
 no root needed where unprivileged user namespaces are on), so the test needs no disk image."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -15,7 +17,19 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import TINY_MODEL, settings, train_command
+from helpers import TINY_MODEL, assert_one_line_error, settings, train_command
+
+_SAVE_FAILS_WITHOUT_A_MESSAGE = """
+import os
+
+if "LOCAL_RANK" in os.environ:  # the ranks, not the launcher nor torchrun's agent
+    import torch.distributed.checkpoint as dcp
+
+    def save(*args, **kwargs):
+        raise MemoryError()  # as an allocation that fails while the shards are written
+
+    dcp.save = save
+"""
 
 
 def _bytes(shown: str) -> float:
@@ -77,3 +91,40 @@ def test_a_full_disk_ends_the_job_in_one_line_naming_the_bytes_and_leaves_no_tem
     ).groups()
     assert _bytes(needed) > 300_000 and _bytes(free) < 131_072, lines[-1]
     assert done.stdout.splitlines()[-1] == "LEFT:", done.stdout  # no .step-*.tmp on the full disk
+
+
+@pytest.mark.slow
+def test_a_save_that_fails_without_a_message_names_its_type_and_what_failed(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
+    # Before: '... the checkpoint of step 2 failed on rank 0: MemoryError: ', an empty cause.
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_SAVE_FAILS_WITHOUT_A_MESSAGE)
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    run = tmp_path / "run"
+    job = settings(
+        'train.device="cpu"',
+        *TINY_MODEL,
+        "train.global_batch_size=64",
+        'data.eval_splits=["val"]',
+        "train.log_interval=1000",
+        "checkpoint.interval_steps=2",
+    )
+    done = subprocess.run(
+        train_command(tiny_dataset, run, *job, "--steps", "4", nproc=1),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": path},
+    )
+    assert_one_line_error(
+        done,
+        "^"
+        + re.escape(
+            f"error: training failed: rank 0: {run / 'checkpoints' / '.step-00000002.tmp'}: the "
+            "checkpoint of step 2 failed on rank 0: MemoryError (no message) while writing its "
+            "files"
+        )
+        + "$",
+    )

@@ -167,8 +167,6 @@ def train(
         ):  # a new directory, or the old one (and its lock file) moved aside
             locks.append(_lock_run_dir(out_dir, job_id, create=True))
         _check_resume_checkpoint(out_dir)
-        if continue_on is None:  # after the checkpoint check: a refused resume is one line
-            _say_changed_settings(out_dir, job)
         # The ranks take the job resolved here as one file, not the flags to resolve it again.
         with tempfile.TemporaryDirectory(prefix="shardrec-train-") as tmp:
             job_file = Path(tmp) / "job.toml"
@@ -278,15 +276,6 @@ def _check_apart(out_dir: Path, data: Path) -> None:
             f"--out-dir {out_dir} {where} the dataset directory {data}; give the run a directory "
             "of its own"
         )
-
-
-def _say_changed_settings(out_dir: Path, job: JobConfig) -> None:
-    """The line of a resume whose settings differ from the run's (nothing for a new run)."""
-    from shardrec.trainer.rundir.life import lifecycle
-
-    notice = lifecycle.resume_notice(out_dir, job)
-    if notice:
-        err_console.print(notice, highlight=False, soft_wrap=True)
 
 
 def _prepare_run_dir(

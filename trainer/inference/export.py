@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import torch
-from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import TensorProperties, TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
@@ -41,7 +40,7 @@ from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import JobConfig
 from shardrec.trainer.job.precision import resolve_precision
 from shardrec.trainer.rundir import names
-from shardrec.trainer.rundir.checkpoint_files import DCP_READ_ERRORS, read_file
+from shardrec.trainer.rundir.checkpoint_files import read_file, read_metadata
 from shardrec.trainer.rundir.checkpoint_signature import check_signature, checkpoint_signature
 from shardrec.trainer.rundir.checkpoint_trust import unreadable_checkpoint
 from shardrec.trainer.rundir.life import trained_data
@@ -76,10 +75,7 @@ def _tensor_entries(checkpoint: Path) -> dict[str, TensorStorageMetadata]:
     from shardrec.trainer.rundir.checkpoint_trust import verify_checkpoint
 
     verify_checkpoint(checkpoint)  # DCP unpickles .metadata: only once its digests vouch for it
-    try:
-        metadata = FileSystemReader(str(checkpoint)).read_metadata()
-    except DCP_READ_ERRORS as e:
-        raise unreadable_checkpoint(checkpoint, e, READ_ANOTHER, ".metadata") from None
+    metadata = read_metadata(checkpoint, READ_ANOTHER)
     return {
         key[len(CHECKPOINT_PREFIX) :]: meta
         for key, meta in sorted(metadata.state_dict_metadata.items())

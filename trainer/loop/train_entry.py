@@ -79,7 +79,6 @@ def _join(
     not `shardrec train`), checked against the run directory, and the group it joined; None where
     the run is already complete (rank 0 said so). A refusal exits in one line."""
     from shardrec.trainer.distributed.dist import init_distributed, launched_rank
-    from shardrec.trainer.distributed.launch import launcher_directory
     from shardrec.trainer.job.preflight import check_rank_job
     from shardrec.trainer.rundir.life import lifecycle
     from shardrec.trainer.rundir.life.continuation import check_continuing_job
@@ -102,9 +101,6 @@ def _join(
             if is_main:
                 print(complete, file=sys.stderr)
             return None
-        notice = None if continuing else lifecycle.resume_notice(out_dir, job_config)
-        if notice and is_main and launcher_directory() is None:  # `shardrec train` said it already
-            print(notice, file=sys.stderr)
         env = init_distributed(job_config.train.device, job_config.dist.timeout_s)
     except ValueError as e:
         # A direct launch's own flags say where a setting was given, as `shardrec train` says it

@@ -229,13 +229,29 @@ def _record_stop(job: Job, reporter: TrainReporter) -> dict[str, Any]:
     return {"steps": step, "stopped": reason}
 
 
+def _resume(job: Job) -> int | None:
+    """Load the newest checkpoint, if any; returns its step. A resume whose settings differ from
+    the run's says so once the checkpoint loaded (rank 0): no launcher nor rank reads its shards
+    before, and a refused checkpoint is then the one line, not a resume announced first."""
+    # Before write_run_files rewrites config.toml with this job's settings.
+    changed = (
+        lifecycle.resume_notice(job.run_dir, job.config)
+        if job.env.is_main and not job.continuing
+        else None
+    )
+    # A new stretch takes the run's state but the loader's: its data starts afresh.
+    resumed = job.checkpoints.load_latest(skip=("loader",) if job.continuing else ())
+    if changed:
+        logger.info("%s", changed)
+    return resumed
+
+
 def run_job(job: Job) -> dict[str, Any]:
     """Train (resuming from the newest checkpoint in the run directory if there is one),
     evaluate, checkpoint; returns the summary (meaningful on rank 0)."""
     cfg = job.config
     previous = trained_data.read_dataset_record(job.run_dir)
-    # A new stretch takes the run's state but the loader's: its data starts afresh.
-    resumed = job.checkpoints.load_latest(skip=("loader",) if job.continuing else ())
+    resumed = _resume(job)
     if job.continuing:
         begin_stretch(job)
     total = job.progress.stretch_start + cfg.train.total_steps(len(job.train_loader))

@@ -51,8 +51,8 @@ from shardrec.trainer.rundir.checkpoint_failure import (
 )
 from shardrec.trainer.rundir.checkpoint_files import (
     DCP_READ_ERRORS,
-    quiet_metadata_fallback,
     read_file,
+    read_metadata,
     save_file,
 )
 from shardrec.trainer.rundir.checkpoint_parts import CheckpointParts, SavedCheckpoint
@@ -256,17 +256,17 @@ class CheckpointManager:
         self.verify(path)  # before anything is read: DCP unpickles .metadata
         train_state = read_file(path, names.TRAIN_STATE, self.env.device, advice)
         check_signature(path, train_state["signature"], parts.signature)
+        read_metadata(path, advice)  # a cut one is refused naming it, before DCP's load meets it
         saved = SavedCheckpoint(
             path, train_state["progress"]["step"], train_state["plan"], self.group
         )
         try:
-            with quiet_metadata_fallback():
-                targets = {n: part.load_target(saved) for n, part in parts.sharded.items()}
-                dcp.load(
-                    {name: target for name, target in targets.items() if target},
-                    checkpoint_id=str(path),
-                    process_group=self.group,
-                )
+            targets = {name: part.load_target(saved) for name, part in parts.sharded.items()}
+            dcp.load(
+                {name: target for name, target in targets.items() if target},
+                checkpoint_id=str(path),
+                process_group=self.group,
+            )
         except DCP_READ_ERRORS as e:
             raise unreadable_checkpoint(path, e, advice) from None
         for part in parts.sharded.values():

@@ -87,8 +87,10 @@ def _errno_of(error: BaseException) -> int | None:
 
 def describe_failure(error: BaseException) -> str:
     """How a rank's checkpoint write failed, for the others: `errno:message` (errno 0: none)."""
-    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    return f"{_errno_of(error) or 0}:{type(error).__name__}: {first[:300]}"
+    said = str(error).strip()
+    # An exception without a message (a MemoryError) is named by its type and what it stopped.
+    first = f": {said.splitlines()[0][:300]}" if said else " (no message) while writing its files"
+    return f"{_errno_of(error) or 0}:{type(error).__name__}{first}"
 
 
 def checkpoint_write_error(

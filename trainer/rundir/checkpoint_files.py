@@ -4,15 +4,15 @@ file (or DCP's metadata) that cannot be read as the one unreadable-checkpoint li
 
 from __future__ import annotations
 
-import logging
 import pickle
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.metadata import Metadata
 from torch.serialization import default_restore_location
 
 from shardrec.dataloader.util.files import atomic_open
@@ -52,32 +52,20 @@ rank's failure in a CheckpointException, its metadata reader (read_metadata, whi
 may call itself) raises the unpickler's own."""
 
 
-METADATA_FALLBACK = (
-    "Global metadata is not found. Falling back to rank local metadata.",
-    "Rank local metadata is not found.",
-)
-"""What DCP's load logs, with the traceback, when it cannot read `.metadata` (and, as shardrec
-writes none, no per-rank metadata either): the error it then raises says it again."""
+DCP_METADATA = ".metadata"
+"""DCP's file of what a checkpoint holds and where (a pickle: read only once the digests were
+checked)."""
 
 
-class _MetadataFallback(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (
-            record.getMessage() in METADATA_FALLBACK
-            and "torch/distributed/checkpoint" in Path(record.pathname).as_posix()
-        )
-
-
-@contextmanager
-def quiet_metadata_fallback() -> Iterator[None]:
-    """Drop DCP's METADATA_FALLBACK warnings while loading (it logs them to the root logger): a
-    checkpoint that cannot be read is one line (unreadable_checkpoint). Other warnings pass."""
-    root, quiet = logging.getLogger(), _MetadataFallback()
-    root.addFilter(quiet)
+def read_metadata(checkpoint: Path, advice: str) -> Metadata:
+    """DCP's metadata of the checkpoint at `checkpoint`, whose digests were checked;
+    UnreadableCheckpoint (one line naming the file, ending in `advice`, what to do) where it
+    cannot be read. Read before DCP's load, which reads it too: a cut one would fail inside the
+    load as an AssertionError naming a rank's metadata file shardrec never writes."""
     try:
-        yield
-    finally:
-        root.removeFilter(quiet)
+        return FileSystemReader(str(checkpoint)).read_metadata()
+    except DCP_READ_ERRORS as e:
+        raise unreadable_checkpoint(checkpoint, e, advice, DCP_METADATA) from None
 
 
 def read_file(checkpoint: Path, name: str, device: torch.device, advice: str) -> Any:

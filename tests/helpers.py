@@ -35,9 +35,9 @@ from shardrec.dataloader.format.part_file import (
     write_part,
 )
 
-# Log records the CLI writes to stderr while it works (configure_logging's format); a
-# subprocess shows them, and they are not part of the error message.
-_LOG_LINE = re.compile(r"^\d\d:\d\d:\d\d (DEBUG|INFO) \S+: ")
+# Log records the CLI and the ranks write to stderr while they work (configure_logging's format,
+# the ranks' with "[rank N]"); a subprocess shows them, and they are not part of the error message.
+_LOG_LINE = re.compile(r"^\d\d:\d\d:\d\d (\[rank \d+\] )?(DEBUG|INFO) \S+: ")
 
 
 def assert_one_line_error(result: Result | subprocess.CompletedProcess, pattern: str) -> str:

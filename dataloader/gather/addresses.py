@@ -11,6 +11,8 @@ unmapped any part.
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from shardrec.dataloader.format.part_file import Part
@@ -79,6 +81,16 @@ class HeldParts:
         """Per column, whether the kernels may read it from every held part."""
         self._indices: list[int] = []
         self.generation = -1
+
+    def fresh(self) -> HeldParts:
+        """A set of the same layout holding nothing (another thread's): `reference`, the part the
+        layout was read from, need not be mapped again."""
+        other = copy.copy(self)
+        other.slot_of = np.full(len(self.slot_of), -1, np.int32)
+        other.addresses = np.zeros_like(self.addresses)
+        other.held, other._indices = [], []
+        other.same = self._kernel_ok.copy()
+        return other
 
     def start_again(self, generation: int) -> None:
         """Hold nothing from here on (the parts may be unmapped once no gather in flight holds

@@ -99,15 +99,15 @@ class BatchGatherer:
         # Per gathering thread (prefetch workers gather at once), the parts its gathers hold and
         # their columns' data addresses, for the kernels that read rows of several parts.
         self._held = threading.local()
-        self._max_rows = max(rows)
+        # The kernels' layout, read from part 0 now: mapping it again for a thread's first gather
+        # would put it back among the parts a stream keeps mapped.
+        self._layout = HeldParts(self.feature_names, self.parts[0], len(self.parts), max(rows))
 
     def _held_parts(self) -> HeldParts:
         """This thread's held parts, started again if the PartSet unmapped any part since."""
         held = getattr(self._held, "parts", None)
         if held is None:
-            held = self._held.parts = HeldParts(
-                self.feature_names, self.parts[0], len(self.parts), self._max_rows
-            )
+            held = self._held.parts = self._layout.fresh()
         generation = self.parts.generation if isinstance(self.parts, PartSet) else 0
         if held.generation != generation:
             held.start_again(generation)

@@ -117,12 +117,19 @@ def test_parts_are_unmapped_beyond_the_bound(datasets):
     parts = loader.source.parts
     del source
     assert parts.mapped <= 5 and parts.opens > 5  # parts were evicted as the stream came to others
-    maps = sum(1 for line in Path("/proc/self/maps").read_text().splitlines() if str(many) in line)
-    assert maps <= 5  # one map per part
+    assert _maps_of(many) <= 5  # one map per part
 
 
-def _stream_mapped(directory: Path, shuffle: ShuffleSpec) -> tuple[list[str], list[int]]:
-    """Digests of the stream in one-batch runs, and the parts mapped as each batch arrives."""
+def _maps_of(directory: Path) -> int:
+    """Memory maps of the process whose file lies in `directory` (a part is one map)."""
+    return sum(
+        1 for line in Path("/proc/self/maps").read_text().splitlines() if str(directory) in line
+    )
+
+
+def _stream_mapped(directory: Path, shuffle: ShuffleSpec) -> tuple[list[str], list[int], list[int]]:
+    """Digests of the stream in one-batch runs, the parts mapped by the set as each batch arrives,
+    and the process's maps of the dataset then (the set's, and those the gathers hold)."""
     loader = build_loader(
         directory,
         "train",
@@ -132,27 +139,31 @@ def _stream_mapped(directory: Path, shuffle: ShuffleSpec) -> tuple[list[str], li
         shuffle=shuffle,
         delivery=Delivery(gather_rows=40),
     )
-    digests, mapped = [], []
+    digests, mapped, maps = [], [], []
     for batch in loader:
         mapped.append(loader.source.parts.mapped)
+        maps.append(_maps_of(directory))
         digests.append(batch_digest([batch], loader.feature_names))
-    return digests, mapped
+    return digests, mapped, maps
 
 
 def test_the_shuffled_stream_unmaps_the_groups_it_has_left(datasets, shuffled):
     # A mapped part keeps the pages read through it in the process's RSS: only the current shuffle
     # group's parts (40 here, and the previous group's while a run straddles the boundary) stay.
-    digests, mapped = _stream_mapped(datasets[1], SMALL_SHUFFLE)
+    digests, mapped, maps = _stream_mapped(datasets[1], SMALL_SHUFFLE)
     assert digests == shuffled
     assert (
         max(mapped) <= 2 * SMALL_SHUFFLE.group_segments < PARTS
         and mapped[-1] <= SMALL_SHUFFLE.group_segments + 1
     )
+    # The gathers hold a group's parts from window to window, and let them go with the set's:
+    # the process maps no more than the set does.
+    assert max(maps) <= 2 * SMALL_SHUFFLE.group_segments
 
 
 def test_the_stream_in_file_order_unmaps_the_parts_it_has_left(datasets):
     off = ShuffleSpec(enabled=False)
-    digests, mapped = _stream_mapped(datasets[1], off)
+    digests, mapped, _ = _stream_mapped(datasets[1], off)
     assert digests == _digests(datasets[0], off)  # the one-part dataset's rows, in order
     assert (
         max(mapped) <= 40 + 1 < PARTS

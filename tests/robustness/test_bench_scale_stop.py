@@ -1,7 +1,8 @@
 """A stopped `shardrec bench scale` ends every process of the stage it was measuring, the stage's
 own workers too (proctree.run_measured, as bench preprocess's stop does: test_bench_stop.py),
 also where they would not end on their own, removes its temporary folder and says in one line
-what it had measured, with exit code 130."""
+what it had measured: Ctrl-C (SIGINT) with exit code 130, a kill (SIGTERM) of bench scale alone
+with 143, as bench preprocess."""
 
 from __future__ import annotations
 
@@ -49,9 +50,11 @@ def _workers(job: subprocess.Popen, stage: str) -> list[Proc]:
     ("stage", "how", "code", "said"),
     [
         ("synth", "ctrl-c", 130, "nothing measured (stopped in synth)"),
+        ("synth", "kill", 143, "nothing measured (stopped in synth)"),
         ("preprocess", "sigint-alone", 130, "stopped in preprocess_hash, after measuring synth"),
+        ("preprocess", "kill", 143, "stopped in preprocess_hash, after measuring synth"),
     ],
-    ids=["synth-ctrl-c", "preprocess-sigint-alone"],
+    ids=["synth-ctrl-c", "synth-kill", "preprocess-sigint-alone", "preprocess-kill"],
 )
 def test_a_stopped_bench_scale_ends_its_stage_and_says_what_it_measured(
     stage: str, how: str, code: int, said: str, tmp_path: Path
@@ -66,8 +69,9 @@ def test_a_stopped_bench_scale_ends_its_stage_and_says_what_it_measured(
             os.kill(p.pid, signal.SIGSTOP)
         if how == "ctrl-c":  # a terminal's, to the whole group (synth's workers ignore it)
             os.killpg(job.pid, signal.SIGINT)
-        else:  # to bench scale alone: on a terminal's, shardrec preprocess would end by itself
-            os.kill(job.pid, signal.SIGINT)
+        else:  # to bench scale alone: a plain `kill`, or Ctrl-C's SIGINT (on a terminal's,
+            # shardrec preprocess would end by itself)
+            os.kill(job.pid, signal.SIGINT if how == "sigint-alone" else signal.SIGTERM)
         job.wait(timeout=30)  # its one line fits the pipe; a process left may hold the pipe open
         time.sleep(0.2)  # what bench scale signalled last has had time to go
         left = [p.command for p in session_processes(job.pid)]

@@ -95,9 +95,11 @@ def prepare_work_dir(work: Path) -> None:
 
 
 def _start_synth_worker() -> None:
-    """A synth worker is ended by the run (synth_days), not by Ctrl-C, which reaches it too and
-    would print its KeyboardInterrupt."""
+    """A synth worker is ended by the run (synth_days), not by the stop itself: Ctrl-C, which
+    reaches it too, would print its KeyboardInterrupt, as would the SIGTERM handler it got with
+    the fork (sigterm_as_ctrl_c's)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def synth_days(raw: Path, fraction: float, workers: int) -> tuple[int, int]:
@@ -114,8 +116,8 @@ def synth_days(raw: Path, fraction: float, workers: int) -> tuple[int, int]:
             days = [pool.submit(_write_day, job) for job in jobs]
             text = sum(day.result() for day in days)
         except BaseException:
-            # The pool's shutdown would wait for the days being written: a stop (Ctrl-C) or a
-            # failed day ends them now (their files are of no use). This process's only
+            # The pool's shutdown would wait for the days being written: a stop (Ctrl-C, a kill)
+            # or a failed day ends them now (their files are of no use). This process's only
             # multiprocessing children are the pool's workers.
             for worker in multiprocessing.active_children():
                 worker.kill()

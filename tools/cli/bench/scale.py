@@ -12,7 +12,7 @@ import typer
 
 from shardrec.tools.bench.scale import scale_bench as bench_scale
 from shardrec.tools.cli.bench.options import JsonFlag, show
-from shardrec.tools.cli.common import fail, interrupted
+from shardrec.tools.cli.common import fail, interrupted, sigterm_as_ctrl_c
 
 
 def scale(
@@ -50,7 +50,8 @@ def scale(
         fail(f"--fraction {fraction} must be in (0, 1]")
     progress = bench_scale.Progress()
     try:
-        result = _run(fraction, work_dir, steps, batch, train, workers, ranks, progress)
+        with sigterm_as_ctrl_c():  # a kill ends its stages' processes too, as Ctrl-C does
+            result = _run(fraction, work_dir, steps, batch, train, workers, ranks, progress)
     except KeyboardInterrupt:  # its temporary folder is removed on the way out
         interrupted(_stopped(progress))
     show(result, json_out, bench_scale.print_result)

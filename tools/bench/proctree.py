@@ -26,6 +26,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -123,14 +124,42 @@ def interrupted_by_ctrl_c(returncode: int, stderr: str) -> bool:
     return returncode in (130, -signal.SIGINT) or "KeyboardInterrupt" in stderr
 
 
-def run_measured(cmd: list[str], env: dict[str, str] | None = None, interval: float = 0.02) -> dict:
-    """Run cmd to the end; returns wall_s, cpu_s (user + system of the whole tree), peak_rss_mb and
-    peak_pss_mb (MiB, the tree's sums), returncode, stdout and stderr. CPU time counts descendants
-    that were waited for (pool workers)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
+def run_to_end(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run cmd to the end, its stdout and stderr captured as text. A stop on the way (Ctrl-C; a
+    SIGTERM, which sigterm_as_ctrl_c raises as a KeyboardInterrupt; an error here) ends its whole
+    tree first, as run_measured does: subprocess.run would kill the child alone, and a launcher's
+    ranks in sessions of their own would run on."""
+    proc, stdout, stderr = _wait_ended_on_stop(cmd, env, lambda proc: None)
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+
+
+def _wait_ended_on_stop(
+    cmd: list[str], env: dict[str, str] | None, started: Callable[[subprocess.Popen], None]
+) -> tuple[subprocess.Popen, str, str]:
+    """Start cmd (started(proc) once it runs) and wait for it; on a stop, end its tree (_end)."""
     others = set(_children(os.getpid()))
     proc: subprocess.Popen | None = None
+    try:
+        proc = subprocess.Popen(
+            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        started(proc)
+        stdout, stderr = proc.communicate()
+    except BaseException as e:
+        # The child is gone before the caller removes the folders it writes into. Only a plain
+        # KeyboardInterrupt is the terminal's Ctrl-C (a SIGTERM raises a subclass of it).
+        pids = [proc.pid] if proc else sorted(set(_children(os.getpid())) - others)
+        _end(pids, proc, ctrl_c=type(e) is KeyboardInterrupt)
+        raise
+    return proc, stdout, stderr
+
+
+def run_measured(cmd: list[str], env: dict[str, str] | None = None, interval: float = 0.02) -> dict:
+    """Run cmd to the end (as run_to_end); returns wall_s, cpu_s (user + system of the whole tree),
+    peak_rss_mb and peak_pss_mb (MiB, the tree's sums), returncode, stdout and stderr. CPU time
+    counts descendants that were waited for (pool workers)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
     peak, done = [0, 0], threading.Event()
 
     def sample(pid: int) -> None:
@@ -144,23 +173,17 @@ def run_measured(cmd: list[str], env: dict[str, str] | None = None, interval: fl
             peak[0], peak[1] = max(peak[0], rss), max(peak[1], pss)
             done.wait(interval)
 
-    sampler = None
+    samplers: list[threading.Thread] = []
+
+    def start_sampler(proc: subprocess.Popen) -> None:
+        samplers.append(threading.Thread(target=sample, args=(proc.pid,), daemon=True))
+        samplers[-1].start()
+
     try:
-        proc = subprocess.Popen(
-            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        sampler = threading.Thread(target=sample, args=(proc.pid,), daemon=True)
-        sampler.start()
-        stdout, stderr = proc.communicate()
-    except BaseException as e:
-        # The child is gone before the caller removes the folders it writes into. Only a plain
-        # KeyboardInterrupt is the terminal's Ctrl-C (a SIGTERM raises a subclass of it).
-        started = [proc.pid] if proc else sorted(set(_children(os.getpid())) - others)
-        _end(started, proc, ctrl_c=type(e) is KeyboardInterrupt)
-        raise
+        proc, stdout, stderr = _wait_ended_on_stop(cmd, env, start_sampler)
     finally:
         done.set()
-        if sampler is not None:
+        for sampler in samplers:
             sampler.join()
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

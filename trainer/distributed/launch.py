@@ -141,6 +141,10 @@ def run_local_ranks(
             if status == "error":
                 raise RankFailed(rank, value)
             results[rank] = value
+    except KeyboardInterrupt:  # Ctrl-C, or a SIGTERM raised as one (sigterm_as_ctrl_c)
+        for p in procs:  # which may not have reached them: they would run on through the joins
+            p.kill()
+        raise
     finally:
         for p in procs:
             p.join(timeout=30)

@@ -23,16 +23,20 @@ is printed with it."""
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import resource
 import shutil
+import signal
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shardrec.tools.bench.proctree import run_measured
+from shardrec.tools.bench.proctree import interrupted_by_ctrl_c, run_measured
 from shardrec.tools.bench.rounds import ratio_text
 from shardrec.tools.console import console
 
@@ -90,19 +94,69 @@ def prepare_work_dir(work: Path) -> None:
     )
 
 
+def _start_synth_worker() -> None:
+    """A synth worker is ended by the run (synth_days), not by the stop itself: Ctrl-C, which
+    reaches it too, would print its KeyboardInterrupt, as would the SIGTERM handler it got with
+    the fork (sigterm_as_ctrl_c's)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def synth_days(raw: Path, fraction: float, workers: int) -> tuple[int, int]:
     """Write day_0.gz .. day_23.gz; returns (rows, text bytes)."""
     rows = max(DAYS * 8, round(CRITEO_1TB_ROWS * fraction))
     per_day = [rows // DAYS + (d < rows % DAYS) for d in range(DAYS)]
     counts = feature_counts(fraction)
     jobs = [(raw / f"day_{d}.gz", n, counts, d) for d, n in enumerate(per_day)]
-    with ProcessPoolExecutor(workers) as pool:
-        text = sum(pool.map(_write_day, jobs))
+    with ProcessPoolExecutor(workers, initializer=_start_synth_worker) as pool:
+        try:  # the first submit starts the workers
+            # Not pool.map: on the way out it cancels the days not started, which the pool,
+            # broken by the kill below, then fails to fail (InvalidStateError, printed by its
+            # thread).
+            days = [pool.submit(_write_day, job) for job in jobs]
+            text = sum(day.result() for day in days)
+        except BaseException:
+            # The pool's shutdown would wait for the days being written: a stop (Ctrl-C, a kill)
+            # or a failed day ends them now (their files are of no use). This process's only
+            # multiprocessing children are the pool's workers.
+            for worker in multiprocessing.active_children():
+                worker.kill()
+            raise
     return rows, text
+
+
+def _synth(raw: Path, fraction: float, workers: int) -> dict[str, Any]:
+    t0, c0 = time.perf_counter(), _cpu()
+    rows, text = synth_days(raw, fraction, workers)
+    synth = {"wall_s": time.perf_counter() - t0, "cpu_s": _cpu() - c0, "rows": rows, "text_bytes": text,
+             "gzip_bytes": sum(p.stat().st_size for p in raw.iterdir())}  # fmt: skip
+    synth["mb_per_s_wall"] = text / 1e6 / max(synth["wall_s"], 1e-9)
+    synth["mb_per_cpu_s"] = text / 1e6 / max(synth["cpu_s"], 1e-9)
+    _add_row_rates(synth, rows, synth["wall_s"], synth["cpu_s"])
+    return synth
+
+
+@dataclass
+class Progress:
+    """A run's stages as they are measured, for the line a stopped run ends with."""
+
+    stages: dict[str, Any] = field(default_factory=dict)
+    """The figures of each stage measured, in order."""
+    running: str = ""
+    """The stage under way ("" between stages)."""
+
+    def measure(self, name: str, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """Stage `name`: run() measures it; returns its figures."""
+        self.running = name
+        self.stages[name] = run()
+        self.running = ""
+        return self.stages[name]
 
 
 def _stage(cmd: list[str], what: str, nbytes: int) -> dict[str, Any]:
     res = run_measured(cmd)
+    if interrupted_by_ctrl_c(res["returncode"], res["stderr"]):
+        raise KeyboardInterrupt  # the child heard Ctrl-C first: no error of its own
     if res["returncode"] != 0:
         raise RuntimeError(f"{what} failed: {res['stderr'].strip()[-1500:]}")
     out = {k: res[k] for k in ("wall_s", "cpu_s", "peak_rss_mb", "peak_pss_mb")}
@@ -215,45 +269,42 @@ def run_scale(
     train: bool = True,
     workers: int | None = None,
     ranks: int = TRAIN_RANKS,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Every stage in order at `fraction`; `workers` synthesise and preprocess (default: every
-    core), `ranks` rank processes stream and train."""
+    core), `ranks` rank processes stream and train; `progress`, the caller's, records how far the
+    run got."""
     workers = workers or os.cpu_count() or 1
-    raw = work / "raw"
-    t0, c0 = time.perf_counter(), _cpu()
-    rows, text = synth_days(raw, fraction, workers)
-    synth = {"wall_s": time.perf_counter() - t0, "cpu_s": _cpu() - c0, "rows": rows, "text_bytes": text,
-             "gzip_bytes": sum(p.stat().st_size for p in raw.iterdir())}  # fmt: skip
-    synth["mb_per_s_wall"] = text / 1e6 / max(synth["wall_s"], 1e-9)
-    synth["mb_per_cpu_s"] = text / 1e6 / max(synth["cpu_s"], 1e-9)
-    _add_row_rates(synth, rows, synth["wall_s"], synth["cpu_s"])
-    stages: dict[str, Any] = {"synth": synth}
-    stages["preprocess_hash"] = _preprocess(
-        raw,
-        work / "hash",
-        workers,
-        text,
-        ["--max-ids", ",".join(map(str, feature_counts(fraction)))],
+    progress = progress or Progress()
+    measure = progress.measure
+    raw, hash_dir = work / "raw", work / "hash"
+    synth = measure("synth", lambda: _synth(raw, fraction, workers))
+    text = synth["text_bytes"]
+    max_ids = ["--max-ids", ",".join(map(str, feature_counts(fraction)))]
+    hashed = measure("preprocess_hash", lambda: _preprocess(raw, hash_dir, workers, text, max_ids))
+    measure(
+        "preprocess_vocab",
+        lambda: _preprocess(raw, work / "vocab", workers, text, ["--min-count", "2"]),
     )
-    stages["preprocess_vocab"] = _preprocess(
-        raw, work / "vocab", workers, text, ["--min-count", "2"]
-    )
-    hashed = stages["preprocess_hash"]
     train_rows = hashed["rows_kept"]["train"]
-    stages["stream"] = _stream(
-        work / "hash", work, batch, ranks, hashed["output_bytes"], train_rows
+    measure(
+        "stream",
+        lambda: _stream(hash_dir, work, batch, ranks, hashed["output_bytes"], train_rows),
     )
     if train:
-        stages["train"] = _train(
-            work / "hash", work / "run", ranks, steps, batch, steps, resume=False
+        measure(
+            "train",
+            lambda: _train(hash_dir, work / "run", ranks, steps, batch, steps, resume=False),
         )
-        stages["train_resume"] = _train(
-            work / "hash", work / "run", ranks, 2 * steps, batch, steps, resume=True
+        measure(
+            "train_resume",
+            lambda: _train(hash_dir, work / "run", ranks, 2 * steps, batch, steps, resume=True),
         )
+    stages = progress.stages
     return {
         "fraction": fraction,
         "workers": workers,
-        "rows": rows,
+        "rows": synth["rows"],
         "stages": stages,
         "projection": project(stages, fraction, workers),
     }

@@ -4,5 +4,5 @@ plain_stu.py), and its held-out AUC against a DLRM that pools the same history
 (sequence_quality.py).
 
 May import: shardrec.tools.bench.train, shardrec.tools.bench.rounds (the harness of repeated,
-interleaved rounds).
+interleaved rounds), shardrec.tools.bench.proctree (a run's ranks ended with it on a stop).
 """

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from shardrec.tools.bench.proctree import run_to_end
 from shardrec.tools.bench.sequence.hstu_bench import CONFIG, write_events
 from shardrec.tools.console import console
 from shardrec.trainer.rundir import names
@@ -72,7 +72,7 @@ def _train(data: Path, run_dir: Path, seed: int, steps: int, nproc: int, extra: 
         "--json",
         *[flag for s in settings for flag in ("--set", s)],
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = run_to_end(cmd)  # a stop ends the run's ranks too
     if proc.returncode != 0:
         raise RuntimeError(
             f"{run_dir.name} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}"

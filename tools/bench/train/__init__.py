@@ -8,5 +8,6 @@ quality`: managed tables against hashing and an unbounded vocabulary on a drifti
 by day (quality_bench.py), its arms' tables and jobs (quality_arms.py) and what its report says of
 its goals (quality_report.py).
 
-May import: shardrec.tools.bench.rounds (the harness of repeated, interleaved rounds).
+May import: shardrec.tools.bench.rounds (the harness of repeated, interleaved rounds),
+shardrec.tools.bench.proctree (its ranks' launcher ended with its whole tree on a stop).
 """

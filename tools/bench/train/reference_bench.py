@@ -17,7 +17,6 @@ the dense layers, one learning rate.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from shardrec.tools.bench.proctree import run_to_end
 from shardrec.tools.bench.rounds import Run, run_rounds
 from shardrec.tools.console import err_console
 
@@ -68,9 +68,7 @@ def _launch(module: str, args: list[str], nproc: int, threads: int) -> None:
     from shardrec.trainer.distributed.launch import rank_environment, torchrun_command
 
     env = rank_environment(nproc) | {"OMP_NUM_THREADS": str(threads)}
-    proc = subprocess.run(
-        torchrun_command(args, nproc, module=module), capture_output=True, text=True, env=env
-    )
+    proc = run_to_end(torchrun_command(args, nproc, module=module), env)  # a stop ends the ranks
     if proc.returncode != 0:
         raise RuntimeError(f"{module} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
 

@@ -28,7 +28,6 @@ instead (reference_bench.py).
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -36,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from shardrec.tools.bench.proctree import run_to_end
 from shardrec.tools.bench.rounds import MIN_RUN_S, Run, load_average, ratio, summarize
 
 NUM_TABLES, NUM_DENSE = 26, 13
@@ -112,14 +112,13 @@ def save_dataset(
 
 def launch_ranks(module: str, args: list[str], nproc: int, threads: int) -> None:
     """A benchmark's rank program (`python -m module ARGS`) on `nproc` CPU ranks through torchrun,
-    `threads` intra-op threads each; RuntimeError with the end of the ranks' stderr if they fail."""
+    `threads` intra-op threads each; RuntimeError with the end of the ranks' stderr if they fail.
+    A stop (Ctrl-C, a kill) ends the ranks too (run_to_end)."""
     from shardrec.trainer.distributed.launch import rank_environment, torchrun_command
 
-    proc = subprocess.run(
+    proc = run_to_end(
         torchrun_command(args, nproc, module=module),
-        capture_output=True,
-        text=True,
-        env=rank_environment(nproc) | {"OMP_NUM_THREADS": str(threads)},
+        rank_environment(nproc) | {"OMP_NUM_THREADS": str(threads)},
     )
     if proc.returncode != 0:
         raise RuntimeError(

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from shardrec.tools.bench import check as bench_check
-from shardrec.tools.cli.bench.options import JsonFlag, show
+from shardrec.tools.cli.bench.options import JsonFlag, show, stops_in_one_line
 from shardrec.tools.cli.common import fail
 from shardrec.tools.console import console
 
@@ -51,4 +51,4 @@ def check(
 
 
 def register(bench_app: typer.Typer) -> None:
-    bench_app.command("check")(check)
+    bench_app.command("check")(stops_in_one_line(check))

@@ -12,7 +12,7 @@ from shardrec.tools.bench.loader import loader_bench as bench_loader
 from shardrec.tools.bench.loader import multihot_bench as loader_multihot
 from shardrec.tools.bench.loader import parts_bench as loader_parts
 from shardrec.tools.cli.bench.options import JsonFlag, at_least, refuse_unused, show
-from shardrec.tools.cli.common import fail
+from shardrec.tools.cli.common import fail, interrupted, sigterm_as_ctrl_c
 
 
 def loader(
@@ -86,33 +86,41 @@ def loader(
     pipe."""
     _refuse_unused(ctx, multihot, part_rows)
     _check_options(rows, global_batch, rounds, max_batches, work_dir, parts, part_rows, multihot)
-    if part_rows:
-        result = loader_parts.run_parts_bench(
-            part_rows,
-            parts,
-            global_batch,
-            rounds,
-            max_batches or loader_parts.RUN_BATCHES,
-            work_dir,
+    sizes = _table_sizes(table_rows) if multihot else []
+    try:
+        with sigterm_as_ctrl_c():  # a kill removes its temporary folder too, as Ctrl-C does
+            if part_rows:
+                batches = max_batches or loader_parts.RUN_BATCHES
+                result = loader_parts.run_parts_bench(
+                    part_rows, parts, global_batch, rounds, batches, work_dir
+                )
+                report = loader_parts.print_result
+            elif multihot:
+                result = loader_multihot.run_multihot_bench(
+                    rows, global_batch, sizes, rounds, max_batches, work_dir, cache
+                )
+                report = loader_multihot.print_result
+            else:
+                result = bench_loader.run_bench(
+                    rows, global_batch, rounds, max_batches, work_dir, parts
+                )
+                report = bench_loader.print_result
+    except KeyboardInterrupt:
+        interrupted("nothing measured")
+    show(result, json_out, report)
+
+
+def _table_sizes(table_rows: str) -> list[int]:
+    """--table-rows as row counts; one line where it is not a list of positive integers."""
+    try:
+        sizes = [int(v) for v in table_rows.split(",")]
+    except ValueError:
+        fail(
+            f"--table-rows {table_rows!r}: expected comma-separated integers, e.g. 1000000,10000000"
         )
-        show(result, json_out, loader_parts.print_result)
-        return
-    if multihot:
-        try:
-            sizes = [int(v) for v in table_rows.split(",")]
-        except ValueError:
-            fail(
-                f"--table-rows {table_rows!r}: expected comma-separated integers, e.g. 1000000,10000000"
-            )
-        if min(sizes) < 1:
-            fail(f"--table-rows {table_rows!r}: every table needs at least 1 row")
-        result = loader_multihot.run_multihot_bench(
-            rows, global_batch, sizes, rounds, max_batches, work_dir, cache
-        )
-        show(result, json_out, loader_multihot.print_result)
-        return
-    result = bench_loader.run_bench(rows, global_batch, rounds, max_batches, work_dir, parts)
-    show(result, json_out, bench_loader.print_result)
+    if min(sizes) < 1:
+        fail(f"--table-rows {table_rows!r}: every table needs at least 1 row")
+    return sizes
 
 
 def _refuse_unused(ctx: typer.Context, multihot: bool, part_rows: int) -> None:

@@ -1,14 +1,15 @@
-"""What the bench commands share: the --json flag, one way to show a result, and one line per
-bad or unused option."""
+"""What the bench commands share: the --json flag, one way to show a result, one line per bad or
+unused option, and one line for a stop."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from shardrec.tools.cli.common import fail, print_json
+from shardrec.tools.cli.common import fail, interrupted, print_json, sigterm_as_ctrl_c
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
 
@@ -43,3 +44,20 @@ def refuse_unused(ctx: typer.Context, names: tuple[str, ...], context: str) -> N
     """One line naming the first option given that does nothing in `context`."""
     for flag in given(ctx, *names):
         fail(f"{flag} does nothing {context}: leave it out")
+
+
+def stops_in_one_line(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The bench command `command`, stopped by Ctrl-C or a kill (SIGTERM) as bench preprocess is:
+    its runs' `finally` blocks remove their temporary folders and end their child processes
+    (proctree.run_to_end), then interrupted()'s one line says that nothing was measured, exit
+    code 130 (143 for a kill)."""
+
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            with sigterm_as_ctrl_c():
+                return command(*args, **kwargs)
+        except KeyboardInterrupt:
+            interrupted("nothing measured")
+
+    return run

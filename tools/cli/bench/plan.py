@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from shardrec.tools.bench.plan import plan_bench as bench_plan
-from shardrec.tools.cli.bench.options import JsonFlag, show
+from shardrec.tools.cli.bench.options import JsonFlag, show, stops_in_one_line
 from shardrec.tools.cli.common import fail
 
 
@@ -50,4 +50,4 @@ def plan(
 
 
 def register(bench_app: typer.Typer) -> None:
-    bench_app.command("plan")(plan)
+    bench_app.command("plan")(stops_in_one_line(plan))

@@ -8,7 +8,13 @@ from typing import Annotated
 
 import typer
 
-from shardrec.tools.cli.bench.options import JsonFlag, at_least, refuse_unused, show
+from shardrec.tools.cli.bench.options import (
+    JsonFlag,
+    at_least,
+    refuse_unused,
+    show,
+    stops_in_one_line,
+)
 from shardrec.tools.cli.common import fail
 from shardrec.tools.console import console
 
@@ -115,4 +121,4 @@ def _check_options(
 
 
 def register(bench_app: typer.Typer) -> None:
-    bench_app.command("plan-reality")(plan_reality)
+    bench_app.command("plan-reality")(stops_in_one_line(plan_reality))

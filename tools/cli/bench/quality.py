@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from shardrec.tools.cli.bench.options import JsonFlag, show
+from shardrec.tools.cli.bench.options import JsonFlag, show, stops_in_one_line
 from shardrec.tools.cli.common import fail
 
 
@@ -83,4 +83,4 @@ def quality(
 
 
 def register(bench_app: typer.Typer) -> None:
-    bench_app.command("quality")(quality)
+    bench_app.command("quality")(stops_in_one_line(quality))

@@ -6,13 +6,13 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from shardrec.tools.bench.scale import scale_bench as bench_scale
 from shardrec.tools.cli.bench.options import JsonFlag, show
-from shardrec.tools.cli.common import fail
+from shardrec.tools.cli.common import fail, interrupted, sigterm_as_ctrl_c
 
 
 def scale(
@@ -48,16 +48,44 @@ def scale(
     fraction."""
     if not 0 < fraction <= 1:
         fail(f"--fraction {fraction} must be in (0, 1]")
+    progress = bench_scale.Progress()
+    try:
+        with sigterm_as_ctrl_c():  # a kill ends its stages' processes too, as Ctrl-C does
+            result = _run(fraction, work_dir, steps, batch, train, workers, ranks, progress)
+    except KeyboardInterrupt:  # its temporary folder is removed on the way out
+        interrupted(_stopped(progress))
+    show(result, json_out, bench_scale.print_result)
+
+
+def _run(
+    fraction: float,
+    work_dir: Path | None,
+    steps: int,
+    batch: int,
+    train: bool,
+    workers: int | None,
+    ranks: int,
+    progress: bench_scale.Progress,
+) -> dict[str, Any]:
     work = work_dir or Path(tempfile.mkdtemp(prefix="shardrec-scale-"))
     try:
         bench_scale.prepare_work_dir(work)
-        result = bench_scale.run_scale(fraction, work, steps, batch, train, workers, ranks)
+        return bench_scale.run_scale(fraction, work, steps, batch, train, workers, ranks, progress)
     except (RuntimeError, ValueError) as e:
         fail(str(e))
     finally:
         if work_dir is None:
             shutil.rmtree(work, ignore_errors=True)
-    show(result, json_out, bench_scale.print_result)
+
+
+def _stopped(progress: bench_scale.Progress) -> str:
+    """What a stopped run had measured (it prints no figures), and where it stopped."""
+    done, running = ", ".join(progress.stages), progress.running
+    if not done:
+        return f"nothing measured (stopped in {running})" if running else "nothing measured"
+    if running:
+        return f"stopped in {running}, after measuring {done}"
+    return f"stopped after measuring {done}, before printing its figures"
 
 
 def register(bench_app: typer.Typer) -> None:

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from shardrec.tools.cli.bench.options import JsonFlag, at_least, show
+from shardrec.tools.cli.bench.options import JsonFlag, at_least, show, stops_in_one_line
 from shardrec.tools.cli.common import fail
 
 
@@ -35,4 +35,4 @@ def sequence(
 
 
 def register(bench_app: typer.Typer) -> None:
-    bench_app.command("sequence")(sequence)
+    bench_app.command("sequence")(stops_in_one_line(sequence))

@@ -9,7 +9,13 @@ from typing import Annotated
 import typer
 
 from shardrec.tools.bench.train import train_bench as bench_train
-from shardrec.tools.cli.bench.options import JsonFlag, at_least, refuse_unused, show
+from shardrec.tools.cli.bench.options import (
+    JsonFlag,
+    at_least,
+    refuse_unused,
+    show,
+    stops_in_one_line,
+)
 from shardrec.tools.cli.common import fail
 
 
@@ -171,4 +177,4 @@ def _hstu_train(
 
 
 def register(bench_app: typer.Typer) -> None:
-    bench_app.command("train")(train)
+    bench_app.command("train")(stops_in_one_line(train))

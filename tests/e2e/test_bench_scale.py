@@ -12,12 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from shardrec.tools.bench.scale.scale_bench import (
-    DAYS,
-    DISK_GB_PER_S,
-    PROJECTED_CORES,
-    feature_counts,
-)
+from shardrec.tools.bench.scale.scale_bench import DAYS, feature_counts
+from shardrec.tools.bench.scale.scale_report import DISK_GB_PER_S, PROJECTED_CORES
 from shardrec.tools.bench.scale.scale_stream import STREAM_ROUNDS
 
 FRACTION = 1e-9  # below 192 / 4.37 B: the command's floor of 8 rows per day

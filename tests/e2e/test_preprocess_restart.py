@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_one_line_error
+from helpers import assert_one_line_error, kill_session, session_processes
 from typer.testing import CliRunner
 
 from shardrec.tools.cli.app import app
@@ -98,9 +98,13 @@ def test_sigkill_then_rerun_redoes_only_unfinished_tasks(raw: Path, reference, t
 
 
 @pytest.mark.slow
-def test_ctrl_c_says_what_is_kept_and_the_rerun_finishes(raw: Path, tmp_path: Path):
-    """Ctrl-C (SIGINT to the foreground process group) mid-run: exit 130 with one line saying
-    the finished tasks are kept, and the same command then finishes the same bytes."""
+@pytest.mark.parametrize("stop", ["ctrl-c", "kill"])
+def test_ctrl_c_or_a_kill_says_what_is_kept_and_the_rerun_finishes(
+    raw: Path, tmp_path: Path, stop: str
+):
+    """Ctrl-C (SIGINT to the foreground process group) or a kill (SIGTERM to the command alone, as
+    a script stops its `cmd &`) mid-run: exit 130 or 143 with one line saying the finished tasks
+    are kept, no worker left running, and the same command then finishes the same bytes."""
     out = tmp_path / "data"
     args = [str(raw), "--out", str(out), *ARGS, "--chunk-mb", "0.1"]
     cmd = [sys.executable, "-m", "shardrec.tools.cli", "preprocess", *args]
@@ -111,13 +115,22 @@ def test_ctrl_c_says_what_is_kept_and_the_rerun_finishes(raw: Path, tmp_path: Pa
     deadline = time.time() + 60
     while time.time() < deadline and len(list(markers.glob("task-*.json"))) < 3:
         time.sleep(0.01)
-    os.killpg(proc.pid, signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    try:
+        if stop == "ctrl-c":
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            os.kill(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        time.sleep(0.2)  # what the command ended last has had time to go
+        left = [p.command for p in session_processes(proc.pid)]
+    finally:
+        kill_session(proc.pid)
     assert not (out / "manifest.json").exists(), "the run finished first; make the input larger"
-    assert proc.returncode == 130, err
+    assert proc.returncode == (130 if stop == "ctrl-c" else 143), err
     assert err.strip().splitlines()[-1] == (
         f"interrupted: {out}: finished tasks are kept; rerun the same command to finish"
     )
+    assert left == [], "its workers survive the stop"
     assert cli("preprocess", *args)["complete"]
     clean = tmp_path / "clean"
     cli("preprocess", raw, "--out", clean, *ARGS, "--chunk-mb", "0.1")

@@ -4,7 +4,10 @@ the column and the value, and no dataset is written."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import time
 from pathlib import Path
 
 import numpy as np
@@ -136,8 +139,9 @@ def test_an_out_holding_a_dataset_of_another_spec_is_kept_and_the_same_rerun_all
     assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before
 
 
-def test_ctrl_c_leaves_no_manifest_says_so_in_one_line_and_the_rerun_finishes(
-    tmp_path, log, monkeypatch
+@pytest.mark.parametrize("stop", ["ctrl-c", "kill"])
+def test_ctrl_c_or_a_kill_leaves_no_manifest_says_so_in_one_line_and_the_rerun_finishes(
+    tmp_path, log, monkeypatch, stop
 ):
     from shardrec.dataloader.events import event_files
 
@@ -147,11 +151,14 @@ def test_ctrl_c_leaves_no_manifest_says_so_in_one_line_and_the_rerun_finishes(
     write_items = event_files.write_items
 
     def stopped(*args, **kwargs):
-        raise KeyboardInterrupt
+        if stop == "ctrl-c":
+            raise KeyboardInterrupt
+        os.kill(os.getpid(), signal.SIGTERM)  # a script's `kill`; its handler runs at once
+        time.sleep(5)
 
     monkeypatch.setattr(event_files, "write_items", stopped)
     result = _preprocess(path, spec, out)
-    assert result.exit_code == 130 and result.stdout == ""
+    assert result.exit_code == (130 if stop == "ctrl-c" else 143) and result.stdout == ""
     assert result.stderr.splitlines() == [
         f"interrupted: {out}: the event-log dataset is not finished (no manifest, so nothing there "
         "is read as data); rerun the same command to make it"

@@ -10,12 +10,8 @@ from pathlib import Path
 import pytest
 from helpers import assert_one_line_error, cli
 
-from shardrec.tools.bench.scale.scale_bench import (
-    STAGE_DIRS,
-    WORK_MARKER,
-    prepare_work_dir,
-    project,
-)
+from shardrec.tools.bench.scale.scale_bench import STAGE_DIRS, WORK_MARKER, prepare_work_dir
+from shardrec.tools.bench.scale.scale_report import project
 from shardrec.tools.bench.scale.scale_stream import combine_ranks, stream_ratio
 
 

@@ -12,7 +12,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from shardrec.tools.cli.common import fail, interrupted, print_json
+from shardrec.tools.cli.common import fail, interrupted, print_json, sigterm_as_ctrl_c
 from shardrec.tools.console import console, err_console
 from shardrec.tools.preprocess.parse.criteo_text import Schema
 from shardrec.tools.preprocess.settings import PreprocessConfig
@@ -240,7 +240,8 @@ def preprocess(
             out, cfg.part
         )  # one writer at a time; the kernel frees it if this one dies
         try:
-            result = run_preprocess(cfg, bar)
+            with sigterm_as_ctrl_c():
+                result = run_preprocess(cfg, bar)
         finally:
             os.close(lock)
             if bar.shown:  # rich's stop() prints a newline even for a bar never drawn
@@ -249,7 +250,7 @@ def preprocess(
         fail(str(e))
     except OSError as e:  # e.g. no space or no permission under --out
         fail(f"{e.filename or out}: {e.strerror or e}")
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM
         interrupted(f"{out}: finished tasks are kept; rerun the same command to finish")
     seconds = time.perf_counter() - start
     if json_out:
@@ -304,12 +305,13 @@ def _preprocess_events(
     start = time.perf_counter()
     try:
         spec = load_event_spec(events)
-        manifest = build_event_dataset(inputs, spec, events, out)
+        with sigterm_as_ctrl_c():
+            manifest = build_event_dataset(inputs, spec, events, out)
     except (SpecError, DatasetError, ValueError) as e:
         fail(str(e))
     except OSError as e:
         fail(f"{e.filename or out}: {e.strerror or e}")
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM
         interrupted(
             f"{out}: the event-log dataset is not finished (no manifest, so nothing there is read "
             "as data); rerun the same command to make it"

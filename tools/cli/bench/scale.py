@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from shardrec.tools.bench.scale import scale_bench as bench_scale
+from shardrec.tools.bench.scale import scale_report
 from shardrec.tools.cli.bench.options import JsonFlag, show
 from shardrec.tools.cli.common import fail, interrupted, sigterm_as_ctrl_c
 
@@ -54,7 +55,7 @@ def scale(
             result = _run(fraction, work_dir, steps, batch, train, workers, ranks, progress)
     except KeyboardInterrupt:  # its temporary folder is removed on the way out
         interrupted(_stopped(progress))
-    show(result, json_out, bench_scale.print_result)
+    show(result, json_out, scale_report.print_result)
 
 
 def _run(

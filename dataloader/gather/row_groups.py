@@ -72,7 +72,9 @@ def group_rows(
 def group_located(part_of: np.ndarray, local: np.ndarray) -> Groups:
     """Located rows (part_of[k]: row k's part, local[k]: its row there) grouped by part."""
     order = np.argsort(part_of, kind="stable")
-    used = np.unique(part_of)
-    bounds = np.searchsorted(part_of[order], np.concatenate([used, [used[-1] + 1]]))
+    # Each part's rows are a run of `order`; counted, not searched for up to the next index, which
+    # wraps past the dtype's largest part (255 in uint8) and lost that part's rows.
+    used, counts = np.unique(part_of, return_counts=True)
+    bounds = np.concatenate([[0], np.cumsum(counts)])
     wheres = [order[a:z] for a, z in zip(bounds[:-1], bounds[1:])]
     return Groups(used.tolist(), [local[w] for w in wheres], wheres)

@@ -149,6 +149,24 @@ def test_parts_the_kernels_cannot_read_as_one_column_fall_back_exactly(monkeypat
     _assert_same(compiled, plain, ["cat_0", "cat_1"])
 
 
+def test_the_fallback_keeps_the_rows_of_the_last_part_a_part_index_dtype_holds(
+    monkeypatch, tmp_path: Path
+):
+    """256 parts: part 255 is the largest index of uint8, the located rows' dtype; the fallback
+    grouped its rows up to index 255 + 1, which wrapped to 0 and left them unwritten."""
+    from helpers import write_dataset
+
+    rng = np.random.default_rng(4)
+    parts = [
+        (rng.integers(0, 2, 4).astype(np.uint8), rng.normal(size=(4, 3)).astype(np.float16),
+         {"a": rng.integers(0, 200, 4).astype(np.uint8)})
+        for _ in range(256)
+    ]  # fmt: skip
+    write_dataset(tmp_path / "f16", ["x", "y", "z"], {"a": 200}, {"train": parts}, "float16")
+    compiled, plain = _both(monkeypatch, tmp_path / "f16", 1, global_batch_size=32)
+    _assert_same(compiled, plain, ["a"])
+
+
 @pytest.mark.parametrize("key_dtype", [np.uint32, np.int64])
 def test_whole_rows_of_several_parts_are_copied_exactly(key_dtype):
     """Rows named by packed keys (slot among the held parts, row inside the part; 4 or 8 bytes)

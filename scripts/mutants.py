@@ -63,7 +63,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
         ],
     ),
     "checkpoint_trust": (
-        "trainer/rundir/checkpoint_trust.py",
+        "trainer/rundir/checkpoint/trust.py",
         [
             "tests/unit/test_checkpoint_trust.py",
             "tests/robustness/test_train_checkpoint_trust.py",

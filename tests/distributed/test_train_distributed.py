@@ -143,7 +143,7 @@ def rank_work(env, data: str, multi_hot: str, root: str) -> dict:
     """Everything one process group runs (which depends on its world size)."""
     from shardrec.trainer.loop.steps import NonFiniteLossError
     from shardrec.trainer.loop.train_loop import run_job
-    from shardrec.trainer.rundir.checkpoint import CheckpointManager
+    from shardrec.trainer.rundir.checkpoint.manager import CheckpointManager
 
     # One thread per rank, as torchrun's ranks get (launch.py): ranks of one thread per core each
     # (run_local_ranks' default) spin on the cores the other ranks need, ~2x the CPU time.

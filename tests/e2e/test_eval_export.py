@@ -780,7 +780,7 @@ def test_a_truncated_checkpoint_file_is_one_line_naming_it_in_export_and_eval(
     """A data file cut short before its digests were written (they match it): export and eval
     say which checkpoint cannot be read and what to do, not torch's CheckpointException; export
     leaves no file at --out."""
-    from shardrec.trainer.rundir.checkpoint_trust import write_digests
+    from shardrec.trainer.rundir.checkpoint.trust import write_digests
 
     shutil.copytree(trained / "run", trained / "cut")
     newest = sorted((trained / "cut" / "checkpoints").glob("step-*"))[-1]

@@ -50,7 +50,7 @@ def _cut(tmp_path: Path, name: str, empty: bool = False) -> Path:
     """A copy of the fixture's run whose checkpoint file `name` was cut short (to half, or to
     nothing where `empty`) before its digests were written (they match it: only reading it finds
     it out); the checkpoint's folder."""
-    from shardrec.trainer.rundir.checkpoint_trust import write_digests
+    from shardrec.trainer.rundir.checkpoint.trust import write_digests
 
     checkpoint = tmp_path / "run" / "checkpoints" / "step-00000004"
     shutil.copytree(FIXTURE, tmp_path / "run")

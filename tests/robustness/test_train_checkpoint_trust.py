@@ -18,14 +18,14 @@ import pytest
 import torch
 
 from shardrec.trainer.distributed.dist import DistEnv
-from shardrec.trainer.rundir.checkpoint import CheckpointManager
-from shardrec.trainer.rundir.checkpoint_parts import (
+from shardrec.trainer.rundir.checkpoint.manager import CheckpointManager
+from shardrec.trainer.rundir.checkpoint.parts import (
     CheckpointParts,
     ModuleState,
     RngState,
     TrainProgress,
 )
-from shardrec.trainer.rundir.checkpoint_trust import UntrustedCheckpoint, verify_checkpoint
+from shardrec.trainer.rundir.checkpoint.trust import UntrustedCheckpoint, verify_checkpoint
 from shardrec.trainer.rundir.names import DIGESTS
 
 ENV = DistEnv(
@@ -100,7 +100,7 @@ def test_a_rewritten_digest_file_someone_else_could_write_is_refused(tmp_path: P
     marker = tmp_path / "pwned"
     (path / ".metadata").write_bytes(pickle.dumps(PlantedCode(marker)))
     # The attacker updates the digests too; they could only because the file is writable to others.
-    from shardrec.trainer.rundir.checkpoint_trust import write_digests
+    from shardrec.trainer.rundir.checkpoint.trust import write_digests
 
     write_digests(path)
     os.chmod(path / DIGESTS, 0o666)
@@ -154,7 +154,7 @@ def test_every_file_loads_with_weights_only_and_rng_states_round_trip(tmp_path: 
 def test_every_rank_checks_its_own_share_of_the_files(tmp_path: Path):
     """The ranks share the hashing: rank r checks every world_size-th file from the r-th. A file
     changed in rank 1's share of a 2-rank check is found by rank 1, and only there."""
-    from shardrec.trainer.rundir.checkpoint_trust import read_digests, verify_files, write_digests
+    from shardrec.trainer.rundir.checkpoint.trust import read_digests, verify_files, write_digests
 
     directory = tmp_path / "step"
     directory.mkdir()

@@ -296,7 +296,7 @@ def test_a_checkpoint_that_cannot_be_read_is_refused_with_the_way_out_not_kept(
     # train_state.pt gave torch's traceback and 'rank 0: OSError: [Errno 22] Invalid argument', a
     # cut .metadata 'rank 0: UnpicklingError: pickle data was truncated', then that cause without
     # the file's name.
-    from shardrec.trainer.rundir.checkpoint_trust import write_digests
+    from shardrec.trainer.rundir.checkpoint.trust import write_digests
 
     run_dir = tmp_path / "run"
     command = _command(tiny_dataset, run_dir, "--set", "checkpoint.interval_steps=2", ranks=1)

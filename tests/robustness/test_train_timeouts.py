@@ -32,8 +32,8 @@ def test_timeouts_have_defaults_are_settable_and_validated() -> None:
 def _rank_one_never_saves(env, directory: str) -> int:
     import torch
 
-    from shardrec.trainer.rundir.checkpoint import CheckpointManager
-    from shardrec.trainer.rundir.checkpoint_parts import CheckpointParts, ModuleState, TrainProgress
+    from shardrec.trainer.rundir.checkpoint.manager import CheckpointManager
+    from shardrec.trainer.rundir.checkpoint.parts import CheckpointParts, ModuleState, TrainProgress
 
     parts = CheckpointParts(
         progress=TrainProgress(step=5),

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from shardrec.trainer.distributed.dist import DistEnv
-from shardrec.trainer.rundir.checkpoint import CheckpointManager
-from shardrec.trainer.rundir.checkpoint_files import load_file
-from shardrec.trainer.rundir.checkpoint_parts import CheckpointParts, ModuleState, TrainProgress
+from shardrec.trainer.rundir.checkpoint.files import load_file
+from shardrec.trainer.rundir.checkpoint.manager import CheckpointManager
+from shardrec.trainer.rundir.checkpoint.parts import CheckpointParts, ModuleState, TrainProgress
 
 ENV = DistEnv(
     rank=0,
@@ -167,7 +167,7 @@ def test_tensors_saved_on_a_gpu_load_onto_this_ranks_device_and_cpu_ones_stay(
 def test_a_cut_metadata_is_refused_naming_it_without_dcps_warnings(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from shardrec.trainer.rundir.checkpoint_trust import UnreadableCheckpoint, write_digests
+    from shardrec.trainer.rundir.checkpoint.trust import UnreadableCheckpoint, write_digests
 
     manager, _, _ = _manager(tmp_path)
     path = manager.save()

@@ -1,5 +1,5 @@
 """The digests of a saved checkpoint and the one line that refuses a checkpoint someone could have
-changed (trainer/rundir/checkpoint_trust.py), on a directory of plain files: no torch, no ranks.
+changed (trainer/rundir/checkpoint/trust.py), on a directory of plain files: no torch, no ranks.
 A CheckpointManager's save and load around them: tests/robustness/test_train_checkpoint_trust.py.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from shardrec.trainer.rundir.checkpoint_trust import (
+from shardrec.trainer.rundir.checkpoint.trust import (
     UntrustedCheckpoint,
     read_digests,
     verify_checkpoint,

@@ -22,7 +22,7 @@ from shardrec.tools.preprocess.events.event_dataset import build_event_dataset
 from shardrec.tools.synth.yambda import write_yambda_like
 from shardrec.trainer.inference.eval_request import run_dataset
 from shardrec.trainer.job.config import load_job_config
-from shardrec.trainer.rundir.checkpoint_signature import checkpoint_signature, describe_mismatch
+from shardrec.trainer.rundir.checkpoint.signature import checkpoint_signature, describe_mismatch
 from shardrec.trainer.rundir.life import continuation, lifecycle, trained_data
 from shardrec.trainer.rundir.life.stretches import (
     Stretch,

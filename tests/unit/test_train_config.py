@@ -136,7 +136,7 @@ def test_two_d_plans_are_refused() -> None:
 
 
 def test_resume_with_other_optimizers_is_refused() -> None:
-    from shardrec.trainer.rundir.checkpoint_signature import describe_mismatch
+    from shardrec.trainer.rundir.checkpoint.signature import describe_mismatch
 
     tables = [{"name": "t_C1", "rows": 10, "dim": 8}]
     saved = {

@@ -61,7 +61,7 @@ def _failure_message(result: LaunchResult, out_dir: Path, data: str) -> str:
     """The last line after a failed run: the cause as the ranks and torchrun's agent reported it,
     the dataset's files that changed under it, and what a rerun resumes from (when anything)."""
     from shardrec.dataloader.format.integrity import changed_since_written
-    from shardrec.trainer.rundir.checkpoint_trust import REFUSED
+    from shardrec.trainer.rundir.checkpoint.trust import REFUSED
 
     parts = [
         f"training failed: {result.cause}"
@@ -79,7 +79,7 @@ def _failure_message(result: LaunchResult, out_dir: Path, data: str) -> str:
 
 def _kept_checkpoint(out_dir: Path) -> str:
     """What a rerun resumes from ("" when nothing)."""
-    from shardrec.trainer.rundir.checkpoint_trust import complete_checkpoints
+    from shardrec.trainer.rundir.checkpoint.trust import complete_checkpoints
 
     done = complete_checkpoints(out_dir / names.CHECKPOINTS)
     if not done:
@@ -92,7 +92,7 @@ def _refused_checkpoint(out_dir: Path) -> str:
     """What to do when the newest checkpoint failed its digests: a rerun would resume from it
     and fail again; the one before it is a choice for the user (shardrec never drops a
     checkpoint on its own)."""
-    from shardrec.trainer.rundir.checkpoint_trust import complete_checkpoints
+    from shardrec.trainer.rundir.checkpoint.trust import complete_checkpoints
 
     done = complete_checkpoints(out_dir / names.CHECKPOINTS)
     if len(done) < 2:
@@ -232,7 +232,7 @@ def _lock_run_dir(out_dir: Path, job_id: str, create: bool) -> RunLock | None:
 def _check_resume_checkpoint(out_dir: Path) -> None:
     """Refuse, in one line, a checkpoint to resume from that fails its digests or that another
     user could have written; the ranks check its shards too before loading anything."""
-    from shardrec.trainer.rundir.checkpoint_trust import (
+    from shardrec.trainer.rundir.checkpoint.trust import (
         UntrustedCheckpoint,
         complete_checkpoints,
         verify_checkpoint,
@@ -249,9 +249,9 @@ def _check_resume_checkpoint(out_dir: Path) -> None:
 
 def _check_no_torn_checkpoint(out_dir: Path, newest: tuple[int, Path] | None) -> None:
     """Refuse a checkpoint folder newer than the newest complete one (`newest`) that has no
-    digests.json (checkpoint_trust.torn_checkpoint): resuming from an older one without a word,
+    digests.json (trainer.rundir.checkpoint.trust.torn_checkpoint): resuming from an older one without a word,
     and replacing it at its step, would drop it."""
-    from shardrec.trainer.rundir.checkpoint_trust import torn_checkpoint, torn_checkpoint_message
+    from shardrec.trainer.rundir.checkpoint.trust import torn_checkpoint, torn_checkpoint_message
 
     directory = out_dir / names.CHECKPOINTS
     path = torn_checkpoint(directory)

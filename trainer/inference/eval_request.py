@@ -23,7 +23,7 @@ from shardrec.trainer.distributed.devices import (
 from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import JobConfig, load_job_config
 from shardrec.trainer.rundir import names
-from shardrec.trainer.rundir.checkpoint_trust import (
+from shardrec.trainer.rundir.checkpoint.trust import (
     complete_checkpoints,
     torn_checkpoint,
     torn_checkpoint_message,

@@ -32,8 +32,8 @@ from shardrec.trainer.loop.train_job import checkpoint_signature
 from shardrec.trainer.model import build
 from shardrec.trainer.model.objective import TRAIN_EBC_PATH, TRAIN_EC_PATH
 from shardrec.trainer.rundir import names
-from shardrec.trainer.rundir.checkpoint import CheckpointManager
-from shardrec.trainer.rundir.checkpoint_parts import CheckpointParts, ModuleState, TrainProgress
+from shardrec.trainer.rundir.checkpoint.manager import CheckpointManager
+from shardrec.trainer.rundir.checkpoint.parts import CheckpointParts, ModuleState, TrainProgress
 from shardrec.trainer.rundir.id_map_state import IdMapsState
 
 logger = logging.getLogger(__name__)

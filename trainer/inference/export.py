@@ -40,9 +40,9 @@ from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import JobConfig
 from shardrec.trainer.job.precision import resolve_precision
 from shardrec.trainer.rundir import names
-from shardrec.trainer.rundir.checkpoint_files import read_file, read_metadata
-from shardrec.trainer.rundir.checkpoint_signature import check_signature, checkpoint_signature
-from shardrec.trainer.rundir.checkpoint_trust import unreadable_checkpoint
+from shardrec.trainer.rundir.checkpoint.files import read_file, read_metadata
+from shardrec.trainer.rundir.checkpoint.signature import check_signature, checkpoint_signature
+from shardrec.trainer.rundir.checkpoint.trust import unreadable_checkpoint
 from shardrec.trainer.rundir.life import trained_data
 
 logger = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ sorted keys)."""
 
 def _tensor_entries(checkpoint: Path) -> dict[str, TensorStorageMetadata]:
     """The model's tensors in the checkpoint: RecModel state-dict name -> DCP metadata."""
-    from shardrec.trainer.rundir.checkpoint_trust import verify_checkpoint
+    from shardrec.trainer.rundir.checkpoint.trust import verify_checkpoint
 
     verify_checkpoint(checkpoint)  # DCP unpickles .metadata: only once its digests vouch for it
     metadata = read_metadata(checkpoint, READ_ANOTHER)

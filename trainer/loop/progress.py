@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from shardrec.trainer.loop.steps import StepStats
-from shardrec.trainer.rundir.checkpoint_parts import TrainProgress
+from shardrec.trainer.rundir.checkpoint.parts import TrainProgress
 from shardrec.trainer.rundir.metrics_log import MetricsWriter
 
 logger = logging.getLogger(__name__)

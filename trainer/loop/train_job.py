@@ -43,9 +43,9 @@ from shardrec.trainer.model.hstu_model import HSTUModel
 from shardrec.trainer.model.models import finite_stages
 from shardrec.trainer.model.objective import TRAIN_EBC_PATH, TRAIN_EC_PATH
 from shardrec.trainer.rundir import names
-from shardrec.trainer.rundir.checkpoint import CheckpointManager
-from shardrec.trainer.rundir.checkpoint_parts import CheckpointParts, ModuleState, TrainProgress
-from shardrec.trainer.rundir.checkpoint_signature import checkpoint_signature as signature_of
+from shardrec.trainer.rundir.checkpoint.manager import CheckpointManager
+from shardrec.trainer.rundir.checkpoint.parts import CheckpointParts, ModuleState, TrainProgress
+from shardrec.trainer.rundir.checkpoint.signature import checkpoint_signature as signature_of
 from shardrec.trainer.rundir.id_map_state import IdMapsState
 from shardrec.trainer.rundir.life import resume_settings, trained_data
 from shardrec.trainer.rundir.life.stretches import read_stretches
@@ -90,7 +90,8 @@ def checkpoint_signature(
     dataset: str = "",
     older_datasets: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """The signature (trainer.rundir.checkpoint_signature.checkpoint_signature) of a job of these tables."""
+    """The signature (trainer.rundir.checkpoint.signature.checkpoint_signature) of a job of these
+    tables."""
     shapes = [(t.name, t.num_embeddings, t.embedding_dim) for t in tables]
     return signature_of(model, optim, shapes, dataset, older_datasets)
 

@@ -1,10 +1,10 @@
 """The run directory: its files, checkpoints and their trust, and its life between invocations.
 
 Owns the names of the run directory's files (names.py, spelled nowhere else), sharded checkpoints
-(checkpoint.py: save, keep, load), what one holds (checkpoint_parts.py), what must match for one
-to load (checkpoint_signature.py), its files as torch reads and writes them (checkpoint_files.py),
-a save that failed (checkpoint_failure.py: one line on every rank) and why one may be loaded
-(checkpoint_trust.py), the sparse optimizer state as a checkpoint part
+(checkpoint/: manager.py, save, keep, load; what one holds, parts.py; what must match for one to
+load, signature.py; its files as torch reads and writes them, files.py; a save that failed,
+failure.py, one line on every rank; why one may be loaded, trust.py), the sparse optimizer state
+as a checkpoint part
 (optim_state.py), the managed tables' id maps as one (id_map_state.py), the run's life between
 invocations (life/: new / resumed / complete runs, what may change between them, the data a run
 trained on, its stretches), the one-job-at-a-time lock (lock.py) and the run's metrics.jsonl

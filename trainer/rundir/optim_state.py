@@ -1,5 +1,5 @@
 """The embedding tables' optimizer state as one checkpoint part
-(trainer.rundir.checkpoint_parts.ShardedPart).
+(trainer.rundir.checkpoint.parts.ShardedPart).
 
 DCP reshards rows freely, but row-wise Adagrad keeps one accumulator per row of each column
 shard, so a resume that cuts a table into other column shards converts that state
@@ -31,7 +31,7 @@ from shardrec.sharding.plan.plan_types import PlanFile, TablePlan
 
 if TYPE_CHECKING:
     from shardrec.trainer.model.train_optimizer import TrainOptimizer
-    from shardrec.trainer.rundir.checkpoint_parts import SavedCheckpoint
+    from shardrec.trainer.rundir.checkpoint.parts import SavedCheckpoint
 
 logger = logging.getLogger(__name__)
 

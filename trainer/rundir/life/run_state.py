@@ -14,7 +14,7 @@ from typing import Any
 from shardrec.dataloader.util import locks
 from shardrec.trainer.job.config import JobConfig
 from shardrec.trainer.rundir import names
-from shardrec.trainer.rundir.checkpoint_trust import complete_checkpoints
+from shardrec.trainer.rundir.checkpoint.trust import complete_checkpoints
 from shardrec.trainer.rundir.metrics_log import append_record, load_metrics
 
 STOPPED_EXIT_CODE = 75

@@ -20,12 +20,12 @@ the newest complete checkpoint stays usable.
 Trust: every part holds tensors and JSON only (RNG states included) and loads with
 `torch.load(weights_only=True)`; DCP's own `.metadata` is a pickle, so no file is read before
 the digests (owned by this user, writable by nobody else) vouch for it: see
-`trainer.rundir.checkpoint_trust` for the threat model. The checkpoint barriers and DCP's own
+`trainer.rundir.checkpoint.trust` for the threat model. The checkpoint barriers and DCP's own
 collectives run in a gloo group of their own with `checkpoint.timeout_s`, not the training
 collectives' timeout; a rank that does not arrive is named.
 
-What the parts are: `checkpoint_parts`; what must match to load: `checkpoint_signature`; a file
-read or written by torch: `checkpoint_files`.
+What the parts are: `parts`; what must match to load: `signature`; a file read or written by
+torch: `files` (modules of this package).
 """
 
 from __future__ import annotations
@@ -44,20 +44,20 @@ from shardrec.dataloader.util.files import fsync_dir
 from shardrec.trainer.distributed import faults
 from shardrec.trainer.distributed.dist import DistEnv, monitored_barrier
 from shardrec.trainer.rundir import names
-from shardrec.trainer.rundir.checkpoint_failure import (
+from shardrec.trainer.rundir.checkpoint.failure import (
     checkpoint_bytes,
     checkpoint_write_error,
     describe_failure,
 )
-from shardrec.trainer.rundir.checkpoint_files import (
+from shardrec.trainer.rundir.checkpoint.files import (
     DCP_READ_ERRORS,
     read_file,
     read_metadata,
     save_file,
 )
-from shardrec.trainer.rundir.checkpoint_parts import CheckpointParts, SavedCheckpoint
-from shardrec.trainer.rundir.checkpoint_signature import check_signature
-from shardrec.trainer.rundir.checkpoint_trust import (
+from shardrec.trainer.rundir.checkpoint.parts import CheckpointParts, SavedCheckpoint
+from shardrec.trainer.rundir.checkpoint.signature import check_signature
+from shardrec.trainer.rundir.checkpoint.trust import (
     REFUSED,
     UntrustedCheckpoint,
     complete_checkpoints,

@@ -22,7 +22,7 @@ from shardrec.trainer.rundir import names
 
 
 def checkpoint_bytes(parts: Any, is_main: bool, group: Any) -> int:
-    """About what one checkpoint of `parts` (checkpoint_parts.CheckpointParts) takes on disk: every
+    """About what one checkpoint of `parts` (parts.CheckpointParts) takes on disk: every
     rank's shards, and the whole tensors (DCP writes a replicated one once) and train_state.pt on
     rank 0. A collective over `group`: every rank calls it."""
     import torch.distributed as dist

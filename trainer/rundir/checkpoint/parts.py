@@ -1,6 +1,6 @@
 """What a checkpoint holds: the named stateful parts a job saves and restores (sharded, main and
 per-rank), the training progress that names a checkpoint, and what a sharded part is told of the
-checkpoint it is loaded from (see trainer.rundir.checkpoint)."""
+checkpoint it is loaded from (see trainer.rundir.checkpoint.manager)."""
 
 from __future__ import annotations
 
@@ -153,7 +153,7 @@ class CheckpointParts:
     main: Mapping[str, Stateful]
     """train_state.pt keys -> parts saved whole by rank 0, loaded in this order."""
     signature: dict[str, Any]
-    """What must match for a checkpoint to load (checkpoint_signature.describe_mismatch)."""
+    """What must match for a checkpoint to load (signature.describe_mismatch)."""
     layout: str
     """The plan (JSON) the sharded parts are laid out by."""
     per_rank: Mapping[str, Stateful] = field(default_factory=lambda: {"rng": RngState()})

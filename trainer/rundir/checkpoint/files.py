@@ -1,6 +1,6 @@
 """A checkpoint's files as torch reads and writes them: tensors onto this rank's device, and a
 file (or DCP's metadata) that cannot be read as the one unreadable-checkpoint line
-(checkpoint_trust.unreadable_checkpoint), not torch's traceback."""
+(trust.unreadable_checkpoint), not torch's traceback."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from torch.distributed.checkpoint.metadata import Metadata
 from torch.serialization import default_restore_location
 
 from shardrec.dataloader.util.files import atomic_open
-from shardrec.trainer.rundir.checkpoint_trust import unreadable_checkpoint
+from shardrec.trainer.rundir.checkpoint.trust import unreadable_checkpoint
 
 
 def restore_on(device: torch.device) -> Callable[[Any, str], Any]:

@@ -1,0 +1,3 @@
+"""Sharded checkpoints: save, keep and load them (manager.py), what one holds (parts.py), what
+must match for one to load (signature.py), its files as torch reads and writes them (files.py), a
+save that failed (failure.py: one line on every rank) and why one may be loaded (trust.py)."""

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from shardrec.trainer.distributed.dist import DistEnv
-from shardrec.trainer.rundir.checkpoint.files import load_file
+from shardrec.trainer.rundir.checkpoint.dcp_files import load_file
 from shardrec.trainer.rundir.checkpoint.manager import CheckpointManager
 from shardrec.trainer.rundir.checkpoint.parts import CheckpointParts, ModuleState, TrainProgress
 

@@ -40,7 +40,7 @@ from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import JobConfig
 from shardrec.trainer.job.precision import resolve_precision
 from shardrec.trainer.rundir import names
-from shardrec.trainer.rundir.checkpoint.files import read_file, read_metadata
+from shardrec.trainer.rundir.checkpoint.dcp_files import read_file, read_metadata
 from shardrec.trainer.rundir.checkpoint.signature import check_signature, checkpoint_signature
 from shardrec.trainer.rundir.checkpoint.trust import unreadable_checkpoint
 from shardrec.trainer.rundir.life import trained_data

@@ -2,7 +2,7 @@
 
 Owns the names of the run directory's files (names.py, spelled nowhere else), sharded checkpoints
 (checkpoint/: manager.py, save, keep, load; what one holds, parts.py; what must match for one to
-load, signature.py; its files as torch reads and writes them, files.py; a save that failed,
+load, signature.py; its files as torch reads and writes them, dcp_files.py; a save that failed,
 failure.py, one line on every rank; why one may be loaded, trust.py), the sparse optimizer state
 as a checkpoint part
 (optim_state.py), the managed tables' id maps as one (id_map_state.py), the run's life between

@@ -1,3 +1,7 @@
 """Sharded checkpoints: save, keep and load them (manager.py), what one holds (parts.py), what
-must match for one to load (signature.py), its files as torch reads and writes them (files.py), a
-save that failed (failure.py: one line on every rank) and why one may be loaded (trust.py)."""
+must match for one to load (signature.py), its files as torch reads and writes them
+(dcp_files.py), a save that failed (failure.py: one line on every rank) and why one may be loaded
+(trust.py).
+
+May import: shardrec.trainer.rundir.names.
+"""

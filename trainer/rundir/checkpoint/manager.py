@@ -25,7 +25,7 @@ collectives run in a gloo group of their own with `checkpoint.timeout_s`, not th
 collectives' timeout; a rank that does not arrive is named.
 
 What the parts are: `parts`; what must match to load: `signature`; a file read or written by
-torch: `files` (modules of this package).
+torch: `dcp_files` (modules of this package).
 """
 
 from __future__ import annotations
@@ -44,16 +44,16 @@ from shardrec.dataloader.util.files import fsync_dir
 from shardrec.trainer.distributed import faults
 from shardrec.trainer.distributed.dist import DistEnv, monitored_barrier
 from shardrec.trainer.rundir import names
-from shardrec.trainer.rundir.checkpoint.failure import (
-    checkpoint_bytes,
-    checkpoint_write_error,
-    describe_failure,
-)
-from shardrec.trainer.rundir.checkpoint.files import (
+from shardrec.trainer.rundir.checkpoint.dcp_files import (
     DCP_READ_ERRORS,
     read_file,
     read_metadata,
     save_file,
+)
+from shardrec.trainer.rundir.checkpoint.failure import (
+    checkpoint_bytes,
+    checkpoint_write_error,
+    describe_failure,
 )
 from shardrec.trainer.rundir.checkpoint.parts import CheckpointParts, SavedCheckpoint
 from shardrec.trainer.rundir.checkpoint.signature import check_signature

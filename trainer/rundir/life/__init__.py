@@ -5,6 +5,6 @@ what a run directory holds and its status (run_state.py); the stretches of a run
 with other data (stretches.py) and whether it may (continuation.py). Torch-free: checked before
 any rank starts, and by each rank before it joins the group.
 
-May import: shardrec.trainer.rundir.names, shardrec.trainer.rundir.checkpoint.trust,
+May import: shardrec.trainer.rundir.names, shardrec.trainer.rundir.checkpoint,
 shardrec.trainer.rundir.metrics_log.
 """

@@ -11,8 +11,6 @@ unmapped any part.
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 
 from shardrec.dataloader.format.part_file import Part
@@ -49,6 +47,32 @@ def _columns(part: Part, feature_names: list[str]) -> list[np.ndarray]:
     return [part.labels, part.dense, *(part.sparse[n] for n in feature_names)]
 
 
+class ColumnLayout:
+    """The column layout the several-parts kernels take, read once from a reference part: per
+    column its dtype (`like`), row stride and whether numba can read it, and the bits a key gives
+    to the row inside a part."""
+
+    def __init__(self, feature_names: list[str], reference: Part, rows: int) -> None:
+        """rows: the largest part's rows (they size the row field of a key)."""
+        self.feature_names = list(feature_names)
+        cols = _columns(reference, self.feature_names)
+        # The kernels take one row stride per column for all parts: a part whose layout differs
+        # goes part by part (numpy), as one of another dtype does.
+        self.columns = [(c.dtype, c.strides) for c in cols]
+        self.like = [np.empty(0, c.dtype) for c in cols]
+        """Per column, an empty array of its dtype (the kernels' type argument)."""
+        self.strides = np.array([c.strides[0] for c in cols], np.int64)
+        """Per column, the row stride every usable part has."""
+        # numba cannot convert float16; such a column goes part by part with numpy.
+        self.kernel_ok = np.array([c.dtype != np.float16 for c in cols], bool)
+        self.shift = max(int(rows) - 1, 1).bit_length()
+
+    def matches(self, part: Part) -> list[bool]:
+        """Per column, whether `part`'s has this layout."""
+        cols = _columns(part, self.feature_names)
+        return [(c.dtype, c.strides) == lay for c, lay in zip(cols, self.columns)]
+
+
 class HeldParts:
     """The parts one thread's gathers hold, by slot, with each column's data address per slot.
 
@@ -59,58 +83,37 @@ class HeldParts:
     the stream left a group, or a bound evicted), so it keeps alive no more than the set
     itself maps, plus the parts of the gathers in flight."""
 
-    def __init__(self, feature_names: list[str], reference: Part, parts: int, rows: int) -> None:
-        """reference: the part whose column layout the kernels take; parts: the split's; rows: the
-        largest part's rows (they size the row field of a key)."""
-        self.feature_names = list(feature_names)
-        cols = _columns(reference, self.feature_names)
-        # The kernels take one row stride per column for all parts: a part whose layout differs
-        # goes part by part (numpy), as one of another dtype does.
-        self._layout = [(c.dtype, c.strides) for c in cols]
-        self.like = [np.empty(0, c.dtype) for c in cols]
-        """Per column, an empty array of its dtype (the kernels' type argument)."""
-        self.strides = np.array([c.strides[0] for c in cols], np.int64)
-        """Per column, the row stride every usable part has."""
-        # numba cannot convert float16; such a column goes part by part with numpy.
-        self._kernel_ok = np.array([c.dtype != np.float16 for c in cols], bool)
-        self.shift = max(int(rows) - 1, 1).bit_length()
+    def __init__(self, layout: ColumnLayout, parts: int) -> None:
+        """parts: the split's."""
+        self.layout = layout
         self.slot_of = np.full(parts, -1, np.int32)
         self.held: list[Part] = []
-        self.addresses = np.zeros((len(cols), 256), np.int64)
-        self.same = self._kernel_ok.copy()
-        """Per column, whether the kernels may read it from every held part."""
         self._indices: list[int] = []
+        self.addresses = np.zeros((len(layout.columns), 256), np.int64)
+        self.same = layout.kernel_ok.copy()
+        """Per column, whether the kernels may read it from every held part."""
         self.generation = -1
-
-    def fresh(self) -> HeldParts:
-        """A set of the same layout holding nothing (another thread's): `reference`, the part the
-        layout was read from, need not be mapped again."""
-        other = copy.copy(self)
-        other.slot_of = np.full(len(self.slot_of), -1, np.int32)
-        other.addresses = np.zeros_like(self.addresses)
-        other.held, other._indices = [], []
-        other.same = self._kernel_ok.copy()
-        return other
 
     def start_again(self, generation: int) -> None:
         """Hold nothing from here on (the parts may be unmapped once no gather in flight holds
         them); `generation`: the PartSet's, now."""
         self.slot_of[self._indices] = -1
         self.held, self._indices = [], []
-        self.same = self._kernel_ok.copy()
+        self.same = self.layout.kernel_ok.copy()
         self.generation = generation
 
     def add(self, indices: list[int], parts: list[Part]) -> None:
         """Hold parts `indices` (`parts`, their mapped objects), each in the next slot."""
         n = len(self.held)
         if n + len(parts) > self.addresses.shape[1]:
-            grown = np.zeros((len(self._layout), 2 * (n + len(parts))), np.int64)
+            grown = np.zeros((len(self.layout.columns), 2 * (n + len(parts))), np.int64)
             grown[:, :n] = self.addresses[:, :n]
             self.addresses = grown
         for k, (i, part) in enumerate(zip(indices, parts), start=n):
-            cols = _columns(part, self.feature_names)
-            self.addresses[:, k] = [c.ctypes.data for c in cols]
-            self.same &= [(c.dtype, c.strides) == lay for c, lay in zip(cols, self._layout)]
+            self.addresses[:, k] = [
+                c.ctypes.data for c in _columns(part, self.layout.feature_names)
+            ]
+            self.same &= self.layout.matches(part)
             self.slot_of[i] = k
         self.held.extend(parts)
         self._indices.extend(indices)
@@ -119,16 +122,17 @@ class HeldParts:
         """Packed keys of located rows (pack_keys) and their shift, holding the parts not held yet
         through `hold(indices) -> parts`."""
         slots = len(self.held)
+        shift = self.layout.shift
         keys = np.empty(len(part_of), self._key_dtype(slots))
-        if pack_keys(part_of, local, self.slot_of, self.shift, keys):
+        if pack_keys(part_of, local, self.slot_of, shift, keys):
             missing = np.unique(part_of[self.slot_of[part_of] < 0]).tolist()
             self.add(missing, hold(missing))
             if self._key_dtype(len(self.held)) != keys.dtype:
                 keys = np.empty(len(part_of), self._key_dtype(len(self.held)))
-            pack_keys(part_of, local, self.slot_of, self.shift, keys)
-        return keys, self.shift
+            pack_keys(part_of, local, self.slot_of, shift, keys)
+        return keys, shift
 
     def _key_dtype(self, slots: int) -> type:
         # 4 bytes a row where slot and row fit (10,000 parts of 450 K rows: 19 bits of row and a
         # group's ~256 slots); the kernels read a key once per value.
-        return np.uint32 if self.shift + max(slots - 1, 1).bit_length() <= 32 else np.int64
+        return np.uint32 if self.layout.shift + max(slots - 1, 1).bit_length() <= 32 else np.int64

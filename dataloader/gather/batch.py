@@ -29,7 +29,7 @@ from shardrec.dataloader.format.integrity import (
 from shardrec.dataloader.format.part_cache import PartSet, part_rows
 from shardrec.dataloader.format.part_file import Part
 from shardrec.dataloader.gather import gather_kernels as kernels
-from shardrec.dataloader.gather.addresses import HeldParts
+from shardrec.dataloader.gather.addresses import ColumnLayout, HeldParts
 from shardrec.dataloader.gather.many_parts import PartLocator, take_ids_of_parts
 from shardrec.dataloader.gather.row_groups import Groups, group_located, group_rows
 from shardrec.dataloader.multihot.multihot_tables import IndexTables
@@ -101,13 +101,13 @@ class BatchGatherer:
         self._held = threading.local()
         # The kernels' layout, read from part 0 now: mapping it again for a thread's first gather
         # would put it back among the parts a stream keeps mapped.
-        self._layout = HeldParts(self.feature_names, self.parts[0], len(self.parts), max(rows))
+        self._layout = ColumnLayout(self.feature_names, self.parts[0], max(rows))
 
     def _held_parts(self) -> HeldParts:
         """This thread's held parts, started again if the PartSet unmapped any part since."""
         held = getattr(self._held, "parts", None)
         if held is None:
-            held = self._held.parts = self._layout.fresh()
+            held = self._held.parts = HeldParts(self._layout, len(self.parts))
         generation = self.parts.generation if isinstance(self.parts, PartSet) else 0
         if held.generation != generation:
             held.start_again(generation)
@@ -339,26 +339,28 @@ class BatchGatherer:
         # addresses; a shuffle group's windows use the same parts, held once.
         held = self._held_parts()
         keys = held.keys(part_of, local, self._hold)
-        addresses, strides, same = held.addresses, held.strides, held.same
+        layout, addresses, same = held.layout, held.addresses, held.same
 
         def fallback() -> Groups:  # numpy, part by part (layouts differ, or float16)
             return group_located(part_of, local)
 
         labels = np.empty(n, np.float32)
         if same[0]:
-            kernels.take_values_parts(held.like[0], addresses[0], int(strides[0]), *keys, labels)
+            kernels.take_values_parts(
+                layout.like[0], addresses[0], int(layout.strides[0]), *keys, labels
+            )
         else:
             self._column(fallback(), n, lambda p: p.labels, labels)
         dense = np.empty((n, self.num_dense), np.float32)
         if same[1]:
             reference = held.held[0].dense  # the layout every usable part has
             if whole_rows(reference, dense):
-                kernels.copy_rows_parts(addresses[1], int(strides[1]), *keys, dense)
+                kernels.copy_rows_parts(addresses[1], int(layout.strides[1]), *keys, dense)
             else:
                 kernels.take_rows_parts(
-                    held.like[1],
+                    layout.like[1],
                     addresses[1],
-                    int(strides[1]),
+                    int(layout.strides[1]),
                     reference.strides[1],
                     *keys,
                     dense,

@@ -247,8 +247,7 @@ def locate_indexed(rows, part_starts, first_part, shift, part_of, local):
 def _address(addresses, key, shift, stride):
     """Where the row of a packed key lies in a column given by its address per held part: the
     key is (slot << shift) | row inside the part (addresses.pack_keys)."""
-    q = key
-    return addresses[q >> shift] + (q & ((1 << shift) - 1)) * stride
+    return addresses[key >> shift] + (key & ((1 << shift) - 1)) * stride
 
 
 @njit(cache=True, nogil=True, boundscheck=False)

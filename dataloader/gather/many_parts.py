@@ -45,7 +45,7 @@ class PartLocator:
         self.part_starts = part_starts
         self.parts = len(rows)
         self.index = part_index(part_starts, rows)
-        # Packed into keys once a gather: the narrowest dtypes all the same.
+        # Read once a gather to pack the keys (addresses.pack_keys): the narrowest dtypes.
         self.part_dtype = index_dtype(self.parts)
         self.local_dtype = np.int32 if max(rows) <= 1 << 31 else np.int64
 
@@ -72,16 +72,17 @@ def take_ids_of_parts(
     the largest id read per feature (uint64, unfolded), for the bounds check."""
     highest = np.zeros(len(features), np.uint64)
     by_dtype: dict[np.dtype, list[int]] = {}
+    layout = held.layout
     for k, f in enumerate(features):
-        by_dtype.setdefault(held.like[f + 2].dtype, []).append(k)
+        by_dtype.setdefault(layout.like[f + 2].dtype, []).append(k)
     for ks in by_dtype.values():
         columns = np.array([features[k] + 2 for k in ks], np.int64)
         out = np.empty(len(ks), np.uint64)
         kernels.take_ids_columns_parts(
-            held.like[columns[0]],
+            layout.like[columns[0]],
             held.addresses,
             columns,
-            held.strides[columns],
+            layout.strides[columns],
             np.array([features[k] for k in ks], np.int64),
             np.array([modulos[k] for k in ks], np.int64),
             *keys,

@@ -1,6 +1,18 @@
 """Writing one Arrow IPC file of a `FileLayout` (arrow_ipc.py), its buffers in the order the
 layout places them, each written as it is produced (`Streamed`: a multi-hot copy expands a part's
-ids chunk by chunk) and hashed as it is written (one pass, no read-back)."""
+ids chunk by chunk) and hashed as it is written (one pass, no read-back).
+
+The bytes reach the file in whole `WRITE_BYTES` pieces at multiples of `WRITE_BYTES`
+(`AlignedWrites`), not column by column. Linux (measured: 6.18, ext4) caches a file in folios as
+large as the writes that made them: a part written in 2 MiB-aligned pieces stays in the page
+cache as 2 MiB folios, which a map of the part reads through one page-table entry per 2 MiB (a
+PMD) instead of one per 4 KiB. Measured on a Criteo-shaped part of 450 K rows (50.9 MB), mapped
+and touched whole: 26-32 page faults and 0.2-0.4 ms once written in 4 MiB pieces; 147-161 faults
+and ~1.0 ms written a column at a time (this module's writes before; unaligned pieces of the
+columns' sizes). The shuffled stream maps ~256 parts anew per shuffle group (part_cache.py):
+it is the stream over many parts that pays those faults, and a walk of the page cache per folio
+where its warming thread asks for the next group's pages. A part read back from disk gets the
+folios the kernel's read-ahead makes, whatever wrote it."""
 
 from __future__ import annotations
 
@@ -27,6 +39,47 @@ class Streamed:
 
 
 Buffer = np.ndarray | Streamed
+
+WRITE_BYTES = 4 << 20
+"""Bytes per write: a multiple of the 2 MiB of an x86 or arm64 huge page (see the module's
+docstring); the last write of a file takes what is left."""
+
+
+class AlignedWrites:
+    """Bytes given in pieces of any size, written to `f` in `WRITE_BYTES` pieces that start at
+    multiples of `WRITE_BYTES` (counted from `f`'s position when the first one is given; a new
+    file: 0). A piece that starts at such a multiple goes to `f` without a copy. `close()`
+    writes what is left."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        self._f = f
+        self._pending = bytearray()
+        try:
+            self._offset = f.tell() % WRITE_BYTES  # bytes into the current WRITE_BYTES piece
+        except (AttributeError, OSError):  # a stream that cannot tell: counted from here
+            self._offset = 0
+
+    def write(self, data: bytes | memoryview) -> None:
+        view = memoryview(data).cast("B")
+        while len(view):
+            if not self._pending and self._offset == 0 and len(view) >= WRITE_BYTES:
+                whole = len(view) - len(view) % WRITE_BYTES
+                self._f.write(view[:whole])
+                view = view[whole:]
+                continue
+            take = min(len(view), WRITE_BYTES - self._offset - len(self._pending))
+            self._pending += view[:take]
+            view = view[take:]
+            if self._offset + len(self._pending) == WRITE_BYTES:
+                self._f.write(self._pending)
+                self._pending.clear()
+                self._offset = 0
+
+    def close(self) -> None:
+        if self._pending:
+            self._f.write(self._pending)
+            self._offset = (self._offset + len(self._pending)) % WRITE_BYTES
+            self._pending.clear()
 
 
 def _pieces(buffer: Buffer) -> Iterator[np.ndarray]:
@@ -65,10 +118,11 @@ def write_file(
                 raise ValueError(f"column {c.name}: dtype {dtype_of(buf)}, expected {dtype}")
     head, foot = layout.image(sizes)
     h = hashlib.sha256()
+    out = AlignedWrites(f)
 
     def put(data: bytes | memoryview) -> None:
         h.update(data)
-        f.write(data)
+        out.write(data)
 
     put(head)
     for c, bufs in plan:
@@ -86,6 +140,7 @@ def write_file(
             if written % 8:
                 put(bytes(8 - written % 8))
     put(foot)
+    out.close()
     return sizes.file, h.hexdigest()
 
 

@@ -123,3 +123,58 @@ def test_lengths_that_disagree_are_refused_before_a_byte_is_written():
     with pytest.raises(ValueError, match="column u4: 49 values, expected 50"):
         write_file(out, layout, 50, data)
     assert out.getvalue() == b""
+
+
+class _Writes(io.BytesIO):
+    """A file that records where each write began and how long it was."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[tuple[int, int]] = []
+
+    def write(self, data) -> int:
+        self.writes.append((self.tell(), memoryview(data).nbytes))
+        return super().write(data)
+
+
+def test_a_file_reaches_the_disk_in_whole_aligned_pieces(monkeypatch):
+    # The page cache keeps a file in folios as large as the writes that made it: a part written
+    # column by column (one write a buffer, of any size) is mapped 4 KiB at a time, one written
+    # in 2 MiB-aligned pieces one huge page at a time (the stream over many parts maps ~256
+    # parts anew per shuffle group).
+    import shardrec.dataloader.format.arrow_ipc_write as writer
+
+    monkeypatch.setattr(writer, "WRITE_BYTES", 4096)
+    layout = FileLayout(COLUMNS, "shardrec", "{}")
+    rows = 3001
+    data = _data(rows, seed=3)
+    f = _Writes()
+    size, _ = write_file(f, layout, rows, data)
+    assert size > 10 * 4096
+    *whole, last = f.writes
+    assert all(start % 4096 == 0 and length % 4096 == 0 for start, length in whole)
+    assert last[0] % 4096 == 0 and 0 < last[1] <= 4096 * (size // 4096 + 1)
+    assert sum(length for _, length in f.writes) == size
+    # the same bytes as written unaligned, piece by piece
+    monkeypatch.setattr(writer, "WRITE_BYTES", 1)
+    assert f.getvalue() == _written(layout, rows, data)
+
+
+def test_pieces_of_any_size_are_written_whole_and_in_order():
+    from shardrec.dataloader.format.arrow_ipc_write import WRITE_BYTES, AlignedWrites
+
+    rng = np.random.default_rng(0)
+    data = rng.integers(0, 256, 3 * WRITE_BYTES + 12345, dtype=np.uint8).tobytes()
+    cuts = np.sort(rng.integers(0, len(data), 40))
+    cuts[5] = cuts[4]  # an empty piece
+    f = _Writes()
+    f.write(b"x" * 100)  # a file already 100 bytes in: the pieces align to the file's offsets
+    out = AlignedWrites(f)
+    for a, b in zip([0, *cuts], [*cuts, len(data)]):
+        out.write(data[a:b])
+    out.close()
+    assert f.getvalue() == b"x" * 100 + data
+    _, *writes = f.writes
+    assert writes[0] == (100, WRITE_BYTES - 100)
+    assert all(s % WRITE_BYTES == 0 and n % WRITE_BYTES == 0 for s, n in writes[1:-1])
+    assert writes[-1][0] % WRITE_BYTES == 0

@@ -26,11 +26,14 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from shardrec.dataloader.format.manifest import DatasetError, Manifest
-from shardrec.dataloader.format.mapping import read_ahead
+from shardrec.dataloader.format.mapping import read_ahead_spans
 from shardrec.dataloader.format.part_file import (
+    DENSE,
+    LABEL,
     Part,
     check_part_file,
     manifest_layout,
+    offsets_key,
     open_part,
 )
 
@@ -200,7 +203,7 @@ class PartSet(Sequence[Part]):
         self, spans: Iterable[tuple[int, int, int]], wanted: Callable[[], bool] = lambda: True
     ) -> None:
         """Map the parts of `spans` (part, first row, rows) and read those rows of their columns
-        ahead (mapping.read_ahead), while `wanted()`: run on a background thread for the next
+        ahead (mapping.read_ahead_spans), while `wanted()`: run on a background thread for the next
         shuffle group, it takes the opening of parts out of the gathers, and a dataset on disk
         is read before they need it."""
         cpu = time.thread_time()
@@ -210,15 +213,7 @@ class PartSet(Sequence[Part]):
                     return
                 # let the gathers' thread take the GIL between parts
                 time.sleep(0)
-                part = self[i]
-                for column in (
-                    part.labels,
-                    part.dense,
-                    *(part.sparse[n] for n in part.sparse if n not in part.offsets),
-                ):
-                    read_ahead(column, start, start + rows)
-                for offsets in part.offsets.values():
-                    read_ahead(offsets, start, start + rows + 1)
+                read_ahead_spans(_spans(self[i], start, rows))
         finally:
             with self._warm_lock:  # a warmer that fell behind may still finish beside the next one
                 self.warm_cpu_s += time.thread_time() - cpu
@@ -251,6 +246,19 @@ class PartSet(Sequence[Part]):
     def mapped(self) -> int:
         """Parts mapped by the set now (a gather may still hold evicted ones)."""
         return len(self._mapped)
+
+
+def _spans(part: Part, start: int, rows: int) -> list[tuple[int, int]]:
+    """(address, bytes) of rows [start, start + rows) in each column of `part` (a list feature:
+    its offsets; its values are read as the gathers find them)."""
+    columns = [(LABEL, part.labels, rows), (DENSE, part.dense, rows)]
+    columns += [(n, c, rows) for n, c in part.sparse.items() if n not in part.offsets]
+    columns += [(offsets_key(n), o, rows + 1) for n, o in part.offsets.items()]
+    return [
+        (part.column_address(key, c) + start * c.strides[0], count * c.strides[0])
+        for key, c, count in columns
+        if c.size
+    ]
 
 
 def part_rows(parts: Sequence[Part]) -> tuple[int, ...]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shardrec.dataloader.format.part_file import Part
+from shardrec.dataloader.format.part_file import DENSE, LABEL, Part
 from shardrec.dataloader.util.jit import njit
 
 
@@ -110,8 +110,10 @@ class HeldParts:
             grown[:, :n] = self.addresses[:, :n]
             self.addresses = grown
         for k, (i, part) in enumerate(zip(indices, parts), start=n):
+            keys = (LABEL, DENSE, *self.layout.feature_names)
             self.addresses[:, k] = [
-                c.ctypes.data for c in _columns(part, self.layout.feature_names)
+                part.column_address(key, c)
+                for key, c in zip(keys, _columns(part, self.layout.feature_names))
             ]
             self.same &= self.layout.matches(part)
             self.slot_of[i] = k

@@ -316,3 +316,31 @@ def test_read_ahead_brings_the_rows_pages_into_the_page_cache(tmp_path):
     while _cached_pages(column) < 512 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert _cached_pages(column) >= 512
+
+
+def test_read_ahead_asks_only_for_spans_the_page_cache_does_not_hold(tmp_path):
+    # Asking for cached pages walks the page cache (~50 ms of CPU per shuffle group of 256 Criteo
+    # parts): the warming thread looks the spans' ends up first.
+    from shardrec.dataloader.format.mapping import read_ahead_spans
+
+    path = tmp_path / "c.npy"
+    np.save(path, np.arange(1 << 22, dtype=np.uint8))  # 1,024 pages
+    path.read_bytes()  # every page cached, none mapped (a mapped page cannot be dropped)
+    column = map_npy(path)
+    base, page = column.ctypes.data, mmap.PAGESIZE
+    spans = [(base + 10 * page, 100 * page), (base + 500 * page + 7, 300 * page)]
+    assert read_ahead_spans(spans) is False
+
+    fd = os.open(path, os.O_RDONLY)
+    try:  # the last span's last pages out of the page cache (from 2 MiB on: whole huge folios)
+        os.fsync(fd)
+        os.posix_fadvise(fd, 2 << 20, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    if _cached_pages(column) > 1024 - 100:
+        pytest.skip("the kernel kept the pages (POSIX_FADV_DONTNEED is advice)")
+    assert read_ahead_spans(spans) is True
+    deadline = time.monotonic() + 10  # the reads are started, not waited for
+    while _cached_pages(column) < 780 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert read_ahead_spans(spans) is False

@@ -195,3 +195,20 @@ def test_bench_loader_says_a_work_dir_that_does_not_exist_does_not_exist(tmp_pat
     assert_one_line_error(result, rf"^error: --work-dir {re.escape(str(missing))}: does not exist$")
     result = CliRunner().invoke(app, ["bench", "loader", "--work-dir", str(a_file)])
     assert_one_line_error(result, rf"^error: --work-dir {re.escape(str(a_file))}: not a directory$")
+
+
+def test_bench_loader_over_parts_times_one_shuffle_group_a_round() -> None:
+    # The stream pays for a group's parts when it enters it: a round of one group's batches holds
+    # one crossing, where 800 batches (~0.4 group) held one or none and rounds spread 32-54%.
+    from types import SimpleNamespace
+
+    from shardrec.dataloader.order import OrderSpec, ShuffleSpec
+
+    def rounds_of(part_rows: tuple[int, ...], batch: int, **shuffle) -> int:
+        spec = OrderSpec(part_rows, batch, shuffle=ShuffleSpec(**shuffle))
+        return parts_bench.group_batches(SimpleNamespace(spec=spec))
+
+    assert rounds_of((450_000,) * 10_000, 8192) == 2048  # 256 x 256 x 256 rows
+    assert rounds_of((450_000,) * 10_000, 4096, segment_blocks=64) == 1024
+    assert rounds_of((64,) * 300, 64) == 300  # a dataset under one group: all of it
+    assert rounds_of((10,), 64) == 1

@@ -10,8 +10,9 @@ loader's own cost at that part count, not the disk).
 
 In the same run, under `ulimit -n` (the soft limit lowered for this process; maps hold no
 descriptor, so the part count must not matter): the shuffled stream over the N parts, from
-`build_loader` to its first batch (goal: within 10 s), then rows/s over `max_batches` batches
-per round, continuing the same stream round after round (so parts come and go as the shuffle
+`build_loader` to its first batch (goal: within 10 s), then rows/s over `max_batches` batches (one
+shuffle group's by default: `group_batches`) per round, continuing the same stream round after
+round (so parts come and go as the shuffle
 reaches new groups of segments), against the one part alone at the same global batch and
 shuffle; and the resident memory of the process (all of it, and anonymous only) after every
 round: flat is the goal, however many parts the stream has crossed.
@@ -42,8 +43,18 @@ GOAL_PER_CPU_S = 0.9
 OPEN_FILES = 1024
 """The open-file limit the run holds itself to (a user's usual `ulimit -n`)."""
 FIRST_BATCH_GOAL_S = 10.0
-RUN_BATCHES = 800
-"""Batches per round without --max-batches (~0.5 s of the shuffled stream at 8192 a batch)."""
+
+
+def group_batches(loader) -> int:
+    """Batches of one shuffle group of `loader`'s stream (at least 1): a round without
+    --max-batches. The stream pays for a group's parts (opening and unmapping them, their first
+    page faults) when it crosses into it, in its first windows: rounds of fewer batches (800 were
+    ~0.4 group) held one crossing or none, and their ratios spread 32-54% on one tree; a round
+    of a group holds exactly one crossing's worth."""
+    spec = loader.spec
+    mix = spec.shuffle
+    group_rows = mix.block_rows * mix.segment_blocks * mix.group_segments
+    return max(min(group_rows, spec.num_samples) // spec.global_batch_size, 1)
 
 
 def link_parts(one: Path, out: Path, parts: int) -> Path:
@@ -103,7 +114,8 @@ def run_parts_bench(
     max_batches: int,
     work_dir: Path | None,
 ) -> dict[str, Any]:
-    """Shuffled rows/s over `parts` hard-linked parts of `part_rows` rows against the one part."""
+    """Shuffled rows/s over `parts` hard-linked parts of `part_rows` rows against the one part;
+    `max_batches` per round (0: one shuffle group's)."""
     import torch
 
     from shardrec.dataloader.loader import build_loader
@@ -136,6 +148,7 @@ def run_parts_bench(
         next(stream)
         first_batch_s = time.perf_counter() - start
         parts_cache = many_loader.source.parts
+        max_batches = max_batches or group_batches(many_loader)
 
         def one_part() -> Run:
             return _run(baseline, max_batches)

@@ -66,6 +66,30 @@ class ColumnLayout:
         # numba cannot convert float16; such a column goes part by part with numpy.
         self.kernel_ok = np.array([c.dtype != np.float16 for c in cols], bool)
         self.shift = max(int(rows) - 1, 1).bit_length()
+        self._id_calls: dict[tuple, list[tuple]] = {}
+
+    def id_calls(self, features: list[int], modulos: list[int]) -> list[tuple]:
+        """The several-parts ids kernel's calls for one-hot features `features` (folded by
+        `modulos`), one per id dtype: (positions in `features`, the dtype's empty array, columns,
+        row strides, features, modulos). The same for every window of a stream: made once."""
+        key = (tuple(features), tuple(modulos))
+        calls = self._id_calls.get(key)
+        if calls is None:
+            by_dtype: dict[np.dtype, list[int]] = {}
+            for k, f in enumerate(features):
+                by_dtype.setdefault(self.like[f + 2].dtype, []).append(k)
+            calls = self._id_calls[key] = [
+                (
+                    ks,
+                    self.like[features[ks[0]] + 2],
+                    np.array([features[k] + 2 for k in ks], np.int64),
+                    self.strides[[features[k] + 2 for k in ks]],
+                    np.array([features[k] for k in ks], np.int64),
+                    np.array([modulos[k] for k in ks], np.int64),
+                )
+                for ks in by_dtype.values()
+            ]
+        return calls
 
     def matches(self, part: Part) -> list[bool]:
         """Per column, whether `part`'s has this layout."""

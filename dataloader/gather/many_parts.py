@@ -71,23 +71,10 @@ def take_ids_of_parts(
     values[:, f, :], one kernel call per id dtype, from the rows of packed `keys` (keys, shift);
     the largest id read per feature (uint64, unfolded), for the bounds check."""
     highest = np.zeros(len(features), np.uint64)
-    by_dtype: dict[np.dtype, list[int]] = {}
-    layout = held.layout
-    for k, f in enumerate(features):
-        by_dtype.setdefault(layout.like[f + 2].dtype, []).append(k)
-    for ks in by_dtype.values():
-        columns = np.array([features[k] + 2 for k in ks], np.int64)
+    for ks, like, columns, strides, feature_ids, folds in held.layout.id_calls(features, modulos):
         out = np.empty(len(ks), np.uint64)
         kernels.take_ids_columns_parts(
-            layout.like[columns[0]],
-            held.addresses,
-            columns,
-            layout.strides[columns],
-            np.array([features[k] for k in ks], np.int64),
-            np.array([modulos[k] for k in ks], np.int64),
-            *keys,
-            values,
-            out,
+            like, held.addresses, columns, strides, feature_ids, folds, *keys, values, out
         )
         highest[ks] = out
     return highest

@@ -319,6 +319,14 @@ def train_command(data: Path | str, run_dir: Path | str, *args: str, nproc: int 
     ]
 
 
+def torchelastic_folders(tmpdir: Path) -> list[str]:
+    """The log folders torchrun's agent left in the temporary directory `tmpdir` (its TMPDIR):
+    torch's own (`torchelastic_*`: one a run it is given no --log-dir for, never removed) and the
+    one the launcher gives it instead (trainer.distributed.launch)."""
+    names = (p.name for p in tmpdir.iterdir())
+    return sorted(n for n in names if n.startswith(("torchelastic_", "torchrun-logs-")))
+
+
 def run_direct_rank(*args: str) -> subprocess.CompletedProcess:
     """`python -m shardrec.trainer ARGS` as torchrun starts it on each node (the README's
     multi-node path), as the one rank of a one-rank group, with no `shardrec train` before it."""

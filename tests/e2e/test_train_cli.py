@@ -19,6 +19,7 @@ from helpers import (
     assert_one_line_error,
     run_direct_rank,
     settings,
+    torchelastic_folders,
     train_command,
 )
 from typer.testing import CliRunner
@@ -39,8 +40,12 @@ JOB = settings(
 )
 
 
-def _train(data: Path, run_dir: Path, *extra: str, fault: str = "") -> subprocess.CompletedProcess:
+def _train(
+    data: Path, run_dir: Path, *extra: str, fault: str = "", tmpdir: Path | None = None
+) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "SHARDREC_FAULT"}
+    if tmpdir is not None:
+        env["TMPDIR"] = str(tmpdir)
     if fault:
         env["SHARDREC_FAULT"] = fault
     cmd = train_command(data, run_dir, *JOB, *extra)
@@ -87,8 +92,10 @@ def test_sigkill_resume_is_bitwise_and_two_nodes_match(tiny_dataset: Path, tmp_p
     # collective then fails, is no suspect), and the rerun resumes from step 8. That rerun is
     # SIGKILLed while saving step 16, after the shards are written and before the rename: torchrun
     # restarts the group (--max-restarts), which must ignore that half-made checkpoint and resume
-    # from 12.
-    killed = _train(tiny_dataset, tmp_path / "killed", fault="kill:10:1:0")
+    # from 12. Each run leaves nothing of torchrun's agent in the temporary directory.
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    killed = _train(tiny_dataset, tmp_path / "killed", fault="kill:10:1:0", tmpdir=tmpdir)
     assert killed.returncode == 1
     step8 = tmp_path / "killed" / "checkpoints" / "step-00000008"
     assert killed.stderr.strip().splitlines()[-1] == (
@@ -97,8 +104,14 @@ def test_sigkill_resume_is_bitwise_and_two_nodes_match(tiny_dataset: Path, tmp_p
         "kept and a re-run resumes from it"
     ), killed.stderr[-3000:]
     assert "Traceback" not in killed.stderr, killed.stderr[-3000:]
+    assert torchelastic_folders(tmpdir) == [], "a failed run left torchrun's log folder"
     faulty = _train(
-        tiny_dataset, tmp_path / "killed", "--max-restarts", "1", fault="kill_in_save:16::0"
+        tiny_dataset,
+        tmp_path / "killed",
+        "--max-restarts",
+        "1",
+        fault="kill_in_save:16::0",
+        tmpdir=tmpdir,
     )
     assert faulty.returncode == 0, faulty.stderr[-3000:]
     summary = json.loads(faulty.stdout)
@@ -134,7 +147,7 @@ def test_sigkill_resume_is_bitwise_and_two_nodes_match(tiny_dataset: Path, tmp_p
             # One thread per rank, as `shardrec train` gives two ranks on this host (launch.py):
             # torchrun leaves a node of one rank all the cores, and two such ranks spin on each
             # other's.
-            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            env={**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmpdir)},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -143,6 +156,7 @@ def test_sigkill_resume_is_bitwise_and_two_nodes_match(tiny_dataset: Path, tmp_p
     ]
     outputs = [p.communicate(timeout=300)[0] for p in nodes]
     assert [p.returncode for p in nodes] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    assert torchelastic_folders(tmpdir) == [], "a restarted or multi-node run left its log folder"
     summary = json.loads((tmp_path / "nodes" / "summary.json").read_text())
     assert (
         summary["steps"] == 30
@@ -250,7 +264,7 @@ def test_bad_input_is_one_clear_line(tiny_dataset: Path, tmp_path: Path) -> None
     assert_one_line_error(result, re.escape("world size: plan 2, job 1"))
 
 
-def test_failed_ranks_end_in_one_line_not_torchruns_traceback() -> None:
+def test_failed_ranks_end_in_one_line_not_torchruns_traceback(tmp_path: Path) -> None:
     from shardrec.trainer.distributed.launch import torchrun_command
 
     # A "rank" that fails at once (json.tool on a missing file, exit code 2) stands in for the
@@ -260,10 +274,12 @@ def test_failed_ranks_end_in_one_line_not_torchruns_traceback() -> None:
         capture_output=True,
         text=True,
         timeout=120,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
     )
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == "torchrun: rank 0 failed first (exit code 2)"
     assert "Traceback" not in result.stderr and "ChildFailedError" not in result.stderr
+    assert torchelastic_folders(tmp_path) == [], "torchrun's agent left its log folder"
 
 
 def test_a_global_batch_larger_than_every_event_window_is_refused_before_the_ranks_start(

@@ -17,9 +17,10 @@ from pathlib import Path
 from helpers import Proc, kill_session, processes
 
 RANK_MODULE = b"shardrec.tools.bench.train.train_bench"
-TORCH_FOLDERS = ("torchelastic_", "torchinductor_")
-"""What torch itself leaves in the temporary directory (its agent's log folder, its compile cache),
-on any run."""
+TORCH_FOLDERS = ("torchinductor_",)
+"""What torch itself leaves in the temporary directory on any run (its compile cache; its agent's
+log folder, `torchelastic_*`, no longer: trainer.distributed.launch gives the agent one it
+removes)."""
 
 
 def _ranks(job: int) -> list[Proc]:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import TINY_MODEL, final_weights, settings, trainer_ranks
+from helpers import TINY_MODEL, final_weights, settings, torchelastic_folders, trainer_ranks
 from typer.testing import CliRunner
 
 from shardrec.tools.cli.app import app
@@ -58,13 +58,18 @@ def _train(data: Path, run_dir: Path) -> subprocess.CompletedProcess:
     )
 
 
-def _start(data: Path, run_dir: Path, nproc: int = 2, slow: bool = True) -> subprocess.Popen:
+def _start(
+    data: Path, run_dir: Path, nproc: int = 2, slow: bool = True, tmpdir: Path | None = None
+) -> subprocess.Popen:
     """A training in a process group of its own, as a shell starts a job, slowed after every
-    step (`slow`)."""
+    step (`slow`), with `tmpdir` as its TMPDIR."""
+    env = {**os.environ, "SHARDREC_FAULT": "slow:1"} if slow else dict(os.environ)
+    if tmpdir is not None:
+        env["TMPDIR"] = str(tmpdir)
     return subprocess.Popen(
         _command(data, run_dir) + ["--nproc-per-node", str(nproc), *JOB],
         start_new_session=True,
-        env={**os.environ, "SHARDREC_FAULT": "slow:1"} if slow else None,
+        env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -248,8 +253,9 @@ def test_a_rank_stops_at_once_on_a_second_signal_but_not_on_a_repeat_of_the_firs
 def test_a_run_stopped_at_once_before_its_first_checkpoint_is_listed_as_stopped(
     tiny_dataset: Path, tmp_path: Path
 ) -> None:
-    run = tmp_path / "run"
-    job = _start(tiny_dataset, run, nproc=1)
+    run, tmpdir = tmp_path / "run", tmp_path / "tmp"
+    tmpdir.mkdir()
+    job = _start(tiny_dataset, run, nproc=1, tmpdir=tmpdir)
     deadline = time.monotonic() + 120
     while not (run / "config.toml").is_file() and time.monotonic() < deadline:
         time.sleep(0.05)  # rank 0 has started the run: it is one `shardrec runs` lists
@@ -264,6 +270,8 @@ def test_a_run_stopped_at_once_before_its_first_checkpoint_is_listed_as_stopped(
         "stopped at once by a second signal (SIGINT); no checkpoint was written"
     )
     assert not (run / "checkpoints").is_dir() or not any((run / "checkpoints").iterdir())
+    # torchrun's agent was killed: its log folder went with the launcher's.
+    assert torchelastic_folders(tmpdir) == []
     listed = CliRunner().invoke(app, ["runs", str(tmp_path), "--json"])
     assert listed.exit_code == 0, listed.output
     assert [(r["step"], r["status"]) for r in json.loads(listed.stdout)] == [(None, "stopped")]

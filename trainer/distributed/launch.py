@@ -2,7 +2,7 @@
 launcher), or a function on N local processes (`run_local_ranks`: tests, calibration, benchmarks).
 
 `python -m shardrec.trainer.distributed.launch TORCHRUN_ARGS` is torchrun itself, minus its failure
-traceback.
+traceback and the log folder its agent leaves in the temporary directory on every run.
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ LAUNCHER_DIR_ENV = "SHARDREC_LAUNCHER_DIR"
 """A directory of `launch`'s that torchrun's agent and the ranks share with it: the stop file
 (STOP_FILE, created when the launcher is asked to stop) and the failures they report."""
 STOP_FILE = "stop"
+LOG_DIR_ENV = "PET_LOG_DIR"
+"""torchrun's own variable for its --log-dir: a log directory the user chose, which stays."""
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 STOP_CHECK_STEPS = 10
 """The most steps between two agreements of the ranks to stop (trainer.distributed.stop): how many
@@ -372,24 +374,45 @@ def torchrun_main(argv: list[str]) -> int:
     rendezvous.register()
     # Its "failed (exitcode ...)" line says what the line below says.
     logging.getLogger("torch.distributed.elastic.multiprocessing.api").setLevel(logging.CRITICAL)
-    try:
-        main(argv)
-    except ChildFailedError as e:
-        rank, failure = e.get_first_failure()
-        shared = launcher_directory()
-        refused = refused_only(shared, e.failures)
-        if not refused:  # a refusal is the launcher's one line; a crash keeps this one too
-            print(f"torchrun: {failures_line(rank, failure, e.failures)}", file=sys.stderr)
-        if shared is not None:  # for `shardrec train`'s last line
-            record = {
-                **failure_record(failure),
-                "rank": rank,
-                "failures": {str(r): failure_record(f) for r, f in e.failures.items()},
-                "refused": refused,
-            }
-            (shared / FAILED_FIRST).write_text(json.dumps(record))
-        return 1
-    return 0
+    with _agent_log_dir(argv) as argv:
+        try:
+            main(argv)
+        except ChildFailedError as e:
+            rank, failure = e.get_first_failure()
+            shared = launcher_directory()
+            refused = refused_only(shared, e.failures)
+            if not refused:  # a refusal is the launcher's one line; a crash keeps this one too
+                print(f"torchrun: {failures_line(rank, failure, e.failures)}", file=sys.stderr)
+            if shared is not None:  # for `shardrec train`'s last line
+                record = {
+                    **failure_record(failure),
+                    "rank": rank,
+                    "failures": {str(r): failure_record(f) for r, f in e.failures.items()},
+                    "refused": refused,
+                }
+                (shared / FAILED_FIRST).write_text(json.dumps(record))
+            return 1
+        return 0
+
+
+@contextmanager
+def _agent_log_dir(argv: list[str]) -> Iterator[list[str]]:
+    """torchrun's arguments `argv` with a log directory of this run's own, removed at its end.
+
+    Given none, torch's agent makes a `torchelastic_XXXXXXXX` folder in the temporary directory on
+    every run (DefaultLogsSpecs) and never removes it. Without --redirects/--tee (torchrun_command
+    passes neither) only the ranks' error files go there, which the agent reads before it returns.
+    The ranks' own TMPDIR stays as it was. Under `launch` the folder lies in its directory, which
+    `launch` removes even after it killed this agent. A --log-dir in `argv` (the last one counts)
+    or in PET_LOG_DIR is the user's and stays.
+    """
+    if os.environ.get(LOG_DIR_ENV):
+        yield argv
+        return
+    with tempfile.TemporaryDirectory(
+        prefix="torchrun-logs-", dir=launcher_directory(), ignore_cleanup_errors=True
+    ) as logs:
+        yield [f"--log-dir={logs}", *argv]
 
 
 if __name__ == "__main__":

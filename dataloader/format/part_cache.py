@@ -213,7 +213,8 @@ class PartSet(Sequence[Part]):
                     return
                 # let the gathers' thread take the GIL between parts
                 time.sleep(0)
-                read_ahead_spans(_spans(self[i], start, rows))
+                part = self[i]  # held while its spans are read ahead: they are its maps' addresses
+                read_ahead_spans(_spans(part, start, rows))
         finally:
             with self._warm_lock:  # a warmer that fell behind may still finish beside the next one
                 self.warm_cpu_s += time.thread_time() - cpu

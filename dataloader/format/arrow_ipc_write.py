@@ -12,7 +12,10 @@ and ~1.0 ms written a column at a time (this module's writes before; unaligned p
 columns' sizes). The shuffled stream maps ~256 parts anew per shuffle group (part_cache.py):
 it is the stream over many parts that pays those faults, and a walk of the page cache per folio
 where its warming thread asks for the next group's pages. A part read back from disk gets the
-folios the kernel's read-ahead makes, whatever wrote it."""
+folios the kernel's read-ahead makes, whatever wrote it. A process's resident set counts a mapped
+part's pages 2 MiB at a time then: over 10,000 hard-linked parts `bench loader --part-rows` reads
+8.9-9.2 GB resident where it read 5.0-5.3 (file pages of the page cache, anonymous memory
+unchanged)."""
 
 from __future__ import annotations
 
@@ -47,9 +50,9 @@ docstring); the last write of a file takes what is left."""
 
 class AlignedWrites:
     """Bytes given in pieces of any size, written to `f` in `WRITE_BYTES` pieces that start at
-    multiples of `WRITE_BYTES` (counted from `f`'s position when the first one is given; a new
-    file: 0). A piece that starts at such a multiple goes to `f` without a copy. `close()`
-    writes what is left."""
+    multiples of `WRITE_BYTES` (counted from `f`'s position when this is made; a new file: 0).
+    The whole `WRITE_BYTES` pieces of what is given at such a multiple go to `f` without a copy,
+    the rest through one buffer. `close()` writes what is left."""
 
     def __init__(self, f: BinaryIO) -> None:
         self._f = f

@@ -196,33 +196,36 @@ _PAGE = mmap.PAGESIZE
 
 
 def read_ahead(array: np.ndarray, start: int, stop: int) -> None:
-    """`read_ahead_spans` for rows [start, stop) of a mapped array."""
+    """`read_ahead_spans` for rows [start, stop) of a mapped array (asked for whatever is cached)."""
     if stop > start and array.size:
         row = array.strides[0]
         read_ahead_spans([(array.ctypes.data + start * row, (stop - start) * row)])
 
 
-def read_ahead_spans(spans: list[tuple[int, int]]) -> bool:
+def read_ahead_spans(spans: list[tuple[int, int]], probe: bool = False) -> bool:
     """Start reading spans (address, bytes) of maps into the page cache (MADV_WILLNEED), without
-    waiting for them and without mapping them into the process, unless the page cache holds them
-    already; whether it asked.
+    waiting for them and without mapping them into the process; whether it asked. With `probe`,
+    not where the page cache holds them already.
 
     The loader calls it on a background thread for each part's rows the next shuffle group will
     read, so that a dataset on disk is read ahead of the gathers. Mapping the pages as well
     (MADV_POPULATE_READ) took the gathers' minor faults away but counted the next group's
     pages in the RSS (+4 GB at 10,000 Criteo parts) for no measurable rate. Asking for pages
     the cache holds is not free either (~5-7 us a column span, a walk of the cache: ~50 ms of
-    CPU per shuffle group of 256 Criteo parts), so the middle pages of three spans (a quarter,
-    half and three quarters down the list) are looked up first (mincore, ~2 us each): where all
-    three are cached, so are taken to be the others, read together when their part was last read
-    (a page the cache dropped meanwhile is read when a gather faults on it: slower, never wrong).
-    Not the first and last spans: opening a part reads its header and footer, and the kernel's
-    read-around may bring their neighbours in. The ctypes calls release the GIL."""
+    CPU per shuffle group of 256 Criteo parts), so with `probe` the middle pages of three spans
+    (a quarter, half and three quarters down the list) are looked up first (mincore, ~2 us each):
+    where all three are cached, so are taken to be the others, read together when their part was
+    last read (a page the cache dropped meanwhile is read when a gather faults on it: slower,
+    never wrong). From five spans on, that leaves out the first and the last: opening a part
+    reads its header and footer, and the kernel's read-around may bring their neighbours in.
+    `probe` only where mincore tells the truth: since Linux 5.0 it says "all cached" of a file
+    the process neither owns nor may write (part_file.Part.residency_known). The ctypes calls
+    release the GIL."""
     spans = [(a, n) for a, n in spans if n > 0]
     if _LIBC is None or not spans:
         return False
     probes = {len(spans) // 4, len(spans) // 2, 3 * len(spans) // 4}
-    if all(_cached(spans[k][0] + spans[k][1] // 2) for k in probes):
+    if probe and all(_cached(spans[k][0] + spans[k][1] // 2) for k in probes):
         return False
     for address, length in spans:
         aligned = address - address % _PAGE

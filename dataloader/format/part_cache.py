@@ -33,7 +33,6 @@ from shardrec.dataloader.format.part_file import (
     Part,
     check_part_file,
     manifest_layout,
-    offsets_key,
     open_part,
 )
 
@@ -214,7 +213,7 @@ class PartSet(Sequence[Part]):
                 # let the gathers' thread take the GIL between parts
                 time.sleep(0)
                 part = self[i]  # held while its spans are read ahead: they are its maps' addresses
-                read_ahead_spans(_spans(part, start, rows))
+                read_ahead_spans(_spans(part, start, rows), probe=part.residency_known)
         finally:
             with self._warm_lock:  # a warmer that fell behind may still finish beside the next one
                 self.warm_cpu_s += time.thread_time() - cpu
@@ -252,12 +251,12 @@ class PartSet(Sequence[Part]):
 def _spans(part: Part, start: int, rows: int) -> list[tuple[int, int]]:
     """(address, bytes) of rows [start, start + rows) in each column of `part` (a list feature:
     its offsets; its values are read as the gathers find them)."""
-    columns = [(LABEL, part.labels, rows), (DENSE, part.dense, rows)]
-    columns += [(n, c, rows) for n, c in part.sparse.items() if n not in part.offsets]
-    columns += [(offsets_key(n), o, rows + 1) for n, o in part.offsets.items()]
+    columns = [(LABEL, part.labels, rows, False), (DENSE, part.dense, rows, False)]
+    columns += [(n, c, rows, False) for n, c in part.sparse.items() if n not in part.offsets]
+    columns += [(n, o, rows + 1, True) for n, o in part.offsets.items()]
     return [
-        (part.column_address(key, c) + start * c.strides[0], count * c.strides[0])
-        for key, c, count in columns
+        (part.column_address(name, c, offsets) + start * c.strides[0], count * c.strides[0])
+        for name, c, count, offsets in columns
         if c.size
     ]
 

@@ -79,20 +79,22 @@ class Part:
     """Feature name -> table rows: every id of the feature must be below it (the loader checks
     the ids it reads; empty where the layout gives no bound)."""
     addresses: dict[str, int] = field(default_factory=dict)
-    """Column name (LABEL, DENSE, a feature; a list feature's offsets: `offsets_key(name)`) ->
-    the data address of its array, where the part's opening knew it (`column_address`)."""
+    """Column name (LABEL, DENSE, a feature) -> the data address of its values, where the part's
+    opening knew it (`column_address`)."""
+    offset_addresses: dict[str, int] = field(default_factory=dict)
+    """List feature name -> the data address of its offsets, likewise."""
+    residency_known: bool = False
+    """Whether mincore tells this process which of the file's pages are cached: since Linux 5.0
+    it does only for the file's owner or a process that may write it, and says "all cached" to
+    anyone else (mapping.read_ahead_spans)."""
 
-    def column_address(self, key: str, array: np.ndarray) -> int:
-        """The data address of `array`, the part's column `key`: ~1.5 us through numpy's ctypes
-        for each array, where the opening did not record it (a 10,000-part stream opens ~256
-        parts of ~28 columns per shuffle group, and its gathers and read-ahead want them all)."""
-        address = self.addresses.get(key)
+    def column_address(self, name: str, array: np.ndarray, offsets: bool = False) -> int:
+        """The data address of `array`, the part's column `name` (its offsets if `offsets`):
+        ~1.5 us through numpy's ctypes for each array, where the opening did not record it (a
+        10,000-part stream opens ~256 parts of ~28 columns per shuffle group, and its gathers and
+        read-ahead want them all)."""
+        address = (self.offset_addresses if offsets else self.addresses).get(name)
         return array.ctypes.data if address is None else address
-
-
-def offsets_key(name: str) -> str:
-    """The key of list feature `name`'s offsets in `Part.addresses`."""
-    return f"{name}/offsets"
 
 
 def _id_dtype(feature: SparseFeature) -> np.dtype:
@@ -268,7 +270,8 @@ def map_part(
     except OSError as e:
         raise DatasetError(f"{path}: cannot open: {limit_message(e) or e.strerror}") from None
     try:
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        size = st.st_size
         if size != info.bytes:  # replaced since the manifest was written (or since the lstat)
             raise DatasetError(f"{path}: {size} bytes on disk, manifest says {info.bytes}")
         head = os.pread(fd, len(layout.head), 0)
@@ -287,7 +290,16 @@ def map_part(
             raise DatasetError(f"{path}: cannot map: {limit_message(e) or e.strerror}") from None
     finally:
         os.close(fd)
-    return _views(Path(path), memory, layout, sizes, limits or {}, dense_dtype)
+    part = _views(Path(path), memory, layout, sizes, limits or {}, dense_dtype)
+    part.residency_known = _residency_known(path, st)
+    return part
+
+
+def _residency_known(path: str, st: os.stat_result) -> bool:
+    """Whether mincore reports the file's cached pages to this process (`Part.residency_known`):
+    its owner, root, or a process that may write it."""
+    uid = os.geteuid() if hasattr(os, "geteuid") else -1
+    return uid in (0, st.st_uid) or os.access(path, os.W_OK)
 
 
 def _check_offsets(
@@ -319,6 +331,7 @@ def _views(
     columns: dict[str, np.ndarray] = {}
     offsets: dict[str, np.ndarray] = {}
     addresses: dict[str, int] = {}
+    offset_addresses: dict[str, int] = {}
     for i, c in enumerate(layout.columns):
         at, length = buffers[layout.values_buffer[i]]
         values = memory[body + at : body + at + length].view(c.dtype)
@@ -329,14 +342,13 @@ def _views(
             at, length = buffers[layout.offsets_buffer[i]]
             offsets[c.name] = memory[body + at : body + at + length].view(np.int64)
             if base is not None:
-                addresses[offsets_key(c.name)] = base + at
+                offset_addresses[c.name] = base + at
     labels = columns.pop(LABEL)
     dense = columns.pop(DENSE, None)
     if dense is None:
         dense = np.empty((rows, 0), dense_dtype)
         dense.flags.writeable = False
-        addresses.pop(DENSE, None)
-    return Part(path, rows, labels, dense, columns, offsets, limits, addresses)
+    return Part(path, rows, labels, dense, columns, offsets, limits, addresses, offset_addresses)
 
 
 def open_split(directory: str | Path, split: str, manifest: Manifest | None = None) -> list[Part]:

@@ -133,8 +133,8 @@ class HeldParts:
             grown = np.zeros((len(self.layout.columns), 2 * (n + len(parts))), np.int64)
             grown[:, :n] = self.addresses[:, :n]
             self.addresses = grown
+        keys = (LABEL, DENSE, *self.layout.feature_names)
         for k, (i, part) in enumerate(zip(indices, parts), start=n):
-            keys = (LABEL, DENSE, *self.layout.feature_names)
             self.addresses[:, k] = [
                 part.column_address(key, c)
                 for key, c in zip(keys, _columns(part, self.layout.feature_names))

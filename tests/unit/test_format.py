@@ -313,3 +313,63 @@ def test_multi_hot_offsets_refusals_are_whole_lines(tmp_path: Path):
     )
     _edit_manifest(tmp_path, lambda raw: raw["splits"]["train"]["parts"][0].update(rows=31))
     assert _open_refusal(tmp_path) == f"{path}: holds 30 rows, manifest says 31"
+
+
+def _list_and_one_hot_part(path: Path):
+    """A part whose one-hot feature is named like another's offsets ("b/offsets" beside list "b")."""
+    from shardrec.dataloader.format.part_file import PartInfo, file_layout, map_part, write_part
+
+    features = [
+        SparseFeature("b/offsets", 1000, "uint64"),
+        SparseFeature("b", 1000, "uint64", True),
+    ]
+    layout = file_layout(["d0"], "float32", features)
+    rows = 5
+    one_hot = np.array([900, 901, 902, 903, 904], np.uint64)
+    offsets = np.array([0, 1, 3, 3, 4, 6], np.int64)
+    info = write_part(
+        path,
+        layout,
+        np.ones(rows, np.uint8),
+        np.zeros((rows, 1), np.float32),
+        {"b/offsets": one_hot, "b": np.arange(6, dtype=np.uint64)},
+        {"b": offsets},
+    )
+    return map_part(str(path), PartInfo(path.name, rows, info.bytes, info.sha256), layout), one_hot
+
+
+def test_a_part_records_each_columns_own_address(tmp_path: Path) -> None:
+    # The several-parts kernels read a column by the address its part's opening recorded: a
+    # feature named like another's offsets must not get the offsets' address (its ids would read
+    # as 0, 1, 3, ...: in bounds, a wrong batch).
+    part, one_hot = _list_and_one_hot_part(tmp_path / "part-00000.arrow")
+    for name, column in [("label", part.labels), ("dense", part.dense), *part.sparse.items()]:
+        assert part.column_address(name, column) == column.ctypes.data, name
+    offsets = part.offsets["b"]
+    assert part.column_address("b", offsets, offsets=True) == offsets.ctypes.data
+    address = part.column_address("b/offsets", part.sparse["b/offsets"])
+    assert (
+        np.ctypeslib.as_array((np.ctypeslib.ctypes.c_uint64 * 5).from_address(address)).tolist()
+        == one_hot.tolist()
+    )
+
+
+def test_a_part_another_user_owns_is_read_ahead_without_asking_mincore(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # mincore says "all cached" of a file the process neither owns nor may write (Linux >= 5.0):
+    # the thread warming the next shuffle group must not trust it there, or it would read nothing
+    # ahead of the gathers.
+    import shardrec.dataloader.format.part_cache as part_cache
+    import shardrec.dataloader.format.part_file as part_file
+
+    manifest = write_tiny_dataset(tmp_path, {"train": [40, 40, 40]})
+    asked: list[bool] = []
+    monkeypatch.setattr(part_cache, "read_ahead_spans", lambda spans, probe: asked.append(probe))
+    part_cache.PartSet(tmp_path, "train", manifest).warm([(1, 0, 40), (2, 0, 40)])
+    assert asked == [True, True]  # ours: mincore tells the truth
+    monkeypatch.setattr(part_file.os, "geteuid", lambda: 4242)
+    monkeypatch.setattr(part_file.os, "access", lambda path, mode: False)
+    asked.clear()
+    part_cache.PartSet(tmp_path, "train", manifest).warm([(1, 0, 40), (2, 0, 40)])
+    assert asked == [False, False]

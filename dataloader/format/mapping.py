@@ -195,13 +195,6 @@ _MADV_WILLNEED = getattr(mmap, "MADV_WILLNEED", 3)
 _PAGE = mmap.PAGESIZE
 
 
-def read_ahead(array: np.ndarray, start: int, stop: int) -> None:
-    """`read_ahead_spans` for rows [start, stop) of a mapped array (asked for whatever is cached)."""
-    if stop > start and array.size:
-        row = array.strides[0]
-        read_ahead_spans([(array.ctypes.data + start * row, (stop - start) * row)])
-
-
 def read_ahead_spans(spans: list[tuple[int, int]], probe: bool = False) -> bool:
     """Start reading spans (address, bytes) of maps into the page cache (MADV_WILLNEED), without
     waiting for them and without mapping them into the process; whether it asked. With `probe`,

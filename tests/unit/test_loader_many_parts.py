@@ -20,7 +20,7 @@ from helpers import resplit
 
 from shardrec.dataloader.digest import batch_digest
 from shardrec.dataloader.format.manifest import DatasetError, Manifest
-from shardrec.dataloader.format.mapping import map_npy, read_ahead
+from shardrec.dataloader.format.mapping import map_npy, read_ahead_spans
 from shardrec.dataloader.format.part_cache import PartSet
 from shardrec.dataloader.format.source import open_source
 from shardrec.dataloader.gather import gather_kernels
@@ -311,7 +311,7 @@ def test_read_ahead_brings_the_rows_pages_into_the_page_cache(tmp_path):
         os.close(fd)
     column = map_npy(path)
     assert _cached_pages(column) < 64
-    read_ahead(column, 0, len(column) // 2)
+    read_ahead_spans([(column.ctypes.data, column.nbytes // 2)])
     deadline = time.monotonic() + 10  # the reads are started, not waited for
     while _cached_pages(column) < 512 and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -321,8 +321,6 @@ def test_read_ahead_brings_the_rows_pages_into_the_page_cache(tmp_path):
 def test_read_ahead_asks_only_for_spans_the_page_cache_does_not_hold(tmp_path):
     # Asking for cached pages walks the page cache (~50 ms of CPU per shuffle group of 256 Criteo
     # parts): the warming thread looks the spans' ends up first.
-    from shardrec.dataloader.format.mapping import read_ahead_spans
-
     path = tmp_path / "c.npy"
     np.save(path, np.arange(1 << 22, dtype=np.uint8))  # 1,024 pages
     path.read_bytes()  # every page cached, none mapped (a mapped page cannot be dropped)

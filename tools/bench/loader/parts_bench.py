@@ -10,12 +10,12 @@ loader's own cost at that part count, not the disk).
 
 In the same run, under `ulimit -n` (the soft limit lowered for this process; maps hold no
 descriptor, so the part count must not matter): the shuffled stream over the N parts, from
-`build_loader` to its first batch (goal: within 10 s), then rows/s over `max_batches` batches (one
-shuffle group's by default: `group_batches`) per round, continuing the same stream round after
-round (so parts come and go as the shuffle
-reaches new groups of segments), against the one part alone at the same global batch and
-shuffle; and the resident memory of the process (all of it, and anonymous only) after every
-round: flat is the goal, however many parts the stream has crossed.
+`build_loader` to its first batch (goal: within 10 s), then rows/s over `max_batches` batches
+per round (one shuffle group's by default: `group_batches`), continuing the same stream round
+after round (so parts come and go as the shuffle reaches new groups of segments), against the
+one part alone at the same global batch and shuffle; and the resident memory of the process
+(all of it, and anonymous only) after every round: flat is the goal, however many parts the
+stream has crossed.
 
 Rates are medians over the interleaved rounds (tools/bench/rounds.py), per wall second and per
 CPU-second; the ratio is the median of same-round ratios with its spread. The stream's CPU
@@ -49,8 +49,9 @@ def group_batches(loader) -> int:
     """Batches of one shuffle group of `loader`'s stream (at least 1): a round without
     --max-batches. The stream pays for a group's parts (opening and unmapping them, their first
     page faults) when it crosses into it, in its first windows: rounds of fewer batches (800 were
-    ~0.4 group) held one crossing or none, and their ratios spread 32-54% on one tree; a round
-    of a group holds exactly one crossing's worth."""
+    ~0.4 group) held one crossing or none, so their median leaned on rounds without one; a round
+    of a group holds exactly one crossing's worth (the rounds still spread with the machine's
+    noise: 26-60% on one tree)."""
     spec = loader.spec
     mix = spec.shuffle
     group_rows = mix.block_rows * mix.segment_blocks * mix.group_segments

@@ -33,8 +33,12 @@ from shardrec.dataloader.gather.addresses import ColumnLayout, HeldParts
 from shardrec.dataloader.gather.many_parts import PartLocator, take_ids_of_parts
 from shardrec.dataloader.gather.row_groups import Groups, group_located, group_rows
 from shardrec.dataloader.multihot.multihot_tables import IndexTables
+from shardrec.dataloader.util.buffer_pool import BufferPool
 
 PAD_LABEL = -1.0
+POOL_BYTES = 128 << 20
+"""Memory of released batches' ids kept for the next gathers (buffer_pool.py): ~9 windows of
+Criteo-shaped one-hot batches (8 x 8192 rows x 26 ids, 13.6 MB)."""
 """Label of padding rows (tail="pad"): the trainer masks label < 0 out of loss and metrics."""
 
 
@@ -93,6 +97,9 @@ class BatchGatherer:
         self._locator = PartLocator(self._part_starts, rows)
         self._index_per_key = {k: i for i, k in enumerate(self.feature_names)}
         self._ones = torch.ones(0, dtype=torch.int32)
+        self._floats = BufferPool(np.float32, POOL_BYTES // 16)
+        self._floats_dense = BufferPool(np.float32, POOL_BYTES // 4)
+        self._ids = BufferPool(np.int64, POOL_BYTES)
         self.compiled = kernels.AVAILABLE if compiled is None else compiled
         if self.compiled and not kernels.AVAILABLE:
             raise ValueError("compiled gathers need numba, which does not import here")
@@ -193,6 +200,15 @@ class BatchGatherer:
         if int(hi) >= limit:
             raise bad_id_error(self.parts, self._part_starts, name, values, rows)
 
+    def _labels_dense(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Uninitialised labels [n] and dense rows [n, num_dense] for a gather, in memory of batches
+        nobody holds any more (buffer_pool.py)."""
+        return self._floats.take(n), self._floats_dense.take(n * self.num_dense).reshape(n, self.num_dense)
+
+    def _values(self, count: int, b: int) -> np.ndarray:
+        """Uninitialised one-hot ids [count, features, b] for a gather, recycled as `_labels_dense`."""
+        return self._ids.take(count * len(self.feature_names) * b).reshape(count, -1, b)
+
     def _ones_lengths(self, n: int) -> torch.Tensor:
         if len(self._ones) < n:
             self._ones = torch.ones(n, dtype=torch.int32)
@@ -230,10 +246,9 @@ class BatchGatherer:
                 slices, *self._gather_located(self._locator.locate(rows), count, b, rows)
             )
         groups = group_rows(rows, self._part_starts, first_last, self.compiled)
-        labels = self._column(groups, n, lambda p: p.labels, np.empty(n, np.float32))
-        dense = self._column(
-            groups, n, lambda p: p.dense, np.empty((n, self.num_dense), np.float32)
-        )
+        labels, dense = self._labels_dense(n)
+        labels = self._column(groups, n, lambda p: p.labels, labels)
+        dense = self._column(groups, n, lambda p: p.dense, dense)
         if self.multi_hot:
             kjts = [
                 self._kjt(
@@ -245,7 +260,7 @@ class BatchGatherer:
                 for r, _ in slices
             ]
         else:
-            values = np.empty((count, len(self.feature_names), b), np.int64)
+            values = self._values(count, b)
             # Rows of one part: the kernels, a gather in shuffled order, a cast copy of consecutive
             # rows (several parts went to _gather_located).
             compiled = self.compiled and len(groups.parts) == 1
@@ -306,9 +321,8 @@ class BatchGatherer:
         starts = self._part_starts
         numbers = [p for p in range(first, last + 1) if starts[p + 1] > starts[p]]  # not empty
         held = self._hold(numbers)
-        labels = np.empty(n, np.float32)
-        dense = np.empty((n, self.num_dense), np.float32)
-        values = np.empty((count, len(self.feature_names), b), np.int64)
+        labels, dense = self._labels_dense(n)
+        values = self._values(count, b)
         highest = np.zeros(len(self.feature_names), np.uint64)
         pos = 0
         for p, part in zip(numbers, held):
@@ -344,14 +358,13 @@ class BatchGatherer:
         def fallback() -> Groups:  # numpy, part by part (layouts differ, or float16)
             return group_located(part_of, local)
 
-        labels = np.empty(n, np.float32)
+        labels, dense = self._labels_dense(n)
         if same[0]:
             kernels.take_values_parts(
                 layout.like[0], addresses[0], int(layout.strides[0]), *keys, labels
             )
         else:
             self._column(fallback(), n, lambda p: p.labels, labels)
-        dense = np.empty((n, self.num_dense), np.float32)
         if same[1]:
             reference = held.held[0].dense  # the layout every usable part has
             if whole_rows(reference, dense):
@@ -367,7 +380,7 @@ class BatchGatherer:
                 )
         else:
             self._column(fallback(), n, lambda p: p.dense, dense)
-        values = np.empty((count, len(self.feature_names), b), np.int64)
+        values = self._values(count, b)
         names = self.feature_names
         compiled = [f for f in range(len(names)) if same[f + 2]]
         if compiled:

@@ -38,12 +38,15 @@ class BufferPool:
         self._lock = threading.RLock()
 
     def take(self, length: int) -> np.ndarray:
-        """A writable array of `length` values whose contents are undefined (as np.empty's)."""
+        """A writable array of `length` values whose contents are undefined (as np.empty's).
+
+        Kept arrays all have the longest length asked for so far; a shorter request (the last
+        window of an epoch) gets the front of one, so alternating lengths do not empty the pool."""
         with self._lock:
-            if length != self._length:  # another batch size: the kept arrays do not fit
+            if length > self._length:  # longer than the kept arrays: they do not fit
                 self._free, self._length = [], length
-            owner = self._free.pop() if self._free else np.empty(length, self.dtype)
-        lease = np.frombuffer(memoryview(owner), self.dtype)
+            owner = self._free.pop() if self._free else np.empty(self._length, self.dtype)
+        lease = np.frombuffer(memoryview(owner), self.dtype, count=length)
         weakref.finalize(lease, self._give_back, owner).atexit = False
         return lease
 

@@ -29,13 +29,20 @@ def test_memory_returns_to_the_pool_only_when_no_view_or_tensor_holds_it():
     assert pool.kept == 1 and pool.take(100).ctypes.data == address
 
 
-def test_the_pool_keeps_at_most_max_bytes_and_only_arrays_of_the_current_length():
+def test_the_pool_keeps_at_most_max_bytes_serves_shorter_lengths_and_drops_shorter_arrays():
     pool = BufferPool(np.int64, max_bytes=2 * 800)
     leases = [pool.take(100) for _ in range(3)]
+    addresses = {a.ctypes.data for a in leases}
     del leases
     assert pool.kept == 2
-    small = pool.take(50)  # another length: the kept arrays no longer fit
-    assert pool.kept == 0 and len(small) == 50
+    small = pool.take(50)  # an epoch's last, shorter window: the front of a kept array
+    assert len(small) == 50 and small.ctypes.data in addresses and pool.kept == 1
+    del small
+    assert pool.kept == 2
+    large = pool.take(150)  # longer than the kept arrays: they no longer fit
+    assert pool.kept == 0 and len(large) == 150
+    del large
+    assert pool.kept == 1 and len(pool.take(100)) == 100
 
 
 def test_a_lease_freed_by_a_garbage_collection_inside_take_gives_its_memory_back(monkeypatch):

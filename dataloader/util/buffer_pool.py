@@ -1,8 +1,10 @@
 """Arrays handed out for batches and taken back once nothing refers to them any more.
 
-A multi-hot batch of DLRMv2's sizes holds ~14 MB of int64 ids (214 per sample, 8192 samples).
-A fresh array per batch costs the kernel's page faults and the zeroing of every page on first
-touch, a large share of the loader's CPU time as system time. The pool keeps the memory of
+A multi-hot batch of DLRMv2's sizes holds ~14 MB of int64 ids (214 per sample, 8192 samples), and
+one gather of Criteo one-hot batches as much (8 batches of 8192 x 26 ids). A fresh array per batch
+costs the kernel's page faults and the zeroing of every page on first touch (glibc gives such
+arrays back to the kernel and maps them again), a large share of the loader's CPU time as system
+time. The pool keeps the memory of
 batches the consumer has released and writes the next batch there.
 
 Released means provably released: a lease is an array that does not own its memory (a view,

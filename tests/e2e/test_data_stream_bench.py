@@ -1,4 +1,6 @@
+import errno
 import json
+import os
 import re
 from pathlib import Path
 from types import ModuleType
@@ -128,6 +130,30 @@ def test_bench_loader_names_the_one_bad_option(args: list[str], error: str, tmp_
     result = CliRunner().invoke(app, command)
     assert_one_line_error(result, rf"^error: {re.escape(error)}$")
     assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_bench_loader_past_the_file_systems_link_limit_says_how_many_parts_fit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made = []
+    real_link = os.link
+
+    def link(source, target):  # as ext4 refuses the 65,000th link to one file
+        if len(made) == 3:
+            raise OSError(errno.EMLINK, os.strerror(errno.EMLINK), str(source), str(target))
+        made.append(target)
+        real_link(source, target)
+
+    monkeypatch.setattr(parts_bench.os, "link", link)
+    command = ["bench", "loader", "--work-dir", str(tmp_path), "--part-rows", "8192"]
+    result = CliRunner().invoke(app, [*command, "--parts", "10", "--global-batch", "1024"])
+    assert_one_line_error(
+        result,
+        rf"^error: --parts 10: the file system of {re.escape(str(tmp_path))}/shardrec-bench-parts-"
+        r"\w+ holds at most 4 links to one file \(ext4: 65,000\); give --parts 3 or fewer, or a "
+        r"--work-dir on another file system$",
+    )
+    assert list(tmp_path.iterdir()) == []  # the temporary data is gone
 
 
 @pytest.mark.parametrize(

@@ -40,6 +40,6 @@ def test_batches_the_consumer_keeps_are_never_written_over(data: Path, split: st
     streamed = [_digest(b, names) for b in loader]  # each batch released before the next
     kept = list(_loader(data, split, num_workers=workers))  # every batch held to the end
     gc.collect()
-    for b in _loader(data, split, num_workers=workers):  # a third epoch beside the kept one
+    for _ in _loader(data, split, num_workers=workers):  # a third epoch beside the kept one
         pass
     assert [_digest(b, names) for b in kept] == streamed

@@ -26,6 +26,7 @@ machine the wall ratio also measures which loop got a core; the load average is 
 
 from __future__ import annotations
 
+import errno
 import os
 import resource
 import shutil
@@ -58,8 +59,16 @@ def group_batches(loader) -> int:
     return max(min(group_rows, spec.num_samples) // spec.global_batch_size, 1)
 
 
+class LinkLimitError(ValueError):
+    """The file system holds fewer hard links to one file than --parts asks for."""
+
+
 def link_parts(one: Path, out: Path, parts: int) -> Path:
-    """A dataset in `out` of `parts` parts, each one the single train part of `one` hard-linked."""
+    """A dataset in `out` of `parts` parts, each one the single train part of `one` hard-linked.
+
+    Raises:
+        LinkLimitError: the file system's limit of links to one file is below `parts` + 1 (ext4:
+            65,000), with the largest --parts it takes."""
     from shardrec.dataloader.format.manifest import PART_SUFFIX, Manifest, PartInfo, SplitInfo
 
     manifest = Manifest.load(one)
@@ -69,7 +78,16 @@ def link_parts(one: Path, out: Path, parts: int) -> Path:
     infos = []
     for k in range(parts):
         name = f"part-{k:05d}{PART_SUFFIX}"
-        os.link(source, out / "train" / name)
+        try:
+            os.link(source, out / "train" / name)
+        except OSError as e:
+            if e.errno != errno.EMLINK:
+                raise
+            raise LinkLimitError(
+                f"--parts {parts:,}: the file system of {out.parent} holds at most {k + 1:,} "
+                f"links to one file (ext4: 65,000); give --parts {k:,} or fewer, or a --work-dir "
+                "on another file system"
+            ) from None
         infos.append(PartInfo(name, info.rows, info.bytes, info.sha256))
     manifest.splits = {"train": SplitInfo(info.rows * parts, infos)}
     manifest.save(out)

@@ -106,6 +106,8 @@ def loader(
                 report = bench_loader.print_result
     except KeyboardInterrupt:
         interrupted("nothing measured")
+    except loader_parts.LinkLimitError as e:
+        fail(str(e))
     show(result, json_out, report)
 
 

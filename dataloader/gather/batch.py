@@ -2,15 +2,16 @@
 
 Per batch the work is one gather per column (memory-mapped, so only the rows asked for are read),
 written straight into a preallocated int64 values array for all sparse features, and one
-`torch.from_numpy` per tensor. The labels, dense rows and one-hot ids are written into the memory
-of batches the consumer has let go of (util/buffer_pool.py): fresh arrays cost glibc's page faults
-and zeroing, up to 0.36 s of system CPU per 2,048 Criteo batches, unevenly from round to round. The gathers are the numba kernels of gather_kernels.py (one pass:
-read, cast, write in place; rows of several parts in one in-order pass per column); without numba,
-or with `compiled=False`, numpy's `np.take` per part plus casting copies do the same (the unit tests
-hold both to identical batches). Consecutive rows (no shuffle) are copied as slices either way. Rows
-of many parts are located and their ids read by many_parts.py; the numpy paths go part by part
-(row_groups.py). One-hot features share a cached all-ones lengths tensor, as torchrec's own Criteo
-pipe does, so the KeyedJaggedTensor needs no sync.
+`torch.from_numpy` per tensor. The labels, dense rows and one-hot ids are written into the memory of
+batches the consumer has let go of (util/buffer_pool.py): fresh arrays cost glibc's page faults and
+zeroing, up to 0.36 s of system CPU per 2,048 Criteo batches, unevenly from round to round. The
+gathers are the numba kernels of gather_kernels.py (one pass: read, cast, write in place; rows of
+several parts in one in-order pass per column); without numba, or with `compiled=False`, numpy's
+`np.take` per part plus casting copies do the same (the unit tests hold both to identical batches).
+Consecutive rows (no shuffle) are copied as slices either way. Rows of many parts are located and
+their ids read by many_parts.py; the numpy paths go part by part (row_groups.py). One-hot features
+share a cached all-ones lengths tensor, as torchrec's own Criteo pipe does, so the KeyedJaggedTensor
+needs no sync.
 """
 
 from __future__ import annotations
@@ -205,7 +206,8 @@ class BatchGatherer:
     def _labels_dense(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Uninitialised labels [n] and dense rows [n, num_dense] for a gather, in memory of batches
         nobody holds any more (buffer_pool.py)."""
-        return self._floats.take(n), self._floats_dense.take(n * self.num_dense).reshape(n, self.num_dense)
+        dense = self._floats_dense.take(n * self.num_dense).reshape(n, self.num_dense)
+        return self._floats.take(n), dense
 
     def _values(self, count: int, b: int) -> np.ndarray:
         """Uninitialised one-hot ids [count, features, b] for a gather, recycled as `_labels_dense`."""

@@ -39,10 +39,16 @@ from shardrec.dataloader.multihot.multihot_tables import IndexTables
 from shardrec.dataloader.util.buffer_pool import BufferPool
 
 PAD_LABEL = -1.0
-POOL_BYTES = 128 << 20
-"""Memory of released batches' ids kept for the next gathers (buffer_pool.py): ~9 windows of
-Criteo-shaped one-hot batches (8 x 8192 rows x 26 ids, 13.6 MB)."""
 """Label of padding rows (tail="pad"): the trainer masks label < 0 out of loss and metrics."""
+IDS_POOL_BYTES = 128 << 20
+"""Memory of released batches' one-hot ids a gatherer keeps for its next gathers (buffer_pool.py):
+~9 gathers of Criteo-shaped batches (8 x 8192 rows x 26 ids, 13.6 MB). The pools keep what was
+in flight at once (prefetch runs per worker x workers + 1), below these caps; a gather larger
+than a cap (a very large `gather_rows`) is allocated afresh each time."""
+DENSE_POOL_BYTES = 32 << 20
+"""The same for dense rows (8 x 8192 rows x 13 float32, 3.4 MB a gather)."""
+LABELS_POOL_BYTES = 4 << 20
+"""The same for labels (8 x 8192 float32, 0.26 MB a gather)."""
 
 
 def consecutive(rows: np.ndarray) -> bool:
@@ -100,9 +106,9 @@ class BatchGatherer:
         self._locator = PartLocator(self._part_starts, rows)
         self._index_per_key = {k: i for i, k in enumerate(self.feature_names)}
         self._ones = torch.ones(0, dtype=torch.int32)
-        self._floats = BufferPool(np.float32, POOL_BYTES // 16)
-        self._floats_dense = BufferPool(np.float32, POOL_BYTES // 4)
-        self._ids = BufferPool(np.int64, POOL_BYTES)
+        self._floats = BufferPool(np.float32, LABELS_POOL_BYTES)
+        self._floats_dense = BufferPool(np.float32, DENSE_POOL_BYTES)
+        self._ids = BufferPool(np.int64, IDS_POOL_BYTES)
         self.compiled = kernels.AVAILABLE if compiled is None else compiled
         if self.compiled and not kernels.AVAILABLE:
             raise ValueError("compiled gathers need numba, which does not import here")

@@ -137,6 +137,41 @@ def test_ctrl_c_or_a_kill_says_what_is_kept_and_the_rerun_finishes(
     assert outputs(out) == outputs(clean)
 
 
+@pytest.mark.slow
+def test_ctrl_c_while_the_workers_start_ends_in_one_line_without_a_traceback(
+    raw: Path, tmp_path: Path
+):
+    """Ctrl-C as the workers are spawned and import their modules (a run's first second). Before,
+    each worker printed a KeyboardInterrupt traceback and died, and the run could wait forever (its
+    pool broke while it cancelled its futures)."""
+    out = tmp_path / "data"
+    args = [str(raw), "--out", str(out), *ARGS, "--workers", "2"]
+    cmd = [sys.executable, "-m", "shardrec.tools.cli", "preprocess", *args]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    deadline = time.time() + 60
+    while (
+        time.time() < deadline
+        and sum("spawn_main" in p.command for p in session_processes(proc.pid)) < 2
+    ):  # both workers started (not the resource tracker); now they import numba and ours
+        time.sleep(0.005)
+    time.sleep(0.1)
+    try:
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        time.sleep(0.2)
+        left = [p.command for p in session_processes(proc.pid)]
+    finally:
+        kill_session(proc.pid)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err, err
+    assert err.strip().splitlines() == [
+        f"interrupted: {out}: finished tasks are kept; rerun the same command to finish"
+    ]
+    assert left == [], "its workers survive the stop"
+
+
 def test_rerun_after_lost_task_redoes_only_that_task(raw: Path, reference, tmp_path: Path):
     out = tmp_path / "data"
     cli("preprocess", raw, "--out", out, *ARGS)

@@ -4,11 +4,20 @@ concurrent.futures' ProcessPoolExecutor rather than multiprocessing.Pool: when a
 (SIGKILL, the OOM killer) Pool starts a replacement and the lost task's result never comes, so
 the run waits forever; the executor instead marks itself broken and fails every pending future,
 so the run ends at once, naming the tasks that were running.
+
+Workers never see Ctrl-C or a kill meant for the command (SIGINT or SIGTERM to its process group):
+they start with both signals blocked (`_signals_held`), and the run stops them. Before, a Ctrl-C
+in a run's first second reached the workers while they imported their modules: each printed a
+traceback and died, the pool broke while the run cancelled its futures, and Python's executor
+(3.11: `terminate_broken` sets an exception on a cancelled future, InvalidStateError) left the
+run waiting forever on futures no worker would finish.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import signal
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -70,7 +79,10 @@ def map_tasks(
     with shared_pool(workers, len(tasks)) if pool is None else nullcontext(pool) as run_in:
         started = run_in.started
         started[:] = [0] * len(started)  # a kept pool's flags still hold the last pass's
-        futures = [run_in.executor.submit(_run_marked, fn, i, t, opts) for i, t in enumerate(tasks)]
+        with _signals_held():  # the submits start the workers
+            futures = [
+                run_in.executor.submit(_run_marked, fn, i, t, opts) for i, t in enumerate(tasks)
+            ]
         try:
             for t, fut in zip(tasks, futures):
                 try:
@@ -112,8 +124,9 @@ def map_stream(
         workers, mp_context=ctx, initializer=_init_worker, initargs=(started,)
     )
     if warm is not None:  # each submit finds no idle worker and spawns one
-        for _ in range(workers):
-            pool.submit(warm)
+        with _signals_held():
+            for _ in range(workers):
+                pool.submit(warm)
     running: dict[Future, tuple[Task, int]] = {}
     free, ended = list(range(slots - 1, -1, -1)), False
     try:
@@ -125,7 +138,8 @@ def map_stream(
                     ended = True
                     break
                 try:
-                    running[pool.submit(_run_in_slot, fn, slot, task, opts)] = (task, slot)
+                    with _signals_held():  # a submit may start a worker
+                        running[pool.submit(_run_in_slot, fn, slot, task, opts)] = (task, slot)
                 except BrokenProcessPool:  # a worker died since the last wait
                     raise _worker_died(_lost(running, started) or [task]) from None
             if not running:
@@ -141,6 +155,28 @@ def map_stream(
                 yield task, res
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+_HELD = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """Within it (on the main thread), SIGINT and SIGTERM wait instead of arriving; a worker process
+    started here inherits the blocked mask through its exec and never receives them. One that
+    arrives meanwhile is delivered to the command when the block ends, as KeyboardInterrupt (or
+    the command's SIGTERM handler), a moment late, not lost."""
+    if (
+        not hasattr(signal, "pthread_sigmask")
+        or threading.current_thread() is not threading.main_thread()
+    ):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _lost(running: dict[Future, tuple[Task, int]], started: Any) -> list[Task]:

@@ -14,7 +14,7 @@ import json
 import tomllib
 import types
 import typing
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -219,3 +219,31 @@ def manifest_spec(manifest: Manifest, directory: str | Path = "") -> FeatureSpec
     if isinstance(options.get("schema"), dict) and options.get("dense_transform"):
         return criteo_spec(**options["schema"], dense_transform=options["dense_transform"])
     return None
+
+
+def applied_spec(manifest: Manifest, directory: str | Path = "") -> FeatureSpec | None:
+    """The spec as `shardrec preprocess` applied it: manifest_spec with each hashed feature's
+    table rows (what --max-ids gave a column without a hash_size) written as its hash_size, so that
+    `preprocess --spec` with it makes the same tables. Vocabulary mode (its tables are the
+    vocabularies') and a manifest without one size per sparse feature keep the spec as recorded;
+    so does a spec the sizes would make invalid (columns sharing one table given two sizes), whose
+    sizes then go back as --max-ids (tools/preprocess/settings.py, flags_to_repeat)."""
+    spec = manifest_spec(manifest, directory)
+    sizes = manifest.options.get("max_ids")
+    if spec is None or manifest.options.get("mode") == "vocab" or not isinstance(sizes, list):
+        return spec
+    if len(sizes) == 1:
+        sizes = sizes * len(spec.sparse)
+    if len(sizes) != len(spec.sparse) or not all(
+        isinstance(n, int) and not isinstance(n, bool) and n >= 2 for n in sizes
+    ):
+        return spec
+    sized = {
+        c.name: replace(c, hash_size=n)
+        for c, n in zip(spec.sparse, sizes)
+        if c.hash_size is None and not getattr(c, "raw", False)  # a raw sequence has no table
+    }
+    try:
+        return FeatureSpec(spec.format, tuple(sized.get(c.name, c) for c in spec.columns))
+    except ValueError:
+        return spec

@@ -168,32 +168,71 @@ def test_a_spec_dataset_keeps_its_bytes(logs, like: str, tmp_path: Path) -> None
     assert hashlib.sha256("".join(sha).encode()).hexdigest() == PINNED_PARTS[like]
 
 
+def _same_parts(a: Path, b: Path) -> None:
+    first, second = Manifest.load(a), Manifest.load(b)
+    assert [f.cardinality for f in first.sparse_features] == [
+        f.cardinality for f in second.sparse_features
+    ]
+    for split in ("train", "val", "test"):
+        assert [(p.bytes, p.sha256) for p in first.splits[split].parts] == [
+            (p.bytes, p.sha256) for p in second.splits[split].parts
+        ]
+
+
 def test_criteos_shape_as_a_spec_file_writes_the_default_columns(tmp_path: Path) -> None:
+    # `spec show` gives the table sizes --max-ids applied as hash_size: its spec alone, without
+    # --max-ids again, makes the same parts (it used to print no hash_size, and the rebuild made
+    # tables of 10,000,000 rows and other ids, without a word).
     cli("synth", tmp_path / "raw", "--rows", "1500", "--seed", "4", "--max-vocab", "300")
     cli("preprocess", tmp_path / "raw", "--out", tmp_path / "default", "--max-ids", "500")
     spec = tmp_path / "criteo.toml"
     spec.write_text(cli("spec", "show", tmp_path / "default").stdout)
-    assert load_spec(spec).sparse[0] == CategoricalColumn("C1", kind="hex")
+    assert load_spec(spec).sparse[0] == CategoricalColumn("C1", kind="hex", hash_size=500)
     assert load_spec(spec).dense[1] == DenseColumn("I2")
-    cli(
-        "preprocess",
-        tmp_path / "raw",
-        "--spec",
-        spec,
-        "--out",
-        tmp_path / "spec",
-        "--max-ids",
-        "500",
-    )
-    default, from_spec = Manifest.load(tmp_path / "default"), Manifest.load(tmp_path / "spec")
-    for split in ("train", "val", "test"):
-        assert [(p.bytes, p.sha256) for p in default.splits[split].parts] == [
-            (p.bytes, p.sha256) for p in from_spec.splits[split].parts
-        ]
+    assert not spec.read_text().startswith("#")  # no option a spec cannot hold to name
+    cli("preprocess", tmp_path / "raw", "--spec", spec, "--out", tmp_path / "spec")
+    _same_parts(tmp_path / "default", tmp_path / "spec")
+    from_spec = Manifest.load(tmp_path / "spec")
     assert (
-        "spec" not in default.options
+        "spec" not in Manifest.load(tmp_path / "default").options
         and from_spec.options["spec_sha256"] == load_spec(spec).sha256()
     )
+
+
+def test_a_spec_without_hash_sizes_comes_back_with_those_max_ids_gave(logs, tmp_path: Path) -> None:
+    log, inferred = logs["avazu"]
+    spec = tmp_path / "no_sizes.toml"
+    spec.write_text(
+        "".join(line for line in inferred.read_text().splitlines(True) if "hash_size" not in line)
+    )
+    assert all(c.hash_size is None for c in load_spec(spec).sparse)
+    cli("preprocess", log, "--spec", spec, "--out", tmp_path / "a", "--max-ids", "5000")
+    shown = tmp_path / "shown.toml"
+    shown.write_text(cli("spec", "show", tmp_path / "a").stdout)
+    assert {c.hash_size for c in load_spec(shown).sparse} == {5000}
+    cli("preprocess", log, "--spec", shown, "--out", tmp_path / "b")
+    _same_parts(tmp_path / "a", tmp_path / "b")
+
+
+def test_spec_show_names_the_options_a_spec_cannot_hold(logs, tmp_path: Path) -> None:
+    # Vocabulary mode, raw ids, float16 dense values, the chunk size (the parts' cut) and the
+    # validation half change the bytes but have no key in a spec: a comment names their flags.
+    log, spec = logs["avazu"]
+    sparse = [c.name for c in load_spec(spec).sparse]
+    runs = {
+        "vocab": ["--min-count", "2", "--val-half", "second", "--float16", "--chunk-mb", "0.05"],
+        "raw": ["--raw-ids", f"{sparse[0]},{sparse[2]}", "--max-ids", "3000"],
+    }
+    for name, flags in runs.items():
+        cli("preprocess", log, "--spec", spec, "--out", tmp_path / name, *flags)
+        shown = cli("spec", "show", tmp_path / name).stdout
+        comment = [line for line in shown.splitlines() if line.startswith("#")]
+        repeat = [f for f in flags if f != "--max-ids" and f != "3000"]
+        assert comment[-1] == "#   " + " ".join(repeat), shown
+        (tmp_path / f"{name}.toml").write_text(shown)
+        again = tmp_path / f"{name}-again"
+        cli("preprocess", log, "--spec", tmp_path / f"{name}.toml", "--out", again, *repeat)
+        _same_parts(tmp_path / name, again)
 
 
 def test_a_bad_row_names_file_line_column_and_value(logs, tmp_path: Path) -> None:

@@ -98,17 +98,39 @@ def show(
     ],
 ) -> None:
     """Print the spec a dataset was preprocessed with (the built-in Criteo spec where none was
-    given)."""
+    given).
+
+    It is the spec as applied: each hashed feature's table rows (--max-ids) are its hash_size, so
+    `shardrec preprocess INPUTS --spec THIS` makes the same parts; a comment first names the
+    options that changed the bytes but that a spec cannot hold (--min-count, --raw-ids, --float16,
+    ...), to pass again.
+    """
     from shardrec.dataloader.spec.feature_spec import SpecError
-    from shardrec.dataloader.spec.spec_file import manifest_spec, spec_to_toml
+    from shardrec.dataloader.spec.spec_file import applied_spec, spec_to_toml
+    from shardrec.tools.preprocess.settings import flags_to_repeat
 
     try:
-        spec = manifest_spec(Manifest.load(dataset), dataset)
+        manifest = Manifest.load(dataset)
+        spec = applied_spec(manifest, dataset)
     except (DatasetError, SpecError) as e:
         fail(str(e))
     if spec is None:
         fail(f"{dataset}: made without `shardrec preprocess` (no spec recorded)")
-    console.print(spec_to_toml(spec), end="", highlight=False, markup=False, soft_wrap=True)
+    notes = []
+    flags = flags_to_repeat(manifest.options, spec)
+    if flags:
+        notes.append(
+            "Preprocessed with options a spec cannot hold: to make the same dataset, pass them "
+            f"again with --spec THIS:\n  {' '.join(flags)}"
+        )
+    source = manifest.options.get("multihot", {}).get("source")
+    if source:
+        notes.append(
+            f"A multi-hot copy of {source}: this spec makes that source; `shardrec data "
+            "multihot` makes the copy from it."
+        )
+    text = spec_to_toml(spec, preamble="\n".join(notes))
+    console.print(text, end="", highlight=False, markup=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

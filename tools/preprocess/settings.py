@@ -6,7 +6,7 @@ record of the run in --out (check_fingerprint), and the files a killed run left
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,7 +14,7 @@ from shardrec.dataloader.format.manifest import MANIFEST
 from shardrec.dataloader.util.files import atomic_write_bytes
 from shardrec.dataloader.util.locks import WORK_DIR
 from shardrec.tools.preprocess.ids.vocab import DEFAULT_MEMORY_MB
-from shardrec.tools.preprocess.inputs import LAYOUTS, InputNames
+from shardrec.tools.preprocess.inputs import LAYOUTS, InputNames, resolve_layout
 from shardrec.tools.preprocess.parse.criteo_text import DENSE_TRANSFORMS, Schema
 
 if TYPE_CHECKING:
@@ -210,6 +210,37 @@ class PreprocessConfig:
             "dense_dtype": self.dense_dtype,
             "chunk_mb": self.chunk_mb,
         }
+
+
+def flags_to_repeat(options: dict, spec: FeatureSpec | None = None) -> list[str]:
+    """The settings of a run (a manifest's `options`) that change the dataset's bytes but that a
+    spec cannot hold, as the flags that give them again (`shardrec spec show` names them beside
+    the spec). spec: the one shown (spec_file.applied_spec); where it lacks a hashed feature's
+    table size, --max-ids gives them all."""
+    default = {f.name: f.default for f in fields(PreprocessConfig)}
+    flags = []
+    if options.get("mode") == "vocab" and options.get("min_count"):
+        flags.append(f"--min-count {options['min_count']}")
+    sizes = options.get("max_ids")
+    unsized = spec is not None and any(
+        c.hash_size is None and not getattr(c, "raw", False) for c in spec.sparse
+    )
+    if options.get("mode") != "vocab" and isinstance(sizes, list) and sizes and unsized:
+        flags.append(f"--max-ids {','.join(map(str, sizes))}")
+    if options.get("raw_ids"):
+        flags.append(f"--raw-ids {','.join(options['raw_ids'])}")
+    inputs = options.get("inputs")
+    if isinstance(inputs, list) and inputs:  # the layout recorded is the one auto resolved to
+        if options.get("layout") not in (None, resolve_layout("auto", inputs)):
+            flags.append(f"--layout {options['layout']}")
+    if options.get("val_half", default["val_half"]) != default["val_half"]:
+        flags.append(f"--val-half {options['val_half']}")
+    if options.get("dense_dtype") == "float16":
+        flags.append("--float16")
+    chunk_mb = options.get("chunk_mb", default["chunk_mb"])
+    if isinstance(chunk_mb, int | float) and chunk_mb != default["chunk_mb"]:
+        flags.append(f"--chunk-mb {chunk_mb:g}")
+    return flags
 
 
 def check_fingerprint(out: Path, fp: dict) -> None:

@@ -144,16 +144,20 @@ def sigterm_as_ctrl_c() -> Iterator[None]:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def interrupted(what: str) -> NoReturn:
+def interrupted(what: str, by: str | None = None) -> NoReturn:
     """End a command stopped by Ctrl-C (SIGINT): one line saying what is kept and how to go on,
     exit code 130 as a shell gives (typer's own handling prints nothing); 143 where SIGTERM
-    stopped it (sigterm_as_ctrl_c).
+    stopped it (sigterm_as_ctrl_c). `by`: the signal's name where no exception says which
+    (a launcher that took it as a stop request: LaunchResult.signal).
 
     A command started with SIGINT ignored keeps ignoring it, as Python leaves it: a script's
     `cmd &` (a shell without job control) starts its job so, that a Ctrl-C meant for the script's
     foreground command does not stop it too (POSIX). No command turns it back on.
     """
-    code = 143 if isinstance(sys.exc_info()[1], Terminated) else 130
+    if by is not None:
+        code = 128 + signal.Signals[by].value
+    else:
+        code = 143 if isinstance(sys.exc_info()[1], Terminated) else 130
     err_console.print(f"[bold red]interrupted:[/] {escape(what)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 

@@ -5,14 +5,20 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from shardrec.tools.cli.common import fail, print_json
+from shardrec.tools.cli.common import fail, interrupted, print_json, sigterm_as_ctrl_c
 from shardrec.tools.console import console
 from shardrec.trainer.distributed.devices import DEVICE_KINDS
 from shardrec.trainer.rundir.metrics_log import auc_text
+
+if TYPE_CHECKING:
+    from shardrec.trainer.inference.eval_request import EvalRequest
+
+STOPPED = "nothing evaluated (eval writes no files)"
+"""interrupted()'s line for a stopped eval."""
 
 
 def eval_run(
@@ -52,7 +58,6 @@ def eval_run(
 ) -> None:
     """Evaluate a checkpoint: at the run's world size the AUC equals the run's own evaluation bit
     for bit."""
-    from shardrec.trainer.distributed.launch import launch
     from shardrec.trainer.inference.eval_request import (
         EvalRequest,
         check_request,
@@ -64,31 +69,17 @@ def eval_run(
     if device not in DEVICE_KINDS:
         fail(f"--device {device!r} is not one of {', '.join(DEVICE_KINDS)}")
     request = EvalRequest(run_dir, checkpoint, split, data, device)
-    try:
-        defaulted = nproc_per_node is None
-        nproc_per_node = nproc_per_node or trained_world_size(run_dir)
-        check_request(request, nproc_per_node, defaulted)
-    except ValueError as e:
-        fail(str(e))
-    with tempfile.TemporaryDirectory(prefix="shardrec-eval-") as tmp:
-        # The ranks take the request as one file.
-        request_file, result = Path(tmp) / "request.json", Path(tmp) / "result.json"
-        request_file.write_text(request.to_json())
-        args = ["--request", str(request_file), "--result", str(result)]
-        # The rank program by name: importing it here would import torch in this process. Nothing
-        # to checkpoint, so a signal ends the ranks at once (no grace).
-        ended = launch(
-            args, nproc_per_node, module="shardrec.trainer.inference.eval_entry", stop_grace_s=0
-        )
-        if ended.refusal:  # the ranks' own line (torchrun's agent said nothing beside it)
-            fail(ended.refusal)
-        if ended.code != 0 or not result.is_file():
-            fail(
-                f"evaluation failed: {ended.cause}"
-                if ended.cause
-                else f"evaluation failed (torchrun exit code {ended.code})"
-            )
-        metrics = json.loads(result.read_text())
+    with sigterm_as_ctrl_c():
+        try:
+            try:
+                defaulted = nproc_per_node is None
+                nproc_per_node = nproc_per_node or trained_world_size(run_dir)
+                check_request(request, nproc_per_node, defaulted)
+            except ValueError as e:
+                fail(str(e))
+            metrics = _evaluate(request, nproc_per_node)
+        except KeyboardInterrupt:  # before the ranks started, or after they ended
+            interrupted(STOPPED)
     if json_out:
         print_json(metrics)
         return
@@ -99,6 +90,35 @@ def eval_run(
         f"NE {metrics['ne']:.6f}  {metrics['samples']:,} samples in {metrics['seconds']:.1f} s",
         highlight=False,
     )
+
+
+def _evaluate(request: EvalRequest, nproc_per_node: int) -> dict:
+    """Run the ranks on `request` and return rank 0's metrics. A SIGINT/SIGTERM while they run
+    ends them, and this command in interrupted()'s line, before their folder is removed."""
+    from shardrec.trainer.distributed.launch import launch
+
+    with tempfile.TemporaryDirectory(prefix="shardrec-eval-") as tmp:
+        # The ranks take the request as one file.
+        request_file, result = Path(tmp) / "request.json", Path(tmp) / "result.json"
+        request_file.write_text(request.to_json())
+        args = ["--request", str(request_file), "--result", str(result)]
+        # The rank program by name: importing it here would import torch in this process. Nothing
+        # to checkpoint, so a signal ends the ranks at once (no grace), and `launch` returns once
+        # they are gone.
+        ended = launch(
+            args, nproc_per_node, module="shardrec.trainer.inference.eval_entry", stop_grace_s=0
+        )
+        if ended.signal:
+            interrupted(STOPPED, ended.signal)
+        if ended.refusal:  # the ranks' own line (torchrun's agent said nothing beside it)
+            fail(ended.refusal)
+        if ended.code != 0 or not result.is_file():
+            fail(
+                f"evaluation failed: {ended.cause}"
+                if ended.cause
+                else f"evaluation failed (torchrun exit code {ended.code})"
+            )
+        return json.loads(result.read_text())
 
 
 def register(app: typer.Typer) -> None:

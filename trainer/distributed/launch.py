@@ -306,6 +306,8 @@ def _supervise(
 ) -> LaunchResult:
     """Start the agent (`start`) and wait for it, turning the first SIGTERM/SIGINT into
     `stop_file` and a second into a kill."""
+    from shardrec.trainer.distributed.lifeline import kill_tree
+
     # Those received before the start (stop_requests) are requests too.
     received: list[int] = _early_signals if _early_signals is not None else []
     previous = {}
@@ -341,7 +343,9 @@ def _supervise(
                     "raise it where a step and a checkpoint take longer)"
                 )
             if forced and proc.poll() is None:
-                proc.kill()  # the agent; the ranks die with it (lifeline)
+                # The agent and the ranks, gone before the caller removes the files they read: a
+                # rank still importing has not yet asked to die with the agent (lifeline).
+                kill_tree(proc)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

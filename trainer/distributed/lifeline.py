@@ -6,24 +6,32 @@
 killed when its parent goes: PR_SET_PDEATHSIG on Linux, a watchdog thread polling the parent's
 pid elsewhere. The parent's pid travels in SHARDREC_PARENT_PID, so a child whose parent died
 before it could ask notices (it has been re-parented) and goes at once.
+
+A launcher that ends the job itself (`kill_tree`) does not wait on that: a rank still importing
+has not asked yet, and would run on until it does, reading files the launcher is about to remove.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import logging
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
 PARENT_PID_ENV = "SHARDREC_PARENT_PID"
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 WATCHDOG_INTERVAL_S = 0.5
+KILL_WAIT_S = 10.0
+"""How long `kill_tree` waits for the killed processes to be gone."""
 
 
 def _set_parent_death_signal(sig: int) -> bool:
@@ -69,3 +77,53 @@ def child_environment(env: dict[str, str] | None = None) -> dict[str, str]:
     out = dict(os.environ if env is None else env)
     out[PARENT_PID_ENV] = str(os.getpid())
     return out
+
+
+def _children(pid: int) -> list[int]:
+    """pid's child processes, right now ([] where /proc does not say: not Linux, or it is gone)."""
+    out: list[int] = []
+    with contextlib.suppress(OSError):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError):
+                out.extend(
+                    int(c) for c in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()
+                )
+    return out
+
+
+def _start_time(pid: int) -> str | None:
+    """pid's start time (/proc/PID/stat), None once it has exited (a zombie has)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
+def kill_tree(proc: subprocess.Popen, wait_s: float = KILL_WAIT_S) -> None:
+    """SIGKILL `proc` and every process under it, and return once they are gone (at most `wait_s`
+    seconds for those not this process's children): a caller may then remove what they read.
+
+    `proc` is stopped first, so that it starts no process after its tree was listed. Where /proc
+    lists no children (not Linux) `proc` alone is killed, and its descendants go as they asked
+    (`die_with_parent`)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, signal.SIGSTOP)
+    tree, todo = [], _children(proc.pid)
+    while todo:
+        pid = todo.pop()
+        if pid not in tree:
+            tree.append(pid)
+            todo.extend(_children(pid))
+    started = {pid: _start_time(pid) for pid in tree}
+    for pid in tree:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + wait_s
+    # a pid whose start time changed is another process's now: that one is gone
+    while time.monotonic() < deadline and any(
+        t is not None and _start_time(pid) == t for pid, t in started.items()
+    ):
+        time.sleep(0.01)

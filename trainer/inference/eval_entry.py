@@ -21,6 +21,11 @@ def rank_main(
     ],
 ) -> None:
     """Evaluate a checkpoint on this rank (started by torchrun; see `shardrec eval`)."""
+    from shardrec.trainer.distributed.lifeline import die_with_parent
+
+    # first: a killed launcher must not leave ranks evaluating on, nor reading the request file
+    # it removed (trainer.distributed.lifeline)
+    die_with_parent()
     # The logging, warning filter and clean exit of every rank program.
     from shardrec.trainer.distributed.rank_process import (
         configure_rank_logging,

@@ -209,6 +209,24 @@ def test_bad_input_is_one_clear_line(tiny_dataset: Path, tmp_path: Path) -> None
     assert_one_line_error(result, re.escape("unknown key train.bogus"))
     result = runner.invoke(app, ["train", "--data", str(tmp_path / "nowhere")])
     assert_one_line_error(result, re.escape("nowhere"))
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine")
+    for out_dir in (a_file, a_file / "run"):  # was "cannot lock the run directory: File exists"
+        result = runner.invoke(
+            app,
+            ["train", "--data", str(tiny_dataset), "--out-dir", str(out_dir)]
+            + ["--set", "train.global_batch_size=64"],
+        )
+        assert_one_line_error(
+            result,
+            "^"
+            + re.escape(
+                f"error: --out-dir {out_dir}: {a_file} is a file, not a folder; give a folder for "
+                "the run (a new one, or a run's to resume it)"
+            )
+            + "$",
+        )
+    assert a_file.read_text() == "mine"
     result = runner.invoke(
         app,
         [

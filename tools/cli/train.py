@@ -221,6 +221,12 @@ def _lock_run_dir(out_dir: Path, job_id: str, create: bool) -> RunLock | None:
 
     if not create and not out_dir.is_dir():
         return None
+    file = next((p for p in (out_dir, *out_dir.parents) if p.exists() and not p.is_dir()), None)
+    if file is not None:  # the lock's own error said only "File exists" or "Not a directory"
+        fail(
+            f"--out-dir {out_dir}: {file} is a file, not a folder; give a folder for the run "
+            "(a new one, or a run's to resume it)"
+        )
     try:
         return acquire_run_lock(out_dir, job_id)
     except RunDirInUse as e:

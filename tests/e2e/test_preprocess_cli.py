@@ -177,6 +177,23 @@ def test_unreadable_inputs_are_clear_errors(tmp_path: Path, what: str):
     )
 
 
+def test_a_run_refused_before_it_reads_rows_leaves_no_folder(kaggle: Path, tmp_path: Path):
+    """A missing input or a --raw-ids name no feature has: before, --out (and its parents) was made
+    and the run recorded in it, so the corrected command was refused ("holds a run with different
+    raw_ids")."""
+    out = tmp_path / "deep" / "a" / "data"
+    res = runner.invoke(app, ["preprocess", str(tmp_path / "nosuch.txt"), "--out", str(out)])
+    assert_one_line_error(res, re.escape(f"{tmp_path / 'nosuch.txt'}: no such file"))
+    assert not (tmp_path / "deep").exists()
+    args = ["preprocess", str(kaggle), "--out", str(out), "--max-ids", "500", "--chunk-mb", "0.25"]
+    res = runner.invoke(app, [*args, "--raw-ids", "C99"])
+    assert_one_line_error(res, re.escape("--raw-ids C99: no sparse feature 'C99'"))
+    assert not (tmp_path / "deep").exists()
+    res = runner.invoke(app, [*args, "--raw-ids", "C3", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["complete"]
+
+
 def test_malformed_rows_skipped_and_reported_or_strict(kaggle: Path, tmp_path: Path):
     lines = kaggle.read_bytes().splitlines(keepends=True)
     lines[10] = b"1\tx1" + lines[10][lines[10].index(b"\t", 2) :]

@@ -197,7 +197,7 @@ def preprocess(
     any CSV/TSV a feature spec (--spec) describes."""
     from shardrec.dataloader.format.manifest import DatasetError
     from shardrec.dataloader.util.locks import dataset_lock
-    from shardrec.tools.preprocess.pipeline import run_preprocess
+    from shardrec.tools.preprocess.pipeline import check_inputs, run_preprocess
     from shardrec.tools.preprocess.pool import WorkerDied
     from shardrec.tools.preprocess.tasks.bad_rows import MalformedRowError
     from shardrec.tools.preprocess.tasks.task_text import InputError
@@ -236,12 +236,13 @@ def preprocess(
     ]
     bar = _Bar(Progress(*columns, console=console, disable=json_out, transient=False))
     try:
+        inputs = check_inputs(cfg)  # before --out is made: a refused run leaves no folder
         lock = dataset_lock(
             out, cfg.part
         )  # one writer at a time; the kernel frees it if this one dies
         try:
             with sigterm_as_ctrl_c():
-                result = run_preprocess(cfg, bar)
+                result = run_preprocess(cfg, bar, inputs)
         finally:
             os.close(lock)
             if bar.shown:  # rich's stop() prints a newline even for a bar never drawn

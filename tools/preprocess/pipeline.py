@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import logging
 from contextlib import nullcontext
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from shardrec.dataloader.util.locks import WORK_DIR
 from shardrec.tools.preprocess import cpu_stages
@@ -86,25 +86,50 @@ def _build_vocab(
     return replace(opts, cardinalities=cards, vocab_path=str(vocab_dir))
 
 
-def run_preprocess(cfg: PreprocessConfig, progress: Progress | None = None) -> PreprocessResult:
-    """Plan, run unfinished tasks, and (unless other parts are unfinished) write the manifest."""
+@dataclass(frozen=True)
+class CheckedInputs:
+    """What a run reads and how, found before anything is written under --out: a run refused here
+    (a missing input, a spec its files do not match, a --raw-ids name no feature has) leaves no
+    folder, and the corrected command does not find one holding a run "with other settings"."""
+
+    files: list
+    layout: str
+    parser: Any
+    dense_transform: Any
+    cardinalities: tuple[int, ...]
+
+
+def check_inputs(cfg: PreprocessConfig) -> CheckedInputs:
+    """The inputs, their layout, the parser (the spec checked against the inputs' header) and the
+    tables' rows; InputError, DatasetError, ValueError or OSError naming what is wrong."""
+    files = discover_inputs(cfg.inputs, cfg.input_names)
+    layout = resolve_layout(cfg.layout, files)
+    parser, dense_transform = choose_parser(
+        cfg.spec, cfg.spec_file, cfg.schema, cfg.dense_transform, files
+    )
+    return CheckedInputs(
+        files, layout, parser, dense_transform, cfg.cardinalities(parser.sparse_names)
+    )
+
+
+def run_preprocess(
+    cfg: PreprocessConfig, progress: Progress | None = None, inputs: CheckedInputs | None = None
+) -> PreprocessResult:
+    """Plan, run unfinished tasks, and (unless other parts are unfinished) write the manifest;
+    `inputs`: check_inputs(cfg) where the caller ran it already (before taking --out's lock)."""
     before = cpu_stages.totals()
     process_setup()
-    result = _run(cfg, progress)
+    result = _run(cfg, progress, inputs or check_inputs(cfg))
     result.cpu_s_by_stage = {
         k: round(v - before.get(k, 0.0), 3) for k, v in cpu_stages.totals().items()
     }
     return result
 
 
-def _run(cfg: PreprocessConfig, progress: Progress | None) -> PreprocessResult:
-    files = discover_inputs(cfg.inputs, cfg.input_names)
-    layout = resolve_layout(cfg.layout, files)
-    # The spec is checked against the inputs' header before the run is recorded in --out: a spec
-    # refused here and then fixed must not find the directory holding a run "with another spec".
-    parser, dense_transform = choose_parser(
-        cfg.spec, cfg.spec_file, cfg.schema, cfg.dense_transform, files
-    )
+def _run(
+    cfg: PreprocessConfig, progress: Progress | None, inputs: CheckedInputs
+) -> PreprocessResult:
+    files, layout, parser = inputs.files, inputs.layout, inputs.parser
     if not cfg.parquet:  # Parquet's columns are not parsed as text
         parser.warm_up()  # before any progress bar: its rate is parsing's, not the kernel's compile
     cfg.out.mkdir(parents=True, exist_ok=True)
@@ -116,8 +141,8 @@ def _run(cfg: PreprocessConfig, progress: Progress | None) -> PreprocessResult:
         str(cfg.out),
         parser,
         chunk_bytes=int(cfg.chunk_mb * (1 << 20)),
-        cardinalities=cfg.cardinalities(parser.sparse_names),
-        dense_transform=dense_transform,
+        cardinalities=inputs.cardinalities,
+        dense_transform=inputs.dense_transform,
         dense_dtype=cfg.dense_dtype,
         strict=cfg.strict,
         vocab_memory_bytes=int(cfg.vocab_memory_mb * (1 << 20)),

@@ -5,12 +5,12 @@ concurrent.futures' ProcessPoolExecutor rather than multiprocessing.Pool: when a
 the run waits forever; the executor instead marks itself broken and fails every pending future,
 so the run ends at once, naming the tasks that were running.
 
-Workers never see Ctrl-C or a kill meant for the command (SIGINT or SIGTERM to its process group):
-they start with both signals blocked (`_signals_held`), and the run stops them. Before, a Ctrl-C
-in a run's first second reached the workers while they imported their modules: each printed a
-traceback and died, the pool broke while the run cancelled its futures, and Python's executor
-(3.11: `terminate_broken` sets an exception on a cancelled future, InvalidStateError) left the
-run waiting forever on futures no worker would finish.
+Workers never see Ctrl-C (SIGINT to the command's process group): they start with it blocked
+(`_ctrl_c_held`), and the run stops them. Before, a Ctrl-C in a run's first second reached the
+workers while they imported their modules: each printed a traceback and died, the pool broke while
+the run cancelled its futures, and Python's executor (3.11: `terminate_broken` sets an exception on
+a cancelled future, InvalidStateError) left the run waiting forever on futures no worker would
+finish. SIGTERM stays theirs: the executor stops a broken pool's workers with it.
 """
 
 from __future__ import annotations
@@ -79,11 +79,11 @@ def map_tasks(
     with shared_pool(workers, len(tasks)) if pool is None else nullcontext(pool) as run_in:
         started = run_in.started
         started[:] = [0] * len(started)  # a kept pool's flags still hold the last pass's
-        with _signals_held():  # the submits start the workers
-            futures = [
-                run_in.executor.submit(_run_marked, fn, i, t, opts) for i, t in enumerate(tasks)
-            ]
+        futures: list[Future] = []
         try:
+            with _ctrl_c_held():  # the submits start the workers
+                for i, t in enumerate(tasks):
+                    futures.append(run_in.executor.submit(_run_marked, fn, i, t, opts))
             for t, fut in zip(tasks, futures):
                 try:
                     res = fut.result()
@@ -93,11 +93,19 @@ def map_tasks(
                     ]
                     raise _worker_died(lost or [t]) from None
                 yield t, res
-        finally:
-            # Tasks not started are dropped, running ones finish (their markers stay valid).
+        except WorkerDied:
+            raise  # the executor fails every future itself: cancelling them too would race it
+        except Exception:
+            # A task failed: tasks not started are dropped, running ones finish (their markers
+            # stay valid).
             for fut in futures:
                 fut.cancel()
-            wait(futures)
+            raise
+        except BaseException:  # Ctrl-C, a kill, the run's consumer closing it
+            _stop_now(run_in.executor)
+            raise
+        finally:
+            _wait_all(run_in.executor, futures)
 
 
 def map_stream(
@@ -123,13 +131,13 @@ def map_stream(
     pool = ProcessPoolExecutor(
         workers, mp_context=ctx, initializer=_init_worker, initargs=(started,)
     )
-    if warm is not None:  # each submit finds no idle worker and spawns one
-        with _signals_held():
-            for _ in range(workers):
-                pool.submit(warm)
     running: dict[Future, tuple[Task, int]] = {}
     free, ended = list(range(slots - 1, -1, -1)), False
     try:
+        if warm is not None:  # each submit finds no idle worker and spawns one
+            with _ctrl_c_held():
+                for _ in range(workers):
+                    pool.submit(warm)
         while True:
             while free and not ended:  # the producer runs here while the workers parse
                 slot = free.pop()
@@ -138,7 +146,7 @@ def map_stream(
                     ended = True
                     break
                 try:
-                    with _signals_held():  # a submit may start a worker
+                    with _ctrl_c_held():  # a submit may start a worker
                         running[pool.submit(_run_in_slot, fn, slot, task, opts)] = (task, slot)
                 except BrokenProcessPool:  # a worker died since the last wait
                     raise _worker_died(_lost(running, started) or [task]) from None
@@ -153,26 +161,58 @@ def map_stream(
                 task, slot = running.pop(fut)
                 free.append(slot)
                 yield task, res
+    except WorkerDied:
+        raise  # the executor fails every future itself
+    except Exception:
+        for fut in running:  # tasks not started are dropped, running ones finish
+            fut.cancel()
+        raise
+    except BaseException:  # Ctrl-C, a kill, the run's consumer closing it
+        _stop_now(pool)
+        raise
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        _wait_all(pool, list(running))
+        pool.shutdown(wait=True)
 
 
-_HELD = (signal.SIGINT, signal.SIGTERM)
+def _wait_all(executor: ProcessPoolExecutor, futures: list[Future]) -> None:
+    """Wait for `futures` to be done; if the executor's manager thread is gone meanwhile (Python
+    3.11 stops it with InvalidStateError where a future was cancelled as a broken pool failed it:
+    a task's error and a group's kill at once), nothing will finish them: the workers go now."""
+    while wait(futures, timeout=0.5).not_done:
+        thread = getattr(executor, "_executor_manager_thread", None)
+        if thread is None or not thread.is_alive():
+            _stop_now(executor)
+            return
+
+
+def _stop_now(executor: ProcessPoolExecutor) -> None:
+    """End a run's workers at once (a stopped run keeps its finished tasks; a killed task's output
+    is only a temporary file, which the rerun removes), and then the executor, without cancelling
+    its futures: the executor fails them all, broken. Cancelling them here raced the executor's
+    own failing of a pool broken by the same stop (a group's SIGTERM kills the workers too): on
+    Python 3.11 a future both cancelled and failed stops its manager thread (InvalidStateError),
+    and the run then waited forever on a worker left alive (2 of 6 tries)."""
+    processes = getattr(executor, "_processes", None) or {}  # the executor's own, by pid
+    for process in list(processes.values()):
+        process.kill()
+    executor.shutdown(wait=True, cancel_futures=False)
 
 
 @contextmanager
-def _signals_held() -> Iterator[None]:
-    """Within it (on the main thread), SIGINT and SIGTERM wait instead of arriving; a worker process
-    started here inherits the blocked mask through its exec and never receives them. One that
-    arrives meanwhile is delivered to the command when the block ends, as KeyboardInterrupt (or
-    the command's SIGTERM handler), a moment late, not lost."""
+def _ctrl_c_held() -> Iterator[None]:
+    """Within it (on the main thread), SIGINT waits instead of arriving; a worker process started
+    here inherits the blocked mask through its exec and never receives it. One that arrives
+    meanwhile reaches the command as KeyboardInterrupt when the block ends, a moment late, not
+    lost. Not SIGTERM: the executor stops the workers of a broken pool with it, and a worker that
+    held it ran on, its run gone."""
     if (
         not hasattr(signal, "pthread_sigmask")
         or threading.current_thread() is not threading.main_thread()
     ):
         yield
         return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:

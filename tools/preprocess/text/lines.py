@@ -69,14 +69,18 @@ def count_range_lines(path: Path, start: int, end: int, block: int = 1 << 24) ->
         return 0
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         data = np.frombuffer(mm, dtype=np.uint8)
-        if AVAILABLE:  # one compiled pass, no [block] bool temporary
-            n = int(count_newlines(data[start:end]))
-        else:
-            n = sum(
-                int(np.count_nonzero(data[a : min(a + block, end)] == 10))
-                for a in range(start, end, block)
-            )
-        del data  # the mapping cannot close while a view of it is alive
+        try:
+            if AVAILABLE:  # one compiled pass, no [block] bool temporary
+                n = int(count_newlines(data[start:end]))
+            else:
+                n = sum(
+                    int(np.count_nonzero(data[a : min(a + block, end)] == 10))
+                    for a in range(start, end, block)
+                )
+        finally:
+            # The mapping cannot close while a view of it is alive: on a Ctrl-C mid-count too,
+            # else its BufferError replaced the KeyboardInterrupt (a traceback, exit 1).
+            del data
     return n
 
 

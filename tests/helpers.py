@@ -13,6 +13,8 @@ import os
 import re
 import signal
 import subprocess
+import sys
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -405,3 +407,27 @@ def final_step_counters(run_dir: Path) -> dict[str, int]:
     final_weights(run_dir)  # writes final.pt, the whole checkpoint
     state = torch.load(run_dir / "final.pt", weights_only=False)["fused_optim"]
     return {t: int(c.item()) for t, c in state.get("step_counters", {}).items()}
+
+
+def start_cli_job(args: list[str], tmpdir: Path, stdout: int = subprocess.PIPE) -> subprocess.Popen:
+    """`shardrec ARGS` as a shell starts a job: in a process group (session) of its own, its
+    temporary folders under `tmpdir` (TMPDIR), stderr read as text."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "shardrec.tools.cli", *args],
+        start_new_session=True,
+        env={**os.environ, "TMPDIR": str(tmpdir)},
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for_ranks(job: subprocess.Popen, ranks, count: int = 2, timeout_s: float = 120) -> list:
+    """`ranks()` (the job's rank processes) once it lists `count`, the job still running."""
+    deadline = time.monotonic() + timeout_s
+    found: list = []
+    while len(found) < count:
+        assert job.poll() is None and time.monotonic() < deadline, "its ranks never ran"
+        time.sleep(0.05)
+        found = ranks()
+    return found

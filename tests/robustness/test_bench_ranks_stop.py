@@ -10,11 +10,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-from helpers import Proc, kill_session, processes
+from helpers import Proc, kill_session, processes, start_cli_job, wait_for_ranks
 
 RANK_MODULE = b"shardrec.tools.bench.train.train_bench"
 TORCH_FOLDERS = ("torchinductor_",)
@@ -41,22 +40,15 @@ def _running(ranks: list[Proc]) -> list[int]:
 def test_a_killed_bench_train_ends_its_ranks_and_removes_its_data_in_one_line(
     tmp_path: Path,
 ) -> None:
-    job = subprocess.Popen(
-        [sys.executable, "-m", "shardrec.tools.cli", "bench", "train", "--model", "demo",
-         "--steps", "2", "--rounds", "1", "--quality-steps", "2"],
-        start_new_session=True,
-        env={**os.environ, "TMPDIR": str(tmp_path)},  # where its temporary folders go
+    job = start_cli_job(
+        ["bench", "train", "--model", "demo", "--steps", "2", "--rounds", "1",
+         "--quality-steps", "2"],
+        tmp_path,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
     )  # fmt: skip
     ranks: list[Proc] = []
     try:
-        deadline = time.monotonic() + 120
-        while len(ranks) < 2:  # both ranks run
-            assert job.poll() is None and time.monotonic() < deadline, "its ranks never ran"
-            time.sleep(0.05)
-            ranks = _ranks(job.pid)
+        ranks = wait_for_ranks(job, lambda: _ranks(job.pid))
         os.kill(job.pid, signal.SIGTERM)  # a `kill`: the benchmark alone
         job.wait(timeout=60)
         time.sleep(0.2)  # what the benchmark signalled last has had time to go

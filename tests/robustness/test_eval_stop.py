@@ -12,14 +12,11 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 from conftest import write_tiny_dataset
-from helpers import Proc, kill_session, processes
+from helpers import Proc, kill_session, processes, start_cli_job, wait_for_ranks
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "run-killed-at-step-6"
 """A run of 2 ranks with one checkpoint, step 4."""
@@ -51,22 +48,13 @@ def test_a_stopped_eval_ends_its_ranks_and_removes_its_folder_in_one_line(
     shutil.copytree(FIXTURE, run)
     write_tiny_dataset(data)
     tmp.mkdir()
-    job = subprocess.Popen(
-        [sys.executable, "-m", "shardrec.tools.cli", "eval", str(run), "--data", str(data),
-         "--split", "val", "--device", "cpu", "--nproc-per-node", "2"],
-        start_new_session=True,  # a process group of its own, as a shell starts a job
-        env={**os.environ, "TMPDIR": str(tmp)},  # where its temporary folder goes
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    job = start_cli_job(
+        ["eval", str(run), "--data", str(data), "--split", "val", "--device", "cpu",
+         "--nproc-per-node", "2"],
+        tmp,
     )  # fmt: skip
-    ranks: list[Proc] = []
     try:
-        deadline = time.monotonic() + 120
-        while len(ranks) < 2:  # both ranks started (and still starting up)
-            assert job.poll() is None and time.monotonic() < deadline, "its ranks never ran"
-            time.sleep(0.05)
-            ranks = _ranks(tmp)
+        wait_for_ranks(job, lambda: _ranks(tmp))  # both started (and still starting up)
         if how == "ctrl-c":  # a terminal's Ctrl-C, or `timeout -s INT`: the whole process group
             os.killpg(job.pid, signal.SIGINT)
         else:  # `kill -INT PID`, `kill PID`: the launcher alone

@@ -15,7 +15,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from shardrec.dataloader.util.locks import WORK_DIR
 from shardrec.tools.preprocess import cpu_stages
@@ -34,7 +34,7 @@ from shardrec.tools.preprocess.kept_rows import (
     summarize,
     write_manifest,
 )
-from shardrec.tools.preprocess.parse.text_parser import choose_parser
+from shardrec.tools.preprocess.parse.text_parser import TextParser, choose_parser
 from shardrec.tools.preprocess.pool import Pool, map_tasks, shared_pool
 from shardrec.tools.preprocess.settings import (
     PreprocessConfig,
@@ -92,10 +92,10 @@ class CheckedInputs:
     (a missing input, a spec its files do not match, a --raw-ids name no feature has) leaves no
     folder, and the corrected command does not find one holding a run "with other settings"."""
 
-    files: list
+    files: list[Path]
     layout: str
-    parser: Any
-    dense_transform: Any
+    parser: TextParser
+    dense_transform: str
     cardinalities: tuple[int, ...]
 
 

@@ -80,7 +80,7 @@ def map_tasks(
         started = run_in.started
         started[:] = [0] * len(started)  # a kept pool's flags still hold the last pass's
         futures: list[Future] = []
-        try:
+        with _ending(run_in.executor, lambda: futures):
             with _ctrl_c_held():  # the submits start the workers
                 for i, t in enumerate(tasks):
                     futures.append(run_in.executor.submit(_run_marked, fn, i, t, opts))
@@ -93,19 +93,6 @@ def map_tasks(
                     ]
                     raise _worker_died(lost or [t]) from None
                 yield t, res
-        except WorkerDied:
-            raise  # the executor fails every future itself: cancelling them too would race it
-        except Exception:
-            # A task failed: tasks not started are dropped, running ones finish (their markers
-            # stay valid).
-            for fut in futures:
-                fut.cancel()
-            raise
-        except BaseException:  # Ctrl-C, a kill, the run's consumer closing it
-            _stop_now(run_in.executor)
-            raise
-        finally:
-            _wait_all(run_in.executor, futures)
 
 
 def map_stream(
@@ -134,45 +121,59 @@ def map_stream(
     running: dict[Future, tuple[Task, int]] = {}
     free, ended = list(range(slots - 1, -1, -1)), False
     try:
-        if warm is not None:  # each submit finds no idle worker and spawns one
-            with _ctrl_c_held():
-                for _ in range(workers):
-                    pool.submit(warm)
-        while True:
-            while free and not ended:  # the producer runs here while the workers parse
-                slot = free.pop()
-                task = produce(slot)
-                if task is None:
-                    ended = True
-                    break
-                try:
-                    with _ctrl_c_held():  # a submit may start a worker
-                        running[pool.submit(_run_in_slot, fn, slot, task, opts)] = (task, slot)
-                except BrokenProcessPool:  # a worker died since the last wait
-                    raise _worker_died(_lost(running, started) or [task]) from None
-            if not running:
-                return
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
-            for fut in sorted(done, key=lambda f: running[f][0].index):
-                try:
-                    res = fut.result()
-                except BrokenProcessPool:
-                    raise _worker_died(_lost(running, started) or [running[fut][0]]) from None
-                task, slot = running.pop(fut)
-                free.append(slot)
-                yield task, res
+        with _ending(pool, lambda: list(running)):
+            if warm is not None:  # each submit finds no idle worker and spawns one
+                with _ctrl_c_held():
+                    for _ in range(workers):
+                        pool.submit(warm)
+            while True:
+                while free and not ended:  # the producer runs here while the workers parse
+                    slot = free.pop()
+                    task = produce(slot)
+                    if task is None:
+                        ended = True
+                        break
+                    try:
+                        with _ctrl_c_held():  # a submit may start a worker
+                            running[pool.submit(_run_in_slot, fn, slot, task, opts)] = (task, slot)
+                    except BrokenProcessPool:  # a worker died since the last wait
+                        raise _worker_died(_lost(running, started) or [task]) from None
+                if not running:
+                    return
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for fut in sorted(done, key=lambda f: running[f][0].index):
+                    try:
+                        res = fut.result()
+                    except BrokenProcessPool:
+                        raise _worker_died(_lost(running, started) or [running[fut][0]]) from None
+                    task, slot = running.pop(fut)
+                    free.append(slot)
+                    yield task, res
+    finally:
+        pool.shutdown(wait=True)
+
+
+@contextmanager
+def _ending(executor: ProcessPoolExecutor, futures: Callable[[], list[Future]]) -> Iterator[None]:
+    """How a pass over `executor` ends, with `futures()` its tasks' futures then:
+    - a task failed: tasks not started are dropped, running ones finish (their markers stay valid);
+    - a worker died (WorkerDied): the executor fails every future itself; cancelling them too would
+      race it;
+    - Ctrl-C, a kill, or the pass's consumer closing it: the workers go at once (`_stop_now`).
+    Either way it returns once every future is done."""
+    try:
+        yield
     except WorkerDied:
-        raise  # the executor fails every future itself
+        raise
     except Exception:
-        for fut in running:  # tasks not started are dropped, running ones finish
+        for fut in futures():
             fut.cancel()
         raise
-    except BaseException:  # Ctrl-C, a kill, the run's consumer closing it
-        _stop_now(pool)
+    except BaseException:
+        _stop_now(executor)
         raise
     finally:
-        _wait_all(pool, list(running))
-        pool.shutdown(wait=True)
+        _wait_all(executor, futures())
 
 
 def _wait_all(executor: ProcessPoolExecutor, futures: list[Future]) -> None:

@@ -37,7 +37,7 @@ import json
 import os
 import stat
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -95,6 +95,17 @@ class Part:
         read-ahead want them all)."""
         address = (self.offset_addresses if offsets else self.addresses).get(name)
         return array.ctypes.data if address is None else address
+
+    def plain(self) -> Part:
+        """The part with plain ndarray views of its maps: np.memmap results pay subclass
+        bookkeeping on every indexing (the same memory, so the addresses hold)."""
+        return replace(
+            self,
+            labels=np.asarray(self.labels),
+            dense=np.asarray(self.dense),
+            sparse={k: np.asarray(v) for k, v in self.sparse.items()},
+            offsets={k: np.asarray(v) for k, v in self.offsets.items()},
+        )
 
 
 def _id_dtype(feature: SparseFeature) -> np.dtype:

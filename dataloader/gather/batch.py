@@ -3,15 +3,13 @@
 Per batch the work is one gather per column (memory-mapped, so only the rows asked for are read),
 written straight into a preallocated int64 values array for all sparse features, and one
 `torch.from_numpy` per tensor. The labels, dense rows and one-hot ids are written into the memory of
-batches the consumer has let go of (util/buffer_pool.py): fresh arrays cost glibc's page faults and
-zeroing, up to 0.36 s of system CPU per 2,048 Criteo batches, unevenly from round to round. The
+batches the consumer has let go of (batch_memory.py). The
 gathers are the numba kernels of gather_kernels.py (one pass: read, cast, write in place; rows of
 several parts in one in-order pass per column); without numba, or with `compiled=False`, numpy's
 `np.take` per part plus casting copies do the same (the unit tests hold both to identical batches).
 Consecutive rows (no shuffle) are copied as slices either way. Rows of many parts are located and
-their ids read by many_parts.py; the numpy paths go part by part (row_groups.py). One-hot features
-share a cached all-ones lengths tensor, as torchrec's own Criteo pipe does, so the KeyedJaggedTensor
-needs no sync.
+their ids read by many_parts.py; the numpy paths go part by part (row_groups.py). kjts.py makes
+the KeyedJaggedTensors.
 """
 
 from __future__ import annotations
@@ -33,39 +31,21 @@ from shardrec.dataloader.format.part_cache import PartSet, part_rows
 from shardrec.dataloader.format.part_file import Part
 from shardrec.dataloader.gather import gather_kernels as kernels
 from shardrec.dataloader.gather.addresses import ColumnLayout, HeldParts
+from shardrec.dataloader.gather.batch_memory import BatchMemory
+from shardrec.dataloader.gather.kjts import KjtMaker
 from shardrec.dataloader.gather.many_parts import PartLocator, take_ids_of_parts
-from shardrec.dataloader.gather.row_groups import Groups, group_located, group_rows
+from shardrec.dataloader.gather.row_groups import (
+    Groups,
+    consecutive,
+    group_located,
+    group_rows,
+    jagged_values,
+    whole_rows,
+)
 from shardrec.dataloader.multihot.multihot_tables import IndexTables
-from shardrec.dataloader.util.buffer_pool import BufferPool
 
 PAD_LABEL = -1.0
 """Label of padding rows (tail="pad"): the trainer masks label < 0 out of loss and metrics."""
-IDS_POOL_BYTES = 128 << 20
-"""Memory of released batches' one-hot ids a gatherer keeps for its next gathers (buffer_pool.py):
-~9 gathers of Criteo-shaped batches (8 x 8192 rows x 26 ids, 13.6 MB). The pools keep what was
-in flight at once (prefetch runs per worker x workers + 1), below these caps; a gather larger
-than a cap (a very large `gather_rows`) is allocated afresh each time."""
-DENSE_POOL_BYTES = 32 << 20
-"""The same for dense rows (8 x 8192 rows x 13 float32, 3.4 MB a gather)."""
-LABELS_POOL_BYTES = 4 << 20
-"""The same for labels (8 x 8192 float32, 0.26 MB a gather)."""
-
-
-def consecutive(rows: np.ndarray) -> bool:
-    """Whether rows are r, r + 1, r + 2, ... (a slice of the stream without shuffle)."""
-    n = len(rows)
-    return n > 0 and int(rows[-1]) - int(rows[0]) == n - 1 and bool(np.all(np.diff(rows) == 1))
-
-
-def whole_rows(column: np.ndarray, out: np.ndarray) -> bool:
-    """Whether each row of a 2-d `column` is one of `out`'s rows byte for byte (same dtype, each
-    row's values contiguous in both), so that rows can be copied whole."""
-    return (
-        column.dtype == out.dtype
-        and column.strides[1] == column.itemsize
-        and out.flags.c_contiguous
-        and column.shape[1:] == out.shape[1:]
-    )
 
 
 class BatchGatherer:
@@ -86,9 +66,8 @@ class BatchGatherer:
         `parts`: a PartSet (maps parts as they are used, a bounded number at a time) or a list."""
         if not len(parts):
             raise ValueError("a split needs at least one part")
-        # Plain ndarray views of the maps: np.memmap results pay subclass bookkeeping per call
-        # (a PartSet's maps are plain arrays already).
-        self.parts = parts if isinstance(parts, PartSet) else [_plain(p) for p in parts]
+        # Plain ndarray views of the maps (a PartSet's are already).
+        self.parts = parts if isinstance(parts, PartSet) else [p.plain() for p in parts]
         self.feature_names = list(feature_names)
         self.multi_hot = set(multi_hot)
         self.modulo = dict(modulo or {})
@@ -104,14 +83,11 @@ class BatchGatherer:
         rows = part_rows(parts)
         self._part_starts = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
         self._locator = PartLocator(self._part_starts, rows)
-        self._index_per_key = {k: i for i, k in enumerate(self.feature_names)}
-        self._ones = torch.ones(0, dtype=torch.int32)
-        self._floats = BufferPool(np.float32, LABELS_POOL_BYTES)
-        self._floats_dense = BufferPool(np.float32, DENSE_POOL_BYTES)
-        self._ids = BufferPool(np.int64, IDS_POOL_BYTES)
+        self.memory = BatchMemory(self.num_dense, len(self.feature_names))
         self.compiled = kernels.AVAILABLE if compiled is None else compiled
         if self.compiled and not kernels.AVAILABLE:
             raise ValueError("compiled gathers need numba, which does not import here")
+        self.kjts = KjtMaker(self.feature_names, index_tables, self.compiled)
         # Per gathering thread (prefetch workers gather at once), the parts its gathers hold and
         # their columns' data addresses, for the kernels that read rows of several parts.
         self._held = threading.local()
@@ -209,21 +185,6 @@ class BatchGatherer:
         if int(hi) >= limit:
             raise bad_id_error(self.parts, self._part_starts, name, values, rows)
 
-    def _labels_dense(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Uninitialised labels [n] and dense rows [n, num_dense] for a gather, in memory of batches
-        nobody holds any more (buffer_pool.py)."""
-        dense = self._floats_dense.take(n * self.num_dense).reshape(n, self.num_dense)
-        return self._floats.take(n), dense
-
-    def _values(self, count: int, b: int) -> np.ndarray:
-        """Uninitialised one-hot ids [count, features, b] for a gather, recycled as `_labels_dense`."""
-        return self._ids.take(count * len(self.feature_names) * b).reshape(count, -1, b)
-
-    def _ones_lengths(self, n: int) -> torch.Tensor:
-        if len(self._ones) < n:
-            self._ones = torch.ones(n, dtype=torch.int32)
-        return self._ones[:n]
-
     def _take(self, groups: Groups, n: int, get) -> np.ndarray:
         """One column of the rows, in the column's own dtype."""
         if len(groups.parts) == 1:
@@ -256,12 +217,12 @@ class BatchGatherer:
                 slices, *self._gather_located(self._locator.locate(rows), count, b, rows)
             )
         groups = group_rows(rows, self._part_starts, first_last, self.compiled)
-        labels, dense = self._labels_dense(n)
+        labels, dense = self.memory.labels_dense(n)
         labels = self._column(groups, n, lambda p: p.labels, labels)
         dense = self._column(groups, n, lambda p: p.dense, dense)
         if self.multi_hot:
             kjts = [
-                self._kjt(
+                self.kjts.make(
                     *self._jagged(
                         group_rows(r, self._part_starts, self._part_range(r), self.compiled), b, r
                     ),
@@ -270,7 +231,7 @@ class BatchGatherer:
                 for r, _ in slices
             ]
         else:
-            values = self._values(count, b)
+            values = self.memory.ids(count, b)
             # Rows of one part: the kernels, a gather in shuffled order, a cast copy of consecutive
             # rows (several parts went to _gather_located).
             compiled = self.compiled and len(groups.parts) == 1
@@ -291,7 +252,7 @@ class BatchGatherer:
                 self._check_ids(name, values[:, f, :], rows, source=taken)
                 if name in self.modulo:
                     np.remainder(values[:, f, :], self.modulo[name], out=values[:, f, :])
-            kjts = self._one_hot_kjts(values, b)
+            kjts = self.kjts.one_hot(values, b)
         return self._batches(slices, labels, dense, kjts)
 
     def _batches(
@@ -331,8 +292,8 @@ class BatchGatherer:
         starts = self._part_starts
         numbers = [p for p in range(first, last + 1) if starts[p + 1] > starts[p]]  # not empty
         held = self._hold(numbers)
-        labels, dense = self._labels_dense(n)
-        values = self._values(count, b)
+        labels, dense = self.memory.labels_dense(n)
+        values = self.memory.ids(count, b)
         highest = np.zeros(len(self.feature_names), np.uint64)
         pos = 0
         for p, part in zip(numbers, held):
@@ -350,7 +311,7 @@ class BatchGatherer:
             else:
                 self._check_ids(name, values[:, f, :], rows, int(highest[f]))
         del held  # the parts may be unmapped from here on
-        return labels, dense, self._one_hot_kjts(values, b)
+        return labels, dense, self.kjts.one_hot(values, b)
 
     def _gather_located(
         self, located: tuple[np.ndarray, np.ndarray], count: int, b: int, rows: np.ndarray
@@ -368,7 +329,7 @@ class BatchGatherer:
         def fallback() -> Groups:  # numpy, part by part (layouts differ, or float16)
             return group_located(part_of, local)
 
-        labels, dense = self._labels_dense(n)
+        labels, dense = self.memory.labels_dense(n)
         if same[0]:
             kernels.take_values_parts(
                 layout.like[0], addresses[0], int(layout.strides[0]), *keys, labels
@@ -390,7 +351,7 @@ class BatchGatherer:
                 )
         else:
             self._column(fallback(), n, lambda p: p.dense, dense)
-        values = self._values(count, b)
+        values = self.memory.ids(count, b)
         names = self.feature_names
         compiled = [f for f in range(len(names)) if same[f + 2]]
         if compiled:
@@ -407,7 +368,7 @@ class BatchGatherer:
             if name in self.modulo:
                 np.remainder(values[:, f, :], self.modulo[name], out=values[:, f, :])
         self._held_parts()  # parts unmapped meanwhile (a bound, the stream left a group): let go
-        return labels, dense, self._one_hot_kjts(values, b)
+        return labels, dense, self.kjts.one_hot(values, b)
 
     def _hold(self, numbers: list[int]) -> list[Part]:
         """Parts `numbers`, mapped (a PartSet's under one lock)."""
@@ -435,7 +396,7 @@ class BatchGatherer:
                 starts, ends = np.take(off, local), np.take(off, local + 1)
                 lens[slice(None) if where is None else where] = ends - starts
                 chunks[i] = (self.parts[p].sparse[name], starts, ends - starts)
-            pieces.append(_jagged_values(groups, chunks, lens))
+            pieces.append(jagged_values(groups, chunks, lens))
             limit = self.limits.get(name)
             if limit and len(pieces[-1]) and int(pieces[-1].view(np.uint64).max()) >= limit:
                 raise bad_jagged_id_error(self.parts, list(zip(groups.parts, groups.local)), name)
@@ -449,63 +410,3 @@ class BatchGatherer:
                     seg = values[bounds[f] : bounds[f + 1]]
                     np.remainder(seg, self.modulo[name], out=seg)
         return values, lengths
-
-    def _one_hot_kjts(self, values: np.ndarray, b: int) -> list[KeyedJaggedTensor]:
-        """One KeyedJaggedTensor per slice of one-hot ids [slices, features, b]; with index
-        tables, each id becomes its table row (ids feature-major, as a materialised dataset's)."""
-        if self.index_tables is None:
-            return [self._kjt(v.reshape(-1), None, b) for v in values]
-        return [self._kjt(*self.index_tables.expand_batch(v, self.compiled), b) for v in values]
-
-    def _kjt(self, values: np.ndarray, lengths: np.ndarray | None, n: int) -> KeyedJaggedTensor:
-        nf = len(self.feature_names)
-        if lengths is None:
-            # One-hot: every per-key length and offset is known, so no tensor sync is needed.
-            return KeyedJaggedTensor(
-                keys=self.feature_names,
-                values=torch.from_numpy(values),
-                lengths=self._ones_lengths(nf * n),
-                stride=n,
-                length_per_key=[n] * nf,
-                offset_per_key=[n * i for i in range(nf + 1)],
-                index_per_key=self._index_per_key,
-            )
-        per_key = lengths.reshape(nf, n).sum(axis=1)
-        return KeyedJaggedTensor(
-            keys=self.feature_names,
-            values=torch.from_numpy(values),
-            lengths=torch.from_numpy(lengths),
-            stride=n,
-            length_per_key=per_key.tolist(),
-            offset_per_key=np.concatenate([[0], np.cumsum(per_key)]).tolist(),
-            index_per_key=self._index_per_key,
-        )
-
-
-def _plain(part: Part) -> Part:
-    return Part(
-        part.path,
-        part.rows,
-        np.asarray(part.labels),
-        np.asarray(part.dense),
-        {k: np.asarray(v) for k, v in part.sparse.items()},
-        {k: np.asarray(v) for k, v in part.offsets.items()},
-        part.limits,
-    )
-
-
-def _jagged_values(groups: Groups, chunks: list, lens: np.ndarray) -> np.ndarray:
-    """The ids of a multi-hot feature for the slice, row by row in slice order, as int64."""
-    # Position of each slice row's first id in the output.
-    out_starts = np.concatenate([[0], np.cumsum(lens, dtype=np.int64)[:-1]])
-    out = np.empty(int(lens.sum()), np.int64)
-    for (ids, starts, count), where in zip(chunks, groups.where):
-        dst = out_starts if where is None else out_starts[where]
-        total = int(count.sum())
-        if total == 0:
-            continue
-        # Source and destination index of every id, without a loop over rows.
-        shift = np.repeat(np.cumsum(count) - count, count)
-        k = np.arange(total, dtype=np.int64) - shift
-        out[np.repeat(dst, count) + k] = np.take(ids, np.repeat(starts, count) + k)
-    return out

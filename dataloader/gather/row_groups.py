@@ -2,7 +2,8 @@
 multi-hot ones) go through, part by part, where the many-parts kernels (many_parts.py) do not.
 
 Consecutive rows of a part (no shuffle) are noted as a span, so they are read as a slice (a
-memcpy), not gathered.
+memcpy), not gathered. Also the tests the gatherer picks its path by (`consecutive`, `whole_rows`)
+and the multi-hot values of a slice (`jagged_values`).
 """
 
 from __future__ import annotations
@@ -78,3 +79,37 @@ def group_located(part_of: np.ndarray, local: np.ndarray) -> Groups:
     bounds = np.concatenate([[0], np.cumsum(counts)])
     wheres = [order[a:z] for a, z in zip(bounds[:-1], bounds[1:])]
     return Groups(used.tolist(), [local[w] for w in wheres], wheres)
+
+
+def consecutive(rows: np.ndarray) -> bool:
+    """Whether rows are r, r + 1, r + 2, ... (a slice of the stream without shuffle)."""
+    n = len(rows)
+    return n > 0 and int(rows[-1]) - int(rows[0]) == n - 1 and bool(np.all(np.diff(rows) == 1))
+
+
+def whole_rows(column: np.ndarray, out: np.ndarray) -> bool:
+    """Whether each row of a 2-d `column` is one of `out`'s rows byte for byte (same dtype, each
+    row's values contiguous in both), so that rows can be copied whole."""
+    return (
+        column.dtype == out.dtype
+        and column.strides[1] == column.itemsize
+        and out.flags.c_contiguous
+        and column.shape[1:] == out.shape[1:]
+    )
+
+
+def jagged_values(groups: Groups, chunks: list, lens: np.ndarray) -> np.ndarray:
+    """The ids of a multi-hot feature for the slice, row by row in slice order, as int64."""
+    # Position of each slice row's first id in the output.
+    out_starts = np.concatenate([[0], np.cumsum(lens, dtype=np.int64)[:-1]])
+    out = np.empty(int(lens.sum()), np.int64)
+    for (ids, starts, count), where in zip(chunks, groups.where):
+        dst = out_starts if where is None else out_starts[where]
+        total = int(count.sum())
+        if total == 0:
+            continue
+        # Source and destination index of every id, without a loop over rows.
+        shift = np.repeat(np.cumsum(count) - count, count)
+        k = np.arange(total, dtype=np.int64) - shift
+        out[np.repeat(dst, count) + k] = np.take(ids, np.repeat(starts, count) + k)
+    return out

@@ -107,3 +107,18 @@ def test_plan_past_hbm_shows_kernels_caches_and_hit_rates(
     res = runner.invoke(app, args + ["--memory-gib", "0.001"])
     assert res.exit_code == 1
     assert "needs" in res.output and "of HBM" in res.output and "short" in res.output
+
+
+@pytest.mark.parametrize("stop, code", [(KeyboardInterrupt, 130), ("kill", 143)])
+def test_a_stopped_replay_ends_in_one_line(monkeypatch, tmp_path: Path, stop, code) -> None:
+    # Ctrl-C, or a kill (SIGTERM, raised as common.Terminated), while the caches replay.
+    from shardrec.tools.bench.plan import hitrate_bench
+    from shardrec.tools.cli.common import Terminated
+
+    def stopped(*args, **kwargs):
+        raise Terminated if stop == "kill" else stop
+
+    monkeypatch.setattr(hitrate_bench, "run_hitrate", stopped)
+    res = runner.invoke(app, ["bench", "hitrate", "--data", str(tmp_path)])
+    assert res.exit_code == code, res.output
+    assert res.output.splitlines() == ["interrupted: nothing measured"]

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from shardrec.tools.cli.bench.options import JsonFlag, show
+from shardrec.tools.cli.bench.options import JsonFlag, show, stops_in_one_line
 from shardrec.tools.cli.common import fail
 
 
@@ -46,4 +46,4 @@ def hitrate(
 
 
 def register(bench_app: typer.Typer) -> None:
-    bench_app.command("hitrate")(hitrate)
+    bench_app.command("hitrate")(stops_in_one_line(hitrate))

@@ -214,3 +214,20 @@ def test_a_checkpoint_of_an_earlier_day_evaluates_and_exports_on_that_days_data(
         out = cli("export", "moved", "--checkpoint", day0, "--out", "m.safetensors", ok=False)
     assert_one_line_error(out, gone)
     assert not (root / "m.safetensors").exists()
+
+
+def test_predict_names_the_file_and_line_of_a_raw_id_that_marks_an_empty_field(
+    flow: dict,
+) -> None:
+    root = flow["root"]
+    lines = (root / "raw" / "day_2").read_text().splitlines()[:3]
+    fields = lines[1].split("\t")
+    fields[14] = "8000000000000000"  # C1
+    bad = root / "bad63.txt"
+    bad.write_text("\n".join([lines[0], "\t".join(fields), lines[2]]) + "\n")
+    with contextlib.chdir(root):
+        result = cli("predict", "g.safetensors", "bad63.txt", "--out", "bad.txt", ok=False)
+    assert_one_line_error(
+        result, r"^error: bad63\.txt:2: C1: 8000000000000000 \(this raw id marks an empty field"
+    )
+    assert not (root / "bad.txt").exists()

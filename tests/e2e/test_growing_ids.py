@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import torch
 from helpers import assert_one_line_error, cli, final_weights
+from safetensors import safe_open
 
 from shardrec.dataloader.format.manifest import Manifest
 
@@ -169,3 +170,64 @@ def test_a_day_killed_midway_resumes_bit_for_bit_and_bad_continuations_are_refus
             cli("train", "--out-dir", "killed", "--continue-on", "other-data", *two, ok=False),
             r"feature C1: 1,000 rows here, raw ids in the data killed trained on",
         )
+
+
+@pytest.mark.slow
+def test_a_checkpoint_of_an_earlier_day_evaluates_and_exports_on_that_days_data(
+    flow: dict,
+) -> None:
+    root = flow["root"]
+    stretches = json.loads((root / "runs" / "g" / "stretches.json").read_text())["stretches"]
+    day0, day1 = stretches[0]["last_step"], stretches[1]["last_step"]
+    evals = [
+        json.loads(line)
+        for line in (root / "runs" / "g" / "metrics.jsonl").read_text().splitlines()
+        if '"eval"' in line
+    ]
+    (own,) = [r["auc"] for r in evals if r["step"] == day1 and r.get("final")]
+    done = run(["shardrec", "eval", "runs/g", "--checkpoint", str(day1)], root)
+    # The run's own evaluation at the end of day 1, on day 1's test split.
+    assert f"on test of {root / 'days' / '1'} " in done.stdout
+    assert re.findall(r"AUC (\d\.\d{6})", done.stdout) == [f"{own:.6f}"]
+    with contextlib.chdir(root):
+        cli("export", "runs/g", "--checkpoint", day0, "--out", "g0.safetensors")
+        cli(
+            "export", "runs/g", "--checkpoint", day0, "--out", "g0d.safetensors", "--data", "days/0"
+        )
+    with (
+        safe_open(root / "g0.safetensors", "pt") as a,
+        safe_open(root / "g0d.safetensors", "pt") as b,
+    ):
+        assert sorted(a.keys()) == sorted(b.keys())
+        assert all(torch.equal(a.get_tensor(k), b.get_tensor(k)) for k in a.keys())
+    # That day's data gone from where it trained: one line that names it and what to pass.
+    shutil.copytree(root / "runs" / "g", root / "moved", ignore=_lock)
+    stretches[0]["data"] = str(root / "gone")
+    (root / "moved" / "stretches.json").write_text(json.dumps({"stretches": stretches}))
+    gone = (
+        rf"checkpoint {day0} was taken in the stretch on .*gone \(steps 0-{day0}\), which is not "
+    )
+    gone += "a directory here: pass --data DIR"
+    done = run(["shardrec", "eval", "moved", "--checkpoint", str(day0)], root, ok=False)
+    assert_one_line_error(done, gone)
+    with contextlib.chdir(root):
+        out = cli("export", "moved", "--checkpoint", day0, "--out", "m.safetensors", ok=False)
+    assert_one_line_error(out, gone)
+    assert not (root / "m.safetensors").exists()
+
+
+def test_predict_names_the_file_and_line_of_a_raw_id_that_marks_an_empty_field(
+    flow: dict,
+) -> None:
+    root = flow["root"]
+    lines = (root / "raw" / "day_2").read_text().splitlines()[:3]
+    fields = lines[1].split("\t")
+    fields[14] = "8000000000000000"  # C1
+    bad = root / "bad63.txt"
+    bad.write_text("\n".join([lines[0], "\t".join(fields), lines[2]]) + "\n")
+    with contextlib.chdir(root):
+        result = cli("predict", "g.safetensors", "bad63.txt", "--out", "bad.txt", ok=False)
+    assert_one_line_error(
+        result, r"^error: bad63\.txt:2: C1: 8000000000000000 \(this raw id marks an empty field"
+    )
+    assert not (root / "bad.txt").exists()

@@ -268,6 +268,32 @@ def test_an_item_map_in_parquet_under_a_csv_name_is_refused_naming_its_extension
     assert line.isprintable()
 
 
+def test_a_csv_file_read_as_parquet_is_refused_naming_the_format_setting(tmp_path, log):
+    _, spec = _write(tmp_path, log, "parquet")
+    path = tmp_path / "events.csv"
+    pcsv.write_csv(log, path)  # CSV text, the spec's kind parquet
+    line = assert_one_line_error(
+        _preprocess(path, spec, tmp_path / "out"),
+        rf"^error: {re.escape(str(path))}: text, not a Parquet file \(\[format\] kind = "
+        rf'"parquet" in {re.escape(str(spec))}\); set kind = "csv" there for comma-separated '
+        r'text with a header \("tsv": tab-separated\)$',
+    )
+    assert line.isprintable()
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_an_item_map_in_csv_under_a_parquet_name_is_refused_naming_its_extension(tmp_path, log):
+    path, spec = _write(tmp_path, log, "parquet")
+    map_path = tmp_path / "artist_item_mapping.parquet"
+    pcsv.write_csv(pq.read_table(map_path), map_path)
+    assert_one_line_error(
+        _preprocess(path, spec, tmp_path / "out"),
+        rf"^error: {re.escape(str(map_path))}: text, not a Parquet file \(an item map is read "
+        r"by its extension\); name it \.csv or \.tsv \(items\.artist\.file in "
+        rf"{re.escape(str(spec))}\)$",
+    )
+
+
 def test_a_missing_item_map_file_is_refused_naming_its_spec_key(tmp_path, log):
     path, spec = _write(tmp_path, log, "parquet")
     spec.write_text(spec.read_text().replace("artist_item_mapping.parquet", "maps/artists.parquet"))

@@ -43,7 +43,8 @@ def eval_run(
         typer.Option(
             "--data",
             help="Evaluate on this dataset instead of the run's own (same features and cardinalities); "
-            "without it, data that changed since training is refused.",
+            "without it, data that changed since training is refused. A checkpoint of an earlier "
+            "stretch (`train --continue-on`) evaluates on that stretch's data.",
         ),
     ] = None,
     device: Annotated[
@@ -62,6 +63,7 @@ def eval_run(
         EvalRequest,
         check_request,
         trained_world_size,
+        with_stretch_data,
     )
 
     if nproc_per_node is not None and nproc_per_node < 1:
@@ -74,6 +76,7 @@ def eval_run(
             try:
                 defaulted = nproc_per_node is None
                 nproc_per_node = nproc_per_node or trained_world_size(run_dir)
+                request = with_stretch_data(request)
                 check_request(request, nproc_per_node, defaulted)
             except ValueError as e:
                 fail(str(e))
@@ -83,7 +86,7 @@ def eval_run(
     if json_out:
         print_json(metrics)
         return
-    on = f"{metrics['split']} of {data}" if data is not None else metrics["split"]
+    on = f"{metrics['split']} of {request.data}" if request.data is not None else metrics["split"]
     console.print(
         f"{run_dir} step {metrics['step']} on {on} ({metrics['world_size']} ranks, trained on "
         f"{metrics['trained_world_size']}): AUC {auc_text(metrics, 6)}  log loss {metrics['logloss']:.6f}  "

@@ -25,7 +25,8 @@ def export(
         Path | None,
         typer.Option(
             "--data",
-            help="The run's dataset where it is now, if it moved (default: the run's data.path); "
+            help="The run's dataset where it is now, if it moved (default: the run's data.path, or "
+            "for a checkpoint of an earlier stretch the data that stretch trained on); "
             "checked as `eval --data` checks it.",
         ),
     ] = None,

@@ -30,7 +30,7 @@ from shardrec.tools.preprocess.ids.vocab import load_vocabularies
 from shardrec.tools.preprocess.parse.criteo_text import REASONS, Schema
 from shardrec.tools.preprocess.parse.spec_parse import read_header
 from shardrec.tools.preprocess.parse.text_parser import TextParser, choose_parser
-from shardrec.tools.preprocess.parts.part_columns import NonFiniteDense
+from shardrec.tools.preprocess.parts.part_columns import NonFiniteDense, ReservedRawIdError
 from shardrec.tools.preprocess.raw_labels import (
     NO_LABEL,
     bad_row_line,
@@ -204,6 +204,8 @@ class RawRows:
             layout.append(cols, chunk, np.arange(chunk.rows), self.vocabs)
         except NonFiniteDense as e:
             raise non_finite_error(where(e.row), e, opts, scoring=True) from None
+        except ReservedRawIdError as e:  # rows are appended in order: its k is the chunk's row
+            raise ValueError(f"{where(e.k)}: {e}") from None
         one_hot = cols.columns(layout.one_hot)
         lists = dict(
             zip(

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shardrec.dataloader.format.fingerprints import dataset_fingerprint
+from shardrec.dataloader.format.fingerprints import dataset_fingerprint, older_fingerprints
 from shardrec.dataloader.format.manifest import Manifest
 from shardrec.sharding.plan.plan_file import load_plan
 from shardrec.trainer.distributed.devices import (
@@ -29,6 +29,7 @@ from shardrec.trainer.rundir.checkpoint.trust import (
     torn_checkpoint_message,
 )
 from shardrec.trainer.rundir.life import trained_data
+from shardrec.trainer.rundir.life.stretches import earlier_stretch_of, read_stretches
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,42 @@ def run_dataset(run_dir: Path, config: JobConfig, data: Path | None = None) -> M
             f"on this data all the same, pass --data {config.data.path}"
         )
     return manifest
+
+
+def stretch_data(run_dir: Path, step: int) -> Path | None:
+    """The data the checkpoint of `step` trained on where it was taken in an earlier stretch of a
+    run that went on (RUN/stretches.json), whose data is not the run's data.path; None for a
+    checkpoint of the current stretch. ValueError (one line) when that data is not there or
+    holds other data now: the run's data.path would be refused as another dataset."""
+    stretch = earlier_stretch_of(read_stretches(run_dir), step)
+    if stretch is None:
+        return None
+    taken = (
+        f"checkpoint {step} was taken in the stretch on {stretch.data} "
+        f"(steps {stretch.first_step}-{stretch.last_step})"
+    )
+    if not Path(stretch.data).is_dir():
+        raise ValueError(
+            f"{taken}, which is not a directory here: pass --data DIR, that data where it is now"
+        )
+    manifest = Manifest.load(stretch.data)
+    if stretch.fingerprint not in (dataset_fingerprint(manifest), *older_fingerprints(manifest)):
+        raise ValueError(
+            f"{taken}, which holds other data now (fingerprint {stretch.fingerprint[:12]}; the data "
+            f"there is {dataset_fingerprint(manifest)[:12]}): to use it all the same, pass "
+            f"--data {stretch.data}"
+        )
+    return Path(stretch.data)
+
+
+def with_stretch_data(request: EvalRequest) -> EvalRequest:
+    """The request on the data its checkpoint trained on, where that is an earlier stretch's
+    (stretch_data); an explicit --data is kept."""
+    if request.data is not None:
+        return request
+    step, _ = find_checkpoint(request.run_dir, request.step)
+    data = stretch_data(request.run_dir, step)
+    return request if data is None else dataclasses.replace(request, data=data)
 
 
 def _check_schema(run_dir: Path, data: Path, manifest: Manifest) -> None:

@@ -34,7 +34,12 @@ from shardrec.dataloader.format.manifest import Manifest
 from shardrec.dataloader.util.files import WriteError, atomic_open, write_error
 from shardrec.embeddings.dims import job_tables, table_specs
 from shardrec.sharding.machine.hardware import available_memory_bytes
-from shardrec.trainer.inference.eval_request import find_checkpoint, run_config, run_dataset
+from shardrec.trainer.inference.eval_request import (
+    find_checkpoint,
+    run_config,
+    run_dataset,
+    stretch_data,
+)
 from shardrec.trainer.inference.model_file import FORMAT, FORMAT_VERSION, META_KEY
 from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import JobConfig
@@ -304,12 +309,15 @@ def export_model(
     data: Path | None = None,
 ) -> dict[str, Any]:
     """Write the unsharded model of the run's checkpoint at `step` (None: the newest) to `out`;
-    `data`: the run's dataset where it is now (None: the run's data.path).
+    `data`: the run's dataset where it is now (None: the run's data.path, or for a checkpoint of
+    an earlier stretch the data that stretch trained on).
 
     Returns a summary (tensors, bytes, step). ValueError (one line) for a run or checkpoint
     that is not there, or a table larger than `memory_bytes` (default: the memory available).
     """
     found_step, checkpoint = find_checkpoint(run_dir, step)
+    if data is None:  # a checkpoint of an earlier stretch: the data it trained on
+        data = stretch_data(run_dir, found_step)
     header = model_header(run_dir, found_step, data)
     entries = _tensor_entries(checkpoint)  # verifies the checkpoint's files first
     check_checkpoint(checkpoint, run_dir, header, data)

@@ -30,6 +30,7 @@ from shardrec.tools.preprocess.events.log_text import (
     arrow_message,
     binary_content,
     field_count_line,
+    is_text,
 )
 
 
@@ -83,7 +84,7 @@ def _read_table(
 ):
     """The table of the columns `wanted` (spec key -> column name) of one file; `spec_path` None:
     the spec is a model's, which no one edits. `told`: where `kind` came from, and what to do when
-    the file is Parquet after all (for a refusal)."""
+    the file is in the other format after all, Parquet or text (for a refusal)."""
     import pyarrow as pa
     import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
@@ -105,6 +106,9 @@ def _read_table(
             with pcsv.open_csv(path, parse_options=options) as reader:
                 names = reader.schema.names
     except (OSError, pa.ArrowException) as e:
+        if kind == "parquet" and is_text(path):  # pyarrow would only say "magic bytes not found"
+            why, text_fix = told
+            raise EventLogError(f"{path}: text, not a Parquet file ({why}); {text_fix}") from None
         raise _unreadable(path, kind, e) from None
     for key, column in wanted.items():
         if column not in names:
@@ -195,7 +199,8 @@ def _item_map(spec_path: Path, name: str, entry: ItemMap) -> tuple[np.ndarray, n
         spec_path,
         (
             "an item map is read by its extension",
-            f"name it .parquet (items.{name}.file in {spec_path})",
+            f"name it {'.csv or .tsv' if kind == 'parquet' else '.parquet'} "
+            f"(items.{name}.file in {spec_path})",
         ),
     )
     source = _Source([path], np.array([table.num_rows]), kind != "parquet")
@@ -237,8 +242,13 @@ def read_event_log(
         assert spec_path is not None, "a model's spec comes with its maps"
         for name, entry in spec.items.items():
             _map_path(spec_path, name, entry)
+    other = (
+        'set kind = "csv" there for comma-separated text with a header ("tsv": tab-separated)'
+        if spec.format == "parquet"
+        else 'set kind = "parquet" there'
+    )
     told = (
-        (f'[format] kind = "{spec.format}" in {spec_path}', 'set kind = "parquet" there')
+        (f'[format] kind = "{spec.format}" in {spec_path}', other)
         if spec_path is not None
         else (
             f"the model's event spec reads {spec.format}",

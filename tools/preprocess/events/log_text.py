@@ -1,7 +1,7 @@
 """What a CSV/TSV file of an event log (or an item map) holds when pyarrow cannot read it, said in
-one line: a binary file (Parquet, most often) given as text, or the line whose field count is not
-the header's. pyarrow's own message has no line number and echoes the line's bytes; these read the
-file again, on the error path only.
+one line: a binary file (Parquet, most often) given as text, text given as Parquet, or the line
+whose field count is not the header's. pyarrow's own message has no line number and echoes the
+line's bytes; these read the file again, on the error path only.
 """
 
 from __future__ import annotations
@@ -23,15 +23,30 @@ def _stream(path: Path):
     return pa.input_stream(str(path), compression="detect")
 
 
-def binary_content(path: Path) -> str | None:
-    """ "a Parquet file" or "binary data (a NUL byte at byte N)" when `path` is no text file; None
-    for text (or a file that cannot be read: the reader says why)."""
+def _head(path: Path) -> bytes | None:
+    """The first HEAD_BYTES of `path` (decompressed as the CSV reader reads it); None when it
+    cannot be read (the reader says why)."""
     import pyarrow as pa
 
     try:
         with _stream(path) as stream:
-            head = stream.read(HEAD_BYTES)
+            return stream.read(HEAD_BYTES)
     except (OSError, pa.ArrowException):
+        return None
+
+
+def is_text(path: Path) -> bool:
+    """Whether `path` holds text (something, and no NUL byte in its head): a CSV/TSV file given
+    where Parquet was expected."""
+    head = _head(path)
+    return bool(head) and not head.startswith(b"PAR1") and b"\0" not in head
+
+
+def binary_content(path: Path) -> str | None:
+    """ "a Parquet file" or "binary data (a NUL byte at byte N)" when `path` is no text file; None
+    for text (or a file that cannot be read: the reader says why)."""
+    head = _head(path)
+    if head is None:
         return None
     if head.startswith(b"PAR1"):
         return "a Parquet file"

@@ -62,6 +62,16 @@ def current_start(run_dir: Path) -> int:
     return stretches[-1].first_step if stretches else 0
 
 
+def earlier_stretch_of(stretches: list[Stretch], step: int) -> Stretch | None:
+    """The finished stretch a checkpoint of `step` was taken in, where that is not the run's
+    current stretch (whose data RUN/config.toml names); None otherwise. A stretch's last
+    checkpoint is its `last_step`, which is also the next stretch's `first_step`."""
+    for stretch in stretches[:-1]:
+        if stretch.last_step is not None and step <= stretch.last_step:
+            return stretch
+    return None
+
+
 def unsaved_stretch(
     stretches: list[Stretch], fingerprint: str, step: int | None, older: tuple[str, ...] = ()
 ) -> Stretch | None:

@@ -183,4 +183,9 @@ def _rows(feat: SparseFeature, settings: TableSettings) -> int:
             f"{key}.kind = {settings.kind!r}: feature {feat.name} holds table rows, not raw ids; "
             f"preprocess it with --raw-ids {feat.name} for a {settings.kind} table"
         )
+    if feat.raw and not settings.rows:
+        raise ValueError(
+            f"{key}.rows: not given; a {settings.kind} table needs its slots (`shardrec plan "
+            "--data DIR --config JOB` proposes them)"
+        )
     return settings.table_rows if feat.raw else max(1, feat.cardinality)

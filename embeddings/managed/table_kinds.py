@@ -85,8 +85,10 @@ class TableSettings:
     """Ids waiting for a slot (seen, not yet admitted) kept per slot; past that the rarest are
     forgotten."""
 
-    def check(self, key: str) -> None:
-        """ValueError (one line naming `key`.field and the value) for a bad setting."""
+    def check(self, key: str, rows_given: bool = True) -> None:
+        """ValueError (one line naming `key`.field and the value) for a bad setting. Without
+        `rows_given` a raw-id kind may lack rows: `shardrec plan` proposes them, `train` refuses
+        the table (embeddings.dims)."""
         if self.kind not in KINDS:
             raise ValueError(f"{key}.kind = {self.kind!r} is not one of {', '.join(KINDS)}")
         if self.policy not in POLICIES:
@@ -98,7 +100,7 @@ class TableSettings:
                     'set kind = "managed" (or hashed) for a row budget'
                 )
             return
-        if self.rows < 1:
+        if self.rows < 1 and rows_given:
             raise ValueError(
                 f"{key}.rows = {self.rows}: a {self.kind} table needs at least 1 slot "
                 "(`shardrec plan` proposes a budget from the data)"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from helpers import cli
+from helpers import assert_one_line_error, cli
 
 from shardrec.trainer.job.config import load_job_config
 
@@ -29,10 +29,14 @@ def _job_lines(printed: str) -> str:
     return after.split("\nplanned ", 1)[0] + "\n"
 
 
+def _day(tmp_path: Path) -> None:
+    cli("synth", "raw", "--like", "drift", "--days", "1", "--rows", "3000")
+    cli("preprocess", "raw/day_0", "--out", "day0", "--raw-ids", "all")
+
+
 def test_the_printed_row_budgets_pasted_into_the_job_file_plan(tmp_path: Path) -> None:
     with contextlib.chdir(tmp_path):
-        cli("synth", "raw", "--like", "drift", "--days", "1", "--rows", "3000")
-        cli("preprocess", "raw/day_0", "--out", "day0", "--raw-ids", "all")
+        _day(tmp_path)
         (tmp_path / "job.toml").write_text(JOB)
         first = cli("plan", "--data", "day0", "--config", "job.toml", "--world-size", "2")
         pasted = _job_lines(first.stdout)
@@ -45,3 +49,27 @@ def test_the_printed_row_budgets_pasted_into_the_job_file_plan(tmp_path: Path) -
     c1 = tables["C1"]
     assert f"rows = {c1.rows}," in proposed and c1.rows < 20000
     assert (c1.kind, c1.admit_after, c1.max_age, c1.policy) == ("managed", 2, "1 days", "lru")
+
+
+def test_a_job_without_rows_gets_them_proposed_then_its_plan(tmp_path: Path) -> None:
+    # rows left to `shardrec plan`, as its refusals say: it proposes them and writes no plan (a plan
+    # of other rows would be refused by train); train refuses such a job naming the key.
+    job = JOB.replace("rows = 20000\n", "")
+    with contextlib.chdir(tmp_path):
+        _day(tmp_path)
+        (tmp_path / "job.toml").write_text(job)
+        args = ["plan", "--data", "day0", "--config", "job.toml", "--world-size", "2"]
+        first = cli(*args, "--out", "plan.json", ok=False)
+        assert_one_line_error(
+            first,
+            r'^error: tables\."\*": no rows given, so no plan was made; put the proposed rows in '
+            r"job.toml and run `shardrec plan` again$",
+        )
+        assert not (tmp_path / "plan.json").exists()
+        pasted = first.stdout.split("in the job file", 1)[1].split("\n", 1)[1]
+        assert pasted.startswith("[tables]\nC1 = { kind = ")
+        refused = cli("train", "--config", "job.toml", "--data", "day0", "--out-dir", "r", ok=False)
+        assert_one_line_error(refused, r"tables\.C1\.rows: not given; .*`shardrec plan --data DIR")
+        (tmp_path / "job.toml").write_text(job + "\n" + pasted)
+        cli(*args, "--out", "plan.json")
+    assert (tmp_path / "plan.json").is_file()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from pathlib import Path
@@ -26,6 +27,7 @@ def _load_job(config: Path | None, data: Path | None, overrides: list[str]):
     from shardrec.embeddings.tables import build_table_configs
     from shardrec.trainer.job.data_options import model_manifest, train_steps
     from shardrec.trainer.job.flags import dataset_error, job_from_flags
+    from shardrec.trainer.job.planning import one_slot_where_unset
 
     try:
         job = job_from_flags(config, data, None, None, overrides)  # --data: as train takes it
@@ -37,6 +39,8 @@ def _load_job(config: Path | None, data: Path | None, overrides: list[str]):
     try:
         # The tables as training sees them (on-the-fly multi-hot ids have their index tables' rows).
         manifest = model_manifest(Manifest.load(directory), job.data)
+        filled, unset = one_slot_where_unset(manifest, job.tables)
+        job = dataclasses.replace(job, tables=filled)
         configs = build_table_configs(
             manifest,
             job.model.embedding_dim,
@@ -51,6 +55,7 @@ def _load_job(config: Path | None, data: Path | None, overrides: list[str]):
     from shardrec.sharding.search.request import DatasetStatistics
 
     return (
+        unset,
         job,
         directory,
         configs,
@@ -159,7 +164,9 @@ def plan(
         raise typer.BadParameter(
             f"{search!r} is not one of {', '.join(SEARCHES)}", param_hint="'--search'"
         )
-    job, directory, configs, statistics, dense, steps, tables = _load_job(config, data, set_ or [])
+    unset, job, directory, configs, statistics, dense, steps, tables = _load_job(
+        config, data, set_ or []
+    )
     if simulate:
         _simulate(configs, statistics.stats, job, world_size, sync_every, json_out)
         return
@@ -205,6 +212,9 @@ def plan(
         seconds = time.perf_counter() - start
     except ValueError as e:
         fail(job.located(str(e)))
+    budgets = propose_row_budgets(result, configs, statistics, tables, job.optim.sparse)
+    if unset:  # the plan is of one slot a table: only the proposals are worth showing
+        _print_plan_to_come(budgets, tables, unset, config, json_out)
     if out is not None:
         write_out(out, "plan", lambda: save_plan(result, out))
     shown = (
@@ -212,7 +222,6 @@ def plan(
         if topology == topo.name
         else f"{topology}: {topo.name}, memory from the {topo.memory_source}"
     )
-    budgets = propose_row_budgets(result, configs, statistics, tables, job.optim.sparse)
     _print_plan(result, shown, sync_every, seconds, out, json_out, budgets, tables)
 
 
@@ -222,7 +231,7 @@ def _with_frequencies(statistics, directory: Path, job, configs, batches: int, q
     from shardrec.tools.measure.id_stream import measure_curves
 
     status = console.status("tables past HBM: counting id frequencies", spinner="dots")
-    with status if not quiet else _nullcontext():
+    with status if not quiet else contextlib.nullcontext():
         curves = measure_curves(directory, job, configs, batches)
     return dataclasses.replace(statistics, frequencies=curves)
 
@@ -264,6 +273,21 @@ def _print_plan(
     console.print(
         f"planned {len(result.tables)} tables for {counted(world_size, 'rank')} ({topology}) in {seconds:.2f} s{where}"
     )
+
+
+def _print_plan_to_come(budgets: list, tables: dict, unset: list[str], config, json_out) -> None:
+    """The proposed rows of a job whose raw-id tables give none, then one line saying that the
+    plan comes once the job file has them (the plan of one slot a table would be refused)."""
+    given = f"no rows given, so no plan was made; put {{}} in {config or 'the job file'}"
+    if not budgets:  # a dataset without its raw ids' counts (preprocessed before they were kept)
+        fail(
+            f"{', '.join(unset)}: {given.format('rows')} (the data has no id counts to propose them)"
+        )
+    if json_out:
+        print_json({"row_budgets": [dataclasses.asdict(b) for b in budgets], "out": None})
+    else:
+        _print_budgets(budgets, tables)
+    fail(f"{', '.join(unset)}: {given.format('the proposed rows')} and run `shardrec plan` again")
 
 
 def _print_budgets(budgets: list, tables: dict) -> None:
@@ -337,7 +361,7 @@ def calibrate_cmd(
     with (
         console.status("measuring lookups and collectives", spinner="dots")
         if not json_out
-        else _nullcontext()
+        else contextlib.nullcontext()
     ):
         profile = calibrate(device, world_size)
     write_out(out, "profile", lambda: save_profile(profile, out))
@@ -385,12 +409,6 @@ def show_cmd(
         f"{fp.global_batch_size:,}, planner {result.planner}",
         highlight=False,
     )
-
-
-def _nullcontext():
-    from contextlib import nullcontext
-
-    return nullcontext()
 
 
 def register(app: typer.Typer) -> None:

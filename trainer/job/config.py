@@ -241,7 +241,7 @@ def _build_tables(
             )
         settings = _build_section(TableSettings, key, dict(values), dict.fromkeys(values, where))
         try:
-            settings.check(key)
+            settings.check(key, rows_given="rows" in values)
         except ValueError as e:
             raise ValueError(f"{where}{e}") from None
         out[feature] = settings

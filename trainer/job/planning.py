@@ -11,9 +11,11 @@ from pathlib import Path
 
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
+from shardrec.dataloader.format.manifest import Manifest
+from shardrec.embeddings.dims import DEFAULT_TABLE, job_tables
 from shardrec.embeddings.managed.map_memory import id_map_bytes
 from shardrec.embeddings.managed.row_budget import CountCurve, Proposal, propose_rows
-from shardrec.embeddings.managed.table_kinds import TableSettings
+from shardrec.embeddings.managed.table_kinds import RAW_KINDS, TableSettings
 from shardrec.embeddings.sparse_optimizers import state_bytes
 from shardrec.sharding.machine.hardware import detect_topology
 from shardrec.sharding.machine.memory import DenseFootprint
@@ -126,6 +128,18 @@ def propose_row_budgets(
         else 0
     )
     return propose_rows(curves, admit, per_row, free + current)
+
+
+def one_slot_where_unset(
+    manifest: Manifest, tables: Mapping[str, TableSettings]
+) -> tuple[dict[str, TableSettings], list[str]]:
+    """The job's `[tables]` with one slot in each raw-id table that gives no rows (a job may leave
+    them to `shardrec plan`, which needs a plan to propose them), and the keys, as the job file
+    spells them, of those that apply to a feature of `manifest`."""
+    used = {DEFAULT_TABLE if f not in tables else f for f in job_tables(manifest, tables)}
+    unset = [f for f, s in tables.items() if s.kind in RAW_KINDS and not s.rows]
+    filled = {f: dataclasses.replace(s, rows=1) if f in unset else s for f, s in tables.items()}
+    return filled, [f"tables.{toml_key(f)}" for f in unset if f in used]
 
 
 def budget_lines(budgets: list[Proposal], tables: Mapping[str, TableSettings]) -> str:

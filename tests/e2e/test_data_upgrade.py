@@ -6,6 +6,9 @@ point, the same command finishes it."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -118,3 +121,41 @@ def test_an_interrupted_upgrade_is_finished_by_the_same_command(old, monkeypatch
     assert finished.from_version is None  # already upgraded: only the leftovers removed
     assert _files(directory) == _files(new)
     assert not (directory / ".work").exists()
+
+
+# Sends the signal to its own process as the 3rd part is written, then runs the command.
+_STOPPED_UPGRADE = """
+import os, signal, sys
+from shardrec.tools.preprocess.derived import dataset_upgrade
+from shardrec.tools.cli.app import main
+real, written, stop = dataset_upgrade.write_part, [], getattr(signal, sys.argv[1])
+def write_part(*args, **kwargs):
+    if len(written) == 2:
+        os.kill(os.getpid(), stop)
+    written.append(args[0])
+    return real(*args, **kwargs)
+dataset_upgrade.write_part = write_part
+sys.argv = ["shardrec", "data", "upgrade", sys.argv[2]]
+main()
+"""
+
+
+@pytest.mark.parametrize("stop, code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_ctrl_c_or_a_kill_says_so_in_one_line_and_the_rerun_finishes(old, stop, code):
+    """Ctrl-C, or a kill (SIGTERM: how a script stops its `&` job), mid-upgrade: exit 130 or 143
+    and the one `interrupted:` line (a kill ended it silently before); the rerun finishes."""
+    new, directory = old
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run(
+        [sys.executable, "-c", _STOPPED_UPGRADE, stop, str(directory)],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == code, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines() == [
+        f"interrupted: {directory}: stays readable (in the old layout until the new manifest is "
+        "written); rerun the same command to finish"
+    ]
+    assert load_old(directory) is not None  # still the old dataset, whole
+    result = json.loads(cli("data", "upgrade", directory, "--json").stdout)
+    assert (result["parts"], result["parts_written"]) == (5, 3)  # the two written were kept
+    assert _files(directory) == _files(new)

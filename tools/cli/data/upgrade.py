@@ -11,7 +11,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from shardrec.dataloader.format.manifest import DatasetError
-from shardrec.tools.cli.common import fail, interrupted, print_json
+from shardrec.tools.cli.common import fail, interrupted, print_json, sigterm_as_ctrl_c
 from shardrec.tools.console import console, err_console
 from shardrec.tools.preprocess.derived.dataset_upgrade import upgrade_dataset
 from shardrec.tools.preprocess.derived.old_layout import load_old
@@ -37,7 +37,11 @@ def upgrade(
             TextColumn("{task.completed:,} rows"),
             TimeElapsedColumn(),
         )
-        with Progress(*columns, console=err_console, transient=True, disable=json_out) as bar:
+        # a kill (SIGTERM) stops it as Ctrl-C does: the same line, the parts written kept
+        with (
+            sigterm_as_ctrl_c(),
+            Progress(*columns, console=err_console, transient=True, disable=json_out) as bar,
+        ):
             task = bar.add_task("upgrading", total=max(total, 1))
             result = upgrade_dataset(directory, on_part=lambda n: bar.update(task, advance=n))
     except (DatasetError, ValueError, OSError) as e:

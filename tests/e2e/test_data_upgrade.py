@@ -5,6 +5,7 @@ point, the same command finishes it."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -159,3 +160,36 @@ def test_ctrl_c_or_a_kill_says_so_in_one_line_and_the_rerun_finishes(old, stop, 
     result = json.loads(cli("data", "upgrade", directory, "--json").stdout)
     assert (result["parts"], result["parts_written"]) == (5, 3)  # the two written were kept
     assert _files(directory) == _files(new)
+
+
+def test_a_read_only_dataset_is_refused_in_one_line_saying_to_upgrade_a_copy(old, monkeypatch):
+    """A read-only mount: every write there fails with EROFS, for root too (a chmod does not stop
+    root, so the test makes the failure where the upgrade's first write, its lock, meets it).
+    Before: `error: [Errno 30] Read-only file system: 'DIR/.work'`."""
+    new, directory = old
+    real_access = os.access
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(directory / ".work"))
+
+    def no_writing(path, mode):  # os.access on a read-only mount
+        return real_access(path, mode) and not (mode & os.W_OK and Path(path) in (directory, new))
+
+    monkeypatch.setattr(dataset_upgrade.locks, "dataset_lock", read_only)
+    monkeypatch.setattr(os, "access", no_writing)
+    assert_one_line_error(
+        cli("data", "upgrade", directory, ok=False),
+        rf"^error: {directory}: cannot upgrade in place: the folder is read-only "
+        rf"\({directory / '.work'}\); copy the dataset somewhere writable and rewrite the copy "
+        r"with `shardrec data upgrade COPY`$",
+    )
+    assert_one_line_error(  # the readers' refusal says the same
+        cli("data", "stats", directory, ok=False),
+        r"schema_version 2, .*; its folder is read-only, so copy the dataset somewhere writable "
+        r"and rewrite the copy \(one file per part, checksums checked\) with "
+        r"`shardrec data upgrade COPY`$",
+    )
+    assert load_old(directory) is not None
+    # one already of the current layout has nothing to write: said so, as on a writable folder
+    done = cli("data", "upgrade", new)
+    assert done.stdout == f"{new}: already one file per part (schema version 3); nothing to do\n"

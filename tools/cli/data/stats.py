@@ -15,6 +15,7 @@ from shardrec.tools.cli.data.view import (
     dataset_stats,
     head_fields,
     head_rows,
+    json_ids,
     plot_frequencies,
     raw_hex_widths,
     shown_value,
@@ -105,7 +106,14 @@ def head(
     ],
     n: Annotated[int, typer.Option("--rows", "-n", help="Rows to show.")] = 5,
     split: Annotated[str, typer.Option(help="Split to read.")] = "train",
-    json_out: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
+    json_out: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print the rows as JSON. Raw 64-bit ids (preprocess --raw-ids) are written as "
+            "decimal strings, which JSON readers cannot round; other ids as numbers.",
+        ),
+    ] = False,
 ) -> None:
     """The first rows of a split, decoded: label, transformed dense values, sparse ids, named and
     ordered as the text's columns (the dataset's spec)."""
@@ -115,10 +123,10 @@ def head(
         rows = head_rows(directory, n, split)
     except DatasetError as e:
         fail(str(e))
-    if json_out:
-        print_json(rows)
-        return
     manifest = Manifest.load(directory)
+    if json_out:
+        print_json(json_ids(rows, manifest))
+        return
     table = Table(title=f"{directory} {split}: first {len(rows)} rows")
     table.add_column("field")
     for i in range(len(rows)):

@@ -185,6 +185,7 @@ def head_fields(manifest: Manifest, directory: Path) -> list[tuple[str, str]]:
     their pooling."""
     from shardrec.dataloader.spec.feature_spec import LabelColumn, ListColumn, SpecError
     from shardrec.dataloader.spec.spec_file import manifest_spec
+    from shardrec.tools.preprocess.parse.spec_infer import exact
 
     try:
         spec = manifest_spec(manifest, directory)
@@ -196,7 +197,7 @@ def head_fields(manifest: Manifest, directory: Path) -> list[tuple[str, str]]:
     for c in spec.columns:
         if isinstance(c, LabelColumn):
             rule = (
-                f" >= {c.threshold:g}"
+                f" >= {exact(c.threshold)}"
                 if c.threshold is not None
                 else " (mapped)"
                 if c.mapping

@@ -23,6 +23,7 @@ import functools
 import gc
 import hashlib
 import json
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -252,8 +253,7 @@ class Manifest:
         if version in OLD_VERSIONS and not isinstance(version, bool):
             raise DatasetError(
                 f"{path}: schema_version {version}, the layout of a folder of .npy files per part, "
-                f"which this shardrec no longer reads; rewrite it in place (one file per part, "
-                f"checksums checked) with `shardrec data upgrade {directory}`"
+                f"which this shardrec no longer reads; {upgrade_advice(directory)}"
             )
         if version != SCHEMA_VERSION or isinstance(version, bool):
             raise DatasetError(
@@ -270,6 +270,20 @@ class Manifest:
 
     def save(self, directory: str | Path) -> None:
         atomic_write_bytes(Path(directory) / MANIFEST, self.to_json().encode())
+
+
+def upgrade_advice(directory: str | Path) -> str:
+    """What to do with a dataset of the old layout: `data upgrade` rewrites it in place, which
+    a read-only folder (a read-only mount, another user's) does not allow: then its copy."""
+    if os.access(directory, os.W_OK):
+        return (
+            "rewrite it in place (one file per part, checksums checked) with "
+            f"`shardrec data upgrade {directory}`"
+        )
+    return (
+        "its folder is read-only, so copy the dataset somewhere writable and rewrite the copy "
+        "(one file per part, checksums checked) with `shardrec data upgrade COPY`"
+    )
 
 
 def read_raw(directory: str | Path) -> tuple[dict[str, Any], Path]:

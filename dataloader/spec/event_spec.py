@@ -52,6 +52,7 @@ This module holds the values and their rules, and the one reader of their keys.
 from __future__ import annotations
 
 import difflib
+import json
 import tomllib
 import typing
 from dataclasses import asdict, dataclass, field, fields
@@ -327,6 +328,35 @@ def _from_plain(plain: dict[str, Any]) -> dict[str, Any]:
         "crosses": plain["crosses"],
         "split": plain["split"],
     }
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a TOML basic string
+    if isinstance(value, list):
+        return "[" + ", ".join(map(_toml, value)) + "]"
+    return repr(value)
+
+
+def event_spec_to_toml(spec: EventSpec, preamble: str = "") -> str:
+    """The spec as a TOML file that load_event_spec reads back equal, every key written.
+
+    preamble: comment lines first."""
+    plain = _from_plain(spec.to_dict())
+    types = plain["events"].pop("types")
+    tables = [("format", plain["format"]), ("events", plain["events"]), ("events.types", types)]
+    tables += [(f"items.{name}", item) for name, item in plain["items"].items()]
+    tables += [(key, plain[key]) for key in ("label", "history")]
+    tables += [("[crosses]", cross) for cross in plain["crosses"]] + [("split", plain["split"])]
+    blocks = [
+        "\n".join([f"[{name}]", *(f"{key} = {_toml(value)}" for key, value in values.items())])
+        for name, values in tables
+    ]
+    if preamble:
+        blocks.insert(0, "\n".join(f"# {line}" if line else "#" for line in preamble.splitlines()))
+    return "\n\n".join(blocks) + "\n"
 
 
 def load_event_spec(path: str | Path) -> EventSpec:

@@ -5,7 +5,11 @@ point, the same command finishes it."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -118,3 +122,74 @@ def test_an_interrupted_upgrade_is_finished_by_the_same_command(old, monkeypatch
     assert finished.from_version is None  # already upgraded: only the leftovers removed
     assert _files(directory) == _files(new)
     assert not (directory / ".work").exists()
+
+
+# Sends the signal to its own process as the 3rd part is written, then runs the command.
+_STOPPED_UPGRADE = """
+import os, signal, sys
+from shardrec.tools.preprocess.derived import dataset_upgrade
+from shardrec.tools.cli.app import main
+real, written, stop = dataset_upgrade.write_part, [], getattr(signal, sys.argv[1])
+def write_part(*args, **kwargs):
+    if len(written) == 2:
+        os.kill(os.getpid(), stop)
+    written.append(args[0])
+    return real(*args, **kwargs)
+dataset_upgrade.write_part = write_part
+sys.argv = ["shardrec", "data", "upgrade", sys.argv[2]]
+main()
+"""
+
+
+@pytest.mark.parametrize("stop, code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_ctrl_c_or_a_kill_says_so_in_one_line_and_the_rerun_finishes(old, stop, code):
+    """Ctrl-C, or a kill (SIGTERM: how a script stops its `&` job), mid-upgrade: exit 130 or 143
+    and the one `interrupted:` line (a kill ended it silently before); the rerun finishes."""
+    new, directory = old
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run(
+        [sys.executable, "-c", _STOPPED_UPGRADE, stop, str(directory)],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == code, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines() == [
+        f"interrupted: {directory}: stays readable (in the old layout until the new manifest is "
+        "written); rerun the same command to finish"
+    ]
+    assert load_old(directory) is not None  # still the old dataset, whole
+    result = json.loads(cli("data", "upgrade", directory, "--json").stdout)
+    assert (result["parts"], result["parts_written"]) == (5, 3)  # the two written were kept
+    assert _files(directory) == _files(new)
+
+
+def test_a_read_only_dataset_is_refused_in_one_line_saying_to_upgrade_a_copy(old, monkeypatch):
+    """A read-only mount: every write there fails with EROFS, for root too (a chmod does not stop
+    root, so the test makes the failure where the upgrade's first write, its lock, meets it).
+    Before: `error: [Errno 30] Read-only file system: 'DIR/.work'`."""
+    new, directory = old
+    real_access = os.access
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(directory / ".work"))
+
+    def no_writing(path, mode):  # os.access on a read-only mount
+        return real_access(path, mode) and not (mode & os.W_OK and Path(path) in (directory, new))
+
+    monkeypatch.setattr(dataset_upgrade.locks, "dataset_lock", read_only)
+    monkeypatch.setattr(os, "access", no_writing)
+    assert_one_line_error(
+        cli("data", "upgrade", directory, ok=False),
+        rf"^error: {directory}: cannot upgrade in place: the folder is read-only "
+        rf"\({directory / '.work'}\); copy the dataset somewhere writable and rewrite the copy "
+        r"with `shardrec data upgrade COPY`$",
+    )
+    assert_one_line_error(  # the readers' refusal says the same
+        cli("data", "stats", directory, ok=False),
+        r"schema_version 2, .*; its folder is read-only, so copy the dataset somewhere writable "
+        r"and rewrite the copy \(one file per part, checksums checked\) with "
+        r"`shardrec data upgrade COPY`$",
+    )
+    assert load_old(directory) is not None
+    # one already of the current layout has nothing to write: said so, as on a writable folder
+    done = cli("data", "upgrade", new)
+    assert done.stdout == f"{new}: already one file per part (schema version 3); nothing to do\n"

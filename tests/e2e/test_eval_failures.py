@@ -77,6 +77,23 @@ def test_a_refusal_in_the_ranks_is_the_one_line_eval_prints(tmp_path: Path) -> N
     ), done.stderr
 
 
+def test_eval_on_one_rank_says_1_rank(tmp_path: Path, monkeypatch) -> None:
+    """Before: `(1 ranks, trained on 1)`. The ranks' work is stood in for: only the line is
+    tested."""
+    from shardrec.tools.cli import eval as eval_cli
+
+    shutil.copytree(FIXTURE, tmp_path / "run")
+    write_tiny_dataset(tmp_path / "data")
+    metrics = {"step": 4, "split": "val", "world_size": 1, "trained_world_size": 1, "auc": 0.5,
+               "logloss": 0.69, "ne": 1.0, "samples": 256, "seconds": 0.1}  # fmt: skip
+    monkeypatch.setattr(eval_cli, "_evaluate", lambda request, nproc: metrics)
+    shown = cli(
+        "eval", tmp_path / "run", "--data", tmp_path / "data", "--split", "val",
+        "--nproc-per-node", "1",
+    )  # fmt: skip
+    assert f"step 4 on val of {tmp_path / 'data'} (1 rank, trained on 1): AUC" in shown.stdout
+
+
 @pytest.mark.slow
 @pytest.mark.slow
 def test_eval_says_it_evaluates_the_checkpoint_not_that_it_resumed(tmp_path: Path) -> None:

@@ -55,8 +55,8 @@ def test_raw_ids_keep_the_values_as_written_and_the_rest_as_hashed(tmp_path: Pat
     assert sum(ids for _, _, ids, _ in counts) == stats["distinct_ids"]
     assert sum(lookups for _, _, _, lookups in counts) == stats["lookups"]
     head = json.loads(cli("data", "head", raw, "-n", "1", "--json").stdout)
-    assert head[0]["C2"] in (written["C2"][0], None)
-    # The table shows a hex raw id as the log wrote it (JSON keeps the integer).
+    assert head[0]["C2"] in (str(written["C2"][0]), None)
+    # The table shows a hex raw id as the log wrote it (JSON: its integer, as a string).
     fields = days[0].read_text().splitlines()[0].split("\t") + [""] * 40
     for name, column in (("C2", 15), ("C7", 20)):
         (row,) = [
@@ -107,6 +107,27 @@ def test_data_head_shows_a_16_digit_hex_id_with_its_leading_zeros(tmp_path: Path
         if "C4 (raw, hex)" in line
     ]
     assert row.split()[-2] == "05d7928af8558719", row
+
+
+def test_data_head_json_writes_raw_64_bit_ids_as_strings_no_reader_rounds(tmp_path: Path) -> None:
+    """JSON readers hold numbers as doubles: jq and JavaScript read 8312711846037992141 as
+    8312711846037992000. A raw-id column's ids are strings; the hashed ones stay numbers."""
+    days, _ = write_drift(tmp_path / "raw", 300, seed=2, days=1, max_vocab=200)
+    lines = days[0].read_text().splitlines()
+    fields = lines[0].split("\t")
+    fields[13 + 4] = "735caf619f46b2cd"  # C4: 8312711846037992141, above 2**53
+    days[0].write_text("\n".join(["\t".join(fields), *lines[1:]]) + "\n")
+    cli("preprocess", days[0], "--out", tmp_path / "d", "--raw-ids", "C4")
+    text = cli("data", "head", tmp_path / "d", "-n", "1", "--json").stdout
+    assert '"C4": "8312711846037992141"' in text, text
+    (first,) = json.loads(text, parse_int=float)  # as a reader of doubles sees it
+    assert first["C4"] == "8312711846037992141" and isinstance(first["C1"], float)
+    (row,) = [
+        line
+        for line in cli("data", "head", tmp_path / "d", "-n", "1").stdout.splitlines()
+        if "C4 (raw, hex)" in line
+    ]
+    assert row.split()[-2] == "735caf619f46b2cd", row  # the table keeps the log's hex
 
 
 def test_a_folder_made_with_raw_ids_names_them_when_a_rerun_has_none(tmp_path: Path) -> None:

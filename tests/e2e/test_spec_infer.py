@@ -102,7 +102,7 @@ def test_a_headerless_criteo_log_gets_a_spec_by_position(tmp_path: Path) -> None
             r"label column 'genres' holds values that are not numbers \(e.g. \[.*\]\); a "
             r"threshold compares numbers: give the label column without one$",
         ),
-        ("ratng>=4", r"no column 'ratng' for the label"),
+        ("ratng>=4", r"no column 'ratng' for the label \(columns: .*\); did you mean rating\?$"),
         (
             "rating>4",
             r"^error: --label 'rating>4': a threshold is written NAME>=NUMBER \(label 1 where the "
@@ -115,6 +115,54 @@ def test_a_label_infer_cannot_use_is_one_line(tmp_path: Path, label: str, messag
     cli("synth", tmp_path / "raw", "--like", "movielens", "--rows", "200")
     assert_one_line_error(
         cli("spec", "infer", tmp_path / "raw" / "train.csv", "--label", label, ok=False), message
+    )
+
+
+def test_a_large_labels_suggested_threshold_pastes_back_as_printed(tmp_path: Path) -> None:
+    """Values like 14102100 (a date-hour): the threshold was printed as %g (`hour>=1.41021e+07`),
+    below every value, and pasted back it made every label 1. Now it is the whole number, and
+    about half the rows are 1."""
+    log, spec = tmp_path / "hours.csv", tmp_path / "h.toml"
+    hours = [14102100 + (i * 7) % 24 for i in range(300)]
+    log.write_text("hour,shop\n" + "".join(f"{h},s{i % 7}\n" for i, h in enumerate(hours)))
+    refused = assert_one_line_error(cli("spec", "infer", log, "--label", "hour", ok=False), "")
+    assert refused.endswith(
+        "they run 14102100 to 14102123, median 14102111); give the threshold at which a row "
+        "counts as 1, e.g. --label 'hour>=14102111'"
+    ), refused
+    cli("spec", "infer", log, "--label", "hour>=14102111", "--out", spec)
+    assert "# the label: 1 where hour >= 14102111\n" in spec.read_text()
+    cli("preprocess", log, "--spec", spec, "--out", tmp_path / "d")
+    splits = Manifest.load(tmp_path / "d").splits
+    got = np.concatenate(
+        [_labels(tmp_path / "d" / split / p.name) for split in splits for p in splits[split].parts]
+    )
+    assert got.tolist() == [int(h >= 14102111) for h in hours]
+    assert "label: hour >= 14102111 " in cli("data", "head", tmp_path / "d", "-n", "1").stdout
+
+
+@pytest.mark.parametrize("kind", ["csv", "parquet"])
+def test_a_mistyped_label_lists_every_column_and_the_one_meant(tmp_path: Path, kind: str) -> None:
+    """21 columns: the refusal listed the first 20 with no sign of more, and no "did you mean"."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+
+    names = ["click", *(f"c{i}" for i in range(20))]
+    table = pa.table({n: [i % 2 if n == "click" else i for i in range(50)] for n in names})
+    log = tmp_path / f"log.{kind}"
+    (pq.write_table if kind == "parquet" else pcsv.write_csv)(table, log)
+    assert_one_line_error(
+        cli("spec", "infer", log, "--label", "clik", ok=False),
+        rf"^error: {log}: no column 'clik' for the label \(columns: {', '.join(names)}\); did "
+        r"you mean click\?$",
+    )
+    many = tmp_path / f"many.{kind}"
+    wide = pa.table({f"x{i}": [0, 1] for i in range(40)})
+    (pq.write_table if kind == "parquet" else pcsv.write_csv)(wide, many)
+    assert_one_line_error(
+        cli("spec", "infer", many, "--label", "click", ok=False),
+        r"\(columns: x0, x1, .*, x29, \.\.\. and 10 more\)$",
     )
 
 

@@ -158,6 +158,24 @@ def test_the_launcher_says_why_a_rank_failed(
     assert died.code == 1 and died.cause.startswith("rank 0 was killed by SIGBUS (signal 7); ")
 
 
+def test_a_file_in_the_working_directory_named_like_a_stdlib_module_is_not_imported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torchrun and the ranks start as `python -m`, the current directory first on sys.path: a
+    user's grp.py there (tarfile, which torch imports, imports grp) stopped every run in a
+    traceback. They run with PYTHONSAFEPATH, as `python -P`."""
+    from shardrec.trainer.distributed.launch import launch
+
+    work, modules = tmp_path / "work", tmp_path / "modules"
+    work.mkdir(), modules.mkdir()
+    (work / "grp.py").write_text("raise RuntimeError('the user's grp.py was imported')\n")
+    (modules / "runs.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w').close()\n")
+    monkeypatch.setenv("PYTHONPATH", f"{modules}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    monkeypatch.chdir(work)
+    done = launch([], 1, module="runs")
+    assert done.code == 0 and (tmp_path / "ran").is_file(), done
+
+
 @pytest.mark.slow
 def test_a_dataset_changed_under_a_running_training_is_named_last(
     tiny_dataset: Path, tmp_path: Path

@@ -82,7 +82,7 @@ def test_parts_round_trip_and_the_newest_two_are_kept(
     with caplog.at_level(logging.INFO, logger="shardrec"):
         assert fresh.load_latest() == 3
     said = [r.getMessage() for r in caplog.records if r.name.startswith("shardrec")]
-    assert said == [f"resumed from {tmp_path / 'step-00000003'} (step 3, saved by 1 ranks, now 1)"]
+    assert said == [f"resumed from {tmp_path / 'step-00000003'} (step 3, saved by 1 rank, now 1)"]
     assert fresh_counter.value == 30 and fresh.parts.progress.step == 3
     assert torch.equal(fresh_module.weight, torch.full((2, 2), 3.0))
 

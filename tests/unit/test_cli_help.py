@@ -5,6 +5,8 @@ imports no command module (tests/e2e/test_cli_startup.py checks that in a fresh 
 from __future__ import annotations
 
 import inspect
+import re
+from pathlib import Path
 
 from typer.testing import CliRunner
 
@@ -47,3 +49,13 @@ def test_a_groups_listing_shows_each_commands_summary_unbroken() -> None:
         assert shown.exit_code == 0, shown.output
         (row,) = [line for line in shown.stdout.splitlines() if f"│ {command} " in line]
         assert summary in row, shown.stdout
+
+
+def test_the_readme_sections_a_help_names_exist() -> None:
+    """`preprocess --help` sent readers to README section "Event logs", which has another title."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    headings = {line.lstrip("#").strip() for line in readme.splitlines() if line.startswith("#")}
+    shown = CliRunner().invoke(app, ["preprocess", "--help"], env={"COLUMNS": "300"})
+    text = " ".join(shown.stdout.replace("│", " ").split())
+    named = re.findall(r'README, "([^"]+)"', text)
+    assert named and [n for n in named if n not in headings] == [], named

@@ -9,7 +9,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from shardrec.tools.cli.common import fail, interrupted, print_json, sigterm_as_ctrl_c
+from shardrec.tools.cli.common import (
+    counted,
+    fail,
+    interrupted,
+    print_json,
+    sigterm_as_ctrl_c,
+)
 from shardrec.tools.console import console
 from shardrec.trainer.distributed.devices import DEVICE_KINDS
 from shardrec.trainer.rundir.metrics_log import auc_text
@@ -88,7 +94,7 @@ def eval_run(
         return
     on = f"{metrics['split']} of {request.data}" if request.data is not None else metrics["split"]
     console.print(
-        f"{run_dir} step {metrics['step']} on {on} ({metrics['world_size']} ranks, trained on "
+        f"{run_dir} step {metrics['step']} on {on} ({counted(metrics['world_size'], 'rank')}, trained on "
         f"{metrics['trained_world_size']}): AUC {auc_text(metrics, 6)}  log loss {metrics['logloss']:.6f}  "
         f"NE {metrics['ne']:.6f}  {metrics['samples']:,} samples in {metrics['seconds']:.1f} s",
         highlight=False,

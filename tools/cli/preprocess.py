@@ -151,7 +151,7 @@ def preprocess(
             metavar="FILE",
             help="An event spec (TOML): the inputs are an event log (Parquet, CSV or TSV with a "
             "header; one row per event of a user), whose listens with enough history become the "
-            'samples of wall-clock windows (README, "Event logs").',
+            'samples of wall-clock windows (README, "Sequences, event logs and DLRMv4 (MLPerf)").',
         ),
     ] = None,
     max_ids: Annotated[str, typer.Option(help=_help("max_ids"))] = ",".join(

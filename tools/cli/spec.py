@@ -103,7 +103,7 @@ def show(
     It is the spec as applied: each hashed feature's table rows (--max-ids) are its hash_size, so
     `shardrec preprocess INPUTS --spec THIS` makes the same parts; a comment first names the
     options that changed the bytes but that a spec cannot hold (--min-count, --raw-ids, --float16,
-    ...), to pass again.
+    ...), to pass again. An event-log dataset (preprocess --events) shows its event spec.
     """
     from shardrec.dataloader.spec.feature_spec import SpecError
     from shardrec.dataloader.spec.spec_file import applied_spec, spec_to_toml
@@ -111,6 +111,9 @@ def show(
 
     try:
         manifest = Manifest.load(dataset)
+        if manifest.kind == "events":
+            _show_event_spec(dataset, manifest)
+            return
         spec = applied_spec(manifest, dataset)
     except (DatasetError, SpecError) as e:
         fail(str(e))
@@ -130,6 +133,26 @@ def show(
             "multihot` makes the copy from it."
         )
     text = spec_to_toml(spec, preamble="\n".join(notes))
+    console.print(text, end="", highlight=False, markup=False, soft_wrap=True)
+
+
+def _show_event_spec(dataset: Path, manifest: Manifest) -> None:
+    """An event-log dataset's event spec (preprocess --events SPEC), as its manifest keeps it."""
+    from shardrec.dataloader.spec.event_spec import event_spec_from_dict, event_spec_to_toml
+
+    recorded = manifest.events.get("spec")
+    if not recorded:
+        fail(f"{dataset}: an event-log dataset whose manifest records no event spec")
+    spec = event_spec_from_dict(recorded, f"{dataset / 'manifest.json'}: events.spec")
+    path = manifest.options.get("events_spec")
+    made = f"`shardrec preprocess --events {path}`" if path else "`shardrec preprocess --events`"
+    notes = [f"The event spec {dataset} was made with ({made})."]
+    if spec.items:
+        where = f" ({Path(path).parent})" if path else ""
+        notes.append(
+            f"Its item maps' files are found from the spec file's folder{where}: keep this there."
+        )
+    text = event_spec_to_toml(spec, preamble="\n".join(notes))
     console.print(text, end="", highlight=False, markup=False, soft_wrap=True)
 
 

@@ -117,10 +117,11 @@ def evaluate_checkpoint(request: EvalRequest, env: DistEnv) -> dict[str, Any]:
     train_world = CheckpointManager(path.parent, env, keep=1, parts=parts).load(path)
     if env.is_main:
         logger.info(
-            "evaluating %s (step %d, saved by %d ranks, now %d) on %s",
+            "evaluating %s (step %d, saved by %d rank%s, now %d) on %s",
             path,
             step,
             train_world,
+            "" if train_world == 1 else "s",
             env.world_size,
             request.split,
         )

@@ -15,11 +15,15 @@ from shardrec.tools.cli.data.view import (
     dataset_stats,
     head_fields,
     head_rows,
+    json_ids,
     plot_frequencies,
     raw_hex_widths,
     shown_value,
 )
 from shardrec.tools.console import console
+
+HEAD_TABLE_ROWS = 50
+"""Rows `data head` shows as a table (each a column of it); --json writes any number."""
 
 
 def _table(title: str, records: list[dict]) -> Table:
@@ -103,23 +107,40 @@ def head(
     directory: Annotated[
         Path, typer.Argument(help="Dataset directory (from `shardrec preprocess`).")
     ],
-    n: Annotated[int, typer.Option("--rows", "-n", help="Rows to show.")] = 5,
+    n: Annotated[
+        int,
+        typer.Option(
+            "--rows", "-n", help=f"Rows to show (the table shows {HEAD_TABLE_ROWS} at most)."
+        ),
+    ] = 5,
     split: Annotated[str, typer.Option(help="Split to read.")] = "train",
-    json_out: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
+    json_out: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print the rows as JSON. Raw 64-bit ids (preprocess --raw-ids) are written as "
+            "decimal strings, which JSON readers cannot round; other ids as numbers.",
+        ),
+    ] = False,
 ) -> None:
     """The first rows of a split, decoded: label, transformed dense values, sparse ids, named and
     ordered as the text's columns (the dataset's spec)."""
     if n < 0:
         fail(f"--rows must be >= 0, got {n}")
-    try:
+    try:  # every row asked for is read, and checked (a bad id is refused), shown or not
         rows = head_rows(directory, n, split)
     except DatasetError as e:
         fail(str(e))
-    if json_out:
-        print_json(rows)
-        return
     manifest = Manifest.load(directory)
-    table = Table(title=f"{directory} {split}: first {len(rows)} rows")
+    if json_out:
+        print_json(json_ids(rows, manifest))
+        return
+    # A row is a column of the table: 100,000 of them made a 9 MB table no terminal shows.
+    read, rows = len(rows), rows[:HEAD_TABLE_ROWS]
+    # The title on a line of its own: as the table's, rich centred it over the table's width,
+    # which an event-log dataset's histories make thousands of columns.
+    console.print(f"{directory} {split}: first {len(rows)} rows", highlight=False)
+    table = Table()
     table.add_column("field")
     for i in range(len(rows)):
         table.add_column(str(i), justify="right")
@@ -133,6 +154,12 @@ def head(
             *(shown_value(r[key], width) for r in rows),
         )
     console.print(table)
+    if read > len(rows):
+        console.print(
+            f"the table shows the first {len(rows)} of the {read:,} rows read; "
+            "--json prints them all",
+            highlight=False,
+        )
 
 
 def register(data_app: typer.Typer) -> None:

@@ -3,15 +3,17 @@ part) in place as one file per part."""
 
 from __future__ import annotations
 
+import errno
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from shardrec.dataloader.format.manifest import DatasetError
-from shardrec.tools.cli.common import fail, interrupted, print_json
+from shardrec.dataloader.util.files import PERMISSION_ERRNOS
+from shardrec.tools.cli.common import fail, interrupted, print_json, sigterm_as_ctrl_c
 from shardrec.tools.console import console, err_console
 from shardrec.tools.preprocess.derived.dataset_upgrade import upgrade_dataset
 from shardrec.tools.preprocess.derived.old_layout import load_old
@@ -37,10 +39,18 @@ def upgrade(
             TextColumn("{task.completed:,} rows"),
             TimeElapsedColumn(),
         )
-        with Progress(*columns, console=err_console, transient=True, disable=json_out) as bar:
+        # a kill (SIGTERM) stops it as Ctrl-C does: the same line, the parts written kept
+        with (
+            sigterm_as_ctrl_c(),
+            Progress(*columns, console=err_console, transient=True, disable=json_out) as bar,
+        ):
             task = bar.add_task("upgrading", total=max(total, 1))
             result = upgrade_dataset(directory, on_part=lambda n: bar.update(task, advance=n))
-    except (DatasetError, ValueError, OSError) as e:
+    except OSError as e:
+        if e.errno in PERMISSION_ERRNOS:
+            _cannot_write(directory, e)
+        fail(str(e))
+    except (DatasetError, ValueError) as e:
         fail(str(e))
     except KeyboardInterrupt:
         interrupted(
@@ -59,6 +69,16 @@ def upgrade(
         f"parts ({result.parts_written:,} written now), {result.rows:,} rows, "
         f"{result.bytes / 1e6:,.1f} MB in {seconds:.1f} s",
         highlight=False,
+    )
+
+
+def _cannot_write(directory: Path, e: OSError) -> NoReturn:
+    """The rewrite is in place: a folder it may not write in (a read-only mount, another user's)
+    is copied first, as the readers' refusal of the old layout says (manifest.upgrade_advice)."""
+    why = "the folder is read-only" if e.errno == errno.EROFS else "no permission to write in it"
+    fail(
+        f"{directory}: cannot upgrade in place: {why} ({e.filename}); copy the dataset somewhere "
+        "writable and rewrite the copy with `shardrec data upgrade COPY`"
     )
 
 

@@ -164,12 +164,28 @@ def _event_rows(directory: Path, manifest: Manifest, n: int, split: str) -> list
     return out
 
 
+def json_ids(rows: list[dict[str, Any]], manifest: Manifest) -> list[dict[str, Any]]:
+    """head_rows' rows for JSON: a raw-id feature's ids (64-bit, preprocess --raw-ids) as decimal
+    strings, since JSON readers hold numbers as doubles (jq, JavaScript: 8312711846037992141 reads
+    as 8312711846037992000); every id of such a column, that its type not depend on the value.
+    Other ids stay numbers."""
+    raw = [f.name for f in manifest.sparse_features if f.raw]
+    if not raw:
+        return rows
+
+    def text(v: Any) -> Any:
+        return [str(x) for x in v] if isinstance(v, list) else None if v is None else str(v)
+
+    return [{k: text(v) if k in raw else v for k, v in row.items()} for row in rows]
+
+
 def head_fields(manifest: Manifest, directory: Path) -> list[tuple[str, str]]:
     """(key in head_rows' rows, name shown) of each field, in the order of the text's columns where
     the dataset's spec is known: the label as its column and rule (`label: rating >= 4`), lists with
     their pooling."""
     from shardrec.dataloader.spec.feature_spec import LabelColumn, ListColumn, SpecError
     from shardrec.dataloader.spec.spec_file import manifest_spec
+    from shardrec.tools.preprocess.parse.spec_infer import exact
 
     try:
         spec = manifest_spec(manifest, directory)
@@ -181,7 +197,7 @@ def head_fields(manifest: Manifest, directory: Path) -> list[tuple[str, str]]:
     for c in spec.columns:
         if isinstance(c, LabelColumn):
             rule = (
-                f" >= {c.threshold:g}"
+                f" >= {exact(c.threshold)}"
                 if c.threshold is not None
                 else " (mapped)"
                 if c.mapping

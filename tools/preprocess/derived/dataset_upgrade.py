@@ -128,6 +128,9 @@ def upgrade_dataset(
     the dataset)."""
     directory = Path(directory)
     old = load_old(directory)
+    if old is None and not _work(directory).exists():
+        # already upgraded, nothing left to remove: no lock, which a read-only folder refuses
+        return UpgradeResult(str(directory), None)
     lock = locks.dataset_lock(directory, command="shardrec data upgrade")
     try:
         if old is None:

@@ -28,7 +28,9 @@ from shardrec.dataloader.spec.feature_spec import (
 )
 from shardrec.tools.preprocess.parse.spec_infer import (
     HEX,
+    exact,
     hash_size,
+    no_label_column,
     parse_label,
     propose_column,
     threshold_wanted,
@@ -104,9 +106,7 @@ def infer_parquet_spec(
     if label_name not in names and label_name.isdigit() and int(label_name) < len(names):
         label_name = names[int(label_name)]
     if label_name not in names:
-        raise ValueError(
-            f"{path}: no column {label_name!r} for the label (columns: {', '.join(names[:20])})"
-        )
+        raise no_label_column(path, label_name, names)
     columns, notes = [], {}
     for name in names:
         kind = kind_of(schema.field(name).type)
@@ -122,7 +122,7 @@ def infer_parquet_spec(
                 raise ValueError(threshold_wanted(path, name, [float(v) for v in values], shown))
             columns.append(LabelColumn(name, threshold=threshold))
             notes[name] = "the label" + (
-                f": 1 where {name} >= {threshold:g}" if threshold is not None else ""
+                f": 1 where {name} >= {exact(threshold)}" if threshold is not None else ""
             )
             continue
         column, notes[name] = _parquet_column(name, kind, values, count)

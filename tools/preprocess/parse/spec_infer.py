@@ -28,6 +28,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import datetime
+import difflib
 import io
 import math
 import re
@@ -246,15 +247,36 @@ def _placed(column: Column, i: int, names: list[str]) -> Column:
     )
 
 
+def exact(x: float) -> str:
+    """A number written so that it reads back the same: 14102100, where %g's 1.41021e+07 (a
+    threshold pasted from it made every label 1)."""
+    x = float(x)
+    return str(int(x)) if x.is_integer() and abs(x) < 2**63 else repr(x)
+
+
 def threshold_wanted(path: Path, name: str, values: list[float], shown: list[str]) -> str:
     """The refusal of a numeric label that is not 0/1, with a threshold taken from its values (the
-    median: about half the rows would be 1; a click log's positives are usually fewer)."""
+    median: about half the rows would be 1; a click log's positives are usually fewer; of whole
+    numbers, the whole number at or above it)."""
     median = float(statistics.median(values))
+    if all(float(v).is_integer() for v in values):
+        median = float(math.ceil(median))
     return (
         f"{path}: label column {name!r} holds values other than 0 and 1 (e.g. {shown}; they run "
-        f"{min(values):g} to {max(values):g}, median {median:g}); give the threshold at which a row "
-        f"counts as 1, e.g. --label '{name}>={median:g}'"
+        f"{exact(min(values))} to {exact(max(values))}, median {exact(median)}); give the "
+        f"threshold at which a row counts as 1, e.g. --label '{name}>={exact(median)}'"
     )
+
+
+def no_label_column(path: Path, name: str, names: list[str]) -> ValueError:
+    """The refusal of a --label that names no column: the columns (the first 30), and the one
+    meant where a name is close (a typo)."""
+    near = difflib.get_close_matches(name, names, n=1)
+    listed = ", ".join(names[:30]) + (
+        f", ... and {len(names) - 30:,} more" if len(names) > 30 else ""
+    )
+    hint = f"; did you mean {near[0]}?" if near else ""
+    return ValueError(f"{path}: no column {name!r} for the label (columns: {listed}){hint}")
 
 
 def _label_column(name: str, values: list[str], threshold: float | None, path: Path) -> tuple:
@@ -271,7 +293,9 @@ def _label_column(name: str, values: list[str], threshold: float | None, path: P
                 f"{path}: label column {name!r} holds values that are not numbers (e.g. {words}); "
                 "a threshold compares numbers: give the label column without one"
             )
-        return LabelColumn(name, threshold=threshold), f"the label: 1 where {name} >= {threshold:g}"
+        return LabelColumn(
+            name, threshold=threshold
+        ), f"the label: 1 where {name} >= {exact(threshold)}"
     if set(seen) <= {"0", "1"}:
         return LabelColumn(name), "the label"
     if numbers and {float(v) for v in seen} <= {0.0, 1.0}:  # 0/1 written as 0.0/1.0
@@ -324,9 +348,7 @@ def infer_spec(path: Path, label: str, rows: int = 10_000) -> tuple[FeatureSpec,
     if label_name not in names and label_name.isdigit() and int(label_name) < len(names):
         label_name = names[int(label_name)]
     if label_name not in names:
-        raise ValueError(
-            f"{path}: no column {label_name!r} for the label (columns: {', '.join(names[:20])})"
-        )
+        raise no_label_column(path, label_name, names)
     values_of = [[r[i] for r in body if i < len(r) and r[i] != ""] for i in range(len(names))]
     decimal = delimiter != "," and _decimal_commas(values_of)
     columns, notes = [], {}

@@ -223,10 +223,11 @@ class CheckpointManager:
         saved_by = self.load(Path(found[0]), skip, advice=REFUSED)
         if self.env.is_main:
             logger.info(
-                "resumed from %s (step %d, saved by %d ranks, now %d)",
+                "resumed from %s (step %d, saved by %d rank%s, now %d)",
                 found[0],
                 self.parts.progress.step,
                 saved_by,
+                "" if saved_by == 1 else "s",
                 self.env.world_size,
             )
         return self.parts.progress.step

@@ -175,15 +175,28 @@ def _describe_table_diff(
             a, b = getattr(old[name], key), getattr(new[name], key)
             if a != b:
                 differ.setdefault((key, str(a), str(b)), []).append(name)
+    by_key: dict[str, list[tuple[str, str, list[str]]]] = {}
     for (key, a, b), names in differ.items():
-        shown = (
-            f"table {names[0]}"
-            if len(names) == 1
-            else f"{len(names)} tables ({', '.join(names[:3])}"
-            + (f" and {len(names) - 3} more)" if len(names) > 3 else ")")
-        )
-        out.append(f"{shown} {key}: plan {a}, job {b}")
+        by_key.setdefault(key, []).append((a, b, names))
+    for key, changes in by_key.items():
+        if len(changes) > 3:  # each table its own value (rows proposed by `shardrec plan`)
+            tables = sorted(n for _, _, names in changes for n in names)
+            shown = "; ".join(f"{names[0]} {a} -> {b}" for a, b, names in changes[:3])
+            out.append(
+                f"{len(tables)} tables' {key} (plan -> job: {shown} and {len(tables) - 3} more)"
+            )
+            continue
+        for a, b, names in changes:
+            out.append(f"{_tables(names)} {key}: plan {a}, job {b}")
     return out
+
+
+def _tables(names: list[str]) -> str:
+    """`table C1`, `3 tables (C1, C2, C3)`, `26 tables (C1, C2, C3 and 23 more)`."""
+    if len(names) == 1:
+        return f"table {names[0]}"
+    more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+    return f"{len(names)} tables ({', '.join(names[:3])}{more})"
 
 
 def check_plan(plan: PlanFile, fingerprint: PlanFingerprint) -> None:

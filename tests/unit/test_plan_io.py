@@ -104,6 +104,24 @@ def test_a_stale_plan_names_a_difference_shared_by_many_tables_once() -> None:
     )
 
 
+def test_a_stale_plan_whose_tables_each_changed_rows_says_so_in_one_short_entry() -> None:
+    # `shardrec plan`'s proposed rows pasted into the job: each table's rows differ by its own
+    # value; the line listed every table (26 entries, ~2 KB).
+    plan = _plan(_tables(26, dim=8), batch=64)
+    other = [
+        EmbeddingBagConfig(
+            name=c.name, embedding_dim=8, num_embeddings=10 + i, feature_names=c.feature_names
+        )
+        for i, c in enumerate(_tables(26, dim=8))
+    ]
+    with pytest.raises(StalePlanError) as e:
+        check_plan(plan, plan_fingerprint(other, 2, 64, "cpu"))
+    assert str(e.value) == (
+        "the plan was made for another job: 26 tables' rows (plan -> job: t_f0 100 -> 10; "
+        "t_f1 200 -> 11; t_f10 1100 -> 20 and 23 more) (re-run `shardrec plan`)"
+    )
+
+
 def test_bad_plan_files_name_the_path(tmp_path: Path) -> None:
     p = tmp_path / "x.json"
     with pytest.raises(ValueError, match="cannot read plan file"):

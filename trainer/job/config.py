@@ -232,7 +232,7 @@ def _build_tables(
     """`[tables.FEATURE]` sections -> TableSettings, each checked (errors name tables.FEATURE.key)."""
     out = {}
     for feature, values in raw.items():
-        key = f"{TABLES}.{feature}"
+        key = f"{TABLES}.{toml_key(feature)}"  # tables."*" as the job file spells it
         where = origin.get((TABLES, feature), "")
         if not isinstance(values, dict):
             raise ValueError(
@@ -288,7 +288,7 @@ def _apply_table_override(
         feature, name = name, ""
     feature = feature.strip('"')  # tables."*".rows: the defaults of every raw-id feature
     if name and name not in hints:
-        dotted = [f"{TABLES}.{feature}.{k}" for k in hints]
+        dotted = [f"{TABLES}.{toml_key(feature)}.{k}" for k in hints]
         raise ValueError(
             f"--set {item!r}: unknown key {TABLES}.{key}{did_you_mean(f'{TABLES}.{key}', dotted)}"
         )

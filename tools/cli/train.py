@@ -287,7 +287,7 @@ def _check_apart(out_dir: Path, data: Path) -> None:
 def _prepare_run_dir(
     config: Path | None,
     data: Path | None,
-    plan: Path | None,
+    plan: str | None,
     steps: int | None,
     overrides: list[str],
     world_size: int,

@@ -169,3 +169,20 @@ def test_a_day_killed_midway_resumes_bit_for_bit_and_bad_continuations_are_refus
             cli("train", "--out-dir", "killed", "--continue-on", "other-data", *two, ok=False),
             r"feature C1: 1,000 rows here, raw ids in the data killed trained on",
         )
+
+
+@pytest.mark.slow
+def test_a_run_goes_on_with_its_own_plan_from_any_directory(flow: dict) -> None:
+    # The README's first day gives `--plan plan.json`, relative: another directory's plan.json
+    # (here not a plan at all) is not the run's, nor is a moved run's old path.
+    from shardrec.trainer.job.config import load_job_config
+
+    root = flow["root"]
+    shutil.copytree(root / "day1", root / "moved", ignore=_lock)
+    elsewhere = root / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "plan.json").write_text("{}")
+    go_on = ["shardrec", "train", "--out-dir", "../moved", "--continue-on", "../days/2"]
+    run([*go_on, "--nproc-per-node", "2"], elsewhere)
+    saved = load_job_config(root / "moved" / "config.toml")
+    assert saved.sharding.plan == str((root / "moved" / "plan.json").resolve())

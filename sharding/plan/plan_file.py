@@ -215,6 +215,9 @@ def check_plan(plan: PlanFile, fingerprint: PlanFingerprint) -> None:
     if not diffs:  # same content, other order
         diffs.append("table order differs")
     rerun = "re-run `shardrec plan`"
+    if planned.world_size != fingerprint.world_size:
+        # `plan` and `train` default to other world sizes (2 and 1): name both ways out.
+        rerun = f"re-run `shardrec plan --world-size {fingerprint.world_size}`"
     if planned.device_kind != fingerprint.device_kind:
         # The same command gives the same plan unless the topology changes with the machine.
         kind = fingerprint.device_kind
@@ -225,6 +228,8 @@ def check_plan(plan: PlanFile, fingerprint: PlanFingerprint) -> None:
             + "".join(f", `{name}`" for name in presets[1:])
             + ")"
         )
+    if len(diffs) == 1 and planned.world_size != fingerprint.world_size:
+        rerun = f"train with --nproc-per-node {planned.world_size}, or {rerun}"
     raise StalePlanError("the plan was made for another job: " + "; ".join(diffs) + f" ({rerun})")
 
 

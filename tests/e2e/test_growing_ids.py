@@ -231,3 +231,19 @@ def test_predict_names_the_file_and_line_of_a_raw_id_that_marks_an_empty_field(
         result, r"^error: bad63\.txt:2: C1: 8000000000000000 \(this raw id marks an empty field"
     )
     assert not (root / "bad.txt").exists()
+
+
+def test_a_run_goes_on_with_its_own_plan_from_any_directory(flow: dict) -> None:
+    # The README's first day gives `--plan plan.json`, relative: another directory's plan.json
+    # (here not a plan at all) is not the run's, nor is a moved run's old path.
+    from shardrec.trainer.job.config import load_job_config
+
+    root = flow["root"]
+    shutil.copytree(root / "day1", root / "moved", ignore=_lock)
+    elsewhere = root / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "plan.json").write_text("{}")
+    go_on = ["shardrec", "train", "--out-dir", "../moved", "--continue-on", "../days/2"]
+    run([*go_on, "--nproc-per-node", "2"], elsewhere)
+    saved = load_job_config(root / "moved" / "config.toml")
+    assert saved.sharding.plan == str((root / "moved" / "plan.json").resolve())

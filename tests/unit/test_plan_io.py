@@ -88,6 +88,17 @@ def test_stale_plan_says_what_differs() -> None:
     assert "tables not in the plan: t_new" in msg
 
 
+def test_a_plan_of_another_world_size_names_both_ways_out() -> None:
+    # `shardrec plan` defaults to 2 ranks, `shardrec train` to 1.
+    tables = _tables()
+    with pytest.raises(StalePlanError) as e:
+        check_plan(_plan(tables), plan_fingerprint(tables, 1, 64, "cpu"))
+    assert str(e.value) == (
+        "the plan was made for another job: world size: plan 2, job 1 (train with "
+        "--nproc-per-node 2, or re-run `shardrec plan --world-size 1`)"
+    )
+
+
 def test_a_stale_plan_names_a_difference_shared_by_many_tables_once() -> None:
     # Data preprocessed again with another --max-ids: every table's rows differ. The line listed
     # "table t_fN rows: plan 2000, job 3000" for each of them (26 for Criteo: 1,900 characters).

@@ -272,3 +272,27 @@ def test_a_rank_that_lost_a_peer_says_whether_torchrun_restarts_the_ranks(restar
             else "reset by peer); the rank that failed first is named last"
         )
     ]
+
+
+@pytest.mark.parametrize("given", [["--plan", ""], ["--plan="]])
+def test_an_empty_plan_flag_plans_at_start_up(
+    given: list[str], tiny_dataset: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """`--plan ''` is what its help says (plan at start-up), as `--set 'sharding.plan=""'` is:
+    not the current directory read as a plan file."""
+    from shardrec.tools.cli.app import app
+    from shardrec.trainer.distributed import launch
+
+    planned = []
+
+    def fake_launch(args: list[str], *_, **__) -> launch.LaunchResult:
+        parsed = dict(zip(args[::2], args[1::2]))
+        planned.append(load_job_config(Path(parsed["--job"])).sharding.plan)
+        return launch.LaunchResult(1)  # no ranks ran: the CLI says training failed
+
+    monkeypatch.setattr(launch, "launch", fake_launch)
+    args = ["train", "--data", str(tiny_dataset), "--out-dir", str(tmp_path / "run"), *given]
+    job = ["--set", 'train.device="cpu"', "--set", "train.global_batch_size=64"]
+    result = CliRunner().invoke(app, [*args, *job])
+    assert planned == [""], result.output
+    assert result.exit_code == 1

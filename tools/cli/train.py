@@ -139,6 +139,7 @@ def train(
         data = continue_on
         if config is None and (out_dir / names.CONFIG).is_file():
             config = out_dir / names.CONFIG  # the run's own settings, its data replaced
+            plan = _own_plan(out_dir) if plan is None else plan
     job_id = new_job_id()
     if data is not None:  # before the lock file lands in the dataset's directory
         try:
@@ -271,6 +272,16 @@ def _check_no_torn_checkpoint(out_dir: Path, newest: tuple[int, Path] | None) ->
     )
 
 
+def _own_plan(out_dir: Path) -> str | None:
+    """The run's own copy of its plan (continuation.own_plan), or one line."""
+    from shardrec.trainer.rundir.life.continuation import own_plan
+
+    try:
+        return own_plan(out_dir)
+    except ValueError as e:
+        fail(str(e))
+
+
 def _check_apart(out_dir: Path, data: Path) -> None:
     """ValueError for a run directory that is the dataset's, inside it or around it: the run's
     files would land among the parts, and --restart moves the run directory (and so the dataset)
@@ -287,7 +298,7 @@ def _check_apart(out_dir: Path, data: Path) -> None:
 def _prepare_run_dir(
     config: Path | None,
     data: Path | None,
-    plan: Path | None,
+    plan: str | None,
     steps: int | None,
     overrides: list[str],
     world_size: int,

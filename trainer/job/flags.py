@@ -42,8 +42,14 @@ JobFlag = Annotated[
 DataFlag = Annotated[
     Path | None, typer.Option("--data", help=_setting_help(DataConfig, "path", "data.path"))
 ]
+# A string, not a Path: Path("") is Path("."), and `--plan ''` means "plan at start-up".
 PlanFlag = Annotated[
-    Path | None, typer.Option("--plan", help=_setting_help(ShardingConfig, "plan", "sharding.plan"))
+    str | None,
+    typer.Option(
+        "--plan",
+        metavar="<path>",
+        help=_setting_help(ShardingConfig, "plan", "sharding.plan"),
+    ),
 ]
 OutDirFlag = Annotated[
     Path,
@@ -84,7 +90,7 @@ ContinueOnFlag = Annotated[
 
 
 def entry_overrides(
-    data: Path | None, plan: Path | None, steps: int | None
+    data: Path | None, plan: Path | str | None, steps: int | None
 ) -> list[tuple[str, str]]:
     """The --set items that the --data/--plan/--steps flags stand for (flags win over --set), each
     with the flag as typed (for errors)."""
@@ -92,7 +98,8 @@ def entry_overrides(
     if data is not None:
         out.append((f"data.path={toml_value(str(data))}", f"--data {data}"))
     if plan is not None:
-        out.append((f"sharding.plan={toml_value(str(plan))}", f"--plan {plan}"))
+        shown = str(plan) or "''"
+        out.append((f"sharding.plan={toml_value(str(plan))}", f"--plan {shown}"))
     if steps is not None:
         out.append((f"train.steps={steps}", f"--steps {steps}"))
     return out
@@ -101,7 +108,7 @@ def entry_overrides(
 def job_from_flags(
     config: Path | None,
     data: Path | None,
-    plan: Path | None,
+    plan: Path | str | None,
     steps: int | None,
     overrides: Sequence[str],
 ) -> JobConfig:
@@ -114,7 +121,7 @@ def rank_job(
     job: Path | None,
     config: Path | None,
     data: Path | None,
-    plan: Path | None,
+    plan: Path | str | None,
     steps: int | None,
     overrides: Sequence[str],
     continue_on: Path | None = None,

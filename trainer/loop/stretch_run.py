@@ -98,7 +98,7 @@ def start_stretch_records(
     stretches.append(
         Stretch(
             p.stretch,
-            str(resume_settings.with_absolute_data_path(cfg).data.path),
+            str(resume_settings.with_absolute_paths(cfg).data.path),
             fingerprint,
             p.step,
             pv=pv,
@@ -117,7 +117,7 @@ def end_stretch_records(job: Job, id_maps: dict[str, Any]) -> None:
         if job.managed is None:
             return
         assert job.manifest is not None
-        path = resume_settings.with_absolute_data_path(job.config).data.path
+        path = resume_settings.with_absolute_paths(job.config).data.path
         stretches = [Stretch(0, str(path), dataset_fingerprint(job.manifest), 0)]
     stretches[-1].last_step = job.progress.step
     stretches[-1].id_maps = id_maps

@@ -304,9 +304,9 @@ def write_run_files(job: Job) -> None:
     if not job.env.is_main:
         return
     job.run_dir.mkdir(parents=True, exist_ok=True)
-    # data.path as an absolute path, so that eval and export find the data from any directory;
-    # dataset.json keeps the path as given too.
-    saved = resume_settings.with_absolute_data_path(job.config)
+    # data.path and sharding.plan as absolute paths, so that eval, export and --continue-on find
+    # them from any directory; dataset.json keeps the data's path as given too.
+    saved = resume_settings.with_absolute_paths(job.config)
     atomic_write_bytes(job.run_dir / names.CONFIG, saved.to_toml().encode())
     if job.manifest is not None:
         record = trained_data.dataset_record(

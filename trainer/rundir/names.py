@@ -1,7 +1,8 @@
 """The names of a run directory's files, spelled once (the on-disk layout; renaming any of them
 strands every run written before):
 
-    RUN/config.toml      the resolved settings of the last invocation (data.path absolute)
+    RUN/config.toml      the resolved settings of the last invocation (data.path, sharding.plan
+                         absolute)
     RUN/plan.json        the plan it ran with
     RUN/dataset.json     the dataset's path, fingerprint and schema (of the current stretch's data)
     RUN/stretches.json   a run that goes on (`shardrec train --continue-on DATA`): which data each

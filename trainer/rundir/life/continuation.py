@@ -130,6 +130,15 @@ def check_continuing_job(
     return None, state == "continue"
 
 
+def own_plan(run_dir: Path) -> str | None:
+    """The plan file a run that goes on with its own settings (config.toml) trains with: its own
+    copy, RUN/plan.json, of the plan it was given, the same from any directory and whatever became
+    of the file it was given; None where it planned at start-up (it plans again). ValueError (one
+    line) for an unreadable config.toml."""
+    saved = load_job_config(Path(run_dir) / names.CONFIG)
+    return str(Path(run_dir) / names.PLAN) if saved.sharding.plan else None
+
+
 def complete_stretch_message(run_dir: Path, config: JobConfig) -> str:
     """What `--continue-on` with the data of the run's finished current stretch says."""
     step = run_state.read_run_dir(run_dir).step or 0

@@ -27,14 +27,16 @@ FREE_KEYS = ("data.path", "sharding.plan", "sharding.constraints")
 fingerprint decides, not the path); a checkpoint reshards onto any plan (at any world size)."""
 
 
-def with_absolute_data_path(config: JobConfig) -> JobConfig:
-    """`config` with data.path resolved from this directory: a run's config.toml must find its
-    data from wherever eval or export run later."""
-    if not config.data.path:
-        return config
-    return dataclasses.replace(
-        config, data=dataclasses.replace(config.data, path=str(Path(config.data.path).resolve()))
-    )
+def with_absolute_paths(config: JobConfig) -> JobConfig:
+    """`config` with data.path and sharding.plan (where set) resolved from this directory: a run's
+    config.toml must find its data and plan from wherever eval, export or a later
+    `--continue-on` run, never a file of the same name in that directory."""
+    data, sharding = config.data, config.sharding
+    if data.path:
+        data = dataclasses.replace(data, path=str(Path(data.path).resolve()))
+    if sharding.plan:
+        sharding = dataclasses.replace(sharding, plan=str(Path(sharding.plan).resolve()))
+    return dataclasses.replace(config, data=data, sharding=sharding)
 
 
 def flat_settings(config: JobConfig) -> dict[str, Any]:
@@ -53,14 +55,14 @@ def flat_settings(config: JobConfig) -> dict[str, Any]:
 def setting_changes(saved: JobConfig, current: JobConfig) -> dict[str, tuple[Any, Any]]:
     """section.key -> (old, new) for every setting that differs.
 
-    data.path is compared resolved, as config.toml saves it: a rerun of the same command with a
-    relative --data is the same dataset, not a change to announce. An unset train.seed is the
-    run's (config.toml keeps the seed a run drew or was given)."""
+    data.path and sharding.plan are compared resolved, as config.toml saves them: a rerun of the
+    same command with a relative --data or --plan is the same file, not a change to announce. An
+    unset train.seed is the run's (config.toml keeps the seed a run drew or was given)."""
     if current.train.seed == SEED_UNSET:
         current = dataclasses.replace(
             current, train=dataclasses.replace(current.train, seed=saved.train.seed)
         )
-    old, new = flat_settings(saved), flat_settings(with_absolute_data_path(current))
+    old, new = flat_settings(saved), flat_settings(with_absolute_paths(current))
     changes = {
         key: (old[key], new[key])
         for key in old

@@ -247,3 +247,30 @@ def test_a_run_goes_on_with_its_own_plan_from_any_directory(flow: dict) -> None:
     run([*go_on, "--nproc-per-node", "2"], elsewhere)
     saved = load_job_config(root / "moved" / "config.toml")
     assert saved.sharding.plan == str((root / "moved" / "plan.json").resolve())
+
+
+def test_a_new_day_trains_its_epoch_whatever_steps_the_day_before_was_given(
+    flow: dict, monkeypatch
+) -> None:
+    # `--continue-on days/1 --steps 3` made day 1 three steps long, and config.toml kept
+    # steps = 3: every later day without --steps trained 3 steps, silently.
+    from shardrec.trainer.distributed import launch
+    from shardrec.trainer.job.config import load_job_config
+
+    root = flow["root"]
+    shutil.copytree(root / "day1", root / "oneoff", ignore=_lock)
+    config = root / "oneoff" / "config.toml"
+    config.write_text(re.sub(r"(?m)^steps = \d+$", "steps = 3", config.read_text()))
+    handed = []
+
+    def fake_launch(args: list[str], *_, **__) -> launch.LaunchResult:
+        parsed = dict(zip(args[::2], args[1::2]))
+        handed.append(load_job_config(Path(parsed["--job"])).train.steps)
+        return launch.LaunchResult(1)  # no ranks ran: the CLI says training failed
+
+    monkeypatch.setattr(launch, "launch", fake_launch)
+    go_on = ["train", "--out-dir", "oneoff", "--continue-on", "days/2", "--nproc-per-node", "2"]
+    with contextlib.chdir(root):
+        for given in ([], ["--steps", "4"], ["--set", "train.steps=5"]):
+            cli(*go_on, *given, ok=False)
+    assert handed == [0, 4, 5]  # 0: train.epochs passes over the new day

@@ -312,7 +312,11 @@ def _prepare_run_dir(
     from shardrec.dataloader.format.manifest import Manifest
     from shardrec.trainer.job.mlperf_rules import rule_breaks
     from shardrec.trainer.rundir.life import lifecycle, resume_settings, run_state
-    from shardrec.trainer.rundir.life.continuation import check_continue, complete_stretch_message
+    from shardrec.trainer.rundir.life.continuation import (
+        check_continue,
+        complete_stretch_message,
+        new_stretch_length,
+    )
 
     job = None
     try:
@@ -325,6 +329,8 @@ def _prepare_run_dir(
         manifest = Manifest.load(job.data.path) if job.data.path else None
         if continuing and manifest is not None:  # whether the run may go on with it, first
             state = check_continue(out_dir, job, manifest, allow)
+            if state == "continue" and config == out_dir / names.CONFIG:
+                job = new_stretch_length(out_dir, job, manifest, steps, overrides)
         from shardrec.trainer.job.preflight import preflight
 
         preflight(job, world_size=world_size)

@@ -10,6 +10,7 @@ any rank starts (torch-free), so that a refusal is one line:
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +129,24 @@ def check_continuing_job(
     if state == "complete":
         return complete_stretch_message(run_dir, config), False
     return None, state == "continue"
+
+
+def new_stretch_length(
+    run_dir: Path, job: JobConfig, manifest: Manifest, steps: int | None, overrides: list[str]
+) -> JobConfig:
+    """The job of a new stretch (check_continue's "continue") going on with the run's own
+    settings (config.toml): its train.steps counted the stretch before (a `--steps` given with
+    it, or the first job's), so the new stretch trains train.epochs passes over its data unless
+    this command gives --steps (or --set train.steps). A stretch begun on this data and stopped
+    before its first checkpoint, begun again, keeps the count it was begun with (config.toml's),
+    as a stretch resumed does."""
+    if steps is not None or any(o.strip().startswith("train.steps") for o in overrides):
+        return job
+    run = run_state.read_run_dir(run_dir)
+    fingerprints = (dataset_fingerprint(manifest), *older_fingerprints(manifest))
+    if unsaved_stretch(read_stretches(run_dir), fingerprints[0], run.step, fingerprints[1:]):
+        return job
+    return dataclasses.replace(job, train=dataclasses.replace(job.train, steps=0))
 
 
 def own_plan(run_dir: Path) -> str | None:

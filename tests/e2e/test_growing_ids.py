@@ -142,6 +142,16 @@ def test_a_day_killed_midway_resumes_bit_for_bit_and_bad_continuations_are_refus
     kill = {"SHARDREC_FAULT": f"kill:{first + 3}"}
     killed = [*go_on, "--out-dir", "killed", *every]
     assert run(killed, root, kill, ok=False).returncode != 0
+    # Mid-day, a train without --continue-on said 'no dataset: pass --data' or, with day 0's
+    # command again, 'trained on other data ... start over with --restart': how to finish it.
+    unfinished = (
+        r"^error: killed: its current stretch \(on \S+days/2\) is not complete \(step [\d,]+\); "
+        r"finish it first: rerun with --continue-on \S+days/2$"
+    )
+    with contextlib.chdir(root):
+        for args in ([], ["--config", "growing.toml", "--data", "days/0"]):
+            plain = cli("train", "--out-dir", "killed", *args, "--nproc-per-node", "2", ok=False)
+            assert_one_line_error(plain, unfinished)
     run(killed, root)
     whole, again = final_weights(root / "whole"), final_weights(root / "killed")
     assert [k for k in whole if not torch.equal(whole[k], again[k])] == []

@@ -314,6 +314,7 @@ def _prepare_run_dir(
     from shardrec.trainer.rundir.life import lifecycle, resume_settings, run_state
     from shardrec.trainer.rundir.life.continuation import (
         check_continue,
+        check_no_unfinished_stretch,
         complete_stretch_message,
         new_stretch_length,
     )
@@ -324,6 +325,8 @@ def _prepare_run_dir(
         # (preflight).
         resume_settings.check_allow_keys(allow)
         job = flags.job_from_flags(config, data, plan, steps, overrides)
+        if not continuing and not restart:
+            check_no_unfinished_stretch(out_dir, job.data.path)
         if job.data.path:
             _check_apart(out_dir, Path(job.data.path))
         manifest = Manifest.load(job.data.path) if job.data.path else None

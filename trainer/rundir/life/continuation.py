@@ -47,14 +47,31 @@ def check_continue(run_dir: Path, config: JobConfig, manifest: Manifest, allow: 
             "a run goes on with data it has not seen"
         )
     if not run.complete:
-        current = record.get("given") or record.get("path", "its data")
-        raise ValueError(
-            f"{run_dir}: its current stretch (on {current}) is not complete (step {run.step:,}); "
-            f"finish it first: rerun with --continue-on {current}"
-        )
+        raise ValueError(_unfinished(run_dir, record.get("path", "its data"), run.step))
     _check_same_making(run_dir, record, manifest)
     _check_settings(run_dir, config, allow)
     return "continue"
+
+
+def _unfinished(run_dir: Path, data: str, step: int | None) -> str:
+    at = f" (step {step:,})" if step is not None else ""
+    return (
+        f"{run_dir}: its current stretch (on {data}) is not complete{at}; finish it first: "
+        f"rerun with --continue-on {data}"
+    )
+
+
+def check_no_unfinished_stretch(run_dir: Path, data: str) -> None:
+    """For a job without --continue-on: ValueError (one line) where the run went on
+    (stretches.json) and its current stretch is unfinished on other data than `data` (or none):
+    going on is `--continue-on` with that stretch's data; the run's other refusals ('no dataset',
+    'trained on other data ... --restart') would send the user the wrong way."""
+    stretches = read_stretches(run_dir)
+    if not stretches or stretches[-1].last_step is not None:
+        return
+    current = stretches[-1].data
+    if not data or Path(data).resolve() != Path(current).resolve():
+        raise ValueError(_unfinished(run_dir, current, run_state.read_run_dir(run_dir).step))
 
 
 def _check_same_making(run_dir: Path, record: dict[str, Any], manifest: Manifest) -> None:

@@ -43,8 +43,8 @@ SUMMARIES = {
     "data": "Inspect, check and convert a preprocessed dataset: statistics, rows, checksums, "
     "stream digests, torchrec's .npy layout, multi-hot copies, upgrades of the old layout.",
     "plan": "Plan how embedding tables are sharded; writes a plan file `shardrec train --plan` uses.",
-    "train": "Train a DLRM/DCNv2 on N local ranks (torchrun); resumes if OUT_DIR holds "
-    "checkpoints; --continue-on DATA goes on training the run on the next data.",
+    "train": "Train a DLRM, DCNv2 or HSTU model on N local ranks (torchrun); resumes if OUT_DIR "
+    "holds checkpoints; --continue-on DATA goes on training the run on the next data.",
     "eval": "Evaluate a checkpoint: at the run's world size the AUC equals the run's own "
     "evaluation bit for bit.",
     "export": "Write a run's checkpoint as one unsharded safetensors file.",

@@ -124,8 +124,8 @@ def train(
     ] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
-    """Train a DLRM/DCNv2 on N local ranks (torchrun); resumes if OUT_DIR holds checkpoints;
-    --continue-on DATA goes on training the run on the next data."""
+    """Train a DLRM, DCNv2 or HSTU model on N local ranks (torchrun); resumes if OUT_DIR holds
+    checkpoints; --continue-on DATA goes on training the run on the next data."""
     from shardrec.trainer.distributed.launch import launch, new_job_id
 
     overrides, allow = list(set_ or []), list(allow_change or [])

@@ -44,3 +44,31 @@ def test_a_preprocess_process_holds_no_idle_blas_threads():
     assert _run(["preprocess", "--help"], None) == ["1", "1"]  # one thread: the process's own
     assert _run(["preprocess", "--help"], "2") == ["2", "2"]  # the user's own setting stands
     assert _run(["runs", "--help"], None)[0] == "None"  # another command: numpy's default
+
+
+BIND = """
+import os, sys
+from shardrec.trainer.distributed.dist import bind_to_cores
+rank, ranks = int(sys.argv[1]), int(sys.argv[2])
+print(bind_to_cores(rank, ranks), sorted(os.sched_getaffinity(0)))
+"""
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3])
+def test_cpu_ranks_are_bound_to_equal_shares_of_the_cores_or_not_at_all(ranks: int) -> None:
+    # dist.bind_cores: local rank r of `ranks` runs on its share of the cores this process may
+    # use, in order; one rank, or cores that do not split evenly, stay where the OS puts them.
+    cpus = sorted(os.sched_getaffinity(0))
+    share = len(cpus) // ranks
+    for rank in range(ranks):
+        out = subprocess.run(
+            [sys.executable, "-c", BIND, str(rank), str(ranks)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        if ranks == 1 or len(cpus) % ranks:
+            assert out == f"None {cpus}"
+        else:
+            mine = cpus[rank * share : (rank + 1) * share]
+            assert out == f"{mine} {mine}"

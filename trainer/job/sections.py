@@ -412,6 +412,9 @@ class DistConfig:
     timeout_s: int = 600
     """Seconds a collective may wait for the other ranks before the job fails (a lost rank is then
     named)."""
+    bind_cores: bool = True
+    """CPU ranks: each local rank bound to its own equal share of the cores the job may use (where
+    they split evenly), its threads with it; false: the OS places them."""
 
     def __post_init__(self) -> None:
         check_positive("dist.timeout_s", self.timeout_s)

@@ -101,7 +101,8 @@ def _join(
             if is_main:
                 print(complete, file=sys.stderr)
             return None
-        env = init_distributed(job_config.train.device, job_config.dist.timeout_s)
+        dist_cfg = job_config.dist
+        env = init_distributed(job_config.train.device, dist_cfg.timeout_s, dist_cfg.bind_cores)
     except ValueError as e:
         # A direct launch's own flags say where a setting was given, as `shardrec train` says it
         # (a launcher's resolved job file is no file the user wrote).

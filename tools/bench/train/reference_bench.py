@@ -171,7 +171,7 @@ def ours_round_main(data: str, out: str, model: str, window: str, precision: str
     from shardrec.trainer.distributed.dist import init_distributed, shutdown
 
     warmup, steps, profiled = (int(v) for v in window.split(","))
-    env = init_distributed("cpu")
+    env = init_distributed("cpu", bind_cores=True)  # as shardrec train (dist.bind_cores)
     optim = ["optim.sparse=\"adagrad\"", 'optim.dense="adagrad"', f"optim.sparse_lr={lr}",
              f"optim.dense_lr={lr}"]  # fmt: skip
     config = job_configs(model, data, env.world_size, extra=optim)[precision]

@@ -73,7 +73,10 @@ def reference_args(
 def rank_main(reference: str, out: str, window: str, argv: list[str]) -> None:
     """One rank: run dlrm_main.main(argv), timing training steps [warm-up, warm-up + steps) and
     profiling the `profiled` steps after them (window = "warmup,steps,profiled")."""
+    from shardrec.trainer.distributed.dist import bind_launched_rank
+
     warmup, steps, profiled = (int(v) for v in window.split(","))
+    bind_launched_rank()  # its cores as shardrec's ranks get theirs (dist.bind_cores)
     sys.path.insert(0, str(check_reference(Path(reference))))
     import dlrm_main  # the reference, as it is
 

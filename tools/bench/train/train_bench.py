@@ -190,7 +190,7 @@ def rank_main(
     from shardrec.trainer.distributed.dist import init_distributed, shutdown
 
     torch.set_num_threads(threads)
-    env = init_distributed(device)
+    env = init_distributed(device, bind_cores=True)  # as shardrec train binds (both sides)
     configs = job_configs(model, data, env.world_size, device)
     with tempfile.TemporaryDirectory() as run_root:
         result = bench_rank(

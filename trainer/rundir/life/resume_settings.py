@@ -22,9 +22,10 @@ CONTINUATION_KEYS = ("train.steps", "train.epochs")
 is how a run continues (shortening it is a change like any other)."""
 
 
-FREE_KEYS = ("data.path", "sharding.plan", "sharding.constraints")
+FREE_KEYS = ("data.path", "sharding.plan", "sharding.constraints", "dist.bind_cores")
 """Keys a resume may always change: data.path may move as long as the data is the same (the
-fingerprint decides, not the path); a checkpoint reshards onto any plan (at any world size)."""
+fingerprint decides, not the path); a checkpoint reshards onto any plan (at any world size);
+where the ranks' threads run changes no result."""
 
 
 def with_absolute_paths(config: JobConfig) -> JobConfig:

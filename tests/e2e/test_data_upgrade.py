@@ -153,8 +153,8 @@ def test_ctrl_c_or_a_kill_says_so_in_one_line_and_the_rerun_finishes(old, stop, 
     )  # fmt: skip
     assert proc.returncode == code, proc.stderr[-3000:]
     assert proc.stderr.strip().splitlines() == [
-        f"interrupted: {directory}: stays readable (in the old layout until the new manifest is "
-        "written); rerun the same command to finish"
+        f"interrupted: {directory}: nothing is lost (the old files stay until the new manifest is "
+        "written, and the parts rewritten so far are kept); rerun the same command to finish"
     ]
     assert load_old(directory) is not None  # still the old dataset, whole
     result = json.loads(cli("data", "upgrade", directory, "--json").stdout)

@@ -54,8 +54,8 @@ def upgrade(
         fail(str(e))
     except KeyboardInterrupt:
         interrupted(
-            f"{directory}: stays readable (in the old layout until the new manifest is written); "
-            "rerun the same command to finish"
+            f"{directory}: nothing is lost (the old files stay until the new manifest is "
+            "written, and the parts rewritten so far are kept); rerun the same command to finish"
         )
     seconds = time.perf_counter() - start
     if json_out:

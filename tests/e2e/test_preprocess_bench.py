@@ -4,6 +4,7 @@ the report says so."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -122,3 +123,23 @@ def test_bench_preprocess_parquet_against_polars_reading_the_same_file(tmp_path:
     assert len(report["load_average"]) == 3
     assert (tmp_path / f"{like}.parquet").is_file()
     assert not (tmp_path / "out").exists() and not (tmp_path / "polars-out").exists()
+
+
+def test_the_benchmarks_child_runs_do_not_import_the_working_directorys_files(
+    tmp_path: Path,
+) -> None:
+    # Its child runs started as `python -m` put the working directory first on sys.path: a
+    # user's uuid.py there (torch imports uuid) ended the benchmark in a traceback. They run as
+    # `python -P`, as the trainer's ranks do (PYTHONSAFEPATH).
+    shadow = 'raise ImportError("a uuid.py of the working directory was imported")\n'
+    (tmp_path / "uuid.py").write_text(shadow)
+    shardrec = Path(sys.executable).parent / "shardrec"  # the console script: not -m itself
+    done = subprocess.run(
+        [str(shardrec), "bench", "preprocess", "--size-gb", "0.01", "--rounds", "1", "--json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["polars_columns_equal"]  # both pipelines ran

@@ -194,13 +194,13 @@ def spec_rounds(
     from shardrec.tools.bench.preprocess.polars_spec import compare_jagged
 
     out = work_dir / "out"
-    cmd = [sys.executable, "-m", "shardrec.tools.cli", "preprocess", str(path), "--spec",
+    cmd = [sys.executable, "-P", "-m", "shardrec.tools.cli", "preprocess", str(path), "--spec",
            str(spec), "--out", str(out), "--layout", "kaggle", "--workers", str(workers),
            "--chunk-mb", str(chunk_mb), "--json"]  # fmt: skip
     children = {"shardrec": Child(cmd, what, mb, out)}
     for name, threads in (("polars_one_thread", 1), ("polars_all_threads", None)):
         polars_out = work_dir / f"polars-out-{threads or 'all'}"
-        polars = [sys.executable, "-m", "shardrec.tools.bench.preprocess.polars_spec",
+        polars = [sys.executable, "-P", "-m", "shardrec.tools.bench.preprocess.polars_spec",
                   str(path), str(spec), str(polars_out)]  # fmt: skip
         label = f"the polars pipeline ({threads or 'all'} thread(s))"
         children[name] = Child(polars, label, mb, polars_out, polars_env(threads))

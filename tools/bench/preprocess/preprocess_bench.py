@@ -52,7 +52,7 @@ def generate(path: Path, size_gb: float, seed: int = 0) -> int:
 
 def preprocess_command(path: Path, out: Path, workers: int, chunk_mb: float) -> list[str]:
     """`shardrec preprocess` of `path` in hashing mode, its figures as JSON on stdout."""
-    return [sys.executable, "-m", "shardrec.tools.cli", "preprocess", str(path), "--out",
+    return [sys.executable, "-P", "-m", "shardrec.tools.cli", "preprocess", str(path), "--out",
             str(out), "--max-ids", str(MAX_IDS), "--workers", str(workers), "--chunk-mb",
             str(chunk_mb), "--json"]  # fmt: skip
 
@@ -66,7 +66,7 @@ def cpu_breakdown(stages: dict[str, float], cpu_s: float) -> dict[str, float]:
 
 def polars_command(path: Path, out: Path) -> list[str]:
     """The polars pipeline as a child (its threads set by polars_env)."""
-    return [sys.executable, "-m", "shardrec.tools.bench.preprocess.polars_pipeline", str(path),
+    return [sys.executable, "-P", "-m", "shardrec.tools.bench.preprocess.polars_pipeline", str(path),
             str(out), str(MAX_IDS)]  # fmt: skip
 
 

@@ -165,7 +165,7 @@ def _add_row_rates(st: dict[str, Any], rows: int, wall_s: float, cpu_s: float) -
 
 def _cli(*args: str) -> list[str]:
     """The `shardrec ...` command line of a stage, run by this interpreter."""
-    return [sys.executable, "-m", "shardrec.tools.cli", *args]
+    return [sys.executable, "-P", "-m", "shardrec.tools.cli", *args]
 
 
 def _preprocess(

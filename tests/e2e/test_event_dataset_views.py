@@ -58,3 +58,19 @@ def test_data_heads_table_has_its_title_unpadded_and_at_most_50_rows(events, tmp
     assert shown[-1] == "the table shows the first 50 of the 300 rows read; --json prints them all"
     every = json.loads(cli("data", "head", tmp_path / "rows", "--rows", "100000", "--json").stdout)
     assert len(every) == 300
+
+
+def test_data_stats_of_an_event_log_counts_its_windows_and_parts(events):
+    """Before: `parts 0` for every split (an event log's parts are its event files, which all
+    splits read), `nan` mean ids for one-hot features, and a table size for the timestamps."""
+    _, out = events
+    stats = json.loads(cli("data", "stats", out, "--json").stdout)
+    made = Manifest.load(out).events
+    for row in stats["splits"]:
+        assert row["event parts"] == len(made["parts"]) > 0
+        assert row["windows"] == len(made["windows"][row["split"]]) - 1 > 0
+        assert "parts" not in row
+    features = {f["feature"]: f for f in stats["features"]}
+    assert features["cand_item"]["mean_ids_per_sample"] == 1.0
+    assert features["hist_item"]["mean_ids_per_sample"] > 1
+    assert features["hist_ts"]["cardinality"] is None and features["hist_item"]["cardinality"] > 0

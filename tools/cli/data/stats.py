@@ -90,6 +90,8 @@ def stats(
                         # raw 64-bit ids (preprocess --raw-ids): the table, not the data, sizes them
                         else "raw ids"
                         if k == "cardinality" and f.get(k) == 0
+                        else ""
+                        if f.get(k) is None  # no table: an event log's timestamps
                         else f.get(k, "")
                     )
                     for k, v in short.items()

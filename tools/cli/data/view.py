@@ -20,7 +20,17 @@ EVENT_ROWS = 65536
 
 
 def split_table(manifest: Manifest) -> list[dict[str, Any]]:
-    """Rows and parts per split."""
+    """Rows and parts per split; of an event-log dataset, its samples (anchors: the rows), the
+    windows they are cut in, and the event parts every split reads (a split has no parts)."""
+    if manifest.kind == "events":
+        from shardrec.dataloader.events.event_files import EventsInfo
+
+        info = EventsInfo.from_dict(manifest.events)
+        return [
+            {"split": s, "rows": split.rows, "windows": len(info.windows[s]) - 1}
+            | {"event parts": len(info.parts)}
+            for s, split in manifest.splits.items()
+        ]
     return [
         {"split": s, "rows": info.rows, "parts": len(info.parts)}
         for s, info in manifest.splits.items()
@@ -34,9 +44,12 @@ def feature_table(manifest: Manifest) -> list[dict[str, Any]]:
     rows = [
         {
             "feature": f.name,
-            "cardinality": f.cardinality,
+            # an event log's timestamps side a sequence with no table of their own
+            "cardinality": f.cardinality if f.values != "timestamps" else None,
             "dtype": f.dtype,
             "multi_hot": f.multi_hot,
+            # a one-hot feature of an event log (its statistics are the history's): one id
+            **({"mean_ids_per_sample": 1.0, "p95_ids_per_sample": 1.0} if not f.multi_hot else {}),
             **f.stats,
         }
         for f in manifest.sparse_features

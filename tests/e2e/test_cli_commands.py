@@ -114,7 +114,8 @@ def test_errors_name_the_file_the_flag_and_a_near_miss(tiny_dataset: Path, tmp_p
         assert_one_line_error(_run(*args), rf"^error: {nowhere}: does not exist$")
     assert_one_line_error(_run("report", str(nowhere)), rf"^error: {nowhere}: does not exist$")
     digest = _run("data", "digest", str(tiny_dataset), "--world-size", "3")
-    assert_one_line_error(digest, r"^error: --global-batch 8192 does not divide by --world-size 3$")
+    # its default global batch is training's (train.global_batch_size), not 8192 as it was
+    assert_one_line_error(digest, r"^error: --global-batch 2048 does not divide by --world-size 3$")
     for args, flag in (
         (["plan", "--data", str(tiny_dataset), "--search", "tr"], "--search"),
         (["train", "--data", str(tiny_dataset), "--nproc-per-node", "0"], "--nproc-per-node"),

@@ -14,6 +14,7 @@ from shardrec.dataloader.format.integrity import verify
 from shardrec.dataloader.format.manifest import DatasetError
 from shardrec.tools.cli.common import fail, print_json
 from shardrec.tools.console import console, err_console
+from shardrec.trainer.job.sections import TrainConfig
 
 
 def digest(
@@ -22,8 +23,12 @@ def digest(
     ],
     seed: Annotated[int, typer.Option(help="Shuffle seed.")] = 0,
     global_batch: Annotated[
-        int, typer.Option("--global-batch", help="Samples per global batch (all ranks).")
-    ] = 8192,
+        int,
+        typer.Option(
+            "--global-batch",
+            help="Samples per global batch (all ranks); the default is train.global_batch_size's.",
+        ),
+    ] = TrainConfig().global_batch_size,
     world_size: Annotated[
         int, typer.Option("--world-size", help="Ranks whose slices are concatenated.")
     ] = 1,

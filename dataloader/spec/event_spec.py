@@ -52,7 +52,6 @@ This module holds the values and their rules, and the one reader of their keys.
 from __future__ import annotations
 
 import difflib
-import json
 import tomllib
 import typing
 from dataclasses import asdict, dataclass, field, fields
@@ -60,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from shardrec.dataloader.spec.feature_spec import SpecError
+from shardrec.dataloader.spec.toml_text import toml_value
 
 EVENT_FORMATS = ("parquet", "csv", "tsv")
 MEANINGS = ("listen", "like", "dislike", "unlike", "undislike")
@@ -330,16 +330,6 @@ def _from_plain(plain: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _toml(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return json.dumps(value)  # a JSON string is a TOML basic string
-    if isinstance(value, list):
-        return "[" + ", ".join(map(_toml, value)) + "]"
-    return repr(value)
-
-
 def event_spec_to_toml(spec: EventSpec, preamble: str = "") -> str:
     """The spec as a TOML file that load_event_spec reads back equal, every key written.
 
@@ -351,7 +341,7 @@ def event_spec_to_toml(spec: EventSpec, preamble: str = "") -> str:
     tables += [(key, plain[key]) for key in ("label", "history")]
     tables += [("[crosses]", cross) for cross in plain["crosses"]] + [("split", plain["split"])]
     blocks = [
-        "\n".join([f"[{name}]", *(f"{key} = {_toml(value)}" for key, value in values.items())])
+        "\n".join([f"[{name}]", *(f"{key} = {toml_value(value)}" for key, value in values.items())])
         for name, values in tables
     ]
     if preamble:

@@ -10,7 +10,6 @@ error names the spec file and the key, with the nearest known word where one was
 from __future__ import annotations
 
 import difflib
-import json
 import tomllib
 import types
 import typing
@@ -33,6 +32,7 @@ from shardrec.dataloader.spec.feature_spec import (
     TextFormat,
     criteo_spec,
 )
+from shardrec.dataloader.spec.toml_text import toml_value
 
 # Keys whose value is one word of a fixed set: a misspelt one gets the nearest word.
 _CHOICES = {
@@ -162,18 +162,6 @@ def load_spec(path: str | Path) -> FeatureSpec:
     return spec_from_dict(raw, str(path))
 
 
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return json.dumps(value)  # a JSON string is a TOML basic string
-    if isinstance(value, dict):
-        return (
-            "{ " + ", ".join(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in value.items()) + " }"
-        )
-    return repr(value)
-
-
 def spec_to_toml(spec: FeatureSpec, notes: dict[str, str] | None = None, preamble: str = "") -> str:
     """The spec as a TOML file that load_spec reads back equal; every key written but unset ones.
 
@@ -184,7 +172,7 @@ def spec_to_toml(spec: FeatureSpec, notes: dict[str, str] | None = None, preambl
     lines += ["[format]"]
     parquet = spec.format.kind == "parquet"  # columns by name: no text keys
     lines += [
-        f"{f.name} = {_toml_value(getattr(spec.format, f.name))}"
+        f"{f.name} = {toml_value(getattr(spec.format, f.name))}"
         for f in fields(spec.format)
         if not parquet or f.name == "kind"
     ]
@@ -195,15 +183,15 @@ def spec_to_toml(spec: FeatureSpec, notes: dict[str, str] | None = None, preambl
             lines += [f"# {line}" for line in notes[column.name].splitlines()]
         lines += [
             "[[columns]]",
-            f"name = {_toml_value(column.name)}",
-            f"role = {_toml_value(column.role)}",
+            f"name = {toml_value(column.name)}",
+            f"role = {toml_value(column.role)}",
         ]
         for f in fields(column):
             value = getattr(column, f.name)
             if parquet and f.name == "separator":  # a Parquet list column holds its values apart
                 continue
             if f.name != "name" and value is not None and value != {}:
-                lines.append(f"{f.name} = {_toml_value(value)}")
+                lines.append(f"{f.name} = {toml_value(value)}")
     return "\n".join(lines) + "\n"
 
 

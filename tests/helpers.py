@@ -296,6 +296,24 @@ TINY_MODEL = ("model.embedding_dim=8", "model.dense_arch=[16, 8]", "model.over_a
 """A model small enough for end-to-end training runs of seconds (8-wide tables, 16-unit layers)."""
 
 
+def jobs_handed_to_ranks(monkeypatch) -> list:
+    """The jobs `shardrec train` hands its ranks (JobConfig each), with no rank started: the
+    launcher is replaced by one that keeps the job and reports failed ranks (the CLI then says
+    training failed, exit 1)."""
+    from shardrec.trainer.distributed import launch
+    from shardrec.trainer.job.config import load_job_config
+
+    handed = []
+
+    def fake_launch(args: list[str], *_, **__) -> launch.LaunchResult:
+        parsed = dict(zip(args[::2], args[1::2]))
+        handed.append(load_job_config(Path(parsed["--job"])))
+        return launch.LaunchResult(1)
+
+    monkeypatch.setattr(launch, "launch", fake_launch)
+    return handed
+
+
 def settings(*items: str) -> list[str]:
     """`--set ITEM` for each item, as a command line takes them."""
     return [flag for item in items for flag in ("--set", item)]

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import assert_one_line_error, cli, final_weights
+from helpers import assert_one_line_error, cli, final_weights, jobs_handed_to_ranks
 from safetensors import safe_open
 
 from shardrec.dataloader.format.manifest import Manifest
@@ -264,23 +264,13 @@ def test_a_new_day_trains_its_epoch_whatever_steps_the_day_before_was_given(
 ) -> None:
     # `--continue-on days/1 --steps 3` made day 1 three steps long, and config.toml kept
     # steps = 3: every later day without --steps trained 3 steps, silently.
-    from shardrec.trainer.distributed import launch
-    from shardrec.trainer.job.config import load_job_config
-
     root = flow["root"]
     shutil.copytree(root / "day1", root / "oneoff", ignore=_lock)
     config = root / "oneoff" / "config.toml"
     config.write_text(re.sub(r"(?m)^steps = \d+$", "steps = 3", config.read_text()))
-    handed = []
-
-    def fake_launch(args: list[str], *_, **__) -> launch.LaunchResult:
-        parsed = dict(zip(args[::2], args[1::2]))
-        handed.append(load_job_config(Path(parsed["--job"])).train.steps)
-        return launch.LaunchResult(1)  # no ranks ran: the CLI says training failed
-
-    monkeypatch.setattr(launch, "launch", fake_launch)
+    handed = jobs_handed_to_ranks(monkeypatch)
     go_on = ["train", "--out-dir", "oneoff", "--continue-on", "days/2", "--nproc-per-node", "2"]
     with contextlib.chdir(root):
         for given in ([], ["--steps", "4"], ["--set", "train.steps=5"]):
             cli(*go_on, *given, ok=False)
-    assert handed == [0, 4, 5]  # 0: train.epochs passes over the new day
+    assert [j.train.steps for j in handed] == [0, 4, 5]  # 0: train.epochs over the new day

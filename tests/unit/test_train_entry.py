@@ -280,19 +280,13 @@ def test_an_empty_plan_flag_plans_at_start_up(
 ) -> None:
     """`--plan ''` is what its help says (plan at start-up), as `--set 'sharding.plan=""'` is:
     not the current directory read as a plan file."""
+    from helpers import jobs_handed_to_ranks
+
     from shardrec.tools.cli.app import app
-    from shardrec.trainer.distributed import launch
 
-    planned = []
-
-    def fake_launch(args: list[str], *_, **__) -> launch.LaunchResult:
-        parsed = dict(zip(args[::2], args[1::2]))
-        planned.append(load_job_config(Path(parsed["--job"])).sharding.plan)
-        return launch.LaunchResult(1)  # no ranks ran: the CLI says training failed
-
-    monkeypatch.setattr(launch, "launch", fake_launch)
+    handed = jobs_handed_to_ranks(monkeypatch)
     args = ["train", "--data", str(tiny_dataset), "--out-dir", str(tmp_path / "run"), *given]
     job = ["--set", 'train.device="cpu"', "--set", "train.global_batch_size=64"]
     result = CliRunner().invoke(app, [*args, *job])
-    assert planned == [""], result.output
+    assert [j.sharding.plan for j in handed] == [""], result.output
     assert result.exit_code == 1

@@ -249,14 +249,14 @@ def test_a_run_goes_on_with_its_own_plan_from_any_directory(flow: dict) -> None:
     from shardrec.trainer.job.config import load_job_config
 
     root = flow["root"]
-    shutil.copytree(root / "day1", root / "moved", ignore=_lock)
+    shutil.copytree(root / "day1", root / "moved_plan", ignore=_lock)
     elsewhere = root / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "plan.json").write_text("{}")
-    go_on = ["shardrec", "train", "--out-dir", "../moved", "--continue-on", "../days/2"]
+    go_on = ["shardrec", "train", "--out-dir", "../moved_plan", "--continue-on", "../days/2"]
     run([*go_on, "--nproc-per-node", "2"], elsewhere)
-    saved = load_job_config(root / "moved" / "config.toml")
-    assert saved.sharding.plan == str((root / "moved" / "plan.json").resolve())
+    saved = load_job_config(root / "moved_plan" / "config.toml")
+    assert saved.sharding.plan == str((root / "moved_plan" / "plan.json").resolve())
 
 
 def test_a_new_day_trains_its_epoch_whatever_steps_the_day_before_was_given(

@@ -170,7 +170,9 @@ def test_a_file_in_the_working_directory_named_like_a_stdlib_module_is_not_impor
     work.mkdir(), modules.mkdir()
     (work / "grp.py").write_text("raise RuntimeError('the user's grp.py was imported')\n")
     (modules / "runs.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w').close()\n")
-    monkeypatch.setenv("PYTHONPATH", f"{modules}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    # no empty entry: Python reads one as the current directory, which is what is tested
+    paths = [str(modules), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(paths))
     monkeypatch.chdir(work)
     done = launch([], 1, module="runs")
     assert done.code == 0 and (tmp_path / "ran").is_file(), done

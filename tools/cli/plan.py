@@ -40,7 +40,7 @@ def _load_job(config: Path | None, data: Path | None, overrides: list[str]):
         # The tables as training sees them (on-the-fly multi-hot ids have their index tables' rows).
         manifest = model_manifest(Manifest.load(directory), job.data)
         filled, unset = one_slot_where_unset(manifest, job.tables)
-        job = dataclasses.replace(job, tables=filled)
+        job = job.with_changes(tables=filled)
         configs = build_table_configs(
             manifest,
             job.model.embedding_dim,

@@ -72,6 +72,12 @@ class JobConfig:
                 return where + message
         return message
 
+    def with_changes(self, **changes: Any) -> JobConfig:
+        """dataclasses.replace that keeps where each setting was given (`key_origins`)."""
+        changed = dataclasses.replace(self, **changes)
+        changed.key_origins = self.key_origins
+        return changed
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 

@@ -66,6 +66,8 @@ def check_no_unfinished_stretch(run_dir: Path, data: str) -> None:
     (stretches.json) and its current stretch is unfinished on other data than `data` (or none):
     going on is `--continue-on` with that stretch's data; the run's other refusals ('no dataset',
     'trained on other data ... --restart') would send the user the wrong way."""
+    if not Path(run_dir).is_dir():  # no run yet (or a file there, which the lock refuses)
+        return
     stretches = read_stretches(run_dir)
     if not stretches or stretches[-1].last_step is not None:
         return
@@ -163,7 +165,7 @@ def new_stretch_length(
     fingerprints = (dataset_fingerprint(manifest), *older_fingerprints(manifest))
     if unsaved_stretch(read_stretches(run_dir), fingerprints[0], run.step, fingerprints[1:]):
         return job
-    return dataclasses.replace(job, train=dataclasses.replace(job.train, steps=0))
+    return job.with_changes(train=dataclasses.replace(job.train, steps=0))
 
 
 def own_plan(run_dir: Path) -> str | None:

@@ -58,7 +58,9 @@ print(bind_to_cores(rank, ranks), sorted(os.sched_getaffinity(0)))
 def test_cpu_ranks_are_bound_to_equal_shares_of_the_cores_or_not_at_all(ranks: int) -> None:
     # dist.bind_cores: local rank r of `ranks` runs on its share of the cores this process may
     # use, in order; one rank, or cores that do not split evenly, stay where the OS puts them.
-    cpus = sorted(os.sched_getaffinity(0))
+    from shardrec.trainer.distributed.dist import core_order
+
+    cpus = core_order(os.sched_getaffinity(0))
     share = len(cpus) // ranks
     for rank in range(ranks):
         out = subprocess.run(
@@ -68,7 +70,21 @@ def test_cpu_ranks_are_bound_to_equal_shares_of_the_cores_or_not_at_all(ranks: i
             check=True,
         ).stdout.strip()
         if ranks == 1 or len(cpus) % ranks:
-            assert out == f"None {cpus}"
+            assert out == f"None {sorted(cpus)}"
         else:
             mine = cpus[rank * share : (rank + 1) * share]
             assert out == f"{mine} {mine}"
+
+
+def test_a_ranks_share_is_whole_cores_where_smt_threads_are_numbered_apart(tmp_path) -> None:
+    # 4 CPUs as most Intel hosts number them: 0 and 2 are core 0's threads, 1 and 3 core 1's.
+    # In number order two ranks would get {0, 1} and {2, 3}: each other's siblings.
+    from shardrec.trainer.distributed.dist import core_order
+
+    for cpu, core in ((0, 0), (1, 1), (2, 0), (3, 1)):
+        topology = tmp_path / f"cpu{cpu}" / "topology"
+        topology.mkdir(parents=True)
+        (topology / "physical_package_id").write_text("0\n")
+        (topology / "core_id").write_text(f"{core}\n")
+    assert core_order({0, 1, 2, 3}, tmp_path) == [0, 2, 1, 3]
+    assert core_order({3, 1, 0}, tmp_path / "none") == [0, 1, 3]  # no topology: number order

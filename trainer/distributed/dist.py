@@ -11,6 +11,7 @@ import os
 import re
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -100,14 +101,14 @@ def init_distributed(
 
 def bind_to_cores(local_rank: int, local_world_size: int) -> list[int] | None:
     """Bind this process to local rank `local_rank`'s equal share of the cores it may use (in
-    their order; a job under `taskset` splits its set) and return them; None, binding nothing,
+    core order: core_order; a job under `taskset` splits its set) and return them; None, binding nothing,
     for one local rank or cores that do not split evenly.
 
     Call it before the rank starts threads: they inherit it (torch's intra-op threads, gloo's,
     the loader's). Unbound, two CPU ranks' threads migrate between the cores and wait on each
     other at the collectives: on 2 cores, 4-11% fewer samples/s, stock torchrec's and ours alike,
     and timed rounds that spread 2-4x more (`shardrec bench train`, two pairs of runs)."""
-    cpus = sorted(os.sched_getaffinity(0))
+    cpus = core_order(os.sched_getaffinity(0))
     if local_world_size < 2 or len(cpus) % local_world_size:
         return None
     share = len(cpus) // local_world_size
@@ -115,6 +116,25 @@ def bind_to_cores(local_rank: int, local_world_size: int) -> list[int] | None:
     os.sched_setaffinity(0, mine)
     logger.debug("rank %d bound to cores %s", local_rank, mine)
     return mine
+
+
+def core_order(
+    cpus: set[int] | list[int], sysfs: Path = Path("/sys/devices/system/cpu")
+) -> list[int]:
+    """`cpus` with each physical core's SMT threads side by side (by package and core id, as
+    `sysfs` says), so that an even split gives each rank whole cores: most Intel hosts number a
+    core's second thread N/2 after its first, and a split in number order would give two ranks
+    each other's siblings. In number order where the topology is not there to read."""
+
+    def place(cpu: int) -> tuple[int, int, int]:
+        topology = sysfs / f"cpu{cpu}" / "topology"
+        try:
+            package = int((topology / "physical_package_id").read_text())
+            return package, int((topology / "core_id").read_text()), cpu
+        except (OSError, ValueError):
+            return 0, cpu, cpu
+
+    return sorted(cpus, key=place)
 
 
 def bind_launched_rank() -> list[int] | None:

@@ -138,7 +138,13 @@ def test_a_day_killed_midway_resumes_bit_for_bit_and_bad_continuations_are_refus
     go_on = ["shardrec", "train", "--continue-on", "days/2", "--nproc-per-node", "2"]
     every = ["--set", f"checkpoint.interval_steps={first + 2}"]
     every += ["--allow-change", "checkpoint.interval_steps"]
-    run([*go_on, "--out-dir", "whole", *every], root)
+    went_on = run([*go_on, "--out-dir", "whole", *every], root)
+    # The change --allow-change accepted is said in one line (before: not a word of it).
+    assert re.search(
+        r"whole: going on from step [\d,]+ with changed settings: checkpoint\.interval_steps: "
+        rf"0 -> {first + 2}\n",
+        went_on.stderr,
+    ), went_on.stderr[-3000:]
     kill = {"SHARDREC_FAULT": f"kill:{first + 3}"}
     killed = [*go_on, "--out-dir", "killed", *every]
     assert run(killed, root, kill, ok=False).returncode != 0

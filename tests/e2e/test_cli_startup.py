@@ -109,7 +109,8 @@ def test_light_commands_never_import_torch_and_bad_flags_are_caught_first(
         f"error: {run}: a run directory, not a model file; export it first: "
         f"`shardrec export {run} --out model.safetensors`",
         f"error: {plan}: the plan was made for another job: world size: plan 2, job 4 (train with "
-        "--nproc-per-node 2, or re-run `shardrec plan --world-size 4`)",
+        "--nproc-per-node 2, or --plan '' to plan at start-up, or re-run "
+        "`shardrec plan --world-size 4`)",
         f"error: --set {PINNED!r}: sharding.constraints.t_f3: no sharding type satisfies the "
         "constraint (sharding_types "
         "['column_wise'], ranks all, min_partition 8, embedding_dim 16, world size 1); change or "

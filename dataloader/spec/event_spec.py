@@ -51,7 +51,6 @@ This module holds the values and their rules, and the one reader of their keys.
 
 from __future__ import annotations
 
-import difflib
 import tomllib
 import typing
 from dataclasses import asdict, dataclass, field, fields
@@ -60,6 +59,7 @@ from typing import Any
 
 from shardrec.dataloader.spec.feature_spec import SpecError
 from shardrec.dataloader.spec.toml_text import toml_value
+from shardrec.dataloader.util.near import did_you_mean
 
 EVENT_FORMATS = ("parquet", "csv", "tsv")
 MEANINGS = ("listen", "like", "dislike", "unlike", "undislike")
@@ -90,7 +90,7 @@ class EventColumns:
         unknown = sorted(set(self.types) - set(MEANINGS))
         if unknown:
             raise ValueError(
-                f"types: {unknown[0]!r} is not one of {', '.join(MEANINGS)}{_near(unknown[0], MEANINGS)}"
+                f"types: {unknown[0]!r} is not one of {', '.join(MEANINGS)}{did_you_mean(unknown[0], MEANINGS)}"
             )
         if "listen" not in self.types:
             raise ValueError("types: needs listen (the listens are the samples)")
@@ -127,7 +127,7 @@ class HistorySpec:
         if self.strategy not in STRATEGIES:
             raise ValueError(
                 f"strategy = {self.strategy!r} is not one of {', '.join(STRATEGIES)}"
-                f"{_near(self.strategy, STRATEGIES)}"
+                f"{did_you_mean(self.strategy, STRATEGIES)}"
             )
         if self.length < (3 if self.strategy == "interleaved" else 1):
             raise ValueError(f"length = {self.length} keeps nothing")
@@ -155,7 +155,7 @@ class CrossSpec:
         bad = [k for k in self.keys if k not in CROSS_KEYS]
         if bad:
             raise ValueError(
-                f"keys: {bad[0]!r} is not one of {', '.join(CROSS_KEYS)}{_near(bad[0], CROSS_KEYS)}"
+                f"keys: {bad[0]!r} is not one of {', '.join(CROSS_KEYS)}{did_you_mean(bad[0], CROSS_KEYS)}"
             )
         if not 1 <= len(self.keys) <= MAX_CROSS_KEYS:
             raise ValueError(f"keys: {len(self.keys)} keys, expected 1 to {MAX_CROSS_KEYS}")
@@ -233,11 +233,6 @@ class EventSpec:
         return out
 
 
-def _near(word: str, known) -> str:
-    near = difflib.get_close_matches(word, list(known), n=1)
-    return f"; did you mean {near[0]}?" if near else ""
-
-
 def _build(cls: type, raw: Any, where: str) -> Any:
     """cls(**raw), every key known and of its type; SpecError names `where` and the key."""
     if not isinstance(raw, dict):
@@ -246,7 +241,7 @@ def _build(cls: type, raw: Any, where: str) -> Any:
     known = [f.name for f in fields(cls)]
     for key, value in raw.items():
         if key not in known:
-            hint = _near(key, known) or f" (known: {', '.join(known)})"
+            hint = did_you_mean(key, known) or f" (known: {', '.join(known)})"
             raise SpecError(f"{where}: unknown key {key!r}{hint}")
         hint = hints[key]
         origin = typing.get_origin(hint) or hint
@@ -273,7 +268,7 @@ def event_spec_from_dict(raw: Any, source: str) -> EventSpec:
         raw = _from_plain(raw)  # the manifest's copy
     for key in raw:
         if key not in SECTIONS:
-            raise SpecError(f"{source}: unknown section [{key}]{_near(key, SECTIONS)}")
+            raise SpecError(f"{source}: unknown section [{key}]{did_you_mean(key, SECTIONS)}")
     fmt = raw.get("format", {})
     if not isinstance(fmt, dict) or set(fmt) - {"kind"}:
         raise SpecError(f"{source}: [format] holds one key, kind ({', '.join(EVENT_FORMATS)})")

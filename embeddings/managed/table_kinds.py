@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from shardrec.dataloader.util.near import did_you_mean
+
 KINDS = ("static", "managed", "hashed", "unbounded")
 POLICIES = ("lru", "lfu", "age")
 RAW_KINDS = ("managed", "hashed", "unbounded")
@@ -90,9 +92,15 @@ class TableSettings:
         `rows_given` a raw-id kind may lack rows: `shardrec plan` proposes them, `train` refuses
         the table (embeddings.dims)."""
         if self.kind not in KINDS:
-            raise ValueError(f"{key}.kind = {self.kind!r} is not one of {', '.join(KINDS)}")
+            raise ValueError(
+                f"{key}.kind = {self.kind!r} is not one of {', '.join(KINDS)}"
+                f"{did_you_mean(self.kind, KINDS)}"
+            )
         if self.policy not in POLICIES:
-            raise ValueError(f"{key}.policy = {self.policy!r} is not one of {', '.join(POLICIES)}")
+            raise ValueError(
+                f"{key}.policy = {self.policy!r} is not one of {', '.join(POLICIES)}"
+                f"{did_you_mean(self.policy, POLICIES)}"
+            )
         if self.kind == "static":
             if self.rows:
                 raise ValueError(

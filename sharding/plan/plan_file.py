@@ -228,8 +228,12 @@ def check_plan(plan: PlanFile, fingerprint: PlanFingerprint) -> None:
             + "".join(f", `{name}`" for name in presets[1:])
             + ")"
         )
-    if len(diffs) == 1 and planned.world_size != fingerprint.world_size:
-        rerun = f"train with --nproc-per-node {planned.world_size}, or {rerun}"
+    if planned.world_size != fingerprint.world_size:
+        # A checkpoint reshards onto any plan, so a run resumed or going on with its own plan
+        # (RUN/plan.json: no --plan the user typed to leave out) may plan at start-up instead.
+        ways = [f"--nproc-per-node {planned.world_size}"] if len(diffs) == 1 else []
+        ways.append("--plan '' to plan at start-up")
+        rerun = f"train with {', or '.join(ways)}, or {rerun}"
     raise StalePlanError("the plan was made for another job: " + "; ".join(diffs) + f" ({rerun})")
 
 

@@ -38,7 +38,9 @@ def test_a_managed_setting_a_table_would_refuse_is_one_line_before_any_data(tmp_
     args = ["bench", "quality", "--work", str(tmp_path), "--managed", 'policy="mru"']
     result = CliRunner().invoke(app, args)
     assert_one_line_error(
-        result, r"^error: --managed 'policy=\"mru\"': .*policy = 'mru' is not one of lru, lfu, age$"
+        result,
+        r"^error: --managed 'policy=\"mru\"': .*policy = 'mru' is not one of lru, lfu, age; "
+        r"did you mean lru\?$",
     )
     assert list(tmp_path.iterdir()) == []
 

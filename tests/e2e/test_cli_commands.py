@@ -119,10 +119,13 @@ def test_errors_name_the_file_the_flag_and_a_near_miss(tiny_dataset: Path, tmp_p
     for args, flag in (
         (["plan", "--data", str(tiny_dataset), "--search", "tr"], "--search"),
         (["train", "--data", str(tiny_dataset), "--nproc-per-node", "0"], "--nproc-per-node"),
+        # before: eval and bench sequence checked it themselves, exit 1 with a line of their own
+        (["eval", str(nowhere), "--nproc-per-node", "0"], "--nproc-per-node"),
+        (["bench", "sequence", "--nproc-per-node", "0"], "--nproc-per-node"),
     ):
         usage = _run(*args)
         assert usage.exit_code == 2, usage.output  # a usage error: typer's convention
-        assert f"Invalid value for '{flag}'" in usage.stderr
+        assert f"Invalid value for '{flag}'" in usage.stderr, usage.output
 
 
 def test_help_keeps_bracketed_defaults_and_one_paragraph_summaries() -> None:

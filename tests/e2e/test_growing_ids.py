@@ -138,7 +138,13 @@ def test_a_day_killed_midway_resumes_bit_for_bit_and_bad_continuations_are_refus
     go_on = ["shardrec", "train", "--continue-on", "days/2", "--nproc-per-node", "2"]
     every = ["--set", f"checkpoint.interval_steps={first + 2}"]
     every += ["--allow-change", "checkpoint.interval_steps"]
-    run([*go_on, "--out-dir", "whole", *every], root)
+    went_on = run([*go_on, "--out-dir", "whole", *every], root)
+    # The change --allow-change accepted is said in one line (before: not a word of it).
+    assert re.search(
+        r"whole: going on from step [\d,]+ with changed settings: checkpoint\.interval_steps: "
+        rf"0 -> {first + 2}\n",
+        went_on.stderr,
+    ), went_on.stderr[-3000:]
     kill = {"SHARDREC_FAULT": f"kill:{first + 3}"}
     killed = [*go_on, "--out-dir", "killed", *every]
     assert run(killed, root, kill, ok=False).returncode != 0
@@ -257,6 +263,29 @@ def test_a_run_goes_on_with_its_own_plan_from_any_directory(flow: dict) -> None:
     run([*go_on, "--nproc-per-node", "2"], elsewhere)
     saved = load_job_config(root / "moved_plan" / "config.toml")
     assert saved.sharding.plan == str((root / "moved_plan" / "plan.json").resolve())
+
+
+def test_a_run_goes_on_with_fewer_ranks_than_its_own_plan_was_made_for(flow: dict) -> None:
+    # The run's own plan (RUN/plan.json) is for 2 ranks; on 1 the refusal named
+    # --nproc-per-node 2 and `plan --world-size 1`, not --plan '' (plan at start-up), the way
+    # that needs neither the ranks nor a new file.
+    root = flow["root"]
+    shutil.copytree(root / "day1", root / "fewer", ignore=_lock)
+    go_on = ["train", "--out-dir", "fewer", "--continue-on", "days/2", "--nproc-per-node", "1"]
+    with contextlib.chdir(root):
+        refused = cli(*go_on, ok=False)
+    assert_one_line_error(
+        refused,
+        re.escape(
+            "error: fewer/plan.json: the plan was made for another job: world size: plan 2, job 1 "
+            "(train with --nproc-per-node 2, or --plan '' to plan at start-up, or re-run "
+            "`shardrec plan --world-size 1`)"
+        )
+        + "$",
+    )
+    run(["shardrec", *go_on, "--plan", ""], root)
+    stretches = json.loads((root / "fewer" / "stretches.json").read_text())["stretches"]
+    assert [Path(s["data"]).name for s in stretches] == ["0", "1", "2"]
 
 
 def test_a_new_day_trains_its_epoch_whatever_steps_the_day_before_was_given(

@@ -188,6 +188,10 @@ def test_a_run_refused_before_it_reads_rows_leaves_no_folder(kaggle: Path, tmp_p
     args = ["preprocess", str(kaggle), "--out", str(out), "--max-ids", "500", "--chunk-mb", "0.25"]
     res = runner.invoke(app, [*args, "--raw-ids", "C99"])
     assert_one_line_error(res, re.escape("--raw-ids C99: no sparse feature 'C99'"))
+    # a name typed in another case is named with the one meant (before: the list alone)
+    res = runner.invoke(app, [*args, "--raw-ids", "c3"])
+    shown = "no sparse feature 'c3' (the features: C1, C2, C3, C4, C5, C6, ...); did you mean C3?"
+    assert_one_line_error(res, re.escape(shown) + "$")
     assert not (tmp_path / "deep").exists()
     res = runner.invoke(app, [*args, "--raw-ids", "C3", "--json"])
     assert res.exit_code == 0, res.output

@@ -296,3 +296,31 @@ def test_a_two_valued_text_label_gets_a_mapping_and_a_decimal_comma_csv_its_form
     # The first 10 rows of a longer file: the preamble says so.
     cli("spec", "infer", log, "--label", "clicked", "--rows", "10", "--out", spec, "--force")
     assert "from its first 10 rows.\n" in spec.read_text().splitlines(keepends=True)[0]
+
+
+def _blocks_keys(toml_text: str) -> dict[str, list[str]]:
+    """A spec's [format] and each column ([[columns]], by name) -> its keys, in the order
+    written (comments dropped)."""
+    keys: dict[str, list[str]] = {}
+    for block in toml_text.split("\n\n"):
+        lines = [line for line in block.splitlines() if line and not line.startswith("#")]
+        if not lines or lines[0] not in ("[format]", "[[columns]]"):
+            continue
+        written = [line.split(" = ", 1)[0] for line in lines[1:]]
+        name = next(line for line in lines if line.startswith("name = ") or line == "[format]")
+        keys[name.removeprefix("name = ").strip('"')] = written
+    return keys
+
+
+def test_the_readme_spec_example_has_the_keys_infer_writes(tmp_path: Path) -> None:
+    """The README's example of a proposed spec ("Your own data") shows each of its blocks with
+    the keys `spec infer` writes for MovieLens, in its order (it lacked `table = ""`)."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("### Your own data\n", 1)[1].split("\n### ", 1)[0]
+    shown = _blocks_keys(section.split("```toml\n", 1)[1].split("```", 1)[0])
+    cli("synth", tmp_path / "raw", "--like", "movielens", "--rows", "300")
+    spec = tmp_path / "ml.toml"
+    cli("spec", "infer", tmp_path / "raw" / "train.csv", "--label", "rating>=4", "--out", spec)
+    written = _blocks_keys(spec.read_text())
+    assert set(shown) == {"[format]", "rating", "zip", "genres"}
+    assert {name: written[name] for name in shown} == shown

@@ -149,6 +149,13 @@ def test_hashed_rows_stay_in_the_table() -> None:
     [
         ("tables.C3.rows=0", r"tables\.C3\.rows = 0: a managed table needs at least 1 slot"),
         ("tables.C3.policy='mru'", r"tables\.C3\.policy = 'mru' is not one of lru, lfu, age"),
+        # a typo is named with what was meant, beside the list (before: the list alone)
+        ("tables.C3.policy='lfru'", r"'lfru' is not one of lru, lfu, age; did you mean lru\?$"),
+        (
+            "tables.C3.kind='manged'",
+            r"kind = 'manged' is not one of static, managed, hashed, unbounded; "
+            r"did you mean managed\?$",
+        ),
         ("tables.C3.max_age='2 weeks'", r"tables\.C3\.max_age = '2 weeks': expected"),
         ("tables.C3.max_age='3 steps'", r"tables\.C3\.max_age = '3 steps' is below"),
         ("tables.C3.admit_after=0", r"tables\.C3\.admit_after = 0: must be >= 1"),

@@ -88,14 +88,23 @@ def test_stale_plan_says_what_differs() -> None:
     assert "tables not in the plan: t_new" in msg
 
 
-def test_a_plan_of_another_world_size_names_both_ways_out() -> None:
-    # `shardrec plan` defaults to 2 ranks, `shardrec train` to 1.
+def test_a_plan_of_another_world_size_names_every_way_out() -> None:
+    # `shardrec plan` defaults to 2 ranks, `shardrec train` to 1; a run resumed or going on with
+    # its own plan (no --plan typed) plans at start-up with --plan '' (before: not named).
     tables = _tables()
     with pytest.raises(StalePlanError) as e:
         check_plan(_plan(tables), plan_fingerprint(tables, 1, 64, "cpu"))
     assert str(e.value) == (
         "the plan was made for another job: world size: plan 2, job 1 (train with "
-        "--nproc-per-node 2, or re-run `shardrec plan --world-size 1`)"
+        "--nproc-per-node 2, or --plan '' to plan at start-up, or re-run "
+        "`shardrec plan --world-size 1`)"
+    )
+    with pytest.raises(StalePlanError) as e:
+        check_plan(_plan(tables), plan_fingerprint(tables, 1, 128, "cpu"))
+    assert str(e.value) == (
+        "the plan was made for another job: world size: plan 2, job 1; global batch size: plan "
+        "64, job 128 (train with --plan '' to plan at start-up, or re-run "
+        "`shardrec plan --world-size 1`)"
     )
 
 

@@ -143,3 +143,19 @@ def test_going_on_with_a_changed_table_policy_names_the_key_that_accepts_it(
     )
     with pytest.raises(ValueError, match=r'tables."\*".rows: 100 -> 50: a table\'s kind and rows'):
         continuation.check_continuing_job(run, fewer, ["tables"])
+
+
+def test_a_new_stretch_names_the_settings_it_goes_on_with_changed(tmp_path: Path) -> None:
+    """A new stretch accepted with --allow-change said nothing of the change (a resume names it):
+    now one line, as a resume's; its data, its length and the run's own plan are no change."""
+    days = [tmp_path / f"day{d}" for d in (0, 1)]
+    saved = load_job_config(None, [f'data.path="{days[0]}"', "train.steps=4", *_GROWING])
+    run = _run_with_a_checkpoint(tmp_path, saved.to_toml())
+    plan = f'sharding.plan="{run / "plan.json"}"'
+    going_on = [f'data.path="{days[1]}"', "train.steps=0", *_GROWING, plan]
+    assert continuation.stretch_notice(run, load_job_config(None, going_on)) is None
+    lfu = load_job_config(None, [*going_on, 'tables."*".policy="lfu"', "optim.sparse_lr=0.1"])
+    assert continuation.stretch_notice(run, lfu) == (
+        f"{run}: going on from step 4 with changed settings: optim.sparse_lr: 0.05 -> 0.1, "
+        "tables.\"*\".policy: 'lru' -> 'lfu'"
+    )

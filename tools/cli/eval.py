@@ -39,9 +39,10 @@ def eval_run(
     nproc_per_node: Annotated[
         int | None,
         typer.Option(
+            min=1,
             help="Ranks to start on this machine (any number that divides the evaluation batch; the "
             "checkpoint is resharded). "
-            "Default: the run's own world size, whose AUC equals the run's own evaluation bit for bit."
+            "Default: the run's own world size, whose AUC equals the run's own evaluation bit for bit.",
         ),
     ] = None,
     data: Annotated[
@@ -72,8 +73,6 @@ def eval_run(
         with_stretch_data,
     )
 
-    if nproc_per_node is not None and nproc_per_node < 1:
-        fail(f"--nproc-per-node must be at least 1, got {nproc_per_node}")
     if device not in DEVICE_KINDS:
         fail(f"--device {device!r} is not one of {', '.join(DEVICE_KINDS)}")
     request = EvalRequest(run_dir, checkpoint, split, data, device)

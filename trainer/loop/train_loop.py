@@ -33,7 +33,7 @@ from shardrec.trainer.loop.stretch_run import (
 from shardrec.trainer.loop.target import EvalSchedule, TargetTracker
 from shardrec.trainer.loop.train_job import Job, write_run_files
 from shardrec.trainer.rundir import names
-from shardrec.trainer.rundir.life import lifecycle, run_state, trained_data
+from shardrec.trainer.rundir.life import continuation, lifecycle, run_state, trained_data
 from shardrec.trainer.rundir.metrics_log import MetricsWriter
 from shardrec.trainer.rundir.mllog import DLRMV4
 
@@ -230,15 +230,13 @@ def _record_stop(job: Job, reporter: TrainReporter) -> dict[str, Any]:
 
 
 def _resume(job: Job) -> int | None:
-    """Load the newest checkpoint, if any; returns its step. A resume whose settings differ from
-    the run's says so once the checkpoint loaded (rank 0): no launcher nor rank reads its shards
-    before, and a refused checkpoint is then the one line, not a resume announced first."""
+    """Load the newest checkpoint, if any; returns its step. A resume (or a new stretch) whose
+    settings differ from the run's says so once the checkpoint loaded (rank 0): no launcher nor
+    rank reads its shards before, and a refused checkpoint is then the one line, not a resume
+    announced first."""
     # Before write_run_files rewrites config.toml with this job's settings.
-    changed = (
-        lifecycle.resume_notice(job.run_dir, job.config)
-        if job.env.is_main and not job.continuing
-        else None
-    )
+    notice = continuation.stretch_notice if job.continuing else lifecycle.resume_notice
+    changed = notice(job.run_dir, job.config) if job.env.is_main else None
     # A new stretch takes the run's state but the loader's: its data starts afresh.
     resumed = job.checkpoints.load_latest(skip=("loader",) if job.continuing else ())
     if changed:

@@ -16,7 +16,9 @@ def sequence(
     ] = 200_000,
     seeds: Annotated[int, typer.Option(help="Runs of each model, one seed each.")] = 3,
     steps: Annotated[int, typer.Option(help="Steps of each run (0: one epoch).")] = 0,
-    nproc: Annotated[int, typer.Option("--nproc-per-node", help="CPU ranks of each run.")] = 2,
+    nproc: Annotated[
+        int, typer.Option("--nproc-per-node", min=1, help="CPU ranks of each run.")
+    ] = 2,
     json_out: JsonFlag = False,
 ) -> None:
     """Held-out AUC of HSTU (configs/dlrmv4.toml) against a DLRM that pools the same history, on a
@@ -26,7 +28,6 @@ def sequence(
     at_least("--rows", rows, 1000)
     at_least("--seeds", seeds, 2, "the AUCs' spread needs two runs of each model")
     at_least("--steps", steps, 0, "0: one epoch")
-    at_least("--nproc-per-node", nproc, 1)
     try:
         result = sequence_quality.run_quality(rows, seeds, steps, nproc)
     except (ValueError, RuntimeError) as e:

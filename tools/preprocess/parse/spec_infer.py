@@ -28,7 +28,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import datetime
-import difflib
 import io
 import math
 import re
@@ -46,6 +45,7 @@ from shardrec.dataloader.spec.feature_spec import (
     ListColumn,
     TextFormat,
 )
+from shardrec.dataloader.util.near import did_you_mean
 from shardrec.tools.preprocess.text.gz import open_text
 
 DELIMITERS = ("\t", ",", ";", "|")
@@ -271,12 +271,12 @@ def threshold_wanted(path: Path, name: str, values: list[float], shown: list[str
 def no_label_column(path: Path, name: str, names: list[str]) -> ValueError:
     """The refusal of a --label that names no column: the columns (the first 30), and the one
     meant where a name is close (a typo)."""
-    near = difflib.get_close_matches(name, names, n=1)
     listed = ", ".join(names[:30]) + (
         f", ... and {len(names) - 30:,} more" if len(names) > 30 else ""
     )
-    hint = f"; did you mean {near[0]}?" if near else ""
-    return ValueError(f"{path}: no column {name!r} for the label (columns: {listed}){hint}")
+    return ValueError(
+        f"{path}: no column {name!r} for the label (columns: {listed}){did_you_mean(name, names)}"
+    )
 
 
 def _label_column(name: str, values: list[str], threshold: float | None, path: Path) -> tuple:

@@ -177,6 +177,30 @@ def own_plan(run_dir: Path) -> str | None:
     return str(Path(run_dir) / names.PLAN) if saved.sharding.plan else None
 
 
+STRETCH_KEYS = ("data.path", *resume_settings.CONTINUATION_KEYS)
+"""What every new stretch changes by going on: its data, and its length (counted per stretch)."""
+
+
+def stretch_notice(run_dir: Path, config: JobConfig) -> str | None:
+    """The line a new stretch says when it goes on with settings other than the run's
+    (config.toml; None: none differ), as lifecycle.resume_notice says a resume's: the changes
+    --allow-change accepted are never made without a word. Its data and length are no news, nor
+    is the run's own copy of its plan (own_plan), which every stretch after a `--plan` uses."""
+    saved_path, run = Path(run_dir) / names.CONFIG, run_state.read_run_dir(run_dir)
+    if not saved_path.is_file() or run.step is None:
+        return None
+    own = str((Path(run_dir) / names.PLAN).resolve())
+    changes = {
+        k: v
+        for k, v in resume_settings.setting_changes(load_job_config(saved_path), config).items()
+        if k not in STRETCH_KEYS and (k, v[1]) != ("sharding.plan", own)
+    }
+    if not changes:
+        return None
+    shown = resume_settings.changes_text(changes)
+    return f"{run_dir}: going on from step {run.step:,} with changed settings: {shown}"
+
+
 def complete_stretch_message(run_dir: Path, config: JobConfig) -> str:
     """What `--continue-on` with the data of the run's finished current stretch says."""
     step = run_state.read_run_dir(run_dir).step or 0

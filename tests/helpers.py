@@ -353,7 +353,7 @@ def run_direct_rank(*args: str) -> subprocess.CompletedProcess:
     import os
     import sys
 
-    from shardrec.trainer.distributed.launch import free_port
+    from shardrec.trainer.distributed.local_ranks import free_port
 
     rank_env = {
         **os.environ,

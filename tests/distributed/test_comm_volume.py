@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from shardrec.trainer.distributed.launch import run_local_ranks
+from shardrec.trainer.distributed.local_ranks import run_local_ranks
 
 TYPES = (
     "table_wise",

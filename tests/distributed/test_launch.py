@@ -1,11 +1,11 @@
-"""The local-rank harness (trainer.distributed.launch.run_local_ranks) that tests, calibration and
+"""The local-rank harness (trainer.distributed.local_ranks.run_local_ranks) that tests, calibration and
 benchmarks share."""
 
 from __future__ import annotations
 
 import pytest
 
-from shardrec.trainer.distributed.launch import RankFailed, run_local_ranks
+from shardrec.trainer.distributed.local_ranks import RankFailed, run_local_ranks
 
 
 def _sum_of_ranks(env, offset: int) -> tuple[int, int, int]:

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from shardrec.trainer.distributed.launch import run_local_ranks
+from shardrec.trainer.distributed.local_ranks import run_local_ranks
 
 TYPES = (
     "table_wise",

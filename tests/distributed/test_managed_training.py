@@ -23,7 +23,7 @@ import pytest
 import torch
 from helpers import final_weights
 
-from shardrec.trainer.distributed.launch import run_local_ranks
+from shardrec.trainer.distributed.local_ranks import run_local_ranks
 
 GLOBAL_BATCH, STEPS, CKPT = 64, 15, 8
 ATOL, RTOL = 1e-5, 1e-4
@@ -108,7 +108,7 @@ def _copy_at_step_8(run: Path, to: Path) -> None:
 
 def _two_then_one(env, data: str, root: str) -> dict:
     from shardrec.trainer.distributed.dist import init_local_rank, shutdown
-    from shardrec.trainer.distributed.launch import free_port
+    from shardrec.trainer.distributed.local_ranks import free_port
 
     out = _work(env, data, root)
     if env.is_main:

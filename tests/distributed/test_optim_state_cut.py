@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from shardrec.trainer.distributed.launch import run_local_ranks
+from shardrec.trainer.distributed.local_ranks import run_local_ranks
 
 ROWS = 6
 

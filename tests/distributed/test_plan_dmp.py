@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from shardrec.trainer.distributed.launch import run_local_ranks
+from shardrec.trainer.distributed.local_ranks import run_local_ranks
 
 WORLD_SIZE = 2
 GLOBAL_BATCH = 8

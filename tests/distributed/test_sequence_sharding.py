@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from shardrec.trainer.distributed.launch import run_local_ranks
+from shardrec.trainer.distributed.local_ranks import run_local_ranks
 
 WORLD_SIZE = 4
 LOCAL_BATCH = 3

@@ -41,7 +41,7 @@ import pytest
 import torch
 from helpers import final_step_counters, final_weights
 
-from shardrec.trainer.distributed.launch import run_local_ranks
+from shardrec.trainer.distributed.local_ranks import run_local_ranks
 
 GLOBAL_BATCH, STEPS, CKPT = 64, 15, 8
 ATOL, RTOL = 1e-5, 1e-4
@@ -252,7 +252,7 @@ def two_then_one_rank(env, data: str, multi_hot: str, root: str) -> dict:
     torchrec agrees on some settings once per process, at its first sharded model, and a fresh
     process in the next group would wait for an agreement this one no longer takes part in."""
     from shardrec.trainer.distributed.dist import init_local_rank, shutdown
-    from shardrec.trainer.distributed.launch import free_port
+    from shardrec.trainer.distributed.local_ranks import free_port
 
     out = rank_work(env, data, multi_hot, root)
     if env.is_main:

@@ -129,7 +129,8 @@ def test_sigkill_resume_is_bitwise_and_two_nodes_match(tiny_dataset: Path, tmp_p
     # The uninterrupted reference: two torchrun "nodes" of one rank each, rendezvous over
     # loopback, on the plan the killed run made. The same model from both, bit for bit, says
     # that the killed run resumed exactly and that two nodes train as one node of two ranks.
-    from shardrec.trainer.distributed.launch import free_port, torchrun_command
+    from shardrec.trainer.distributed.launch import torchrun_command
+    from shardrec.trainer.distributed.local_ranks import free_port
 
     endpoint = f"127.0.0.1:{free_port()}"
     args = [

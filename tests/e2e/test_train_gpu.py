@@ -358,7 +358,7 @@ def _evaluate_on_cpu(env, run_dir: str) -> dict:
 
 def test_eval_on_two_cpu_ranks_reads_the_gpu_checkpoint(gpu_run: tuple[Path, dict]) -> None:
     """Another world size and another device: the checkpoint's CUDA tensors load onto the CPU."""
-    from shardrec.trainer.distributed.launch import run_local_ranks
+    from shardrec.trainer.distributed.local_ranks import run_local_ranks
 
     root, summary = gpu_run
     metrics = run_local_ranks(_evaluate_on_cpu, 2, str(root / "run"), device_kind="cpu")[0]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from shardrec.trainer.distributed.launch import RankFailed, run_local_ranks
+from shardrec.trainer.distributed.local_ranks import RankFailed, run_local_ranks
 from shardrec.trainer.job.config import load_job_config
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from shardrec.trainer.distributed.dist import DistEnv
-from shardrec.trainer.distributed.launch import RankFailed, run_local_ranks
+from shardrec.trainer.distributed.local_ranks import RankFailed, run_local_ranks
 
 logger = logging.getLogger(__name__)
 

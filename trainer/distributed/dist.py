@@ -1,5 +1,5 @@
 """The one place that reads RANK / WORLD_SIZE (and sets them, for the local ranks that
-`trainer.distributed.launch.run_local_ranks` starts without torchrun) and owns the process group.
+`trainer.distributed.local_ranks.run_local_ranks` starts without torchrun) and owns the process group.
 
 Everything else receives a `DistEnv`.
 """
@@ -46,7 +46,7 @@ def init_local_rank(
     """Join a group of `world_size` processes on this host as `rank`, rendezvous at
     127.0.0.1:`port`.
 
-    For the processes `trainer.distributed.launch.run_local_ranks` starts (not torchrun's): the
+    For the processes `trainer.distributed.local_ranks.run_local_ranks` starts (not torchrun's): the
     variables torchrun would set are set here, since torchrec reads LOCAL_WORLD_SIZE itself.
     """
     os.environ.update(

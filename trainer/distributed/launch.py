@@ -1,5 +1,5 @@
 """Start ranks: the per-rank trainer under torchrun (torch.distributed.run, the elastic
-launcher), or a function on N local processes (`run_local_ranks`: tests, calibration, benchmarks).
+launcher). A function on N local processes (tests, calibration, benchmarks) is local_ranks.py's.
 
 `python -m shardrec.trainer.distributed.launch TORCHRUN_ARGS` is torchrun itself, minus its failure
 traceback and the log folder its agent leaves in the temporary directory on every run.
@@ -11,18 +11,15 @@ import dataclasses
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import traceback
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from shardrec.trainer.distributed.failures import (
     FAILED_FIRST,
@@ -49,110 +46,6 @@ STOP_CHECK_STEPS = 10
 steps a stop may take."""
 _early_signals: list[int] | None = None
 """The stop signals received since `stop_requests()` began (None: outside it)."""
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class RankFailed(RuntimeError):
-    """A rank started by `run_local_ranks` raised; carries its traceback."""
-
-    def __init__(self, rank: int, trace: str) -> None:
-        super().__init__(f"rank {rank} failed:\n{trace}")
-        self.rank = rank
-        self.trace = trace
-
-    @property
-    def reason(self) -> str:
-        """The exception's own line (the traceback's last), for one-line messages."""
-        lines = self.trace.strip().splitlines()
-        return lines[-1] if lines else "no traceback"
-
-
-def _local_rank_entry(
-    rank: int,
-    *,
-    world_size: int,
-    port: int,
-    device_kind: str,
-    collective_timeout_s: int,
-    fn: Callable[..., Any],
-    args: tuple,
-    queue: Any,
-) -> None:
-    import torch.distributed
-
-    from shardrec.trainer.distributed.dist import init_local_rank, shutdown
-
-    try:
-        env = init_local_rank(
-            rank, world_size, port, device_kind=device_kind, timeout_s=collective_timeout_s
-        )
-        # Every rank has joined before any runs fn: a rank done early must not tear the group
-        # down while another still connects (gloo: "connectFullMesh failed ... closed by peer",
-        # reported instead of the other rank's own error).
-        torch.distributed.barrier()
-        queue.put((rank, "ok", fn(env, *args)))
-    except BaseException:  # report any failure to the parent instead of hanging it
-        queue.put((rank, "error", traceback.format_exc()))
-    finally:
-        shutdown()
-
-
-def run_local_ranks(
-    fn: Callable[..., Any],
-    world_size: int,
-    *args: Any,
-    device_kind: str = "cpu",
-    timeout_s: float = 300,
-    collective_timeout_s: int = 120,
-) -> list[Any]:
-    """Run fn(env, *args) on `world_size` new local processes, each a rank of one process group.
-
-    `fn` must be a module-level function (the processes are spawned, not forked: torch's threads
-    must not be copied) and its arguments and result picklable. Returns the results in rank
-    order; raises RankFailed for the first rank that raised, and queue.Empty when a rank reports
-    nothing for `timeout_s`.
-    """
-    import torch.multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    port = free_port()
-    shared = {
-        "world_size": world_size,
-        "port": port,
-        "device_kind": device_kind,
-        "collective_timeout_s": collective_timeout_s,
-        "fn": fn,
-        "args": args,
-        "queue": queue,
-    }
-    procs = [
-        ctx.Process(target=_local_rank_entry, args=(r,), kwargs=shared) for r in range(world_size)
-    ]
-    for p in procs:
-        p.start()
-    results: dict[int, Any] = {}
-    try:
-        for _ in range(world_size):
-            rank, status, value = queue.get(timeout=timeout_s)
-            if status == "error":
-                raise RankFailed(rank, value)
-            results[rank] = value
-    except KeyboardInterrupt:  # Ctrl-C, or a SIGTERM raised as one (sigterm_as_ctrl_c)
-        for p in procs:  # which may not have reached them: they would run on through the joins
-            p.kill()
-        raise
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-    return [results[r] for r in range(world_size)]
 
 
 def torchrun_command(

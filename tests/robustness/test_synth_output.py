@@ -193,3 +193,26 @@ def test_ctrl_c_while_a_commands_modules_load_is_one_line_and_writes_nothing(
     said = " ".join(command)
     assert done.stderr == f"interrupted: {said} had not started: nothing written\n"
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "command, module",
+    [
+        # Commands that only read: each imports its module while it runs, so the SIGINT lands
+        # inside the command itself, as a Ctrl-C at any later moment would.
+        (["data", "digest"], "shardrec.dataloader.loader"),
+        (["runs"], "shardrec.trainer.rundir.life.run_state"),
+    ],
+)
+def test_ctrl_c_in_a_command_that_only_reads_ends_in_one_line(
+    tiny_dataset: Path, command: list[str], module: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _CTRL_C_WHILE_LOADING, module, *command, str(tiny_dataset)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    # Before: exit 130 and nothing at all (typer's own handling of a KeyboardInterrupt).
+    assert (done.returncode, done.stdout) == (130, ""), done.stderr[-3000:]
+    assert done.stderr == f"interrupted: {' '.join(command)} stopped before it finished\n"

@@ -70,7 +70,27 @@ def load_command(module_name: str, name: str, said: str = "") -> Any:
     module.register(holder)
     command = typer.main.get_group(holder).commands[name]
     _one_line_summaries(command)
+    _one_line_when_stopped(command, said or name)
     return command
+
+
+def _one_line_when_stopped(command: Any, said: str) -> None:
+    """A Ctrl-C that the command does not turn into a line of its own (the commands that only
+    read: `data digest`, `data stats`, `runs`, ...) ends in one too, `interrupted: data digest
+    stopped before it finished`, exit code 130 (143 for SIGTERM where the command took it as a
+    Ctrl-C): typer's own handling exits 130 without a word."""
+    callback = command.callback
+    if callback is None:  # a group (`data`, `bench`): its commands are wrapped as they load
+        return
+
+    @functools.wraps(callback)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return callback(*args, **kwargs)
+        except KeyboardInterrupt:
+            interrupted(f"{said} stopped before it finished")
+
+    command.callback = run
 
 
 def _one_line_summaries(command: Any) -> None:

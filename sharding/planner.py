@@ -146,7 +146,9 @@ def plan_tables(request: PlanRequest, *, search: str = "shardrec") -> PlanFile:
     pooled = {
         name: round(factor, 4) for name, factor in search_request.pooling.items() if factor != 1.0
     }
-    plan.estimate = dataclasses.replace(plan.estimate, ids_per_sample=pooled)
+    plan.estimate = dataclasses.replace(
+        plan.estimate, ids_per_sample=pooled, dense_param_bytes=request.dense.param_bytes
+    )
     if search == "shardrec":
         plan.estimate = dataclasses.replace(plan.estimate, cost_model=cost_model_of(topo))
     plan.sharding_group_size = group_size

@@ -248,6 +248,22 @@ def check_kernels_run_on(plan: PlanFile, device_kind: str) -> None:
             )
 
 
+def check_estimate_dense(plan: PlanFile, dense_param_bytes: int) -> None:
+    """ValueError, in one line, for a plan whose memory estimate counts other dense layers than the
+    job's model (`dense_param_bytes`, memory.dense_footprint): the fingerprint holds the tables,
+    not `model.dense_arch`, `over_arch` or the interaction, whose parameters (and their optimizer
+    state) every rank's estimate counts. Plans that recorded none are taken as they are."""
+    recorded = plan.estimate.dense_param_bytes if plan.estimate is not None else 0
+    if recorded and recorded != dense_param_bytes:
+        from shardrec.sharding.plan.report import fmt_bytes
+
+        raise ValueError(
+            "the plan's memory estimate counts other dense layers: "
+            f"{fmt_bytes(recorded)} of dense parameters by the plan, this job's model has "
+            f"{fmt_bytes(dense_param_bytes)} (re-run `shardrec plan` with this job's settings)"
+        )
+
+
 def check_estimate_optimizer(plan: PlanFile, optimizer: str) -> None:
     """ValueError, in one line, for a plan whose memory estimate counts another sparse optimizer's
     state than `optimizer` (the fingerprint does not hold it): that figure is the run's plan.json

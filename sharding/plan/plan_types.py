@@ -115,13 +115,22 @@ class PlanEstimate:
     ids_per_sample: dict[str, float] = dataclasses.field(default_factory=dict)
     """The pooling factor (mean ids per sample) each table's lookups and comms were estimated with,
     for the tables where it is not 1 (list or multi-hot features)."""
+    dense_param_bytes: int = 0
+    """Parameter bytes of the dense layers (everything outside the tables) in every rank's
+    `fixed_bytes` (0: not recorded, as in plans written before it was)."""
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         if self.sync_every is None:
             del out["sync_every"]  # written by 2D plans only
         # Figures a plan did not record stay out of its file, so older plans keep their bytes.
-        for key in ("device_memory_bytes", "host_capacity_bytes", "cost_model", "ids_per_sample"):
+        for key in (
+            "device_memory_bytes",
+            "host_capacity_bytes",
+            "cost_model",
+            "ids_per_sample",
+            "dense_param_bytes",
+        ):
             if not out[key]:
                 del out[key]
         for rank in out["ranks"]:

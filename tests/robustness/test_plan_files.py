@@ -267,6 +267,34 @@ def test_a_plan_estimated_for_another_sparse_optimizer_is_refused(
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
+def test_a_plan_estimated_for_other_dense_layers_is_refused(tiny_dataset: Path, tmp_path: Path):
+    """The fingerprint holds the tables, not model.dense_arch: a plan made for the default dense
+    layers counted their parameters (and optimizer state) on every rank; trained with wider ones,
+    the run's plan.json understated each rank's memory without a word."""
+    path = tmp_path / "plan.json"
+    planned = runner.invoke(
+        app, ["plan", "--data", str(tiny_dataset), "--world-size", "1", "--out", str(path), *JOB]
+    )
+    assert planned.exit_code == 0, planned.output
+    wider = ["--set", "model.dense_arch=[64, 32, 16]"]
+    result = runner.invoke(
+        app,
+        ["train", "--data", str(tiny_dataset), "--plan", str(path), "--out-dir", str(tmp_path / "run"),
+         "--nproc-per-node", "1", *JOB, *wider],
+    )  # fmt: skip
+    assert_one_line_error(
+        result,
+        "^error: "
+        # Said by the rank that built the model (the launcher imports no torchrec to count it).
+        + re.escape(f"training failed: rank 0: {path}: the plan's memory estimate counts ")
+        + "other dense layers: "
+        + r"[\d.]+ KiB of dense parameters by the plan, this job's model has [\d.]+ KiB "
+        + re.escape("(re-run `shardrec plan` with this job's settings)")
+        + "$",
+    )
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
 def test_a_plan_that_breaks_the_jobs_constraints_is_said_when_training_starts(
     tiny_dataset: Path, tmp_path: Path, caplog
 ):

@@ -25,6 +25,7 @@ from shardrec.embeddings.optim import (
 )
 from shardrec.embeddings.tables import build_table_configs
 from shardrec.sharding.machine.memory import dense_footprint
+from shardrec.sharding.plan.plan_file import check_estimate_dense
 from shardrec.sharding.plan.plan_types import PlanFile
 from shardrec.sharding.torchrec.sharders import (
     FUSED_KERNELS,
@@ -167,6 +168,7 @@ def build_sharded_model(
         loss_weight=optim.loss_weight,
     )
     devices = gather_devices(env)
+    dense = dense_footprint(module, optim.dense)
     if plan is None:
         plan = plan_at_start(
             tables,
@@ -175,11 +177,16 @@ def build_sharded_model(
             train=train,
             sharding=sharding,
             optim=optim,
-            dense=dense_footprint(module, optim.dense),
+            dense=dense,
             devices=devices,
             table_settings=table_settings,
             stretch_steps=stretch_steps,
         )
+    else:
+        try:
+            check_estimate_dense(plan, dense.param_bytes)
+        except ValueError as e:
+            raise ValueError(f"{sharding.plan or 'the plan'}: {e}") from None
     sharding_plan = build_sharding_plan(plan, tables, env, train.global_batch_size)
     check_plan_fits(plan, devices, env)  # before sharding allocates any table
     model = shard_model(

@@ -215,8 +215,8 @@ def _plan_past_device_memory(
 ) -> tuple[list[TablePlan], PlanCost]:
     """Tables that do not fit in HBM: kernels and caches chosen from the data's id frequencies under
     a shrinking HBM budget (cached_tables.py) until the search places them within every rank's HBM
-    and host memory; else the placement needing the least HBM, for the refusal to show each rank's
-    gaps."""
+    and host memory; else the placement needing the least HBM, if it fits, or the refusal showing
+    its ranks' gaps."""
     from shardrec.sharding.search.shardrec_search import search_plan
 
     if not statistics.frequencies:
@@ -250,13 +250,16 @@ def _plan_past_device_memory(
         budget *= 0.9
     least = {config.name: hull[0].kernel for config, hull in zip(request.configs, hulls)}
     placed, cost = attempt_with(least)
+    if _fits(cost):  # the budget (all ranks' together, less 5%) was too tight, not the ranks
+        return placed, cost
     raise PlanDoesNotFitError(
         _describe_shortfall(
             cost,
             "cuda",
             "even with every table in host memory behind the smallest useful cache; "
             "add ranks or hosts with more memory",
-        )
+        ),
+        least_hbm={r: float(cost.memory_bytes[r]) for r in cost.shortfall()},
     )
 
 

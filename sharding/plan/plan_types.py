@@ -263,4 +263,11 @@ UVM_KERNELS = ("fused_uvm", "fused_uvm_caching")
 
 
 class PlanDoesNotFitError(ValueError):
-    """No placement within the ranks' memory; the message gives each rank's shortfall."""
+    """No placement within the ranks' memory; the message gives each rank's shortfall.
+    least_hbm: where every table went to host memory and it still did not fit, each short rank's
+    HBM need then (bytes): the least HBM a rank must have (`bench hitrate` sizes its advice by it).
+    """
+
+    def __init__(self, message: str, least_hbm: dict[int, float] | None = None) -> None:
+        super().__init__(message)
+        self.least_hbm = least_hbm or {}

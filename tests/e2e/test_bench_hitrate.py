@@ -109,6 +109,34 @@ def test_plan_past_hbm_shows_kernels_caches_and_hit_rates(
     assert "needs" in res.output and "of HBM" in res.output and "short" in res.output
 
 
+def test_small_tables_are_refused_with_the_share_that_fits_or_why_nothing_is_cached(
+    tmp_path: Path,
+) -> None:
+    # Below 0.45 nothing fits; at 0.45 every table fits only in host memory uncached, which the
+    # planner refused as "the plan does not fit: ...;  (even with ..." naming no rank; above it the
+    # bench said to plan for fewer ranks or a smaller --hbm-share.
+    from conftest import write_tiny_dataset
+
+    write_tiny_dataset(tmp_path / "data")  # ids spread evenly: no cache pays
+    args = ["bench", "hitrate", "--data", str(tmp_path / "data"), "--world-size", "2",
+            "--set", "model.embedding_dim=16", "--set", "train.global_batch_size=64"]  # fmt: skip
+    low = runner.invoke(app, [*args, "--hbm-share", "0.4"])
+    assert low.exit_code == 1 and len(low.output.splitlines()) == 1, low.output
+    assert low.output == (
+        "error: --hbm-share 0.4 leaves each of the 2 ranks 38.02 KiB of HBM after the reserve, but "
+        "rank 0 needs 40.11 KiB even with every table in host memory behind the smallest useful "
+        "cache: raise --hbm-share to 0.45 or more\n"
+    )
+    for share in ("0.45", "0.6"):
+        none = runner.invoke(app, [*args, "--hbm-share", share])
+        assert none.exit_code == 1 and len(none.output.splitlines()) == 1, none.output
+        assert none.output.startswith(f"error: at --hbm-share {share} the plan caches no table: ")
+        assert "stay in host memory uncached (fused_uvm: no cache was worth its HBM" in none.output
+        assert none.output.endswith(
+            "skewed ids (Criteo's) get caches, or pass --plan a plan that caches a table\n"
+        )
+
+
 @pytest.mark.parametrize("stop, code", [(KeyboardInterrupt, 130), ("kill", 143)])
 def test_a_stopped_replay_ends_in_one_line(monkeypatch, tmp_path: Path, stop, code) -> None:
     # Ctrl-C, or a kill (SIGTERM, raised as common.Terminated), while the caches replay.

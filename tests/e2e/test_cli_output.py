@@ -116,6 +116,34 @@ def test_planner_warns_about_idle_ranks(tiny_dataset: Path, tmp_path: Path, capl
     assert not [r for r in caplog.records if r.levelno == logging.WARNING]
 
 
+def test_training_says_which_evaluation_splits_have_no_rows(tmp_path: Path, monkeypatch) -> None:
+    # A small input's val and test can be empty: the run printed an empty results table and wrote
+    # "eval": {} without a word.
+    from conftest import write_tiny_dataset
+    from helpers import TINY_MODEL, jobs_handed_to_ranks, settings
+
+    job = settings('train.device="cpu"', *TINY_MODEL, "train.global_batch_size=64")
+    write_tiny_dataset(tmp_path / "none", {"train": [600, 400], "val": [], "test": []})
+    args = ["train", "--data", str(tmp_path / "none"), "--steps", "1", "--json", *job]
+    done = CliRunner().invoke(app, [*args, "--out-dir", str(tmp_path / "run")])
+    assert done.exit_code == 0, done.output
+    assert done.stderr.splitlines()[0] == (
+        f"warning: {tmp_path / 'none'}: splits 'val' and 'test' (data.eval_splits) have no rows: "
+        "nothing is evaluated on them, and the run reports no AUC"
+    )
+    assert json.loads(done.stdout)["eval"] == {}
+    # One of them: named alone (no rank started to learn it).
+    handed = jobs_handed_to_ranks(monkeypatch)
+    write_tiny_dataset(tmp_path / "one", {"train": [600, 400], "val": [256], "test": []})
+    args = ["train", "--data", str(tmp_path / "one"), "--steps", "1", *job]
+    one = CliRunner().invoke(app, [*args, "--out-dir", str(tmp_path / "run2")])
+    assert len(handed) == 1, one.output
+    assert one.stderr.splitlines()[0] == (
+        f"warning: {tmp_path / 'one'}: split 'test' (data.eval_splits) has no rows: "
+        "nothing is evaluated on it"
+    )
+
+
 def test_output_into_a_pipe_keeps_every_number_and_header_whole(
     tiny_dataset: Path, tmp_path: Path
 ) -> None:

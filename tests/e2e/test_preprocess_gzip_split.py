@@ -249,6 +249,19 @@ def test_bench_gzip_reports_its_ratios_over_the_same_rows(tmp_path: Path):
     assert set(r["goals"].values()) == {None}
 
 
+def test_bench_gzip_on_one_worker_says_the_speed_up_was_not_measured(tmp_path: Path):
+    # --workers 1 (the default) printed "gzip on 1 workers / 1 worker" for the .gz run against
+    # itself, and a goal "gzip_1.6x_on_1_workers".
+    res = runner.invoke(app, ["bench", "preprocess", "--gzip", "--size-gb", "0.004", "--chunk-mb", "0.125",
+                              "--work-dir", str(tmp_path), "--rounds", "1"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    out = " ".join(res.stdout.split())
+    said = "not measured: --workers 1 gives no second run to compare; run with --workers 2"
+    assert f"gzip on more workers / 1 worker, wall: {said}" in out
+    assert f"goal gzip_1.6x_on_2_workers: {said}" in out
+    assert "1 workers" not in out and "same dataset bytes" not in out
+
+
 def test_bench_gzip_does_not_judge_workers_on_a_gz_too_small_to_split(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ):

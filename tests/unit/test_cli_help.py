@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 import re
 from pathlib import Path
+from typing import Any
 
 from typer.testing import CliRunner
 
@@ -59,3 +60,33 @@ def test_the_readme_sections_a_help_names_exist() -> None:
     text = " ".join(shown.stdout.replace("│", " ").split())
     named = re.findall(r'README, "([^"]+)"', text)
     assert named and [n for n in named if n not in headings] == [], named
+
+
+def _command_paths(group: Any, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every command below `group`, as typed after `shardrec`."""
+    paths = []
+    for name in group.list_commands(None):
+        command = group.get_command(None, name)
+        below = getattr(command, "commands", None)
+        paths += _command_paths(command, (*path, name)) if below is not None else [(*path, name)]
+    return paths
+
+
+def test_every_usage_line_names_its_arguments_in_capitals() -> None:
+    # typer 0.2x wrote `{run_dir}`, `{file}` and, beside a metavar, `{model} {INPUT}`.
+    paths = _command_paths(_LazyCommands())
+    assert ("predict",) in paths and ("plan", "show") in paths and ("bench", "hitrate") in paths
+    shown = {}
+    for path in paths:
+        usage = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "300"})
+        assert usage.exit_code == 0, (path, usage.output)
+        line = next(line for line in usage.stdout.splitlines() if "Usage:" in line)
+        shown[path] = line.split("[OPTIONS]", 1)[1].split()
+    assert shown[("predict",)] == ["MODEL", "INPUT"] and shown[("runs",)] == ["[ROOT]"]
+    assert shown[("preprocess",)] == ["INPUTS..."]
+    odd = {
+        p: a
+        for p, a in shown.items()
+        if not all(re.fullmatch(r"\[?[A-Z_]+\]?(\.\.\.)?", w) for w in a)
+    }
+    assert odd == {}

@@ -193,7 +193,8 @@ def test_bench_plan_runs_one_case() -> None:
         res.stdout.strip()
         .splitlines()[-1]
         .startswith(
-            "headline (the plan `shardrec plan` writes vs torchrec's, priced by the better predictor): geomean 0."
+            "headline (the plan `shardrec plan` writes vs torchrec's, priced by shardrec's cost model, "
+            "the default: no --profile measured which is better): geomean 0."
         )
     )
     res = runner.invoke(app, ["bench", "plan", "--reserve", "1"])

@@ -99,6 +99,28 @@ def _flag_without_type(option: typer.core.TyperOption, ctx: typer.Context) -> st
 typer.core.TyperOption.display_type_rich = _flag_without_type  # type: ignore[method-assign]
 
 
+def _argument_name(argument: typer.core.TyperArgument) -> str:
+    """An argument's name as click and typer's docs write it (RUN_DIR): typer 0.2x shows the
+    parameter's own name (run_dir) beside a metavar (INPUT), so one usage line mixed both."""
+    return argument.metavar or (argument.name or "").upper()
+
+
+def _argument_in_usage(argument: typer.core.TyperArgument) -> str:
+    """RUN_DIR, [ROOT], INPUTS...: typer 0.2x writes a required one in braces ({run_dir}), which
+    reads as a choice of values."""
+    name = _argument_name(argument)
+    if not argument.required:
+        name = f"[{name}]"
+    return f"{name}..." if argument.nargs != 1 else name
+
+
+# Older typer already writes click's RUN_DIR and has neither of these.
+_Argument = typer.core.TyperArgument
+if hasattr(_Argument, "_usage_display_name"):
+    _Argument.display_name_raw = property(_argument_name)  # type: ignore[assignment,method-assign]
+    _Argument._usage_display_name = _argument_in_usage  # type: ignore[method-assign]
+
+
 def _version(value: bool) -> None:
     if value:
         from importlib.metadata import version

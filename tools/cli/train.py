@@ -334,13 +334,13 @@ def _prepare_run_dir(
             state = check_continue(out_dir, job, manifest, allow)
             if state == "continue" and config == out_dir / names.CONFIG:
                 job = new_stretch_length(out_dir, job, manifest, steps, overrides)
-        from shardrec.trainer.job.preflight import preflight
+        from shardrec.trainer.job.preflight import empty_eval_splits, preflight
 
         preflight(job, world_size=world_size)
-        materialised = manifest.options.get("multihot") if manifest is not None else None
-        for line in rule_breaks(job, materialised):
-            err_console.print(f"warning: {line}", highlight=False, soft_wrap=True)
         manifest = manifest or Manifest.load(job.data.path)
+        notes = rule_breaks(job, manifest.options.get("multihot"))
+        for line in [*notes, *empty_eval_splits(job, manifest)]:
+            err_console.print(f"warning: {line}", highlight=False, soft_wrap=True)
         if not continuing:
             state = "new" if restart else lifecycle.check_run_dir(out_dir, job, manifest, allow)
     except ValueError as e:  # a setting's error: its line; the dataset's: its flag's or key's

@@ -135,6 +135,25 @@ def check_against_dataset(job: JobConfig, manifest: Manifest) -> None:
     table_specs(manifest, job.model.embedding_dim, job.model.dims, job.tables)
 
 
+def empty_eval_splits(job: JobConfig, manifest: Manifest) -> list[str]:
+    """A line naming the data.eval_splits splits that have no rows (a small input's val and test
+    can be empty), if any: the ranks leave them out, and where every one is empty the run reports
+    no AUC. Not refused, as a missing split is: training on such data is still training."""
+    splits = manifest.splits
+    empty = [s for s in job.data.eval_splits if s in splits and splits[s].rows == 0]
+    if not empty:
+        return []
+    names = [repr(s) for s in empty]
+    named = f"{', '.join(names[:-1])} and {names[-1]}" if len(names) > 1 else names[0]
+    if len(empty) == 1:
+        said = f"split {named} (data.eval_splits) has no rows: nothing is evaluated on it"
+    else:
+        said = f"splits {named} (data.eval_splits) have no rows: nothing is evaluated on them"
+    if len(empty) == len(job.data.eval_splits):
+        said += ", and the run reports no AUC"
+    return [f"{job.data.path}: {said}"]
+
+
 def check_event_windows(path: str, manifest: Manifest, split: str, batch: int) -> None:
     """An event log's global batch is of one window (the loader's TemporalOrder): with tail
     "drop", at least one window of the train split must hold a batch, or the ranks start to find

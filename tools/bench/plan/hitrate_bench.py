@@ -18,6 +18,7 @@ batches it replays.
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ def _plan_past_hbm(job, configs, curves, world_size: int, hbm_share: float):
     from shardrec.sharding.cost.comms import Workload
     from shardrec.sharding.cost.cost_model import optimizer_bytes, rank_fixed_bytes
     from shardrec.sharding.machine.topology import build_topology
+    from shardrec.sharding.plan.plan_types import PlanDoesNotFitError
     from shardrec.sharding.planner import plan_tables
     from shardrec.sharding.search.request import DatasetStatistics, PlanRequest
 
@@ -70,7 +72,52 @@ def _plan_past_hbm(job, configs, curves, world_size: int, hbm_share: float):
         statistics=DatasetStatistics(frequencies=curves),
         optimizer=job.optim.sparse,
     )
-    return plan_tables(request)
+    try:
+        return plan_tables(request)
+    except PlanDoesNotFitError as e:
+        if not e.least_hbm:
+            raise
+        rank, need = max(e.least_hbm.items(), key=lambda kv: kv[1])
+        # Per rank, usable HBM = share x tables / ranks + fixed: the share the neediest rank needs.
+        share = (need - fixed) * world_size / tables
+        raise ValueError(_too_small_a_share(hbm_share, topo, rank, need, share)) from None
+
+
+def _too_small_a_share(hbm_share: float, topo, rank: int, need: float, share: float) -> str:
+    from shardrec.sharding.plan.report import fmt_bytes
+
+    # Rounded up: the share printed must be one that fits.
+    advice = (
+        f"raise --hbm-share to {math.ceil(share * 100) / 100:g} or more"
+        if share < 0.99
+        else "no --hbm-share under 1 leaves room for it (try another --world-size)"
+    )
+    return (
+        f"--hbm-share {hbm_share:g} leaves each of the {topo.world_size} ranks "
+        f"{fmt_bytes(topo.usable_bytes)} of HBM after the reserve, but rank {rank} needs "
+        f"{fmt_bytes(need)} even with every table in host memory behind the smallest useful "
+        f"cache: {advice}"
+    )
+
+
+def _nothing_cached(plan, hbm_share: float | None, plan_path: Path | None) -> str:
+    """Why there is nothing to replay: the plan keeps no table behind an HBM cache."""
+    if plan_path is not None:
+        return f"{plan_path}: the plan caches no table (no fused_uvm_caching): nothing to replay"
+    uncached = [t.name for t in plan.tables if t.compute_kernel == "fused_uvm"]
+    if not uncached:
+        return (
+            f"every table fits in HBM at --hbm-share {hbm_share:g}: nothing to cache, nothing to "
+            "replay; lower --hbm-share"
+        )
+    named = ", ".join(uncached[:-1]) + " and " + uncached[-1] if len(uncached) > 1 else uncached[0]
+    return (
+        f"at --hbm-share {hbm_share:g} the plan caches no table: {named} "
+        f"{'stay' if len(uncached) > 1 else 'stays'} in host memory uncached (fused_uvm: no cache "
+        "was worth its HBM on the ids' frequencies; evenly spread ids gain little from one), the "
+        "rest in HBM: nothing to replay; skewed ids (Criteo's) get caches, or pass --plan a plan "
+        "that caches a table"
+    )
 
 
 def replay(data: Path, job, configs, plan, curves, batches: int) -> list[dict[str, Any]]:
@@ -196,9 +243,7 @@ def run_hitrate(
     )
     shards = replay(data, job, configs, placed, curves, batches)
     if not shards:
-        raise ValueError(
-            "the plan caches no table: nothing to replay (plan for fewer ranks or a smaller --hbm-share)"
-        )
+        raise ValueError(_nothing_cached(placed, hbm_share, plan))
     return {
         "data": str(data),
         "batches": count_batches(data, job, batches),

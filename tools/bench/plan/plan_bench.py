@@ -157,6 +157,8 @@ def run_case(
     row["ratio_default_plan_torchrec_estimators"] = _ratio(default_tr, theirs_tr)
     # Headline: the plan `shardrec plan` writes (searched on the better predictor) against
     # torchrec's, both priced by that predictor.
+    # Which model is better is measured (a --profile's verdict) or, without one, not known.
+    row["cost_model_source"] = "profile" if cost_model else "default"
     row["cost_model"] = cost_model = cost_model or DEFAULT_COST_MODEL[topo.device_kind]
     written = ours if cost_model == "shardrec" else ours_on_tr
     row["ratio_headline"] = (
@@ -242,7 +244,8 @@ def print_plan_table(result: dict) -> None:
         title="shardrec plan vs torchrec EmbeddingShardingPlanner (slowest-rank step; ratio < 1: shardrec faster)"
     )
     t.caption = (
-        "model: the better predictor the case is priced by; ratio: the plan `shardrec plan` writes / torchrec's "
+        "model: the cost model the case is priced by (--profile's measured verdict, else the default); "
+        "ratio: the plan `shardrec plan` writes / torchrec's "
         "under it; meas.: the same, trained (CPU cases); trec, own: shardrec's search on each model vs torchrec's "
         "plan, under torchrec's estimators and shardrec's cost model; s: planner run time"
     )
@@ -288,10 +291,22 @@ def print_plan_table(result: dict) -> None:
     console.print(f"peak RSS {result['peak_rss_gib']:.2f} GiB")
     # The headline last, where the eye lands.
     console.print(
-        f"headline (the plan `shardrec plan` writes vs torchrec's, priced by the better predictor): geomean "
-        f"{g('headline')}, worst {w('headline')}, {n('headline')} cases",
+        f"headline (the plan `shardrec plan` writes vs torchrec's, {_priced_by(result['cases'])}): "
+        f"geomean {g('headline')}, worst {w('headline')}, {n('headline')} cases",
         soft_wrap=True,  # one line, whatever the terminal's width: scripts read the last line
     )
+
+
+def _priced_by(cases: list[dict]) -> str:
+    """What priced the headline: the better predictor only where a profile measured which it is."""
+    priced = [r for r in cases if "ratio_headline" in r]
+    sources = {r["cost_model_source"] for r in priced}
+    if sources == {"profile"}:
+        return "priced by the better predictor, as --profile measured it"
+    if sources == {"default"}:
+        models = " and ".join(sorted({f"{r['cost_model']}'s" for r in priced}))
+        return f"priced by {models} cost model, the default: no --profile measured which is better"
+    return "priced by --profile's measured better predictor where it applies, else the default"
 
 
 def profile_verdict(profile: Path | None) -> tuple[str, str]:
@@ -315,7 +330,8 @@ def run_plan_bench(
     show_progress: bool = True,
 ) -> dict:
     """Plan every case with both planners, keeping `reserve` of each rank's memory free, each case
-    priced by the better predictor (`profile`'s verdict for its kind of machine); the summary."""
+    priced by the better predictor (`profile`'s verdict for its kind of machine; without one, the
+    default model); the summary."""
     from rich.progress import Progress
 
     kind, winner = profile_verdict(profile)

@@ -106,11 +106,16 @@ def rates(runs: list[Run], peaks: list[float]) -> dict[str, float]:
     }
 
 
-def too_small(mb: float) -> str:
+def too_small(mb: float, file_mb: float | None = None) -> str:
+    """Why `mb` MB of text are too few to time ("" if they are not); file_mb: the size of the file
+    that holds them where it is not text (a Parquet file's), said beside them."""
     if mb >= MIN_MB:
         return ""
+    what = f"a {mb:.0f} MB file"
+    if file_mb is not None:
+        what = f"a {file_mb:.1f} MB file holding {mb:.0f} MB of text"
     return (
-        f"a {mb:.0f} MB file measures process start-up more than preprocessing; "
+        f"{what} measures process start-up more than preprocessing; "
         f"use --size-gb >= {MIN_MB / 1000:g}"
     )
 
@@ -126,7 +131,7 @@ def report_head(
     """What both reports start with: the file, each variant's medians, whether polars did the
     same work, shardrec's ratios against each polars run. judged_mb: the text size that decides
     whether the run is too small to measure (a Parquet file's: the text it holds), default mb."""
-    small = too_small(mb if judged_mb is None else judged_mb)
+    small = too_small(mb) if judged_mb is None else too_small(judged_mb, file_mb=mb)
     return {
         "file_mb": round(mb, 1),
         "workers": workers,
@@ -214,4 +219,4 @@ def spec_rounds(
     finally:
         for child in children.values():
             shutil.rmtree(child.out, ignore_errors=True)
-    return report_head(mb, workers, runs, children, sorted(differ), judged_mb=judged)
+    return report_head(mb, workers, runs, children, sorted(differ), judged_mb=judged_mb)

@@ -30,8 +30,8 @@ SUMMARIES = {
     "preprocess": "Preprocess MB/s and peak RSS against a polars pipeline doing the same work (1 "
     "and all threads), same file.",
     "plan": "The plan `shardrec plan` writes vs torchrec's default planner's, priced by the better "
-    "predictor (ratio < 1: shardrec faster), both keeping the same memory free; CPU cases "
-    "trained too.",
+    "predictor as --profile measured it, else by the default model (ratio < 1: shardrec faster), "
+    "both keeping the same memory free; CPU cases trained too.",
     "plan-reality": "Train 12+ plans (both planners', simple and bad ones) on local CPU ranks: "
     "which cost model orders them like the clock (Kendall tau, median error), and how close is "
     "each rank's memory estimate to its peak?",

@@ -31,8 +31,8 @@ def plan(
     json_out: JsonFlag = False,
 ) -> None:
     """The plan `shardrec plan` writes vs torchrec's default planner's, priced by the better
-    predictor (ratio < 1: shardrec faster), both keeping the same memory free; CPU cases trained
-    too."""
+    predictor as --profile measured it, else by the default model (ratio < 1: shardrec faster),
+    both keeping the same memory free; CPU cases trained too."""
     cases = [c for c in bench_plan.CASES if only is None or only in c.name]
     if not cases:
         fail(

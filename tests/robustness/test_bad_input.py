@@ -10,6 +10,7 @@ import random
 import re
 from pathlib import Path
 
+import pytest
 from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
@@ -314,4 +315,31 @@ def test_a_csv_of_other_columns_is_sent_to_spec_infer_and_that_command_works(tmp
             str(tmp_path / "d"),
         ],
     )
+    assert res.exit_code == 0, res.output
+
+
+@pytest.mark.parametrize("size", ["99999999999999999999", "18446744073709551615"])
+def test_a_hash_size_past_64_bit_ids_is_one_line_before_any_folder(tmp_path: Path, size: str):
+    """It was a traceback (OverflowError) or, once the work had begun, `id ... does not fit in 64
+    bits` naming no column, leaving a folder that refused the fixed spec's rerun."""
+    from shardrec.tools.synth.avazu_movielens import write_like
+
+    csv, spec, out = tmp_path / "train.csv", tmp_path / "ml.toml", tmp_path / "data"
+    write_like(csv, "movielens", 300, seed=1)
+    args = ["spec", "infer", str(csv), "--label", "rating>=4", "--out", str(spec)]
+    assert runner.invoke(app, args).exit_code == 0
+    good = spec.read_text()
+    at = good.index('name = "user_id"')
+    size_line = re.search(r"hash_size = \d+", good[at:])[0]
+    spec.write_text(good[:at] + good[at:].replace(size_line, f"hash_size = {size}", 1))
+    args = ["preprocess", str(csv), "--spec", str(spec), "--out", str(out)]
+    assert_one_line_error(
+        runner.invoke(app, args),
+        rf"^error: {re.escape(str(spec))}: columns\[0\] \(user_id\): hash_size {size} is over "
+        r"9223372036854775807 \(2\^63 - 1\), the most table rows 64-bit ids can number: give a "
+        r"smaller one$",
+    )
+    assert not out.exists()
+    spec.write_text(good)
+    res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output

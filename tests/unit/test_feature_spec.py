@@ -131,6 +131,11 @@ def test_the_builtin_spec_is_criteos_row() -> None:
             ("hash_size = 10000", "hash_size = 1"),
             r"columns\[0\] \(user_id\): hash_size 1 must be at least 2",
         ),
+        (
+            ("hash_size = 10000", "hash_size = 9223372036854775808"),
+            r"columns\[0\] \(user_id\): hash_size 9223372036854775808 is over "
+            r"9223372036854775807 \(2\^63 - 1\)",
+        ),
         (('kind = "csv"', 'knd = "csv"'), r"format: unknown key 'knd'; did you mean kind\?"),
         (("[format]", "[formt]"), r"unknown section 'formt'; did you mean format\?"),
         (

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from shardrec.dataloader.format.manifest import MANIFEST
+from shardrec.dataloader.spec.feature_spec import MAX_HASH_SIZE
 from shardrec.dataloader.util.files import atomic_write_bytes
 from shardrec.dataloader.util.locks import WORK_DIR
 from shardrec.dataloader.util.near import did_you_mean
@@ -103,8 +104,11 @@ class PreprocessConfig:
                 "--raw-ids keeps ids as they are; --min-count numbers them by a vocabulary: "
                 "give one or the other"
             )
-        if self.min_count <= 0 and any(n < 2 for n in self.max_ids):
-            raise ValueError(f"max_ids {self.max_ids} must all be >= 2 (id 0 is the missing value)")
+        if self.min_count <= 0 and any(not 2 <= n <= MAX_HASH_SIZE for n in self.max_ids):
+            raise ValueError(
+                f"max_ids {self.max_ids} must all be 2 to 2^63 - 1 (id 0 is the missing value, "
+                "ids are 64-bit)"
+            )
         if self.vocab_memory_mb <= 0:
             raise ValueError(f"vocab_memory_mb {self.vocab_memory_mb:g}: must be > 0")
         if self.workers < 1:

@@ -32,6 +32,7 @@ from shardrec.tools.preprocess.parse.spec_infer import (
     no_label_column,
     parse_label,
     propose_column,
+    threshold_inside,
     threshold_wanted,
 )
 
@@ -117,6 +118,8 @@ def infer_parquet_spec(
                 )
             if threshold is None and not {float(v) for v in values} <= {0.0, 1.0}:
                 raise ValueError(threshold_wanted(path, name, [float(v) for v in values], shown))
+            if threshold is not None and values:
+                threshold_inside(path, name, [float(v) for v in values], threshold)
             columns.append(LabelColumn(name, threshold=threshold))
             notes[name] = "the label" + (
                 f": 1 where {name} >= {exact(threshold)}" if threshold is not None else ""

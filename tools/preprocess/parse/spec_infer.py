@@ -281,6 +281,23 @@ def threshold_wanted(path: Path, name: str, values: list[float], shown: list[str
     )
 
 
+def threshold_inside(path: Path, name: str, values: list[float], threshold: float) -> None:
+    """ValueError for a threshold that makes every label of the sample the same: above every value
+    (all 0) or at or below every one (all 1), with one from the values (threshold_wanted's)."""
+    low, high = min(values), max(values)
+    if low < threshold <= high:
+        return
+    every = "0: it is above" if threshold > high else "1: it is at or below"
+    median = float(statistics.median(values))
+    if all(float(v).is_integer() for v in values):
+        median = float(math.ceil(median))
+    raise ValueError(
+        f"{path}: --label '{name}>={exact(threshold)}' makes every label {every} every value read "
+        f"({len(values):,} values, {exact(low)} to {exact(high)}, median {exact(median)}); give a "
+        f"threshold within them, e.g. --label '{name}>={exact(median)}'"
+    )
+
+
 def no_label_column(path: Path, name: str, names: list[str]) -> ValueError:
     """The refusal of a --label that names no column: the columns (the first 30), and the one
     meant where a name is close (a typo)."""
@@ -306,6 +323,8 @@ def _label_column(name: str, values: list[str], threshold: float | None, path: P
                 f"{path}: label column {name!r} holds values that are not numbers (e.g. {words}); "
                 "a threshold compares numbers: give the label column without one"
             )
+        if values:
+            threshold_inside(path, name, [float(v) for v in values], threshold)
         return LabelColumn(
             name, threshold=threshold
         ), f"the label: 1 where {name} >= {exact(threshold)}"

@@ -343,3 +343,32 @@ def test_a_hash_size_past_64_bit_ids_is_one_line_before_any_folder(tmp_path: Pat
     spec.write_text(good)
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
+
+
+def test_an_empty_last_parquet_file_is_named_as_why_val_and_test_are_empty(tmp_path: Path, caplog):
+    """The warning said 'the input has too few lines' of a folder whose last file (the one halved
+    into val and test) is a Parquet file of a schema alone."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    table = pa.table({"click": [0, 1] * 100, "city": ["paris", "oslo", "lima", "rome"] * 50})
+    pq.write_table(table, logs / "part-0.parquet")
+    pq.write_table(table.slice(0, 0), logs / "part-1.parquet")
+    spec = tmp_path / "pq.toml"
+    spec.write_text(
+        '[format]\nkind = "parquet"\n[[columns]]\nname = "click"\nrole = "label"\n'
+        '[[columns]]\nname = "city"\nrole = "categorical"\nhash_size = 10\n'
+    )
+    with caplog.at_level(logging.WARNING, logger="shardrec"):
+        done = runner.invoke(
+            app, ["preprocess", str(logs), "--spec", str(spec), "--out", str(tmp_path / "d")]
+        )
+    assert done.exit_code == 0, done.output
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        f"{logs}: split val and test holds no rows: the last file, part-1.parquet, holds no rows, "
+        "and of 2 files the last is the one halved into val and test, every other a training day "
+        "(rows kept: train 200, val 0, test 0); remove it, or give it the rows of the day it "
+        "stands for"
+    ]

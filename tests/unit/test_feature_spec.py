@@ -120,6 +120,10 @@ def test_the_builtin_spec_is_criteos_row() -> None:
             r"columns\[2\] \(genres\): pooling = 'maen' is not one of sum, mean; did you mean mean\?",
         ),
         (
+            ('pooling = "mean"', 'pooling = "max"'),  # the choices once, not again as `known`
+            r"columns\[2\] \(genres\): pooling = 'max' is not one of sum, mean$",
+        ),
+        (
             ('kind = "integer"', 'kind = "int"'),
             r"columns\[0\] \(user_id\): kind = 'int' is not one of hex, integer, string; did you mean integer\?",
         ),

@@ -210,7 +210,7 @@ def preprocess(
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Turn click logs into a sharded-training dataset (parts + manifest.json): Criteo's rows, or
-    any CSV/TSV a feature spec (--spec) describes."""
+    any CSV, TSV or Parquet file a feature spec (--spec) describes."""
     from shardrec.dataloader.format.manifest import DatasetError
     from shardrec.dataloader.util.locks import dataset_lock
     from shardrec.tools.preprocess.pipeline import check_inputs, run_preprocess

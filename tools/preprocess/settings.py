@@ -32,8 +32,8 @@ class PreprocessConfig:
     """Every option of a preprocessing run (the CLI fills it; defaults live here)."""
 
     inputs: list[Path]
-    """Click logs: Kaggle train.txt, 1TB day files (.gz too), directories of them, or the CSV/TSV a
-    spec describes."""
+    """Click logs: Kaggle train.txt, 1TB day files (.gz too), directories of them, or the CSV, TSV
+    or Parquet files a spec describes."""
     out: Path
     """Output dataset directory."""
     max_ids: list[int] = field(default_factory=lambda: [10_000_000])
@@ -68,9 +68,9 @@ class PreprocessConfig:
     Criteo's logs have next to none); more, no row kept, or a split left without rows is an error
     and no manifest is written. Finished tasks are kept: rerun with a higher value to accept."""
     spec: FeatureSpec | None = None
-    """A feature spec (a TOML file): the text's format and each column's role; `shardrec spec infer`
-    proposes one. Default: Criteo's rows, as the schema options (num_dense, delimiter, ...) describe
-    them."""
+    """A feature spec (a TOML file): the input's format (CSV, TSV or Parquet) and each column's
+    role; `shardrec spec infer` proposes one. Default: Criteo's rows, as the schema options
+    (num_dense, delimiter, ...) describe them."""
     spec_file: str = ""
     """The spec's file, named in messages."""
     part: tuple[int, int] | None = None

@@ -24,6 +24,9 @@ CATEGORICAL_KINDS = ("hex", "integer", "string")
 POOLINGS = ("sum", "mean")
 ROLES = ("label", "dense", "categorical", "list", "sequence", "ignore")
 DEFAULT_MAX_LENGTH = 32
+MAX_HASH_SIZE = 2**63 - 1
+"""The most rows a hashed table can have: preprocess holds table sizes as int64 (and ids as
+uint64); 2**63 itself marks a sequence's integers kept as written."""
 SEQUENCE_VALUES = ("ids", "timestamps", "integers")
 """What a sequence's values are: ids hashed into a table, or integers kept as written (seconds,
 action codes) that no table holds."""
@@ -158,6 +161,11 @@ class CategoricalColumn(_Column):
         if self.hash_size is not None and self.hash_size < 2:
             raise ValueError(
                 f"hash_size {self.hash_size} must be at least 2 (id 0 is the empty value)"
+            )
+        if self.hash_size is not None and self.hash_size > MAX_HASH_SIZE:
+            raise ValueError(
+                f"hash_size {self.hash_size} is over {MAX_HASH_SIZE} (2^63 - 1), the most table "
+                "rows 64-bit ids can number: give a smaller one"
             )
 
 

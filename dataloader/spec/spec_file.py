@@ -44,9 +44,13 @@ _CHOICES = {
 }
 
 
-def _near(word: str, known) -> str:
+def _near(word: str, known, listed: bool = False) -> str:
+    """`; did you mean X?` for the close one, else the known words (none where `listed`: the
+    message names them already)."""
     near = difflib.get_close_matches(word, list(known), n=1)
-    return f"; did you mean {near[0]}?" if near else f" (known: {', '.join(known)})"
+    if near:
+        return f"; did you mean {near[0]}?"
+    return "" if listed else f" (known: {', '.join(known)})"
 
 
 def _words(hint: Any) -> str:
@@ -85,7 +89,8 @@ def _build(cls: type, raw: dict[str, Any], where: str, skip: tuple[str, ...] = (
         choices = FORMAT_KINDS if (cls is TextFormat and key == "kind") else _CHOICES.get(key)
         if choices and value not in choices:
             raise SpecError(
-                f"{where}: {key} = {value!r} is not one of {', '.join(choices)}{_near(value, choices)}"
+                f"{where}: {key} = {value!r} is not one of {', '.join(choices)}"
+                f"{_near(value, choices, listed=True)}"
             )
     floats = [
         k

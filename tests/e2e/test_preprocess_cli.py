@@ -350,6 +350,20 @@ def test_custom_schema_float16_and_per_feature_max_ids(tmp_path: Path):
         (["--workers", "2", "--chunk-mb", "-0.5"], "--chunk-mb -0.5: must be > 0"),
         (["--vocab-memory-mb", "0"], "--vocab-memory-mb 0: must be > 0"),
         (["--max-skipped-fraction", "2"], "--max-skipped-fraction 2: must be in [0, 1]"),
+        (
+            ["--max-ids", "-5"],
+            "--max-ids -5: -5 is not 2 to 9223372036854775807 (2^63 - 1) table rows: id 0 is the "
+            "missing value, and ids are 64-bit",
+        ),
+        (
+            ["--max-ids", "99999999999999999999"],
+            "--max-ids 99999999999999999999: 99999999999999999999 is not 2 to 9223372036854775807 "
+            "(2^63 - 1) table rows: id 0 is the missing value, and ids are 64-bit",
+        ),
+        (
+            ["--max-ids", "10,20"],
+            "--max-ids 10,20: 2 values; give 1 or one per sparse feature (26)",
+        ),
     ],
 )
 def test_a_bad_amount_is_named_by_its_flag_before_any_input_is_read(
@@ -367,6 +381,12 @@ def test_a_bad_amount_is_named_by_its_flag_before_any_input_is_read(
         ("chunk_mb", 0.0, "chunk_mb 0: must be > 0"),
         ("vocab_memory_mb", 0.0, "vocab_memory_mb 0: must be > 0"),
         ("max_skipped_fraction", 2.0, "max_skipped_fraction 2: must be in [0, 1]"),
+        (
+            "max_ids",
+            [2**63],
+            "max_ids [9223372036854775808] must all be 2 to 2^63 - 1 (id 0 is the missing value, "
+            "ids are 64-bit)",
+        ),
     ],
 )
 def test_the_settings_name_the_one_bad_key(tmp_path: Path, key: str, value: float, error: str):

@@ -272,3 +272,25 @@ def test_output_does_not_depend_on_the_parse_piece_size(tmp_path: Path, monkeypa
     res = cli("preprocess", text, "--out", tmp_path / "small", *one_task)
     assert set(res["rows_skipped"]) == {"too_many_fields", "bad_label", "bad_hex"}
     assert outputs(tmp_path / "small") == outputs(tmp_path / "whole")
+
+
+def test_verify_says_how_to_repair_a_cut_part_and_the_same_rerun_does(tmp_path: Path):
+    """verify named the part cut short but not the fix: the same preprocess command, rerun into
+    the dataset, writes its files again."""
+    raw = write_dataset(tmp_path / "raw", rows=1500, seed=2, max_vocab=300)[0]
+    out = tmp_path / "data"
+    cli("preprocess", raw, "--out", out, *ARGS)
+    before = outputs(out)
+    part = sorted((out / "train").glob("*.arrow"))[0]
+    size = part.stat().st_size
+    part.write_bytes(part.read_bytes()[: size // 2])
+    verify = runner.invoke(app, ["data", "verify", str(out)], env={"COLUMNS": "300"})
+    assert verify.exit_code == 1
+    assert verify.stdout.splitlines() == [
+        f"problem: {part}: {size // 2} bytes, manifest says {size}",
+        f"to repair {out}, re-run the command that made it, into it: `shardrec preprocess` with "
+        "the same inputs and options writes its files again",
+    ]
+    cli("preprocess", raw, "--out", out, *ARGS)
+    assert runner.invoke(app, ["data", "verify", str(out)]).exit_code == 0
+    assert outputs(out) == before

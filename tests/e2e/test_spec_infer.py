@@ -109,6 +109,16 @@ def test_a_headerless_criteo_log_gets_a_spec_by_position(tmp_path: Path) -> None
             r"value is >= it\); use --label 'rating>=5' \(the same for whole numbers\)$",
         ),
         ("rating>=four", r"--label 'rating>=four': the threshold after >= must be a number"),
+        (
+            "rating>=9",
+            r"--label 'rating>=9' makes every label 0: it is above every value read \(200 values, "
+            r"1 to 5, median \d\); give a threshold within them, e.g. --label 'rating>=\d'$",
+        ),
+        (
+            "rating>=1",
+            r"--label 'rating>=1' makes every label 1: it is at or below every value read \(200 "
+            r"values, 1 to 5, median \d\); give a threshold within them, e.g. --label 'rating>=\d'$",
+        ),
     ],
 )
 def test_a_label_infer_cannot_use_is_one_line(tmp_path: Path, label: str, message: str) -> None:
@@ -163,6 +173,20 @@ def test_a_mistyped_label_lists_every_column_and_the_one_meant(tmp_path: Path, k
     assert_one_line_error(
         cli("spec", "infer", many, "--label", "click", ok=False),
         r"\(columns: x0, x1, .*, x29, \.\.\. and 10 more\)$",
+    )
+
+
+def test_a_parquet_labels_threshold_above_every_value_is_refused(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    log = tmp_path / "log.parquet"
+    pq.write_table(pa.table({"rating": [1.5, 2.0, 4.5] * 10, "city": ["a", "b", "c"] * 10}), log)
+    assert_one_line_error(
+        cli("spec", "infer", log, "--label", "rating>=9", ok=False),
+        rf"^error: {log}: --label 'rating>=9' makes every label 0: it is above every value read "
+        r"\(30 values, 1.5 to 4.5, median 2\); give a threshold within them, e.g. --label "
+        r"'rating>=2'$",
     )
 
 

@@ -10,6 +10,7 @@ import random
 import re
 from pathlib import Path
 
+import pytest
 from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
@@ -315,3 +316,59 @@ def test_a_csv_of_other_columns_is_sent_to_spec_infer_and_that_command_works(tmp
         ],
     )
     assert res.exit_code == 0, res.output
+
+
+@pytest.mark.parametrize("size", ["99999999999999999999", "18446744073709551615"])
+def test_a_hash_size_past_64_bit_ids_is_one_line_before_any_folder(tmp_path: Path, size: str):
+    """It was a traceback (OverflowError) or, once the work had begun, `id ... does not fit in 64
+    bits` naming no column, leaving a folder that refused the fixed spec's rerun."""
+    from shardrec.tools.synth.avazu_movielens import write_like
+
+    csv, spec, out = tmp_path / "train.csv", tmp_path / "ml.toml", tmp_path / "data"
+    write_like(csv, "movielens", 300, seed=1)
+    args = ["spec", "infer", str(csv), "--label", "rating>=4", "--out", str(spec)]
+    assert runner.invoke(app, args).exit_code == 0
+    good = spec.read_text()
+    at = good.index('name = "user_id"')
+    size_line = re.search(r"hash_size = \d+", good[at:])[0]
+    spec.write_text(good[:at] + good[at:].replace(size_line, f"hash_size = {size}", 1))
+    args = ["preprocess", str(csv), "--spec", str(spec), "--out", str(out)]
+    assert_one_line_error(
+        runner.invoke(app, args),
+        rf"^error: {re.escape(str(spec))}: columns\[0\] \(user_id\): hash_size {size} is over "
+        r"9223372036854775807 \(2\^63 - 1\), the most table rows 64-bit ids can number: give a "
+        r"smaller one$",
+    )
+    assert not out.exists()
+    spec.write_text(good)
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+
+
+def test_an_empty_last_parquet_file_is_named_as_why_val_and_test_are_empty(tmp_path: Path, caplog):
+    """The warning said 'the input has too few lines' of a folder whose last file (the one halved
+    into val and test) is a Parquet file of a schema alone."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    table = pa.table({"click": [0, 1] * 100, "city": ["paris", "oslo", "lima", "rome"] * 50})
+    pq.write_table(table, logs / "part-0.parquet")
+    pq.write_table(table.slice(0, 0), logs / "part-1.parquet")
+    spec = tmp_path / "pq.toml"
+    spec.write_text(
+        '[format]\nkind = "parquet"\n[[columns]]\nname = "click"\nrole = "label"\n'
+        '[[columns]]\nname = "city"\nrole = "categorical"\nhash_size = 10\n'
+    )
+    with caplog.at_level(logging.WARNING, logger="shardrec"):
+        done = runner.invoke(
+            app, ["preprocess", str(logs), "--spec", str(spec), "--out", str(tmp_path / "d")]
+        )
+    assert done.exit_code == 0, done.output
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        f"{logs}: split val and test holds no rows: the last file, part-1.parquet, holds no rows, "
+        "and of 2 files the last is the one halved into val and test, every other a training day "
+        "(rows kept: train 200, val 0, test 0); remove it, or give it the rows of the day it "
+        "stands for"
+    ]

@@ -90,3 +90,22 @@ def test_every_usage_line_names_its_arguments_in_capitals() -> None:
         if not all(re.fullmatch(r"\[?[A-Z_]+\]?(\.\.\.)?", w) for w in a)
     }
     assert odd == {}
+
+
+def test_the_helps_of_preprocess_and_spec_infer_name_parquet_and_rows() -> None:
+    """Both read Parquet: preprocess's help named only CSV/TSV, and `spec infer --rows` was
+    "Lines read"."""
+
+    def shown(*args: str) -> str:
+        done = CliRunner().invoke(app, [*args, "--help"], env={"COLUMNS": "300"})
+        assert done.exit_code == 0, done.output
+        return " ".join(done.stdout.replace("│", " ").split())
+
+    text = shown("preprocess")
+    assert (
+        "Criteo's rows, or any CSV, TSV or Parquet file a feature spec (--spec) describes" in text
+    )
+    assert "or the CSV, TSV or Parquet files a spec describes" in text
+    assert "the input's format (CSV, TSV or Parquet)" in text
+    rows = shown("spec", "infer").split("--rows", 1)[1][:120]
+    assert "Rows read to decide: the first ones (of text or Parquet)." in rows

@@ -120,6 +120,10 @@ def test_the_builtin_spec_is_criteos_row() -> None:
             r"columns\[2\] \(genres\): pooling = 'maen' is not one of sum, mean; did you mean mean\?",
         ),
         (
+            ('pooling = "mean"', 'pooling = "max"'),  # the choices once, not again as `known`
+            r"columns\[2\] \(genres\): pooling = 'max' is not one of sum, mean$",
+        ),
+        (
             ('kind = "integer"', 'kind = "int"'),
             r"columns\[0\] \(user_id\): kind = 'int' is not one of hex, integer, string; did you mean integer\?",
         ),
@@ -130,6 +134,11 @@ def test_the_builtin_spec_is_criteos_row() -> None:
         (
             ("hash_size = 10000", "hash_size = 1"),
             r"columns\[0\] \(user_id\): hash_size 1 must be at least 2",
+        ),
+        (
+            ("hash_size = 10000", "hash_size = 9223372036854775808"),
+            r"columns\[0\] \(user_id\): hash_size 9223372036854775808 is over "
+            r"9223372036854775807 \(2\^63 - 1\)",
         ),
         (('kind = "csv"', 'knd = "csv"'), r"format: unknown key 'knd'; did you mean kind\?"),
         (("[format]", "[formt]"), r"unknown section 'formt'; did you mean format\?"),

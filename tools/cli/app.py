@@ -39,7 +39,7 @@ SUMMARIES = {
     "spec": "Feature specs (TOML): which column is the label, which are dense, categorical or "
     "lists, and the text's format. `preprocess --spec FILE` reads one.",
     "preprocess": "Turn click logs into a sharded-training dataset (parts + manifest.json): "
-    "Criteo's rows, or any CSV/TSV a feature spec (--spec) describes.",
+    "Criteo's rows, or any CSV, TSV or Parquet file a feature spec (--spec) describes.",
     "data": "Inspect, check and convert a preprocessed dataset: statistics, rows, checksums, "
     "stream digests, torchrec's .npy layout, multi-hot copies, upgrades of the old layout.",
     "plan": "Plan how embedding tables are sharded; writes a plan file `shardrec train --plan` uses.",

@@ -98,6 +98,22 @@ def _score_events(exported, path: Path) -> tuple[np.ndarray, np.ndarray]:
     return probs, labels
 
 
+def _a_dataset(directory: Path) -> None:
+    """Refuse a directory that is no dataset (nor one being written: Manifest.load says that),
+    naming one of its files: raw rows are scored a file at a time."""
+    from shardrec.dataloader.format.manifest import MANIFEST
+    from shardrec.dataloader.util.locks import WORK_DIR
+
+    if (directory / MANIFEST).exists() or (directory / WORK_DIR).exists():
+        return
+    files = sorted(p for p in directory.iterdir() if p.is_file() and not p.name.startswith("."))
+    fix = f"name one of its files (e.g. {files[0]})" if files else "it holds no file"
+    fail(
+        f"{directory}: a directory but not a dataset (no {MANIFEST}); predict scores a dataset "
+        f"directory or one file of raw rows: {fix}"
+    )
+
+
 def predict(
     model: Annotated[Path, typer.Argument(help="Model file from `shardrec export`.")],
     input_path: Annotated[
@@ -167,6 +183,8 @@ def predict(
         fail(f"{input_path}: no such file or dataset directory")
     if input_path.is_file() and input_path.stat().st_size == 0:
         fail(f"{input_path}: empty (no rows): nothing to score")
+    if input_path.is_dir():
+        _a_dataset(input_path)
     from shardrec.dataloader.format.manifest import DatasetError
     from shardrec.trainer.inference.model_file import read_header
 

@@ -67,11 +67,27 @@ def _parse_part(part: str | None) -> tuple[int, int] | None:
     return i, n
 
 
-def _parse_max_ids(values: str) -> list[int]:
+def _parse_max_ids(values: str, hashing: bool, num_sparse: int) -> list[int]:
+    """--max-ids as integers, refused by its flag where hashing (no --min-count) cannot use them
+    (PreprocessConfig checks the same for library callers, by its key)."""
+    from shardrec.dataloader.spec.feature_spec import MAX_HASH_SIZE
+
     try:
-        return [int(v) for v in values.split(",")]
+        sizes = [int(v) for v in values.split(",")]
     except ValueError:
         fail(f"--max-ids {values!r}: expected an integer or a comma-separated list of integers")
+    if len(sizes) not in (1, num_sparse):
+        fail(
+            f"--max-ids {values}: {len(sizes)} values; give 1 or one per sparse feature "
+            f"({num_sparse})"
+        )
+    bad = next((n for n in sizes if not 2 <= n <= MAX_HASH_SIZE), None)
+    if hashing and bad is not None:
+        fail(
+            f"--max-ids {values}: {bad} is not 2 to {MAX_HASH_SIZE} (2^63 - 1) table rows: id 0 "
+            "is the missing value, and ids are 64-bit"
+        )
+    return sizes
 
 
 def _help(name: str) -> str:
@@ -194,7 +210,7 @@ def preprocess(
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Turn click logs into a sharded-training dataset (parts + manifest.json): Criteo's rows, or
-    any CSV/TSV a feature spec (--spec) describes."""
+    any CSV, TSV or Parquet file a feature spec (--spec) describes."""
     from shardrec.dataloader.format.manifest import DatasetError
     from shardrec.dataloader.util.locks import dataset_lock
     from shardrec.tools.preprocess.pipeline import check_inputs, run_preprocess
@@ -216,7 +232,10 @@ def preprocess(
             min_fields,
         )
         cfg = PreprocessConfig(
-            inputs=inputs, out=out, max_ids=_parse_max_ids(max_ids), min_count=min_count,
+            inputs=inputs, out=out, min_count=min_count,
+            max_ids=_parse_max_ids(
+                max_ids, min_count <= 0, len(feature_spec.sparse) if feature_spec else num_sparse
+            ),
             raw_ids=[n.strip() for n in raw_ids.split(",") if n.strip()],
             vocab_memory_mb=vocab_memory_mb, layout=layout, val_half=val_half, schema=schema,
             dense_transform=dense_transform, dense_dtype="float16" if float16 else "float32",

@@ -33,7 +33,9 @@ def infer(
     out: Annotated[
         Path | None, typer.Option(help="Write the spec here (default: print it).")
     ] = None,
-    rows: Annotated[int, typer.Option(min=2, help="Lines read to decide.")] = 10_000,
+    rows: Annotated[
+        int, typer.Option(min=2, help="Rows read to decide: the first ones (of text or Parquet).")
+    ] = 10_000,
     force: Annotated[
         bool, typer.Option("--force", help="Replace --out if it exists (an edited spec is lost).")
     ] = False,

@@ -151,13 +151,41 @@ def _check_splits(
             f"{where}: split {' and '.join(skipped_all)} would hold no rows: its lines were all "
             f"skipped as malformed ({all_lines}; rows kept: {counts}; {bad:,} skipped); {how}"
         )
+    unit = "rows" if cfg.parquet else "lines"
+    last = _empty_last_file(layout, tasks, results)
+    if last is not None:
+        logger.warning(
+            "%s: split %s holds no rows: the last file, %s, holds no %s, and of %d files the last "
+            "is the one halved into val and test, every other a training day (rows kept: %s); "
+            "remove it, or give it the rows of the day it stands for",
+            where,
+            " and ".join(empty),
+            last,
+            unit,
+            len(names),
+            counts,
+        )
+        return
     logger.warning(
-        "%s: split %s holds no rows, the input has too few lines (rows kept: %s); %s",
+        "%s: split %s holds no rows, the input has too few %s (rows kept: %s); %s",
         where,
         " and ".join(empty),
+        unit,
         counts,
         how,
     )
+
+
+def _empty_last_file(layout: str, tasks: list[Task], results: list[TaskResult]) -> str | None:
+    """The name of the last of several day files where it holds no rows (a Parquet file of a
+    schema alone; an empty text file is refused before any task runs), else None."""
+    per_file: dict[str, int] = {}
+    for t, r in zip(tasks, results):
+        per_file[t.path] = per_file.get(t.path, 0) + r.lines
+    last = list(per_file)[-1] if per_file else None
+    if layout == "kaggle" or len(per_file) < 2 or per_file[last]:
+        return None
+    return Path(last).name
 
 
 @dataclass

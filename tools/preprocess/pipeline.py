@@ -34,6 +34,7 @@ from shardrec.tools.preprocess.kept_rows import (
     summarize,
     write_manifest,
 )
+from shardrec.tools.preprocess.parse.parquet_schema import is_parquet
 from shardrec.tools.preprocess.parse.text_parser import TextParser, choose_parser
 from shardrec.tools.preprocess.pool import Pool, map_tasks, shared_pool
 from shardrec.tools.preprocess.settings import (
@@ -99,10 +100,30 @@ class CheckedInputs:
     cardinalities: tuple[int, ...]
 
 
+def _no_parquet(files: list[Path], cfg: PreprocessConfig) -> None:
+    """ValueError for a Parquet file where text is read: its bytes parsed as lines made every row
+    malformed (too_few_fields), naming no Parquet."""
+    found = next((f for f in files if is_parquet(f)), None)
+    if found is None:
+        return
+    reads = (
+        f"the spec {cfg.spec_file or ''} reads {cfg.spec.format.kind.upper()} text"
+        if cfg.spec is not None
+        else "without --spec, preprocess reads Criteo's text"
+    )
+    raise ValueError(
+        f"{found}: a Parquet file, and {reads}; a Parquet file is read by a spec of kind = "
+        f'"parquet": `shardrec spec infer {found} --label COLUMN --out spec.toml` proposes one, '
+        "then preprocess --spec spec.toml"
+    )
+
+
 def check_inputs(cfg: PreprocessConfig) -> CheckedInputs:
     """The inputs, their layout, the parser (the spec checked against the inputs' header) and the
     tables' rows; InputError, DatasetError, ValueError or OSError naming what is wrong."""
     files = discover_inputs(cfg.inputs, cfg.input_names)
+    if not cfg.parquet:
+        _no_parquet(files, cfg)
     layout = resolve_layout(cfg.layout, files)
     parser, dense_transform = choose_parser(
         cfg.spec, cfg.spec_file, cfg.schema, cfg.dense_transform, files

@@ -28,6 +28,7 @@ from shardrec.dataloader.spec.feature_spec import FeatureSpec, IgnoredColumn, La
 from shardrec.dataloader.spec.spec_file import spec_from_dict
 from shardrec.tools.preprocess.ids.vocab import load_vocabularies
 from shardrec.tools.preprocess.parse.criteo_text import REASONS, Schema
+from shardrec.tools.preprocess.parse.parquet_schema import is_parquet
 from shardrec.tools.preprocess.parse.spec_parse import read_header
 from shardrec.tools.preprocess.parse.text_parser import TextParser, choose_parser
 from shardrec.tools.preprocess.parts.part_columns import NonFiniteDense, ReservedRawIdError
@@ -109,6 +110,12 @@ class RawRows:
         spec = self.spec
         if spec is not None and spec.format.kind == "parquet":
             return self._parquet_options(spec, path, labeled)
+        if is_parquet(path):  # read as lines, its bytes would be a bad first line
+            reads = f"{spec.format.kind.upper()} text" if spec else "Criteo's text rows"
+            raise ValueError(
+                f"{path}: a Parquet file, and the model reads {reads}, as its data was written: "
+                "give it rows in that format, or a dataset directory preprocessed as its data was"
+            )
         if spec is not None and spec.format.header:
             header = read_header(path, spec)
             if not labeled:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from shardrec.dataloader.format.manifest import MANIFEST
+from shardrec.dataloader.spec.feature_spec import MAX_HASH_SIZE
 from shardrec.dataloader.util.files import atomic_write_bytes
 from shardrec.dataloader.util.locks import WORK_DIR
 from shardrec.dataloader.util.near import did_you_mean
@@ -31,8 +32,8 @@ class PreprocessConfig:
     """Every option of a preprocessing run (the CLI fills it; defaults live here)."""
 
     inputs: list[Path]
-    """Click logs: Kaggle train.txt, 1TB day files (.gz too), directories of them, or the CSV/TSV a
-    spec describes."""
+    """Click logs: Kaggle train.txt, 1TB day files (.gz too), directories of them, or the CSV, TSV
+    or Parquet files a spec describes."""
     out: Path
     """Output dataset directory."""
     max_ids: list[int] = field(default_factory=lambda: [10_000_000])
@@ -67,9 +68,9 @@ class PreprocessConfig:
     Criteo's logs have next to none); more, no row kept, or a split left without rows is an error
     and no manifest is written. Finished tasks are kept: rerun with a higher value to accept."""
     spec: FeatureSpec | None = None
-    """A feature spec (a TOML file): the text's format and each column's role; `shardrec spec infer`
-    proposes one. Default: Criteo's rows, as the schema options (num_dense, delimiter, ...) describe
-    them."""
+    """A feature spec (a TOML file): the input's format (CSV, TSV or Parquet) and each column's
+    role; `shardrec spec infer` proposes one. Default: Criteo's rows, as the schema options
+    (num_dense, delimiter, ...) describe them."""
     spec_file: str = ""
     """The spec's file, named in messages."""
     part: tuple[int, int] | None = None
@@ -103,8 +104,11 @@ class PreprocessConfig:
                 "--raw-ids keeps ids as they are; --min-count numbers them by a vocabulary: "
                 "give one or the other"
             )
-        if self.min_count <= 0 and any(n < 2 for n in self.max_ids):
-            raise ValueError(f"max_ids {self.max_ids} must all be >= 2 (id 0 is the missing value)")
+        if self.min_count <= 0 and any(not 2 <= n <= MAX_HASH_SIZE for n in self.max_ids):
+            raise ValueError(
+                f"max_ids {self.max_ids} must all be 2 to 2^63 - 1 (id 0 is the missing value, "
+                "ids are 64-bit)"
+            )
         if self.vocab_memory_mb <= 0:
             raise ValueError(f"vocab_memory_mb {self.vocab_memory_mb:g}: must be > 0")
         if self.workers < 1:

@@ -136,6 +136,13 @@ def verify_cmd(
             console.print(f"[red]problem:[/] {p}", highlight=False, soft_wrap=True)
         if not problems:
             console.print(f"{directory}: every file matches its manifest checksum")
+        else:  # a rerun into the same --out writes every part again (finished or not)
+            console.print(
+                f"to repair {directory}, re-run the command that made it, into it: `shardrec "
+                "preprocess` with the same inputs and options writes its files again",
+                highlight=False,
+                soft_wrap=True,
+            )
     if problems:
         raise typer.Exit(1)
 

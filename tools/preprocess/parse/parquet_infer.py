@@ -13,7 +13,6 @@ Every choice is written beside its column as a comment, for the user to check an
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 from shardrec.dataloader.spec.feature_spec import (
@@ -33,6 +32,7 @@ from shardrec.tools.preprocess.parse.spec_infer import (
     no_label_column,
     parse_label,
     propose_column,
+    threshold_inside,
     threshold_wanted,
 )
 
@@ -48,10 +48,10 @@ def _parquet_column(name: str, kind: str, values: list, rows: int) -> tuple[Colu
         texts = [
             str(x) if not isinstance(x, bytes) else x.decode("utf-8", "replace") for x in items
         ]
-        size, seen = hash_size(texts)
         element = "integer" if kind == "list-integer" else "string"
         if element == "string" and all(HEX.match(t) for t in texts) and min(map(len, texts)) >= 8:
             element = "hex"
+        size, seen = hash_size(texts, element)
         note = f"a list of {kind[5:]}s, up to {longest} in a row; {seen}; pooling: sum or mean"
         column = ListColumn(name, kind=element, hash_size=size, max_length=max(1, min(longest, 64)))
         return column, note
@@ -68,7 +68,7 @@ def _parquet_column(name: str, kind: str, values: list, rows: int) -> tuple[Colu
     if kind in ("integer", "float", "string"):
         texts = [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in values]
         texts = [t for t in texts if t != ""]
-        column, note = propose_column(name, texts, rows, "\t")
+        column, note = propose_column(name, texts, rows, "\t", integers=kind == "integer")
         if kind == "string" and isinstance(column, (DenseColumn, ListColumn)):
             # a Parquet reader takes numbers from number columns and lists from list columns
             size, seen = hash_size(texts)
@@ -76,8 +76,6 @@ def _parquet_column(name: str, kind: str, values: list, rows: int) -> tuple[Colu
             return CategoricalColumn(
                 name, kind="string", hash_size=size
             ), f"{what} stored as strings; {seen}"
-        if kind == "integer" and isinstance(column, CategoricalColumn):
-            column = dataclasses.replace(column, kind="integer")
         return column, note
     return IgnoredColumn(
         name
@@ -120,6 +118,8 @@ def infer_parquet_spec(
                 )
             if threshold is None and not {float(v) for v in values} <= {0.0, 1.0}:
                 raise ValueError(threshold_wanted(path, name, [float(v) for v in values], shown))
+            if threshold is not None and values:
+                threshold_inside(path, name, [float(v) for v in values], threshold)
             columns.append(LabelColumn(name, threshold=threshold))
             notes[name] = "the label" + (
                 f": 1 where {name} >= {exact(threshold)}" if threshold is not None else ""

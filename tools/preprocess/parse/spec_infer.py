@@ -16,7 +16,9 @@ the data path):
   fixed-width hex with letters (Criteo's, Avazu's ids) a hex categorical; anything else a string
   categorical;
 - hash sizes: twice an estimate of each categorical's distinct values (Chao1: the sample's
-  distinct values plus the unseen ones its singletons suggest), within [16, 10,000,000].
+  distinct values plus the unseen ones its singletons suggest), within [16, 10,000,000]; where the
+  sample saw nearly all of a column's values, raised to the smallest size (up to 8 times it) that
+  gives each its own id (spec_hash_fit.py); where none does, the comment says how many share one.
 
 A Parquet file's spec is parquet_infer.py's, from its schema and these column rules.
 
@@ -46,6 +48,7 @@ from shardrec.dataloader.spec.feature_spec import (
     TextFormat,
 )
 from shardrec.dataloader.util.near import did_you_mean
+from shardrec.tools.preprocess.parse.spec_hash_fit import fit_hash_size
 from shardrec.tools.preprocess.text.gz import open_text
 
 DELIMITERS = ("\t", ",", ";", "|")
@@ -151,16 +154,21 @@ def _has_header(rows: list[list[str]]) -> bool:
     return all(sum(1 for r in rest if i < len(r) and r[i] == v) == 0 for i, v in enumerate(first))
 
 
-def hash_size(values: list[str]) -> tuple[int, str]:
+def hash_size(values: list[str], kind: str = "string") -> tuple[int, str]:
+    """(hash_size, note) for a column of `kind` whose sample holds `values`: twice the estimate,
+    raised where that would give some values seen one id (spec_hash_fit)."""
     counts = Counter(values)
     f1 = sum(1 for c in counts.values() if c == 1)
     f2 = sum(1 for c in counts.values() if c == 2)
     estimate = len(counts) + f1 * (f1 - 1) / (2 * (f2 + 1))
     size = int(min(max(16, 2 * estimate), MAX_HASH_SIZE))
     size = int(float(f"{size:.2g}")) if size > 100 else size  # two significant digits read better
+    # Nearly every value seen (the estimate within 10% of them): sizes that part them are worth it.
+    size, fit = fit_hash_size(counts, kind, size, complete=estimate <= 1.1 * len(counts))
     return (
         size,
-        f"{len(counts):,} distinct among {len(values):,} values (~{math.ceil(estimate):,} estimated)",
+        f"{len(counts):,} distinct among {len(values):,} values (~{math.ceil(estimate):,} "
+        f"estimated){fit}",
     )
 
 
@@ -188,8 +196,11 @@ def _unix_times(name: str, values: list[str]) -> str | None:
     return f"{first:%Y-%m-%d} .. {last:%Y-%m-%d}"
 
 
-def propose_column(name: str, values: list[str], rows: int, delimiter: str) -> tuple[Column, str]:
-    """The proposed column for the non-empty values of one column, and why."""
+def propose_column(
+    name: str, values: list[str], rows: int, delimiter: str, integers: bool = False
+) -> tuple[Column, str]:
+    """The proposed column for the non-empty values of one column, and why. integers: the values
+    are a Parquet integer column's, a categorical of them reads them as integers."""
     if not values:
         return IgnoredColumn(name), f"empty in all {rows:,} rows"
     dates = _unix_times(name, values)
@@ -226,13 +237,15 @@ def propose_column(name: str, values: list[str], rows: int, delimiter: str) -> t
         return DenseColumn(
             name, type=kind, transform=transform
         ), f"{'integers' if ints else 'numbers'}, min {low:g}"
-    size, seen = hash_size(values)
     if len(widths) == 1 and min(widths) >= 8 and all(HEX.match(v) for v in values) and not ints:
+        size, seen = hash_size(values, "hex")
         return CategoricalColumn(
             name, kind="hex", hash_size=size
         ), f"{min(widths)}-character hex; {seen}"
+    kind = "integer" if integers else "string"
+    size, seen = hash_size(values, kind)
     why = "codes (leading zeros, an id's or a C<n> name, or one width)" if numeric else "strings"
-    return CategoricalColumn(name, kind="string", hash_size=size), f"{why}; {seen}"
+    return CategoricalColumn(name, kind=kind, hash_size=size), f"{why}; {seen}"
 
 
 def _placed(column: Column, i: int, names: list[str]) -> Column:
@@ -268,6 +281,23 @@ def threshold_wanted(path: Path, name: str, values: list[float], shown: list[str
     )
 
 
+def threshold_inside(path: Path, name: str, values: list[float], threshold: float) -> None:
+    """ValueError for a threshold that makes every label of the sample the same: above every value
+    (all 0) or at or below every one (all 1), with one from the values (threshold_wanted's)."""
+    low, high = min(values), max(values)
+    if low < threshold <= high:
+        return
+    every = "0: it is above" if threshold > high else "1: it is at or below"
+    median = float(statistics.median(values))
+    if all(float(v).is_integer() for v in values):
+        median = float(math.ceil(median))
+    raise ValueError(
+        f"{path}: --label '{name}>={exact(threshold)}' makes every label {every} every value read "
+        f"({len(values):,} values, {exact(low)} to {exact(high)}, median {exact(median)}); give a "
+        f"threshold within them, e.g. --label '{name}>={exact(median)}'"
+    )
+
+
 def no_label_column(path: Path, name: str, names: list[str]) -> ValueError:
     """The refusal of a --label that names no column: the columns (the first 30), and the one
     meant where a name is close (a typo)."""
@@ -293,6 +323,8 @@ def _label_column(name: str, values: list[str], threshold: float | None, path: P
                 f"{path}: label column {name!r} holds values that are not numbers (e.g. {words}); "
                 "a threshold compares numbers: give the label column without one"
             )
+        if values:
+            threshold_inside(path, name, [float(v) for v in values], threshold)
         return LabelColumn(
             name, threshold=threshold
         ), f"the label: 1 where {name} >= {exact(threshold)}"

@@ -22,7 +22,8 @@ from shardrec.tools.cli.app import app
             "--seeds 1: must be >= 2 (the AUCs' spread needs two runs of each model)",
         ),
         (["--steps", "-1"], "--steps -1: must be >= 0 (0: one epoch)"),
-        (["--nproc-per-node", "0"], "--nproc-per-node 0: must be >= 1"),
+        # --nproc-per-node 0 is typer's range check, as train's and eval's
+        # (tests/e2e/test_cli_commands.py).
     ],
 )
 def test_bench_sequence_names_the_one_bad_option(args: list[str], error: str) -> None:

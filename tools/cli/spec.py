@@ -46,10 +46,10 @@ def infer(
     --spec SPEC`.
     """
     from shardrec.dataloader.spec.spec_file import spec_to_toml
-    from shardrec.tools.preprocess.parse.parquet_infer import infer_parquet_spec
+    from shardrec.tools.preprocess.infer.parquet_infer import infer_parquet_spec
+    from shardrec.tools.preprocess.infer.spec_infer import infer_spec, sample_lines
     from shardrec.tools.preprocess.parse.parquet_rows import file_rows
     from shardrec.tools.preprocess.parse.parquet_schema import is_parquet
-    from shardrec.tools.preprocess.parse.spec_infer import infer_spec, sample_lines
 
     if file.is_dir():
         files = sorted(p.name for p in file.iterdir() if p.is_file() and not p.name.startswith("."))

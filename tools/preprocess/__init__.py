@@ -1,10 +1,11 @@
 """Preprocessing: raw click logs -> a shardrec dataset, in subpackages by concept, each importing
 only those before it in this order: `text` (input text, plain or gzip, and its lines), `ids`
-(hashing and vocabularies), `parse` (Criteo's parser, feature-spec parsing, spec inference), `parts`
-(a part's columns under construction, dense transforms, statistics), `tasks` (a task from its text
-to its parts, its malformed rows, its marker), `derived` (datasets made from datasets: torchrec's
-`.npy` layout, multi-hot copies, the MLPerf reference's arrays, the old layout upgraded) and
-`events` (event logs -> event-log datasets, apart from the text pipeline).
+(hashing and vocabularies), `parse` (Criteo's parser, feature-spec parsing), `infer` (a spec
+proposed from a log's first rows or a Parquet schema), `parts` (a part's columns under
+construction, dense transforms, statistics), `tasks` (a task from its text to its parts, its
+malformed rows, its marker), `derived` (datasets made from datasets: torchrec's `.npy` layout,
+multi-hot copies, the MLPerf reference's arrays, the old layout upgraded) and `events` (event logs
+-> event-log datasets, apart from the text pipeline).
 
 At the top: the run's settings and their record in the output (settings.py), input discovery and
 byte-range tasks (inputs.py), the worker pool (pool.py), one large .gz decoded once while its tasks'

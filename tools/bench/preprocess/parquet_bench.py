@@ -105,7 +105,7 @@ def prepare_parquet(like: str, size_gb: float, work_dir: Path) -> tuple[Path, Pa
     import pyarrow.parquet as pq
 
     from shardrec.dataloader.spec.spec_file import spec_to_toml
-    from shardrec.tools.preprocess.parse.parquet_infer import infer_parquet_spec
+    from shardrec.tools.preprocess.infer.parquet_infer import infer_parquet_spec
 
     path, spec_path = work_dir / f"{like}.parquet", work_dir / f"{like}-parquet.toml"
     text, spec = _text(like, size_gb, work_dir)

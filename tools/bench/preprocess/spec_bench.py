@@ -32,7 +32,7 @@ _LABEL = {"movielens": "rating>=4", "avazu": "click"}
 def prepare(like: str, size_gb: float, work_dir: Path) -> tuple[Path, Path]:
     """The generated log (reused when it is there at about the size) and its inferred spec."""
     from shardrec.dataloader.spec.spec_file import spec_to_toml
-    from shardrec.tools.preprocess.parse.spec_infer import infer_spec
+    from shardrec.tools.preprocess.infer.spec_infer import infer_spec
     from shardrec.tools.synth.avazu_movielens import write_like
 
     path, spec_path = work_dir / f"{like}.csv", work_dir / f"{like}.toml"

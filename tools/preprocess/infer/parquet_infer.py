@@ -25,7 +25,7 @@ from shardrec.dataloader.spec.feature_spec import (
     ListColumn,
     TextFormat,
 )
-from shardrec.tools.preprocess.parse.spec_infer import (
+from shardrec.tools.preprocess.infer.spec_infer import (
     HEX,
     exact,
     hash_size,

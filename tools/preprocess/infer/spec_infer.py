@@ -48,7 +48,7 @@ from shardrec.dataloader.spec.feature_spec import (
     TextFormat,
 )
 from shardrec.dataloader.util.near import did_you_mean
-from shardrec.tools.preprocess.parse.spec_hash_fit import fit_hash_size
+from shardrec.tools.preprocess.infer.spec_hash_fit import fit_hash_size
 from shardrec.tools.preprocess.text.gz import open_text
 
 DELIMITERS = ("\t", ",", ";", "|")

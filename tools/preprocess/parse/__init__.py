@@ -3,8 +3,7 @@ kernels (parse_kernel.py) and vectorized field decoding (parse_fields.py); a fea
 against a file's fields and its text parsed by it (spec_parse.py, spec_kernel.py, spec_values.py);
 Parquet files resolved by a spec (parquet_schema.py) and read a row group at a time into the same
 parsed form (parquet_rows.py, its kernels over Arrow's buffers in parquet_kernel.py); the parser a
-run chooses (text_parser.py); and a proposed spec from a log's first rows (spec_infer.py) or a
-Parquet schema (parquet_infer.py).
+run chooses (text_parser.py). A spec proposed from a log's first rows is the `infer` package's.
 
 May import: shardrec.tools.preprocess.text, shardrec.tools.preprocess.ids.
 """

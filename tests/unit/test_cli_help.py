@@ -109,3 +109,15 @@ def test_the_helps_of_preprocess_and_spec_infer_name_parquet_and_rows() -> None:
     assert "the input's format (CSV, TSV or Parquet)" in text
     rows = shown("spec", "infer").split("--rows", 1)[1][:120]
     assert "Rows read to decide: the first ones (of text or Parquet)." in rows
+
+
+def test_bench_preprocess_size_help_says_where_a_run_is_too_small() -> None:
+    """The help said "generated TSV ... measured at >= 1" while a run under 0.5 GB said it was too
+    small (README's threshold), and the file of --parquet is no TSV."""
+    done = CliRunner().invoke(app, ["bench", "preprocess", "--help"], env={"COLUMNS": "300"})
+    assert done.exit_code == 0, done.output
+    text = " ".join(done.stdout.replace("│", " ").split())
+    assert (
+        "Size of the generated text in GB (with --parquet: the text the file holds); under 0.5 a "
+        "run says it is too small to measure; the goals were measured at >= 1." in text
+    )

@@ -20,7 +20,11 @@ LIKES = ("criteo", "movielens", "avazu")
 def preprocess(
     ctx: typer.Context,
     size_gb: Annotated[
-        float, typer.Option(help="Size of the generated TSV in GB (the goal is measured at >= 1).")
+        float,
+        typer.Option(
+            help="Size of the generated text in GB (with --parquet: the text the file holds); "
+            "under 0.5 a run says it is too small to measure; the goals were measured at >= 1."
+        ),
     ] = 1.0,
     workers: Annotated[int, typer.Option(help="Worker processes of the preprocess run.")] = 1,
     chunk_mb: Annotated[float, typer.Option(help="--chunk-mb of the preprocess run.")] = 128,

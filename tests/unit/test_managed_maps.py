@@ -4,6 +4,8 @@ run does."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -170,6 +172,24 @@ def test_a_bad_managed_table_setting_is_refused_in_one_line_naming_the_key(
     with pytest.raises(ValueError, match=message) as err:
         load_job_config(None, [*base, override])
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("lines", "where", "message"),
+    [
+        (['kind = "manged"'], 2, "tables.\"*\".kind = 'manged' is not one of"),
+        (['kind = "managed"', "rows = 10", 'policy = "lfru"'], 4, 'tables."*".policy'),
+    ],
+)
+def test_a_bad_table_setting_in_a_job_file_names_its_line(
+    tmp_path: Path, lines: list[str], where: int, message: str
+) -> None:
+    # `[tables."*"]`'s quoted key was not read for lines: the refusal said `job.toml: ` alone.
+    job = tmp_path / "job.toml"
+    job.write_text("\n".join(['[tables."*"]', *lines]) + "\n")
+    with pytest.raises(ValueError) as err:
+        load_job_config(job)
+    assert str(err.value).startswith(f"{job}:{where}: {message}"), str(err.value)
 
 
 def test_row_budgets_hold_99_percent_of_the_admitted_ids_lookups_and_share_short_memory() -> None:

@@ -226,16 +226,19 @@ def load_job_config(
     for name, cls in section_types.items():
         where = {k: v for (s, k), v in origin.items() if s == name}
         built[name] = _build_section(cls, name, dict(raw.get(name, {})), where)
-    built[TABLES] = _build_tables(raw.get(TABLES, {}), origin)
+    built[TABLES] = _build_tables(raw.get(TABLES, {}), origin, located)
     config = JobConfig(**built)
     config.key_origins = located
     return config
 
 
 def _build_tables(
-    raw: dict[str, Any], origin: dict[tuple[str, str], str]
+    raw: dict[str, Any],
+    origin: dict[tuple[str, str], str],
+    located: dict[tuple[str, ...], str],
 ) -> dict[str, TableSettings]:
-    """`[tables.FEATURE]` sections -> TableSettings, each checked (errors name tables.FEATURE.key)."""
+    """`[tables.FEATURE]` sections -> TableSettings, each checked (errors name tables.FEATURE.key,
+    prefixed with the line that set the key where one is to blame, else the table's)."""
     out = {}
     for feature, values in raw.items():
         key = f"{TABLES}.{toml_key(feature)}"  # tables."*" as the job file spells it
@@ -245,11 +248,13 @@ def _build_tables(
                 f"{where}{key} = {values!r} should be a table of settings ([{key}] with kind, "
                 "rows, ...)"
             )
-        settings = _build_section(TableSettings, key, dict(values), dict.fromkeys(values, where))
+        lines = {k: located.get((TABLES, feature, k), where) for k in values}
+        settings = _build_section(TableSettings, key, dict(values), lines)
         try:
             settings.check(key, rows_given="rows" in values)
-        except ValueError as e:
-            raise ValueError(f"{where}{e}") from None
+        except ValueError as e:  # the key's own line where the message names one key
+            blamed = {lines[n] for n in values if f"{key}.{n} " in f"{e} "}
+            raise ValueError(f"{blamed.pop() if len(blamed) == 1 else where}{e}") from None
         out[feature] = settings
     return out
 

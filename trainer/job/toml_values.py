@@ -87,25 +87,33 @@ def toml_value(value: Any) -> str:
 
 
 _TOML_HEADER = re.compile(r"\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$")
-_TOML_KEY = re.compile(r"\s*([A-Za-z0-9_-]+(?:\s*\.\s*[A-Za-z0-9_-]+)*)\s*=")
+_KEY_PART = r"""(?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*')"""
+_TOML_KEY = re.compile(rf"\s*({_KEY_PART}(?:\s*\.\s*{_KEY_PART})*)\s*=")
+_PART = re.compile(r"""\s*(?:"([^"]*)"|'([^']*)'|([A-Za-z0-9_-]+))\s*(?:\.|$)""")
+
+
+def _key_parts(dotted: str) -> tuple[str, ...]:
+    """A dotted TOML key's parts as the parsed file names them: `tables."*".kind` is
+    ("tables", "*", "kind"), quotes gone (a quoted part may hold dots)."""
+    return tuple(next(p for p in m.groups() if p is not None) for m in _PART.finditer(dotted))
 
 
 def key_lines(text: str) -> dict[tuple[str, ...], int]:
     """The 1-based line that sets each key of a job file (tables' headers too), by its dotted
     path: `[sharding.constraints]` then `t_C3 = {...}` is ("sharding", "constraints", "t_C3").
-    Bare keys only (a job file's); a line inside a multi-line array or string that looks like a
+    Bare and quoted keys (`[tables."*"]`); a line inside a multi-line array or string that looks like a
     key is harmless (errors only read it for a line number)."""
     out: dict[tuple[str, ...], int] = {}
     table: tuple[str, ...] = ()
     for number, line in enumerate(text.splitlines(), 1):
         header = _TOML_HEADER.match(line)
         if header:
-            table = tuple(p.strip() for p in header[1].split("."))
+            table = _key_parts(header[1])
             out.setdefault(table, number)
             continue
         key = _TOML_KEY.match(line)
         if key:
-            out.setdefault((*table, *(p.strip() for p in key[1].split("."))), number)
+            out.setdefault((*table, *_key_parts(key[1])), number)
     return out
 
 

@@ -9,7 +9,6 @@ error names the spec file and the key, with the nearest known word where one was
 
 from __future__ import annotations
 
-import difflib
 import tomllib
 import types
 import typing
@@ -33,6 +32,7 @@ from shardrec.dataloader.spec.feature_spec import (
     criteo_spec,
 )
 from shardrec.dataloader.spec.toml_text import toml_value
+from shardrec.dataloader.util.near import did_you_mean
 
 # Keys whose value is one word of a fixed set: a misspelt one gets the nearest word.
 _CHOICES = {
@@ -45,12 +45,9 @@ _CHOICES = {
 
 
 def _near(word: str, known, listed: bool = False) -> str:
-    """`; did you mean X?` for the close one, else the known words (none where `listed`: the
-    message names them already)."""
-    near = difflib.get_close_matches(word, list(known), n=1)
-    if near:
-        return f"; did you mean {near[0]}?"
-    return "" if listed else f" (known: {', '.join(known)})"
+    """`; did you mean X?` for the close one (near.did_you_mean), else the known words (none where
+    `listed`: the message names them already)."""
+    return did_you_mean(word, known) or ("" if listed else f" (known: {', '.join(known)})")
 
 
 def _words(hint: Any) -> str:

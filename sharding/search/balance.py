@@ -99,7 +99,10 @@ def assign(problem: Problem, choice: list[Option]) -> Assignment:
             host = _least_loaded_host(problem.hosts_allowed(index), step, host_size)
             allowed = set(range(host * host_size, (host + 1) * host_size))
         for _ in range(option.shards):
-            rank = pop_rank(heap, step, mem, piece.mem, capacity, allowed)
+            # A table's column blocks on distinct ranks, as the options count them (k <= ranks
+            # allowed): two blocks on one rank would cut columns for nothing.
+            free = (set(range(world_size)) if allowed is None else allowed) - set(ranks[index])
+            rank = pop_rank(heap, step, mem, piece.mem, capacity, free)
             if rank < 0:
                 return Assignment(choice, step, mem, ranks, infeasible=index)
             step[rank] += extra
@@ -215,6 +218,7 @@ def _best_exchange(
     step: np.ndarray,
     mem: np.ndarray,
     blocks_on: dict[int, list[tuple[int, int]]],
+    current_ranks: list[list[int]],
     slowest: int,
     fastest: int,
 ) -> Exchange | None:
@@ -224,6 +228,8 @@ def _best_exchange(
 
     def may_hold(index: int, rank: int, src: int) -> bool:
         if problem.cons[index].ranks and rank not in problem.cons[index].ranks:
+            return False
+        if rank in current_ranks[index]:  # a table's column blocks stay on distinct ranks
             return False
         return (
             choice[index].sharding_type != "table_column_wise"
@@ -279,7 +285,9 @@ def refine_ranks(problem: Problem, current: Assignment, max_moves: int) -> Assig
                 blocks_on.setdefault(rank, []).append((index, block))
     for _ in range(max_moves):
         slowest, fastest = int(np.argmax(step)), int(np.argmin(step))
-        best = _best_exchange(problem, current.choice, step, mem, blocks_on, slowest, fastest)
+        best = _best_exchange(
+            problem, current.choice, step, mem, blocks_on, ranks, slowest, fastest
+        )
         if best is None or best[0] >= step[slowest] * (1 - 1e-12):
             break
         _, index, block, partner = best

@@ -328,7 +328,7 @@ from shardrec.tools.cli.app import app
 from shardrec.trainer.distributed import launch as launch_module
 
 signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a script's `shardrec train ... &` starts
-check = train_cli._check_resume_checkpoint
+check = train_cli.check_resume_checkpoint
 
 
 def early(out_dir):  # a `kill` in the seconds before the ranks start
@@ -345,8 +345,11 @@ def late(*args, **kwargs):  # a second `kill` (Slurm's repeat) landing just afte
     return result
 
 
-train_cli._check_resume_checkpoint, launch_module.launch = early, late
-result = CliRunner().invoke(app, sys.argv[1:])
+if sys.argv[1] == "early":
+    train_cli.check_resume_checkpoint = early
+else:
+    launch_module.launch = late
+result = CliRunner().invoke(app, sys.argv[2:])
 sys.stderr.write(result.stderr)
 sys.exit(result.exit_code)
 """
@@ -356,19 +359,29 @@ sys.exit(result.exit_code)
 def test_a_signal_before_the_ranks_start_or_after_they_left_is_the_stop_it_says(
     tiny_dataset: Path, tmp_path: Path
 ) -> None:
-    # Before: the early SIGTERM killed the launcher before it started the ranks (exit 143, no
-    # line); the late one killed it after its last line said "stopped at step N; checkpoint
-    # written" (exit 143). SIGINT stays ignored, as `&` leaves it (POSIX).
+    # Before: the early SIGTERM started the ranks only for them to stop at their first check,
+    # ~10 s later, with a checkpoint ("stopped at step 10"); earlier still, it killed the launcher
+    # (exit 143, no line). The late one killed the launcher after its last line (exit 143). SIGINT
+    # stays ignored, as `&` leaves it (POSIX).
     run = tmp_path / "run"
     args = ["train", "--data", str(tiny_dataset), "--out-dir", str(run), *JOB]
-    done = subprocess.run(
-        [sys.executable, "-c", _SIGNALS_AROUND_THE_LAUNCH, *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == STOPPED, done.stderr[-3000:]
-    last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("stopped at step ") and last.endswith(
-        "checkpoint written; rerun the same command to resume"
-    ), done.stderr[-3000:]
+
+    def train(when: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-c", _SIGNALS_AROUND_THE_LAUNCH, when, *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    early = train("early")
+    assert early.returncode == STOPPED, early.stderr[-3000:]
+    assert early.stderr.strip().splitlines()[-1] == (
+        "SIGTERM before the ranks started: none started, nothing trained; "
+        "rerun the same command to go on"
+    ), early.stderr[-3000:]
+    assert not list(run.glob("checkpoints/step-*")) and not list(run.glob("torchelastic*"))
+    late = train("late")  # the same command goes on, and the signal after it is no kill
+    assert late.returncode == 0, late.stderr[-3000:]
+    summary = json.loads((run / "summary.json").read_text())  # written by a run that finished
+    assert summary["resumed_from_step"] in (None, 0), summary

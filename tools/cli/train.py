@@ -14,10 +14,16 @@ import typer
 from rich.table import Table
 
 from shardrec.tools.cli.common import counted, fail, print_json
+from shardrec.tools.cli.train_run_dir import (
+    check_apart,
+    check_resume_checkpoint,
+    kept_checkpoint,
+    lock_run_dir,
+    refused_checkpoint,
+)
 from shardrec.tools.console import console, err_console
 from shardrec.trainer.job import flags
 from shardrec.trainer.rundir import names
-from shardrec.trainer.rundir.lock import RunLock
 from shardrec.trainer.rundir.metrics_log import auc_text
 
 if TYPE_CHECKING:
@@ -73,35 +79,8 @@ def _failure_message(result: LaunchResult, out_dir: Path, data: str) -> str:
         more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
         parts.append(f"the dataset changed under the training: {changed[0]}{more}")
     refused = bool(result.cause) and REFUSED in result.cause
-    kept = _refused_checkpoint(out_dir) if refused else _kept_checkpoint(out_dir)
+    kept = refused_checkpoint(out_dir) if refused else kept_checkpoint(out_dir)
     return "; ".join(parts + ([kept] if kept else []))
-
-
-def _kept_checkpoint(out_dir: Path) -> str:
-    """What a rerun resumes from ("" when nothing)."""
-    from shardrec.trainer.rundir.checkpoint.trust import complete_checkpoints
-
-    done = complete_checkpoints(out_dir / names.CHECKPOINTS)
-    if not done:
-        return ""
-    step, path = done[-1]
-    return f"the newest complete checkpoint, {path} (step {step}), is kept and a re-run resumes from it"
-
-
-def _refused_checkpoint(out_dir: Path) -> str:
-    """What to do when the newest checkpoint failed its digests: a rerun would resume from it
-    and fail again; the one before it is a choice for the user (shardrec never drops a
-    checkpoint on its own)."""
-    from shardrec.trainer.rundir.checkpoint.trust import complete_checkpoints
-
-    done = complete_checkpoints(out_dir / names.CHECKPOINTS)
-    if len(done) < 2:
-        return "no earlier checkpoint: start over with --restart"
-    (step, path), newest = done[-2], done[-1][1]
-    return (
-        f"a re-run resumes from that checkpoint again; to resume from the one before it, {path} "
-        f"(step {step}), move {newest} out of {newest.parent}, or start over with --restart"
-    )
 
 
 def train(
@@ -143,10 +122,10 @@ def train(
     job_id = new_job_id()
     if data is not None:  # before the lock file lands in the dataset's directory
         try:
-            _check_apart(out_dir, data)
+            check_apart(out_dir, data)
         except ValueError as e:
             fail(str(e))
-    locks = [_lock_run_dir(out_dir, job_id, create=False)]  # before anything looks at or moves it
+    locks = [lock_run_dir(out_dir, job_id, create=False)]  # before anything looks at or moves it
     try:
         job = _prepare_run_dir(
             config,
@@ -166,8 +145,9 @@ def train(
         if (
             locks[0] is None or restart
         ):  # a new directory, or the old one (and its lock file) moved aside
-            locks.append(_lock_run_dir(out_dir, job_id, create=True))
-        _check_resume_checkpoint(out_dir)
+            locks.append(lock_run_dir(out_dir, job_id, create=True))
+        check_resume_checkpoint(out_dir)
+        _end_if_stopped_before_launch()
         # The ranks take the job resolved here as one file, not the flags to resolve it again.
         with tempfile.TemporaryDirectory(prefix="shardrec-train-") as tmp:
             job_file = Path(tmp) / "job.toml"
@@ -201,7 +181,7 @@ def _end_of_job(result: LaunchResult, out_dir: Path, data: str) -> None:
     from shardrec.trainer.rundir.life import run_state
 
     if result.forced:
-        kept = _kept_checkpoint(out_dir) or "no checkpoint was written"
+        kept = kept_checkpoint(out_dir) or "no checkpoint was written"
         err_console.print(f"{result.forced}; {kept}", highlight=False, soft_wrap=True)
         raise typer.Exit(128 + signal.Signals[result.signal or "SIGTERM"].value)
     if result.code != 0:
@@ -215,61 +195,21 @@ def _end_of_job(result: LaunchResult, out_dir: Path, data: str) -> None:
         raise typer.Exit(run_state.STOPPED_EXIT_CODE)
 
 
-def _lock_run_dir(out_dir: Path, job_id: str, create: bool) -> RunLock | None:
-    """Hold OUT_DIR's lock for this job (None: no OUT_DIR yet and `create` off); one line naming
-    the holder when another job has it. The ranks' rank 0 accepts this lock as its own."""
-    from shardrec.trainer.rundir.lock import RunDirInUse, acquire_run_lock
+def _end_if_stopped_before_launch() -> None:
+    """A SIGTERM/SIGINT during the checks before the launch starts no rank (they would start only
+    to stop, ~10 s later) and ends as a stop does: what the checks wrote is kept."""
+    from shardrec.trainer.distributed.launch import stop_requested
+    from shardrec.trainer.rundir.life import run_state
 
-    if not create and not out_dir.is_dir():
-        return None
-    file = next((p for p in (out_dir, *out_dir.parents) if p.exists() and not p.is_dir()), None)
-    if file is not None:  # the lock's own error said only "File exists" or "Not a directory"
-        fail(
-            f"--out-dir {out_dir}: {file} is a file, not a folder; give a folder for the run "
-            "(a new one, or a run's to resume it)"
+    name = stop_requested()
+    if name is not None:
+        err_console.print(
+            f"{name} before the ranks started: none started, nothing trained; "
+            "rerun the same command to go on",
+            highlight=False,
+            soft_wrap=True,
         )
-    try:
-        return acquire_run_lock(out_dir, job_id)
-    except RunDirInUse as e:
-        fail(str(e))
-    except OSError as e:
-        fail(f"{out_dir}: cannot lock the run directory: {e.strerror}")
-
-
-def _check_resume_checkpoint(out_dir: Path) -> None:
-    """Refuse, in one line, a checkpoint to resume from that fails its digests or that another
-    user could have written; the ranks check its shards too before loading anything."""
-    from shardrec.trainer.rundir.checkpoint.trust import (
-        UntrustedCheckpoint,
-        complete_checkpoints,
-        verify_checkpoint,
-    )
-
-    done = complete_checkpoints(out_dir / names.CHECKPOINTS)
-    _check_no_torn_checkpoint(out_dir, done[-1] if done else None)
-    if done:
-        try:
-            verify_checkpoint(done[-1][1], skip_suffix=".distcp")
-        except UntrustedCheckpoint as e:
-            fail(f"{e}; {_refused_checkpoint(out_dir)}")
-
-
-def _check_no_torn_checkpoint(out_dir: Path, newest: tuple[int, Path] | None) -> None:
-    """Refuse a checkpoint folder newer than the newest complete one (`newest`) that has no
-    digests.json (trainer.rundir.checkpoint.trust.torn_checkpoint): resuming from an older one without a word,
-    and replacing it at its step, would drop it."""
-    from shardrec.trainer.rundir.checkpoint.trust import torn_checkpoint, torn_checkpoint_message
-
-    directory = out_dir / names.CHECKPOINTS
-    path = torn_checkpoint(directory)
-    if path is None:
-        return
-    instead = f"to resume from {newest[1]} (step {newest[0]})" if newest else "to start from step 0"
-    fail(
-        torn_checkpoint_message(
-            path, f"{instead}, move {path} out of {directory}, or start over with --restart"
-        )
-    )
+        raise typer.Exit(run_state.STOPPED_EXIT_CODE)
 
 
 def _own_plan(out_dir: Path) -> str | None:
@@ -280,19 +220,6 @@ def _own_plan(out_dir: Path) -> str | None:
         return own_plan(out_dir)
     except ValueError as e:
         fail(str(e))
-
-
-def _check_apart(out_dir: Path, data: Path) -> None:
-    """ValueError for a run directory that is the dataset's, inside it or around it: the run's
-    files would land among the parts, and --restart moves the run directory (and so the dataset)
-    aside."""
-    run, dataset = out_dir.resolve(), data.resolve()
-    if run == dataset or dataset in run.parents or run in dataset.parents:
-        where = "is" if run == dataset else "is inside" if dataset in run.parents else "holds"
-        raise ValueError(
-            f"--out-dir {out_dir} {where} the dataset directory {data}; give the run a directory "
-            "of its own"
-        )
 
 
 def _prepare_run_dir(
@@ -328,7 +255,7 @@ def _prepare_run_dir(
         if not continuing and not restart:
             check_no_unfinished_stretch(out_dir, job.data.path)
         if job.data.path:
-            _check_apart(out_dir, Path(job.data.path))
+            check_apart(out_dir, Path(job.data.path))
         manifest = Manifest.load(job.data.path) if job.data.path else None
         if continuing and manifest is not None:  # whether the run may go on with it, first
             state = check_continue(out_dir, job, manifest, allow)

@@ -196,6 +196,12 @@ def stop_requests() -> Iterator[None]:
         _early_signals = None
 
 
+def stop_requested() -> str | None:
+    """The first SIGTERM/SIGINT that `stop_requests` recorded so far (None: none): one before
+    the launch asks for no rank to start."""
+    return signal.Signals(_early_signals[0]).name if _early_signals else None
+
+
 def _supervise(
     start: Callable[[], subprocess.Popen],
     stop_file: Path,

@@ -1,0 +1,107 @@
+"""`shardrec train`'s checks of its run directory before a launch: its lock, where it lies beside
+the dataset, the checkpoint a rerun resumes from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from shardrec.tools.cli.common import fail
+from shardrec.trainer.rundir import names
+from shardrec.trainer.rundir.lock import RunLock
+
+
+def kept_checkpoint(out_dir: Path) -> str:
+    """What a rerun resumes from ("" when nothing)."""
+    from shardrec.trainer.rundir.checkpoint.trust import complete_checkpoints
+
+    done = complete_checkpoints(out_dir / names.CHECKPOINTS)
+    if not done:
+        return ""
+    step, path = done[-1]
+    return f"the newest complete checkpoint, {path} (step {step}), is kept and a re-run resumes from it"
+
+
+def refused_checkpoint(out_dir: Path) -> str:
+    """What to do when the newest checkpoint failed its digests: a rerun would resume from it
+    and fail again; the one before it is a choice for the user (shardrec never drops a
+    checkpoint on its own)."""
+    from shardrec.trainer.rundir.checkpoint.trust import complete_checkpoints
+
+    done = complete_checkpoints(out_dir / names.CHECKPOINTS)
+    if len(done) < 2:
+        return "no earlier checkpoint: start over with --restart"
+    (step, path), newest = done[-2], done[-1][1]
+    return (
+        f"a re-run resumes from that checkpoint again; to resume from the one before it, {path} "
+        f"(step {step}), move {newest} out of {newest.parent}, or start over with --restart"
+    )
+
+
+def lock_run_dir(out_dir: Path, job_id: str, create: bool) -> RunLock | None:
+    """Hold OUT_DIR's lock for this job (None: no OUT_DIR yet and `create` off); one line naming
+    the holder when another job has it. The ranks' rank 0 accepts this lock as its own."""
+    from shardrec.trainer.rundir.lock import RunDirInUse, acquire_run_lock
+
+    if not create and not out_dir.is_dir():
+        return None
+    file = next((p for p in (out_dir, *out_dir.parents) if p.exists() and not p.is_dir()), None)
+    if file is not None:  # the lock's own error said only "File exists" or "Not a directory"
+        fail(
+            f"--out-dir {out_dir}: {file} is a file, not a folder; give a folder for the run "
+            "(a new one, or a run's to resume it)"
+        )
+    try:
+        return acquire_run_lock(out_dir, job_id)
+    except RunDirInUse as e:
+        fail(str(e))
+    except OSError as e:
+        fail(f"{out_dir}: cannot lock the run directory: {e.strerror}")
+
+
+def check_resume_checkpoint(out_dir: Path) -> None:
+    """Refuse, in one line, a checkpoint to resume from that fails its digests or that another
+    user could have written; the ranks check its shards too before loading anything."""
+    from shardrec.trainer.rundir.checkpoint.trust import (
+        UntrustedCheckpoint,
+        complete_checkpoints,
+        verify_checkpoint,
+    )
+
+    done = complete_checkpoints(out_dir / names.CHECKPOINTS)
+    _check_no_torn_checkpoint(out_dir, done[-1] if done else None)
+    if done:
+        try:
+            verify_checkpoint(done[-1][1], skip_suffix=".distcp")
+        except UntrustedCheckpoint as e:
+            fail(f"{e}; {refused_checkpoint(out_dir)}")
+
+
+def _check_no_torn_checkpoint(out_dir: Path, newest: tuple[int, Path] | None) -> None:
+    """Refuse a checkpoint folder newer than the newest complete one (`newest`) that has no
+    digests.json (trainer.rundir.checkpoint.trust.torn_checkpoint): resuming from an older one without a word,
+    and replacing it at its step, would drop it."""
+    from shardrec.trainer.rundir.checkpoint.trust import torn_checkpoint, torn_checkpoint_message
+
+    directory = out_dir / names.CHECKPOINTS
+    path = torn_checkpoint(directory)
+    if path is None:
+        return
+    instead = f"to resume from {newest[1]} (step {newest[0]})" if newest else "to start from step 0"
+    fail(
+        torn_checkpoint_message(
+            path, f"{instead}, move {path} out of {directory}, or start over with --restart"
+        )
+    )
+
+
+def check_apart(out_dir: Path, data: Path) -> None:
+    """ValueError for a run directory that is the dataset's, inside it or around it: the run's
+    files would land among the parts, and --restart moves the run directory (and so the dataset)
+    aside."""
+    run, dataset = out_dir.resolve(), data.resolve()
+    if run == dataset or dataset in run.parents or run in dataset.parents:
+        where = "is" if run == dataset else "is inside" if dataset in run.parents else "holds"
+        raise ValueError(
+            f"--out-dir {out_dir} {where} the dataset directory {data}; give the run a directory "
+            "of its own"
+        )

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from shardrec.dataloader.format import torchrec_npy as npy
 from shardrec.dataloader.format.fingerprints import split_fingerprint
-from shardrec.dataloader.format.manifest import MANIFEST, DatasetError, Manifest
+from shardrec.dataloader.format.manifest import MANIFEST, DatasetError, Manifest, read_raw
 from shardrec.dataloader.format.part_cache import PartSet, part_rows
 from shardrec.dataloader.format.part_file import Part
 
@@ -43,6 +43,15 @@ class SplitSource:
     @property
     def num_samples(self) -> int:
         return sum(self.part_rows)
+
+
+def check_dataset_dir(directory: str | Path) -> None:
+    """DatasetError unless `directory` holds a layout open_source reads (a manifest.json, or
+    torchrec's day files), with its one-line reason: does not exist, not a directory, no
+    manifest. Cheap and light: a command refuses a wrong path before it imports torchrec."""
+    directory = Path(directory)
+    if not (directory / MANIFEST).is_file() and not npy.is_torchrec_npy_dir(directory):
+        read_raw(directory)  # no manifest.json: raises why
 
 
 def open_source(

@@ -57,7 +57,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from shardrec.dataloader.spec.feature_spec import SpecError
+from shardrec.dataloader.spec.feature_spec import MAX_HASH_SIZE, SpecError
 from shardrec.dataloader.spec.toml_text import toml_value
 from shardrec.dataloader.util.near import did_you_mean
 
@@ -161,6 +161,11 @@ class CrossSpec:
             raise ValueError(f"keys: {len(self.keys)} keys, expected 1 to {MAX_CROSS_KEYS}")
         if self.size < 2:
             raise ValueError(f"size = {self.size} must be at least 2")
+        if self.size > MAX_HASH_SIZE:  # as a column's hash_size: its rows are numbered by int64
+            raise ValueError(
+                f"size = {self.size} is over {MAX_HASH_SIZE} (2^63 - 1), the most table rows "
+                "64-bit ids can number: give a smaller one"
+            )
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,30 @@ def test_predicted_hit_rates_are_within_two_points_of_exact_caches(
     assert result["worst_lru_points"] <= 2.0 and result["worst_lfu_points"] <= 2.0
 
 
+def test_the_replayed_plan_keeps_the_jobs_sharding_constraints(
+    skewed_dataset: Path, tmp_path: Path
+) -> None:
+    """Before, the bench planned without the job's [sharding.constraints]: it replayed t_C12
+    row-wise over both ranks, a plan `train` would never run, and took a constraint that cannot
+    hold without a word."""
+    job = tmp_path / "job.toml"
+    head = (
+        "[model]\nembedding_dim = 16\n[train]\nglobal_batch_size = 1024\n[sharding.constraints]\n"
+    )
+    args = ["bench", "hitrate", "--data", str(skewed_dataset), "--config", str(job),
+            "--world-size", "2", "--hbm-share", "0.2"]  # fmt: skip
+    job.write_text(head + 't_C12 = {sharding_types = ["table_wise"], ranks = [1]}\n')
+    res = runner.invoke(app, [*args, "--json"])
+    assert res.exit_code == 0, res.output
+    shards = [s for s in json.loads(res.stdout)["shards"] if s["table"] == "t_C12"]
+    assert [(s["rank"], s["rows"]) for s in shards] == [(1, 200000)]
+    job.write_text(head + "t_C12 = {ranks = [5]}\n")
+    res = runner.invoke(app, args)
+    assert res.exit_code == 1 and res.output == (
+        f"error: {job}:6: sharding.constraints.t_C12.ranks: rank 5 is outside world size 2\n"
+    )
+
+
 def test_plan_past_hbm_shows_kernels_caches_and_hit_rates(
     skewed_dataset: Path, tmp_path: Path
 ) -> None:

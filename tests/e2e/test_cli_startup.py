@@ -1,9 +1,9 @@
 """Start-up: the commands that need no torch do not import it (`plan show`, `runs`, `config`,
 `data stats / head / verify`), and a bad flag value is one line before any heavy import (`train`,
-`plan`, `eval`, `export`, `predict`), as are a stale plan and constraints that cannot hold (on a
-host without GPUs: `train.device = "auto"` asks torch where one is); `-v` works after the command
-too; `--help` shows no type beside a flag; `--help` and `data --help` import no command module, and
-`data stats` neither numba nor pandas.
+`plan`, `eval`, `export`, `predict`), as are a path that holds no dataset (`data digest`), a stale
+plan and constraints that cannot hold (on a host without GPUs: `train.device = "auto"` asks torch
+where one is); `-v` works after the command too; `--help` shows no type beside a flag; `--help`
+and `data --help` import no command module, and `data stats` neither numba nor pandas.
 
 One fresh interpreter runs every command in turn (lightest first: a module once imported stays)
 and reports, after each, its exit code, last stderr line and whether torch or torchrec are loaded.
@@ -76,6 +76,8 @@ def test_light_commands_never_import_torch_and_bad_flags_are_caught_first(
         ["data", "stats", data],
         ["data", "head", data, "--rows", "2"],
         ["data", "verify", data],
+        ["data", "digest", str(tmp_path / "missing")],
+        ["data", "digest", str(tmp_path / "runs")],
         ["train", "--data", data, "--steps", "-5"],
         ["train", "--data", str(tmp_path / "missing")],
         ["plan", "--data", data, "--topology", "nope"],
@@ -96,11 +98,15 @@ def test_light_commands_never_import_torch_and_bad_flags_are_caught_first(
     assert len(results) == len(commands), done.stdout
     for (command, code, last, heavy), expected in zip(
         results,
-        [0] * 8 + [1] * 8,
+        [0] * 8 + [1] * 10,
     ):
         assert (code, heavy) == (expected, []), f"{command}: exit {code}, imported {heavy}: {last}"
     lines = [last for _, _, last, _ in results[8:]]
     assert lines == [
+        # Before, torchrec was imported (seconds) before the path was looked at.
+        f"error: {tmp_path / 'missing'}: does not exist",
+        f"error: {tmp_path / 'runs'}: not a shardrec dataset (no manifest.json); create one with "
+        "`shardrec preprocess`",
         "error: --steps -5: train.steps = -5 must be >= 0",
         f"error: --data {tmp_path / 'missing'}: does not exist",
         "error: --topology nope: not one of auto, cpu-gloo, a100, h100, h200",

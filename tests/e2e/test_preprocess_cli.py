@@ -190,7 +190,9 @@ def test_a_run_refused_before_it_reads_rows_leaves_no_folder(kaggle: Path, tmp_p
     assert_one_line_error(res, re.escape("--raw-ids C99: no sparse feature 'C99'"))
     # a name typed in another case is named with the one meant (before: the list alone)
     res = runner.invoke(app, [*args, "--raw-ids", "c3"])
-    shown = "no sparse feature 'c3' (the features: C1, C2, C3, C4, C5, C6, ...); did you mean C3?"
+    # Criteo's 26 features are all named (before: the first 6 and '...').
+    every = ", ".join(f"C{i}" for i in range(1, 27))
+    shown = f"no sparse feature 'c3' (the features: {every}); did you mean C3?"
     assert_one_line_error(res, re.escape(shown) + "$")
     assert not (tmp_path / "deep").exists()
     res = runner.invoke(app, [*args, "--raw-ids", "C3", "--json"])

@@ -148,3 +148,21 @@ def test_a_folder_made_with_raw_ids_names_them_when_a_rerun_has_none(tmp_path: P
     cli("preprocess", days[0], "--out", plain)
     result = cli("preprocess", days[0], "--out", plain, "--raw-ids", "C2", ok=False)
     assert_one_line_error(result, r"different raw_ids \(not in the folder's run, C2 now\)")
+
+
+def test_a_raw_id_name_no_feature_has_lists_the_features_as_the_other_refusals_do(
+    tmp_path: Path,
+) -> None:
+    """Before, the refusal listed the first 6 features and '...': a spec's 40 features are named
+    as `spec infer`'s label refusal names columns, the first 30 and how many more."""
+    columns = ['[[columns]]\nname = "click"\nrole = "label"\n'] + [
+        f'[[columns]]\nname = "f{i}"\nrole = "categorical"\nhash_size = 10\n' for i in range(40)
+    ]
+    spec = tmp_path / "wide.toml"
+    spec.write_text('[format]\nkind = "csv"\nheader = true\n' + "".join(columns))
+    log = tmp_path / "wide.csv"
+    names = [f"f{i}" for i in range(40)]
+    log.write_text(",".join(["click", *names]) + "\n" + "1," + ",".join("7" * 40) + "\n")
+    args = ["preprocess", log, "--spec", spec, "--out", tmp_path / "d", "--raw-ids", "f5x"]
+    shown = f"(the features: {', '.join(names[:30])}, ... and 10 more); did you mean f5?"
+    assert_one_line_error(cli(*args, ok=False), re.escape(shown) + "$")

@@ -305,3 +305,19 @@ def test_a_missing_item_map_file_is_refused_naming_its_spec_key(tmp_path, log):
         r"folder\); fix the path$",
     )
     assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+@pytest.mark.parametrize("size", ["9223372036854775808", "99999999999999999999"])
+def test_a_cross_size_past_64_bit_ids_is_refused_naming_the_key(tmp_path, log, size):
+    """A cross's size had no upper bound (a column's hash_size has): 2^63 made a dataset whose
+    table no 64-bit id could number."""
+    path, spec = _write(tmp_path, log, "parquet")
+    cross = f'\n[[crosses]]\nname = "user_x_item"\nkeys = ["uid", "item"]\nsize = {size}\n'
+    spec.write_text(spec.read_text() + cross)
+    assert_one_line_error(
+        _preprocess(path, spec, tmp_path / "out"),
+        rf"^error: {re.escape(str(spec))}: crosses\[0\]: size = {size} is over "
+        r"9223372036854775807 \(2\^63 - 1\), the most table rows 64-bit ids can number: give a "
+        r"smaller one$",
+    )
+    assert not (tmp_path / "out").exists()

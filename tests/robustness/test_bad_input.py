@@ -345,6 +345,35 @@ def test_a_hash_size_past_64_bit_ids_is_one_line_before_any_folder(tmp_path: Pat
     assert res.exit_code == 0, res.output
 
 
+def test_a_last_text_file_of_a_header_alone_is_named_as_why_val_and_test_are_empty(
+    tmp_path: Path, caplog
+):
+    """As a Parquet file of a schema alone: the warning said 'the input has too few lines' and
+    named 1 file, as a header alone gave its file no task."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    rows = "".join(f"{i % 2},{['paris', 'oslo', 'lima', 'rome'][i % 4]}\n" for i in range(200))
+    (logs / "part-0.csv").write_text("click,city\n" + rows)
+    (logs / "part-1.csv").write_text("click,city\n")
+    spec = tmp_path / "csv.toml"
+    spec.write_text(
+        '[format]\nkind = "csv"\nheader = true\n[[columns]]\nname = "click"\nrole = "label"\n'
+        '[[columns]]\nname = "city"\nrole = "categorical"\nhash_size = 10\n'
+    )
+    inputs = [str(logs / "part-0.csv"), str(logs / "part-1.csv")]
+    with caplog.at_level(logging.WARNING, logger="shardrec"):
+        done = runner.invoke(
+            app, ["preprocess", *inputs, "--spec", str(spec), "--out", str(tmp_path / "d")]
+        )
+    assert done.exit_code == 0, done.output
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        f"{', '.join(inputs)}: split val and test holds no rows: the last file, part-1.csv, holds "
+        "no data lines after its header, and of 2 files the last is the one halved into val and "
+        "test, every other a training day (rows kept: train 200, val 0, test 0); remove it, or "
+        "give it the rows of the day it stands for"
+    ]
+
+
 def test_an_empty_last_parquet_file_is_named_as_why_val_and_test_are_empty(tmp_path: Path, caplog):
     """The warning said 'the input has too few lines' of a folder whose last file (the one halved
     into val and test) is a Parquet file of a schema alone."""

@@ -58,6 +58,7 @@ def _add(into: dict[str, int], counts: dict[str, int]) -> None:
 def check_rows_kept(
     cfg: PreprocessConfig,
     layout: str,
+    files: list[Path],
     tasks: list[Task],
     results: list[TaskResult],
     errors: list[str],
@@ -65,6 +66,7 @@ def check_rows_kept(
     """ValueError unless every input file and the whole input are mostly rows (skipped share at
     most cfg.max_skipped_fraction) and every split holds rows.
 
+    files: the input files in day order (a text file of a header alone has no task).
     errors: the first malformed rows as `file:line: field: value (reason)`.
     """
     lines = sum(r.lines for r in results)
@@ -78,14 +80,14 @@ def check_rows_kept(
             f"{where}: no rows: the input holds no data lines{' after its header' if cfg.header else ''}"
         )
     # Each file first: a file of another format among many is a small share of the whole.
-    files: dict[str, tuple[int, dict[str, int]]] = {}
+    per_file: dict[str, tuple[int, dict[str, int]]] = {}
     for t, r in zip(tasks, results):
-        file_lines, file_skipped = files.setdefault(t.path, (0, {}))
+        file_lines, file_skipped = per_file.setdefault(t.path, (0, {}))
         _add(file_skipped, r.skipped)
-        files[t.path] = (file_lines + r.lines, file_skipped)
-    for path, (file_lines, file_skipped) in files.items():
+        per_file[t.path] = (file_lines + r.lines, file_skipped)
+    for path, (file_lines, file_skipped) in per_file.items():
         file_bad = sum(file_skipped.values())
-        if len(files) > 1 and file_lines and file_bad > cfg.max_skipped_fraction * file_lines:
+        if len(per_file) > 1 and file_lines and file_bad > cfg.max_skipped_fraction * file_lines:
             mine = [e for e in errors if e.startswith(f"{path}:")]
             raise ValueError(
                 _skipped_share(path, file_lines, file_skipped, cfg.max_skipped_fraction, mine, unit)
@@ -95,7 +97,7 @@ def check_rows_kept(
         raise ValueError(
             _skipped_share(where, lines, skipped, cfg.max_skipped_fraction, errors, unit)
         )
-    _check_splits(cfg, layout, tasks, results, skipped)
+    _check_splits(cfg, layout, files, tasks, results, skipped)
 
 
 def _lines_per_split(tasks: list[Task], results: list[TaskResult]) -> dict[str, int]:
@@ -116,6 +118,7 @@ def _lines_per_split(tasks: list[Task], results: list[TaskResult]) -> dict[str, 
 def _check_splits(
     cfg: PreprocessConfig,
     layout: str,
+    files: list[Path],
     tasks: list[Task],
     results: list[TaskResult],
     skipped: dict[str, int],
@@ -131,7 +134,7 @@ def _check_splits(
     lines = _lines_per_split(tasks, results)
     counts = ", ".join(f"{s} {kept.get(s, 0):,}" for s in SPLITS)
     bad = sum(skipped.values())
-    names = [Path(p).name for p in dict.fromkeys(t.path for t in tasks)]
+    names = [p.name for p in files]
     if layout == "kaggle":
         how = (
             f"one file ({names[0]}) is cut into 7 pseudo-days, days 0-5 train and day 6 halved "
@@ -152,7 +155,7 @@ def _check_splits(
             f"skipped as malformed ({all_lines}; rows kept: {counts}; {bad:,} skipped); {how}"
         )
     unit = "rows" if cfg.parquet else "lines"
-    last = _empty_last_file(layout, tasks, results)
+    last = _empty_last_file(layout, files, tasks, results)
     if last is not None:
         logger.warning(
             "%s: split %s holds no rows: the last file, %s, holds no %s, and of %d files the last "
@@ -161,7 +164,7 @@ def _check_splits(
             where,
             " and ".join(empty),
             last,
-            unit,
+            "data lines after its header" if cfg.header and not cfg.parquet else unit,
             len(names),
             counts,
         )
@@ -176,16 +179,18 @@ def _check_splits(
     )
 
 
-def _empty_last_file(layout: str, tasks: list[Task], results: list[TaskResult]) -> str | None:
+def _empty_last_file(
+    layout: str, files: list[Path], tasks: list[Task], results: list[TaskResult]
+) -> str | None:
     """The name of the last of several day files where it holds no rows (a Parquet file of a
-    schema alone; an empty text file is refused before any task runs), else None."""
-    per_file: dict[str, int] = {}
+    schema alone, a text file of its header alone; an empty text file is refused before any task
+    runs), else None. Counted over `files`: a header alone gives its file no task at all."""
+    per_file = {str(f): 0 for f in files}
     for t, r in zip(tasks, results):
-        per_file[t.path] = per_file.get(t.path, 0) + r.lines
-    last = list(per_file)[-1] if per_file else None
-    if layout == "kaggle" or len(per_file) < 2 or per_file[last]:
+        per_file[t.path] += r.lines
+    if layout == "kaggle" or len(per_file) < 2 or per_file[str(files[-1])]:
         return None
-    return Path(last).name
+    return files[-1].name
 
 
 @dataclass

@@ -204,7 +204,8 @@ def _run(
     results = [done.get(t.index) or read_marker(cfg.out, t.index) for t in tasks]
     if any(r is None for r in results):
         return partial_result(cfg.out, tasks, len(todo) + len(streamed))
-    check_rows_kept(cfg, layout, tasks, results, summarize(None, tasks, results, 0).errors)
+    errors = summarize(None, tasks, results, 0).errors
+    check_rows_kept(cfg, layout, files, tasks, results, errors)
     with cpu_stages.stage(cpu_stages.STATS):
         manifest = write_manifest(cfg, layout, tasks, results, opts)
     return summarize(manifest, tasks, results, len(todo) + len(streamed))

@@ -14,7 +14,7 @@ from shardrec.dataloader.format.manifest import MANIFEST
 from shardrec.dataloader.spec.feature_spec import MAX_HASH_SIZE
 from shardrec.dataloader.util.files import atomic_write_bytes
 from shardrec.dataloader.util.locks import WORK_DIR
-from shardrec.dataloader.util.near import did_you_mean
+from shardrec.dataloader.util.near import did_you_mean, name_list
 from shardrec.tools.preprocess.ids.vocab import DEFAULT_MEMORY_MB
 from shardrec.tools.preprocess.inputs import LAYOUTS, InputNames, resolve_layout
 from shardrec.tools.preprocess.parse.criteo_text import DENSE_TRANSFORMS, Schema
@@ -177,7 +177,7 @@ class PreprocessConfig:
         if unknown:
             raise ValueError(
                 f"--raw-ids {','.join(self.raw_ids)}: no sparse feature {unknown[0]!r} "
-                f"(the features: {', '.join(names[:6])}{', ...' if len(names) > 6 else ''})"
+                f"(the features: {name_list(names)})"
                 f"{did_you_mean(unknown[0], names)}"
             )
         return tuple(0 if n in raw else c for n, c in zip(names, default))

@@ -12,7 +12,7 @@ the others are predicted from the curve of the replayed batches (sharding/cost/h
 
 Without `--plan`, it plans the job for CUDA ranks whose HBM holds `--hbm-share` of the tables
 (the rest must go to host memory behind caches), with id frequencies measured on the same
-batches it replays.
+batches it replays, under the job's `[sharding.constraints]` as `train` and `plan` plan it.
 """
 
 from __future__ import annotations
@@ -38,14 +38,26 @@ def _job(data: Path, config: Path | None, sets: list[str]):
     return job, build_table_configs(manifest, job.model.embedding_dim, job.model.dims)
 
 
+def _constraints(job, configs, curves) -> dict[str, dict[str, Any]]:
+    """The job's [sharding.constraints], which `train` and `plan` plan with, each table's pooling
+    the one measured on the replayed batches where the job gives none (a pooling_factors it gives
+    wins, as over the manifest's in `plan`)."""
+    batch = job.train.global_batch_size
+    out = {c.name: {"pooling_factors": [curves[c.name].lookups_per_batch / batch]} for c in configs}
+    for name, given in job.sharding.constraints.items():  # an unknown table: refused by the planner
+        out[name] = {**out.get(name, {}), **given}
+    return out
+
+
 def _plan_past_hbm(job, configs, curves, world_size: int, hbm_share: float):
     """The job planned for h100 ranks whose HBM holds `hbm_share` of the tables and their optimizer
-    state."""
+    state, under its constraints."""
     from shardrec.sharding.cost.comms import Workload
     from shardrec.sharding.cost.cost_model import optimizer_bytes, rank_fixed_bytes
     from shardrec.sharding.machine.topology import build_topology
+    from shardrec.sharding.plan.constraints import parse_constraints
     from shardrec.sharding.plan.plan_types import PlanDoesNotFitError
-    from shardrec.sharding.planner import plan_tables
+    from shardrec.sharding.planner import plan_tables, pooling_factors
     from shardrec.sharding.search.request import DatasetStatistics, PlanRequest
 
     tables = sum(
@@ -55,7 +67,8 @@ def _plan_past_hbm(job, configs, curves, world_size: int, hbm_share: float):
     )
     topo = build_topology("h100", world_size)
     batch = job.train.global_batch_size
-    pooling = {name: curve.lookups_per_batch / batch for name, curve in curves.items()}
+    constraints = _constraints(job, configs, curves)
+    pooling = pooling_factors(configs, None, parse_constraints(constraints, configs, world_size))
     # The ranks' HBM: the tables' share plus what every rank holds anyway (inputs), before the
     # reserve.
     fixed = rank_fixed_bytes(topo, Workload(batch, world_size), configs, pooling, None)
@@ -68,7 +81,7 @@ def _plan_past_hbm(job, configs, curves, world_size: int, hbm_share: float):
         global_batch_size=job.train.global_batch_size,
         device_kind="cuda",
         topology=topo,
-        constraints={c.name: {"pooling_factors": [pooling[c.name]]} for c in configs},
+        constraints=constraints,
         statistics=DatasetStatistics(frequencies=curves),
         optimizer=job.optim.sparse,
     )
@@ -238,9 +251,13 @@ def run_hitrate(
         raise ValueError(f"--hbm-share must lie in (0, 1), got {hbm_share}")
     job, configs = _job(data, config, sets)
     curves = measure_curves(data, job, configs, batches, to_epoch=False)
-    placed = (
-        load_plan(plan) if plan else _plan_past_hbm(job, configs, curves, world_size, hbm_share)
-    )
+    if plan:
+        placed = load_plan(plan)
+    else:
+        try:
+            placed = _plan_past_hbm(job, configs, curves, world_size, hbm_share)
+        except ValueError as e:  # a constraint that cannot hold: where the job file set it
+            raise ValueError(job.located(str(e))) from None
     shards = replay(data, job, configs, placed, curves, batches)
     if not shards:
         raise ValueError(_nothing_cached(placed, hbm_share, plan))

@@ -15,7 +15,10 @@ from shardrec.tools.cli.common import fail
 def hitrate(
     data: Annotated[Path, typer.Option(help="Dataset directory (its train split is replayed).")],
     config: Annotated[
-        Path | None, typer.Option(help="Job file: batch, shuffle, multi-hot, model widths.")
+        Path | None,
+        typer.Option(
+            help="Job file: batch, shuffle, multi-hot, model widths, sharding constraints."
+        ),
     ] = None,
     set_: Annotated[
         list[str] | None, typer.Option("--set", metavar="KEY=VALUE", help="Override a job setting.")

@@ -12,6 +12,7 @@ from rich.progress import Progress, TextColumn
 from shardrec.dataloader.digest import stream_digests
 from shardrec.dataloader.format.integrity import verify
 from shardrec.dataloader.format.manifest import DatasetError
+from shardrec.dataloader.format.source import check_dataset_dir
 from shardrec.tools.cli.common import fail, print_json
 from shardrec.tools.console import console, err_console
 from shardrec.trainer.job.sections import TrainConfig
@@ -47,11 +48,6 @@ def digest(
     The digests do not depend on --world-size: equal digests prove two runs, machines or
     cluster sizes see the same data in the same order.
     """
-    from shardrec.dataloader.loader import (
-        ShuffleSpec,
-        build_loader,
-    )  # torchrec is slow to import: only here
-
     if batches <= 0 or start_batch < 0 or world_size <= 0:
         fail(
             "--batches and --world-size must be positive and --start-batch not negative, "
@@ -65,6 +61,12 @@ def digest(
             if global_batch > 0
             else f"--global-batch must be positive, got {global_batch}"
         )
+    try:  # before torchrec's import (seconds): a wrong path is refused at once
+        check_dataset_dir(directory)
+    except DatasetError as e:
+        fail(str(e))
+    from shardrec.dataloader.loader import ShuffleSpec, build_loader
+
     try:
         loaders = [
             build_loader(

@@ -47,7 +47,7 @@ from shardrec.dataloader.spec.feature_spec import (
     ListColumn,
     TextFormat,
 )
-from shardrec.dataloader.util.near import did_you_mean
+from shardrec.dataloader.util.near import did_you_mean, name_list
 from shardrec.tools.preprocess.infer.spec_hash_fit import fit_hash_size
 from shardrec.tools.preprocess.text.gz import open_text
 
@@ -301,11 +301,9 @@ def threshold_inside(path: Path, name: str, values: list[float], threshold: floa
 def no_label_column(path: Path, name: str, names: list[str]) -> ValueError:
     """The refusal of a --label that names no column: the columns (the first 30), and the one
     meant where a name is close (a typo)."""
-    listed = ", ".join(names[:30]) + (
-        f", ... and {len(names) - 30:,} more" if len(names) > 30 else ""
-    )
     return ValueError(
-        f"{path}: no column {name!r} for the label (columns: {listed}){did_you_mean(name, names)}"
+        f"{path}: no column {name!r} for the label (columns: {name_list(names)})"
+        f"{did_you_mean(name, names)}"
     )
 
 

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from shardrec.dataloader.util.near import name_list
 from shardrec.sharding.plan.plan_types import SEQUENCE_SHARDING_TYPES, SHARDING_TYPES, UNPOOLED
 
 if TYPE_CHECKING:  # torch-free: `shardrec train` checks constraints before torch is imported
@@ -73,7 +74,7 @@ def parse_constraints(
             hint = (
                 f" (did you mean {close[0]}?)"
                 if close
-                else f" (tables: {', '.join(sorted(by_name)[:8])}{', ...' if len(by_name) > 8 else ''})"
+                else f" (tables: {name_list(sorted(by_name))})"
             )
             raise ValueError(f"sharding.constraints.{name}: unknown table {name!r}{hint}")
         if not isinstance(fields, dict):

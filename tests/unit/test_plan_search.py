@@ -152,3 +152,13 @@ def test_a_replicated_table_that_overflows_is_not_taken_for_a_fit() -> None:
     plan = plan_tables(request)
     assert plan.tables[0].sharding_type == "row_wise"
     assert all(r.memory_bytes <= plan.estimate.memory_capacity_bytes for r in plan.estimate.ranks)
+
+
+def test_an_unknown_constrained_table_is_met_with_every_table_name() -> None:
+    """The refusal lists the tables as the other refusals list names: all where they are few (it
+    stopped at 8 and '...', hiding the one meant)."""
+    ts = suites.random_tasks(0, 12, max_rows=1e3)
+    with pytest.raises(ValueError) as e:
+        parse_constraints({"tx": {"sharding_types": ["row_wise"]}}, ts.configs, 2)
+    tables = ", ".join(sorted(c.name for c in ts.configs))
+    assert str(e.value) == f"sharding.constraints.tx: unknown table 'tx' (tables: {tables})"

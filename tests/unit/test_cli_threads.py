@@ -88,3 +88,31 @@ def test_a_ranks_share_is_whole_cores_where_smt_threads_are_numbered_apart(tmp_p
         (topology / "core_id").write_text(f"{core}\n")
     assert core_order({0, 1, 2, 3}, tmp_path) == [0, 2, 1, 3]
     assert core_order({3, 1, 0}, tmp_path / "none") == [0, 1, 3]  # no topology: number order
+
+
+EVAL_RANK = """
+import os, sys
+from pathlib import Path
+from shardrec.trainer.distributed import dist
+from shardrec.trainer.inference import eval_entry
+from shardrec.trainer.inference.eval_request import EvalRequest
+
+def joined(device_kind="auto", timeout_s=600, bind_cores=False):  # where the rank joins the group
+    print(bind_cores, flush=True)
+    os._exit(0)
+
+dist.init_distributed = joined
+run = Path(sys.argv[1])
+(run / "request.json").write_text(EvalRequest(run).to_json())
+eval_entry.rank_main(run / "request.json", run / "result.json")
+"""
+
+
+@pytest.mark.parametrize("setting", ["", "[dist]\nbind_cores = false\n"])
+def test_eval_ranks_bind_to_cores_as_the_runs_training_ranks_did(setting: str, tmp_path) -> None:
+    # Before, eval's ranks were never bound: 2 CPU ranks' threads migrated between the cores.
+    (tmp_path / "config.toml").write_text(setting)
+    out = subprocess.run(
+        [sys.executable, "-c", EVAL_RANK, str(tmp_path)], capture_output=True, text=True
+    )
+    assert out.stdout.strip() == ("False" if setting else "True"), out.stderr[-2000:]

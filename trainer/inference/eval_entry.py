@@ -38,12 +38,15 @@ def rank_main(
 
     configure_rank_logging()
     from shardrec.trainer.distributed.dist import init_distributed, launched_rank
-    from shardrec.trainer.inference.eval_request import EvalRequest
+    from shardrec.trainer.inference.eval_request import EvalRequest, run_config
     from shardrec.trainer.inference.evaluate import evaluate_checkpoint
 
     try:
         wanted = EvalRequest.from_json(request.read_text())
-        env = init_distributed(wanted.device)
+        # Bound to cores as the run's training ranks were (dist.bind_cores): on 2 CPU ranks,
+        # unbound threads migrate and wait on each other at the collectives.
+        bind_cores = run_config(wanted.run_dir).dist.bind_cores
+        env = init_distributed(wanted.device, bind_cores=bind_cores)
     except ValueError as e:
         exit_refused(str(e), launched_rank() == 0)
     try:

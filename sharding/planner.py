@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
+from shardrec.dataloader.format.manifest import POOLING_STAT
 from shardrec.sharding.cost.cost_model import PlanCost, evaluate
 from shardrec.sharding.cost.skew import LookupCurve, curves_from_stats
 from shardrec.sharding.machine.topology import ClusterTopology, build_topology
@@ -43,9 +44,6 @@ SEARCHES = ("shardrec", "torchrec")
 DEFAULT_COST_MODEL = {"cpu": "shardrec", "cuda": "shardrec"}
 """The step-time model shardrec's search optimises where no calibration profile names the better
 one (`bench plan-reality --profile-out`): shardrec's own, the one today's plans were made with."""
-# The manifest statistic (tools/preprocess/parts/feature_stats.py writes it) that gives a feature's
-# pooling.
-POOLING_STAT_KEY = "mean_ids_per_sample"
 
 
 def pooling_factors(
@@ -63,7 +61,7 @@ def pooling_factors(
         total = 0.0
         for feature in config.feature_names:
             feature_stats = (stats or {}).get(feature, {})
-            total += float(feature_stats.get(POOLING_STAT_KEY, 1.0))
+            total += float(feature_stats.get(POOLING_STAT, 1.0))
         out[config.name] = total
     return out
 

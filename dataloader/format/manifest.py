@@ -44,6 +44,9 @@ MANIFEST = "manifest.json"
 SPLITS = ("train", "val", "test")
 DATASET_KINDS = ("rows", "events")
 PART_SUFFIX = ".arrow"
+POOLING_STAT = "mean_ids_per_sample"
+"""A sparse feature's statistic of ids per sample (tools/preprocess/parts/feature_stats.py): the
+planner's pooling factor."""
 
 
 def _why_no_manifest(directory: Path) -> str:

@@ -285,3 +285,17 @@ def test_ctrl_c_ends_in_one_line_and_leaves_no_output(
         "folder, now removed); the index tables drawn are kept; rerun the same command"
     ]
     assert "wrote" not in result.output and not (tmp_path / "mh").exists()
+
+
+def test_a_plan_with_on_the_fly_multi_hot_prices_each_table_at_its_size(
+    one_hot: Path, tmp_path: Path
+):
+    # Before, the planner read the stored one-hot features' pooling (1) and planned the tables of
+    # an on-the-fly multi-hot job (DLRMv2's default) as one-hot: about half the lookups it makes.
+    plan = tmp_path / "plan.json"
+    args = ["plan", "--data", str(one_hot), "--world-size", "2", "--topology", "cpu-gloo"]
+    sets = ["--set", "data.multihot_sizes=[3,1,2,6]"]
+    result = runner.invoke(app, [*args, *sets, "--out", str(plan)])
+    assert result.exit_code == 0, result.output
+    estimate = json.loads(plan.read_text())["estimate"]
+    assert estimate["ids_per_sample"] == {"t_f0": 3.0, "t_f2": 2.0, "t_f3": 6.0}

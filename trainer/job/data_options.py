@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from shardrec.dataloader.format.manifest import Manifest
+from shardrec.dataloader.format.manifest import POOLING_STAT, Manifest
 from shardrec.dataloader.multihot.multihot_tables import MultiHotOption
 from shardrec.trainer.job.sections import DataConfig, TrainConfig
 
@@ -77,8 +77,15 @@ def model_manifest(manifest: Manifest, data: DataConfig) -> Manifest:
                 "(multi-hot ids are made from one-hot ones)"
             )
     table_rows = rows or [f.cardinality for f in manifest.sparse_features]
+    # Every sample gets exactly its feature's size of ids: the planner's pooling factor (it read
+    # the stored one-hot features' 1 and planned DLRMv2's tables as one-hot, ~half the lookups).
     features = [
-        dataclasses.replace(f, cardinality=int(r), multi_hot=s > 1)
+        dataclasses.replace(
+            f,
+            cardinality=int(r),
+            multi_hot=s > 1,
+            stats={**f.stats, POOLING_STAT: float(s), "p95_ids_per_sample": float(s)},
+        )
         for f, s, r in zip(manifest.sparse_features, sizes, table_rows)
     ]
     return dataclasses.replace(manifest, sparse_features=features)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
-from shardrec.dataloader.format.manifest import Manifest
+from shardrec.dataloader.format.manifest import POOLING_STAT, Manifest
 from shardrec.embeddings.dims import DEFAULT_TABLE, job_tables
 from shardrec.embeddings.managed.map_memory import id_map_bytes
 from shardrec.embeddings.managed.row_budget import CountCurve, Proposal, propose_rows
@@ -21,7 +21,6 @@ from shardrec.sharding.machine.hardware import detect_topology
 from shardrec.sharding.machine.memory import DenseFootprint
 from shardrec.sharding.machine.topology import ClusterTopology, build_topology
 from shardrec.sharding.plan.plan_types import PlanFile
-from shardrec.sharding.planner import POOLING_STAT_KEY
 from shardrec.sharding.search.request import DatasetStatistics, PlanRequest
 from shardrec.trainer.job.sections import OptimConfig, ShardingConfig, TrainConfig
 from shardrec.trainer.job.toml_values import toml_key, toml_value
@@ -52,7 +51,7 @@ def plan_request(
     `stretch_steps`, the steps of the data trained on)."""
     maps = 0
     for feature, settings in (tables or {}).items():
-        pooling = float(statistics.stats.get(feature, {}).get(POOLING_STAT_KEY, 1.0))
+        pooling = float(statistics.stats.get(feature, {}).get(POOLING_STAT, 1.0))
         window = train.global_batch_size / world_size * pooling * settings.cadence(stretch_steps)
         maps += id_map_bytes(settings, window, world_size)
     dense = dataclasses.replace(dense or DenseFootprint(), id_map_bytes=maps)

@@ -84,6 +84,24 @@ def test_inspecting_a_non_dataset_is_a_clear_error(tmp_path: Path):
     assert_one_line_error(res, re.escape("not a shardrec dataset"))
 
 
+def test_a_torchrec_npy_folder_is_named_with_the_command_that_converts_it(tmp_path: Path):
+    # It was told to `shardrec preprocess`, which does not read .npy files.
+    for kind, shape in (("dense", (4, 13)), ("sparse", (4, 26)), ("labels", (4, 1))):
+        np.save(
+            tmp_path / f"day_0_{kind}.npy",
+            np.zeros(shape, np.float32 if kind == "dense" else np.int64),
+        )
+    want = (
+        f"{tmp_path}: torchrec's .npy layout (day_N_dense/sparse/labels.npy), not a shardrec "
+        f"dataset (no manifest.json); convert it with `shardrec data import-npy {tmp_path} "
+        "--out NEW_DIR`"
+    )
+    for command in (["data", "stats", tmp_path], ["data", "head", tmp_path]):
+        assert_one_line_error(cli(*command, ok=False), re.escape(want))
+    for command in ("plan", "train"):
+        assert_one_line_error(cli(command, "--data", tmp_path, ok=False), re.escape(want))
+
+
 def test_torchrec_npy_export_then_import_round_trips(dataset: Path, tmp_path: Path):
     written = json.loads(
         cli("data", "export-npy", dataset, "--out", tmp_path / "npy", "--json").stdout

@@ -53,6 +53,13 @@ def _why_no_manifest(directory: Path) -> str:
     """Why DIR has no manifest: preprocessing is writing it, stopped before its end, or never ran
     there."""
     if not (directory / locks.WORK_DIR).is_dir():
+        # torchrec_npy.py's day files, matched by name here: that module imports this one.
+        if directory.is_dir() and any(directory.glob("day_*_dense.npy")):
+            return (
+                f"{directory}: torchrec's .npy layout (day_N_dense/sparse/labels.npy), not a "
+                f"shardrec dataset (no {MANIFEST}); convert it with `shardrec data import-npy "
+                f"{directory} --out NEW_DIR`"
+            )
         return f"{directory}: not a shardrec dataset (no {MANIFEST}); create one with `shardrec preprocess`"
     writer = locks.dataset_writer(directory)
     if writer is not None:

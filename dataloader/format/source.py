@@ -114,7 +114,8 @@ def _npy_part(
 def open_torchrec_npy(
     directory: str | Path, split: str, hashes: list[int] | int | None = None
 ) -> SplitSource:
-    """Memory-map one split of a torchrec day_N_*.npy directory (torchrec's split convention)."""
+    """Memory-map one split of a torchrec day_N_*.npy directory (torchrec's split convention;
+    shardrec's export records its own cut of the last day, npy.last_day_val_rows)."""
     directory = Path(directory)
     days = npy.day_numbers(directory)
     if not days:
@@ -130,7 +131,7 @@ def open_torchrec_npy(
                 f"{directory}: split {split!r} needs at least 2 days (the last day is halved into val/test)"
             )
         last = npy.open_day(directory, days[-1])
-        half = npy.val_rows(last.rows)
+        half = npy.last_day_val_rows(directory, days[-1], last.rows)
         parts = [
             _npy_part(directory, days[-1], last, 0, half)
             if split == "val"

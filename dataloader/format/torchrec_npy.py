@@ -13,6 +13,7 @@ the files through this module.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,9 @@ WRITE_DTYPES = {
 }
 """What torchrec's scripts write, and so what export writes (int64 ids: `% hashes` keeps ours)."""
 _DAY = re.compile(r"^day_(\d+)_dense\.npy$")
+EXPORT_MARKER = "export-complete.json"
+"""Written last by `shardrec data export-npy`: the day files it made, and its last day's cut."""
+_CUT_KEYS = ("name", "val_rows", "test_rows")
 
 
 def day_file(directory: Path, day: int, kind: str) -> Path:
@@ -49,6 +53,37 @@ def feature_names(count: int) -> list[str]:
 def val_rows(last_day_rows: int) -> int:
     """Rows of the last day that are "val" (its first ceil(rows/2)); the rest are "test"."""
     return -(-last_day_rows // 2)
+
+
+def last_day_val_rows(directory: Path, day: int, rows: int) -> int:
+    """Rows of the last day that are "val": as shardrec's export recorded them, else torchrec's
+    first ceil(rows/2)."""
+    recorded = recorded_val_rows(directory, day, rows)
+    return val_rows(rows) if recorded is None else recorded
+
+
+def recorded_val_rows(directory: Path, day: int, rows: int) -> int | None:
+    """Rows of the last day that are "val" as EXPORT_MARKER records them (shardrec's export
+    writes its val, then its test, whose sizes need not be ceil/floor of the day's half); None
+    without that record. DatasetError if the record no longer describes that day."""
+    path = Path(directory) / EXPORT_MARKER
+    if not path.is_file():
+        return None
+    try:
+        last = json.loads(path.read_text()).get("last_day")
+    except (ValueError, OSError, AttributeError) as e:
+        raise DatasetError(f"{path}: unreadable ({e}); remove it or export again") from None
+    if last is None:  # an export from before the cut was recorded
+        return None
+    name, val, test = (last.get(k) if isinstance(last, dict) else None for k in _CUT_KEYS)
+    counts = isinstance(val, int) and isinstance(test, int)
+    if name != f"day_{day}" or not counts or val < 0 or test < 0 or val + test != rows:
+        raise DatasetError(
+            f"{path}: records the last day as {name} of {val} val + {test} test rows, but it is "
+            f"day_{day} of {rows:,} rows; export again, or remove the file to halve day_{day} as "
+            "torchrec does"
+        )
+    return val
 
 
 def is_torchrec_npy_dir(directory: Path) -> bool:

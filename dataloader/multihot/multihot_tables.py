@@ -61,6 +61,7 @@ __all__ = [
     "MultiHotOption",
     "MultiHotSpec",
     "default_cache_dir",
+    "already_multi_hot",
     "multihot_source",
     "multihot_spec",
     "open_index_tables",
@@ -203,6 +204,24 @@ def multihot_spec(
             )
     rows = list(rows) if rows is not None else [f.cardinality for f in manifest.sparse_features]
     return MultiHotSpec(tuple(sizes), tuple(rows), dist, seed)
+
+
+def already_multi_hot(manifest: Manifest, directory: Path) -> tuple[str, str | None] | None:
+    """Why the dataset at `directory` cannot be made multi-hot, naming its first multi-hot
+    feature and what made it so, and the one-hot dataset a `data multihot` copy was made from
+    (None if unrecorded); None if every feature is one-hot."""
+    feat = next((f for f in manifest.sparse_features if f.multi_hot), None)
+    if feat is None:
+        return None
+    source = (manifest.options.get("multihot") or {}).get("source")
+    made = (
+        f"`shardrec data multihot` copy of {source}"
+        if source
+        else "list column of its feature spec"
+        if "spec" in manifest.options
+        else "multi-hot column"
+    )
+    return f"{directory}: feature {feat.name} is already multi-hot (a {made})", source
 
 
 def default_cache_dir() -> Path:

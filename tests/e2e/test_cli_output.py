@@ -75,7 +75,9 @@ def test_preprocess_and_data_commands_are_quiet_and_readable(
 
     exported = shardrec("data", "export-npy", "pp", "--out", "npy", cwd=tmp_path)
     assert re.fullmatch(
-        r"wrote 2 day file\(s\) to npy: day_0 [\d,]+ rows, day_1 [\d,]+ rows\n", exported.stdout
+        r"wrote 2 day file\(s\) to npy: day_0 [\d,]+ rows, day_1 [\d,]+ rows "
+        r"\(val [\d,]+ rows, then test [\d,]+\)\n",
+        exported.stdout,
     ), exported.stdout
     imported = shardrec("data", "import-npy", "npy", "--out", "back", cwd=tmp_path)
     assert re.fullmatch(

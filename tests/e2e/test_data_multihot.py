@@ -224,7 +224,9 @@ def test_bad_input_is_one_clear_line(one_hot: Path, tmp_path: Path):
     assert _multihot(one_hot, tmp_path / "mh", "--sizes", "3,1,2,1").exit_code == 0
     assert_one_line_error(
         _multihot(tmp_path / "mh", tmp_path / "again", "--sizes", "3,1,2,1"),
-        r"feature f0 is already multi-hot",
+        f"^error: {tmp_path / 'mh'}: feature f0 is already multi-hot \\(a `shardrec data multihot` "
+        f"copy of {one_hot}\\): multi-hot ids are made from one-hot ones; give `data multihot` the "
+        "one-hot dataset it was copied from$",
     )
     assert not list(tmp_path.glob(".o.tmp-*")) and not (tmp_path / "o").exists()
 

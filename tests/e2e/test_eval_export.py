@@ -619,6 +619,29 @@ def test_a_model_of_materialised_multi_hot_ids_scores_raw_rows_as_its_split(trai
     )
 
 
+@pytest.mark.slow
+def test_predict_with_on_the_fly_multi_hot_names_a_multi_hot_copy_and_what_to_score(
+    trained: Path,
+) -> None:
+    """A model that makes its multi-hot ids itself, given a `data multihot` copy: the line names
+    the dataset, what made it multi-hot and what to score instead."""
+
+    def on_the_fly(header: dict) -> None:
+        header["transform"]["multihot"] = {"sizes": [2] * 26, "rows": None, "dist": "uniform",
+                                           "seed": 0, "cache_dir": "cache"}  # fmt: skip
+
+    _rewrite_header(_model_file(trained), trained / "fly.safetensors", on_the_fly)
+    sizes = ",".join(["2"] * 26)
+    ok(in_process("data", "multihot", "data", "--out", "mh2", "--sizes", sizes, "--cache",
+                  "cache", cwd=trained))  # fmt: skip
+    assert_one_line_error(
+        in_process("predict", "fly.safetensors", "mh2", "--split", "test", cwd=trained),
+        r"^error: mh2: feature C1 is already multi-hot \(a `shardrec data multihot` copy of "
+        r"data\), and the model makes its multi-hot ids from one-hot ones \(trained with "
+        r"data\.multihot_sizes\): score the one-hot dataset it was copied from, or raw rows$",
+    )
+
+
 def _model_file(trained: Path) -> Path:
     if not (trained / "model.safetensors").is_file():
         ok(in_process("export", "run", "--out", "model.safetensors", cwd=trained))

@@ -84,6 +84,24 @@ def test_inspecting_a_non_dataset_is_a_clear_error(tmp_path: Path):
     assert_one_line_error(res, re.escape("not a shardrec dataset"))
 
 
+def test_a_torchrec_npy_folder_is_named_with_the_command_that_converts_it(tmp_path: Path):
+    # It was told to `shardrec preprocess`, which does not read .npy files.
+    for kind, shape in (("dense", (4, 13)), ("sparse", (4, 26)), ("labels", (4, 1))):
+        np.save(
+            tmp_path / f"day_0_{kind}.npy",
+            np.zeros(shape, np.float32 if kind == "dense" else np.int64),
+        )
+    want = (
+        f"{tmp_path}: torchrec's .npy layout (day_N_dense/sparse/labels.npy), not a shardrec "
+        f"dataset (no manifest.json); convert it with `shardrec data import-npy {tmp_path} "
+        "--out NEW_DIR`"
+    )
+    for command in (["data", "stats", tmp_path], ["data", "head", tmp_path]):
+        assert_one_line_error(cli(*command, ok=False), re.escape(want))
+    for command in ("plan", "train"):
+        assert_one_line_error(cli(command, "--data", tmp_path, ok=False), re.escape(want))
+
+
 def test_torchrec_npy_export_then_import_round_trips(dataset: Path, tmp_path: Path):
     written = json.loads(
         cli("data", "export-npy", dataset, "--out", tmp_path / "npy", "--json").stdout
@@ -133,3 +151,30 @@ def test_exported_days_read_back_by_torchrec_with_the_same_val_split(dataset: Pa
     np.testing.assert_array_equal(batch.dense_features.numpy(), val["dense"])
     ids = batch.sparse_features.to_dict()
     np.testing.assert_array_equal(ids["cat_4"].values().numpy(), val["C5"])
+
+
+@pytest.mark.parametrize("val_half", ["first", "second"])
+def test_npy_round_trip_gives_back_val_as_val_whichever_half_it_was(val_half, tmp_path: Path):
+    # A --val-half second dataset was exported test-first and imported (torchrec's val-first
+    # default) with val and test swapped, without a word.
+    from shardrec.dataloader.format.source import open_source
+
+    raw = write_dataset(tmp_path / "raw", rows=1500, seed=2, max_vocab=400)[0]
+    cli("preprocess", raw, "--out", tmp_path / "d", "--max-ids", "700", "--val-half", val_half)
+    val, test = columns(tmp_path / "d", "val"), columns(tmp_path / "d", "test")
+    assert len(val["labels"]) + len(test["labels"]) == 215  # odd: halves that are not ceil/floor
+    exported = cli("data", "export-npy", tmp_path / "d", "--out", tmp_path / "npy").stdout
+    cli("data", "import-npy", tmp_path / "npy", "--out", tmp_path / "back", "--max-ids", "700")
+    for split, want in (("val", val), ("test", test)):
+        got = columns(tmp_path / "back", split)
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=f"{split} {name}")
+        in_place = open_source(tmp_path / "npy", split).parts[0]
+        np.testing.assert_array_equal(in_place.labels, want["labels"], err_msg=split)
+    assert exported.endswith(f"(val {len(val['labels'])} rows, then test {len(test['labels'])})\n")
+    swapped = ["--max-ids", "700", "--val-half", "second"]
+    refused = cli(
+        "data", "import-npy", tmp_path / "npy", "--out", tmp_path / "x", *swapped, ok=False
+    )
+    assert_one_line_error(refused, re.escape("--val-half second would swap them: leave it out"))
+    assert not (tmp_path / "x").exists()

@@ -154,3 +154,14 @@ def test_a_materialised_multihot_dataset_is_checked_by_its_manifest() -> None:
     assert line.endswith(
         "is no `shardrec data multihot` copy: DLRMv2 trains on the reference's multi-hot ids"
     )
+
+
+def test_the_readmes_scaled_down_dlrmv2_command_is_the_job_files_own() -> None:
+    # The README's copy left out --set model.dcn_low_rank=32: its runs kept rank 512, above the
+    # cross layers' own width (432 at these widths).
+    readme = (DLRMV2.parents[1] / "README.md").read_text()
+    inline = readme.split("Scaled down, the same job file runs on CPU: `", 1)[1].split("`", 1)[0]
+    comment = DLRMV2.read_text().split("dataset with 26 sparse features:\n", 1)[1].split("\n\n")[0]
+    in_file = " ".join(line.lstrip("# ").rstrip("\\ ") for line in comment.splitlines())
+    assert shlex.split(inline.replace("\n", " ")) == shlex.split(in_file)
+    assert "model.dcn_low_rank=32" in shlex.split(in_file)

@@ -22,7 +22,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from shardrec.dataloader.format.manifest import Manifest, SparseFeature
 from shardrec.dataloader.loader import NO_SHUFFLE, Delivery, build_loader
-from shardrec.dataloader.multihot.multihot_tables import MultiHotOption
+from shardrec.dataloader.multihot.multihot_tables import MultiHotOption, already_multi_hot
 from shardrec.embeddings.managed.maps import ManagedMaps, build_maps
 from shardrec.embeddings.managed.table_kinds import TableSettings
 from shardrec.embeddings.tables import POOLING_TYPES, build_ebc
@@ -179,6 +179,16 @@ def score_split(
     exported: ExportedModel, dataset: Path, split: str, batch_size: int = 8192
 ) -> tuple[np.ndarray, np.ndarray]:
     """(probabilities, labels) of a preprocessed split, in the split's row order."""
+    multihot = multihot_of(exported.header)
+    multi = already_multi_hot(Manifest.load(dataset), dataset) if multihot else None
+    if multi is not None:
+        why, source = multi
+        raise ValueError(
+            f"{why}, and the model makes its multi-hot ids from one-hot ones (trained with "
+            "data.multihot_sizes): score "
+            + ("the one-hot dataset it was copied from" if source else "a one-hot dataset")
+            + ", or raw rows"
+        )
     loader = build_loader(
         dataset,
         split,
@@ -188,7 +198,7 @@ def score_split(
         shuffle=NO_SHUFFLE,
         tail="pad",
         delivery=Delivery(num_workers=0),
-        multihot=multihot_of(exported.header),
+        multihot=multihot,
     )
     missing = [n for n in exported.feature_names if n not in loader.feature_names]
     if missing:

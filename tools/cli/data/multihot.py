@@ -14,7 +14,11 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from shardrec.dataloader.format.manifest import PART_SUFFIX, DatasetError, Manifest
-from shardrec.dataloader.multihot.multihot_tables import DISTRIBUTIONS, default_cache_dir
+from shardrec.dataloader.multihot.multihot_tables import (
+    DISTRIBUTIONS,
+    already_multi_hot,
+    default_cache_dir,
+)
 from shardrec.tools.cli.common import fail, interrupted, print_json
 from shardrec.tools.console import console
 from shardrec.tools.preprocess.derived.multihot_dataset import (
@@ -130,6 +134,12 @@ def multihot(
         manifest = Manifest.load(src)
     except DatasetError as e:
         fail(str(e))
+    if (multi := already_multi_hot(manifest, src)) is not None:
+        why, source = multi
+        fail(
+            f"{why}: multi-hot ids are made from one-hot ones; give `data multihot` "
+            + ("the one-hot dataset it was copied from" if source else "a one-hot dataset")
+        )
     total = sum(s.rows for s in manifest.splits.values())
     _check_per_feature("--sizes", sizes, size_list, manifest.feature_names, 1, None)
     if row_list is not None:

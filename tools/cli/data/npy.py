@@ -26,13 +26,17 @@ def import_npy(
         ),
     ] = None,
     val_half: Annotated[
-        str,
-        typer.Option(help="Which half of the last day is validation: first (torchrec) or second."),
-    ] = "first",
+        str | None,
+        typer.Option(
+            help="Which half of the last day is validation: first (torchrec's, and what "
+            "`data export-npy` writes; the default) or second.",
+            show_default=False,
+        ),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Import data preprocessed by torchrec's scripts, with torchrec's splits and ids."""
-    if val_half not in ("first", "second"):
+    if val_half not in (None, "first", "second"):
         fail(f"--val-half {val_half!r} must be first or second")
     try:
         hashes = [int(v) for v in max_ids.split(",")] if max_ids else None
@@ -116,14 +120,16 @@ def export_npy(
 ) -> None:
     """Export to torchrec's day-file layout (train parts as days, then a last day of val + test)."""
     try:
-        written = npy_import_export.export_npy(directory, out)
+        done = npy_import_export.export_npy(directory, out)
     except (ValueError, DatasetError) as e:
         fail(str(e))
     if json_out:
-        print_json(written)
+        print_json(done.rows)
     else:
+        halves = f"val {done.val_rows:,} rows, then test {done.test_rows:,}"
         console.print(
-            f"wrote {len(written)} day file(s) to {out}: {_rows_text(written)}", highlight=False
+            f"wrote {len(done.rows)} day file(s) to {out}: {_rows_text(done.rows)} ({halves})",
+            highlight=False,
         )
 
 

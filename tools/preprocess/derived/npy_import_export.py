@@ -6,9 +6,11 @@ sparse values raw (missing parsed as 0), taken as `value % hashes[feature]`.
 
 Import reproduces exactly that: the same splits and ids, dense values copied as they are, so
 data preprocessed with torchrec's scripts trains here without being redone. Export writes our
-splits in that layout: one day file per training part, and a last day of val then test (or
-test then val when the dataset's val_half is 'second'), with ids as int64 so that torchrec's
-`% hashes` with hashes = our cardinalities leaves them unchanged.
+splits in that layout: one day file per training part, and a last day of val then test (as
+torchrec reads it, whichever half of its input file the dataset's val was), with ids as int64 so
+that torchrec's `% hashes` with hashes = our cardinalities leaves them unchanged. The marker export
+writes last records where val ends, which need not be torchrec's ceil(rows/2); import and the
+loader cut there (torchrec_npy.last_day_val_rows), so a round trip gives back every split's rows.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import logging
 import os
 import shutil
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +40,7 @@ from shardrec.tools.preprocess.parts.feature_stats import compute_feature_stats
 
 logger = logging.getLogger(__name__)
 ROWS_PER_PART = 1 << 20
-EXPORT_MARKER = "export-complete.json"  # written last by export_npy
+EXPORT_MARKER = npy.EXPORT_MARKER  # written last by export_npy
 
 
 def find_days(src: Path) -> list[int]:
@@ -143,18 +146,21 @@ def check_out(out: Path) -> None:
         raise ValueError(f"{out}: exists and is not an empty directory; choose a new --out")
 
 
-def import_npy(src: Path, out: Path, hashes: list[int] | None, val_half: str = "first") -> Manifest:
+def import_npy(
+    src: Path, out: Path, hashes: list[int] | None, val_half: str | None = None
+) -> Manifest:
     """torchrec day files -> a shardrec dataset. hashes: per-feature table rows (None: max id +
-    1).
+    1). val_half: which half of the last day is val (None: the first, or as export recorded).
 
     The dataset is written into a temporary folder beside `out` and renamed to `out` only when
     whole: a refused or interrupted import leaves `out` as it was (new or empty)."""
     days = find_days(src)
+    cut = _last_day_cut(src, days[-1], val_half)
     check_out(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.import-npy-{os.getpid()}.tmp"
     try:
-        manifest = _write_dataset(src, tmp, days, hashes, val_half)
+        manifest = _write_dataset(src, tmp, days, hashes, cut)
         # rename(2) replaces an empty directory; one that filled up meanwhile is refused.
         try:
             os.replace(tmp, out)
@@ -168,9 +174,27 @@ def import_npy(src: Path, out: Path, hashes: list[int] | None, val_half: str = "
     return manifest
 
 
+def _last_day_cut(src: Path, day: int, val_half: str | None) -> tuple[str, int]:
+    """Which half of the last day is val, and the rows of the first half: torchrec's ceil(rows/2)
+    cut, or the val-first cut shardrec's export recorded (which --val-half second contradicts)."""
+    rows = npy.open_day(src, day).rows
+    recorded = npy.recorded_val_rows(src, day, rows)
+    if recorded is None:
+        return val_half or "first", npy.val_rows(rows)
+    if val_half == "second":
+        raise ValueError(
+            f"{src / EXPORT_MARKER}: day_{day} holds val ({recorded:,} rows) then test, as "
+            "shardrec's export-npy writes it; --val-half second would swap them: leave it out"
+        )
+    return "first", recorded
+
+
 def _write_dataset(
-    src: Path, out: Path, days: list[int], hashes: list[int] | None, val_half: str
+    src: Path, out: Path, days: list[int], hashes: list[int] | None, cut: tuple[str, int]
 ) -> Manifest:
+    """The dataset's parts and manifest; cut: which half of the last day is val, and the rows of
+    the first half."""
+    val_half, mid = cut
     first = _check_columns(src, days)
     num_sparse, num_dense = first.sparse.shape[1], first.dense.shape[1]
     hashes = _table_rows(src, days, hashes, num_sparse)
@@ -185,7 +209,6 @@ def _write_dataset(
         dense, sparse, labels = day.dense, day.sparse, day.labels
         ranges = [("train", 0, len(labels))]
         if d == days[-1]:
-            mid = npy.val_rows(len(labels))
             first, second = ("val", "test") if val_half == "first" else ("test", "val")
             ranges = [(first, 0, mid), (second, mid, len(labels))]
         for split, lo, hi in ranges:
@@ -252,8 +275,18 @@ def _export_day(parts, out: Path, day: int, names: list[str]) -> int:
     return rows
 
 
-def export_npy(directory: Path, out: Path) -> dict[str, int]:
-    """A shardrec dataset -> torchrec day files; returns rows per written day file."""
+@dataclass(frozen=True)
+class Exported:
+    """What export_npy wrote: rows per day file; the last day's val rows, then its test rows."""
+
+    rows: dict[str, int]
+    val_rows: int
+    test_rows: int
+
+
+def export_npy(directory: Path, out: Path) -> Exported:
+    """A shardrec dataset -> torchrec day files. The last day holds val then test (torchrec's
+    order), and the marker records where val ends."""
     manifest = Manifest.load(directory)
     if any(f.multi_hot for f in manifest.sparse_features):
         raise ValueError(f"{directory}: multi-hot features have no torchrec day-file layout")
@@ -265,30 +298,32 @@ def export_npy(directory: Path, out: Path) -> dict[str, int]:
     train = open_split(directory, "train", manifest) if "train" in manifest.splits else []
     for day, part in enumerate(train):
         written[f"day_{day}"] = _export_day([part], out, day, names)
-    val_half = manifest.options.get("splits", {}).get("val_half", "first")
-    halves = ["val", "test"] if val_half == "first" else ["test", "val"]
+    halves = {s: manifest.splits[s].rows if s in manifest.splits else 0 for s in ("val", "test")}
     last = [p for s in halves if s in manifest.splits for p in open_split(directory, s, manifest)]
     if not last:
         raise ValueError(f"{directory}: no val/test rows to write as the last day")
-    first_rows = manifest.splits[halves[0]].rows if halves[0] in manifest.splits else 0
     total = sum(p.rows for p in last)
-    if first_rows != npy.val_rows(total):
-        # torchrec cuts the last day at ceil(rows/2); skipped rows can make our halves differ.
+    if halves["val"] != npy.val_rows(total):
+        # torchrec cuts the last day at ceil(rows/2); our halves can differ (--val-half second,
+        # skipped rows). shardrec's import and loader cut where the marker says.
         logger.warning(
-            "%s has %d of %d last-day rows; torchrec will cut at %d",
-            halves[0],
-            first_rows,
+            "val has %d of %d last-day rows; torchrec's own loader will cut day_%d at %d",
+            halves["val"],
             total,
+            len(train),
             npy.val_rows(total),
         )
     written[f"day_{len(train)}"] = _export_day(last, out, len(train), names)
-    _mark_export_complete(directory, out, written)
-    return written
+    _mark_export_complete(directory, out, written, halves)
+    return Exported(written, halves["val"], halves["test"])
 
 
-def _mark_export_complete(directory: Path, out: Path, written: dict[str, int]) -> None:
+def _mark_export_complete(
+    directory: Path, out: Path, written: dict[str, int], halves: dict[str, int]
+) -> None:
     """Write EXPORT_MARKER last: its presence says every day file it lists is whole (a killed
-    export leaves complete-looking day files, but no marker)."""
+    export leaves complete-looking day files, but no marker); it records the last day's cut."""
     files = {p.name: p.stat().st_size for day in written for p in sorted(out.glob(f"{day}_*.npy"))}
-    record = {"source": str(directory), "rows": written, "bytes": files}
+    last_day = {"name": list(written)[-1], "val_rows": halves["val"], "test_rows": halves["test"]}
+    record = {"source": str(directory), "rows": written, "bytes": files, "last_day": last_day}
     atomic_write_bytes(out / EXPORT_MARKER, json.dumps(record, indent=1).encode())

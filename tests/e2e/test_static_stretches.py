@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import cli
+from helpers import assert_one_line_error, cli
 
 JOB = """
 [train]
@@ -86,3 +86,39 @@ def test_each_stretchs_last_checkpoint_stays_in_a_run_of_static_tables(days: Pat
         text=True,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def killed(days: Path) -> Path:
+    """`day0` gone on with day 1 and killed before that stretch's first checkpoint: the run's
+    newest checkpoint is still day 0's last, its summary day 0's, stretches.json names day 1."""
+    shutil.copytree(days / "day0", days / "killed")
+    first = checkpoint_steps(days / "day0")[-1]
+    fault = {"SHARDREC_FAULT": f"kill:{first + 1}"}
+    assert train(days, "--out-dir", "killed", "--continue-on", "days/1", env=fault, ok=False)
+    assert checkpoint_steps(days / "killed")[-1] == first
+    assert last_steps(days / "killed") == [first, None]
+    return days / "killed"
+
+
+@pytest.mark.slow
+def test_a_stretch_killed_before_its_first_checkpoint_is_finished_before_another(
+    days: Path, killed: Path
+) -> None:
+    # --continue-on days/2 passed the launcher's checks; its rank 0 then failed 'checkpoint of
+    # another model or optimizer: dataset: ... fingerprint ...'. So did `--data days/1` without
+    # --continue-on, the killed stretch's own data.
+    unfinished = (
+        r"^error: killed: its current stretch \(on \S+days/1\) is not complete \(step [\d,]+\); "
+        r"finish it first: rerun with --continue-on \S+days/1$"
+    )
+    with contextlib.chdir(days):
+        for args in (
+            ["--continue-on", "days/2"],
+            ["--config", "job.toml", "--data", "days/1"],
+            ["--config", "job.toml", "--data", "days/2"],
+            [],
+        ):
+            refused = cli("train", "--out-dir", "killed", *args, "--nproc-per-node", "1", ok=False)
+            assert_one_line_error(refused, unfinished)
+    assert last_steps(killed) == [checkpoint_steps(killed)[-1], None]  # nothing written

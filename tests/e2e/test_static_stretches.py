@@ -122,3 +122,27 @@ def test_a_stretch_killed_before_its_first_checkpoint_is_finished_before_another
             refused = cli("train", "--out-dir", "killed", *args, "--nproc-per-node", "1", ok=False)
             assert_one_line_error(refused, unfinished)
     assert last_steps(killed) == [checkpoint_steps(killed)[-1], None]  # nothing written
+
+
+def listed_status(root: Path, name: str) -> tuple[int | None, str]:
+    rows = json.loads(cli("runs", str(root / name), "--json").stdout)
+    (row,) = rows
+    return row["step"], row["status"]
+
+
+@pytest.mark.slow
+def test_runs_lists_a_stretch_killed_before_its_first_checkpoint_as_unfinished(
+    days: Path, killed: Path
+) -> None:
+    from shardrec.trainer.rundir.life.run_state import record_stop_at_once
+
+    first = checkpoint_steps(killed)[-1]
+    # It was listed as complete (its summary is the previous stretch's), while train refused it.
+    assert listed_status(days, "killed") == (first, "failed")
+    # A second signal in the stretch's first steps ends it at once, as the launcher records it.
+    shutil.copytree(killed, days / "stopped")
+    record_stop_at_once(days / "stopped", "SIGTERM")
+    assert listed_status(days, "stopped") == (first, "stopped")
+    train(days, "--out-dir", "stopped", "--continue-on", "days/1")  # begins the stretch again
+    assert listed_status(days, "stopped")[1] == "complete"
+    assert last_steps(days / "stopped") == [first, checkpoint_steps(days / "stopped")[-1]]

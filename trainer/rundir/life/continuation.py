@@ -51,7 +51,7 @@ def check_continue(run_dir: Path, config: JobConfig, manifest: Manifest, allow: 
         # Stopped before its first checkpoint: the summary still says the stretch before ended
         # complete, and its ranks would refuse the previous stretch's checkpoint for this data.
         raise ValueError(_unfinished(run_dir, current.data, run.step))
-    if not run.complete:
+    if not run.complete and unsaved is None:
         raise ValueError(_unfinished(run_dir, record.get("path", "its data"), run.step))
     _check_same_making(run_dir, record, manifest)
     _check_settings(run_dir, config, allow)

@@ -287,6 +287,10 @@ def run_job(job: Job) -> dict[str, Any]:
         reporter.write({"kind": "resume", "step": job.progress.step, "epoch": job.progress.epoch})
     if job.managed is not None or job.continuing:
         job.checkpoints.kept_steps.add(total)  # the stretch's last checkpoint stays
+    if job.continuing:
+        # So does the previous stretch's, which this one begins from: a run of static tables
+        # lists its first stretch in stretches.json only now, after build_job read that file.
+        job.checkpoints.kept_steps.add(job.progress.stretch_start)
     if job.env.is_main:
         job.mllog.open(job.run_dir / names.MLLOG)
     if job.mllog.benchmark == DLRMV4:  # the train windows' anchors and the held-out ones

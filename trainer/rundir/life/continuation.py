@@ -46,7 +46,12 @@ def check_continue(run_dir: Path, config: JobConfig, manifest: Manifest, allow: 
             f"{run_dir} already trained on this data (stretch {earlier.index}, {earlier.data}); "
             "a run goes on with data it has not seen"
         )
-    if not run.complete:
+    current = stretches[-1] if stretches else None
+    if current is not None and current.last_step is None and current is not unsaved:
+        # Stopped before its first checkpoint: the summary still says the stretch before ended
+        # complete, and its ranks would refuse the previous stretch's checkpoint for this data.
+        raise ValueError(_unfinished(run_dir, current.data, run.step))
+    if not run.complete and unsaved is None:
         raise ValueError(_unfinished(run_dir, record.get("path", "its data"), run.step))
     _check_same_making(run_dir, record, manifest)
     _check_settings(run_dir, config, allow)
@@ -63,17 +68,24 @@ def _unfinished(run_dir: Path, data: str, step: int | None) -> str:
 
 def check_no_unfinished_stretch(run_dir: Path, data: str) -> None:
     """For a job without --continue-on: ValueError (one line) where the run went on
-    (stretches.json) and its current stretch is unfinished on other data than `data` (or none):
-    going on is `--continue-on` with that stretch's data; the run's other refusals ('no dataset',
-    'trained on other data ... --restart') would send the user the wrong way."""
+    (stretches.json) and its current stretch is unfinished on other data than `data` (or none), or
+    on `data` but stopped before its first checkpoint: going on is `--continue-on` with that
+    stretch's data; the run's other refusals ('no dataset', 'trained on other data ...
+    --restart', the ranks' 'checkpoint of another model') would send the user the wrong way."""
     if not Path(run_dir).is_dir():  # no run yet (or a file there, which the lock refuses)
         return
     stretches = read_stretches(run_dir)
     if not stretches or stretches[-1].last_step is not None:
         return
-    current = stretches[-1].data
-    if not data or Path(data).resolve() != Path(current).resolve():
-        raise ValueError(_unfinished(run_dir, current, run_state.read_run_dir(run_dir).step))
+    current, step = stretches[-1].data, run_state.read_run_dir(run_dir).step
+    # Its own data resumes it as a run, but only from a checkpoint of its own: one stopped before
+    # its first still holds the previous stretch's, of other data.
+    if (
+        not data
+        or Path(data).resolve() != Path(current).resolve()
+        or step == stretches[-1].first_step
+    ):
+        raise ValueError(_unfinished(run_dir, current, step))
 
 
 def _check_same_making(run_dir: Path, record: dict[str, Any], manifest: Manifest) -> None:

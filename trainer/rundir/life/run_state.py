@@ -15,6 +15,7 @@ from shardrec.dataloader.util import locks
 from shardrec.trainer.job.config import JobConfig
 from shardrec.trainer.rundir import names
 from shardrec.trainer.rundir.checkpoint.trust import complete_checkpoints
+from shardrec.trainer.rundir.life.stretches import read_stretches
 from shardrec.trainer.rundir.metrics_log import append_record, load_metrics
 
 STOPPED_EXIT_CODE = 75
@@ -35,14 +36,19 @@ class RunDir:
     none)."""
     stop: dict[str, Any] | None = None
     """The metrics.jsonl record of a stop on request (SIGTERM / SIGINT) at `step` (None: none)."""
+    open_stretch: bool = False
+    """The run's last stretch (stretches.json) has not ended; killed or stopped before its first
+    checkpoint, it leaves the summary and newest checkpoint of the stretch before."""
 
     @property
     def complete(self) -> bool:
-        """The last invocation finished: its summary is of the newest checkpoint's step."""
+        """The last invocation finished: its summary is of the newest checkpoint's step, and no
+        stretch begun since is open."""
         return (
             self.summary is not None
             and self.step is not None
             and self.summary.get("steps") == self.step
+            and not self.open_stretch
         )
 
     def complete_for(self, config: JobConfig, total: int) -> bool:
@@ -67,22 +73,32 @@ def read_run_dir(path: Path) -> RunDir:
         pass  # no summary, or a torn one: the run did not finish
     summary = summary if isinstance(summary, dict) else None
     step = done[-1][0] if done else None
-    finished = summary is not None and summary.get("steps") == step
+    open_stretch = _open_stretch(Path(path))
+    finished = summary is not None and summary.get("steps") == step and not open_stretch
     target = (
         _newest_record(Path(path), ("target",), step)
         if finished and summary.get("target_reached")
         else None
     )
-    # A stop counts until a later invocation resumes (which may then have failed); before the
-    # first checkpoint, until a later invocation writes anything.
+    # A stop counts until a later invocation resumes (which may then have failed) or begins a
+    # stretch; before the first checkpoint, until a later invocation writes anything.
     stop = None
     if step is not None and not finished:
-        stop = _newest_record(Path(path), ("stop", "resume"), step)
+        stop = _newest_record(Path(path), ("stop", "resume", "stretch"), step)
     elif step is None:
         stop = next(iter(metrics_records(Path(path))[-1:]), None)
-    return RunDir(
-        Path(path), step, summary, target, stop if stop and stop.get("kind") == "stop" else None
-    )
+    stop = stop if stop and stop.get("kind") == "stop" else None
+    return RunDir(Path(path), step, summary, target, stop, open_stretch)
+
+
+def _open_stretch(run_dir: Path) -> bool:
+    """Whether the run's last stretch is unfinished (stretches.json; an unreadable one counts as
+    none here: the commands that go on refuse it in their own line)."""
+    try:
+        stretches = read_stretches(run_dir)
+    except ValueError:
+        return False
+    return bool(stretches) and stretches[-1].last_step is None
 
 
 def _newest_record(

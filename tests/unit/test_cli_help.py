@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import typer
 from typer.testing import CliRunner
 
 from shardrec.tools.cli.app import COMMANDS, SUMMARIES, _LazyCommands, app
@@ -37,6 +38,27 @@ def test_train_help_says_what_steps_count_in_a_run_that_goes_on() -> None:
     text = " ".join(shown.stdout.replace("│", " ").split())
     steps = text.split("--steps <int>", 1)[1][:300]
     assert "with --continue-on, the steps of the new stretch, counted from its first" in steps
+
+
+def test_allow_change_help_says_a_shorter_run_needs_it() -> None:
+    """The help said "train.steps and train.epochs may always change", though a resume with fewer
+    steps is refused until --allow-change train.steps (README: "when the run ends no earlier")."""
+    from shardrec.trainer.loop.train_entry import rank_main
+
+    ranks = typer.Typer(add_completion=False)
+    ranks.command()(rank_main)  # as typer.run builds `python -m shardrec.trainer`
+    for shown in (
+        CliRunner().invoke(app, ["train", "--help"], env={"COLUMNS": "300"}),
+        CliRunner().invoke(ranks, ["--help"], env={"COLUMNS": "300"}),
+    ):
+        assert shown.exit_code == 0, shown.output
+        text = " ".join(shown.stdout.replace("│", " ").split())
+        allow = text.split("--allow-change", 1)[1][:400]
+        assert "may always change" not in allow
+        assert (
+            "Without it, train.steps and train.epochs may change when the run ends no earlier for "
+            "it, and the plan always; other data never resumes." in allow
+        )
 
 
 def test_a_groups_listing_shows_each_commands_summary_unbroken() -> None:

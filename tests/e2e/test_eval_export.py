@@ -397,6 +397,21 @@ def test_data_preprocessed_otherwise_is_refused_by_predict_and_eval(trained: Pat
     )
 
 
+def test_eval_of_a_run_that_trained_compiled_runs_eagerly_and_says_no_compile(
+    trained: Path,
+) -> None:
+    """README: evaluation runs the dense layers eagerly. eval of a run of train.compile = "on" said
+    "compiling the dense layers and the interaction (train.compile)" all the same."""
+    copy = trained / "run-on"
+    shutil.copytree(trained / "run", copy, dirs_exist_ok=True)
+    config = copy / "config.toml"
+    config.write_text(config.read_text().replace('compile = "auto"', 'compile = "on"', 1))
+    assert 'compile = "on"' in config.read_text()
+    done = ok(shardrec("eval", "run-on", "--split", "val", "--json", cwd=trained))
+    assert "compil" not in done.stderr, done.stderr[-3000:]
+    assert json.loads(done.stdout)["auc"] == _final(trained / "run", "val")["auc"]
+
+
 @pytest.mark.slow
 def test_dlrmv2_config_scaled_down_runs_end_to_end(trained: Path) -> None:
     done = ok(

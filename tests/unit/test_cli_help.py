@@ -74,6 +74,23 @@ def test_a_groups_listing_shows_each_commands_summary_unbroken() -> None:
         assert summary in row, shown.stdout
 
 
+def test_no_commands_help_breaks_a_paragraph_mid_sentence() -> None:
+    # Each paragraph of a command's description is one line on a terminal wide enough: the
+    # docstrings' own line breaks, kept by typer after the first paragraph, cut sentences on
+    # narrower ones (export: "... the model config and the" / "dataset's feature transform").
+    paths = _command_paths(_LazyCommands())
+    assert ("export",) in paths and ("data", "digest") in paths
+    for path in paths:
+        shown = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "2000"})
+        assert shown.exit_code == 0, (path, shown.output)
+        lines = [line.strip() for line in shown.stdout.splitlines()]
+        start = next(i for i, line in enumerate(lines) if line.startswith("Usage:")) + 1
+        end = next(i for i, line in enumerate(lines) if line.startswith("╭"))
+        text = lines[start:end]
+        broken = [(a, b) for a, b in zip(text, text[1:]) if a and b]
+        assert broken == [], path
+
+
 def test_the_readme_sections_a_help_names_exist() -> None:
     """`preprocess --help` sent readers to README section "Event logs", which has another title."""
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()

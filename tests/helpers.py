@@ -418,6 +418,18 @@ def final_weights(run_dir: Path, part: str = "model") -> dict:
     return state
 
 
+def tensorboard_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """RUN/tensorboard as TensorBoard shows it: each scalar tag's (step, value) points."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    return {
+        tag: [(e.step, round(e.value, 6)) for e in events.Scalars(tag)]
+        for tag in events.Tags()["scalars"]
+    }
+
+
 def final_step_counters(run_dir: Path) -> dict[str, int]:
     """The fbgemm step counters (per table) of the run's last checkpoint; {} where it has none."""
     import torch

@@ -397,6 +397,21 @@ def test_data_preprocessed_otherwise_is_refused_by_predict_and_eval(trained: Pat
     )
 
 
+def test_eval_of_a_run_that_trained_compiled_runs_eagerly_and_says_no_compile(
+    trained: Path,
+) -> None:
+    """README: evaluation runs the dense layers eagerly. eval of a run of train.compile = "on" said
+    "compiling the dense layers and the interaction (train.compile)" all the same."""
+    copy = trained / "run-on"
+    shutil.copytree(trained / "run", copy, dirs_exist_ok=True)
+    config = copy / "config.toml"
+    config.write_text(config.read_text().replace('compile = "auto"', 'compile = "on"', 1))
+    assert 'compile = "on"' in config.read_text()
+    done = ok(shardrec("eval", "run-on", "--split", "val", "--json", cwd=trained))
+    assert "compil" not in done.stderr, done.stderr[-3000:]
+    assert json.loads(done.stdout)["auc"] == _final(trained / "run", "val")["auc"]
+
+
 @pytest.mark.slow
 def test_dlrmv2_config_scaled_down_runs_end_to_end(trained: Path) -> None:
     done = ok(
@@ -583,6 +598,38 @@ def test_export_of_a_run_whose_dataset_moved_takes_its_new_place(trained: Path) 
             assert moved.get_tensor(key).equal(before.get_tensor(key)), key
         header, old = (json.loads(f.metadata()["shardrec"]) for f in (moved, before))
     assert header["model"] == old["model"] and header["tables"] == old["tables"]
+
+
+def test_export_of_a_run_whose_data_changed_names_a_data_that_export_takes(trained: Path) -> None:
+    """The run's data.path holding other data: the refusal says "to export" (it said "to
+    evaluate"), and names --data of that path only where export would take it: data of other
+    cardinalities is named as such, not offered to be refused a second time."""
+    (trained / "data").rename(trained / "kept")
+    data = trained / "data"
+    changed = rf"^error: run was trained on other data than {data} now holds \(fingerprint "
+    changed += r"[0-9a-f]{12}; the data there is [0-9a-f]{12}\)"
+    try:
+        days = ("raw/day_1", "raw/day_0")  # the same features of the same sizes, other rows
+        ok(in_process("preprocess", *days, "--out", "data", "--max-ids", "1000", cwd=trained))
+        assert_one_line_error(
+            in_process("export", "run", "--out", "m2.safetensors", cwd=trained),
+            rf"{changed}: to export on this data all the same, pass --data {data}$",
+        )
+        shutil.rmtree(data)
+        days = ("raw/day_0", "raw/day_1")
+        ok(in_process("preprocess", *days, "--out", "data", "--max-ids", "300", cwd=trained))
+        assert_one_line_error(
+            in_process("export", "run", "--out", "m2.safetensors", cwd=trained),
+            rf"{changed}, and --data {data} would be refused too \(not the schema run trained on: "
+            r"its sparse features \(name, cardinality, multi-hot\) differ at #0 \(\('C1', 300, "
+            r"False\) here, \('C1', 1000, False\) in training\)\): to export the run, pass "
+            r"--data DIR naming the data it trained on \(or other data of its features and "
+            r"cardinalities\)$",
+        )
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
+        (trained / "kept").rename(data)
+    assert not (trained / "m2.safetensors").exists()
 
 
 @pytest.mark.slow

@@ -19,6 +19,7 @@ from helpers import (
     assert_one_line_error,
     run_direct_rank,
     settings,
+    tensorboard_scalars,
     torchelastic_folders,
     train_command,
 )
@@ -123,6 +124,10 @@ def test_sigkill_resume_is_bitwise_and_two_nodes_match(tiny_dataset: Path, tmp_p
         for line in (tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()
     ]
     assert [r["step"] for r in resumes if r["kind"] == "resume"] == [8, 12]
+    # Steps 10 and 15, written again after each resume, are each one point in TensorBoard.
+    scalars = tensorboard_scalars(tmp_path / "killed")
+    assert [step for step, _ in scalars["train/loss"]] == [5, 10, 15, 20, 25, 30]
+    assert [step for step, _ in scalars["eval/val/auc"]] == [10, 20, 30]
     remaining = sorted(p.name for p in (tmp_path / "killed" / "checkpoints").iterdir())
     assert remaining == ["step-00000024", "step-00000028", "step-00000030"]
 

@@ -23,7 +23,14 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import TINY_MODEL, assert_one_line_error, settings, train_command, trainer_ranks
+from helpers import (
+    TINY_MODEL,
+    assert_one_line_error,
+    file_offset,
+    settings,
+    train_command,
+    trainer_ranks,
+)
 
 JOB = settings(
     'train.device="cpu"',  # CPU ranks (gloo) even on a GPU host: 2 ranks must not need 2 GPUs
@@ -210,6 +217,36 @@ def test_a_dataset_changed_under_a_running_training_is_named_last(
     assert f"; the dataset changed under the training: {dense}: 100 bytes, manifest says" in last, (
         last
     )
+
+
+@pytest.mark.slow
+def test_a_dataset_changed_before_the_run_is_not_said_to_have_changed_under_it(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
+    """A label byte rewritten in place before the run (the file keeps its size, so the start-up
+    checks pass): the rank reading it fails, and the last line says that the dataset had
+    changed before the run started, not under the training."""
+    from shardrec.dataloader.format.part_file import open_split
+
+    at = file_offset(open_split(tiny_dataset, "train")[0].labels) + 5
+    part = tiny_dataset / "train" / "part-00000.arrow"
+    raw = bytearray(part.read_bytes())
+    raw[at] = 7
+    part.write_bytes(bytes(raw))
+    written = (tiny_dataset / "manifest.json").stat().st_mtime
+    os.utime(part, (written + 5, written + 5))  # later than the manifest, whatever the clock
+    done = subprocess.run(
+        _command(tiny_dataset, tmp_path / "run", ranks=1),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    last = assert_one_line_error(done, r"training failed: rank 0: .*")
+    assert last.endswith(
+        f"the dataset had changed before the run started: {part}: modified after the manifest "
+        "was written"
+    ), last
+    assert "under the training" not in last
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import typer
 from typer.testing import CliRunner
 
 from shardrec.tools.cli.app import COMMANDS, SUMMARIES, _LazyCommands, app
@@ -39,6 +40,27 @@ def test_train_help_says_what_steps_count_in_a_run_that_goes_on() -> None:
     assert "with --continue-on, the steps of the new stretch, counted from its first" in steps
 
 
+def test_allow_change_help_says_a_shorter_run_needs_it() -> None:
+    """The help said "train.steps and train.epochs may always change", though a resume with fewer
+    steps is refused until --allow-change train.steps (README: "when the run ends no earlier")."""
+    from shardrec.trainer.loop.train_entry import rank_main
+
+    ranks = typer.Typer(add_completion=False)
+    ranks.command()(rank_main)  # as typer.run builds `python -m shardrec.trainer`
+    for shown in (
+        CliRunner().invoke(app, ["train", "--help"], env={"COLUMNS": "300"}),
+        CliRunner().invoke(ranks, ["--help"], env={"COLUMNS": "300"}),
+    ):
+        assert shown.exit_code == 0, shown.output
+        text = " ".join(shown.stdout.replace("│", " ").split())
+        allow = text.split("--allow-change", 1)[1][:400]
+        assert "may always change" not in allow
+        assert (
+            "Without it, train.steps and train.epochs may change when the run ends no earlier for "
+            "it, and the plan always; other data never resumes." in allow
+        )
+
+
 def test_a_groups_listing_shows_each_commands_summary_unbroken() -> None:
     # On a wide terminal each summary is one row: the docstrings' line breaks used to cut them
     # mid-sentence ("vs the memcpy roofline and torchrec's" / "pipe.").
@@ -50,6 +72,23 @@ def test_a_groups_listing_shows_each_commands_summary_unbroken() -> None:
         assert shown.exit_code == 0, shown.output
         (row,) = [line for line in shown.stdout.splitlines() if f"│ {command} " in line]
         assert summary in row, shown.stdout
+
+
+def test_no_commands_help_breaks_a_paragraph_mid_sentence() -> None:
+    # Each paragraph of a command's description is one line on a terminal wide enough: the
+    # docstrings' own line breaks, kept by typer after the first paragraph, cut sentences on
+    # narrower ones (export: "... the model config and the" / "dataset's feature transform").
+    paths = _command_paths(_LazyCommands())
+    assert ("export",) in paths and ("data", "digest") in paths
+    for path in paths:
+        shown = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "2000"})
+        assert shown.exit_code == 0, (path, shown.output)
+        lines = [line.strip() for line in shown.stdout.splitlines()]
+        start = next(i for i, line in enumerate(lines) if line.startswith("Usage:")) + 1
+        end = next(i for i, line in enumerate(lines) if line.startswith("╭"))
+        text = lines[start:end]
+        broken = [(a, b) for a, b in zip(text, text[1:]) if a and b]
+        assert broken == [], path
 
 
 def test_the_readme_sections_a_help_names_exist() -> None:

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers import tensorboard_scalars
 
 from shardrec.trainer.loop.metrics import auc, binary_metrics
 from shardrec.trainer.rundir.metrics_log import MetricsWriter, auc_text, read_metrics
@@ -78,12 +79,39 @@ def test_metrics_file_round_trips_and_names_a_bad_line(tmp_path) -> None:
         read_metrics(tmp_path)
 
 
-def test_tensorboard_events_are_written(tmp_path) -> None:
+def test_tensorboard_keeps_each_eval_split_on_a_curve_of_its_own(tmp_path) -> None:
     # tensorboard is in the test extra: without it this fails rather than skips.
     writer = MetricsWriter(tmp_path)
-    writer.write({"kind": "eval", "split": "val", "step": 3, "auc": 0.7})
+    writer.write({"kind": "train", "step": 3, "loss": 0.5})
+    for step in (3, 6):
+        writer.write({"kind": "eval", "split": "val", "step": step, "auc": 0.7, "final": False})
+        writer.write({"kind": "eval", "split": "test", "step": step, "auc": 0.6, "ne": 0.9})
     writer.close()
-    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+    assert tensorboard_scalars(tmp_path) == {
+        "train/loss": [(3, 0.5)],
+        "eval/val/auc": [(3, 0.7), (6, 0.7)],
+        "eval/test/auc": [(3, 0.6), (6, 0.6)],
+        "eval/test/ne": [(3, 0.9), (6, 0.9)],
+    }
+
+
+def test_a_resumed_run_replaces_the_tensorboard_steps_written_after_its_checkpoint(
+    tmp_path,
+) -> None:
+    # Killed at step 10 after its checkpoint at 8: the resumed run trains and evaluates 9-10
+    # again, and TensorBoard shows step 10 once, as the resumed run wrote it.
+    killed = MetricsWriter(tmp_path)
+    for step, loss in ((5, 0.5), (10, 0.4)):
+        killed.write({"kind": "train", "step": step, "loss": loss})
+    killed.write({"kind": "eval", "split": "val", "step": 10, "auc": 0.7})
+    killed.close()
+    resumed = MetricsWriter(tmp_path, resumed_at=8)
+    resumed.write({"kind": "train", "step": 10, "loss": 0.3})
+    resumed.write({"kind": "eval", "split": "val", "step": 10, "auc": 0.75})
+    resumed.close()
+    scalars = tensorboard_scalars(tmp_path)
+    assert scalars["train/loss"] == [(5, 0.5), (10, 0.3)]
+    assert scalars["eval/val/auc"] == [(10, 0.75)]
 
 
 @pytest.mark.parametrize("label", [0.0, 1.0])

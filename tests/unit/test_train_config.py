@@ -3,6 +3,7 @@ a resume that changes the optimizers is refused; samples/s counts training time 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -225,6 +226,57 @@ def test_train_cli_refuses_zero_ranks_and_mentions_resume_only_with_a_checkpoint
     assert _failure_message(refused, tmp_path, "").endswith(
         f"; to resume from the one before it, {before} (step 2), move {ckpt} out of "
         f"{ckpt.parent}, or start over with --restart"
+    )
+
+
+def test_a_newest_checkpoint_of_another_job_is_said_refused_not_kept_for_a_rerun(
+    tmp_path: Path,
+) -> None:
+    """A rank refuses the newest checkpoint as another dataset's (or model's): a rerun would meet
+    it again, so the last line says how to get past it, not that a rerun resumes from it."""
+    from shardrec.tools.cli.train import _failure_message
+    from shardrec.trainer.distributed.failures import LaunchResult
+    from shardrec.trainer.rundir.checkpoint.signature import check_signature
+
+    ckpt = tmp_path / "checkpoints" / "step-00000062"
+    ckpt.mkdir(parents=True)
+    (ckpt / "digests.json").touch()
+    signature = {"model": {}, "optim": {}, "tables": [], "dataset": "bedce440f26b" * 2}
+    with pytest.raises(ValueError) as refusal:
+        check_signature(ckpt, signature, {**signature, "dataset": "092a451420ff" * 2})
+    refused = LaunchResult(1, reasons={0: str(refusal.value)})
+    assert _failure_message(refused, tmp_path, "") == (
+        f"training failed: rank 0: {ckpt}: checkpoint of another model or optimizer: dataset: "
+        "checkpoint trained on fingerprint bedce440f26b, job's data is 092a451420ff; no earlier "
+        "checkpoint: start over with --restart"
+    )
+    before = tmp_path / "checkpoints" / "step-00000050"
+    before.mkdir()
+    (before / "digests.json").touch()
+    assert _failure_message(refused, tmp_path, "").endswith(
+        f"; a re-run resumes from that checkpoint again; to resume from the one before it, "
+        f"{before} (step 50), move {ckpt} out of {ckpt.parent}, or start over with --restart"
+    )
+
+
+def test_a_dataset_changed_before_the_launch_is_not_said_to_have_changed_under_the_training(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
+    from shardrec.dataloader.format.integrity import changed_since_written
+    from shardrec.tools.cli.train import _failure_message
+    from shardrec.trainer.distributed.failures import LaunchResult
+
+    parts = sorted((tiny_dataset / "train").glob("*.arrow"))
+    written = (tiny_dataset / "manifest.json").stat().st_mtime
+    os.utime(parts[0], (written + 5, written + 5))
+    before = changed_since_written(tiny_dataset)  # as the launcher finds it before the ranks
+    os.utime(parts[1], (written + 9, written + 9))  # and a part rewritten while they train
+    failed = LaunchResult(1, reasons={0: f"{parts[0]}: column label, row 5 has label 7"})
+    assert _failure_message(failed, tmp_path, str(tiny_dataset), before) == (
+        f"training failed: rank 0: {parts[0]}: column label, row 5 has label 7; the dataset had "
+        f"changed before the run started: {parts[0]}: modified after the manifest was written; "
+        f"the dataset changed under the training: {parts[1]}: modified after the manifest was "
+        "written"
     )
 
 

@@ -70,6 +70,7 @@ def load_command(module_name: str, name: str, said: str = "") -> Any:
     module.register(holder)
     command = typer.main.get_group(holder).commands[name]
     _one_line_summaries(command)
+    _one_line_paragraphs(command)
     _one_line_when_stopped(command, said or name)
     return command
 
@@ -101,6 +102,22 @@ def _one_line_summaries(command: Any) -> None:
         if sub.short_help is None and sub.help:
             sub.short_help = " ".join(inspect.cleandoc(sub.help).split("\n\n")[0].split())
         _one_line_summaries(sub)
+
+
+def _one_line_paragraphs(command: Any) -> None:
+    """typer's rich help prints a docstring's paragraphs after the first with their line breaks,
+    then wraps each line again to the terminal: narrower than the docstring, sentences broke
+    mid-line ("... the model config and the" / "dataset's feature transform ..."). Each paragraph
+    becomes one line, for the help panel to wrap (one that starts with click's \\b, text meant
+    verbatim, is kept as written)."""
+    if command.help:
+        paragraphs = inspect.cleandoc(command.help).split("\n\n")
+        command.help = "\n\n".join(
+            p if p.startswith("\b") else " ".join(line.strip() for line in p.split("\n"))
+            for p in paragraphs
+        )
+    for sub in getattr(command, "commands", {}).values():
+        _one_line_paragraphs(sub)
 
 
 def counted(n: int, noun: str) -> str:

@@ -6,7 +6,7 @@ import functools
 import json
 import signal
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -63,10 +63,14 @@ def _print_summary(summary: dict, run_dir: Path, earlier: bool = False) -> None:
         console.print(f"resumed from the checkpoint of step {summary['resumed_from_step']}")
 
 
-def _failure_message(result: LaunchResult, out_dir: Path, data: str) -> str:
+def _failure_message(
+    result: LaunchResult, out_dir: Path, data: str, changed_before: Collection[str] = ()
+) -> str:
     """The last line after a failed run: the cause as the ranks and torchrun's agent reported it,
-    the dataset's files that changed under it, and what a rerun resumes from (when anything)."""
+    the dataset's files that changed (`changed_before`: those found changed before the launch),
+    and what a rerun resumes from (when anything)."""
     from shardrec.dataloader.format.integrity import changed_since_written
+    from shardrec.trainer.rundir.checkpoint.signature import OTHER_JOB
     from shardrec.trainer.rundir.checkpoint.trust import REFUSED
 
     parts = [
@@ -75,10 +79,15 @@ def _failure_message(result: LaunchResult, out_dir: Path, data: str) -> str:
         else f"training failed (torchrun exit code {result.code})"
     ]
     changed = changed_since_written(data) if data else []
-    if changed:
-        more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
-        parts.append(f"the dataset changed under the training: {changed[0]}{more}")
-    refused = bool(result.cause) and REFUSED in result.cause
+    for found, when in (
+        ([c for c in changed if c in changed_before], "had changed before the run started"),
+        ([c for c in changed if c not in changed_before], "changed under the training"),
+    ):
+        if found:
+            more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+            parts.append(f"the dataset {when}: {found[0]}{more}")
+    # The newest checkpoint refused (its files, or another job's): a rerun meets it again.
+    refused = bool(result.cause) and (REFUSED in result.cause or OTHER_JOB in result.cause)
     kept = refused_checkpoint(out_dir) if refused else kept_checkpoint(out_dir)
     return "; ".join(parts + ([kept] if kept else []))
 
@@ -105,6 +114,7 @@ def train(
 ) -> None:
     """Train a DLRM, DCNv2 or HSTU model on N local ranks (torchrun); resumes if OUT_DIR holds
     checkpoints; --continue-on DATA goes on training the run on the next data."""
+    from shardrec.dataloader.format.integrity import changed_since_written
     from shardrec.trainer.distributed.launch import launch, new_job_id
 
     overrides, allow = list(set_ or []), list(allow_change or [])
@@ -148,6 +158,8 @@ def train(
             locks.append(lock_run_dir(out_dir, job_id, create=True))
         check_resume_checkpoint(out_dir)
         _end_if_stopped_before_launch()
+        # A failed run's last line tells these from the files changed while it trained.
+        changed_before = changed_since_written(job.data.path)
         # The ranks take the job resolved here as one file, not the flags to resolve it again.
         with tempfile.TemporaryDirectory(prefix="shardrec-train-") as tmp:
             job_file = Path(tmp) / "job.toml"
@@ -172,11 +184,11 @@ def train(
         for lock in locks:
             if lock is not None:
                 lock.release()
-    _end_of_job(result, out_dir, job.data.path)
+    _end_of_job(result, out_dir, job.data.path, changed_before)
     _show_results(out_dir, json_out)
 
 
-def _end_of_job(result: LaunchResult, out_dir: Path, data: str) -> None:
+def _end_of_job(result: LaunchResult, out_dir: Path, data: str, changed_before: list[str]) -> None:
     """Say how a job that did not complete ended, in one line, and exit with its code."""
     from shardrec.trainer.rundir.life import run_state
 
@@ -185,7 +197,7 @@ def _end_of_job(result: LaunchResult, out_dir: Path, data: str) -> None:
         err_console.print(f"{result.forced}; {kept}", highlight=False, soft_wrap=True)
         raise typer.Exit(128 + signal.Signals[result.signal or "SIGTERM"].value)
     if result.code != 0:
-        fail(_failure_message(result, out_dir, data))
+        fail(_failure_message(result, out_dir, data, changed_before))
     run = run_state.read_run_dir(out_dir)
     if run.stop is not None and run.stop.get("step") is not None:
         # asked to stop (here, or by a signal to the ranks themselves)

@@ -75,10 +75,13 @@ def run_config(run_dir: Path) -> JobConfig:
     return load_job_config(path)
 
 
-def run_dataset(run_dir: Path, config: JobConfig, data: Path | None = None) -> Manifest:
+def run_dataset(
+    run_dir: Path, config: JobConfig, data: Path | None = None, use: str = "evaluate"
+) -> Manifest:
     """The manifest of the data to score the run's model on; ValueError (one line) when it is not
     found from here, or when it is not the data the run trained on, unless `data` names other data
-    explicitly, which must then have the run's features and cardinalities (its schema)."""
+    explicitly, which must then have the run's features and cardinalities (its schema). `use`:
+    what the command does with the run ("evaluate", "export"), as its refusals say."""
     if data is not None:
         if not Path(data).is_dir():
             raise ValueError(
@@ -105,12 +108,21 @@ def run_dataset(run_dir: Path, config: JobConfig, data: Path | None = None) -> M
             raise ValueError(
                 f"{run_dir} was trained on data of another event spec than {config.data.path} now "
                 f"holds ({differs}): preprocess the log into {config.data.path} again with the "
-                "run's spec to evaluate the run"
+                f"run's spec to {use} the run"
+            )
+        changed = (
+            f"{run_dir} was trained on other data than {config.data.path} now holds (fingerprint "
+            f"{str(record['fingerprint'])[:12]}; the data there is {fingerprint[:12]})"
+        )
+        unfit, _ = _schema_difference(run_dir, manifest)
+        if unfit:  # --data would refuse it: only the run's data, or data of its schema, will do
+            raise ValueError(
+                f"{changed}, and --data {config.data.path} would be refused too ({unfit}): to "
+                f"{use} the run, pass --data DIR naming the data it trained on (or other data of "
+                "its features and cardinalities)"
             )
         raise ValueError(
-            f"{run_dir} was trained on other data than {config.data.path} now holds (fingerprint "
-            f"{str(record['fingerprint'])[:12]}; the data there is {fingerprint[:12]}): to evaluate "
-            f"on this data all the same, pass --data {config.data.path}"
+            f"{changed}: to {use} on this data all the same, pass --data {config.data.path}"
         )
     return manifest
 
@@ -154,23 +166,35 @@ def with_stretch_data(request: EvalRequest) -> EvalRequest:
 def _check_schema(run_dir: Path, data: Path, manifest: Manifest) -> None:
     """`data` has the features and cardinalities the run trained with (RUN/dataset.json's schema),
     and was preprocessed as the run's data was (same hashing or vocabulary, dense transform)."""
+    unfit, fix = _schema_difference(run_dir, manifest)
+    if unfit:
+        raise ValueError(f"--data {data}: {unfit}{fix}")
+
+
+def _schema_difference(run_dir: Path, manifest: Manifest) -> tuple[str, str]:
+    """How the data of `manifest` differs from the schema and preprocessing the run trained with,
+    and what to do about it ("", "" where it does not, or the run recorded neither)."""
     record = trained_data.read_dataset_record(run_dir) or {}
     saved = record.get("schema")
-    if saved is None:
-        return  # a run from before schema records: the checkpoint's table check still applies
-    _check_features(run_dir, data, manifest, saved)
+    if saved is None:  # a run from before schema records: the checkpoint's table check applies
+        return "", ""
+    differs = _feature_difference(manifest, saved)
+    if differs:
+        return f"not the schema {run_dir} trained on: its {differs}", ""
     if "preprocessing" in record:  # a run from before preprocessing records has none to compare
         differs = trained_data.preprocessing_differences(
             record["preprocessing"], trained_data.preprocessing(manifest)
         )
         if differs:
-            raise ValueError(
-                f"--data {data}: preprocessed with other settings than the data {run_dir} trained on "
-                f"({differs}); preprocess it with the training data's settings"
+            return (
+                f"preprocessed with other settings than the data {run_dir} trained on ({differs})",
+                "; preprocess it with the training data's settings",
             )
+    return "", ""
 
 
-def _check_features(run_dir: Path, data: Path, manifest: Manifest, saved: dict[str, Any]) -> None:
+def _feature_difference(manifest: Manifest, saved: dict[str, Any]) -> str:
+    """The first of the run's dense or sparse features that the data's differ from ("" if none)."""
     mine = trained_data.dataset_schema(manifest)
     for key, what in (
         ("dense", "dense features"),
@@ -184,10 +208,11 @@ def _check_features(run_dir: Path, data: Path, manifest: Manifest, saved: dict[s
             None if len(theirs) == len(ours) else min(len(theirs), len(ours)),
         )
         if first is not None:
-            raise ValueError(
-                f"--data {data}: not the schema {run_dir} trained on: its {what} differ at #{first} "
-                f"({_at(ours, first)} here, {_at(theirs, first)} in training)"
+            return (
+                f"{what} differ at #{first} ({_at(ours, first)} here, {_at(theirs, first)} in "
+                "training)"
             )
+    return ""
 
 
 def _at(items: list[Any], i: int) -> str:

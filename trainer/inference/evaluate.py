@@ -85,7 +85,9 @@ def evaluate_checkpoint(request: EvalRequest, env: DistEnv) -> dict[str, Any]:
         manifest,
         env,
         model_config=config.model,
-        train=config.train,
+        # Evaluation runs the dense layers eagerly (DLRM.forward outside training): nothing to
+        # compile, and no "compiling the dense layers" line for a run that trained compiled.
+        train=dataclasses.replace(config.train, compile="off"),
         optim=_lookup_optim(config, env.device.type),
         sharding=sharding,
         plan=saved_plan if fits else None,

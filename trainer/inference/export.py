@@ -174,7 +174,7 @@ def model_header(run_dir: Path, step: int, data: Path | None = None) -> dict[str
     """What the model file says about itself (its `__metadata__["shardrec"]`); `data`: the run's
     dataset where it is now, when it moved (checked as `eval --data` checks it)."""
     config = run_config(run_dir)
-    header = describe_model(config, run_dataset(run_dir, config, data))
+    header = describe_model(config, run_dataset(run_dir, config, data, use="export"))
     return {**header, "source": {"run_dir": str(Path(run_dir).resolve()), "step": step}}
 
 

@@ -73,7 +73,8 @@ AllowChangeFlag = Annotated[
         "--allow-change",
         metavar="KEY",
         help="Let a resume change this setting (section.key, or a whole section); repeat for several. "
-        "train.steps and train.epochs may always change; the dataset never.",
+        "Without it, train.steps and train.epochs may change when the run ends no earlier for it, "
+        "and the plan always; other data never resumes.",
     ),
 ]
 

@@ -268,7 +268,10 @@ def run_job(job: Job) -> dict[str, Any]:
     if not job.continuing:
         # Only now: a refused resume must leave the run directory describing its checkpoints.
         write_run_files(job)
-    writer = MetricsWriter(job.run_dir) if job.env.is_main else None
+    # A resumed run (or stretch) writes again the steps after its checkpoint that a killed run
+    # had written: TensorBoard is told to drop those.
+    resumed_at = job.progress.step if resumed is not None or job.continuing else None
+    writer = MetricsWriter(job.run_dir, resumed_at=resumed_at) if job.env.is_main else None
     reporter = TrainReporter(
         writer,
         total_steps=total,

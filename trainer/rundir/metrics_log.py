@@ -17,9 +17,15 @@ class MetricsWriter:
     """Appends one JSON object per line to RUN/metrics.jsonl (and TensorBoard when installed).
 
     Each line is flushed and fsynced, so a killed run keeps every line written before the kill.
+    TensorBoard tags are KIND/KEY, or KIND/SPLIT/KEY for a record of one split (eval/val/auc,
+    eval/test/auc), so that two splits evaluated at one step are two curves, not one zig-zag.
+    resumed_at: the step a resumed run restarts from; TensorBoard hides the events a killed
+    run wrote after it (SummaryWriter's purge_step), as the resumed run writes those steps again.
     """
 
-    def __init__(self, run_dir: Path, tensorboard: bool = True) -> None:
+    def __init__(
+        self, run_dir: Path, tensorboard: bool = True, resumed_at: int | None = None
+    ) -> None:
         self.path = run_dir / names.METRICS
         run_dir.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "a")
@@ -30,7 +36,8 @@ class MetricsWriter:
             except ImportError:  # tensorboard is optional
                 pass
             else:
-                self._tb = SummaryWriter(str(run_dir / names.TENSORBOARD))
+                purge = None if resumed_at is None else resumed_at + 1
+                self._tb = SummaryWriter(str(run_dir / names.TENSORBOARD), purge_step=purge)
 
     def write(self, record: dict[str, Any]) -> None:
         line = json.dumps(record, sort_keys=True) + "\n"
@@ -42,6 +49,8 @@ class MetricsWriter:
             raise write_error(e, self.path, len(line.encode())) from e
         if self._tb is not None and "step" in record:
             prefix = record.get("kind", "train")
+            if "split" in record:
+                prefix = f"{prefix}/{record['split']}"
             for key, value in record.items():
                 if (
                     isinstance(value, (int, float))

@@ -11,6 +11,8 @@ from shardrec.trainer.job.sections import ModelConfig, OptimConfig
 
 # Optimizer settings that decide what state a checkpoint holds: a change would drop or misread it.
 OPTIMIZER_KEYS = ("sparse", "dense")
+OTHER_JOB = "checkpoint of another model or optimizer"
+"""How a signature's refusal reads: `shardrec train` tells a refused newest checkpoint by it."""
 
 
 def checkpoint_signature(
@@ -43,7 +45,7 @@ def check_signature(path: Path, saved: dict[str, Any], current: dict[str, Any]) 
     checkpoint's weights checks (a resume, `eval`, `export`)."""
     mismatch = describe_mismatch(saved, current)
     if mismatch:
-        raise ValueError(f"{path}: checkpoint of another model or optimizer: {mismatch}")
+        raise ValueError(f"{path}: {OTHER_JOB}: {mismatch}")
 
 
 def describe_mismatch(saved: dict[str, Any], current: dict[str, Any]) -> str:

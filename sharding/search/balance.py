@@ -98,10 +98,13 @@ def assign(problem: Problem, choice: list[Option]) -> Assignment:
         if option.sharding_type == "table_column_wise":
             host = _least_loaded_host(problem.hosts_allowed(index), step, host_size)
             allowed = set(range(host * host_size, (host + 1) * host_size))
-        for _ in range(option.shards):
-            # A table's column blocks on distinct ranks, as the options count them (k <= ranks
-            # allowed): two blocks on one rank would cut columns for nothing.
-            free = (set(range(world_size)) if allowed is None else allowed) - set(ranks[index])
+        for block in range(option.shards):
+            free = allowed
+            if block and block == option.shards - 1 and len(set(ranks[index])) == 1:
+                # A table's column blocks span two ranks at least: all on one, the cut would buy
+                # nothing a whole table there does not (several on one rank still even out
+                # loads, as torchrec allows).
+                free = (set(range(world_size)) if allowed is None else allowed) - set(ranks[index])
             rank = pop_rank(heap, step, mem, piece.mem, capacity, free)
             if rank < 0:
                 return Assignment(choice, step, mem, ranks, infeasible=index)
@@ -226,10 +229,11 @@ def _best_exchange(
     them, that leaves the lower maximum of the pair; None if none helps or fits."""
     capacity, host_size = problem.capacity, problem.topo.local_world_size
 
-    def may_hold(index: int, rank: int, src: int) -> bool:
+    def may_hold(index: int, block: int, rank: int, src: int) -> bool:
         if problem.cons[index].ranks and rank not in problem.cons[index].ranks:
             return False
-        if rank in current_ranks[index]:  # a table's column blocks stay on distinct ranks
+        others = [r for b, r in enumerate(current_ranks[index]) if b != block]
+        if others and all(r == rank for r in others):  # its blocks span two ranks at least
             return False
         return (
             choice[index].sharding_type != "table_column_wise"
@@ -245,7 +249,7 @@ def _best_exchange(
         moved_s = piece(index).owner_s - piece(index).other_s
         if (
             moved_s < gap
-            and may_hold(index, fastest, slowest)
+            and may_hold(index, block, fastest, slowest)
             and mem[fastest] + piece(index).mem <= capacity
         ):
             candidate = (max(step[slowest] - moved_s, step[fastest] + moved_s), index, block, None)
@@ -254,8 +258,8 @@ def _best_exchange(
             returned_s = piece(other).owner_s - piece(other).other_s
             if (
                 0 < moved_s - returned_s < gap
-                and may_hold(index, fastest, slowest)
-                and may_hold(other, slowest, fastest)
+                and may_hold(index, block, fastest, slowest)
+                and may_hold(other, other_block, slowest, fastest)
                 and mem[fastest] - piece(other).mem + piece(index).mem <= capacity
                 and mem[slowest] - piece(index).mem + piece(other).mem <= capacity
             ):

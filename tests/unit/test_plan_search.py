@@ -122,9 +122,10 @@ def test_constraints_are_honoured() -> None:
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
-def test_a_column_wise_table_has_its_blocks_on_distinct_ranks(world_size: int) -> None:
-    """A table cut into k column blocks spreads them over k ranks: two blocks on one rank cut
-    columns for nothing (and at 1 rank column-wise is refused for that reason)."""
+def test_a_column_wise_table_spans_two_ranks_at_least(world_size: int) -> None:
+    """A table's column blocks all on one rank cut columns for nothing a whole table there does
+    not (and at 1 rank column-wise is refused for that reason); several blocks on one rank of
+    many still even out loads, as torchrec allows."""
     for seed in range(6):
         ts = suites.random_tasks(seed, 10, max_rows=1e5)
         raw = {f"t_{i}": {"sharding_types": ["column_wise"]} for i in range(4)}
@@ -133,7 +134,7 @@ def test_a_column_wise_table_has_its_blocks_on_distinct_ranks(world_size: int) -
         for table in search_plan(request):
             if table.sharding_type == "column_wise":
                 ranks = [s.rank for s in table.shards]
-                assert len(set(ranks)) == len(ranks), (seed, table.name, ranks)
+                assert len(set(ranks)) >= 2, (seed, table.name, ranks)
 
 
 def test_a_replicated_table_that_overflows_is_not_taken_for_a_fit() -> None:

@@ -244,6 +244,10 @@ class BatchLoader:
         if not self._resume_pending:
             self._offset = 0
         self._resume_pending = False
+        with self._group_lock:
+            # A pass starts its groups over: an eval loader goes over epoch 0 at every evaluation,
+            # and its later passes, never past the first's last group, released no part.
+            self._group = (-1, -1)
         start = self._offset // self.spec.global_batch_size
         # The workers share this epoch's order, built here once (a later set_epoch cannot touch it).
         return self._iterate(start, self._epoch_order())

@@ -127,9 +127,12 @@ def _maps_of(directory: Path) -> int:
     )
 
 
-def _stream_mapped(directory: Path, shuffle: ShuffleSpec) -> tuple[list[str], list[int], list[int]]:
+def _stream_mapped(
+    directory: Path, shuffle: ShuffleSpec, passes: int = 1
+) -> tuple[list[str], list[int], list[int]]:
     """Digests of the stream in one-batch runs, the parts mapped by the set as each batch arrives,
-    and the process's maps of the dataset then (the set's, and those the gathers hold)."""
+    and the process's maps of the dataset then (the set's, and those the gathers hold), over
+    `passes` passes of one epoch (as an eval loader goes at every evaluation)."""
     loader = build_loader(
         directory,
         "train",
@@ -140,10 +143,11 @@ def _stream_mapped(directory: Path, shuffle: ShuffleSpec) -> tuple[list[str], li
         delivery=Delivery(gather_rows=40),
     )
     digests, mapped, maps = [], [], []
-    for batch in loader:
-        mapped.append(loader.source.parts.mapped)
-        maps.append(_maps_of(directory))
-        digests.append(batch_digest([batch], loader.feature_names))
+    for _ in range(passes):
+        for batch in loader:
+            mapped.append(loader.source.parts.mapped)
+            maps.append(_maps_of(directory))
+            digests.append(batch_digest([batch], loader.feature_names))
     return digests, mapped, maps
 
 
@@ -168,6 +172,19 @@ def test_the_stream_in_file_order_unmaps_the_parts_it_has_left(datasets):
     assert (
         max(mapped) <= 40 + 1 < PARTS
     )  # a batch's 40 rows lie in 40 parts at most, and one left from before
+
+
+@pytest.mark.parametrize(
+    "shuffle", [SMALL_SHUFFLE, ShuffleSpec(enabled=False)], ids=["shuffled", "in order"]
+)
+def test_a_second_pass_of_one_epoch_unmaps_as_the_first(datasets, shuffle):
+    # An eval loader goes over epoch 0 at every evaluation: from its second pass on, the parts it
+    # left stayed mapped (all 300 by the end), their pages in every rank's RSS.
+    digests, mapped, _ = _stream_mapped(datasets[1], shuffle, passes=3)
+    once = len(digests) // 3
+    assert digests == digests[:once] * 3
+    # (in file order, the last pass's tail parts stay until the stream reaches them again)
+    assert max(mapped[once:]) <= 2 * max(mapped[:once]) < PARTS
 
 
 def test_no_file_descriptor_is_held_per_part(datasets):

@@ -34,6 +34,24 @@ def id_out_of_range(part: Part, feature: str, row: int, value: int) -> str:
     )
 
 
+def check_list_rows(
+    part: Part, feature: str, rows: np.ndarray, starts: np.ndarray, ends: np.ndarray
+) -> None:
+    """DatasetError naming the first of `rows` (local) whose offsets in `part` (starts, ends) do not
+    lie in order within the feature's ids: opening checks the offsets' ends only, and a middle one
+    gone negative or past the ids was read silently (numpy's take wraps a negative index) or as a
+    raw numpy error."""
+    size = len(part.sparse[feature])
+    if not len(rows) or (starts.min() >= 0 and (ends - starts).min() >= 0 and ends.max() <= size):
+        return
+    bad = int(np.argmax((starts < 0) | (ends < starts) | (ends > size)))
+    raise DatasetError(
+        f"{part.path}: column {feature}, row {int(rows[bad])} has offsets {int(starts[bad])} to "
+        f"{int(ends[bad])}, not in order within its {size:,} ids (the file disagrees with its "
+        "manifest: rebuild it with `shardrec preprocess`)"
+    )
+
+
 def label_not_binary(part: Part, row: int, value: int) -> str:
     """The message for a label other than 0 and 1 (loader, `data head` and `data verify`)."""
     return (

@@ -26,6 +26,7 @@ from shardrec.dataloader.format.integrity import (
     bad_id_error,
     bad_jagged_id_error,
     bad_label_error,
+    check_list_rows,
 )
 from shardrec.dataloader.format.part_cache import PartSet, part_rows
 from shardrec.dataloader.format.part_file import Part
@@ -394,6 +395,7 @@ class BatchGatherer:
             for i, (p, local, where) in enumerate(zip(groups.parts, groups.local, groups.where)):
                 off = self.parts[p].offsets[name]
                 starts, ends = np.take(off, local), np.take(off, local + 1)
+                check_list_rows(self.parts[p], name, local, starts, ends)
                 lens[slice(None) if where is None else where] = ends - starts
                 chunks[i] = (self.parts[p].sparse[name], starts, ends - starts)
             pieces.append(jagged_values(groups, chunks, lens))

@@ -233,6 +233,28 @@ def test_an_id_beyond_its_table_is_refused_naming_file_row_and_id(tmp_path: Path
     _read_everything(data)
 
 
+@pytest.mark.parametrize("value", [-3, 10**6], ids=["negative", "past the ids"])
+def test_a_list_offset_out_of_order_is_refused_naming_file_and_row(tmp_path: Path, value: int):
+    # Opening checks a list's first and last offsets only. A middle one gone negative was read
+    # silently (row 5 got the part's last 3 ids and its first 10: numpy's take wraps the index);
+    # one past the ids ended in a raw numpy error naming no file.
+    data = tmp_path / "data"
+    write_tiny_dataset(data, rows={"train": [600, 400]}, multi_hot=("f3",))
+    offsets = open_split(data, "train")[1].offsets["f3"]
+    at = file_offset(offsets) + 8 * 6  # the end of row 5, the start of row 6
+    del offsets
+    raw = bytearray((data / "train" / "part-00001.arrow").read_bytes())
+    raw[at : at + 8] = np.int64(value).tobytes()
+    path = _replace_part(data, 1, bytes(raw))
+    # (row 5 ends there, row 6 begins there: the first read is named)
+    pattern = (
+        re.escape(f"{path}: column f3, row ") + r"[56] has offsets -?\d+ to -?\d+, not in order"
+    )
+    _every_gather_path_refuses(data, pattern)
+    head = re.escape(f"{path}: column f3, row 5 has offsets")  # row 5 of part 1: the 606th
+    assert_one_line_error(_cli("data", "head", data, "-n", "606"), head)
+
+
 @pytest.mark.parametrize("multi_hot", [False, True], ids=["one-hot", "multi-hot"])
 def test_an_id_equal_to_its_tables_rows_is_the_first_refused(tmp_path: Path, multi_hot: bool):
     """Table f3 has 1,000 rows, ids 0..999: id 1000 is one past the last row, refused by every

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from shardrec.dataloader.format.integrity import id_out_of_range, label_not_binary
+from shardrec.dataloader.format.integrity import check_list_rows, id_out_of_range, label_not_binary
 from shardrec.dataloader.format.manifest import DatasetError, Manifest
 from shardrec.dataloader.format.part_file import open_split
 from shardrec.dataloader.format.raw_ids import MISSING_KEY
@@ -138,6 +138,8 @@ def head_rows(directory: Path, n: int = 5, split: str = "train") -> list[dict[st
             for feat in manifest.sparse_features:
                 if feat.multi_hot:
                     off = part.offsets[feat.name]
+                    start, end = off[r : r + 1], off[r + 1 : r + 2]
+                    check_list_rows(part, feat.name, np.array([r]), start, end)
                     row[feat.name] = [int(x) for x in part.sparse[feat.name][off[r] : off[r + 1]]]
                 else:
                     row[feat.name] = int(part.sparse[feat.name][r])

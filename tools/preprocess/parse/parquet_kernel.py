@@ -93,7 +93,12 @@ def gather_entry_ids(entry_ids, indices, bitmap, at, rows, out, j, offset):
     column's ids, each distinct value hashed once."""
     for k in range(len(rows)):
         i = at + rows[k]
-        out[j, offset + k] = entry_ids[indices[i]] if _valid(bitmap, i) else 0
+        # Two statements, not `a if valid else 0`: numba types that expression by uniting
+        # uint64 with an integer literal, as float64, which rounded every id past 2^53.
+        if _valid(bitmap, i):
+            out[j, offset + k] = entry_ids[indices[i]]
+        else:
+            out[j, offset + k] = 0
 
 
 @njit(cache=True, nogil=True, boundscheck=False)

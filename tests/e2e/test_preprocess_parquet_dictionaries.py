@@ -14,6 +14,7 @@ from helpers import cli
 
 from shardrec.dataloader.format.manifest import Manifest
 from shardrec.dataloader.format.part_file import open_split
+from shardrec.dataloader.format.raw_ids import MISSING_KEY
 from shardrec.dataloader.spec.spec_file import load_spec
 from shardrec.tools.preprocess.parse.parquet_schema import _repeating
 
@@ -96,3 +97,13 @@ def test_dictionary_columns_give_the_csvs_ids_past_2_to_the_53(tmp_path: Path) -
     root = _write(tmp_path, CITIES, DEVS)
     ids = _same_ids_as_csv(root, 2**62)
     assert (ids["train/dev"] > 2**53).any() and (ids["train/city"] == 0).any()
+
+
+def test_dictionary_columns_keep_raw_ids_and_a_null_is_the_missing_key(tmp_path: Path) -> None:
+    """--raw-ids: the values as written (past 2^53), and a null is the empty field's raw id
+    (2^63), as in the CSV, not 0, which is a real id."""
+    root = _write(tmp_path, CITIES, DEVS)
+    ids = _same_ids_as_csv(root, 1000, "--raw-ids", "all")
+    assert 0xA6077B6D0F0EC9AD in ids["train/dev"].tolist()
+    assert (ids["train/dev"] == MISSING_KEY).any() and (ids["train/city"] == MISSING_KEY).any()
+    assert not (ids["train/dev"] == 0).any()

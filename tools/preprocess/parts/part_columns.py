@@ -393,9 +393,10 @@ def _hash_dictionaries(
                 parse_kernel.hash_rows_into(chunk.sparse, chunk.sparse_missing, rows,
                                             feats[j : j + 1], cards, ids[j : j + 1], cols.rows)  # fmt: skip
                 continue
-            entry_ids = hash_ids(column.values, column.absent, cardinalities[slot]).astype(
-                ids.dtype
-            )
+            # One more entry, missing: a null row's id, as hash_ids makes an empty value's.
+            values = np.append(column.values, np.uint64(0))  # a plain 0 would make it float64
+            absent = np.append(column.absent, True)
+            entry_ids = hash_ids(values, absent, cardinalities[slot]).astype(ids.dtype)
             gather_entry_ids(entry_ids, column.indices, column.valid, column.at, rows, ids, j,
                              cols.rows)  # fmt: skip
 

@@ -5,12 +5,13 @@ made once) give the ids a CSV of the same rows gives, whatever the ids' size: 64
 from __future__ import annotations
 
 import csv
+import re
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from helpers import cli
+from helpers import assert_one_line_error, cli
 
 from shardrec.dataloader.format.manifest import Manifest
 from shardrec.dataloader.format.part_file import open_split
@@ -37,12 +38,14 @@ hash_size = {size}
 """
 
 
-def _write(root: Path, cities: list, devs: list, rows: int = 300) -> Path:
-    """The same rows as a dictionary-encoded Parquet file and as a CSV (a null: an empty field)."""
+def _write(root: Path, cities: list, devs: list, rows: int = 300, **more: list) -> Path:
+    """The same rows as a dictionary-encoded Parquet file and as a CSV (a null: an empty field).
+    more: other columns, whole."""
     log = {
         "click": [r % 2 for r in range(rows)],
         "city": [cities[r % len(cities)] for r in range(rows)],
         "dev": [devs[(r * 3) % len(devs)] for r in range(rows)],
+        **more,
     }
     root.mkdir(exist_ok=True)
     pq.write_table(pa.table(log), root / "log.parquet", use_dictionary=True)
@@ -53,8 +56,8 @@ def _write(root: Path, cities: list, devs: list, rows: int = 300) -> Path:
     return root
 
 
-def _specs(root: Path, size: int) -> tuple[Path, Path]:
-    columns = COLUMNS.format(size=size)
+def _specs(root: Path, size: int, more: str = "") -> tuple[Path, Path]:
+    columns = COLUMNS.format(size=size) + more
     (root / "pq.toml").write_text('[format]\nkind = "parquet"\n' + columns)
     (root / "csv.toml").write_text('[format]\nkind = "csv"\nheader = true\n' + columns)
     # Both categoricals are dictionary-encoded in the file and read as dictionaries.
@@ -107,3 +110,29 @@ def test_dictionary_columns_keep_raw_ids_and_a_null_is_the_missing_key(tmp_path:
     assert 0xA6077B6D0F0EC9AD in ids["train/dev"].tolist()
     assert (ids["train/dev"] == MISSING_KEY).any() and (ids["train/city"] == MISSING_KEY).any()
     assert not (ids["train/dev"] == 0).any()
+
+
+def test_the_reserved_raw_id_in_a_dictionary_or_beside_one_is_refused_as_in_a_csv(
+    tmp_path: Path,
+) -> None:
+    """8000000000000000 is the empty field's raw id: the CSV refuses it in one line naming the
+    file, line and column; Parquet names the row, in a dictionary column (`dev`) and in a column
+    read plain beside one (`ad`, near-unique), not reading it back as missing."""
+    ad = [f"{r:016x}" for r in range(300)]
+    ad[7] = "8000000000000000"
+    ad_column = '\n[[columns]]\nname = "ad"\nrole = "categorical"\nkind = "hex"\n'
+    for devs, where in (([*DEVS[:4], "8000000000000000"], r"dev"), (DEVS, r"ad")):
+        root = _write(tmp_path / where, CITIES, devs, ad=ad)
+        pq_spec, csv_spec = _specs(root, 1000, ad_column)
+        row, line = (4, 5) if where == "dev" else (8, 9)
+        for log, spec, place in (
+            ("log.parquet", pq_spec, f": row {row}"),
+            ("log.csv", csv_spec, f":{line}"),
+        ):
+            result = cli("preprocess", root / log, "--spec", spec, "--out", root / f"o-{log}",
+                         "--raw-ids", "all", ok=False)  # fmt: skip
+            assert_one_line_error(
+                result,
+                rf"^error: {re.escape(str(root / log))}{place}: {where}: 8000000000000000 \(this "
+                "raw id marks an empty field in a dataset of raw ids",
+            )

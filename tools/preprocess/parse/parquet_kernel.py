@@ -89,19 +89,23 @@ def mark_bad_entries(indices, bitmap, at, n, codes, r0, reason, bad_field, field
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
-def gather_entry_ids(entry_ids, indices, bitmap, at, rows, out, j, offset):
+def gather_entry_ids(entry_ids, reserved, indices, bitmap, at, rows, out, j, offset):
     """out[j, offset + k] = entry_ids[indices[at + rows[k]]]: a dictionary column's ids, each
     distinct value hashed once. A null row takes the last entry, the missing value's id (0, or a
-    raw id's MISSING_KEY), as an empty field's."""
-    null = len(entry_ids) - 1
+    raw id's MISSING_KEY), as an empty field's. Returns the first k whose entry is `reserved` (a
+    raw id no id may be: format.raw_ids), or -1, as hash_rows_into does."""
+    null, bad = len(entry_ids) - 1, -1
     for k in range(len(rows)):
         i = at + rows[k]
-        # Two statements, not `a if valid else b`: numba types that expression by uniting its
-        # two sides (uint64 with an integer literal: float64, which rounded ids past 2^53).
+        # Statements, not `a if valid else b`: numba types that expression by uniting its two
+        # sides (uint64 with an integer literal: float64, which rounded ids past 2^53).
+        d = null
         if _valid(bitmap, i):
-            out[j, offset + k] = entry_ids[indices[i]]
-        else:
-            out[j, offset + k] = entry_ids[null]
+            d = indices[i]
+        out[j, offset + k] = entry_ids[d]
+        if reserved[d] and bad < 0:
+            bad = k
+    return bad
 
 
 @njit(cache=True, nogil=True, boundscheck=False)

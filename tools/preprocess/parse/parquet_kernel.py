@@ -5,8 +5,9 @@ strings, the values of integers, a list's offsets and its child's.
 
 The decoders are the text parser's own (spec_values.hash_string, parse_kernel.decode_hex and
 decode_int), so a string, a hex string or an integer gives the same 64-bit value, hence the same
-id, read from Parquet as read from CSV. A null or empty value is missing (id 0), as an empty field
-is; a list's null or empty elements are skipped, as a list field's empty values are.
+id, read from Parquet as read from CSV. A null or empty value is missing (id 0; a raw id's is
+MISSING_KEY), as an empty field is; a list's null or empty elements are skipped, as a list field's
+empty values are.
 """
 
 from __future__ import annotations
@@ -88,12 +89,23 @@ def mark_bad_entries(indices, bitmap, at, n, codes, r0, reason, bad_field, field
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
-def gather_entry_ids(entry_ids, indices, bitmap, at, rows, out, j, offset):
-    """out[j, offset + k] = entry_ids[indices[at + rows[k]]], 0 for a null row: a dictionary
-    column's ids, each distinct value hashed once."""
+def gather_entry_ids(entry_ids, reserved, indices, bitmap, at, rows, out, j, offset):
+    """out[j, offset + k] = entry_ids[indices[at + rows[k]]]: a dictionary column's ids, each
+    distinct value hashed once. A null row takes the last entry, the missing value's id (0, or a
+    raw id's MISSING_KEY), as an empty field's. Returns the first k whose entry is `reserved` (a
+    raw id no id may be: format.raw_ids), or -1, as hash_rows_into does."""
+    null, bad = len(entry_ids) - 1, -1
     for k in range(len(rows)):
         i = at + rows[k]
-        out[j, offset + k] = entry_ids[indices[i]] if _valid(bitmap, i) else 0
+        # Statements, not `a if valid else b`: numba types that expression by uniting its two
+        # sides (uint64 with an integer literal: float64, which rounded ids past 2^53).
+        d = null
+        if _valid(bitmap, i):
+            d = indices[i]
+        out[j, offset + k] = entry_ids[d]
+        if reserved[d] and bad < 0:
+            bad = k
+    return bad
 
 
 @njit(cache=True, nogil=True, boundscheck=False)

@@ -23,9 +23,9 @@ from shardrec.tools.preprocess.ids.id_maps import Vocabulary, hash_ids
 from shardrec.tools.preprocess.ids.vocab_kernel import lookup_features_into
 from shardrec.tools.preprocess.parse import parse_kernel, spec_kernel
 from shardrec.tools.preprocess.parse.criteo_text import ParsedChunk, transform_dense
-from shardrec.tools.preprocess.parse.parquet_kernel import gather_entry_ids
 from shardrec.tools.preprocess.parse.spec_parse import Program, SpecChunk
 from shardrec.tools.preprocess.parts.dense_table import append_dense, log1p_table
+from shardrec.tools.preprocess.parts.dictionary_ids import dictionary_ids_into
 
 
 class NonFiniteDense(ValueError):
@@ -329,14 +329,15 @@ def append_spec_rows(
     )
     features = program.features
     one_hot = [f for f, (_, is_list, _) in enumerate(features) if not is_list]
-    if vocabs is None and chunk.dictionaries:
-        _hash_dictionaries(cols, chunk, rows, [cardinalities[f] for f in one_hot])
-    elif vocabs is None:
+    if vocabs is None:
         cards = np.asarray([cardinalities[f] for f in one_hot], dtype=np.int64)
         for (_, feats), ids in zip(cols.groups, cols.ids):
-            bad = parse_kernel.hash_rows_into(
-                chunk.sparse, chunk.sparse_missing, rows, feats, cards, ids, n
-            )
+            if chunk.dictionaries:  # a Parquet row group's: each distinct value hashed once
+                bad = dictionary_ids_into(chunk, rows, feats, cards, ids, n)
+            else:
+                bad = parse_kernel.hash_rows_into(
+                    chunk.sparse, chunk.sparse_missing, rows, feats, cards, ids, n
+                )
             check_raw_ids(bad, [features[f][0] for f in one_hot], feats)
     else:
         for (_, feats), ids in zip(cols.groups, cols.ids):
@@ -376,28 +377,6 @@ def append_spec_rows(
             out[at : at + count] = vocabs[f].lookup(values, np.zeros(count, bool))
             offsets[n + 1 : n + k + 1] = at + np.cumsum(chunk.list_len[rows, c])
     cols.rows += k
-
-
-def _hash_dictionaries(
-    cols: PartColumns, chunk: SpecChunk, rows: np.ndarray, cardinalities: list[int]
-) -> None:
-    """The one-hot ids of a chunk some of whose columns are dictionaries (a Parquet row group):
-    those hashed once per distinct value, then taken by each row's index; the others as
-    hash_rows_into hashes them, one column at a time (the same ids)."""
-    cards = np.asarray(cardinalities, dtype=np.int64)
-    rows = rows.astype(np.int64, copy=False)
-    for (_, feats), ids in zip(cols.groups, cols.ids):
-        for j, slot in enumerate(feats.tolist()):
-            column = chunk.dictionaries.get(slot)
-            if column is None:
-                parse_kernel.hash_rows_into(chunk.sparse, chunk.sparse_missing, rows,
-                                            feats[j : j + 1], cards, ids[j : j + 1], cols.rows)  # fmt: skip
-                continue
-            entry_ids = hash_ids(column.values, column.absent, cardinalities[slot]).astype(
-                ids.dtype
-            )
-            gather_entry_ids(entry_ids, column.indices, column.valid, column.at, rows, ids, j,
-                             cols.rows)  # fmt: skip
 
 
 def list_groups(program: Program, cardinalities: tuple[int, ...]) -> tuple[list, list[np.dtype]]:

@@ -1,0 +1,138 @@
+"""Parquet categoricals read as dictionaries (a repeating string column: each distinct value's id
+made once) give the ids a CSV of the same rows gives, whatever the ids' size: 64-bit ids past
+2^53 (a hash_size that large, raw ids), a null as the CSV's empty field."""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from helpers import assert_one_line_error, cli
+
+from shardrec.dataloader.format.manifest import Manifest
+from shardrec.dataloader.format.part_file import open_split
+from shardrec.dataloader.format.raw_ids import MISSING_KEY
+from shardrec.dataloader.spec.spec_file import load_spec
+from shardrec.tools.preprocess.parse.parquet_schema import _repeating
+
+COLUMNS = """
+[[columns]]
+name = "click"
+role = "label"
+
+[[columns]]
+name = "city"
+role = "categorical"
+kind = "string"
+hash_size = {size}
+
+[[columns]]
+name = "dev"
+role = "categorical"
+kind = "hex"
+hash_size = {size}
+"""
+
+
+def _write(root: Path, cities: list, devs: list, rows: int = 300, **more: list) -> Path:
+    """The same rows as a dictionary-encoded Parquet file and as a CSV (a null: an empty field).
+    more: other columns, whole."""
+    log = {
+        "click": [r % 2 for r in range(rows)],
+        "city": [cities[r % len(cities)] for r in range(rows)],
+        "dev": [devs[(r * 3) % len(devs)] for r in range(rows)],
+        **more,
+    }
+    root.mkdir(exist_ok=True)
+    pq.write_table(pa.table(log), root / "log.parquet", use_dictionary=True)
+    with open(root / "log.csv", "w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(list(log))
+        w.writerows([["" if log[c][r] is None else log[c][r] for c in log] for r in range(rows)])
+    return root
+
+
+def _specs(root: Path, size: int, more: str = "") -> tuple[Path, Path]:
+    columns = COLUMNS.format(size=size) + more
+    (root / "pq.toml").write_text('[format]\nkind = "parquet"\n' + columns)
+    (root / "csv.toml").write_text('[format]\nkind = "csv"\nheader = true\n' + columns)
+    # Both categoricals are dictionary-encoded in the file and read as dictionaries.
+    encodings = pq.read_metadata(root / "log.parquet").row_group(0).column(1).encodings
+    assert "RLE_DICTIONARY" in encodings
+    assert _repeating(root / "log.parquet", load_spec(root / "pq.toml")) == ("city", "dev")
+    return root / "pq.toml", root / "csv.toml"
+
+
+def _ids(directory: Path) -> dict[str, np.ndarray]:
+    """Every split's one-hot id columns, in row order."""
+    manifest = Manifest.load(directory)
+    return {
+        f"{split}/{name}": np.concatenate([p.sparse[name] for p in open_split(directory, split)])
+        for split in manifest.splits
+        for name in manifest.feature_names
+    }
+
+
+def _same_ids_as_csv(root: Path, size: int, *args: str) -> dict[str, np.ndarray]:
+    pq_spec, csv_spec = _specs(root, size)
+    out = root / f"out-{size}-{len(args)}"
+    cli("preprocess", root / "log.parquet", "--spec", pq_spec, "--out", out / "pq", *args)
+    cli("preprocess", root / "log.csv", "--spec", csv_spec, "--out", out / "csv", *args)
+    ours, theirs = _ids(out / "pq"), _ids(out / "csv")
+    assert list(ours) == list(theirs)
+    for name in ours:
+        assert ours[name].dtype == theirs[name].dtype == np.uint64, name
+        assert np.array_equal(ours[name], theirs[name]), (name, ours[name][:4], theirs[name][:4])
+    return ours
+
+
+CITIES = ["paris", "tokyo", "berlin", None, ""]
+DEVS = ["a6077b6d0f0ec9ad", "ff", None, "0a", "c0ffee0000000001"]
+
+
+def test_dictionary_columns_give_the_csvs_ids_past_2_to_the_53(tmp_path: Path) -> None:
+    """A hash_size of 2^62: ids past 2^53, which a float64 would round (and did: CSV
+    11964214728595223981, Parquet 11964214728595224576)."""
+    root = _write(tmp_path, CITIES, DEVS)
+    ids = _same_ids_as_csv(root, 2**62)
+    assert (ids["train/dev"] > 2**53).any() and (ids["train/city"] == 0).any()
+
+
+def test_dictionary_columns_keep_raw_ids_and_a_null_is_the_missing_key(tmp_path: Path) -> None:
+    """--raw-ids: the values as written (past 2^53), and a null is the empty field's raw id
+    (2^63), as in the CSV, not 0, which is a real id."""
+    root = _write(tmp_path, CITIES, DEVS)
+    ids = _same_ids_as_csv(root, 1000, "--raw-ids", "all")
+    assert 0xA6077B6D0F0EC9AD in ids["train/dev"].tolist()
+    assert (ids["train/dev"] == MISSING_KEY).any() and (ids["train/city"] == MISSING_KEY).any()
+    assert not (ids["train/dev"] == 0).any()
+
+
+def test_the_reserved_raw_id_in_a_dictionary_or_beside_one_is_refused_as_in_a_csv(
+    tmp_path: Path,
+) -> None:
+    """8000000000000000 is the empty field's raw id: the CSV refuses it in one line naming the
+    file, line and column; Parquet names the row, in a dictionary column (`dev`) and in a column
+    read plain beside one (`ad`, near-unique), not reading it back as missing."""
+    ad = [f"{r:016x}" for r in range(300)]
+    ad[7] = "8000000000000000"
+    ad_column = '\n[[columns]]\nname = "ad"\nrole = "categorical"\nkind = "hex"\n'
+    for devs, where in (([*DEVS[:4], "8000000000000000"], r"dev"), (DEVS, r"ad")):
+        root = _write(tmp_path / where, CITIES, devs, ad=ad)
+        pq_spec, csv_spec = _specs(root, 1000, ad_column)
+        row, line = (4, 5) if where == "dev" else (8, 9)
+        for log, spec, place in (
+            ("log.parquet", pq_spec, f": row {row}"),
+            ("log.csv", csv_spec, f":{line}"),
+        ):
+            result = cli("preprocess", root / log, "--spec", spec, "--out", root / f"o-{log}",
+                         "--raw-ids", "all", ok=False)  # fmt: skip
+            assert_one_line_error(
+                result,
+                rf"^error: {re.escape(str(root / log))}{place}: {where}: 8000000000000000 \(this "
+                "raw id marks an empty field in a dataset of raw ids",
+            )

@@ -1,0 +1,54 @@
+"""The one-hot ids of a Parquet row group some of whose categoricals were read as dictionaries
+(parse/parquet_rows.py): each distinct value's id made once, then taken by each row's index. The
+ids, the missing values' and the refusal of a reserved raw id are hash_rows_into's on the same
+values spread over the rows, so a Parquet file gives the bytes a CSV of its rows gives."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shardrec.dataloader.format.raw_ids import MISSING_KEY
+from shardrec.tools.preprocess.ids.id_maps import hash_ids
+from shardrec.tools.preprocess.parse import parse_kernel
+from shardrec.tools.preprocess.parse.parquet_kernel import gather_entry_ids
+from shardrec.tools.preprocess.parse.spec_parse import DictionaryValues, SpecChunk
+
+
+def dictionary_ids_into(
+    chunk: SpecChunk,
+    rows: np.ndarray,
+    features: np.ndarray,
+    cardinalities: np.ndarray,
+    out: np.ndarray,
+    offset: int,
+) -> int:
+    """parse_kernel.hash_rows_into for a chunk with dictionaries: out[j, offset + k] = the id of
+    rows[k]'s value of one-hot feature features[j]. Returns k * len(features) + j for the first
+    k, then j, whose raw id is MISSING_KEY itself (no id may be: format.raw_ids), or -1."""
+    rows = rows.astype(np.int64, copy=False)
+    first = -1
+    for j, slot in enumerate(features.tolist()):
+        column = chunk.dictionaries.get(slot)
+        if column is None:
+            k = parse_kernel.hash_rows_into(chunk.sparse, chunk.sparse_missing, rows,
+                                            features[j : j + 1], cardinalities, out[j : j + 1],
+                                            offset)  # fmt: skip
+        else:
+            ids, reserved = _entry_ids(column, int(cardinalities[slot]), out.dtype)
+            k = gather_entry_ids(ids, reserved, column.indices, column.valid, column.at, rows,
+                                 out, j, offset)  # fmt: skip
+        if k >= 0 and (first < 0 or k * len(features) + j < first):
+            first = k * len(features) + j
+    return first
+
+
+def _entry_ids(column: DictionaryValues, cardinality: int, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """(id, reserved) of each dictionary entry and of one more, missing: a null row's, made as
+    hash_ids makes an empty value's (0, or a raw id's MISSING_KEY). reserved: a raw id that is
+    MISSING_KEY itself."""
+    values = np.append(column.values, np.uint64(0))  # a plain 0 would make them float64
+    absent = np.append(column.absent, True)
+    reserved = np.zeros(len(values), bool)
+    if cardinality == 0:
+        reserved = (values == np.uint64(MISSING_KEY)) & ~absent
+    return hash_ids(values, absent, cardinality).astype(dtype), reserved

@@ -83,6 +83,23 @@ def cli(*args, ok: bool = True) -> Result:
     return result
 
 
+def cli_process(
+    args: list[str], cwd: Path, env: dict[str, str] | None = None, ok: bool = True
+) -> subprocess.CompletedProcess:
+    """`shardrec ARGS` as a process of its own in `cwd` (as the user starts a command that starts
+    ranks), its output captured; with `ok`, exit code 0 is asserted, with the output's tail."""
+    done = subprocess.run(
+        [sys.executable, "-m", "shardrec.tools.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    if ok:
+        assert done.returncode == 0, f"{args}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
 def resplit(src: Path, dst: Path, parts: int, seed: int = 7) -> None:
     """Write the train rows of the 1-part dataset `src` again as `parts` parts of uneven sizes."""
     manifest = Manifest.load(src)

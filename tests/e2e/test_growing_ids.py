@@ -9,18 +9,21 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import shlex
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from helpers import assert_one_line_error, cli, final_weights, jobs_handed_to_ranks
+from helpers import (
+    assert_one_line_error,
+    cli,
+    cli_process,
+    final_weights,
+    jobs_handed_to_ranks,
+)
 from safetensors import safe_open
 
 from shardrec.dataloader.format.manifest import Manifest
@@ -47,16 +50,7 @@ def readme_job_file() -> str:
 def run(args: list[str], cwd: Path, env: dict[str, str] | None = None, ok: bool = True):
     """One command in `cwd`: ranks (train, eval) as the user starts them, the rest in-process."""
     if args[1] in SUBPROCESS:
-        done = subprocess.run(
-            [sys.executable, "-m", "shardrec.tools.cli", *args[1:]],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            env={**os.environ, **(env or {})},
-        )
-        if ok:
-            assert done.returncode == 0, f"{args}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
-        return done
+        return cli_process(args[1:], cwd, env, ok)
     with contextlib.chdir(cwd):
         return cli(*args[1:], ok=ok)
 

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import assert_one_line_error, cli
+from helpers import assert_one_line_error, cli, cli_process
 
 JOB = """
 [train]
@@ -32,16 +31,7 @@ interval_steps = 5
 
 def train(root: Path, *args: str, env: dict[str, str] | None = None, ok: bool = True):
     """`shardrec train ARGS` on one rank, as the user starts it."""
-    done = subprocess.run(
-        [sys.executable, "-m", "shardrec.tools.cli", "train", "--nproc-per-node", "1", *args],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-    )
-    if ok:
-        assert done.returncode == 0, f"{args}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
-    return done
+    return cli_process(["train", "--nproc-per-node", "1", *args], root, env, ok)
 
 
 def last_steps(run_dir: Path) -> list[int | None]:

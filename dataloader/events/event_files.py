@@ -201,10 +201,30 @@ def open_part(directory: Path, entry: EventFile) -> EventPart:
     for name, column in lists.items():
         if not np.array_equal(_view(column.offsets), offsets):
             raise DatasetError(f"{directory / entry.name}: {name} is not aligned with item")
+    _check_user_offsets(directory / entry.name, offsets, [len(c.values) for c in lists.values()])
     return EventPart(
         uid=_view(batch.column("uid")),
         offsets=offsets,
         **{name: _view(column.values) for name, column in lists.items()},
+    )
+
+
+def _check_user_offsets(path: Path, offsets: np.ndarray, events: list[int]) -> None:
+    """DatasetError unless the users' offsets run in order from 0 to the events every column
+    holds: pyarrow reads a list's offsets as they are, and the compiled history gather, which
+    reads a user's events from them unchecked, would read outside the file's buffers. One pass
+    over the part's users (far fewer than its events) at open."""
+    total = int(offsets[-1]) if len(offsets) else 0
+    if (
+        len(offsets)
+        and int(offsets[0]) == 0
+        and all(n == total for n in events)
+        and bool((offsets[1:] >= offsets[:-1]).all())
+    ):
+        return
+    raise DatasetError(
+        f"{path}: its users' event offsets do not run in order from 0 to its {max(events, default=0):,} "
+        "events (the file disagrees with its manifest: rebuild it with `shardrec preprocess`)"
     )
 
 
@@ -219,7 +239,8 @@ def open_timeline(directory: Path, entry: EventFile) -> tuple[np.ndarray, np.nda
 
 
 def verify_files(directory: Path, info: EventsInfo) -> list[str]:
-    """Every file's size and SHA-256 against the manifest: one line per file that differs."""
+    """Every file's size and SHA-256 against the manifest, and each part opened as the loader opens
+    it (a part rewritten with its checksum recorded anew): one line per file that differs."""
     bad = []
     for entry in info.files():
         path = directory / entry.name
@@ -229,4 +250,10 @@ def verify_files(directory: Path, info: EventsInfo) -> list[str]:
             bad.append(f"{path}: {path.stat().st_size} bytes, manifest says {entry.bytes}")
         elif file_sha256(path) != entry.sha256:
             bad.append(f"{path}: sha256 differs from the manifest's")
+    for entry in info.parts:  # what opening checks of a part whose checksum was recorded anew
+        if not any(line.startswith(f"{directory / entry.name}:") for line in bad):
+            try:
+                open_part(directory, entry)
+            except DatasetError as e:
+                bad.append(str(e))
     return bad

@@ -321,3 +321,31 @@ def test_a_cross_size_past_64_bit_ids_is_refused_naming_the_key(tmp_path, log, s
         r"smaller one$",
     )
     assert not (tmp_path / "out").exists()
+
+
+def test_an_event_part_whose_user_offsets_are_shifted_is_refused_by_verify_and_readers(
+    tmp_path, log
+):
+    # Every list column's offsets shifted by -100, the size and checksum recorded: each user's
+    # length unchanged, so the loader's anchor check passed, and the compiled history gather
+    # (unchecked) would read before the events. verify said "every file matches", head read it.
+    import hashlib
+
+    path, spec = _write(tmp_path, log, "parquet")
+    out = tmp_path / "out"
+    cli("preprocess", path, "--events", spec, "--out", out)
+    part = out / "events" / "part-00000.arrow"
+    reader = pa.ipc.open_file(pa.memory_map(str(part), "r"))
+    offsets = reader.get_batch(0).column("item").offsets.to_numpy()
+    data = bytes(part.read_bytes())
+    assert data.count(offsets.tobytes()) == 4  # item, ts, action, organic share them
+    data = data.replace(offsets.tobytes(), (offsets - 100).tobytes())
+    part.write_bytes(data)
+    manifest = json.loads((out / "manifest.json").read_text())
+    entry = next(p for p in manifest["events"]["parts"] if p["name"].endswith("part-00000.arrow"))
+    entry.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    line = re.escape(f"{part}: its users' event offsets do not run in order from 0 to its ")
+    verified = cli("data", "verify", out, ok=False)
+    assert verified.exit_code == 1 and re.search(line, verified.stdout), verified.stdout
+    assert_one_line_error(cli("data", "head", out, "--rows", "5", ok=False), line)

@@ -151,7 +151,7 @@ def verify_cmd(
 
 def _verify_any(directory: Path) -> list[str]:
     """verify's problems; an event-log dataset's files by size and SHA-256 (its parts, item maps
-    and timelines; their layout is checked when the loader opens them)."""
+    and timelines), and its parts opened as the loader opens them."""
     from shardrec.dataloader.events.event_files import EventsInfo, verify_files
     from shardrec.dataloader.format.manifest import Manifest
 

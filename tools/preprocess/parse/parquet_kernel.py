@@ -89,12 +89,11 @@ def mark_bad_entries(indices, bitmap, at, n, codes, r0, reason, bad_field, field
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
-def gather_entry_ids(entry_ids, reserved, indices, bitmap, at, rows, out, j, offset):
+def gather_entry_ids(entry_ids, indices, bitmap, at, rows, out, j, offset):
     """out[j, offset + k] = entry_ids[indices[at + rows[k]]]: a dictionary column's ids, each
     distinct value hashed once. A null row takes the last entry, the missing value's id (0, or a
-    raw id's MISSING_KEY), as an empty field's. Returns the first k whose entry is `reserved` (a
-    raw id no id may be: format.raw_ids), or -1, as hash_rows_into does."""
-    null, bad = len(entry_ids) - 1, -1
+    raw id's MISSING_KEY), as an empty field's."""
+    null = len(entry_ids) - 1
     for k in range(len(rows)):
         i = at + rows[k]
         # Statements, not `a if valid else b`: numba types that expression by uniting its two
@@ -103,9 +102,16 @@ def gather_entry_ids(entry_ids, reserved, indices, bitmap, at, rows, out, j, off
         if _valid(bitmap, i):
             d = indices[i]
         out[j, offset + k] = entry_ids[d]
-        if reserved[d] and bad < 0:
-            bad = k
-    return bad
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def first_entry_row(wanted, indices, bitmap, at, rows):
+    """The first k whose row at + rows[k] is valid and takes an entry marked in `wanted`, or -1."""
+    for k in range(len(rows)):
+        i = at + rows[k]
+        if _valid(bitmap, i) and wanted[indices[i]]:
+            return k
+    return -1
 
 
 @njit(cache=True, nogil=True, boundscheck=False)

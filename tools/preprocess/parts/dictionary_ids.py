@@ -10,7 +10,7 @@ import numpy as np
 from shardrec.dataloader.format.raw_ids import MISSING_KEY
 from shardrec.tools.preprocess.ids.id_maps import hash_ids
 from shardrec.tools.preprocess.parse import parse_kernel
-from shardrec.tools.preprocess.parse.parquet_kernel import gather_entry_ids
+from shardrec.tools.preprocess.parse.parquet_kernel import first_entry_row, gather_entry_ids
 from shardrec.tools.preprocess.parse.spec_parse import DictionaryValues, SpecChunk
 
 
@@ -35,8 +35,13 @@ def dictionary_ids_into(
                                             offset)  # fmt: skip
         else:
             ids, reserved = _entry_ids(column, int(cardinalities[slot]), out.dtype)
-            k = gather_entry_ids(ids, reserved, column.indices, column.valid, column.at, rows,
-                                 out, j, offset)  # fmt: skip
+            gather_entry_ids(ids, column.indices, column.valid, column.at, rows, out, j,
+                             offset)  # fmt: skip
+            # Which row is the first to hold a reserved raw id is asked only of a dictionary
+            # that holds one (the run is refused then), not of every row.
+            k = -1
+            if reserved.any():
+                k = first_entry_row(reserved, column.indices, column.valid, column.at, rows)
         if k >= 0 and (first < 0 or k * len(features) + j < first):
             first = k * len(features) + j
     return first

@@ -3,14 +3,18 @@ death is noticed (as a task's result, or as the next task is handed out)."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import time
+from concurrent.futures.process import _ExecutorManagerThread
 from pathlib import Path
 
 import pytest
 
-from shardrec.tools.preprocess.pool import WorkerDied, map_stream
+from shardrec.tools.bench.scale.scale_bench import synth_days
+from shardrec.tools.cli.common import Terminated, sigterm_as_ctrl_c
+from shardrec.tools.preprocess.pool import WorkerDied, map_stream, map_tasks
 from shardrec.tools.preprocess.tasks.task import Task
 
 
@@ -40,3 +44,39 @@ def test_a_worker_dying_while_the_next_task_is_made_is_named(tmp_path: Path):
         "a worker process died (killed by a signal, e.g. out of memory) while running task 1 "
         "(day.gz bytes 0-10); finished tasks are kept: rerun to finish"
     )
+
+
+def _rest(task: Task, opts: None) -> int:
+    time.sleep(0.05)
+    return task.index
+
+
+def _stop_as_the_manager_thread_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kill (SIGTERM, Ctrl-C's under sigterm_as_ctrl_c) arriving after the executor made its
+    manager thread and before it started it: the stop's moment in the CI run where bench scale's
+    synth stage ended 'error: cannot join thread before it is started' (exit 1, not 143)."""
+    start = _ExecutorManagerThread.start
+
+    def start_after_a_kill(thread: _ExecutorManagerThread) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.3)  # a handler let run would have raised by now
+        start(thread)
+
+    monkeypatch.setattr(_ExecutorManagerThread, "start", start_after_a_kill)
+
+
+@pytest.mark.parametrize("pool", ["preprocess", "bench scale synth"])
+def test_a_kill_as_the_pool_starts_stops_the_run_as_a_kill(
+    pool: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    _stop_as_the_manager_thread_starts(monkeypatch)
+    with sigterm_as_ctrl_c(), pytest.raises(Terminated):
+        if pool == "preprocess":
+            tasks = [Task(i, "day.gz", 0, 10, -1, (), "train", False) for i in range(3)]
+            list(map_tasks(_rest, tasks, None, 2))
+        else:
+            synth_days(tmp_path, 1e-6, 2)
+    deadline = time.monotonic() + 10
+    while multiprocessing.active_children() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert multiprocessing.active_children() == [], "a worker outlived the stopped run"

@@ -6,7 +6,7 @@ the run waits forever; the executor instead marks itself broken and fails every 
 so the run ends at once, naming the tasks that were running.
 
 Workers never see Ctrl-C (SIGINT to the command's process group): they start with it blocked
-(`_ctrl_c_held`), and the run stops them. Before, a Ctrl-C in a run's first second reached the
+(`workers_starting`), and the run stops them. Before, a Ctrl-C in a run's first second reached the
 workers while they imported their modules: each printed a traceback and died, the pool broke while
 the run cancelled its futures, and Python's executor (3.11: `terminate_broken` sets an exception on
 a cancelled future, InvalidStateError) left the run waiting forever on futures no worker would
@@ -81,7 +81,7 @@ def map_tasks(
         started[:] = [0] * len(started)  # a kept pool's flags still hold the last pass's
         futures: list[Future] = []
         with _ending(run_in.executor, lambda: futures):
-            with _ctrl_c_held():  # the submits start the workers
+            with workers_starting():  # the submits start the workers
                 for i, t in enumerate(tasks):
                     futures.append(run_in.executor.submit(_run_marked, fn, i, t, opts))
             for t, fut in zip(tasks, futures):
@@ -123,7 +123,7 @@ def map_stream(
     try:
         with _ending(pool, lambda: list(running)):
             if warm is not None:  # each submit finds no idle worker and spawns one
-                with _ctrl_c_held():
+                with workers_starting():
                     for _ in range(workers):
                         pool.submit(warm)
             while True:
@@ -134,7 +134,7 @@ def map_stream(
                         ended = True
                         break
                     try:
-                        with _ctrl_c_held():  # a submit may start a worker
+                        with workers_starting():  # a submit may start a worker
                             running[pool.submit(_run_in_slot, fn, slot, task, opts)] = (task, slot)
                     except BrokenProcessPool:  # a worker died since the last wait
                         raise _worker_died(_lost(running, started) or [task]) from None
@@ -201,23 +201,38 @@ def _stop_now(executor: ProcessPoolExecutor) -> None:
 
 
 @contextmanager
-def _ctrl_c_held() -> Iterator[None]:
-    """Within it (on the main thread), SIGINT waits instead of arriving; a worker process started
-    here inherits the blocked mask through its exec and never receives it. One that arrives
-    meanwhile reaches the command as KeyboardInterrupt when the block ends, a moment late, not
-    lost. Not SIGTERM: the executor stops the workers of a broken pool with it, and a worker that
-    held it ran on, its run gone."""
-    if (
-        not hasattr(signal, "pthread_sigmask")
-        or threading.current_thread() is not threading.main_thread()
-    ):
+def workers_starting() -> Iterator[None]:
+    """Around a submit that may start worker processes (the first one also starts the executor's
+    manager thread), on the main thread:
+    - SIGINT is blocked: a worker started here inherits the mask (through spawn's exec, or fork)
+      and never receives Ctrl-C. Not SIGTERM: the executor stops the workers of a broken pool
+      with it, and a worker that held it ran on, its run gone.
+    - A stop (SIGINT, SIGTERM) arriving meanwhile is held and delivered as the submit returns, a
+      moment late, not lost. Delivered between the executor making its manager thread and
+      starting it, it left a thread that the pool's shutdown could not join, and the command
+      ended 'error: cannot join thread before it is started' (exit 1) in place of its stop's line
+      (CI: bench scale killed in its synth stage). Held by handler, not by the mask: the kernel
+      gives a signal to any thread not blocking it (a progress thread), and Python then runs the
+      handler on the main thread all the same."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    held: list[int] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        held.append(signum)
+
+    stops = [s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) is not None]
+    handlers = {s: signal.signal(s, hold) for s in stops}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+        for s in dict.fromkeys(held):
+            signal.raise_signal(s)  # to the command's own handler, as it would have come
 
 
 def _lost(running: dict[Future, tuple[Task, int]], started: Any) -> list[Task]:

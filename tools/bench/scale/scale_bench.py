@@ -35,6 +35,7 @@ from typing import Any
 
 from shardrec.tools.bench.proctree import interrupted_by_ctrl_c, run_measured
 from shardrec.tools.bench.scale.scale_report import project
+from shardrec.tools.preprocess.pool import workers_starting
 
 CRITEO_1TB_ROWS = 4_373_472_329
 DAYS = 24
@@ -105,7 +106,8 @@ def synth_days(raw: Path, fraction: float, workers: int) -> tuple[int, int]:
             # Not pool.map: on the way out it cancels the days not started, which the pool,
             # broken by the kill below, then fails to fail (InvalidStateError, printed by its
             # thread).
-            days = [pool.submit(_write_day, job) for job in jobs]
+            with workers_starting():  # a stop as they start is held until they have
+                days = [pool.submit(_write_day, job) for job in jobs]
             text = sum(day.result() for day in days)
         except BaseException:
             # The pool's shutdown would wait for the days being written: a stop (Ctrl-C, a kill)

@@ -727,7 +727,7 @@ def test_export_refuses_a_checkpoint_of_another_model_in_the_line_eval_does(trai
     shutil.copytree(newest, trained / "run500" / "checkpoints" / "step-00000999")
     line = assert_one_line_error(
         in_process("export", "run500", "--out", "foreign.safetensors", cwd=trained),
-        r"^error: run500/checkpoints/step-00000999: checkpoint of another model or optimizer: .*"
+        r"^error: run500/checkpoints/step-00000999: checkpoint of another model, optimizer or dataset: .*"
         r"table t_C1 \[rows, dim\]: checkpoint \[1000, 8\], job \[500, 8\]",
     )
     assert not (trained / "foreign.safetensors").exists()

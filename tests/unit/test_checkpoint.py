@@ -94,7 +94,7 @@ def test_a_checkpoint_of_another_model_is_refused_naming_the_difference(tmp_path
     counter.value = 7
     with pytest.raises(
         ValueError,
-        match="checkpoint of another model or optimizer: model.arch: checkpoint 'dlrm', job 'dcnv2'",
+        match="checkpoint of another model, optimizer or dataset: model.arch: checkpoint 'dlrm', job 'dcnv2'",
     ):
         other.load_latest()
     assert counter.value == 7  # nothing was loaded

@@ -246,7 +246,7 @@ def test_a_newest_checkpoint_of_another_job_is_said_refused_not_kept_for_a_rerun
         check_signature(ckpt, signature, {**signature, "dataset": "092a451420ff" * 2})
     refused = LaunchResult(1, reasons={0: str(refusal.value)})
     assert _failure_message(refused, tmp_path, "") == (
-        f"training failed: rank 0: {ckpt}: checkpoint of another model or optimizer: dataset: "
+        f"training failed: rank 0: {ckpt}: checkpoint of another model, optimizer or dataset: dataset: "
         "checkpoint trained on fingerprint bedce440f26b, job's data is 092a451420ff; no earlier "
         "checkpoint: start over with --restart"
     )

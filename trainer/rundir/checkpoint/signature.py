@@ -11,7 +11,7 @@ from shardrec.trainer.job.sections import ModelConfig, OptimConfig
 
 # Optimizer settings that decide what state a checkpoint holds: a change would drop or misread it.
 OPTIMIZER_KEYS = ("sparse", "dense")
-OTHER_JOB = "checkpoint of another model or optimizer"
+OTHER_JOB = "checkpoint of another model, optimizer or dataset"
 """How a signature's refusal reads: `shardrec train` tells a refused newest checkpoint by it."""
 
 

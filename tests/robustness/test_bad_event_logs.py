@@ -102,6 +102,24 @@ def test_an_item_outside_the_item_map_is_refused(tmp_path, log):
     )
 
 
+@pytest.mark.parametrize("kind", ["csv", "parquet"])
+@pytest.mark.parametrize("user", [2**32 + 1, 2**63 + 5])
+def test_a_user_id_past_32_bits_is_refused_not_folded_onto_another_user(tmp_path, log, kind, user):
+    # The dataset keeps users as uint32 rows of their table: 2**32 + 1 had become user 1.
+    users = log["uid"].to_pylist()
+    users[4:8] = [user] * 4
+    table = log.set_column(0, "uid", pa.array(users, pa.uint64()))
+    path, spec = _write(tmp_path, table.sort_by("uid"), kind)
+    result = _preprocess(path, spec, tmp_path / "out")
+    place = f"{path}:{len(users) - 4 + 2}" if kind == "csv" else f"{path}: row {len(users) - 4}"
+    assert_one_line_error(
+        result,
+        rf"^error: {re.escape(place)}: uid: {user} is past 4,294,967,295, the largest user id an "
+        r"event-log dataset holds; renumber them from 0 \(an id is a row of its table\)$",
+    )
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
 def test_an_unknown_event_type_is_refused_with_the_known_ones(tmp_path, log):
     kinds = log["event_type"].to_pylist()
     kinds[3] = "skip"

@@ -140,8 +140,17 @@ def _unreadable(path: Path, kind: str, error: Exception) -> EventLogError:
     return EventLogError(line or f"{path}: cannot read it as {kind}: {arrow_message(error)}")
 
 
-def _integers(values, name: str, source: _Source, offset: int) -> np.ndarray:
-    """A column as int64; the first null, non-integer or negative value is refused."""
+ID_LIMIT = (1 << 32) - 1
+"""The largest user, item, artist or album id: the dataset keeps them as uint32 (an id is a row
+of its table), so a larger one would wrap onto another's row."""
+_INT64_LIMIT = (1 << 63) - 1
+
+
+def _integers(
+    values, name: str, source: _Source, offset: int, largest: int = _INT64_LIMIT, what: str = ""
+) -> np.ndarray:
+    """A column as int64; the first null, non-integer, negative or above-`largest` value is
+    refused (`what`: what the value is, for that refusal: `user id`)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -155,10 +164,14 @@ def _integers(values, name: str, source: _Source, offset: int) -> np.ndarray:
                         f"{source.where(offset + i)}: {name}: empty (every event needs one)"
                     ) from None
                 try:
-                    int(v)
+                    number = int(v)
                 except (TypeError, ValueError):
                     raise EventLogError(
                         f"{source.where(offset + i)}: {name}: {v!r} is not an integer"
+                    ) from None
+                if number > largest:
+                    raise _too_large(
+                        source.where(offset + i), name, number, largest, what
                     ) from None
             raise
     if values.null_count:
@@ -168,12 +181,24 @@ def _integers(values, name: str, source: _Source, offset: int) -> np.ndarray:
         raise EventLogError(
             f"{source.files[0]}: {name} holds {values.type}, not integers (ids and seconds)"
         )
+    above = pc.greater(values, pa.scalar(largest, pa.uint64()))
+    if pc.any(above).as_py():
+        i = int(np.argmax(np.asarray(above)))
+        raise _too_large(source.where(offset + i), name, values[i].as_py(), largest, what)
     out = np.asarray(values.cast(pa.int64()), dtype=np.int64)
     negative = np.flatnonzero(out < 0)
     if len(negative):
         i = int(negative[0])
         raise EventLogError(f"{source.where(offset + i)}: {name}: {out[i]} is negative")
     return out
+
+
+def _too_large(where: str, name: str, value: int, largest: int, what: str) -> EventLogError:
+    return EventLogError(
+        f"{where}: {name}: {value} is past {largest:,}, the largest {what or 'value'} an "
+        "event-log dataset holds"
+        + ("; renumber them from 0 (an id is a row of its table)" if what else "")
+    )
 
 
 def _map_path(spec_path: Path, name: str, entry: ItemMap) -> Path:
@@ -204,8 +229,12 @@ def _item_map(spec_path: Path, name: str, entry: ItemMap) -> tuple[np.ndarray, n
         ),
     )
     source = _Source([path], np.array([table.num_rows]), kind != "parquet")
-    items = _integers(table.column(entry.item).combine_chunks(), entry.item, source, 0)
-    values = _integers(table.column(entry.value).combine_chunks(), entry.value, source, 0)
+    items = _integers(
+        table.column(entry.item).combine_chunks(), entry.item, source, 0, ID_LIMIT, "item id"
+    )
+    values = _integers(
+        table.column(entry.value).combine_chunks(), entry.value, source, 0, ID_LIMIT, f"{name} id"
+    )
     order = np.argsort(items, kind="stable")
     twice = np.flatnonzero(np.diff(items[order]) == 0)
     if len(twice):
@@ -266,8 +295,9 @@ def read_event_log(
     written = pa.array([cols.types[m] for m in meanings])
     for table, first in zip(tables, [0, *ends[:-1].tolist()]):
         table = table.combine_chunks()
-        parts["user"].append(_integers(table.column(cols.user), cols.user, source, first))
-        parts["item"].append(_integers(table.column(cols.item), cols.item, source, first))
+        for key, column, what in (("user", cols.user, "user id"), ("item", cols.item, "item id")):
+            ids = _integers(table.column(column), column, source, first, ID_LIMIT, what)
+            parts[key].append(ids)
         parts["ts"].append(_integers(table.column(cols.timestamp), cols.timestamp, source, first))
         kinds = pc.cast(table.column(cols.type), pa.string())
         index = pc.index_in(kinds, value_set=written)

@@ -120,6 +120,20 @@ def test_a_user_id_past_32_bits_is_refused_not_folded_onto_another_user(tmp_path
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
+@pytest.mark.parametrize("kind", ["csv", "parquet"])
+def test_a_played_ratio_that_is_no_number_is_refused_with_its_row(tmp_path, log, kind):
+    played = [str(v) if v is not None else "" for v in log["played_ratio_pct"].to_pylist()]
+    played[9] = "80%"
+    table = log.set_column(5, "played_ratio_pct", pa.array(played))
+    path, spec = _write(tmp_path, table, kind)
+    place = f"{path}:11" if kind == "csv" else f"{path}: row 9"
+    assert_one_line_error(
+        _preprocess(path, spec, tmp_path / "out"),
+        rf"^error: {re.escape(place)}: played_ratio_pct: '80%' is not a number \(the percent "
+        r"played\)$",
+    )
+
+
 def test_an_unknown_event_type_is_refused_with_the_known_ones(tmp_path, log):
     kinds = log["event_type"].to_pylist()
     kinds[3] = "skip"

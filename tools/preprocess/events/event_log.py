@@ -193,6 +193,34 @@ def _integers(
     return out
 
 
+def _ratios(values, name: str, source: _Source, offset: int) -> np.ndarray:
+    """The played-ratio column as float64, NaN where empty (an event that is no listen); the first
+    value that is no number is refused."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    text = pa.types.is_string(values.type) or pa.types.is_large_string(values.type)
+    if text:
+        values = pc.if_else(pc.equal(values, ""), None, values)
+    try:
+        return np.asarray(pc.fill_null(values.cast(pa.float64()), np.nan))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        if not text:
+            file = source.files[int(np.searchsorted(source.ends, offset, side="right"))]
+            raise EventLogError(
+                f"{file}: {name} holds {values.type}, not numbers (the percent played)"
+            ) from None
+        for i, v in enumerate(values.to_pylist()):
+            try:
+                float(v if v is not None else "nan")
+            except ValueError:
+                raise EventLogError(
+                    f"{source.where(offset + i)}: {name}: {v!r} is not a number (the percent "
+                    "played)"
+                ) from None
+        raise
+
+
 def _too_large(where: str, name: str, value: int, largest: int, what: str) -> EventLogError:
     return EventLogError(
         f"{where}: {name}: {value} is past {largest:,}, the largest {what or 'value'} an "
@@ -309,10 +337,9 @@ def read_event_log(
             )
         code = np.array([MEANINGS.index(m) for m in meanings], np.uint8)
         parts["type"].append(code[np.asarray(index, dtype=np.int64)])
-        played = table.column(cols.played_ratio)
-        if pa.types.is_string(played.type):
-            played = pc.cast(pc.if_else(pc.equal(played, ""), None, played), pa.float64())
-        parts["played"].append(np.asarray(pc.fill_null(played.cast(pa.float64()), np.nan)))
+        parts["played"].append(
+            _ratios(table.column(cols.played_ratio), cols.played_ratio, source, first)
+        )
         if cols.organic:
             organic = _integers(table.column(cols.organic), cols.organic, source, first)
             parts["organic"].append(np.minimum(organic, 1).astype(np.uint8))

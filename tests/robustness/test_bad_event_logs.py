@@ -134,6 +134,25 @@ def test_a_played_ratio_that_is_no_number_is_refused_with_its_row(tmp_path, log,
     )
 
 
+def test_a_column_of_floats_in_the_second_file_names_that_file(tmp_path, log):
+    first, _ = _write(tmp_path, log, "parquet")
+    second = tmp_path / "later.parquet"
+    pq.write_table(log.set_column(0, "uid", log["uid"].cast(pa.float64())), second)
+    assert_one_line_error(
+        cli(
+            "preprocess",
+            first,
+            second,
+            "--events",
+            tmp_path / "spec.toml",
+            "--out",
+            tmp_path / "out",
+            ok=False,
+        ),
+        rf"^error: {re.escape(str(second))}: uid holds double, not integers \(ids and seconds\)$",
+    )
+
+
 def test_an_unknown_event_type_is_refused_with_the_known_ones(tmp_path, log):
     kinds = log["event_type"].to_pylist()
     kinds[3] = "skip"

@@ -71,6 +71,10 @@ class _Source:
     """Rows read up to and including each file."""
     csv: bool
 
+    def file_at(self, row: int) -> Path:
+        """The file that holds `row`."""
+        return self.files[int(np.searchsorted(self.ends, row, side="right"))]
+
     def where(self, row: int) -> str:
         f = int(np.searchsorted(self.ends, row, side="right"))
         local = row - (int(self.ends[f - 1]) if f else 0)
@@ -179,7 +183,7 @@ def _integers(
         raise EventLogError(f"{source.where(offset + i)}: {name}: empty (every event needs one)")
     if not pa.types.is_integer(values.type):
         raise EventLogError(
-            f"{source.files[0]}: {name} holds {values.type}, not integers (ids and seconds)"
+            f"{source.file_at(offset)}: {name} holds {values.type}, not integers (ids and seconds)"
         )
     above = pc.greater(values, pa.scalar(largest, pa.uint64()))
     if pc.any(above).as_py():
@@ -206,9 +210,8 @@ def _ratios(values, name: str, source: _Source, offset: int) -> np.ndarray:
         return np.asarray(pc.fill_null(values.cast(pa.float64()), np.nan))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         if not text:
-            file = source.files[int(np.searchsorted(source.ends, offset, side="right"))]
             raise EventLogError(
-                f"{file}: {name} holds {values.type}, not numbers (the percent played)"
+                f"{source.file_at(offset)}: {name} holds {values.type}, not numbers (the percent played)"
             ) from None
         for i, v in enumerate(values.to_pylist()):
             try:

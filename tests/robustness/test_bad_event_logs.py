@@ -102,6 +102,57 @@ def test_an_item_outside_the_item_map_is_refused(tmp_path, log):
     )
 
 
+@pytest.mark.parametrize("kind", ["csv", "parquet"])
+@pytest.mark.parametrize("user", [2**32 + 1, 2**63 + 5])
+def test_a_user_id_past_32_bits_is_refused_not_folded_onto_another_user(tmp_path, log, kind, user):
+    # The dataset keeps users as uint32 rows of their table: 2**32 + 1 had become user 1.
+    users = log["uid"].to_pylist()
+    users[4:8] = [user] * 4
+    table = log.set_column(0, "uid", pa.array(users, pa.uint64()))
+    path, spec = _write(tmp_path, table.sort_by("uid"), kind)
+    result = _preprocess(path, spec, tmp_path / "out")
+    place = f"{path}:{len(users) - 4 + 2}" if kind == "csv" else f"{path}: row {len(users) - 4}"
+    assert_one_line_error(
+        result,
+        rf"^error: {re.escape(place)}: uid: {user} is past 4,294,967,295, the largest user id an "
+        r"event-log dataset holds; renumber them from 0 \(an id is a row of its table\)$",
+    )
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+@pytest.mark.parametrize("kind", ["csv", "parquet"])
+def test_a_played_ratio_that_is_no_number_is_refused_with_its_row(tmp_path, log, kind):
+    played = [str(v) if v is not None else "" for v in log["played_ratio_pct"].to_pylist()]
+    played[9] = "80%"
+    table = log.set_column(5, "played_ratio_pct", pa.array(played))
+    path, spec = _write(tmp_path, table, kind)
+    place = f"{path}:11" if kind == "csv" else f"{path}: row 9"
+    assert_one_line_error(
+        _preprocess(path, spec, tmp_path / "out"),
+        rf"^error: {re.escape(place)}: played_ratio_pct: '80%' is not a number \(the percent "
+        r"played\)$",
+    )
+
+
+def test_a_column_of_floats_in_the_second_file_names_that_file(tmp_path, log):
+    first, _ = _write(tmp_path, log, "parquet")
+    second = tmp_path / "later.parquet"
+    pq.write_table(log.set_column(0, "uid", log["uid"].cast(pa.float64())), second)
+    assert_one_line_error(
+        cli(
+            "preprocess",
+            first,
+            second,
+            "--events",
+            tmp_path / "spec.toml",
+            "--out",
+            tmp_path / "out",
+            ok=False,
+        ),
+        rf"^error: {re.escape(str(second))}: uid holds double, not integers \(ids and seconds\)$",
+    )
+
+
 def test_an_unknown_event_type_is_refused_with_the_known_ones(tmp_path, log):
     kinds = log["event_type"].to_pylist()
     kinds[3] = "skip"

@@ -229,3 +229,31 @@ def test_an_anchor_outside_its_users_events_is_one_line_not_an_index_error(event
             "outside the users' events: a file disagrees with its manifest; `shardrec data "
             "verify` names it"
         )
+
+
+def test_a_user_of_more_events_than_two_parts_leaves_no_empty_part_and_the_same_stream(
+    tmp_path, monkeypatch
+):
+    """Parts are cut every EVENTS_PER_PART events at a user's start; a user holding more than two
+    parts' worth had left a part number with no user, and preprocessing ended in an IndexError."""
+    from shardrec.dataloader.spec.event_spec import load_event_spec
+    from shardrec.tools.preprocess.events import event_dataset
+    from shardrec.tools.synth.yambda import write_yambda_like
+
+    write_yambda_like(tmp_path, 3_000, seed=5)
+    (tmp_path / "spec.toml").write_text(SPEC)
+    spec = load_event_spec(tmp_path / "spec.toml")
+    inputs = [tmp_path / "events.parquet"]
+    event_dataset.build_event_dataset(inputs, spec, tmp_path / "spec.toml", tmp_path / "one")
+    monkeypatch.setattr(event_dataset, "EVENTS_PER_PART", 16)
+    many = event_dataset.build_event_dataset(
+        inputs, spec, tmp_path / "spec.toml", tmp_path / "many"
+    )
+    assert len(many.events["parts"]) > 2
+    streams = []
+    for out in ("one", "many"):
+        loader = build_event_loader(
+            tmp_path / out, "train", global_batch_size=32, rank=0, world_size=1
+        )
+        streams.append(_digests([loader], range(len(loader))))
+    assert streams[0] == streams[1]

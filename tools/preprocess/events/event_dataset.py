@@ -166,8 +166,11 @@ def _splits(
 
 
 def _part_of_users(log: EventLog) -> np.ndarray:
-    """The part of each user: consecutive users, about EVENTS_PER_PART events a part."""
-    return (log.offsets[:-1] // EVENTS_PER_PART).astype(np.int64)
+    """The part of each user: consecutive users, about EVENTS_PER_PART events a part, numbered
+    from 0 without a gap (a user of more than twice EVENTS_PER_PART events would otherwise skip a
+    number, leaving a part with no user)."""
+    block = log.offsets[:-1] // EVENTS_PER_PART
+    return np.unique(block, return_inverse=True)[1].astype(np.int64)
 
 
 def build_event_dataset(

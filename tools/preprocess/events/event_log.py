@@ -71,6 +71,10 @@ class _Source:
     """Rows read up to and including each file."""
     csv: bool
 
+    def file_at(self, row: int) -> Path:
+        """The file that holds `row`."""
+        return self.files[int(np.searchsorted(self.ends, row, side="right"))]
+
     def where(self, row: int) -> str:
         f = int(np.searchsorted(self.ends, row, side="right"))
         local = row - (int(self.ends[f - 1]) if f else 0)
@@ -140,8 +144,17 @@ def _unreadable(path: Path, kind: str, error: Exception) -> EventLogError:
     return EventLogError(line or f"{path}: cannot read it as {kind}: {arrow_message(error)}")
 
 
-def _integers(values, name: str, source: _Source, offset: int) -> np.ndarray:
-    """A column as int64; the first null, non-integer or negative value is refused."""
+ID_LIMIT = (1 << 32) - 1
+"""The largest user, item, artist or album id: the dataset keeps them as uint32 (an id is a row
+of its table), so a larger one would wrap onto another's row."""
+_INT64_LIMIT = (1 << 63) - 1
+
+
+def _integers(
+    values, name: str, source: _Source, offset: int, largest: int = _INT64_LIMIT, what: str = ""
+) -> np.ndarray:
+    """A column as int64; the first null, non-integer, negative or above-`largest` value is
+    refused (`what`: what the value is, for that refusal: `user id`)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -155,10 +168,14 @@ def _integers(values, name: str, source: _Source, offset: int) -> np.ndarray:
                         f"{source.where(offset + i)}: {name}: empty (every event needs one)"
                     ) from None
                 try:
-                    int(v)
+                    number = int(v)
                 except (TypeError, ValueError):
                     raise EventLogError(
                         f"{source.where(offset + i)}: {name}: {v!r} is not an integer"
+                    ) from None
+                if number > largest:
+                    raise _too_large(
+                        source.where(offset + i), name, number, largest, what
                     ) from None
             raise
     if values.null_count:
@@ -166,14 +183,53 @@ def _integers(values, name: str, source: _Source, offset: int) -> np.ndarray:
         raise EventLogError(f"{source.where(offset + i)}: {name}: empty (every event needs one)")
     if not pa.types.is_integer(values.type):
         raise EventLogError(
-            f"{source.files[0]}: {name} holds {values.type}, not integers (ids and seconds)"
+            f"{source.file_at(offset)}: {name} holds {values.type}, not integers (ids and seconds)"
         )
+    above = pc.greater(values, pa.scalar(largest, pa.uint64()))
+    if pc.any(above).as_py():
+        i = int(np.argmax(np.asarray(above)))
+        raise _too_large(source.where(offset + i), name, values[i].as_py(), largest, what)
     out = np.asarray(values.cast(pa.int64()), dtype=np.int64)
     negative = np.flatnonzero(out < 0)
     if len(negative):
         i = int(negative[0])
         raise EventLogError(f"{source.where(offset + i)}: {name}: {out[i]} is negative")
     return out
+
+
+def _ratios(values, name: str, source: _Source, offset: int) -> np.ndarray:
+    """The played-ratio column as float64, NaN where empty (an event that is no listen); the first
+    value that is no number is refused."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    text = pa.types.is_string(values.type) or pa.types.is_large_string(values.type)
+    if text:
+        values = pc.if_else(pc.equal(values, ""), None, values)
+    try:
+        return np.asarray(pc.fill_null(values.cast(pa.float64()), np.nan))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        if not text:
+            raise EventLogError(
+                f"{source.file_at(offset)}: {name} holds {values.type}, not numbers (the percent played)"
+            ) from None
+        for i, v in enumerate(values.to_pylist()):
+            try:
+                float(v if v is not None else "nan")
+            except ValueError:
+                raise EventLogError(
+                    f"{source.where(offset + i)}: {name}: {v!r} is not a number (the percent "
+                    "played)"
+                ) from None
+        raise
+
+
+def _too_large(where: str, name: str, value: int, largest: int, what: str) -> EventLogError:
+    return EventLogError(
+        f"{where}: {name}: {value} is past {largest:,}, the largest {what or 'value'} an "
+        "event-log dataset holds"
+        + ("; renumber them from 0 (an id is a row of its table)" if what else "")
+    )
 
 
 def _map_path(spec_path: Path, name: str, entry: ItemMap) -> Path:
@@ -204,8 +260,12 @@ def _item_map(spec_path: Path, name: str, entry: ItemMap) -> tuple[np.ndarray, n
         ),
     )
     source = _Source([path], np.array([table.num_rows]), kind != "parquet")
-    items = _integers(table.column(entry.item).combine_chunks(), entry.item, source, 0)
-    values = _integers(table.column(entry.value).combine_chunks(), entry.value, source, 0)
+    items = _integers(
+        table.column(entry.item).combine_chunks(), entry.item, source, 0, ID_LIMIT, "item id"
+    )
+    values = _integers(
+        table.column(entry.value).combine_chunks(), entry.value, source, 0, ID_LIMIT, f"{name} id"
+    )
     order = np.argsort(items, kind="stable")
     twice = np.flatnonzero(np.diff(items[order]) == 0)
     if len(twice):
@@ -266,8 +326,9 @@ def read_event_log(
     written = pa.array([cols.types[m] for m in meanings])
     for table, first in zip(tables, [0, *ends[:-1].tolist()]):
         table = table.combine_chunks()
-        parts["user"].append(_integers(table.column(cols.user), cols.user, source, first))
-        parts["item"].append(_integers(table.column(cols.item), cols.item, source, first))
+        for key, column, what in (("user", cols.user, "user id"), ("item", cols.item, "item id")):
+            ids = _integers(table.column(column), column, source, first, ID_LIMIT, what)
+            parts[key].append(ids)
         parts["ts"].append(_integers(table.column(cols.timestamp), cols.timestamp, source, first))
         kinds = pc.cast(table.column(cols.type), pa.string())
         index = pc.index_in(kinds, value_set=written)
@@ -279,10 +340,9 @@ def read_event_log(
             )
         code = np.array([MEANINGS.index(m) for m in meanings], np.uint8)
         parts["type"].append(code[np.asarray(index, dtype=np.int64)])
-        played = table.column(cols.played_ratio)
-        if pa.types.is_string(played.type):
-            played = pc.cast(pc.if_else(pc.equal(played, ""), None, played), pa.float64())
-        parts["played"].append(np.asarray(pc.fill_null(played.cast(pa.float64()), np.nan)))
+        parts["played"].append(
+            _ratios(table.column(cols.played_ratio), cols.played_ratio, source, first)
+        )
         if cols.organic:
             organic = _integers(table.column(cols.organic), cols.organic, source, first)
             parts["organic"].append(np.minimum(organic, 1).astype(np.uint8))

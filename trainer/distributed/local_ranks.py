@@ -93,22 +93,29 @@ def run_local_ranks(
     procs = [
         ctx.Process(target=_local_rank_entry, args=(r,), kwargs=shared) for r in range(world_size)
     ]
-    for p in procs:
-        p.start()
     results: dict[int, Any] = {}
     try:
+        # Inside the try: a stop between two starts ends the ranks already started, which would
+        # wait for the others at the rendezvous (and this process, exiting, for them).
+        for p in procs:
+            p.start()
         for _ in range(world_size):
             rank, status, value = queue.get(timeout=timeout_s)
             if status == "error":
                 raise RankFailed(rank, value)
             results[rank] = value
     except KeyboardInterrupt:  # Ctrl-C, or a SIGTERM raised as one (sigterm_as_ctrl_c)
-        for p in procs:  # which may not have reached them: they would run on through the joins
+        for p in _started(procs):  # which may not have reached them: they would run on
             p.kill()
         raise
     finally:
-        for p in procs:
+        for p in _started(procs):
             p.join(timeout=30)
             if p.is_alive():
                 p.kill()
     return [results[r] for r in range(world_size)]
+
+
+def _started(procs: list[Any]) -> list[Any]:
+    """Those of `procs` started (a pid): an unstarted one can be neither killed nor joined."""
+    return [p for p in procs if p.pid is not None]

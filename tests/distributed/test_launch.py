@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import socket
 import time
 from multiprocessing.process import BaseProcess
 
@@ -66,3 +67,19 @@ def test_a_kill_while_the_ranks_start_ends_the_ranks_already_started(
         for left in multiprocessing.active_children():
             left.kill()
             left.join()
+
+
+def test_ranks_meet_even_where_another_process_takes_a_free_port_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A port found free is free only until another process binds it: CI's other test worker, whose
+    # ranks bind and connect on ports of the kernel's choosing, as these ranks import torch before
+    # rank 0 listens. Here the port free_port would find is taken at once.
+    from shardrec.trainer.distributed import local_ranks
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        monkeypatch.setattr(local_ranks, "free_port", lambda: taken.getsockname()[1])
+        results = run_local_ranks(_sum_of_ranks, 2, 0, timeout_s=120, collective_timeout_s=20)
+    assert results == [(0, 2, 1), (1, 2, 1)]

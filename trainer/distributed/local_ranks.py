@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import traceback
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 
@@ -48,7 +49,12 @@ def _local_rank_entry(
 
     try:
         env = init_local_rank(
-            rank, world_size, port, device_kind=device_kind, timeout_s=collective_timeout_s
+            rank,
+            world_size,
+            port,
+            device_kind=device_kind,
+            timeout_s=collective_timeout_s,
+            hosted_store=True,
         )
         # Every rank has joined before any runs fn: a rank done early must not tear the group
         # down while another still connects (gloo: "connectFullMesh failed ... closed by peer",
@@ -78,12 +84,17 @@ def run_local_ranks(
     """
     import torch.multiprocessing as mp
 
+    from shardrec.trainer.distributed.rendezvous import loopback_store
+
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    port = free_port()
+    # The ranks' store is served from here, on a port held from the start: a port found free and
+    # bound by rank 0 seconds later (once it imported torch) could be taken meanwhile (CI's other
+    # test worker binds and connects on ports of the kernel's choosing): EADDRINUSE.
+    store = loopback_store(timedelta(seconds=collective_timeout_s))
     shared = {
         "world_size": world_size,
-        "port": port,
+        "port": store.port,
         "device_kind": device_kind,
         "collective_timeout_s": collective_timeout_s,
         "fn": fn,

@@ -370,12 +370,12 @@ def run_direct_rank(*args: str) -> subprocess.CompletedProcess:
     import os
     import sys
 
-    from shardrec.trainer.distributed.local_ranks import free_port
-
     rank_env = {
         **os.environ,
         **{"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"},
-        **{"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())},
+        # Port 0: the rank's own store takes one of the kernel's choosing as it binds. A free port
+        # found here could be another process's by the time the rank, past importing torch, binds.
+        **{"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0"},
     }
     return subprocess.run(
         [sys.executable, "-m", "shardrec.trainer", *args],

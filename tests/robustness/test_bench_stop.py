@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -123,3 +124,25 @@ def test_a_kill_of_the_benchmark_alone_ends_its_children_in_one_line(
     assert lines[-1] == "interrupted: nothing measured", "\n".join(lines[-40:])
     assert all(line.startswith(("generating ", "timing ")) for line in lines[:-1]), lines
     assert list(tmp.iterdir()) == [], "its temporary folder is left"
+
+
+def test_a_kill_as_the_memory_sampler_starts_stops_the_run_as_a_kill(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The moment the kill tests above send it: the child has appeared and the benchmark is starting
+    # the thread that samples its memory. Before, the stop left that thread unstarted in the list
+    # joined on the way out: 'error: cannot join thread before it is started', exit 1, not 143.
+    from shardrec.tools.bench import proctree
+    from shardrec.tools.cli.common import Terminated, sigterm_as_ctrl_c
+
+    start = threading.Thread.start
+
+    def start_after_a_kill(thread: threading.Thread) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.3)  # a handler let run has raised by now
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start_after_a_kill)
+    with sigterm_as_ctrl_c(), pytest.raises(Terminated):
+        proctree.run_measured([sys.executable, "-c", "import time; time.sleep(60)"])
+    assert proctree._children(os.getpid()) == [], "the child outlived the stopped run"

@@ -176,8 +176,13 @@ def run_measured(cmd: list[str], env: dict[str, str] | None = None, interval: fl
     samplers: list[threading.Thread] = []
 
     def start_sampler(proc: subprocess.Popen) -> None:
-        samplers.append(threading.Thread(target=sample, args=(proc.pid,), daemon=True))
-        samplers[-1].start()
+        # Listed (to be joined) once started: a stop (Ctrl-C, a kill) arriving as it starts, the
+        # moment the child appears, left an unstarted thread whose join failed ('cannot join
+        # thread before it is started', exit 1) in place of the stop's line. One the stop cut
+        # off inside start() is a daemon that ends on `done`, unjoined.
+        sampler = threading.Thread(target=sample, args=(proc.pid,), daemon=True)
+        sampler.start()
+        samplers.append(sampler)
 
     try:
         proc, stdout, stderr = _wait_ended_on_stop(cmd, env, start_sampler)

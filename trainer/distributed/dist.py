@@ -41,10 +41,17 @@ def launched_rank() -> int:
 
 
 def init_local_rank(
-    rank: int, world_size: int, port: int, *, device_kind: str = "cpu", timeout_s: int = 120
+    rank: int,
+    world_size: int,
+    port: int,
+    *,
+    device_kind: str = "cpu",
+    timeout_s: int = 120,
+    hosted_store: bool = False,
 ) -> DistEnv:
     """Join a group of `world_size` processes on this host as `rank`, rendezvous at
-    127.0.0.1:`port`.
+    127.0.0.1:`port`: a store rank 0 opens there, or (`hosted_store`) one the process that
+    started the ranks serves, which every rank joins as torchrun's ranks join its agent's.
 
     For the processes `trainer.distributed.local_ranks.run_local_ranks` starts (not torchrun's): the
     variables torchrun would set are set here, since torchrec reads LOCAL_WORLD_SIZE itself.
@@ -56,6 +63,9 @@ def init_local_rank(
         LOCAL_WORLD_SIZE=str(world_size),
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
+        # Read by torch's env:// rendezvous: "True", a client on every rank. Set either way: a
+        # rank may go on to a group of its own, which it then hosts (tests' 2-then-1 ranks).
+        TORCHELASTIC_USE_AGENT_STORE=str(hosted_store),
     )
     return init_distributed(device_kind, timeout_s)
 

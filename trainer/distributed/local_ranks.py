@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import traceback
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 
@@ -48,7 +49,12 @@ def _local_rank_entry(
 
     try:
         env = init_local_rank(
-            rank, world_size, port, device_kind=device_kind, timeout_s=collective_timeout_s
+            rank,
+            world_size,
+            port,
+            device_kind=device_kind,
+            timeout_s=collective_timeout_s,
+            hosted_store=True,
         )
         # Every rank has joined before any runs fn: a rank done early must not tear the group
         # down while another still connects (gloo: "connectFullMesh failed ... closed by peer",
@@ -78,12 +84,17 @@ def run_local_ranks(
     """
     import torch.multiprocessing as mp
 
+    from shardrec.trainer.distributed.rendezvous import loopback_store
+
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    port = free_port()
+    # The ranks' store is served from here, on a port held from the start: a port found free and
+    # bound by rank 0 seconds later (once it imported torch) could be taken meanwhile (CI's other
+    # test worker binds and connects on ports of the kernel's choosing): EADDRINUSE.
+    store = loopback_store(timedelta(seconds=collective_timeout_s))
     shared = {
         "world_size": world_size,
-        "port": port,
+        "port": store.port,
         "device_kind": device_kind,
         "collective_timeout_s": collective_timeout_s,
         "fn": fn,
@@ -93,22 +104,29 @@ def run_local_ranks(
     procs = [
         ctx.Process(target=_local_rank_entry, args=(r,), kwargs=shared) for r in range(world_size)
     ]
-    for p in procs:
-        p.start()
     results: dict[int, Any] = {}
     try:
+        # Inside the try: a stop between two starts ends the ranks already started, which would
+        # wait for the others at the rendezvous (and this process, exiting, for them).
+        for p in procs:
+            p.start()
         for _ in range(world_size):
             rank, status, value = queue.get(timeout=timeout_s)
             if status == "error":
                 raise RankFailed(rank, value)
             results[rank] = value
     except KeyboardInterrupt:  # Ctrl-C, or a SIGTERM raised as one (sigterm_as_ctrl_c)
-        for p in procs:  # which may not have reached them: they would run on through the joins
+        for p in _started(procs):  # which may not have reached them: they would run on
             p.kill()
         raise
     finally:
-        for p in procs:
+        for p in _started(procs):
             p.join(timeout=30)
             if p.is_alive():
                 p.kill()
     return [results[r] for r in range(world_size)]
+
+
+def _started(procs: list[Any]) -> list[Any]:
+    """Those of `procs` started (a pid): an unstarted one can be neither killed nor joined."""
+    return [p for p in procs if p.pid is not None]

@@ -32,7 +32,6 @@ class LoopbackRendezvous(RendezvousHandler):
     def __init__(self, run_id: str, timeout: timedelta) -> None:
         self.run_id = run_id
         self.timeout = timeout
-        self._socket: socket.socket | None = None
         self._store: TCPStore | None = None
 
     def get_backend(self) -> str:
@@ -42,24 +41,9 @@ class LoopbackRendezvous(RendezvousHandler):
     def use_agent_store(self) -> bool:
         return True  # the ranks join this store rather than opening one of their own
 
-    def _open_store(self) -> TCPStore:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind((LOOPBACK, 0))
-        sock.listen(128)
-        self._socket = sock  # the store serves on this descriptor: keep it open with the store
-        return TCPStore(
-            LOOPBACK,
-            sock.getsockname()[1],
-            None,
-            True,
-            self.timeout,
-            multi_tenant=True,
-            master_listen_fd=sock.fileno(),
-        )
-
     def next_rendezvous(self) -> RendezvousInfo:
         if self._store is None:
-            self._store = self._open_store()
+            self._store = loopback_store(self.timeout)
         info = RendezvousStoreInfo(LOOPBACK, self._store.port)
         store: Store = PrefixStore(self.run_id, self._store)
         return RendezvousInfo(store, 0, 1, info)
@@ -78,6 +62,30 @@ class LoopbackRendezvous(RendezvousHandler):
 
     def shutdown(self) -> bool:
         return True
+
+
+def loopback_store(timeout: timedelta) -> TCPStore:
+    """A store served on 127.0.0.1, on a port the kernel picks and the store holds from the
+    start. The store takes the socket's descriptor (it closes it when it goes): the socket object
+    lets go of it, so that no later close of it closes whatever file has that number by then."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind((LOOPBACK, 0))
+        sock.listen(128)
+        store = TCPStore(
+            LOOPBACK,
+            sock.getsockname()[1],
+            None,
+            True,
+            timeout,
+            multi_tenant=True,
+            master_listen_fd=sock.fileno(),
+        )
+    except BaseException:
+        sock.close()
+        raise
+    sock.detach()
+    return store
 
 
 def create_handler(params: RendezvousParameters) -> RendezvousHandler:

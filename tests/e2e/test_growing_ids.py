@@ -318,7 +318,8 @@ def test_a_step_max_age_below_the_default_update_spacing_is_refused_naming_the_k
     result = cli(*args, ok=False)
     assert_one_line_error(
         result,
-        r"^error: tables\.\"\*\"\.max_age = '2 steps' is below the 5 steps between two updates "
+        rf"^error: {re.escape(str(job))}:8: "
+        r"tables\.\"\*\"\.max_age = '2 steps' is below the 5 steps between two updates "
         r"\(tables\.\"\*\"\.evict_every unset: 1/50 of the 257 steps this job trains\): ids "
         r"would age out between two updates; raise max_age or set tables\.\"\*\"\.evict_every$",
     )

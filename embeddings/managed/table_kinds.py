@@ -141,6 +141,22 @@ class TableSettings:
                 '("N steps" or "N days")'
             )
 
+    def check_cadence(self, key: str, stretch_steps: int) -> None:
+        """ValueError (one line naming `key`) where max_age in steps is below the steps between
+        two updates that `evict_every = 0` takes from a stretch of `stretch_steps` steps: `check`
+        refuses the same for a given evict_every."""
+        age = self.age
+        if self.kind != "managed" or self.evict_every or age is None or age.unit != "steps":
+            return
+        every = self.cadence(stretch_steps)
+        if age.amount < every:
+            raise ValueError(
+                f"{key}.max_age = {self.max_age!r} is below the {every} steps between two "
+                f"updates ({key}.evict_every unset: 1/50 of the {stretch_steps:,} steps this "
+                f"job trains): ids would age out between two updates; raise max_age or set "
+                f"{key}.evict_every"
+            )
+
     @property
     def table_rows(self) -> int:
         """Rows of the embedding table: the slots, the missing row and the shared row."""

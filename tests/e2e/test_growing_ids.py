@@ -297,3 +297,36 @@ def test_a_new_day_trains_its_epoch_whatever_steps_the_day_before_was_given(
         for given in ([], ["--steps", "4"], ["--set", "train.steps=5"]):
             cli(*go_on, *given, ok=False)
     assert [j.train.steps for j in handed] == [0, 4, 5]  # 0: train.epochs over the new day
+
+
+def test_a_step_max_age_below_the_default_update_spacing_is_refused_naming_the_key(
+    tmp_path: Path,
+) -> None:
+    """Without evict_every the maps update every 1/50 of the steps a job trains; a max_age in
+    steps below that spacing evicts ids seen since the last update, as an evict_every above
+    max_age would (refused): refused alike, before any rank starts."""
+    from shardrec.tools.synth.drift import write_drift
+
+    days, _ = write_drift(tmp_path / "raw", 1200, seed=2, days=1, max_vocab=200)
+    cli("preprocess", days[0], "--out", tmp_path / "d", "--raw-ids", "all")
+    job = tmp_path / "job.toml"
+    job.write_text(
+        '[train]\ndevice = "cpu"\nglobal_batch_size = 4\n\n'
+        '[tables."*"]\nkind = "managed"\nrows = 50\nmax_age = "2 steps"\n'
+    )
+    args = ("train", "--config", job, "--data", tmp_path / "d", "--out-dir", tmp_path / "run")
+    result = cli(*args, ok=False)
+    assert_one_line_error(
+        result,
+        rf"^error: {re.escape(str(job))}:8: "
+        r"tables\.\"\*\"\.max_age = '2 steps' is below the 5 steps between two updates "
+        r"\(tables\.\"\*\"\.evict_every unset: 1/50 of the 257 steps this job trains\): ids "
+        r"would age out between two updates; raise max_age or set tables\.\"\*\"\.evict_every$",
+    )
+    assert not (tmp_path / "run").exists()
+    # The spacing given (as check() allows it), or a max_age that spans it, passes.
+    from shardrec.trainer.job.config import load_job_config
+    from shardrec.trainer.job.preflight import preflight
+
+    for change in ('tables."*".evict_every=2', 'tables."*".max_age="5 steps"'):
+        preflight(load_job_config(job, [f'data.path="{tmp_path / "d"}"', change]), 1)

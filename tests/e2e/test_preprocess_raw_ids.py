@@ -166,3 +166,30 @@ def test_a_raw_id_name_no_feature_has_lists_the_features_as_the_other_refusals_d
     args = ["preprocess", log, "--spec", spec, "--out", tmp_path / "d", "--raw-ids", "f5x"]
     shown = f"(the features: {', '.join(names[:30])}, ... and 10 more); did you mean f5?"
     assert_one_line_error(cli(*args, ok=False), re.escape(shown) + "$")
+
+
+def test_data_head_shows_a_negative_integer_raw_id_as_written(tmp_path: Path) -> None:
+    """Integer ids are kept in two's complement: the log's -47 is shown (and written to JSON) as
+    -47, not as 2^64 - 47, so that it joins with the user's own tables."""
+    (tmp_path / "log.csv").write_text(
+        "label,uid,tags\n" + "1,-47,-1|5\n0,999999999999999999,\n1,,7\n" * 4
+    )
+    (tmp_path / "spec.toml").write_text(
+        '[format]\nkind = "csv"\nheader = true\n\n'
+        '[[columns]]\nname = "label"\nrole = "label"\n\n'
+        '[[columns]]\nname = "uid"\nrole = "categorical"\nkind = "integer"\n\n'
+        '[[columns]]\nname = "tags"\nrole = "list"\nkind = "integer"\n'
+    )
+    out = tmp_path / "d"
+    cli("preprocess", tmp_path / "log.csv", "--spec", tmp_path / "spec.toml", "--out", out,
+        "--raw-ids", "all")  # fmt: skip
+    rows = json.loads(cli("data", "head", out, "-n", "3", "--json").stdout)
+    assert [(r["uid"], r["tags"]) for r in rows] == [
+        ("-47", ["-1", "5"]),
+        ("999999999999999999", []),
+        (None, ["7"]),
+    ]
+    (row,) = [
+        line for line in cli("data", "head", out, "-n", "1").stdout.splitlines() if "uid" in line
+    ]
+    assert row.split()[-2] == "-47", row

@@ -62,10 +62,11 @@ class JobConfig:
         """`message`, about the setting it starts with (`sharding.constraints.t_C3.sharding_types:
         ...`), prefixed with where that setting was given, the nearest enclosing key's place;
         unchanged where none is known."""
-        head = re.match(r"[A-Za-z_][\w-]*(?:\.[\w-]+)*", message)
+        # A quoted part (`tables."*".max_age`) is the key the job file quoted: origins hold it bare.
+        head = re.match(r'[A-Za-z_][\w-]*(?:\.(?:[\w-]+|"[^"]*"))*', message)
         if head is None:
             return message
-        path = head[0].split(".")
+        path = [part.strip('"') for part in re.findall(r'[\w-]+|"[^"]*"', head[0])]
         for n in range(len(path), 0, -1):
             where = self.key_origins.get(tuple(path[:n]))
             if where:

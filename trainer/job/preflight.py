@@ -19,6 +19,7 @@ from shardrec.trainer.distributed.devices import (
 )
 from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import JobConfig
+from shardrec.trainer.job.table_changes import table_key
 
 if TYPE_CHECKING:
     from shardrec.sharding.plan.plan_types import PlanFile
@@ -59,10 +60,19 @@ def preflight(job: JobConfig, world_size: int) -> None:
     check_files(Path(job.data.path), loaded)
     manifest = data_options.model_manifest(loaded, job.data)
     check_against_dataset(job, manifest)
+    check_update_cadence(job, manifest)
     if job.sharding.plan:
         _check_plan_file(job, manifest, world_size, kind)
     else:  # the ranks plan at start under the constraints: each must hold at this world size
         check_constraints(job, manifest, world_size)
+
+
+def check_update_cadence(job: JobConfig, manifest: Manifest) -> None:
+    """A managed table's max_age in steps holds across the updates its default evict_every
+    spaces by the steps this job trains (known only with the data)."""
+    steps = data_options.train_steps(manifest, job.data, job.train)
+    for feature, settings in job.tables.items():
+        settings.check_cadence(table_key(feature), steps)
 
 
 def check_files(directory: Path, manifest: Manifest) -> None:

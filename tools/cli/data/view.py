@@ -128,6 +128,7 @@ def head_rows(directory: Path, n: int = 5, split: str = "train") -> list[dict[st
     manifest = Manifest.load(directory)
     if manifest.kind == "events":
         return _event_rows(directory, manifest, n, split)
+    signed = raw_integer_features(manifest, directory)
     out: list[dict[str, Any]] = []
     for part in open_split(directory, split, manifest):
         for r in range(min(n - len(out), part.rows)):
@@ -147,6 +148,8 @@ def head_rows(directory: Path, n: int = 5, split: str = "train") -> list[dict[st
                 if feat.raw:  # 64-bit ids as they are; the empty field's value shown empty
                     if not feat.multi_hot and row[feat.name] == MISSING_KEY:
                         row[feat.name] = None
+                    elif feat.name in signed:
+                        row[feat.name] = _signed(row[feat.name])
                     continue
                 if any(
                     i >= feat.cardinality for i in ids
@@ -245,6 +248,29 @@ def raw_hex_widths(manifest: Manifest, directory: Path) -> dict[str, int]:
     return {
         c.name: width for c in spec.columns if getattr(c, "kind", "") == "hex" and c.name in raw
     }
+
+
+def raw_integer_features(manifest: Manifest, directory: Path) -> set[str]:
+    """Raw-id features read from decimal integers (a spec's `kind = "integer"`): preprocessing
+    stored them in two's complement, and a log's -1 is shown as -1, not as 2^64 - 1."""
+    from shardrec.dataloader.spec.feature_spec import SpecError
+    from shardrec.dataloader.spec.spec_file import manifest_spec
+
+    try:
+        spec = manifest_spec(manifest, directory)
+    except SpecError:
+        return set()
+    raw = {f.name for f in manifest.sparse_features if f.raw}
+    if spec is None:
+        return set()
+    return {c.name for c in spec.columns if getattr(c, "kind", "") == "integer" and c.name in raw}
+
+
+def _signed(value: Any) -> Any:
+    """A uint64 id (or a list of them) as the int64 it was written as."""
+    if isinstance(value, list):
+        return [_signed(v) for v in value]
+    return value - (1 << 64) if value >= 1 << 63 else value
 
 
 def column_hex_width(width: int, values: list[Any]) -> int:

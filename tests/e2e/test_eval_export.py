@@ -633,6 +633,42 @@ def test_export_of_a_run_whose_data_changed_names_a_data_that_export_takes(train
 
 
 @pytest.mark.slow
+def test_a_vocabulary_model_scores_raw_rows_as_its_split_after_its_dataset_is_rebuilt(
+    trained: Path,
+) -> None:
+    """Vocabulary mode (--min-count): raw rows get the ids of the vocabulary the model trained on,
+    which the model file holds: the same probabilities as the preprocessed split, also once the
+    dataset directory was preprocessed again from other days (another vocabulary: raw rows were
+    looked up in it, ids past the tables' rows ended in torch's traceback) and once it is gone."""
+    vocab = ("--out", "vdata", "--min-count", "3")
+    ok(in_process("preprocess", "raw/day_0", "raw/day_1", *vocab, cwd=trained))
+    run = ("--out-dir", "vrun", "--steps", "4", *TINY[:-2])
+    ok(shardrec("train", "--data", "vdata", *run, cwd=trained))
+    ok(in_process("export", "vrun", "--out", "vocab.safetensors", cwd=trained))
+    split = ("vocab.safetensors", "vdata", "--split", "test", "--out", "vsplit.npy")
+    ok(in_process("predict", *split, cwd=trained))
+    lines = (trained / "raw" / "day_1").read_bytes().splitlines(keepends=True)
+    (trained / "vtest.tsv").write_bytes(b"".join(lines[-1000:]))
+    try:
+        for rebuilt in (False, True):
+            if rebuilt:  # another vocabulary in the dataset's place
+                shutil.rmtree(trained / "vdata")
+                ok(in_process("preprocess", "raw/day_1", "raw/day_0", *vocab, cwd=trained))
+            raw = ("vocab.safetensors", "vtest.tsv", "--out", "vraw.txt")
+            ok(in_process("predict", *raw, cwd=trained))
+            np.testing.assert_allclose(
+                np.loadtxt(trained / "vraw.txt"), np.load(trained / "vsplit.npy"), atol=1e-6
+            )
+        shutil.rmtree(trained / "vdata")
+        ok(in_process("predict", *raw, cwd=trained))
+        np.testing.assert_allclose(
+            np.loadtxt(trained / "vraw.txt"), np.load(trained / "vsplit.npy"), atol=1e-6
+        )
+    finally:
+        shutil.rmtree(trained / "vdata", ignore_errors=True)
+
+
+@pytest.mark.slow
 def test_a_model_of_materialised_multi_hot_ids_scores_raw_rows_as_its_split(trained: Path) -> None:
     """Trained on a `data multihot` copy: raw rows are hashed as its one-hot source was and
     expanded by the same index tables (the split's probabilities), and the one-hot source itself

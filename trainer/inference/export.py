@@ -24,6 +24,7 @@ import warnings
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import numpy as np
 import torch
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import TensorProperties, TensorStorageMetadata
@@ -40,7 +41,7 @@ from shardrec.trainer.inference.eval_request import (
     run_dataset,
     stretch_data,
 )
-from shardrec.trainer.inference.model_file import FORMAT, FORMAT_VERSION, META_KEY
+from shardrec.trainer.inference.model_file import FORMAT, FORMAT_VERSION, META_KEY, VOCAB_PREFIX
 from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import JobConfig
 from shardrec.trainer.job.precision import resolve_precision
@@ -62,6 +63,8 @@ _SAFETENSORS_DTYPES = {
     torch.int64: "I64",
     torch.int32: "I32",
     torch.uint8: "U8",
+    torch.uint32: "U32",  # a vocabulary's values and ids
+    torch.uint64: "U64",
     torch.bool: "BOOL",
 }
 ITEM_MAPS = "events.items."
@@ -256,6 +259,23 @@ def item_maps(config: JobConfig, data: Path | None = None) -> dict[str, torch.Te
     }
 
 
+def vocab_tensors(header: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The vocabularies the model's training data was mapped by, from its dataset's folder (none
+    outside vocabulary mode). They go into the file because predict must map raw values as training
+    did: the folder is rebuilt by the next preprocess into that directory (other values, other ids:
+    ids past a table's rows, or silently other rows) and gone with the dataset."""
+    folder = header["transform"].get("vocab_dir")
+    if not folder:
+        return {}
+    return {
+        f"{VOCAB_PREFIX}{name}.{part}": torch.from_numpy(
+            np.load(Path(folder) / f"{name}.{part}.npy")
+        )
+        for name in header["feature_names"]
+        for part in ("values", "ids")
+    }
+
+
 ID_MAP_PREFIX = "id_maps."
 """A managed table's id map in the model file: `id_maps.<feature>`, int64 [slots], each slot's raw
 id as a bit pattern (MISSING_KEY where free); scoring looks raw ids up in it, read only."""
@@ -321,7 +341,7 @@ def export_model(
     header = model_header(run_dir, found_step, data)
     entries = _tensor_entries(checkpoint)  # verifies the checkpoint's files first
     check_checkpoint(checkpoint, run_dir, header, data)
-    extras = item_maps(run_config(run_dir), data)
+    extras = {**item_maps(run_config(run_dir), data), **vocab_tensors(header)}
     for name, tensor in extras.items():
         entries[name] = TensorStorageMetadata(
             TensorProperties(dtype=tensor.dtype), tensor.shape, []

@@ -177,7 +177,8 @@ def model_header(run_dir: Path, step: int, data: Path | None = None) -> dict[str
     """What the model file says about itself (its `__metadata__["shardrec"]`); `data`: the run's
     dataset where it is now, when it moved (checked as `eval --data` checks it)."""
     config = run_config(run_dir)
-    header = describe_model(config, run_dataset(run_dir, config, data, use="export"))
+    raw = run_dataset(run_dir, config, data, use="export")
+    header = describe_model(config, raw, data)
     return {**header, "source": {"run_dir": str(Path(run_dir).resolve()), "step": step}}
 
 
@@ -202,10 +203,10 @@ def check_checkpoint(
     )
 
 
-def describe_model(config: JobConfig, raw: Manifest) -> dict[str, Any]:
+def describe_model(config: JobConfig, raw: Manifest, dataset: Path | None = None) -> dict[str, Any]:
     """The header of a model of this job on this dataset (raw: its manifest as preprocessing wrote
-    it), less the run it came from: format, model config, tables and their features, the feature
-    transform."""
+    it; dataset: where it is, default the job's data.path), less the run it came from: format,
+    model config, tables and their features, the feature transform."""
     seen = data_options.model_manifest(raw, config.data)
     tables = table_specs(
         seen,
@@ -232,7 +233,9 @@ def describe_model(config: JobConfig, raw: Manifest) -> dict[str, Any]:
         "feature_names": seen.feature_names,
         "multi_hot": [f.name for f in seen.sparse_features if f.multi_hot],
         "dense_features": list(seen.dense_features),
-        "transform": feature_transform(raw, Path(config.data.path), config.data),
+        # The data `raw` was read from: with --data, the job's data.path is the old place, gone or
+        # holding other data (its vocabulary is not the one the model's ids came from).
+        "transform": feature_transform(raw, Path(dataset or config.data.path), config.data),
     }
     described = [f.to_dict() for f in seen.sparse_features]
     if raw.kind == "events" or any(f.sequence or f.table for f in seen.sparse_features):

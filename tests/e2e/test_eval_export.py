@@ -632,6 +632,83 @@ def test_export_of_a_run_whose_data_changed_names_a_data_that_export_takes(train
     assert not (trained / "m2.safetensors").exists()
 
 
+VOCAB = ("--min-count", "3")
+
+
+@pytest.fixture(scope="module")
+def vocab_run(trained: Path) -> Path:
+    """A run on vocabulary-mode data (kept as vdata.orig: tests that rebuild vdata copy it back),
+    its model file, the probabilities of its test split (vsplit.npy) and the split's raw rows
+    (vtest.tsv)."""
+    ok(in_process("preprocess", "raw/day_0", "raw/day_1", "--out", "vdata", *VOCAB, cwd=trained))
+    run = ("--out-dir", "vrun", "--steps", "4", *TINY[:-2])
+    ok(shardrec("train", "--data", "vdata", *run, cwd=trained))
+    ok(in_process("export", "vrun", "--out", "vocab.safetensors", cwd=trained))
+    split = ("vocab.safetensors", "vdata", "--split", "test", "--out", "vsplit.npy")
+    ok(in_process("predict", *split, cwd=trained))
+    lines = (trained / "raw" / "day_1").read_bytes().splitlines(keepends=True)
+    (trained / "vtest.tsv").write_bytes(b"".join(lines[-1000:]))
+    shutil.copytree(trained / "vdata", trained / "vdata.orig")
+    return trained
+
+
+def _raw_rows_score_as_the_split(root: Path, model: str) -> None:
+    ok(in_process("predict", model, "vtest.tsv", "--out", "vraw.txt", cwd=root))
+    np.testing.assert_allclose(
+        np.loadtxt(root / "vraw.txt"), np.load(root / "vsplit.npy"), atol=1e-6
+    )
+
+
+def _rebuild_vdata(root: Path) -> None:
+    """vdata preprocessed again from the days the other way round: another vocabulary."""
+    shutil.rmtree(root / "vdata", ignore_errors=True)
+    ok(in_process("preprocess", "raw/day_1", "raw/day_0", "--out", "vdata", *VOCAB, cwd=root))
+
+
+@pytest.mark.slow
+def test_a_vocabulary_model_scores_raw_rows_as_its_split_after_its_dataset_is_rebuilt(
+    vocab_run: Path,
+) -> None:
+    """Vocabulary mode (--min-count): raw rows get the ids of the vocabulary the model trained on,
+    which the model file holds: the same probabilities as the preprocessed split, also once the
+    dataset directory was preprocessed again from other days (another vocabulary: raw rows were
+    looked up in it, ids past the tables' rows ended in torch's traceback) and once it is gone."""
+    root = vocab_run
+    try:
+        _raw_rows_score_as_the_split(root, "vocab.safetensors")
+        _rebuild_vdata(root)
+        _raw_rows_score_as_the_split(root, "vocab.safetensors")
+        shutil.rmtree(root / "vdata")
+        _raw_rows_score_as_the_split(root, "vocab.safetensors")
+    finally:
+        shutil.rmtree(root / "vdata", ignore_errors=True)
+        shutil.copytree(root / "vdata.orig", root / "vdata")
+
+
+@pytest.mark.slow
+def test_export_with_data_of_a_moved_vocabulary_dataset_holds_that_datasets_vocabulary(
+    vocab_run: Path,
+) -> None:
+    """`export --data DIR` of a run whose dataset moved, while its old place holds other data (as
+    the refusal of that export suggests): the file records DIR and holds DIR's vocabulary (it took
+    the old place's: raw rows got another vocabulary's ids)."""
+    root = vocab_run
+    try:
+        (root / "vdata").rename(root / "vmoved")
+        _rebuild_vdata(root)
+        ok(in_process("export", "vrun", "--out", "m.safetensors", "--data", "vmoved", cwd=root))
+        _raw_rows_score_as_the_split(root, "m.safetensors")
+        from safetensors import safe_open
+
+        with safe_open(str(root / "m.safetensors"), framework="np") as f:
+            header = json.loads(f.metadata()["shardrec"])
+        assert header["transform"]["dataset"] == str((root / "vmoved").resolve())
+    finally:
+        shutil.rmtree(root / "vdata", ignore_errors=True)
+        shutil.rmtree(root / "vmoved", ignore_errors=True)
+        shutil.copytree(root / "vdata.orig", root / "vdata")
+
+
 @pytest.mark.slow
 def test_a_model_of_materialised_multi_hot_ids_scores_raw_rows_as_its_split(trained: Path) -> None:
     """Trained on a `data multihot` copy: raw rows are hashed as its one-hot source was and

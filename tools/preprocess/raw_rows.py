@@ -26,6 +26,7 @@ from shardrec.dataloader.multihot.multihot_tables import (
 )
 from shardrec.dataloader.spec.feature_spec import FeatureSpec, IgnoredColumn, LabelColumn
 from shardrec.dataloader.spec.spec_file import spec_from_dict
+from shardrec.tools.preprocess.ids.id_maps import Vocabulary
 from shardrec.tools.preprocess.ids.vocab import load_vocabularies
 from shardrec.tools.preprocess.parse.criteo_text import REASONS, Schema
 from shardrec.tools.preprocess.parse.parquet_schema import is_parquet
@@ -42,7 +43,7 @@ from shardrec.tools.preprocess.raw_labels import (
 from shardrec.tools.preprocess.tasks.bad_rows import non_finite_error
 from shardrec.tools.preprocess.tasks.task import TaskOptions
 from shardrec.tools.preprocess.text.gz import open_text
-from shardrec.trainer.inference.model_file import reads_raw_rows
+from shardrec.trainer.inference.model_file import VOCAB_PREFIX, reads_raw_rows
 
 logger = logging.getLogger(__name__)
 CHUNK_BYTES = 16 << 20
@@ -77,6 +78,8 @@ class RawRows:
         self.names, self.cardinalities = list(header["feature_names"]), tuple(t["cardinalities"])
         self.vocabs = None
         if t.get("mode") == "vocab":
+            self.vocabs = _file_vocabularies(model, self.names) if model is not None else None
+        if t.get("mode") == "vocab" and self.vocabs is None:  # a file exported without them
             if not t.get("vocab_dir") or not Path(t["vocab_dir"]).is_dir():
                 raise ValueError(
                     f"vocabulary folder {t.get('vocab_dir')!r} of the model's dataset is gone: "
@@ -302,6 +305,22 @@ class RawRows:
                 data, rest = data[:cut], data[cut:]
                 yield self.convert(data, path, line, opts, labeled)
                 line += data.count(b"\n")
+
+
+def _file_vocabularies(model: Path, names: list[str]) -> list[Vocabulary] | None:
+    """The vocabularies a model file holds (export writes them: its dataset's folder may since have
+    been rebuilt for other data); None for a file exported before they were written."""
+    from safetensors import safe_open
+
+    with safe_open(str(model), framework="numpy") as f:
+        if f"{VOCAB_PREFIX}{names[0]}.values" not in f.keys():
+            return None
+        return [
+            Vocabulary(
+                f.get_tensor(f"{VOCAB_PREFIX}{n}.values"), f.get_tensor(f"{VOCAB_PREFIX}{n}.ids")
+            )
+            for n in names
+        ]
 
 
 def _row_groups(path: Path) -> int:

@@ -24,6 +24,7 @@ import warnings
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import numpy as np
 import torch
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import TensorProperties, TensorStorageMetadata
@@ -40,7 +41,7 @@ from shardrec.trainer.inference.eval_request import (
     run_dataset,
     stretch_data,
 )
-from shardrec.trainer.inference.model_file import FORMAT, FORMAT_VERSION, META_KEY
+from shardrec.trainer.inference.model_file import FORMAT, FORMAT_VERSION, META_KEY, VOCAB_PREFIX
 from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import JobConfig
 from shardrec.trainer.job.precision import resolve_precision
@@ -62,6 +63,8 @@ _SAFETENSORS_DTYPES = {
     torch.int64: "I64",
     torch.int32: "I32",
     torch.uint8: "U8",
+    torch.uint32: "U32",  # a vocabulary's values and ids
+    torch.uint64: "U64",
     torch.bool: "BOOL",
 }
 ITEM_MAPS = "events.items."
@@ -174,7 +177,8 @@ def model_header(run_dir: Path, step: int, data: Path | None = None) -> dict[str
     """What the model file says about itself (its `__metadata__["shardrec"]`); `data`: the run's
     dataset where it is now, when it moved (checked as `eval --data` checks it)."""
     config = run_config(run_dir)
-    header = describe_model(config, run_dataset(run_dir, config, data, use="export"))
+    raw = run_dataset(run_dir, config, data, use="export")
+    header = describe_model(config, raw, data)
     return {**header, "source": {"run_dir": str(Path(run_dir).resolve()), "step": step}}
 
 
@@ -199,10 +203,10 @@ def check_checkpoint(
     )
 
 
-def describe_model(config: JobConfig, raw: Manifest) -> dict[str, Any]:
+def describe_model(config: JobConfig, raw: Manifest, dataset: Path | None = None) -> dict[str, Any]:
     """The header of a model of this job on this dataset (raw: its manifest as preprocessing wrote
-    it), less the run it came from: format, model config, tables and their features, the feature
-    transform."""
+    it; dataset: where it is, default the job's data.path), less the run it came from: format,
+    model config, tables and their features, the feature transform."""
     seen = data_options.model_manifest(raw, config.data)
     tables = table_specs(
         seen,
@@ -229,7 +233,9 @@ def describe_model(config: JobConfig, raw: Manifest) -> dict[str, Any]:
         "feature_names": seen.feature_names,
         "multi_hot": [f.name for f in seen.sparse_features if f.multi_hot],
         "dense_features": list(seen.dense_features),
-        "transform": feature_transform(raw, Path(config.data.path), config.data),
+        # The data `raw` was read from: with --data, the job's data.path is the old place, gone or
+        # holding other data (its vocabulary is not the one the model's ids came from).
+        "transform": feature_transform(raw, Path(dataset or config.data.path), config.data),
     }
     described = [f.to_dict() for f in seen.sparse_features]
     if raw.kind == "events" or any(f.sequence or f.table for f in seen.sparse_features):
@@ -253,6 +259,23 @@ def item_maps(config: JobConfig, data: Path | None = None) -> dict[str, torch.Te
     return {
         f"{ITEM_MAPS}artist": torch.from_numpy(artist.astype("int32")),
         f"{ITEM_MAPS}album": torch.from_numpy(album.astype("int32")),
+    }
+
+
+def vocab_tensors(header: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The vocabularies the model's training data was mapped by, from its dataset's folder (none
+    outside vocabulary mode). They go into the file because predict must map raw values as training
+    did: the folder is rebuilt by the next preprocess into that directory (other values, other ids:
+    ids past a table's rows, or silently other rows) and gone with the dataset."""
+    folder = header["transform"].get("vocab_dir")
+    if not folder:
+        return {}
+    return {
+        f"{VOCAB_PREFIX}{name}.{part}": torch.from_numpy(
+            np.load(Path(folder) / f"{name}.{part}.npy")
+        )
+        for name in header["feature_names"]
+        for part in ("values", "ids")
     }
 
 
@@ -321,7 +344,7 @@ def export_model(
     header = model_header(run_dir, found_step, data)
     entries = _tensor_entries(checkpoint)  # verifies the checkpoint's files first
     check_checkpoint(checkpoint, run_dir, header, data)
-    extras = item_maps(run_config(run_dir), data)
+    extras = {**item_maps(run_config(run_dir), data), **vocab_tensors(header)}
     for name, tensor in extras.items():
         entries[name] = TensorStorageMetadata(
             TensorProperties(dtype=tensor.dtype), tensor.shape, []

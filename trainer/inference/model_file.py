@@ -17,6 +17,10 @@ from typing import Any
 FORMAT = "shardrec-model"
 FORMAT_VERSION = 1
 META_KEY = "shardrec"
+VOCAB_PREFIX = "vocab."
+"""A vocabulary-mode model's vocabularies in the file: `vocab.<feature>.values` (the kept values,
+sorted) and `vocab.<feature>.ids` (each one's id), uint32 or uint64, as preprocessing wrote them
+(tools/preprocess/ids/vocab.py: `.work/vocab/<feature>.values.npy`, `.ids.npy`)."""
 MAX_HEADER_BYTES = 100 << 20
 """safetensors' own limit on its JSON header."""
 

@@ -27,7 +27,7 @@ from shardrec.embeddings.managed.maps import ManagedMaps, build_maps
 from shardrec.embeddings.managed.table_kinds import TableSettings
 from shardrec.embeddings.tables import POOLING_TYPES, build_ebc
 from shardrec.trainer.inference.export import ID_MAP_PREFIX, ITEM_MAPS, header_preprocessing
-from shardrec.trainer.inference.model_file import read_header, reads_raw_rows
+from shardrec.trainer.inference.model_file import VOCAB_PREFIX, read_header, reads_raw_rows
 from shardrec.trainer.job.precision import resolve_precision
 from shardrec.trainer.job.sections import ModelConfig
 from shardrec.trainer.loop.managed_ids import remap_batch
@@ -90,7 +90,8 @@ def load_exported(path: Path) -> ExportedModel:
         if k.startswith(ITEM_MAPS)
     }
     maps = _id_maps(header, tensors, path)
-    weights = {k: v for k, v in tensors.items() if not k.startswith(ID_MAP_PREFIX)}
+    # The vocabularies are raw rows' (tools/preprocess/raw_rows.py reads them), not the model's.
+    weights = {k: v for k, v in tensors.items() if not k.startswith((ID_MAP_PREFIX, VOCAB_PREFIX))}
     _check_weights(path, weights, model.state_dict())
     model.load_state_dict(weights, strict=True)
     model.eval()

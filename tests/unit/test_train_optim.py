@@ -159,3 +159,21 @@ def test_a_resume_trains_at_the_rates_the_job_sets_now_with_the_checkpoints_stat
         resumed.dense.state_dict()["state"][0]["sum"],
         saved[0].dense.state_dict()["state"][0]["sum"],
     )
+
+
+def test_the_reported_rate_of_a_step_is_the_rate_that_step_took() -> None:
+    """metrics.jsonl's `lr` at step N (the train loop reads stepped_lr after the step): under a
+    warm-up over 4 steps then a decay from step 5 over 2, steps 1..8 take the rates below, not
+    the next step's (the scheduler has moved on by the time the step is reported)."""
+    from shardrec.trainer.model.train_optimizer import TrainOptimizer
+
+    dense = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.004)
+    opt = TrainOptimizer(
+        dense, None, {}, dlrm_schedule(warmup_steps=4, decay_start=5, decay_steps=2)
+    )
+    reported = []
+    for _ in range(8):
+        opt.zero_grad()
+        opt.step()
+        reported.append(round(opt.stepped_lr, 6))
+    assert reported == [0.001, 0.002, 0.003, 0.004, 0.004, 0.004, 0.001, 0.0]

@@ -94,6 +94,9 @@ class TrainOptimizer:
         """Parameter FQN -> (table name, parameter) of the data-parallel tables."""
         self.scheduler = LambdaLR(dense, schedule)
         self.schedule = schedule
+        self.stepped_lr = dense.param_groups[0]["lr"]
+        """The dense layers' rate in the last step taken (metrics.jsonl's `lr` of that step);
+        after a step their param_groups already hold the next step's."""
         tables = (fused, replicated_tables) if fused is not None else ()
         self.scheduled_tables = [o for o in tables if o is not None]
         """The tables' optimizers when the schedule applies to them too (the DLRMv2 reference's
@@ -127,6 +130,7 @@ class TrainOptimizer:
         if self.clip_grad_norm:  # DDP averaged the gradients already: every rank clips alike
             params = [p for g in self.dense.param_groups for p in g["params"] if p.grad is not None]
             torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm)
+        self.stepped_lr = self.dense.param_groups[0]["lr"]
         for o in self.optimizers:
             o.step()
         self.scheduler.step()

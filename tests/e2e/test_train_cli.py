@@ -402,3 +402,37 @@ def test_a_data_parallel_table_trains_without_torchs_autograd_warning(
         (key,) = [k for k in model if "t_f0" in k and k.endswith("weight")]
         tables.append(model[key])
     assert not torch.equal(tables[0], tables[1]), "the data-parallel table did not change"
+
+
+@pytest.mark.slow
+def test_the_logged_rate_is_each_steps_own_and_a_changed_rate_applies_on_resume(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
+    """metrics.jsonl's `lr` at step N is the dense rate step N took (it was step N+1's: the peak a
+    step early), and a resume that accepts a new optim.dense_lr trains at it from the schedule's
+    step on (it went on at the checkpoint's rate)."""
+    run = tmp_path / "run"
+    job = (
+        'train.device="cpu"',
+        *TINY_MODEL,
+        "train.global_batch_size=64",
+        "train.log_interval=1",
+        "checkpoint.interval_steps=2",
+        "eval.interval_steps=0",
+        "optim.warmup_steps=4",
+    )
+
+    def train(steps: int, *extra: str) -> None:
+        args = ["train", "--data", str(tiny_dataset), "--out-dir", str(run), "--steps", str(steps)]
+        done = subprocess.run(
+            [sys.executable, "-m", "shardrec.tools.cli", *args, *settings(*job), *extra],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    train(2)
+    train(4, "--set", "optim.dense_lr=0.5", "--allow-change", "optim.dense_lr")
+    rates = [(r["step"], round(r["lr"], 6)) for r in _train_losses(run)]
+    assert rates == [(1, 0.0125), (2, 0.025), (3, 0.375), (4, 0.5)]

@@ -103,3 +103,16 @@ def test_a_recency_prior_without_a_relative_bias_is_refused_naming_both_keys() -
         load_job_config(None, ['model.hstu_bias="pairwise"', "model.hstu_recency=-1.0"])
     both = ['model.hstu_bias="both"', "model.hstu_recency=0.3"]
     assert load_job_config(None, both).model.hstu_recency == 0.3
+
+
+@pytest.mark.parametrize(
+    "setting", ["optim.sparse_lr=nan", "optim.clip_grad_norm=nan", "optim.loss_weight=inf"]
+)
+def test_a_rate_or_weight_that_is_no_finite_number_is_refused_naming_the_key(setting: str) -> None:
+    """TOML's nan and inf are floats: a sparse rate of nan reached torch at the first step without
+    its key, a clipping norm of nan trained into a NaN loss that blamed optim.dense_lr."""
+    key, value = setting.split("=")
+    with pytest.raises(
+        ValueError, match=rf"^--set '{setting}': {key} = {value} must be a finite number$"
+    ):
+        load_job_config(None, [setting])

@@ -120,3 +120,60 @@ def test_the_schedule_reaches_the_tables_only_when_asked() -> None:
     dense_only = TrainOptimizer(dense, tables, {}, schedule)
     dense_only.zero_grad()
     assert [o.param_groups[0]["lr"] for o in (dense, tables, fused)] == [0.001, 0.004, 0.004]
+
+
+def _trained(dense_lr: float, table_lr: float, eps: float, steps: int, resume=None):
+    """A TrainOptimizer (Adagrad dense layers, warm-up over 4 steps; sgd data-parallel tables)
+    whose parameters took `steps` steps of a fixed gradient, after loading `resume` (an earlier
+    return's optimizer and weights) if given."""
+    from shardrec.trainer.model.train_optimizer import TrainOptimizer
+
+    start = (torch.ones(3), torch.ones(2)) if resume is None else resume[1:]
+    dense_w, table_w = (torch.nn.Parameter(w.detach().clone()) for w in start)
+    dense = torch.optim.Adagrad([dense_w], lr=dense_lr, eps=eps)
+    tables = torch.optim.SGD([table_w], lr=table_lr)
+    opt = TrainOptimizer(dense, tables, {"t": ("t", table_w)}, dlrm_schedule(4, 0, 0))
+    if resume is not None:
+        opt.load_state_dict(resume[0].state_dict())
+    for _ in range(steps):
+        opt.zero_grad()
+        dense_w.grad, table_w.grad = torch.tensor([1.0, 2.0, 3.0]), torch.ones(2)
+        opt.step()
+    return opt, dense_w, table_w
+
+
+def test_a_resume_trains_at_the_rates_the_job_sets_now_with_the_checkpoints_state() -> None:
+    saved = _trained(0.05, 0.1, 1e-8, steps=2)
+    # Unchanged settings: the same weights as the run that went on.
+    _, whole_d, whole_t = _trained(0.05, 0.1, 1e-8, steps=3)
+    _, same_d, same_t = _trained(0.05, 0.1, 1e-8, steps=1, resume=saved)
+    assert torch.equal(same_d, whole_d) and torch.equal(same_t, whole_t)
+    # A change accepted on resume (--allow-change optim): the new rates and eps, at the
+    # schedule's step 2 (warm-up 3/4), on the checkpoint's Adagrad sums.
+    resumed, _, _ = _trained(0.5, 0.7, 0.25, steps=0, resume=saved)
+    dense_group, table_group = resumed.param_groups
+    assert dense_group["lr"] == 0.5 * 3 / 4 and dense_group["eps"] == 0.25
+    assert table_group["lr"] == 0.7
+    assert resumed.scheduler.get_last_lr() == [0.5 * 3 / 4]
+    assert torch.equal(
+        resumed.dense.state_dict()["state"][0]["sum"],
+        saved[0].dense.state_dict()["state"][0]["sum"],
+    )
+
+
+def test_the_reported_rate_of_a_step_is_the_rate_that_step_took() -> None:
+    """metrics.jsonl's `lr` at step N (the train loop reads stepped_lr after the step): under a
+    warm-up over 4 steps then a decay from step 5 over 2, steps 1..8 take the rates below, not
+    the next step's (the scheduler has moved on by the time the step is reported)."""
+    from shardrec.trainer.model.train_optimizer import TrainOptimizer
+
+    dense = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.004)
+    opt = TrainOptimizer(
+        dense, None, {}, dlrm_schedule(warmup_steps=4, decay_start=5, decay_steps=2)
+    )
+    reported = []
+    for _ in range(8):
+        opt.zero_grad()
+        opt.step()
+        reported.append(round(opt.stepped_lr, 6))
+    assert reported == [0.001, 0.002, 0.003, 0.004, 0.004, 0.004, 0.001, 0.0]

@@ -17,6 +17,10 @@ def check_choice(key: str, value: str, choices: tuple[str, ...]) -> None:
 
 
 def check_positive(key: str, value: float, allow_zero: bool = False) -> None:
+    # TOML reads nan and inf as floats, and nan passes every comparison's refusal: without this
+    # a rate of nan reached torch at the first step, unnamed ("Invalid learning rate: nan").
+    if not math.isfinite(value):
+        raise ValueError(f"{key} = {value!r} must be a finite number")
     if value < 0 or (value == 0 and not allow_zero):
         raise ValueError(f"{key} = {value!r} must be {'>= 0' if allow_zero else '> 0'}")
 

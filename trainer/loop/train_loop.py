@@ -277,7 +277,7 @@ def run_job(job: Job) -> dict[str, Any]:
         total_steps=total,
         first_step=job.progress.step,
         log_interval=cfg.train.log_interval,
-        lr=lambda: job.runner.optimizer.param_groups[0]["lr"],
+        lr=lambda: job.runner.optimizer.stepped_lr,
         unlogged=job.progress,
     )
     if job.continuing:

@@ -94,6 +94,9 @@ class TrainOptimizer:
         """Parameter FQN -> (table name, parameter) of the data-parallel tables."""
         self.scheduler = LambdaLR(dense, schedule)
         self.schedule = schedule
+        self.stepped_lr = dense.param_groups[0]["lr"]
+        """The dense layers' rate in the last step taken (metrics.jsonl's `lr` of that step);
+        after a step their param_groups already hold the next step's."""
         tables = (fused, replicated_tables) if fused is not None else ()
         self.scheduled_tables = [o for o in tables if o is not None]
         """The tables' optimizers when the schedule applies to them too (the DLRMv2 reference's
@@ -127,6 +130,7 @@ class TrainOptimizer:
         if self.clip_grad_norm:  # DDP averaged the gradients already: every rank clips alike
             params = [p for g in self.dense.param_groups for p in g["params"] if p.grad is not None]
             torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm)
+        self.stepped_lr = self.dense.param_groups[0]["lr"]
         for o in self.optimizers:
             o.step()
         self.scheduler.step()
@@ -164,6 +168,23 @@ class TrainOptimizer:
         return out
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Load the checkpoint's state (moments, step counts, the schedule's step) but keep this
+        job's settings: torch restores a checkpoint's rates and epsilons with its param_groups,
+        and a resume that accepted a change of them (`--allow-change optim.dense_lr`) would
+        otherwise go on at the old ones."""
+        settings = [_job_settings(o) for o in self.optimizers]
+        self._load(state)
+        for optimizer, groups in zip(self.optimizers, settings):
+            for group, kept in zip(optimizer.param_groups, groups):
+                group.update(kept)
+        base = [g["initial_lr"] for g in self.dense.param_groups]
+        self.scheduler.base_lrs = base
+        factor = self.schedule(self.scheduler.last_epoch)
+        for group, lr in zip(self.dense.param_groups, base):
+            group["lr"] = lr * factor
+        self.scheduler._last_lr = [g["lr"] for g in self.dense.param_groups]
+
+    def _load(self, state: dict[str, Any]) -> None:
         self.dense.load_state_dict(state["dense"])
         self.scheduler.load_state_dict(state["scheduler"])
         if self.replicated_tables is None or self._state_by_name():
@@ -175,3 +196,12 @@ class TrainOptimizer:
                 "(row-wise Adagrad and sgd can): resume with the checkpoint's plan"
             )
         self.replicated_tables.load_state_dict(state["replicated_tables"])
+
+
+JOB_SETTINGS = ("lr", "initial_lr", "eps", "betas")
+"""The param_groups' entries the job sets (optim.*), which a resume keeps from the job, not the
+checkpoint. The rest (`fused`, `foreach`, ...) is arithmetic the checkpoint's run chose: kept."""
+
+
+def _job_settings(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
+    return [{k: g[k] for k in JOB_SETTINGS if k in g} for g in optimizer.param_groups]

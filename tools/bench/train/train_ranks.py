@@ -126,7 +126,7 @@ def build_ours(config: JobConfig, env: DistEnv, run_dir: Path, total_steps: int)
         total_steps=total_steps,
         first_step=0,
         log_interval=config.train.log_interval,
-        lr=lambda: job.runner.optimizer.param_groups[0]["lr"],
+        lr=lambda: job.runner.optimizer.stepped_lr,
     )
     return Ours(job, reporter)
 

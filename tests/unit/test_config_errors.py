@@ -116,3 +116,24 @@ def test_a_rate_or_weight_that_is_no_finite_number_is_refused_naming_the_key(set
         ValueError, match=rf"^--set '{setting}': {key} = {value} must be a finite number$"
     ):
         load_job_config(None, [setting])
+
+
+@pytest.mark.parametrize(
+    ("settings", "said"),
+    [
+        (["optim.decay_start=5"], "optim.decay_start = 5 and optim.decay_steps = 0"),
+        (["optim.decay_steps=4"], "optim.decay_start = 0 and optim.decay_steps = 4"),
+    ],
+)
+def test_a_decay_given_half_is_refused_not_trained_without_it(settings: list[str], said: str):
+    """The schedule decays only where both are set: one alone trained at the peak rate to the end
+    without a word."""
+    with pytest.raises(ValueError) as refused:
+        load_job_config(None, settings)
+    assert str(refused.value).endswith(
+        f"{said}: a decay needs both (the step it starts at, the steps it lasts); "
+        "set the other, or neither for no decay"
+    ), str(refused.value)
+    assert (
+        load_job_config(None, ["optim.decay_start=5", "optim.decay_steps=4"]).optim.decay_steps == 4
+    )

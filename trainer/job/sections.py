@@ -230,9 +230,9 @@ class OptimConfig:
     """Linear warm-up of the dense learning rate (DLRMv2 schedule; the tables' too with
     schedule_tables)."""
     decay_start: int = 0
-    """Step at which the polynomial decay starts (0: no decay)."""
+    """Step at which the polynomial decay starts (0: no decay; set with decay_steps)."""
     decay_steps: int = 0
-    """Steps over which the learning rate decays to zero."""
+    """Steps over which the learning rate decays to zero (0: no decay; set with decay_start)."""
     schedule_tables: bool = False
     """Apply the schedule (warm-up, decay) to the embedding tables' learning rate too, as the DLRMv2
     reference does; false: the dense layers' only."""
@@ -257,6 +257,12 @@ class OptimConfig:
         check_positive("optim.dense_lr", self.dense_lr)
         check_positive("optim.eps", self.eps)
         check_counts("optim", self, "warmup_steps", "decay_start", "decay_steps")
+        if bool(self.decay_start) != bool(self.decay_steps):  # the schedule needs both
+            raise ValueError(
+                f"optim.decay_start = {self.decay_start} and optim.decay_steps = "
+                f"{self.decay_steps}: a decay needs both (the step it starts at, the steps it "
+                "lasts); set the other, or neither for no decay"
+            )
         for name in ("adam_beta1", "adam_beta2"):
             if not 0 <= getattr(self, name) < 1:
                 raise ValueError(f"optim.{name} = {getattr(self, name)!r} must lie in [0, 1)")

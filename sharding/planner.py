@@ -94,6 +94,36 @@ def _describe_shortfall(cost: PlanCost, device_kind: str, hint: str = "") -> str
     )
 
 
+def _fits_nowhere(request: SearchRequest, constrained: set[str]) -> str:
+    """Why no placement can fit, where one part alone is too big for a rank: what every rank holds
+    besides its tables, or a table whose least-memory allowed option overflows one rank ("" when
+    only the sum is too big: then the per-rank shortfall says it all)."""
+    problem = Problem(request)
+    usable, left = problem.topo.usable_bytes, problem.capacity
+    if left <= 0:
+        return (
+            f"what every rank holds besides its tables (dense layers, framework) needs "
+            f"{fmt_bytes(usable - left)}, more than the {fmt_bytes(usable)} usable: raise memory "
+            "per rank"
+        )
+    for index, options in enumerate(problem.options):
+        need, least = min((problem.max_memory(index, o), o.sharding_type) for o in options)
+        if need <= left:
+            continue
+        name, allowed = problem.configs[index].name, sorted({o.sharding_type for o in options})
+        return (
+            f"table {name} fits on no rank: it needs {fmt_bytes(need)} on one rank at least "
+            f"({least}; allowed: {', '.join(allowed)}), a rank has {fmt_bytes(left)} for tables "
+            f"after the {fmt_bytes(usable - left)} every rank holds; "
+            + (
+                f"loosen sharding.constraints.{name} or raise memory per rank"
+                if name in constrained
+                else "add ranks or raise memory per rank"
+            )
+        )
+    return ""
+
+
 def _fits(cost: PlanCost) -> bool:
     return not cost.shortfall() and not cost.host_shortfall()
 
@@ -136,7 +166,10 @@ def plan_tables(request: PlanRequest, *, search: str = "shardrec") -> PlanFile:
             _group_request(request, topo, 0, curves), statistics, cost
         )
     if not _fits(cost):
-        raise PlanDoesNotFitError(_describe_shortfall(cost, topo.device_kind))
+        hint = _fits_nowhere(
+            _group_request(request, topo, group_size, curves), set(request.constraints or {})
+        )
+        raise PlanDoesNotFitError(_describe_shortfall(cost, topo.device_kind, hint))
     plan = build_plan_file(
         table_plans, request.configs, topo, request.global_batch_size, cost, search
     )

@@ -135,6 +135,30 @@ def test_a_table_that_fits_on_no_rank_is_named_with_its_need_and_the_room_left(
     )
 
 
+def test_torchrec_search_finding_no_placement_is_one_line(tmp_path: Path) -> None:
+    from conftest import write_tiny_dataset
+
+    # Before: torchrec's PlannerError, a traceback and 20 lines of its storage figures. t_f0's
+    # 800,000 rows (49 MiB of weights) pass the 43.5 MiB a rank may fill.
+    data = tmp_path / "data"
+    write_tiny_dataset(data, cardinalities=(800_000, 50))
+    job = _job(tmp_path, 't_f0 = { sharding_types = ["table_wise"] }')
+    res = runner.invoke(
+        app,
+        ["plan", "--data", str(data), "--config", str(job), "--memory-gib", "0.05"]
+        + ["--search", "torchrec", "--out", str(tmp_path / "plan.json")],
+    )
+    assert_one_line_error(
+        res,
+        "^"
+        + re.escape(
+            "error: the plan does not fit: torchrec's planner found no placement within 43.52 MiB "
+            "per rank (table t_f0 fits on no rank: it needs 51.91 MiB on one rank at least"
+        ),
+    )
+    assert not (tmp_path / "plan.json").exists()
+
+
 def test_plan_data_and_batch_errors_name_the_flag_or_key_as_given(
     tiny_dataset: Path, tmp_path: Path
 ) -> None:

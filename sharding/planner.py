@@ -22,6 +22,8 @@ from shardrec.sharding.plan.constraints import TableConstraint, parse_constraint
 from shardrec.sharding.plan.plan_file import plan_fingerprint
 from shardrec.sharding.plan.plan_types import (
     PLAN_SCHEMA_VERSION,
+    SEQUENCE_SHARDING_TYPES,
+    SHARDING_TYPES,
     PlanDoesNotFitError,
     PlanEstimate,
     PlanFile,
@@ -94,6 +96,43 @@ def _describe_shortfall(cost: PlanCost, device_kind: str, hint: str = "") -> str
     )
 
 
+def _fits_nowhere(request: SearchRequest) -> str:
+    """Why no placement can fit, where one part alone is too big for a rank: what every rank holds
+    besides its tables, or a table whose least-memory allowed option overflows one rank ("" when
+    only the sum is too big: then the per-rank shortfall says it all)."""
+    problem = Problem(request)
+    usable, left = problem.topo.usable_bytes, problem.capacity
+    if left <= 0:
+        return (
+            f"what every rank holds besides its tables (dense layers, framework) needs "
+            f"{fmt_bytes(usable - left)}, more than the {fmt_bytes(usable)} usable: raise memory "
+            "per rank"
+        )
+    for index, options in enumerate(problem.options):
+        need, least = min((problem.max_memory(index, o), o.sharding_type) for o in options)
+        if need <= left:
+            continue
+        name, allowed = problem.configs[index].name, sorted({o.sharding_type for o in options})
+        constraint = problem.cons[index]
+        # Narrowed by the job (a sequence table's own types are no constraint to loosen).
+        narrowed = constraint.ranks or constraint.min_partition or constraint.compute_kernels
+        narrowed = narrowed or constraint.sharding_types not in (
+            SHARDING_TYPES,
+            SEQUENCE_SHARDING_TYPES,
+        )
+        return (
+            f"table {name} fits on no rank: it needs {fmt_bytes(need)} on one rank at least "
+            f"({least}; allowed: {', '.join(allowed)}), a rank has {fmt_bytes(left)} for tables "
+            f"after the {fmt_bytes(usable - left)} every rank holds; "
+            + (
+                f"loosen sharding.constraints.{name} or raise memory per rank"
+                if narrowed
+                else "add ranks or raise memory per rank"
+            )
+        )
+    return ""
+
+
 def _fits(cost: PlanCost) -> bool:
     return not cost.shortfall() and not cost.host_shortfall()
 
@@ -136,7 +175,8 @@ def plan_tables(request: PlanRequest, *, search: str = "shardrec") -> PlanFile:
             _group_request(request, topo, 0, curves), statistics, cost
         )
     if not _fits(cost):
-        raise PlanDoesNotFitError(_describe_shortfall(cost, topo.device_kind))
+        hint = _fits_nowhere(_group_request(request, topo, group_size, curves))
+        raise PlanDoesNotFitError(_describe_shortfall(cost, topo.device_kind, hint))
     plan = build_plan_file(
         table_plans, request.configs, topo, request.global_batch_size, cost, search
     )
@@ -182,9 +222,23 @@ def _plan_group(
 ) -> tuple[list[TablePlan], PlanCost, int]:
     """(placement, cost, group size) of one request; 2D groups add the replicas' weight sync."""
     if search == "torchrec":
+        from torchrec.distributed.planner.types import PlannerError
+
         from shardrec.sharding.torchrec.torchrec_planner import torchrec_plan
 
-        table_plans = torchrec_plan(request)
+        try:
+            table_plans = torchrec_plan(request)
+        except PlannerError:  # its message: many lines of torchrec's storage figures
+            raise PlanDoesNotFitError(
+                "the plan does not fit: torchrec's planner found no placement within "
+                f"{fmt_bytes(topo.usable_bytes)} per rank ("
+                + (
+                    _fits_nowhere(request)
+                    or "add ranks, raise memory per rank or loosen sharding.constraints; "
+                    "--search shardrec names each rank's gap"
+                )
+                + ")"
+            ) from None
     else:
         from shardrec.sharding.search.shardrec_search import search_plan
 

@@ -148,6 +148,12 @@ def parse_constraints(
                 'data-parallel tables only; add sharding_types = ["data_parallel"], or use '
                 "'fused' for a sharded table"
             )
+        if kernels and "dense" not in kernels and set(types) == {"data_parallel"}:
+            raise ValueError(
+                f"sharding.constraints.{name}.compute_kernels = {list(kernels)!r}: a data-parallel "
+                "table's kernel is 'dense'; drop compute_kernels, or allow a sharded type in "
+                "sharding_types for the fused kernel"
+            )
         out[name] = TableConstraint(**kw)
     return out
 
@@ -169,13 +175,17 @@ def sharding_options(
     """(sharding type, column shards: 1 where it cuts no columns) of every way the constraint
     allows a table of `dim` columns on `world_size` ranks, `local_world_size` a host: column-wise
     types cut into equal blocks of at least min_partition columns on distinct ranks; row-wise and
-    data-parallel need every rank allowed, the table-wise-within-a-host types a whole host."""
+    data-parallel need every rank allowed, the table-wise-within-a-host types a whole host;
+    data-parallel also a kernel constraint that allows 'dense', its one kernel."""
     allowed = set(constraint.ranks) or set(range(world_size))
     hosts = [
         host
         for host in range(max(1, world_size // local_world_size))
         if all(host * local_world_size + local in allowed for local in range(local_world_size))
     ]
+    kernels_exclude_dense = bool(constraint.compute_kernels) and (
+        "dense" not in constraint.compute_kernels
+    )
     out: list[tuple[str, int]] = []
     for sharding_type in constraint.sharding_types:
         if sharding_type == "table_wise":
@@ -185,6 +195,8 @@ def sharding_options(
                 continue
             limit = len(allowed) if sharding_type == "column_wise" else local_world_size
             out += [(sharding_type, k) for k in column_splits(dim, constraint.min_partition, limit)]
+        elif sharding_type == "data_parallel" and kernels_exclude_dense:
+            continue  # its one kernel is dense (torchrec's DP sharder offers no other)
         elif sharding_type in ("row_wise", "data_parallel") and len(allowed) == world_size:
             out.append((sharding_type, 1))
         elif sharding_type == "table_row_wise" and hosts:

@@ -89,3 +89,24 @@ def check_layout(plan: PlanFile, tables: list[TableSpec], world_size: int) -> No
                 f"{spec.rows} x {spec.dim} weights on {ranks} ranks (was the plan edited? "
                 "re-run `shardrec plan`)"
             )
+
+
+HOST_TYPES = ("table_row_wise", "table_column_wise")
+"""Sharding types whose shards lie within one host: their layout holds only on hosts of the size
+the plan was made for."""
+
+
+def check_host_size(plan: PlanFile, local_world_size: int) -> None:
+    """ValueError, in one line naming the table, for a plan whose host-bound tables were laid out
+    for hosts of another number of ranks (torchrec would fail inside the ranks building them)."""
+    planned = plan.topology.local_world_size if plan.topology else local_world_size
+    if plan.sharding_group_size or planned == local_world_size:
+        return
+    bound = next((t for t in plan.tables if t.sharding_type in HOST_TYPES), None)
+    if bound is not None:
+        raise ValueError(
+            f"table {bound.name} is {bound.sharding_type}, laid out for hosts of {planned} "
+            f"rank{'s' if planned != 1 else ''} "
+            f"(the plan's --local-world-size); this job runs {local_world_size} ranks a host: "
+            f"re-run `shardrec plan --local-world-size {local_world_size}`"
+        )

@@ -319,3 +319,35 @@ def test_a_plan_that_breaks_the_jobs_constraints_is_said_when_training_starts(
         "sharding.constraints.t_f0 asks (sharding_types ['row_wise']): the plan is followed; "
         "re-run `shardrec plan` with this job's settings to follow them"
     ) in caplog.text, caplog.text[-3000:]
+
+
+def test_a_plan_for_hosts_of_another_size_is_refused_naming_the_table(
+    tiny_dataset: Path, tmp_path: Path
+):
+    """The fingerprint holds the world size, not the ranks a host: a table-row-wise table planned
+    for two hosts of one rank lies whole on rank 0, which torchrec cannot build on one host of two
+    (before: every rank's IndexError inside torchrec's sharder)."""
+    path = tmp_path / "plan.json"
+    pinned = ["--set", "sharding.constraints={t_f0={sharding_types=['table_row_wise']}}"]
+    planned = runner.invoke(
+        app,
+        ["plan", "--data", str(tiny_dataset), "--world-size", "2", "--local-world-size", "1",
+         "--out", str(path), *JOB, *pinned],
+    )  # fmt: skip
+    assert planned.exit_code == 0, planned.output
+    result = runner.invoke(
+        app,
+        ["train", "--data", str(tiny_dataset), "--plan", str(path), "--out-dir", str(tmp_path / "run"),
+         "--nproc-per-node", "2", *JOB],
+    )  # fmt: skip
+    assert_one_line_error(
+        result,
+        "^error: "
+        + re.escape(
+            f"{path}: table t_f0 is table_row_wise, laid out for hosts of 1 rank (the plan's "
+            "--local-world-size); this job runs 2 ranks a host: re-run `shardrec plan "
+            "--local-world-size 2`"
+        )
+        + "$",
+    )
+    assert not (tmp_path / "run").exists()

@@ -79,6 +79,18 @@ def test_a_setting_is_named_with_its_line_and_a_later_check_finds_it(tmp_path: P
     assert "key_origins" not in overridden.to_dict()
 
 
+def test_a_constraint_that_is_not_a_table_names_the_job_file(tmp_path: Path) -> None:
+    # Before: 'sharding.constraints.t_C1 = 3 should be a table of settings', no file or line.
+    job = tmp_path / "job.toml"
+    job.write_text("[train]\nseed = 1\n\n[sharding]\nconstraints = { t_C1 = 3 }\n")
+    said = "sharding.constraints.t_C1 = 3 should be a table of settings"
+    with pytest.raises(ValueError, match=rf"^{re.escape(f'{job}:5: {said}')}$"):
+        load_job_config(job)
+    job.write_text("[sharding.constraints]\nt_C1 = 3\n")
+    with pytest.raises(ValueError, match=rf"^{re.escape(f'{job}:1: {said}')}$"):
+        load_job_config(job)
+
+
 def test_a_list_set_without_brackets_is_told_the_brackets_that_work() -> None:
     with pytest.raises(ValueError) as e:
         load_job_config(None, ["model.dense_arch=64,16"])

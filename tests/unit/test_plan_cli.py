@@ -102,6 +102,63 @@ def test_plan_bad_input_exits_with_one_line(tiny_dataset: Path, tmp_path: Path) 
         assert res.exit_code == 2 and f"Invalid value for '{flag}'" in shown, res.output
 
 
+def test_a_table_that_fits_on_no_rank_is_named_with_its_need_and_the_room_left(
+    tmp_path: Path,
+) -> None:
+    from conftest import write_tiny_dataset
+
+    # t_f0: 400,000 x 16 weights (24.4 MiB) and row-wise Adagrad's 1.5 MiB, pinned table-wise: no
+    # rank has room for it, though the tables' sum would fit two ranks' 20.7 MiB for tables.
+    data = tmp_path / "data"
+    write_tiny_dataset(data, cardinalities=(400_000, 50))
+    job = _job(tmp_path, 't_f0 = { sharding_types = ["table_wise"] }')
+    plan = ["plan", "--data", str(data), "--world-size", "2", "--memory-gib", "0.07"]
+    res = runner.invoke(app, [*plan, "--config", str(job)])
+    assert_one_line_error(
+        res,
+        re.escape(
+            "(table t_f0 fits on no rank: it needs 25.97 MiB on one rank at least (table_wise; "
+            "allowed: table_wise), a rank has 20.68 MiB for tables after the 40.25 MiB every rank "
+            "holds; loosen sharding.constraints.t_f0 or raise memory per rank)"
+        )
+        + "$",
+    )
+    # What every rank holds besides its tables alone past the memory: that is named instead.
+    res = runner.invoke(app, [*plan[:-1], "0.03", "--config", str(job)])
+    assert_one_line_error(
+        res,
+        re.escape(
+            "(what every rank holds besides its tables (dense layers, framework) needs 40.25 MiB, "
+            "more than the 26.11 MiB usable: raise memory per rank)"
+        )
+        + "$",
+    )
+
+
+def test_torchrec_search_finding_no_placement_is_one_line(tmp_path: Path) -> None:
+    from conftest import write_tiny_dataset
+
+    # Before: torchrec's PlannerError, a traceback and 20 lines of its storage figures. t_f0's
+    # 800,000 rows (49 MiB of weights) pass the 43.5 MiB a rank may fill.
+    data = tmp_path / "data"
+    write_tiny_dataset(data, cardinalities=(800_000, 50))
+    job = _job(tmp_path, 't_f0 = { sharding_types = ["table_wise"] }')
+    res = runner.invoke(
+        app,
+        ["plan", "--data", str(data), "--config", str(job), "--memory-gib", "0.05"]
+        + ["--search", "torchrec", "--out", str(tmp_path / "plan.json")],
+    )
+    assert_one_line_error(
+        res,
+        "^"
+        + re.escape(
+            "error: the plan does not fit: torchrec's planner found no placement within 43.52 MiB "
+            "per rank (table t_f0 fits on no rank: it needs 51.91 MiB on one rank at least"
+        ),
+    )
+    assert not (tmp_path / "plan.json").exists()
+
+
 def test_plan_data_and_batch_errors_name_the_flag_or_key_as_given(
     tiny_dataset: Path, tmp_path: Path
 ) -> None:

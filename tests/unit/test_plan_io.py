@@ -190,6 +190,11 @@ def test_plan_for_other_tables_is_refused_by_to_sharding_plan() -> None:
             r"^sharding.constraints.t_f1.compute_kernels: 'dense' is the kernel of data-parallel "
             r'tables only; add sharding_types = \["data_parallel"\], or use \'fused\'',
         ),
+        (
+            {"t_f1": {"compute_kernels": ["fused"], "sharding_types": ["data_parallel"]}},
+            r"^sharding.constraints.t_f1.compute_kernels = \['fused'\]: a data-parallel table's "
+            r"kernel is 'dense'; drop compute_kernels, or allow a sharded type",
+        ),
     ],
 )
 def test_bad_constraints(constraints, message) -> None:
@@ -201,6 +206,17 @@ def test_a_dense_kernel_constraint_plans_a_data_parallel_table() -> None:
     cons = {"t_f1": {"compute_kernels": ["dense"], "sharding_types": ["data_parallel"]}}
     table = _plan(_tables(), constraints=cons).table("t_f1")
     assert (table.sharding_type, table.compute_kernel) == ("data_parallel", "dense")
+
+
+def test_a_fused_kernel_constraint_never_plans_a_data_parallel_table() -> None:
+    # At this batch t_f0 is cheapest data-parallel, whose one kernel is dense: before, a job
+    # asking for fused got it so, and `train` then warned that the plan broke the job's constraint.
+    types = ["data_parallel", "table_wise", "row_wise"]
+    free = _plan(_tables(), batch=4096, constraints={"t_f0": {"sharding_types": types}})
+    assert free.table("t_f0").sharding_type == "data_parallel"
+    cons = {"t_f0": {"sharding_types": types, "compute_kernels": ["fused"]}}
+    table = _plan(_tables(), batch=4096, constraints=cons).table("t_f0")
+    assert (table.sharding_type, table.compute_kernel) == ("table_wise", "fused")
 
 
 def test_zero_memory_topology_and_shortfall() -> None:

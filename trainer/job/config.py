@@ -171,9 +171,14 @@ def _build_section(cls: type, key: str, raw: dict[str, Any], origin: dict[str, s
     try:
         return cls(**raw)
     except ValueError as e:
-        # __post_init__ names the key; the file (or --set) it came from is added when one key is to
-        # blame.
-        sources = {origin[n] for n in raw if n in origin and f"{key}.{n} " in f"{e} "}
+        # __post_init__ names the key (or one inside it: sharding.constraints.t_C1); the file (or
+        # --set) it came from is added when one key is to blame.
+        said = f"{e} "
+        sources = {
+            origin[n]
+            for n in raw
+            if n in origin and (f"{key}.{n} " in said or f"{key}.{n}." in said)
+        }
         raise ValueError(f"{sources.pop() if len(sources) == 1 else ''}{e}") from None
 
 

@@ -191,7 +191,7 @@ def _check_plan_file(job: JobConfig, manifest: Manifest, world_size: int, kind: 
         load_plan,
         plan_fingerprint,
     )
-    from shardrec.sharding.plan.plan_layout import check_layout
+    from shardrec.sharding.plan.plan_layout import check_host_size, check_layout
 
     tables = table_specs(
         manifest,
@@ -208,6 +208,7 @@ def _check_plan_file(job: JobConfig, manifest: Manifest, world_size: int, kind: 
         )
         check_trainable(plan_file)
         check_layout(plan_file, tables, world_size)
+        check_host_size(plan_file, world_size)  # `shardrec train` starts its ranks on one host
         check_estimate_optimizer(plan_file, job.optim.sparse)
         broken = broken_constraints(plan_file.tables, job.sharding.constraints)
     except ValueError as e:

@@ -85,7 +85,7 @@ def test_the_ranks_parse_what_shardrec_train_passes_them(tmp_path: Path) -> None
 def test_the_ranks_read_back_the_job_the_launcher_resolved(tmp_path: Path) -> None:
     """`shardrec train` resolves the flags once and writes the job; each rank reads that file and
     gets an equal JobConfig, even for values a TOML writer gets wrong (non-ASCII, control
-    characters, infinities, nested tables)."""
+    characters, the largest and smallest floats, nested tables; an infinity is refused)."""
     (tmp_path / "job.toml").write_text("[train]\nseed = 3\n[optim]\ndense_lr = 0.1\n")
     resolved = flags.job_from_flags(
         tmp_path / "job.toml",
@@ -95,12 +95,12 @@ def test_the_ranks_read_back_the_job_the_launcher_resolved(tmp_path: Path) -> No
         [
             'data.multihot_cache="tab\\t \\u007f quote\\" back\\\\"',
             "optim.eps=1e-300",
-            "optim.sparse_lr=inf",
+            "optim.sparse_lr=1e308",
             'sharding.constraints={t_C1={sharding_types=["row_wise"], min_partition=4}}',
         ],
     )
     assert resolved.train.seed == 3 and resolved.train.steps == 7 and resolved.optim.dense_lr == 0.1
-    assert resolved.data.path == "data dir/ü 😀" and resolved.optim.sparse_lr == float("inf")
+    assert resolved.data.path == "data dir/ü 😀" and resolved.optim.sparse_lr == 1e308
     (tmp_path / "resolved.toml").write_text(resolved.to_toml())
     assert flags.rank_job(tmp_path / "resolved.toml", None, None, None, None, []) == resolved
     assert load_job_config(tmp_path / "resolved.toml") == resolved

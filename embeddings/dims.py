@@ -157,18 +157,32 @@ def table_specs(
                 )
         own = settings.get(first.name) or TableSettings()
         sequence = any(f.sequence for f in feats)
+        pooling = _shared_pooling(key, feats)
         out.append(
             TableSpec(
                 table_name(key),
                 first.name,
                 _rows(first, own),
                 widths[first.name],
-                UNPOOLED if unpooled_sequences and sequence else first.pooling,
+                UNPOOLED if unpooled_sequences and sequence else pooling,
                 shared=tuple(f.name for f in feats[1:]),
                 kind=own.kind,
             )
         )
     return out
+
+
+def _shared_pooling(key: str, feats: list[SparseFeature]) -> str:
+    """The pooling of a table its features read: that of its lists (a feature of one id a row
+    pools the same either way, so a candidate's item may read a history that averages); lists
+    that pool it differently are refused, as one table pools one way for every feature."""
+    lists = {f.name: f.pooling for f in feats if f.multi_hot}
+    if len(set(lists.values())) > 1:
+        raise ValueError(
+            f"features {', '.join(f'{n} ({p})' for n, p in lists.items())} share table {key} "
+            "but pool it differently: a table pools one way; give them one pooling in the spec"
+        )
+    return next(iter(lists.values()), feats[0].pooling)
 
 
 def _rows(feat: SparseFeature, settings: TableSettings) -> int:

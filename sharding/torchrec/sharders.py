@@ -1,8 +1,9 @@
 """Sharders that offer every sharding type on every device, and the compute kernels they run where.
 
 torchrec offers row-wise and table-row-wise sharding only on CUDA, by policy; on CPU with
-gloo they run and match the unsharded module exactly (tests/distributed), so shardrec's
-sharders return all six types everywhere and let the plan choose. The UVM kernels (weights in
+gloo they run and match the unsharded module exactly (tests/distributed; a rank that a row-wise
+table leaves without rows needs the CPU correction of empty_shards_cpu.py, installed with the
+sharders), so shardrec's sharders return all six types everywhere and let the plan choose. The UVM kernels (weights in
 host memory, read by the GPU over the host link, with or without an HBM cache) exist on CUDA only.
 
 A sequence model's unpooled tables live in an EmbeddingCollection, whose sharder builds four
@@ -22,7 +23,7 @@ from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 from torchrec.distributed.types import ModuleSharder, ShardingType
 
 from shardrec.sharding.plan.plan_types import SEQUENCE_SHARDING_TYPES, UVM_KERNELS, PlanFile
-from shardrec.sharding.torchrec import unpooled_cpu
+from shardrec.sharding.torchrec import empty_shards_cpu, unpooled_cpu
 
 ALL_SHARDING_TYPES: tuple[str, ...] = (
     ShardingType.TABLE_WISE.value,
@@ -63,7 +64,12 @@ def plan_fused_params(plan: PlanFile, fused_params: dict[str, Any] | None = None
 
 
 class AnyDeviceEmbeddingBagCollectionSharder(EmbeddingBagCollectionSharder):
-    """EmbeddingBagCollectionSharder whose sharding types do not depend on the device."""
+    """EmbeddingBagCollectionSharder whose sharding types do not depend on the device (on CPU
+    with the correction of empty_shards_cpu.py for ranks a row-wise table leaves without rows)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        empty_shards_cpu.install()
 
     def sharding_types(self, compute_device_type: str) -> list[str]:
         return list(ALL_SHARDING_TYPES)
@@ -75,6 +81,7 @@ class AnyDeviceEmbeddingCollectionSharder(EmbeddingCollectionSharder):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         unpooled_cpu.install()
+        empty_shards_cpu.install()
 
     def sharding_types(self, compute_device_type: str) -> list[str]:
         return list(SEQUENCE_SHARDING_TYPES)

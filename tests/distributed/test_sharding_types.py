@@ -104,7 +104,7 @@ def _full_weights(state: dict, pg, device: torch.device) -> dict[str, torch.Tens
     return out
 
 
-def _check_type(env, sharding_type: str) -> dict[str, float]:
+def _check_type(env, sharding_type: str, tables=None) -> dict[str, float]:
     import torch.distributed as dist
     from fbgemm_gpu.split_embedding_configs import EmbOptimType
     from torchrec.distributed.model_parallel import DistributedModelParallel
@@ -118,7 +118,7 @@ def _check_type(env, sharding_type: str) -> dict[str, float]:
 
     from shardrec.sharding.torchrec.sharders import build_sharders
 
-    tables = _tables()
+    tables = tables or _tables()
     torch.manual_seed(0)
     reference = EmbeddingBagCollection(tables=tables, device=torch.device("cpu"))
     keys, lengths, values, weights = _global_batch(tables, LOCAL_BATCH * env.world_size)
@@ -199,6 +199,37 @@ def _check_all(env) -> dict[str, dict[str, float]]:
 @pytest.mark.slow
 def test_every_sharding_type_equals_unsharded():
     _assert_all_equal_unsharded(run_local_ranks(_check_all, WORLD_SIZE), 1e-6)
+
+
+def _rowless_tables():
+    """One-row tables, sum- and mean-pooled: row-wise blocks of ceil(1 / 2) = 1 row leave rank 1
+    no rows of either, and so a table batch without weights there."""
+    from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
+
+    return [
+        EmbeddingBagConfig(
+            name=f"t{i}", embedding_dim=16, num_embeddings=1, feature_names=[f"f{i}"], pooling=pool
+        )
+        for i, pool in enumerate((PoolingType.SUM, PoolingType.MEAN))
+    ]
+
+
+def _check_rowless(env) -> dict[str, dict[str, float]]:
+    return {st: _check_type(env, st, _rowless_tables()) for st in ("row_wise", "table_row_wise")}
+
+
+@pytest.mark.slow
+def test_a_rank_that_row_wise_tables_leave_without_rows_trains_as_unsharded():
+    """fbgemm's CPU kernel took a table batch without weights for a CUDA one ("weights[0] must be
+    a GPU or MTIA tensor") and the rank died at its first lookup (sharding/torchrec/
+    empty_shards_cpu.py)."""
+    results = run_local_ranks(_check_rowless, WORLD_SIZE)
+    # One row of bound 1 pools to values near 3, whose fp32 sums after the pooled output's
+    # reduce-scatter differ from the unsharded ones by ~1e-6 (as any row-wise table's do, in
+    # proportion to its values).
+    for rank, per_type in enumerate(results):
+        for st, err in per_type.items():
+            assert err["out_err"] <= 1e-5 and err["grad_err"] <= 1e-6, (rank, st, err)
 
 
 def _assert_all_equal_unsharded(results: list, tolerance: float) -> None:

@@ -53,6 +53,26 @@ def test_shared_tables_must_agree_on_rows_and_take_their_width_from_the_first_fe
         table_specs(_manifest(), 16, {"cand_item": 8})
 
 
+def test_a_shared_table_pools_as_its_lists_say_and_lists_that_disagree_are_refused():
+    """A one-id feature first no longer decides: its table pooled a list that averages by sum."""
+
+    def manifest(*features: SparseFeature) -> Manifest:
+        return Manifest(dense_features=[], sparse_features=list(features), splits={})
+
+    movie = SparseFeature("movie", 50, "uint32")
+    watched = SparseFeature("watched", 50, "uint32", multi_hot=True, pooling="mean", table="movie")
+    (table,) = table_specs(manifest(movie, watched), 8)
+    assert table.features == ["movie", "watched"] and table.pooling == "mean"
+    tags = SparseFeature("tags", 50, "uint32", multi_hot=True)
+    liked = SparseFeature("liked", 50, "uint32", multi_hot=True, pooling="mean", table="tags")
+    with pytest.raises(ValueError) as refused:
+        table_specs(manifest(tags, liked), 8)
+    assert str(refused.value) == (
+        "features tags (sum), liked (mean) share table tags but pool it differently: a table "
+        "pools one way; give them one pooling in the spec"
+    )
+
+
 def test_a_raw_id_feature_gets_its_managed_table_beside_a_sequence_model_s_unpooled_ones():
     """Managed tables (raw ids) and sequence tables in one job: each keeps its own kind and pooling,
     a managed sequence table is reset in the EmbeddingCollection, and a shared table refuses raw

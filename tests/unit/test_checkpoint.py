@@ -164,6 +164,25 @@ def test_tensors_saved_on_a_gpu_load_onto_this_ranks_device_and_cpu_ones_stay(
     assert loaded["on_gpu"].device.type == "meta" and loaded["rng"].device.type == "cpu"
 
 
+def test_a_cut_shard_is_refused_naming_its_file(tmp_path: Path) -> None:
+    """A shard file saved short (its digest matches): DCP's EOFError names no file; the line
+    names the shard, as it names a cut train_state.pt or .metadata."""
+    from shardrec.trainer.rundir.checkpoint.trust import UnreadableCheckpoint, write_digests
+
+    manager, _, _ = _manager(tmp_path)
+    path = manager.save()
+    (shard,) = path.glob("*.distcp")
+    shard.write_bytes(shard.read_bytes()[:40])
+    write_digests(path)
+    fresh, _, _ = _manager(tmp_path)
+    with pytest.raises(UnreadableCheckpoint) as refused:
+        fresh.load(path)
+    # Before: '... truncated or unreadable (EOFError), though it matches its digests ...'.
+    assert str(refused.value).startswith(
+        f"{path}: a file of this checkpoint is truncated or unreadable ({shard.name}: "
+    ), refused.value
+
+
 def test_a_cut_metadata_is_refused_naming_it_without_dcps_warnings(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -49,6 +49,7 @@ from shardrec.trainer.rundir.checkpoint.dcp_files import (
     read_file,
     read_metadata,
     save_file,
+    short_file,
 )
 from shardrec.trainer.rundir.checkpoint.failure import (
     checkpoint_bytes,
@@ -257,7 +258,7 @@ class CheckpointManager:
         self.verify(path)  # before anything is read: DCP unpickles .metadata
         train_state = read_file(path, names.TRAIN_STATE, self.env.device, advice)
         check_signature(path, train_state["signature"], parts.signature)
-        read_metadata(path, advice)  # a cut one is refused naming it, before DCP's load meets it
+        metadata = read_metadata(path, advice)  # a cut one is refused naming it, before DCP's load
         saved = SavedCheckpoint(
             path, train_state["progress"]["step"], train_state["plan"], self.group
         )
@@ -269,7 +270,7 @@ class CheckpointManager:
                 process_group=self.group,
             )
         except DCP_READ_ERRORS as e:
-            raise unreadable_checkpoint(path, e, advice) from None
+            raise unreadable_checkpoint(path, e, advice, short_file(path, metadata)) from None
         for part in parts.sharded.values():
             part.finish_load(saved)
         for name, part in parts.main.items():

@@ -87,6 +87,47 @@ def test_parts_round_trip_and_the_newest_two_are_kept(
     assert torch.equal(fresh_module.weight, torch.full((2, 2), 3.0))
 
 
+def test_a_prune_cut_short_leaves_no_checkpoint_that_looks_complete(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kill while pruning removes some of an old checkpoint's files: what remains must not be
+    listed as a complete checkpoint (a refusal's advice, `runs` and `eval --checkpoint` list
+    those), and the next prune removes it."""
+    import shutil
+
+    from shardrec.trainer.rundir.checkpoint.trust import verify_checkpoint
+
+    class Killed(BaseException):
+        pass
+
+    real_rmtree = shutil.rmtree
+
+    def killed_while_removing(path, ignore_errors=False):
+        files = (
+            sorted(p for p in Path(path).rglob("*") if p.is_file()) if Path(path).is_dir() else []
+        )
+        if not files:
+            return real_rmtree(path, ignore_errors=ignore_errors)
+        files[0].unlink()  # one file gone, then the kill
+        raise Killed
+
+    manager, _, _ = _manager(tmp_path)
+    for step in (1, 2):
+        manager.parts.progress.step = step
+        manager.save()
+    manager.parts.progress.step = 3
+    with monkeypatch.context() as patched, pytest.raises(Killed):
+        patched.setattr(shutil, "rmtree", killed_while_removing)
+        manager.save()  # step 3 is in place; pruning step 1 is cut short
+    listed = [step for step, _ in manager.complete()]
+    assert listed[-1] == 3 and 1 not in listed, listed
+    for _, path in manager.complete():
+        verify_checkpoint(path)  # every one listed is whole
+    manager.parts.progress.step = 4
+    manager.save()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000003", "step-00000004"]
+
+
 def test_a_checkpoint_of_another_model_is_refused_naming_the_difference(tmp_path: Path) -> None:
     manager, _, _ = _manager(tmp_path)
     manager.save()

@@ -204,7 +204,16 @@ class CheckpointManager:
         done = self.complete()
         for step, path in done[: max(0, len(done) - self.keep)]:
             if step not in self.kept_steps:
-                shutil.rmtree(path, ignore_errors=True)
+                # Renamed out of the checkpoints' names first: a prune cut short (a kill while a
+                # large checkpoint's files go) leaves a temporary folder the next prune removes,
+                # never a checkpoint that looks complete with files missing.
+                doomed = path.with_name(f".{path.name}.pruned.tmp")
+                shutil.rmtree(doomed, ignore_errors=True)
+                try:
+                    os.replace(path, doomed)
+                except OSError:
+                    doomed = path
+                shutil.rmtree(doomed, ignore_errors=True)
         for path in self.directory.glob(".step-*.tmp"):
             shutil.rmtree(path, ignore_errors=True)
 

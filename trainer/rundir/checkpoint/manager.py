@@ -55,6 +55,7 @@ from shardrec.trainer.rundir.checkpoint.failure import (
     checkpoint_bytes,
     checkpoint_write_error,
     describe_failure,
+    saved_bytes,
 )
 from shardrec.trainer.rundir.checkpoint.parts import CheckpointParts, SavedCheckpoint
 from shardrec.trainer.rundir.checkpoint.signature import check_signature
@@ -187,6 +188,10 @@ class CheckpointManager:
         if self.env.is_main:
             shutil.rmtree(tmp, ignore_errors=True)
         needed = checkpoint_bytes(self.parts, self.env.is_main, self.group)
+        # The estimate counts the tensors, not DCP's metadata nor the files' framing (a third more
+        # for small tables): what the newest save wrote is the surer measure, where there is one.
+        done = self.complete()
+        needed = max(needed, saved_bytes(done[-1][1])) if done else needed
         rank = next(r for r, p in enumerate(problems) if p)
         raise checkpoint_write_error(problems[rank], rank, step, self.directory, needed)
 

@@ -71,7 +71,8 @@ def test_a_refusal_in_the_ranks_is_the_one_line_eval_prints(tmp_path: Path) -> N
     (line,) = lines
     assert re.match(
         rf"error: {re.escape(str(checkpoint))}: a file of this checkpoint is truncated or "
-        r"unreadable \(RuntimeError: .*\), though it matches its digests \(it was saved that way\); "
+        r"unreadable \(__0_0\.distcp: RuntimeError: .*\), though it matches its digests \(it was "
+        r"saved that way\); "
         r"evaluate or export another checkpoint with --checkpoint STEP; ",
         line,
     ), done.stderr
@@ -183,7 +184,8 @@ def test_a_cut_metadata_is_the_one_unreadable_line_of_export(tmp_path: Path) -> 
 
 
 def test_a_failure_without_a_message_is_named_by_its_type(tmp_path: Path) -> None:
-    # A shard cut to nothing: torch raises EOFError with no message. Before: '(EOFError: )'.
+    # A shard cut to nothing: torch raises EOFError with no message, naming no file. Before:
+    # '(EOFError: )', then '(EOFError)' without the file.
     checkpoint = _cut(tmp_path, "__0_0.distcp", empty=True)
     exported = cli(
         "export", tmp_path / "run", "--data", tmp_path / "data", "--out", tmp_path / "m", ok=False
@@ -193,7 +195,8 @@ def test_a_failure_without_a_message_is_named_by_its_type(tmp_path: Path) -> Non
         "^"
         + re.escape(
             f"error: {checkpoint}: a file of this checkpoint is truncated or unreadable "
-            "(EOFError), though it matches its digests (it was saved that way); export another "
+            "(__0_0.distcp: EOFError), though it matches its digests (it was saved that way); "
+            "export another "
             "checkpoint with --checkpoint STEP (this run has no other checkpoint)"
         )
         + "$",

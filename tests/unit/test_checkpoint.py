@@ -87,6 +87,73 @@ def test_parts_round_trip_and_the_newest_two_are_kept(
     assert torch.equal(fresh_module.weight, torch.full((2, 2), 3.0))
 
 
+def test_a_prune_cut_short_leaves_no_checkpoint_that_looks_complete(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kill while pruning removes some of an old checkpoint's files: what remains must not be
+    listed as a complete checkpoint (a refusal's advice, `runs` and `eval --checkpoint` list
+    those), and the next prune removes it."""
+    import shutil
+
+    from shardrec.trainer.rundir.checkpoint.trust import verify_checkpoint
+
+    class Killed(BaseException):
+        pass
+
+    real_rmtree = shutil.rmtree
+
+    def killed_while_removing(path, ignore_errors=False):
+        files = (
+            sorted(p for p in Path(path).rglob("*") if p.is_file()) if Path(path).is_dir() else []
+        )
+        if not files:
+            return real_rmtree(path, ignore_errors=ignore_errors)
+        files[0].unlink()  # one file gone, then the kill
+        raise Killed
+
+    manager, _, _ = _manager(tmp_path)
+    for step in (1, 2):
+        manager.parts.progress.step = step
+        manager.save()
+    manager.parts.progress.step = 3
+    with monkeypatch.context() as patched, pytest.raises(Killed):
+        patched.setattr(shutil, "rmtree", killed_while_removing)
+        manager.save()  # step 3 is in place; pruning step 1 is cut short
+    listed = [step for step, _ in manager.complete()]
+    assert listed[-1] == 3 and 1 not in listed, listed
+    for _, path in manager.complete():
+        verify_checkpoint(path)  # every one listed is whole
+    manager.parts.progress.step = 4
+    manager.save()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000003", "step-00000004"]
+
+
+def test_a_full_disk_asks_for_at_least_what_the_last_checkpoint_took(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bytes a failed save says it needs are what to free: never less than the newest
+    checkpoint took on disk (the estimate counts tensors only; before, a run of 0.44 MB
+    checkpoints on a full disk was told 'it needs 0.3 MB, 0.3 MB free there')."""
+    import errno
+    import re
+
+    import torch.distributed.checkpoint as dcp
+
+    manager, _, _ = _manager(tmp_path)
+    last = manager.save()
+    on_disk = sum(f.stat().st_size for f in last.rglob("*") if f.is_file())
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(dcp, "save", full)
+    manager.parts.progress.step = 1
+    with pytest.raises(OSError) as failed:
+        manager.save()
+    needed = re.search(r"it needs ([\d,]+) bytes", str(failed.value))
+    assert needed and int(needed.group(1).replace(",", "")) >= on_disk, (str(failed.value), on_disk)
+
+
 def test_a_checkpoint_of_another_model_is_refused_naming_the_difference(tmp_path: Path) -> None:
     manager, _, _ = _manager(tmp_path)
     manager.save()
@@ -162,6 +229,25 @@ def test_tensors_saved_on_a_gpu_load_onto_this_ranks_device_and_cpu_ones_stay(
         torch.save({"on_gpu": torch.ones(2), "rng": torch.get_rng_state()}, path)
     loaded = load_file(path, torch.device("meta"))
     assert loaded["on_gpu"].device.type == "meta" and loaded["rng"].device.type == "cpu"
+
+
+def test_a_cut_shard_is_refused_naming_its_file(tmp_path: Path) -> None:
+    """A shard file saved short (its digest matches): DCP's EOFError names no file; the line
+    names the shard, as it names a cut train_state.pt or .metadata."""
+    from shardrec.trainer.rundir.checkpoint.trust import UnreadableCheckpoint, write_digests
+
+    manager, _, _ = _manager(tmp_path)
+    path = manager.save()
+    (shard,) = path.glob("*.distcp")
+    shard.write_bytes(shard.read_bytes()[:40])
+    write_digests(path)
+    fresh, _, _ = _manager(tmp_path)
+    with pytest.raises(UnreadableCheckpoint) as refused:
+        fresh.load(path)
+    # Before: '... truncated or unreadable (EOFError), though it matches its digests ...'.
+    assert str(refused.value).startswith(
+        f"{path}: a file of this checkpoint is truncated or unreadable ({shard.name}: "
+    ), refused.value
 
 
 def test_a_cut_metadata_is_refused_naming_it_without_dcps_warnings(

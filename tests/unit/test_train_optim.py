@@ -177,3 +177,27 @@ def test_the_reported_rate_of_a_step_is_the_rate_that_step_took() -> None:
         opt.step()
         reported.append(round(opt.stepped_lr, 6))
     assert reported == [0.001, 0.002, 0.003, 0.004, 0.004, 0.004, 0.001, 0.0]
+
+
+def test_sgd_tables_resume_under_a_plan_that_moves_them_to_or_from_data_parallel() -> None:
+    """Plain SGD keeps no state per table: a checkpoint whose plan had other data-parallel tables
+    (or none) loads, as a checkpoint reshards onto any plan. Adam's moments would be lost: still
+    refused."""
+    from shardrec.trainer.model.train_optimizer import TrainOptimizer
+
+    def job(kind: type[torch.optim.Optimizer], tables: tuple[str, ...]) -> TrainOptimizer:
+        dense = torch.optim.Adagrad([torch.nn.Parameter(torch.ones(3))], lr=0.1)
+        params = {f"ebc.{t}.weight": (t, torch.nn.Parameter(torch.ones(2))) for t in tables}
+        table_opt = kind([p for _, p in params.values()], lr=0.1) if params else None
+        opt = TrainOptimizer(dense, table_opt, params, dlrm_schedule(0, 0, 0))
+        for _, p in params.values():
+            p.grad = torch.ones(2)
+        opt.step()
+        return opt
+
+    job(torch.optim.SGD, ("t_b",)).load_state_dict(job(torch.optim.SGD, ("t_a",)).state_dict())
+    job(torch.optim.SGD, ("t_a",)).load_state_dict(job(torch.optim.SGD, ()).state_dict())
+    with pytest.raises(ValueError, match="Adam state cannot move between layouts"):
+        job(torch.optim.Adam, ("t_b",)).load_state_dict(
+            job(torch.optim.Adam, ("t_a",)).state_dict()
+        )

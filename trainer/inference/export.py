@@ -46,7 +46,7 @@ from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import JobConfig
 from shardrec.trainer.job.precision import resolve_precision
 from shardrec.trainer.rundir import names
-from shardrec.trainer.rundir.checkpoint.dcp_files import read_file, read_metadata
+from shardrec.trainer.rundir.checkpoint.dcp_files import read_file, read_metadata, short_file
 from shardrec.trainer.rundir.checkpoint.signature import check_signature, checkpoint_signature
 from shardrec.trainer.rundir.checkpoint.trust import unreadable_checkpoint
 from shardrec.trainer.rundir.life import trained_data
@@ -113,7 +113,8 @@ def _read_tensor(checkpoint: Path, name: str) -> torch.Tensor:
         except CheckpointException as e:
             # DCP wraps whatever its reads raise, Ctrl-C too: a Ctrl-C stays one, a truncated
             # file is one line.
-            raise unreadable_checkpoint(checkpoint, e, READ_ANOTHER) from None
+            cut = short_file(checkpoint, read_metadata(checkpoint, READ_ANOTHER))
+            raise unreadable_checkpoint(checkpoint, e, READ_ANOTHER, cut) from None
     while isinstance(
         loaded, dict
     ):  # DCP nests by the first dot: {"model": {"model.<name>": tensor}}

@@ -135,6 +135,13 @@ class TrainOptimizer:
             o.step()
         self.scheduler.step()
 
+    def _stateless(self) -> bool:
+        # Plain SGD (the sparse "sgd": no momentum) keeps no state per table, so there is nothing
+        # to carry between layouts: a resume may move its tables to or from data-parallel freely.
+        return isinstance(self.replicated_tables, torch.optim.SGD) and all(
+            not g.get("momentum") for g in self.replicated_tables.param_groups
+        )
+
     def _state_by_name(self) -> bool:
         # Both Adagrads keep one `sum` that fbgemm calls momentum1; torch.optim.Adagrad is also full
         # Adagrad's (fused: EXACT_ADAGRAD), RowWiseAdagrad row-wise Adagrad's.
@@ -187,13 +194,13 @@ class TrainOptimizer:
     def _load(self, state: dict[str, Any]) -> None:
         self.dense.load_state_dict(state["dense"])
         self.scheduler.load_state_dict(state["scheduler"])
-        if self.replicated_tables is None or self._state_by_name():
+        if self.replicated_tables is None or self._state_by_name() or self._stateless():
             return
         if state.get("replicated_names") != sorted(self.replicated_params):
             raise ValueError(
                 "the checkpoint's data-parallel tables differ from this plan's, and their "
                 f"{type(self.replicated_tables).__name__} state cannot move between layouts "
-                "(row-wise Adagrad and sgd can): resume with the checkpoint's plan"
+                "(row-wise Adagrad, Adagrad and sgd can): resume with the checkpoint's plan"
             )
         self.replicated_tables.load_state_dict(state["replicated_tables"])
 

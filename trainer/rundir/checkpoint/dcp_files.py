@@ -68,6 +68,23 @@ def read_metadata(checkpoint: Path, advice: str) -> Metadata:
         raise unreadable_checkpoint(checkpoint, e, advice, DCP_METADATA) from None
 
 
+def short_file(checkpoint: Path, metadata: Metadata) -> str:
+    """The first of the checkpoint's shard files (`__0_0.distcp`, ...) that is shorter than its
+    metadata says, or missing ("": none is): what a failed DCP load names, since DCP's own error
+    (EOFError, or the zip reader's) does not say which file it was reading."""
+    ends: dict[str, int] = {}
+    for info in (metadata.storage_data or {}).values():
+        end = info.offset + info.length
+        ends[info.relative_path] = max(ends.get(info.relative_path, 0), end)
+    for name, end in sorted(ends.items()):
+        try:
+            if (checkpoint / name).stat().st_size < end:
+                return name
+        except OSError:
+            return name
+    return ""
+
+
 def read_file(checkpoint: Path, name: str, device: torch.device, advice: str) -> Any:
     """load_file of the file `name` of the checkpoint at `checkpoint`, whose digests were checked;
     UnreadableCheckpoint (one line ending in `advice`, what to do) where it cannot be read."""

@@ -40,6 +40,18 @@ def checkpoint_bytes(parts: Any, is_main: bool, group: Any) -> int:
     return int(total.item())
 
 
+def saved_bytes(checkpoint: Path) -> int:
+    """What a complete checkpoint takes on disk (its files' sizes; 0 where it cannot be read)."""
+    total = 0
+    for root, _, files in os.walk(checkpoint):
+        for name in files:
+            try:
+                total += (Path(root) / name).stat().st_size
+            except OSError:
+                continue
+    return total
+
+
 def leaves(value: Any) -> list[Any]:
     """The values inside nested dicts and lists (a state dict's tensors)."""
     if isinstance(value, Mapping):

@@ -49,11 +49,13 @@ from shardrec.trainer.rundir.checkpoint.dcp_files import (
     read_file,
     read_metadata,
     save_file,
+    short_file,
 )
 from shardrec.trainer.rundir.checkpoint.failure import (
     checkpoint_bytes,
     checkpoint_write_error,
     describe_failure,
+    saved_bytes,
 )
 from shardrec.trainer.rundir.checkpoint.parts import CheckpointParts, SavedCheckpoint
 from shardrec.trainer.rundir.checkpoint.signature import check_signature
@@ -186,6 +188,10 @@ class CheckpointManager:
         if self.env.is_main:
             shutil.rmtree(tmp, ignore_errors=True)
         needed = checkpoint_bytes(self.parts, self.env.is_main, self.group)
+        # The estimate counts the tensors, not DCP's metadata nor the files' framing (a third more
+        # for small tables): what the newest save wrote is the surer measure, where there is one.
+        done = self.complete()
+        needed = max(needed, saved_bytes(done[-1][1])) if done else needed
         rank = next(r for r, p in enumerate(problems) if p)
         raise checkpoint_write_error(problems[rank], rank, step, self.directory, needed)
 
@@ -203,7 +209,16 @@ class CheckpointManager:
         done = self.complete()
         for step, path in done[: max(0, len(done) - self.keep)]:
             if step not in self.kept_steps:
-                shutil.rmtree(path, ignore_errors=True)
+                # Renamed out of the checkpoints' names first: a prune cut short (a kill while a
+                # large checkpoint's files go) leaves a temporary folder the next prune removes,
+                # never a checkpoint that looks complete with files missing.
+                doomed = path.with_name(f".{path.name}.pruned.tmp")
+                shutil.rmtree(doomed, ignore_errors=True)
+                try:
+                    os.replace(path, doomed)
+                except OSError:
+                    doomed = path
+                shutil.rmtree(doomed, ignore_errors=True)
         for path in self.directory.glob(".step-*.tmp"):
             shutil.rmtree(path, ignore_errors=True)
 
@@ -257,7 +272,7 @@ class CheckpointManager:
         self.verify(path)  # before anything is read: DCP unpickles .metadata
         train_state = read_file(path, names.TRAIN_STATE, self.env.device, advice)
         check_signature(path, train_state["signature"], parts.signature)
-        read_metadata(path, advice)  # a cut one is refused naming it, before DCP's load meets it
+        metadata = read_metadata(path, advice)  # a cut one is refused naming it, before DCP's load
         saved = SavedCheckpoint(
             path, train_state["progress"]["step"], train_state["plan"], self.group
         )
@@ -269,7 +284,7 @@ class CheckpointManager:
                 process_group=self.group,
             )
         except DCP_READ_ERRORS as e:
-            raise unreadable_checkpoint(path, e, advice) from None
+            raise unreadable_checkpoint(path, e, advice, short_file(path, metadata)) from None
         for part in parts.sharded.values():
             part.finish_load(saved)
         for name, part in parts.main.items():

@@ -32,6 +32,7 @@ from shardrec.sharding.torchrec.sharders import (
     build_sharders,
     plan_fused_params,
 )
+from shardrec.trainer.distributed.dense_reduce import sum_in_rank_order
 from shardrec.trainer.distributed.dist import DistEnv
 from shardrec.trainer.job.sections import ModelConfig, OptimConfig, ShardingConfig, TrainConfig
 from shardrec.trainer.model.objective import TRAIN_EBC_PATH, TRAIN_EC_PATH, TrainModule
@@ -121,13 +122,15 @@ def shard_model(
         attach_fused_optimizer(
             collection, fused, optimizer=optim.sparse, lr=optim.sparse_lr, eps=optim.eps
         )
-    return DistributedModelParallel(
+    model = DistributedModelParallel(
         module,
         env=ShardingEnv.from_process_group(dist.GroupMember.WORLD),
         device=env.device,
         plan=plan,
         sharders=trainer_sharders(qcomm, plan_file),  # type: ignore[arg-type]
     )
+    sum_in_rank_order(model)  # 3+ CPU ranks: a resume bit for bit (dense_reduce.py)
+    return model
 
 
 def build_sharded_model(

@@ -81,3 +81,22 @@ def test_a_kill_as_the_pool_starts_stops_the_run_as_a_kill(
     while set(multiprocessing.active_children()) - others and time.monotonic() < deadline:
         time.sleep(0.05)
     assert set(multiprocessing.active_children()) - others == set(), "a worker outlived the run"
+
+
+def test_a_kill_as_the_stops_are_held_back_leaves_ctrl_c_as_it_was(monkeypatch: pytest.MonkeyPatch):
+    """A kill between holding back Ctrl-C and holding back the kill itself: the command stops
+    on it, and Ctrl-C reaches the command again (it stayed held back, for good, before)."""
+    from shardrec.tools.preprocess.pool import workers_starting
+
+    swap, ctrl_c = signal.signal, signal.getsignal(signal.SIGINT)
+
+    def swap_then_kill(signum: int, handler):
+        old = swap(signum, handler)
+        if signum == signal.SIGINT and getattr(handler, "__name__", "") == "hold":
+            os.kill(os.getpid(), signal.SIGTERM)
+        return old
+
+    monkeypatch.setattr(signal, "signal", swap_then_kill)
+    with sigterm_as_ctrl_c(), pytest.raises(Terminated), workers_starting():
+        pass
+    assert signal.getsignal(signal.SIGINT) is ctrl_c

@@ -223,9 +223,12 @@ def workers_starting() -> Iterator[None]:
         held.append(signum)
 
     stops = [s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) is not None]
-    handlers = {s: signal.signal(s, hold) for s in stops}
+    # Taken first: a stop between two swaps leaves the earlier swapped, to be put back too.
+    handlers = {s: signal.getsignal(s) for s in stops}
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
+        for s in stops:
+            signal.signal(s, hold)
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)

@@ -91,7 +91,8 @@ def test_bench_train_of_hstu_times_ours_against_the_plain_layer_on_two_ranks() -
     # rounding); a layer computing something else differs by orders of magnitude more.
     assert set(report["max_logit_difference"]) == {"plain_layer"}
     assert report["max_logit_difference"]["plain_layer"] < 1e-5
-    assert report["ours_vs_plain_layer"] > 0
+    # 3 steps a window are too few to time: the run checks the report, not the speed.
+    assert report["ours_vs_plain_layer"]["too_small"] == "3 steps a window, under 16"
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ reference is refused in one line."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -55,3 +56,70 @@ def test_a_reference_directory_that_is_no_checkout_is_refused_in_one_line(tmp_pa
     package.mkdir(parents=True)
     with pytest.raises(ValueError, match=r"pt_hstu_attention does not import \(No module named"):
         reference_attention(tmp_path)
+
+
+def _fake_ranks(monkeypatch: pytest.MonkeyPatch, steps: int, wall_s: float) -> None:
+    """The HSTU bench's ranks replaced by a result file as bench_rank writes it: every variant's
+    runs `wall_s` long (ours twice the plain layer's rate), so that no torchrun starts."""
+
+    from shardrec.tools.bench.sequence import hstu_bench
+    from shardrec.tools.bench.train import train_bench
+
+    samples = steps * 256.0
+    runs = {
+        "ours": [{"work": samples, "wall_s": wall_s, "cpu_s": wall_s}] * 2,
+        "plain_layer": [{"work": samples / 2, "wall_s": wall_s, "cpu_s": wall_s}] * 2,
+        "ours_from_disk": [{"work": samples, "wall_s": wall_s, "cpu_s": wall_s}] * 2,
+    }
+    raw = {
+        "runs": runs,
+        # The rates alone, as the ranks reported them before runs (CPU seconds) were kept.
+        "rates": {k: [r["work"] / r["wall_s"] for r in v] for k, v in runs.items()},
+        "max_logit_difference": {"plain_layer": 0.0},
+        "profiled_seconds": wall_s,
+        "shares": {"attention": 0.5, "lookups": 0.2, "all_to_all": 0.1},
+        "sharding_types": ["table_wise"],
+        "sequence_dedup": True,
+    }
+    monkeypatch.setattr(hstu_bench, "write_events", lambda directory, rows: directory)
+    monkeypatch.setattr(
+        train_bench,
+        "launch_ranks",
+        lambda module, args, nproc, threads: Path(args[1]).write_text(json.dumps(raw)),
+    )
+
+
+def test_a_window_of_too_few_hstu_steps_says_too_small_instead_of_a_ratio(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    from typer.testing import CliRunner
+
+    from shardrec.tools.cli.app import app
+
+    _fake_ranks(monkeypatch, steps=3, wall_s=1.0)
+    args = ["bench", "train", "--model", "hstu", "--rows", "3000", "--steps", "3", "--rounds", "2"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert (
+        "ours / the plain PyTorch layer (same weights, plan, batches): too small to measure "
+        "(3 steps a window, under 16); logits differ by at most 0.00e+00"
+    ) in result.stdout
+    report = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)
+    assert report["ours_vs_plain_layer"] == {"too_small": "3 steps a window, under 16", "rounds": 2}
+
+
+def test_an_hstu_ratio_has_its_spread_and_its_figure_per_cpu_second(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    from typer.testing import CliRunner
+
+    from shardrec.tools.cli.app import app
+
+    _fake_ranks(monkeypatch, steps=32, wall_s=1.0)
+    args = ["bench", "train", "--model", "hstu", "--rows", "3000", "--steps", "32", "--rounds", "2"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert (
+        "ours / the plain PyTorch layer (same weights, plan, batches): 2.00x (2.00-2.00 over 2 "
+        "rounds, spread 0%); per CPU-s 2.00x (2.00-2.00)"
+    ) in result.stdout

@@ -9,7 +9,9 @@ STU layers are plain_stu.py's, check that they give the same logits on a batch, 
 interleaved rounds over the same batches held in memory (and shardrec's from disk through the
 temporal loader). With --reference DIR (a meta-recsys/generative-recommenders checkout), a third
 model runs the plain layer with the reference's own PyTorch attention (`pytorch_hstu_mha`). Ratios
-are medians of same-round ratios; a baseline whose logits differ from shardrec's is refused.
+are rounds.ratio's (medians of same-round ratios with their spread, per wall and per CPU-second;
+"too small to measure" under bench train's MIN_STEPS steps or MIN_RUN_S seconds a window); a
+baseline whose logits differ from shardrec's is refused.
 
 Where the time goes: a profiled window of shardrec's model, each step's wall time split into the
 attention (its forward ranges, and the backward of the operations recorded in them, matched by
@@ -24,10 +26,9 @@ import itertools
 import json
 import sys
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from shardrec.tools.console import console
 
@@ -214,14 +215,13 @@ def bench_rank(data: str, out: str, steps: int, rounds: int, threads: int, refer
             },
             rounds,
         )
-        rates = {name: [run.rate for run in side] for name, side in runs.items()}  # samples/s
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             wall = in_memory(ours.job.runner)().wall_s
         shares = {k: v / wall for k, v in time_shares(prof).items()}
         ours.reporter.close()
     dedup = ours.job.config.sharding.sequence_dedup
     result = {
-        "rates": rates,
+        "runs": {name: [asdict(run) for run in side] for name, side in runs.items()},
         "max_logit_difference": same,
         "profiled_seconds": wall,
         "shares": shares,
@@ -259,11 +259,23 @@ def run_bench(
                 f"{name}: its logits differ from shardrec's by {difference:.3g} (more than "
                 f"{SAME_LOGITS}): not the same layer, no ratio"
             )
-    rates = raw["rates"]
+    return summarise(raw, rows, steps, rounds, nproc, threads)
+
+
+def summarise(
+    raw: dict[str, Any], rows: int, steps: int, rounds: int, nproc: int, threads: int
+) -> dict[str, Any]:
+    """The ranks' runs as rates and ratios (rounds.ratio: medians of same-round ratios, per wall
+    and per CPU-second, "too small to measure" under train_bench's MIN_STEPS or MIN_RUN_S)."""
+    from shardrec.tools.bench.rounds import MIN_RUN_S, Run, ratio, summarize
+    from shardrec.tools.bench.train.train_bench import too_small
+
+    runs = {k: [Run(**r) for r in v] for k, v in raw["runs"].items()}
+    summaries = {k: summarize(v) for k, v in runs.items()}
     ratios = {
-        f"ours_vs_{name}": round(
-            float(np.median([a / b for a, b in zip(rates["ours"], rates[name])])), 3
-        )
+        f"ours_vs_{name}": ratio(
+            runs["ours"], runs[name], too_small=too_small(steps), min_run_s=MIN_RUN_S
+        ).to_dict()
         for name in raw["max_logit_difference"]
     }
     return {
@@ -274,7 +286,8 @@ def run_bench(
         "rows": rows,
         "steps": steps,
         "rounds": rounds,
-        "median_samples_per_s": {k: round(float(np.median(v)), 1) for k, v in rates.items()},
+        "median_samples_per_s": {k: round(v.rate, 1) for k, v in summaries.items()},
+        "samples_per_cpu_s": {k: round(v.cpu_rate, 1) for k, v in summaries.items()},
         **ratios,
         "max_logit_difference": raw["max_logit_difference"],
         "time_shares": {k: round(v, 3) for k, v in raw["shares"].items()},
@@ -284,6 +297,8 @@ def run_bench(
 
 
 def print_result(result: dict[str, Any]) -> None:
+    from shardrec.tools.bench.rounds import ratio_text
+
     console.print(
         f"{result['ranks']} CPU ranks x {result['threads_per_rank']} thread(s), HSTU of "
         f"configs/dlrmv4.toml on a synthetic log of {result['rows']:,} listens, "
@@ -294,8 +309,9 @@ def print_result(result: dict[str, Any]) -> None:
     for name, difference in result["max_logit_difference"].items():
         what = BASELINES[name]
         console.print(
-            f"ours / {what} (same weights, plan, batches): {result[f'ours_vs_{name}']:.3f}x; "
-            f"logits differ by at most {difference:.2e}"
+            f"ours / {what} (same weights, plan, batches): "
+            f"{ratio_text(result[f'ours_vs_{name}'])}; logits differ by at most {difference:.2e}",
+            highlight=False,
         )
     shares = result["time_shares"]
     console.print(

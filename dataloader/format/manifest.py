@@ -123,6 +123,15 @@ class SplitInfo:
     parts: list[PartInfo] = field(default_factory=list)
 
 
+def _check_split_rows(name: str, split: SplitInfo) -> None:
+    """A split's rows are its parts' rows: train sizes its epochs by the split's count and the
+    loader reads the parts, so a hand-edited count (or a part entry dropped) would train more or
+    fewer steps an epoch than the data holds, silently."""
+    held = sum(p.rows for p in split.parts)
+    if split.rows != held:
+        raise TypeError(f"splits.{name}.rows is {split.rows}, but its parts hold {held} rows")
+
+
 @dataclass
 class SparseFeature:
     name: str
@@ -246,6 +255,8 @@ class Manifest:
                 )
             parts = [part(p, f"splits.{name}.parts[{i}]") for i, p in enumerate(s["parts"])]
             splits[name] = SplitInfo(rows=_whole(s["rows"], f"splits.{name}.rows"), parts=parts)
+            if raw.get("kind", "rows") == "rows":
+                _check_split_rows(name, splits[name])
         features = [SparseFeature(**f) for f in raw["sparse_features"]]
         for i, f in enumerate(features):
             f.check(f"sparse_features[{i}]")

@@ -243,6 +243,25 @@ def test_a_corrupted_source_part_is_named_and_nothing_is_written(one_hot: Path, 
     assert not (tmp_path / "mh").exists() and not list(tmp_path.glob(".mh.tmp-*"))
 
 
+def test_a_rerun_removes_the_copy_a_killed_run_left_beside_out(one_hot: Path, tmp_path: Path):
+    """A run killed before its rename (SIGKILL, the OOM killer) leaves its temporary folder,
+    up to a whole copy, under a dot-name with its pid: the rerun removes it, not a live run's."""
+    import subprocess
+    import sys
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid no process has now
+    killed = tmp_path / f".mh.tmp-{gone.pid}"
+    (killed / "train").mkdir(parents=True)
+    (killed / "train" / "part-00000.arrow").write_bytes(b"x" * 4096)
+    running = tmp_path / f".mh.tmp-{os.getppid()}"  # a live process's: kept
+    running.mkdir()
+    result = _multihot(one_hot, tmp_path / "mh", "--sizes", "3,1,2,1")
+    assert result.exit_code == 0, result.output
+    assert not killed.exists() and running.exists()
+    assert verify(tmp_path / "mh") == []
+
+
 def test_files_reach_the_disk_before_the_manifest_while_the_workers_go_on(
     one_hot: Path, tmp_path: Path, monkeypatch
 ):

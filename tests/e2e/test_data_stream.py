@@ -60,6 +60,8 @@ def test_digest_bad_input_is_one_clear_error(tiny_dataset: Path):
         app, ["data", "digest", str(tiny_dataset), "--global-batch", "64", "--world-size", "3"]
     )
     assert_one_line_error(result, re.escape("--global-batch 64 does not divide by --world-size 3"))
+    result = runner.invoke(app, ["data", "digest", str(tiny_dataset), "--epoch", "-1"])
+    assert_one_line_error(result, re.escape("--epoch must not be negative, got -1"))
     victim = tiny_dataset / "train" / "part-00000.arrow"
     victim.write_bytes(victim.read_bytes()[:-5])
     result = runner.invoke(app, ["data", "digest", str(tiny_dataset), "--global-batch", "64"])

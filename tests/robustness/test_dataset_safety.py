@@ -204,6 +204,31 @@ def test_a_label_other_than_0_or_1_is_refused_naming_file_and_row(tmp_path: Path
     _read_everything(data)
 
 
+@pytest.mark.parametrize(
+    "edit, stated",
+    [
+        (lambda split: split.update(rows=1200), 1200),  # the split's count raised by hand
+        (lambda split: split["parts"].pop(1), 1000),  # a part's entry dropped, its count kept
+    ],
+    ids=["count-raised", "part-dropped"],
+)
+def test_a_split_count_other_than_its_parts_rows_is_refused_in_one_line(
+    tmp_path: Path, edit, stated: int
+):
+    """train sizes an epoch by the split's count and reads the parts: a count other than the
+    parts' rows would train more or fewer steps an epoch than the data holds."""
+    data = tmp_path / "data"
+    write_tiny_dataset(data, rows={"train": [600, 400]})
+    _edit_manifest(data, lambda raw: edit(raw["splits"]["train"]))
+    held = 1000 if stated == 1200 else 600
+    line = re.escape(
+        f"{data / 'manifest.json'}: malformed manifest: splits.train.rows is {stated}, "
+        f"but its parts hold {held} rows"
+    )
+    assert_one_line_error(_cli("data", "verify", data), line)
+    assert_one_line_error(_cli("data", "stats", data), line)
+
+
 @pytest.mark.parametrize("multi_hot", [False, True], ids=["one-hot", "multi-hot"])
 def test_an_id_beyond_its_table_is_refused_naming_file_row_and_id(tmp_path: Path, multi_hot: bool):
     data = tmp_path / "data"

@@ -311,6 +311,8 @@ def test_multi_hot_offsets_refusals_are_whole_lines(tmp_path: Path):
     assert _open_refusal(tmp_path) == (
         f"{path}: column f1: offsets run from 1 to {ids}, expected 0 to {ids} (the column's ids)"
     )
+    # the part's count and the split's edited alike (the split's alone is refused on loading)
+    _edit_manifest(tmp_path, lambda raw: raw["splits"]["train"].update(rows=31))
     _edit_manifest(tmp_path, lambda raw: raw["splits"]["train"]["parts"][0].update(rows=31))
     assert _open_refusal(tmp_path) == f"{path}: holds 30 rows, manifest says 31"
 

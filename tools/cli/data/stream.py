@@ -53,6 +53,8 @@ def digest(
             "--batches and --world-size must be positive and --start-batch not negative, "
             f"got {batches}, {world_size}, {start_batch}"
         )
+    if epoch < 0:  # the loader's own refusal would reach the user as a traceback
+        fail(f"--epoch must not be negative, got {epoch}")
     if (
         global_batch <= 0 or global_batch % world_size
     ):  # said with the flags, before the loader says it with its names

@@ -25,6 +25,7 @@ back from the written columns after the last part.
 from __future__ import annotations
 
 import dataclasses
+import glob
 import os
 import shutil
 from collections.abc import Callable
@@ -168,6 +169,27 @@ def prepare_multihot(
     return tables
 
 
+def _remove_killed_runs_copies(out: Path) -> None:
+    """Remove the temporary folders of runs into `out` killed before their rename (SIGKILL, the
+    OOM killer): each holds up to a whole copy (Criteo 1TB's is ~4 TB) under a dot-name with its
+    pid, which no rerun (another pid) would reuse or see. A folder whose process still runs on
+    this machine is left alone."""
+    for stale in out.parent.glob(f".{glob.escape(out.name)}.tmp-*"):
+        pid = stale.name.rpartition("-")[2]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 def materialize_multihot(
     src: str | Path,
     out: str | Path,
@@ -208,6 +230,7 @@ def materialize_multihot(
     elif tables.spec != spec:
         raise ValueError(f"index tables of {tables.spec} given for a materialisation of {spec}")
     counts = OneHotCounts(manifest, tables) if "train" in manifest.splits else None
+    _remove_killed_runs_copies(out)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:

@@ -925,7 +925,7 @@ def test_a_truncated_checkpoint_file_is_one_line_naming_it_in_export_and_eval(
     trained: Path,
 ) -> None:
     """A data file cut short before its digests were written (they match it): export and eval
-    say which checkpoint cannot be read and what to do, not torch's CheckpointException; export
+    say which checkpoint and which of its files cannot be read and what to do, not torch's CheckpointException; export
     leaves no file at --out."""
     from shardrec.trainer.rundir.checkpoint.trust import write_digests
 
@@ -937,7 +937,7 @@ def test_a_truncated_checkpoint_file_is_one_line_naming_it_in_export_and_eval(
     write_digests(newest)
     cut = (
         rf"^error: cut/checkpoints/{newest.name}: a file of this checkpoint is truncated or "
-        r"unreadable \(RuntimeError: [^)]*\), "
+        r"unreadable \(__0_0\.distcp: RuntimeError: [^)]*\), "
     )
     line = assert_one_line_error(
         in_process("export", "cut", "--out", "cut.safetensors", cwd=trained),

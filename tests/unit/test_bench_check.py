@@ -160,3 +160,29 @@ def test_a_note_without_record_is_one_line(tmp_path: Path) -> None:
     assert_one_line_error(
         res, r"^error: --note 'provisional' is kept beside recorded floors: give it with --record$"
     )
+
+
+def test_a_ratio_whose_baseline_did_other_work_fails_the_check(
+    fake_runs: dict[str, float], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A baseline whose output is not ours gives no ratio ("not_compared"): the check says so in
+    # its row and does not pass, as for a ratio too small to measure.
+    floors = tmp_path / "floors.toml"
+    check.record(check.run_check(floors_path=floors, recording=True), floors)
+    why = "polars' columns C3 differ from shardrec's: the two did not do the same work"
+    monkeypatch.setitem(
+        check.RUNS,
+        "preprocess",
+        lambda: {"ratios": {"vs_polars_one_thread": {"not_compared": why, "rounds": 3}}},
+    )
+    result = check.run_check(floors_path=floors)
+    row = result["rows"][-1]
+    assert (row["ratio"], row["verdict"], row["not_compared"]) == (
+        "preprocess.vs_polars_one_thread",
+        "not compared",
+        why,
+    )
+    assert check.failed(result)
+    res = CliRunner().invoke(app, ["bench", "check", "--floors", str(floors)])
+    words = " ".join(res.stdout.replace("│", " ").split())
+    assert res.exit_code == 1 and "not compared (polars' columns C3 differ" in words

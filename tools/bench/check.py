@@ -126,8 +126,9 @@ def _figure(result: dict[str, Any], check: Check) -> dict[str, Any]:
     r: Any = result
     for key in check.path:
         r = r[key]
-    if "too_small" in r:
-        return {"too_small": r["too_small"]}
+    for withheld in ("not_compared", "too_small"):
+        if withheld in r:
+            return {withheld: r[withheld]}
     return r["per_cpu_s"] if check.per == "cpu" else r
 
 
@@ -167,6 +168,8 @@ def run_check(
 
 
 def verdict(figure: dict[str, Any], floor: float | None) -> str:
+    if "not_compared" in figure:
+        return "not compared"
     if "too_small" in figure:
         return "too small"
     if floor is None:
@@ -175,9 +178,10 @@ def verdict(figure: dict[str, Any], floor: float | None) -> str:
 
 
 def failed(result: dict[str, Any]) -> bool:
-    """Whether the check did not pass: a ratio below its floor, too small to measure, failed, or
-    with no floor to hold it against (not checked is not passed)."""
-    verdicts = ("BELOW FLOOR", "too small", "FAILED", "no floor")
+    """Whether the check did not pass: a ratio below its floor, too small to measure, not compared
+    (the baseline did other work), failed, or with no floor to hold it against (not checked is
+    not passed)."""
+    verdicts = ("BELOW FLOOR", "too small", "not compared", "FAILED", "no floor")
     return any(r["verdict"] in verdicts for r in result["rows"])
 
 
@@ -227,6 +231,8 @@ def print_check(result: dict[str, Any]) -> None:
     for r in result["rows"]:
         if "failed" in r:
             measured = f"the benchmark failed: {r['failed']}"
+        elif "not_compared" in r:
+            measured = f"not compared ({r['not_compared']})"
         elif "too_small" in r:
             measured = f"too small to measure ({r['too_small']})"
         else:

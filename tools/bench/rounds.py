@@ -129,13 +129,15 @@ class Spread:
 
 @dataclass(frozen=True)
 class Ratio:
-    """ours / baseline over the rounds, per wall and per CPU second, or why there is no figure
-    (`too_small`)."""
+    """ours / baseline over the rounds, per wall and per CPU second, or why there is no figure:
+    `too_small` (the runs measure start-up more than the work), `not_compared` (the two did not do
+    the same work, so their times say nothing of each other)."""
 
     wall: Spread | None
     cpu: Spread | None
     rounds: int
     too_small: str = ""
+    not_compared: str = ""
 
     @property
     def median(self) -> float | None:
@@ -145,6 +147,8 @@ class Ratio:
         return ratio_text(self.to_dict(), per)
 
     def to_dict(self) -> dict[str, Any]:
+        if self.not_compared:
+            return {"not_compared": self.not_compared, "rounds": self.rounds}
         if self.wall is None:
             return {"too_small": self.too_small, "rounds": self.rounds}
         out: dict[str, Any] = {**self.wall.to_dict(), "rounds": self.rounds}
@@ -156,7 +160,9 @@ class Ratio:
 def ratio_text(r: dict[str, Any], per: str = "wall") -> str:
     """A ratio's JSON form (Ratio.to_dict) as one phrase, its `per` figure (wall or cpu) first:
     '1.64x (1.58-1.71 over 5 rounds, spread 8%); per CPU-s 1.60x (1.55-1.66)', or 'too small to
-    measure (why)'."""
+    measure (why)' or 'not compared (why)'."""
+    if "not_compared" in r:
+        return f"not compared ({r['not_compared']})"
     if "too_small" in r:
         return f"too small to measure ({r['too_small']})"
     wall, cpu = r, r.get("per_cpu_s")
@@ -181,15 +187,19 @@ def ratio(
     *,
     min_run_s: float = MIN_RUN_S,
     too_small: str = "",
+    not_compared: str = "",
     cpu: bool = True,
 ) -> Ratio:
     """Medians over rounds of ours' rate / the baseline's in the same round (both lists in round
     order). `too_small` (a reason) withholds the figure whatever the runs; so does a median run
-    shorter than `min_run_s` on either side. `cpu`: also the ratio per CPU-second (off where
+    shorter than `min_run_s` on either side. `not_compared` (a reason: the baseline's output is
+    not ours) withholds it before anything else. `cpu`: also the ratio per CPU-second (off where
     the CPU seconds are not comparable)."""
     rounds = min(len(ours), len(baseline))
     if rounds == 0:
         raise ValueError("no rounds to compare")
+    if not_compared:
+        return Ratio(None, None, rounds, not_compared=not_compared)
     shortest = min(statistics.median(r.wall_s for r in side) for side in (ours, baseline))
     if not too_small and shortest < min_run_s:
         too_small = f"a run took {shortest:.3f} s, under {min_run_s} s"

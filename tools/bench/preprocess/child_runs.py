@@ -143,14 +143,27 @@ def report_head(
         "polars_columns_equal": not differ,
         "polars_columns_differ": differ,
         "ratios": {
-            f"vs_{name}": ratio(runs["shardrec"], runs[name], too_small=small).to_dict()
+            f"vs_{name}": ratio(
+                runs["shardrec"], runs[name], too_small=small, not_compared=not_compared(differ)
+            ).to_dict()
             for name in BASELINES
         },
     }
 
 
+def not_compared(differ: list[str]) -> str:
+    """Why polars' times say nothing against shardrec's ("" where they do): its columns are not
+    shardrec's, so the two did not do the same work."""
+    if not differ:
+        return ""
+    return (
+        f"polars' columns {', '.join(differ)} differ from shardrec's: the two did not do the same "
+        "work"
+    )
+
+
 def per_cpu_median(r: dict[str, Any]) -> float | None:
-    """A ratio's median per CPU-second, None where it was too small to measure."""
+    """A ratio's median per CPU-second, None where it was withheld (too small, not compared)."""
     return r["per_cpu_s"]["median"] if "per_cpu_s" in r else None
 
 
@@ -178,8 +191,16 @@ def rate_lines(r: dict[str, Any], title: str) -> str:
     )
 
 
-def goal_text(value: bool | None) -> str:
-    return "not measured (too small)" if value is None else "met" if value else "NOT met"
+def goal_text(value: bool | None, ratio: dict[str, Any] | None = None) -> str:
+    """A goal's verdict; None: not measured, for the reason its `ratio` (where it rests on one)
+    was withheld."""
+    if value is not None:
+        return "met" if value else "NOT met"
+    return (
+        "not compared"
+        if ratio is not None and "not_compared" in ratio
+        else "not measured (too small)"
+    )
 
 
 def spec_rounds(

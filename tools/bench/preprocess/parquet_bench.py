@@ -145,6 +145,9 @@ def print_parquet_report(r: dict[str, Any], console) -> None:
         + "polars columns equal shardrec's (values and list lengths): "
         + ("yes" if r["polars_columns_equal"] else f"NO ({', '.join(r['polars_columns_differ'])})")
         + "\n"
-        + "\n".join(f"goal {k}: {goal_text(v)}" for k, v in r["goals"].items()),
+        + "\n".join(
+            f"goal {k}: {goal_text(v, r['ratios']['vs_polars_one_thread'])}"
+            for k, v in r["goals"].items()
+        ),
         highlight=False,
     )

@@ -35,7 +35,8 @@ def sum_in_rank_order(model: Any) -> bool:
     return True
 
 
-def _rank_order_sum(group, bucket):  # noqa: ANN001, ANN202: DDP reads these annotations as objects
+# Unannotated: DDP reads a hook's annotations as objects.
+def _rank_order_sum(group, bucket):
     """The mean over the ranks of a dist.GradBucket (a future of it): each rank's share divided by
     the world size, as DDP's own reduction divides, then added in rank order."""
     buf = bucket.buffer()

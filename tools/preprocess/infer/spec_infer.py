@@ -363,6 +363,19 @@ def _decimal_commas(columns: list[list[str]]) -> bool:
     return False
 
 
+def _refuse_spaced_fields(path: Path, table: list[list[str]], delimiter: str, header: bool) -> None:
+    """ValueError for a file written `a, b`: preprocessing reads fields as written (` price` is
+    no column `price`, ` 3.45` no number)."""
+    spaced = [r for r in table[:200] if len(r) > 1 and all(f.startswith(" ") for f in r[1:])]
+    if (header and spaced and spaced[0] is table[0]) or len(spaced) * 2 >= len(table[:200]):
+        d = {"\t": "\\t"}.get(delimiter, delimiter)
+        raise ValueError(
+            f"{path}: its fields start with a space after {delimiter!r} "
+            f"({delimiter.join(spaced[0][:3])!r}); preprocessing reads each field as written, "
+            f"so remove the spaces first, e.g. sed 's/{d} */{d}/g' {path} > clean{path.suffix}"
+        )
+
+
 def infer_spec(path: Path, label: str, rows: int = 10_000) -> tuple[FeatureSpec, dict[str, str]]:
     """A spec for the file from its first `rows` rows, and a note per column saying why.
 
@@ -375,6 +388,7 @@ def infer_spec(path: Path, label: str, rows: int = 10_000) -> tuple[FeatureSpec,
     delimiter = _delimiter(lines)
     table = _split(lines, delimiter)
     header = _has_header(table)
+    _refuse_spaced_fields(path, table, delimiter, header)
     width = max(len(r) for r in table)
     names = [n.strip() for n in table[0]] if header else [f"c{i}" for i in range(width)]
     body = table[1:] if header else table

@@ -27,6 +27,7 @@ from shardrec.dataloader.spec.feature_spec import (
 )
 from shardrec.tools.preprocess.infer.spec_infer import (
     HEX,
+    MAX_HEX_DIGITS,
     exact,
     hash_size,
     no_label_column,
@@ -49,8 +50,9 @@ def _parquet_column(name: str, kind: str, values: list, rows: int) -> tuple[Colu
             str(x) if not isinstance(x, bytes) else x.decode("utf-8", "replace") for x in items
         ]
         element = "integer" if kind == "list-integer" else "string"
-        if element == "string" and all(HEX.match(t) for t in texts) and min(map(len, texts)) >= 8:
-            element = "hex"
+        widths = set(map(len, texts))
+        if element == "string" and all(HEX.match(t) for t in texts):
+            element = "hex" if min(widths) >= 8 and max(widths) <= MAX_HEX_DIGITS else element
         size, seen = hash_size(texts, element)
         note = f"a list of {kind[5:]}s, up to {longest} in a row; {seen}; pooling: sum or mean"
         column = ListColumn(name, kind=element, hash_size=size, max_length=max(1, min(longest, 64)))

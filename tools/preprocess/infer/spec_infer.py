@@ -13,8 +13,8 @@ the data path):
   times would meet only new values in later data; integers make a dense column (log1p, or
   signed-log1p when negative), but for id-like names (`..._id`), the anonymised categoricals' `C<n>`
   names (Criteo's, Avazu's C14-C21) and codes with leading zeros; decimals a float dense column;
-  fixed-width hex with letters (Criteo's, Avazu's ids) a hex categorical; anything else a string
-  categorical;
+  fixed-width hex with letters, 8-16 digits (Criteo's, Avazu's ids), a hex categorical; anything
+  else (an MD5's 32 digits too) a string categorical;
 - hash sizes: twice an estimate of each categorical's distinct values (Chao1: the sample's
   distinct values plus the unseen ones its singletons suggest), within [16, 10,000,000]; where the
   sample saw nearly all of a column's values, raised to the smallest size (up to 8 times it) that
@@ -57,6 +57,9 @@ MAX_HASH_SIZE = 10_000_000
 _INT = re.compile(r"^-?\d{1,18}$")
 _FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 HEX = re.compile(r"^[0-9a-fA-F]+$")
+MAX_HEX_DIGITS = 16
+"""The widest value a hex categorical decodes (64 bits: parse_kernel.decode_hex); a wider one (an
+MD5's 32 digits, a 19-digit id) is a string categorical, hashed from its bytes."""
 _COMMA_FLOAT = re.compile(r"^[+-]?(\d+(,\d*)?|,\d+)([eE][+-]?\d+)?$")
 # Words for the two values of a label column: which one is the click.
 POSITIVE_WORDS = {"yes", "y", "true", "t", "click", "clicked", "positive", "pos", "1"}
@@ -237,7 +240,8 @@ def propose_column(
         return DenseColumn(
             name, type=kind, transform=transform
         ), f"{'integers' if ints else 'numbers'}, min {low:g}"
-    if len(widths) == 1 and min(widths) >= 8 and all(HEX.match(v) for v in values) and not ints:
+    hex_width = len(widths) == 1 and 8 <= min(widths) <= MAX_HEX_DIGITS
+    if hex_width and all(HEX.match(v) for v in values) and not ints:
         size, seen = hash_size(values, "hex")
         return CategoricalColumn(
             name, kind="hex", hash_size=size
@@ -359,6 +363,19 @@ def _decimal_commas(columns: list[list[str]]) -> bool:
     return False
 
 
+def _refuse_spaced_fields(path: Path, table: list[list[str]], delimiter: str, header: bool) -> None:
+    """ValueError for a file written `a, b`: preprocessing reads fields as written (` price` is
+    no column `price`, ` 3.45` no number)."""
+    spaced = [r for r in table[:200] if len(r) > 1 and all(f.startswith(" ") for f in r[1:])]
+    if (header and spaced and spaced[0] is table[0]) or len(spaced) * 2 >= len(table[:200]):
+        d = {"\t": "\\t"}.get(delimiter, delimiter)
+        raise ValueError(
+            f"{path}: its fields start with a space after {delimiter!r} "
+            f"({delimiter.join(spaced[0][:3])!r}); preprocessing reads each field as written, "
+            f"so remove the spaces first, e.g. sed 's/{d} */{d}/g' {path} > clean{path.suffix}"
+        )
+
+
 def infer_spec(path: Path, label: str, rows: int = 10_000) -> tuple[FeatureSpec, dict[str, str]]:
     """A spec for the file from its first `rows` rows, and a note per column saying why.
 
@@ -371,6 +388,7 @@ def infer_spec(path: Path, label: str, rows: int = 10_000) -> tuple[FeatureSpec,
     delimiter = _delimiter(lines)
     table = _split(lines, delimiter)
     header = _has_header(table)
+    _refuse_spaced_fields(path, table, delimiter, header)
     width = max(len(r) for r in table)
     names = [n.strip() for n in table[0]] if header else [f"c{i}" for i in range(width)]
     body = table[1:] if header else table

@@ -16,7 +16,14 @@ import numpy as np
 
 from shardrec.dataloader.util.jit import njit
 from shardrec.tools.preprocess.parse.parse_kernel import decode_hex, decode_int
-from shardrec.tools.preprocess.parse.spec_kernel import BAD_HEX, BAD_INTEGER, BAD_LABEL, HEX, STRING
+from shardrec.tools.preprocess.parse.spec_kernel import (
+    BAD_FLOAT,
+    BAD_HEX,
+    BAD_INTEGER,
+    BAD_LABEL,
+    HEX,
+    STRING,
+)
 from shardrec.tools.preprocess.parse.spec_values import hash_string
 
 
@@ -115,15 +122,22 @@ def first_entry_row(wanted, indices, bitmap, at, rows):
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
-def numbers_into(values, bitmap, at, n, out, missing, col, r0):
+def numbers_into(values, bitmap, at, n, out, missing, col, r0, reason, bad_field, field):
     """Rows r0 .. r0 + n of dense column `col` from n numbers, as float64 (a null: 0.0, missing):
-    one pass over Arrow's buffers, as the text parser writes a dense field."""
+    one pass over Arrow's buffers, as the text parser writes a dense field. A NaN or an infinity
+    makes its row malformed (bad_float), as `nan` or `inf` in a text field does: a log transform
+    would have stored it as 0 or infinity."""
     for i in range(n):
         r, j = r0 + i, at + i
-        if _valid(bitmap, j):
-            out[r, col], missing[r, col] = np.float64(values[j]), False
+        if not _valid(bitmap, j):
+            out[r, col], missing[r, col] = 0.0, True
+            continue
+        v = np.float64(values[j])
+        if np.isfinite(v):
+            out[r, col], missing[r, col] = v, False
         else:
             out[r, col], missing[r, col] = 0.0, True
+            _bad(reason, bad_field, r, BAD_FLOAT, field)
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
@@ -188,7 +202,8 @@ def number_labels_into(
     values, bitmap, at, n, threshold, use_threshold, labels, r0, reason, bad_field, field
 ):  # fmt: skip
     """Labels of n numbers: 1 where >= threshold (use_threshold), else the value, which must be
-    0 or 1; a null or another value makes its row malformed."""
+    0 or 1; a null, a NaN or an infinity (as a text label's `nan`) or another value makes its row
+    malformed."""
     for i in range(n):
         r, j = r0 + i, at + i
         v = np.float64(values[j])
@@ -196,7 +211,8 @@ def number_labels_into(
             labels[r] = 1 if v >= threshold else 0
         else:
             labels[r] = 1 if v == 1.0 else 0
-        if not _valid(bitmap, j) or (not use_threshold and v != 0.0 and v != 1.0):
+        wrong = not np.isfinite(v) or (not use_threshold and v != 0.0 and v != 1.0)
+        if not _valid(bitmap, j) or wrong:
             labels[r] = 0
             _bad(reason, bad_field, r, BAD_LABEL, field)
 

@@ -8,7 +8,7 @@ Columns are found by name; every column of the file belongs to one spec column (
 
 - label: integer, bool or float holding 0/1; any number with `threshold`; a string column with
   `mapping`. A null label makes the row malformed.
-- dense: integer, float or bool; null is 0.
+- dense: integer, float or bool; null is 0, a NaN or an infinity a malformed row (bad_float).
 - categorical of kind `string`: a string or binary column, its bytes hashed as a text field's
   are; `hex`: a string column of hex digits (anything else: a malformed row); `integer`: an
   integer column, the integer itself.
@@ -286,7 +286,8 @@ def table_chunk(table, pp: ParquetProgram, hashing: bool = False) -> SpecChunk:
                 _label(arr, c, pp, out, r0, f)
             elif role == k.DENSE:
                 pk.numbers_into(_integers(arr), _buffer(arr.buffers()[0], np.uint8), arr.offset,
-                                len(arr), out.dense, out.dense_missing, slot, r0)  # fmt: skip
+                                len(arr), out.dense, out.dense_missing, slot, r0, out.reason,
+                                out.bad_field, f)  # fmt: skip
             elif role == k.CATEGORICAL:
                 _categorical(arr, c, slot, out, r0, f, whole)
             else:

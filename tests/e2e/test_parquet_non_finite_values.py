@@ -1,0 +1,64 @@
+"""A NaN or an infinity in a Parquet float column is a malformed row, as `nan` or `inf` in a text
+field is: never a dense input of 0 or infinity, never a label from a threshold it cannot meet."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from helpers import cli
+
+from shardrec.dataloader.format.manifest import Manifest
+from shardrec.dataloader.format.part_file import open_split
+
+SPEC = """[format]
+kind = "parquet"
+
+[[columns]]
+name = "rating"
+role = "label"
+threshold = 4.0
+
+[[columns]]
+name = "price"
+role = "dense"
+type = "float"
+
+[[columns]]
+name = "site"
+role = "categorical"
+hash_size = 100
+"""
+
+
+def test_nan_and_infinite_parquet_numbers_are_malformed_rows(tmp_path: Path):
+    rows = 200
+    price = [float(i) for i in range(rows)]
+    price[1], price[2], price[4] = float("nan"), float("inf"), float("-inf")
+    rating = [float(i % 5 + 1) for i in range(rows)]
+    rating[6], rating[7] = float("nan"), float("inf")
+    pq.write_table(
+        pa.table({"rating": rating, "price": price, "site": [f"s{i % 7}" for i in range(rows)]}),
+        tmp_path / "log.parquet",
+    )
+    (tmp_path / "s.toml").write_text(SPEC)
+    res = json.loads(cli("preprocess", tmp_path / "log.parquet", "--spec", tmp_path / "s.toml",
+                         "--out", tmp_path / "o", "--max-skipped-fraction", "0.05",
+                         "--json").stdout)  # fmt: skip
+    assert res["rows_skipped"] == {"bad_float": 3, "bad_label": 2}
+    where = tmp_path / "log.parquet"
+    assert res["first_errors"] == [
+        f"{where}: row 2: price: nan (bad_float)",
+        f"{where}: row 3: price: inf (bad_float)",
+        f"{where}: row 5: price: -inf (bad_float)",
+        f"{where}: row 7: rating: nan (bad_label)",
+        f"{where}: row 8: rating: inf (bad_label)",
+    ]
+    manifest = Manifest.load(tmp_path / "o")
+    dense = np.concatenate(
+        [p.dense for split in manifest.splits for p in open_split(tmp_path / "o", split, manifest)]
+    )
+    assert len(dense) == rows - 5 and np.isfinite(dense).all()

@@ -203,7 +203,7 @@ def head_fields(manifest: Manifest, directory: Path) -> list[tuple[str, str]]:
     their pooling."""
     from shardrec.dataloader.spec.feature_spec import LabelColumn, ListColumn, SpecError
     from shardrec.dataloader.spec.spec_file import manifest_spec
-    from shardrec.tools.preprocess.infer.spec_infer import exact
+    from shardrec.tools.preprocess.infer.label_infer import exact
 
     try:
         spec = manifest_spec(manifest, directory)

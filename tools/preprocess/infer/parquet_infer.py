@@ -25,16 +25,18 @@ from shardrec.dataloader.spec.feature_spec import (
     ListColumn,
     TextFormat,
 )
+from shardrec.tools.preprocess.infer.label_infer import (
+    exact,
+    no_label_column,
+    parse_label,
+    threshold_inside,
+    threshold_wanted,
+)
 from shardrec.tools.preprocess.infer.spec_infer import (
     HEX,
     MAX_HEX_DIGITS,
-    exact,
     hash_size,
-    no_label_column,
-    parse_label,
     propose_column,
-    threshold_inside,
-    threshold_wanted,
 )
 
 

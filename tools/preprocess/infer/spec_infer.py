@@ -20,7 +20,8 @@ the data path):
   sample saw nearly all of a column's values, raised to the smallest size (up to 8 times it) that
   gives each its own id (spec_hash_fit.py); where none does, the comment says how many share one.
 
-A Parquet file's spec is parquet_infer.py's, from its schema and these column rules.
+A Parquet file's spec is parquet_infer.py's, from its schema and these column rules; the label
+column is label_infer.py's for both.
 
 Every choice is written beside its column as a comment, for the user to check and edit.
 """
@@ -33,7 +34,6 @@ import datetime
 import io
 import math
 import re
-import statistics
 from collections import Counter
 from pathlib import Path
 
@@ -43,11 +43,15 @@ from shardrec.dataloader.spec.feature_spec import (
     DenseColumn,
     FeatureSpec,
     IgnoredColumn,
-    LabelColumn,
     ListColumn,
     TextFormat,
 )
-from shardrec.dataloader.util.near import did_you_mean, name_list
+from shardrec.tools.preprocess.infer.label_infer import (
+    is_number,
+    label_column,
+    no_label_column,
+    parse_label,
+)
 from shardrec.tools.preprocess.infer.spec_hash_fit import fit_hash_size
 from shardrec.tools.preprocess.text.gz import open_text
 
@@ -55,15 +59,12 @@ DELIMITERS = ("\t", ",", ";", "|")
 LIST_SEPARATORS = ("|", ";", ",")
 MAX_HASH_SIZE = 10_000_000
 _INT = re.compile(r"^-?\d{1,18}$")
-_FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 HEX = re.compile(r"^[0-9a-fA-F]+$")
 MAX_HEX_DIGITS = 16
 """The widest value a hex categorical decodes (64 bits: parse_kernel.decode_hex); a wider one (an
 MD5's 32 digits, a 19-digit id) is a string categorical, hashed from its bytes."""
 _COMMA_FLOAT = re.compile(r"^[+-]?(\d+(,\d*)?|,\d+)([eE][+-]?\d+)?$")
 # Words for the two values of a label column: which one is the click.
-POSITIVE_WORDS = {"yes", "y", "true", "t", "click", "clicked", "positive", "pos", "1"}
-NEGATIVE_WORDS = {"no", "n", "false", "f", "noclick", "no_click", "negative", "neg", "0"}
 _ID_NAME = re.compile(r"(^|_)id$|Id$|ID$")
 # Anonymised categoricals are named C1, C2, ... by convention (Criteo's C1-C26, Avazu's C1 and
 # C14-C21).
@@ -71,38 +72,6 @@ _CATEGORY_NAME = re.compile(r"^C\d+$")
 _TIME_NAME = re.compile(r"time|date|(^|_)ts$", re.IGNORECASE)
 # Unix seconds from 2000-01-01 to 2100-01-01: a code of 9-10 digits in this range is a time.
 _UNIX_SECONDS = (946_684_800, 4_102_444_800)
-
-
-def parse_label(text: str) -> tuple[str, float | None]:
-    """`click` -> ("click", None); `rating>=4` -> ("rating", 4.0). Another comparison (`rating>4`)
-    is refused with the >= that means it."""
-    name, sep, threshold = text.partition(">=")
-    if not sep:
-        other = re.fullmatch(r"\s*(.+?)\s*(>|<=|<|==|=)\s*(-?[\d.]+)\s*", text)
-        if other:
-            _comparison(text, *other.groups())
-        return text.strip(), None
-    try:
-        return name.strip(), float(threshold)
-    except ValueError:
-        raise ValueError(
-            f"--label {text!r}: the threshold after >= must be a number, e.g. rating>=4"
-        ) from None
-
-
-def _comparison(text: str, name: str, op: str, number: str) -> None:
-    """ValueError for a label rule other than >=, with the >= rule that means it."""
-    value = float(number)
-    if op == ">" and value.is_integer():
-        same = f"--label '{name}>={int(value) + 1}' (the same for whole numbers)"
-    elif op in ("==", "="):
-        same = 'a spec\'s label mapping (role = "label", mapping = { ... }) for one value'
-    else:
-        same = f"--label '{name}>={number}' (label 1 where {name} >= {number})"
-    raise ValueError(
-        f"--label {text!r}: a threshold is written NAME>=NUMBER (label 1 where the value is >= it); "
-        f"use {same}"
-    )
 
 
 def sample_lines(path: Path, rows: int) -> tuple[list[str], bool]:
@@ -136,10 +105,6 @@ def _delimiter(lines: list[str]) -> str:
     return best
 
 
-def _is_number(v: str) -> bool:
-    return bool(_FLOAT.match(v))
-
-
 def _has_header(rows: list[list[str]]) -> bool:
     first, rest = rows[0], rows[1:]
     for i, value in enumerate(first):
@@ -147,11 +112,11 @@ def _has_header(rows: list[list[str]]) -> bool:
         if (
             value
             and below
-            and not _is_number(value)
-            and sum(map(_is_number, below)) >= 0.9 * len(below)
+            and not is_number(value)
+            and sum(map(is_number, below)) >= 0.9 * len(below)
         ):
             return True
-    if any(_is_number(v) for v in first):
+    if any(is_number(v) for v in first):
         return False
     # No numeric column to tell: a header's names do not come back in the rows below.
     return all(sum(1 for r in rest if i < len(r) and r[i] == v) == 0 for i, v in enumerate(first))
@@ -215,7 +180,7 @@ def propose_column(
     distinct = len(set(values))
     if distinct == len(values) >= 50 and min(map(len, values)) >= 10:
         return IgnoredColumn(name), "a different value in every row: a row id, not a feature"
-    numeric = all(map(_is_number, values))
+    numeric = all(map(is_number, values))
     sep = None if numeric else _list_separator(values, delimiter)
     if sep is not None:
         items = [i for v in values for i in v.split(sep) if i]
@@ -261,96 +226,6 @@ def _placed(column: Column, i: int, names: list[str]) -> Column:
             return column
     return dataclasses.replace(
         column, name=f"{re.sub(r'[^A-Za-z0-9_-]', '_', name) or 'c'}_{i}", position=i
-    )
-
-
-def exact(x: float) -> str:
-    """A number written so that it reads back the same: 14102100, where %g's 1.41021e+07 (a
-    threshold pasted from it made every label 1)."""
-    x = float(x)
-    return str(int(x)) if x.is_integer() and abs(x) < 2**63 else repr(x)
-
-
-def threshold_wanted(path: Path, name: str, values: list[float], shown: list[str]) -> str:
-    """The refusal of a numeric label that is not 0/1, with a threshold taken from its values (the
-    median: about half the rows would be 1; a click log's positives are usually fewer; of whole
-    numbers, the whole number at or above it)."""
-    median = float(statistics.median(values))
-    if all(float(v).is_integer() for v in values):
-        median = float(math.ceil(median))
-    return (
-        f"{path}: label column {name!r} holds values other than 0 and 1 (e.g. {shown}; they run "
-        f"{exact(min(values))} to {exact(max(values))}, median {exact(median)}); give the "
-        f"threshold at which a row counts as 1, e.g. --label '{name}>={exact(median)}'"
-    )
-
-
-def threshold_inside(path: Path, name: str, values: list[float], threshold: float) -> None:
-    """ValueError for a threshold that makes every label of the sample the same: above every value
-    (all 0) or at or below every one (all 1), with one from the values (threshold_wanted's)."""
-    low, high = min(values), max(values)
-    if low < threshold <= high:
-        return
-    every = "0: it is above" if threshold > high else "1: it is at or below"
-    median = float(statistics.median(values))
-    if all(float(v).is_integer() for v in values):
-        median = float(math.ceil(median))
-    raise ValueError(
-        f"{path}: --label '{name}>={exact(threshold)}' makes every label {every} every value read "
-        f"({len(values):,} values, {exact(low)} to {exact(high)}, median {exact(median)}); give a "
-        f"threshold within them, e.g. --label '{name}>={exact(median)}'"
-    )
-
-
-def no_label_column(path: Path, name: str, names: list[str]) -> ValueError:
-    """The refusal of a --label that names no column: the columns (the first 30), and the one
-    meant where a name is close (a typo)."""
-    return ValueError(
-        f"{path}: no column {name!r} for the label (columns: {name_list(names)})"
-        f"{did_you_mean(name, names)}"
-    )
-
-
-def _label_column(name: str, values: list[str], threshold: float | None, path: Path) -> tuple:
-    """(the label column, its note) for the label's values: 0/1 as written, a threshold over
-    numbers, or a mapping of two written values (the known words for a click, else the rarer
-    value as 1: clicks are the rarer outcome of a click log)."""
-    seen = Counter(values)
-    shown = sorted(seen)[:5]
-    numbers = all(map(_is_number, seen))
-    if threshold is not None:
-        if not numbers:
-            words = sorted(v for v in seen if not _is_number(v))[:5]
-            raise ValueError(
-                f"{path}: label column {name!r} holds values that are not numbers (e.g. {words}); "
-                "a threshold compares numbers: give the label column without one"
-            )
-        if values:
-            threshold_inside(path, name, [float(v) for v in values], threshold)
-        return LabelColumn(
-            name, threshold=threshold
-        ), f"the label: 1 where {name} >= {exact(threshold)}"
-    if set(seen) <= {"0", "1"}:
-        return LabelColumn(name), "the label"
-    if numbers and {float(v) for v in seen} <= {0.0, 1.0}:  # 0/1 written as 0.0/1.0
-        return LabelColumn(name, threshold=1.0), f"the label (written {', '.join(shown)})"
-    if numbers:
-        raise ValueError(threshold_wanted(path, name, [float(v) for v in values], shown))
-    if len(seen) != 2:
-        raise ValueError(
-            f"{path}: label column {name!r} holds {len(seen):,} distinct values (e.g. {shown}), "
-            "not two: give the column that says whether a row is a click"
-        )
-    a, b = sorted(seen, key=lambda v: (seen[v], v))  # a: the rarer
-    known = [v for v in (a, b) if v.strip().lower() in POSITIVE_WORDS]
-    negative = [v for v in (a, b) if v.strip().lower() in NEGATIVE_WORDS]
-    if len(known) == 1 and len(negative) == 1 and known != negative:
-        one, zero, why = known[0], negative[0], "by their words"
-    else:
-        one, zero, why = a, b, f"the rarer value as 1 ({seen[a]:,} of {len(values):,}): check it"
-    return (
-        LabelColumn(name, mapping={one: 1, zero: 0}),
-        f"the label: 1 where {name} is {one!r}, 0 where {zero!r} ({why})",
     )
 
 
@@ -405,7 +280,7 @@ def infer_spec(path: Path, label: str, rows: int = 10_000) -> tuple[FeatureSpec,
         if decimal and values and all(_COMMA_FLOAT.match(v) for v in values):
             values = [v.replace(",", ".") for v in values]
         if name == label_name:
-            column, notes[name] = _label_column(name, values, threshold, path)
+            column, notes[name] = label_column(name, values, threshold, path)
             columns.append(column)
             continue
         column, notes[name] = propose_column(name, values, len(body), delimiter)

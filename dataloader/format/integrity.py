@@ -16,6 +16,7 @@ import numpy as np
 
 from shardrec.dataloader.format.manifest import (
     MANIFEST,
+    PART_SUFFIX,
     DatasetError,
     Manifest,
     PartInfo,
@@ -193,7 +194,23 @@ def verify(directory: str | Path) -> list[str]:
                 problems.append(str(e))
                 continue
             problems += check_labels(opened) + check_ids(opened) + check_offsets(opened)
-    return problems
+    return problems + unlisted_parts(directory, manifest)
+
+
+def unlisted_parts(directory: Path, manifest: Manifest) -> list[str]:
+    """A part file in a split's folder that the manifest does not list: no command reads its rows
+    (a part copied in by hand, or left by another run), so the dataset is not what the folder
+    shows."""
+    out = []
+    for split, info in manifest.splits.items():
+        listed = {p.name for p in info.parts}
+        for path in sorted((directory / split).glob(f"*{PART_SUFFIX}")):
+            if path.name not in listed:
+                out.append(
+                    f"{path}: not in the manifest, so no command reads its rows; remove it, or "
+                    "re-run the preprocessing that should have written it"
+                )
+    return out
 
 
 def bad_id_error(

@@ -84,3 +84,19 @@ def test_verify_passes_then_names_the_corrupted_file(tiny_dataset: Path):
     assert bad.exit_code == 1 and "val/part-00000.arrow: checksum differs" in bad.stdout
     missing = runner.invoke(app, ["data", "verify", str(tiny_dataset / "nope")])
     assert_one_line_error(missing, re.escape("nope: does not exist"))
+
+
+def test_verify_names_a_part_file_the_manifest_does_not_list(tiny_dataset: Path):
+    # A part copied into a split's folder by hand (or left there by another run) is read by no
+    # command, since the loader opens the manifest's parts: verify said "every file matches its
+    # manifest checksum" and exited 0, as if its rows were in the dataset.
+    extra = tiny_dataset / "train" / "part-00099.arrow"
+    extra.write_bytes((tiny_dataset / "train" / "part-00000.arrow").read_bytes())
+    bad = runner.invoke(app, ["data", "verify", str(tiny_dataset), "--json"])
+    assert bad.exit_code == 1
+    assert json.loads(bad.stdout)["problems"] == [
+        f"{extra}: not in the manifest, so no command reads its rows; remove it, or re-run the "
+        "preprocessing that should have written it"
+    ]
+    extra.unlink()
+    assert runner.invoke(app, ["data", "verify", str(tiny_dataset)]).exit_code == 0

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from shardrec.dataloader.format.manifest import Manifest
 from shardrec.dataloader.format.part_file import check_part_file
+from shardrec.dataloader.spec.feature_spec import MAX_HASH_SIZE
 from shardrec.embeddings.dims import table_dims, table_specs
 from shardrec.embeddings.sparse_optimizers import check_device
 from shardrec.trainer.distributed.devices import (
@@ -129,6 +130,8 @@ def check_against_dataset(job: JobConfig, manifest: Manifest) -> None:
         )
     if manifest.kind == "events" and job.data.tail == "drop":
         check_event_windows(path, manifest, job.data.train_split, batch)
+    if job.model.arch == "hstu":
+        check_action_bits(path, manifest, job.model.hstu_action_bits)
     try:
         table_dims(manifest, job.model.embedding_dim, job.model.dims)
     except ValueError as e:
@@ -178,6 +181,25 @@ def check_event_windows(path: str, manifest: Manifest, split: str, batch: int) -
             f"so no step trains with data.tail = 'drop': set it to at most {largest}, "
             'data.tail = "pad", or longer windows ([split] window_seconds of the event spec)'
         )
+
+
+def check_action_bits(path: str, manifest: Manifest, bits: int) -> None:
+    """HSTU reads the low `bits` bits of each action (hstu_model's _bits): an action side sequence
+    whose manifest bounds its values (an event log's pools: listen-plus 1, like 2, skip 4) with
+    more bits would have the rest dropped from every token, and the run would say nothing. A click
+    log's integers kept as written have no bound (2**63): their bits are the user's choice."""
+    for f in manifest.sparse_features:
+        if not (f.sequence and f.side_of and f.values == "integers"):
+            continue
+        if f.cardinality > MAX_HASH_SIZE:
+            continue
+        needed = (f.cardinality - 1).bit_length()
+        if bits < needed:
+            raise ValueError(
+                f"model.hstu_action_bits = {bits} reads {bits} of the {needed} bits of {path}'s "
+                f"{f.name} (values up to {f.cardinality - 1}): the others would be dropped from "
+                f"every token; set it to at least {needed}"
+            )
 
 
 def _check_plan_file(job: JobConfig, manifest: Manifest, world_size: int, kind: str) -> None:

@@ -122,7 +122,7 @@ class ModelConfig:
     batch_max (the reference's: the rank's longest sequence in the batch)."""
     hstu_action_bits: int = 3
     """Bits of the action side sequence, each a learnt vector in a token (DLRMv4: listen-plus,
-    like, skip)."""
+    like, skip); fewer than a dataset's actions hold (an event log's 3) are refused."""
     hstu_action_dim: int = 8
     """Width of each action bit's vector."""
     hstu_input_dropout: float = 0.2

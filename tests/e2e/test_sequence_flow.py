@@ -181,7 +181,12 @@ def test_hstu_on_an_event_log_trains_resumes_evaluates_exports_and_predicts(tmp_
     # export; predict on the val split and on the raw log agree on the held-out anchors.
     model = tmp_path / "model.safetensors"
     cli("export", tmp_path / "straight", "--out", model)
-    cli("predict", model, data, "--split", "val", "--out", tmp_path / "split.txt")
+    scored = cli(
+        "predict", model, data, "--split", "val", "--out", tmp_path / "split.txt", "--json"
+    )
+    # An HSTU model scores a split 128 rows at a time, as raw event rows: the 8,192 of a DLRM's
+    # split held ~16 GB of attention scores at configs/dlrmv4.toml's sizes.
+    assert json.loads(scored.stdout)["batch_size"] == 128
     cli("predict", model, tmp_path / "raw" / "events.parquet", "--out", tmp_path / "raw.txt")
     on_split, on_raw = np.loadtxt(tmp_path / "split.txt"), np.loadtxt(tmp_path / "raw.txt")
     # --no-label: the same probabilities, no AUC.

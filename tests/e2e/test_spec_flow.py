@@ -165,6 +165,7 @@ def test_predict_on_raw_rows_equals_eval_and_the_preprocessed_split(flow: dict[s
             ).stdout
         )
     assert raw["rows"] == split["rows"] == test_rows
+    assert split["batch_size"] == 8192 and "batch_size" not in raw  # a DLRM's split; raw rows
     np.testing.assert_allclose(np.load(root / "raw.npy"), np.load(root / "s.npy"), rtol=1e-6)
     # New rows come without the label: --no-label scores them (the file's rating column dropped,
     # and the timestamp the spec skips, or both kept and read past) with the very probabilities

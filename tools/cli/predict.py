@@ -135,7 +135,13 @@ def predict(
             help="Write probabilities here: .npy (float32) or text, one per line (default: stdout).",
         ),
     ] = None,
-    batch_size: Annotated[int, typer.Option(help="Rows scored at a time (dataset input).")] = 8192,
+    batch_size: Annotated[
+        int | None,
+        typer.Option(
+            help="Rows scored at a time (dataset input); default 8192, or 128 for an HSTU model "
+            "(its attention grows with batch x history^2)."
+        ),
+    ] = None,
     no_label: Annotated[
         bool,
         typer.Option(
@@ -160,7 +166,7 @@ def predict(
     # The flags and paths before torch is imported.
     if json_out and out is None:
         fail("--json prints a summary: give --out for the probabilities")
-    if batch_size < 1:
+    if batch_size is not None and batch_size < 1:
         fail(f"--batch-size must be at least 1, got {batch_size}")
     if out is not None and out.is_file() and out.stat().st_size and not _holds_predictions(out):
         fail(
@@ -197,10 +203,11 @@ def predict(
             from shardrec.tools.preprocess.raw_rows import RawRows
 
             chunks = _first_and_rest(RawRows(header, model).read(input_path, labeled=not no_label))
-        from shardrec.trainer.inference.predict import load_exported, score_split
+        from shardrec.trainer.inference.predict import load_exported, score_split, split_batch
 
         exported = load_exported(model)
         if input_path.is_dir():
+            batch_size = batch_size or split_batch(header)
             probs, labels = score_split(exported, input_path, split, batch_size)
         elif exported.item_maps is not None:
             # An event log's labels are its listens' own played ratios, which the log must hold
@@ -231,6 +238,8 @@ def predict(
         else float("nan"),
         "out": str(out) if out else None,
     }
+    if input_path.is_dir():
+        result["batch_size"] = batch_size  # rows scored at a time
     if not sample.all():
         result["samples"] = int(sample.sum())
     if json_out:

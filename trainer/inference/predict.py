@@ -176,10 +176,25 @@ def multihot_of(header: dict[str, Any]) -> MultiHotOption | None:
     )
 
 
+SPLIT_BATCH = 8192
+"""Rows of a preprocessed split scored at a time by default."""
+SEQUENCE_BATCH = 128
+"""The same for an HSTU model: its attention holds batch x history^2 scores per head and layer
+(measured at configs/dlrmv4.toml's sizes, two layers: ~310 MiB at 128 samples, ~2.0 GiB at
+1,024; SPLIT_BATCH would need ~16 GB), and raw event rows are scored 128 at a time too."""
+
+
+def split_batch(header: dict[str, Any]) -> int:
+    """score_split's rows at a time when the user gives none: fewer for a sequence model."""
+    return SEQUENCE_BATCH if header["model"].get("arch") == "hstu" else SPLIT_BATCH
+
+
 def score_split(
-    exported: ExportedModel, dataset: Path, split: str, batch_size: int = 8192
+    exported: ExportedModel, dataset: Path, split: str, batch_size: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(probabilities, labels) of a preprocessed split, in the split's row order."""
+    """(probabilities, labels) of a preprocessed split, in the split's row order; `batch_size`
+    rows at a time (default: split_batch's)."""
+    batch_size = batch_size or split_batch(exported.header)
     multihot = multihot_of(exported.header)
     multi = already_multi_hot(Manifest.load(dataset), dataset) if multihot else None
     if multi is not None:

@@ -5,7 +5,7 @@ A raw-id column holds, per value, the 64-bit id as it was written: an integer as
 complement: -1 is 2^64 - 1), a hex value as decoded, a string by the feature-spec path's 64-bit
 hash of its bytes; no modulo, so two ids share a row only where a table says so. The one value
 that cannot be an id is MISSING_KEY (2^63), the empty field. Neither 0 nor -1 could be it: both
-are ids real logs use. 2^63 is outside the integers a field may hold (18 digits) and is written
+are ids real logs use. 2^63 is outside the integers a field may hold (+-(2^63 - 1)) and is written
 only as the hex value `8000000000000000`, which preprocessing refuses as a malformed row, so no
 id is ever silently read as missing.
 

@@ -125,7 +125,7 @@ class DenseColumn(_Column):
     """A number fed to the dense layers after a transform; an empty field is 0."""
 
     type: str = "int"
-    """int (an optional '-' and up to 18 digits, `260.0` accepted) or float (decimal, exponent
+    """int (an optional '-' and up to 19 digits, within +-(2^63 - 1), `260.0` accepted) or float (decimal, exponent
     allowed)."""
     transform: str = "log1p"
     """log1p (negatives clamped to 0), signed-log1p, shift-log1p (log(4 + max(x, -3))) or none."""

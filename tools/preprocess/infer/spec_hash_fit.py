@@ -15,12 +15,14 @@ ones at any size: there the estimate stays, and the comment says how many values
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 
 import numpy as np
 
 from shardrec.dataloader.util.splitmix import mix64
 from shardrec.tools.preprocess.ids.id_maps import hash_bytes
+from shardrec.tools.preprocess.parse.parse_fields import INT64_MAX
 
 SEARCH_FACTOR = 8
 MAX_CHECKED = 100_000
@@ -29,6 +31,7 @@ _WORK = 50_000_000
 """Ids computed in the search at most (size x values); beyond it the search gives up."""
 _MASK = (1 << 64) - 1
 _HEX = frozenset("0123456789abcdefABCDEF")
+_INTEGER = re.compile(r"-?[0-9]{1,19}")
 
 
 def value_bits(text: str, kind: str) -> int | None:
@@ -38,10 +41,11 @@ def value_bits(text: str, kind: str) -> int | None:
         return hash_bytes(text.encode())
     if kind == "hex":
         return int(text, 16) if 0 < len(text) <= 16 and all(c in _HEX for c in text) else None
-    try:  # integer: parse_kernel.decode_int's ('260.0' too); a negative one wraps
-        return int(text[:-2] if text.endswith(".0") else text) & _MASK
-    except ValueError:
+    # integer: parse_kernel.decode_int's rule ('260.0' too); a negative one wraps
+    digits = text[:-2] if text.endswith(".0") else text
+    if not _INTEGER.fullmatch(digits) or abs(int(digits)) > INT64_MAX:
         return None
+    return int(digits) & _MASK
 
 
 def _first_free(mixed: np.ndarray, low: int, high: int) -> int | None:

@@ -53,12 +53,13 @@ from shardrec.tools.preprocess.infer.label_infer import (
     parse_label,
 )
 from shardrec.tools.preprocess.infer.spec_hash_fit import fit_hash_size
+from shardrec.tools.preprocess.parse.parse_fields import INT64_MAX
 from shardrec.tools.preprocess.text.gz import open_text
 
 DELIMITERS = ("\t", ",", ";", "|")
 LIST_SEPARATORS = ("|", ";", ",")
 MAX_HASH_SIZE = 10_000_000
-_INT = re.compile(r"^-?\d{1,18}$")
+_INT = re.compile(r"^-?\d{1,19}$")
 HEX = re.compile(r"^[0-9a-fA-F]+$")
 MAX_HEX_DIGITS = 16
 """The widest value a hex categorical decodes (64 bits: parse_kernel.decode_hex); a wider one (an
@@ -87,6 +88,12 @@ def sample_lines(path: Path, rows: int) -> tuple[list[str], bool]:
     if lines:
         lines[0] = lines[0].lstrip("\ufeff")
     return [line for line in lines if line], whole
+
+
+def is_integer(v: str) -> bool:
+    """A value preprocessing reads as an integer: an optional '-' and up to 19 digits within
+    +-INT64_MAX (parse_kernel.decode_int's rule)."""
+    return bool(_INT.match(v)) and abs(int(v)) <= INT64_MAX
 
 
 def _split(lines: list[str], delimiter: str) -> list[list[str]]:
@@ -150,7 +157,7 @@ def _list_separator(values: list[str], delimiter: str) -> str | None:
 def _unix_times(name: str, values: list[str]) -> str | None:
     """`2000-04-25 .. 2000-05-03` when every value is a Unix time in seconds or milliseconds and the
     column is named like a time or nearly every value is new; else None."""
-    if _ID_NAME.search(name) or not all(_INT.match(v) for v in values):
+    if _ID_NAME.search(name) or not all(map(is_integer, values)):
         return None
     numbers = [int(v) for v in values]
     low, high = min(numbers), max(numbers)
@@ -190,7 +197,7 @@ def propose_column(
         return ListColumn(
             name, hash_size=size, separator=sep, max_length=max(1, min(longest, 64))
         ), note
-    ints = all(_INT.match(v) for v in values)
+    ints = all(map(is_integer, values))
     widths = {len(v) for v in values}
     # Codes, not quantities: leading zeros (a zip), an id's name, or one width of 4+ digits (1005,
     # 14102100).

@@ -15,7 +15,10 @@ import numpy as np
 
 NEWLINE = 10
 CR = 13
-MAX_INT_DIGITS = 18  # |value| < 10^18 fits int64 without overflow checks
+MAX_INT_DIGITS = 19  # int64 ids have up to 19 digits (Snowflake-style ids among them)
+INT64_MAX = (1 << 63) - 1
+"""The largest magnitude an integer field may have: +-(2^63 - 1); 2^63 itself is a raw-id table's
+missing key (format/raw_ids.py), which no integer field may read as."""
 MAX_HEX_DIGITS = 16
 
 # Lookup tables: byte -> digit value, -1 for "not a digit here".
@@ -42,19 +45,22 @@ def strip_point_zero(buf: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.
 def decode_int_generic(
     buf: np.ndarray, start: np.ndarray, end: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Signed decimal fields -> (int64 values, bad mask); empty fields give 0 and are not bad."""
+    """Signed decimal fields -> (int64 values, bad mask); empty fields give 0 and are not bad, and
+    neither are 19 digits within +-INT64_MAX (decoded in uint64: 19 digits never wrap it)."""
     length = end - start
     neg = (length > 0) & (buf[np.minimum(start, len(buf) - 1)] == ord("-"))
     digits = length - neg
     bad = (neg & (digits == 0)) | (digits > MAX_INT_DIGITS)
     width = int(min(digits.max(initial=0), MAX_INT_DIGITS))
-    value = np.zeros(start.shape, dtype=np.int64)
+    value = np.zeros(start.shape, dtype=np.uint64)
     for j in range(width):
         # Right-aligned: character j of `width` sits at end - width + j.
         inside = j >= width - digits
         d = _DEC[buf[np.clip(end - width + j, 0, len(buf) - 1)]]
         bad |= inside & (d < 0)
-        value = value * 10 + np.where(inside & (d >= 0), d, 0)
+        value = value * np.uint64(10) + np.where(inside & (d >= 0), d, 0).astype(np.uint64)
+    bad |= value > np.uint64(INT64_MAX)
+    value = np.where(bad, np.uint64(0), value).astype(np.int64)
     value = np.where(neg, -value, value)
     return value, bad
 

@@ -10,8 +10,8 @@ the two to identical results on random and malformed rows.
 
 Row rules (shared with criteo_text.py): fields past the row's end are missing (right-padding),
 but a row with fewer than `nmin` fields (Schema.min_fields) is malformed (too few fields);
-a label is exactly `0` or `1`; integers are an optional '-' and 1-18 digits, with `260.0`
-accepted; categoricals are 1-16 hex digits; a '\\r' before the newline is ignored.
+a label is exactly `0` or `1`; integers are an optional '-' and 1-19 digits within
++-(2^63 - 1), with `260.0` accepted; categoricals are 1-16 hex digits; a '\\r' before the newline is ignored.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import numpy as np
 from shardrec.dataloader.format.raw_ids import MISSING_KEY
 from shardrec.dataloader.util.jit import AVAILABLE, njit
 from shardrec.dataloader.util.splitmix import MIX_M1, MIX_M2
+from shardrec.tools.preprocess.parse.parse_fields import INT64_MAX, MAX_INT_DIGITS
 from shardrec.tools.preprocess.text.lines import count_newlines
 
 if AVAILABLE:
@@ -38,21 +39,25 @@ EMPTY_ROW, TOO_MANY_FIELDS, TOO_FEW_FIELDS, BAD_LABEL, BAD_INTEGER, BAD_HEX = 0,
 
 @njit(cache=True, nogil=True, boundscheck=False)
 def decode_int(buf, s, e):
-    """(value, ok) of buf[s:e], a non-empty field."""
+    """(value, ok) of buf[s:e], a non-empty field: up to MAX_INT_DIGITS digits within
+    +-INT64_MAX, decoded in uint64 (19 digits never wrap it)."""
     if e - s >= 3 and buf[e - 1] == 48 and buf[e - 2] == 46:  # trailing ".0"
         e -= 2
     neg = buf[s] == 45
     if neg:
         s += 1
-    if e - s < 1 or e - s > 18:
+    if e - s < 1 or e - s > MAX_INT_DIGITS:
         return 0, False
-    v = 0
+    v = np.uint64(0)
     for i in range(s, e):
         d = np.int64(buf[i]) - 48
         if d < 0 or d > 9:
             return 0, False
-        v = v * 10 + d
-    return (-v if neg else v), True
+        v = v * np.uint64(10) + np.uint64(d)
+    if v > np.uint64(INT64_MAX):
+        return 0, False
+    w = np.int64(v)
+    return (-w if neg else w), True
 
 
 @njit(cache=True, nogil=True, boundscheck=False)

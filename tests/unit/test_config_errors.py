@@ -102,6 +102,22 @@ def test_a_list_set_without_brackets_is_told_the_brackets_that_work() -> None:
     assert load_job_config(None, [hinted]).model.dense_arch == [64, 16]
 
 
+@pytest.mark.parametrize("typed, hint", [("False", "false"), ("no", "false"), ("YES", "true")])
+def test_a_bool_set_as_python_or_words_is_told_the_lowercase_that_works(
+    typed: str, hint: str
+) -> None:
+    """`--set data.shuffle=False` was told to "write it as in a TOML file (a string in quotes)",
+    and "False" in quotes is refused as no bool either."""
+    with pytest.raises(ValueError) as e:
+        load_job_config(None, [f"data.shuffle={typed}"])
+    assert str(e.value) == (
+        f"--set 'data.shuffle={typed}': cannot parse {typed!r} as a value; data.shuffle is true or "
+        f"false, in lowercase: --set data.shuffle={hint}"
+    )
+    hinted = str(e.value).split("--set ")[-1]
+    assert load_job_config(None, [hinted]).data.shuffle is (hint == "true")
+
+
 def test_a_recency_prior_without_a_relative_bias_is_refused_naming_both_keys() -> None:
     """model.hstu_recency shapes the pairwise bias; with the input encoding alone it would do
     nothing, silently."""

@@ -119,6 +119,10 @@ class JobConfig:
         return "\n".join(lines)
 
 
+_FALSE_WORDS = ("false", "no", "off", "n", "f")
+"""How a false bool is often typed: the hint for such a --set value says `false`."""
+
+
 def _parse_override(item: str, hint: Any, dotted: str = "KEY") -> Any:
     """Parse a --set value as TOML when it is one, else as a bare string; ValueError says how a
     value of the key's type is written."""
@@ -138,6 +142,11 @@ def _parse_override(item: str, hint: Any, dotted: str = "KEY") -> Any:
             raise ValueError(
                 f"cannot parse {item!r} as a value; a table is written in braces, as TOML's inline "
                 f"tables: --set '{dotted}={{ ... }}'"
+            ) from None
+        if kind is bool:  # `False`, `no`: the advice below (a string in quotes) would not load
+            raise ValueError(
+                f"cannot parse {item!r} as a value; {dotted} is true or false, in lowercase: "
+                f"--set {dotted}={'false' if item.lower() in _FALSE_WORDS else 'true'}"
             ) from None
         if kind in (int, float):
             raise ValueError(

@@ -118,6 +118,20 @@ def test_a_bool_set_as_python_or_words_is_told_the_lowercase_that_works(
     assert load_job_config(None, [hinted]).data.shuffle is (hint == "true")
 
 
+def test_a_table_set_that_is_no_toml_names_its_own_key_in_the_hint() -> None:
+    """`--set 'tables.C3={kind=managed}'` was told to write `--set 'KEY={ ... }'`: no key, and
+    braces it had already written; the string left unquoted was the fault."""
+    with pytest.raises(ValueError) as e:
+        load_job_config(None, ["tables.C3={kind=managed}"])
+    assert str(e.value) == (
+        "--set 'tables.C3={kind=managed}': cannot parse '{kind=managed}' as a value; a table is "
+        "written in braces, as TOML's inline tables, its strings in quotes: "
+        "--set 'tables.C3={ key = \"text\", n = 1 }'"
+    )
+    with pytest.raises(ValueError, match=r"tables.C3.rows is an integer$"):
+        load_job_config(None, ["tables.C3.rows=many"])
+
+
 def test_a_recency_prior_without_a_relative_bias_is_refused_naming_both_keys() -> None:
     """model.hstu_recency shapes the pairwise bias; with the input encoding alone it would do
     nothing, silently."""

@@ -141,7 +141,7 @@ def _parse_override(item: str, hint: Any, dotted: str = "KEY") -> Any:
         if kind is dict:
             raise ValueError(
                 f"cannot parse {item!r} as a value; a table is written in braces, as TOML's inline "
-                f"tables: --set '{dotted}={{ ... }}'"
+                f"tables, its strings in quotes: --set '{dotted}={{ key = \"text\", n = 1 }}'"
             ) from None
         if kind is bool:  # `False`, `no`: the advice below (a string in quotes) would not load
             raise ValueError(
@@ -319,7 +319,7 @@ def _apply_table_override(
             f"--set {item!r}: unknown key {TABLES}.{key}{did_you_mean(f'{TABLES}.{key}', dotted)}"
         )
     try:
-        parsed = _parse_override(value.strip(), hints[name] if name else dict)
+        parsed = _parse_override(value.strip(), hints[name] if name else dict, f"{TABLES}.{key}")
     except ValueError as e:
         raise ValueError(f"--set {item!r}: {e}") from None
     tables = raw.setdefault(TABLES, {})

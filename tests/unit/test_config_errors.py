@@ -51,6 +51,27 @@ def test_job_file_mistakes_name_the_file_and_suggest(tmp_path: Path) -> None:
         load_job_config(None, ["optim.dense_lr=fast"])
 
 
+def test_a_key_in_the_wrong_section_is_told_the_section_it_belongs_to(tmp_path: Path) -> None:
+    """`--set train.dense_lr=0.1` was told "did you mean train.device?"; `dense_lr` under [train]
+    got the list of [train]'s keys; `steps = 5` above every section was "unknown section [steps]"."""
+    with pytest.raises(ValueError) as e:
+        load_job_config(None, ["train.dense_lr=0.1"])
+    assert str(e.value) == (
+        "--set 'train.dense_lr=0.1': unknown key train.dense_lr; did you mean optim.dense_lr?"
+    )
+    with pytest.raises(ValueError, match=r"did you mean eval.interval_steps or checkpoint.inter"):
+        load_job_config(None, ["train.interval_steps=3"])
+    job = tmp_path / "job.toml"
+    job.write_text("[train]\ndense_lr = 0.1\n")
+    with pytest.raises(ValueError) as e:
+        load_job_config(job)
+    assert str(e.value) == f"{job}:2: unknown key 'dense_lr' in [train]; it is a key of [optim]"
+    job.write_text("# the job\nsteps = 5\n[train]\nseed = 1\n")
+    with pytest.raises(ValueError) as e:
+        load_job_config(job)
+    assert str(e.value) == f"{job}:2: steps = 5 is set before any section: put it under [train]"
+
+
 def test_a_setting_is_named_with_its_line_and_a_later_check_finds_it(tmp_path: Path) -> None:
     """A wrong value names the line that sets it (a dotted key, a [section] key, a table's inline
     value); a check made later, against the dataset's tables (sharding constraints), finds the line

@@ -53,11 +53,12 @@ def test_allow_change_help_says_a_shorter_run_needs_it() -> None:
     ):
         assert shown.exit_code == 0, shown.output
         text = " ".join(shown.stdout.replace("│", " ").split())
-        allow = text.split("--allow-change", 1)[1][:400]
+        allow = text.split("--allow-change", 1)[1][:500]
         assert "may always change" not in allow
         assert (
             "Without it, train.steps and train.epochs may change when the run ends no earlier for "
-            "it, and the plan always; other data never resumes." in allow
+            "it, and the plan and settings that change no result (logging, checkpointing, "
+            "timeouts, data.num_workers) always; other data never resumes." in allow
         )
 
 

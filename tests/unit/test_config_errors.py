@@ -51,6 +51,27 @@ def test_job_file_mistakes_name_the_file_and_suggest(tmp_path: Path) -> None:
         load_job_config(None, ["optim.dense_lr=fast"])
 
 
+def test_a_key_in_the_wrong_section_is_told_the_section_it_belongs_to(tmp_path: Path) -> None:
+    """`--set train.dense_lr=0.1` was told "did you mean train.device?"; `dense_lr` under [train]
+    got the list of [train]'s keys; `steps = 5` above every section was "unknown section [steps]"."""
+    with pytest.raises(ValueError) as e:
+        load_job_config(None, ["train.dense_lr=0.1"])
+    assert str(e.value) == (
+        "--set 'train.dense_lr=0.1': unknown key train.dense_lr; did you mean optim.dense_lr?"
+    )
+    with pytest.raises(ValueError, match=r"did you mean eval.interval_steps or checkpoint.inter"):
+        load_job_config(None, ["train.interval_steps=3"])
+    job = tmp_path / "job.toml"
+    job.write_text("[train]\ndense_lr = 0.1\n")
+    with pytest.raises(ValueError) as e:
+        load_job_config(job)
+    assert str(e.value) == f"{job}:2: unknown key 'dense_lr' in [train]; it is a key of [optim]"
+    job.write_text("# the job\nsteps = 5\n[train]\nseed = 1\n")
+    with pytest.raises(ValueError) as e:
+        load_job_config(job)
+    assert str(e.value) == f"{job}:2: steps = 5 is set before any section: put it under [train]"
+
+
 def test_a_setting_is_named_with_its_line_and_a_later_check_finds_it(tmp_path: Path) -> None:
     """A wrong value names the line that sets it (a dotted key, a [section] key, a table's inline
     value); a check made later, against the dataset's tables (sharding constraints), finds the line
@@ -100,6 +121,36 @@ def test_a_list_set_without_brackets_is_told_the_brackets_that_work() -> None:
     )
     hinted = str(e.value).split("--set '")[-1].rstrip("'")
     assert load_job_config(None, [hinted]).model.dense_arch == [64, 16]
+
+
+@pytest.mark.parametrize("typed, hint", [("False", "false"), ("no", "false"), ("YES", "true")])
+def test_a_bool_set_as_python_or_words_is_told_the_lowercase_that_works(
+    typed: str, hint: str
+) -> None:
+    """`--set data.shuffle=False` was told to "write it as in a TOML file (a string in quotes)",
+    and "False" in quotes is refused as no bool either."""
+    with pytest.raises(ValueError) as e:
+        load_job_config(None, [f"data.shuffle={typed}"])
+    assert str(e.value) == (
+        f"--set 'data.shuffle={typed}': cannot parse {typed!r} as a value; data.shuffle is true or "
+        f"false, in lowercase: --set data.shuffle={hint}"
+    )
+    hinted = str(e.value).split("--set ")[-1]
+    assert load_job_config(None, [hinted]).data.shuffle is (hint == "true")
+
+
+def test_a_table_set_that_is_no_toml_names_its_own_key_in_the_hint() -> None:
+    """`--set 'tables.C3={kind=managed}'` was told to write `--set 'KEY={ ... }'`: no key, and
+    braces it had already written; the string left unquoted was the fault."""
+    with pytest.raises(ValueError) as e:
+        load_job_config(None, ["tables.C3={kind=managed}"])
+    assert str(e.value) == (
+        "--set 'tables.C3={kind=managed}': cannot parse '{kind=managed}' as a value; a table is "
+        "written in braces, as TOML's inline tables, its strings in quotes: "
+        "--set 'tables.C3={ key = \"text\", n = 1 }'"
+    )
+    with pytest.raises(ValueError, match=r"tables.C3.rows is an integer$"):
+        load_job_config(None, ["tables.C3.rows=many"])
 
 
 def test_a_recency_prior_without_a_relative_bias_is_refused_naming_both_keys() -> None:

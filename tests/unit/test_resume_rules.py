@@ -67,6 +67,37 @@ def test_a_rerun_with_the_same_data_given_relative_announces_no_change(
     )
 
 
+@pytest.mark.parametrize(
+    "change",
+    [
+        "train.log_interval=5",
+        "checkpoint.interval_steps=2",
+        "checkpoint.keep=3",
+        "checkpoint.timeout_s=60",
+        "checkpoint.stop_grace_s=5",
+        "dist.timeout_s=900",
+        "data.num_workers=0",
+    ],
+)
+def test_a_change_that_alters_no_result_resumes_without_allow_change(
+    tiny_dataset: Path, tmp_path: Path, change: str
+) -> None:
+    """Logging, checkpointing, timeouts and the loader's threads change no weight or metric (a
+    resume is exact from any step, batches come in order): a resume refused them ("resuming with
+    changed settings (train.log_interval: 20 -> 5); accept them with --allow-change ...").
+    Now it resumes and says the change; a change that alters results is still refused."""
+    job = [f'data.path="{tiny_dataset}"', "train.global_batch_size=64"]
+    run = _run_with_a_checkpoint(tmp_path, load_job_config(None, job).to_toml())
+    changed = load_job_config(None, [*job, change])
+    assert check_run_dir(run, changed, Manifest.load(tiny_dataset), []) == "resume"
+    key, value = change.split("=")
+    assert resume_notice(run, changed).endswith(f" -> {value}")
+    assert f"changed settings: {key}: " in resume_notice(run, changed)
+    faster = load_job_config(None, [*job, change, "optim.dense_lr=0.1"])
+    with pytest.raises(ValueError, match=r"\(optim.dense_lr: 0.05 -> 0.1\); accept them"):
+        check_run_dir(run, faster, Manifest.load(tiny_dataset), [])
+
+
 _GROWING = ('tables."*"={kind="managed", rows=100, admit_after=2}', "train.global_batch_size=64")
 
 

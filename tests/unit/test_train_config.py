@@ -106,6 +106,28 @@ def test_train_refuses_a_missing_eval_part_before_any_rank_starts(tiny_dataset: 
     )
 
 
+def test_a_split_evaluated_during_training_that_no_evaluation_takes_is_refused(
+    tiny_dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """eval.during_training = ["vla"] (val misspelt) trained with no evaluation before the end,
+    eval.interval_steps or not, and said nothing: refused in one line before any rank starts."""
+    from helpers import jobs_handed_to_ranks, settings
+
+    from shardrec.tools.cli.app import app
+
+    handed = jobs_handed_to_ranks(monkeypatch)
+    during = 'eval.during_training=["vla"]'
+    job = settings("train.global_batch_size=64", 'train.device="cpu"', "eval.interval_steps=1")
+    args = ["train", "--data", str(tiny_dataset), "--steps", "2", *job, "--set", during]
+    result = CliRunner().invoke(app, args)
+    assert (result.exit_code, handed) == (1, [])
+    assert result.stderr.strip() == (
+        f"error: --set '{during}': eval.during_training names 'vla', which data.eval_splits = "
+        "['val', 'test'] does not: it would never be evaluated; name splits of data.eval_splits"
+    )
+    assert _preflight(tiny_dataset, 'eval.during_training=["val"]').eval.during_training == ["val"]
+
+
 def test_preflight_refuses_a_dlrm_without_a_bottom_mlp_whose_widths_differ(
     tiny_dataset: Path,
 ) -> None:

@@ -119,6 +119,29 @@ class JobConfig:
         return "\n".join(lines)
 
 
+_FALSE_WORDS = ("false", "no", "off", "n", "f")
+"""How a false bool is often typed: the hint for such a --set value says `false`."""
+
+
+def _sections_with(name: str) -> list[str]:
+    """The sections of JobConfig that have a key `name` (a key put in the wrong section)."""
+    hints = get_type_hints(JobConfig)
+    return [
+        f.name
+        for f in fields(JobConfig)
+        if f.name != TABLES and name in {k.name for k in fields(hints[f.name])}
+    ]
+
+
+def _near_miss(name: str, known: Any) -> str:
+    """`; did you mean ...?` for an unknown key `name` of a section: that it is another section's
+    (train's dense_lr is optim's) before a near spelling in this one (train.device)."""
+    elsewhere = _sections_with(name)
+    if elsewhere:
+        return f"; it is a key of {' and '.join(f'[{s}]' for s in elsewhere)}"
+    return did_you_mean(name, known)
+
+
 def _parse_override(item: str, hint: Any, dotted: str = "KEY") -> Any:
     """Parse a --set value as TOML when it is one, else as a bare string; ValueError says how a
     value of the key's type is written."""
@@ -137,7 +160,12 @@ def _parse_override(item: str, hint: Any, dotted: str = "KEY") -> Any:
         if kind is dict:
             raise ValueError(
                 f"cannot parse {item!r} as a value; a table is written in braces, as TOML's inline "
-                f"tables: --set '{dotted}={{ ... }}'"
+                f"tables, its strings in quotes: --set '{dotted}={{ key = \"text\", n = 1 }}'"
+            ) from None
+        if kind is bool:  # `False`, `no`: the advice below (a string in quotes) would not load
+            raise ValueError(
+                f"cannot parse {item!r} as a value; {dotted} is true or false, in lowercase: "
+                f"--set {dotted}={'false' if item.lower() in _FALSE_WORDS else 'true'}"
             ) from None
         if kind in (int, float):
             raise ValueError(
@@ -156,9 +184,8 @@ def _build_section(cls: type, key: str, raw: dict[str, Any], origin: dict[str, s
     unknown = sorted(set(raw) - known)
     if unknown:
         name = unknown[0]
-        raise ValueError(
-            f"{origin.get(name, '')}unknown key {name!r} in [{key}]{did_you_mean(name, known)}"
-        )
+        near = _near_miss(name, known) if "." not in key else did_you_mean(name, known)
+        raise ValueError(f"{origin.get(name, '')}unknown key {name!r} in [{key}]{near}")
     for name, value in raw.items():
         expected = get_origin(hints[name]) or hints[name]
         if expected is float and isinstance(value, int) and not isinstance(value, bool):
@@ -215,6 +242,12 @@ def load_job_config(
         k: v for k, v in get_type_hints(JobConfig).items() if k in sections and k != TABLES
     }
     for name in raw:
+        owners = [] if isinstance(raw[name], dict) else _sections_with(name)
+        if name not in sections and owners:  # `steps = 5` above every [section]
+            raise ValueError(
+                f"{at(name)}{name} = {toml_value(raw[name])} is set before any section: put it "
+                f"under {' or '.join(f'[{s}]' for s in owners)}"
+            )
         if name not in sections:
             raise ValueError(f"{path}: unknown section [{name}]{did_you_mean(name, sections)}")
         if not isinstance(raw[name], dict):
@@ -283,10 +316,13 @@ def _apply_override(
         )
     hints = get_type_hints(section_types[section])
     if key not in hints:
-        dotted_keys = [f"{section}.{k}" for k in hints]
-        raise ValueError(
-            f"--set {item!r}: unknown key {section}.{key}{did_you_mean(f'{section}.{key}', dotted_keys)}"
+        elsewhere = _sections_with(key)
+        near = (
+            f"; did you mean {' or '.join(f'{s}.{key}' for s in elsewhere)}?"
+            if elsewhere
+            else did_you_mean(f"{section}.{key}", [f"{section}.{k}" for k in hints])
         )
+        raise ValueError(f"--set {item!r}: unknown key {section}.{key}{near}")
     try:
         parsed = _parse_override(value.strip(), hints[key], f"{section}.{key}")
     except ValueError as e:
@@ -310,7 +346,7 @@ def _apply_table_override(
             f"--set {item!r}: unknown key {TABLES}.{key}{did_you_mean(f'{TABLES}.{key}', dotted)}"
         )
     try:
-        parsed = _parse_override(value.strip(), hints[name] if name else dict)
+        parsed = _parse_override(value.strip(), hints[name] if name else dict, f"{TABLES}.{key}")
     except ValueError as e:
         raise ValueError(f"--set {item!r}: {e}") from None
     tables = raw.setdefault(TABLES, {})

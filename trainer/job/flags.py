@@ -74,7 +74,8 @@ AllowChangeFlag = Annotated[
         metavar="KEY",
         help="Let a resume change this setting (section.key, or a whole section); repeat for several. "
         "Without it, train.steps and train.epochs may change when the run ends no earlier for it, "
-        "and the plan always; other data never resumes.",
+        "and the plan and settings that change no result (logging, checkpointing, timeouts, "
+        "data.num_workers) always; other data never resumes.",
     ),
 ]
 

@@ -122,6 +122,14 @@ def check_against_dataset(job: JobConfig, manifest: Manifest) -> None:
         raise ValueError(
             f"data.eval_splits names {unknown_splits[0]!r}, which {path} does not have (has {', '.join(splits)})"
         )
+    # Training evaluates the splits of both lists: a name in one only was never evaluated, silently.
+    never = [s for s in job.eval.during_training if s not in job.data.eval_splits]
+    if never:
+        raise ValueError(
+            f"eval.during_training names {never[0]!r}, which data.eval_splits = "
+            f"{job.data.eval_splits!r} does not: it would never be evaluated; name splits of "
+            "data.eval_splits"
+        )
     rows, batch = splits[job.data.train_split].rows, job.train.global_batch_size
     if job.data.tail == "drop" and rows < batch:
         raise ValueError(

@@ -22,10 +22,24 @@ CONTINUATION_KEYS = ("train.steps", "train.epochs")
 is how a run continues (shortening it is a change like any other)."""
 
 
-FREE_KEYS = ("data.path", "sharding.plan", "sharding.constraints", "dist.bind_cores")
+FREE_KEYS = (
+    "data.path",
+    "sharding.plan",
+    "sharding.constraints",
+    "dist.bind_cores",
+    "dist.timeout_s",
+    "data.num_workers",
+    "train.log_interval",
+    "checkpoint.interval_steps",
+    "checkpoint.keep",
+    "checkpoint.timeout_s",
+    "checkpoint.stop_grace_s",
+)
 """Keys a resume may always change: data.path may move as long as the data is the same (the
 fingerprint decides, not the path); a checkpoint reshards onto any plan (at any world size);
-where the ranks' threads run changes no result."""
+the rest change no result: where the ranks' threads run and how long they wait, the loader's
+threads (batches come in order whatever their count), how often progress is logged, and when
+checkpoints are written and how many kept (a resume is exact from any step)."""
 
 
 def with_absolute_paths(config: JobConfig) -> JobConfig:

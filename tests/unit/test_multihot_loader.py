@@ -168,3 +168,13 @@ def test_a_materialised_copy_keeps_the_tables_features_share_as_on_the_fly_ids_d
         ("t_f2", ()),
         ("t_f3", ()),
     ]
+
+
+def test_raw_ids_are_not_folded_into_multi_hot_ids(tmp_path: Path):
+    """Given table rows, on-the-fly multi-hot folded f3's 64-bit keys `% rows` and trained on them."""
+    write_tiny_dataset(tmp_path / "raw", rows={"train": [64]}, raw=("f3",))
+    option = MultiHotOption(SIZES, rows=(50, 300, 7, 1000), cache_dir=tmp_path / "cache")
+    with pytest.raises(
+        ValueError, match=r"^feature f3 holds raw ids \(preprocessed with --raw-ids"
+    ):
+        _loaders(tmp_path / "raw", 1, option)

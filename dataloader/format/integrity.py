@@ -53,7 +53,7 @@ def check_list_rows(
     )
 
 
-def label_not_binary(part: Part, row: int, value: int) -> str:
+def label_not_binary(part: Part, row: int, value: float) -> str:
     """The message for a label other than 0 and 1 (loader, `data head` and `data verify`)."""
     return (
         f"{part.path}: column label, row {row} has label {value}, not 0 or 1 "
@@ -93,8 +93,8 @@ def bad_label_error(parts: list[Part], part_starts: np.ndarray, rows: np.ndarray
     for r in rows.tolist():
         p = int(np.searchsorted(part_starts, r, side="right")) - 1
         local = r - int(part_starts[p])
-        value = int(parts[p].labels[local])
-        if value > 1:
+        value = parts[p].labels[local].item()  # as stored: a torchrec npy day's may be floats
+        if value not in (0, 1):
             return DatasetError(label_not_binary(parts[p], local, value))
     raise AssertionError("bad_label_error called for rows whose labels are all 0 or 1")
 

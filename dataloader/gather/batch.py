@@ -266,9 +266,10 @@ class BatchGatherer:
         """Cut the gathered columns into one Batch per slice; padding rows get PAD_LABEL.
 
         A label other than 0 and 1 (a part file changed since preprocessing wrote it) is refused
-        here, as an id outside its table is: trained on, it would pass silently."""
+        here, as an id outside its table is: trained on, it would pass silently (a negative one,
+        which a torchrec npy day's int32 labels can hold, as a padding row left out of the loss)."""
         b = len(slices[0][0])
-        if len(labels) and labels.max() > 1:
+        if len(labels) and (labels.max() > 1 or labels.min() < 0):
             rows = np.concatenate([r for r, _ in slices])
             raise bad_label_error(self.parts, self._part_starts, rows)
         for i, (_, real) in enumerate(slices):

@@ -202,6 +202,11 @@ def multihot_spec(
             raise ValueError(
                 f"feature {feat.name} is already multi-hot: multi-hot ids are made from one-hot ones"
             )
+        if feat.raw:  # 64-bit keys, not rows: `% rows` would fold them into ids of no meaning
+            raise ValueError(
+                f"feature {feat.name} holds raw ids (preprocessed with --raw-ids), not table rows: "
+                "multi-hot ids are made from one-hot rows; preprocess it without --raw-ids"
+            )
     rows = list(rows) if rows is not None else [f.cardinality for f in manifest.sparse_features]
     return MultiHotSpec(tuple(sizes), tuple(rows), dist, seed)
 

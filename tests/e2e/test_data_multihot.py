@@ -231,6 +231,34 @@ def test_bad_input_is_one_clear_line(one_hot: Path, tmp_path: Path):
     assert not list(tmp_path.glob(".o.tmp-*")) and not (tmp_path / "o").exists()
 
 
+def test_an_out_that_cannot_be_made_is_one_line_and_nothing_is_written(
+    one_hot: Path, tmp_path: Path
+):
+    """--out under a file (or where no folder can be made): was NotADirectoryError's traceback."""
+    (tmp_path / "afile").write_text("keep me")
+    out = tmp_path / "afile" / "mh"
+    assert_one_line_error(
+        _multihot(one_hot, out, "--sizes", "3,1,2,1"),
+        f"^error: {re.escape(str(out))}: cannot write the multi-hot copy \\(Not a directory\\); "
+        "nothing written$",
+    )
+    assert (tmp_path / "afile").read_text() == "keep me"
+
+
+def test_raw_ids_are_refused_in_one_line_with_or_without_rows(tmp_path: Path):
+    """A raw-id feature (--raw-ids) has 64-bit keys, not table rows: there is nothing to expand.
+    Without --rows it said "table rows 0 of feature 3", with them "one-hot id ... outside its
+    0 rows (corrupted source?)"."""
+    write_tiny_dataset(tmp_path / "raw", rows={"train": [64]}, raw=("f3",))
+    for rows in ((), ("--rows", "50,300,7,1000")):
+        assert_one_line_error(
+            _multihot(tmp_path / "raw", tmp_path / "o", "--sizes", "2,2,2,2", *rows),
+            r"^error: feature f3 holds raw ids \(preprocessed with --raw-ids\), not table rows: "
+            r"multi-hot ids are made from one-hot rows; preprocess it without --raw-ids$",
+        )
+    assert not (tmp_path / "o").exists()
+
+
 def test_a_corrupted_source_part_is_named_and_nothing_is_written(one_hot: Path, tmp_path: Path):
     dense = open_split(one_hot, "train")[1].dense
     at = file_offset(dense) + dense.nbytes - 1  # the last dense value: its metadata is intact

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from shardrec.dataloader.format.manifest import DatasetError
-from shardrec.dataloader.loader import NO_SHUFFLE, build_loader
+from shardrec.dataloader.loader import NO_SHUFFLE, Delivery, build_loader
 
 
 def _write_days(
@@ -73,3 +73,29 @@ def test_torchrec_layout_errors_name_the_file(tmp_path: Path):
     (tmp_path / "day_0_sparse.npy").unlink()
     with pytest.raises(DatasetError, match="day_0_sparse.npy: missing"):
         build_loader(tmp_path, "train", global_batch_size=4, rank=0, world_size=1)
+
+
+@pytest.mark.parametrize(("dtype", "bad"), [(np.int32, -1), (np.int32, 2), (np.float32, 1.5)])
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_label_other_than_0_or_1_is_refused_naming_its_row(
+    tmp_path: Path, dtype, bad, compiled: bool
+):
+    """-1 was taken for a padding row (left out of loss and metrics, silently); 1.5 ended in an
+    AssertionError."""
+    days = _write_days(tmp_path, [16, 16])
+    labels = days[0]["labels"].astype(dtype)
+    labels[3, 0] = bad
+    np.save(tmp_path / "day_0_labels.npy", labels)
+    loader = build_loader(
+        tmp_path,
+        "train",
+        global_batch_size=8,
+        rank=0,
+        world_size=1,
+        shuffle=NO_SHUFFLE,
+        delivery=Delivery(compiled=compiled),
+    )
+    with pytest.raises(
+        DatasetError, match=f"day_0: column label, row 3 has label {bad}, not 0 or 1"
+    ):
+        loader.batch(0)

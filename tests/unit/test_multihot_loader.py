@@ -3,6 +3,7 @@ materialised dataset, at any world size, with either gather path, resumable like
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -11,11 +12,15 @@ from conftest import loader_kwargs, write_tiny_dataset
 from multihot_reference import reference_multihot, reference_tables
 
 from shardrec.dataloader.digest import stream_digests
+from shardrec.dataloader.format.manifest import Manifest
 from shardrec.dataloader.format.part_file import open_split
 from shardrec.dataloader.format.source import open_source
 from shardrec.dataloader.loader import build_loader
 from shardrec.dataloader.multihot.multihot_tables import MultiHotOption, multihot_source
+from shardrec.embeddings.dims import table_specs
 from shardrec.tools.preprocess.derived.multihot_dataset import materialize_multihot
+from shardrec.trainer.job.data_options import model_manifest
+from shardrec.trainer.job.sections import DataConfig
 
 SIZES = (3, 1, 2, 6)
 
@@ -142,3 +147,34 @@ def test_the_rows_given_for_on_the_fly_tables_are_the_rows_drawn(datasets):
     _, tables = multihot_source(open_source(one, "train"), option)
     assert tables.spec.rows == rows
     assert [len(t) for t in tables.tables] == list(rows)
+
+
+def test_a_materialised_copy_keeps_the_tables_features_share_as_on_the_fly_ids_do(tmp_path: Path):
+    """A feature spec's `table = "f0"` (f1 reads f0's table): the copy's model shares it too."""
+    one = write_tiny_dataset(tmp_path / "one", rows={"train": [64]}, cardinalities=(50, 50, 7, 9))
+    shared = [
+        dataclasses.replace(f, table="f0") if f.name == "f1" else f for f in one.sparse_features
+    ]
+    dataclasses.replace(one, sparse_features=shared).save(tmp_path / "one")
+    mat = materialize_multihot(tmp_path / "one", tmp_path / "mat", [3, 2, 1, 4], cache_dir=tmp_path)
+    on_the_fly = model_manifest(
+        Manifest.load(tmp_path / "one"),
+        DataConfig(path=str(tmp_path / "one"), multihot_sizes=[3, 2, 1, 4]),
+    )
+    assert [f.table for f in Manifest.load(tmp_path / "mat").sparse_features] == ["", "f0", "", ""]
+    assert table_specs(mat, 8) == table_specs(on_the_fly, 8)
+    assert [(t.name, t.shared) for t in table_specs(mat, 8)] == [
+        ("t_f0", ("f1",)),
+        ("t_f2", ()),
+        ("t_f3", ()),
+    ]
+
+
+def test_raw_ids_are_not_folded_into_multi_hot_ids(tmp_path: Path):
+    """Given table rows, on-the-fly multi-hot folded f3's 64-bit keys `% rows` and trained on them."""
+    write_tiny_dataset(tmp_path / "raw", rows={"train": [64]}, raw=("f3",))
+    option = MultiHotOption(SIZES, rows=(50, 300, 7, 1000), cache_dir=tmp_path / "cache")
+    with pytest.raises(
+        ValueError, match=r"^feature f3 holds raw ids \(preprocessed with --raw-ids"
+    ):
+        _loaders(tmp_path / "raw", 1, option)

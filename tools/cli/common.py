@@ -141,16 +141,21 @@ def check_out_file(out: Path | None, example: str) -> None:
 def write_out(out: Path, what: str, write: Any) -> None:
     """Call `write()`, which writes `out`; a failed write (no space or permission, a file where a
     folder should be) ends the command in one line naming the path, not a traceback."""
-    from shardrec.dataloader.util.files import WriteError
-
     try:
         write()
     except OSError as e:
-        if isinstance(e, WriteError):
-            fail(str(e))
-        if e.filename and str(e.filename) != str(out) and Path(e.filename).is_file():
-            fail(f"{out}: cannot write the {what}: {e.filename} is a file, not a folder")
-        fail(f"{out}: cannot write the {what} ({e.strerror or e})")
+        fail(write_error(out, what, e))
+
+
+def write_error(out: Path, what: str, e: OSError) -> str:
+    """The one line of a failed write of `out` (the `what`), naming the path and the reason."""
+    from shardrec.dataloader.util.files import WriteError
+
+    if isinstance(e, WriteError):
+        return str(e)
+    if e.filename and str(e.filename) != str(out) and Path(e.filename).is_file():
+        return f"{out}: cannot write the {what}: {e.filename} is a file, not a folder"
+    return f"{out}: cannot write the {what} ({e.strerror or e})"
 
 
 class Terminated(KeyboardInterrupt):

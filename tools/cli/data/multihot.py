@@ -19,7 +19,7 @@ from shardrec.dataloader.multihot.multihot_tables import (
     already_multi_hot,
     default_cache_dir,
 )
-from shardrec.tools.cli.common import fail, interrupted, print_json
+from shardrec.tools.cli.common import fail, interrupted, print_json, write_error
 from shardrec.tools.console import console
 from shardrec.tools.preprocess.derived.multihot_dataset import (
     check_out,
@@ -234,6 +234,8 @@ def _timed(
             )
     except (ValueError, DatasetError) as e:
         fail(str(e))
+    except OSError as e:  # no space or permission where --out goes, a file where a folder would
+        fail(write_error(out, "multi-hot copy", e) + "; nothing written")
     except KeyboardInterrupt:
         interrupted(
             f"{out}: nothing written (parts are converted in a temporary folder, now removed); the "

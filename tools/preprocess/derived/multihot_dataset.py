@@ -40,7 +40,6 @@ from shardrec.dataloader.format.manifest import (
     DatasetError,
     Manifest,
     PartInfo,
-    SparseFeature,
     SplitInfo,
     file_sha256,
     smallest_uint,
@@ -239,8 +238,12 @@ def materialize_multihot(
         for split in splits:
             (tmp / split).mkdir(parents=True)
 
+        # Each feature keeps the rest of what its manifest says (a spec's `table` shared with
+        # another column), as on-the-fly ids do (trainer.job.data_options.model_manifest).
         features = [
-            SparseFeature(f.name, r, str(smallest_uint(r - 1)), multi_hot=k > 1)
+            dataclasses.replace(
+                f, cardinality=r, dtype=str(smallest_uint(r - 1)), multi_hot=k > 1, stats={}
+            )
             for f, k, r in zip(manifest.sparse_features, spec.sizes, spec.rows)
         ]
         layout = file_layout(manifest.dense_features, manifest.dense_dtype, features)

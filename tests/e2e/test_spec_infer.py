@@ -70,6 +70,28 @@ def test_the_proposed_spec_of_a_plain_click_log_preprocesses_it_as_it_is(tmp_pat
     ]
 
 
+def test_a_carriage_return_inside_a_field_is_read_as_data_as_preprocess_reads_it(
+    tmp_path: Path,
+) -> None:
+    """A stray \\r inside an unquoted text field (pasted from another system): before, infer
+    ended in csv's traceback ('_csv.Error: new-line character seen in unquoted field') though
+    preprocess keeps the row, the \\r in its value."""
+    log, spec = tmp_path / "clicks.csv", tmp_path / "clicks.toml"
+    rows = [f"{i % 2},item{i % 40},{i}" for i in range(300)]
+    rows[200] = "1,bad\rvalue,7"
+    log.write_text("click,name,views\n" + "\n".join(rows) + "\n")
+    out = cli("spec", "infer", log, "--label", "click", "--out", spec).stdout
+    assert "".join(out.split()) == "".join(
+        f"wrote {spec}: 3 columns (1 dense, 1 categorical)".split()
+    )
+    name = load_spec(spec).columns[1]
+    assert isinstance(name, CategoricalColumn) and name.name == "name" and name.kind == "string"
+    res = json.loads(
+        cli("preprocess", log, "--spec", spec, "--out", tmp_path / "d", "--json").stdout
+    )
+    assert res["rows_skipped"] == {} and sum(res["rows_kept"].values()) == 300
+
+
 def test_a_headerless_criteo_log_gets_a_spec_by_position(tmp_path: Path) -> None:
     cli("synth", tmp_path / "raw", "--rows", "2000", "--seed", "7", "--max-vocab", "300")
     spec = tmp_path / "c.toml"

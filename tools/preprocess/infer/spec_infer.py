@@ -118,7 +118,11 @@ def sample_lines(path: Path, rows: int) -> tuple[list[str], bool]:
 
 
 def _split(lines: list[str], delimiter: str) -> list[list[str]]:
-    return list(csv.reader(io.StringIO("\n".join(lines)), delimiter=delimiter, quotechar='"'))
+    # csv refuses a carriage return inside an unquoted field, which preprocess keeps as data: it
+    # crosses csv as a private-use character and is put back.
+    text = "\n".join(lines).replace("\r", "\ue000")
+    rows = csv.reader(io.StringIO(text), delimiter=delimiter, quotechar='"')
+    return [[field.replace("\ue000", "\r") for field in row] for row in rows]
 
 
 def _delimiter(lines: list[str]) -> str:

@@ -70,12 +70,13 @@ def test_the_proposed_spec_of_a_plain_click_log_preprocesses_it_as_it_is(tmp_pat
     ]
 
 
-def test_a_carriage_return_inside_a_field_is_read_as_data_as_preprocess_reads_it(
+def test_a_carriage_return_inside_a_field_is_data_to_infer_and_to_preprocess(
     tmp_path: Path,
 ) -> None:
     """A stray \\r inside an unquoted text field (pasted from another system): before, infer
     ended in csv's traceback ('_csv.Error: new-line character seen in unquoted field') though
-    preprocess keeps the row, the \\r in its value."""
+    preprocess keeps the row, the \\r in its value; and preprocess ended in the same traceback
+    where such a row was malformed, instead of its one line."""
     log, spec = tmp_path / "clicks.csv", tmp_path / "clicks.toml"
     rows = [f"{i % 2},item{i % 40},{i}" for i in range(300)]
     rows[200] = "1,bad\rvalue,7"
@@ -90,6 +91,12 @@ def test_a_carriage_return_inside_a_field_is_read_as_data_as_preprocess_reads_it
         cli("preprocess", log, "--spec", spec, "--out", tmp_path / "d", "--json").stdout
     )
     assert res["rows_skipped"] == {} and sum(res["rows_kept"].values()) == 300
+    with log.open("a") as f:
+        f.write("1,bad\rvalue,7,extra\n")
+    assert_one_line_error(
+        cli("preprocess", log, "--spec", spec, "--out", tmp_path / "d2", ok=False),
+        rf"first: {log}:302: row: 4 fields, the spec has 3 \(too_many_fields\)$",
+    )
 
 
 def test_a_headerless_criteo_log_gets_a_spec_by_position(tmp_path: Path) -> None:

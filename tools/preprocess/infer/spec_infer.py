@@ -27,10 +27,8 @@ Every choice is written beside its column as a comment, for the user to check an
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import datetime
-import io
 import math
 import re
 import statistics
@@ -50,6 +48,7 @@ from shardrec.dataloader.spec.feature_spec import (
 from shardrec.dataloader.util.near import did_you_mean, name_list
 from shardrec.tools.preprocess.infer.spec_hash_fit import fit_hash_size
 from shardrec.tools.preprocess.text.gz import open_text
+from shardrec.tools.preprocess.text.lines import csv_fields
 
 DELIMITERS = ("\t", ",", ";", "|")
 LIST_SEPARATORS = ("|", ";", ",")
@@ -118,11 +117,7 @@ def sample_lines(path: Path, rows: int) -> tuple[list[str], bool]:
 
 
 def _split(lines: list[str], delimiter: str) -> list[list[str]]:
-    # csv refuses a carriage return inside an unquoted field, which preprocess keeps as data: it
-    # crosses csv as a private-use character and is put back.
-    text = "\n".join(lines).replace("\r", "\ue000")
-    rows = csv.reader(io.StringIO(text), delimiter=delimiter, quotechar='"')
-    return [[field.replace("\ue000", "\r") for field in row] for row in rows]
+    return csv_fields("\n".join(lines), delimiter)
 
 
 def _delimiter(lines: list[str]) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -97,6 +98,29 @@ def test_a_carriage_return_inside_a_field_is_data_to_infer_and_to_preprocess(
         cli("preprocess", log, "--spec", spec, "--out", tmp_path / "d2", ok=False),
         rf"first: {log}:302: row: 4 fields, the spec has 3 \(too_many_fields\)$",
     )
+
+
+def test_utf16_text_and_a_binary_file_are_refused_in_one_line(tmp_path: Path) -> None:
+    """A spreadsheet's "Unicode text" (UTF-16) and a binary file: before, infer proposed columns
+    of their bytes ("no column 'label' for the label (columns: " then 'label,name' decoded a byte
+    at a time) and preprocess --spec listed them as the header's, kilobytes of a binary file in
+    one line."""
+    text = "click,name\n" + "".join(f"{i % 2},item{i}\n" for i in range(50))
+    spec = tmp_path / "clicks.toml"
+    (tmp_path / "clicks.csv").write_text(text)
+    cli("spec", "infer", tmp_path / "clicks.csv", "--label", "click", "--out", spec)
+    wide, binary = tmp_path / "wide.csv", tmp_path / "blob.csv"
+    wide.write_bytes(text.encode("utf-16"))
+    binary.write_bytes(b"\x7fELF\x02\x01\x00\x00\n" * 3)
+    for file, said in (
+        (wide, f"{wide}: UTF-16 text; shardrec reads UTF-8: convert it first (iconv -f UTF-16 -t "
+         f"UTF-8 {wide} > wide-utf8.csv)"),
+        (binary, f"{binary}:1: a NUL byte: not CSV or TSV text (a binary file?)"),
+    ):  # fmt: skip
+        pattern = "^error: " + re.escape(said) + "$"
+        assert_one_line_error(cli("spec", "infer", file, "--label", "click", ok=False), pattern)
+        refused = cli("preprocess", file, "--spec", spec, "--out", tmp_path / "d", ok=False)
+        assert_one_line_error(refused, pattern)
 
 
 def test_a_headerless_criteo_log_gets_a_spec_by_position(tmp_path: Path) -> None:

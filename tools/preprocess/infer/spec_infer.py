@@ -48,7 +48,7 @@ from shardrec.dataloader.spec.feature_spec import (
 from shardrec.dataloader.util.near import did_you_mean, name_list
 from shardrec.tools.preprocess.infer.spec_hash_fit import fit_hash_size
 from shardrec.tools.preprocess.text.gz import open_text
-from shardrec.tools.preprocess.text.lines import csv_fields
+from shardrec.tools.preprocess.text.lines import check_text, csv_fields
 
 DELIMITERS = ("\t", ",", ";", "|")
 LIST_SEPARATORS = ("|", ";", ",")
@@ -106,10 +106,11 @@ def sample_lines(path: Path, rows: int) -> tuple[list[str], bool]:
     the whole file."""
     lines, whole = [], True
     with open_text(path) as f:
-        for raw in f:
+        for number, raw in enumerate(f, 1):
             if len(lines) > rows:
                 whole = False
                 break
+            check_text(path, raw, number)
             lines.append(raw.decode("utf-8", "replace").rstrip("\r\n"))
     if lines:
         lines[0] = lines[0].lstrip("\ufeff")

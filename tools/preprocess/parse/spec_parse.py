@@ -29,7 +29,7 @@ from shardrec.dataloader.spec.feature_spec import (
 from shardrec.tools.preprocess.ids.id_maps import hash_bytes
 from shardrec.tools.preprocess.parse import spec_kernel as k
 from shardrec.tools.preprocess.parse.criteo_text import REASONS, ChunkRows, Schema, show_value
-from shardrec.tools.preprocess.text.lines import count_newlines, csv_fields
+from shardrec.tools.preprocess.text.lines import check_text, count_newlines, csv_fields
 
 _ROLE = {
     LabelColumn: k.LABEL,
@@ -91,6 +91,7 @@ def read_header(path: Path, spec: FeatureSpec) -> list[str]:
 
     with open_text(path) as f:
         line = f.readline()
+    check_text(path, line, 1)
     text = line.decode("utf-8", "replace").lstrip("\ufeff").rstrip("\r\n")
     quoting = csv.QUOTE_MINIMAL if spec.format.quoting else csv.QUOTE_NONE
     return next(iter(csv_fields(text, spec.format.delimiter, quoting)), [])

@@ -297,6 +297,24 @@ def test_rerun_with_other_options_into_same_dir_is_refused(kaggle: Path, tmp_pat
     assert_one_line_error(res, "different max_ids")
 
 
+@pytest.mark.parametrize("mark", ["dataset.json", "metrics.jsonl", "checkpoints"])
+def test_out_that_holds_a_training_run_is_refused(kaggle: Path, tmp_path: Path, mark: str):
+    """--out naming a run directory (a slip between runs/ and data/): before, the parts and
+    manifest.json were written among the run's files, and `train --restart` on that run then moved
+    the new dataset aside with it. Refused before any work, event logs too."""
+    run = tmp_path / "runs" / "a"
+    run.mkdir(parents=True)
+    if mark == "checkpoints":
+        (run / mark).mkdir()
+    else:
+        (run / mark).write_text("{}")
+    line = f"--out {run} is a run directory (it holds {mark}); give the dataset a directory of its "
+    for extra in ((), ("--events", tmp_path / "events.toml")):
+        res = cli("preprocess", kaggle, "--out", run, "--max-ids", "100", *extra, ok=False)
+        assert_one_line_error(res, "^error: " + re.escape(line + "own") + "$")
+    assert [p.name for p in run.iterdir()] == [mark]
+
+
 def test_rerun_after_an_input_was_replaced_by_one_of_the_same_size_is_refused(
     kaggle: Path, tmp_path: Path
 ):

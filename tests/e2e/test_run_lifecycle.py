@@ -371,3 +371,22 @@ def test_a_run_directory_apart_from_the_dataset_and_restart_only_moves_runs(
         r"checkpoints/\) and would be moved aside whole; give the run a directory of its own$",
     )
     assert (notes / "todo.txt").read_text() == "mine" and not (tmp_path / "notes.1").exists()
+
+
+def test_another_dataset_as_the_run_directory_is_refused(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
+    """--out-dir naming another dataset (a slip between two folders) is refused before anything
+    is written there: the run's files would land among its parts, and --restart would move that
+    dataset aside, from under every run that trains on it."""
+    other = tmp_path / "other"
+    shutil.copytree(tiny_dataset, other)
+    before = sorted(p.name for p in other.iterdir())
+    for extra in ((), ("--restart",)):
+        assert_one_line_error(
+            _train(tiny_dataset, other, "--steps", "2", *extra),
+            rf"^error: --out-dir {other} is a dataset directory \(it holds manifest.json\); give "
+            "the run a directory of its own$",
+        )
+    assert sorted(p.name for p in other.iterdir()) == before
+    assert not (tmp_path / "other.1").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -68,6 +69,58 @@ def test_the_proposed_spec_of_a_plain_click_log_preprocesses_it_as_it_is(tmp_pat
         "clicks_7d",
         "age",
     ]
+
+
+def test_a_carriage_return_inside_a_field_is_data_to_infer_and_to_preprocess(
+    tmp_path: Path,
+) -> None:
+    """A stray \\r inside an unquoted text field (pasted from another system): before, infer
+    ended in csv's traceback ('_csv.Error: new-line character seen in unquoted field') though
+    preprocess keeps the row, the \\r in its value; and preprocess ended in the same traceback
+    where such a row was malformed, instead of its one line."""
+    log, spec = tmp_path / "clicks.csv", tmp_path / "clicks.toml"
+    rows = [f"{i % 2},item{i % 40},{i}" for i in range(300)]
+    rows[200] = "1,bad\rvalue,7"
+    log.write_text("click,name,views\n" + "\n".join(rows) + "\n")
+    out = cli("spec", "infer", log, "--label", "click", "--out", spec).stdout
+    assert "".join(out.split()) == "".join(
+        f"wrote {spec}: 3 columns (1 dense, 1 categorical)".split()
+    )
+    name = load_spec(spec).columns[1]
+    assert isinstance(name, CategoricalColumn) and name.name == "name" and name.kind == "string"
+    res = json.loads(
+        cli("preprocess", log, "--spec", spec, "--out", tmp_path / "d", "--json").stdout
+    )
+    assert res["rows_skipped"] == {} and sum(res["rows_kept"].values()) == 300
+    with log.open("a") as f:
+        f.write("1,bad\rvalue,7,extra\n")
+    assert_one_line_error(
+        cli("preprocess", log, "--spec", spec, "--out", tmp_path / "d2", ok=False),
+        rf"first: {log}:302: row: 4 fields, the spec has 3 \(too_many_fields\)$",
+    )
+
+
+def test_utf16_text_and_a_binary_file_are_refused_in_one_line(tmp_path: Path) -> None:
+    """A spreadsheet's "Unicode text" (UTF-16) and a binary file: before, infer proposed columns
+    of their bytes ("no column 'label' for the label (columns: " then 'label,name' decoded a byte
+    at a time) and preprocess --spec listed them as the header's, kilobytes of a binary file in
+    one line."""
+    text = "click,name\n" + "".join(f"{i % 2},item{i}\n" for i in range(50))
+    spec = tmp_path / "clicks.toml"
+    (tmp_path / "clicks.csv").write_text(text)
+    cli("spec", "infer", tmp_path / "clicks.csv", "--label", "click", "--out", spec)
+    wide, binary = tmp_path / "wide.csv", tmp_path / "blob.csv"
+    wide.write_bytes(text.encode("utf-16"))
+    binary.write_bytes(b"\x7fELF\x02\x01\x00\x00\n" * 3)
+    for file, said in (
+        (wide, f"{wide}: UTF-16 text; shardrec reads UTF-8: convert it first (iconv -f UTF-16 -t "
+         f"UTF-8 {wide} > wide-utf8.csv)"),
+        (binary, f"{binary}:1: a NUL byte: not CSV or TSV text (a binary file?)"),
+    ):  # fmt: skip
+        pattern = "^error: " + re.escape(said) + "$"
+        assert_one_line_error(cli("spec", "infer", file, "--label", "click", ok=False), pattern)
+        refused = cli("preprocess", file, "--spec", spec, "--out", tmp_path / "d", ok=False)
+        assert_one_line_error(refused, pattern)
 
 
 def test_a_headerless_criteo_log_gets_a_spec_by_position(tmp_path: Path) -> None:

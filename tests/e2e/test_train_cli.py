@@ -210,6 +210,29 @@ def test_train_data_errors_name_the_flag_as_typed(tiny_dataset: Path, tmp_path: 
     )
 
 
+def test_a_job_files_relative_path_that_names_nothing_says_where_it_was_read_from(
+    tiny_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job file beside its data (`path = "../data"`) read from another directory: relative
+    paths are taken from where the command runs. Before, the plan's refusal named neither the job
+    file nor its key ('../plan.json: cannot read plan file: No such file or directory')."""
+    monkeypatch.chdir(tmp_path)
+    job = Path("jobs") / "job.toml"
+    job.parent.mkdir()
+    where = f"(a relative path is taken from where the command runs, {tmp_path})"
+    for toml, said in (
+        ("[data]\npath = '../data'\n", "2: data.path = '../data': does not exist"),
+        (
+            f"[data]\npath = '{tiny_dataset}'\n[sharding]\nplan = '../plan.json'\n"
+            "[train]\nglobal_batch_size = 64\n",
+            "4: sharding.plan = '../plan.json': cannot read plan file: No such file or directory",
+        ),
+    ):
+        job.write_text(toml)
+        result = runner.invoke(app, ["train", "--config", str(job), "--out-dir", "run"])
+        assert_one_line_error(result, "^" + re.escape(f"error: {job}:{said} {where}") + "$")
+
+
 def test_bad_input_is_one_clear_line(tiny_dataset: Path, tmp_path: Path) -> None:
     result = runner.invoke(app, ["train", "--data", str(tiny_dataset), "--set", "train.bogus=1"])
     assert_one_line_error(result, re.escape("unknown key train.bogus"))

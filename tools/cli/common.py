@@ -138,6 +138,22 @@ def check_out_file(out: Path | None, example: str) -> None:
         fail(f"--out {out}: is a directory; give a file name such as {out / example}")
 
 
+def check_not_a_run(out: Path) -> None:
+    """Refuse a dataset's --out that holds a training run, before any work: the parts would land
+    among the run's files, and `shardrec train --restart` on that run would move them aside."""
+    from shardrec.trainer.rundir import names
+
+    found = next(
+        (m for m in (names.DATASET_RECORD, names.METRICS, names.CHECKPOINTS) if (out / m).exists()),
+        None,
+    )
+    if found is not None:
+        fail(
+            f"--out {out} is a run directory (it holds {found}); give the dataset a directory of "
+            "its own"
+        )
+
+
 def write_out(out: Path, what: str, write: Any) -> None:
     """Call `write()`, which writes `out`; a failed write (no space or permission, a file where a
     folder should be) ends the command in one line naming the path, not a traceback."""

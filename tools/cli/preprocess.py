@@ -12,7 +12,13 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from shardrec.tools.cli.common import fail, interrupted, print_json, sigterm_as_ctrl_c
+from shardrec.tools.cli.common import (
+    check_not_a_run,
+    fail,
+    interrupted,
+    print_json,
+    sigterm_as_ctrl_c,
+)
 from shardrec.tools.console import console, err_console
 from shardrec.tools.preprocess.parse.criteo_text import Schema
 from shardrec.tools.preprocess.settings import PreprocessConfig
@@ -218,6 +224,7 @@ def preprocess(
     from shardrec.tools.preprocess.tasks.bad_rows import MalformedRowError
     from shardrec.tools.preprocess.tasks.task_text import InputError
 
+    check_not_a_run(out)
     if events is not None:
         _preprocess_events(ctx, inputs, out, events, json_out)
         return

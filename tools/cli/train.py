@@ -284,7 +284,7 @@ def _prepare_run_dir(
             state = "new" if restart else lifecycle.check_run_dir(out_dir, job, manifest, allow)
     except ValueError as e:  # a setting's error: its line; the dataset's: its flag's or key's
         typed = None if data is None else "--continue-on" if continuing else "--data"
-        fail(str(e) if job is None else flags.dataset_error(job, str(e), typed))
+        fail(str(e) if job is None else flags.dataset_error(job, str(e), typed, plan is not None))
     if restart:
         if out_dir.is_dir() and not lifecycle.looks_like_run(out_dir):
             fail(

@@ -95,13 +95,20 @@ def _check_no_torn_checkpoint(out_dir: Path, newest: tuple[int, Path] | None) ->
 
 
 def check_apart(out_dir: Path, data: Path) -> None:
-    """ValueError for a run directory that is the dataset's, inside it or around it: the run's
-    files would land among the parts, and --restart moves the run directory (and so the dataset)
-    aside."""
+    """ValueError for a run directory that is the dataset's, inside it or around it, or another
+    dataset: the run's files would land among the parts, and --restart moves the run directory
+    (and so the dataset) aside."""
+    from shardrec.dataloader.format.manifest import MANIFEST
+
     run, dataset = out_dir.resolve(), data.resolve()
     if run == dataset or dataset in run.parents or run in dataset.parents:
         where = "is" if run == dataset else "is inside" if dataset in run.parents else "holds"
         raise ValueError(
             f"--out-dir {out_dir} {where} the dataset directory {data}; give the run a directory "
             "of its own"
+        )
+    if (out_dir / MANIFEST).is_file():  # another dataset: its parts would hold the run's files
+        raise ValueError(
+            f"--out-dir {out_dir} is a dataset directory (it holds {MANIFEST}); give the run a "
+            "directory of its own"
         )

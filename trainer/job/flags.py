@@ -170,13 +170,24 @@ def rank_args(
     return args
 
 
-def dataset_error(job: JobConfig, message: str, flag: str | None = None) -> str:
+def dataset_error(
+    job: JobConfig, message: str, flag: str | None = None, plan_typed: bool = False
+) -> str:
     """`message` of a check of `job`, located (JobConfig.located); one about the dataset
     directory itself ('DIR: does not exist', 'DIR: not a directory', ...) is said of what named
     it: `flag` as typed ('--data DIR: does not exist'), else data.path where it was set
-    ('job.toml:2: data.path = 'DIR': does not exist')."""
-    path = job.data.path
-    if not path or not message.startswith(f"{path}: "):
-        return job.located(message)
-    rest = message[len(path) + 2 :]
-    return f"{flag} {path}: {rest}" if flag else job.located(f"data.path = {path!r}: {rest}")
+    ('job.toml:2: data.path = 'DIR': does not exist'); one about the plan file, where
+    sharding.plan was set, unless typed as --plan (`plan_typed`). A relative path of a job file or --set that
+    names nothing is taken from where the command runs, which the message says."""
+    named = [("data.path", job.data.path, flag)]
+    if not plan_typed:  # --plan's own refusals name the file as typed
+        named.append(("sharding.plan", job.sharding.plan, None))
+    for key, path, typed in named:
+        if path and message.startswith(f"{path}: "):
+            rest = message[len(path) + 2 :]
+            if typed:
+                return f"{typed} {path}: {rest}"
+            if not Path(path).is_absolute() and not Path(path).exists():
+                rest += f" (a relative path is taken from where the command runs, {Path.cwd()})"
+            return job.located(f"{key} = {path!r}: {rest}")
+    return job.located(message)

@@ -28,10 +28,8 @@ Every choice is written beside its column as a comment, for the user to check an
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import datetime
-import io
 import math
 import re
 from collections import Counter
@@ -55,6 +53,7 @@ from shardrec.tools.preprocess.infer.label_infer import (
 from shardrec.tools.preprocess.infer.spec_hash_fit import fit_hash_size
 from shardrec.tools.preprocess.parse.parse_fields import INT64_MAX
 from shardrec.tools.preprocess.text.gz import open_text
+from shardrec.tools.preprocess.text.lines import check_text, csv_fields
 
 DELIMITERS = ("\t", ",", ";", "|")
 LIST_SEPARATORS = ("|", ";", ",")
@@ -80,10 +79,11 @@ def sample_lines(path: Path, rows: int) -> tuple[list[str], bool]:
     the whole file."""
     lines, whole = [], True
     with open_text(path) as f:
-        for raw in f:
+        for number, raw in enumerate(f, 1):
             if len(lines) > rows:
                 whole = False
                 break
+            check_text(path, raw, number)
             lines.append(raw.decode("utf-8", "replace").rstrip("\r\n"))
     if lines:
         lines[0] = lines[0].lstrip("\ufeff")
@@ -97,7 +97,7 @@ def is_integer(v: str) -> bool:
 
 
 def _split(lines: list[str], delimiter: str) -> list[list[str]]:
-    return list(csv.reader(io.StringIO("\n".join(lines)), delimiter=delimiter, quotechar='"'))
+    return csv_fields("\n".join(lines), delimiter)
 
 
 def _delimiter(lines: list[str]) -> str:

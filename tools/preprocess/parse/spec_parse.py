@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import csv
 import difflib
-import io
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from shardrec.dataloader.spec.feature_spec import (
 from shardrec.tools.preprocess.ids.id_maps import hash_bytes
 from shardrec.tools.preprocess.parse import spec_kernel as k
 from shardrec.tools.preprocess.parse.criteo_text import REASONS, ChunkRows, Schema, show_value
-from shardrec.tools.preprocess.text.lines import count_newlines
+from shardrec.tools.preprocess.text.lines import check_text, count_newlines, csv_fields
 
 _ROLE = {
     LabelColumn: k.LABEL,
@@ -92,9 +91,10 @@ def read_header(path: Path, spec: FeatureSpec) -> list[str]:
 
     with open_text(path) as f:
         line = f.readline()
+    check_text(path, line, 1)
     text = line.decode("utf-8", "replace").lstrip("\ufeff").rstrip("\r\n")
     quoting = csv.QUOTE_MINIMAL if spec.format.quoting else csv.QUOTE_NONE
-    return next(csv.reader(io.StringIO(text), delimiter=spec.format.delimiter, quoting=quoting), [])
+    return next(iter(csv_fields(text, spec.format.delimiter, quoting)), [])
 
 
 def _positions(
@@ -342,7 +342,7 @@ def describe_bad_spec_row(
         name = program.names[fidx] if fidx < program.num_fields else "row"
         return name, _quoted_field(line, fidx, fmt.delimiter.encode())
     quoting = csv.QUOTE_MINIMAL if fmt.quoting else csv.QUOTE_NONE
-    fields = next(csv.reader(io.StringIO(text), delimiter=fmt.delimiter, quoting=quoting), [])
+    fields = next(iter(csv_fields(text, fmt.delimiter, quoting)), [])
     if reason == "too_many_fields":
         return "row", f"{len(fields)} fields, the spec has {program.num_fields}"
     if reason == "too_few_fields":

@@ -1,8 +1,11 @@
 """Lines of an input's text: counted (a whole file, a byte range of a plain file), a header's end,
-and byte ranges of a plain file cut just after a newline."""
+byte ranges of a plain file cut just after a newline, lines cut into fields as csv reads them, and
+lines that are no text refused."""
 
 from __future__ import annotations
 
+import csv
+import io
 import mmap
 import os
 from pathlib import Path
@@ -11,6 +14,28 @@ import numpy as np
 
 from shardrec.dataloader.util.jit import AVAILABLE, njit
 from shardrec.tools.preprocess.text.gz import READ_ERRORS, describe_error, open_text
+
+_CR = "\ue000"  # a private-use character: a carriage return crosses csv as it
+
+
+def csv_fields(text: str, delimiter: str, quoting: int = csv.QUOTE_MINIMAL) -> list[list[str]]:
+    """The fields of each line of `text`, as csv reads them; a carriage return inside a field is
+    data, as the compiled parsers keep it (csv itself refuses one outside quotes)."""
+    rows = csv.reader(io.StringIO(text.replace("\r", _CR)), delimiter=delimiter, quoting=quoting)
+    return [[field.replace(_CR, "\r") for field in row] for row in rows]
+
+
+def check_text(path: Path, line: bytes, number: int) -> None:
+    """ValueError for line `number` of `path` holding a NUL byte, which no line of CSV or TSV text
+    holds: UTF-16 text (a spreadsheet's "Unicode text") or a binary file."""
+    if b"\x00" not in line:
+        return
+    if number == 1 and line[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        raise ValueError(
+            f"{path}: UTF-16 text; shardrec reads UTF-8: convert it first "
+            f"(iconv -f UTF-16 -t UTF-8 {path} > {path.stem}-utf8{path.suffix})"
+        )
+    raise ValueError(f"{path}:{number}: a NUL byte: not CSV or TSV text (a binary file?)")
 
 
 def count_lines(path: Path, skip_header: bool, block: int = 1 << 24) -> int:

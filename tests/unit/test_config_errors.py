@@ -200,3 +200,26 @@ def test_a_decay_given_half_is_refused_not_trained_without_it(settings: list[str
     assert (
         load_job_config(None, ["optim.decay_start=5", "optim.decay_steps=4"]).optim.decay_steps == 4
     )
+
+
+def test_a_key_given_by_its_flag_and_by_set_is_refused_not_resolved_silently(
+    tmp_path: Path,
+) -> None:
+    # `--steps 5 --set train.steps=10` trained 5 steps without a word (the flag won, as only a
+    # docstring said): which of two values the user meant, no rule of precedence can tell.
+    from helpers import assert_one_line_error
+    from typer.testing import CliRunner
+
+    from shardrec.tools.cli.app import app
+
+    out = tmp_path / "run"
+    result = CliRunner().invoke(
+        app,
+        ["train", "--data", str(tmp_path / "data"), "--steps", "5", "--set", "train.steps=10",
+         "--out-dir", str(out)],
+    )  # fmt: skip
+    assert_one_line_error(
+        result,
+        re.escape("error: --steps 5 and --set 'train.steps=10' both set train.steps: give one"),
+    )
+    assert not out.exists()

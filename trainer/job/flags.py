@@ -63,7 +63,9 @@ SetFlag = Annotated[
     typer.Option(
         "--set",
         metavar="KEY=VALUE",
-        help="Override a job setting, KEY as section.key (e.g. train.seed=1); repeat for several.",
+        help="Override a job setting, KEY as section.key (e.g. train.seed=1); repeat for several. "
+        "data.path, sharding.plan and train.steps are given by --data, --plan, --steps or --set, "
+        "not both.",
     ),
 ]
 
@@ -115,8 +117,15 @@ def job_from_flags(
     overrides: Sequence[str],
 ) -> JobConfig:
     """The job these flags describe: the job file, then --set, then --data/--plan/--steps.
-    ValueError (one line) for a bad file, key or value."""
-    return load_job_config(config, [*overrides, *entry_overrides(data, plan, steps)])
+    ValueError (one line) for a bad file, key or value, and for a key given both by its flag and
+    by --set (which of two values the user meant, no rule of precedence can tell)."""
+    flagged = entry_overrides(data, plan, steps)
+    set_keys = {item.partition("=")[0].strip(): item for item in overrides}
+    for item, typed in flagged:
+        key = item.partition("=")[0]
+        if key in set_keys:
+            raise ValueError(f"{typed} and --set {set_keys[key]!r} both set {key}: give one")
+    return load_job_config(config, [*overrides, *flagged])
 
 
 def rank_job(

@@ -129,8 +129,10 @@ class HistorySpec:
                 f"strategy = {self.strategy!r} is not one of {', '.join(STRATEGIES)}"
                 f"{did_you_mean(self.strategy, STRATEGIES)}"
             )
-        if self.length < (3 if self.strategy == "interleaved" else 1):
-            raise ValueError(f"length = {self.length} keeps nothing")
+        least = 3 if self.strategy == "interleaved" else 1
+        if self.length < least:
+            each = " (length / 3 of each of listen-plus, like and skip)" if least == 3 else ""
+            raise ValueError(f"length = {self.length} keeps nothing{each}: give at least {least}")
         if self.scan < 1 or self.min_history < 0:
             raise ValueError(
                 f"scan = {self.scan} must be >= 1 and min_history = {self.min_history} >= 0"

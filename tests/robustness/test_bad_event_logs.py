@@ -400,3 +400,15 @@ def test_an_event_part_whose_user_offsets_are_shifted_is_refused_by_verify_and_r
     verified = cli("data", "verify", out, ok=False)
     assert verified.exit_code == 1 and re.search(line, verified.stdout), verified.stdout
     assert_one_line_error(cli("data", "head", out, "--rows", "5", ok=False), line)
+
+
+def test_a_history_too_short_for_its_three_pools_says_the_least_that_works(tmp_path, log):
+    # "length = 2 keeps nothing" did not say that an interleaved history keeps length / 3 of each
+    # of three pools, so that 3 is the least.
+    path, spec = _write(tmp_path, log, "parquet")
+    spec.write_text(spec.read_text().replace("length = 12", "length = 2"))
+    assert_one_line_error(
+        _preprocess(path, spec, tmp_path / "out"),
+        r"length = 2 keeps nothing \(length / 3 of each of listen-plus, like and skip\): give at "
+        r"least 3$",
+    )

@@ -1,7 +1,8 @@
 """The one place that reads RANK / WORLD_SIZE (and sets them, for the local ranks that
 `trainer.distributed.local_ranks.run_local_ranks` starts without torchrun) and owns the process group.
 
-Everything else receives a `DistEnv`.
+Everything else receives a `DistEnv`. torch is imported where a group is joined: `shardrec train`
+reads the launcher's variables (launched_world_size) before any torch import.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ import re
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-
-import torch
-import torch.distributed as dist
+from typing import TYPE_CHECKING
 
 from shardrec.trainer.distributed.devices import check_ranks_fit, resolve_device_kind
+
+if TYPE_CHECKING:
+    import torch
+    import torch.distributed as dist
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +41,15 @@ class DistEnv:
 def launched_rank() -> int:
     """The rank torchrun gave this process, readable before the group is joined (for log set-up)."""
     return int(os.environ.get("RANK", 0))
+
+
+def launched_world_size() -> int:
+    """The WORLD_SIZE a launcher (torchrun, a cluster's job) gave this process: 1 where none did
+    (or what it holds is no number)."""
+    try:
+        return int(os.environ.get("WORLD_SIZE", 1))
+    except ValueError:
+        return 1
 
 
 def init_local_rank(
@@ -80,6 +92,9 @@ def init_distributed(
         timeout_s: collective timeout; a rank that hangs longer fails instead of waiting forever.
         bind_cores: on CPU, bind this rank to its share of the cores first (bind_to_cores).
     """
+    import torch
+    import torch.distributed as dist
+
     rank = int(os.environ.get("RANK", 0))
     world_size = int(os.environ.get("WORLD_SIZE", 1))
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
@@ -161,6 +176,8 @@ def _restart_store(world_size: int, timeout: timedelta) -> dist.Store | None:
     attempt would read the dead attempt's connection addresses (gloo: "connection refused").
     Prefixing the keys with the attempt number keeps the rounds apart.
     """
+    import torch.distributed as dist
+
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     if attempt == "0" or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return None
@@ -188,6 +205,8 @@ def monitored_barrier(
     that arrived raise RankMissing too, pointing at rank 0's message. `setting` is the config
     key of the timeout, for the message.
     """
+    import torch.distributed as dist
+
     try:
         dist.monitored_barrier(group, timeout=timedelta(seconds=timeout_s), wait_all_ranks=True)
     except RuntimeError as e:
@@ -207,5 +226,7 @@ def monitored_barrier(
 
 
 def shutdown() -> None:
+    import torch.distributed as dist
+
     if dist.is_initialized():
         dist.destroy_process_group()

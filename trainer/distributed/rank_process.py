@@ -3,6 +3,7 @@ last: its logging and warning filters, the one line it leaves when it fails, and
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import sys
@@ -32,6 +33,9 @@ def configure_rank_logging() -> None:
     # fbgemm logs every kernel's arguments to the root logger at INFO: keep the root at WARNING.
     from shardrec.trainer.distributed.dist import launched_rank
 
+    # torch's import sets its own loggers' levels (torch._logging): first, or "torch" below would
+    # be back at WARNING once the rank imports it (dist.py no longer does).
+    importlib.import_module("torch")
     rank = launched_rank()
     logging.basicConfig(
         level=logging.WARNING,

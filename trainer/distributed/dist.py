@@ -116,9 +116,21 @@ def init_distributed(
         os.environ.setdefault("MASTER_PORT", "29500")
         timeout = timedelta(seconds=timeout_s)
         store = _restart_store(world_size, timeout)
-        dist.init_process_group(
-            backend=backend, rank=rank, world_size=world_size, timeout=timeout, store=store
-        )
+        try:
+            dist.init_process_group(
+                backend=backend, rank=rank, world_size=world_size, timeout=timeout, store=store
+            )
+        except dist.DistNetworkError as e:
+            # Rank 0 serves the store itself where no agent does (ranks started with RANK,
+            # WORLD_SIZE and MASTER_* by hand): a port taken is the user's to change.
+            if "EADDRINUSE" not in str(e):
+                raise
+            port = os.environ["MASTER_PORT"]
+            raise ValueError(
+                f"MASTER_PORT={port}: rank 0 cannot serve the process group's store on "
+                f"{os.environ['MASTER_ADDR']}:{port}: another process listens there (another "
+                "job's?); start the ranks with a free MASTER_PORT"
+            ) from None
     env = DistEnv(rank, local_rank, world_size, local_world_size, device, backend)
     logger.debug("joined process group: %s", env)
     return env

@@ -1,0 +1,39 @@
+"""A rank started directly (`python -m shardrec.trainer` with RANK, WORLD_SIZE and MASTER_* set,
+as a script or torchrun sets them): how it says that it cannot join its group."""
+
+from __future__ import annotations
+
+import re
+import socket
+from pathlib import Path
+
+from helpers import TINY_MODEL, assert_one_line_error, run_direct_rank, settings
+
+
+def test_a_master_port_in_use_is_one_line_naming_it(tiny_dataset: Path, tmp_path: Path) -> None:
+    # Before: typer's traceback of torch's DistNetworkError ("The server socket has failed to
+    # listen on any local network address. port: ..., code: -98, name: EADDRINUSE").
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = run_direct_rank(
+            "--data",
+            str(tiny_dataset),
+            "--out-dir",
+            str(tmp_path / "run"),
+            "--steps",
+            "1",
+            *settings(*TINY_MODEL, "train.global_batch_size=64", 'train.device="cpu"'),
+            master_port=port,
+        )
+    assert_one_line_error(
+        done,
+        "^"
+        + re.escape(
+            f"error: MASTER_PORT={port}: rank 0 cannot serve the process group's store on "
+            f"127.0.0.1:{port}: another process listens there (another job's?); start the ranks "
+            "with a free MASTER_PORT"
+        )
+        + "$",
+    )

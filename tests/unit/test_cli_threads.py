@@ -116,3 +116,21 @@ def test_eval_ranks_bind_to_cores_as_the_runs_training_ranks_did(setting: str, t
         [sys.executable, "-c", EVAL_RANK, str(tmp_path)], capture_output=True, text=True
     )
     assert out.stdout.strip() == ("False" if setting else "True"), out.stderr[-2000:]
+
+
+@pytest.mark.skipif(_usable_cpus() < 2, reason="one core: every share is one thread anyway")
+def test_cpu_ranks_share_the_cores_the_job_may_use_not_the_machines(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Before, under `taskset -c 0` on 2 cores each rank got OMP_NUM_THREADS=2 (os.cpu_count()):
+    # two threads on the one core it may use (bound there too: dist.bind_to_cores).
+    from shardrec.trainer.distributed.launch import rank_environment
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(allowed)})
+    try:
+        assert rank_environment(1)["OMP_NUM_THREADS"] == "1"
+    finally:
+        os.sched_setaffinity(0, allowed)
+    assert rank_environment(1)["OMP_NUM_THREADS"] == str(len(allowed))

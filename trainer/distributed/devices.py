@@ -130,6 +130,15 @@ def check_ranks_fit(
         )
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity: a job under `taskset` or in a cpuset gets
+    its share, not the machine's, as dist.bind_to_cores splits them); os.cpu_count() where the
+    platform does not say."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def no_gpu_device() -> bool:
     """This Linux host has no NVIDIA GPU device (no /dev/nvidia<N>, no WSL's /dev/dxg) or hides
     them all (CUDA_VISIBLE_DEVICES): train.device = "auto" is then the CPU, decided without

@@ -134,3 +134,33 @@ def test_cpu_ranks_share_the_cores_the_job_may_use_not_the_machines(
     finally:
         os.sched_setaffinity(0, allowed)
     assert rank_environment(1)["OMP_NUM_THREADS"] == str(len(allowed))
+
+
+def test_more_cpu_ranks_than_cores_is_said_before_they_start(
+    tiny_dataset, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before, `shardrec train --nproc-per-node 2` on one usable core started both without a word.
+    from helpers import jobs_handed_to_ranks
+    from typer.testing import CliRunner
+
+    from shardrec.tools.cli.app import app
+
+    jobs_handed_to_ranks(monkeypatch)  # no rank starts: the launch "fails", exit 1
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(allowed)})
+    job = ["--data", str(tiny_dataset), "--set", "train.global_batch_size=64"]
+    job += ["--set", 'train.device="cpu"']
+    try:
+        said = {
+            ranks: CliRunner().invoke(app, ["train", *job, "--nproc-per-node", str(ranks)]).stderr
+            for ranks in (1, 2)
+        }
+    finally:
+        os.sched_setaffinity(0, allowed)
+    warning = (
+        "warning: --nproc-per-node 2: 2 CPU ranks on the 1 core this job may use: ranks that "
+        "share a core take turns on it and wait on each other at every collective; start at most "
+        "1 here unless you mean to"
+    )
+    assert warning in said[2].splitlines(), said[2]
+    assert "warning" not in said[1], said[1]

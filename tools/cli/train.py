@@ -266,6 +266,7 @@ def _prepare_run_dir(
     """Resolve and check the job and what OUT_DIR holds before any rank starts; returns the job,
     or None if the run (with `continuing`: its stretch on this data) is already complete."""
     from shardrec.dataloader.format.manifest import Manifest
+    from shardrec.trainer.distributed.devices import crowded_cpu_ranks
     from shardrec.trainer.job.mlperf_rules import rule_breaks
     from shardrec.trainer.rundir.life import lifecycle, resume_settings, run_state
     from shardrec.trainer.rundir.life.continuation import (
@@ -292,9 +293,10 @@ def _prepare_run_dir(
                 job = new_stretch_length(out_dir, job, manifest, steps, overrides)
         from shardrec.trainer.job.preflight import empty_eval_splits, preflight
 
-        preflight(job, world_size=world_size)
+        kind = preflight(job, world_size=world_size)
         manifest = manifest or Manifest.load(job.data.path)
         notes = rule_breaks(job, manifest.options.get("multihot"))
+        notes += filter(None, [crowded_cpu_ranks(kind, world_size)])
         for line in [*notes, *empty_eval_splits(job, manifest)]:
             err_console.print(f"warning: {line}", highlight=False, soft_wrap=True)
         if not continuing:

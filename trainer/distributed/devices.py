@@ -139,6 +139,19 @@ def usable_cores() -> int:
     return os.cpu_count() or 1
 
 
+def crowded_cpu_ranks(kind: str, ranks: int) -> str | None:
+    """A warning where `ranks` CPU ranks outnumber the cores this job may use (None: they do not,
+    or the ranks are CUDA's): ranks sharing a core wait on each other at every collective."""
+    cores = usable_cores()
+    if kind != "cpu" or ranks <= cores:
+        return None
+    return (
+        f"--nproc-per-node {ranks}: {ranks} CPU ranks on the {cores} core{'s' if cores != 1 else ''} "
+        "this job may use: ranks that share a core take turns on it and wait on each other at "
+        f"every collective; start at most {cores} here unless you mean to"
+    )
+
+
 def no_gpu_device() -> bool:
     """This Linux host has no NVIDIA GPU device (no /dev/nvidia<N>, no WSL's /dev/dxg) or hides
     them all (CUDA_VISIBLE_DEVICES): train.device = "auto" is then the CPU, decided without

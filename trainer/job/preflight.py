@@ -27,8 +27,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def preflight(job: JobConfig, world_size: int) -> None:
-    """Check a resolved job against the dataset and the plan; ValueError says what is wrong."""
+def preflight(job: JobConfig, world_size: int) -> str:
+    """Check a resolved job against the dataset and the plan; ValueError says what is wrong.
+
+    Returns: the device kind its ranks train on, "cpu" or "cuda"."""
     if world_size < 1:
         raise ValueError(f"--nproc-per-node must be at least 1, got {world_size}")
     if not job.data.path:
@@ -65,6 +67,7 @@ def preflight(job: JobConfig, world_size: int) -> None:
         _check_plan_file(job, manifest, world_size, kind)
     else:  # the ranks plan at start under the constraints: each must hold at this world size
         check_constraints(job, manifest, world_size)
+    return kind
 
 
 def check_update_cadence(job: JobConfig, manifest: Manifest) -> None:

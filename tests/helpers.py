@@ -364,10 +364,10 @@ def torchelastic_folders(tmpdir: Path) -> list[str]:
     return sorted(n for n in names if n.startswith(("torchelastic_", "torchrun-logs-")))
 
 
-def run_direct_rank(*args: str, master_port: int = 0) -> subprocess.CompletedProcess:
+def run_direct_rank(*args: str, **env: str) -> subprocess.CompletedProcess:
     """`python -m shardrec.trainer ARGS` as torchrun starts it on each node (the README's
-    multi-node path), as the one rank of a one-rank group, with no `shardrec train` before it
-    (rank 0 serves the group's store on `master_port`; 0: one of the kernel's choosing)."""
+    multi-node path), as the one rank of a one-rank group, with no `shardrec train` before it;
+    `env` replaces those variables (RANK="1", ...)."""
     import os
     import sys
 
@@ -376,7 +376,8 @@ def run_direct_rank(*args: str, master_port: int = 0) -> subprocess.CompletedPro
         **{"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"},
         # Port 0: the rank's own store takes one of the kernel's choosing as it binds. A free port
         # found here could be another process's by the time the rank, past importing torch, binds.
-        **{"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port)},
+        **{"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0"},
+        **env,
     }
     return subprocess.run(
         [sys.executable, "-m", "shardrec.trainer", *args],

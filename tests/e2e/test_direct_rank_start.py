@@ -25,7 +25,7 @@ def test_a_master_port_in_use_is_one_line_naming_it(tiny_dataset: Path, tmp_path
             "--steps",
             "1",
             *settings(*TINY_MODEL, "train.global_batch_size=64", 'train.device="cpu"'),
-            master_port=port,
+            MASTER_PORT=str(port),
         )
     assert_one_line_error(
         done,
@@ -37,3 +37,19 @@ def test_a_master_port_in_use_is_one_line_naming_it(tiny_dataset: Path, tmp_path
         )
         + "$",
     )
+
+
+def test_a_refusal_is_said_by_the_first_rank_of_every_node(tmp_path: Path) -> None:
+    # Before, only rank 0 said it: node 1 of a `torchrun --nnodes 2` whose copy of the dataset is
+    # missing ended its ranks with exit code 1 and not a word on its terminal.
+    missing = tmp_path / "data"
+    done = run_direct_rank(
+        "--data",
+        str(missing),
+        "--out-dir",
+        str(tmp_path / "run"),
+        *settings("train.global_batch_size=64", 'train.device="cpu"'),
+        RANK="1",
+        WORLD_SIZE="2",
+    )
+    assert_one_line_error(done, "^" + re.escape(f"error: {missing}: does not exist") + "$")

@@ -43,6 +43,11 @@ def launched_rank() -> int:
     return int(os.environ.get("RANK", 0))
 
 
+def launched_local_rank() -> int:
+    """This process's rank on its node as torchrun gave it (LOCAL_RANK; RANK where none did)."""
+    return int(os.environ.get("LOCAL_RANK", launched_rank()))
+
+
 def launched_world_size() -> int:
     """The WORLD_SIZE a launcher (torchrun, a cluster's job) gave this process: 1 where none did
     (or what it holds is no number)."""
@@ -97,7 +102,7 @@ def init_distributed(
 
     rank = int(os.environ.get("RANK", 0))
     world_size = int(os.environ.get("WORLD_SIZE", 1))
-    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    local_rank = launched_local_rank()
     local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
     device_kind = resolve_device_kind(device_kind)
     if device_kind == "cuda":

@@ -107,7 +107,7 @@ def _join(
         # A direct launch's own flags say where a setting was given, as `shardrec train` says it
         # (a launcher's resolved job file is no file the user wrote).
         line = job_config.located(str(e)) if direct and job_config is not None else str(e)
-        exit_refused(line, is_main)
+        exit_refused(line)
     return job_config, continuing, env
 
 
@@ -129,7 +129,7 @@ def _train(
         plan = job_config.sharding.plan or None
         return run_job(build_job(job_config, env, out_dir, plan, stop, continuing=continuing))
     except (ValueError, NonFiniteLossError) as e:  # the launcher shows it as the one line
-        exit_refused(str(e), env.is_main)
+        exit_refused(str(e))
     except RankMissing as e:
         # A barrier that failed because a rank died names that death only as a consequence.
         report_failure(str(e), consequence=peer_gone(e))

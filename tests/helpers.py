@@ -364,10 +364,10 @@ def torchelastic_folders(tmpdir: Path) -> list[str]:
     return sorted(n for n in names if n.startswith(("torchelastic_", "torchrun-logs-")))
 
 
-def run_direct_rank(*args: str, **env: str) -> subprocess.CompletedProcess:
+def run_direct_rank(*args: str, **env: str | None) -> subprocess.CompletedProcess:
     """`python -m shardrec.trainer ARGS` as torchrun starts it on each node (the README's
     multi-node path), as the one rank of a one-rank group, with no `shardrec train` before it;
-    `env` replaces those variables (RANK="1", ...)."""
+    `env` replaces those variables (RANK="1", ...; None: unset)."""
     import os
     import sys
 
@@ -381,7 +381,7 @@ def run_direct_rank(*args: str, **env: str) -> subprocess.CompletedProcess:
     }
     return subprocess.run(
         [sys.executable, "-m", "shardrec.trainer", *args],
-        env=rank_env,
+        env={name: value for name, value in rank_env.items() if value is not None},
         capture_output=True,
         text=True,
         timeout=300,

@@ -53,3 +53,33 @@ def test_a_refusal_is_said_by_the_first_rank_of_every_node(tmp_path: Path) -> No
         WORLD_SIZE="2",
     )
     assert_one_line_error(done, "^" + re.escape(f"error: {missing}: does not exist") + "$")
+
+
+def test_a_rank_of_several_without_master_addr_is_one_line_not_a_wait(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
+    # Before, it waited dist.timeout_s (600 s) at 127.0.0.1:29500, then typer's traceback of
+    # "DistNetworkError: The client socket has timed out after 600000ms while trying to connect to
+    # (127.0.0.1, 29500)".
+    done = run_direct_rank(
+        "--data",
+        str(tiny_dataset),
+        "--out-dir",
+        str(tmp_path / "run"),
+        # a wait of 20 s, should it wait
+        *settings("train.global_batch_size=64", 'train.device="cpu"', "dist.timeout_s=20"),
+        RANK="1",
+        WORLD_SIZE="2",
+        MASTER_ADDR=None,
+        MASTER_PORT=None,
+    )
+    assert_one_line_error(
+        done,
+        "^"
+        + re.escape(
+            "error: WORLD_SIZE=2 but MASTER_ADDR and MASTER_PORT are not set: the ranks meet at "
+            "rank 0's store, MASTER_ADDR:MASTER_PORT (rank 0's host and a free port there; "
+            "torchrun sets both)"
+        )
+        + "$",
+    )

@@ -117,6 +117,7 @@ def init_distributed(
         if bind_cores:
             bind_to_cores(local_rank, local_world_size)
     if not dist.is_initialized():
+        _check_meeting_point(world_size)
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", "29500")
         timeout = timedelta(seconds=timeout_s)
@@ -139,6 +140,18 @@ def init_distributed(
     env = DistEnv(rank, local_rank, world_size, local_world_size, device, backend)
     logger.debug("joined process group: %s", env)
     return env
+
+
+def _check_meeting_point(world_size: int) -> None:
+    """Ranks of a group of several meet at rank 0's store, MASTER_ADDR:MASTER_PORT: a rank
+    started without them must not wait dist.timeout_s at 127.0.0.1:29500 (one rank alone may)."""
+    missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if not os.environ.get(name)]
+    if world_size > 1 and missing:
+        raise ValueError(
+            f"WORLD_SIZE={world_size} but {' and '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not set: the ranks meet at rank 0's store, "
+            "MASTER_ADDR:MASTER_PORT (rank 0's host and a free port there; torchrun sets both)"
+        )
 
 
 def bind_to_cores(local_rank: int, local_world_size: int) -> list[int] | None:

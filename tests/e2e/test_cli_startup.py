@@ -128,7 +128,7 @@ def test_light_commands_never_import_torch_and_bad_flags_are_caught_first(
     ]
 
 
-def test_train_started_as_one_of_torchruns_ranks_is_one_line_before_anything(
+def test_train_or_eval_started_as_one_of_torchruns_ranks_is_one_line_before_anything(
     tiny_dataset: Path, tmp_path: Path
 ) -> None:
     # Before, each process `torchrun -m shardrec.tools.cli train` started trained a job of its own
@@ -155,6 +155,18 @@ def test_train_started_as_one_of_torchruns_ranks_is_one_line_before_anything(
         + "$",
     )
     assert not run.exists()
+    # Before, each process evaluated the run with ranks of its own, and each printed its results.
+    evaluated = CliRunner().invoke(app, ["eval", str(run)], env={"RANK": "1", "WORLD_SIZE": "2"})
+    assert_one_line_error(
+        evaluated,
+        "^"
+        + re.escape(
+            "error: shardrec eval starts its own ranks, but this process is already rank 1 of 2 "
+            "(RANK=1, WORLD_SIZE=2 in its environment, as torchrun sets them): run shardrec eval "
+            "once, outside torchrun"
+        )
+        + "$",
+    )
 
 
 def test_runs_lists_a_stopped_run_and_help_shows_no_flag_types(tmp_path: Path) -> None:

@@ -13,7 +13,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from shardrec.tools.cli.common import counted, fail, print_json
+from shardrec.tools.cli.common import (
+    counted,
+    fail,
+    print_json,
+    refuse_inside_a_launched_group,
+)
 from shardrec.tools.cli.train_run_dir import (
     check_apart,
     check_resume_checkpoint,
@@ -117,7 +122,11 @@ def train(
     from shardrec.dataloader.format.integrity import changed_since_written
     from shardrec.trainer.distributed.launch import launch, new_job_id
 
-    _refuse_inside_a_launched_group(nproc_per_node)
+    refuse_inside_a_launched_group(
+        "train",
+        nproc_per_node,
+        "; on several machines, run `torchrun ... -m shardrec.trainer ...` on each instead",
+    )
     overrides, allow = list(set_ or []), list(allow_change or [])
     if continue_on is not None:
         if restart:
@@ -206,22 +215,6 @@ def _end_of_job(result: LaunchResult, out_dir: Path, data: str, changed_before: 
             run_state.stopped_message(run.stop["step"]), highlight=False, soft_wrap=True
         )
         raise typer.Exit(run_state.STOPPED_EXIT_CODE)
-
-
-def _refuse_inside_a_launched_group(nproc_per_node: int) -> None:
-    """One line where this process is already one rank of several (torchrun's RANK/WORLD_SIZE):
-    each of them would start a job of its own, and all but one find the run directory locked."""
-    from shardrec.trainer.distributed.dist import launched_rank, launched_world_size
-
-    world = launched_world_size()
-    if world > 1:
-        rank = launched_rank()
-        fail(
-            f"shardrec train starts its own ranks (--nproc-per-node {nproc_per_node}), but this "
-            f"process is already rank {rank} of {world} (RANK={rank}, WORLD_SIZE={world} in its "
-            "environment, as torchrun sets them): run shardrec train once, outside torchrun; on "
-            "several machines, run `torchrun ... -m shardrec.trainer ...` on each instead"
-        )
 
 
 def _end_if_stopped_before_launch() -> None:

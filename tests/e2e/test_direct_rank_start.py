@@ -83,3 +83,29 @@ def test_a_rank_of_several_without_master_addr_is_one_line_not_a_wait(
         )
         + "$",
     )
+
+
+def test_a_global_batch_that_does_not_divide_by_world_size_is_refused_before_joining(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
+    # Before, the ranks joined the group and rank 0's planner said "global batch size 64 is not
+    # divisible by world size 3", naming no setting, while the others printed "error: rank N lost
+    # another rank (... Connection closed by peer)" (here: a wait, rank 0 alone of 3).
+    done = run_direct_rank(
+        "--data",
+        str(tiny_dataset),
+        "--out-dir",
+        str(tmp_path / "run"),
+        *settings("train.global_batch_size=64", 'train.device="cpu"', "dist.timeout_s=20"),
+        WORLD_SIZE="3",
+        LOCAL_WORLD_SIZE="3",
+    )
+    assert_one_line_error(
+        done,
+        "^"
+        + re.escape(
+            "error: --set 'train.global_batch_size=64': train.global_batch_size = 64 does not "
+            "divide by WORLD_SIZE=3, the job's ranks"
+        )
+        + "$",
+    )

@@ -78,7 +78,11 @@ def _join(
     """The job this rank runs (`resolve`d from its flags; `direct`: torchrun started the rank,
     not `shardrec train`), checked against the run directory, and the group it joined; None where
     the run is already complete (rank 0 said so). A refusal exits in one line."""
-    from shardrec.trainer.distributed.dist import init_distributed, launched_rank
+    from shardrec.trainer.distributed.dist import (
+        init_distributed,
+        launched_rank,
+        launched_world_size,
+    )
     from shardrec.trainer.job.preflight import check_rank_job
     from shardrec.trainer.rundir.life import lifecycle
     from shardrec.trainer.rundir.life.continuation import check_continuing_job
@@ -96,7 +100,7 @@ def _join(
         else:
             complete = lifecycle.check_job(out_dir, job_config, allow_change)
         if direct:  # a direct torchrun: no `shardrec train` checked the job against its data
-            check_rank_job(job_config)
+            check_rank_job(job_config, launched_world_size())
         if complete is not None:
             if is_main:
                 print(complete, file=sys.stderr)

@@ -364,9 +364,10 @@ def torchelastic_folders(tmpdir: Path) -> list[str]:
     return sorted(n for n in names if n.startswith(("torchelastic_", "torchrun-logs-")))
 
 
-def run_direct_rank(*args: str) -> subprocess.CompletedProcess:
+def run_direct_rank(*args: str, **env: str | None) -> subprocess.CompletedProcess:
     """`python -m shardrec.trainer ARGS` as torchrun starts it on each node (the README's
-    multi-node path), as the one rank of a one-rank group, with no `shardrec train` before it."""
+    multi-node path), as the one rank of a one-rank group, with no `shardrec train` before it;
+    `env` replaces those variables (RANK="1", ...; None: unset)."""
     import os
     import sys
 
@@ -376,10 +377,11 @@ def run_direct_rank(*args: str) -> subprocess.CompletedProcess:
         # Port 0: the rank's own store takes one of the kernel's choosing as it binds. A free port
         # found here could be another process's by the time the rank, past importing torch, binds.
         **{"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0"},
+        **env,
     }
     return subprocess.run(
         [sys.executable, "-m", "shardrec.trainer", *args],
-        env=rank_env,
+        env={name: value for name, value in rank_env.items() if value is not None},
         capture_output=True,
         text=True,
         timeout=300,

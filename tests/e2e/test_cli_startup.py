@@ -12,10 +12,13 @@ and reports, after each, its exit code, last stderr line and whether torch or to
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
 from shardrec.tools.cli.app import app
@@ -123,6 +126,47 @@ def test_light_commands_never_import_torch_and_bad_flags_are_caught_first(
         "drop it for this world size (--set 'sharding.constraints={}' drops them all; a run "
         "resumes under any constraints)",
     ]
+
+
+def test_train_or_eval_started_as_one_of_torchruns_ranks_is_one_line_before_anything(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
+    # Before, each process `torchrun -m shardrec.tools.cli train` started trained a job of its own
+    # on the run directory: one trained, the other was refused its lock ("runs/a is in use by job
+    # ..."), and torchrun stopped the one training.
+    run = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "shardrec.tools.cli", "train", "--data", str(tiny_dataset)]
+        + ["--out-dir", str(run), "--nproc-per-node", "2", "--steps", "1", *BATCH],
+        env={**os.environ, "RANK": "1", "WORLD_SIZE": "2"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert_one_line_error(
+        done,
+        "^"
+        + re.escape(
+            "error: shardrec train starts its own ranks (--nproc-per-node 2), but this process is "
+            "already rank 1 of 2 (RANK=1, WORLD_SIZE=2 in its environment, as torchrun sets "
+            "them): run shardrec train once, outside torchrun; on several machines, run "
+            "`torchrun ... -m shardrec.trainer ...` on each instead"
+        )
+        + "$",
+    )
+    assert not run.exists()
+    # Before, each process evaluated the run with ranks of its own, and each printed its results.
+    evaluated = CliRunner().invoke(app, ["eval", str(run)], env={"RANK": "1", "WORLD_SIZE": "2"})
+    assert_one_line_error(
+        evaluated,
+        "^"
+        + re.escape(
+            "error: shardrec eval starts its own ranks, but this process is already rank 1 of 2 "
+            "(RANK=1, WORLD_SIZE=2 in its environment, as torchrun sets them): run shardrec eval "
+            "once, outside torchrun"
+        )
+        + "$",
+    )
 
 
 def test_runs_lists_a_stopped_run_and_help_shows_no_flag_types(tmp_path: Path) -> None:

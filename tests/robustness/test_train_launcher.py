@@ -141,7 +141,7 @@ _REPORTS = (
 )
 _DIES = "import os, signal\nos.kill(os.getpid(), signal.SIGBUS)\n"
 _REFUSES = (
-    "from shardrec.trainer.distributed.rank_process import exit_refused\nexit_refused({!r}, True)\n"
+    "from shardrec.trainer.distributed.rank_process import exit_refused\nexit_refused({!r})\n"
 )
 
 

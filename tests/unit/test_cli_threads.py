@@ -116,3 +116,51 @@ def test_eval_ranks_bind_to_cores_as_the_runs_training_ranks_did(setting: str, t
         [sys.executable, "-c", EVAL_RANK, str(tmp_path)], capture_output=True, text=True
     )
     assert out.stdout.strip() == ("False" if setting else "True"), out.stderr[-2000:]
+
+
+@pytest.mark.skipif(_usable_cpus() < 2, reason="one core: every share is one thread anyway")
+def test_cpu_ranks_share_the_cores_the_job_may_use_not_the_machines(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Before, under `taskset -c 0` on 2 cores each rank got OMP_NUM_THREADS=2 (os.cpu_count()):
+    # two threads on the one core it may use (bound there too: dist.bind_to_cores).
+    from shardrec.trainer.distributed.launch import rank_environment
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(allowed)})
+    try:
+        assert rank_environment(1)["OMP_NUM_THREADS"] == "1"
+    finally:
+        os.sched_setaffinity(0, allowed)
+    assert rank_environment(1)["OMP_NUM_THREADS"] == str(len(allowed))
+
+
+def test_more_cpu_ranks_than_cores_is_said_before_they_start(
+    tiny_dataset, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before, `shardrec train --nproc-per-node 2` on one usable core started both without a word.
+    from helpers import jobs_handed_to_ranks
+    from typer.testing import CliRunner
+
+    from shardrec.tools.cli.app import app
+
+    jobs_handed_to_ranks(monkeypatch)  # no rank starts: the launch "fails", exit 1
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(allowed)})
+    job = ["--data", str(tiny_dataset), "--set", "train.global_batch_size=64"]
+    job += ["--set", 'train.device="cpu"']
+    try:
+        said = {
+            ranks: CliRunner().invoke(app, ["train", *job, "--nproc-per-node", str(ranks)]).stderr
+            for ranks in (1, 2)
+        }
+    finally:
+        os.sched_setaffinity(0, allowed)
+    warning = (
+        "warning: --nproc-per-node 2: 2 CPU ranks on the 1 core this job may use: ranks that "
+        "share a core take turns on it and wait on each other at every collective; start at most "
+        "1 here unless you mean to"
+    )
+    assert warning in said[2].splitlines(), said[2]
+    assert "warning" not in said[1], said[1]

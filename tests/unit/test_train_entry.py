@@ -42,6 +42,23 @@ def test_only_the_known_harmless_warnings_are_hidden() -> None:
     ]
 
 
+def test_torchs_own_warnings_stay_hidden_in_a_rank() -> None:
+    # A rank that imported torch only after configure_rank_logging printed torch.fx's "[rank0]:W...
+    # is_fx_tracing will return true for both fx.symbolic_trace and torch.export. ..." at its
+    # first checkpoint: torch's import had set the "torch" logger back to WARNING.
+    import subprocess
+    import sys
+
+    script = (
+        "from shardrec.trainer.distributed.rank_process import configure_rank_logging\n"
+        "configure_rank_logging()\n"
+        "from torch.fx._symbolic_trace import is_fx_tracing\n"
+        "is_fx_tracing()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
 def test_flags_that_set_a_job_setting_show_its_docstring() -> None:
     from shardrec.trainer.job import flags
     from shardrec.trainer.job.sections import TrainConfig

@@ -132,6 +132,25 @@ def fail(message: str) -> NoReturn:
     raise typer.Exit(1)
 
 
+def refuse_inside_a_launched_group(
+    command: str, nproc_per_node: int | None, elsewhere: str = ""
+) -> None:
+    """One line where this process is already one rank of several (torchrun's RANK/WORLD_SIZE),
+    for a command that starts ranks of its own: each of those processes would start a job
+    (`elsewhere`: what to run instead, after the line's "outside torchrun")."""
+    from shardrec.trainer.distributed.dist import launched_rank, launched_world_size
+
+    world = launched_world_size()
+    if world > 1:
+        rank = launched_rank()
+        asked = f" (--nproc-per-node {nproc_per_node})" if nproc_per_node else ""
+        fail(
+            f"shardrec {command} starts its own ranks{asked}, but this process is already rank "
+            f"{rank} of {world} (RANK={rank}, WORLD_SIZE={world} in its environment, as torchrun "
+            f"sets them): run shardrec {command} once, outside torchrun{elsewhere}"
+        )
+
+
 def check_out_file(out: Path | None, example: str) -> None:
     """Refuse an --out that names a folder, before any work (`example`: a file name to suggest)."""
     if out is not None and out.is_dir():

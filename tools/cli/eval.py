@@ -14,6 +14,7 @@ from shardrec.tools.cli.common import (
     fail,
     interrupted,
     print_json,
+    refuse_inside_a_launched_group,
     sigterm_as_ctrl_c,
 )
 from shardrec.tools.console import console
@@ -73,6 +74,7 @@ def eval_run(
         with_stretch_data,
     )
 
+    refuse_inside_a_launched_group("eval", nproc_per_node)
     if device not in DEVICE_KINDS:
         fail(f"--device {device!r} is not one of {', '.join(DEVICE_KINDS)}")
     request = EvalRequest(run_dir, checkpoint, split, data, device)

@@ -13,7 +13,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from shardrec.tools.cli.common import counted, fail, print_json
+from shardrec.tools.cli.common import (
+    counted,
+    fail,
+    print_json,
+    refuse_inside_a_launched_group,
+)
 from shardrec.tools.cli.train_run_dir import (
     check_apart,
     check_resume_checkpoint,
@@ -117,6 +122,11 @@ def train(
     from shardrec.dataloader.format.integrity import changed_since_written
     from shardrec.trainer.distributed.launch import launch, new_job_id
 
+    refuse_inside_a_launched_group(
+        "train",
+        nproc_per_node,
+        "; on several machines, run `torchrun ... -m shardrec.trainer ...` on each instead",
+    )
     overrides, allow = list(set_ or []), list(allow_change or [])
     if continue_on is not None:
         if restart:
@@ -249,6 +259,7 @@ def _prepare_run_dir(
     """Resolve and check the job and what OUT_DIR holds before any rank starts; returns the job,
     or None if the run (with `continuing`: its stretch on this data) is already complete."""
     from shardrec.dataloader.format.manifest import Manifest
+    from shardrec.trainer.distributed.devices import crowded_cpu_ranks
     from shardrec.trainer.job.mlperf_rules import rule_breaks
     from shardrec.trainer.rundir.life import lifecycle, resume_settings, run_state
     from shardrec.trainer.rundir.life.continuation import (
@@ -275,9 +286,10 @@ def _prepare_run_dir(
                 job = new_stretch_length(out_dir, job, manifest, steps, overrides)
         from shardrec.trainer.job.preflight import empty_eval_splits, preflight
 
-        preflight(job, world_size=world_size)
+        kind = preflight(job, world_size=world_size)
         manifest = manifest or Manifest.load(job.data.path)
         notes = rule_breaks(job, manifest.options.get("multihot"))
+        notes += filter(None, [crowded_cpu_ranks(kind, world_size)])
         for line in [*notes, *empty_eval_splits(job, manifest)]:
             err_console.print(f"warning: {line}", highlight=False, soft_wrap=True)
         if not continuing:

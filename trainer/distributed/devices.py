@@ -130,6 +130,28 @@ def check_ranks_fit(
         )
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity: a job under `taskset` or in a cpuset gets
+    its share, not the machine's, as dist.bind_to_cores splits them); os.cpu_count() where the
+    platform does not say."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def crowded_cpu_ranks(kind: str, ranks: int) -> str | None:
+    """A warning where `ranks` CPU ranks outnumber the cores this job may use (None: they do not,
+    or the ranks are CUDA's): ranks sharing a core wait on each other at every collective."""
+    cores = usable_cores()
+    if kind != "cpu" or ranks <= cores:
+        return None
+    return (
+        f"--nproc-per-node {ranks}: {ranks} CPU ranks on the {cores} core{'s' if cores != 1 else ''} "
+        "this job may use: ranks that share a core take turns on it and wait on each other at "
+        f"every collective; start at most {cores} here unless you mean to"
+    )
+
+
 def no_gpu_device() -> bool:
     """This Linux host has no NVIDIA GPU device (no /dev/nvidia<N>, no WSL's /dev/dxg) or hides
     them all (CUDA_VISIBLE_DEVICES): train.device = "auto" is then the CPU, decided without

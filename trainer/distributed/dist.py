@@ -1,7 +1,8 @@
 """The one place that reads RANK / WORLD_SIZE (and sets them, for the local ranks that
 `trainer.distributed.local_ranks.run_local_ranks` starts without torchrun) and owns the process group.
 
-Everything else receives a `DistEnv`.
+Everything else receives a `DistEnv`. torch is imported where a group is joined: `shardrec train`
+reads the launcher's variables (launched_world_size) before any torch import.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ import re
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-
-import torch
-import torch.distributed as dist
+from typing import TYPE_CHECKING
 
 from shardrec.trainer.distributed.devices import check_ranks_fit, resolve_device_kind
+
+if TYPE_CHECKING:
+    import torch
+    import torch.distributed as dist
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +41,20 @@ class DistEnv:
 def launched_rank() -> int:
     """The rank torchrun gave this process, readable before the group is joined (for log set-up)."""
     return int(os.environ.get("RANK", 0))
+
+
+def launched_local_rank() -> int:
+    """This process's rank on its node as torchrun gave it (LOCAL_RANK; RANK where none did)."""
+    return int(os.environ.get("LOCAL_RANK", launched_rank()))
+
+
+def launched_world_size() -> int:
+    """The WORLD_SIZE a launcher (torchrun, a cluster's job) gave this process: 1 where none did
+    (or what it holds is no number)."""
+    try:
+        return int(os.environ.get("WORLD_SIZE", 1))
+    except ValueError:
+        return 1
 
 
 def init_local_rank(
@@ -80,9 +97,12 @@ def init_distributed(
         timeout_s: collective timeout; a rank that hangs longer fails instead of waiting forever.
         bind_cores: on CPU, bind this rank to its share of the cores first (bind_to_cores).
     """
+    import torch
+    import torch.distributed as dist
+
     rank = int(os.environ.get("RANK", 0))
     world_size = int(os.environ.get("WORLD_SIZE", 1))
-    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    local_rank = launched_local_rank()
     local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
     device_kind = resolve_device_kind(device_kind)
     if device_kind == "cuda":
@@ -97,16 +117,41 @@ def init_distributed(
         if bind_cores:
             bind_to_cores(local_rank, local_world_size)
     if not dist.is_initialized():
+        _check_meeting_point(world_size)
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", "29500")
         timeout = timedelta(seconds=timeout_s)
         store = _restart_store(world_size, timeout)
-        dist.init_process_group(
-            backend=backend, rank=rank, world_size=world_size, timeout=timeout, store=store
-        )
+        try:
+            dist.init_process_group(
+                backend=backend, rank=rank, world_size=world_size, timeout=timeout, store=store
+            )
+        except dist.DistNetworkError as e:
+            # Rank 0 serves the store itself where no agent does (ranks started with RANK,
+            # WORLD_SIZE and MASTER_* by hand): a port taken is the user's to change.
+            if "EADDRINUSE" not in str(e):
+                raise
+            port = os.environ["MASTER_PORT"]
+            raise ValueError(
+                f"MASTER_PORT={port}: rank 0 cannot serve the process group's store on "
+                f"{os.environ['MASTER_ADDR']}:{port}: another process listens there (another "
+                "job's?); start the ranks with a free MASTER_PORT"
+            ) from None
     env = DistEnv(rank, local_rank, world_size, local_world_size, device, backend)
     logger.debug("joined process group: %s", env)
     return env
+
+
+def _check_meeting_point(world_size: int) -> None:
+    """Ranks of a group of several meet at rank 0's store, MASTER_ADDR:MASTER_PORT: a rank
+    started without them must not wait dist.timeout_s at 127.0.0.1:29500 (one rank alone may)."""
+    missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if not os.environ.get(name)]
+    if world_size > 1 and missing:
+        raise ValueError(
+            f"WORLD_SIZE={world_size} but {' and '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not set: the ranks meet at rank 0's store, "
+            "MASTER_ADDR:MASTER_PORT (rank 0's host and a free port there; torchrun sets both)"
+        )
 
 
 def bind_to_cores(local_rank: int, local_world_size: int) -> list[int] | None:
@@ -161,6 +206,8 @@ def _restart_store(world_size: int, timeout: timedelta) -> dist.Store | None:
     attempt would read the dead attempt's connection addresses (gloo: "connection refused").
     Prefixing the keys with the attempt number keeps the rounds apart.
     """
+    import torch.distributed as dist
+
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     if attempt == "0" or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return None
@@ -188,6 +235,8 @@ def monitored_barrier(
     that arrived raise RankMissing too, pointing at rank 0's message. `setting` is the config
     key of the timeout, for the message.
     """
+    import torch.distributed as dist
+
     try:
         dist.monitored_barrier(group, timeout=timedelta(seconds=timeout_s), wait_all_ranks=True)
     except RuntimeError as e:
@@ -207,5 +256,7 @@ def monitored_barrier(
 
 
 def shutdown() -> None:
+    import torch.distributed as dist
+
     if dist.is_initialized():
         dist.destroy_process_group()

@@ -3,6 +3,7 @@ last: its logging and warning filters, the one line it leaves when it fails, and
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import sys
@@ -32,6 +33,9 @@ def configure_rank_logging() -> None:
     # fbgemm logs every kernel's arguments to the root logger at INFO: keep the root at WARNING.
     from shardrec.trainer.distributed.dist import launched_rank
 
+    # torch's import sets its own loggers' levels (torch._logging): first, or "torch" below would
+    # be back at WARNING once the rank imports it (dist.py no longer does).
+    importlib.import_module("torch")
     rank = launched_rank()
     logging.basicConfig(
         level=logging.WARNING,
@@ -108,18 +112,19 @@ def report_failure(reason: str, *, consequence: bool = False, refusal: bool = Fa
         pass  # the launcher's directory is gone: it is ending the job anyway
 
 
-def exit_refused(reason: str, is_main: bool) -> NoReturn:
+def exit_refused(reason: str) -> NoReturn:
     """End a rank that refused the job (bad input or state: a ValueError whose message says what
     to do), exit code 1. Under `shardrec train` or `eval` the launcher shows the refusal as the
-    job's one line and torchrun's agent adds none; under a plain torchrun, rank 0 (`is_main`)
-    prints it. Exits directly, as exit_cleanly does: an interpreter teardown with gloo's threads
-    alive now and then aborted ("terminate called without an active exception", SIGABRT), and
-    the refusal was then reported as a killed rank."""
-    from shardrec.trainer.distributed.dist import shutdown
+    job's one line and torchrun's agent adds none; under a plain torchrun, the first rank of each
+    node (LOCAL_RANK 0) prints it: a node's own reason (its copy of the dataset missing) is seen
+    on that node's terminal, once. Exits directly, as exit_cleanly does: an interpreter teardown
+    with gloo's threads alive now and then aborted ("terminate called without an active
+    exception", SIGABRT), and the refusal was then reported as a killed rank."""
+    from shardrec.trainer.distributed.dist import launched_local_rank, shutdown
     from shardrec.trainer.distributed.launch import launcher_directory
 
     report_failure(reason, refusal=True)
-    if is_main and launcher_directory() is None:
+    if launched_local_rank() == 0 and launcher_directory() is None:
         print(f"error: {reason}", file=sys.stderr)
     shutdown()
     logging.shutdown()

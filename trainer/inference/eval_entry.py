@@ -37,7 +37,7 @@ def rank_main(
     )
 
     configure_rank_logging()
-    from shardrec.trainer.distributed.dist import init_distributed, launched_rank
+    from shardrec.trainer.distributed.dist import init_distributed
     from shardrec.trainer.inference.eval_request import EvalRequest, run_config
     from shardrec.trainer.inference.evaluate import evaluate_checkpoint
 
@@ -48,11 +48,11 @@ def rank_main(
         bind_cores = run_config(wanted.run_dir).dist.bind_cores
         env = init_distributed(wanted.device, bind_cores=bind_cores)
     except ValueError as e:
-        exit_refused(str(e), launched_rank() == 0)
+        exit_refused(str(e))
     try:
         metrics = evaluate_checkpoint(wanted, env)
     except ValueError as e:  # the launcher shows it as the one line
-        exit_refused(str(e), env.is_main)
+        exit_refused(str(e))
     except Exception as e:
         if peer_gone(e):  # another rank died first: one line here, the launcher names that rank
             exit_after_peer_loss(e)

@@ -28,8 +28,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def preflight(job: JobConfig, world_size: int) -> None:
-    """Check a resolved job against the dataset and the plan; ValueError says what is wrong."""
+def preflight(job: JobConfig, world_size: int) -> str:
+    """Check a resolved job against the dataset and the plan; ValueError says what is wrong.
+
+    Returns: the device kind its ranks train on, "cpu" or "cuda"."""
     if world_size < 1:
         raise ValueError(f"--nproc-per-node must be at least 1, got {world_size}")
     if not job.data.path:
@@ -66,6 +68,7 @@ def preflight(job: JobConfig, world_size: int) -> None:
         _check_plan_file(job, manifest, world_size, kind)
     else:  # the ranks plan at start under the constraints: each must hold at this world size
         check_constraints(job, manifest, world_size)
+    return kind
 
 
 def check_update_cadence(job: JobConfig, manifest: Manifest) -> None:
@@ -92,21 +95,25 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def check_batches(job: JobConfig, world_size: int) -> None:
-    """The training and evaluation global batches split evenly over the ranks (`shardrec train`'s
-    --nproc-per-node)."""
+def check_batches(job: JobConfig, world_size: int, ranks: str | None = None) -> None:
+    """The training and evaluation global batches split evenly over the ranks (`ranks`: how the
+    line names them; default `shardrec train`'s --nproc-per-node)."""
     for key, batch in (
         ("train.global_batch_size", job.train.global_batch_size),
         ("eval.batch_size", job.eval.batch_size),
     ):
         if batch % world_size:
-            raise ValueError(f"{key} = {batch} does not divide by --nproc-per-node {world_size}")
+            raise ValueError(
+                f"{key} = {batch} does not divide by {ranks or f'--nproc-per-node {world_size}'}"
+            )
 
 
-def check_rank_job(job: JobConfig) -> None:
-    """check_against_dataset for a rank that torchrun started directly (`torchrun ... -m
-    shardrec.trainer`), before it joins the group: no `shardrec train` checked its job, and the
-    loader would refuse some of these jobs only later, in its own words and naming no setting."""
+def check_rank_job(job: JobConfig, world_size: int) -> None:
+    """check_batches and check_against_dataset for a rank that torchrun started directly
+    (`torchrun ... -m shardrec.trainer`), before it joins the group: no `shardrec train` checked
+    its job, and the planner or the loader would refuse some of these jobs only later, in their
+    own words and naming no setting, while the other ranks wait in a collective."""
+    check_batches(job, world_size, f"WORLD_SIZE={world_size}, the job's ranks")
     check_against_dataset(job, data_options.model_manifest(Manifest.load(job.data.path), job.data))
 
 

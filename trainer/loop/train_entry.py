@@ -78,7 +78,11 @@ def _join(
     """The job this rank runs (`resolve`d from its flags; `direct`: torchrun started the rank,
     not `shardrec train`), checked against the run directory, and the group it joined; None where
     the run is already complete (rank 0 said so). A refusal exits in one line."""
-    from shardrec.trainer.distributed.dist import init_distributed, launched_rank
+    from shardrec.trainer.distributed.dist import (
+        init_distributed,
+        launched_rank,
+        launched_world_size,
+    )
     from shardrec.trainer.job.preflight import check_rank_job
     from shardrec.trainer.rundir.life import lifecycle
     from shardrec.trainer.rundir.life.continuation import check_continuing_job
@@ -96,7 +100,7 @@ def _join(
         else:
             complete = lifecycle.check_job(out_dir, job_config, allow_change)
         if direct:  # a direct torchrun: no `shardrec train` checked the job against its data
-            check_rank_job(job_config)
+            check_rank_job(job_config, launched_world_size())
         if complete is not None:
             if is_main:
                 print(complete, file=sys.stderr)
@@ -107,7 +111,7 @@ def _join(
         # A direct launch's own flags say where a setting was given, as `shardrec train` says it
         # (a launcher's resolved job file is no file the user wrote).
         line = job_config.located(str(e)) if direct and job_config is not None else str(e)
-        exit_refused(line, is_main)
+        exit_refused(line)
     return job_config, continuing, env
 
 
@@ -129,7 +133,7 @@ def _train(
         plan = job_config.sharding.plan or None
         return run_job(build_job(job_config, env, out_dir, plan, stop, continuing=continuing))
     except (ValueError, NonFiniteLossError) as e:  # the launcher shows it as the one line
-        exit_refused(str(e), env.is_main)
+        exit_refused(str(e))
     except RankMissing as e:
         # A barrier that failed because a rank died names that death only as a consequence.
         report_failure(str(e), consequence=peer_gone(e))

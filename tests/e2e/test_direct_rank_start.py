@@ -1,0 +1,111 @@
+"""A rank started directly (`python -m shardrec.trainer` with RANK, WORLD_SIZE and MASTER_* set,
+as a script or torchrun sets them): how it says that it cannot join its group."""
+
+from __future__ import annotations
+
+import re
+import socket
+from pathlib import Path
+
+from helpers import TINY_MODEL, assert_one_line_error, run_direct_rank, settings
+
+
+def test_a_master_port_in_use_is_one_line_naming_it(tiny_dataset: Path, tmp_path: Path) -> None:
+    # Before: typer's traceback of torch's DistNetworkError ("The server socket has failed to
+    # listen on any local network address. port: ..., code: -98, name: EADDRINUSE").
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = run_direct_rank(
+            "--data",
+            str(tiny_dataset),
+            "--out-dir",
+            str(tmp_path / "run"),
+            "--steps",
+            "1",
+            *settings(*TINY_MODEL, "train.global_batch_size=64", 'train.device="cpu"'),
+            MASTER_PORT=str(port),
+        )
+    assert_one_line_error(
+        done,
+        "^"
+        + re.escape(
+            f"error: MASTER_PORT={port}: rank 0 cannot serve the process group's store on "
+            f"127.0.0.1:{port}: another process listens there (another job's?); start the ranks "
+            "with a free MASTER_PORT"
+        )
+        + "$",
+    )
+
+
+def test_a_refusal_is_said_by_the_first_rank_of_every_node(tmp_path: Path) -> None:
+    # Before, only rank 0 said it: node 1 of a `torchrun --nnodes 2` whose copy of the dataset is
+    # missing ended its ranks with exit code 1 and not a word on its terminal.
+    missing = tmp_path / "data"
+    done = run_direct_rank(
+        "--data",
+        str(missing),
+        "--out-dir",
+        str(tmp_path / "run"),
+        *settings("train.global_batch_size=64", 'train.device="cpu"'),
+        RANK="1",
+        WORLD_SIZE="2",
+    )
+    assert_one_line_error(done, "^" + re.escape(f"error: {missing}: does not exist") + "$")
+
+
+def test_a_rank_of_several_without_master_addr_is_one_line_not_a_wait(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
+    # Before, it waited dist.timeout_s (600 s) at 127.0.0.1:29500, then typer's traceback of
+    # "DistNetworkError: The client socket has timed out after 600000ms while trying to connect to
+    # (127.0.0.1, 29500)".
+    done = run_direct_rank(
+        "--data",
+        str(tiny_dataset),
+        "--out-dir",
+        str(tmp_path / "run"),
+        # a wait of 20 s, should it wait
+        *settings("train.global_batch_size=64", 'train.device="cpu"', "dist.timeout_s=20"),
+        RANK="1",
+        WORLD_SIZE="2",
+        MASTER_ADDR=None,
+        MASTER_PORT=None,
+    )
+    assert_one_line_error(
+        done,
+        "^"
+        + re.escape(
+            "error: WORLD_SIZE=2 but MASTER_ADDR and MASTER_PORT are not set: the ranks meet at "
+            "rank 0's store, MASTER_ADDR:MASTER_PORT (rank 0's host and a free port there; "
+            "torchrun sets both)"
+        )
+        + "$",
+    )
+
+
+def test_a_global_batch_that_does_not_divide_by_world_size_is_refused_before_joining(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
+    # Before, the ranks joined the group and rank 0's planner said "global batch size 64 is not
+    # divisible by world size 3", naming no setting, while the others printed "error: rank N lost
+    # another rank (... Connection closed by peer)" (here: a wait, rank 0 alone of 3).
+    done = run_direct_rank(
+        "--data",
+        str(tiny_dataset),
+        "--out-dir",
+        str(tmp_path / "run"),
+        *settings("train.global_batch_size=64", 'train.device="cpu"', "dist.timeout_s=20"),
+        WORLD_SIZE="3",
+        LOCAL_WORLD_SIZE="3",
+    )
+    assert_one_line_error(
+        done,
+        "^"
+        + re.escape(
+            "error: --set 'train.global_batch_size=64': train.global_batch_size = 64 does not "
+            "divide by WORLD_SIZE=3, the job's ranks"
+        )
+        + "$",
+    )

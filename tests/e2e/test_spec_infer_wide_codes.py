@@ -67,3 +67,14 @@ def test_a_parquet_column_of_19_digit_integer_ids_is_an_integer_categorical(tmp_
     )
     kinds = _proposed(tmp_path / "log.parquet", tmp_path)
     assert kinds == {"click": "label", "user_id": "integer"}
+
+
+def test_digits_other_than_ascii_are_strings_not_numbers_preprocessing_refuses(tmp_path: Path):
+    # Python's \d and int() take Arabic-Indic digits ('٤٣٢'); preprocessing reads ASCII digits
+    # only, so the proposed float dense column was refused on every row (bad_float 300).
+    digits = "٠١٢٣٤٥٦٧٨٩"
+    rng = np.random.default_rng(8)
+    qty = ["".join(digits[int(c)] for c in str(n)) for n in rng.integers(0, 500, ROWS)]
+    text = tmp_path / "log.csv"
+    text.write_text("click,qty\n" + "".join(f"{i % 2},{q}\n" for i, q in enumerate(qty)))
+    assert _proposed(text, tmp_path) == {"click": "label", "qty": "string"}

@@ -14,7 +14,8 @@ from pathlib import Path
 from shardrec.dataloader.spec.feature_spec import LabelColumn
 from shardrec.dataloader.util.near import did_you_mean, name_list
 
-_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+# ASCII digits: preprocessing reads no others as numbers
+_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$", re.ASCII)
 POSITIVE_WORDS = {"yes", "y", "true", "t", "click", "clicked", "positive", "pos", "1"}
 NEGATIVE_WORDS = {"no", "n", "false", "f", "noclick", "no_click", "negative", "neg", "0"}
 

@@ -58,12 +58,12 @@ from shardrec.tools.preprocess.text.lines import check_text, csv_fields
 DELIMITERS = ("\t", ",", ";", "|")
 LIST_SEPARATORS = ("|", ";", ",")
 MAX_HASH_SIZE = 10_000_000
-_INT = re.compile(r"^-?\d{1,19}$")
+_INT = re.compile(r"^-?[0-9]{1,19}$")
 HEX = re.compile(r"^[0-9a-fA-F]+$")
 MAX_HEX_DIGITS = 16
 """The widest value a hex categorical decodes (64 bits: parse_kernel.decode_hex); a wider one (an
 MD5's 32 digits, a 19-digit id) is a string categorical, hashed from its bytes."""
-_COMMA_FLOAT = re.compile(r"^[+-]?(\d+(,\d*)?|,\d+)([eE][+-]?\d+)?$")
+_COMMA_FLOAT = re.compile(r"^[+-]?(\d+(,\d*)?|,\d+)([eE][+-]?\d+)?$", re.ASCII)
 # Words for the two values of a label column: which one is the click.
 _ID_NAME = re.compile(r"(^|_)id$|Id$|ID$")
 # Anonymised categoricals are named C1, C2, ... by convention (Criteo's C1-C26, Avazu's C1 and

@@ -117,3 +117,13 @@ def test_the_curves_leave_out_what_an_attempt_killed_past_its_checkpoint_logged(
     assert losses == ([2, 4, 5, 10], [0.697, 0.688, 0.698, 0.658])
     assert report_cli._series(drawn, "eval", "auc", "val") == ([10], [0.69])
     assert json.loads(result.stdout)["records"] == len(records) - 3
+
+
+def test_a_final_evaluation_without_an_auc_is_null_in_json(tmp_path: Path) -> None:
+    # Labels of one class: AUC NaN, which --json printed as NaN, no JSON number.
+    evals = [{"kind": "eval", "split": "val", "step": 4, "auc": float("nan"), "final": True}]
+    train = [{"kind": "train", "step": 4, "loss": 0.6, "samples_per_s": 10.0}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train + evals))
+    shown = runner.invoke(app, ["report", str(tmp_path), "--json"])
+    assert shown.exit_code == 0 and "NaN" not in shown.stdout
+    assert json.loads(shown.stdout)["final_auc"] == {"val": None}

@@ -107,7 +107,8 @@ def report(
     except ValueError as e:
         fail(f"{run_dir}: {e}" if str(run_dir) not in str(e) else str(e))
     final = {
-        r["split"]: round(r["auc"], 4)
+        # NaN (a split whose labels are of one class) is no JSON number: null.
+        r["split"]: round(r["auc"], 4) if r["auc"] == r["auc"] else None
         for r in records
         if r.get("kind") == "eval" and r.get("final")
     }

@@ -169,7 +169,7 @@ def find_runs(root: Path) -> list[Path]:
 
 
 def best_auc(run_dir: Path, split: str = "val", upto: int | None = None) -> float | None:
-    """The best AUC of `split` in RUN/metrics.jsonl (None: no evaluation yet); torn lines
+    """The best AUC of `split` in RUN/metrics.jsonl (None: no evaluation with one yet); torn lines
     skipped. Only evaluations of the models the run still holds: those past the step a later
     invocation resumed from, and past `upto` (the step a rerun resumes from), are left out."""
     kept = [
@@ -178,6 +178,7 @@ def best_auc(run_dir: Path, split: str = "val", upto: int | None = None) -> floa
         if record.get("kind") == "eval"
         and record.get("split") == split
         and isinstance(record.get("auc"), (int, float))
+        and record["auc"] == record["auc"]  # NaN: labels of one class, no AUC to rank
         and isinstance(record.get("step"), int)
     ]
     aucs = [auc for s, auc in kept if upto is None or s <= upto]

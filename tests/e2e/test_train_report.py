@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
+from shardrec.tools.cli import report as report_cli
 from shardrec.tools.cli.app import app
 
 runner = CliRunner()
@@ -28,7 +30,8 @@ def test_report_draws_a_png_and_names_a_bad_record(tmp_path: Path) -> None:
         }
         for s in (10, 30)
     ]
-    records += [
+    # A killed attempt's step 30 logged before it, the resumed run's after: the resumed run's final.
+    records[3:3] = [
         {"kind": "resume", "step": 20},
         {"kind": "train", "step": 30, "loss": 0.4, "samples_per_s": 900.0},
     ]
@@ -82,3 +85,45 @@ def test_a_run_stopped_before_its_first_loss_record_says_so_in_the_loss_panel(
     out = json.loads(runner.invoke(app, ["report", str(tmp_path), "--json"]).stdout)
     assert out["panels"] == ["train loss", "AUC", "log loss", "samples/s"]
     assert out["empty_panels"] == []
+
+
+def test_the_curves_leave_out_what_an_attempt_killed_past_its_checkpoint_logged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed after step 7 with its checkpoint at 4 (losses logged every 2 steps), rerun with
+    train.log_interval = 5 (a setting free to change): the killed attempt's step 6 was of a model
+    that is gone, and the rerun logs no step 6 to replace it. Its loss and AUC must not be drawn
+    between the resumed run's; nor those of a stretch's killed attempt, once it is begun again."""
+
+    def train(step: int, loss: float) -> dict:
+        return {"kind": "train", "step": step, "loss": loss, "samples_per_s": 500.0}
+
+    def val(step: int, auc: float, final: bool = False) -> dict:
+        return {"kind": "eval", "split": "val", "step": step, "auc": auc, "final": final}
+
+    killed = [train(2, 0.697), train(4, 0.688), train(6, 0.684), val(6, 0.80)]
+    resumed = [{"kind": "resume", "step": 4}, train(5, 0.698), train(10, 0.658)]
+    stretch = [val(10, 0.69, True), train(12, 0.5), {"kind": "stretch", "step": 10}]
+    records = killed + resumed + stretch
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    drawn: list = []
+    plot_run = report_cli.plot_run
+    monkeypatch.setattr(
+        report_cli, "plot_run", lambda recs, *args: drawn.extend(recs) or plot_run(recs, *args)
+    )
+    result = runner.invoke(app, ["report", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    losses = report_cli._series(drawn, "train", "loss")
+    assert losses == ([2, 4, 5, 10], [0.697, 0.688, 0.698, 0.658])
+    assert report_cli._series(drawn, "eval", "auc", "val") == ([10], [0.69])
+    assert json.loads(result.stdout)["records"] == len(records) - 3
+
+
+def test_a_final_evaluation_without_an_auc_is_null_in_json(tmp_path: Path) -> None:
+    # Labels of one class: AUC NaN, which --json printed as NaN, no JSON number.
+    evals = [{"kind": "eval", "split": "val", "step": 4, "auc": float("nan"), "final": True}]
+    train = [{"kind": "train", "step": 4, "loss": 0.6, "samples_per_s": 10.0}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train + evals))
+    shown = runner.invoke(app, ["report", str(tmp_path), "--json"])
+    assert shown.exit_code == 0 and "NaN" not in shown.stdout
+    assert json.loads(shown.stdout)["final_auc"] == {"val": None}

@@ -216,3 +216,22 @@ def test_ctrl_c_in_a_command_that_only_reads_ends_in_one_line(
     # Before: exit 130 and nothing at all (typer's own handling of a KeyboardInterrupt).
     assert (done.returncode, done.stdout) == (130, ""), done.stderr[-3000:]
     assert done.stderr == f"interrupted: {' '.join(command)} stopped before it finished\n"
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--days", "-1"], "--days must be 0 (one train file) or more, got -1"),
+        (["--rows", "2", "--days", "3"], "--rows 2 over 3 days would leave day_2 empty"),
+        (
+            ["--like", "drift", "--rows", "4"],
+            "--rows 4 over 6 days would leave day_4 .. day_5 empty",
+        ),
+    ],
+)
+def test_days_synth_cannot_fill_are_refused_before_any_file(args, says, tmp_path: Path) -> None:
+    # Before, --days -1 wrote train.txt without a word, and fewer rows than days wrote empty days.
+    result = cli("synth", tmp_path / "raw", *args, ok=False)
+    assert result.exit_code == 1
+    assert result.output.startswith(f"error: {says}") and len(result.output.splitlines()) == 1
+    assert not (tmp_path / "raw").exists()

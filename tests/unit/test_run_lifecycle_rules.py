@@ -361,3 +361,14 @@ def test_the_best_auc_is_of_the_split_asked_for(tmp_path: Path) -> None:
     ]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     assert best_auc(tmp_path) == 0.75 and best_auc(tmp_path, "test") == 0.90
+
+
+def test_runs_shows_no_best_auc_for_evaluations_without_one(tiny_dataset: Path, tmp_path: Path):
+    # A val split whose labels are all of one class has no AUC (NaN): `runs` showed "nan" as the
+    # best, and NaN in --json, which is no JSON number (jq refuses it).
+    nan = float("nan")
+    evals = [{"kind": "eval", "split": "val", "step": s, "auc": nan} for s in (10, 20)]
+    run = _run(tmp_path, _config(tiny_dataset), 20, {"steps": 20}, evals)
+    shown = cli("runs", run, "--json").stdout
+    assert "NaN" not in shown and json.loads(shown)[0]["best_val_auc"] is None
+    assert "nan" not in cli("runs", run).stdout.lower()  # the table shows "-"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -22,3 +23,22 @@ def test_an_event_log_reports_the_events_written_not_those_asked(tmp_path: Path)
         ).stdout
     )
     assert shown["rows"] == pcsv.read_csv(tmp_path / "csv" / "events.csv").num_rows == events
+
+
+def test_a_seed_writes_the_same_gzip_bytes_whenever_and_whoever_runs_it(
+    tmp_path: Path, monkeypatch
+) -> None:
+    # gzip's header held the clock's time and the temporary's name (.day_0.gz.tmp-PID): a rerun
+    # of the same command, later or from another process, wrote other bytes.
+    for like, name in (("criteo", "day_0.gz"), ("avazu", "train.csv.gz")):
+        days = ["--days", "1"] if like == "criteo" else []
+        args = ["--like", like, "--rows", "300", "--seed", "3", "--gz", *days]
+        cli("synth", tmp_path / f"{like}-a", *args)
+        monkeypatch.setattr(gzip.time, "time", lambda: 2e9)  # the second run, much later
+        cli("synth", tmp_path / f"{like}-b", *args)
+        monkeypatch.undo()
+        first = (tmp_path / f"{like}-a" / name).read_bytes()
+        assert first == (tmp_path / f"{like}-b" / name).read_bytes()
+        # As gzip -n writes it: no time, and the name the file is renamed to, without .gz.
+        assert first[4:8] == bytes(4)
+        assert first[10:].split(b"\0", 1)[0] == name.removesuffix(".gz").encode()

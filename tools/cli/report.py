@@ -9,7 +9,7 @@ import typer
 
 from shardrec.tools.cli.common import fail, print_json, save_figure
 from shardrec.tools.console import console, err_console
-from shardrec.trainer.rundir.metrics_log import load_metrics
+from shardrec.trainer.rundir.metrics_log import current_records, load_metrics
 
 
 def _series(
@@ -25,9 +25,10 @@ def _series(
 
 
 def read_records(run_dir: Path) -> list[dict[str, Any]]:
-    """RUN/metrics.jsonl's records. A torn last line (a run killed while appending it) is skipped
-    with a warning on stderr; a bad line before the last is corruption: ValueError names
-    file:line."""
+    """RUN/metrics.jsonl's records of the run as it stands (current_records: not those of an
+    attempt killed past the checkpoint a later one resumed from). A torn last line (a run killed
+    while appending it) is skipped with a warning on stderr; a bad line before the last is
+    corruption: ValueError names file:line."""
     log = load_metrics(run_dir, torn="last")
     for line in log.skipped:
         err_console.print(
@@ -35,7 +36,7 @@ def read_records(run_dir: Path) -> list[dict[str, Any]]:
             highlight=False,
             soft_wrap=True,
         )
-    return log.records
+    return current_records(log.records)
 
 
 def no_loss_note(records: list[dict[str, Any]]) -> str:
@@ -106,7 +107,8 @@ def report(
     except ValueError as e:
         fail(f"{run_dir}: {e}" if str(run_dir) not in str(e) else str(e))
     final = {
-        r["split"]: round(r["auc"], 4)
+        # NaN (a split whose labels are of one class) is no JSON number: null.
+        r["split"]: round(r["auc"], 4) if r["auc"] == r["auc"] else None
         for r in records
         if r.get("kind") == "eval" and r.get("final")
     }

@@ -62,8 +62,13 @@ def synth(
         fail("--like yambda writes Parquet (or --csv) files: --days and --gz are for text logs")
     if like not in ("criteo", "drift", "yambda") and (days or csv):
         fail(f"--like {like} writes one CSV file: --days and --csv are for criteo")
+    if days < 0:
+        fail(f"--days must be 0 (one train file) or more, got {days}")
     if like == "drift":
         days = days or 6
+    if days and rows < days:
+        empty = f"day_{rows}" + (f" .. day_{days - 1}" if days - rows > 1 else "")
+        fail(f"--rows {rows} over {days} days would leave {empty} empty: give a row a day at least")
     settings = _settings(like, rows, seed, days, csv, gz, max_vocab)
     start = time.perf_counter()
     try:

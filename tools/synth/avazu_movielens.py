@@ -254,7 +254,7 @@ def write_like(path: Path, like: str, rows: int, seed: int, gzip_level: int | No
     written = 0
     with (
         atomic_path(path, fsync=False) as tmp,
-        open_out(tmp, path.suffix == ".gz", gzip_level) as out,
+        open_out(tmp, path.suffix == ".gz", gzip_level, name=path.name) as out,
     ):
         written += out.write(f"{header}\n".encode())
         for start in range(0, rows, _CHUNK_ROWS):

@@ -13,8 +13,11 @@ written for benchmarks.
 from __future__ import annotations
 
 import gzip
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -190,7 +193,7 @@ def write_file(
     # Not synced (a benchmark's gigabytes): the rename alone keeps a half file from its name.
     with (
         atomic_path(path, fsync=False) as tmp,
-        open_out(tmp, path.suffix == ".gz", gzip_level) as out,
+        open_out(tmp, path.suffix == ".gz", gzip_level, name=path.name) as out,
     ):
         if csv:
             written += out.write(header(","))
@@ -212,16 +215,26 @@ def write_file(
     return written
 
 
-def open_out(path: Path, gz: bool, level: int | None):
-    if not gz:
-        return open(path, "wb")
-    if level is None:
-        return gzip.open(path, "wb")
-    try:
-        from isal import igzip
-    except ImportError:
-        return gzip.open(path, "wb", compresslevel=max(level, 1))
-    return igzip.open(path, "wb", compresslevel=level)
+@contextmanager
+def open_out(path: Path, gz: bool, level: int | None, name: str = "") -> Iterator[Any]:
+    """`path` opened for writing, through gzip where `gz`. The gzip header holds `name` (the
+    file's final name: `path` is its temporary) and no time, so that a seed writes the same bytes
+    on every run, as gzip -n does."""
+    with open(path, "wb") as raw:
+        if not gz:
+            yield raw
+            return
+        if level is None:
+            out = gzip.GzipFile(name, "wb", fileobj=raw, mtime=0)
+        else:
+            try:
+                from isal import igzip
+            except ImportError:
+                out = gzip.GzipFile(name, "wb", max(level, 1), fileobj=raw, mtime=0)
+            else:
+                out = igzip.IGzipFile(name, "wb", level, fileobj=raw, mtime=0)
+        with out:
+            yield out
 
 
 def write_dataset(

@@ -123,6 +123,20 @@ def load_metrics(run_dir: Path, *, torn: Literal["error", "last", "any"] = "erro
     return MetricsLog(path, records, skipped)
 
 
+def current_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`records` less those of steps a later invocation trains again: a `resume` (or a new
+    `stretch`) record of step S drops every earlier record of a step past S, written by an attempt
+    killed after its checkpoint of S. Its losses and evaluations were of a model that is gone, and
+    the resumed run need not log the same steps (another train.log_interval) to replace them."""
+    kept: list[dict[str, Any]] = []
+    for record in records:
+        step = record.get("step")
+        if record.get("kind") in ("resume", "stretch") and isinstance(step, int):
+            kept = [r for r in kept if not (isinstance(r.get("step"), int) and r["step"] > step)]
+        kept.append(record)
+    return kept
+
+
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     """The records of RUN/metrics.jsonl; ValueError names the file and line of a bad one."""
     return load_metrics(run_dir).records

@@ -16,7 +16,7 @@ from shardrec.trainer.job.config import JobConfig
 from shardrec.trainer.rundir import names
 from shardrec.trainer.rundir.checkpoint.trust import complete_checkpoints
 from shardrec.trainer.rundir.life.stretches import read_stretches
-from shardrec.trainer.rundir.metrics_log import append_record, load_metrics
+from shardrec.trainer.rundir.metrics_log import append_record, current_records, load_metrics
 
 STOPPED_EXIT_CODE = 75
 """`shardrec train`'s exit code after a stop on request with its checkpoint written (EX_TEMPFAIL:
@@ -169,20 +169,17 @@ def find_runs(root: Path) -> list[Path]:
 
 
 def best_auc(run_dir: Path, split: str = "val", upto: int | None = None) -> float | None:
-    """The best AUC of `split` in RUN/metrics.jsonl (None: no evaluation yet); torn lines
+    """The best AUC of `split` in RUN/metrics.jsonl (None: no evaluation with one yet); torn lines
     skipped. Only evaluations of the models the run still holds: those past the step a later
     invocation resumed from, and past `upto` (the step a rerun resumes from), are left out."""
-    kept: list[tuple[int, float]] = []
-    for record in metrics_records(run_dir):
-        step = record.get("step")
-        if record.get("kind") == "resume" and isinstance(step, int):
-            kept = [(s, auc) for s, auc in kept if s <= step]
-        elif (
-            record.get("kind") == "eval"
-            and record.get("split") == split
-            and isinstance(record.get("auc"), (int, float))
-            and isinstance(step, int)
-        ):
-            kept.append((step, record["auc"]))
+    kept = [
+        (record["step"], record["auc"])
+        for record in current_records(metrics_records(run_dir))
+        if record.get("kind") == "eval"
+        and record.get("split") == split
+        and isinstance(record.get("auc"), (int, float))
+        and record["auc"] == record["auc"]  # NaN: labels of one class, no AUC to rank
+        and isinstance(record.get("step"), int)
+    ]
     aucs = [auc for s, auc in kept if upto is None or s <= upto]
     return max(aucs) if aucs else None

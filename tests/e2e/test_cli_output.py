@@ -177,3 +177,17 @@ def test_output_into_a_pipe_keeps_every_number_and_header_whole(
     assert "distinct ids" in header and "top 10% share" in header, header
     as_json = CliRunner().invoke(app, ["data", "stats", str(tiny_dataset), "--json"])
     assert json.loads(as_json.stdout)["splits"][0] == {"split": "train", "rows": 1000, "parts": 2}
+
+
+def test_json_output_writes_a_nan_or_infinite_number_as_null(capsys) -> None:
+    # eval, predict and others print an AUC of NaN for a split of one class: json.dumps wrote it
+    # as bare NaN, which is no JSON (jq and JavaScript refuse the whole document).
+    from shardrec.tools.cli.common import print_json
+
+    print_json({"auc": float("nan"), "rates": [float("inf"), 0.5], "rows": 3})
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"{constant} is no JSON")
+
+    out = capsys.readouterr().out
+    assert json.loads(out, parse_constant=refuse) == {"auc": None, "rates": [None, 0.5], "rows": 3}

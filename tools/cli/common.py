@@ -9,6 +9,7 @@ import importlib
 import inspect
 import json
 import logging
+import math
 import signal
 import sys
 import threading
@@ -257,7 +258,19 @@ def save_figure(fig: Any, path: Path, dpi: int = 100) -> None:
 
 
 def print_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+    """`obj` as JSON on stdout; a NaN or infinite float (an AUC of a split of one class) as null:
+    bare NaN is no JSON, and jq and JavaScript refuse the whole document for it."""
+    sys.stdout.write(json.dumps(_finite(obj), indent=2, default=str, allow_nan=False) + "\n")
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
 
 
 # Libraries' routine notices, hidden even under -v: fbgemm logs one line per kernel library it

@@ -97,25 +97,18 @@ def _check_same_making(run_dir: Path, record: dict[str, Any], manifest: Manifest
             f"dense features {schema['dense'][:4]}...: {run_dir} trained on "
             f"{trained['dense'][:4]}...; a run goes on with data of its features"
         )
-    old = {f[0]: f for f in trained["sparse"]}
-    for name, cardinality, multi_hot in schema["sparse"]:
-        if name not in old:
-            raise ValueError(
-                f"feature {name}: not in the data {run_dir} trained on; a run goes on with data "
-                "of its features"
-            )
-        if not trained_data.same_feature(old[name], [name, cardinality, multi_hot]):
-            here, there = (f"{c:,} rows" if c else "raw ids" for c in (cardinality, old[name][1]))
-            remedy = (
-                "an event log's tables have a row for each id up to its largest (users, items, "
-                "artists, albums), and a run's tables keep their rows; go on with a log of the "
-                "same ids"
-                if manifest.kind == "events"
-                else "preprocess the new data as the old (the same --max-ids and --raw-ids)"
-            )
-            raise ValueError(
-                f"feature {name}: {here} here, {there} in the data {run_dir} trained on: {remedy}"
-            )
+    differs, one_side = trained_data.sparse_difference(trained["sparse"], schema["sparse"], run_dir)
+    if one_side:
+        raise ValueError(f"{differs}; a run goes on with data of its features")
+    if differs:
+        remedy = (
+            "an event log's tables have a row for each id up to its largest (users, items, "
+            "artists, albums), and a run's tables keep their rows; go on with a log of the "
+            "same ids"
+            if manifest.kind == "events"
+            else "preprocess the new data as the old (the same --max-ids and --raw-ids)"
+        )
+        raise ValueError(f"{differs}: {remedy}")
     differs = trained_data.preprocessing_differences(
         record.get("preprocessing", {}), trained_data.preprocessing(manifest)
     )

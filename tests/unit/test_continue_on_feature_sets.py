@@ -1,6 +1,7 @@
 """A day whose data lacks a feature the run trained on, or adds one: `train --continue-on` and
 `eval --data` name the feature in one line (a lacking one read as a dump of preprocessing settings
-and an added one as a tuple of the schema's entries), checked before any rank starts."""
+and an added one as a tuple of the schema's entries), checked before any rank starts; a day of other
+table rows is told how to make them the run's."""
 
 from __future__ import annotations
 
@@ -50,3 +51,20 @@ def test_a_day_that_lacks_or_adds_a_feature_is_refused_naming_it(tmp_path, train
     with pytest.raises(ValueError) as caught:
         run_dataset(run, load_job_config(run / "config.toml"), day1)
     assert str(caught.value) == f"--data {day1}: {feature}"
+
+
+def test_a_spec_days_other_table_rows_are_refused_naming_the_spec_not_max_ids(tmp_path):
+    # A spec's tables are its columns' hash_size: --max-ids, which such data never takes, was the
+    # advice given.
+    for day, cardinalities in (("day0", FOUR), ("day1", (*FOUR[:3], 999))):
+        manifest = write_tiny_dataset(tmp_path / day, cardinalities=cardinalities)
+        manifest.options["spec_sha256"] = "ab" * 32  # as `preprocess --spec` records it
+        manifest.save(tmp_path / day)
+    run = _run(tmp_path, tmp_path / "day0")
+    day1 = tmp_path / "day1"
+    goes_on = CliRunner().invoke(app, ["train", "--out-dir", str(run), "--continue-on", str(day1)])
+    assert_one_line_error(
+        goes_on,
+        f"^error: feature f3: 999 rows here, 1,000 rows in the data {run} trained on: preprocess "
+        r"the new data as the old \(the same spec and --raw-ids\)$",
+    )

@@ -620,9 +620,8 @@ def test_export_of_a_run_whose_data_changed_names_a_data_that_export_takes(train
         ok(in_process("preprocess", *days, "--out", "data", "--max-ids", "300", cwd=trained))
         assert_one_line_error(
             in_process("export", "run", "--out", "m2.safetensors", cwd=trained),
-            rf"{changed}, and --data {data} would be refused too \(not the schema run trained on: "
-            r"its sparse features \(name, cardinality, multi-hot\) differ at #0 \(\('C1', 300, "
-            r"False\) here, \('C1', 1000, False\) in training\)\): to export the run, pass "
+            rf"{changed}, and --data {data} would be refused too \(feature C1: 300 rows here, "
+            r"1,000 rows in the data run trained on\): to export the run, pass "
             r"--data DIR naming the data it trained on \(or other data of its features and "
             r"cardinalities\)$",
         )

@@ -112,9 +112,8 @@ def test_a_log_of_more_users_is_refused_as_other_tables(data, tmp_path):
     with pytest.raises(ValueError) as caught:
         run_dataset(run, config, more)
     assert str(caught.value) == (
-        f"--data {more}: not the schema {run} trained on: its sparse features (name, cardinality, "
-        f"multi-hot) differ at #0 (('uid', {uid.cardinality}, False) here, "
-        f"('uid', {uid.cardinality - 1}, False) in training)"
+        f"--data {more}: feature uid: {uid.cardinality:,} rows here, {uid.cardinality - 1:,} rows "
+        f"in the data {run} trained on"
     )
     later = load_job_config(None, [f'data.path="{more}"', "train.steps=4"])
     with pytest.raises(ValueError) as caught:

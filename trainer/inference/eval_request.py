@@ -178,6 +178,11 @@ def _schema_difference(run_dir: Path, manifest: Manifest) -> tuple[str, str]:
     saved = record.get("schema")
     if saved is None:  # a run from before schema records: the checkpoint's table check applies
         return "", ""
+    differs, _ = trained_data.sparse_difference(
+        saved["sparse"], trained_data.dataset_schema(manifest)["sparse"], run_dir
+    )
+    if differs:
+        return differs, ""
     differs = _feature_difference(manifest, saved)
     if differs:
         return f"not the schema {run_dir} trained on: its {differs}", ""

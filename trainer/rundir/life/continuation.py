@@ -97,25 +97,11 @@ def _check_same_making(run_dir: Path, record: dict[str, Any], manifest: Manifest
             f"dense features {schema['dense'][:4]}...: {run_dir} trained on "
             f"{trained['dense'][:4]}...; a run goes on with data of its features"
         )
-    old = {f[0]: f for f in trained["sparse"]}
-    for name, cardinality, multi_hot in schema["sparse"]:
-        if name not in old:
-            raise ValueError(
-                f"feature {name}: not in the data {run_dir} trained on; a run goes on with data "
-                "of its features"
-            )
-        if not trained_data.same_feature(old[name], [name, cardinality, multi_hot]):
-            here, there = (f"{c:,} rows" if c else "raw ids" for c in (cardinality, old[name][1]))
-            remedy = (
-                "an event log's tables have a row for each id up to its largest (users, items, "
-                "artists, albums), and a run's tables keep their rows; go on with a log of the "
-                "same ids"
-                if manifest.kind == "events"
-                else "preprocess the new data as the old (the same --max-ids and --raw-ids)"
-            )
-            raise ValueError(
-                f"feature {name}: {here} here, {there} in the data {run_dir} trained on: {remedy}"
-            )
+    differs, one_side = trained_data.sparse_difference(trained["sparse"], schema["sparse"], run_dir)
+    if one_side:
+        raise ValueError(f"{differs}; a run goes on with data of its features")
+    if differs:
+        raise ValueError(f"{differs}: {_rows_remedy(manifest)}")
     differs = trained_data.preprocessing_differences(
         record.get("preprocessing", {}), trained_data.preprocessing(manifest)
     )
@@ -123,6 +109,19 @@ def _check_same_making(run_dir: Path, record: dict[str, Any], manifest: Manifest
         raise ValueError(
             f"the new data was preprocessed otherwise than the data {run_dir} trained on: {differs}"
         )
+
+
+def _rows_remedy(manifest: Manifest) -> str:
+    """What makes new data's tables the run's: a spec's table sizes are its columns' hash_size,
+    Criteo's the --max-ids; an event log's grow with its ids."""
+    if manifest.kind == "events":
+        return (
+            "an event log's tables have a row for each id up to its largest (users, items, "
+            "artists, albums), and a run's tables keep their rows; go on with a log of the "
+            "same ids"
+        )
+    same = "the same spec" if manifest.options.get("spec_sha256") else "the same --max-ids"
+    return f"preprocess the new data as the old ({same} and --raw-ids)"
 
 
 def _check_settings(run_dir: Path, config: JobConfig, allow: list[str]) -> None:

@@ -40,6 +40,28 @@ def same_feature(trained: list[Any], here: list[Any]) -> bool:
     return (name, multi) == (name2, multi2) and (rows is None or rows2 is None or rows == rows2)
 
 
+def sparse_difference(
+    trained: list[list[Any]], here: list[list[Any]], run_dir: Path
+) -> tuple[str, bool]:
+    """The first sparse feature (dataset_schema's entries) that the data `here` lacks, adds or
+    holds otherwise than the data `run_dir` trained on, in words ("" where none), and whether
+    the feature is on one side only (else its rows, raw ids or multi-hot differ). A feature the
+    new data lacks is named as one it adds is, not as a difference of preprocessing settings."""
+    old, new = ({f[0]: f for f in features} for features in (trained, here))
+    for name in [*new, *(name for name in old if name not in new)]:
+        if name not in old or name not in new:
+            where = "not in" if name not in old else "missing here, but in"
+            return f"feature {name}: {where} the data {run_dir} trained on", True
+        if not same_feature(old[name], new[name]):
+            (_, rows, multi), (_, rows2, multi2) = new[name], old[name]
+            if multi != multi2:
+                here_, there = ("multi-hot" if m else "one-hot" for m in (multi, multi2))
+            else:
+                here_, there = (f"{c:,} rows" if c else "raw ids" for c in (rows, rows2))
+            return f"feature {name}: {here_} here, {there} in the data {run_dir} trained on", False
+    return "", False
+
+
 PREPROCESSING_KEYS = (
     "mode",
     "max_ids",

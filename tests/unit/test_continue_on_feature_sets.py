@@ -1,0 +1,70 @@
+"""A day whose data lacks a feature the run trained on, or adds one: `train --continue-on` and
+`eval --data` name the feature in one line (a lacking one read as a dump of preprocessing settings
+and an added one as a tuple of the schema's entries), checked before any rank starts; a day of other
+table rows is told how to make them the run's."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import write_tiny_dataset
+from helpers import assert_one_line_error
+from typer.testing import CliRunner
+
+from shardrec.dataloader.format.manifest import Manifest
+from shardrec.tools.cli.app import app
+from shardrec.trainer.inference.eval_request import run_dataset
+from shardrec.trainer.job.config import load_job_config
+from shardrec.trainer.rundir.life.trained_data import dataset_record
+
+FOUR = (50, 300, 7, 1000)
+
+
+def _run(tmp_path: Path, trained: Path) -> Path:
+    """A run directory trained on `trained`, complete at step 4 (what the checks read)."""
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step-00000004").mkdir(parents=True)
+    (run / "checkpoints" / "step-00000004" / "digests.json").write_text("{}")
+    config = load_job_config(None, [f'data.path="{trained}"', "train.steps=4"])
+    (run / "config.toml").write_text(config.to_toml())
+    (run / "summary.json").write_text(json.dumps({"steps": 4}))
+    (run / "dataset.json").write_bytes(dataset_record(str(trained), Manifest.load(trained)))
+    return run
+
+
+@pytest.mark.parametrize(
+    ("trained", "new", "where"),
+    [(FOUR, FOUR[:3], "missing here, but in"), (FOUR[:3], FOUR, "not in")],
+    ids=["lacks", "adds"],
+)
+def test_a_day_that_lacks_or_adds_a_feature_is_refused_naming_it(tmp_path, trained, new, where):
+    write_tiny_dataset(tmp_path / "day0", cardinalities=trained)
+    write_tiny_dataset(tmp_path / "day1", cardinalities=new, seed=1)
+    run = _run(tmp_path, tmp_path / "day0")
+    day1 = tmp_path / "day1"
+    feature = f"feature f3: {where} the data {run} trained on"
+    goes_on = CliRunner().invoke(app, ["train", "--out-dir", str(run), "--continue-on", str(day1)])
+    assert_one_line_error(goes_on, f"^error: {feature}; a run goes on with data of its features$")
+    # eval's and export's check of --data (after the run's plan, which this run dir has not)
+    with pytest.raises(ValueError) as caught:
+        run_dataset(run, load_job_config(run / "config.toml"), day1)
+    assert str(caught.value) == f"--data {day1}: {feature}"
+
+
+def test_a_spec_days_other_table_rows_are_refused_naming_the_spec_not_max_ids(tmp_path):
+    # A spec's tables are its columns' hash_size: --max-ids, which such data never takes, was the
+    # advice given.
+    for day, cardinalities in (("day0", FOUR), ("day1", (*FOUR[:3], 999))):
+        manifest = write_tiny_dataset(tmp_path / day, cardinalities=cardinalities)
+        manifest.options["spec_sha256"] = "ab" * 32  # as `preprocess --spec` records it
+        manifest.save(tmp_path / day)
+    run = _run(tmp_path, tmp_path / "day0")
+    day1 = tmp_path / "day1"
+    goes_on = CliRunner().invoke(app, ["train", "--out-dir", str(run), "--continue-on", str(day1)])
+    assert_one_line_error(
+        goes_on,
+        f"^error: feature f3: 999 rows here, 1,000 rows in the data {run} trained on: preprocess "
+        r"the new data as the old \(the same spec and --raw-ids\)$",
+    )

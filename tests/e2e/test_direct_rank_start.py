@@ -55,33 +55,36 @@ def test_a_refusal_is_said_by_the_first_rank_of_every_node(tmp_path: Path) -> No
     assert_one_line_error(done, "^" + re.escape(f"error: {missing}: does not exist") + "$")
 
 
+def _refused_at_once(data: Path, run: Path, message: str, **env: str | None) -> None:
+    """A rank of a small CPU job with a 20 s timeout (a wait, should it wait) says `message` in
+    one line."""
+    done = run_direct_rank(
+        "--data",
+        str(data),
+        "--out-dir",
+        str(run),
+        *settings("train.global_batch_size=64", 'train.device="cpu"', "dist.timeout_s=20"),
+        **env,
+    )
+    assert_one_line_error(done, "^" + re.escape(message) + "$")
+
+
 def test_a_rank_of_several_without_master_addr_is_one_line_not_a_wait(
     tiny_dataset: Path, tmp_path: Path
 ) -> None:
     # Before, it waited dist.timeout_s (600 s) at 127.0.0.1:29500, then typer's traceback of
     # "DistNetworkError: The client socket has timed out after 600000ms while trying to connect to
     # (127.0.0.1, 29500)".
-    done = run_direct_rank(
-        "--data",
-        str(tiny_dataset),
-        "--out-dir",
-        str(tmp_path / "run"),
-        # a wait of 20 s, should it wait
-        *settings("train.global_batch_size=64", 'train.device="cpu"', "dist.timeout_s=20"),
+    _refused_at_once(
+        tiny_dataset,
+        tmp_path / "run",
+        "error: WORLD_SIZE=2 but MASTER_ADDR and MASTER_PORT are not set: the ranks meet at "
+        "rank 0's store, MASTER_ADDR:MASTER_PORT (rank 0's host and a free port there; "
+        "torchrun sets both)",
         RANK="1",
         WORLD_SIZE="2",
         MASTER_ADDR=None,
         MASTER_PORT=None,
-    )
-    assert_one_line_error(
-        done,
-        "^"
-        + re.escape(
-            "error: WORLD_SIZE=2 but MASTER_ADDR and MASTER_PORT are not set: the ranks meet at "
-            "rank 0's store, MASTER_ADDR:MASTER_PORT (rank 0's host and a free port there; "
-            "torchrun sets both)"
-        )
-        + "$",
     )
 
 
@@ -91,21 +94,11 @@ def test_a_global_batch_that_does_not_divide_by_world_size_is_refused_before_joi
     # Before, the ranks joined the group and rank 0's planner said "global batch size 64 is not
     # divisible by world size 3", naming no setting, while the others printed "error: rank N lost
     # another rank (... Connection closed by peer)" (here: a wait, rank 0 alone of 3).
-    done = run_direct_rank(
-        "--data",
-        str(tiny_dataset),
-        "--out-dir",
-        str(tmp_path / "run"),
-        *settings("train.global_batch_size=64", 'train.device="cpu"', "dist.timeout_s=20"),
+    _refused_at_once(
+        tiny_dataset,
+        tmp_path / "run",
+        "error: --set 'train.global_batch_size=64': train.global_batch_size = 64 does not "
+        "divide by WORLD_SIZE=3, the job's ranks",
         WORLD_SIZE="3",
         LOCAL_WORLD_SIZE="3",
-    )
-    assert_one_line_error(
-        done,
-        "^"
-        + re.escape(
-            "error: --set 'train.global_batch_size=64': train.global_batch_size = 64 does not "
-            "divide by WORLD_SIZE=3, the job's ranks"
-        )
-        + "$",
     )

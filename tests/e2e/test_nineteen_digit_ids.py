@@ -14,22 +14,11 @@ from helpers import cli
 from shardrec.dataloader.format.manifest import Manifest
 from shardrec.dataloader.format.part_file import open_split
 
-SPEC = """
-[[columns]]
-name = "click"
-role = "label"
-
-[[columns]]
-name = "user_id"
-role = "categorical"
-kind = "integer"
-hash_size = 5000
-
-[[columns]]
-name = "item_id"
-role = "categorical"
-kind = "integer"
-hash_size = 5000
+SPEC = """columns = [
+  { name = "click", role = "label" },
+  { name = "user_id", role = "categorical", kind = "integer", hash_size = 5000 },
+  { name = "item_id", role = "categorical", kind = "integer", hash_size = 5000 },
+]
 """
 INT64_MAX = (1 << 63) - 1
 
@@ -52,8 +41,8 @@ def test_19_digit_integer_ids_in_text_read_as_parquets_int64_does(tmp_path: Path
     pq.write_table(pa.table(table), tmp_path / "log.parquet")
     with open(tmp_path / "log.csv", "w", newline="") as f:
         csv.writer(f).writerows([list(table), *zip(*table.values())])
-    (tmp_path / "pq.toml").write_text('[format]\nkind = "parquet"\n' + SPEC)
-    (tmp_path / "csv.toml").write_text('[format]\nkind = "csv"\nheader = true\n' + SPEC)
+    (tmp_path / "pq.toml").write_text(SPEC + '[format]\nkind = "parquet"\n')
+    (tmp_path / "csv.toml").write_text(SPEC + '[format]\nkind = "csv"\nheader = true\n')
     for kind, source in (("pq", "log.parquet"), ("csv", "log.csv")):
         cli("preprocess", tmp_path / source, "--spec", tmp_path / f"{kind}.toml",
             "--out", tmp_path / kind, "--raw-ids", "user_id")  # fmt: skip
@@ -65,7 +54,7 @@ def test_19_digit_integer_ids_in_text_read_as_parquets_int64_does(tmp_path: Path
 
 
 def test_an_integer_past_int64_is_a_malformed_row(tmp_path: Path) -> None:
-    (tmp_path / "csv.toml").write_text('[format]\nkind = "csv"\nheader = true\n' + SPEC)
+    (tmp_path / "csv.toml").write_text(SPEC + '[format]\nkind = "csv"\nheader = true\n')
     rows = ["click,user_id,item_id", "1,9223372036854775807,1", "0,9223372036854775808,2"]
     rows += [f"{i % 2},{i},{i}" for i in range(100)]
     (tmp_path / "log.csv").write_text("\n".join(rows) + "\n")

@@ -89,35 +89,35 @@ def _fake_ranks(monkeypatch: pytest.MonkeyPatch, steps: int, wall_s: float) -> N
     )
 
 
-def test_a_window_of_too_few_hstu_steps_says_too_small_instead_of_a_ratio(
-    monkeypatch: pytest.MonkeyPatch,
-):
+def _hstu_bench(steps: int, *more: str):
+    """`shardrec bench train --model hstu` over fake ranks of `steps` steps a window (_fake_ranks)."""
     from typer.testing import CliRunner
 
     from shardrec.tools.cli.app import app
 
+    args = ["bench", "train", "--model", "hstu", "--rows", "3000", "--steps", str(steps)]
+    return CliRunner().invoke(app, [*args, "--rounds", "2", *more])
+
+
+def test_a_window_of_too_few_hstu_steps_says_too_small_instead_of_a_ratio(
+    monkeypatch: pytest.MonkeyPatch,
+):
     _fake_ranks(monkeypatch, steps=3, wall_s=1.0)
-    args = ["bench", "train", "--model", "hstu", "--rows", "3000", "--steps", "3", "--rounds", "2"]
-    result = CliRunner().invoke(app, args)
+    result = _hstu_bench(3)
     assert result.exit_code == 0, result.output
     assert (
         "ours / the plain PyTorch layer (same weights, plan, batches): too small to measure "
         "(3 steps a window, under 16); logits differ by at most 0.00e+00"
     ) in result.stdout
-    report = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)
+    report = json.loads(_hstu_bench(3, "--json").stdout)
     assert report["ours_vs_plain_layer"] == {"too_small": "3 steps a window, under 16", "rounds": 2}
 
 
 def test_an_hstu_ratio_has_its_spread_and_its_figure_per_cpu_second(
     monkeypatch: pytest.MonkeyPatch,
 ):
-    from typer.testing import CliRunner
-
-    from shardrec.tools.cli.app import app
-
     _fake_ranks(monkeypatch, steps=32, wall_s=1.0)
-    args = ["bench", "train", "--model", "hstu", "--rows", "3000", "--steps", "32", "--rounds", "2"]
-    result = CliRunner().invoke(app, args)
+    result = _hstu_bench(32)
     assert result.exit_code == 0, result.output
     assert (
         "ours / the plain PyTorch layer (same weights, plan, batches): 2.00x (2.00-2.00 over 2 "

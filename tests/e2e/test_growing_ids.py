@@ -330,3 +330,45 @@ def test_a_step_max_age_below_the_default_update_spacing_is_refused_naming_the_k
 
     for change in ('tables."*".evict_every=2', 'tables."*".max_age="5 steps"'):
         preflight(load_job_config(job, [f'data.path="{tmp_path / "d"}"', change]), 1)
+
+
+def test_an_unbounded_table_with_fewer_slots_than_its_ids_is_refused_naming_the_key(
+    tmp_path: Path,
+) -> None:
+    """An unbounded table gives every id a slot: one with fewer slots than the ids it trains on
+    would put the rest on the shared row without a word, a managed table that never evicts under
+    another name. Refused before any rank starts; a run that goes on keeps its table's size, so
+    there it is a warning."""
+    from shardrec.tools.synth.drift import write_drift
+    from shardrec.trainer.job.config import load_job_config
+
+    days, _ = write_drift(tmp_path / "raw", 1200, seed=2, days=1, max_vocab=200)
+    cli("preprocess", days[0], "--out", tmp_path / "d", "--raw-ids", "all")
+    manifest = Manifest.load(tmp_path / "d")
+    first = manifest.sparse_features[0]
+    distinct = first.stats["distinct_ids"]
+    job = tmp_path / "job.toml"
+    job.write_text(
+        '[train]\ndevice = "cpu"\nglobal_batch_size = 4\n\n'
+        f'[tables."*"]\nkind = "unbounded"\nrows = {distinct - 1}\n'
+    )
+    args = ("train", "--config", job, "--data", tmp_path / "d", "--out-dir", tmp_path / "run")
+    result = cli(*args, ok=False)
+    key = rf"tables\.\"\*\"\.rows = {distinct - 1:,} \(feature {first.name}\)"
+    assert_one_line_error(
+        result,
+        rf"^error: {re.escape(str(job))}:\d+: {key}: an unbounded table gives every id a slot, "
+        rf"and {re.escape(str(tmp_path / 'd'))} holds {distinct:,} distinct {first.name} ids to "
+        rf"train on: 1 would share row 1; give rows >= {distinct:,} \(more for the days to "
+        r'come\), or kind = "managed" for a table that evicts$',
+    )
+    assert not (tmp_path / "run").exists()
+    from shardrec.trainer.job.preflight import unbounded_shortfalls
+
+    loaded = load_job_config(job, [f'data.path="{tmp_path / "d"}"'])
+    (warning,) = unbounded_shortfalls(loaded, manifest, continuing=True)
+    assert warning.startswith(f'tables."*".rows = {distinct - 1:,} (feature {first.name}): ')
+    assert "share row 1 (a run keeps its table's size; more slots need a new run)" in warning
+    # As many slots as ids: nothing to say.
+    enough = load_job_config(job, [f'data.path="{tmp_path / "d"}"', 'tables."*".rows=100000'])
+    assert unbounded_shortfalls(enough, manifest) == []

@@ -284,11 +284,16 @@ def _prepare_run_dir(
             state = check_continue(out_dir, job, manifest, allow)
             if state == "continue" and config == out_dir / names.CONFIG:
                 job = new_stretch_length(out_dir, job, manifest, steps, overrides)
-        from shardrec.trainer.job.preflight import empty_eval_splits, preflight
+        from shardrec.trainer.job.preflight import (
+            empty_eval_splits,
+            preflight,
+            unbounded_shortfalls,
+        )
 
         kind = preflight(job, world_size=world_size)
         manifest = manifest or Manifest.load(job.data.path)
-        notes = rule_breaks(job, manifest.options.get("multihot"))
+        notes = unbounded_shortfalls(job, manifest, continuing)
+        notes += rule_breaks(job, manifest.options.get("multihot"))
         notes += filter(None, [crowded_cpu_ranks(kind, world_size)])
         for line in [*notes, *empty_eval_splits(job, manifest)]:
             err_console.print(f"warning: {line}", highlight=False, soft_wrap=True)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from shardrec.dataloader.format.manifest import Manifest
 from shardrec.dataloader.format.part_file import check_part_file
 from shardrec.dataloader.spec.feature_spec import MAX_HASH_SIZE
-from shardrec.embeddings.dims import table_dims, table_specs
+from shardrec.embeddings.dims import DEFAULT_TABLE, job_tables, table_dims, table_specs
 from shardrec.embeddings.sparse_optimizers import check_device
 from shardrec.trainer.distributed.devices import (
     check_ranks_fit,
@@ -161,6 +161,40 @@ def check_against_dataset(job: JobConfig, manifest: Manifest) -> None:
         )
     # A raw-id feature's table needs a raw-id kind and its rows; the job names no other feature.
     table_specs(manifest, job.model.embedding_dim, job.model.dims, job.tables)
+
+
+def unbounded_shortfalls(job: JobConfig, manifest: Manifest, continuing: bool = False) -> list[str]:
+    """A line for each unbounded table with fewer slots than its feature's distinct ids in the
+    data's training split (the manifest's statistics; a lower bound where they were sampled): the
+    ids past its slots would share row 1, and a table the job calls unbounded would be a managed
+    one that never evicts. `continuing`: the run's table keeps its size on this data (a warning);
+    else the job is refused with the first line."""
+    path = job.data.path
+    for feature, settings in job_tables(manifest, job.tables).items():
+        if settings.kind != "unbounded":
+            continue
+        distinct = next(
+            (f.stats.get("distinct_ids", 0) for f in manifest.sparse_features if f.name == feature),
+            0,
+        )
+        if distinct <= settings.rows:
+            continue
+        named = feature in job.tables
+        key = f"{table_key(feature if named else DEFAULT_TABLE)}.rows = {settings.rows:,}"
+        key += "" if named else f" (feature {feature})"
+        if continuing:
+            return [
+                f"{key}: this unbounded table has fewer slots than the {distinct:,} distinct "
+                f"{feature} ids of {path}'s training split: ids past its slots share row 1 (a run "
+                "keeps its table's size; more slots need a new run)"
+            ]
+        raise ValueError(
+            f"{key}: an unbounded table gives every id a slot, and {path} holds {distinct:,} "
+            f"distinct {feature} ids to train on: {distinct - settings.rows:,} would share row 1; "
+            f'give rows >= {distinct:,} (more for the days to come), or kind = "managed" for a '
+            "table that evicts"
+        )
+    return []
 
 
 def empty_eval_splits(job: JobConfig, manifest: Manifest) -> list[str]:

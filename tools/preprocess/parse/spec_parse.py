@@ -338,9 +338,11 @@ def describe_bad_spec_row(
         return "row", "(empty line)"
     fmt = program.spec.format
     text = line.decode("utf-8", "replace")
+    if reason == "bad_quote" and fidx >= program.num_fields:  # spec_kernel's line in a field
+        why = "a line before it left a quote open: a line break inside quotes is not read"
+        return "row", f"{show_value(line)} ({why})"
     if reason == "bad_quote":
-        name = program.names[fidx] if fidx < program.num_fields else "row"
-        return name, _quoted_field(line, fidx, fmt.delimiter.encode())
+        return program.names[fidx], _quoted_field(line, fidx, fmt.delimiter.encode())
     quoting = csv.QUOTE_MINIMAL if fmt.quoting else csv.QUOTE_NONE
     fields = next(iter(csv_fields(text, fmt.delimiter, quoting)), [])
     if reason == "too_many_fields":

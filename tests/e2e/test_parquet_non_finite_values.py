@@ -1,5 +1,6 @@
 """A NaN or an infinity in a Parquet float column is a malformed row, as `nan` or `inf` in a text
-field is: never a dense input of 0 or infinity, never a label from a threshold it cannot meet."""
+field is: never a dense input of 0 or infinity, never a label from a threshold it cannot meet; a
+float with a fraction in a `type = "int"` column is one too, as `1.5` in a text field is."""
 
 from __future__ import annotations
 
@@ -62,3 +63,24 @@ def test_nan_and_infinite_parquet_numbers_are_malformed_rows(tmp_path: Path):
         [p.dense for split in manifest.splits for p in open_split(tmp_path / "o", split, manifest)]
     )
     assert len(dense) == rows - 5 and np.isfinite(dense).all()
+
+
+def test_a_fraction_in_an_int_dense_column_is_a_malformed_row(tmp_path: Path):
+    rows = 200
+    price = [float(i) for i in range(rows)]
+    price[1], price[3] = 1.5, 1e19  # kept, as 1.5 and 1e19, where text's `1.5` is malformed
+    pq.write_table(
+        pa.table({"rating": [i % 5 + 1 for i in range(rows)], "price": price,
+                  "site": [f"s{i % 7}" for i in range(rows)]}),
+        tmp_path / "log.parquet",
+    )  # fmt: skip
+    (tmp_path / "s.toml").write_text(SPEC.replace('type = "float"', 'type = "int"'))
+    res = json.loads(cli("preprocess", tmp_path / "log.parquet", "--spec", tmp_path / "s.toml",
+                         "--out", tmp_path / "o", "--max-skipped-fraction", "0.05",
+                         "--json").stdout)  # fmt: skip
+    where = tmp_path / "log.parquet"
+    assert res["rows_skipped"] == {"bad_integer": 2}
+    assert res["first_errors"] == [
+        f"{where}: row 2: price: 1.5 (bad_integer)",
+        f"{where}: row 4: price: 1e+19 (bad_integer)",
+    ]

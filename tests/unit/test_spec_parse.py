@@ -260,6 +260,14 @@ def test_columns_are_found_by_header_name_position_or_place() -> None:
             [*HEADER, "extra"],
             r"x.csv: column 'extra' is in no \[\[columns\]\] of s.toml; add it with role = \"ignore\"",
         ),
+        (  # before: "column 'price' is in no [[columns]] of s.toml; add it with role = "ignore"",
+            # which a spec cannot (its names are unique)
+            [*HEADER, "price"],
+            r"x.csv: the header names 'price' 2 times \(fields 5, 9; 0 is the first\): give "
+            r"'price' in s.toml the position of the field it reads, and each other one a "
+            r"\[\[columns\]\] of its own with its position \(role = \"ignore\" to skip it\), as "
+            r"`spec infer` does$",
+        ),
     ],
 )
 def test_a_spec_that_does_not_fit_the_header_is_one_line(header: list[str], message: str) -> None:

@@ -21,6 +21,10 @@ _CR = "\ue000"  # a private-use character: a carriage return crosses csv as it
 def csv_fields(text: str, delimiter: str, quoting: int = csv.QUOTE_MINIMAL) -> list[list[str]]:
     """The fields of each line of `text`, as csv reads them; a carriage return inside a field is
     data, as the compiled parsers keep it (csv itself refuses one outside quotes)."""
+    # csv's default limit is 128 KiB a field, and it raised past it (a traceback); the compiled
+    # parsers read a field of any length, and so must the messages and `spec infer` that use this.
+    if csv.field_size_limit() < len(text):
+        csv.field_size_limit(len(text))
     rows = csv.reader(io.StringIO(text.replace("\r", _CR)), delimiter=delimiter, quoting=quoting)
     return [[field.replace(_CR, "\r") for field in row] for row in rows]
 

@@ -207,8 +207,22 @@ def multihot_spec(
                 f"feature {feat.name} holds raw ids (preprocessed with --raw-ids), not table rows: "
                 "multi-hot ids are made from one-hot rows; preprocess it without --raw-ids"
             )
-    rows = list(rows) if rows is not None else [f.cardinality for f in manifest.sparse_features]
+    given = rows is not None
+    rows = list(rows) if given else [f.cardinality for f in manifest.sparse_features]
+    _check_rows(names, rows, "" if given else " (its cardinality)")
     return MultiHotSpec(tuple(sizes), tuple(rows), dist, seed)
+
+
+def _check_rows(names: list[str], rows: list[int], whence: str) -> None:
+    """ValueError naming the first feature whose table rows int32 ids cannot index (MultiHotSpec
+    would say only the feature's index)."""
+    for name, r in zip(names, rows):
+        if not 1 <= r < 2**31:
+            raise ValueError(
+                f"feature {name}: {r:,} table rows{whence}, but multi-hot index tables hold int32 "
+                "ids: give it from 1 to 2^31 - 1 (`data multihot --rows`, data.multihot_rows in "
+                "training)"
+            )
 
 
 def already_multi_hot(manifest: Manifest, directory: Path) -> tuple[str, str | None] | None:
@@ -428,6 +442,7 @@ def multihot_source(source: SplitSource, option: MultiHotOption) -> tuple[SplitS
                     f"{source.directory}: no cardinality known for {', '.join(missing)}: give the multi-hot table rows"
                 )
             rows = [source.modulo[n] for n in source.feature_names]
+            _check_rows(source.feature_names, rows, " (its hash in the torchrec layout)")
         if len(option.sizes) != len(source.feature_names):
             raise ValueError(
                 f"{len(option.sizes)} multi-hot sizes for {len(source.feature_names)} sparse features: "

@@ -1,15 +1,19 @@
 """A NaN or an infinity in a Parquet float column is a malformed row, as `nan` or `inf` in a text
-field is: never a dense input of 0 or infinity, never a label from a threshold it cannot meet."""
+field is: never a dense input of 0 or infinity, never a label from a threshold it cannot meet; a
+float with a fraction in a `type = "int"` column is one too, as `1.5` in a text field is; a
+decimal column is refused in one line that says what to write instead."""
 
 from __future__ import annotations
 
+import decimal
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from helpers import cli
+from helpers import assert_one_line_error, cli
 
 from shardrec.dataloader.format.manifest import Manifest
 from shardrec.dataloader.format.part_file import open_split
@@ -62,3 +66,40 @@ def test_nan_and_infinite_parquet_numbers_are_malformed_rows(tmp_path: Path):
         [p.dense for split in manifest.splits for p in open_split(tmp_path / "o", split, manifest)]
     )
     assert len(dense) == rows - 5 and np.isfinite(dense).all()
+
+
+def test_a_fraction_in_an_int_dense_column_is_a_malformed_row(tmp_path: Path):
+    rows = 200
+    price = [float(i) for i in range(rows)]
+    price[1], price[3] = 1.5, 1e19  # kept, as 1.5 and 1e19, where text's `1.5` is malformed
+    pq.write_table(
+        pa.table({"rating": [i % 5 + 1 for i in range(rows)], "price": price,
+                  "site": [f"s{i % 7}" for i in range(rows)]}),
+        tmp_path / "log.parquet",
+    )  # fmt: skip
+    (tmp_path / "s.toml").write_text(SPEC.replace('type = "float"', 'type = "int"'))
+    res = json.loads(cli("preprocess", tmp_path / "log.parquet", "--spec", tmp_path / "s.toml",
+                         "--out", tmp_path / "o", "--max-skipped-fraction", "0.05",
+                         "--json").stdout)  # fmt: skip
+    where = tmp_path / "log.parquet"
+    assert res["rows_skipped"] == {"bad_integer": 2}
+    assert res["first_errors"] == [
+        f"{where}: row 2: price: 1.5 (bad_integer)",
+        f"{where}: row 4: price: 1e+19 (bad_integer)",
+    ]
+
+
+def test_a_decimal_column_read_as_dense_is_refused_saying_what_to_write(tmp_path: Path):
+    """Before: "... makes it a dense, which needs a number", which a decimal is."""
+    price = pa.array([decimal.Decimal("1.50"), decimal.Decimal("2.25")], pa.decimal128(5, 2))
+    table = pa.table({"rating": [1.0, 5.0], "price": price, "site": ["a", "b"]})
+    pq.write_table(table, tmp_path / "log.parquet")
+    (tmp_path / "s.toml").write_text(SPEC)
+    refused = cli("preprocess", tmp_path / "log.parquet", "--spec", tmp_path / "s.toml",
+                  "--out", tmp_path / "o", ok=False)  # fmt: skip
+    said = (
+        f"{tmp_path / 'log.parquet'}: column 'price' is decimal128(5, 2) in the Parquet file; "
+        f"{tmp_path / 's.toml'} makes it a dense, which needs integers, floats or booleans; cast "
+        "it to float64 where the file is written"
+    )
+    assert_one_line_error(refused, "^error: " + re.escape(said) + "$")

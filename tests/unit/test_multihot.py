@@ -155,6 +155,21 @@ def test_spec_from_a_manifest_takes_its_cardinalities(tmp_path: Path):
         multihot_spec(jagged, [3, 1, 2, 4])
 
 
+def test_a_table_too_large_for_int32_ids_is_refused_naming_its_feature(tmp_path: Path):
+    """Before: 'table rows 3000000000 of feature 2 must lie in [1, 2^31)', the feature by index."""
+    manifest = write_tiny_dataset(tmp_path / "d", rows={"train": [10]})
+    manifest.sparse_features[2].cardinality = 3_000_000_000  # a spec's hash_size can be
+    said = (
+        r"^feature f2: 3,000,000,000 table rows \(its cardinality\), but multi-hot index tables "
+        r"hold int32 ids: give it from 1 to 2\^31 - 1 \(`data multihot --rows`, "
+        r"data.multihot_rows in training\)$"
+    )
+    with pytest.raises(ValueError, match=said):
+        multihot_spec(manifest, [3, 1, 2, 4])
+    with pytest.raises(ValueError, match=r"^feature f3: 2,147,483,648 table rows, but"):
+        multihot_spec(manifest, [3, 1, 2, 4], rows=[5, 6, 7, 2**31])
+
+
 def test_index_tables_are_cached_under_xdg_cache_home_or_home(tmp_path, monkeypatch):
     """Where `shardrec data multihot` and the loader draw the tables once (README)."""
     from shardrec.dataloader.multihot.multihot_tables import default_cache_dir

@@ -211,6 +211,22 @@ def test_a_bad_row_names_its_column_and_value(
     assert name == column and shown.startswith(value)
 
 
+def test_the_lines_of_a_quoted_field_with_line_breaks_are_no_rows() -> None:
+    # The field's second and third lines parse as rows of the spec's 9 fields: kept, they were
+    # rows the file does not hold; `"a ""x"" ` keeps the quote open (two quotes), `b"` closes it.
+    good = "1,4,7,0000000a,1,2.5,t,a|b,1"
+    data = f'{good}\n1,4,7,0000000a,1,2.5,"a\n0,5,8,0000000b,2,3.5,a ""x"" ,c,2\n1,4,9,0000000c,3,4.5,b",x,3\n{good}\n'
+    program = resolve_program(SPEC, HEADER, "x.csv")
+    chunk = parse_spec_chunk(data.encode(), program)
+    reasons = [REASONS[r] if r >= 0 else "ok" for r in chunk.reason]
+    assert reasons == ["ok", "bad_quote", "bad_quote", "bad_quote", "ok"]
+    assert describe_bad_spec_row(data.encode(), chunk, 2, program) == (
+        "row",
+        """'0,5,8,0000000b,2,3.5,a ""x"" ,c,2' (a line before it left a quote open: a line """
+        "break inside quotes is not read)",
+    )
+
+
 def test_labels_by_mapping_and_a_crlf_line_end() -> None:
     spec = FeatureSpec(
         TextFormat("tsv"), (LabelColumn("y", mapping={"yes": 1, "no": 0}), CategoricalColumn("c"))
@@ -243,6 +259,14 @@ def test_columns_are_found_by_header_name_position_or_place() -> None:
         (
             [*HEADER, "extra"],
             r"x.csv: column 'extra' is in no \[\[columns\]\] of s.toml; add it with role = \"ignore\"",
+        ),
+        (  # before: "column 'price' is in no [[columns]] of s.toml; add it with role = "ignore"",
+            # which a spec cannot (its names are unique)
+            [*HEADER, "price"],
+            r"x.csv: the header names 'price' 2 times \(fields 5, 9; 0 is the first\): give "
+            r"'price' in s.toml the position of the field it reads, and each other one a "
+            r"\[\[columns\]\] of its own with its position \(role = \"ignore\" to skip it\), as "
+            r"`spec infer` does$",
         ),
     ],
 )

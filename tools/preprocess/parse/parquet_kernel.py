@@ -122,22 +122,26 @@ def first_entry_row(wanted, indices, bitmap, at, rows):
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
-def numbers_into(values, bitmap, at, n, out, missing, col, r0, reason, bad_field, field):
+def numbers_into(values, bitmap, at, n, out, missing, col, r0, reason, bad_field, field, integral):
     """Rows r0 .. r0 + n of dense column `col` from n numbers, as float64 (a null: 0.0, missing):
     one pass over Arrow's buffers, as the text parser writes a dense field. A NaN or an infinity
     makes its row malformed (bad_float), as `nan` or `inf` in a text field does: a log transform
-    would have stored it as 0 or infinity."""
+    would have stored it as 0 or infinity. integral (a `type = "int"` column): a float with a
+    fraction, or beyond +-2^63, makes its row malformed (bad_integer), as `1.5` in text does."""
     for i in range(n):
         r, j = r0 + i, at + i
         if not _valid(bitmap, j):
             out[r, col], missing[r, col] = 0.0, True
             continue
         v = np.float64(values[j])
-        if np.isfinite(v):
-            out[r, col], missing[r, col] = v, False
-        else:
+        if not np.isfinite(v):
             out[r, col], missing[r, col] = 0.0, True
             _bad(reason, bad_field, r, BAD_FLOAT, field)
+        elif integral and (v != np.floor(v) or abs(v) >= 2.0**63):
+            out[r, col], missing[r, col] = 0.0, True
+            _bad(reason, bad_field, r, BAD_INTEGER, field)
+        else:
+            out[r, col], missing[r, col] = v, False
 
 
 @njit(cache=True, nogil=True, boundscheck=False)

@@ -8,7 +8,8 @@ Columns are found by name; every column of the file belongs to one spec column (
 
 - label: integer, bool or float holding 0/1; any number with `threshold`; a string column with
   `mapping`. A null label makes the row malformed.
-- dense: integer, float or bool; null is 0, a NaN or an infinity a malformed row (bad_float).
+- dense: integer, float or bool; null is 0, a NaN or an infinity a malformed row (bad_float),
+  and so is a float with a fraction in a `type = "int"` column (bad_integer), as `1.5` in text.
 - categorical of kind `string`: a string or binary column, its bytes hashed as a text field's
   are; `hex`: a string column of hex digits (anything else: a malformed row); `integer`: an
   integer column, the integer itself.
@@ -287,7 +288,7 @@ def table_chunk(table, pp: ParquetProgram, hashing: bool = False) -> SpecChunk:
             elif role == k.DENSE:
                 pk.numbers_into(_integers(arr), _buffer(arr.buffers()[0], np.uint8), arr.offset,
                                 len(arr), out.dense, out.dense_missing, slot, r0, out.reason,
-                                out.bad_field, f)  # fmt: skip
+                                out.bad_field, f, program.kind[f] == k.INT)  # fmt: skip
             elif role == k.CATEGORICAL:
                 _categorical(arr, c, slot, out, r0, f, whole)
             else:

@@ -53,16 +53,19 @@ def kind_of(t) -> str:
     return str(t)
 
 
+_NUMBERS = "integers, floats or booleans"
+
+
 def _allowed(c) -> tuple[set[str], str]:
     """(Arrow kinds a spec column takes, in words)."""
     if isinstance(c, LabelColumn):
         if c.mapping:
             return {"string"}, "a string column (its values are the mapping's keys)"
         if c.threshold is not None:
-            return {"integer", "float", "bool"}, "a number"
+            return {"integer", "float", "bool"}, _NUMBERS
         return {"integer", "float", "bool"}, "0/1 as integers, booleans or floats"
     if isinstance(c, DenseColumn):
-        return {"integer", "float", "bool"}, "a number"
+        return {"integer", "float", "bool"}, _NUMBERS
     if isinstance(c, ListColumn):
         if c.kind == "integer":
             return {"list-integer"}, "a list of integers"
@@ -122,6 +125,11 @@ def resolve_parquet(
                 f"{spec_name} makes it a {c.role}"
                 + (f" of kind {c.kind}" if isinstance(c, CategoricalColumn) else "")
                 + f", which needs {words}"
+                + (
+                    "; cast it to float64 where the file is written"
+                    if "decimal" in kinds[f]
+                    else ""
+                )
             )
     return ParquetProgram(program, kinds, _repeating(path, spec))
 

@@ -2,7 +2,8 @@
 
 One pass over the bytes, no per-row Python, in the style of parse_kernel (whose integer and hex
 decoders it shares). Each field of a row is scanned once (RFC 4180 quotes when the spec quotes:
-a quoted field may hold the delimiter, `""` is one quote, a newline inside is a malformed row),
+a quoted field may hold the delimiter, `""` is one quote; each line of one with a newline
+inside is a malformed row, none read as a row of its own),
 then decoded by its column's role, given per field index as small arrays (spec_parse.Program):
 
 - label: `0`/`1`, a number compared with a threshold, or a value looked up in a mapping (by its
@@ -77,6 +78,17 @@ def _scan_field(buf, i, delim, quoting):
     j = _field_end(buf, i, delim)
     end = j - 1 if (buf[j] == 10 and j > i and buf[j - 1] == 13) else j
     return i, end, j, False, False
+
+
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _line_end(buf, i):
+    """(the newline at or after i, whether the line holds an odd number of quotes: then it closes
+    the field an earlier line's quote opened; `""` inside it counts twice)."""
+    odd = False
+    while buf[i] != 10:
+        odd ^= buf[i] == 34
+        i += 1
+    return i, odd
 
 
 _L = np.uint64(0x0101010101010101)
@@ -222,14 +234,20 @@ def parse_spec_rows(
     others = np.sort(np.concatenate((np.array([label_field]), floats, lists)))
     fs, fe, fx = np.zeros(nf, np.int64), np.zeros(nf, np.int64), np.zeros(nf, np.bool_)
     totals = np.zeros(nf, np.int64)
+    still_open = False  # an earlier line's quote is open: this line is inside its field
     while i < n:
         row_start[row] = i
         ur = np.uint64(row)
         f, a, quote_bad = 0, i, -1
-        while True:  # the row's fields; one with a bad quote is no value (the row is malformed)
+        inside = still_open  # the line is in that field: no row of its own, malformed at field nf
+        if inside:
+            j, odd = _line_end(buf, i)
+            still_open, quote_bad = not odd, nf
+        while not inside:  # the row's fields; one with a bad quote is no value (row malformed)
             s, e, j, escaped, qbad = _scan_field(buf, a, delim, quoting)
             if qbad and quote_bad < 0:
                 quote_bad = f
+            still_open = qbad and e == j  # its quote not closed at the newline
             if f < nf:
                 fs[f], fe[f], fx[f] = s, (s if qbad else e), escaped
             f += 1

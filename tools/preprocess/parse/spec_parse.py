@@ -98,17 +98,31 @@ def read_header(path: Path, spec: FeatureSpec) -> list[str]:
 
 
 def _positions(
-    spec: FeatureSpec, header: list[str] | None, where: str, spec_name: str
+    spec: FeatureSpec, header: list[str] | None, where: str, spec_name: str, editable: bool
 ) -> list[int]:
     """The field index of each spec column."""
     out = []
+    placed = {c.position for c in spec.columns if c.position is not None}
     for i, c in enumerate(spec.columns):
         if c.position is not None:
             out.append(c.position)
         elif header is None:
             out.append(i)
         elif c.name in header:
-            out.append(header.index(c.name))
+            named = [f for f, h in enumerate(header) if h == c.name and f not in placed]
+            if len(named) > 1:  # which one it is, only the user knows
+                fix = (
+                    f"give {c.name!r} in {spec_name} the position of the field it reads, and "
+                    'each other one a [[columns]] of its own with its position (role = "ignore" '
+                    "to skip it), as `spec infer` does"
+                    if editable
+                    else "rename all but one in the file's header"
+                )
+                raise SpecError(
+                    f"{where}: the header names {c.name!r} {len(named)} times (fields "
+                    f"{', '.join(map(str, named))}; 0 is the first): {fix}"
+                )
+            out.append(named[0] if named else header.index(c.name))
         elif (
             len(header) == 1 and len(spec.columns) > 1
         ):  # another format: a TSV (Criteo's rows) read as CSV, ...
@@ -139,7 +153,7 @@ def resolve_program(
     where: the data file, first in every message; spec_name: the spec file, named in them too;
     editable: the user can add a column to the spec (not to a model's).
     """
-    fields = _positions(spec, header, where, spec_name)
+    fields = _positions(spec, header, where, spec_name, editable)
     nf = max(max(fields) + 1, len(header or []))
     owner: dict[int, str] = {}
     for c, f in zip(spec.columns, fields):
@@ -338,9 +352,11 @@ def describe_bad_spec_row(
         return "row", "(empty line)"
     fmt = program.spec.format
     text = line.decode("utf-8", "replace")
+    if reason == "bad_quote" and fidx >= program.num_fields:  # spec_kernel's line in a field
+        why = "a line before it left a quote open: a line break inside quotes is not read"
+        return "row", f"{show_value(line)} ({why})"
     if reason == "bad_quote":
-        name = program.names[fidx] if fidx < program.num_fields else "row"
-        return name, _quoted_field(line, fidx, fmt.delimiter.encode())
+        return program.names[fidx], _quoted_field(line, fidx, fmt.delimiter.encode())
     quoting = csv.QUOTE_MINIMAL if fmt.quoting else csv.QUOTE_NONE
     fields = next(iter(csv_fields(text, fmt.delimiter, quoting)), [])
     if reason == "too_many_fields":

@@ -28,6 +28,7 @@ from shardrec.tools.preprocess.parse.spec_parse import (
     read_header,
     resolve_program,
 )
+from shardrec.tools.preprocess.text.lines import check_first_line
 
 Chunk = ParsedChunk | SpecChunk
 
@@ -104,6 +105,9 @@ def choose_parser(
     file must resolve the same); one of Criteo's shape still goes to Criteo's parser, its names
     kept. editable: the user can add a column to the spec (not to a model's).
     """
+    if spec is None or spec.format.kind != "parquet":
+        for f in files:
+            check_first_line(f)
     if spec is None:
         return TextParser(schema), dense_transform
     if spec.format.kind == "parquet":

@@ -21,13 +21,25 @@ _CR = "\ue000"  # a private-use character: a carriage return crosses csv as it
 def csv_fields(text: str, delimiter: str, quoting: int = csv.QUOTE_MINIMAL) -> list[list[str]]:
     """The fields of each line of `text`, as csv reads them; a carriage return inside a field is
     data, as the compiled parsers keep it (csv itself refuses one outside quotes)."""
+    # csv's default limit is 128 KiB a field, and it raised past it (a traceback); the compiled
+    # parsers read a field of any length, and so must the messages and `spec infer` that use this.
+    if csv.field_size_limit() < len(text):
+        csv.field_size_limit(len(text))
     rows = csv.reader(io.StringIO(text.replace("\r", _CR)), delimiter=delimiter, quoting=quoting)
     return [[field.replace(_CR, "\r") for field in row] for row in rows]
 
 
 def check_text(path: Path, line: bytes, number: int) -> None:
     """ValueError for line `number` of `path` holding a NUL byte, which no line of CSV or TSV text
-    holds: UTF-16 text (a spreadsheet's "Unicode text") or a binary file."""
+    holds: UTF-16 text (a spreadsheet's "Unicode text") or a binary file; or for a first line
+    that never ends but holds a carriage return: lines that end in '\\r' alone (classic Mac OS
+    text), which would be read as one line, one malformed row."""
+    if number == 1 and not line.endswith(b"\n") and b"\r" in line.rstrip(b"\r"):
+        raise ValueError(
+            f"{path}: its lines end in a carriage return ('\\r') alone, not a newline, so the "
+            f"file reads as one line; convert them first (tr '\\r' '\\n' < {path} > "
+            f"{path.stem}-lf{path.suffix})"
+        )
     if b"\x00" not in line:
         return
     if number == 1 and line[:2] in (b"\xff\xfe", b"\xfe\xff"):
@@ -36,6 +48,17 @@ def check_text(path: Path, line: bytes, number: int) -> None:
             f"(iconv -f UTF-16 -t UTF-8 {path} > {path.stem}-utf8{path.suffix})"
         )
     raise ValueError(f"{path}:{number}: a NUL byte: not CSV or TSV text (a binary file?)")
+
+
+def check_first_line(path: Path, limit: int = 1 << 20) -> None:
+    """check_text of the file's first line (its first `limit` bytes, where it is longer); a file
+    that cannot be read is left to the reader that reports it."""
+    try:
+        with open_text(path) as f:
+            line = f.readline(limit)
+    except READ_ERRORS:
+        return
+    check_text(path, line, 1)
 
 
 def count_lines(path: Path, skip_header: bool, block: int = 1 << 24) -> int:

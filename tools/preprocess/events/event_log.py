@@ -352,6 +352,14 @@ def read_event_log(
     rows = len(col["user"])
     if rows == 0:
         raise EventLogError(f"{paths[0]}: no events")
+    listen = col["type"] == MEANINGS.index("listen")
+    unplayed = np.flatnonzero(listen & np.isnan(col["played"]))
+    if len(unplayed):  # it would be a skip: a label 0 and a history event of the wrong pool
+        raise EventLogError(
+            f"{source.where(int(unplayed[0]))}: {cols.played_ratio}: empty for a listen "
+            f"({len(unplayed):,} listens have none); a listen's percent played makes its label and "
+            "its pool in later histories: fill it, or leave such rows out"
+        )
     if maps is None:
         assert spec_path is not None
         artist, album = _maps(spec, spec_path, col["item"], source)
@@ -375,8 +383,7 @@ def read_event_log(
             f"{ts[i]}, the previous event of user {user[i]}; events must be in time order within "
             "each user (sort the log by user and time)"
         )
-    kind, played = col["type"][order], col["played"][order]
-    listen = kind == MEANINGS.index("listen")
+    kind, played, listen = col["type"][order], col["played"][order], listen[order]
     plus = listen & (played >= spec.played_ratio_min)
     action = np.where(plus, LISTEN_PLUS, np.where(listen, SKIP, 0)).astype(np.uint8)
     action[kind == MEANINGS.index("like")] = LIKE

@@ -111,6 +111,12 @@ def _train(
     schedule = _eval_schedule(job)
     during = cfg.eval.during_training or None
 
+    def on_report(stats: StepStats) -> None:
+        # The samples the ranks trained on, as they count them: a padded batch's rows are none.
+        nonlocal samples
+        samples += stats.samples
+        reporter.on_report(stats, progress.epoch)
+
     def on_step(step: int) -> None:
         faults.maybe_kill("kill", step, job.env.rank)
         faults.maybe_poison(job.model, step, job.env.rank)
@@ -139,12 +145,11 @@ def _train(
                 first_step=progress.step,
                 report_every=cfg.train.log_interval,
                 on_step=on_step,
-                on_report=lambda stats: reporter.on_report(stats, progress.epoch),
+                on_report=on_report,
                 stop=job.stop,
                 before_step=job.managed.before_step if job.managed is not None else None,
             )
             seconds += time.perf_counter() - start
-            samples += done * cfg.train.global_batch_size
             progress.step += done
             if done < wanted and job.stop.stopped:
                 if all(step != progress.step for step, _ in job.checkpoints.complete()):

@@ -30,7 +30,7 @@ from shardrec.trainer.loop.stretch_run import (
     end_stretch_records,
     start_stretch_records,
 )
-from shardrec.trainer.loop.target import EvalSchedule, TargetTracker
+from shardrec.trainer.loop.target import EvalSchedule, TargetTracker, fraction_below_a_step
 from shardrec.trainer.loop.train_job import Job, write_run_files
 from shardrec.trainer.rundir import names
 from shardrec.trainer.rundir.life import continuation, lifecycle, run_state, trained_data
@@ -109,6 +109,15 @@ def _train(
     steps_per_epoch = len(job.train_loader)
     seconds, samples = 0.0, 0
     schedule = _eval_schedule(job)
+    e = cfg.eval
+    below = fraction_below_a_step(
+        e.every_epoch_fraction,
+        job.train_loader.num_samples,
+        cfg.train.global_batch_size,
+        e.fraction_rounding,
+    )
+    if below and job.env.is_main:
+        logger.warning("%s", below)
     during = cfg.eval.during_training or None
 
     def on_report(stats: StepStats) -> None:

@@ -1,6 +1,7 @@
-"""A day whose data lacks a feature the run trained on, or adds one: `train --continue-on` and
-`eval --data` name the feature in one line (a lacking one read as a dump of preprocessing settings
-and an added one as a tuple of the schema's entries), checked before any rank starts; a day of other
+"""A day whose data lacks a feature the run trained on, or adds one: `train --continue-on`, `eval
+--data` and `predict` name the feature in one line (a lacking one read as a dump of preprocessing
+settings and an added one as a tuple of the schema's entries or two lists of cardinalities),
+checked before any rank starts; a day of other
 table rows is told how to make them the run's. A run given a job file to go on with keeps its own
 plan unless that file names one."""
 
@@ -53,6 +54,29 @@ def test_a_day_that_lacks_or_adds_a_feature_is_refused_naming_it(tmp_path, train
     with pytest.raises(ValueError) as caught:
         run_dataset(run, load_job_config(run / "config.toml"), day1)
     assert str(caught.value) == f"--data {day1}: {feature}"
+
+
+def test_predict_on_a_day_that_adds_a_feature_names_it(tmp_path):
+    # It said "cardinalities: [50, 300, 7, 1000] in training, [50, 300, 7, 1000, 20] here".
+    from shardrec.trainer.inference.export import feature_transform
+    from shardrec.trainer.inference.predict import check_preprocessing
+    from shardrec.trainer.job.sections import DataConfig
+
+    trained = write_tiny_dataset(tmp_path / "day0")
+    five = tmp_path / "five"
+    write_tiny_dataset(five, cardinalities=(*FOUR, 20), seed=1)
+    header = {  # what `export` writes of the data the model trained on
+        "feature_names": [f.name for f in trained.sparse_features],
+        "multi_hot": [],
+        "dense_features": list(trained.dense_features),
+        "transform": feature_transform(trained, tmp_path / "day0", DataConfig()),
+    }
+    with pytest.raises(ValueError) as caught:
+        check_preprocessing(header, Manifest.load(five), five)
+    assert str(caught.value) == (
+        f"{five}: feature f4: not in the data the model trained on; preprocess it with the "
+        "training data's settings"
+    )
 
 
 def test_a_spec_days_other_table_rows_are_refused_naming_the_spec_not_max_ids(tmp_path):

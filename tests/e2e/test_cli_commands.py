@@ -37,6 +37,17 @@ def test_config_show_resolves_file_then_set(tmp_path: Path) -> None:
     )
 
 
+def test_config_show_says_the_seed_and_data_path_the_run_records(
+    tmp_path: Path, monkeypatch
+) -> None:
+    # It had said seed = -1 (a run takes 0) and data.path = "d" (a run keeps it absolute).
+    monkeypatch.chdir(tmp_path)
+    shown = tomllib.loads(_run("config", "show", "--set", "data.path=d").stdout)
+    assert shown["data"]["path"] == str(tmp_path.resolve() / "d") and shown["train"]["seed"] == 0
+    drawn = tomllib.loads(_run("config", "show", "--set", "train.mlperf_log=true").stdout)
+    assert drawn["train"]["seed"] == -1  # unset: each run draws its own
+
+
 def test_config_defaults_are_a_commented_job_file() -> None:
     result = _run("config", "defaults")
     assert result.exit_code == 0

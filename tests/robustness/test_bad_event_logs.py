@@ -121,16 +121,31 @@ def test_a_user_id_past_32_bits_is_refused_not_folded_onto_another_user(tmp_path
 
 
 @pytest.mark.parametrize("kind", ["csv", "parquet"])
-def test_a_played_ratio_that_is_no_number_is_refused_with_its_row(tmp_path, log, kind):
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("80%", r"'80%' is not a number \(the percent played\)$"),
+        # An empty one had made the listen a skip (label 0) without a word.
+        (
+            "",
+            r"empty for a listen \(2 listens have none\); a listen's percent played makes its "
+            r"label and its pool in later histories: fill it, or leave such rows out$",
+        ),
+    ],
+    ids=["no number", "empty"],
+)
+def test_a_listens_played_ratio_that_is_no_number_or_empty_is_refused_with_its_row(
+    tmp_path, log, kind, value, said
+):
     played = [str(v) if v is not None else "" for v in log["played_ratio_pct"].to_pylist()]
-    played[9] = "80%"
+    assert {log["event_type"][i].as_py() for i in (0, 9)} == {"listen"}
+    played[0] = played[9] = value
     table = log.set_column(5, "played_ratio_pct", pa.array(played))
     path, spec = _write(tmp_path, table, kind)
-    place = f"{path}:11" if kind == "csv" else f"{path}: row 9"
+    place = f"{path}:2" if kind == "csv" else f"{path}: row 0"
     assert_one_line_error(
         _preprocess(path, spec, tmp_path / "out"),
-        rf"^error: {re.escape(place)}: played_ratio_pct: '80%' is not a number \(the percent "
-        r"played\)$",
+        rf"^error: {re.escape(place)}: played_ratio_pct: {said}",
     )
 
 

@@ -1,7 +1,9 @@
-"""A day whose data lacks a feature the run trained on, or adds one: `train --continue-on` and
-`eval --data` name the feature in one line (a lacking one read as a dump of preprocessing settings
-and an added one as a tuple of the schema's entries), checked before any rank starts; a day of other
-table rows is told how to make them the run's."""
+"""A day whose data lacks a feature the run trained on, or adds one: `train --continue-on`, `eval
+--data` and `predict` name the feature in one line (a lacking one read as a dump of preprocessing
+settings and an added one as a tuple of the schema's entries or two lists of cardinalities),
+checked before any rank starts; a day of other
+table rows is told how to make them the run's. A run given a job file to go on with keeps its own
+plan unless that file names one."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import write_tiny_dataset
-from helpers import assert_one_line_error
+from helpers import assert_one_line_error, jobs_handed_to_ranks
 from typer.testing import CliRunner
 
 from shardrec.dataloader.format.manifest import Manifest
@@ -22,12 +24,13 @@ from shardrec.trainer.rundir.life.trained_data import dataset_record
 FOUR = (50, 300, 7, 1000)
 
 
-def _run(tmp_path: Path, trained: Path) -> Path:
-    """A run directory trained on `trained`, complete at step 4 (what the checks read)."""
+def _run(tmp_path: Path, trained: Path, *settings: str) -> Path:
+    """A run directory trained on `trained` with `settings` (--set items), complete at step 4
+    (what the checks read)."""
     run = tmp_path / "run"
     (run / "checkpoints" / "step-00000004").mkdir(parents=True)
-    (run / "checkpoints" / "step-00000004" / "digests.json").write_text("{}")
-    config = load_job_config(None, [f'data.path="{trained}"', "train.steps=4"])
+    (run / "checkpoints" / "step-00000004" / "digests.json").write_text('{"files": {}}')
+    config = load_job_config(None, [f'data.path="{trained}"', "train.steps=4", *settings])
     (run / "config.toml").write_text(config.to_toml())
     (run / "summary.json").write_text(json.dumps({"steps": 4}))
     (run / "dataset.json").write_bytes(dataset_record(str(trained), Manifest.load(trained)))
@@ -53,6 +56,29 @@ def test_a_day_that_lacks_or_adds_a_feature_is_refused_naming_it(tmp_path, train
     assert str(caught.value) == f"--data {day1}: {feature}"
 
 
+def test_predict_on_a_day_that_adds_a_feature_names_it(tmp_path):
+    # It said "cardinalities: [50, 300, 7, 1000] in training, [50, 300, 7, 1000, 20] here".
+    from shardrec.trainer.inference.export import feature_transform
+    from shardrec.trainer.inference.predict import check_preprocessing
+    from shardrec.trainer.job.sections import DataConfig
+
+    trained = write_tiny_dataset(tmp_path / "day0")
+    five = tmp_path / "five"
+    write_tiny_dataset(five, cardinalities=(*FOUR, 20), seed=1)
+    header = {  # what `export` writes of the data the model trained on
+        "feature_names": [f.name for f in trained.sparse_features],
+        "multi_hot": [],
+        "dense_features": list(trained.dense_features),
+        "transform": feature_transform(trained, tmp_path / "day0", DataConfig()),
+    }
+    with pytest.raises(ValueError) as caught:
+        check_preprocessing(header, Manifest.load(five), five)
+    assert str(caught.value) == (
+        f"{five}: feature f4: not in the data the model trained on; preprocess it with the "
+        "training data's settings"
+    )
+
+
 def test_a_spec_days_other_table_rows_are_refused_naming_the_spec_not_max_ids(tmp_path):
     # A spec's tables are its columns' hash_size: --max-ids, which such data never takes, was the
     # advice given.
@@ -68,3 +94,31 @@ def test_a_spec_days_other_table_rows_are_refused_naming_the_spec_not_max_ids(tm
         f"^error: feature f3: 999 rows here, 1,000 rows in the data {run} trained on: preprocess "
         r"the new data as the old \(the same spec and --raw-ids\)$",
     )
+
+
+def test_a_run_going_on_with_a_job_file_keeps_its_own_plan(tmp_path, monkeypatch):
+    # `--continue-on DAY --config job.toml` had planned at start-up, announcing
+    # "changed settings: sharding.plan: '.../plan.json' -> ''", and every later stretch with it.
+    write_tiny_dataset(tmp_path / "day0")
+    write_tiny_dataset(tmp_path / "day1", seed=1)
+    job = tmp_path / "job.toml"
+    job.write_text('[train]\ndevice = "cpu"\nglobal_batch_size = 64\n')
+    own = tmp_path / "run" / "plan.json"
+    run = _run(
+        tmp_path,
+        tmp_path / "day0",
+        'train.device="cpu"',
+        "train.global_batch_size=64",
+        f'sharding.plan="{tmp_path / "given.json"}"',
+    )
+    planned = CliRunner().invoke(
+        app,
+        ["plan", "--data", str(tmp_path / "day0"), "--config", str(job), "--world-size", "1"]
+        + ["--out", str(own)],
+    )
+    assert planned.exit_code == 0, planned.output
+    handed = jobs_handed_to_ranks(monkeypatch)
+    goes_on = ["train", "--out-dir", str(run), "--continue-on", str(tmp_path / "day1")]
+    for given in (["--config", str(job)], ["--config", str(job), "--set", 'sharding.plan=""']):
+        CliRunner().invoke(app, [*goes_on, *given])
+    assert [j.sharding.plan for j in handed] == [str(own), ""]

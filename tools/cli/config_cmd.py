@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import typer
 
 from shardrec.tools.cli.common import fail
@@ -16,13 +18,19 @@ config_app = typer.Typer(
 @config_app.command("show")
 def show(config: ConfigFlag = None, set_: SetFlag = None) -> None:
     """Print the resolved job file: defaults, then --config, then each --set (what `train` would run
-    with)."""
+    with, as its run directory's config.toml records it: data.path and sharding.plan absolute, an
+    unset train.seed as 0 unless train.mlperf_log draws one per run)."""
     from shardrec.trainer.job.config import load_job_config
+    from shardrec.trainer.rundir.life.resume_settings import with_absolute_paths
 
     try:
-        job = load_job_config(config, list(set_ or []))
+        job = with_absolute_paths(load_job_config(config, list(set_ or [])))
     except ValueError as e:
         fail(str(e))
+    if not job.train.mlperf_log:
+        job = dataclasses.replace(
+            job, train=dataclasses.replace(job.train, seed=job.train.fixed_seed)
+        )
     typer.echo(job.to_toml(), nl=False)
 
 

@@ -138,7 +138,8 @@ def train(
         data = continue_on
         if config is None and (out_dir / names.CONFIG).is_file():
             config = out_dir / names.CONFIG  # the run's own settings, its data replaced
-            plan = _own_plan(out_dir) if plan is None else plan
+        if plan is None and (out_dir / names.CONFIG).is_file():
+            plan = _own_plan(out_dir, config, overrides)
     job_id = new_job_id()
     if data is not None:  # before the lock file lands in the dataset's directory
         try:
@@ -234,11 +235,17 @@ def _end_if_stopped_before_launch() -> None:
         raise typer.Exit(run_state.STOPPED_EXIT_CODE)
 
 
-def _own_plan(out_dir: Path) -> str | None:
-    """The run's own copy of its plan (continuation.own_plan), or one line."""
+def _own_plan(out_dir: Path, config: Path | None, overrides: list[str]) -> str | None:
+    """The run's own copy of its plan (continuation.own_plan), or one line; None where a job file
+    other than the run's own, or a --set, names sharding.plan (the stretch takes that one)."""
+    from shardrec.trainer.job.config import load_job_config
     from shardrec.trainer.rundir.life.continuation import own_plan
 
+    if any(item.partition("=")[0].strip() == "sharding.plan" for item in overrides):
+        return None
     try:
+        if config not in (None, out_dir / names.CONFIG) and load_job_config(config).sharding.plan:
+            return None
         return own_plan(out_dir)
     except ValueError as e:
         fail(str(e))

@@ -242,12 +242,21 @@ def check_preprocessing(header: dict[str, Any], manifest: Manifest, dataset: Pat
             f"{dataset}: {_ids_words(here_on)}, the model was trained on "
             f"{_ids_words(trained_on)}; score data made as its training data was, or raw rows"
         )
+    # Raw rows only where the model can read them (not a model of imported arrays).
+    raw = ", or score its raw rows (the model applies them)" if reads_raw_rows(header) else ""
+    names, rows = header["feature_names"], header["transform"]["cardinalities"]
+    if len(names) == len(rows):  # a feature on one side only, by name, not as two lists of rows
+        trained = [[n, c, n in header["multi_hot"]] for n, c in zip(names, rows)]
+        here = trained_data.dataset_schema(manifest)["sparse"]
+        said, one_side = trained_data.sparse_difference(trained, here, "the model")
+        if one_side:
+            raise ValueError(
+                f"{dataset}: {said}; preprocess it with the training data's settings{raw}"
+            )
     differs = trained_data.preprocessing_differences(
         header_preprocessing(header), trained_data.preprocessing(manifest)
     )
     if differs:
-        # Raw rows only where the model can read them (not a model of imported arrays).
-        raw = ", or score its raw rows (the model applies them)" if reads_raw_rows(header) else ""
         raise ValueError(
             f"{dataset}: preprocessed with other settings than the model's training data ({differs}); "
             f"preprocess it with the training data's settings{raw}"

@@ -366,7 +366,7 @@ class EvalConfig:
     """Global evaluation batch (0: the training global batch)."""
     every_epoch_fraction: float = 0.0
     """Evaluate every floor(fraction * training rows / global batch) steps, as MLPerf does (0.05: 20
-    times per epoch; 0: off)."""
+    times per epoch; 0: off; less than one step: every step, with a warning)."""
     during_training: list[str] = field(default_factory=list)
     """The splits evaluated during training (MLPerf DLRMv2: ["val"]); every data.eval_splits split
     is evaluated at the end. Empty: all of them, every time."""

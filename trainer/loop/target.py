@@ -46,11 +46,7 @@ class EvalSchedule:
         skip = math.ceil(Fraction(repr(skip_until_fraction)) * train_rows / global_batch_size)
         if every_epoch_fraction <= 0:
             return cls(interval_steps, 0, skip)
-        fraction = Fraction(repr(every_epoch_fraction))
-        if rounding == "round":
-            steps = round(fraction * (train_rows // global_batch_size))
-        else:
-            steps = math.floor(fraction * train_rows / global_batch_size)
+        steps = fraction_steps(every_epoch_fraction, train_rows, global_batch_size, rounding)
         return cls(interval_steps, max(1, steps), skip)
 
     def due(self, step: int, epoch_start: int) -> bool:
@@ -73,6 +69,34 @@ class EvalSchedule:
                 epoch_start + ((step - epoch_start) // self.epoch_steps + 1) * self.epoch_steps
             )
         return min(candidates) if candidates else None
+
+
+def fraction_steps(
+    every_epoch_fraction: float, train_rows: int, global_batch_size: int, rounding: str = "floor"
+) -> int:
+    """The steps between evaluations that eval.every_epoch_fraction asks for (EvalSchedule.of);
+    0 where the fraction is less than a step of this data, which the schedule makes every step."""
+    fraction = Fraction(repr(every_epoch_fraction))
+    if rounding == "round":
+        return round(fraction * (train_rows // global_batch_size))
+    return math.floor(fraction * train_rows / global_batch_size)
+
+
+def fraction_below_a_step(
+    every_epoch_fraction: float, train_rows: int, global_batch_size: int, rounding: str = "floor"
+) -> str | None:
+    """The warning for an eval.every_epoch_fraction that is less than one step of this data (so
+    the run evaluates after every step), or None."""
+    if every_epoch_fraction <= 0:
+        return None
+    if fraction_steps(every_epoch_fraction, train_rows, global_batch_size, rounding) > 0:
+        return None
+    return (
+        f"eval.every_epoch_fraction = {every_epoch_fraction} is less than one step of "
+        f"{train_rows:,} training samples in global batches of {global_batch_size} (a step is "
+        f"{global_batch_size / train_rows:.3g} of the epoch): the run evaluates after every step; "
+        "raise it, or set eval.interval_steps instead"
+    )
 
 
 @dataclass

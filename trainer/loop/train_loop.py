@@ -30,7 +30,7 @@ from shardrec.trainer.loop.stretch_run import (
     end_stretch_records,
     start_stretch_records,
 )
-from shardrec.trainer.loop.target import EvalSchedule, TargetTracker
+from shardrec.trainer.loop.target import EvalSchedule, TargetTracker, fraction_below_a_step
 from shardrec.trainer.loop.train_job import Job, write_run_files
 from shardrec.trainer.rundir import names
 from shardrec.trainer.rundir.life import continuation, lifecycle, run_state, trained_data
@@ -109,7 +109,22 @@ def _train(
     steps_per_epoch = len(job.train_loader)
     seconds, samples = 0.0, 0
     schedule = _eval_schedule(job)
+    e = cfg.eval
+    below = fraction_below_a_step(
+        e.every_epoch_fraction,
+        job.train_loader.num_samples,
+        cfg.train.global_batch_size,
+        e.fraction_rounding,
+    )
+    if below and job.env.is_main:
+        logger.warning("%s", below)
     during = cfg.eval.during_training or None
+
+    def on_report(stats: StepStats) -> None:
+        # The samples the ranks trained on, as they count them: a padded batch's rows are none.
+        nonlocal samples
+        samples += stats.samples
+        reporter.on_report(stats, progress.epoch)
 
     def on_step(step: int) -> None:
         faults.maybe_kill("kill", step, job.env.rank)
@@ -139,12 +154,11 @@ def _train(
                 first_step=progress.step,
                 report_every=cfg.train.log_interval,
                 on_step=on_step,
-                on_report=lambda stats: reporter.on_report(stats, progress.epoch),
+                on_report=on_report,
                 stop=job.stop,
                 before_step=job.managed.before_step if job.managed is not None else None,
             )
             seconds += time.perf_counter() - start
-            samples += done * cfg.train.global_batch_size
             progress.step += done
             if done < wanted and job.stop.stopped:
                 if all(step != progress.step for step, _ in job.checkpoints.complete()):

@@ -352,6 +352,14 @@ def read_event_log(
     rows = len(col["user"])
     if rows == 0:
         raise EventLogError(f"{paths[0]}: no events")
+    listen = col["type"] == MEANINGS.index("listen")
+    unplayed = np.flatnonzero(listen & np.isnan(col["played"]))
+    if len(unplayed):  # it would be a skip: a label 0 and a history event of the wrong pool
+        raise EventLogError(
+            f"{source.where(int(unplayed[0]))}: {cols.played_ratio}: empty for a listen "
+            f"({len(unplayed):,} listens have none); a listen's percent played makes its label and "
+            "its pool in later histories: fill it, or leave such rows out"
+        )
     if maps is None:
         assert spec_path is not None
         artist, album = _maps(spec, spec_path, col["item"], source)
@@ -375,8 +383,7 @@ def read_event_log(
             f"{ts[i]}, the previous event of user {user[i]}; events must be in time order within "
             "each user (sort the log by user and time)"
         )
-    kind, played = col["type"][order], col["played"][order]
-    listen = kind == MEANINGS.index("listen")
+    kind, played, listen = col["type"][order], col["played"][order], listen[order]
     plus = listen & (played >= spec.played_ratio_min)
     action = np.where(plus, LISTEN_PLUS, np.where(listen, SKIP, 0)).astype(np.uint8)
     action[kind == MEANINGS.index("like")] = LIKE
@@ -400,8 +407,11 @@ def _maps(
     spec: EventSpec, spec_path: Path, item: np.ndarray, source: _Source
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each item's artist and album (zeros without a map); an event's item outside a map is
-    refused."""
-    count = int(item.max()) + 1
+    refused, and item ids too large for these arrays in memory (an id is their row)."""
+    count, largest = (
+        int(item.max()) + 1,
+        f"{source.where(int(np.argmax(item)))}: {spec.events.item}",
+    )
     found = {}
     for name in ("artist", "album"):
         if name not in spec.items:
@@ -415,11 +425,18 @@ def _maps(
                 f"{source.where(i)}: {spec.events.item}: {item[i]} is not an item of {shown} "
                 f"({size:,} items)"
             )
-        mapped = np.zeros(size, np.int64)
-        mapped[items] = values
-        found[name] = mapped
-        count = max(count, size)
-    return tuple(  # type: ignore[return-value]
-        np.pad(found[n], (0, count - len(found[n]))) if n in found else np.zeros(count, np.int64)
-        for n in ("artist", "album")
-    )
+        found[name] = (items, values)
+        if size > count:
+            count, largest = size, f"{shown}: {spec.items[name].item}"
+    try:
+        arrays = tuple(np.zeros(count, np.int64) for _ in range(2))
+    except MemoryError:
+        raise EventLogError(
+            f"{largest}: {count - 1} makes item tables of {count:,} rows, whose artist and album "
+            f"({2 * 8 * count / 2**30:,.1f} GiB) do not fit in memory; renumber the items from 0 "
+            "(an id is a row of its table)"
+        ) from None
+    for array, name in zip(arrays, ("artist", "album")):
+        if name in found:
+            array[found[name][0]] = found[name][1]
+    return arrays  # type: ignore[return-value]

@@ -41,10 +41,11 @@ def same_feature(trained: list[Any], here: list[Any]) -> bool:
 
 
 def sparse_difference(
-    trained: list[list[Any]], here: list[list[Any]], run_dir: Path
+    trained: list[list[Any]], here: list[list[Any]], run_dir: Path | str
 ) -> tuple[str, bool]:
     """The first sparse feature (dataset_schema's entries) that the data `here` lacks, adds or
-    holds otherwise than the data `run_dir` trained on, in words ("" where none), and whether
+    holds otherwise than the data `run_dir` (or a model: "the model") trained on, in words ("" where
+    none), and whether
     the feature is on one side only (else its rows, raw ids or multi-hot differ). A feature the
     new data lacks is named as one it adds is, not as a difference of preprocessing settings."""
     old, new = ({f[0]: f for f in features} for features in (trained, here))

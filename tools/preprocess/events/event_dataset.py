@@ -38,7 +38,8 @@ from shardrec.dataloader.format.manifest import (
 )
 from shardrec.dataloader.spec.event_spec import EventSpec
 from shardrec.dataloader.util import locks
-from shardrec.tools.preprocess.events.event_log import EventLog, EventLogError, read_event_log
+from shardrec.tools.preprocess.events.event_columns import EventLogError
+from shardrec.tools.preprocess.events.event_log import EventLog, read_event_log
 
 logger = logging.getLogger(__name__)
 

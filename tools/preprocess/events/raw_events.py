@@ -19,7 +19,8 @@ from torchrec.datasets.utils import Batch
 from shardrec.dataloader.events.event_batches import EventBatcher
 from shardrec.dataloader.events.event_files import EventPart
 from shardrec.dataloader.spec.event_spec import event_spec_from_dict
-from shardrec.tools.preprocess.events.event_log import EventLogError, read_event_log
+from shardrec.tools.preprocess.events.event_columns import EventLogError
+from shardrec.tools.preprocess.events.event_log import read_event_log
 
 
 def event_row_batches(

@@ -356,6 +356,39 @@ def train_command(data: Path | str, run_dir: Path | str, *args: str, nproc: int 
     ]
 
 
+def click_city_spec(header: bool = True, hash_size: int = 1000) -> str:
+    """A CSV feature spec of two columns: the label `click` and the string categorical `city`."""
+    return f"""[format]
+kind = "csv"
+header = {str(header).lower()}
+
+{CLICK_CITY.format(size=hash_size)}"""
+
+
+CLICK_CITY = """[[columns]]
+name = "click"
+role = "label"
+
+[[columns]]
+name = "city"
+role = "categorical"
+kind = "string"
+hash_size = {size}
+"""
+"""The label `click` and the string categorical `city` (hash_size `size`) of a feature spec."""
+
+
+def train_tiny(data: Path | str, run_dir: Path | str, *items: str) -> subprocess.CompletedProcess:
+    """`shardrec train` of the tiny model on one CPU rank, evaluating "val", with `items` as its
+    --set items; the finished process (it must have succeeded)."""
+    job = settings(*TINY_MODEL, 'data.eval_splits=["val"]', 'train.device="cpu"', *items)
+    done = subprocess.run(
+        train_command(data, run_dir, *job, nproc=1), capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 def torchelastic_folders(tmpdir: Path) -> list[str]:
     """The log folders torchrun's agent left in the temporary directory `tmpdir` (its TMPDIR):
     torch's own (`torchelastic_*`: one a run it is given no --log-dir for, never removed) and the

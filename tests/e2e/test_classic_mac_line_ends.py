@@ -6,22 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from helpers import assert_one_line_error, cli
-
-SPEC = """[format]
-kind = "csv"
-header = HEADER
-
-[[columns]]
-name = "click"
-role = "label"
-
-[[columns]]
-name = "city"
-role = "categorical"
-kind = "string"
-hash_size = 100
-"""
+from helpers import assert_one_line_error, cli, click_city_spec
 
 
 def _refusal(path: Path) -> str:
@@ -44,7 +29,7 @@ def test_lines_ended_by_a_carriage_return_alone_are_refused_in_one_line(tmp_path
     for header in ("true", "false"):
         log, spec = tmp_path / f"log-{header}.csv", tmp_path / f"s-{header}.toml"
         log.write_bytes((("click,city\r" if header == "true" else "") + rows).encode())
-        spec.write_text(SPEC.replace("HEADER", header))
+        spec.write_text(click_city_spec(header == "true", hash_size=100))
         refused = cli("preprocess", log, "--spec", spec, "--out", tmp_path / header, ok=False)
         assert_one_line_error(refused, _refusal(log))
     log = tmp_path / "log-true.csv"

@@ -3,10 +3,9 @@ every step (the schedule's least interval); the run says so before it trains."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
-from helpers import TINY_MODEL, settings, train_command
+from helpers import train_tiny
 
 
 def test_a_fraction_below_one_step_is_named_with_the_step_it_would_take(
@@ -14,20 +13,12 @@ def test_a_fraction_below_one_step_is_named_with_the_step_it_would_take(
 ) -> None:
     # 1,000 training rows in batches of 128: 0.05 of the epoch is 50 rows, less than a step. The
     # run had evaluated after each of its 7 steps without a word.
-    job = settings(
-        *TINY_MODEL,
+    done = train_tiny(
+        tiny_dataset,
+        tmp_path / "run",
         "train.global_batch_size=128",
         "eval.every_epoch_fraction=0.05",
-        'data.eval_splits=["val"]',
-        'train.device="cpu"',
     )
-    done = subprocess.run(
-        train_command(tiny_dataset, tmp_path / "run", *job, nproc=1),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
     said = [line for line in done.stderr.splitlines() if "eval.every_epoch_fraction" in line]
     assert len(said) == 1, done.stderr
     assert said[0].endswith(

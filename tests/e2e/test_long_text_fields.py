@@ -6,22 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from helpers import cli
-
-SPEC = """[format]
-kind = "csv"
-header = true
-
-[[columns]]
-name = "click"
-role = "label"
-
-[[columns]]
-name = "city"
-role = "categorical"
-kind = "string"
-hash_size = 1000
-"""
+from helpers import cli, click_city_spec
 
 
 def test_a_field_past_csvs_limit_is_inferred_and_reported_not_a_traceback(tmp_path: Path) -> None:
@@ -33,7 +18,7 @@ def test_a_field_past_csvs_limit_is_inferred_and_reported_not_a_traceback(tmp_pa
     ]
     log.write_text("click,city\n" + "\n".join(rows) + "\n")
     cli("spec", "infer", log, "--label", "click", "--out", tmp_path / "inferred.toml")
-    spec.write_text(SPEC)
+    spec.write_text(click_city_spec())
     res = json.loads(
         cli("preprocess", log, "--spec", spec, "--out", tmp_path / "o", "--json").stdout
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from helpers import assert_one_line_error, cli
+from helpers import CLICK_CITY, assert_one_line_error, cli
 
 from shardrec.dataloader.format.manifest import Manifest
 from shardrec.dataloader.format.part_file import open_split
@@ -19,23 +19,17 @@ from shardrec.dataloader.format.raw_ids import MISSING_KEY
 from shardrec.dataloader.spec.spec_file import load_spec
 from shardrec.tools.preprocess.parse.parquet_schema import _repeating
 
-COLUMNS = """
-[[columns]]
-name = "click"
-role = "label"
-
-[[columns]]
-name = "city"
-role = "categorical"
-kind = "string"
-hash_size = {size}
-
+COLUMNS = (
+    "\n"
+    + CLICK_CITY
+    + """
 [[columns]]
 name = "dev"
 role = "categorical"
 kind = "hex"
 hash_size = {size}
 """
+)
 
 
 def _write(root: Path, cities: list, devs: list, rows: int = 300, **more: list) -> Path:

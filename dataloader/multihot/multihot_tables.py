@@ -36,25 +36,22 @@ import numpy as np
 
 from shardrec.dataloader.format.manifest import MANIFEST, Manifest
 from shardrec.dataloader.format.source import SplitSource
+from shardrec.dataloader.multihot import table_files
 from shardrec.dataloader.multihot.multihot_kernel import PREFETCH_AHEAD, expand_rows
+from shardrec.dataloader.multihot.table_files import TABLE_DTYPE
 from shardrec.dataloader.util import jit
 from shardrec.dataloader.util.buffer_pool import BufferPool
-from shardrec.dataloader.util.files import atomic_path, atomic_write_bytes
+from shardrec.dataloader.util.files import atomic_write_bytes
 
 logger = logging.getLogger(__name__)
 
 DISTRIBUTIONS = ("uniform", "pareto")
-PARETO_A = 0.25
-"""The reference's pareto shape: a very heavy tail, so a few ids take most lookups."""
-TABLE_DTYPE = np.dtype(np.int32)
-"""The reference keeps its tables as int32 tensors."""
 CHUNK_IDS = 1 << 22
 """Random ids drawn per call: 32 MiB of float64 for pareto, whatever the table's size."""
 POOL_BYTES = 256 << 20
 """Memory of released batches' ids kept for the next ones: two runs of DLRMv2 batches of 8192
 (~14 MB each), what the consumer lets go of at once (buffer_pool.py)."""
 MARKER = "tables.json"
-PROGRESS = "progress.json"
 __all__ = [
     "DISTRIBUTIONS",
     "IndexTables",
@@ -249,54 +246,6 @@ def default_cache_dir() -> Path:
     return Path(base) / "shardrec" / "multihot"
 
 
-def _table_path(directory: Path, t: int) -> Path:
-    return directory / f"table-{t:03d}.npy"
-
-
-def _draw(rng: np.random.RandomState, dist: str, rows: int, shape: tuple[int, int]) -> np.ndarray:
-    """The reference's draw of one block of extra ids, on the same generator calls."""
-    if dist == "uniform":
-        return rng.randint(0, rows, size=shape)
-    # Draws above 2^31 overflow the int32 cast exactly as they do in the reference; numpy warns.
-    with np.errstate(invalid="ignore"):
-        return rng.pareto(a=PARETO_A, size=shape).astype(np.int32) % rows
-
-
-def _write_table(
-    path: Path, rng: np.random.RandomState, rows: int, size: int, dist: str, chunk_ids: int
-) -> None:
-    # Written block by block through a plain file, not a writable memory map: the process then
-    # holds one block, not every page of a 16 GB table until the kernel writes it back.
-    header = {
-        "descr": np.lib.format.dtype_to_descr(TABLE_DTYPE),
-        "fortran_order": False,
-        "shape": (rows, size),
-    }
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        np.lib.format.write_array_header_1_0(f, header)
-        if size == 1:
-            _draw(
-                rng, dist, rows, (rows, 0)
-            )  # the reference's empty draw: takes nothing, kept faithful
-        step = max(1, chunk_ids // max(size - 1, 1))
-        for a in range(0, rows, step):
-            b = min(rows, a + step)
-            block = np.empty((b - a, size), TABLE_DTYPE)
-            block[:, 0] = np.arange(a, b)
-            if size > 1:
-                block[:, 1:] = _draw(rng, dist, rows, (b - a, size - 1))
-            f.write(block.data)
-
-
-def _open_table(path: Path, rows: int, size: int) -> np.ndarray | None:
-    """The table at `path` memory-mapped, or None if it is missing or not of this shape."""
-    try:
-        table = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError):
-        return None
-    return table if table.shape == (rows, size) and table.dtype == TABLE_DTYPE else None
-
-
 def _open_complete(directory: Path, spec: MultiHotSpec) -> IndexTables | None:
     try:
         marker = json.loads((directory / MARKER).read_text())
@@ -305,43 +254,12 @@ def _open_complete(directory: Path, spec: MultiHotSpec) -> IndexTables | None:
     if marker.get("spec") != spec.to_dict():
         return None
     tables = [
-        _open_table(_table_path(directory, t), r, s)
+        table_files.open_table(table_files.table_path(directory, t), r, s)
         for t, (r, s) in enumerate(zip(spec.rows, spec.sizes))
     ]
     if any(t is None for t in tables):
         return None
     return IndexTables(spec, directory, tables)  # type: ignore[arg-type]
-
-
-def _resume_point(directory: Path, spec: MultiHotSpec) -> tuple[int, np.random.RandomState]:
-    """First table still to draw and the generator positioned for it (0 and a fresh seed if
-    there is no usable progress record)."""
-    rng = np.random.RandomState(spec.seed)
-    try:
-        progress = json.loads((directory / PROGRESS).read_text())
-    except (OSError, json.JSONDecodeError):
-        return 0, rng
-    done = int(progress.get("tables", 0)) if progress.get("spec") == spec.to_dict() else 0
-    if done and all(
-        _open_table(_table_path(directory, t), spec.rows[t], spec.sizes[t]) is not None
-        for t in range(done)
-    ):
-        name, keys, pos, has_gauss, gauss = progress["rng"]
-        rng.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss))
-        return done, rng
-    return 0, rng
-
-
-def _save_progress(
-    directory: Path, spec: MultiHotSpec, done: int, rng: np.random.RandomState
-) -> None:
-    name, keys, pos, has_gauss, gauss = rng.get_state()
-    record = {
-        "spec": spec.to_dict(),
-        "tables": done,
-        "rng": [name, keys.tolist(), int(pos), int(has_gauss), float(gauss)],
-    }
-    atomic_write_bytes(directory / PROGRESS, json.dumps(record).encode())
 
 
 @contextmanager
@@ -386,16 +304,21 @@ def open_index_tables(
             return tables  # another process drew them while this one waited
         for stale in directory.glob(".table-*.tmp-*"):  # left by a generation that was killed
             stale.unlink(missing_ok=True)
-        first, rng = _resume_point(directory, spec)
+        first, rng = table_files.resume_point(directory, spec)
         if first:
             logger.info(
                 "%s: resuming multi-hot tables at table %d of %d", directory, first, len(spec.sizes)
             )
         for t in range(first, len(spec.sizes)):
-            _write_table(
-                _table_path(directory, t), rng, spec.rows[t], spec.sizes[t], spec.dist, chunk_ids
+            table_files.write_table(
+                table_files.table_path(directory, t),
+                rng,
+                spec.rows[t],
+                spec.sizes[t],
+                spec.dist,
+                chunk_ids,
             )
-            _save_progress(directory, spec, t + 1, rng)
+            table_files.save_progress(directory, spec, t + 1, rng)
             if on_table is not None:
                 on_table(t, spec.rows[t])
         files = {p.name: p.stat().st_size for p in sorted(directory.glob("table-*.npy"))}

@@ -10,7 +10,7 @@ import pytest
 from conftest import write_tiny_dataset
 from multihot_reference import reference_tables
 
-from shardrec.dataloader.multihot import multihot_kernel
+from shardrec.dataloader.multihot import multihot_kernel, table_files
 from shardrec.dataloader.multihot import multihot_tables as multihot
 from shardrec.dataloader.multihot.multihot_tables import (
     MultiHotSpec,
@@ -100,7 +100,7 @@ def test_tables_are_generated_once_and_reused(tmp_path: Path):
 
 def test_a_killed_generation_resumes_at_the_first_unfinished_table(tmp_path: Path, monkeypatch):
     spec = MultiHotSpec((4, 2, 6), (30, 20, 50), "pareto")
-    real = multihot._write_table
+    real = table_files.write_table
     calls: list[int] = []
 
     def dies_on_third(path, rng, rows, size, dist, chunk_ids):
@@ -109,12 +109,12 @@ def test_a_killed_generation_resumes_at_the_first_unfinished_table(tmp_path: Pat
             raise KeyboardInterrupt  # killed while drawing table 2
         real(path, rng, rows, size, dist, chunk_ids)
 
-    monkeypatch.setattr(multihot, "_write_table", dies_on_third)
+    monkeypatch.setattr(table_files, "write_table", dies_on_third)
     with pytest.raises(KeyboardInterrupt):
         open_index_tables(tmp_path, spec, chunk_ids=3)
     assert not (tmp_path / spec.key / multihot.MARKER).exists()
     assert not list((tmp_path / spec.key).glob(".table-*"))  # no temporary left behind
-    monkeypatch.setattr(multihot, "_write_table", real)
+    monkeypatch.setattr(table_files, "write_table", real)
     drawn: list[int] = []
     tables = open_index_tables(tmp_path, spec, chunk_ids=5, on_table=lambda t, n: drawn.append(t))
     assert calls == [30, 20, 50] and drawn == [2]

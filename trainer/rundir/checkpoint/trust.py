@@ -155,6 +155,10 @@ def verify_files(
         if extra:
             added = directory / extra[0]
             return f"{added}: not listed in {names.DIGESTS} (added after the save); {REFUSED}"
+        # Files left unhashed (`skip_suffix`) must be there too: a stat each, cheap.
+        gone = next((rel for rel in sorted(digests) if not (directory / rel).is_file()), None)
+        if gone is not None:
+            return f"{directory / gone}: listed in {names.DIGESTS} but missing; {REFUSED}"
     for rel in wanted[rank::world_size]:
         path = directory / rel
         if not path.is_file():
@@ -174,6 +178,17 @@ def verify_checkpoint(directory: Path, skip_suffix: str = "") -> None:
     problem = verify_files(directory, read_digests(directory), skip_suffix=skip_suffix)
     if problem:
         raise UntrustedCheckpoint(problem)
+
+
+def checkpoint_problem(directory: Path) -> str:
+    """Why the checkpoint in `directory` would be refused ("" when it would not), checked as
+    `shardrec train` checks it before starting ranks: every file there, all but the bulky `.distcp`
+    shards hashed. Torch-free, for `shardrec runs`."""
+    try:
+        verify_checkpoint(directory, skip_suffix=".distcp")
+    except UntrustedCheckpoint as e:
+        return str(e)
+    return ""
 
 
 class UnreadableCheckpoint(ValueError):

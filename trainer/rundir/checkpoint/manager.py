@@ -58,7 +58,7 @@ from shardrec.trainer.rundir.checkpoint.failure import (
     saved_bytes,
 )
 from shardrec.trainer.rundir.checkpoint.parts import CheckpointParts, SavedCheckpoint
-from shardrec.trainer.rundir.checkpoint.signature import check_signature
+from shardrec.trainer.rundir.checkpoint.signature import check_signature, check_step
 from shardrec.trainer.rundir.checkpoint.trust import (
     REFUSED,
     UntrustedCheckpoint,
@@ -272,7 +272,7 @@ class CheckpointManager:
         self.verify(path)  # before anything is read: DCP unpickles .metadata
         train_state = read_file(path, names.TRAIN_STATE, self.env.device, advice)
         check_signature(path, train_state["signature"], parts.signature)
-        _check_step(path, train_state["progress"]["step"])
+        check_step(path, train_state["progress"]["step"])
         metadata = read_metadata(path, advice)  # a cut one is refused naming it, before DCP's load
         saved = SavedCheckpoint(
             path, train_state["progress"]["step"], train_state["plan"], self.group
@@ -298,16 +298,3 @@ class CheckpointManager:
             own = own if (path / own).is_file() else f"{name}-0.pt"
             part.load_state_dict(read_file(path, own, self.env.device, advice))
         return int(train_state["world_size"])
-
-
-def _check_step(path: Path, step: int) -> None:
-    """UntrustedCheckpoint unless the checkpoint at `path` holds the step its folder is named by:
-    a folder of step 12 holding step 8's files (a copy, or an overwrite cut short) would resume at
-    step 8, or be evaluated as step 12, without a word."""
-    match = names.CHECKPOINT_RE.match(path.name)
-    if match and int(match.group(1)) != step:
-        raise UntrustedCheckpoint(
-            f"{path / names.TRAIN_STATE}: holds the checkpoint of step {step}, not of step "
-            f"{int(match.group(1))} as its folder's name says (a copy or a cut-short overwrite "
-            f"left it); {REFUSED}"
-        )

@@ -11,7 +11,7 @@ from typing import Any
 from shardrec.dataloader.util.files import atomic_write_bytes
 from shardrec.trainer.job.sections import ModelConfig, OptimConfig
 from shardrec.trainer.rundir import names
-from shardrec.trainer.rundir.checkpoint.trust import REFUSED
+from shardrec.trainer.rundir.checkpoint.trust import REFUSED, UntrustedCheckpoint
 
 # Optimizer settings that decide what state a checkpoint holds: a change would drop or misread it.
 OPTIMIZER_KEYS = ("sparse", "dense")
@@ -77,6 +77,19 @@ def check_signature(path: Path, saved: dict[str, Any], current: dict[str, Any]) 
         raise ValueError(
             f"{path}: {OTHER_RUN} (run {theirs[:12]}; this run directory is run {ours[:12]}): "
             f"resuming from it would go on from that run's weights and state; {REFUSED}"
+        )
+
+
+def check_step(path: Path, step: int) -> None:
+    """UntrustedCheckpoint unless the checkpoint at `path` holds the step its folder is named by:
+    a folder of step 12 holding step 8's files (a copy, or an overwrite cut short) would resume at
+    step 8, or be evaluated or exported as step 12, without a word."""
+    match = names.CHECKPOINT_RE.match(path.name)
+    if match and int(match.group(1)) != step:
+        raise UntrustedCheckpoint(
+            f"{path / names.TRAIN_STATE}: holds the checkpoint of step {step}, not of step "
+            f"{int(match.group(1))} as its folder's name says (a copy or a cut-short overwrite "
+            f"left it); {REFUSED}"
         )
 
 

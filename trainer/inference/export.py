@@ -52,7 +52,12 @@ from shardrec.trainer.rundir.checkpoint.signature import (
     check_step,
     checkpoint_signature,
 )
-from shardrec.trainer.rundir.checkpoint.trust import unreadable_checkpoint, verify_checkpoint
+from shardrec.trainer.rundir.checkpoint.trust import (
+    UntrustedCheckpoint,
+    refused_with_advice,
+    unreadable_checkpoint,
+    verify_checkpoint,
+)
 from shardrec.trainer.rundir.life import trained_data
 
 logger = logging.getLogger(__name__)
@@ -346,8 +351,11 @@ def export_model(
     if data is None:  # a checkpoint of an earlier stretch: the data it trained on
         data = stretch_data(run_dir, found_step)
     header = model_header(run_dir, found_step, data)
-    entries = _tensor_entries(checkpoint)  # verifies the checkpoint's files first
-    check_checkpoint(checkpoint, run_dir, header, data)
+    try:
+        entries = _tensor_entries(checkpoint)  # verifies the checkpoint's files first
+        check_checkpoint(checkpoint, run_dir, header, data)
+    except UntrustedCheckpoint as e:
+        raise refused_with_advice(str(e), checkpoint, READ_ANOTHER) from None
     extras = {**item_maps(run_config(run_dir), data), **vocab_tensors(header)}
     for name, tensor in extras.items():
         entries[name] = TensorStorageMetadata(

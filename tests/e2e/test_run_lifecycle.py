@@ -88,12 +88,20 @@ def test_rerun_resume_changes_data_and_restart(trained: tuple[Path, Path], tmp_p
 
     # 2: a changed setting is shown and refused; a misspelt --allow-change gets a suggestion.
     changed = _train(
-        tiny_dataset, run, "--steps", "12", "--set", "optim.dense_lr=0.1", "--set", "train.seed=3"
+        tiny_dataset,
+        run,
+        "--steps",
+        "12",
+        "--set",
+        "optim.dense_lr=0.1",
+        "--set",
+        "optim.sparse_lr=1",
     )
     assert_one_line_error(
         changed,
-        r"resuming with changed settings \(optim\.dense_lr: 0\.05 -> 0\.1, train\.seed: 0 -> 3\); "
-        r"accept them with --allow-change optim\.dense_lr --allow-change train\.seed, or start over with --restart$",
+        r"resuming with changed settings \(optim\.sparse_lr: 0\.05 -> 1\.0, optim\.dense_lr: 0\.05 -> 0\.1\); "
+        r"accept them with --allow-change optim\.sparse_lr --allow-change optim\.dense_lr, "
+        r"or start over with --restart$",
     )
     typo = _train(tiny_dataset, run, "--allow-change", "optim.dense_rl")
     assert_one_line_error(

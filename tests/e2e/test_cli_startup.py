@@ -47,7 +47,7 @@ def _fake_run(run: Path, data: Path | None = None, plan: Path | None = None) -> 
     from shardrec.trainer.job.config import load_job_config
 
     (run / "checkpoints" / "step-00000004").mkdir(parents=True)
-    (run / "checkpoints" / "step-00000004" / "digests.json").write_text("{}")
+    (run / "checkpoints" / "step-00000004" / "digests.json").write_text('{"files": {}}')
     (run / "config.toml").write_text(load_job_config(None, [f'data.path="{data or ""}"']).to_toml())
     (run / ".lock").write_text("")
     if plan is not None:

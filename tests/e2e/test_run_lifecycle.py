@@ -12,6 +12,7 @@ changes the module's dataset: the tours change only data of their own."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -87,12 +88,20 @@ def test_rerun_resume_changes_data_and_restart(trained: tuple[Path, Path], tmp_p
 
     # 2: a changed setting is shown and refused; a misspelt --allow-change gets a suggestion.
     changed = _train(
-        tiny_dataset, run, "--steps", "12", "--set", "optim.dense_lr=0.1", "--set", "train.seed=3"
+        tiny_dataset,
+        run,
+        "--steps",
+        "12",
+        "--set",
+        "optim.dense_lr=0.1",
+        "--set",
+        "optim.sparse_lr=1",
     )
     assert_one_line_error(
         changed,
-        r"resuming with changed settings \(optim\.dense_lr: 0\.05 -> 0\.1, train\.seed: 0 -> 3\); "
-        r"accept them with --allow-change optim\.dense_lr --allow-change train\.seed, or start over with --restart$",
+        r"resuming with changed settings \(optim\.sparse_lr: 0\.05 -> 1\.0, optim\.dense_lr: 0\.05 -> 0\.1\); "
+        r"accept them with --allow-change optim\.sparse_lr --allow-change optim\.dense_lr, "
+        r"or start over with --restart$",
     )
     typo = _train(tiny_dataset, run, "--allow-change", "optim.dense_rl")
     assert_one_line_error(
@@ -389,3 +398,32 @@ def test_another_dataset_as_the_run_directory_is_refused(
         )
     assert sorted(p.name for p in other.iterdir()) == before
     assert not (tmp_path / "other.1").exists()
+
+
+def test_a_checkpoint_copied_in_from_another_run_is_refused(
+    trained: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Another run on the same data and model (here with another dense rate) saved step 12; its
+    checkpoint copied among this run's would be the newest, and a resume would go on from that
+    run's weights without a word. A copy of a whole run directory (the other tests' _copy_run)
+    keeps its run's id and resumes."""
+    data, run = _copy_run(trained, tmp_path)
+    other = tmp_path / "other"
+    assert _train(data, other, "--steps", "12", *settings("optim.dense_lr=0.5")).exit_code == 0
+    shutil.copytree(other / "checkpoints" / "step-00000012", run / "checkpoints" / "step-00000012")
+    resumed = _train(data, run, "--steps", "14")
+    assert resumed.exit_code == 1, resumed.output  # before: trained on from the other run's step 12
+    ids = [(r / "run_id").read_text().strip()[:12] for r in (other, run)]
+    assert_one_line_error(
+        resumed,
+        "^"
+        + re.escape(
+            f"error: training failed: rank 0: {run}/checkpoints/step-00000012: checkpoint of "
+            f"another run (run {ids[0]}; this run directory is run {ids[1]}): resuming from it "
+            "would go on from that run's weights and state; refusing the checkpoint; a re-run "
+            "resumes from that checkpoint again; to resume from the one before it, "
+            f"{run}/checkpoints/step-00000010 (step 10), move {run}/checkpoints/step-00000012 out "
+            f"of {run}/checkpoints, or start over with --restart"
+        )
+        + "$",
+    )

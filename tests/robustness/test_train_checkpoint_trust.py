@@ -130,6 +130,25 @@ def test_a_checkpoint_without_digests_is_not_complete(tmp_path: Path) -> None:
     assert _manager(tmp_path / "ckpt").load_latest() is None  # as if the save had not finished
 
 
+def test_a_checkpoint_folder_holding_another_steps_files_is_refused(tmp_path: Path) -> None:
+    """A folder named step 5 that holds step 3's files (a copy, an overwrite cut short) matches
+    its digests; loaded, it would resume at step 3, or be evaluated as step 5, without a word."""
+    import shutil
+
+    path = _saved(tmp_path)
+    copy = path.with_name("step-00000005")
+    shutil.copytree(path, copy)
+    _assert_refused(
+        tmp_path / "ckpt",
+        re.escape(str(copy / "train_state.pt"))
+        + r": holds the checkpoint of step 3, not of step 5 as its folder's name says .*; "
+        + "refusing the checkpoint$",
+        tmp_path / "pwned",
+    )
+    shutil.rmtree(copy)
+    assert _manager(tmp_path / "ckpt").load_latest() == 3  # a folder of its own step loads
+
+
 def test_every_file_loads_with_weights_only_and_rng_states_round_trip(tmp_path: Path) -> None:
     import random
 

@@ -275,7 +275,9 @@ def test_eval_of_a_refused_checkpoint_names_the_file_last(tiny_dataset: Path, tm
     lines = done.stderr.strip().splitlines()
     assert lines[-1] == (
         f"error: {state}: contents differ from the digest written at save time (changed since); "
-        "refusing the checkpoint"
+        "refusing the checkpoint; evaluate or export another checkpoint with --checkpoint STEP; "
+        "to resume training from an earlier one, move this folder aside (this run has no other "
+        "checkpoint)"
     ), done.stderr[-3000:]
     assert [line for line in lines if line.startswith(("error:", "torchrun:"))] == lines[-1:], (
         done.stderr[-3000:]

@@ -133,6 +133,40 @@ def test_a_changed_table_setting_is_named_by_its_key_and_accepted_by_it(
     )
 
 
+def test_a_change_of_the_data_stream_is_refused_even_when_allowed(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
+    """train.seed, the global batch, shuffle and tail make the stream a resume goes on in the
+    middle of. Allowed, they passed here, and the ranks refused the checkpoint's loader state
+    once it loaded: 'training failed: rank 0: loader state has seed=0 but this loader has 5: not
+    the same stream; the newest complete checkpoint, ... is kept and a re-run resumes from it'."""
+    settings = [f'data.path="{tiny_dataset}"', "train.global_batch_size=64", "train.seed=0"]
+    saved = load_job_config(None, settings)
+    run = _run_with_a_checkpoint(tmp_path, saved.to_toml())
+    manifest = Manifest.load(tiny_dataset)
+    for train, data, shown in (
+        ({"seed": 5}, {}, "train.seed: 0 -> 5"),
+        ({"global_batch_size": 32}, {}, "train.global_batch_size: 64 -> 32"),
+        (
+            {},
+            {"shuffle": False, "tail": "pad"},
+            "data.shuffle: true -> false, data.tail: 'drop' -> 'pad'",
+        ),
+    ):
+        changed = dataclasses.replace(
+            saved,
+            train=dataclasses.replace(saved.train, **train),
+            data=dataclasses.replace(saved.data, **data),
+        )
+        with pytest.raises(ValueError) as refused:
+            check_run_dir(run, changed, manifest, ["train", "data"])
+        it = "them" if data else "it"
+        assert str(refused.value) == (
+            f"{run}: {shown}: the run's data stream, which a resume goes on in the middle of; set "
+            f"{it} back, or start a new run (--restart, or another --out-dir)"
+        )
+
+
 def test_a_changed_table_size_or_kind_is_refused_outright(
     tiny_dataset: Path, tmp_path: Path
 ) -> None:

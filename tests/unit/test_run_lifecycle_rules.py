@@ -62,7 +62,7 @@ def _run(
     run = tmp_path / "run"
     checkpoint = run / "checkpoints" / f"step-{step:08d}"
     checkpoint.mkdir(parents=True)
-    (checkpoint / "digests.json").write_text("{}")
+    (checkpoint / "digests.json").write_text('{"files": {}}')  # what makes it complete
     (run / "config.toml").write_text(saved.to_toml())
     if summary is not None:
         (run / "summary.json").write_text(json.dumps(summary))
@@ -310,6 +310,36 @@ def test_the_status_of_a_run(tiny_dataset: Path, tmp_path: Path) -> None:
     assert run_status(read_run_dir(run), active_seconds=1e9) == "failed"  # nobody holds it
     assert stopped_message(1234) == (
         "stopped at step 1,234; checkpoint written; rerun the same command to resume"
+    )
+
+
+def test_runs_lists_a_run_whose_newest_checkpoint_fails_its_digests_as_damaged(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
+    """A complete run whose newest checkpoint was changed since its save is no longer listed as
+    complete: train, eval and export of it are refused. Like `train` before it starts ranks,
+    `runs` hashes all but the bulky shards, and finds a shard gone."""
+    from shardrec.trainer.rundir.checkpoint.trust import write_digests
+
+    run = _run(tmp_path, _config(tiny_dataset), 15, {"steps": 15})
+    checkpoint = run / "checkpoints" / "step-00000015"
+    for name in ("train_state.pt", "__0_0.distcp"):
+        (checkpoint / name).write_bytes(b"saved")
+    write_digests(checkpoint)
+    old = time.time() - 600  # not running: no job wrote metrics lately
+    os.utime(run / "metrics.jsonl", (old, old))
+    assert json.loads(cli("runs", run, "--json").stdout)[0]["status"] == "complete"
+    (checkpoint / "train_state.pt").write_bytes(b"later")
+    assert json.loads(cli("runs", run, "--json").stdout)[0]["status"] == "damaged"
+    assert cli("runs", run).stdout.splitlines()[-1] == (
+        f"damaged: {checkpoint / 'train_state.pt'}: contents differ from the digest written at "
+        "save time (changed since); refusing the checkpoint"
+    )
+    (checkpoint / "train_state.pt").write_bytes(b"saved")
+    (checkpoint / "__0_0.distcp").unlink()
+    assert cli("runs", run).stdout.splitlines()[-1] == (
+        f"damaged: {checkpoint / '__0_0.distcp'}: listed in digests.json but missing; "
+        "refusing the checkpoint"
     )
 
 

@@ -18,16 +18,22 @@ def runs(
     ] = Path("runs"),
     json_out: Annotated[bool, typer.Option("--json", help="Print the runs as JSON.")] = False,
 ) -> None:
-    """List runs: step of the newest checkpoint, status (complete/running/stopped/failed), best val
-    AUC."""
+    """List runs: step of the newest checkpoint, status (complete/running/stopped/failed/damaged),
+    best val AUC.
+
+    A damaged run's newest checkpoint fails its digests (the file is named below the table): a
+    rerun, eval or export of it is refused."""
     from shardrec.trainer.rundir.life import run_state
 
     if not root.is_dir():
         fail(f"{root}: does not exist" if not root.exists() else f"{root}: not a directory")
-    rows = []
+    rows, damages = [], []
     for path in run_state.find_runs(root):
         run = run_state.read_run_dir(path)
-        status = run_state.run_status(run)
+        damage = run_state.checkpoint_damage(run)
+        status = run_state.run_status(run, damaged=bool(damage))
+        if status == "damaged":
+            damages.append(damage)
         # A run that ended before its end resumes from its newest checkpoint: a later evaluation
         # was of a model that is gone.
         upto = -1 if run.step is None else run.step
@@ -59,6 +65,8 @@ def runs(
         auc = "-" if r["best_val_auc"] is None else f"{r['best_val_auc']:.4f}"
         table.add_row(r["run"], "-" if r["step"] is None else f"{r['step']:,}", r["status"], auc)
     console.print(table)
+    for damage in damages:
+        console.print(f"damaged: {damage}", highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

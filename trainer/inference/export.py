@@ -47,8 +47,17 @@ from shardrec.trainer.job.config import JobConfig
 from shardrec.trainer.job.precision import resolve_precision
 from shardrec.trainer.rundir import names
 from shardrec.trainer.rundir.checkpoint.dcp_files import read_file, read_metadata, short_file
-from shardrec.trainer.rundir.checkpoint.signature import check_signature, checkpoint_signature
-from shardrec.trainer.rundir.checkpoint.trust import unreadable_checkpoint
+from shardrec.trainer.rundir.checkpoint.signature import (
+    check_signature,
+    check_step,
+    checkpoint_signature,
+)
+from shardrec.trainer.rundir.checkpoint.trust import (
+    UntrustedCheckpoint,
+    refused_with_advice,
+    unreadable_checkpoint,
+    verify_checkpoint,
+)
 from shardrec.trainer.rundir.life import trained_data
 
 logger = logging.getLogger(__name__)
@@ -80,8 +89,6 @@ sorted keys)."""
 
 def _tensor_entries(checkpoint: Path) -> dict[str, TensorStorageMetadata]:
     """The model's tensors in the checkpoint: RecModel state-dict name -> DCP metadata."""
-    from shardrec.trainer.rundir.checkpoint.trust import verify_checkpoint
-
     verify_checkpoint(checkpoint)  # DCP unpickles .metadata: only once its digests vouch for it
     metadata = read_metadata(checkpoint, READ_ANOTHER)
     return {
@@ -197,6 +204,7 @@ def check_checkpoint(
     older = older_fingerprints(raw) if raw is not None else ()
     shapes = [(t["name"], t["rows"], t["dim"]) for t in header["tables"]]
     state = read_file(checkpoint, names.TRAIN_STATE, torch.device("cpu"), READ_ANOTHER)
+    check_step(checkpoint, state["progress"]["step"])
     check_signature(
         checkpoint,
         state["signature"],
@@ -343,8 +351,11 @@ def export_model(
     if data is None:  # a checkpoint of an earlier stretch: the data it trained on
         data = stretch_data(run_dir, found_step)
     header = model_header(run_dir, found_step, data)
-    entries = _tensor_entries(checkpoint)  # verifies the checkpoint's files first
-    check_checkpoint(checkpoint, run_dir, header, data)
+    try:
+        entries = _tensor_entries(checkpoint)  # verifies the checkpoint's files first
+        check_checkpoint(checkpoint, run_dir, header, data)
+    except UntrustedCheckpoint as e:
+        raise refused_with_advice(str(e), checkpoint, READ_ANOTHER) from None
     extras = {**item_maps(run_config(run_dir), data), **vocab_tensors(header)}
     for name, tensor in extras.items():
         entries[name] = TensorStorageMetadata(

@@ -46,6 +46,7 @@ from shardrec.trainer.rundir import names
 from shardrec.trainer.rundir.checkpoint.manager import CheckpointManager
 from shardrec.trainer.rundir.checkpoint.parts import CheckpointParts, ModuleState, TrainProgress
 from shardrec.trainer.rundir.checkpoint.signature import checkpoint_signature as signature_of
+from shardrec.trainer.rundir.checkpoint.signature import ensure_run_id, read_run_id
 from shardrec.trainer.rundir.id_map_state import IdMapsState
 from shardrec.trainer.rundir.life import resume_settings, trained_data
 from shardrec.trainer.rundir.life.stretches import read_stretches
@@ -256,6 +257,8 @@ def build_job(
     signature = checkpoint_signature(
         config.model, config.optim, tables, fingerprint, older_fingerprints(manifest)
     )
+    # Every rank reads it here, before the collectives that rank 0 passes before writing it.
+    signature["run"] = read_run_id(run_dir)
     if continuing:  # the last checkpoint is of the previous stretch's data
         previous = (trained_data.read_dataset_record(run_dir) or {}).get("fingerprint", "")
         if previous in (
@@ -308,6 +311,8 @@ def write_run_files(job: Job) -> None:
     # them from any directory; dataset.json keeps the data's path as given too.
     saved = resume_settings.with_absolute_paths(job.config)
     atomic_write_bytes(job.run_dir / names.CONFIG, saved.to_toml().encode())
+    # Rank 0 writes train_state.pt, so its signature carries the id (a new run's, from now on).
+    job.checkpoints.parts.signature["run"] = ensure_run_id(job.run_dir)
     if job.manifest is not None:
         record = trained_data.dataset_record(
             saved.data.path, job.manifest, given=job.config.data.path

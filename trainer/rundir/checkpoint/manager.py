@@ -58,12 +58,13 @@ from shardrec.trainer.rundir.checkpoint.failure import (
     saved_bytes,
 )
 from shardrec.trainer.rundir.checkpoint.parts import CheckpointParts, SavedCheckpoint
-from shardrec.trainer.rundir.checkpoint.signature import check_signature
+from shardrec.trainer.rundir.checkpoint.signature import check_signature, check_step
 from shardrec.trainer.rundir.checkpoint.trust import (
     REFUSED,
     UntrustedCheckpoint,
     complete_checkpoints,
     read_digests,
+    refused_with_advice,
     unreadable_checkpoint,
     verify_files,
     write_digests,
@@ -269,8 +270,12 @@ class CheckpointManager:
         signature differs, or (ending in `advice`, what to do) if a file that matches its digest
         cannot be read."""
         parts = self.parts
-        self.verify(path)  # before anything is read: DCP unpickles .metadata
-        train_state = read_file(path, names.TRAIN_STATE, self.env.device, advice)
+        try:
+            self.verify(path)  # before anything is read: DCP unpickles .metadata
+            train_state = read_file(path, names.TRAIN_STATE, self.env.device, advice)
+            check_step(path, train_state["progress"]["step"])
+        except UntrustedCheckpoint as e:
+            raise refused_with_advice(str(e), path, advice) from None
         check_signature(path, train_state["signature"], parts.signature)
         metadata = read_metadata(path, advice)  # a cut one is refused naming it, before DCP's load
         saved = SavedCheckpoint(

@@ -3,16 +3,23 @@ kinds, the dataset's fingerprint; not the plan), and the one line naming what di
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from shardrec.dataloader.util.files import atomic_write_bytes
 from shardrec.trainer.job.sections import ModelConfig, OptimConfig
+from shardrec.trainer.rundir import names
+from shardrec.trainer.rundir.checkpoint.trust import REFUSED, UntrustedCheckpoint
 
 # Optimizer settings that decide what state a checkpoint holds: a change would drop or misread it.
 OPTIMIZER_KEYS = ("sparse", "dense")
 OTHER_JOB = "checkpoint of another model, optimizer or dataset"
 """How a signature's refusal reads: `shardrec train` tells a refused newest checkpoint by it."""
+OTHER_RUN = "checkpoint of another run"
+"""How the refusal of a checkpoint that another run directory saved begins (it ends as a refusal
+of a checkpoint's files does, trust.REFUSED, which `shardrec train` tells it by)."""
 
 
 def checkpoint_signature(
@@ -39,13 +46,51 @@ def checkpoint_signature(
     return signature
 
 
+def read_run_id(run_dir: Path) -> str:
+    """RUN/run_id ("" where there is none: a new run, or one from before run ids)."""
+    try:
+        return (Path(run_dir) / names.RUN_ID).read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def ensure_run_id(run_dir: Path) -> str:
+    """RUN/run_id, written first where there is none (rank 0, with the run's first files)."""
+    found = read_run_id(run_dir)
+    if not found:
+        found = uuid.uuid4().hex
+        atomic_write_bytes(Path(run_dir) / names.RUN_ID, (found + "\n").encode())
+    return found
+
+
 def check_signature(path: Path, saved: dict[str, Any], current: dict[str, Any]) -> None:
     """ValueError (one line) unless the checkpoint at `path`, whose train_state.pt holds the
     signature `saved`, is of the job whose signature is `current`: what every reader of a
-    checkpoint's weights checks (a resume, `eval`, `export`)."""
+    checkpoint's weights checks (a resume, `eval`, `export`). A resume's signature holds its run's
+    id (`run`): a checkpoint that another run saved (copied in) is refused, one saved before run
+    ids or read by eval and export is not checked so."""
     mismatch = describe_mismatch(saved, current)
     if mismatch:
         raise ValueError(f"{path}: {OTHER_JOB}: {mismatch}")
+    ours, theirs = current.get("run"), saved.get("run")
+    if ours and theirs and ours != theirs:
+        raise ValueError(
+            f"{path}: {OTHER_RUN} (run {theirs[:12]}; this run directory is run {ours[:12]}): "
+            f"resuming from it would go on from that run's weights and state; {REFUSED}"
+        )
+
+
+def check_step(path: Path, step: int) -> None:
+    """UntrustedCheckpoint unless the checkpoint at `path` holds the step its folder is named by:
+    a folder of step 12 holding step 8's files (a copy, or an overwrite cut short) would resume at
+    step 8, or be evaluated or exported as step 12, without a word."""
+    match = names.CHECKPOINT_RE.match(path.name)
+    if match and int(match.group(1)) != step:
+        raise UntrustedCheckpoint(
+            f"{path / names.TRAIN_STATE}: holds the checkpoint of step {step}, not of step "
+            f"{int(match.group(1))} as its folder's name says (a copy or a cut-short overwrite "
+            f"left it); {REFUSED}"
+        )
 
 
 def describe_mismatch(saved: dict[str, Any], current: dict[str, Any]) -> str:

@@ -155,6 +155,10 @@ def verify_files(
         if extra:
             added = directory / extra[0]
             return f"{added}: not listed in {names.DIGESTS} (added after the save); {REFUSED}"
+        # Files left unhashed (`skip_suffix`) must be there too: a stat each, cheap.
+        gone = next((rel for rel in sorted(digests) if not (directory / rel).is_file()), None)
+        if gone is not None:
+            return f"{directory / gone}: listed in {names.DIGESTS} but missing; {REFUSED}"
     for rel in wanted[rank::world_size]:
         path = directory / rel
         if not path.is_file():
@@ -176,9 +180,38 @@ def verify_checkpoint(directory: Path, skip_suffix: str = "") -> None:
         raise UntrustedCheckpoint(problem)
 
 
+def checkpoint_problem(directory: Path) -> str:
+    """Why the checkpoint in `directory` would be refused ("" when it would not), checked as
+    `shardrec train` checks it before starting ranks: every file there, all but the bulky `.distcp`
+    shards hashed. Torch-free, for `shardrec runs`."""
+    try:
+        verify_checkpoint(directory, skip_suffix=".distcp")
+    except UntrustedCheckpoint as e:
+        return str(e)
+    return ""
+
+
 class UnreadableCheckpoint(ValueError):
     """A checkpoint whose files match their digests but cannot be read: written truncated or
     corrupt (the digests vouch only for what was there at save time)."""
+
+
+def other_checkpoints(directory: Path) -> str:
+    """What else a reader of the checkpoint in `directory` may read: the run's other complete
+    checkpoints' steps."""
+    others = [step for step, path in complete_checkpoints(directory.parent) if path != directory]
+    if not others:
+        return "this run has no other checkpoint"
+    return f"this run's other checkpoints: steps {', '.join(str(s) for s in others)}"
+
+
+def refused_with_advice(problem: str, directory: Path, advice: str) -> UntrustedCheckpoint:
+    """The refusal `problem` of the checkpoint in `directory`, ending in what to do (`advice`) and
+    the run's other checkpoints; a resume's (advice REFUSED) as it is: `shardrec train` adds the
+    way past it."""
+    if advice == REFUSED:
+        return UntrustedCheckpoint(problem)
+    return UntrustedCheckpoint(f"{problem}; {advice} ({other_checkpoints(directory)})")
 
 
 def unreadable_checkpoint(
@@ -197,12 +230,7 @@ def unreadable_checkpoint(
     # torch's messages run on ("This is an internal miniz error. If you are seeing ..."): the
     # first sentence says what failed.
     said = str(cause).strip().split(". ")[0].splitlines()[0] if str(cause).strip() else ""
-    others = [step for step, path in complete_checkpoints(directory.parent) if path != directory]
-    kept = (
-        f"this run's other checkpoints: steps {', '.join(str(s) for s in others)}"
-        if others
-        else "this run has no other checkpoint"
-    )
+    kept = other_checkpoints(directory)
     # An exception without a message (EOFError of a file cut to nothing) is named by its type.
     failure = f"{type(cause).__name__}: {said}" if said else type(cause).__name__
     where = f"{file}: " if file else ""

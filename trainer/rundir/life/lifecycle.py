@@ -23,6 +23,7 @@ from shardrec.trainer.rundir.life.resume_settings import (
     allowed,
     changes_text,
     check_allow_keys,
+    check_stream,
     setting_changes,
     show_value,
 )
@@ -61,6 +62,7 @@ def check_run_dir(run_dir: Path, config: JobConfig, manifest: Manifest, allow: l
         saved = load_job_config(saved_path)
         changes = setting_changes(saved, config)
         table_changes.check_fixed(run_dir, changes, show_value)
+        check_stream(run_dir, changes)
         continues = total >= base + planned_steps(saved, manifest)
         refused = {k: v for k, v in changes.items() if not allowed(k, allow, continues)}
         if refused:

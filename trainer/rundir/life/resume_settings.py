@@ -42,6 +42,23 @@ threads (batches come in order whatever their count), how often progress is logg
 checkpoints are written and how many kept (a resume is exact from any step)."""
 
 
+STREAM_KEYS = ("train.seed", "train.global_batch_size", "data.shuffle", "data.tail")
+"""Keys a resume can never change, --allow-change or not: they make the run's data stream (its
+order, its batches, its last batch), and a resume goes on in the middle of it, where the
+checkpoint's loader state left it (the ranks would refuse that state, the checkpoint loaded)."""
+
+
+def check_stream(run_dir: Path, changes: dict[str, tuple[Any, Any]]) -> None:
+    """ValueError (one line) where `changes` touch the data stream's settings (STREAM_KEYS)."""
+    fixed = {k: v for k, v in changes.items() if k in STREAM_KEYS}
+    if fixed:
+        raise ValueError(
+            f"{run_dir}: {changes_text(fixed)}: the run's data stream, which a resume goes on "
+            f"in the middle of; set {'it' if len(fixed) == 1 else 'them'} back, or start a new "
+            "run (--restart, or another --out-dir)"
+        )
+
+
 def with_absolute_paths(config: JobConfig) -> JobConfig:
     """`config` with data.path and sharding.plan (where set) resolved from this directory: a run's
     config.toml must find its data and plan from wherever eval, export or a later

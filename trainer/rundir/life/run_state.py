@@ -14,7 +14,7 @@ from typing import Any
 from shardrec.dataloader.util import locks
 from shardrec.trainer.job.config import JobConfig
 from shardrec.trainer.rundir import names
-from shardrec.trainer.rundir.checkpoint.trust import complete_checkpoints
+from shardrec.trainer.rundir.checkpoint.trust import checkpoint_problem, complete_checkpoints
 from shardrec.trainer.rundir.life.stretches import read_stretches
 from shardrec.trainer.rundir.metrics_log import append_record, current_records, load_metrics
 
@@ -91,6 +91,16 @@ def read_run_dir(path: Path) -> RunDir:
     return RunDir(Path(path), step, summary, target, stop, open_stretch)
 
 
+def checkpoint_damage(run: RunDir) -> str:
+    """Why `run`'s newest complete checkpoint would be refused ("" when it would not): a file
+    missing or added, or one but the `.distcp` shards changed since its save (trust.py's check,
+    as `shardrec train` makes it before starting ranks; the ranks hash the shards too). Not in
+    read_run_dir: a managed run's train_state.pt, hashed here, may be large."""
+    if run.step is None:
+        return ""
+    return checkpoint_problem(run.path / names.CHECKPOINTS / names.checkpoint_name(run.step))
+
+
 def _open_stretch(run_dir: Path) -> bool:
     """Whether the run's last stretch is unfinished (stretches.json; an unreadable one counts as
     none here: the commands that go on refuse it in their own line)."""
@@ -123,12 +133,14 @@ def metrics_records(run_dir: Path) -> list[dict[str, Any]]:
     return load_metrics(run_dir, torn="any").records
 
 
-def run_status(run: RunDir, active_seconds: float = 120.0) -> str:
-    """complete, running, stopped or failed. Running: a job holds RUN/.lock (trainer.rundir.lock's
-    flock), or, in a run without a lock file, metrics were written in the last `active_seconds`.
-    Stopped: its last job stopped on request (a rerun resumes from its newest checkpoint, or
-    starts over where it had none): after a checkpoint, or at once (record_stop_at_once)."""
-    if run.complete:
+def run_status(run: RunDir, active_seconds: float = 120.0, damaged: bool = False) -> str:
+    """complete, running, stopped, failed or damaged. Running: a job holds RUN/.lock
+    (trainer.rundir.lock's flock), or, in a run without a lock file, metrics were written in the
+    last `active_seconds`. Damaged (`damaged`: checkpoint_damage found a problem): not running,
+    and its newest checkpoint would be refused, so a rerun, eval or export of it fails. Stopped:
+    its last job stopped on request (a rerun resumes from its newest checkpoint, or starts over
+    where it had none): after a checkpoint, or at once (record_stop_at_once)."""
+    if run.complete and not damaged:
         return "complete"
     lock, metrics = run.path / names.LOCK, run.path / names.METRICS
     if lock.is_file():
@@ -137,6 +149,8 @@ def run_status(run: RunDir, active_seconds: float = 120.0) -> str:
         running = metrics.is_file() and time.time() - metrics.stat().st_mtime < active_seconds
     if running:
         return "running"
+    if damaged:
+        return "damaged"
     return "stopped" if run.stop is not None else "failed"
 
 

@@ -133,15 +133,17 @@ def verify_cmd(
         problems = _verify_any(directory)
     except DatasetError as e:
         fail(str(e))
-    if json_out:
-        print_json({"directory": str(directory), "ok": not problems, "problems": problems})
+    repair = _repair_advice(directory) if problems else ""
+    if json_out:  # what the text says: each problem, and how to repair them
+        shown = {"directory": str(directory), "ok": not problems, "problems": problems}
+        print_json({**shown, "repair": repair} if problems else shown)
     else:
         for p in problems:
             console.print(f"[red]problem:[/] {p}", highlight=False, soft_wrap=True)
         if not problems:
             console.print(f"{directory}: every file matches its manifest checksum")
         else:
-            console.print(_repair_advice(directory), highlight=False, soft_wrap=True)
+            console.print(repair, highlight=False, soft_wrap=True)
     if problems:
         raise typer.Exit(1)
 

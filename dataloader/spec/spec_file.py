@@ -141,10 +141,10 @@ def spec_from_dict(raw: Any, source: str) -> FeatureSpec:
             )
         role = entry.get("role")
         if role not in ROLES:
-            shown = "missing" if role is None else f"{role!r}"
-            raise SpecError(
-                f"{where}: role is {shown}, expected one of {', '.join(ROLES)}{_near(str(role), ROLES)}"
+            shown, near = (
+                ("missing", "") if role is None else (f"{role!r}", _near(str(role), ROLES))
             )
+            raise SpecError(f"{where}: role is {shown}, expected one of {', '.join(ROLES)}{near}")
         columns.append(_build(COLUMN_TYPES[role], entry, where, skip=("role",)))
     try:
         return FeatureSpec(text, tuple(columns))

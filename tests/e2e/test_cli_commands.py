@@ -154,3 +154,18 @@ def test_help_keeps_bracketed_defaults_and_one_paragraph_summaries() -> None:
         "multihot Write a multi-hot copy of the one-hot dataset SRC, as MLPerf DLRMv2 does. "
         "upgrade Rewrite a dataset of the old layout in place as one file per part. ╰" in data
     )
+
+
+def test_predict_refuses_a_flag_its_input_would_not_use(tiny_dataset: Path, tmp_path: Path):
+    # Before, each was taken and did nothing: raw rows were scored whole whatever --split or
+    # --batch-size said, and a dataset's split was scored with its AUC under --no-label.
+    model = tmp_path / "m.safetensors"
+    model.write_bytes(b"not read: the flags are checked first")
+    rows = tmp_path / "rows.txt"
+    rows.write_text("1\t2\n")
+    for args, says in (
+        ([rows, "--split", "val"], f"--split val is for a dataset directory: {rows} is a file"),
+        ([rows, "--batch-size", "7"], f"--batch-size 7 is for a dataset directory: {rows} is"),
+        ([tiny_dataset, "--no-label"], f"--no-label is for raw rows: {tiny_dataset} is a dataset"),
+    ):
+        assert_one_line_error(_run("predict", str(model), *map(str, args)), f"^error: {says}")

@@ -5,6 +5,7 @@ nothing under --out that looks like a dataset."""
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -108,3 +109,26 @@ def test_a_bad_max_ids_names_the_flag_as_typed(src: Path, tmp_path: Path, flag: 
     _refused(
         src, tmp_path / "out", rf"^error: --max-ids {flag}: {re.escape(says)}$", "--max-ids", flag
     )
+
+
+def test_verify_says_how_to_repair_an_imported_dataset_and_that_repairs_it(
+    src: Path, tmp_path: Path
+):
+    out = tmp_path / "data"
+    cli("data", "import-npy", src, "--out", out, "--max-ids", "97")
+    before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    part = sorted((out / "train").glob("*.arrow"))[0]
+    part.write_bytes(part.read_bytes()[:-10])
+    verify = cli("data", "verify", out, ok=False)
+    # Before, it said to rerun `shardrec preprocess` into it, which import-npy's folder is not.
+    assert (verify.exit_code, verify.stdout.splitlines()[1:]) == (
+        1,
+        [
+            f"to repair {out}, remove it and run the command that made it again: `shardrec data "
+            f"import-npy` with the same options and --out {out} (it writes into a new or empty "
+            "folder only)"
+        ],
+    )
+    shutil.rmtree(out)
+    cli("data", "import-npy", src, "--out", out, "--max-ids", "97")
+    assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before

@@ -291,6 +291,10 @@ def test_verify_says_how_to_repair_a_cut_part_and_the_same_rerun_does(tmp_path: 
         f"to repair {out}, re-run the command that made it, into it: `shardrec preprocess` with "
         "the same inputs and options writes its files again",
     ]
+    # --json says what the text says (before, the repair line was missing from it)
+    shown = json.loads(runner.invoke(app, ["data", "verify", str(out), "--json"]).stdout)
+    assert shown["problems"] == [verify.stdout.splitlines()[0].removeprefix("problem: ")]
+    assert shown["repair"] == verify.stdout.splitlines()[1]
     cli("preprocess", raw, "--out", out, *ARGS)
     assert runner.invoke(app, ["data", "verify", str(out)]).exit_code == 0
     assert outputs(out) == before

@@ -235,3 +235,22 @@ def test_days_synth_cannot_fill_are_refused_before_any_file(args, says, tmp_path
     assert result.exit_code == 1
     assert result.output.startswith(f"error: {says}") and len(result.output.splitlines()) == 1
     assert not (tmp_path / "raw").exists()
+
+
+@pytest.mark.parametrize("like", ["avazu", "movielens", "yambda"])
+def test_max_vocab_for_a_shape_that_fixes_its_values_is_refused(like: str, tmp_path: Path) -> None:
+    # Before, --max-vocab 5 with these shapes wrote the same bytes as without it, without a word.
+    result = cli(
+        "synth", tmp_path / "raw", "--like", like, "--rows", "300", "--max-vocab", "5", ok=False
+    )
+    assert_one_line_error(
+        result,
+        rf"^error: --like {like} fixes its columns' values: --max-vocab is for criteo and drift$",
+    )
+    assert not (tmp_path / "raw").exists()
+
+
+def test_max_vocab_bounds_the_criteo_shapes_distinct_values(tmp_path: Path) -> None:
+    cli("synth", tmp_path / "raw", "--rows", "400", "--max-vocab", "5")
+    rows = [line.split("\t") for line in (tmp_path / "raw" / "train.txt").read_text().splitlines()]
+    assert max(len({row[i] for row in rows} - {""}) for i in range(14, 40)) == 5

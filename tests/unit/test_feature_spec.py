@@ -115,6 +115,11 @@ def test_the_builtin_spec_is_criteos_row() -> None:
             ('role = "list"', 'role = "lst"'),
             r"columns\[2\] \(genres\): role is 'lst', .*; did you mean list\?",
         ),
+        (  # a missing role has no near miss (it once got "did you mean ignore?", from 'None')
+            ('role = "list"', ""),
+            r"columns\[2\] \(genres\): role is missing, expected one of label, dense, "
+            r"categorical, list, sequence, ignore$",
+        ),
         (
             ('pooling = "mean"', 'pooling = "maen"'),
             r"columns\[2\] \(genres\): pooling = 'maen' is not one of sum, mean; did you mean mean\?",

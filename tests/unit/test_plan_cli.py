@@ -84,6 +84,15 @@ def test_plan_bad_input_exits_with_one_line(tiny_dataset: Path, tmp_path: Path) 
     assert_one_line_error(
         res, re.escape("error: --local-world-size 3 does not divide --world-size 2") + "$"
     )
+    # Before, --sync-every without --group-size was taken and planned nothing different.
+    res = runner.invoke(app, ["plan", "--data", str(tiny_dataset), "--sync-every", "5"])
+    assert_one_line_error(
+        res,
+        re.escape(
+            "error: --sync-every 5 is for 2D sharding: give --group-size too (-1: the fastest)"
+        )
+        + "$",
+    )
     # A bad flag value is typer's usage error (exit 2) naming the flag as typed.
     for flag, value in (
         ("--memory-gib", "-1"),

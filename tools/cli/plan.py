@@ -155,6 +155,10 @@ def plan(
     check_out_file(out, f"plan{world_size}.json")
     if local_world_size and world_size % local_world_size:
         fail(f"--local-world-size {local_world_size} does not divide --world-size {world_size}")
+    if sync_every != 1 and not group_size and not simulate:  # it steers 2D replicas only
+        fail(
+            f"--sync-every {sync_every} is for 2D sharding: give --group-size too (-1: the fastest)"
+        )
     from shardrec.sharding.plan.plan_file import save_plan
     from shardrec.sharding.plan.plan_types import PlanDoesNotFitError
     from shardrec.sharding.planner import SEARCHES, plan_tables

@@ -98,6 +98,24 @@ def _score_events(exported, path: Path) -> tuple[np.ndarray, np.ndarray]:
     return probs, labels
 
 
+def _flags_fit_the_input(
+    input_path: Path, split: str | None, batch_size: int | None, no_label: bool
+) -> None:
+    """Refuse a flag that would do nothing with this input: --split and --batch-size choose a
+    dataset's rows and their batches, --no-label reads raw rows (a dataset's rows hold labels)."""
+    if input_path.is_dir():
+        if no_label:
+            fail(f"--no-label is for raw rows: {input_path} is a dataset, whose rows hold labels")
+        return
+    given = [f"--split {split}"] if split is not None else []
+    given += [f"--batch-size {batch_size}"] if batch_size is not None else []
+    if given:
+        fail(
+            f"{given[0]} is for a dataset directory: {input_path} is a file of raw rows, scored "
+            "whole"
+        )
+
+
 def _a_dataset(directory: Path) -> None:
     """Refuse a directory that is no dataset (nor one being written: Manifest.load says that),
     naming one of its files: raw rows are scored a file at a time."""
@@ -126,8 +144,9 @@ def predict(
         ),
     ],
     split: Annotated[
-        str, typer.Option("--split", help="Split of a dataset directory to score.")
-    ] = "test",
+        str | None,
+        typer.Option("--split", help="Split of a dataset directory to score (default: test)."),
+    ] = None,
     out: Annotated[
         Path | None,
         typer.Option(
@@ -191,6 +210,8 @@ def predict(
         fail(f"{input_path}: empty (no rows): nothing to score")
     if input_path.is_dir():
         _a_dataset(input_path)
+    _flags_fit_the_input(input_path, split, batch_size, no_label)
+    split = split or "test"
     from shardrec.dataloader.format.manifest import DatasetError
     from shardrec.trainer.inference.model_file import read_header
 

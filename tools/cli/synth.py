@@ -16,6 +16,8 @@ from shardrec.tools.synth.avazu_movielens import LIKE
 from shardrec.tools.synth.criteo import write_dataset
 from shardrec.tools.synth.record import check_and_record, synth_paths
 
+DEFAULT_MAX_VOCAB = 100_000
+
 
 def synth(
     out: Annotated[Path, typer.Argument(help="Directory to write the text files into.")],
@@ -30,8 +32,12 @@ def synth(
     ] = False,
     gz: Annotated[bool, typer.Option("--gz", help="gzip each file.")] = False,
     max_vocab: Annotated[
-        int, typer.Option(help="Largest number of distinct values of one categorical.")
-    ] = 100_000,
+        int | None,
+        typer.Option(
+            help="Largest number of distinct values of one categorical (criteo and drift; "
+            "default 100,000); the other shapes fix their columns' values."
+        ),
+    ] = None,
     like: Annotated[
         str,
         typer.Option(
@@ -49,7 +55,7 @@ def synth(
     format, or Avazu's or MovieLens-1M's shape (--like) for trying a feature spec."""
     if rows <= 0:
         fail(f"--rows must be positive, got {rows}")
-    if max_vocab < 4:
+    if max_vocab is not None and max_vocab < 4:
         fail(f"--max-vocab must be at least 4, got {max_vocab}")
     if out.exists() and not out.is_dir():
         fail(f"{out}: exists and is not a directory")
@@ -62,6 +68,9 @@ def synth(
         fail("--like yambda writes Parquet (or --csv) files: --days and --gz are for text logs")
     if like not in ("criteo", "drift", "yambda") and (days or csv):
         fail(f"--like {like} writes one CSV file: --days and --csv are for criteo")
+    if like not in ("criteo", "drift") and max_vocab is not None:
+        fail(f"--like {like} fixes its columns' values: --max-vocab is for criteo and drift")
+    max_vocab = DEFAULT_MAX_VOCAB if max_vocab is None else max_vocab
     if days < 0:
         fail(f"--days must be 0 (one train file) or more, got {days}")
     if like == "drift":

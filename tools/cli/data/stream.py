@@ -133,22 +133,41 @@ def verify_cmd(
         problems = _verify_any(directory)
     except DatasetError as e:
         fail(str(e))
-    if json_out:
-        print_json({"directory": str(directory), "ok": not problems, "problems": problems})
+    repair = _repair_advice(directory) if problems else ""
+    if json_out:  # what the text says: each problem, and how to repair them
+        shown = {"directory": str(directory), "ok": not problems, "problems": problems}
+        print_json({**shown, "repair": repair} if problems else shown)
     else:
         for p in problems:
             console.print(f"[red]problem:[/] {p}", highlight=False, soft_wrap=True)
         if not problems:
             console.print(f"{directory}: every file matches its manifest checksum")
-        else:  # a rerun into the same --out writes every part again (finished or not)
-            console.print(
-                f"to repair {directory}, re-run the command that made it, into it: `shardrec "
-                "preprocess` with the same inputs and options writes its files again",
-                highlight=False,
-                soft_wrap=True,
-            )
+        else:
+            console.print(repair, highlight=False, soft_wrap=True)
     if problems:
         raise typer.Exit(1)
+
+
+def _repair_advice(directory: Path) -> str:
+    """How to write a dataset's files again: `shardrec preprocess` rerun into its --out writes
+    every part again (finished or not); `data multihot` and `data import-npy` write into a new or
+    empty folder only, so their copy is removed first."""
+    from shardrec.dataloader.format.manifest import Manifest
+
+    options = Manifest.load(directory).options
+    if "multihot" in options:
+        made_by = f"`shardrec data multihot {options['multihot'].get('source', 'SRC')}`"
+    elif options.get("source") == "torchrec-npy":
+        made_by = "`shardrec data import-npy`"
+    else:
+        return (
+            f"to repair {directory}, re-run the command that made it, into it: `shardrec "
+            "preprocess` with the same inputs and options writes its files again"
+        )
+    return (
+        f"to repair {directory}, remove it and run the command that made it again: {made_by} "
+        f"with the same options and --out {directory} (it writes into a new or empty folder only)"
+    )
 
 
 def _verify_any(directory: Path) -> list[str]:

@@ -101,14 +101,17 @@ def _split(lines: list[str], delimiter: str) -> list[list[str]]:
 
 
 def _delimiter(lines: list[str]) -> str:
-    """The delimiter that cuts the first lines into the most fields, nearly the same number each."""
-    best, score = "\t", 0.0
+    """The delimiter that cuts the first lines into the most fields, nearly the same number each;
+    of two that tie, the one that cuts more lines into exactly that number: a semicolon CSV whose
+    columns but one hold decimal commas (`1,5;2,25;1`) has as many commas as semicolons a row,
+    but its header line has no comma."""
+    best, score = "\t", (0.0, 0)
     for d in DELIMITERS:
         counts = Counter(len(r) for r in _split(lines[:200], d))
         common, seen = counts.most_common(1)[0]
         near = sum(n for c, n in counts.items() if abs(c - common) <= 3)
-        if common > 1 and near >= 0.9 * sum(counts.values()) and common * near > score:
-            best, score = d, common * near
+        if common > 1 and near >= 0.9 * sum(counts.values()) and (common * near, seen) > score:
+            best, score = d, (common * near, seen)
     return best
 
 

@@ -72,6 +72,9 @@ def test_an_old_dataset_is_refused_by_readers_and_upgraded_to_a_fresh_writes_byt
     assert cli("data", "verify", directory).exit_code == 0
     again = json.loads(cli("data", "upgrade", directory, "--json").stdout)
     assert again["from_version"] is None and _files(directory) == _files(new)
+    # Nothing to do: the dataset's parts and rows as they are, none written (not 0 parts, 0 rows).
+    assert (again["parts"], again["parts_written"], again["rows"]) == (5, 0, result["rows"])
+    assert again["bytes"] == result["bytes"]
 
 
 def test_a_changed_old_file_is_named_and_nothing_is_lost(old):

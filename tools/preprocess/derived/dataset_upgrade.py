@@ -29,6 +29,7 @@ from shardrec.dataloader.format.manifest import (
     MANIFEST,
     PART_SUFFIX,
     SCHEMA_VERSION,
+    Manifest,
     PartInfo,
     SplitInfo,
 )
@@ -58,6 +59,19 @@ class UpgradeResult:
     """Parts written by this run (the others were written by an interrupted one)."""
     bytes: int = 0
     rows: int = 0
+
+
+def _as_it_is(directory: Path) -> UpgradeResult:
+    """The result for a dataset already of the current layout: its parts, rows and bytes as its
+    manifest lists them, none written now."""
+    parts = [p for info in Manifest.load(directory).splits.values() for p in info.parts]
+    return UpgradeResult(
+        str(directory),
+        None,
+        parts=len(parts),
+        bytes=sum(p.bytes for p in parts),
+        rows=sum(p.rows for p in parts),
+    )
 
 
 def _work(directory: Path) -> Path:
@@ -130,12 +144,12 @@ def upgrade_dataset(
     old = load_old(directory)
     if old is None and not _work(directory).exists():
         # already upgraded, nothing left to remove: no lock, which a read-only folder refuses
-        return UpgradeResult(str(directory), None)
+        return _as_it_is(directory)
     lock = locks.dataset_lock(directory, command="shardrec data upgrade")
     try:
         if old is None:
             _remove_old(directory)  # an upgrade interrupted after its commit
-            return UpgradeResult(str(directory), None)
+            return _as_it_is(directory)
         manifest, version = old
         _work(directory).mkdir(parents=True, exist_ok=True)
         _remove_temporaries(directory, list(manifest.splits))

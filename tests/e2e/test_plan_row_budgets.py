@@ -103,3 +103,19 @@ def test_rows_left_to_plan_are_proposed_whole_where_they_fit(tmp_path: Path) -> 
         (tmp_path / "job.toml").write_text(job + "\n" + pasted)
         cli(*args[:-1], *gib, "--out", "plan.json")
     assert (tmp_path / "plan.json").is_file()
+
+
+def test_id_maps_past_the_memory_are_named_with_what_to_lower(tmp_path: Path) -> None:
+    # On CPU the maps are in what every rank holds besides its tables: 20,000 slots a table make
+    # most of it. The refusal said '(dense layers, framework) needs ...: raise memory per rank'.
+    with contextlib.chdir(tmp_path):
+        _day(tmp_path)
+        (tmp_path / "job.toml").write_text(JOB)
+        args = ["plan", "--data", "day0", "--config", "job.toml", "--world-size", "2"]
+        refused = cli(*args, "--memory-gib", "0.05", ok=False)
+    assert_one_line_error(
+        refused,
+        r"\(what every rank holds besides its tables \(dense layers, framework, the managed "
+        r"tables' id maps: \d+\.\d\d MiB\) needs \d+\.\d\d MiB, more than the 43\.52 MiB usable: "
+        r"lower the managed tables' rows or raise memory per rank\)$",
+    )

@@ -103,10 +103,15 @@ def _fits_nowhere(request: SearchRequest) -> str:
     problem = Problem(request)
     usable, left = problem.topo.usable_bytes, problem.capacity
     if left <= 0:
+        # On CPU the managed tables' id maps are in it (cost_model.fixed_memory); their rows are
+        # the job's to lower.
+        maps = request.dense.id_map_bytes if problem.topo.device_kind != "cuda" else 0
         return (
-            f"what every rank holds besides its tables (dense layers, framework) needs "
-            f"{fmt_bytes(usable - left)}, more than the {fmt_bytes(usable)} usable: raise memory "
-            "per rank"
+            "what every rank holds besides its tables (dense layers, framework"
+            + (f", the managed tables' id maps: {fmt_bytes(maps)}" if maps else "")
+            + f") needs {fmt_bytes(usable - left)}, more than the {fmt_bytes(usable)} usable: "
+            + ("lower the managed tables' rows or raise" if maps else "raise")
+            + " memory per rank"
         )
     for index, options in enumerate(problem.options):
         need, least = min((problem.max_memory(index, o), o.sharding_type) for o in options)

@@ -11,6 +11,8 @@ at an update the every rank's misses gathered and merged (24 B each, twice).
 
 from __future__ import annotations
 
+import dataclasses
+
 from shardrec.embeddings.managed.map_kernels import capacity_for
 from shardrec.embeddings.managed.table_kinds import MAPPED_KINDS, TableSettings
 
@@ -31,6 +33,29 @@ def id_map_bytes(settings: TableSettings, ids_per_window: float, world_size: int
     waiting = max(1, int(settings.candidates * rows))
     missed = int(min(ids_per_window, waiting))
     fixed = rows * SLOT_BYTES + capacity_for(rows) * INDEX_CELL_BYTES
-    growing = waiting * ENTRY_BYTES + capacity_for(missed) * ENTRY_BYTES
-    update = 2 * (waiting + world_size * missed) * ENTRY_BYTES
-    return int(fixed + growing + update)
+    # the waiting ids: kept, then gathered and merged at an update (twice)
+    waiting_bytes = 3 * waiting * ENTRY_BYTES
+    return int(fixed + waiting_bytes + _missed_bytes(missed, world_size))
+
+
+def _missed_bytes(missed: int, world_size: int) -> int:
+    """The ids a rank missed between two updates: their table, then every rank's at an update."""
+    return capacity_for(missed) * ENTRY_BYTES + 2 * world_size * missed * ENTRY_BYTES
+
+
+def id_map_slot_bytes(settings: TableSettings) -> float:
+    """The most bytes one more slot adds to a rank's id map of `settings`, missed ids aside: its
+    state, up to 4 index cells (a power of two under 4x the slots) and `candidates` waiting ids
+    (kept, gathered, merged); 168 B with candidates = 1."""
+    if settings.kind not in MAPPED_KINDS:
+        return 0.0
+    return SLOT_BYTES + 4 * INDEX_CELL_BYTES + 3 * settings.candidates * ENTRY_BYTES
+
+
+def id_map_floor_bytes(settings: TableSettings, ids_per_window: float, world_size: int) -> int:
+    """What a rank's id map of `settings` holds whatever its slots: id_map_bytes of R slots is at
+    most this + R x id_map_slot_bytes (the planner's row budgets price a slot so)."""
+    if settings.kind not in MAPPED_KINDS:
+        return 0
+    one_slot = id_map_bytes(dataclasses.replace(settings, rows=1), 0, world_size)
+    return one_slot - _missed_bytes(0, world_size) + _missed_bytes(int(ids_per_window), world_size)

@@ -5,6 +5,7 @@ each printed table carries its whole settings, the proposed rows in place of the
 from __future__ import annotations
 
 import contextlib
+import json
 from pathlib import Path
 
 from helpers import assert_one_line_error, cli
@@ -73,3 +74,48 @@ def test_a_job_without_rows_gets_them_proposed_then_its_plan(tmp_path: Path) -> 
         (tmp_path / "job.toml").write_text(job + "\n" + pasted)
         cli(*args, "--out", "plan.json")
     assert (tmp_path / "plan.json").is_file()
+
+
+def test_rows_left_to_plan_are_proposed_whole_where_they_fit(tmp_path: Path) -> None:
+    # A job without rows plans its tables at 1 slot each; that placeholder must not price a slot:
+    # at a memory that holds every table's wanted rows, the wanted rows are proposed (a slot was
+    # priced as a 1-slot map, 1,460 B over 2 ranks instead of at most 404, and all were cut).
+    job = JOB.replace("rows = 20000\n", "")
+    with contextlib.chdir(tmp_path):
+        _day(tmp_path)
+        (tmp_path / "job.toml").write_text(job)
+        args = ["plan", "--data", "day0", "--config", "job.toml", "--world-size", "2", "--json"]
+        budgets = json.loads(cli(*args, ok=False).stdout)["row_budgets"]
+        wanted = "[tables]\n" + "".join(
+            f'{b["feature"]} = {{ kind = "managed", rows = {b["wanted"]}, max_age = "1 days" }}\n'
+            for b in budgets
+        )
+        (tmp_path / "whole.toml").write_text(JOB + "\n" + wanted)
+        whole = json.loads(cli(*args[:4], "whole.toml", *args[5:]).stdout)["estimate"]
+        usable = whole["memory_capacity_bytes"] / whole["device_memory_bytes"]
+        need = max(r["memory_bytes"] for r in whole["ranks"]) / usable * 1.002
+        gib = ["--memory-gib", f"{need / 2**30:.6f}"]
+        short = json.loads(cli(*args, *gib, ok=False).stdout)["row_budgets"]
+        assert [(b["rows"], b["bytes_per_row"]) for b in short] == [
+            (b["wanted"], 404.0) for b in budgets
+        ]
+        pasted = _job_lines(cli(*args[:-1], *gib, ok=False).stdout)
+        (tmp_path / "job.toml").write_text(job + "\n" + pasted)
+        cli(*args[:-1], *gib, "--out", "plan.json")
+    assert (tmp_path / "plan.json").is_file()
+
+
+def test_id_maps_past_the_memory_are_named_with_what_to_lower(tmp_path: Path) -> None:
+    # On CPU the maps are in what every rank holds besides its tables: 20,000 slots a table make
+    # most of it. The refusal said '(dense layers, framework) needs ...: raise memory per rank'.
+    with contextlib.chdir(tmp_path):
+        _day(tmp_path)
+        (tmp_path / "job.toml").write_text(JOB)
+        args = ["plan", "--data", "day0", "--config", "job.toml", "--world-size", "2"]
+        refused = cli(*args, "--memory-gib", "0.05", ok=False)
+    assert_one_line_error(
+        refused,
+        r"\(what every rank holds besides its tables \(dense layers, framework, the managed "
+        r"tables' id maps: \d+\.\d\d MiB\) needs \d+\.\d\d MiB, more than the 43\.52 MiB usable: "
+        r"lower the managed tables' rows or raise memory per rank\)$",
+    )

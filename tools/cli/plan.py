@@ -216,7 +216,9 @@ def plan(
         seconds = time.perf_counter() - start
     except ValueError as e:
         fail(job.located(str(e)))
-    budgets = propose_row_budgets(result, configs, statistics, tables, job.optim.sparse)
+    budgets = propose_row_budgets(
+        result, configs, statistics, tables, job.optim.sparse, job.train, steps
+    )
     if unset:  # the plan is of one slot a table: only the proposals are worth showing
         _print_plan_to_come(budgets, tables, unset, config, json_out)
     if out is not None:

@@ -13,7 +13,11 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 from shardrec.dataloader.format.manifest import POOLING_STAT, Manifest
 from shardrec.embeddings.dims import DEFAULT_TABLE, job_tables
-from shardrec.embeddings.managed.map_memory import id_map_bytes
+from shardrec.embeddings.managed.map_memory import (
+    id_map_bytes,
+    id_map_floor_bytes,
+    id_map_slot_bytes,
+)
 from shardrec.embeddings.managed.row_budget import CountCurve, Proposal, propose_rows
 from shardrec.embeddings.managed.table_kinds import RAW_KINDS, TableSettings
 from shardrec.embeddings.sparse_optimizers import state_bytes
@@ -51,8 +55,7 @@ def plan_request(
     `stretch_steps`, the steps of the data trained on)."""
     maps = 0
     for feature, settings in (tables or {}).items():
-        pooling = float(statistics.stats.get(feature, {}).get(POOLING_STAT, 1.0))
-        window = train.global_batch_size / world_size * pooling * settings.cadence(stretch_steps)
+        window = _ids_per_window(feature, settings, statistics, train, world_size, stretch_steps)
         maps += id_map_bytes(settings, window, world_size)
     dense = dataclasses.replace(dense or DenseFootprint(), id_map_bytes=maps)
     return PlanRequest(
@@ -70,6 +73,20 @@ def plan_request(
         sharding_group_size=sharding_group_size,
         sync_every=sync_every,
     )
+
+
+def _ids_per_window(
+    feature: str,
+    settings: TableSettings,
+    statistics: DatasetStatistics,
+    train: TrainConfig,
+    world_size: int,
+    stretch_steps: int,
+) -> float:
+    """The ids of `feature` a rank remaps between two updates of its map: its local batch x the
+    feature's ids per sample x the steps between updates."""
+    pooling = float(statistics.stats.get(feature, {}).get(POOLING_STAT, 1.0))
+    return train.global_batch_size / world_size * pooling * settings.cadence(stretch_steps)
 
 
 def plan_topology(
@@ -98,11 +115,16 @@ def propose_row_budgets(
     statistics: DatasetStatistics,
     tables: Mapping[str, TableSettings],
     optimizer: str,
+    train: TrainConfig,
+    stretch_steps: int,
 ) -> list[Proposal]:
     """Each managed table's row budget from the data's distinct-id curve (row_budget.py), within
     the memory `plan` leaves free on its ranks plus what the tables' current budgets take; the
-    curves are the manifest's count-of-counts of each raw-id feature (none: no proposal)."""
+    curves are the manifest's count-of-counts of each raw-id feature (none: no proposal).
+    `train`, `stretch_steps`: as plan_request had them (the maps' ids missed between updates)."""
     world = plan.fingerprint.world_size
+    # On CPU the maps share the ranks' one memory; on CUDA they are host memory, not HBM.
+    replicas = world if plan.fingerprint.device_kind == "cpu" else 0
     by_feature = {c.feature_names[0]: c for c in configs}
     curves, admit, per_row, current = {}, {}, {}, 0.0
     for feature, settings in tables.items():
@@ -111,13 +133,16 @@ def propose_row_budgets(
             continue
         dim = by_feature[feature].embedding_dim
         device = dim * 4 + state_bytes(optimizer, 1, dim)
-        # On CPU the maps share the ranks' one memory; on CUDA they are host memory, not HBM.
-        maps = id_map_bytes(settings, 0, world) / settings.rows
-        on_device = maps * world if plan.fingerprint.device_kind == "cpu" else 0.0
+        # A slot is priced at most what it can cost, whatever rows the job gives now (none: 1, a
+        # placeholder), so that the proposal does not depend on them and fits when pasted.
+        window = _ids_per_window(feature, settings, statistics, train, world, stretch_steps)
+        floor = id_map_floor_bytes(settings, window, world)
         curves[feature] = CountCurve.from_stats(counts)
         admit[feature] = settings.admit
-        per_row[feature] = device + on_device
-        current += settings.rows * per_row[feature]
+        per_row[feature] = device + replicas * id_map_slot_bytes(settings)
+        current += settings.rows * device + replicas * (
+            id_map_bytes(settings, window, world) - floor
+        )
     if not curves:
         return []
     est = plan.estimate

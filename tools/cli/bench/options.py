@@ -4,6 +4,7 @@ unused option, and one line for a stop."""
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -29,9 +30,10 @@ def at_least(option: str, value: int, minimum: int, why: str = "") -> None:
 
 
 def positive(option: str, value: float) -> None:
-    """One line naming `option` if `value` (a size, a share) is not above 0."""
-    if value <= 0:
-        fail(f"{option} {value:g}: must be > 0")
+    """One line naming `option` if `value` (a size, a share) is not a finite number above 0
+    (typer takes nan and inf for a float)."""
+    if not 0 < value < math.inf:
+        fail(f"{option} {value:g}: must be a finite number > 0")
 
 
 def given(ctx: typer.Context, *names: str) -> list[str]:

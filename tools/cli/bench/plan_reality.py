@@ -3,6 +3,7 @@ order and the memory estimates."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -73,8 +74,11 @@ def plan_reality(
     from shardrec.tools.bench.plan import reality_bench as bench_reality
 
     _check_options(world_size, global_batch_size, steps, rounds, tables, max_rows, dim)
-    if memory_limit_gib < 0:
-        fail(f"--memory-limit-gib {memory_limit_gib:g}: must be >= 0 (0: 80% of available)")
+    if not 0 <= memory_limit_gib < math.inf:
+        fail(
+            f"--memory-limit-gib {memory_limit_gib:g}: must be a finite number >= 0 "
+            "(0: 80% of available)"
+        )
     if large:  # its tables' rows and width are fixed
         refuse_unused(ctx, ("max_rows", "dim"), "with --large")
     try:

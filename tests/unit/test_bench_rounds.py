@@ -114,3 +114,13 @@ def test_a_preprocess_run_large_enough_holds_every_goal():
         "peak_rss_under_1_gb_per_worker": True,
         "moonshot_800_mb_per_cpu_s": True,
     }
+
+
+def test_a_preprocess_input_under_a_megabyte_is_said_at_its_size_not_as_zero():
+    """`bench preprocess --size-gb 0.0002` headed its report "0.2 MB TSV", then called it "a 0 MB
+    file"."""
+    from shardrec.tools.bench.preprocess.child_runs import too_small
+
+    assert too_small(0.2).startswith("a 0.2 MB file measures process start-up")
+    assert too_small(3.4).startswith("a 3 MB file measures")
+    assert too_small(0.2, 0.1).startswith("a 0.1 MB file holding 0.2 MB of text")

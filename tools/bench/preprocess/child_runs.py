@@ -111,9 +111,11 @@ def too_small(mb: float, file_mb: float | None = None) -> str:
     that holds them where it is not text (a Parquet file's), said beside them."""
     if mb >= MIN_MB:
         return ""
-    what = f"a {mb:.0f} MB file"
+    # Under 1 MB in two significant digits: a 0.2 MB input said "a 0 MB file".
+    text = f"{mb:.0f}" if mb >= 1 else f"{mb:.2g}"
+    what = f"a {text} MB file"
     if file_mb is not None:
-        what = f"a {file_mb:.1f} MB file holding {mb:.0f} MB of text"
+        what = f"a {file_mb:.1f} MB file holding {text} MB of text"
     return (
         f"{what} measures process start-up more than preprocessing; "
         f"use --size-gb >= {MIN_MB / 1000:g}"

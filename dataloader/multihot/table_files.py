@@ -7,20 +7,27 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 
 from shardrec.dataloader.util.files import atomic_path, atomic_write_bytes
-
-if TYPE_CHECKING:
-    from shardrec.dataloader.multihot.multihot_tables import MultiHotSpec
 
 PARETO_A = 0.25
 """The reference's pareto shape: a very heavy tail, so a few ids take most lookups."""
 TABLE_DTYPE = np.dtype(np.int32)
 """The reference keeps its tables as int32 tensors."""
 PROGRESS = "progress.json"
+
+
+class TablesSpec(Protocol):
+    """What this module reads of a multihot_tables.MultiHotSpec (which imports this module)."""
+
+    seed: int
+    rows: tuple[int, ...]
+    sizes: tuple[int, ...]
+
+    def to_dict(self) -> dict[str, Any]: ...
 
 
 def table_path(directory: Path, t: int) -> Path:
@@ -71,7 +78,7 @@ def open_table(path: Path, rows: int, size: int) -> np.ndarray | None:
     return table if table.shape == (rows, size) and table.dtype == TABLE_DTYPE else None
 
 
-def resume_point(directory: Path, spec: MultiHotSpec) -> tuple[int, np.random.RandomState]:
+def resume_point(directory: Path, spec: TablesSpec) -> tuple[int, np.random.RandomState]:
     """First table still to draw and the generator positioned for it (0 and a fresh seed if
     there is no usable progress record)."""
     rng = np.random.RandomState(spec.seed)
@@ -90,9 +97,7 @@ def resume_point(directory: Path, spec: MultiHotSpec) -> tuple[int, np.random.Ra
     return 0, rng
 
 
-def save_progress(
-    directory: Path, spec: MultiHotSpec, done: int, rng: np.random.RandomState
-) -> None:
+def save_progress(directory: Path, spec: TablesSpec, done: int, rng: np.random.RandomState) -> None:
     name, keys, pos, has_gauss, gauss = rng.get_state()
     record = {
         "spec": spec.to_dict(),

@@ -800,11 +800,14 @@ def test_export_refuses_a_checkpoint_of_another_model_in_the_line_eval_does(trai
     one_rank = ("--nproc-per-node", "1", "--steps", "2", *small)
     ok(shardrec("train", "--data", "data500", "--out-dir", "run500", *one_rank, cwd=trained))
     newest = sorted((trained / "run" / "checkpoints").glob("step-*"))[-1]
-    shutil.copytree(newest, trained / "run500" / "checkpoints" / "step-00000999")
+    # Under its own step's name (a folder named for another step is refused as such first), the
+    # newest of run500's (2 steps).
+    assert int(newest.name.split("-")[1]) > 2, newest
+    shutil.copytree(newest, trained / "run500" / "checkpoints" / newest.name)
     line = assert_one_line_error(
         in_process("export", "run500", "--out", "foreign.safetensors", cwd=trained),
-        r"^error: run500/checkpoints/step-00000999: checkpoint of another model, optimizer or dataset: .*"
-        r"table t_C1 \[rows, dim\]: checkpoint \[1000, 8\], job \[500, 8\]",
+        rf"^error: run500/checkpoints/{newest.name}: checkpoint of another model, optimizer or "
+        r"dataset: .*table t_C1 \[rows, dim\]: checkpoint \[1000, 8\], job \[500, 8\]",
     )
     assert not (trained / "foreign.safetensors").exists()
     evaluated = shardrec("eval", "run500", "--device", "cpu", "--nproc-per-node", "1", cwd=trained)

@@ -126,6 +126,32 @@ class EventBatcher:
                 "users' events: a file disagrees with its manifest; `shardrec data verify` names it"
             )
 
+    def _check_items(
+        self,
+        cand_item: np.ndarray,
+        hist_item: np.ndarray,
+        starts: np.ndarray,
+        anchors: tuple[np.ndarray, np.ndarray, np.ndarray],
+    ) -> None:
+        """DatasetError (one line) for an item id past the item maps (a changed byte of a part's
+        item column), before the maps are indexed with it: one max per batch."""
+        items = len(self.artist)
+        if max(cand_item.max(initial=0), hist_item.max(initial=0)) < items:
+            return
+        if cand_item.max() >= items:
+            k = int(np.argmax(cand_item >= items))
+            value, where = int(cand_item[k]), "at"
+        else:
+            j = int(np.argmax(hist_item >= items))
+            k = int(np.searchsorted(starts, j, "right")) - 1
+            value, where = int(hist_item[j]), "in the history of"
+        p, u, e = (int(a[k]) for a in anchors)
+        raise DatasetError(
+            f"{self.where}: item {value} {where} the anchor (part {p}, user {u}, event {e}) is "
+            f"outside the item maps' {items} items: a file disagrees with its manifest; "
+            "`shardrec data verify` names it"
+        )
+
     def make(
         self, anchors: tuple[np.ndarray, np.ndarray, np.ndarray], real: int | None = None
     ) -> Batch:
@@ -181,6 +207,7 @@ class EventBatcher:
             a = anchor[mine]
             cand_item[mine], t_anchor[mine] = part.item[a], part.ts[a]
             organic[mine], action[mine] = part.organic[a], part.action[a]
+        self._check_items(cand_item, hist["item"], starts, (part_ids, users, places))
         hour = (t_anchor // 3600) % 24
         keys = {
             "uid": uid,

@@ -4,6 +4,7 @@ middle of a window bit for bit, and the held-out last window."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -257,3 +258,48 @@ def test_a_user_of_more_events_than_two_parts_leaves_no_empty_part_and_the_same_
         )
         streams.append(_digests([loader], range(len(loader))))
     assert streams[0] == streams[1]
+
+
+@pytest.mark.parametrize("where", ["at", "in the history of"])
+def test_an_item_past_the_item_maps_is_one_line_not_an_index_error(events, tmp_path, where):
+    """A changed byte of a part's item column: `data digest` (and the loader, so train) ended in
+    numpy's IndexError from the item maps; it is one line naming the dataset and the anchor."""
+    import shutil
+
+    import pyarrow as pa
+    from helpers import assert_one_line_error
+    from typer.testing import CliRunner
+
+    from shardrec.dataloader.events.event_batches import EventSource
+    from shardrec.tools.cli.app import app
+
+    data = tmp_path / "data"
+    shutil.copytree(events, data)
+    source = EventSource(data, "train")
+    part, user, event = (int(c[0]) for c in source.timeline)
+    first = int(source.parts[part].offsets[user])
+    items = len(source.artist)
+    path = data / source.info.parts[part].name
+    del source
+    with pa.memory_map(str(path)) as f:
+        whole = f.read_buffer()
+        f.seek(0)
+        values = pa.ipc.open_file(f).get_batch(0).column("item").values.buffers()[1]
+        at, size = values.address - whole.address, values.size
+        del whole, values
+    changed = np.frombuffer(bytearray(path.read_bytes()), np.uint8)
+    ids = changed[at : at + size].view(np.uint32)
+    if where == "at":
+        ids[first + event] = 1 << 28
+    else:
+        ids[first : first + event] = 1 << 28  # every event before the first anchor
+    path.write_bytes(changed.tobytes())
+    line = (
+        f"{data} (train): item {1 << 28} {where} the anchor (part {part}, user {user}, "
+        f"event {event}) is outside the item maps' {items} items: a file disagrees with its "
+        "manifest; `shardrec data verify` names it"
+    )
+    result = CliRunner().invoke(
+        app, ["data", "digest", str(data), "--global-batch", "64", "--batches", "1", "--no-shuffle"]
+    )
+    assert_one_line_error(result, re.escape(line))

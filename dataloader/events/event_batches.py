@@ -21,7 +21,6 @@ from torchrec.datasets.utils import Batch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from shardrec.dataloader.events import event_files
-from shardrec.dataloader.events.event_files import EventsInfo
 from shardrec.dataloader.events.history_kernels import (
     LISTEN_PLUS,
     gather_histories,
@@ -51,12 +50,7 @@ class EventSource:
         self.manifest = manifest or Manifest.load(self.directory)
         if self.manifest.kind != event_files.EVENTS_KIND:
             raise DatasetError(f"{self.directory}: not an event-log dataset")
-        try:
-            self.info = EventsInfo.from_dict(self.manifest.events)
-        except (KeyError, TypeError) as e:
-            raise DatasetError(
-                f"{self.directory / 'manifest.json'}: malformed events: {e}"
-            ) from None
+        self.info = event_files.events_info(self.manifest, self.directory)
         if split not in self.info.timelines:
             raise DatasetError(
                 f"{self.directory}: no split {split!r} (has {', '.join(self.info.timelines) or 'none'})"

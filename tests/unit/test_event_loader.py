@@ -303,3 +303,49 @@ def test_an_item_past_the_item_maps_is_one_line_not_an_index_error(events, tmp_p
         app, ["data", "digest", str(data), "--global-batch", "64", "--batches", "1", "--no-shuffle"]
     )
     assert_one_line_error(result, re.escape(line))
+
+
+@pytest.mark.parametrize(
+    "edit, problem",
+    [
+        (
+            lambda e, s: e["windows"]["train"].__setitem__(-1, e["windows"]["train"][-1] + 500),
+            r"windows\.train ends at \d+, but train/timeline\.arrow holds \d+ anchors",
+        ),
+        (
+            lambda e, s: e["windows"]["train"].__setitem__(2, 0),
+            r"windows\.train is \[0, \d+, 0, .*expected timeline rows in order from 0",
+        ),
+        (
+            lambda e, s: s["train"].update(rows=s["train"]["rows"] + 5),
+            r"splits\.train\.rows is \d+, but train/timeline\.arrow holds \d+ anchors",
+        ),
+    ],
+    ids=["windows-past-the-timeline", "windows-out-of-order", "split-rows"],
+)
+def test_windows_that_do_not_cut_the_timeline_are_refused_in_one_line(
+    events, tmp_path, edit, problem
+):
+    """A hand-edited events block: windows past the timeline ended digest (and the loader) in
+    an IndexError; windows out of order, or a split's count other than its timeline's (train
+    sizes its epochs by it), were read silently as another stream."""
+    import json
+    import shutil
+
+    from helpers import assert_one_line_error
+    from typer.testing import CliRunner
+
+    from shardrec.tools.cli.app import app
+
+    data = tmp_path / "data"
+    shutil.copytree(events, data)
+    raw = json.loads((data / "manifest.json").read_text())
+    edit(raw["events"], raw["splits"])
+    (data / "manifest.json").write_text(json.dumps(raw))
+    line = (
+        f"{re.escape(str(data / 'manifest.json'))}: malformed events: {problem}; re-run the "
+        "command that made the dataset, into it, to write its manifest again"
+    )
+    for command in (["digest", "--global-batch", "64", "--batches", "1"], ["verify"], ["stats"]):
+        result = CliRunner().invoke(app, ["data", command[0], str(data), *command[1:]])
+        assert_one_line_error(result, line)

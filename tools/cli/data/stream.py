@@ -154,12 +154,12 @@ def verify_cmd(
 def _verify_any(directory: Path) -> list[str]:
     """verify's problems; an event-log dataset's files by size and SHA-256 (its parts, item maps
     and timelines), and its parts opened as the loader opens them."""
-    from shardrec.dataloader.events.event_files import EventsInfo, verify_files
+    from shardrec.dataloader.events.event_files import events_info, verify_files
     from shardrec.dataloader.format.manifest import Manifest
 
     manifest = Manifest.load(directory)
     if manifest.kind == "events":
-        return verify_files(Path(directory), EventsInfo.from_dict(manifest.events))
+        return verify_files(Path(directory), events_info(manifest, Path(directory)))
     return verify(directory)
 
 

@@ -11,7 +11,7 @@ from rich.progress import Progress, TextColumn
 
 from shardrec.dataloader.digest import stream_digests
 from shardrec.dataloader.format.integrity import verify
-from shardrec.dataloader.format.manifest import DatasetError
+from shardrec.dataloader.format.manifest import DatasetError, Manifest
 from shardrec.dataloader.format.source import check_dataset_dir
 from shardrec.tools.cli.common import fail, print_json
 from shardrec.tools.console import console, err_console
@@ -130,7 +130,8 @@ def verify_cmd(
 ) -> None:
     """Check every file's size and SHA-256 against the manifest; exit 1 on any problem."""
     try:
-        problems = _verify_any(directory)
+        manifest = Manifest.load(directory)
+        problems = _verify_any(directory, manifest)
     except DatasetError as e:
         fail(str(e))
     if json_out:
@@ -140,24 +141,45 @@ def verify_cmd(
             console.print(f"[red]problem:[/] {p}", highlight=False, soft_wrap=True)
         if not problems:
             console.print(f"{directory}: every file matches its manifest checksum")
-        else:  # a rerun into the same --out writes every part again (finished or not)
-            console.print(
-                f"to repair {directory}, re-run the command that made it, into it: `shardrec "
-                "preprocess` with the same inputs and options writes its files again",
-                highlight=False,
-                soft_wrap=True,
-            )
+        else:
+            console.print(_repair_advice(directory, manifest), highlight=False, soft_wrap=True)
     if problems:
         raise typer.Exit(1)
 
 
-def _verify_any(directory: Path) -> list[str]:
+def _repair_advice(directory: Path, manifest: Manifest) -> str:
+    """How to write a damaged dataset's files again, by the command that made it (its manifest
+    tells which). A rerun of `shardrec preprocess` redoes only the tasks whose parts are missing or
+    of another size, so a changed byte (the same size) is redone once its file is removed; the
+    copies' commands write into a new folder only."""
+    intro = f"to repair {directory}"
+    multihot = manifest.options.get("multihot")
+    if manifest.kind == "events":
+        return (
+            f"{intro}, re-run the `shardrec preprocess --events` that made it, into it, with the "
+            "same inputs and event spec: it writes every file again"
+        )
+    if isinstance(multihot, dict):
+        return (
+            f"{intro}, write it again into a new folder: `shardrec data multihot "
+            f"{multihot.get('source', 'SRC')} --out NEW` with the settings its manifest's "
+            "options.multihot records"
+        )
+    if manifest.options.get("source") == "torchrec-npy":
+        return (
+            f"{intro}, import it again into a new folder: `shardrec data import-npy SRC --out NEW`"
+        )
+    return (
+        f"{intro}, remove the files named above, then re-run the `shardrec preprocess` that made "
+        "it, into it, with the same inputs and options: it writes them again"
+    )
+
+
+def _verify_any(directory: Path, manifest: Manifest) -> list[str]:
     """verify's problems; an event-log dataset's files by size and SHA-256 (its parts, item maps
     and timelines), and its parts opened as the loader opens them."""
     from shardrec.dataloader.events.event_files import events_info, verify_files
-    from shardrec.dataloader.format.manifest import Manifest
 
-    manifest = Manifest.load(directory)
     if manifest.kind == "events":
         return verify_files(Path(directory), events_info(manifest, Path(directory)))
     return verify(directory)

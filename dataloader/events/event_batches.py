@@ -61,6 +61,8 @@ class EventSource:
         )
         self.parts = [event_files.open_part(self.directory, p) for p in self.info.parts]
         self.artist, self.album = event_files.open_items(self.directory, self.info.items)
+        maps = {"artist": self.artist, "album": self.album}
+        event_files.check_table_ids(self.directory, self.manifest, self.parts, maps)
         self.timeline = event_files.open_timeline(self.directory, self.info.timelines[split])
         self.window_offsets = tuple(self.info.windows[split])
         self.feature_names = self.manifest.feature_names

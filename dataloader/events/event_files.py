@@ -281,6 +281,32 @@ def open_items(directory: Path, entry: EventFile) -> tuple[np.ndarray, np.ndarra
     return _view(batch.column("artist")), _view(batch.column("album"))
 
 
+def check_table_ids(
+    directory: Path,
+    manifest: Manifest,
+    parts: list[EventPart],
+    maps: dict[str, np.ndarray],
+) -> None:
+    """DatasetError (one line) for a user or an item map's artist or album at or past its table's
+    rows (a changed byte): such an id reached the model, where fbgemm's bounds check stopped the
+    rank with 'RuntimeError: Expected idx < num_rows' and no file named. One pass over the users and
+    the items at open (the events themselves are checked as each batch reads them)."""
+    info = EventsInfo.from_dict(manifest.events)
+    tables = {f.name: (f.table or f.name, int(f.cardinality)) for f in manifest.sparse_features}
+    columns = [(directory / e.name, "uid", "uid", p.uid) for e, p in zip(info.parts, parts)]
+    columns += [(directory / info.items.name, n, f"cand_{n}", v) for n, v in maps.items()]
+    for path, column, feature, values in columns:
+        table, limit = tables.get(feature, (feature, None))
+        if limit is None or not values.size or int(values.max()) < limit:
+            continue
+        row = int(np.argmax(values >= limit))
+        raise DatasetError(
+            f"{path}: column {column}, row {row} has id {int(values[row])}, outside table {table} "
+            f"of {limit} rows (the file disagrees with its manifest; `shardrec data verify` names "
+            "it)"
+        )
+
+
 def open_timeline(directory: Path, entry: EventFile) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     batch = _open(directory, entry, "timeline")
     return tuple(_view(batch.column(n)) for n in ("part", "user", "event"))  # type: ignore[return-value]

@@ -260,13 +260,27 @@ def test_a_user_of_more_events_than_two_parts_leaves_no_empty_part_and_the_same_
     assert streams[0] == streams[1]
 
 
+def _uint32_column(data: np.ndarray, path: Path, column: str) -> np.ndarray:
+    """The values of a uint32 column (a list column's elements) of the Arrow file `path`, as a
+    view into `data`, the file's bytes."""
+    import pyarrow as pa
+
+    with pa.memory_map(str(path)) as f:
+        whole = f.read_buffer()
+        f.seek(0)
+        array = pa.ipc.open_file(f).get_batch(0).column(column)
+        values = (array.values if hasattr(array, "values") else array).buffers()[1]
+        at, size = values.address - whole.address, values.size
+        del whole, array, values
+    return data[at : at + size].view(np.uint32)
+
+
 @pytest.mark.parametrize("where", ["at", "in the history of"])
 def test_an_item_past_the_item_maps_is_one_line_not_an_index_error(events, tmp_path, where):
     """A changed byte of a part's item column: `data digest` (and the loader, so train) ended in
     numpy's IndexError from the item maps; it is one line naming the dataset and the anchor."""
     import shutil
 
-    import pyarrow as pa
     from helpers import assert_one_line_error
     from typer.testing import CliRunner
 
@@ -281,14 +295,8 @@ def test_an_item_past_the_item_maps_is_one_line_not_an_index_error(events, tmp_p
     items = len(source.artist)
     path = data / source.info.parts[part].name
     del source
-    with pa.memory_map(str(path)) as f:
-        whole = f.read_buffer()
-        f.seek(0)
-        values = pa.ipc.open_file(f).get_batch(0).column("item").values.buffers()[1]
-        at, size = values.address - whole.address, values.size
-        del whole, values
     changed = np.frombuffer(bytearray(path.read_bytes()), np.uint8)
-    ids = changed[at : at + size].view(np.uint32)
+    ids = _uint32_column(changed, path, "item")
     if where == "at":
         ids[first + event] = 1 << 28
     else:
@@ -349,3 +357,36 @@ def test_windows_that_do_not_cut_the_timeline_are_refused_in_one_line(
     for command in (["digest", "--global-batch", "64", "--batches", "1"], ["verify"], ["stats"]):
         result = CliRunner().invoke(app, ["data", command[0], str(data), *command[1:]])
         assert_one_line_error(result, line)
+
+
+@pytest.mark.parametrize(
+    "file, column, table", [("part", "uid", "uid"), ("items", "artist", "artist")]
+)
+def test_a_user_or_artist_past_its_table_is_one_line_naming_the_file(
+    events, tmp_path, file, column, table
+):
+    """A changed byte of a part's uid or an item map's artist: the loader made batches of it
+    (digest exit 0) and training stopped in fbgemm's 'RuntimeError: Expected idx < num_rows',
+    naming no file. Opening the split refuses it in one line naming file, column, row and id."""
+    import shutil
+
+    from helpers import assert_one_line_error
+    from typer.testing import CliRunner
+
+    from shardrec.dataloader.format.manifest import Manifest
+    from shardrec.tools.cli.app import app
+
+    data = tmp_path / "data"
+    shutil.copytree(events, data)
+    manifest = Manifest.load(data)
+    path = data / ("events/part-00000.arrow" if file == "part" else "items.arrow")
+    rows = {f.table or f.name: f.cardinality for f in manifest.sparse_features}[table]
+    changed = np.frombuffer(bytearray(path.read_bytes()), np.uint8)
+    _uint32_column(changed, path, column)[3] = rows
+    path.write_bytes(changed.tobytes())
+    line = (
+        f"{path}: column {column}, row 3 has id {rows}, outside table {table} of {rows} rows "
+        "(the file disagrees with its manifest; `shardrec data verify` names it)"
+    )
+    result = CliRunner().invoke(app, ["data", "digest", str(data), "--global-batch", "64"])
+    assert_one_line_error(result, re.escape(line))

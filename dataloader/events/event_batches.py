@@ -21,7 +21,6 @@ from torchrec.datasets.utils import Batch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from shardrec.dataloader.events import event_files
-from shardrec.dataloader.events.event_files import EventsInfo
 from shardrec.dataloader.events.history_kernels import (
     LISTEN_PLUS,
     gather_histories,
@@ -51,12 +50,7 @@ class EventSource:
         self.manifest = manifest or Manifest.load(self.directory)
         if self.manifest.kind != event_files.EVENTS_KIND:
             raise DatasetError(f"{self.directory}: not an event-log dataset")
-        try:
-            self.info = EventsInfo.from_dict(self.manifest.events)
-        except (KeyError, TypeError) as e:
-            raise DatasetError(
-                f"{self.directory / 'manifest.json'}: malformed events: {e}"
-            ) from None
+        self.info = event_files.events_info(self.manifest, self.directory)
         if split not in self.info.timelines:
             raise DatasetError(
                 f"{self.directory}: no split {split!r} (has {', '.join(self.info.timelines) or 'none'})"
@@ -67,6 +61,8 @@ class EventSource:
         )
         self.parts = [event_files.open_part(self.directory, p) for p in self.info.parts]
         self.artist, self.album = event_files.open_items(self.directory, self.info.items)
+        maps = {"artist": self.artist, "album": self.album}
+        event_files.check_table_ids(self.directory, self.manifest, self.parts, maps)
         self.timeline = event_files.open_timeline(self.directory, self.info.timelines[split])
         self.window_offsets = tuple(self.info.windows[split])
         self.feature_names = self.manifest.feature_names
@@ -126,6 +122,32 @@ class EventBatcher:
                 "users' events: a file disagrees with its manifest; `shardrec data verify` names it"
             )
 
+    def _check_items(
+        self,
+        cand_item: np.ndarray,
+        hist_item: np.ndarray,
+        starts: np.ndarray,
+        anchors: tuple[np.ndarray, np.ndarray, np.ndarray],
+    ) -> None:
+        """DatasetError (one line) for an item id past the item maps (a changed byte of a part's
+        item column), before the maps are indexed with it: one max per batch."""
+        items = len(self.artist)
+        if max(cand_item.max(initial=0), hist_item.max(initial=0)) < items:
+            return
+        if cand_item.max() >= items:
+            k = int(np.argmax(cand_item >= items))
+            value, where = int(cand_item[k]), "at"
+        else:
+            j = int(np.argmax(hist_item >= items))
+            k = int(np.searchsorted(starts, j, "right")) - 1
+            value, where = int(hist_item[j]), "in the history of"
+        p, u, e = (int(a[k]) for a in anchors)
+        raise DatasetError(
+            f"{self.where}: item {value} {where} the anchor (part {p}, user {u}, event {e}) is "
+            f"outside the item maps' {items} items: a file disagrees with its manifest; "
+            "`shardrec data verify` names it"
+        )
+
     def make(
         self, anchors: tuple[np.ndarray, np.ndarray, np.ndarray], real: int | None = None
     ) -> Batch:
@@ -181,6 +203,7 @@ class EventBatcher:
             a = anchor[mine]
             cand_item[mine], t_anchor[mine] = part.item[a], part.ts[a]
             organic[mine], action[mine] = part.organic[a], part.action[a]
+        self._check_items(cand_item, hist["item"], starts, (part_ids, users, places))
         hour = (t_anchor // 3600) % 24
         keys = {
             "uid": uid,

@@ -25,7 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from shardrec.dataloader.format.manifest import DatasetError, file_sha256, inside_dataset
+from shardrec.dataloader.format.manifest import (
+    DatasetError,
+    Manifest,
+    file_sha256,
+    inside_dataset,
+    shown,
+)
 from shardrec.dataloader.util.files import atomic_path
 
 EVENTS_KIND = "events"
@@ -82,6 +88,48 @@ class EventsInfo:
 
     def files(self) -> list[EventFile]:
         return [*self.parts, self.items, *self.timelines.values()]
+
+
+def events_info(manifest: Manifest, directory: Path) -> EventsInfo:
+    """The manifest's `events` block, its windows checked against its timelines: DatasetError in
+    one line naming the manifest for a malformed block. The loader cuts a split's timeline at its
+    windows, and `train` sizes its epochs by the split's rows: windows past the timeline's rows
+    would index outside it, and out of order ones or another count would train another stream."""
+    where = directory / "manifest.json"
+    try:
+        info = EventsInfo.from_dict(manifest.events)
+    except (KeyError, TypeError) as e:
+        raise DatasetError(f"{where}: malformed events: {e}") from None
+    for split in info.timelines:
+        problem = _windows_problem(split, info, manifest.splits.get(split))
+        if problem:
+            raise DatasetError(
+                f"{where}: malformed events: {problem}; re-run the command that made the dataset, "
+                "into it, to write its manifest again"
+            )
+    return info
+
+
+def _windows_problem(split: str, info: EventsInfo, rows: Any) -> str | None:
+    timeline = info.timelines[split]
+    anchors = f"{timeline.name} holds {timeline.rows} anchors"
+    bounds, ids = info.windows.get(split), info.window_ids.get(split)
+    if (
+        not isinstance(bounds, list)
+        or not all(type(b) is int for b in bounds)
+        or bounds[:1] != [0]
+        or any(b > c for b, c in zip(bounds, bounds[1:]))
+    ):
+        return f"windows.{split} is {shown(bounds, 60)}, expected timeline rows in order from 0"
+    if bounds[-1] != timeline.rows:
+        return f"windows.{split} ends at {bounds[-1]}, but {anchors}"
+    if getattr(rows, "rows", None) != timeline.rows:
+        return f"splits.{split}.rows is {getattr(rows, 'rows', None)}, but {anchors}"
+    if not isinstance(ids, list) or len(ids) != len(bounds) - 1:
+        return (
+            f"window_ids.{split} is {shown(ids, 60)}, expected one per window ({len(bounds) - 1})"
+        )
+    return None
 
 
 def _schema(kind: str):
@@ -231,6 +279,32 @@ def _check_user_offsets(path: Path, offsets: np.ndarray, events: list[int]) -> N
 def open_items(directory: Path, entry: EventFile) -> tuple[np.ndarray, np.ndarray]:
     batch = _open(directory, entry, "items")
     return _view(batch.column("artist")), _view(batch.column("album"))
+
+
+def check_table_ids(
+    directory: Path,
+    manifest: Manifest,
+    parts: list[EventPart],
+    maps: dict[str, np.ndarray],
+) -> None:
+    """DatasetError (one line) for a user or an item map's artist or album at or past its table's
+    rows (a changed byte): such an id reached the model, where fbgemm's bounds check stopped the
+    rank with 'RuntimeError: Expected idx < num_rows' and no file named. One pass over the users and
+    the items at open (the events themselves are checked as each batch reads them)."""
+    info = EventsInfo.from_dict(manifest.events)
+    tables = {f.name: (f.table or f.name, int(f.cardinality)) for f in manifest.sparse_features}
+    columns = [(directory / e.name, "uid", "uid", p.uid) for e, p in zip(info.parts, parts)]
+    columns += [(directory / info.items.name, n, f"cand_{n}", v) for n, v in maps.items()]
+    for path, column, feature, values in columns:
+        table, limit = tables.get(feature, (feature, None))
+        if limit is None or not values.size or int(values.max()) < limit:
+            continue
+        row = int(np.argmax(values >= limit))
+        raise DatasetError(
+            f"{path}: column {column}, row {row} has id {int(values[row])}, outside table {table} "
+            f"of {limit} rows (the file disagrees with its manifest; `shardrec data verify` names "
+            "it)"
+        )
 
 
 def open_timeline(directory: Path, entry: EventFile) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

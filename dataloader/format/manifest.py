@@ -359,13 +359,22 @@ def shown(value: Any, width: int = 80) -> str:
 def check_names(path: Path, manifest: Manifest, suffix: str = PART_SUFFIX) -> None:
     """Every split and part name the manifest gives is a plain name (parts: ending in `suffix`),
     so that the paths built from them stay inside the dataset directory (`../`, absolute paths;
-    symlinks are checked as each file is opened, `inside_dataset`)."""
+    symlinks are checked as each file is opened, `inside_dataset`), and none is listed twice in
+    its split: the loader would read its rows twice an epoch, and `data verify` check it twice."""
     for split, info in manifest.splits.items():
         if not is_plain_name(split):
             raise DatasetError(
                 f"{path}: split name {shown(split)} is not a plain name inside the dataset directory"
             )
+        seen: set[str] = set()
         for part in info.parts:
+            if part.name in seen:
+                raise DatasetError(
+                    f"{path}: part {shown(part.name)} of split {split!r} is listed twice, so its "
+                    "rows would be read twice an epoch; re-run the command that made the dataset, "
+                    "into it, to write its manifest again"
+                )
+            seen.add(part.name)
             if not is_plain_name(part.name):
                 raise DatasetError(
                     f"{path}: part {shown(part.name)} of split {split!r} is not a plain name "

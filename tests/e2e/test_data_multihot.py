@@ -348,3 +348,20 @@ def test_a_plan_with_on_the_fly_multi_hot_prices_each_table_at_its_size(
     assert result.exit_code == 0, result.output
     estimate = json.loads(plan.read_text())["estimate"]
     assert estimate["ids_per_sample"] == {"t_f0": 3.0, "t_f2": 2.0, "t_f3": 6.0}
+
+
+def test_verify_of_a_damaged_copy_says_to_write_it_again_into_a_new_folder(
+    one_hot: Path, tmp_path: Path
+):
+    """verify said to re-run the command that made the copy into it, naming `shardrec preprocess`;
+    `data multihot` into it is refused ('exists and is not an empty directory')."""
+    out = tmp_path / "mh"
+    assert _multihot(one_hot, out, "--sizes", "3,1,2,6").exit_code == 0
+    part = sorted((out / "train").glob("*.arrow"))[0]
+    part.write_bytes(part.read_bytes()[:-8])
+    verify = runner.invoke(app, ["data", "verify", str(out)], env={"COLUMNS": "300"})
+    assert verify.exit_code == 1
+    assert verify.stdout.splitlines()[-1] == (
+        f"to repair {out}, write it again into a new folder: `shardrec data multihot {one_hot} "
+        "--out NEW` with the settings its manifest's options.multihot records"
+    )

@@ -274,27 +274,37 @@ def test_output_does_not_depend_on_the_parse_piece_size(tmp_path: Path, monkeypa
     assert outputs(tmp_path / "small") == outputs(tmp_path / "whole")
 
 
-def test_verify_says_how_to_repair_a_cut_part_and_the_same_rerun_does(tmp_path: Path):
-    """verify named the part cut short but not the fix: the same preprocess command, rerun into
-    the dataset, writes its files again."""
+@pytest.mark.parametrize("damage", ["cut", "changed-byte"])
+def test_verify_says_how_to_repair_a_damaged_part_and_following_it_does(tmp_path: Path, damage):
+    """verify named the damaged part and said to rerun the same preprocess into the dataset; for a
+    changed byte (the part's size kept) that rerun said 'nothing to do: all 5 task(s) were already
+    done' and left the part as it was, so verify kept failing. It now says to remove the files it
+    names first, which the rerun writes again."""
     raw = write_dataset(tmp_path / "raw", rows=1500, seed=2, max_vocab=300)[0]
     out = tmp_path / "data"
     cli("preprocess", raw, "--out", out, *ARGS)
     before = outputs(out)
     part = sorted((out / "train").glob("*.arrow"))[0]
-    size = part.stat().st_size
-    part.write_bytes(part.read_bytes()[: size // 2])
+    data, size = bytearray(part.read_bytes()), part.stat().st_size
+    if damage == "cut":
+        part.write_bytes(data[: size // 2])
+        problem = f"{part}: {size // 2} bytes, manifest says {size}"
+    else:
+        data[size // 2] ^= 0x40
+        part.write_bytes(bytes(data))
+        problem = f"{part}: checksum differs from the manifest"
     verify = runner.invoke(app, ["data", "verify", str(out)], env={"COLUMNS": "300"})
     assert verify.exit_code == 1
     assert verify.stdout.splitlines() == [
-        f"problem: {part}: {size // 2} bytes, manifest says {size}",
-        f"to repair {out}, re-run the command that made it, into it: `shardrec preprocess` with "
-        "the same inputs and options writes its files again",
+        f"problem: {problem}",
+        f"to repair {out}, remove the files named above, then re-run the `shardrec preprocess` "
+        "that made it, into it, with the same inputs and options: it writes them again",
     ]
     # --json says what the text says (before, the repair line was missing from it)
     shown = json.loads(runner.invoke(app, ["data", "verify", str(out), "--json"]).stdout)
     assert shown["problems"] == [verify.stdout.splitlines()[0].removeprefix("problem: ")]
     assert shown["repair"] == verify.stdout.splitlines()[1]
+    part.unlink()
     cli("preprocess", raw, "--out", out, *ARGS)
     assert runner.invoke(app, ["data", "verify", str(out)]).exit_code == 0
     assert outputs(out) == before

@@ -4,6 +4,7 @@ middle of a window bit for bit, and the held-out last window."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -257,3 +258,135 @@ def test_a_user_of_more_events_than_two_parts_leaves_no_empty_part_and_the_same_
         )
         streams.append(_digests([loader], range(len(loader))))
     assert streams[0] == streams[1]
+
+
+def _uint32_column(data: np.ndarray, path: Path, column: str) -> np.ndarray:
+    """The values of a uint32 column (a list column's elements) of the Arrow file `path`, as a
+    view into `data`, the file's bytes."""
+    import pyarrow as pa
+
+    with pa.memory_map(str(path)) as f:
+        whole = f.read_buffer()
+        f.seek(0)
+        array = pa.ipc.open_file(f).get_batch(0).column(column)
+        values = (array.values if hasattr(array, "values") else array).buffers()[1]
+        at, size = values.address - whole.address, values.size
+        del whole, array, values
+    return data[at : at + size].view(np.uint32)
+
+
+@pytest.mark.parametrize("where", ["at", "in the history of"])
+def test_an_item_past_the_item_maps_is_one_line_not_an_index_error(events, tmp_path, where):
+    """A changed byte of a part's item column: `data digest` (and the loader, so train) ended in
+    numpy's IndexError from the item maps; it is one line naming the dataset and the anchor."""
+    import shutil
+
+    from helpers import assert_one_line_error
+    from typer.testing import CliRunner
+
+    from shardrec.dataloader.events.event_batches import EventSource
+    from shardrec.tools.cli.app import app
+
+    data = tmp_path / "data"
+    shutil.copytree(events, data)
+    source = EventSource(data, "train")
+    part, user, event = (int(c[0]) for c in source.timeline)
+    first = int(source.parts[part].offsets[user])
+    items = len(source.artist)
+    path = data / source.info.parts[part].name
+    del source
+    changed = np.frombuffer(bytearray(path.read_bytes()), np.uint8)
+    ids = _uint32_column(changed, path, "item")
+    if where == "at":
+        ids[first + event] = 1 << 28
+    else:
+        ids[first : first + event] = 1 << 28  # every event before the first anchor
+    path.write_bytes(changed.tobytes())
+    line = (
+        f"{data} (train): item {1 << 28} {where} the anchor (part {part}, user {user}, "
+        f"event {event}) is outside the item maps' {items} items: a file disagrees with its "
+        "manifest; `shardrec data verify` names it"
+    )
+    result = CliRunner().invoke(
+        app, ["data", "digest", str(data), "--global-batch", "64", "--batches", "1", "--no-shuffle"]
+    )
+    assert_one_line_error(result, re.escape(line))
+
+
+@pytest.mark.parametrize(
+    "edit, problem",
+    [
+        (
+            lambda e, s: e["windows"]["train"].__setitem__(-1, e["windows"]["train"][-1] + 500),
+            r"windows\.train ends at \d+, but train/timeline\.arrow holds \d+ anchors",
+        ),
+        (
+            lambda e, s: e["windows"]["train"].__setitem__(2, 0),
+            r"windows\.train is \[0, \d+, 0, .*expected timeline rows in order from 0",
+        ),
+        (
+            lambda e, s: s["train"].update(rows=s["train"]["rows"] + 5),
+            r"splits\.train\.rows is \d+, but train/timeline\.arrow holds \d+ anchors",
+        ),
+    ],
+    ids=["windows-past-the-timeline", "windows-out-of-order", "split-rows"],
+)
+def test_windows_that_do_not_cut_the_timeline_are_refused_in_one_line(
+    events, tmp_path, edit, problem
+):
+    """A hand-edited events block: windows past the timeline ended digest (and the loader) in
+    an IndexError; windows out of order, or a split's count other than its timeline's (train
+    sizes its epochs by it), were read silently as another stream."""
+    import json
+    import shutil
+
+    from helpers import assert_one_line_error
+    from typer.testing import CliRunner
+
+    from shardrec.tools.cli.app import app
+
+    data = tmp_path / "data"
+    shutil.copytree(events, data)
+    raw = json.loads((data / "manifest.json").read_text())
+    edit(raw["events"], raw["splits"])
+    (data / "manifest.json").write_text(json.dumps(raw))
+    line = (
+        f"{re.escape(str(data / 'manifest.json'))}: malformed events: {problem}; re-run the "
+        "command that made the dataset, into it, to write its manifest again"
+    )
+    for command in (["digest", "--global-batch", "64", "--batches", "1"], ["verify"], ["stats"]):
+        result = CliRunner().invoke(app, ["data", command[0], str(data), *command[1:]])
+        assert_one_line_error(result, line)
+
+
+@pytest.mark.parametrize(
+    "file, column, table", [("part", "uid", "uid"), ("items", "artist", "artist")]
+)
+def test_a_user_or_artist_past_its_table_is_one_line_naming_the_file(
+    events, tmp_path, file, column, table
+):
+    """A changed byte of a part's uid or an item map's artist: the loader made batches of it
+    (digest exit 0) and training stopped in fbgemm's 'RuntimeError: Expected idx < num_rows',
+    naming no file. Opening the split refuses it in one line naming file, column, row and id."""
+    import shutil
+
+    from helpers import assert_one_line_error
+    from typer.testing import CliRunner
+
+    from shardrec.dataloader.format.manifest import Manifest
+    from shardrec.tools.cli.app import app
+
+    data = tmp_path / "data"
+    shutil.copytree(events, data)
+    manifest = Manifest.load(data)
+    path = data / ("events/part-00000.arrow" if file == "part" else "items.arrow")
+    rows = {f.table or f.name: f.cardinality for f in manifest.sparse_features}[table]
+    changed = np.frombuffer(bytearray(path.read_bytes()), np.uint8)
+    _uint32_column(changed, path, column)[3] = rows
+    path.write_bytes(changed.tobytes())
+    line = (
+        f"{path}: column {column}, row 3 has id {rows}, outside table {table} of {rows} rows "
+        "(the file disagrees with its manifest; `shardrec data verify` names it)"
+    )
+    result = CliRunner().invoke(app, ["data", "digest", str(data), "--global-batch", "64"])
+    assert_one_line_error(result, re.escape(line))

@@ -1,15 +1,21 @@
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import write_tiny_dataset
+from helpers import assert_one_line_error
+from typer.testing import CliRunner
 
 from shardrec.dataloader.format.integrity import verify
 from shardrec.dataloader.format.manifest import DatasetError, Manifest, SparseFeature, smallest_uint
 from shardrec.dataloader.format.part_file import manifest_layout, open_split
+from shardrec.tools.cli.app import app
+
+runner = CliRunner()
 
 
 def test_smallest_uint_picks_the_narrowest_type():
@@ -206,6 +212,27 @@ def test_a_manifest_of_another_format_or_unreadable_is_refused_naming_it(tmp_pat
     assert _load_refusal(tmp_path) == (f"{path}: format is 'other', expected 'shardrec-dataset'")
     path.write_text("{")
     assert _load_refusal(tmp_path).startswith(f"{path}: unreadable manifest: ")
+
+
+def test_a_part_listed_twice_in_its_split_is_refused_in_one_line(tmp_path: Path):
+    """A part's entry repeated (its rows added to the split's count, as a hand edit would) made
+    every reader read its rows twice an epoch, and `data verify` pass."""
+    write_tiny_dataset(tmp_path, rows={"train": [600, 400]})
+
+    def repeat(raw):
+        parts = raw["splits"]["train"]["parts"]
+        parts.append(dict(parts[1]))
+        raw["splits"]["train"]["rows"] += parts[1]["rows"]
+
+    _edit_manifest(tmp_path, repeat)
+    line = (
+        f"{tmp_path / 'manifest.json'}: part 'part-00001.arrow' of split 'train' is listed twice, "
+        "so its rows would be read twice an epoch; re-run the command that made the dataset, "
+        "into it, to write its manifest again"
+    )
+    assert _load_refusal(tmp_path) == line
+    for command in ("verify", "digest", "head"):
+        assert_one_line_error(runner.invoke(app, ["data", command, str(tmp_path)]), re.escape(line))
 
 
 def test_a_split_counts_the_rows_of_its_parts(tmp_path: Path):

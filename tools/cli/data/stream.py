@@ -11,7 +11,7 @@ from rich.progress import Progress, TextColumn
 
 from shardrec.dataloader.digest import stream_digests
 from shardrec.dataloader.format.integrity import verify
-from shardrec.dataloader.format.manifest import DatasetError
+from shardrec.dataloader.format.manifest import DatasetError, Manifest
 from shardrec.dataloader.format.source import check_dataset_dir
 from shardrec.tools.cli.common import fail, print_json
 from shardrec.tools.console import console, err_console
@@ -130,10 +130,11 @@ def verify_cmd(
 ) -> None:
     """Check every file's size and SHA-256 against the manifest; exit 1 on any problem."""
     try:
-        problems = _verify_any(directory)
+        manifest = Manifest.load(directory)
+        problems = _verify_any(directory, manifest)
     except DatasetError as e:
         fail(str(e))
-    repair = _repair_advice(directory) if problems else ""
+    repair = _repair_advice(directory, manifest) if problems else ""
     if json_out:  # what the text says: each problem, and how to repair them
         shown = {"directory": str(directory), "ok": not problems, "problems": problems}
         print_json({**shown, "repair": repair} if problems else shown)
@@ -148,37 +149,41 @@ def verify_cmd(
         raise typer.Exit(1)
 
 
-def _repair_advice(directory: Path) -> str:
-    """How to write a dataset's files again: `shardrec preprocess` rerun into its --out writes
-    every part again (finished or not); `data multihot` and `data import-npy` write into a new or
-    empty folder only, so their copy is removed first."""
-    from shardrec.dataloader.format.manifest import Manifest
-
-    options = Manifest.load(directory).options
-    if "multihot" in options:
-        made_by = f"`shardrec data multihot {options['multihot'].get('source', 'SRC')}`"
-    elif options.get("source") == "torchrec-npy":
-        made_by = "`shardrec data import-npy`"
-    else:
+def _repair_advice(directory: Path, manifest: Manifest) -> str:
+    """How to write a damaged dataset's files again, by the command that made it (its manifest
+    tells which). A rerun of `shardrec preprocess` redoes only the tasks whose parts are missing or
+    of another size, so a changed byte (the same size) is redone once its file is removed; the
+    copies' commands write into a new folder only."""
+    intro = f"to repair {directory}"
+    multihot = manifest.options.get("multihot")
+    if manifest.kind == "events":
         return (
-            f"to repair {directory}, re-run the command that made it, into it: `shardrec "
-            "preprocess` with the same inputs and options writes its files again"
+            f"{intro}, re-run the `shardrec preprocess --events` that made it, into it, with the "
+            "same inputs and event spec: it writes every file again"
+        )
+    if isinstance(multihot, dict):
+        return (
+            f"{intro}, write it again into a new folder: `shardrec data multihot "
+            f"{multihot.get('source', 'SRC')} --out NEW` with the settings its manifest's "
+            "options.multihot records"
+        )
+    if manifest.options.get("source") == "torchrec-npy":
+        return (
+            f"{intro}, import it again into a new folder: `shardrec data import-npy SRC --out NEW`"
         )
     return (
-        f"to repair {directory}, remove it and run the command that made it again: {made_by} "
-        f"with the same options and --out {directory} (it writes into a new or empty folder only)"
+        f"{intro}, remove the files named above, then re-run the `shardrec preprocess` that made "
+        "it, into it, with the same inputs and options: it writes them again"
     )
 
 
-def _verify_any(directory: Path) -> list[str]:
+def _verify_any(directory: Path, manifest: Manifest) -> list[str]:
     """verify's problems; an event-log dataset's files by size and SHA-256 (its parts, item maps
     and timelines), and its parts opened as the loader opens them."""
-    from shardrec.dataloader.events.event_files import EventsInfo, verify_files
-    from shardrec.dataloader.format.manifest import Manifest
+    from shardrec.dataloader.events.event_files import events_info, verify_files
 
-    manifest = Manifest.load(directory)
     if manifest.kind == "events":
-        return verify_files(Path(directory), EventsInfo.from_dict(manifest.events))
+        return verify_files(Path(directory), events_info(manifest, Path(directory)))
     return verify(directory)
 
 

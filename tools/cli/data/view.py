@@ -19,13 +19,13 @@ EVENT_ROWS = 65536
 """Anchors of an event-log dataset whose dense features `data stats` describes."""
 
 
-def split_table(manifest: Manifest) -> list[dict[str, Any]]:
+def split_table(manifest: Manifest, directory: Path) -> list[dict[str, Any]]:
     """Rows and parts per split; of an event-log dataset, its samples (anchors: the rows), the
     windows they are cut in, and the event parts every split reads (a split has no parts)."""
     if manifest.kind == "events":
-        from shardrec.dataloader.events.event_files import EventsInfo
+        from shardrec.dataloader.events.event_files import events_info
 
-        info = EventsInfo.from_dict(manifest.events)
+        info = events_info(manifest, directory)
         return [
             {"split": s, "rows": split.rows, "windows": len(info.windows[s]) - 1}
             | {"event parts": len(info.parts)}
@@ -114,7 +114,7 @@ def dataset_stats(directory: Path) -> dict[str, Any]:
     """Everything `data stats` shows, as plain data."""
     manifest = Manifest.load(directory)
     return {
-        "splits": split_table(manifest),
+        "splits": split_table(manifest, directory),
         "skipped": dict(manifest.skipped),
         "features": feature_table(manifest),
         "dense": dense_table(directory, manifest),

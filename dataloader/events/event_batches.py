@@ -63,6 +63,7 @@ class EventSource:
         self.artist, self.album = event_files.open_items(self.directory, self.info.items)
         maps = {"artist": self.artist, "album": self.album}
         event_files.check_table_ids(self.directory, self.manifest, self.parts, maps)
+        event_files.check_actions(self.directory, self.manifest, self.parts)
         self.timeline = event_files.open_timeline(self.directory, self.info.timelines[split])
         self.window_offsets = tuple(self.info.windows[split])
         self.feature_names = self.manifest.feature_names

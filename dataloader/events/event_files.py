@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from shardrec.dataloader.events.history_kernels import LIKE, LISTEN_PLUS, SKIP
 from shardrec.dataloader.format.manifest import (
     DatasetError,
     Manifest,
@@ -305,6 +306,28 @@ def check_table_ids(
             f"of {limit} rows (the file disagrees with its manifest; `shardrec data verify` names "
             "it)"
         )
+
+
+ACTION_CODES = (0, LISTEN_PLUS, LIKE, SKIP)
+"""An event's action as a part stores it: 0 (in no pool: dislikes, unlikes, undislikes) or its
+pool's bit; a listen's label is whether it is listen-plus."""
+
+
+def check_actions(directory: Path, manifest: Manifest, parts: list[EventPart]) -> None:
+    """DatasetError (one line) for an action that is no action code (a changed byte): a listen's
+    label and every history's pools are read from them, and another value would train as a skip
+    and leave its event out of the pools, without a word. One pass over the actions at open."""
+    info = EventsInfo.from_dict(manifest.events)
+    for entry, part in zip(info.parts, parts):
+        action = part.action
+        bad = ~np.isin(action, ACTION_CODES, kind="table")
+        if action.size and bad.any():
+            row = int(np.argmax(bad))
+            raise DatasetError(
+                f"{directory / entry.name}: column action, row {row} holds {int(action[row])}, no "
+                f"action code ({', '.join(map(str, ACTION_CODES))}): the file disagrees with its "
+                "manifest; `shardrec data verify` names it"
+            )
 
 
 def open_timeline(directory: Path, entry: EventFile) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

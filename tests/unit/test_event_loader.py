@@ -260,9 +260,9 @@ def test_a_user_of_more_events_than_two_parts_leaves_no_empty_part_and_the_same_
     assert streams[0] == streams[1]
 
 
-def _uint32_column(data: np.ndarray, path: Path, column: str) -> np.ndarray:
-    """The values of a uint32 column (a list column's elements) of the Arrow file `path`, as a
-    view into `data`, the file's bytes."""
+def _column_values(data: np.ndarray, path: Path, column: str, dtype=np.uint32) -> np.ndarray:
+    """The values of a column of `dtype` (a list column's elements) of the Arrow file `path`, as
+    a view into `data`, the file's bytes."""
     import pyarrow as pa
 
     with pa.memory_map(str(path)) as f:
@@ -272,7 +272,7 @@ def _uint32_column(data: np.ndarray, path: Path, column: str) -> np.ndarray:
         values = (array.values if hasattr(array, "values") else array).buffers()[1]
         at, size = values.address - whole.address, values.size
         del whole, array, values
-    return data[at : at + size].view(np.uint32)
+    return data[at : at + size].view(dtype)
 
 
 @pytest.mark.parametrize("where", ["at", "in the history of"])
@@ -296,7 +296,7 @@ def test_an_item_past_the_item_maps_is_one_line_not_an_index_error(events, tmp_p
     path = data / source.info.parts[part].name
     del source
     changed = np.frombuffer(bytearray(path.read_bytes()), np.uint8)
-    ids = _uint32_column(changed, path, "item")
+    ids = _column_values(changed, path, "item")
     if where == "at":
         ids[first + event] = 1 << 28
     else:
@@ -382,11 +382,37 @@ def test_a_user_or_artist_past_its_table_is_one_line_naming_the_file(
     path = data / ("events/part-00000.arrow" if file == "part" else "items.arrow")
     rows = {f.table or f.name: f.cardinality for f in manifest.sparse_features}[table]
     changed = np.frombuffer(bytearray(path.read_bytes()), np.uint8)
-    _uint32_column(changed, path, column)[3] = rows
+    _column_values(changed, path, column)[3] = rows
     path.write_bytes(changed.tobytes())
     line = (
         f"{path}: column {column}, row 3 has id {rows}, outside table {table} of {rows} rows "
         "(the file disagrees with its manifest; `shardrec data verify` names it)"
+    )
+    result = CliRunner().invoke(app, ["data", "digest", str(data), "--global-batch", "64"])
+    assert_one_line_error(result, re.escape(line))
+
+
+def test_an_action_that_is_no_action_code_is_one_line_naming_the_file(events, tmp_path):
+    """A changed byte of a part's action column: the listen trained as a skip (its label is
+    whether its action is listen-plus) and the event left every history's pools, without a word
+    (`dlrmv4` trained to its end). Opening the split refuses it in one line."""
+    import shutil
+
+    from helpers import assert_one_line_error
+    from typer.testing import CliRunner
+
+    from shardrec.tools.cli.app import app
+
+    data = tmp_path / "data"
+    shutil.copytree(events, data)
+    path = data / "events/part-00000.arrow"
+    changed = np.frombuffer(bytearray(path.read_bytes()), np.uint8)
+    actions = _column_values(changed, path, "action", np.uint8)
+    actions[5] |= 0x40
+    path.write_bytes(changed.tobytes())
+    line = (
+        f"{path}: column action, row 5 holds {int(actions[5])}, no action code (0, 1, 2, 4): the "
+        "file disagrees with its manifest; `shardrec data verify` names it"
     )
     result = CliRunner().invoke(app, ["data", "digest", str(data), "--global-batch", "64"])
     assert_one_line_error(result, re.escape(line))

@@ -14,6 +14,10 @@ from __future__ import annotations
 from shardrec.embeddings.dims import TableSpec
 from shardrec.sharding.plan.plan_types import PlanFile, TablePlan
 
+COLUMN_BLOCK = 4
+"""Column shards are a multiple of this many columns wide: fbgemm's kernels need it, and torchrec
+asserts it inside every rank building one (the planners cut no others)."""
+
 Geometry = tuple[int, int, int, int, int]
 """(rank, row offset, col offset, rows, cols) of a shard."""
 
@@ -88,6 +92,13 @@ def check_layout(plan: PlanFile, tables: list[TableSpec], world_size: int) -> No
                 f"table {t.name}: its shards{what} are not a {t.sharding_type} layout of its "
                 f"{spec.rows} x {spec.dim} weights on {ranks} ranks (was the plan edited? "
                 "re-run `shardrec plan`)"
+            )
+        cols = want[0][4] if want else 0
+        if t.sharding_type in ("column_wise", "table_column_wise") and cols % COLUMN_BLOCK:
+            raise ValueError(
+                f"table {t.name}: its column shards are {cols} columns wide, not a multiple of "
+                f"{COLUMN_BLOCK} (fbgemm's kernels need one; was the plan edited? re-run "
+                "`shardrec plan`)"
             )
 
 

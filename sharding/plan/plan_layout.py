@@ -11,12 +11,8 @@ every row; a data-parallel table is whole on every rank.
 
 from __future__ import annotations
 
-from shardrec.embeddings.dims import TableSpec
+from shardrec.embeddings.dims import WIDTH_MULTIPLE, TableSpec
 from shardrec.sharding.plan.plan_types import PlanFile, TablePlan
-
-COLUMN_BLOCK = 4
-"""Column shards are a multiple of this many columns wide: fbgemm's kernels need it, and torchrec
-asserts it inside every rank building one (the planners cut no others)."""
 
 Geometry = tuple[int, int, int, int, int]
 """(rank, row offset, col offset, rows, cols) of a shard."""
@@ -94,10 +90,10 @@ def check_layout(plan: PlanFile, tables: list[TableSpec], world_size: int) -> No
                 "re-run `shardrec plan`)"
             )
         cols = want[0][4] if want else 0
-        if t.sharding_type in ("column_wise", "table_column_wise") and cols % COLUMN_BLOCK:
+        if t.sharding_type in ("column_wise", "table_column_wise") and cols % WIDTH_MULTIPLE:
             raise ValueError(
                 f"table {t.name}: its column shards are {cols} columns wide, not a multiple of "
-                f"{COLUMN_BLOCK} (fbgemm's kernels need one; was the plan edited? re-run "
+                f"{WIDTH_MULTIPLE} (fbgemm's kernels need one; was the plan edited? re-run "
                 "`shardrec plan`)"
             )
 

@@ -1,7 +1,7 @@
-"""A plan whose column shards are not a multiple of 4 columns wide (a hand-edited plan: 12
-columns cut in two for 3 ranks) is refused in one line naming the table before any rank starts.
-It started 3 ranks, whose torchrec asserted "local_cols=6 not divisible by 4" inside rank 1, and
-ended in the lost-rank lines of the others."""
+"""Embedding widths fbgemm's kernels cannot take are refused in one line before any rank starts:
+a plan whose column shards are not a multiple of 4 columns wide (a hand-edited plan: 12 columns
+cut in two for 3 ranks) started 3 ranks, whose torchrec asserted "local_cols=6 not divisible by 4"
+inside rank 1, and ended in the lost-rank lines of the others; so did a table width of 6."""
 
 from __future__ import annotations
 
@@ -57,5 +57,27 @@ def test_column_shards_not_a_multiple_of_4_wide_are_refused_before_ranks_start(
         "^error: " + re.escape(str(plan)) + r": table t_f0: its column shards are 6 columns wide, "
         r"not a multiple of 4 \(fbgemm's kernels need one; was the plan edited\? re-run "
         r"`shardrec plan`\)$",
+    )
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_table_width_not_a_multiple_of_4_is_refused_before_ranks_start(
+    tiny_dataset: Path, tmp_path: Path
+):
+    """model.embedding_dim = 6 started the ranks, which died on torchrec's assertion
+    "local_cols=6 not divisible by 4" at any world size and under any plan."""
+    job = settings(
+        'train.device="cpu"',
+        "model.embedding_dim=6",
+        "model.dense_arch=[16, 6]",
+        f"train.global_batch_size={GLOBAL_BATCH}",
+        "train.steps=1",
+    )
+    cmd = train_command(tiny_dataset, tmp_path / "run", *job, nproc=WORLD_SIZE)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert_one_line_error(
+        done,
+        r"^error: --set 'model\.embedding_dim=6': model\.embedding_dim = 6: fbgemm's embedding "
+        r"kernels take widths that are a multiple of 4, such as 8$",
     )
     assert not (tmp_path / "run").exists()

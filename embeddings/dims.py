@@ -13,6 +13,19 @@ from dataclasses import dataclass
 from shardrec.dataloader.format.manifest import Manifest, SparseFeature
 from shardrec.embeddings.managed.table_kinds import RAW_KINDS, TableSettings
 
+WIDTH_MULTIPLE = 4
+"""Table widths, and column shards' widths, are a multiple of this: fbgemm's kernels need it, and
+torchrec asserts it inside every rank building a fused table (the planners cut no other widths)."""
+
+
+def check_width(key: str, dim: int) -> None:
+    """ValueError naming `key` for an embedding width fbgemm's kernels cannot take."""
+    if dim % WIDTH_MULTIPLE:
+        raise ValueError(
+            f"{key} = {dim}: fbgemm's embedding kernels take widths that are a multiple of "
+            f"{WIDTH_MULTIPLE}, such as {-(-dim // WIDTH_MULTIPLE) * WIDTH_MULTIPLE}"
+        )
+
 
 def table_name(feature: str) -> str:
     return f"t_{feature}"

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from shardrec.dataloader.util.near import name_list
+from shardrec.embeddings.dims import WIDTH_MULTIPLE
 from shardrec.sharding.plan.plan_types import SEQUENCE_SHARDING_TYPES, SHARDING_TYPES, UNPOOLED
 
 if TYPE_CHECKING:  # torch-free: `shardrec train` checks constraints before torch is imported
@@ -161,11 +162,11 @@ def parse_constraints(
 def column_splits(dim: int, min_partition: int, max_shards: int) -> list[int]:
     """Shard counts k > 1 that split `dim` into equal blocks of >= min_partition columns, a multiple
     of 4."""
-    floor = max(min_partition, 4)
+    floor = max(min_partition, WIDTH_MULTIPLE)
     return [
         k
         for k in range(2, min(dim, max_shards) + 1)
-        if dim % k == 0 and dim // k >= floor and (dim // k) % 4 == 0
+        if dim % k == 0 and dim // k >= floor and (dim // k) % WIDTH_MULTIPLE == 0
     ]
 
 

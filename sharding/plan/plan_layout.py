@@ -11,7 +11,7 @@ every row; a data-parallel table is whole on every rank.
 
 from __future__ import annotations
 
-from shardrec.embeddings.dims import TableSpec
+from shardrec.embeddings.dims import WIDTH_MULTIPLE, TableSpec
 from shardrec.sharding.plan.plan_types import PlanFile, TablePlan
 
 Geometry = tuple[int, int, int, int, int]
@@ -88,6 +88,13 @@ def check_layout(plan: PlanFile, tables: list[TableSpec], world_size: int) -> No
                 f"table {t.name}: its shards{what} are not a {t.sharding_type} layout of its "
                 f"{spec.rows} x {spec.dim} weights on {ranks} ranks (was the plan edited? "
                 "re-run `shardrec plan`)"
+            )
+        cols = want[0][4] if want else 0
+        if t.sharding_type in ("column_wise", "table_column_wise") and cols % WIDTH_MULTIPLE:
+            raise ValueError(
+                f"table {t.name}: its column shards are {cols} columns wide, not a multiple of "
+                f"{WIDTH_MULTIPLE} (fbgemm's kernels need one; was the plan edited? re-run "
+                "`shardrec plan`)"
             )
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardrec.embeddings import sparse_optimizers
+from shardrec.embeddings.dims import check_width
 from shardrec.trainer.job.toml_values import (
     check_choice,
     check_counts,
@@ -159,8 +160,10 @@ class ModelConfig:
         check_elements("model.dims", self.dims, int)
         check_elements("model.dense_arch", self.dense_arch, int)
         check_elements("model.over_arch", self.over_arch, int)
+        check_width("model.embedding_dim", self.embedding_dim)
         for name, dim in self.dims.items():
             check_positive(f"model.dims.{name}", dim)
+            check_width(f"model.dims.{name}", dim)
         for key, sizes in (
             ("model.dense_arch", self.dense_arch),
             ("model.over_arch", self.over_arch),

@@ -175,7 +175,8 @@ def sharding_options(
 ) -> list[tuple[str, int]]:
     """(sharding type, column shards: 1 where it cuts no columns) of every way the constraint
     allows a table of `dim` columns on `world_size` ranks, `local_world_size` a host: column-wise
-    types cut into equal blocks of at least min_partition columns on distinct ranks; row-wise and
+    types cut into equal blocks of at least min_partition columns, no more blocks than the ranks
+    allowed (the placement may still put several on one rank, as torchrec allows); row-wise and
     data-parallel need every rank allowed, the table-wise-within-a-host types a whole host;
     data-parallel also a kernel constraint that allows 'dense', its one kernel."""
     allowed = set(constraint.ranks) or set(range(world_size))

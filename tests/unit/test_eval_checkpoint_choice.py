@@ -73,51 +73,49 @@ def test_a_torn_newest_folder_with_no_complete_one_before_it_says_so(tmp_path: P
     )
 
 
-def test_export_refuses_a_folder_that_holds_another_steps_checkpoint(tmp_path: Path) -> None:
-    """step-00000006 holding step 4's files, digests and all (a copy): export wrote step 4's
-    weights as 'step 6' (its header's source step)."""
+def _run_copy(tmp_path: Path) -> Path:
+    """The fixture run copied into tmp_path, beside a tiny dataset of its data's shape."""
     write_tiny_dataset(tmp_path / "data")
     run = tmp_path / "run"
     shutil.copytree(FIXTURE, run)
-    copy = run / "checkpoints" / "step-00000006"
-    shutil.copytree(run / "checkpoints" / "step-00000004", copy)
+    return run
+
+
+def _export_refused(run: Path, tmp_path: Path, line: str) -> None:
+    """export of `run` fails with exactly `line` and writes no file."""
     out = tmp_path / "model.safetensors"
     exported = CliRunner().invoke(
         app, ["export", str(run), "--out", str(out), "--data", str(tmp_path / "data")]
     )
-    assert_one_line_error(
-        exported,
-        "^"
-        + re.escape(
-            f"error: {copy / 'train_state.pt'}: holds the checkpoint of step 4, not of step 6 as "
-            "its folder's name says (a copy or a cut-short overwrite left it); refusing the "
-            "checkpoint; export another checkpoint with --checkpoint STEP (this run's other "
-            "checkpoints: steps 4)"
-        )
-        + "$",
-    )
+    assert_one_line_error(exported, "^" + re.escape(line) + "$")
     assert not out.exists()
+
+
+def test_export_refuses_a_folder_that_holds_another_steps_checkpoint(tmp_path: Path) -> None:
+    """step-00000006 holding step 4's files, digests and all (a copy): export wrote step 4's
+    weights as 'step 6' (its header's source step)."""
+    run = _run_copy(tmp_path)
+    copy = run / "checkpoints" / "step-00000006"
+    shutil.copytree(run / "checkpoints" / "step-00000004", copy)
+    _export_refused(
+        run,
+        tmp_path,
+        f"error: {copy / 'train_state.pt'}: holds the checkpoint of step 4, not of step 6 as its "
+        "folder's name says (a copy or a cut-short overwrite left it); refusing the checkpoint; "
+        "export another checkpoint with --checkpoint STEP (this run's other checkpoints: steps 4)",
+    )
 
 
 def test_export_of_a_changed_checkpoint_says_what_to_do(tmp_path: Path) -> None:
     """A file changed since the save: the refusal names it and says what to do, as a checkpoint
     that cannot be read does (train's refusal names the checkpoint to resume from instead)."""
-    write_tiny_dataset(tmp_path / "data")
-    run = tmp_path / "run"
-    shutil.copytree(FIXTURE, run)
+    run = _run_copy(tmp_path)
     state = run / "checkpoints" / "step-00000004" / "train_state.pt"
     state.write_bytes(state.read_bytes()[:-1])
-    out = tmp_path / "model.safetensors"
-    exported = CliRunner().invoke(
-        app, ["export", str(run), "--out", str(out), "--data", str(tmp_path / "data")]
-    )
-    assert_one_line_error(
-        exported,
-        "^"
-        + re.escape(
-            f"error: {state}: contents differ from the digest written at save time (changed "
-            "since); refusing the checkpoint; export another checkpoint with --checkpoint STEP "
-            "(this run has no other checkpoint)"
-        )
-        + "$",
+    _export_refused(
+        run,
+        tmp_path,
+        f"error: {state}: contents differ from the digest written at save time (changed since); "
+        "refusing the checkpoint; export another checkpoint with --checkpoint STEP (this run has "
+        "no other checkpoint)",
     )

@@ -359,6 +359,27 @@ def test_windows_that_do_not_cut_the_timeline_are_refused_in_one_line(
         assert_one_line_error(result, line)
 
 
+def _digest_refuses_a_changed_column(events, tmp_path, name, column, change, line, dtype=np.uint32):
+    """`data digest` of a copy of `events` whose file `name` has `change(values)` applied to the
+    values of `column` (`line(path, values)`: the one line it must refuse in)."""
+    import shutil
+
+    from helpers import assert_one_line_error
+    from typer.testing import CliRunner
+
+    from shardrec.tools.cli.app import app
+
+    data = tmp_path / "data"
+    shutil.copytree(events, data)
+    path = data / name
+    changed = np.frombuffer(bytearray(path.read_bytes()), np.uint8)
+    values = _column_values(changed, path, column, dtype)
+    change(values)
+    path.write_bytes(changed.tobytes())
+    result = CliRunner().invoke(app, ["data", "digest", str(data), "--global-batch", "64"])
+    assert_one_line_error(result, re.escape(line(path, values)))
+
+
 @pytest.mark.parametrize(
     "file, column, table", [("part", "uid", "uid"), ("items", "artist", "artist")]
 )
@@ -368,51 +389,44 @@ def test_a_user_or_artist_past_its_table_is_one_line_naming_the_file(
     """A changed byte of a part's uid or an item map's artist: the loader made batches of it
     (digest exit 0) and training stopped in fbgemm's 'RuntimeError: Expected idx < num_rows',
     naming no file. Opening the split refuses it in one line naming file, column, row and id."""
-    import shutil
-
-    from helpers import assert_one_line_error
-    from typer.testing import CliRunner
-
     from shardrec.dataloader.format.manifest import Manifest
-    from shardrec.tools.cli.app import app
 
-    data = tmp_path / "data"
-    shutil.copytree(events, data)
-    manifest = Manifest.load(data)
-    path = data / ("events/part-00000.arrow" if file == "part" else "items.arrow")
+    manifest = Manifest.load(events)
     rows = {f.table or f.name: f.cardinality for f in manifest.sparse_features}[table]
-    changed = np.frombuffer(bytearray(path.read_bytes()), np.uint8)
-    _column_values(changed, path, column)[3] = rows
-    path.write_bytes(changed.tobytes())
-    line = (
-        f"{path}: column {column}, row 3 has id {rows}, outside table {table} of {rows} rows "
-        "(the file disagrees with its manifest; `shardrec data verify` names it)"
+
+    def past_the_table(values: np.ndarray) -> None:
+        values[3] = rows
+
+    _digest_refuses_a_changed_column(
+        events,
+        tmp_path,
+        "events/part-00000.arrow" if file == "part" else "items.arrow",
+        column,
+        past_the_table,
+        lambda path, _: (
+            f"{path}: column {column}, row 3 has id {rows}, outside table {table} of {rows} rows "
+            "(the file disagrees with its manifest; `shardrec data verify` names it)"
+        ),
     )
-    result = CliRunner().invoke(app, ["data", "digest", str(data), "--global-batch", "64"])
-    assert_one_line_error(result, re.escape(line))
 
 
 def test_an_action_that_is_no_action_code_is_one_line_naming_the_file(events, tmp_path):
     """A changed byte of a part's action column: the listen trained as a skip (its label is
     whether its action is listen-plus) and the event left every history's pools, without a word
     (`dlrmv4` trained to its end). Opening the split refuses it in one line."""
-    import shutil
 
-    from helpers import assert_one_line_error
-    from typer.testing import CliRunner
+    def no_code(actions: np.ndarray) -> None:
+        actions[5] |= 0x40
 
-    from shardrec.tools.cli.app import app
-
-    data = tmp_path / "data"
-    shutil.copytree(events, data)
-    path = data / "events/part-00000.arrow"
-    changed = np.frombuffer(bytearray(path.read_bytes()), np.uint8)
-    actions = _column_values(changed, path, "action", np.uint8)
-    actions[5] |= 0x40
-    path.write_bytes(changed.tobytes())
-    line = (
-        f"{path}: column action, row 5 holds {int(actions[5])}, no action code (0, 1, 2, 4): the "
-        "file disagrees with its manifest; `shardrec data verify` names it"
+    _digest_refuses_a_changed_column(
+        events,
+        tmp_path,
+        "events/part-00000.arrow",
+        "action",
+        no_code,
+        lambda path, actions: (
+            f"{path}: column action, row 5 holds {int(actions[5])}, no action code (0, 1, 2, 4): "
+            "the file disagrees with its manifest; `shardrec data verify` names it"
+        ),
+        np.uint8,
     )
-    result = CliRunner().invoke(app, ["data", "digest", str(data), "--global-batch", "64"])
-    assert_one_line_error(result, re.escape(line))

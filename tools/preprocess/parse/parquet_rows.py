@@ -150,6 +150,14 @@ def _integers(arr) -> np.ndarray:
     return _buffer(arr.buffers()[1], arr.type.to_pandas_dtype())
 
 
+def _unsure(arrow_type) -> bool:
+    """Whether a column of this type may hold values no integer dense field takes (a fraction,
+    or past +-2^63): floats and uint64 only, so integer columns skip numbers_into's per-value test
+    (Criteo's 13 integer columns)."""
+    pa = _pa()
+    return pa.types.is_floating(arrow_type) or pa.types.is_uint64(arrow_type)
+
+
 def _label(arr, c: LabelColumn, pp: ParquetProgram, out: SpecChunk, r0: int, field: int) -> None:
     n = len(arr)
     if c.mapping:
@@ -288,7 +296,7 @@ def table_chunk(table, pp: ParquetProgram, hashing: bool = False) -> SpecChunk:
             elif role == k.DENSE:
                 pk.numbers_into(_integers(arr), _buffer(arr.buffers()[0], np.uint8), arr.offset,
                                 len(arr), out.dense, out.dense_missing, slot, r0, out.reason,
-                                out.bad_field, f, program.kind[f] == k.INT)  # fmt: skip
+                                out.bad_field, f, program.kind[f] == k.INT and _unsure(arr.type))  # fmt: skip
             elif role == k.CATEGORICAL:
                 _categorical(arr, c, slot, out, r0, f, whole)
             else:

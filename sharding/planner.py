@@ -125,10 +125,19 @@ def _fits_nowhere(request: SearchRequest) -> str:
             SHARDING_TYPES,
             SEQUENCE_SHARDING_TYPES,
         )
+        config = problem.configs[index]
+        numbered = request.numbered_ids
+        ids = next((numbered[f] for f in config.feature_names if f in numbered), "")
         return (
             f"table {name} fits on no rank: it needs {fmt_bytes(need)} on one rank at least "
             f"({least}; allowed: {', '.join(allowed)}), a rank has {fmt_bytes(left)} for tables "
             f"after the {fmt_bytes(usable - left)} every rank holds; "
+            + (
+                f"its {config.num_embeddings:,} rows are a row per {ids} id up to the largest: "
+                f"renumber the {ids} ids from 0 (one row each) and preprocess again, or "
+                if ids
+                else ""
+            )
             + (
                 f"loosen sharding.constraints.{name} or raise memory per rank"
                 if narrowed
@@ -219,6 +228,7 @@ def _group_request(
         optimizer=request.optimizer,
         curves=curves,
         dense=request.dense,
+        numbered_ids=request.statistics.numbered_ids,
     )
 
 

@@ -33,6 +33,7 @@ from shardrec.dataloader.format.manifest import (
     inside_dataset,
     shown,
 )
+from shardrec.dataloader.format.part_file import ChangedFileError
 from shardrec.dataloader.util.files import atomic_path
 
 EVENTS_KIND = "events"
@@ -222,20 +223,29 @@ def _open(directory: Path, entry: EventFile, kind: str):
     inside_dataset(directory, path)
     size = path.stat().st_size
     if size != entry.bytes:
-        raise DatasetError(
-            f"{path}: {size} bytes on disk, manifest says {entry.bytes} (truncated or replaced?)"
+        raise ChangedFileError(
+            f"{path}: {size} bytes on disk, manifest says {entry.bytes} (truncated or replaced?)",
+            directory,
         )
     try:
         reader = pa.ipc.open_file(pa.memory_map(str(path), "r"))
         if reader.num_record_batches != 1:
-            raise DatasetError(f"{path}: {reader.num_record_batches} record batches, expected 1")
+            raise ChangedFileError(
+                f"{path}: {reader.num_record_batches} record batches, expected 1", directory
+            )
         batch = reader.get_batch(0)
-    except (pa.ArrowInvalid, OSError) as e:
+    except pa.ArrowInvalid as e:
+        raise ChangedFileError(f"{path}: not a readable Arrow file: {e}", directory) from None
+    except OSError as e:
         raise DatasetError(f"{path}: not a readable Arrow file: {e}") from None
     if not batch.schema.equals(_schema(kind)):
-        raise DatasetError(f"{path}: columns {batch.schema.names} are not an event {kind}'s")
+        raise ChangedFileError(
+            f"{path}: columns {batch.schema.names} are not an event {kind}'s", directory
+        )
     if batch.num_rows != entry.rows:
-        raise DatasetError(f"{path}: {batch.num_rows} rows, manifest says {entry.rows}")
+        raise ChangedFileError(
+            f"{path}: {batch.num_rows} rows, manifest says {entry.rows}", directory
+        )
     return batch
 
 
@@ -351,6 +361,8 @@ def verify_files(directory: Path, info: EventsInfo) -> list[str]:
         if not any(line.startswith(f"{directory / entry.name}:") for line in bad):
             try:
                 open_part(directory, entry)
+            except ChangedFileError as e:  # without its advice: verify's report gives its own
+                bad.append(e.problem)
             except DatasetError as e:
                 bad.append(str(e))
     return bad

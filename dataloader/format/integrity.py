@@ -23,7 +23,12 @@ from shardrec.dataloader.format.manifest import (
     file_sha256,
     inside_dataset,
 )
-from shardrec.dataloader.format.part_file import Part, manifest_layout, open_part
+from shardrec.dataloader.format.part_file import (
+    ChangedFileError,
+    Part,
+    manifest_layout,
+    open_part,
+)
 
 
 def id_out_of_range(part: Part, feature: str, row: int, value: int) -> str:
@@ -190,6 +195,9 @@ def verify(directory: str | Path) -> list[str]:
                 continue
             try:
                 opened = open_part(directory, split, part, manifest, layout)
+            except ChangedFileError as e:  # without its advice: verify's report gives its own
+                problems.append(e.problem)
+                continue
             except DatasetError as e:
                 problems.append(str(e))
                 continue

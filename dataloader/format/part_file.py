@@ -230,6 +230,20 @@ def write_part(
     return PartInfo(name=path.name, rows=rows, bytes=size, sha256=sha256)
 
 
+class ChangedFileError(DatasetError):
+    """A dataset file whose size, layout or rows are no longer what the manifest says. `problem`
+    says what differs; the message adds what to do where the dataset's folder is known (not in
+    `data verify`'s own report, which says how to repair)."""
+
+    def __init__(self, problem: str, directory: Path | None = None) -> None:
+        advice = (
+            f"; `shardrec data verify {directory}` names every changed file and how to write it "
+            "again (or restore the file from a copy)"
+        )
+        super().__init__(problem + (advice if directory is not None else ""))
+        self.problem = problem
+
+
 def check_part_file(directory: Path, split: str, info: PartInfo) -> None:
     """Cheap check of a part without opening it: its file exists inside the dataset directory with
     the manifest's size (one lstat for a regular file in a plain folder)."""
@@ -246,8 +260,10 @@ def check_part_file(directory: Path, split: str, info: PartInfo) -> None:
     if st is None or not stat.S_ISREG(st.st_mode):
         raise DatasetError(f"{path}: missing (named by {directory / MANIFEST})")
     if st.st_size != info.bytes:
-        raise DatasetError(
-            f"{path}: {st.st_size} bytes on disk, manifest says {info.bytes} (truncated or replaced?)"
+        raise ChangedFileError(
+            f"{path}: {st.st_size} bytes on disk, manifest says {info.bytes} (truncated or "
+            "replaced?)",
+            directory,
         )
 
 
@@ -264,7 +280,10 @@ def open_part(
     check_part_file(directory, split, info)
     limits = {f.name: int(f.cardinality) for f in manifest.sparse_features}
     path = f"{directory}{os.sep}{split}{os.sep}{info.name}"
-    return map_part(path, info, layout, limits, manifest.dense_dtype)
+    try:
+        return map_part(path, info, layout, limits, manifest.dense_dtype)
+    except ChangedFileError as e:
+        raise ChangedFileError(e.problem, directory) from None
 
 
 def map_part(
@@ -284,14 +303,14 @@ def map_part(
         st = os.fstat(fd)
         size = st.st_size
         if size != info.bytes:  # replaced since the manifest was written (or since the lstat)
-            raise DatasetError(f"{path}: {size} bytes on disk, manifest says {info.bytes}")
+            raise ChangedFileError(f"{path}: {size} bytes on disk, manifest says {info.bytes}")
         head = os.pread(fd, len(layout.head), 0)
         foot = os.pread(fd, len(layout.foot), max(size - len(layout.foot), 0))
         sizes = layout.check(head, foot, size)
         if isinstance(sizes, str):
-            raise DatasetError(f"{path}: not the part the manifest describes: {sizes}")
+            raise ChangedFileError(f"{path}: not the part the manifest describes: {sizes}")
         if sizes.rows != info.rows:
-            raise DatasetError(f"{path}: holds {sizes.rows} rows, manifest says {info.rows}")
+            raise ChangedFileError(f"{path}: holds {sizes.rows} rows, manifest says {info.rows}")
         for i, c in enumerate(layout.columns):
             if c.kind == LIST:
                 _check_offsets(fd, path, c.name, layout, sizes, i)
@@ -323,7 +342,7 @@ def _check_offsets(
     last = int(np.frombuffer(os.pread(fd, 8, at + 8 * sizes.rows), "<i8")[0])
     values = sizes.list_lengths[layout.lists.index(column)]
     if first != 0 or last != values:
-        raise DatasetError(
+        raise ChangedFileError(
             f"{path}: column {name}: offsets run from {first} to {last}, expected 0 to {values} "
             "(the column's ids)"
         )

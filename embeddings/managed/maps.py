@@ -80,6 +80,27 @@ class ManagedMaps:
     def cadence(self, table: ManagedTable) -> int:
         return table.settings.cadence(self.stretches.steps)
 
+    def kept_cadence(self, steps: int) -> str:
+        """What a resume that trains its stretch for `steps` steps keeps: the tables without
+        evict_every update at 1/50 of the stretch's length as it began (the checkpoint's), so that
+        the steps the resume and the uninterrupted run share assign ids alike ("": no spacing
+        differs from the one `steps` would give)."""
+        kept = self.stretches.steps
+        unset = [
+            t
+            for t in self.mapped
+            if not t.settings.evict_every and t.settings.cadence(kept) != t.settings.cadence(steps)
+        ]
+        if not unset:
+            return ""
+        every = unset[0].settings.cadence(kept)
+        return (
+            f"{', '.join(t.feature for t in unset)} (evict_every unset): their maps go on "
+            f"updating every {every} step(s), 1/50 of the {kept:,} steps this stretch began with, "
+            f"not of the {steps:,} it trains now (the steps a resumed and an uninterrupted run "
+            "share assign the same ids); set evict_every to space them otherwise"
+        )
+
     def due(self, step: int) -> list[ManagedTable]:
         """The tables whose maps update before the batch of `step` (0-based: the step it ends is
         step + 1) is remapped."""

@@ -167,7 +167,7 @@ def _describe_table_diff(
     if missing:
         out.append(f"tables not in the plan: {', '.join(missing)}")
     if extra:
-        out.append(f"tables in the plan but not in the job: {', '.join(extra)}")
+        out.append(f"tables in the plan, not in the job: {', '.join(extra)}")
     # One entry per difference: data preprocessed again changes every table's rows alike.
     differ: dict[tuple[str, str, str], list[str]] = {}
     for name in sorted(set(old) & set(new)):

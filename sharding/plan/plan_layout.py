@@ -62,10 +62,15 @@ def check_layout(plan: PlanFile, tables: list[TableSpec], world_size: int) -> No
     planned = [t.name for t in plan.tables]
     missing = [name for name in specs if name not in planned]
     if missing:
-        raise ValueError(f"table {missing[0]}: not in the plan (re-run `shardrec plan`)")
+        raise ValueError(
+            f"table {missing[0]}: not in the plan (was the plan edited? re-run `shardrec plan`)"
+        )
     extra = [name for name in planned if name not in specs]
     if extra:
-        raise ValueError(f"table {extra[0]}: in the plan, not in this job's model")
+        raise ValueError(
+            f"table {extra[0]}: in the plan, not in the job (was the plan edited? re-run "
+            "`shardrec plan`)"
+        )
     # A 2D plan (CUDA only) lays each table out over its sharding group's ranks.
     ranks = plan.sharding_group_size or world_size
     local = min(plan.topology.local_world_size if plan.topology else ranks, ranks)

@@ -50,6 +50,8 @@ class SearchRequest:
     """Table name -> id-frequency curve (hit_rates.py), for cached tables' hit rates."""
     ids_by_frequency: bool = False
     """Ids are numbered hottest first (row-wise blocks of a cached table differ in hit rate)."""
+    numbered_ids: dict[str, str] = field(default_factory=dict)
+    """DatasetStatistics.numbered_ids: what a table too large for any rank says to fix."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,10 @@ class DatasetStatistics:
     """Table name -> its ids' frequency curve measured on the data (hit_rates.py); what the planner
     sizes UVM caches by on CUDA topologies whose HBM cannot hold every table. Empty: not
     measured."""
+    numbered_ids: dict[str, str] = field(default_factory=dict)
+    """Feature name -> what its ids are ("user", "item", ...) where its table has a row per id up
+    to the largest (an event log's): a table too large for any rank is then the ids' numbering to
+    fix."""
 
     @classmethod
     def from_manifest(cls, manifest: Manifest) -> DatasetStatistics:
@@ -71,6 +77,12 @@ class DatasetStatistics:
             stats={f.name: f.stats for f in manifest.sparse_features},
             # A vocabulary (preprocess --min-count) numbers ids hottest first.
             ids_by_frequency=manifest.options.get("mode") == "vocab",
+            # An event log's user, item, artist and album ids are rows of their tables.
+            numbered_ids=(
+                {"uid": "user", **{f.name: f.table for f in manifest.sparse_features if f.table}}
+                if manifest.kind == "events"
+                else {}
+            ),
         )
 
 

@@ -5,11 +5,13 @@ as the loader makes them."""
 from __future__ import annotations
 
 import json
+import re
+import shutil
 from pathlib import Path
 
 import pytest
 from conftest import write_tiny_dataset
-from helpers import EVENT_SPEC, cli
+from helpers import EVENT_SPEC, assert_one_line_error, cli
 
 from shardrec.dataloader.format.manifest import Manifest
 from shardrec.tools.synth.yambda import write_yambda_like
@@ -74,3 +76,25 @@ def test_data_stats_of_an_event_log_counts_its_windows_and_parts(events):
     assert features["cand_item"]["mean_ids_per_sample"] == 1.0
     assert features["hist_item"]["mean_ids_per_sample"] > 1
     assert features["hist_ts"]["cardinality"] is None and features["hist_item"]["cardinality"] > 0
+
+
+def test_a_changed_event_file_is_refused_saying_what_to_do(events, tmp_path):
+    """Before: `error: ev/events/part-00000.arrow: N bytes on disk, manifest says M (truncated or
+    replaced?)`, naming the file only; verify's report says how to repair and not to run itself."""
+    _, out = events
+    copy = tmp_path / "ev"
+    shutil.copytree(out, copy)
+    part = copy / "events" / "part-00000.arrow"
+    size = part.stat().st_size
+    part.write_bytes(part.read_bytes() + b"x")
+    assert_one_line_error(
+        cli("data", "head", copy, ok=False),
+        "^error: "
+        + re.escape(
+            f"{part}: {size + 1} bytes on disk, manifest says {size} (truncated or replaced?); "
+            f"`shardrec data verify {copy}` names every changed file and how to write it again "
+            "(or restore the file from a copy)"
+        )
+        + "$",
+    )
+    assert "data verify" not in cli("data", "verify", copy, ok=False).stdout

@@ -167,6 +167,13 @@ def test_a_part_that_disagrees_with_the_manifest_is_refused_naming_the_file(
     path = _replace_part(data, 0, hostile(data))
     pattern = re.escape(str(path)) + ": .*" + message
     _assert_every_reader_refuses(data, pattern)
+    # What to do: verify (whose own report says how to repair, not to run itself), or a copy.
+    advice = (
+        f"; `shardrec data verify {data}` names every changed file and how to write it again "
+        "(or restore the file from a copy)"
+    )
+    assert_one_line_error(_cli("data", "head", data), pattern + ".*" + re.escape(advice) + "$")
+    assert "data verify" not in _cli("data", "verify", data).stdout
     for compiled in (True, False):
         with pytest.raises(DatasetError, match=pattern):
             _read_everything(data, compiled=compiled)

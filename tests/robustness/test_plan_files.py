@@ -211,7 +211,7 @@ def test_an_unreadable_plan_file_is_named(tmp_path: Path, text: str):
         ),
         (
             lambda raw: raw["tables"].pop(2),
-            r"table t_f2: not in the plan \(re-run `shardrec plan`\)",
+            r"table t_f2: not in the plan \(was the plan edited\? re-run `shardrec plan`\)",
         ),
         (  # trained on one of the two, shown both by `plan show`
             lambda raw: raw["tables"].append(dict(raw["tables"][1])),

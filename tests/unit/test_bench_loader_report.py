@@ -40,6 +40,9 @@ def test_the_global_shuffle_ratios_say_which_of_its_epochs_they_compare(capsys):
     assert "shardrec vs torchrec global shuffle's epoch, its shuffle timed: 1.50x" in out
     assert "shardrec vs torchrec global shuffle: " not in out
     assert "fraction of the roofline: shuffle 0.08, no shuffle 0.08" in out
+    # README's goal for it (shuffled shardrec / torchrec shuffled >= 2x), as the other benches'.
+    assert report["goals"] == {"shardrec_vs_torchrec_shuffle_2x": False}
+    assert "goal shardrec_vs_torchrec_shuffle_2x: NOT met" in out
 
 
 def test_a_run_too_small_to_measure_prints_no_fraction_of_the_roofline(capsys):
@@ -51,3 +54,4 @@ def test_a_run_too_small_to_measure_prints_no_fraction_of_the_roofline(capsys):
         "fraction of the roofline: too small to measure (100,000 rows fit in the CPU's caches; "
         "use --rows >= 1,000,000)" in out
     )
+    assert "goal shardrec_vs_torchrec_shuffle_2x: not measured (too small)" in out

@@ -276,7 +276,8 @@ def test_the_cheap_check_of_a_part_finds_a_truncated_or_missing_file(tmp_path: P
         check_part_file(tmp_path, "train", info)
     assert str(caught.value) == (
         f"{part}: {info.bytes - 4} bytes on disk, manifest says {info.bytes} (truncated or "
-        "replaced?)"
+        f"replaced?); `shardrec data verify {tmp_path}` names every changed file and how to write "
+        "it again (or restore the file from a copy)"
     )
     part.unlink()
     with pytest.raises(DatasetError, match=r"part-00000.arrow: missing \(named by"):
@@ -335,13 +336,18 @@ def test_multi_hot_offsets_refusals_are_whole_lines(tmp_path: Path):
     bad = bytearray(path.read_bytes())
     bad[at : at + 8] = np.int64(1).tobytes()
     path.write_bytes(bytes(bad))
+    advice = (
+        f"; `shardrec data verify {tmp_path}` names every changed file and how to write it again "
+        "(or restore the file from a copy)"
+    )
     assert _open_refusal(tmp_path) == (
         f"{path}: column f1: offsets run from 1 to {ids}, expected 0 to {ids} (the column's ids)"
+        + advice
     )
     # the part's count and the split's edited alike (the split's alone is refused on loading)
     _edit_manifest(tmp_path, lambda raw: raw["splits"]["train"].update(rows=31))
     _edit_manifest(tmp_path, lambda raw: raw["splits"]["train"]["parts"][0].update(rows=31))
-    assert _open_refusal(tmp_path) == f"{path}: holds 30 rows, manifest says 31"
+    assert _open_refusal(tmp_path) == f"{path}: holds 30 rows, manifest says 31" + advice
 
 
 def _list_and_one_hot_part(path: Path):

@@ -86,6 +86,14 @@ def test_stale_plan_says_what_differs() -> None:
     assert "global batch size: plan 64, job 128" in msg
     assert "table t_f2 dim: plan 16, job 32" in msg
     assert "tables not in the plan: t_new" in msg
+    fewer = _tables()[:-1]
+    with pytest.raises(StalePlanError) as e:
+        check_plan(plan, plan_fingerprint(fewer, 2, 64, "cpu"))
+    # As check_layout says it of a hand-edited plan: "in the plan, not in the job".
+    assert str(e.value) == (
+        "the plan was made for another job: tables in the plan, not in the job: "
+        f"{_tables()[-1].name} (re-run `shardrec plan`)"
+    )
 
 
 def test_a_plan_of_another_world_size_names_every_way_out() -> None:
@@ -405,6 +413,17 @@ def test_plans_both_planners_make_pass_the_layout_check_and_edited_ones_are_name
         check_layout(edited("t_f1", [Shard(1, 0, 0, 100, 16)], "table_wise"), specs, 2)
     gone = dataclasses.replace(plan, tables=[t for t in plan.tables if t.name != "t_f3"])
     with pytest.raises(
-        ValueError, match=r"^table t_f3: not in the plan \(re-run `shardrec plan`\)$"
+        ValueError,
+        match=r"^table t_f3: not in the plan \(was the plan edited\? re-run `shardrec plan`\)$",
     ):
         check_layout(gone, specs, 2)
+    # A table the plan lists and the job has not reads as the stale plan's "in the plan, not in
+    # the job", with the way out (it said "in this job's model" and no more).
+    extra = dataclasses.replace(
+        plan, tables=[*plan.tables, dataclasses.replace(plan.tables[0], name="t_zz")]
+    )
+    with pytest.raises(ValueError) as caught:
+        check_layout(extra, specs, 2)
+    assert str(caught.value) == (
+        "table t_zz: in the plan, not in the job (was the plan edited? re-run `shardrec plan`)"
+    )

@@ -152,6 +152,9 @@ def test_a_change_of_the_data_stream_is_refused_even_when_allowed(
             {"shuffle": False, "tail": "pad"},
             "data.shuffle: true -> false, data.tail: 'drop' -> 'pad'",
         ),
+        # Allowed, the ranks refused it: 'loader state has num_samples=... but this loader has
+        # ...: not the same stream' (a click log's and an event log's alike).
+        ({}, {"train_split": "val"}, "data.train_split: 'train' -> 'val'"),
     ):
         changed = dataclasses.replace(
             saved,
@@ -160,7 +163,7 @@ def test_a_change_of_the_data_stream_is_refused_even_when_allowed(
         )
         with pytest.raises(ValueError) as refused:
             check_run_dir(run, changed, manifest, ["train", "data"])
-        it = "them" if data else "it"
+        it = "them" if len(train) + len(data) > 1 else "it"
         assert str(refused.value) == (
             f"{run}: {shown}: the run's data stream, which a resume goes on in the middle of; set "
             f"{it} back, or start a new run (--restart, or another --out-dir)"

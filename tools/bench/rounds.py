@@ -215,3 +215,15 @@ def load_average() -> list[float]:
     """The 1, 5 and 15 minute load averages (printed beside every ratio: loaded runs read
     otherwise)."""
     return [round(v, 2) for v in os.getloadavg()]
+
+
+def goal_text(value: bool | None, ratio: dict[str, Any] | None = None) -> str:
+    """A goal's verdict; None: not measured, for the reason its `ratio` (where it rests on one)
+    was withheld."""
+    if value is not None:
+        return "met" if value else "NOT met"
+    return (
+        "not compared"
+        if ratio is not None and "not_compared" in ratio
+        else "not measured (too small)"
+    )

@@ -255,6 +255,10 @@ def _resume(job: Job) -> int | None:
     resumed = job.checkpoints.load_latest(skip=("loader",) if job.continuing else ())
     if changed:
         logger.info("%s", changed)
+    if resumed is not None and job.managed is not None and not job.continuing and job.env.is_main:
+        kept = job.managed.maps.kept_cadence(job.config.train.total_steps(len(job.train_loader)))
+        if kept:
+            logger.info("%s: %s", job.run_dir, kept)
     return resumed
 
 

@@ -44,6 +44,7 @@ from shardrec.tools.bench.loader.stream_runs import MIN_ROWS, measure_rounds, ru
 from shardrec.tools.bench.rounds import (
     Ratio,
     Run,
+    goal_text,
     load_average,
     ratio,
     ratio_text,
@@ -51,6 +52,9 @@ from shardrec.tools.bench.rounds import (
 )
 from shardrec.tools.console import console
 
+GOAL = 2.0
+"""Shuffled shardrec against torchrec shuffled, per wall second (README: `bench loader`)."""
+GOAL_RATIO = "shardrec_vs_torchrec_shuffle"
 DEFAULT_PARTS = 120
 """Parts of a 1/100 Criteo-1TB-shaped dataset at preprocess's default chunk (24 days x 5)."""
 
@@ -251,6 +255,11 @@ def _report(
         rows, global_batch, global_shuffle_build, runs["torchrec_global_shuffle"]
     )
     summaries = {k: summarize(v) for k, v in runs.items()}
+    ratios = {
+        k: v.to_dict()
+        for k, v in loader_ratios({**runs, "torchrec_global_epoch": epochs}, too_small).items()
+    }
+    goal = ratios[GOAL_RATIO].get("median")
     roofline = gbps * 1e9 / bytes_per_row
     fraction: dict[str, Any] = {
         k: round(summaries[k].rate / roofline, 3)
@@ -270,10 +279,8 @@ def _report(
         "rows_per_s": {k: round(v.rate) for k, v in summaries.items()},
         "rows_per_cpu_s": {k: round(v.cpu_rate) for k, v in summaries.items()},
         "runs": {k: v.to_dict() for k, v in summaries.items()},
-        "ratios": {
-            k: v.to_dict()
-            for k, v in loader_ratios({**runs, "torchrec_global_epoch": epochs}, too_small).items()
-        },
+        "ratios": ratios,
+        "goals": {f"{GOAL_RATIO}_{GOAL:g}x": None if goal is None else goal >= GOAL},
         "torchrec_global_shuffle_build_s": round(global_shuffle_build[0], 4),
         "torchrec_global_shuffle_epoch_rows_per_s": round(summarize(epochs).rate),
         # Like a ratio, a share of the roofline from rows that fit in the caches measures them.
@@ -322,6 +329,8 @@ def print_result(r: dict[str, Any]) -> None:
     for name, value in r["ratios"].items():
         label = RATIO_LABELS.get(name, name.replace("_", " "))
         console.print(f"{label}: {ratio_text(value)}", highlight=False)
+    for name, met in r["goals"].items():
+        console.print(f"goal {name}: {goal_text(met, r['ratios'][GOAL_RATIO])}", highlight=False)
     q, resume = r["shuffle_quality_drifting_labels"], r["resume"]
     roof = r["fraction_of_roofline"]
     if "too_small" in roof:

@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from shardrec.tools.bench.proctree import interrupted_by_ctrl_c, run_measured
-from shardrec.tools.bench.rounds import Run, load_average, ratio, ratio_text, run_rounds
+from shardrec.tools.bench.rounds import (
+    Run,
+    load_average,
+    ratio,
+    ratio_text,
+    run_rounds,
+)
 from shardrec.tools.console import err_console
 
 MIN_MB = 500.0
@@ -190,18 +196,6 @@ def rate_lines(r: dict[str, Any], title: str) -> str:
         + f"shardrec / polars 1 thread: {ratio_text(r['ratios']['vs_polars_one_thread'], 'cpu')}\n"
         + "shardrec / polars all threads: "
         + f"{ratio_text(r['ratios']['vs_polars_all_threads'], 'cpu')}\n"
-    )
-
-
-def goal_text(value: bool | None, ratio: dict[str, Any] | None = None) -> str:
-    """A goal's verdict; None: not measured, for the reason its `ratio` (where it rests on one)
-    was withheld."""
-    if value is not None:
-        return "met" if value else "NOT met"
-    return (
-        "not compared"
-        if ratio is not None and "not_compared" in ratio
-        else "not measured (too small)"
     )
 
 

@@ -24,14 +24,13 @@ from typing import Any
 
 from shardrec.tools.bench.preprocess.child_runs import (
     Child,
-    goal_text,
     per_cpu_median,
     rates,
     rounds_of,
     too_small,
 )
 from shardrec.tools.bench.preprocess.preprocess_bench import BYTES_PER_ROW, preprocess_command
-from shardrec.tools.bench.rounds import load_average, ratio, ratio_text
+from shardrec.tools.bench.rounds import goal_text, load_average, ratio, ratio_text
 from shardrec.tools.console import console, err_console
 from shardrec.tools.preprocess.text.gz_split import SPLIT_MIN_CHUNKS, should_split
 

@@ -22,11 +22,11 @@ from typing import Any
 
 from shardrec.tools.bench.preprocess.child_runs import (
     BASELINES,
-    goal_text,
     per_cpu_median,
     rate_lines,
     spec_rounds,
 )
+from shardrec.tools.bench.rounds import goal_text
 from shardrec.tools.console import err_console
 
 ROW_GROUP_ROWS = 1 << 17

@@ -28,7 +28,6 @@ from typing import Any
 
 from shardrec.tools.bench.preprocess.child_runs import (
     Child,
-    goal_text,
     per_cpu_median,
     polars_env,
     rate_lines,
@@ -37,7 +36,7 @@ from shardrec.tools.bench.preprocess.child_runs import (
     too_small,
 )
 from shardrec.tools.bench.preprocess.polars_pipeline import compare_with_dataset
-from shardrec.tools.bench.rounds import Run, ratio, ratio_text, summarize
+from shardrec.tools.bench.rounds import Run, goal_text, ratio, ratio_text, summarize
 from shardrec.tools.console import console, err_console
 from shardrec.tools.synth.criteo import SynthSpec, write_file
 

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from shardrec.tools.bench.preprocess.child_runs import (
-    goal_text,
     per_cpu_median,
     rate_lines,
     spec_rounds,
 )
+from shardrec.tools.bench.rounds import goal_text
 from shardrec.tools.console import err_console
 
 BYTES_PER_ROW = {

@@ -42,10 +42,17 @@ threads (batches come in order whatever their count), how often progress is logg
 checkpoints are written and how many kept (a resume is exact from any step)."""
 
 
-STREAM_KEYS = ("train.seed", "train.global_batch_size", "data.shuffle", "data.tail")
+STREAM_KEYS = (
+    "train.seed",
+    "train.global_batch_size",
+    "data.shuffle",
+    "data.tail",
+    "data.train_split",
+)
 """Keys a resume can never change, --allow-change or not: they make the run's data stream (its
-order, its batches, its last batch), and a resume goes on in the middle of it, where the
-checkpoint's loader state left it (the ranks would refuse that state, the checkpoint loaded)."""
+order, its batches, its last batch, the split it reads), and a resume goes on in the middle of it,
+where the checkpoint's loader state left it (the ranks would refuse that state, the checkpoint
+loaded)."""
 
 
 def check_stream(run_dir: Path, changes: dict[str, tuple[Any, Any]]) -> None:

@@ -8,6 +8,7 @@ import csv
 import io
 import mmap
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -85,8 +86,18 @@ def header_end(path: Path) -> int:
     return len(line)
 
 
-def chunk_bounds(path: Path, chunk_bytes: int, begin: int) -> list[tuple[int, int]]:
-    """Byte ranges of about `chunk_bytes`, each cut just after a newline."""
+# Where a row ends in text whose quoted fields hold line breaks (parse.quote_rows.RowEnds.find):
+# (data, start, target) -> (one past the row's newline or -1, ...).
+RowEnd = Callable[[np.ndarray, int, int], tuple[int, int, bool]]
+
+
+def chunk_bounds(
+    path: Path, chunk_bytes: int, begin: int, row_end: RowEnd | None = None
+) -> list[tuple[int, int]]:
+    """Byte ranges of about `chunk_bytes`, each cut just after a newline; with `row_end`, just
+    after the newline that ends a row (never inside a quoted field)."""
+    if row_end is not None:
+        return _row_bounds(path, chunk_bytes, begin, row_end)
     size = path.stat().st_size
     bounds, start = [], begin
     with open(path, "rb") as f:
@@ -108,6 +119,26 @@ def chunk_bounds(path: Path, chunk_bytes: int, begin: int) -> list[tuple[int, in
                 cut += len(block)
             bounds.append((start, cut))
             start = cut
+    return bounds
+
+
+def _row_bounds(path: Path, chunk_bytes: int, begin: int, row_end: RowEnd) -> list[tuple[int, int]]:
+    size = path.stat().st_size
+    if begin >= size:
+        return []
+    bounds, start = [], begin
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        data = np.frombuffer(mm, dtype=np.uint8)
+        try:
+            while start + chunk_bytes < size:
+                cut = row_end(data, start, start + chunk_bytes)[0]
+                cut = size if cut < 0 else cut
+                bounds.append((start, cut))
+                start = cut
+            if start < size:
+                bounds.append((start, size))
+        finally:
+            del data  # the mapping cannot close while a view of it is alive
     return bounds
 
 

@@ -117,7 +117,7 @@ def choose_parser(
     """
     if spec is None or spec.format.kind != "parquet":
         for f in files:
-            check_first_line(f)
+            check_first_line(f, spec.format.header if spec else schema.header)
     if spec is None:
         return TextParser(schema), dense_transform
     if spec.format.kind == "parquet":

@@ -51,15 +51,27 @@ def check_text(path: Path, line: bytes, number: int) -> None:
     raise ValueError(f"{path}:{number}: a NUL byte: not CSV or TSV text (a binary file?)")
 
 
-def check_first_line(path: Path, limit: int = 1 << 20) -> None:
-    """check_text of the file's first line (its first `limit` bytes, where it is longer); a file
-    that cannot be read is left to the reader that reports it."""
+def check_first_line(path: Path, header: bool, limit: int = 1 << 20) -> None:
+    """check_text of the file's first line (its first `limit` bytes, where it is longer), and
+    ValueError for a UTF-8 byte-order mark before a first line that is a row (no `header`): its
+    first field would read the mark as part of its value. A file that cannot be read is left to
+    the reader that reports it."""
     try:
         with open_text(path) as f:
             line = f.readline(limit)
     except READ_ERRORS:
         return
     check_text(path, line, 1)
+    if not header and line.startswith(b"\xef\xbb\xbf"):
+        gz, plain = path.suffix == ".gz", Path(path.name.removesuffix(".gz"))
+        out = f"{plain.stem}-nobom{plain.suffix}{'.gz' if gz else ''}"
+        sed = "sed '1s/^\\xEF\\xBB\\xBF//'"
+        command = f"zcat {path} | {sed} | gzip > {out}" if gz else f"{sed} {path} > {out}"
+        raise ValueError(
+            f"{path}: starts with a UTF-8 byte-order mark, and its first line is a row (no "
+            f"header): the mark would be read into that row's first field; remove it first "
+            f"({command})"
+        )
 
 
 def count_lines(path: Path, skip_header: bool, block: int = 1 << 24) -> int:

@@ -8,6 +8,8 @@ import json
 import re
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from helpers import assert_one_line_error, cli
 
@@ -19,6 +21,19 @@ header = true
 name = "clicked"
 role = "label"
 {rule}
+[[columns]]
+name = "city"
+role = "categorical"
+kind = "string"
+hash_size = 100
+"""
+PARQUET_SPEC = """[format]
+kind = "parquet"
+
+[[columns]]
+name = "rating"
+role = "label"
+
 [[columns]]
 name = "city"
 role = "categorical"
@@ -57,3 +72,17 @@ def test_a_label_written_otherwise_than_0_1_is_refused_naming_the_key(
         cli("preprocess", log, "--spec", spec, "--out", tmp_path / "o2", "--json").stdout
     )
     assert res["rows_skipped"] == {} and sum(res["rows_kept"].values()) == 200
+
+
+def test_a_parquet_rating_label_is_refused_naming_a_threshold(tmp_path: Path) -> None:
+    """Before, the line ended at "first: log.parquet: row 1: rating: 2 (bad_label)"."""
+    log, spec = tmp_path / "log.parquet", tmp_path / "s.toml"
+    ratings = [None if i % 60 == 0 else i % 5 + 1 for i in range(1, 301)]
+    pq.write_table(pa.table({"rating": ratings, "city": [f"c{i % 7}" for i in range(300)]}), log)
+    spec.write_text(PARQUET_SPEC)
+    refused = cli("preprocess", log, "--spec", spec, "--out", tmp_path / "o", ok=False)
+    said = (
+        f"first: {log}: row 1: rating: 2 (bad_label); the spec reads label column 'rating' as 0 "
+        "and 1: give it threshold = 3 (what `shardrec spec infer` proposes for its values)"
+    )
+    assert_one_line_error(refused, re.escape(said) + "$")

@@ -57,7 +57,7 @@ def _skipped_share(
 def label_advice(parser: TextParser, path: Path) -> str:
     """For a refusal with bad_label rows: the key a spec's label column read as 0/1 (no mapping,
     no threshold) wants for the values of `path` (label_infer.spec_label_rule), or ""."""
-    program = parser.program if parser.parquet is None else None
+    program = parser.program
     label = program.spec.label if program else None
     if label is None or label.mapping or label.threshold is not None:
         return ""

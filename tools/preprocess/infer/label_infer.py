@@ -160,19 +160,11 @@ def spec_label_rule(path: Path, program: Program, rows: int = 10_000) -> str:
     as 0/1) and its values in the file's first `rows` rows are not 0/1: what `spec infer` proposes
     for them, `mapping = { "true" = 1, "false" = 0 }` for two words or `threshold = 4` for numbers
     (their median); "" where neither fits or the file cannot be read."""
-    fmt, name = program.spec.format, program.names[program.label_field]
+    name = program.names[program.label_field]
     try:
-        with open_text(path) as f:
-            lines = [f.readline() for _ in range(rows + fmt.header)][fmt.header :]
-    except READ_ERRORS:
+        values = _label_values(path, program, rows)
+    except (*READ_ERRORS, ValueError):  # pyarrow's errors are ValueErrors and OSErrors
         return ""
-    text = b"".join(lines).decode("utf-8", "replace")
-    quoting = csv.QUOTE_MINIMAL if fmt.quoting else csv.QUOTE_NONE
-    values = [
-        r[program.label_field]
-        for r in csv_fields(text, fmt.delimiter, quoting)
-        if program.label_field < len(r) and r[program.label_field] != ""
-    ]
     try:
         column, _ = label_column(name, values, None, path)
     except ValueError:  # numbers other than 0/1 want a threshold, which infer asks for
@@ -181,3 +173,23 @@ def spec_label_rule(path: Path, program: Program, rows: int = 10_000) -> str:
     if column.mapping:
         return f"mapping = {toml_value(column.mapping)}"
     return "" if column.threshold is None else f"threshold = {exact(column.threshold)}"
+
+
+def _label_values(path: Path, program: Program, rows: int) -> list[str]:
+    """The label column's values in the file's first `rows` rows, as text (empty and null values
+    left out; a Parquet boolean as 0/1)."""
+    fmt, field = program.spec.format, program.label_field
+    if fmt.kind == "parquet":
+        import pyarrow.parquet as pq
+
+        columns = [program.names[field]]
+        batch = next(pq.ParquetFile(path).iter_batches(batch_size=rows, columns=columns), None)
+        read = batch.column(0).to_pylist() if batch is not None else []
+        return [str(int(v) if isinstance(v, bool) else v) for v in read if v is not None]
+    with open_text(path) as f:
+        lines = [f.readline() for _ in range(rows + fmt.header)][fmt.header :]
+    text = b"".join(lines).decode("utf-8", "replace")
+    quoting = csv.QUOTE_MINIMAL if fmt.quoting else csv.QUOTE_NONE
+    return [
+        r[field] for r in csv_fields(text, fmt.delimiter, quoting) if field < len(r) and r[field]
+    ]

@@ -52,7 +52,7 @@ from shardrec.tools.preprocess.tasks.task_run import process_setup, run_task
 from shardrec.tools.preprocess.tasks.task_text import InputError, Slots
 from shardrec.tools.preprocess.text import gz
 from shardrec.tools.preprocess.text.gz_split import GzipScan, load_scan, save_scan
-from shardrec.tools.preprocess.text.lines import count_newlines
+from shardrec.tools.preprocess.text.lines import RowEnd, count_newlines
 
 logger = logging.getLogger(__name__)
 _READ_AHEAD = 64 << 10  # decoded past a range's target to find its newline (lines are short)
@@ -63,11 +63,14 @@ class _Decoder:
     """The text of one .gz file, decoded once and cut into ranges as chunk_bounds cuts plain
     text."""
 
-    def __init__(self, path: Path, chunk_bytes: int, header: bool, count: bool) -> None:
+    def __init__(
+        self, path: Path, chunk_bytes: int, header: bool, count: bool, row_end: RowEnd | None
+    ) -> None:
         """count: count each range's lines here (--strict: a worker's error names its absolute line;
         on several workers: the split boundaries are known once the text is decoded); otherwise
-        its worker's parse counts them, off the producer's path."""
-        self.path, self.chunk, self.count = path, chunk_bytes, count
+        its worker's parse counts them, off the producer's path. row_end: a range ends where it
+        finds a row's end (quoted fields may hold line breaks)."""
+        self.path, self.chunk, self.count, self.row_end = path, chunk_bytes, count, row_end
         self.f = gz.open_gzip(path)
         self.carry, self.pos, self.eof, self.ended = b"", 0, False, False
         self.bounds: list[tuple[int, int]] = []
@@ -95,13 +98,11 @@ class _Decoder:
         buf[:have] = self.carry
         while have < self.chunk and not self.eof:
             have += self._read(buf[have : self.chunk])
-        search = self.chunk
+        search, inside = (0 if self.row_end else self.chunk), False
         while True:
-            nl = bytes(buf[search:have]).find(b"\n") if have > search else -1
-            if nl >= 0:
-                end = search + nl + 1
+            end, search, inside = self._find_end(buf, search, have, inside)
+            if end >= 0:
                 break
-            search = max(search, have)
             if self.eof:
                 end = have
                 break
@@ -116,6 +117,18 @@ class _Decoder:
             self.ended = True
             return None
         return self._close(slots.shm[slot].buf, end)
+
+    def _find_end(
+        self, buf: memoryview, search: int, have: int, inside: bool
+    ) -> tuple[int, int, bool]:
+        """(one past the newline that ends the range in buf[:have], or -1; where to search on
+        once more text is read; with row_end, whether a quote is open there)."""
+        if self.row_end is not None:  # the first row ending at or past chunk_bytes: read lines
+            return self.row_end(
+                np.frombuffer(buf, np.uint8, count=have), search, self.chunk, inside
+            )
+        nl = bytes(buf[search:have]).find(b"\n") if have > search else -1
+        return (search + nl + 1 if nl >= 0 else -1), max(search, have), False
 
     def _close(self, buf: memoryview, end: int) -> tuple[int, int]:
         arr = np.frombuffer(buf, dtype=np.uint8, count=end + 1)
@@ -200,7 +213,7 @@ def _run_stream(
     # the split boundaries are known, and finished tasks are placed (the one or two that straddle a
     # boundary re-cut by row) while the workers parse the last ranges, not after them.
     early = workers > 1
-    decoder = _Decoder(path, chunk_bytes, header, opts.strict or early)
+    decoder = _Decoder(path, chunk_bytes, header, opts.strict or early, opts.parser.row_end)
     lines: dict[int, int] = {}  # each task's lines, as its parse counted them
     placing: list[int] = []  # tasks run, not yet placed in their splits
     # Two ranges decoded ahead: when two workers finish together, both find their next range ready.

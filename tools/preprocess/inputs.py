@@ -28,6 +28,7 @@ from shardrec.tools.preprocess.parse.parquet_schema import is_parquet
 from shardrec.tools.preprocess.tasks.task import SplitRange, Task
 from shardrec.tools.preprocess.text.gz_split import GzipScan, scan_gzip, should_split
 from shardrec.tools.preprocess.text.lines import (
+    RowEnd,
     chunk_bounds,
     count_lines,
     count_range_lines,
@@ -173,6 +174,7 @@ def plan_tasks(
     work_dir: Path | None = None,
     stream: GzipStream | None = None,
     parquet: bool = False,
+    row_end: RowEnd | None = None,
 ) -> list[Task]:
     """Cut the inputs into tasks. Files that are split by line number get their lines counted;
     Parquet files (`parquet`) are cut into runs of row groups, their rows read from their metadata.
@@ -180,6 +182,7 @@ def plan_tasks(
     work_dir: where the cut of a large gzip file and its seek index are kept for a rerun (gz_split).
     stream: runs a large .gz file's tasks as it decodes it (the planning pass is their producer);
     they are planned as usual and found finished. None: a planning pass cuts it (gz_split).
+    row_end: text is cut only where it finds a row's end (quoted fields may hold line breaks).
     """
     tasks: list[Task] = []
     for fi, path in enumerate(files):
@@ -200,7 +203,7 @@ def plan_tasks(
                 )  # of its line count
                 scan = stream(path, fi, len(tasks), chunk_bytes, header, splits)
             else:
-                scan = scan_gzip(path, fi, chunk_bytes, header, work_dir)
+                scan = scan_gzip(path, fi, chunk_bytes, header, work_dir, row_end)
             ranges = split_ranges(layout, is_last, scan.total_lines, val_half)
             firsts = [sum(scan.counts[:i]) for i in range(len(scan.counts))]
             for (start, end), first, crc in zip(scan.bounds, firsts, scan.crcs):
@@ -227,7 +230,7 @@ def plan_tasks(
             )
             tasks.append(Task(len(tasks), str(path), 0, -1, 0, ranges, "train", header))
             continue
-        bounds = chunk_bounds(path, chunk_bytes, header_end(path) if header else 0)
+        bounds = chunk_bounds(path, chunk_bytes, header_end(path) if header else 0, row_end)
         firsts, ranges = [-1] * len(bounds), ()
         if needs_lines:
             counts = [count_range_lines(path, s, e) for s, e in bounds]

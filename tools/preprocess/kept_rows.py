@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import platform
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -21,6 +22,8 @@ import numpy as np
 
 from shardrec.dataloader.format.manifest import SPLITS, Manifest, PartInfo, SplitInfo
 from shardrec.tools.preprocess.ids.id_maps import MISSING_ID, OOV_ID
+from shardrec.tools.preprocess.infer.label_infer import spec_label_rule
+from shardrec.tools.preprocess.parse.text_parser import TextParser
 from shardrec.tools.preprocess.parts.feature_stats import compute_feature_stats
 from shardrec.tools.preprocess.settings import PreprocessConfig
 from shardrec.tools.preprocess.tasks.task import Task, TaskOptions
@@ -36,17 +39,34 @@ def _skipped_share(
     allowed: float,
     errors: list[str],
     unit: str = "lines",
+    advice: str = "",
 ) -> str:
     """One line: the malformed lines (a Parquet file's: rows) of `where` against the share
-    allowed, with the first one."""
+    allowed, with the first one and `advice`."""
     bad = sum(skipped.values())
     reasons = ", ".join(f"{k} {v:,}" for k, v in skipped.items())
-    first = f"; first: {errors[0]}" if errors else ""
+    first = (f"; first: {errors[0]}" if errors else "") + advice
     if bad >= lines:
         return f"{where}: no rows kept, all {lines:,} {unit} are malformed ({reasons}){first}"
     return (
         f"{where}: {bad:,} of {lines:,} {unit} malformed ({bad / lines:.2%}: {reasons}), more than "
         f"the {allowed:g} allowed (--max-skipped-fraction){first}"
+    )
+
+
+def label_advice(parser: TextParser, path: Path) -> str:
+    """For a refusal with bad_label rows: the key a spec's label column read as 0/1 (no mapping,
+    no threshold) wants for the values of `path` (label_infer.spec_label_rule), or ""."""
+    program = parser.program
+    label = program.spec.label if program else None
+    if label is None or label.mapping or label.threshold is not None:
+        return ""
+    rule = spec_label_rule(path, program)
+    return (
+        f"; the spec reads label column {label.name!r} as 0 and 1: give it {rule} (what "
+        "`shardrec spec infer` proposes for its values)"
+        if rule
+        else ""
     )
 
 
@@ -62,12 +82,14 @@ def check_rows_kept(
     tasks: list[Task],
     results: list[TaskResult],
     errors: list[str],
+    advice: Callable[[Path], str] = lambda path: "",
 ) -> None:
     """ValueError unless every input file and the whole input are mostly rows (skipped share at
     most cfg.max_skipped_fraction) and every split holds rows.
 
     files: the input files in day order (a text file of a header alone has no task).
     errors: the first malformed rows as `file:line: field: value (reason)`.
+    advice: what a refusal with bad_label rows adds for a file (label_advice).
     """
     lines = sum(r.lines for r in results)
     unit = "rows" if cfg.parquet else "lines"
@@ -89,13 +111,17 @@ def check_rows_kept(
         file_bad = sum(file_skipped.values())
         if len(per_file) > 1 and file_lines and file_bad > cfg.max_skipped_fraction * file_lines:
             mine = [e for e in errors if e.startswith(f"{path}:")]
+            said = advice(Path(path)) if "bad_label" in file_skipped else ""
             raise ValueError(
-                _skipped_share(path, file_lines, file_skipped, cfg.max_skipped_fraction, mine, unit)
+                _skipped_share(
+                    path, file_lines, file_skipped, cfg.max_skipped_fraction, mine, unit, said
+                )
             )
     bad = sum(skipped.values())
     if bad >= lines or bad > cfg.max_skipped_fraction * lines:
+        said = advice(files[0]) if "bad_label" in skipped and files else ""
         raise ValueError(
-            _skipped_share(where, lines, skipped, cfg.max_skipped_fraction, errors, unit)
+            _skipped_share(where, lines, skipped, cfg.max_skipped_fraction, errors, unit, said)
         )
     _check_splits(cfg, layout, files, tasks, results, skipped)
 

@@ -30,6 +30,7 @@ from shardrec.tools.preprocess.inputs import discover_inputs, plan_tasks, resolv
 from shardrec.tools.preprocess.kept_rows import (
     PreprocessResult,
     check_rows_kept,
+    label_advice,
     partial_result,
     summarize,
     write_manifest,
@@ -182,7 +183,7 @@ def _run(
     ):  # a streamed .gz file's tasks run inside: their stages pause this one
         tasks = plan_tasks(
             files, layout, cfg.val_half, opts.chunk_bytes, cfg.header, cfg.out / WORK_DIR, stream,
-            cfg.parquet,
+            cfg.parquet, parser.row_end,
         )  # fmt: skip
     mine = [t for t in tasks if cfg.part is None or t.index % cfg.part[1] == cfg.part[0]]
     # Vocabulary mode's two passes (count, then preprocess) share one pool of workers.
@@ -205,7 +206,7 @@ def _run(
     if any(r is None for r in results):
         return partial_result(cfg.out, tasks, len(todo) + len(streamed))
     errors = summarize(None, tasks, results, 0).errors
-    check_rows_kept(cfg, layout, files, tasks, results, errors)
+    check_rows_kept(cfg, layout, files, tasks, results, errors, partial(label_advice, parser))
     with cpu_stages.stage(cpu_stages.STATS):
         manifest = write_manifest(cfg, layout, tasks, results, opts)
     return summarize(manifest, tasks, results, len(todo) + len(streamed))

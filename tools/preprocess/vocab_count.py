@@ -107,9 +107,11 @@ def _chunks(task: Task, opts: TaskOptions) -> Iterator[Chunk]:
     """The task's pieces, parsed (text) or decoded (Parquet row groups)."""
     for chunk, _, _ in parquet_chunks(task, opts):
         yield chunk
+    in_quote = False  # as run_task reads its pieces: a quoted line break may cross their ends
     for data in read_pieces(task.text) if not task.parquet else ():
         with cpu_stages.stage(cpu_stages.PARSE):
-            chunk = opts.parser.parse(data)
+            chunk = opts.parser.parse(data, in_quote)
+        in_quote = chunk.ends_in_quote
         yield chunk
 
 

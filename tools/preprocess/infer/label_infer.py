@@ -5,6 +5,7 @@ that say which threshold or column was meant."""
 
 from __future__ import annotations
 
+import csv
 import math
 import re
 import statistics
@@ -12,7 +13,11 @@ from collections import Counter
 from pathlib import Path
 
 from shardrec.dataloader.spec.feature_spec import LabelColumn
+from shardrec.dataloader.spec.toml_text import toml_value
 from shardrec.dataloader.util.near import did_you_mean, name_list
+from shardrec.tools.preprocess.parse.spec_parse import Program
+from shardrec.tools.preprocess.text.gz import READ_ERRORS, open_text
+from shardrec.tools.preprocess.text.lines import csv_fields
 
 # ASCII digits: preprocessing reads no others as numbers
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$", re.ASCII)
@@ -68,14 +73,19 @@ def threshold_wanted(path: Path, name: str, values: list[float], shown: list[str
     """The refusal of a numeric label that is not 0/1, with a threshold taken from its values (the
     median: about half the rows would be 1; a click log's positives are usually fewer; of whole
     numbers, the whole number at or above it)."""
-    median = float(statistics.median(values))
-    if all(float(v).is_integer() for v in values):
-        median = float(math.ceil(median))
+    median = _median(values)
     return (
         f"{path}: label column {name!r} holds values other than 0 and 1 (e.g. {shown}; they run "
         f"{exact(min(values))} to {exact(max(values))}, median {exact(median)}); give the "
         f"threshold at which a row counts as 1, e.g. --label '{name}>={exact(median)}'"
     )
+
+
+def _median(values: list[float]) -> float:
+    """A threshold taken from a label's values: their median (of whole numbers, the whole number
+    at or above it)."""
+    median = float(statistics.median(values))
+    return float(math.ceil(median)) if all(float(v).is_integer() for v in values) else median
 
 
 def threshold_inside(path: Path, name: str, values: list[float], threshold: float) -> None:
@@ -85,9 +95,7 @@ def threshold_inside(path: Path, name: str, values: list[float], threshold: floa
     if low < threshold <= high:
         return
     every = "0: it is above" if threshold > high else "1: it is at or below"
-    median = float(statistics.median(values))
-    if all(float(v).is_integer() for v in values):
-        median = float(math.ceil(median))
+    median = _median(values)
     raise ValueError(
         f"{path}: --label '{name}>={exact(threshold)}' makes every label {every} every value read "
         f"({len(values):,} values, {exact(low)} to {exact(high)}, median {exact(median)}); give a "
@@ -145,3 +153,43 @@ def label_column(name: str, values: list[str], threshold: float | None, path: Pa
         LabelColumn(name, mapping={one: 1, zero: 0}),
         f"the label: 1 where {name} is {one!r}, 0 where {zero!r} ({why})",
     )
+
+
+def spec_label_rule(path: Path, program: Program, rows: int = 10_000) -> str:
+    """The key the spec's label column wants where it has neither a mapping nor a threshold (read
+    as 0/1) and its values in the file's first `rows` rows are not 0/1: what `spec infer` proposes
+    for them, `mapping = { "true" = 1, "false" = 0 }` for two words or `threshold = 4` for numbers
+    (their median); "" where neither fits or the file cannot be read."""
+    name = program.names[program.label_field]
+    try:
+        values = _label_values(path, program, rows)
+    except (*READ_ERRORS, ValueError):  # pyarrow's errors are ValueErrors and OSErrors
+        return ""
+    try:
+        column, _ = label_column(name, values, None, path)
+    except ValueError:  # numbers other than 0/1 want a threshold, which infer asks for
+        numbers = values and all(map(is_number, values))
+        return f"threshold = {exact(_median([float(v) for v in values]))}" if numbers else ""
+    if column.mapping:
+        return f"mapping = {toml_value(column.mapping)}"
+    return "" if column.threshold is None else f"threshold = {exact(column.threshold)}"
+
+
+def _label_values(path: Path, program: Program, rows: int) -> list[str]:
+    """The label column's values in the file's first `rows` rows, as text (empty and null values
+    left out; a Parquet boolean as 0/1)."""
+    fmt, field = program.spec.format, program.label_field
+    if fmt.kind == "parquet":
+        import pyarrow.parquet as pq
+
+        columns = [program.names[field]]
+        batch = next(pq.ParquetFile(path).iter_batches(batch_size=rows, columns=columns), None)
+        read = batch.column(0).to_pylist() if batch is not None else []
+        return [str(int(v) if isinstance(v, bool) else v) for v in read if v is not None]
+    with open_text(path) as f:
+        lines = [f.readline() for _ in range(rows + fmt.header)][fmt.header :]
+    text = b"".join(lines).decode("utf-8", "replace")
+    quoting = csv.QUOTE_MINIMAL if fmt.quoting else csv.QUOTE_NONE
+    return [
+        r[field] for r in csv_fields(text, fmt.delimiter, quoting) if field < len(r) and r[field]
+    ]

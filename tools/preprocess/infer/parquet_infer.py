@@ -27,6 +27,7 @@ from shardrec.dataloader.spec.feature_spec import (
 )
 from shardrec.tools.preprocess.infer.label_infer import (
     exact,
+    label_column,
     no_label_column,
     parse_label,
     threshold_inside,
@@ -113,12 +114,16 @@ def infer_parquet_spec(
     for name in names:
         kind = kind_of(schema.field(name).type)
         values = [v for v in sample[name] if v is not None]
+        if name == label_name and kind == "string":  # words: a mapping, as a CSV's are read
+            column, notes[name] = label_column(name, values, threshold, path)
+            columns.append(column)
+            continue
         if name == label_name:
             shown = sorted({str(v) for v in values})[:5]
             if kind not in ("integer", "float", "bool"):
                 raise ValueError(
                     f"{path}: label column {name!r} is {schema.field(name).type}; a label is a "
-                    "number (0/1, or any number with a threshold)"
+                    "number (0/1, or any number with a threshold) or a string of two values"
                 )
             if threshold is None and not {float(v) for v in values} <= {0.0, 1.0}:
                 raise ValueError(threshold_wanted(path, name, [float(v) for v in values], shown))

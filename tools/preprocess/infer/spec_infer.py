@@ -174,6 +174,14 @@ def _unix_times(name: str, values: list[str]) -> str | None:
     return f"{first:%Y-%m-%d} .. {last:%Y-%m-%d}"
 
 
+def _row_numbers(values: list[str]) -> bool:
+    """The values count the rows from 0 or 1, as a pandas index written by to_csv does."""
+    if not all(map(is_integer, values)) or values[0] not in ("0", "1"):
+        return False
+    first = int(values[0])
+    return all(int(v) == first + i for i, v in enumerate(values))
+
+
 def propose_column(
     name: str, values: list[str], rows: int, delimiter: str, integers: bool = False
 ) -> tuple[Column, str]:
@@ -190,6 +198,11 @@ def propose_column(
     distinct = len(set(values))
     if distinct == len(values) >= 50 and min(map(len, values)) >= 10:
         return IgnoredColumn(name), "a different value in every row: a row id, not a feature"
+    if distinct == len(values) >= 50 and _row_numbers(values):
+        return IgnoredColumn(name), (
+            f"the row's number ({values[0]}, {values[1]}, {values[2]}, ...; a pandas index?), "
+            "not a feature"
+        )
     numeric = all(map(is_number, values))
     sep = None if numeric else _list_separator(values, delimiter)
     if sep is not None:
@@ -293,10 +306,11 @@ def infer_spec(path: Path, label: str, rows: int = 10_000) -> tuple[FeatureSpec,
             column, notes[name] = label_column(name, values, threshold, path)
             columns.append(column)
             continue
-        column, notes[name] = propose_column(name, values, len(body), delimiter)
+        column, note = propose_column(name, values, len(body), delimiter)
         if decimal and isinstance(column, DenseColumn) and column.type == "float":
-            notes[name] += " (decimal commas: 13,44 is 13.44)"
+            note += " (decimal commas: 13,44 is 13.44)"
         columns.append(_placed(column, i, names))
+        notes[columns[-1].name] = note  # a renamed column's note goes above it too
     counts = [len(r) for r in body]
     fmt = TextFormat(
         "tsv" if delimiter == "\t" else "csv",

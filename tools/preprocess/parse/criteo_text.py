@@ -112,6 +112,7 @@ class ChunkRows:
 
     labels: np.ndarray
     reason: np.ndarray
+    ends_in_quote = False  # a quoted field left open at the end (spec_parse.SpecChunk's)
 
     @property
     def rows(self) -> int:

@@ -63,7 +63,11 @@ def _allowed(c) -> tuple[set[str], str]:
             return {"string"}, "a string column (its values are the mapping's keys)"
         if c.threshold is not None:
             return {"integer", "float", "bool"}, _NUMBERS
-        return {"integer", "float", "bool"}, "0/1 as integers, booleans or floats"
+        return {"integer", "float", "bool"}, (
+            "0/1 as integers, booleans or floats (a string column wants a mapping of its two "
+            'values, such as mapping = { "yes" = 1, "no" = 0 }: `shardrec spec infer` '
+            "proposes it)"
+        )
     if isinstance(c, DenseColumn):
         return {"integer", "float", "bool"}, _NUMBERS
     if isinstance(c, ListColumn):

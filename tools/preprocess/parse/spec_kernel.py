@@ -52,7 +52,7 @@ KEEP_LAST, RAW = 1, 2  # list field flags: a sequence keeps its last values; int
 
 
 @njit(cache=True, nogil=True, boundscheck=False, inline="always")
-def _scan_field(buf, i, delim, quoting):
+def scan_field(buf, i, delim, quoting):
     """(start, end, next, escaped, bad_quote) of the field at i: its value is buf[start:end] and
     buf[next] is the delimiter or newline after it (a '\\r' before the newline is no value byte)."""
     if quoting and buf[i] == 34:
@@ -81,7 +81,7 @@ def _scan_field(buf, i, delim, quoting):
 
 
 @njit(cache=True, nogil=True, boundscheck=False, inline="always")
-def _line_end(buf, i):
+def line_end(buf, i):
     """(the newline at or after i, whether the line holds an odd number of quotes: then it closes
     the field an earlier line's quote opened; `""` inside it counts twice)."""
     odd = False
@@ -212,12 +212,14 @@ def _short_int(buf, s, e):
 def parse_spec_rows(
     buf, delim, quoting, point, nmin, role, slot, kind, seps, max_lengths, label_field, label_mode, threshold,
     keys, values, labels, dense, dmiss, sparse, smiss, lvalues, lstart, llen, reason, bad_field, row_start, row_end,
-    flags, primary,
+    flags, primary, still_open,
 ):  # fmt: skip
     """Fill the per-row arrays (sized to the newlines in buf) and the flat list values; returns
-    (rows, list values written). role/slot/kind/seps/max_lengths hold one entry per field index,
-    and so do flags (KEEP_LAST: a sequence keeps its last values; RAW: integers kept as written)
-    and primary (a side sequence's primary field, -1 for others: both hold as many values).
+    (rows, list values written, whether the last line leaves a quote open). role/slot/kind/seps/
+    max_lengths hold one entry per field index, and so do flags (KEEP_LAST: a sequence keeps its
+    last values; RAW: integers kept as written) and primary (a side sequence's primary field, -1
+    for others: both hold as many values). still_open: the text before buf (an earlier piece of
+    the same text) left a quote open, so buf's first lines are inside that field.
 
     Each row is cut into its fields first (start, end, escaped: a few entries that stay in L1),
     then decoded one kind of column at a time: a loop over the integer columns, one over the hex,
@@ -234,17 +236,16 @@ def parse_spec_rows(
     others = np.sort(np.concatenate((np.array([label_field]), floats, lists)))
     fs, fe, fx = np.zeros(nf, np.int64), np.zeros(nf, np.int64), np.zeros(nf, np.bool_)
     totals = np.zeros(nf, np.int64)
-    still_open = False  # an earlier line's quote is open: this line is inside its field
     while i < n:
         row_start[row] = i
         ur = np.uint64(row)
         f, a, quote_bad = 0, i, -1
         inside = still_open  # the line is in that field: no row of its own, malformed at field nf
         if inside:
-            j, odd = _line_end(buf, i)
+            j, odd = line_end(buf, i)
             still_open, quote_bad = not odd, nf
         while not inside:  # the row's fields; one with a bad quote is no value (row malformed)
-            s, e, j, escaped, qbad = _scan_field(buf, a, delim, quoting)
+            s, e, j, escaped, qbad = scan_field(buf, a, delim, quoting)
             if qbad and quote_bad < 0:
                 quote_bad = f
             still_open = qbad and e == j  # its quote not closed at the newline
@@ -283,7 +284,7 @@ def parse_spec_rows(
                     flags[g] & KEEP_LAST, flags[g] & RAW,
                 )  # fmt: skip
                 if bad == -2:
-                    return row, -1
+                    return row, -1, still_open
                 llen[ur, k] = cnt
                 pos += cnt
             if bad >= 0 and g < first_bad:
@@ -342,7 +343,7 @@ def parse_spec_rows(
             labels[row] = 0
         row += 1
         i = j + 1
-    return row, pos
+    return row, pos, still_open
 
 
 @njit(cache=True, nogil=True, inline="always")

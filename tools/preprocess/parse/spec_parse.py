@@ -258,6 +258,9 @@ class SpecChunk(ChunkRows):
     """One-hot columns (by slot) given as a dictionary of values and each row's index into it,
     not in `sparse` (a Parquet column read as a dictionary, in hashing mode: each distinct value
     is hashed once)."""
+    ends_in_quote: bool = False
+    """The piece's last line leaves a quote open: the next piece of the same text starts inside
+    that field (parse_spec_chunk's in_quote)."""
 
 
 @dataclass
@@ -283,8 +286,12 @@ def _list_bound(buf: np.ndarray, rows: int, program: Program) -> int:
     return bound
 
 
-def parse_spec_chunk(data: bytes | memoryview | np.ndarray, program: Program) -> SpecChunk:
-    """Parse whole lines (data ends with a newline) by the spec's program."""
+def parse_spec_chunk(
+    data: bytes | memoryview | np.ndarray, program: Program, in_quote: bool = False
+) -> SpecChunk:
+    """Parse whole lines (data ends with a newline) by the spec's program. in_quote: the text
+    before data (the piece before it) left a quote open: its first lines are inside that field,
+    as the chunk's `ends_in_quote` says of the next piece."""
     buf = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data
     if len(buf) and buf[-1] != 10:
         raise ValueError("parse_spec_chunk needs text that ends with a newline")
@@ -303,17 +310,18 @@ def parse_spec_chunk(data: bytes | memoryview | np.ndarray, program: Program) ->
         np.empty(rows, np.int16), np.empty(rows, np.int64), np.empty(rows, np.int64),
     )  # fmt: skip
     if not rows:
+        out.ends_in_quote = in_quote
         return out
     label = program.spec.label
     mode = k.MAPPING if label.mapping else k.THRESHOLD if label.threshold is not None else k.BINARY
     fmt = program.spec.format
-    done, used = k.parse_spec_rows(
+    done, used, out.ends_in_quote = k.parse_spec_rows(
         buf, ord(fmt.delimiter), fmt.quoting, ord(fmt.decimal or "."), program.min_fields, program.role,
         program.slot, program.kind, program.seps, program.max_lengths, program.label_field, mode,
         float(label.threshold or 0.0), program.keys, program.values, out.labels, out.dense, out.dense_missing,
         out.sparse, out.sparse_missing, out.list_values,
         out.list_start, out.list_len, out.reason, out.bad_field, out.row_start, out.row_end, program.flags,
-        program.primary,
+        program.primary, in_quote,
     )  # fmt: skip
     assert done == rows and used >= 0, "the list bound covers every value"
     return out

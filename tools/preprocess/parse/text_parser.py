@@ -19,6 +19,7 @@ from shardrec.tools.preprocess.parse.criteo_text import (
     parse_chunk,
 )
 from shardrec.tools.preprocess.parse.parquet_schema import ParquetProgram, resolve_parquet
+from shardrec.tools.preprocess.parse.quote_rows import RowEnds
 from shardrec.tools.preprocess.parse.spec_parse import (
     Program,
     SpecChunk,
@@ -28,7 +29,7 @@ from shardrec.tools.preprocess.parse.spec_parse import (
     read_header,
     resolve_program,
 )
-from shardrec.tools.preprocess.text.lines import check_first_line
+from shardrec.tools.preprocess.text.lines import RowEnd, check_first_line
 
 Chunk = ParsedChunk | SpecChunk
 
@@ -65,6 +66,13 @@ class TextParser:
     def num_dense(self) -> int:
         return len(self.program.spec.dense) if self.program else self.schema.num_dense
 
+    @property
+    def row_end(self) -> RowEnd | None:
+        """Where a row ends, for cuts of text whose quoted fields may hold a line break (None: at
+        any newline)."""
+        fmt = self.program.spec.format if self.program and self.parquet is None else None
+        return RowEnds(fmt.delimiter).find if fmt is not None and fmt.quoting else None
+
     def warm_up(self) -> None:
         """Parse one empty line: the parser's kernel is loaded from numba's cache (compiled, the
         first time ever) before a timed pass, so a one-time compile is no part of a parse rate.
@@ -72,9 +80,11 @@ class TextParser:
         if self.parquet is None:
             self.parse(memoryview(b"\n"))
 
-    def parse(self, data: memoryview) -> Chunk:
+    def parse(self, data: memoryview, in_quote: bool = False) -> Chunk:
+        """The rows of whole lines; in_quote: the piece before `data` of the same text ended
+        inside a quoted field (its chunk's ends_in_quote; Criteo's text has no quoting)."""
         if self.program:
-            return parse_spec_chunk(data, self.program)
+            return parse_spec_chunk(data, self.program, in_quote)
         return parse_chunk(data, self.schema)
 
     def describe_bad(
@@ -107,7 +117,7 @@ def choose_parser(
     """
     if spec is None or spec.format.kind != "parquet":
         for f in files:
-            check_first_line(f)
+            check_first_line(f, spec.format.header if spec else schema.header)
     if spec is None:
         return TextParser(schema), dense_transform
     if spec.format.kind == "parquet":

@@ -120,16 +120,18 @@ def _take_piece(
     layout: PartLayout,
     buffers: dict[str, PartColumns],
     result: TaskResult,
-) -> int:
-    """Parse whole lines and append their kept rows to each split's part; returns the lines."""
+    in_quote: bool,
+) -> Chunk:
+    """Parse whole lines and append their kept rows to each split's part; returns the parsed
+    piece (its rows are the lines; in_quote and its ends_in_quote: text_parser.parse's)."""
     with cpu_stages.stage(cpu_stages.PARSE):
-        chunk = opts.parser.parse(data)
+        chunk = opts.parser.parse(data, in_quote)
 
     def describe(row: int) -> tuple[str, str]:
         return opts.parser.describe_bad(data, chunk, row, path=task.path)
 
     _take_chunk(task, chunk, describe, len(data), line0, opts, vocabs, layout, buffers, result)
-    return chunk.rows
+    return chunk
 
 
 def _take_chunk(
@@ -211,6 +213,7 @@ def _run_task(task: Task, opts: TaskOptions, background_sync: bool, mark: bool) 
     result = TaskResult(task.index, task.path)
     buffers: dict[str, PartColumns] = {}
     line0, parts_written, since_flush = 0, 0, 0
+    in_quote = False  # a quoted field's line break crosses a piece's end: the next starts in it
     fsync = mark and not background_sync
     hashing = vocabs is None  # one part per split of a task
     for chunk, describe, size in parquet_chunks(task, opts, hashing):
@@ -219,7 +222,8 @@ def _run_task(task: Task, opts: TaskOptions, background_sync: bool, mark: bool) 
     for piece in read_pieces(task.text) if not task.parquet else ():
         seen = list(result.skipped)
         for data in parse_pieces(piece, PARSE_BYTES if parse_kernel.AVAILABLE else len(piece)):
-            line0 += _take_piece(task, data, line0, opts, vocabs, layout, buffers, result)
+            chunk = _take_piece(task, data, line0, opts, vocabs, layout, buffers, result, in_quote)
+            line0, in_quote = line0 + chunk.rows, chunk.ends_in_quote
         # Reasons first met in this piece are listed in REASONS order, as when a read piece was
         # parsed at once: the manifest's bytes do not depend on PARSE_BYTES.
         new = sorted((k for k in result.skipped if k not in seen), key=REASONS.index)

@@ -27,12 +27,15 @@ import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
+
 from shardrec.dataloader.util.files import atomic_write_bytes
 from shardrec.tools.preprocess.text import gz
+from shardrec.tools.preprocess.text.lines import RowEnd
 
 logger = logging.getLogger(__name__)
 SPLIT_MIN_CHUNKS = 4
-SCAN_VERSION = 1
+SCAN_VERSION = 2  # 2: a quoting spec's ranges end where a row ends, not inside a quoted field
 _BLOCK = 16 << 20
 
 
@@ -54,10 +57,11 @@ def should_split(path: Path, chunk_bytes: int) -> bool:
 
 class _Cutter:
     """Consumes the text block by block and closes a range at the first newline at or past its
-    target."""
+    target (with row_end: the first that ends a row)."""
 
-    def __init__(self, chunk_bytes: int, header: bool) -> None:
+    def __init__(self, chunk_bytes: int, header: bool, row_end: RowEnd | None = None) -> None:
         self.chunk, self.pos, self.begin = chunk_bytes, 0, -1 if header else 0
+        self.rows = None if row_end is None else _RowCuts(row_end)
         self.target = self.begin + chunk_bytes if self.begin >= 0 else -1
         self.bounds: list[tuple[int, int]] = []
         self.counts: list[int] = []
@@ -76,11 +80,12 @@ class _Cutter:
             at, self.begin = nl + 1, self.pos + nl + 1
             self.target = self.begin + self.chunk
         while at < n:
-            cut = (
-                data.find(b"\n", max(at, self.target - self.pos), n)
-                if self.target - self.pos < n
-                else -1
-            )
+            if self.rows is not None:
+                cut = self.rows.cut(block, at, self.target - self.pos)
+            elif self.target - self.pos < n:
+                cut = data.find(b"\n", max(at, self.target - self.pos), n)
+            else:
+                cut = -1
             stop = cut + 1 if cut >= 0 else n
             self.lines += data.count(b"\n", at, stop)
             self.crc = gz.crc32(block[at:stop], self.crc)
@@ -107,6 +112,27 @@ class _Cutter:
         return self.bounds, self.counts, self.crcs, int(total)
 
 
+class _RowCuts:
+    """Where a row ends in text fed block by block (a quoted field may hold line breaks): the
+    lines are read once, each block after the unfinished line the one before it left."""
+
+    def __init__(self, row_end: RowEnd) -> None:
+        self.row_end, self.tail, self.inside = row_end, b"", False
+
+    def cut(self, block: memoryview, at: int, target: int) -> int:
+        """The newline in block[at:] that ends the first row ending at or past `target` (block
+        offsets), or -1; a row starts at `at` unless the text before it left a quote open."""
+        rest = block[at:]
+        text = np.frombuffer(self.tail + bytes(rest) if self.tail else rest, dtype=np.uint8)
+        lead = len(self.tail) - at  # text offset of block offset 0
+        cut, stop, self.inside = self.row_end(text, 0, target + lead, self.inside)
+        if cut >= 0:
+            self.tail = b""
+            return cut - 1 - lead
+        self.tail = text[stop:].tobytes()
+        return -1
+
+
 def _read_all(reader, cutter: _Cutter) -> int:
     buf, total = bytearray(_BLOCK), 0
     while n := reader.readinto(buf):
@@ -115,10 +141,12 @@ def _read_all(reader, cutter: _Cutter) -> int:
     return total
 
 
-def _scan(path: Path, chunk_bytes: int, header: bool, index: Path | None) -> GzipScan:
+def _scan(
+    path: Path, chunk_bytes: int, header: bool, index: Path | None, row_end: RowEnd | None
+) -> GzipScan:
     """One pass over the text; through rapidgzip (writing the index) when it can, else open_gzip."""
     if index is not None and gz.can_index():
-        cutter = _Cutter(chunk_bytes, header)
+        cutter = _Cutter(chunk_bytes, header, row_end)
         try:
             with gz.open_indexing(path) as reader:
                 total = _read_all(reader, cutter)
@@ -133,7 +161,7 @@ def _scan(path: Path, chunk_bytes: int, header: bool, index: Path | None) -> Gzi
             logger.info(
                 "%s: rapidgzip could not read it (%s): rescanned without a seek index", path, e
             )
-    cutter = _Cutter(chunk_bytes, header)
+    cutter = _Cutter(chunk_bytes, header, row_end)
     try:
         f = gz.open_gzip(path)
     except gz.READ_ERRORS as e:
@@ -147,17 +175,23 @@ def _scan(path: Path, chunk_bytes: int, header: bool, index: Path | None) -> Gzi
 
 
 def scan_gzip(
-    path: Path, number: int, chunk_bytes: int, header: bool, work_dir: Path | None
+    path: Path,
+    number: int,
+    chunk_bytes: int,
+    header: bool,
+    work_dir: Path | None,
+    row_end: RowEnd | None = None,
 ) -> GzipScan:
     """The cut of input file `number` (its position among the inputs), from work_dir when a run
-    already scanned this very file (name, size, mtime) with these options, else by a pass."""
+    already scanned this very file (name, size, mtime) with these options, else by a pass.
+    row_end: ranges end where it finds a row's end (quoted fields may hold line breaks)."""
     if work_dir is None:
-        return _scan(path, chunk_bytes, header, None)
+        return _scan(path, chunk_bytes, header, None, row_end)
     scan = load_scan(path, number, chunk_bytes, header, work_dir)
     if scan is None:
         stem = _stem(work_dir, number, path)
         stem.parent.mkdir(parents=True, exist_ok=True)
-        scan = _scan(path, chunk_bytes, header, stem.with_suffix(stem.suffix + ".gzidx"))
+        scan = _scan(path, chunk_bytes, header, stem.with_suffix(stem.suffix + ".gzidx"), row_end)
         save_scan(path, number, chunk_bytes, header, work_dir, scan)
     return scan
 

@@ -8,6 +8,7 @@ import csv
 import io
 import mmap
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -50,15 +51,27 @@ def check_text(path: Path, line: bytes, number: int) -> None:
     raise ValueError(f"{path}:{number}: a NUL byte: not CSV or TSV text (a binary file?)")
 
 
-def check_first_line(path: Path, limit: int = 1 << 20) -> None:
-    """check_text of the file's first line (its first `limit` bytes, where it is longer); a file
-    that cannot be read is left to the reader that reports it."""
+def check_first_line(path: Path, header: bool, limit: int = 1 << 20) -> None:
+    """check_text of the file's first line (its first `limit` bytes, where it is longer), and
+    ValueError for a UTF-8 byte-order mark before a first line that is a row (no `header`): its
+    first field would read the mark as part of its value. A file that cannot be read is left to
+    the reader that reports it."""
     try:
         with open_text(path) as f:
             line = f.readline(limit)
     except READ_ERRORS:
         return
     check_text(path, line, 1)
+    if not header and line.startswith(b"\xef\xbb\xbf"):
+        gz, plain = path.suffix == ".gz", Path(path.name.removesuffix(".gz"))
+        out = f"{plain.stem}-nobom{plain.suffix}{'.gz' if gz else ''}"
+        sed = "sed '1s/^\\xEF\\xBB\\xBF//'"
+        command = f"zcat {path} | {sed} | gzip > {out}" if gz else f"{sed} {path} > {out}"
+        raise ValueError(
+            f"{path}: starts with a UTF-8 byte-order mark, and its first line is a row (no "
+            f"header): the mark would be read into that row's first field; remove it first "
+            f"({command})"
+        )
 
 
 def count_lines(path: Path, skip_header: bool, block: int = 1 << 24) -> int:
@@ -85,8 +98,18 @@ def header_end(path: Path) -> int:
     return len(line)
 
 
-def chunk_bounds(path: Path, chunk_bytes: int, begin: int) -> list[tuple[int, int]]:
-    """Byte ranges of about `chunk_bytes`, each cut just after a newline."""
+# Where a row ends in text whose quoted fields hold line breaks (parse.quote_rows.RowEnds.find):
+# (data, start, target) -> (one past the row's newline or -1, ...).
+RowEnd = Callable[[np.ndarray, int, int], tuple[int, int, bool]]
+
+
+def chunk_bounds(
+    path: Path, chunk_bytes: int, begin: int, row_end: RowEnd | None = None
+) -> list[tuple[int, int]]:
+    """Byte ranges of about `chunk_bytes`, each cut just after a newline; with `row_end`, just
+    after the newline that ends a row (never inside a quoted field)."""
+    if row_end is not None:
+        return _row_bounds(path, chunk_bytes, begin, row_end)
     size = path.stat().st_size
     bounds, start = [], begin
     with open(path, "rb") as f:
@@ -108,6 +131,26 @@ def chunk_bounds(path: Path, chunk_bytes: int, begin: int) -> list[tuple[int, in
                 cut += len(block)
             bounds.append((start, cut))
             start = cut
+    return bounds
+
+
+def _row_bounds(path: Path, chunk_bytes: int, begin: int, row_end: RowEnd) -> list[tuple[int, int]]:
+    size = path.stat().st_size
+    if begin >= size:
+        return []
+    bounds, start = [], begin
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        data = np.frombuffer(mm, dtype=np.uint8)
+        try:
+            while start + chunk_bytes < size:
+                cut = row_end(data, start, start + chunk_bytes)[0]
+                cut = size if cut < 0 else cut
+                bounds.append((start, cut))
+                start = cut
+            if start < size:
+                bounds.append((start, size))
+        finally:
+            del data  # the mapping cannot close while a view of it is alive
     return bounds
 
 

@@ -258,18 +258,23 @@ exit_after_peer_loss(RuntimeError("[pair.cc:537] Read error: Connection reset by
 
 
 @pytest.mark.parametrize("restart", [0, 1])
-def test_a_rank_that_lost_a_peer_says_whether_torchrun_restarts_the_ranks(restart: int) -> None:
+def test_a_rank_that_lost_a_peer_says_whether_torchrun_restarts_the_ranks(
+    restart: int, tmp_path: Path
+) -> None:
     """With --max-restarts 1, the first attempt's surviving rank said the failed rank "is named
     last", and then the restarted run finished: no line named it, nothing said it was restarted."""
     import os
     import subprocess
     import sys
 
+    from shardrec.trainer.distributed.launch import LAUNCHER_DIR_ENV
+
     env = {
         **os.environ,
         "RANK": "0",
         "TORCHELASTIC_MAX_RESTARTS": "1",
         "TORCHELASTIC_RESTART_COUNT": str(restart),
+        LAUNCHER_DIR_ENV: str(tmp_path),  # a rank of `shardrec train`, whose launcher names it
     }
     done = subprocess.run(
         [sys.executable, "-c", _RANK_THAT_LOST_A_PEER],
@@ -288,6 +293,32 @@ def test_a_rank_that_lost_a_peer_says_whether_torchrun_restarts_the_ranks(restar
             if restart == 0
             else "reset by peer); the rank that failed first is named last"
         )
+    ]
+
+
+def test_a_rank_of_a_plain_torchrun_that_lost_a_peer_does_not_promise_a_line_naming_it() -> None:
+    """Node 1 of a two-node `torchrun ... -m shardrec.trainer` whose node 0 was killed said "the
+    rank that failed first is named last"; then its torchrun's summary named only rank 1 itself
+    (exitcode 1): no launcher names the other node's rank."""
+    import os
+    import subprocess
+    import sys
+
+    from shardrec.trainer.distributed.launch import LAUNCHER_DIR_ENV
+
+    env = {k: v for k, v in os.environ.items() if k != LAUNCHER_DIR_ENV} | {"RANK": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", _RANK_THAT_LOST_A_PEER],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "error: rank 1 lost another rank (RuntimeError: [pair.cc:537] Read error: Connection "
+        "reset by peer); the rank that failed first may be another node's: its node's output "
+        "names it"
     ]
 
 

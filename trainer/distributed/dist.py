@@ -235,8 +235,11 @@ def monitored_barrier(
     that arrived raise RankMissing too, pointing at rank 0's message. `setting` is the config
     key of the timeout, for the message.
     """
+    import time
+
     import torch.distributed as dist
 
+    start = time.monotonic()
     try:
         dist.monitored_barrier(group, timeout=timedelta(seconds=timeout_s), wait_all_ranks=True)
     except RuntimeError as e:
@@ -244,9 +247,19 @@ def monitored_barrier(
         missing = re.search(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier", reason)
         if missing:
             ranks = missing.group(1).strip().rstrip(",")
+            waited = time.monotonic() - start
+            # gloo says "failed to pass monitoredBarrier in <timeout> ms" also where the rank's
+            # process ended at once (its connection closed): the wait says which it was.
+            how = (
+                f"did not arrive within {timeout_s:g} s ({setting})"
+                if waited >= 0.9 * timeout_s
+                else f"left the job after {waited:.1f} s of this wait, without arriving (its "
+                f"process ended or its connection broke; the wait is up to {timeout_s:g} s, "
+                f"{setting})"
+            )
             raise RankMissing(
                 f"{what}: rank{'s' if ',' in ranks else ''} {ranks} of {dist.get_world_size(group)} "
-                f"did not arrive within {timeout_s:g} s ({setting})"
+                f"{how}"
             ) from None
         raise RankMissing(
             f"{what}: the barrier failed on rank {dist.get_rank()} ({reason}); rank 0 names the "

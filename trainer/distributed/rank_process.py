@@ -138,6 +138,7 @@ def exit_after_peer_loss(error: BaseException) -> NoReturn:
     traceback would only point at the collective, and the launcher names the rank that died
     first. Exits directly (a process group whose peer is gone may hang in its teardown)."""
     from shardrec.trainer.distributed.dist import launched_rank
+    from shardrec.trainer.distributed.launch import launcher_directory
 
     text = one_line(str(error), 1000)
     # Up to the words that say what happened: gloo adds a paragraph of advice to them.
@@ -151,7 +152,11 @@ def exit_after_peer_loss(error: BaseException) -> NoReturn:
         f"torchrun restarts the ranks (restart {attempt + 1} of --max-restarts {restarts}), which "
         "resume from the newest checkpoint"
         if attempt < restarts
+        # Under `shardrec train` its launcher's last line names that rank; a plain torchrun's
+        # summary names only this node's ranks (this one), not the other node's that died.
         else "the rank that failed first is named last"
+        if launcher_directory() is not None
+        else "the rank that failed first may be another node's: its node's output names it"
     )
     print(f"error: rank {launched_rank()} lost another rank ({reason}); {then}", file=sys.stderr)
     logging.shutdown()

@@ -6,7 +6,7 @@ import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -58,8 +58,8 @@ def rank_main(
         out_dir=out_dir,
         allow_change=list(allow_change or []),
     )
-    if joined is None:
-        return
+    if joined is None:  # complete: rank 0 said so
+        exit_cleanly()
     job_config, continuing, env = joined
     summary = _train(job_config, env, out_dir, stop, continuing)
     if "stopped" in summary and env.is_main and launcher_directory() is None:
@@ -101,18 +101,53 @@ def _join(
             complete = lifecycle.check_job(out_dir, job_config, allow_change)
         if direct:  # a direct torchrun: no `shardrec train` checked the job against its data
             check_rank_job(job_config, launched_world_size())
+        dist_cfg = job_config.dist
+        env = init_distributed(job_config.train.device, dist_cfg.timeout_s, dist_cfg.bind_cores)
+        # Each node read its own flags, data and run directory: before any rank acts on them
+        # (a complete run too: a node that saw another directory would wait for the others).
+        _check_nodes_agree(job_config, out_dir, env)
         if complete is not None:
             if is_main:
                 print(complete, file=sys.stderr)
             return None
-        dist_cfg = job_config.dist
-        env = init_distributed(job_config.train.device, dist_cfg.timeout_s, dist_cfg.bind_cores)
     except ValueError as e:
         # A direct launch's own flags say where a setting was given, as `shardrec train` says it
         # (a launcher's resolved job file is no file the user wrote).
         line = job_config.located(str(e)) if direct and job_config is not None else str(e)
         exit_refused(line)
     return job_config, continuing, env
+
+
+def _check_nodes_agree(job_config: JobConfig, out_dir: Path, env: DistEnv) -> None:
+    """ValueError, the same line on every rank, unless every rank sees the run directory rank 0
+    writes in, the same data and the same settings and plan (trainer.rundir.life.node_agreement).
+    """
+    import uuid
+
+    import torch.distributed as dist
+
+    from shardrec.trainer.rundir import names
+    from shardrec.trainer.rundir.life.node_agreement import disagreement, rank_view
+
+    if env.world_size == 1:
+        return
+    marker = out_dir / f"{names.NODE_MARKER}{uuid.uuid4().hex}" if env.is_main else None
+    if marker is not None:
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            marker.touch()
+        except OSError:
+            marker = None  # rank 0 cannot write there: its run directory says so as it starts
+    views: list[Any] = [None] * env.world_size
+    dist.all_gather_object(views, rank_view(job_config, out_dir, marker.name if marker else ""))
+    # Rank 0's marker was written before it joined the gather: each rank looks for it now.
+    seen = [False] * env.world_size
+    dist.all_gather_object(seen, not views[0].marker or (out_dir / views[0].marker).is_file())
+    if marker is not None:
+        marker.unlink(missing_ok=True)
+    problem = disagreement(views, seen)
+    if problem:
+        raise ValueError(problem)
 
 
 def _train(

@@ -12,6 +12,8 @@ strands every run written before):
     RUN/mllog.N.jsonl    the earlier invocations' (N = 1, 2, ... in order; a resumed run's parts)
     RUN/summary.json     the final results: the run is complete when they are of the newest checkpoint
     RUN/.lock            the one-job-at-a-time flock (lock.py)
+    RUN/.seen-by-ranks-* rank 0's marker while the ranks check that they share the run directory
+                         (life/node_agreement.py), removed at once
     RUN/run_id           the run's identity, written with its first files (a checkpoint holds it:
                          one copied in from another run is refused)
     RUN/checkpoints/step-NNNNNNNN/   a complete checkpoint (checkpoint.py): train_state.pt,
@@ -32,6 +34,7 @@ TENSORBOARD = "tensorboard"
 SUMMARY = "summary.json"
 MLLOG = "mllog.jsonl"
 LOCK = ".lock"
+NODE_MARKER = ".seen-by-ranks-"
 RUN_ID = "run_id"
 CHECKPOINTS = "checkpoints"
 TRAIN_STATE = "train_state.pt"

@@ -74,7 +74,9 @@ class Delivery:
     device: torch.device | str | None = None
     """If set, batches are moved there (non-blocking from pinned memory)."""
     gather_rows: int = ROWS_PER_GATHER
-    """Rows of this rank gathered in one go (consecutive batches; memory ~260 B/row)."""
+    """Rows of this rank gathered in one go (consecutive batches; memory ~260 B/row). A shuffled
+    stream's compiled gathers read whole shuffle windows instead, at least half of this many
+    rows (window_spans.py)."""
     compiled: bool | None = None
     """Gather with the numba kernels (None: when numba imports; False: numpy only, the same
     batches, slower; dataloader/gather/gather_kernels.py)."""

@@ -50,6 +50,7 @@ from shardrec.dataloader.multihot.multihot_tables import (
 )
 from shardrec.dataloader.order import NO_SHUFFLE, EpochOrder, OrderSpec, ShuffleSpec
 from shardrec.dataloader.prefetch import prefetch_map
+from shardrec.dataloader.window_spans import carry_of, fill_head, window_spans
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +74,9 @@ class Delivery:
     device: torch.device | str | None = None
     """If set, batches are moved there (non-blocking from pinned memory)."""
     gather_rows: int = ROWS_PER_GATHER
-    """Rows of this rank gathered in one go (consecutive batches; memory ~260 B/row)."""
+    """Rows of this rank gathered in one go (consecutive batches; memory ~260 B/row). A shuffled
+    stream's compiled gathers read whole shuffle windows instead, at least half of this many
+    rows (window_spans.py)."""
     compiled: bool | None = None
     """Gather with the numba kernels (None: when numba imports; False: numpy only, the same
     batches, slower; dataloader/gather/gather_kernels.py)."""
@@ -167,7 +170,7 @@ class BatchLoader:
     def _run(self, first: int, order: EpochOrder | None = None) -> list[Batch]:
         """This rank's slices of global batches first .. first + run - 1, gathered together."""
         order = order or self._epoch_order()
-        warm = self._enter_group(order, first)
+        warm = self._enter_group(order, first * self.spec.global_batch_size)
         stop = min(first + self._run_batches, len(self))
         batches = self._gatherer.gather_many([self.rows(k, order) for k in range(first, stop)])
         if (
@@ -176,15 +179,32 @@ class BatchLoader:
             warm()
         return [b.pin_memory() for b in batches] if self.pin_memory else batches
 
-    def _enter_group(self, order: EpochOrder, first: int) -> Callable[[], None] | None:
-        """Unmap the parts the stream has left when run `first` starts a later shuffle group (or,
-        in file order, a later part): their pages stay in the page cache, but while mapped they
-        count in the process's RSS, which then grew with every group the stream crossed
-        (part_cache.PartSet.release)."""
+    def _gather_span(self, span: tuple[int, int], order: EpochOrder) -> tuple:
+        """This rank's rows at its positions span = [q0, q1) (window_spans.py), gathered into
+        their batches' places: (labels, dense, ids) of the batches the span meets, and the count
+        of real rows of each."""
+        (q0, q1), b = span, self.local_batch_size
+        k0, k1 = q0 // b, -(-q1 // b)
+        warm = self._enter_group(order, k0 * self.spec.global_batch_size + self.rank * b + q0 % b)
+        pieces, reals = [], []
+        for k in range(k0, k1):
+            rows, real = self.rows(k, order)
+            pieces.append(rows[max(q0 - k * b, 0) : min(q1 - k * b, b)])
+            reals.append(real)
+        rows = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+        arrays = self._gatherer.gather_span(rows, q0 - k0 * b, k1 - k0, b)
+        if warm is not None:
+            warm()
+        return span, arrays, reals
+
+    def _enter_group(self, order: EpochOrder, start: int) -> Callable[[], None] | None:
+        """Unmap the parts the stream has left when a gather from stream position `start` starts
+        a later shuffle group (or, in file order, a later part): their pages stay in the page
+        cache, but while mapped they count in the process's RSS, which then grew with every group
+        the stream crossed (part_cache.PartSet.release)."""
         parts = self.source.parts
         if not isinstance(parts, PartSet):
             return None
-        start = first * self.spec.global_batch_size
         if order.spec.shuffle.enabled:
             group = (order.epoch, order.group_at(start))
         else:
@@ -250,6 +270,9 @@ class BatchLoader:
             self._group = (-1, -1)
         start = self._offset // self.spec.global_batch_size
         # The workers share this epoch's order, built here once (a later set_epoch cannot touch it).
+        gatherer = self._gatherer
+        if self.spec.shuffle.enabled and gatherer.compiled and not gatherer.multi_hot:
+            return self._iterate_spans(start, self._epoch_order())
         return self._iterate(start, self._epoch_order())
 
     def _iterate(self, start: int, order: EpochOrder) -> Iterator[Batch]:
@@ -266,6 +289,31 @@ class BatchLoader:
                     return
                 # The state counts a batch as soon as the consumer has it.
                 self._offset = (k + 1) * g
+                if self.device is not None:
+                    batch = batch.to(self.device, non_blocking=self.pin_memory)
+                yield batch
+
+    def _iterate_spans(self, start: int, order: EpochOrder) -> Iterator[Batch]:
+        """`_iterate` over spans of whole shuffle windows (window_spans.py): the same batches."""
+        epoch, b = self.epoch, self.local_batch_size
+        spans = window_spans(order, self.rank, b, start * b, len(self) * b, self._run_batches * b)
+        depth = self.prefetch * max(self.num_workers, 1)
+        runs = prefetch_map(
+            lambda span: self._gather_span(span, order), spans, self.num_workers, depth
+        )
+        carry, k = None, start
+        for (q0, q1), arrays, reals in runs:
+            fill_head(carry, arrays, q0 % b)
+            done = q1 // b - q0 // b  # batches the span completes
+            if q1 % b:
+                carry = carry_of(arrays, done, b)
+            for batch in self._gatherer.batches_of(*arrays, reals[:done], b):
+                if self.epoch != epoch:  # set_epoch() during iteration: this iterator is stale
+                    return
+                self._offset = (k + 1) * self.spec.global_batch_size
+                k += 1
+                if self.pin_memory:
+                    batch = batch.pin_memory()
                 if self.device is not None:
                     batch = batch.to(self.device, non_blocking=self.pin_memory)
                 yield batch

@@ -62,6 +62,8 @@ DEFAULT_BLOCK_ROWS = 256
 DEFAULT_WINDOW_BLOCKS = 256
 DEFAULT_SEGMENT_BLOCKS = 256
 DEFAULT_GROUP_SEGMENTS = 256
+WINDOWS_KEPT = 3
+"""Permuted windows an EpochOrder keeps (64 K rows, 0.5 MB each at the defaults)."""
 _SEGMENT_STREAM = 0x5E6
 _BLOCK_STREAM = 0xB10C
 _WINDOW_STREAM = 0x5EED
@@ -148,7 +150,9 @@ class EpochOrder:
     _group_starts: np.ndarray = field(init=False, repr=False)
     _part_starts: np.ndarray = field(init=False, repr=False)
     _group: tuple[int, _Group] | None = field(default=None, init=False, repr=False)
-    _window: tuple[tuple[int, int], np.ndarray] | None = field(default=None, init=False, repr=False)
+    _windows: dict[tuple[int, int], np.ndarray] = field(
+        default_factory=dict, init=False, repr=False
+    )
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -210,15 +214,30 @@ class EpochOrder:
         return self._group[1]
 
     def _get_window(self, g: int, j: int) -> np.ndarray:
-        if self._window is None or self._window[0] != (g, j):
+        # The last WINDOWS_KEPT windows: a batch that straddles two windows is read by the gathers
+        # of both (window_spans.py), which would otherwise permute each window three times.
+        rows = self._windows.get((g, j))
+        if rows is None:
             s = self.spec.shuffle
             group = self._get_group(g)
             blocks = slice(j * s.window_blocks, (j + 1) * s.window_blocks)
             rows = _ranges(group.block_starts[blocks], group.block_lens[blocks])
             # numpy's default_rng(seed).permutation(rows), compiled (pcg_shuffle.py), in place.
             pcg_shuffle.shuffle(rows, [s.seed, self.epoch, _WINDOW_STREAM, g, j])
-            self._window = ((g, j), rows)
-        return self._window[1]
+            if len(self._windows) >= WINDOWS_KEPT:
+                del self._windows[next(iter(self._windows))]
+            self._windows[(g, j)] = rows
+        return rows
+
+    def window_end(self, pos: int) -> int:
+        """The stream position where the shuffle window holding position `pos` (< N) ends (shuffle
+        on only): the loader reads whole windows together (window_spans.py)."""
+        with self._lock:  # prefetch threads share the cached group
+            g = self.group_at(pos)
+            start = int(self._group_starts[g])
+            w_starts = self._get_group(g).window_starts
+            j = int(np.searchsorted(w_starts, pos - start, side="right"))
+            return start + int(w_starts[j])
 
     def rows(self, start: int, stop: int) -> np.ndarray:
         """Global row indices (int64) at stream positions [start, stop), 0 <= start <= stop <= N."""

@@ -13,11 +13,12 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
+K = TypeVar("K")
 T = TypeVar("T")
 
 
 def prefetch_map(
-    fn: Callable[[int], T], keys: Iterable[int], num_workers: int, depth: int
+    fn: Callable[[K], T], keys: Iterable[K], num_workers: int, depth: int
 ) -> Iterator[T]:
     """Yield fn(k) for each k in order, computed by `num_workers` threads up to `depth` ahead.
 

@@ -7,15 +7,12 @@ batches the consumer has let go of (batch_memory.py). The
 gathers are the numba kernels of gather_kernels.py (one pass: read, cast, write in place; rows of
 several parts in one in-order pass per column); without numba, or with `compiled=False`, numpy's
 `np.take` per part plus casting copies do the same (the unit tests hold both to identical batches).
-Consecutive rows (no shuffle) are copied as slices either way. Rows of many parts are located and
-their ids read by many_parts.py; the numpy paths go part by part (row_groups.py). kjts.py makes
-the KeyedJaggedTensors.
+Consecutive rows (no shuffle) are copied as slices either way. The column reads themselves, over
+one part or many, are columns.py's; kjts.py makes the KeyedJaggedTensors. A shuffled stream is
+gathered in spans of whole shuffle windows (`gather_span`, dataloader/window_spans.py).
 """
 
 from __future__ import annotations
-
-import threading
-from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -23,178 +20,25 @@ from torchrec.datasets.utils import Batch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from shardrec.dataloader.format.integrity import (
-    bad_id_error,
     bad_jagged_id_error,
     bad_label_error,
     check_list_rows,
 )
-from shardrec.dataloader.format.part_cache import PartSet, part_rows
-from shardrec.dataloader.format.part_file import Part
 from shardrec.dataloader.gather import gather_kernels as kernels
-from shardrec.dataloader.gather.addresses import ColumnLayout, HeldParts
-from shardrec.dataloader.gather.batch_memory import BatchMemory
-from shardrec.dataloader.gather.kjts import KjtMaker
-from shardrec.dataloader.gather.many_parts import PartLocator, take_ids_of_parts
+from shardrec.dataloader.gather.columns import ColumnReader, positions
 from shardrec.dataloader.gather.row_groups import (
     Groups,
     consecutive,
-    group_located,
     group_rows,
     jagged_values,
-    whole_rows,
 )
-from shardrec.dataloader.multihot.multihot_tables import IndexTables
 
 PAD_LABEL = -1.0
 """Label of padding rows (tail="pad"): the trainer masks label < 0 out of loss and metrics."""
 
 
-class BatchGatherer:
+class BatchGatherer(ColumnReader):
     """Reads rows of a split (a list of memory-mapped parts) into torchrec Batches."""
-
-    def __init__(
-        self,
-        parts: Sequence[Part],
-        feature_names: list[str],
-        multi_hot: set[str],
-        modulo: dict[str, int] | None = None,
-        compiled: bool | None = None,
-        index_tables: IndexTables | None = None,
-    ) -> None:
-        """`compiled`: use the numba kernels (default: when numba imports); False: numpy only.
-        `index_tables`: multi-hot index tables that turn every one-hot id into its multi-hot ids at
-            batch time.
-        `parts`: a PartSet (maps parts as they are used, a bounded number at a time) or a list."""
-        if not len(parts):
-            raise ValueError("a split needs at least one part")
-        # Plain ndarray views of the maps (a PartSet's are already).
-        self.parts = parts if isinstance(parts, PartSet) else [p.plain() for p in parts]
-        self.feature_names = list(feature_names)
-        self.multi_hot = set(multi_hot)
-        self.modulo = dict(modulo or {})
-        self.index_tables = index_tables
-        # Table rows per feature: ids at or beyond them are refused, not looked up (fbgemm's CPU
-        # kernel would train row 0 instead; on CUDA nothing may catch them). Folded features
-        # (modulo) cannot leave their table.
-        self.limits = {k: v for k, v in parts[0].limits.items() if k not in self.modulo}
-        assert index_tables is None or not self.multi_hot, (
-            "multi-hot ids are made from one-hot features only"
-        )
-        self.num_dense = int(parts[0].dense.shape[1])
-        rows = part_rows(parts)
-        self._part_starts = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
-        self._locator = PartLocator(self._part_starts, rows)
-        self.memory = BatchMemory(self.num_dense, len(self.feature_names))
-        self.compiled = kernels.AVAILABLE if compiled is None else compiled
-        if self.compiled and not kernels.AVAILABLE:
-            raise ValueError("compiled gathers need numba, which does not import here")
-        self.kjts = KjtMaker(self.feature_names, index_tables, self.compiled)
-        # Per gathering thread (prefetch workers gather at once), the parts its gathers hold and
-        # their columns' data addresses, for the kernels that read rows of several parts.
-        self._held = threading.local()
-        # The kernels' layout, read from part 0 now: mapping it again for a thread's first gather
-        # would put it back among the parts a stream keeps mapped.
-        self._layout = ColumnLayout(self.feature_names, self.parts[0], max(rows))
-
-    def _held_parts(self) -> HeldParts:
-        """This thread's held parts, started again if the PartSet unmapped any part since."""
-        held = getattr(self._held, "parts", None)
-        if held is None:
-            held = self._held.parts = HeldParts(self._layout, len(self.parts))
-        generation = self.parts.generation if isinstance(self.parts, PartSet) else 0
-        if held.generation != generation:
-            held.start_again(generation)
-        return held
-
-    def _part_range(self, rows: np.ndarray) -> tuple[int, int]:
-        """First and last part holding any of the rows (parts are consecutive row ranges)."""
-        if len(self.parts) == 1:
-            return 0, 0
-        ends = np.searchsorted(self._part_starts, [rows.min(), rows.max()], side="right") - 1
-        return int(ends[0]), int(ends[1])
-
-    def _pick(self, column: np.ndarray, groups: Groups, i: int) -> np.ndarray:
-        """Group i's rows of one column: a view for a contiguous span, else a gather."""
-        span = groups.spans[i]
-        return (
-            column[span[0] : span[1]]
-            if span is not None
-            else np.take(column, groups.local[i], axis=0)
-        )
-
-    def _column(self, groups: Groups, n: int, get, out: np.ndarray) -> np.ndarray:
-        """Gather one column from every part into `out` (cast to out's dtype on assignment)."""
-        if self.compiled and self._column_compiled(groups, get, out):
-            return out
-        if len(groups.parts) == 1:
-            col = get(self.parts[groups.parts[0]])
-            if groups.spans[0] is None and col.dtype == out.dtype and out.flags.c_contiguous:
-                # mode="clip" lets take write straight into `out` (indices are known valid).
-                return np.take(col, groups.local[0], axis=0, out=out, mode="clip")
-            out[...] = self._pick(col, groups, 0)
-            return out
-        for i, (p, where) in enumerate(zip(groups.parts, groups.where)):
-            taken = self._pick(get(self.parts[p]), groups, i)
-            if where is None:
-                out[...] = taken
-            else:
-                out[where] = taken
-        return out
-
-    def _column_compiled(self, groups: Groups, get, out: np.ndarray) -> bool:
-        """`_column` by the kernels; False where numpy does better (or numba cannot: float16).
-
-        numpy keeps consecutive rows (a slice copy) and dense rows of a single part that are not
-        whole rows of `out`'s dtype; the kernels take the 1-d columns, copy whole dense rows
-        and, across parts, write rows straight to their positions.
-        """
-        if len(groups.parts) == 1:
-            if groups.spans[0] is not None:
-                return False
-            column = get(self.parts[groups.parts[0]])
-            if out.ndim == 1:
-                kernels.take_values(column, groups.local[0], None, out)
-                return True
-            if whole_rows(column, out):
-                kernels.copy_rows(column, groups.local[0], out)
-                return True
-            return False
-        if get(self.parts[groups.parts[0]]).dtype == np.float16:
-            return False
-        take = kernels.take_values if out.ndim == 1 else kernels.take_rows
-        for p, local, where in zip(groups.parts, groups.local, groups.where):
-            take(get(self.parts[p]), local, where, out)
-        return True
-
-    def _check_ids(
-        self,
-        name: str,
-        values: np.ndarray,
-        rows: np.ndarray,
-        hi: int | None = None,
-        source: np.ndarray | None = None,
-    ) -> None:
-        """Refuse ids of `name` at or beyond its table's rows. values[k] came from global row
-        rows[k]; `hi`: their largest as a kernel found it; else the max of `source`, the same
-        ids in their own (unsigned) dtype, a quarter of the int64 bytes for uint16 ids and, for
-        consecutive rows, a view of the map; else one max over `values`."""
-        limit = self.limits.get(name)
-        if not limit:
-            return
-        if hi is None:
-            hi = (source if source is not None else values.view(np.uint64)).max(initial=0)
-        if int(hi) >= limit:
-            raise bad_id_error(self.parts, self._part_starts, name, values, rows)
-
-    def _take(self, groups: Groups, n: int, get) -> np.ndarray:
-        """One column of the rows, in the column's own dtype."""
-        if len(groups.parts) == 1:
-            return self._pick(get(self.parts[groups.parts[0]]), groups, 0)
-        first = get(self.parts[groups.parts[0]])
-        out = np.empty((n, *first.shape[1:]), first.dtype)
-        for i, (p, where) in enumerate(zip(groups.parts, groups.where)):
-            out[where] = self._pick(get(self.parts[p]), groups, i)
-        return out
 
     def gather(self, rows: np.ndarray, real: int | None = None) -> Batch:
         """Batch of the given global rows, in order; rows at positions >= `real` get PAD_LABEL."""
@@ -214,9 +58,8 @@ class BatchGatherer:
         if self.compiled and not self.multi_hot and first_last[0] != first_last[1]:
             if consecutive(rows):
                 return self._batches(slices, *self._gather_consecutive(rows, first_last, count, b))
-            return self._batches(
-                slices, *self._gather_located(self._locator.locate(rows), count, b, rows)
-            )
+            labels, dense, values = self._gather_located(self._locator.locate(rows), count, b, rows)
+            return self._batches(slices, labels, dense, self.kjts.one_hot(values, b))
         groups = group_rows(rows, self._part_starts, first_last, self.compiled)
         labels, dense = self.memory.labels_dense(n)
         labels = self._column(groups, n, lambda p: p.labels, labels)
@@ -242,7 +85,7 @@ class BatchGatherer:
                     column = self.parts[groups.parts[0]].sparse[name]
                     if span is None:
                         hi = kernels.take_ids(
-                            column, groups.local[0], values, f, self.modulo.get(name, 0)
+                            column, groups.local[0], values, f, self.modulo.get(name, 0), 0
                         )
                     else:
                         hi = kernels.copy_ids(column, span[0], values, f, 0, n)
@@ -268,11 +111,22 @@ class BatchGatherer:
         A label other than 0 and 1 (a part file changed since preprocessing wrote it) is refused
         here, as an id outside its table is: trained on, it would pass silently (a negative one,
         which a torchrec npy day's int32 labels can hold, as a padding row left out of the loss)."""
-        b = len(slices[0][0])
         if len(labels) and (labels.max() > 1 or labels.min() < 0):
             rows = np.concatenate([r for r, _ in slices])
             raise bad_label_error(self.parts, self._part_starts, rows)
-        for i, (_, real) in enumerate(slices):
+        return self._build(labels, dense, kjts, [real for _, real in slices], len(slices[0][0]))
+
+    def _build(
+        self,
+        labels: np.ndarray,
+        dense: np.ndarray,
+        kjts: list[KeyedJaggedTensor],
+        reals: list[int],
+        b: int,
+    ) -> list[Batch]:
+        """One Batch per KeyedJaggedTensor, batch i holding rows i * b .. (i + 1) * b of labels and
+        dense; its rows from reals[i] on are padding (PAD_LABEL)."""
+        for i, real in enumerate(reals):
             if real < b:
                 labels[i * b + real : (i + 1) * b] = PAD_LABEL
         return [
@@ -281,7 +135,7 @@ class BatchGatherer:
                 sparse_features=kjts[i],
                 labels=torch.from_numpy(labels[i * b : (i + 1) * b]),
             )
-            for i in range(len(slices))
+            for i in range(len(kjts))
         ]
 
     def _gather_consecutive(
@@ -315,68 +169,59 @@ class BatchGatherer:
         del held  # the parts may be unmapped from here on
         return labels, dense, self.kjts.one_hot(values, b)
 
-    def _gather_located(
-        self, located: tuple[np.ndarray, np.ndarray], count: int, b: int, rows: np.ndarray
-    ):
-        """Labels, dense and one-hot ids of rows spread over several parts, each written once,
-        in order (no grouping by part, no scattered writes). located: (part_of, local)."""
-        n = count * b
-        part_of, local = located
-        # The parts used, held (mapped) by this thread while the kernels read their raw
-        # addresses; a shuffle group's windows use the same parts, held once.
-        held = self._held_parts()
-        keys = held.keys(part_of, local, self._hold)
-        layout, addresses, same = held.layout, held.addresses, held.same
+    def gather_span(
+        self, rows: np.ndarray, start: int, count: int, b: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Labels [count * b], dense rows [count * b, dense] and one-hot ids [count, features, b]
+        of `count` batches of b rows, of which gather positions start .. start + len(rows) - 1
+        (batch-major) are read from the global `rows`; the others are left unwritten, for the
+        caller to fill. Compiled one-hot gathers only.
 
-        def fallback() -> Groups:  # numpy, part by part (layouts differ, or float16)
-            return group_located(part_of, local)
-
-        labels, dense = self.memory.labels_dense(n)
-        if same[0]:
-            kernels.take_values_parts(
-                layout.like[0], addresses[0], int(layout.strides[0]), *keys, labels
+        The loader reads a shuffled stream in spans of whole shuffle windows this way: a span
+        that ends inside a batch leaves that batch's other rows to the next span, so no two
+        gathers read rows of one window (one that did read a sparse subset of twice the
+        window's cache lines, and the next gather the rest of the same lines again after
+        they were evicted: the many-part stream's largest cost, loader.py)."""
+        assert self.compiled and not self.multi_hot, "spans are for compiled one-hot gathers"
+        n = len(rows)
+        first, last = self._part_range(rows)
+        if first != last:
+            labels, dense, values = self._gather_located(
+                self._locator.locate(rows), count, b, rows, start
             )
         else:
-            self._column(fallback(), n, lambda p: p.labels, labels)
-        if same[1]:
-            reference = held.held[0].dense  # the layout every usable part has
-            if whole_rows(reference, dense):
-                kernels.copy_rows_parts(addresses[1], int(layout.strides[1]), *keys, dense)
-            else:
-                kernels.take_rows_parts(
-                    layout.like[1],
-                    addresses[1],
-                    int(layout.strides[1]),
-                    reference.strides[1],
-                    *keys,
-                    dense,
-                )
-        else:
-            self._column(fallback(), n, lambda p: p.dense, dense)
+            labels, dense, values = self._gather_one_part(rows, first, count, b, start)
+        read = labels[start : start + n]
+        if n and (read.max() > 1 or read.min() < 0):
+            raise bad_label_error(self.parts, self._part_starts, rows)
+        return labels, dense, values
+
+    def batches_of(
+        self, labels: np.ndarray, dense: np.ndarray, values: np.ndarray, reals: list[int], b: int
+    ) -> list[Batch]:
+        """The first len(reals) batches of arrays `gather_span` made (and the caller filled):
+        batch i's rows from reals[i] on are padding (PAD_LABEL)."""
+        return self._build(labels, dense, self.kjts.one_hot(values[: len(reals)], b), reals, b)
+
+    def _gather_one_part(self, rows: np.ndarray, p: int, count: int, b: int, start: int):
+        """`gather_span`'s columns for rows of part p alone, as gather_many reads them."""
+        n = len(rows)
+        groups = group_rows(rows, self._part_starts, (p, p), True)
+        labels, dense = self.memory.labels_dense(count * b)
+        self._column(groups, n, lambda q: q.labels, labels[start : start + n])
+        self._column(groups, n, lambda q: q.dense, dense[start : start + n])
         values = self.memory.ids(count, b)
-        names = self.feature_names
-        compiled = [f for f in range(len(names)) if same[f + 2]]
-        if compiled:
-            highest = take_ids_of_parts(
-                held, compiled, [self.modulo.get(names[f], 0) for f in compiled], keys, values
-            )
-            for f, hi in zip(compiled, highest.tolist()):
-                self._check_ids(names[f], values[:, f, :], rows, hi)
-        for f in [f for f in range(len(names)) if not same[f + 2]]:
-            name = names[f]
-            taken = self._take(fallback(), n, lambda p, name=name: p.sparse[name])
-            values[:, f, :] = taken.reshape(count, b)
-            self._check_ids(name, values[:, f, :], rows, source=taken)
-            if name in self.modulo:
-                np.remainder(values[:, f, :], self.modulo[name], out=values[:, f, :])
-        self._held_parts()  # parts unmapped meanwhile (a bound, the stream left a group): let go
-        return labels, dense, self.kjts.one_hot(values, b)
-
-    def _hold(self, numbers: list[int]) -> list[Part]:
-        """Parts `numbers`, mapped (a PartSet's under one lock)."""
-        if isinstance(self.parts, PartSet):
-            return self.parts.hold(numbers)
-        return [self.parts[p] for p in numbers]
+        part, span = self.parts[p], groups.spans[0]
+        for f, name in enumerate(self.feature_names):
+            modulo = self.modulo.get(name, 0)
+            if span is None:
+                hi = kernels.take_ids(part.sparse[name], groups.local[0], values, f, modulo, start)
+            else:  # consecutive rows: a cast copy, folded after
+                hi = kernels.copy_ids(part.sparse[name], span[0], values, f, start, n)
+                for view in positions(values, f, start, n) if modulo else ():
+                    np.remainder(view, modulo, out=view)
+            self._check_read_ids(name, values, f, start, rows, hi)
+        return labels, dense, values
 
     def _jagged(self, groups: Groups, n: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Values and lengths ([features * n], feature-major) when some features are multi-hot."""

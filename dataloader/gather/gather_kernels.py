@@ -110,9 +110,27 @@ def copy_rows(src, idx, out):
         _copy_bytes(base + k * row, start + idx[k] * stride, row)
 
 
+@njit(inline="always", nogil=True, boundscheck=False)
+def _take_into(src, idx, dst, modulo, hi):
+    """dst[j] = src[idx[j]] as int64, folded by modulo if > 0; the running max `hi` (uint64, a
+    negative id as huge) of the ids read. Two loops, so that LLVM compiles each without a branch."""
+    if modulo > 0:
+        for j in range(dst.shape[0]):
+            v = np.int64(src[idx[j]])
+            hi = max(hi, np.uint64(v))
+            dst[j] = v % modulo
+    else:
+        for j in range(dst.shape[0]):
+            v = np.int64(src[idx[j]])
+            hi = max(hi, np.uint64(v))
+            dst[j] = v
+    return hi
+
+
 @njit(cache=True, nogil=True, boundscheck=False)
-def take_ids(src, idx, out, feature, modulo):
-    """Ids of one one-hot feature into out[batch, feature, row] as int64 (folded by modulo if > 0).
+def take_ids(src, idx, out, feature, modulo, pos):
+    """Ids of one one-hot feature into out[batch, feature, row] as int64 (folded by modulo if > 0),
+    src[idx[k]] at gather position pos + k.
 
     out is [batches, features, batch_size]: gather position p is row p % batch_size of batch
     p // batch_size, and each batch's ids are feature-major, as a KeyedJaggedTensor wants them.
@@ -121,11 +139,12 @@ def take_ids(src, idx, out, feature, modulo):
     """
     b = out.shape[2]
     hi = np.uint64(0)
-    for i in range(out.shape[0]):
-        for j in range(b):
-            v = np.int64(src[idx[i * b + j]])
-            hi = max(hi, np.uint64(v))
-            out[i, feature, j] = v % modulo if modulo > 0 else v
+    done, n = 0, idx.shape[0]
+    while done < n:
+        i, j0 = (pos + done) // b, (pos + done) % b
+        m = min(b - j0, n - done)
+        hi = _take_into(src, idx[done : done + m], out[i, feature, j0 : j0 + m], modulo, hi)
+        done += m
     return hi
 
 
@@ -283,28 +302,38 @@ def copy_rows_parts(addresses, stride, keys, shift, out):
 
 @njit(cache=True, nogil=True, boundscheck=False)
 def take_ids_columns_parts(
-    like, addresses, columns, strides, features, modulos, keys, shift, out, highest
+    like, addresses, columns, strides, features, modulos, keys, shift, out, pos, highest
 ):
     """`take_ids` for rows of several parts and several one-hot features of one id dtype, in one
     call: column addresses[columns[c]] (an address per held part, one row stride strides[c] for
     all: the caller checks it) goes to out[:, features[c], :] in order, each id written once,
-    folded by modulos[c] if > 0; highest[c] gets its largest id read, as `take_ids` returns it.
+    folded by modulos[c] if > 0, row k at gather position pos + k; highest[c] gets its largest id
+    read, as `take_ids` returns it.
 
     Column by column inside the call, as separate calls would go: each column's slice of the
     window stays in cache while it is read (a row-by-row pass over all columns was slower).
     What one call saves is 26 dispatches a gather and the per-call setup. One packed key a row
     (slot and row in 4 bytes where they fit) is one load a value where a part index and a row
     were two, ~10-15% of the pass."""
-    b = out.shape[2]
+    b, n = out.shape[2], keys.shape[0]
     for c in range(features.shape[0]):
         hi = np.uint64(0)
         stride, f, modulo = strides[c], features[c], modulos[c]
         column = addresses[columns[c]]
-        for i in range(out.shape[0]):
-            row = out[i, f]
-            for j in range(b):
-                key = np.int64(keys[i * b + j])
-                v = np.int64(_load(_address(column, key, shift, stride), like))
-                hi = max(hi, np.uint64(v))
-                row[j] = v % modulo if modulo > 0 else v
+        done = 0
+        while done < n:
+            i, j0 = (pos + done) // b, (pos + done) % b
+            m = min(b - j0, n - done)
+            dst, chunk = out[i, f, j0 : j0 + m], keys[done : done + m]
+            if modulo > 0:  # two loops, so that LLVM compiles each without a branch
+                for j in range(m):
+                    v = np.int64(_load(_address(column, np.int64(chunk[j]), shift, stride), like))
+                    hi = max(hi, np.uint64(v))
+                    dst[j] = v % modulo
+            else:
+                for j in range(m):
+                    v = np.int64(_load(_address(column, np.int64(chunk[j]), shift, stride), like))
+                    hi = max(hi, np.uint64(v))
+                    dst[j] = v
+            done += m
         highest[c] = hi

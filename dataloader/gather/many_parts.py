@@ -66,15 +66,17 @@ def take_ids_of_parts(
     modulos: list[int],
     keys: tuple[np.ndarray, int],
     values: np.ndarray,
+    pos: int = 0,
 ) -> np.ndarray:
     """Ids of the one-hot features `features` (their columns: held's columns 2 + f) into
-    values[:, f, :], one kernel call per id dtype, from the rows of packed `keys` (keys, shift);
-    the largest id read per feature (uint64, unfolded), for the bounds check."""
+    values[:, f, :] from gather position `pos` on, one kernel call per id dtype, from the rows of
+    packed `keys` (keys, shift); the largest id read per feature (uint64, unfolded), for the
+    bounds check."""
     highest = np.zeros(len(features), np.uint64)
     for ks, like, columns, strides, feature_ids, folds in held.layout.id_calls(features, modulos):
         out = np.empty(len(ks), np.uint64)
         kernels.take_ids_columns_parts(
-            like, held.addresses, columns, strides, feature_ids, folds, *keys, values, out
+            like, held.addresses, columns, strides, feature_ids, folds, *keys, values, pos, out
         )
         highest[ks] = out
     return highest

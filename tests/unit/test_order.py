@@ -3,6 +3,7 @@ import pytest
 
 from shardrec.dataloader.order import (
     NO_SHUFFLE,
+    WINDOWS_KEPT,
     EpochOrder,
     OrderSpec,
     ShuffleSpec,
@@ -137,7 +138,8 @@ def test_order_state_stays_small_for_a_terabyte_dataset():
     deep = order.rows(3_000_000_000, 3_000_065_536)  # what a resume deep into the epoch needs
     assert len(np.unique(deep)) == 65536 and deep.min() >= 0 and deep.max() < sum(days)
     group = order._group[1]
-    assert group.block_starts.nbytes < 1_000_000 and order._window[1].nbytes <= 8 * 65536
+    assert group.block_starts.nbytes < 1_000_000
+    assert sum(w.nbytes for w in order._windows.values()) <= WINDOWS_KEPT * 8 * 65536
 
 
 def test_pad_adds_no_batch_when_the_rows_divide_by_the_batch():

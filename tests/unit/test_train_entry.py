@@ -257,6 +257,20 @@ exit_after_peer_loss(RuntimeError("[pair.cc:537] Read error: Connection reset by
 """
 
 
+def _rank_that_lost_a_peer(env: dict[str, str]):
+    """A rank process that lost a peer, under `env`: its completed process."""
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-c", _RANK_THAT_LOST_A_PEER],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
 @pytest.mark.parametrize("restart", [0, 1])
 def test_a_rank_that_lost_a_peer_says_whether_torchrun_restarts_the_ranks(
     restart: int, tmp_path: Path
@@ -264,8 +278,6 @@ def test_a_rank_that_lost_a_peer_says_whether_torchrun_restarts_the_ranks(
     """With --max-restarts 1, the first attempt's surviving rank said the failed rank "is named
     last", and then the restarted run finished: no line named it, nothing said it was restarted."""
     import os
-    import subprocess
-    import sys
 
     from shardrec.trainer.distributed.launch import LAUNCHER_DIR_ENV
 
@@ -276,13 +288,7 @@ def test_a_rank_that_lost_a_peer_says_whether_torchrun_restarts_the_ranks(
         "TORCHELASTIC_RESTART_COUNT": str(restart),
         LAUNCHER_DIR_ENV: str(tmp_path),  # a rank of `shardrec train`, whose launcher names it
     }
-    done = subprocess.run(
-        [sys.executable, "-c", _RANK_THAT_LOST_A_PEER],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
+    done = _rank_that_lost_a_peer(env)
     lost = "error: rank 0 lost another rank (RuntimeError: [pair.cc:537] Read error: Connection "
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
@@ -301,19 +307,11 @@ def test_a_rank_of_a_plain_torchrun_that_lost_a_peer_does_not_promise_a_line_nam
     rank that failed first is named last"; then its torchrun's summary named only rank 1 itself
     (exitcode 1): no launcher names the other node's rank."""
     import os
-    import subprocess
-    import sys
 
     from shardrec.trainer.distributed.launch import LAUNCHER_DIR_ENV
 
     env = {k: v for k, v in os.environ.items() if k != LAUNCHER_DIR_ENV} | {"RANK": "1"}
-    done = subprocess.run(
-        [sys.executable, "-c", _RANK_THAT_LOST_A_PEER],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
+    done = _rank_that_lost_a_peer(env)
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
         "error: rank 1 lost another rank (RuntimeError: [pair.cc:537] Read error: Connection "

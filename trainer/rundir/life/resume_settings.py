@@ -48,11 +48,15 @@ STREAM_KEYS = (
     "data.shuffle",
     "data.tail",
     "data.train_split",
+    "data.multihot_sizes",
+    "data.multihot_rows",
+    "data.multihot_dist",
+    "data.multihot_seed",
 )
 """Keys a resume can never change, --allow-change or not: they make the run's data stream (its
-order, its batches, its last batch, the split it reads), and a resume goes on in the middle of it,
-where the checkpoint's loader state left it (the ranks would refuse that state, the checkpoint
-loaded)."""
+order, its batches, its last batch, the split it reads, the multi-hot ids made from its one-hot
+ids), and a resume goes on in the middle of it, where the checkpoint's loader state left it (the
+ranks would refuse that state, the checkpoint loaded)."""
 
 
 def check_stream(run_dir: Path, changes: dict[str, tuple[Any, Any]]) -> None:

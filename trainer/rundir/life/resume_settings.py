@@ -29,6 +29,7 @@ FREE_KEYS = (
     "dist.bind_cores",
     "dist.timeout_s",
     "data.num_workers",
+    "data.multihot_cache",
     "train.log_interval",
     "checkpoint.interval_steps",
     "checkpoint.keep",
@@ -38,8 +39,9 @@ FREE_KEYS = (
 """Keys a resume may always change: data.path may move as long as the data is the same (the
 fingerprint decides, not the path); a checkpoint reshards onto any plan (at any world size);
 the rest change no result: where the ranks' threads run and how long they wait, the loader's
-threads (batches come in order whatever their count), how often progress is logged, and when
-checkpoints are written and how many kept (a resume is exact from any step)."""
+threads (batches come in order whatever their count), the folder the multi-hot index tables are
+drawn into (their seed and sizes draw the same tables anywhere), how often progress is logged, and
+when checkpoints are written and how many kept (a resume is exact from any step)."""
 
 
 STREAM_KEYS = (

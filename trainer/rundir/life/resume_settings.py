@@ -61,6 +61,28 @@ ids), and a resume goes on in the middle of it, where the checkpoint's loader st
 ranks would refuse that state, the checkpoint loaded)."""
 
 
+CHECKPOINT_KEYS = ("model", "optim.sparse", "optim.dense", "data.multihot_rows")
+"""Keys (a section for all its keys) a run keeps for good, --allow-change or not, resumed or going
+on: they shape what its checkpoints hold (the model, the rows of its tables, the optimizers'
+state), which a checkpoint of another shape is refused for by the ranks, once they started."""
+
+
+def check_checkpoint_shape(run_dir: Path, changes: dict[str, tuple[Any, Any]]) -> None:
+    """ValueError (one line) where `changes` touch what the run's checkpoints hold
+    (CHECKPOINT_KEYS)."""
+    fixed = {
+        k: v
+        for k, v in changes.items()
+        if any(k == c or k.startswith(c + ".") for c in CHECKPOINT_KEYS)
+    }
+    if fixed:
+        raise ValueError(
+            f"{run_dir}: {changes_text(fixed)}: the shape of the run's model and optimizer "
+            f"state, which its checkpoints hold; set {'it' if len(fixed) == 1 else 'them'} back, "
+            "or start a new run (--restart, or another --out-dir)"
+        )
+
+
 def check_stream(run_dir: Path, changes: dict[str, tuple[Any, Any]]) -> None:
     """ValueError (one line) where `changes` touch the data stream's settings (STREAM_KEYS)."""
     fixed = {k: v for k, v in changes.items() if k in STREAM_KEYS}

@@ -141,20 +141,21 @@ class TableSettings:
                 '("N steps" or "N days")'
             )
 
-    def check_cadence(self, key: str, stretch_steps: int) -> None:
+    def check_cadence(self, key: str, stretch_steps: int, resumed: bool = False) -> None:
         """ValueError (one line naming `key`) where max_age in steps is below the steps between
-        two updates that `evict_every = 0` takes from a stretch of `stretch_steps` steps: `check`
-        refuses the same for a given evict_every."""
+        two updates that `evict_every = 0` takes from a stretch of `stretch_steps` steps (`resumed`:
+        the steps the stretch a resume goes on with began with, which it keeps): `check` refuses
+        the same for a given evict_every."""
         age = self.age
         if self.kind != "managed" or self.evict_every or age is None or age.unit != "steps":
             return
         every = self.cadence(stretch_steps)
         if age.amount < every:
+            steps = "this stretch began with" if resumed else "this job trains"
             raise ValueError(
                 f"{key}.max_age = {self.max_age!r} is below the {every} steps between two "
-                f"updates ({key}.evict_every unset: 1/50 of the {stretch_steps:,} steps this "
-                f"job trains): ids would age out between two updates; raise max_age or set "
-                f"{key}.evict_every"
+                f"updates ({key}.evict_every unset: 1/50 of the {stretch_steps:,} steps {steps}): "
+                f"ids would age out between two updates; raise max_age or set {key}.evict_every"
             )
 
     @property

@@ -1,12 +1,14 @@
 """The spacing of a managed table's map updates where evict_every is unset (1/50 of a stretch's
-steps) across a resume that trains the stretch longer: kept as the stretch began, and said."""
+steps) across a resume that trains the stretch longer: kept as the stretch began, said, and
+what a max_age in steps is checked against before any rank starts."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from helpers import cli, train_tiny
+import pytest
+from helpers import TINY_MODEL, Result, assert_one_line_error, cli, jobs_handed_to_ranks, train_tiny
 
 
 def test_a_resume_with_more_steps_keeps_the_update_spacing_and_says_so(tmp_path: Path) -> None:
@@ -30,3 +32,39 @@ def test_a_resume_with_more_steps_keeps_the_update_spacing_and_says_so(tmp_path:
         r"ids\); set evict_every to space them otherwise$",
         said[0],
     ), said[0]
+
+
+def test_a_resume_checks_max_age_against_the_update_spacing_it_keeps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The check before any rank starts took the spacing from the resume's --steps (1/50 of 200:
+    # 4) while the run keeps updating every 2 steps (1/50 of the 100 its stretch began with): a
+    # max_age of 2 steps was refused, "tables."*".max_age = '2 steps' is below the 4 steps
+    # between two updates (tables."*".evict_every unset: 1/50 of the 200 steps this job trains)".
+    from shardrec.tools.synth.drift import write_drift
+
+    days, _ = write_drift(tmp_path / "raw", 1200, seed=2, days=1, max_vocab=200)
+    cli("preprocess", days[0], "--out", tmp_path / "d", "--raw-ids", "all")
+    run = tmp_path / "run"
+    managed = 'tables."*"={kind="managed", rows=50}'
+    train_tiny(tmp_path / "d", run, managed, "train.global_batch_size=4", "train.steps=100")
+
+    def resume(max_age: str) -> Result:
+        aged = f'tables."*"={{kind="managed", rows=50, max_age="{max_age}"}}'
+        settings = [*TINY_MODEL, 'data.eval_splits=["val"]', 'train.device="cpu"', aged]
+        return cli(
+            "train", "--data", tmp_path / "d", "--out-dir", run, "--steps", "200",
+            "--set", "train.global_batch_size=4", *[f for s in settings for f in ("--set", s)],
+            "--allow-change", "tables", ok=False,
+        )  # fmt: skip
+
+    handed = jobs_handed_to_ranks(monkeypatch)
+    resume("2 steps")
+    assert [job.tables["*"].max_age for job in handed] == ["2 steps"]
+    assert_one_line_error(
+        resume("1 steps"),
+        r"^error: tables\.\"\*\"\.max_age = '1 steps' is below the 2 steps between two updates "
+        r"\(tables\.\"\*\"\.evict_every unset: 1/50 of the 100 steps this stretch began with\): "
+        r"ids would age out between two updates; raise max_age or set tables\.\"\*\"\.evict_every$",
+    )
+    assert len(handed) == 1

@@ -77,14 +77,16 @@ def test_a_rerun_with_the_same_data_given_relative_announces_no_change(
         "checkpoint.stop_grace_s=5",
         "dist.timeout_s=900",
         "data.num_workers=0",
+        "data.multihot_cache='/tmp/index-tables'",
     ],
 )
 def test_a_change_that_alters_no_result_resumes_without_allow_change(
     tiny_dataset: Path, tmp_path: Path, change: str
 ) -> None:
-    """Logging, checkpointing, timeouts and the loader's threads change no weight or metric (a
-    resume is exact from any step, batches come in order): a resume refused them ("resuming with
-    changed settings (train.log_interval: 20 -> 5); accept them with --allow-change ...").
+    """Logging, checkpointing, timeouts, the loader's threads and the folder of the multi-hot index
+    tables change no weight or metric (a resume is exact from any step, batches come in order, the
+    tables are drawn alike anywhere): a resume refused them ("resuming with changed settings
+    (train.log_interval: 20 -> 5); accept them with --allow-change ...").
     Now it resumes and says the change; a change that alters results is still refused."""
     job = [f'data.path="{tiny_dataset}"', "train.global_batch_size=64"]
     run = _run_with_a_checkpoint(tmp_path, load_job_config(None, job).to_toml())

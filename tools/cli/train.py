@@ -275,8 +275,9 @@ def _prepare_run_dir(
         complete_stretch_message,
         new_stretch_length,
     )
+    from shardrec.trainer.rundir.life.stretches import kept_stretch_steps
 
-    job = None
+    job, state = None, "new"
     try:
         # Flags, settings and the dataset first: a bad value is one line before torch is imported
         # (preflight).
@@ -297,7 +298,10 @@ def _prepare_run_dir(
             unbounded_shortfalls,
         )
 
-        kind = preflight(job, world_size=world_size)
+        # A resume goes on with its stretch's update spacing (the checkpoint's), a new one its own.
+        resumes = not restart and (not continuing or state == "resume")
+        kept = kept_stretch_steps(out_dir) if resumes else None
+        kind = preflight(job, world_size=world_size, stretch_steps=kept)
         manifest = manifest or Manifest.load(job.data.path)
         notes = unbounded_shortfalls(job, manifest, continuing)
         notes += rule_breaks(job, manifest.options.get("multihot"))

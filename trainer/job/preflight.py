@@ -28,8 +28,12 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def preflight(job: JobConfig, world_size: int) -> str:
+def preflight(job: JobConfig, world_size: int, stretch_steps: int | None = None) -> str:
     """Check a resolved job against the dataset and the plan; ValueError says what is wrong.
+
+    Args:
+        stretch_steps: where the job resumes its run's current stretch, the steps that stretch
+            began with (its managed tables' updates keep their spacing); None: the job's own.
 
     Returns: the device kind its ranks train on, "cpu" or "cuda"."""
     if world_size < 1:
@@ -63,7 +67,7 @@ def preflight(job: JobConfig, world_size: int) -> str:
     check_files(Path(job.data.path), loaded)
     manifest = data_options.model_manifest(loaded, job.data)
     check_against_dataset(job, manifest)
-    check_update_cadence(job, manifest)
+    check_update_cadence(job, manifest, stretch_steps)
     if job.sharding.plan:
         _check_plan_file(job, manifest, world_size, kind)
     else:  # the ranks plan at start under the constraints: each must hold at this world size
@@ -71,12 +75,13 @@ def preflight(job: JobConfig, world_size: int) -> str:
     return kind
 
 
-def check_update_cadence(job: JobConfig, manifest: Manifest) -> None:
+def check_update_cadence(job: JobConfig, manifest: Manifest, stretch_steps: int | None) -> None:
     """A managed table's max_age in steps holds across the updates its default evict_every
-    spaces by the steps this job trains (known only with the data)."""
-    steps = data_options.train_steps(manifest, job.data, job.train)
+    spaces by the steps of its stretch: those this job trains (known only with the data), or
+    those the stretch it resumes began with (`stretch_steps`)."""
+    steps = stretch_steps or data_options.train_steps(manifest, job.data, job.train)
     for feature, settings in job.tables.items():
-        settings.check_cadence(table_key(feature), steps)
+        settings.check_cadence(table_key(feature), steps, resumed=stretch_steps is not None)
 
 
 def check_files(directory: Path, manifest: Manifest) -> None:

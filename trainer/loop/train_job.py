@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,8 +112,11 @@ def checkpoint_parts(
     """What a checkpoint of this job holds, under the names train_state.pt and the DCP files use
     (the managed tables' id maps under "id_maps", only in a job that has them)."""
     main: dict[str, Any] = {"optimizer": runner.optimizer, "loader": train_loader}
+    json_files: dict[str, Callable[[], dict[str, Any]]] = {}
     if managed is not None:
-        main["id_maps"] = IdMapsState(managed.maps, managed.group, is_main, managed.counts)
+        id_maps = IdMapsState(managed.maps, managed.group, is_main, managed.counts)
+        main["id_maps"] = id_maps
+        json_files[names.ID_MAP_SCHEDULE] = id_maps.schedule
     return CheckpointParts(
         progress=progress,
         sharded={
@@ -122,6 +126,7 @@ def checkpoint_parts(
         main=main,
         signature=signature,
         layout=plan.to_json(),
+        json_files=json_files,
     )
 
 

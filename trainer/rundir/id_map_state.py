@@ -80,6 +80,12 @@ class IdMapsState:
             "counts": self.counts.state_dict() if self.counts is not None else {},
         }
 
+    def schedule(self) -> dict[str, Any]:
+        """The maps' update schedule as a checkpoint's id_maps.json keeps it (torch-free readers:
+        the checks before any rank starts): the steps the current stretch began with, whose 1/50
+        spaces the updates of tables without evict_every on a resume."""
+        return {"stretch_steps": self.maps.stretches.steps}
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for table in self.maps.mapped:
             saved = state["tables"].get(table.feature)

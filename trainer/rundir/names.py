@@ -17,7 +17,9 @@ strands every run written before):
     RUN/run_id           the run's identity, written with its first files (a checkpoint holds it:
                          one copied in from another run is refused)
     RUN/checkpoints/step-NNNNNNNN/   a complete checkpoint (checkpoint.py): train_state.pt,
-                         <part>-<rank>.pt, DCP's files, and digests.json, written last
+                         <part>-<rank>.pt, DCP's files, id_maps.json (a job of managed tables:
+                         their update schedule, for the checks before any rank starts), and
+                         digests.json, written last
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ NODE_MARKER = ".seen-by-ranks-"
 RUN_ID = "run_id"
 CHECKPOINTS = "checkpoints"
 TRAIN_STATE = "train_state.pt"
+ID_MAP_SCHEDULE = "id_maps.json"
 DIGESTS = "digests.json"
 CHECKPOINT_RE = re.compile(r"^step-(\d{8})$")
 

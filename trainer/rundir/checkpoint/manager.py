@@ -10,6 +10,8 @@ and a signature; it does not know what the parts are. `trainer.loop.train_job` n
   written under) and the signature (what the model was, to refuse a foreign checkpoint); every
   rank computes their state (it may be collective), rank 0 writes it;
 - per-rank parts (the RNG states): `<name>-<rank>.pt`;
+- plain values for readers without torch (the managed tables' update schedule, for the checks
+  before any rank starts): JSON files written by rank 0 beside train_state.pt;
 - `digests.json`, written last by rank 0: the sha256 of every other file.
 
 The directory is RUN/checkpoints/step-NNNNNNNN. Every rank writes into `.step-NNNNNNNN.tmp`;
@@ -30,6 +32,7 @@ torch: `dcp_files` (modules of this package).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -157,6 +160,8 @@ class CheckpointManager:
                         "signature": parts.signature,
                     },
                 )
+                for name, values in parts.json_files.items():
+                    (tmp / name).write_text(json.dumps(values()) + "\n")
         # torch's writers raise a RuntimeError for a full disk (no errno); DCP raises its
         # CheckpointException, a BaseException, on every rank when any rank's writes failed.
         except (Exception, CheckpointException) as e:

@@ -5,7 +5,7 @@ checkpoint it is loaded from (see trainer.rundir.checkpoint.manager)."""
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -158,3 +158,6 @@ class CheckpointParts:
     """The plan (JSON) the sharded parts are laid out by."""
     per_rank: Mapping[str, Stateful] = field(default_factory=lambda: {"rng": RngState()})
     """File name prefixes -> parts each rank saves into `<name>-<rank>.pt`."""
+    json_files: Mapping[str, Callable[[], dict[str, Any]]] = field(default_factory=dict)
+    """File names -> the JSON values rank 0 writes beside train_state.pt: what the checks before
+    any rank starts read of a checkpoint without torch."""

@@ -132,6 +132,7 @@ def _check_settings(run_dir: Path, config: JobConfig, allow: list[str]) -> None:
         return
     changes = resume_settings.setting_changes(load_job_config(saved_path), config)
     table_changes.check_fixed(run_dir, changes, resume_settings.show_value)
+    resume_settings.check_checkpoint_shape(run_dir, changes)
     refused = {
         k: v
         for k, v in changes.items()

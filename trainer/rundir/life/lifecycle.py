@@ -23,6 +23,7 @@ from shardrec.trainer.rundir.life.resume_settings import (
     allowed,
     changes_text,
     check_allow_keys,
+    check_checkpoint_shape,
     check_stream,
     setting_changes,
     show_value,
@@ -63,6 +64,7 @@ def check_run_dir(run_dir: Path, config: JobConfig, manifest: Manifest, allow: l
         changes = setting_changes(saved, config)
         table_changes.check_fixed(run_dir, changes, show_value)
         check_stream(run_dir, changes)
+        check_checkpoint_shape(run_dir, changes)
         continues = total >= base + planned_steps(saved, manifest)
         refused = {k: v for k, v in changes.items() if not allowed(k, allow, continues)}
         if refused:

@@ -29,6 +29,7 @@ FREE_KEYS = (
     "dist.bind_cores",
     "dist.timeout_s",
     "data.num_workers",
+    "data.multihot_cache",
     "train.log_interval",
     "checkpoint.interval_steps",
     "checkpoint.keep",
@@ -38,8 +39,9 @@ FREE_KEYS = (
 """Keys a resume may always change: data.path may move as long as the data is the same (the
 fingerprint decides, not the path); a checkpoint reshards onto any plan (at any world size);
 the rest change no result: where the ranks' threads run and how long they wait, the loader's
-threads (batches come in order whatever their count), how often progress is logged, and when
-checkpoints are written and how many kept (a resume is exact from any step)."""
+threads (batches come in order whatever their count), the folder the multi-hot index tables are
+drawn into (their seed and sizes draw the same tables anywhere), how often progress is logged, and
+when checkpoints are written and how many kept (a resume is exact from any step)."""
 
 
 STREAM_KEYS = (
@@ -48,11 +50,37 @@ STREAM_KEYS = (
     "data.shuffle",
     "data.tail",
     "data.train_split",
+    "data.multihot_sizes",
+    "data.multihot_rows",
+    "data.multihot_dist",
+    "data.multihot_seed",
 )
 """Keys a resume can never change, --allow-change or not: they make the run's data stream (its
-order, its batches, its last batch, the split it reads), and a resume goes on in the middle of it,
-where the checkpoint's loader state left it (the ranks would refuse that state, the checkpoint
-loaded)."""
+order, its batches, its last batch, the split it reads, the multi-hot ids made from its one-hot
+ids), and a resume goes on in the middle of it, where the checkpoint's loader state left it (the
+ranks would refuse that state, the checkpoint loaded)."""
+
+
+CHECKPOINT_KEYS = ("model", "optim.sparse", "optim.dense", "data.multihot_rows")
+"""Keys (a section for all its keys) a run keeps for good, --allow-change or not, resumed or going
+on: they shape what its checkpoints hold (the model, the rows of its tables, the optimizers'
+state), which a checkpoint of another shape is refused for by the ranks, once they started."""
+
+
+def check_checkpoint_shape(run_dir: Path, changes: dict[str, tuple[Any, Any]]) -> None:
+    """ValueError (one line) where `changes` touch what the run's checkpoints hold
+    (CHECKPOINT_KEYS)."""
+    fixed = {
+        k: v
+        for k, v in changes.items()
+        if any(k == c or k.startswith(c + ".") for c in CHECKPOINT_KEYS)
+    }
+    if fixed:
+        raise ValueError(
+            f"{run_dir}: {changes_text(fixed)}: the shape of the run's model and optimizer "
+            f"state, which its checkpoints hold; set {'it' if len(fixed) == 1 else 'them'} back, "
+            "or start a new run (--restart, or another --out-dir)"
+        )
 
 
 def check_stream(run_dir: Path, changes: dict[str, tuple[Any, Any]]) -> None:

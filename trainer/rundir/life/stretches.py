@@ -15,6 +15,7 @@ from typing import Any
 
 from shardrec.dataloader.util.files import atomic_write_bytes
 from shardrec.trainer.rundir import names
+from shardrec.trainer.rundir.checkpoint.trust import complete_checkpoints
 
 
 @dataclass
@@ -60,6 +61,21 @@ def current_start(run_dir: Path) -> int:
     """The first step of the run's current stretch (0 for a run never continued)."""
     stretches = read_stretches(run_dir)
     return stretches[-1].first_step if stretches else 0
+
+
+def kept_stretch_steps(run_dir: Path) -> int | None:
+    """The steps the run's current stretch began with, as its newest complete checkpoint keeps
+    them (id_maps.json): a resume of the stretch spaces the updates of managed tables without
+    evict_every by their 1/50, whatever it trains now. None: no checkpoint, or one of a job
+    without managed tables or from before the record (the ranks read or refuse the rest)."""
+    done = complete_checkpoints(Path(run_dir) / names.CHECKPOINTS)
+    if not done:
+        return None
+    try:
+        steps = json.loads((done[-1][1] / names.ID_MAP_SCHEDULE).read_text())["stretch_steps"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return steps if isinstance(steps, int) and steps > 0 else None
 
 
 def earlier_stretch_of(stretches: list[Stretch], step: int) -> Stretch | None:

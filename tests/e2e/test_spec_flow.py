@@ -357,3 +357,22 @@ def test_a_column_the_spec_model_does_not_read_is_left_out_by_its_header_name(
     ]
     cli("predict", tmp_path / "m.safetensors", tmp_path / "log.csv", "--out", tmp_path / "p.txt")
     np.testing.assert_array_equal(np.loadtxt(tmp_path / "w.txt"), np.loadtxt(tmp_path / "p.txt"))
+
+
+def test_rows_without_the_header_a_spec_model_reads_are_named_so_labeled_or_not(
+    tagged: Path, tmp_path: Path
+) -> None:
+    # Before: "the header has no label column 'y'; rows without labels? score them with
+    # --no-label", and with --no-label a warning that the columns 0, 0, a|b were left out and
+    # "the header has no column 'n' that the model's spec names (it has 0, 0, a|b)".
+    write_untrained_model(tagged, tmp_path / "m.safetensors")
+    rows = tmp_path / "rows.csv"
+    rows.write_text("".join((tmp_path / "log.csv").read_text().splitlines(keepends=True)[1:]))
+    for flags in ((), ("--no-label",)):
+        result = cli("predict", tmp_path / "m.safetensors", rows, *flags, ok=False)
+        assert_one_line_error(
+            result,
+            rf"^error: {re.escape(str(rows))}: its first line \(0, 0, a\|b\) names none of the "
+            r"model's spec's columns \(y, n, tags\), and the spec reads rows after a header line: "
+            r"give the file its header$",
+        )

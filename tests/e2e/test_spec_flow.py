@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import TINY_MODEL, assert_one_line_error, cli, settings
+from helpers import TINY_MODEL, assert_one_line_error, cli, click_city_spec, settings
 
 from shardrec.dataloader.format.manifest import Manifest
 
@@ -376,3 +376,28 @@ def test_rows_without_the_header_a_spec_model_reads_are_named_so_labeled_or_not(
             r"model's spec's columns \(y, n, tags\), and the spec reads rows after a header line: "
             r"give the file its header$",
         )
+
+
+def test_a_header_line_before_rows_that_have_none_is_named_with_a_cut_that_works(
+    tmp_path: Path,
+) -> None:
+    # Before: "with_header.csv:1: click: 'click' (bad_label) (rows without a label column, as
+    # Criteo's test.txt? score them with --no-label)", and --no-label then refused the rows too.
+    (tmp_path / "s.toml").write_text(click_city_spec(header=False))
+    rows = "".join(f"{i % 2},city{i % 5}\n" for i in range(200))
+    (tmp_path / "log.csv").write_text(rows)
+    cli("preprocess", tmp_path / "log.csv", "--spec", tmp_path / "s.toml", "--out", tmp_path / "d")
+    write_untrained_model(tmp_path / "d", tmp_path / "m.safetensors")
+    (tmp_path / "with_header.csv").write_text("click,city\n" + rows)
+    with contextlib.chdir(tmp_path):
+        line = assert_one_line_error(
+            cli("predict", "m.safetensors", "with_header.csv", ok=False),
+            r"^error: with_header.csv:1: click: 'click' \(bad_label\) \(a header line\? the model "
+            r"reads rows without one, as its training data had: `(tail -n \+2 with_header.csv > "
+            r"rows.txt)` leaves it out\)$",
+        )
+        cut = re.search(r"`(.*)`", line).group(1)
+        subprocess.run(cut, shell=True, check=True)
+        cli("predict", "m.safetensors", "rows.txt", "--out", "p.txt")
+        cli("predict", "m.safetensors", "log.csv", "--out", "q.txt")
+    np.testing.assert_array_equal(np.loadtxt(tmp_path / "p.txt"), np.loadtxt(tmp_path / "q.txt"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -194,6 +195,7 @@ def test_hstu_on_an_event_log_trains_resumes_evaluates_exports_and_predicts(tmp_
     unlabeled = cli("predict", model, raw, "--no-label", "--out", tmp_path / "nl.txt", "--json")
     assert json.loads(unlabeled.stdout)["auc"] is None
     assert (tmp_path / "nl.txt").read_bytes() == (tmp_path / "raw.txt").read_bytes()
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     pq.write_table(pq.read_table(raw).drop_columns(["played_ratio_pct"]), tmp_path / "nr.parquet")
@@ -202,6 +204,26 @@ def test_hstu_on_an_event_log_trains_resumes_evaluates_exports_and_predicts(tmp_
         r"column 'played_ratio_pct' not found \(columns: .*\); the model's event spec reads "
         "events.played_ratio from it: score a log with the columns of the log the model was "
         "trained on$",
+    )
+    # A user the model has no row for (a later log's new one): its first row, and what to do.
+    # Before: "nu.parquet: uid: user 48 is beyond the model's 48 users": no row, nothing to do.
+    from shardrec.trainer.inference.model_file import read_header
+
+    (users,) = [t["rows"] for t in read_header(model)["tables"] if t["name"] == "t_uid"]
+    log = pq.read_table(raw)
+    uid = log["uid"].to_numpy().copy()
+    first = int(np.flatnonzero(uid == uid.max())[0])
+    uid[uid == uid.max()] = users
+    pq.write_table(
+        log.set_column(log.schema.get_field_index("uid"), "uid", pa.array(uid, log["uid"].type)),
+        tmp_path / "nu.parquet",
+    )
+    assert_one_line_error(
+        cli("predict", model, tmp_path / "nu.parquet", ok=False),
+        rf"^error: {re.escape(str(tmp_path / 'nu.parquet'))}: row {first}: uid: {users} is beyond "
+        rf"the model's {users:,} users \(0 to {users - 1:,}\), who each have a row of its user "
+        "table: leave that user's events out, or score them with a model trained on a log that "
+        "holds the user$",
     )
     from shardrec.dataloader.events.event_batches import EventSource
     from shardrec.dataloader.spec.event_spec import load_event_spec

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import TINY_MODEL, assert_one_line_error, cli, settings
+from helpers import TINY_MODEL, assert_one_line_error, cli, click_city_spec, settings
 
 from shardrec.dataloader.format.manifest import Manifest
 
@@ -357,3 +357,47 @@ def test_a_column_the_spec_model_does_not_read_is_left_out_by_its_header_name(
     ]
     cli("predict", tmp_path / "m.safetensors", tmp_path / "log.csv", "--out", tmp_path / "p.txt")
     np.testing.assert_array_equal(np.loadtxt(tmp_path / "w.txt"), np.loadtxt(tmp_path / "p.txt"))
+
+
+def test_rows_without_the_header_a_spec_model_reads_are_named_so_labeled_or_not(
+    tagged: Path, tmp_path: Path
+) -> None:
+    # Before: "the header has no label column 'y'; rows without labels? score them with
+    # --no-label", and with --no-label a warning that the columns 0, 0, a|b were left out and
+    # "the header has no column 'n' that the model's spec names (it has 0, 0, a|b)".
+    write_untrained_model(tagged, tmp_path / "m.safetensors")
+    rows = tmp_path / "rows.csv"
+    rows.write_text("".join((tmp_path / "log.csv").read_text().splitlines(keepends=True)[1:]))
+    for flags in ((), ("--no-label",)):
+        result = cli("predict", tmp_path / "m.safetensors", rows, *flags, ok=False)
+        assert_one_line_error(
+            result,
+            rf"^error: {re.escape(str(rows))}: its first line \(0, 0, a\|b\) names none of the "
+            r"model's spec's columns \(y, n, tags\), and the spec reads rows after a header line: "
+            r"give the file its header$",
+        )
+
+
+def test_a_header_line_before_rows_that_have_none_is_named_with_a_cut_that_works(
+    tmp_path: Path,
+) -> None:
+    # Before: "with_header.csv:1: click: 'click' (bad_label) (rows without a label column, as
+    # Criteo's test.txt? score them with --no-label)", and --no-label then refused the rows too.
+    (tmp_path / "s.toml").write_text(click_city_spec(header=False))
+    rows = "".join(f"{i % 2},city{i % 5}\n" for i in range(200))
+    (tmp_path / "log.csv").write_text(rows)
+    cli("preprocess", tmp_path / "log.csv", "--spec", tmp_path / "s.toml", "--out", tmp_path / "d")
+    write_untrained_model(tmp_path / "d", tmp_path / "m.safetensors")
+    (tmp_path / "with_header.csv").write_text("click,city\n" + rows)
+    with contextlib.chdir(tmp_path):
+        line = assert_one_line_error(
+            cli("predict", "m.safetensors", "with_header.csv", ok=False),
+            r"^error: with_header.csv:1: click: 'click' \(bad_label\) \(a header line\? the model "
+            r"reads rows without one, as its training data had: `(tail -n \+2 with_header.csv > "
+            r"rows.txt)` leaves it out\)$",
+        )
+        cut = re.search(r"`(.*)`", line).group(1)
+        subprocess.run(cut, shell=True, check=True)
+        cli("predict", "m.safetensors", "rows.txt", "--out", "p.txt")
+        cli("predict", "m.safetensors", "log.csv", "--out", "q.txt")
+    np.testing.assert_array_equal(np.loadtxt(tmp_path / "p.txt"), np.loadtxt(tmp_path / "q.txt"))

@@ -43,7 +43,7 @@ def export(
         from shardrec.trainer.inference.model_file import read_header
 
         try:  # an earlier export is replaced (a rerun); any other file is the user's
-            read_header(out)
+            read_header(out, complete=False)
         except ValueError:
             fail(
                 f"--out {out}: exists and is not a model file of `shardrec export`, so it is kept; "

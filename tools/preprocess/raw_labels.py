@@ -35,7 +35,15 @@ def bad_row_line(
     delimiter = fmt.delimiter if fmt else parser.schema.delimiter
     width = parser.program.num_fields if parser.program else parser.schema.num_fields
     hint = ""
-    if reason == "bad_label":
+    # Line 1 is a row only where the model's rows have no header: a word there may be one.
+    if reason == "bad_label" and first_line + row == 1 and any(c.isalpha() for c in value):
+        read = f"zcat {path} | tail" if path.name.endswith(".gz") else "tail"
+        source = "" if path.name.endswith(".gz") else f" {path}"
+        hint = (
+            " (a header line? the model reads rows without one, as its training data had: "
+            f"`{read} -n +2{source} > rows.txt` leaves it out)"
+        )
+    elif reason == "bad_label":
         hint = " (rows without a label column, as Criteo's test.txt? score them with --no-label)"
     elif reason == "too_many_fields" and not labeled:
         # The 0 put in front of each row is no field of the user's.

@@ -53,6 +53,11 @@ RawBatch = tuple[np.ndarray, dict[str, tuple[np.ndarray, np.ndarray]]]
 trainer.inference.predict.rows_batch takes."""
 
 
+def _some(names: list[str]) -> str:
+    """The first names of a list, for a line of text."""
+    return ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+
+
 class RawRows:
     """Turns text rows into model inputs with one model's transform (its header's "transform")."""
 
@@ -121,6 +126,13 @@ class RawRows:
             )
         if spec is not None and spec.format.header:
             header = read_header(path, spec)
+            names = [c.name for c in spec.columns]
+            if len(header) > 1 and not set(header) & set(names):
+                raise ValueError(
+                    f"{path}: its first line ({_some(header)}) names none of the model's "
+                    f"spec's columns ({_some(names)}), and the spec reads "
+                    "rows after a header line: give the file its header"
+                )
             if not labeled:
                 spec = label_after_the_last_field(spec, header)
             elif spec.label.position is None and spec.label.name not in header and len(header) > 1:

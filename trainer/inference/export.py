@@ -22,7 +22,7 @@ import os
 import struct
 import warnings
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 import torch
@@ -41,7 +41,15 @@ from shardrec.trainer.inference.eval_request import (
     run_dataset,
     stretch_data,
 )
-from shardrec.trainer.inference.model_file import FORMAT, FORMAT_VERSION, META_KEY, VOCAB_PREFIX
+from shardrec.trainer.inference.model_file import (
+    DIGEST_KEY,
+    FORMAT,
+    FORMAT_VERSION,
+    META_KEY,
+    UNSEALED,
+    VOCAB_PREFIX,
+    SealingWriter,
+)
 from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import JobConfig
 from shardrec.trainer.job.precision import resolve_precision
@@ -306,7 +314,8 @@ def _safetensors_header(
     header: dict[str, Any],
     extra: dict[str, torch.Tensor] | None = None,
 ) -> bytes:
-    layout: dict[str, Any] = {"__metadata__": {META_KEY: json.dumps(header, sort_keys=True)}}
+    meta = {META_KEY: json.dumps(header, sort_keys=True), DIGEST_KEY: UNSEALED}
+    layout: dict[str, Any] = {"__metadata__": meta}
     offset = 0
     shapes = [
         (name, meta.properties.dtype, list(meta.size), _nbytes(meta))
@@ -328,7 +337,7 @@ def _safetensors_header(
     return struct.pack("<Q", len(raw)) + raw
 
 
-def _write_tensor(f: BinaryIO, tensor: torch.Tensor) -> None:
+def _write_tensor(f: SealingWriter, tensor: torch.Tensor) -> None:
     # A byte view of the tensor's own storage: no second copy of a large table.
     f.write(memoryview(tensor.view(torch.uint8).numpy()) if tensor.numel() else b"")
 
@@ -378,8 +387,8 @@ def export_model(
     total += sum(t.numel() * t.element_size() for t in maps.values())
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_open(out) as f:
-            f.write(layout)
+        with atomic_open(out) as file:
+            f = SealingWriter(file, layout)
             for tensor_name, meta in entries.items():
                 tensor = extras.get(tensor_name)
                 if tensor is None:
@@ -393,6 +402,7 @@ def export_model(
                 del tensor
             for tensor in maps.values():
                 _write_tensor(f, tensor)
+            f.seal()
     except OSError as e:  # a full disk or no permission: one line with the bytes it needs
         if isinstance(e, WriteError) or e.filename is None:
             raise write_error(e, out, len(layout) + total) from e

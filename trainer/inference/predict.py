@@ -27,7 +27,12 @@ from shardrec.embeddings.managed.maps import ManagedMaps, build_maps
 from shardrec.embeddings.managed.table_kinds import TableSettings
 from shardrec.embeddings.tables import POOLING_TYPES, build_ebc
 from shardrec.trainer.inference.export import ID_MAP_PREFIX, ITEM_MAPS, header_preprocessing
-from shardrec.trainer.inference.model_file import VOCAB_PREFIX, read_header, reads_raw_rows
+from shardrec.trainer.inference.model_file import (
+    VOCAB_PREFIX,
+    check_digest,
+    read_header,
+    reads_raw_rows,
+)
 from shardrec.trainer.job.precision import resolve_precision
 from shardrec.trainer.job.sections import ModelConfig
 from shardrec.trainer.loop.managed_ids import remap_batch
@@ -58,6 +63,7 @@ def load_exported(path: Path) -> ExportedModel:
     from safetensors.torch import load_file
 
     header = read_header(path)
+    check_digest(path)
     tables = [
         EmbeddingBagConfig(
             name=t["name"],

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import warnings
 
 import torch
 import torch.nn as nn
@@ -263,7 +264,11 @@ def finite_stages(dense_names: list[str], feature_names: list[str]) -> list[str]
 def _mlp(in_size: int, sizes: list[int], device: torch.device) -> nn.Module:
     if not sizes:
         return nn.Identity()
-    return MLP(in_size, sizes, bias=True, activation=torch.relu, device=device)
+    with warnings.catch_warnings():
+        # A spec of no dense columns: the first layer reads nothing and learns its bias alone,
+        # which torch's initializer warns of on every rank and in every eval and predict.
+        warnings.filterwarnings("ignore", message="Initializing zero-element tensors is a no-op")
+        return MLP(in_size, sizes, bias=True, activation=torch.relu, device=device)
 
 
 def _over_arch(in_size: int, sizes: list[int], device: torch.device) -> nn.Module:

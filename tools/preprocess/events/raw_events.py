@@ -19,7 +19,7 @@ from torchrec.datasets.utils import Batch
 from shardrec.dataloader.events.event_batches import EventBatcher
 from shardrec.dataloader.events.event_files import EventPart
 from shardrec.dataloader.spec.event_spec import event_spec_from_dict
-from shardrec.tools.preprocess.events.event_columns import EventLogError
+from shardrec.tools.preprocess.events.event_columns import EventLogError, Source
 from shardrec.tools.preprocess.events.event_log import read_event_log
 
 
@@ -38,10 +38,13 @@ def event_row_batches(
     log = read_event_log([path], spec, None, maps=maps)
     users = {t["name"]: t["rows"] for t in header["tables"]}.get("t_uid")
     if users is not None and int(log.user.max()) >= users:
-        where = int(np.argmax(log.user >= users))
+        beyond = int(np.argmax(log.user >= users))  # a user (the log's users in its order)
+        source = Source([path], np.array([log.rows]), csv=spec.format != "parquet")
         raise EventLogError(
-            f"{path}: {spec.events.user}: user {int(log.user[where])} is beyond the model's "
-            f"{users:,} users"
+            f"{source.where(int(log.row[log.offsets[beyond]]))}: {spec.events.user}: "
+            f"{int(log.user[beyond])} is beyond the model's {users:,} users (0 to "
+            f"{users - 1:,}), who each have a row of its user table: leave that user's events "
+            "out, or score them with a model trained on a log that holds the user"
         )
     lengths = np.diff(log.offsets)
     user_of = np.repeat(np.arange(len(lengths)), lengths)

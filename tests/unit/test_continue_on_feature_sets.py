@@ -79,6 +79,31 @@ def test_predict_on_a_day_that_adds_a_feature_names_it(tmp_path):
     )
 
 
+@pytest.mark.parametrize("trained_dense", [[], ["d0", "d1", "d2", "d3", "d4"]])
+def test_predict_on_other_dense_features_names_both_lists(tmp_path, trained_dense):
+    # A model without dense features read "dense features d0, ... (4), the model reads , ... (0)".
+    from shardrec.trainer.inference.export import feature_transform
+    from shardrec.trainer.inference.predict import check_preprocessing
+    from shardrec.trainer.job.sections import DataConfig
+
+    day = write_tiny_dataset(tmp_path / "day")
+    header = {
+        "feature_names": [f.name for f in day.sparse_features],
+        "multi_hot": [],
+        "dense_features": trained_dense,
+        "transform": feature_transform(day, tmp_path / "day", DataConfig()),
+    }
+    with pytest.raises(ValueError) as caught:
+        check_preprocessing(header, Manifest.load(tmp_path / "day"), tmp_path / "day")
+    reads = "none" if not trained_dense else "d0, d1, d2, ... (5)"
+    here = ", ".join(day.dense_features[:3]) + f", ... ({len(day.dense_features)})"
+    assert len(day.dense_features) == 4
+    assert str(caught.value) == (
+        f"{tmp_path / 'day'}: dense features {here}, the model reads "
+        f"{reads}; score data preprocessed with the spec the model's training data was, or raw rows"
+    )
+
+
 def test_a_spec_days_other_table_rows_are_refused_naming_the_spec_not_max_ids(tmp_path):
     # A spec's tables are its columns' hash_size: --max-ids, which such data never takes, was the
     # advice given.

@@ -231,6 +231,13 @@ def score_split(
     return score_batches(exported.model, iter(loader), exported.maps)
 
 
+def _listed(names: list[str]) -> str:
+    """'none', 'a, b, c' or 'a, b, c, ... (13)'."""
+    if not names:
+        return "none"
+    return ", ".join(names) if len(names) <= 3 else f"{', '.join(names[:3])}, ... ({len(names)})"
+
+
 def check_preprocessing(header: dict[str, Any], manifest: Manifest, dataset: Path) -> None:
     """ValueError (one line) unless `dataset` has the model's dense features and was preprocessed
     as its training data was: other hashing, table sizes or dense transform give other inputs,
@@ -238,8 +245,8 @@ def check_preprocessing(header: dict[str, Any], manifest: Manifest, dataset: Pat
     here, trained = list(manifest.dense_features), list(header["dense_features"])
     if here != trained:
         raise ValueError(
-            f"{dataset}: dense features {', '.join(here[:3])}, ... ({len(here)}), "
-            f"the model reads {', '.join(trained[:3])}, ... ({len(trained)})"
+            f"{dataset}: dense features {_listed(here)}, the model reads {_listed(trained)}; "
+            "score data preprocessed with the spec the model's training data was, or raw rows"
         )
     trained_on = _expansion(header["transform"].get("materialised_multihot"))
     here_on = _expansion(manifest.options.get("multihot"))

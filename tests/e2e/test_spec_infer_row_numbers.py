@@ -27,3 +27,19 @@ def test_a_pandas_index_column_is_proposed_ignored_with_its_note(tmp_path: Path)
         cli("preprocess", log, "--spec", spec, "--out", tmp_path / "o", "--json").stdout
     )
     assert sum(res["rows_kept"].values()) == 300 and res["rows_skipped"] == {}
+
+
+def test_a_float_column_that_differs_in_every_row_is_a_dense_feature(tmp_path: Path) -> None:
+    """A price of 15 decimals was proposed as `role = "ignore"`, "a different value in every row:
+    a row id, not a feature": the model lost it without a word. A long integer that differs in
+    every row is still a row id."""
+    log, spec = tmp_path / "prices.csv", tmp_path / "s.toml"
+    rng = __import__("random").Random(3)
+    rows = "".join(
+        f"{i % 2},{rng.uniform(1, 90):.15f},{10**11 + 7 * i},c{i % 5}\n" for i in range(300)
+    )
+    log.write_text("click,price,order_no,city\n" + rows)
+    cli("spec", "infer", log, "--label", "click", "--out", spec)
+    roles = {c.name: (c.role, getattr(c, "type", None)) for c in load_spec(spec).columns}
+    assert roles["price"] == ("dense", "float")
+    assert roles["order_no"][0] == "ignore"

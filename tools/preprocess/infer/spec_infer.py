@@ -196,7 +196,9 @@ def propose_column(
             name
         ), f"Unix times{unit} ({dates}): later data holds only new values; derive an hour or a day"
     distinct = len(set(values))
-    if distinct == len(values) >= 50 and min(map(len, values)) >= 10:
+    # A quantity with a fraction (a price of 15 decimals) differs in every row too: no row id.
+    fractional = all(map(is_number, values)) and not all(v.lstrip("-").isdigit() for v in values)
+    if distinct == len(values) >= 50 and min(map(len, values)) >= 10 and not fractional:
         return IgnoredColumn(name), "a different value in every row: a row id, not a feature"
     if distinct == len(values) >= 50 and _row_numbers(values):
         return IgnoredColumn(name), (

@@ -50,7 +50,7 @@ from shardrec.dataloader.multihot.multihot_tables import (
 )
 from shardrec.dataloader.order import NO_SHUFFLE, EpochOrder, OrderSpec, ShuffleSpec
 from shardrec.dataloader.prefetch import prefetch_map
-from shardrec.dataloader.window_spans import carry_of, fill_head, window_spans
+from shardrec.dataloader.window_spans import carry_of, join_first, window_spans
 
 logger = logging.getLogger(__name__)
 
@@ -303,11 +303,19 @@ class BatchLoader:
         )
         carry, k = None, start
         for (q0, q1), arrays, reals in runs:
-            fill_head(carry, arrays, q0 % b)
             done = q1 // b - q0 // b  # batches the span completes
+            batches = []
+            if q0 % b:  # the batch the previous span ended inside
+                first = join_first(carry, arrays, q0 % b, b, whole=done > 0)
+                batches = self._gatherer.batches_of(*first, reals[:1], b) if done else []
             if q1 % b:
                 carry = carry_of(arrays, done, b)
-            for batch in self._gatherer.batches_of(*arrays, reals[:done], b):
+            labels, dense, values = arrays
+            skip = len(batches)
+            batches += self._gatherer.batches_of(
+                labels[skip * b :], dense[skip * b :], values[skip:], reals[skip:done], b
+            )
+            for batch in batches:
                 if self.epoch != epoch:  # set_epoch() during iteration: this iterator is stale
                     return
                 self._offset = (k + 1) * self.spec.global_batch_size

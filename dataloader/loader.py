@@ -25,10 +25,8 @@ Contract (what the trainer relies on):
 
 from __future__ import annotations
 
-import functools
 import logging
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,9 +38,9 @@ from torchrec.datasets.utils import Batch
 from shardrec.dataloader.event_loader import EventLoader, build_event_loader
 from shardrec.dataloader.events.event_files import EVENTS_DIR
 from shardrec.dataloader.format.manifest import MANIFEST, DatasetError, Manifest
-from shardrec.dataloader.format.part_cache import PartSet
 from shardrec.dataloader.format.source import SplitSource, open_source
 from shardrec.dataloader.gather.batch import PAD_LABEL, BatchGatherer
+from shardrec.dataloader.group_maps import GroupMaps
 from shardrec.dataloader.multihot.multihot_tables import (
     IndexTables,
     MultiHotOption,
@@ -128,12 +126,7 @@ class BatchLoader:
         # Batches gathered together: about one shuffle window of this rank's rows (see batch.py).
         self._run_batches = max(1, delivery.gather_rows // self.local_batch_size)
         self._cached_run: tuple[tuple[int, int], list[Batch]] | None = None
-        self._group: tuple[int, int] = (
-            -1,
-            -1,
-        )  # (epoch, shuffle group) whose parts alone stay mapped
-        self._group_lock = threading.Lock()
-        self._part_ends: np.ndarray | None = None  # file order: the row after each part
+        self._maps = GroupMaps(source.parts, rank * self.local_batch_size)
         self.epoch = epoch
         self._offset = 0  # global samples of self.epoch yielded so far
         self._resume_pending = False
@@ -170,7 +163,7 @@ class BatchLoader:
     def _run(self, first: int, order: EpochOrder | None = None) -> list[Batch]:
         """This rank's slices of global batches first .. first + run - 1, gathered together."""
         order = order or self._epoch_order()
-        warm = self._enter_group(order, first * self.spec.global_batch_size)
+        warm = self._maps.enter(order, first * self.spec.global_batch_size)
         stop = min(first + self._run_batches, len(self))
         batches = self._gatherer.gather_many([self.rows(k, order) for k in range(first, stop)])
         if (
@@ -185,7 +178,7 @@ class BatchLoader:
         of real rows of each."""
         (q0, q1), b = span, self.local_batch_size
         k0, k1 = q0 // b, -(-q1 // b)
-        warm = self._enter_group(order, k0 * self.spec.global_batch_size + self.rank * b + q0 % b)
+        warm = self._maps.enter(order, k0 * self.spec.global_batch_size + self.rank * b + q0 % b)
         pieces, reals = [], []
         for k in range(k0, k1):
             rows, real = self.rows(k, order)
@@ -196,59 +189,6 @@ class BatchLoader:
         if warm is not None:
             warm()
         return span, arrays, reals
-
-    def _enter_group(self, order: EpochOrder, start: int) -> Callable[[], None] | None:
-        """Unmap the parts the stream has left when a gather from stream position `start` starts
-        a later shuffle group (or, in file order, a later part): their pages stay in the page
-        cache, but while mapped they count in the process's RSS, which then grew with every group
-        the stream crossed (part_cache.PartSet.release)."""
-        parts = self.source.parts
-        if not isinstance(parts, PartSet):
-            return None
-        if order.spec.shuffle.enabled:
-            group = (order.epoch, order.group_at(start))
-        else:
-            ends = self._part_ends = (
-                self._part_ends if self._part_ends is not None else np.cumsum(parts.rows)
-            )
-            group = (
-                order.epoch,
-                int(np.searchsorted(ends, start + self.rank * self.local_batch_size, side="right")),
-            )
-        with self._group_lock:
-            # Prefetch threads may finish runs out of order: only a later group releases.
-            if group <= self._group and group[0] == self._group[0]:
-                return None
-            self._group = group
-        if not order.spec.shuffle.enabled:
-            parts.release(range(group[1], len(parts)))
-            return None
-        keep = set(order.group_parts(group[1]).tolist())
-        warm = None
-        following = group[1] + 1
-        if following < order.num_groups:
-            spans = order.group_spans(following)
-            keep.update(spans[0].tolist())
-            if parts.capacity is None or len(keep) <= parts.capacity:
-                rows = list(zip(*(a.tolist() for a in spans)))
-                warm = functools.partial(self._warm_next, parts, group, rows)
-        parts.release(keep)
-        return warm
-
-    def _warm_next(
-        self, parts: PartSet, group: tuple[int, int], spans: list[tuple[int, int, int]]
-    ) -> None:
-        """Map the next shuffle group's parts and read its rows ahead on a background thread while
-        this group streams: at Criteo 1TB's part size a group reads ~250 parts it must open, and
-        opening them inside the gathers was most of what made the stream slower than one part
-        (`shardrec bench scale` measures it)."""
-
-        # Only while the stream is still in `group` (a warmer that fell behind would map parts the
-        # stream has released again) and the process is not exiting (it would wait for the read).
-        def wanted() -> bool:
-            return self._group == group and threading.main_thread().is_alive()
-
-        threading.Thread(target=_warm, args=(parts, spans, wanted), name="shardrec-warm").start()
 
     def batch(self, k: int) -> Batch:
         """This rank's slice of global batch k of the current epoch (random access)."""
@@ -264,10 +204,7 @@ class BatchLoader:
         if not self._resume_pending:
             self._offset = 0
         self._resume_pending = False
-        with self._group_lock:
-            # A pass starts its groups over: an eval loader goes over epoch 0 at every evaluation,
-            # and its later passes, never past the first's last group, released no part.
-            self._group = (-1, -1)
+        self._maps.start_over()
         start = self._offset // self.spec.global_batch_size
         # The workers share this epoch's order, built here once (a later set_epoch cannot touch it).
         gatherer = self._gatherer
@@ -378,13 +315,6 @@ class BatchLoader:
                 f"loader state sample_offset={offset} is not a batch boundary in [0, {len(self) * g}]"
             )
         self.epoch, self._offset, self._resume_pending = int(state["epoch"]), offset, True
-
-
-def _warm(parts: PartSet, spans: list[tuple[int, int, int]], wanted: Callable[[], bool]) -> None:
-    try:
-        parts.warm(spans, wanted)
-    except Exception:  # a bad part: the gather that reads it raises the error where it belongs
-        logger.debug("warming the next shuffle group's parts failed", exc_info=True)
 
 
 def build_loader(

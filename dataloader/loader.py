@@ -207,61 +207,56 @@ class BatchLoader:
         self._maps.start_over()
         start = self._offset // self.spec.global_batch_size
         # The workers share this epoch's order, built here once (a later set_epoch cannot touch it).
-        gatherer = self._gatherer
+        order, gatherer = self._epoch_order(), self._gatherer
         if self.spec.shuffle.enabled and gatherer.compiled and not gatherer.multi_hot:
-            return self._iterate_spans(start, self._epoch_order())
-        return self._iterate(start, self._epoch_order())
+            return self._deliver(self._span_batches(start, order), start)
+        return self._deliver(self._run_batches_from(start, order), start)
 
-    def _iterate(self, start: int, order: EpochOrder) -> Iterator[Batch]:
-        epoch = self.epoch
-        g, run = self.spec.global_batch_size, self._run_batches
+    def _deliver(self, batches: Iterator[Batch], start: int) -> Iterator[Batch]:
+        """Batches start, start + 1, ... to the consumer, counted in the state as soon as it has
+        each, and moved to the device."""
+        epoch, g = self.epoch, self.spec.global_batch_size
+        for k, batch in enumerate(batches, start=start):
+            if self.epoch != epoch:  # set_epoch() during iteration: this iterator is stale
+                return
+            self._offset = (k + 1) * g
+            if self.device is not None:
+                batch = batch.to(self.device, non_blocking=self.pin_memory)
+            yield batch
+
+    def _run_batches_from(self, start: int, order: EpochOrder) -> Iterator[Batch]:
+        """Batches start, start + 1, ... gathered in runs of `_run_batches` (prefetched)."""
+        run = self._run_batches
         firsts = range(start - start % run, len(self), run)
         depth = self.prefetch * max(self.num_workers, 1)
         runs = prefetch_map(lambda first: self._run(first, order), firsts, self.num_workers, depth)
         for first, batches in zip(firsts, runs):
-            for k, batch in enumerate(batches, start=first):
-                if k < start:
-                    continue  # a resume inside a run
-                if self.epoch != epoch:  # set_epoch() during iteration: this iterator is stale
-                    return
-                # The state counts a batch as soon as the consumer has it.
-                self._offset = (k + 1) * g
-                if self.device is not None:
-                    batch = batch.to(self.device, non_blocking=self.pin_memory)
-                yield batch
+            yield from batches[max(start - first, 0) :]  # a resume inside a run skips some
 
-    def _iterate_spans(self, start: int, order: EpochOrder) -> Iterator[Batch]:
-        """`_iterate` over spans of whole shuffle windows (window_spans.py): the same batches."""
-        epoch, b = self.epoch, self.local_batch_size
+    def _span_batches(self, start: int, order: EpochOrder) -> Iterator[Batch]:
+        """Batches start, start + 1, ... gathered in spans of whole shuffle windows
+        (window_spans.py, prefetched): the same batches as `_run_batches_from`."""
+        b = self.local_batch_size
         spans = window_spans(order, self.rank, b, start * b, len(self) * b, self._run_batches * b)
         depth = self.prefetch * max(self.num_workers, 1)
         runs = prefetch_map(
             lambda span: self._gather_span(span, order), spans, self.num_workers, depth
         )
-        carry, k = None, start
+        carry = None
         for (q0, q1), arrays, reals in runs:
             done = q1 // b - q0 // b  # batches the span completes
-            batches = []
+            batches, skip = [], 0
             if q0 % b:  # the batch the previous span ended inside
                 first = join_first(carry, arrays, q0 % b, b, whole=done > 0)
-                batches = self._gatherer.batches_of(*first, reals[:1], b) if done else []
+                if done:
+                    batches, skip = self._gatherer.batches_of(*first, reals[:1], b), 1
             if q1 % b:
                 carry = carry_of(arrays, done, b)
             labels, dense, values = arrays
-            skip = len(batches)
             batches += self._gatherer.batches_of(
                 labels[skip * b :], dense[skip * b :], values[skip:], reals[skip:done], b
             )
-            for batch in batches:
-                if self.epoch != epoch:  # set_epoch() during iteration: this iterator is stale
-                    return
-                self._offset = (k + 1) * self.spec.global_batch_size
-                k += 1
-                if self.pin_memory:
-                    batch = batch.pin_memory()
-                if self.device is not None:
-                    batch = batch.to(self.device, non_blocking=self.pin_memory)
-                yield batch
+            yield from (batch.pin_memory() for batch in batches) if self.pin_memory else batches
 
     def state_dict(self) -> dict[str, Any]:
         """Position (epoch, global sample offset) and what the order depends on."""

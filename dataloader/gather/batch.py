@@ -55,10 +55,16 @@ class BatchGatherer(ColumnReader):
         rows = slices[0][0] if count == 1 else np.concatenate([r for r, _ in slices])
         n = count * b
         first_last = self._part_range(rows)
-        if self.compiled and not self.multi_hot and first_last[0] != first_last[1]:
-            if consecutive(rows):
+        if self.compiled and not self.multi_hot:
+            first, last = first_last
+            if first == last:
+                labels, dense, values = self._gather_one_part(rows, first, count, b, 0)
+            elif consecutive(rows):
                 return self._batches(slices, *self._gather_consecutive(rows, first_last, count, b))
-            labels, dense, values = self._gather_located(self._locator.locate(rows), count, b, rows)
+            else:
+                labels, dense, values = self._gather_located(
+                    self._locator.locate(rows), count, b, rows
+                )
             return self._batches(slices, labels, dense, self.kjts.one_hot(values, b))
         groups = group_rows(rows, self._part_starts, first_last, self.compiled)
         labels, dense = self.memory.labels_dense(n)
@@ -75,22 +81,8 @@ class BatchGatherer(ColumnReader):
                 for r, _ in slices
             ]
         else:
-            values = self.memory.ids(count, b)
-            # Rows of one part: the kernels, a gather in shuffled order, a cast copy of consecutive
-            # rows (several parts went to _gather_located).
-            compiled = self.compiled and len(groups.parts) == 1
-            span = groups.spans[0] if compiled else None
+            values = self.memory.ids(count, b)  # numpy, part by part (compiled went above)
             for f, name in enumerate(self.feature_names):
-                if compiled and (span is None or name not in self.modulo):
-                    column = self.parts[groups.parts[0]].sparse[name]
-                    if span is None:
-                        hi = kernels.take_ids(
-                            column, groups.local[0], values, f, self.modulo.get(name, 0), 0
-                        )
-                    else:
-                        hi = kernels.copy_ids(column, span[0], values, f, 0, n)
-                    self._check_ids(name, values[:, f, :], rows, hi)
-                    continue
                 taken = self._take(groups, n, lambda p, name=name: p.sparse[name])
                 values[:, f, :] = taken.reshape(count, b)
                 self._check_ids(name, values[:, f, :], rows, source=taken)
@@ -204,7 +196,8 @@ class BatchGatherer(ColumnReader):
         return self._build(labels, dense, self.kjts.one_hot(values[: len(reals)], b), reals, b)
 
     def _gather_one_part(self, rows: np.ndarray, p: int, count: int, b: int, start: int):
-        """`gather_span`'s columns for rows of part p alone, as gather_many reads them."""
+        """Labels, dense and one-hot ids (as `gather_span` lays them out) of rows of part p alone:
+        the kernels, a gather in shuffled order or a cast copy of consecutive rows."""
         n = len(rows)
         groups = group_rows(rows, self._part_starts, (p, p), True)
         labels, dense = self.memory.labels_dense(count * b)

@@ -261,7 +261,7 @@ class ColumnReader:
         for view in positions(values, f, start, len(taken)):
             view[...] = taken[done : done + len(view)]
             done += len(view)
-        self._check_ids(name, taken.astype(np.int64), rows, source=taken)
+        self._check_read_ids(name, values, f, start, rows, taken.max(initial=0))
         if name in self.modulo:
             for view in positions(values, f, start, len(taken)):
                 np.remainder(view, self.modulo[name], out=view)

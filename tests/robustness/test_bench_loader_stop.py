@@ -48,3 +48,37 @@ def test_a_stopped_bench_loader_removes_its_data_in_one_line(
 def _its_folders(tmp: Path) -> list[Path]:
     """The benchmark's temporary folders in `tmp` (torch keeps its compile cache there too)."""
     return list(tmp.glob("shardrec-*"))
+
+
+CTRL_C_IN_GENERATED_CODE = """
+import runpy, sys
+from shardrec.tools.bench.loader import loader_bench
+
+def write_bench_data(*args, **kwargs):
+    # A Ctrl-C landing in code exec() runs: the making of a dataclass's methods, as the
+    # benchmark's first imports after making its folder make them (at ~10 ms).
+    exec("raise KeyboardInterrupt")
+
+loader_bench.write_bench_data = write_bench_data
+sys.argv = ["shardrec", "bench", "loader", "--rounds", "1"]
+runpy.run_module("shardrec.tools.cli", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_a_ctrl_c_in_generated_code_still_exits_130_under_python_m(tmp_path: Path) -> None:
+    """CI once saw the line and exit status -2: CPython took the KeyboardInterrupt, raised inside
+    exec()'d code and caught by the command, for an unhandled one and ended `python -m` by SIGINT
+    at exit."""
+    (tmp_path / "ctrl_c_in_generated_code.py").write_text(CTRL_C_IN_GENERATED_CODE)
+    job = subprocess.run(
+        [sys.executable, "-m", "ctrl_c_in_generated_code"],
+        cwd=tmp_path,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+    )
+    assert job.returncode == 130, job.stderr[-3000:]
+    assert job.stderr.splitlines() == ["interrupted: nothing measured"], job.stderr
+    assert _its_folders(tmp_path) == [], "its temporary folder is left"

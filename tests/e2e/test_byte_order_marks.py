@@ -63,3 +63,20 @@ def test_a_mark_before_a_header_is_read_past(tmp_path: Path) -> None:
     cli("preprocess", log, "--spec", _spec(tmp_path, header=True), "--out", out)
     rows = json.loads(cli("data", "head", out, "--json").stdout)
     assert [r["city"] for r in rows[:3:2]] == [rows[0]["city"]] * 2 and rows[0]["label"] == 1
+
+
+def test_spec_infer_refuses_a_mark_before_a_first_row_as_preprocess_does(tmp_path: Path) -> None:
+    """Before, `spec infer` read past the mark and wrote a spec (header = false) that preprocess
+    then refused for the file it came from; with a header both read past it."""
+    log, spec = tmp_path / "log.csv", tmp_path / "s.toml"
+    log.write_bytes(BOM + ROWS)
+    said = "^error: " + re.escape(f"{log}: starts with a UTF-8 byte-order mark, and its first line")
+    refused = cli("spec", "infer", log, "--label", "1", "--out", spec, ok=False)
+    line = assert_one_line_error(refused, said)
+    preprocess = cli("preprocess", log, "--spec", _spec(tmp_path, False), "--out", tmp_path / "o",
+                     ok=False)  # fmt: skip
+    assert assert_one_line_error(preprocess, said) == line and not spec.exists()
+    log.write_bytes(BOM + b"city,click\n" + ROWS)
+    cli("spec", "infer", log, "--label", "click", "--out", spec)
+    cli("preprocess", log, "--spec", spec, "--out", tmp_path / "o")
+    assert json.loads(cli("data", "head", tmp_path / "o", "--json").stdout)[0]["label"] == 1

@@ -86,3 +86,25 @@ def test_a_parquet_rating_label_is_refused_naming_a_threshold(tmp_path: Path) ->
         "and 1: give it threshold = 3 (what `shardrec spec infer` proposes for its values)"
     )
     assert_one_line_error(refused, re.escape(said) + "$")
+
+
+def test_strict_stops_at_the_first_bad_label_naming_the_key(tmp_path: Path) -> None:
+    """Before, --strict's line ended at the row: "log.csv:3: clicked: '2' (bad_label)"."""
+    log, spec, table = tmp_path / "log.csv", tmp_path / "s.toml", tmp_path / "log.parquet"
+    log.write_text("clicked,city\n" + "".join(f"{i % 5 + 1},c{i % 7}\n" for i in range(200)))
+    spec.write_text(SPEC.format(rule=""))
+    ratings = [i % 5 + 1 for i in range(1, 301)]
+    pq.write_table(pa.table({"rating": ratings, "city": [f"c{i % 7}" for i in range(300)]}), table)
+    (tmp_path / "p.toml").write_text(PARQUET_SPEC)
+    advice = "give it threshold = 3 (what `shardrec spec infer` proposes for its values)"
+    for path, s, row, name, value in (
+        (log, spec, ":3", "clicked", "'2'"),
+        (table, tmp_path / "p.toml", ": row 1", "rating", "2"),
+    ):
+        refused = cli("preprocess", path, "--spec", s, "--out", tmp_path / name, "--strict",
+                      "--workers", "2", ok=False)  # fmt: skip
+        said = (
+            f"error: {path}{row}: {name}: {value} (bad_label); the spec reads label column "
+            f"{name!r} as 0 and 1: {advice}"
+        )
+        assert_one_line_error(refused, "^" + re.escape(said) + "$")

@@ -43,6 +43,7 @@ from shardrec.tools.preprocess.settings import (
     check_fingerprint,
     remove_temporaries,
 )
+from shardrec.tools.preprocess.tasks.bad_rows import MalformedRowError
 from shardrec.tools.preprocess.tasks.task import Task, TaskOptions
 from shardrec.tools.preprocess.tasks.task_markers import read_marker, wait_for_writes
 from shardrec.tools.preprocess.tasks.task_run import process_setup, run_task_safely
@@ -141,7 +142,14 @@ def run_preprocess(
     `inputs`: check_inputs(cfg) where the caller ran it already (before taking --out's lock)."""
     before = cpu_stages.totals()
     process_setup()
-    result = _run(cfg, progress, inputs or check_inputs(cfg))
+    inputs = inputs or check_inputs(cfg)
+    try:
+        result = _run(cfg, progress, inputs)
+    except MalformedRowError as e:  # --strict: the label's rule, as a refusal without it says
+        if e.reason != "bad_label":
+            raise
+        advice = label_advice(inputs.parser, Path(e.path))
+        raise MalformedRowError(f"{e}{advice}", e.path, e.reason) from None
     result.cpu_s_by_stage = {
         k: round(v - before.get(k, 0.0), 3) for k, v in cpu_stages.totals().items()
     }

@@ -53,7 +53,7 @@ from shardrec.tools.preprocess.infer.label_infer import (
 from shardrec.tools.preprocess.infer.spec_hash_fit import fit_hash_size
 from shardrec.tools.preprocess.parse.parse_fields import INT64_MAX
 from shardrec.tools.preprocess.text.gz import open_text
-from shardrec.tools.preprocess.text.lines import check_text, csv_fields
+from shardrec.tools.preprocess.text.lines import check_first_line, check_text, csv_fields
 
 DELIMITERS = ("\t", ",", ";", "|")
 LIST_SEPARATORS = ("|", ";", ",")
@@ -288,6 +288,9 @@ def infer_spec(path: Path, label: str, rows: int = 10_000) -> tuple[FeatureSpec,
     delimiter = _delimiter(lines)
     table = _split(lines, delimiter)
     header = _has_header(table)
+    # A byte-order mark is read past above, but preprocess refuses one before a first row: the
+    # spec proposed would not read the file it came from.
+    check_first_line(path, header)
     _refuse_spaced_fields(path, table, delimiter, header)
     width = max(len(r) for r in table)
     names = [n.strip() for n in table[0]] if header else [f"c{i}" for i in range(width)]

@@ -20,7 +20,13 @@ MAX_REPORTED = 5
 
 
 class MalformedRowError(ValueError):
-    """A malformed row under --strict; the message is `file:line: field: value (reason)`."""
+    """A malformed row under --strict; the message is `file:line: field: value (reason)`, and
+    `path`, `reason` say which file and why (a worker's error keeps them: pickled with its
+    __dict__)."""
+
+    def __init__(self, message: str, path: str = "", reason: str = "") -> None:
+        super().__init__(message)
+        self.path, self.reason = path, reason
 
 
 def _absolute_line(task: Task, local: int) -> int:
@@ -56,7 +62,8 @@ def note_bad_rows(
         result.errors.append([line0 + int(row), name, value, REASONS[chunk.reason[row]]])
     if strict:
         local, name, value, reason = result.errors[0]
-        raise MalformedRowError(f"{place_of(task, local)}: {name}: {value} ({reason})")
+        where = place_of(task, local)
+        raise MalformedRowError(f"{where}: {name}: {value} ({reason})", task.path, reason)
 
 
 def place_of(task: Task, local: int) -> str:

@@ -55,6 +55,32 @@ def test_a_refusal_is_said_by_the_first_rank_of_every_node(tmp_path: Path) -> No
     assert_one_line_error(done, "^" + re.escape(f"error: {missing}: does not exist") + "$")
 
 
+def test_a_node_whose_plan_file_is_missing_refuses_before_joining(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
+    # Before, the plan file was first read once the ranks had joined: rank 1 ended in typer's
+    # traceback of "FileNotFoundError: ... 'plan.json'" (node_agreement.rank_view), rank 0 in one
+    # of gloo's "Connection closed by peer" (here, alone, it waited for rank 0 in init).
+    missing = tmp_path / "plan.json"
+    done = run_direct_rank(
+        "--data",
+        str(tiny_dataset),
+        "--plan",
+        str(missing),
+        "--out-dir",
+        str(tmp_path / "run"),
+        *settings("train.global_batch_size=64", 'train.device="cpu"', "dist.timeout_s=20"),
+        RANK="1",
+        WORLD_SIZE="2",
+    )
+    assert_one_line_error(
+        done,
+        "^"
+        + re.escape(f"error: {missing}: cannot read plan file: No such file or directory")
+        + "$",
+    )
+
+
 def _refused_at_once(data: Path, run: Path, message: str, **env: str | None) -> None:
     """A rank of a small CPU job with a 20 s timeout (a wait, should it wait) says `message` in
     one line."""

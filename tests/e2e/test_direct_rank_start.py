@@ -55,6 +55,32 @@ def test_a_refusal_is_said_by_the_first_rank_of_every_node(tmp_path: Path) -> No
     assert_one_line_error(done, "^" + re.escape(f"error: {missing}: does not exist") + "$")
 
 
+def test_a_node_whose_plan_file_is_missing_refuses_before_joining(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
+    # Before, the plan file was first read once the ranks had joined: rank 1 ended in typer's
+    # traceback of "FileNotFoundError: ... 'plan.json'" (node_agreement.rank_view), rank 0 in one
+    # of gloo's "Connection closed by peer" (here, alone, it waited for rank 0 in init).
+    missing = tmp_path / "plan.json"
+    done = run_direct_rank(
+        "--data",
+        str(tiny_dataset),
+        "--plan",
+        str(missing),
+        "--out-dir",
+        str(tmp_path / "run"),
+        *settings("train.global_batch_size=64", 'train.device="cpu"', "dist.timeout_s=20"),
+        RANK="1",
+        WORLD_SIZE="2",
+    )
+    assert_one_line_error(
+        done,
+        "^"
+        + re.escape(f"error: {missing}: cannot read plan file: No such file or directory")
+        + "$",
+    )
+
+
 def _refused_at_once(data: Path, run: Path, message: str, **env: str | None) -> None:
     """A rank of a small CPU job with a 20 s timeout (a wait, should it wait) says `message` in
     one line."""
@@ -102,3 +128,44 @@ def test_a_global_batch_that_does_not_divide_by_world_size_is_refused_before_joi
         WORLD_SIZE="3",
         LOCAL_WORLD_SIZE="3",
     )
+
+
+def test_a_node_that_refuses_before_joining_ends_the_other_node_in_one_line(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
+    # Before, the node given good data waited in init_process_group for dist.timeout_s (600 s),
+    # then typer's traceback of "DistStoreError: wait timeout after 600000ms" (or its agent lost
+    # the refusing node's store and killed it 30 s later, in torch's tracebacks).
+    import os
+    import subprocess
+    import time
+
+    from shardrec.trainer.distributed.launch import torchrun_command
+    from shardrec.trainer.distributed.local_ranks import free_port
+
+    endpoint, missing = f"127.0.0.1:{free_port()}", tmp_path / "nodata"
+    job = ["--out-dir", str(tmp_path / "run"), "--steps", "2"]
+    job += settings(*TINY_MODEL, "train.global_batch_size=64", 'train.device="cpu"')
+    job += settings("dist.timeout_s=60")  # before: the good node's wait, then its traceback
+    started = time.monotonic()
+    nodes = [
+        subprocess.Popen(
+            torchrun_command(["--data", str(data), *job], 1, nnodes=2, rdzv_endpoint=endpoint),
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for data in (tiny_dataset, missing)
+    ]
+    good, refused = [p.communicate(timeout=300)[1] for p in nodes]
+    assert [p.returncode for p in nodes] == [1, 1] and time.monotonic() - started < 50
+    assert "Traceback" not in good, good[-3000:]
+    assert [line for line in refused.splitlines() if line.startswith("error:")] == [
+        f"error: {missing}: does not exist"
+    ]
+    said = [line for line in good.splitlines() if line.startswith("error:")]
+    assert len(said) == 1 and re.fullmatch(
+        r"error: node (\d) \(rank \1, host .+\) refused the job, so no rank starts; its output "
+        + re.escape(f"says why: {missing}: does not exist"),
+        said[0],
+    ), good[-3000:]

@@ -7,6 +7,7 @@ reads the launcher's variables (launched_world_size) before any torch import.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -140,6 +141,75 @@ def init_distributed(
     env = DistEnv(rank, local_rank, world_size, local_world_size, device, backend)
     logger.debug("joined process group: %s", env)
     return env
+
+
+START_WAIT_READ_S = 10.0
+"""How long a rank that ends the job before it starts waits for the others to read why (its
+node's agent may serve the store they read it from)."""
+
+
+def agree_to_start(refusal: str | None, timeout_s: float) -> str | None:
+    """Before any rank joins the process group, tell every rank whether this one refused its job
+    (`refusal`, its one line; None: ready) and hear theirs, through the store torchrun's agents
+    serve; return the line this rank ends with where another rank refused (naming its node and
+    host), None where every rank is ready or where no agent serves a store (ranks started by hand,
+    or one rank alone: then there is no one to tell).
+
+    Without it, the ranks of a node that refused left the others waiting in init_process_group for
+    the whole `dist.timeout_s` (or until torchrun's agent lost the refused node's store and killed
+    them 30 s later), and those ended in torch's tracebacks. ValueError where the ranks cannot
+    agree: one did not answer within `timeout_s` seconds, or the store went away (a node ended).
+    """
+    import json
+    import socket
+
+    import torch.distributed as dist
+
+    world_size = launched_world_size()
+    if world_size < 2 or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    address = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    prefix = f"shardrec/start/{os.environ.get('TORCHELASTIC_RUN_ID', '')}/{attempt}"
+    said = {"node": os.environ.get("GROUP_RANK", "?"), "host": socket.gethostname()}
+    try:
+        store = dist.TCPStore(
+            os.environ["MASTER_ADDR"],
+            int(os.environ["MASTER_PORT"]),
+            world_size,
+            is_master=False,
+            timeout=timedelta(seconds=timeout_s),
+        )
+        store.set(f"{prefix}/{launched_rank()}", json.dumps({**said, "refusal": refusal}))
+        keys = [f"{prefix}/{rank}" for rank in range(world_size)]
+        store.wait(keys, timedelta(seconds=timeout_s))
+        answers = [json.loads(store.get(key)) for key in keys]
+    except dist.DistStoreError:  # a timeout: the ranks that never answered are alive, or hung
+        raise ValueError(
+            f"not every rank said within {timeout_s:g} s (dist.timeout_s) whether it can start "
+            f"the job (at the store on {address}): a node's ranks hang or died; see their output"
+        ) from None
+    except (dist.DistNetworkError, RuntimeError):
+        raise ValueError(
+            f"the job's store on {address} went away before every rank said whether it can "
+            "start: the node whose torchrun served it ended; its output says why"
+        ) from None
+    refused = [(rank, a) for rank, a in enumerate(answers) if a["refusal"]]
+    if refused:
+        # A rank that refused, this one too, leaves only once every rank read the answers.
+        with contextlib.suppress(dist.DistStoreError, dist.DistNetworkError, RuntimeError):
+            store.set(f"{prefix}/read/{launched_rank()}", "")
+            store.wait(
+                [f"{prefix}/read/{rank}" for rank in range(world_size)],
+                timedelta(seconds=START_WAIT_READ_S),
+            )
+    if refusal is not None or not refused:
+        return None
+    rank, first = refused[0]
+    return (
+        f"node {first['node']} (rank {rank}, host {first['host']}) refused the job, so no rank "
+        f"starts; its output says why: {first['refusal']}"
+    )
 
 
 def _check_meeting_point(world_size: int) -> None:

@@ -120,6 +120,10 @@ def check_rank_job(job: JobConfig, world_size: int) -> None:
     own words and naming no setting, while the other ranks wait in a collective."""
     check_batches(job, world_size, f"WORLD_SIZE={world_size}, the job's ranks")
     check_against_dataset(job, data_options.model_manifest(Manifest.load(job.data.path), job.data))
+    if job.sharding.plan:  # read by the ranks only once joined: a node's missing copy crashed them
+        from shardrec.sharding.plan.plan_file import load_plan
+
+        load_plan(job.sharding.plan)
 
 
 def check_against_dataset(job: JobConfig, manifest: Manifest) -> None:

@@ -79,16 +79,18 @@ def _join(
     not `shardrec train`), checked against the run directory, and the group it joined; None where
     the run is already complete (rank 0 said so). A refusal exits in one line."""
     from shardrec.trainer.distributed.dist import (
+        agree_to_start,
         init_distributed,
         launched_rank,
         launched_world_size,
     )
     from shardrec.trainer.job.preflight import check_rank_job
+    from shardrec.trainer.job.sections import DistConfig
     from shardrec.trainer.rundir.life import lifecycle
     from shardrec.trainer.rundir.life.continuation import check_continuing_job
 
     is_main = launched_rank() == 0
-    job_config = None
+    job_config, refusal = None, None
     try:
         job_config = resolve()
         # Every rank reads the run directory before any joins the group: all see the same files
@@ -101,7 +103,15 @@ def _join(
             complete = lifecycle.check_job(out_dir, job_config, allow_change)
         if direct:  # a direct torchrun: no `shardrec train` checked the job against its data
             check_rank_job(job_config, launched_world_size())
-        dist_cfg = job_config.dist
+    except ValueError as e:
+        refusal = _refusal_line(e, job_config, direct)
+    try:
+        # A direct torchrun's nodes each read their own flags and data: a refusal on one reaches
+        # the others before they join (under `shardrec train` every rank refuses alike).
+        dist_cfg = job_config.dist if job_config is not None else DistConfig()
+        refused_elsewhere = agree_to_start(refusal, dist_cfg.timeout_s) if direct else None
+        if refusal is not None or refused_elsewhere is not None:
+            exit_refused(refusal or refused_elsewhere)
         env = init_distributed(job_config.train.device, dist_cfg.timeout_s, dist_cfg.bind_cores)
         # Each node read its own flags, data and run directory: before any rank acts on them
         # (a complete run too: a node that saw another directory would wait for the others).
@@ -111,11 +121,14 @@ def _join(
                 print(complete, file=sys.stderr)
             return None
     except ValueError as e:
-        # A direct launch's own flags say where a setting was given, as `shardrec train` says it
-        # (a launcher's resolved job file is no file the user wrote).
-        line = job_config.located(str(e)) if direct and job_config is not None else str(e)
-        exit_refused(line)
+        exit_refused(_refusal_line(e, job_config, direct))
     return job_config, continuing, env
+
+
+def _refusal_line(error: ValueError, job_config: JobConfig | None, direct: bool) -> str:
+    """A direct launch's own flags say where a setting was given, as `shardrec train` says it (a
+    launcher's resolved job file is no file the user wrote)."""
+    return job_config.located(str(error)) if direct and job_config is not None else str(error)
 
 
 def _check_nodes_agree(job_config: JobConfig, out_dir: Path, env: DistEnv) -> None:

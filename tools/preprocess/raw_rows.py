@@ -12,6 +12,7 @@ their index-table rows.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -140,12 +141,16 @@ class RawRows:
                     f"{path}: the header has no label column {spec.label.name!r}; rows without "
                     "labels? score them with --no-label"
                 )
+            left_out = []
             if len(header) > 1:  # a header of one field is another format: resolve_program says
                 spec = _without_absent_skipped(spec, header)
-            spec = _ignoring_other_columns(spec, header, path)
+                _check_named(spec, header, path)
+                spec, left_out = _ignoring_other_columns(spec, header)
         parser, dense_transform = choose_parser(
             spec, "the model's spec", self.schema, self.dense_transform, [path], editable=False
         )
+        if spec is not None and spec.format.header and left_out:
+            _warn_left_out(path, left_out)
         return TaskOptions(
             "",
             parser,
@@ -181,14 +186,15 @@ class RawRows:
                 ),
             )
         spec = _without_absent_skipped(spec, schema.names)
+        _check_named(spec, [*schema.names, NO_LABEL], path)
         wanted = {c.name for c in spec.columns}
         other = [n for n in schema.names if n not in wanted and n != label]
-        if other:
-            _warn_left_out(path, other)
         fields = [schema.field(n) for n in schema.names if n in wanted]
         if not labeled:
             fields.append(pa.field(NO_LABEL, pa.uint8()))
         pp = resolve_parquet(spec, path, "the model's spec", schema=pa.schema(fields))
+        if other:
+            _warn_left_out(path, other)
         return TaskOptions(
             "",
             TextParser(Schema(), pp.program, parquet=pp),
@@ -352,22 +358,43 @@ def _without_absent_skipped(spec: FeatureSpec, names: list[str]) -> FeatureSpec:
     return dataclasses.replace(spec, columns=kept)
 
 
-def _ignoring_other_columns(spec: FeatureSpec, header: list[str], path: Path) -> FeatureSpec:
-    """`spec` with an ignored column for each header name it does not read: the model's columns
-    are found by name, so a file's other columns cannot shift them."""
+def _check_named(spec: FeatureSpec, names: list[str], path: Path) -> None:
+    """Refuses a file without a column the model's spec finds by name, naming the file's column
+    of another name that may hold it (the model reads nothing from a renamed column)."""
+    missing = [c.name for c in spec.columns if c.position is None and c.name not in names]
+    if not missing:
+        return
+    name = missing[0]
+    read = {c.name for c in spec.columns}
+    other = [n for n in names if n not in read and n != NO_LABEL]
+    near = [n for n in other if n.lower() == name.lower()] or difflib.get_close_matches(
+        name, other, n=1
+    )
+    fix = (
+        f"; rename its column {near[0]!r} to {name!r}"
+        if near
+        else f" ({_unread(other, [n for n in names if n != NO_LABEL])}): name the column of its values {name!r}"
+    )
+    more = f" (and {len(missing) - 1} more: {_some(missing[1:])})" if len(missing) > 1 else ""
+    raise ValueError(
+        f"{path}: the file has no column {name!r}{more}, which the model's spec reads by "
+        f"name{fix}, as the training data named it"
+    )
+
+
+def _unread(other: list[str], names: list[str]) -> str:
+    """The columns of a file that the model does not read, or all of them where it reads each."""
+    return f"the model reads none of {_some(other)}" if other else f"it has {_some(names)}"
+
+
+def _ignoring_other_columns(spec: FeatureSpec, header: list[str]) -> tuple[FeatureSpec, list[str]]:
+    """`spec` with an ignored column for each header name it does not read (the model's columns
+    are found by name, so a file's other columns cannot shift them), and those names."""
     names = {c.name for c in spec.columns}
     placed = {c.position for c in spec.columns if c.position is not None}
-    # A header of one field is another format: resolve_program names it.
-    other = [
-        (i, h)
-        for i, h in enumerate(header)
-        if h not in names and i not in placed and len(header) > 1
-    ]
-    if not other:
-        return spec
-    _warn_left_out(path, [h for _, h in other])
+    other = [(i, h) for i, h in enumerate(header) if h not in names and i not in placed]
     ignored = tuple(IgnoredColumn(f"{h} (field {i})", position=i) for i, h in other)
-    return dataclasses.replace(spec, columns=spec.columns + ignored)
+    return dataclasses.replace(spec, columns=spec.columns + ignored), [h for _, h in other]
 
 
 def _warn_left_out(path: Path, names: list[str]) -> None:

@@ -1,7 +1,9 @@
 """A file to score whose header names a column of the model's spec otherwise (`ZIP` for `zip`,
-`item` for `movie_id`): predict says so in one line, naming the file, the column the model reads
-and what to rename. Before, a warning that the renamed column was left out came first, then "the
-header has no column 'city' that the model's spec names (it has click, City)", with no fix."""
+`item` for `movie_id`, `Rating` for the label `rating`): predict says so in one line, naming the
+file, the column the model reads and what to rename. Before, a warning that the renamed column was
+left out came first, then "the header has no column 'city' that the model's spec names (it has
+click, City)", with no fix; a renamed label was "the header has no label column 'click'; rows
+without labels? score them with --no-label"."""
 
 from __future__ import annotations
 
@@ -50,6 +52,13 @@ def test_a_renamed_column_of_a_text_file_is_one_line_naming_what_to_rename(tmp_p
                 rf"^error: {re.escape(str(rows))}: the file has no column 'city', which the "
                 rf"model's spec reads by name{says}, as the training data named it$",
             )
+    rows.write_text("Click,city,n\n1,oslo,3\n")
+    assert_one_line_error(
+        cli_process(["predict", str(model), str(rows)], tmp_path, ok=False),
+        rf"^error: {re.escape(str(rows))}: the header has no label column 'click'; rename its "
+        r"column 'Click' to 'click', as the training data named it \(rows without labels: score "
+        r"them with --no-label\)$",
+    )
     rows.write_text("click,town,size\n1,oslo,3\n")
     assert_one_line_error(
         cli_process(["predict", str(model), str(rows)], tmp_path, ok=False),

@@ -266,10 +266,13 @@ def predict(
     if json_out:
         print_json(result)
     elif out is not None:
+        from shardrec.trainer.rundir.metrics_log import auc_text
+
+        measured = {"auc": result["auc"], "samples": int(sample.sum())}
         scored = (
             "no labels, no AUC"
             if labels is None
-            else f"AUC against the input's labels {result['auc']:.6f}"
+            else f"AUC against the input's labels {auc_text(measured, 6)}"
         )
         samples = (
             f", {result['samples']:,} of them samples: the rest are nan"

@@ -24,7 +24,7 @@ from shardrec.dataloader.multihot.multihot_tables import (
     default_cache_dir,
     open_index_tables,
 )
-from shardrec.dataloader.spec.feature_spec import FeatureSpec, IgnoredColumn, LabelColumn
+from shardrec.dataloader.spec.feature_spec import FeatureSpec, LabelColumn
 from shardrec.dataloader.spec.spec_file import spec_from_dict
 from shardrec.tools.preprocess.ids.id_maps import Vocabulary
 from shardrec.tools.preprocess.ids.vocab import load_vocabularies
@@ -33,6 +33,14 @@ from shardrec.tools.preprocess.parse.parquet_schema import is_parquet
 from shardrec.tools.preprocess.parse.spec_parse import read_header
 from shardrec.tools.preprocess.parse.text_parser import TextParser, choose_parser
 from shardrec.tools.preprocess.parts.part_columns import NonFiniteDense, ReservedRawIdError
+from shardrec.tools.preprocess.raw_columns import (
+    check_named,
+    ignoring_other_columns,
+    no_label_column,
+    some,
+    warn_left_out,
+    without_absent_skipped,
+)
 from shardrec.tools.preprocess.raw_labels import (
     NO_LABEL,
     bad_row_line,
@@ -51,11 +59,6 @@ CHUNK_BYTES = 16 << 20
 RawBatch = tuple[np.ndarray, dict[str, tuple[np.ndarray, np.ndarray]]]
 """(dense [rows, num_dense] float32, feature -> (ids, lengths)), what
 trainer.inference.predict.rows_batch takes."""
-
-
-def _some(names: list[str]) -> str:
-    """The first names of a list, for a line of text."""
-    return ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
 
 
 class RawRows:
@@ -129,23 +132,24 @@ class RawRows:
             names = [c.name for c in spec.columns]
             if len(header) > 1 and not set(header) & set(names):
                 raise ValueError(
-                    f"{path}: its first line ({_some(header)}) names none of the model's "
-                    f"spec's columns ({_some(names)}), and the spec reads "
+                    f"{path}: its first line ({some(header)}) names none of the model's "
+                    f"spec's columns ({some(names)}), and the spec reads "
                     "rows after a header line: give the file its header"
                 )
             if not labeled:
                 spec = label_after_the_last_field(spec, header)
             elif spec.label.position is None and spec.label.name not in header and len(header) > 1:
-                raise ValueError(
-                    f"{path}: the header has no label column {spec.label.name!r}; rows without "
-                    "labels? score them with --no-label"
-                )
+                raise no_label_column(f"{path}: the header", spec, header)
+            left_out = []
             if len(header) > 1:  # a header of one field is another format: resolve_program says
-                spec = _without_absent_skipped(spec, header)
-            spec = _ignoring_other_columns(spec, header, path)
+                spec = without_absent_skipped(spec, header)
+                check_named(spec, header, path)
+                spec, left_out = ignoring_other_columns(spec, header)
         parser, dense_transform = choose_parser(
             spec, "the model's spec", self.schema, self.dense_transform, [path], editable=False
         )
+        if spec is not None and spec.format.header and left_out:
+            warn_left_out(path, left_out)
         return TaskOptions(
             "",
             parser,
@@ -169,10 +173,7 @@ class RawRows:
         schema = read_parquet_schema(path)
         label = spec.label.name
         if labeled and label not in schema.names:
-            raise ValueError(
-                f"{path}: the Parquet file has no label column {label!r}; rows without labels? "
-                "score them with --no-label"
-            )
+            raise no_label_column(f"{path}: the Parquet file", spec, schema.names)
         if not labeled:
             spec = dataclasses.replace(
                 spec,
@@ -180,15 +181,16 @@ class RawRows:
                     LabelColumn(NO_LABEL) if c is spec.label else c for c in spec.columns
                 ),
             )
-        spec = _without_absent_skipped(spec, schema.names)
+        spec = without_absent_skipped(spec, schema.names)
+        check_named(spec, [*schema.names, NO_LABEL], path)
         wanted = {c.name for c in spec.columns}
         other = [n for n in schema.names if n not in wanted and n != label]
-        if other:
-            _warn_left_out(path, other)
         fields = [schema.field(n) for n in schema.names if n in wanted]
         if not labeled:
             fields.append(pa.field(NO_LABEL, pa.uint8()))
         pp = resolve_parquet(spec, path, "the model's spec", schema=pa.schema(fields))
+        if other:
+            warn_left_out(path, other)
         return TaskOptions(
             "",
             TextParser(Schema(), pp.program, parquet=pp),
@@ -339,41 +341,3 @@ def _row_groups(path: Path) -> int:
     import pyarrow.parquet as pq
 
     return pq.ParquetFile(path).metadata.num_row_groups
-
-
-def _without_absent_skipped(spec: FeatureSpec, names: list[str]) -> FeatureSpec:
-    """`spec` without the columns it skips (role = "ignore", found by name) that a file to score
-    does not have: the model never read them."""
-    kept = tuple(
-        c
-        for c in spec.columns
-        if not isinstance(c, IgnoredColumn) or c.position is not None or c.name in names
-    )
-    return dataclasses.replace(spec, columns=kept)
-
-
-def _ignoring_other_columns(spec: FeatureSpec, header: list[str], path: Path) -> FeatureSpec:
-    """`spec` with an ignored column for each header name it does not read: the model's columns
-    are found by name, so a file's other columns cannot shift them."""
-    names = {c.name for c in spec.columns}
-    placed = {c.position for c in spec.columns if c.position is not None}
-    # A header of one field is another format: resolve_program names it.
-    other = [
-        (i, h)
-        for i, h in enumerate(header)
-        if h not in names and i not in placed and len(header) > 1
-    ]
-    if not other:
-        return spec
-    _warn_left_out(path, [h for _, h in other])
-    ignored = tuple(IgnoredColumn(f"{h} (field {i})", position=i) for i, h in other)
-    return dataclasses.replace(spec, columns=spec.columns + ignored)
-
-
-def _warn_left_out(path: Path, names: list[str]) -> None:
-    logger.warning(
-        "%s: %d column(s) the model does not read, left out: %s",
-        path,
-        len(names),
-        ", ".join(names[:8]) + (" ..." if len(names) > 8 else ""),
-    )

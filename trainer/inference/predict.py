@@ -257,14 +257,18 @@ def check_preprocessing(header: dict[str, Any], manifest: Manifest, dataset: Pat
         )
     # Raw rows only where the model can read them (not a model of imported arrays).
     raw = ", or score its raw rows (the model applies them)" if reads_raw_rows(header) else ""
+    redo = f"preprocess it with the training data's settings{raw}"
     names, rows = header["feature_names"], header["transform"]["cardinalities"]
     if len(names) == len(rows):  # a feature on one side only, by name, not as two lists of rows
         trained = [[n, c, n in header["multi_hot"]] for n, c in zip(names, rows)]
         here = trained_data.dataset_schema(manifest)["sparse"]
         said, one_side = trained_data.sparse_difference(trained, here, "the model")
         if one_side:
+            raise ValueError(f"{dataset}: {said}; {redo}")
+        if said and header["transform"].get("events_spec"):  # no setting makes them the model's
             raise ValueError(
-                f"{dataset}: {said}; preprocess it with the training data's settings{raw}"
+                f"{dataset}: {said}; an event log's tables are as large as its users and items: "
+                "score the raw events it was made from, which the model reads by its own tables"
             )
     differs = trained_data.preprocessing_differences(
         header_preprocessing(header), trained_data.preprocessing(manifest)
@@ -272,7 +276,7 @@ def check_preprocessing(header: dict[str, Any], manifest: Manifest, dataset: Pat
     if differs:
         raise ValueError(
             f"{dataset}: preprocessed with other settings than the model's training data ({differs}); "
-            f"preprocess it with the training data's settings{raw}"
+            f"{redo}"
         )
 
 

@@ -50,7 +50,7 @@ from shardrec.trainer.rundir.checkpoint.signature import checkpoint_signature as
 from shardrec.trainer.rundir.checkpoint.signature import ensure_run_id, read_run_id
 from shardrec.trainer.rundir.id_map_state import IdMapsState
 from shardrec.trainer.rundir.life import resume_settings, trained_data
-from shardrec.trainer.rundir.life.stretches import read_stretches
+from shardrec.trainer.rundir.life.stretches import kept_stretch_steps, read_stretches
 from shardrec.trainer.rundir.mllog import MlperfLog, benchmark_of, log_init
 from shardrec.trainer.rundir.optim_state import PART, SparseOptimizerState
 
@@ -195,7 +195,10 @@ def build_job(
         sharding=config.sharding,
         plan=load_plan(plan_path) if plan_path else None,
         table_settings=config.tables,
-        stretch_steps=data_options.train_steps(manifest, config.data, t),
+        # A resume plans the maps for the update spacing its stretch keeps (the checkpoint's,
+        # as ManagedMaps does), not for the steps it trains now.
+        stretch_steps=(None if continuing else kept_stretch_steps(run_dir))
+        or data_options.train_steps(manifest, config.data, t),
     )
     if env.is_main:  # where the kernels keep what the plan put in host memory
         for tbe in table_batches(model.fused_optimizer):

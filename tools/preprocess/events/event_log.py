@@ -155,8 +155,10 @@ def read_event_log(
         if len(outside):
             i = int(outside[0])
             raise EventLogError(
-                f"{source.where(i)}: {cols.item}: {col['item'][i]} is not an item the model knows "
-                f"({len(artist):,} items)"
+                f"{source.where(i)}: {cols.item}: {col['item'][i]} is beyond the model's "
+                f"{len(artist):,} items (0 to {len(artist) - 1:,}), which each have a row of its "
+                "item table: leave that item's events out, or score them with a model trained on "
+                "item maps that hold it"
             )
     # Users ascending, each user's events in file order: a stable sort.
     order = np.argsort(col["user"], kind="stable")

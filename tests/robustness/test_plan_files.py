@@ -218,8 +218,19 @@ def test_an_unreadable_plan_file_is_named(tmp_path: Path, text: str):
             lambda raw: raw["tables"].append(dict(raw["tables"][1])),
             r"table t_f1: listed twice \(re-run `shardrec plan`\)",
         ),
+        (  # failed inside the ranks ("training failed: rank 1: ..."); `plan show` showed it
+            lambda raw: raw["tables"][0].update(compute_kernel="foo"),
+            r"table t_f0: compute_kernel 'foo' is not one of fused, dense, fused_uvm, "
+            r"fused_uvm_caching \(re-run `shardrec plan`\)",
+        ),
+        (  # failed inside the ranks too (and data_parallel on fused read as another optimizer's)
+            lambda raw: raw["tables"][0].update(compute_kernel="dense"),
+            r"table t_f0: compute_kernel 'dense' with sharding_type 'table_wise': a data_parallel "
+            r"table's kernel is dense, another's one of fused, fused_uvm, fused_uvm_caching "
+            r"\(re-run `shardrec plan`\)",
+        ),
     ],
-    ids=["part-of-a-table", "rank-past-world", "table-gone", "table-twice"],
+    ids=["part-of-a-table", "rank-past-world", "table-gone", "table-twice", "kernel", "dense"],
 )
 def test_a_hand_edited_plan_is_refused_naming_the_plan_and_table(
     tiny_dataset: Path, tmp_path: Path, edit, message: str

@@ -20,8 +20,10 @@ from shardrec.sharding.machine.json_checks import (
 )
 from shardrec.sharding.machine.topology import PRESETS, ClusterTopology
 from shardrec.sharding.plan.plan_types import (
+    DATA_PARALLEL,
     DEVICE_KINDS,
     PLAN_FORMAT,
+    PLAN_KERNELS,
     PLAN_SCHEMA_VERSION,
     SHARDING_TYPES,
     UVM_KERNELS,
@@ -123,6 +125,19 @@ def load_plan(path: str | Path) -> PlanFile:
     for t in plan.tables:
         if t.sharding_type not in SHARDING_TYPES:
             raise ValueError(f"{path}: table {t.name}: unknown sharding_type {t.sharding_type!r}")
+        if t.compute_kernel not in PLAN_KERNELS:
+            raise ValueError(
+                f"{path}: table {t.name}: compute_kernel {t.compute_kernel!r} is not one of "
+                f"{', '.join(PLAN_KERNELS)} (re-run `shardrec plan`)"
+            )
+        if (t.compute_kernel == "dense") != (t.sharding_type == DATA_PARALLEL):
+            # torchrec's dense kernel is data-parallel's one; a sharded table's gradients arrive
+            # summed, not through DDP, and only the fused kernels update them.
+            raise ValueError(
+                f"{path}: table {t.name}: compute_kernel {t.compute_kernel!r} with sharding_type "
+                f"{t.sharding_type!r}: a data_parallel table's kernel is dense, another's one of "
+                f"{', '.join(k for k in PLAN_KERNELS if k != 'dense')} (re-run `shardrec plan`)"
+            )
         if not t.shards:
             raise ValueError(f"{path}: table {t.name}: no shards")
         _check_cache(path, t, plan.fingerprint.device_kind)

@@ -11,8 +11,10 @@ every row; a data-parallel table is whole on every rank.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from shardrec.embeddings.dims import WIDTH_MULTIPLE, TableSpec
-from shardrec.sharding.plan.plan_types import PlanFile, TablePlan
+from shardrec.sharding.plan.plan_types import PlanFile, TableFingerprint, TablePlan
 
 Geometry = tuple[int, int, int, int, int]
 """(rank, row offset, col offset, rows, cols) of a shard."""
@@ -55,9 +57,12 @@ def _shown(g: Geometry) -> str:
     return f"rank {rank}: rows {r0}..{r0 + rows}, columns {c0}..{c0 + cols}"
 
 
-def check_layout(plan: PlanFile, tables: list[TableSpec], world_size: int) -> None:
+def check_layout(
+    plan: PlanFile, tables: Sequence[TableSpec | TableFingerprint], world_size: int
+) -> None:
     """ValueError, in one line naming the table, for a plan whose tables are not the job's or
-    whose shards are not the layout of their sharding type."""
+    whose shards are not the layout of their sharding type. `tables`: the job's, or the plan's own
+    fingerprint's where there is no job (`plan show`)."""
     specs = {t.name: t for t in tables}
     planned = [t.name for t in plan.tables]
     missing = [name for name in specs if name not in planned]

@@ -260,6 +260,8 @@ class PlanFile:
 
 UVM_KERNELS = ("fused_uvm", "fused_uvm_caching")
 """Compute kernels that keep a table in host memory (UVM), with or without an HBM cache."""
+PLAN_KERNELS = ("fused", "dense", *UVM_KERNELS)
+"""torchrec's EmbeddingComputeKernel values that a plan file may name (dense: data-parallel)."""
 
 
 class PlanDoesNotFitError(ValueError):

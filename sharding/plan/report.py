@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from rich.table import Table
 
-from shardrec.sharding.plan.plan_types import UNPOOLED, PlanFile
+from shardrec.sharding.plan.plan_types import UNPOOLED, PlanFile, Shard, TablePlan
 
 if TYPE_CHECKING:  # an annotation only: a report need not load the row budgets module
     from shardrec.embeddings.managed.row_budget import Proposal
@@ -24,11 +24,17 @@ def _ranks_text(ranks: list[int]) -> str:
     return ",".join(str(r) for r in uniq)
 
 
+def held_shards(tp: TablePlan) -> list[Shard]:
+    """The shards of `tp` that hold weights: a row-wise table of fewer rows than ranks (3 rows on
+    4) lists an empty shard on each rank past its rows, as torchrec builds it."""
+    return [s for s in tp.shards if s.rows and s.cols]
+
+
 def idle_ranks(plan: PlanFile) -> list[int]:
-    """Ranks that hold no shard of any table (of a 2D plan: group ranks); they run the dense part
+    """Ranks that hold no rows of any table (of a 2D plan: group ranks); they run the dense part
     only."""
     world = plan.sharding_group_size or plan.fingerprint.world_size
-    used = {r for tp in plan.tables for r in tp.ranks}
+    used = {s.rank for tp in plan.tables for s in held_shards(tp)}
     return [r for r in range(world) if r not in used]
 
 
@@ -84,13 +90,15 @@ def tables_table(plan: PlanFile, limit: int = 60) -> Table:
         )
     t.caption = "; ".join(captions) or None
     for tp in plan.tables[:limit]:
+        held = held_shards(tp)
+        empty = len(tp.shards) - len(held)
         row = [
             tp.name,
             *([("seq" if tp.name in unpooled else "bag")] if unpooled else []),
             tp.sharding_type,
             tp.compute_kernel,
-            str(len(tp.shards)),
-            _ranks_text(tp.ranks),
+            f"{len(held)} (+{empty} empty)" if empty else str(len(held)),
+            _ranks_text([s.rank for s in held]),
         ]
         row += [f"{pooled.get(tp.name, 1.0):g}"] if pooled else []
         t.add_row(*row, *(_cache_text(tp) if cached else ()))

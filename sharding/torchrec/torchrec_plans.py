@@ -81,6 +81,9 @@ def to_parameter_sharding(
         return ParameterSharding(
             sharding_type=t.sharding_type, compute_kernel=t.compute_kernel, ranks=t.ranks
         )
+    # In block order: torchrec buckets a row-wise table's ids to its shards in list order, so a
+    # plan listing rank 1's rows 500..1000 first trained ids 0..499 on them.
+    shards = sorted(t.shards, key=lambda s: (s.row_offset, s.col_offset))
     spec = EnumerableShardingSpec(
         [
             ShardMetadata(
@@ -88,13 +91,13 @@ def to_parameter_sharding(
                 shard_sizes=[s.rows, s.cols],
                 placement=placement(device_kind, s.rank, local_world_size),
             )
-            for s in t.shards
+            for s in shards
         ]
     )
     return ParameterSharding(
         sharding_type=t.sharding_type,
         compute_kernel=t.compute_kernel,
-        ranks=t.ranks,
+        ranks=[s.rank for s in shards],
         sharding_spec=spec,
         cache_params=cache_params,
     )

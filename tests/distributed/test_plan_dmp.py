@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from shardrec.trainer.distributed.local_ranks import run_local_ranks
@@ -108,7 +109,12 @@ def _worker(env, plan_path: str) -> dict:
     return {"diffs": diffs, "types": types}
 
 
-def test_plan_file_shards_ebc_like_unsharded(tmp_path: Path) -> None:
+@pytest.mark.parametrize("listed", ["in-order", "reversed"])
+def test_plan_file_shards_ebc_like_unsharded(tmp_path: Path, listed: str) -> None:
+    """`reversed`: each table's shards listed last first in the file (the same ranks, rows and
+    columns); a row-wise table so listed looked its ids up in the other rank's rows."""
+    import dataclasses
+
     from shardrec.sharding.plan.plan_file import save_plan
     from shardrec.sharding.planner import plan_tables
     from shardrec.sharding.search.request import PlanRequest
@@ -127,6 +133,8 @@ def test_plan_file_shards_ebc_like_unsharded(tmp_path: Path) -> None:
             constraints=constraints,
         )
     )
+    if listed == "reversed":
+        plan.tables = [dataclasses.replace(t, shards=t.shards[::-1]) for t in plan.tables]
     path = tmp_path / "plan.json"
     save_plan(plan, path)
     results = run_local_ranks(_worker, WORLD_SIZE, str(path))

@@ -118,6 +118,37 @@ def test_planner_warns_about_idle_ranks(tiny_dataset: Path, tmp_path: Path, capl
     assert not [r for r in caplog.records if r.levelno == logging.WARNING]
 
 
+def test_a_rank_holding_only_empty_row_wise_shards_is_idle(
+    tiny_dataset: Path, tmp_path: Path, caplog
+) -> None:
+    """t_f2's 7 rows row-wise on 8 ranks: blocks of 1 row on ranks 0-6, and on rank 7 an empty
+    shard (torchrec builds it). The report said "8" shards on ranks "0-7" and no rank idle, though
+    rank 7 holds no row of any table."""
+    job = tmp_path / "job.toml"
+    job.write_text(
+        "[sharding.constraints]\n"
+        + "".join(
+            f't_f{i} = {{ sharding_types = ["table_wise"], ranks = [{r}] }}\n'
+            for i, r in ((0, 0), (1, 1), (3, 2))
+        )
+        + 't_f2 = { sharding_types = ["row_wise"] }\n'
+    )
+    with caplog.at_level(logging.WARNING, logger="shardrec"):
+        result = CliRunner().invoke(
+            app,
+            ["plan", "--data", str(tiny_dataset), "--config", str(job), "--world-size", "8"],
+            terminal_width=200,
+        )
+    assert result.exit_code == 0, result.output
+    row = next(line for line in result.stdout.splitlines() if " t_f2 " in line)
+    cells = row.replace("│", " ").split()
+    assert cells == ["t_f2", "row_wise", "fused", "7", "(+1", "empty)", "0-6"], row
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        "1 of 8 ranks hold no embedding table (ranks 7): their memory and lookups go unused; plan for fewer ranks, "
+        "or allow row-wise/column-wise sharding for the largest tables"
+    ]
+
+
 def test_training_says_which_evaluation_splits_have_no_rows(tmp_path: Path, monkeypatch) -> None:
     # A small input's val and test can be empty: the run printed an empty results table and wrote
     # "eval": {} without a word.

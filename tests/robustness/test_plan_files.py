@@ -5,6 +5,7 @@ fields of the wrong type failed only inside the ranks, and a profile holding NaN
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -217,24 +218,80 @@ def test_an_unreadable_plan_file_is_named(tmp_path: Path, text: str):
             lambda raw: raw["tables"].append(dict(raw["tables"][1])),
             r"table t_f1: listed twice \(re-run `shardrec plan`\)",
         ),
+        (  # failed inside the ranks ("training failed: rank 1: ..."); `plan show` showed it
+            lambda raw: raw["tables"][0].update(compute_kernel="foo"),
+            r"table t_f0: compute_kernel 'foo' is not one of fused, dense, fused_uvm, "
+            r"fused_uvm_caching \(re-run `shardrec plan`\)",
+        ),
+        (  # failed inside the ranks too (and data_parallel on fused read as another optimizer's)
+            lambda raw: raw["tables"][0].update(compute_kernel="dense"),
+            r"table t_f0: compute_kernel 'dense' with sharding_type 'table_wise': a data_parallel "
+            r"table's kernel is dense, another's one of fused, fused_uvm, fused_uvm_caching "
+            r"\(re-run `shardrec plan`\)",
+        ),
     ],
-    ids=["part-of-a-table", "rank-past-world", "table-gone", "table-twice"],
+    ids=["part-of-a-table", "rank-past-world", "table-gone", "table-twice", "kernel", "dense"],
 )
 def test_a_hand_edited_plan_is_refused_naming_the_plan_and_table(
     tiny_dataset: Path, tmp_path: Path, edit, message: str
 ):
     """Fields of the right types, but shards that are no layout of their sharding type (the
-    fingerprint does not cover them): one line before any rank starts, not torchrec's traceback."""
+    fingerprint does not cover them): one line before any rank starts, not torchrec's traceback;
+    `plan show` refuses it in the same line (it printed such a plan's tables as a plan)."""
     path = tmp_path / "plan.json"
     raw = _valid_plan(tiny_dataset, path)
     edit(raw)
     path.write_text(json.dumps(raw))
+    pattern = "^error: " + re.escape(str(path)) + ": " + message + "$"
     result = runner.invoke(
         app,
         ["train", "--data", str(tiny_dataset), "--plan", str(path), "--out-dir", str(tmp_path / "run"),
          "--nproc-per-node", "1", *JOB],
     )  # fmt: skip
-    assert_one_line_error(result, "^error: " + re.escape(str(path)) + ": " + message + "$")
+    assert_one_line_error(result, pattern)
+    assert_one_line_error(runner.invoke(app, ["plan", "show", str(path)]), pattern)
+
+
+@pytest.mark.parametrize(
+    ("kind", "first", "second", "message"),
+    [
+        (
+            "row_wise",
+            {"rows": 30},
+            {"rank": 1, "row_offset": 20, "rows": 30},
+            r"table t_f0: its shards \(rank 0: rows 0\.\.30, columns 0\.\.16\) are not a row_wise "
+            r"layout of its 50 x 16 weights on 2 ranks \(was the plan edited\? re-run "
+            r"`shardrec plan`\)",
+        ),
+        (
+            "column_wise",
+            {"cols": 2},
+            {"rank": 1, "col_offset": 2, "cols": 14},
+            r"table t_f0: its shards \(rank 0: rows 0\.\.50, columns 0\.\.2\) are not a "
+            r"column_wise layout of its 50 x 16 weights on 2 ranks",
+        ),
+    ],
+    ids=["rows-overlap", "columns-narrow"],
+)
+def test_plan_show_refuses_a_hand_edited_layout_as_train_does(
+    tiny_dataset: Path, tmp_path: Path, kind: str, first: dict, second: dict, message: str
+):
+    """`plan show` printed a plan whose shards overlap or whose column shards are 2 and 14
+    columns wide (no layout torchrec builds) as a plan, exit 0; now the line `train` gives."""
+    from shardrec.dataloader.format.manifest import Manifest
+    from shardrec.embeddings.tables import build_table_configs
+    from shardrec.sharding.plan.plan_file import plan_fingerprint
+
+    path = tmp_path / "plan.json"
+    raw = _valid_plan(tiny_dataset, path)
+    configs = build_table_configs(Manifest.load(tiny_dataset), 16)
+    fingerprint = plan_fingerprint(configs, 2, 64, "cpu")  # the same tables on 2 ranks
+    raw["fingerprint"] = dataclasses.asdict(fingerprint)
+    shard = raw["tables"][0]["shards"][0]  # t_f0, made a `kind` table of two shards
+    raw["tables"][0].update(sharding_type=kind, shards=[{**shard, **first}, {**shard, **second}])
+    path.write_text(json.dumps(raw))
+    result = runner.invoke(app, ["plan", "show", str(path)])
+    assert_one_line_error(result, "^error: " + re.escape(str(path)) + ": " + message)
 
 
 def test_a_plan_estimated_for_another_sparse_optimizer_is_refused(

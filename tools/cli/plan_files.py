@@ -69,6 +69,7 @@ def show_cmd(
 ) -> None:
     """Reprint a saved plan file's report: the tables, the ranks and the estimate."""
     from shardrec.sharding.plan.plan_file import load_plan
+    from shardrec.sharding.plan.plan_layout import check_layout
     from shardrec.sharding.plan.report import placements, ranks_table, summary, tables_table
 
     if not plan_file.exists():
@@ -77,6 +78,10 @@ def show_cmd(
         result = load_plan(plan_file)
     except ValueError as e:
         fail(str(e))
+    try:  # what `shardrec train` refuses is not shown as a plan (its own tables, rows and ranks)
+        check_layout(result, result.fingerprint.tables, result.fingerprint.world_size)
+    except ValueError as e:
+        fail(f"{plan_file}: {e}")
     if json_out:
         print_json({**summary(result), **placements(result)})
         return

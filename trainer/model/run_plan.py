@@ -17,7 +17,7 @@ from shardrec.sharding.machine.hardware import DeviceMemory, cuda_device_memory,
 from shardrec.sharding.machine.memory import DenseFootprint
 from shardrec.sharding.plan.device_fit import check_plan_fits_devices, check_plan_fits_host
 from shardrec.sharding.plan.plan_file import check_kernels_run_on, check_plan, plan_fingerprint
-from shardrec.sharding.plan.plan_layout import check_host_size
+from shardrec.sharding.plan.plan_layout import check_host_size, check_layout
 from shardrec.sharding.plan.plan_types import PlanFile
 from shardrec.sharding.planner import plan_tables
 from shardrec.sharding.search.request import DatasetStatistics
@@ -106,8 +106,12 @@ def build_sharding_plan(
     check_kernels_run_on(
         plan, env.device.type
     )  # before the fingerprint: it says why and what to do
-    check_plan(plan, plan_fingerprint(tables, env.world_size, global_batch_size, env.device.type))
+    job = plan_fingerprint(tables, env.world_size, global_batch_size, env.device.type)
+    check_plan(plan, job)
     check_trainable(plan)
+    # A direct torchrun's ranks: no `shardrec train` checked the layout (torchrec builds a
+    # row-wise table's shards on swapped ranks and buckets ids to the wrong rows).
+    check_layout(plan, job.tables, env.world_size)
     check_host_size(plan, env.local_world_size)  # torchrun's nodes, where `shardrec train` is not
     return to_sharding_plan(
         plan,

@@ -294,36 +294,6 @@ def test_plan_show_refuses_a_hand_edited_layout_as_train_does(
     assert_one_line_error(result, "^error: " + re.escape(str(path)) + ": " + message)
 
 
-def test_a_plan_estimated_for_another_sparse_optimizer_is_refused(
-    tiny_dataset: Path, tmp_path: Path
-):
-    """The fingerprint holds tables, ranks, batch and device, not the optimizer whose state the
-    memory estimate counts: trained with Adagrad (4 B a weight; Adam on CUDA: 8 B) on a row-wise
-    Adagrad plan (4 B a row), the run's plan.json understated each rank's memory, and on CUDA the
-    fit check at start compared that figure with the free memory."""
-    path = tmp_path / "plan.json"
-    planned = runner.invoke(
-        app, ["plan", "--data", str(tiny_dataset), "--world-size", "1", "--out", str(path), *JOB]
-    )
-    assert planned.exit_code == 0, planned.output
-    result = runner.invoke(
-        app,
-        ["train", "--data", str(tiny_dataset), "--plan", str(path), "--out-dir", str(tmp_path / "run"),
-         "--nproc-per-node", "1", *JOB, "--set", 'optim.sparse="adagrad"'],
-    )  # fmt: skip
-    assert_one_line_error(
-        result,
-        "^error: "
-        + re.escape(
-            f"{path}: the plan's memory estimate counts another sparse optimizer's state: rank 0 "
-            "holds 5.30 KiB of it by the plan, optim.sparse = 'adagrad' needs 84.81 KiB (re-run "
-            "`shardrec plan` with this job's settings)"
-        )
-        + "$",
-    )
-    assert not (tmp_path / "run" / "checkpoints").exists()
-
-
 def test_a_plan_estimated_for_other_dense_layers_is_refused(tiny_dataset: Path, tmp_path: Path):
     """The fingerprint holds the tables, not model.dense_arch: a plan made for the default dense
     layers counted their parameters (and optimizer state) on every rank; trained with wider ones,

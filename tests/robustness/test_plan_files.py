@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers import assert_one_line_error
+from helpers import assert_one_line_error, run_direct_rank
 from typer.testing import CliRunner
 
 from shardrec.tools.cli.app import app
@@ -250,6 +250,24 @@ def test_a_hand_edited_plan_is_refused_naming_the_plan_and_table(
     )  # fmt: skip
     assert_one_line_error(result, pattern)
     assert_one_line_error(runner.invoke(app, ["plan", "show", str(path)]), pattern)
+
+
+def test_ranks_torchrun_starts_name_the_plan_file_of_a_bad_layout(
+    tiny_dataset: Path, tmp_path: Path
+):
+    """`torchrun ... -m shardrec.trainer --plan P` checks the layout in the ranks, with no
+    `shardrec train` before them; they said "error: table t_f0: its shards ..." without the file."""
+    path = tmp_path / "plan.json"
+    raw = _valid_plan(tiny_dataset, path)
+    raw["tables"][0]["shards"][0].update(rows=10)
+    path.write_text(json.dumps(raw))
+    direct = run_direct_rank(
+        "--data", str(tiny_dataset), "--plan", str(path), "--out-dir", str(tmp_path / "run"), *JOB
+    )
+    assert_one_line_error(
+        direct,
+        "^error: " + re.escape(f"{path}: table t_f0: its shards (rank 0: rows 0..10, columns "),
+    )
 
 
 @pytest.mark.parametrize(

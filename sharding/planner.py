@@ -151,6 +151,11 @@ def _fits(cost: PlanCost) -> bool:
     return not cost.shortfall() and not cost.host_shortfall()
 
 
+def _short_bytes(cost: PlanCost) -> float:
+    """Bytes missing over all short ranks, memory and host memory together."""
+    return float(sum(cost.shortfall().values()) + sum(cost.host_shortfall().values()))
+
+
 def plan_tables(request: PlanRequest, *, search: str = "shardrec") -> PlanFile:
     """Place every table; refuse a placement that does not fit in memory.
 
@@ -190,7 +195,9 @@ def plan_tables(request: PlanRequest, *, search: str = "shardrec") -> PlanFile:
         )
     if not _fits(cost):
         hint = _fits_nowhere(_group_request(request, topo, group_size, curves))
-        raise PlanDoesNotFitError(_describe_shortfall(cost, topo.device_kind, hint))
+        raise PlanDoesNotFitError(
+            _describe_shortfall(cost, topo.device_kind, hint), short_bytes=_short_bytes(cost)
+        )
     plan = build_plan_file(
         table_plans, request.configs, topo, request.global_batch_size, cost, search
     )
@@ -291,7 +298,9 @@ def _plan_past_device_memory(
             "to keep tables in host memory behind an HBM cache the planner needs the data's id frequencies, "
             "which `shardrec plan` counts"
         )
-        raise PlanDoesNotFitError(_describe_shortfall(cost, "cuda", hint))
+        raise PlanDoesNotFitError(
+            _describe_shortfall(cost, "cuda", hint), short_bytes=_short_bytes(cost)
+        )
     request = replace(
         request, frequencies=statistics.frequencies, ids_by_frequency=statistics.ids_by_frequency
     )
@@ -327,6 +336,7 @@ def _plan_past_device_memory(
             "add ranks or hosts with more memory",
         ),
         least_hbm={r: float(cost.memory_bytes[r]) for r in cost.shortfall()},
+        short_bytes=_short_bytes(cost),
     )
 
 

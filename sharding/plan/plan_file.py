@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from shardrec.dataloader.format.manifest import shown
 from shardrec.dataloader.util.files import atomic_write_bytes
 from shardrec.embeddings.dims import TableSpec
-from shardrec.embeddings.sparse_optimizers import state_bytes
+from shardrec.embeddings.sparse_optimizers import NAMES, state_bytes
 from shardrec.sharding.machine.json_checks import (
     check_fields,
     check_plan_fields,
@@ -282,27 +282,55 @@ def check_estimate_dense(plan: PlanFile, dense_param_bytes: int) -> None:
 def check_estimate_optimizer(plan: PlanFile, optimizer: str) -> None:
     """ValueError, in one line, for a plan whose memory estimate counts another sparse optimizer's
     state than `optimizer` (the fingerprint does not hold it): that figure is the run's plan.json
-    and, on CUDA, what the fit check at start compares with each device's free memory. Plans whose
-    estimate moves state elsewhere (UVM kernels, 2D replicas) or that record none are taken as
-    they are."""
+    and, on CUDA, what the fit check at start compares with each device's free memory. Where no
+    optimizer's state on the plan's shards makes the estimate, the shards changed since it was
+    made (a hand-edited layout), and the line says so. Plans whose estimate moves state elsewhere
+    (UVM kernels, 2D replicas) or that record none are taken as they are."""
     if (
         plan.estimate is None
         or plan.sharding_group_size
         or any(t.compute_kernel in UVM_KERNELS for t in plan.tables)
     ):
         return
+    needed = _state_by_rank(plan, optimizer)
+    differ = [
+        r for r in plan.estimate.ranks if not _near(needed.get(r.rank, 0.0), r.optimizer_bytes)
+    ]
+    if not differ:
+        return
+    from shardrec.sharding.plan.report import fmt_bytes
+
+    rank, held = differ[0].rank, fmt_bytes(differ[0].optimizer_bytes)
+    need = fmt_bytes(needed.get(rank, 0.0))
+    if any(_estimate_counts(plan, o) for o in NAMES if o != optimizer):
+        raise ValueError(
+            f"the plan's memory estimate counts another sparse optimizer's state: rank {rank} "
+            f"holds {held} of it by the plan, optim.sparse = {optimizer!r} needs {need} (re-run "
+            "`shardrec plan` with this job's settings)"
+        )
+    raise ValueError(
+        "the plan's memory estimate does not match its shards (edited since it was planned?): "
+        f"rank {rank} holds {held} of optimizer state by the estimate, optim.sparse = "
+        f"{optimizer!r} on the shards the file gives needs {need} (re-run `shardrec plan` with "
+        "this job's settings; for a layout of your own, pin it with sharding.constraints and "
+        "plan again)"
+    )
+
+
+def _state_by_rank(plan: PlanFile, optimizer: str) -> dict[int, float]:
+    """Bytes of `optimizer`'s state on each rank for the plan's shards."""
     needed: dict[int, float] = {}
     for t in plan.tables:
         for s in t.shards:
             needed[s.rank] = needed.get(s.rank, 0.0) + state_bytes(optimizer, s.rows, s.cols)
-    from shardrec.sharding.plan.report import fmt_bytes
+    return needed
 
-    for r in plan.estimate.ranks:
-        need = needed.get(r.rank, 0.0)
-        if abs(need - r.optimizer_bytes) > max(1.0, 0.01 * need):
-            raise ValueError(
-                "the plan's memory estimate counts another sparse optimizer's state: rank "
-                f"{r.rank} holds {fmt_bytes(r.optimizer_bytes)} of it by the plan, optim.sparse = "
-                f"{optimizer!r} needs {fmt_bytes(need)} (re-run `shardrec plan` with this "
-                "job's settings)"
-            )
+
+def _estimate_counts(plan: PlanFile, optimizer: str) -> bool:
+    """Whether every rank's estimated optimizer state is `optimizer`'s on the plan's shards."""
+    needed = _state_by_rank(plan, optimizer)
+    return all(_near(needed.get(r.rank, 0.0), r.optimizer_bytes) for r in plan.estimate.ranks)
+
+
+def _near(need: float, recorded: float) -> bool:
+    return abs(need - recorded) <= max(1.0, 0.01 * need)

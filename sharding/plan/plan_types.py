@@ -268,8 +268,13 @@ class PlanDoesNotFitError(ValueError):
     """No placement within the ranks' memory; the message gives each rank's shortfall.
     least_hbm: where every table went to host memory and it still did not fit, each short rank's
     HBM need then (bytes): the least HBM a rank must have (`bench hitrate` sizes its advice by it).
+    short_bytes: the bytes missing over all short ranks and memory tiers (0: not measured, as with
+    torchrec's planner), by which `shardrec plan` cuts the managed tables' proposed rows.
     """
 
-    def __init__(self, message: str, least_hbm: dict[int, float] | None = None) -> None:
+    def __init__(
+        self, message: str, least_hbm: dict[int, float] | None = None, short_bytes: float = 0.0
+    ) -> None:
         super().__init__(message)
         self.least_hbm = least_hbm or {}
+        self.short_bytes = short_bytes

@@ -163,7 +163,8 @@ def budgets_table(budgets: list[Proposal]) -> Table:
     t = Table(
         title="managed tables: row budgets from the data's distinct-id curve",
         caption="wanted: rows that hold 99% of the lookups of ids seen admit_after times or more, "
-        "+10%; proposed: within the memory this plan leaves (equal lookups per byte where short); "
+        "+10%; proposed: within the ranks' memory, as planned at those rows (equal lookups per "
+        "byte where short); "
         "kept: the proposed rows' share of all the feature's lookups",
     )
     for col in ("table", "distinct ids", "wanted", "proposed", "kept", "B/row (all ranks)"):

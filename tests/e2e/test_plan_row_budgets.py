@@ -8,6 +8,7 @@ import contextlib
 import json
 from pathlib import Path
 
+import pytest
 from helpers import assert_one_line_error, cli
 
 from shardrec.trainer.job.config import load_job_config
@@ -103,6 +104,35 @@ def test_rows_left_to_plan_are_proposed_whole_where_they_fit(tmp_path: Path) -> 
         (tmp_path / "job.toml").write_text(job + "\n" + pasted)
         cli(*args[:-1], *gib, "--out", "plan.json")
     assert (tmp_path / "plan.json").is_file()
+
+
+@pytest.fixture(scope="module")
+def day(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("drift")
+    with contextlib.chdir(root):
+        _day(root)
+    return root / "day0"
+
+
+@pytest.mark.parametrize(
+    ("ranks", "gib"), [(2, "0.048"), (2, "0.04825"), (4, "0.0475"), (4, "0.04775")]
+)
+def test_rows_proposed_for_a_memory_pasted_plan_at_that_memory(
+    tmp_path: Path, day: Path, ranks: int, gib: str
+) -> None:
+    # At these memories the proposal was priced on the plan of one slot a table, every table
+    # data-parallel; at the proposed rows the planner shards them, with id and pooled-output
+    # buffers, and the pasted rows were refused ('rank 0 needs 42.04 MiB of memory, 268.76 KiB
+    # short'). Pasted, they plan, and the same rows are proposed again.
+    job = tmp_path / "job.toml"
+    args = ["plan", "--data", day, "--config", job, "--world-size", ranks, "--memory-gib", gib]
+    job.write_text(JOB.replace("rows = 20000\n", ""))
+    pasted = _job_lines(cli(*args, ok=False).stdout)
+    assert pasted.startswith("[tables]\nC1 = { kind = ")
+    job.write_text(JOB.replace("rows = 20000\n", "") + "\n" + pasted)
+    planned = cli(*args)
+    assert planned.exit_code == 0
+    assert _job_lines(planned.stdout).strip() == pasted.strip()
 
 
 def test_id_maps_past_the_memory_are_named_with_what_to_lower(tmp_path: Path) -> None:

@@ -213,13 +213,12 @@ def plan(
             measured = _with_frequencies(
                 statistics, directory, job, configs, frequency_batches, json_out
             )
-            result = plan_tables(dataclasses.replace(request, statistics=measured), search=search)
+            request = dataclasses.replace(request, statistics=measured)
+            result = plan_tables(request, search=search)
         seconds = time.perf_counter() - start
+        budgets = propose_row_budgets(request, result, tables, job.train, steps, search)
     except ValueError as e:
         fail(job.located(str(e)))
-    budgets = propose_row_budgets(
-        result, configs, statistics, tables, job.optim.sparse, job.train, steps
-    )
     if unset:  # the plan is of one slot a table: only the proposals are worth showing
         _print_plan_to_come(budgets, tables, unset, config, json_out)
     if out is not None:

@@ -91,6 +91,7 @@ def evaluate_checkpoint(request: EvalRequest, env: DistEnv) -> dict[str, Any]:
         optim=_lookup_optim(config, env.device.type),
         sharding=sharding,
         plan=saved_plan if fits else None,
+        plan_source=str(Path(request.run_dir) / names.PLAN),
         table_settings=config.tables,
     )
     # Raw ids become rows through the checkpoint's id maps, read only (nothing is admitted).

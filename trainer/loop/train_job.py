@@ -194,6 +194,7 @@ def build_job(
         optim=o,
         sharding=config.sharding,
         plan=load_plan(plan_path) if plan_path else None,
+        plan_source=plan_path or "",
         table_settings=config.tables,
         # A resume plans the maps for the update spacing its stretch keeps (the checkpoint's,
         # as ManagedMaps does), not for the steps it trains now.

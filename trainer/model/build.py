@@ -142,13 +142,15 @@ def build_sharded_model(
     optim: OptimConfig,
     sharding: ShardingConfig,
     plan: PlanFile | None = None,
+    plan_source: str = "",
     table_settings: Mapping[str, TableSettings] | None = None,
     stretch_steps: int = 0,
 ) -> tuple[DistributedModelParallel, list[EmbeddingBagConfig], PlanFile]:
     """The tables, the train module, its plan (planned at start when none is given, else checked
     against this job) and the sharded model; training and evaluation build it alike. The embedding
     weights are not initialised here (a checkpoint or init_embedding_weights fills them).
-    `table_settings` are the job's `[tables.FEATURE]` (a raw-id feature's kind and rows)."""
+    `table_settings` are the job's `[tables.FEATURE]` (a raw-id feature's kind and rows);
+    `plan_source` the file `plan` was read from, which its refusals name."""
     table_settings = job_tables(manifest, table_settings)
     tables = build_table_configs(
         manifest,
@@ -185,12 +187,14 @@ def build_sharded_model(
             table_settings=table_settings,
             stretch_steps=stretch_steps,
         )
+        sharding_plan = build_sharding_plan(plan, tables, env, train.global_batch_size)
     else:
+        # A direct torchrun's ranks check the file as `shardrec train` does: its name leads.
         try:
             check_estimate_dense(plan, dense.param_bytes)
+            sharding_plan = build_sharding_plan(plan, tables, env, train.global_batch_size)
         except ValueError as e:
-            raise ValueError(f"{sharding.plan or 'the plan'}: {e}") from None
-    sharding_plan = build_sharding_plan(plan, tables, env, train.global_batch_size)
+            raise ValueError(f"{plan_source or sharding.plan or 'the plan'}: {e}") from None
     check_plan_fits(plan, devices, env)  # before sharding allocates any table
     model = shard_model(
         module, sharding_plan, env, optim, qcomm=sharding.qcomm or None, plan_file=plan

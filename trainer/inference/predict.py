@@ -33,8 +33,8 @@ from shardrec.trainer.inference.model_file import (
     read_header,
     reads_raw_rows,
 )
+from shardrec.trainer.job.model_section import ModelConfig
 from shardrec.trainer.job.precision import resolve_precision
-from shardrec.trainer.job.sections import ModelConfig
 from shardrec.trainer.loop.managed_ids import remap_batch
 from shardrec.trainer.model.hstu_model import HSTUModel, build_hstu_model
 from shardrec.trainer.model.models import RecModel, build_model

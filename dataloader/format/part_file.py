@@ -55,8 +55,8 @@ from shardrec.dataloader.format.manifest import (
     inside_dataset,
     shown,
 )
-from shardrec.dataloader.format.mapping import limit_message, map_open_file
 from shardrec.dataloader.util.files import atomic_open
+from shardrec.dataloader.util.mapping import limit_message, map_open_file
 
 METADATA_KEY = "shardrec"
 PART_FORMAT = "shardrec-part"

@@ -37,8 +37,8 @@ from shardrec.dataloader.format.manifest import (
     read_raw,
     shown,
 )
-from shardrec.dataloader.format.mapping import limit_message, map_npy
 from shardrec.dataloader.format.part_file import Part
+from shardrec.dataloader.util.mapping import limit_message, map_npy
 
 
 @dataclass

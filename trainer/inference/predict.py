@@ -26,7 +26,8 @@ from shardrec.dataloader.multihot.multihot_tables import MultiHotOption, already
 from shardrec.embeddings.managed.maps import ManagedMaps, build_maps
 from shardrec.embeddings.managed.table_kinds import TableSettings
 from shardrec.embeddings.tables import POOLING_TYPES, build_ebc
-from shardrec.trainer.inference.export import ID_MAP_PREFIX, ITEM_MAPS, header_preprocessing
+from shardrec.trainer.inference.export import ID_MAP_PREFIX, ITEM_MAPS
+from shardrec.trainer.inference.file_header import header_preprocessing
 from shardrec.trainer.inference.model_file import (
     VOCAB_PREFIX,
     check_digest,

@@ -48,6 +48,13 @@ MODULES: dict[str, tuple[str, list[str]]] = {
             "tests/unit/test_preprocess_ids_plan.py",
         ],
     ),
+    "column_kernels": (
+        "tools/preprocess/parts/column_kernels.py",
+        [
+            "tests/unit/test_preprocess_fast_paths.py",
+            "tests/unit/test_preprocess_ids_plan.py",
+        ],
+    ),
     "order": ("dataloader/order.py", ["tests/unit/test_order.py"]),
     "loader": (
         "dataloader/loader.py",

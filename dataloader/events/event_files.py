@@ -26,13 +26,8 @@ from typing import Any
 import numpy as np
 
 from shardrec.dataloader.events.history_kernels import LIKE, LISTEN_PLUS, SKIP
-from shardrec.dataloader.format.manifest import (
-    DatasetError,
-    Manifest,
-    file_sha256,
-    inside_dataset,
-    shown,
-)
+from shardrec.dataloader.format.dataset_files import file_sha256, inside_dataset
+from shardrec.dataloader.format.manifest import DatasetError, Manifest, shown
 from shardrec.dataloader.format.part_file import ChangedFileError
 from shardrec.dataloader.util.files import atomic_path
 

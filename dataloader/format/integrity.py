@@ -14,14 +14,13 @@ from pathlib import Path
 
 import numpy as np
 
+from shardrec.dataloader.format.dataset_files import file_sha256, inside_dataset
 from shardrec.dataloader.format.manifest import (
     MANIFEST,
     PART_SUFFIX,
     DatasetError,
     Manifest,
     PartInfo,
-    file_sha256,
-    inside_dataset,
 )
 from shardrec.dataloader.format.part_file import (
     ChangedFileError,

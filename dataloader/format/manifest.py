@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import gc
-import hashlib
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -359,8 +357,9 @@ def shown(value: Any, width: int = 80) -> str:
 def check_names(path: Path, manifest: Manifest, suffix: str = PART_SUFFIX) -> None:
     """Every split and part name the manifest gives is a plain name (parts: ending in `suffix`),
     so that the paths built from them stay inside the dataset directory (`../`, absolute paths;
-    symlinks are checked as each file is opened, `inside_dataset`), and none is listed twice in
-    its split: the loader would read its rows twice an epoch, and `data verify` check it twice."""
+    symlinks are checked as each file is opened, dataset_files.inside_dataset), and none is listed
+    twice in its split: the loader would read its rows twice an epoch, and `data verify` check it
+    twice."""
     for split, info in manifest.splits.items():
         if not is_plain_name(split):
             raise DatasetError(
@@ -386,33 +385,6 @@ def check_names(path: Path, manifest: Manifest, suffix: str = PART_SUFFIX) -> No
                 )
 
 
-@functools.lru_cache(maxsize=64)
-def _resolved(directory: Path) -> Path:
-    # Resolved once per dataset directory, not for each part (part opens are on the loader's path
-    # whenever a part is mapped again after eviction).
-    return directory.resolve()
-
-
-def inside_dataset(directory: Path, path: Path) -> None:
-    """Refuse a path that a symlink takes out of the dataset directory (a shared dataset directory
-    must not make the loader read, or `data verify` hash, files elsewhere)."""
-    root = _resolved(directory.absolute())  # keyed absolute: a later chdir cannot mislead it
-    if not path.resolve().is_relative_to(root):
-        raise DatasetError(
-            f"{path}: leads out of the dataset directory {root} (a symlink to {path.resolve()}); "
-            f"named by {directory / MANIFEST}"
-        )
-
-
 def _expect_dict(value: Any, where: str) -> None:
     if not isinstance(value, dict):
         raise TypeError(f"{where} is {value!r:.80}, expected an object")
-
-
-def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
-    """SHA-256 of a file, read in blocks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()

@@ -10,7 +10,7 @@ half the kernel's limit (32 K maps), a set may be bounded further (`capacity`), 
 unmaps a group's parts when the stream leaves it (`release`).
 
 An evicted part is unmapped only once nothing uses it: its arrays own their maps
-(mapping.py), so a gather still holding a part or one of its columns keeps it valid, on
+(dataloader/util/mapping.py), so a gather still holding a part or one of its columns keeps it valid, on
 any thread. Maps hold no file descriptor, so neither the open-file limit nor the part
 count bounds what a split may hold.
 """
@@ -26,7 +26,6 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from shardrec.dataloader.format.manifest import DatasetError, Manifest
-from shardrec.dataloader.format.mapping import read_ahead_spans
 from shardrec.dataloader.format.part_file import (
     DENSE,
     LABEL,
@@ -35,6 +34,7 @@ from shardrec.dataloader.format.part_file import (
     manifest_layout,
     open_part,
 )
+from shardrec.dataloader.util.mapping import read_ahead_spans
 
 DEFAULT_MAX_MAP_COUNT = 65530
 MAP_SHARE = 2

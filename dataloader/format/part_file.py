@@ -45,6 +45,7 @@ import numpy as np
 from shardrec.dataloader.format import arrow_ipc
 from shardrec.dataloader.format.arrow_ipc import BLOCK, LIST, VALUE, Column, FileLayout
 from shardrec.dataloader.format.arrow_ipc_write import Streamed, length, write_file
+from shardrec.dataloader.format.dataset_files import inside_dataset
 from shardrec.dataloader.format.manifest import (
     MANIFEST,
     SCHEMA_VERSION,
@@ -52,11 +53,10 @@ from shardrec.dataloader.format.manifest import (
     Manifest,
     PartInfo,
     SparseFeature,
-    inside_dataset,
     shown,
 )
-from shardrec.dataloader.format.mapping import limit_message, map_open_file
 from shardrec.dataloader.util.files import atomic_open
+from shardrec.dataloader.util.mapping import limit_message, map_open_file
 
 METADATA_KEY = "shardrec"
 PART_FORMAT = "shardrec-part"

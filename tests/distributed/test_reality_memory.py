@@ -92,7 +92,7 @@ def test_memory_estimate_is_within_10_percent_where_tables_dominate() -> None:
     from shardrec.embeddings.tables import build_ebc
     from shardrec.sharding.machine.memory import dense_footprint
     from shardrec.tools.bench.plan.reality import NUM_DENSE, RealityModel
-    from shardrec.trainer.job.sections import ModelConfig
+    from shardrec.trainer.job.model_section import ModelConfig
     from shardrec.trainer.model.models import build_model
 
     spec = RealityModel()

@@ -208,7 +208,8 @@ def write_untrained_model(dataset: Path, out: Path) -> None:
     from safetensors.torch import save_file
 
     from shardrec.embeddings.tables import build_ebc, build_table_configs
-    from shardrec.trainer.inference.export import META_KEY, describe_model
+    from shardrec.trainer.inference.export import META_KEY
+    from shardrec.trainer.inference.file_header import describe_model
     from shardrec.trainer.job.config import load_job_config
     from shardrec.trainer.model.models import build_model
 

@@ -69,7 +69,7 @@ def test_compiled_dense_layers_train_as_the_eager_ones() -> None:
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
     from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-    from shardrec.trainer.job.sections import ModelConfig
+    from shardrec.trainer.job.model_section import ModelConfig
     from shardrec.trainer.model.models import build_model
     from shardrec.trainer.model.objective import TrainModule
     from shardrec.trainer.model.train_optimizer import build_dense_optimizer

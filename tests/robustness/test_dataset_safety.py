@@ -17,7 +17,8 @@ from conftest import loader_kwargs, write_tiny_dataset
 from helpers import assert_one_line_error, change_part_byte, file_offset
 from typer.testing import CliRunner
 
-from shardrec.dataloader.format.manifest import DatasetError, Manifest, file_sha256, shown
+from shardrec.dataloader.format.dataset_files import file_sha256
+from shardrec.dataloader.format.manifest import DatasetError, Manifest, shown
 from shardrec.dataloader.format.part_file import (
     file_layout,
     manifest_layout,

@@ -49,7 +49,7 @@ def test_a_dataset_of_another_logs_users_names_the_table_and_the_raw_events(tmp_
     # (cardinalities[0]: 48 in training, 80 here); preprocess it with the training data's
     # settings", which no setting does: the uid table is as large as the log's users.
     from shardrec.dataloader.format.manifest import Manifest
-    from shardrec.trainer.inference.export import describe_model
+    from shardrec.trainer.inference.file_header import describe_model
     from shardrec.trainer.inference.predict import check_preprocessing
     from shardrec.trainer.job.config import load_job_config
 

@@ -1,7 +1,7 @@
-"""A plan's memory estimate is checked against the job's sparse optimizer and the plan's own
-shards (README, Failures and trust: a plan estimated for another sparse optimizer): the fingerprint
-holds neither, and the estimate is the run's plan.json and, on CUDA, what the fit check at start
-compares with each device's free memory."""
+"""A plan's memory estimate is checked against the plan's own shards (README, Failures and trust:
+a plan estimated for another sparse optimizer; that case is test_plan_for_another_job.py's): the
+fingerprint does not hold them, and the estimate is the run's plan.json and, on CUDA, what the fit
+check at start compares with each device's free memory."""
 
 from __future__ import annotations
 
@@ -16,36 +16,6 @@ from shardrec.tools.cli.app import app
 
 runner = CliRunner()
 JOB = ["--set", "train.global_batch_size=64", "--set", 'train.device="cpu"']
-
-
-def test_a_plan_estimated_for_another_sparse_optimizer_is_refused(
-    tiny_dataset: Path, tmp_path: Path
-):
-    """The fingerprint holds tables, ranks, batch and device, not the optimizer whose state the
-    memory estimate counts: trained with Adagrad (4 B a weight; Adam on CUDA: 8 B) on a row-wise
-    Adagrad plan (4 B a row), the run's plan.json understated each rank's memory, and on CUDA the
-    fit check at start compared that figure with the free memory."""
-    path = tmp_path / "plan.json"
-    planned = runner.invoke(
-        app, ["plan", "--data", str(tiny_dataset), "--world-size", "1", "--out", str(path), *JOB]
-    )
-    assert planned.exit_code == 0, planned.output
-    result = runner.invoke(
-        app,
-        ["train", "--data", str(tiny_dataset), "--plan", str(path), "--out-dir", str(tmp_path / "run"),
-         "--nproc-per-node", "1", *JOB, "--set", 'optim.sparse="adagrad"'],
-    )  # fmt: skip
-    assert_one_line_error(
-        result,
-        "^error: "
-        + re.escape(
-            f"{path}: the plan's memory estimate counts another sparse optimizer's state: rank 0 "
-            "holds 5.30 KiB of it by the plan, optim.sparse = 'adagrad' needs 84.81 KiB (re-run "
-            "`shardrec plan` with this job's settings)"
-        )
-        + "$",
-    )
-    assert not (tmp_path / "run" / "checkpoints").exists()
 
 
 def test_a_plan_whose_shards_were_recut_by_hand_is_refused_for_its_stale_estimate(

@@ -58,7 +58,7 @@ def test_a_day_that_lacks_or_adds_a_feature_is_refused_naming_it(tmp_path, train
 
 def test_predict_on_a_day_that_adds_a_feature_names_it(tmp_path):
     # It said "cardinalities: [50, 300, 7, 1000] in training, [50, 300, 7, 1000, 20] here".
-    from shardrec.trainer.inference.export import feature_transform
+    from shardrec.trainer.inference.file_header import feature_transform
     from shardrec.trainer.inference.predict import check_preprocessing
     from shardrec.trainer.job.sections import DataConfig
 
@@ -82,7 +82,7 @@ def test_predict_on_a_day_that_adds_a_feature_names_it(tmp_path):
 @pytest.mark.parametrize("trained_dense", [[], ["d0", "d1", "d2", "d3", "d4"]])
 def test_predict_on_other_dense_features_names_both_lists(tmp_path, trained_dense):
     # A model without dense features read "dense features d0, ... (4), the model reads , ... (0)".
-    from shardrec.trainer.inference.export import feature_transform
+    from shardrec.trainer.inference.file_header import feature_transform
     from shardrec.trainer.inference.predict import check_preprocessing
     from shardrec.trainer.job.sections import DataConfig
 

@@ -20,12 +20,12 @@ from helpers import resplit
 
 from shardrec.dataloader.digest import batch_digest
 from shardrec.dataloader.format.manifest import DatasetError, Manifest
-from shardrec.dataloader.format.mapping import map_npy, read_ahead_spans
 from shardrec.dataloader.format.part_cache import PartSet
 from shardrec.dataloader.format.source import open_source
 from shardrec.dataloader.gather import gather_kernels
 from shardrec.dataloader.gather.addresses import index_dtype
 from shardrec.dataloader.loader import Delivery, ShuffleSpec, build_loader
+from shardrec.dataloader.util.mapping import map_npy, read_ahead_spans
 
 PARTS = 300
 SMALL_SHUFFLE = ShuffleSpec(

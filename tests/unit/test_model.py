@@ -8,7 +8,7 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from shardrec.trainer.job.sections import ModelConfig
+from shardrec.trainer.job.model_section import ModelConfig
 from shardrec.trainer.model import models
 from shardrec.trainer.model.models import build_model
 

@@ -11,7 +11,7 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from shardrec.trainer.job.sections import ModelConfig
+from shardrec.trainer.job.model_section import ModelConfig
 from shardrec.trainer.loop.steps import LossWindow, NonFiniteLossError
 from shardrec.trainer.model.models import all_finite, build_model, finite_stages
 from shardrec.trainer.model.objective import TrainModule

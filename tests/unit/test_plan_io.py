@@ -1,4 +1,4 @@
-"""Plan files: round trip, fingerprint checks, bad files, constraints errors."""
+"""Plan files: round trip, fingerprint checks, bad files, older files, the layout check."""
 
 from __future__ import annotations
 
@@ -6,52 +6,25 @@ import json
 from pathlib import Path
 
 import pytest
+from plan_requests import make_plan, make_tables
 from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
 
-from shardrec.sharding.machine.topology import build_topology
 from shardrec.sharding.plan.plan_file import check_plan, load_plan, plan_fingerprint, save_plan
 from shardrec.sharding.plan.plan_types import (
-    PlanDoesNotFitError,
     PlanFile,
     StalePlanError,
     TableFingerprint,
 )
-from shardrec.sharding.planner import plan_tables
-from shardrec.sharding.search.request import PlanRequest
 from shardrec.sharding.torchrec.torchrec_plans import to_sharding_plan
 
 
-def _tables(n: int = 4, dim: int = 16) -> list[EmbeddingBagConfig]:
-    return [
-        EmbeddingBagConfig(
-            name=f"t_f{i}", embedding_dim=dim, num_embeddings=100 * (i + 1), feature_names=[f"f{i}"]
-        )
-        for i in range(n)
-    ]
-
-
-def _plan(configs, world_size=2, batch=64, constraints=None, search="shardrec", **kw):
-    return plan_tables(
-        PlanRequest(
-            configs=configs,
-            world_size=world_size,
-            local_world_size=world_size,
-            global_batch_size=batch,
-            device_kind="cpu",
-            constraints=constraints,
-            **kw,
-        ),
-        search=search,
-    )
-
-
 def test_round_trip_and_sharding_plan(tmp_path: Path) -> None:
-    tables = _tables()
+    tables = make_tables()
     cons = {
         "t_f0": {"sharding_types": ["row_wise"]},
         "t_f1": {"sharding_types": ["column_wise"], "min_partition": 8},
     }
-    plan = _plan(tables, constraints=cons)
+    plan = make_plan(tables, constraints=cons)
     save_plan(plan, tmp_path / "p.json")
     loaded = load_plan(tmp_path / "p.json")
     assert loaded == plan
@@ -70,9 +43,9 @@ def test_round_trip_and_sharding_plan(tmp_path: Path) -> None:
 
 
 def test_stale_plan_says_what_differs() -> None:
-    tables = _tables()
-    plan = _plan(tables)
-    other = _tables()
+    tables = make_tables()
+    plan = make_plan(tables)
+    other = make_tables()
     other[2] = EmbeddingBagConfig(
         name="t_f2", embedding_dim=32, num_embeddings=300, feature_names=["f2"]
     )
@@ -86,29 +59,29 @@ def test_stale_plan_says_what_differs() -> None:
     assert "global batch size: plan 64, job 128" in msg
     assert "table t_f2 dim: plan 16, job 32" in msg
     assert "tables not in the plan: t_new" in msg
-    fewer = _tables()[:-1]
+    fewer = make_tables()[:-1]
     with pytest.raises(StalePlanError) as e:
         check_plan(plan, plan_fingerprint(fewer, 2, 64, "cpu"))
     # As check_layout says it of a hand-edited plan: "in the plan, not in the job".
     assert str(e.value) == (
         "the plan was made for another job: tables in the plan, not in the job: "
-        f"{_tables()[-1].name} (re-run `shardrec plan`)"
+        f"{make_tables()[-1].name} (re-run `shardrec plan`)"
     )
 
 
 def test_a_plan_of_another_world_size_names_every_way_out() -> None:
     # `shardrec plan` defaults to 2 ranks, `shardrec train` to 1; a run resumed or going on with
     # its own plan (no --plan typed) plans at start-up with --plan '' (before: not named).
-    tables = _tables()
+    tables = make_tables()
     with pytest.raises(StalePlanError) as e:
-        check_plan(_plan(tables), plan_fingerprint(tables, 1, 64, "cpu"))
+        check_plan(make_plan(tables), plan_fingerprint(tables, 1, 64, "cpu"))
     assert str(e.value) == (
         "the plan was made for another job: world size: plan 2, job 1 (train with "
         "--nproc-per-node 2, or --plan '' to plan at start-up, or re-run "
         "`shardrec plan --world-size 1`)"
     )
     with pytest.raises(StalePlanError) as e:
-        check_plan(_plan(tables), plan_fingerprint(tables, 1, 128, "cpu"))
+        check_plan(make_plan(tables), plan_fingerprint(tables, 1, 128, "cpu"))
     assert str(e.value) == (
         "the plan was made for another job: world size: plan 2, job 1; global batch size: plan "
         "64, job 128 (train with --plan '' to plan at start-up, or re-run "
@@ -119,8 +92,8 @@ def test_a_plan_of_another_world_size_names_every_way_out() -> None:
 def test_a_stale_plan_names_a_difference_shared_by_many_tables_once() -> None:
     # Data preprocessed again with another --max-ids: every table's rows differ. The line listed
     # "table t_fN rows: plan 2000, job 3000" for each of them (26 for Criteo: 1,900 characters).
-    plan = _plan(_tables(26, dim=8), batch=64)
-    other = _tables(26, dim=16)
+    plan = make_plan(make_tables(26, dim=8), batch=64)
+    other = make_tables(26, dim=16)
     other[3] = EmbeddingBagConfig(
         name="t_f3", embedding_dim=16, num_embeddings=7, feature_names=["f3"]
     )
@@ -135,12 +108,12 @@ def test_a_stale_plan_names_a_difference_shared_by_many_tables_once() -> None:
 def test_a_stale_plan_whose_tables_each_changed_rows_says_so_in_one_short_entry() -> None:
     # `shardrec plan`'s proposed rows pasted into the job: each table's rows differ by its own
     # value; the line listed every table (26 entries, ~2 KB).
-    plan = _plan(_tables(26, dim=8), batch=64)
+    plan = make_plan(make_tables(26, dim=8), batch=64)
     other = [
         EmbeddingBagConfig(
             name=c.name, embedding_dim=8, num_embeddings=10 + i, feature_names=c.feature_names
         )
-        for i, c in enumerate(_tables(26, dim=8))
+        for i, c in enumerate(make_tables(26, dim=8))
     ]
     with pytest.raises(StalePlanError) as e:
         check_plan(plan, plan_fingerprint(other, 2, 64, "cpu"))
@@ -160,7 +133,7 @@ def test_bad_plan_files_name_the_path(tmp_path: Path) -> None:
     p.write_text(json.dumps({"format": "something"}))
     with pytest.raises(ValueError, match="format is 'something'"):
         load_plan(p)
-    good = json.loads(_plan(_tables()).to_json())
+    good = json.loads(make_plan(make_tables()).to_json())
     good["schema_version"] = 99
     p.write_text(json.dumps(good))
     with pytest.raises(ValueError, match="schema_version 99 is not supported"):
@@ -168,142 +141,9 @@ def test_bad_plan_files_name_the_path(tmp_path: Path) -> None:
 
 
 def test_plan_for_other_tables_is_refused_by_to_sharding_plan() -> None:
-    plan = _plan(_tables())
+    plan = make_plan(make_tables())
     with pytest.raises(ValueError, match="missing: t_f4"):
-        to_sharding_plan(plan, _tables(5), "", 2, 2, "cpu")
-
-
-@pytest.mark.parametrize(
-    "constraints, message",
-    [
-        ({"t_zz": {"sharding_types": ["row_wise"]}}, "unknown table 't_zz'"),
-        ({"f1": {"sharding_types": ["row_wise"]}}, "did you mean t_f1"),
-        ({"t_f1": {"sharding_types": ["diagonal"]}}, "'diagonal' is not one of"),
-        ({"t_f1": {"colour": 3}}, "unknown key 'colour'"),
-        ({"t_f1": {"ranks": [5]}}, "rank 5 is outside world size 2"),
-        (
-            {"t_f1": {"sharding_types": ["column_wise"], "min_partition": 64}},
-            "t_f1: no sharding type satisfies",
-        ),
-        (
-            {"t_f1": {"sharding_types": ["row_wise"], "ranks": [1]}},
-            "t_f1: no sharding type satisfies",
-        ),
-        (
-            {"t_f1": {"pooling_factors": [-3.0]}},
-            r"^sharding.constraints.t_f1.pooling_factors = \[-3.0\]: each must be a positive",
-        ),
-        (
-            {"t_f1": {"compute_kernels": ["dense"]}},
-            r"^sharding.constraints.t_f1.compute_kernels: 'dense' is the kernel of data-parallel "
-            r'tables only; add sharding_types = \["data_parallel"\], or use \'fused\'',
-        ),
-        (
-            {"t_f1": {"compute_kernels": ["fused"], "sharding_types": ["data_parallel"]}},
-            r"^sharding.constraints.t_f1.compute_kernels = \['fused'\]: a data-parallel table's "
-            r"kernel is 'dense'; drop compute_kernels, or allow a sharded type",
-        ),
-    ],
-)
-def test_bad_constraints(constraints, message) -> None:
-    with pytest.raises(ValueError, match=message):
-        _plan(_tables(), constraints=constraints)
-
-
-def test_a_dense_kernel_constraint_plans_a_data_parallel_table() -> None:
-    cons = {"t_f1": {"compute_kernels": ["dense"], "sharding_types": ["data_parallel"]}}
-    table = _plan(_tables(), constraints=cons).table("t_f1")
-    assert (table.sharding_type, table.compute_kernel) == ("data_parallel", "dense")
-
-
-def test_a_fused_kernel_constraint_never_plans_a_data_parallel_table() -> None:
-    # At this batch t_f0 is cheapest data-parallel, whose one kernel is dense: before, a job
-    # asking for fused got it so, and `train` then warned that the plan broke the job's constraint.
-    types = ["data_parallel", "table_wise", "row_wise"]
-    free = _plan(_tables(), batch=4096, constraints={"t_f0": {"sharding_types": types}})
-    assert free.table("t_f0").sharding_type == "data_parallel"
-    cons = {"t_f0": {"sharding_types": types, "compute_kernels": ["fused"]}}
-    table = _plan(_tables(), batch=4096, constraints=cons).table("t_f0")
-    assert (table.sharding_type, table.compute_kernel) == ("table_wise", "fused")
-
-
-def test_zero_memory_topology_and_shortfall() -> None:
-    with pytest.raises(ValueError, match="memory per rank is 0 bytes"):
-        build_topology("cpu-gloo", 2, memory_bytes=0)
-    topo = build_topology("cpu-gloo", 2, memory_bytes=20_000)
-    with pytest.raises(PlanDoesNotFitError, match=r"rank \d needs .* of memory, .* short"):
-        _plan(_tables(), topology=topo)
-
-
-def test_ranks_constraint_is_honoured() -> None:
-    plan = _plan(
-        _tables(6),
-        world_size=4,
-        constraints={"t_f5": {"sharding_types": ["table_wise"], "ranks": [3]}},
-    )
-    assert plan.table("t_f5").ranks == [3]
-
-
-def test_nothing_fits_reports_every_rank() -> None:
-    topo = build_topology("cpu-gloo", 2, memory_bytes=1000)
-    with pytest.raises(
-        PlanDoesNotFitError,
-        match=r"does not fit: 850 B of memory usable per rank \(1000 B less the reserve\); "
-        r"rank 0 needs .* MiB of memory, .* MiB short; rank 1 needs",
-    ):
-        _plan(_tables(), topology=topo)
-
-
-def test_2d_plan_is_a_group_plan() -> None:
-    from shardrec.sharding import suites
-
-    ts = suites.random_tasks(0, 60, max_rows=2e4)
-    topo = build_topology("h100", 64)
-    plan = plan_tables(
-        PlanRequest(
-            configs=ts.configs,
-            world_size=64,
-            local_world_size=8,
-            global_batch_size=64 * 512,
-            device_kind="cuda",
-            topology=topo,
-            sharding_group_size=8,
-            sync_every=10,
-        )
-    )
-    assert plan.sharding_group_size == 8 and plan.fingerprint.world_size == 64
-    assert max(r for t in plan.tables for r in t.ranks) < 8
-    assert len(plan.estimate.ranks) == 8 and plan.estimate.ranks[0].bytes_sent["all_reduce"] > 0
-    sp = to_sharding_plan(plan, ts.configs, "ebc", 64, 8, "cuda")
-    assert len(sp.plan["ebc"]) == 60
-    with pytest.raises(ValueError, match="must be positive and divide world size 64"):
-        _plan(ts.configs, world_size=64, batch=64 * 8, sharding_group_size=24)
-
-
-def test_overlapping_shards_that_leave_a_gap_are_refused():
-    from shardrec.sharding.plan.plan_types import Shard, TablePlan
-    from shardrec.sharding.torchrec.torchrec_plans import check_shards
-
-    cfg = EmbeddingBagConfig(name="t", embedding_dim=8, num_embeddings=10, feature_names=["f"])
-    # Same total area as the table, but rows 0-4 twice and rows 5-9 never.
-    overlapping = TablePlan("t", "row_wise", "fused", [Shard(0, 0, 0, 5, 8), Shard(1, 0, 0, 5, 8)])
-    with pytest.raises(ValueError, match="table t: shards overlap"):
-        check_shards(overlapping, cfg, world_size=2)
-    gap = TablePlan("t", "row_wise", "fused", [Shard(0, 0, 0, 4, 8), Shard(1, 5, 0, 5, 8)])
-    with pytest.raises(ValueError, match="uncovered"):
-        check_shards(gap, cfg, world_size=2)
-    tiled = TablePlan("t", "column_wise", "fused", [Shard(0, 0, 0, 10, 4), Shard(1, 0, 4, 10, 4)])
-    check_shards(tiled, cfg, world_size=2)
-
-
-def test_explicit_ranks_per_host_must_divide_the_world_size():
-    with pytest.raises(
-        ValueError, match="local_world_size = 5 must be > 0 and divide world_size = 2"
-    ):
-        build_topology("cpu-gloo", world_size=2, local_world_size=5)
-    assert (
-        build_topology("a100", world_size=4).local_world_size == 4
-    )  # preset host shrinks to the job
+        to_sharding_plan(plan, make_tables(5), "", 2, 2, "cpu")
 
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -383,7 +223,7 @@ def test_plans_both_planners_make_pass_the_layout_check_and_edited_ones_are_name
     from shardrec.sharding.plan.plan_layout import check_layout
     from shardrec.sharding.plan.plan_types import Shard
 
-    tables = _tables()
+    tables = make_tables()
     specs = [
         TableSpec(t.name, t.feature_names[0], t.num_embeddings, t.embedding_dim) for t in tables
     ]
@@ -395,8 +235,8 @@ def test_plans_both_planners_make_pass_the_layout_check_and_edited_ones_are_name
                 for j, t in enumerate(tables)
             }
             cons[tables[i % 4].name].update({"min_partition": 8} if "column" in kind else {})
-            check_layout(_plan(tables, constraints=cons, search=planner), specs, 2)
-    plan = _plan(tables, constraints={"t_f0": {"sharding_types": ["row_wise"]}})
+            check_layout(make_plan(tables, constraints=cons, search=planner), specs, 2)
+    plan = make_plan(tables, constraints={"t_f0": {"sharding_types": ["row_wise"]}})
 
     def edited(name: str, shards: list[Shard], kind: str | None = None):
         t = plan.table(name)

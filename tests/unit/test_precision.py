@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from shardrec.tools.cli.app import app
 from shardrec.trainer.job import precision
 from shardrec.trainer.job.config import load_job_config
-from shardrec.trainer.job.sections import ModelConfig
+from shardrec.trainer.job.model_section import ModelConfig
 from shardrec.trainer.model.models import build_model
 from shardrec.trainer.model.objective import TrainModule
 

@@ -7,6 +7,7 @@ import pytest
 
 from shardrec.tools.preprocess.ids.id_maps import hash_ids
 from shardrec.tools.preprocess.parse import parse_kernel
+from shardrec.tools.preprocess.parts import column_kernels
 from shardrec.tools.preprocess.parts.feature_stats import feature_stats, id_counts, id_frequencies
 
 
@@ -19,7 +20,7 @@ def test_hashing_into_columns_equals_hash_ids(dtype):
     feats = np.array([0, 1, 2] if dtype == np.uint8 else [3, 4, 5], dtype=np.int64)
     rows = np.flatnonzero(rng.random(500) < 0.7)  # a subset of rows, as when bad rows are dropped
     out = np.full((len(feats), len(rows) + 7), 99, dtype=dtype)
-    parse_kernel.hash_rows_into(values, missing, rows, feats, cards, out, 7)
+    column_kernels.hash_rows_into(values, missing, rows, feats, cards, out, 7)
     for j, f in enumerate(feats):
         want = hash_ids(values[rows, f], missing[rows, f], int(cards[f])).astype(dtype)
         np.testing.assert_array_equal(out[j, 7:], want)

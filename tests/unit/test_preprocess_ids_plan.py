@@ -169,13 +169,14 @@ def test_only_tasks_with_training_lines_are_read_for_the_vocabulary(tmp_path: Pa
 
 def test_compiled_hashing_equals_hash_ids():
     from shardrec.tools.preprocess.parse import parse_kernel
+    from shardrec.tools.preprocess.parts import column_kernels
 
     rng = np.random.default_rng(4)
     values = rng.integers(0, 2**63, (500, 3), dtype=np.int64).astype(np.uint64) * np.uint64(2)
     missing = rng.random((500, 3)) < 0.2
     cards = np.array([2, 1000, 2**33], dtype=np.int64)
     kernel = (
-        parse_kernel.hash_matrix if parse_kernel.AVAILABLE else parse_kernel.hash_matrix.py_func
+        column_kernels.hash_matrix if parse_kernel.AVAILABLE else column_kernels.hash_matrix.py_func
     )
     got = kernel(values, missing, cards)
     for f in range(3):

@@ -236,7 +236,7 @@ def test_a_nan_loss_of_hstu_names_the_table_or_layer_where_it_began():
     from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
     from shardrec.embeddings.tables import build_table_configs
-    from shardrec.trainer.job.sections import ModelConfig
+    from shardrec.trainer.job.model_section import ModelConfig
     from shardrec.trainer.loop.steps import LossWindow, NonFiniteLossError
     from shardrec.trainer.model.hstu_model import build_hstu_model
     from shardrec.trainer.model.objective import TrainModule

@@ -26,15 +26,16 @@ from shardrec.dataloader.multihot.multihot_tables import MultiHotOption, already
 from shardrec.embeddings.managed.maps import ManagedMaps, build_maps
 from shardrec.embeddings.managed.table_kinds import TableSettings
 from shardrec.embeddings.tables import POOLING_TYPES, build_ebc
-from shardrec.trainer.inference.export import ID_MAP_PREFIX, ITEM_MAPS, header_preprocessing
+from shardrec.trainer.inference.export import ID_MAP_PREFIX, ITEM_MAPS
+from shardrec.trainer.inference.file_header import header_preprocessing
 from shardrec.trainer.inference.model_file import (
     VOCAB_PREFIX,
     check_digest,
     read_header,
     reads_raw_rows,
 )
+from shardrec.trainer.job.model_section import ModelConfig
 from shardrec.trainer.job.precision import resolve_precision
-from shardrec.trainer.job.sections import ModelConfig
 from shardrec.trainer.loop.managed_ids import remap_batch
 from shardrec.trainer.model.hstu_model import HSTUModel, build_hstu_model
 from shardrec.trainer.model.models import RecModel, build_model

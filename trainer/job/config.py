@@ -1,5 +1,5 @@
-"""The job configuration: JobConfig, its sections (sections.py, the one home of every default) and
-its `[tables.FEATURE]` settings, written as a job file and loaded from one.
+"""The job configuration: JobConfig, its sections (sections.py and model_section.py, the one home
+of every default) and its `[tables.FEATURE]` settings, written as a job file and loaded from one.
 
 Precedence, lowest to highest: the dataclass defaults, then the TOML job file
 (`--config`), then each `--set section.key=value` in the order given. Validation lives in
@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any, ClassVar, get_origin, get_type_hints
 
 from shardrec.embeddings.managed.table_kinds import TableSettings
+from shardrec.trainer.job.model_section import ModelConfig
 from shardrec.trainer.job.sections import (
     CheckpointConfig,
     DataConfig,
     DistConfig,
     EvalConfig,
-    ModelConfig,
     OptimConfig,
     ShardingConfig,
     TrainConfig,

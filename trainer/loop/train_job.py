@@ -31,8 +31,9 @@ from shardrec.trainer.distributed.dist import DistEnv
 from shardrec.trainer.distributed.stop import StopAgreement, StopRequest
 from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import JobConfig
+from shardrec.trainer.job.model_section import ModelConfig
 from shardrec.trainer.job.preflight import check_against_dataset
-from shardrec.trainer.job.sections import SEED_UNSET, ModelConfig, OptimConfig
+from shardrec.trainer.job.sections import SEED_UNSET, OptimConfig
 from shardrec.trainer.loop.managed_ids import (
     ManagedIds,
     build_managed_ids,

@@ -34,7 +34,8 @@ from shardrec.sharding.torchrec.sharders import (
 )
 from shardrec.trainer.distributed.dense_reduce import sum_in_rank_order
 from shardrec.trainer.distributed.dist import DistEnv
-from shardrec.trainer.job.sections import ModelConfig, OptimConfig, ShardingConfig, TrainConfig
+from shardrec.trainer.job.model_section import ModelConfig
+from shardrec.trainer.job.sections import OptimConfig, ShardingConfig, TrainConfig
 from shardrec.trainer.model.objective import TRAIN_EBC_PATH, TRAIN_EC_PATH, TrainModule
 from shardrec.trainer.model.run_plan import (
     build_sharding_plan,

@@ -31,7 +31,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from shardrec.dataloader.format.manifest import SparseFeature
 from shardrec.embeddings.tables import build_ebc, build_ec, is_unpooled
-from shardrec.trainer.job.sections import ModelConfig
+from shardrec.trainer.job.model_section import ModelConfig
 from shardrec.trainer.model.hstu import (
     PositionTimeEncoder,
     RelativeBias,

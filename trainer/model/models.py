@@ -26,8 +26,8 @@ from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.modules.mlp import MLP
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
+from shardrec.trainer.job.model_section import ModelConfig
 from shardrec.trainer.job.precision import PRECISIONS
-from shardrec.trainer.job.sections import ModelConfig
 
 # Where the EmbeddingBagCollection sits inside RecModel; plans name it by this path.
 EBC_PATH = "sparse_arch.embedding_bag_collection"

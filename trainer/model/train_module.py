@@ -16,8 +16,8 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 from shardrec.dataloader.format.manifest import Manifest
 from shardrec.embeddings.tables import build_ebc
 from shardrec.trainer.distributed.dist import DistEnv
+from shardrec.trainer.job.model_section import ModelConfig
 from shardrec.trainer.job.precision import check_precision, resolve_precision
-from shardrec.trainer.job.sections import ModelConfig
 from shardrec.trainer.model.hstu_model import build_hstu_model
 from shardrec.trainer.model.models import build_model, dense_parameters, resolve_compile
 from shardrec.trainer.model.objective import TrainModule

@@ -26,7 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from shardrec.trainer.job.sections import EvalConfig, ModelConfig, OptimConfig
+from shardrec.trainer.job.model_section import ModelConfig
+from shardrec.trainer.job.sections import EvalConfig, OptimConfig
 
 POINT_IN_TIME, INTERVAL_START, INTERVAL_END = "POINT_IN_TIME", "INTERVAL_START", "INTERVAL_END"
 BENCHMARK = "dlrm_dcnv2"

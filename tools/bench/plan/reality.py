@@ -38,7 +38,8 @@ from shardrec.sharding.plan.plan_types import PlanFile
 from shardrec.sharding.torchrec.torchrec_plans import to_sharding_plan
 from shardrec.trainer.distributed.dist import DistEnv
 from shardrec.trainer.distributed.local_ranks import RankFailed, run_local_ranks
-from shardrec.trainer.job.sections import ModelConfig, OptimConfig
+from shardrec.trainer.job.model_section import ModelConfig
+from shardrec.trainer.job.sections import OptimConfig
 from shardrec.trainer.model.build import build_optimizer, shard_model
 from shardrec.trainer.model.models import build_model
 from shardrec.trainer.model.objective import TRAIN_EBC_PATH, TrainModule

@@ -44,7 +44,7 @@ def _setup(
     )
     from shardrec.tools.bench.plan.reality import NUM_DENSE, RealityModel
     from shardrec.tools.measure.calibrate import calibrate
-    from shardrec.trainer.job.sections import ModelConfig
+    from shardrec.trainer.job.model_section import ModelConfig
     from shardrec.trainer.model.models import build_model
 
     measured = load_profile(profile) if profile else calibrate("cpu", world_size)["measured"]

@@ -36,12 +36,12 @@ import numpy as np
 
 from shardrec.dataloader.format.arrow_ipc import FileLayout
 from shardrec.dataloader.format.arrow_ipc_write import Streamed
+from shardrec.dataloader.format.dataset_files import file_sha256
 from shardrec.dataloader.format.manifest import (
     DatasetError,
     Manifest,
     PartInfo,
     SplitInfo,
-    file_sha256,
     smallest_uint,
 )
 from shardrec.dataloader.format.part_file import file_layout, open_part, write_part

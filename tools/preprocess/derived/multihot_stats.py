@@ -26,7 +26,7 @@ import numpy as np
 from shardrec.dataloader.format.manifest import Manifest
 from shardrec.dataloader.multihot.multihot_tables import IndexTables
 from shardrec.dataloader.util.jit import AVAILABLE, njit
-from shardrec.tools.preprocess.parse import parse_kernel
+from shardrec.tools.preprocess.parts import column_kernels
 from shardrec.tools.preprocess.parts.feature_stats import MAX_EXACT_ROWS, feature_stats
 
 EXPAND_IDS = 1 << 16
@@ -72,7 +72,7 @@ class OneHotCounts:
         counts = self.counts[t]
         with self._locks[t]:
             if AVAILABLE:
-                bad = parse_kernel.count_ids(ids, counts)
+                bad = column_kernels.count_ids(ids, counts)
             else:
                 top = int(ids.max()) if ids.size else -1
                 bad = top if top >= len(counts) else -1
@@ -129,6 +129,6 @@ class OneHotCounts:
             return
         for t in self.counted:
             dtype = np.dtype(self.manifest.sparse_features[t].dtype)
-            parse_kernel.count_ids(np.zeros(0, dtype), self.counts[t])
+            column_kernels.count_ids(np.zeros(0, dtype), self.counts[t])
         self.tables.expand(0, np.zeros(1, np.int64))  # multihot_counts' signature of the expansion
         _add_weighted(np.zeros((1, 1), np.int32), np.zeros(1, np.int64), np.zeros(1, np.int64))

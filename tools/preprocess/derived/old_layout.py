@@ -25,20 +25,19 @@ from typing import Any
 
 import numpy as np
 
+from shardrec.dataloader.format.dataset_files import file_sha256, inside_dataset
 from shardrec.dataloader.format.manifest import (
     MANIFEST,
     OLD_VERSIONS,
     DatasetError,
     Manifest,
     check_names,
-    file_sha256,
-    inside_dataset,
     is_plain_name,
     read_raw,
     shown,
 )
-from shardrec.dataloader.format.mapping import limit_message, map_npy
 from shardrec.dataloader.format.part_file import Part
+from shardrec.dataloader.util.mapping import limit_message, map_npy
 
 
 @dataclass

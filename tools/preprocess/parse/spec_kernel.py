@@ -376,7 +376,7 @@ def _row_reason(
 @njit(cache=True, nogil=True, boundscheck=False)
 def hash_lists_into(lvalues, lstart, llen, c, rows, cardinality, out, offsets, base, at):
     """Hash list column c's values of the kept `rows` onto out[at:], and their row offsets onto
-    offsets[base + 1 :]; returns the new end of out. Ids as parse_kernel.hash_rows_into's (a
+    offsets[base + 1 :]; returns the new end of out. Ids as parts/column_kernels.hash_rows_into's (a
     raw-id column, cardinality 0, keeps its values)."""
     mod = np.uint64(max(cardinality - 1, 1))
     one = np.uint64(1)

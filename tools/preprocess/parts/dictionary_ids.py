@@ -9,9 +9,9 @@ import numpy as np
 
 from shardrec.dataloader.format.raw_ids import MISSING_KEY
 from shardrec.tools.preprocess.ids.id_maps import hash_ids
-from shardrec.tools.preprocess.parse import parse_kernel
 from shardrec.tools.preprocess.parse.parquet_kernel import first_entry_row, gather_entry_ids
 from shardrec.tools.preprocess.parse.spec_parse import DictionaryValues, SpecChunk
+from shardrec.tools.preprocess.parts import column_kernels
 
 
 def dictionary_ids_into(
@@ -22,7 +22,7 @@ def dictionary_ids_into(
     out: np.ndarray,
     offset: int,
 ) -> int:
-    """parse_kernel.hash_rows_into for a chunk with dictionaries: out[j, offset + k] = the id of
+    """column_kernels.hash_rows_into for a chunk with dictionaries: out[j, offset + k] = the id of
     rows[k]'s value of one-hot feature features[j]. Returns k * len(features) + j for the first
     k, then j, whose raw id is MISSING_KEY itself (no id may be: format.raw_ids), or -1."""
     rows = rows.astype(np.int64, copy=False)
@@ -30,7 +30,7 @@ def dictionary_ids_into(
     for j, slot in enumerate(features.tolist()):
         column = chunk.dictionaries.get(slot)
         if column is None:
-            k = parse_kernel.hash_rows_into(chunk.sparse, chunk.sparse_missing, rows,
+            k = column_kernels.hash_rows_into(chunk.sparse, chunk.sparse_missing, rows,
                                             features[j : j + 1], cardinalities, out[j : j + 1],
                                             offset)  # fmt: skip
         else:

@@ -26,6 +26,7 @@ from shardrec.dataloader.format.part_file import manifest_layout, open_part
 from shardrec.dataloader.format.raw_ids import MISSING_KEY
 from shardrec.tools.preprocess.ids.id_maps import count_values, merge_counts
 from shardrec.tools.preprocess.parse import parse_kernel
+from shardrec.tools.preprocess.parts import column_kernels
 
 MAX_EXACT_ROWS = 1 << 27
 SAMPLE_IDS = 50_000_000
@@ -37,7 +38,7 @@ def id_counts(columns: Iterable[np.ndarray], cardinality: int) -> tuple[np.ndarr
         counts = np.zeros(cardinality, dtype=np.int64)
         for col in columns:
             if parse_kernel.AVAILABLE:
-                bad = parse_kernel.count_ids(np.asarray(col), counts)
+                bad = column_kernels.count_ids(np.asarray(col), counts)
                 if bad >= 0:
                     raise ValueError(f"id {bad} is outside the table of {cardinality} rows")
             else:

@@ -24,6 +24,7 @@ from shardrec.tools.preprocess.ids.vocab_kernel import lookup_features_into
 from shardrec.tools.preprocess.parse import parse_kernel, spec_kernel
 from shardrec.tools.preprocess.parse.criteo_text import ParsedChunk, transform_dense
 from shardrec.tools.preprocess.parse.spec_parse import Program, SpecChunk
+from shardrec.tools.preprocess.parts import column_kernels
 from shardrec.tools.preprocess.parts.dense_table import append_dense, log1p_table
 from shardrec.tools.preprocess.parts.dictionary_ids import dictionary_ids_into
 
@@ -61,7 +62,7 @@ def map_ids(
 ) -> dict[str, np.ndarray]:
     """Every row's ids per feature, in its column's dtype: hashed, or looked up in vocabularies."""
     if vocabs is None and parse_kernel.AVAILABLE:
-        ids = parse_kernel.hash_matrix(
+        ids = column_kernels.hash_matrix(
             chunk.sparse, chunk.sparse_missing, np.asarray(cardinalities, dtype=np.int64)
         )
         return {n: ids[:, f].astype(id_dtype(cardinalities[f])) for f, n in enumerate(names)}
@@ -247,7 +248,7 @@ def _log1p_into(out: np.ndarray, chunk: ParsedChunk, rows: np.ndarray) -> None:
     table, _ = log1p_table(out.dtype.name)  # bits of the dense dtype's values
     if not _PAST or _PAST[0].size < out.size:  # reused across pieces: no fresh pages to fault in
         _PAST[:] = [np.empty(out.size, np.int64)]
-    n = parse_kernel.gather_from_table(chunk.dense, rows, table, out.view(table.dtype), _PAST[0])
+    n = column_kernels.gather_from_table(chunk.dense, rows, table, out.view(table.dtype), _PAST[0])
     if n:
         at = _PAST[0][:n]
         values = chunk.dense[rows[at // out.shape[1]], at % out.shape[1]]
@@ -289,7 +290,7 @@ def append_rows(
         if vocabs is None and parse_kernel.AVAILABLE:
             cards = np.asarray(cardinalities, dtype=np.int64)
             for (_, feats), ids in zip(cols.groups, cols.ids):
-                bad = parse_kernel.hash_rows_into(
+                bad = column_kernels.hash_rows_into(
                     chunk.sparse, chunk.sparse_missing, rows, feats, cards, ids, n
                 )
                 check_raw_ids(bad, names, feats)
@@ -335,7 +336,7 @@ def append_spec_rows(
             if chunk.dictionaries:  # a Parquet row group's: each distinct value hashed once
                 bad = dictionary_ids_into(chunk, rows, feats, cards, ids, n)
             else:
-                bad = parse_kernel.hash_rows_into(
+                bad = column_kernels.hash_rows_into(
                     chunk.sparse, chunk.sparse_missing, rows, feats, cards, ids, n
                 )
             check_raw_ids(bad, [features[f][0] for f in one_hot], feats)

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from shardrec.dataloader.util.files import atomic_write_bytes
-from shardrec.trainer.job.sections import ModelConfig, OptimConfig
+from shardrec.trainer.job.model_section import ModelConfig
+from shardrec.trainer.job.sections import OptimConfig
 from shardrec.trainer.rundir import names
 from shardrec.trainer.rundir.checkpoint.trust import REFUSED, UntrustedCheckpoint
 

@@ -26,7 +26,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from shardrec.dataloader.format.manifest import file_sha256
+from shardrec.dataloader.format.dataset_files import file_sha256
 from shardrec.dataloader.util.files import atomic_open
 from shardrec.trainer.rundir import names
 

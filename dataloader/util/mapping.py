@@ -9,7 +9,7 @@ ends in `OSError: [Errno 24] Too many open files` past ~35 parts under `ulimit -
 descriptor once made, so here the file is opened, mapped with libc's mmap (PROT_READ,
 MAP_SHARED: the same pages and read-ahead as numpy's map) and closed at once; the map is
 unmapped when the last array viewing it is gone. Maps still count against the kernel's
-per-process limit (vm.max_map_count), which part_cache.py keeps the loader under.
+per-process limit (vm.max_map_count), which format/part_cache.py keeps the loader under.
 
 Elsewhere than Linux (no libc mmap through ctypes), this falls back to numpy's map.
 """

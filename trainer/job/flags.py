@@ -5,7 +5,7 @@
 JobConfig once (`job_from_flags`) and hands its ranks that resolved job as one file (`--job`,
 the TOML of JobConfig.to_toml); a rank started by torchrun directly (several nodes) resolves the
 flags itself, the same way. A flag that stands for a job setting shows that setting's docstring
-(trainer/job/sections.py) as its help. Imports only typer and the config: the CLI's start-up must
+(trainer/job/sections.py, model_section.py) as its help. Imports only typer and the config: the CLI's start-up must
 not pay for torch.
 """
 
@@ -29,7 +29,8 @@ def _setting_help(cls: type, key: str, dotted: str) -> str:
 DEFAULT_OUT_DIR = Path("runs/train")
 
 ConfigFlag = Annotated[
-    Path | None, typer.Option("--config", help="TOML job file (defaults: trainer/job/sections.py).")
+    Path | None,
+    typer.Option("--config", help="TOML job file (its defaults: `shardrec config defaults`)."),
 ]
 JobFlag = Annotated[
     Path | None,

@@ -11,6 +11,7 @@ import contextlib
 import logging
 import os
 import re
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -184,6 +185,12 @@ def agree_to_start(refusal: str | None, timeout_s: float) -> str | None:
         keys = [f"{prefix}/{rank}" for rank in range(world_size)]
         store.wait(keys, timedelta(seconds=timeout_s))
         answers = [json.loads(store.get(key)) for key in keys]
+        if store.add(f"{prefix}/read", 1) == world_size:
+            # The last rank to read deletes the answers: torchrun restarts the workers of a node
+            # that joins (elastic --nnodes) without counting a restart, so the next round's ranks
+            # meet under this prefix again and must not read this round's answers as theirs.
+            for key in [*keys, f"{prefix}/read"]:
+                store.delete_key(key)
     except dist.DistStoreError:  # a timeout: the ranks that never answered are alive, or hung
         raise ValueError(
             f"not every rank said within {timeout_s:g} s (dist.timeout_s) whether it can start "
@@ -196,13 +203,12 @@ def agree_to_start(refusal: str | None, timeout_s: float) -> str | None:
         ) from None
     refused = [(rank, a) for rank, a in enumerate(answers) if a["refusal"]]
     if refused:
-        # A rank that refused, this one too, leaves only once every rank read the answers.
+        # A rank that refused, this one too, leaves only once every rank read the answers (then
+        # they are deleted): its node's agent may serve the store.
+        own, until = keys[launched_rank()], time.monotonic() + START_WAIT_READ_S
         with contextlib.suppress(dist.DistStoreError, dist.DistNetworkError, RuntimeError):
-            store.set(f"{prefix}/read/{launched_rank()}", "")
-            store.wait(
-                [f"{prefix}/read/{rank}" for rank in range(world_size)],
-                timedelta(seconds=START_WAIT_READ_S),
-            )
+            while store.check([own]) and time.monotonic() < until:
+                time.sleep(0.05)
     if refusal is not None or not refused:
         return None
     rank, first = refused[0]

@@ -342,3 +342,28 @@ def test_a_profile_measured_on_another_device_kind_is_refused(
     )
     res = runner.invoke(app, [*plan, "--topology", "cpu-gloo", "--json"])
     assert res.exit_code == 0, res.output
+
+
+def test_the_planning_time_said_counts_the_proposed_row_budgets(
+    tiny_dataset: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """`planned N tables ... in X s` (and --json's seconds) is the whole planning: the proposals for
+    managed tables plan again (up to 15 plans; ~6 s each with --search torchrec) after the plan."""
+    import time
+
+    from shardrec.trainer.job import planning
+
+    propose = planning.propose_row_budgets
+
+    def slow(*args, **kwargs):
+        time.sleep(0.5)
+        return propose(*args, **kwargs)
+
+    monkeypatch.setattr(planning, "propose_row_budgets", slow)
+    res = runner.invoke(
+        app,
+        ["plan", "--data", str(tiny_dataset), "--config", str(_job(tmp_path, "")),
+         "--world-size", "2", "--json"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["seconds"] >= 0.5

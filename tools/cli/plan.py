@@ -215,8 +215,8 @@ def plan(
             )
             request = dataclasses.replace(request, statistics=measured)
             result = plan_tables(request, search=search)
-        seconds = time.perf_counter() - start
         budgets = propose_row_budgets(request, result, tables, job.train, steps, search)
+        seconds = time.perf_counter() - start  # the proposals' plans too
     except ValueError as e:
         fail(job.located(str(e)))
     if unset:  # the plan is of one slot a table: only the proposals are worth showing

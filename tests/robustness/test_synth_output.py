@@ -153,9 +153,9 @@ def test_a_kill_stops_synth_as_ctrl_c_does_leaving_no_half_file(tmp_path: Path) 
 
 
 _CTRL_C_WHILE_LOADING = """
-import os, signal, sys
+import os, runpy, signal, sys
 
-TRIP = sys.argv[1]
+TRIP, STARTED = sys.argv[1:3]
 
 class CtrlC:  # a real SIGINT, sent as the command's modules load (before the command starts)
     def find_spec(self, name, path=None, target=None):
@@ -163,10 +163,16 @@ class CtrlC:  # a real SIGINT, sent as the command's modules load (before the co
             os.kill(os.getpid(), signal.SIGINT)
 
 sys.meta_path.insert(0, CtrlC())
-from shardrec.tools.cli.app import main
-sys.argv = ["shardrec", *sys.argv[2:]]
-main()
+sys.argv = ["shardrec", *sys.argv[3:]]
+if STARTED == "python -m":  # click then names the program `python -m shardrec.tools.cli`
+    runpy.run_module("shardrec.tools.cli", run_name="__main__", alter_sys=True)
+else:
+    from shardrec.tools.cli.app import main
+    main()
 """
+STARTED = pytest.mark.parametrize("started", ["shardrec", "python -m"])
+"""How the command is started: the console script, or `python -m shardrec.tools.cli` (before,
+its line named the command `-m shardrec.tools.cli synth`)."""
 
 
 @pytest.mark.parametrize(
@@ -178,13 +184,14 @@ main()
         (["bench", "preprocess"], "shardrec.tools.cli.bench.preprocess"),
     ],
 )
+@STARTED
 def test_ctrl_c_while_a_commands_modules_load_is_one_line_and_writes_nothing(
-    tmp_path: Path, command: list[str], module: str
+    tmp_path: Path, command: list[str], module: str, started: str
 ) -> None:
     out = tmp_path / "syn"
     args = [*command, str(out)] if command == ["synth"] else [*command, "--work-dir", str(out)]
     done = subprocess.run(
-        [sys.executable, "-c", _CTRL_C_WHILE_LOADING, module, *args],
+        [sys.executable, "-c", _CTRL_C_WHILE_LOADING, module, started, *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -204,11 +211,12 @@ def test_ctrl_c_while_a_commands_modules_load_is_one_line_and_writes_nothing(
         (["runs"], "shardrec.trainer.rundir.life.run_state"),
     ],
 )
+@STARTED
 def test_ctrl_c_in_a_command_that_only_reads_ends_in_one_line(
-    tiny_dataset: Path, command: list[str], module: str
+    tiny_dataset: Path, command: list[str], module: str, started: str
 ) -> None:
     done = subprocess.run(
-        [sys.executable, "-c", _CTRL_C_WHILE_LOADING, module, *command, str(tiny_dataset)],
+        [sys.executable, "-c", _CTRL_C_WHILE_LOADING, module, started, *command, str(tiny_dataset)],
         capture_output=True,
         text=True,
         timeout=60,

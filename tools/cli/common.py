@@ -47,9 +47,7 @@ class LazyGroup(typer.core.TyperGroup):
         if self._listing:
             return typer.core.TyperCommand(cmd_name, help=self.summaries[cmd_name])
         module = f"{self.package}.{self.modules[cmd_name]}"
-        # The groups below the program's own name (none where no context is given).
-        groups = ctx.command_path.split()[1:] if ctx is not None else []
-        return load_command(module, cmd_name, " ".join([*groups, cmd_name]))
+        return load_command(module, cmd_name, " ".join([*_groups(ctx), cmd_name]))
 
     def format_help(self, ctx: typer.Context, formatter: Any) -> None:
         self._listing = True
@@ -57,6 +55,19 @@ class LazyGroup(typer.core.TyperGroup):
             super().format_help(ctx, formatter)
         finally:
             self._listing = False
+
+
+def _groups(ctx: typer.Context | None) -> list[str]:
+    """The groups below the program's own name, as typed (none where no context is given).
+
+    Not `ctx.command_path` less its first word: under `python -m shardrec.tools.cli` click names
+    the program `python -m shardrec.tools.cli`, and a Ctrl-C said `interrupted: -m
+    shardrec.tools.cli synth had not started`."""
+    names = []
+    while ctx is not None and ctx.parent is not None:  # the root's name is the program's
+        names.append(ctx.info_name)
+        ctx = ctx.parent
+    return names[::-1]
 
 
 @functools.cache

@@ -182,6 +182,8 @@ its line named the command `-m shardrec.tools.cli synth`)."""
         # as `shardrec preprocess`.
         (["synth"], "shardrec.tools.synth.criteo"),
         (["bench", "preprocess"], "shardrec.tools.cli.bench.preprocess"),
+        # As typer reads the options (it imports pydantic then): before, exit 130 and no line.
+        (["synth"], "typer._adapters"),
     ],
 )
 @STARTED

@@ -49,6 +49,21 @@ class LazyGroup(typer.core.TyperGroup):
         module = f"{self.package}.{self.modules[cmd_name]}"
         return load_command(module, cmd_name, " ".join([*_groups(ctx), cmd_name]))
 
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except KeyboardInterrupt:  # as typer reads the options: it imports pydantic then (0.1 s)
+            interrupted(f"{self._typed(ctx, args)} had not started: nothing written")
+
+    def _typed(self, ctx: typer.Context, args: list[str]) -> str:
+        """The command named in `args` as the user typed it (`bench preprocess`), with the
+        groups above; before, a Ctrl-C here ended in exit 130 without a word."""
+        words = [a for a in args if not a.startswith("-")]  # no group option takes a value
+        if not words or words[0] not in self.modules:
+            return " ".join(_groups(ctx)) or "shardrec"
+        group = "." in self.modules[words[0]]  # its own module lists its commands
+        return " ".join([*_groups(ctx), *words[: 2 if group else 1]])
+
     def format_help(self, ctx: typer.Context, formatter: Any) -> None:
         self._listing = True
         try:

@@ -204,6 +204,42 @@ def test_ctrl_c_while_a_commands_modules_load_is_one_line_and_writes_nothing(
     assert not out.exists()
 
 
+_CTRL_C_IN_SET_NAME = """
+import os, signal, sys
+
+class Arm:  # once the command's module starts loading
+    def find_spec(self, name, path=None, target=None):
+        if name == "shardrec.tools.cli.synth":
+            sys.setprofile(ctrl_c_in_set_name)
+
+def ctrl_c_in_set_name(frame, event, arg):  # a real SIGINT, raised inside a field's __set_name__
+    if event == "call" and frame.f_code.co_name == "__set_name__":
+        sys.setprofile(None)
+        os.kill(os.getpid(), signal.SIGINT)
+
+sys.meta_path.insert(0, Arm())
+from shardrec.tools.cli.app import main
+sys.argv = ["shardrec", "synth", *sys.argv[1:]]
+main()
+"""
+
+
+def test_ctrl_c_as_a_dataclass_is_made_is_one_line(tmp_path: Path) -> None:
+    """Python 3.11 wraps a KeyboardInterrupt raised in __set_name__ (each dataclass field has one)
+    in RuntimeError: before, 'RuntimeError: Error calling __set_name__ on 'Field' instance
+    '_cells' in 'Column'' (rich's table, imported by synth's module), its traceback, exit 1."""
+    out = tmp_path / "syn"
+    done = subprocess.run(
+        [sys.executable, "-c", _CTRL_C_IN_SET_NAME, str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout) == (130, ""), done.stderr[-3000:]
+    assert done.stderr == "interrupted: synth had not started: nothing written\n"
+    assert not out.exists()
+
+
 @pytest.mark.parametrize(
     "command, module",
     [

@@ -51,7 +51,8 @@ class LazyGroup(typer.core.TyperGroup):
 
     def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
         try:
-            return super().parse_args(ctx, args)
+            with ctrl_c_unwrapped():
+                return super().parse_args(ctx, args)
         except KeyboardInterrupt:  # as typer reads the options: it imports pydantic then (0.1 s)
             interrupted(f"{self._typed(ctx, args)} had not started: nothing written")
 
@@ -90,7 +91,8 @@ def load_command(module_name: str, name: str, said: str = "") -> Any:
     """The click command `name` that the module's register(app) adds; `said`: the command as the
     user typed it (a group's: `bench preprocess`), if not `name`."""
     try:
-        module = importlib.import_module(module_name)
+        with ctrl_c_unwrapped():
+            module = importlib.import_module(module_name)
     except KeyboardInterrupt:  # typer's own handling ends in exit 130 and says nothing
         interrupted(f"{said or name} had not started: nothing written")
     holder = typer.Typer(pretty_exceptions_enable=False, add_completion=False)
@@ -114,7 +116,8 @@ def _one_line_when_stopped(command: Any, said: str) -> None:
     @functools.wraps(callback)
     def run(*args: Any, **kwargs: Any) -> Any:
         try:
-            return callback(*args, **kwargs)
+            with ctrl_c_unwrapped():
+                return callback(*args, **kwargs)
         except KeyboardInterrupt:
             interrupted(f"{said} stopped before it finished")
 
@@ -223,6 +226,19 @@ def write_error(out: Path, what: str, e: OSError) -> str:
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where Ctrl-C raises KeyboardInterrupt (sigterm_as_ctrl_c), so that the
     command's `except KeyboardInterrupt` stops it the same way."""
+
+
+@contextlib.contextmanager
+def ctrl_c_unwrapped() -> Iterator[None]:
+    """A Ctrl-C (or Terminated) that Python 3.11 wrapped as it made a class raises as itself: one
+    landing in a field's __set_name__ (a dataclass module imported) is a RuntimeError('Error
+    calling __set_name__ ...') caused by it, and ended the command in that traceback, exit 1."""
+    try:
+        yield
+    except RuntimeError as e:
+        if isinstance(e.__cause__, KeyboardInterrupt):
+            raise e.__cause__ from None
+        raise
 
 
 def _raise_terminated(signum: int, frame: Any) -> NoReturn:

@@ -250,7 +250,8 @@ def sigterm_as_ctrl_c() -> Iterator[None]:
     """Within it, SIGTERM (a plain `kill`: how a job a script started with `&`, which ignores
     Ctrl-C, is stopped) raises Terminated, which the command's `except KeyboardInterrupt` turns
     into interrupted()'s line: by default the command died at once, leaving the file it was
-    writing under its temporary name. One started with SIGTERM ignored keeps it so."""
+    writing under its temporary name. One started with SIGTERM ignored keeps it so. A Ctrl-C
+    that Python wrapped as it made a class reaches that `except` as itself (ctrl_c_unwrapped)."""
     take = (
         signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
         and threading.current_thread() is threading.main_thread()
@@ -258,7 +259,8 @@ def sigterm_as_ctrl_c() -> Iterator[None]:
     if take:
         signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        yield
+        with ctrl_c_unwrapped():
+            yield
     finally:
         if take:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -65,11 +65,28 @@ runpy.run_module("shardrec.tools.cli", run_name="__main__", alter_sys=True)
 """
 
 
-def test_a_ctrl_c_in_generated_code_still_exits_130_under_python_m(tmp_path: Path) -> None:
+CTRL_C_IN_SET_NAME = CTRL_C_IN_GENERATED_CODE.replace(
+    """    exec("raise KeyboardInterrupt")""",
+    """    class CtrlC:  # in __set_name__, as each dataclass field's: rich.table's Column is made
+        def __set_name__(self, owner, name):  # then (at ~15 ms)
+            raise KeyboardInterrupt
+
+    class Column:
+        cells = CtrlC()""",
+)
+
+
+@pytest.mark.parametrize(
+    "script", [CTRL_C_IN_GENERATED_CODE, CTRL_C_IN_SET_NAME], ids=["exec", "set-name"]
+)
+def test_a_ctrl_c_in_generated_code_still_exits_130_under_python_m(
+    tmp_path: Path, script: str
+) -> None:
     """CI once saw the line and exit status -2: CPython took the KeyboardInterrupt, raised inside
     exec()'d code and caught by the command, for an unhandled one and ended `python -m` by SIGINT
-    at exit."""
-    (tmp_path / "ctrl_c_in_generated_code.py").write_text(CTRL_C_IN_GENERATED_CODE)
+    at exit. One raised in __set_name__ Python 3.11 wraps in RuntimeError: before, its traceback
+    ('Error calling __set_name__ on 'CtrlC' instance'), exit 1."""
+    (tmp_path / "ctrl_c_in_generated_code.py").write_text(script)
     job = subprocess.run(
         [sys.executable, "-m", "ctrl_c_in_generated_code"],
         cwd=tmp_path,

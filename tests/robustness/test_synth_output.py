@@ -153,9 +153,9 @@ def test_a_kill_stops_synth_as_ctrl_c_does_leaving_no_half_file(tmp_path: Path) 
 
 
 _CTRL_C_WHILE_LOADING = """
-import os, signal, sys
+import os, runpy, signal, sys
 
-TRIP = sys.argv[1]
+TRIP, STARTED = sys.argv[1:3]
 
 class CtrlC:  # a real SIGINT, sent as the command's modules load (before the command starts)
     def find_spec(self, name, path=None, target=None):
@@ -163,10 +163,16 @@ class CtrlC:  # a real SIGINT, sent as the command's modules load (before the co
             os.kill(os.getpid(), signal.SIGINT)
 
 sys.meta_path.insert(0, CtrlC())
-from shardrec.tools.cli.app import main
-sys.argv = ["shardrec", *sys.argv[2:]]
-main()
+sys.argv = ["shardrec", *sys.argv[3:]]
+if STARTED == "python -m":  # click then names the program `python -m shardrec.tools.cli`
+    runpy.run_module("shardrec.tools.cli", run_name="__main__", alter_sys=True)
+else:
+    from shardrec.tools.cli.app import main
+    main()
 """
+STARTED = pytest.mark.parametrize("started", ["shardrec", "python -m"])
+"""How the command is started: the console script, or `python -m shardrec.tools.cli` (before,
+its line named the command `-m shardrec.tools.cli synth`)."""
 
 
 @pytest.mark.parametrize(
@@ -176,15 +182,18 @@ main()
         # as `shardrec preprocess`.
         (["synth"], "shardrec.tools.synth.criteo"),
         (["bench", "preprocess"], "shardrec.tools.cli.bench.preprocess"),
+        # As typer reads the options (it imports pydantic then): before, exit 130 and no line.
+        (["synth"], "typer._adapters"),
     ],
 )
+@STARTED
 def test_ctrl_c_while_a_commands_modules_load_is_one_line_and_writes_nothing(
-    tmp_path: Path, command: list[str], module: str
+    tmp_path: Path, command: list[str], module: str, started: str
 ) -> None:
     out = tmp_path / "syn"
     args = [*command, str(out)] if command == ["synth"] else [*command, "--work-dir", str(out)]
     done = subprocess.run(
-        [sys.executable, "-c", _CTRL_C_WHILE_LOADING, module, *args],
+        [sys.executable, "-c", _CTRL_C_WHILE_LOADING, module, started, *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -192,6 +201,42 @@ def test_ctrl_c_while_a_commands_modules_load_is_one_line_and_writes_nothing(
     assert (done.returncode, done.stdout) == (130, ""), done.stderr[-3000:]
     said = " ".join(command)
     assert done.stderr == f"interrupted: {said} had not started: nothing written\n"
+    assert not out.exists()
+
+
+_CTRL_C_IN_SET_NAME = """
+import os, signal, sys
+
+class Arm:  # once the command's module starts loading
+    def find_spec(self, name, path=None, target=None):
+        if name == "shardrec.tools.cli.synth":
+            sys.setprofile(ctrl_c_in_set_name)
+
+def ctrl_c_in_set_name(frame, event, arg):  # a real SIGINT, raised inside a field's __set_name__
+    if event == "call" and frame.f_code.co_name == "__set_name__":
+        sys.setprofile(None)
+        os.kill(os.getpid(), signal.SIGINT)
+
+sys.meta_path.insert(0, Arm())
+from shardrec.tools.cli.app import main
+sys.argv = ["shardrec", "synth", *sys.argv[1:]]
+main()
+"""
+
+
+def test_ctrl_c_as_a_dataclass_is_made_is_one_line(tmp_path: Path) -> None:
+    """Python 3.11 wraps a KeyboardInterrupt raised in __set_name__ (each dataclass field has one)
+    in RuntimeError: before, 'RuntimeError: Error calling __set_name__ on 'Field' instance
+    '_cells' in 'Column'' (rich's table, imported by synth's module), its traceback, exit 1."""
+    out = tmp_path / "syn"
+    done = subprocess.run(
+        [sys.executable, "-c", _CTRL_C_IN_SET_NAME, str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout) == (130, ""), done.stderr[-3000:]
+    assert done.stderr == "interrupted: synth had not started: nothing written\n"
     assert not out.exists()
 
 
@@ -204,11 +249,12 @@ def test_ctrl_c_while_a_commands_modules_load_is_one_line_and_writes_nothing(
         (["runs"], "shardrec.trainer.rundir.life.run_state"),
     ],
 )
+@STARTED
 def test_ctrl_c_in_a_command_that_only_reads_ends_in_one_line(
-    tiny_dataset: Path, command: list[str], module: str
+    tiny_dataset: Path, command: list[str], module: str, started: str
 ) -> None:
     done = subprocess.run(
-        [sys.executable, "-c", _CTRL_C_WHILE_LOADING, module, *command, str(tiny_dataset)],
+        [sys.executable, "-c", _CTRL_C_WHILE_LOADING, module, started, *command, str(tiny_dataset)],
         capture_output=True,
         text=True,
         timeout=60,

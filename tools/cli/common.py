@@ -47,9 +47,23 @@ class LazyGroup(typer.core.TyperGroup):
         if self._listing:
             return typer.core.TyperCommand(cmd_name, help=self.summaries[cmd_name])
         module = f"{self.package}.{self.modules[cmd_name]}"
-        # The groups below the program's own name (none where no context is given).
-        groups = ctx.command_path.split()[1:] if ctx is not None else []
-        return load_command(module, cmd_name, " ".join([*groups, cmd_name]))
+        return load_command(module, cmd_name, " ".join([*_groups(ctx), cmd_name]))
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        try:
+            with ctrl_c_unwrapped():
+                return super().parse_args(ctx, args)
+        except KeyboardInterrupt:  # as typer reads the options: it imports pydantic then (0.1 s)
+            interrupted(f"{self._typed(ctx, args)} had not started: nothing written")
+
+    def _typed(self, ctx: typer.Context, args: list[str]) -> str:
+        """The command named in `args` as the user typed it (`bench preprocess`), with the
+        groups above; before, a Ctrl-C here ended in exit 130 without a word."""
+        words = [a for a in args if not a.startswith("-")]  # no group option takes a value
+        if not words or words[0] not in self.modules:
+            return " ".join(_groups(ctx)) or "shardrec"
+        group = "." in self.modules[words[0]]  # its own module lists its commands
+        return " ".join([*_groups(ctx), *words[: 2 if group else 1]])
 
     def format_help(self, ctx: typer.Context, formatter: Any) -> None:
         self._listing = True
@@ -59,12 +73,26 @@ class LazyGroup(typer.core.TyperGroup):
             self._listing = False
 
 
+def _groups(ctx: typer.Context | None) -> list[str]:
+    """The groups below the program's own name, as typed (none where no context is given).
+
+    Not `ctx.command_path` less its first word: under `python -m shardrec.tools.cli` click names
+    the program `python -m shardrec.tools.cli`, and a Ctrl-C said `interrupted: -m
+    shardrec.tools.cli synth had not started`."""
+    names = []
+    while ctx is not None and ctx.parent is not None:  # the root's name is the program's
+        names.append(ctx.info_name)
+        ctx = ctx.parent
+    return names[::-1]
+
+
 @functools.cache
 def load_command(module_name: str, name: str, said: str = "") -> Any:
     """The click command `name` that the module's register(app) adds; `said`: the command as the
     user typed it (a group's: `bench preprocess`), if not `name`."""
     try:
-        module = importlib.import_module(module_name)
+        with ctrl_c_unwrapped():
+            module = importlib.import_module(module_name)
     except KeyboardInterrupt:  # typer's own handling ends in exit 130 and says nothing
         interrupted(f"{said or name} had not started: nothing written")
     holder = typer.Typer(pretty_exceptions_enable=False, add_completion=False)
@@ -88,7 +116,8 @@ def _one_line_when_stopped(command: Any, said: str) -> None:
     @functools.wraps(callback)
     def run(*args: Any, **kwargs: Any) -> Any:
         try:
-            return callback(*args, **kwargs)
+            with ctrl_c_unwrapped():
+                return callback(*args, **kwargs)
         except KeyboardInterrupt:
             interrupted(f"{said} stopped before it finished")
 
@@ -199,6 +228,19 @@ class Terminated(KeyboardInterrupt):
     command's `except KeyboardInterrupt` stops it the same way."""
 
 
+@contextlib.contextmanager
+def ctrl_c_unwrapped() -> Iterator[None]:
+    """A Ctrl-C (or Terminated) that Python 3.11 wrapped as it made a class raises as itself: one
+    landing in a field's __set_name__ (a dataclass module imported) is a RuntimeError('Error
+    calling __set_name__ ...') caused by it, and ended the command in that traceback, exit 1."""
+    try:
+        yield
+    except RuntimeError as e:
+        if isinstance(e.__cause__, KeyboardInterrupt):
+            raise e.__cause__ from None
+        raise
+
+
 def _raise_terminated(signum: int, frame: Any) -> NoReturn:
     raise Terminated
 
@@ -208,7 +250,8 @@ def sigterm_as_ctrl_c() -> Iterator[None]:
     """Within it, SIGTERM (a plain `kill`: how a job a script started with `&`, which ignores
     Ctrl-C, is stopped) raises Terminated, which the command's `except KeyboardInterrupt` turns
     into interrupted()'s line: by default the command died at once, leaving the file it was
-    writing under its temporary name. One started with SIGTERM ignored keeps it so."""
+    writing under its temporary name. One started with SIGTERM ignored keeps it so. A Ctrl-C
+    that Python wrapped as it made a class reaches that `except` as itself (ctrl_c_unwrapped)."""
     take = (
         signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
         and threading.current_thread() is threading.main_thread()
@@ -216,7 +259,8 @@ def sigterm_as_ctrl_c() -> Iterator[None]:
     if take:
         signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        yield
+        with ctrl_c_unwrapped():
+            yield
     finally:
         if take:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -11,18 +11,26 @@ from pathlib import Path
 import pytest
 from helpers import TINY_MODEL, Result, assert_one_line_error, cli, jobs_handed_to_ranks, train_tiny
 
+MANAGED = 'tables."*"={kind="managed", rows=50}'
 
-def test_a_resume_with_more_steps_keeps_the_update_spacing_and_says_so(tmp_path: Path) -> None:
-    # A resume with more --steps kept updating the maps every 1/50 of the steps the stretch
-    # began with (as it must: the steps it shares with the uninterrupted run assign the same
-    # ids), without a word, though README's table said "1/50 of the stretch".
+
+def _first_stretch(tmp_path: Path, steps: int) -> tuple[Path, str]:
+    """A day of a drifting log preprocessed into tmp_path/d with raw ids, and a run (its folder)
+    of managed tables trained `steps` steps on it; the tables' setting, for the resume."""
     from shardrec.tools.synth.drift import write_drift
 
     days, _ = write_drift(tmp_path / "raw", 1200, seed=2, days=1, max_vocab=200)
     cli("preprocess", days[0], "--out", tmp_path / "d", "--raw-ids", "all")
     run = tmp_path / "run"
-    managed = 'tables."*"={kind="managed", rows=50}'
-    train_tiny(tmp_path / "d", run, managed, "train.global_batch_size=4", "train.steps=49")
+    train_tiny(tmp_path / "d", run, MANAGED, "train.global_batch_size=4", f"train.steps={steps}")
+    return run, MANAGED
+
+
+def test_a_resume_with_more_steps_keeps_the_update_spacing_and_says_so(tmp_path: Path) -> None:
+    # A resume with more --steps kept updating the maps every 1/50 of the steps the stretch
+    # began with (as it must: the steps it shares with the uninterrupted run assign the same
+    # ids), without a word, though README's table said "1/50 of the stretch".
+    run, managed = _first_stretch(tmp_path, 49)
     done = train_tiny(tmp_path / "d", run, managed, "train.global_batch_size=4", "train.steps=100")
     said = [line for line in done.stderr.splitlines() if "evict_every unset" in line]
     assert len(said) == 1, done.stderr
@@ -40,13 +48,7 @@ def test_a_resume_plans_the_maps_for_the_update_spacing_it_keeps(tmp_path: Path)
     # resume's --steps (1/50 of 100: 2 steps) while the run keeps updating every step (1/50 of the
     # 49 its stretch began with): id_map_bytes 210,912 -> 215,904 here; at many more steps,
     # enough memory counted that the run never uses to refuse a resume that fits.
-    from shardrec.tools.synth.drift import write_drift
-
-    days, _ = write_drift(tmp_path / "raw", 1200, seed=2, days=1, max_vocab=200)
-    cli("preprocess", days[0], "--out", tmp_path / "d", "--raw-ids", "all")
-    run = tmp_path / "run"
-    managed = 'tables."*"={kind="managed", rows=50}'
-    train_tiny(tmp_path / "d", run, managed, "train.global_batch_size=4", "train.steps=49")
+    run, managed = _first_stretch(tmp_path, 49)
     first = json.loads((run / "plan.json").read_text())["estimate"]["ranks"][0]["id_map_bytes"]
     train_tiny(tmp_path / "d", run, managed, "train.global_batch_size=4", "train.steps=100")
     again = json.loads((run / "plan.json").read_text())["estimate"]["ranks"][0]["id_map_bytes"]
@@ -60,13 +62,7 @@ def test_a_resume_checks_max_age_against_the_update_spacing_it_keeps(
     # 4) while the run keeps updating every 2 steps (1/50 of the 100 its stretch began with): a
     # max_age of 2 steps was refused, "tables."*".max_age = '2 steps' is below the 4 steps
     # between two updates (tables."*".evict_every unset: 1/50 of the 200 steps this job trains)".
-    from shardrec.tools.synth.drift import write_drift
-
-    days, _ = write_drift(tmp_path / "raw", 1200, seed=2, days=1, max_vocab=200)
-    cli("preprocess", days[0], "--out", tmp_path / "d", "--raw-ids", "all")
-    run = tmp_path / "run"
-    managed = 'tables."*"={kind="managed", rows=50}'
-    train_tiny(tmp_path / "d", run, managed, "train.global_batch_size=4", "train.steps=100")
+    run, managed = _first_stretch(tmp_path, 100)
 
     def resume(max_age: str) -> Result:
         aged = f'tables."*"={{kind="managed", rows=50, max_age="{max_age}"}}'

@@ -294,6 +294,8 @@ def infer_spec(path: Path, label: str, rows: int = 10_000) -> tuple[FeatureSpec,
     _refuse_spaced_fields(path, table, delimiter, header)
     width = max(len(r) for r in table)
     names = [n.strip() for n in table[0]] if header else [f"c{i}" for i in range(width)]
+    unnamed = width - len(names)  # fields past the header's names (a delimiter ending each row)
+    names += [""] * unnamed
     body = table[1:] if header else table
     label_name, threshold = parse_label(label)
     if label_name not in names and label_name.isdigit() and int(label_name) < len(names):
@@ -312,6 +314,8 @@ def infer_spec(path: Path, label: str, rows: int = 10_000) -> tuple[FeatureSpec,
             columns.append(column)
             continue
         column, note = propose_column(name, values, len(body), delimiter)
+        if i >= width - unnamed:
+            note += f"; the header names {width - unnamed} fields, the rows have {width}"
         if decimal and isinstance(column, DenseColumn) and column.type == "float":
             note += " (decimal commas: 13,44 is 13.44)"
         columns.append(_placed(column, i, names))

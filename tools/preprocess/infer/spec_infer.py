@@ -23,7 +23,10 @@ the data path):
 A Parquet file's spec is parquet_infer.py's, from its schema and these column rules; the label
 column is label_infer.py's for both.
 
-Every choice is written beside its column as a comment, for the user to check and edit.
+Every choice is written beside its column as a comment, for the user to check and edit. Guesses
+which, if wrong, would train without a word come back as lines for the user too (the CLI
+prints them and writes them on top of the spec): the integer columns of a file without a header,
+dense from their values alone (codes read the same).
 """
 
 from __future__ import annotations
@@ -182,6 +185,21 @@ def _row_numbers(values: list[str]) -> bool:
     return all(int(v) == first + i for i, v in enumerate(values))
 
 
+def _unnamed_integers_advice(spec: FeatureSpec) -> str:
+    """Without a header, the line naming the integer columns proposed dense from their values
+    alone (a category written as a number reads the same), and what makes one a categorical;
+    "" where there are none."""
+    names = [c.name for c in spec.columns if isinstance(c, DenseColumn) and c.type == "int"]
+    if spec.format.header or not names:
+        return ""
+    return (
+        f"{', '.join(names)}: integer columns that no header names, proposed as dense numbers "
+        "from their values alone; one that holds codes (a category written as a number, as "
+        'Avazu\'s C14-C21 or banner_pos) wants role = "categorical", kind = "integer" and a '
+        "hash_size instead"
+    )
+
+
 def propose_column(
     name: str, values: list[str], rows: int, delimiter: str, integers: bool = False
 ) -> tuple[Column, str]:
@@ -276,8 +294,11 @@ def _refuse_spaced_fields(path: Path, table: list[list[str]], delimiter: str, he
         )
 
 
-def infer_spec(path: Path, label: str, rows: int = 10_000) -> tuple[FeatureSpec, dict[str, str]]:
-    """A spec for the file from its first `rows` rows, and a note per column saying why.
+def infer_spec(
+    path: Path, label: str, rows: int = 10_000
+) -> tuple[FeatureSpec, dict[str, str], list[str]]:
+    """A spec for the file from its first `rows` rows, a note per column saying why, and lines
+    for the user on guesses that values alone made (each naming its columns and the edit).
 
     label: the label column's header name or field index (0 for the first), with an optional
     `>=` threshold (`rating>=4`). ValueError names what does not fit.
@@ -329,4 +350,5 @@ def infer_spec(path: Path, label: str, rows: int = 10_000) -> tuple[FeatureSpec,
         min(counts) if min(counts) < width else None,
         "," if decimal else None,
     )
-    return FeatureSpec(fmt, tuple(columns)), notes
+    spec = FeatureSpec(fmt, tuple(columns))
+    return spec, notes, [line for line in [_unnamed_integers_advice(spec)] if line]

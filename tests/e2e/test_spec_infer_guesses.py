@@ -1,12 +1,15 @@
 """`spec infer` says in one line the guesses that values alone made and that a wrong one would
 train on without a word, with the edit that changes them: integer columns of a file without a
-header proposed as dense numbers (an Avazu-shaped log's codes read the same). The line is
-printed (stderr) and written at the top of the spec. Before, it was said nowhere: the comments
-beside the columns read "integers, min 0"."""
+header proposed as dense numbers (an Avazu-shaped log's codes read the same), and a column of
+numbers with a word for a missing value (`NA`) proposed as a string categorical. The line is
+printed (stderr) and written at the top of the spec. Before, neither was said anywhere: the
+comments beside the columns read "integers, min 0" and "strings; 62 distinct among 300 values"."""
 
 from __future__ import annotations
 
 import random
+import re
+import subprocess
 from pathlib import Path
 
 from helpers import cli
@@ -53,3 +56,29 @@ def test_integer_columns_no_header_names_are_said_to_be_guessed_dense(tmp_path: 
     named = tmp_path / "named.csv"
     named.write_text("label,count,city\n" + "".join(f"{i % 2},{i},c{i % 3}\n" for i in range(60)))
     assert _warnings(cli("spec", "infer", named, "--label", "label")) == []
+
+
+def test_a_word_for_a_missing_value_among_numbers_is_said_with_the_command_that_empties_it(
+    tmp_path: Path,
+) -> None:
+    log, spec = tmp_path / "na.csv", tmp_path / "na.toml"
+    rows = [f"{i % 2},{'NA' if i % 10 == 0 else 18 + i % 50},{i}" for i in range(200)]
+    log.write_text("click,age,n\n" + "\n".join(rows) + "\n")
+    res = cli("spec", "infer", log, "--label", "click", "--out", spec)
+    (line,) = _warnings(res)
+    command = r"perl -pe 's{(?<![^,\n])(?:NA)(?![^,\r\n])}{}g'"
+    assert line == (
+        f"warning: {log}: age ('NA' in 20 of 200 rows): numbers but for words for a missing "
+        "value, so proposed as a string categorical; preprocessing reads only an empty field as "
+        f"missing: for a dense column, empty those fields first ({command} FILE > NEW_FILE) and "
+        "infer again"
+    )
+    assert 'name = "age"\nrole = "categorical"\nkind = "string"' in spec.read_text()
+    # The command as printed makes the column one of numbers with empty fields: dense.
+    perl = re.search(r"\((perl .*) FILE > NEW_FILE\)", line).group(1)
+    emptied = tmp_path / "emptied.csv"
+    with open(emptied, "wb") as out:
+        subprocess.run(f"{perl} {log}", shell=True, stdout=out, check=True)
+    res = cli("spec", "infer", emptied, "--label", "click", "--out", tmp_path / "e.toml")
+    assert _warnings(res) == []
+    assert 'name = "age"\nrole = "dense"\ntype = "int"' in (tmp_path / "e.toml").read_text()

@@ -26,7 +26,8 @@ column is label_infer.py's for both.
 Every choice is written beside its column as a comment, for the user to check and edit. Guesses
 which, if wrong, would train without a word come back as lines for the user too (the CLI
 prints them and writes them on top of the spec): the integer columns of a file without a header,
-dense from their values alone (codes read the same).
+dense from their values alone (codes read the same), and numbers that write a missing value as a
+word (`NA`), string categoricals since preprocessing reads only an empty field as missing.
 """
 
 from __future__ import annotations
@@ -73,6 +74,11 @@ _ID_NAME = re.compile(r"(^|_)id$|Id$|ID$")
 # C14-C21).
 _CATEGORY_NAME = re.compile(r"^C\d+$")
 _TIME_NAME = re.compile(r"time|date|(^|_)ts$", re.IGNORECASE)
+# Words some writers put for a missing value (R's NA, SQL's NULL, pandas' NaN); preprocessing
+# reads an empty field as one, and any of these as a value.
+MISSING_WORDS = frozenset(
+    {"NA", "N/A", "n/a", "na", "NaN", "nan", "NULL", "null", "Null", "None", "none", "?", "-"}
+)
 # Unix seconds from 2000-01-01 to 2100-01-01: a code of 9-10 digits in this range is a time.
 _UNIX_SECONDS = (946_684_800, 4_102_444_800)
 
@@ -183,6 +189,34 @@ def _row_numbers(values: list[str]) -> bool:
         return False
     first = int(values[0])
     return all(int(v) == first + i for i, v in enumerate(values))
+
+
+def _missing_words(values: list[str]) -> Counter:
+    """The words for a missing value (MISSING_WORDS) in a column whose other values are all
+    numbers, with their counts; empty where there are none, or other words too."""
+    words = Counter(v for v in values if v in MISSING_WORDS)
+    rest = [v for v in values if v not in MISSING_WORDS]
+    return words if words and rest and all(map(is_number, rest)) else Counter()
+
+
+def _missing_advice(found: dict[str, Counter], rows: int, delimiter: str) -> str:
+    """The line for numbers columns that write a missing value as a word: what infer made of them,
+    and the command that empties those fields (preprocessing's missing value)."""
+    words = sorted({w for c in found.values() for w in c})
+    d = {"\t": "\\t"}.get(delimiter, re.escape(delimiter))
+    alternatives = "|".join(re.escape(w) for w in words)
+    command = f"perl -pe 's{{(?<![^{d}\\n])(?:{alternatives})(?![^{d}\\r\\n])}}{{}}g'"
+    columns = ", ".join(
+        f"{name} ({' and '.join(f'{w!r} in {n:,}' for w, n in c.items())} of {rows:,} rows)"
+        for name, c in found.items()
+    )
+    one = len(found) == 1
+    return (
+        f"{columns}: numbers but for words for a missing value, so proposed as "
+        f"{'a string categorical' if one else 'string categoricals'}; preprocessing reads only an "
+        f"empty field as missing: for {'a dense column' if one else 'dense columns'}, empty those "
+        f"fields first ({command} FILE > NEW_FILE) and infer again"
+    )
 
 
 def _unnamed_integers_advice(spec: FeatureSpec) -> str:
@@ -325,7 +359,7 @@ def infer_spec(
         raise no_label_column(path, label_name, names)
     values_of = [[r[i] for r in body if i < len(r) and r[i] != ""] for i in range(len(names))]
     decimal = delimiter != "," and _decimal_commas(values_of)
-    columns, notes = [], {}
+    columns, notes, missing = [], {}, {}
     for i, name in enumerate(names):
         values = values_of[i]
         if decimal and values and all(_COMMA_FLOAT.match(v) for v in values):
@@ -335,6 +369,12 @@ def infer_spec(
             columns.append(column)
             continue
         column, note = propose_column(name, values, len(body), delimiter)
+        if words := _missing_words(values):
+            missing[name] = words
+            note += (
+                f"; numbers but for {', '.join(map(repr, words))} (a missing value?): the "
+                "comment on top says how to make it a dense column"
+            )
         if i >= width - unnamed:
             note += f"; the header names {width - unnamed} fields, the rows have {width}"
         if decimal and isinstance(column, DenseColumn) and column.type == "float":
@@ -351,4 +391,6 @@ def infer_spec(
         "," if decimal else None,
     )
     spec = FeatureSpec(fmt, tuple(columns))
-    return spec, notes, [line for line in [_unnamed_integers_advice(spec)] if line]
+    advice = [_unnamed_integers_advice(spec)]
+    advice += [_missing_advice(missing, len(body), delimiter)] if missing else []
+    return spec, notes, [line for line in advice if line]

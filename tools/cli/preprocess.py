@@ -21,7 +21,7 @@ from shardrec.tools.cli.common import (
 from shardrec.tools.cli.preprocess_report import Bar, as_json, print_tables, warn_one_class
 from shardrec.tools.console import console
 from shardrec.tools.preprocess.parse.criteo_text import Schema
-from shardrec.tools.preprocess.settings import PreprocessConfig
+from shardrec.tools.preprocess.settings import PreprocessConfig, remove_run_output
 from shardrec.trainer.job.toml_values import field_help
 
 if (
@@ -186,6 +186,7 @@ def preprocess(
     any CSV, TSV or Parquet file a feature spec (--spec) describes."""
     from shardrec.dataloader.format.manifest import DatasetError
     from shardrec.dataloader.util.locks import dataset_lock
+    from shardrec.tools.preprocess.kept_rows import RowsRefused
     from shardrec.tools.preprocess.pipeline import check_inputs, run_preprocess
     from shardrec.tools.preprocess.pool import WorkerDied
     from shardrec.tools.preprocess.tasks.bad_rows import MalformedRowError
@@ -228,6 +229,7 @@ def preprocess(
         TimeRemainingColumn(),
     ]
     bar = Bar(Progress(*columns, console=console, disable=json_out, transient=False))
+    before = {p.name for p in out.iterdir()} if out.is_dir() else None
     try:
         inputs = check_inputs(cfg)  # before --out is made: a refused run leaves no folder
         lock = dataset_lock(
@@ -240,6 +242,12 @@ def preprocess(
             os.close(lock)
             if bar.shown:  # rich's stop() prints a newline even for a bar never drawn
                 bar.progress.stop()
+    except RowsRefused as e:
+        # No rerun of this command finishes it: the corrected one finds no folder (under --part,
+        # other machines' tasks are in it).
+        if e.final and cfg.part is None:
+            remove_run_output(out, before)
+        fail(str(e))
     except (MalformedRowError, InputError, DatasetError, ValueError, WorkerDied) as e:
         fail(str(e))
     except OSError as e:  # e.g. no space or no permission under --out

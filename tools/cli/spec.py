@@ -10,7 +10,7 @@ import typer
 from shardrec.dataloader.format.manifest import DatasetError, Manifest
 from shardrec.dataloader.util.files import atomic_write_bytes
 from shardrec.tools.cli.common import fail
-from shardrec.tools.console import console
+from shardrec.tools.console import console, err_console
 
 spec_app = typer.Typer(
     help="Feature specs (TOML): which column is the label, which are dense, categorical or lists, and the "
@@ -59,13 +59,14 @@ def infer(
         fail(f"{file}: no such file")
     if out is not None and out.exists() and not force:
         fail(f"{out}: exists (edits made to it would be lost); pass --force to replace it")
+    advice: list[str] = []
     try:
         if is_parquet(file):
             spec, notes = infer_parquet_spec(file, label, rows)
             total = file_rows(file)
             read, whole = min(rows, total), rows >= total
         else:
-            spec, notes = infer_spec(file, label, rows)
+            spec, notes, advice = infer_spec(file, label, rows)
             lines, whole = sample_lines(file, rows)
             read = len(lines) - int(spec.format.header)
     except (ValueError, OSError) as e:
@@ -76,7 +77,9 @@ def infer(
         "Check each column's role (label, dense, categorical, list, ignore) and keys; the README's\n"
         '"Feature spec reference" lists them all. Then: shardrec preprocess FILE --spec THIS --out DIR'
     )
-    text = spec_to_toml(spec, notes, preamble)
+    text = spec_to_toml(spec, notes, "\n".join([preamble, *advice]))
+    for line in advice:  # guesses a wrong one of which would train without a word
+        err_console.print(f"warning: {file}: {line}", highlight=False, markup=False, soft_wrap=True)
     if out is None:
         console.print(text, end="", highlight=False, markup=False, soft_wrap=True)
         return

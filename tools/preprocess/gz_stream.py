@@ -52,7 +52,7 @@ from shardrec.tools.preprocess.tasks.task_run import process_setup, run_task
 from shardrec.tools.preprocess.tasks.task_text import InputError, Slots
 from shardrec.tools.preprocess.text import gz
 from shardrec.tools.preprocess.text.gz_split import GzipScan, load_scan, save_scan
-from shardrec.tools.preprocess.text.lines import RowEnd, count_newlines
+from shardrec.tools.preprocess.text.lines import RowEnd, blank_tail, count_newlines
 
 logger = logging.getLogger(__name__)
 _READ_AHEAD = 64 << 10  # decoded past a range's target to find its newline (lines are short)
@@ -106,17 +106,30 @@ class _Decoder:
             if self.eof:
                 end = have
                 break
-            if have + _READ_AHEAD + 1 > len(buf):
-                del buf  # the old slot closes once no view of it is left
-                slots.grow(slot, have)
-                buf = slots.shm[slot].buf
-            have += self._read(buf[have : have + _READ_AHEAD])
+            del buf  # a slot grown closes the old one once no view of it is left
+            have = self._read_ahead(slots, slot, have)
+            buf = slots.shm[slot].buf
+        # The blank lines that end the text are none of it (text.lines): a range that ends in
+        # blank lines ends before them where nothing but blank lines follows.
+        while (tail := blank_tail(buf, 0, end)) < end and blank_tail(buf, end, have) == end:
+            if self.eof:
+                end = tail
+                break
+            del buf  # a slot grown closes the old one once no view of it is left
+            have = self._read_ahead(slots, slot, have)
+            buf = slots.shm[slot].buf
         self.carry = bytes(buf[end:have])
         del buf
         if end == 0:
             self.ended = True
             return None
         return self._close(slots.shm[slot].buf, end)
+
+    def _read_ahead(self, slots: Slots, slot: int, have: int) -> int:
+        """Decode more text past `have` into the slot, grown where full; the text's new length."""
+        if have + _READ_AHEAD + 1 > len(slots.shm[slot].buf):
+            slots.grow(slot, have)
+        return have + self._read(slots.shm[slot].buf[have : have + _READ_AHEAD])
 
     def _find_end(
         self, buf: memoryview, search: int, have: int, inside: bool

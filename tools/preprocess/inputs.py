@@ -9,7 +9,9 @@ Splits follow the two Criteo layouts:
 - days (several files, e.g. day_0 .. day_23): every file but the last is a training day,
   the last is halved into val and test.
 Which half is val is `val_half` (default "first", as torchrec does); the manifest records it.
-Lines are physical lines (malformed rows included), so a split never depends on row content.
+Lines are physical lines (malformed rows included), so a split never depends on row content;
+the blank lines that end a file are none (text.lines.text_end), so a file splits as it would
+without them.
 """
 
 from __future__ import annotations
@@ -29,11 +31,12 @@ from shardrec.tools.preprocess.tasks.task import SplitRange, Task
 from shardrec.tools.preprocess.text.gz_split import GzipScan, scan_gzip, should_split
 from shardrec.tools.preprocess.text.lines import (
     RowEnd,
+    byte_at,
     chunk_bounds,
     count_lines,
     count_range_lines,
     header_end,
-    last_byte,
+    text_end,
 )
 
 logger = logging.getLogger(__name__)
@@ -230,12 +233,14 @@ def plan_tasks(
             )
             tasks.append(Task(len(tasks), str(path), 0, -1, 0, ranges, "train", header))
             continue
-        bounds = chunk_bounds(path, chunk_bytes, header_end(path) if header else 0, row_end)
+        begin = header_end(path) if header else 0
+        end = text_end(path, begin)
+        bounds = chunk_bounds(path, chunk_bytes, begin, row_end, end)
         firsts, ranges = [-1] * len(bounds), ()
         if needs_lines:
             counts = [count_range_lines(path, s, e) for s, e in bounds]
             firsts = [sum(counts[:i]) for i in range(len(counts))]
-            total = sum(counts) + (last_byte(path) != b"\n")
+            total = sum(counts) + (end > begin and byte_at(path, end - 1) != b"\n")
             ranges = split_ranges(layout, is_last, total, val_half)
         for (start, end), first in zip(bounds, firsts):
             tasks.append(Task(len(tasks), str(path), start, end, first, ranges, "train", header))

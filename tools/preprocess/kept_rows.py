@@ -32,6 +32,16 @@ from shardrec.tools.preprocess.tasks.task_markers import TaskResult, read_marker
 logger = logging.getLogger(__name__)
 
 
+class RowsRefused(ValueError):
+    """check_rows_kept's refusal. `final`: no --max-skipped-fraction lets the run finish (no data
+    line, no row kept, a split of skipped lines alone): its finished tasks are of no use to a rerun,
+    which needs other input or another spec."""
+
+    def __init__(self, message: str, final: bool) -> None:
+        super().__init__(message)
+        self.final = final
+
+
 def _skipped_share(
     where: str,
     lines: int,
@@ -84,7 +94,7 @@ def check_rows_kept(
     errors: list[str],
     advice: Callable[[Path], str] = lambda path: "",
 ) -> None:
-    """ValueError unless every input file and the whole input are mostly rows (skipped share at
+    """RowsRefused unless every input file and the whole input are mostly rows (skipped share at
     most cfg.max_skipped_fraction) and every split holds rows.
 
     files: the input files in day order (a text file of a header alone has no task).
@@ -98,8 +108,9 @@ def check_rows_kept(
         _add(skipped, r.skipped)
     where = ", ".join(str(p) for p in cfg.inputs)
     if lines == 0:
-        raise ValueError(
-            f"{where}: no rows: the input holds no data lines{' after its header' if cfg.header else ''}"
+        raise RowsRefused(
+            f"{where}: no rows: the input holds no data lines{' after its header' if cfg.header else ''}",
+            final=True,
         )
     # Each file first: a file of another format among many is a small share of the whole.
     per_file: dict[str, tuple[int, dict[str, int]]] = {}
@@ -112,16 +123,18 @@ def check_rows_kept(
         if len(per_file) > 1 and file_lines and file_bad > cfg.max_skipped_fraction * file_lines:
             mine = [e for e in errors if e.startswith(f"{path}:")]
             said = advice(Path(path)) if "bad_label" in file_skipped else ""
-            raise ValueError(
+            raise RowsRefused(
                 _skipped_share(
                     path, file_lines, file_skipped, cfg.max_skipped_fraction, mine, unit, said
-                )
+                ),
+                final=False,
             )
     bad = sum(skipped.values())
     if bad >= lines or bad > cfg.max_skipped_fraction * lines:
         said = advice(files[0]) if "bad_label" in skipped and files else ""
-        raise ValueError(
-            _skipped_share(where, lines, skipped, cfg.max_skipped_fraction, errors, unit, said)
+        raise RowsRefused(
+            _skipped_share(where, lines, skipped, cfg.max_skipped_fraction, errors, unit, said),
+            final=bad >= lines,
         )
     _check_splits(cfg, layout, files, tasks, results, skipped)
 
@@ -176,9 +189,10 @@ def _check_splits(
     skipped_all = [s for s in empty if lines.get(s, 0) > 0]
     if skipped_all:
         all_lines = ", ".join(f"{lines[s]:,} lines of {s}" for s in skipped_all)
-        raise ValueError(
+        raise RowsRefused(
             f"{where}: split {' and '.join(skipped_all)} would hold no rows: its lines were all "
-            f"skipped as malformed ({all_lines}; rows kept: {counts}; {bad:,} skipped); {how}"
+            f"skipped as malformed ({all_lines}; rows kept: {counts}; {bad:,} skipped); {how}",
+            final=True,
         )
     unit = "rows" if cfg.parquet else "lines"
     last = _empty_last_file(layout, files, tasks, results)

@@ -51,6 +51,7 @@ from shardrec.tools.preprocess.raw_labels import (
 from shardrec.tools.preprocess.tasks.bad_rows import non_finite_error
 from shardrec.tools.preprocess.tasks.task import TaskOptions
 from shardrec.tools.preprocess.text.gz import open_text
+from shardrec.tools.preprocess.text.lines import blank_tail
 from shardrec.trainer.inference.model_file import VOCAB_PREFIX, reads_raw_rows
 
 logger = logging.getLogger(__name__)
@@ -303,6 +304,7 @@ class RawRows:
                 block = f.read(chunk_bytes)
                 data = rest + block
                 if not block:
+                    data = data[: blank_tail(data, 0, len(data))]  # no rows, as preprocess reads
                     if data.strip():
                         yield self.convert(
                             data if data.endswith(b"\n") else data + b"\n",
@@ -312,7 +314,8 @@ class RawRows:
                             labeled,
                         )
                     return
-                cut = data.rfind(b"\n") + 1
+                # Blank lines wait for what follows: rows, or the end of the file (no rows there).
+                cut = blank_tail(data, 0, data.rfind(b"\n") + 1)
                 if cut == 0:
                     rest = data
                     continue

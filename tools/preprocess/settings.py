@@ -6,6 +6,7 @@ record of the run in --out (check_fingerprint), and the files a killed run left
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -66,7 +67,8 @@ class PreprocessConfig:
     max_skipped_fraction: float = 0.003
     """Most malformed rows to skip, as a share of all lines and of each input file's (0.003: 0.3%;
     Criteo's logs have next to none); more, no row kept, or a split left without rows is an error
-    and no manifest is written. Finished tasks are kept: rerun with a higher value to accept."""
+    and no manifest is written. More: finished tasks are kept, rerun with a higher value to accept;
+    the others, which no value accepts: the run leaves nothing behind."""
     spec: FeatureSpec | None = None
     """A feature spec (a TOML file): the input's format (CSV, TSV or Parquet) and each column's
     role; `shardrec spec infer` proposes one. Default: Criteo's rows, as the schema options
@@ -310,3 +312,18 @@ def remove_temporaries(out: Path) -> None:
     for p in out.rglob(".*.tmp*"):
         if p.is_file():
             p.unlink()
+
+
+def remove_run_output(out: Path, before: set[str] | None) -> None:
+    """Remove what a refused run wrote under `out`: the folder itself where it was not there
+    before (before: None), else each entry of it not among `before` (the names it held)."""
+    if before is None:
+        shutil.rmtree(out, ignore_errors=True)
+        return
+    for p in out.iterdir() if out.is_dir() else ():
+        if p.name in before:
+            continue
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)

@@ -41,7 +41,7 @@ def prepare(like: str, size_gb: float, work_dir: Path) -> tuple[Path, Path]:
             f"generating {size_gb:g} GB of {like}-shaped CSV in {path} ...", highlight=False
         )
         write_like(path, like, max(1000, int(size_gb * 1e9 / BYTES_PER_ROW[like])), seed=0)
-    spec, notes = infer_spec(path, _LABEL[like])
+    spec, notes, _ = infer_spec(path, _LABEL[like])
     spec_path.write_text(spec_to_toml(spec, notes))
     return path, spec_path
 

@@ -23,7 +23,11 @@ the data path):
 A Parquet file's spec is parquet_infer.py's, from its schema and these column rules; the label
 column is label_infer.py's for both.
 
-Every choice is written beside its column as a comment, for the user to check and edit.
+Every choice is written beside its column as a comment, for the user to check and edit. Guesses
+which, if wrong, would train without a word come back as lines for the user too (the CLI
+prints them and writes them on top of the spec): the integer columns of a file without a header,
+dense from their values alone (codes read the same), and numbers that write a missing value as a
+word (`NA`), string categoricals since preprocessing reads only an empty field as missing.
 """
 
 from __future__ import annotations
@@ -70,6 +74,11 @@ _ID_NAME = re.compile(r"(^|_)id$|Id$|ID$")
 # C14-C21).
 _CATEGORY_NAME = re.compile(r"^C\d+$")
 _TIME_NAME = re.compile(r"time|date|(^|_)ts$", re.IGNORECASE)
+# Words some writers put for a missing value (R's NA, SQL's NULL, pandas' NaN); preprocessing
+# reads an empty field as one, and any of these as a value.
+MISSING_WORDS = frozenset(
+    {"NA", "N/A", "n/a", "na", "NaN", "nan", "NULL", "null", "Null", "None", "none", "?", "-"}
+)
 # Unix seconds from 2000-01-01 to 2100-01-01: a code of 9-10 digits in this range is a time.
 _UNIX_SECONDS = (946_684_800, 4_102_444_800)
 
@@ -182,6 +191,49 @@ def _row_numbers(values: list[str]) -> bool:
     return all(int(v) == first + i for i, v in enumerate(values))
 
 
+def _missing_words(values: list[str]) -> Counter:
+    """The words for a missing value (MISSING_WORDS) in a column whose other values are all
+    numbers, with their counts; empty where there are none, or other words too."""
+    words = Counter(v for v in values if v in MISSING_WORDS)
+    rest = [v for v in values if v not in MISSING_WORDS]
+    return words if words and rest and all(map(is_number, rest)) else Counter()
+
+
+def _missing_advice(found: dict[str, Counter], rows: int, delimiter: str) -> str:
+    """The line for numbers columns that write a missing value as a word: what infer made of them,
+    and the command that empties those fields (preprocessing's missing value)."""
+    words = sorted({w for c in found.values() for w in c})
+    d = {"\t": "\\t"}.get(delimiter, re.escape(delimiter))
+    alternatives = "|".join(re.escape(w) for w in words)
+    command = f"perl -pe 's{{(?<![^{d}\\n])(?:{alternatives})(?![^{d}\\r\\n])}}{{}}g'"
+    columns = ", ".join(
+        f"{name} ({' and '.join(f'{w!r} in {n:,}' for w, n in c.items())} of {rows:,} rows)"
+        for name, c in found.items()
+    )
+    one = len(found) == 1
+    return (
+        f"{columns}: numbers but for words for a missing value, so proposed as "
+        f"{'a string categorical' if one else 'string categoricals'}; preprocessing reads only an "
+        f"empty field as missing: for {'a dense column' if one else 'dense columns'}, empty those "
+        f"fields first ({command} FILE > NEW_FILE) and infer again"
+    )
+
+
+def _unnamed_integers_advice(spec: FeatureSpec) -> str:
+    """Without a header, the line naming the integer columns proposed dense from their values
+    alone (a category written as a number reads the same), and what makes one a categorical;
+    "" where there are none."""
+    names = [c.name for c in spec.columns if isinstance(c, DenseColumn) and c.type == "int"]
+    if spec.format.header or not names:
+        return ""
+    return (
+        f"{', '.join(names)}: integer columns that no header names, proposed as dense numbers "
+        "from their values alone; one that holds codes (a category written as a number, as "
+        'Avazu\'s C14-C21 or banner_pos) wants role = "categorical", kind = "integer" and a '
+        "hash_size instead"
+    )
+
+
 def propose_column(
     name: str, values: list[str], rows: int, delimiter: str, integers: bool = False
 ) -> tuple[Column, str]:
@@ -276,8 +328,11 @@ def _refuse_spaced_fields(path: Path, table: list[list[str]], delimiter: str, he
         )
 
 
-def infer_spec(path: Path, label: str, rows: int = 10_000) -> tuple[FeatureSpec, dict[str, str]]:
-    """A spec for the file from its first `rows` rows, and a note per column saying why.
+def infer_spec(
+    path: Path, label: str, rows: int = 10_000
+) -> tuple[FeatureSpec, dict[str, str], list[str]]:
+    """A spec for the file from its first `rows` rows, a note per column saying why, and lines
+    for the user on guesses that values alone made (each naming its columns and the edit).
 
     label: the label column's header name or field index (0 for the first), with an optional
     `>=` threshold (`rating>=4`). ValueError names what does not fit.
@@ -294,6 +349,8 @@ def infer_spec(path: Path, label: str, rows: int = 10_000) -> tuple[FeatureSpec,
     _refuse_spaced_fields(path, table, delimiter, header)
     width = max(len(r) for r in table)
     names = [n.strip() for n in table[0]] if header else [f"c{i}" for i in range(width)]
+    unnamed = width - len(names)  # fields past the header's names (a delimiter ending each row)
+    names += [""] * unnamed
     body = table[1:] if header else table
     label_name, threshold = parse_label(label)
     if label_name not in names and label_name.isdigit() and int(label_name) < len(names):
@@ -302,7 +359,7 @@ def infer_spec(path: Path, label: str, rows: int = 10_000) -> tuple[FeatureSpec,
         raise no_label_column(path, label_name, names)
     values_of = [[r[i] for r in body if i < len(r) and r[i] != ""] for i in range(len(names))]
     decimal = delimiter != "," and _decimal_commas(values_of)
-    columns, notes = [], {}
+    columns, notes, missing = [], {}, {}
     for i, name in enumerate(names):
         values = values_of[i]
         if decimal and values and all(_COMMA_FLOAT.match(v) for v in values):
@@ -312,6 +369,14 @@ def infer_spec(path: Path, label: str, rows: int = 10_000) -> tuple[FeatureSpec,
             columns.append(column)
             continue
         column, note = propose_column(name, values, len(body), delimiter)
+        if words := _missing_words(values):
+            missing[name] = words
+            note += (
+                f"; numbers but for {', '.join(map(repr, words))} (a missing value?): the "
+                "comment on top says how to make it a dense column"
+            )
+        if i >= width - unnamed:
+            note += f"; the header names {width - unnamed} fields, the rows have {width}"
         if decimal and isinstance(column, DenseColumn) and column.type == "float":
             note += " (decimal commas: 13,44 is 13.44)"
         columns.append(_placed(column, i, names))
@@ -325,4 +390,7 @@ def infer_spec(path: Path, label: str, rows: int = 10_000) -> tuple[FeatureSpec,
         min(counts) if min(counts) < width else None,
         "," if decimal else None,
     )
-    return FeatureSpec(fmt, tuple(columns)), notes
+    spec = FeatureSpec(fmt, tuple(columns))
+    advice = [_unnamed_integers_advice(spec)]
+    advice += [_missing_advice(missing, len(body), delimiter)] if missing else []
+    return spec, notes, [line for line in advice if line]

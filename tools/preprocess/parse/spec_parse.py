@@ -348,6 +348,21 @@ def _quoted_field(line: bytes, fidx: int, delimiter: bytes) -> str:
     return value
 
 
+def _too_many_fields(fields: list[str], columns: int, delimiter: str) -> str:
+    """What a row of more fields than the spec's columns holds; where the extra ones are empty (a
+    delimiter that ends every row, as some writers add), the columns that take them."""
+    said = f"{len(fields)} fields, the spec has {columns}"
+    extra = len(fields) - columns
+    if any(fields[columns:]):
+        return said
+    where = f"position = {columns}" if extra == 1 else f"positions {columns} to {len(fields) - 1}"
+    return (
+        f"{said}, the last {'one' if extra == 1 else extra} empty (the row ends with "
+        f"{delimiter!r}); add "
+        f'{"a column" if extra == 1 else f"{extra} columns"} of role = "ignore" at {where}'
+    )
+
+
 def describe_bad_spec_row(
     data: bytes, chunk: SpecChunk, row: int, program: Program
 ) -> tuple[str, str]:
@@ -368,7 +383,7 @@ def describe_bad_spec_row(
     quoting = csv.QUOTE_MINIMAL if fmt.quoting else csv.QUOTE_NONE
     fields = next(iter(csv_fields(text, fmt.delimiter, quoting)), [])
     if reason == "too_many_fields":
-        return "row", f"{len(fields)} fields, the spec has {program.num_fields}"
+        return "row", _too_many_fields(fields, program.num_fields, fmt.delimiter)
     if reason == "too_few_fields":
         return (
             "row",

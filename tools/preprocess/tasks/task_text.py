@@ -20,6 +20,7 @@ from shardrec.tools.preprocess.text.gz import (
     open_range,
     open_text,
 )
+from shardrec.tools.preprocess.text.lines import blank_tail
 
 PIECE_BYTES = 16 << 20  # text read at once (and parsed at once by the numpy fallback)
 # Text the compiled parser takes at once: its per-row arrays (~1.5x the text) stay below the
@@ -189,13 +190,18 @@ class TextSource:
 
 
 def read_pieces(task: TextRange, piece_bytes: int = PIECE_BYTES) -> Iterator[memoryview]:
-    """The task's text in pieces of about `piece_bytes` that end at a newline.
+    """The task's text in pieces of about `piece_bytes` that end at a newline; text read to its
+    file's end (a whole .gz file) without the blank lines that end it, as the count of its lines
+    leaves them out (text.lines).
 
     Pieces are views of one reused buffer (no copies): each is valid until the next is read.
     """
     if task.text_slot:  # already decoded, in shared memory (gz_stream): read in place
         yield from slot_pieces(task, piece_bytes)
         return
+    # A piece that ends in blank lines keeps them for the next, which may begin with rows after
+    # them; ranges of text end where the file's last row ends (planned so).
+    to_file_end = task.end < 0
     buf = bytearray(piece_bytes + 1)
     have = 0  # bytes of an unfinished line carried over from the previous read
     with TextSource(task) as src:
@@ -208,6 +214,8 @@ def read_pieces(task: TextRange, piece_bytes: int = PIECE_BYTES) -> Iterator[mem
                 n = src.readinto(memoryview(buf)[have : len(buf) - 1])
                 total = have + n
                 cut = buf.rfind(b"\n", 0, total) + 1 if n else 0
+                if cut and to_file_end:
+                    cut = blank_tail(buf, 0, cut)
             if n == 0:
                 break
             if cut:
@@ -215,9 +223,12 @@ def read_pieces(task: TextRange, piece_bytes: int = PIECE_BYTES) -> Iterator[mem
                 with cpu_stages.stage(cpu_stages.READ):
                     buf[: total - cut] = buf[cut:total]
             have = total - cut
+    if to_file_end:
+        have = blank_tail(buf, 0, have)
     if have:
-        buf[have] = 10  # the last line had no newline
-        yield memoryview(buf)[: have + 1]
+        closed = have + (buf[have - 1] != 10)
+        buf[closed - 1] = 10  # the last line had no newline
+        yield memoryview(buf)[:closed]
 
 
 def parse_pieces(data: memoryview, size: int) -> Iterator[memoryview]:

@@ -31,11 +31,12 @@ import numpy as np
 
 from shardrec.dataloader.util.files import atomic_write_bytes
 from shardrec.tools.preprocess.text import gz
-from shardrec.tools.preprocess.text.lines import RowEnd
+from shardrec.tools.preprocess.text.lines import RowEnd, TextEnd
 
 logger = logging.getLogger(__name__)
 SPLIT_MIN_CHUNKS = 4
-SCAN_VERSION = 2  # 2: a quoting spec's ranges end where a row ends, not inside a quoted field
+SCAN_VERSION = 3  # 2: a quoting spec's ranges end where a row ends, not inside a quoted field;
+# 3: the blank lines that end the text are left out
 _BLOCK = 16 << 20
 
 
@@ -57,7 +58,8 @@ def should_split(path: Path, chunk_bytes: int) -> bool:
 
 class _Cutter:
     """Consumes the text block by block and closes a range at the first newline at or past its
-    target (with row_end: the first that ends a row)."""
+    target (with row_end: the first that ends a row). The blank lines that end the text are left
+    out (text.lines): where they begin, the last range ends."""
 
     def __init__(self, chunk_bytes: int, header: bool, row_end: RowEnd | None = None) -> None:
         self.chunk, self.pos, self.begin = chunk_bytes, 0, -1 if header else 0
@@ -68,6 +70,9 @@ class _Cutter:
         self.crcs: list[int] = []
         self.lines = self.crc = 0
         self.last = b"\n"
+        # Where the last line that is not blank ends: its range, and that range's lines and CRC-32
+        # up to it.
+        self.end, self.kept = TextEnd(), (max(self.begin, 0), 0, 0, 0)
 
     def feed(self, block: memoryview) -> None:
         data, at = block.obj if isinstance(block.obj, bytearray) else bytes(block), 0
@@ -79,6 +84,7 @@ class _Cutter:
                 return
             at, self.begin = nl + 1, self.pos + nl + 1
             self.target = self.begin + self.chunk
+            self.kept = (self.begin, 0, 0, 0)
         while at < n:
             if self.rows is not None:
                 cut = self.rows.cut(block, at, self.target - self.pos)
@@ -87,13 +93,21 @@ class _Cutter:
             else:
                 cut = -1
             stop = cut + 1 if cut >= 0 else n
-            self.lines += data.count(b"\n", at, stop)
-            self.crc = gz.crc32(block[at:stop], self.crc)
+            keep = self.end.feed(data, at, stop)
+            if keep >= 0:
+                self._add(data, block, at, keep)
+                self.kept = (self.pos + keep, len(self.bounds), self.lines, self.crc)
+                at = keep
+            self._add(data, block, at, stop)
             at = stop
             if cut >= 0:
                 self._close(self.pos + stop)
         self.last = bytes(block[n - 1 : n]) if n else self.last
         self.pos += n
+
+    def _add(self, data, block: memoryview, a: int, b: int) -> None:
+        self.lines += data.count(b"\n", a, b)
+        self.crc = gz.crc32(block[a:b], self.crc)
 
     def _close(self, end: int) -> None:
         start = self.bounds[-1][1] if self.bounds else self.begin
@@ -106,10 +120,17 @@ class _Cutter:
     def finish(self) -> tuple[list[tuple[int, int]], list[int], list[int], int]:
         if self.begin < 0:  # a header and nothing after it
             return [], [], [], 0
-        if self.pos > (self.bounds[-1][1] if self.bounds else self.begin):
-            self._close(self.pos)
-        total = sum(self.counts) + (self.last != b"\n" and self.pos > self.begin)
-        return self.bounds, self.counts, self.crcs, int(total)
+        if self.last != b"\n" and not self.end.last_line_blank():
+            if self.pos > (self.bounds[-1][1] if self.bounds else self.begin):
+                self._close(self.pos)
+            return self.bounds, self.counts, self.crcs, sum(self.counts) + 1
+        # The text ends with its last line that is not blank: in the range it falls in, cut there.
+        end, k, lines, crc = self.kept
+        del self.bounds[k:], self.counts[k:], self.crcs[k:]
+        if end > (self.bounds[-1][1] if self.bounds else self.begin):
+            self.lines, self.crc = lines, crc
+            self._close(end)
+        return self.bounds, self.counts, self.crcs, sum(self.counts)
 
 
 class _RowCuts:

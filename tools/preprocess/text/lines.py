@@ -1,13 +1,18 @@
 """Lines of an input's text: counted (a whole file, a byte range of a plain file), a header's end,
-byte ranges of a plain file cut just after a newline, lines cut into fields as csv reads them, and
-lines that are no text refused."""
+where the text ends (blank lines that end a file are no rows), byte ranges of a plain file cut
+just after a newline, lines cut into fields as csv reads them, and lines that are no text refused.
+
+A blank line is an empty one or a lone carriage return (the parsers' `empty_row`). Those that end
+a file (a hand-written file's last newline doubled, `echo >> file`) are left out of its text: no
+line, no malformed row, no place in a split; so a file gives the dataset it gives without them,
+whichever reader takes it (plain ranges, a whole .gz file, a .gz file cut into ranges). A blank
+line with rows after it is a malformed row, as any line that holds no row."""
 
 from __future__ import annotations
 
 import csv
 import io
 import mmap
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -75,8 +80,10 @@ def check_first_line(path: Path, header: bool, limit: int = 1 << 20) -> None:
 
 
 def count_lines(path: Path, skip_header: bool, block: int = 1 << 24) -> int:
-    """Physical lines (a last line without a newline counts) after any header."""
-    lines, last = 0, b"\n"
+    """Physical lines (a last line without a newline counts) after any header, less the blank
+    lines that end the file."""
+    lines = kept = 0
+    last, end = b"\n", TextEnd()
     try:
         f = open_text(path)
     except READ_ERRORS as e:
@@ -84,12 +91,78 @@ def count_lines(path: Path, skip_header: bool, block: int = 1 << 24) -> int:
     with f:
         try:
             while b := f.read(block):
+                if (keep := end.feed(b, 0, len(b))) >= 0:
+                    kept = lines + b.count(b"\n", 0, keep)
                 lines += b.count(b"\n")
                 last = b[-1:]
         except READ_ERRORS as e:  # described while open: the message says how far the decoder got
             raise ValueError(describe_error(path, e, f)) from e
-    lines += last != b"\n"
-    return max(lines - (1 if skip_header else 0), 0)
+    if last != b"\n" and not end.last_line_blank():
+        kept = lines + 1
+    return max(kept - (1 if skip_header else 0), 0)
+
+
+def _ends_blank_line(data, lo: int, p: int) -> bool:
+    """Whether the newline at data[p] ends a blank line; data[lo] starts a line."""
+    if p == lo or data[p - 1] == 10:
+        return True
+    return data[p - 1] == 13 and (p - 1 == lo or data[p - 2] == 10)
+
+
+def blank_tail(data, lo: int, hi: int) -> int:
+    """Where the blank lines that end data[lo:hi] start (hi: its last line is not blank). data[lo]
+    starts a line; the last line may lack its newline."""
+    end = hi
+    if end > lo and data[end - 1] != 10:  # a last line without its newline: blank if a lone '\r'
+        if data[end - 1] != 13 or not (end - 1 == lo or data[end - 2] == 10):
+            return hi
+        end -= 1
+    while end > lo and _ends_blank_line(data, lo, end - 1):
+        end -= 1 if end - 1 == lo or data[end - 2] == 10 else 2  # "\n" or "\r\n"
+    return end
+
+
+class TextEnd:
+    """Where text fed in consecutive pieces ends, less the blank lines that end it: each piece
+    says where the last line in it that is not blank ends."""
+
+    def __init__(self) -> None:
+        self.before = b"\n\n"  # the two bytes before the next piece (the text starts a line)
+
+    def _byte(self, data, lo: int, i: int) -> int:
+        return data[i] if i >= lo else self.before[i - lo + 2]
+
+    def feed(self, data: bytes | bytearray, lo: int, hi: int) -> int:
+        """One past the newline of the last line that is not blank in data[lo:hi] (an index of
+        data), or -1 where none ends in it."""
+        found, q = -1, hi
+        while (p := data.rfind(b"\n", lo, q)) >= 0:
+            b1 = self._byte(data, lo, p - 1)
+            if b1 != 10 and (b1 != 13 or self._byte(data, lo, p - 2) != 10):
+                found = p + 1
+                break
+            q = p
+        self.before = (self.before + bytes(data[max(lo, hi - 2) : hi]))[-2:]
+        return found
+
+    def last_line_blank(self) -> bool:
+        """Of text whose last line has no newline: whether that line is blank (a lone '\r')."""
+        return self.before == b"\n\r"
+
+
+def text_end(path: Path, begin: int, window: int = 1 << 16) -> int:
+    """Where the text of a plain file that starts at `begin` ends, less the blank lines that end
+    it (begin: none but blank lines)."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        while True:
+            lo = max(begin, size - window)
+            f.seek(lo)
+            end = blank_tail(f.read(size - lo), 0, size - lo) + lo
+            # Lines that reach back to the window's start were judged as if it started a line.
+            if lo == begin or end > lo + 2:
+                return end
+            window *= 4
 
 
 def header_end(path: Path) -> int:
@@ -104,13 +177,14 @@ RowEnd = Callable[[np.ndarray, int, int], tuple[int, int, bool]]
 
 
 def chunk_bounds(
-    path: Path, chunk_bytes: int, begin: int, row_end: RowEnd | None = None
+    path: Path, chunk_bytes: int, begin: int, row_end: RowEnd | None = None, end: int = -1
 ) -> list[tuple[int, int]]:
-    """Byte ranges of about `chunk_bytes`, each cut just after a newline; with `row_end`, just
-    after the newline that ends a row (never inside a quoted field)."""
+    """Byte ranges of about `chunk_bytes` of bytes [begin, end) (end -1: the file's end), each cut
+    just after a newline; with `row_end`, just after the newline that ends a row (never inside a
+    quoted field)."""
+    size = path.stat().st_size if end < 0 else end
     if row_end is not None:
-        return _row_bounds(path, chunk_bytes, begin, row_end)
-    size = path.stat().st_size
+        return _row_bounds(path, chunk_bytes, begin, row_end, size)
     bounds, start = [], begin
     with open(path, "rb") as f:
         while start < size:
@@ -129,13 +203,15 @@ def chunk_bounds(
                     cut += nl + 1
                     break
                 cut += len(block)
+            cut = min(cut, size)
             bounds.append((start, cut))
             start = cut
     return bounds
 
 
-def _row_bounds(path: Path, chunk_bytes: int, begin: int, row_end: RowEnd) -> list[tuple[int, int]]:
-    size = path.stat().st_size
+def _row_bounds(
+    path: Path, chunk_bytes: int, begin: int, row_end: RowEnd, size: int
+) -> list[tuple[int, int]]:
     if begin >= size:
         return []
     bounds, start = [], begin
@@ -144,7 +220,7 @@ def _row_bounds(path: Path, chunk_bytes: int, begin: int, row_end: RowEnd) -> li
         try:
             while start + chunk_bytes < size:
                 cut = row_end(data, start, start + chunk_bytes)[0]
-                cut = size if cut < 0 else cut
+                cut = size if cut < 0 else min(cut, size)
                 bounds.append((start, cut))
                 start = cut
             if start < size:
@@ -175,9 +251,9 @@ def count_range_lines(path: Path, start: int, end: int, block: int = 1 << 24) ->
     return n
 
 
-def last_byte(path: Path) -> bytes:
+def byte_at(path: Path, offset: int) -> bytes:
     with open(path, "rb") as f:
-        f.seek(-1, os.SEEK_END)
+        f.seek(offset)
         return f.read(1)
 
 

@@ -1,0 +1,84 @@
+"""`spec infer` says in one line the guesses that values alone made and that a wrong one would
+train on without a word, with the edit that changes them: integer columns of a file without a
+header proposed as dense numbers (an Avazu-shaped log's codes read the same), and a column of
+numbers with a word for a missing value (`NA`) proposed as a string categorical. The line is
+printed (stderr) and written at the top of the spec. Before, neither was said anywhere: the
+comments beside the columns read "integers, min 0" and "strings; 62 distinct among 300 values"."""
+
+from __future__ import annotations
+
+import random
+import re
+import subprocess
+from pathlib import Path
+
+from helpers import cli
+
+
+def _avazu_rows(rows: int) -> str:
+    """Avazu's 24 columns without its header: a unique 20-digit id, click, hour (YYMMDDHH), C1,
+    banner_pos, nine 8-character hex ids, device_type, device_conn_type, C14-C21 (decimal codes)."""
+    rng = random.Random(0)
+    hexes = [
+        [f"{rng.getrandbits(32):08x}" for _ in range(rng.choice((5, 50, 400)))] for _ in range(9)
+    ]
+    lines = []
+    for i in range(rows):
+        codes = [rng.randint(375, 24052), rng.choice((120, 216, 300, 320, 468, 480, 728)),
+                 rng.choice((20, 36, 50, 90, 250, 480)), rng.randint(112, 2758), rng.randint(0, 3),
+                 rng.choice((35, 39, 43, 161, 167, 1063)), rng.choice((-1, 100083, 100148)),
+                 rng.randint(1, 219)]  # fmt: skip
+        lines.append(",".join(map(str, [
+            10**19 + i * 7919, rng.randint(0, 1), 14102100 + rng.randint(0, 9) * 100 + rng.randint(0, 23),
+            rng.choice((1005, 1002, 1010)), rng.choice((0, 0, 1, 7)), *(rng.choice(h) for h in hexes),
+            rng.choice((1, 1, 0, 4)), rng.choice((0, 2, 3)), *codes,
+        ])))  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _warnings(result) -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+
+
+def test_integer_columns_no_header_names_are_said_to_be_guessed_dense(tmp_path: Path) -> None:
+    log, spec = tmp_path / "avazu.csv", tmp_path / "avazu.toml"
+    log.write_text(_avazu_rows(2000))
+    res = cli("spec", "infer", log, "--label", "1", "--out", spec)
+    dense = "c4, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23"
+    line = (
+        f"{dense}: integer columns that no header names, proposed as dense numbers from their "
+        "values alone; one that holds codes (a category written as a number, as Avazu's C14-C21 "
+        'or banner_pos) wants role = "categorical", kind = "integer" and a hash_size instead'
+    )
+    assert _warnings(res) == [f"warning: {log}: {line}"]
+    assert f"\n# {line}\n[format]\n" in spec.read_text()
+    # Named by a header, the columns say what they are: nothing is added.
+    named = tmp_path / "named.csv"
+    named.write_text("label,count,city\n" + "".join(f"{i % 2},{i},c{i % 3}\n" for i in range(60)))
+    assert _warnings(cli("spec", "infer", named, "--label", "label")) == []
+
+
+def test_a_word_for_a_missing_value_among_numbers_is_said_with_the_command_that_empties_it(
+    tmp_path: Path,
+) -> None:
+    log, spec = tmp_path / "na.csv", tmp_path / "na.toml"
+    rows = [f"{i % 2},{'NA' if i % 10 == 0 else 18 + i % 50},{i}" for i in range(200)]
+    log.write_text("click,age,n\n" + "\n".join(rows) + "\n")
+    res = cli("spec", "infer", log, "--label", "click", "--out", spec)
+    (line,) = _warnings(res)
+    command = r"perl -pe 's{(?<![^,\n])(?:NA)(?![^,\r\n])}{}g'"
+    assert line == (
+        f"warning: {log}: age ('NA' in 20 of 200 rows): numbers but for words for a missing "
+        "value, so proposed as a string categorical; preprocessing reads only an empty field as "
+        f"missing: for a dense column, empty those fields first ({command} FILE > NEW_FILE) and "
+        "infer again"
+    )
+    assert 'name = "age"\nrole = "categorical"\nkind = "string"' in spec.read_text()
+    # The command as printed makes the column one of numbers with empty fields: dense.
+    perl = re.search(r"\((perl .*) FILE > NEW_FILE\)", line).group(1)
+    emptied = tmp_path / "emptied.csv"
+    with open(emptied, "wb") as out:
+        subprocess.run(f"{perl} {log}", shell=True, stdout=out, check=True)
+    res = cli("spec", "infer", emptied, "--label", "click", "--out", tmp_path / "e.toml")
+    assert _warnings(res) == []
+    assert 'name = "age"\nrole = "dense"\ntype = "int"' in (tmp_path / "e.toml").read_text()

@@ -1,0 +1,109 @@
+"""Blank lines that end a file (a hand-written CSV's doubled last newline, `echo >> file`) are no
+rows: not counted as lines, not as malformed rows, no place in a split. Before, each was a line
+of the last split and a malformed row (`empty_row`): a tiny file was refused for its share of
+them, and a large one moved its val/test boundaries by a row, without a word."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from helpers import assert_one_line_error, cli
+
+from shardrec.tools.synth.criteo import SynthSpec, write_file
+
+CHUNK_MB = "0.0625"  # 64 KiB of text per task: the .gz file below is cut into ranges
+# `echo >> file`; and blank lines of a carriage return too, more of them than a range's text (a
+# cut lands among them), the last one without its newline.
+ENDINGS = {"one": b"\n", "many": b"\r\n\n" * 50_000 + b"\r"}
+
+
+def _parts(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and ".work" not in p.parts and p.name != "manifest.json"
+    }
+
+
+def _manifest(root: Path) -> dict:
+    m = json.loads((root / "manifest.json").read_text())
+    return {"rows": {s: v["rows"] for s, v in m["splits"].items()}, "skipped": m["skipped"]}
+
+
+def _preprocess(raw: Path, out: Path, *extra: str) -> None:
+    cli("preprocess", raw, "--out", out, "--max-ids", "300", "--chunk-mb", CHUNK_MB, *extra)
+
+
+@pytest.fixture(scope="module")
+def text(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    path = tmp_path_factory.mktemp("raw") / "train.txt"
+    write_file(path, 8000, SynthSpec.from_seed(5, max_vocab=300), 0)
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("ending", sorted(ENDINGS))
+def test_every_reader_gives_the_dataset_of_the_file_without_them(
+    text: bytes, tmp_path: Path, ending: str
+) -> None:
+    clean, blank = tmp_path / "clean" / "train.txt", tmp_path / "blank" / "train.txt"
+    for path, data in ((clean, text), (blank, text + ENDINGS[ending])):
+        path.parent.mkdir()
+        path.write_bytes(data)
+        (path.parent / "gz").mkdir()
+        (path.parent / "gz" / "train.txt.gz").write_bytes(gzip.compress(data, compresslevel=1))
+    _preprocess(clean, tmp_path / "want")
+    want = _parts(tmp_path / "want")
+    assert _manifest(tmp_path / "want") == {
+        "rows": {"train": 6857, "val": 572, "test": 571},
+        "skipped": {},
+    }
+    runs = {
+        "plain": (blank,),
+        "gzip ranges streamed, 1 worker": (blank.parent / "gz", "--workers", "1"),
+        "gzip ranges streamed, 2 workers": (blank.parent / "gz", "--workers", "2"),
+    }
+    for name, args in runs.items():
+        _preprocess(*args[:1], tmp_path / name, *args[1:])
+        assert _parts(tmp_path / name) == want, name
+        assert _manifest(tmp_path / name) == _manifest(tmp_path / "want"), name
+    # The planning pass of a .gz file cut into ranges (vocabulary mode, --part), and a whole .gz
+    # file read by one task (under 4 chunks compressed: not cut), each
+    # against the clean file read the same way.
+    for name, args in {
+        "gzip ranges planned": ("--min-count", "2"),
+        "gzip whole": ("--chunk-mb", "1"),
+    }.items():
+        _preprocess(clean.parent / "gz", tmp_path / f"{name} clean", *args)
+        _preprocess(blank.parent / "gz", tmp_path / name, *args)
+        assert _parts(tmp_path / name) == _parts(tmp_path / f"{name} clean"), name
+        assert _manifest(tmp_path / name) == _manifest(tmp_path / f"{name} clean"), name
+
+
+def test_a_small_csv_with_a_blank_last_line_is_preprocessed(tmp_path: Path) -> None:
+    """Before: 'error: small.csv: 1 of 6 lines malformed (16.67%: empty_row 1), more than the
+    0.003 allowed (--max-skipped-fraction); first: small.csv:7: row: (empty line) (empty_row)'."""
+    log, spec = tmp_path / "small.csv", tmp_path / "small.toml"
+    log.write_text(
+        "label,city\n1,paris\n0,rome\n1,paris\n0,oslo\n1,rome\n0,oslo\n1,rome\n0,paris\n\n"
+    )
+    cli("spec", "infer", log, "--label", "label", "--out", spec)
+    cli("preprocess", log, "--spec", spec, "--out", tmp_path / "out")
+    assert _manifest(tmp_path / "out") == {
+        "rows": {"train": 6, "val": 1, "test": 1},
+        "skipped": {},
+    }
+
+
+def test_a_blank_line_with_rows_after_it_is_still_a_malformed_row(tmp_path: Path) -> None:
+    log, spec = tmp_path / "small.csv", tmp_path / "small.toml"
+    log.write_text("label,city\n1,paris\n0,rome\n\n1,paris\n0,oslo\n1,rome\n0,oslo\n1,rome\n")
+    cli("spec", "infer", log, "--label", "label", "--out", spec)
+    refused = cli("preprocess", log, "--spec", spec, "--out", tmp_path / "out", ok=False)
+    assert_one_line_error(
+        refused,
+        rf"^error: {log}: 1 of 8 lines malformed \(12\.50%: empty_row 1\).*"
+        rf"first: {log}:4: row: \(empty line\) \(empty_row\)$",
+    )

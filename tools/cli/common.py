@@ -108,9 +108,13 @@ def _one_line_when_stopped(command: Any, said: str) -> None:
     """A Ctrl-C that the command does not turn into a line of its own (the commands that only
     read: `data digest`, `data stats`, `runs`, ...) ends in one too, `interrupted: data digest
     stopped before it finished`, exit code 130 (143 for SIGTERM where the command took it as a
-    Ctrl-C): typer's own handling exits 130 without a word."""
+    Ctrl-C): typer's own handling exits 130 without a word. A group's commands are wrapped too
+    (`spec infer`, `plan show`, `config defaults`; a lazy group's, `data` and `bench`, as they
+    load)."""
+    for name, sub in getattr(command, "commands", {}).items():
+        _one_line_when_stopped(sub, f"{said} {name}")
     callback = command.callback
-    if callback is None:  # a group (`data`, `bench`): its commands are wrapped as they load
+    if callback is None:
         return
 
     @functools.wraps(callback)

@@ -25,6 +25,10 @@ from rich.markup import escape
 from shardrec.dataloader.util.files import atomic_open
 from shardrec.tools.console import err_console
 
+_TYPED = "shardrec.typed"
+"""The key in click's context meta (which a command's contexts share) of the command as the
+user typed it (`data stats`): the line of a Ctrl-C before the command runs names it."""
+
 
 class LazyGroup(typer.core.TyperGroup):
     """A command group that imports a command's module (`package`.`modules[name]`, whose
@@ -49,21 +53,38 @@ class LazyGroup(typer.core.TyperGroup):
         module = f"{self.package}.{self.modules[cmd_name]}"
         return load_command(module, cmd_name, " ".join([*_groups(ctx), cmd_name]))
 
-    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any
+    ) -> Any:
+        groups = [*_groups(parent), info_name or ""] if parent is not None else []
+        typed = self._typed(groups, args)
         try:
             with ctrl_c_unwrapped():
-                return super().parse_args(ctx, args)
+                ctx = super().make_context(info_name, args, parent, **extra)
         except KeyboardInterrupt:  # as typer reads the options: it imports pydantic then (0.1 s)
-            interrupted(f"{self._typed(ctx, args)} had not started: nothing written")
+            interrupted(f"{typed} had not started: nothing written")
+        ctx.meta[_TYPED] = typed
+        return ctx
 
-    def _typed(self, ctx: typer.Context, args: list[str]) -> str:
+    def invoke(self, ctx: typer.Context) -> Any:
+        """A Ctrl-C before the command's own function runs (as the group's callback sets up
+        logging, or the command's options are read) is one line too: before, exit 130 and no
+        word (typer's own handling). The command's function says its own (load_command)."""
+        try:
+            with ctrl_c_unwrapped():
+                return super().invoke(ctx)
+        except KeyboardInterrupt:
+            interrupted(f"{ctx.meta.get(_TYPED, 'shardrec')} had not started: nothing written")
+
+    def _typed(self, groups: list[str], args: list[str]) -> str:
         """The command named in `args` as the user typed it (`bench preprocess`), with the
-        groups above; before, a Ctrl-C here ended in exit 130 without a word."""
+        `groups` above; before, a Ctrl-C as the options were read ended in exit 130 without a
+        word."""
         words = [a for a in args if not a.startswith("-")]  # no group option takes a value
         if not words or words[0] not in self.modules:
-            return " ".join(_groups(ctx)) or "shardrec"
+            return " ".join(groups) or "shardrec"
         group = "." in self.modules[words[0]]  # its own module lists its commands
-        return " ".join([*_groups(ctx), *words[: 2 if group else 1]])
+        return " ".join([*groups, *words[: 2 if group else 1]])
 
     def format_help(self, ctx: typer.Context, formatter: Any) -> None:
         self._listing = True

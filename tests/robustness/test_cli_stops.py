@@ -2,21 +2,29 @@
 `interrupted: ...`, exit code 130 (143 for SIGTERM): never a traceback, never a silent exit.
 
 Each test sends a real signal to a fresh `shardrec` process at one chosen moment: as a module is
-imported, or as a function is first called.
+imported, or as a function is first called. (Python's own start-up, before any of shardrec's
+code runs, is the one moment left where a stop is Python's.)
 """
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
+from helpers import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]["shardrec"]
+"""What the installed `shardrec` runs (module:function), as pip writes its console script."""
 
 _STOP_AT = """
-import os, runpy, signal, sys
+import importlib, os, runpy, signal, sys
 
-SIGNAL, KIND, NAME = sys.argv[1:4]
+SIGNAL, KIND, NAME, START = sys.argv[1:5]
 
 
 def stop():
@@ -39,20 +47,28 @@ def at_call(frame, event, arg):  # the signal as a function named NAME is first 
 sys.meta_path.insert(0, AtImport())
 if KIND == "call":
     sys.setprofile(at_call)
-sys.argv = ["shardrec", *sys.argv[4:]]
-runpy.run_module("shardrec.tools.cli", run_name="__main__", alter_sys=True)
+sys.argv = ["shardrec", *sys.argv[5:]]
+if START == "python -m":
+    runpy.run_module("shardrec.tools.cli", run_name="__main__", alter_sys=True)
+else:  # the console script: `from MODULE import FUNCTION; sys.exit(FUNCTION())`
+    module, function = START.split(":")
+    sys.exit(getattr(importlib.import_module(module), function)())
 """
-"""`python -m shardrec.tools.cli ARGS`, sent SIGNAL (SIGINT: Ctrl-C; SIGTERM: a kill) as
-NAME is imported (KIND "import") or first called (KIND "call")."""
+"""`shardrec ARGS` started as START (`python -m`, or the console script's module:function), sent
+SIGNAL (SIGINT: Ctrl-C; SIGTERM: a kill) as NAME is imported (KIND "import") or first called
+(KIND "call")."""
 
 CODES = {"SIGINT": 130, "SIGTERM": 143}
 
 
-def stopped(sig: str, kind: str, name: str, *args: str | Path) -> subprocess.CompletedProcess:
-    """`shardrec ARGS` (`python -m`), sent `sig` as module `name` is imported (`kind` "import")
-    or a function `name` is first called ("call"); the finished process."""
+def stopped(
+    sig: str, kind: str, name: str, *args: str | Path, start: str = "python -m"
+) -> subprocess.CompletedProcess:
+    """`shardrec ARGS` (`start`: `python -m` or the console script's SCRIPT), sent `sig` as
+    module `name` is imported (`kind` "import") or a function `name` is first called ("call");
+    the finished process."""
     return subprocess.run(
-        [sys.executable, "-c", _STOP_AT, sig, kind, name, *map(str, args)],
+        [sys.executable, "-c", _STOP_AT, sig, kind, name, start, *map(str, args)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -93,3 +109,71 @@ def test_ctrl_c_before_the_command_runs_is_one_line(tiny_dataset: Path, function
     done = stopped("SIGINT", "call", function, "data", "stats", tiny_dataset)
     assert (done.returncode, done.stdout) == (130, ""), done.stderr[-3000:]
     assert done.stderr == "interrupted: data stats had not started: nothing written\n"
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("start", ["python -m", SCRIPT])
+@pytest.mark.parametrize("module", ["typer", "shardrec.tools.cli.common"])
+def test_a_stop_as_the_command_line_itself_loads_is_one_line(
+    tmp_path: Path, sig: str, start: str, module: str
+) -> None:
+    # Before, in the first ~0.2 s (typer, rich and click imported): Ctrl-C printed Python's
+    # traceback, exit status -2; a kill ended the command at once, -15, without a word.
+    out = tmp_path / "syn"
+    done = stopped(sig, "import", module, "synth", out, start=start)
+    assert (done.returncode, done.stdout) == (CODES[sig], ""), done.stderr[-3000:]
+    assert done.stderr == "interrupted: synth had not started: nothing written\n"
+    assert not out.exists()
+
+
+def test_a_kill_of_a_command_that_only_reads_is_one_line(tiny_dataset: Path) -> None:
+    # Before: exit status -15 and no word, where Ctrl-C said its line.
+    done = stopped("SIGTERM", "call", "_table", "data", "stats", tiny_dataset)
+    assert (done.returncode, done.stdout) == (143, ""), done.stderr[-3000:]
+    assert done.stderr == "interrupted: data stats stopped before it finished\n"
+
+
+def _export(tmp_path: Path, data: Path) -> tuple[list[str], Path]:
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "run-killed-at-step-6", run)
+    out = tmp_path / "out" / "model.safetensors"
+    return ["export", str(run), "--data", str(data), "--out", str(out)], out
+
+
+def _import_npy(tmp_path: Path, data: Path) -> tuple[list[str], Path]:
+    cli("data", "export-npy", data, "--out", tmp_path / "npy")
+    out = tmp_path / "out" / "imported"
+    return ["data", "import-npy", str(tmp_path / "npy"), "--out", str(out)], out
+
+
+def _multihot(tmp_path: Path, data: Path) -> tuple[list[str], Path]:
+    out = tmp_path / "out" / "multi"
+    sizes = ["--sizes", "2,2,2,2", "--cache", str(tmp_path / "cache")]
+    return ["data", "multihot", str(data), "--out", str(out), *sizes], out
+
+
+@pytest.mark.parametrize(
+    "command, function, says",
+    [
+        (_export, "_write_tensor", "{out}: nothing written; rerun the same command to export"),
+        (_import_npy, "compute_feature_stats", "data import-npy stopped before it finished"),
+        (
+            _multihot,
+            "_feature_stats",
+            "{out}: nothing written (parts are converted in a temporary folder, now removed); "
+            "the index tables drawn are kept; rerun the same command",
+        ),
+    ],
+    ids=["export", "import-npy", "multihot"],
+)
+def test_a_kill_as_a_command_writes_leaves_no_temporary_file(
+    tmp_path: Path, tiny_dataset: Path, command, function: str, says: str
+) -> None:
+    # Before: exit status -15, no word, and the file or folder being written left beside OUT
+    # under its temporary name (.model.safetensors.tmp-PID, .imported.import-npy-PID.tmp,
+    # .multi.tmp-PID), which no rerun removes (but multihot's own).
+    args, out = command(tmp_path, tiny_dataset)
+    done = stopped("SIGTERM", "call", function, *args)
+    assert done.returncode == 143, done.stderr[-3000:]
+    assert done.stderr == f"interrupted: {says.format(out=out)}\n"
+    assert list(out.parent.iterdir()) == []

@@ -156,7 +156,12 @@ def _multihot(tmp_path: Path, data: Path) -> tuple[list[str], Path]:
     "command, function, says",
     [
         (_export, "_write_tensor", "{out}: nothing written; rerun the same command to export"),
-        (_import_npy, "compute_feature_stats", "data import-npy stopped before it finished"),
+        (
+            _import_npy,
+            "compute_feature_stats",
+            "{out}: nothing written (the dataset is written in a temporary folder beside it, now "
+            "removed); rerun the same command",
+        ),
         (
             _multihot,
             "_feature_stats",
@@ -177,3 +182,31 @@ def test_a_kill_as_a_command_writes_leaves_no_temporary_file(
     assert done.returncode == 143, done.stderr[-3000:]
     assert done.stderr == f"interrupted: {says.format(out=out)}\n"
     assert list(out.parent.iterdir()) == []
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_stop_of_an_npy_import_or_export_says_what_is_kept(
+    tmp_path: Path, tiny_dataset: Path, sig: str
+) -> None:
+    # Before: 'interrupted: data import-npy stopped before it finished' (likewise export-npy),
+    # which says neither what is left nor how to go on, as the other commands that write do.
+    args, out = _import_npy(tmp_path, tiny_dataset)
+    done = stopped(sig, "call", "compute_feature_stats", *args)
+    assert (done.returncode, done.stdout) == (CODES[sig], ""), done.stderr[-3000:]
+    assert done.stderr == (
+        f"interrupted: {out}: nothing written (the dataset is written in a temporary folder "
+        "beside it, now removed); rerun the same command\n"
+    )
+    assert list(out.parent.iterdir()) == []
+    days = tmp_path / "days"
+    done = stopped(
+        sig, "call", "_mark_export_complete", "data", "export-npy", tiny_dataset, "--out", days
+    )
+    assert (done.returncode, done.stdout) == (CODES[sig], ""), done.stderr[-3000:]
+    assert done.stderr == (
+        f"interrupted: {days}: the day files written so far are kept (none half-written), "
+        "without export-complete.json, which is written last; rerun the same command\n"
+    )
+    assert sorted(p.name for p in days.iterdir()) == sorted(
+        p.name for p in (tmp_path / "npy").iterdir() if p.name != "export-complete.json"
+    )

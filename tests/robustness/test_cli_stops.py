@@ -98,15 +98,19 @@ def test_ctrl_c_in_a_command_of_a_group_is_one_line(
 
 
 @pytest.mark.parametrize(
-    "function",
+    "kind, name",
     [
-        "configure_logging",  # the root's callback: -v sets up logging
-        "resolve_command",  # as the group finds the command, then reads its options
+        # Before: exit 130 and nothing at all (typer's own handling).
+        ("call", "configure_logging"),  # the root's callback: -v sets up logging
+        ("call", "resolve_command"),  # as the group finds the command, then reads its options
+        # Before: 'interrupted: data had not started: nothing written'.
+        ("import", "shardrec.tools.cli.data.data_app"),
     ],
 )
-def test_ctrl_c_before_the_command_runs_is_one_line(tiny_dataset: Path, function: str) -> None:
-    # Before: exit 130 and nothing at all (typer's own handling).
-    done = stopped("SIGINT", "call", function, "data", "stats", tiny_dataset)
+def test_ctrl_c_before_the_command_runs_is_one_line(
+    tiny_dataset: Path, kind: str, name: str
+) -> None:
+    done = stopped("SIGINT", kind, name, "data", "stats", tiny_dataset)
     assert (done.returncode, done.stdout) == (130, ""), done.stderr[-3000:]
     assert done.stderr == "interrupted: data stats had not started: nothing written\n"
 

@@ -101,12 +101,10 @@ def _groups(ctx: typer.Context | None) -> list[str]:
 @functools.cache
 def load_command(module_name: str, name: str, said: str = "") -> Any:
     """The click command `name` that the module's register(app) adds; `said`: the command as the
-    user typed it (a group's: `bench preprocess`), if not `name`."""
-    try:
-        with ctrl_c_unwrapped():
-            module = importlib.import_module(module_name)
-    except KeyboardInterrupt:  # typer's own handling ends in exit 130 and says nothing
-        interrupted(f"{said or name} had not started: nothing written")
+    user typed it (a group's: `bench preprocess`), if not `name`. A Ctrl-C as the module loads
+    is the group's to say (LazyGroup.invoke), naming the command as typed: before, a group's
+    module said only `interrupted: data had not started` of `shardrec data stats`."""
+    module = importlib.import_module(module_name)
     holder = typer.Typer(pretty_exceptions_enable=False, add_completion=False)
     module.register(holder)
     command = typer.main.get_group(holder).commands[name]

@@ -10,25 +10,8 @@ import typer.core
 import typer.main
 
 from shardrec.tools.cli.common import LazyGroup, configure_logging, load_command
+from shardrec.tools.cli.entry import COMMANDS, main
 
-# The commands in the order a user meets them (`shardrec --help` lists them so), each with the
-# module under shardrec.tools.cli whose `register(app)` adds it. A module is imported only when
-# its command runs (or `--help` lists it): `shardrec runs` must not pay for torch or numba.
-COMMANDS = {
-    "synth": "synth",
-    "spec": "spec",
-    "preprocess": "preprocess",
-    "data": "data.data_app",
-    "plan": "plan",
-    "train": "train",
-    "eval": "eval",
-    "export": "export",
-    "predict": "predict",
-    "runs": "runs",
-    "report": "report",
-    "config": "config_cmd",
-    "bench": "bench.bench_app",
-}
 VERBOSE = ("-v", "--verbose")
 # What `shardrec --help` lists for each command: the first paragraph of its own help, kept here so
 # that the listing imports no command module (preprocess's imports numba, synth's numpy: a second
@@ -155,26 +138,6 @@ def _root(
     ] = False,
 ) -> None:
     configure_logging(verbose)
-
-
-def main() -> None:
-    try:
-        app()
-    finally:
-        _forget_a_handled_ctrl_c()
-
-
-def _forget_a_handled_ctrl_c() -> None:
-    """Keep the exit code a command chose after a Ctrl-C it handled (130, interrupted()).
-
-    CPython marks a KeyboardInterrupt that ends code run by exec() of a string as unhandled, even
-    where a caller catches it, and under `python -m` it then ends the process by SIGINT after
-    everything else (exit status -2 to a parent, nothing printed): a Ctrl-C landing in the code
-    a dataclass or namedtuple generates, as a lazy import runs it, did so to `python -m
-    shardrec.tools.cli bench loader` on CI. An exec() that ends normally clears the mark (3.11 to
-    3.13); no KeyboardInterrupt leaves app() (typer turns one into its exit code 1), so none
-    here is unhandled."""
-    exec("")  # noqa: S102 - only to clear the mark, see above
 
 
 if __name__ == "__main__":

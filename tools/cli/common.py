@@ -3,7 +3,6 @@ groups whose modules are imported only when one of their commands runs."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib
 import inspect
@@ -12,8 +11,6 @@ import logging
 import math
 import signal
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -23,7 +20,15 @@ import typer.main
 from rich.markup import escape
 
 from shardrec.dataloader.util.files import atomic_open
+from shardrec.tools.cli.entry import command_as_typed
+from shardrec.tools.cli.stops import Terminated as Terminated
+from shardrec.tools.cli.stops import ctrl_c_unwrapped, stop_exit_code
+from shardrec.tools.cli.stops import sigterm_as_ctrl_c as sigterm_as_ctrl_c
 from shardrec.tools.console import err_console
+
+_TYPED = "shardrec.typed"
+"""The key in click's context meta (which a command's contexts share) of the command as the
+user typed it (`data stats`): the line of a Ctrl-C before the command runs names it."""
 
 
 class LazyGroup(typer.core.TyperGroup):
@@ -49,21 +54,28 @@ class LazyGroup(typer.core.TyperGroup):
         module = f"{self.package}.{self.modules[cmd_name]}"
         return load_command(module, cmd_name, " ".join([*_groups(ctx), cmd_name]))
 
-    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any
+    ) -> Any:
+        groups = [*_groups(parent), info_name or ""] if parent is not None else []
+        typed = command_as_typed(groups, args, self.modules)
         try:
             with ctrl_c_unwrapped():
-                return super().parse_args(ctx, args)
+                ctx = super().make_context(info_name, args, parent, **extra)
         except KeyboardInterrupt:  # as typer reads the options: it imports pydantic then (0.1 s)
-            interrupted(f"{self._typed(ctx, args)} had not started: nothing written")
+            interrupted(f"{typed} had not started: nothing written")
+        ctx.meta[_TYPED] = typed
+        return ctx
 
-    def _typed(self, ctx: typer.Context, args: list[str]) -> str:
-        """The command named in `args` as the user typed it (`bench preprocess`), with the
-        groups above; before, a Ctrl-C here ended in exit 130 without a word."""
-        words = [a for a in args if not a.startswith("-")]  # no group option takes a value
-        if not words or words[0] not in self.modules:
-            return " ".join(_groups(ctx)) or "shardrec"
-        group = "." in self.modules[words[0]]  # its own module lists its commands
-        return " ".join([*_groups(ctx), *words[: 2 if group else 1]])
+    def invoke(self, ctx: typer.Context) -> Any:
+        """A Ctrl-C before the command's own function runs (as the group's callback sets up
+        logging, or the command's options are read) is one line too: before, exit 130 and no
+        word (typer's own handling). The command's function says its own (load_command)."""
+        try:
+            with ctrl_c_unwrapped():
+                return super().invoke(ctx)
+        except KeyboardInterrupt:
+            interrupted(f"{ctx.meta.get(_TYPED, 'shardrec')} had not started: nothing written")
 
     def format_help(self, ctx: typer.Context, formatter: Any) -> None:
         self._listing = True
@@ -89,12 +101,10 @@ def _groups(ctx: typer.Context | None) -> list[str]:
 @functools.cache
 def load_command(module_name: str, name: str, said: str = "") -> Any:
     """The click command `name` that the module's register(app) adds; `said`: the command as the
-    user typed it (a group's: `bench preprocess`), if not `name`."""
-    try:
-        with ctrl_c_unwrapped():
-            module = importlib.import_module(module_name)
-    except KeyboardInterrupt:  # typer's own handling ends in exit 130 and says nothing
-        interrupted(f"{said or name} had not started: nothing written")
+    user typed it (a group's: `bench preprocess`), if not `name`. A Ctrl-C as the module loads
+    is the group's to say (LazyGroup.invoke), naming the command as typed: before, a group's
+    module said only `interrupted: data had not started` of `shardrec data stats`."""
+    module = importlib.import_module(module_name)
     holder = typer.Typer(pretty_exceptions_enable=False, add_completion=False)
     module.register(holder)
     command = typer.main.get_group(holder).commands[name]
@@ -107,10 +117,14 @@ def load_command(module_name: str, name: str, said: str = "") -> Any:
 def _one_line_when_stopped(command: Any, said: str) -> None:
     """A Ctrl-C that the command does not turn into a line of its own (the commands that only
     read: `data digest`, `data stats`, `runs`, ...) ends in one too, `interrupted: data digest
-    stopped before it finished`, exit code 130 (143 for SIGTERM where the command took it as a
-    Ctrl-C): typer's own handling exits 130 without a word."""
+    stopped before it finished`, exit code 130 (143 for SIGTERM, which the entry point takes as
+    Ctrl-C): typer's own handling exits 130 without a word. A group's commands are wrapped too
+    (`spec infer`, `plan show`, `config defaults`; a lazy group's, `data` and `bench`, as they
+    load)."""
+    for name, sub in getattr(command, "commands", {}).items():
+        _one_line_when_stopped(sub, f"{said} {name}")
     callback = command.callback
-    if callback is None:  # a group (`data`, `bench`): its commands are wrapped as they load
+    if callback is None:
         return
 
     @functools.wraps(callback)
@@ -223,49 +237,6 @@ def write_error(out: Path, what: str, e: OSError) -> str:
     return f"{out}: cannot write the {what} ({e.strerror or e})"
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where Ctrl-C raises KeyboardInterrupt (sigterm_as_ctrl_c), so that the
-    command's `except KeyboardInterrupt` stops it the same way."""
-
-
-@contextlib.contextmanager
-def ctrl_c_unwrapped() -> Iterator[None]:
-    """A Ctrl-C (or Terminated) that Python 3.11 wrapped as it made a class raises as itself: one
-    landing in a field's __set_name__ (a dataclass module imported) is a RuntimeError('Error
-    calling __set_name__ ...') caused by it, and ended the command in that traceback, exit 1."""
-    try:
-        yield
-    except RuntimeError as e:
-        if isinstance(e.__cause__, KeyboardInterrupt):
-            raise e.__cause__ from None
-        raise
-
-
-def _raise_terminated(signum: int, frame: Any) -> NoReturn:
-    raise Terminated
-
-
-@contextlib.contextmanager
-def sigterm_as_ctrl_c() -> Iterator[None]:
-    """Within it, SIGTERM (a plain `kill`: how a job a script started with `&`, which ignores
-    Ctrl-C, is stopped) raises Terminated, which the command's `except KeyboardInterrupt` turns
-    into interrupted()'s line: by default the command died at once, leaving the file it was
-    writing under its temporary name. One started with SIGTERM ignored keeps it so. A Ctrl-C
-    that Python wrapped as it made a class reaches that `except` as itself (ctrl_c_unwrapped)."""
-    take = (
-        signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
-        and threading.current_thread() is threading.main_thread()
-    )
-    if take:
-        signal.signal(signal.SIGTERM, _raise_terminated)
-    try:
-        with ctrl_c_unwrapped():
-            yield
-    finally:
-        if take:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
 def interrupted(what: str, by: str | None = None) -> NoReturn:
     """End a command stopped by Ctrl-C (SIGINT): one line saying what is kept and how to go on,
     exit code 130 as a shell gives (typer's own handling prints nothing); 143 where SIGTERM
@@ -279,7 +250,7 @@ def interrupted(what: str, by: str | None = None) -> NoReturn:
     if by is not None:
         code = 128 + signal.Signals[by].value
     else:
-        code = 143 if isinstance(sys.exc_info()[1], Terminated) else 130
+        code = stop_exit_code()
     err_console.print(f"[bold red]interrupted:[/] {escape(what)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 

@@ -50,6 +50,11 @@ def import_npy(
         fail(str(e))
     except OSError as e:  # e.g. no space or no permission beside --out
         fail(f"{e.filename or out}: {e.strerror or e}")
+    except KeyboardInterrupt:  # Ctrl-C, or a kill (the entry point's sigterm_as_ctrl_c)
+        interrupted(
+            f"{out}: nothing written (the dataset is written in a temporary folder beside it, "
+            "now removed); rerun the same command"
+        )
     rows = {s: info.rows for s, info in manifest.splits.items()}
     if json_out:
         print_json({"rows": rows})
@@ -123,6 +128,11 @@ def export_npy(
         done = npy_import_export.export_npy(directory, out)
     except (ValueError, DatasetError) as e:
         fail(str(e))
+    except KeyboardInterrupt:  # Ctrl-C, or a kill (the entry point's sigterm_as_ctrl_c)
+        interrupted(
+            f"{out}: the day files written so far are kept (none half-written), without "
+            f"{npy_import_export.EXPORT_MARKER}, which is written last; rerun the same command"
+        )
     if json_out:
         print_json(done.rows)
     else:

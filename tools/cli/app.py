@@ -9,7 +9,7 @@ import typer
 import typer.core
 import typer.main
 
-from shardrec.tools.cli.common import LazyGroup, configure_logging, load_command
+from shardrec.tools.cli.common import LazyGroup, configure_logging
 from shardrec.tools.cli.entry import COMMANDS, main
 
 VERBOSE = ("-v", "--verbose")
@@ -63,11 +63,6 @@ class _LazyCommands(LazyGroup):
         verbose = [a for a in args[:cut] if a in VERBOSE]
         rest = [a for a in args[:cut] if a not in VERBOSE]
         return super().parse_args(ctx, [*verbose, *rest, *args[cut:]])
-
-
-def _load_command(name: str) -> Any:
-    """The top-level command `name` (its module imported now)."""
-    return load_command(f"shardrec.tools.cli.{COMMANDS[name]}", name)
 
 
 _type_in_help = typer.core.TyperOption.display_type_rich

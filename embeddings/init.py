@@ -27,23 +27,30 @@ def _block_seed(seed: int, table_index: int, block: int) -> int:
     return (seed * 1_000_003 + table_index * 7_919 + block) % (2**63 - 1)
 
 
+def _block_values(
+    block: int, table_index: int, table: EmbeddingBagConfig, seed: int, device: torch.device
+) -> torch.Tensor:
+    """The initial weights of one block of rows of the table, every column: its values depend on
+    its size, so the whole block is drawn whatever part of it is needed."""
+    bound = math.sqrt(1.0 / table.num_embeddings)
+    size = min(INIT_BLOCK_ROWS, table.num_embeddings - block * INIT_BLOCK_ROWS)
+    gen = torch.Generator(device=device).manual_seed(_block_seed(seed, table_index, block))
+    return torch.empty(size, table.embedding_dim, device=device).uniform_(
+        -bound, bound, generator=gen
+    )
+
+
 def _fill_rows(
     out: torch.Tensor, row0: int, col0: int, table_index: int, table: EmbeddingBagConfig, seed: int
 ) -> None:
     """Write rows [row0, row0 + len(out)) x cols [col0, col0 + width) of the table's initial
     weights."""
-    bound = math.sqrt(1.0 / table.num_embeddings)
     rows, cols = out.shape
     first, last = row0 // INIT_BLOCK_ROWS, (row0 + rows - 1) // INIT_BLOCK_ROWS
     for block in range(first, last + 1):
         start = block * INIT_BLOCK_ROWS
-        size = min(INIT_BLOCK_ROWS, table.num_embeddings - start)
-        gen = torch.Generator(device=out.device).manual_seed(_block_seed(seed, table_index, block))
-        # The whole block, every column, whatever part of it is needed: its values depend on its
-        # size.
-        values = torch.empty(size, table.embedding_dim, device=out.device).uniform_(
-            -bound, bound, generator=gen
-        )
+        values = _block_values(block, table_index, table, seed, out.device)
+        size = len(values)
         lo, hi = max(start, row0), min(start + size, row0 + rows)
         out[lo - row0 : hi - row0].copy_(values[lo - start : hi - start, col0 : col0 + cols])
 
@@ -76,3 +83,23 @@ def init_embedding_weights(
                 _fill_rows(shard.tensor, row0, col0, index, table, seed)
         else:
             _fill_rows(weight, 0, 0, index, table, seed)
+
+
+@torch.no_grad()
+def rows_at_initial_values(
+    weight: torch.Tensor, table_index: int, table: EmbeddingBagConfig, seed: int
+) -> torch.Tensor:
+    """Which rows of a whole (unsharded) table still hold exactly the initial weights that
+    init_embedding_weights gave them: a bool per row, drawn again on the CPU a block at a time.
+
+    A row that any optimizer step changed differs from them (a whole row of floats equal to
+    its draw by chance does not happen); a table initialised with another generator (CUDA's, or
+    another torch release's) has no row equal to them."""
+    at_init = torch.empty(table.num_embeddings, dtype=torch.bool)
+    for block in range(-(-table.num_embeddings // INIT_BLOCK_ROWS)):
+        start = block * INIT_BLOCK_ROWS
+        values = _block_values(block, table_index, table, seed, torch.device("cpu"))
+        # As init wrote them: cast into the table's dtype.
+        held = weight[start : start + len(values)]
+        at_init[start : start + len(values)] = (held == values.to(held.dtype)).all(dim=1)
+    return at_init

@@ -6,6 +6,7 @@ the preprocessed split gets."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -188,6 +189,35 @@ def test_hstu_on_an_event_log_trains_resumes_evaluates_exports_and_predicts(tmp_
     # An HSTU model scores a split 128 rows at a time, as raw event rows: the 8,192 of a DLRM's
     # split held ~16 GB of attention scores at configs/dlrmv4.toml's sizes.
     assert json.loads(scored.stdout)["batch_size"] == 128
+    # Users no training step brought score with their row's initial weights: predict counts the
+    # split's samples of them (before: not a word), and cannot score them as missing values.
+    train = build_event_loader(data, "train", global_batch_size=GLOBAL_BATCH, rank=0, world_size=1)
+    seen = {
+        u
+        for b in itertools.islice(iter(train), 12)
+        for u in b.sparse_features["uid"].values().tolist()
+    }
+    held_out = build_event_loader(
+        data, "val", global_batch_size=GLOBAL_BATCH, rank=0, world_size=1, tail="pad"
+    )
+    users = [
+        u
+        for b in held_out
+        for u, label in zip(b.sparse_features["uid"].values().tolist(), b.labels.tolist())
+        if label >= 0
+    ]
+    unseen = sum(u not in seen for u in users)
+    assert 0 < unseen < len(users)
+    assert json.loads(scored.stdout)["untrained"]["t_uid"] == {
+        "lookups": len(users),
+        "untrained": unseen,
+    }
+    assert_one_line_error(
+        cli("predict", model, data, "--split", "val", "--untrained-as-missing", ok=False),
+        rf"^error: --untrained-as-missing: {re.escape(str(model))} is an event log's model, whose "
+        "users and items are rows of their tables with no missing-value row; leave the events of "
+        "users it never trained on out instead$",
+    )
     cli("predict", model, tmp_path / "raw" / "events.parquet", "--out", tmp_path / "raw.txt")
     on_split, on_raw = np.loadtxt(tmp_path / "split.txt"), np.loadtxt(tmp_path / "raw.txt")
     # --no-label: the same probabilities, no AUC.

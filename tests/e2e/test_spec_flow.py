@@ -208,8 +208,9 @@ def write_untrained_model(dataset: Path, out: Path) -> None:
     from safetensors.torch import save_file
 
     from shardrec.embeddings.tables import build_ebc, build_table_configs
-    from shardrec.trainer.inference.export import META_KEY
+    from shardrec.trainer.inference.export import META_KEY, TableMarks
     from shardrec.trainer.inference.file_header import describe_model
+    from shardrec.trainer.inference.trained_rows import HEADER_KEY
     from shardrec.trainer.job.config import load_job_config
     from shardrec.trainer.model.models import build_model
 
@@ -220,9 +221,13 @@ def write_untrained_model(dataset: Path, out: Path) -> None:
     model = build_model(
         job.model, build_ebc(tables, "cpu"), manifest.feature_names, len(manifest.dense_features)
     )
-    save_file(
-        model.state_dict(), str(out), metadata={META_KEY: json.dumps(describe_model(job, manifest))}
-    )
+    header, tensors = describe_model(job, manifest), model.state_dict()
+    marks = TableMarks(header, job.train.fixed_seed)  # which rows differ from a run's first draw
+    for name, tensor in tensors.items():
+        marks.read(name, tensor)
+    header[HEADER_KEY] = marks.names()
+    tensors.update(zip(marks.layout(), marks.bits()))
+    save_file(tensors, str(out), metadata={META_KEY: json.dumps(header)})
 
 
 @pytest.mark.slow

@@ -76,6 +76,7 @@ def _score_text(
             exported.model,
             iter([rows_batch(dense, ids, exported.feature_names)]),
             exported.maps,
+            exported.trained,
         )
         probs.append(p)
         labels.append(chunk_labels)
@@ -93,9 +94,27 @@ def _score_events(exported, path: Path) -> tuple[np.ndarray, np.ndarray]:
     rows, batches = event_row_batches(exported.header, exported.item_maps, path)
     probs, labels = np.full(rows, np.nan), np.full(rows, np.nan)
     for batch, where in batches:
-        p, y = score_batches(exported.model, iter([batch]))
+        p, y = score_batches(exported.model, iter([batch]), trained=exported.trained)
         probs[where], labels[where] = p, y
     return probs, labels
+
+
+def _can_score_as_missing(header: dict[str, Any], model: Path, events: bool) -> None:
+    """Refuse --untrained-as-missing where it cannot act: a file that does not say which rows
+    trained, an event log's model (its users and items have no missing-value row)."""
+    from shardrec.trainer.inference.trained_rows import HEADER_KEY
+
+    if HEADER_KEY not in header:
+        fail(
+            f"--untrained-as-missing: {model} was exported before model files recorded which rows "
+            "trained; export the run again"
+        )
+    if events:
+        fail(
+            f"--untrained-as-missing: {model} is an event log's model, whose users and items are "
+            "rows of their tables with no missing-value row; leave the events of users it never "
+            "trained on out instead"
+        )
 
 
 def _flags_fit_the_input(
@@ -177,6 +196,16 @@ def predict(
             "--json", help="Print rows and AUC (against the input's labels) as JSON; needs --out."
         ),
     ] = False,
+    untrained_as_missing: Annotated[
+        bool,
+        typer.Option(
+            "--untrained-as-missing",
+            help="Score an id whose table row never trained (still at its initial random weights) "
+            "as its feature's missing value: the out-of-vocabulary row in vocabulary mode, an empty "
+            "field's row in hashing mode (a list leaves the id out). Without it such ids are "
+            "scored as they are, and counted per table.",
+        ),
+    ] = False,
 ) -> None:
     """Score a preprocessed split or raw rows with an exported model, in one process (no torchrun).
 
@@ -220,6 +249,8 @@ def predict(
         # in another format is refused in a second.
         header = read_header(model)
         events = bool(header.get("transform", {}).get("events_spec"))  # an event-log model
+        if untrained_as_missing:
+            _can_score_as_missing(header, model, events)
         if not input_path.is_dir() and not events:
             from shardrec.tools.preprocess.raw_rows import RawRows
 
@@ -227,6 +258,8 @@ def predict(
         from shardrec.trainer.inference.predict import load_exported, score_split, split_batch
 
         exported = load_exported(model)
+        if exported.trained is not None:
+            exported.trained.as_missing = untrained_as_missing
         if input_path.is_dir():
             batch_size = batch_size or split_batch(header)
             probs, labels = score_split(exported, input_path, split, batch_size)
@@ -263,6 +296,7 @@ def predict(
         result["batch_size"] = batch_size  # rows scored at a time
     if not sample.all():
         result["samples"] = int(sample.sum())
+    result["untrained"] = exported.trained.summary() if exported.trained is not None else None
     if json_out:
         print_json(result)
     elif out is not None:
@@ -282,6 +316,13 @@ def predict(
         err_console.print(
             f"wrote {result['rows']:,} probabilities to {out} ({scored}{samples})", highlight=False
         )
+    if not json_out:
+        from rich.markup import escape
+
+        from shardrec.trainer.inference.trained_rows import untrained_lines
+
+        for line in untrained_lines(exported.trained, str(model)):
+            err_console.print(escape(line), highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -32,6 +32,8 @@ from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from
 from shardrec.dataloader.format.fingerprints import dataset_fingerprint, older_fingerprints
 from shardrec.dataloader.format.manifest import Manifest
 from shardrec.dataloader.util.files import WriteError, atomic_open, write_error
+from shardrec.embeddings.dims import UNPOOLED
+from shardrec.embeddings.tables import table_weight_fqn
 from shardrec.sharding.machine.hardware import available_memory_bytes
 from shardrec.trainer.inference.eval_request import (
     find_checkpoint,
@@ -45,6 +47,13 @@ from shardrec.trainer.inference.model_file import (
     UNSEALED,
     VOCAB_PREFIX,
     SealingWriter,
+)
+from shardrec.trainer.inference.trained_rows import (
+    HEADER_KEY,
+    TRAINED_PREFIX,
+    bits_shape,
+    marked_tables,
+    trained_bits,
 )
 from shardrec.trainer.job.config import JobConfig
 from shardrec.trainer.rundir import names
@@ -194,6 +203,37 @@ def id_map_tensors(checkpoint: Path) -> dict[str, torch.Tensor]:
     return {ID_MAP_PREFIX + feature: t["slot_key"].contiguous() for feature, t in tables.items()}
 
 
+class TableMarks:
+    """The trained-row bits (trained_rows.py) of the tables export marks, made as their weights
+    pass through export: each table is compared with its initial weights while it is in memory."""
+
+    def __init__(self, header: dict[str, Any], seed: int) -> None:
+        self.seed = seed
+        self.tables = marked_tables(header)
+        self.made: dict[str, torch.Tensor] = {}
+
+    def names(self) -> list[str]:
+        return [t["name"] for _, t in self.tables]
+
+    def layout(self) -> dict[str, torch.Tensor]:
+        """Each table's bits as the file's header lays them out (their values come later)."""
+        return {
+            TRAINED_PREFIX + t["name"]: torch.empty(bits_shape(t), dtype=torch.uint8)
+            for _, t in self.tables
+        }
+
+    def read(self, name: str, tensor: torch.Tensor) -> None:
+        """Mark the rows of the table whose weight `name` is (none: another tensor)."""
+        for index, table in self.tables:
+            weight = table_weight_fqn("", table["name"], table.get("pooling") == UNPOOLED)
+            if name.endswith("." + weight):
+                self.made[table["name"]] = trained_bits(tensor, index, table, self.seed)
+
+    def bits(self) -> list[torch.Tensor]:
+        """The bits in the header's order."""
+        return [self.made[t["name"]] for _, t in self.tables]
+
+
 def _safetensors_header(
     entries: dict[str, TensorStorageMetadata],
     header: dict[str, Any],
@@ -267,8 +307,10 @@ def export_model(
             f"{limit / 2**30:.2f} GiB of memory available here: export on a host with more memory"
         )
     maps = id_map_tensors(checkpoint)
+    marked = TableMarks(header, run_config(run_dir).train.fixed_seed)
+    header = {**header, HEADER_KEY: marked.names()}
     total = sum(_nbytes(m) for m in entries.values())
-    layout = _safetensors_header(entries, header, maps)
+    layout = _safetensors_header(entries, header, {**maps, **marked.layout()})
     total += sum(t.numel() * t.element_size() for t in maps.values())
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -284,8 +326,9 @@ def export_model(
                         f"its metadata says {tuple(meta.size)} {meta.properties.dtype}"
                     )
                 _write_tensor(f, tensor)
+                marked.read(tensor_name, tensor)
                 del tensor
-            for tensor in maps.values():
+            for tensor in [*maps.values(), *marked.bits()]:
                 _write_tensor(f, tensor)
             f.seal()
     except OSError as e:  # a full disk or no permission: one line with the bytes it needs

@@ -34,6 +34,7 @@ from shardrec.trainer.inference.model_file import (
     read_header,
     reads_raw_rows,
 )
+from shardrec.trainer.inference.trained_rows import TRAINED_PREFIX, TrainedRows, trained_rows
 from shardrec.trainer.job.model_section import ModelConfig
 from shardrec.trainer.job.precision import resolve_precision
 from shardrec.trainer.loop.managed_ids import remap_batch
@@ -53,6 +54,9 @@ class ExportedModel:
     maps: ManagedMaps | None = None
     """Its raw-id tables' id maps (None: it has none), read only: an id without a slot scores
     through the shared row, a missing one through row 0."""
+    trained: TrainedRows | None = None
+    """Which rows of its tables trained, and the lookups scored on those that did not (None: the
+    file was exported before it recorded them)."""
 
     @property
     def feature_names(self) -> list[str]:
@@ -97,13 +101,19 @@ def load_exported(path: Path) -> ExportedModel:
         if k.startswith(ITEM_MAPS)
     }
     maps = _id_maps(header, tensors, path)
-    # The vocabularies are raw rows' (tools/preprocess/raw_rows.py reads them), not the model's.
-    weights = {k: v for k, v in tensors.items() if not k.startswith((ID_MAP_PREFIX, VOCAB_PREFIX))}
+    # The vocabularies are raw rows' (tools/preprocess/raw_rows.py reads them) and the trained-row
+    # bits predict's counts' (trained_rows.py): neither is the model's.
+    weights = {
+        k: v
+        for k, v in tensors.items()
+        if not k.startswith((ID_MAP_PREFIX, VOCAB_PREFIX, TRAINED_PREFIX))
+    }
     _check_weights(path, weights, model.state_dict())
+    trained = trained_rows(header, tensors, path)
     model.load_state_dict(weights, strict=True)
     model.eval()
     item_maps = (items["artist"], items["album"]) if items else None
-    return ExportedModel(model, header, item_maps=item_maps, maps=maps)
+    return ExportedModel(model, header, item_maps=item_maps, maps=maps, trained=trained)
 
 
 def _check_weights(
@@ -151,14 +161,20 @@ def _id_maps(header: dict[str, Any], tensors: dict[str, torch.Tensor], path: Pat
 
 @torch.no_grad()
 def score_batches(
-    model: RecModel, batches: Iterator[Batch], maps: ManagedMaps | None = None
+    model: RecModel,
+    batches: Iterator[Batch],
+    maps: ManagedMaps | None = None,
+    trained: TrainedRows | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(probabilities, labels) of every real row of `batches` (padding rows, label < 0, left
-    out); `maps` turn raw ids into rows first (read only)."""
+    out); `maps` turn raw ids into rows first (read only); `trained` counts the lookups of rows
+    that never trained (and scores them as missing values where it is asked to)."""
     probs, labels = [], []
     for batch in batches:
         if maps is not None:
             batch = remap_batch(maps, batch, None)
+        if trained is not None:
+            batch = trained.look(batch)
         logits = model(batch.dense_features, batch.sparse_features)
         keep = batch.labels >= 0
         probs.append(torch.sigmoid(logits[keep].double()).numpy())
@@ -229,7 +245,7 @@ def score_split(
             f"{dataset}: no feature {missing[0]} that the model reads (has {', '.join(loader.feature_names[:4])}, ...)"
         )
     check_preprocessing(exported.header, Manifest.load(dataset), dataset)
-    return score_batches(exported.model, iter(loader), exported.maps)
+    return score_batches(exported.model, iter(loader), exported.maps, exported.trained)
 
 
 def _listed(names: list[str]) -> str:

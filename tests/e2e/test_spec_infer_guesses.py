@@ -62,11 +62,15 @@ def test_a_word_for_a_missing_value_among_numbers_is_said_with_the_command_that_
     tmp_path: Path,
 ) -> None:
     log, spec = tmp_path / "na.csv", tmp_path / "na.toml"
-    rows = [f"{i % 2},{'NA' if i % 10 == 0 else 18 + i % 50},{i}" for i in range(200)]
-    log.write_text("click,age,n\n" + "\n".join(rows) + "\n")
+    # A country's code, NA (Namibia) among them: a value, which the command leaves as it is.
+    rows = [
+        f"{i % 2},{'NA' if i % 10 == 0 else 18 + i % 50},{i},{('NA', 'FR', 'US')[i % 3]}"
+        for i in range(200)
+    ]
+    log.write_text("click,age,n,country\n" + "\n".join(rows) + "\n")
     res = cli("spec", "infer", log, "--label", "click", "--out", spec)
     (line,) = _warnings(res)
-    command = r"perl -pe 's{(?<![^,\n])(?:NA)(?![^,\r\n])}{}g'"
+    command = r"perl -pe 's{^((?:[^,\n]*,){1})(?:NA)(?![^,\r\n])}{$1}'"
     assert line == (
         f"warning: {log}: age ('NA' in 20 of 200 rows): numbers but for words for a missing "
         "value, so proposed as a string categorical; preprocessing reads only an empty field as "
@@ -82,3 +86,6 @@ def test_a_word_for_a_missing_value_among_numbers_is_said_with_the_command_that_
     res = cli("spec", "infer", emptied, "--label", "click", "--out", tmp_path / "e.toml")
     assert _warnings(res) == []
     assert 'name = "age"\nrole = "dense"\ntype = "int"' in (tmp_path / "e.toml").read_text()
+    # Only that column's fields: before, every field "NA" was emptied, the country's too.
+    country = [line.split(",")[3] for line in emptied.read_text().splitlines()]
+    assert country == [line.split(",")[3] for line in log.read_text().splitlines()]

@@ -93,8 +93,11 @@ class _Decoder:
 
     def next_range(self, slots: Slots, slot: int) -> tuple[int, int] | None:
         """Decode the next range into the slot; (text start, end) or None at the end of the text."""
-        buf = slots.shm[slot].buf
         have = len(self.carry)
+        # The blank lines read past the last range's end (below) may be more than a slot holds.
+        while have + _READ_AHEAD + 1 > len(slots.shm[slot].buf):
+            slots.grow(slot, 0)
+        buf = slots.shm[slot].buf
         buf[:have] = self.carry
         while have < self.chunk and not self.eof:
             have += self._read(buf[have : self.chunk])

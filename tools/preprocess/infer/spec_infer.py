@@ -199,16 +199,22 @@ def _missing_words(values: list[str]) -> Counter:
     return words if words and rest and all(map(is_number, rest)) else Counter()
 
 
-def _missing_advice(found: dict[str, Counter], rows: int, delimiter: str) -> str:
-    """The line for numbers columns that write a missing value as a word: what infer made of them,
-    and the command that empties those fields (preprocessing's missing value)."""
-    words = sorted({w for c in found.values() for w in c})
+def _missing_advice(found: dict[int, tuple[str, Counter]], rows: int, delimiter: str) -> str:
+    """The line for numbers columns (by field index: name, words) that write a missing value as a
+    word: what infer made of them, and the command that empties those fields (preprocessing's
+    missing value): theirs alone, at their place in the row, as another column's `NA` may be a
+    value (a country's code)."""
     d = {"\t": "\\t"}.get(delimiter, re.escape(delimiter))
-    alternatives = "|".join(re.escape(w) for w in words)
-    command = f"perl -pe 's{{(?<![^{d}\\n])(?:{alternatives})(?![^{d}\\r\\n])}}{{}}g'"
+
+    def empty(i: int, words: Counter) -> str:
+        """Perl's substitution of the words at field i (after i fields and their delimiters)."""
+        alternatives = "|".join(map(re.escape, sorted(words)))
+        return f"s{{^((?:[^{d}\\n]*{d}){{{i}}})(?:{alternatives})(?![^{d}\\r\\n])}}{{$1}}"
+
+    command = f"perl -pe '{'; '.join(empty(i, c) for i, (_, c) in found.items())}'"
     columns = ", ".join(
         f"{name} ({' and '.join(f'{w!r} in {n:,}' for w, n in c.items())} of {rows:,} rows)"
-        for name, c in found.items()
+        for name, c in found.values()
     )
     one = len(found) == 1
     return (
@@ -370,7 +376,6 @@ def infer_spec(
             continue
         column, note = propose_column(name, values, len(body), delimiter)
         if words := _missing_words(values):
-            missing[name] = words
             note += (
                 f"; numbers but for {', '.join(map(repr, words))} (a missing value?): the "
                 "comment on top says how to make it a dense column"
@@ -381,6 +386,8 @@ def infer_spec(
             note += " (decimal commas: 13,44 is 13.44)"
         columns.append(_placed(column, i, names))
         notes[columns[-1].name] = note  # a renamed column's note goes above it too
+        if words:
+            missing[i] = (columns[-1].name, words)
     counts = [len(r) for r in body]
     fmt = TextFormat(
         "tsv" if delimiter == "\t" else "csv",

@@ -78,3 +78,21 @@ def test_a_parquet_column_of_few_values_gets_an_id_per_value(tmp_path: Path) -> 
     ids, _ = _preprocessed(tmp_path / "log.parquet", "click", tmp_path)
     assert ids == {"city": 7, "tags": 6, "C1": 6}
     assert load_spec(tmp_path / "log.toml").columns[3].kind == "integer"
+
+
+def test_a_parquet_uint64_column_past_int64_gets_an_id_per_value(tmp_path: Path) -> None:
+    # Before, the values of 2^63 and up were left out of the check (as an int64 text field would
+    # refuse them): the comment said each value had its own id while 12 values had 10.
+    rng = np.random.default_rng(0)
+    values = rng.integers(2**63, 2**64 - 1, 6, dtype=np.uint64, endpoint=True).tolist()
+    values += list(range(1, 7))
+    n = 2000
+    table = pa.table(
+        {
+            "click": pa.array(rng.integers(0, 2, n)),
+            "user_id": pa.array([values[i % 12] for i in range(n)], pa.uint64()),
+        }
+    )
+    pq.write_table(table, tmp_path / "log.parquet")
+    ids, text = _preprocessed(tmp_path / "log.parquet", "click", tmp_path)
+    assert ids == {"user_id": 12}, text

@@ -1,6 +1,6 @@
 """The feature-spec parser (spec_kernel, spec_parse) against plain Python (the csv module, int(),
-float(), ids.hash_bytes) on random rows with quoted commas and quotes, lists, negative integers,
-floats and missing values; how a spec is matched to a file's fields; and Criteo's shape found."""
+float(), ids.hash_bytes) on random rows with quoted commas and quotes, lists, integer ids from -2^63
+to 2^64 - 1, floats and missing values; how a spec is matched to a file's fields; and Criteo's shape found."""
 
 from __future__ import annotations
 
@@ -50,6 +50,21 @@ HEADER = [c.name for c in SPEC.columns]
 WORDS = ["Comedy", "Drama", "Sci-Fi", "Film-Noir", 'say "hi"', "a, b", "Ünïcode", "x" * 20]
 
 
+_EDGES = [-(2**63), -1, 0, 2**63 - 1, 2**63, 2**64 - 1]
+
+
+def _integer_id(rng: np.random.Generator) -> str:
+    """An integer id of any of int64's and uint64's values: small, 19 digits, past int64, an edge."""
+    kind = rng.integers(0, 4)
+    if kind == 0:
+        return str(_EDGES[rng.integers(0, len(_EDGES))])
+    if kind == 1:
+        return str(rng.integers(-5, 10**12))
+    if kind == 2:
+        return str(rng.integers(2**63, 2**64 - 1, dtype=np.uint64, endpoint=True))
+    return str(rng.integers(-(2**63), 2**63 - 1, endpoint=True))
+
+
 def _random_rows(rng: np.random.Generator, n: int) -> list[list[str]]:
     rows = []
     for i in range(n):
@@ -57,13 +72,13 @@ def _random_rows(rng: np.random.Generator, n: int) -> list[list[str]]:
             [
                 str(10**19 + i),
                 str(rng.integers(1, 6)),
-                str(rng.integers(-5, 10**12)) if rng.random() > 0.1 else "",
+                _integer_id(rng) if rng.random() > 0.1 else "",
                 f"{rng.integers(0, 2**32):08x}" if rng.random() > 0.1 else "",
                 str(rng.integers(-3, 1000)) if rng.random() > 0.2 else "",
                 f"{rng.normal(0, 100):.{rng.integers(0, 6)}f}" if rng.random() > 0.2 else "",
                 str(rng.choice(WORDS)) if rng.random() > 0.1 else "",
                 "|".join(rng.choice(WORDS, rng.integers(0, 5))),
-                ";".join(str(v) for v in rng.integers(-2, 50, rng.integers(0, 4))),
+                ";".join(_integer_id(rng) for _ in range(rng.integers(0, 4))),
             ]
         )
     return rows
@@ -194,6 +209,20 @@ def test_dense_columns_get_transform_denses_bytes(dtype: str) -> None:
         ),
         ("1,4,7", "too_few_fields", "row", "3 fields, the spec needs at least 9 of 9"),
         ("1,4,7x,0000000a,1,2.5,t,a|b,1", "bad_integer", "user", "'7x'"),
+        (
+            "1,4,18446744073709551616,0000000a,1,2.5,t,a|b,1",
+            "bad_integer",
+            "user",
+            "'18446744073709551616'",
+        ),
+        ("1,4,-9223372036854775809,0000000g,1,2.5,t,a|b,1", "bad_integer", "user", "'-9223"),
+        ("1,4,18446744073709551615,0000000g,1,2.5,t,a|b,1", "bad_hex", "site", "'0000000g'"),
+        (
+            "1,4,1,0000000a,1,2.5,t,a|b,18446744073709551615;18446744073709551616",
+            "bad_integer",
+            "codes",
+            "'18446744073709551615;18446744073709551616'",
+        ),  # fmt: skip
         ("1,4,7,0000000g,1,2.5,t,a|b,1", "bad_hex", "site", "'0000000g'"),
         ("1,4,7,0000000a,1,2.5e,t,a|b,1", "bad_float", "price", "'2.5e'"),
         ("1,4,7,0000000a,1,2.5,t,a|b,1;x", "bad_integer", "codes", "'1;x'"),

@@ -22,7 +22,7 @@ import numpy as np
 
 from shardrec.dataloader.util.splitmix import mix64
 from shardrec.tools.preprocess.ids.id_maps import hash_bytes
-from shardrec.tools.preprocess.parse.parse_fields import INT64_MAX
+from shardrec.tools.preprocess.parse.parse_fields import ID_RANGE, MAX_ID_DIGITS
 
 SEARCH_FACTOR = 8
 MAX_CHECKED = 100_000
@@ -31,7 +31,7 @@ _WORK = 50_000_000
 """Ids computed in the search at most (size x values); beyond it the search gives up."""
 _MASK = (1 << 64) - 1
 _HEX = frozenset("0123456789abcdefABCDEF")
-_INTEGER = re.compile(r"-?[0-9]{1,19}")
+_INTEGER = re.compile(rf"-?[0-9]{{1,{MAX_ID_DIGITS}}}")
 
 
 def value_bits(text: str, kind: str) -> int | None:
@@ -41,9 +41,9 @@ def value_bits(text: str, kind: str) -> int | None:
         return hash_bytes(text.encode())
     if kind == "hex":
         return int(text, 16) if 0 < len(text) <= 16 and all(c in _HEX for c in text) else None
-    # integer: parse_kernel.decode_int's rule ('260.0' too); a negative one wraps
+    # integer: parse_kernel.decode_id's rule ('260.0' too); a negative one wraps
     digits = text[:-2] if text.endswith(".0") else text
-    if not _INTEGER.fullmatch(digits) or abs(int(digits)) > INT64_MAX:
+    if not _INTEGER.fullmatch(digits) or not ID_RANGE[0] <= int(digits) <= ID_RANGE[1]:
         return None
     return int(digits) & _MASK
 

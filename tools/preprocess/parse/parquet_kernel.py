@@ -3,11 +3,10 @@ feature spec's text parser would have produced from the same rows (spec_kernel.p
 Arrow's raw buffers: validity bitmaps (bit `offset + i`), int32 or int64 offsets, the bytes of
 strings, the values of integers, a list's offsets and its child's.
 
-The decoders are the text parser's own (spec_values.hash_string, parse_kernel.decode_hex and
-decode_int), so a string, a hex string or an integer gives the same 64-bit value, hence the same
-id, read from Parquet as read from CSV. A null or empty value is missing (id 0; a raw id's is
-MISSING_KEY), as an empty field is; a list's null or empty elements are skipped, as a list field's
-empty values are.
+The decoders are the text parser's own (spec_kernel.categorical_value), so a string, a hex string
+or an integer gives the same 64-bit value, hence the same id, read from Parquet as read from CSV.
+A null or empty value is missing (id 0; a raw id's is MISSING_KEY), as an empty field is; a list's
+null or empty elements are skipped, as a list field's empty values are.
 """
 
 from __future__ import annotations
@@ -15,14 +14,11 @@ from __future__ import annotations
 import numpy as np
 
 from shardrec.dataloader.util.jit import njit
-from shardrec.tools.preprocess.parse.parse_kernel import decode_hex, decode_int
 from shardrec.tools.preprocess.parse.spec_kernel import (
     BAD_FLOAT,
-    BAD_HEX,
     BAD_INTEGER,
     BAD_LABEL,
-    HEX,
-    STRING,
+    categorical_value,
 )
 from shardrec.tools.preprocess.parse.spec_values import hash_string
 
@@ -31,18 +27,6 @@ from shardrec.tools.preprocess.parse.spec_values import hash_string
 def _valid(bitmap, i):
     """Bit i of an Arrow validity bitmap (an empty bitmap: every value is valid)."""
     return len(bitmap) == 0 or ((bitmap[i >> 3] >> (i & 7)) & 1) == 1
-
-
-@njit(cache=True, nogil=True, boundscheck=False, inline="always")
-def _decode(data, s, e, kind):
-    """(value, reason) of a non-empty string value by the column's kind; reason -1: decoded."""
-    if kind == STRING:
-        return hash_string(data, s, e, False), -1
-    if kind == HEX:
-        v, ok = decode_hex(data, s, e)
-        return v, (-1 if ok else BAD_HEX)
-    v, ok = decode_int(data, s, e)
-    return np.uint64(v), (-1 if ok else BAD_INTEGER)
 
 
 @njit(cache=True, nogil=True, boundscheck=False, inline="always")
@@ -62,7 +46,7 @@ def strings_into(
         if not _valid(bitmap, j) or s == e:
             out[r, col], missing[r, col] = np.uint64(0), True
             continue
-        v, code = _decode(data, s, e, kind)
+        v, code = categorical_value(data, s, e, kind, False)
         out[r, col], missing[r, col] = v, False
         if code >= 0:
             _bad(reason, bad_field, r, code, field)
@@ -172,7 +156,7 @@ def string_lists_into(
                 s, e = np.int64(offsets[c]), np.int64(offsets[c + 1])
                 if count == max_length or not _valid(bitmap, c) or s == e:
                     continue
-                v, code = _decode(data, s, e, kind)
+                v, code = categorical_value(data, s, e, kind, False)
                 if code >= 0:
                     _bad(reason, bad_field, r, code, field)
                 out[pos] = v

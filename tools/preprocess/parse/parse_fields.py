@@ -19,6 +19,10 @@ MAX_INT_DIGITS = 19  # int64 ids have up to 19 digits (Snowflake-style ids among
 INT64_MAX = (1 << 63) - 1
 """The largest magnitude an integer field may have: +-(2^63 - 1); 2^63 itself is a raw-id table's
 missing key (format/raw_ids.py), which no integer field may read as."""
+MAX_ID_DIGITS = 20  # uint64 ids have up to 20 digits (ids that are themselves 64-bit hashes)
+ID_RANGE = (-(1 << 63), (1 << 64) - 1)
+"""The integers an integer categorical may be: those a Parquet int64 or uint64 column holds, each
+kept as its 64 bits (-1 and 2^64 - 1 are one id, as they are across a file of each)."""
 MAX_HEX_DIGITS = 16
 
 # Lookup tables: byte -> digit value, -1 for "not a digit here".

@@ -12,6 +12,7 @@ Row rules (shared with criteo_text.py): fields past the row's end are missing (r
 but a row with fewer than `nmin` fields (Schema.min_fields) is malformed (too few fields);
 a label is exactly `0` or `1`; integers are an optional '-' and 1-19 digits within
 +-(2^63 - 1), with `260.0` accepted; categoricals are 1-16 hex digits; a '\\r' before the newline is ignored.
+A feature spec's integer categoricals (spec_kernel) are decode_id's: -2^63 to 2^64 - 1, as 64 bits.
 """
 
 from __future__ import annotations
@@ -19,7 +20,12 @@ from __future__ import annotations
 import numpy as np
 
 from shardrec.dataloader.util.jit import AVAILABLE, njit
-from shardrec.tools.preprocess.parse.parse_fields import INT64_MAX, MAX_INT_DIGITS
+from shardrec.tools.preprocess.parse.parse_fields import (
+    ID_RANGE,
+    INT64_MAX,
+    MAX_ID_DIGITS,
+    MAX_INT_DIGITS,
+)
 from shardrec.tools.preprocess.text.lines import count_newlines
 
 if AVAILABLE:
@@ -55,6 +61,43 @@ def decode_int(buf, s, e):
         return 0, False
     w = np.int64(v)
     return (-w if neg else w), True
+
+
+_ID_TENTH = np.uint64(ID_RANGE[1] // 10)  # 20 digits whose first 19 are past it pass 2^64 - 1
+_NEG_ID = np.uint64(-ID_RANGE[0])
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def decode_id(buf, s, e):
+    """(value, ok) of the integer id buf[s:e], a non-empty field: an optional '-' and up to
+    MAX_ID_DIGITS digits within ID_RANGE (`260.0` accepted); the value is the id's 64 bits in an
+    int64 (2^64 - 1 as -1), the bits a Parquet int64 or uint64 column of the same value holds.
+
+    Shaped as decode_int, one loop and the tests after it, and as fast: a test inside the loop, a
+    loop of its own for the 20th digit or a uint64 result took ~40% longer on 8 digits."""
+    if e - s >= 3 and buf[e - 1] == 48 and buf[e - 2] == 46:  # trailing ".0"
+        e -= 2
+    neg = buf[s] == 45
+    if neg:
+        s += 1
+    n = e - s
+    if n < 1 or n > MAX_ID_DIGITS:
+        return 0, False
+    v = np.uint64(0)
+    head = v  # the value before the last digit: 19 digits never wrap uint64
+    for i in range(s, e):
+        d = np.int64(buf[i]) - 48
+        if d < 0 or d > 9:
+            return 0, False
+        head = v
+        v = v * np.uint64(10) + np.uint64(d)
+    # Past 2^64 - 1: 10 x head wrapped, or head is _ID_TENTH and the last digit 6-9 wrapped to 0-3.
+    if n == MAX_ID_DIGITS and (head > _ID_TENTH or (head == _ID_TENTH and v < np.uint64(10))):
+        return 0, False
+    if neg and v > _NEG_ID:
+        return 0, False
+    w = np.int64(v)
+    return (-w if neg else w), True  # -(-2^63) wraps to itself: the bits of -2^63
 
 
 @njit(cache=True, nogil=True, boundscheck=False)

@@ -7,6 +7,7 @@ Before, the refused run left OUT/.work (and its parts), and the advised rerun wa
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 
 from helpers import assert_one_line_error, cli
@@ -35,3 +36,23 @@ def test_a_folder_that_was_there_keeps_only_what_it_held(tmp_path: Path) -> None
     (out / "notes.txt").write_text("mine")
     cli("preprocess", log, "--out", out, "--max-ids", "100", "--workers", "2", ok=False)
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+
+
+def test_a_day_of_blank_lines_alone_is_refused_as_an_empty_one_is(tmp_path: Path) -> None:
+    """Blank lines that end a file are no rows (text.lines): a training day of nothing else, plain
+    or .gz, was taken as a day of no rows without a word, where a 0-byte day is refused."""
+    cli("synth", tmp_path / "raw", "--rows", "2000", "--days", "3")
+    days, out = tmp_path / "raw", tmp_path / "out"
+    (days / "day_1").write_text("\n\n\n")
+    refused = cli("preprocess", days, "--out", out, ok=False)
+    assert_one_line_error(
+        refused, r"^error: .*day_1: only blank lines, no rows: take it out of the inputs$"
+    )
+    assert not out.exists()
+    (days / "day_1").unlink()
+    (days / "day_1.gz").write_bytes(gzip.compress(b"\n\r\n\n"))
+    refused = cli("preprocess", days, "--out", out, ok=False)
+    assert_one_line_error(
+        refused, r"^error: .*day_1.gz: no data lines, no rows: take it out of the inputs$"
+    )
+    assert not out.exists()

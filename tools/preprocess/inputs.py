@@ -235,6 +235,13 @@ def plan_tasks(
             continue
         begin = header_end(path) if header else 0
         end = text_end(path, begin)
+        if end == begin < path.stat().st_size:  # as an empty file is (discover_inputs)
+            from shardrec.tools.preprocess.kept_rows import RowsRefused  # it imports this module
+
+            after = " after its header" if header else ""
+            raise RowsRefused(
+                f"{path}: only blank lines{after}, no rows: take it out of the inputs", final=True
+            )
         bounds = chunk_bounds(path, chunk_bytes, begin, row_end, end)
         firsts, ranges = [-1] * len(bounds), ()
         if needs_lines:

@@ -119,6 +119,11 @@ def check_rows_kept(
         _add(file_skipped, r.skipped)
         per_file[t.path] = (file_lines + r.lines, file_skipped)
     for path, (file_lines, file_skipped) in per_file.items():
+        if not file_lines and not cfg.parquet:  # a .gz of blank lines alone (plain: plan_tasks)
+            after = " after its header" if cfg.header else ""
+            raise RowsRefused(
+                f"{path}: no data lines{after}, no rows: take it out of the inputs", final=True
+            )
         file_bad = sum(file_skipped.values())
         if len(per_file) > 1 and file_lines and file_bad > cfg.max_skipped_fraction * file_lines:
             mine = [e for e in errors if e.startswith(f"{path}:")]

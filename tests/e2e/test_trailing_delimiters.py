@@ -14,26 +14,9 @@ import json
 import re
 from pathlib import Path
 
-from helpers import assert_one_line_error, cli
+from helpers import assert_one_line_error, cli, click_city_spec
 
-SPEC = """[format]
-kind = "csv"
-header = true
-
-[[columns]]
-name = "click"
-role = "label"
-
-[[columns]]
-name = "city"
-role = "categorical"
-kind = "string"
-hash_size = 100
-
-[[columns]]
-name = "n"
-role = "dense"
-"""
+SPEC = click_city_spec(hash_size=100) + '\n[[columns]]\nname = "n"\nrole = "dense"\n'
 
 
 def _log(tmp_path: Path) -> Path:

@@ -138,6 +138,39 @@ def test_untrained_ids_score_as_the_missing_value_preprocessing_gives() -> None:
     assert _as_missing(None, None) == {"a": [[], [4], []], "b": [[1], [], []]}
 
 
+def test_an_untrained_id_of_a_sequence_leaves_with_its_events_sides() -> None:
+    # Before: the history lost its untrained id and its times kept theirs, and the sequence
+    # model (a click log's HSTU) ended in "RuntimeError: The size of tensor a (551) must match the
+    # size of tensor b (561)": a side holds one value per event of its sequence.
+    header = {
+        "tables": [{"name": "t_h", "features": ["c", "h"], "rows": 8, "dim": 2}],
+        "multi_hot": ["h", "t"],
+        "sparse_features": [
+            {"name": "c", "table": "h"},
+            {"name": "h", "sequence": True},
+            {"name": "t", "sequence": True, "side_of": "h", "values": "timestamps"},
+        ],
+        "transform": {"missing_id": 0, "oov_id": None},
+        "trained_rows": ["t_h"],
+    }
+    changed = np.ones(8, bool)
+    changed[6] = False
+    bits = torch.from_numpy(np.packbits(changed, bitorder="little"))
+    trained = trained_rows(header, {TRAINED_PREFIX + "t_h": bits}, "m.safetensors")
+    trained.as_missing = True
+    sparse = KeyedJaggedTensor.from_lengths_sync(
+        keys=["c", "h", "t"],
+        values=torch.tensor([6, 2, 6, 1, 2, 6, 10, 11, 12, 13]),
+        lengths=torch.tensor([1, 1, 2, 2, 2, 2], dtype=torch.int32),
+    )
+    scored = trained.look(Batch(torch.zeros(2, 1), sparse, torch.tensor([1, 0]))).sparse_features
+    assert {key: [row.tolist() for row in scored[key].to_dense()] for key in scored.keys()} == {
+        "c": [[0], [2]],  # the candidate, one id a row: the missing value's row
+        "h": [[1], [2]],
+        "t": [[11], [12]],
+    }
+
+
 def test_a_table_whose_every_row_changed_cannot_tell_and_an_old_file_says_so() -> None:
     header, tensors = _model()
     tensors[TRAINED_PREFIX + "t_b"] = torch.full((1,), 255, dtype=torch.uint8)

@@ -80,6 +80,9 @@ class TrainedRows:
     missing_row: dict[str, int | None]
     """Feature -> the row an untrained id is scored as with `as_missing` (None: left out, as an
     empty value of a list is)."""
+    events: dict[str, list[str]] = field(default_factory=dict)
+    """Feature of a sequence with sides -> the sequence's features (it and its sides), whose
+    values at a position are one event's: an id left out takes that event's other values along."""
     as_missing: bool = False
     """Score an id on a row that never trained as the feature's missing value."""
     has_missing: bool = True
@@ -101,40 +104,53 @@ class TrainedRows:
         values = kjt.values().numpy()
         lengths = kjt.lengths().numpy().reshape(len(keys), -1)
         real = (batch.labels >= 0).numpy()
-        new_values, new_lengths = [], []
+        ids = {key: values[offsets[i] : offsets[i + 1]] for i, key in enumerate(keys)}
+        untrained: dict[str, np.ndarray] = {}
         for i, key in enumerate(keys):
-            ids, length = values[offsets[i] : offsets[i + 1]], lengths[i]
             table = self.table_of.get(key)
-            if table is not None:
-                counted = np.repeat(real, length)
-                self.lookups[table] = self.lookups.get(table, 0) + int(counted.sum())
+            if table is None:
+                continue
+            counted = np.repeat(real, lengths[i])
+            self.lookups[table] = self.lookups.get(table, 0) + int(counted.sum())
             if table in self.bits:
-                untrained = self.untrained_ids(table, ids)
+                untrained[key] = self.untrained_ids(table, ids[key])
                 self.untrained[table] = self.untrained.get(table, 0) + int(
-                    (untrained & counted).sum()
+                    (untrained[key] & counted).sum()
                 )
-                if self.as_missing and untrained.any():
-                    ids, length = self._as_missing(key, ids, length, untrained)
-            new_values.append(ids)
-            new_lengths.append(length)
         if not self.as_missing:
             return batch
+        scored = [
+            self._as_missing(key, ids[key], lengths[i], untrained) for i, key in enumerate(keys)
+        ]
         sparse = KeyedJaggedTensor.from_lengths_sync(
             keys=keys,
-            values=torch.from_numpy(np.concatenate(new_values).astype(np.int64, copy=False)),
-            lengths=torch.from_numpy(np.concatenate(new_lengths).astype(np.int32, copy=False)),
+            values=torch.from_numpy(
+                np.concatenate([v for v, _ in scored]).astype(np.int64, copy=False)
+            ),
+            lengths=torch.from_numpy(
+                np.concatenate([n for _, n in scored]).astype(np.int32, copy=False)
+            ),
         )
         return Batch(
             dense_features=batch.dense_features, sparse_features=sparse, labels=batch.labels
         )
 
     def _as_missing(
-        self, key: str, ids: np.ndarray, length: np.ndarray, untrained: np.ndarray
+        self, key: str, ids: np.ndarray, length: np.ndarray, untrained: dict[str, np.ndarray]
     ) -> tuple[np.ndarray, np.ndarray]:
-        row = self.missing_row[key]
-        if row is not None:
-            return np.where(untrained, row, ids), length
-        kept = ~untrained
+        """A feature's ids and lengths with its untrained ids as its missing row, or left out;
+        a sequence's position leaves with every side's value of it (they stay one event each)."""
+        row = self.missing_row.get(key)
+        if key in untrained and row is not None:
+            ids = np.where(untrained[key], row, ids)
+        gone = [
+            untrained[k]
+            for k in self.events.get(key, [key])
+            if k in untrained and self.missing_row[k] is None and untrained[k].any()
+        ]
+        if not gone:
+            return ids, length
+        kept = ~np.logical_or.reduce(gone)
         owner = np.repeat(np.arange(len(length)), length)
         return ids[kept], np.bincount(owner[kept], minlength=len(length))
 
@@ -175,8 +191,20 @@ def trained_rows(
         for feature in t["features"]:
             table_of[feature] = t["name"]
             missing_row[feature] = _missing_row(header, t, feature)
-    events = bool(header["transform"].get("events_spec"))
-    return TrainedRows(bits, unknown, table_of, missing_row, has_missing=not events)
+    log = bool(header["transform"].get("events_spec"))
+    return TrainedRows(
+        bits, unknown, table_of, missing_row, _sequence_events(header), has_missing=not log
+    )
+
+
+def _sequence_events(header: dict[str, Any]) -> dict[str, list[str]]:
+    """Each feature of a sequence with sides (the feature spec's `side_of`) -> the sequence's
+    features: a history's ids and its times, actions or other ids, one event a position."""
+    sequences: dict[str, list[str]] = {}
+    for feature in header.get("sparse_features", []):
+        if feature.get("side_of"):
+            sequences.setdefault(feature["side_of"], [feature["side_of"]]).append(feature["name"])
+    return {name: features for features in sequences.values() for name in features}
 
 
 def _missing_row(header: dict[str, Any], table: dict[str, Any], feature: str) -> int | None:

@@ -90,6 +90,9 @@ class TrainedRows:
     none: its users and items are rows of their tables)."""
     lookups: dict[str, int] = field(default_factory=dict)
     untrained: dict[str, int] = field(default_factory=dict)
+    still_untrained: dict[str, int] = field(default_factory=dict)
+    """With `as_missing`, table -> its untrained lookups scored on a missing value's row that
+    never trained either (no training row held that feature's missing value)."""
 
     def untrained_ids(self, table: str, ids: np.ndarray) -> np.ndarray:
         """Whether each id's row of `table` never trained."""
@@ -114,9 +117,10 @@ class TrainedRows:
             self.lookups[table] = self.lookups.get(table, 0) + int(counted.sum())
             if table in self.bits:
                 untrained[key] = self.untrained_ids(table, ids[key])
-                self.untrained[table] = self.untrained.get(table, 0) + int(
-                    (untrained[key] & counted).sum()
-                )
+                n = int((untrained[key] & counted).sum())
+                self.untrained[table] = self.untrained.get(table, 0) + n
+                if self._missing_row_untrained(key, table):
+                    self.still_untrained[table] = self.still_untrained.get(table, 0) + n
         if not self.as_missing:
             return batch
         scored = [
@@ -133,6 +137,16 @@ class TrainedRows:
         )
         return Batch(
             dense_features=batch.dense_features, sparse_features=sparse, labels=batch.labels
+        )
+
+    def _missing_row_untrained(self, key: str, table: str) -> bool:
+        """Whether `as_missing` scores the feature's untrained ids on a row that never trained
+        either: its missing value's, which no training row held."""
+        row = self.missing_row[key]
+        return (
+            self.as_missing
+            and row is not None
+            and bool(self.untrained_ids(table, np.array([row]))[0])
         )
 
     def _as_missing(
@@ -155,14 +169,20 @@ class TrainedRows:
         return ids[kept], np.bincount(owner[kept], minlength=len(length))
 
     def summary(self) -> dict[str, dict[str, int | None]]:
-        """Table -> its lookups and those on rows that never trained (None: cannot tell)."""
-        return {
-            table: {
+        """Table -> its lookups and those on rows that never trained (None: cannot tell); with
+        `as_missing`, also those still scored on such a row (`still_untrained`)."""
+        counts: dict[str, dict[str, int | None]] = {}
+        for table, n in self.lookups.items():
+            known = table in self.bits
+            counts[table] = {
                 "lookups": n,
-                "untrained": self.untrained.get(table, 0) if table in self.bits else None,
+                "untrained": self.untrained.get(table, 0) if known else None,
             }
-            for table, n in self.lookups.items()
-        }
+            if self.as_missing:
+                counts[table]["still_untrained"] = (
+                    self.still_untrained.get(table, 0) if known else None
+                )
+        return counts
 
 
 def trained_rows(
@@ -247,6 +267,13 @@ def untrained_lines(trained: TrainedRows | None, model: str) -> list[str]:
             f"  {t}: {c['untrained']:,} of {c['lookups']:,} ({c['untrained'] / c['lookups']:.1%})"
             for t, c in hit.items()
         ]
+        still = [t for t in hit if trained.still_untrained.get(t)]
+        if still:
+            lines.append(
+                f"{sum(trained.still_untrained[t] for t in still):,} of them still scored with "
+                f"initial random weights ({name_list(still, 4)}): their feature's missing value "
+                "never occurred in training, so its row never trained either"
+            )
     unknown = [t for t in counts if t in trained.unknown]
     if unknown:
         lines.append(

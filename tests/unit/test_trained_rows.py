@@ -138,6 +138,62 @@ def test_untrained_ids_score_as_the_missing_value_preprocessing_gives() -> None:
     assert _as_missing(None, None) == {"a": [[], [4], []], "b": [[1], [], []]}
 
 
+def test_untrained_ids_scored_on_a_missing_row_that_never_trained_either_are_named() -> None:
+    # Before: "scored as their feature's missing value" and not a word that t_a's missing value
+    # (row 0: no training row left `a` empty, as for half of Criteo's features) never trained:
+    # its ids still scored with initial random weights.
+    header, tensors = _model()
+    bits = np.unpackbits(tensors[TRAINED_PREFIX + "t_a"].numpy(), bitorder="little")
+    bits[0] = 0
+    tensors[TRAINED_PREFIX + "t_a"] = torch.from_numpy(np.packbits(bits, bitorder="little"))
+    trained = trained_rows(header, tensors, "m.safetensors")
+    trained.as_missing = True
+    trained.look(_batch())
+    assert trained.summary() == {
+        "t_a": {"lookups": 2, "untrained": 1, "still_untrained": 1},
+        "t_b": {"lookups": 2, "untrained": 1, "still_untrained": 0},  # a list's id: left out
+    }
+    assert untrained_lines(trained, "m.safetensors")[1:] == [
+        "  t_a: 1 of 2 (50.0%)",
+        "  t_b: 1 of 2 (50.0%)",
+        "1 of them still scored with initial random weights (t_a): their feature's missing value "
+        "never occurred in training, so its row never trained either",
+    ]
+
+
+def test_an_untrained_id_of_a_sequence_leaves_with_its_events_sides() -> None:
+    # Before: the history lost its untrained id and its times kept theirs, and the sequence
+    # model (a click log's HSTU) ended in "RuntimeError: The size of tensor a (551) must match the
+    # size of tensor b (561)": a side holds one value per event of its sequence.
+    header = {
+        "tables": [{"name": "t_h", "features": ["c", "h"], "rows": 8, "dim": 2}],
+        "multi_hot": ["h", "t"],
+        "sparse_features": [
+            {"name": "c", "table": "h"},
+            {"name": "h", "sequence": True},
+            {"name": "t", "sequence": True, "side_of": "h", "values": "timestamps"},
+        ],
+        "transform": {"missing_id": 0, "oov_id": None},
+        "trained_rows": ["t_h"],
+    }
+    changed = np.ones(8, bool)
+    changed[6] = False
+    bits = torch.from_numpy(np.packbits(changed, bitorder="little"))
+    trained = trained_rows(header, {TRAINED_PREFIX + "t_h": bits}, "m.safetensors")
+    trained.as_missing = True
+    sparse = KeyedJaggedTensor.from_lengths_sync(
+        keys=["c", "h", "t"],
+        values=torch.tensor([6, 2, 6, 1, 2, 6, 10, 11, 12, 13]),
+        lengths=torch.tensor([1, 1, 2, 2, 2, 2], dtype=torch.int32),
+    )
+    scored = trained.look(Batch(torch.zeros(2, 1), sparse, torch.tensor([1, 0]))).sparse_features
+    assert {key: [row.tolist() for row in scored[key].to_dense()] for key in scored.keys()} == {
+        "c": [[0], [2]],  # the candidate, one id a row: the missing value's row
+        "h": [[1], [2]],
+        "t": [[11], [12]],
+    }
+
+
 def test_a_table_whose_every_row_changed_cannot_tell_and_an_old_file_says_so() -> None:
     header, tensors = _model()
     tensors[TRAINED_PREFIX + "t_b"] = torch.full((1,), 255, dtype=torch.uint8)

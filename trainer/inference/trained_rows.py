@@ -80,6 +80,9 @@ class TrainedRows:
     missing_row: dict[str, int | None]
     """Feature -> the row an untrained id is scored as with `as_missing` (None: left out, as an
     empty value of a list is)."""
+    events: dict[str, list[str]] = field(default_factory=dict)
+    """Feature of a sequence with sides -> the sequence's features (it and its sides), whose
+    values at a position are one event's: an id left out takes that event's other values along."""
     as_missing: bool = False
     """Score an id on a row that never trained as the feature's missing value."""
     has_missing: bool = True
@@ -87,6 +90,9 @@ class TrainedRows:
     none: its users and items are rows of their tables)."""
     lookups: dict[str, int] = field(default_factory=dict)
     untrained: dict[str, int] = field(default_factory=dict)
+    still_untrained: dict[str, int] = field(default_factory=dict)
+    """With `as_missing`, table -> its untrained lookups scored on a missing value's row that
+    never trained either (no training row held that feature's missing value)."""
 
     def untrained_ids(self, table: str, ids: np.ndarray) -> np.ndarray:
         """Whether each id's row of `table` never trained."""
@@ -101,52 +107,82 @@ class TrainedRows:
         values = kjt.values().numpy()
         lengths = kjt.lengths().numpy().reshape(len(keys), -1)
         real = (batch.labels >= 0).numpy()
-        new_values, new_lengths = [], []
+        ids = {key: values[offsets[i] : offsets[i + 1]] for i, key in enumerate(keys)}
+        untrained: dict[str, np.ndarray] = {}
         for i, key in enumerate(keys):
-            ids, length = values[offsets[i] : offsets[i + 1]], lengths[i]
             table = self.table_of.get(key)
-            if table is not None:
-                counted = np.repeat(real, length)
-                self.lookups[table] = self.lookups.get(table, 0) + int(counted.sum())
+            if table is None:
+                continue
+            counted = np.repeat(real, lengths[i])
+            self.lookups[table] = self.lookups.get(table, 0) + int(counted.sum())
             if table in self.bits:
-                untrained = self.untrained_ids(table, ids)
-                self.untrained[table] = self.untrained.get(table, 0) + int(
-                    (untrained & counted).sum()
-                )
-                if self.as_missing and untrained.any():
-                    ids, length = self._as_missing(key, ids, length, untrained)
-            new_values.append(ids)
-            new_lengths.append(length)
+                untrained[key] = self.untrained_ids(table, ids[key])
+                n = int((untrained[key] & counted).sum())
+                self.untrained[table] = self.untrained.get(table, 0) + n
+                if self._missing_row_untrained(key, table):
+                    self.still_untrained[table] = self.still_untrained.get(table, 0) + n
         if not self.as_missing:
             return batch
+        scored = [
+            self._as_missing(key, ids[key], lengths[i], untrained) for i, key in enumerate(keys)
+        ]
         sparse = KeyedJaggedTensor.from_lengths_sync(
             keys=keys,
-            values=torch.from_numpy(np.concatenate(new_values).astype(np.int64, copy=False)),
-            lengths=torch.from_numpy(np.concatenate(new_lengths).astype(np.int32, copy=False)),
+            values=torch.from_numpy(
+                np.concatenate([v for v, _ in scored]).astype(np.int64, copy=False)
+            ),
+            lengths=torch.from_numpy(
+                np.concatenate([n for _, n in scored]).astype(np.int32, copy=False)
+            ),
         )
         return Batch(
             dense_features=batch.dense_features, sparse_features=sparse, labels=batch.labels
         )
 
-    def _as_missing(
-        self, key: str, ids: np.ndarray, length: np.ndarray, untrained: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def _missing_row_untrained(self, key: str, table: str) -> bool:
+        """Whether `as_missing` scores the feature's untrained ids on a row that never trained
+        either: its missing value's, which no training row held."""
         row = self.missing_row[key]
-        if row is not None:
-            return np.where(untrained, row, ids), length
-        kept = ~untrained
+        return (
+            self.as_missing
+            and row is not None
+            and bool(self.untrained_ids(table, np.array([row]))[0])
+        )
+
+    def _as_missing(
+        self, key: str, ids: np.ndarray, length: np.ndarray, untrained: dict[str, np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """A feature's ids and lengths with its untrained ids as its missing row, or left out;
+        a sequence's position leaves with every side's value of it (they stay one event each)."""
+        row = self.missing_row.get(key)
+        if key in untrained and row is not None:
+            ids = np.where(untrained[key], row, ids)
+        gone = [
+            untrained[k]
+            for k in self.events.get(key, [key])
+            if k in untrained and self.missing_row[k] is None and untrained[k].any()
+        ]
+        if not gone:
+            return ids, length
+        kept = ~np.logical_or.reduce(gone)
         owner = np.repeat(np.arange(len(length)), length)
         return ids[kept], np.bincount(owner[kept], minlength=len(length))
 
     def summary(self) -> dict[str, dict[str, int | None]]:
-        """Table -> its lookups and those on rows that never trained (None: cannot tell)."""
-        return {
-            table: {
+        """Table -> its lookups and those on rows that never trained (None: cannot tell); with
+        `as_missing`, also those still scored on such a row (`still_untrained`)."""
+        counts: dict[str, dict[str, int | None]] = {}
+        for table, n in self.lookups.items():
+            known = table in self.bits
+            counts[table] = {
                 "lookups": n,
-                "untrained": self.untrained.get(table, 0) if table in self.bits else None,
+                "untrained": self.untrained.get(table, 0) if known else None,
             }
-            for table, n in self.lookups.items()
-        }
+            if self.as_missing:
+                counts[table]["still_untrained"] = (
+                    self.still_untrained.get(table, 0) if known else None
+                )
+        return counts
 
 
 def trained_rows(
@@ -175,8 +211,20 @@ def trained_rows(
         for feature in t["features"]:
             table_of[feature] = t["name"]
             missing_row[feature] = _missing_row(header, t, feature)
-    events = bool(header["transform"].get("events_spec"))
-    return TrainedRows(bits, unknown, table_of, missing_row, has_missing=not events)
+    log = bool(header["transform"].get("events_spec"))
+    return TrainedRows(
+        bits, unknown, table_of, missing_row, _sequence_events(header), has_missing=not log
+    )
+
+
+def _sequence_events(header: dict[str, Any]) -> dict[str, list[str]]:
+    """Each feature of a sequence with sides (the feature spec's `side_of`) -> the sequence's
+    features: a history's ids and its times, actions or other ids, one event a position."""
+    sequences: dict[str, list[str]] = {}
+    for feature in header.get("sparse_features", []):
+        if feature.get("side_of"):
+            sequences.setdefault(feature["side_of"], [feature["side_of"]]).append(feature["name"])
+    return {name: features for features in sequences.values() for name in features}
 
 
 def _missing_row(header: dict[str, Any], table: dict[str, Any], feature: str) -> int | None:
@@ -219,6 +267,13 @@ def untrained_lines(trained: TrainedRows | None, model: str) -> list[str]:
             f"  {t}: {c['untrained']:,} of {c['lookups']:,} ({c['untrained'] / c['lookups']:.1%})"
             for t, c in hit.items()
         ]
+        still = [t for t in hit if trained.still_untrained.get(t)]
+        if still:
+            lines.append(
+                f"{sum(trained.still_untrained[t] for t in still):,} of them still scored with "
+                f"initial random weights ({name_list(still, 4)}): their feature's missing value "
+                "never occurred in training, so its row never trained either"
+            )
     unknown = [t for t in counts if t in trained.unknown]
     if unknown:
         lines.append(

@@ -194,17 +194,37 @@ def test_an_untrained_id_of_a_sequence_leaves_with_its_events_sides() -> None:
     }
 
 
-def test_a_table_whose_every_row_changed_cannot_tell_and_an_old_file_says_so() -> None:
+def test_a_table_whose_every_row_changed_trained_whole_where_another_tells_the_draws() -> None:
+    # A run draws every table on one device kind: t_a's rows at export's draw say t_b's were the
+    # CPU's too, so t_b trained every row (before: "can't tell which lookups of t_b ...").
     header, tensors = _model()
     tensors[TRAINED_PREFIX + "t_b"] = torch.full((1,), 255, dtype=torch.uint8)
     trained = trained_rows(header, tensors, "m.safetensors")
     trained.look(_batch())
+    assert trained.summary() == {
+        "t_a": {"lookups": 2, "untrained": 1},
+        "t_b": {"lookups": 2, "untrained": 0},
+    }
+    assert untrained_lines(trained, "m.safetensors") == [
+        "1 of 4 lookups fell on rows that never trained (at their initial random weights), in 1 "
+        "of 2 tables; scored with those weights (--untrained-as-missing scores them as missing "
+        "values):",
+        "  t_a: 1 of 2 (50.0%)",
+    ]
+
+
+def test_tables_whose_every_row_changed_cannot_tell_and_an_old_file_says_so() -> None:
+    header, tensors = _model()
+    tensors[TRAINED_PREFIX + "t_a"] = torch.full((2,), 255, dtype=torch.uint8)
+    tensors[TRAINED_PREFIX + "t_b"] = torch.full((1,), 255, dtype=torch.uint8)
+    trained = trained_rows(header, tensors, "m.safetensors")
+    trained.look(_batch())
     assert trained.summary()["t_b"] == {"lookups": 2, "untrained": None}
-    assert untrained_lines(trained, "m.safetensors")[-1] == (
-        "can't tell which lookups of t_b fell on rows that never trained: none of their rows is "
-        "at its initial weights (every row trained, or the run drew them on a GPU, whose draws "
+    assert untrained_lines(trained, "m.safetensors") == [
+        "can't tell which lookups of t_a, t_b fell on rows that never trained: none of their rows "
+        "is at its initial weights (every row trained, or the run drew them on a GPU, whose draws "
         "export does not repeat)"
-    )
+    ]
     del header["trained_rows"]
     assert trained_rows(header, {}, "m.safetensors") is None
     assert untrained_lines(None, "m.safetensors") == [

@@ -11,9 +11,11 @@ changed) and, in its header, the tables it holds them for; `predict` counts, per
 lookups that fell on rows that never trained and, where asked, scores them as a missing value.
 
 A table with no row at its initial values either trained every row or was initialised with
-another generator than export's (CUDA's: a run started on a GPU): predict cannot tell which,
-and says so. Managed tables are not marked: an id without a slot scores through their shared row
-by design, and a reassigned row starts from another draw (managed/row_reset.py).
+another generator than export's (CUDA's: a run started on a GPU). A run draws every table on one
+device kind, so where another table still has a row at export's draw, it trained every row;
+where none has, predict cannot tell which, and says so. Managed tables are not marked: an id
+without a slot scores through their shared row by design, and a reassigned row starts from
+another draw (managed/row_reset.py).
 """
 
 from __future__ import annotations
@@ -74,7 +76,8 @@ class TrainedRows:
     bits: dict[str, np.ndarray]
     """Table -> its bits, for the tables with at least one row at its initial values."""
     unknown: list[str]
-    """Tables whose every row changed: trained whole, or initialised by another generator."""
+    """Tables whose rows predict cannot tell: every row of every table changed (trained whole, or
+    initialised by another generator)."""
     table_of: dict[str, str]
     """Feature -> its table, for the marked tables' features."""
     missing_row: dict[str, int | None]
@@ -203,14 +206,18 @@ def trained_rows(
                 "table has; export the run again"
             )
         packed = found[name].numpy()
-        changed = np.unpackbits(packed, count=t["rows"], bitorder="little")
-        if changed.all():
+        bits[t["name"]] = packed
+        if np.unpackbits(packed, count=t["rows"], bitorder="little").all():
             unknown.append(t["name"])
-        else:
-            bits[t["name"]] = packed
         for feature in t["features"]:
             table_of[feature] = t["name"]
             missing_row[feature] = _missing_row(header, t, feature)
+    # Every table of a run is drawn on one device kind, at its first start: a table with a row
+    # still at export's draw says the draws were the CPU's, so a table with none trained whole.
+    if len(unknown) < len(bits):
+        unknown = []
+    for name in unknown:
+        del bits[name]
     log = bool(header["transform"].get("events_spec"))
     return TrainedRows(
         bits, unknown, table_of, missing_row, _sequence_events(header), has_missing=not log
@@ -253,7 +260,8 @@ def untrained_lines(trained: TrainedRows | None, model: str) -> list[str]:
     lines = []
     if hit:
         untrained = sum(c["untrained"] or 0 for c in hit.values())
-        lookups = sum(c["lookups"] for t, c in counts.items() if t in trained.bits)
+        told = [t for t in counts if t in trained.bits]
+        lookups = sum(counts[t]["lookups"] for t in told)
         scored = "scored with those weights" + (
             " (--untrained-as-missing scores them as missing values)" if trained.has_missing else ""
         )
@@ -261,7 +269,7 @@ def untrained_lines(trained: TrainedRows | None, model: str) -> list[str]:
             scored = "scored as their feature's missing value (--untrained-as-missing)"
         lines.append(
             f"{untrained:,} of {lookups:,} lookups fell on rows that never trained (at their "
-            f"initial random weights), in {len(hit)} of {len(counts)} tables; {scored}:"
+            f"initial random weights), in {len(hit)} of {len(told)} tables; {scored}:"
         )
         lines += [
             f"  {t}: {c['untrained']:,} of {c['lookups']:,} ({c['untrained'] / c['lookups']:.1%})"

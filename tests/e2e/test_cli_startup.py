@@ -194,7 +194,7 @@ def _imported(args: list[str], modules: tuple[str, ...]) -> tuple[list[str], str
     """Which of `modules` `shardrec ARGS` imported, run in a fresh interpreter, and its stdout."""
     script = (
         "import sys, json\n"
-        "from shardrec.tools.cli.app import main\n"
+        "from shardrec.tools.cli.entry import main\n"
         f"sys.argv = ['shardrec', *{args!r}]\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         f"print(json.dumps([m for m in {modules!r} if m in sys.modules]), file=sys.stderr)\n"

@@ -131,7 +131,7 @@ def test_an_interrupted_upgrade_is_finished_by_the_same_command(old, monkeypatch
 _STOPPED_UPGRADE = """
 import os, signal, sys
 from shardrec.tools.preprocess.derived import dataset_upgrade
-from shardrec.tools.cli.app import main
+from shardrec.tools.cli.entry import main
 real, written, stop = dataset_upgrade.write_part, [], getattr(signal, sys.argv[1])
 def write_part(*args, **kwargs):
     if len(written) == 2:

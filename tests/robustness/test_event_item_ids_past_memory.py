@@ -18,7 +18,7 @@ from shardrec.tools.synth.yambda import write_yambda_like
 
 LIMITED = (
     "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, ({0}, {0})); "
-    "sys.argv[0] = 'shardrec'; from shardrec.tools.cli.app import main; main()"
+    "sys.argv[0] = 'shardrec'; from shardrec.tools.cli.entry import main; main()"
 )
 """`shardrec ARGS` in a process of at most {0} bytes of address space: every machine then lacks
 the memory, as this one would at 2^32 rows."""

@@ -167,7 +167,7 @@ sys.argv = ["shardrec", *sys.argv[3:]]
 if STARTED == "python -m":  # click then names the program `python -m shardrec.tools.cli`
     runpy.run_module("shardrec.tools.cli", run_name="__main__", alter_sys=True)
 else:
-    from shardrec.tools.cli.app import main
+    from shardrec.tools.cli.entry import main
     main()
 """
 STARTED = pytest.mark.parametrize("started", ["shardrec", "python -m"])
@@ -218,7 +218,7 @@ def ctrl_c_in_set_name(frame, event, arg):  # a real SIGINT, raised inside a fie
         os.kill(os.getpid(), signal.SIGINT)
 
 sys.meta_path.insert(0, Arm())
-from shardrec.tools.cli.app import main
+from shardrec.tools.cli.entry import main
 sys.argv = ["shardrec", "synth", *sys.argv[1:]]
 main()
 """

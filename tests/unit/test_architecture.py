@@ -20,8 +20,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 ORDER = ["dataloader", "embeddings", "sharding", "trainer", "tools"]
 MAX_MODULES = 12  # a folder of more modules is a concept without a name yet (STYLE.md)
-# tools/cli stays flat: one module per command group is easy to find from the command.
-MAX_MODULES_OF = {"tools/cli": 16}
+# tools/cli stays flat: one module per command group is easy to find from the command; beside
+# them the app, its helpers and the entry point with its stops (two: the entry imports the app,
+# whose helpers import the stops).
+MAX_MODULES_OF = {"tools/cli": 18}
 
 
 def _module_name(path: Path) -> str:

@@ -10,7 +10,7 @@ import typer.core
 import typer.main
 
 from shardrec.tools.cli.common import LazyGroup, configure_logging
-from shardrec.tools.cli.entry import COMMANDS, main
+from shardrec.tools.cli.stops import COMMANDS
 
 VERBOSE = ("-v", "--verbose")
 # What `shardrec --help` lists for each command: the first paragraph of its own help, kept here so
@@ -133,7 +133,3 @@ def _root(
     ] = False,
 ) -> None:
     configure_logging(verbose)
-
-
-if __name__ == "__main__":
-    main()

@@ -20,9 +20,8 @@ import typer.main
 from rich.markup import escape
 
 from shardrec.dataloader.util.files import atomic_open
-from shardrec.tools.cli.entry import command_as_typed
 from shardrec.tools.cli.stops import Terminated as Terminated
-from shardrec.tools.cli.stops import ctrl_c_unwrapped, stop_exit_code
+from shardrec.tools.cli.stops import command_as_typed, ctrl_c_unwrapped, stop_exit_code
 from shardrec.tools.cli.stops import sigterm_as_ctrl_c as sigterm_as_ctrl_c
 from shardrec.tools.console import err_console
 

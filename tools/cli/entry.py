@@ -11,30 +11,13 @@ from __future__ import annotations
 import sys
 
 from shardrec.tools.cli.stops import (
+    COMMANDS,
+    command_as_typed,
     ctrl_c_unwrapped,
     forget_a_handled_ctrl_c,
     sigterm_as_ctrl_c,
     stop_exit_code,
 )
-
-# The commands in the order a user meets them (`shardrec --help` lists them so), each with the
-# module under shardrec.tools.cli whose `register(app)` adds it. A module is imported only when
-# its command runs (or `--help` lists it): `shardrec runs` must not pay for torch or numba.
-COMMANDS = {
-    "synth": "synth",
-    "spec": "spec",
-    "preprocess": "preprocess",
-    "data": "data.data_app",
-    "plan": "plan",
-    "train": "train",
-    "eval": "eval",
-    "export": "export",
-    "predict": "predict",
-    "runs": "runs",
-    "report": "report",
-    "config": "config_cmd",
-    "bench": "bench.bench_app",
-}
 
 
 def main() -> None:
@@ -53,14 +36,3 @@ def main() -> None:
             app()
     finally:
         forget_a_handled_ctrl_c()
-
-
-def command_as_typed(groups: list[str], args: list[str], commands: dict[str, str]) -> str:
-    """The command named in `args` as the user typed it (`bench preprocess`), with the `groups`
-    above; `commands`: the group's (each with its module: a dotted one lists commands of its
-    own)."""
-    words = [a for a in args if not a.startswith("-")]  # no group option takes a value
-    if not words or words[0] not in commands:
-        return " ".join(groups) or "shardrec"
-    group = "." in commands[words[0]]
-    return " ".join([*groups, *words[: 2 if group else 1]])

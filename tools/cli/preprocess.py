@@ -186,7 +186,7 @@ def preprocess(
     any CSV, TSV or Parquet file a feature spec (--spec) describes."""
     from shardrec.dataloader.format.manifest import DatasetError
     from shardrec.dataloader.util.locks import dataset_lock
-    from shardrec.tools.preprocess.kept_rows import RowsRefused
+    from shardrec.tools.preprocess.inputs import RowsRefused
     from shardrec.tools.preprocess.pipeline import check_inputs, run_preprocess
     from shardrec.tools.preprocess.pool import WorkerDied
     from shardrec.tools.preprocess.tasks.bad_rows import MalformedRowError

@@ -1,6 +1,7 @@
 """How a `shardrec` command is stopped: Ctrl-C (SIGINT) raises KeyboardInterrupt, and a kill
 (SIGTERM) raises Terminated, one of its kind, so that every `except KeyboardInterrupt` stops the
-command the same way for both, in one line (common.interrupted), exit code 130 or 143.
+command the same way for both, in one line (common.interrupted), exit code 130 or 143. And the
+commands (COMMANDS), by which that line names the command as typed before the app is loaded.
 
 The entry point (entry.py) takes SIGTERM with it before the typer app's imports: beyond what
 Python's start-up has imported, only signal and threading are imported here (not even typing, 7
@@ -79,3 +80,34 @@ def forget_a_handled_ctrl_c() -> None:
     3.13); no KeyboardInterrupt leaves the entry point's main() (it says its line, and typer
     turns one into exit code 130), so none here is unhandled."""
     exec("")  # noqa: S102 - only to clear the mark, see above
+
+
+# The commands in the order a user meets them (`shardrec --help` lists them so), each with the
+# module under shardrec.tools.cli whose `register(app)` adds it. A module is imported only when
+# its command runs (or `--help` lists it): `shardrec runs` must not pay for torch or numba.
+COMMANDS = {
+    "synth": "synth",
+    "spec": "spec",
+    "preprocess": "preprocess",
+    "data": "data.data_app",
+    "plan": "plan",
+    "train": "train",
+    "eval": "eval",
+    "export": "export",
+    "predict": "predict",
+    "runs": "runs",
+    "report": "report",
+    "config": "config_cmd",
+    "bench": "bench.bench_app",
+}
+
+
+def command_as_typed(groups: list[str], args: list[str], commands: dict[str, str]) -> str:
+    """The command named in `args` as the user typed it (`bench preprocess`), with the `groups`
+    above; `commands`: the group's (each with its module: a dotted one lists commands of its
+    own)."""
+    words = [a for a in args if not a.startswith("-")]  # no group option takes a value
+    if not words or words[0] not in commands:
+        return " ".join(groups) or "shardrec"
+    group = "." in commands[words[0]]
+    return " ".join([*groups, *words[: 2 if group else 1]])

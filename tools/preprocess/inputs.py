@@ -109,6 +109,17 @@ def _directory_inputs(directory: Path, names: InputNames) -> list[Path]:
     return taken
 
 
+class RowsRefused(ValueError):
+    """A refusal of the input's rows (kept_rows.check_rows_kept, plan_tasks). `final`: no
+    --max-skipped-fraction lets the run finish (no data line, no row kept, a split of skipped
+    lines alone): its finished tasks are of no use to a rerun, which needs other input or another
+    spec."""
+
+    def __init__(self, message: str, final: bool) -> None:
+        super().__init__(message)
+        self.final = final
+
+
 def discover_inputs(inputs: list[Path], names: InputNames = InputNames()) -> list[Path]:
     """Files named on the command line (taken whatever their name), and directories expanded to
     their input files (`names`) in day order."""
@@ -236,8 +247,6 @@ def plan_tasks(
         begin = header_end(path) if header else 0
         end = text_end(path, begin)
         if end == begin < path.stat().st_size:  # as an empty file is (discover_inputs)
-            from shardrec.tools.preprocess.kept_rows import RowsRefused  # it imports this module
-
             after = " after its header" if header else ""
             raise RowsRefused(
                 f"{path}: only blank lines{after}, no rows: take it out of the inputs", final=True

@@ -23,6 +23,7 @@ import numpy as np
 from shardrec.dataloader.format.manifest import SPLITS, Manifest, PartInfo, SplitInfo
 from shardrec.tools.preprocess.ids.id_maps import MISSING_ID, OOV_ID
 from shardrec.tools.preprocess.infer.label_infer import spec_label_rule
+from shardrec.tools.preprocess.inputs import RowsRefused
 from shardrec.tools.preprocess.parse.text_parser import TextParser
 from shardrec.tools.preprocess.parts.feature_stats import compute_feature_stats
 from shardrec.tools.preprocess.settings import PreprocessConfig
@@ -30,16 +31,6 @@ from shardrec.tools.preprocess.tasks.task import Task, TaskOptions
 from shardrec.tools.preprocess.tasks.task_markers import TaskResult, read_marker
 
 logger = logging.getLogger(__name__)
-
-
-class RowsRefused(ValueError):
-    """check_rows_kept's refusal. `final`: no --max-skipped-fraction lets the run finish (no data
-    line, no row kept, a split of skipped lines alone): its finished tasks are of no use to a rerun,
-    which needs other input or another spec."""
-
-    def __init__(self, message: str, final: bool) -> None:
-        super().__init__(message)
-        self.final = final
 
 
 def _skipped_share(

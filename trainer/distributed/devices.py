@@ -7,8 +7,9 @@ CUDA 13 builds need driver 580 or newer; PyTorch's CUDA 12.6 index serves the wa
 `make setup` picks for such a driver). CUDA_VISIBLE_DEVICES set to hide every GPU is a choice,
 not a fault: auto is then the CPU, silently.
 
-torch is imported where a device is looked at: a job on "cpu" is checked without it (`shardrec
-eval`'s request checks run before any heavy import).
+torch is imported where a device is looked at: a job on "cpu", or on "auto" where the host has no
+GPU device (`no_gpu_device`), is checked without it (`shardrec train` and `shardrec eval` check
+their request before any heavy import and leave torch to their ranks).
 """
 
 from __future__ import annotations
@@ -100,6 +101,8 @@ def resolve_device_kind(
         raise ValueError(f"device kind {device!r} is not one of {', '.join(DEVICE_KINDS)}")
     if device != "auto":
         return device
+    if no_gpu_device():  # the CPU, without importing torch (seconds)
+        return "cpu"
     import torch
 
     if torch.cuda.is_available():

@@ -38,6 +38,10 @@ LAUNCHER_DIR_ENV = "SHARDREC_LAUNCHER_DIR"
 """A directory of `launch`'s that torchrun's agent and the ranks share with it: the stop file
 (STOP_FILE, created when the launcher is asked to stop) and the failures they report."""
 STOP_FILE = "stop"
+RENDEZVOUS_BACKEND = "shardrec-loopback"
+"""The rendezvous backend of a single-node job, which `rendezvous.register` makes known to
+torchrun's agent: named here, where `shardrec train` builds the agent's command, which importing
+the rendezvous module (torch, seconds) in that process only to read this name held up."""
 LOG_DIR_ENV = "PET_LOG_DIR"
 """torchrun's own variable for its --log-dir: a log directory the user chose, which stays."""
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -75,7 +79,7 @@ def torchrun_command(
         rdzv_id = rdzv_id or f"shardrec-{rdzv_endpoint}"
     else:
         rendezvous = [
-            f"--rdzv-backend={rendezvous_backend()}",
+            f"--rdzv-backend={RENDEZVOUS_BACKEND}",
             f"--rdzv-endpoint={LOOPBACK}:0",
             f"--local-addr={LOOPBACK}",
         ]
@@ -108,12 +112,6 @@ def launcher_directory() -> Path | None:
     """The directory `launch` shares with its ranks (None: started by a plain torchrun)."""
     shared = os.environ.get(LAUNCHER_DIR_ENV)
     return Path(shared) if shared else None
-
-
-def rendezvous_backend() -> str:
-    from shardrec.trainer.distributed.rendezvous import BACKEND
-
-    return BACKEND
 
 
 def rank_environment(nproc_per_node: int, job_id: str | None = None) -> dict[str, str]:

@@ -22,8 +22,8 @@ from torch.distributed.elastic.rendezvous import (
     RendezvousStoreInfo,
 )
 
-BACKEND = "shardrec-loopback"
-LOOPBACK = "127.0.0.1"
+from shardrec.trainer.distributed.launch import LOOPBACK
+from shardrec.trainer.distributed.launch import RENDEZVOUS_BACKEND as BACKEND
 
 
 class LoopbackRendezvous(RendezvousHandler):

@@ -142,6 +142,16 @@ def usable_cores() -> int:
     return os.cpu_count() or 1
 
 
+def rank_threads(ranks: int) -> int | None:
+    """The threads each of `ranks` CPU ranks on this machine gets: the cores this job may use shared
+    out among them, or None where OMP_NUM_THREADS is set (the user's choice, which torch reads).
+    With torch's default of one thread per core in every rank, a rank's idle threads spin on the
+    cores the others compute on."""
+    if "OMP_NUM_THREADS" in os.environ:
+        return None
+    return max(1, usable_cores() // ranks)
+
+
 def crowded_cpu_ranks(kind: str, ranks: int) -> str | None:
     """A warning where `ranks` CPU ranks outnumber the cores this job may use (None: they do not,
     or the ranks are CUDA's): ranks sharing a core wait on each other at every collective."""

@@ -121,12 +121,14 @@ def rank_environment(nproc_per_node: int, job_id: str | None = None) -> dict[str
     PYTHONSAFEPATH (python -P): torchrun and the ranks start as `python -m`, which puts the current
     directory first on sys.path, so that a user's file named like a module of the standard
     library (a grp.py: tarfile imports grp) was imported in its place and the run failed."""
-    from shardrec.trainer.distributed.devices import usable_cores
+    from shardrec.trainer.distributed.devices import rank_threads
     from shardrec.trainer.distributed.lifeline import child_environment
 
     env = child_environment()
     env["PYTHONSAFEPATH"] = "1"
-    env.setdefault("OMP_NUM_THREADS", str(max(1, usable_cores() // nproc_per_node)))
+    threads = rank_threads(nproc_per_node)
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
     if job_id:
         env[JOB_ID_ENV] = job_id
     return env

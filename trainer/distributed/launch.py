@@ -39,9 +39,8 @@ LAUNCHER_DIR_ENV = "SHARDREC_LAUNCHER_DIR"
 (STOP_FILE, created when the launcher is asked to stop) and the failures they report."""
 STOP_FILE = "stop"
 RENDEZVOUS_BACKEND = "shardrec-loopback"
-"""The rendezvous backend of a single-node job, which `rendezvous.register` makes known to
-torchrun's agent: named here, where `shardrec train` builds the agent's command, which importing
-the rendezvous module (torch, seconds) in that process only to read this name held up."""
+"""The rendezvous backend of a single-node job (rendezvous.py, which torchrun_main registers
+under this name): named here, where `shardrec train` builds the agent's command without torch."""
 LOG_DIR_ENV = "PET_LOG_DIR"
 """torchrun's own variable for its --log-dir: a log directory the user chose, which stays."""
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -280,7 +279,7 @@ def torchrun_main(argv: list[str]) -> int:
         argv = ["--signals-to-handle=SIGHUP,SIGQUIT", *argv]
         for sig in STOP_SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
-    rendezvous.register()
+    rendezvous.register(RENDEZVOUS_BACKEND)
     # Its "failed (exitcode ...)" line says what the line below says.
     logging.getLogger("torch.distributed.elastic.multiprocessing.api").setLevel(logging.CRITICAL)
     with _agent_log_dir(argv) as argv:

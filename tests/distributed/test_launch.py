@@ -35,6 +35,27 @@ def test_results_come_back_in_rank_order() -> None:
     assert run_local_ranks(_sum_of_ranks, 3, 10) == [(0, 3, 13), (1, 3, 13), (2, 3, 13)]
 
 
+def _threads(env) -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def test_the_ranks_share_the_cores_out_as_torchruns_ranks_do(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Before, each rank kept torch's default, a thread per core: 4 ranks on 2 cores ran 8 threads,
+    # the idle ones spinning on the cores the others computed on (test_managed_tables' 4 ranks:
+    # 46 CPU s, 25 with the cores shared out).
+    from shardrec.trainer.distributed import devices
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(devices, "usable_cores", lambda: 10)
+    assert run_local_ranks(_threads, 2) == [5, 5]
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert devices.rank_threads(2) is None  # the user's own, which torch reads in each rank
+
+
 def test_a_failing_rank_is_named_with_its_error() -> None:
     with pytest.raises(RankFailed) as caught:
         run_local_ranks(_fails_on_rank_one, 2, timeout_s=120)

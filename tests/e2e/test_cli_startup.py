@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from helpers import assert_one_line_error
+from helpers import TINY_MODEL, assert_one_line_error
 from typer.testing import CliRunner
 
 from shardrec.tools.cli.app import app
@@ -230,3 +230,19 @@ def test_runs_lists_a_job_in_its_first_seconds_by_its_lock(tmp_path: Path) -> No
         {"run": str(tmp_path / "new"), "step": None, "status": "running", "best_val_auc": None}
     ]
     assert json.loads(CliRunner().invoke(app, ["runs", str(tmp_path), "--json"]).stdout) == []
+
+
+def test_train_and_eval_leave_torch_to_their_ranks(tiny_dataset: Path, tmp_path: Path) -> None:
+    """torch takes seconds to import, and only the ranks use it: `shardrec train` and `shardrec
+    eval` (its --device auto on a host without GPUs) start them without importing it themselves.
+    Before, train imported it to name the agent's rendezvous, eval to learn that auto is the CPU."""
+    run = tmp_path / "run"
+    job = [*BATCH, "--set", 'train.device="cpu"', *(f for s in TINY_MODEL for f in ("--set", s))]
+    imported, shown = _imported(
+        ["train", "--data", str(tiny_dataset), "--out-dir", str(run), "--nproc-per-node", "1"]
+        + ["--steps", "1", "--json", *job],
+        ("torch",),
+    )
+    assert (imported, json.loads(shown)["steps"]) == ([], 1), shown
+    imported, shown = _imported(["eval", str(run)], ("torch",))
+    assert imported == [] and re.search(r"run step 1 on test \(1 rank.*AUC", shown), shown

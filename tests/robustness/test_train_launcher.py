@@ -15,6 +15,7 @@ import json
 import os
 import pickle
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -23,6 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import write_tiny_dataset
 from helpers import (
     TINY_MODEL,
     assert_one_line_error,
@@ -49,6 +51,30 @@ def _steps(data: Path, run_dir: Path, steps: int) -> subprocess.CompletedProcess
     """Train to `steps` with a checkpoint every 2 steps; the finished process."""
     command = _command(data, run_dir, "--steps", str(steps), "--set", "checkpoint.interval_steps=2")
     return subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+
+def _checkpointed(data: Path, run_dir: Path) -> list[str]:
+    """Training on 1 rank with a checkpoint every 2 steps (give --steps)."""
+    return _command(data, run_dir, "--set", "checkpoint.interval_steps=2", ranks=1)
+
+
+@pytest.fixture(scope="module")
+def trained_to_step_4(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A dataset and a run on it `_checkpointed` to step 4, made once for the tests that damage a
+    checkpoint: each damages a copy (`_copy`)."""
+    root = tmp_path_factory.mktemp("trained_to_step_4")
+    write_tiny_dataset(root / "data")
+    command = _checkpointed(root / "data", root / "run") + ["--steps", "4"]
+    trained = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    return root / "data", root / "run"
+
+
+def _copy(trained: tuple[Path, Path], tmp_path: Path) -> tuple[Path, list[str]]:
+    """A copy of `trained_to_step_4`'s run in `tmp_path` and its `_checkpointed` command."""
+    data, run = trained
+    shutil.copytree(run, tmp_path / "run")
+    return tmp_path / "run", _checkpointed(data, tmp_path / "run")
 
 
 def _wait_for(condition, seconds: float) -> bool:
@@ -286,17 +312,12 @@ def test_eval_of_a_refused_checkpoint_names_the_file_last(tiny_dataset: Path, tm
 
 @pytest.mark.slow
 def test_a_checkpoint_that_lost_its_digests_is_refused_not_skipped(
-    tiny_dataset: Path, tmp_path: Path
+    trained_to_step_4: tuple[Path, Path], tmp_path: Path
 ):
     # A save cannot leave one (it renames the folder into place after digests.json): a copy or a
     # clean-up that did. Before: the run went back to step 2 without a word, and the re-save of
     # step 4 then replaced the folder.
-    run_dir = tmp_path / "run"
-    command = _command(tiny_dataset, run_dir, "--set", "checkpoint.interval_steps=2", ranks=1)
-    trained = subprocess.run(
-        command + ["--steps", "4"], capture_output=True, text=True, timeout=300
-    )
-    assert trained.returncode == 0, trained.stderr[-3000:]
+    run_dir, command = _copy(trained_to_step_4, tmp_path)
     checkpoint = run_dir / "checkpoints" / "step-00000004"
     (checkpoint / "digests.json").unlink()
     rerun = subprocess.run(command + ["--steps", "6"], capture_output=True, text=True, timeout=300)
@@ -347,7 +368,7 @@ def test_a_rank_that_refuses_gives_the_one_line_and_a_crash_keeps_torchruns(
     ids=["shard", "train_state", "metadata"],
 )
 def test_a_checkpoint_that_cannot_be_read_is_refused_with_the_way_out_not_kept(
-    tiny_dataset: Path, tmp_path: Path, cut: str, cause: str
+    trained_to_step_4: tuple[Path, Path], tmp_path: Path, cut: str, cause: str
 ):
     # A file cut short before its digests were written (they match it): the rank cannot read it.
     # Before: the line ended 'the newest complete checkpoint, ... (step 4), is kept and a re-run
@@ -357,12 +378,7 @@ def test_a_checkpoint_that_cannot_be_read_is_refused_with_the_way_out_not_kept(
     # the file's name.
     from shardrec.trainer.rundir.checkpoint.trust import write_digests
 
-    run_dir = tmp_path / "run"
-    command = _command(tiny_dataset, run_dir, "--set", "checkpoint.interval_steps=2", ranks=1)
-    trained = subprocess.run(
-        command + ["--steps", "4"], capture_output=True, text=True, timeout=300
-    )
-    assert trained.returncode == 0, trained.stderr[-3000:]
+    run_dir, command = _copy(trained_to_step_4, tmp_path)
     checkpoint, before = (run_dir / "checkpoints" / f"step-0000000{s}" for s in (4, 2))
     shard = checkpoint / cut
     shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])

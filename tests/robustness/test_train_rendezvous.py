@@ -49,9 +49,10 @@ def _listening(port: int) -> list[str]:
     not Path("/proc/net/tcp").exists(), reason="reads listening sockets from /proc/net"
 )
 def test_the_store_listens_on_loopback_only() -> None:
+    from shardrec.trainer.distributed.launch import RENDEZVOUS_BACKEND
     from shardrec.trainer.distributed.rendezvous import LoopbackRendezvous
 
-    handler = LoopbackRendezvous("job-1", timedelta(seconds=10))
+    handler = LoopbackRendezvous("job-1", timedelta(seconds=10), RENDEZVOUS_BACKEND)
     info = handler.next_rendezvous()
     port = info.bootstrap_store_info.master_port
     assert info.bootstrap_store_info.master_addr == "127.0.0.1"

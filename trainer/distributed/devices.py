@@ -7,8 +7,9 @@ CUDA 13 builds need driver 580 or newer; PyTorch's CUDA 12.6 index serves the wa
 `make setup` picks for such a driver). CUDA_VISIBLE_DEVICES set to hide every GPU is a choice,
 not a fault: auto is then the CPU, silently.
 
-torch is imported where a device is looked at: a job on "cpu" is checked without it (`shardrec
-eval`'s request checks run before any heavy import).
+torch is imported where a device is looked at: a job on "cpu", or on "auto" where the host has no
+GPU device (`no_gpu_device`), is checked without it (`shardrec train` and `shardrec eval` check
+their request before any heavy import and leave torch to their ranks).
 """
 
 from __future__ import annotations
@@ -100,6 +101,8 @@ def resolve_device_kind(
         raise ValueError(f"device kind {device!r} is not one of {', '.join(DEVICE_KINDS)}")
     if device != "auto":
         return device
+    if no_gpu_device():  # the CPU, without importing torch (seconds)
+        return "cpu"
     import torch
 
     if torch.cuda.is_available():
@@ -137,6 +140,16 @@ def usable_cores() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
+
+
+def rank_threads(ranks: int) -> int | None:
+    """The threads each of `ranks` CPU ranks on this machine gets: the cores this job may use shared
+    out among them, or None where OMP_NUM_THREADS is set (the user's choice, which torch reads).
+    With torch's default of one thread per core in every rank, a rank's idle threads spin on the
+    cores the others compute on."""
+    if "OMP_NUM_THREADS" in os.environ:
+        return None
+    return max(1, usable_cores() // ranks)
 
 
 def crowded_cpu_ranks(kind: str, ranks: int) -> str | None:

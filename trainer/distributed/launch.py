@@ -38,6 +38,9 @@ LAUNCHER_DIR_ENV = "SHARDREC_LAUNCHER_DIR"
 """A directory of `launch`'s that torchrun's agent and the ranks share with it: the stop file
 (STOP_FILE, created when the launcher is asked to stop) and the failures they report."""
 STOP_FILE = "stop"
+RENDEZVOUS_BACKEND = "shardrec-loopback"
+"""The rendezvous backend of a single-node job (rendezvous.py, which torchrun_main registers
+under this name): named here, where `shardrec train` builds the agent's command without torch."""
 LOG_DIR_ENV = "PET_LOG_DIR"
 """torchrun's own variable for its --log-dir: a log directory the user chose, which stays."""
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -75,7 +78,7 @@ def torchrun_command(
         rdzv_id = rdzv_id or f"shardrec-{rdzv_endpoint}"
     else:
         rendezvous = [
-            f"--rdzv-backend={rendezvous_backend()}",
+            f"--rdzv-backend={RENDEZVOUS_BACKEND}",
             f"--rdzv-endpoint={LOOPBACK}:0",
             f"--local-addr={LOOPBACK}",
         ]
@@ -110,12 +113,6 @@ def launcher_directory() -> Path | None:
     return Path(shared) if shared else None
 
 
-def rendezvous_backend() -> str:
-    from shardrec.trainer.distributed.rendezvous import BACKEND
-
-    return BACKEND
-
-
 def rank_environment(nproc_per_node: int, job_id: str | None = None) -> dict[str, str]:
     """The environment for torchrun and the ranks: the cores shared out among the ranks unless
     OMP_NUM_THREADS is set, this process named as the parent they must not outlive, the job id.
@@ -123,12 +120,14 @@ def rank_environment(nproc_per_node: int, job_id: str | None = None) -> dict[str
     PYTHONSAFEPATH (python -P): torchrun and the ranks start as `python -m`, which puts the current
     directory first on sys.path, so that a user's file named like a module of the standard
     library (a grp.py: tarfile imports grp) was imported in its place and the run failed."""
-    from shardrec.trainer.distributed.devices import usable_cores
+    from shardrec.trainer.distributed.devices import rank_threads
     from shardrec.trainer.distributed.lifeline import child_environment
 
     env = child_environment()
     env["PYTHONSAFEPATH"] = "1"
-    env.setdefault("OMP_NUM_THREADS", str(max(1, usable_cores() // nproc_per_node)))
+    threads = rank_threads(nproc_per_node)
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
     if job_id:
         env[JOB_ID_ENV] = job_id
     return env
@@ -280,7 +279,7 @@ def torchrun_main(argv: list[str]) -> int:
         argv = ["--signals-to-handle=SIGHUP,SIGQUIT", *argv]
         for sig in STOP_SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
-    rendezvous.register()
+    rendezvous.register(RENDEZVOUS_BACKEND)
     # Its "failed (exitcode ...)" line says what the line below says.
     logging.getLogger("torch.distributed.elastic.multiprocessing.api").setLevel(logging.CRITICAL)
     with _agent_log_dir(argv) as argv:

@@ -39,14 +39,18 @@ def _local_rank_entry(
     port: int,
     device_kind: str,
     collective_timeout_s: int,
+    threads: int | None,
     fn: Callable[..., Any],
     args: tuple,
     queue: Any,
 ) -> None:
+    import torch
     import torch.distributed
 
     from shardrec.trainer.distributed.dist import init_local_rank, shutdown
 
+    if threads is not None:  # as torchrun's ranks get them (OMP_NUM_THREADS, launch.py)
+        torch.set_num_threads(threads)
     try:
         env = init_local_rank(
             rank,
@@ -80,10 +84,12 @@ def run_local_ranks(
     `fn` must be a module-level function (the processes are spawned, not forked: torch's threads
     must not be copied) and its arguments and result picklable. Returns the results in rank
     order; raises RankFailed for the first rank that raised, and queue.Empty when a rank reports
-    nothing for `timeout_s`.
+    nothing for `timeout_s`. The ranks share out the cores (devices.rank_threads) unless
+    OMP_NUM_THREADS is set.
     """
     import torch.multiprocessing as mp
 
+    from shardrec.trainer.distributed.devices import rank_threads
     from shardrec.trainer.distributed.rendezvous import loopback_store
 
     ctx = mp.get_context("spawn")
@@ -97,6 +103,7 @@ def run_local_ranks(
         "port": store.port,
         "device_kind": device_kind,
         "collective_timeout_s": collective_timeout_s,
+        "threads": rank_threads(world_size),
         "fn": fn,
         "args": args,
         "queue": queue,

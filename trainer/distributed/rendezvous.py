@@ -22,20 +22,20 @@ from torch.distributed.elastic.rendezvous import (
     RendezvousStoreInfo,
 )
 
-BACKEND = "shardrec-loopback"
 LOOPBACK = "127.0.0.1"
 
 
 class LoopbackRendezvous(RendezvousHandler):
     """The only node of a job; its store accepts connections from this host only."""
 
-    def __init__(self, run_id: str, timeout: timedelta) -> None:
+    def __init__(self, run_id: str, timeout: timedelta, backend: str) -> None:
         self.run_id = run_id
         self.timeout = timeout
+        self.backend = backend
         self._store: TCPStore | None = None
 
     def get_backend(self) -> str:
-        return BACKEND
+        return self.backend
 
     @property
     def use_agent_store(self) -> bool:
@@ -91,15 +91,15 @@ def loopback_store(timeout: timedelta) -> TCPStore:
 def create_handler(params: RendezvousParameters) -> RendezvousHandler:
     if params.max_nodes != 1:
         raise ValueError(
-            f"the {BACKEND} rendezvous is for one node, got --nnodes={params.max_nodes}"
+            f"the {params.backend} rendezvous is for one node, got --nnodes={params.max_nodes}"
         )
-    return LoopbackRendezvous(
-        params.run_id, timedelta(seconds=int(params.config.get("timeout", 600)))
-    )
+    timeout = timedelta(seconds=int(params.config.get("timeout", 600)))
+    return LoopbackRendezvous(params.run_id, timeout, params.backend)
 
 
-def register() -> None:
-    """Make `--rdzv-backend=shardrec-loopback` known to torchrun in this process."""
+def register(backend: str) -> None:
+    """Make `--rdzv-backend=BACKEND` (launch.RENDEZVOUS_BACKEND, named there so that the launcher
+    builds the agent's command without torch) this rendezvous, for torchrun in this process."""
     from torch.distributed.elastic.rendezvous import rendezvous_handler_registry
 
-    rendezvous_handler_registry.register(BACKEND, create_handler)
+    rendezvous_handler_registry.register(backend, create_handler)

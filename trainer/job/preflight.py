@@ -15,7 +15,6 @@ from shardrec.embeddings.sparse_optimizers import check_device
 from shardrec.trainer.distributed.devices import (
     check_ranks_fit,
     cuda_unusable_reason,
-    no_gpu_device,
     resolve_device_kind,
 )
 from shardrec.trainer.job import data_options
@@ -41,9 +40,7 @@ def preflight(job: JobConfig, world_size: int, stretch_steps: int | None = None)
     if not job.data.path:
         raise ValueError("no dataset: pass --data DIR or set data.path in the job file")
     check_batches(job, world_size)
-    # auto on a host without a GPU device is the CPU: no torch import to learn it.
-    auto_cpu = job.train.device == "auto" and no_gpu_device()
-    kind = "cpu" if auto_cpu else resolve_device_kind(job.train.device)
+    kind = resolve_device_kind(job.train.device)  # auto without a GPU device: no torch import
     if kind == "cuda" and not _cuda_available():
         reason = cuda_unusable_reason()
         raise ValueError(

@@ -12,9 +12,9 @@ import pytest
 
 SCRIPT = """
 import os, sys
-from shardrec.tools.cli import app
+from shardrec.tools.cli import entry
 try:
-    app.main()
+    entry.main()
 except SystemExit:
     pass
 import numpy  # a command's first import of it

@@ -3,6 +3,7 @@ without the preprocessing pipeline, so loader/planner/trainer tests do not depen
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from shardrec.dataloader.format.manifest import (
 )
 from shardrec.dataloader.format.part_file import file_layout, write_part
 from shardrec.dataloader.format.raw_ids import MISSING_KEY, RAW
+from shardrec.trainer.distributed.devices import rank_threads
 
 # Every command keeps SIGINT ignored where it started so (POSIX: a script's `cmd &`, 184da26), and
 # a test run started that way (CI in the background, `make test &`) hands SIG_IGN to each worker
@@ -26,6 +28,17 @@ from shardrec.dataloader.format.raw_ids import MISSING_KEY, RAW
 # the tests of a job started with SIGINT ignored ignore it in their own child.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+# xdist's workers (`make test`: 2) share the machine's cores as a job's ranks do, so each worker,
+# and the commands and ranks its tests start, runs torch on its share of them (OMP_NUM_THREADS,
+# read as torch loads, here before any test module imports it), as shardrec shares them out among
+# ranks (devices.rank_threads). With torch's default of a thread per core in every process, a
+# thread done with its part of an op spins, waiting for one that the other worker's processes
+# preempted: a 1-rank training of 150 tiny steps took ~40% more CPU. A value the run was started
+# with stays; the tests of the default unset it.
+_WORKER_THREADS = rank_threads(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+if _WORKER_THREADS is not None and "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ["OMP_NUM_THREADS"] = str(_WORKER_THREADS)
 
 
 def write_tiny_dataset(

@@ -26,14 +26,30 @@ def _first_stretch(tmp_path: Path, steps: int) -> tuple[Path, str]:
     return run, MANAGED
 
 
-def test_a_resume_with_more_steps_keeps_the_update_spacing_and_says_so(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def resumed_longer(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, str]:
+    """A first stretch of 49 steps resumed with 100: the run, its plan's id map bytes before the
+    resume, and the resume's stderr."""
+    root = tmp_path_factory.mktemp("resumed_longer")
+    run, managed = _first_stretch(root, 49)
+    first = _id_map_bytes(run)
+    done = train_tiny(root / "d", run, managed, "train.global_batch_size=4", "train.steps=100")
+    return run, first, done.stderr
+
+
+def _id_map_bytes(run: Path) -> int:
+    return json.loads((run / "plan.json").read_text())["estimate"]["ranks"][0]["id_map_bytes"]
+
+
+def test_a_resume_with_more_steps_keeps_the_update_spacing_and_says_so(
+    resumed_longer: tuple[Path, int, str],
+) -> None:
     # A resume with more --steps kept updating the maps every 1/50 of the steps the stretch
     # began with (as it must: the steps it shares with the uninterrupted run assign the same
     # ids), without a word, though README's table said "1/50 of the stretch".
-    run, managed = _first_stretch(tmp_path, 49)
-    done = train_tiny(tmp_path / "d", run, managed, "train.global_batch_size=4", "train.steps=100")
-    said = [line for line in done.stderr.splitlines() if "evict_every unset" in line]
-    assert len(said) == 1, done.stderr
+    run, _, stderr = resumed_longer
+    said = [line for line in stderr.splitlines() if "evict_every unset" in line]
+    assert len(said) == 1, stderr
     assert re.search(
         rf"{re.escape(str(run))}: C1, C2, .*, C26 \(evict_every unset\): their maps go on "
         r"updating every 1 step\(s\), 1/50 of the 49 steps this stretch began with, not of the "
@@ -43,16 +59,15 @@ def test_a_resume_with_more_steps_keeps_the_update_spacing_and_says_so(tmp_path:
     ), said[0]
 
 
-def test_a_resume_plans_the_maps_for_the_update_spacing_it_keeps(tmp_path: Path) -> None:
+def test_a_resume_plans_the_maps_for_the_update_spacing_it_keeps(
+    resumed_longer: tuple[Path, int, str],
+) -> None:
     # The plan made at start on a resume sized the maps' ids missed between two updates from the
     # resume's --steps (1/50 of 100: 2 steps) while the run keeps updating every step (1/50 of the
     # 49 its stretch began with): id_map_bytes 210,912 -> 215,904 here; at many more steps,
     # enough memory counted that the run never uses to refuse a resume that fits.
-    run, managed = _first_stretch(tmp_path, 49)
-    first = json.loads((run / "plan.json").read_text())["estimate"]["ranks"][0]["id_map_bytes"]
-    train_tiny(tmp_path / "d", run, managed, "train.global_batch_size=4", "train.steps=100")
-    again = json.loads((run / "plan.json").read_text())["estimate"]["ranks"][0]["id_map_bytes"]
-    assert again == first > 0
+    run, first, _ = resumed_longer
+    assert _id_map_bytes(run) == first > 0
 
 
 def test_a_resume_checks_max_age_against_the_update_spacing_it_keeps(

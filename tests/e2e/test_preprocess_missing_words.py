@@ -97,3 +97,48 @@ def test_words_for_a_missing_value_read_as_empty_fields_in_preprocess_and_predic
     # Without the key, such a row is malformed, as before.
     res = cli("preprocess", written, "--spec", plain, "--out", tmp_path / "refused", ok=False)
     assert f"n: {word!r} (bad_integer)" in res.output
+
+
+def _without_comments(path: Path) -> str:
+    return "".join(line for line in path.read_text().splitlines(True) if not line.startswith("#"))
+
+
+@pytest.mark.parametrize("word", ["NA", "\\N"])
+def test_spec_infer_proposes_the_word_and_its_spec_reads_the_log_as_the_emptied_one(
+    tmp_path: Path, word: str
+) -> None:
+    """Before, `NA` among numbers made a string categorical (with a line saying to empty those
+    fields), and `\\N` was not seen at all: both columns were hashed strings."""
+    df = _frame()
+    empty, written = tmp_path / "empty.csv", tmp_path / "written.csv"
+    df.to_csv(empty, index=False)
+    df.to_csv(written, index=False, na_rep=word)
+    for log in (empty, written):
+        cli("spec", "infer", log, "--label", "click", "--out", log.with_suffix(".toml"))
+    proposed = _without_comments(written.with_suffix(".toml"))
+    assert f"\nmissing = [{json.dumps(word)}]\n" in proposed
+    assert proposed.replace(f"missing = [{json.dumps(word)}]\n", "") == _without_comments(
+        empty.with_suffix(".toml")
+    )
+    assert 'name = "n"\nrole = "dense"\ntype = "int"' in proposed
+    cli("preprocess", empty, "--spec", empty.with_suffix(".toml"), "--out", tmp_path / "a")
+    cli("preprocess", written, "--spec", written.with_suffix(".toml"), "--out", tmp_path / "b")
+    assert _parts(tmp_path / "a") == _parts(tmp_path / "b")
+
+
+def test_a_word_among_strings_alone_is_a_value_its_note_says_how_to_make_it_missing(
+    tmp_path: Path,
+) -> None:
+    log, spec = tmp_path / "log.csv", tmp_path / "log.toml"
+    cities = ("\\N", "oslo", "rome")
+    rows = [f"{i % 2},{('NA', 'FR')[i % 2]},{cities[i % 3]}\n" for i in range(60)]
+    log.write_text("click,country,city\n" + "".join(rows))
+    res = cli("spec", "infer", log, "--label", "click", "--out", spec)
+    text = spec.read_text()
+    assert '\nmissing = ["\\\\N"]\n' in text  # a MySQL dump's NULL is never a value
+    assert "'\\N' is a MySQL or Hive dump's NULL" in res.stderr
+    assert (
+        "# strings; 2 distinct among 60 values (~2 estimated); 'NA' in 30 of 60 rows: a value "
+        'here; if it means a missing one, add missing = ["NA"] to [format] (then missing in every '
+        'column)\n[[columns]]\nname = "country"'
+    ) in text

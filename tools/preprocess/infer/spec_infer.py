@@ -239,9 +239,8 @@ def propose_column(
     widths = {len(v) for v in values}
     # Codes, not quantities: leading zeros (a zip), an id's name, or one width of 4+ digits (1005,
     # 14102100).
-    coded = any(len(v) > 1 and v[0] == "0" and v[1].isdigit() for v in values) or bool(
-        _ID_NAME.search(name) or _CATEGORY_NAME.match(name)
-    )
+    zeros = any(len(v) > 1 and v[0] == "0" and v[1].isdigit() for v in values)
+    coded = zeros or bool(_ID_NAME.search(name) or _CATEGORY_NAME.match(name))
     coded = coded or (ints and len(widths) == 1 and min(widths) >= 4)
     if numeric and not coded:
         low = min(float(v) for v in values)
@@ -259,6 +258,12 @@ def propose_column(
     kind = "integer" if integers else "string"
     size, seen = hash_size(values, kind)
     why = "codes (leading zeros, an id's or a C<n> name, or one width)" if numeric else "strings"
+    if ints and not zeros and not integers:  # the same log as Parquet: an integer column
+        as_integers, _ = hash_size(values, "integer")
+        seen += (
+            f'; hashed as written: kind = "integer" with hash_size = {as_integers} gives the ids '
+            "that spec infer proposes for a Parquet integer column of them"
+        )
     return CategoricalColumn(name, kind=kind, hash_size=size), f"{why}; {seen}"
 
 

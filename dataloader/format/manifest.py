@@ -157,6 +157,9 @@ class SparseFeature:
     ids: str = ""
     """"raw" where the feature holds raw 64-bit ids (format.raw_ids; cardinality 0), "" where its
     ids are table rows. Written only when raw, so other datasets keep their bytes."""
+    unsigned: bool = False
+    """Raw ids read from a Parquet uint64 column: shown unsigned (the same 64 bits as a log's
+    signed -1 and 2^64 - 1 are). Written only when true."""
 
     @property
     def raw(self) -> bool:
@@ -180,6 +183,8 @@ class SparseFeature:
             )
         if self.ids not in ("", RAW):
             raise TypeError(f"{where}.ids is {self.ids!r}, expected {RAW!r} or none")
+        if not isinstance(self.unsigned, bool):
+            raise TypeError(f"{where}.unsigned is {self.unsigned!r}, expected true or false")
 
 
 FEATURE_VALUES = ("ids", "timestamps", "integers")
@@ -191,6 +196,7 @@ SPARSE_DEFAULTS = {
     "table": "",
     "values": "ids",
     "ids": "",
+    "unsigned": False,
 }
 
 

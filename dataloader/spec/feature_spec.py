@@ -65,11 +65,21 @@ class TextFormat:
     files: str | None = None
     """Which files of a directory input are read: a glob pattern such as `part-*.csv.gz` (default:
     Criteo's names, day_N, train and dac_sample, bare or with the format's extension)."""
+    missing: tuple[str, ...] = ()
+    """Words written for a missing value in any column, such as ["NA", "\\N"] (R's, a MySQL
+    dump's): read as an empty field is (dense 0, id 0), and skipped as a list's value (default:
+    only an empty field is missing)."""
 
     def __post_init__(self) -> None:
         if self.kind not in FORMAT_KINDS:
             raise ValueError(f"kind {self.kind!r} is not one of {', '.join(FORMAT_KINDS)}")
+        object.__setattr__(self, "missing", tuple(self.missing))
         if self.kind == "parquet":
+            if self.missing:
+                raise ValueError(
+                    "missing is for text formats: a Parquet file writes a missing value as a "
+                    "null, which is read as one already"
+                )
             given = [k for k, v in (("delimiter", self.delimiter), ("header", self.header),
                      ("quoting", self.quoting), ("min_fields", self.min_fields)) if v]  # fmt: skip
             if given:
@@ -90,6 +100,24 @@ class TextFormat:
             raise ValueError("decimal ',' needs another delimiter than ',' (such as ';')")
         if self.files is not None and (not self.files or "/" in self.files):
             raise ValueError(f"files {self.files!r} must be a file-name pattern such as '*.csv'")
+        _check_missing(self.missing, self.delimiter)
+
+
+def _check_missing(words: tuple[str, ...], delimiter: str) -> None:
+    """Each word a whole field can be: not empty (an empty field is missing already), without the
+    delimiter, a quote or a line break, and given once."""
+    for word in words:
+        if not isinstance(word, str) or not word:
+            raise ValueError(f"missing {list(words)}: each word must be a non-empty string")
+        bad = next((c for c in (delimiter, '"', "\r", "\n") if c in word), None)
+        if bad is not None:
+            raise ValueError(
+                f"missing word {word!r} holds {bad!r}: a word for a missing value is a whole "
+                "field, without the delimiter, a quote or a line break"
+            )
+    twice = sorted({w for w in words if words.count(w) > 1})
+    if twice:
+        raise ValueError(f"missing gives {', '.join(map(repr, twice))} more than once")
 
 
 @dataclass(frozen=True)
@@ -267,6 +295,12 @@ class FeatureSpec:
                     "not starting with '.' nor ending in .offsets"
                 )
         _check_sequences(self.sparse)
+        taken = [w for w in self.format.missing if w in self.label.mapping]
+        if taken:
+            raise ValueError(
+                f"missing word {taken[0]!r} is a value of {self.label.name!r}'s mapping: a row "
+                "would have no label; take it out of one of them"
+            )
         if self.format.min_fields is not None and self.format.min_fields > len(self.columns):
             raise ValueError(
                 f"min_fields {self.format.min_fields} is more than the spec's {len(self.columns)} columns"
@@ -337,13 +371,15 @@ def _file_name(name: str) -> bool:
 
 
 def _changed(value) -> dict:
-    """The fields of a dataclass value that differ from their defaults (name always)."""
+    """The fields of a dataclass value that differ from their defaults (name always); a tuple as
+    the list that JSON and TOML give back."""
     out = {}
     data = asdict(value)
     for f in fields(value):
         default = f.default_factory() if callable(f.default_factory) else f.default
         if f.name == "name" or data[f.name] != default:
-            out[f.name] = data[f.name]
+            v = data[f.name]
+            out[f.name] = list(v) if isinstance(v, tuple) else v
     return out
 
 

@@ -53,6 +53,8 @@ def _near(word: str, known, listed: bool = False) -> str:
 def _words(hint: Any) -> str:
     args = [a for a in typing.get_args(hint) if a is not type(None)] if _is_union(hint) else [hint]
     names = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+    if typing.get_origin(hint) is tuple:
+        return 'a list of strings, such as ["NA"]'
     return " or ".join(names.get(a, "a table of value = 0 or 1") for a in args)
 
 
@@ -69,6 +71,8 @@ def _fits(value: Any, hint: Any) -> bool:
         return isinstance(value, int) and not isinstance(value, bool)
     if typing.get_origin(hint) is dict:
         return isinstance(value, dict) and all(isinstance(k, str) for k in value)
+    if typing.get_origin(hint) is tuple:  # a TOML array of strings
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
     return isinstance(value, hint)
 
 
@@ -178,7 +182,7 @@ def spec_to_toml(spec: FeatureSpec, notes: dict[str, str] | None = None, preambl
         for f in fields(spec.format)
         if not parquet or f.name == "kind"
     ]
-    lines = [line for line in lines if not line.endswith("= None")]
+    lines = [line for line in lines if not line.endswith(("= None", "= []"))]
     for column in spec.columns:
         lines.append("")
         if notes and column.name in notes:

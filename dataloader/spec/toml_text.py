@@ -13,7 +13,7 @@ def toml_value(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, str):
         return json.dumps(value)  # a JSON string is a TOML basic string
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return "[" + ", ".join(map(toml_value, value)) + "]"
     if isinstance(value, dict):
         return (

@@ -193,3 +193,45 @@ def test_data_head_shows_a_negative_integer_raw_id_as_written(tmp_path: Path) ->
         line for line in cli("data", "head", out, "-n", "1").stdout.splitlines() if "uid" in line
     ]
     assert row.split()[-2] == "-47", row
+
+
+def test_data_head_shows_a_parquet_uint64_raw_id_unsigned(tmp_path: Path) -> None:
+    """A Parquet uint64 column's ids (64-bit hashes as ids) are shown as the file holds them,
+    an int64 column's -1 as -1. Before, both read -1: 18446744073709551615 was shown with a sign,
+    which joins with nothing in the user's own tables."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    top = 2**64 - 1
+    pq.write_table(
+        pa.table(
+            {
+                "label": [1, 0, 1] * 4,
+                "uid": pa.array([top, 2**63 + 1, 5] * 4, pa.uint64()),
+                "sid": pa.array([-1, -(2**63) + 1, 5] * 4, pa.int64()),
+                "tags": pa.array([[top, 1], [], [2**63 + 1]] * 4, pa.list_(pa.uint64())),
+            }
+        ),
+        tmp_path / "log.parquet",
+    )
+    (tmp_path / "spec.toml").write_text(
+        '[format]\nkind = "parquet"\n\n[[columns]]\nname = "label"\nrole = "label"\n\n'
+        '[[columns]]\nname = "uid"\nrole = "categorical"\nkind = "integer"\n\n'
+        '[[columns]]\nname = "sid"\nrole = "categorical"\nkind = "integer"\n\n'
+        '[[columns]]\nname = "tags"\nrole = "list"\nkind = "integer"\n'
+    )
+    out = tmp_path / "d"
+    cli("preprocess", tmp_path / "log.parquet", "--spec", tmp_path / "spec.toml", "--out", out,
+        "--raw-ids", "all")  # fmt: skip
+    rows = json.loads(cli("data", "head", out, "-n", "3", "--json").stdout)
+    assert [(r["uid"], r["sid"], r["tags"]) for r in rows] == [
+        (str(top), "-1", [str(top), "1"]),
+        (str(2**63 + 1), str(-(2**63) + 1), []),
+        ("5", "5", [str(2**63 + 1)]),
+    ]
+    (row,) = [
+        line for line in cli("data", "head", out, "-n", "1").stdout.splitlines() if "uid" in line
+    ]
+    assert row.split()[-2] == str(top), row
+    # Only raw ids of an unsigned column are marked: other datasets keep their manifests' bytes.
+    assert [f.unsigned for f in Manifest.load(out).sparse_features] == [True, False, True]

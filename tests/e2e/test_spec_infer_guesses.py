@@ -1,7 +1,7 @@
 """`spec infer` says in one line the guesses that values alone made and that a wrong one would
 train on without a word, with the edit that changes them: integer columns of a file without a
-header proposed as dense numbers (an Avazu-shaped log's codes read the same), and a column of
-numbers with a word for a missing value (`NA`) proposed as a string categorical. The line is
+header proposed as dense numbers (an Avazu-shaped log's codes read the same), and a word for a
+missing value among numbers (`NA`) proposed as `[format] missing`. The line is
 printed (stderr) and written at the top of the spec. Before, neither was said anywhere: the
 comments beside the columns read "integers, min 0" and "strings; 62 distinct among 300 values"."""
 
@@ -58,11 +58,15 @@ def test_integer_columns_no_header_names_are_said_to_be_guessed_dense(tmp_path: 
     assert _warnings(cli("spec", "infer", named, "--label", "label")) == []
 
 
-def test_a_word_for_a_missing_value_among_numbers_is_said_with_the_command_that_empties_it(
+def test_a_word_for_a_missing_value_among_numbers_is_proposed_with_the_command_for_a_value(
     tmp_path: Path,
 ) -> None:
+    """`NA` among numbers is proposed as `[format] missing`, the column dense; where another column
+    holds `NA` too (a country's code, Namibia's), the line says it would read as missing there,
+    with the command that empties the number column's fields alone. Before, the column was proposed
+    as a string categorical, and the line said that preprocessing reads only an empty field as
+    missing."""
     log, spec = tmp_path / "na.csv", tmp_path / "na.toml"
-    # A country's code, NA (Namibia) among them: a value, which the command leaves as it is.
     rows = [
         f"{i % 2},{'NA' if i % 10 == 0 else 18 + i % 50},{i},{('NA', 'FR', 'US')[i % 3]}"
         for i in range(200)
@@ -72,20 +76,25 @@ def test_a_word_for_a_missing_value_among_numbers_is_said_with_the_command_that_
     (line,) = _warnings(res)
     command = r"perl -pe 's{^((?:[^,\n]*,){1})(?:NA)(?![^,\r\n])}{$1}'"
     assert line == (
-        f"warning: {log}: age ('NA' in 20 of 200 rows): numbers but for words for a missing "
-        "value, so proposed as a string categorical; preprocessing reads only an empty field as "
-        f"missing: for a dense column, empty those fields first ({command} FILE > NEW_FILE) and "
-        "infer again"
+        f"warning: {log}: [format] missing = [\"NA\"] proposed for age ('NA' in 20 of 200 rows), "
+        "numbers but for words for a missing value; it is read as missing in every column: in "
+        "country ('NA' in 67 of 200 rows) too; where it is a value there (as NA is a country's "
+        "code), take it out of missing and empty the number columns' fields alone instead "
+        f"({command} FILE > NEW_FILE), then infer again"
     )
-    assert 'name = "age"\nrole = "categorical"\nkind = "string"' in spec.read_text()
-    # The command as printed makes the column one of numbers with empty fields: dense.
+    text = spec.read_text()
+    assert '\nmissing = ["NA"]\n' in text
+    assert 'name = "age"\nrole = "dense"\ntype = "int"' in text
+    # The command as printed makes the column one of numbers with empty fields: dense, no key.
     perl = re.search(r"\((perl .*) FILE > NEW_FILE\)", line).group(1)
     emptied = tmp_path / "emptied.csv"
     with open(emptied, "wb") as out:
         subprocess.run(f"{perl} {log}", shell=True, stdout=out, check=True)
     res = cli("spec", "infer", emptied, "--label", "click", "--out", tmp_path / "e.toml")
     assert _warnings(res) == []
-    assert 'name = "age"\nrole = "dense"\ntype = "int"' in (tmp_path / "e.toml").read_text()
+    emptied_spec = (tmp_path / "e.toml").read_text()
+    assert 'name = "age"\nrole = "dense"\ntype = "int"' in emptied_spec
+    assert "\nmissing =" not in emptied_spec
     # Only that column's fields: before, every field "NA" was emptied, the country's too.
     country = [line.split(",")[3] for line in emptied.read_text().splitlines()]
     assert country == [line.split(",")[3] for line in log.read_text().splitlines()]

@@ -252,7 +252,8 @@ def raw_hex_widths(manifest: Manifest, directory: Path) -> dict[str, int]:
 
 def raw_integer_features(manifest: Manifest, directory: Path) -> set[str]:
     """Raw-id features read from decimal integers (a spec's `kind = "integer"`): preprocessing
-    stored them in two's complement, and a log's -1 is shown as -1, not as 2^64 - 1."""
+    stored them in two's complement, and a log's -1 is shown as -1, not as 2^64 - 1; but for those
+    of a Parquet uint64 column, shown unsigned (the manifest's `unsigned`)."""
     from shardrec.dataloader.spec.feature_spec import SpecError
     from shardrec.dataloader.spec.spec_file import manifest_spec
 
@@ -260,7 +261,7 @@ def raw_integer_features(manifest: Manifest, directory: Path) -> set[str]:
         spec = manifest_spec(manifest, directory)
     except SpecError:
         return set()
-    raw = {f.name for f in manifest.sparse_features if f.raw}
+    raw = {f.name for f in manifest.sparse_features if f.raw and not f.unsigned}
     if spec is None:
         return set()
     return {c.name for c in spec.columns if getattr(c, "kind", "") == "integer" and c.name in raw}

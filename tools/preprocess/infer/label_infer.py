@@ -176,8 +176,8 @@ def spec_label_rule(path: Path, program: Program, rows: int = 10_000) -> str:
 
 
 def _label_values(path: Path, program: Program, rows: int) -> list[str]:
-    """The label column's values in the file's first `rows` rows, as text (empty and null values
-    left out; a Parquet boolean as 0/1)."""
+    """The label column's values in the file's first `rows` rows, as text (empty and null values,
+    and the spec's words for one, left out; a Parquet boolean as 0/1)."""
     fmt, field = program.spec.format, program.label_field
     if fmt.kind == "parquet":
         import pyarrow.parquet as pq
@@ -190,6 +190,5 @@ def _label_values(path: Path, program: Program, rows: int) -> list[str]:
         lines = [f.readline() for _ in range(rows + fmt.header)][fmt.header :]
     text = b"".join(lines).decode("utf-8", "replace")
     quoting = csv.QUOTE_MINIMAL if fmt.quoting else csv.QUOTE_NONE
-    return [
-        r[field] for r in csv_fields(text, fmt.delimiter, quoting) if field < len(r) and r[field]
-    ]
+    rows = csv_fields(text, fmt.delimiter, quoting)
+    return [r[field] for r in rows if field < len(r) and r[field] and r[field] not in fmt.missing]

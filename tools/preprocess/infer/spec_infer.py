@@ -26,8 +26,8 @@ column is label_infer.py's for both.
 Every choice is written beside its column as a comment, for the user to check and edit. Guesses
 which, if wrong, would train without a word come back as lines for the user too (the CLI
 prints them and writes them on top of the spec): the integer columns of a file without a header,
-dense from their values alone (codes read the same), and numbers that write a missing value as a
-word (`NA`), string categoricals since preprocessing reads only an empty field as missing.
+dense from their values alone (codes read the same), and the words proposed as `[format] missing`
+(`NA` among numbers, a MySQL dump's `\\N`: missing_infer.py), read as missing in every column.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ from shardrec.tools.preprocess.infer.label_infer import (
     no_label_column,
     parse_label,
 )
+from shardrec.tools.preprocess.infer.missing_infer import find_missing_words
 from shardrec.tools.preprocess.infer.spec_hash_fit import fit_hash_size
 from shardrec.tools.preprocess.parse.parse_fields import INT64_MAX
 from shardrec.tools.preprocess.text.gz import open_text
@@ -74,11 +75,6 @@ _ID_NAME = re.compile(r"(^|_)id$|Id$|ID$")
 # C14-C21).
 _CATEGORY_NAME = re.compile(r"^C\d+$")
 _TIME_NAME = re.compile(r"time|date|(^|_)ts$", re.IGNORECASE)
-# Words some writers put for a missing value (R's NA, SQL's NULL, pandas' NaN); preprocessing
-# reads an empty field as one, and any of these as a value.
-MISSING_WORDS = frozenset(
-    {"NA", "N/A", "n/a", "na", "NaN", "nan", "NULL", "null", "Null", "None", "none", "?", "-"}
-)
 # Unix seconds from 2000-01-01 to 2100-01-01: a code of 9-10 digits in this range is a time.
 _UNIX_SECONDS = (946_684_800, 4_102_444_800)
 
@@ -191,40 +187,6 @@ def _row_numbers(values: list[str]) -> bool:
     return all(int(v) == first + i for i, v in enumerate(values))
 
 
-def _missing_words(values: list[str]) -> Counter:
-    """The words for a missing value (MISSING_WORDS) in a column whose other values are all
-    numbers, with their counts; empty where there are none, or other words too."""
-    words = Counter(v for v in values if v in MISSING_WORDS)
-    rest = [v for v in values if v not in MISSING_WORDS]
-    return words if words and rest and all(map(is_number, rest)) else Counter()
-
-
-def _missing_advice(found: dict[int, tuple[str, Counter]], rows: int, delimiter: str) -> str:
-    """The line for numbers columns (by field index: name, words) that write a missing value as a
-    word: what infer made of them, and the command that empties those fields (preprocessing's
-    missing value): theirs alone, at their place in the row, as another column's `NA` may be a
-    value (a country's code)."""
-    d = {"\t": "\\t"}.get(delimiter, re.escape(delimiter))
-
-    def empty(i: int, words: Counter) -> str:
-        """Perl's substitution of the words at field i (after i fields and their delimiters)."""
-        alternatives = "|".join(map(re.escape, sorted(words)))
-        return f"s{{^((?:[^{d}\\n]*{d}){{{i}}})(?:{alternatives})(?![^{d}\\r\\n])}}{{$1}}"
-
-    command = f"perl -pe '{'; '.join(empty(i, c) for i, (_, c) in found.items())}'"
-    columns = ", ".join(
-        f"{name} ({' and '.join(f'{w!r} in {n:,}' for w, n in c.items())} of {rows:,} rows)"
-        for name, c in found.values()
-    )
-    one = len(found) == 1
-    return (
-        f"{columns}: numbers but for words for a missing value, so proposed as "
-        f"{'a string categorical' if one else 'string categoricals'}; preprocessing reads only an "
-        f"empty field as missing: for {'a dense column' if one else 'dense columns'}, empty those "
-        f"fields first ({command} FILE > NEW_FILE) and infer again"
-    )
-
-
 def _unnamed_integers_advice(spec: FeatureSpec) -> str:
     """Without a header, the line naming the integer columns proposed dense from their values
     alone (a category written as a number reads the same), and what makes one a categorical;
@@ -277,9 +239,8 @@ def propose_column(
     widths = {len(v) for v in values}
     # Codes, not quantities: leading zeros (a zip), an id's name, or one width of 4+ digits (1005,
     # 14102100).
-    coded = any(len(v) > 1 and v[0] == "0" and v[1].isdigit() for v in values) or bool(
-        _ID_NAME.search(name) or _CATEGORY_NAME.match(name)
-    )
+    zeros = any(len(v) > 1 and v[0] == "0" and v[1].isdigit() for v in values)
+    coded = zeros or bool(_ID_NAME.search(name) or _CATEGORY_NAME.match(name))
     coded = coded or (ints and len(widths) == 1 and min(widths) >= 4)
     if numeric and not coded:
         low = min(float(v) for v in values)
@@ -297,6 +258,12 @@ def propose_column(
     kind = "integer" if integers else "string"
     size, seen = hash_size(values, kind)
     why = "codes (leading zeros, an id's or a C<n> name, or one width)" if numeric else "strings"
+    if ints and not zeros and not integers:  # the same log as Parquet: an integer column
+        as_integers, _ = hash_size(values, "integer")
+        seen += (
+            f'; hashed as written: kind = "integer" with hash_size = {as_integers} gives the ids '
+            "that spec infer proposes for a Parquet integer column of them"
+        )
     return CategoricalColumn(name, kind=kind, hash_size=size), f"{why}; {seen}"
 
 
@@ -364,8 +331,10 @@ def infer_spec(
     if label_name not in names:
         raise no_label_column(path, label_name, names)
     values_of = [[r[i] for r in body if i < len(r) and r[i] != ""] for i in range(len(names))]
+    missing = find_missing_words(names, values_of, names.index(label_name), len(body), delimiter)
+    values_of = [missing.values(values) for values in values_of]
     decimal = delimiter != "," and _decimal_commas(values_of)
-    columns, notes, missing = [], {}, {}
+    columns, notes = [], {}
     for i, name in enumerate(names):
         values = values_of[i]
         if decimal and values and all(_COMMA_FLOAT.match(v) for v in values):
@@ -375,19 +344,14 @@ def infer_spec(
             columns.append(column)
             continue
         column, note = propose_column(name, values, len(body), delimiter)
-        if words := _missing_words(values):
-            note += (
-                f"; numbers but for {', '.join(map(repr, words))} (a missing value?): the "
-                "comment on top says how to make it a dense column"
-            )
+        if i in missing.notes:
+            note += f"; {missing.notes[i]}"
         if i >= width - unnamed:
             note += f"; the header names {width - unnamed} fields, the rows have {width}"
         if decimal and isinstance(column, DenseColumn) and column.type == "float":
             note += " (decimal commas: 13,44 is 13.44)"
         columns.append(_placed(column, i, names))
         notes[columns[-1].name] = note  # a renamed column's note goes above it too
-        if words:
-            missing[i] = (columns[-1].name, words)
     counts = [len(r) for r in body]
     fmt = TextFormat(
         "tsv" if delimiter == "\t" else "csv",
@@ -396,8 +360,8 @@ def infer_spec(
         delimiter == "," or any('"' in line for line in lines[:200]),
         min(counts) if min(counts) < width else None,
         "," if decimal else None,
+        missing=missing.words,
     )
     spec = FeatureSpec(fmt, tuple(columns))
-    advice = [_unnamed_integers_advice(spec)]
-    advice += [_missing_advice(missing, len(body), delimiter)] if missing else []
+    advice = [_unnamed_integers_advice(spec), missing.advice]
     return spec, notes, [line for line in advice if line]

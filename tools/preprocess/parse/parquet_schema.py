@@ -90,6 +90,8 @@ class ParquetProgram:
     """Each field's Arrow kind (kind_of)."""
     dictionary: tuple[str, ...] = ()
     """String categoricals read as dictionaries (parquet_rows.py's module doc)."""
+    unsigned: tuple[str, ...] = ()
+    """Integer columns (lists too) of unsigned 64-bit values: their raw ids are shown unsigned."""
 
     @property
     def columns(self) -> list[str]:
@@ -135,7 +137,19 @@ def resolve_parquet(
                     else ""
                 )
             )
-    return ParquetProgram(program, kinds, _repeating(path, spec))
+    unsigned = tuple(n for n in program.names if _uint64(schema.field(n).type))
+    return ParquetProgram(program, kinds, _repeating(path, spec), unsigned)
+
+
+def _uint64(t) -> bool:
+    """An Arrow uint64 type, or a list or dictionary of it."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        t = t.value_type
+    return pa.types.is_uint64(t)
 
 
 def _repeating(path: Path, spec: FeatureSpec) -> tuple[str, ...]:

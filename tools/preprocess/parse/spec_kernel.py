@@ -15,6 +15,9 @@ then decoded by its column's role, given per field index as small arrays (spec_p
 - list: the field cut at its separator, each non-empty value decoded as a categorical, the first
   `max_length` appended to one flat array with each row's start and length;
 - ignore: scanned past.
+
+A field (or a list's value) that is one of the spec's words for a missing value (`[format]
+missing`, such as `NA`) reads as an empty one.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from shardrec.tools.preprocess.parse.parse_kernel import (
     int_swar,
     trailing_zeros,
 )
-from shardrec.tools.preprocess.parse.spec_values import decode_float, hash_string
+from shardrec.tools.preprocess.parse.spec_values import decode_float, hash_string, is_missing
 
 # Roles per field, and decoders (kind) per field.
 IGNORE, LABEL, DENSE, CATEGORICAL, LIST = 0, 1, 2, 3, 4
@@ -149,10 +152,10 @@ def _label(buf, s, e, escaped, mode, threshold, keys, values, point):
 
 
 @njit(cache=True, nogil=True, boundscheck=False, inline="always")
-def _list(buf, s, e, kind, sep, max_length, escaped, out, pos, keep_last, raw):
-    """Append a list field's first (keep_last: last) max_length non-empty values to out[pos:];
-    (count, reason, values in the field). raw: integers kept as written (a negative one is
-    bad_integer)."""
+def _list(buf, s, e, kind, sep, max_length, escaped, out, pos, keep_last, raw, words, starts):
+    """Append a list field's first (keep_last: last) max_length values to out[pos:], an empty one
+    and a word for a missing value (words, starts: is_missing's) skipped; (count, reason, values in
+    the field). raw: integers kept as written (a negative one is bad_integer)."""
     skip, total = 0, 0
     if keep_last:
         a = s
@@ -160,7 +163,7 @@ def _list(buf, s, e, kind, sep, max_length, escaped, out, pos, keep_last, raw):
             b = a
             while b < e and buf[b] != sep:
                 b += 1
-            if b > a:
+            if b > a and not is_missing(buf, a, b, words, starts):
                 total += 1
             a = b + 1
         skip = max(0, total - max_length)
@@ -169,7 +172,7 @@ def _list(buf, s, e, kind, sep, max_length, escaped, out, pos, keep_last, raw):
         b = a
         while b < e and buf[b] != sep:
             b += 1
-        if b > a:
+        if b > a and not is_missing(buf, a, b, words, starts):
             if seen >= skip and count < max_length:
                 if pos + count >= len(out):  # the caller's bound fell short
                     return count, -2, seen
@@ -215,14 +218,15 @@ def _short_int(buf, s, e):
 def parse_spec_rows(
     buf, delim, quoting, point, nmin, role, slot, kind, seps, max_lengths, label_field, label_mode, threshold,
     keys, values, labels, dense, dmiss, sparse, smiss, lvalues, lstart, llen, reason, bad_field, row_start, row_end,
-    flags, primary, still_open,
+    flags, primary, still_open, words, starts,
 ):  # fmt: skip
     """Fill the per-row arrays (sized to the newlines in buf) and the flat list values; returns
     (rows, list values written, whether the last line leaves a quote open). role/slot/kind/seps/
     max_lengths hold one entry per field index, and so do flags (KEEP_LAST: a sequence keeps its
     last values; RAW: integers kept as written) and primary (a side sequence's primary field, -1
     for others: both hold as many values). still_open: the text before buf (an earlier piece of
-    the same text) left a quote open, so buf's first lines are inside that field.
+    the same text) left a quote open, so buf's first lines are inside that field. words, starts:
+    the words for a missing value (is_missing), read as an empty field and an empty list value.
 
     Each row is cut into its fields first (start, end, escaped: a few entries that stay in L1),
     then decoded one kind of column at a time: a loop over the integer columns, one over the hex,
@@ -239,6 +243,7 @@ def parse_spec_rows(
     others = np.sort(np.concatenate((np.array([label_field]), floats, lists)))
     fs, fe, fx = np.zeros(nf, np.int64), np.zeros(nf, np.int64), np.zeros(nf, np.bool_)
     totals = np.zeros(nf, np.int64)
+    given = len(starts) > 1
     while i < n:
         row_start[row] = i
         ur = np.uint64(row)
@@ -254,6 +259,8 @@ def parse_spec_rows(
             still_open = qbad and e == j  # its quote not closed at the newline
             if f < nf:
                 fs[f], fe[f], fx[f] = s, (s if qbad else e), escaped
+                if given and is_missing(buf, s, e, words, starts):
+                    fe[f] = s  # read as an empty field: missing
             f += 1
             if buf[j] == 10:
                 break
@@ -284,7 +291,7 @@ def parse_spec_rows(
                 lstart[ur, k] = pos
                 cnt, bad, totals[g] = _list(
                     buf, s, e, kind[g], seps[g], max_lengths[g], fx[g], lvalues, pos,
-                    flags[g] & KEEP_LAST, flags[g] & RAW,
+                    flags[g] & KEEP_LAST, flags[g] & RAW, words, starts,
                 )  # fmt: skip
                 if bad == -2:
                     return row, -1, still_open

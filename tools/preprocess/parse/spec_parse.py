@@ -64,6 +64,10 @@ class Program:
     """Label mapping: hashes of the written values (ids.hash_bytes), and their labels beside
     them."""
     values: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
+    words: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
+    """The words for a missing value ([format] missing) back to back, word t at
+    words[starts[t] : starts[t + 1]] (spec_values.is_missing)."""
+    starts: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
 
     @property
     def num_fields(self) -> int:
@@ -207,20 +211,24 @@ def resolve_program(
     values = np.array(list(label.mapping.values()), np.uint8)
     names = tuple(owner[f] for f in range(nf))
     min_fields = spec.format.min_fields or nf
+    missing = [w.encode() for w in spec.format.missing]
+    words = np.frombuffer(b"".join(missing), np.uint8).copy()
+    starts = np.cumsum([0, *map(len, missing)], dtype=np.int64)
     return Program(spec, names, role, slot, kind, seps, max_lengths, fields[spec.columns.index(label)], min_fields,
-                   flags, primary, keys, values)  # fmt: skip
+                   flags, primary, keys, values, words, starts)  # fmt: skip
 
 
 def criteo_schema(program: Program) -> tuple[Schema, str] | None:
     """(Schema, dense transform) when the resolved spec is Criteo's shape, read by Criteo's kernels:
-    unquoted; label first (0/1 as written); then integers, one transform for all; then hex
-    categoricals."""
+    unquoted, no words for a missing value; label first (0/1 as written); then integers, one
+    transform for all; then hex categoricals."""
     spec, fmt = program.spec, program.spec.format
     dense, sparse = spec.dense, spec.sparse
     shape = [spec.label, *dense, *sparse]
     order = [program.names.index(c.name) for c in shape]
     if (
         fmt.quoting
+        or fmt.missing
         or order != list(range(program.num_fields))
         or spec.label.threshold is not None
         or spec.label.mapping
@@ -321,7 +329,7 @@ def parse_spec_chunk(
         float(label.threshold or 0.0), program.keys, program.values, out.labels, out.dense, out.dense_missing,
         out.sparse, out.sparse_missing, out.list_values,
         out.list_start, out.list_len, out.reason, out.bad_field, out.row_start, out.row_end, program.flags,
-        program.primary, in_quote,
+        program.primary, in_quote, program.words, program.starts,
     )  # fmt: skip
     assert done == rows and used >= 0, "the list bound covers every value"
     return out

@@ -4,6 +4,8 @@ String hashing, `hash_string` (id_maps.hash_bytes is the same function in Python
 words of 8 (big-endian, the last one shorter), h = mix64(h ^ word) from h = 0, then
 mix64(h ^ length), mix64 being ids/id_maps.py's splitmix64 finalizer; ids then come from that
 value exactly as from a hex one (1 + mix64(value) mod (rows - 1)).
+
+A word for a missing value (`[format] missing`, such as `NA`), `is_missing`: a field of its bytes.
 """
 
 from __future__ import annotations
@@ -108,3 +110,19 @@ def decode_float(buf, s, e, point):
     if v == np.inf:  # a value beyond float64 is no model input
         return 0.0, False
     return (-v if neg else v), True
+
+
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def is_missing(buf, s, e, words, starts):
+    """Whether buf[s:e] is one of the spec's words for a missing value ([format] missing): word t
+    is words[starts[t] : starts[t + 1]] (none: starts holds one 0)."""
+    n = e - s
+    for t in range(len(starts) - 1):
+        a = starts[t]
+        if starts[t + 1] - a == n:
+            u = 0
+            while u < n and buf[s + u] == words[a + u]:
+                u += 1
+            if u == n:
+                return True
+    return False

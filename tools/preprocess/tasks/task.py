@@ -125,6 +125,9 @@ class TaskOptions:
             else SparseFeature(n, 0, "uint64", ids=RAW)
             for n, c in zip(self.names, self.cardinalities)
         ]
+        unsigned = self.parser.parquet.unsigned if self.parser.parquet else ()
+        for f in features:
+            f.unsigned = f.raw and f.name in unsigned
         columns = self.parser.program.spec.sparse if self.parser.program else []
         for f, column in zip(features, columns):
             if isinstance(column, ListColumn):

@@ -1,0 +1,144 @@
+"""A click log written by pandas' `to_csv(na_rep="NA")` (R's `NA`, a MySQL dump's `\\N`) is read
+with `[format] missing = ["NA"]` as the same log written with empty fields: preprocessing makes the
+same part files (plain, .gz), and `predict` gives its raw rows the same probabilities. Before, the
+key was unknown (`unknown key 'missing'`), and without it every row with `NA` in a number column
+was a malformed row (`bad_integer`, `bad_float`)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from helpers import cli
+from test_spec_flow import write_untrained_model
+
+SPEC = """[format]
+kind = "csv"
+header = true
+{missing}
+[[columns]]
+name = "click"
+role = "label"
+[[columns]]
+name = "n"
+role = "dense"
+[[columns]]
+name = "price"
+role = "dense"
+type = "float"
+[[columns]]
+name = "city"
+role = "categorical"
+hash_size = 16
+[[columns]]
+name = "user_id"
+role = "categorical"
+kind = "integer"
+hash_size = 64
+[[columns]]
+name = "tags"
+role = "list"
+hash_size = 16
+"""
+
+
+def _frame(rows: int = 300) -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame(
+        {
+            "click": rng.integers(0, 2, rows),
+            "n": pd.array(rng.integers(0, 50, rows), dtype="Int64"),
+            "price": np.round(rng.random(rows) * 100, 2),
+            "city": rng.choice(["paris", "rome", "oslo"], rows).astype(object),
+            "user_id": pd.array(rng.integers(0, 1000, rows), dtype="Int64"),
+            "tags": rng.choice(["a|b", "b", "c|a|b"], rows).astype(object),
+        }
+    )
+    for column, every in (("n", 5), ("price", 7), ("city", 9), ("user_id", 11), ("tags", 13)):
+        df.loc[:: every, column] = None  # fmt: skip
+    return df
+
+
+def _parts(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.glob("*/part-*"))}
+
+
+@pytest.mark.parametrize("word", ["NA", "\\N", "null"])
+def test_words_for_a_missing_value_read_as_empty_fields_in_preprocess_and_predict(
+    tmp_path: Path, word: str
+) -> None:
+    df = _frame()
+    empty, written = tmp_path / "empty.csv", tmp_path / "written.csv"
+    df.to_csv(empty, index=False)
+    df.to_csv(written, index=False, na_rep=word)
+    assert f",{word}," in written.read_text()
+    packed = tmp_path / "written.csv.gz"
+    packed.write_bytes(gzip.compress(written.read_bytes()))
+    plain, given = tmp_path / "plain.toml", tmp_path / "given.toml"
+    plain.write_text(SPEC.format(missing=""))
+    given.write_text(SPEC.format(missing=f"missing = [{json.dumps(word)}]"))
+    cli("preprocess", empty, "--spec", plain, "--out", tmp_path / "from_empty")
+    cli("preprocess", written, "--spec", given, "--out", tmp_path / "from_words")
+    cli("preprocess", packed, "--spec", given, "--out", tmp_path / "from_gz")
+    want = _parts(tmp_path / "from_empty")
+    assert want and _parts(tmp_path / "from_words") == want == _parts(tmp_path / "from_gz")
+    # The model's spec holds the key: its raw rows score as the emptied ones do.
+    model = tmp_path / "m.safetensors"
+    write_untrained_model(tmp_path / "from_words", model)
+    for flags in ((), ("--no-label",)):
+        for rows, out in ((empty, "p_empty.txt"), (written, "p_words.txt")):
+            cli("predict", model, rows, "--out", tmp_path / out, *flags)
+        scores = (tmp_path / "p_words.txt").read_bytes()
+        assert scores and scores == (tmp_path / "p_empty.txt").read_bytes()
+    # Without the key, such a row is malformed, as before.
+    res = cli("preprocess", written, "--spec", plain, "--out", tmp_path / "refused", ok=False)
+    assert f"n: {word!r} (bad_integer)" in res.output
+
+
+def _without_comments(path: Path) -> str:
+    return "".join(line for line in path.read_text().splitlines(True) if not line.startswith("#"))
+
+
+@pytest.mark.parametrize("word", ["NA", "\\N"])
+def test_spec_infer_proposes_the_word_and_its_spec_reads_the_log_as_the_emptied_one(
+    tmp_path: Path, word: str
+) -> None:
+    """Before, `NA` among numbers made a string categorical (with a line saying to empty those
+    fields), and `\\N` was not seen at all: both columns were hashed strings."""
+    df = _frame()
+    empty, written = tmp_path / "empty.csv", tmp_path / "written.csv"
+    df.to_csv(empty, index=False)
+    df.to_csv(written, index=False, na_rep=word)
+    for log in (empty, written):
+        cli("spec", "infer", log, "--label", "click", "--out", log.with_suffix(".toml"))
+    proposed = _without_comments(written.with_suffix(".toml"))
+    assert f"\nmissing = [{json.dumps(word)}]\n" in proposed
+    assert proposed.replace(f"missing = [{json.dumps(word)}]\n", "") == _without_comments(
+        empty.with_suffix(".toml")
+    )
+    assert 'name = "n"\nrole = "dense"\ntype = "int"' in proposed
+    cli("preprocess", empty, "--spec", empty.with_suffix(".toml"), "--out", tmp_path / "a")
+    cli("preprocess", written, "--spec", written.with_suffix(".toml"), "--out", tmp_path / "b")
+    assert _parts(tmp_path / "a") == _parts(tmp_path / "b")
+
+
+def test_a_word_among_strings_alone_is_a_value_its_note_says_how_to_make_it_missing(
+    tmp_path: Path,
+) -> None:
+    log, spec = tmp_path / "log.csv", tmp_path / "log.toml"
+    cities = ("\\N", "oslo", "rome")
+    rows = [f"{i % 2},{('NA', 'FR')[i % 2]},{cities[i % 3]}\n" for i in range(60)]
+    log.write_text("click,country,city\n" + "".join(rows))
+    res = cli("spec", "infer", log, "--label", "click", "--out", spec)
+    text = spec.read_text()
+    assert '\nmissing = ["\\\\N"]\n' in text  # a MySQL dump's NULL is never a value
+    assert "'\\N' is a MySQL or Hive dump's NULL" in res.stderr
+    assert (
+        "# strings; 2 distinct among 60 values (~2 estimated); 'NA' in 30 of 60 rows: a value "
+        'here; if it means a missing one, add missing = ["NA"] to [format] (then missing in every '
+        'column)\n[[columns]]\nname = "country"'
+    ) in text

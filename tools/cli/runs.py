@@ -22,14 +22,22 @@ def runs(
     best val AUC.
 
     A damaged run's newest checkpoint fails its digests (the file is named below the table): a
-    rerun, eval or export of it is refused."""
+    rerun, eval or export of it is refused. A checkpoint folder not named step-NNNNNNNN (renamed
+    or copied by hand), which no command reads, is named below the table too."""
+    from shardrec.trainer.rundir import names
+    from shardrec.trainer.rundir.checkpoint.trust import (
+        misnamed_checkpoint_message,
+        misnamed_checkpoints,
+    )
     from shardrec.trainer.rundir.life import run_state
 
     if not root.is_dir():
         fail(f"{root}: does not exist" if not root.exists() else f"{root}: not a directory")
-    rows, damages = [], []
+    rows, damages, misnamed = [], [], []
     for path in run_state.find_runs(root):
         run = run_state.read_run_dir(path)
+        unread = misnamed_checkpoints(path / names.CHECKPOINTS)
+        misnamed += unread
         damage = run_state.checkpoint_damage(run)
         status = run_state.run_status(run, damaged=bool(damage))
         if status == "damaged":
@@ -45,6 +53,7 @@ def runs(
                 "best_val_auc": run_state.best_auc(
                     path, upto=upto if status in ("failed", "stopped") else None
                 ),
+                "misnamed_checkpoints": [str(p) for p in unread],
             }
         )
     if json_out:
@@ -67,6 +76,10 @@ def runs(
     console.print(table)
     for damage in damages:
         console.print(f"damaged: {damage}", highlight=False, soft_wrap=True)
+    for path in misnamed:
+        console.print(
+            f"misnamed: {misnamed_checkpoint_message(path)}", highlight=False, soft_wrap=True
+        )
 
 
 def register(app: typer.Typer) -> None:

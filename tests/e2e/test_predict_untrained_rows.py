@@ -152,3 +152,24 @@ def test_a_run_whose_tables_a_gpu_drew_says_so_in_one_line(root: Path, tmp_path:
         "can't tell which lookups of t_f0, t_f1, t_f2, t_f3 fell on rows that never trained: the "
         "run drew their initial weights on cuda, whose draws export does not repeat on the CPU"
     ]
+
+
+def test_a_cpu_record_tells_the_tables_only_under_the_torch_that_drew_them(
+    root: Path, tmp_path: Path
+) -> None:
+    # Another torch release's CPU draws may differ from this one's: its record is left out of the
+    # file's header (what the rows say decides), this release's is in it.
+    import torch
+
+    from shardrec.trainer.inference.model_file import read_header
+    from shardrec.trainer.inference.trained_rows import DRAWN_ON_KEY
+
+    run = tmp_path / "run"
+    shutil.copytree(root / "run", run)
+    found = {}
+    for release in (torch.__version__, "1.0.0"):
+        record = {"device": "cpu", "seed": 0, "torch": release}
+        (run / "initial_weights.json").write_text(json.dumps(record))
+        cli("export", run, "--data", root / "data", "--out", tmp_path / "m.safetensors")
+        found[release] = read_header(tmp_path / "m.safetensors").get(DRAWN_ON_KEY)
+    assert found == {torch.__version__: "cpu", "1.0.0": None}

@@ -17,6 +17,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import write_tiny_dataset
 from helpers import TINY_MODEL, assert_one_line_error, run_direct_rank, settings
 from typer.testing import CliRunner
@@ -144,7 +145,7 @@ def test_rerun_resume_changes_data_and_restart(trained: tuple[Path, Path], tmp_p
     # The run records which device drew its initial weights; a resume keeps its first start's (a
     # GPU's here, as if it started on one): export tells the rows that never trained by it.
     drew = run / "initial_weights.json"
-    assert json.loads(drew.read_text()) == {"device": "cpu", "seed": 0}
+    assert json.loads(drew.read_text()) == {"device": "cpu", "seed": 0, "torch": torch.__version__}
     drew.write_text('{"device": "cuda", "seed": 0}')
     # An allowed change resumes from step 10 and records the new settings (the ranks get the
     # --allow-change keys too: they would refuse the change otherwise).

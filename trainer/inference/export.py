@@ -312,7 +312,8 @@ def export_model(
     drawn = read_initial_weights(run_dir)
     marked = TableMarks(header, drawn.seed if drawn else run_config(run_dir).train.fixed_seed)
     header = {**header, HEADER_KEY: marked.names()}
-    if drawn is not None:
+    # Another torch release's CPU draws may differ from this one's: left to what the rows say.
+    if drawn is not None and (drawn.device != "cpu" or drawn.torch == torch.__version__):
         header[DRAWN_ON_KEY] = drawn.device
     total = sum(_nbytes(m) for m in entries.values())
     layout = _safetensors_header(entries, header, {**maps, **marked.layout()})

@@ -332,5 +332,5 @@ def write_run_files(job: Job, drew: bool = False) -> None:
         atomic_write_bytes(job.run_dir / names.DATASET_RECORD, record)
     save_plan(job.plan, job.run_dir / names.PLAN)
     if drew:
-        drawn = InitialWeights(device=job.env.device.type, seed=job.config.train.seed)
+        drawn = InitialWeights(job.env.device.type, job.config.train.seed, torch.__version__)
         record_initial_weights(job.run_dir, drawn)

@@ -26,6 +26,8 @@ class InitialWeights:
     """The device kind whose generator drew them: "cpu" or "cuda"."""
     seed: int
     """The seed embeddings.init drew them with (the run's train.seed)."""
+    torch: str = ""
+    """The torch release that drew them ("": not recorded): another's CPU draws may differ."""
 
 
 def record_initial_weights(run_dir: Path, drawn: InitialWeights) -> None:
@@ -40,7 +42,7 @@ def read_initial_weights(run_dir: Path) -> InitialWeights | None:
     path = Path(run_dir) / names.INITIAL_WEIGHTS
     try:
         raw = json.loads(path.read_text())
-        return InitialWeights(device=str(raw["device"]), seed=int(raw["seed"]))
+        return InitialWeights(str(raw["device"]), int(raw["seed"]), str(raw.get("torch", "")))
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:

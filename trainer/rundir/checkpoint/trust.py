@@ -78,6 +78,33 @@ def misnamed_checkpoint_message(path: Path) -> str:
     )
 
 
+def copied_checkpoints(directory: Path) -> list[tuple[Path, Path]]:
+    """(checkpoint, the older one it is a copy of) for each complete checkpoint in `directory`
+    whose digests.json is byte for byte an older one's: the same files under two step names (a
+    folder copied by hand), so one of them holds another step than its name says. Two saves never
+    agree: train_state.pt holds the step. Torch-free."""
+    first: dict[bytes, Path] = {}
+    pairs = []
+    for _, path in complete_checkpoints(directory):
+        try:
+            digests = (path / names.DIGESTS).read_bytes()
+        except OSError:
+            continue
+        if digests in first:
+            pairs.append((path, first[digests]))
+        first.setdefault(digests, path)
+    return pairs
+
+
+def copied_checkpoint_message(path: Path, original: Path) -> str:
+    """The one line saying that `path` holds the same files as `original`, and what to do."""
+    return (
+        f"{path}: the same files as {original.name} (their {names.DIGESTS} agree: a copy), one "
+        "step's checkpoint under two names; train, eval and export refuse the one not named for "
+        f"its step: move the copy out of {path.parent}"
+    )
+
+
 def torn_checkpoint(directory: Path) -> Path | None:
     """The newest checkpoint folder in `directory` that has no digests.json and is newer than the
     newest complete one (None: there is none). A save renames its folder into place only after

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -174,7 +175,14 @@ def test_runs_lists_a_stopped_run_and_help_shows_no_flag_types(tmp_path: Path) -
     listed = CliRunner().invoke(app, ["runs", str(tmp_path), "--json", "-v"])
     assert listed.exit_code == 0, listed.output
     assert json.loads(listed.stdout) == [
-        {"run": str(tmp_path / "a"), "step": 4, "status": "stopped", "best_val_auc": 0.75}
+        {
+            "run": str(tmp_path / "a"),
+            "step": 4,
+            "status": "stopped",
+            "best_val_auc": 0.75,
+            "misnamed_checkpoints": [],
+            "copied_checkpoints": [],
+        }
     ]
     # A rerun resumed it and died before its next checkpoint: failed, no longer stopped.
     with (tmp_path / "a" / "metrics.jsonl").open("a") as f:
@@ -188,6 +196,42 @@ def test_runs_lists_a_stopped_run_and_help_shows_no_flag_types(tmp_path: Path) -
         shown = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
         assert shown.exit_code == 0 and "--help" in shown.stdout
         assert "<bool>" not in shown.stdout, f"{args}:\n{shown.stdout}"
+
+
+def test_runs_names_a_checkpoint_folder_renamed_by_hand(tmp_path: Path) -> None:
+    # Before: the run's only checkpoint, renamed step-4, was not a word: step -, failed, and no
+    # command read it (a rerun started over beside it).
+    _fake_run(tmp_path / "a")
+    checkpoints = tmp_path / "a" / "checkpoints"
+    (checkpoints / "step-00000004").rename(checkpoints / "step-4")
+    (checkpoints / ".step-00000008.tmp").mkdir()  # a save under way: not a checkpoint yet
+    (checkpoints / ".step-00000008.tmp" / "train_state.pt").write_bytes(b"")
+    listed = CliRunner().invoke(app, ["runs", str(tmp_path), "--json"])
+    assert json.loads(listed.stdout)[0]["misnamed_checkpoints"] == [str(checkpoints / "step-4")]
+    shown = CliRunner().invoke(app, ["runs", str(tmp_path)])
+    assert shown.stdout.splitlines()[-1] == (
+        f"misnamed: {checkpoints / 'step-4'}: a checkpoint's files in a folder not named "
+        "step-NNNNNNNN, which no command reads (renamed or copied by hand?); rename it "
+        f"step-00000004 if it holds step 4, or move it out of {checkpoints}"
+    )
+
+
+def test_runs_names_a_checkpoint_copied_under_another_step(tmp_path: Path) -> None:
+    # Before: step-00000008, a copy of step-00000004, was listed as the run's step 8, and train,
+    # eval and export then refused it ("holds the checkpoint of step 4, not of step 8").
+    _fake_run(tmp_path / "a")
+    checkpoints = tmp_path / "a" / "checkpoints"
+    shutil.copytree(checkpoints / "step-00000004", checkpoints / "step-00000008")
+    listed = CliRunner().invoke(app, ["runs", str(tmp_path), "--json"])
+    assert json.loads(listed.stdout)[0]["copied_checkpoints"] == [
+        str(checkpoints / "step-00000008")
+    ]
+    shown = CliRunner().invoke(app, ["runs", str(tmp_path)])
+    assert shown.stdout.splitlines()[-1] == (
+        f"copied: {checkpoints / 'step-00000008'}: the same files as step-00000004 (their "
+        "digests.json agree: a copy), one step's checkpoint under two names; train, eval and "
+        f"export refuse the one not named for its step: move the copy out of {checkpoints}"
+    )
 
 
 def _imported(args: list[str], modules: tuple[str, ...]) -> tuple[list[str], str]:
@@ -227,7 +271,14 @@ def test_runs_lists_a_job_in_its_first_seconds_by_its_lock(tmp_path: Path) -> No
     finally:
         lock.release()
     assert json.loads(listed.stdout) == [
-        {"run": str(tmp_path / "new"), "step": None, "status": "running", "best_val_auc": None}
+        {
+            "run": str(tmp_path / "new"),
+            "step": None,
+            "status": "running",
+            "best_val_auc": None,
+            "misnamed_checkpoints": [],
+            "copied_checkpoints": [],
+        }
     ]
     assert json.loads(CliRunner().invoke(app, ["runs", str(tmp_path), "--json"]).stdout) == []
 

@@ -134,3 +134,42 @@ def test_untrained_as_missing_changes_the_rows_with_an_untrained_lookup_only(roo
     as_missing = np.loadtxt(root / "p.txt")
     assert np.array_equal(as_missing[~hit], as_they_are[~hit])
     assert (as_missing[hit] != as_they_are[hit]).all()
+
+
+def test_a_run_whose_tables_a_gpu_drew_says_so_in_one_line(root: Path, tmp_path: Path) -> None:
+    # Before: export wrote the file without a word and predict said "none of their rows is at its
+    # initial weights (every row trained, or the run drew them on a GPU ...)", never which. The
+    # record stands for a run's first start on a GPU: its draws are CUDA's, which no CPU repeats.
+    run, model = tmp_path / "run", tmp_path / "gpu.safetensors"
+    shutil.copytree(root / "run", run)
+    (run / "initial_weights.json").write_text('{"device": "cuda", "seed": 0}\n')
+    exported = cli("export", run, "--data", root / "data", "--out", model)
+    assert exported.stdout.splitlines()[1:] == [
+        f"{model}: can't tell which rows never trained: {run} drew its tables' initial weights "
+        "on cuda (initial_weights.json), whose draws export does not repeat on the CPU"
+    ]
+    assert _predict(root, model).stderr.splitlines()[1:] == [
+        "can't tell which lookups of t_f0, t_f1, t_f2, t_f3 fell on rows that never trained: the "
+        "run drew their initial weights on cuda, whose draws export does not repeat on the CPU"
+    ]
+
+
+def test_a_cpu_record_tells_the_tables_only_under_the_torch_that_drew_them(
+    root: Path, tmp_path: Path
+) -> None:
+    # Another torch release's CPU draws may differ from this one's: its record is left out of the
+    # file's header (what the rows say decides), this release's is in it.
+    import torch
+
+    from shardrec.trainer.inference.model_file import read_header
+    from shardrec.trainer.inference.trained_rows import DRAWN_ON_KEY
+
+    run = tmp_path / "run"
+    shutil.copytree(root / "run", run)
+    found = {}
+    for release in (torch.__version__, "1.0.0"):
+        record = {"device": "cpu", "seed": 0, "torch": release}
+        (run / "initial_weights.json").write_text(json.dumps(record))
+        cli("export", run, "--data", root / "data", "--out", tmp_path / "m.safetensors")
+        found[release] = read_header(tmp_path / "m.safetensors").get(DRAWN_ON_KEY)
+    assert found == {torch.__version__: "cpu", "1.0.0": None}

@@ -17,6 +17,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import write_tiny_dataset
 from helpers import TINY_MODEL, assert_one_line_error, run_direct_rank, settings
 from typer.testing import CliRunner
@@ -141,6 +142,11 @@ def test_rerun_resume_changes_data_and_restart(trained: tuple[Path, Path], tmp_p
     )
     assert {name: (run / name).read_bytes() for name in record} == record
 
+    # The run records which device drew its initial weights; a resume keeps its first start's (a
+    # GPU's here, as if it started on one): export tells the rows that never trained by it.
+    drew = run / "initial_weights.json"
+    assert json.loads(drew.read_text()) == {"device": "cpu", "seed": 0, "torch": torch.__version__}
+    drew.write_text('{"device": "cuda", "seed": 0}')
     # An allowed change resumes from step 10 and records the new settings (the ranks get the
     # --allow-change keys too: they would refuse the change otherwise).
     resumed = _train(
@@ -156,6 +162,7 @@ def test_rerun_resume_changes_data_and_restart(trained: tuple[Path, Path], tmp_p
     assert resumed.exit_code == 0, resumed.output
     assert json.loads(resumed.stdout)["resumed_from_step"] == 10
     assert "dense_lr = 0.1" in (run / "config.toml").read_text()
+    assert json.loads(drew.read_text())["device"] == "cuda"
 
     # --restart: the old run moves to run.1 untouched, a new one starts on the other data.
     restarted = _train(other, run, "--steps", "2", "--restart")
@@ -166,6 +173,7 @@ def test_rerun_resume_changes_data_and_restart(trained: tuple[Path, Path], tmp_p
         json.loads(restarted.stdout)["steps"] == 2
         and json.loads(restarted.stdout)["resumed_from_step"] is None
     )
+    assert json.loads(drew.read_text())["device"] == "cpu"
 
     # eval: the data at the new run's data.path (other) changed since training: refused, unless
     # --data asks for other data, which must have the run's schema. (The module's dataset, run.1's,

@@ -76,6 +76,32 @@ def test_fewer_days_over_an_earlier_run_are_refused_naming_the_setting(tmp_path:
     )
 
 
+def test_more_days_over_a_drifting_log_are_refused_saying_it_cannot_grow(tmp_path: Path) -> None:
+    """A user who trained on 6 days asks for a 7th: before, "holds synth output of other settings
+    (days 6 in the folder, 7 now; ...) ...; remove those files or write into another folder", as if
+    a 7-day log elsewhere went on from this one; its every id differs from day_0 on."""
+    raw = tmp_path / "rawd"
+    cli("synth", raw, "--like", "drift", "--rows", "600")
+    first = files(raw)
+    result = cli("synth", raw, "--like", "drift", "--rows", "700", "--days", "7", ok=False)
+    assert_one_line_error(
+        result,
+        rf"^error: {re.escape(str(raw))}: holds the 6-day drifting log of --rows 600 \(day_0 \.\. "
+        r"day_5\); --days 7 cannot add days to it: a drifting log draws every day for its --days, "
+        r"so a 7-day log is another log \(other ids from day_0 on\) whose day_6 does not follow "
+        r"this one; for 7 days of one log, write them at once into another folder \(--days 7 "
+        r"--rows 700\) and train from its day_0$",
+    )
+    assert files(raw) == first
+    # What the line says: the 7-day log written apart shares no id with this one's day_0.
+    cli("synth", tmp_path / "seven", "--like", "drift", "--rows", "700", "--days", "7")
+    ids = [
+        {token for token in (folder / "day_0").read_bytes().split() if len(token) == 16}
+        for folder in (raw, tmp_path / "seven")
+    ]
+    assert ids[0] and ids[1] and not ids[0] & ids[1]
+
+
 def test_the_readme_tours_write_beside_each_other(tmp_path: Path) -> None:
     """Output of other settings under other names is left alone: train.txt, then train.csv, then
     the drifting days, then the event log, all in raw/."""

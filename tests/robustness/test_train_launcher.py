@@ -335,6 +335,29 @@ def test_a_checkpoint_that_lost_its_digests_is_refused_not_skipped(
     assert (checkpoint / "train_state.pt").is_file()
 
 
+@pytest.mark.slow
+def test_a_checkpoint_folder_renamed_by_hand_is_refused_not_passed_over(
+    trained_to_step_4: tuple[Path, Path], tmp_path: Path
+):
+    # Before: the newest checkpoint renamed step-4 was passed over without a word: the run went
+    # back to step 2 (with none left, it started over beside it).
+    run_dir, command = _copy(trained_to_step_4, tmp_path)
+    renamed = run_dir / "checkpoints" / "step-4"
+    (run_dir / "checkpoints" / "step-00000004").rename(renamed)
+    rerun = subprocess.run(command + ["--steps", "6"], capture_output=True, text=True, timeout=300)
+    assert_one_line_error(
+        rerun,
+        "^error: "
+        + re.escape(
+            f"{renamed}: a checkpoint's files in a folder not named step-NNNNNNNN, which no "
+            "command reads (renamed or copied by hand?); rename it step-00000004 if it holds step "
+            f"4, or move it out of {renamed.parent}; or start over with --restart"
+        )
+        + "$",
+    )
+    assert sorted(p.name for p in renamed.parent.iterdir()) == ["step-00000002", "step-4"]
+
+
 def test_a_rank_that_refuses_gives_the_one_line_and_a_crash_keeps_torchruns(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:

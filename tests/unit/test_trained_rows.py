@@ -21,6 +21,7 @@ from shardrec.embeddings.init import (
 from shardrec.embeddings.optim import TORCH_OPTIMIZERS, optimizer_kwargs
 from shardrec.embeddings.tables import build_ebc
 from shardrec.trainer.inference.trained_rows import (
+    DRAWN_ON_KEY,
     TRAINED_PREFIX,
     trained_bits,
     trained_rows,
@@ -230,6 +231,30 @@ def test_tables_whose_every_row_changed_cannot_tell_and_an_old_file_says_so() ->
     assert untrained_lines(None, "m.safetensors") == [
         "m.safetensors: exported before model files recorded which rows trained: can't tell "
         "whether lookups fell on rows that never trained (export the run again to know)"
+    ]
+
+
+def test_the_runs_record_of_the_drawing_device_decides_which_tables_predict_can_tell() -> None:
+    # Before: a CPU run whose every row trained said "can't tell ... (every row trained, or the
+    # run drew them on a GPU ...)", and a GPU run's file said the same, never which.
+    header, tensors = _model()
+    for name in ("t_a", "t_b"):
+        tensors[TRAINED_PREFIX + name] = torch.full_like(tensors[TRAINED_PREFIX + name], 255)
+    trained = trained_rows({**header, DRAWN_ON_KEY: "cpu"}, dict(tensors), "m.safetensors")
+    trained.look(_batch())
+    assert trained.summary() == {
+        "t_a": {"lookups": 2, "untrained": 0},
+        "t_b": {"lookups": 2, "untrained": 0},
+    }
+    assert untrained_lines(trained, "m.safetensors") == []
+    # Drawn on a GPU: no table is told, even one with rows at the CPU's draws, and the line says why.
+    header, tensors = _model()
+    trained = trained_rows({**header, DRAWN_ON_KEY: "cuda"}, tensors, "m.safetensors")
+    trained.look(_batch())
+    assert trained.summary()["t_a"] == {"lookups": 2, "untrained": None}
+    assert untrained_lines(trained, "m.safetensors") == [
+        "can't tell which lookups of t_a, t_b fell on rows that never trained: the run drew their "
+        "initial weights on cuda, whose draws export does not repeat on the CPU"
     ]
 
 

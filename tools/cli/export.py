@@ -69,6 +69,8 @@ def export(
             f"{result['bytes'] / 2**20:,.1f} MiB",
             highlight=False,
         )
+        if result["untrained_rows"]:
+            console.print(f"{out}: {result['untrained_rows']}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

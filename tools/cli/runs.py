@@ -22,14 +22,27 @@ def runs(
     best val AUC.
 
     A damaged run's newest checkpoint fails its digests (the file is named below the table): a
-    rerun, eval or export of it is refused."""
+    rerun, eval or export of it is refused. A checkpoint folder not named step-NNNNNNNN (renamed
+    or copied by hand), which no command reads, is named below the table too, and so is a
+    checkpoint whose files are another's (a copy: one of the two holds another step)."""
+    from shardrec.trainer.rundir import names
+    from shardrec.trainer.rundir.checkpoint.trust import (
+        copied_checkpoint_message,
+        copied_checkpoints,
+        misnamed_checkpoint_message,
+        misnamed_checkpoints,
+    )
     from shardrec.trainer.rundir.life import run_state
 
     if not root.is_dir():
         fail(f"{root}: does not exist" if not root.exists() else f"{root}: not a directory")
-    rows, damages = [], []
+    rows, damages, misnamed, copies = [], [], [], []
     for path in run_state.find_runs(root):
         run = run_state.read_run_dir(path)
+        unread = misnamed_checkpoints(path / names.CHECKPOINTS)
+        misnamed += unread
+        copied = copied_checkpoints(path / names.CHECKPOINTS)
+        copies += copied
         damage = run_state.checkpoint_damage(run)
         status = run_state.run_status(run, damaged=bool(damage))
         if status == "damaged":
@@ -45,6 +58,8 @@ def runs(
                 "best_val_auc": run_state.best_auc(
                     path, upto=upto if status in ("failed", "stopped") else None
                 ),
+                "misnamed_checkpoints": [str(p) for p in unread],
+                "copied_checkpoints": [str(p) for p, _ in copied],
             }
         )
     if json_out:
@@ -67,6 +82,13 @@ def runs(
     console.print(table)
     for damage in damages:
         console.print(f"damaged: {damage}", highlight=False, soft_wrap=True)
+    for path in misnamed:
+        console.print(
+            f"misnamed: {misnamed_checkpoint_message(path)}", highlight=False, soft_wrap=True
+        )
+    for path, original in copies:
+        line = copied_checkpoint_message(path, original)
+        console.print(f"copied: {line}", highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

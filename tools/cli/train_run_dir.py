@@ -69,6 +69,7 @@ def check_resume_checkpoint(out_dir: Path) -> None:
 
     done = complete_checkpoints(out_dir / names.CHECKPOINTS)
     _check_no_torn_checkpoint(out_dir, done[-1] if done else None)
+    _check_no_misnamed_checkpoint(out_dir)
     if done:
         try:
             verify_checkpoint(done[-1][1], skip_suffix=".distcp")
@@ -92,6 +93,19 @@ def _check_no_torn_checkpoint(out_dir: Path, newest: tuple[int, Path] | None) ->
             path, f"{instead}, move {path} out of {directory}, or start over with --restart"
         )
     )
+
+
+def _check_no_misnamed_checkpoint(out_dir: Path) -> None:
+    """Refuse a checkpoint folder no command reads (not named step-NNNNNNNN: renamed or copied by
+    hand): the job would resume from an older checkpoint, or start over, beside it without a word."""
+    from shardrec.trainer.rundir.checkpoint.trust import (
+        misnamed_checkpoint_message,
+        misnamed_checkpoints,
+    )
+
+    found = misnamed_checkpoints(out_dir / names.CHECKPOINTS)
+    if found:
+        fail(f"{misnamed_checkpoint_message(found[0])}; or start over with --restart")
 
 
 def check_apart(out_dir: Path, data: Path) -> None:

@@ -5,7 +5,8 @@ settings.
 A file synth is about to write that exists and is not in the record is the user's: refused. One
 in the record with other settings (another --rows, --days, --seed, --like ...) is refused too: a
 run of 2 days over one of 6 would leave day_2 .. day_5 of the first beside day_0 and day_1 of the
-second, and `raw/day_*` would mix two logs. Output of other settings under other names (the
+second, and `raw/day_*` would mix two logs; more --days over a drifting log are refused saying
+that it cannot grow (its days are drawn for its --days). Output of other settings under other names (the
 README's tours: train.txt, then train.csv beside it) is left alone. The record is updated before
 the files are written: files appear whole (temporary name, then rename), so a Ctrl-C leaves
 files of this run's settings only, and a rerun of the same command finishes them.
@@ -70,6 +71,26 @@ def _listed(names: list[str]) -> str:
     return ", ".join(names[:_SHOWN_FILES]) + (f" and {more} more" if more > 0 else "")
 
 
+def _refuse_more_drift_days(out: Path, log: dict, settings: dict) -> None:
+    """Refuse (ValueError, one line) more --days over a drifting log, saying why no later day of
+    it can be written: its hidden world (ids' salt, the user x item pair) is drawn after each day's
+    bias, so a log of more days is another log from day_0 on, and its extra days do not follow."""
+    others = {k for k in log.keys() | settings.keys() if log.get(k) != settings.get(k)}
+    if log.get("like") != "drift" or not others <= {"days", "rows"}:
+        return
+    days, more = int(log["days"]), int(settings["days"])
+    if more <= days:
+        return
+    raise ValueError(
+        f"{out}: holds the {days}-day drifting log of --rows {log['rows']} (day_0 .. "
+        f"day_{days - 1}); --days {more} cannot add days to it: a drifting log draws every day "
+        f"for its --days, so a {more}-day log is another log (other ids from day_0 on) whose "
+        f"day_{days} does not follow this one; for {more} days of one log, write them at once "
+        f"into another folder (--days {more} --rows {int(log['rows']) * more // days}) and train "
+        "from its day_0"
+    )
+
+
 def check_and_record(out: Path, paths: list[Path], settings: dict) -> None:
     """Refuse (ValueError, one line) to write `paths` with `settings` where a file synth did not
     write, or synth's output of other settings, would be replaced; else record them (before they
@@ -82,6 +103,7 @@ def check_and_record(out: Path, paths: list[Path], settings: dict) -> None:
             )
     clash = next((files[p.name] for p in paths if p.exists() and files[p.name] != settings), None)
     if clash is not None:
+        _refuse_more_drift_days(out, clash, settings)
         theirs = sorted(
             (n for n, s in files.items() if s == clash and (out / n).exists()),
             key=lambda n: (len(n), n),

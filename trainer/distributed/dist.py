@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+LOOPBACK = "127.0.0.1"
+"""Where the processes of a job on one host meet: its rendezvous store (rendezvous.py, launch.py's
+single-node command) and the local ranks' MASTER_ADDR."""
+
 
 @dataclass(frozen=True)
 class DistEnv:
@@ -80,7 +84,7 @@ def init_local_rank(
         LOCAL_RANK=str(rank),
         WORLD_SIZE=str(world_size),
         LOCAL_WORLD_SIZE=str(world_size),
-        MASTER_ADDR="127.0.0.1",
+        MASTER_ADDR=LOOPBACK,
         MASTER_PORT=str(port),
         # Read by torch's env:// rendezvous: "True", a client on every rank. Set either way: a
         # rank may go on to a group of its own, which it then hosts (tests' 2-then-1 ranks).
@@ -120,7 +124,7 @@ def init_distributed(
             bind_to_cores(local_rank, local_world_size)
     if not dist.is_initialized():
         _check_meeting_point(world_size)
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_ADDR", LOOPBACK)
         os.environ.setdefault("MASTER_PORT", "29500")
         timeout = timedelta(seconds=timeout_s)
         store = _restart_store(world_size, timeout)

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from shardrec.trainer.distributed.dist import LOOPBACK
 from shardrec.trainer.distributed.failures import (
     FAILED_FIRST,
     LaunchResult,
@@ -30,7 +31,6 @@ from shardrec.trainer.distributed.failures import (
     refused_only,
 )
 
-LOOPBACK = "127.0.0.1"
 JOB_ID_ENV = "SHARDREC_JOB_ID"
 """Where the launcher passes its job id down to the ranks (rank 0 names it in the run directory's
 lock)."""

@@ -10,10 +10,12 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from shardrec.trainer.distributed.dist import LOOPBACK
+
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((LOOPBACK, 0))
         return int(s.getsockname()[1])
 
 

@@ -22,7 +22,7 @@ from torch.distributed.elastic.rendezvous import (
     RendezvousStoreInfo,
 )
 
-LOOPBACK = "127.0.0.1"
+from shardrec.trainer.distributed.dist import LOOPBACK
 
 
 class LoopbackRendezvous(RendezvousHandler):

@@ -49,6 +49,7 @@ from shardrec.trainer.inference.model_file import (
     SealingWriter,
 )
 from shardrec.trainer.inference.trained_rows import (
+    DRAWN_ON_KEY,
     HEADER_KEY,
     TRAINED_PREFIX,
     bits_shape,
@@ -69,6 +70,7 @@ from shardrec.trainer.rundir.checkpoint.trust import (
     unreadable_checkpoint,
     verify_checkpoint,
 )
+from shardrec.trainer.rundir.life.initial_weights import InitialWeights, read_initial_weights
 
 logger = logging.getLogger(__name__)
 
@@ -307,8 +309,12 @@ def export_model(
             f"{limit / 2**30:.2f} GiB of memory available here: export on a host with more memory"
         )
     maps = id_map_tensors(checkpoint)
-    marked = TableMarks(header, run_config(run_dir).train.fixed_seed)
+    drawn = read_initial_weights(run_dir)
+    marked = TableMarks(header, drawn.seed if drawn else run_config(run_dir).train.fixed_seed)
     header = {**header, HEADER_KEY: marked.names()}
+    # Another torch release's CPU draws may differ from this one's: left to what the rows say.
+    if drawn is not None and (drawn.device != "cpu" or drawn.torch == torch.__version__):
+        header[DRAWN_ON_KEY] = drawn.device
     total = sum(_nbytes(m) for m in entries.values())
     layout = _safetensors_header(entries, header, {**maps, **marked.layout()})
     total += sum(t.numel() * t.element_size() for t in maps.values())
@@ -348,4 +354,16 @@ def export_model(
         "tensors": len(entries),
         "bytes": os.path.getsize(out),
         "tables": len(header["tables"]),
+        "untrained_rows": untrained_rows_note(run_dir, drawn),
     }
+
+
+def untrained_rows_note(run_dir: Path, drawn: InitialWeights | None) -> str | None:
+    """Why the file cannot tell which rows never trained (None: it can, or a run from before
+    runs recorded the draws: predict tells what their rows say)."""
+    if drawn is None or drawn.device == "cpu":
+        return None
+    return (
+        f"can't tell which rows never trained: {run_dir} drew its tables' initial weights on "
+        f"{drawn.device} ({names.INITIAL_WEIGHTS}), whose draws export does not repeat on the CPU"
+    )

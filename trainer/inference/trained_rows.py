@@ -11,9 +11,11 @@ changed) and, in its header, the tables it holds them for; `predict` counts, per
 lookups that fell on rows that never trained and, where asked, scores them as a missing value.
 
 A table with no row at its initial values either trained every row or was initialised with
-another generator than export's (CUDA's: a run started on a GPU). A run draws every table on one
-device kind, so where another table still has a row at export's draw, it trained every row;
-where none has, predict cannot tell which, and says so. Managed tables are not marked: an id
+another generator than export's (CUDA's: a run started on a GPU). The run records which device
+kind drew its tables (RUN/initial_weights.json, the header's `initial_weights_device`): the CPU's
+draws tell every table, another's none, and predict says why. A run from before that record draws
+every table on one device kind too, so where another table still has a row at export's draw, it
+trained every row; where none has, predict cannot tell which, and says so. Managed tables are not marked: an id
 without a slot scores through their shared row by design, and a reassigned row starts from
 another draw (managed/row_reset.py).
 """
@@ -39,6 +41,9 @@ TRAINED_PREFIX = "trained_rows."
 packbits, little bit order), set where the row changed in training."""
 HEADER_KEY = "trained_rows"
 """The header's list of the tables the file holds bits for (absent: exported before)."""
+DRAWN_ON_KEY = "initial_weights_device"
+"""The header's device kind whose generator drew the tables' initial weights, as the run recorded
+it (absent: a run from before runs recorded it)."""
 
 
 def marked_tables(header: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
@@ -76,8 +81,8 @@ class TrainedRows:
     bits: dict[str, np.ndarray]
     """Table -> its bits, for the tables with at least one row at its initial values."""
     unknown: list[str]
-    """Tables whose rows predict cannot tell: every row of every table changed (trained whole, or
-    initialised by another generator)."""
+    """Tables whose rows predict cannot tell: drawn on another device than the CPU, or (a run
+    that did not record it) every row of every table changed."""
     table_of: dict[str, str]
     """Feature -> its table, for the marked tables' features."""
     missing_row: dict[str, int | None]
@@ -91,6 +96,8 @@ class TrainedRows:
     has_missing: bool = True
     """Whether its features have a missing value to score such an id as (an event log's have
     none: its users and items are rows of their tables)."""
+    drawn_on: str | None = None
+    """The device kind that drew the tables' initial weights (None: the run did not record it)."""
     lookups: dict[str, int] = field(default_factory=dict)
     untrained: dict[str, int] = field(default_factory=dict)
     still_untrained: dict[str, int] = field(default_factory=dict)
@@ -212,15 +219,24 @@ def trained_rows(
         for feature in t["features"]:
             table_of[feature] = t["name"]
             missing_row[feature] = _missing_row(header, t, feature)
-    # Every table of a run is drawn on one device kind, at its first start: a table with a row
-    # still at export's draw says the draws were the CPU's, so a table with none trained whole.
-    if len(unknown) < len(bits):
+    drawn_on = header.get(DRAWN_ON_KEY)
+    if drawn_on is not None:  # the run's record decides: export repeats the CPU's draws only
+        unknown = [] if drawn_on == "cpu" else list(bits)
+    elif len(unknown) < len(bits):
+        # Every table of a run is drawn on one device kind, at its first start: a table with a row
+        # still at export's draw says the draws were the CPU's, so a table with none trained whole.
         unknown = []
     for name in unknown:
         del bits[name]
     log = bool(header["transform"].get("events_spec"))
     return TrainedRows(
-        bits, unknown, table_of, missing_row, _sequence_events(header), has_missing=not log
+        bits,
+        unknown,
+        table_of,
+        missing_row,
+        _sequence_events(header),
+        has_missing=not log,
+        drawn_on=drawn_on,
     )
 
 
@@ -284,9 +300,17 @@ def untrained_lines(trained: TrainedRows | None, model: str) -> list[str]:
             )
     unknown = [t for t in counts if t in trained.unknown]
     if unknown:
-        lines.append(
-            f"can't tell which lookups of {name_list(unknown, 4)} fell on rows that never trained: "
+        why = (
             "none of their rows is at its initial weights (every row trained, or the run drew "
             "them on a GPU, whose draws export does not repeat)"
+        )
+        if trained.drawn_on is not None:
+            why = (
+                f"the run drew their initial weights on {trained.drawn_on}, whose draws export "
+                "does not repeat on the CPU"
+            )
+        lines.append(
+            f"can't tell which lookups of {name_list(unknown, 4)} fell on rows that never trained: "
+            + why
         )
     return lines

@@ -51,6 +51,7 @@ from shardrec.trainer.rundir.checkpoint.signature import checkpoint_signature as
 from shardrec.trainer.rundir.checkpoint.signature import ensure_run_id, read_run_id
 from shardrec.trainer.rundir.id_map_state import IdMapsState
 from shardrec.trainer.rundir.life import resume_settings, trained_data
+from shardrec.trainer.rundir.life.initial_weights import InitialWeights, record_initial_weights
 from shardrec.trainer.rundir.life.stretches import kept_stretch_steps, read_stretches
 from shardrec.trainer.rundir.mllog import MlperfLog, benchmark_of, log_init
 from shardrec.trainer.rundir.optim_state import PART, SparseOptimizerState
@@ -312,8 +313,9 @@ def build_job(
     )
 
 
-def write_run_files(job: Job) -> None:
-    """The run directory keeps the resolved config and the plan it ran with (rank 0)."""
+def write_run_files(job: Job, drew: bool = False) -> None:
+    """The run directory keeps the resolved config and the plan it ran with (rank 0); `drew`: the
+    job trains from the initial weights it drew (no checkpoint loaded), which device drew them."""
     if not job.env.is_main:
         return
     job.run_dir.mkdir(parents=True, exist_ok=True)
@@ -329,3 +331,6 @@ def write_run_files(job: Job) -> None:
         )
         atomic_write_bytes(job.run_dir / names.DATASET_RECORD, record)
     save_plan(job.plan, job.run_dir / names.PLAN)
+    if drew:
+        drawn = InitialWeights(job.env.device.type, job.config.train.seed, torch.__version__)
+        record_initial_weights(job.run_dir, drawn)

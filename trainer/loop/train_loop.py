@@ -285,7 +285,7 @@ def run_job(job: Job) -> dict[str, Any]:
         return dict(finished.summary or {})
     if not job.continuing:
         # Only now: a refused resume must leave the run directory describing its checkpoints.
-        write_run_files(job)
+        write_run_files(job, drew=resumed is None)
     # A resumed run (or stretch) writes again the steps after its checkpoint that a killed run
     # had written: TensorBoard is told to drop those.
     resumed_at = job.progress.step if resumed is not None or job.continuing else None

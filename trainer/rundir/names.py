@@ -16,6 +16,8 @@ strands every run written before):
                          (life/node_agreement.py), removed at once
     RUN/run_id           the run's identity, written with its first files (a checkpoint holds it:
                          one copied in from another run is refused)
+    RUN/initial_weights.json  the device kind and seed that drew the tables' initial weights, of
+                         the job that drew what the run trains from (life/initial_weights.py)
     RUN/checkpoints/step-NNNNNNNN/   a complete checkpoint (checkpoint.py): train_state.pt,
                          <part>-<rank>.pt, DCP's files, id_maps.json (a job of managed tables:
                          their update schedule, for the checks before any rank starts), and
@@ -38,6 +40,7 @@ MLLOG = "mllog.jsonl"
 LOCK = ".lock"
 NODE_MARKER = ".seen-by-ranks-"
 RUN_ID = "run_id"
+INITIAL_WEIGHTS = "initial_weights.json"
 CHECKPOINTS = "checkpoints"
 TRAIN_STATE = "train_state.pt"
 ID_MAP_SCHEDULE = "id_maps.json"

@@ -49,6 +49,62 @@ def complete_checkpoints(directory: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def misnamed_checkpoints(directory: Path) -> list[Path]:
+    """The folders in `directory` (RUN/checkpoints) that hold a checkpoint's files (digests.json
+    or train_state.pt) under a name no command reads (not step-NNNNNNNN: renamed or copied by
+    hand), sorted; a save's hidden temporary folders are not among them. Torch-free."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    return sorted(
+        path
+        for path in directory.iterdir()
+        if not path.name.startswith(".")
+        and not names.CHECKPOINT_RE.match(path.name)
+        and ((path / names.DIGESTS).is_file() or (path / names.TRAIN_STATE).is_file())
+    )
+
+
+def misnamed_checkpoint_message(path: Path) -> str:
+    """The one line saying that no command reads the checkpoint folder `path`, and what to do."""
+    digits = "".join(c for c in path.name if c.isdigit())
+    rename = "rename it step-NNNNNNNN, the 8-digit step it holds"
+    if digits and len(digits) <= 8:
+        step = int(digits)
+        rename = f"rename it {names.checkpoint_name(step)} if it holds step {step:,}"
+    return (
+        f"{path}: a checkpoint's files in a folder not named step-NNNNNNNN, which no command "
+        f"reads (renamed or copied by hand?); {rename}, or move it out of {path.parent}"
+    )
+
+
+def copied_checkpoints(directory: Path) -> list[tuple[Path, Path]]:
+    """(checkpoint, the older one it is a copy of) for each complete checkpoint in `directory`
+    whose digests.json is byte for byte an older one's: the same files under two step names (a
+    folder copied by hand), so one of them holds another step than its name says. Two saves never
+    agree: train_state.pt holds the step. Torch-free."""
+    first: dict[bytes, Path] = {}
+    pairs = []
+    for _, path in complete_checkpoints(directory):
+        try:
+            digests = (path / names.DIGESTS).read_bytes()
+        except OSError:
+            continue
+        if digests in first:
+            pairs.append((path, first[digests]))
+        first.setdefault(digests, path)
+    return pairs
+
+
+def copied_checkpoint_message(path: Path, original: Path) -> str:
+    """The one line saying that `path` holds the same files as `original`, and what to do."""
+    return (
+        f"{path}: the same files as {original.name} (their {names.DIGESTS} agree: a copy), one "
+        "step's checkpoint under two names; train, eval and export refuse the one not named for "
+        f"its step: move the copy out of {path.parent}"
+    )
+
+
 def torn_checkpoint(directory: Path) -> Path | None:
     """The newest checkpoint folder in `directory` that has no digests.json and is newer than the
     newest complete one (None: there is none). A save renames its folder into place only after

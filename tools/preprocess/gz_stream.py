@@ -113,11 +113,15 @@ class _Decoder:
             have = self._read_ahead(slots, slot, have)
             buf = slots.shm[slot].buf
         # The blank lines that end the text are none of it (text.lines): a range that ends in
-        # blank lines ends before them where nothing but blank lines follows.
-        while (tail := blank_tail(buf, 0, end)) < end and blank_tail(buf, end, have) == end:
+        # blank lines ends before them where nothing but blank lines follows. Each byte read
+        # ahead is judged once (from `blank`, a line's start): judging all of buf[end:have] again
+        # after each read cost time quadratic in a long run of blank lines.
+        tail, blank = blank_tail(buf, 0, end), end
+        while tail < end and blank_tail(buf, blank, have) == blank:
             if self.eof:
                 end = tail
                 break
+            blank = have - int(have > blank and buf[have - 1] == 13)  # a lone '\r' so far
             del buf  # a slot grown closes the old one once no view of it is left
             have = self._read_ahead(slots, slot, have)
             buf = slots.shm[slot].buf

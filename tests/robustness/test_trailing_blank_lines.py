@@ -17,8 +17,14 @@ from shardrec.tools.synth.criteo import SynthSpec, write_file
 
 CHUNK_MB = "0.0625"  # 64 KiB of text per task: the .gz file below is cut into ranges
 # `echo >> file`; and blank lines of a carriage return too, more of them than a range's text (a
-# cut lands among them), the last one without its newline.
-ENDINGS = {"one": b"\n", "many": b"\r\n\n" * 50_000 + b"\r"}
+# cut lands among them), the last one without its newline; and lines of spaces (in Criteo's TSV,
+# a tab is a delimiter: a line of tabs is a row), one longer than a range's text. Before, a line
+# of spaces was a malformed row: 'error: ...: 1 of 8,001 lines malformed (too_few_fields 1)'.
+ENDINGS = {
+    "one": b"\n",
+    "many": b"\r\n\n" * 50_000 + b"\r",
+    "spaces": b"   \n" + b" " * 100_000 + b"\r\n \r \n  ",
+}
 
 
 def _parts(root: Path) -> dict[str, bytes]:
@@ -107,8 +113,8 @@ def test_a_long_run_of_blank_lines_is_judged_once(
     ~1 s without them); each is judged once now (counted: the bytes blank_tail walks back over)."""
     walked = []
 
-    def counted(data, lo: int, hi: int) -> int:
-        start = blank_tail(data, lo, hi)
+    def counted(data, lo: int, hi: int, *blank: bytes) -> int:
+        start = blank_tail(data, lo, hi, *blank)
         walked.append(hi - start)
         return start
 
@@ -141,6 +147,37 @@ def test_a_small_csv_with_a_blank_last_line_is_preprocessed(tmp_path: Path) -> N
         "rows": {"train": 6, "val": 1, "test": 1},
         "skipped": {},
     }
+
+
+def test_a_csv_whose_last_lines_hold_spaces_and_tabs_is_preprocessed(tmp_path: Path) -> None:
+    """Lines of nothing but spaces, tabs and carriage returns (but the delimiter) are blank, as
+    pandas' read_csv skips them (and reads a line of tabs in a TSV file as a row of empty fields).
+    Before, `spec infer` took them for rows ("label column 'label' holds 4 distinct values (e.g.
+    ['\\t', ' \\t ', '0', '1']), not two"), and preprocess with the spec refused them: 'error:
+    small.csv: 2 of 10 lines malformed (20.00%: too_few_fields 2), more than the 0.003 allowed
+    (--max-skipped-fraction); first: small.csv:10: row: 1 fields, the spec needs at least 2 of 2
+    (too_few_fields)'."""
+    log, spec = tmp_path / "small.csv", tmp_path / "small.toml"
+    log.write_text(
+        "label,city\n1,paris\n0,rome\n1,paris\n0,oslo\n1,rome\n0,oslo\n1,rome\n0,paris\n \t \n\t",
+        newline="",
+    )
+    cli("spec", "infer", log, "--label", "label", "--out", spec)
+    cli("preprocess", log, "--spec", spec, "--out", tmp_path / "out")
+    assert _manifest(tmp_path / "out") == {
+        "rows": {"train": 6, "val": 1, "test": 1},
+        "skipped": {},
+    }
+
+
+def test_a_last_line_of_the_delimiter_is_a_row(text: bytes, tmp_path: Path) -> None:
+    """A line of tabs in Criteo's TSV is a row of empty fields, not a blank line: a malformed row
+    (no label), counted as such by every reader."""
+    log = tmp_path / "train.txt.gz"
+    log.write_bytes(gzip.compress(text + b"\t" * 39 + b"\n", compresslevel=1))
+    for workers in ("1", "2"):
+        _preprocess(log, tmp_path / workers, "--workers", workers)
+        assert _manifest(tmp_path / workers)["skipped"] == {"bad_label": 1}
 
 
 def test_a_blank_line_with_rows_after_it_is_still_a_malformed_row(tmp_path: Path) -> None:

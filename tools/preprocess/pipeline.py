@@ -200,7 +200,7 @@ def _run(
     ):  # a streamed .gz file's tasks run inside: their stages pause this one
         tasks = plan_tasks(
             files, layout, cfg.val_half, opts.chunk_bytes, cfg.header, cfg.out / WORK_DIR, stream,
-            cfg.parquet, parser.row_end,
+            cfg.parquet, parser.row_end, parser.blank,
         )  # fmt: skip
     mine = [t for t in tasks if cfg.part is None or t.index % cfg.part[1] == cfg.part[0]]
     # Vocabulary mode's two passes (count, then preprocess) share one pool of workers.

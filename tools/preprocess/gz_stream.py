@@ -39,6 +39,7 @@ from shardrec.dataloader.format.part_file import map_part, write_part
 from shardrec.dataloader.util.files import atomic_write_bytes, fsync_dir
 from shardrec.tools.preprocess import cpu_stages
 from shardrec.tools.preprocess.parse import parse_kernel
+from shardrec.tools.preprocess.parse.text_parser import TextParser
 from shardrec.tools.preprocess.pool import map_stream
 from shardrec.tools.preprocess.tasks.task import STAGED, SplitRange, Task, TaskOptions
 from shardrec.tools.preprocess.tasks.task_markers import (
@@ -52,7 +53,7 @@ from shardrec.tools.preprocess.tasks.task_run import process_setup, run_task
 from shardrec.tools.preprocess.tasks.task_text import InputError, Slots
 from shardrec.tools.preprocess.text import gz
 from shardrec.tools.preprocess.text.gz_split import GzipScan, load_scan, save_scan
-from shardrec.tools.preprocess.text.lines import RowEnd, blank_tail, count_newlines
+from shardrec.tools.preprocess.text.lines import blank_tail, count_newlines
 
 logger = logging.getLogger(__name__)
 _READ_AHEAD = 64 << 10  # decoded past a range's target to find its newline (lines are short)
@@ -64,13 +65,14 @@ class _Decoder:
     text."""
 
     def __init__(
-        self, path: Path, chunk_bytes: int, header: bool, count: bool, row_end: RowEnd | None
+        self, path: Path, chunk_bytes: int, header: bool, count: bool, parser: TextParser
     ) -> None:
         """count: count each range's lines here (--strict: a worker's error names its absolute line;
         on several workers: the split boundaries are known once the text is decoded); otherwise
-        its worker's parse counts them, off the producer's path. row_end: a range ends where it
-        finds a row's end (quoted fields may hold line breaks)."""
-        self.path, self.chunk, self.count, self.row_end = path, chunk_bytes, count, row_end
+        its worker's parse counts them, off the producer's path. A range ends where the parser
+        finds a row's end (row_end: quoted fields may hold line breaks); blank: a blank line's."""
+        self.path, self.chunk, self.count, self.row_end = path, chunk_bytes, count, parser.row_end
+        self.blank = parser.blank
         self.f = gz.open_gzip(path)
         self.carry, self.pos, self.eof, self.ended = b"", 0, False, False
         self.bounds: list[tuple[int, int]] = []
@@ -113,11 +115,15 @@ class _Decoder:
             have = self._read_ahead(slots, slot, have)
             buf = slots.shm[slot].buf
         # The blank lines that end the text are none of it (text.lines): a range that ends in
-        # blank lines ends before them where nothing but blank lines follows.
-        while (tail := blank_tail(buf, 0, end)) < end and blank_tail(buf, end, have) == end:
+        # blank lines ends before them where nothing but blank lines follows. Each byte read ahead
+        # is judged once: blank lines are a run of blank bytes and newlines, so buf[end:have] is
+        # when the last read is (judged all again after each read, a long run cost quadratic time).
+        tail, blank = blank_tail(buf, 0, end, self.blank), end
+        while tail < end and blank_tail(buf, blank, have, self.blank) == blank:
             if self.eof:
                 end = tail
                 break
+            blank = have
             del buf  # a slot grown closes the old one once no view of it is left
             have = self._read_ahead(slots, slot, have)
             buf = slots.shm[slot].buf
@@ -229,7 +235,7 @@ def _run_stream(
     # the split boundaries are known, and finished tasks are placed (the one or two that straddle a
     # boundary re-cut by row) while the workers parse the last ranges, not after them.
     early = workers > 1
-    decoder = _Decoder(path, chunk_bytes, header, opts.strict or early, opts.parser.row_end)
+    decoder = _Decoder(path, chunk_bytes, header, opts.strict or early, opts.parser)
     lines: dict[int, int] = {}  # each task's lines, as its parse counted them
     placing: list[int] = []  # tasks run, not yet placed in their splits
     # Two ranges decoded ahead: when two workers finish together, both find their next range ready.

@@ -30,6 +30,7 @@ from shardrec.tools.preprocess.parse.parquet_schema import is_parquet
 from shardrec.tools.preprocess.tasks.task import SplitRange, Task
 from shardrec.tools.preprocess.text.gz_split import GzipScan, scan_gzip, should_split
 from shardrec.tools.preprocess.text.lines import (
+    TSV_BLANK,
     RowEnd,
     byte_at,
     chunk_bounds,
@@ -189,6 +190,7 @@ def plan_tasks(
     stream: GzipStream | None = None,
     parquet: bool = False,
     row_end: RowEnd | None = None,
+    blank: bytes = TSV_BLANK,
 ) -> list[Task]:
     """Cut the inputs into tasks. Files that are split by line number get their lines counted;
     Parquet files (`parquet`) are cut into runs of row groups, their rows read from their metadata.
@@ -197,6 +199,7 @@ def plan_tasks(
     stream: runs a large .gz file's tasks as it decodes it (the planning pass is their producer);
     they are planned as usual and found finished. None: a planning pass cuts it (gz_split).
     row_end: text is cut only where it finds a row's end (quoted fields may hold line breaks).
+    blank: what a blank line holds (text.lines.blank_bytes): those that end a file are no lines.
     """
     tasks: list[Task] = []
     for fi, path in enumerate(files):
@@ -217,7 +220,7 @@ def plan_tasks(
                 )  # of its line count
                 scan = stream(path, fi, len(tasks), chunk_bytes, header, splits)
             else:
-                scan = scan_gzip(path, fi, chunk_bytes, header, work_dir, row_end)
+                scan = scan_gzip(path, fi, chunk_bytes, header, work_dir, row_end, blank)
             ranges = split_ranges(layout, is_last, scan.total_lines, val_half)
             firsts = [sum(scan.counts[:i]) for i in range(len(scan.counts))]
             for (start, end), first, crc in zip(scan.bounds, firsts, scan.crcs):
@@ -238,14 +241,14 @@ def plan_tasks(
             continue
         if str(path).endswith(".gz"):
             ranges = (
-                split_ranges(layout, is_last, count_lines(path, header), val_half)
+                split_ranges(layout, is_last, count_lines(path, header, blank), val_half)
                 if needs_lines
                 else ()
             )
             tasks.append(Task(len(tasks), str(path), 0, -1, 0, ranges, "train", header))
             continue
         begin = header_end(path) if header else 0
-        end = text_end(path, begin)
+        end = text_end(path, begin, blank)
         if end == begin < path.stat().st_size:  # as an empty file is (discover_inputs)
             after = " after its header" if header else ""
             raise RowsRefused(

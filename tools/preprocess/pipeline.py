@@ -26,7 +26,12 @@ from shardrec.tools.preprocess.ids.vocab import (
     release_freed_memory,
     run_dirs,
 )
-from shardrec.tools.preprocess.inputs import discover_inputs, plan_tasks, resolve_layout
+from shardrec.tools.preprocess.inputs import (
+    RowsRefused,
+    discover_inputs,
+    plan_tasks,
+    resolve_layout,
+)
 from shardrec.tools.preprocess.kept_rows import (
     PreprocessResult,
     check_rows_kept,
@@ -41,6 +46,7 @@ from shardrec.tools.preprocess.pool import Pool, map_tasks, shared_pool
 from shardrec.tools.preprocess.settings import (
     PreprocessConfig,
     check_fingerprint,
+    mark_refused,
     remove_temporaries,
 )
 from shardrec.tools.preprocess.tasks.bad_rows import MalformedRowError
@@ -143,11 +149,18 @@ def run_preprocess(
     before = cpu_stages.totals()
     process_setup()
     inputs = inputs or check_inputs(cfg)
+    if not cfg.parquet:  # Parquet's columns are not parsed as text
+        inputs.parser.warm_up()  # before any progress bar: its rate is parsing's, not the compile's
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    check_fingerprint(cfg.out, cfg.fingerprint(inputs.files, with_mtime=True))
     try:
         result = _run(cfg, progress, inputs)
-    except MalformedRowError as e:  # --strict: the label's rule, as a refusal without it says
-        if e.reason != "bad_label":
+    except (MalformedRowError, RowsRefused, InputError) as e:
+        if cfg.part is None:  # under --part, other machines' tasks are in --out
+            mark_refused(cfg.out)
+        if not isinstance(e, MalformedRowError) or e.reason != "bad_label":
             raise
+        # --strict: the label's rule, as a refusal without it says
         advice = label_advice(inputs.parser, Path(e.path))
         raise MalformedRowError(f"{e}{advice}", e.path, e.reason) from None
     result.cpu_s_by_stage = {
@@ -160,10 +173,6 @@ def _run(
     cfg: PreprocessConfig, progress: Progress | None, inputs: CheckedInputs
 ) -> PreprocessResult:
     files, layout, parser = inputs.files, inputs.layout, inputs.parser
-    if not cfg.parquet:  # Parquet's columns are not parsed as text
-        parser.warm_up()  # before any progress bar: its rate is parsing's, not the kernel's compile
-    cfg.out.mkdir(parents=True, exist_ok=True)
-    check_fingerprint(cfg.out, cfg.fingerprint(files, with_mtime=True))
     if cfg.part is None:
         # With --part, other machines may be writing into the same directory right now.
         remove_temporaries(cfg.out)
@@ -191,7 +200,7 @@ def _run(
     ):  # a streamed .gz file's tasks run inside: their stages pause this one
         tasks = plan_tasks(
             files, layout, cfg.val_half, opts.chunk_bytes, cfg.header, cfg.out / WORK_DIR, stream,
-            cfg.parquet, parser.row_end,
+            cfg.parquet, parser.row_end, parser.blank,
         )  # fmt: skip
     mine = [t for t in tasks if cfg.part is None or t.index % cfg.part[1] == cfg.part[0]]
     # Vocabulary mode's two passes (count, then preprocess) share one pool of workers.

@@ -295,7 +295,7 @@ class RawRows:
             yield from self._read_parquet(path, opts, labeled)
             return
         header = self.spec.format.header if self.spec else self.schema.header
-        line, rest = 1, b""
+        line, rest, blank = 1, b"", opts.parser.blank
         with open_text(path) as f:
             if header:
                 f.readline()
@@ -304,8 +304,9 @@ class RawRows:
                 block = f.read(chunk_bytes)
                 data = rest + block
                 if not block:
-                    data = data[: blank_tail(data, 0, len(data))]  # no rows, as preprocess reads
-                    if data.strip():
+                    # no rows, as preprocess reads them (a line of the delimiter is one)
+                    data = data[: blank_tail(data, 0, len(data), blank)]
+                    if data:
                         yield self.convert(
                             data if data.endswith(b"\n") else data + b"\n",
                             path,
@@ -315,7 +316,7 @@ class RawRows:
                         )
                     return
                 # Blank lines wait for what follows: rows, or the end of the file (no rows there).
-                cut = blank_tail(data, 0, data.rfind(b"\n") + 1)
+                cut = blank_tail(data, 0, data.rfind(b"\n") + 1, blank)
                 if cut == 0:
                     rest = data
                     continue

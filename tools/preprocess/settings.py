@@ -6,15 +6,16 @@ record of the run in --out (check_fingerprint), and the files a killed run left
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from shardrec.dataloader.format.manifest import MANIFEST
+from shardrec.dataloader.format.manifest import MANIFEST, SPLITS
 from shardrec.dataloader.spec.feature_spec import MAX_HASH_SIZE
 from shardrec.dataloader.util.files import atomic_write_bytes
-from shardrec.dataloader.util.locks import WORK_DIR
+from shardrec.dataloader.util.locks import DATASET_LOCK, WORK_DIR
 from shardrec.dataloader.util.near import did_you_mean, name_list
 from shardrec.tools.preprocess.ids.vocab import DEFAULT_MEMORY_MB
 from shardrec.tools.preprocess.inputs import LAYOUTS, InputNames, resolve_layout
@@ -23,6 +24,12 @@ from shardrec.tools.preprocess.parse.criteo_text import DENSE_TRANSFORMS, Schema
 if TYPE_CHECKING:
     from shardrec.dataloader.spec.feature_spec import FeatureSpec
 
+logger = logging.getLogger(__name__)
+
+RUN_RECORD = "run.json"
+"""In WORK_DIR: the settings and inputs of the run there (PreprocessConfig.fingerprint)."""
+REFUSED = "refused"
+"""In WORK_DIR: the run there ended in a refusal of its input (mark_refused)."""
 
 RAW_VALUES = 2**63
 """The bound of a sequence's integers kept as written (timestamps, action codes): uint64 ids."""
@@ -252,7 +259,10 @@ def flags_to_repeat(options: dict, spec: FeatureSpec | None = None) -> list[str]
 
 
 def check_fingerprint(out: Path, fp: dict) -> None:
-    path = out / WORK_DIR / "run.json"
+    """Record the run in `out`, or check that a rerun is of the run recorded there; a rerun with
+    other inputs or settings is refused (ValueError), unless the run there was refused for its
+    input (mark_refused): then it starts over, as the corrected command is expected to."""
+    path, refused = out / WORK_DIR / RUN_RECORD, out / WORK_DIR / REFUSED
     if path.is_file():
         try:
             old = json.loads(path.read_bytes())
@@ -264,10 +274,22 @@ def check_fingerprint(out: Path, fp: dict) -> None:
             ) from None
         if not isinstance(old, dict) or old != fp:
             diff = _settings_diff(old if isinstance(old, dict) else {}, fp)
-            raise ValueError(
-                f"{out}: holds a run with different {diff}; remove the directory or choose "
-                "another --out"
+            # A run killed or stopped keeps its finished tasks for the same command; they are of
+            # no use to another, yet hours of work that a typo in its --out would throw away.
+            if not refused.is_file():
+                raise ValueError(
+                    f"{out}: holds a run with different {diff}; remove the directory or choose "
+                    "another --out"
+                )
+            logger.warning(
+                "%s: the run there was refused for its input, and this one has different %s: "
+                "starting over",
+                out,
+                diff,
             )
+            _remove_refused_run(out)
+            atomic_write_bytes(path, json.dumps(fp, indent=1).encode())
+        refused.unlink(missing_ok=True)  # this run resumes it: not refused until it is again
     else:
         # No record, but a dataset (or its parts) is there: its settings are unknown, and this run
         # would replace its files one by one.
@@ -275,9 +297,35 @@ def check_fingerprint(out: Path, fp: dict) -> None:
         if found:
             raise ValueError(
                 f"{out}: holds a dataset ({found[0].relative_to(out)}) but no record of the run "
-                f"that wrote it ({WORK_DIR}/run.json); remove the directory or choose another --out"
+                f"that wrote it ({WORK_DIR}/{RUN_RECORD}); remove the directory or choose another "
+                "--out"
             )
         atomic_write_bytes(path, json.dumps(fp, indent=1).encode())
+
+
+def mark_refused(out: Path) -> None:
+    """Record that the run in `out` (its record written) was refused for its input: a malformed row
+    under --strict, too many of them, a file that cannot be read. The same command resumes it (with
+    a higher --max-skipped-fraction: at once); one for a corrected input or spec starts over."""
+    if (out / WORK_DIR / RUN_RECORD).is_file():
+        atomic_write_bytes(out / WORK_DIR / REFUSED, b"")
+
+
+def _remove_refused_run(out: Path) -> None:
+    """Remove what a preprocessing run writes in `out`: its parts, then its files in WORK_DIR but
+    its lock and, last, its record (a run killed in between finds it and starts over again)."""
+    for split in SPLITS:
+        for part in (out / split).glob("part-*"):
+            part.unlink()
+        if (out / split).is_dir() and not any((out / split).iterdir()):
+            (out / split).rmdir()
+    for p in (out / WORK_DIR).iterdir():
+        if p.name.startswith(DATASET_LOCK) or p.name in (RUN_RECORD, REFUSED):
+            continue
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
 
 
 def _settings_diff(old: dict, new: dict) -> str:

@@ -108,7 +108,7 @@ def _chunks(task: Task, opts: TaskOptions) -> Iterator[Chunk]:
     for chunk, _, _ in parquet_chunks(task, opts):
         yield chunk
     in_quote = False  # as run_task reads its pieces: a quoted line break may cross their ends
-    for data in read_pieces(task.text) if not task.parquet else ():
+    for data in read_pieces(task.text, blank=opts.parser.blank) if not task.parquet else ():
         with cpu_stages.stage(cpu_stages.PARSE):
             chunk = opts.parser.parse(data, in_quote)
         in_quote = chunk.ends_in_quote

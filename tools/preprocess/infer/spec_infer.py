@@ -80,8 +80,8 @@ _UNIX_SECONDS = (946_684_800, 4_102_444_800)
 
 
 def sample_lines(path: Path, rows: int) -> tuple[list[str], bool]:
-    """The first `rows` + 1 non-empty lines of the file (the header's too), and whether that was
-    the whole file."""
+    """The first `rows` + 1 lines of the file but those of spaces, tabs and carriage returns alone
+    (a TSV's row of tabs tells nothing of its columns), and whether that was the whole file."""
     lines, whole = [], True
     with open_text(path) as f:
         for number, raw in enumerate(f, 1):
@@ -92,7 +92,7 @@ def sample_lines(path: Path, rows: int) -> tuple[list[str], bool]:
             lines.append(raw.decode("utf-8", "replace").rstrip("\r\n"))
     if lines:
         lines[0] = lines[0].lstrip("\ufeff")
-    return [line for line in lines if line], whole
+    return [line for line in lines if line.strip(" \t\r")], whole
 
 
 def is_integer(v: str) -> bool:

@@ -29,7 +29,7 @@ from shardrec.tools.preprocess.parse.spec_parse import (
     read_header,
     resolve_program,
 )
-from shardrec.tools.preprocess.text.lines import RowEnd, check_first_line
+from shardrec.tools.preprocess.text.lines import RowEnd, blank_bytes, check_first_line
 
 Chunk = ParsedChunk | SpecChunk
 
@@ -72,6 +72,12 @@ class TextParser:
         any newline)."""
         fmt = self.program.spec.format if self.program and self.parquet is None else None
         return RowEnds(fmt.delimiter).find if fmt is not None and fmt.quoting else None
+
+    @property
+    def blank(self) -> bytes:
+        """What a blank line holds besides its newline (text.lines.blank_bytes)."""
+        fmt = self.program.spec.format if self.program else None
+        return blank_bytes(fmt.delimiter if fmt is not None else self.schema.delimiter)
 
     def warm_up(self) -> None:
         """Parse one empty line: the parser's kernel is loaded from numba's cache (compiled, the

@@ -219,7 +219,8 @@ def _run_task(task: Task, opts: TaskOptions, background_sync: bool, mark: bool) 
     for chunk, describe, size in parquet_chunks(task, opts, hashing):
         _take_chunk(task, chunk, describe, size, line0, opts, vocabs, layout, buffers, result)
         line0 += chunk.rows
-    for piece in read_pieces(task.text) if not task.parquet else ():
+    pieces = read_pieces(task.text, blank=opts.parser.blank) if not task.parquet else ()
+    for piece in pieces:
         seen = list(result.skipped)
         for data in parse_pieces(piece, PARSE_BYTES if parse_kernel.AVAILABLE else len(piece)):
             chunk = _take_piece(task, data, line0, opts, vocabs, layout, buffers, result, in_quote)

@@ -20,7 +20,7 @@ from shardrec.tools.preprocess.text.gz import (
     open_range,
     open_text,
 )
-from shardrec.tools.preprocess.text.lines import blank_tail
+from shardrec.tools.preprocess.text.lines import TSV_BLANK, blank_tail
 
 PIECE_BYTES = 16 << 20  # text read at once (and parsed at once by the numpy fallback)
 # Text the compiled parser takes at once: its per-row arrays (~1.5x the text) stay below the
@@ -189,10 +189,12 @@ class TextSource:
             )
 
 
-def read_pieces(task: TextRange, piece_bytes: int = PIECE_BYTES) -> Iterator[memoryview]:
+def read_pieces(
+    task: TextRange, piece_bytes: int = PIECE_BYTES, blank: bytes = TSV_BLANK
+) -> Iterator[memoryview]:
     """The task's text in pieces of about `piece_bytes` that end at a newline; text read to its
-    file's end (a whole .gz file) without the blank lines that end it, as the count of its lines
-    leaves them out (text.lines).
+    file's end (a whole .gz file) without the blank lines (of `blank` bytes: the parser's) that
+    end it, as the count of its lines leaves them out (text.lines).
 
     Pieces are views of one reused buffer (no copies): each is valid until the next is read.
     """
@@ -215,7 +217,7 @@ def read_pieces(task: TextRange, piece_bytes: int = PIECE_BYTES) -> Iterator[mem
                 total = have + n
                 cut = buf.rfind(b"\n", 0, total) + 1 if n else 0
                 if cut and to_file_end:
-                    cut = blank_tail(buf, 0, cut)
+                    cut = blank_tail(buf, 0, cut, blank)
             if n == 0:
                 break
             if cut:
@@ -224,7 +226,7 @@ def read_pieces(task: TextRange, piece_bytes: int = PIECE_BYTES) -> Iterator[mem
                     buf[: total - cut] = buf[cut:total]
             have = total - cut
     if to_file_end:
-        have = blank_tail(buf, 0, have)
+        have = blank_tail(buf, 0, have, blank)
     if have:
         closed = have + (buf[have - 1] != 10)
         buf[closed - 1] = 10  # the last line had no newline

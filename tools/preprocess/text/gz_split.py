@@ -31,7 +31,7 @@ import numpy as np
 
 from shardrec.dataloader.util.files import atomic_write_bytes
 from shardrec.tools.preprocess.text import gz
-from shardrec.tools.preprocess.text.lines import RowEnd, TextEnd
+from shardrec.tools.preprocess.text.lines import TSV_BLANK, RowEnd, TextEnd
 
 logger = logging.getLogger(__name__)
 SPLIT_MIN_CHUNKS = 4
@@ -61,7 +61,9 @@ class _Cutter:
     target (with row_end: the first that ends a row). The blank lines that end the text are left
     out (text.lines): where they begin, the last range ends."""
 
-    def __init__(self, chunk_bytes: int, header: bool, row_end: RowEnd | None = None) -> None:
+    def __init__(
+        self, chunk_bytes: int, header: bool, row_end: RowEnd | None, blank: bytes
+    ) -> None:
         self.chunk, self.pos, self.begin = chunk_bytes, 0, -1 if header else 0
         self.rows = None if row_end is None else _RowCuts(row_end)
         self.target = self.begin + chunk_bytes if self.begin >= 0 else -1
@@ -72,7 +74,7 @@ class _Cutter:
         self.last = b"\n"
         # Where the last line that is not blank ends: its range, and that range's lines and CRC-32
         # up to it.
-        self.end, self.kept = TextEnd(), (max(self.begin, 0), 0, 0, 0)
+        self.end, self.kept = TextEnd(blank), (max(self.begin, 0), 0, 0, 0)
 
     def feed(self, block: memoryview) -> None:
         data, at = block.obj if isinstance(block.obj, bytearray) else bytes(block), 0
@@ -163,11 +165,16 @@ def _read_all(reader, cutter: _Cutter) -> int:
 
 
 def _scan(
-    path: Path, chunk_bytes: int, header: bool, index: Path | None, row_end: RowEnd | None
+    path: Path,
+    chunk_bytes: int,
+    header: bool,
+    index: Path | None,
+    row_end: RowEnd | None,
+    blank: bytes,
 ) -> GzipScan:
     """One pass over the text; through rapidgzip (writing the index) when it can, else open_gzip."""
     if index is not None and gz.can_index():
-        cutter = _Cutter(chunk_bytes, header, row_end)
+        cutter = _Cutter(chunk_bytes, header, row_end, blank)
         try:
             with gz.open_indexing(path) as reader:
                 total = _read_all(reader, cutter)
@@ -182,7 +189,7 @@ def _scan(
             logger.info(
                 "%s: rapidgzip could not read it (%s): rescanned without a seek index", path, e
             )
-    cutter = _Cutter(chunk_bytes, header, row_end)
+    cutter = _Cutter(chunk_bytes, header, row_end, blank)
     try:
         f = gz.open_gzip(path)
     except gz.READ_ERRORS as e:
@@ -202,17 +209,20 @@ def scan_gzip(
     header: bool,
     work_dir: Path | None,
     row_end: RowEnd | None = None,
+    blank: bytes = TSV_BLANK,
 ) -> GzipScan:
     """The cut of input file `number` (its position among the inputs), from work_dir when a run
     already scanned this very file (name, size, mtime) with these options, else by a pass.
-    row_end: ranges end where it finds a row's end (quoted fields may hold line breaks)."""
+    row_end: ranges end where it finds a row's end (quoted fields may hold line breaks); blank:
+    what a blank line holds (text.lines.blank_bytes)."""
     if work_dir is None:
-        return _scan(path, chunk_bytes, header, None, row_end)
+        return _scan(path, chunk_bytes, header, None, row_end, blank)
     scan = load_scan(path, number, chunk_bytes, header, work_dir)
     if scan is None:
         stem = _stem(work_dir, number, path)
         stem.parent.mkdir(parents=True, exist_ok=True)
-        scan = _scan(path, chunk_bytes, header, stem.with_suffix(stem.suffix + ".gzidx"), row_end)
+        index = stem.with_suffix(stem.suffix + ".gzidx")
+        scan = _scan(path, chunk_bytes, header, index, row_end, blank)
         save_scan(path, number, chunk_bytes, header, work_dir, scan)
     return scan
 

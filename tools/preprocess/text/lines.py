@@ -2,11 +2,13 @@
 where the text ends (blank lines that end a file are no rows), byte ranges of a plain file cut
 just after a newline, lines cut into fields as csv reads them, and lines that are no text refused.
 
-A blank line is an empty one or a lone carriage return (the parsers' `empty_row`). Those that end
-a file (a hand-written file's last newline doubled, `echo >> file`) are left out of its text: no
-line, no malformed row, no place in a split; so a file gives the dataset it gives without them,
-whichever reader takes it (plain ranges, a whole .gz file, a .gz file cut into ranges). A blank
-line with rows after it is a malformed row, as any line that holds no row."""
+A blank line holds nothing but spaces, tabs and carriage returns, save the delimiter (blank_bytes):
+pandas' read_csv skips such a line, and reads a line of tabs in a TSV file as a row of empty
+fields. Those that end a file (a hand-written file's last newline doubled, `echo >> file`, a last
+line of spaces) are left out of its text: no line, no malformed row, no place in a split; so a
+file gives the dataset it gives without them, whichever reader takes it (plain ranges, a whole .gz
+file, a .gz file cut into ranges). A blank line with rows after it is a malformed row, as any line
+that holds no row."""
 
 from __future__ import annotations
 
@@ -22,6 +24,16 @@ from shardrec.dataloader.util.jit import AVAILABLE, njit
 from shardrec.tools.preprocess.text.gz import READ_ERRORS, describe_error, open_text
 
 _CR = "\ue000"  # a private-use character: a carriage return crosses csv as it
+
+
+def blank_bytes(delimiter: str) -> bytes:
+    """What a blank line may hold besides its newline: spaces, tabs and carriage returns, but the
+    delimiter (one byte)."""
+    return b" \t\r".replace(delimiter.encode(), b"")
+
+
+TSV_BLANK = blank_bytes("\t")
+"""A blank line's bytes in Criteo's tab-separated text."""
 
 
 def csv_fields(text: str, delimiter: str, quoting: int = csv.QUOTE_MINIMAL) -> list[list[str]]:
@@ -79,11 +91,13 @@ def check_first_line(path: Path, header: bool, limit: int = 1 << 20) -> None:
         )
 
 
-def count_lines(path: Path, skip_header: bool, block: int = 1 << 24) -> int:
+def count_lines(
+    path: Path, skip_header: bool, blank: bytes = TSV_BLANK, block: int = 1 << 24
+) -> int:
     """Physical lines (a last line without a newline counts) after any header, less the blank
-    lines that end the file."""
+    lines that end the file (blank: blank_bytes)."""
     lines = kept = 0
-    last, end = b"\n", TextEnd()
+    last, end = b"\n", TextEnd(blank)
     try:
         f = open_text(path)
     except READ_ERRORS as e:
@@ -102,65 +116,67 @@ def count_lines(path: Path, skip_header: bool, block: int = 1 << 24) -> int:
     return max(kept - (1 if skip_header else 0), 0)
 
 
-def _ends_blank_line(data, lo: int, p: int) -> bool:
-    """Whether the newline at data[p] ends a blank line; data[lo] starts a line."""
-    if p == lo or data[p - 1] == 10:
-        return True
-    return data[p - 1] == 13 and (p - 1 == lo or data[p - 2] == 10)
-
-
-def blank_tail(data, lo: int, hi: int) -> int:
-    """Where the blank lines that end data[lo:hi] start (hi: its last line is not blank). data[lo]
-    starts a line; the last line may lack its newline."""
-    end = hi
-    if end > lo and data[end - 1] != 10:  # a last line without its newline: blank if a lone '\r'
-        if data[end - 1] != 13 or not (end - 1 == lo or data[end - 2] == 10):
-            return hi
-        end -= 1
-    while end > lo and _ends_blank_line(data, lo, end - 1):
-        end -= 1 if end - 1 == lo or data[end - 2] == 10 else 2  # "\n" or "\r\n"
-    return end
+def blank_tail(data, lo: int, hi: int, blank: bytes = TSV_BLANK) -> int:
+    """Where the blank lines (of `blank` bytes: blank_bytes) that end data[lo:hi] start (hi: its
+    last line is not blank). data[lo] starts a line; the last line may lack its newline."""
+    end, p = hi, hi - 1 if hi > lo and data[hi - 1] == 10 else hi
+    while True:  # p: where the content of the line before `end` ends
+        q = p
+        while q > lo and data[q - 1] in blank:
+            q -= 1
+        if q > lo and data[q - 1] != 10:  # a byte of a row
+            return end
+        end = q
+        if q == lo:
+            return end
+        p = q - 1
 
 
 class TextEnd:
     """Where text fed in consecutive pieces ends, less the blank lines that end it: each piece
     says where the last line in it that is not blank ends."""
 
-    def __init__(self) -> None:
-        self.before = b"\n\n"  # the two bytes before the next piece (the text starts a line)
+    def __init__(self, blank: bytes = TSV_BLANK) -> None:
+        self.blank = blank
+        self.open_blank = True  # the line the pieces so far end in is blank so far
 
-    def _byte(self, data, lo: int, i: int) -> int:
-        return data[i] if i >= lo else self.before[i - lo + 2]
+    def _blank_line(self, data, lo: int, p: int) -> bool:
+        # Whether the line that ends at the newline data[p] is blank; it may start in a piece before.
+        q = p
+        while q > lo and data[q - 1] in self.blank:
+            q -= 1
+        return self.open_blank if q == lo else data[q - 1] == 10
 
     def feed(self, data: bytes | bytearray, lo: int, hi: int) -> int:
         """One past the newline of the last line that is not blank in data[lo:hi] (an index of
         data), or -1 where none ends in it."""
         found, q = -1, hi
         while (p := data.rfind(b"\n", lo, q)) >= 0:
-            b1 = self._byte(data, lo, p - 1)
-            if b1 != 10 and (b1 != 13 or self._byte(data, lo, p - 2) != 10):
+            if not self._blank_line(data, lo, p):
                 found = p + 1
                 break
             q = p
-        self.before = (self.before + bytes(data[max(lo, hi - 2) : hi]))[-2:]
+        last = data.rfind(b"\n", lo, hi)
+        rest = bytes(data[last + 1 if last >= 0 else lo : hi])
+        self.open_blank = (last >= 0 or self.open_blank) and not rest.translate(None, self.blank)
         return found
 
     def last_line_blank(self) -> bool:
-        """Of text whose last line has no newline: whether that line is blank (a lone '\r')."""
-        return self.before == b"\n\r"
+        """Of text whose last line has no newline: whether that line is blank."""
+        return self.open_blank
 
 
-def text_end(path: Path, begin: int, window: int = 1 << 16) -> int:
+def text_end(path: Path, begin: int, blank: bytes = TSV_BLANK, window: int = 1 << 16) -> int:
     """Where the text of a plain file that starts at `begin` ends, less the blank lines that end
-    it (begin: none but blank lines)."""
+    it (begin: none but blank lines; blank: blank_bytes)."""
     size = path.stat().st_size
     with open(path, "rb") as f:
         while True:
             lo = max(begin, size - window)
             f.seek(lo)
-            end = blank_tail(f.read(size - lo), 0, size - lo) + lo
+            end = blank_tail(f.read(size - lo), 0, size - lo, blank) + lo
             # Lines that reach back to the window's start were judged as if it started a line.
-            if lo == begin or end > lo + 2:
+            if lo == begin or end > lo:
                 return end
             window *= 4
 

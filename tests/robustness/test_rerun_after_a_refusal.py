@@ -1,0 +1,99 @@
+"""A preprocessing run refused for its input (a malformed row under --strict, more malformed rows
+than --max-skipped-fraction allows) keeps its finished tasks for the same command, and the command
+run again once the input is fixed starts over in the same --out, as a user of the usual scripts
+reruns it. Before, that rerun was refused: "error: out: holds a run with different inputs; remove
+the directory or choose another --out", exit 1. A run stopped by Ctrl-C keeps that refusal: its
+finished tasks are for its own input, which a rerun never mixes with another."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from helpers import assert_one_line_error, cli
+
+from shardrec.tools.preprocess import pipeline
+
+FLAGS = ("--max-ids", "300", "--chunk-mb", "0.1")
+
+
+def _dataset(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and ".work" not in p.parts
+    }
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, dict[str, bytes]]:
+    """A Criteo file's text, and the dataset it gives."""
+    root = tmp_path_factory.mktemp("good")
+    cli("synth", root / "raw", "--rows", "3000")
+    text = (root / "raw" / "train.txt").read_bytes()
+    log = root / "in" / "train.txt"  # the dataset records its input's path: the tests' own
+    log.parent.mkdir()
+    log.write_bytes(text)
+    cli("preprocess", log, "--out", root / "out", *FLAGS)
+    return text, _dataset(root / "out")
+
+
+def _broken(text: bytes, lines: range) -> bytes:
+    rows = text.split(b"\n")
+    for i in lines:
+        rows[i] = b"oops"
+    return b"\n".join(rows)
+
+
+@pytest.mark.parametrize(
+    ("broken", "flags", "error"),
+    [
+        (range(1500, 1501), ("--strict",), r"^error: .*train\.txt:1501: row: 1 fields, "),
+        (range(100, 200), (), r"^error: .*100 of 3,000 lines malformed \(3\.33%"),
+    ],
+    ids=["strict", "too many malformed rows"],
+)
+def test_the_command_run_again_on_the_fixed_input_starts_over(
+    good: tuple[bytes, dict[str, bytes]],
+    tmp_path: Path,
+    broken: range,
+    flags: tuple[str, ...],
+    error: str,
+) -> None:
+    text, want = good
+    log, out = tmp_path / "in" / "train.txt", tmp_path / "out"
+    log.parent.mkdir()
+    log.write_bytes(_broken(text, broken))
+    command = ("preprocess", log, "--out", out, *FLAGS, "--workers", "2", *flags)
+    assert_one_line_error(cli(*command, ok=False), error)
+    # The same command on the same input resumes the run, and is refused again.
+    assert_one_line_error(cli(*command, ok=False), error)
+    log.write_bytes(text)
+    cli(*command)
+    assert _dataset(out) == want
+
+
+def test_a_run_stopped_by_ctrl_c_is_not_mixed_with_a_changed_input(
+    good: tuple[bytes, dict[str, bytes]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text, want = good
+    log, out = tmp_path / "in" / "train.txt", tmp_path / "out"
+    log.parent.mkdir()
+    log.write_bytes(_broken(text, range(100, 101)))
+    run_tasks = pipeline._run_tasks
+
+    def stopped(cfg, todo, *args) -> None:
+        run_tasks(cfg, todo[:2], *args)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "_run_tasks", stopped)
+    stop = cli("preprocess", log, "--out", out, *FLAGS, ok=False)
+    assert stop.exit_code == 130, stop.output
+    monkeypatch.setattr(pipeline, "_run_tasks", run_tasks)
+    log.write_bytes(text)
+    assert_one_line_error(
+        cli("preprocess", log, "--out", out, *FLAGS, ok=False),
+        rf"^error: {re.escape(str(out))}: holds a run with different inputs; remove the "
+        "directory or choose another --out$",
+    )

@@ -60,7 +60,9 @@ from shardrec.tools.preprocess.text.gz import open_text
 from shardrec.tools.preprocess.text.lines import check_first_line, check_text, csv_fields
 
 DELIMITERS = ("\t", ",", ";", "|")
-LIST_SEPARATORS = ("|", ";", ",")
+LIST_SEPARATORS = ("|", ";")
+"""A list's separators in any text; a TSV's lists may be cut by commas too (a comma in a CSV of
+another delimiter is text's: `Movie 2535, The (1965)` in a title)."""
 MAX_HASH_SIZE = 10_000_000
 _INT = re.compile(r"^-?[0-9]{1,19}$")
 HEX = re.compile(r"^[0-9a-fA-F]+$")
@@ -160,7 +162,7 @@ def hash_size(values: list[str], kind: str = "string") -> tuple[int, str]:
 
 
 def _list_separator(values: list[str], delimiter: str) -> str | None:
-    for sep in LIST_SEPARATORS:
+    for sep in (*LIST_SEPARATORS, ",") if delimiter == "\t" else LIST_SEPARATORS:
         if sep != delimiter and sum(sep in v for v in values) >= 0.05 * len(values):
             return sep
     return None

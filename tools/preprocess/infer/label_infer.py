@@ -35,7 +35,7 @@ def parse_label(text: str) -> tuple[str, float | None]:
     is refused with the >= that means it."""
     name, sep, threshold = text.partition(">=")
     if not sep:
-        other = re.fullmatch(r"\s*(.+?)\s*(>|<=|<|==|=)\s*(-?[\d.]+)\s*", text)
+        other = re.fullmatch(r"\s*([^<>=]+?)\s*(=>|>|<=|<|==|=)\s*(-?[\d.]+)\s*", text)
         if other:
             _comparison(text, *other.groups())
         return text.strip(), None
@@ -50,7 +50,9 @@ def parse_label(text: str) -> tuple[str, float | None]:
 def _comparison(text: str, name: str, op: str, number: str) -> None:
     """ValueError for a label rule other than >=, with the >= rule that means it."""
     value = float(number)
-    if op == ">" and value.is_integer():
+    if op == "=>":  # >= written the other way round
+        same = f"--label '{name}>={number}'"
+    elif op == ">" and value.is_integer():
         same = f"--label '{name}>={int(value) + 1}' (the same for whole numbers)"
     elif op in ("==", "="):
         same = 'a spec\'s label mapping (role = "label", mapping = { ... }) for one value'

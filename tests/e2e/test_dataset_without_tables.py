@@ -1,7 +1,8 @@
 """A dataset whose spec made no categorical or list column (a log of `user,item,rating` whose
-integer columns spec infer proposed as dense numbers): plan and train refuse it in one line that
-says what to change. Before, both ended in "error: max() arg is an empty sequence" (the planner's
-search over no tables), train after starting its ranks ("training failed: rank 0: ...")."""
+integer columns spec infer proposed as dense numbers): spec infer says so in a warning, and plan
+and train refuse such data in one line that says what to change. Before, infer said nothing and
+both ended in "error: max() arg is an empty sequence" (the planner's search over no tables), train
+after starting its ranks ("training failed: rank 0: ...")."""
 
 from __future__ import annotations
 
@@ -11,11 +12,26 @@ from pathlib import Path
 from helpers import assert_one_line_error, cli
 
 
-def test_plan_and_train_of_a_dataset_without_tables_say_what_to_change(tmp_path: Path) -> None:
-    log, spec, data = tmp_path / "ui.csv", tmp_path / "ui.toml", tmp_path / "ui"
-    log.write_text(
-        "user,item,rating\n" + "".join(f"{i % 37},{i % 101},{1 + i % 5}\n" for i in range(700))
+def _log(path: Path) -> Path:
+    rows = "".join(f"{i % 37},{i % 101},{1 + i % 5}\n" for i in range(700))
+    path.write_text("user,item,rating\n" + rows)
+    return path
+
+
+def test_spec_infer_warns_of_a_proposal_without_a_column_of_ids(tmp_path: Path) -> None:
+    log, spec = _log(tmp_path / "ui.csv"), tmp_path / "ui.toml"
+    result = cli("spec", "infer", log, "--label", "rating>=4", "--out", spec)
+    line = (
+        "no column proposed as categorical or list, so the model would have no embedding table "
+        "(plan and train refuse such data): a column of ids written as numbers (here user, item, "
+        'proposed dense) wants role = "categorical", kind = "integer" and a hash_size'
     )
+    assert result.stderr.splitlines() == [f"warning: {log}: {line}"]
+    assert f"# {line}\n" in spec.read_text()
+
+
+def test_plan_and_train_of_a_dataset_without_tables_say_what_to_change(tmp_path: Path) -> None:
+    log, spec, data = _log(tmp_path / "ui.csv"), tmp_path / "ui.toml", tmp_path / "ui"
     spec.write_text(
         '[format]\nkind = "csv"\nheader = true\n[[columns]]\nname = "user"\nrole = "dense"\n'
         '[[columns]]\nname = "item"\nrole = "dense"\n'

@@ -105,9 +105,21 @@ def threshold_inside(path: Path, name: str, values: list[float], threshold: floa
     )
 
 
-def no_label_column(path: Path, name: str, names: list[str]) -> ValueError:
+def no_label_column(
+    path: Path, name: str, names: list[str], unnamed: list[list[str]] | None = None
+) -> ValueError:
     """The refusal of a --label that names no column: the columns (the first 30), and the one
-    meant where a name is close (a typo)."""
+    meant where a name is close (a typo). unnamed: the values of each field of a file without a
+    header, whose columns are known by place: the refusal asks for a field index, a column of 0s
+    and 1s as the example."""
+    if unnamed is not None:
+        clicks = [i for i, values in enumerate(unnamed) if values and set(values) <= {"0", "1"}]
+        example = f", e.g. --label {clicks[0]} (0s and 1s)" if clicks else ""
+        return ValueError(
+            f"{path}: no column {name!r} for the label: the file has no header line, so its "
+            f"columns are known by place, c0 to c{len(names) - 1}; give the label's field index "
+            f"(0 for the first){example}"
+        )
     return ValueError(
         f"{path}: no column {name!r} for the label (columns: {name_list(names)})"
         f"{did_you_mean(name, names)}"

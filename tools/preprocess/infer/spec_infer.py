@@ -363,9 +363,9 @@ def infer_spec(
     label_name, threshold = parse_label(label)
     if label_name not in names and label_name.isdigit() and int(label_name) < len(names):
         label_name = names[int(label_name)]
-    if label_name not in names:
-        raise no_label_column(path, label_name, names)
     values_of = [[r[i] for r in body if i < len(r) and r[i] != ""] for i in range(len(names))]
+    if label_name not in names:
+        raise no_label_column(path, label_name, names, None if header else values_of)
     decimal = delimiter != "," and _decimal_commas(values_of)
     columns, notes, missing = [], {}, {}
     for i, name in enumerate(names):

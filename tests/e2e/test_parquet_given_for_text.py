@@ -85,3 +85,28 @@ def test_predict_names_a_parquet_file_and_a_folders_file(tmp_path: Path, text_mo
         r"manifest.json\); predict scores a dataset directory or one file of raw rows: name one "
         rf"of its files \(e.g. {re.escape(str(log))}\)$",
     )
+
+
+def test_predict_of_a_parquet_model_names_a_text_file(tmp_path: Path) -> None:
+    """The other way round: a model of Parquet rows given a CSV file. Before: "error: log.csv: not
+    a readable Parquet file (Parquet magic bytes not found in footer. Either the file is
+    corrupted or this is not a parquet file.)", with no word of what the model reads."""
+    from test_spec_flow import write_untrained_model
+
+    log, spec = _parquet(tmp_path / "log.parquet"), tmp_path / "p.toml"
+    spec.write_text(
+        '[format]\nkind = "parquet"\n[[columns]]\nname = "click"\nrole = "label"\n'
+        '[[columns]]\nname = "city"\nrole = "categorical"\nkind = "string"\nhash_size = 10\n'
+    )
+    cli("preprocess", log, "--spec", spec, "--out", tmp_path / "d")
+    write_untrained_model(tmp_path / "d", tmp_path / "m.safetensors")
+    text = tmp_path / "log.csv"
+    pq.read_table(log).to_pandas().to_csv(text, index=False)
+    assert_one_line_error(
+        cli("predict", tmp_path / "m.safetensors", text, ok=False),
+        rf"^error: {re.escape(str(text))}: not a Parquet file, and the model reads Parquet files, "
+        r"as its data was written: give it rows in that format, or a dataset directory "
+        r"preprocessed as its data was$",
+    )
+    cli("predict", tmp_path / "m.safetensors", log, "--out", tmp_path / "p.txt")
+    assert len((tmp_path / "p.txt").read_text().split()) == 100

@@ -161,6 +161,11 @@ def test_a_headerless_criteo_log_gets_a_spec_by_position(tmp_path: Path) -> None
             r"^error: --label 'rating>4': a threshold is written NAME>=NUMBER \(label 1 where the "
             r"value is >= it\); use --label 'rating>=5' \(the same for whole numbers\)$",
         ),
+        (  # before: "use --label 'rating=>=5' (the same for whole numbers)"
+            "rating=>4",
+            r"^error: --label 'rating=>4': a threshold is written NAME>=NUMBER \(label 1 where the "
+            r"value is >= it\); use --label 'rating>=4'$",
+        ),
         ("rating>=four", r"--label 'rating>=four': the threshold after >= must be a number"),
         (
             "rating>=9",

@@ -36,3 +36,23 @@ def test_a_semicolon_csv_of_decimal_commas_in_every_column_but_one_is_read_by_it
     assert first["price"] == pytest.approx(np.log1p(float(price)), rel=1e-6)
     assert first["weight"] == pytest.approx(np.log1p(float(weight)), rel=1e-6)
     assert first["label"] == int(click)
+
+
+def test_commas_in_a_semicolon_csvs_text_make_no_list(tmp_path: Path) -> None:
+    # A MovieLens join written by a spreadsheet of decimal commas: before, the titles' commas
+    # made a list ('title', separator ',', max_length 2: "Movie 7" and " The (1995)" two ids),
+    # where the README says a comma cuts lists in a TSV only.
+    rows = [
+        f"{i % 50};{'4,5' if i % 3 else '2,0'};Movie {i % 40}, The ({1950 + i % 40});"
+        f"{'Comedy|Drama' if i % 2 else 'Drama'}"
+        for i in range(200)
+    ]
+    log, spec = tmp_path / "ml.csv", tmp_path / "ml.toml"
+    log.write_text("userId;rating;title;genres\n" + "\n".join(rows) + "\n")
+    cli("spec", "infer", log, "--label", "rating>=4", "--out", spec)
+    columns = {c.name: c for c in load_spec(spec).columns}
+    assert (columns["title"].role, columns["title"].kind) == ("categorical", "string")
+    assert (columns["genres"].role, columns["genres"].separator) == ("list", "|")
+    cli("preprocess", log, "--spec", spec, "--out", tmp_path / "d")
+    (first,) = json.loads(cli("data", "head", tmp_path / "d", "--rows", "1", "--json").stdout)
+    assert isinstance(first["title"], int) and len(first["genres"]) == 1

@@ -12,7 +12,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from helpers import cli
+from helpers import assert_one_line_error, cli
 
 
 def _avazu_rows(rows: int) -> str:
@@ -98,3 +98,16 @@ def test_a_word_for_a_missing_value_among_numbers_is_proposed_with_the_command_f
     # Only that column's fields: before, every field "NA" was emptied, the country's too.
     country = [line.split(",")[3] for line in emptied.read_text().splitlines()]
     assert country == [line.split(",")[3] for line in log.read_text().splitlines()]
+
+
+def test_a_label_named_for_a_file_without_a_header_says_to_give_its_index(tmp_path: Path) -> None:
+    # Before: "no column 'click' for the label (columns: c0, c1, ..., c23)", the names infer
+    # gives the fields, with no word that the file has no header or that a field index is taken.
+    log = tmp_path / "avazu.csv"
+    log.write_text(_avazu_rows(300))
+    assert_one_line_error(
+        cli("spec", "infer", log, "--label", "click", ok=False),
+        rf"^error: {re.escape(str(log))}: no column 'click' for the label: the file has no header "
+        r"line, so its columns are known by place, c0 to c23; give the label's field index \(0 for "
+        r"the first\), e.g. --label 1 \(0s and 1s\)$",
+    )

@@ -72,6 +72,8 @@ def infer(
     except (ValueError, OSError) as e:
         fail(str(e))
     sample = f"its {read:,} rows (the whole file)" if whole else f"its first {read:,} rows"
+    if not _has_table(spec):  # plan and train would refuse the data it makes
+        advice = [*advice, _no_table_advice(spec)]
     preamble = (
         f"Feature spec proposed by `shardrec spec infer {file.name} --label '{label}'` from {sample}.\n"
         "Check each column's role (label, dense, categorical, list, ignore) and keys; the README's\n"
@@ -159,6 +161,27 @@ def _show_event_spec(dataset: Path, manifest: Manifest) -> None:
         )
     text = event_spec_to_toml(spec, preamble="\n".join(notes))
     console.print(text, end="", highlight=False, markup=False, soft_wrap=True)
+
+
+def _has_table(spec) -> bool:
+    """Whether a proposed spec has a column of ids (a categorical or a list: an embedding table)."""
+    from shardrec.dataloader.spec.feature_spec import CategoricalColumn
+
+    return any(isinstance(c, CategoricalColumn) for c in spec.columns)
+
+
+def _no_table_advice(spec) -> str:
+    """The line for a proposal without a column of ids, which plan and train refuse: its integer
+    columns proposed dense are the ones to look at (names without `_id`, such as user, item)."""
+    from shardrec.dataloader.spec.feature_spec import DenseColumn
+
+    ints = [c.name for c in spec.columns if isinstance(c, DenseColumn) and c.type == "int"]
+    which = f" (here {', '.join(ints)}, proposed dense)" if ints else ""
+    return (
+        "no column proposed as categorical or list, so the model would have no embedding table "
+        f"(plan and train refuse such data): a column of ids written as numbers{which} wants "
+        'role = "categorical", kind = "integer" and a hash_size'
+    )
 
 
 def register(app: typer.Typer) -> None:

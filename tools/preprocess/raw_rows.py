@@ -120,14 +120,16 @@ class RawRows:
         with a spec whose text has a header: the label is read from a 0 put after each row's last
         field (convert), and the spec's own label column, if the file has one, is read past."""
         spec = self.spec
-        if spec is not None and spec.format.kind == "parquet":
-            return self._parquet_options(spec, path, labeled)
-        if is_parquet(path):  # read as lines, its bytes would be a bad first line
+        parquet = spec is not None and spec.format.kind == "parquet"
+        if parquet != is_parquet(path):  # read in the model's format, its bytes would be garbage
             reads = f"{spec.format.kind.upper()} text" if spec else "Criteo's text rows"
             raise ValueError(
-                f"{path}: a Parquet file, and the model reads {reads}, as its data was written: "
-                "give it rows in that format, or a dataset directory preprocessed as its data was"
+                f"{path}: {'not ' if parquet else ''}a Parquet file, and the model reads "
+                f"{'Parquet files' if parquet else reads}, as its data was written: give it rows "
+                "in that format, or a dataset directory preprocessed as its data was"
             )
+        if parquet:
+            return self._parquet_options(spec, path, labeled)
         if spec is not None and spec.format.header:
             header = read_header(path, spec)
             names = [c.name for c in spec.columns]

@@ -188,7 +188,9 @@ def _schema_difference(run_dir: Path, manifest: Manifest) -> tuple[str, str]:
         return f"not the schema {run_dir} trained on: its {differs}", ""
     if "preprocessing" in record:  # a run from before preprocessing records has none to compare
         differs = trained_data.preprocessing_differences(
-            record["preprocessing"], trained_data.preprocessing(manifest)
+            record["preprocessing"],
+            trained_data.preprocessing(manifest),
+            (trained_data.recorded_spec(record), manifest.options.get("spec")),
         )
         if differs:
             return (

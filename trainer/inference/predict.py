@@ -288,7 +288,9 @@ def check_preprocessing(header: dict[str, Any], manifest: Manifest, dataset: Pat
                 "score the raw events it was made from, which the model reads by its own tables"
             )
     differs = trained_data.preprocessing_differences(
-        header_preprocessing(header), trained_data.preprocessing(manifest)
+        header_preprocessing(header),
+        trained_data.preprocessing(manifest),
+        (header["transform"].get("spec"), manifest.options.get("spec")),
     )
     if differs:
         raise ValueError(

@@ -53,8 +53,15 @@ def model_manifest(manifest: Manifest, data: DataConfig) -> Manifest:
     """The dataset as the model sees it: with on-the-fly multi-hot ids, each feature has its
     index table's rows (the embedding table's size) and is multi-hot where its size exceeds 1.
 
-    ValueError when the sizes or rows do not give one value per sparse feature.
+    ValueError when the dataset has no sparse feature (no table to train), or the sizes or rows do
+    not give one value per sparse feature.
     """
+    if not manifest.sparse_features:  # the planner's search and the model need a table
+        raise ValueError(
+            f"{data.path}: no categorical or list feature, so no embedding table to train: its spec "
+            "gives every column the role label, dense or ignore; give the columns of ids (users, "
+            'items, ...) role = "categorical" (kind = "integer" for numbers) and preprocess again'
+        )
     sizes, rows = data.multihot_sizes, data.multihot_rows
     if not sizes:
         return manifest

@@ -35,7 +35,7 @@ def parse_label(text: str) -> tuple[str, float | None]:
     is refused with the >= that means it."""
     name, sep, threshold = text.partition(">=")
     if not sep:
-        other = re.fullmatch(r"\s*(.+?)\s*(>|<=|<|==|=)\s*(-?[\d.]+)\s*", text)
+        other = re.fullmatch(r"\s*([^<>=]+?)\s*(=>|>|<=|<|==|=)\s*(-?[\d.]+)\s*", text)
         if other:
             _comparison(text, *other.groups())
         return text.strip(), None
@@ -50,7 +50,9 @@ def parse_label(text: str) -> tuple[str, float | None]:
 def _comparison(text: str, name: str, op: str, number: str) -> None:
     """ValueError for a label rule other than >=, with the >= rule that means it."""
     value = float(number)
-    if op == ">" and value.is_integer():
+    if op == "=>":  # >= written the other way round
+        same = f"--label '{name}>={number}'"
+    elif op == ">" and value.is_integer():
         same = f"--label '{name}>={int(value) + 1}' (the same for whole numbers)"
     elif op in ("==", "="):
         same = 'a spec\'s label mapping (role = "label", mapping = { ... }) for one value'
@@ -103,9 +105,21 @@ def threshold_inside(path: Path, name: str, values: list[float], threshold: floa
     )
 
 
-def no_label_column(path: Path, name: str, names: list[str]) -> ValueError:
+def no_label_column(
+    path: Path, name: str, names: list[str], unnamed: list[list[str]] | None = None
+) -> ValueError:
     """The refusal of a --label that names no column: the columns (the first 30), and the one
-    meant where a name is close (a typo)."""
+    meant where a name is close (a typo). unnamed: the values of each field of a file without a
+    header, whose columns are known by place: the refusal asks for a field index, a column of 0s
+    and 1s as the example."""
+    if unnamed is not None:
+        clicks = [i for i, values in enumerate(unnamed) if values and set(values) <= {"0", "1"}]
+        example = f", e.g. --label {clicks[0]} (0s and 1s)" if clicks else ""
+        return ValueError(
+            f"{path}: no column {name!r} for the label: the file has no header line, so its "
+            f"columns are known by place, c0 to c{len(names) - 1}; give the label's field index "
+            f"(0 for the first){example}"
+        )
     return ValueError(
         f"{path}: no column {name!r} for the label (columns: {name_list(names)})"
         f"{did_you_mean(name, names)}"

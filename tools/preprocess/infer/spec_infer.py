@@ -61,7 +61,9 @@ from shardrec.tools.preprocess.text.gz import open_text
 from shardrec.tools.preprocess.text.lines import check_first_line, check_text, csv_fields
 
 DELIMITERS = ("\t", ",", ";", "|")
-LIST_SEPARATORS = ("|", ";", ",")
+LIST_SEPARATORS = ("|", ";")
+"""A list's separators in any text; a TSV's lists may be cut by commas too (a comma in a CSV of
+another delimiter is text's: `Movie 2535, The (1965)` in a title)."""
 MAX_HASH_SIZE = 10_000_000
 _INT = re.compile(r"^-?[0-9]{1,19}$")
 HEX = re.compile(r"^[0-9a-fA-F]+$")
@@ -156,7 +158,7 @@ def hash_size(values: list[str], kind: str = "string") -> tuple[int, str]:
 
 
 def _list_separator(values: list[str], delimiter: str) -> str | None:
-    for sep in LIST_SEPARATORS:
+    for sep in (*LIST_SEPARATORS, ",") if delimiter == "\t" else LIST_SEPARATORS:
         if sep != delimiter and sum(sep in v for v in values) >= 0.05 * len(values):
             return sep
     return None
@@ -328,9 +330,9 @@ def infer_spec(
     label_name, threshold = parse_label(label)
     if label_name not in names and label_name.isdigit() and int(label_name) < len(names):
         label_name = names[int(label_name)]
-    if label_name not in names:
-        raise no_label_column(path, label_name, names)
     values_of = [[r[i] for r in body if i < len(r) and r[i] != ""] for i in range(len(names))]
+    if label_name not in names:
+        raise no_label_column(path, label_name, names, None if header else values_of)
     missing = find_missing_words(names, values_of, names.index(label_name), len(body), delimiter)
     values_of = [missing.values(values) for values in values_of]
     decimal = delimiter != "," and _decimal_commas(values_of)

@@ -5,6 +5,7 @@ it was (`eval --data`, `predict`, `--continue-on`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 from shardrec.dataloader.format.fingerprints import dataset_fingerprint, older_fingerprints
 from shardrec.dataloader.format.manifest import Manifest, SparseFeature
 from shardrec.dataloader.spec.event_spec import event_spec_from_dict
+from shardrec.dataloader.spec.spec_file import spec_from_dict
 from shardrec.trainer.rundir import names
 from shardrec.trainer.rundir.life.resume_settings import show_value
 
@@ -98,12 +100,19 @@ def event_sample_settings(spec: dict[str, Any]) -> dict[str, Any]:
     return event_spec_from_dict(spec, "the dataset's event spec").sample_settings()
 
 
-def preprocessing_differences(trained: dict[str, Any], here: dict[str, Any]) -> str:
+def preprocessing_differences(
+    trained: dict[str, Any], here: dict[str, Any], specs: tuple[Any, Any] = (None, None)
+) -> str:
     """The settings that differ, "key: A in training, B here, ..." ("" when none): of a list, its
-    first differing element. A cardinality of None (no table) is not compared."""
+    first differing element. A cardinality of None (no table) is not compared. specs: the two
+    feature specs (as manifests keep them), where known: their first difference is said in place
+    of their SHA-256s."""
     diffs = []
     for key in dict.fromkeys([*trained, *here]):
         a, b = trained.get(key), here.get(key)
+        if key == "spec_sha256" and a != b and (said := spec_difference(*specs)):
+            diffs.append(f"spec {said}")
+            continue
         if key == "cardinalities" and isinstance(a, list) and isinstance(b, list):
             a, b = _tables_only(a, b)
         if key.startswith("[") and key not in trained:
@@ -115,6 +124,46 @@ def preprocessing_differences(trained: dict[str, Any], here: dict[str, Any]) -> 
             key, a, b = f"{key}[{i}]", a[i], b[i]
         diffs.append(f"{key}: {show_value(a)} in training, {show_value(b)} here")
     return ", ".join(diffs)
+
+
+def spec_difference(trained: Any, here: Any) -> str:
+    """The first setting in which two feature specs (as manifests and model files keep them)
+    differ: "column 'C14': kind: 'string' in training, 'integer' here", a column on one side
+    only, else "[format] delimiter: ..."; "" where either is unknown or none differs."""
+    if not trained or not here:
+        return ""
+    a, b = (spec_from_dict(s, "a recorded spec") for s in (trained, here))
+    theirs = {c.name: c for c in b.columns}
+    for column in a.columns:  # the columns first: theirs are what make the ids
+        other = theirs.pop(column.name, None)
+        if other is None:
+            return f"column {column.name!r}: in training, not here"
+        if column != other:
+            return f"column {column.name!r}: {_first_field(column, other)}"
+    if theirs:
+        return f"column {next(iter(theirs))!r}: here, not in training"
+    return "[format] " + _first_field(a.format, b.format) if a.format != b.format else ""
+
+
+def recorded_spec(record: dict[str, Any]) -> dict[str, Any] | None:
+    """The feature spec of the data a run recorded (RUN/dataset.json), read from its manifest
+    where that data is still at its path, unchanged; None otherwise (or for data of no spec)."""
+    try:
+        manifest = Manifest.load(Path(record["path"]))
+    except (KeyError, TypeError, OSError, ValueError):  # gone, moved, or not a dataset now
+        return None
+    if dataset_fingerprint(manifest) != record.get("fingerprint"):
+        return None
+    return manifest.options.get("spec")
+
+
+def _first_field(a: Any, b: Any) -> str:
+    """ "key: A in training, B here" of the first field two spec dataclasses differ in (their role
+    where they are columns of two roles)."""
+    if type(a) is not type(b):
+        return f"role: {show_value(a.role)} in training, {show_value(b.role)} here"
+    key = next(f.name for f in dataclasses.fields(a) if getattr(a, f.name) != getattr(b, f.name))
+    return f"{key}: {show_value(getattr(a, key))} in training, {show_value(getattr(b, key))} here"
 
 
 def spec_differences(record: dict[str, Any], manifest: Manifest) -> str:

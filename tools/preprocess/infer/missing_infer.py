@@ -56,10 +56,16 @@ def _counts(words: Counter, rows: int) -> str:
 
 
 def find_missing_words(
-    names: list[str], values_of: list[list[str]], label: int, rows: int, delimiter: str
+    names: list[str],
+    values_of: list[list[str]],
+    label: int,
+    rows: int,
+    delimiter: str,
+    quoting: bool,
 ) -> MissingWords:
     """The words to propose for columns `names` whose non-empty sampled values are `values_of`
-    (the label's, at index `label`, is no evidence), of `rows` rows cut at `delimiter`."""
+    (the label's, at index `label`, is no evidence), of `rows` rows cut at `delimiter` (outside
+    double quotes where `quoting`)."""
     numbers = {i: _among_numbers(v) for i, v in enumerate(values_of) if i != label}
     numbers = {i: c for i, c in numbers.items() if c}
     seen = [v for i, vs in enumerate(values_of) for v in vs if v in MISSING_WORDS]
@@ -83,7 +89,7 @@ def find_missing_words(
                 f"= {toml_value(list(listed))} to [format] (then missing in every column)"
             )
     if words:
-        found.advice = _advice(found.words, names, numbers, others, rows, delimiter)
+        found.advice = _advice(found.words, names, numbers, others, rows, delimiter, quoting)
     return found
 
 
@@ -94,6 +100,7 @@ def _advice(
     others: dict[int, Counter],
     rows: int,
     delimiter: str,
+    quoting: bool,
 ) -> str:
     """The line saying what `[format] missing` proposes, from which columns; where a column of
     other values holds one of its words (not `\\N`), what it then reads, and the command that
@@ -112,18 +119,24 @@ def _advice(
     return (
         f"{said}: in {held} too; where it is a value there (as NA is a country's code), take it "
         f"out of missing and empty the number columns' fields alone instead "
-        f"({_empty_command(numbers, delimiter)} FILE > NEW_FILE), then infer again"
+        f"({_empty_command(numbers, delimiter, quoting)} FILE > NEW_FILE), then infer again"
     )
 
 
-def _empty_command(numbers: dict[int, Counter], delimiter: str) -> str:
+def _empty_command(numbers: dict[int, Counter], delimiter: str, quoting: bool) -> str:
     """Perl's substitutions that empty the words of the number columns (by field index) alone, at
-    their place in the row, as another column's `NA` may be a value."""
+    their place in the row, as another column's `NA` may be a value. With quoting, a field in
+    double quotes is one field whatever delimiters it holds (`"Paris, France"`), and a quoted word
+    (`"NA"`, which the spec reads as missing too) is emptied as well."""
     d = {"\t": "\\t"}.get(delimiter, re.escape(delimiter))
+    # A field, then its delimiter. Quoted: a quoted field or one that does not start with a quote,
+    # atomic (?>...) so that a failed match cannot retry a quoted field as cut at its delimiter.
+    field = f'(?>"(?:[^"\\n]|"")*"|[^{d}"\\n][^{d}\\n]*|)' if quoting else f"[^{d}\\n]*"
 
     def empty(i: int, words: Counter) -> str:
         """The substitution of the words at field i (after i fields and their delimiters)."""
-        alternatives = "|".join(map(re.escape, sorted(words)))
-        return f"s{{^((?:[^{d}\\n]*{d}){{{i}}})(?:{alternatives})(?![^{d}\\r\\n])}}{{$1}}"
+        written = sorted(words) + ([f'"{w}"' for w in sorted(words)] if quoting else [])
+        alternatives = "|".join(map(re.escape, written))
+        return f"s{{^((?:{field}{d}){{{i}}})(?:{alternatives})(?![^{d}\\r\\n])}}{{$1}}"
 
     return f"perl -pe '{'; '.join(empty(i, c) for i, c in numbers.items())}'"

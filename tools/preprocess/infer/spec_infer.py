@@ -331,7 +331,10 @@ def infer_spec(
     if label_name not in names:
         raise no_label_column(path, label_name, names)
     values_of = [[r[i] for r in body if i < len(r) and r[i] != ""] for i in range(len(names))]
-    missing = find_missing_words(names, values_of, names.index(label_name), len(body), delimiter)
+    quoting = delimiter == "," or any('"' in line for line in lines[:200])
+    missing = find_missing_words(
+        names, values_of, names.index(label_name), len(body), delimiter, quoting
+    )
     values_of = [missing.values(values) for values in values_of]
     decimal = delimiter != "," and _decimal_commas(values_of)
     columns, notes = [], {}
@@ -357,7 +360,7 @@ def infer_spec(
         "tsv" if delimiter == "\t" else "csv",
         delimiter,
         header,
-        delimiter == "," or any('"' in line for line in lines[:200]),
+        quoting,
         min(counts) if min(counts) < width else None,
         "," if decimal else None,
         missing=missing.words,

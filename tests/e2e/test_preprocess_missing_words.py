@@ -137,8 +137,19 @@ def test_a_word_among_strings_alone_is_a_value_its_note_says_how_to_make_it_miss
     text = spec.read_text()
     assert '\nmissing = ["\\\\N"]\n' in text  # a MySQL dump's NULL is never a value
     assert "'\\N' is a MySQL or Hive dump's NULL" in res.stderr
+    # The key it proposes already, with the word added: before, the note said to add a second
+    # `missing = ["NA"]` line to [format], which TOML refuses ("Cannot overwrite a value").
+    key = 'missing = ["\\\\N", "NA"]'
     assert (
         "# strings; 2 distinct among 60 values (~2 estimated); 'NA' in 30 of 60 rows: a value "
-        'here; if it means a missing one, add missing = ["NA"] to [format] (then missing in every '
+        f"here; if it means a missing one, make [format]'s {key} (then missing in every "
         'column)\n[[columns]]\nname = "country"'
     ) in text
+    spec.write_text(text.replace('missing = ["\\\\N"]', key))
+    cli("preprocess", log, "--spec", spec, "--out", tmp_path / "edited")
+    head = json.loads(cli("data", "head", tmp_path / "edited", "-n", "2", "--json").stdout)
+    assert head[0]["country"] == 0 < head[1]["country"]  # NA read as missing (id 0), FR an id
+    # Where the spec proposes no key, the note gives the whole key.
+    log.write_text("click,country,city\n" + "".join(r.replace("\\N", "oslo") for r in rows))
+    text = cli("spec", "infer", log, "--label", "click").stdout
+    assert 'a missing one, add missing = ["NA"] to [format] (then missing in every column)' in text

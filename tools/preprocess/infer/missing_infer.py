@@ -51,6 +51,14 @@ def _among_numbers(values: list[str]) -> Counter:
     return words if words and rest and all(map(is_number, rest)) else Counter()
 
 
+def _make_missing(proposed: tuple[str, ...], listed: Counter) -> str:
+    """The edit that makes a column's `listed` words missing too: the key, or where the spec
+    proposes one already, the key with them added (a second `missing` line is no TOML)."""
+    if not proposed:
+        return f"add missing = {toml_value(list(listed))} to [format]"
+    return f"make [format]'s missing = {toml_value([*proposed, *listed])}"
+
+
 def _counts(words: Counter, rows: int) -> str:
     return " and ".join(f"'{w}' in {n:,}" for w, n in words.items()) + f" of {rows:,} rows"
 
@@ -85,8 +93,8 @@ def find_missing_words(
             others[i] = Counter({w: n for w, n in mine.items() if w != MYSQL_NULL})
         elif listed and i != label:
             found.notes[i] = (
-                f"{_counts(listed, rows)}: a value here; if it means a missing one, add missing "
-                f"= {toml_value(list(listed))} to [format] (then missing in every column)"
+                f"{_counts(listed, rows)}: a value here; if it means a missing one, "
+                f"{_make_missing(found.words, listed)} (then missing in every column)"
             )
     if words:
         found.advice = _advice(found.words, names, numbers, others, rows, delimiter, quoting)

@@ -126,6 +126,30 @@ def test_spec_infer_proposes_the_word_and_its_spec_reads_the_log_as_the_emptied_
     assert _parts(tmp_path / "a") == _parts(tmp_path / "b")
 
 
+def test_spec_infer_reads_na_among_decimal_commas_as_r_write_csv2_writes_them(
+    tmp_path: Path,
+) -> None:
+    """R's write.csv2 (and a spreadsheet in many locales) writes `;`, decimal commas and `NA`: the
+    price column is proposed as float with `[format] missing`, as the log with empty fields is.
+    Before, `13,44` was no number to the word's search, so the `NA` went unseen and the price was
+    proposed as a list of strings cut at its comma (`13` and `44`)."""
+    df = _frame()[["click", "price", "city"]]
+    empty, written = tmp_path / "empty.csv", tmp_path / "written.csv"
+    df.to_csv(empty, index=False, sep=";", decimal=",")
+    df.to_csv(written, index=False, sep=";", decimal=",", na_rep="NA")
+    for log in (empty, written):
+        cli("spec", "infer", log, "--label", "click", "--out", log.with_suffix(".toml"))
+    proposed = _without_comments(written.with_suffix(".toml"))
+    assert 'decimal = ","\nmissing = ["NA"]\n' in proposed
+    assert 'name = "price"\nrole = "dense"\ntype = "float"' in proposed
+    assert proposed.replace('missing = ["NA"]\n', "") == _without_comments(
+        empty.with_suffix(".toml")
+    )
+    cli("preprocess", empty, "--spec", empty.with_suffix(".toml"), "--out", tmp_path / "a")
+    cli("preprocess", written, "--spec", written.with_suffix(".toml"), "--out", tmp_path / "b")
+    assert _parts(tmp_path / "a") == _parts(tmp_path / "b")
+
+
 def test_a_word_among_strings_alone_is_a_value_its_note_says_how_to_make_it_missing(
     tmp_path: Path,
 ) -> None:

@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from shardrec.dataloader.spec.toml_text import toml_value
-from shardrec.tools.preprocess.infer.label_infer import is_number
+from shardrec.tools.preprocess.infer.label_infer import is_comma_number, is_number
 
 # Words some writers put for a missing value (R's NA, SQL's NULL, pandas' NaN, MySQL's \N).
 MISSING_WORDS = frozenset(
@@ -43,12 +43,14 @@ class MissingWords:
         return [v for v in values if v not in self.words] if self.words else values
 
 
-def _among_numbers(values: list[str]) -> Counter:
-    """The words for a missing value in a column whose other values are all numbers, with their
+def _among_numbers(values: list[str], delimiter: str) -> Counter:
+    """The words for a missing value in a column whose other values are all numbers (with another
+    delimiter than a comma, 13,44 too: R's write.csv2 writes NA among decimal commas), with their
     counts; empty where there are none, or other words too."""
     words = Counter(v for v in values if v in MISSING_WORDS)
     rest = [v for v in values if v not in MISSING_WORDS]
-    return words if words and rest and all(map(is_number, rest)) else Counter()
+    commas = delimiter != "," and all(map(is_comma_number, rest))
+    return words if words and rest and (commas or all(map(is_number, rest))) else Counter()
 
 
 def _make_missing(proposed: tuple[str, ...], listed: Counter) -> str:
@@ -74,7 +76,7 @@ def find_missing_words(
     """The words to propose for columns `names` whose non-empty sampled values are `values_of`
     (the label's, at index `label`, is no evidence), of `rows` rows cut at `delimiter` (outside
     double quotes where `quoting`)."""
-    numbers = {i: _among_numbers(v) for i, v in enumerate(values_of) if i != label}
+    numbers = {i: _among_numbers(v, delimiter) for i, v in enumerate(values_of) if i != label}
     numbers = {i: c for i, c in numbers.items() if c}
     seen = [v for i, vs in enumerate(values_of) for v in vs if v in MISSING_WORDS]
     words = {w for c in numbers.values() for w in c} | ({MYSQL_NULL} & set(seen))

@@ -49,6 +49,7 @@ from shardrec.dataloader.spec.feature_spec import (
     TextFormat,
 )
 from shardrec.tools.preprocess.infer.label_infer import (
+    is_comma_number,
     is_number,
     label_column,
     no_label_column,
@@ -68,7 +69,6 @@ HEX = re.compile(r"^[0-9a-fA-F]+$")
 MAX_HEX_DIGITS = 16
 """The widest value a hex categorical decodes (64 bits: parse_kernel.decode_hex); a wider one (an
 MD5's 32 digits, a 19-digit id) is a string categorical, hashed from its bytes."""
-_COMMA_FLOAT = re.compile(r"^[+-]?(\d+(,\d*)?|,\d+)([eE][+-]?\d+)?$", re.ASCII)
 # Words for the two values of a label column: which one is the click.
 _ID_NAME = re.compile(r"(^|_)id$|Id$|ID$")
 # Anonymised categoricals are named C1, C2, ... by convention (Criteo's C1-C26, Avazu's C1 and
@@ -283,7 +283,7 @@ def _decimal_commas(columns: list[list[str]]) -> bool:
     """Numbers written with decimal commas (13,44): some column is all numbers that way, at least
     one with a comma (a semicolon CSV from a spreadsheet in many locales)."""
     for values in columns:
-        if values and any("," in v for v in values) and all(_COMMA_FLOAT.match(v) for v in values):
+        if values and any("," in v for v in values) and all(map(is_comma_number, values)):
             return True
     return False
 
@@ -340,7 +340,7 @@ def infer_spec(
     columns, notes = [], {}
     for i, name in enumerate(names):
         values = values_of[i]
-        if decimal and values and all(_COMMA_FLOAT.match(v) for v in values):
+        if decimal and values and all(map(is_comma_number, values)):
             values = [v.replace(",", ".") for v in values]
         if name == label_name:
             column, notes[name] = label_column(name, values, threshold, path)

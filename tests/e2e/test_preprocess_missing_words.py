@@ -94,9 +94,13 @@ def test_words_for_a_missing_value_read_as_empty_fields_in_preprocess_and_predic
             cli("predict", model, rows, "--out", tmp_path / out, *flags)
         scores = (tmp_path / "p_words.txt").read_bytes()
         assert scores and scores == (tmp_path / "p_empty.txt").read_bytes()
-    # Without the key, such a row is malformed, as before.
+    # Without the key, such a row is malformed, as before; its message gives the key (before, it
+    # said `n: 'NA' (bad_integer)` alone).
     res = cli("preprocess", written, "--spec", plain, "--out", tmp_path / "refused", ok=False)
-    assert f"n: {word!r} (bad_integer)" in res.output
+    key = f"[format] missing = [{json.dumps(word)}]"
+    assert f"n: {word!r} (a word for a missing value? {key} reads it as one) (bad_integer)" in (
+        res.output
+    )
 
 
 def _without_comments(path: Path) -> str:

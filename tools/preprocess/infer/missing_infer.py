@@ -17,12 +17,8 @@ from dataclasses import dataclass, field
 
 from shardrec.dataloader.spec.toml_text import toml_value
 from shardrec.tools.preprocess.infer.label_infer import is_comma_number, is_number
+from shardrec.tools.preprocess.parse.spec_values import MISSING_WORDS
 
-# Words some writers put for a missing value (R's NA, SQL's NULL, pandas' NaN, MySQL's \N).
-MISSING_WORDS = frozenset(
-    {"NA", "N/A", "n/a", "na", "NaN", "nan", "NULL", "null", "Null", "None", "none", "?", "-"}
-    | {"\\N"}
-)
 MYSQL_NULL = "\\N"
 """A MySQL or Hive dump's NULL: never a value, a word for a missing one in any column."""
 

@@ -94,9 +94,13 @@ def test_words_for_a_missing_value_read_as_empty_fields_in_preprocess_and_predic
             cli("predict", model, rows, "--out", tmp_path / out, *flags)
         scores = (tmp_path / "p_words.txt").read_bytes()
         assert scores and scores == (tmp_path / "p_empty.txt").read_bytes()
-    # Without the key, such a row is malformed, as before.
+    # Without the key, such a row is malformed, as before; its message gives the key (before, it
+    # said `n: 'NA' (bad_integer)` alone).
     res = cli("preprocess", written, "--spec", plain, "--out", tmp_path / "refused", ok=False)
-    assert f"n: {word!r} (bad_integer)" in res.output
+    key = f"[format] missing = [{json.dumps(word)}]"
+    assert f"n: {word!r} (a word for a missing value? {key} reads it as one) (bad_integer)" in (
+        res.output
+    )
 
 
 def _without_comments(path: Path) -> str:
@@ -126,6 +130,30 @@ def test_spec_infer_proposes_the_word_and_its_spec_reads_the_log_as_the_emptied_
     assert _parts(tmp_path / "a") == _parts(tmp_path / "b")
 
 
+def test_spec_infer_reads_na_among_decimal_commas_as_r_write_csv2_writes_them(
+    tmp_path: Path,
+) -> None:
+    """R's write.csv2 (and a spreadsheet in many locales) writes `;`, decimal commas and `NA`: the
+    price column is proposed as float with `[format] missing`, as the log with empty fields is.
+    Before, `13,44` was no number to the word's search, so the `NA` went unseen and the price was
+    proposed as a list of strings cut at its comma (`13` and `44`)."""
+    df = _frame()[["click", "price", "city"]]
+    empty, written = tmp_path / "empty.csv", tmp_path / "written.csv"
+    df.to_csv(empty, index=False, sep=";", decimal=",")
+    df.to_csv(written, index=False, sep=";", decimal=",", na_rep="NA")
+    for log in (empty, written):
+        cli("spec", "infer", log, "--label", "click", "--out", log.with_suffix(".toml"))
+    proposed = _without_comments(written.with_suffix(".toml"))
+    assert 'decimal = ","\nmissing = ["NA"]\n' in proposed
+    assert 'name = "price"\nrole = "dense"\ntype = "float"' in proposed
+    assert proposed.replace('missing = ["NA"]\n', "") == _without_comments(
+        empty.with_suffix(".toml")
+    )
+    cli("preprocess", empty, "--spec", empty.with_suffix(".toml"), "--out", tmp_path / "a")
+    cli("preprocess", written, "--spec", written.with_suffix(".toml"), "--out", tmp_path / "b")
+    assert _parts(tmp_path / "a") == _parts(tmp_path / "b")
+
+
 def test_a_word_among_strings_alone_is_a_value_its_note_says_how_to_make_it_missing(
     tmp_path: Path,
 ) -> None:
@@ -137,8 +165,19 @@ def test_a_word_among_strings_alone_is_a_value_its_note_says_how_to_make_it_miss
     text = spec.read_text()
     assert '\nmissing = ["\\\\N"]\n' in text  # a MySQL dump's NULL is never a value
     assert "'\\N' is a MySQL or Hive dump's NULL" in res.stderr
+    # The key it proposes already, with the word added: before, the note said to add a second
+    # `missing = ["NA"]` line to [format], which TOML refuses ("Cannot overwrite a value").
+    key = 'missing = ["\\\\N", "NA"]'
     assert (
         "# strings; 2 distinct among 60 values (~2 estimated); 'NA' in 30 of 60 rows: a value "
-        'here; if it means a missing one, add missing = ["NA"] to [format] (then missing in every '
+        f"here; if it means a missing one, make [format]'s {key} (then missing in every "
         'column)\n[[columns]]\nname = "country"'
     ) in text
+    spec.write_text(text.replace('missing = ["\\\\N"]', key))
+    cli("preprocess", log, "--spec", spec, "--out", tmp_path / "edited")
+    head = json.loads(cli("data", "head", tmp_path / "edited", "-n", "2", "--json").stdout)
+    assert head[0]["country"] == 0 < head[1]["country"]  # NA read as missing (id 0), FR an id
+    # Where the spec proposes no key, the note gives the whole key.
+    log.write_text("click,country,city\n" + "".join(r.replace("\\N", "oslo") for r in rows))
+    text = cli("spec", "infer", log, "--label", "click").stdout
+    assert 'a missing one, add missing = ["NA"] to [format] (then missing in every column)' in text

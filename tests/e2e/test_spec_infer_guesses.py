@@ -7,6 +7,7 @@ comments beside the columns read "integers, min 0" and "strings; 62 distinct amo
 
 from __future__ import annotations
 
+import csv
 import random
 import re
 import subprocess
@@ -34,6 +35,15 @@ def _avazu_rows(rows: int) -> str:
             rng.choice((1, 1, 0, 4)), rng.choice((0, 2, 3)), *codes,
         ])))  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def _run_printed_command(line: str, log: Path) -> Path:
+    """The log after the command that the warning `line` prints (`perl ... FILE > NEW_FILE`)."""
+    perl = re.search(r"\((perl .*) FILE > NEW_FILE\)", line).group(1)
+    emptied = log.with_name(f"emptied{log.suffix}")
+    with open(emptied, "wb") as out:
+        subprocess.run(f"{perl} {log}", shell=True, stdout=out, check=True)
+    return emptied
 
 
 def _warnings(result) -> list[str]:
@@ -74,7 +84,8 @@ def test_a_word_for_a_missing_value_among_numbers_is_proposed_with_the_command_f
     log.write_text("click,age,n,country\n" + "\n".join(rows) + "\n")
     res = cli("spec", "infer", log, "--label", "click", "--out", spec)
     (line,) = _warnings(res)
-    command = r"perl -pe 's{^((?:[^,\n]*,){1})(?:NA)(?![^,\r\n])}{$1}'"
+    field = r'(?>"(?:[^"\n]|"")*"|[^,"\n][^,\n]*|)'  # a field, quoted or not
+    command = rf"""perl -pe 's{{^((?:{field},){{1}})(?:NA|"NA")(?![^,\r\n])}}{{$1}}'"""
     assert line == (
         f"warning: {log}: [format] missing = [\"NA\"] proposed for age ('NA' in 20 of 200 rows), "
         "numbers but for words for a missing value; it is read as missing in every column: in "
@@ -86,10 +97,7 @@ def test_a_word_for_a_missing_value_among_numbers_is_proposed_with_the_command_f
     assert '\nmissing = ["NA"]\n' in text
     assert 'name = "age"\nrole = "dense"\ntype = "int"' in text
     # The command as printed makes the column one of numbers with empty fields: dense, no key.
-    perl = re.search(r"\((perl .*) FILE > NEW_FILE\)", line).group(1)
-    emptied = tmp_path / "emptied.csv"
-    with open(emptied, "wb") as out:
-        subprocess.run(f"{perl} {log}", shell=True, stdout=out, check=True)
+    emptied = _run_printed_command(line, log)
     res = cli("spec", "infer", emptied, "--label", "click", "--out", tmp_path / "e.toml")
     assert _warnings(res) == []
     emptied_spec = (tmp_path / "e.toml").read_text()
@@ -111,3 +119,23 @@ def test_a_label_named_for_a_file_without_a_header_says_to_give_its_index(tmp_pa
         r"line, so its columns are known by place, c0 to c23; give the label's field index \(0 for "
         r"the first\), e.g. --label 1 \(0s and 1s\)$",
     )
+
+
+def test_the_printed_command_counts_a_quoted_field_holding_the_delimiter_as_one(
+    tmp_path: Path,
+) -> None:
+    """A city written `"Paris, France"` before the country and the age: the command empties the
+    age's `NA` (quoted too) and leaves the country's. Before, it cut fields at every comma, so in
+    those rows it emptied the country's `NA` (Namibia's code, a value) and left the age's."""
+    log = tmp_path / "quoted.csv"
+    cities = ('"Paris, France"', "Rome", '"Oslo, Norway"')
+    ages = ("NA", '"NA"', "31", "47", "52")
+    rows = [f"{i % 2},{cities[i % 3]},{('NA', 'FR')[i % 2]},{ages[i % 5]}" for i in range(200)]
+    log.write_text("click,city,country,age\n" + "\n".join(rows) + "\n")
+    (line,) = _warnings(cli("spec", "infer", log, "--label", "click"))
+    emptied = _run_printed_command(line, log)
+    before = list(csv.reader(log.open()))
+    after = list(csv.reader(emptied.open()))
+    assert [r[:3] for r in after] == [r[:3] for r in before]  # the country's NA kept
+    assert [r[3] for r in after[1:]] == [("", "", "31", "47", "52")[i % 5] for i in range(200)]
+    assert _warnings(cli("spec", "infer", emptied, "--label", "click")) == []

@@ -21,6 +21,7 @@ from shardrec.tools.preprocess.text.lines import csv_fields
 
 # ASCII digits: preprocessing reads no others as numbers
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$", re.ASCII)
+_COMMA_NUMBER = re.compile(r"^[+-]?(\d+(,\d*)?|,\d+)([eE][+-]?\d+)?$", re.ASCII)
 POSITIVE_WORDS = {"yes", "y", "true", "t", "click", "clicked", "positive", "pos", "1"}
 NEGATIVE_WORDS = {"no", "n", "false", "f", "noclick", "no_click", "negative", "neg", "0"}
 
@@ -28,6 +29,12 @@ NEGATIVE_WORDS = {"no", "n", "false", "f", "noclick", "no_click", "negative", "n
 def is_number(v: str) -> bool:
     """A value written as a decimal number (an integer, a decimal, an exponent)."""
     return bool(_NUMBER.match(v))
+
+
+def is_comma_number(v: str) -> bool:
+    """A number written with a decimal comma (13,44), as a spreadsheet writes one in many
+    locales (with another delimiter, such as `;`)."""
+    return bool(_COMMA_NUMBER.match(v))
 
 
 def parse_label(text: str) -> tuple[str, float | None]:

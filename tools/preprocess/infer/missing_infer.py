@@ -16,13 +16,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from shardrec.dataloader.spec.toml_text import toml_value
-from shardrec.tools.preprocess.infer.label_infer import is_number
+from shardrec.tools.preprocess.infer.label_infer import is_comma_number, is_number
+from shardrec.tools.preprocess.parse.spec_values import MISSING_WORDS
 
-# Words some writers put for a missing value (R's NA, SQL's NULL, pandas' NaN, MySQL's \N).
-MISSING_WORDS = frozenset(
-    {"NA", "N/A", "n/a", "na", "NaN", "nan", "NULL", "null", "Null", "None", "none", "?", "-"}
-    | {"\\N"}
-)
 MYSQL_NULL = "\\N"
 """A MySQL or Hive dump's NULL: never a value, a word for a missing one in any column."""
 
@@ -43,12 +39,22 @@ class MissingWords:
         return [v for v in values if v not in self.words] if self.words else values
 
 
-def _among_numbers(values: list[str]) -> Counter:
-    """The words for a missing value in a column whose other values are all numbers, with their
+def _among_numbers(values: list[str], delimiter: str) -> Counter:
+    """The words for a missing value in a column whose other values are all numbers (with another
+    delimiter than a comma, 13,44 too: R's write.csv2 writes NA among decimal commas), with their
     counts; empty where there are none, or other words too."""
     words = Counter(v for v in values if v in MISSING_WORDS)
     rest = [v for v in values if v not in MISSING_WORDS]
-    return words if words and rest and all(map(is_number, rest)) else Counter()
+    commas = delimiter != "," and all(map(is_comma_number, rest))
+    return words if words and rest and (commas or all(map(is_number, rest))) else Counter()
+
+
+def _make_missing(proposed: tuple[str, ...], listed: Counter) -> str:
+    """The edit that makes a column's `listed` words missing too: the key, or where the spec
+    proposes one already, the key with them added (a second `missing` line is no TOML)."""
+    if not proposed:
+        return f"add missing = {toml_value(list(listed))} to [format]"
+    return f"make [format]'s missing = {toml_value([*proposed, *listed])}"
 
 
 def _counts(words: Counter, rows: int) -> str:
@@ -56,11 +62,17 @@ def _counts(words: Counter, rows: int) -> str:
 
 
 def find_missing_words(
-    names: list[str], values_of: list[list[str]], label: int, rows: int, delimiter: str
+    names: list[str],
+    values_of: list[list[str]],
+    label: int,
+    rows: int,
+    delimiter: str,
+    quoting: bool,
 ) -> MissingWords:
     """The words to propose for columns `names` whose non-empty sampled values are `values_of`
-    (the label's, at index `label`, is no evidence), of `rows` rows cut at `delimiter`."""
-    numbers = {i: _among_numbers(v) for i, v in enumerate(values_of) if i != label}
+    (the label's, at index `label`, is no evidence), of `rows` rows cut at `delimiter` (outside
+    double quotes where `quoting`)."""
+    numbers = {i: _among_numbers(v, delimiter) for i, v in enumerate(values_of) if i != label}
     numbers = {i: c for i, c in numbers.items() if c}
     seen = [v for i, vs in enumerate(values_of) for v in vs if v in MISSING_WORDS]
     words = {w for c in numbers.values() for w in c} | ({MYSQL_NULL} & set(seen))
@@ -79,11 +91,11 @@ def find_missing_words(
             others[i] = Counter({w: n for w, n in mine.items() if w != MYSQL_NULL})
         elif listed and i != label:
             found.notes[i] = (
-                f"{_counts(listed, rows)}: a value here; if it means a missing one, add missing "
-                f"= {toml_value(list(listed))} to [format] (then missing in every column)"
+                f"{_counts(listed, rows)}: a value here; if it means a missing one, "
+                f"{_make_missing(found.words, listed)} (then missing in every column)"
             )
     if words:
-        found.advice = _advice(found.words, names, numbers, others, rows, delimiter)
+        found.advice = _advice(found.words, names, numbers, others, rows, delimiter, quoting)
     return found
 
 
@@ -94,6 +106,7 @@ def _advice(
     others: dict[int, Counter],
     rows: int,
     delimiter: str,
+    quoting: bool,
 ) -> str:
     """The line saying what `[format] missing` proposes, from which columns; where a column of
     other values holds one of its words (not `\\N`), what it then reads, and the command that
@@ -112,18 +125,24 @@ def _advice(
     return (
         f"{said}: in {held} too; where it is a value there (as NA is a country's code), take it "
         f"out of missing and empty the number columns' fields alone instead "
-        f"({_empty_command(numbers, delimiter)} FILE > NEW_FILE), then infer again"
+        f"({_empty_command(numbers, delimiter, quoting)} FILE > NEW_FILE), then infer again"
     )
 
 
-def _empty_command(numbers: dict[int, Counter], delimiter: str) -> str:
+def _empty_command(numbers: dict[int, Counter], delimiter: str, quoting: bool) -> str:
     """Perl's substitutions that empty the words of the number columns (by field index) alone, at
-    their place in the row, as another column's `NA` may be a value."""
+    their place in the row, as another column's `NA` may be a value. With quoting, a field in
+    double quotes is one field whatever delimiters it holds (`"Paris, France"`), and a quoted word
+    (`"NA"`, which the spec reads as missing too) is emptied as well."""
     d = {"\t": "\\t"}.get(delimiter, re.escape(delimiter))
+    # A field, then its delimiter. Quoted: a quoted field or one that does not start with a quote,
+    # atomic (?>...) so that a failed match cannot retry a quoted field as cut at its delimiter.
+    field = f'(?>"(?:[^"\\n]|"")*"|[^{d}"\\n][^{d}\\n]*|)' if quoting else f"[^{d}\\n]*"
 
     def empty(i: int, words: Counter) -> str:
         """The substitution of the words at field i (after i fields and their delimiters)."""
-        alternatives = "|".join(map(re.escape, sorted(words)))
-        return f"s{{^((?:[^{d}\\n]*{d}){{{i}}})(?:{alternatives})(?![^{d}\\r\\n])}}{{$1}}"
+        written = sorted(words) + ([f'"{w}"' for w in sorted(words)] if quoting else [])
+        alternatives = "|".join(map(re.escape, written))
+        return f"s{{^((?:{field}{d}){{{i}}})(?:{alternatives})(?![^{d}\\r\\n])}}{{$1}}"
 
     return f"perl -pe '{'; '.join(empty(i, c) for i, c in numbers.items())}'"

@@ -49,6 +49,7 @@ from shardrec.dataloader.spec.feature_spec import (
     TextFormat,
 )
 from shardrec.tools.preprocess.infer.label_infer import (
+    is_comma_number,
     is_number,
     label_column,
     no_label_column,
@@ -70,7 +71,6 @@ HEX = re.compile(r"^[0-9a-fA-F]+$")
 MAX_HEX_DIGITS = 16
 """The widest value a hex categorical decodes (64 bits: parse_kernel.decode_hex); a wider one (an
 MD5's 32 digits, a 19-digit id) is a string categorical, hashed from its bytes."""
-_COMMA_FLOAT = re.compile(r"^[+-]?(\d+(,\d*)?|,\d+)([eE][+-]?\d+)?$", re.ASCII)
 # Words for the two values of a label column: which one is the click.
 _ID_NAME = re.compile(r"(^|_)id$|Id$|ID$")
 # Anonymised categoricals are named C1, C2, ... by convention (Criteo's C1-C26, Avazu's C1 and
@@ -285,7 +285,7 @@ def _decimal_commas(columns: list[list[str]]) -> bool:
     """Numbers written with decimal commas (13,44): some column is all numbers that way, at least
     one with a comma (a semicolon CSV from a spreadsheet in many locales)."""
     for values in columns:
-        if values and any("," in v for v in values) and all(_COMMA_FLOAT.match(v) for v in values):
+        if values and any("," in v for v in values) and all(map(is_comma_number, values)):
             return True
     return False
 
@@ -333,13 +333,16 @@ def infer_spec(
     values_of = [[r[i] for r in body if i < len(r) and r[i] != ""] for i in range(len(names))]
     if label_name not in names:
         raise no_label_column(path, label_name, names, None if header else values_of)
-    missing = find_missing_words(names, values_of, names.index(label_name), len(body), delimiter)
+    quoting = delimiter == "," or any('"' in line for line in lines[:200])
+    missing = find_missing_words(
+        names, values_of, names.index(label_name), len(body), delimiter, quoting
+    )
     values_of = [missing.values(values) for values in values_of]
     decimal = delimiter != "," and _decimal_commas(values_of)
     columns, notes = [], {}
     for i, name in enumerate(names):
         values = values_of[i]
-        if decimal and values and all(_COMMA_FLOAT.match(v) for v in values):
+        if decimal and values and all(map(is_comma_number, values)):
             values = [v.replace(",", ".") for v in values]
         if name == label_name:
             column, notes[name] = label_column(name, values, threshold, path)
@@ -359,7 +362,7 @@ def infer_spec(
         "tsv" if delimiter == "\t" else "csv",
         delimiter,
         header,
-        delimiter == "," or any('"' in line for line in lines[:200]),
+        quoting,
         min(counts) if min(counts) < width else None,
         "," if decimal else None,
         missing=missing.words,

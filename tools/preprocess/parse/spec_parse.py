@@ -29,6 +29,7 @@ from shardrec.dataloader.spec.feature_spec import (
 from shardrec.tools.preprocess.ids.id_maps import hash_bytes
 from shardrec.tools.preprocess.parse import spec_kernel as k
 from shardrec.tools.preprocess.parse.criteo_text import REASONS, ChunkRows, Schema, show_value
+from shardrec.tools.preprocess.parse.spec_values import missing_hint
 from shardrec.tools.preprocess.text.lines import check_text, count_newlines, csv_fields
 
 _ROLE = {
@@ -398,4 +399,5 @@ def describe_bad_spec_row(
             f"{len(fields)} fields, the spec needs at least {program.min_fields} of {program.num_fields}",
         )
     value = fields[fidx] if fidx < len(fields) else ""
-    return program.names[fidx], show_value(value.encode())
+    hint = missing_hint(value, reason, fmt.missing)  # `NA` among numbers: the key that reads it
+    return program.names[fidx], show_value(value.encode()) + hint

@@ -107,6 +107,20 @@ def _without_comments(path: Path) -> str:
     return "".join(line for line in path.read_text().splitlines(True) if not line.startswith("#"))
 
 
+def _inferred_alike(empty: Path, written: Path, key: str) -> str:
+    """spec infer of a log with empty fields and of the same log writing a word for them: the
+    second's spec (comments left out) is the first's plus `key`, and each spec preprocesses its
+    log into the same part files. Returns the second's spec."""
+    for log in (empty, written):
+        cli("spec", "infer", log, "--label", "click", "--out", log.with_suffix(".toml"))
+    proposed = _without_comments(written.with_suffix(".toml"))
+    assert proposed.replace(key, "") == _without_comments(empty.with_suffix(".toml"))
+    for log, out in ((empty, "a"), (written, "b")):
+        cli("preprocess", log, "--spec", log.with_suffix(".toml"), "--out", log.parent / out)
+    assert _parts(empty.parent / "a") == _parts(written.parent / "b")
+    return proposed
+
+
 @pytest.mark.parametrize("word", ["NA", "\\N"])
 def test_spec_infer_proposes_the_word_and_its_spec_reads_the_log_as_the_emptied_one(
     tmp_path: Path, word: str
@@ -117,17 +131,9 @@ def test_spec_infer_proposes_the_word_and_its_spec_reads_the_log_as_the_emptied_
     empty, written = tmp_path / "empty.csv", tmp_path / "written.csv"
     df.to_csv(empty, index=False)
     df.to_csv(written, index=False, na_rep=word)
-    for log in (empty, written):
-        cli("spec", "infer", log, "--label", "click", "--out", log.with_suffix(".toml"))
-    proposed = _without_comments(written.with_suffix(".toml"))
+    proposed = _inferred_alike(empty, written, f"missing = [{json.dumps(word)}]\n")
     assert f"\nmissing = [{json.dumps(word)}]\n" in proposed
-    assert proposed.replace(f"missing = [{json.dumps(word)}]\n", "") == _without_comments(
-        empty.with_suffix(".toml")
-    )
     assert 'name = "n"\nrole = "dense"\ntype = "int"' in proposed
-    cli("preprocess", empty, "--spec", empty.with_suffix(".toml"), "--out", tmp_path / "a")
-    cli("preprocess", written, "--spec", written.with_suffix(".toml"), "--out", tmp_path / "b")
-    assert _parts(tmp_path / "a") == _parts(tmp_path / "b")
 
 
 def test_spec_infer_reads_na_among_decimal_commas_as_r_write_csv2_writes_them(
@@ -141,17 +147,9 @@ def test_spec_infer_reads_na_among_decimal_commas_as_r_write_csv2_writes_them(
     empty, written = tmp_path / "empty.csv", tmp_path / "written.csv"
     df.to_csv(empty, index=False, sep=";", decimal=",")
     df.to_csv(written, index=False, sep=";", decimal=",", na_rep="NA")
-    for log in (empty, written):
-        cli("spec", "infer", log, "--label", "click", "--out", log.with_suffix(".toml"))
-    proposed = _without_comments(written.with_suffix(".toml"))
+    proposed = _inferred_alike(empty, written, 'missing = ["NA"]\n')
     assert 'decimal = ","\nmissing = ["NA"]\n' in proposed
     assert 'name = "price"\nrole = "dense"\ntype = "float"' in proposed
-    assert proposed.replace('missing = ["NA"]\n', "") == _without_comments(
-        empty.with_suffix(".toml")
-    )
-    cli("preprocess", empty, "--spec", empty.with_suffix(".toml"), "--out", tmp_path / "a")
-    cli("preprocess", written, "--spec", written.with_suffix(".toml"), "--out", tmp_path / "b")
-    assert _parts(tmp_path / "a") == _parts(tmp_path / "b")
 
 
 def test_a_word_among_strings_alone_is_a_value_its_note_says_how_to_make_it_missing(

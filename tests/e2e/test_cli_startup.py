@@ -234,6 +234,30 @@ def test_runs_names_a_checkpoint_copied_under_another_step(tmp_path: Path) -> No
     )
 
 
+def test_runs_names_the_copy_not_the_checkpoint_it_copies_under_an_older_name(
+    tmp_path: Path,
+) -> None:
+    # Before: step-00000008, copied by hand as step-00000006, was the one named a copy ("move the
+    # copy out") and listed in --json's copied_checkpoints: the run's newest checkpoint. The step
+    # its train_state.pt holds tells which, read without torch.
+    import torch
+
+    _fake_run(tmp_path / "a")
+    checkpoints = tmp_path / "a" / "checkpoints"
+    (checkpoints / "step-00000008").mkdir()
+    state = {"format_version": 1, "progress": {"step": 8, "epoch": 0}, "w": torch.ones(2)}
+    torch.save(state, checkpoints / "step-00000008" / "train_state.pt")
+    (checkpoints / "step-00000008" / "digests.json").write_text('{"files": {"8": ""}}')
+    shutil.copytree(checkpoints / "step-00000008", checkpoints / "step-00000006")
+    imported, listed = _imported(["runs", str(tmp_path), "--json"], ("torch",))
+    assert imported == []
+    assert json.loads(listed)[0]["copied_checkpoints"] == [str(checkpoints / "step-00000006")]
+    shown = CliRunner().invoke(app, ["runs", str(tmp_path)])
+    assert shown.stdout.splitlines()[-1].startswith(
+        f"copied: {checkpoints / 'step-00000006'}: the same files as step-00000008 "
+    )
+
+
 def _imported(args: list[str], modules: tuple[str, ...]) -> tuple[list[str], str]:
     """Which of `modules` `shardrec ARGS` imported, run in a fresh interpreter, and its stdout."""
     script = (

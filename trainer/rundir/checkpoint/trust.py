@@ -20,9 +20,12 @@ seconds apart), or an attacker with this user's rights.
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import pickle
 import stat
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -79,21 +82,67 @@ def misnamed_checkpoint_message(path: Path) -> str:
 
 
 def copied_checkpoints(directory: Path) -> list[tuple[Path, Path]]:
-    """(checkpoint, the older one it is a copy of) for each complete checkpoint in `directory`
-    whose digests.json is byte for byte an older one's: the same files under two step names (a
-    folder copied by hand), so one of them holds another step than its name says. Two saves never
-    agree: train_state.pt holds the step. Torch-free."""
-    first: dict[bytes, Path] = {}
-    pairs = []
-    for _, path in complete_checkpoints(directory):
+    """(copy, the checkpoint it is a copy of) for each complete checkpoint in `directory` whose
+    digests.json is byte for byte another's: the same files under two step names (a folder copied
+    by hand). Two saves never agree: train_state.pt holds the step, and the copy is the folder not
+    named for it (a copy may take an older step's name); where that cannot be read, the newer
+    name. Torch-free."""
+    same: dict[bytes, list[tuple[int, Path]]] = {}
+    for step, path in complete_checkpoints(directory):
         try:
-            digests = (path / names.DIGESTS).read_bytes()
+            same.setdefault((path / names.DIGESTS).read_bytes(), []).append((step, path))
         except OSError:
             continue
-        if digests in first:
-            pairs.append((path, first[digests]))
-        first.setdefault(digests, path)
-    return pairs
+    pairs = []
+    for found in (group for group in same.values() if len(group) > 1):
+        held = held_step(found[0][1])
+        original = next((path for step, path in found if step == held), found[0][1])
+        pairs += [(path, original) for _, path in found if path != original]
+    return sorted(pairs)
+
+
+class _Opaque:
+    """What `held_step` reads for every object a checkpoint's pickle names a class of: nothing
+    of the class is imported or run."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __setstate__(self, state: Any) -> None:
+        pass
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        pass
+
+    def append(self, value: Any) -> None:
+        pass
+
+    def extend(self, values: Any) -> None:
+        pass
+
+
+class _Containers(pickle.Unpickler):
+    """A pickle's dicts, lists and numbers; every class and tensor storage it names a stand-in."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        return _Opaque
+
+    def persistent_load(self, pid: Any) -> None:
+        return None
+
+
+def held_step(checkpoint: Path) -> int | None:
+    """The step the checkpoint folder's train_state.pt holds (None: it cannot be read), read
+    torch-free from the containers of its pickle: no class it names is run, so a file another
+    user wrote is read safely."""
+    try:
+        with zipfile.ZipFile(checkpoint / names.TRAIN_STATE) as archive:
+            pickled = next(n for n in archive.namelist() if n.endswith("/data.pkl"))
+            state = _Containers(io.BytesIO(archive.read(pickled))).load()
+        return int(state["progress"]["step"])
+    # A damaged or foreign file fails in any of pickle's ways: the step is then not known.
+    except Exception:
+        return None
 
 
 def copied_checkpoint_message(path: Path, original: Path) -> str:

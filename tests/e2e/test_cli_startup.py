@@ -216,6 +216,25 @@ def test_runs_names_a_checkpoint_folder_renamed_by_hand(tmp_path: Path) -> None:
     )
 
 
+def test_a_link_to_a_checkpoint_beside_it_is_no_renamed_checkpoint(tmp_path: Path) -> None:
+    # Before: a `latest` link to the newest checkpoint was "misnamed" in `shardrec runs`, and
+    # `train` refused to resume ("rename it step-NNNNNNNN ..."), though every command reads the
+    # checkpoint it links to by its own name. A link elsewhere is still named.
+    from shardrec.tools.cli.train_run_dir import check_resume_checkpoint
+
+    _fake_run(tmp_path / "a")
+    checkpoints = tmp_path / "a" / "checkpoints"
+    (checkpoints / "latest").symlink_to("step-00000004")
+    listed = CliRunner().invoke(app, ["runs", str(tmp_path), "--json"])
+    assert json.loads(listed.stdout)[0]["misnamed_checkpoints"] == []
+    check_resume_checkpoint(tmp_path / "a")  # no refusal: train resumes from step-00000004
+    (checkpoints / "latest").unlink()
+    shutil.copytree(checkpoints / "step-00000004", tmp_path / "kept")
+    (checkpoints / "latest").symlink_to(tmp_path / "kept")
+    listed = CliRunner().invoke(app, ["runs", str(tmp_path), "--json"])
+    assert json.loads(listed.stdout)[0]["misnamed_checkpoints"] == [str(checkpoints / "latest")]
+
+
 def test_runs_names_a_checkpoint_copied_under_another_step(tmp_path: Path) -> None:
     # Before: step-00000008, a copy of step-00000004, was listed as the run's step 8, and train,
     # eval and export then refused it ("holds the checkpoint of step 4, not of step 8").

@@ -55,7 +55,9 @@ def complete_checkpoints(directory: Path) -> list[tuple[int, Path]]:
 def misnamed_checkpoints(directory: Path) -> list[Path]:
     """The folders in `directory` (RUN/checkpoints) that hold a checkpoint's files (digests.json
     or train_state.pt) under a name no command reads (not step-NNNNNNNN: renamed or copied by
-    hand), sorted; a save's hidden temporary folders are not among them. Torch-free."""
+    hand), sorted; a save's hidden temporary folders are not among them, nor a link to one of
+    the checkpoints beside it (`latest` -> step-00000008: that checkpoint, read by its name).
+    Torch-free."""
     directory = Path(directory)
     if not directory.is_dir():
         return []
@@ -64,8 +66,17 @@ def misnamed_checkpoints(directory: Path) -> list[Path]:
         for path in directory.iterdir()
         if not path.name.startswith(".")
         and not names.CHECKPOINT_RE.match(path.name)
+        and not _links_to_a_checkpoint(path)
         and ((path / names.DIGESTS).is_file() or (path / names.TRAIN_STATE).is_file())
     )
+
+
+def _links_to_a_checkpoint(path: Path) -> bool:
+    """Whether `path` is a symbolic link to a step-NNNNNNNN folder of its own directory."""
+    if not path.is_symlink():
+        return False
+    target = path.resolve()
+    return target.parent == path.parent.resolve() and bool(names.CHECKPOINT_RE.match(target.name))
 
 
 def misnamed_checkpoint_message(path: Path) -> str:

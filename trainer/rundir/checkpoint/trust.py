@@ -80,15 +80,23 @@ def _links_to_a_checkpoint(path: Path) -> bool:
 
 
 def misnamed_checkpoint_message(path: Path) -> str:
-    """The one line saying that no command reads the checkpoint folder `path`, and what to do."""
+    """The one line saying that no command reads the checkpoint folder `path`, and what to do:
+    the name of the step its train_state.pt holds, or, where that cannot be read, of its digits."""
     digits = "".join(c for c in path.name if c.isdigit())
-    rename = "rename it step-NNNNNNNN, the 8-digit step it holds"
-    if digits and len(digits) <= 8:
+    todo = "rename it step-NNNNNNNN, the 8-digit step it holds, or move it out"
+    held = held_step(path)
+    if held is not None and (path.parent / names.checkpoint_name(held)).exists():
+        todo = (
+            f"it holds step {held:,}, as {names.checkpoint_name(held)} does (a copy): move it out"
+        )
+    elif held is not None:
+        todo = f"it holds step {held:,}: rename it {names.checkpoint_name(held)}, or move it out"
+    elif digits and len(digits) <= 8:
         step = int(digits)
-        rename = f"rename it {names.checkpoint_name(step)} if it holds step {step:,}"
+        todo = f"rename it {names.checkpoint_name(step)} if it holds step {step:,}, or move it out"
     return (
         f"{path}: a checkpoint's files in a folder not named step-NNNNNNNN, which no command "
-        f"reads (renamed or copied by hand?); {rename}, or move it out of {path.parent}"
+        f"reads (renamed or copied by hand?); {todo} of {path.parent}"
     )
 
 

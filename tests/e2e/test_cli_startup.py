@@ -216,6 +216,29 @@ def test_runs_names_a_checkpoint_folder_renamed_by_hand(tmp_path: Path) -> None:
     )
 
 
+def test_continue_on_names_a_renamed_checkpoint_folder_first(tiny_dataset: Path, tmp_path: Path):
+    # Before: "error: RUN: no checkpoint to continue from; train it first (without
+    # --continue-on)", though the run's checkpoint was there, renamed step-4 by hand.
+    run = tmp_path / "runs" / "a"
+    _fake_run(run, data=tiny_dataset)
+    checkpoints = run / "checkpoints"
+    (checkpoints / "step-00000004").rename(checkpoints / "step-4")
+    refused = CliRunner().invoke(
+        app, ["train", "--out-dir", str(run), "--continue-on", str(tiny_dataset)]
+    )
+    assert_one_line_error(
+        refused,
+        "^"
+        + re.escape(
+            f"error: {checkpoints / 'step-4'}: a checkpoint's files in a folder not named "
+            "step-NNNNNNNN, which no command reads (renamed or copied by hand?); rename it "
+            f"step-00000004 if it holds step 4, or move it out of {checkpoints}; or start over "
+            "with --restart"
+        )
+        + "$",
+    )
+
+
 def test_a_link_to_a_checkpoint_beside_it_is_no_renamed_checkpoint(tmp_path: Path) -> None:
     # Before: a `latest` link to the newest checkpoint was "misnamed" in `shardrec runs`, and
     # `train` refused to resume ("rename it step-NNNNNNNN ..."), though every command reads the

@@ -251,6 +251,9 @@ def test_a_link_to_a_checkpoint_beside_it_is_no_renamed_checkpoint(tmp_path: Pat
     listed = CliRunner().invoke(app, ["runs", str(tmp_path), "--json"])
     assert json.loads(listed.stdout)[0]["misnamed_checkpoints"] == []
     check_resume_checkpoint(tmp_path / "a")  # no refusal: train resumes from step-00000004
+    (checkpoints / "loop").symlink_to("loop")  # a link to itself is no checkpoint, not a crash
+    listed = CliRunner().invoke(app, ["runs", str(tmp_path), "--json"])
+    assert json.loads(listed.stdout)[0]["misnamed_checkpoints"] == []
     (checkpoints / "latest").unlink()
     shutil.copytree(checkpoints / "step-00000004", tmp_path / "kept")
     (checkpoints / "latest").symlink_to(tmp_path / "kept")

@@ -66,8 +66,8 @@ def misnamed_checkpoints(directory: Path) -> list[Path]:
         for path in directory.iterdir()
         if not path.name.startswith(".")
         and not names.CHECKPOINT_RE.match(path.name)
-        and not _links_to_a_checkpoint(path)
         and ((path / names.DIGESTS).is_file() or (path / names.TRAIN_STATE).is_file())
+        and not _links_to_a_checkpoint(path)
     )
 
 
@@ -75,8 +75,9 @@ def _links_to_a_checkpoint(path: Path) -> bool:
     """Whether `path` is a symbolic link to a step-NNNNNNNN folder of its own directory."""
     if not path.is_symlink():
         return False
-    target = path.resolve()
-    return target.parent == path.parent.resolve() and bool(names.CHECKPOINT_RE.match(target.name))
+    target = Path(os.path.realpath(path))  # never raises, a loop of links included
+    beside = Path(os.path.realpath(path.parent))
+    return target.parent == beside and bool(names.CHECKPOINT_RE.match(target.name))
 
 
 def misnamed_checkpoint_message(path: Path) -> str:

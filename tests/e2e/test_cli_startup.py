@@ -216,6 +216,51 @@ def test_runs_names_a_checkpoint_folder_renamed_by_hand(tmp_path: Path) -> None:
     )
 
 
+def test_continue_on_names_a_renamed_checkpoint_folder_first(tiny_dataset: Path, tmp_path: Path):
+    # Before: "error: RUN: no checkpoint to continue from; train it first (without
+    # --continue-on)", though the run's checkpoint was there, renamed step-4 by hand.
+    run = tmp_path / "runs" / "a"
+    _fake_run(run, data=tiny_dataset)
+    checkpoints = run / "checkpoints"
+    (checkpoints / "step-00000004").rename(checkpoints / "step-4")
+    refused = CliRunner().invoke(
+        app, ["train", "--out-dir", str(run), "--continue-on", str(tiny_dataset)]
+    )
+    assert_one_line_error(
+        refused,
+        "^"
+        + re.escape(
+            f"error: {checkpoints / 'step-4'}: a checkpoint's files in a folder not named "
+            "step-NNNNNNNN, which no command reads (renamed or copied by hand?); rename it "
+            f"step-00000004 if it holds step 4, or move it out of {checkpoints}; or start over "
+            "with --restart"
+        )
+        + "$",
+    )
+
+
+def test_a_link_to_a_checkpoint_beside_it_is_no_renamed_checkpoint(tmp_path: Path) -> None:
+    # Before: a `latest` link to the newest checkpoint was "misnamed" in `shardrec runs`, and
+    # `train` refused to resume ("rename it step-NNNNNNNN ..."), though every command reads the
+    # checkpoint it links to by its own name. A link elsewhere is still named.
+    from shardrec.tools.cli.train_run_dir import check_resume_checkpoint
+
+    _fake_run(tmp_path / "a")
+    checkpoints = tmp_path / "a" / "checkpoints"
+    (checkpoints / "latest").symlink_to("step-00000004")
+    listed = CliRunner().invoke(app, ["runs", str(tmp_path), "--json"])
+    assert json.loads(listed.stdout)[0]["misnamed_checkpoints"] == []
+    check_resume_checkpoint(tmp_path / "a")  # no refusal: train resumes from step-00000004
+    (checkpoints / "loop").symlink_to("loop")  # a link to itself is no checkpoint, not a crash
+    listed = CliRunner().invoke(app, ["runs", str(tmp_path), "--json"])
+    assert json.loads(listed.stdout)[0]["misnamed_checkpoints"] == []
+    (checkpoints / "latest").unlink()
+    shutil.copytree(checkpoints / "step-00000004", tmp_path / "kept")
+    (checkpoints / "latest").symlink_to(tmp_path / "kept")
+    listed = CliRunner().invoke(app, ["runs", str(tmp_path), "--json"])
+    assert json.loads(listed.stdout)[0]["misnamed_checkpoints"] == [str(checkpoints / "latest")]
+
+
 def test_runs_names_a_checkpoint_copied_under_another_step(tmp_path: Path) -> None:
     # Before: step-00000008, a copy of step-00000004, was listed as the run's step 8, and train,
     # eval and export then refused it ("holds the checkpoint of step 4, not of step 8").
@@ -231,6 +276,30 @@ def test_runs_names_a_checkpoint_copied_under_another_step(tmp_path: Path) -> No
         f"copied: {checkpoints / 'step-00000008'}: the same files as step-00000004 (their "
         "digests.json agree: a copy), one step's checkpoint under two names; train, eval and "
         f"export refuse the one not named for its step: move the copy out of {checkpoints}"
+    )
+
+
+def test_runs_names_the_copy_not_the_checkpoint_it_copies_under_an_older_name(
+    tmp_path: Path,
+) -> None:
+    # Before: step-00000008, copied by hand as step-00000006, was the one named a copy ("move the
+    # copy out") and listed in --json's copied_checkpoints: the run's newest checkpoint. The step
+    # its train_state.pt holds tells which, read without torch.
+    import torch
+
+    _fake_run(tmp_path / "a")
+    checkpoints = tmp_path / "a" / "checkpoints"
+    (checkpoints / "step-00000008").mkdir()
+    state = {"format_version": 1, "progress": {"step": 8, "epoch": 0}, "w": torch.ones(2)}
+    torch.save(state, checkpoints / "step-00000008" / "train_state.pt")
+    (checkpoints / "step-00000008" / "digests.json").write_text('{"files": {"8": ""}}')
+    shutil.copytree(checkpoints / "step-00000008", checkpoints / "step-00000006")
+    imported, listed = _imported(["runs", str(tmp_path), "--json"], ("torch",))
+    assert imported == []
+    assert json.loads(listed)[0]["copied_checkpoints"] == [str(checkpoints / "step-00000006")]
+    shown = CliRunner().invoke(app, ["runs", str(tmp_path)])
+    assert shown.stdout.splitlines()[-1].startswith(
+        f"copied: {checkpoints / 'step-00000006'}: the same files as step-00000008 "
     )
 
 

@@ -350,8 +350,8 @@ def test_a_checkpoint_folder_renamed_by_hand_is_refused_not_passed_over(
         "^error: "
         + re.escape(
             f"{renamed}: a checkpoint's files in a folder not named step-NNNNNNNN, which no "
-            "command reads (renamed or copied by hand?); rename it step-00000004 if it holds step "
-            f"4, or move it out of {renamed.parent}; or start over with --restart"
+            "command reads (renamed or copied by hand?); it holds step 4: rename it "
+            f"step-00000004, or move it out of {renamed.parent}; or start over with --restart"
         )
         + "$",
     )

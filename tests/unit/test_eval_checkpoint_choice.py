@@ -119,3 +119,47 @@ def test_export_of_a_changed_checkpoint_says_what_to_do(tmp_path: Path) -> None:
         "refusing the checkpoint; export another checkpoint with --checkpoint STEP (this run has "
         "no other checkpoint)",
     )
+
+
+def test_eval_and_export_name_a_checkpoint_folder_renamed_by_hand(tmp_path: Path) -> None:
+    # Before: with the newest checkpoint renamed step-6, eval and export read step 4 without a
+    # word about it, and --checkpoint 6 said "no complete checkpoint of step 6 (has steps 4)".
+    run = _run_copy(tmp_path)
+    checkpoints = run / "checkpoints"
+    renamed, before = checkpoints / "step-6", checkpoints / "step-00000004"
+    shutil.copytree(before, renamed)
+    unread = (
+        f"{renamed}: a checkpoint's files in a folder not named step-NNNNNNNN, which no command "
+        "reads (renamed or copied by hand?); it holds step 4, as step-00000004 does (a copy): "
+        f"move it out of {checkpoints}"
+    )
+    _export_refused(
+        run,
+        tmp_path,
+        f"error: {unread}; or evaluate or export the newest named one, {before}, with "
+        "--checkpoint 4",
+    )
+    evaluated = CliRunner().invoke(
+        app, ["eval", str(run), "--data", str(tmp_path / "data"), "--checkpoint", "6"]
+    )
+    assert_one_line_error(
+        evaluated,
+        "^"
+        + re.escape(f"error: {run}: no complete checkpoint of step 6 (has steps 4); {unread}")
+        + "$",
+    )
+
+
+def test_a_renamed_checkpoint_is_named_with_the_step_it_holds(tmp_path: Path) -> None:
+    # Before: "rename it step-NNNNNNNN, the 8-digit step it holds" for a folder named backup, and
+    # "rename it step-00000006 if it holds step 6" for step-6 holding step 4 beside step-00000004
+    # (the rename then refused as a copy): the step comes from its train_state.pt, torch-free.
+    run = _run_copy(tmp_path)
+    checkpoints = run / "checkpoints"
+    (checkpoints / "step-00000004").rename(checkpoints / "backup")
+    listed = CliRunner().invoke(app, ["runs", str(run.parent)])
+    assert listed.stdout.splitlines()[-1] == (
+        f"misnamed: {checkpoints / 'backup'}: a checkpoint's files in a folder not named "
+        "step-NNNNNNNN, which no command reads (renamed or copied by hand?); it holds step 4: "
+        f"rename it step-00000004, or move it out of {checkpoints}"
+    )

@@ -21,6 +21,7 @@ from shardrec.tools.cli.common import (
 )
 from shardrec.tools.cli.train_run_dir import (
     check_apart,
+    check_no_misnamed_checkpoint,
     check_resume_checkpoint,
     kept_checkpoint,
     lock_run_dir,
@@ -148,6 +149,8 @@ def train(
             fail(str(e))
     locks = [lock_run_dir(out_dir, job_id, create=False)]  # before anything looks at or moves it
     try:
+        if not restart:  # --restart moves the run directory, renamed folder and all
+            check_no_misnamed_checkpoint(out_dir)
         job = _prepare_run_dir(
             config,
             data,

@@ -69,7 +69,6 @@ def check_resume_checkpoint(out_dir: Path) -> None:
 
     done = complete_checkpoints(out_dir / names.CHECKPOINTS)
     _check_no_torn_checkpoint(out_dir, done[-1] if done else None)
-    _check_no_misnamed_checkpoint(out_dir)
     if done:
         try:
             verify_checkpoint(done[-1][1], skip_suffix=".distcp")
@@ -95,9 +94,11 @@ def _check_no_torn_checkpoint(out_dir: Path, newest: tuple[int, Path] | None) ->
     )
 
 
-def _check_no_misnamed_checkpoint(out_dir: Path) -> None:
+def check_no_misnamed_checkpoint(out_dir: Path) -> None:
     """Refuse a checkpoint folder no command reads (not named step-NNNNNNNN: renamed or copied by
-    hand): the job would resume from an older checkpoint, or start over, beside it without a word."""
+    hand): the job would resume from an older checkpoint, or start over, beside it without a word.
+    Checked before what the run directory's checkpoints say (a --continue-on would otherwise be
+    told there is no checkpoint to go on from, or that the stretch is unfinished)."""
     from shardrec.trainer.rundir.checkpoint.trust import (
         misnamed_checkpoint_message,
         misnamed_checkpoints,

@@ -25,6 +25,8 @@ from shardrec.trainer.job.config import JobConfig, load_job_config
 from shardrec.trainer.rundir import names
 from shardrec.trainer.rundir.checkpoint.trust import (
     complete_checkpoints,
+    misnamed_checkpoint_message,
+    misnamed_checkpoints,
     torn_checkpoint,
     torn_checkpoint_message,
 )
@@ -251,15 +253,28 @@ def find_checkpoint(run_dir: Path, step: int | None) -> tuple[int, Path]:
         raise ValueError(
             torn_checkpoint_message(torn, f"{instead}; or move {torn} out of {directory}")
         )
+    # A renamed folder (step-8) may hold the user's newest step, or the one asked for: named, as
+    # train names it, rather than another checkpoint read without a word.
+    misnamed = misnamed_checkpoints(directory)
+    unread = f"; {misnamed_checkpoint_message(misnamed[0])}" if misnamed else ""
+    if step is None and misnamed:
+        instead = (
+            f"; or evaluate or export the newest named one, {done[-1][1]}, with --checkpoint "
+            f"{done[-1][0]}"
+            if done
+            else ""
+        )
+        raise ValueError(misnamed_checkpoint_message(misnamed[0]) + instead)
     if not done:
-        raise ValueError(f"{run_dir}: no complete checkpoint in {directory}")
+        raise ValueError(f"{run_dir}: no complete checkpoint in {directory}{unread}")
     if step is None:
         return done[-1]
     for found in done:
         if found[0] == step:
             return found
     raise ValueError(
-        f"{run_dir}: no complete checkpoint of step {step} (has steps {', '.join(str(s) for s, _ in done)})"
+        f"{run_dir}: no complete checkpoint of step {step} (has steps "
+        f"{', '.join(str(s) for s, _ in done)}){unread}"
     )
 
 

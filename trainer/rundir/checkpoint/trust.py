@@ -20,9 +20,12 @@ seconds apart), or an attacker with this user's rights.
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import pickle
 import stat
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +55,9 @@ def complete_checkpoints(directory: Path) -> list[tuple[int, Path]]:
 def misnamed_checkpoints(directory: Path) -> list[Path]:
     """The folders in `directory` (RUN/checkpoints) that hold a checkpoint's files (digests.json
     or train_state.pt) under a name no command reads (not step-NNNNNNNN: renamed or copied by
-    hand), sorted; a save's hidden temporary folders are not among them. Torch-free."""
+    hand), sorted; a save's hidden temporary folders are not among them, nor a link to one of
+    the checkpoints beside it (`latest` -> step-00000008: that checkpoint, read by its name).
+    Torch-free."""
     directory = Path(directory)
     if not directory.is_dir():
         return []
@@ -62,38 +67,102 @@ def misnamed_checkpoints(directory: Path) -> list[Path]:
         if not path.name.startswith(".")
         and not names.CHECKPOINT_RE.match(path.name)
         and ((path / names.DIGESTS).is_file() or (path / names.TRAIN_STATE).is_file())
+        and not _links_to_a_checkpoint(path)
     )
 
 
+def _links_to_a_checkpoint(path: Path) -> bool:
+    """Whether `path` is a symbolic link to a step-NNNNNNNN folder of its own directory."""
+    if not path.is_symlink():
+        return False
+    target = Path(os.path.realpath(path))  # never raises, a loop of links included
+    beside = Path(os.path.realpath(path.parent))
+    return target.parent == beside and bool(names.CHECKPOINT_RE.match(target.name))
+
+
 def misnamed_checkpoint_message(path: Path) -> str:
-    """The one line saying that no command reads the checkpoint folder `path`, and what to do."""
+    """The one line saying that no command reads the checkpoint folder `path`, and what to do:
+    the name of the step its train_state.pt holds, or, where that cannot be read, of its digits."""
     digits = "".join(c for c in path.name if c.isdigit())
-    rename = "rename it step-NNNNNNNN, the 8-digit step it holds"
-    if digits and len(digits) <= 8:
+    todo = "rename it step-NNNNNNNN, the 8-digit step it holds, or move it out"
+    held = held_step(path)
+    if held is not None and (path.parent / names.checkpoint_name(held)).exists():
+        todo = (
+            f"it holds step {held:,}, as {names.checkpoint_name(held)} does (a copy): move it out"
+        )
+    elif held is not None:
+        todo = f"it holds step {held:,}: rename it {names.checkpoint_name(held)}, or move it out"
+    elif digits and len(digits) <= 8:
         step = int(digits)
-        rename = f"rename it {names.checkpoint_name(step)} if it holds step {step:,}"
+        todo = f"rename it {names.checkpoint_name(step)} if it holds step {step:,}, or move it out"
     return (
         f"{path}: a checkpoint's files in a folder not named step-NNNNNNNN, which no command "
-        f"reads (renamed or copied by hand?); {rename}, or move it out of {path.parent}"
+        f"reads (renamed or copied by hand?); {todo} of {path.parent}"
     )
 
 
 def copied_checkpoints(directory: Path) -> list[tuple[Path, Path]]:
-    """(checkpoint, the older one it is a copy of) for each complete checkpoint in `directory`
-    whose digests.json is byte for byte an older one's: the same files under two step names (a
-    folder copied by hand), so one of them holds another step than its name says. Two saves never
-    agree: train_state.pt holds the step. Torch-free."""
-    first: dict[bytes, Path] = {}
-    pairs = []
-    for _, path in complete_checkpoints(directory):
+    """(copy, the checkpoint it is a copy of) for each complete checkpoint in `directory` whose
+    digests.json is byte for byte another's: the same files under two step names (a folder copied
+    by hand). Two saves never agree: train_state.pt holds the step, and the copy is the folder not
+    named for it (a copy may take an older step's name); where that cannot be read, the newer
+    name. Torch-free."""
+    same: dict[bytes, list[tuple[int, Path]]] = {}
+    for step, path in complete_checkpoints(directory):
         try:
-            digests = (path / names.DIGESTS).read_bytes()
+            same.setdefault((path / names.DIGESTS).read_bytes(), []).append((step, path))
         except OSError:
             continue
-        if digests in first:
-            pairs.append((path, first[digests]))
-        first.setdefault(digests, path)
-    return pairs
+    pairs = []
+    for found in (group for group in same.values() if len(group) > 1):
+        held = held_step(found[0][1])
+        original = next((path for step, path in found if step == held), found[0][1])
+        pairs += [(path, original) for _, path in found if path != original]
+    return sorted(pairs)
+
+
+class _Opaque:
+    """What `held_step` reads for every object a checkpoint's pickle names a class of: nothing
+    of the class is imported or run."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __setstate__(self, state: Any) -> None:
+        pass
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        pass
+
+    def append(self, value: Any) -> None:
+        pass
+
+    def extend(self, values: Any) -> None:
+        pass
+
+
+class _Containers(pickle.Unpickler):
+    """A pickle's dicts, lists and numbers; every class and tensor storage it names a stand-in."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        return _Opaque
+
+    def persistent_load(self, pid: Any) -> None:
+        return None
+
+
+def held_step(checkpoint: Path) -> int | None:
+    """The step the checkpoint folder's train_state.pt holds (None: it cannot be read), read
+    torch-free from the containers of its pickle: no class it names is run, so a file another
+    user wrote is read safely."""
+    try:
+        with zipfile.ZipFile(checkpoint / names.TRAIN_STATE) as archive:
+            pickled = next(n for n in archive.namelist() if n.endswith("/data.pkl"))
+            state = _Containers(io.BytesIO(archive.read(pickled))).load()
+        return int(state["progress"]["step"])
+    # A damaged or foreign file fails in any of pickle's ways: the step is then not known.
+    except Exception:
+        return None
 
 
 def copied_checkpoint_message(path: Path, original: Path) -> str:

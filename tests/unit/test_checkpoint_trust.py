@@ -12,8 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from shardrec.trainer.rundir import names
 from shardrec.trainer.rundir.checkpoint.trust import (
     UntrustedCheckpoint,
+    complete_checkpoints,
+    misnamed_checkpoints,
     read_digests,
     verify_checkpoint,
     write_digests,
@@ -124,3 +127,18 @@ def test_an_added_a_missing_and_a_changed_file_are_each_refused_in_one_line(
     assert _refusal(directory) == (
         f"{directory / 'a.bin'}: listed in digests.json but missing; refusing the checkpoint"
     )
+
+
+def test_a_checkpoint_past_step_99_999_999_is_read_by_its_name_not_called_renamed(
+    tmp_path: Path,
+) -> None:
+    """checkpoint_name gives step 123,456,789 nine digits. Before, the pattern wanted eight, so
+    that checkpoint was passed over on resume and `train` refused it as renamed by hand; a
+    nine-digit name with a leading zero is no name checkpoint_name gives."""
+    for step in (8, 123_456_789):
+        (tmp_path / names.checkpoint_name(step)).mkdir()
+        (tmp_path / names.checkpoint_name(step) / names.DIGESTS).write_text("{}")
+    (tmp_path / "step-012345678").mkdir()
+    (tmp_path / "step-012345678" / names.DIGESTS).write_text("{}")
+    assert [s for s, _ in complete_checkpoints(tmp_path)] == [8, 123_456_789]
+    assert misnamed_checkpoints(tmp_path) == [tmp_path / "step-012345678"]

@@ -45,7 +45,8 @@ CHECKPOINTS = "checkpoints"
 TRAIN_STATE = "train_state.pt"
 ID_MAP_SCHEDULE = "id_maps.json"
 DIGESTS = "digests.json"
-CHECKPOINT_RE = re.compile(r"^step-(\d{8})$")
+CHECKPOINT_RE = re.compile(r"^step-(\d{8}|[1-9]\d{8,})$")
+"""checkpoint_name's names: eight digits, more from step 100,000,000 on (no leading zero then)."""
 
 
 def checkpoint_name(step: int) -> str:

@@ -169,3 +169,28 @@ def test_a_node_that_refuses_before_joining_ends_the_other_node_in_one_line(
         + re.escape(f"says why: {missing}: does not exist"),
         said[0],
     ), good[-3000:]
+
+
+def test_a_checkpoint_folder_renamed_by_hand_is_refused_by_a_rank_torchrun_started(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
+    # `shardrec train` refused it (edca41b); a plain torchrun's ranks did not: with its only
+    # checkpoint renamed step-2, they said the run "stopped before its first checkpoint" (and
+    # under the same --steps started over from step 0 beside it, without a word).
+    run = tmp_path / "run"
+    job = ("--data", str(tiny_dataset), "--out-dir", str(run))
+    tiny = settings(*TINY_MODEL, "train.global_batch_size=64", 'train.device="cpu"')
+    assert run_direct_rank(*job, "--steps", "2", *tiny).returncode == 0
+    renamed = run / "checkpoints" / "step-2"
+    (run / "checkpoints" / "step-00000002").rename(renamed)
+    assert_one_line_error(
+        run_direct_rank(*job, "--steps", "4", *tiny),
+        "^"
+        + re.escape(
+            f"error: {renamed}: a checkpoint's files in a folder not named step-NNNNNNNN, which no "
+            "command reads (renamed or copied by hand?); it holds step 2: rename it "
+            f"step-00000002, or move it out of {renamed.parent}"
+        )
+        + "$",
+    )
+    assert sorted(p.name for p in renamed.parent.iterdir()) == ["step-2"]

@@ -86,6 +86,7 @@ def _join(
     )
     from shardrec.trainer.job.preflight import check_rank_job
     from shardrec.trainer.job.sections import DistConfig
+    from shardrec.trainer.rundir.checkpoint.trust import check_checkpoint_folders
     from shardrec.trainer.rundir.life import lifecycle
     from shardrec.trainer.rundir.life.continuation import check_continuing_job
 
@@ -97,6 +98,8 @@ def _join(
         # (it is on a shared filesystem), so all refuse, or stop at a complete run, together,
         # and rank 0 cannot have written this invocation's config.toml yet.
         continuing = False
+        if direct:  # before what the checkpoints say: `shardrec train` checked it before its ranks
+            check_checkpoint_folders(out_dir)
         if continue_on is not None:
             complete, continuing = check_continuing_job(out_dir, job_config, allow_change)
         else:

@@ -198,6 +198,24 @@ def torn_checkpoint_message(path: Path, instead: str) -> str:
     )
 
 
+def check_checkpoint_folders(run_dir: Path) -> None:
+    """ValueError (one line) where RUN/checkpoints holds a folder a resume would pass over without
+    a word: a checkpoint renamed or copied by hand (misnamed_checkpoints), or one newer than the
+    newest complete one without its digests (torn_checkpoint). For ranks a plain torchrun starts;
+    `shardrec train` checks the same before it starts its ranks."""
+    directory = Path(run_dir) / names.CHECKPOINTS
+    misnamed = misnamed_checkpoints(directory)
+    if misnamed:
+        raise ValueError(misnamed_checkpoint_message(misnamed[0]))
+    torn = torn_checkpoint(directory)
+    if torn is not None:
+        done = complete_checkpoints(directory)
+        instead = f"to resume from {done[-1][1]} (step {done[-1][0]})" if done else "to start over"
+        raise ValueError(
+            torn_checkpoint_message(torn, f"{instead}, move {torn} out of {directory}")
+        )
+
+
 class UntrustedCheckpoint(ValueError):
     """A checkpoint whose files do not match its digests, or that someone else could have
     changed."""

@@ -46,6 +46,7 @@ from shardrec.tools.preprocess.raw_labels import (
     bad_row_line,
     check_label_column,
     label_after_the_last_field,
+    value_hint,
     with_label_column,
 )
 from shardrec.tools.preprocess.tasks.bad_rows import non_finite_error
@@ -277,7 +278,7 @@ class RawRows:
                 hint = (
                     " (rows without labels? score them with --no-label)"
                     if reason == "bad_label" and value == "null"
-                    else ""
+                    else value_hint(reason, field)
                 )
                 raise ValueError(
                     f"{path}: row {row + int(bad[0])}: {field}: {value} ({reason}){hint}"

@@ -69,7 +69,7 @@ def test_preprocess_and_data_commands_are_quiet_and_readable(
     header = next(
         line for line in stats.stdout.splitlines() if "feature" in line and "dtype" in line
     )
-    assert "table rows" in header and "top 1% share" in header
+    assert "table rows" in header and "lookups on top 1% of table rows" in header
     c1 = next(line for line in stats.stdout.splitlines() if line.startswith("│ C1 "))
     assert re.search(r"│ +\d+\.\d% │ +\d+\.\d% │$", c1), c1
 
@@ -205,7 +205,7 @@ def test_output_into_a_pipe_keeps_every_number_and_header_whole(
     header = next(
         line for line in printed["data"].splitlines() if "feature" in line and "dtype" in line
     )
-    assert "distinct ids" in header and "top 10% share" in header, header
+    assert "distinct ids" in header and "lookups on top 10% of table rows" in header, header
     as_json = CliRunner().invoke(app, ["data", "stats", str(tiny_dataset), "--json"])
     assert json.loads(as_json.stdout)["splits"][0] == {"split": "train", "rows": 1000, "parts": 2}
 

@@ -87,6 +87,24 @@ def test_predict_names_a_parquet_file_and_a_folders_file(tmp_path: Path, text_mo
     )
 
 
+def test_predict_of_a_folder_names_its_file_of_the_models_rows(
+    tmp_path: Path, text_model: Path
+) -> None:
+    """A folder of notes and a file of rows: the file named is the one of rows the model reads
+    (tab-separated text), not the first by name. Before, it was `e.g. logs/a.txt`, a note."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "a.txt").write_text("rows of 2024-10-21\n")
+    (logs / "b.csv").write_text("1,5,0000000a\n")
+    (logs / "day_0").write_text("1\t5\t" + "\t" * 12 + "0000000a\t\t\t\n")
+    assert_one_line_error(
+        cli("predict", text_model, logs, ok=False),
+        rf"^error: {re.escape(str(logs))}: a directory but not a dataset \(no manifest.json\); "
+        r"predict scores a dataset directory or one file of raw rows: name one of its files "
+        rf"\(e.g. {re.escape(str(logs / 'day_0'))}\)$",
+    )
+
+
 def test_predict_of_a_parquet_model_names_a_text_file(tmp_path: Path) -> None:
     """The other way round: a model of Parquet rows given a CSV file. Before: "error: log.csv: not
     a readable Parquet file (Parquet magic bytes not found in footer. Either the file is

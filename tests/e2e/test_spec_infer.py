@@ -166,6 +166,19 @@ def test_a_headerless_criteo_log_gets_a_spec_by_position(tmp_path: Path) -> None
             r"^error: --label 'rating=>4': a threshold is written NAME>=NUMBER \(label 1 where the "
             r"value is >= it\); use --label 'rating>=4'$",
         ),
+        (  # before: "use a spec's label mapping (...) for one value": the others malformed rows
+            "rating==4",
+            r"^error: --label 'rating==4': a threshold is written NAME>=NUMBER \(label 1 where the "
+            r"value is >= it\); use a label mapping in the spec for label 1 where rating == 4: one "
+            r'that lists every value of rating, "4" as 1 and every other as 0 \(mapping = \{ '
+            r'"4" = 1, "OTHER" = 0, \.\.\. \}\); a value it does not list makes its row malformed$',
+        ),
+        (  # before: "use --label 'rating>=4'", which gives every row the opposite label
+            "rating<4",
+            r"^error: --label 'rating<4': .*; use a label mapping in the spec for label 1 where "
+            r"rating < 4: one that lists every value of rating, each value < 4 as 1 and every "
+            r"other as 0 \(mapping = ",
+        ),
         ("rating>=four", r"--label 'rating>=four': the threshold after >= must be a number"),
         (
             "rating>=9",

@@ -135,16 +135,26 @@ def _flags_fit_the_input(
         )
 
 
-def _a_dataset(directory: Path) -> None:
+def _a_dataset(directory: Path, model: Path) -> None:
     """Refuse a directory that is no dataset (nor one being written: Manifest.load says that),
-    naming one of its files: raw rows are scored a file at a time."""
+    naming one of its files in the format of `model`'s rows: raw rows are scored a file at a
+    time."""
     from shardrec.dataloader.format.manifest import MANIFEST
     from shardrec.dataloader.util.locks import WORK_DIR
+    from shardrec.tools.preprocess.raw_rows import in_the_models_format
+    from shardrec.trainer.inference.model_file import read_header
 
     if (directory / MANIFEST).exists() or (directory / WORK_DIR).exists():
         return
     files = sorted(p for p in directory.iterdir() if p.is_file() and not p.name.startswith("."))
-    fix = f"name one of its files (e.g. {files[0]})" if files else "it holds no file"
+    # A file of the model's format first; another (a Parquet file for a text model) is named
+    # where there is none: predict on it then says what the model reads.
+    try:
+        header = read_header(model)
+        rows = [p for p in files if in_the_models_format(header, p)] or files
+    except ValueError:
+        rows = files  # the model file's own refusal comes once a file is named
+    fix = f"name one of its files (e.g. {rows[0]})" if rows else "it holds no file"
     fail(
         f"{directory}: a directory but not a dataset (no {MANIFEST}); predict scores a dataset "
         f"directory or one file of raw rows: {fix}"
@@ -238,7 +248,7 @@ def predict(
     if input_path.is_file() and input_path.stat().st_size == 0:
         fail(f"{input_path}: empty (no rows): nothing to score")
     if input_path.is_dir():
-        _a_dataset(input_path)
+        _a_dataset(input_path, model)
     _flags_fit_the_input(input_path, split, batch_size, no_label)
     split = split or "test"
     from shardrec.dataloader.format.manifest import DatasetError

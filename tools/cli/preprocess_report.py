@@ -11,6 +11,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from shardrec.tools.console import console, err_console
+from shardrec.tools.preprocess.parts.feature_stats import SHARE_HEADERS
 
 if TYPE_CHECKING:
     from shardrec.tools.preprocess.kept_rows import PreprocessResult
@@ -103,7 +104,7 @@ def print_tables(result: PreprocessResult, seconds: float, bar: Bar, parquet: bo
         )
         return
     feats = Table(title="features")
-    for col in ("feature", "cardinality", "dtype", "distinct ids", "top 1% share"):
+    for col in ("feature", "cardinality", "dtype", "distinct ids", SHARE_HEADERS["top1_share"]):
         feats.add_column(col, justify="right" if col != "feature" else "left")
     for f in result.manifest.sparse_features:
         feats.add_row(

@@ -64,7 +64,30 @@ def bad_row_line(
             f" (the model reads rows of {width} fields, as its training data had; if the extra "
             f"ones are the last: `{read} {d}-f1-{width}{source} > rows.txt` keeps the first {width})"
         )
+    else:
+        hint = value_hint(reason, field)
     return f"{path}:{first_line + row}: {field}: {value} ({reason}){hint}"
+
+
+_READS = {
+    "bad_hex": "hex ids of 1 to 16 digits",
+    "bad_integer": "whole numbers",
+    "bad_float": "finite numbers",
+}
+"""What a column reads, by the reason a value of it is malformed."""
+
+
+def value_hint(reason: str, field: str) -> str:
+    """For a value of `field` the model cannot read (`reason`: bad_hex, bad_integer, bad_float),
+    what it reads there and what to do; "" for another reason. Preprocessing skips such a row, but
+    predict gives every row its probability, so it stops at one."""
+    reads = _READS.get(reason)
+    if reads is None:
+        return ""
+    return (
+        f" (the model reads {field} as {reads}, as its training data was written; predict gives "
+        "every row a probability and skips none: correct the value or leave the row out)"
+    )
 
 
 NO_LABEL = "(no label: --no-label)"

@@ -46,6 +46,7 @@ from shardrec.tools.preprocess.raw_labels import (
     bad_row_line,
     check_label_column,
     label_after_the_last_field,
+    value_hint,
     with_label_column,
 )
 from shardrec.tools.preprocess.tasks.bad_rows import non_finite_error
@@ -277,7 +278,7 @@ class RawRows:
                 hint = (
                     " (rows without labels? score them with --no-label)"
                     if reason == "bad_label" and value == "null"
-                    else ""
+                    else value_hint(reason, field)
                 )
                 raise ValueError(
                     f"{path}: row {row + int(bad[0])}: {field}: {value} ({reason}){hint}"
@@ -325,6 +326,25 @@ class RawRows:
                 data, rest = data[:cut], data[cut:]
                 yield self.convert(data, path, line, opts, labeled)
                 line += data.count(b"\n")
+
+
+def in_the_models_format(header: dict[str, Any], path: Path) -> bool:
+    """Whether `path` may hold rows the model of `header` reads, from its first bytes: a Parquet
+    file for a Parquet spec's model, else text whose first line holds the model's delimiter (a
+    README of one word does not). True where the model reads no raw rows: nothing to tell by."""
+    t = header.get("transform") or {}
+    if t.get("events_spec") or not reads_raw_rows(header):
+        return True
+    spec = spec_from_dict(t["spec"], "the model's transform: spec") if t.get("spec") else None
+    if spec is not None and spec.format.kind == "parquet":
+        return is_parquet(path)
+    delimiter = spec.format.delimiter if spec is not None else Schema(**t["schema"]).delimiter
+    try:
+        with open_text(path) as f:
+            first = f.readline(1 << 16)
+    except (OSError, EOFError):
+        return False
+    return not is_parquet(path) and delimiter.encode() in first
 
 
 def _file_vocabularies(model: Path, names: list[str]) -> list[Vocabulary] | None:

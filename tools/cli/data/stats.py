@@ -21,6 +21,7 @@ from shardrec.tools.cli.data.view import (
     shown_value,
 )
 from shardrec.tools.console import console
+from shardrec.tools.preprocess.parts.feature_stats import SHARE_HEADERS
 
 HEAD_TABLE_ROWS = 50
 """Rows `data head` shows as a table (each a column of it); --json writes any number."""
@@ -76,9 +77,8 @@ def stats(
     )
     # "table rows": embedding rows (the cardinality), not data rows; shares as percentages, one way.
     short = {"feature": "feature", "cardinality": "table rows", "dtype": "dtype", "mean_ids_per_sample": "mean ids",
-             "p95_ids_per_sample": "p95 ids", "distinct_ids": "distinct ids", "top1_share": "top 1% share",
-             "top10_share": "top 10% share"}  # fmt: skip
-    shares = ("top1_share", "top10_share")
+             "p95_ids_per_sample": "p95 ids", "distinct_ids": "distinct ids"} | SHARE_HEADERS  # fmt: skip
+    shares = tuple(SHARE_HEADERS)
     console.print(
         _table(
             "sparse features",

@@ -61,10 +61,18 @@ def _comparison(text: str, name: str, op: str, number: str) -> None:
         same = f"--label '{name}>={number}'"
     elif op == ">" and value.is_integer():
         same = f"--label '{name}>={int(value) + 1}' (the same for whole numbers)"
-    elif op in ("==", "="):
-        same = 'a spec\'s label mapping (role = "label", mapping = { ... }) for one value'
-    else:
+    elif op == ">":  # all but a value equal to the number
         same = f"--label '{name}>={number}' (label 1 where {name} >= {number})"
+    else:
+        # `==` and `<` have no >= that means them (`rating>=4` for `rating<4` flips every label):
+        # a mapping does, where it lists every value, as one not listed is a malformed row.
+        ones = f'"{number}" as 1' if op in ("==", "=") else f"each value {op} {number} as 1"
+        first = f'"{number}"' if op in ("==", "=") else '"VALUE"'
+        same = (
+            f"a label mapping in the spec for label 1 where {name} {op} {number}: one that lists "
+            f"every value of {name}, {ones} and every other as 0 (mapping = {{ {first} = 1, "
+            f'"OTHER" = 0, ... }}); a value it does not list makes its row malformed'
+        )
     raise ValueError(
         f"--label {text!r}: a threshold is written NAME>=NUMBER (label 1 where the value is >= it); "
         f"use {same}"

@@ -27,7 +27,6 @@ from __future__ import annotations
 import numpy as np
 
 from shardrec.dataloader.util.jit import njit
-from shardrec.dataloader.util.splitmix import mix64_scalar
 from shardrec.tools.preprocess.parse.parse_kernel import (
     decode_hex,
     decode_id,
@@ -435,33 +434,3 @@ def _row_reason(
     if first_bad >= 0:
         return code, first_bad
     return -1, -1
-
-
-@njit(cache=True, nogil=True, boundscheck=False)
-def hash_lists_into(lvalues, lstart, llen, c, rows, cardinality, out, offsets, base, at):
-    """Hash list column c's values of the kept `rows` onto out[at:], and their row offsets onto
-    offsets[base + 1 :]; returns the new end of out. Ids as parts/column_kernels.hash_rows_into's (a
-    raw-id column, cardinality 0, keeps its values)."""
-    mod = np.uint64(max(cardinality - 1, 1))
-    one = np.uint64(1)
-    for k in range(len(rows)):
-        r = rows[k]
-        s = lstart[r, c]
-        for t in range(llen[r, c]):
-            v = lvalues[s + t]
-            out[at] = v if cardinality == 0 else one + mix64_scalar(v) % mod
-            at += 1
-        offsets[base + k + 1] = at
-    return at
-
-
-@njit(cache=True, nogil=True, boundscheck=False)
-def gather_lists(lvalues, lstart, llen, c, rows, out):
-    """List column c's raw values of the kept rows, in row order (for vocabularies)."""
-    at = 0
-    for k in range(len(rows)):
-        r = rows[k]
-        for t in range(llen[r, c]):
-            out[at] = lvalues[lstart[r, c] + t]
-            at += 1
-    return at

@@ -222,13 +222,13 @@ class ListColumn(CategoricalColumn):
 class SequenceColumn(ListColumn):
     """An ordered run of values per row, most recent last (a user's history): stored like a list,
     but `max_length` keeps the LAST values, and a sequence model (model.arch = "hstu") reads it in
-    order; other models pool it. A side sequence (`side_of`) goes with a primary one: the same
-    number of values in every row (its events' times, actions, other ids)."""
+    order; other models pool it. A side sequence (`side_of`) goes with a primary one: a value
+    at each of its positions (its events' times, actions, other ids)."""
 
     pooling: str = "mean"
     """How a pooled model (DLRM, DCNv2) pools it: sum or mean."""
     side_of: str = ""
-    """The primary sequence this one goes with (same length, row by row); empty: a primary."""
+    """The primary sequence this one goes with, position by position; empty: a primary."""
     values: str = "ids"
     """ids (hashed into a table as a list's), timestamps (integer seconds) or integers (kept as
     written, >= 0: action codes); the last two need kind = "integer" and have no table."""

@@ -142,3 +142,47 @@ def test_a_side_of_nothing_and_a_table_of_nothing_are_refused_in_one_line(logs: 
         ok=False,
     )
     assert_one_line_error(result, r"column 'movie': table = 'times' names no other column of ids")
+
+
+def _head(logs: Path, rows: list[str]) -> tuple[dict, list[dict]]:
+    """preprocess's --json report and the rows of `rows` it kept (data head --json of every
+    split, the 8 good rows after them left out): `NA` a word for a missing value, history's ids
+    kept as written."""
+    (logs / "spec.toml").write_text(
+        SPEC.replace("header = true", 'header = true\nmissing = ["NA"]')
+    )
+    (logs / "train.csv").write_text("\n".join([ROWS[0], *rows, *[ROWS[1]] * 8]) + "\n")
+    out = logs / "d"
+    result = json.loads(_preprocess_raw(logs, out).stdout)
+    kept = []
+    for split, info in Manifest.load(out).splits.items():
+        if info.rows:
+            head = cli("data", "head", out, "-n", "50", "--split", split, "--json").stdout
+            kept += [r for r in json.loads(head) if r["history"] != ["7", "8", "9"]]
+    return result, sorted(kept, key=lambda r: r["actions"])
+
+
+def _preprocess_raw(logs: Path, out: Path):
+    args = ["--spec", logs / "spec.toml", "--out", out, "--max-skipped-fraction", "0.5"]
+    return cli("preprocess", logs / "train.csv", *args, "--raw-ids", "history", "--json")
+
+
+def test_a_position_whose_item_is_missing_is_dropped_with_its_side_values(logs: Path):
+    # An empty or NA item drops its time and action too, whatever they hold: each value stays
+    # with its own item (before, the rows were side_length: 4 actions for 3 items). The last three
+    # positions left are kept.
+    rows = ["1,7,11|NA|33|44,100|NA|300|400,1|2|3|4", "0,7,NA|22||44|55,1|2|3|4|5,NA|6||8|9"]
+    _, kept = _head(logs, rows)
+    assert [(r["history"], r["times"], r["actions"]) for r in kept] == [
+        (["11", "33", "44"], [100, 300, 400], [1, 3, 4]),
+        (["22", "44", "55"], [2, 4, 5], [6, 8, 9]),
+    ]
+
+
+def test_a_missing_side_value_beside_an_item_is_a_malformed_row(logs: Path):
+    # The item 22 has no time: no time of another item takes its place (before, the row was
+    # kept as 11, 22, 33 at 100, 200, 300: 22 paired with the NA item's time and action).
+    result, kept = _head(logs, ["1,7,11|NA|22|33,100|200||300,1|2||4"])
+    assert result["rows_skipped"] == {"side_length": 1}
+    assert result["first_errors"][0].endswith("train.csv:2: times: '100|200||300' (side_length)")
+    assert kept == []

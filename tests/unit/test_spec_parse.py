@@ -22,7 +22,6 @@ from shardrec.dataloader.spec.feature_spec import (
     criteo_spec,
 )
 from shardrec.tools.preprocess.ids.id_maps import hash_bytes, hash_ids
-from shardrec.tools.preprocess.parse import spec_kernel
 from shardrec.tools.preprocess.parse.criteo_text import REASONS, Schema, transform_dense
 from shardrec.tools.preprocess.parse.spec_parse import (
     criteo_schema,
@@ -30,6 +29,7 @@ from shardrec.tools.preprocess.parse.spec_parse import (
     parse_spec_chunk,
     resolve_program,
 )
+from shardrec.tools.preprocess.parts import column_kernels
 from shardrec.tools.preprocess.parts.part_columns import PartColumns, append_spec_rows, list_groups
 
 SPEC = FeatureSpec(
@@ -125,7 +125,7 @@ def test_list_ids_are_hashed_as_one_hot_ids_are() -> None:
     keep = np.arange(0, 200, 3)
     total = int(chunk.list_len[keep, 0].sum())
     out, offsets = np.empty(total, np.uint64), np.zeros(len(keep) + 1, np.int64)
-    spec_kernel.hash_lists_into(
+    column_kernels.hash_lists_into(
         chunk.list_values, chunk.list_start, chunk.list_len, 0, keep, 97, out, offsets, 0, 0
     )
     values = np.concatenate(

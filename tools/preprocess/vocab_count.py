@@ -24,8 +24,8 @@ from shardrec.dataloader.util.locks import WORK_DIR
 from shardrec.tools.preprocess import cpu_stages
 from shardrec.tools.preprocess.ids.id_maps import count_values
 from shardrec.tools.preprocess.ids.vocab import CountRuns
-from shardrec.tools.preprocess.parse import spec_kernel
 from shardrec.tools.preprocess.parse.text_parser import Chunk
+from shardrec.tools.preprocess.parts import column_kernels
 from shardrec.tools.preprocess.tasks.task import Task, TaskOptions, split_rows
 from shardrec.tools.preprocess.tasks.task_run import parquet_chunks, process_setup
 from shardrec.tools.preprocess.tasks.task_text import read_pieces
@@ -96,7 +96,7 @@ def piece_counts(
             out.append(count_values(chunk.sparse[idx, slot], chunk.sparse_missing[idx, slot]))
             continue
         values = np.empty(int(chunk.list_len[idx, slot].sum()), np.uint64)
-        spec_kernel.gather_lists(
+        column_kernels.gather_lists(
             chunk.list_values, chunk.list_start, chunk.list_len, slot, idx, values
         )
         out.append(count_values(values, np.zeros(len(values), bool)))

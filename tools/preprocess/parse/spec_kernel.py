@@ -13,7 +13,9 @@ then decoded by its column's role, given per field index as small arrays (spec_p
   64 bits a Parquet int64 or uint64 column holds), or the field's bytes hashed
   (spec_values.hash_string), into uint64 with a missing mask;
 - list: the field cut at its separator, each non-empty value decoded as a categorical, the first
-  `max_length` appended to one flat array with each row's start and length;
+  `max_length` appended to one flat array with each row's start and length; a side sequence
+  keeps position by position with its primary: its value where the primary has none is dropped
+  with it, and no value where the primary has one makes the row malformed (side_length);
 - ignore: scanned past.
 
 A field (or a list's value) that is one of the spec's words for a missing value (`[format]
@@ -25,7 +27,6 @@ from __future__ import annotations
 import numpy as np
 
 from shardrec.dataloader.util.jit import njit
-from shardrec.dataloader.util.splitmix import mix64_scalar
 from shardrec.tools.preprocess.parse.parse_kernel import (
     decode_hex,
     decode_id,
@@ -152,10 +153,21 @@ def _label(buf, s, e, escaped, mode, threshold, keys, values, point):
 
 
 @njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _list_value(buf, a, b, kind, escaped, raw):
+    """(value, reason) of the non-empty list value buf[a:b]; raw: an integer kept as written (a
+    negative one is bad_integer)."""
+    if raw:
+        w, ok = decode_int(buf, a, b)
+        good = ok and w >= 0
+        return (np.uint64(w) if good else np.uint64(0)), (-1 if good else BAD_INTEGER)
+    return categorical_value(buf, a, b, kind, escaped)
+
+
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
 def _list(buf, s, e, kind, sep, max_length, escaped, out, pos, keep_last, raw, words, starts):
     """Append a list field's first (keep_last: last) max_length values to out[pos:], an empty one
     and a word for a missing value (words, starts: is_missing's) skipped; (count, reason, values in
-    the field). raw: integers kept as written (a negative one is bad_integer)."""
+    the field, positions in it: its values and the skipped ones)."""
     skip, total = 0, 0
     if keep_last:
         a = s
@@ -167,28 +179,53 @@ def _list(buf, s, e, kind, sep, max_length, escaped, out, pos, keep_last, raw, w
                 total += 1
             a = b + 1
         skip = max(0, total - max_length)
-    count, reason, a, seen = 0, -1, s, 0
+    count, reason, a, seen, slots = 0, -1, s, 0, 0
     while a <= e:
         b = a
         while b < e and buf[b] != sep:
             b += 1
+        slots += 1
         if b > a and not is_missing(buf, a, b, words, starts):
             if seen >= skip and count < max_length:
                 if pos + count >= len(out):  # the caller's bound fell short
-                    return count, -2, seen
-                if raw:
-                    w, ok = decode_int(buf, a, b)
-                    v = np.uint64(w) if ok and w >= 0 else np.uint64(0)
-                    r = -1 if ok and w >= 0 else BAD_INTEGER
-                else:
-                    v, r = categorical_value(buf, a, b, kind, escaped)
+                    return count, -2, seen, slots
+                v, r = _list_value(buf, a, b, kind, escaped, raw)
                 out[pos + count] = v
                 count += 1
                 if r >= 0 and reason < 0:
                     reason = r
             seen += 1
         a = b + 1
-    return count, reason, seen
+    return count, reason, seen, slots
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _side_list(buf, s, e, ps, pe, sep, psep, kind, skip, escaped, out, pos, raw, words, starts):
+    """_list for a side sequence whose primary buf[ps:pe] (separator psep) skipped a value: the
+    side's value at each position the primary skipped is dropped with it, and the others from the
+    skip-th on appended to out[pos:]; (count, reason): side_length where the primary has a value
+    and the side none, or either has more positions."""
+    count, reason, a, pa, seen = 0, -1, s, ps, 0
+    while a <= e and pa <= pe:
+        b, pb = a, pa
+        while b < e and buf[b] != sep:
+            b += 1
+        while pb < pe and buf[pb] != psep:
+            pb += 1
+        if pb > pa and not is_missing(buf, pa, pb, words, starts):
+            if b == a or is_missing(buf, a, b, words, starts):
+                return count, SIDE_LENGTH
+            if seen >= skip:
+                if pos + count >= len(out):  # the caller's bound fell short
+                    return count, -2
+                v, r = _list_value(buf, a, b, kind, escaped, raw)
+                out[pos + count] = v
+                count += 1
+                if r >= 0 and reason < 0:
+                    reason = r
+            seen += 1
+        a, pa = b + 1, pb + 1
+    return count, (SIDE_LENGTH if a <= e or pa <= pe else reason)
 
 
 @njit(cache=True, nogil=True)
@@ -224,9 +261,10 @@ def parse_spec_rows(
     (rows, list values written, whether the last line leaves a quote open). role/slot/kind/seps/
     max_lengths hold one entry per field index, and so do flags (KEEP_LAST: a sequence keeps its
     last values; RAW: integers kept as written) and primary (a side sequence's primary field, -1
-    for others: both hold as many values). still_open: the text before buf (an earlier piece of
-    the same text) left a quote open, so buf's first lines are inside that field. words, starts:
-    the words for a missing value (is_missing), read as an empty field and an empty list value.
+    for others: both have as many positions, the side a value at each the primary has one).
+    still_open: the text before buf (an earlier piece of the same text) left a quote open, so
+    buf's first lines are inside that field. words, starts: the words for a missing value
+    (is_missing), read as an empty field and an empty list value.
 
     Each row is cut into its fields first (start, end, escaped: a few entries that stay in L1),
     then decoded one kind of column at a time: a loop over the integer columns, one over the hex,
@@ -240,9 +278,11 @@ def parse_spec_rows(
         _fields_of(role, kind, CATEGORICAL, STRING),
     )
     floats, lists = _fields_of(role, kind, DENSE, FLOAT), _fields_of(role, kind, LIST, -1)
-    others = np.sort(np.concatenate((np.array([label_field]), floats, lists)))
+    sides = lists[primary[lists] >= 0]  # decoded after every primary (which they follow)
+    others = np.sort(np.concatenate((np.array([label_field]), floats, lists[primary[lists] < 0])))
+    others = np.concatenate((others, sides))
     fs, fe, fx = np.zeros(nf, np.int64), np.zeros(nf, np.int64), np.zeros(nf, np.bool_)
-    totals = np.zeros(nf, np.int64)
+    totals, slots = np.zeros(nf, np.int64), np.zeros(nf, np.int64)
     given = len(starts) > 1
     while i < n:
         row_start[row] = i
@@ -288,20 +328,28 @@ def parse_spec_rows(
                 dense[ur, k] = x
                 bad = -1 if ok else BAD_FLOAT
             else:
-                lstart[ur, k] = pos
-                cnt, bad, totals[g] = _list(
-                    buf, s, e, kind[g], seps[g], max_lengths[g], fx[g], lvalues, pos,
-                    flags[g] & KEEP_LAST, flags[g] & RAW, words, starts,
-                )  # fmt: skip
+                lstart[ur, k], p = pos, primary[g]
+                if p < 0 or totals[p] == slots[p]:
+                    cnt, bad, totals[g], slots[g] = _list(
+                        buf, s, e, kind[g], seps[g], max_lengths[g], fx[g], lvalues, pos,
+                        flags[g] & KEEP_LAST, flags[g] & RAW, words, starts,
+                    )  # fmt: skip
+                else:  # a side whose primary skipped a value: its positions kept in step
+                    cnt, bad = _side_list(
+                        buf, s, e, fs[p], fe[p], seps[g], seps[p], kind[g],
+                        max(0, totals[p] - max_lengths[g]), fx[g], lvalues, pos, flags[g] & RAW,
+                        words, starts,
+                    )  # fmt: skip
+                    totals[g], slots[g] = totals[p], slots[p]
                 if bad == -2:
                     return row, -1, still_open
                 llen[ur, k] = cnt
                 pos += cnt
             if bad >= 0 and g < first_bad:
                 first_bad, code = g, bad
-        for t in range(len(others)):  # a side sequence holds as many values as its primary
-            g = others[t]
-            if primary[g] >= 0 and totals[g] != totals[primary[g]] and g < first_bad:
+        for t in range(len(sides)):  # a side sequence has a value where its primary has one
+            g, p = sides[t], primary[sides[t]]
+            if (totals[g] != totals[p] or slots[g] != slots[p]) and g < first_bad:
                 first_bad, code = g, SIDE_LENGTH
         for t in range(len(ints)):
             g = ints[t]
@@ -386,33 +434,3 @@ def _row_reason(
     if first_bad >= 0:
         return code, first_bad
     return -1, -1
-
-
-@njit(cache=True, nogil=True, boundscheck=False)
-def hash_lists_into(lvalues, lstart, llen, c, rows, cardinality, out, offsets, base, at):
-    """Hash list column c's values of the kept `rows` onto out[at:], and their row offsets onto
-    offsets[base + 1 :]; returns the new end of out. Ids as parts/column_kernels.hash_rows_into's (a
-    raw-id column, cardinality 0, keeps its values)."""
-    mod = np.uint64(max(cardinality - 1, 1))
-    one = np.uint64(1)
-    for k in range(len(rows)):
-        r = rows[k]
-        s = lstart[r, c]
-        for t in range(llen[r, c]):
-            v = lvalues[s + t]
-            out[at] = v if cardinality == 0 else one + mix64_scalar(v) % mod
-            at += 1
-        offsets[base + k + 1] = at
-    return at
-
-
-@njit(cache=True, nogil=True, boundscheck=False)
-def gather_lists(lvalues, lstart, llen, c, rows, out):
-    """List column c's raw values of the kept rows, in row order (for vocabularies)."""
-    at = 0
-    for k in range(len(rows)):
-        r = rows[k]
-        for t in range(llen[r, c]):
-            out[at] = lvalues[lstart[r, c] + t]
-            at += 1
-    return at

@@ -1,6 +1,7 @@
 """Compiled (numba) kernels that fill and count a part's columns: ids hashed into them (a whole
-matrix, or the kept rows of a piece straight into a part's id columns), the default log1p transform
-of dense integers looked up in its table, and ids counted for the planner's statistics. Whether the
+matrix, or the kept rows of a piece straight into a part's id columns, list values too), a list
+column's values gathered for its vocabulary, the default log1p transform of dense integers looked
+up in its table, and ids counted for the planner's statistics. Whether the
 compiled path is taken is parse_kernel.AVAILABLE's to say: the one switch that the callers read and
 the tests flip."""
 
@@ -10,7 +11,7 @@ import numpy as np
 
 from shardrec.dataloader.format.raw_ids import MISSING_KEY
 from shardrec.dataloader.util.jit import njit
-from shardrec.dataloader.util.splitmix import MIX_M1, MIX_M2
+from shardrec.dataloader.util.splitmix import MIX_M1, MIX_M2, mix64_scalar
 
 RAW_MISSING = np.uint64(MISSING_KEY)
 
@@ -112,3 +113,33 @@ def count_ids(ids, counts):
             return v
         counts[v] += 1
     return -1
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def hash_lists_into(lvalues, lstart, llen, c, rows, cardinality, out, offsets, base, at):
+    """Hash list column c's values of the kept `rows` onto out[at:], and their row offsets onto
+    offsets[base + 1 :]; returns the new end of out. Ids as hash_rows_into's (a
+    raw-id column, cardinality 0, keeps its values)."""
+    mod = np.uint64(max(cardinality - 1, 1))
+    one = np.uint64(1)
+    for k in range(len(rows)):
+        r = rows[k]
+        s = lstart[r, c]
+        for t in range(llen[r, c]):
+            v = lvalues[s + t]
+            out[at] = v if cardinality == 0 else one + mix64_scalar(v) % mod
+            at += 1
+        offsets[base + k + 1] = at
+    return at
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def gather_lists(lvalues, lstart, llen, c, rows, out):
+    """List column c's raw values of the kept rows, in row order (for vocabularies)."""
+    at = 0
+    for k in range(len(rows)):
+        r = rows[k]
+        for t in range(llen[r, c]):
+            out[at] = lvalues[lstart[r, c] + t]
+            at += 1
+    return at

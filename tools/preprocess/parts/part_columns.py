@@ -21,7 +21,7 @@ from shardrec.dataloader.format.raw_ids import MISSING_KEY
 from shardrec.tools.preprocess import cpu_stages
 from shardrec.tools.preprocess.ids.id_maps import Vocabulary, hash_ids
 from shardrec.tools.preprocess.ids.vocab_kernel import lookup_features_into
-from shardrec.tools.preprocess.parse import parse_kernel, spec_kernel
+from shardrec.tools.preprocess.parse import parse_kernel
 from shardrec.tools.preprocess.parse.criteo_text import ParsedChunk, transform_dense
 from shardrec.tools.preprocess.parse.spec_parse import Program, SpecChunk
 from shardrec.tools.preprocess.parts import column_kernels
@@ -353,12 +353,12 @@ def append_spec_rows(
         out, offsets = cols.list_ids[c], cols.list_offsets[c]
         at = int(offsets[n])
         if getattr(program.spec.sparse[f], "raw", False):  # a sequence of integers: as written
-            spec_kernel.gather_lists(
+            column_kernels.gather_lists(
                 chunk.list_values, chunk.list_start, chunk.list_len, c, rows, out[at : at + count]
             )
             offsets[n + 1 : n + k + 1] = at + np.cumsum(chunk.list_len[rows, c])
         elif vocabs is None:
-            spec_kernel.hash_lists_into(
+            column_kernels.hash_lists_into(
                 chunk.list_values,
                 chunk.list_start,
                 chunk.list_len,
@@ -372,7 +372,7 @@ def append_spec_rows(
             )
         else:
             values = np.empty(count, np.uint64)
-            spec_kernel.gather_lists(
+            column_kernels.gather_lists(
                 chunk.list_values, chunk.list_start, chunk.list_len, c, rows, values
             )
             out[at : at + count] = vocabs[f].lookup(values, np.zeros(count, bool))

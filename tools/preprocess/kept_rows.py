@@ -242,6 +242,39 @@ class PreprocessResult:
     cpu_s_by_stage: dict[str, float] = field(
         default_factory=dict
     )  # this process and its workers (cpu_stages)
+    lists_cut: dict[str, ListsCut] = field(default_factory=dict)
+    """The list columns some kept row held more than max_length values of (list_cut_lines)."""
+
+
+@dataclass
+class ListsCut:
+    """A list column's kept rows that held more than max_length values, and the values they left
+    out (the first max_length kept; a sequence's last)."""
+
+    max_length: int
+    rows: int
+    values: int
+
+
+def _lists_cut(results: list[TaskResult]) -> dict[str, ListsCut]:
+    """Each task's counts summed: the same for any number of workers, and for a resumed run (a
+    finished task's marker keeps them)."""
+    out: dict[str, ListsCut] = {}
+    for r in results:
+        for name, (max_length, rows, values) in r.lists_cut.items():
+            cut = out.setdefault(name, ListsCut(max_length, 0, 0))
+            cut.rows, cut.values = cut.rows + rows, cut.values + values
+    return out
+
+
+def list_cut_lines(result: PreprocessResult) -> list[str]:
+    """One line per list column whose lists were cut, with the rows and values it concerns."""
+    kept = max(sum(result.kept.values()), 1)
+    return [
+        f"{name}: {c.rows:,} rows ({c.rows / kept:.0%}) had more than max_length = {c.max_length} "
+        f"values; {c.values:,} values left out (raise max_length in the spec to keep them)"
+        for name, c in result.lists_cut.items()
+    ]
 
 
 def _versions() -> dict[str, str]:
@@ -334,4 +367,5 @@ def summarize(
         errors,
         ran,
         len(tasks),
+        lists_cut=_lists_cut(results),
     )

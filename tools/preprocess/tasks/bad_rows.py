@@ -1,6 +1,7 @@
 """A task's malformed rows, counted by reason with the first ones kept (line, field, value,
-reason), and the one-line errors that stop a run: a malformed row under --strict, a value its part
-cannot store; each names the file and line (a Parquet file's row)."""
+reason), its kept rows whose lists were cut at max_length, and the one-line errors that stop a
+run: a malformed row under --strict, a value its part cannot store; each names the file and line
+(a Parquet file's row)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from shardrec.dataloader.spec.feature_spec import ListColumn
 from shardrec.tools.preprocess.parse.criteo_text import REASONS
 from shardrec.tools.preprocess.parse.text_parser import Chunk
 from shardrec.tools.preprocess.parts.part_columns import NonFiniteDense
@@ -64,6 +66,22 @@ def note_bad_rows(
         local, name, value, reason = result.errors[0]
         where = place_of(task, local)
         raise MalformedRowError(f"{where}: {name}: {value} ({reason})", task.path, reason)
+
+
+def note_lists_cut(chunk: Chunk, idx: np.ndarray, opts: TaskOptions, result: TaskResult) -> None:
+    """Count, per list column, the rows `idx` (kept) whose list held more values than its
+    max_length, and the values so left out (a spec's list columns: chunk.list_total)."""
+    total = getattr(chunk, "list_total", None)
+    if total is None or not total.shape[1]:
+        return
+    columns = [c for c in opts.parser.program.spec.sparse if isinstance(c, ListColumn)]
+    for c, column in enumerate(columns):
+        over = total[idx, c] - column.max_length
+        cut = over > 0
+        if cut.any():
+            counts = result.lists_cut.setdefault(column.name, [column.max_length, 0, 0])
+            counts[1] += int(np.count_nonzero(cut))
+            counts[2] += int(over[cut].sum())
 
 
 def place_of(task: Task, local: int) -> str:

@@ -1,6 +1,7 @@
 """A list column keeps the first max_length values of each row: `shardrec preprocess` counts the
 kept rows whose list held more and the values so left out, says so in one line per column (and in
---json), the same at any worker count and on a rerun, and keeps the same values as ever."""
+--json, the manifest and `data stats`), the same at any worker count and on a rerun, and keeps the
+same values as ever; a dataset with no list cut has the manifest it always had."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from helpers import cli
 
+from shardrec.dataloader.format.manifest import Manifest
 from shardrec.dataloader.format.part_file import open_split
 from shardrec.tools.preprocess.ids.id_maps import hash_bytes, hash_ids
 
@@ -78,7 +80,10 @@ def test_csv_list_cut_is_counted_and_said(tmp_path):
         "max_length in the spec to keep them)"
     )
     assert line in text.splitlines()
-    assert summary["lists_cut"] == {"genres": {"max_length": 3, "rows": 20, "values": 60}}
+    cut = {"genres": {"max_length": 3, "rows": 20, "values": 60}}
+    assert summary["lists_cut"] == cut
+    assert Manifest.load(tmp_path / "d").lists_cut == cut
+    assert json.loads(cli("data", "stats", tmp_path / "d", "--json").output)["lists_cut"] == cut
     kept = sorted(map(tuple, _kept_genres(tmp_path / "d")))  # the first 3, as ever
     assert kept == sorted(tuple(_ids(_genres(i)[:3])) for i in range(ROWS))
 
@@ -109,3 +114,12 @@ def test_parquet_list_cut_counted_per_task_and_on_a_rerun(tmp_path):
             "max_length in the spec to keep them)"
         ) in text.splitlines()
     assert _kept_genres(tmp_path / "d1") == _kept_genres(tmp_path / "d2")
+
+
+def test_a_manifest_without_a_list_cut_keeps_its_bytes(tmp_path):
+    log, spec = tmp_path / "log.csv", tmp_path / "spec.toml"
+    log.write_text("click,genres\n" + "".join(f"{i % 2},Comedy|War\n" for i in range(ROWS)))
+    spec.write_text(SPEC.format(kind="csv", header="header = true", tags=""))
+    cli("preprocess", log, "--spec", spec, "--out", tmp_path / "d")
+    assert "lists_cut" not in json.loads((tmp_path / "d" / "manifest.json").read_text())
+    assert "lists cut" not in cli("data", "stats", tmp_path / "d").output

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import platform
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
 
@@ -320,6 +320,7 @@ def write_manifest(
     }
     dense = opts.parser.dense_names
     manifest = Manifest(dense, features, splits, cfg.dense_dtype, options, _versions(), skipped)
+    manifest.lists_cut = {name: asdict(c) for name, c in _lists_cut(results).items()}
     for name, stats in compute_feature_stats(cfg.out, manifest).items():
         manifest.feature(name).stats = stats
     manifest.save(cfg.out)

@@ -1,7 +1,8 @@
 """A list column keeps the first max_length values of each row: `shardrec preprocess` counts the
 kept rows whose list held more and the values so left out, says so in one line per column (and in
 --json, the manifest and `data stats`), the same at any worker count and on a rerun, and keeps the
-same values as ever; a dataset with no list cut has the manifest it always had."""
+same values as ever; a dataset with no list cut has the manifest it always had. `predict` on raw
+rows, whose lists are cut the same way, says so too."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from helpers import cli
+from test_spec_flow import write_untrained_model
 
 from shardrec.dataloader.format.manifest import Manifest
 from shardrec.dataloader.format.part_file import open_split
@@ -123,3 +125,26 @@ def test_a_manifest_without_a_list_cut_keeps_its_bytes(tmp_path):
     cli("preprocess", log, "--spec", spec, "--out", tmp_path / "d")
     assert "lists_cut" not in json.loads((tmp_path / "d" / "manifest.json").read_text())
     assert "lists cut" not in cli("data", "stats", tmp_path / "d").output
+
+
+def test_predict_on_raw_rows_says_their_lists_were_cut(tmp_path):
+    log, spec = tmp_path / "log.csv", tmp_path / "spec.toml"
+    log.write_text(
+        "click,genres\n" + "".join(f"{i % 2},{'|'.join(_genres(i))}\n" for i in range(ROWS))
+    )
+    spec.write_text(SPEC.format(kind="csv", header="header = true", tags=""))
+    cli("preprocess", log, "--spec", spec, "--out", tmp_path / "d")
+    model = tmp_path / "m.safetensors"
+    write_untrained_model(tmp_path / "d", model)
+    result = cli("predict", model, log, "--out", tmp_path / "p.txt")
+    assert (
+        f"warning: {log}: genres: 20 rows (50%) had more than max_length = 3 values; 60 values "
+        "left out (scored on the values preprocessing keeps, as the model was trained)"
+    ) in result.stderr.splitlines()
+    summary = json.loads(cli("predict", model, log, "--out", tmp_path / "j.txt", "--json").stdout)
+    assert summary["lists_cut"] == {"genres": {"max_length": 3, "rows": 20, "values": 60}}
+    log.write_text("click,genres\n1,Comedy|War\n0,Drama\n")  # no list cut: not a word
+    result = cli("predict", model, log, "--out", tmp_path / "q.txt")
+    assert "max_length" not in result.stderr
+    summary = json.loads(cli("predict", model, log, "--out", tmp_path / "k.txt", "--json").stdout)
+    assert "lists_cut" not in summary

@@ -99,9 +99,10 @@ def print_tables(result: PreprocessResult, seconds: float, bar: Bar, parquet: bo
     console.print(rows)
     for line in result.errors:
         console.print(f"  {line}", highlight=False)
-    from shardrec.tools.preprocess.kept_rows import list_cut_lines
+    from shardrec.tools.preprocess.tasks.bad_rows import list_cut_lines
 
-    for line in list_cut_lines(result):
+    keep = "raise max_length in the spec to keep them"
+    for line in list_cut_lines(result.lists_cut, sum(result.kept.values()), keep):
         console.print(line, highlight=False, soft_wrap=True)
     if result.manifest is None:
         console.print(

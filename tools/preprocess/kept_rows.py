@@ -27,6 +27,7 @@ from shardrec.tools.preprocess.inputs import RowsRefused
 from shardrec.tools.preprocess.parse.text_parser import TextParser
 from shardrec.tools.preprocess.parts.feature_stats import compute_feature_stats
 from shardrec.tools.preprocess.settings import PreprocessConfig
+from shardrec.tools.preprocess.tasks.bad_rows import ListsCut, lists_cut
 from shardrec.tools.preprocess.tasks.task import Task, TaskOptions
 from shardrec.tools.preprocess.tasks.task_markers import TaskResult, read_marker
 
@@ -243,38 +244,7 @@ class PreprocessResult:
         default_factory=dict
     )  # this process and its workers (cpu_stages)
     lists_cut: dict[str, ListsCut] = field(default_factory=dict)
-    """The list columns some kept row held more than max_length values of (list_cut_lines)."""
-
-
-@dataclass
-class ListsCut:
-    """A list column's kept rows that held more than max_length values, and the values they left
-    out (the first max_length kept; a sequence's last)."""
-
-    max_length: int
-    rows: int
-    values: int
-
-
-def _lists_cut(results: list[TaskResult]) -> dict[str, ListsCut]:
-    """Each task's counts summed: the same for any number of workers, and for a resumed run (a
-    finished task's marker keeps them)."""
-    out: dict[str, ListsCut] = {}
-    for r in results:
-        for name, (max_length, rows, values) in r.lists_cut.items():
-            cut = out.setdefault(name, ListsCut(max_length, 0, 0))
-            cut.rows, cut.values = cut.rows + rows, cut.values + values
-    return out
-
-
-def list_cut_lines(result: PreprocessResult) -> list[str]:
-    """One line per list column whose lists were cut, with the rows and values it concerns."""
-    kept = max(sum(result.kept.values()), 1)
-    return [
-        f"{name}: {c.rows:,} rows ({c.rows / kept:.0%}) had more than max_length = {c.max_length} "
-        f"values; {c.values:,} values left out (raise max_length in the spec to keep them)"
-        for name, c in result.lists_cut.items()
-    ]
+    """The list columns some kept row held more than max_length values of (bad_rows.lists_cut)."""
 
 
 def _versions() -> dict[str, str]:
@@ -320,7 +290,9 @@ def write_manifest(
     }
     dense = opts.parser.dense_names
     manifest = Manifest(dense, features, splits, cfg.dense_dtype, options, _versions(), skipped)
-    manifest.lists_cut = {name: asdict(c) for name, c in _lists_cut(results).items()}
+    manifest.lists_cut = {
+        name: asdict(c) for name, c in lists_cut(r.lists_cut for r in results).items()
+    }
     for name, stats in compute_feature_stats(cfg.out, manifest).items():
         manifest.feature(name).stats = stats
     manifest.save(cfg.out)
@@ -368,5 +340,5 @@ def summarize(
         errors,
         ran,
         len(tasks),
-        lists_cut=_lists_cut(results),
+        lists_cut=lists_cut(r.lists_cut for r in results),
     )

@@ -5,7 +5,8 @@ run: a malformed row under --strict, a value its part cannot store; each names t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -68,9 +69,12 @@ def note_bad_rows(
         raise MalformedRowError(f"{where}: {name}: {value} ({reason})", task.path, reason)
 
 
-def note_lists_cut(chunk: Chunk, idx: np.ndarray, opts: TaskOptions, result: TaskResult) -> None:
+def note_lists_cut(
+    chunk: Chunk, idx: np.ndarray, opts: TaskOptions, into: dict[str, list[int]]
+) -> None:
     """Count, per list column, the rows `idx` (kept) whose list held more values than its
-    max_length, and the values so left out (a spec's list columns: chunk.list_total)."""
+    max_length, and the values so left out (a spec's list columns: chunk.list_total), into
+    [max_length, rows, values] (TaskResult.lists_cut)."""
     total = getattr(chunk, "list_total", None)
     if total is None or not total.shape[1]:
         return
@@ -79,9 +83,40 @@ def note_lists_cut(chunk: Chunk, idx: np.ndarray, opts: TaskOptions, result: Tas
         over = total[idx, c] - column.max_length
         cut = over > 0
         if cut.any():
-            counts = result.lists_cut.setdefault(column.name, [column.max_length, 0, 0])
+            counts = into.setdefault(column.name, [column.max_length, 0, 0])
             counts[1] += int(np.count_nonzero(cut))
             counts[2] += int(over[cut].sum())
+
+
+@dataclass
+class ListsCut:
+    """A list column's rows that held more than max_length values, and the values they left out
+    (the first max_length kept; a sequence's last)."""
+
+    max_length: int
+    rows: int
+    values: int
+
+
+def lists_cut(counts: Iterable[dict[str, list[int]]]) -> dict[str, ListsCut]:
+    """Counts of note_lists_cut summed (each task's: the same for any number of workers, and for
+    a resumed run, whose finished tasks' markers keep them)."""
+    out: dict[str, ListsCut] = {}
+    for count in counts:
+        for name, (max_length, rows, values) in count.items():
+            cut = out.setdefault(name, ListsCut(max_length, 0, 0))
+            cut.rows, cut.values = cut.rows + rows, cut.values + values
+    return out
+
+
+def list_cut_lines(cuts: dict[str, ListsCut], rows: int, then: str) -> list[str]:
+    """One line per list column cut, its rows against `rows`, ending with `then` (what it means
+    or what to do)."""
+    return [
+        f"{name}: {c.rows:,} rows ({c.rows / max(rows, 1):.0%}) had more than max_length = "
+        f"{c.max_length} values; {c.values:,} values left out ({then})"
+        for name, c in cuts.items()
+    ]
 
 
 def place_of(task: Task, local: int) -> str:

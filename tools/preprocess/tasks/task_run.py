@@ -159,7 +159,7 @@ def _take_chunk(
             idx = np.arange(chunk.rows) if rows.all() else np.flatnonzero(rows)
             if not len(idx):
                 continue
-            note_lists_cut(chunk, idx, opts, result)
+            note_lists_cut(chunk, idx, opts, result.lists_cut)
             if split not in buffers:
                 cap = _capacity(task, opts, chunk.rows, size, result.bytes)
                 buffers[split] = layout.new_part(cap)

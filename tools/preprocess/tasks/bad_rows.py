@@ -113,10 +113,18 @@ def list_cut_lines(cuts: dict[str, ListsCut], rows: int, then: str) -> list[str]
     """One line per list column cut, its rows against `rows`, ending with `then` (what it means
     or what to do)."""
     return [
-        f"{name}: {c.rows:,} rows ({c.rows / max(rows, 1):.0%}) had more than max_length = "
+        f"{name}: {c.rows:,} rows ({_share(c.rows, rows)}) had more than max_length = "
         f"{c.max_length} values; {c.values:,} values left out ({then})"
         for name, c in cuts.items()
     ]
+
+
+def _share(part: int, whole: int) -> str:
+    """part / whole in whole percents, never 0% for some rows nor 100% for not all of them."""
+    share = part / max(whole, 1)
+    if 0 < share < 0.01:
+        return "<1%"
+    return ">99%" if 0.99 < share < 1 else f"{share:.0%}"
 
 
 def place_of(task: Task, local: int) -> str:

@@ -210,6 +210,9 @@ class Manifest:
     versions: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)
     """Rows dropped while preprocessing, by reason."""
+    lists_cut: dict[str, dict[str, int]] = field(default_factory=dict)
+    """List columns whose kept rows held more than max_length values: {max_length, rows, values
+    left out}; written only where a list was cut."""
     schema_version: int = SCHEMA_VERSION
     format: str = FORMAT_NAME
     kind: str = "rows"
@@ -241,6 +244,8 @@ class Manifest:
             del out["kind"], out["events"]
         if not self.upgraded_from:
             del out["upgraded_from"]
+        if not self.lists_cut:  # the manifests of datasets with no list cut keep their bytes
+            del out["lists_cut"]
         return json.dumps(out, indent=2, sort_keys=False) + "\n"
 
     @classmethod

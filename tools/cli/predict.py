@@ -261,10 +261,12 @@ def predict(
         events = bool(header.get("transform", {}).get("events_spec"))  # an event-log model
         if untrained_as_missing:
             _can_score_as_missing(header, model, events)
+        raw = None
         if not input_path.is_dir() and not events:
             from shardrec.tools.preprocess.raw_rows import RawRows
 
-            chunks = _first_and_rest(RawRows(header, model).read(input_path, labeled=not no_label))
+            raw = RawRows(header, model)
+            chunks = _first_and_rest(raw.read(input_path, labeled=not no_label))
         from shardrec.trainer.inference.predict import load_exported, score_split, split_batch
 
         exported = load_exported(model)
@@ -307,6 +309,9 @@ def predict(
     if not sample.all():
         result["samples"] = int(sample.sum())
     result["untrained"] = exported.trained.summary() if exported.trained is not None else None
+    cut = _lists_cut(raw, input_path, len(probs), json_out)
+    if cut:
+        result["lists_cut"] = cut
     if json_out:
         print_json(result)
     elif out is not None:
@@ -333,6 +338,20 @@ def predict(
 
         for line in untrained_lines(exported.trained, str(model)):
             err_console.print(escape(line), highlight=False, soft_wrap=True)
+
+
+def _lists_cut(raw, input_path: Path, rows: int, json_out: bool) -> dict[str, dict[str, int]]:
+    """The raw rows' list columns cut at max_length, as preprocessing cuts them (what the model was
+    trained on): a warning for each on stderr (none with --json), and their counts."""
+    from dataclasses import asdict
+
+    from shardrec.tools.preprocess.tasks.bad_rows import list_cut_lines, lists_cut
+
+    cuts = lists_cut([raw.lists_cut]) if raw is not None else {}
+    then = "scored on the values preprocessing keeps, as the model was trained"
+    for line in [] if json_out else list_cut_lines(cuts, rows, then):
+        err_console.print(f"warning: {input_path}: {line}", highlight=False, soft_wrap=True)
+    return {name: asdict(c) for name, c in cuts.items()}
 
 
 def register(app: typer.Typer) -> None:

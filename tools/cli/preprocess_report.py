@@ -4,6 +4,7 @@ features and the last line's rate, the JSON summary, and the warning for a split
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -79,6 +80,7 @@ def as_json(result: PreprocessResult, seconds: float) -> dict:
         "rows_kept": result.kept,
         "rows_skipped": result.skipped,
         "first_errors": result.errors,
+        "lists_cut": {name: asdict(c) for name, c in result.lists_cut.items()},
         "tasks_run": result.tasks_run,
         "tasks_total": result.tasks_total,
         "seconds": round(seconds, 3),
@@ -98,6 +100,11 @@ def print_tables(result: PreprocessResult, seconds: float, bar: Bar, parquet: bo
     console.print(rows)
     for line in result.errors:
         console.print(f"  {line}", highlight=False)
+    from shardrec.tools.preprocess.tasks.bad_rows import list_cut_lines
+
+    keep = "raise max_length in the spec to keep them"
+    for line in list_cut_lines(result.lists_cut, sum(result.kept.values()), keep):
+        console.print(line, highlight=False, soft_wrap=True)
     if result.manifest is None:
         console.print(
             f"ran {result.tasks_run} task(s); others are unfinished: rerun without --part to finish and merge"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import platform
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
 
@@ -27,6 +27,7 @@ from shardrec.tools.preprocess.inputs import RowsRefused
 from shardrec.tools.preprocess.parse.text_parser import TextParser
 from shardrec.tools.preprocess.parts.feature_stats import compute_feature_stats
 from shardrec.tools.preprocess.settings import PreprocessConfig
+from shardrec.tools.preprocess.tasks.bad_rows import ListsCut, lists_cut
 from shardrec.tools.preprocess.tasks.task import Task, TaskOptions
 from shardrec.tools.preprocess.tasks.task_markers import TaskResult, read_marker
 
@@ -242,6 +243,8 @@ class PreprocessResult:
     cpu_s_by_stage: dict[str, float] = field(
         default_factory=dict
     )  # this process and its workers (cpu_stages)
+    lists_cut: dict[str, ListsCut] = field(default_factory=dict)
+    """The list columns some kept row held more than max_length values of (bad_rows.lists_cut)."""
 
 
 def _versions() -> dict[str, str]:
@@ -287,6 +290,9 @@ def write_manifest(
     }
     dense = opts.parser.dense_names
     manifest = Manifest(dense, features, splits, cfg.dense_dtype, options, _versions(), skipped)
+    manifest.lists_cut = {
+        name: asdict(c) for name, c in lists_cut(r.lists_cut for r in results).items()
+    }
     for name, stats in compute_feature_stats(cfg.out, manifest).items():
         manifest.feature(name).stats = stats
     manifest.save(cfg.out)
@@ -334,4 +340,5 @@ def summarize(
         errors,
         ran,
         len(tasks),
+        lists_cut=lists_cut(r.lists_cut for r in results),
     )

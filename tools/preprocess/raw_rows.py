@@ -49,7 +49,7 @@ from shardrec.tools.preprocess.raw_labels import (
     value_hint,
     with_label_column,
 )
-from shardrec.tools.preprocess.tasks.bad_rows import non_finite_error
+from shardrec.tools.preprocess.tasks.bad_rows import non_finite_error, note_lists_cut
 from shardrec.tools.preprocess.tasks.task import TaskOptions
 from shardrec.tools.preprocess.text.gz import open_text
 from shardrec.tools.preprocess.text.lines import blank_tail
@@ -97,6 +97,9 @@ class RawRows:
                 )
             self.vocabs = load_vocabularies(Path(t["vocab_dir"]), self.names)
         self.tables = None
+        self.lists_cut: dict[str, list[int]] = {}
+        """The rows read so far whose lists held more than max_length values
+        (bad_rows.note_lists_cut): they are scored on the values preprocessing keeps."""
         materialised = t.get("materialised_multihot")
         if materialised:
             # Trained on a `data multihot` copy: raw rows are hashed as its one-hot source's were,
@@ -228,6 +231,7 @@ class RawRows:
         line (or row) a refusal names."""
         layout = opts.part_layout()
         cols = layout.new_part(chunk.rows)
+        note_lists_cut(chunk, np.arange(chunk.rows), opts, self.lists_cut)
         try:
             layout.append(cols, chunk, np.arange(chunk.rows), self.vocabs)
         except NonFiniteDense as e:

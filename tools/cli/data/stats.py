@@ -33,7 +33,7 @@ def _table(title: str, records: list[dict]) -> Table:
         return table
     for col in records[0]:
         table.add_column(
-            str(col), justify="left" if col in ("split", "feature", "dtype") else "right"
+            str(col), justify="left" if col in ("split", "feature", "dtype", "list") else "right"
         )
     for r in records:
         table.add_row(
@@ -75,6 +75,9 @@ def stats(
     console.print(
         _table("rows skipped", [{"reason": k, "rows": v} for k, v in result["skipped"].items()])
     )
+    if result["lists_cut"]:
+        cut = [{"list": k, **v} for k, v in result["lists_cut"].items()]
+        console.print(_table("lists cut at max_length", cut))
     # "table rows": embedding rows (the cardinality), not data rows; shares as percentages, one way.
     short = {"feature": "feature", "cardinality": "table rows", "dtype": "dtype", "mean_ids_per_sample": "mean ids",
              "p95_ids_per_sample": "p95 ids", "distinct_ids": "distinct ids"} | SHARE_HEADERS  # fmt: skip

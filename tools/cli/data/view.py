@@ -116,6 +116,7 @@ def dataset_stats(directory: Path) -> dict[str, Any]:
     return {
         "splits": split_table(manifest, directory),
         "skipped": dict(manifest.skipped),
+        "lists_cut": dict(manifest.lists_cut),
         "features": feature_table(manifest),
         "dense": dense_table(directory, manifest),
         "options": manifest.options,

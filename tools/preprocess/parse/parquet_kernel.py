@@ -143,45 +143,66 @@ def integers_into(values, bitmap, at, n, out, missing, col, r0):
 @njit(cache=True, nogil=True, boundscheck=False)
 def string_lists_into(
     list_offsets, list_bitmap, at, n, offsets, data, bitmap, child_at, kind, max_length,
-    out, pos, start, length, col, r0, reason, bad_field, field,
+    out, pos, start, length, total, col, r0, reason, bad_field, field,
 ):  # fmt: skip
     """Rows r0 .. r0 + n of list column `col` from n lists of strings: each row's first
-    max_length non-empty values appended to out[pos:]; returns the next free position."""
+    max_length non-empty values appended to out[pos:], and in total[r, col] the non-empty values
+    it holds (more than max_length: a list cut); returns the next free position."""
     for i in range(n):
         r, j = r0 + i, at + i
-        start[r, col], count = pos, 0
+        start[r, col], count, held = pos, 0, 0
         if _valid(list_bitmap, j):
-            for k in range(np.int64(list_offsets[j]), np.int64(list_offsets[j + 1])):
+            k, end = np.int64(list_offsets[j]), np.int64(list_offsets[j + 1])
+            while k < end and count < max_length:
                 c = child_at + k
                 s, e = np.int64(offsets[c]), np.int64(offsets[c + 1])
-                if count == max_length or not _valid(bitmap, c) or s == e:
+                k += 1
+                if not _valid(bitmap, c) or s == e:
                     continue
                 v, code = categorical_value(data, s, e, kind, False)
                 if code >= 0:
                     _bad(reason, bad_field, r, code, field)
                 out[pos] = v
                 pos, count = pos + 1, count + 1
-        length[r, col] = count
+            held = count + _string_values(offsets, bitmap, child_at, k, end)
+        length[r, col], total[r, col] = count, held
     return pos
+
+
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _string_values(offsets, bitmap, child_at, begin, end):
+    """The non-empty strings among entries begin .. end (those a list cut leaves out)."""
+    m = 0
+    for k in range(begin, end):
+        c = child_at + k
+        if _valid(bitmap, c) and offsets[c + 1] > offsets[c]:
+            m += 1
+    return m
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
 def integer_lists_into(
     list_offsets, list_bitmap, at, n, values, bitmap, child_at, max_length,
-    out, pos, start, length, col, r0,
+    out, pos, start, length, total, col, r0,
 ):  # fmt: skip
     """string_lists_into for lists of integers (null elements skipped)."""
     for i in range(n):
         r, j = r0 + i, at + i
-        start[r, col], count = pos, 0
+        start[r, col], count, held = pos, 0, 0
         if _valid(list_bitmap, j):
-            for k in range(np.int64(list_offsets[j]), np.int64(list_offsets[j + 1])):
+            k, end = np.int64(list_offsets[j]), np.int64(list_offsets[j + 1])
+            while k < end and count < max_length:
                 c = child_at + k
-                if count == max_length or not _valid(bitmap, c):
+                k += 1
+                if not _valid(bitmap, c):
                     continue
                 out[pos] = np.uint64(np.int64(values[c]))
                 pos, count = pos + 1, count + 1
-        length[r, col] = count
+            held = count
+            for rest in range(k, end):  # a list cut: the values it leaves out
+                if _valid(bitmap, child_at + rest):
+                    held += 1
+        length[r, col], total[r, col] = count, held
     return pos
 
 

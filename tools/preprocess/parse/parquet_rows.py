@@ -185,7 +185,7 @@ def _categorical(
         m = len(entries)
         values, absent = np.zeros((m, 1), np.uint64), np.zeros((m, 1), bool)
         codes, unused = np.full(m, -1, np.int8), np.zeros(m, np.int16)
-        _categorical(entries, c, 0, SpecChunk(*([None] * 3), values, absent, *([None] * 3),
+        _categorical(entries, c, 0, SpecChunk(*([None] * 3), values, absent, *([None] * 4),
                                               codes, unused, None, None), 0, field)  # fmt: skip
         indices = _buffer(arr.buffers()[1], arr.type.index_type.to_pandas_dtype())
         if whole:
@@ -222,15 +222,16 @@ def _list(arr, c: ListColumn, slot: int, out: SpecChunk, r0: int, field: int, po
     if c.kind == "integer":
         return pk.integer_lists_into(
             list_offsets, list_bitmap, arr.offset, n, _integers(child), bitmap, child.offset,
-            c.max_length, out.list_values, pos, out.list_start, out.list_len, slot, r0,
+            c.max_length, out.list_values, pos, out.list_start, out.list_len, out.list_total, slot,
+            r0,
         )  # fmt: skip
     offsets = _buffer(child.buffers()[1], _offsets_dtype(child))
     data = _buffer(child.buffers()[2], np.uint8)
     kind = k.HEX if c.kind == "hex" else k.STRING
     return pk.string_lists_into(
         list_offsets, list_bitmap, arr.offset, n, offsets, data, bitmap, child.offset, kind,
-        c.max_length, out.list_values, pos, out.list_start, out.list_len, slot, r0, out.reason,
-        out.bad_field, field,
+        c.max_length, out.list_values, pos, out.list_start, out.list_len, out.list_total, slot, r0,
+        out.reason, out.bad_field, field,
     )  # fmt: skip
 
 
@@ -277,6 +278,7 @@ def table_chunk(table, pp: ParquetProgram, hashing: bool = False) -> SpecChunk:
         _scratch("dense_missing", (rows, nd), bool), _scratch("sparse", (rows, ns), np.uint64),
         _scratch("sparse_missing", (rows, ns), bool), _scratch("lists", (bound,), np.uint64),
         _scratch("list_start", (rows, nl), np.int64), _scratch("list_len", (rows, nl), np.int32),
+        _scratch("list_total", (rows, nl), np.int32),
         _scratch("reason", (rows,), np.int8), _scratch("bad_field", (rows,), np.int16),
         _scratch("row_start", (rows,), np.int64), _scratch("row_end", (rows,), np.int64),
     )  # fmt: skip

@@ -254,8 +254,8 @@ def _short_int(buf, s, e):
 @njit(cache=True, nogil=True, boundscheck=False)
 def parse_spec_rows(
     buf, delim, quoting, point, nmin, role, slot, kind, seps, max_lengths, label_field, label_mode, threshold,
-    keys, values, labels, dense, dmiss, sparse, smiss, lvalues, lstart, llen, reason, bad_field, row_start, row_end,
-    flags, primary, still_open, words, starts,
+    keys, values, labels, dense, dmiss, sparse, smiss, lvalues, lstart, llen, ltotal, reason, bad_field, row_start,
+    row_end, flags, primary, still_open, words, starts,
 ):  # fmt: skip
     """Fill the per-row arrays (sized to the newlines in buf) and the flat list values; returns
     (rows, list values written, whether the last line leaves a quote open). role/slot/kind/seps/
@@ -265,6 +265,8 @@ def parse_spec_rows(
     still_open: the text before buf (an earlier piece of the same text) left a quote open, so
     buf's first lines are inside that field. words, starts: the words for a missing value
     (is_missing), read as an empty field and an empty list value.
+    ltotal: beside llen (the values kept), the values each row's list field holds: more than its
+    max_length is a list cut (TaskResult.lists_cut).
 
     Each row is cut into its fields first (start, end, escaped: a few entries that stay in L1),
     then decoded one kind of column at a time: a loop over the integer columns, one over the hex,
@@ -343,7 +345,7 @@ def parse_spec_rows(
                     totals[g], slots[g] = totals[p], slots[p]
                 if bad == -2:
                     return row, -1, still_open
-                llen[ur, k] = cnt
+                llen[ur, k], ltotal[ur, k] = cnt, totals[g]
                 pos += cnt
             if bad >= 0 and g < first_bad:
                 first_bad, code = g, bad

@@ -259,6 +259,7 @@ class SpecChunk(ChunkRows):
         np.ndarray
     )  # int64 [rows, list columns]: first value of the row's list in list_values
     list_len: np.ndarray  # int32 [rows, list columns]
+    list_total: np.ndarray  # int32 [rows, list columns]: values in the field, list_len kept of them
     reason: np.ndarray  # int8 [rows]
     bad_field: np.ndarray  # int16 [rows]: field index of the first bad field
     row_start: np.ndarray  # int64 [rows]
@@ -315,8 +316,9 @@ def parse_spec_chunk(
     out = SpecChunk(
         np.zeros(rows, np.uint8), np.empty((rows, nd), np.float64), np.empty((rows, nd), bool),
         np.empty((rows, ns), np.uint64), np.empty((rows, ns), bool), np.empty(bound, np.uint64),
-        np.empty((rows, nl), np.int64), np.empty((rows, nl), np.int32), np.empty(rows, np.int8),
-        np.empty(rows, np.int16), np.empty(rows, np.int64), np.empty(rows, np.int64),
+        np.empty((rows, nl), np.int64), np.empty((rows, nl), np.int32),
+        np.empty((rows, nl), np.int32), np.empty(rows, np.int8), np.empty(rows, np.int16),
+        np.empty(rows, np.int64), np.empty(rows, np.int64),
     )  # fmt: skip
     if not rows:
         out.ends_in_quote = in_quote
@@ -328,9 +330,9 @@ def parse_spec_chunk(
         buf, ord(fmt.delimiter), fmt.quoting, ord(fmt.decimal or "."), program.min_fields, program.role,
         program.slot, program.kind, program.seps, program.max_lengths, program.label_field, mode,
         float(label.threshold or 0.0), program.keys, program.values, out.labels, out.dense, out.dense_missing,
-        out.sparse, out.sparse_missing, out.list_values,
-        out.list_start, out.list_len, out.reason, out.bad_field, out.row_start, out.row_end, program.flags,
-        program.primary, in_quote, program.words, program.starts,
+        out.sparse, out.sparse_missing, out.list_values, out.list_start, out.list_len, out.list_total,
+        out.reason, out.bad_field, out.row_start, out.row_end, program.flags, program.primary,
+        in_quote, program.words, program.starts,
     )  # fmt: skip
     assert done == rows and used >= 0, "the list bound covers every value"
     return out

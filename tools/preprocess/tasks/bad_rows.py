@@ -1,14 +1,17 @@
 """A task's malformed rows, counted by reason with the first ones kept (line, field, value,
-reason), and the one-line errors that stop a run: a malformed row under --strict, a value its part
-cannot store; each names the file and line (a Parquet file's row)."""
+reason), its kept rows whose lists were cut at max_length, and the one-line errors that stop a
+run: a malformed row under --strict, a value its part cannot store; each names the file and line
+(a Parquet file's row)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from shardrec.dataloader.spec.feature_spec import ListColumn
 from shardrec.tools.preprocess.parse.criteo_text import REASONS
 from shardrec.tools.preprocess.parse.text_parser import Chunk
 from shardrec.tools.preprocess.parts.part_columns import NonFiniteDense
@@ -64,6 +67,64 @@ def note_bad_rows(
         local, name, value, reason = result.errors[0]
         where = place_of(task, local)
         raise MalformedRowError(f"{where}: {name}: {value} ({reason})", task.path, reason)
+
+
+def note_lists_cut(
+    chunk: Chunk, idx: np.ndarray, opts: TaskOptions, into: dict[str, list[int]]
+) -> None:
+    """Count, per list column, the rows `idx` (kept) whose list held more values than its
+    max_length, and the values so left out (a spec's list columns: chunk.list_total), into
+    [max_length, rows, values] (TaskResult.lists_cut)."""
+    total = getattr(chunk, "list_total", None)
+    if total is None or not total.shape[1]:
+        return
+    columns = [c for c in opts.parser.program.spec.sparse if isinstance(c, ListColumn)]
+    for c, column in enumerate(columns):
+        over = total[idx, c] - column.max_length
+        cut = over > 0
+        if cut.any():
+            counts = into.setdefault(column.name, [column.max_length, 0, 0])
+            counts[1] += int(np.count_nonzero(cut))
+            counts[2] += int(over[cut].sum())
+
+
+@dataclass
+class ListsCut:
+    """A list column's rows that held more than max_length values, and the values they left out
+    (the first max_length kept; a sequence's last)."""
+
+    max_length: int
+    rows: int
+    values: int
+
+
+def lists_cut(counts: Iterable[dict[str, list[int]]]) -> dict[str, ListsCut]:
+    """Counts of note_lists_cut summed (each task's: the same for any number of workers, and for
+    a resumed run, whose finished tasks' markers keep them)."""
+    out: dict[str, ListsCut] = {}
+    for count in counts:
+        for name, (max_length, rows, values) in count.items():
+            cut = out.setdefault(name, ListsCut(max_length, 0, 0))
+            cut.rows, cut.values = cut.rows + rows, cut.values + values
+    return out
+
+
+def list_cut_lines(cuts: dict[str, ListsCut], rows: int, then: str) -> list[str]:
+    """One line per list column cut, its rows against `rows`, ending with `then` (what it means
+    or what to do)."""
+    return [
+        f"{name}: {c.rows:,} rows ({_share(c.rows, rows)}) had more than max_length = "
+        f"{c.max_length} values; {c.values:,} values left out ({then})"
+        for name, c in cuts.items()
+    ]
+
+
+def _share(part: int, whole: int) -> str:
+    """part / whole in whole percents, never 0% for some rows nor 100% for not all of them."""
+    share = part / max(whole, 1)
+    if 0 < share < 0.01:
+        return "<1%"
+    return ">99%" if 0.99 < share < 1 else f"{share:.0%}"
 
 
 def place_of(task: Task, local: int) -> str:

@@ -102,5 +102,8 @@ class TaskResult:
     kept: dict[str, int] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)
     errors: list[list] = field(default_factory=list)  # [task-local line, field, value, reason]
+    lists_cut: dict[str, list[int]] = field(default_factory=dict)
+    """Per list column whose lists some kept row held more than max_length values of:
+    [max_length, rows cut, values left out]."""
     bad_lines: list[int] = field(default_factory=list)
     """A staged task's malformed lines (gz_stream splits by them)."""

@@ -51,7 +51,12 @@ from shardrec.tools.preprocess.parts.part_columns import (
     ReservedRawIdError,
 )
 from shardrec.tools.preprocess.parts.part_layout import PartLayout
-from shardrec.tools.preprocess.tasks.bad_rows import non_finite_error, note_bad_rows, place_of
+from shardrec.tools.preprocess.tasks.bad_rows import (
+    non_finite_error,
+    note_bad_rows,
+    note_lists_cut,
+    place_of,
+)
 from shardrec.tools.preprocess.tasks.task import STAGED, Task, TaskOptions, split_rows
 from shardrec.tools.preprocess.tasks.task_markers import (
     TaskResult,
@@ -154,6 +159,7 @@ def _take_chunk(
             idx = np.arange(chunk.rows) if rows.all() else np.flatnonzero(rows)
             if not len(idx):
                 continue
+            note_lists_cut(chunk, idx, opts, result.lists_cut)
             if split not in buffers:
                 cap = _capacity(task, opts, chunk.rows, size, result.bytes)
                 buffers[split] = layout.new_part(cap)

@@ -60,8 +60,9 @@ def test_integer_columns_no_header_names_are_said_to_be_guessed_dense(tmp_path: 
         "values alone; one that holds codes (a category written as a number, as Avazu's C14-C21 "
         'or banner_pos) wants role = "categorical", kind = "integer" and a hash_size instead'
     )
-    assert _warnings(res) == [f"warning: {log}: {line}"]
-    assert f"\n# {line}\n[format]\n" in spec.read_text()
+    assert _warnings(res)[0] == f"warning: {log}: {line}"
+    assert _warnings(res)[1].startswith(f"warning: {log}: c2 (YYMMDDHH, 2014-10-21 00h .. ")
+    assert f"\n# {line}\n# c2 (YYMMDDHH, " in spec.read_text()
     # Named by a header, the columns say what they are: nothing is added.
     named = tmp_path / "named.csv"
     named.write_text("label,count,city\n" + "".join(f"{i % 2},{i},c{i % 3}\n" for i in range(60)))
@@ -139,3 +140,29 @@ def test_the_printed_command_counts_a_quoted_field_holding_the_delimiter_as_one(
     assert [r[:3] for r in after] == [r[:3] for r in before]  # the country's NA kept
     assert [r[3] for r in after[1:]] == [("", "", "31", "47", "52")[i % 5] for i in range(200)]
     assert _warnings(cli("spec", "infer", emptied, "--label", "click")) == []
+
+
+def test_date_codes_proposed_as_categoricals_are_said_in_a_warning(tmp_path: Path) -> None:
+    """Avazu's `hour` (YYMMDDHH) in a log sorted by time: the sample's hours are the first of
+    many, and the later ones would be ids no row trained on. Before, the column was proposed as a
+    categorical without a word (a comment said "codes ... one width"). A YYYYMMDD day is said too;
+    codes of one width that are no dates (99999999) are not."""
+    log, spec = tmp_path / "hours.csv", tmp_path / "hours.toml"
+    rows = [
+        f"{i % 2},{14102100 + (i // 100) % 24},{20141021 + (i // 1000) % 9},{90000000 + i % 7 * 1111111}"
+        for i in range(3000)
+    ]
+    log.write_text("click,hour,day,code\n" + "\n".join(rows) + "\n")
+    res = cli("spec", "infer", log, "--label", "click", "--out", spec)
+    line = (
+        "hour (YYMMDDHH, 2014-10-21 00h .. 2014-10-21 23h), day (YYYYMMDD, 2014-10-21 .. "
+        "2014-10-23): date codes in the first 3,000 rows, proposed as categoricals: the days and "
+        "hours after these (validation, test, the next day's log) are ids no row trained on; "
+        "derive an hour of day or a day of week from them before preprocessing, or give them "
+        'role = "ignore"'
+    )
+    assert _warnings(res) == [f"warning: {log}: {line}"]
+    text = spec.read_text()
+    assert f"\n# {line}\n[format]\n" in text
+    assert "; YYMMDDHH codes, 2014-10-21 00h .. 2014-10-21 23h: later ones are ids no row " in text
+    assert text.count("codes, 20") == 2  # hour's and day's notes; code's values are no dates

@@ -48,6 +48,7 @@ from shardrec.dataloader.spec.feature_spec import (
     ListColumn,
     TextFormat,
 )
+from shardrec.tools.preprocess.infer.date_codes import date_codes, date_codes_advice
 from shardrec.tools.preprocess.infer.label_infer import (
     is_comma_number,
     is_number,
@@ -339,7 +340,7 @@ def infer_spec(
     )
     values_of = [missing.values(values) for values in values_of]
     decimal = delimiter != "," and _decimal_commas(values_of)
-    columns, notes = [], {}
+    columns, notes, dated = [], {}, {}
     for i, name in enumerate(names):
         values = values_of[i]
         if decimal and values and all(map(is_comma_number, values)):
@@ -349,6 +350,9 @@ def infer_spec(
             columns.append(column)
             continue
         column, note = propose_column(name, values, len(body), delimiter)
+        if isinstance(column, CategoricalColumn) and (when := date_codes(values)) is not None:
+            dated[name] = when
+            note += f"; {when[0]} codes, {when[1]}: later ones are ids no row trained on"
         if i in missing.notes:
             note += f"; {missing.notes[i]}"
         if i >= width - unnamed:
@@ -368,5 +372,5 @@ def infer_spec(
         missing=missing.words,
     )
     spec = FeatureSpec(fmt, tuple(columns))
-    advice = [_unnamed_integers_advice(spec), missing.advice]
+    advice = [_unnamed_integers_advice(spec), missing.advice, date_codes_advice(dated, len(body))]
     return spec, notes, [line for line in advice if line]

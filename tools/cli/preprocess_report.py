@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 from rich.progress import Progress
 from rich.table import Table
 
+from shardrec.tools.cli.data.view import SHARE_HEADERS
 from shardrec.tools.console import console, err_console
-from shardrec.tools.preprocess.parts.feature_stats import SHARE_HEADERS
 
 if TYPE_CHECKING:
     from shardrec.tools.preprocess.kept_rows import PreprocessResult

@@ -11,6 +11,7 @@ from rich.table import Table
 from shardrec.dataloader.format.manifest import DatasetError, Manifest
 from shardrec.tools.cli.common import fail, print_json
 from shardrec.tools.cli.data.view import (
+    SHARE_HEADERS,
     column_hex_width,
     dataset_stats,
     head_fields,
@@ -21,7 +22,6 @@ from shardrec.tools.cli.data.view import (
     shown_value,
 )
 from shardrec.tools.console import console
-from shardrec.tools.preprocess.parts.feature_stats import SHARE_HEADERS
 
 HEAD_TABLE_ROWS = 50
 """Rows `data head` shows as a table (each a column of it); --json writes any number."""

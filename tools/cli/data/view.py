@@ -14,6 +14,13 @@ from shardrec.dataloader.format.part_file import open_split
 from shardrec.dataloader.format.raw_ids import MISSING_KEY
 from shardrec.tools.cli.common import save_figure
 
+SHARE_HEADERS = {
+    "top1_share": "lookups on top 1% of table rows",
+    "top10_share": "lookups on top 10% of table rows",
+}
+"""Column headers of the shares: of the table's rows (its cardinality), not of its distinct ids; a
+table that few ids touch has them all in its top 1%."""
+
 logger = logging.getLogger(__name__)
 EVENT_ROWS = 65536
 """Anchors of an event-log dataset whose dense features `data stats` describes."""

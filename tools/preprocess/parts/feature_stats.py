@@ -97,14 +97,6 @@ def feature_stats(
     }
 
 
-SHARE_HEADERS = {
-    "top1_share": "lookups on top 1% of table rows",
-    "top10_share": "lookups on top 10% of table rows",
-}
-"""Column headers of the shares: of the table's rows (its cardinality), not of its distinct ids; a
-table that few ids touch has them all in its top 1%."""
-
-
 EXACT_COUNTS = 64
 """Count-of-counts of raw ids: exact up to this count, then in bins that double."""
 

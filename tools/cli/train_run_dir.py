@@ -64,11 +64,14 @@ def check_resume_checkpoint(out_dir: Path) -> None:
     from shardrec.trainer.rundir.checkpoint.trust import (
         UntrustedCheckpoint,
         complete_checkpoints,
+        torn_refusal,
         verify_checkpoint,
     )
 
+    torn = torn_refusal(out_dir, ", or start over with --restart")
+    if torn is not None:
+        fail(torn)
     done = complete_checkpoints(out_dir / names.CHECKPOINTS)
-    _check_no_torn_checkpoint(out_dir, done[-1] if done else None)
     if done:
         try:
             verify_checkpoint(done[-1][1], skip_suffix=".distcp")
@@ -76,37 +79,16 @@ def check_resume_checkpoint(out_dir: Path) -> None:
             fail(f"{e}; {refused_checkpoint(out_dir)}")
 
 
-def _check_no_torn_checkpoint(out_dir: Path, newest: tuple[int, Path] | None) -> None:
-    """Refuse a checkpoint folder newer than the newest complete one (`newest`) that has no
-    digests.json (trainer.rundir.checkpoint.trust.torn_checkpoint): resuming from an older one without a word,
-    and replacing it at its step, would drop it."""
-    from shardrec.trainer.rundir.checkpoint.trust import torn_checkpoint, torn_checkpoint_message
-
-    directory = out_dir / names.CHECKPOINTS
-    path = torn_checkpoint(directory)
-    if path is None:
-        return
-    instead = f"to resume from {newest[1]} (step {newest[0]})" if newest else "to start from step 0"
-    fail(
-        torn_checkpoint_message(
-            path, f"{instead}, move {path} out of {directory}, or start over with --restart"
-        )
-    )
-
-
 def check_no_misnamed_checkpoint(out_dir: Path) -> None:
     """Refuse a checkpoint folder no command reads (not named step-NNNNNNNN: renamed or copied by
     hand): the job would resume from an older checkpoint, or start over, beside it without a word.
     Checked before what the run directory's checkpoints say (a --continue-on would otherwise be
     told there is no checkpoint to go on from, or that the stretch is unfinished)."""
-    from shardrec.trainer.rundir.checkpoint.trust import (
-        misnamed_checkpoint_message,
-        misnamed_checkpoints,
-    )
+    from shardrec.trainer.rundir.checkpoint.trust import misnamed_refusal
 
-    found = misnamed_checkpoints(out_dir / names.CHECKPOINTS)
-    if found:
-        fail(f"{misnamed_checkpoint_message(found[0])}; or start over with --restart")
+    line = misnamed_refusal(out_dir, "; or start over with --restart")
+    if line is not None:
+        fail(line)
 
 
 def check_apart(out_dir: Path, data: Path) -> None:

@@ -198,22 +198,35 @@ def torn_checkpoint_message(path: Path, instead: str) -> str:
     )
 
 
-def check_checkpoint_folders(run_dir: Path) -> None:
-    """ValueError (one line) where RUN/checkpoints holds a folder a resume would pass over without
-    a word: a checkpoint renamed or copied by hand (misnamed_checkpoints), or one newer than the
-    newest complete one without its digests (torn_checkpoint). For ranks a plain torchrun starts;
-    `shardrec train` checks the same before it starts its ranks."""
+def misnamed_refusal(run_dir: Path, also: str = "") -> str | None:
+    """The one line refusing RUN's first checkpoint folder no command reads (misnamed_checkpoints:
+    a resume would pass over it without a word), ending in `also`; None where there is none."""
+    found = misnamed_checkpoints(Path(run_dir) / names.CHECKPOINTS)
+    return f"{misnamed_checkpoint_message(found[0])}{also}" if found else None
+
+
+def torn_refusal(run_dir: Path, also: str = "") -> str | None:
+    """The one line refusing RUN's torn checkpoint folder (torn_checkpoint: resuming from an older
+    one without a word, and replacing it at its step, would drop it), ending in `also`; None
+    where there is none."""
     directory = Path(run_dir) / names.CHECKPOINTS
-    misnamed = misnamed_checkpoints(directory)
-    if misnamed:
-        raise ValueError(misnamed_checkpoint_message(misnamed[0]))
     torn = torn_checkpoint(directory)
-    if torn is not None:
-        done = complete_checkpoints(directory)
-        instead = f"to resume from {done[-1][1]} (step {done[-1][0]})" if done else "to start over"
-        raise ValueError(
-            torn_checkpoint_message(torn, f"{instead}, move {torn} out of {directory}")
-        )
+    if torn is None:
+        return None
+    done = complete_checkpoints(directory)
+    instead = (
+        f"to resume from {done[-1][1]} (step {done[-1][0]})" if done else "to start from step 0"
+    )
+    return torn_checkpoint_message(torn, f"{instead}, move {torn} out of {directory}{also}")
+
+
+def check_checkpoint_folders(run_dir: Path) -> None:
+    """ValueError (misnamed_refusal's or torn_refusal's line) where a resume would pass over a
+    checkpoint folder without a word. For ranks a plain torchrun starts; `shardrec train` refuses
+    the same, adding its --restart, before it starts its ranks."""
+    line = misnamed_refusal(run_dir) or torn_refusal(run_dir)
+    if line is not None:
+        raise ValueError(line)
 
 
 class UntrustedCheckpoint(ValueError):

@@ -50,3 +50,22 @@ def test_an_older_record_without_digests_resumes_and_gets_them(tmp_path: Path):
     other["inputs"][0]["mtime_ns"] = fp["inputs"][0]["mtime_ns"]
     with pytest.raises(ValueError, match=r"different inputs \(train\.txt: other content of the "):
         check_fingerprint(cfg.out, other)
+
+
+def test_the_digest_of_a_large_file_reads_a_few_mib_of_it(tmp_path: Path, monkeypatch):
+    """A rerun of unchanged inputs must not read them whole: 1 GiB (sparse), 4 MiB read."""
+    big = tmp_path / "day_0"
+    with big.open("wb") as f:
+        f.truncate(1 << 30)
+    read = []
+    real_open = Path.open
+
+    def counted(self, *args, **kwargs):
+        f = real_open(self, *args, **kwargs)
+        real_read = f.read
+        f.read = lambda n=-1: read.append(len(data := real_read(n))) or data
+        return f
+
+    monkeypatch.setattr(Path, "open", counted)
+    sampled_sha256(big)
+    assert sum(read) == SAMPLED_BYTES == 4 << 20

@@ -5,6 +5,7 @@ bytes left under --out."""
 from __future__ import annotations
 
 import gzip
+import os
 import re
 from pathlib import Path
 
@@ -97,24 +98,51 @@ def test_gzipped_day_files_give_the_arrays_of_the_plain_ones(tmp_path: Path):
     assert_one_line_error(cut, rf"^error: {re.escape(str(zipped[1]))}: unreadable or truncated")
 
 
-def test_ctrl_c_says_what_is_kept_and_the_same_command_finishes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-):
+def _stopped_once_parsed(days: list[Path], out: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run stopped by Ctrl-C once every day is parsed (its .work holds them)."""
     from shardrec.tools.preprocess.derived import mlperf_reference
 
-    days, out = _days(tmp_path / "raw", 300), tmp_path / "ref"
-    real = mlperf_reference.write_days
-
     def stopped(*args, **kwargs):
-        raise KeyboardInterrupt  # Ctrl-C once every day is parsed
+        raise KeyboardInterrupt
 
-    monkeypatch.setattr(mlperf_reference, "write_days", stopped)
-    result = _reference(days, out, *MIN2, ok=False)
+    with monkeypatch.context() as m:
+        m.setattr(mlperf_reference, "write_days", stopped)
+        result = _reference(days, out, *MIN2, ok=False)
     assert result.exit_code == 130, result.output
     assert result.stderr.strip().splitlines() == [
         f"interrupted: {out}: the files written so far are kept; rerun the same command to finish"
     ]
-    monkeypatch.setattr(mlperf_reference, "write_days", real)
+
+
+def test_ctrl_c_says_what_is_kept_and_the_same_command_finishes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    days, out = _days(tmp_path / "raw", 300), tmp_path / "ref"
+    _stopped_once_parsed(days, out, monkeypatch)
     _reference(days, out, *MIN2)
     _reference(days, tmp_path / "clean", *MIN2)
     assert _files(out) == _files(tmp_path / "clean")
+
+
+def test_a_day_replaced_by_one_of_the_same_size_and_time_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A day file replaced after a stopped run by another of the same size and time (`cp -p`,
+    `rsync -t`): before, the rerun went on from the parsed old day, exit 0, and day_0's labels
+    in the arrays were the old file's."""
+    days, out = _days(tmp_path / "raw", 300), tmp_path / "ref"
+    _stopped_once_parsed(days, out, monkeypatch)
+    st, text = days[0].stat(), days[0].read_bytes()
+    flipped = b"\n".join(
+        bytes([ord("1") + ord("0") - r[0]]) + r[1:] if r else r for r in text.split(b"\n")
+    )
+    days[0].write_bytes(flipped)
+    os.utime(days[0], ns=(st.st_atime_ns, st.st_mtime_ns))
+    refused = _reference(days, out, *MIN2, ok=False)
+    assert_one_line_error(
+        refused,
+        rf"^error: {re.escape(str(out))}: holds arrays made with other inputs \(day_0: other "
+        r"content of the same size and modification time\); choose a new --out or remove the "
+        "old one$",
+    )
+    assert not _files(out)

@@ -7,6 +7,7 @@ finished tasks are for its own input, which a rerun never mixes with another."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -74,6 +75,20 @@ def test_the_command_run_again_on_the_fixed_input_starts_over(
     assert _dataset(out) == want
 
 
+def _stop_after_two_tasks(log: Path, out: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run stopped by Ctrl-C once two tasks finished."""
+    run_tasks = pipeline._run_tasks
+
+    def stopped(cfg, todo, *args) -> None:
+        run_tasks(cfg, todo[:2], *args)
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(pipeline, "_run_tasks", stopped)
+        stop = cli("preprocess", log, "--out", out, *FLAGS, ok=False)
+    assert stop.exit_code == 130, stop.output
+
+
 def test_a_run_stopped_by_ctrl_c_is_not_mixed_with_a_changed_input(
     good: tuple[bytes, dict[str, bytes]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -81,19 +96,63 @@ def test_a_run_stopped_by_ctrl_c_is_not_mixed_with_a_changed_input(
     log, out = tmp_path / "in" / "train.txt", tmp_path / "out"
     log.parent.mkdir()
     log.write_bytes(_broken(text, range(100, 101)))
-    run_tasks = pipeline._run_tasks
-
-    def stopped(cfg, todo, *args) -> None:
-        run_tasks(cfg, todo[:2], *args)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(pipeline, "_run_tasks", stopped)
-    stop = cli("preprocess", log, "--out", out, *FLAGS, ok=False)
-    assert stop.exit_code == 130, stop.output
-    monkeypatch.setattr(pipeline, "_run_tasks", run_tasks)
+    _stop_after_two_tasks(log, out, monkeypatch)
     log.write_bytes(text)
     assert_one_line_error(
         cli("preprocess", log, "--out", out, *FLAGS, ok=False),
-        rf"^error: {re.escape(str(out))}: holds a run with different inputs; remove the "
+        rf"^error: {re.escape(str(out))}: holds a run with different inputs \(train\.txt: "
+        rf"{len(_broken(text, range(100, 101))):,} bytes, now {len(text):,}\); remove the "
         "directory or choose another --out$",
     )
+
+
+def _replace_keeping_size_and_time(log: Path, text: bytes) -> None:
+    """What `cp -p`, `rsync -t` or `touch -r` leave: other bytes under the old size and time."""
+    st = log.stat()
+    assert len(text) == st.st_size and text != log.read_bytes()
+    log.write_bytes(text)
+    os.utime(log, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _labels_flipped(text: bytes) -> bytes:
+    return b"\n".join(
+        bytes([ord("1") + ord("0") - r[0]]) + r[1:] if r else r for r in text.split(b"\n")
+    )
+
+
+def test_a_stopped_run_is_not_mixed_with_an_input_of_the_same_size_and_time(
+    good: tuple[bytes, dict[str, bytes]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, the rerun resumed (exit 0): the parts of the first two tasks held the stopped run's
+    labels, the others the new file's, without a word."""
+    text, _ = good
+    log, out = tmp_path / "in" / "train.txt", tmp_path / "out"
+    log.parent.mkdir()
+    log.write_bytes(_labels_flipped(text))
+    _stop_after_two_tasks(log, out, monkeypatch)
+    _replace_keeping_size_and_time(log, text)
+    assert_one_line_error(
+        cli("preprocess", log, "--out", out, *FLAGS, ok=False),
+        rf"^error: {re.escape(str(out))}: holds a run with different inputs \(train\.txt: other "
+        r"content of the same size and modification time\); remove the directory or choose "
+        "another --out$",
+    )
+
+
+def test_a_refused_run_starts_over_for_an_input_of_the_same_size_and_time(
+    good: tuple[bytes, dict[str, bytes]], tmp_path: Path
+) -> None:
+    """A run refused for its input, then the input replaced by a corrected copy that kept its size
+    and time: before, the rerun resumed, keeping the parts of the refused file's finished tasks
+    (other labels) beside the new file's."""
+    text, want = good
+    log, out = tmp_path / "in" / "train.txt", tmp_path / "out"
+    log.parent.mkdir()
+    rows = _labels_flipped(text).split(b"\n")
+    rows[1500] = b"x" * len(rows[1500])  # malformed, the same size
+    log.write_bytes(b"\n".join(rows))
+    command = ("preprocess", log, "--out", out, *FLAGS, "--strict")
+    assert_one_line_error(cli(*command, ok=False), r"^error: .*train\.txt:1501: row: 1 fields, ")
+    _replace_keeping_size_and_time(log, text)
+    cli(*command)
+    assert _dataset(out) == want

@@ -20,6 +20,11 @@ from shardrec.dataloader.util.near import did_you_mean, name_list
 from shardrec.tools.preprocess.ids.vocab import DEFAULT_MEMORY_MB
 from shardrec.tools.preprocess.inputs import LAYOUTS, InputNames, resolve_layout
 from shardrec.tools.preprocess.parse.criteo_text import DENSE_TRANSFORMS, Schema
+from shardrec.tools.preprocess.text.file_identity import (
+    as_recorded,
+    file_identity,
+    input_difference,
+)
 
 if TYPE_CHECKING:
     from shardrec.dataloader.spec.feature_spec import FeatureSpec
@@ -191,23 +196,18 @@ class PreprocessConfig:
             )
         return tuple(0 if n in raw else c for n, c in zip(names, default))
 
-    def fingerprint(self, files: list[Path], with_mtime: bool = False) -> dict:
+    def fingerprint(self, files: list[Path], for_rerun: bool = False) -> dict:
         """What fixes the output; a rerun into the same directory must match it.
 
-        with_mtime: inputs are also identified by their modification time (ns), so that a rerun
-        after an input was replaced by one of the same size does not reuse the old outputs. Only
-        the rerun check uses it: the manifest stays the same for a copy of the same inputs.
+        for_rerun: inputs are also identified by their modification time (ns) and a sampled
+        digest of their content (file_identity), so that a rerun after an input was replaced by
+        one of the same size (and time) does not reuse the old outputs. Only the rerun check uses
+        it: the manifest stays the same for a copy of the same inputs.
         """
-        inputs = []
-        for f in files:
-            st = f.stat()
-            inputs.append(
-                {
-                    "name": f.name,
-                    "bytes": st.st_size,
-                    **({"mtime_ns": st.st_mtime_ns} if with_mtime else {}),
-                }
-            )
+        inputs = [
+            file_identity(f) if for_rerun else {"name": f.name, "bytes": f.stat().st_size}
+            for f in files
+        ]
         return {
             "inputs": inputs,
             "mode": "vocab" if self.min_count > 0 else "hash",
@@ -272,8 +272,12 @@ def check_fingerprint(out: Path, fp: dict) -> None:
             raise ValueError(
                 f"{path}: unreadable run record ({e}); remove the directory or choose another --out"
             ) from None
-        if not isinstance(old, dict) or old != fp:
-            diff = _settings_diff(old if isinstance(old, dict) else {}, fp)
+        old = old if isinstance(old, dict) else {}
+        if old != fp and old == {**fp, "inputs": as_recorded(old.get("inputs"), fp["inputs"])}:
+            # An older shardrec's record, without digests, of these very inputs: it gets them.
+            atomic_write_bytes(path, json.dumps(fp, indent=1).encode())
+        elif old != fp:
+            diff = _settings_diff(old, fp)
             # A run killed or stopped keeps its finished tasks for the same command; they are of
             # no use to another, yet hours of work that a typo in its --out would throw away.
             if not refused.is_file():
@@ -336,6 +340,9 @@ def _settings_diff(old: dict, new: dict) -> str:
     for key in sorted(old.keys() | new.keys()):
         if key in old and key in new:
             if old[key] == new[key]:
+                continue
+            if key == "inputs":  # long: the first that differs, in words
+                shown.append(f"inputs ({input_difference(old[key], new[key])})")
                 continue
             a, b = _setting_text(old[key]), _setting_text(new[key])
             short = len(a) + len(b) <= 40

@@ -1,10 +1,12 @@
 """What made a `data reference-npy` output, and the checks that keep a rerun from mixing runs.
 
 The run record (OUT/reference-npy.json, written before any work and kept with the arrays) holds
-the inputs (name, bytes, modification time), the dense transform and the seed. A rerun with the
-same record resumes or finds everything done; one with another record is refused, naming what
-differs, as `shardrec preprocess` refuses (its .work/run.json): every step skips the files already
-in place, so a rerun with other settings would silently keep the old arrays.
+the inputs (name, bytes, modification time, a sampled digest of their content: file_identity),
+the dense transform and the seed. A rerun with the same record resumes or finds everything done;
+one with another record is refused, naming what differs, as `shardrec preprocess` refuses (its
+.work/run.json): every step skips the files already in place, so a rerun with other settings or
+inputs (a day file replaced by another of the same size and time) would silently keep the old
+arrays.
 """
 
 from __future__ import annotations
@@ -14,6 +16,11 @@ import re
 from pathlib import Path
 
 from shardrec.dataloader.util.files import atomic_write_bytes
+from shardrec.tools.preprocess.text.file_identity import (
+    as_recorded,
+    file_identity,
+    input_difference,
+)
 
 RECORD = "reference-npy.json"
 WORK = ".work"
@@ -40,12 +47,9 @@ def check_day_order(days: list[Path]) -> None:
 
 
 def run_record(days: list[Path], dense: str, seed: int) -> dict:
-    """What fixes the arrays: the inputs in order, the dense transform and the seed."""
-    inputs = []
-    for path in days:
-        st = path.stat()
-        inputs.append({"name": path.name, "bytes": st.st_size, "mtime_ns": st.st_mtime_ns})
-    return {"inputs": inputs, "dense": dense, "seed": seed}
+    """What fixes the arrays: the inputs in order (file_identity), the dense transform and the
+    seed."""
+    return {"inputs": [file_identity(path) for path in days], "dense": dense, "seed": seed}
 
 
 def check_record(out: Path, record: dict) -> None:
@@ -57,10 +61,12 @@ def check_record(out: Path, record: dict) -> None:
             old = json.loads(path.read_bytes())
         except ValueError as e:
             raise ValueError(f"{path}: unreadable run record ({e}); {_AGAIN}") from None
+        old = old if isinstance(old, dict) else {}
         if old == record:
             return
-        old = old if isinstance(old, dict) else {}
-        if _depends_on_difference(out, old, record):
+        # An older shardrec's record (no digests) of these very inputs: rewritten with them.
+        older = old == {**record, "inputs": as_recorded(old.get("inputs"), record["inputs"])}
+        if not older and _depends_on_difference(out, old, record):
             raise ValueError(f"{out}: holds arrays made with {_differences(old, record)}; {_AGAIN}")
     else:
         found = sorted(out.glob("day_*.npy")) or sorted((out / WORK).glob("day_*.npy"))
@@ -92,20 +98,5 @@ def _differences(old: dict, new: dict) -> str:
         if old.get(key) != new[key]:
             said.append(f"another {key} ({old.get(key)}, now {new[key]})")
     if old.get("inputs") != new["inputs"]:
-        said.append(
-            f"other inputs ({_first_input_difference(old.get('inputs') or [], new['inputs'])})"
-        )
+        said.append(f"other inputs ({input_difference(old.get('inputs'), new['inputs'])})")
     return ", ".join(said) or "another shardrec's settings"
-
-
-def _first_input_difference(old: list[dict], new: list[dict]) -> str:
-    if len(old) != len(new):
-        return f"{len(old)} day files, now {len(new)}"
-    for was, now in zip(old, new):
-        if was.get("name") != now["name"]:
-            return f"{was.get('name')}, now {now['name']}"
-        if was.get("bytes") != now["bytes"]:
-            return f"{now['name']}: {was.get('bytes', 0):,} bytes, now {now['bytes']:,}"
-        if was != now:
-            return f"{now['name']}: modified since"
-    return "another record"

@@ -128,6 +128,36 @@ def copied_checkpoint_message(path: Path, original: Path) -> str:
     )
 
 
+def other_step_checkpoints(directory: Path) -> list[tuple[Path, int]]:
+    """(folder, the step it holds) for each complete checkpoint in `directory` (RUN/checkpoints)
+    whose train_state.pt holds another step than its name says: copied or moved by hand under
+    another step's name. Oldest name first; one whose step cannot be read is not among them (its
+    load refuses it). Torch-free."""
+    return [
+        (path, held)
+        for step, path in complete_checkpoints(directory)
+        if (held := held_step(path)) is not None and held != step
+    ]
+
+
+def other_step_message(path: Path, held: int) -> str:
+    """The one line saying that the checkpoint folder `path` holds step `held`, not the step its
+    name says, and what to do: move it out where the folder of its step is there too (a copy),
+    else rename it for its step."""
+    match = names.CHECKPOINT_RE.match(path.name)
+    assert match is not None, path  # other_step_checkpoints finds step-NNNNNNNN folders only
+    named = int(match.group(1))
+    own = names.checkpoint_name(held)
+    if (path.parent / own).exists():
+        todo = f"copied by hand? {own} is there too); move {path.name} out of {path.parent}"
+    else:
+        todo = f"renamed by hand?); rename it {own}, or move it out of {path.parent}"
+    return (
+        f"{path / names.TRAIN_STATE}: holds the checkpoint of step {held:,}, not of step "
+        f"{named:,} as its folder's name says ({todo}"
+    )
+
+
 def torn_checkpoint(directory: Path) -> Path | None:
     """The newest checkpoint folder in `directory` that has no digests.json and is newer than the
     newest complete one (None: there is none). A save renames its folder into place only after
@@ -154,9 +184,15 @@ def torn_checkpoint_message(path: Path, instead: str) -> str:
 
 def misnamed_refusal(run_dir: Path, also: str = "") -> str | None:
     """The one line refusing RUN's first checkpoint folder no command reads (misnamed_checkpoints:
-    a resume would pass over it without a word), ending in `also`; None where there is none."""
-    found = misnamed_checkpoints(Path(run_dir) / names.CHECKPOINTS)
-    return f"{misnamed_checkpoint_message(found[0])}{also}" if found else None
+    a resume would pass over it without a word), else its newest one named for another step than
+    it holds (other_step_checkpoints: a resume would be refused by its ranks, or pass over the
+    step it holds), ending in `also`; None where there is none."""
+    directory = Path(run_dir) / names.CHECKPOINTS
+    found = misnamed_checkpoints(directory)
+    if found:
+        return f"{misnamed_checkpoint_message(found[0])}{also}"
+    other = other_step_checkpoints(directory)
+    return f"{other_step_message(*other[-1])}{also}" if other else None
 
 
 def torn_refusal(run_dir: Path, also: str = "") -> str | None:
@@ -176,8 +212,9 @@ def torn_refusal(run_dir: Path, also: str = "") -> str | None:
 
 def check_checkpoint_folders(run_dir: Path) -> None:
     """ValueError (misnamed_refusal's or torn_refusal's line) where a resume would pass over a
-    checkpoint folder without a word. For ranks a plain torchrun starts; `shardrec train` refuses
-    the same, adding its --restart, before it starts its ranks."""
+    checkpoint folder, or read one named for another step than it holds, without a word. For
+    ranks a plain torchrun starts; `shardrec train` refuses the same, adding its --restart, before
+    it starts its ranks."""
     line = misnamed_refusal(run_dir) or torn_refusal(run_dir)
     if line is not None:
         raise ValueError(line)

@@ -297,9 +297,12 @@ def test_runs_names_the_copy_not_the_checkpoint_it_copies_under_an_older_name(
     imported, listed = _imported(["runs", str(tmp_path), "--json"], ("torch",))
     assert imported == []
     assert json.loads(listed)[0]["copied_checkpoints"] == [str(checkpoints / "step-00000006")]
+    # The copy is said once, as the folder named for another step than it holds.
     shown = CliRunner().invoke(app, ["runs", str(tmp_path)])
-    assert shown.stdout.splitlines()[-1].startswith(
-        f"copied: {checkpoints / 'step-00000006'}: the same files as step-00000008 "
+    assert shown.stdout.splitlines()[-1] == (
+        f"misnamed: {checkpoints / 'step-00000006' / 'train_state.pt'}: holds the checkpoint of "
+        "step 8, not of step 6 as its folder's name says (copied by hand? step-00000008 is there "
+        f"too); move step-00000006 out of {checkpoints}"
     )
 
 

@@ -93,17 +93,25 @@ def _export_refused(run: Path, tmp_path: Path, line: str) -> None:
 
 def test_export_refuses_a_folder_that_holds_another_steps_checkpoint(tmp_path: Path) -> None:
     """step-00000006 holding step 4's files, digests and all (a copy): export wrote step 4's
-    weights as 'step 6' (its header's source step)."""
+    weights as 'step 6' (its header's source step); then it refused them once read with torch
+    ("... (a copy or a cut-short overwrite left it); refusing the checkpoint; export another
+    checkpoint with --checkpoint STEP ..."), eval once its ranks had started. Both name the copy
+    and the checkpoint to read instead, torch-free, before any rank starts."""
     run = _run_copy(tmp_path)
-    copy = run / "checkpoints" / "step-00000006"
-    shutil.copytree(run / "checkpoints" / "step-00000004", copy)
-    _export_refused(
-        run,
-        tmp_path,
+    checkpoints = run / "checkpoints"
+    copy = checkpoints / "step-00000006"
+    shutil.copytree(checkpoints / "step-00000004", copy)
+    line = (
         f"error: {copy / 'train_state.pt'}: holds the checkpoint of step 4, not of step 6 as its "
-        "folder's name says (a copy or a cut-short overwrite left it); refusing the checkpoint; "
-        "export another checkpoint with --checkpoint STEP (this run's other checkpoints: steps 4)",
+        f"folder's name says (copied by hand? step-00000004 is there too); move step-00000006 out "
+        f"of {checkpoints}; or evaluate or export {checkpoints / 'step-00000004'} with "
+        "--checkpoint 4"
     )
+    _export_refused(run, tmp_path, line)
+    evaluated = CliRunner().invoke(
+        app, ["eval", str(run), "--data", str(tmp_path / "data"), "--checkpoint", "6"]
+    )
+    assert_one_line_error(evaluated, "^" + re.escape(line) + "$")
 
 
 def test_export_of_a_changed_checkpoint_says_what_to_do(tmp_path: Path) -> None:

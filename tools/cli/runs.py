@@ -18,33 +18,40 @@ def runs(
     ] = Path("runs"),
     json_out: Annotated[bool, typer.Option("--json", help="Print the runs as JSON.")] = False,
 ) -> None:
-    """List runs: step of the newest checkpoint, status (complete/running/stopped/failed/damaged),
-    best val AUC.
+    """List runs: step of the newest checkpoint, status
+    (complete/running/stopped/failed/damaged/misnamed), best val AUC.
 
     A damaged run's newest checkpoint fails its digests (the file is named below the table): a
     rerun, eval or export of it is refused. A checkpoint folder not named step-NNNNNNNN (renamed
-    or copied by hand), which no command reads, is named below the table too, and so is a
-    checkpoint whose files are another's (a copy: one of the two holds another step)."""
+    or copied by hand), which no command reads, or named for another step than it holds (copied
+    or moved by hand), is named below the table too, and its run is misnamed (train refuses to
+    resume it), and so is a checkpoint whose files are another's (a copy: one of the two holds
+    another step)."""
     from shardrec.trainer.rundir import names
     from shardrec.trainer.rundir.checkpoint.trust import (
         copied_checkpoint_message,
         copied_checkpoints,
         misnamed_checkpoint_message,
         misnamed_checkpoints,
+        other_step_checkpoints,
+        other_step_message,
     )
     from shardrec.trainer.rundir.life import run_state
 
     if not root.is_dir():
         fail(f"{root}: does not exist" if not root.exists() else f"{root}: not a directory")
-    rows, damages, misnamed, copies = [], [], [], []
+    rows, damages, misnamed, other_steps, copies = [], [], [], [], []
     for path in run_state.find_runs(root):
         run = run_state.read_run_dir(path)
         unread = misnamed_checkpoints(path / names.CHECKPOINTS)
         misnamed += unread
+        other = other_step_checkpoints(path / names.CHECKPOINTS)
+        other_steps += other
         copied = copied_checkpoints(path / names.CHECKPOINTS)
-        copies += copied
+        # A copy whose step is read is said as a folder named for another step.
+        copies += [pair for pair in copied if pair[0] not in dict(other)]
         damage = run_state.checkpoint_damage(run)
-        status = run_state.run_status(run, damaged=bool(damage))
+        status = run_state.run_status(run, damaged=bool(damage), misnamed=bool(unread or other))
         if status == "damaged":
             damages.append(damage)
         # A run that ended before its end resumes from its newest checkpoint: a later evaluation
@@ -58,7 +65,7 @@ def runs(
                 "best_val_auc": run_state.best_auc(
                     path, upto=upto if status in ("failed", "stopped") else None
                 ),
-                "misnamed_checkpoints": [str(p) for p in unread],
+                "misnamed_checkpoints": [str(p) for p in [*unread, *dict(other)]],
                 "copied_checkpoints": [str(p) for p, _ in copied],
             }
         )
@@ -85,6 +92,10 @@ def runs(
     for path in misnamed:
         console.print(
             f"misnamed: {misnamed_checkpoint_message(path)}", highlight=False, soft_wrap=True
+        )
+    for path, held in other_steps:
+        console.print(
+            f"misnamed: {other_step_message(path, held)}", highlight=False, soft_wrap=True
         )
     for path, original in copies:
         line = copied_checkpoint_message(path, original)

@@ -27,6 +27,8 @@ from shardrec.trainer.rundir.checkpoint.trust import (
     complete_checkpoints,
     misnamed_checkpoint_message,
     misnamed_checkpoints,
+    other_step_checkpoints,
+    other_step_message,
     torn_checkpoint,
     torn_checkpoint_message,
 )
@@ -265,6 +267,9 @@ def find_checkpoint(run_dir: Path, step: int | None) -> tuple[int, Path]:
             else ""
         )
         raise ValueError(misnamed_checkpoint_message(misnamed[0]) + instead)
+    other_step = _other_step_refusal(directory, done, step)
+    if other_step:
+        raise ValueError(other_step)
     if not done:
         raise ValueError(f"{run_dir}: no complete checkpoint in {directory}{unread}")
     if step is None:
@@ -276,6 +281,19 @@ def find_checkpoint(run_dir: Path, step: int | None) -> tuple[int, Path]:
         f"{run_dir}: no complete checkpoint of step {step} (has steps "
         f"{', '.join(str(s) for s, _ in done)}){unread}"
     )
+
+
+def _other_step_refusal(directory: Path, done: list[tuple[int, Path]], step: int | None) -> str:
+    """The one line refusing the checkpoint folder of `step` (None: any, as it may hold the newest
+    step) where it holds another step than its name says (copied or moved by hand): read, it would
+    be evaluated or exported as the step its name says. "" where there is none."""
+    other = dict(other_step_checkpoints(directory))
+    named = [path for found, path in done if path in other and step in (None, found)]
+    if not named:
+        return ""
+    own = [found for found in done if found[1] not in other]
+    instead = f"; or evaluate or export {own[-1][1]} with --checkpoint {own[-1][0]}" if own else ""
+    return other_step_message(named[-1], other[named[-1]]) + instead
 
 
 def check_request(

@@ -20,18 +20,16 @@ seconds apart), or an attacker with this user's rights.
 
 from __future__ import annotations
 
-import io
 import json
 import os
-import pickle
 import stat
-import zipfile
 from pathlib import Path
 from typing import Any
 
 from shardrec.dataloader.format.dataset_files import file_sha256
 from shardrec.dataloader.util.files import atomic_open
 from shardrec.trainer.rundir import names
+from shardrec.trainer.rundir.checkpoint.held_step import held_step
 
 DIGESTS_VERSION = 1
 REFUSED = "refusing the checkpoint"
@@ -121,56 +119,42 @@ def copied_checkpoints(directory: Path) -> list[tuple[Path, Path]]:
     return sorted(pairs)
 
 
-class _Opaque:
-    """What `held_step` reads for every object a checkpoint's pickle names a class of: nothing
-    of the class is imported or run."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def __setstate__(self, state: Any) -> None:
-        pass
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        pass
-
-    def append(self, value: Any) -> None:
-        pass
-
-    def extend(self, values: Any) -> None:
-        pass
-
-
-class _Containers(pickle.Unpickler):
-    """A pickle's dicts, lists and numbers; every class and tensor storage it names a stand-in."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        return _Opaque
-
-    def persistent_load(self, pid: Any) -> None:
-        return None
-
-
-def held_step(checkpoint: Path) -> int | None:
-    """The step the checkpoint folder's train_state.pt holds (None: it cannot be read), read
-    torch-free from the containers of its pickle: no class it names is run, so a file another
-    user wrote is read safely."""
-    try:
-        with zipfile.ZipFile(checkpoint / names.TRAIN_STATE) as archive:
-            pickled = next(n for n in archive.namelist() if n.endswith("/data.pkl"))
-            state = _Containers(io.BytesIO(archive.read(pickled))).load()
-        return int(state["progress"]["step"])
-    # A damaged or foreign file fails in any of pickle's ways: the step is then not known.
-    except Exception:
-        return None
-
-
 def copied_checkpoint_message(path: Path, original: Path) -> str:
     """The one line saying that `path` holds the same files as `original`, and what to do."""
     return (
         f"{path}: the same files as {original.name} (their {names.DIGESTS} agree: a copy), one "
         "step's checkpoint under two names; train, eval and export refuse the one not named for "
         f"its step: move the copy out of {path.parent}"
+    )
+
+
+def other_step_checkpoints(directory: Path) -> list[tuple[Path, int]]:
+    """(folder, the step it holds) for each complete checkpoint in `directory` (RUN/checkpoints)
+    whose train_state.pt holds another step than its name says: copied or moved by hand under
+    another step's name. Oldest name first; one whose step cannot be read is not among them (its
+    load refuses it). Torch-free."""
+    return [
+        (path, held)
+        for step, path in complete_checkpoints(directory)
+        if (held := held_step(path)) is not None and held != step
+    ]
+
+
+def other_step_message(path: Path, held: int) -> str:
+    """The one line saying that the checkpoint folder `path` holds step `held`, not the step its
+    name says, and what to do: move it out where the folder of its step is there too (a copy),
+    else rename it for its step."""
+    match = names.CHECKPOINT_RE.match(path.name)
+    assert match is not None, path  # other_step_checkpoints finds step-NNNNNNNN folders only
+    named = int(match.group(1))
+    own = names.checkpoint_name(held)
+    if (path.parent / own).exists():
+        todo = f"copied by hand? {own} is there too); move {path.name} out of {path.parent}"
+    else:
+        todo = f"renamed by hand?); rename it {own}, or move it out of {path.parent}"
+    return (
+        f"{path / names.TRAIN_STATE}: holds the checkpoint of step {held:,}, not of step "
+        f"{named:,} as its folder's name says ({todo}"
     )
 
 
@@ -200,9 +184,15 @@ def torn_checkpoint_message(path: Path, instead: str) -> str:
 
 def misnamed_refusal(run_dir: Path, also: str = "") -> str | None:
     """The one line refusing RUN's first checkpoint folder no command reads (misnamed_checkpoints:
-    a resume would pass over it without a word), ending in `also`; None where there is none."""
-    found = misnamed_checkpoints(Path(run_dir) / names.CHECKPOINTS)
-    return f"{misnamed_checkpoint_message(found[0])}{also}" if found else None
+    a resume would pass over it without a word), else its newest one named for another step than
+    it holds (other_step_checkpoints: a resume would be refused by its ranks, or pass over the
+    step it holds), ending in `also`; None where there is none."""
+    directory = Path(run_dir) / names.CHECKPOINTS
+    found = misnamed_checkpoints(directory)
+    if found:
+        return f"{misnamed_checkpoint_message(found[0])}{also}"
+    other = other_step_checkpoints(directory)
+    return f"{other_step_message(*other[-1])}{also}" if other else None
 
 
 def torn_refusal(run_dir: Path, also: str = "") -> str | None:
@@ -222,8 +212,9 @@ def torn_refusal(run_dir: Path, also: str = "") -> str | None:
 
 def check_checkpoint_folders(run_dir: Path) -> None:
     """ValueError (misnamed_refusal's or torn_refusal's line) where a resume would pass over a
-    checkpoint folder without a word. For ranks a plain torchrun starts; `shardrec train` refuses
-    the same, adding its --restart, before it starts its ranks."""
+    checkpoint folder, or read one named for another step than it holds, without a word. For
+    ranks a plain torchrun starts; `shardrec train` refuses the same, adding its --restart, before
+    it starts its ranks."""
     line = misnamed_refusal(run_dir) or torn_refusal(run_dir)
     if line is not None:
         raise ValueError(line)

@@ -1,6 +1,6 @@
 """What a run directory holds, read without torch (RunDir: its newest complete checkpoint, its
 summary, the target or stop record that ended it), its status as `shardrec runs` lists it
-(complete, running, stopped, failed), a stop's record and line, and the runs under a folder.
+(complete, running, stopped, failed, damaged, misnamed), a stop's record and line, and the runs under a folder.
 """
 
 from __future__ import annotations
@@ -133,11 +133,15 @@ def metrics_records(run_dir: Path) -> list[dict[str, Any]]:
     return load_metrics(run_dir, torn="any").records
 
 
-def run_status(run: RunDir, active_seconds: float = 120.0, damaged: bool = False) -> str:
-    """complete, running, stopped, failed or damaged. Running: a job holds RUN/.lock
+def run_status(
+    run: RunDir, active_seconds: float = 120.0, damaged: bool = False, misnamed: bool = False
+) -> str:
+    """complete, running, stopped, failed, damaged or misnamed. Running: a job holds RUN/.lock
     (trainer.rundir.lock's flock), or, in a run without a lock file, metrics were written in the
     last `active_seconds`. Damaged (`damaged`: checkpoint_damage found a problem): not running,
-    and its newest checkpoint would be refused, so a rerun, eval or export of it fails. Stopped:
+    and its newest checkpoint would be refused, so a rerun, eval or export of it fails. Misnamed
+    (`misnamed`: a checkpoint folder renamed, copied or moved by hand, which train refuses to
+    resume beside): not complete, not running. Stopped:
     its last job stopped on request (a rerun resumes from its newest checkpoint, or starts over
     where it had none): after a checkpoint, or at once (record_stop_at_once)."""
     if run.complete and not damaged:
@@ -149,6 +153,8 @@ def run_status(run: RunDir, active_seconds: float = 120.0, damaged: bool = False
         running = metrics.is_file() and time.time() - metrics.stat().st_mtime < active_seconds
     if running:
         return "running"
+    if misnamed:
+        return "misnamed"
     if damaged:
         return "damaged"
     return "stopped" if run.stop is not None else "failed"

@@ -1,0 +1,105 @@
+"""A checkpoint folder named for another step than it holds (`cp -r step-00000004 step-00000012`,
+or `mv` in its place): `shardrec runs` says so, and `train`, a plain torchrun's ranks, `eval` and
+`export` refuse it before any rank starts, in one line naming both steps and what to do (the step
+read from its train_state.pt without torch)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from helpers import assert_one_line_error
+from typer.testing import CliRunner
+
+from shardrec.tools.cli.app import app
+from shardrec.trainer.rundir.checkpoint.trust import check_checkpoint_folders
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "run-killed-at-step-6"
+"""A run of 2 ranks killed after step 6, its one checkpoint of step 4 (tests/fixtures/README.md)."""
+
+
+def _run(tmp_path: Path, how: str) -> tuple[Path, Path]:
+    """The fixture run (its metrics an hour old: no job writes it) with its checkpoint of step 4
+    copied or moved (`how`) to step-00000012; the run and that folder."""
+    run = tmp_path / "runs" / how
+    shutil.copytree(FIXTURE, run)
+    hour_ago = time.time() - 3600
+    os.utime(run / "metrics.jsonl", (hour_ago, hour_ago))
+    checkpoints = run / "checkpoints"
+    (shutil.copytree if how == "copied" else shutil.move)(
+        checkpoints / "step-00000004", checkpoints / "step-00000012"
+    )
+    return run, checkpoints / "step-00000012"
+
+
+def _line(folder: Path, how: str) -> str:
+    """What every command says of `folder`, step-00000012 holding step 4."""
+    todo = (
+        f"copied by hand? step-00000004 is there too); move step-00000012 out of {folder.parent}"
+        if how == "copied"
+        else f"renamed by hand?); rename it step-00000004, or move it out of {folder.parent}"
+    )
+    return (
+        f"{folder / 'train_state.pt'}: holds the checkpoint of step 4, not of step 12 as its "
+        f"folder's name says ({todo}"
+    )
+
+
+def test_runs_says_a_run_whose_checkpoint_took_another_steps_name_is_misnamed(tmp_path: Path):
+    # Before: both runs were listed at step 12 as "failed"; the copy had a line below the table
+    # (the same files as step-00000004), the moved folder none.
+    copied, copy = _run(tmp_path, "copied")
+    moved, folder = _run(tmp_path, "moved")
+    listed = CliRunner().invoke(app, ["runs", str(tmp_path / "runs"), "--json"])
+    assert listed.exit_code == 0, listed.output
+    rows = {Path(r["run"]).name: r for r in json.loads(listed.stdout)}
+    assert [(rows[n]["step"], rows[n]["status"]) for n in ("copied", "moved")] == [
+        (12, "misnamed"),
+        (12, "misnamed"),
+    ]
+    assert rows["moved"]["misnamed_checkpoints"] == [str(folder)]
+    shown = CliRunner().invoke(app, ["runs", str(tmp_path / "runs")])
+    assert shown.stdout.splitlines()[-2:] == [
+        f"misnamed: {_line(copy, 'copied')}",
+        f"misnamed: {_line(folder, 'moved')}",
+    ]
+    assert "copied:" not in shown.stdout  # the copy is said once
+
+
+@pytest.mark.parametrize("how", ["copied", "moved"])
+def test_train_and_a_plain_torchruns_ranks_refuse_it_before_any_rank_starts(
+    tmp_path: Path, how: str
+):
+    # Before: `shardrec train --steps 8` said "has trained 12 steps, more than the 8 this job runs
+    # to"; with --steps 16 the ranks refused it after torchrun and torchrec started (~30 s), and
+    # of the moved folder said "no earlier checkpoint: start over with --restart".
+    run, folder = _run(tmp_path, how)
+    refused = CliRunner().invoke(app, ["train", "--out-dir", str(run), "--steps", "8"])
+    line = _line(folder, how)
+    assert_one_line_error(
+        refused, "^" + re.escape(f"error: {line}; or start over with --restart") + "$"
+    )
+    with pytest.raises(ValueError) as ranks:  # what each rank of a plain torchrun checks first
+        check_checkpoint_folders(run)
+    assert str(ranks.value) == line
+    assert folder.is_dir() and (how == "moved") != (run / "checkpoints/step-00000004").is_dir()
+
+
+@pytest.mark.parametrize("checkpoint", [[], ["--checkpoint", "12"]])
+def test_eval_and_export_of_a_moved_checkpoint_say_to_rename_it(tmp_path: Path, checkpoint):
+    # Before: eval refused it once its ranks had started, export after reading it with torch,
+    # both saying "export another checkpoint with --checkpoint STEP (this run has no other
+    # checkpoint)" and not how to read this one.
+    run, folder = _run(tmp_path, "moved")
+    line = "^" + re.escape(f"error: {_line(folder, 'moved')}") + "$"
+    eval_args = ["eval", str(run), "--device", "cpu", "--nproc-per-node", "1"]
+    assert_one_line_error(CliRunner().invoke(app, [*eval_args, *checkpoint]), line)
+    out = tmp_path / "model.safetensors"
+    exported = CliRunner().invoke(app, ["export", str(run), "--out", str(out), *checkpoint])
+    assert_one_line_error(exported, line)
+    assert not out.exists()

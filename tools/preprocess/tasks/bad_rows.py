@@ -74,12 +74,15 @@ def note_lists_cut(
 ) -> None:
     """Count, per list column, the rows `idx` (kept) whose list held more values than its
     max_length, and the values so left out (a spec's list columns: chunk.list_total), into
-    [max_length, rows, values] (TaskResult.lists_cut)."""
+    [max_length, rows, values] (TaskResult.lists_cut). A side sequence is cut with its primary,
+    at its primary's max_length (its own is not read): the primary's count says it."""
     total = getattr(chunk, "list_total", None)
     if total is None or not total.shape[1]:
         return
     columns = [c for c in opts.parser.program.spec.sparse if isinstance(c, ListColumn)]
     for c, column in enumerate(columns):
+        if getattr(column, "side_of", ""):
+            continue
         over = total[idx, c] - column.max_length
         cut = over > 0
         if cut.any():

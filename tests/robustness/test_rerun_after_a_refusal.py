@@ -97,3 +97,30 @@ def test_a_run_stopped_by_ctrl_c_is_not_mixed_with_a_changed_input(
         rf"^error: {re.escape(str(out))}: holds a run with different inputs; remove the "
         "directory or choose another --out$",
     )
+
+
+def test_a_finished_dataset_refused_by_a_lower_fraction_is_not_wiped_by_another_input(
+    good: tuple[bytes, dict[str, bytes]], tmp_path: Path
+) -> None:
+    # Before, the refusal of the rerun (the dataset itself untouched) marked the folder refused,
+    # so a command with another input in the same --out removed the finished dataset's parts
+    # with no refusal, leaving its manifest naming them ("d/train/part-00000-0000.arrow:
+    # missing") wherever that command failed too.
+    text, _ = good
+    log, out = tmp_path / "in" / "train.txt", tmp_path / "out"
+    log.parent.mkdir()
+    log.write_bytes(_broken(text, range(100, 200)))
+    cli("preprocess", log, "--out", out, *FLAGS, "--max-skipped-fraction", "0.5")
+    finished = _dataset(out)
+    assert_one_line_error(
+        cli("preprocess", log, "--out", out, *FLAGS, ok=False),
+        r"^error: .*100 of 3,000 lines malformed \(3\.33%",
+    )
+    other = tmp_path / "in" / "other.txt"
+    other.write_bytes(text)
+    assert_one_line_error(
+        cli("preprocess", other, "--out", out, *FLAGS, ok=False),
+        rf"^error: {re.escape(str(out))}: holds a run with different inputs; remove the "
+        "directory or choose another --out$",
+    )
+    assert _dataset(out) == finished

@@ -306,8 +306,11 @@ def check_fingerprint(out: Path, fp: dict) -> None:
 def mark_refused(out: Path) -> None:
     """Record that the run in `out` (its record written) was refused for its input: a malformed row
     under --strict, too many of them, a file that cannot be read. The same command resumes it (with
-    a higher --max-skipped-fraction: at once); one for a corrected input or spec starts over."""
-    if (out / WORK_DIR / RUN_RECORD).is_file():
+    a higher --max-skipped-fraction: at once); one for a corrected input or spec starts over.
+    A folder that holds a finished dataset is not marked: a rerun of its command refused by a lower
+    --max-skipped-fraction leaves the dataset as good as it was, and another command must not wipe
+    it."""
+    if (out / WORK_DIR / RUN_RECORD).is_file() and not (out / MANIFEST).is_file():
         atomic_write_bytes(out / WORK_DIR / REFUSED, b"")
 
 

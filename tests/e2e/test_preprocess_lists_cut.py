@@ -86,6 +86,9 @@ def test_csv_list_cut_is_counted_and_said(tmp_path):
     assert summary["lists_cut"] == cut
     assert Manifest.load(tmp_path / "d").lists_cut == cut
     assert json.loads(cli("data", "stats", tmp_path / "d", "--json").output)["lists_cut"] == cut
+    # the table's columns say what they count (before: "rows" and "values", as if of the list)
+    table = cli("data", "stats", tmp_path / "d").output
+    assert "rows cut" in table and "values left out" in table
     kept = sorted(map(tuple, _kept_genres(tmp_path / "d")))  # the first 3, as ever
     assert kept == sorted(tuple(_ids(_genres(i)[:3])) for i in range(ROWS))
 

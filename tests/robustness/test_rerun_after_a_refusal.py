@@ -124,3 +124,24 @@ def test_a_finished_dataset_refused_by_a_lower_fraction_is_not_wiped_by_another_
         "directory or choose another --out$",
     )
     assert _dataset(out) == finished
+
+
+def test_a_part_run_does_not_start_a_refused_run_over(
+    good: tuple[bytes, dict[str, bytes]], tmp_path: Path
+) -> None:
+    # Before, each machine's --part run on the fixed input started the refused run over, so two
+    # started together removed each other's files: one ended "error: out/.work/task-00027.json:
+    # No such file or directory". Now a --part run is refused in one line, the refused run kept.
+    text, _ = good
+    log, out = tmp_path / "in" / "train.txt", tmp_path / "out"
+    log.parent.mkdir()
+    log.write_bytes(_broken(text, range(100, 200)))
+    cli("preprocess", log, "--out", out, *FLAGS, ok=False)
+    refused = _dataset(out)
+    log.write_bytes(text)
+    assert_one_line_error(
+        cli("preprocess", log, "--out", out, *FLAGS, "--part", "0/2", ok=False),
+        rf"^error: {re.escape(str(out))}: holds a run with different inputs, refused for its "
+        r"input; remove the directory, then start the --part runs \(",
+    )
+    assert _dataset(out) == refused

@@ -152,7 +152,9 @@ def run_preprocess(
     if not cfg.parquet:  # Parquet's columns are not parsed as text
         inputs.parser.warm_up()  # before any progress bar: its rate is parsing's, not the compile's
     cfg.out.mkdir(parents=True, exist_ok=True)
-    check_fingerprint(cfg.out, cfg.fingerprint(inputs.files, with_mtime=True))
+    check_fingerprint(
+        cfg.out, cfg.fingerprint(inputs.files, with_mtime=True), part=cfg.part is not None
+    )
     try:
         result = _run(cfg, progress, inputs)
     except (MalformedRowError, RowsRefused, InputError) as e:

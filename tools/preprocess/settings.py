@@ -258,10 +258,11 @@ def flags_to_repeat(options: dict, spec: FeatureSpec | None = None) -> list[str]
     return flags
 
 
-def check_fingerprint(out: Path, fp: dict) -> None:
+def check_fingerprint(out: Path, fp: dict, part: bool = False) -> None:
     """Record the run in `out`, or check that a rerun is of the run recorded there; a rerun with
     other inputs or settings is refused (ValueError), unless the run there was refused for its
-    input (mark_refused): then it starts over, as the corrected command is expected to."""
+    input (mark_refused): then it starts over, as the corrected command is expected to. Not under
+    --part (`part`): the machines start together, and each would remove the others' files."""
     path, refused = out / WORK_DIR / RUN_RECORD, out / WORK_DIR / REFUSED
     if path.is_file():
         try:
@@ -280,6 +281,12 @@ def check_fingerprint(out: Path, fp: dict) -> None:
                 raise ValueError(
                     f"{out}: holds a run with different {diff}; remove the directory or choose "
                     "another --out"
+                )
+            if part:
+                raise ValueError(
+                    f"{out}: holds a run with different {diff}, refused for its input; remove the "
+                    "directory, then start the --part runs (a --part run does not start it over: "
+                    "the machines would remove each other's files)"
                 )
             logger.warning(
                 "%s: the run there was refused for its input, and this one has different %s: "

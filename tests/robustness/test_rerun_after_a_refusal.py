@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from helpers import assert_one_line_error, cli
 
+from shardrec.dataloader.format.manifest import Manifest
 from shardrec.tools.preprocess import pipeline
 
 FLAGS = ("--max-ids", "300", "--chunk-mb", "0.1")
@@ -145,3 +146,36 @@ def test_a_part_run_does_not_start_a_refused_run_over(
         r"input; remove the directory, then start the --part runs \(",
     )
     assert _dataset(out) == refused
+
+
+PRICE_SPEC = """[format]
+kind = "csv"
+header = true
+
+[[columns]]
+name = "click"
+role = "label"
+
+[[columns]]
+name = "price"
+role = "dense"
+type = "float"
+transform = "{transform}"
+"""
+
+
+def test_the_spec_a_value_past_float32_asks_for_starts_over(tmp_path: Path) -> None:
+    # Before, the refusal's own fix (the transform in the spec) was refused in turn: "error: out:
+    # holds a run with different spec, spec_sha256; remove the directory or choose another
+    # --out". A value its part cannot store is the input's refusal, as a malformed row is.
+    log, spec, out = tmp_path / "log.csv", tmp_path / "spec.toml", tmp_path / "out"
+    log.write_text("click,price\n" + "".join(f"{i % 2},{i}.5\n" for i in range(60)) + "1,1e40\n")
+    spec.write_text(PRICE_SPEC.format(transform="none"))
+    assert_one_line_error(
+        cli("preprocess", log, "--spec", spec, "--out", out, ok=False),
+        r"^error: .*log\.csv:62: price: 1e\+40 is past what float32 holds with transform none: "
+        r'it would train as infinity; give price transform = "signed-log1p" in the spec$',
+    )
+    spec.write_text(PRICE_SPEC.format(transform="signed-log1p"))
+    cli("preprocess", log, "--spec", spec, "--out", out)
+    assert sum(Manifest.load(out).splits[s].rows for s in ("train", "val", "test")) == 61

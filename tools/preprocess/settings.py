@@ -312,8 +312,10 @@ def check_fingerprint(out: Path, fp: dict, part: bool = False) -> None:
 
 def mark_refused(out: Path) -> None:
     """Record that the run in `out` (its record written) was refused for its input: a malformed row
-    under --strict, too many of them, a file that cannot be read. The same command resumes it (with
-    a higher --max-skipped-fraction: at once); one for a corrected input or spec starts over.
+    under --strict, too many of them, a file that cannot be read, a value its part cannot store
+    (UnstorableValueError: the fix it names, a spec or flag, is a rerun of other settings). The
+    same command resumes it (with a higher --max-skipped-fraction: at once); one for a corrected
+    input or spec starts over.
     A folder that holds a finished dataset is not marked: a rerun of its command refused by a lower
     --max-skipped-fraction leaves the dataset as good as it was, and another command must not wipe
     it."""

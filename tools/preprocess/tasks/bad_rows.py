@@ -32,6 +32,11 @@ class MalformedRowError(ValueError):
         self.path, self.reason = path, reason
 
 
+class UnstorableValueError(ValueError):
+    """A row's value that its part cannot store (a dense value past its dtype, a raw id that is
+    the empty field's own value): a refusal of the input, as a malformed row under --strict is."""
+
+
 def _absolute_line(task: Task, local: int) -> int:
     """1-based physical line number in the file (a header counts as line 1); a Parquet file's
     row number, from 1."""
@@ -138,13 +143,13 @@ def place_of(task: Task, local: int) -> str:
 
 def non_finite_error(
     where: str, e: NonFiniteDense, opts: TaskOptions, scoring: bool = False
-) -> ValueError:
+) -> UnstorableValueError:
     """The one line for a dense value its part cannot hold: `where` (file and line or row), column,
     value, and the fix (preprocessing); `scoring`: rows scored by a model, whose transform is
     fixed."""
     name = opts.parser.dense_names[e.column]
     if scoring:
-        return ValueError(
+        return UnstorableValueError(
             f"{where}: {name}: {e.value:g} is past what {opts.dense_dtype} holds with "
             "transform none, as the model's data was stored: the model would score infinity"
         )
@@ -155,7 +160,7 @@ def non_finite_error(
     )
     fits_float32 = abs(e.value) <= np.finfo(np.float32).max
     fix = f"drop --float16, or {log}" if opts.dense_dtype == "float16" and fits_float32 else log
-    return ValueError(
+    return UnstorableValueError(
         f"{where}: {name}: {e.value:g} is past what {opts.dense_dtype} holds with "
         f"transform none: it would train as infinity; {fix}"
     )

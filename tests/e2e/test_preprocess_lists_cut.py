@@ -86,6 +86,9 @@ def test_csv_list_cut_is_counted_and_said(tmp_path):
     assert summary["lists_cut"] == cut
     assert Manifest.load(tmp_path / "d").lists_cut == cut
     assert json.loads(cli("data", "stats", tmp_path / "d", "--json").output)["lists_cut"] == cut
+    # the table's columns say what they count (before: "rows" and "values", as if of the list)
+    table = cli("data", "stats", tmp_path / "d").output
+    assert "rows cut" in table and "values left out" in table
     kept = sorted(map(tuple, _kept_genres(tmp_path / "d")))  # the first 3, as ever
     assert kept == sorted(tuple(_ids(_genres(i)[:3])) for i in range(ROWS))
 
@@ -148,3 +151,48 @@ def test_predict_on_raw_rows_says_their_lists_were_cut(tmp_path):
     assert "max_length" not in result.stderr
     summary = json.loads(cli("predict", model, log, "--out", tmp_path / "k.txt", "--json").stdout)
     assert "lists_cut" not in summary
+
+
+SEQUENCE_SPEC = """[format]
+kind = "csv"
+header = true
+
+[[columns]]
+name = "click"
+role = "label"
+
+[[columns]]
+name = "history"
+role = "sequence"
+kind = "integer"
+hash_size = 1000
+max_length = 50
+
+[[columns]]
+name = "times"
+role = "sequence"
+kind = "integer"
+side_of = "history"
+values = "timestamps"
+"""
+
+
+def test_a_side_sequence_is_cut_with_its_primary_and_said_once(tmp_path):
+    # A side keeps as many values as its primary's max_length (its own default of 32 is not
+    # read): before, `times` was said cut at 32, 180 values left out, though it kept all 40 of
+    # the odd rows and 50 of the even ones, as `history` did.
+    log, spec = tmp_path / "log.csv", tmp_path / "spec.toml"
+    lines = ["click,history,times"]
+    for i in range(10):
+        n = 60 if i % 2 == 0 else 40  # even rows: 10 items (and times) left out
+        lines.append(f"{i % 2},{'|'.join(map(str, range(n)))},{'|'.join(map(str, range(n)))}")
+    log.write_text("\n".join(lines) + "\n")
+    spec.write_text(SEQUENCE_SPEC)
+    text = cli("preprocess", log, "--spec", spec, "--out", tmp_path / "d").output
+    said = [line for line in text.splitlines() if "max_length" in line]
+    assert said == [
+        "history: 5 rows (50%) had more than max_length = 50 values; 50 values left out (raise "
+        "max_length in the spec to keep them)"
+    ]
+    cut = {"history": {"max_length": 50, "rows": 5, "values": 50}}
+    assert Manifest.load(tmp_path / "d").lists_cut == cut

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from helpers import assert_one_line_error, cli
 
+from shardrec.dataloader.format.manifest import Manifest
 from shardrec.tools.preprocess import pipeline
 
 FLAGS = ("--max-ids", "300", "--chunk-mb", "0.1")
@@ -156,3 +157,85 @@ def test_a_refused_run_starts_over_for_an_input_of_the_same_size_and_time(
     _replace_keeping_size_and_time(log, text)
     cli(*command)
     assert _dataset(out) == want
+
+
+def test_a_finished_dataset_refused_by_a_lower_fraction_is_not_wiped_by_another_input(
+    good: tuple[bytes, dict[str, bytes]], tmp_path: Path
+) -> None:
+    # Before, the refusal of the rerun (the dataset itself untouched) marked the folder refused,
+    # so a command with another input in the same --out removed the finished dataset's parts
+    # with no refusal, leaving its manifest naming them ("d/train/part-00000-0000.arrow:
+    # missing") wherever that command failed too.
+    text, _ = good
+    log, out = tmp_path / "in" / "train.txt", tmp_path / "out"
+    log.parent.mkdir()
+    log.write_bytes(_broken(text, range(100, 200)))
+    cli("preprocess", log, "--out", out, *FLAGS, "--max-skipped-fraction", "0.5")
+    finished = _dataset(out)
+    assert_one_line_error(
+        cli("preprocess", log, "--out", out, *FLAGS, ok=False),
+        r"^error: .*100 of 3,000 lines malformed \(3\.33%",
+    )
+    other = tmp_path / "in" / "other.txt"
+    other.write_bytes(text)
+    assert_one_line_error(
+        cli("preprocess", other, "--out", out, *FLAGS, ok=False),
+        rf"^error: {re.escape(str(out))}: holds a run with different inputs \(train\.txt, now "
+        r"other\.txt\); remove the directory or choose another --out$",
+    )
+    assert _dataset(out) == finished
+
+
+def test_a_part_run_does_not_start_a_refused_run_over(
+    good: tuple[bytes, dict[str, bytes]], tmp_path: Path
+) -> None:
+    # Before, each machine's --part run on the fixed input started the refused run over, so two
+    # started together removed each other's files: one ended "error: out/.work/task-00027.json:
+    # No such file or directory". Now a --part run is refused in one line, the refused run kept.
+    text, _ = good
+    log, out = tmp_path / "in" / "train.txt", tmp_path / "out"
+    log.parent.mkdir()
+    log.write_bytes(_broken(text, range(100, 200)))
+    cli("preprocess", log, "--out", out, *FLAGS, ok=False)
+    refused = _dataset(out)
+    log.write_bytes(text)
+    assert_one_line_error(
+        cli("preprocess", log, "--out", out, *FLAGS, "--part", "0/2", ok=False),
+        rf"^error: {re.escape(str(out))}: holds a run with different inputs \(train\.txt: "
+        r"[\d,]+ bytes, now [\d,]+\), refused for its input; remove the directory, then start "
+        r"the --part runs \(",
+    )
+    assert _dataset(out) == refused
+
+
+PRICE_SPEC = """[format]
+kind = "csv"
+header = true
+
+[[columns]]
+name = "click"
+role = "label"
+
+[[columns]]
+name = "price"
+role = "dense"
+type = "float"
+transform = "{transform}"
+"""
+
+
+def test_the_spec_a_value_past_float32_asks_for_starts_over(tmp_path: Path) -> None:
+    # Before, the refusal's own fix (the transform in the spec) was refused in turn: "error: out:
+    # holds a run with different spec, spec_sha256; remove the directory or choose another
+    # --out". A value its part cannot store is the input's refusal, as a malformed row is.
+    log, spec, out = tmp_path / "log.csv", tmp_path / "spec.toml", tmp_path / "out"
+    log.write_text("click,price\n" + "".join(f"{i % 2},{i}.5\n" for i in range(60)) + "1,1e40\n")
+    spec.write_text(PRICE_SPEC.format(transform="none"))
+    assert_one_line_error(
+        cli("preprocess", log, "--spec", spec, "--out", out, ok=False),
+        r"^error: .*log\.csv:62: price: 1e\+40 is past what float32 holds with transform none: "
+        r'it would train as infinity; give price transform = "signed-log1p" in the spec$',
+    )
+    spec.write_text(PRICE_SPEC.format(transform="signed-log1p"))
+    cli("preprocess", log, "--spec", spec, "--out", out)
+    assert sum(Manifest.load(out).splits[s].rows for s in ("train", "val", "test")) == 61

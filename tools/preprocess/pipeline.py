@@ -49,7 +49,7 @@ from shardrec.tools.preprocess.settings import (
     mark_refused,
     remove_temporaries,
 )
-from shardrec.tools.preprocess.tasks.bad_rows import MalformedRowError
+from shardrec.tools.preprocess.tasks.bad_rows import MalformedRowError, UnstorableValueError
 from shardrec.tools.preprocess.tasks.task import Task, TaskOptions
 from shardrec.tools.preprocess.tasks.task_markers import read_marker, wait_for_writes
 from shardrec.tools.preprocess.tasks.task_run import process_setup, run_task_safely
@@ -152,10 +152,12 @@ def run_preprocess(
     if not cfg.parquet:  # Parquet's columns are not parsed as text
         inputs.parser.warm_up()  # before any progress bar: its rate is parsing's, not the compile's
     cfg.out.mkdir(parents=True, exist_ok=True)
-    check_fingerprint(cfg.out, cfg.fingerprint(inputs.files, for_rerun=True))
+    check_fingerprint(
+        cfg.out, cfg.fingerprint(inputs.files, for_rerun=True), part=cfg.part is not None
+    )
     try:
         result = _run(cfg, progress, inputs)
-    except (MalformedRowError, RowsRefused, InputError) as e:
+    except (MalformedRowError, RowsRefused, InputError, UnstorableValueError) as e:
         if cfg.part is None:  # under --part, other machines' tasks are in --out
             mark_refused(cfg.out)
         if not isinstance(e, MalformedRowError) or e.reason != "bad_label":

@@ -258,10 +258,11 @@ def flags_to_repeat(options: dict, spec: FeatureSpec | None = None) -> list[str]
     return flags
 
 
-def check_fingerprint(out: Path, fp: dict) -> None:
+def check_fingerprint(out: Path, fp: dict, part: bool = False) -> None:
     """Record the run in `out`, or check that a rerun is of the run recorded there; a rerun with
     other inputs or settings is refused (ValueError), unless the run there was refused for its
-    input (mark_refused): then it starts over, as the corrected command is expected to."""
+    input (mark_refused): then it starts over, as the corrected command is expected to. Not under
+    --part (`part`): the machines start together, and each would remove the others' files."""
     path, refused = out / WORK_DIR / RUN_RECORD, out / WORK_DIR / REFUSED
     if path.is_file():
         try:
@@ -284,6 +285,12 @@ def check_fingerprint(out: Path, fp: dict) -> None:
                 raise ValueError(
                     f"{out}: holds a run with different {diff}; remove the directory or choose "
                     "another --out"
+                )
+            if part:
+                raise ValueError(
+                    f"{out}: holds a run with different {diff}, refused for its input; remove the "
+                    "directory, then start the --part runs (a --part run does not start it over: "
+                    "the machines would remove each other's files)"
                 )
             logger.warning(
                 "%s: the run there was refused for its input, and this one has different %s: "
@@ -309,9 +316,14 @@ def check_fingerprint(out: Path, fp: dict) -> None:
 
 def mark_refused(out: Path) -> None:
     """Record that the run in `out` (its record written) was refused for its input: a malformed row
-    under --strict, too many of them, a file that cannot be read. The same command resumes it (with
-    a higher --max-skipped-fraction: at once); one for a corrected input or spec starts over."""
-    if (out / WORK_DIR / RUN_RECORD).is_file():
+    under --strict, too many of them, a file that cannot be read, a value its part cannot store
+    (UnstorableValueError: the fix it names, a spec or flag, is a rerun of other settings). The
+    same command resumes it (with a higher --max-skipped-fraction: at once); one for a corrected
+    input or spec starts over.
+    A folder that holds a finished dataset is not marked: a rerun of its command refused by a lower
+    --max-skipped-fraction leaves the dataset as good as it was, and another command must not wipe
+    it."""
+    if (out / WORK_DIR / RUN_RECORD).is_file() and not (out / MANIFEST).is_file():
         atomic_write_bytes(out / WORK_DIR / REFUSED, b"")
 
 

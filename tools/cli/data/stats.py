@@ -76,7 +76,11 @@ def stats(
         _table("rows skipped", [{"reason": k, "rows": v} for k, v in result["skipped"].items()])
     )
     if result["lists_cut"]:
-        cut = [{"list": k, **v} for k, v in result["lists_cut"].items()]
+        cut = [
+            {"list": k, "max_length": v["max_length"], "rows cut": v["rows"],
+             "values left out": v["values"]}
+            for k, v in result["lists_cut"].items()
+        ]  # fmt: skip
         console.print(_table("lists cut at max_length", cut))
     # "table rows": embedding rows (the cardinality), not data rows; shares as percentages, one way.
     short = {"feature": "feature", "cardinality": "table rows", "dtype": "dtype", "mean_ids_per_sample": "mean ids",

@@ -32,6 +32,11 @@ class MalformedRowError(ValueError):
         self.path, self.reason = path, reason
 
 
+class UnstorableValueError(ValueError):
+    """A row's value that its part cannot store (a dense value past its dtype, a raw id that is
+    the empty field's own value): a refusal of the input, as a malformed row under --strict is."""
+
+
 def _absolute_line(task: Task, local: int) -> int:
     """1-based physical line number in the file (a header counts as line 1); a Parquet file's
     row number, from 1."""
@@ -74,12 +79,15 @@ def note_lists_cut(
 ) -> None:
     """Count, per list column, the rows `idx` (kept) whose list held more values than its
     max_length, and the values so left out (a spec's list columns: chunk.list_total), into
-    [max_length, rows, values] (TaskResult.lists_cut)."""
+    [max_length, rows, values] (TaskResult.lists_cut). A side sequence is cut with its primary,
+    at its primary's max_length (its own is not read): the primary's count says it."""
     total = getattr(chunk, "list_total", None)
     if total is None or not total.shape[1]:
         return
     columns = [c for c in opts.parser.program.spec.sparse if isinstance(c, ListColumn)]
     for c, column in enumerate(columns):
+        if getattr(column, "side_of", ""):
+            continue
         over = total[idx, c] - column.max_length
         cut = over > 0
         if cut.any():
@@ -135,13 +143,13 @@ def place_of(task: Task, local: int) -> str:
 
 def non_finite_error(
     where: str, e: NonFiniteDense, opts: TaskOptions, scoring: bool = False
-) -> ValueError:
+) -> UnstorableValueError:
     """The one line for a dense value its part cannot hold: `where` (file and line or row), column,
     value, and the fix (preprocessing); `scoring`: rows scored by a model, whose transform is
     fixed."""
     name = opts.parser.dense_names[e.column]
     if scoring:
-        return ValueError(
+        return UnstorableValueError(
             f"{where}: {name}: {e.value:g} is past what {opts.dense_dtype} holds with "
             "transform none, as the model's data was stored: the model would score infinity"
         )
@@ -152,7 +160,7 @@ def non_finite_error(
     )
     fits_float32 = abs(e.value) <= np.finfo(np.float32).max
     fix = f"drop --float16, or {log}" if opts.dense_dtype == "float16" and fits_float32 else log
-    return ValueError(
+    return UnstorableValueError(
         f"{where}: {name}: {e.value:g} is past what {opts.dense_dtype} holds with "
         f"transform none: it would train as infinity; {fix}"
     )

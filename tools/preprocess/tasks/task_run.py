@@ -52,6 +52,7 @@ from shardrec.tools.preprocess.parts.part_columns import (
 )
 from shardrec.tools.preprocess.parts.part_layout import PartLayout
 from shardrec.tools.preprocess.tasks.bad_rows import (
+    UnstorableValueError,
     non_finite_error,
     note_bad_rows,
     note_lists_cut,
@@ -166,7 +167,9 @@ def _take_chunk(
             try:
                 layout.append(buffers[split], chunk, idx, vocabs)
             except ReservedRawIdError as e:
-                raise ValueError(f"{place_of(task, line0 + int(idx[e.k]))}: {e}") from None
+                raise UnstorableValueError(
+                    f"{place_of(task, line0 + int(idx[e.k]))}: {e}"
+                ) from None
             except NonFiniteDense as e:
                 raise non_finite_error(place_of(task, line0 + e.row), e, opts) from None
     result.bytes += size

@@ -45,11 +45,17 @@ class Source:
 
 
 def read_table(
-    path: Path, kind: str, wanted: dict[str, str], spec_path: Path | None, told: tuple[str, str]
+    path: Path,
+    kind: str,
+    wanted: dict[str, str],
+    spec_path: Path | None,
+    told: tuple[str, str],
+    missing: tuple[str, ...] = (),
 ):
     """The table of the columns `wanted` (spec key -> column name) of one file; `spec_path` None:
     the spec is a model's, which no one edits. `told`: where `kind` came from, and what to do when
-    the file is in the other format after all, Parquet or text (for a refusal)."""
+    the file is in the other format after all, Parquet or text (for a refusal). `missing`: a text
+    file's words for a missing value (`[format] missing`), each field that is one read as empty."""
     import pyarrow as pa
     import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
@@ -90,13 +96,27 @@ def read_table(
         if kind == "parquet":
             return pq.read_table(path, columns=columns)
         strings = {c: pa.string() for c in columns}
-        return pcsv.read_csv(
+        table = pcsv.read_csv(
             path,
             parse_options=pcsv.ParseOptions(delimiter="\t" if kind == "tsv" else ","),
             convert_options=pcsv.ConvertOptions(include_columns=columns, column_types=strings),
         )
     except pa.ArrowException as e:
         raise _unreadable(path, kind, e) from None
+    return _emptied(table, missing) if missing else table
+
+
+def _emptied(table, words: tuple[str, ...]):
+    """`table` (text read as strings) with each field that is one of `words` made empty: the
+    columns' readers below then take it as they take an empty field."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    found = pa.array(words, pa.string())
+    return pa.table(
+        [pc.if_else(pc.is_in(c, value_set=found), "", c) for c in table.columns],
+        names=table.column_names,
+    )
 
 
 def _unreadable(path: Path, kind: str, error: Exception) -> EventLogError:

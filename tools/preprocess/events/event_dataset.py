@@ -223,7 +223,11 @@ def _flat(spec: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
     """(key, value) of an event spec's plain data, named as its file names them
     (label.played_ratio_min, history.length, crosses)."""
     for key, value in spec.items():
-        name = {"played_ratio_min": "label.played_ratio_min", "format": "format.kind"}.get(key, key)
+        name = {
+            "played_ratio_min": "label.played_ratio_min",
+            "format": "format.kind",
+            "missing": "format.missing",
+        }.get(key, key)
         if isinstance(value, dict) and value:
             yield from _flat(value, f"{prefix}{name}.")
         else:

@@ -101,7 +101,7 @@ def read_event_log(
             "score a log in the format of the log the model was trained on",
         )
     )
-    tables = [read_table(p, spec.format, wanted, spec_path, told) for p in paths]
+    tables = [read_table(p, spec.format, wanted, spec_path, told, spec.missing) for p in paths]
     ends = np.cumsum([t.num_rows for t in tables])
     source = Source(list(paths), ends, spec.format != "parquet")
     parts: dict[str, list[np.ndarray]] = {

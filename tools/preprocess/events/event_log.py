@@ -146,6 +146,14 @@ def read_event_log(
             f"({len(unplayed):,} listens have none); a listen's percent played makes its label and "
             "its pool in later histories: fill it, or leave such rows out"
         )
+    odd = np.flatnonzero(listen & (np.isinf(col["played"]) | (col["played"] < 0)))
+    if len(odd):  # inf would be a listen-plus, a negative one a skip, without a word
+        i = int(odd[0])
+        raise EventLogError(
+            f"{source.where(i)}: {cols.played_ratio}: {col['played'][i]:g} is no percent played "
+            f"(0 or more; {len(odd):,} listens have such a value); a listen's percent played makes "
+            "its label and its pool in later histories: fix it, or leave such rows out"
+        )
     if maps is None:
         assert spec_path is not None
         artist, album = _maps(spec, spec_path, col["item"], source)

@@ -227,6 +227,13 @@ class EventSpec:
             check_missing_words(self.missing, "\t" if self.format == "tsv" else ",")
         except ValueError as e:
             raise ValueError(f"[format] {e}") from None
+        taken = [m for m, written in self.events.types.items() if written in self.missing]
+        if taken:  # its events would read as typeless and be refused as such, the key unnamed
+            raise ValueError(
+                f"[format] missing word {self.events.types[taken[0]]!r} is the value written for "
+                f"[events.types] {taken[0]}: its events would have no type; take it out of one "
+                "of them"
+            )
         unknown = sorted(set(self.items) - set(MAP_NAMES))
         if unknown:
             raise ValueError(f"items.{unknown[0]}: maps are {', '.join(MAP_NAMES)}")
@@ -255,11 +262,8 @@ class EventSpec:
         keeps the plain data it had before the key."""
         out = asdict(self)
         out["crosses"] = [asdict(c) for c in self.crosses]
-        if self.missing:
-            out["missing"] = list(self.missing)
-        else:
-            del out["missing"]
-        return out
+        missing = out.pop("missing")
+        return out | ({"missing": list(missing)} if missing else {})
 
 
 def _build(cls: type, raw: Any, where: str) -> Any:

@@ -101,3 +101,16 @@ def test_the_key_is_refused_for_a_parquet_log(tmp_path, raw):
         rf"^error: {re.escape(str(spec))}: \[format\] missing is for text formats: a Parquet file "
         r"writes a missing value as a null, which is read as one already$",
     )
+
+
+def test_a_word_that_is_an_event_types_written_value_is_refused_in_the_spec(tmp_path, raw):
+    # Its events would read as typeless, each refused as "'' is not one of listen, NA" naming
+    # neither key; before, the spec was taken and the log read.
+    spec = raw / "types.toml"  # beside the artist map it names
+    spec.write_text(MISSING + EVENT_SPEC + '\n[events.types]\nlisten = "listen"\nlike = "NA"\n')
+    result = cli("preprocess", raw / "log.csv", "--events", spec, "--out", tmp_path / "o", ok=False)
+    assert_one_line_error(
+        result,
+        rf"^error: {re.escape(str(spec))}: \[format\] missing word 'NA' is the value written for "
+        r"\[events.types\] like: its events would have no type; take it out of one of them$",
+    )

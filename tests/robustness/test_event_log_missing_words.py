@@ -65,6 +65,12 @@ def test_a_word_for_a_missing_value_makes_the_dataset_an_empty_field_makes(tmp_p
         for name in ("empty", "words")
     }  # fmt: skip
     assert files["empty"] and files["empty"] == files["words"]
+    # The key is part of the spec a dataset was made with (before, shown as null where not given).
+    assert_one_line_error(
+        _preprocess(raw, changed, "missing.toml", tmp_path / "empty", ok=False),
+        rf"^error: {re.escape(str(tmp_path / 'empty'))}: holds a dataset made with another event "
+        r'spec \(format.missing = \[\] there, \["NA", "\\\\N"\] in .*missing.toml\); remove',
+    )
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ names the file, the row or line, the column and the value (event_log.py's docstr
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,22 +144,15 @@ def integers(
         try:
             values = pc.cast(values, pa.int64())
         except pa.ArrowInvalid:
-            for i, v in enumerate(values.to_pylist()):
-                if v == "":
-                    raise EventLogError(
-                        f"{source.where(offset + i)}: {name}: empty (every event needs one)"
-                    ) from None
-                try:
-                    number = int(v)
-                except (TypeError, ValueError):
-                    raise EventLogError(
-                        f"{source.where(offset + i)}: {name}: {v!r} is not an integer"
-                    ) from None
-                if number > largest:
-                    raise _too_large(
-                        source.where(offset + i), name, number, largest, what
-                    ) from None
-            raise
+            i = _first_uncast(values, pa.int64())
+            v, where = values[i].as_py(), source.where(offset + i)
+            if v == "":
+                raise EventLogError(f"{where}: {name}: empty (every event needs one)") from None
+            if re.fullmatch("-?[0-9]+", v) is None:  # a sign, a space, a `_`: not as int() reads
+                raise EventLogError(f"{where}: {name}: {v!r} is not an integer") from None
+            if v.startswith("-"):  # digits past int64's
+                raise EventLogError(f"{where}: {name}: {v} is negative") from None
+            raise _too_large(where, name, int(v), largest, what) from None
     if values.null_count:
         i = int(np.argmax(~np.asarray(pc.is_valid(values))))
         raise EventLogError(f"{source.where(offset + i)}: {name}: empty (every event needs one)")
@@ -178,6 +172,22 @@ def integers(
     return out
 
 
+def _first_uncast(values, to) -> int:
+    """The first of `values` that pyarrow cannot cast to `to` (one can't), by halves: its
+    message names no row, and Python's int() and float() read what it refuses (` 5`, `1_0`)."""
+    import pyarrow as pa
+
+    lo, hi = 0, len(values)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        try:
+            values.slice(lo, mid - lo).cast(to)
+            lo = mid
+        except pa.ArrowInvalid:
+            hi = mid
+    return lo
+
+
 def ratios(values, name: str, source: Source, offset: int) -> np.ndarray:
     """The played-ratio column as float64, NaN where empty (an event that is no listen); the first
     value that is no number is refused."""
@@ -194,15 +204,11 @@ def ratios(values, name: str, source: Source, offset: int) -> np.ndarray:
             raise EventLogError(
                 f"{source.file_at(offset)}: {name} holds {values.type}, not numbers (the percent played)"
             ) from None
-        for i, v in enumerate(values.to_pylist()):
-            try:
-                float(v if v is not None else "nan")
-            except ValueError:
-                raise EventLogError(
-                    f"{source.where(offset + i)}: {name}: {v!r} is not a number (the percent "
-                    "played)"
-                ) from None
-        raise
+        i = _first_uncast(values, pa.float64())
+        raise EventLogError(
+            f"{source.where(offset + i)}: {name}: {values[i].as_py()!r} is not a number (the "
+            "percent played)"
+        ) from None
 
 
 def _too_large(where: str, name: str, value: int, largest: int, what: str) -> EventLogError:

@@ -12,6 +12,7 @@ its last day; `test_seconds` > 0 sets the log's last seconds (after a gap) apart
 
     [format]
     kind = "parquet"                  # parquet, csv or tsv (with a header)
+    missing = []                      # text: words read as an empty field, such as ["NA", "\\N"]
 
     [events]                          # column names (Yambda's by default)
     user = "uid"
@@ -57,7 +58,12 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from shardrec.dataloader.spec.feature_spec import MAX_HASH_SIZE, SpecError
+from shardrec.dataloader.spec.feature_spec import (
+    MAX_HASH_SIZE,
+    PARQUET_MISSING,
+    SpecError,
+    check_missing_words,
+)
 from shardrec.dataloader.spec.toml_text import toml_value
 from shardrec.dataloader.util.near import did_you_mean
 
@@ -204,11 +210,29 @@ class EventSpec:
     history: HistorySpec = field(default_factory=HistorySpec)
     crosses: tuple[CrossSpec, ...] = ()
     split: WindowSpec = field(default_factory=WindowSpec)
+    missing: tuple[str, ...] = ()
+    """Words a text log writes for a missing value, such as ["NA", "\\N"]: each field that is one
+    reads as an empty field does (a played ratio that only a listen needs; a user, item, time or
+    type refused, as an empty one is). Not the item maps'."""
 
     def __post_init__(self) -> None:
         if self.format not in EVENT_FORMATS:
             raise ValueError(
                 f"format kind = {self.format!r} is not one of {', '.join(EVENT_FORMATS)}"
+            )
+        object.__setattr__(self, "missing", tuple(self.missing))
+        if self.format == "parquet" and self.missing:
+            raise ValueError(f"[format] {PARQUET_MISSING}")
+        try:
+            check_missing_words(self.missing, "\t" if self.format == "tsv" else ",")
+        except ValueError as e:
+            raise ValueError(f"[format] {e}") from None
+        taken = [m for m, written in self.events.types.items() if written in self.missing]
+        if taken:  # its events would read as typeless and be refused as such, the key unnamed
+            raise ValueError(
+                f"[format] missing word {self.events.types[taken[0]]!r} is the value written for "
+                f"[events.types] {taken[0]}: its events would have no type; take it out of one "
+                "of them"
             )
         unknown = sorted(set(self.items) - set(MAP_NAMES))
         if unknown:
@@ -234,10 +258,12 @@ class EventSpec:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data (the manifest keeps it)."""
+        """Plain data (the manifest keeps it); `missing` only where given, so a spec without it
+        keeps the plain data it had before the key."""
         out = asdict(self)
         out["crosses"] = [asdict(c) for c in self.crosses]
-        return out
+        missing = out.pop("missing")
+        return out | ({"missing": list(missing)} if missing else {})
 
 
 def _build(cls: type, raw: Any, where: str) -> Any:
@@ -263,6 +289,7 @@ def _build(cls: type, raw: Any, where: str) -> Any:
         raise SpecError(f"{where}: {e}") from None
 
 
+FORMAT_KEYS = ("kind", "missing")
 SECTIONS = ("format", "events", "items", "label", "history", "crosses", "split")
 
 
@@ -277,8 +304,23 @@ def event_spec_from_dict(raw: Any, source: str) -> EventSpec:
         if key not in SECTIONS:
             raise SpecError(f"{source}: unknown section [{key}]{did_you_mean(key, SECTIONS)}")
     fmt = raw.get("format", {})
-    if not isinstance(fmt, dict) or set(fmt) - {"kind"}:
-        raise SpecError(f"{source}: [format] holds one key, kind ({', '.join(EVENT_FORMATS)})")
+    holds = (
+        f"kind ({', '.join(EVENT_FORMATS)}) and missing (a text log's words for a missing value, "
+        'such as ["NA"])'
+    )
+    if not isinstance(fmt, dict):
+        raise SpecError(f"{source}: [format] should be a table of {holds}")
+    unknown = sorted(set(fmt) - set(FORMAT_KEYS))
+    if unknown:
+        raise SpecError(
+            f"{source}: [format] unknown key {unknown[0]!r}"
+            f"{did_you_mean(unknown[0], FORMAT_KEYS)} ([format] holds {holds})"
+        )
+    missing = fmt.get("missing", [])
+    if not isinstance(missing, list) or not all(isinstance(w, str) for w in missing):
+        raise SpecError(
+            f'{source}: [format] missing = {missing!r} should be a list of strings, such as ["NA"]'
+        )
     events = dict(raw.get("events", {}))
     types = events.get("types")
     for meaning, value in types.items() if isinstance(types, dict) else ():
@@ -313,6 +355,7 @@ def event_spec_from_dict(raw: Any, source: str) -> EventSpec:
                 _build(CrossSpec, c, f"{source}: crosses[{i}]") for i, c in enumerate(crosses)
             ),
             split=_build(WindowSpec, raw.get("split", {}), f"{source}: [split]"),
+            missing=tuple(missing),
         )
     except ValueError as e:
         if isinstance(e, SpecError):
@@ -322,7 +365,10 @@ def event_spec_from_dict(raw: Any, source: str) -> EventSpec:
 
 def _from_plain(plain: dict[str, Any]) -> dict[str, Any]:
     return {
-        "format": {"kind": plain["format"]},
+        "format": {
+            "kind": plain["format"],
+            **({"missing": plain["missing"]} if "missing" in plain else {}),
+        },
         "events": plain["events"],
         "items": plain["items"],
         "label": {"played_ratio_min": plain["played_ratio_min"]},

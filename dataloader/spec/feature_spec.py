@@ -30,6 +30,11 @@ uint64); 2**63 itself marks a sequence's integers kept as written."""
 SEQUENCE_VALUES = ("ids", "timestamps", "integers")
 """What a sequence's values are: ids hashed into a table, or integers kept as written (seconds,
 action codes) that no table holds."""
+PARQUET_MISSING = (
+    "missing is for text formats: a Parquet file writes a missing value as a null, which is read "
+    "as one already"
+)
+"""The refusal of `[format] missing` in a Parquet spec (a feature spec's or an event spec's)."""
 
 
 class SpecError(ValueError):
@@ -76,10 +81,7 @@ class TextFormat:
         object.__setattr__(self, "missing", tuple(self.missing))
         if self.kind == "parquet":
             if self.missing:
-                raise ValueError(
-                    "missing is for text formats: a Parquet file writes a missing value as a "
-                    "null, which is read as one already"
-                )
+                raise ValueError(PARQUET_MISSING)
             given = [k for k, v in (("delimiter", self.delimiter), ("header", self.header),
                      ("quoting", self.quoting), ("min_fields", self.min_fields)) if v]  # fmt: skip
             if given:
@@ -100,10 +102,10 @@ class TextFormat:
             raise ValueError("decimal ',' needs another delimiter than ',' (such as ';')")
         if self.files is not None and (not self.files or "/" in self.files):
             raise ValueError(f"files {self.files!r} must be a file-name pattern such as '*.csv'")
-        _check_missing(self.missing, self.delimiter)
+        check_missing_words(self.missing, self.delimiter)
 
 
-def _check_missing(words: tuple[str, ...], delimiter: str) -> None:
+def check_missing_words(words: tuple[str, ...], delimiter: str) -> None:
     """Each word a whole field can be: not empty (an empty field is missing already), without the
     delimiter, a quote or a line break, and given once."""
     for word in words:

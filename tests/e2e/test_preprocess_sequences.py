@@ -179,10 +179,16 @@ def test_a_position_whose_item_is_missing_is_dropped_with_its_side_values(logs: 
     ]
 
 
-def test_a_missing_side_value_beside_an_item_is_a_malformed_row(logs: Path):
+def test_a_side_value_missing_beside_an_item_or_bad_beside_a_missing_one_is_a_malformed_row(
+    logs: Path,
+):
     # The item 22 has no time: no time of another item takes its place (before, the row was
-    # kept as 11, 22, 33 at 100, 200, 300: 22 paired with the NA item's time and action).
-    result, kept = _head(logs, ["1,7,11|NA|22|33,100|200||300,1|2||4"])
-    assert result["rows_skipped"] == {"side_length": 1}
+    # kept as 11, 22, 33 at 100, 200, 300: 22 paired with the NA item's time and action). The
+    # time dropped with an NA item is read all the same: 'abc' is no time beside a missing item
+    # as beside a present one (before, line 3 was kept as 11, 33 at 100, 300).
+    rows = ["1,7,11|NA|22|33,100|200||300,1|2||4", "1,7,11|NA|33,100|abc|300,1|2|3"]
+    result, kept = _head(logs, rows)
+    assert result["rows_skipped"] == {"side_length": 1, "bad_integer": 1}
     assert result["first_errors"][0].endswith("train.csv:2: times: '100|200||300' (side_length)")
+    assert result["first_errors"][1].endswith("train.csv:3: times: '100|abc|300' (bad_integer)")
     assert kept == []

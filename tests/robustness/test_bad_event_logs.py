@@ -131,8 +131,11 @@ def test_a_user_id_past_32_bits_is_refused_not_folded_onto_another_user(tmp_path
             r"empty for a listen \(2 listens have none\); a listen's percent played makes its "
             r"label and its pool in later histories: fill it, or leave such rows out$",
         ),
+        # An infinite one had made the listen a listen-plus (label 1), a negative one a skip.
+        ("inf", r"inf is no percent played \(0 or more; 2 listens have such a value\); a listen"),
+        ("-5", r"-5 is no percent played \(0 or more; 2 listens have such a value\); a listen"),
     ],
-    ids=["no number", "empty"],
+    ids=["no number", "empty", "infinite", "negative"],
 )
 def test_a_listens_played_ratio_that_is_no_number_or_empty_is_refused_with_its_row(
     tmp_path, log, kind, value, said

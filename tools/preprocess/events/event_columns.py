@@ -5,6 +5,7 @@ names the file, the row or line, the column and the value (event_log.py's docstr
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,11 +46,17 @@ class Source:
 
 
 def read_table(
-    path: Path, kind: str, wanted: dict[str, str], spec_path: Path | None, told: tuple[str, str]
+    path: Path,
+    kind: str,
+    wanted: dict[str, str],
+    spec_path: Path | None,
+    told: tuple[str, str],
+    missing: tuple[str, ...] = (),
 ):
     """The table of the columns `wanted` (spec key -> column name) of one file; `spec_path` None:
     the spec is a model's, which no one edits. `told`: where `kind` came from, and what to do when
-    the file is in the other format after all, Parquet or text (for a refusal)."""
+    the file is in the other format after all, Parquet or text (for a refusal). `missing`: a text
+    file's words for a missing value (`[format] missing`), each field that is one read as empty."""
     import pyarrow as pa
     import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
@@ -90,13 +97,27 @@ def read_table(
         if kind == "parquet":
             return pq.read_table(path, columns=columns)
         strings = {c: pa.string() for c in columns}
-        return pcsv.read_csv(
+        table = pcsv.read_csv(
             path,
             parse_options=pcsv.ParseOptions(delimiter="\t" if kind == "tsv" else ","),
             convert_options=pcsv.ConvertOptions(include_columns=columns, column_types=strings),
         )
     except pa.ArrowException as e:
         raise _unreadable(path, kind, e) from None
+    return _emptied(table, missing) if missing else table
+
+
+def _emptied(table, words: tuple[str, ...]):
+    """`table` (text read as strings) with each field that is one of `words` made empty: the
+    columns' readers below then take it as they take an empty field."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    found = pa.array(words, pa.string())
+    return pa.table(
+        [pc.if_else(pc.is_in(c, value_set=found), "", c) for c in table.columns],
+        names=table.column_names,
+    )
 
 
 def _unreadable(path: Path, kind: str, error: Exception) -> EventLogError:
@@ -123,22 +144,15 @@ def integers(
         try:
             values = pc.cast(values, pa.int64())
         except pa.ArrowInvalid:
-            for i, v in enumerate(values.to_pylist()):
-                if v == "":
-                    raise EventLogError(
-                        f"{source.where(offset + i)}: {name}: empty (every event needs one)"
-                    ) from None
-                try:
-                    number = int(v)
-                except (TypeError, ValueError):
-                    raise EventLogError(
-                        f"{source.where(offset + i)}: {name}: {v!r} is not an integer"
-                    ) from None
-                if number > largest:
-                    raise _too_large(
-                        source.where(offset + i), name, number, largest, what
-                    ) from None
-            raise
+            i = _first_uncast(values, pa.int64())
+            v, where = values[i].as_py(), source.where(offset + i)
+            if v == "":
+                raise EventLogError(f"{where}: {name}: empty (every event needs one)") from None
+            if re.fullmatch("-?[0-9]+", v) is None:  # a sign, a space, a `_`: not as int() reads
+                raise EventLogError(f"{where}: {name}: {v!r} is not an integer") from None
+            if v.startswith("-"):  # digits past int64's
+                raise EventLogError(f"{where}: {name}: {v} is negative") from None
+            raise _too_large(where, name, int(v), largest, what) from None
     if values.null_count:
         i = int(np.argmax(~np.asarray(pc.is_valid(values))))
         raise EventLogError(f"{source.where(offset + i)}: {name}: empty (every event needs one)")
@@ -158,6 +172,22 @@ def integers(
     return out
 
 
+def _first_uncast(values, to) -> int:
+    """The first of `values` that pyarrow cannot cast to `to` (one can't), by halves: its
+    message names no row, and Python's int() and float() read what it refuses (` 5`, `1_0`)."""
+    import pyarrow as pa
+
+    lo, hi = 0, len(values)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        try:
+            values.slice(lo, mid - lo).cast(to)
+            lo = mid
+        except pa.ArrowInvalid:
+            hi = mid
+    return lo
+
+
 def ratios(values, name: str, source: Source, offset: int) -> np.ndarray:
     """The played-ratio column as float64, NaN where empty (an event that is no listen); the first
     value that is no number is refused."""
@@ -174,15 +204,11 @@ def ratios(values, name: str, source: Source, offset: int) -> np.ndarray:
             raise EventLogError(
                 f"{source.file_at(offset)}: {name} holds {values.type}, not numbers (the percent played)"
             ) from None
-        for i, v in enumerate(values.to_pylist()):
-            try:
-                float(v if v is not None else "nan")
-            except ValueError:
-                raise EventLogError(
-                    f"{source.where(offset + i)}: {name}: {v!r} is not a number (the percent "
-                    "played)"
-                ) from None
-        raise
+        i = _first_uncast(values, pa.float64())
+        raise EventLogError(
+            f"{source.where(offset + i)}: {name}: {values[i].as_py()!r} is not a number (the "
+            "percent played)"
+        ) from None
 
 
 def _too_large(where: str, name: str, value: int, largest: int, what: str) -> EventLogError:

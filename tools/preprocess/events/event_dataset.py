@@ -202,8 +202,9 @@ def check_out(out: Path, spec: EventSpec, paths: list[Path], spec_path: Path) ->
         raise EventLogError(f"{e}; {remedy}") from None
     if raw.get("kind") != EVENTS_KIND:
         raise EventLogError(f"{out}: holds a dataset of click logs (not an event log's); {remedy}")
-    old = dict(_flat(raw.get("events", {}).get("spec", {})))
-    new = dict(_flat(json.loads(json.dumps(spec.to_dict()))))
+    # A spec without `missing` leaves it out of its plain data: shown as none given, not null.
+    old = {"format.missing": [], **dict(_flat(raw.get("events", {}).get("spec", {})))}
+    new = {"format.missing": [], **dict(_flat(json.loads(json.dumps(spec.to_dict()))))}
     differs = [k for k in dict.fromkeys([*old, *new]) if old.get(k) != new.get(k)]
     if differs:
         k = differs[0]
@@ -223,7 +224,11 @@ def _flat(spec: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
     """(key, value) of an event spec's plain data, named as its file names them
     (label.played_ratio_min, history.length, crosses)."""
     for key, value in spec.items():
-        name = {"played_ratio_min": "label.played_ratio_min", "format": "format.kind"}.get(key, key)
+        name = {
+            "played_ratio_min": "label.played_ratio_min",
+            "format": "format.kind",
+            "missing": "format.missing",
+        }.get(key, key)
         if isinstance(value, dict) and value:
             yield from _flat(value, f"{prefix}{name}.")
         else:

@@ -101,7 +101,7 @@ def read_event_log(
             "score a log in the format of the log the model was trained on",
         )
     )
-    tables = [read_table(p, spec.format, wanted, spec_path, told) for p in paths]
+    tables = [read_table(p, spec.format, wanted, spec_path, told, spec.missing) for p in paths]
     ends = np.cumsum([t.num_rows for t in tables])
     source = Source(list(paths), ends, spec.format != "parquet")
     parts: dict[str, list[np.ndarray]] = {
@@ -145,6 +145,14 @@ def read_event_log(
             f"{source.where(int(unplayed[0]))}: {cols.played_ratio}: empty for a listen "
             f"({len(unplayed):,} listens have none); a listen's percent played makes its label and "
             "its pool in later histories: fill it, or leave such rows out"
+        )
+    odd = np.flatnonzero(listen & (np.isinf(col["played"]) | (col["played"] < 0)))
+    if len(odd):  # inf would be a listen-plus, a negative one a skip, without a word
+        i = int(odd[0])
+        raise EventLogError(
+            f"{source.where(i)}: {cols.played_ratio}: {col['played'][i]:g} is no percent played "
+            f"(0 or more; {len(odd):,} listens have such a value); a listen's percent played makes "
+            "its label and its pool in later histories: fix it, or leave such rows out"
         )
     if maps is None:
         assert spec_path is not None

@@ -15,7 +15,8 @@ then decoded by its column's role, given per field index as small arrays (spec_p
 - list: the field cut at its separator, each non-empty value decoded as a categorical, the first
   `max_length` appended to one flat array with each row's start and length; a side sequence
   keeps position by position with its primary: its value where the primary has none is dropped
-  with it, and no value where the primary has one makes the row malformed (side_length);
+  with it (a value the side cannot hold makes the row malformed there too), and no value where
+  the primary has one makes the row malformed (side_length);
 - ignore: scanned past.
 
 A field (or a list's value) that is one of the spec's words for a missing value (`[format]
@@ -202,9 +203,10 @@ def _list(buf, s, e, kind, sep, max_length, escaped, out, pos, keep_last, raw, w
 @njit(cache=True, nogil=True, boundscheck=False)
 def _side_list(buf, s, e, ps, pe, sep, psep, kind, skip, escaped, out, pos, raw, words, starts):
     """_list for a side sequence whose primary buf[ps:pe] (separator psep) skipped a value: the
-    side's value at each position the primary skipped is dropped with it, and the others from the
-    skip-th on appended to out[pos:]; (count, reason): side_length where the primary has a value
-    and the side none, or either has more positions."""
+    side's value at each position the primary skipped is dropped with it (read all the same: a
+    bad one is the row's reason), and the others from the skip-th on appended to out[pos:];
+    (count, reason): side_length where the primary has a value and the side none, or either has
+    more positions."""
     count, reason, a, pa, seen = 0, -1, s, ps, 0
     while a <= e and pa <= pe:
         b, pb = a, pa
@@ -224,6 +226,12 @@ def _side_list(buf, s, e, ps, pe, sep, psep, kind, skip, escaped, out, pos, raw,
                 if r >= 0 and reason < 0:
                     reason = r
             seen += 1
+        elif b > a and not is_missing(buf, a, b, words, starts):
+            # Dropped with its item, but read: a value the side cannot hold is a malformed row
+            # beside a missing item as beside a present one.
+            _, r = _list_value(buf, a, b, kind, escaped, raw)
+            if r >= 0 and reason < 0:
+                reason = r
         a, pa = b + 1, pb + 1
     return count, (SIDE_LENGTH if a <= e or pa <= pe else reason)
 

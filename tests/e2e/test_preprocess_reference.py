@@ -253,3 +253,31 @@ def test_a_non_finite_dense_value_is_refused_where_it_enters_and_the_hint_makes_
     cli("data", "reference-npy", *days, "--out", tmp_path / "ref", "--dense", "log-min2")
     assert all(np.isfinite(np.load(tmp_path / "ref" / f"day_{d}_dense.npy")).all() for d in (0, 1))
     cli("data", "import-npy", tmp_path / "ref", "--out", tmp_path / "imported")
+
+
+def test_blank_lines_that_end_a_day_file_are_no_rows_and_one_before_a_row_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Blank lines that end a file are no rows, as preprocess and predict read them: the arrays are
+    those of the files without them. Before, a day file ending in "\\n\\n" was refused: 'error:
+    day_1:3: row: (empty line); the reference parses every row'."""
+    from helpers import assert_one_line_error, cli
+
+    rows = ["\t".join([str(k % 2), *[str(k)] * 13, *[f"{k + 10:08x}"] * 26]) for k in range(4)]
+    plain, blank = tmp_path / "plain", tmp_path / "blank"
+    for folder, tail in ((plain, ""), (blank, "\n \r\n  \n")):
+        folder.mkdir()
+        for d in (0, 1):
+            (folder / f"day_{d}").write_text("\n".join(rows[2 * d : 2 * d + 2]) + "\n" + tail)
+    for folder in (plain, blank):
+        cli("data", "reference-npy", folder / "day_0", folder / "day_1", "--out", folder / "out")
+    arrays = sorted(p.name for p in (plain / "out").glob("day_*.npy"))
+    assert len(arrays) == 6
+    for name in arrays:
+        assert (blank / "out" / name).read_bytes() == (plain / "out" / name).read_bytes()
+    # A blank line with a row after it holds no row of the day: refused, naming its line.
+    (blank / "day_1").write_text(rows[2] + "\n\n" + rows[3] + "\n\n")
+    days = (blank / "day_0", blank / "day_1")
+    refused = cli("data", "reference-npy", *days, "--out", tmp_path / "o", ok=False)
+    said = rf"^error: {days[1]}:2: row: \(empty line\); the reference parses every row$"
+    assert_one_line_error(refused, said)

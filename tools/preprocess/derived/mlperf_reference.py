@@ -52,6 +52,7 @@ from shardrec.tools.preprocess.derived.reference_run import (
 )
 from shardrec.tools.preprocess.parse.criteo_text import Schema, describe_bad_row, parse_chunk
 from shardrec.tools.preprocess.text.gz import READ_ERRORS, describe_error, open_text
+from shardrec.tools.preprocess.text.lines import TSV_BLANK, blank_tail
 
 logger = logging.getLogger(__name__)
 
@@ -77,8 +78,10 @@ def _save(path: Path, array: np.ndarray) -> None:
 
 def _chunks(path: Path) -> Iterator[bytes]:
     """The file's text (decompressed where the name ends in .gz, as `shardrec preprocess` reads
-    it) in pieces that end at a newline. ValueError names an unreadable or truncated file."""
-    rest = b""
+    it) in pieces that end at a newline, less the blank lines that end it (text.lines: no rows, as
+    every other reader of a day file takes them; torchrec's scripts stop at them with an
+    IndexError). ValueError names an unreadable or truncated file."""
+    rest, held = b"", b""  # held: blank lines that end the text so far, rows or the end to come
     with open_text(path) as f:
         while True:
             try:
@@ -89,10 +92,13 @@ def _chunks(path: Path) -> Iterator[bytes]:
                 break
             cut = (rest + block).rfind(b"\n") + 1
             text, rest = (rest + block)[:cut], (rest + block)[cut:]
-            if text:
-                yield text
-    if rest:
-        yield rest + b"\n"
+            end = blank_tail(text, 0, len(text))
+            if end:  # a row follows the held lines: they are lines of the text (malformed rows)
+                yield held + text[:end]
+                held = b""
+            held += text[end:]
+    if rest.translate(None, TSV_BLANK):
+        yield held + rest + b"\n"
 
 
 def _check_log3(path: Path, line: int, dense: np.ndarray) -> None:

@@ -170,3 +170,18 @@ def test_a_parquet_file(
     spec.write_text(SPEC.format(kind="parquet", header=""))
     line = _refused(log, tmp_path / "o", "--spec", spec)
     assert line == _share(log, "rows", ": row 5", shown, reason) + advice + SKIP
+
+
+def test_a_skipped_row_is_shown_as_read_with_the_key_its_word_wants(tmp_path: Path) -> None:
+    """A run that skips a row shows it with the key that reads its word as missing. Before, rich
+    took "[format]" and a value's "[b]" for markup: "count: 'NA' (a word for a missing value?
+    missing = ["NA"] reads it as one)", and "site: 'zz' (bad_hex)" for the value '[b]zz'."""
+    rows = [list(CSV_ROWS[k % 20]) for k in range(800)]
+    rows[4][1], rows[9][3] = "NA", "[b]zz"
+    log, spec = tmp_path / "log.csv", tmp_path / "s.toml"
+    log.write_text("click,count,price,site,user\n" + "".join(",".join(r) + "\n" for r in rows))
+    spec.write_text(SPEC.format(kind="csv", header="header = true\n"))
+    shown = cli("preprocess", log, "--spec", spec, "--out", tmp_path / "o").stdout.splitlines()
+    word = '(a word for a missing value? [format] missing = ["NA"] reads it as one)'
+    assert f"  {log}:6: count: 'NA' {word} (bad_integer)" in shown
+    assert f"  {log}:11: site: '[b]zz' (bad_hex)" in shown

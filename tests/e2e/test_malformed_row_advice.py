@@ -185,3 +185,23 @@ def test_a_skipped_row_is_shown_as_read_with_the_key_its_word_wants(tmp_path: Pa
     word = '(a word for a missing value? [format] missing = ["NA"] reads it as one)'
     assert f"  {log}:6: count: 'NA' {word} (bad_integer)" in shown
     assert f"  {log}:11: site: '[b]zz' (bad_hex)" in shown
+
+
+def test_a_spec_of_criteos_shape_names_the_key_for_a_missing_word(tmp_path: Path) -> None:
+    """A spec of Criteo's shape (label, integers, hex ids; read by Criteo's parser) names the key
+    for `NA`, as any other spec's rows do. Before: "n: 'NA' (bad_integer)" alone."""
+    log, spec = tmp_path / "log.tsv", tmp_path / "s.toml"
+    rows = [f"{k % 2}\t{k}\t{k + 10:x}" for k in range(20)]
+    rows[4] = "1\tNA\tab"
+    log.write_text("\n".join(rows) + "\n")
+    spec.write_text(
+        '[format]\nkind = "tsv"\n\n[[columns]]\nname = "y"\nrole = "label"\n\n[[columns]]\n'
+        'name = "n"\nrole = "dense"\n\n[[columns]]\nname = "h"\nrole = "categorical"\n'
+        'kind = "hex"\nhash_size = 100\n'
+    )
+    word = '(a word for a missing value? [format] missing = ["NA"] reads it as one)'
+    assert _refused(log, tmp_path / "o", "--spec", spec, "--strict") == (
+        f"error: {log}:5: n: 'NA' {word} (bad_integer); n reads whole numbers, a missing value as "
+        'an empty field: correct the row, give n type = "float" if its values have fractions, '
+        f"{STRICT}"
+    )

@@ -6,6 +6,7 @@ malformed row."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -203,13 +204,17 @@ def test_ids_past_2_to_the_24_round_through_float32_as_torchrecs_shuffle_rounds_
     assert np.isin(large, np.load(out / "day_2_sparse.npy")).all()
 
 
-def test_a_malformed_row_is_one_line_naming_file_and_line(tmp_path: Path) -> None:
+def test_a_malformed_row_is_one_line_naming_file_line_reason_and_what_to_do(tmp_path: Path) -> None:
+    """Before, the line named no reason and no fix: 'day_1:2: row: 2 fields, schema needs at least
+    37 of 40; the reference parses every row'."""
     good = "\t".join(["1", *["1"] * 13, *["0000000a"] * 26])
     (tmp_path / "day_0").write_text(f"{good}\n{good}\n")
     (tmp_path / "day_1").write_text(f"{good}\n1\tx\n")
-    with pytest.raises(
-        ValueError, match=rf"^{tmp_path}/day_1:2: .*the reference parses every row$"
-    ):
+    said = (
+        f"{tmp_path}/day_1:2: row: 2 fields, schema needs at least 37 of 40 (too_few_fields); the "
+        "reference parses every row, skipping none: correct the row or remove it"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(said)}$"):
         reference_preprocess([tmp_path / "day_0", tmp_path / "day_1"], tmp_path / "out")
 
 
@@ -279,5 +284,7 @@ def test_blank_lines_that_end_a_day_file_are_no_rows_and_one_before_a_row_is_ref
     (blank / "day_1").write_text(rows[2] + "\n\n" + rows[3] + "\n\n")
     days = (blank / "day_0", blank / "day_1")
     refused = cli("data", "reference-npy", *days, "--out", tmp_path / "o", ok=False)
-    said = rf"^error: {days[1]}:2: row: \(empty line\); the reference parses every row$"
+    said = (
+        rf"^error: {days[1]}:2: row: \(empty line\) \(empty_row\); the reference parses every row"
+    )
     assert_one_line_error(refused, said)

@@ -50,7 +50,12 @@ from shardrec.tools.preprocess.derived.reference_run import (
     check_record,
     run_record,
 )
-from shardrec.tools.preprocess.parse.criteo_text import Schema, describe_bad_row, parse_chunk
+from shardrec.tools.preprocess.parse.criteo_text import (
+    REASONS,
+    Schema,
+    describe_bad_row,
+    parse_chunk,
+)
 from shardrec.tools.preprocess.text.gz import READ_ERRORS, describe_error, open_text
 from shardrec.tools.preprocess.text.lines import TSV_BLANK, blank_tail
 
@@ -134,9 +139,11 @@ def parse_day(path: Path, work: Path, day: int, dense_transform: str = "log3") -
         chunk = parse_chunk(text, SCHEMA)
         bad = np.flatnonzero(chunk.reason >= 0)
         if bad.size:
-            reason, shown = describe_bad_row(text, chunk, int(bad[0]), SCHEMA)
+            field, shown = describe_bad_row(text, chunk, int(bad[0]), SCHEMA)
+            reason = REASONS[int(chunk.reason[int(bad[0])])]
             raise ValueError(
-                f"{path}:{line + int(bad[0])}: {reason}: {shown}; the reference parses every row"
+                f"{path}:{line + int(bad[0])}: {field}: {shown} ({reason}); the reference parses "
+                "every row, skipping none: correct the row or remove it"
             )
         if dense_transform == "log3":
             _check_log3(path, line, chunk.dense)

@@ -6,6 +6,7 @@ malformed row."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -203,13 +204,17 @@ def test_ids_past_2_to_the_24_round_through_float32_as_torchrecs_shuffle_rounds_
     assert np.isin(large, np.load(out / "day_2_sparse.npy")).all()
 
 
-def test_a_malformed_row_is_one_line_naming_file_and_line(tmp_path: Path) -> None:
+def test_a_malformed_row_is_one_line_naming_file_line_reason_and_what_to_do(tmp_path: Path) -> None:
+    """Before, the line named no reason and no fix: 'day_1:2: row: 2 fields, schema needs at least
+    37 of 40; the reference parses every row'."""
     good = "\t".join(["1", *["1"] * 13, *["0000000a"] * 26])
     (tmp_path / "day_0").write_text(f"{good}\n{good}\n")
     (tmp_path / "day_1").write_text(f"{good}\n1\tx\n")
-    with pytest.raises(
-        ValueError, match=rf"^{tmp_path}/day_1:2: .*the reference parses every row$"
-    ):
+    said = (
+        f"{tmp_path}/day_1:2: row: 2 fields, schema needs at least 37 of 40 (too_few_fields); the "
+        "reference parses every row, skipping none: correct the row or remove it"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(said)}$"):
         reference_preprocess([tmp_path / "day_0", tmp_path / "day_1"], tmp_path / "out")
 
 
@@ -253,3 +258,33 @@ def test_a_non_finite_dense_value_is_refused_where_it_enters_and_the_hint_makes_
     cli("data", "reference-npy", *days, "--out", tmp_path / "ref", "--dense", "log-min2")
     assert all(np.isfinite(np.load(tmp_path / "ref" / f"day_{d}_dense.npy")).all() for d in (0, 1))
     cli("data", "import-npy", tmp_path / "ref", "--out", tmp_path / "imported")
+
+
+def test_blank_lines_that_end_a_day_file_are_no_rows_and_one_before_a_row_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Blank lines that end a file are no rows, as preprocess and predict read them: the arrays are
+    those of the files without them. Before, a day file ending in "\\n\\n" was refused: 'error:
+    day_1:3: row: (empty line); the reference parses every row'."""
+    from helpers import assert_one_line_error, cli
+
+    rows = ["\t".join([str(k % 2), *[str(k)] * 13, *[f"{k + 10:08x}"] * 26]) for k in range(4)]
+    plain, blank = tmp_path / "plain", tmp_path / "blank"
+    for folder, tail in ((plain, ""), (blank, "\n \r\n  \n")):
+        folder.mkdir()
+        for d in (0, 1):
+            (folder / f"day_{d}").write_text("\n".join(rows[2 * d : 2 * d + 2]) + "\n" + tail)
+    for folder in (plain, blank):
+        cli("data", "reference-npy", folder / "day_0", folder / "day_1", "--out", folder / "out")
+    arrays = sorted(p.name for p in (plain / "out").glob("day_*.npy"))
+    assert len(arrays) == 6
+    for name in arrays:
+        assert (blank / "out" / name).read_bytes() == (plain / "out" / name).read_bytes()
+    # A blank line with a row after it holds no row of the day: refused, naming its line.
+    (blank / "day_1").write_text(rows[2] + "\n\n" + rows[3] + "\n\n")
+    days = (blank / "day_0", blank / "day_1")
+    refused = cli("data", "reference-npy", *days, "--out", tmp_path / "o", ok=False)
+    said = (
+        rf"^error: {days[1]}:2: row: \(empty line\) \(empty_row\); the reference parses every row"
+    )
+    assert_one_line_error(refused, said)

@@ -250,7 +250,12 @@ def test_a_bad_row_names_file_line_column_and_value(logs, tmp_path: Path) -> Non
     assert res["rows_skipped"] == {"bad_label": 1}
     assert res["first_errors"] == [f"{bad}:8: rating: 'x{rating}' (bad_label)"]
     strict = cli("preprocess", bad, "--spec", spec, "--out", tmp_path / "b", "--strict", ok=False)
-    assert_one_line_error(strict, rf"^error: {bad}:8: rating: 'x\d' \(bad_label\)$")
+    assert_one_line_error(
+        strict,
+        rf"^error: {bad}:8: rating: 'x\d' \(bad_label\); the label column rating reads numbers "
+        r"and is never missing: correct the row or leave out --strict to skip such rows \(up to "
+        r"--max-skipped-fraction of them\)$",
+    )
 
 
 @pytest.mark.parametrize(

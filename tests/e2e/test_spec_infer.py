@@ -96,7 +96,9 @@ def test_a_carriage_return_inside_a_field_is_data_to_infer_and_to_preprocess(
         f.write("1,bad\rvalue,7,extra\n")
     assert_one_line_error(
         cli("preprocess", log, "--spec", spec, "--out", tmp_path / "d2", ok=False),
-        rf"first: {log}:302: row: 4 fields, the spec has 3 \(too_many_fields\)$",
+        rf"first: {log}:302: row: 4 fields, the spec has 3 \(too_many_fields\); correct the "
+        r'row, give each field a \[\[columns\]\] table \(role = "ignore" to leave one out\), '
+        r"or skip such rows with --max-skipped-fraction 0\.0034$",
     )
 
 

@@ -188,5 +188,6 @@ def test_a_blank_line_with_rows_after_it_is_still_a_malformed_row(tmp_path: Path
     assert_one_line_error(
         refused,
         rf"^error: {log}: 1 of 8 lines malformed \(12\.50%: empty_row 1\).*"
-        rf"first: {log}:4: row: \(empty line\) \(empty_row\)$",
+        rf"first: {log}:4: row: \(empty line\) \(empty_row\); remove the line or skip such "
+        r"rows with --max-skipped-fraction 0\.13$",
     )

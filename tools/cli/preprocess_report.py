@@ -98,13 +98,13 @@ def print_tables(result: PreprocessResult, seconds: float, bar: Bar, parquet: bo
     for reason, n in result.skipped.items():
         rows.add_row(f"skipped: {reason}", f"{n:,}")
     console.print(rows)
-    for line in result.errors:
-        console.print(f"  {line}", highlight=False)
+    for line in result.errors:  # text, not markup: a value or "[format] missing" prints as read
+        console.print(f"  {line}", highlight=False, markup=False)
     from shardrec.tools.preprocess.tasks.bad_rows import list_cut_lines
 
     keep = "raise max_length in the spec to keep them"
     for line in list_cut_lines(result.lists_cut, sum(result.kept.values()), keep):
-        console.print(line, highlight=False, soft_wrap=True)
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
     if result.manifest is None:
         console.print(
             f"ran {result.tasks_run} task(s); others are unfinished: rerun without --part to finish and merge"

@@ -12,22 +12,26 @@ share of skipped rows allowed.
 from __future__ import annotations
 
 import logging
+import math
 import platform
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from fractions import Fraction
 from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 
 from shardrec.dataloader.format.manifest import SPLITS, Manifest, PartInfo, SplitInfo
+from shardrec.dataloader.spec.feature_spec import FeatureSpec
 from shardrec.tools.preprocess.ids.id_maps import MISSING_ID, OOV_ID
 from shardrec.tools.preprocess.infer.label_infer import spec_label_rule
 from shardrec.tools.preprocess.inputs import RowsRefused
 from shardrec.tools.preprocess.parse.text_parser import TextParser
 from shardrec.tools.preprocess.parts.feature_stats import compute_feature_stats
 from shardrec.tools.preprocess.settings import PreprocessConfig
-from shardrec.tools.preprocess.tasks.bad_rows import ListsCut, lists_cut
+from shardrec.tools.preprocess.tasks.bad_rows import BadRow, ListsCut, lists_cut
+from shardrec.tools.preprocess.tasks.row_advice import row_advice
 from shardrec.tools.preprocess.tasks.task import Task, TaskOptions
 from shardrec.tools.preprocess.tasks.task_markers import TaskResult, read_marker
 
@@ -39,21 +43,32 @@ def _skipped_share(
     lines: int,
     skipped: dict[str, int],
     allowed: float,
-    errors: list[str],
+    first: BadRow | None,
     unit: str = "lines",
     advice: str = "",
 ) -> str:
     """One line: the malformed lines (a Parquet file's: rows) of `where` against the share
-    allowed, with the first one and `advice`."""
+    allowed, with the first one and `advice` (what to do about it)."""
     bad = sum(skipped.values())
     reasons = ", ".join(f"{k} {v:,}" for k, v in skipped.items())
-    first = (f"; first: {errors[0]}" if errors else "") + advice
+    said = (f"; first: {first}" if first else "") + advice
     if bad >= lines:
-        return f"{where}: no rows kept, all {lines:,} {unit} are malformed ({reasons}){first}"
+        return f"{where}: no rows kept, all {lines:,} {unit} are malformed ({reasons}){said}"
     return (
         f"{where}: {bad:,} of {lines:,} {unit} malformed ({bad / lines:.2%}: {reasons}), more than "
-        f"the {allowed:g} allowed (--max-skipped-fraction){first}"
+        f"the {allowed:g} allowed (--max-skipped-fraction){said}"
     )
+
+
+def least_fraction(bad: int, lines: int) -> float:
+    """The smallest --max-skipped-fraction of two significant digits that accepts `bad` malformed
+    lines of `lines` (check_rows_kept refuses more than the fraction times the lines)."""
+    share = Fraction(bad, lines)
+    scale = 10 ** max(0, 1 - math.floor(math.log10(share)))
+    fraction = math.ceil(share * scale) / scale
+    while bad > fraction * lines:  # float rounding of the product
+        fraction += 1 / scale
+    return min(fraction, 1.0)
 
 
 def label_advice(parser: TextParser, path: Path) -> str:
@@ -72,6 +87,24 @@ def label_advice(parser: TextParser, path: Path) -> str:
     )
 
 
+def refusal_advice(
+    parser: TextParser,
+    spec: FeatureSpec | None,
+    row: BadRow,
+    skipped: dict[str, int],
+    skip: str | None,
+) -> str:
+    """What a refusal adds for its first malformed row: where bad_label rows are among those
+    counted (`skipped`), the rule a spec's 0/1 label wants for the file's values (label_advice);
+    else what the row's field reads and what would read or `skip` it (row_advice). `skip` None:
+    every line is malformed, and where they are so by their number of fields, most often a file
+    of another format, which the row's value says (criteo_text.csv_hint), no edit is proposed."""
+    said = label_advice(parser, Path(row.path)) if "bad_label" in skipped else ""
+    if said or (skip is None and row.reason in ("too_few_fields", "too_many_fields")):
+        return said
+    return row_advice(row.reason, row.field, spec, parser.parquet is not None, skip or "")
+
+
 def _add(into: dict[str, int], counts: dict[str, int]) -> None:
     for k, v in counts.items():
         into[k] = into.get(k, 0) + v
@@ -83,15 +116,17 @@ def check_rows_kept(
     files: list[Path],
     tasks: list[Task],
     results: list[TaskResult],
-    errors: list[str],
-    advice: Callable[[Path], str] = lambda path: "",
+    errors: list[BadRow],
+    advice: Callable[[BadRow, dict[str, int], str | None], str] = lambda row, counts, skip: "",
 ) -> None:
     """RowsRefused unless every input file and the whole input are mostly rows (skipped share at
     most cfg.max_skipped_fraction) and every split holds rows.
 
     files: the input files in day order (a text file of a header alone has no task).
-    errors: the first malformed rows as `file:line: field: value (reason)`.
-    advice: what a refusal with bad_label rows adds for a file (label_advice).
+    errors: the first malformed rows.
+    advice: what to do about the first malformed row of a refusal, given the reasons counted and
+    how the run would skip such rows (None where no --max-skipped-fraction would: every line is
+    malformed, most often a file of another format).
     """
     lines = sum(r.lines for r in results)
     unit = "rows" if cfg.parquet else "lines"
@@ -110,6 +145,18 @@ def check_rows_kept(
         file_lines, file_skipped = per_file.setdefault(t.path, (0, {}))
         _add(file_skipped, r.skipped)
         per_file[t.path] = (file_lines + r.lines, file_skipped)
+
+    def refusal(place: str, n: int, counts: dict[str, int], rows: list[BadRow]) -> RowsRefused:
+        final = sum(counts.values()) >= n
+        first = rows[0] if rows else None
+        # the share that accepts every file's and the whole input's malformed rows
+        shares = [(sum(s.values()), m) for m, s in per_file.values() if m and len(per_file) > 1]
+        most = max([(sum(skipped.values()), lines), *shares], key=lambda s: Fraction(*s))
+        skip = f"skip such rows with --max-skipped-fraction {least_fraction(*most):g}"
+        said = advice(first, counts, None if final else skip) if first else ""
+        line = _skipped_share(place, n, counts, cfg.max_skipped_fraction, first, unit, said)
+        return RowsRefused(line, final=final)
+
     for path, (file_lines, file_skipped) in per_file.items():
         if not file_lines and not cfg.parquet:  # a .gz of blank lines alone (plain: plan_tasks)
             after = " after its header" if cfg.header else ""
@@ -118,21 +165,10 @@ def check_rows_kept(
             )
         file_bad = sum(file_skipped.values())
         if len(per_file) > 1 and file_lines and file_bad > cfg.max_skipped_fraction * file_lines:
-            mine = [e for e in errors if e.startswith(f"{path}:")]
-            said = advice(Path(path)) if "bad_label" in file_skipped else ""
-            raise RowsRefused(
-                _skipped_share(
-                    path, file_lines, file_skipped, cfg.max_skipped_fraction, mine, unit, said
-                ),
-                final=False,
-            )
+            raise refusal(path, file_lines, file_skipped, [e for e in errors if e.path == path])
     bad = sum(skipped.values())
     if bad >= lines or bad > cfg.max_skipped_fraction * lines:
-        said = advice(files[0]) if "bad_label" in skipped and files else ""
-        raise RowsRefused(
-            _skipped_share(where, lines, skipped, cfg.max_skipped_fraction, errors, unit, said),
-            final=bad >= lines,
-        )
+        raise refusal(where, lines, skipped, errors)
     _check_splits(cfg, layout, files, tasks, results, skipped)
 
 
@@ -305,39 +341,42 @@ def _split_note(layout: str, val_half: str) -> dict:
     return {"train_days": "all files but the last", "halved_day": "last file", "val_half": val_half}
 
 
-def summarize(
-    manifest: Manifest | None, tasks: list[Task], results: list[TaskResult], ran: int
-) -> PreprocessResult:
-    kept: dict[str, int] = {}
-    skipped: dict[str, int] = {}
-    errors = []
+def first_bad_rows(tasks: list[Task], results: list[TaskResult], most: int = 10) -> list[BadRow]:
+    """The first malformed rows the tasks kept (each task's first ones, in task order)."""
+    rows: list[BadRow] = []
     by_index = {r.index: r for r in results}
     lines_before: dict[str, int] = {}
     for t in tasks:
         r = by_index.get(t.index)
         if r is None:
             continue
-        for k, v in r.kept.items():
-            kept[k] = kept.get(k, 0) + v
-        for k, v in r.skipped.items():
-            skipped[k] = skipped.get(k, 0) + v
         before = t.first_line if t.first_line >= 0 else lines_before.get(t.path, 0)
-        for local, name, value, reason in r.errors:
-            if len(errors) < 10:
-                where = (
-                    f"{t.path}: row {before + local + 1}"  # rows of a Parquet file, from 1
-                    if t.parquet
-                    else f"{t.path}:{before + local + 1 + int(t.header)}"
-                )
-                errors.append(f"{where}: {name}: {value} ({reason})")
+        for local, name, value, reason in r.errors[: max(0, most - len(rows))]:
+            where = (
+                f"{t.path}: row {before + local + 1}"  # rows of a Parquet file, from 1
+                if t.parquet
+                else f"{t.path}:{before + local + 1 + int(t.header)}"
+            )
+            rows.append(BadRow(t.path, where, name, value, reason))
         lines_before[t.path] = before + r.lines
+    return rows
+
+
+def summarize(
+    manifest: Manifest | None, tasks: list[Task], results: list[TaskResult], ran: int
+) -> PreprocessResult:
+    kept: dict[str, int] = {}
+    skipped: dict[str, int] = {}
+    for r in results:
+        _add(kept, r.kept)
+        _add(skipped, r.skipped)
     return PreprocessResult(
         manifest,
         sum(r.lines for r in results),
         sum(r.bytes for r in results),
         {s: kept[s] for s in SPLITS if s in kept},
         skipped,
-        errors,
+        [str(row) for row in first_bad_rows(tasks, results)],
         ran,
         len(tasks),
         lists_cut=lists_cut(r.lists_cut for r in results),

@@ -35,8 +35,9 @@ from shardrec.tools.preprocess.inputs import (
 from shardrec.tools.preprocess.kept_rows import (
     PreprocessResult,
     check_rows_kept,
-    label_advice,
+    first_bad_rows,
     partial_result,
+    refusal_advice,
     summarize,
     write_manifest,
 )
@@ -160,11 +161,12 @@ def run_preprocess(
     except (MalformedRowError, RowsRefused, InputError, UnstorableValueError) as e:
         if cfg.part is None:  # under --part, other machines' tasks are in --out
             mark_refused(cfg.out)
-        if not isinstance(e, MalformedRowError) or e.reason != "bad_label":
+        if not isinstance(e, MalformedRowError) or e.row is None:
             raise
-        # --strict: the label's rule, as a refusal without it says
-        advice = label_advice(inputs.parser, Path(e.path))
-        raise MalformedRowError(f"{e}{advice}", e.path, e.reason) from None
+        # --strict: what to do about the row, as a refusal of too many says
+        skip = "leave out --strict to skip such rows (up to --max-skipped-fraction of them)"
+        said = refusal_advice(inputs.parser, cfg.spec, e.row, {e.row.reason: 1}, skip)
+        raise MalformedRowError(f"{e}{said}", e.row) from None
     result.cpu_s_by_stage = {
         k: round(v - before.get(k, 0.0), 3) for k, v in cpu_stages.totals().items()
     }
@@ -224,8 +226,10 @@ def _run(
     results = [done.get(t.index) or read_marker(cfg.out, t.index) for t in tasks]
     if any(r is None for r in results):
         return partial_result(cfg.out, tasks, len(todo) + len(streamed))
-    errors = summarize(None, tasks, results, 0).errors
-    check_rows_kept(cfg, layout, files, tasks, results, errors, partial(label_advice, parser))
+    errors = first_bad_rows(tasks, results)
+    check_rows_kept(
+        cfg, layout, files, tasks, results, errors, partial(refusal_advice, parser, cfg.spec)
+    )
     with cpu_stages.stage(cpu_stages.STATS):
         manifest = write_manifest(cfg, layout, tasks, results, opts)
     return summarize(manifest, tasks, results, len(todo) + len(streamed))

@@ -13,6 +13,7 @@ import numpy as np
 
 from shardrec.dataloader.spec.feature_spec import FeatureSpec, IgnoredColumn, LabelColumn
 from shardrec.tools.preprocess.parse.criteo_text import REASONS, Schema
+from shardrec.tools.preprocess.tasks.row_advice import READS
 from shardrec.tools.preprocess.tasks.task import TaskOptions
 
 
@@ -69,19 +70,11 @@ def bad_row_line(
     return f"{path}:{first_line + row}: {field}: {value} ({reason}){hint}"
 
 
-_READS = {
-    "bad_hex": "hex ids of 1 to 16 digits",
-    "bad_integer": "whole numbers",
-    "bad_float": "finite numbers",
-}
-"""What a column reads, by the reason a value of it is malformed."""
-
-
 def value_hint(reason: str, field: str) -> str:
     """For a value of `field` the model cannot read (`reason`: bad_hex, bad_integer, bad_float),
     what it reads there and what to do; "" for another reason. Preprocessing skips such a row, but
     predict gives every row its probability, so it stops at one."""
-    reads = _READS.get(reason)
+    reads = READS.get(reason)
     if reads is None:
         return ""
     return (

@@ -50,8 +50,14 @@ from shardrec.tools.preprocess.derived.reference_run import (
     check_record,
     run_record,
 )
-from shardrec.tools.preprocess.parse.criteo_text import Schema, describe_bad_row, parse_chunk
+from shardrec.tools.preprocess.parse.criteo_text import (
+    REASONS,
+    Schema,
+    describe_bad_row,
+    parse_chunk,
+)
 from shardrec.tools.preprocess.text.gz import READ_ERRORS, describe_error, open_text
+from shardrec.tools.preprocess.text.lines import TSV_BLANK, blank_tail
 
 logger = logging.getLogger(__name__)
 
@@ -77,8 +83,10 @@ def _save(path: Path, array: np.ndarray) -> None:
 
 def _chunks(path: Path) -> Iterator[bytes]:
     """The file's text (decompressed where the name ends in .gz, as `shardrec preprocess` reads
-    it) in pieces that end at a newline. ValueError names an unreadable or truncated file."""
-    rest = b""
+    it) in pieces that end at a newline, less the blank lines that end it (text.lines: no rows, as
+    every other reader of a day file takes them; torchrec's scripts stop at them with an
+    IndexError). ValueError names an unreadable or truncated file."""
+    rest, held = b"", b""  # held: blank lines that end the text so far, rows or the end to come
     with open_text(path) as f:
         while True:
             try:
@@ -89,10 +97,13 @@ def _chunks(path: Path) -> Iterator[bytes]:
                 break
             cut = (rest + block).rfind(b"\n") + 1
             text, rest = (rest + block)[:cut], (rest + block)[cut:]
-            if text:
-                yield text
-    if rest:
-        yield rest + b"\n"
+            end = blank_tail(text, 0, len(text))
+            if end:  # a row follows the held lines: they are lines of the text (malformed rows)
+                yield held + text[:end]
+                held = b""
+            held += text[end:]
+    if rest.translate(None, TSV_BLANK):
+        yield held + rest + b"\n"
 
 
 def _check_log3(path: Path, line: int, dense: np.ndarray) -> None:
@@ -128,9 +139,11 @@ def parse_day(path: Path, work: Path, day: int, dense_transform: str = "log3") -
         chunk = parse_chunk(text, SCHEMA)
         bad = np.flatnonzero(chunk.reason >= 0)
         if bad.size:
-            reason, shown = describe_bad_row(text, chunk, int(bad[0]), SCHEMA)
+            field, shown = describe_bad_row(text, chunk, int(bad[0]), SCHEMA)
+            reason = REASONS[int(chunk.reason[int(bad[0])])]
             raise ValueError(
-                f"{path}:{line + int(bad[0])}: {reason}: {shown}; the reference parses every row"
+                f"{path}:{line + int(bad[0])}: {field}: {shown} ({reason}); the reference parses "
+                "every row, skipping none: correct the row or remove it"
             )
         if dense_transform == "log3":
             _check_log3(path, line, chunk.dense)

@@ -39,6 +39,7 @@ from shardrec.tools.preprocess.parse.parse_fields import (
     padded,
     strip_point_zero,
 )
+from shardrec.tools.preprocess.parse.spec_values import missing_hint
 from shardrec.tools.preprocess.text.lines import count_newlines
 
 NEWLINE = 10
@@ -322,10 +323,18 @@ def csv_hint(line: bytes, schema: Schema, path: str = "FILE") -> str:
 
 
 def describe_bad_row(
-    data: bytes, chunk: ParsedChunk, row: int, schema: Schema, hint: bool = True, path: str = "FILE"
+    data: bytes,
+    chunk: ParsedChunk,
+    row: int,
+    schema: Schema,
+    hint: bool = True,
+    path: str = "FILE",
+    spec: bool = False,
 ) -> tuple[str, str]:
     """(field name, offending text) of a malformed row, for `file:line: field: value` messages;
-    `hint`: with what preprocessing `path` needs (a CSV read as TSV: csv_hint)."""
+    `hint`: with what preprocessing `path` needs (a CSV read as TSV: csv_hint); `spec`: the rows
+    are a feature spec's of Criteo's shape, whose `[format] missing` would read a word such as
+    `NA` (spec_values.missing_hint, as the spec parser's messages say)."""
     code, fidx = int(chunk.reason[row]), int(chunk.bad_field[row])
     line = bytes(data[int(chunk.row_start[row]) : int(chunk.row_end[row])])
     line = line[:-1] if line.endswith(b"\r") else line
@@ -341,7 +350,8 @@ def describe_bad_row(
             f"{len(fields)} fields, schema needs at least {schema.min_fields} of {schema.num_fields}{shown}",
         )
     value = fields[fidx] if fidx < len(fields) else b""
-    return schema.field_names[fidx], show_value(value)
+    said = missing_hint(value.decode("utf-8", "replace"), REASONS[code], ()) if spec else ""
+    return schema.field_names[fidx], show_value(value) + said
 
 
 DENSE_TRANSFORMS = ("log1p", "signed-log1p", "shift-log1p", "none")

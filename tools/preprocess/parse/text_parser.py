@@ -100,7 +100,8 @@ class TextParser:
         `path` needs, where that is known (a CSV read as Criteo's TSV)."""
         if self.program:
             return describe_bad_spec_row(data, chunk, row, self.program)
-        name, value = describe_bad_row(data, chunk, row, self.schema, hint, path)
+        spec = bool(self.column_names)  # a spec of Criteo's shape (choose_parser), no missing words
+        name, value = describe_bad_row(data, chunk, row, self.schema, hint, path, spec)
         if self.column_names and name in self.schema.field_names:
             name = self.column_names[self.schema.field_names.index(name)]
         return name, value

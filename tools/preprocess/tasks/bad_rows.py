@@ -22,14 +22,30 @@ from shardrec.tools.preprocess.text.lines import count_range_lines, header_end
 MAX_REPORTED = 5
 
 
-class MalformedRowError(ValueError):
-    """A malformed row under --strict; the message is `file:line: field: value (reason)`, and
-    `path`, `reason` say which file and why (a worker's error keeps them: pickled with its
-    __dict__)."""
+@dataclass(frozen=True)
+class BadRow:
+    """A malformed row as a message names it."""
 
-    def __init__(self, message: str, path: str = "", reason: str = "") -> None:
+    path: str
+    where: str
+    """`file:line`, or a Parquet file's `file: row N` (from 1)."""
+    field: str
+    """The column's name, or "row" for a reason of the whole row."""
+    value: str
+    """As shown (criteo_text.show_value), with what describing it added."""
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.field}: {self.value} ({self.reason})"
+
+
+class MalformedRowError(ValueError):
+    """A malformed row under --strict; the message is `file:line: field: value (reason)` and
+    `row` says which (a worker's error keeps it: pickled with its __dict__)."""
+
+    def __init__(self, message: str, row: BadRow | None = None) -> None:
         super().__init__(message)
-        self.path, self.reason = path, reason
+        self.row = row
 
 
 class UnstorableValueError(ValueError):
@@ -70,8 +86,8 @@ def note_bad_rows(
         result.errors.append([line0 + int(row), name, value, REASONS[chunk.reason[row]]])
     if strict:
         local, name, value, reason = result.errors[0]
-        where = place_of(task, local)
-        raise MalformedRowError(f"{where}: {name}: {value} ({reason})", task.path, reason)
+        row = BadRow(task.path, place_of(task, local), name, value, reason)
+        raise MalformedRowError(str(row), row)
 
 
 def note_lists_cut(

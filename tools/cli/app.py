@@ -34,7 +34,7 @@ SUMMARIES = {
     "predict": "Score a preprocessed split or raw rows with an exported model, in one process (no "
     "torchrun).",
     "runs": "List runs: step of the newest checkpoint, status "
-    "(complete/running/stopped/failed/damaged), best val AUC.",
+    "(complete/running/stopped/failed/damaged/misnamed), best val AUC.",
     "report": "Draw a run's loss, AUC and throughput curves (metrics.jsonl) into a PNG.",
     "config": "Show the effective job settings (defaults < job file < --set) or the defaults.",
     "bench": "Benchmarks; each but `scale` prints its ratio against a baseline measured in the "

@@ -21,7 +21,12 @@ class _Console(Console):
     """rich's Console, unlimited in width where its output is not a terminal (decided at each
     print: sys.stdout may be replaced, as typer's CliRunner does). COLUMNS, which rich takes as
     the width of any output, counts for a terminal only: a log file cut at 80 columns is a log
-    of cut numbers."""
+    of cut numbers.
+
+    Markup is off unless a print asks for it (`markup=True`, its values escaped): what is printed
+    holds paths, column names and values as the user wrote them, and rich took `[old]` in
+    `runs/exp[old]` or `[usd]` in a column `price[usd]` for a style tag, printing `runs/exp` and
+    `price` without a word."""
 
     @property
     def size(self) -> ConsoleDimensions:
@@ -35,5 +40,5 @@ class _Console(Console):
         self._width, self._height = new_size
 
 
-console = _Console()
-err_console = _Console(stderr=True)
+console = _Console(markup=False)
+err_console = _Console(stderr=True, markup=False)

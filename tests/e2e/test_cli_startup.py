@@ -189,6 +189,10 @@ def test_runs_lists_a_stopped_run_and_help_shows_no_flag_types(tmp_path: Path) -
         f.write(json.dumps({"kind": "resume", "step": 4, "epoch": 0}) + "\n")
     listed = CliRunner().invoke(app, ["runs", str(tmp_path), "--json"])
     assert [r["status"] for r in json.loads(listed.stdout)] == ["failed"]
+    # Printed as named: rich took "[old]" for a style tag and showed the run as ".../exp".
+    _fake_run(tmp_path / "exp[old]")
+    table = CliRunner().invoke(app, ["runs", str(tmp_path)])
+    assert f"{tmp_path / 'exp[old]'} " in table.stdout, table.stdout
     # The ranks to start are --nproc-per-node in every command (bench train's --nproc still works).
     ranks = CliRunner().invoke(app, ["bench", "train", "--nproc-per-node", "0"])
     assert ranks.exit_code == 1 and "--nproc-per-node" in ranks.stderr, ranks.output

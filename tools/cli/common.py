@@ -171,7 +171,9 @@ def counted(n: int, noun: str) -> str:
 def fail(message: str) -> NoReturn:
     """End a command on bad user input: one clear line on stderr, exit code 1."""
     # The message is text, not markup: "[trian]" in it must print as written.
-    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    err_console.print(
+        f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True, markup=True
+    )
     raise typer.Exit(1)
 
 
@@ -250,7 +252,9 @@ def interrupted(what: str, by: str | None = None) -> NoReturn:
         code = 128 + signal.Signals[by].value
     else:
         code = stop_exit_code()
-    err_console.print(f"[bold red]interrupted:[/] {escape(what)}", highlight=False, soft_wrap=True)
+    err_console.print(
+        f"[bold red]interrupted:[/] {escape(what)}", highlight=False, soft_wrap=True, markup=True
+    )
     raise typer.Exit(code)
 
 

@@ -332,12 +332,10 @@ def predict(
             f"wrote {result['rows']:,} probabilities to {out} ({scored}{samples})", highlight=False
         )
     if not json_out:
-        from rich.markup import escape
-
         from shardrec.trainer.inference.trained_rows import untrained_lines
 
         for line in untrained_lines(exported.trained, str(model)):
-            err_console.print(escape(line), highlight=False, soft_wrap=True)
+            err_console.print(line, highlight=False, soft_wrap=True)
 
 
 def _lists_cut(raw, input_path: Path, rows: int, json_out: bool) -> dict[str, dict[str, int]]:

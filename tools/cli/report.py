@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from shardrec.tools.cli.common import fail, print_json, save_figure
 from shardrec.tools.console import console, err_console
@@ -32,8 +33,10 @@ def read_records(run_dir: Path) -> list[dict[str, Any]]:
     log = load_metrics(run_dir, torn="last")
     for line in log.skipped:
         err_console.print(
-            f"[yellow]warning:[/] {log.path}:{line}: torn last record skipped (a run killed while writing it?)",
+            f"[yellow]warning:[/] {escape(str(log.path))}:{line}: torn last record skipped (a run "
+            "killed while writing it?)",
             highlight=False,
+            markup=True,
             soft_wrap=True,
         )
     return current_records(log.records)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.progress import Progress, TextColumn
 
 from shardrec.dataloader.digest import stream_digests
@@ -140,7 +141,9 @@ def verify_cmd(
         print_json({**shown, "repair": repair} if problems else shown)
     else:
         for p in problems:
-            console.print(f"[red]problem:[/] {p}", highlight=False, soft_wrap=True)
+            console.print(
+                f"[red]problem:[/] {escape(p)}", highlight=False, soft_wrap=True, markup=True
+            )
         if not problems:
             console.print(f"{directory}: every file matches its manifest checksum")
         else:

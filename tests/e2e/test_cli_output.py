@@ -35,6 +35,10 @@ def test_preprocess_and_data_commands_are_quiet_and_readable(
     assert shardrec("synth", "raw", "--rows", "2000", cwd=tmp_path).returncode == 0
     first = shardrec("preprocess", "raw/train.txt", "--out", "pp", cwd=tmp_path)
     assert first.returncode == 0 and first.stderr == "", first.stderr  # no INFO line without -v
+    # The features' share under "lookups on top 1% of table rows" is a percentage, as data stats
+    # shows it: it read 0.025 for data stats' 2.5%.
+    c1 = next(line for line in first.stdout.splitlines() if line.startswith("│ C1 "))
+    assert re.search(r"│ +\d+\.\d% │$", c1), c1
     last = first.stdout.strip().splitlines()[-1]
     assert re.fullmatch(
         r"2,000 lines, 0\.5 MB of text; parsed at [\d,]+\.\d MB/s \(0\.5 MB in \d+\.\d s\); \d+\.\d s in all",

@@ -119,7 +119,7 @@ def print_tables(result: PreprocessResult, seconds: float, bar: Bar, parquet: bo
             f"{f.cardinality:,}" if f.cardinality else "raw ids",  # 64-bit ids, no table size
             f.dtype,
             f"{int(f.stats.get('distinct_ids', 0)):,}",
-            f"{f.stats.get('top1_share', 0):.3f}",
+            f"{f.stats.get('top1_share', 0):.1%}",  # as `data stats` shows it, under its header
         )
     console.print(feats)
     console.print(rate_line(result, seconds, bar, parquet), highlight=False)

@@ -110,7 +110,7 @@ def print_tables(result: PreprocessResult, seconds: float, bar: Bar, parquet: bo
             f"ran {result.tasks_run} task(s); others are unfinished: rerun without --part to finish and merge"
         )
         return
-    feats = Table(title="features")
+    feats = Table(title="features (train)")  # counted on the training split, as data stats says
     for col in ("feature", "cardinality", "dtype", "distinct ids", SHARE_HEADERS["top1_share"]):
         feats.add_column(col, justify="right" if col != "feature" else "left")
     for f in result.manifest.sparse_features:

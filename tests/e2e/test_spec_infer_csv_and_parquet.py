@@ -70,3 +70,28 @@ def test_the_csv_comment_gives_the_edit_that_makes_its_ids_parquets(tmp_path: Pa
     parquet = _parts(tmp_path / "parquet")
     assert _parts(tmp_path / "edited") == parquet
     assert _parts(tmp_path / "csv") != parquet  # as proposed, the two differ
+
+
+def test_ids_that_pandas_wrote_as_floats_are_said_in_a_warning(tmp_path: Path) -> None:
+    # An integer column with nulls is float64 in pandas: its ids were proposed as a dense number,
+    # log1p(item_id), without a word. The proposal is kept (floats may be quantities); the warning
+    # gives the edit, after which the column is proposed as the categorical it is.
+    rng = np.random.default_rng(0)
+    item = rng.integers(10**6, 10**7, 400).astype(float)
+    item[::10] = np.nan
+    log = pd.DataFrame({"click": rng.integers(0, 2, 400), "item_id": item,
+                        "price": rng.random(400) * 10, "site": ["a", "b"] * 200})  # fmt: skip
+    log.to_parquet(tmp_path / "floats.parquet", index=False)
+    proposed = cli("spec", "infer", tmp_path / "floats.parquet", "--label", "click")
+    assert proposed.stderr == (
+        f"warning: {tmp_path / 'floats.parquet'}: item_id: whole numbers stored as floats under "
+        "an id's name (pandas writes an integer column that has nulls as float64), proposed "
+        'dense: if they are ids, write the column as integers (pandas: .astype("Int64")) and '
+        "infer again\n"
+    )
+    assert 'name = "item_id"\nrole = "dense"' in proposed.stdout
+    log["item_id"] = log["item_id"].astype("Int64")
+    log.to_parquet(tmp_path / "ints.parquet", index=False)
+    proposed = cli("spec", "infer", tmp_path / "ints.parquet", "--label", "click")
+    assert proposed.stderr == ""
+    assert 'name = "item_id"\nrole = "categorical"\nkind = "integer"' in proposed.stdout

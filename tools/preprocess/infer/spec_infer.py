@@ -205,6 +205,12 @@ def _unnamed_integers_advice(spec: FeatureSpec) -> str:
     )
 
 
+def code_name(name: str) -> bool:
+    """Whether a column's name says it holds codes: an id's (`_id`, `Id`, `ID`) or an anonymised
+    categorical's (C<n>)."""
+    return bool(_ID_NAME.search(name) or _CATEGORY_NAME.match(name))
+
+
 def propose_column(
     name: str, values: list[str], rows: int, delimiter: str, integers: bool = False
 ) -> tuple[Column, str]:
@@ -243,7 +249,7 @@ def propose_column(
     # Codes, not quantities: leading zeros (a zip), an id's name, or one width of 4+ digits (1005,
     # 14102100).
     zeros = any(len(v) > 1 and v[0] == "0" and v[1].isdigit() for v in values)
-    coded = zeros or bool(_ID_NAME.search(name) or _CATEGORY_NAME.match(name))
+    coded = zeros or code_name(name)
     coded = coded or (ints and len(widths) == 1 and min(widths) >= 4)
     if numeric and not coded:
         low = min(float(v) for v in values)

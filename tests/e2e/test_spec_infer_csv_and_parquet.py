@@ -14,6 +14,10 @@ import numpy as np
 import pandas as pd
 from helpers import cli
 
+from shardrec.dataloader.format.part_file import open_split
+
+SPLITS = ("train", "val", "test")
+
 _EDIT = re.compile(
     r'kind = "integer" with hash_size = (\d+) gives the ids that spec infer proposes'
 )
@@ -95,3 +99,28 @@ def test_ids_that_pandas_wrote_as_floats_are_said_in_a_warning(tmp_path: Path) -
     proposed = cli("spec", "infer", tmp_path / "ints.parquet", "--label", "click")
     assert proposed.stderr == ""
     assert 'name = "item_id"\nrole = "categorical"\nkind = "integer"' in proposed.stdout
+
+
+def test_csv_ids_written_with_a_zero_fraction_are_the_ids_written_without(tmp_path: Path) -> None:
+    # pandas writes an integer column that has nulls as 66740.0: proposed as strings, hashed as
+    # written, a day written with nulls and one without gave one item two ids.
+    rng = np.random.default_rng(1)
+    item = rng.integers(10**4, 10**5, 300).astype(float)
+    item[::10] = np.nan
+    log = pd.DataFrame({"click": rng.integers(0, 2, 300), "item_id": item})
+    log.to_csv(tmp_path / "nulls.csv", index=False)
+    whole = log.dropna().astype({"item_id": "int64"})
+    whole.to_csv(tmp_path / "whole.csv", index=False)
+    assert ".0," in (tmp_path / "nulls.csv").read_text().replace("\n", ",")
+    proposed = cli("spec", "infer", tmp_path / "nulls.csv", "--label", "click").stdout
+    assert 'name = "item_id"\nrole = "categorical"\nkind = "integer"' in proposed
+    assert 'written with ".0" (as pandas writes an integer column that has nulls)' in proposed
+    (tmp_path / "spec.toml").write_text(proposed)
+    ids = {}
+    for name in ("nulls", "whole"):
+        cli("preprocess", tmp_path / f"{name}.csv", "--spec", tmp_path / "spec.toml",
+            "--out", tmp_path / name)  # fmt: skip
+        ids[name] = np.concatenate(  # every split's, in the file's row order
+            [p.sparse["item_id"] for s in SPLITS for p in open_split(tmp_path / name, s)]
+        )
+    assert np.array_equal(ids["nulls"][ids["nulls"] != 0], ids["whole"])

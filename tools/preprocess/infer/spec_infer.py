@@ -68,6 +68,9 @@ LIST_SEPARATORS = ("|", ";")
 another delimiter is text's: `Movie 2535, The (1965)` in a title)."""
 MAX_HASH_SIZE = 10_000_000
 _INT = re.compile(r"^-?[0-9]{1,19}$")
+_WHOLE = re.compile(r"-?\d{1,19}\.0+$")
+"""A whole number written with a zero fraction (66740.0), as pandas writes an integer column that
+has nulls; a `kind = "integer"` column reads it as the integer (`260.0` accepted)."""
 HEX = re.compile(r"^[0-9a-fA-F]+$")
 MAX_HEX_DIGITS = 16
 """The widest value a hex categorical decodes (64 bits: parse_kernel.decode_hex); a wider one (an
@@ -264,8 +267,16 @@ def propose_column(
         return CategoricalColumn(
             name, kind="hex", hash_size=size
         ), f"{min(widths)}-character hex; {seen}"
-    kind = "integer" if integers else "string"
+    # Ids written 66740.0 on a day with nulls and 66740 on one without are one id as integers.
+    zero_fraction = numeric and not ints and all(_WHOLE.match(v) or is_integer(v) for v in values)
+    kind = "integer" if integers or zero_fraction else "string"
     size, seen = hash_size(values, kind)
+    if zero_fraction:
+        seen += (
+            '; written with ".0" (as pandas writes an integer column that has nulls): '
+            f'kind = "integer" reads {values[0]} as {values[0].split(".")[0]}, the id a file '
+            "written without the fraction gives"
+        )
     why = "codes (leading zeros, an id's or a C<n> name, or one width)" if numeric else "strings"
     if ints and not zeros and not integers:  # the same log as Parquet: an integer column
         as_integers, _ = hash_size(values, "integer")

@@ -35,6 +35,12 @@ def test_preprocess_and_data_commands_are_quiet_and_readable(
     assert shardrec("synth", "raw", "--rows", "2000", cwd=tmp_path).returncode == 0
     first = shardrec("preprocess", "raw/train.txt", "--out", "pp", cwd=tmp_path)
     assert first.returncode == 0 and first.stderr == "", first.stderr  # no INFO line without -v
+    # The features' share under "lookups on top 1% of table rows" is a percentage, as data stats
+    # shows it: it read 0.025 for data stats' 2.5%.
+    c1 = next(line for line in first.stdout.splitlines() if line.startswith("│ C1 "))
+    assert re.search(r"│ +\d+\.\d% │$", c1), c1
+    # Distinct ids and shares are the training split's: a whole file's count differs.
+    assert re.search(r"^ +features \(train\) +$", first.stdout, re.M), first.stdout
     last = first.stdout.strip().splitlines()[-1]
     assert re.fullmatch(
         r"2,000 lines, 0\.5 MB of text; parsed at [\d,]+\.\d MB/s \(0\.5 MB in \d+\.\d s\); \d+\.\d s in all",
@@ -70,6 +76,7 @@ def test_preprocess_and_data_commands_are_quiet_and_readable(
         line for line in stats.stdout.splitlines() if "feature" in line and "dtype" in line
     )
     assert "table rows" in header and "lookups on top 1% of table rows" in header
+    assert re.search(r"^ +sparse features \(train\) +$", stats.stdout, re.M), stats.stdout
     c1 = next(line for line in stats.stdout.splitlines() if line.startswith("│ C1 "))
     assert re.search(r"│ +\d+\.\d% │ +\d+\.\d% │$", c1), c1
 

@@ -27,6 +27,8 @@ from helpers import (
 from safetensors import safe_open
 
 from shardrec.dataloader.format.manifest import Manifest
+from shardrec.dataloader.format.part_file import open_split
+from shardrec.dataloader.format.raw_ids import MISSING_KEY
 
 REPO = Path(__file__).resolve().parents[2]
 ROWS = 9_000
@@ -111,6 +113,15 @@ def test_readme_growing_ids_flow_goes_on_day_by_day(flow: dict) -> None:
             ).stdout
         )
     assert split["auc"] == pytest.approx(float(printed_auc), abs=1e-6)
+    # Per managed table, the ids of the split that the model's id map has no slot for.
+    with safe_open(root / "g.safetensors", "np") as model:
+        slots = {f: model.get_tensor(f"id_maps.{f}").view(np.uint64) for f in split["shared_row"]}
+    parts = open_split(root / "days" / "2", "test")
+    for feature, counts in split["shared_row"].items():
+        ids = np.concatenate([p.sparse[feature] for p in parts])
+        ids = ids[ids != MISSING_KEY]
+        assert counts == {"ids": len(ids), "shared_row": int((~np.isin(ids, slots[feature])).sum())}
+    assert any(c["shared_row"] for c in split["shared_row"].values())  # the day's new ids
     scores = np.loadtxt(root / "p.txt")
     test_rows = Manifest.load(root / "days" / "2").splits["test"].rows
     np.testing.assert_allclose(scores[-test_rows:], np.load(root / "s.npy"), rtol=1e-6)

@@ -458,3 +458,40 @@ def test_a_dictionary_page_that_filled_up_is_counted_over_its_row_group(tmp_path
         )
     )
     assert _repeating(path, load_spec(tmp_path / "s.toml")) == ("site",)
+
+
+def test_a_column_of_nulls_only_is_read_as_missing_values_as_a_typed_one(logs: Path, tmp_path):
+    # A day whose field was never logged: pandas writes a column of None as Arrow's null type,
+    # which was refused ("column 'site' is null in the Parquet file; ... needs a string column")
+    # though a typed column of nulls reads as missing values; and beside a file of the same
+    # columns with values ("its columns or their types differ"). The null label stays refused.
+    log = _log(np.random.default_rng(5), 300)
+    empty = ("price", "count", "site", "user_id", "ad", "tags")
+    values = pa.table(log | {"tags": pa.array(log["tags"], pa.list_(pa.string()))})
+    typed = values
+    for name in empty:
+        typed = typed.set_column(
+            typed.column_names.index(name), name, pa.nulls(300, typed.schema.field(name).type)
+        )
+    untyped = pa.table({n: pa.nulls(300) if n in empty else typed.column(n) for n in log})
+    parts = {}
+    for name, nulls in (("typed", typed), ("untyped", untyped)):
+        days = tmp_path / name
+        days.mkdir()
+        for file, table in (("a", values), ("b", nulls), ("c", nulls), ("d", values)):
+            pq.write_table(table, days / f"{file}.parquet", row_group_size=100)
+        pq.write_table(nulls, tmp_path / f"{name}.parquet", row_group_size=100)
+        for source, out in ((days, f"{name}-days"), (tmp_path / f"{name}.parquet", name)):
+            cli("preprocess", source, "--spec", logs / "pq.toml", "--out", tmp_path / out)
+            manifest = Manifest.load(tmp_path / out)
+            parts[out] = [p.sha256 for s in manifest.splits.values() for p in s.parts]
+    assert parts["untyped"] == parts["typed"] and parts["untyped-days"] == parts["typed-days"]
+    ids = _columns(tmp_path / "untyped")["train"]
+    assert not ids[1].any() and not any(a.any() for a in ids[2:])  # dense 0, id 0, empty lists
+    pq.write_table(untyped.set_column(0, "click", pa.nulls(300)), tmp_path / "nolabel.parquet")
+    refused = cli("preprocess", tmp_path / "nolabel.parquet", "--spec", logs / "pq.toml",
+                  "--out", tmp_path / "o", ok=False)  # fmt: skip
+    assert_one_line_error(
+        refused,
+        r"nolabel.parquet: column 'click' is null in the Parquet file; .* makes it a label",
+    )

@@ -1,6 +1,7 @@
 """Parquet categoricals read as dictionaries (a repeating string column: each distinct value's id
 made once) give the ids a CSV of the same rows gives, whatever the ids' size: 64-bit ids past
-2^53 (a hash_size that large, raw ids), a null as the CSV's empty field."""
+2^53 (a hash_size that large, raw ids), a null as the CSV's empty field; and the ones the README's
+own computation of a string's value and a hashed row gives ("Feature spec reference")."""
 
 from __future__ import annotations
 
@@ -18,6 +19,17 @@ from shardrec.dataloader.format.part_file import open_split
 from shardrec.dataloader.format.raw_ids import MISSING_KEY
 from shardrec.dataloader.spec.spec_file import load_spec
 from shardrec.tools.preprocess.parse.parquet_schema import _repeating
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _readme_hashing() -> dict:
+    """The README's functions of a value's ids (string_value, table_id), as a reader runs them."""
+    section = README.read_text().split("### Feature spec reference", 1)[1].split("\n### ", 1)[0]
+    names: dict = {}
+    exec(re.search(r"```python\n(.*?)```", section, re.S).group(1), names)
+    return names
+
 
 COLUMNS = (
     "\n"
@@ -94,6 +106,12 @@ def test_dictionary_columns_give_the_csvs_ids_past_2_to_the_53(tmp_path: Path) -
     root = _write(tmp_path, CITIES, DEVS)
     ids = _same_ids_as_csv(root, 2**62)
     assert (ids["train/dev"] > 2**53).any() and (ids["train/city"] == 0).any()
+    # The README's table_id of its string_value: before, it named the hash splitmix64 (whose
+    # usual form adds a golden-ratio increment) and left the last word's padding unsaid.
+    readme = _readme_hashing()
+    row = readme["table_id"](readme["string_value"]("paris"), 2**62)
+    assert row in ids["train/city"].tolist()
+    assert readme["table_id"](0xA6077B6D0F0EC9AD, 2**62) in ids["train/dev"].tolist()
 
 
 def test_dictionary_columns_keep_raw_ids_and_a_null_is_the_missing_key(tmp_path: Path) -> None:
@@ -102,6 +120,10 @@ def test_dictionary_columns_keep_raw_ids_and_a_null_is_the_missing_key(tmp_path:
     root = _write(tmp_path, CITIES, DEVS)
     ids = _same_ids_as_csv(root, 1000, "--raw-ids", "all")
     assert 0xA6077B6D0F0EC9AD in ids["train/dev"].tolist()
+    # A string's raw id is the README's string_value of it: a join of one's own tables works.
+    value = _readme_hashing()["string_value"]
+    cities = {value(c) for c in ("paris", "tokyo", "berlin")}
+    assert cities == set(ids["train/city"].tolist()) - {MISSING_KEY}
     assert (ids["train/dev"] == MISSING_KEY).any() and (ids["train/city"] == MISSING_KEY).any()
     assert not (ids["train/dev"] == 0).any()
 

@@ -14,6 +14,10 @@ import numpy as np
 import pandas as pd
 from helpers import cli
 
+from shardrec.dataloader.format.part_file import open_split
+
+SPLITS = ("train", "val", "test")
+
 _EDIT = re.compile(
     r'kind = "integer" with hash_size = (\d+) gives the ids that spec infer proposes'
 )
@@ -70,3 +74,53 @@ def test_the_csv_comment_gives_the_edit_that_makes_its_ids_parquets(tmp_path: Pa
     parquet = _parts(tmp_path / "parquet")
     assert _parts(tmp_path / "edited") == parquet
     assert _parts(tmp_path / "csv") != parquet  # as proposed, the two differ
+
+
+def test_ids_that_pandas_wrote_as_floats_are_said_in_a_warning(tmp_path: Path) -> None:
+    # An integer column with nulls is float64 in pandas: its ids were proposed as a dense number,
+    # log1p(item_id), without a word. The proposal is kept (floats may be quantities); the warning
+    # gives the edit, after which the column is proposed as the categorical it is.
+    rng = np.random.default_rng(0)
+    item = rng.integers(10**6, 10**7, 400).astype(float)
+    item[::10] = np.nan
+    log = pd.DataFrame({"click": rng.integers(0, 2, 400), "item_id": item,
+                        "price": rng.random(400) * 10, "site": ["a", "b"] * 200})  # fmt: skip
+    log.to_parquet(tmp_path / "floats.parquet", index=False)
+    proposed = cli("spec", "infer", tmp_path / "floats.parquet", "--label", "click")
+    assert proposed.stderr == (
+        f"warning: {tmp_path / 'floats.parquet'}: item_id: whole numbers stored as floats under "
+        "an id's name (pandas writes an integer column that has nulls as float64), proposed "
+        'dense: if they are ids, write the column as integers (pandas: .astype("Int64")) and '
+        "infer again\n"
+    )
+    assert 'name = "item_id"\nrole = "dense"' in proposed.stdout
+    log["item_id"] = log["item_id"].astype("Int64")
+    log.to_parquet(tmp_path / "ints.parquet", index=False)
+    proposed = cli("spec", "infer", tmp_path / "ints.parquet", "--label", "click")
+    assert proposed.stderr == ""
+    assert 'name = "item_id"\nrole = "categorical"\nkind = "integer"' in proposed.stdout
+
+
+def test_csv_ids_written_with_a_zero_fraction_are_the_ids_written_without(tmp_path: Path) -> None:
+    # pandas writes an integer column that has nulls as 66740.0: proposed as strings, hashed as
+    # written, a day written with nulls and one without gave one item two ids.
+    rng = np.random.default_rng(1)
+    item = rng.integers(10**4, 10**5, 300).astype(float)
+    item[::10] = np.nan
+    log = pd.DataFrame({"click": rng.integers(0, 2, 300), "item_id": item})
+    log.to_csv(tmp_path / "nulls.csv", index=False)
+    whole = log.dropna().astype({"item_id": "int64"})
+    whole.to_csv(tmp_path / "whole.csv", index=False)
+    assert ".0," in (tmp_path / "nulls.csv").read_text().replace("\n", ",")
+    proposed = cli("spec", "infer", tmp_path / "nulls.csv", "--label", "click").stdout
+    assert 'name = "item_id"\nrole = "categorical"\nkind = "integer"' in proposed
+    assert 'written with ".0" (as pandas writes an integer column that has nulls)' in proposed
+    (tmp_path / "spec.toml").write_text(proposed)
+    ids = {}
+    for name in ("nulls", "whole"):
+        cli("preprocess", tmp_path / f"{name}.csv", "--spec", tmp_path / "spec.toml",
+            "--out", tmp_path / name)  # fmt: skip
+        ids[name] = np.concatenate(  # every split's, in the file's row order
+            [p.sparse["item_id"] for s in SPLITS for p in open_split(tmp_path / name, s)]
+        )
+    assert np.array_equal(ids["nulls"][ids["nulls"] != 0], ids["whole"])

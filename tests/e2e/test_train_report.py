@@ -127,3 +127,33 @@ def test_a_final_evaluation_without_an_auc_is_null_in_json(tmp_path: Path) -> No
     shown = runner.invoke(app, ["report", str(tmp_path), "--json"])
     assert shown.exit_code == 0 and "NaN" not in shown.stdout
     assert json.loads(shown.stdout)["final_auc"] == {"val": None}
+
+
+def test_a_run_that_went_on_draws_each_days_progressive_validation(tmp_path: Path) -> None:
+    # A run of three days (--continue-on) evaluated days 1 and 2 before training on them: the
+    # figures drew only the test split's AUC, not the progressive validation a day-by-day run is
+    # judged by.
+    def rec(kind: str, step: int, **more) -> dict:
+        return {"kind": kind, "step": step, **more}
+
+    records = [
+        rec("train", 100, loss=0.6, samples_per_s=900.0),
+        rec("eval", 100, split="test", auc=0.67, logloss=0.64, final=True),
+        rec("stretch", 100, stretch=1, data="days/1"),
+        rec("pv", 100, stretch=1, split="train", auc=0.65, logloss=0.66),
+        rec("train", 146, loss=0.62, samples_per_s=900.0),
+        rec("eval", 146, split="test", auc=0.66, logloss=0.64, final=True),
+        rec("stretch", 146, stretch=2, data="days/2"),
+        rec("pv", 146, stretch=2, split="train", auc=0.67, logloss=0.64),
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    result = runner.invoke(app, ["report", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    pv = "pv (new data, before training on it)"
+    assert json.loads(result.stdout)["curves"] == {
+        "train loss": ["train"],
+        "AUC": ["test", pv],
+        "log loss": ["test", pv],
+        "samples/s": ["train"],
+    }
+    assert report_cli._series(records, "pv", "auc") == ([100, 146], [0.65, 0.67])

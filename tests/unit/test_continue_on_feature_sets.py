@@ -121,6 +121,33 @@ def test_a_spec_days_other_table_rows_are_refused_naming_the_spec_not_max_ids(tm
     )
 
 
+def test_a_day_of_a_spec_inferred_again_is_refused_naming_its_column_and_the_runs_spec(tmp_path):
+    # A spec inferred again from the next day proposes other hash sizes; going on said only
+    # "max_ids[1]: 6000 in training, 9900 here, spec_sha256: '...' in training, '...' here", with
+    # no word of which column differs or how to make the day as the run's.
+    for seed, (day, hash_size) in enumerate((("day0", 6000), ("day1", 9900))):
+        manifest = write_tiny_dataset(tmp_path / day, raw=("f1",), seed=seed)
+        spec = {
+            "format": {"kind": "parquet"},
+            "columns": [
+                {"role": "label", "name": "click"},
+                {"role": "categorical", "name": "f1", "kind": "integer", "hash_size": hash_size},
+            ],
+        }
+        manifest.options.update(spec=spec, spec_sha256=day * 8, max_ids=[hash_size])
+        manifest.save(tmp_path / day)
+    run = _run(tmp_path, tmp_path / "day0")
+    day1 = tmp_path / "day1"
+    goes_on = CliRunner().invoke(app, ["train", "--out-dir", str(run), "--continue-on", str(day1)])
+    assert_one_line_error(
+        goes_on,
+        rf"^error: the new data was preprocessed otherwise than the data {run} trained on: "
+        r"max_ids\[0\]: 6000 in training, 9900 here, spec column 'f1': hash_size: 6000 in "
+        r"training, 9900 here; preprocess the new data as the old \(the same spec and --raw-ids; "
+        rf"`shardrec spec show {tmp_path / 'day0'}` prints it\)$",
+    )
+
+
 def test_a_run_going_on_with_a_job_file_keeps_its_own_plan(tmp_path, monkeypatch):
     # `--continue-on DAY --config job.toml` had planned at start-up, announcing
     # "changed settings: sharding.plan: '.../plan.json' -> ''", and every later stretch with it.

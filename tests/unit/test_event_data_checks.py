@@ -215,8 +215,9 @@ def test_resuming_or_evaluating_on_other_events_of_the_same_spec_and_sizes_is_re
         lifecycle.check_run_dir(run, config, here, [])
     assert str(caught.value) == (
         f"{run} was trained on other data ({path}, fingerprint {was}; this dataset's is {now}): "
-        "a run cannot resume on a changed dataset; start over with --restart or use another "
-        "--out-dir"
+        "a run cannot resume on a changed dataset; to train the run on it as new data (the next "
+        f"day's), give --continue-on {path} in place of --data; or start over with --restart or "
+        "use another --out-dir"
     )
     with pytest.raises(ValueError) as caught:
         run_dataset(run, config, None)

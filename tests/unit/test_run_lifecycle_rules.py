@@ -208,8 +208,9 @@ def test_a_run_on_changed_data_is_refused_naming_both_fingerprints(
         check_run_dir(run, config, changed, [])
     assert str(caught.value) == (
         f"{run} was trained on other data ({tiny_dataset}, fingerprint {ours[:12]}; this "
-        f"dataset's is {theirs[:12]}): a run cannot resume on a changed dataset; start over "
-        "with --restart or use another --out-dir"
+        f"dataset's is {theirs[:12]}): a run cannot resume on a changed dataset; to train the "
+        f"run on it as new data (the next day's), give --continue-on {tiny_dataset} in place of "
+        "--data; or start over with --restart or use another --out-dir"
     )
 
 

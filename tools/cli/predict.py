@@ -77,6 +77,7 @@ def _score_text(
             iter([rows_batch(dense, ids, exported.feature_names)]),
             exported.maps,
             exported.trained,
+            exported.shared,
         )
         probs.append(p)
         labels.append(chunk_labels)
@@ -309,6 +310,8 @@ def predict(
     if not sample.all():
         result["samples"] = int(sample.sum())
     result["untrained"] = exported.trained.summary() if exported.trained is not None else None
+    if exported.shared is not None:  # a model of managed tables: the ids they had no slot for
+        result["shared_row"] = exported.shared.summary()
     cut = _lists_cut(raw, input_path, len(probs), json_out)
     if cut:
         result["lists_cut"] = cut
@@ -332,9 +335,11 @@ def predict(
             f"wrote {result['rows']:,} probabilities to {out} ({scored}{samples})", highlight=False
         )
     if not json_out:
+        from shardrec.trainer.inference.shared_row import shared_row_lines
         from shardrec.trainer.inference.trained_rows import untrained_lines
 
-        for line in untrained_lines(exported.trained, str(model)):
+        lines = untrained_lines(exported.trained, str(model))
+        for line in lines + shared_row_lines(exported.shared, str(model)):
             err_console.print(line, highlight=False, soft_wrap=True)
 
 

@@ -110,7 +110,7 @@ def print_tables(result: PreprocessResult, seconds: float, bar: Bar, parquet: bo
             f"ran {result.tasks_run} task(s); others are unfinished: rerun without --part to finish and merge"
         )
         return
-    feats = Table(title="features")
+    feats = Table(title="features (train)")  # counted on the training split, as data stats says
     for col in ("feature", "cardinality", "dtype", "distinct ids", SHARE_HEADERS["top1_share"]):
         feats.add_column(col, justify="right" if col != "feature" else "left")
     for f in result.manifest.sparse_features:
@@ -119,7 +119,7 @@ def print_tables(result: PreprocessResult, seconds: float, bar: Bar, parquet: bo
             f"{f.cardinality:,}" if f.cardinality else "raw ids",  # 64-bit ids, no table size
             f.dtype,
             f"{int(f.stats.get('distinct_ids', 0)):,}",
-            f"{f.stats.get('top1_share', 0):.3f}",
+            f"{f.stats.get('top1_share', 0):.1%}",  # as `data stats` shows it, under its header
         )
     console.print(feats)
     console.print(rate_line(result, seconds, bar, parquet), highlight=False)

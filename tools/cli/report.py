@@ -50,11 +50,11 @@ def no_loss_note(records: list[dict[str, Any]]) -> str:
     return f"none recorded before the run ended{end} (it is logged every train.log_interval steps)"
 
 
-def plot_run(records: list[dict[str, Any]], out: Path, title: str) -> list[str]:
+def plot_run(records: list[dict[str, Any]], out: Path, title: str) -> dict[str, list[str]]:
     """Draw train loss, eval AUC / log loss and samples/s against the step into `out` (PNG).
 
-    Returns the panels drawn: those the run has data for, and the train loss panel always (with
-    no_loss_note in place of a curve where the run logged no loss).
+    Returns the panels drawn, each with its curves' labels: those the run has data for, and the
+    train loss panel always (with no_loss_note in place of a curve where the run logged no loss).
     """
     import matplotlib
 
@@ -62,10 +62,21 @@ def plot_run(records: list[dict[str, Any]], out: Path, title: str) -> list[str]:
     import matplotlib.pyplot as plt
 
     splits = sorted({r["split"] for r in records if r.get("kind") == "eval"})
+    # A run that went on (--continue-on) evaluated each new day before training on it: its
+    # progressive validation, at the step the day began.
+    pv = "pv (new data, before training on it)"
     panels = [
         ("train loss", [("train", *_series(records, "train", "loss"))]),
-        ("AUC", [(s, *_series(records, "eval", "auc", s)) for s in splits]),
-        ("log loss", [(s, *_series(records, "eval", "logloss", s)) for s in splits]),
+        (
+            "AUC",
+            [(s, *_series(records, "eval", "auc", s)) for s in splits]
+            + [(pv, *_series(records, "pv", "auc"))],
+        ),
+        (
+            "log loss",
+            [(s, *_series(records, "eval", "logloss", s)) for s in splits]
+            + [(pv, *_series(records, "pv", "logloss"))],
+        ),
         ("samples/s", [("train", *_series(records, "train", "samples_per_s"))]),
     ]
     panels = [(name, [c for c in curves if c[1]]) for name, curves in panels]
@@ -92,7 +103,7 @@ def plot_run(records: list[dict[str, Any]], out: Path, title: str) -> list[str]:
     fig.suptitle(title)
     fig.tight_layout()
     save_figure(fig, out, dpi=110)
-    return [name for name, _ in panels]
+    return {name: [label for label, _, _ in curves] for name, curves in panels}
 
 
 def report(
@@ -118,7 +129,8 @@ def report(
     empty = [] if _series(records, "train", "loss")[0] else ["train loss"]
     result = {
         "png": str(target),
-        "panels": panels,
+        "panels": list(panels),
+        "curves": panels,
         "empty_panels": empty,
         "records": len(records),
         "final_auc": final,

@@ -62,7 +62,7 @@ def infer(
     advice: list[str] = []
     try:
         if is_parquet(file):
-            spec, notes = infer_parquet_spec(file, label, rows)
+            spec, notes, advice = infer_parquet_spec(file, label, rows)
             total = file_rows(file)
             read, whole = min(rows, total), rows >= total
         else:

@@ -34,6 +34,7 @@ from shardrec.trainer.inference.model_file import (
     read_header,
     reads_raw_rows,
 )
+from shardrec.trainer.inference.shared_row import SharedRowLookups, shared_row_lookups
 from shardrec.trainer.inference.trained_rows import TRAINED_PREFIX, TrainedRows, trained_rows
 from shardrec.trainer.job.model_section import ModelConfig
 from shardrec.trainer.job.precision import resolve_precision
@@ -57,6 +58,8 @@ class ExportedModel:
     trained: TrainedRows | None = None
     """Which rows of its tables trained, and the lookups scored on those that did not (None: the
     file was exported before it recorded them)."""
+    shared: SharedRowLookups | None = None
+    """The ids its managed tables scored through their shared row (None: it has none)."""
 
     @property
     def feature_names(self) -> list[str]:
@@ -113,7 +116,14 @@ def load_exported(path: Path) -> ExportedModel:
     model.load_state_dict(weights, strict=True)
     model.eval()
     item_maps = (items["artist"], items["album"]) if items else None
-    return ExportedModel(model, header, item_maps=item_maps, maps=maps, trained=trained)
+    return ExportedModel(
+        model,
+        header,
+        item_maps=item_maps,
+        maps=maps,
+        trained=trained,
+        shared=shared_row_lookups(maps),
+    )
 
 
 def _check_weights(
@@ -165,14 +175,18 @@ def score_batches(
     batches: Iterator[Batch],
     maps: ManagedMaps | None = None,
     trained: TrainedRows | None = None,
+    shared: SharedRowLookups | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(probabilities, labels) of every real row of `batches` (padding rows, label < 0, left
-    out); `maps` turn raw ids into rows first (read only); `trained` counts the lookups of rows
-    that never trained (and scores them as missing values where it is asked to)."""
+    out); `maps` turn raw ids into rows first (read only), `shared` counting the ids they had no
+    slot for; `trained` counts the lookups of rows that never trained (and scores them as missing
+    values where it is asked to)."""
     probs, labels = [], []
     for batch in batches:
         if maps is not None:
             batch = remap_batch(maps, batch, None)
+            if shared is not None:
+                shared.count(batch)
         if trained is not None:
             batch = trained.look(batch)
         logits = model(batch.dense_features, batch.sparse_features)
@@ -245,7 +259,9 @@ def score_split(
             f"{dataset}: no feature {missing[0]} that the model reads (has {', '.join(loader.feature_names[:4])}, ...)"
         )
     check_preprocessing(exported.header, Manifest.load(dataset), dataset)
-    return score_batches(exported.model, iter(loader), exported.maps, exported.trained)
+    return score_batches(
+        exported.model, iter(loader), exported.maps, exported.trained, exported.shared
+    )
 
 
 def _listed(names: list[str]) -> str:

@@ -112,7 +112,7 @@ def prepare_parquet(like: str, size_gb: float, work_dir: Path) -> tuple[Path, Pa
     if not path.is_file() or path.stat().st_mtime < text.stat().st_mtime:
         err_console.print(f"writing {path} from {text.name} ...", highlight=False)
         to_parquet(text, spec, path)
-    inferred, notes = infer_parquet_spec(path, _LABEL[like])
+    inferred, notes, _ = infer_parquet_spec(path, _LABEL[like])
     spec_path.write_text(spec_to_toml(inferred, notes))
     return path, spec_path, pq.ParquetFile(path).metadata.num_rows, text.stat().st_size / 1e6
 

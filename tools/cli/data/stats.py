@@ -88,7 +88,7 @@ def stats(
     shares = tuple(SHARE_HEADERS)
     console.print(
         _table(
-            "sparse features",
+            "sparse features (train)",  # counted on the training split, as the planner reads them
             [
                 {
                     v: (

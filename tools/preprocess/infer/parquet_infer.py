@@ -36,6 +36,7 @@ from shardrec.tools.preprocess.infer.label_infer import (
 from shardrec.tools.preprocess.infer.spec_infer import (
     HEX,
     MAX_HEX_DIGITS,
+    code_name,
     hash_size,
     propose_column,
 )
@@ -87,11 +88,31 @@ def _parquet_column(name: str, kind: str, values: list, rows: int) -> tuple[Colu
     ), f"{kind}: not a feature as it is (derive one, e.g. an hour or a day)"
 
 
+def _float_ids(name: str, kind: str, values: list) -> bool:
+    """Whether a float column holds whole numbers under an id's name (`_id`, C<n>): ids that
+    pandas wrote as floats because the column has nulls (int64 has no null)."""
+    if kind != "float" or not code_name(name):
+        return False
+    return bool(values) and all(float(v).is_integer() for v in values)
+
+
+def float_ids_advice(names: list[str]) -> str:
+    """The warning for id-named float columns of whole numbers (_float_ids), "" for none."""
+    if not names:
+        return ""
+    return (
+        f"{', '.join(names)}: whole numbers stored as floats under an id's name (pandas writes an "
+        "integer column that has nulls as float64), proposed dense: if they are ids, write the "
+        'column as integers (pandas: .astype("Int64")) and infer again'
+    )
+
+
 def infer_parquet_spec(
     path: Path, label: str, rows: int = 10_000
-) -> tuple[FeatureSpec, dict[str, str]]:
-    """A spec for a Parquet file from its schema and first `rows` rows, and a note per column
-    saying why (module doc). ValueError names what does not fit."""
+) -> tuple[FeatureSpec, dict[str, str], list[str]]:
+    """A spec for a Parquet file from its schema and first `rows` rows, a note per column
+    saying why (module doc), and the warnings of its guesses (float_ids_advice). ValueError names
+    what does not fit."""
     import pyarrow.parquet as pq
 
     from shardrec.tools.preprocess.parse.parquet_schema import kind_of
@@ -110,10 +131,12 @@ def infer_parquet_spec(
         label_name = names[int(label_name)]
     if label_name not in names:
         raise no_label_column(path, label_name, names)
-    columns, notes = [], {}
+    columns, notes, float_ids = [], {}, []
     for name in names:
         kind = kind_of(schema.field(name).type)
         values = [v for v in sample[name] if v is not None]
+        if name != label_name and _float_ids(name, kind, values):
+            float_ids.append(name)
         if name == label_name and kind == "string":  # words: a mapping, as a CSV's are read
             column, notes[name] = label_column(name, values, threshold, path)
             columns.append(column)
@@ -140,5 +163,8 @@ def infer_parquet_spec(
                 IgnoredColumn(name),
                 "named like a part's own column; rename it to use it",
             )
+        if name in float_ids:
+            notes[name] += "; whole numbers under an id's name: ids written as floats? (warning)"
         columns.append(column)
-    return FeatureSpec(TextFormat("parquet"), tuple(columns)), notes
+    advice = [float_ids_advice(float_ids)] if float_ids else []
+    return FeatureSpec(TextFormat("parquet"), tuple(columns)), notes, advice

@@ -68,6 +68,9 @@ LIST_SEPARATORS = ("|", ";")
 another delimiter is text's: `Movie 2535, The (1965)` in a title)."""
 MAX_HASH_SIZE = 10_000_000
 _INT = re.compile(r"^-?[0-9]{1,19}$")
+_WHOLE = re.compile(r"-?\d{1,19}\.0+$")
+"""A whole number written with a zero fraction (66740.0), as pandas writes an integer column that
+has nulls; a `kind = "integer"` column reads it as the integer (`260.0` accepted)."""
 HEX = re.compile(r"^[0-9a-fA-F]+$")
 MAX_HEX_DIGITS = 16
 """The widest value a hex categorical decodes (64 bits: parse_kernel.decode_hex); a wider one (an
@@ -205,6 +208,12 @@ def _unnamed_integers_advice(spec: FeatureSpec) -> str:
     )
 
 
+def code_name(name: str) -> bool:
+    """Whether a column's name says it holds codes: an id's (`_id`, `Id`, `ID`) or an anonymised
+    categorical's (C<n>)."""
+    return bool(_ID_NAME.search(name) or _CATEGORY_NAME.match(name))
+
+
 def propose_column(
     name: str, values: list[str], rows: int, delimiter: str, integers: bool = False
 ) -> tuple[Column, str]:
@@ -243,7 +252,7 @@ def propose_column(
     # Codes, not quantities: leading zeros (a zip), an id's name, or one width of 4+ digits (1005,
     # 14102100).
     zeros = any(len(v) > 1 and v[0] == "0" and v[1].isdigit() for v in values)
-    coded = zeros or bool(_ID_NAME.search(name) or _CATEGORY_NAME.match(name))
+    coded = zeros or code_name(name)
     coded = coded or (ints and len(widths) == 1 and min(widths) >= 4)
     if numeric and not coded:
         low = min(float(v) for v in values)
@@ -258,8 +267,16 @@ def propose_column(
         return CategoricalColumn(
             name, kind="hex", hash_size=size
         ), f"{min(widths)}-character hex; {seen}"
-    kind = "integer" if integers else "string"
+    # Ids written 66740.0 on a day with nulls and 66740 on one without are one id as integers.
+    zero_fraction = numeric and not ints and all(_WHOLE.match(v) or is_integer(v) for v in values)
+    kind = "integer" if integers or zero_fraction else "string"
     size, seen = hash_size(values, kind)
+    if zero_fraction:
+        seen += (
+            '; written with ".0" (as pandas writes an integer column that has nulls): '
+            f'kind = "integer" reads {values[0]} as {values[0].split(".")[0]}, the id a file '
+            "written without the fraction gives"
+        )
     why = "codes (leading zeros, an id's or a C<n> name, or one width)" if numeric else "strings"
     if ints and not zeros and not integers:  # the same log as Parquet: an integer column
         as_integers, _ = hash_size(values, "integer")

@@ -111,7 +111,27 @@ def read_row_groups(
     f = pq.ParquetFile(path, read_dictionary=list(pp.dictionary) or None, memory_map=True)
     for g in range(first, last):
         table = f.read_row_group(g, columns=columns or pp.columns, use_threads=False)
-        yield table, f.metadata.row_group(g).total_byte_size
+        yield _typed_nulls(table, pp), f.metadata.row_group(g).total_byte_size
+
+
+def _typed_nulls(table, pp: ParquetProgram):
+    """`table` with its columns of nulls only (Arrow's null type, as pandas writes a column of
+    None) cast to the type their spec column reads: the decoders then read them as they read any
+    column's nulls, as missing values. By the table's own types: the files of one run share one
+    ParquetProgram, and another file's column may hold values."""
+    pa = _pa()
+    columns = {c.name: c for c in pp.program.spec.columns}
+    for i, field in enumerate(table.schema):
+        c = columns.get(field.name)
+        if not pa.types.is_null(field.type) or c is None or isinstance(c, LabelColumn):
+            continue  # a label of nulls only was refused by name (parquet_schema)
+        if isinstance(c, (CategoricalColumn, ListColumn)):
+            kind = pa.int64() if c.kind == "integer" else pa.large_string()
+            kind = pa.large_list(kind) if isinstance(c, ListColumn) else kind
+        else:
+            kind = pa.float64()
+        table = table.set_column(i, field.name, table.column(i).cast(kind))
+    return table
 
 
 def _chunks(column, dictionaries: bool = False):

@@ -92,6 +92,17 @@ class ParquetProgram:
     """String categoricals read as dictionaries (parquet_rows.py's module doc)."""
     unsigned: tuple[str, ...] = ()
     """Integer columns (lists too) of unsigned 64-bit values: their raw ids are shown unsigned."""
+    nulls: tuple[str, ...] = ()
+    """Columns of nulls only (Arrow's null type, as pandas writes a column of None): every value
+    missing (parquet_rows.read_row_groups casts them to their spec column's type)."""
+
+    def reads_like(self, other: ParquetProgram) -> bool:
+        """Whether another file's columns are this one's, of the same kinds (a column of nulls
+        only in either takes the other's kind)."""
+        if other.program.names != self.program.names:
+            return False
+        pairs = zip(self.program.names, self.kinds, other.kinds)
+        return all(a == b or n in self.nulls or n in other.nulls for n, a, b in pairs)
 
     @property
     def columns(self) -> list[str]:
@@ -122,9 +133,15 @@ def resolve_parquet(
         raise SpecError(f"{spec_name}: a Parquet file's columns are found by name; remove position")
     program = resolve_program(spec, names, str(path), spec_name)
     kinds = tuple(kind_of(schema.field(n).type) for n in program.names)
+    nulls = []
     for c in spec.columns:
         f = program.names.index(c.name)
         want, words = _allowed(c)
+        if kinds[f] == "null" and want and not isinstance(c, LabelColumn):
+            # Every value missing, as a column of the spec's type with nulls only reads (the same
+            # bytes); its kind matches any other file's (ParquetProgram.reads_like).
+            nulls.append(c.name)
+            continue
         if want and kinds[f] not in want:
             raise SpecError(
                 f"{path}: column {c.name!r} is {schema.field(c.name).type} in the Parquet file; "
@@ -138,7 +155,8 @@ def resolve_parquet(
                 )
             )
     unsigned = tuple(n for n in program.names if _uint64(schema.field(n).type))
-    return ParquetProgram(program, kinds, _repeating(path, spec), unsigned)
+    repeating = _repeating(path, spec, nulls)
+    return ParquetProgram(program, kinds, repeating, unsigned, tuple(nulls))
 
 
 def _uint64(t) -> bool:
@@ -152,7 +170,7 @@ def _uint64(t) -> bool:
     return pa.types.is_uint64(t)
 
 
-def _repeating(path: Path, spec: FeatureSpec) -> tuple[str, ...]:
+def _repeating(path: Path, spec: FeatureSpec, nulls: list[str] | tuple = ()) -> tuple[str, ...]:
     """The string categoricals whose dictionary in the file's first row group holds under a
     quarter of its rows (read as dictionaries: parquet_rows.py's module doc). A column chunk without
     a dictionary page (written plain) is read plain.
@@ -161,10 +179,15 @@ def _repeating(path: Path, spec: FeatureSpec) -> tuple[str, ...]:
     its chunk's whole dictionary page (~0.01 CPU-s, where decoding the row group took ~0.17 on a
     Criteo-shaped file). A page near its writer's size limit (1 MB in pyarrow and parquet-mr) may
     have filled up, after which the writer wrote the rest plain, values the page does not hold:
-    those columns' dictionaries are counted over the whole row group, as pyarrow builds them."""
+    those columns' dictionaries are counted over the whole row group, as pyarrow builds them.
+    `nulls`: columns of nulls only, which hold no values to read as a dictionary."""
     import pyarrow.parquet as pq
 
-    names = [c.name for c in spec.sparse if not isinstance(c, ListColumn) and c.kind != "integer"]
+    names = [
+        c.name
+        for c in spec.sparse
+        if not isinstance(c, ListColumn) and c.kind != "integer" and c.name not in nulls
+    ]
     f = pq.ParquetFile(path, read_dictionary=names)
     if not names or f.metadata.num_row_groups == 0:
         return ()

@@ -130,7 +130,7 @@ def choose_parser(
     if spec.format.kind == "parquet":
         resolved = [resolve_parquet(spec, f, spec_file or "the spec") for f in files]
         for f, other in zip(files[1:], resolved[1:]):
-            if other.program.names != resolved[0].program.names or other.kinds != resolved[0].kinds:
+            if not resolved[0].reads_like(other):
                 raise SpecError(
                     f"{f}: its columns or their types differ from {files[0]}'s; give each its own run"
                 )

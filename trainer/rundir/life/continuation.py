@@ -103,25 +103,32 @@ def _check_same_making(run_dir: Path, record: dict[str, Any], manifest: Manifest
     if differs:
         raise ValueError(f"{differs}: {_rows_remedy(manifest)}")
     differs = trained_data.preprocessing_differences(
-        record.get("preprocessing", {}), trained_data.preprocessing(manifest)
+        record.get("preprocessing", {}),
+        trained_data.preprocessing(manifest),
+        (trained_data.recorded_spec(record), manifest.options.get("spec")),
     )
     if differs:
         raise ValueError(
-            f"the new data was preprocessed otherwise than the data {run_dir} trained on: {differs}"
+            f"the new data was preprocessed otherwise than the data {run_dir} trained on: "
+            f"{differs}; {_rows_remedy(manifest, record.get('path'))}"
         )
 
 
-def _rows_remedy(manifest: Manifest) -> str:
+def _rows_remedy(manifest: Manifest, trained: str | None = None) -> str:
     """What makes new data's tables the run's: a spec's table sizes are its columns' hash_size,
-    Criteo's the --max-ids; an event log's grow with its ids."""
+    Criteo's the --max-ids; an event log's grow with its ids. `trained`: the path of the data the
+    run trained on, whose spec `shardrec spec show` prints (a spec inferred again from the new
+    day proposes other hash sizes)."""
     if manifest.kind == "events":
         return (
             "an event log's tables have a row for each id up to its largest (users, items, "
             "artists, albums), and a run's tables keep their rows; go on with a log of the "
             "same ids"
         )
-    same = "the same spec" if manifest.options.get("spec_sha256") else "the same --max-ids"
-    return f"preprocess the new data as the old ({same} and --raw-ids)"
+    spec = manifest.options.get("spec_sha256")
+    same = "the same spec" if spec else "the same --max-ids"
+    shown = f"; `shardrec spec show {trained}` prints it" if spec and trained else ""
+    return f"preprocess the new data as the old ({same} and --raw-ids{shown})"
 
 
 def _check_settings(run_dir: Path, config: JobConfig, allow: list[str]) -> None:

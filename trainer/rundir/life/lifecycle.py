@@ -134,7 +134,9 @@ def _check_dataset(run_dir: Path, manifest: Manifest, path: str) -> None:
     raise ValueError(
         f"{run_dir} was trained on other data ({record.get('path')}, fingerprint "
         f"{str(record.get('fingerprint'))[:12]}; this dataset's is {dataset_fingerprint(manifest)[:12]}): "
-        "a run cannot resume on a changed dataset; start over with --restart or use another --out-dir"
+        "a run cannot resume on a changed dataset; to train the run on it as new data (the next "
+        f"day's), give --continue-on {path} in place of --data; or start over with --restart or "
+        "use another --out-dir"
     )
 
 

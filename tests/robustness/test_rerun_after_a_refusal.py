@@ -41,6 +41,14 @@ def good(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, dict[str, byt
     return text, _dataset(root / "out")
 
 
+def _input(tmp_path: Path, data: bytes) -> tuple[Path, Path]:
+    """(the input in/train.txt holding `data`, the --out beside it)."""
+    log = tmp_path / "in" / "train.txt"
+    log.parent.mkdir()
+    log.write_bytes(data)
+    return log, tmp_path / "out"
+
+
 def _broken(text: bytes, lines: range) -> bytes:
     rows = text.split(b"\n")
     for i in lines:
@@ -64,9 +72,7 @@ def test_the_command_run_again_on_the_fixed_input_starts_over(
     error: str,
 ) -> None:
     text, want = good
-    log, out = tmp_path / "in" / "train.txt", tmp_path / "out"
-    log.parent.mkdir()
-    log.write_bytes(_broken(text, broken))
+    log, out = _input(tmp_path, _broken(text, broken))
     command = ("preprocess", log, "--out", out, *FLAGS, "--workers", "2", *flags)
     assert_one_line_error(cli(*command, ok=False), error)
     # The same command on the same input resumes the run, and is refused again.
@@ -94,9 +100,7 @@ def test_a_run_stopped_by_ctrl_c_is_not_mixed_with_a_changed_input(
     good: tuple[bytes, dict[str, bytes]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     text, want = good
-    log, out = tmp_path / "in" / "train.txt", tmp_path / "out"
-    log.parent.mkdir()
-    log.write_bytes(_broken(text, range(100, 101)))
+    log, out = _input(tmp_path, _broken(text, range(100, 101)))
     _stop_after_two_tasks(log, out, monkeypatch)
     log.write_bytes(text)
     assert_one_line_error(
@@ -127,9 +131,7 @@ def test_a_stopped_run_is_not_mixed_with_an_input_of_the_same_size_and_time(
     """Before, the rerun resumed (exit 0): the parts of the first two tasks held the stopped run's
     labels, the others the new file's, without a word."""
     text, _ = good
-    log, out = tmp_path / "in" / "train.txt", tmp_path / "out"
-    log.parent.mkdir()
-    log.write_bytes(_labels_flipped(text))
+    log, out = _input(tmp_path, _labels_flipped(text))
     _stop_after_two_tasks(log, out, monkeypatch)
     _replace_keeping_size_and_time(log, text)
     assert_one_line_error(
@@ -147,11 +149,9 @@ def test_a_refused_run_starts_over_for_an_input_of_the_same_size_and_time(
     and time: before, the rerun resumed, keeping the parts of the refused file's finished tasks
     (other labels) beside the new file's."""
     text, want = good
-    log, out = tmp_path / "in" / "train.txt", tmp_path / "out"
-    log.parent.mkdir()
     rows = _labels_flipped(text).split(b"\n")
     rows[1500] = b"x" * len(rows[1500])  # malformed, the same size
-    log.write_bytes(b"\n".join(rows))
+    log, out = _input(tmp_path, b"\n".join(rows))
     command = ("preprocess", log, "--out", out, *FLAGS, "--strict")
     assert_one_line_error(cli(*command, ok=False), r"^error: .*train\.txt:1501: row: 1 fields, ")
     _replace_keeping_size_and_time(log, text)
@@ -167,9 +167,7 @@ def test_a_finished_dataset_refused_by_a_lower_fraction_is_not_wiped_by_another_
     # with no refusal, leaving its manifest naming them ("d/train/part-00000-0000.arrow:
     # missing") wherever that command failed too.
     text, _ = good
-    log, out = tmp_path / "in" / "train.txt", tmp_path / "out"
-    log.parent.mkdir()
-    log.write_bytes(_broken(text, range(100, 200)))
+    log, out = _input(tmp_path, _broken(text, range(100, 200)))
     cli("preprocess", log, "--out", out, *FLAGS, "--max-skipped-fraction", "0.5")
     finished = _dataset(out)
     assert_one_line_error(
@@ -193,9 +191,7 @@ def test_a_part_run_does_not_start_a_refused_run_over(
     # started together removed each other's files: one ended "error: out/.work/task-00027.json:
     # No such file or directory". Now a --part run is refused in one line, the refused run kept.
     text, _ = good
-    log, out = tmp_path / "in" / "train.txt", tmp_path / "out"
-    log.parent.mkdir()
-    log.write_bytes(_broken(text, range(100, 200)))
+    log, out = _input(tmp_path, _broken(text, range(100, 200)))
     cli("preprocess", log, "--out", out, *FLAGS, ok=False)
     refused = _dataset(out)
     log.write_bytes(text)

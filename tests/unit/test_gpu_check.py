@@ -25,15 +25,25 @@ NO_CUDA_LINE = "gpu check: no CUDA device was found"
 
 
 @no_cuda
-def test_script_without_cuda_prints_one_line_and_exits_3() -> None:
+def test_script_without_cuda_prints_one_line_and_exits_3(tmp_path: Path) -> None:
+    """In one start of Python: before, the script imported torch twice (once to see that it
+    imports, once for CUDA), seconds each."""
+    starts, python = tmp_path / "starts", tmp_path / "python"
+    python.write_text(f'#!/bin/sh\necho start >> {starts}\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
     result = subprocess.run(
-        [str(ROOT / "scripts" / "gpu_check.sh")], capture_output=True, text=True, timeout=120
+        [str(ROOT / "scripts" / "gpu_check.sh")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHON": str(python)},
     )
     assert result.returncode == gpu_check.NO_CUDA == 3, result.stderr
     assert result.stdout.splitlines() == [result.stdout.strip()] and result.stdout.startswith(
         NO_CUDA_LINE
     )
     assert result.stderr == ""
+    assert starts.read_text() == "start\n"
 
 
 def test_script_without_torch_says_so_and_exits_5(tmp_path: Path) -> None:

@@ -16,17 +16,28 @@ cd "$(dirname "$0")/.."
 
 if [ -n "${PYTHON:-}" ]; then PY=$PYTHON; elif [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=python3; fi
 
-cuda_or_exit() {
-    if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() and torch.cuda.device_count() else 1)' 2>/dev/null; then
-        echo "gpu check: no CUDA device was found (torch.cuda.is_available() is False for $PY); nothing was run"
-        exit 3
-    fi
+# One import of torch (seconds) answers both questions: 0 a CUDA device is there, 1 torch imports
+# but sees none, anything else torch cannot be imported.
+torch_state() {
+    "$PY" -c 'import sys
+try:
+    import torch
+except BaseException:
+    sys.exit(2)
+sys.exit(0 if torch.cuda.is_available() and torch.cuda.device_count() else 1)' 2>/dev/null
+}
+
+no_cuda_exit() {
+    echo "gpu check: no CUDA device was found (torch.cuda.is_available() is False for $PY); nothing was run"
+    exit 3
 }
 
 # Without torch there is no telling whether a device is there: said as such, not as "no CUDA".
-if "$PY" -c 'import torch' 2>/dev/null; then
-    cuda_or_exit
-elif [ -z "${GPU_CHECK_WHEELS:-}" ]; then
+state=0
+torch_state || state=$?
+if [ "$state" = 1 ]; then
+    no_cuda_exit
+elif [ "$state" != 0 ] && [ -z "${GPU_CHECK_WHEELS:-}" ]; then
     echo "gpu check: $PY cannot import torch: run make setup first (or name carried wheels in GPU_CHECK_WHEELS); nothing was run"
     exit 5
 fi
@@ -49,7 +60,7 @@ if [ -n "${GPU_CHECK_WHEELS:-}" ]; then
     "$PY" -m pip install -q --no-deps --no-build-isolation --upgrade --target "$site" . \
         || { echo "gpu check: installing shardrec into $site failed"; exit 4; }
     export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
-    cuda_or_exit
+    torch_state || no_cuda_exit
 fi
 
 # The pinned stack only, unless the caller names one other triple in SHARDREC_ALLOW_STACK (the

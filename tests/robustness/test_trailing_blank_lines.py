@@ -51,22 +51,43 @@ def text(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     return path.read_bytes()
 
 
+def _write(path: Path, data: bytes) -> None:
+    """`data` as `path`, and gzipped as gz/NAME.gz beside it (a folder: read as .gz input)."""
+    path.parent.mkdir()
+    path.write_bytes(data)
+    (path.parent / "gz").mkdir()
+    (path.parent / "gz" / f"{path.name}.gz").write_bytes(gzip.compress(data, compresslevel=1))
+
+
+@pytest.fixture(scope="module")
+def clean(text: bytes, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict, dict]]:
+    """The file without blank lines, preprocessed once for the module as the tests read the file
+    with them: read name -> (its parts, its manifest's rows and skips)."""
+    raw = tmp_path_factory.mktemp("clean") / "text" / "train.txt"
+    _write(raw, text)
+    reads = {
+        "plain": (raw,),
+        # The planning pass of a .gz file cut into ranges (vocabulary mode, --part), and a whole
+        # .gz file read by one task (under 4 chunks compressed: not cut).
+        "gzip ranges planned": (raw.parent / "gz", "--min-count", "2"),
+        "gzip whole": (raw.parent / "gz", "--chunk-mb", "1"),
+    }
+    datasets = {}
+    for name, (source, *args) in reads.items():
+        out = raw.parent.parent / name
+        _preprocess(source, out, *args)
+        datasets[name] = (_parts(out), _manifest(out))
+    return datasets
+
+
 @pytest.mark.parametrize("ending", sorted(ENDINGS))
 def test_every_reader_gives_the_dataset_of_the_file_without_them(
-    text: bytes, tmp_path: Path, ending: str
+    clean: dict[str, tuple[dict, dict]], text: bytes, tmp_path: Path, ending: str
 ) -> None:
-    clean, blank = tmp_path / "clean" / "train.txt", tmp_path / "blank" / "train.txt"
-    for path, data in ((clean, text), (blank, text + ENDINGS[ending])):
-        path.parent.mkdir()
-        path.write_bytes(data)
-        (path.parent / "gz").mkdir()
-        (path.parent / "gz" / "train.txt.gz").write_bytes(gzip.compress(data, compresslevel=1))
-    _preprocess(clean, tmp_path / "want")
-    want = _parts(tmp_path / "want")
-    assert _manifest(tmp_path / "want") == {
-        "rows": {"train": 6857, "val": 572, "test": 571},
-        "skipped": {},
-    }
+    blank = tmp_path / "blank" / "train.txt"
+    _write(blank, text + ENDINGS[ending])
+    want, want_manifest = clean["plain"]
+    assert want_manifest == {"rows": {"train": 6857, "val": 572, "test": 571}, "skipped": {}}
     runs = {
         "plain": (blank,),
         "gzip ranges streamed, 1 worker": (blank.parent / "gz", "--workers", "1"),
@@ -75,37 +96,35 @@ def test_every_reader_gives_the_dataset_of_the_file_without_them(
     for name, args in runs.items():
         _preprocess(*args[:1], tmp_path / name, *args[1:])
         assert _parts(tmp_path / name) == want, name
-        assert _manifest(tmp_path / name) == _manifest(tmp_path / "want"), name
-    # The planning pass of a .gz file cut into ranges (vocabulary mode, --part), and a whole .gz
-    # file read by one task (under 4 chunks compressed: not cut), each
+        assert _manifest(tmp_path / name) == want_manifest, name
+    # The planning pass of a .gz file cut into ranges, and a whole .gz file read by one task, each
     # against the clean file read the same way.
     for name, args in {
         "gzip ranges planned": ("--min-count", "2"),
         "gzip whole": ("--chunk-mb", "1"),
     }.items():
-        _preprocess(clean.parent / "gz", tmp_path / f"{name} clean", *args)
         _preprocess(blank.parent / "gz", tmp_path / name, *args)
-        assert _parts(tmp_path / name) == _parts(tmp_path / f"{name} clean"), name
-        assert _manifest(tmp_path / name) == _manifest(tmp_path / f"{name} clean"), name
+        assert (_parts(tmp_path / name), _manifest(tmp_path / name)) == clean[name], name
 
 
-def test_more_blank_lines_than_a_streamed_range_holds(text: bytes, tmp_path: Path) -> None:
+def test_more_blank_lines_than_a_streamed_range_holds(
+    clean: dict[str, tuple[dict, dict]], text: bytes, tmp_path: Path
+) -> None:
     """Blank lines that end a streamed .gz file, more than a range's shared-memory slot holds (its
     text and 1 MiB), on 2 workers. Before: 'error: memoryview assignment: lvalue and rvalue have
     different structures', exit 1 (the blank lines read past a range's end were copied into the
     next slot, which they did not fit)."""
-    clean, blank = tmp_path / "clean.txt.gz", tmp_path / "blank" / "train.txt.gz"
-    blank.parent.mkdir()
-    clean.write_bytes(gzip.compress(text, compresslevel=1))
+    blank = tmp_path / "train.txt.gz"
     blank.write_bytes(gzip.compress(text + b"\n" * (3 << 19), compresslevel=1))
-    for path, out in ((clean, tmp_path / "want"), (blank, tmp_path / "got")):
-        _preprocess(path, out, "--workers", "2")
-    assert _parts(tmp_path / "got") == _parts(tmp_path / "want")
-    assert _manifest(tmp_path / "got") == _manifest(tmp_path / "want")
+    _preprocess(blank, tmp_path / "got", "--workers", "2")
+    assert (_parts(tmp_path / "got"), _manifest(tmp_path / "got")) == clean["plain"]
 
 
 def test_a_long_run_of_blank_lines_is_judged_once(
-    text: bytes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    clean: dict[str, tuple[dict, dict]],
+    text: bytes,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """1 MiB of newlines that end a streamed .gz file cut into 64 KiB ranges: the decoder reads
     them 64 KiB at a time, to find out whether rows follow. Before, it judged all the blank lines
@@ -121,17 +140,12 @@ def test_a_long_run_of_blank_lines_is_judged_once(
     blank_tail = gz_stream.blank_tail
     monkeypatch.setattr(gz_stream, "blank_tail", counted)
     run = 1 << 20
-    clean, blank = tmp_path / "clean.txt.gz", tmp_path / "blank" / "train.txt.gz"
-    blank.parent.mkdir()
-    clean.write_bytes(gzip.compress(text, compresslevel=1))
+    blank = tmp_path / "train.txt.gz"
     blank.write_bytes(gzip.compress(text + b"\n" * run, compresslevel=1))
-    _preprocess(clean, tmp_path / "want", "--workers", "1")
-    walked.clear()
     _preprocess(blank, tmp_path / "got", "--workers", "1")
     # Twice: as read ahead of the last range, and as the text left after it (11.4x before).
     assert run <= sum(walked) <= 3 * run
-    assert _parts(tmp_path / "got") == _parts(tmp_path / "want")
-    assert _manifest(tmp_path / "got") == _manifest(tmp_path / "want")
+    assert (_parts(tmp_path / "got"), _manifest(tmp_path / "got")) == clean["plain"]
 
 
 def test_a_small_csv_with_a_blank_last_line_is_preprocessed(tmp_path: Path) -> None:

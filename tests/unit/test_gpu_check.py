@@ -25,15 +25,25 @@ NO_CUDA_LINE = "gpu check: no CUDA device was found"
 
 
 @no_cuda
-def test_script_without_cuda_prints_one_line_and_exits_3() -> None:
+def test_script_without_cuda_prints_one_line_and_exits_3(tmp_path: Path) -> None:
+    """In one start of Python: before, the script imported torch twice (once to see that it
+    imports, once for CUDA), seconds each."""
+    starts, python = tmp_path / "starts", tmp_path / "python"
+    python.write_text(f'#!/bin/sh\necho start >> {starts}\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
     result = subprocess.run(
-        [str(ROOT / "scripts" / "gpu_check.sh")], capture_output=True, text=True, timeout=120
+        [str(ROOT / "scripts" / "gpu_check.sh")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHON": str(python)},
     )
     assert result.returncode == gpu_check.NO_CUDA == 3, result.stderr
     assert result.stdout.splitlines() == [result.stdout.strip()] and result.stdout.startswith(
         NO_CUDA_LINE
     )
     assert result.stderr == ""
+    assert starts.read_text() == "start\n"
 
 
 def test_script_without_torch_says_so_and_exits_5(tmp_path: Path) -> None:
@@ -260,13 +270,26 @@ def test_the_script_admits_no_other_stack_by_itself() -> None:
     assert "SHARDREC_ALLOW_STACK=" not in script.replace("# SHARDREC_ALLOW_STACK", "")
 
 
+def _files_marking_gpu_tests() -> list[str]:
+    """The test files whose text marks a test `gpu` (pytest.mark.gpu), relative to the root."""
+    tests = sorted((ROOT / "tests").rglob("test_*.py"))
+    return [str(p.relative_to(ROOT)) for p in tests if "mark.gpu" in p.read_text()]
+
+
+def _over_gpu_test_files(cmd, env, report, budget) -> gpu_check.Outcome:
+    """The check's own pytest run, over the files that mark GPU tests instead of all of tests/:
+    the same tests are collected, without importing every other test module (~30 s here)."""
+    assert cmd[-1] == "tests", cmd
+    return gpu_check._run_watched([*cmd[:-1], *_files_marking_gpu_tests()], env, report, budget)
+
+
 @pytest.mark.slow
 def test_gpu_tests_that_all_skip_do_not_pass() -> None:
     """Read through the real plugin: here (no CUDA) every GPU test skips, which must not pass; and
     every GPU test has a time in the budget's file."""
     if torch.cuda.is_available():
         pytest.skip("checks the machine without CUDA")
-    rows, events, stopped = gpu_check.gpu_tests()
+    rows, events, stopped = gpu_check.gpu_tests(_over_gpu_test_files)
     assert not stopped
     assert rows and all(r.status == "fail" and r.detail == "skipped: needs CUDA" for r in rows)
     collected = next(e["tests"] for e in events if e["event"] == "collected")

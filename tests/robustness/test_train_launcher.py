@@ -277,18 +277,14 @@ def test_a_dataset_changed_before_the_run_is_not_said_to_have_changed_under_it(
 
 
 @pytest.mark.slow
-def test_eval_of_a_refused_checkpoint_names_the_file_last(tiny_dataset: Path, tmp_path: Path):
+def test_eval_of_a_refused_checkpoint_names_the_file_last(
+    trained_to_step_4: tuple[Path, Path], tmp_path: Path
+):
     # Before: the rank's line went by and the last one said only "evaluation failed: rank 0
     # exited with code 1".
-    run_dir = tmp_path / "run"
-    trained = subprocess.run(
-        _command(tiny_dataset, run_dir, "--steps", "2", ranks=1),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert trained.returncode == 0, trained.stderr[-3000:]
-    checkpoint = run_dir / "checkpoints" / "step-00000002"
+    run_dir, _ = _copy(trained_to_step_4, tmp_path)
+    shutil.rmtree(run_dir / "checkpoints" / "step-00000002")  # the run's one checkpoint
+    checkpoint = run_dir / "checkpoints" / "step-00000004"
     state = checkpoint / "train_state.pt"
     state.write_bytes(state.read_bytes()[:-1])
     env, marker = no_rank_env(tmp_path)

@@ -100,6 +100,23 @@ def cli_process(
     return done
 
 
+def rank_site(site: Path, code: str) -> dict[str, str]:
+    """An environment whose Python runs `code` in every process it starts (a sitecustomize.py in
+    `site`, first on PYTHONPATH); `code` tells torchrun's ranks by LOCAL_RANK."""
+    site.mkdir(parents=True, exist_ok=True)
+    (site / "sitecustomize.py").write_text(code)
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path}
+
+
+def no_rank_env(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """An environment for a command that must refuse before any rank starts, and the file a rank
+    started in it creates (torchrun's ranks have LOCAL_RANK)."""
+    marker = tmp_path / "a-rank-started"
+    code = f"import os\nif 'LOCAL_RANK' in os.environ:\n    open({str(marker)!r}, 'w').close()\n"
+    return rank_site(tmp_path / "no-rank-site", code), marker
+
+
 def resplit(src: Path, dst: Path, parts: int, seed: int = 7) -> None:
     """Write the train rows of the 1-part dataset `src` again as `parts` parts of uneven sizes."""
     manifest = Manifest.load(src)

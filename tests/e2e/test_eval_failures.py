@@ -1,12 +1,11 @@
-"""What `shardrec eval` shows when its ranks fail: a refusal made in the ranks (a checkpoint file
-cut short before its digests were written) is one line and exit code 1, with no word of
-torchrun's and no second line of the launcher's; a crash (a bug's exception) keeps its traceback
-and torchrun's word on the failed ranks, so that a real failure stays visible. A good checkpoint
-is said to be evaluated, not resumed from."""
+"""What `shardrec eval` shows when a checkpoint cannot be read or its ranks fail: a checkpoint file
+cut short before its digests were written is refused in one line and exit code 1 before any rank
+starts (no word of torchrun's, no second line of the launcher's); a crash (a bug's exception)
+keeps its traceback and torchrun's word on the failed ranks, so that a real failure stays visible.
+A good checkpoint is said to be evaluated, not resumed from."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import write_tiny_dataset
-from helpers import assert_one_line_error, cli
+from helpers import assert_one_line_error, cli, no_rank_env, rank_site
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "run-killed-at-step-6"
 """A run of 2 ranks with one checkpoint, step 4."""
@@ -61,20 +60,30 @@ def _cut(tmp_path: Path, name: str, empty: bool = False) -> Path:
     return checkpoint
 
 
-@pytest.mark.slow
-def test_a_refusal_in_the_ranks_is_the_one_line_eval_prints(tmp_path: Path) -> None:
-    checkpoint = _cut(tmp_path, "__0_0.distcp")
-    done = _eval(tmp_path)
+def _refused_before_any_rank(tmp_path: Path) -> subprocess.CompletedProcess:
+    """_eval of the copy in `tmp_path`, asserting that no rank started."""
+    env, marker = no_rank_env(tmp_path)
+    done = _eval(tmp_path, env)
+    assert not marker.exists(), f"a rank started: {done.stderr[-3000:]}"
+    return done
+
+
+def test_a_cut_shard_is_the_one_line_eval_prints_before_any_rank_starts(tmp_path: Path) -> None:
+    # Before: the refusal came from the ranks, once torchrun and torchrec had started (~10-30 s),
+    # as '(__0_0.distcp: RuntimeError: ...)', DCP's error of the cut read.
+    saved = (FIXTURE / "checkpoints" / "step-00000004" / "__0_0.distcp").stat().st_size
+    checkpoint = _cut(tmp_path, "__0_0.distcp")  # its last item ends where the file did
+    done = _refused_before_any_rank(tmp_path)
     assert (done.returncode, done.stdout) == (1, ""), done.stderr[-3000:]
     lines = done.stderr.splitlines()
     assert len(lines) == 1, done.stderr
     (line,) = lines
-    assert re.match(
-        rf"error: {re.escape(str(checkpoint))}: a file of this checkpoint is truncated or "
-        r"unreadable \(__0_0\.distcp: RuntimeError: .*\), though it matches its digests \(it was "
-        r"saved that way\); "
-        r"evaluate or export another checkpoint with --checkpoint STEP; ",
-        line,
+    assert line == (
+        f"error: {checkpoint}: a file of this checkpoint is truncated or unreadable "
+        f"(__0_0.distcp: {saved // 2:,} bytes, .metadata says {saved:,}), though it matches its "
+        "digests (it was saved that way); evaluate or export another checkpoint with --checkpoint "
+        "STEP; to resume training from an earlier one, move this folder aside (this run has no "
+        "other checkpoint)"
     ), done.stderr
 
 
@@ -96,7 +105,6 @@ def test_eval_on_one_rank_says_1_rank(tmp_path: Path, monkeypatch) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.slow
 def test_eval_says_it_evaluates_the_checkpoint_not_that_it_resumed(tmp_path: Path) -> None:
     # Before: rank 0 logged 'resumed from .../step-00000004 (step 4, saved by 2 ranks, now 2)'.
     done = _eval(tmp_path)
@@ -106,7 +114,6 @@ def test_eval_says_it_evaluates_the_checkpoint_not_that_it_resumed(tmp_path: Pat
     assert said == [f"evaluating {checkpoint} (step 4, saved by 2 ranks, now 2) on val"], said
 
 
-@pytest.mark.slow
 def test_a_cut_train_state_is_the_one_unreadable_line_of_eval_and_export(tmp_path: Path) -> None:
     # Before: eval gave the rank's traceback ('OSError: [Errno 22] Invalid argument') and
     # 'error: evaluation failed: rank 0 exited with code 1'; export said
@@ -118,7 +125,7 @@ def test_a_cut_train_state_is_the_one_unreadable_line_of_eval_and_export(tmp_pat
         + re.escape("), though it matches its digests (it was saved that way); ")
     )
     others = re.escape(" (this run has no other checkpoint)")
-    evaluated = _eval(tmp_path)
+    evaluated = _refused_before_any_rank(tmp_path)
     assert_one_line_error(
         evaluated,
         "^"
@@ -143,7 +150,6 @@ def test_a_cut_train_state_is_the_one_unreadable_line_of_eval_and_export(tmp_pat
     assert not out.exists()
 
 
-@pytest.mark.slow
 def test_a_cut_metadata_is_the_one_unreadable_line_of_eval(tmp_path: Path) -> None:
     # Before: two of torch's 'WARNING root: ... metadata is not found' with their tracebacks came
     # first, from each rank; then the line's cause was torch's 'AssertionError: metadata is None;
@@ -151,7 +157,7 @@ def test_a_cut_metadata_is_the_one_unreadable_line_of_eval(tmp_path: Path) -> No
     # [Errno 2] No such file or directory: '.../__0.metadata'', a file shardrec never writes.
     checkpoint = _cut(tmp_path, ".metadata")
     assert_one_line_error(
-        _eval(tmp_path),
+        _refused_before_any_rank(tmp_path),
         "^"
         + re.escape(
             f"error: {checkpoint}: a file of this checkpoint is truncated or unreadable "
@@ -205,11 +211,7 @@ def test_a_failure_without_a_message_is_named_by_its_type(tmp_path: Path) -> Non
 
 @pytest.mark.slow
 def test_a_crash_in_the_ranks_keeps_its_traceback_and_torchruns_word(tmp_path: Path) -> None:
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(_CRASH_IN_THE_RANKS)
-    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
-    done = _eval(tmp_path, {**os.environ, "PYTHONPATH": path})
+    done = _eval(tmp_path, rank_site(tmp_path / "site", _CRASH_IN_THE_RANKS))
     assert done.returncode == 1, done.stderr[-3000:]
     assert "Traceback" in done.stderr, done.stderr[-3000:]
     assert "RuntimeError: a bug in the evaluation (planted by the test)" in done.stderr

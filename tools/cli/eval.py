@@ -69,6 +69,7 @@ def eval_run(
     for bit."""
     from shardrec.trainer.inference.eval_request import (
         EvalRequest,
+        check_checkpoint_files,
         check_request,
         trained_world_size,
         with_stretch_data,
@@ -85,6 +86,7 @@ def eval_run(
                 nproc_per_node = nproc_per_node or trained_world_size(run_dir)
                 request = with_stretch_data(request)
                 check_request(request, nproc_per_node, defaulted)
+                check_checkpoint_files(request)
             except ValueError as e:
                 fail(str(e))
             metrics = _evaluate(request, nproc_per_node)

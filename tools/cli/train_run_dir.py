@@ -59,9 +59,12 @@ def lock_run_dir(out_dir: Path, job_id: str, create: bool) -> RunLock | None:
 
 
 def check_resume_checkpoint(out_dir: Path) -> None:
-    """Refuse, in one line, a checkpoint to resume from that fails its digests or that another
-    user could have written; the ranks check its shards too before loading anything."""
+    """Refuse, in one line, a checkpoint to resume from that fails its digests, that another
+    user could have written or that cannot be read (a file saved cut short); the ranks check its
+    shards too before loading anything."""
+    from shardrec.trainer.rundir.checkpoint.readable import unreadable_problem
     from shardrec.trainer.rundir.checkpoint.trust import (
+        REFUSED,
         UntrustedCheckpoint,
         complete_checkpoints,
         torn_refusal,
@@ -77,6 +80,9 @@ def check_resume_checkpoint(out_dir: Path) -> None:
             verify_checkpoint(done[-1][1], skip_suffix=".distcp")
         except UntrustedCheckpoint as e:
             fail(f"{e}; {refused_checkpoint(out_dir)}")
+        unreadable = unreadable_problem(done[-1][1], REFUSED)
+        if unreadable:
+            fail(f"{unreadable}; {refused_checkpoint(out_dir)}")
 
 
 def check_no_misnamed_checkpoint(out_dir: Path) -> None:

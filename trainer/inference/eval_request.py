@@ -23,14 +23,18 @@ from shardrec.trainer.distributed.devices import (
 from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import JobConfig, load_job_config
 from shardrec.trainer.rundir import names
+from shardrec.trainer.rundir.checkpoint.readable import READ_ANOTHER, unreadable_problem
 from shardrec.trainer.rundir.checkpoint.trust import (
+    UntrustedCheckpoint,
     complete_checkpoints,
     misnamed_checkpoint_message,
     misnamed_checkpoints,
     other_step_checkpoints,
     other_step_message,
+    refused_with_advice,
     torn_checkpoint,
     torn_checkpoint_message,
+    verify_checkpoint,
 )
 from shardrec.trainer.rundir.life import trained_data
 from shardrec.trainer.rundir.life.stretches import earlier_stretch_of, read_stretches
@@ -339,6 +343,21 @@ def check_request(
     check_ranks_fit(kind, world_size, asked, gpus_remedy)
     data_options.model_manifest(manifest, config.data)
     return config, manifest
+
+
+def check_checkpoint_files(request: EvalRequest) -> None:
+    """ValueError, in the line the ranks would give, for the request's checkpoint where a file
+    fails its digests, another user could have written it, or it cannot be read (saved cut
+    short): the CLI's check, before torchrun and torchrec start (the ranks check every file again
+    before reading any). Hashes all but the bulky `.distcp` shards, as `shardrec train` does."""
+    _, path = find_checkpoint(request.run_dir, request.step)
+    try:
+        verify_checkpoint(path, skip_suffix=".distcp")
+    except UntrustedCheckpoint as e:
+        raise refused_with_advice(str(e), path, READ_ANOTHER) from None
+    unreadable = unreadable_problem(path, READ_ANOTHER)
+    if unreadable:
+        raise ValueError(unreadable)
 
 
 EVAL_ON_CPU = "or evaluate on the CPU with --device cpu"

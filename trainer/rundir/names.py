@@ -45,6 +45,9 @@ CHECKPOINTS = "checkpoints"
 TRAIN_STATE = "train_state.pt"
 ID_MAP_SCHEDULE = "id_maps.json"
 DIGESTS = "digests.json"
+DCP_METADATA = ".metadata"
+"""DCP's file of what a checkpoint holds and where (a pickle: read only once the digests were
+checked)."""
 CHECKPOINT_RE = re.compile(r"^step-(\d{8}|[1-9]\d{8,})$")
 """checkpoint_name's names: eight digits, more from step 100,000,000 on (no leading zero then)."""
 

@@ -17,6 +17,7 @@ from torch.serialization import default_restore_location
 
 from shardrec.dataloader.util.files import atomic_open
 from shardrec.trainer.rundir.checkpoint.trust import unreadable_checkpoint
+from shardrec.trainer.rundir.names import DCP_METADATA
 
 
 def restore_on(device: torch.device) -> Callable[[Any, str], Any]:
@@ -50,11 +51,6 @@ DCP_READ_ERRORS = (CheckpointException, OSError, EOFError, pickle.UnpicklingErro
 """What reading a checkpoint's DCP files raises for one cut short or corrupt: DCP's load wraps each
 rank's failure in a CheckpointException, its metadata reader (read_metadata, which a sharded part
 may call itself) raises the unpickler's own."""
-
-
-DCP_METADATA = ".metadata"
-"""DCP's file of what a checkpoint holds and where (a pickle: read only once the digests were
-checked)."""
 
 
 def read_metadata(checkpoint: Path, advice: str) -> Metadata:

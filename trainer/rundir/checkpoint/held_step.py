@@ -1,6 +1,7 @@
 """The step a checkpoint folder holds, read from its train_state.pt without torch and without
 running anything the file names: `shardrec runs` and the checks before any rank starts tell by it
-a folder copied or moved under another step's name."""
+a folder copied or moved under another step's name. The same torch-free reading of a checkpoint's
+pickles tells, before any rank starts, one that cannot be read (`readable`)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,13 @@ from shardrec.trainer.rundir import names
 
 class _Opaque:
     """What `held_step` reads for every object a checkpoint's pickle names a class of: nothing
-    of the class is imported or run."""
+    of the class is imported or run; its pickled state (a dataclass's fields) is kept as it is."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
+        self.state: Any = None
 
     def __setstate__(self, state: Any) -> None:
-        pass
+        self.state = state
 
     def __setitem__(self, key: Any, value: Any) -> None:
         pass
@@ -43,14 +44,29 @@ class _Containers(pickle.Unpickler):
         return None
 
 
+def pickled_containers(data: bytes) -> Any:
+    """The dicts, lists and numbers of the pickle `data`, every object of a class a stand-in
+    holding its pickled state (`.state`); raises what pickle raises for data cut short or
+    corrupt."""
+    return _Containers(io.BytesIO(data)).load()
+
+
+def torch_file_containers(path: Path) -> Any:
+    """pickled_containers of the torch.save file (a zip holding data.pkl) at `path`; raises what
+    zipfile or pickle raise for a file cut short or corrupt."""
+    with zipfile.ZipFile(path) as archive:
+        pickled = next((n for n in archive.namelist() if n.endswith("/data.pkl")), None)
+        if pickled is None:
+            raise zipfile.BadZipFile("holds no data.pkl: not a file torch.save wrote")
+        return pickled_containers(archive.read(pickled))
+
+
 def held_step(checkpoint: Path) -> int | None:
     """The step the checkpoint folder's train_state.pt holds (None: it cannot be read), read
     torch-free from the containers of its pickle: no class it names is run, so a file another
     user wrote is read safely."""
     try:
-        with zipfile.ZipFile(checkpoint / names.TRAIN_STATE) as archive:
-            pickled = next(n for n in archive.namelist() if n.endswith("/data.pkl"))
-            state = _Containers(io.BytesIO(archive.read(pickled))).load()
+        state = torch_file_containers(checkpoint / names.TRAIN_STATE)
         return int(state["progress"]["step"])
     # A damaged or foreign file fails in any of pickle's ways: the step is then not known.
     except Exception:

@@ -61,6 +61,7 @@ from shardrec.trainer.rundir.checkpoint.failure import (
     saved_bytes,
 )
 from shardrec.trainer.rundir.checkpoint.parts import CheckpointParts, SavedCheckpoint
+from shardrec.trainer.rundir.checkpoint.readable import READ_ANOTHER
 from shardrec.trainer.rundir.checkpoint.signature import check_signature, check_step
 from shardrec.trainer.rundir.checkpoint.trust import (
     REFUSED,
@@ -76,11 +77,6 @@ from shardrec.trainer.rundir.checkpoint.trust import (
 logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
-READ_ANOTHER = (
-    "evaluate or export another checkpoint with --checkpoint STEP; to resume training from an "
-    "earlier one, move this folder aside"
-)
-"""What to do about a checkpoint that cannot be read, where eval and export read it."""
 
 
 class CheckpointManager:

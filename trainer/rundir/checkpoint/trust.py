@@ -377,12 +377,16 @@ def unreadable_checkpoint(
     # torch's messages run on ("This is an internal miniz error. If you are seeing ..."): the
     # first sentence says what failed.
     said = str(cause).strip().split(". ")[0].splitlines()[0] if str(cause).strip() else ""
-    kept = other_checkpoints(directory)
     # An exception without a message (EOFError of a file cut to nothing) is named by its type.
     failure = f"{type(cause).__name__}: {said}" if said else type(cause).__name__
-    where = f"{file}: " if file else ""
+    return unreadable_file(directory, f"{file}: {failure}" if file else failure, advice)
+
+
+def unreadable_file(directory: Path, failure: str, advice: str) -> UnreadableCheckpoint:
+    """The one line refusing the checkpoint in `directory`, a file of which matches its digests
+    but cannot be read (`failure`: which and why), ending in what to do (`advice`) and the run's
+    other complete checkpoints."""
     return UnreadableCheckpoint(
-        f"{directory}: a file of this checkpoint is truncated or unreadable "
-        f"({where}{failure}), though it matches its digests "
-        f"(it was saved that way); {advice} ({kept})"
+        f"{directory}: a file of this checkpoint is truncated or unreadable ({failure}), though it "
+        f"matches its digests (it was saved that way); {advice} ({other_checkpoints(directory)})"
     )

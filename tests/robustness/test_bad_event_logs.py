@@ -311,6 +311,21 @@ def test_a_text_line_with_a_wrong_field_count_is_refused_with_its_line(tmp_path,
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
+def test_blank_lines_that_end_a_text_log_are_no_rows_and_one_between_rows_is_refused(tmp_path, log):
+    # As the click-log readers take them; pyarrow refused the last: "events.csv:2864: expected 7
+    # fields, got 1 (... quote a value that holds a comma)".
+    path, spec = _write(tmp_path, log, "csv")
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines) + "\n  \n\t\n")
+    result = cli("preprocess", path, "--events", spec, "--out", tmp_path / "out")
+    assert (tmp_path / "out" / "manifest.json").is_file(), result.output
+    path.write_text("\n".join([*lines[:40], " ", *lines[40:]]) + "\n")
+    assert_one_line_error(
+        _preprocess(path, spec, tmp_path / "mid"),
+        rf"^error: {re.escape(str(path))}:41: expected 7 fields, got 1 ",
+    )
+
+
 def test_a_parquet_file_read_as_csv_is_refused_naming_the_format_setting(tmp_path, log):
     _, spec = _write(tmp_path, log, "csv")
     path = tmp_path / "events.csv"

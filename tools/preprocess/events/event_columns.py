@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from shardrec.dataloader.spec.event_spec import ItemMap
+from shardrec.dataloader.spec.missing_words import missing_word_hint
 from shardrec.tools.preprocess.events.log_text import (
     arrow_message,
     binary_content,
@@ -32,10 +33,17 @@ class Source:
     ends: np.ndarray
     """Rows read up to and including each file."""
     csv: bool
+    missing: tuple[str, ...] = ()
+    """A text log's words for a missing value (`[format] missing`)."""
 
     def file_at(self, row: int) -> Path:
         """The file that holds `row`."""
         return self.files[int(np.searchsorted(self.ends, row, side="right"))]
+
+    def word_hint(self, value: str) -> str:
+        """What a refusal of `value` as a number adds where it is a word for a missing value the
+        spec does not list (text only: Parquet's missing values are nulls)."""
+        return missing_word_hint(value, self.missing) if self.csv else ""
 
     def where(self, row: int) -> str:
         f = int(np.searchsorted(self.ends, row, side="right"))
@@ -170,7 +178,9 @@ def integers(
             if v == "":
                 raise EventLogError(f"{where}: {name}: empty (every event needs one)") from None
             if re.fullmatch("-?[0-9]+", v) is None:  # a sign, a space, a `_`: not as int() reads
-                raise EventLogError(f"{where}: {name}: {v!r} is not an integer") from None
+                raise EventLogError(
+                    f"{where}: {name}: {v!r} is not an integer{source.word_hint(v)}"
+                ) from None
             if v.startswith("-"):  # digits past int64's
                 raise EventLogError(f"{where}: {name}: {v} is negative") from None
             raise _too_large(where, name, int(v), largest, what) from None
@@ -226,9 +236,10 @@ def ratios(values, name: str, source: Source, offset: int) -> np.ndarray:
                 f"{source.file_at(offset)}: {name} holds {values.type}, not numbers (the percent played)"
             ) from None
         i = _first_uncast(values, pa.float64())
+        v = values[i].as_py()
         raise EventLogError(
-            f"{source.where(offset + i)}: {name}: {values[i].as_py()!r} is not a number (the "
-            "percent played)"
+            f"{source.where(offset + i)}: {name}: {v!r} is not a number (the percent played)"
+            f"{source.word_hint(v)}"
         ) from None
 
 

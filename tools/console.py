@@ -26,7 +26,8 @@ class _Console(Console):
     Markup is off unless a print asks for it (`markup=True`, its values escaped): what is printed
     holds paths, column names and values as the user wrote them, and rich took `[old]` in
     `runs/exp[old]` or `[usd]` in a column `price[usd]` for a style tag, printing `runs/exp` and
-    `price` without a word."""
+    `price` without a word. Emoji codes are off too: rich printed `events.csv:100: ...` as
+    `events.csv💯 ...`, the line number gone (`:100:` is an emoji's name)."""
 
     @property
     def size(self) -> ConsoleDimensions:
@@ -40,5 +41,5 @@ class _Console(Console):
         self._width, self._height = new_size
 
 
-console = _Console(markup=False)
-err_console = _Console(stderr=True, markup=False)
+console = _Console(markup=False, emoji=False)
+err_console = _Console(stderr=True, markup=False, emoji=False)

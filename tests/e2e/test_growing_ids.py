@@ -265,9 +265,14 @@ def test_a_run_goes_on_with_its_own_plan_from_any_directory(flow: dict) -> None:
     elsewhere.mkdir()
     (elsewhere / "plan.json").write_text("{}")
     go_on = ["shardrec", "train", "--out-dir", "../moved_plan", "--continue-on", "../days/2"]
-    run([*go_on, "--nproc-per-node", "2"], elsewhere)
+    done = run([*go_on, "--nproc-per-node", "2"], elsewhere)
     saved = load_job_config(root / "moved_plan" / "config.toml")
     assert saved.sharding.plan == str((root / "moved_plan" / "plan.json").resolve())
+    # The summary says the run went on with the new day: it said "resumed from the checkpoint of
+    # step N", as a resume of the day before would.
+    day1_end = json.loads((root / "day1" / "summary.json").read_text())["steps"]
+    assert f"\nwent on from step {day1_end} with ../days/2\n" in done.stdout, done.stdout
+    assert "resumed from" not in done.stdout
 
 
 def test_a_run_goes_on_with_fewer_ranks_than_its_own_plan_was_made_for(flow: dict) -> None:

@@ -301,14 +301,31 @@ def test_a_text_line_with_a_wrong_field_count_is_refused_with_its_line(tmp_path,
         path = path.rename(tmp_path / "events.tsv")
         spec.write_text(spec.read_text().replace('kind = "csv"', 'kind = "tsv"'))
     sep = "\t" if kind == "tsv" else ","
-    lines[40] += f"{sep}9"  # line 41 (the header is line 1): one field too many
+    # Line 100 (the header is line 1): one field too many; rich printed "events.csv:100:" as
+    # "events.csv💯", the line number gone (an emoji's name).
+    lines[99] += f"{sep}9"
     path.write_text("\n".join(lines) + "\n")
     assert_one_line_error(
         _preprocess(path, spec, tmp_path / "out"),
-        rf"^error: {re.escape(str(path))}:41: expected 7 fields, got 8 \(as many as the header's "
+        rf"^error: {re.escape(str(path))}:100: expected 7 fields, got 8 \(as many as the header's "
         rf"columns, line 1; quote a value that holds a {'tab' if kind == 'tsv' else 'comma'}\)$",
     )
     assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_blank_lines_that_end_a_text_log_are_no_rows_and_one_between_rows_is_refused(tmp_path, log):
+    # As the click-log readers take them; pyarrow refused the last: "events.csv:2864: expected 7
+    # fields, got 1 (... quote a value that holds a comma)".
+    path, spec = _write(tmp_path, log, "csv")
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines) + "\n  \n\t\n")
+    result = cli("preprocess", path, "--events", spec, "--out", tmp_path / "out")
+    assert (tmp_path / "out" / "manifest.json").is_file(), result.output
+    path.write_text("\n".join([*lines[:40], " ", *lines[40:]]) + "\n")
+    assert_one_line_error(
+        _preprocess(path, spec, tmp_path / "mid"),
+        rf"^error: {re.escape(str(path))}:41: expected 7 fields, got 1 ",
+    )
 
 
 def test_a_parquet_file_read_as_csv_is_refused_naming_the_format_setting(tmp_path, log):

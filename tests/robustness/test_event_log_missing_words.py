@@ -22,7 +22,7 @@ MISSING = '[format]\nkind = "csv"\nmissing = ["NA", "\\\\N"]\n'
 @pytest.fixture(scope="module")
 def raw(tmp_path_factory) -> Path:
     """A Yambda-like log as CSV (a like's played ratio empty), its artist map, and two specs:
-    `plain.toml` without the key, `missing.toml` with NA and \\N."""
+    `plain.toml` without the key, `missing.toml` with NA and \\N, `backslash_n.toml` with \\N."""
     raw = tmp_path_factory.mktemp("raw")
     write_yambda_like(raw, 3_000, seed=1)
     log = pq.read_table(raw / "events.parquet")
@@ -31,6 +31,7 @@ def raw(tmp_path_factory) -> Path:
     )
     (raw / "plain.toml").write_text('[format]\nkind = "csv"\n' + EVENT_SPEC)
     (raw / "missing.toml").write_text(MISSING + EVENT_SPEC)
+    (raw / "backslash_n.toml").write_text(MISSING.replace('"NA", ', "") + EVENT_SPEC)
     return raw
 
 
@@ -93,6 +94,25 @@ def test_a_word_for_a_missing_value_where_an_event_needs_one_is_refused_as_empty
     assert_one_line_error(
         _preprocess(raw, lines, "missing.toml", out, ok=False),
         rf"^error: {re.escape(str(tmp_path / 'out.csv'))}:2: {said}",
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec", "key"), [("plain.toml", '["NA"]'), ("backslash_n.toml", '["\\\\N", "NA"]')]
+)
+def test_a_missing_word_the_spec_lacks_is_refused_naming_the_key_that_reads_it(
+    tmp_path, raw, spec, key
+):
+    # As a click log's refusal names it; before, the line ended at "(the percent played)".
+    lines = _lines(raw)
+    fields = lines[1].split(",")
+    fields[5] = "NA"
+    lines[1] = ",".join(fields)
+    assert_one_line_error(
+        _preprocess(raw, lines, spec, tmp_path / "out", ok=False),
+        rf"^error: {re.escape(str(tmp_path / 'out.csv'))}:2: played_ratio_pct: 'NA' is not a "
+        rf"number \(the percent played\) \(a word for a missing value\? \[format\] missing = "
+        rf"{re.escape(key)} reads it as one\)$",
     )
 
 

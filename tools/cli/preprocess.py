@@ -236,7 +236,7 @@ def preprocess(
             out, cfg.part
         )  # one writer at a time; the kernel frees it if this one dies
         try:
-            with sigterm_as_ctrl_c():
+            with sigterm_as_ctrl_c(), bar.compiles_apart():
                 result = run_preprocess(cfg, bar, inputs)
         finally:
             os.close(lock)

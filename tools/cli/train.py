@@ -45,9 +45,12 @@ RestartFlag = Annotated[
 ]
 
 
-def _print_summary(summary: dict, run_dir: Path, earlier: bool = False) -> None:
+def _print_summary(
+    summary: dict, run_dir: Path, earlier: bool = False, typed: Path | None = None
+) -> None:
     """The results table, then how this job trained (`earlier`: a finished run's results shown
-    again: no job trained now, so no rate and no resume line)."""
+    again: no job trained now, so no rate and no resume line; `typed`: --continue-on's data as
+    the user named it)."""
     table = Table(
         title=f"{run_dir}: {counted(summary['steps'], 'step')} on "
         f"{counted(summary['world_size'], 'rank')}, "
@@ -65,8 +68,12 @@ def _print_summary(summary: dict, run_dir: Path, earlier: bool = False) -> None:
     rate = summary.get("train_samples_per_s")
     if rate:
         console.print(f"training: {rate:,.0f} samples/s over {summary['train_seconds']:.1f} s")
-    if summary.get("resumed_from_step") is not None:
-        console.print(f"resumed from the checkpoint of step {summary['resumed_from_step']}")
+    step = summary.get("resumed_from_step")
+    if summary.get("continued_on"):  # a new stretch, not a resume of the one it trained
+        data = typed or summary["continued_on"]
+        console.print(f"went on from step {step} with {data}", highlight=False, soft_wrap=True)
+    elif step is not None:
+        console.print(f"resumed from the checkpoint of step {step}")
 
 
 def _failure_message(
@@ -199,7 +206,7 @@ def train(
             if lock is not None:
                 lock.release()
     _end_of_job(result, out_dir, job.data.path, changed_before)
-    _show_results(out_dir, json_out)
+    _show_results(out_dir, json_out, typed=continue_on)
 
 
 def _end_of_job(result: LaunchResult, out_dir: Path, data: str, changed_before: list[str]) -> None:
@@ -338,9 +345,11 @@ def _prepare_run_dir(
     return job
 
 
-def _show_results(out_dir: Path, json_out: bool, earlier: bool = False) -> None:
+def _show_results(
+    out_dir: Path, json_out: bool, earlier: bool = False, typed: Path | None = None
+) -> None:
     """The plan first and the results last, so that they stay on screen (`earlier`: those of a
-    run that was already complete)."""
+    run that was already complete; `typed`: --continue-on's data as named)."""
     summary = json.loads((out_dir / names.SUMMARY).read_text())
     if json_out:
         print_json(summary)
@@ -350,7 +359,7 @@ def _show_results(out_dir: Path, json_out: bool, earlier: bool = False) -> None:
 
     plan, metrics = out_dir / names.PLAN, out_dir / names.METRICS
     console.print(tables_table(load_plan(plan)))
-    _print_summary(summary, out_dir, earlier)
+    _print_summary(summary, out_dir, earlier, typed)
     console.print(
         f"plan: {plan} (`shardrec plan show {plan}`); metrics: {metrics} (`shardrec report {out_dir}`)",
         highlight=False,

@@ -354,6 +354,8 @@ def run_job(job: Job) -> dict[str, Any]:
             "train_samples_per_s": samples / seconds if seconds else None,
             "train_seconds": round(seconds, 3),
             "resumed_from_step": resumed,
+            # A new stretch (--continue-on): the data it went on with from resumed_from_step.
+            "continued_on": cfg.data.path if job.continuing else None,
             # What took this invocation's steps: torchrec's pipeline class, or "plain".
             "pipeline": dict(job.runner.steps_by),
             **tracker.summary(),

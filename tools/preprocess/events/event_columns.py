@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from shardrec.dataloader.spec.event_spec import ItemMap
+from shardrec.dataloader.spec.missing_words import missing_word_hint
 from shardrec.tools.preprocess.events.log_text import (
     arrow_message,
     binary_content,
@@ -32,10 +33,17 @@ class Source:
     ends: np.ndarray
     """Rows read up to and including each file."""
     csv: bool
+    missing: tuple[str, ...] = ()
+    """A text log's words for a missing value (`[format] missing`)."""
 
     def file_at(self, row: int) -> Path:
         """The file that holds `row`."""
         return self.files[int(np.searchsorted(self.ends, row, side="right"))]
+
+    def word_hint(self, value: str) -> str:
+        """What a refusal of `value` as a number adds where it is a word for a missing value the
+        spec does not list (text only: Parquet's missing values are nulls)."""
+        return missing_word_hint(value, self.missing) if self.csv else ""
 
     def where(self, row: int) -> str:
         f = int(np.searchsorted(self.ends, row, side="right"))
@@ -69,13 +77,14 @@ def read_table(
                 parquet_fix if content == "a Parquet file" else f"give a {kind} file with a header"
             )
             raise EventLogError(f"{path}: {content}, not {kind} text ({why}); {fix}")
+    delimiter = "\t" if kind == "tsv" else ","
+    options = pcsv.ParseOptions(delimiter=delimiter)
     try:
         if kind == "parquet":
             names = pq.ParquetFile(path).schema_arrow.names
         else:
-            delimiter = "\t" if kind == "tsv" else ","
-            options = pcsv.ParseOptions(delimiter=delimiter)
-            with pcsv.open_csv(path, parse_options=options) as reader:
+            text = _text_before_blank_lines(path, delimiter)  # read once each: a reader is used up
+            with pcsv.open_csv(text, parse_options=options) as reader:
                 names = reader.schema.names
     except (OSError, pa.ArrowException) as e:
         if kind == "parquet" and is_text(path):  # pyarrow would only say "magic bytes not found"
@@ -98,13 +107,33 @@ def read_table(
             return pq.read_table(path, columns=columns)
         strings = {c: pa.string() for c in columns}
         table = pcsv.read_csv(
-            path,
-            parse_options=pcsv.ParseOptions(delimiter="\t" if kind == "tsv" else ","),
+            _text_before_blank_lines(path, delimiter),
+            parse_options=options,
             convert_options=pcsv.ConvertOptions(include_columns=columns, column_types=strings),
         )
     except pa.ArrowException as e:
         raise _unreadable(path, kind, e) from None
     return _emptied(table, missing) if missing else table
+
+
+def _text_before_blank_lines(path: Path, delimiter: str):
+    """`path` as pyarrow's CSV reader takes it, or, where blank lines (spaces, tabs) end a plain
+    file, a reader of its bytes before them (mapped, not copied): the click-log readers take such
+    lines as no rows (text.lines.text_end), pyarrow refused the last as a row of one field. A blank
+    line between rows stays a refusal; a compressed file is read whole."""
+    import pyarrow as pa
+
+    from shardrec.tools.preprocess.text.lines import blank_bytes, text_end
+
+    try:
+        pa.Codec.detect(str(path))  # a .gz (.bz2, ...) name: read decompressed, as it is
+        return str(path)
+    except (TypeError, ValueError):  # no compression's extension: plain text
+        pass
+    end = text_end(path, 0, blank_bytes(delimiter))
+    if end == path.stat().st_size:
+        return str(path)
+    return pa.BufferReader(pa.memory_map(str(path)).read_buffer(end))
 
 
 def _emptied(table, words: tuple[str, ...]):
@@ -149,7 +178,9 @@ def integers(
             if v == "":
                 raise EventLogError(f"{where}: {name}: empty (every event needs one)") from None
             if re.fullmatch("-?[0-9]+", v) is None:  # a sign, a space, a `_`: not as int() reads
-                raise EventLogError(f"{where}: {name}: {v!r} is not an integer") from None
+                raise EventLogError(
+                    f"{where}: {name}: {v!r} is not an integer{source.word_hint(v)}"
+                ) from None
             if v.startswith("-"):  # digits past int64's
                 raise EventLogError(f"{where}: {name}: {v} is negative") from None
             raise _too_large(where, name, int(v), largest, what) from None
@@ -205,9 +236,10 @@ def ratios(values, name: str, source: Source, offset: int) -> np.ndarray:
                 f"{source.file_at(offset)}: {name} holds {values.type}, not numbers (the percent played)"
             ) from None
         i = _first_uncast(values, pa.float64())
+        v = values[i].as_py()
         raise EventLogError(
-            f"{source.where(offset + i)}: {name}: {values[i].as_py()!r} is not a number (the "
-            "percent played)"
+            f"{source.where(offset + i)}: {name}: {v!r} is not a number (the percent played)"
+            f"{source.word_hint(v)}"
         ) from None
 
 

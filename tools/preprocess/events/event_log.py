@@ -103,7 +103,7 @@ def read_event_log(
     )
     tables = [read_table(p, spec.format, wanted, spec_path, told, spec.missing) for p in paths]
     ends = np.cumsum([t.num_rows for t in tables])
-    source = Source(list(paths), ends, spec.format != "parquet")
+    source = Source(list(paths), ends, spec.format != "parquet", spec.missing)
     parts: dict[str, list[np.ndarray]] = {
         k: [] for k in ("user", "item", "ts", "type", "played", "organic")
     }

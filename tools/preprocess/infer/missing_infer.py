@@ -15,9 +15,9 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+from shardrec.dataloader.spec.missing_words import MISSING_WORDS
 from shardrec.dataloader.spec.toml_text import toml_value
 from shardrec.tools.preprocess.infer.label_infer import is_comma_number, is_number
-from shardrec.tools.preprocess.parse.spec_values import MISSING_WORDS
 
 MYSQL_NULL = "\\N"
 """A MySQL or Hive dump's NULL: never a value, a word for a missing one in any column."""

@@ -6,22 +6,17 @@ mix64(h ^ length), mix64 being ids/id_maps.py's splitmix64 finalizer; ids then c
 value exactly as from a hex one (1 + mix64(value) mod (rows - 1)).
 
 A word for a missing value (`[format] missing`, such as `NA`), `is_missing`: a field of its bytes;
-`missing_hint`: what a malformed row's message adds where a number is such a word the key lacks.
+`missing_hint`: what a malformed row's message adds where a number is such a word the key lacks
+(dataloader.spec.missing_words, as an event log's refusal adds it).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from shardrec.dataloader.spec.toml_text import toml_value
+from shardrec.dataloader.spec.missing_words import missing_word_hint
 from shardrec.dataloader.util.jit import njit
 from shardrec.dataloader.util.splitmix import mix64_scalar
-
-# Words some writers put for a missing value (R's NA, SQL's NULL, pandas' NaN, MySQL's \N).
-MISSING_WORDS = frozenset(
-    {"NA", "N/A", "n/a", "na", "NaN", "nan", "NULL", "null", "Null", "None", "none", "?", "-"}
-    | {"\\N"}
-)
 
 _S8 = np.uint64(8)
 _POW10 = np.array([10.0**k for k in range(23)])
@@ -139,9 +134,6 @@ def is_missing(buf, s, e, words, starts):
 def missing_hint(value: str, reason: str, missing: tuple[str, ...]) -> str:
     """What a number or hex field that does not decode (`reason`) adds to its message where it is
     a word for a missing value that the spec's `missing` lacks: the key that reads it as one."""
-    if reason not in ("bad_integer", "bad_float", "bad_hex") or value not in MISSING_WORDS:
+    if reason not in ("bad_integer", "bad_float", "bad_hex"):
         return ""
-    if value in missing:  # read as missing already: not what made the row malformed
-        return ""
-    key = toml_value([*missing, value])
-    return f" (a word for a missing value? [format] missing = {key} reads it as one)"
+    return missing_word_hint(value, missing)

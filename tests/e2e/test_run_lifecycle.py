@@ -426,7 +426,7 @@ def test_a_checkpoint_copied_in_from_another_run_is_refused(
         resumed,
         "^"
         + re.escape(
-            f"error: training failed: rank 0: {run}/checkpoints/step-00000012: checkpoint of "
+            f"error: {run}/checkpoints/step-00000012: checkpoint of "
             f"another run (run {ids[0]}; this run directory is run {ids[1]}): resuming from it "
             "would go on from that run's weights and state; refusing the checkpoint; a re-run "
             "resumes from that checkpoint again; to resume from the one before it, "

@@ -60,9 +60,11 @@ def lock_run_dir(out_dir: Path, job_id: str, create: bool) -> RunLock | None:
 
 def check_resume_checkpoint(out_dir: Path) -> None:
     """Refuse, in one line, a checkpoint to resume from that fails its digests, that another
-    user could have written or that cannot be read (a file saved cut short); the ranks check its
-    shards too before loading anything."""
+    user could have written, that cannot be read (a file saved cut short) or that another run
+    saved (copied in); the ranks check its shards too before loading anything."""
+    from shardrec.trainer.rundir.checkpoint.held_step import held_run_id
     from shardrec.trainer.rundir.checkpoint.readable import unreadable_problem
+    from shardrec.trainer.rundir.checkpoint.signature import other_run_refusal, read_run_id
     from shardrec.trainer.rundir.checkpoint.trust import (
         REFUSED,
         UntrustedCheckpoint,
@@ -83,6 +85,10 @@ def check_resume_checkpoint(out_dir: Path) -> None:
         unreadable = unreadable_problem(done[-1][1], REFUSED)
         if unreadable:
             fail(f"{unreadable}; {refused_checkpoint(out_dir)}")
+        # Before, the ranks refused it once torchrun and torchrec had started (check_signature).
+        other = other_run_refusal(done[-1][1], held_run_id(done[-1][1]), read_run_id(out_dir))
+        if other:
+            fail(f"{other}; {refused_checkpoint(out_dir)}")
 
 
 def check_no_misnamed_checkpoint(out_dir: Path) -> None:

@@ -61,6 +61,16 @@ def torch_file_containers(path: Path) -> Any:
         return pickled_containers(archive.read(pickled))
 
 
+def held_run_id(checkpoint: Path) -> str | None:
+    """The id of the run that saved the checkpoint folder (its train_state.pt's signature; None:
+    saved before run ids, or it cannot be read), read as held_step reads the step."""
+    try:
+        run = torch_file_containers(checkpoint / names.TRAIN_STATE)["signature"].get("run")
+        return run if isinstance(run, str) else None
+    except Exception:
+        return None
+
+
 def held_step(checkpoint: Path) -> int | None:
     """The step the checkpoint folder's train_state.pt holds (None: it cannot be read), read
     torch-free from the containers of its pickle: no class it names is run, so a file another

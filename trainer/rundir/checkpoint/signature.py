@@ -77,12 +77,21 @@ def check_signature(path: Path, saved: dict[str, Any], current: dict[str, Any]) 
     mismatch = describe_mismatch(saved, current)
     if mismatch:
         raise ValueError(f"{path}: {OTHER_JOB}: {mismatch}")
-    ours, theirs = current.get("run"), saved.get("run")
-    if ours and theirs and ours != theirs:
-        raise ValueError(
-            f"{path}: {OTHER_RUN} (run {theirs[:12]}; this run directory is run {ours[:12]}): "
-            f"resuming from it would go on from that run's weights and state; {REFUSED}"
-        )
+    line = other_run_refusal(path, saved.get("run"), current.get("run"))
+    if line is not None:
+        raise ValueError(line)
+
+
+def other_run_refusal(path: Path, theirs: object, ours: object) -> str | None:
+    """The refusal of the checkpoint at `path` that run `theirs` saved, to resume run `ours`
+    from (None: the same run, or either unknown): the ranks' (check_signature) and, before any
+    rank starts, `shardrec train`'s, which reads the id torch-free (saved_run_id)."""
+    if not ours or not theirs or ours == theirs:
+        return None
+    return (
+        f"{path}: {OTHER_RUN} (run {str(theirs)[:12]}; this run directory is run {str(ours)[:12]}): "
+        f"resuming from it would go on from that run's weights and state; {REFUSED}"
+    )
 
 
 def check_step(path: Path, step: int) -> None:

@@ -26,6 +26,15 @@ from shardrec.trainer.distributed.devices import rank_threads
 # and each command the tests start. The tests that send a Ctrl-C test a command started from a
 # terminal, so the run gives its workers (and through them their commands) what a terminal gives;
 # the tests of a job started with SIGINT ignored ignore it in their own child.
+# git keeps no folder modes: a checkout under umask 002 (many Linux users' default) leaves the
+# fixture runs' checkpoint folders group-writable, and every command refuses such a checkpoint
+# (trust.check_owner: "writable by other users (mode 775)"), as a real save never leaves one (it
+# makes them private whatever the umask). They are made as a save makes them, before any test
+# copies them (shutil.copytree keeps modes); before, `make test` of such a checkout failed.
+for _path in [_FIXTURES := Path(__file__).parent / "fixtures", *_FIXTURES.rglob("*")]:
+    if not _path.is_symlink() and _path.stat().st_mode & 0o022:
+        _path.chmod(_path.stat().st_mode & ~0o022)
+
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 

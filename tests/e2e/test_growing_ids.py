@@ -97,6 +97,11 @@ def test_readme_growing_ids_flow_goes_on_day_by_day(flow: dict) -> None:
     assert all(0.5 < s["pv"]["auc"] <= 1 for s in stretches[1:])  # evaluated before training
     assert all(s["id_maps"]["admitted"] > 0 for s in stretches)
     assert stretches[2]["id_maps"]["evicted"] > 0  # max_age = "1 days": day 0's ids aged out
+    # The summary says the run went on with the new day: it said "resumed from the checkpoint of
+    # step N", as a resume of the day before would.
+    went_on = printed["train --out-dir runs/g"]  # day 2's
+    assert f"\nwent on from step {stretches[2]['first_step']} with days/2\n" in went_on, went_on
+    assert "resumed from the checkpoint" not in went_on
     records = [
         json.loads(line)
         for line in (root / "runs" / "g" / "metrics.jsonl").read_text().splitlines()
@@ -131,28 +136,42 @@ def test_readme_growing_ids_flow_goes_on_day_by_day(flow: dict) -> None:
 def test_a_day_killed_midway_resumes_bit_for_bit_and_bad_continuations_are_refused(
     flow: dict,
 ) -> None:
+    from shardrec.trainer.job.config import load_job_config
+
     root = flow["root"]
-    base = root / "runs" / "g"
-    # Copies of the run as day 1 left it: one goes on with day 2 whole, one is killed midway, one
-    # killed before the new stretch's first checkpoint (the run directory already names day 2).
-    for name in ("whole", "killed", "early"):
-        shutil.copytree(root / "day1", root / name)
-    stretches = json.loads((base / "stretches.json").read_text())["stretches"]
+    stretches = json.loads((root / "runs" / "g" / "stretches.json").read_text())["stretches"]
     first, last = stretches[2]["first_step"], stretches[2]["last_step"]
     assert last - first >= 4
-    go_on = ["shardrec", "train", "--continue-on", "days/2", "--nproc-per-node", "2"]
+    # A copy of the run as day 1 left it goes on with day 2 three times: from another directory,
+    # killed before the new stretch's first checkpoint (the run directory already names day 2);
+    # then killed midway; then to the end, where it must equal runs/g, which went on whole.
+    shutil.copytree(root / "day1", root / "killed", ignore=_lock)
     every = ["--set", f"checkpoint.interval_steps={first + 2}"]
     every += ["--allow-change", "checkpoint.interval_steps"]
-    went_on = run([*go_on, "--out-dir", "whole", *every], root)
+    go_on = ["shardrec", "train", "--out-dir", "killed", "--continue-on", "days/2", *every]
+    go_on += ["--nproc-per-node", "2"]
+    # The README's first day gives `--plan plan.json`, relative: another directory's plan.json
+    # (here not a plan at all) is not the run's, nor is a moved run's old path.
+    elsewhere = root / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "plan.json").write_text("{}")
+    from_elsewhere = [*go_on[:2], "--out-dir", "../killed", "--continue-on", "../days/2"]
+    from_elsewhere += go_on[6:]
+    early = run(from_elsewhere, elsewhere, {"SHARDREC_FAULT": f"kill:{first + 1}"}, ok=False)
+    assert early.returncode != 0
     # The change --allow-change accepted is said in one line (before: not a word of it).
     assert re.search(
-        r"whole: going on from step [\d,]+ with changed settings: checkpoint\.interval_steps: "
-        rf"0 -> {first + 2}\n",
-        went_on.stderr,
-    ), went_on.stderr[-3000:]
+        r"\.\./killed: going on from step [\d,]+ with changed settings: "
+        rf"checkpoint\.interval_steps: 0 -> {first + 2}\n",
+        early.stderr,
+    ), early.stderr[-3000:]
+    saved = load_job_config(root / "killed" / "config.toml")
+    assert saved.sharding.plan == str((root / "killed" / "plan.json").resolve())
+    listed = json.loads((root / "killed" / "stretches.json").read_text())["stretches"]
+    assert [Path(s["data"]).name for s in listed] == ["0", "1", "2"]
+    assert not (root / "killed" / "checkpoints" / f"step-{first + 2:08d}").exists()
     kill = {"SHARDREC_FAULT": f"kill:{first + 3}"}
-    killed = [*go_on, "--out-dir", "killed", *every]
-    assert run(killed, root, kill, ok=False).returncode != 0
+    assert run(go_on, root, kill, ok=False).returncode != 0
     # Mid-day, a train without --continue-on said 'no dataset: pass --data' or, with day 0's
     # command again, 'trained on other data ... start over with --restart': how to finish it.
     unfinished = (
@@ -163,21 +182,17 @@ def test_a_day_killed_midway_resumes_bit_for_bit_and_bad_continuations_are_refus
         for args in ([], ["--config", "growing.toml", "--data", "days/0"]):
             plain = cli("train", "--out-dir", "killed", *args, "--nproc-per-node", "2", ok=False)
             assert_one_line_error(plain, unfinished)
-    run(killed, root)
+    run(go_on, root)
+    shutil.copytree(root / "runs" / "g", root / "whole", ignore=_lock)
     whole, again = final_weights(root / "whole"), final_weights(root / "killed")
-    assert [k for k in whole if not torch.equal(whole[k], again[k])] == []
-    early = [*go_on, "--out-dir", "early", *every]
-    assert run(early, root, {"SHARDREC_FAULT": f"kill:{first + 1}"}, ok=False).returncode != 0
-    run(early, root)
-    again = final_weights(root / "early")
     assert [k for k in whole if not torch.equal(whole[k], again[k])] == []
 
     def stretches_of(name: str) -> list[tuple]:
         listed = json.loads((root / name / "stretches.json").read_text())["stretches"]
         return [(s["first_step"], s["last_step"], s["pv"].get("auc"), s["id_maps"]) for s in listed]
 
-    assert stretches_of("early") == stretches_of("whole")  # stretch 2 listed once, as it ran
-    assert stretches_of("killed") == stretches_of("whole")  # its maps' figures too
+    # Stretch 2 listed once, as it ran, its maps' figures too.
+    assert stretches_of("killed") == stretches_of("whole")
     # What cannot go on, refused before any rank starts.
     two = ("--nproc-per-node", "2")
     with contextlib.chdir(root):
@@ -229,9 +244,8 @@ def test_a_checkpoint_of_an_earlier_day_evaluates_and_exports_on_that_days_data(
         rf"checkpoint {day0} was taken in the stretch on .*gone \(steps 0-{day0}\), which is not "
     )
     gone += "a directory here: pass --data DIR"
-    done = run(["shardrec", "eval", "moved", "--checkpoint", str(day0)], root, ok=False)
-    assert_one_line_error(done, gone)
-    with contextlib.chdir(root):
+    with contextlib.chdir(root):  # refused before any rank starts: no need of a process
+        assert_one_line_error(cli("eval", "moved", "--checkpoint", day0, ok=False), gone)
         out = cli("export", "moved", "--checkpoint", day0, "--out", "m.safetensors", ok=False)
     assert_one_line_error(out, gone)
     assert not (root / "m.safetensors").exists()
@@ -252,27 +266,6 @@ def test_predict_names_the_file_and_line_of_a_raw_id_that_marks_an_empty_field(
         result, r"^error: bad63\.txt:2: C1: 8000000000000000 \(this raw id marks an empty field"
     )
     assert not (root / "bad.txt").exists()
-
-
-def test_a_run_goes_on_with_its_own_plan_from_any_directory(flow: dict) -> None:
-    # The README's first day gives `--plan plan.json`, relative: another directory's plan.json
-    # (here not a plan at all) is not the run's, nor is a moved run's old path.
-    from shardrec.trainer.job.config import load_job_config
-
-    root = flow["root"]
-    shutil.copytree(root / "day1", root / "moved_plan", ignore=_lock)
-    elsewhere = root / "elsewhere"
-    elsewhere.mkdir()
-    (elsewhere / "plan.json").write_text("{}")
-    go_on = ["shardrec", "train", "--out-dir", "../moved_plan", "--continue-on", "../days/2"]
-    done = run([*go_on, "--nproc-per-node", "2"], elsewhere)
-    saved = load_job_config(root / "moved_plan" / "config.toml")
-    assert saved.sharding.plan == str((root / "moved_plan" / "plan.json").resolve())
-    # The summary says the run went on with the new day: it said "resumed from the checkpoint of
-    # step N", as a resume of the day before would.
-    day1_end = json.loads((root / "day1" / "summary.json").read_text())["steps"]
-    assert f"\nwent on from step {day1_end} with ../days/2\n" in done.stdout, done.stdout
-    assert "resumed from" not in done.stdout
 
 
 def test_a_run_goes_on_with_fewer_ranks_than_its_own_plan_was_made_for(flow: dict) -> None:

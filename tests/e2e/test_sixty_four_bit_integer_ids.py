@@ -113,7 +113,11 @@ def test_an_integer_id_past_64_bits_is_a_malformed_row(tmp_path: Path, value: st
     (tmp_path / "log.csv").write_text("\n".join(rows) + "\n")
     result = cli("preprocess", tmp_path / "log.csv", "--spec", tmp_path / "csv.toml",
                  "--out", tmp_path / "out", ok=False)  # fmt: skip
-    assert_one_line_error(result, f"first: \\S*/log\\.csv:3: user_id: '{value}' \\(bad_integer\\)$")
+    assert_one_line_error(
+        result,
+        f"first: \\S*/log\\.csv:3: user_id: '{value}' \\(bad_integer\\); user_id reads whole "
+        'numbers, .* give user_id kind = "string" \\(any value, hashed\\), or skip such rows ',
+    )
 
 
 def test_a_raw_id_of_2_63_in_text_is_refused_as_parquets_is(tmp_path: Path) -> None:

@@ -102,6 +102,9 @@ def test_readme_growing_ids_flow_goes_on_day_by_day(flow: dict) -> None:
     went_on = printed["train --out-dir runs/g"]  # day 2's
     assert f"\nwent on from step {stretches[2]['first_step']} with days/2\n" in went_on, went_on
     assert "resumed from the checkpoint" not in went_on
+    # The data as stretches.json names it (absolute): it was days/2, the launch directory's.
+    summary = json.loads((root / "runs" / "g" / "summary.json").read_text())
+    assert summary["continued_on"] == stretches[2]["data"] == str((root / "days" / "2").resolve())
     records = [
         json.loads(line)
         for line in (root / "runs" / "g" / "metrics.jsonl").read_text().splitlines()

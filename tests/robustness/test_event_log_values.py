@@ -39,3 +39,25 @@ def test_a_value_pyarrow_does_not_read_is_refused_naming_its_line(tmp_path, colu
     # Before: "error: Failed to parse string: ' 0' as a scalar of type int64", no file or line.
     log, result = _refusal(tmp_path, column, value)
     assert_one_line_error(result, rf"^error: {re.escape(str(log))}:3: {said}")
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        [HEADER, GOOD[0], "", "0,2,110,1,lisen,", GOOD[2]],
+        ["", HEADER, GOOD[0], "\r", "", "0,2,110,1,lisen,", GOOD[2]],
+    ],
+    ids=["between rows", "before the header and between rows"],
+)
+def test_a_refusal_after_empty_lines_names_the_line_that_holds_the_value(tmp_path, lines):
+    # pyarrow reads empty lines as no rows; the refusal counted rows, one a line, and named line 3
+    # (the good row `0,1,100,...` or the empty line) where `lisen` is on line 4, or 6.
+    log = tmp_path / "events.csv"
+    log.write_text("\n".join(lines) + "\n")
+    spec = tmp_path / "spec.toml"
+    spec.write_text('[format]\nkind = "csv"\n')
+    result = cli("preprocess", log, "--events", spec, "--out", tmp_path / "out", ok=False)
+    line = lines.index("0,2,110,1,lisen,") + 1
+    assert_one_line_error(
+        result, rf"^error: {re.escape(str(log))}:{line}: event_type: 'lisen' is not one of "
+    )

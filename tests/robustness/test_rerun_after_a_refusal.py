@@ -235,3 +235,32 @@ def test_the_spec_a_value_past_float32_asks_for_starts_over(tmp_path: Path) -> N
     spec.write_text(PRICE_SPEC.format(transform="signed-log1p"))
     cli("preprocess", log, "--spec", spec, "--out", out)
     assert sum(Manifest.load(out).splits[s].rows for s in ("train", "val", "test")) == 61
+
+
+def test_an_input_replaced_while_the_run_reads_it_makes_no_dataset_and_the_rerun_starts_over(
+    good: tuple[bytes, dict[str, bytes]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, exit 0 and a manifest: the first two tasks' parts held the flipped labels of the
+    file a sync (`cp -p`, `rsync -t`) replaced while the run read it, the others the new file's,
+    without a word; the rerun was refused ("holds a run with different inputs")."""
+    text, want = good
+    log, out = _input(tmp_path, _labels_flipped(text))
+    run_tasks = pipeline._run_tasks
+
+    def replaced_midway(cfg, todo, *args) -> None:
+        run_tasks(cfg, todo[:2], *args)
+        _replace_keeping_size_and_time(log, text)
+        run_tasks(cfg, todo[2:], *args)
+
+    with monkeypatch.context() as m:
+        m.setattr(pipeline, "_run_tasks", replaced_midway)
+        assert_one_line_error(
+            cli("preprocess", log, "--out", out, *FLAGS, ok=False),
+            rf"^error: {re.escape(str(out))}: an input changed while this run read it \(train\.txt:"
+            r" other content of the same size and modification time\): its parts would mix the "
+            r"file's bytes before and after, so no dataset is written; run the same command again:"
+            r" it starts over on the file as it is now$",
+        )
+    assert not (out / "manifest.json").exists()
+    cli("preprocess", log, "--out", out, *FLAGS)
+    assert _dataset(out) == want

@@ -320,12 +320,15 @@ def test_runs_lists_a_run_whose_newest_checkpoint_fails_its_digests_as_damaged(
     """A complete run whose newest checkpoint was changed since its save is no longer listed as
     complete: train, eval and export of it are refused. Like `train` before it starts ranks,
     `runs` hashes all but the bulky shards, and finds a shard gone."""
+    import torch
+
     from shardrec.trainer.rundir.checkpoint.trust import write_digests
 
     run = _run(tmp_path, _config(tiny_dataset), 15, {"steps": 15})
     checkpoint = run / "checkpoints" / "step-00000015"
-    for name in ("train_state.pt", "__0_0.distcp"):
-        (checkpoint / name).write_bytes(b"saved")
+    torch.save({"progress": {"step": 15}}, checkpoint / "train_state.pt")  # readable, as saved
+    saved = (checkpoint / "train_state.pt").read_bytes()
+    (checkpoint / "__0_0.distcp").write_bytes(b"saved")
     write_digests(checkpoint)
     old = time.time() - 600  # not running: no job wrote metrics lately
     os.utime(run / "metrics.jsonl", (old, old))
@@ -336,7 +339,7 @@ def test_runs_lists_a_run_whose_newest_checkpoint_fails_its_digests_as_damaged(
         f"damaged: {checkpoint / 'train_state.pt'}: contents differ from the digest written at "
         "save time (changed since); refusing the checkpoint"
     )
-    (checkpoint / "train_state.pt").write_bytes(b"saved")
+    (checkpoint / "train_state.pt").write_bytes(saved)
     (checkpoint / "__0_0.distcp").unlink()
     assert cli("runs", run).stdout.splitlines()[-1] == (
         f"damaged: {checkpoint / '__0_0.distcp'}: listed in digests.json but missing; "

@@ -21,12 +21,12 @@ def runs(
     """List runs: step of the newest checkpoint, status
     (complete/running/stopped/failed/damaged/misnamed), best val AUC.
 
-    A damaged run's newest checkpoint fails its digests (the file is named below the table): a
-    rerun, eval or export of it is refused. A checkpoint folder not named step-NNNNNNNN (renamed
-    or copied by hand), which no command reads, or named for another step than it holds (copied
-    or moved by hand), is named below the table too, and its run is misnamed (train refuses to
-    resume it), and so is a checkpoint whose files are another's (a copy: one of the two holds
-    another step)."""
+    A damaged run's newest checkpoint fails its digests, or one of its files cannot be read (saved
+    cut short; the file is named below the table): a rerun, eval or export of it is refused. A
+    checkpoint folder not named step-NNNNNNNN (renamed or copied by hand), which no command reads,
+    or named for another step than it holds (copied or moved by hand), is named below the table
+    too, and its run is misnamed (train refuses to resume it), and so is a checkpoint whose files
+    are another's (a copy: one of the two holds another step)."""
     from shardrec.trainer.rundir import names
     from shardrec.trainer.rundir.checkpoint.trust import (
         copied_checkpoint_message,

@@ -55,6 +55,7 @@ from shardrec.tools.preprocess.tasks.task import Task, TaskOptions
 from shardrec.tools.preprocess.tasks.task_markers import read_marker, wait_for_writes
 from shardrec.tools.preprocess.tasks.task_run import process_setup, run_task_safely
 from shardrec.tools.preprocess.tasks.task_text import InputError
+from shardrec.tools.preprocess.text.file_identity import changed_input
 from shardrec.tools.preprocess.vocab_count import count_task
 
 logger = logging.getLogger(__name__)
@@ -153,11 +154,10 @@ def run_preprocess(
     if not cfg.parquet:  # Parquet's columns are not parsed as text
         inputs.parser.warm_up()  # before any progress bar: its rate is parsing's, not the compile's
     cfg.out.mkdir(parents=True, exist_ok=True)
-    check_fingerprint(
-        cfg.out, cfg.fingerprint(inputs.files, for_rerun=True), part=cfg.part is not None
-    )
+    recorded = cfg.fingerprint(inputs.files, for_rerun=True)
+    check_fingerprint(cfg.out, recorded, part=cfg.part is not None)
     try:
-        result = _run(cfg, progress, inputs)
+        result = _run(cfg, progress, inputs, recorded["inputs"])
     except (MalformedRowError, RowsRefused, InputError, UnstorableValueError) as e:
         if cfg.part is None:  # under --part, other machines' tasks are in --out
             mark_refused(cfg.out)
@@ -174,8 +174,10 @@ def run_preprocess(
 
 
 def _run(
-    cfg: PreprocessConfig, progress: Progress | None, inputs: CheckedInputs
+    cfg: PreprocessConfig, progress: Progress | None, inputs: CheckedInputs, identities: list[dict]
 ) -> PreprocessResult:
+    """The run's tasks, then its manifest; `identities`: the inputs as the run record holds
+    them (file_identity), which they must still be once every task has read them."""
     files, layout, parser = inputs.files, inputs.layout, inputs.parser
     if cfg.part is None:
         # With --part, other machines may be writing into the same directory right now.
@@ -226,6 +228,7 @@ def _run(
     results = [done.get(t.index) or read_marker(cfg.out, t.index) for t in tasks]
     if any(r is None for r in results):
         return partial_result(cfg.out, tasks, len(todo) + len(streamed))
+    _check_unchanged(cfg, files, identities)
     errors = first_bad_rows(tasks, results)
     check_rows_kept(
         cfg, layout, files, tasks, results, errors, partial(refusal_advice, parser, cfg.spec)
@@ -233,6 +236,24 @@ def _run(
     with cpu_stages.stage(cpu_stages.STATS):
         manifest = write_manifest(cfg, layout, tasks, results, opts)
     return summarize(manifest, tasks, results, len(todo) + len(streamed))
+
+
+def _check_unchanged(cfg: PreprocessConfig, files: list[Path], identities: list[dict]) -> None:
+    """InputError (a run refused for its input: the same command starts over) where an input was
+    replaced or changed while the tasks read it (a sync, `cp -p` over it): the tasks before read
+    the old bytes, those after the new, and the dataset would mix them without a word."""
+    changed = changed_input(files, identities)
+    if not changed:
+        return
+    again = (
+        "run the same command again: it starts over on the file as it is now"
+        if cfg.part is None
+        else f"remove {cfg.out}, then start the --part runs again"
+    )
+    raise InputError(
+        f"{cfg.out}: an input changed while this run read it ({changed}): its parts would mix "
+        f"the file's bytes before and after, so no dataset is written; {again}"
+    )
 
 
 def _run_tasks(

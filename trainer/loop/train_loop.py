@@ -33,7 +33,13 @@ from shardrec.trainer.loop.stretch_run import (
 from shardrec.trainer.loop.target import EvalSchedule, TargetTracker, fraction_below_a_step
 from shardrec.trainer.loop.train_job import Job, write_run_files
 from shardrec.trainer.rundir import names
-from shardrec.trainer.rundir.life import continuation, lifecycle, run_state, trained_data
+from shardrec.trainer.rundir.life import (
+    continuation,
+    lifecycle,
+    resume_settings,
+    run_state,
+    trained_data,
+)
 from shardrec.trainer.rundir.metrics_log import MetricsWriter
 from shardrec.trainer.rundir.mllog import DLRMV4
 
@@ -354,8 +360,12 @@ def run_job(job: Job) -> dict[str, Any]:
             "train_samples_per_s": samples / seconds if seconds else None,
             "train_seconds": round(seconds, 3),
             "resumed_from_step": resumed,
-            # A new stretch (--continue-on): the data it went on with from resumed_from_step.
-            "continued_on": cfg.data.path if job.continuing else None,
+            # A new stretch (--continue-on): the data it went on with from resumed_from_step,
+            # absolute as stretches.json and config.toml keep it (typed, it is the launch
+            # directory's: another directory's reader would look for other data).
+            "continued_on": (
+                str(resume_settings.with_absolute_paths(cfg).data.path) if job.continuing else None
+            ),
             # What took this invocation's steps: torchrec's pipeline class, or "plain".
             "pipeline": dict(job.runner.steps_by),
             **tracker.summary(),

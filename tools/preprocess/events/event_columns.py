@@ -18,6 +18,7 @@ from shardrec.tools.preprocess.events.log_text import (
     binary_content,
     field_count_line,
     is_text,
+    row_line,
 )
 
 
@@ -48,9 +49,10 @@ class Source:
     def where(self, row: int) -> str:
         f = int(np.searchsorted(self.ends, row, side="right"))
         local = row - (int(self.ends[f - 1]) if f else 0)
-        # Text as the click-log reader says it (file:line, the header being line 1); Parquet has
-        # rows, not lines.
-        return f"{self.files[f]}:{local + 2}" if self.csv else f"{self.files[f]}: row {local}"
+        # Text as the click-log reader says it (file:line); Parquet has rows, not lines.
+        if self.csv:
+            return f"{self.files[f]}:{row_line(self.files[f], local)}"
+        return f"{self.files[f]}: row {local}"
 
 
 def read_table(

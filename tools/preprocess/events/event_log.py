@@ -204,10 +204,9 @@ def _maps(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each item's artist and album (zeros without a map); an event's item outside a map is
     refused, and item ids too large for these arrays in memory (an id is their row)."""
-    count, largest = (
-        int(item.max()) + 1,
-        f"{source.where(int(np.argmax(item)))}: {spec.events.item}",
-    )
+    # A map's key where a map's largest item is the largest, else None: the log's, whose place is
+    # named only in a refusal (Source.where reads a text log again).
+    count, largest = int(item.max()) + 1, None
     found = {}
     for name in ("artist", "album"):
         if name not in spec.items:
@@ -227,6 +226,7 @@ def _maps(
     try:
         arrays = tuple(np.zeros(count, np.int64) for _ in range(2))
     except MemoryError:
+        largest = largest or f"{source.where(int(np.argmax(item)))}: {spec.events.item}"
         raise EventLogError(
             f"{largest}: {count - 1} makes item tables of {count:,} rows, whose artist and album "
             f"({2 * 8 * count / 2**30:,.1f} GiB) do not fit in memory; renumber the items from 0 "

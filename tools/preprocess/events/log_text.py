@@ -81,6 +81,32 @@ def field_count_line(path: Path, kind: str, error: Exception) -> str | None:
     return None
 
 
+def row_line(path: Path, row: int, chunk: int = 1 << 24) -> int:
+    """The line (from 1) that holds row `row` (from 0, after the header) of a CSV/TSV file, found
+    as pyarrow's reader finds its rows: one a line, empty lines (`\\r\\n` too) none, before the
+    header too; without them a row after an empty line was named by the line before it. Reads the
+    file again (at numpy's speed, not Python's per line): for messages only."""
+    import numpy as np
+
+    wanted = row + 2  # lines that are not empty up to the row's: the header's, rows 0 to `row`
+    lines = full = 0
+    tail = b""  # the bytes of the line that goes on into the next chunk
+    with _stream(path) as stream:
+        while data := stream.read(chunk):
+            data = tail + data
+            text = np.frombuffer(data, np.uint8)
+            ends = np.flatnonzero(text == ord("\n"))
+            starts = np.concatenate(([0], ends[:-1] + 1))
+            length = ends - starts - (text[ends - 1] == ord("\r"))  # CRLF: the \r is no text
+            counts = full + np.cumsum(length > 0)
+            hit = int(np.searchsorted(counts, wanted))
+            if hit < len(ends):
+                return lines + hit + 1
+            lines, full = lines + len(ends), int(counts[-1]) if len(ends) else full
+            tail = data[ends[-1] + 1 :] if len(ends) else data
+    return lines + 1 if full + 1 == wanted and tail.strip(b"\r") else row + 2
+
+
 def arrow_message(error: Exception, limit: int = 200) -> str:
     """pyarrow's message, shown on one line: no control bytes, at most `limit` characters."""
     text = "".join(c if c.isprintable() else "?" for c in " ".join(str(error).split()))

@@ -84,3 +84,10 @@ def input_difference(old: object, new: list[dict]) -> str:
         if was != now:
             return f"{now['name']}: other content of the same size and modification time"
     return "another record"
+
+
+def changed_input(files: list[Path], recorded: list[dict]) -> str:
+    """The first of `files` that is no longer as `recorded` (their file_identity when the run
+    began), in input_difference's words; "" where each is the same."""
+    now = [file_identity(f) for f in files]
+    return "" if now == recorded else input_difference(recorded, now)

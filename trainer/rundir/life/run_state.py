@@ -14,7 +14,12 @@ from typing import Any
 from shardrec.dataloader.util import locks
 from shardrec.trainer.job.config import JobConfig
 from shardrec.trainer.rundir import names
-from shardrec.trainer.rundir.checkpoint.trust import checkpoint_problem, complete_checkpoints
+from shardrec.trainer.rundir.checkpoint.readable import unreadable_problem
+from shardrec.trainer.rundir.checkpoint.trust import (
+    REFUSED,
+    checkpoint_problem,
+    complete_checkpoints,
+)
 from shardrec.trainer.rundir.life.stretches import read_stretches
 from shardrec.trainer.rundir.metrics_log import append_record, current_records, load_metrics
 
@@ -93,12 +98,14 @@ def read_run_dir(path: Path) -> RunDir:
 
 def checkpoint_damage(run: RunDir) -> str:
     """Why `run`'s newest complete checkpoint would be refused ("" when it would not): a file
-    missing or added, or one but the `.distcp` shards changed since its save (trust.py's check,
-    as `shardrec train` makes it before starting ranks; the ranks hash the shards too). Not in
+    missing or added, or one but the `.distcp` shards changed since its save (trust.py's check),
+    or one that cannot be read though it matches its digests (saved cut short: readable.py's),
+    as `shardrec train` checks it before starting ranks (the ranks hash the shards too). Not in
     read_run_dir: a managed run's train_state.pt, hashed here, may be large."""
     if run.step is None:
         return ""
-    return checkpoint_problem(run.path / names.CHECKPOINTS / names.checkpoint_name(run.step))
+    checkpoint = run.path / names.CHECKPOINTS / names.checkpoint_name(run.step)
+    return checkpoint_problem(checkpoint) or unreadable_problem(checkpoint, REFUSED)
 
 
 def _open_stretch(run_dir: Path) -> bool:

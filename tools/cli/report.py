@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -28,7 +29,7 @@ def _series(
 
 
 def _eval_curves(
-    records: list[dict[str, Any]], key: str, stretches: list[Stretch]
+    records: list[dict[str, Any]], key: str, stretches: Sequence[Stretch]
 ) -> list[tuple[str, list[int], list[float]]]:
     """One curve of `key` per split, and for a run that went on (--continue-on) per split and
     stretch: each stretch evaluates its own data's splits, so a line from one day's test AUC to
@@ -36,7 +37,8 @@ def _eval_curves(
     splits = sorted({r["split"] for r in records if r.get("kind") == "eval"})
     if len(stretches) < 2:
         return [(s, *_series(records, "eval", key, s)) for s in splits]
-    # A stretch's evaluations are those past its first step (that step's ended the one before).
+    # A stretch's evaluations are those past its first step (the one at that step ended the
+    # stretch before).
     ends = [s.first_step for s in stretches[1:]]
     curves = []
     for split in splits:
@@ -85,7 +87,7 @@ def no_loss_note(records: list[dict[str, Any]]) -> str:
 
 
 def plot_run(
-    records: list[dict[str, Any]], out: Path, title: str, stretches: list[Stretch] = ()
+    records: list[dict[str, Any]], out: Path, title: str, stretches: Sequence[Stretch] = ()
 ) -> dict[str, list[str]]:
     """Draw train loss, eval AUC / log loss and samples/s against the step into `out` (PNG);
     `stretches`: the run's (RUN/stretches.json), each stretch's evaluations a curve of its own.

@@ -76,29 +76,39 @@ def test_the_csv_comment_gives_the_edit_that_makes_its_ids_parquets(tmp_path: Pa
     assert _parts(tmp_path / "csv") != parquet  # as proposed, the two differ
 
 
-def test_ids_that_pandas_wrote_as_floats_are_said_in_a_warning(tmp_path: Path) -> None:
+def test_ids_that_pandas_wrote_as_floats_are_proposed_as_the_integer_categorical_they_are(
+    tmp_path: Path,
+) -> None:
     # An integer column with nulls is float64 in pandas: its ids were proposed as a dense number,
-    # log1p(item_id), without a word. The proposal is kept (floats may be quantities); the warning
-    # gives the edit, after which the column is proposed as the categorical it is.
+    # log1p(item_id), with a warning to write the column as integers and infer again, where the
+    # same log as CSV (`66740.0`) was proposed as integer ids. Now both are: the spec of the file
+    # with nulls and of the one without are one, and give one item one id.
     rng = np.random.default_rng(0)
     item = rng.integers(10**6, 10**7, 400).astype(float)
     item[::10] = np.nan
     log = pd.DataFrame({"click": rng.integers(0, 2, 400), "item_id": item,
                         "price": rng.random(400) * 10, "site": ["a", "b"] * 200})  # fmt: skip
     log.to_parquet(tmp_path / "floats.parquet", index=False)
-    proposed = cli("spec", "infer", tmp_path / "floats.parquet", "--label", "click")
-    assert proposed.stderr == (
-        f"warning: {tmp_path / 'floats.parquet'}: item_id: whole numbers stored as floats under "
-        "an id's name (pandas writes an integer column that has nulls as float64), proposed "
-        'dense: if they are ids, write the column as integers (pandas: .astype("Int64")) and '
-        "infer again\n"
-    )
-    assert 'name = "item_id"\nrole = "dense"' in proposed.stdout
     log["item_id"] = log["item_id"].astype("Int64")
     log.to_parquet(tmp_path / "ints.parquet", index=False)
-    proposed = cli("spec", "infer", tmp_path / "ints.parquet", "--label", "click")
-    assert proposed.stderr == ""
-    assert 'name = "item_id"\nrole = "categorical"\nkind = "integer"' in proposed.stdout
+    texts, specs = {}, {}
+    for name in ("floats", "ints"):
+        proposed = cli("spec", "infer", tmp_path / f"{name}.parquet", "--label", "click")
+        assert proposed.stderr == ""
+        assert 'name = "item_id"\nrole = "categorical"\nkind = "integer"' in proposed.stdout
+        texts[name] = proposed.stdout
+        specs[name] = [line for line in proposed.stdout.splitlines() if not line.startswith("#")]
+    assert specs["floats"] == specs["ints"]
+    assert f'kind = "integer" reads {item[1]} as {int(item[1])}, the id' in texts["floats"]
+    # Past 2^53 floats skip integers: such ids may have been rounded, and are said in a warning.
+    log["item_id"] = log["item_id"].astype(float) * 2**40
+    log.to_parquet(tmp_path / "large.parquet", index=False)
+    proposed = cli("spec", "infer", tmp_path / "large.parquet", "--label", "click")
+    assert proposed.stderr.startswith(
+        f"warning: {tmp_path / 'large.parquet'}: item_id: whole numbers past 2^53 stored as floats "
+        "under an id's name"
+    )
+    assert 'name = "item_id"\nrole = "dense"' in proposed.stdout
 
 
 def test_csv_ids_written_with_a_zero_fraction_are_the_ids_written_without(tmp_path: Path) -> None:

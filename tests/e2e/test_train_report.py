@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from shardrec.tools.cli import report as report_cli
 from shardrec.tools.cli.app import app
+from shardrec.trainer.rundir.life.stretches import Stretch, read_stretches, write_stretches
 
 runner = CliRunner()
 
@@ -129,10 +130,13 @@ def test_a_final_evaluation_without_an_auc_is_null_in_json(tmp_path: Path) -> No
     assert json.loads(shown.stdout)["final_auc"] == {"val": None}
 
 
-def test_a_run_that_went_on_draws_each_days_progressive_validation(tmp_path: Path) -> None:
+def test_a_run_that_went_on_draws_each_days_progressive_validation_and_test_apart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A run of three days (--continue-on) evaluated days 1 and 2 before training on them: the
     # figures drew only the test split's AUC, not the progressive validation a day-by-day run is
-    # judged by.
+    # judged by. Each day's test AUC is measured on that day's own test split, yet the three were
+    # one "test" curve (0.67 -> 0.66 -> 0.70), read as one split's trend: each day's is its own.
     def rec(kind: str, step: int, **more) -> dict:
         return {"kind": kind, "step": step, **more}
 
@@ -142,18 +146,32 @@ def test_a_run_that_went_on_draws_each_days_progressive_validation(tmp_path: Pat
         rec("stretch", 100, stretch=1, data="days/1"),
         rec("pv", 100, stretch=1, split="train", auc=0.65, logloss=0.66),
         rec("train", 146, loss=0.62, samples_per_s=900.0),
+        rec("eval", 120, split="test", auc=0.65, logloss=0.65),
         rec("eval", 146, split="test", auc=0.66, logloss=0.64, final=True),
         rec("stretch", 146, stretch=2, data="days/2"),
         rec("pv", 146, stretch=2, split="train", auc=0.67, logloss=0.64),
+        rec("eval", 190, split="test", auc=0.70, logloss=0.62, final=True),
     ]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    bounds = ((0, 100), (100, 146), (146, 190))
+    write_stretches(
+        tmp_path,
+        [Stretch(i, str(tmp_path / "days" / str(i)), "", a, b) for i, (a, b) in enumerate(bounds)],
+    )
+    monkeypatch.chdir(tmp_path)  # the legend names each day's data from here
     result = runner.invoke(app, ["report", str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output
     pv = "pv (new data, before training on it)"
+    days = ["test of days/0", "test of days/1", "test of days/2"]
     assert json.loads(result.stdout)["curves"] == {
         "train loss": ["train"],
-        "AUC": ["test", pv],
-        "log loss": ["test", pv],
+        "AUC": [*days, pv],
+        "log loss": [*days, pv],
         "samples/s": ["train"],
     }
     assert report_cli._series(records, "pv", "auc") == ([100, 146], [0.65, 0.67])
+    assert report_cli._eval_curves(records, "auc", read_stretches(tmp_path)) == [
+        ("test of days/0", [100], [0.67]),
+        ("test of days/1", [120, 146], [0.65, 0.66]),
+        ("test of days/2", [190], [0.70]),
+    ]

@@ -8,6 +8,7 @@ plan unless that file names one."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -121,29 +122,74 @@ def test_a_spec_days_other_table_rows_are_refused_naming_the_spec_not_max_ids(tm
     )
 
 
-def test_a_day_of_a_spec_inferred_again_is_refused_naming_its_column_and_the_runs_spec(tmp_path):
-    # A spec inferred again from the next day proposes other hash sizes; going on said only
-    # "max_ids[1]: 6000 in training, 9900 here, spec_sha256: '...' in training, '...' here", with
-    # no word of which column differs or how to make the day as the run's.
-    for seed, (day, hash_size) in enumerate((("day0", 6000), ("day1", 9900))):
-        manifest = write_tiny_dataset(tmp_path / day, raw=("f1",), seed=seed)
+def _inferred_days(tmp_path: Path, raw: tuple[str, ...], kinds=("integer", "integer")) -> Path:
+    """day0 and day1 of one spec inferred again from each day: f1's hash_size 6000, then 9900
+    (its kind as `kinds` give it); f1 raw ids where `raw` names it."""
+    for seed, (day, hash_size, kind) in enumerate(zip(("day0", "day1"), (6000, 9900), kinds)):
+        manifest = write_tiny_dataset(tmp_path / day, raw=raw, seed=seed)
         spec = {
             "format": {"kind": "parquet"},
             "columns": [
                 {"role": "label", "name": "click"},
-                {"role": "categorical", "name": "f1", "kind": "integer", "hash_size": hash_size},
+                {"role": "categorical", "name": "f0", "kind": "integer", "hash_size": 50},
+                {"role": "categorical", "name": "f1", "kind": kind, "hash_size": hash_size},
+                {"role": "categorical", "name": "f2", "kind": "integer", "hash_size": 7},
+                {"role": "categorical", "name": "f3", "kind": "integer", "hash_size": 1000},
             ],
         }
-        manifest.options.update(spec=spec, spec_sha256=day * 8, max_ids=[hash_size])
+        sizes = [50, hash_size, 7, 1000]
+        manifest.options.update(spec=spec, spec_sha256=day * 8, max_ids=sizes)
+        manifest.options.update(raw_ids=list(raw)) if raw else None
         manifest.save(tmp_path / day)
-    run = _run(tmp_path, tmp_path / "day0")
+    managed = ['tables."*"={kind="managed", rows=100}'] if raw else []
+    return _run(tmp_path, tmp_path / "day0", "train.global_batch_size=64", *managed)
+
+
+def test_a_day_of_a_spec_inferred_again_is_refused_naming_its_column_and_the_runs_spec(tmp_path):
+    # A spec inferred again from the next day proposes other hash sizes; going on said only
+    # "max_ids[1]: 6000 in training, 9900 here, spec_sha256: '...' in training, '...' here", with
+    # no word of which column differs or how to make the day as the run's. A hashed column's
+    # hash_size is its table's rows: f1's rows are 300 on both days here, as the checks see them.
+    run = _inferred_days(tmp_path, raw=())
     day1 = tmp_path / "day1"
     goes_on = CliRunner().invoke(app, ["train", "--out-dir", str(run), "--continue-on", str(day1)])
     assert_one_line_error(
         goes_on,
         rf"^error: the new data was preprocessed otherwise than the data {run} trained on: "
-        r"max_ids\[0\]: 6000 in training, 9900 here, spec column 'f1': hash_size: 6000 in "
+        r"max_ids\[1\]: 6000 in training, 9900 here, spec column 'f1': hash_size: 6000 in "
         r"training, 9900 here; preprocess the new data as the old \(the same spec and --raw-ids; "
+        rf"`shardrec spec show {tmp_path / 'day0'}` prints it\)$",
+    )
+
+
+@pytest.mark.parametrize("trained_day", ["kept", "removed"])
+def test_a_day_whose_raw_id_column_has_another_hash_size_goes_on(
+    tmp_path, monkeypatch, trained_day
+):
+    # A raw-id column is never hashed: its hash_size (which `spec infer` proposes anew from each
+    # day) changes no byte of the data, yet the day was refused: "max_ids[1]: 6000 in training,
+    # 9900 here, spec column 'f1': hash_size: 6000 in training, 9900 here; preprocess the new
+    # data as the old ...", or with the day trained on removed, "spec_sha256: 'day0day0...' in
+    # training, 'day1day1...' here".
+    run = _inferred_days(tmp_path, raw=("f1",))
+    if trained_day == "removed":
+        shutil.rmtree(tmp_path / "day0")
+    handed = jobs_handed_to_ranks(monkeypatch)
+    day1 = tmp_path / "day1"
+    CliRunner().invoke(app, ["train", "--out-dir", str(run), "--continue-on", str(day1)])
+    assert [j.data.path for j in handed] == [str(day1)]
+
+
+def test_a_raw_id_column_of_another_kind_is_named_not_its_hash_size(tmp_path):
+    # Its kind makes its ids (an integer's own value, a string's hash): that difference is named.
+    run = _inferred_days(tmp_path, raw=("f1",), kinds=("integer", "string"))
+    day1 = tmp_path / "day1"
+    goes_on = CliRunner().invoke(app, ["train", "--out-dir", str(run), "--continue-on", str(day1)])
+    assert_one_line_error(
+        goes_on,
+        rf"^error: the new data was preprocessed otherwise than the data {run} trained on: "
+        r"spec column 'f1': kind: 'integer' in training, 'string' here; preprocess the new data "
+        r"as the old \(the same spec and --raw-ids; "
         rf"`shardrec spec show {tmp_path / 'day0'}` prints it\)$",
     )
 

@@ -34,6 +34,7 @@ from shardrec.trainer.rundir.life.run_state import (
     run_status,
     stopped_message,
 )
+from shardrec.trainer.rundir.life.stretches import Stretch, write_stretches
 from shardrec.trainer.rundir.life.trained_data import (
     dataset_record,
     preprocessing,
@@ -406,3 +407,20 @@ def test_runs_shows_no_best_auc_for_evaluations_without_one(tiny_dataset: Path, 
     shown = cli("runs", run, "--json").stdout
     assert "NaN" not in shown and json.loads(shown)[0]["best_val_auc"] is None
     assert "nan" not in cli("runs", run).stdout.lower()  # the table shows "-"
+
+
+def test_runs_best_auc_of_a_run_that_went_on_is_its_current_stretchs(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
+    # A day-by-day run (--continue-on) evaluates each day on its own val split; `runs` showed the
+    # best of all days', 0.8100 (day 0's model on day 0's val), beside a model whose AUC on the
+    # data it trains on now is 0.6200.
+    evals = [
+        {"kind": "eval", "split": "val", "step": 10, "auc": 0.81},
+        {"kind": "stretch", "step": 10, "stretch": 1, "data": "days/1"},
+        {"kind": "eval", "split": "val", "step": 20, "auc": 0.58},
+        {"kind": "eval", "split": "val", "step": 30, "auc": 0.62},
+    ]
+    run = _run(tmp_path, _config(tiny_dataset), 30, {"steps": 30}, evals)
+    write_stretches(run, [Stretch(0, "/days/0", "", 0, 10), Stretch(1, "/days/1", "", 10, 30)])
+    assert json.loads(cli("runs", run, "--json").stdout)[0]["best_val_auc"] == 0.62

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -10,6 +12,7 @@ from rich.markup import escape
 
 from shardrec.tools.cli.common import fail, print_json, save_figure
 from shardrec.tools.console import console, err_console
+from shardrec.trainer.rundir.life.stretches import Stretch, read_stretches
 from shardrec.trainer.rundir.metrics_log import current_records, load_metrics
 
 
@@ -23,6 +26,39 @@ def _series(
             by_step[int(r["step"])] = float(r[key])
     steps = sorted(by_step)
     return steps, [by_step[s] for s in steps]
+
+
+def _eval_curves(
+    records: list[dict[str, Any]], key: str, stretches: Sequence[Stretch]
+) -> list[tuple[str, list[int], list[float]]]:
+    """One curve of `key` per split, and for a run that went on (--continue-on) per split and
+    stretch: each stretch evaluates its own data's splits, so a line from one day's test AUC to
+    the next day's would read as one split's trend. Named by the stretch's data."""
+    splits = sorted({r["split"] for r in records if r.get("kind") == "eval"})
+    if len(stretches) < 2:
+        return [(s, *_series(records, "eval", key, s)) for s in splits]
+    # A stretch's evaluations are those past its first step (the one at that step ended the
+    # stretch before).
+    ends = [s.first_step for s in stretches[1:]]
+    curves = []
+    for split in splits:
+        steps, values = _series(records, "eval", key, split)
+        for i, stretch in enumerate(stretches):
+            mine = [
+                (step, v) for step, v in zip(steps, values) if bisect.bisect_left(ends, step) == i
+            ]
+            label = f"{split} of {_data_name(stretch.data)}"
+            curves.append((label, [s for s, _ in mine], [v for _, v in mine]))
+    return curves
+
+
+def _data_name(path: str) -> str:
+    """A stretch's data (an absolute path) as a legend names it: from the working directory where
+    it is under it."""
+    try:
+        return str(Path(path).relative_to(Path.cwd()))
+    except ValueError:
+        return path
 
 
 def read_records(run_dir: Path) -> list[dict[str, Any]]:
@@ -50,8 +86,11 @@ def no_loss_note(records: list[dict[str, Any]]) -> str:
     return f"none recorded before the run ended{end} (it is logged every train.log_interval steps)"
 
 
-def plot_run(records: list[dict[str, Any]], out: Path, title: str) -> dict[str, list[str]]:
-    """Draw train loss, eval AUC / log loss and samples/s against the step into `out` (PNG).
+def plot_run(
+    records: list[dict[str, Any]], out: Path, title: str, stretches: Sequence[Stretch] = ()
+) -> dict[str, list[str]]:
+    """Draw train loss, eval AUC / log loss and samples/s against the step into `out` (PNG);
+    `stretches`: the run's (RUN/stretches.json), each stretch's evaluations a curve of its own.
 
     Returns the panels drawn, each with its curves' labels: those the run has data for, and the
     train loss panel always (with no_loss_note in place of a curve where the run logged no loss).
@@ -61,7 +100,6 @@ def plot_run(records: list[dict[str, Any]], out: Path, title: str) -> dict[str, 
     matplotlib.use("Agg")  # files only: no display needed
     import matplotlib.pyplot as plt
 
-    splits = sorted({r["split"] for r in records if r.get("kind") == "eval"})
     # A run that went on (--continue-on) evaluated each new day before training on it: its
     # progressive validation, at the step the day began.
     pv = "pv (new data, before training on it)"
@@ -69,13 +107,14 @@ def plot_run(records: list[dict[str, Any]], out: Path, title: str) -> dict[str, 
         ("train loss", [("train", *_series(records, "train", "loss"))]),
         (
             "AUC",
-            [(s, *_series(records, "eval", "auc", s)) for s in splits]
-            + [(pv, *_series(records, "pv", "auc"))],
+            [*_eval_curves(records, "auc", stretches), (pv, *_series(records, "pv", "auc"))],
         ),
         (
             "log loss",
-            [(s, *_series(records, "eval", "logloss", s)) for s in splits]
-            + [(pv, *_series(records, "pv", "logloss"))],
+            [
+                *_eval_curves(records, "logloss", stretches),
+                (pv, *_series(records, "pv", "logloss")),
+            ],
         ),
         ("samples/s", [("train", *_series(records, "train", "samples_per_s"))]),
     ]
@@ -117,7 +156,7 @@ def report(
     try:
         records = read_records(run_dir)
         target = out or run_dir / "curves.png"
-        panels = plot_run(records, target, str(run_dir))
+        panels = plot_run(records, target, str(run_dir), read_stretches(run_dir))
     except ValueError as e:
         fail(f"{run_dir}: {e}" if str(run_dir) not in str(e) else str(e))
     final = {

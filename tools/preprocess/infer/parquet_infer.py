@@ -5,8 +5,10 @@ A Parquet file (`infer_parquet_spec`) has its columns' names and types in its sc
 as given; a list of strings or integers makes a list (the longest list in the sample its
 max_length); integers are read as text's integers are (dense, or an integer categorical where the
 text would make a code: an id's or a C<n> name, one width of 4+ digits; Unix times ignored);
-floats and booleans dense; strings hex or string categoricals (or ignored: row ids, empty); other
-types (timestamps, dates, structs) are ignored, with the type said. Nulls are missing values.
+floats and booleans dense, but whole-number floats under an id's name (pandas's integer column
+with nulls), which make the integer categorical of their ids; strings hex or string categoricals
+(or ignored: row ids, empty); other types (timestamps, dates, structs) are ignored, with the type
+said. Nulls are missing values.
 
 Every choice is written beside its column as a comment, for the user to check and edit.
 """
@@ -88,22 +90,37 @@ def _parquet_column(name: str, kind: str, values: list, rows: int) -> tuple[Colu
     ), f"{kind}: not a feature as it is (derive one, e.g. an hour or a day)"
 
 
-def _float_ids(name: str, kind: str, values: list) -> bool:
+def _float_ids(name: str, kind: str, values: list, past_floats: bool = False) -> bool:
     """Whether a float column holds whole numbers under an id's name (`_id`, C<n>): ids that
-    pandas wrote as floats because the column has nulls (int64 has no null)."""
-    if kind != "float" or not code_name(name):
+    pandas wrote as floats because the column has nulls (int64 has no null), all below 2^53, or
+    with `past_floats` some past it (where floats skip integers: an integer categorical refuses
+    them)."""
+    if kind != "float" or not code_name(name) or not values:
         return False
-    return bool(values) and all(float(v).is_integer() for v in values)
+    if not all(float(v).is_integer() for v in values):
+        return False
+    return any(abs(v) >= 2**53 for v in values) == past_floats
 
 
-def float_ids_advice(names: list[str]) -> str:
-    """The warning for id-named float columns of whole numbers (_float_ids), "" for none."""
-    if not names:
-        return ""
+def rounded_ids_advice(names: list[str]) -> str:
+    """The warning for id-named float columns of whole numbers past 2^53 (_float_ids)."""
     return (
-        f"{', '.join(names)}: whole numbers stored as floats under an id's name (pandas writes an "
-        "integer column that has nulls as float64), proposed dense: if they are ids, write the "
-        'column as integers (pandas: .astype("Int64")) and infer again'
+        f"{', '.join(names)}: whole numbers past 2^53 stored as floats under an id's name (pandas "
+        "writes an integer column that has nulls as float64): floats skip integers there, so ids "
+        "that large may have been rounded as they became floats; proposed dense: keep the column "
+        'integers where it is written (pandas: the nullable "Int64" dtype) and infer again'
+    )
+
+
+def _float_ids_column(name: str, values: list, rows: int) -> tuple[Column, str]:
+    """The column proposed for _float_ids: the integer categorical that the same ids written as
+    integers make, which reads each float as the integer it is."""
+    column, note = _parquet_column(name, "integer", [int(v) for v in values], rows)
+    shown = int(values[0])
+    return column, (
+        f"{note}; whole numbers stored as floats (as pandas writes an integer column that has "
+        f'nulls): kind = "integer" reads {float(shown)} as {shown}, the id an integer column '
+        "of it gives"
     )
 
 
@@ -131,12 +148,10 @@ def infer_parquet_spec(
         label_name = names[int(label_name)]
     if label_name not in names:
         raise no_label_column(path, label_name, names)
-    columns, notes, float_ids = [], {}, []
+    columns, notes, rounded = [], {}, []
     for name in names:
         kind = kind_of(schema.field(name).type)
         values = [v for v in sample[name] if v is not None]
-        if name != label_name and _float_ids(name, kind, values):
-            float_ids.append(name)
         if name == label_name and kind == "string":  # words: a mapping, as a CSV's are read
             column, notes[name] = label_column(name, values, threshold, path)
             columns.append(column)
@@ -157,14 +172,17 @@ def infer_parquet_spec(
                 f": 1 where {name} >= {exact(threshold)}" if threshold is not None else ""
             )
             continue
-        column, notes[name] = _parquet_column(name, kind, values, count)
+        if name != label_name and _float_ids(name, kind, values):
+            column, notes[name] = _float_ids_column(name, values, count)
+        else:
+            column, notes[name] = _parquet_column(name, kind, values, count)
+        if name != label_name and _float_ids(name, kind, values, past_floats=True):
+            rounded.append(name)
         if name in ("label", "dense"):  # a feature cannot take a part's own column names
             column, notes[name] = (
                 IgnoredColumn(name),
                 "named like a part's own column; rename it to use it",
             )
-        if name in float_ids:
-            notes[name] += "; whole numbers under an id's name: ids written as floats? (warning)"
         columns.append(column)
-    advice = [float_ids_advice(float_ids)] if float_ids else []
+    advice = [rounded_ids_advice(rounded)] if rounded else []
     return FeatureSpec(TextFormat("parquet"), tuple(columns)), notes, advice

@@ -140,6 +140,30 @@ def integers_into(values, bitmap, at, n, out, missing, col, r0):
             out[r, col], missing[r, col] = np.uint64(0), True
 
 
+FLOAT_EXACT = 2.0**53
+"""Below this magnitude a float64 holds every integer; past it, neighbouring integers share one
+float, so a whole number there may be an id that was rounded when it became a float."""
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def float_ids_into(values, bitmap, at, n, out, missing, col, r0, reason, bad_field, field):
+    """integers_into for a float column of ids (pandas writes an integer column that has nulls
+    as float64): a whole number below FLOAT_EXACT in magnitude is the integer it is, the id an
+    integer column of it (or CSV's `66740.0`) gives; a fraction, a NaN, an infinity or a value
+    past FLOAT_EXACT makes its row malformed (bad_integer), as `1.5` in a text id field does."""
+    for i in range(n):
+        r, j = r0 + i, at + i
+        if not _valid(bitmap, j):
+            out[r, col], missing[r, col] = np.uint64(0), True
+            continue
+        v = np.float64(values[j])
+        if np.isfinite(v) and v == np.floor(v) and abs(v) < FLOAT_EXACT:
+            out[r, col], missing[r, col] = np.uint64(np.int64(v)), False
+        else:
+            out[r, col], missing[r, col] = np.uint64(0), True
+            _bad(reason, bad_field, r, BAD_INTEGER, field)
+
+
 @njit(cache=True, nogil=True, boundscheck=False)
 def string_lists_into(
     list_offsets, list_bitmap, at, n, offsets, data, bitmap, child_at, kind, max_length,

@@ -12,7 +12,9 @@ Columns are found by name; every column of the file belongs to one spec column (
   and so is a float with a fraction in a `type = "int"` column (bad_integer), as `1.5` in text.
 - categorical of kind `string`: a string or binary column, its bytes hashed as a text field's
   are; `hex`: a string column of hex digits (anything else: a malformed row); `integer`: an
-  integer column, the integer itself.
+  integer column, the integer itself, or a float column of whole numbers (as pandas writes an
+  integer column that has nulls), each the integer it is: a fraction, a NaN, an infinity or a
+  value past 2^53 (where floats skip integers) makes a malformed row (bad_integer).
 - list: a list (or large_list) of strings (kinds `string`, `hex`) or of integers (`integer`),
   each element read as its kind; null and empty elements are skipped, the first `max_length`
   kept.
@@ -218,6 +220,10 @@ def _categorical(
             return
         pk.dictionary_into(indices, bitmap, arr.offset, n, values, absent, codes, out.sparse,
                            out.sparse_missing, slot, r0, out.reason, out.bad_field, field)  # fmt: skip
+        return
+    if c.kind == "integer" and _pa().types.is_floating(arr.type):
+        pk.float_ids_into(_integers(arr), bitmap, arr.offset, n, out.sparse, out.sparse_missing,
+                          slot, r0, out.reason, out.bad_field, field)  # fmt: skip
         return
     if c.kind == "integer":
         pk.integers_into(

@@ -54,6 +54,15 @@ def kind_of(t) -> str:
 
 
 _NUMBERS = "integers, floats or booleans"
+ID_KINDS = {"integer", "float"}
+"""The Arrow kinds an integer categorical reads (_allowed)."""
+
+
+def _ids_of_numbers(c) -> bool:
+    """A one-hot categorical of kind integer: read from integers or from floats alike."""
+    return (
+        isinstance(c, CategoricalColumn) and not isinstance(c, ListColumn) and c.kind == "integer"
+    )
 
 
 def _allowed(c) -> tuple[set[str], str]:
@@ -76,7 +85,9 @@ def _allowed(c) -> tuple[set[str], str]:
         return {"list-string"}, "a list of strings"
     if isinstance(c, CategoricalColumn):
         if c.kind == "integer":
-            return {"integer"}, 'an integer column (kind = "string" hashes text)'
+            return ID_KINDS, (
+                'an integer column, or floats of whole numbers (kind = "string" hashes text)'
+            )
         return {"string"}, "a string column" + (" of hex digits" if c.kind == "hex" else "")
     return set(), ""
 
@@ -98,11 +109,16 @@ class ParquetProgram:
 
     def reads_like(self, other: ParquetProgram) -> bool:
         """Whether another file's columns are this one's, of the same kinds (a column of nulls
-        only in either takes the other's kind)."""
+        only in either takes the other's kind; an integer categorical's ids are the same read
+        from integers or from floats, as pandas writes the part of a log that has nulls)."""
         if other.program.names != self.program.names:
             return False
+        ids = {c.name for c in self.program.spec.columns if _ids_of_numbers(c)}
         pairs = zip(self.program.names, self.kinds, other.kinds)
-        return all(a == b or n in self.nulls or n in other.nulls for n, a, b in pairs)
+        return all(
+            a == b or n in self.nulls or n in other.nulls or (n in ids and {a, b} <= ID_KINDS)
+            for n, a, b in pairs
+        )
 
     @property
     def columns(self) -> list[str]:

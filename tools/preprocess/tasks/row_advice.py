@@ -40,6 +40,12 @@ def _edits(reason: str, field: str, spec: FeatureSpec | None, parquet: bool) -> 
     if reason == "bad_integer" and isinstance(column, CategoricalColumn) and not parquet:
         if getattr(column, "values", "ids") == "ids":  # a sequence's timestamps stay integers
             return [f'give {field} kind = "string" (any value, hashed)']
+    if reason == "bad_integer" and isinstance(column, CategoricalColumn):
+        # A Parquet integer column always decodes: the value is a float's.
+        return [
+            f'write {field} as integers (pandas: .astype("Int64"); a float is an id only as a '
+            "whole number below 2^53, past which floats skip integers)"
+        ]
     if reason == "bad_label" and isinstance(column, LabelColumn) and not parquet:  # there: null
         if not column.mapping and column.threshold is None:
             return [f"give {field} a threshold or a mapping of its values"]

@@ -20,7 +20,7 @@ from shardrec.trainer.rundir.checkpoint.trust import (
     checkpoint_problem,
     complete_checkpoints,
 )
-from shardrec.trainer.rundir.life.stretches import read_stretches
+from shardrec.trainer.rundir.life.stretches import Stretch, read_stretches
 from shardrec.trainer.rundir.metrics_log import append_record, current_records, load_metrics
 
 STOPPED_EXIT_CODE = 75
@@ -111,11 +111,24 @@ def checkpoint_damage(run: RunDir) -> str:
 def _open_stretch(run_dir: Path) -> bool:
     """Whether the run's last stretch is unfinished (stretches.json; an unreadable one counts as
     none here: the commands that go on refuse it in their own line)."""
-    try:
-        stretches = read_stretches(run_dir)
-    except ValueError:
-        return False
+    stretches = _stretches(run_dir)
     return bool(stretches) and stretches[-1].last_step is None
+
+
+def _current_start(run_dir: Path) -> int:
+    """The step the run's current stretch began from (0: it never went on), as _open_stretch reads
+    stretches.json."""
+    stretches = _stretches(run_dir)
+    return stretches[-1].first_step if stretches else 0
+
+
+def _stretches(run_dir: Path) -> list[Stretch]:
+    """stretches.json's stretches; none where it is unreadable (the commands that go on refuse it
+    in their own line)."""
+    try:
+        return read_stretches(run_dir)
+    except ValueError:
+        return []
 
 
 def _newest_record(
@@ -198,7 +211,10 @@ def find_runs(root: Path) -> list[Path]:
 def best_auc(run_dir: Path, split: str = "val", upto: int | None = None) -> float | None:
     """The best AUC of `split` in RUN/metrics.jsonl (None: no evaluation with one yet); torn lines
     skipped. Only evaluations of the models the run still holds: those past the step a later
-    invocation resumed from, and past `upto` (the step a rerun resumes from), are left out."""
+    invocation resumed from, and past `upto` (the step a rerun resumes from), are left out. A run
+    that went on (--continue-on) evaluated each stretch on its own data's split: only its current
+    stretch's count, as an AUC of another day's split is no measure on this one's."""
+    since = _current_start(run_dir)
     kept = [
         (record["step"], record["auc"])
         for record in current_records(metrics_records(run_dir))
@@ -208,5 +224,5 @@ def best_auc(run_dir: Path, split: str = "val", upto: int | None = None) -> floa
         and record["auc"] == record["auc"]  # NaN: labels of one class, no AUC to rank
         and isinstance(record.get("step"), int)
     ]
-    aucs = [auc for s, auc in kept if upto is None or s <= upto]
+    aucs = [auc for s, auc in kept if (upto is None or s <= upto) and (s > since or not since)]
     return max(aucs) if aucs else None

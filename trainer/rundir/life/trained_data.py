@@ -13,9 +13,14 @@ from typing import Any
 from shardrec.dataloader.format.fingerprints import dataset_fingerprint, older_fingerprints
 from shardrec.dataloader.format.manifest import Manifest, SparseFeature
 from shardrec.dataloader.spec.event_spec import event_spec_from_dict
+from shardrec.dataloader.spec.feature_spec import COLUMN_TYPES, CategoricalColumn
 from shardrec.dataloader.spec.spec_file import spec_from_dict
 from shardrec.trainer.rundir import names
 from shardrec.trainer.rundir.life.resume_settings import show_value
+
+SPARSE_ROLES = tuple(r for r, t in COLUMN_TYPES.items() if issubclass(t, CategoricalColumn))
+"""The roles of a feature spec's columns of ids (categorical, list, sequence): its sparse features,
+in the manifest's order."""
 
 
 def table_rows(feature: SparseFeature) -> int | None:
@@ -107,14 +112,19 @@ def preprocessing_differences(
     first differing element. A cardinality of None (no table) is not compared. specs: the two
     feature specs (as manifests keep them), where known: their first difference is said in place
     of their SHA-256s."""
-    diffs = []
+    diffs, raw = [], _raw_id_features(trained, here)
     for key in dict.fromkeys([*trained, *here]):
         a, b = trained.get(key), here.get(key)
-        if key == "spec_sha256" and a != b and (said := spec_difference(*specs)):
-            diffs.append(f"spec {said}")
-            continue
+        if key == "spec_sha256" and a != b and all(specs):
+            if _unsized(specs[0], raw) == _unsized(specs[1], raw):
+                continue  # the specs differ only in raw-id columns' hash_size
+            if said := spec_difference(*specs, raw):
+                diffs.append(f"spec {said}")
+                continue
         if key == "cardinalities" and isinstance(a, list) and isinstance(b, list):
             a, b = _tables_only(a, b)
+        if key == "max_ids" and isinstance(a, list) and isinstance(b, list):
+            a, b = ([None if i in raw else n for i, n in enumerate(x)] for x in (a, b))
         if key.startswith("[") and key not in trained:
             continue  # an event spec's setting that a record from before them does not keep
         if a == b:
@@ -126,12 +136,14 @@ def preprocessing_differences(
     return ", ".join(diffs)
 
 
-def spec_difference(trained: Any, here: Any) -> str:
+def spec_difference(trained: Any, here: Any, raw: frozenset[int] = frozenset()) -> str:
     """The first setting in which two feature specs (as manifests and model files keep them)
     differ: "column 'C14': kind: 'string' in training, 'integer' here", a column on one side
-    only, else "[format] delimiter: ..."; "" where either is unknown or none differs."""
+    only, else "[format] delimiter: ..."; "" where either is unknown or none differs. raw: the
+    sparse columns (by position) of raw ids on both sides, whose hash_size is not compared."""
     if not trained or not here:
         return ""
+    trained, here = _unsized(trained, raw), _unsized(here, raw)
     a, b = (spec_from_dict(s, "a recorded spec") for s in (trained, here))
     theirs = {c.name: c for c in b.columns}
     for column in a.columns:  # the columns first: theirs are what make the ids
@@ -145,9 +157,38 @@ def spec_difference(trained: Any, here: Any) -> str:
     return "[format] " + _first_field(a.format, b.format) if a.format != b.format else ""
 
 
+def _raw_id_features(trained: dict[str, Any], here: dict[str, Any]) -> frozenset[int]:
+    """The sparse features (by position) of raw ids on both sides (table rows 0): kept as the ids
+    they are written as, never hashed, so their hash size (a spec's hash_size, --max-ids), which
+    `spec infer` proposes anew from each day, changes no byte of the data."""
+    a, b = trained.get("cardinalities"), here.get("cardinalities")
+    if not isinstance(a, list) or not isinstance(b, list) or len(a) != len(b):
+        return frozenset()
+    return frozenset(i for i, (x, y) in enumerate(zip(a, b)) if x == 0 and y == 0)
+
+
+def _unsized(spec: Any, raw: frozenset[int]) -> Any:
+    """A feature spec (as manifests keep it) without the hash_size of its `raw` sparse columns (by
+    position among its categorical, list and sequence columns), but where a hashed column reads
+    one's table (`table`: the spec gives both one hash_size, and the hashed one's is its rows)."""
+    if not raw or not isinstance(spec, dict) or not isinstance(spec.get("columns"), list):
+        return spec
+    sparse = [c for c in spec["columns"] if isinstance(c, dict) and c.get("role") in SPARSE_ROLES]
+    read = {c.get("table") for i, c in enumerate(sparse) if i not in raw}
+    unsized = {id(c) for i, c in enumerate(sparse) if i in raw and c.get("name") not in read}
+    columns = [
+        {k: v for k, v in c.items() if k != "hash_size"} if id(c) in unsized else c
+        for c in spec["columns"]
+    ]
+    return {**spec, "columns": columns}
+
+
 def recorded_spec(record: dict[str, Any]) -> dict[str, Any] | None:
-    """The feature spec of the data a run recorded (RUN/dataset.json), read from its manifest
-    where that data is still at its path, unchanged; None otherwise (or for data of no spec)."""
+    """The feature spec of the data a run recorded (RUN/dataset.json): the record's copy, else
+    (a record from before it kept one) read from its manifest where that data is still at its
+    path, unchanged; None otherwise (or for data of no spec)."""
+    if isinstance(record.get("spec"), dict):
+        return record["spec"]
     try:
         manifest = Manifest.load(Path(record["path"]))
     except (KeyError, TypeError, OSError, ValueError):  # gone, moved, or not a dataset now
@@ -198,13 +239,16 @@ def _tables_only(a: list[Any], b: list[Any]) -> tuple[list[Any], list[Any]]:
 
 def dataset_record(path: str, manifest: Manifest, given: str | None = None) -> bytes:
     """The bytes of RUN/dataset.json for this dataset: its absolute `path`, the path as the user
-    typed it (`given`), its fingerprint, schema and preprocessing settings."""
+    typed it (`given`), its fingerprint, schema and preprocessing settings, and its feature spec
+    where it has one (recorded_spec: the data may be gone when the run goes on)."""
+    spec = manifest.options.get("spec")
     record = {
         "path": path,
         "given": given if given is not None else path,
         "fingerprint": dataset_fingerprint(manifest),
         "schema": dataset_schema(manifest),
         "preprocessing": preprocessing(manifest),
+        **({"spec": spec} if isinstance(spec, dict) else {}),
     }
     return (json.dumps(record, indent=2) + "\n").encode()
 

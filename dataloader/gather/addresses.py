@@ -57,26 +57,32 @@ class ColumnLayout:
 
     def id_calls(self, features: list[int], modulos: list[int]) -> list[tuple]:
         """The several-parts ids kernel's calls for one-hot features `features` (folded by
-        `modulos`), one per id dtype: (positions in `features`, the dtype's empty array, columns,
-        row strides, features, modulos). The same for every window of a stream: made once."""
+        `modulos`), one per id dtype and row stride: (positions in `features`, the dtype's empty
+        array, columns, row stride, its keys' byte shift (gather_kernels.byte_keys), features,
+        modulos). The same for every window of a stream: made once."""
         key = (tuple(features), tuple(modulos))
         calls = self._id_calls.get(key)
         if calls is None:
-            by_dtype: dict[np.dtype, list[int]] = {}
+            by_kind: dict[tuple, list[int]] = {}
             for k, f in enumerate(features):
-                by_dtype.setdefault(self.like[f + 2].dtype, []).append(k)
+                by_kind.setdefault((self.like[f + 2].dtype, int(self.strides[f + 2])), []).append(k)
             calls = self._id_calls[key] = [
                 (
                     ks,
                     self.like[features[ks[0]] + 2],
                     np.array([features[k] + 2 for k in ks], np.int64),
-                    self.strides[[features[k] + 2 for k in ks]],
+                    stride,
+                    self.byte_shift(stride),
                     np.array([features[k] for k in ks], np.int64),
                     np.array([modulos[k] for k in ks], np.int64),
                 )
-                for ks in by_dtype.values()
+                for (_, stride), ks in by_kind.items()
             ]
         return calls
+
+    def byte_shift(self, stride: int) -> int:
+        """Bits of a row's byte offset in a column of row stride `stride`."""
+        return max(((1 << self.shift) - 1) * stride, 1).bit_length()
 
     def matches(self, part: Part) -> list[bool]:
         """Per column, whether `part`'s has this layout."""
@@ -142,9 +148,9 @@ class HeldParts:
         self._indices.extend(indices)
         np.take(self.key_base, self._bucket_parts, out=self.bases)
 
-    def key_dtype(self) -> type:
-        """The keys' dtype for the parts held now: 4 bytes a row where slot and row fit (10,000
-        parts of 450 K rows: 19 bits of row and a group's ~256 slots); the kernels read a key
-        once per value."""
-        slots = len(self.held)
-        return np.uint32 if self.layout.shift + max(slots - 1, 1).bit_length() <= 32 else np.int64
+    def key_dtype(self, shift: int | None = None) -> type:
+        """The keys' dtype for the parts held now, `shift` bits (default: the layout's) below the
+        slot: 4 bytes a row where slot and row fit (10,000 parts of 450 K rows: 19 bits of row and
+        a group's ~256 slots); the kernels read a key once per value."""
+        bits = self.layout.shift if shift is None else shift
+        return np.uint32 if bits + max(len(self.held) - 1, 1).bit_length() <= 32 else np.int64

@@ -332,24 +332,36 @@ def copy_rows_parts(addresses, stride, keys, shift, out):
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
+def byte_keys(keys, shift, stride, byte_shift, out):
+    """out[k] = (slot << byte_shift) | row * stride of the packed key keys[k] ((slot << shift) |
+    row): the row's byte offset in a column of that row stride, for `take_ids_columns_parts`."""
+    mask = (1 << shift) - 1
+    for k in range(keys.shape[0]):
+        key = np.int64(keys[k])
+        out[k] = ((key >> shift) << byte_shift) | ((key & mask) * stride)
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
 def take_ids_columns_parts(
-    like, addresses, columns, strides, features, modulos, keys, shift, out, pos, highest
+    like, addresses, columns, features, modulos, keys, shift, out, pos, highest
 ):
-    """`take_ids` for rows of several parts and several one-hot features of one id dtype, in one
-    call: column addresses[columns[c]] (an address per held part, one row stride strides[c] for
-    all: the caller checks it) goes to out[:, features[c], :] in order, each id written once,
-    folded by modulos[c] if > 0, row k at gather position pos + k; highest[c] gets its largest id
-    read, as `take_ids` returns it.
+    """`take_ids` for rows of several parts and several one-hot features of one id dtype and row
+    stride, in one call: column addresses[columns[c]] (an address per held part) goes to
+    out[:, features[c], :] in order, each id written once, folded by modulos[c] if > 0, row k at
+    gather position pos + k; highest[c] gets its largest id read, as `take_ids` returns it.
 
     Column by column inside the call, as separate calls would go: each column's slice of the
-    window stays in cache while it is read (a row-by-row pass over all columns was slower).
-    What one call saves is 26 dispatches a gather and the per-call setup. One packed key a row
-    (slot and row in 4 bytes where they fit) is one load a value where a part index and a row
-    were two, ~10-15% of the pass."""
+    window stays in cache while it is read (a row-by-row pass over all columns was slower, and so
+    was a pass over two columns). What one call saves is 26 dispatches a gather and the per-call
+    setup. One packed key a row (slot and row in 4 bytes where they fit) is one load a value
+    where a part index and a row were two, ~10-15% of the pass; keys of the row's byte offset
+    (`byte_keys`, (slot << shift) | offset), one pass a call, leave a value its slot's address
+    plus the offset, no multiply: ~6% of the pass."""
     b, n = out.shape[2], keys.shape[0]
+    mask = (1 << shift) - 1
     for c in range(features.shape[0]):
         hi = np.uint64(0)
-        stride, f, modulo = strides[c], features[c], modulos[c]
+        f, modulo = features[c], modulos[c]
         column = addresses[columns[c]]
         done = 0
         while done < n:
@@ -358,12 +370,14 @@ def take_ids_columns_parts(
             dst, chunk = out[i, f, j0 : j0 + m], keys[done : done + m]
             if modulo > 0:  # two loops, so that LLVM compiles each without a branch
                 for j in range(m):
-                    v = np.int64(_load(_address(column, np.int64(chunk[j]), shift, stride), like))
+                    key = np.int64(chunk[j])
+                    v = np.int64(_load(column[key >> shift] + (key & mask), like))
                     hi = max(hi, np.uint64(v))
                     dst[j] = v % modulo
             else:
                 for j in range(m):
-                    v = np.int64(_load(_address(column, np.int64(chunk[j]), shift, stride), like))
+                    key = np.int64(chunk[j])
+                    v = np.int64(_load(column[key >> shift] + (key & mask), like))
                     hi = max(hi, np.uint64(v))
                     dst[j] = v
             done += m

@@ -122,14 +122,22 @@ def take_ids_of_parts(
     pos: int = 0,
 ) -> np.ndarray:
     """Ids of the one-hot features `features` (their columns: held's columns 2 + f) into
-    values[:, f, :] from gather position `pos` on, one kernel call per id dtype, from the rows of
-    packed `keys` (keys, shift); the largest id read per feature (uint64, unfolded), for the
-    bounds check."""
+    values[:, f, :] from gather position `pos` on, one kernel call per id dtype and row stride,
+    from the rows of packed `keys` (keys, shift); the largest id read per feature (uint64,
+    unfolded), for the bounds check."""
     highest = np.zeros(len(features), np.uint64)
-    for ks, like, columns, strides, feature_ids, folds in held.layout.id_calls(features, modulos):
+    rows, shift = keys
+    for ks, like, columns, stride, byte_shift, feature_ids, folds in held.layout.id_calls(
+        features, modulos
+    ):
+        if stride == 1:  # the row is its byte offset
+            offsets = rows
+        else:
+            offsets = np.empty(len(rows), held.key_dtype(byte_shift))
+            kernels.byte_keys(rows, shift, stride, byte_shift, offsets)
         out = np.empty(len(ks), np.uint64)
         kernels.take_ids_columns_parts(
-            like, held.addresses, columns, strides, feature_ids, folds, *keys, values, pos, out
+            like, held.addresses, columns, feature_ids, folds, offsets, byte_shift, values, pos, out
         )
         highest[ks] = out
     return highest

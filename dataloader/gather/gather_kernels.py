@@ -9,10 +9,10 @@ than a compiled loop over 13 values.
 
 Rows of several parts (a shuffle window mixes blocks of every part) are where numpy does
 worst: it groups the rows by part, gathers each group, then scatters it into place, one
-pass per part and column. `locate` finds each row's part once, and the `*_parts` kernels
-read every column in one in-order pass, from each part's map by data address and stride
-(one part stays faster still, as each row's part is read back for every column; `shardrec
-bench loader` measures both).
+pass per part and column. `locate_keys` finds each row's part once (its slot among the held
+parts and its row there, one key), and the `*_parts` kernels read every column in one in-order
+pass, from each part's map by data address and stride (one part stays faster still, as each
+row's part is read back for every column; `shardrec bench loader` measures both).
 
 `take_values`/`take_rows` with `where` and `group_by_part` serve what still goes part by
 part (multi-hot features): `where` None means output position k gets row idx[k], else

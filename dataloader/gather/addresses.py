@@ -3,10 +3,10 @@ pass.
 
 gather_kernels.py's `*_parts` kernels read each row from its part's map by data address and
 row stride, the part named by its slot among the parts the gathering thread holds
-(`HeldParts`), packed with the row inside it into one key per row (`pack_keys`). Parts may be
-unmapped and mapped again (part_cache.py): a thread holds the Part objects whose addresses its
-tables have, so they stay mapped while it reads them, and starts again when the PartSet
-unmapped any part.
+(`HeldParts`), packed with the row inside it into one key per row (gather_kernels.locate_keys).
+Parts may be unmapped and mapped again (part_cache.py): a thread holds the Part objects whose
+addresses its tables have, so they stay mapped while it reads them, and starts again when the
+PartSet unmapped any part.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from shardrec.dataloader.format.part_file import DENSE, LABEL, Part
-from shardrec.dataloader.util.jit import njit
+from shardrec.dataloader.gather.gather_kernels import UNHELD
 
 
 def index_dtype(count: int) -> type:
@@ -27,19 +27,6 @@ def index_dtype(count: int) -> type:
     if count <= 1 << 31:
         return np.int32
     return np.int64
-
-
-@njit(cache=True, nogil=True, boundscheck=False)
-def pack_keys(part_of, local, slot_of, shift, keys):
-    """keys[k] = (slot_of[part_of[k]] << shift) | local[k]: row k's slot among the held parts and
-    its row inside the part, in one integer the kernels read once per value. Returns how many
-    rows lie in parts without a slot (slot_of -1); their keys are then meaningless."""
-    missing = 0
-    for k in range(keys.shape[0]):
-        slot = slot_of[part_of[k]]
-        missing += slot < 0
-        keys[k] = (np.int64(slot) << shift) | np.int64(local[k])
-    return missing
 
 
 def _columns(part: Part, feature_names: list[str]) -> list[np.ndarray]:
@@ -70,26 +57,32 @@ class ColumnLayout:
 
     def id_calls(self, features: list[int], modulos: list[int]) -> list[tuple]:
         """The several-parts ids kernel's calls for one-hot features `features` (folded by
-        `modulos`), one per id dtype: (positions in `features`, the dtype's empty array, columns,
-        row strides, features, modulos). The same for every window of a stream: made once."""
+        `modulos`), one per id dtype and row stride: (positions in `features`, the dtype's empty
+        array, columns, row stride, its keys' byte shift (gather_kernels.byte_keys), features,
+        modulos). The same for every window of a stream: made once."""
         key = (tuple(features), tuple(modulos))
         calls = self._id_calls.get(key)
         if calls is None:
-            by_dtype: dict[np.dtype, list[int]] = {}
+            by_kind: dict[tuple, list[int]] = {}
             for k, f in enumerate(features):
-                by_dtype.setdefault(self.like[f + 2].dtype, []).append(k)
+                by_kind.setdefault((self.like[f + 2].dtype, int(self.strides[f + 2])), []).append(k)
             calls = self._id_calls[key] = [
                 (
                     ks,
                     self.like[features[ks[0]] + 2],
                     np.array([features[k] + 2 for k in ks], np.int64),
-                    self.strides[[features[k] + 2 for k in ks]],
+                    stride,
+                    self.byte_shift(stride),
                     np.array([features[k] for k in ks], np.int64),
                     np.array([modulos[k] for k in ks], np.int64),
                 )
-                for ks in by_dtype.values()
+                for (_, stride), ks in by_kind.items()
             ]
         return calls
+
+    def byte_shift(self, stride: int) -> int:
+        """Bits of a row's byte offset in a column of row stride `stride`."""
+        return max(((1 << self.shift) - 1) * stride, 1).bit_length()
 
     def matches(self, part: Part) -> list[bool]:
         """Per column, whether `part`'s has this layout."""
@@ -107,10 +100,19 @@ class HeldParts:
     the stream left a group, or a bound evicted), so it keeps alive no more than the set
     itself maps, plus the parts of the gathers in flight."""
 
-    def __init__(self, layout: ColumnLayout, parts: int) -> None:
-        """parts: the split's."""
+    def __init__(
+        self, layout: ColumnLayout, part_starts: np.ndarray, bucket_parts: np.ndarray
+    ) -> None:
+        """part_starts: the split's [parts + 1] first global row of each part, then the total;
+        bucket_parts: the two parts each bucket of rows meets (many_parts.KeyBuckets.parts)."""
         self.layout = layout
-        self.slot_of = np.full(parts, -1, np.int32)
+        self._part_starts = part_starts[:-1]
+        self.key_base = np.full(len(self._part_starts), UNHELD, np.int64)
+        """Per part, its row 0's key less its first global row (UNHELD: not held), so that a
+        global row plus its part's base is its key."""
+        self._bucket_parts = bucket_parts
+        self.bases = np.full(bucket_parts.shape, UNHELD, np.int64)
+        """key_base of the two parts of each bucket (gather_kernels.locate_keys)."""
         self.held: list[Part] = []
         self._indices: list[int] = []
         self.addresses = np.zeros((len(layout.columns), 256), np.int64)
@@ -121,7 +123,8 @@ class HeldParts:
     def start_again(self, generation: int) -> None:
         """Hold nothing from here on (the parts may be unmapped once no gather in flight holds
         them); `generation`: the PartSet's, now."""
-        self.slot_of[self._indices] = -1
+        self.key_base[self._indices] = UNHELD
+        self.bases.fill(UNHELD)
         self.held, self._indices = [], []
         self.same = self.layout.kernel_ok.copy()
         self.generation = generation
@@ -140,25 +143,14 @@ class HeldParts:
                 for key, c in zip(keys, _columns(part, self.layout.feature_names))
             ]
             self.same &= self.layout.matches(part)
-            self.slot_of[i] = k
+            self.key_base[i] = (k << self.layout.shift) - int(self._part_starts[i])
         self.held.extend(parts)
         self._indices.extend(indices)
+        np.take(self.key_base, self._bucket_parts, out=self.bases)
 
-    def keys(self, part_of: np.ndarray, local: np.ndarray, hold) -> tuple[np.ndarray, int]:
-        """Packed keys of located rows (pack_keys) and their shift, holding the parts not held yet
-        through `hold(indices) -> parts`."""
-        slots = len(self.held)
-        shift = self.layout.shift
-        keys = np.empty(len(part_of), self._key_dtype(slots))
-        if pack_keys(part_of, local, self.slot_of, shift, keys):
-            missing = np.unique(part_of[self.slot_of[part_of] < 0]).tolist()
-            self.add(missing, hold(missing))
-            if self._key_dtype(len(self.held)) != keys.dtype:
-                keys = np.empty(len(part_of), self._key_dtype(len(self.held)))
-            pack_keys(part_of, local, self.slot_of, shift, keys)
-        return keys, shift
-
-    def _key_dtype(self, slots: int) -> type:
-        # 4 bytes a row where slot and row fit (10,000 parts of 450 K rows: 19 bits of row and a
-        # group's ~256 slots); the kernels read a key once per value.
-        return np.uint32 if self.layout.shift + max(slots - 1, 1).bit_length() <= 32 else np.int64
+    def key_dtype(self, shift: int | None = None) -> type:
+        """The keys' dtype for the parts held now, `shift` bits (default: the layout's) below the
+        slot: 4 bytes a row where slot and row fit (10,000 parts of 450 K rows: 19 bits of row and
+        a group's ~256 slots); the kernels read a key once per value."""
+        bits = self.layout.shift if shift is None else shift
+        return np.uint32 if bits + max(len(self.held) - 1, 1).bit_length() <= 32 else np.int64

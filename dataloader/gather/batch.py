@@ -62,9 +62,7 @@ class BatchGatherer(ColumnReader):
             elif consecutive(rows):
                 return self._batches(slices, *self._gather_consecutive(rows, first_last, count, b))
             else:
-                labels, dense, values = self._gather_located(
-                    self._locator.locate(rows), count, b, rows
-                )
+                labels, dense, values = self._gather_located(rows, count, b)
             return self._batches(slices, labels, dense, self.kjts.one_hot(values, b))
         groups = group_rows(rows, self._part_starts, first_last, self.compiled)
         labels, dense = self.memory.labels_dense(n)
@@ -178,9 +176,7 @@ class BatchGatherer(ColumnReader):
         n = len(rows)
         first, last = self._part_range(rows)
         if first != last:
-            labels, dense, values = self._gather_located(
-                self._locator.locate(rows), count, b, rows, start
-            )
+            labels, dense, values = self._gather_located(rows, count, b, start)
         else:
             labels, dense, values = self._gather_one_part(rows, first, count, b, start)
         read = labels[start : start + n]

@@ -76,7 +76,9 @@ class ColumnReader:
         """This thread's held parts, started again if the PartSet unmapped any part since."""
         held = getattr(self._held, "parts", None)
         if held is None:
-            held = self._held.parts = HeldParts(self._layout, len(self.parts))
+            held = self._held.parts = HeldParts(
+                self._layout, self._part_starts, self._locator.buckets.parts
+            )
         generation = self.parts.generation if isinstance(self.parts, PartSet) else 0
         if held.generation != generation:
             held.start_again(generation)
@@ -178,27 +180,19 @@ class ColumnReader:
             return self.parts.hold(numbers)
         return [self.parts[p] for p in numbers]
 
-    def _gather_located(
-        self,
-        located: tuple[np.ndarray, np.ndarray],
-        count: int,
-        b: int,
-        rows: np.ndarray,
-        start: int = 0,
-    ):
+    def _gather_located(self, rows: np.ndarray, count: int, b: int, start: int = 0):
         """Labels, dense and one-hot ids of `count` batches of b rows whose gather positions start
         .. start + len(rows) - 1 hold `rows`, spread over several parts, each written once, in
-        order (no grouping by part, no scattered writes). located: (part_of, local)."""
+        order (no grouping by part, no scattered writes)."""
         n = len(rows)
-        part_of, local = located
         # The parts used, held (mapped) by this thread while the kernels read their raw
         # addresses; a shuffle group's windows use the same parts, held once.
         held = self._held_parts()
-        keys = held.keys(part_of, local, self._hold)
+        keys = self._locator.keys(rows, held, self._hold)
         layout, addresses, same = held.layout, held.addresses, held.same
 
         def fallback() -> Groups:  # numpy, part by part (layouts differ, or float16)
-            return group_located(part_of, local)
+            return group_located(*self._locator.locate(rows))
 
         labels, dense = self.memory.labels_dense(count * b)
         labels_in, dense_in = labels[start : start + n], dense[start : start + n]

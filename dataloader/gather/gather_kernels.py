@@ -9,10 +9,10 @@ than a compiled loop over 13 values.
 
 Rows of several parts (a shuffle window mixes blocks of every part) are where numpy does
 worst: it groups the rows by part, gathers each group, then scatters it into place, one
-pass per part and column. `locate` finds each row's part once, and the `*_parts` kernels
-read every column in one in-order pass, from each part's map by data address and stride
-(one part stays faster still, as each row's part is read back for every column; `shardrec
-bench loader` measures both).
+pass per part and column. `locate_keys` finds each row's part once (its slot among the held
+parts and its row there, one key), and the `*_parts` kernels read every column in one in-order
+pass, from each part's map by data address and stride (one part stays faster still, as each
+row's part is read back for every column; `shardrec bench loader` measures both).
 
 `take_values`/`take_rows` with `where` and `group_by_part` serve what still goes part by
 part (multi-hot features): `where` None means output position k gets row idx[k], else
@@ -262,10 +262,41 @@ def locate_indexed(rows, part_starts, first_part, shift, part_of, local):
         local[i] = r - part_starts[lo]
 
 
+UNHELD = np.iinfo(np.int64).min
+"""The key base of a part the gathering thread does not hold (`locate_keys`)."""
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def locate_keys(rows, part_starts, shift, second_start, bases, key_base, keys):
+    """keys[k] = rows[k] + the key base of the part holding it: its key, (slot << key shift) |
+    row inside the part (addresses.HeldParts), without writing where each row lies first.
+
+    Rows go by buckets of 2**shift rows (many_parts.KeyBuckets): a bucket meets one part, or two
+    whose boundary is second_start[b] (bases[b, 0] below it, bases[b, 1] from it on; past its
+    rows where it meets one), or, second_start[b] -1, more: then the row's part is searched and
+    key_base[part] read. One table row a bucket and no dependent search: 0.09 ms a shuffle
+    window of 64 K rows over 120 parts, where `locate`, then packing its results, took 0.28 ms
+    (~5% of the stream). Returns how many rows lie in parts not held (key base UNHELD); their
+    keys are then meaningless."""
+    parts = part_starts.shape[0] - 1
+    missing = 0
+    for k in range(rows.shape[0]):
+        r = rows[k]
+        b = r >> shift
+        boundary = second_start[b]
+        if boundary >= 0:
+            base = bases[b, 1] if r >= boundary else bases[b, 0]
+        else:  # a bucket over more than two parts (a part smaller than a bucket)
+            base = key_base[_part_of(r, part_starts, parts)]
+        missing += base == UNHELD
+        keys[k] = r + base
+    return missing
+
+
 @njit(inline="always", nogil=True, boundscheck=False)
 def _address(addresses, key, shift, stride):
     """Where the row of a packed key lies in a column given by its address per held part: the
-    key is (slot << shift) | row inside the part (addresses.pack_keys)."""
+    key is (slot << shift) | row inside the part (`locate_keys`)."""
     return addresses[key >> shift] + (key & ((1 << shift) - 1)) * stride
 
 
@@ -301,24 +332,36 @@ def copy_rows_parts(addresses, stride, keys, shift, out):
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
+def byte_keys(keys, shift, stride, byte_shift, out):
+    """out[k] = (slot << byte_shift) | row * stride of the packed key keys[k] ((slot << shift) |
+    row): the row's byte offset in a column of that row stride, for `take_ids_columns_parts`."""
+    mask = (1 << shift) - 1
+    for k in range(keys.shape[0]):
+        key = np.int64(keys[k])
+        out[k] = ((key >> shift) << byte_shift) | ((key & mask) * stride)
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
 def take_ids_columns_parts(
-    like, addresses, columns, strides, features, modulos, keys, shift, out, pos, highest
+    like, addresses, columns, features, modulos, keys, shift, out, pos, highest
 ):
-    """`take_ids` for rows of several parts and several one-hot features of one id dtype, in one
-    call: column addresses[columns[c]] (an address per held part, one row stride strides[c] for
-    all: the caller checks it) goes to out[:, features[c], :] in order, each id written once,
-    folded by modulos[c] if > 0, row k at gather position pos + k; highest[c] gets its largest id
-    read, as `take_ids` returns it.
+    """`take_ids` for rows of several parts and several one-hot features of one id dtype and row
+    stride, in one call: column addresses[columns[c]] (an address per held part) goes to
+    out[:, features[c], :] in order, each id written once, folded by modulos[c] if > 0, row k at
+    gather position pos + k; highest[c] gets its largest id read, as `take_ids` returns it.
 
     Column by column inside the call, as separate calls would go: each column's slice of the
-    window stays in cache while it is read (a row-by-row pass over all columns was slower).
-    What one call saves is 26 dispatches a gather and the per-call setup. One packed key a row
-    (slot and row in 4 bytes where they fit) is one load a value where a part index and a row
-    were two, ~10-15% of the pass."""
+    window stays in cache while it is read (a row-by-row pass over all columns was slower, and so
+    was a pass over two columns). What one call saves is 26 dispatches a gather and the per-call
+    setup. One packed key a row (slot and row in 4 bytes where they fit) is one load a value
+    where a part index and a row were two, ~10-15% of the pass; keys of the row's byte offset
+    (`byte_keys`, (slot << shift) | offset), one pass a call, leave a value its slot's address
+    plus the offset, no multiply: ~6% of the pass."""
     b, n = out.shape[2], keys.shape[0]
+    mask = (1 << shift) - 1
     for c in range(features.shape[0]):
         hi = np.uint64(0)
-        stride, f, modulo = strides[c], features[c], modulos[c]
+        f, modulo = features[c], modulos[c]
         column = addresses[columns[c]]
         done = 0
         while done < n:
@@ -327,12 +370,14 @@ def take_ids_columns_parts(
             dst, chunk = out[i, f, j0 : j0 + m], keys[done : done + m]
             if modulo > 0:  # two loops, so that LLVM compiles each without a branch
                 for j in range(m):
-                    v = np.int64(_load(_address(column, np.int64(chunk[j]), shift, stride), like))
+                    key = np.int64(chunk[j])
+                    v = np.int64(_load(column[key >> shift] + (key & mask), like))
                     hi = max(hi, np.uint64(v))
                     dst[j] = v % modulo
             else:
                 for j in range(m):
-                    v = np.int64(_load(_address(column, np.int64(chunk[j]), shift, stride), like))
+                    key = np.int64(chunk[j])
+                    v = np.int64(_load(column[key >> shift] + (key & mask), like))
                     hi = max(hi, np.uint64(v))
                     dst[j] = v
             done += m

@@ -171,8 +171,6 @@ def test_the_fallback_keeps_the_rows_of_the_last_part_a_part_index_dtype_holds(
 def test_whole_rows_of_several_parts_are_copied_exactly(key_dtype):
     """Rows named by packed keys (slot among the held parts, row inside the part; 4 or 8 bytes)
     are the parts' rows, with the parts held in another order than their indices."""
-    from shardrec.dataloader.gather.addresses import pack_keys
-
     rng = np.random.default_rng(5)
     parts = [rng.normal(size=(n, 13)).astype(np.float32) for n in (40, 7, 25)]
     part_of = rng.integers(0, 3, 300).astype(np.uint16)
@@ -180,14 +178,50 @@ def test_whole_rows_of_several_parts_are_copied_exactly(key_dtype):
     slot_of = np.array([2, 0, 1], np.int32)  # part p is held in slot slot_of[p]
     addresses = np.zeros(3, np.int64)
     addresses[slot_of] = [p.ctypes.data for p in parts]
-    keys = np.empty(300, key_dtype)
-    assert pack_keys(part_of, local, slot_of, 6, keys) == 0
+    keys = ((slot_of[part_of].astype(np.int64) << 6) | local).astype(key_dtype)
     out = np.empty((300, 13), np.float32)
     gather_kernels.copy_rows_parts(addresses, parts[0].strides[0], keys, 6, out)
     assert np.array_equal(out, np.stack([parts[p][r] for p, r in zip(part_of, local)]))
-    assert pack_keys(part_of, local, np.array([2, -1, 1], np.int32), 6, keys) == np.sum(
-        part_of == 1
-    )  # rows of a part not held are counted
+
+
+@pytest.mark.parametrize(
+    "sizes",
+    [
+        [5] * 40,
+        [1, 0, 0, 7, 3] * 10,  # empty parts
+        [6, 0, 6, 6] * 10,  # an empty part inside a bucket of two parts
+        [3000] * 64 + [1],
+        [2],
+        [1 << 21, 3, 0, 2, 1 << 21],  # buckets of 8 rows: one meets three parts
+    ],
+)
+def test_keys_of_rows_through_the_buckets_are_their_slot_and_row_in_the_part(sizes: list[int]):
+    """locate_keys gives each global row (slot of its part << shift) | its row in the part, as
+    the search finds the part, and counts the rows of parts not held."""
+    from shardrec.dataloader.gather.many_parts import KeyBuckets
+
+    part_starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    rng = np.random.default_rng(len(sizes))
+    rows = rng.integers(0, part_starts[-1], 5000).astype(np.int64)
+    part_of, local = np.empty(5000, np.int64), np.empty(5000, np.int64)
+    gather_kernels.locate(rows, part_starts, part_of, local)
+    buckets = KeyBuckets(part_starts, sizes)
+    slot_of = rng.permutation(len(sizes))
+    shift = max(sizes).bit_length()
+    key_base = (slot_of << shift) - part_starts[:-1]
+    keys = np.empty(5000, np.int64)
+    missing = gather_kernels.locate_keys(
+        rows, part_starts, buckets.shift, buckets.second_start, key_base[buckets.parts],
+        key_base, keys,
+    )  # fmt: skip
+    assert missing == 0
+    assert keys.tolist() == ((slot_of[part_of] << shift) | local).tolist()
+    key_base[part_of[0]] = gather_kernels.UNHELD  # that part is not held
+    missing = gather_kernels.locate_keys(
+        rows, part_starts, buckets.shift, buckets.second_start, key_base[buckets.parts],
+        key_base, keys,
+    )  # fmt: skip
+    assert missing == np.sum(part_of == part_of[0])
 
 
 def test_whole_rows_of_one_part_are_copied_exactly():

@@ -22,6 +22,8 @@ from shardrec.dataloader.format.part_file import Part
 from shardrec.dataloader.order import EpochOrder
 
 logger = logging.getLogger(__name__)
+WARM_THREAD = "shardrec-warm"
+"""The name of the threads that warm the next shuffle group (benchmarks wait for them)."""
 
 
 class GroupMaps:
@@ -86,7 +88,7 @@ class GroupMaps:
         def wanted() -> bool:
             return self._group == group and threading.main_thread().is_alive()
 
-        threading.Thread(target=_warm, args=(parts, spans, wanted), name="shardrec-warm").start()
+        threading.Thread(target=_warm, args=(parts, spans, wanted), name=WARM_THREAD).start()
 
 
 def _warm(parts: PartSet, spans: list[tuple[int, int, int]], wanted: Callable[[], bool]) -> None:

@@ -3,6 +3,7 @@ same-round ratios with their spread, and no figure where a run is too short to m
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,26 @@ def test_a_preprocess_input_under_a_megabyte_is_said_at_its_size_not_as_zero():
     assert too_small(0.2).startswith("a 0.2 MB file measures process start-up")
     assert too_small(3.4).startswith("a 3 MB file measures")
     assert too_small(0.2, 0.1).startswith("a 0.1 MB file holding 0.2 MB of text")
+
+
+def test_a_streams_warmer_still_running_when_its_run_ends_counts_in_that_runs_cpu_not_its_wall():
+    """A warmer left running fell into the next run's CPU (another configuration's): up to ~4%
+    of the many-part stream's CPU went uncounted against one part."""
+    import threading
+
+    from shardrec.dataloader.group_maps import WARM_THREAD
+    from shardrec.tools.bench.loader.stream_runs import timed_stream
+
+    def spin() -> None:
+        end = time.thread_time() + 0.3
+        while time.thread_time() < end:
+            pass
+
+    def run() -> float:
+        threading.Thread(target=spin, name=WARM_THREAD).start()
+        return 1.0
+
+    r = timed_stream(run)
+    assert r.cpu_s >= 0.3
+    assert r.wall_s < 0.1
+    assert not any(t.name == WARM_THREAD for t in threading.enumerate())

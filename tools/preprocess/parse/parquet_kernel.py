@@ -85,14 +85,17 @@ def gather_entry_ids(entry_ids, indices, bitmap, at, rows, out, j, offset):
     distinct value hashed once. A null row takes the last entry, the missing value's id (0, or a
     raw id's MISSING_KEY), as an empty field's."""
     null = len(entry_ids) - 1
+    if len(bitmap) == 0:
+        for k in range(len(rows)):
+            out[j, offset + k] = entry_ids[indices[at + rows[k]]]
+        return
     for k in range(len(rows)):
         i = at + rows[k]
-        # Statements, not `a if valid else b`: numba types that expression by uniting its two
-        # sides (uint64 with an integer literal: float64, which rounded ids past 2^53).
-        d = null
-        if _valid(bitmap, i):
-            d = indices[i]
-        out[j, offset + k] = entry_ids[d]
+        # A null's index is read too (Arrow keeps its slot, of any value) and set aside by
+        # arithmetic, not a branch: a branch on nulls mispredicts at Criteo's rates of them
+        # (measured: 6.9 against 4.5 ms for 23 columns of 131 K rows).
+        valid = np.int64((bitmap[i >> 3] >> (i & 7)) & 1)
+        out[j, offset + k] = entry_ids[np.int64(indices[i]) * valid + null * (1 - valid)]
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
@@ -114,18 +117,16 @@ def numbers_into(values, bitmap, at, n, out, missing, col, r0, reason, bad_field
     fraction, or beyond +-2^63, makes its row malformed (bad_integer), as `1.5` in text does."""
     for i in range(n):
         r, j = r0 + i, at + i
-        if not _valid(bitmap, j):
-            out[r, col], missing[r, col] = 0.0, True
-            continue
+        # A null's value is read too (Arrow keeps its slot, of any value) and replaced by a
+        # select, not a branch on nulls (measured: 4.6 against 2.6 ms for Criteo's 13 columns of
+        # 131 K rows); only a bad value, which is rare, is one.
+        ok = _valid(bitmap, j)
         v = np.float64(values[j])
-        if not np.isfinite(v):
+        out[r, col], missing[r, col] = (v if ok else 0.0), not ok
+        fraction = integral and (v != np.floor(v) or abs(v) >= 2.0**63)
+        if ok and (not np.isfinite(v) or fraction):
             out[r, col], missing[r, col] = 0.0, True
-            _bad(reason, bad_field, r, BAD_FLOAT, field)
-        elif integral and (v != np.floor(v) or abs(v) >= 2.0**63):
-            out[r, col], missing[r, col] = 0.0, True
-            _bad(reason, bad_field, r, BAD_INTEGER, field)
-        else:
-            out[r, col], missing[r, col] = v, False
+            _bad(reason, bad_field, r, BAD_INTEGER if np.isfinite(v) else BAD_FLOAT, field)
 
 
 @njit(cache=True, nogil=True, boundscheck=False)

@@ -19,33 +19,61 @@ from shardrec.tools.preprocess.parse.criteo_text import DENSE_TRANSFORMS, transf
 LOG1P, SIGNED_LOG1P, SHIFT_LOG1P, NO_TRANSFORM = range(4)  # DENSE_TRANSFORMS' order
 
 
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _table_bits(h, v, missing, table, sign, size):
+    """(the bits of v under transform h, True) where its log1p input is an integer below `size`,
+    else (table[0], False): transform_dense computes it."""
+    neg = False
+    if missing:  # v read, then zeroed: a select (reading it only where present was a branch)
+        v = 0.0
+    if h == LOG1P:
+        y = v if v > 0.0 else 0.0  # np.maximum(v, 0.0): +0.0 for -0.0 too
+    elif h == SIGNED_LOG1P:
+        y, neg = abs(v), v < 0.0  # np.sign(+-0.0) is +0.0: a zero stays +0.0
+    elif h == SHIFT_LOG1P:
+        y = 0.0 if missing else (v if v > -3.0 else -3.0) + 3.0
+    else:
+        y = -1.0
+    i = np.int64(y) if 0.0 <= y < size else np.int64(-1)
+    if i >= 0 and np.float64(i) == y:
+        return (table[i] ^ sign if neg else table[i]), True
+    return table[0], False
+
+
 @njit(cache=True, nogil=True, boundscheck=False)
 def dense_from_table(dense, dmiss, rows, how, table, sign, out, misses):
     """out[k, d] = the bits of row rows[k]'s dense column d under transform how[d] (LOG1P ..):
     table[i] where the transform's log1p input is an integer i below len(table) (table: the bits
     of transform_dense's log1p of 0, 1, .. in the part's dtype; a negative signed-log1p flips the
     sign bit, as the cast of -y is minus the cast of y). Every other k is listed in misses[d] for
-    transform_dense itself (`none` always is); returns each column's count of them."""
+    transform_dense itself (`none` always is); returns each column's count of them.
+
+    In the order the values lie in memory: a column at a time where `dense` is column-major (a
+    Parquet row group's), a row at a time where it is row-major (text parsed by a spec). Row by
+    row over a column-major row group took ~2x the CPU (measured on 131 K Criteo-shaped rows,
+    13 columns: 11.9 against 4.2 ms), and column by column over a row-major piece ~1.6x."""
     nd = dense.shape[1]
     counts = np.zeros(nd, np.int64)
     size = np.float64(len(table))
+    if dense.strides[0] <= dense.strides[1]:
+        for d in range(nd):
+            h, c = how[d], 0
+            for k in range(len(rows)):
+                r = rows[k]
+                bits, hit = _table_bits(h, dense[r, d], dmiss[r, d], table, sign, size)
+                if hit:
+                    out[k, d] = bits
+                else:
+                    misses[d, c] = k
+                    c += 1
+            counts[d] = c
+        return counts
     for k in range(len(rows)):
         r = rows[k]
         for d in range(nd):
-            h, v, neg = how[d], dense[r, d], False
-            if dmiss[r, d]:
-                v = 0.0
-            if h == LOG1P:
-                y = v if v > 0.0 else 0.0  # np.maximum(v, 0.0): +0.0 for -0.0 too
-            elif h == SIGNED_LOG1P:
-                y, neg = abs(v), v < 0.0  # np.sign(+-0.0) is +0.0: a zero stays +0.0
-            elif h == SHIFT_LOG1P:
-                y = 0.0 if dmiss[r, d] else (v if v > -3.0 else -3.0) + 3.0
-            else:
-                y = -1.0
-            i = np.int64(y) if 0.0 <= y < size else np.int64(-1)
-            if i >= 0 and np.float64(i) == y:
-                out[k, d] = table[i] ^ sign if neg else table[i]
+            bits, hit = _table_bits(how[d], dense[r, d], dmiss[r, d], table, sign, size)
+            if hit:
+                out[k, d] = bits
             else:
                 misses[d, counts[d]] = k
                 counts[d] += 1

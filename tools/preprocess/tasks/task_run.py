@@ -287,13 +287,22 @@ def parquet_chunks(
 def process_setup() -> None:
     """Once per process that preprocesses (the CLI's, each pool worker): its start-up and the
     kernels' loading are counted as such (cpu_stages), and its exit skips the last collection."""
-    if not _SET_UP:
-        _SET_UP.append(True)
-        # At exit the interpreter collects garbage over every object numba's registries made,
-        # ~0.3 CPU-s per process, to free memory the process gives back anyway; frozen objects
-        # are not scanned. Registered now, it runs only as the process ends (pytest's too).
-        atexit.register(gc.freeze)
-    cpu_stages.process_started(parse_kernel.warm_up)
+    if _SET_UP:
+        return
+    _SET_UP.append(True)
+    # At exit the interpreter collects garbage over every object numba's registries made,
+    # ~0.3 CPU-s per process, to free memory the process gives back anyway; frozen objects
+    # are not scanned. Registered now, it runs only as the process ends (pytest's too).
+    atexit.register(gc.freeze)
+    # Loading the first kernel makes ~50 K objects (numba's registries) that live as long as the
+    # process: collected while they are made, they were scanned again and again (~0.05 CPU-s,
+    # a full collection among them); frozen once made, no later collection scans them.
+    gc.disable()
+    try:
+        cpu_stages.process_started(parse_kernel.warm_up)
+    finally:
+        gc.freeze()
+        gc.enable()
 
 
 _SET_UP: list[bool] = []

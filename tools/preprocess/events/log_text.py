@@ -1,5 +1,6 @@
-"""What a CSV/TSV file of an event log (or an item map) holds when pyarrow cannot read it, said in
-one line: a binary file (Parquet, most often) given as text, text given as Parquet, or the line
+"""A CSV/TSV file of an event log (or an item map) as pyarrow's reader takes it: its text less the
+blank lines that end it, plain or compressed. And what it holds when pyarrow cannot read it, said
+in one line: a binary file (Parquet, most often) given as text, text given as Parquet, or the line
 whose field count is not the header's. pyarrow's own message has no line number and echoes the
 line's bytes; these read the file again, on the error path only.
 """
@@ -9,7 +10,11 @@ from __future__ import annotations
 import csv
 import io
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+from shardrec.tools.preprocess.text.lines import TextEnd, blank_bytes, text_end
 
 HEAD_BYTES = 1 << 16
 """Bytes looked at for a NUL byte: text logs have none."""
@@ -21,6 +26,68 @@ def _stream(path: Path):
 
     # As pyarrow's CSV reader opens a path: a .gz (.bz2, ...) name is read decompressed.
     return pa.input_stream(str(path), compression="detect")
+
+
+@contextmanager
+def text_before_blank_lines(path: Path, delimiter: str) -> Iterator:
+    """`path` as pyarrow's CSV reader takes it, less the blank lines (spaces, tabs) that end its
+    text: the click-log readers take such lines as no rows (text.lines.text_end), pyarrow refused
+    the last as a row of one field. A plain file's bytes before them are mapped, not copied; a
+    compressed one (.gz, .bz2, .lz4, .zst) is read as it decompresses. A blank line between rows
+    stays a refusal. One reader a use: a reader is used up."""
+    import pyarrow as pa
+
+    try:
+        pa.Codec.detect(str(path))
+    except (TypeError, ValueError):  # no compression's extension: plain text
+        compressed = False
+    else:
+        compressed = True
+    if compressed:
+        with _stream(path) as stream:
+            yield BeforeBlankLines(stream, blank_bytes(delimiter))
+    else:
+        end = text_end(path, 0, blank_bytes(delimiter))
+        yield str(path) if end == path.stat().st_size else _mapped(path, end)
+
+
+def _mapped(path: Path, end: int):
+    import pyarrow as pa
+
+    return pa.BufferReader(pa.memory_map(str(path)).read_buffer(end))
+
+
+class BeforeBlankLines(io.RawIOBase):
+    """A stream's bytes less the blank lines that end them: the bytes after the last line that is
+    not blank are held back until a line that is not blank follows (they are then rows, and a
+    blank line among them is refused as the plain file's is) or the stream ends (dropped)."""
+
+    def __init__(self, stream, blank: bytes, block: int = 1 << 20) -> None:
+        self._stream, self._end, self._block = stream, TextEnd(blank), block
+        self._held = bytearray()
+        self._out, self._at = memoryview(b""), 0
+        self._done = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        while self._at == len(self._out) and not self._done:
+            data = self._stream.read(self._block)
+            if not data:  # a last line without its newline that is not blank ends the text
+                self._done = True
+                out = b"" if self._end.last_line_blank() else bytes(self._held)
+            elif (keep := self._end.feed(data, 0, len(data))) < 0:
+                self._held += data
+                continue
+            else:
+                out = bytes(self._held) + data[:keep]
+                self._held = bytearray(data[keep:])
+            self._out, self._at = memoryview(out), 0
+        n = min(len(b), len(self._out) - self._at)
+        b[:n] = self._out[self._at : self._at + n]
+        self._at += n
+        return n
 
 
 def _head(path: Path) -> bytes | None:

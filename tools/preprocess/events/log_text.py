@@ -148,30 +148,72 @@ def field_count_line(path: Path, kind: str, error: Exception) -> str | None:
     return None
 
 
-def row_line(path: Path, row: int, chunk: int = 1 << 24) -> int:
-    """The line (from 1) that holds row `row` (from 0, after the header) of a CSV/TSV file, found
-    as pyarrow's reader finds its rows: one a line, empty lines (`\\r\\n` too) none, before the
-    header too; without them a row after an empty line was named by the line before it. Reads the
-    file again (at numpy's speed, not Python's per line): for messages only."""
+def _lines(path: Path, chunk: int = 1 << 24) -> Iterator:
+    """(bytes, starts, ends) of the file's lines as pyarrow's reader reads the file, a chunk read
+    at a time: a numpy array of a chunk's bytes and where each line in it starts and ends (its
+    newline; the last line without a newline too). At numpy's speed, not Python's per line."""
     import numpy as np
 
-    wanted = row + 2  # lines that are not empty up to the row's: the header's, rows 0 to `row`
-    lines = full = 0
     tail = b""  # the bytes of the line that goes on into the next chunk
     with _stream(path) as stream:
         while data := stream.read(chunk):
             data = tail + data
             text = np.frombuffer(data, np.uint8)
             ends = np.flatnonzero(text == ord("\n"))
-            starts = np.concatenate(([0], ends[:-1] + 1))
-            length = ends - starts - (text[ends - 1] == ord("\r"))  # CRLF: the \r is no text
-            counts = full + np.cumsum(length > 0)
-            hit = int(np.searchsorted(counts, wanted))
-            if hit < len(ends):
-                return lines + hit + 1
-            lines, full = lines + len(ends), int(counts[-1]) if len(ends) else full
+            yield text, np.concatenate(([0], ends[:-1] + 1)), ends
             tail = data[ends[-1] + 1 :] if len(ends) else data
-    return lines + 1 if full + 1 == wanted and tail.strip(b"\r") else row + 2
+    if tail:
+        yield np.frombuffer(tail, np.uint8), np.array([0]), np.array([len(tail)])
+
+
+def _holding(text, starts, ends, blank: bytes = b"\r"):
+    """Whether each line holds a byte that is not one of `blank` (a carriage return: a line of
+    none is empty, as pyarrow reads it)."""
+    import numpy as np
+
+    held = ~np.isin(text, np.frombuffer(blank + b"\n", np.uint8))
+    count = np.concatenate(([0], np.cumsum(held)))
+    return count[ends] > count[starts]
+
+
+def row_line(path: Path, row: int, chunk: int = 1 << 24) -> int:
+    """The line (from 1) that holds row `row` (from 0, after the header) of a CSV/TSV file, found
+    as pyarrow's reader finds its rows: one a line, empty lines (`\\r\\n` too) none, before the
+    header too; without them a row after an empty line was named by the line before it. Reads the
+    file again: for messages only."""
+    import numpy as np
+
+    wanted = row + 2  # lines that are not empty up to the row's: the header's, rows 0 to `row`
+    lines = full = 0
+    for text, starts, ends in _lines(path, chunk):
+        counts = full + np.cumsum(_holding(text, starts, ends))
+        hit = int(np.searchsorted(counts, wanted))
+        if hit < len(ends):
+            return lines + hit + 1
+        lines, full = lines + len(ends), int(counts[-1]) if len(ends) else full
+    return row + 2
+
+
+def empty_line_among_rows(path: Path, delimiter: str, chunk: int = 1 << 24) -> int | None:
+    """The first empty line (from 1) of a CSV/TSV file that a line of a row follows (None: none):
+    pyarrow's reader reads it as no row, so each row after it is a line further down the file
+    than its place among the rows says. Blank lines that end the file are none of its text."""
+    import numpy as np
+
+    lines, empty = 0, None
+    for text, starts, ends in _lines(path, chunk):
+        after = 0  # the chunk's lines a row must be among, after the empty line found
+        if empty is None:
+            blank = np.flatnonzero(~_holding(text, starts, ends))
+            if len(blank):
+                empty, after = lines + int(blank[0]) + 1, int(blank[0]) + 1
+        if empty is not None:
+            # Only here, where an empty line waits: the common file has none.
+            rows = _holding(text, starts[after:], ends[after:], blank_bytes(delimiter))
+            if rows.any():
+                return empty
+        lines += len(ends)
+    return None
 
 
 def arrow_message(error: Exception, limit: int = 200) -> str:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import write_tiny_dataset
 from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
@@ -102,4 +103,63 @@ def test_eval_and_export_of_a_moved_checkpoint_say_to_rename_it(tmp_path: Path, 
     out = tmp_path / "model.safetensors"
     exported = CliRunner().invoke(app, ["export", str(run), "--out", str(out), *checkpoint])
     assert_one_line_error(exported, line)
+    assert not out.exists()
+
+
+def _checkpoint_of(run: Path, step: int, held: int) -> Path:
+    """step-NNNNNNNN of `step` beside the fixture's step 4: its files, train_state.pt holding step
+    `held`, digests.json written anew as a save writes it (`held` == `step`: a sound checkpoint)."""
+    import torch
+
+    from shardrec.trainer.rundir.checkpoint.trust import write_digests
+
+    folder = run / "checkpoints" / f"step-{step:08d}"
+    shutil.copytree(run / "checkpoints" / "step-00000004", folder)
+    state = torch.load(folder / "train_state.pt", weights_only=True)
+    state["progress"]["step"] = held
+    torch.save(state, folder / "train_state.pt")
+    (folder / "digests.json").unlink()
+    write_digests(folder)
+    return folder
+
+
+def test_an_older_folder_named_for_another_step_beside_a_sound_newest_is_not_read(tmp_path):
+    # Before: `cp -a step-00000004 step-00000006` beside a sound step 8, and eval, export and
+    # train refused the run ("...step-00000006/train_state.pt: holds the checkpoint of step 4, not
+    # of step 6 ...; or evaluate or export .../step-00000008 with --checkpoint 8"), though they
+    # read step 8. Named, the folder is still refused.
+    run, copy = _run(tmp_path, "copied")
+    copy.rename(copy.with_name("step-00000006"))
+    _checkpoint_of(run, 8, 8)
+    write_tiny_dataset(tmp_path / "data")  # the fixture's data, which export reads the shape of
+    out = tmp_path / "model.safetensors"
+    export = ["export", str(run), "--out", str(out), "--data", str(tmp_path / "data")]
+    exported = CliRunner().invoke(app, export)
+    assert exported.exit_code == 0, exported.output
+    assert f"wrote {out}: step 8, " in exported.stdout
+    check_checkpoint_folders(run)  # train's ranks (and `shardrec train`) resume from step 8
+    listed = json.loads(CliRunner().invoke(app, ["runs", str(run.parent), "--json"]).stdout)
+    assert [(r["status"], r["misnamed_checkpoints"]) for r in listed] == [
+        ("failed", [str(run / "checkpoints" / "step-00000006")])
+    ]
+    named = CliRunner().invoke(app, [*export, "--checkpoint", "6"])
+    assert_one_line_error(named, "holds the checkpoint of step 4, not of step 6 ")
+
+
+@pytest.mark.parametrize(("step", "held"), [(10, 4), (6, 12)])
+def test_a_folder_that_would_be_taken_for_the_newest_is_refused_beside_a_sound_one(
+    tmp_path, step, held
+):
+    # Named as the newest (step 10 holding 4), it would be read as the newest; holding a step past
+    # the newest name's (step 6 holding 12), reading step 8 would pass over the user's newest.
+    run, _ = _run(tmp_path, "copied")
+    shutil.rmtree(run / "checkpoints" / "step-00000012")
+    _checkpoint_of(run, 8, 8)
+    folder = _checkpoint_of(run, step, held)
+    line = f"{folder / 'train_state.pt'}: holds the checkpoint of step {held}, not of step {step} "
+    out = tmp_path / "model.safetensors"
+    exported = CliRunner().invoke(app, ["export", str(run), "--out", str(out)])
+    assert_one_line_error(exported, "^error: " + re.escape(line))
+    with pytest.raises(ValueError, match="^" + re.escape(line)):
+        check_checkpoint_folders(run)
     assert not out.exists()

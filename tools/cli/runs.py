@@ -25,8 +25,9 @@ def runs(
     cut short; the file is named below the table): a rerun, eval or export of it is refused. A
     checkpoint folder not named step-NNNNNNNN (renamed or copied by hand), which no command reads,
     or named for another step than it holds (copied or moved by hand), is named below the table
-    too, and its run is misnamed (train refuses to resume it), and so is a checkpoint whose files
-    are another's (a copy: one of the two holds another step)."""
+    too, and its run is misnamed where train refuses to resume it (a folder not named
+    step-NNNNNNNN, or one a resume would read or pass over: trust.other_step_read), and so is a
+    checkpoint whose files are another's (a copy: one of the two holds another step)."""
     from shardrec.trainer.rundir import names
     from shardrec.trainer.rundir.checkpoint.trust import (
         copied_checkpoint_message,
@@ -35,6 +36,7 @@ def runs(
         misnamed_checkpoints,
         other_step_checkpoints,
         other_step_message,
+        other_step_read,
     )
     from shardrec.trainer.rundir.life import run_state
 
@@ -51,7 +53,8 @@ def runs(
         # A copy whose step is read is said as a folder named for another step.
         copies += [pair for pair in copied if pair[0] not in dict(other)]
         damage = run_state.checkpoint_damage(run)
-        status = run_state.run_status(run, damaged=bool(damage), misnamed=bool(unread or other))
+        refused = bool(unread) or other_step_read(path / names.CHECKPOINTS) is not None
+        status = run_state.run_status(run, damaged=bool(damage), misnamed=refused)
         if status == "damaged":
             damages.append(damage)
         # A run that ended before its end resumes from its newest checkpoint: a later evaluation

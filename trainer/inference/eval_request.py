@@ -31,6 +31,7 @@ from shardrec.trainer.rundir.checkpoint.trust import (
     misnamed_checkpoints,
     other_step_checkpoints,
     other_step_message,
+    other_step_read,
     refused_with_advice,
     torn_checkpoint,
     torn_checkpoint_message,
@@ -288,16 +289,17 @@ def find_checkpoint(run_dir: Path, step: int | None) -> tuple[int, Path]:
 
 
 def _other_step_refusal(directory: Path, done: list[tuple[int, Path]], step: int | None) -> str:
-    """The one line refusing the checkpoint folder of `step` (None: any, as it may hold the newest
-    step) where it holds another step than its name says (copied or moved by hand): read, it would
-    be evaluated or exported as the step its name says. "" where there is none."""
-    other = dict(other_step_checkpoints(directory))
-    named = [path for found, path in done if path in other and step in (None, found)]
-    if not named:
+    """The one line refusing the checkpoint folder that reading `step` (None: the newest) reads,
+    or passes over, where it holds another step than its name says (copied or moved by hand;
+    other_step_read): read, it would be evaluated or exported as the step its name says. ""
+    where there is none."""
+    read = other_step_read(directory, step)
+    if read is None:
         return ""
+    other = dict(other_step_checkpoints(directory))
     own = [found for found in done if found[1] not in other]
     instead = f"; or evaluate or export {own[-1][1]} with --checkpoint {own[-1][0]}" if own else ""
-    return other_step_message(named[-1], other[named[-1]]) + instead
+    return other_step_message(*read) + instead
 
 
 def check_request(

@@ -19,6 +19,7 @@ from shardrec.tools.preprocess.events.log_text import (
     field_count_line,
     is_text,
     row_line,
+    text_before_blank_lines,
 )
 
 
@@ -85,8 +86,10 @@ def read_table(
         if kind == "parquet":
             names = pq.ParquetFile(path).schema_arrow.names
         else:
-            text = _text_before_blank_lines(path, delimiter)  # read once each: a reader is used up
-            with pcsv.open_csv(text, parse_options=options) as reader:
+            with (
+                text_before_blank_lines(path, delimiter) as text,
+                pcsv.open_csv(text, parse_options=options) as reader,
+            ):
                 names = reader.schema.names
     except (OSError, pa.ArrowException) as e:
         if kind == "parquet" and is_text(path):  # pyarrow would only say "magic bytes not found"
@@ -108,34 +111,15 @@ def read_table(
         if kind == "parquet":
             return pq.read_table(path, columns=columns)
         strings = {c: pa.string() for c in columns}
-        table = pcsv.read_csv(
-            _text_before_blank_lines(path, delimiter),
-            parse_options=options,
-            convert_options=pcsv.ConvertOptions(include_columns=columns, column_types=strings),
-        )
+        with text_before_blank_lines(path, delimiter) as text:
+            table = pcsv.read_csv(
+                text,
+                parse_options=options,
+                convert_options=pcsv.ConvertOptions(include_columns=columns, column_types=strings),
+            )
     except pa.ArrowException as e:
         raise _unreadable(path, kind, e) from None
     return _emptied(table, missing) if missing else table
-
-
-def _text_before_blank_lines(path: Path, delimiter: str):
-    """`path` as pyarrow's CSV reader takes it, or, where blank lines (spaces, tabs) end a plain
-    file, a reader of its bytes before them (mapped, not copied): the click-log readers take such
-    lines as no rows (text.lines.text_end), pyarrow refused the last as a row of one field. A blank
-    line between rows stays a refusal; a compressed file is read whole."""
-    import pyarrow as pa
-
-    from shardrec.tools.preprocess.text.lines import blank_bytes, text_end
-
-    try:
-        pa.Codec.detect(str(path))  # a .gz (.bz2, ...) name: read decompressed, as it is
-        return str(path)
-    except (TypeError, ValueError):  # no compression's extension: plain text
-        pass
-    end = text_end(path, 0, blank_bytes(delimiter))
-    if end == path.stat().st_size:
-        return str(path)
-    return pa.BufferReader(pa.memory_map(str(path)).read_buffer(end))
 
 
 def _emptied(table, words: tuple[str, ...]):

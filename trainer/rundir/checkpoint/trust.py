@@ -140,6 +140,20 @@ def other_step_checkpoints(directory: Path) -> list[tuple[Path, int]]:
     ]
 
 
+def other_step_read(directory: Path, step: int | None = None) -> tuple[Path, int] | None:
+    """(folder, step it holds) of a folder of other_step_checkpoints that reading `step` reads:
+    its folder; for the newest (None), the newest folder, or one holding a step past the newest
+    name's (reading that name would pass over it). None where there is none: an older misnamed
+    folder beside a sound newest one is read by nothing that reads the newest."""
+    other = other_step_checkpoints(directory)
+    done = complete_checkpoints(directory)
+    if step is not None:
+        read = [(path, held) for path, held in other if path.name == names.checkpoint_name(step)]
+    else:
+        read = [(path, held) for path, held in other if path == done[-1][1] or held > done[-1][0]]
+    return read[-1] if read else None
+
+
 def other_step_message(path: Path, held: int) -> str:
     """The one line saying that the checkpoint folder `path` holds step `held`, not the step its
     name says, and what to do: move it out where the folder of its step is there too (a copy),
@@ -184,15 +198,15 @@ def torn_checkpoint_message(path: Path, instead: str) -> str:
 
 def misnamed_refusal(run_dir: Path, also: str = "") -> str | None:
     """The one line refusing RUN's first checkpoint folder no command reads (misnamed_checkpoints:
-    a resume would pass over it without a word), else its newest one named for another step than
-    it holds (other_step_checkpoints: a resume would be refused by its ranks, or pass over the
-    step it holds), ending in `also`; None where there is none."""
+    a resume would pass over it without a word), else one named for another step than it holds
+    that a resume would read or pass over (other_step_read: the ranks would refuse it, or resume
+    before the step it holds), ending in `also`; None where there is none."""
     directory = Path(run_dir) / names.CHECKPOINTS
     found = misnamed_checkpoints(directory)
     if found:
         return f"{misnamed_checkpoint_message(found[0])}{also}"
-    other = other_step_checkpoints(directory)
-    return f"{other_step_message(*other[-1])}{also}" if other else None
+    other = other_step_read(directory)
+    return f"{other_step_message(*other)}{also}" if other else None
 
 
 def torn_refusal(run_dir: Path, also: str = "") -> str | None:
